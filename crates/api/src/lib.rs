@@ -1,0 +1,12 @@
+//! Built-in Kubernetes kinds for Ferrokube.
+//!
+//! Layer: the bottom of both the server and the client side, next to `apimachinery`.
+//! Types are k8s-openapi's (never hand-written); this crate adds what the type
+//! definitions do not carry: the static table of served resources ([`resources`]) and
+//! upstream's defaulting ([`defaults`]).
+//!
+//! No IO: no tokio, no files, no clock (times are passed in). Must not depend on
+//! storage, registry, admission, apiserver or client crates.
+
+pub mod defaults;
+pub mod resources;

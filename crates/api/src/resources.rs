@@ -1,0 +1,1 @@
+//! The static table of built-in resources the apiserver serves.
