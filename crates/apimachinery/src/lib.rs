@@ -1,0 +1,15 @@
+//! Ferrokube API machinery: the pure, shared building blocks that the registry, the
+//! apiserver and the client side all need to agree on with upstream Kubernetes
+//! (`k8s.io/apimachinery`).
+//!
+//! * [`labels`] and [`fields`]: label and field selectors (parse, print, match).
+//! * [`errors`]: field errors (`field.Error`) and API errors (`metav1.Status`) with
+//!   upstream's codes, reasons and message texts.
+//! * [`validation`]: name, label, annotation and `ObjectMeta` validation helpers.
+//! * [`resource_version`]: resourceVersion parsing and list-option validation.
+//! * [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic
+//!   merge patch, with the built-in types' patch metadata.
+//!
+//! Layer: below `registry`, `apiserver` and `client`, next to `api`. This crate does
+//! no IO at all: no sockets, no files, no tokio, no clock (time is passed in). It must
+//! never depend on `storage*`, `registry`, `admission` or `apiserver`.
