@@ -13,3 +13,14 @@
 //! Layer: below `registry`, `apiserver` and `client`, next to `api`. This crate does
 //! no IO at all: no sockets, no files, no tokio, no clock (time is passed in). It must
 //! never depend on `storage*`, `registry`, `admission` or `apiserver`.
+
+pub mod errors;
+pub mod fields;
+pub mod labels;
+pub mod patch;
+pub mod resource_version;
+pub mod validation;
+
+pub use errors::{ApiError, FieldError, FieldErrorKind, FieldPath};
+pub use fields::FieldSelector;
+pub use labels::{Selector, SelectorError};
