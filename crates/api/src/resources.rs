@@ -1,1 +1,366 @@
 //! The static table of built-in resources the apiserver serves.
+//!
+//! One [`ResourceInfo`] per resource: everything discovery, routing and the registry
+//! need to know about it that the k8s-openapi type does not carry. Adding a built-in
+//! resource is one entry in [`RESOURCES`] (plus its strategy hook in the registry).
+//! Values follow upstream's discovery documents for v1.33.
+
+/// A verb a resource supports (upstream discovery spells them in lower case).
+pub type Verb = &'static str;
+
+/// Verbs of an ordinary resource: every REST verb.
+pub const ALL_VERBS: &[Verb] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Verbs of namespaces (upstream serves no deletecollection for them).
+pub const NO_COLLECTION_DELETE: &[Verb] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+
+/// Verbs of a `status`-like subresource.
+pub const GET_PATCH_UPDATE: &[Verb] = &["get", "patch", "update"];
+
+/// Verbs of `pods/binding` and `pods/eviction`.
+pub const CREATE_ONLY: &[Verb] = &["create"];
+
+/// Verbs of `namespaces/finalize`.
+pub const UPDATE_ONLY: &[Verb] = &["update"];
+
+/// A subresource (`<resource>/<name>`), e.g. `status`, `scale`, `binding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubresourceInfo {
+    pub name: &'static str,
+    /// The kind served at the subresource (`Scale` for `scale`, the parent's kind for
+    /// `status`).
+    pub kind: &'static str,
+    /// Group and version of that kind when it differs from the parent's
+    /// (`autoscaling/v1` for `scale`, `policy/v1` for `eviction`).
+    pub group: Option<&'static str>,
+    pub version: Option<&'static str>,
+    pub verbs: &'static [Verb],
+}
+
+const fn sub(name: &'static str, kind: &'static str, verbs: &'static [Verb]) -> SubresourceInfo {
+    SubresourceInfo {
+        name,
+        kind,
+        group: None,
+        version: None,
+        verbs,
+    }
+}
+
+const fn sub_gv(
+    name: &'static str,
+    kind: &'static str,
+    group: &'static str,
+    version: &'static str,
+    verbs: &'static [Verb],
+) -> SubresourceInfo {
+    SubresourceInfo {
+        name,
+        kind,
+        group: Some(group),
+        version: Some(version),
+        verbs,
+    }
+}
+
+/// One served resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceInfo {
+    /// API group; `""` is the core (legacy) group served under `/api`.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// The URL segment (`pods`).
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub namespaced: bool,
+    pub verbs: &'static [Verb],
+    pub subresources: &'static [SubresourceInfo],
+    /// Storage key prefix without trailing slash, as upstream lays out etcd
+    /// (`/registry/services/specs`, `/registry/minions`).
+    pub storage_prefix: &'static str,
+}
+
+impl ResourceInfo {
+    /// `group/version`, or just `version` for the core group (the `apiVersion` field).
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The kind of the list (`PodList`).
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    pub fn subresource(&self, name: &str) -> Option<&'static SubresourceInfo> {
+        self.subresources.iter().find(|s| s.name == name)
+    }
+
+    pub fn has_subresource(&self, name: &str) -> bool {
+        self.subresource(name).is_some()
+    }
+
+    pub fn supports(&self, verb: &str) -> bool {
+        self.verbs.contains(&verb)
+    }
+
+    /// Whether `name` (case-insensitive) names this resource: plural, singular, kind or
+    /// a short name.
+    pub fn is_named(&self, name: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        name == self.plural
+            || name == self.singular
+            || name == self.kind.to_ascii_lowercase()
+            || self.short_names.contains(&name.as_str())
+    }
+}
+
+macro_rules! status {
+    ($kind:literal) => {
+        sub("status", $kind, GET_PATCH_UPDATE)
+    };
+}
+
+macro_rules! scale {
+    () => {
+        sub_gv("scale", "Scale", "autoscaling", "v1", GET_PATCH_UPDATE)
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
+const fn res(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    namespaced: bool,
+    verbs: &'static [Verb],
+    subresources: &'static [SubresourceInfo],
+    storage_prefix: &'static str,
+) -> ResourceInfo {
+    ResourceInfo {
+        group,
+        version,
+        kind,
+        plural,
+        singular,
+        short_names,
+        categories,
+        namespaced,
+        verbs,
+        subresources,
+        storage_prefix,
+    }
+}
+
+const ALL: &[&str] = &["all"];
+const NONE: &[&str] = &[];
+const NO_SUBS: &[SubresourceInfo] = &[];
+
+/// Every built-in resource, grouped by API group in discovery order.
+#[rustfmt::skip]
+pub static RESOURCES: &[ResourceInfo] = &[
+    // ---- core/v1
+    res("", "v1", "ConfigMap", "configmaps", "configmap", &["cm"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/configmaps"),
+    res("", "v1", "Endpoints", "endpoints", "endpoints", &["ep"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/services/endpoints"),
+    res("", "v1", "Event", "events", "event", &["ev"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/events"),
+    res("", "v1", "LimitRange", "limitranges", "limitrange", &["limits"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/limitranges"),
+    res("", "v1", "Namespace", "namespaces", "namespace", &["ns"], NONE, false, NO_COLLECTION_DELETE,
+        &[sub("finalize", "Namespace", UPDATE_ONLY), status!("Namespace")], "/registry/namespaces"),
+    res("", "v1", "Node", "nodes", "node", &["no"], NONE, false, ALL_VERBS, &[status!("Node")], "/registry/minions"),
+    res("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", &["pvc"], NONE, true, ALL_VERBS,
+        &[status!("PersistentVolumeClaim")], "/registry/persistentvolumeclaims"),
+    res("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", &["pv"], NONE, false, ALL_VERBS,
+        &[status!("PersistentVolume")], "/registry/persistentvolumes"),
+    res("", "v1", "Pod", "pods", "pod", &["po"], ALL, true, ALL_VERBS,
+        &[sub("binding", "Binding", CREATE_ONLY), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY), status!("Pod")],
+        "/registry/pods"),
+    res("", "v1", "PodTemplate", "podtemplates", "podtemplate", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/podtemplates"),
+    res("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", &["rc"], ALL, true, ALL_VERBS,
+        &[scale!(), status!("ReplicationController")], "/registry/controllers"),
+    res("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", &["quota"], NONE, true, ALL_VERBS,
+        &[status!("ResourceQuota")], "/registry/resourcequotas"),
+    res("", "v1", "Secret", "secrets", "secret", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/secrets"),
+    res("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/serviceaccounts"),
+    res("", "v1", "Service", "services", "service", &["svc"], ALL, true, ALL_VERBS, &[status!("Service")], "/registry/services/specs"),
+    // ---- apps/v1
+    res("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", NONE, NONE, true, ALL_VERBS, NO_SUBS,
+        "/registry/controllerrevisions"),
+    res("apps", "v1", "DaemonSet", "daemonsets", "daemonset", &["ds"], ALL, true, ALL_VERBS, &[status!("DaemonSet")],
+        "/registry/daemonsets"),
+    res("apps", "v1", "Deployment", "deployments", "deployment", &["deploy"], ALL, true, ALL_VERBS,
+        &[scale!(), status!("Deployment")], "/registry/deployments"),
+    res("apps", "v1", "ReplicaSet", "replicasets", "replicaset", &["rs"], ALL, true, ALL_VERBS,
+        &[scale!(), status!("ReplicaSet")], "/registry/replicasets"),
+    res("apps", "v1", "StatefulSet", "statefulsets", "statefulset", &["sts"], ALL, true, ALL_VERBS,
+        &[scale!(), status!("StatefulSet")], "/registry/statefulsets"),
+    // ---- autoscaling/v2
+    res("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", &["hpa"], ALL, true,
+        ALL_VERBS, &[status!("HorizontalPodAutoscaler")], "/registry/horizontalpodautoscalers"),
+    // ---- batch/v1
+    res("batch", "v1", "CronJob", "cronjobs", "cronjob", &["cj"], ALL, true, ALL_VERBS, &[status!("CronJob")], "/registry/cronjobs"),
+    res("batch", "v1", "Job", "jobs", "job", NONE, ALL, true, ALL_VERBS, &[status!("Job")], "/registry/jobs"),
+    // ---- certificates.k8s.io/v1
+    res("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", &["csr"],
+        NONE, false, ALL_VERBS,
+        &[sub("approval", "CertificateSigningRequest", GET_PATCH_UPDATE), status!("CertificateSigningRequest")],
+        "/registry/certificatesigningrequests"),
+    // ---- coordination.k8s.io/v1
+    res("coordination.k8s.io", "v1", "Lease", "leases", "lease", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/leases"),
+    // ---- discovery.k8s.io/v1
+    res("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", NONE, NONE, true, ALL_VERBS, NO_SUBS,
+        "/registry/endpointslices"),
+    // ---- events.k8s.io/v1 (stored apart from core events until the two views convert)
+    res("events.k8s.io", "v1", "Event", "events", "event", &["ev"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/events.k8s.io/events"),
+    // ---- networking.k8s.io/v1
+    res("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", NONE, NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/ingressclasses"),
+    res("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", &["ing"], NONE, true, ALL_VERBS, &[status!("Ingress")],
+        "/registry/ingress"),
+    res("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", &["netpol"], NONE, true, ALL_VERBS, NO_SUBS,
+        "/registry/networkpolicies"),
+    // ---- policy/v1
+    res("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", &["pdb"], NONE, true, ALL_VERBS,
+        &[status!("PodDisruptionBudget")], "/registry/poddisruptionbudgets"),
+    // ---- rbac.authorization.k8s.io/v1
+    res("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", NONE, NONE, false,
+        ALL_VERBS, NO_SUBS, "/registry/clusterrolebindings"),
+    res("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", NONE, NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/clusterroles"),
+    res("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", NONE, NONE, true, ALL_VERBS, NO_SUBS,
+        "/registry/rolebindings"),
+    res("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/roles"),
+    // ---- scheduling.k8s.io/v1
+    res("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", &["pc"], NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/priorityclasses"),
+    // ---- storage.k8s.io/v1
+    res("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/storageclasses"),
+];
+
+/// Groups in discovery order (core group first, as `""`), each with its one version.
+pub fn groups() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.iter().any(|(g, v)| *g == r.group && *v == r.version) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+/// The resources of one group-version.
+pub fn resources_of(group: &str, version: &str) -> impl Iterator<Item = &'static ResourceInfo> {
+    let group = group.to_string();
+    let version = version.to_string();
+    RESOURCES
+        .iter()
+        .filter(move |r| r.group == group && r.version == version)
+}
+
+/// Looks a resource up by group, version and URL plural.
+pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Looks a resource up by group and kind (the first served version).
+pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn plurals_unique_per_group_version() {
+        let mut seen = HashSet::new();
+        for r in RESOURCES {
+            assert!(
+                seen.insert((r.group, r.version, r.plural)),
+                "duplicate {}",
+                r.plural
+            );
+            assert_eq!(r.plural, r.plural.to_ascii_lowercase());
+            assert!(r.storage_prefix.starts_with("/registry/"));
+            assert!(!r.storage_prefix.ends_with('/'));
+        }
+    }
+
+    #[test]
+    fn short_names_unique_across_groups_except_events() {
+        let mut seen = HashSet::new();
+        for r in RESOURCES {
+            for s in r.short_names {
+                if *s == "ev" && r.group == "events.k8s.io" {
+                    continue;
+                }
+                assert!(seen.insert(*s), "short name {s} used twice");
+            }
+        }
+    }
+
+    #[test]
+    fn storage_prefixes_do_not_nest() {
+        let prefixes: Vec<String> = RESOURCES
+            .iter()
+            .map(|r| format!("{}/", r.storage_prefix))
+            .collect();
+        for (i, a) in prefixes.iter().enumerate() {
+            for (j, b) in prefixes.iter().enumerate() {
+                if i != j {
+                    assert!(!b.starts_with(a.as_str()), "{b} is under {a}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lookups() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        assert_eq!(pods.kind, "Pod");
+        assert!(pods.namespaced);
+        assert!(pods.is_named("po"));
+        assert!(pods.has_subresource("binding"));
+        assert_eq!(pods.api_version(), "v1");
+        assert_eq!(pods.list_kind(), "PodList");
+        let deploy = lookup_kind("apps", "Deployment").unwrap();
+        assert_eq!(deploy.api_version(), "apps/v1");
+        assert_eq!(
+            deploy.subresource("scale").unwrap().group,
+            Some("autoscaling")
+        );
+        assert!(
+            !lookup("", "v1", "namespaces")
+                .unwrap()
+                .supports("deletecollection")
+        );
+        assert_eq!(groups()[0], ("", "v1"));
+        assert_eq!(resources_of("apps", "v1").count(), 5);
+    }
+}

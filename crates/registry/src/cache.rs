@@ -1,0 +1,512 @@
+//! The watch cache: one storage watch for the whole registry, fanned out into one
+//! in-memory cache per resource. Each cache holds the current objects (for lists at
+//! RV=0 / NotOlderThan and for initial watch events) and a window of recent events
+//! (for watches from a resourceVersion). An event is decoded once and, per
+//! encoding, serialized once ([`CachedEvent::json_line`]), however many watchers see it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_storage::{KeyValue, ListOptions, Revision, RevisionMatch, Storage, WatchEvent};
+use futures::StreamExt;
+use parking_lot::RwLock;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::meta;
+
+/// Events a cache keeps for watches from a resourceVersion.
+pub const EVENT_WINDOW: usize = 10_000;
+/// Capacity of the live-event channel; a watcher further behind is closed.
+const CHANNEL_CAPACITY: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change of one object, shared by every watcher.
+#[derive(Debug)]
+pub struct CachedEvent {
+    pub kind: EventType,
+    pub key: String,
+    /// The object after the change (for deletes: the last state, with the delete's
+    /// resourceVersion).
+    pub object: Arc<Value>,
+    pub prev: Option<Arc<Value>>,
+    pub revision: Revision,
+    json: OnceLock<Bytes>,
+}
+
+impl CachedEvent {
+    /// `{"type":"ADDED","object":{...}}\n`, serialized on first use.
+    pub fn json_line(&self) -> Bytes {
+        self.json
+            .get_or_init(|| watch_line(self.kind.as_str(), &self.object))
+            .clone()
+    }
+}
+
+/// One watch event line in JSON.
+pub fn watch_line(kind: &str, object: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    // Serializing a Value cannot fail.
+    serde_json::to_writer(&mut out, object).unwrap_or_default();
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+/// What a watcher receives.
+#[derive(Debug, Clone)]
+pub enum WatchItem {
+    /// A shared event, passed on as it is.
+    Event(Arc<CachedEvent>),
+    /// An event specific to this watcher (initial state, or an object entering or
+    /// leaving its selector).
+    Synthetic(EventType, Arc<Value>),
+    /// A bookmark at this revision; `initial_events_end` marks the end of the initial
+    /// events of a `sendInitialEvents` watch.
+    Bookmark {
+        revision: Revision,
+        initial_events_end: bool,
+    },
+    /// The watch ends with this error (e.g. 410 Gone).
+    Error(ApiError),
+}
+
+/// Decides whether a watcher wants an object.
+pub type Filter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+struct State {
+    objects: BTreeMap<String, Arc<Value>>,
+    events: VecDeque<Arc<CachedEvent>>,
+    /// Everything up to this revision is applied.
+    revision: Revision,
+    /// Watches from a revision `>= oldest` can be served from `events`.
+    oldest: Revision,
+    tx: broadcast::Sender<Arc<CachedEvent>>,
+}
+
+/// The cache of one resource (one key prefix).
+pub struct ResourceCache {
+    prefix: String,
+    state: RwLock<State>,
+    revision_tx: tokio::sync::watch::Sender<Revision>,
+}
+
+impl std::fmt::Debug for ResourceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceCache")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Parses a stored value into an object with `metadata.resourceVersion` set.
+pub fn decode_stored(value: &[u8], revision: Revision) -> Option<Value> {
+    let mut obj: Value = serde_json::from_slice(value).ok()?;
+    meta::set_meta(
+        &mut obj,
+        "resourceVersion",
+        Value::String(revision.to_string()),
+    );
+    Some(obj)
+}
+
+impl ResourceCache {
+    fn new(prefix: String) -> Self {
+        let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
+        ResourceCache {
+            prefix,
+            state: RwLock::new(State {
+                objects: BTreeMap::new(),
+                events: VecDeque::new(),
+                revision: 0,
+                oldest: 0,
+                tx,
+            }),
+            revision_tx: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn revision(&self) -> Revision {
+        self.state.read().revision
+    }
+
+    /// Replaces the content after a (re)list; open watchers are closed, as they may
+    /// have missed events.
+    fn reset(&self, items: Vec<(String, Arc<Value>)>, revision: Revision) {
+        let mut st = self.state.write();
+        st.objects = items.into_iter().collect();
+        st.events.clear();
+        st.revision = revision;
+        st.oldest = revision;
+        st.tx = broadcast::channel(CHANNEL_CAPACITY).0;
+        drop(st);
+        self.revision_tx.send_replace(revision);
+    }
+
+    fn advance(&self, revision: Revision) {
+        let mut st = self.state.write();
+        if revision > st.revision {
+            st.revision = revision;
+            drop(st);
+            self.revision_tx.send_replace(revision);
+        }
+    }
+
+    fn apply(&self, ev: &WatchEvent) {
+        let (kind, key, object, revision) = match ev {
+            WatchEvent::Added(kv) => (
+                EventType::Added,
+                &kv.key,
+                decode_stored(&kv.value, kv.mod_revision),
+                kv.mod_revision,
+            ),
+            WatchEvent::Modified { current, .. } => (
+                EventType::Modified,
+                &current.key,
+                decode_stored(&current.value, current.mod_revision),
+                current.mod_revision,
+            ),
+            WatchEvent::Deleted { previous, revision } => (
+                EventType::Deleted,
+                &previous.key,
+                decode_stored(&previous.value, *revision),
+                *revision,
+            ),
+            WatchEvent::Progress(rev) => {
+                self.advance(*rev);
+                return;
+            }
+        };
+        let Some(object) = object else {
+            tracing::warn!(key, "undecodable stored value skipped by the watch cache");
+            self.advance(revision);
+            return;
+        };
+        let object = Arc::new(object);
+        let mut st = self.state.write();
+        if revision <= st.revision {
+            return;
+        }
+        let prev = if kind == EventType::Deleted {
+            st.objects.remove(key)
+        } else {
+            st.objects.insert(key.clone(), object.clone())
+        };
+        let event = Arc::new(CachedEvent {
+            kind,
+            key: key.clone(),
+            object,
+            prev,
+            revision,
+            json: OnceLock::new(),
+        });
+        if st.events.len() >= EVENT_WINDOW
+            && let Some(old) = st.events.pop_front()
+        {
+            st.oldest = old.revision;
+        }
+        st.events.push_back(event.clone());
+        st.revision = revision;
+        // No receivers is fine.
+        let _ = st.tx.send(event);
+        drop(st);
+        self.revision_tx.send_replace(revision);
+    }
+
+    /// Waits until the cache has applied `revision` (at most `timeout`).
+    pub async fn wait_for(&self, revision: Revision, timeout: Duration) -> Result<(), ApiError> {
+        let mut rx = self.revision_tx.subscribe();
+        let res = tokio::time::timeout(timeout, rx.wait_for(|r| *r >= revision)).await;
+        match res {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ApiError::too_large_resource_version(
+                u64::try_from(revision).unwrap_or(0),
+                u64::try_from(self.revision()).unwrap_or(0),
+                1,
+            )),
+        }
+    }
+
+    /// The objects under `prefix` (a namespace's prefix or the whole resource) and
+    /// the revision they are current at.
+    pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
+        let st = self.state.read();
+        let items = st
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, st.revision)
+    }
+
+    /// Starts a watch. `from`: `None` starts now with the current objects as ADDED
+    /// events (`initial_end` then sends the initial-events-end bookmark); `Some(rv)`
+    /// replays every event after `rv` (410 when the window no longer has it).
+    pub async fn watch(
+        self: &Arc<Self>,
+        prefix: String,
+        from: Option<Revision>,
+        initial_end: bool,
+        filter: Filter,
+        bookmarks: bool,
+        bookmark_interval: Duration,
+    ) -> Result<mpsc::Receiver<WatchItem>, ApiError> {
+        if let Some(rv) = from {
+            self.wait_for(rv, Duration::from_secs(3)).await?;
+        }
+        let (initial, mut rx, start_rev) = {
+            let st = self.state.read();
+            let rx = st.tx.subscribe();
+            match from {
+                None => {
+                    let items: Vec<WatchItem> = st
+                        .objects
+                        .range(prefix.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .filter(|(_, v)| filter(v))
+                        .map(|(_, v)| WatchItem::Synthetic(EventType::Added, v.clone()))
+                        .collect();
+                    (items, rx, st.revision)
+                }
+                Some(rv) => {
+                    if rv < st.oldest {
+                        return Err(ApiError::gone(format!(
+                            "too old resource version: {rv} ({})",
+                            st.oldest
+                        )));
+                    }
+                    let items = st
+                        .events
+                        .iter()
+                        .filter(|e| e.revision > rv && e.key.starts_with(&prefix))
+                        .filter_map(|e| route(e, &filter))
+                        .collect();
+                    (items, rx, st.revision)
+                }
+            }
+        };
+        let (tx, out) = mpsc::channel(256);
+        tokio::spawn(async move {
+            for item in initial {
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+            if initial_end
+                && tx
+                    .send(WatchItem::Bookmark {
+                        revision: start_rev,
+                        initial_events_end: true,
+                    })
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+            let mut last = start_rev;
+            let mut ticker = tokio::time::interval(bookmark_interval);
+            ticker.reset();
+            loop {
+                tokio::select! {
+                    ev = rx.recv() => match ev {
+                        Ok(ev) => {
+                            if ev.revision <= last || !ev.key.starts_with(&prefix) {
+                                continue;
+                            }
+                            last = ev.revision;
+                            if let Some(item) = route(&ev, &filter)
+                                && tx.send(item).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                        // Lagged or reset: the client re-watches from its last revision.
+                        Err(_) => return,
+                    },
+                    _ = ticker.tick(), if bookmarks => {
+                        if tx.send(WatchItem::Bookmark { revision: last, initial_events_end: false }).await.is_err() {
+                            return;
+                        }
+                    }
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(out)
+    }
+}
+
+/// What one watcher sees of a shared event, given its filter: the event itself, an
+/// ADDED/DELETED when the object enters/leaves the selector, or nothing.
+fn route(ev: &Arc<CachedEvent>, filter: &Filter) -> Option<WatchItem> {
+    let now = filter(&ev.object);
+    let before = ev.prev.as_ref().is_some_and(|p| filter(p));
+    match ev.kind {
+        EventType::Added | EventType::Deleted => now.then(|| WatchItem::Event(ev.clone())),
+        EventType::Modified => match (before, now) {
+            (true, true) => Some(WatchItem::Event(ev.clone())),
+            (false, true) => Some(WatchItem::Synthetic(EventType::Added, ev.object.clone())),
+            (true, false) => Some(WatchItem::Synthetic(EventType::Deleted, ev.object.clone())),
+            (false, false) => None,
+        },
+    }
+}
+
+/// All resource caches, fed by one storage watch on the common prefix.
+pub struct CacheHub {
+    caches: Vec<Arc<ResourceCache>>,
+}
+
+impl std::fmt::Debug for CacheHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheHub")
+            .field("caches", &self.caches.len())
+            .finish()
+    }
+}
+
+impl CacheHub {
+    /// Caches for the given key prefixes (each without trailing slash).
+    pub fn new(prefixes: impl IntoIterator<Item = String>) -> Self {
+        CacheHub {
+            caches: prefixes
+                .into_iter()
+                .map(|p| Arc::new(ResourceCache::new(format!("{p}/"))))
+                .collect(),
+        }
+    }
+
+    pub fn cache(&self, prefix: &str) -> Option<Arc<ResourceCache>> {
+        let p = format!("{prefix}/");
+        self.caches.iter().find(|c| c.prefix == p).cloned()
+    }
+
+    fn cache_for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
+        self.caches.iter().find(|c| key.starts_with(&c.prefix))
+    }
+
+    /// Lists everything under `root` and fills the caches; returns the revision.
+    async fn fill(
+        &self,
+        storage: &dyn Storage,
+        root: &str,
+    ) -> Result<Revision, ferrokube_storage::StorageError> {
+        let mut per_cache: Vec<Vec<(String, Arc<Value>)>> = vec![Vec::new(); self.caches.len()];
+        let mut opts = ListOptions {
+            revision: RevisionMatch::Latest,
+            limit: 5000,
+            continue_token: None,
+        };
+        let revision;
+        loop {
+            let page = storage.list(root, &opts).await?;
+            for KeyValue {
+                key,
+                value,
+                mod_revision,
+                ..
+            } in page.items
+            {
+                if let Some(i) = self.caches.iter().position(|c| key.starts_with(&c.prefix))
+                    && let Some(obj) = decode_stored(&value, mod_revision)
+                {
+                    per_cache[i].push((key, Arc::new(obj)));
+                }
+            }
+            match page.continue_token {
+                Some(t) => opts.continue_token = Some(t),
+                None => {
+                    revision = page.revision;
+                    break;
+                }
+            }
+        }
+        for (cache, items) in self.caches.iter().zip(per_cache) {
+            cache.reset(items, revision);
+        }
+        Ok(revision)
+    }
+
+    fn advance_all(&self, revision: Revision) {
+        for c in &self.caches {
+            c.advance(revision);
+        }
+    }
+
+    /// Fills the caches once, then keeps them current until `storage`'s watch fails;
+    /// then re-lists. Runs until the task is aborted. `ready` fires after the first
+    /// fill.
+    pub async fn run(
+        self: Arc<Self>,
+        storage: Arc<dyn Storage>,
+        root: String,
+        ready: tokio::sync::oneshot::Sender<()>,
+    ) {
+        let mut ready = Some(ready);
+        loop {
+            let revision = match self.fill(storage.as_ref(), &root).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch cache list failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            if let Some(r) = ready.take() {
+                let _ = r.send(());
+            }
+            let mut stream = match storage.watch(&root, revision).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch cache watch failed; re-listing");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Progress(rev)) => self.advance_all(rev),
+                    Ok(ev) => {
+                        let rev = ev.revision();
+                        if let Some(key) = ev.key()
+                            && let Some(c) = self.cache_for_key(key)
+                        {
+                            c.apply(&ev);
+                        }
+                        self.advance_all(rev);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "storage watch ended; re-listing");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}

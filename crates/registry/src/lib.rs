@@ -1,0 +1,293 @@
+//! The registry: the server-side store logic of every built-in resource.
+//!
+//! One generic [`Store`] (create/get/list/watch/update/patch/delete/deletecollection)
+//! per resource, driven by a [`Strategy`] ([`TypedStrategy<K>`] over the k8s-openapi
+//! type, with the per-kind hooks in [`kinds`]). Objects are `serde_json::Value`s at
+//! the edges; stored values are JSON without `resourceVersion`, which is the storage
+//! revision set on read. A watch cache ([`cache`]) fed by one storage watch serves
+//! watches and RV=0 lists. Storage errors become API errors in [`errors`] only.
+//!
+//! Layer: below `apiserver`, above `storage`, `api`, `apimachinery`. It knows no
+//! HTTP (no URLs, query strings or content types) and never chooses a storage
+//! backend: the caller hands one in.
+
+pub mod allocator;
+pub mod cache;
+pub mod errors;
+pub mod kinds;
+pub mod meta;
+pub mod store;
+pub mod strategy;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrokube_api::resources::{RESOURCES, ResourceInfo};
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_storage::Storage;
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+pub use allocator::{Cidr, ServiceAllocator};
+pub use cache::{CachedEvent, EventType, WatchItem};
+pub use meta::{Clock, SystemClock};
+pub use store::{
+    DeleteOptions, Deleted, FieldValidation, ListParams, Listed, Part, PatchFn, PatchType, Store,
+    UpdateInput, WatchParams, WriteOptions, Written,
+};
+pub use strategy::{Hooks, Strategy, TypedStrategy};
+
+/// The storage prefix everything lives under.
+pub const ROOT: &str = "/registry/";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(transparent)]
+    Range(#[from] allocator::RangeError),
+    #[error("no strategy for resource {0}")]
+    NoStrategy(String),
+    #[error("creating built-in object: {0}")]
+    Bootstrap(ApiError),
+    #[error("the watch cache did not start")]
+    CacheStart,
+}
+
+/// What the registry needs from the apiserver's options.
+#[derive(Clone)]
+pub struct RegistryConfig {
+    /// `--service-cluster-ip-range`.
+    pub service_cluster_ip_range: String,
+    /// `--service-node-port-range`.
+    pub service_node_port_range: String,
+    /// Address and port of the `kubernetes` Service's endpoints.
+    pub advertise_address: IpAddr,
+    pub secure_port: u16,
+    /// How often an idle watch with `allowWatchBookmarks` gets a bookmark.
+    pub bookmark_interval: Duration,
+    /// How often storage history is compacted (to the revision of the previous run).
+    pub compaction_interval: Duration,
+    /// The strategic-merge-patch engine (JSON and merge patch built in).
+    pub patch: PatchFn,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("service_cluster_ip_range", &self.service_cluster_ip_range)
+            .field("service_node_port_range", &self.service_node_port_range)
+            .field("advertise_address", &self.advertise_address)
+            .field("secure_port", &self.secure_port)
+            .finish()
+    }
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            service_cluster_ip_range: "10.96.0.0/12".into(),
+            service_node_port_range: "30000-32767".into(),
+            advertise_address: IpAddr::from([127, 0, 0, 1]),
+            secure_port: 6443,
+            bookmark_interval: Duration::from_secs(60),
+            compaction_interval: Duration::from_secs(300),
+            patch: store::default_patch,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// All stores, the watch cache and the background tasks.
+pub struct Registry {
+    stores: Vec<Arc<Store>>,
+    storage: Arc<dyn Storage>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("stores", &self.stores.len())
+            .finish()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Registry {
+    /// Builds every store over `storage`, fills the watch cache and creates the
+    /// built-in objects.
+    pub async fn new(
+        storage: Arc<dyn Storage>,
+        config: RegistryConfig,
+    ) -> Result<Self, RegistryError> {
+        let cidr = Cidr::parse(&config.service_cluster_ip_range)?;
+        let ports = allocator::parse_port_range(&config.service_node_port_range)?;
+        let services = Arc::new(ServiceAllocator::new(cidr, ports));
+        let hub = Arc::new(cache::CacheHub::new(
+            RESOURCES.iter().map(|r| r.storage_prefix.to_string()),
+        ));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let mut tasks = vec![tokio::spawn(hub.clone().run(
+            storage.clone(),
+            ROOT.to_string(),
+            ready_tx,
+        ))];
+        ready_rx.await.map_err(|_| RegistryError::CacheStart)?;
+        let ns_prefix = RESOURCES
+            .iter()
+            .find(|r| r.group.is_empty() && r.kind == "Namespace")
+            .map(|r| r.storage_prefix)
+            .unwrap_or("/registry/namespaces");
+        let mut stores = Vec::new();
+        for info in RESOURCES {
+            let strategy = kinds::strategy_for(info)
+                .ok_or_else(|| RegistryError::NoStrategy(info.plural.to_string()))?;
+            let is_service = info.group.is_empty() && info.kind == "Service";
+            let cache = hub
+                .cache(info.storage_prefix)
+                .ok_or(RegistryError::CacheStart)?;
+            if is_service {
+                let (items, _) = cache.snapshot(&format!("{}/", info.storage_prefix));
+                for s in items {
+                    services.restore(&s);
+                }
+            }
+            stores.push(Arc::new(Store::new(
+                strategy,
+                storage.clone(),
+                cache,
+                config.clock.clone(),
+                is_service.then(|| services.clone()),
+                config.patch,
+                config.bookmark_interval,
+                ns_prefix,
+            )));
+        }
+        tasks.push(tokio::spawn(compactor(
+            storage.clone(),
+            config.compaction_interval,
+        )));
+        let reg = Registry {
+            stores,
+            storage,
+            tasks,
+        };
+        reg.bootstrap(&config, cidr)
+            .await
+            .map_err(RegistryError::Bootstrap)?;
+        Ok(reg)
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    pub fn stores(&self) -> &[Arc<Store>] {
+        &self.stores
+    }
+
+    /// The store of `group/version` `plural`.
+    pub fn store(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Store>> {
+        self.stores.iter().find(|s| {
+            let i = s.info();
+            i.group == group && i.version == version && i.plural == plural
+        })
+    }
+
+    pub fn store_for(&self, info: &ResourceInfo) -> Option<&Arc<Store>> {
+        self.store(info.group, info.version, info.plural)
+    }
+
+    fn core(&self, plural: &str) -> Result<&Arc<Store>, ApiError> {
+        self.store("", "v1", plural)
+            .ok_or_else(|| ApiError::internal(format!("no store for {plural}")))
+    }
+
+    /// Upstream's built-in objects: system namespaces, the `kubernetes` Service and its
+    /// Endpoints, the default priority classes.
+    async fn bootstrap(&self, config: &RegistryConfig, cidr: Cidr) -> Result<(), ApiError> {
+        let ns = self.core("namespaces")?;
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            ns.ensure(None, json!({"metadata": {"name": name}})).await?;
+        }
+        let svc = self.core("services")?;
+        svc.ensure(
+            Some("default"),
+            json!({
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                    "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {
+                    "type": "ClusterIP",
+                    "clusterIP": cidr.first().to_string(),
+                    "sessionAffinity": "None",
+                    "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                        "targetPort": config.secure_port}]
+                }
+            }),
+        )
+        .await?;
+        let ep = self.core("endpoints")?;
+        ep.ensure(
+            Some("default"),
+            json!({
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                    "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                "subsets": [{
+                    "addresses": [{"ip": config.advertise_address.to_string()}],
+                    "ports": [{"name": "https", "port": config.secure_port, "protocol": "TCP"}]
+                }]
+            }),
+        )
+        .await?;
+        if let Some(pc) = self.store("scheduling.k8s.io", "v1", "priorityclasses") {
+            for (name, value, desc) in [
+                (
+                    "system-node-critical",
+                    2_000_001_000,
+                    "Used for system critical pods that must not be moved from their current node.",
+                ),
+                (
+                    "system-cluster-critical",
+                    2_000_000_000,
+                    "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+                ),
+            ] {
+                pc.ensure(
+                    None,
+                    json!({"metadata": {"name": name}, "value": value, "description": desc,
+                        "preemptionPolicy": "PreemptLowerPriority"}),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Compacts storage history every `interval` to the revision seen one interval ago,
+/// as upstream's apiserver does for etcd.
+async fn compactor(storage: Arc<dyn Storage>, interval: Duration) {
+    let mut previous = 0;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        if previous > 0
+            && let Err(e) = storage.compact(previous).await
+        {
+            tracing::warn!(error = %e, "compaction failed");
+        }
+        match storage.current_revision().await {
+            Ok(r) => previous = r,
+            Err(e) => tracing::warn!(error = %e, "reading the current revision failed"),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Helpers on objects as `serde_json::Value`: metadata access, time, names.
+
+use serde_json::{Map, Value};
+
+/// `metadata` of an object (created empty when missing).
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let map = obj.as_object_mut().expect("object");
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    meta.as_object_mut().expect("metadata object")
+}
+
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata")?.as_object()
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj)?.get(field)?.as_str()
+}
+
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name").unwrap_or("")
+}
+
+pub fn namespace(obj: &Value) -> &str {
+    meta_str(obj, "namespace").unwrap_or("")
+}
+
+pub fn resource_version(obj: &Value) -> &str {
+    meta_str(obj, "resourceVersion").unwrap_or("")
+}
+
+pub fn uid(obj: &Value) -> &str {
+    meta_str(obj, "uid").unwrap_or("")
+}
+
+pub fn set_meta(obj: &mut Value, field: &str, value: Value) {
+    if value.is_null() {
+        meta_mut(obj).remove(field);
+    } else {
+        meta_mut(obj).insert(field.to_string(), value);
+    }
+}
+
+pub fn labels(obj: &Value) -> std::collections::BTreeMap<String, String> {
+    meta(obj)
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn has_deletion_timestamp(obj: &Value) -> bool {
+    meta(obj)
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// The value at a dotted path (`spec.nodeName`), as a string for field selectors:
+/// strings as they are, booleans and numbers printed, missing as `""`.
+pub fn field_string(obj: &Value, path: &str) -> String {
+    let mut cur = obj;
+    for part in path.split('.') {
+        match cur.get(part) {
+            Some(v) => cur = v,
+            None => return String::new(),
+        }
+    }
+    match cur {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The clock, passed around so tests can fix it.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> jiff::Timestamp;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> jiff::Timestamp {
+        jiff::Timestamp::now()
+    }
+}
+
+/// RFC 3339 with second precision, as `metav1.Time` serializes.
+pub fn format_time(t: jiff::Timestamp) -> String {
+    let secs = t.as_second();
+    jiff::Timestamp::from_second(secs)
+        .unwrap_or(t)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Five characters from upstream's alphabet for `generateName` suffixes.
+pub fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    bytes[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+pub fn new_uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn field_strings() {
+        let v =
+            json!({"spec": {"nodeName": "n1", "unschedulable": true}, "status": {"replicas": 3}});
+        assert_eq!(field_string(&v, "spec.nodeName"), "n1");
+        assert_eq!(field_string(&v, "spec.unschedulable"), "true");
+        assert_eq!(field_string(&v, "status.replicas"), "3");
+        assert_eq!(field_string(&v, "status.phase"), "");
+    }
+
+    #[test]
+    fn time_format() {
+        let t = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        assert_eq!(format_time(t), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn suffix_shape() {
+        let s = random_suffix();
+        assert_eq!(s.len(), 5);
+        assert!(s.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+    }
+
+    #[test]
+    fn meta_access() {
+        let mut v = json!({});
+        set_meta(&mut v, "name", json!("a"));
+        assert_eq!(name(&v), "a");
+        set_meta(&mut v, "name", Value::Null);
+        assert_eq!(name(&v), "");
+        assert!(!has_deletion_timestamp(&v));
+    }
+}

@@ -1,0 +1,1175 @@
+//! The one generic store: create, get, list, watch, update, patch, delete and
+//! deletecollection for every resource, over [`Storage`], driven by a [`Strategy`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferrokube_api::resources::ResourceInfo;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::fields::FieldSelector;
+use ferrokube_apimachinery::labels::Selector;
+use ferrokube_storage::{
+    KeyValue, ListOptions, Preconditions, Revision, RevisionMatch, Storage, StorageError, Update,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use crate::allocator::{self, ServiceAllocator};
+use crate::cache::{Filter, ResourceCache, WatchItem, decode_stored};
+use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, abort, from_storage};
+use crate::meta::{self, Clock};
+use crate::strategy::Strategy;
+
+/// `fieldValidation`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    #[default]
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(s: Option<&str>) -> Result<Self, ApiError> {
+        match s {
+            None | Some("") | Some("Strict") => Ok(FieldValidation::Strict),
+            Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some(o) => Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {o:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+}
+
+/// Options of create and update.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+    /// Fields found twice in the request body (JSON keys), reported like unknown ones.
+    pub duplicate_fields: Vec<String>,
+}
+
+/// Options of delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub dry_run: bool,
+    pub grace_period_seconds: Option<i64>,
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+}
+
+/// Options of list.
+#[derive(Clone, Debug, Default)]
+pub struct ListParams {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub limit: i64,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+/// Options of watch.
+#[derive(Clone, Debug, Default)]
+pub struct WatchParams {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: Option<bool>,
+}
+
+/// The patch formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    Json,
+    Merge,
+    StrategicMerge,
+}
+
+/// Which part of an object a write addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+    /// `namespaces/<name>/finalize`: only `spec.finalizers`.
+    Finalize,
+}
+
+/// A written object and the warnings for the response.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub object: Value,
+    pub warnings: Vec<String>,
+    /// True when the write created the object (201).
+    pub created: bool,
+}
+
+/// A list result.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: String,
+    pub continue_token: Option<String>,
+    pub remaining_item_count: Option<i64>,
+}
+
+/// A delete result.
+#[derive(Clone, Debug)]
+pub struct Deleted {
+    pub object: Value,
+    /// False when the object was only marked (finalizers, graceful deletion).
+    pub gone: bool,
+}
+
+/// Patch application, so a strategic-merge engine can be plugged in from outside.
+pub type PatchFn = fn(&ResourceInfo, PatchType, &Value, &Value) -> Result<Value, ApiError>;
+
+/// Applies a JSON patch or merge patch; strategic merge patch falls back to a merge
+/// patch until a strategic engine is given to the store.
+pub fn default_patch(
+    _info: &ResourceInfo,
+    ty: PatchType,
+    doc: &Value,
+    patch: &Value,
+) -> Result<Value, ApiError> {
+    let mut out = doc.clone();
+    match ty {
+        PatchType::Json => {
+            let p: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            json_patch::patch(&mut out, &p).map_err(|e| ApiError::unprocessable_patch(e))?;
+        }
+        PatchType::Merge | PatchType::StrategicMerge => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("patch body must be a JSON object"));
+            }
+            json_patch::merge(&mut out, patch);
+        }
+    }
+    Ok(out)
+}
+
+trait UnprocessablePatch {
+    fn unprocessable_patch(e: impl std::fmt::Display) -> ApiError;
+}
+
+impl UnprocessablePatch for ApiError {
+    fn unprocessable_patch(e: impl std::fmt::Display) -> ApiError {
+        ApiError {
+            code: 422,
+            reason: "Invalid".into(),
+            message: format!("the server rejected our request due to an error in our request: {e}"),
+            details: None,
+        }
+    }
+}
+
+/// The store of one resource.
+pub struct Store {
+    info: &'static ResourceInfo,
+    strategy: Arc<dyn Strategy>,
+    storage: Arc<dyn Storage>,
+    cache: Arc<ResourceCache>,
+    clock: Arc<dyn Clock>,
+    services: Option<Arc<ServiceAllocator>>,
+    patch: PatchFn,
+    bookmark_interval: Duration,
+    namespace_prefix: &'static str,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("resource", &self.info.plural)
+            .finish()
+    }
+}
+
+fn strip_rv(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    meta::set_meta(&mut o, "resourceVersion", Value::Null);
+    o
+}
+
+fn encode(obj: &Value) -> Result<Bytes, ApiError> {
+    serde_json::to_vec(&strip_rv(obj))
+        .map(Bytes::from)
+        .map_err(ApiError::internal)
+}
+
+/// The object without metadata and status: what a generation bump looks at.
+fn spec_part(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    o
+}
+
+fn parse_rv(s: &str) -> Result<Revision, ApiError> {
+    s.parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {s:?}")))
+}
+
+impl Store {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        strategy: Arc<dyn Strategy>,
+        storage: Arc<dyn Storage>,
+        cache: Arc<ResourceCache>,
+        clock: Arc<dyn Clock>,
+        services: Option<Arc<ServiceAllocator>>,
+        patch: PatchFn,
+        bookmark_interval: Duration,
+        namespace_prefix: &'static str,
+    ) -> Self {
+        Store {
+            info: strategy.info(),
+            strategy,
+            storage,
+            cache,
+            clock,
+            services,
+            patch,
+            bookmark_interval,
+            namespace_prefix,
+        }
+    }
+
+    pub fn info(&self) -> &'static ResourceInfo {
+        self.info
+    }
+
+    pub fn strategy(&self) -> &Arc<dyn Strategy> {
+        &self.strategy
+    }
+
+    pub fn key(&self, ns: Option<&str>, name: &str) -> String {
+        match ns {
+            Some(ns) if self.info.namespaced => {
+                format!("{}/{ns}/{name}", self.info.storage_prefix)
+            }
+            _ => format!("{}/{name}", self.info.storage_prefix),
+        }
+    }
+
+    fn prefix(&self, ns: Option<&str>) -> String {
+        match ns {
+            Some(ns) if self.info.namespaced => format!("{}/{ns}/", self.info.storage_prefix),
+            _ => format!("{}/", self.info.storage_prefix),
+        }
+    }
+
+    fn err(&self, name: &str, e: StorageError) -> ApiError {
+        from_storage(self.info, name, e)
+    }
+
+    fn now(&self) -> String {
+        meta::format_time(self.clock.now())
+    }
+
+    /// Checks body `apiVersion`/`kind` against the URL's.
+    fn check_type(&self, obj: &Value) -> Result<(), ApiError> {
+        let want_av = self.info.api_version();
+        if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
+            && !av.is_empty()
+            && av != want_av
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            )));
+        }
+        if let Some(k) = obj.get("kind").and_then(Value::as_str)
+            && !k.is_empty()
+            && k != self.info.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                self.info.kind
+            )));
+        }
+        Ok(())
+    }
+
+    /// Decodes a request object and applies `fieldValidation`.
+    fn decode(&self, obj: Value, opts: &WriteOptions) -> Result<(Value, Vec<String>), ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(format!(
+                "Object of kind {} could not be decoded: expected a JSON object",
+                self.info.kind
+            )));
+        }
+        self.check_type(&obj)?;
+        let decoded = self.strategy.decode(obj)?;
+        let mut problems: Vec<String> = decoded
+            .unknown_fields
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        problems.extend(
+            opts.duplicate_fields
+                .iter()
+                .map(|f| format!("duplicate field {f:?}")),
+        );
+        let warnings = match opts.field_validation {
+            FieldValidation::Ignore => Vec::new(),
+            FieldValidation::Warn => problems,
+            FieldValidation::Strict if problems.is_empty() => Vec::new(),
+            FieldValidation::Strict => {
+                return Err(ApiError::bad_request(format!(
+                    "strict decoding error: {}",
+                    problems.join(", ")
+                )));
+            }
+        };
+        Ok((decoded.object, warnings))
+    }
+
+    fn check_namespace(&self, ns: Option<&str>, obj: &mut Value) -> Result<(), ApiError> {
+        if !self.info.namespaced {
+            meta::set_meta(obj, "namespace", Value::Null);
+            return Ok(());
+        }
+        let Some(ns) = ns else {
+            return Err(ApiError::bad_request(
+                "a namespace is required for a namespaced resource",
+            ));
+        };
+        let body_ns = meta::namespace(obj);
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        meta::set_meta(obj, "namespace", json!(ns));
+        Ok(())
+    }
+
+    /// NamespaceLifecycle: no new content in a missing or terminating namespace.
+    async fn namespace_admits(&self, ns: &str) -> Result<(), ApiError> {
+        let key = format!("{}/{ns}", self.namespace_prefix);
+        match self.storage.get(&key, None).await {
+            Ok(kv) => {
+                let obj = decode_stored(&kv.value, kv.mod_revision).unwrap_or(Value::Null);
+                if meta::has_deletion_timestamp(&obj)
+                    || obj["status"]["phase"].as_str() == Some("Terminating")
+                {
+                    return Err(ApiError::forbidden(
+                        self.info.group,
+                        self.info.plural,
+                        "",
+                        format!(
+                            "unable to create new content in namespace {ns} because it is being terminated"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+            Err(StorageError::NotFound { .. }) => Err(ApiError::not_found("", "namespaces", ns)),
+            Err(e) => Err(from_storage(self.info, ns, e)),
+        }
+    }
+
+    /// Metadata and status a new object starts with.
+    fn prepare_for_create(&self, obj: &mut Value) {
+        let m = meta::meta_mut(obj);
+        for f in [
+            "uid",
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "generation",
+            "creationTimestamp",
+        ] {
+            m.remove(f);
+        }
+        let hooks = *self.strategy.hooks();
+        meta::set_meta(obj, "uid", json!(meta::new_uid()));
+        meta::set_meta(obj, "creationTimestamp", json!(self.now()));
+        if hooks.tracks_generation {
+            meta::set_meta(obj, "generation", json!(1));
+        }
+        if self.info.has_subresource("status")
+            && let Some(o) = obj.as_object_mut()
+        {
+            match hooks.initial_status {
+                Some(f) => {
+                    o.insert("status".into(), f());
+                }
+                None => {
+                    o.remove("status");
+                }
+            }
+        }
+        if let Some(f) = hooks.prepare_create {
+            f(obj);
+        }
+    }
+
+    pub async fn create(
+        &self,
+        ns: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let (mut obj, warnings) = self.decode(obj, opts)?;
+        self.check_namespace(ns, &mut obj)?;
+        if meta::name(&obj).is_empty()
+            && let Some(g) = meta::meta_str(&obj, "generateName").filter(|g| !g.is_empty())
+        {
+            let name = format!("{g}{}", meta::random_suffix());
+            meta::set_meta(&mut obj, "name", json!(name));
+        }
+        self.prepare_for_create(&mut obj);
+        let name = meta::name(&obj).to_string();
+        let errs = self.strategy.validate_create(&obj);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(
+                self.info.group,
+                self.info.kind,
+                &name,
+                errs,
+            ));
+        }
+        if let Some(ns) = ns.filter(|_| self.info.namespaced) {
+            self.namespace_admits(ns).await?;
+        }
+        let key = self.key(ns, &name);
+        let services = self.services.as_ref().filter(|_| !opts.dry_run);
+        if let Some(alloc) = services {
+            alloc
+                .allocate(&mut obj)
+                .map_err(|errs| allocator::invalid_service(&name, errs))?;
+        }
+        if opts.dry_run {
+            return match self.storage.get(&key, None).await {
+                Ok(_) => Err(ApiError::already_exists(
+                    self.info.group,
+                    self.info.plural,
+                    &name,
+                )),
+                Err(StorageError::NotFound { .. }) => Ok(Written {
+                    object: obj,
+                    warnings,
+                    created: true,
+                }),
+                Err(e) => Err(self.err(&name, e)),
+            };
+        }
+        let bytes = encode(&obj)?;
+        match self.storage.create(&key, bytes).await {
+            Ok(rev) => {
+                meta::set_meta(&mut obj, "resourceVersion", json!(rev.to_string()));
+                Ok(Written {
+                    object: obj,
+                    warnings,
+                    created: true,
+                })
+            }
+            Err(e) => {
+                if let Some(alloc) = services {
+                    alloc.release(&obj);
+                }
+                Err(self.err(&name, e))
+            }
+        }
+    }
+
+    pub async fn get(&self, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+        let kv = self
+            .storage
+            .get(&self.key(ns, name), None)
+            .await
+            .map_err(|e| self.err(name, e))?;
+        decode_stored(&kv.value, kv.mod_revision)
+            .ok_or_else(|| ApiError::internal(format!("stored object {name:?} is not JSON")))
+    }
+
+    /// A filter for label and field selectors.
+    pub fn filter(
+        &self,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<Option<Filter>, ApiError> {
+        let labels =
+            match label_selector.filter(|s| !s.is_empty()) {
+                Some(s) => Some(Selector::parse(s).map_err(|e| {
+                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
+                })?),
+                None => None,
+            };
+        let fields = match field_selector.filter(|s| !s.is_empty()) {
+            Some(s) => {
+                let fs =
+                    FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let hooks = self.strategy.hooks();
+                let mut supported: Vec<&str> = vec!["metadata.name", "metadata.namespace"];
+                supported.extend(hooks.fields.iter().map(|(f, _)| *f));
+                fs.check_supported(&supported)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                Some(fs)
+            }
+            None => None,
+        };
+        if labels.is_none() && fields.is_none() {
+            return Ok(None);
+        }
+        let hooks = *self.strategy.hooks();
+        let f: Filter = Arc::new(move |obj: &Value| {
+            if let Some(l) = &labels
+                && !l.matches(&meta::labels(obj))
+            {
+                return false;
+            }
+            if let Some(fs) = &fields {
+                let get = |field: &str| -> Option<String> {
+                    match field {
+                        "metadata.name" => Some(meta::name(obj).to_string()),
+                        "metadata.namespace" => Some(meta::namespace(obj).to_string()),
+                        other => hooks
+                            .fields
+                            .iter()
+                            .find(|(f, _)| *f == other)
+                            .map(|(f, path)| {
+                                let v = meta::field_string(obj, path);
+                                if v.is_empty() && *f == "spec.hostNetwork" {
+                                    "false".to_string()
+                                } else {
+                                    v
+                                }
+                            }),
+                    }
+                };
+                if !fs.matches(&get) {
+                    return false;
+                }
+            }
+            true
+        });
+        Ok(Some(f))
+    }
+
+    pub async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<Listed, ApiError> {
+        let filter = self.filter(p.label_selector.as_deref(), p.field_selector.as_deref())?;
+        let rv = p.resource_version.as_deref().unwrap_or("");
+        let rv_match = p.resource_version_match.as_deref().unwrap_or("");
+        let cont = p.continue_token.as_deref().filter(|c| !c.is_empty());
+        if !matches!(rv_match, "" | "Exact" | "NotOlderThan") {
+            return Err(ApiError::bad_request(format!(
+                "resourceVersionMatch: Unsupported value: {rv_match:?}: supported values: \"Exact\", \"NotOlderThan\""
+            )));
+        }
+        if !rv_match.is_empty() && rv.is_empty() {
+            return Err(ApiError::bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if cont.is_some() && !rv.is_empty() && rv != "0" {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        if rv_match == "Exact" && rv == "0" {
+            return Err(ApiError::bad_request(
+                "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+        let prefix = self.prefix(ns);
+        // From the cache: RV=0, or NotOlderThan without a page to continue.
+        let from_cache = cont.is_none()
+            && (rv == "0"
+                || rv_match == "NotOlderThan"
+                || (!rv.is_empty() && rv_match.is_empty() && p.limit <= 0));
+        if from_cache {
+            let min = parse_rv(rv)?;
+            if min > 0 {
+                self.cache.wait_for(min, Duration::from_secs(3)).await?;
+            }
+            let (items, rev) = self.cache.snapshot(&prefix);
+            let items = match &filter {
+                Some(f) => items.into_iter().filter(|o| f(o)).collect(),
+                None => items,
+            };
+            return Ok(Listed {
+                items,
+                resource_version: rev.to_string(),
+                continue_token: None,
+                remaining_item_count: None,
+            });
+        }
+        let revision = if rv.is_empty() {
+            RevisionMatch::Latest
+        } else {
+            RevisionMatch::Exact(parse_rv(rv)?)
+        };
+        let limit = usize::try_from(p.limit.max(0)).unwrap_or(0);
+        let mut opts = ListOptions {
+            revision,
+            limit,
+            continue_token: cont.map(str::to_string),
+        };
+        let mut items: Vec<Arc<Value>> = Vec::new();
+        loop {
+            if limit > 0 {
+                opts.limit = limit - items.len();
+            }
+            let page = self
+                .storage
+                .list(&prefix, &opts)
+                .await
+                .map_err(|e| match e {
+                    StorageError::Expired { .. } if opts.continue_token.is_some() => {
+                        ApiError::resource_expired(EXPIRED_CONTINUE)
+                    }
+                    StorageError::InvalidArgument(m) if opts.continue_token.is_some() => {
+                        ApiError::bad_request(format!("invalid continue token: {m}"))
+                    }
+                    e => self.err("", e),
+                })?;
+            for KeyValue {
+                value,
+                mod_revision,
+                ..
+            } in &page.items
+            {
+                if let Some(obj) = decode_stored(value, *mod_revision)
+                    && filter.as_ref().is_none_or(|f| f(&obj))
+                {
+                    items.push(Arc::new(obj));
+                }
+            }
+            let done = page.continue_token.is_none() || limit == 0 || items.len() >= limit;
+            if done {
+                return Ok(Listed {
+                    items,
+                    resource_version: page.revision.to_string(),
+                    remaining_item_count: (page.continue_token.is_some() && filter.is_none())
+                        .then(|| i64::try_from(page.remaining).unwrap_or(i64::MAX)),
+                    continue_token: page.continue_token,
+                });
+            }
+            opts.continue_token = page.continue_token;
+        }
+    }
+
+    pub async fn watch(
+        &self,
+        ns: Option<&str>,
+        p: &WatchParams,
+    ) -> Result<mpsc::Receiver<WatchItem>, ApiError> {
+        let filter = self
+            .filter(p.label_selector.as_deref(), p.field_selector.as_deref())?
+            .unwrap_or_else(|| Arc::new(|_: &Value| true));
+        let rv = p.resource_version.as_deref().unwrap_or("");
+        let rv_match = p.resource_version_match.as_deref().unwrap_or("");
+        let send_initial = p.send_initial_events.unwrap_or(false);
+        if p.send_initial_events.is_some() {
+            if rv_match != "NotOlderThan" {
+                return Err(ApiError::invalid(
+                    "meta.k8s.io",
+                    "ListOptions",
+                    "",
+                    vec![ferrokube_apimachinery::errors::FieldError::forbidden(
+                        &ferrokube_apimachinery::errors::FieldPath::new("resourceVersionMatch"),
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    )],
+                ));
+            }
+            if send_initial && !p.allow_bookmarks {
+                return Err(ApiError::invalid(
+                    "meta.k8s.io",
+                    "ListOptions",
+                    "",
+                    vec![ferrokube_apimachinery::errors::FieldError::forbidden(
+                        &ferrokube_apimachinery::errors::FieldPath::new("allowWatchBookmarks"),
+                        "sendInitialEvents requires setting allowWatchBookmarks to true",
+                    )],
+                ));
+            }
+        } else if !rv_match.is_empty() {
+            return Err(ApiError::bad_request(
+                "resourceVersionMatch is forbidden for watch",
+            ));
+        }
+        let prefix = self.prefix(ns);
+        let (from, initial_end) = if send_initial {
+            if !rv.is_empty() && rv != "0" {
+                let min = parse_rv(rv)?;
+                self.cache.wait_for(min, Duration::from_secs(3)).await?;
+            }
+            (None, true)
+        } else if rv.is_empty() || rv == "0" {
+            (None, false)
+        } else {
+            (Some(parse_rv(rv)?), false)
+        };
+        self.cache
+            .watch(
+                prefix,
+                from,
+                initial_end,
+                filter,
+                p.allow_bookmarks,
+                self.bookmark_interval,
+            )
+            .await
+    }
+
+    /// The object an update stores, from the current one and the request. Pure: the
+    /// storage update function calls it once per attempt.
+    fn compute_update(
+        &self,
+        name: &str,
+        current: &KeyValue,
+        input: &UpdateInput,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Vec<String>, Value), ApiError> {
+        let old = decode_stored(&current.value, current.mod_revision)
+            .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+        let raw = match input {
+            UpdateInput::Replace(v) => v.clone(),
+            UpdateInput::Patch(ty, patch) => (self.patch)(self.info, *ty, &old, patch)?,
+        };
+        let (mut new, warnings) = self.decode(raw, opts)?;
+        let new_name = meta::name(&new);
+        if new_name.is_empty() {
+            meta::set_meta(&mut new, "name", json!(name));
+        } else if new_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({new_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if self.info.namespaced {
+            let old_ns = meta::namespace(&old).to_string();
+            let new_ns = meta::namespace(&new);
+            if !new_ns.is_empty() && new_ns != old_ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            meta::set_meta(&mut new, "namespace", json!(old_ns));
+        }
+        let rv = meta::resource_version(&new);
+        if !rv.is_empty() && rv != current.mod_revision.to_string() {
+            return Err(ApiError::conflict(
+                self.info.group,
+                self.info.plural,
+                name,
+                CONFLICT_MESSAGE,
+            ));
+        }
+        let mut fin = match part {
+            Part::Main => {
+                let mut fin = new;
+                // System metadata stays as stored.
+                let old_meta = meta::meta(&old).cloned().unwrap_or_default();
+                for f in [
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                ] {
+                    meta::set_meta(&mut fin, f, old_meta.get(f).cloned().unwrap_or(Value::Null));
+                }
+                if self.info.has_subresource("status")
+                    && let Some(o) = fin.as_object_mut()
+                {
+                    match old.get("status") {
+                        Some(s) => o.insert("status".into(), s.clone()),
+                        None => o.remove("status"),
+                    };
+                }
+                if self.services.is_some() {
+                    allocator::keep_allocated(&mut fin, &old);
+                }
+                if self.strategy.hooks().tracks_generation && spec_part(&fin) != spec_part(&old) {
+                    let g = old_meta
+                        .get("generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0);
+                    meta::set_meta(&mut fin, "generation", json!(g + 1));
+                }
+                fin
+            }
+            Part::Status => {
+                let mut fin = old.clone();
+                if let Some(o) = fin.as_object_mut() {
+                    match new.get("status") {
+                        Some(s) => o.insert("status".into(), s.clone()),
+                        None => o.remove("status"),
+                    };
+                }
+                if let Some(mf) = meta::meta(&new).and_then(|m| m.get("managedFields")) {
+                    meta::set_meta(&mut fin, "managedFields", mf.clone());
+                }
+                fin
+            }
+            Part::Finalize => {
+                let mut fin = old.clone();
+                let fins = new["spec"]["finalizers"].clone();
+                if let Some(o) = fin.as_object_mut() {
+                    let spec = o.entry("spec").or_insert_with(|| json!({}));
+                    if let Some(s) = spec.as_object_mut() {
+                        if fins.is_null() {
+                            s.remove("finalizers");
+                        } else {
+                            s.insert("finalizers".into(), fins);
+                        }
+                    }
+                }
+                fin
+            }
+        };
+        meta::set_meta(
+            &mut fin,
+            "resourceVersion",
+            json!(current.mod_revision.to_string()),
+        );
+        let errs = self.strategy.validate_update(&fin, &old);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(
+                self.info.group,
+                self.info.kind,
+                name,
+                errs,
+            ));
+        }
+        Ok((fin, warnings, old))
+    }
+
+    /// PUT (`input` a full object) or PATCH (`input` a patch) of the main resource or
+    /// a subresource.
+    pub async fn update(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        input: UpdateInput,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let key = self.key(ns, name);
+        if opts.dry_run {
+            let current = self
+                .storage
+                .get(&key, None)
+                .await
+                .map_err(|e| self.err(name, e))?;
+            let (fin, warnings, _) = self.compute_update(name, &current, &input, part, opts)?;
+            return Ok(Written {
+                object: fin,
+                warnings,
+                created: false,
+            });
+        }
+        let mut warnings = Vec::new();
+        let mut unchanged = false;
+        let kv = self
+            .storage
+            .guaranteed_update(&key, &Preconditions::default(), &mut |current| {
+                let Some(current) = current else {
+                    return Err(abort(ApiError::not_found(
+                        self.info.group,
+                        self.info.plural,
+                        name,
+                    )));
+                };
+                let (fin, w, old) = self
+                    .compute_update(name, current, &input, part, opts)
+                    .map_err(abort)?;
+                warnings = w;
+                if fin == old {
+                    unchanged = true;
+                    return Ok(Update::Keep);
+                }
+                unchanged = false;
+                Ok(Update::Write(encode(&fin).map_err(abort)?))
+            })
+            .await
+            .map_err(|e| self.err(name, e))?;
+        let object = decode_stored(&kv.value, kv.mod_revision)
+            .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+        if !unchanged && self.is_finished_deleting(&object) {
+            return self
+                .finish_delete(&key, name, kv.mod_revision)
+                .await
+                .map(|object| Written {
+                    object,
+                    warnings,
+                    created: false,
+                });
+        }
+        Ok(Written {
+            object,
+            warnings,
+            created: false,
+        })
+    }
+
+    /// A marked object whose finalizers are all gone.
+    fn is_finished_deleting(&self, obj: &Value) -> bool {
+        if !meta::has_deletion_timestamp(obj) || !meta::finalizers(obj).is_empty() {
+            return false;
+        }
+        if self.info.kind == "Namespace" && self.info.group.is_empty() {
+            return obj["spec"]["finalizers"]
+                .as_array()
+                .is_none_or(|a| a.is_empty());
+        }
+        if self.info.kind == "Pod" && self.info.group.is_empty() {
+            // The kubelet finishes a graceful pod deletion with a delete of grace 0.
+            return obj["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .is_none_or(|g| g == 0);
+        }
+        true
+    }
+
+    async fn finish_delete(
+        &self,
+        key: &str,
+        name: &str,
+        revision: Revision,
+    ) -> Result<Value, ApiError> {
+        match self
+            .storage
+            .delete(key, &Preconditions::revision(revision))
+            .await
+        {
+            Ok(d) => {
+                if let Some(alloc) = &self.services {
+                    alloc
+                        .release(&decode_stored(&d.previous.value, d.revision).unwrap_or_default());
+                }
+                decode_stored(&d.previous.value, d.previous.mod_revision)
+                    .ok_or_else(|| ApiError::internal("stored object is not JSON"))
+            }
+            Err(e) => Err(self.err(name, e)),
+        }
+    }
+
+    pub async fn delete(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let key = self.key(ns, name);
+        // A few rounds against concurrent writers; each round re-reads.
+        for _ in 0..5 {
+            let current = self
+                .storage
+                .get(&key, None)
+                .await
+                .map_err(|e| self.err(name, e))?;
+            let obj = decode_stored(&current.value, current.mod_revision)
+                .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+            if let Some(uid) = &opts.precondition_uid
+                && uid != meta::uid(&obj)
+            {
+                return Err(ApiError::conflict(
+                    self.info.group,
+                    self.info.plural,
+                    name,
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&obj)
+                    ),
+                ));
+            }
+            if let Some(rv) = &opts.precondition_resource_version
+                && rv != meta::resource_version(&obj)
+            {
+                return Err(ApiError::conflict(
+                    self.info.group,
+                    self.info.plural,
+                    name,
+                    format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        meta::resource_version(&obj)
+                    ),
+                ));
+            }
+            let marked = self.mark_for_deletion(&obj, opts);
+            let Some(marked) = marked else {
+                if opts.dry_run {
+                    return Ok(Deleted {
+                        object: obj,
+                        gone: true,
+                    });
+                }
+                match self.finish_delete(&key, name, current.mod_revision).await {
+                    Ok(object) => return Ok(Deleted { object, gone: true }),
+                    Err(e) if e.is_conflict() => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if marked == obj || opts.dry_run {
+                return Ok(Deleted {
+                    object: marked,
+                    gone: false,
+                });
+            }
+            let bytes = encode(&marked)?;
+            match self
+                .storage
+                .compare_and_swap(&key, current.mod_revision, bytes)
+                .await
+            {
+                Ok(kv) => {
+                    let object = decode_stored(&kv.value, kv.mod_revision)
+                        .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+                    return Ok(Deleted {
+                        object,
+                        gone: false,
+                    });
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(self.err(name, e)),
+            }
+        }
+        Err(ApiError::conflict(
+            self.info.group,
+            self.info.plural,
+            name,
+            "too many concurrent writes during delete; retry",
+        ))
+    }
+
+    /// `Some(marked object)` when the delete only marks the object (finalizers,
+    /// propagation finalizers, graceful pod deletion, namespaces); `None` when it
+    /// removes it now.
+    fn mark_for_deletion(&self, obj: &Value, opts: &DeleteOptions) -> Option<Value> {
+        let mut fins = meta::finalizers(obj);
+        match opts.propagation_policy.as_deref() {
+            Some("Foreground") if !fins.iter().any(|f| f == "foregroundDeletion") => {
+                fins.push("foregroundDeletion".into())
+            }
+            Some("Orphan") if !fins.iter().any(|f| f == "orphan") => fins.push("orphan".into()),
+            _ => {}
+        }
+        let is_ns = self.info.group.is_empty() && self.info.kind == "Namespace";
+        let is_pod = self.info.group.is_empty() && self.info.kind == "Pod";
+        let ns_fins = is_ns
+            && obj["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty());
+        let grace = if is_pod { self.pod_grace(obj, opts) } else { 0 };
+        if fins.is_empty() && !ns_fins && grace == 0 {
+            return None;
+        }
+        let mut marked = obj.clone();
+        if !fins.is_empty() {
+            meta::set_meta(&mut marked, "finalizers", json!(fins));
+        }
+        let already = meta::has_deletion_timestamp(obj);
+        if grace > 0 {
+            let prev = obj["metadata"]["deletionGracePeriodSeconds"].as_i64();
+            if !already || prev.is_none_or(|p| grace < p) {
+                let at = self.clock.now() + jiff::SignedDuration::from_secs(grace);
+                meta::set_meta(
+                    &mut marked,
+                    "deletionTimestamp",
+                    json!(meta::format_time(at)),
+                );
+                meta::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
+                if let Some(g) = obj["metadata"]["generation"].as_i64() {
+                    meta::set_meta(&mut marked, "generation", json!(g + 1));
+                }
+            }
+        } else if !already {
+            meta::set_meta(&mut marked, "deletionTimestamp", json!(self.now()));
+            meta::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+        }
+        if is_ns && let Some(o) = marked.as_object_mut() {
+            let status = o.entry("status").or_insert_with(|| json!({}));
+            if let Some(s) = status.as_object_mut() {
+                s.insert("phase".into(), json!("Terminating"));
+            }
+        }
+        Some(marked)
+    }
+
+    /// The grace period of a pod delete: 0 for a pod never scheduled or already
+    /// terminal, else the request's or the pod's `terminationGracePeriodSeconds`.
+    fn pod_grace(&self, pod: &Value, opts: &DeleteOptions) -> i64 {
+        let scheduled = pod["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        let terminal = matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded") | Some("Failed")
+        );
+        if !scheduled || terminal {
+            return 0;
+        }
+        opts.grace_period_seconds
+            .unwrap_or_else(|| {
+                pod["spec"]["terminationGracePeriodSeconds"]
+                    .as_i64()
+                    .unwrap_or(30)
+            })
+            .max(0)
+    }
+
+    pub async fn delete_collection(
+        &self,
+        ns: Option<&str>,
+        list: &ListParams,
+        opts: &DeleteOptions,
+    ) -> Result<Vec<Value>, ApiError> {
+        let listed = self.list(ns, list).await?;
+        let mut out = Vec::new();
+        for obj in listed.items {
+            let item_ns = meta::namespace(&obj);
+            let item_ns = (!item_ns.is_empty()).then_some(item_ns);
+            match self.delete(item_ns, meta::name(&obj), opts).await {
+                Ok(d) => out.push(d.object),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates `obj` unless an object of that name exists (built-in objects at start).
+    pub async fn ensure(&self, ns: Option<&str>, obj: Value) -> Result<(), ApiError> {
+        match self.get(ns, meta::name(&obj)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        match self.create(ns, obj, &WriteOptions::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_already_exists() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<ResourceCache> {
+        &self.cache
+    }
+}
+
+/// The body of an update: a whole object (PUT) or a patch.
+#[derive(Clone, Debug)]
+pub enum UpdateInput {
+    Replace(Value),
+    Patch(PatchType, Value),
+}
+
+/// An empty object of the store's kind (for patches that create nothing).
+pub fn empty_object() -> Value {
+    Value::Object(Map::new())
+}

@@ -1,0 +1,268 @@
+//! Strategies: what differs per resource, behind one trait the generic store calls.
+//!
+//! [`TypedStrategy<K>`] is the one implementation: it decodes the JSON object into the
+//! k8s-openapi type `K` (reporting unknown fields), applies defaults, re-encodes, and
+//! runs the per-kind [`Hooks`] (initial status, generation tracking, selectable
+//! fields). Nothing is written per resource beyond one table entry in [`crate::kinds`].
+
+use std::marker::PhantomData;
+
+use ferrokube_api::resources::ResourceInfo;
+use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::meta;
+
+/// An object decoded from a request: normalized (typed round trip, defaults applied),
+/// and the unknown fields the round trip dropped (`spec.foo`, `spec.containers[0].x`).
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    pub object: Value,
+    pub unknown_fields: Vec<String>,
+}
+
+/// What the generic store needs to know about one resource.
+pub trait Strategy: Send + Sync + 'static {
+    fn info(&self) -> &'static ResourceInfo;
+
+    /// Decodes into the typed form and back: unknown fields dropped and reported,
+    /// defaults applied. A body that does not fit the type is a 400.
+    fn decode(&self, obj: Value) -> Result<Decoded, ApiError>;
+
+    /// Validation of a new object (metadata and kind-specific).
+    fn validate_create(&self, obj: &Value) -> Vec<FieldError>;
+
+    /// Validation of an update (immutable fields and kind-specific).
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError>;
+
+    fn hooks(&self) -> &Hooks;
+}
+
+/// Per-kind behaviour that is data or a plain function, not a type.
+#[derive(Clone, Copy)]
+pub struct Hooks {
+    /// `metadata.generation` starts at 1 and is bumped on every spec change.
+    pub tracks_generation: bool,
+    /// The status a new object gets (the main resource never writes status when the
+    /// resource has a status subresource). `None`: status is dropped.
+    pub initial_status: Option<fn() -> Value>,
+    /// Field selectors beyond `metadata.name`/`metadata.namespace`: (selector field,
+    /// dotted path into the object).
+    pub fields: &'static [(&'static str, &'static str)],
+    /// Extra changes on create (after defaults, before validation).
+    pub prepare_create: Option<fn(&mut Value)>,
+}
+
+impl Hooks {
+    pub const PLAIN: Hooks = Hooks {
+        tracks_generation: false,
+        initial_status: None,
+        fields: &[],
+        prepare_create: None,
+    };
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("tracks_generation", &self.tracks_generation)
+            .field("fields", &self.fields)
+            .finish()
+    }
+}
+
+/// Defaulting of a typed object (upstream's `SetDefaults_*`).
+pub type DefaultFn<K> = fn(&mut K);
+/// Validation of a new typed object.
+pub type ValidateFn<K> = fn(&K) -> Vec<FieldError>;
+/// Validation of a typed update (new, old).
+pub type ValidateUpdateFn<K> = fn(&K, &K) -> Vec<FieldError>;
+
+/// The generic strategy over a k8s-openapi type.
+pub struct TypedStrategy<K> {
+    info: &'static ResourceInfo,
+    hooks: Hooks,
+    defaults: DefaultFn<K>,
+    validate: ValidateFn<K>,
+    validate_update: ValidateUpdateFn<K>,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K> TypedStrategy<K>
+where
+    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    pub fn new(info: &'static ResourceInfo, hooks: Hooks) -> Self {
+        TypedStrategy {
+            info,
+            hooks,
+            defaults: |_| {},
+            validate: |_| Vec::new(),
+            validate_update: |_, _| Vec::new(),
+            _k: PhantomData,
+        }
+    }
+
+    pub fn with_defaults(mut self, f: DefaultFn<K>) -> Self {
+        self.defaults = f;
+        self
+    }
+
+    pub fn with_validation(mut self, create: ValidateFn<K>, update: ValidateUpdateFn<K>) -> Self {
+        self.validate = create;
+        self.validate_update = update;
+        self
+    }
+
+    fn typed(&self, obj: &Value) -> Option<K> {
+        serde_json::from_value(obj.clone()).ok()
+    }
+}
+
+/// `spec.containers[0].foo` from serde_ignored's path.
+fn format_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", format_path(parent)),
+        Path::Map { parent, key } => {
+            let p = format_path(parent);
+            if p.is_empty() {
+                key.to_string()
+            } else {
+                format!("{p}.{key}")
+            }
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => format_path(parent),
+    }
+}
+
+impl<K> Strategy for TypedStrategy<K>
+where
+    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    fn info(&self) -> &'static ResourceInfo {
+        self.info
+    }
+
+    fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
+        let mut unknown = Vec::new();
+        let typed: K = serde_ignored::deserialize(&obj, |path| unknown.push(format_path(&path)))
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "Object of kind {} could not be decoded: {e}",
+                    self.info.kind
+                ))
+            })?;
+        let mut typed = typed;
+        (self.defaults)(&mut typed);
+        let object = serde_json::to_value(&typed).map_err(ApiError::internal)?;
+        Ok(Decoded {
+            object,
+            unknown_fields: unknown,
+        })
+    }
+
+    fn validate_create(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = validate_meta(self.info, obj);
+        if let Some(k) = self.typed(obj) {
+            errs.extend((self.validate)(&k));
+        }
+        errs
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        let mut errs = validate_meta(self.info, new);
+        if let (Some(n), Some(o)) = (self.typed(new), self.typed(old)) {
+            errs.extend((self.validate_update)(&n, &o));
+        }
+        errs
+    }
+
+    fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+}
+
+/// The object-metadata checks every kind shares that the store relies on: a name
+/// that can be a path segment. Kind-specific and full metadata validation comes from
+/// the validation crate through [`TypedStrategy::with_validation`].
+fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let path = FieldPath::new("metadata");
+    let name = meta::name(obj);
+    if name.is_empty() {
+        errs.push(FieldError::required(
+            &path.child("name"),
+            "name or generateName is required",
+        ));
+    } else if name == "." || name == ".." || name.contains('/') || name.contains('%') {
+        errs.push(FieldError::invalid(
+            &path.child("name"),
+            name,
+            format!(
+                "may not be '.' or '..' and may not contain '/' or '%' ({})",
+                info.kind
+            ),
+        ));
+    } else if name.len() > 253 {
+        errs.push(FieldError::too_long(&path.child("name"), Some(253)));
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrokube_api::resources::lookup;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    #[test]
+    fn decode_reports_unknown_fields() {
+        let s = TypedStrategy::<k8s_openapi::api::core::v1::Pod>::new(
+            lookup("", "v1", "pods").unwrap(),
+            Hooks::PLAIN,
+        );
+        let d = s
+            .decode(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a", "bogus": 1},
+                "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyX": "x"}]}
+            }))
+            .unwrap();
+        assert_eq!(
+            d.unknown_fields,
+            vec!["metadata.bogus", "spec.containers[0].imagePullPolicyX"]
+        );
+        assert!(d.object["metadata"].get("bogus").is_none());
+    }
+
+    #[test]
+    fn decode_rejects_wrong_types() {
+        let s =
+            TypedStrategy::<ConfigMap>::new(lookup("", "v1", "configmaps").unwrap(), Hooks::PLAIN);
+        let err = s.decode(json!({"metadata": {"name": 5}})).unwrap_err();
+        assert_eq!(err.code, 400);
+    }
+
+    #[test]
+    fn meta_validation() {
+        let s =
+            TypedStrategy::<ConfigMap>::new(lookup("", "v1", "configmaps").unwrap(), Hooks::PLAIN);
+        assert_eq!(s.validate_create(&json!({"metadata": {}})).len(), 1);
+        assert_eq!(
+            s.validate_create(&json!({"metadata": {"name": "a/b"}}))
+                .len(),
+            1
+        );
+        assert!(
+            s.validate_create(&json!({"metadata": {"name": "ok"}}))
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! The generic store over the embedded SQLite backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrokube_registry::{
+    DeleteOptions, ListParams, Part, PatchType, Registry, RegistryConfig, UpdateInput, WatchItem,
+    WatchParams, WriteOptions,
+};
+use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
+use serde_json::json;
+
+async fn registry(dir: &tempfile::TempDir) -> Registry {
+    let storage =
+        SqliteStorage::open(&dir.path().join("db.sqlite"), SqliteOptions::default()).unwrap();
+    Registry::new(Arc::new(storage), RegistryConfig::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn crud_and_builtins() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(&dir).await;
+    let ns = reg.store("", "v1", "namespaces").unwrap();
+    let listed = ns.list(None, &ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 4);
+    let svc = reg
+        .store("", "v1", "services")
+        .unwrap()
+        .get(Some("default"), "kubernetes")
+        .await
+        .unwrap();
+    assert_eq!(svc["spec"]["clusterIP"], "10.96.0.1");
+
+    let cm = reg.store("", "v1", "configmaps").unwrap();
+    let w = cm
+        .create(
+            Some("default"),
+            json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(w.object["kind"], "ConfigMap");
+    assert!(!w.object["metadata"]["uid"].as_str().unwrap().is_empty());
+    let rv = w.object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let err = cm
+        .create(
+            Some("default"),
+            json!({"metadata": {"name": "a"}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 409);
+    let err = cm
+        .create(
+            Some("nope"),
+            json!({"metadata": {"name": "a"}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 404);
+
+    // Stale update conflicts; a fresh one bumps the RV.
+    let mut upd = w.object.clone();
+    upd["data"]["k"] = json!("v2");
+    let w2 = cm
+        .update(
+            Some("default"),
+            "a",
+            UpdateInput::Replace(upd.clone()),
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_ne!(w2.object["metadata"]["resourceVersion"], json!(rv));
+    let err = cm
+        .update(
+            Some("default"),
+            "a",
+            UpdateInput::Replace(upd),
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 409);
+
+    let p = cm
+        .update(
+            Some("default"),
+            "a",
+            UpdateInput::Patch(PatchType::Merge, json!({"data": {"z": "1"}})),
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.object["data"], json!({"k": "v2", "z": "1"}));
+
+    let sel = ListParams {
+        label_selector: Some("x=1".into()),
+        ..Default::default()
+    };
+    assert_eq!(cm.list(Some("default"), &sel).await.unwrap().items.len(), 1);
+    let sel = ListParams {
+        label_selector: Some("x=2".into()),
+        ..Default::default()
+    };
+    assert_eq!(cm.list(None, &sel).await.unwrap().items.len(), 0);
+
+    cm.delete(Some("default"), "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(cm.get(Some("default"), "a").await.unwrap_err().code, 404);
+}
+
+#[tokio::test]
+async fn watch_from_revision_and_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(&dir).await;
+    let cm = reg.store("", "v1", "configmaps").unwrap();
+    let w = cm
+        .create(
+            Some("default"),
+            json!({"metadata": {"name": "a"}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    let rv = w.object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    cm.create(
+        Some("default"),
+        json!({"metadata": {"name": "b"}}),
+        &WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut rx = cm
+        .watch(
+            Some("default"),
+            &WatchParams {
+                resource_version: Some(rv),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    match item {
+        WatchItem::Event(e) => assert_eq!(e.object["metadata"]["name"], "b"),
+        other => panic!("unexpected {other:?}"),
+    }
+    cm.delete(Some("default"), "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    match item {
+        WatchItem::Event(e) => assert_eq!(e.kind, ferrokube_registry::EventType::Deleted),
+        other => panic!("unexpected {other:?}"),
+    }
+    drop(rx);
+    drop(reg);
+    // After a restart the cache's window starts at the restart: older is 410 Gone.
+    let reg = registry(&dir).await;
+    let cm = reg.store("", "v1", "configmaps").unwrap();
+    let err = cm
+        .watch(
+            Some("default"),
+            &WatchParams {
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 410);
+}
