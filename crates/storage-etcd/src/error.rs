@@ -96,7 +96,11 @@ pub(crate) struct Context {
 }
 
 pub(crate) fn to_storage_error(err: &etcd_client::Error, ctx: Context) -> StorageError {
-    match kind_of(err) {
+    from_kind(kind_of(err), &err.to_string(), ctx)
+}
+
+fn from_kind(kind: Kind, message: &str, ctx: Context) -> StorageError {
+    match kind {
         Kind::Compacted => StorageError::Expired {
             requested: ctx.requested,
             compacted: ctx.compacted,
@@ -105,9 +109,9 @@ pub(crate) fn to_storage_error(err: &etcd_client::Error, ctx: Context) -> Storag
             requested: ctx.requested,
             current: ctx.current,
         },
-        Kind::Unavailable => StorageError::Unavailable(format!("etcd: {err}")),
-        Kind::InvalidArgument => StorageError::InvalidArgument(format!("etcd: {err}")),
-        Kind::Internal => StorageError::Internal(format!("etcd: {err}")),
+        Kind::Unavailable => StorageError::Unavailable(format!("etcd: {message}")),
+        Kind::InvalidArgument => StorageError::InvalidArgument(format!("etcd: {message}")),
+        Kind::Internal => StorageError::Internal(format!("etcd: {message}")),
     }
 }
 
@@ -133,16 +137,28 @@ mod tests {
                 "etcdserver: mvcc: required revision is a future revision",
                 Kind::FutureRevision,
             ),
-            (code::UNAVAILABLE, "etcdserver: leader changed", Kind::Unavailable),
+            (
+                code::UNAVAILABLE,
+                "etcdserver: leader changed",
+                Kind::Unavailable,
+            ),
             (code::UNAVAILABLE, "tcp connect error", Kind::Unavailable),
-            (code::DEADLINE_EXCEEDED, "timeout expired", Kind::Unavailable),
+            (
+                code::DEADLINE_EXCEEDED,
+                "timeout expired",
+                Kind::Unavailable,
+            ),
             (
                 code::RESOURCE_EXHAUSTED,
                 "etcdserver: too many requests",
                 Kind::Unavailable,
             ),
             (code::UNKNOWN, "transport error", Kind::Unavailable),
-            (code::INTERNAL, "h2 protocol error: broken", Kind::Unavailable),
+            (
+                code::INTERNAL,
+                "h2 protocol error: broken",
+                Kind::Unavailable,
+            ),
             (
                 code::INVALID_ARGUMENT,
                 "etcdserver: request is too large",
@@ -158,20 +174,35 @@ mod tests {
     }
 
     #[test]
-    fn storage_errors_carry_the_revisions() {
+    fn client_errors_map_by_variant() {
         let err = etcd_client::Error::WatchError("closed".into());
         assert!(matches!(plain(err), StorageError::Unavailable(_)));
         let err = etcd_client::Error::InvalidArgs("bad".into());
         assert!(matches!(plain(err), StorageError::InvalidArgument(_)));
         let err = etcd_client::Error::Internal("huh".into());
+        assert!(matches!(plain(err), StorageError::Internal(_)));
+    }
+
+    #[test]
+    fn revision_errors_carry_the_revisions() {
         let ctx = Context {
             requested: 3,
             compacted: 5,
             current: 9,
         };
         assert!(matches!(
-            to_storage_error(&err, ctx),
-            StorageError::Internal(_)
+            from_kind(Kind::Compacted, "", ctx),
+            StorageError::Expired {
+                requested: 3,
+                compacted: 5
+            }
+        ));
+        assert!(matches!(
+            from_kind(Kind::FutureRevision, "", ctx),
+            StorageError::FutureRevision {
+                requested: 3,
+                current: 9
+            }
         ));
     }
 }

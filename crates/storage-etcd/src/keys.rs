@@ -82,7 +82,10 @@ mod tests {
 
     #[test]
     fn keys_round_trip_through_the_storage_prefix() {
-        assert_eq!(full_key("/registry", "/pods/a"), b"/registry/pods/a".to_vec());
+        assert_eq!(
+            full_key("/registry", "/pods/a"),
+            b"/registry/pods/a".to_vec()
+        );
         assert_eq!(
             user_key("/registry", b"/registry/pods/a").as_deref(),
             Some("/pods/a")

@@ -37,13 +37,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, GetResponse,
-    KvClient, MaintenanceClient, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
-    WatchClient,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, GetResponse, KvClient,
+    MaintenanceClient, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient,
 };
 use ferrokube_storage::{
-    ContinueToken, Deleted, KeyValue, ListOptions, ListResult, Preconditions, Result,
-    Revision, RevisionMatch, Storage, StorageError, StorageStats, Update, UpdateFn, WatchStream,
+    ContinueToken, Deleted, KeyValue, ListOptions, ListResult, Preconditions, Result, Revision,
+    RevisionMatch, Storage, StorageError, StorageStats, Update, UpdateFn, WatchStream,
 };
 
 mod error;
@@ -204,12 +203,19 @@ impl EtcdStorage {
     }
 
     fn note_compacted(&self, revision: Revision) -> Revision {
-        self.compacted.fetch_max(revision, Ordering::Relaxed).max(revision)
+        self.compacted
+            .fetch_max(revision, Ordering::Relaxed)
+            .max(revision)
     }
 
     /// Reads the compaction key; its header is the current revision.
     async fn compact_state(&self) -> Result<CompactState> {
-        let resp = self.kv.clone().get(COMPACT_KEY, None).await.map_err(plain)?;
+        let resp = self
+            .kv
+            .clone()
+            .get(COMPACT_KEY, None)
+            .await
+            .map_err(plain)?;
         let current = header_revision(resp.header())?;
         let (compacted, key_revision) = match resp.kvs().first() {
             Some(kv) => (
@@ -327,9 +333,7 @@ impl Storage for EtcdStorage {
                     )));
                 }
                 RevisionMatch::Exact(revision) => (range_start(&full_prefix), revision, 0),
-                RevisionMatch::NotOlderThan(revision) => {
-                    (range_start(&full_prefix), 0, revision)
-                }
+                RevisionMatch::NotOlderThan(revision) => (range_start(&full_prefix), 0, revision),
             },
         };
         let mut resp = self.range_page(start, end, revision, options.limit).await?;
@@ -471,7 +475,11 @@ impl Storage for EtcdStorage {
                 .await
                 .map_err(plain)?;
             let revision = header_revision(resp.header())?;
-            let previous = resp.take_prev_kvs().into_iter().next().ok_or_else(not_found)?;
+            let previous = resp
+                .take_prev_kvs()
+                .into_iter()
+                .next()
+                .ok_or_else(not_found)?;
             return Ok(Deleted {
                 previous: self.convert(previous)?,
                 revision,

@@ -56,8 +56,7 @@ pub(crate) async fn start(mut client: WatchClient, params: Params) -> Result<Wat
         storage_prefix: params.storage_prefix,
         from_revision: params.from_revision,
     };
-    let first = first
-        .ok_or_else(|| StorageError::Unavailable("etcd closed a new watch".into()))?;
+    let first = first.ok_or_else(|| StorageError::Unavailable("etcd closed a new watch".into()))?;
     if let Some(err) = translator.ended(&first) {
         return Err(err);
     }
@@ -126,12 +125,15 @@ impl Translator {
                     .ok_or_else(|| StorageError::Internal("etcd event without a key".into()))?;
                 let current = self.convert(kv)?;
                 let previous = || {
-                    event.prev_kv().map(|kv| self.convert(kv)).unwrap_or_else(|| {
-                        Err(StorageError::Internal(format!(
-                            "etcd event at revision {} without the previous value",
-                            kv.mod_revision()
-                        )))
-                    })
+                    event
+                        .prev_kv()
+                        .map(|kv| self.convert(kv))
+                        .unwrap_or_else(|| {
+                            Err(StorageError::Internal(format!(
+                                "etcd event at revision {} without the previous value",
+                                kv.mod_revision()
+                            )))
+                        })
                 };
                 Ok(match event.event_type() {
                     EventType::Put if current.create_revision == current.mod_revision => {
@@ -171,9 +173,8 @@ async fn forward(
                         Ok(()) => {}
                         Err(mpsc::error::TrySendError::Full(_)) => {
                             // Sent as the last item, after the buffered events.
-                            let _ = end.send(StorageError::Unavailable(
-                                "watcher fell behind".into(),
-                            ));
+                            let _ =
+                                end.send(StorageError::Unavailable("watcher fell behind".into()));
                             return;
                         }
                         Err(mpsc::error::TrySendError::Closed(_)) => return,
@@ -251,8 +252,14 @@ mod tests {
             .send(StorageError::Unavailable("watcher fell behind".into()))
             .unwrap();
         drop(tx);
-        assert_eq!(stream.next().await.unwrap().unwrap(), WatchEvent::Progress(3));
-        assert_eq!(stream.next().await.unwrap().unwrap(), WatchEvent::Progress(4));
+        assert_eq!(
+            stream.next().await.unwrap().unwrap(),
+            WatchEvent::Progress(3)
+        );
+        assert_eq!(
+            stream.next().await.unwrap().unwrap(),
+            WatchEvent::Progress(4)
+        );
         assert!(matches!(
             stream.next().await,
             Some(Err(StorageError::Unavailable(_)))
