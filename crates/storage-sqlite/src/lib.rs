@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     /// The newest committed revision.
     current: AtomicI64,
     compacted: AtomicI64,
+    /// History superseded at or below this revision has been removed from disk.
+    purged: AtomicI64,
     live_keys: AtomicI64,
 }
 
@@ -146,6 +148,7 @@ impl SqliteStorage {
             path: path.to_path_buf(),
             current: AtomicI64::new(persisted.rev),
             compacted: AtomicI64::new(persisted.compacted),
+            purged: AtomicI64::new(persisted.purged),
             live_keys: AtomicI64::new(persisted.live_keys),
             options,
         });
@@ -165,6 +168,12 @@ impl SqliteStorage {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// How far compaction has removed history from disk. It trails the compacted
+    /// revision while the writer works through the backlog in small batches.
+    pub fn purged_revision(&self) -> Revision {
+        self.shared.purged.load(Ordering::Acquire)
     }
 
     /// Stops the writer thread and waits for it; the same as dropping the store.

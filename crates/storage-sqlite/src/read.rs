@@ -66,16 +66,21 @@ pub(crate) struct Snapshot {
 
 impl Snapshot {
     pub fn load(tx: &Transaction<'_>) -> Result<Snapshot> {
-        tx.prepare_cached("SELECT rev, compacted FROM meta WHERE id = 0")
-            .and_then(|mut st| {
-                st.query_row([], |row| {
-                    Ok(Snapshot {
-                        current: row.get(0)?,
-                        compacted: row.get(1)?,
-                    })
+        // The newest log row is the current revision unless compaction removed it;
+        // then `meta.rev` has it (see the schema module).
+        tx.prepare_cached(
+            "SELECT MAX(rev, COALESCE((SELECT MAX(rev) FROM kv_log), 0)), compacted \
+             FROM meta WHERE id = 0",
+        )
+        .and_then(|mut st| {
+            st.query_row([], |row| {
+                Ok(Snapshot {
+                    current: row.get(0)?,
+                    compacted: row.get(1)?,
                 })
             })
-            .map_err(sql_error)
+        })
+        .map_err(sql_error)
     }
 
     /// Checks that `revision` can be read here: retained and not in the future.

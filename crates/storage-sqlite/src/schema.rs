@@ -14,8 +14,11 @@
 //! Like etcd, an empty store is at revision 1 and its first write gets revision 2, so
 //! "watch from the revision the store had when I started" is never 0 ("from now").
 //!
-//! `meta.rev` is written by every commit, so revisions never repeat after a restart
-//! even when the newest rows were deleted and compacted away.
+//! The current revision is the larger of `meta.rev` and the newest `kv_log` row.
+//! Only compaction removes rows, and every compaction transaction (and the batch that
+//! records a compaction) writes the current revision to `meta.rev` first, so
+//! revisions never repeat after a restart even when the newest rows were deleted and
+//! compacted away, while ordinary write batches skip the extra page write.
 
 use std::path::Path;
 use std::time::Duration;

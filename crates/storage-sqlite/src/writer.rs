@@ -190,7 +190,10 @@ impl Writer {
             let result = apply(conn, &mut batch, &request.op)?;
             batch.results.push(result);
         }
-        if batch.rev != self.state.rev || batch.compacted != self.state.compacted {
+        // The revision itself is persisted by the log's newest row; `meta.rev` only
+        // has to cover rows compaction removes, so it is written with the compacted
+        // revision and by every compaction step, not by every batch.
+        if batch.compacted != self.state.compacted {
             conn.prepare_cached("UPDATE meta SET rev = ?1, compacted = ?2 WHERE id = 0")?
                 .execute(params![batch.rev, batch.compacted])?;
         }
@@ -214,6 +217,7 @@ impl Writer {
                 if purged >= self.state.compacted {
                     self.checkpoint();
                 }
+                self.shared.purged.store(purged, Ordering::Release);
             }
             Err(err) => {
                 let _ = self.conn.execute_batch("ROLLBACK");
@@ -253,8 +257,8 @@ impl Writer {
         } else {
             rows.last().map_or(target, |row| row.0)
         };
-        conn.prepare_cached("UPDATE meta SET purged = ?1 WHERE id = 0")?
-            .execute([purged])?;
+        conn.prepare_cached("UPDATE meta SET purged = ?1, rev = ?2 WHERE id = 0")?
+            .execute([purged, self.state.rev])?;
         conn.prepare_cached("COMMIT")?.execute([])?;
         Ok(purged)
     }
