@@ -23,6 +23,7 @@
 //! `RSA PRIVATE KEY` or SEC1 `EC PRIVATE KEY`).
 
 pub mod cluster;
+mod der;
 pub mod kubeconfig;
 pub mod pem;
 
@@ -272,8 +273,16 @@ impl CertificateAuthority {
         params.use_authority_key_identifier_extension = true;
         validity.apply(&mut params)?;
         let cert = params.signed_by(&key, &self.issuer)?;
+        let cert_pem = if organizations.len() > 1 {
+            // rcgen keeps one value per attribute type; put every O in by hand.
+            let subject = der::encode_subject(common_name, organizations);
+            let der = der::replace_subject_and_resign(cert.der(), &subject, self.issuer.key())?;
+            pem::encode_cert_pem(&der)
+        } else {
+            cert.pem()
+        };
         Ok(Issued {
-            cert_pem: cert.pem(),
+            cert_pem,
             key_pem: key.serialize_pem(),
         })
     }
@@ -329,6 +338,15 @@ mod tests {
         let leaf_info = CertInfo::from_pem(&leaf.cert_pem).unwrap();
         assert!(leaf_info.is_signed_by(ca.cert_pem()).unwrap());
         assert_eq!(leaf_info.issuer_common_name.as_deref(), Some("test-ca"));
+        assert_eq!(leaf_info.common_name.as_deref(), Some("alice"));
+        assert_eq!(
+            leaf_info.organizations,
+            vec!["dev".to_string(), "ops".to_string()]
+        );
+        assert!(leaf_info.client_auth && leaf_info.matches_key(&leaf.key_pem));
+        assert!(leaf_info.is_valid_at(SystemTime::now()));
+        let other = CertificateAuthority::generate("test-ca").unwrap();
+        assert!(!leaf_info.is_signed_by(other.cert_pem()).unwrap());
     }
 
     #[test]
