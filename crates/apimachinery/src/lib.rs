@@ -8,7 +8,8 @@
 //! * [`validation`]: name, label, annotation and `ObjectMeta` validation helpers.
 //! * [`resource_version`]: resourceVersion parsing and list-option validation.
 //! * [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic
-//!   merge patch, with the built-in types' patch metadata.
+//!   merge patch; [`patch::meta`] holds the built-in types' patch strategies, merge
+//!   keys, list types and field type graph (v1.33), also meant for OpenAPI output.
 //!
 //! Layer: below `registry`, `apiserver` and `client`, next to `api`. This crate does
 //! no IO at all: no sockets, no files, no tokio, no clock (time is passed in). It must
@@ -24,3 +25,4 @@ pub mod validation;
 pub use errors::{ApiError, FieldError, FieldErrorKind, FieldPath};
 pub use fields::FieldSelector;
 pub use labels::{Selector, SelectorError};
+pub use patch::{BuiltinPatchSchema, PatchError, PatchSchema, Strategy};

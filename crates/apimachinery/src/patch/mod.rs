@@ -8,6 +8,63 @@ use serde_json::Value;
 
 use crate::errors::ApiError;
 
+pub mod meta;
+mod strategic;
+mod table;
+
+pub use meta::BuiltinPatchSchema;
+pub use strategic::{NoPatchSchema, strategic_merge_patch};
+
+/// A field's `patchStrategy` tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// `merge`: lists merged by merge key (or as sets for primitives).
+    Merge,
+    /// `replace`: the patch value replaces the field.
+    Replace,
+    /// `retainKeys`: fields missing from `$retainKeys` are cleared.
+    RetainKeys,
+    /// `merge,retainKeys`.
+    MergeRetainKeys,
+}
+
+impl Strategy {
+    /// The tag text (`x-kubernetes-patch-strategy`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Merge => "merge",
+            Strategy::Replace => "replace",
+            Strategy::RetainKeys => "retainKeys",
+            Strategy::MergeRetainKeys => "merge,retainKeys",
+        }
+    }
+
+    /// Whether lists with this strategy are merged.
+    pub fn merges(self) -> bool {
+        matches!(self, Strategy::Merge | Strategy::MergeRetainKeys)
+    }
+}
+
+/// What a schema knows about one field for strategic merge patch.
+#[derive(Default)]
+pub struct FieldPatchMeta {
+    pub strategy: Option<Strategy>,
+    /// `patchMergeKey` for lists of objects with strategy merge.
+    pub merge_key: Option<String>,
+    /// The schema of the field's type (for lists and maps: of the items/values).
+    pub schema: Option<Box<dyn PatchSchema>>,
+}
+
+/// Navigates a type for strategic merge patch (upstream's `LookupPatchMeta`).
+pub trait PatchSchema {
+    /// Metadata of field `name` of this type. Unknown fields have no strategy.
+    fn lookup(&self, name: &str) -> FieldPatchMeta;
+    /// The type's name, for error messages.
+    fn name(&self) -> String {
+        String::new()
+    }
+}
+
 /// Upstream's cap on the number of operations in one JSON patch.
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
@@ -51,7 +108,14 @@ impl PatchError {
                 message: "the server rejected our request due to an error in our request".into(),
                 details: Some(Box::default()),
             },
-            PatchError::Internal(m) => ApiError::internal(m),
+            // Upstream returns these as plain errors, which the apiserver renders as
+            // a 500 with an empty (Unknown) reason and the error text as message.
+            PatchError::Internal(m) => ApiError {
+                code: 500,
+                reason: crate::errors::reason::UNKNOWN.into(),
+                message: m.clone(),
+                details: None,
+            },
         }
     }
 }
