@@ -18,6 +18,7 @@ use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 
 const CHILD_ENV: &str = "FERROKUBE_DURABILITY_CHILD";
 const WRITERS: usize = 8;
+const TEST_NAME: &str = "acknowledged_writes_survive_kill_9";
 
 fn value_for(key: &str) -> Bytes {
     Bytes::from(format!("value of {key}"))
@@ -27,8 +28,19 @@ fn main() {
     match std::env::var_os(CHILD_ENV) {
         Some(path) => child(Path::new(&path)),
         None => {
+            // Behave like the libtest harness for `--list` and name filters.
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            if args.iter().any(|arg| arg == "--list") {
+                println!("{TEST_NAME}: test");
+                return;
+            }
+            let filters: Vec<&String> = args.iter().filter(|arg| !arg.starts_with('-')).collect();
+            if !filters.is_empty() && !filters.iter().any(|f| TEST_NAME.contains(f.as_str())) {
+                println!("running 0 tests (filtered out: {TEST_NAME})");
+                return;
+            }
             parent();
-            println!("test durability::acknowledged_writes_survive_kill_9 ... ok");
+            println!("test {TEST_NAME} ... ok");
         }
     }
 }
