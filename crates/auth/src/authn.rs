@@ -1,0 +1,233 @@
+//! Authentication: who made a request.
+//!
+//! Result convention, as upstream's `authenticator.Request` `(resp, ok, err)`:
+//! `Ok(Some(user))` authenticated; `Ok(None)` this authenticator found no credential
+//! it handles; `Err(_)` a credential was presented and is invalid. The apiserver
+//! answers 401 to `Ok(None)` and `Err(_)` from its top-level authenticator.
+
+mod token;
+mod x509;
+
+pub use token::TokenFileAuthenticator;
+pub use x509::{X509Authenticator, client_cert_verifier};
+
+use http::HeaderMap;
+use rustls_pki_types::CertificateDer;
+
+use crate::user::UserInfo;
+
+/// What an authenticator may look at.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthRequest<'a> {
+    pub headers: &'a HeaderMap,
+    /// The TLS peer chain as presented: leaf first, then intermediates. Empty for
+    /// plain HTTP or when the client sent no certificate.
+    pub peer_certificates: &'a [CertificateDer<'static>],
+}
+
+/// Authentication errors.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// A bearer token was presented that no token authenticator accepts.
+    #[error("invalid bearer token")]
+    InvalidBearerToken,
+    /// A client certificate was presented that does not verify.
+    #[error("verifying certificate {certificate} failed: {reason}")]
+    X509Verification { certificate: String, reason: String },
+    /// The verified client certificate could not be mapped to a user.
+    #[error("client certificate subject: {0}")]
+    X509Subject(String),
+    /// Bad configuration (CA bundle, token file).
+    #[error("authentication configuration: {0}")]
+    Config(String),
+    /// Several authenticators in a union failed.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Aggregate(Vec<AuthError>),
+}
+
+/// Authenticates a request.
+pub trait Authenticator: Send + Sync {
+    fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError>;
+}
+
+impl<T: Authenticator + ?Sized> Authenticator for Box<T> {
+    fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+        (**self).authenticate(request)
+    }
+}
+
+impl<T: Authenticator + ?Sized> Authenticator for std::sync::Arc<T> {
+    fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+        (**self).authenticate(request)
+    }
+}
+
+/// Always the anonymous user (`system:anonymous`, group `system:unauthenticated`).
+/// Put it in the chain only when anonymous auth is enabled
+/// (`--anonymous-auth`), via [`UnionAuthenticator::with_anonymous`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AnonymousAuthenticator;
+
+impl Authenticator for AnonymousAuthenticator {
+    fn authenticate(&self, _request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+        Ok(Some(UserInfo::anonymous()))
+    }
+}
+
+/// The apiserver's authenticator chain, as upstream builds it:
+/// `union.NewFailOnError(group.NewAuthenticatedGroupAdder(union.New(authenticators...)), anonymous)`.
+///
+/// * The authenticators are tried in order; the first `Ok(Some(user))` wins, and
+///   `system:authenticated` is added to that user.
+/// * An authenticator's error does not stop the others (a bad client certificate
+///   next to a valid token authenticates by the token). If none succeeds, the errors
+///   are returned together.
+/// * Only when no authenticator succeeded *and none errored* does the anonymous
+///   fallback (if enabled) apply: an invalid credential is a 401, never anonymous.
+#[derive(Default)]
+pub struct UnionAuthenticator {
+    authenticators: Vec<Box<dyn Authenticator>>,
+    anonymous: Option<AnonymousAuthenticator>,
+}
+
+impl std::fmt::Debug for UnionAuthenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnionAuthenticator")
+            .field("authenticators", &self.authenticators.len())
+            .field("anonymous", &self.anonymous.is_some())
+            .finish()
+    }
+}
+
+impl UnionAuthenticator {
+    pub fn new(authenticators: Vec<Box<dyn Authenticator>>) -> Self {
+        UnionAuthenticator {
+            authenticators,
+            anonymous: None,
+        }
+    }
+
+    /// Appends an authenticator to the chain.
+    pub fn push(mut self, authenticator: impl Authenticator + 'static) -> Self {
+        self.authenticators.push(Box::new(authenticator));
+        self
+    }
+
+    /// Enables the anonymous fallback for requests with no credentials at all.
+    pub fn with_anonymous(mut self, anonymous: AnonymousAuthenticator) -> Self {
+        self.anonymous = Some(anonymous);
+        self
+    }
+}
+
+impl Authenticator for UnionAuthenticator {
+    fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+        let mut errors = Vec::new();
+        for authenticator in &self.authenticators {
+            match authenticator.authenticate(request) {
+                Ok(Some(user)) => return Ok(Some(user.with_authenticated_group())),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(if errors.len() == 1 {
+                errors.remove(0)
+            } else {
+                AuthError::Aggregate(errors)
+            });
+        }
+        match &self.anonymous {
+            Some(anonymous) => anonymous.authenticate(request),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS};
+
+    struct Fixed(Result<Option<UserInfo>, &'static str>);
+
+    impl Authenticator for Fixed {
+        fn authenticate(&self, _: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+            match &self.0 {
+                Ok(u) => Ok(u.clone()),
+                Err(m) => Err(AuthError::Config((*m).to_string())),
+            }
+        }
+    }
+
+    fn req(headers: &HeaderMap) -> AuthRequest<'_> {
+        AuthRequest {
+            headers,
+            peer_certificates: &[],
+        }
+    }
+
+    fn user(name: &str) -> Fixed {
+        Fixed(Ok(Some(UserInfo::new(name, ["g"]))))
+    }
+
+    #[test]
+    fn first_success_wins_and_gets_authenticated_group() {
+        let h = HeaderMap::new();
+        let u = UnionAuthenticator::new(vec![])
+            .push(Fixed(Ok(None)))
+            .push(user("a"))
+            .push(user("b"));
+        let got = u.authenticate(&req(&h)).unwrap().unwrap();
+        assert_eq!(got.name, "a");
+        assert_eq!(got.groups, vec!["g", ALL_AUTHENTICATED]);
+    }
+
+    #[test]
+    fn errors_do_not_stop_later_authenticators() {
+        let h = HeaderMap::new();
+        let u = UnionAuthenticator::new(vec![
+            Box::new(Fixed(Err("bad cert"))),
+            Box::new(user("tok")),
+        ]);
+        assert_eq!(u.authenticate(&req(&h)).unwrap().unwrap().name, "tok");
+    }
+
+    #[test]
+    fn invalid_credentials_never_fall_through_to_anonymous() {
+        let h = HeaderMap::new();
+        let u = UnionAuthenticator::new(vec![
+            Box::new(Fixed(Err("bad token"))),
+            Box::new(Fixed(Ok(None))),
+        ])
+        .with_anonymous(AnonymousAuthenticator);
+        let err = u.authenticate(&req(&h)).unwrap_err();
+        assert_eq!(err.to_string(), "authentication configuration: bad token");
+
+        let two =
+            UnionAuthenticator::new(vec![Box::new(Fixed(Err("x"))), Box::new(Fixed(Err("y")))])
+                .with_anonymous(AnonymousAuthenticator);
+        match two.authenticate(&req(&h)) {
+            Err(AuthError::Aggregate(v)) => assert_eq!(v.len(), 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn anonymous_only_when_enabled_and_without_the_authenticated_group() {
+        let h = HeaderMap::new();
+        let off = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))]);
+        assert!(off.authenticate(&req(&h)).unwrap().is_none());
+        let on = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))])
+            .with_anonymous(AnonymousAuthenticator);
+        let anon = on.authenticate(&req(&h)).unwrap().unwrap();
+        assert_eq!(anon.name, ANONYMOUS);
+        assert_eq!(anon.groups, vec![ALL_UNAUTHENTICATED]);
+        assert!(
+            UnionAuthenticator::default()
+                .authenticate(&req(&h))
+                .unwrap()
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,274 @@
+//! Authorization: may this user do this (`k8s.io/apiserver/pkg/authorization`).
+
+use crate::request_info::RequestInfo;
+use crate::user::{ALL_AUTHENTICATED, SYSTEM_PRIVILEGED_GROUP, UserInfo};
+
+/// What is being asked (upstream `authorizer.AttributesRecord`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attributes {
+    pub user: UserInfo,
+    /// Kube verb for resource requests (`get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`, `deletecollection`, `proxy`); lowercase HTTP method otherwise.
+    pub verb: String,
+    pub namespace: String,
+    pub api_group: String,
+    pub api_version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+    pub resource_request: bool,
+    /// The (decoded) URL path.
+    pub path: String,
+}
+
+impl Attributes {
+    /// Attributes of a request from its parsed [`RequestInfo`] and its user.
+    pub fn from_request_info(user: UserInfo, info: &RequestInfo) -> Self {
+        Attributes {
+            user,
+            verb: info.verb.clone(),
+            namespace: info.namespace.clone(),
+            api_group: info.api_group.clone(),
+            api_version: info.api_version.clone(),
+            resource: info.resource.clone(),
+            subresource: info.subresource.clone(),
+            name: info.name.clone(),
+            resource_request: info.is_resource_request,
+            path: info.path.clone(),
+        }
+    }
+
+    /// Whether the verb only reads (`get`, `list`, `watch`), as upstream `IsReadOnly`.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+}
+
+/// An authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Explicitly forbidden, with a reason for the 403 message.
+    Deny(String),
+    /// No opinion: the next authorizer in a chain decides; at the end of the chain it
+    /// means forbidden.
+    NoOpinion,
+}
+
+impl Decision {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Decision::Allow)
+    }
+}
+
+/// Authorizes a request.
+pub trait Authorizer: Send + Sync {
+    fn authorize(&self, attrs: &Attributes) -> Decision;
+}
+
+impl<T: Authorizer + ?Sized> Authorizer for Box<T> {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        (**self).authorize(attrs)
+    }
+}
+
+impl<T: Authorizer + ?Sized> Authorizer for std::sync::Arc<T> {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        (**self).authorize(attrs)
+    }
+}
+
+/// `--authorization-mode=AlwaysAllow`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlwaysAllowAuthorizer;
+
+impl Authorizer for AlwaysAllowAuthorizer {
+    fn authorize(&self, _attrs: &Attributes) -> Decision {
+        Decision::Allow
+    }
+}
+
+/// `--authorization-mode=AlwaysDeny`. Upstream answers "no opinion" with the reason
+/// "Everything is forbidden."; since this [`Decision`] carries reasons only on
+/// `Deny`, it answers `Deny` with that reason so it reaches the 403. The only
+/// difference is in a chain where another authorizer follows AlwaysDeny, which has no
+/// use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlwaysDenyAuthorizer;
+
+impl Authorizer for AlwaysDenyAuthorizer {
+    fn authorize(&self, _attrs: &Attributes) -> Decision {
+        Decision::Deny("Everything is forbidden.".to_string())
+    }
+}
+
+/// Allows any user in `system:authenticated`; no opinion otherwise. Ferrokube's
+/// stand-in until RBAC lands (not an upstream mode).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AuthenticatedOnlyAuthorizer;
+
+impl Authorizer for AuthenticatedOnlyAuthorizer {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        if attrs.user.in_group(ALL_AUTHENTICATED) {
+            Decision::Allow
+        } else {
+            Decision::NoOpinion
+        }
+    }
+}
+
+/// Allows members of any of the given groups; no opinion otherwise. The apiserver
+/// puts one for `system:masters` first in its chain (upstream
+/// `authorizerfactory.NewPrivilegedGroups`).
+#[derive(Debug, Clone)]
+pub struct PrivilegedGroupsAuthorizer {
+    groups: Vec<String>,
+}
+
+impl PrivilegedGroupsAuthorizer {
+    pub fn new(groups: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        PrivilegedGroupsAuthorizer {
+            groups: groups.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// `system:masters` only.
+    pub fn system_masters() -> Self {
+        Self::new([SYSTEM_PRIVILEGED_GROUP])
+    }
+}
+
+impl Authorizer for PrivilegedGroupsAuthorizer {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        if self.groups.iter().any(|g| attrs.user.in_group(g)) {
+            Decision::Allow
+        } else {
+            Decision::NoOpinion
+        }
+    }
+}
+
+/// The `--authorization-mode` chain: asks each authorizer in order; the first
+/// `Allow` or `Deny` is the answer; all no-opinion (or an empty chain) is
+/// `NoOpinion`.
+#[derive(Default)]
+pub struct UnionAuthorizer {
+    authorizers: Vec<Box<dyn Authorizer>>,
+}
+
+impl std::fmt::Debug for UnionAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnionAuthorizer")
+            .field("authorizers", &self.authorizers.len())
+            .finish()
+    }
+}
+
+impl UnionAuthorizer {
+    pub fn new(authorizers: Vec<Box<dyn Authorizer>>) -> Self {
+        UnionAuthorizer { authorizers }
+    }
+
+    /// Appends an authorizer to the chain.
+    pub fn push(mut self, authorizer: impl Authorizer + 'static) -> Self {
+        self.authorizers.push(Box::new(authorizer));
+        self
+    }
+}
+
+impl Authorizer for UnionAuthorizer {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        for authorizer in &self.authorizers {
+            match authorizer.authorize(attrs) {
+                Decision::NoOpinion => continue,
+                decided => return decided,
+            }
+        }
+        Decision::NoOpinion
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(user: UserInfo) -> Attributes {
+        Attributes {
+            user,
+            verb: "get".into(),
+            resource: "pods".into(),
+            resource_request: true,
+            ..Attributes::default()
+        }
+    }
+
+    struct Fixed(Decision);
+    impl Authorizer for Fixed {
+        fn authorize(&self, _: &Attributes) -> Decision {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn simple_authorizers() {
+        let alice = UserInfo::new("alice", [ALL_AUTHENTICATED]);
+        let anon = UserInfo::anonymous();
+        let admin = UserInfo::new("admin", [SYSTEM_PRIVILEGED_GROUP, ALL_AUTHENTICATED]);
+        assert_eq!(
+            AlwaysAllowAuthorizer.authorize(&attrs(anon.clone())),
+            Decision::Allow
+        );
+        assert!(
+            matches!(AlwaysDenyAuthorizer.authorize(&attrs(admin.clone())), Decision::Deny(r) if r == "Everything is forbidden.")
+        );
+        assert_eq!(
+            AuthenticatedOnlyAuthorizer.authorize(&attrs(alice.clone())),
+            Decision::Allow
+        );
+        assert_eq!(
+            AuthenticatedOnlyAuthorizer.authorize(&attrs(anon.clone())),
+            Decision::NoOpinion
+        );
+        let masters = PrivilegedGroupsAuthorizer::system_masters();
+        assert_eq!(masters.authorize(&attrs(admin)), Decision::Allow);
+        assert_eq!(masters.authorize(&attrs(alice)), Decision::NoOpinion);
+    }
+
+    #[test]
+    fn union_respects_order_and_first_decision() {
+        let a = attrs(UserInfo::new("u", Vec::<String>::new()));
+        let deny = || Fixed(Decision::Deny("no".into()));
+        let chain = UnionAuthorizer::default()
+            .push(Fixed(Decision::NoOpinion))
+            .push(deny())
+            .push(AlwaysAllowAuthorizer);
+        assert_eq!(chain.authorize(&a), Decision::Deny("no".into()));
+        let chain = UnionAuthorizer::default()
+            .push(Fixed(Decision::NoOpinion))
+            .push(AlwaysAllowAuthorizer)
+            .push(deny());
+        assert_eq!(chain.authorize(&a), Decision::Allow);
+        let chain = UnionAuthorizer::new(vec![Box::new(Fixed(Decision::NoOpinion))]);
+        assert_eq!(chain.authorize(&a), Decision::NoOpinion);
+        assert_eq!(
+            UnionAuthorizer::default().authorize(&a),
+            Decision::NoOpinion
+        );
+        assert!(!Decision::NoOpinion.is_allowed());
+    }
+
+    #[test]
+    fn read_only_verbs() {
+        let mut a = attrs(UserInfo::default());
+        for (verb, ro) in [
+            ("get", true),
+            ("list", true),
+            ("watch", true),
+            ("create", false),
+            ("patch", false),
+        ] {
+            a.verb = verb.into();
+            assert_eq!(a.is_read_only(), ro, "{verb}");
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Ferrokube authentication and authorization: the decisions the apiserver's authn and
+//! authz filters make, mirroring `k8s.io/apiserver/pkg/authentication`,
+//! `k8s.io/apiserver/pkg/authorization` and `k8s.io/apiserver/pkg/endpoints/request`.
+//!
+//! * [`user`]: [`UserInfo`] and the well-known user and group names.
+//! * [`authn`]: the [`Authenticator`] trait over an [`AuthRequest`] (headers + peer
+//!   certificates), and the authenticators: [`X509Authenticator`] (client
+//!   certificates: CN → name, O → groups), [`TokenFileAuthenticator`]
+//!   (`--token-auth-file`, `Authorization: Bearer`), [`UnionAuthenticator`] (the
+//!   upstream chain: first success wins, adds `system:authenticated`, an invalid
+//!   credential is an error rather than a fall-through to anonymous) and
+//!   [`AnonymousAuthenticator`]; plus [`client_cert_verifier`] for the apiserver's
+//!   rustls `ServerConfig`.
+//! * [`authz`]: the [`Authorizer`] trait over [`Attributes`], [`Decision`], and
+//!   always-allow, always-deny, authenticated-only, privileged-groups and union
+//!   authorizers (`--authorization-mode` chain semantics).
+//! * [`request_info`]: `RequestInfo` from method + path + query, as upstream's
+//!   `RequestInfoFactory` (verb, API group/version, namespace, resource, subresource,
+//!   name), and [`request_attributes`].
+//!
+//! Layer: server side; used by the apiserver only. This crate has no HTTP server, no
+//! sockets and no async: the apiserver calls it from its tower layers. It must not
+//! depend on storage, registry, admission or apiserver crates, and knows no URL routing
+//! beyond the generic RequestInfo parsing (no resource tables, no handlers).
+//!
+//! Where the x509 chain is verified: twice, on purpose. The apiserver's TLS layer
+//! uses [`client_cert_verifier`] (verifies a presented chain against the client CA
+//! but also admits clients without a certificate, like Go's
+//! `VerifyClientCertIfGiven`), and [`X509Authenticator`] verifies the peer chain
+//! again against its own CA, as upstream's x509 authenticator does, so it is correct
+//! even behind a TLS layer configured differently (or none, in tests).
+
+pub mod authn;
+pub mod authz;
+pub mod request_info;
+pub mod user;
+
+mod csv;
+
+pub use authn::{
+    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, TokenFileAuthenticator,
+    UnionAuthenticator, X509Authenticator, client_cert_verifier,
+};
+pub use authz::{
+    AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,
+    Authorizer, Decision, PrivilegedGroupsAuthorizer, UnionAuthorizer,
+};
+pub use request_info::{RequestInfo, RequestInfoError, request_attributes, request_info};
+pub use user::UserInfo;
