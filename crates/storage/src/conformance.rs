@@ -91,8 +91,9 @@ async fn next_event(watch: &mut WatchStream) -> WatchEvent {
 }
 
 pub async fn create_then_get(s: Arc<dyn Storage>) {
+    assert_eq!(s.current_revision().await.unwrap(), 1, "a fresh store is at revision 1");
     let rev = s.create("/r/a", bytes("one")).await.unwrap();
-    assert!(rev > 0);
+    assert_eq!(rev, 2);
     let kv = s.get("/r/a", None).await.unwrap();
     assert_eq!(kv.key, "/r/a");
     assert_eq!(kv.value, bytes("one"));

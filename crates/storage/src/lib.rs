@@ -7,7 +7,9 @@
 //!
 //! # Semantics (etcd's, which the Kubernetes apiserver relies on)
 //! * One global revision per store, strictly increasing: every successful write
-//!   (create, update, delete) gets the next revision. Revisions start at 1.
+//!   (create, update, delete) gets the next revision. A fresh, empty store is at
+//!   revision 1 (as etcd is), so the first write gets revision 2 and "0" is free to
+//!   mean "no revision" / "from now".
 //! * Each key carries the revision of its creation and of its last modification.
 //! * History older than the last [`Storage::compact`] revision may be gone: reads at
 //!   and watches from such revisions fail with [`StorageError::Expired`].
