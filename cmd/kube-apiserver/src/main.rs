@@ -1,0 +1,104 @@
+//! kube-apiserver: parses upstream's flags, chooses the storage backend
+//! (`--etcd-servers` set: etcd; else embedded SQLite under `--data-dir`), and runs
+//! `ferrokube_apiserver` until SIGTERM/SIGINT.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use ferrokube_apiserver::{Options, Server};
+use ferrokube_storage::Storage;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kube-apiserver",
+    about = "The Kubernetes API server (Ferrokube)"
+)]
+struct Args {
+    /// The port on which to serve HTTPS with authentication and authorization.
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// File containing the default x509 certificate for HTTPS.
+    #[arg(long)]
+    tls_cert_file: PathBuf,
+    /// File containing the default x509 private key matching --tls-cert-file.
+    #[arg(long)]
+    tls_private_key_file: PathBuf,
+    /// Client certificates signed by this CA authenticate with their CommonName.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// Static bearer tokens (CSV: token,user,uid,"group1,group2").
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Comma-separated etcd endpoints; unset: the embedded SQLite store.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// Key prefix in etcd.
+    #[arg(long, default_value = "")]
+    etcd_prefix: String,
+    /// Directory of the embedded store (when --etcd-servers is unset).
+    #[arg(long, default_value = "/var/lib/ferrokube/apiserver")]
+    data_dir: PathBuf,
+    /// CIDR from which Service cluster IPs are allocated.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// Port range reserved for NodePort Services.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
+    /// The IP address advertised to cluster members (the kubernetes Endpoints).
+    #[arg(long)]
+    advertise_address: Option<IpAddr>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let storage: Arc<dyn Storage> = if args.etcd_servers.is_empty() {
+        let path = args.data_dir.join("state.db");
+        Arc::new(
+            ferrokube_storage_sqlite::SqliteStorage::open(&path, Default::default())
+                .with_context(|| format!("opening {}", path.display()))?,
+        )
+    } else {
+        let opts = ferrokube_storage_etcd::EtcdOptions {
+            prefix: args.etcd_prefix.clone(),
+            ..Default::default()
+        };
+        Arc::new(
+            ferrokube_storage_etcd::EtcdStorage::connect(&args.etcd_servers, opts)
+                .await
+                .context("connecting to etcd")?,
+        )
+    };
+    let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
+    opts.bind_address = args.bind_address;
+    opts.secure_port = args.secure_port;
+    opts.client_ca_file = args.client_ca_file;
+    opts.token_auth_file = args.token_auth_file;
+    opts.service_cluster_ip_range = args.service_cluster_ip_range;
+    opts.service_node_port_range = args.service_node_port_range;
+    opts.advertise_address = args.advertise_address;
+    let config = opts.into_config(storage).await?;
+    let server = Server::start(config).await?;
+    tracing::info!(addr = %server.local_addr(), "serving");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+    server.shutdown(Duration::from_secs(30)).await;
+    Ok(())
+}

@@ -1,0 +1,926 @@
+//! The request pipeline and the REST handlers.
+//!
+//! Pipeline, outermost first: panic recovery (a panic answers 500, the process
+//! lives) and metrics -> request info -> authentication (401) -> authorization
+//! (403) -> body limit (413) -> routing -> registry call -> encoding.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ferrokube_api::resources::{self, ResourceInfo};
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_auth::{AuthRequest, Authenticator, Authorizer, request_attributes};
+use ferrokube_registry::{
+    DeleteOptions, FieldValidation, ListParams, Part, PatchType, Registry, UpdateInput, WatchItem,
+    WatchParams, WriteOptions,
+};
+use futures::FutureExt;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use rustls_pki_types::CertificateDer;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::discovery;
+use crate::metrics::Metrics;
+use crate::output::{self, Target};
+
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+pub(crate) struct State {
+    pub registry: Arc<Registry>,
+    pub authenticator: Arc<dyn Authenticator>,
+    pub authorizer: Arc<dyn Authorizer>,
+    pub advertise: String,
+    pub max_body: usize,
+    pub max_watch: Duration,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed_unsync()
+}
+
+fn respond(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = code;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response<Body> {
+    respond(
+        code,
+        "application/json",
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
+}
+
+pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = json_response(code, &output::status_value(e));
+    if let Some(secs) = e.details.as_ref().and_then(|d| d.retry_after_seconds)
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+/// Entry point of every request: panic recovery and metrics around [`handle`].
+pub(crate) async fn serve(
+    state: Arc<State>,
+    peer_certs: Arc<Vec<CertificateDer<'static>>>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let start = Instant::now();
+    let attrs = request_attributes(req.method().as_str(), req.uri().path(), req.uri().query());
+    let verb = if attrs.resource_request {
+        attrs.verb.to_ascii_uppercase()
+    } else {
+        req.method().as_str().to_string()
+    };
+    let resource = attrs.resource.clone();
+    let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req))
+        .catch_unwind()
+        .await
+    {
+        Ok(r) => r,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(panic = %msg, "request handler panicked");
+            error_response(&ApiError::internal(format!(
+                "an internal error occurred: {msg}"
+            )))
+        }
+    };
+    state.metrics.observe(
+        &verb,
+        &resource,
+        resp.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    Ok(resp)
+}
+
+fn query_map(q: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(q.unwrap_or("").as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+async fn health(state: &State, path: &str, q: &HashMap<String, String>) -> Response<Body> {
+    let storage_ok = state.registry.storage().current_revision().await.is_ok();
+    let name = path.trim_start_matches('/');
+    let mut checks = vec![
+        ("ping", true),
+        ("etcd", storage_ok),
+        ("poststarthook/start-watch-cache", true),
+    ];
+    if name == "readyz" {
+        checks.push(("shutdown", !*state.shutdown.borrow()));
+    }
+    let ok = checks.iter().all(|(_, ok)| *ok);
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    if q.contains_key("verbose") {
+        let mut out = String::new();
+        for (n, ok) in &checks {
+            out.push_str(&format!(
+                "[{}]{n} {}\n",
+                if *ok { "+" } else { "-" },
+                if *ok { "ok" } else { "failed" }
+            ));
+        }
+        out.push_str(&format!(
+            "{name} check {}\n",
+            if ok { "passed" } else { "failed" }
+        ));
+        return respond(code, "text/plain; charset=utf-8", out);
+    }
+    respond(
+        code,
+        "text/plain; charset=utf-8",
+        if ok { "ok" } else { "unhealthy" },
+    )
+}
+
+async fn handle(
+    state: &State,
+    peer_certs: &[CertificateDer<'static>],
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let q = query_map(req.uri().query());
+    // Public endpoints.
+    match path.as_str() {
+        "/healthz" | "/livez" | "/readyz" => return health(state, &path, &q).await,
+        "/version" | "/version/" => return json_response(StatusCode::OK, &discovery::version()),
+        _ => {}
+    }
+    // Authentication.
+    let user = match state.authenticator.authenticate(&AuthRequest {
+        headers: req.headers(),
+        peer_certificates: peer_certs,
+    }) {
+        Ok(Some(u)) => u,
+        Ok(None) | Err(_) => return error_response(&ApiError::unauthorized("Unauthorized")),
+    };
+    // Authorization.
+    let mut attrs = request_attributes(req.method().as_str(), &path, req.uri().query());
+    attrs.user = user;
+    let decision = state.authorizer.authorize(&attrs);
+    if !decision.is_allowed() {
+        let who = attrs.user.name.clone();
+        return error_response(&ApiError {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: format!(
+                "{who} cannot {} {} {}",
+                attrs.verb,
+                if attrs.resource.is_empty() {
+                    path.clone()
+                } else {
+                    attrs.resource.clone()
+                },
+                if attrs.namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!("in namespace {}", attrs.namespace)
+                }
+            )
+            .trim()
+            .to_string(),
+            details: None,
+        });
+    }
+    match route(state, req, &path, &q).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn route(
+    state: &State,
+    req: Request<Incoming>,
+    path: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<Body>, ApiError> {
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let get = req.method() == Method::GET;
+    match segs.as_slice() {
+        ["metrics"] if get => {
+            return Ok(respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                state.metrics.render(),
+            ));
+        }
+        ["api"] if get => {
+            return Ok(match discovery::wants_aggregated(accept.as_deref()) {
+                Some(v) => aggregated(true, v),
+                None => json_response(StatusCode::OK, &discovery::api_versions(&state.advertise)),
+            });
+        }
+        ["apis"] if get => {
+            return Ok(match discovery::wants_aggregated(accept.as_deref()) {
+                Some(v) => aggregated(false, v),
+                None => json_response(StatusCode::OK, &discovery::api_group_list()),
+            });
+        }
+        ["api", "v1"] if get => {
+            return discovery::resource_list("", "v1")
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(|| not_found_path(path));
+        }
+        ["apis", g] if get => {
+            return discovery::api_group(g)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(|| not_found_path(path));
+        }
+        ["apis", g, v] if get => {
+            return discovery::resource_list(g, v)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(|| not_found_path(path));
+        }
+        ["api", "v1", rest @ ..] => {
+            let r = parse_resource_path("", "v1", rest).ok_or_else(|| not_found_path(path))?;
+            return resource(state, req, r, q, accept.as_deref()).await;
+        }
+        ["apis", g, v, rest @ ..] => {
+            let r = parse_resource_path(g, v, rest).ok_or_else(|| not_found_path(path))?;
+            return resource(state, req, r, q, accept.as_deref()).await;
+        }
+        _ => {}
+    }
+    Err(not_found_path(path))
+}
+
+fn aggregated(legacy: bool, version: &str) -> Response<Body> {
+    let ct = if version == "v2" {
+        discovery::AGGREGATED_V2
+    } else {
+        discovery::AGGREGATED_V2BETA1
+    };
+    let mut r = json_response(StatusCode::OK, &discovery::aggregated(legacy, version));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+fn not_found_path(path: &str) -> ApiError {
+    ApiError {
+        code: 404,
+        reason: "NotFound".into(),
+        message: format!("the server could not find the requested resource ({path})"),
+        details: None,
+    }
+}
+
+struct ResourcePath {
+    info: &'static ResourceInfo,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn parse_resource_path(group: &str, version: &str, segs: &[&str]) -> Option<ResourcePath> {
+    if segs.len() >= 3
+        && segs[0] == "namespaces"
+        && let Some(info) = resources::lookup(group, version, segs[2]).filter(|i| i.namespaced)
+    {
+        if segs.len() > 5 {
+            return None;
+        }
+        return Some(ResourcePath {
+            info,
+            ns: Some(segs[1].to_string()),
+            name: segs.get(3).map(|s| s.to_string()),
+            sub: segs.get(4).map(|s| s.to_string()),
+        });
+    }
+    let info = resources::lookup(group, version, segs.first()?)?;
+    if segs.len() > 3 {
+        return None;
+    }
+    Some(ResourcePath {
+        info,
+        ns: None,
+        name: segs.get(1).map(|s| s.to_string()),
+        sub: segs.get(2).map(|s| s.to_string()),
+    })
+}
+
+fn method_not_supported(info: &ResourceInfo, verb: &str) -> ApiError {
+    ApiError::method_not_supported(info.group, info.plural, verb)
+}
+
+async fn read_body(state: &State, req: Request<Incoming>) -> Result<(Bytes, String), ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let too_large = || ApiError::request_entity_too_large("limit is 3145728");
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        && len > state.max_body
+    {
+        return Err(too_large());
+    }
+    let body = Limited::new(req.into_body(), state.max_body)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                too_large()
+            } else {
+                ApiError::bad_request(format!("reading the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    Ok((body, ct))
+}
+
+fn decode_body(body: &[u8], content_type: &str, info: &ResourceInfo) -> Result<Value, ApiError> {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    match essence {
+        "application/yaml" => serde_yaml_ng::from_slice::<Value>(body).map_err(|e| {
+            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+        }),
+        "application/json" | "" | "*/*" => serde_json::from_slice::<Value>(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "Object '{}' is invalid: couldn't get version/kind; json parse error: {e}",
+                info.kind
+            ))
+        }),
+        _ => Err(ApiError::unsupported_media_type(&[
+            "application/json",
+            "application/yaml",
+        ])),
+    }
+}
+
+fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> {
+    Ok(WriteOptions {
+        dry_run: dry_run(q.get("dryRun").map(String::as_str))?,
+        field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+        duplicate_fields: Vec::new(),
+    })
+}
+
+fn dry_run(v: Option<&str>) -> Result<bool, ApiError> {
+    match v {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(o) => Err(ApiError::bad_request(format!(
+            "dryRun: Unsupported value: {o:?}: supported values: \"All\""
+        ))),
+    }
+}
+
+fn list_params(q: &HashMap<String, String>) -> Result<ListParams, ApiError> {
+    let limit = match q.get("limit") {
+        Some(l) if !l.is_empty() => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        _ => 0,
+    };
+    Ok(ListParams {
+        label_selector: q.get("labelSelector").cloned(),
+        field_selector: q.get("fieldSelector").cloned(),
+        limit,
+        continue_token: q.get("continue").cloned(),
+        resource_version: q.get("resourceVersion").cloned(),
+        resource_version_match: q.get("resourceVersionMatch").cloned(),
+    })
+}
+
+fn boolean(q: &HashMap<String, String>, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
+}
+
+fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append("Warning", v);
+        }
+    }
+    r
+}
+
+fn encoded(t: Target, info: &ResourceInfo, code: StatusCode, obj: &Value) -> Response<Body> {
+    let v = output::object(t, info, obj, jiff::Timestamp::now());
+    let ct = match t {
+        Target::PartialMetadata => "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+        t => output::content_type(t),
+    };
+    respond(code, ct, output::encode_value(t, &v))
+}
+
+async fn resource(
+    state: &State,
+    req: Request<Incoming>,
+    r: ResourcePath,
+    q: &HashMap<String, String>,
+    accept: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let info = r.info;
+    let store = state
+        .registry
+        .store_for(info)
+        .ok_or_else(|| ApiError::internal(format!("no store for {}", info.plural)))?
+        .clone();
+    let target = output::negotiate(accept)?;
+    let ns = r.ns.as_deref();
+    if info.namespaced && ns.is_none() && !(req.method() == Method::GET && r.name.is_none()) {
+        return Err(not_found_path(&format!("/{}", info.plural)));
+    }
+    if let Some(sub) = &r.sub
+        && !info.has_subresource(sub)
+    {
+        return Err(not_found_path(sub));
+    }
+    let method = req.method().clone();
+    match (method, r.name.as_deref(), r.sub.as_deref()) {
+        (Method::GET, None, None) => {
+            if boolean(q, "watch") {
+                return watch(state, &store, ns, q, target).await;
+            }
+            let p = list_params(q)?;
+            let listed = store.list(ns, &p).await?;
+            let mut meta = json!({"resourceVersion": listed.resource_version});
+            if let Some(c) = &listed.continue_token {
+                meta["continue"] = json!(c);
+            }
+            if let Some(n) = listed.remaining_item_count {
+                meta["remainingItemCount"] = json!(n);
+            }
+            let body = output::list(target, info, &listed.items, meta, jiff::Timestamp::now());
+            Ok(respond(StatusCode::OK, output::content_type(target), body))
+        }
+        (Method::GET, Some(name), None | Some("status")) => {
+            let obj = store.get(ns, name).await?;
+            Ok(encoded(target, info, StatusCode::OK, &obj))
+        }
+        (Method::GET, Some(name), Some("scale")) => {
+            let obj = store.get(ns, name).await?;
+            Ok(json_response(StatusCode::OK, &to_scale(&obj)))
+        }
+        (Method::POST, None, None) => {
+            let opts = write_options(q)?;
+            let (body, ct) = read_body(state, req).await?;
+            let obj = decode_body(&body, &ct, info)?;
+            let w = store.create(ns, obj, &opts).await?;
+            Ok(with_warnings(
+                encoded(target, info, StatusCode::CREATED, &w.object),
+                &w.warnings,
+            ))
+        }
+        (Method::POST, Some(name), Some("binding")) => {
+            let (body, ct) = read_body(state, req).await?;
+            let b = decode_body(&body, &ct, info)?;
+            let node = b["target"]["name"].as_str().unwrap_or("").to_string();
+            if node.is_empty() {
+                return Err(ApiError::invalid(
+                    "",
+                    "Binding",
+                    name,
+                    vec![ferrokube_apimachinery::errors::FieldError::required(
+                        &ferrokube_apimachinery::errors::FieldPath::new("target").child("name"),
+                        "",
+                    )],
+                ));
+            }
+            let pod = store.get(ns, name).await?;
+            if let Some(existing) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                return Err(ApiError::conflict(
+                    "",
+                    "pods/binding",
+                    name,
+                    format!("pod {name} is already assigned to node {existing:?}"),
+                ));
+            }
+            let opts = write_options(q)?;
+            store
+                .update(
+                    ns,
+                    name,
+                    UpdateInput::Patch(PatchType::Merge, json!({"spec": {"nodeName": node}})),
+                    Part::Main,
+                    &opts,
+                )
+                .await?;
+            let mut conds = pod["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conds.retain(|c| c["type"] != "PodScheduled");
+            conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+                "lastTransitionTime": ferrokube_registry::meta::format_time(jiff::Timestamp::now())}));
+            store
+                .update(
+                    ns,
+                    name,
+                    UpdateInput::Patch(PatchType::Merge, json!({"status": {"conditions": conds}})),
+                    Part::Status,
+                    &opts,
+                )
+                .await?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
+        (Method::POST, Some(name), Some("eviction")) => {
+            let (body, ct) = read_body(state, req).await?;
+            let ev = decode_body(&body, &ct, info)?;
+            let opts = delete_options(q, Some(&ev["deleteOptions"]))?;
+            store.delete(ns, name, &opts).await?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
+        (Method::PUT, Some(name), sub) => {
+            let opts = write_options(q)?;
+            let (body, ct) = read_body(state, req).await?;
+            let obj = decode_body(&body, &ct, info)?;
+            let w = match sub {
+                Some("scale") => {
+                    let patch = scale_patch(&obj);
+                    let w = store
+                        .update(
+                            ns,
+                            name,
+                            UpdateInput::Patch(PatchType::Merge, patch),
+                            Part::Main,
+                            &opts,
+                        )
+                        .await?;
+                    return Ok(json_response(StatusCode::OK, &to_scale(&w.object)));
+                }
+                Some("status") => {
+                    store
+                        .update(ns, name, UpdateInput::Replace(obj), Part::Status, &opts)
+                        .await?
+                }
+                Some("finalize") => {
+                    store
+                        .update(ns, name, UpdateInput::Replace(obj), Part::Finalize, &opts)
+                        .await?
+                }
+                Some(_) => return Err(method_not_supported(info, "update")),
+                None => {
+                    store
+                        .update(ns, name, UpdateInput::Replace(obj), Part::Main, &opts)
+                        .await?
+                }
+            };
+            let code = if w.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(with_warnings(
+                encoded(target, info, code, &w.object),
+                &w.warnings,
+            ))
+        }
+        (Method::PATCH, Some(name), sub) => {
+            let opts = write_options(q)?;
+            let ct = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            let ty = match ct.as_str() {
+                "application/json-patch+json" => PatchType::Json,
+                "application/merge-patch+json" => PatchType::Merge,
+                "application/strategic-merge-patch+json" => PatchType::StrategicMerge,
+                _ => {
+                    return Err(ApiError::unsupported_media_type(&[
+                        "application/json-patch+json",
+                        "application/merge-patch+json",
+                        "application/strategic-merge-patch+json",
+                    ]));
+                }
+            };
+            let (body, _) = read_body(state, req).await?;
+            let patch: Value = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let part = match sub {
+                None => Part::Main,
+                Some("status") => Part::Status,
+                Some("scale") => {
+                    let current = store.get(ns, name).await?;
+                    let scale = to_scale(&current);
+                    let patched =
+                        ferrokube_registry::store::default_patch(info, ty, &scale, &patch)?;
+                    let w = store
+                        .update(
+                            ns,
+                            name,
+                            UpdateInput::Patch(PatchType::Merge, scale_patch(&patched)),
+                            Part::Main,
+                            &opts,
+                        )
+                        .await?;
+                    return Ok(json_response(StatusCode::OK, &to_scale(&w.object)));
+                }
+                Some(_) => return Err(method_not_supported(info, "patch")),
+            };
+            let w = store
+                .update(ns, name, UpdateInput::Patch(ty, patch), part, &opts)
+                .await?;
+            Ok(with_warnings(
+                encoded(target, info, StatusCode::OK, &w.object),
+                &w.warnings,
+            ))
+        }
+        (Method::DELETE, Some(name), None) => {
+            let (body, ct) = read_body(state, req).await?;
+            let body_opts = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                Some(decode_body(&body, &ct, info)?)
+            };
+            let opts = delete_options(q, body_opts.as_ref())?;
+            let d = store.delete(ns, name, &opts).await?;
+            Ok(encoded(target, info, StatusCode::OK, &d.object))
+        }
+        (Method::DELETE, None, None) => {
+            if !info.supports("deletecollection") {
+                return Err(method_not_supported(info, "deletecollection"));
+            }
+            let (body, ct) = read_body(state, req).await?;
+            let body_opts = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                Some(decode_body(&body, &ct, info)?)
+            };
+            let opts = delete_options(q, body_opts.as_ref())?;
+            let p = list_params(q)?;
+            let items = store.delete_collection(ns, &p, &opts).await?;
+            let items: Vec<Arc<Value>> = items.into_iter().map(Arc::new).collect();
+            let body = output::list(
+                Target::Json,
+                info,
+                &items,
+                json!({}),
+                jiff::Timestamp::now(),
+            );
+            Ok(respond(StatusCode::OK, "application/json", body))
+        }
+        (m, _, _) => Err(method_not_supported(info, &m.as_str().to_ascii_lowercase())),
+    }
+}
+
+fn delete_options(
+    q: &HashMap<String, String>,
+    body: Option<&Value>,
+) -> Result<DeleteOptions, ApiError> {
+    let b = body.cloned().unwrap_or(Value::Null);
+    let body_dry = b["dryRun"]
+        .as_array()
+        .map(|a| a.iter().any(|v| v == "All"))
+        .unwrap_or(false);
+    let grace = match q.get("gracePeriodSeconds") {
+        Some(g) => Some(
+            g.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        ),
+        None => b["gracePeriodSeconds"].as_i64(),
+    };
+    let policy = q
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| b["propagationPolicy"].as_str().map(str::to_string));
+    if let Some(p) = &policy
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::bad_request(format!(
+            "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+        )));
+    }
+    Ok(DeleteOptions {
+        dry_run: dry_run(q.get("dryRun").map(String::as_str))? || body_dry,
+        grace_period_seconds: grace,
+        propagation_policy: policy,
+        precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
+        precondition_resource_version: b["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string),
+    })
+}
+
+fn to_scale(obj: &Value) -> Value {
+    let selector = obj["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": obj["metadata"]["name"],
+            "namespace": obj["metadata"]["namespace"],
+            "uid": obj["metadata"]["uid"],
+            "resourceVersion": obj["metadata"]["resourceVersion"],
+            "creationTimestamp": obj["metadata"]["creationTimestamp"],
+        },
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+    })
+}
+
+fn scale_patch(scale: &Value) -> Value {
+    let mut p = json!({"spec": {"replicas": scale["spec"]["replicas"].as_i64().unwrap_or(0)}});
+    if let Some(rv) = scale["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
+        p["metadata"] = json!({"resourceVersion": rv});
+    }
+    p
+}
+
+fn bookmark_line(info: &ResourceInfo, revision: i64, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": revision.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    ferrokube_registry::cache::watch_line(
+        "BOOKMARK",
+        &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}),
+    )
+}
+
+fn item_line(info: &ResourceInfo, t: Target, item: &WatchItem) -> Bytes {
+    let (kind, obj) = match item {
+        WatchItem::Event(e) if t == Target::Json || t == Target::Yaml => return e.json_line(),
+        WatchItem::Event(e) => (e.kind.as_str(), e.object.clone()),
+        WatchItem::Synthetic(k, o) => (k.as_str(), o.clone()),
+        WatchItem::Bookmark {
+            revision,
+            initial_events_end,
+        } => return bookmark_line(info, *revision, *initial_events_end),
+        WatchItem::Error(e) => {
+            return ferrokube_registry::cache::watch_line("ERROR", &output::status_value(e));
+        }
+    };
+    let obj = match t {
+        Target::Json | Target::Yaml => (*obj).clone(),
+        t => output::object(t, info, &obj, jiff::Timestamp::now()),
+    };
+    ferrokube_registry::cache::watch_line(kind, &obj)
+}
+
+async fn watch(
+    state: &State,
+    store: &Arc<ferrokube_registry::Store>,
+    ns: Option<&str>,
+    q: &HashMap<String, String>,
+    target: Target,
+) -> Result<Response<Body>, ApiError> {
+    let info = store.info();
+    let p = WatchParams {
+        label_selector: q.get("labelSelector").cloned(),
+        field_selector: q.get("fieldSelector").cloned(),
+        resource_version: q.get("resourceVersion").cloned(),
+        resource_version_match: q.get("resourceVersionMatch").cloned(),
+        allow_bookmarks: boolean(q, "allowWatchBookmarks"),
+        send_initial_events: q.get("sendInitialEvents").map(|v| v == "true" || v == "1"),
+    };
+    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
+        Some(t) if t > 0 => Duration::from_secs(t).min(state.max_watch),
+        _ => state.max_watch,
+    };
+    let ct = match target {
+        Target::Table => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        _ => "application/json",
+    };
+    let rx = match store.watch(ns, &p).await {
+        Ok(rx) => rx,
+        Err(e) if e.code == 410 => {
+            let line = ferrokube_registry::cache::watch_line("ERROR", &output::status_value(&e));
+            return Ok(respond(StatusCode::OK, ct, line));
+        }
+        Err(e) => return Err(e),
+    };
+    state.metrics.watch_started();
+    let metrics = state.metrics.clone();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let shutdown = state.shutdown.clone();
+    struct Guard(Arc<Metrics>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.watch_ended();
+        }
+    }
+    let guard = Guard(metrics);
+    let stream = futures::stream::unfold(
+        (rx, shutdown, guard),
+        move |(mut rx, mut shutdown, guard)| async move {
+            if *shutdown.borrow() {
+                return None;
+            }
+            tokio::select! {
+                item = rx.recv() => {
+                    let item = item?;
+                    let line = item_line(info, target, &item);
+                    Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shutdown, guard)))
+                }
+                _ = tokio::time::sleep_until(deadline) => None,
+                _ = shutdown.changed() => None,
+            }
+        },
+    );
+    let mut r = Response::new(StreamBody::new(stream).boxed_unsync());
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_paths() {
+        let r = parse_resource_path("", "v1", &["namespaces", "default", "pods", "p", "status"])
+            .unwrap();
+        assert_eq!(r.info.plural, "pods");
+        assert_eq!(r.ns.as_deref(), Some("default"));
+        assert_eq!(r.name.as_deref(), Some("p"));
+        assert_eq!(r.sub.as_deref(), Some("status"));
+        let r = parse_resource_path("", "v1", &["namespaces", "default"]).unwrap();
+        assert_eq!(r.info.plural, "namespaces");
+        assert_eq!(r.name.as_deref(), Some("default"));
+        let r = parse_resource_path("", "v1", &["namespaces", "x", "finalize"]).unwrap();
+        assert_eq!(r.sub.as_deref(), Some("finalize"));
+        let r = parse_resource_path("apps", "v1", &["deployments"]).unwrap();
+        assert!(r.ns.is_none() && r.name.is_none());
+        assert!(parse_resource_path("", "v1", &["nope"]).is_none());
+        assert!(parse_resource_path("", "v1", &["pods", "a", "b", "c"]).is_none());
+    }
+
+    #[test]
+    fn delete_options_from_body_and_query() {
+        let q: HashMap<String, String> =
+            [("gracePeriodSeconds".to_string(), "0".to_string())].into();
+        let o = delete_options(
+            &q,
+            Some(&json!({"propagationPolicy": "Foreground", "preconditions": {"uid": "u"}})),
+        )
+        .unwrap();
+        assert_eq!(o.grace_period_seconds, Some(0));
+        assert_eq!(o.propagation_policy.as_deref(), Some("Foreground"));
+        assert_eq!(o.precondition_uid.as_deref(), Some("u"));
+        let q: HashMap<String, String> =
+            [("propagationPolicy".to_string(), "x".to_string())].into();
+        assert_eq!(delete_options(&q, None).unwrap_err().code, 400);
+    }
+}

@@ -1,0 +1,316 @@
+//! The Kubernetes REST API over HTTPS.
+//!
+//! Layer: HTTP only. Routing, discovery, content negotiation (JSON, YAML, Table),
+//! watch streaming, and the request pipeline (panic recovery, request info,
+//! authentication, authorization, body limit, metrics) over TLS (rustls). All
+//! store logic is the registry's; this crate turns requests into registry calls and
+//! results into responses. It never chooses a storage backend: [`Config`] takes the
+//! registry built over one. Options -> [`Config`] -> [`Server`] is the one path for
+//! tests and production.
+
+mod discovery;
+mod handler;
+mod metrics;
+mod output;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrokube_auth::{Authenticator, Authorizer};
+use ferrokube_registry::Registry;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use metrics::Metrics;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+}
+
+/// Everything the server needs, built by the caller (cmd or testing).
+pub struct Config {
+    pub bind: SocketAddr,
+    pub registry: Arc<Registry>,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub authenticator: Arc<dyn Authenticator>,
+    pub authorizer: Arc<dyn Authorizer>,
+    /// `host:port` clients are told in `/api`'s serverAddressByClientCIDRs.
+    pub advertise: String,
+    /// Largest request body (upstream: 3 MiB).
+    pub max_body_bytes: usize,
+    /// Upper bound of a watch's duration when the client gives no timeoutSeconds.
+    pub max_watch: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config").field("bind", &self.bind).finish()
+    }
+}
+
+/// Builds the rustls server config: serving cert and key (PEM), optional client CA
+/// (client certificates verified if given), ALPN h2 and http/1.1.
+pub fn tls_config(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca_pem: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| ServerError::Tls(format!("certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| ServerError::Tls(format!("private key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ServerError::Tls(e.to_string()))?;
+    let builder = match client_ca_pem {
+        Some(ca) => builder.with_client_cert_verifier(
+            ferrokube_auth::client_cert_verifier(ca)
+                .map_err(|e| ServerError::Tls(e.to_string()))?,
+        ),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| ServerError::Tls(e.to_string()))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish()
+    }
+}
+
+impl Server {
+    /// Binds and starts serving.
+    pub async fn start(config: Config) -> Result<Server, ServerError> {
+        let listener =
+            TcpListener::bind(config.bind)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.bind,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let metrics = Arc::new(Metrics::default());
+        let state = Arc::new(handler::State {
+            registry: config.registry,
+            authenticator: config.authenticator,
+            authorizer: config.authorizer,
+            advertise: config.advertise,
+            max_body: config.max_body_bytes,
+            max_watch: config.max_watch,
+            metrics: metrics.clone(),
+            shutdown: shutdown_rx.clone(),
+        });
+        let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
+        let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
+        Ok(Server {
+            addr,
+            shutdown,
+            task,
+            metrics,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Stops accepting, ends watches, waits for in-flight requests (at most
+    /// `grace`).
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.shutdown.send(true);
+        let _ = tokio::time::timeout(grace, self.task).await;
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    state: Arc<handler::State>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let state = state.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let peer_certs: Arc<Vec<rustls_pki_types::CertificateDer<'static>>> = Arc::new(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default(),
+            );
+            let service = hyper::service::service_fn(move |req| {
+                handler::serve(state.clone(), peer_certs.clone(), req)
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            let conn = watcher.watch(conn.into_owned());
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await;
+}
+
+/// The apiserver's options, named as upstream's flags. [`Options::into_config`]
+/// turns them into a [`Config`] over a storage backend the caller chose.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub bind_address: std::net::IpAddr,
+    pub secure_port: u16,
+    pub tls_cert_file: std::path::PathBuf,
+    pub tls_private_key_file: std::path::PathBuf,
+    pub client_ca_file: Option<std::path::PathBuf>,
+    pub token_auth_file: Option<std::path::PathBuf>,
+    pub service_cluster_ip_range: String,
+    pub service_node_port_range: String,
+    pub advertise_address: Option<std::net::IpAddr>,
+}
+
+impl Options {
+    pub fn new(
+        tls_cert_file: std::path::PathBuf,
+        tls_private_key_file: std::path::PathBuf,
+    ) -> Self {
+        Options {
+            bind_address: std::net::IpAddr::from([0, 0, 0, 0]),
+            secure_port: 6443,
+            tls_cert_file,
+            tls_private_key_file,
+            client_ca_file: None,
+            token_auth_file: None,
+            service_cluster_ip_range: "10.96.0.0/12".into(),
+            service_node_port_range: "30000-32767".into(),
+            advertise_address: None,
+        }
+    }
+
+    /// Reads the files, builds the registry over `storage` (filling the watch cache
+    /// and creating built-in objects) and the authn/authz chain.
+    pub async fn into_config(
+        self,
+        storage: Arc<dyn ferrokube_storage::Storage>,
+    ) -> Result<Config, ConfigError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).map_err(|e| ConfigError::Read(p.display().to_string(), e))
+        };
+        let cert = read(&self.tls_cert_file)?;
+        let key = read(&self.tls_private_key_file)?;
+        let ca = match &self.client_ca_file {
+            Some(p) => Some(read(p)?),
+            None => None,
+        };
+        let tls = tls_config(&cert, &key, ca.as_deref())?;
+        let mut authenticators: Vec<Box<dyn Authenticator>> = Vec::new();
+        if let Some(ca) = &ca {
+            authenticators.push(Box::new(
+                ferrokube_auth::X509Authenticator::new(ca)
+                    .map_err(|e| ConfigError::Auth(e.to_string()))?,
+            ));
+        }
+        if let Some(p) = &self.token_auth_file {
+            authenticators.push(Box::new(
+                ferrokube_auth::TokenFileAuthenticator::from_csv_file(p)
+                    .map_err(|e| ConfigError::Auth(e.to_string()))?,
+            ));
+        }
+        let advertise_ip = self.advertise_address.unwrap_or(match self.bind_address {
+            ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+            ip => ip,
+        });
+        let registry = Registry::new(
+            storage,
+            ferrokube_registry::RegistryConfig {
+                service_cluster_ip_range: self.service_cluster_ip_range.clone(),
+                service_node_port_range: self.service_node_port_range.clone(),
+                advertise_address: advertise_ip,
+                secure_port: self.secure_port,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| ConfigError::Registry(e.to_string()))?;
+        Ok(Config {
+            bind: SocketAddr::new(self.bind_address, self.secure_port),
+            registry: Arc::new(registry),
+            tls,
+            authenticator: Arc::new(ferrokube_auth::UnionAuthenticator::new(authenticators)),
+            authorizer: Arc::new(ferrokube_auth::AuthenticatedOnlyAuthorizer),
+            advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
+            max_body_bytes: 3 * 1024 * 1024,
+            max_watch: Duration::from_secs(1800),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {0}: {1}")]
+    Read(String, std::io::Error),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error("authentication: {0}")]
+    Auth(String),
+    #[error("registry: {0}")]
+    Registry(String),
+}

@@ -1,0 +1,98 @@
+//! Test support: an in-process apiserver with the production wiring.
+//!
+//! [`TestApiServer::start`] generates a PKI, opens the embedded SQLite store in a
+//! temporary directory, and runs the same Options -> Config -> Server path as
+//! `cmd/kube-apiserver` on a free loopback port over real HTTPS. Dev-only: no
+//! production crate may depend on it (only as a dev-dependency).
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrokube_apiserver::{Options, Server};
+use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TestServerError {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("pki: {0}")]
+    Pki(String),
+    #[error("storage: {0}")]
+    Storage(String),
+    #[error("config: {0}")]
+    Config(#[from] ferrokube_apiserver::ConfigError),
+    #[error("server: {0}")]
+    Server(#[from] ferrokube_apiserver::ServerError),
+    #[error("client: {0}")]
+    Client(String),
+}
+
+/// A running test apiserver; stopped when dropped (or with [`TestApiServer::stop`]).
+pub struct TestApiServer {
+    pub client: kube::Client,
+    pub kubeconfig: PathBuf,
+    pub url: String,
+    server: Option<Server>,
+    dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for TestApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestApiServer")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl TestApiServer {
+    pub async fn start() -> Result<TestApiServer, TestServerError> {
+        let dir = tempfile::tempdir()?;
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        let url = format!("https://127.0.0.1:{port}");
+        let mut pki_opts = ferrokube_pki::ClusterPkiOptions::new(url.clone());
+        pki_opts.advertise_address = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        pki_opts.node_name = "test-node".into();
+        let pki = ferrokube_pki::write_cluster_pki(&dir.path().join("pki"), &pki_opts)
+            .map_err(|e| TestServerError::Pki(e.to_string()))?;
+        let storage =
+            SqliteStorage::open(&dir.path().join("data/state.db"), SqliteOptions::default())
+                .map_err(|e| TestServerError::Storage(e.to_string()))?;
+        let mut opts = Options::new(pki.apiserver_cert.clone(), pki.apiserver_key.clone());
+        opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        opts.secure_port = port;
+        opts.client_ca_file = Some(pki.ca_cert.clone());
+        let config = opts.into_config(Arc::new(storage)).await?;
+        let server = Server::start(config).await?;
+        let kubeconfig = pki.admin_kubeconfig.clone();
+        let kc = kube::config::Kubeconfig::read_from(&kubeconfig)
+            .map_err(|e| TestServerError::Client(e.to_string()))?;
+        let cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| TestServerError::Client(e.to_string()))?;
+        let client =
+            kube::Client::try_from(cfg).map_err(|e| TestServerError::Client(e.to_string()))?;
+        Ok(TestApiServer {
+            client,
+            kubeconfig,
+            url,
+            server: Some(server),
+            dir,
+        })
+    }
+
+    /// The directory holding the PKI and the store.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown(Duration::from_secs(5)).await;
+        }
+    }
+}
