@@ -43,6 +43,10 @@ pub(crate) fn classify(grpc_code: i32, message: &str, transport: bool) -> Kind {
     if message.contains(FUTURE) {
         return Kind::FutureRevision;
     }
+    // Over etcd's request size limit (or gRPC's message limit): retrying cannot help.
+    if message.contains("request is too large") || message.contains("larger than max") {
+        return Kind::InvalidArgument;
+    }
     if transport {
         return Kind::Unavailable;
     }
@@ -162,6 +166,11 @@ mod tests {
             (
                 code::INVALID_ARGUMENT,
                 "etcdserver: request is too large",
+                Kind::InvalidArgument,
+            ),
+            (
+                code::RESOURCE_EXHAUSTED,
+                "grpc: received message larger than max (4194343 vs. 2097152)",
                 Kind::InvalidArgument,
             ),
             (code::INTERNAL, "etcdserver: corrupt", Kind::Internal),

@@ -55,6 +55,9 @@ pub mod testing;
 use error::{Kind, kind_of, plain};
 use keys::{COMPACT_KEY, full_key, range_end, range_start, user_key};
 
+/// The largest response accepted from etcd.
+const MAX_MESSAGE: usize = i32::MAX as usize;
+
 /// How to reach etcd and how this store uses it.
 #[derive(Clone, Debug)]
 pub struct EtcdOptions {
@@ -148,8 +151,10 @@ impl EtcdStorage {
             .await
             .map_err(plain)?;
         let store = EtcdStorage {
-            kv: client.kv_client(),
-            watch: client.watch_client(),
+            // Lists and watch batches may be far larger than gRPC's default 4 MiB
+            // (upstream's client lifts the limit the same way).
+            kv: client.kv_client().max_decoding_message_size(MAX_MESSAGE),
+            watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
             maintenance: client.maintenance_client(),
             _client: client,
             prefix: options.prefix,

@@ -189,3 +189,82 @@ async fn dropped_and_fallen_behind_watches_are_cancelled_in_etcd() {
     assert_eq!(events, 4);
     assert!(stalled.next().await.is_none());
 }
+
+/// Bad input gets an error, never a panic or a silent write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_input_is_an_error_not_a_panic() {
+    use ferrokube_storage::{ContinueToken, Preconditions, RevisionMatch};
+    let etcd = etcd().await;
+    let s = store(&etcd, EtcdOptions::default()).await;
+    let rev = s.create("/r/a", v("1")).await.unwrap();
+    let invalid =
+        |err: StorageError| assert!(matches!(err, StorageError::InvalidArgument(_)), "{err}");
+
+    invalid(s.create("", v("x")).await.unwrap_err());
+    invalid(s.get("/r/a", Some(0)).await.unwrap_err());
+    invalid(s.get("/r/a", Some(-7)).await.unwrap_err());
+    invalid(s.watch("/r/", -1).await.err().unwrap());
+    let at = |revision| ListOptions {
+        revision,
+        ..ListOptions::default()
+    };
+    invalid(
+        s.list("/r/", &at(RevisionMatch::Exact(-5)))
+            .await
+            .unwrap_err(),
+    );
+    // etcd refuses requests over its size limit (1.5 MiB by default).
+    let huge = Bytes::from(vec![b'x'; 4 << 20]);
+    invalid(s.create("/r/huge", huge).await.unwrap_err());
+
+    // A token for a revision etcd has not reached yet.
+    let future = ContinueToken {
+        revision: rev + 100,
+        start_key: "/r/a".into(),
+    }
+    .encode("/r/");
+    let err = s
+        .list(
+            "/r/",
+            &ListOptions {
+                continue_token: Some(future),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::FutureRevision { .. }), "{err}");
+
+    // Limits past etcd's range, odd keys, compare-and-swap against "no revision".
+    let list = s
+        .list(
+            "/r/",
+            &ListOptions {
+                limit: usize::MAX,
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    // A list far over gRPC's default 4 MiB message limit.
+    let mib = Bytes::from(vec![b'm'; 1 << 20]);
+    for i in 0..6 {
+        s.create(&format!("/big/{i}"), mib.clone()).await.unwrap();
+    }
+    let big = s.list("/big/", &ListOptions::default()).await.unwrap();
+    assert_eq!(big.items.len(), 6);
+    s.create("/r/\u{0}nul/é", v("odd")).await.unwrap();
+    assert_eq!(s.get("/r/\u{0}nul/é", None).await.unwrap().value, v("odd"));
+    let err = s.compare_and_swap("/r/a", 0, v("2")).await.unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    let err = s.compare_and_swap("/r/none", 0, v("2")).await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    s.compact(-3).await.unwrap();
+    let err = s
+        .delete("/r/none", &Preconditions::revision(rev))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(s.get("/r/a", None).await.unwrap().value, v("1"));
+}
