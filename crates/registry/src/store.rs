@@ -143,7 +143,7 @@ pub fn default_patch(
         PatchType::Json => {
             let p: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            json_patch::patch(&mut out, &p).map_err(|e| ApiError::unprocessable_patch(e))?;
+            json_patch::patch(&mut out, &p).map_err(ApiError::unprocessable_patch)?;
         }
         PatchType::Merge | PatchType::StrategicMerge => {
             if !patch.is_object() {

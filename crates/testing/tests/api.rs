@@ -1,0 +1,492 @@
+//! The apiserver through kube-rs, over real HTTPS, on the embedded store.
+
+use std::time::Duration;
+
+use ferrokube_testing::TestApiServer;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use serde_json::json;
+
+fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
+    )
+    .unwrap()
+}
+
+fn status_code(e: &kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn crud_errors_and_builtins() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let ns: Api<Namespace> = Api::all(c.clone());
+    let names: Vec<String> = ns
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| n.metadata.name.unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    let svc: Api<Service> = Api::namespaced(c.clone(), "default");
+    assert_eq!(
+        svc.get("kubernetes")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .as_deref(),
+        Some("10.96.0.1")
+    );
+
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let created = cms
+        .create(&PostParams::default(), &cm("a", json!({"app": "x"})))
+        .await
+        .unwrap();
+    assert!(created.metadata.uid.is_some());
+    assert!(created.metadata.creation_timestamp.is_some());
+    // 409 AlreadyExists, 404 NotFound, 404 missing namespace, 422 Invalid.
+    let e = cms
+        .create(&PostParams::default(), &cm("a", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 409);
+    let e = cms.get("nope").await.unwrap_err();
+    match &e {
+        kube::Error::Api(s) => assert_eq!(
+            (s.code, s.reason.as_str(), s.message.as_str()),
+            (404, "NotFound", "configmaps \"nope\" not found")
+        ),
+        _ => panic!(),
+    }
+    let missing: Api<ConfigMap> = Api::namespaced(c.clone(), "missing");
+    assert_eq!(
+        status_code(
+            &missing
+                .create(&PostParams::default(), &cm("a", json!({})))
+                .await
+                .unwrap_err()
+        ),
+        404
+    );
+    let e = cms
+        .create(&PostParams::default(), &cm("", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 422);
+
+    // Stale update: 409; fresh update bumps the resourceVersion.
+    let mut upd = created.clone();
+    upd.data = Some([("k".to_string(), "v2".to_string())].into());
+    let updated = cms
+        .replace("a", &PostParams::default(), &upd)
+        .await
+        .unwrap();
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(
+        status_code(
+            &cms.replace("a", &PostParams::default(), &upd)
+                .await
+                .unwrap_err()
+        ),
+        409
+    );
+
+    // Dry run writes nothing.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    cms.create(&dry, &cm("dry", json!({}))).await.unwrap();
+    assert_eq!(status_code(&cms.get("dry").await.unwrap_err()), 404);
+
+    // Selectors.
+    cms.create(&PostParams::default(), &cm("b", json!({"app": "y"})))
+        .await
+        .unwrap();
+    let sel = |s: &str| ListParams::default().labels(s);
+    assert_eq!(cms.list(&sel("app=x")).await.unwrap().items.len(), 1);
+    assert_eq!(cms.list(&sel("app in (x,y)")).await.unwrap().items.len(), 2);
+    assert_eq!(cms.list(&sel("app!=x")).await.unwrap().items.len(), 1);
+    assert_eq!(
+        cms.list(&ListParams::default().fields("metadata.name=b"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    let all: Api<ConfigMap> = Api::all(c.clone());
+    assert_eq!(all.list(&sel("app")).await.unwrap().items.len(), 2);
+
+    cms.delete("a", &DeleteParams::default()).await.unwrap();
+    assert_eq!(status_code(&cms.get("a").await.unwrap_err()), 404);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn patches_generation_and_status() {
+    let srv = TestApiServer::start().await.unwrap();
+    let deps: Api<Deployment> = Api::namespaced(srv.client.clone(), "default");
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+        "status": {"replicas": 7}
+    })).unwrap();
+    let d = deps.create(&PostParams::default(), &d).await.unwrap();
+    assert_eq!(d.metadata.generation, Some(1));
+    assert_eq!(
+        d.status.as_ref().and_then(|s| s.replicas),
+        None,
+        "status is reset on create"
+    );
+    let pp = PatchParams::default();
+    let d = deps
+        .patch("web", &pp, &Patch::Merge(json!({"spec": {"replicas": 2}})))
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(2));
+    let d = deps
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        d.metadata.generation,
+        Some(2),
+        "metadata changes do not bump generation"
+    );
+    let d = deps
+        .patch(
+            "web",
+            &pp,
+            &Patch::<()>::Json(
+                serde_json::from_value(
+                    json!([{"op": "replace", "path": "/spec/replicas", "value": 3}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(3));
+    let d = deps
+        .patch(
+            "web",
+            &pp,
+            &Patch::Strategic(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(4));
+    // Status writes go through the status subresource only and leave spec alone.
+    let d = deps
+        .patch_status(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"spec": {"replicas": 9}, "status": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.status.unwrap().replicas, Some(4));
+    assert_eq!(d.spec.unwrap().replicas, Some(4));
+    assert_eq!(
+        d.metadata.generation,
+        Some(4),
+        "status writes do not bump generation"
+    );
+    // Scale subresource.
+    let s = deps.get_scale("web").await.unwrap();
+    assert_eq!(s.spec.unwrap().replicas, Some(4));
+    deps.patch_scale("web", &pp, &Patch::Merge(json!({"spec": {"replicas": 5}})))
+        .await
+        .unwrap();
+    assert_eq!(
+        deps.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(5)
+    );
+    // Apply patches are not served yet.
+    let e = deps
+        .patch(
+            "web",
+            &PatchParams::apply("t"),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 415);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn pagination_and_watch() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    for i in 0..5 {
+        cms.create(&PostParams::default(), &cm(&format!("c{i}"), json!({})))
+            .await
+            .unwrap();
+    }
+    let p1 = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(p1.items.len(), 2);
+    assert_eq!(p1.metadata.remaining_item_count, Some(3));
+    let token = p1.metadata.continue_.clone().unwrap();
+    // A write between pages does not show up in the same list.
+    cms.create(&PostParams::default(), &cm("c9", json!({})))
+        .await
+        .unwrap();
+    let p2 = cms
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap();
+    let names: Vec<_> = p2
+        .items
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["c2", "c3", "c4"]);
+
+    // Watch from a resourceVersion replays later events.
+    let rv = p1.metadata.resource_version.clone().unwrap();
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match first {
+        WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("c9")),
+        other => panic!("unexpected {other:?}"),
+    }
+    cms.delete("c0", &DeleteParams::default()).await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(next, WatchEvent::Deleted(c) if c.metadata.name.as_deref() == Some("c0")));
+
+    // The kube-runtime watcher (list + watch, or streaming list) sees everything.
+    let w = kube::runtime::watcher(cms.clone(), kube::runtime::watcher::Config::default());
+    let objs = kube::runtime::WatchStreamExt::applied_objects(w).take(5);
+    let got: Vec<_> = tokio::time::timeout(Duration::from_secs(10), objs.collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 5);
+    assert!(got.iter().all(|r| r.is_ok()));
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn finalizers_and_graceful_pods() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let mut c = cm("f", json!({}));
+    c.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &c).await.unwrap();
+    cms.delete("f", &DeleteParams::default()).await.unwrap();
+    let marked = cms.get("f").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    cms.patch(
+        "f",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_code(&cms.get("f").await.unwrap_err()), 404);
+
+    let pods: Api<Pod> = Api::namespaced(srv.client.clone(), "default");
+    let pod = |name: &str, node: Option<&str>| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})).unwrap()
+    };
+    let p = pods
+        .create(&PostParams::default(), &pod("unscheduled", None))
+        .await
+        .unwrap();
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    pods.delete("unscheduled", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        status_code(&pods.get("unscheduled").await.unwrap_err()),
+        404
+    );
+    pods.create(&PostParams::default(), &pod("running", Some("n1")))
+        .await
+        .unwrap();
+    pods.delete("running", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = pods.get("running").await.unwrap();
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete(
+        "running",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_code(&pods.get("running").await.unwrap_err()), 404);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn field_validation_and_http_edges() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let req = |method: &str, path: &str, ct: &str, body: Vec<u8>| {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("Content-Type", ct)
+            .body(body)
+            .unwrap()
+    };
+    let body = serde_json::to_vec(
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "u"}, "bogus": 1}),
+    )
+    .unwrap();
+    let e = c
+        .request::<ConfigMap>(req(
+            "POST",
+            "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+            "application/json",
+            body.clone(),
+        ))
+        .await
+        .unwrap_err();
+    match &e {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 400);
+            assert!(
+                s.message.contains("unknown field \"bogus\""),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    c.request::<ConfigMap>(req(
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldValidation=Ignore",
+        "application/json",
+        body,
+    ))
+    .await
+    .unwrap();
+    // Kind mismatch, malformed JSON, YAML in, too large.
+    let e = c
+        .request::<ConfigMap>(req(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            br#"{"kind":"Secret","apiVersion":"v1","metadata":{"name":"x"}}"#.to_vec(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 400);
+    let e = c
+        .request::<ConfigMap>(req(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            b"{nope".to_vec(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 400);
+    let y = c
+        .request::<ConfigMap>(req(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/yaml",
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: yml\ndata:\n  a: b\n".to_vec(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(y.metadata.name.as_deref(), Some("yml"));
+    let big = vec![b' '; 3 * 1024 * 1024 + 10];
+    let e = c
+        .request::<ConfigMap>(req(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            big,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 413);
+    let e = c
+        .request::<serde_json::Value>(req("GET", "/api/v1/nothings", "application/json", vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 404);
+    // Discovery.
+    let v = c.apiserver_version().await.unwrap();
+    assert_eq!((v.major.as_str(), v.minor.as_str()), ("1", "33"));
+    let groups = c.list_api_groups().await.unwrap();
+    assert!(groups.groups.iter().any(|g| g.name == "apps"));
+    let core = c.list_core_api_resources("v1").await.unwrap();
+    let pods = core.resources.iter().find(|r| r.name == "pods").unwrap();
+    assert_eq!(pods.short_names.as_deref(), Some(&["po".to_string()][..]));
+    assert_eq!(pods.categories.as_deref(), Some(&["all".to_string()][..]));
+    let d = kube::Discovery::new(c.clone()).run().await.unwrap();
+    assert!(d.has_group("apps"));
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn unauthenticated_requests_get_401_but_health_is_public() {
+    let srv = TestApiServer::start().await.unwrap();
+    let mut cfg = kube::Config::new(srv.url.parse().unwrap());
+    cfg.accept_invalid_certs = true;
+    let anon = kube::Client::try_from(cfg).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(anon.clone(), "default");
+    assert_eq!(
+        status_code(&cms.list(&ListParams::default()).await.unwrap_err()),
+        401
+    );
+    let text = anon
+        .request_text(
+            http::Request::builder()
+                .uri("/readyz?verbose")
+                .body(vec![])
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(text.contains("[+]etcd ok"), "{text}");
+    assert!(text.contains("readyz check passed"));
+    anon.apiserver_version().await.unwrap();
+    srv.stop().await;
+}
