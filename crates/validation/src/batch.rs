@@ -1,0 +1,257 @@
+//! batch/v1: Job and CronJob (`pkg/apis/batch/validation`).
+
+use ferrokube_apimachinery::errors::{FieldError, FieldPath};
+use k8s_openapi::api::batch::v1 as batch;
+
+use crate::Validate;
+use crate::core::validate_pod_template_spec;
+use crate::cron::parse_cron_schedule;
+use crate::util::*;
+
+/// `validateJobSpec`; `require_selector` is false inside a CronJob's job template
+/// (the Job controller's selector is generated when the Job is created).
+fn validate_job_spec(
+    spec: &batch::JobSpec,
+    require_selector: bool,
+    path: &FieldPath,
+    errs: &mut Errs,
+) {
+    for (v, name) in [
+        (spec.parallelism, "parallelism"),
+        (spec.completions, "completions"),
+        (spec.backoff_limit, "backoffLimit"),
+        (spec.ttl_seconds_after_finished, "ttlSecondsAfterFinished"),
+    ] {
+        nonnegative(v.map(i64::from), &path.child(name), errs);
+    }
+    if let Some(ads) = spec.active_deadline_seconds {
+        nonnegative(Some(ads), &path.child("activeDeadlineSeconds"), errs);
+    }
+    match &spec.selector {
+        None if require_selector => errs.push(FieldError::required(&path.child("selector"), "")),
+        None => {}
+        Some(sel) => {
+            label_selector(sel, &path.child("selector"), errs);
+            let labels = spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref());
+            if selector_mismatch(sel, labels) {
+                errs.push(FieldError::invalid(
+                    &path.child("template").child("metadata").child("labels"),
+                    json(&labels.cloned().unwrap_or_default()),
+                    "`selector` does not match template `labels`",
+                ));
+            }
+        }
+    }
+    let mode = s(&spec.completion_mode);
+    match mode {
+        "" | "NonIndexed" => {
+            if spec.backoff_limit_per_index.is_some() {
+                errs.push(FieldError::forbidden(
+                    &path.child("backoffLimitPerIndex"),
+                    "requires indexed completion mode",
+                ));
+            }
+        }
+        "Indexed" => {
+            if spec.completions.is_none() {
+                errs.push(FieldError::required(
+                    &path.child("completions"),
+                    "when completion mode is Indexed",
+                ));
+            }
+            nonnegative(
+                spec.backoff_limit_per_index.map(i64::from),
+                &path.child("backoffLimitPerIndex"),
+                errs,
+            );
+        }
+        other => errs.push(FieldError::not_supported(
+            &path.child("completionMode"),
+            other,
+            &["NonIndexed", "Indexed"],
+        )),
+    }
+    enum_optional(
+        &spec.pod_replacement_policy,
+        &["Failed", "TerminatingOrFailed"],
+        &path.child("podReplacementPolicy"),
+        errs,
+    );
+    if spec.pod_failure_policy.is_some() && s(&spec.pod_replacement_policy) == "TerminatingOrFailed"
+    {
+        errs.push(FieldError::not_supported(
+            &path.child("podReplacementPolicy"),
+            "TerminatingOrFailed",
+            &["Failed"],
+        ));
+    }
+    if let Some(pfp) = &spec.pod_failure_policy {
+        for (i, rule) in pfp.rules.iter().enumerate() {
+            let rp = path.child("podFailurePolicy").child("rules").index(i);
+            enum_required(
+                &rule.action,
+                &["Count", "FailIndex", "FailJob", "Ignore"],
+                &rp.child("action"),
+                errs,
+            );
+            match (&rule.on_exit_codes, &rule.on_pod_conditions) {
+                (Some(_), Some(c)) if !c.is_empty() => errs.push(FieldError::invalid(
+                    &rp,
+                    serde_json::Value::Null,
+                    "specifying both OnExitCodes and OnPodConditions is not supported",
+                )),
+                (None, None) => errs.push(FieldError::invalid(
+                    &rp,
+                    serde_json::Value::Null,
+                    "specifying one of OnExitCodes and OnPodConditions is required",
+                )),
+                _ => {}
+            }
+        }
+    }
+    validate_pod_template_spec(&spec.template, &path.child("template"), errs);
+    let rp = spec
+        .template
+        .spec
+        .as_ref()
+        .map(|s| s.restart_policy.clone())
+        .unwrap_or_default();
+    let rp = s(&rp);
+    if rp != "OnFailure" && rp != "Never" {
+        errs.push(FieldError::not_supported(
+            &path.child("template").child("spec").child("restartPolicy"),
+            rp,
+            &["OnFailure", "Never"],
+        ));
+    }
+}
+
+impl Validate for batch::Job {
+    fn validate_create(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let default = batch::JobSpec::default();
+        validate_job_spec(
+            self.spec.as_ref().unwrap_or(&default),
+            true,
+            &p("spec"),
+            &mut errs,
+        );
+        errs
+    }
+
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let mut errs = self.validate_create();
+        let (Some(n), Some(o)) = (&self.spec, &old.spec) else {
+            return errs;
+        };
+        let sp = p("spec");
+        immutable(&n.selector, &o.selector, &sp.child("selector"), &mut errs);
+        immutable(
+            &n.completion_mode,
+            &o.completion_mode,
+            &sp.child("completionMode"),
+            &mut errs,
+        );
+        immutable(
+            &n.pod_failure_policy,
+            &o.pod_failure_policy,
+            &sp.child("podFailurePolicy"),
+            &mut errs,
+        );
+        // Suspended jobs that never started may change scheduling directives; for
+        // simplicity (and like upstream for started jobs) the template is immutable
+        // unless the job is suspended.
+        if o.suspend != Some(true) {
+            immutable(&n.template, &o.template, &sp.child("template"), &mut errs);
+        }
+        // Completions may only change together with parallelism for Indexed jobs
+        // (elastic indexed jobs).
+        let elastic = s(&n.completion_mode) == "Indexed" && n.completions == n.parallelism;
+        if !elastic {
+            immutable(
+                &n.completions,
+                &o.completions,
+                &sp.child("completions"),
+                &mut errs,
+            );
+        }
+        errs
+    }
+}
+
+impl Validate for batch::CronJob {
+    fn validate_create(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let sp = p("spec");
+        let default = batch::CronJobSpec::default();
+        let spec = self.spec.as_ref().unwrap_or(&default);
+        let schedule = spec.schedule.as_str();
+        let schp = sp.child("schedule");
+        if schedule.is_empty() {
+            errs.push(FieldError::required(&schp, ""));
+        } else if schedule.contains("TZ") {
+            errs.push(FieldError::invalid(
+                &schp,
+                schedule,
+                "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
+            ));
+        } else if let Err(e) = parse_cron_schedule(schedule) {
+            errs.push(FieldError::invalid(&schp, schedule, e));
+        }
+        if let Some(tz) = spec.time_zone.as_deref()
+            && (tz.is_empty() || tz.contains(' ') || tz.starts_with('/') || tz.contains(".."))
+        {
+            errs.push(FieldError::invalid(
+                &sp.child("timeZone"),
+                tz,
+                "unknown time zone",
+            ));
+        }
+        enum_required(
+            s(&spec.concurrency_policy),
+            &["Allow", "Forbid", "Replace"],
+            &sp.child("concurrencyPolicy"),
+            &mut errs,
+        );
+        nonnegative(
+            spec.starting_deadline_seconds,
+            &sp.child("startingDeadlineSeconds"),
+            &mut errs,
+        );
+        nonnegative(
+            spec.successful_jobs_history_limit.map(i64::from),
+            &sp.child("successfulJobsHistoryLimit"),
+            &mut errs,
+        );
+        nonnegative(
+            spec.failed_jobs_history_limit.map(i64::from),
+            &sp.child("failedJobsHistoryLimit"),
+            &mut errs,
+        );
+        let jp = sp.child("jobTemplate");
+        if let Some(meta) = &spec.job_template.metadata
+            && let Some(l) = &meta.labels
+        {
+            errs.extend(ferrokube_apimachinery::validation::validate_labels(
+                l,
+                &jp.child("metadata").child("labels"),
+            ));
+        }
+        match &spec.job_template.spec {
+            Some(js) => validate_job_spec(js, false, &jp.child("spec"), &mut errs),
+            None => errs.push(FieldError::required(
+                &jp.child("spec").child("template"),
+                "",
+            )),
+        }
+        errs
+    }
+
+    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
+        self.validate_create()
+    }
+}

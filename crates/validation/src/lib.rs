@@ -1,0 +1,53 @@
+//! Pure validation of the built-in kinds the apiserver serves, after upstream's
+//! `pkg/apis/*/validation`: `validate_create(obj)` and `validate_update(new, old)`
+//! return *every* [`FieldError`] with upstream's field paths and message texts
+//! (`spec.selector: Invalid value: ...: field is immutable`), never stopping at the
+//! first and never panicking on user input.
+//!
+//! Scope: the type-specific rules (spec, data, immutability on update). `ObjectMeta`
+//! (name, namespace, labels, annotations, ...) is validated by the registry with
+//! `ferrokube_apimachinery::validation::validate_object_meta[_update]`, which knows the
+//! resource's scope and name rule. Objects are expected to be defaulted already
+//! (`ferrokube_api::defaults`), as upstream validates after defaulting.
+//!
+//! Layer: pure, below `registry`, next to `api` and `apimachinery`. No IO: no tokio,
+//! no files, no clock. Must not depend on storage, registry, admission, apiserver or
+//! client crates.
+
+pub use ferrokube_apimachinery::errors::{FieldError, FieldErrorKind, FieldPath};
+
+mod apps;
+mod batch;
+mod core;
+mod cron;
+mod other;
+mod util;
+
+pub use cron::parse_cron_schedule;
+
+/// Validation of one API type.
+pub trait Validate {
+    /// The type-specific rules for a new object.
+    fn validate_create(&self) -> Vec<FieldError>;
+    /// The rules for an update from `old`: the create rules on the new object where
+    /// upstream re-validates, plus the immutable-field checks.
+    fn validate_update(&self, old: &Self) -> Vec<FieldError>;
+}
+
+/// Implements [`Validate`] for types without type-specific rules.
+macro_rules! no_rules {
+    ($($t:ty),* $(,)?) => {$(
+        impl $crate::Validate for $t {
+            fn validate_create(&self) -> Vec<$crate::FieldError> {
+                Vec::new()
+            }
+            fn validate_update(&self, _old: &Self) -> Vec<$crate::FieldError> {
+                Vec::new()
+            }
+        }
+    )*};
+}
+pub(crate) use no_rules;
+
+#[cfg(test)]
+mod tests;
