@@ -172,6 +172,10 @@ async fn forward(
                     match events.try_send(event) {
                         Ok(()) => {}
                         Err(mpsc::error::TrySendError::Full(_)) => {
+                            tracing::warn!(
+                                from_revision = translator.from_revision,
+                                "etcd watch ended: the watcher fell behind"
+                            );
                             // Sent as the last item, after the buffered events.
                             let _ =
                                 end.send(StorageError::Unavailable("watcher fell behind".into()));
@@ -192,6 +196,7 @@ async fn forward(
             },
         };
     };
+    tracing::debug!(from_revision = translator.from_revision, %reason, "etcd watch ended");
     let _ = end.send(reason);
 }
 
