@@ -1486,7 +1486,9 @@ impl Validate for core::Secret {
                     }
                 }
             }
-            "kubernetes.io/basic-auth" if !secret_has(self, "username") && !secret_has(self, "password") => {
+            "kubernetes.io/basic-auth"
+                if !secret_has(self, "username") && !secret_has(self, "password") =>
+            {
                 errs.push(FieldError::required(&dp.key("username"), ""));
                 errs.push(FieldError::required(&dp.key("password"), ""));
             }
