@@ -23,6 +23,9 @@ missing=()
 for cmd in "${!packages[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
 done
+# etcd-client's build script imports google/protobuf/descriptor.proto, which protoc
+# alone does not ship.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   need_root "${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
