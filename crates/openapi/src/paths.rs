@@ -1,0 +1,657 @@
+//! The `paths` of the documents: one path item per REST endpoint of every served
+//! resource and subresource, with upstream's operation ids, parameters,
+//! `x-kubernetes-action` and `x-kubernetes-group-version-kind` (Swagger 2.0 shape; the
+//! v3 documents are converted from it).
+
+use ferrokube_api::resources::{RESOURCES, ResourceInfo, SubresourceInfo};
+use serde_json::{Map, Value, json};
+
+use crate::definitions::{V2_REF, list_name};
+use crate::kinds::KINDS;
+
+const JSON_YAML_PB: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    "application/vnd.kubernetes.protobuf",
+];
+const WATCH_PRODUCES: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    "application/vnd.kubernetes.protobuf",
+    "application/json;stream=watch",
+    "application/vnd.kubernetes.protobuf;stream=watch",
+];
+const PATCH_CONSUMES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
+const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
+const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
+const API_RESOURCE_LIST: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList";
+
+/// The definition name of a kind served in `group`/`version`.
+pub(crate) fn definition_of(group: &str, version: &str, kind: &str) -> Option<String> {
+    KINDS
+        .iter()
+        .find(|k| k.group == group && k.version == version && k.kind == kind)
+        .map(|k| (k.name)().into_owned())
+}
+
+/// `CoreV1`, `AppsV1`, `RbacAuthorizationV1`: the group-version part of operation ids.
+fn gv_camel(group: &str, version: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    let group = group.strip_suffix(".k8s.io").unwrap_or(group);
+    let mut out: String = group.split('.').map(capitalize).collect();
+    out.push_str(&capitalize(version));
+    out
+}
+
+/// `core_v1`, `apps_v1`, `rbacAuthorization_v1`: the operations' tag.
+fn tag(group: &str, version: &str) -> String {
+    let camel = gv_camel(group, "");
+    let mut chars = camel.chars();
+    let first: String = chars
+        .next()
+        .map(|c| c.to_ascii_lowercase())
+        .into_iter()
+        .collect();
+    format!("{first}{}_{version}", chars.as_str())
+}
+
+fn capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_ascii_uppercase().to_string() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+fn query(name: &str, ty: &str, description: &str) -> Value {
+    json!({"name": name, "in": "query", "type": ty, "uniqueItems": true, "description": description})
+}
+
+fn path_param(name: &str, description: &str) -> Value {
+    json!({"name": name, "in": "path", "required": true, "type": "string", "uniqueItems": true, "description": description})
+}
+
+fn body(definition: &str) -> Value {
+    json!({"name": "body", "in": "body", "required": true, "schema": {"$ref": format!("{V2_REF}{definition}")}})
+}
+
+fn pretty() -> Value {
+    query(
+        "pretty",
+        "string",
+        "If 'true', then the output is pretty printed.",
+    )
+}
+
+fn dry_run() -> Value {
+    query(
+        "dryRun",
+        "string",
+        "When present, indicates that modifications should not be persisted. An invalid or unrecognized dryRun directive will result in an error response and no further processing of the request. Valid values are: - All: all dry run stages will be processed",
+    )
+}
+
+fn field_manager() -> Value {
+    query(
+        "fieldManager",
+        "string",
+        "fieldManager is a name associated with the actor or entity that is making these changes. The value must be less than or 128 characters long, and only contain printable characters, as defined by https://golang.org/pkg/unicode/#IsPrint.",
+    )
+}
+
+fn field_validation() -> Value {
+    query(
+        "fieldValidation",
+        "string",
+        "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore: This will ignore any unknown fields that are silently dropped from the object, and will ignore all but the last duplicate field that the decoder encounters. This is the default behavior prior to v1.23. - Warn: This will send a warning via the standard warning response header for each unknown field that is dropped from the object, and for each duplicate field that is encountered. The request will still succeed if there are no other errors, and will only persist the last of any duplicate fields. This is the default in v1.23+ - Strict: This will fail the request with a BadRequest error if any unknown fields would be dropped from the object, or if any duplicate fields are present. The error returned from the server will contain all unknown and duplicate fields encountered.",
+    )
+}
+
+fn write_params() -> Vec<Value> {
+    vec![dry_run(), field_manager(), field_validation()]
+}
+
+fn list_params(watch: bool) -> Vec<Value> {
+    let mut out = vec![
+        query(
+            "allowWatchBookmarks",
+            "boolean",
+            "allowWatchBookmarks requests watch events with type \"BOOKMARK\". Servers that do not implement bookmarks may ignore this flag and bookmarks are sent at the server's discretion. Clients should not assume bookmarks are returned at any specific interval, nor may they assume the server will send any BOOKMARK event during a session. If this is not a watch, this field is ignored.",
+        ),
+        query(
+            "continue",
+            "string",
+            "The continue option should be set when retrieving more results from the server. Since this value is server defined, clients may only use the continue value from a previous query result with identical query parameters (except for the value of continue) and the server may reject a continue value it does not recognize.",
+        ),
+        query(
+            "fieldSelector",
+            "string",
+            "A selector to restrict the list of returned objects by their fields. Defaults to everything.",
+        ),
+        query(
+            "labelSelector",
+            "string",
+            "A selector to restrict the list of returned objects by their labels. Defaults to everything.",
+        ),
+        query(
+            "limit",
+            "integer",
+            "limit is a maximum number of responses to return for a list call. If more items exist, the server will set the `continue` field on the list metadata to a value that can be used with the same initial query to retrieve the next set of results.",
+        ),
+        query(
+            "resourceVersion",
+            "string",
+            "resourceVersion sets a constraint on what resource versions a request may be served from. See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset",
+        ),
+        query(
+            "resourceVersionMatch",
+            "string",
+            "resourceVersionMatch determines how resourceVersion is applied to list calls. It is highly recommended that resourceVersionMatch be set for list calls where resourceVersion is set See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset",
+        ),
+        query(
+            "sendInitialEvents",
+            "boolean",
+            "`sendInitialEvents=true` may be set together with `watch=true`. In that case, the watch stream will begin with synthetic events to produce the current state of objects in the collection. Once all such events have been sent, a synthetic \"Bookmark\" event  will be sent.",
+        ),
+        query(
+            "timeoutSeconds",
+            "integer",
+            "Timeout for the list/watch call. This limits the duration of the call, regardless of any activity or inactivity.",
+        ),
+    ];
+    if watch {
+        out.push(query("watch", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications. Specify resourceVersion."));
+    }
+    out
+}
+
+fn delete_params() -> Vec<Value> {
+    vec![
+        body(DELETE_OPTIONS),
+        dry_run(),
+        query(
+            "gracePeriodSeconds",
+            "integer",
+            "The duration in seconds before the object should be deleted. Value must be non-negative integer. The value zero indicates delete immediately. If this value is nil, the default grace period for the specified type will be used. Defaults to a per object value if not specified. zero means delete immediately.",
+        ),
+        query(
+            "ignoreStoreReadErrorWithClusterBreakingPotential",
+            "boolean",
+            "if set to true, it will trigger an unsafe deletion of the resource in case the normal deletion flow fails with a corrupt object error.",
+        ),
+        query(
+            "orphanDependents",
+            "boolean",
+            "Deprecated: please use the PropagationPolicy, this field will be deprecated in 1.7. Should the dependent objects be orphaned.",
+        ),
+        query(
+            "propagationPolicy",
+            "string",
+            "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both. Acceptable values are: 'Orphan' - orphan the dependents; 'Background' - allow the garbage collector to delete the dependents in the background; 'Foreground' - a cascading policy that deletes all dependents in the foreground.",
+        ),
+    ]
+}
+
+fn responses(codes: &[(&str, &str)], definition: &str) -> Value {
+    let mut out = Map::new();
+    for (code, description) in codes {
+        out.insert(
+            (*code).to_string(),
+            json!({"description": description, "schema": {"$ref": format!("{V2_REF}{definition}")}}),
+        );
+    }
+    out.insert("401".into(), json!({"description": "Unauthorized"}));
+    Value::Object(out)
+}
+
+/// What an operation is about: its gvk (the kind at the endpoint) and naming.
+struct Target<'a> {
+    group: &'a str,
+    version: &'a str,
+    /// Group, version and kind of the object at the endpoint (`Scale` for `scale`).
+    gvk: (&'a str, &'a str, &'a str),
+    /// `NamespacedPod`, `Node`, `NamespacedDeploymentScale`, `PodForAllNamespaces`.
+    op_suffix: String,
+    kind_for_text: &'a str,
+}
+
+impl Target<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn op(
+        &self,
+        verb_id: &str,
+        action: &str,
+        description: String,
+        params: Vec<Value>,
+        consumes: &[&str],
+        produces: &[&str],
+        responses: Value,
+    ) -> Value {
+        let mut op = json!({
+            "description": description,
+            "operationId": format!("{verb_id}{}{}", gv_camel(self.group, self.version), self.op_suffix),
+            "consumes": consumes,
+            "produces": produces,
+            "schemes": ["https"],
+            "tags": [tag(self.group, self.version)],
+            "responses": responses,
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": {"group": self.gvk.0, "kind": self.gvk.2, "version": self.gvk.1},
+        });
+        if !params.is_empty() {
+            op["parameters"] = Value::Array(params);
+        }
+        op
+    }
+}
+
+/// The Swagger 2.0 `paths` for every resource of `group`/`version`, plus its
+/// discovery endpoint.
+pub(crate) fn build_for(group: &str, version: &str) -> Map<String, Value> {
+    let mut paths = Map::new();
+    let root = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    paths.insert(
+        format!("{root}/"),
+        json!({"get": {
+            "description": "get available resources",
+            "operationId": format!("get{}APIResources", gv_camel(group, version)),
+            "consumes": JSON_YAML_PB,
+            "produces": JSON_YAML_PB,
+            "schemes": ["https"],
+            "tags": [tag(group, version)],
+            "responses": responses(&[("200", "OK")], API_RESOURCE_LIST),
+        }}),
+    );
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        resource_paths(&mut paths, &root, r);
+    }
+    paths
+}
+
+fn resource_paths(paths: &mut Map<String, Value>, root: &str, r: &ResourceInfo) {
+    let Some(def) = definition_of(r.group, r.version, r.kind) else {
+        return;
+    };
+    let list_def = list_name(&def);
+    let ns = if r.namespaced { "Namespaced" } else { "" };
+    let target = |suffix: String| Target {
+        group: r.group,
+        version: r.version,
+        gvk: (r.group, r.version, r.kind),
+        op_suffix: suffix,
+        kind_for_text: r.kind,
+    };
+    let base = if r.namespaced {
+        format!("{root}/namespaces/{{namespace}}/{}", r.plural)
+    } else {
+        format!("{root}/{}", r.plural)
+    };
+    let scope_params = |name: bool| {
+        let mut p = Vec::new();
+        if name {
+            p.push(path_param("name", &format!("name of the {}", r.kind)));
+        }
+        if r.namespaced {
+            p.push(path_param(
+                "namespace",
+                "object name and auth scope, such as for teams and projects",
+            ));
+        }
+        p.push(pretty());
+        Value::Array(p)
+    };
+
+    // Collection.
+    let t = target(format!("{ns}{}", r.kind));
+    let mut item = Map::new();
+    if r.supports("list") {
+        item.insert(
+            "get".into(),
+            t.op(
+                "list",
+                "list",
+                format!("list or watch objects of kind {}", t.kind_for_text),
+                list_params(true),
+                &["*/*"],
+                WATCH_PRODUCES,
+                responses(&[("200", "OK")], &list_def),
+            ),
+        );
+    }
+    if r.supports("create") {
+        let mut params = vec![body(&def)];
+        params.extend(write_params());
+        item.insert(
+            "post".into(),
+            t.op(
+                "create",
+                "post",
+                format!("create a {}", r.kind),
+                params,
+                &["*/*"],
+                JSON_YAML_PB,
+                responses(
+                    &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+                    &def,
+                ),
+            ),
+        );
+    }
+    if r.supports("deletecollection") {
+        let mut params = delete_params();
+        params.extend(list_params(false));
+        let tc = target(format!("Collection{ns}{}", r.kind));
+        item.insert(
+            "delete".into(),
+            tc.op(
+                "delete",
+                "deletecollection",
+                format!("delete collection of {}", r.kind),
+                params,
+                &["*/*"],
+                JSON_YAML_PB,
+                responses(&[("200", "OK")], STATUS),
+            ),
+        );
+    }
+    item.insert("parameters".into(), scope_params(false));
+    paths.insert(base.clone(), Value::Object(item));
+
+    // One object.
+    let mut item = Map::new();
+    if r.supports("get") {
+        item.insert(
+            "get".into(),
+            t.op(
+                "read",
+                "get",
+                format!("read the specified {}", r.kind),
+                vec![],
+                &["*/*"],
+                JSON_YAML_PB,
+                responses(&[("200", "OK")], &def),
+            ),
+        );
+    }
+    if r.supports("update") {
+        let mut params = vec![body(&def)];
+        params.extend(write_params());
+        item.insert(
+            "put".into(),
+            t.op(
+                "replace",
+                "put",
+                format!("replace the specified {}", r.kind),
+                params,
+                &["*/*"],
+                JSON_YAML_PB,
+                responses(&[("200", "OK"), ("201", "Created")], &def),
+            ),
+        );
+    }
+    if r.supports("patch") {
+        item.insert(
+            "patch".into(),
+            patch_op(
+                &t,
+                &def,
+                &format!("partially update the specified {}", r.kind),
+            ),
+        );
+    }
+    if r.supports("delete") {
+        item.insert(
+            "delete".into(),
+            t.op(
+                "delete",
+                "delete",
+                format!("delete a {}", r.kind),
+                delete_params(),
+                &["*/*"],
+                JSON_YAML_PB,
+                responses(&[("200", "OK"), ("202", "Accepted")], STATUS),
+            ),
+        );
+    }
+    item.insert("parameters".into(), scope_params(true));
+    paths.insert(format!("{base}/{{name}}"), Value::Object(item));
+
+    // Subresources.
+    for sub in r.subresources {
+        subresource_path(paths, &base, r, sub, &def, &scope_params(true));
+    }
+
+    // Watch endpoints (deprecated upstream, still served and documented).
+    if r.supports("watch") {
+        let watch_base = if r.namespaced {
+            format!("{root}/watch/namespaces/{{namespace}}/{}", r.plural)
+        } else {
+            format!("{root}/watch/{}", r.plural)
+        };
+        let mut with_scope = list_params(true);
+        with_scope.extend(scope_params(false).as_array().cloned().unwrap_or_default());
+        let tl = target(format!("{ns}{}List", r.kind));
+        paths.insert(
+            watch_base.clone(),
+            json!({
+                "get": tl.op("watch", "watchlist",
+                    format!("watch individual changes to a list of {}. deprecated: use the 'watch' parameter with a list operation instead.", r.kind),
+                    vec![], &["*/*"], WATCH_PRODUCES, responses(&[("200", "OK")], WATCH_EVENT)),
+                "parameters": with_scope,
+            }),
+        );
+        let mut with_name = list_params(true);
+        with_name.extend(scope_params(true).as_array().cloned().unwrap_or_default());
+        paths.insert(
+            format!("{watch_base}/{{name}}"),
+            json!({
+                "get": t.op("watch", "watch",
+                    format!("watch changes to an object of kind {}. deprecated: use the 'watch' parameter with a list operation instead, filtered to a single item with the 'fieldSelector' parameter.", r.kind),
+                    vec![], &["*/*"], WATCH_PRODUCES, responses(&[("200", "OK")], WATCH_EVENT)),
+                "parameters": with_name,
+            }),
+        );
+    }
+
+    // Across namespaces.
+    if r.namespaced && r.supports("list") {
+        let ta = target(format!("{}ForAllNamespaces", r.kind));
+        let mut params = list_params(true);
+        params.push(pretty());
+        paths.insert(
+            format!("{root}/{}", r.plural),
+            json!({
+                "get": ta.op("list", "list", format!("list or watch objects of kind {}", r.kind),
+                    vec![], &["*/*"], WATCH_PRODUCES, responses(&[("200", "OK")], &list_def)),
+                "parameters": params,
+            }),
+        );
+        if r.supports("watch") {
+            let tw = target(format!("{}ListForAllNamespaces", r.kind));
+            let mut params = list_params(true);
+            params.push(pretty());
+            paths.insert(
+                format!("{root}/watch/{}", r.plural),
+                json!({
+                    "get": tw.op("watch", "watchlist",
+                        format!("watch individual changes to a list of {}. deprecated: use the 'watch' parameter with a list operation instead.", r.kind),
+                        vec![], &["*/*"], WATCH_PRODUCES, responses(&[("200", "OK")], WATCH_EVENT)),
+                    "parameters": params,
+                }),
+            );
+        }
+    }
+}
+
+fn patch_op(t: &Target<'_>, def: &str, description: &str) -> Value {
+    let mut params = vec![body(PATCH)];
+    params.extend(write_params());
+    params.push(query("force", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests."));
+    t.op(
+        "patch",
+        "patch",
+        description.to_string(),
+        params,
+        PATCH_CONSUMES,
+        JSON_YAML_PB,
+        responses(&[("200", "OK"), ("201", "Created")], def),
+    )
+}
+
+fn subresource_path(
+    paths: &mut Map<String, Value>,
+    base: &str,
+    r: &ResourceInfo,
+    sub: &SubresourceInfo,
+    parent_def: &str,
+    scope: &Value,
+) {
+    let group = sub.group.unwrap_or(r.group);
+    let version = sub.version.unwrap_or(r.version);
+    let def = if sub.kind == r.kind && sub.group.is_none() {
+        parent_def.to_string()
+    } else {
+        match definition_of(group, version, sub.kind) {
+            Some(d) => d,
+            None => return,
+        }
+    };
+    let ns = if r.namespaced { "Namespaced" } else { "" };
+    let t = Target {
+        group: r.group,
+        version: r.version,
+        gvk: (group, version, sub.kind),
+        op_suffix: format!("{ns}{}{}", r.kind, capitalize(sub.name)),
+        kind_for_text: r.kind,
+    };
+    let mut item = Map::new();
+    let what = format!("{} of the specified {}", sub.name, t.kind_for_text);
+    for verb in sub.verbs {
+        match *verb {
+            "get" => {
+                item.insert(
+                    "get".into(),
+                    t.op(
+                        "read",
+                        "get",
+                        format!("read {what}"),
+                        vec![],
+                        &["*/*"],
+                        JSON_YAML_PB,
+                        responses(&[("200", "OK")], &def),
+                    ),
+                );
+            }
+            "update" => {
+                let mut params = vec![body(&def)];
+                params.extend(write_params());
+                item.insert(
+                    "put".into(),
+                    t.op(
+                        "replace",
+                        "put",
+                        format!("replace {what}"),
+                        params,
+                        &["*/*"],
+                        JSON_YAML_PB,
+                        responses(&[("200", "OK"), ("201", "Created")], &def),
+                    ),
+                );
+            }
+            "patch" => {
+                item.insert(
+                    "patch".into(),
+                    patch_op(&t, &def, &format!("partially update {what}")),
+                );
+            }
+            "create" => {
+                let mut params = vec![body(&def)];
+                params.extend(write_params());
+                item.insert(
+                    "post".into(),
+                    t.op(
+                        "create",
+                        "post",
+                        format!("create {} of a {}", sub.name, r.kind),
+                        params,
+                        &["*/*"],
+                        JSON_YAML_PB,
+                        responses(
+                            &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+                            &def,
+                        ),
+                    ),
+                );
+            }
+            _ => {}
+        }
+    }
+    item.insert("parameters".into(), scope.clone());
+    paths.insert(format!("{base}/{{name}}/{}", sub.name), Value::Object(item));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_naming_follows_upstream() {
+        assert_eq!(gv_camel("", "v1"), "CoreV1");
+        assert_eq!(gv_camel("apps", "v1"), "AppsV1");
+        assert_eq!(
+            gv_camel("rbac.authorization.k8s.io", "v1"),
+            "RbacAuthorizationV1"
+        );
+        assert_eq!(gv_camel("coordination.k8s.io", "v1"), "CoordinationV1");
+        assert_eq!(tag("", "v1"), "core_v1");
+        assert_eq!(
+            tag("rbac.authorization.k8s.io", "v1"),
+            "rbacAuthorization_v1"
+        );
+        let paths = build_for("", "v1");
+        assert_eq!(
+            paths["/api/v1/namespaces/{namespace}/pods"]["get"]["operationId"],
+            "listCoreV1NamespacedPod"
+        );
+        assert_eq!(
+            paths["/api/v1/namespaces/{namespace}/pods"]["delete"]["operationId"],
+            "deleteCoreV1CollectionNamespacedPod"
+        );
+        assert_eq!(
+            paths["/api/v1/pods"]["get"]["operationId"],
+            "listCoreV1PodForAllNamespaces"
+        );
+        assert_eq!(
+            paths["/api/v1/namespaces/{namespace}/pods/{name}/binding"]["post"]["operationId"],
+            "createCoreV1NamespacedPodBinding"
+        );
+        assert_eq!(
+            paths["/api/v1/namespaces/{name}/finalize"]["put"]["operationId"],
+            "replaceCoreV1NamespaceFinalize"
+        );
+        let apps = build_for("apps", "v1");
+        let scale = &apps["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"];
+        assert_eq!(
+            scale["get"]["operationId"],
+            "readAppsV1NamespacedDeploymentScale"
+        );
+        assert_eq!(
+            scale["patch"]["x-kubernetes-group-version-kind"],
+            json!({"group": "autoscaling", "kind": "Scale", "version": "v1"})
+        );
+    }
+}

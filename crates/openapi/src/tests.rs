@@ -1,0 +1,426 @@
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use ferrokube_api::resources::RESOURCES;
+use prost::Message;
+
+use super::*;
+use crate::definitions::{V2_REF, refs};
+
+fn def<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["definitions"]
+        .get(name)
+        .unwrap_or_else(|| panic!("no definition {name}"))
+}
+
+#[test]
+fn pod_definition_has_gvk_and_patch_metadata() {
+    let doc = swagger_v2();
+    assert_eq!(doc["swagger"], "2.0");
+    let pod = def(&doc, "io.k8s.api.core.v1.Pod");
+    assert_eq!(
+        pod["x-kubernetes-group-version-kind"],
+        json!([{"group": "", "kind": "Pod", "version": "v1"}])
+    );
+    assert_eq!(
+        pod["properties"]["spec"]["$ref"],
+        "#/definitions/io.k8s.api.core.v1.PodSpec"
+    );
+    let containers = &def(&doc, "io.k8s.api.core.v1.PodSpec")["properties"]["containers"];
+    assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
+    assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+    assert_eq!(containers["x-kubernetes-list-type"], "map");
+    assert_eq!(containers["x-kubernetes-list-map-keys"], json!(["name"]));
+    assert_eq!(
+        containers["items"]["$ref"],
+        "#/definitions/io.k8s.api.core.v1.Container"
+    );
+    let volumes = &def(&doc, "io.k8s.api.core.v1.PodSpec")["properties"]["volumes"];
+    assert_eq!(volumes["x-kubernetes-patch-strategy"], "merge,retainKeys");
+    let ports = &def(&doc, "io.k8s.api.core.v1.Container")["properties"]["ports"];
+    assert_eq!(ports["x-kubernetes-patch-merge-key"], "containerPort");
+    assert_eq!(
+        ports["x-kubernetes-list-map-keys"],
+        json!(["containerPort", "protocol"])
+    );
+    let finalizers =
+        &def(&doc, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")["properties"]["finalizers"];
+    assert_eq!(finalizers["x-kubernetes-patch-strategy"], "merge");
+    assert_eq!(finalizers["x-kubernetes-list-type"], "set");
+    let ios = def(&doc, "io.k8s.apimachinery.pkg.util.intstr.IntOrString");
+    assert_eq!(ios["type"], "string");
+    assert_eq!(ios["format"], "int-or-string");
+}
+
+#[test]
+fn every_resource_kind_has_definitions_and_paths() {
+    let doc = swagger_v2();
+    let paths = doc["paths"].as_object().unwrap();
+    for r in RESOURCES {
+        let name = paths::definition_of(r.group, r.version, r.kind)
+            .unwrap_or_else(|| panic!("{} has no type in kinds.rs", r.kind));
+        let d = def(&doc, &name);
+        assert_eq!(
+            d["x-kubernetes-group-version-kind"],
+            json!([{"group": r.group, "kind": r.kind, "version": r.version}]),
+            "{name}"
+        );
+        let list = def(&doc, &format!("{name}List"));
+        assert_eq!(
+            list["x-kubernetes-group-version-kind"][0]["kind"],
+            format!("{}List", r.kind)
+        );
+        let root = if r.group.is_empty() {
+            format!("/api/{}", r.version)
+        } else {
+            format!("/apis/{}/{}", r.group, r.version)
+        };
+        let base = if r.namespaced {
+            format!("{root}/namespaces/{{namespace}}/{}", r.plural)
+        } else {
+            format!("{root}/{}", r.plural)
+        };
+        let one = &paths[&format!("{base}/{{name}}")];
+        let gvk = json!({"group": r.group, "kind": r.kind, "version": r.version});
+        for (method, action) in [
+            ("get", "get"),
+            ("put", "put"),
+            ("patch", "patch"),
+            ("delete", "delete"),
+        ] {
+            assert_eq!(
+                one[method]["x-kubernetes-action"], action,
+                "{base} {method}"
+            );
+            assert_eq!(one[method]["x-kubernetes-group-version-kind"], gvk);
+        }
+        let collection = &paths[&base];
+        assert_eq!(collection["get"]["x-kubernetes-action"], "list");
+        assert_eq!(collection["post"]["x-kubernetes-action"], "post");
+        assert_eq!(
+            collection["delete"]["x-kubernetes-action"]
+                .as_str()
+                .is_some(),
+            r.supports("deletecollection"),
+            "{base}"
+        );
+        let patch_params: Vec<&str> = one["patch"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "query")
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(patch_params.contains(&"fieldValidation"), "{base}");
+        assert!(patch_params.contains(&"dryRun"));
+        for sub in r.subresources {
+            assert!(
+                paths.contains_key(&format!("{base}/{{name}}/{}", sub.name)),
+                "{base}/{}",
+                sub.name
+            );
+        }
+    }
+    for kind in ["Status", "DeleteOptions", "WatchEvent", "Patch"] {
+        def(
+            &doc,
+            &format!("io.k8s.apimachinery.pkg.apis.meta.v1.{kind}"),
+        );
+    }
+    assert!(
+        def(&doc, "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions")
+            ["x-kubernetes-group-version-kind"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"group": "apps", "kind": "DeleteOptions", "version": "v1"}))
+    );
+    for (name, gvk) in [
+        (
+            "io.k8s.api.autoscaling.v1.Scale",
+            json!({"group": "autoscaling", "kind": "Scale", "version": "v1"}),
+        ),
+        (
+            "io.k8s.api.policy.v1.Eviction",
+            json!({"group": "policy", "kind": "Eviction", "version": "v1"}),
+        ),
+        (
+            "io.k8s.api.core.v1.Binding",
+            json!({"group": "", "kind": "Binding", "version": "v1"}),
+        ),
+    ] {
+        assert_eq!(
+            def(&doc, name)["x-kubernetes-group-version-kind"],
+            json!([gvk])
+        );
+    }
+}
+
+#[test]
+fn gvks_are_unique_across_definitions() {
+    let doc = swagger_v2();
+    let mut seen = BTreeSet::new();
+    for (name, d) in doc["definitions"].as_object().unwrap() {
+        for gvk in d["x-kubernetes-group-version-kind"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                seen.insert(gvk.to_string()),
+                "{gvk} claimed twice (again by {name})"
+            );
+        }
+    }
+}
+
+#[test]
+fn v2_refs_resolve() {
+    let doc = swagger_v2();
+    let defs = doc["definitions"].as_object().unwrap();
+    let mut found = Vec::new();
+    refs(&doc, V2_REF, &mut found);
+    assert!(found.len() > 1000);
+    for target in found {
+        assert!(defs.contains_key(target), "dangling $ref {target}");
+    }
+    let mut all = Vec::new();
+    all_refs(&doc, &mut all);
+    assert!(all.iter().all(|r| r.starts_with(V2_REF)), "non-local refs");
+}
+
+fn all_refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k == "$ref" {
+                    out.push(v.as_str().unwrap_or(""));
+                } else {
+                    all_refs(v, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| all_refs(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn v3_documents_for_every_group_version() {
+    let gvs = v3_group_versions();
+    let mut expected: Vec<String> = ferrokube_api::resources::groups()
+        .into_iter()
+        .map(|(g, v)| gv_path(g, v))
+        .collect();
+    expected.sort();
+    let mut sorted = gvs.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected);
+    assert!(gvs.contains(&"api/v1".to_string()));
+    assert!(gvs.contains(&"apis/apps/v1".to_string()));
+    assert!(v3_document("apis/nope/v1").is_none());
+
+    for gv in &gvs {
+        let doc = v3_document(gv).unwrap();
+        assert_eq!(doc["openapi"], "3.0.0");
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut all = Vec::new();
+        all_refs(&doc, &mut all);
+        for r in all {
+            let target = r
+                .strip_prefix(v3::V3_REF)
+                .unwrap_or_else(|| panic!("{gv}: non-v3 ref {r}"));
+            assert!(schemas.contains_key(target), "{gv}: dangling {target}");
+        }
+        // Each kind of the group-version is there with its gvk, and its PATCH takes
+        // fieldValidation (kubectl's server-side validation check).
+        for r in RESOURCES
+            .iter()
+            .filter(|r| gv_path(r.group, r.version) == *gv)
+        {
+            let name = paths::definition_of(r.group, r.version, r.kind).unwrap();
+            assert_eq!(
+                schemas[&name]["x-kubernetes-group-version-kind"][0]["kind"],
+                r.kind
+            );
+            let gvk = json!({"group": r.group, "kind": r.kind, "version": r.version});
+            let patch = doc["paths"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter_map(|item| item.get("patch"))
+                .find(|op| op["x-kubernetes-group-version-kind"] == gvk)
+                .unwrap_or_else(|| panic!("{gv}: no PATCH for {}", r.kind));
+            assert!(
+                patch["parameters"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
+            );
+            assert!(
+                patch["requestBody"]["content"]
+                    .get("application/strategic-merge-patch+json")
+                    .is_some()
+            );
+        }
+    }
+    let core = v3_document("api/v1").unwrap();
+    let spec = &core["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"];
+    assert_eq!(
+        spec["properties"]["containers"]["x-kubernetes-patch-merge-key"],
+        "name"
+    );
+    assert_eq!(
+        spec["properties"]["containers"]["items"]["$ref"],
+        "#/components/schemas/io.k8s.api.core.v1.Container"
+    );
+    let list = &core["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"];
+    assert_eq!(
+        list["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/io.k8s.api.core.v1.PodList"
+    );
+    assert_eq!(
+        core["paths"]["/api/v1/namespaces/{namespace}/pods"]["parameters"][0]["schema"]["type"],
+        "string"
+    );
+    // Other groups' kinds stay out of the core document.
+    assert!(
+        core["components"]["schemas"]
+            .get("io.k8s.api.apps.v1.Deployment")
+            .is_none()
+    );
+}
+
+#[test]
+fn documents_are_hashed_and_indexed() {
+    let started = Instant::now();
+    let docs = Documents::build();
+    println!(
+        "Documents::build: {:?}; v2 JSON {} bytes, protobuf {} bytes, {} v3 documents",
+        started.elapsed(),
+        docs.v2_json.bytes.len(),
+        docs.v2_protobuf.bytes.len(),
+        docs.v3.len()
+    );
+    assert_eq!(docs.v2_json.hash, content_hash(&docs.v2_json.bytes));
+    assert_eq!(docs.v2_json.hash.len(), 128);
+    assert!(
+        docs.v2_json
+            .hash
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
+    );
+    let index: Value = serde_json::from_slice(&docs.v3_index.bytes).unwrap();
+    let apps = docs.v3("apis/apps/v1").unwrap();
+    assert_eq!(
+        index["paths"]["apis/apps/v1"]["serverRelativeURL"],
+        format!("/openapi/v3/apis/apps/v1?hash={}", apps.hash)
+    );
+    assert_eq!(
+        index["paths"].as_object().unwrap().len(),
+        v3_group_versions().len()
+    );
+    // Generation is deterministic: the same bytes every time.
+    assert_eq!(Documents::build().v2_json, docs.v2_json);
+    let served: Value = serde_json::from_slice(&docs.v2_json.bytes).unwrap();
+    assert_eq!(served, swagger_v2());
+}
+
+#[test]
+fn protobuf_decodes_to_the_same_document() {
+    let doc = swagger_v2();
+    let bytes = swagger_v2_protobuf();
+    let decoded = proto::Document::decode(bytes.as_slice()).unwrap();
+    assert_eq!(decoded.swagger, "2.0");
+    let defs = decoded.definitions.unwrap().additional_properties;
+    assert_eq!(defs.len(), doc["definitions"].as_object().unwrap().len());
+    let paths = decoded.paths.unwrap().path;
+    assert_eq!(paths.len(), doc["paths"].as_object().unwrap().len());
+
+    let pod = defs
+        .iter()
+        .find(|d| d.name == "io.k8s.api.core.v1.Pod")
+        .and_then(|d| d.value.as_ref())
+        .unwrap();
+    let gvk = pod
+        .vendor_extension
+        .iter()
+        .find(|e| e.name == "x-kubernetes-group-version-kind")
+        .unwrap();
+    let yaml: Value = serde_json::from_str(&gvk.value.as_ref().unwrap().yaml).unwrap();
+    assert_eq!(yaml, json!([{"group": "", "kind": "Pod", "version": "v1"}]));
+    assert_eq!(pod.r#type.as_ref().unwrap().value, ["object"]);
+
+    let spec = defs
+        .iter()
+        .find(|d| d.name == "io.k8s.api.core.v1.PodSpec")
+        .and_then(|d| d.value.as_ref())
+        .unwrap();
+    let containers = spec
+        .properties
+        .as_ref()
+        .unwrap()
+        .additional_properties
+        .iter()
+        .find(|p| p.name == "containers")
+        .and_then(|p| p.value.as_ref())
+        .unwrap();
+    assert_eq!(
+        containers.items.as_ref().unwrap().schema[0].r#ref,
+        "#/definitions/io.k8s.api.core.v1.Container"
+    );
+    let ext: BTreeMap<&str, &str> = containers
+        .vendor_extension
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_ref().unwrap().yaml.as_str()))
+        .collect();
+    assert_eq!(ext["x-kubernetes-patch-strategy"], "\"merge\"");
+    assert_eq!(ext["x-kubernetes-patch-merge-key"], "\"name\"");
+
+    // Maps keep their value schema (labels: additionalProperties string).
+    let meta = defs
+        .iter()
+        .find(|d| d.name == "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+        .and_then(|d| d.value.as_ref())
+        .unwrap();
+    let labels = meta
+        .properties
+        .as_ref()
+        .unwrap()
+        .additional_properties
+        .iter()
+        .find(|p| p.name == "labels")
+        .and_then(|p| p.value.as_ref())
+        .unwrap();
+    match labels
+        .additional_properties
+        .as_deref()
+        .and_then(|a| a.oneof.as_ref())
+    {
+        Some(proto::additional_properties_item::Oneof::Schema(s)) => {
+            assert_eq!(s.r#type.as_ref().unwrap().value, ["string"])
+        }
+        other => panic!("labels additionalProperties: {other:?}"),
+    }
+
+    // Operations keep their parameters and extensions.
+    let item = paths
+        .iter()
+        .find(|p| p.name == "/api/v1/namespaces/{namespace}/pods/{name}")
+        .and_then(|p| p.value.as_ref())
+        .unwrap();
+    let patch = item.patch.as_ref().unwrap();
+    assert_eq!(patch.operation_id, "patchCoreV1NamespacedPod");
+    assert!(
+        patch
+            .vendor_extension
+            .iter()
+            .any(|e| e.name == "x-kubernetes-action")
+    );
+    assert!(patch.parameters.iter().any(|p| matches!(
+        p.parameter.as_ref().and_then(|p| p.oneof.as_ref()),
+        Some(proto::parameter::Oneof::NonBodyParameter(proto::NonBodyParameter {
+            oneof: Some(proto::non_body_parameter::Oneof::QueryParameterSubSchema(q))
+        })) if q.name == "fieldValidation"
+    )));
+}
