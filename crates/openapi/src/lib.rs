@@ -3,7 +3,8 @@
 //!
 //! * [`swagger_v2`]: Swagger 2.0 as upstream's `/openapi/v2` (JSON), with
 //!   [`swagger_v2_protobuf`] the same document as gnostic's `openapi.v2.Document`
-//!   protobuf ([`V2_PROTOBUF_CONTENT_TYPE`]), which kubectl asks for.
+//!   protobuf ([`V2_PROTOBUF_CONTENT_TYPE`]), which kubectl asks for and needs (client-go
+//!   has no JSON fallback for v2: on 406 it tries `/swagger-2.0.0.pb-v1`).
 //! * [`v3_index`] and [`v3_document`]: `/openapi/v3` discovery and the OpenAPI 3.0
 //!   document of each group-version (`api/v1`, `apis/apps/v1`).
 //! * [`Documents::build`]: everything at once, serialized and hashed, for the
@@ -30,9 +31,17 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-/// The content type of the protobuf `/openapi/v2` document.
+/// The media type clients ask `/openapi/v2` for (in `Accept`) to get the protobuf
+/// document.
 pub const V2_PROTOBUF_CONTENT_TYPE: &str =
     "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// The `Content-Type` upstream answers the protobuf document with: the `@` of
+/// [`V2_PROTOBUF_CONTENT_TYPE`] is not valid in a media type (Go's `mime` parser, and
+/// so kubectl, rejects it), so upstream spells it with a dot. Both spellings are
+/// accepted in `Accept`.
+pub const V2_PROTOBUF_RESPONSE_CONTENT_TYPE: &str =
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
 /// The Kubernetes version the documents describe (`info.version`).
 const INFO_VERSION: &str = "v1.33.0";
