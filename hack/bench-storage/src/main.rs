@@ -123,7 +123,10 @@ fn compared(backend: &'static str, measure: &str, ours: f64, baseline: f64, what
 async fn bench_sqlite(args: &Args, base: &Path) -> Result<Vec<Row>> {
     let raw_single = raw_sqlite_inserts(&base.join("raw1.db"), 1, args)?;
     let raw_concurrent = raw_sqlite_inserts(&base.join("rawn.db"), args.concurrency, args)?;
-    eprintln!("raw sqlite: {raw_single:.0}/s (1 writer), {raw_concurrent:.0}/s ({} writers)", args.concurrency);
+    eprintln!(
+        "raw sqlite: {raw_single:.0}/s (1 writer), {raw_concurrent:.0}/s ({} writers)",
+        args.concurrency
+    );
     let open = |name: &str| {
         let path = base.join(name);
         async move {
