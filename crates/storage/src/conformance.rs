@@ -91,7 +91,11 @@ async fn next_event(watch: &mut WatchStream) -> WatchEvent {
 }
 
 pub async fn create_then_get(s: Arc<dyn Storage>) {
-    assert_eq!(s.current_revision().await.unwrap(), 1, "a fresh store is at revision 1");
+    assert_eq!(
+        s.current_revision().await.unwrap(),
+        1,
+        "a fresh store is at revision 1"
+    );
     let rev = s.create("/r/a", bytes("one")).await.unwrap();
     assert_eq!(rev, 2);
     let kv = s.get("/r/a", None).await.unwrap();
@@ -163,7 +167,14 @@ pub async fn get_at_old_revision(s: Arc<dyn Storage>) {
 }
 
 pub async fn list_prefix_in_key_order(s: Arc<dyn Storage>) {
-    for key in ["/r/pods/b", "/r/pods/a", "/r/pods/c", "/r/podsx/a", "/r/pod", "/q/pods/a"] {
+    for key in [
+        "/r/pods/b",
+        "/r/pods/a",
+        "/r/pods/c",
+        "/r/podsx/a",
+        "/r/pod",
+        "/q/pods/a",
+    ] {
         s.create(key, bytes(key)).await.unwrap();
     }
     let list = s.list("/r/pods/", &ListOptions::default()).await.unwrap();
@@ -250,11 +261,17 @@ pub async fn list_exact_and_not_older_than(s: Arc<dyn Storage>) {
         revision,
         ..Default::default()
     };
-    let old = s.list("/r/x/", &at(RevisionMatch::Exact(r1))).await.unwrap();
+    let old = s
+        .list("/r/x/", &at(RevisionMatch::Exact(r1)))
+        .await
+        .unwrap();
     assert_eq!(old.revision, r1);
     assert_eq!(old.items.len(), 1);
     assert_eq!(old.items[0].key, "/r/x/a");
-    let mid = s.list("/r/x/", &at(RevisionMatch::Exact(r2))).await.unwrap();
+    let mid = s
+        .list("/r/x/", &at(RevisionMatch::Exact(r2)))
+        .await
+        .unwrap();
     assert_eq!(mid.items.len(), 2);
     let now = s
         .list("/r/x/", &at(RevisionMatch::NotOlderThan(r1)))
@@ -535,10 +552,7 @@ pub async fn watch_from_every_retained_revision_replays_later_events(s: Arc<dyn 
     }
     // An event outside the prefix, interleaved.
     s.create("/r/other", bytes("x")).await.unwrap();
-    let deleted = s
-        .delete("/r/w/b", &Preconditions::default())
-        .await
-        .unwrap();
+    let deleted = s.delete("/r/w/b", &Preconditions::default()).await.unwrap();
     history.push((deleted.revision, "/r/w/b", 'D'));
 
     for from in start..deleted.revision {

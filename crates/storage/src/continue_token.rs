@@ -44,9 +44,7 @@ impl ContinueToken {
     /// version, or that tries to leave the prefix is [`StorageError::InvalidArgument`].
     pub fn decode(token: &str, prefix: &str) -> Result<ContinueToken, StorageError> {
         let invalid = |why: &str| StorageError::InvalidArgument(format!("continue token: {why}"));
-        let bytes = STANDARD
-            .decode(token)
-            .map_err(|_| invalid("not base64"))?;
+        let bytes = STANDARD.decode(token).map_err(|_| invalid("not base64"))?;
         let wire: Wire = serde_json::from_slice(&bytes).map_err(|_| invalid("not a token"))?;
         if wire.v != TOKEN_VERSION {
             return Err(invalid("unsupported version"));
@@ -87,7 +85,12 @@ mod tests {
 
     #[test]
     fn rejects_garbage_and_escapes() {
-        for bad in ["", "!!!", "e30=", &STANDARD.encode(r#"{"v":"x","rv":1,"start":"a"}"#)] {
+        for bad in [
+            "",
+            "!!!",
+            "e30=",
+            &STANDARD.encode(r#"{"v":"x","rv":1,"start":"a"}"#),
+        ] {
             assert!(matches!(
                 ContinueToken::decode(bad, "/p/"),
                 Err(StorageError::InvalidArgument(_))

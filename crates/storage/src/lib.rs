@@ -116,10 +116,7 @@ pub fn value_uid(value: &[u8]) -> Option<String> {
     struct Object {
         metadata: Option<Meta>,
     }
-    serde_json::from_slice::<Object>(value)
-        .ok()?
-        .metadata?
-        .uid
+    serde_json::from_slice::<Object>(value).ok()?.metadata?.uid
 }
 
 /// Which revision a list reads at.
