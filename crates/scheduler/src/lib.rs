@@ -36,3 +36,6 @@ pub mod types;
 pub use config::KubeSchedulerConfiguration;
 pub use framework::{Framework, Plugin, Registry};
 pub use status::{Code, Status};
+
+#[cfg(test)]
+mod tests;

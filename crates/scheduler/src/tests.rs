@@ -1,0 +1,432 @@
+//! Tests across modules: profiles built from configuration, the queue's movement
+//! rules, and whole scheduling cycles (placement, failure messages, preemption).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::json;
+
+use crate::cache::Snapshot;
+use crate::config::{ExtensionPoint, KubeSchedulerConfiguration};
+use crate::framework::*;
+use crate::plugins::default_registry;
+use crate::plugins::testutil::{node, pod, requests, snapshot};
+use crate::queue::{BackoffConfig, FakeClock, QueueLocation, SchedulingQueue, backoff_duration};
+use crate::schedule_one::{Algorithm, ScheduleError, num_feasible_nodes_to_find};
+use crate::types::PodInfo;
+
+fn default_fw() -> Arc<Framework> {
+    fw_with(Handle::default(), &KubeSchedulerConfiguration::default_config())
+}
+
+fn fw_with(h: Handle, c: &KubeSchedulerConfiguration) -> Arc<Framework> {
+    Arc::new(Framework::new(&default_registry(), &c.profiles[0], h).unwrap())
+}
+
+#[test]
+fn default_profile_matches_upstream() {
+    let fw = default_fw();
+    assert_eq!(fw.plugin_names(ExtensionPoint::QueueSort), vec!["PrioritySort"]);
+    assert_eq!(fw.plugin_names(ExtensionPoint::PreEnqueue), vec!["SchedulingGates"]);
+    assert_eq!(
+        fw.plugin_names(ExtensionPoint::Filter),
+        vec![
+            "NodeUnschedulable",
+            "NodeName",
+            "TaintToleration",
+            "NodeAffinity",
+            "NodePorts",
+            "NodeResourcesFit",
+            "VolumeRestrictions",
+            "VolumeBinding",
+            "PodTopologySpread",
+            "InterPodAffinity"
+        ]
+    );
+    assert_eq!(
+        fw.score_weights(),
+        vec![
+            ("TaintToleration", 3),
+            ("NodeAffinity", 2),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1)
+        ]
+    );
+    assert_eq!(fw.plugin_names(ExtensionPoint::PostFilter), vec!["DefaultPreemption"]);
+    assert_eq!(fw.plugin_names(ExtensionPoint::Bind), vec!["DefaultBinder"]);
+}
+
+#[test]
+fn profile_overrides() {
+    let c = KubeSchedulerConfiguration::from_yaml(
+        r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: custom
+  plugins:
+    score:
+      enabled:
+      - name: ImageLocality
+        weight: 7
+      disabled:
+      - name: NodeResourcesBalancedAllocation
+    filter:
+      disabled:
+      - name: "*"
+"#,
+    )
+    .unwrap();
+    let fw = fw_with(Handle::default(), &c);
+    assert_eq!(fw.profile_name, "custom");
+    assert!(fw.plugin_names(ExtensionPoint::Filter).is_empty());
+    let w = fw.score_weights();
+    assert_eq!(w[0], ("ImageLocality", 7), "overrides come first");
+    assert!(!w.iter().any(|(n, _)| *n == "NodeResourcesBalancedAllocation"));
+    let bad = KubeSchedulerConfiguration::from_yaml(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: NoSuchPlugin\n",
+    )
+    .unwrap();
+    assert_eq!(
+        Framework::new(&default_registry(), &bad.profiles[0], Handle::default()).unwrap_err(),
+        FrameworkError::UnknownPlugin("NoSuchPlugin".into())
+    );
+}
+
+#[test]
+fn feasible_nodes_to_find() {
+    for (pct, all, want) in [
+        (0, 50, 50),
+        (0, 100, 50 * 100 / 100),
+        (0, 1000, 420),
+        (0, 5000, 500),
+        (0, 6000, 300),
+        (0, 10000, 500),
+        (30, 1000, 300),
+        (100, 1000, 1000),
+        (1, 1000, 100),
+    ] {
+        let got = num_feasible_nodes_to_find(pct, all);
+        let want = if all >= 100 { want.max(100) } else { want };
+        assert_eq!(got, want, "pct {pct} all {all}");
+    }
+}
+
+// ---- Queue -----------------------------------------------------------------------
+
+fn queue(clock: Arc<FakeClock>) -> SchedulingQueue {
+    SchedulingQueue::new(&[default_fw()], BackoffConfig::default(), clock)
+}
+
+fn key(p: &Pod) -> String {
+    crate::types::pod_key(p)
+}
+
+#[test]
+fn backoff_doubles_to_max() {
+    let c = BackoffConfig::default();
+    let got: Vec<u64> = (1..=6).map(|a| backoff_duration(c, a).as_secs()).collect();
+    assert_eq!(got, vec![1, 2, 4, 8, 10, 10]);
+}
+
+#[test]
+fn pops_by_priority_then_age() {
+    let clock = Arc::new(FakeClock::new());
+    let q = queue(clock.clone());
+    q.add(pod("low", json!({"spec": {"priority": 1}})));
+    clock.step(Duration::from_millis(1));
+    q.add(pod("high", json!({"spec": {"priority": 100}})));
+    clock.step(Duration::from_millis(1));
+    q.add(pod("low2", json!({"spec": {"priority": 1}})));
+    let order: Vec<String> = std::iter::from_fn(|| q.try_pop())
+        .map(|p| p.pod_info.key())
+        .collect();
+    assert_eq!(order, vec!["default/high", "default/low", "default/low2"]);
+}
+
+fn fail(q: &SchedulingQueue, plugin: &str) -> String {
+    let mut p = q.try_pop().expect("a pod");
+    let cycle = q.scheduling_cycle();
+    p.unschedulable_plugins.insert(plugin.into());
+    let k = p.pod_info.key();
+    q.add_unschedulable_if_not_present(p, cycle);
+    k
+}
+
+#[test]
+fn unschedulable_pod_moves_on_relevant_node_add_only() {
+    let clock = Arc::new(FakeClock::new());
+    let q = queue(clock.clone());
+    let p = pod("big", requests("8", "1Gi"));
+    q.add(p.clone());
+    let k = fail(&q, "NodeResourcesFit");
+    assert_eq!(q.location(&k), QueueLocation::Unschedulable);
+    // A node too small for the pod does not help (queueing hint: Skip).
+    let small = node("small", json!({}));
+    q.move_all_to_active_or_backoff(EVENT_NODE_ADD, EventObject::None, EventObject::Node(&small));
+    assert_eq!(q.location(&k), QueueLocation::Unschedulable);
+    // An unrelated event does not either.
+    q.move_all_to_active_or_backoff(
+        ClusterEvent::new(EventResource::PersistentVolume, ActionType::Add, "PVAdd"),
+        EventObject::None,
+        EventObject::None,
+    );
+    assert_eq!(q.location(&k), QueueLocation::Unschedulable);
+    // A big enough node does; the pod is still backing off (1 s after 1 attempt).
+    let big = node("big", json!({"status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}}));
+    q.move_all_to_active_or_backoff(EVENT_NODE_ADD, EventObject::None, EventObject::Node(&big));
+    assert_eq!(q.location(&k), QueueLocation::Backoff);
+    q.flush_backoff_completed();
+    assert_eq!(q.location(&k), QueueLocation::Backoff);
+    clock.step(Duration::from_secs(1));
+    q.flush_backoff_completed();
+    assert_eq!(q.location(&k), QueueLocation::Active);
+}
+
+#[test]
+fn pod_delete_frees_host_ports() {
+    let clock = Arc::new(FakeClock::new());
+    let q = queue(clock.clone());
+    let ported = |name: &str, port: i32| {
+        pod(name, json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": port}]}]}}))
+    };
+    q.add(ported("p", 8080));
+    let k = fail(&q, "NodePorts");
+    clock.step(Duration::from_secs(60));
+    let other = ported("other", 9090);
+    q.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, EventObject::Pod(&other), EventObject::None);
+    assert_eq!(q.location(&k), QueueLocation::Unschedulable);
+    let holder = ported("holder", 8080);
+    q.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, EventObject::Pod(&holder), EventObject::None);
+    assert_eq!(q.location(&k), QueueLocation::Active, "backoff already expired");
+}
+
+#[test]
+fn move_request_during_cycle_sends_pod_to_backoff() {
+    let clock = Arc::new(FakeClock::new());
+    let q = queue(clock.clone());
+    q.add(pod("p", json!({})));
+    let mut p = q.try_pop().unwrap();
+    let cycle = q.scheduling_cycle();
+    // An event arrives while the pod is being scheduled.
+    q.move_all_to_active_or_backoff(EVENT_NODE_ADD, EventObject::None, EventObject::None);
+    p.unschedulable_plugins.insert("NodeAffinity".into());
+    let k = p.pod_info.key();
+    q.add_unschedulable_if_not_present(p, cycle);
+    assert_eq!(q.location(&k), QueueLocation::Backoff);
+}
+
+#[test]
+fn leftover_unschedulable_pods_flush_after_five_minutes() {
+    let clock = Arc::new(FakeClock::new());
+    let q = queue(clock.clone());
+    q.add(pod("p", json!({})));
+    let k = fail(&q, "NodeAffinity");
+    clock.step(Duration::from_secs(299));
+    q.flush_unschedulable_left_over();
+    assert_eq!(q.location(&k), QueueLocation::Unschedulable);
+    clock.step(Duration::from_secs(2));
+    q.flush_unschedulable_left_over();
+    assert_eq!(q.location(&k), QueueLocation::Active);
+}
+
+#[test]
+fn scheduling_gates_hold_pods_until_lifted() {
+    let clock = Arc::new(FakeClock::new());
+    let q = queue(clock);
+    let gated = pod("g", json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}));
+    q.add(gated.clone());
+    let k = key(&gated);
+    assert_eq!(q.location(&k), QueueLocation::Gated);
+    assert_eq!(q.pending().gated, 1);
+    q.move_all_to_active_or_backoff(EVENT_NODE_ADD, EventObject::None, EventObject::None);
+    assert_eq!(q.location(&k), QueueLocation::Gated, "events do not release gated pods");
+    let mut lifted = (*gated).clone();
+    lifted.spec.as_mut().unwrap().scheduling_gates = None;
+    q.update(Arc::new(lifted));
+    assert_eq!(q.location(&k), QueueLocation::Active);
+    q.delete(&gated);
+    assert_eq!(q.location(&k), QueueLocation::Absent);
+}
+
+// ---- Whole cycles ----------------------------------------------------------------
+
+fn schedule(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> Result<String, ScheduleError> {
+    let mut alg = Algorithm::default();
+    let mut state = CycleState::new();
+    alg.schedule_pod(fw, &mut state, &PodInfo::new(p.clone()), snap, &NoNominator)
+        .map(|r| r.suggested_host)
+}
+
+#[test]
+fn places_pods_by_filters_and_scores() {
+    let fw = default_fw();
+    let snap = snapshot(vec![
+        (node("busy", json!({})), vec![pod("a", requests("3", "1Gi"))]),
+        (node("idle", json!({})), vec![]),
+        (
+            node("tainted", json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})),
+            vec![],
+        ),
+    ]);
+    for _ in 0..20 {
+        assert_eq!(schedule(&fw, &pod("p", requests("500m", "1Gi")), &snap).unwrap(), "idle");
+    }
+    let pinned = pod("n", json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": "busy"}}}));
+    assert_eq!(schedule(&fw, &pinned, &snap).unwrap(), "busy");
+}
+
+#[test]
+fn ties_are_broken_at_random() {
+    let fw = default_fw();
+    let snap = snapshot((0..4).map(|i| (node(&format!("n{i}"), json!({})), vec![])).collect());
+    let picked: std::collections::HashSet<String> = (0..200)
+        .map(|_| schedule(&fw, &pod("p", json!({})), &snap).unwrap())
+        .collect();
+    assert!(picked.len() > 1, "{picked:?}");
+}
+
+#[test]
+fn unschedulable_message_is_upstreams() {
+    let fw = default_fw();
+    let snap = snapshot(vec![
+        (
+            node(
+                "cp",
+                json!({"spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}}),
+            ),
+            vec![],
+        ),
+        (node("w1", json!({})), vec![]),
+        (node("w2", json!({})), vec![]),
+    ]);
+    let err = schedule(&fw, &pod("p", requests("5", "1Gi")), &snap).unwrap_err();
+    let ScheduleError::Fit(fe) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        err.to_string(),
+        "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu."
+    );
+    let plugins = &fe.diagnosis.unschedulable_plugins;
+    assert!(plugins.contains("TaintToleration") && plugins.contains("NodeResourcesFit"));
+}
+
+struct Pdbs(Vec<Arc<PodDisruptionBudget>>);
+impl ClusterLister for Pdbs {
+    fn pdbs(&self, _: &str) -> Vec<Arc<PodDisruptionBudget>> {
+        self.0.clone()
+    }
+}
+
+fn preempt(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> (Option<PostFilterResult>, crate::Status) {
+    let mut alg = Algorithm::default();
+    let mut state = CycleState::new();
+    let pi = Arc::new(PodInfo::new(p.clone()));
+    let err = alg
+        .schedule_pod(fw, &mut state, &pi, snap, &NoNominator)
+        .expect_err("does not fit");
+    let ScheduleError::Fit(fe) = err else { panic!("not a fit error") };
+    let ctx = PostFilterContext {
+        fw,
+        state: &state,
+        pod: &pi,
+        snapshot: snap,
+        statuses: &fe.diagnosis.node_to_status,
+        nominator: &NoNominator,
+    };
+    fw.run_post_filter(&ctx)
+}
+
+fn victim_names(r: &PostFilterResult) -> Vec<String> {
+    let mut v: Vec<String> = r.victims.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    v.sort();
+    v
+}
+
+fn prio_pod(name: &str, prio: i32, cpu: &str, labels: serde_json::Value) -> Arc<Pod> {
+    pod(
+        name,
+        json!({"metadata": {"labels": labels}, "spec": {"priority": prio, "containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}),
+    )
+}
+
+#[test]
+fn preemption_picks_lowest_priority_victims() {
+    let fw = default_fw();
+    let snap = snapshot(vec![
+        // n1: two mid-priority pods; n2: one low-priority pod taking most cpu.
+        (node("n1", json!({})), vec![prio_pod("m1", 50, "2", json!({})), prio_pod("m2", 50, "2", json!({}))]),
+        (node("n2", json!({})), vec![prio_pod("l1", 10, "3", json!({})), prio_pod("h1", 1000, "1", json!({}))]),
+    ]);
+    let (r, s) = preempt(&fw, &prio_pod("p", 100, "3", json!({})), &snap);
+    assert!(s.is_success(), "{s}");
+    let r = r.unwrap();
+    assert_eq!(r.nominated_node_name.as_deref(), Some("n2"));
+    assert_eq!(victim_names(&r), vec!["l1"]);
+
+    // Minimal victims: only one of n1's pods needs to go when n2 is out of reach.
+    let snap = snapshot(vec![(
+        node("n1", json!({})),
+        vec![prio_pod("a", 10, "1", json!({})), prio_pod("b", 20, "1", json!({})), prio_pod("c", 30, "2", json!({}))],
+    )]);
+    let (r, _) = preempt(&fw, &prio_pod("p", 100, "1", json!({})), &snap);
+    assert_eq!(victim_names(&r.unwrap()), vec!["a"], "the lowest priority pod goes first");
+}
+
+#[test]
+fn preemption_honours_pdbs_and_policy() {
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}
+    }))
+    .unwrap();
+    let h = Handle {
+        lister: Arc::new(Pdbs(vec![Arc::new(pdb)])),
+        ..Handle::default()
+    };
+    let fw = fw_with(h, &KubeSchedulerConfiguration::default_config());
+    let snap = snapshot(vec![
+        (node("n1", json!({})), vec![prio_pod("g", 10, "3", json!({"app": "guarded"}))]),
+        (node("n2", json!({})), vec![prio_pod("f", 10, "3", json!({"app": "free"}))]),
+    ]);
+    let (r, _) = preempt(&fw, &prio_pod("p", 100, "2", json!({})), &snap);
+    let r = r.unwrap();
+    assert_eq!(r.nominated_node_name.as_deref(), Some("n2"), "the node without PDB violations wins");
+    assert_eq!(victim_names(&r), vec!["f"]);
+
+    let never = pod(
+        "never",
+        json!({"spec": {"priority": 100, "preemptionPolicy": "Never", "containers": [
+            {"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}),
+    );
+    let (r, s) = preempt(&fw, &never, &snap);
+    assert!(r.is_none());
+    assert_eq!(s.message(), "preemption: not eligible due to preemptionPolicy=Never.");
+}
+
+#[test]
+fn preemption_message_without_victims() {
+    let fw = default_fw();
+    let snap = snapshot(vec![
+        (
+            node("cp", json!({"spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}})),
+            vec![],
+        ),
+        (node("w1", json!({})), vec![prio_pod("x", 500, "3", json!({}))]),
+        (node("w2", json!({})), vec![prio_pod("y", 500, "3", json!({}))]),
+    ]);
+    let (r, s) = preempt(&fw, &prio_pod("p", 100, "2", json!({})), &snap);
+    assert!(r.unwrap().nominated_node_name.is_none());
+    assert_eq!(
+        s.message(),
+        "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod"
+    );
+}
