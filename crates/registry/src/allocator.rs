@@ -134,12 +134,104 @@ impl ServiceAllocator {
     /// Fills in and reserves `spec.clusterIP(s)` and node ports of a new Service.
     pub fn allocate(&self, svc: &mut Value) -> Result<(), Vec<FieldError>> {
         let mut st = self.state.lock();
+        self.allocate_locked(&mut st, svc).map(|_| ())
+    }
+
+    /// On update: reserves what `new` holds beyond `old` (a node port for a Service
+    /// that became NodePort, a cluster IP for one that stopped being ExternalName),
+    /// atomically. What `old` holds stays reserved; after the write commits, call
+    /// [`ServiceAllocator::finish_update`] to give back what `new` dropped, or
+    /// [`ServiceAllocator::release_reserved`] if it did not commit.
+    pub fn allocate_update(
+        &self,
+        new: &mut Value,
+        old: &Value,
+    ) -> Result<Reserved, Vec<FieldError>> {
+        let mut st = self.state.lock();
+        let held = self.holdings(old);
+        for ip in &held.ips {
+            st.ips.remove(ip);
+        }
+        for p in &held.ports {
+            st.ports.remove(p);
+        }
+        let result = self.allocate_locked(&mut st, new);
+        for ip in &held.ips {
+            st.ips.insert(*ip);
+        }
+        for p in &held.ports {
+            st.ports.insert(*p);
+        }
+        result.map(|r| Reserved {
+            ips: r
+                .ips
+                .into_iter()
+                .filter(|i| !held.ips.contains(i))
+                .collect(),
+            ports: r
+                .ports
+                .into_iter()
+                .filter(|p| !held.ports.contains(p))
+                .collect(),
+        })
+    }
+
+    /// After an update committed: gives back what `old` held and `new` does not.
+    pub fn finish_update(&self, new: &Value, old: &Value) {
+        let (n, o) = (self.holdings(new), self.holdings(old));
+        self.release_reserved(&Reserved {
+            ips: o.ips.into_iter().filter(|i| !n.ips.contains(i)).collect(),
+            ports: o
+                .ports
+                .into_iter()
+                .filter(|p| !n.ports.contains(p))
+                .collect(),
+        });
+    }
+
+    /// Gives back a reservation.
+    pub fn release_reserved(&self, r: &Reserved) {
+        let mut st = self.state.lock();
+        for ip in &r.ips {
+            st.ips.remove(ip);
+        }
+        for p in &r.ports {
+            st.ports.remove(p);
+        }
+    }
+
+    /// The cluster IP (as an offset) and node ports a stored Service holds.
+    fn holdings(&self, svc: &Value) -> Reserved {
+        let spec = &svc["spec"];
+        let ips = spec
+            .get("clusterIP")
+            .and_then(Value::as_str)
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+            .filter(|ip| self.cidr.contains(*ip))
+            .map(|ip| u32::from(ip) - self.cidr.base)
+            .into_iter()
+            .collect();
+        let ports = spec["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+            .filter_map(|n| u16::try_from(n).ok())
+            .collect();
+        Reserved { ips, ports }
+    }
+
+    fn allocate_locked(
+        &self,
+        st: &mut State,
+        svc: &mut Value,
+    ) -> Result<Reserved, Vec<FieldError>> {
         let spec_path = FieldPath::new("spec");
         let mut taken_ips = Vec::new();
         let mut taken_ports = Vec::new();
         let mut errs = Vec::new();
         let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
-            return Ok(());
+            return Ok(Reserved::default());
         };
         let spec_v = Value::Object(spec.clone());
         if !is_headless_or_external(&spec_v) {
@@ -264,8 +356,12 @@ impl ServiceAllocator {
                 }
             }
         }
+        init_ip_families(spec);
         if errs.is_empty() {
-            Ok(())
+            Ok(Reserved {
+                ips: taken_ips,
+                ports: taken_ports,
+            })
         } else {
             for off in taken_ips {
                 st.ips.remove(&off);
@@ -295,38 +391,158 @@ impl ServiceAllocator {
     }
 }
 
-/// On update, keeps allocated values the client left out (upstream's
-/// `patchAllocatedValues`): clusterIP(s), ipFamilies and node ports by port.
+/// What one allocation reserved (cluster IPs as offsets into the range).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    ips: Vec<u32>,
+    ports: Vec<u16>,
+}
+
+/// `spec.ipFamilyPolicy`, `ipFamilies` and (headless) `clusterIPs` of a single-stack
+/// IPv4 cluster, as upstream's service REST storage fills them in: nothing for
+/// ExternalName; `RequireDualStack` for headless Services without a selector.
+fn init_ip_families(spec: &mut serde_json::Map<String, Value>) {
+    if spec.get("type").and_then(Value::as_str) == Some("ExternalName") {
+        return;
+    }
+    let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+    if headless {
+        let selectorless = spec
+            .get("selector")
+            .and_then(Value::as_object)
+            .is_none_or(|m| m.is_empty());
+        let policy = if selectorless {
+            "RequireDualStack"
+        } else {
+            "SingleStack"
+        };
+        spec.entry("ipFamilyPolicy")
+            .or_insert_with(|| json!(policy));
+        spec.entry("clusterIPs").or_insert_with(|| json!(["None"]));
+    } else {
+        spec.entry("ipFamilyPolicy")
+            .or_insert_with(|| json!("SingleStack"));
+    }
+    let empty = spec
+        .get("ipFamilies")
+        .and_then(Value::as_array)
+        .is_none_or(|a| a.is_empty());
+    if empty {
+        spec.insert("ipFamilies".into(), json!(["IPv4"]));
+    }
+}
+
+fn needs_cluster_ip(spec: &Value) -> bool {
+    spec.get("type").and_then(Value::as_str) != Some("ExternalName")
+}
+
+/// On update: keeps allocated values the client left out (upstream's
+/// `patchAllocatedValues`: clusterIP(s) while both need one, node ports by port name
+/// while both need them), then clears fields the new type no longer uses when they
+/// are unchanged from the old object (upstream's `dropTypeDependentFields`).
 pub fn keep_allocated(new: &mut Value, old: &Value) {
     let old_spec = &old["spec"];
+    let new_spec = new["spec"].clone();
     let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-        let empty = match spec.get(f) {
-            None | Some(Value::Null) => true,
-            Some(Value::String(s)) => s.is_empty(),
-            Some(Value::Array(a)) => a.is_empty(),
-            _ => false,
-        };
-        if empty && let Some(v) = old_spec.get(f) {
-            spec.insert(f.into(), v.clone());
-        }
-    }
-    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-        for p in ports {
-            if p.get("nodePort").and_then(Value::as_u64).unwrap_or(0) == 0
-                && let Some(old_p) = old_spec["ports"].as_array().and_then(|a| {
-                    a.iter().find(|o| {
-                        o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol")
-                    })
-                })
-                && let Some(n) = old_p.get("nodePort")
+    let (old_np, new_np) = (wants_node_ports(old_spec), wants_node_ports(&new_spec));
+    let (old_ip, new_ip) = (needs_cluster_ip(old_spec), needs_cluster_ip(&new_spec));
+    if old_np && new_np {
+        let node_port = |p: &Value| p.get("nodePort").and_then(Value::as_u64).unwrap_or(0);
+        let used: HashSet<u64> = new_spec["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(node_port)
+            .filter(|n| *n != 0)
+            .collect();
+        for p in spec
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if node_port(p) != 0 {
+                continue;
+            }
+            let name = p.get("name").cloned().unwrap_or(json!(""));
+            let old_n = old_spec["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o.get("name").cloned().unwrap_or(json!("")) == name)
+                .map(node_port)
+                .unwrap_or(0);
+            if old_n != 0
+                && !used.contains(&old_n)
                 && let Some(o) = p.as_object_mut()
             {
-                o.insert("nodePort".into(), n.clone());
+                o.insert("nodePort".into(), json!(old_n));
             }
         }
+    }
+    if old_ip && new_ip {
+        for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            let empty = match spec.get(f) {
+                None | Some(Value::Null) => true,
+                Some(Value::String(s)) => s.is_empty(),
+                Some(Value::Array(a)) => a.is_empty(),
+                _ => false,
+            };
+            if empty && let Some(v) = old_spec.get(f) {
+                spec.insert(f.into(), v.clone());
+            }
+        }
+    }
+    if old_ip && !new_ip {
+        for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if spec.get(f) == old_spec.get(f) {
+                spec.remove(f);
+            }
+        }
+    }
+    if old_np && !new_np {
+        let same = new_spec["ports"].as_array().into_iter().flatten().all(|p| {
+            p.get("nodePort").is_none_or(|n| {
+                n.as_u64() == Some(0)
+                    || old_spec["ports"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|o| o.get("nodePort") == Some(n))
+            })
+        });
+        if same {
+            for p in spec
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(o) = p.as_object_mut() {
+                    o.remove("nodePort");
+                }
+            }
+        }
+    }
+    if spec.get("type").and_then(Value::as_str) != Some("LoadBalancer") {
+        spec.remove("allocateLoadBalancerNodePorts");
+    }
+    let externally_accessible = matches!(
+        spec.get("type").and_then(Value::as_str),
+        Some("NodePort" | "LoadBalancer")
+    ) || (spec.get("type").and_then(Value::as_str)
+        == Some("ClusterIP")
+        && spec
+            .get("externalIPs")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty()));
+    if !externally_accessible {
+        spec.remove("externalTrafficPolicy");
+    }
+    if !new_ip {
+        spec.remove("internalTrafficPolicy");
     }
 }
 
@@ -394,10 +610,64 @@ mod tests {
 
     #[test]
     fn keeps_allocated_on_update() {
-        let old = json!({"spec": {"clusterIP": "10.96.0.3", "clusterIPs": ["10.96.0.3"], "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30001}]}});
-        let mut new = json!({"spec": {"ports": [{"port": 80, "protocol": "TCP"}]}});
+        let old = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.3", "clusterIPs": ["10.96.0.3"], "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30001}]}});
+        let mut new =
+            json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP"}]}});
         keep_allocated(&mut new, &old);
         assert_eq!(new["spec"]["clusterIP"], "10.96.0.3");
         assert_eq!(new["spec"]["ports"][0]["nodePort"], 30001);
+        // NodePort -> ClusterIP: the node ports go, the cluster IP stays.
+        let mut new = old.clone();
+        new["spec"]["type"] = json!("ClusterIP");
+        keep_allocated(&mut new, &old);
+        assert!(new["spec"]["ports"][0].get("nodePort").is_none());
+        assert_eq!(new["spec"]["clusterIP"], "10.96.0.3");
+        // -> ExternalName: the cluster IP goes too.
+        let mut new = old.clone();
+        new["spec"]["type"] = json!("ExternalName");
+        keep_allocated(&mut new, &old);
+        assert!(new["spec"].get("clusterIP").is_none());
+    }
+
+    #[test]
+    fn update_to_node_port_allocates_and_releases() {
+        let a = alloc();
+        let mut old = json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80}]}});
+        a.allocate(&mut old).unwrap();
+        assert_eq!(old["spec"]["ipFamilies"], json!(["IPv4"]));
+        assert_eq!(old["spec"]["ipFamilyPolicy"], "SingleStack");
+        let mut new = old.clone();
+        new["spec"]["type"] = json!("NodePort");
+        let r = a.allocate_update(&mut new, &old).unwrap();
+        assert_eq!(new["spec"]["ports"][0]["nodePort"], 30000);
+        assert_eq!(new["spec"]["clusterIP"], old["spec"]["clusterIP"]);
+        a.finish_update(&new, &old);
+        // Back to ClusterIP: the port is given back after the commit.
+        let mut back = new.clone();
+        back["spec"]["type"] = json!("ClusterIP");
+        keep_allocated(&mut back, &new);
+        let r2 = a.allocate_update(&mut back, &new).unwrap();
+        assert_eq!(r2, Reserved::default());
+        a.finish_update(&back, &new);
+        let mut other =
+            json!({"spec": {"type": "NodePort", "ports": [{"port": 1, "nodePort": 30000}]}});
+        a.allocate(&mut other).unwrap();
+        // A failed write gives back its reservation.
+        a.release_reserved(&r);
+    }
+
+    #[test]
+    fn headless_ip_families() {
+        let a = alloc();
+        let mut s = json!({"spec": {"clusterIP": "None", "selector": {"a": "b"}}});
+        a.allocate(&mut s).unwrap();
+        assert_eq!(s["spec"]["clusterIPs"], json!(["None"]));
+        assert_eq!(s["spec"]["ipFamilyPolicy"], "SingleStack");
+        let mut s = json!({"spec": {"clusterIP": "None"}});
+        a.allocate(&mut s).unwrap();
+        assert_eq!(s["spec"]["ipFamilyPolicy"], "RequireDualStack");
+        let mut s = json!({"spec": {"type": "ExternalName", "externalName": "x.example"}});
+        a.allocate(&mut s).unwrap();
+        assert!(s["spec"].get("ipFamilies").is_none());
     }
 }

@@ -1,12 +1,25 @@
 //! The strategy hook of every built-in resource: its k8s-openapi type and [`Hooks`].
 //! Adding a resource: one entry in `ferrokube_api::resources::RESOURCES` and one line
-//! here.
+//! here. Every kind gets upstream's defaulting (`ApplyDefaults`), validation
+//! (`Validate`, after defaulting) and object-metadata validation with its name rule.
+//!
+//! The per-kind steps upstream's strategies take in `PrepareForCreate` /
+//! `PrepareForUpdate` / `Validate` are the hook functions below: Job selector and
+//! controller-uid labels, Namespace finalizers and phase, Pod phase/qosClass and the
+//! scheduling-gated condition. Service IP families and allocation live in
+//! [`crate::allocator`].
 
 use std::sync::Arc;
 
+use ferrokube_api::defaults::ApplyDefaults;
 use ferrokube_api::resources::ResourceInfo;
+use ferrokube_apimachinery::validation::{
+    ValidateNameFn, name_is_dns_label, name_is_dns_subdomain, name_is_dns1035_label,
+    validate_path_segment_name,
+};
+use ferrokube_validation::Validate;
 use k8s_openapi::api;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::strategy::{Hooks, Strategy, TypedStrategy};
 
@@ -28,7 +41,8 @@ const POD: Hooks = Hooks {
         ("status.podIP", "status.podIP"),
         ("status.nominatedNodeName", "status.nominatedNodeName"),
     ],
-    prepare_create: None,
+    prepare_create: Some(pod_prepare_create),
+    prepare_update: None,
 };
 
 const NODE: Hooks = Hooks {
@@ -39,7 +53,7 @@ const NODE: Hooks = Hooks {
 const NAMESPACE: Hooks = Hooks {
     initial_status: Some(|| json!({"phase": "Active"})),
     fields: &[("status.phase", "status.phase")],
-    prepare_create: Some(|obj: &mut Value| {
+    prepare_create: Some(|obj: &mut Value, _now: &str| {
         // Upstream's namespace strategy: the `kubernetes` finalizer, always.
         let spec = obj
             .as_object_mut()
@@ -50,6 +64,20 @@ const NAMESPACE: Hooks = Hooks {
                 && !a.iter().any(|f| f == "kubernetes")
             {
                 a.push(json!("kubernetes"));
+            }
+        }
+    }),
+    // `spec.finalizers` changes only through `/finalize`.
+    prepare_update: Some(|new: &mut Value, old: &Value| {
+        let fins = old["spec"]["finalizers"].clone();
+        if let Some(o) = new.as_object_mut() {
+            let spec = o.entry("spec").or_insert_with(|| json!({}));
+            if let Some(s) = spec.as_object_mut() {
+                if fins.is_null() {
+                    s.remove("finalizers");
+                } else {
+                    s.insert("finalizers".into(), fins);
+                }
             }
         }
     }),
@@ -85,7 +113,7 @@ const REPLICAS: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({"replicas": 0})),
     fields: &[("status.replicas", "status.replicas")],
-    prepare_create: None,
+    ..Hooks::PLAIN
 };
 
 const WORKLOAD: Hooks = Hooks {
@@ -98,7 +126,8 @@ const JOB: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({})),
     fields: &[("status.successful", "status.successful")],
-    prepare_create: None,
+    prepare_create: Some(job_prepare_create),
+    prepare_update: None,
 };
 
 const STATUS_ONLY: Hooks = Hooks {
@@ -112,8 +141,7 @@ const SERVICE: Hooks = Hooks {
         ("spec.clusterIP", "spec.clusterIP"),
         ("spec.type", "spec.type"),
     ],
-    prepare_create: None,
-    tracks_generation: false,
+    ..Hooks::PLAIN
 };
 
 const PVC: Hooks = Hooks {
@@ -144,7 +172,15 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
     };
     macro_rules! typed {
         ($t:ty, $hooks:expr) => {
-            Arc::new(TypedStrategy::<$t>::new(info, $hooks)) as Arc<dyn Strategy>
+            Arc::new(
+                TypedStrategy::<$t>::new(info, $hooks)
+                    .with_defaults(<$t as ApplyDefaults>::apply_defaults)
+                    .with_validation(
+                        <$t as Validate>::validate_create,
+                        <$t as Validate>::validate_update,
+                    )
+                    .with_name_validation(name_rule(info)),
+            ) as Arc<dyn Strategy>
         };
     }
     let s = match (info.group, info.kind) {
@@ -196,6 +232,170 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
     Some(s)
 }
 
+/// The rule `metadata.name` follows per kind (upstream's `Validate*Name`): DNS
+/// subdomain unless the kind says otherwise.
+fn name_rule(info: &ResourceInfo) -> ValidateNameFn {
+    match (info.group, info.kind) {
+        ("", "Namespace") => name_is_dns_label,
+        ("", "Service") => name_is_dns1035_label,
+        ("", "PersistentVolume") | ("rbac.authorization.k8s.io", _) => validate_path_segment_name,
+        // "We don't care what you call your certificate requests."
+        ("certificates.k8s.io", _) => validate_path_segment_name,
+        _ => name_is_dns_subdomain,
+    }
+}
+
+/// `batch.kubernetes.io/controller-uid` and friends (upstream's `generateSelector`, run
+/// in the job strategy's `Validate` once the uid is known), unless
+/// `spec.manualSelector`.
+fn job_prepare_create(job: &mut Value, _now: &str) {
+    const JOB_NAME_LABELS: [&str; 2] = ["job-name", "batch.kubernetes.io/job-name"];
+    const UID_LABELS: [&str; 2] = ["controller-uid", "batch.kubernetes.io/controller-uid"];
+    if job["spec"]["manualSelector"].as_bool() == Some(true) {
+        return;
+    }
+    let name = json!(crate::meta::name(job));
+    let uid = json!(crate::meta::uid(job));
+    let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let labels = object_at(spec, &["template", "metadata", "labels"]);
+    for l in JOB_NAME_LABELS {
+        labels.entry(l).or_insert_with(|| name.clone());
+    }
+    for l in UID_LABELS {
+        labels.entry(l).or_insert_with(|| uid.clone());
+    }
+    object_at(spec, &["selector", "matchLabels"])
+        .entry("batch.kubernetes.io/controller-uid")
+        .or_insert(uid);
+}
+
+/// The object at `path` under `m`, created (and replacing non-objects) as needed.
+fn object_at<'a>(m: &'a mut Map<String, Value>, path: &[&str]) -> &'a mut Map<String, Value> {
+    let mut cur = m;
+    for k in path {
+        let v = cur.entry(*k).or_insert_with(|| json!({}));
+        if !v.is_object() {
+            *v = json!({});
+        }
+        cur = v.as_object_mut().expect("object");
+    }
+    cur
+}
+
+/// Upstream's pod `PrepareForCreate`: status `Pending` with the QoS class, and the
+/// `PodScheduled=False/SchedulingGated` condition when scheduling gates are set.
+fn pod_prepare_create(pod: &mut Value, now: &str) {
+    let qos = pod_qos_class(pod);
+    let gated = pod["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|g| !g.is_empty());
+    let Some(o) = pod.as_object_mut() else {
+        return;
+    };
+    let status = o
+        .entry("status")
+        .or_insert_with(|| json!({"phase": "Pending"}));
+    if let Some(s) = status.as_object_mut() {
+        s.insert("qosClass".into(), json!(qos));
+        if gated {
+            s.insert(
+                "conditions".into(),
+                json!([{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "lastProbeTime": null,
+                    "lastTransitionTime": now,
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                }]),
+            );
+        }
+    }
+}
+
+/// A quantity's value (enough to compare and to tell zero from positive).
+fn quantity(q: &Value) -> Option<f64> {
+    let q = match q {
+        Value::String(s) => s.trim(),
+        Value::Number(n) => return n.as_f64(),
+        _ => return None,
+    };
+    let split = q
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && matches!(c, '+' | '-'))))
+        .map_or(q.len(), |(i, _)| i);
+    let (num, suffix) = q.split_at(split);
+    let base: f64 = num.parse().ok()?;
+    let mult = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e if e.starts_with(['e', 'E']) => 10f64.powi(e[1..].parse().ok()?),
+        _ => return None,
+    };
+    Some(base * mult)
+}
+
+/// Upstream's `qos.GetPodQOS` (container-level resources; pod-level resources are
+/// alpha in v1.33): `BestEffort` without cpu/memory requests or limits,
+/// `Guaranteed` when every container limits cpu and memory and requests equal
+/// limits, `Burstable` otherwise.
+pub fn pod_qos_class(pod: &Value) -> &'static str {
+    use std::collections::BTreeMap;
+    let mut requests: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut guaranteed = true;
+    let containers = ["containers", "initContainers"]
+        .into_iter()
+        .flat_map(|k| pod["spec"][k].as_array().into_iter().flatten());
+    for c in containers {
+        let res = &c["resources"];
+        for (sum, key) in [(&mut requests, "requests"), (&mut limits, "limits")] {
+            let mut found = Vec::new();
+            for name in ["cpu", "memory"] {
+                if let Some(q) = res[key].get(name).and_then(quantity)
+                    && q > 0.0
+                {
+                    *sum.entry(name).or_insert(0.0) += q;
+                    found.push(name);
+                }
+            }
+            if key == "limits" && found.len() < 2 {
+                guaranteed = false;
+            }
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        return "BestEffort";
+    }
+    if guaranteed
+        && requests.len() == limits.len()
+        && requests.iter().all(|(k, r)| {
+            limits
+                .get(k)
+                .is_some_and(|l| (l - r).abs() <= f64::EPSILON * l.abs().max(1.0))
+        })
+    {
+        return "Guaranteed";
+    }
+    "Burstable"
+}
+
 const GENERATION_STATUS: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({})),
@@ -225,7 +425,61 @@ mod tests {
     #[test]
     fn namespace_gets_kubernetes_finalizer() {
         let mut ns = json!({"metadata": {"name": "a"}});
-        (NAMESPACE.prepare_create.unwrap())(&mut ns);
+        (NAMESPACE.prepare_create.unwrap())(&mut ns, "");
         assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+        let mut upd = json!({"metadata": {"name": "a"}, "spec": {}});
+        (NAMESPACE.prepare_update.unwrap())(&mut upd, &ns);
+        assert_eq!(upd["spec"]["finalizers"], json!(["kubernetes"]));
+    }
+
+    #[test]
+    fn job_selector_and_labels() {
+        let mut job = json!({"metadata": {"name": "j", "uid": "u1"},
+            "spec": {"template": {"metadata": {"labels": {"app": "x", "job-name": "mine"}}}}});
+        job_prepare_create(&mut job, "");
+        let labels = &job["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(labels["app"], "x");
+        assert_eq!(labels["job-name"], "mine");
+        assert_eq!(labels["batch.kubernetes.io/job-name"], "j");
+        assert_eq!(labels["controller-uid"], "u1");
+        assert_eq!(labels["batch.kubernetes.io/controller-uid"], "u1");
+        assert_eq!(
+            job["spec"]["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u1"}})
+        );
+        let mut manual = json!({"metadata": {"name": "j", "uid": "u1"},
+            "spec": {"manualSelector": true, "template": {}}});
+        job_prepare_create(&mut manual, "");
+        assert!(manual["spec"].get("selector").is_none());
+    }
+
+    #[test]
+    fn qos_classes() {
+        let pod = |res: Value| json!({"spec": {"containers": [{"name": "c", "resources": res}]}});
+        assert_eq!(pod_qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(
+            pod_qos_class(&pod(json!({"requests": {"cpu": "100m"}}))),
+            "Burstable"
+        );
+        assert_eq!(
+            pod_qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"},
+                "requests": {"cpu": "1000m", "memory": "1024Mi"}}))),
+            "Guaranteed"
+        );
+        assert_eq!(
+            pod_qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"},
+                "requests": {"cpu": "500m", "memory": "1Gi"}}))),
+            "Burstable"
+        );
+        // Only other resources: best effort.
+        assert_eq!(
+            pod_qos_class(&pod(json!({"limits": {"nvidia.com/gpu": "1"}}))),
+            "BestEffort"
+        );
+        let mut p = json!({"spec": {"containers": [{"name": "c"}],
+            "schedulingGates": [{"name": "g"}]}, "status": {"phase": "Pending"}});
+        pod_prepare_create(&mut p, "2024-01-01T00:00:00Z");
+        assert_eq!(p["status"]["qosClass"], "BestEffort");
+        assert_eq!(p["status"]["conditions"][0]["reason"], "SchedulingGated");
     }
 }

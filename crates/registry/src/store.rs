@@ -412,7 +412,7 @@ impl Store {
             }
         }
         if let Some(f) = hooks.prepare_create {
-            f(obj);
+            f(obj, &self.now());
         }
     }
 
@@ -794,6 +794,9 @@ impl Store {
                 if self.services.is_some() {
                     allocator::keep_allocated(&mut fin, &old);
                 }
+                if let Some(f) = self.strategy.hooks().prepare_update {
+                    f(&mut fin, &old);
+                }
                 if self.strategy.hooks().tracks_generation && spec_part(&fin) != spec_part(&old) {
                     let g = old_meta
                         .get("generation")
@@ -875,9 +878,16 @@ impl Store {
         }
         let mut warnings = Vec::new();
         let mut unchanged = false;
-        let kv = self
+        // Service allocation of the current attempt, and the object it replaced.
+        let alloc = self.services.as_ref().filter(|_| part == Part::Main);
+        let mut reserved: Option<allocator::Reserved> = None;
+        let mut replaced: Option<Value> = None;
+        let result = self
             .storage
             .guaranteed_update(&key, &Preconditions::default(), &mut |current| {
+                if let (Some(a), Some(r)) = (alloc, reserved.take()) {
+                    a.release_reserved(&r);
+                }
                 let Some(current) = current else {
                     return Err(abort(ApiError::not_found(
                         self.info.group,
@@ -885,7 +895,7 @@ impl Store {
                         name,
                     )));
                 };
-                let (fin, w, old) = self
+                let (mut fin, w, old) = self
                     .compute_update(name, current, &input, part, opts)
                     .map_err(abort)?;
                 warnings = w;
@@ -894,12 +904,32 @@ impl Store {
                     return Ok(Update::Keep);
                 }
                 unchanged = false;
+                if let Some(a) = alloc {
+                    reserved = Some(
+                        a.allocate_update(&mut fin, &old)
+                            .map_err(|errs| abort(allocator::invalid_service(name, errs)))?,
+                    );
+                }
+                replaced = Some(old);
                 Ok(Update::Write(encode(&fin).map_err(abort)?))
             })
-            .await
-            .map_err(|e| self.err(name, e))?;
+            .await;
+        let kv = match result {
+            Ok(kv) => kv,
+            Err(e) => {
+                if let (Some(a), Some(r)) = (alloc, reserved.take()) {
+                    a.release_reserved(&r);
+                }
+                return Err(self.err(name, e));
+            }
+        };
         let object = decode_stored(&kv.value, kv.mod_revision)
             .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+        if let (Some(a), Some(old)) = (alloc, &replaced)
+            && !unchanged
+        {
+            a.finish_update(&object, old);
+        }
         if !unchanged && self.is_finished_deleting(&object) {
             return self
                 .finish_delete(&key, name, kv.mod_revision)

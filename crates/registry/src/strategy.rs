@@ -1,14 +1,22 @@
 //! Strategies: what differs per resource, behind one trait the generic store calls.
 //!
 //! [`TypedStrategy<K>`] is the one implementation: it decodes the JSON object into the
-//! k8s-openapi type `K` (reporting unknown fields), applies defaults, re-encodes, and
-//! runs the per-kind [`Hooks`] (initial status, generation tracking, selectable
-//! fields). Nothing is written per resource beyond one table entry in [`crate::kinds`].
+//! k8s-openapi type `K` (reporting unknown fields), applies upstream's defaults
+//! (`ferrokube_api::defaults`), re-encodes, and runs the per-kind [`Hooks`] (initial
+//! status, generation tracking, selectable fields, prepare-for-create/update steps).
+//! Validation runs on the defaulted object, as upstream: object metadata
+//! (`validate_object_meta[_update]` with the kind's name rule) plus the kind's own
+//! rules (`ferrokube_validation`). Nothing is written per resource beyond one table
+//! entry in [`crate::kinds`].
 
 use std::marker::PhantomData;
 
 use ferrokube_api::resources::ResourceInfo;
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
+use ferrokube_apimachinery::validation::{
+    ValidateNameFn, name_is_dns_subdomain, validate_object_meta, validate_object_meta_update,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -51,8 +59,12 @@ pub struct Hooks {
     /// Field selectors beyond `metadata.name`/`metadata.namespace`: (selector field,
     /// dotted path into the object).
     pub fields: &'static [(&'static str, &'static str)],
-    /// Extra changes on create (after defaults, before validation).
-    pub prepare_create: Option<fn(&mut Value)>,
+    /// Extra changes on create (after defaults and system metadata, before
+    /// validation); the second argument is the current time (RFC 3339).
+    pub prepare_create: Option<fn(&mut Value, &str)>,
+    /// Extra changes on an update of the main resource (new, old), after the
+    /// generic ones (system metadata and status kept), before validation.
+    pub prepare_update: Option<fn(&mut Value, &Value)>,
 }
 
 impl Hooks {
@@ -61,6 +73,7 @@ impl Hooks {
         initial_status: None,
         fields: &[],
         prepare_create: None,
+        prepare_update: None,
     };
 }
 
@@ -87,12 +100,18 @@ pub struct TypedStrategy<K> {
     defaults: DefaultFn<K>,
     validate: ValidateFn<K>,
     validate_update: ValidateUpdateFn<K>,
+    name_fn: ValidateNameFn,
     _k: PhantomData<fn() -> K>,
 }
 
 impl<K> TypedStrategy<K>
 where
-    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+    K: Serialize
+        + DeserializeOwned
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Send
+        + Sync
+        + 'static,
 {
     pub fn new(info: &'static ResourceInfo, hooks: Hooks) -> Self {
         TypedStrategy {
@@ -101,6 +120,7 @@ where
             defaults: |_| {},
             validate: |_| Vec::new(),
             validate_update: |_, _| Vec::new(),
+            name_fn: name_is_dns_subdomain,
             _k: PhantomData,
         }
     }
@@ -113,6 +133,12 @@ where
     pub fn with_validation(mut self, create: ValidateFn<K>, update: ValidateUpdateFn<K>) -> Self {
         self.validate = create;
         self.validate_update = update;
+        self
+    }
+
+    /// The rule `metadata.name` and `generateName` follow (DNS subdomain unless set).
+    pub fn with_name_validation(mut self, f: ValidateNameFn) -> Self {
+        self.name_fn = f;
         self
     }
 
@@ -143,7 +169,12 @@ fn format_path(path: &serde_ignored::Path<'_>) -> String {
 
 impl<K> Strategy for TypedStrategy<K>
 where
-    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+    K: Serialize
+        + DeserializeOwned
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Send
+        + Sync
+        + 'static,
 {
     fn info(&self) -> &'static ResourceInfo {
         self.info
@@ -169,7 +200,17 @@ where
 
     fn validate_create(&self, obj: &Value) -> Vec<FieldError> {
         let mut errs = validate_meta(self.info, obj);
+        if !errs.is_empty() {
+            return errs;
+        }
         if let Some(k) = self.typed(obj) {
+            let path = FieldPath::new("metadata");
+            errs.extend(validate_object_meta(
+                k.metadata(),
+                self.info.namespaced,
+                self.name_fn,
+                &path,
+            ));
             errs.extend((self.validate)(&k));
         }
         errs
@@ -177,7 +218,16 @@ where
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
         let mut errs = validate_meta(self.info, new);
+        if !errs.is_empty() {
+            return errs;
+        }
         if let (Some(n), Some(o)) = (self.typed(new), self.typed(old)) {
+            let path = FieldPath::new("metadata");
+            errs.extend(validate_object_meta_update(
+                n.metadata(),
+                o.metadata(),
+                &path,
+            ));
             errs.extend((self.validate_update)(&n, &o));
         }
         errs
@@ -261,8 +311,16 @@ mod tests {
             1
         );
         assert!(
-            s.validate_create(&json!({"metadata": {"name": "ok"}}))
+            s.validate_create(&json!({"metadata": {"name": "ok", "namespace": "default"}}))
                 .is_empty()
+        );
+        // Object metadata: the name rule, the namespace, labels.
+        let errs = s.validate_create(&json!({"metadata": {"name": "Not_OK",
+            "labels": {"a": "b c"}}}));
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["metadata.name", "metadata.namespace", "metadata.labels"]
         );
     }
 }
