@@ -1,1 +1,530 @@
-//! stub
+//! An `events.k8s.io/v1` event recorder (client-go `tools/events`).
+//!
+//! [`EventRecorder::event`] never blocks and never fails the caller: the event goes
+//! into a bounded queue (upstream's 1000, dropped when full) that one task per
+//! [`EventBroadcaster`] drains to the API. Upstream's aggregation: events with the
+//! same (action, reason, reportingController, regarding, related) are isomorphic;
+//! the first is created, the second turns it into a series (count 2, patched at
+//! once), later ones only bump the cached count and lastObservedTime, which reach
+//! the API on the periodic refresh (30 min) or when the series ends (no repeat for
+//! 6 min). On top, a per-object token bucket (burst 25, one per 5 min, as the core
+//! event correlator's spam filter) bounds how many *new* events one object can
+//! cause, so a hot loop cannot flood the apiserver; its key cache is bounded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use kube::runtime::events::EventType;
+
+use crate::ratelimit::TokenBucket;
+
+/// Upstream's limits on event fields.
+pub const MAX_NOTE_BYTES: usize = 1024;
+pub const MAX_REASON_BYTES: usize = 128;
+pub const MAX_ACTION_BYTES: usize = 128;
+
+/// Settings of a broadcaster; the defaults are upstream's.
+#[derive(Debug, Clone)]
+pub struct EventBroadcasterOptions {
+    /// Events queued before new ones are dropped.
+    pub queue_size: usize,
+    /// Per-object spam filter: new events allowed at once ...
+    pub spam_burst: u32,
+    /// ... and refilled per second.
+    pub spam_qps: f32,
+    /// Objects the spam filter remembers (least recently used are forgotten).
+    pub spam_cache_size: usize,
+    /// How often ongoing series are written to the API.
+    pub refresh_interval: Duration,
+    /// A series with no repeat for this long is finished (written and forgotten).
+    pub finish_time: Duration,
+    /// Aggregation entries kept at most (oldest evicted).
+    pub cache_size: usize,
+    /// Attempts per write (network / 5xx / 429 errors are retried).
+    pub max_attempts: u32,
+}
+
+impl Default for EventBroadcasterOptions {
+    fn default() -> Self {
+        EventBroadcasterOptions {
+            queue_size: 1000,
+            spam_burst: 25,
+            spam_qps: 1.0 / 300.0,
+            spam_cache_size: 4096,
+            refresh_interval: Duration::from_secs(30 * 60),
+            finish_time: Duration::from_secs(6 * 60),
+            cache_size: 4096,
+            max_attempts: 3,
+        }
+    }
+}
+
+/// What happened to the events a broadcaster was given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventStats {
+    /// Events created through the API.
+    pub created: u64,
+    /// Series updates patched through the API.
+    pub patched: u64,
+    /// Repeats folded into a cached series without an API call.
+    pub aggregated: u64,
+    /// Dropped because the queue was full (or the broadcaster had shut down).
+    pub dropped_queue_full: u64,
+    /// Dropped by the per-object spam filter.
+    pub dropped_spam: u64,
+    /// Rejected (invalid) or failed after every attempt.
+    pub failed: u64,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    created: AtomicU64,
+    patched: AtomicU64,
+    aggregated: AtomicU64,
+    dropped_queue_full: AtomicU64,
+    dropped_spam: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Stats {
+    fn snapshot(&self) -> EventStats {
+        EventStats {
+            created: self.created.load(Ordering::Relaxed),
+            patched: self.patched.load(Ordering::Relaxed),
+            aggregated: self.aggregated.load(Ordering::Relaxed),
+            dropped_queue_full: self.dropped_queue_full.load(Ordering::Relaxed),
+            dropped_spam: self.dropped_spam.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Writes the events of every recorder it made; one task, one queue.
+pub struct EventBroadcaster {
+    tx: Mutex<Option<mpsc::Sender<Event>>>,
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for EventBroadcaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBroadcaster")
+            .field("stats", &self.stats.snapshot())
+            .finish()
+    }
+}
+
+/// Records events for one reporting controller and instance. Cheap to clone.
+#[derive(Clone)]
+pub struct EventRecorder {
+    tx: mpsc::Sender<Event>,
+    controller: String,
+    instance: String,
+    stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for EventRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecorder")
+            .field("controller", &self.controller)
+            .field("instance", &self.instance)
+            .finish()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+impl EventBroadcaster {
+    /// Starts the writer task (needs a tokio runtime).
+    pub fn new(client: Client, options: EventBroadcasterOptions) -> Self {
+        let (tx, rx) = mpsc::channel(options.queue_size.max(1));
+        let stats = Arc::new(Stats::default());
+        let sink = Sink {
+            client,
+            stats: stats.clone(),
+            cache: HashMap::new(),
+            order: VecDeque::new(),
+            spam: HashMap::new(),
+            spam_order: VecDeque::new(),
+            options,
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(sink.run(rx, stop.clone()));
+        EventBroadcaster {
+            tx: Mutex::new(Some(tx)),
+            stop,
+            task: Mutex::new(Some(task)),
+            stats,
+        }
+    }
+
+    /// A recorder for `reporting_controller` (e.g. `kube-scheduler`), with this
+    /// host's name as reportingInstance.
+    pub fn new_recorder(&self, reporting_controller: &str) -> EventRecorder {
+        self.new_recorder_with_instance(reporting_controller, &hostname())
+    }
+
+    pub fn new_recorder_with_instance(
+        &self,
+        reporting_controller: &str,
+        reporting_instance: &str,
+    ) -> EventRecorder {
+        let tx = self.tx.lock().clone().unwrap_or_else(|| mpsc::channel(1).0);
+        EventRecorder {
+            tx,
+            controller: reporting_controller.to_string(),
+            instance: reporting_instance.to_string(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    pub fn stats(&self) -> EventStats {
+        self.stats.snapshot()
+    }
+
+    /// Stops taking events, writes what is queued (and the counts of open series),
+    /// then returns. Recorders made earlier drop their events from now on. Bound it
+    /// with a timeout if the apiserver may be unreachable.
+    pub async fn shutdown(&self) {
+        self.tx.lock().take();
+        self.stop.cancel();
+        let task = self.task.lock().take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+}
+
+impl EventRecorder {
+    /// Records an event about `regarding` (upstream's `Eventf`): never blocks; the
+    /// event is dropped (and counted) when the queue is full or the broadcaster has
+    /// shut down.
+    pub fn event(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        let now = Timestamp::now();
+        let namespace = regarding
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_string());
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or(&self.controller),
+            now.as_nanosecond()
+        );
+        let ev = Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(namespace),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            series: None,
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            action: Some(truncate(action, MAX_ACTION_BYTES)),
+            reason: Some(truncate(reason, MAX_REASON_BYTES)),
+            regarding: Some(regarding.clone()),
+            related: related.cloned(),
+            note: Some(truncate(note, MAX_NOTE_BYTES)),
+            type_: Some(
+                match type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_string(),
+            ),
+            ..Default::default()
+        };
+        if self.tx.try_send(ev).is_err() {
+            self.stats
+                .dropped_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// [`EventRecorder::event`] about an object.
+    pub fn event_for<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        self.event(&obj.object_ref(&()), None, type_, reason, action, note);
+    }
+}
+
+/// Upstream's isomorphic-event key.
+fn event_key(ev: &Event) -> String {
+    json!([
+        ev.action,
+        ev.reason,
+        ev.reporting_controller,
+        ev.regarding,
+        ev.related,
+    ])
+    .to_string()
+}
+
+/// The spam filter's key: the object the event is about, and who reports it.
+fn spam_key(ev: &Event) -> String {
+    json!([ev.reporting_controller, ev.reporting_instance, ev.regarding]).to_string()
+}
+
+struct Sink {
+    client: Client,
+    stats: Arc<Stats>,
+    /// Isomorphic key -> the event as last written (series counts may be ahead).
+    cache: HashMap<String, Event>,
+    /// Cache keys, oldest insertion first (for eviction).
+    order: VecDeque<String>,
+    spam: HashMap<String, TokenBucket>,
+    spam_order: VecDeque<String>,
+    options: EventBroadcasterOptions,
+}
+
+enum Write {
+    Done,
+    /// Failed for good (invalid, forbidden, ...).
+    Rejected,
+}
+
+impl Sink {
+    async fn run(mut self, mut rx: mpsc::Receiver<Event>, stop: CancellationToken) {
+        let mut refresh = tokio::time::interval(self.options.refresh_interval);
+        let mut finish = tokio::time::interval(self.options.finish_time);
+        refresh.tick().await;
+        finish.tick().await;
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(ev) => self.record(ev).await,
+                    None => break,
+                },
+                _ = refresh.tick() => self.refresh_series().await,
+                _ = finish.tick() => self.finish_series().await,
+                _ = stop.cancelled() => {
+                    // Refuse new events, write the queued ones.
+                    rx.close();
+                    while let Some(ev) = rx.recv().await {
+                        self.record(ev).await;
+                    }
+                    break;
+                }
+            }
+        }
+        // Shutdown: write the counts of open series once more.
+        self.refresh_series().await;
+    }
+
+    fn allow(&mut self, ev: &Event) -> bool {
+        let key = spam_key(ev);
+        if !self.spam.contains_key(&key) {
+            if self.spam.len() >= self.options.spam_cache_size.max(1)
+                && let Some(old) = self.spam_order.pop_front()
+            {
+                self.spam.remove(&old);
+            }
+            self.spam.insert(
+                key.clone(),
+                TokenBucket::new(self.options.spam_qps, self.options.spam_burst),
+            );
+            self.spam_order.push_back(key.clone());
+        }
+        self.spam.get(&key).is_some_and(|b| b.try_acquire())
+    }
+
+    async fn record(&mut self, ev: Event) {
+        let key = event_key(&ev);
+        let now = Timestamp::now();
+        if let Some(cached) = self.cache.get_mut(&key) {
+            match &mut cached.series {
+                Some(series) => {
+                    series.count += 1;
+                    series.last_observed_time = MicroTime(now);
+                    self.stats.aggregated.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                None => {
+                    cached.series = Some(EventSeries {
+                        count: 2,
+                        last_observed_time: MicroTime(now),
+                    });
+                    let snapshot = cached.clone();
+                    self.write(&snapshot).await;
+                    return;
+                }
+            }
+        }
+        if !self.allow(&ev) {
+            self.stats.dropped_spam.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Write::Rejected = self.write(&ev).await {
+            return;
+        }
+        if self.cache.len() >= self.options.cache_size.max(1)
+            && let Some(old) = self.order.pop_front()
+        {
+            self.cache.remove(&old);
+        }
+        self.order.push_back(key.clone());
+        self.cache.insert(key, ev);
+    }
+
+    async fn refresh_series(&mut self) {
+        let open: Vec<Event> = self
+            .cache
+            .values()
+            .filter(|e| e.series.is_some())
+            .cloned()
+            .collect();
+        for ev in open {
+            self.write(&ev).await;
+        }
+    }
+
+    async fn finish_series(&mut self) {
+        let cutoff = Timestamp::now() - self.options.finish_time;
+        let mut done = Vec::new();
+        for (k, ev) in &self.cache {
+            let last = match &ev.series {
+                Some(s) => s.last_observed_time.0,
+                None => ev.event_time.as_ref().map(|t| t.0).unwrap_or(cutoff),
+            };
+            if last <= cutoff {
+                done.push(k.clone());
+            }
+        }
+        for k in done {
+            if let Some(ev) = self.cache.remove(&k) {
+                if ev.series.is_some() {
+                    self.write(&ev).await;
+                }
+                self.order.retain(|o| o != &k);
+            }
+        }
+    }
+
+    async fn write(&self, ev: &Event) -> Write {
+        let ns = ev.metadata.namespace.as_deref().unwrap_or("default");
+        let name = ev.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
+        let attempts = self.options.max_attempts.max(1);
+        for attempt in 0..attempts {
+            let res = match &ev.series {
+                Some(series) => {
+                    let patch = json!({"series": {
+                        "count": series.count,
+                        "lastObservedTime": series.last_observed_time,
+                    }});
+                    match api
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Err(kube::Error::Api(s)) if s.code == 404 => api
+                            .create(&PostParams::default(), ev)
+                            .await
+                            .map(|_| &self.stats.created),
+                        other => other.map(|_| &self.stats.patched),
+                    }
+                }
+                None => match api.create(&PostParams::default(), ev).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(&self.stats.created),
+                    other => other.map(|_| &self.stats.created),
+                },
+            };
+            match res {
+                Ok(counter) => {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Write::Done;
+                }
+                Err(kube::Error::Api(s)) if s.code != 429 && s.code < 500 => {
+                    tracing::warn!(event = %name, reason = %s.message, "event rejected");
+                    break;
+                }
+                Err(e) => {
+                    tracing::info!(event = %name, error = %e, attempt, "event write failed");
+                    if attempt + 1 < attempts {
+                        tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
+                    }
+                }
+            }
+        }
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        Write::Rejected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        assert_eq!(truncate("abc", 5), "abc");
+        assert_eq!(truncate("abcdef", 3), "abc");
+        assert_eq!(truncate("aé", 2), "a");
+    }
+
+    #[test]
+    fn isomorphic_keys_ignore_note_and_time() {
+        let mk = |reason: &str, note: &str| Event {
+            action: Some("A".into()),
+            reason: Some(reason.into()),
+            note: Some(note.into()),
+            reporting_controller: Some("c".into()),
+            regarding: Some(ObjectReference {
+                name: Some("o".into()),
+                ..Default::default()
+            }),
+            event_time: Some(MicroTime(Timestamp::now())),
+            ..Default::default()
+        };
+        assert_eq!(event_key(&mk("R", "x")), event_key(&mk("R", "y")));
+        assert_ne!(event_key(&mk("R", "x")), event_key(&mk("S", "x")));
+        assert_eq!(spam_key(&mk("R", "x")), spam_key(&mk("S", "y")));
+    }
+}

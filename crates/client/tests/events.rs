@@ -1,0 +1,163 @@
+//! The events.k8s.io/v1 recorder against the real in-process apiserver.
+
+use std::time::Duration;
+
+use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions, EventType};
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+async fn configmap(c: &kube::Client, name: &str) -> ConfigMap {
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<ConfigMap>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap()
+}
+
+async fn events(c: &kube::Client) -> Vec<Event> {
+    let mut v = Api::<Event>::namespaced(c.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    v.sort_by_key(|e| e.reason.clone());
+    v
+}
+
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..100 {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn repeats_aggregate_into_a_series() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let cm = configmap(&c, "target").await;
+    let b = EventBroadcaster::new(
+        c.clone(),
+        EventBroadcasterOptions {
+            refresh_interval: Duration::from_millis(700),
+            ..Default::default()
+        },
+    );
+    let rec = b.new_recorder_with_instance("test-controller", "test-host");
+    rec.event_for(&cm, EventType::Warning, "FailedSync", "Syncing", "boom 1");
+    eventually("the first event", || async { events(&c).await.len() == 1 }).await;
+    let first = events(&c).await.remove(0);
+    assert_eq!(
+        first.reporting_controller.as_deref(),
+        Some("test-controller")
+    );
+    assert_eq!(first.reporting_instance.as_deref(), Some("test-host"));
+    assert_eq!(first.action.as_deref(), Some("Syncing"));
+    assert_eq!(first.reason.as_deref(), Some("FailedSync"));
+    assert_eq!(first.note.as_deref(), Some("boom 1"));
+    assert_eq!(first.type_.as_deref(), Some("Warning"));
+    assert!(first.event_time.is_some());
+    assert!(first.series.is_none());
+    let regarding = first.regarding.clone().unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("ConfigMap"));
+    assert_eq!(regarding.name.as_deref(), Some("target"));
+    assert_eq!(regarding.uid, cm.metadata.uid);
+    assert!(first.metadata.name.unwrap().starts_with("target."));
+
+    // Nine repeats (notes may differ): still one Event; the second turns it into a
+    // series at once, the rest reach the API with the periodic refresh.
+    for i in 2..=10 {
+        rec.event_for(
+            &cm,
+            EventType::Warning,
+            "FailedSync",
+            "Syncing",
+            &format!("boom {i}"),
+        );
+    }
+    eventually("a series", || async {
+        events(&c).await[0].series.is_some()
+    })
+    .await;
+    eventually("the refreshed count", || async {
+        events(&c).await[0].series.as_ref().map(|s| s.count) == Some(10)
+    })
+    .await;
+    let evs = events(&c).await;
+    assert_eq!(evs.len(), 1);
+    let series = evs[0].series.clone().unwrap();
+    assert!(series.last_observed_time.0 >= first.event_time.unwrap().0);
+    let s = b.stats();
+    assert_eq!(s.created, 1);
+    assert_eq!(s.aggregated, 8);
+    assert!(s.patched >= 2, "{s:?}");
+
+    // Another reason is another event.
+    rec.event_for(&cm, EventType::Normal, "Synced", "Syncing", "ok");
+    tokio::time::timeout(Duration::from_secs(10), b.shutdown())
+        .await
+        .unwrap();
+    let evs = events(&c).await;
+    assert_eq!(evs.len(), 2);
+    assert_eq!(evs[1].reason.as_deref(), Some("Synced"));
+    assert_eq!(evs[1].type_.as_deref(), Some("Normal"));
+    // After shutdown, recording is a counted no-op.
+    rec.event_for(&cm, EventType::Normal, "Late", "Syncing", "dropped");
+    assert_eq!(b.stats().dropped_queue_full, 1);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn hot_loop_is_bounded() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let cm = configmap(&c, "hot").await;
+    let other = configmap(&c, "other").await;
+    let b = EventBroadcaster::new(
+        c.clone(),
+        EventBroadcasterOptions {
+            queue_size: 100,
+            ..Default::default()
+        },
+    );
+    let rec = b.new_recorder("hot-controller");
+    // A hot loop of distinct events about one object: the queue takes 100 (the
+    // writer task cannot run during this synchronous loop on this runtime), and
+    // the per-object filter lets 25 through to the API.
+    for i in 0..1000 {
+        rec.event_for(
+            &cm,
+            EventType::Warning,
+            &format!("Reason{i}"),
+            "Loop",
+            "spam",
+        );
+    }
+    assert_eq!(b.stats().dropped_queue_full, 900);
+    // Another object has its own budget.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    eventually("the queue drained", || async {
+        let s = b.stats();
+        s.created + s.dropped_spam == 100
+    })
+    .await;
+    rec.event_for(&other, EventType::Normal, "Other", "Loop", "fine");
+    tokio::time::timeout(Duration::from_secs(10), b.shutdown())
+        .await
+        .unwrap();
+    let s = b.stats();
+    assert_eq!(s.created, 26, "{s:?}");
+    assert_eq!(s.dropped_spam, 75, "{s:?}");
+    assert_eq!(events(&c).await.len(), 26);
+    srv.stop().await;
+}
