@@ -1,1 +1,111 @@
-fn main() {}
+//! kube-scheduler: upstream's flags over `ferrokube-scheduler`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use ferrokube_client::leaderelection::{LeaderElectionOptions, default_identity};
+use ferrokube_scheduler::KubeSchedulerConfiguration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-scheduler",
+    about = "The Kubernetes scheduler: assigns pods to nodes."
+)]
+struct Opts {
+    /// The path to the configuration file (KubeSchedulerConfiguration).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Path to kubeconfig file with authorization and master location information.
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// Accepted for compatibility; delegated authentication is not implemented.
+    #[arg(long = "authentication-kubeconfig")]
+    authentication_kubeconfig: Option<String>,
+    /// Accepted for compatibility; delegated authorization is not implemented.
+    #[arg(long = "authorization-kubeconfig")]
+    authorization_kubeconfig: Option<String>,
+    /// The port on which to serve /healthz, /readyz and /metrics.
+    #[arg(long = "secure-port", default_value_t = 10259)]
+    secure_port: u16,
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// Log level verbosity.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
+    #[command(flatten)]
+    leader_election: LeaderElectionOptions,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    let level = match opts.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .init();
+    let config = match &opts.config {
+        Some(p) => KubeSchedulerConfiguration::from_yaml(
+            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        )?,
+        None => KubeSchedulerConfiguration::default_config(),
+    };
+    let kubeconfig = opts.kubeconfig.clone().or_else(|| {
+        (!config.client_connection.kubeconfig.is_empty())
+            .then(|| config.client_connection.kubeconfig.clone().into())
+    });
+    let kcfg = match kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(&p)
+                .with_context(|| format!("reading {}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let client = kube::Client::try_from(kcfg)?;
+    let running = ferrokube_scheduler::run::build(client.clone(), &config)?;
+    let cancel = CancellationToken::new();
+    let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
+    let health = tokio::spawn(ferrokube_scheduler::run::serve_health(
+        addr,
+        running.scheduler.clone(),
+        running.ready.clone(),
+        cancel.clone(),
+    ));
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            c.cancel();
+        });
+    }
+    if opts.leader_election.leader_elect {
+        let elector = Arc::new(opts.leader_election.build(
+            client,
+            "kube-scheduler",
+            default_identity(),
+        )?);
+        elector
+            .run(cancel.clone(), move |leading| async move {
+                if let Err(e) = running.run(leading).await {
+                    tracing::error!(error = %e, "scheduler stopped");
+                }
+            })
+            .await?;
+    } else {
+        running.run(cancel.clone()).await?;
+    }
+    cancel.cancel();
+    let _ = health.await;
+    Ok(())
+}

@@ -344,12 +344,12 @@ impl Cache {
     /// `FinishBinding`: start the assumed pod's expiry clock.
     pub fn finish_binding(&mut self, pod: &Pod, now: Instant) {
         let key = pod_key(pod);
-        if self.assumed.contains(&key) {
-            if let Some(ps) = self.pod_states.get_mut(&key) {
-                ps.binding_finished = true;
-                if !self.ttl.is_zero() {
-                    ps.deadline = Some(now + self.ttl);
-                }
+        if self.assumed.contains(&key)
+            && let Some(ps) = self.pod_states.get_mut(&key)
+        {
+            ps.binding_finished = true;
+            if !self.ttl.is_zero() {
+                ps.deadline = Some(now + self.ttl);
             }
         }
     }
@@ -515,8 +515,8 @@ impl Cache {
             let had_anti = old
                 .as_ref()
                 .is_some_and(|o| !o.pods_with_required_anti_affinity.is_empty());
-            if had_aff != !ni.pods_with_affinity.is_empty()
-                || had_anti != !ni.pods_with_required_anti_affinity.is_empty()
+            if had_aff == ni.pods_with_affinity.is_empty()
+                || had_anti == ni.pods_with_required_anti_affinity.is_empty()
             {
                 update_lists = true;
             }

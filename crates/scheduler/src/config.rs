@@ -275,20 +275,20 @@ impl KubeSchedulerConfiguration {
                     p.name()
                 )));
             }
-            if let Some(pct) = p.percentage_of_nodes_to_score {
-                if !(0..=100).contains(&pct) {
-                    return Err(ConfigError::Invalid(format!(
-                        "percentageOfNodesToScore: Invalid value: {pct}: not in valid range [0-100]"
-                    )));
-                }
-            }
-        }
-        if let Some(pct) = self.percentage_of_nodes_to_score {
-            if !(0..=100).contains(&pct) {
+            if let Some(pct) = p.percentage_of_nodes_to_score
+                && !(0..=100).contains(&pct)
+            {
                 return Err(ConfigError::Invalid(format!(
                     "percentageOfNodesToScore: Invalid value: {pct}: not in valid range [0-100]"
                 )));
             }
+        }
+        if let Some(pct) = self.percentage_of_nodes_to_score
+            && !(0..=100).contains(&pct)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "percentageOfNodesToScore: Invalid value: {pct}: not in valid range [0-100]"
+            )));
         }
         if self.pod_initial_backoff_seconds.unwrap_or(1) <= 0 {
             return Err(ConfigError::Invalid(

@@ -1128,10 +1128,10 @@ impl Framework {
         let mut w = self.waiting.lock();
         if let Some(wp) = w.get_mut(uid) {
             wp.pending.remove(plugin);
-            if wp.pending.is_empty() {
-                if let Some(tx) = wp.tx.take() {
-                    let _ = tx.send(Status::success());
-                }
+            if wp.pending.is_empty()
+                && let Some(tx) = wp.tx.take()
+            {
+                let _ = tx.send(Status::success());
             }
         }
     }
@@ -1139,11 +1139,11 @@ impl Framework {
     /// Rejects a waiting pod (a plugin, or preemption evicting it).
     pub fn reject_waiting_pod(&self, uid: &str, plugin: &str, msg: &str) -> bool {
         let mut w = self.waiting.lock();
-        if let Some(wp) = w.get_mut(uid) {
-            if let Some(tx) = wp.tx.take() {
-                let _ = tx.send(Status::unschedulable(msg.to_string()).with_plugin(plugin));
-                return true;
-            }
+        if let Some(wp) = w.get_mut(uid)
+            && let Some(tx) = wp.tx.take()
+        {
+            let _ = tx.send(Status::unschedulable(msg.to_string()).with_plugin(plugin));
+            return true;
         }
         false
     }

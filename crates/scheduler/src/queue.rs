@@ -336,12 +336,12 @@ impl SchedulingQueue {
 
     fn update_nomination(inner: &mut Inner, pi: &Arc<PodInfo>, node: Option<&str>) {
         let k = pi.key();
-        if let Some(old) = inner.nominated_node_of.remove(&k) {
-            if let Some(v) = inner.nominated.get_mut(&old) {
-                v.retain(|p| p.key() != k);
-                if v.is_empty() {
-                    inner.nominated.remove(&old);
-                }
+        if let Some(old) = inner.nominated_node_of.remove(&k)
+            && let Some(v) = inner.nominated.get_mut(&old)
+        {
+            v.retain(|p| p.key() != k);
+            if v.is_empty() {
+                inner.nominated.remove(&old);
             }
         }
         if let Some(n) = node.filter(|n| !n.is_empty()) {
@@ -511,10 +511,7 @@ impl SchedulingQueue {
     pub fn flush_backoff_completed(&self) {
         let now = self.now();
         let mut inner = self.inner.lock();
-        loop {
-            let Some(head) = inner.backoff.peek() else {
-                break;
-            };
+        while let Some(head) = inner.backoff.peek() {
             if backoff_expiry(self.backoff, head) > now {
                 break;
             }

@@ -1,1 +1,440 @@
+//! Wiring to an apiserver: shared informers (crates/client) feed the cache and queue,
+//! binding goes through `pods/binding`, status and events through the API, and a
+//! small HTTP server answers `/healthz`, `/readyz` and `/metrics`.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ferrokube_client::informer::{Notification, SharedInformerFactory, Store};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+    PodCondition, ReplicationController, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::Cache;
+use crate::config::KubeSchedulerConfiguration;
+use crate::framework::{
+    ActionType, ClusterLister, EventResource, Framework, FrameworkError, Handle, PodBinder,
+};
+use crate::metrics::Metrics;
+use crate::plugins::default_registry;
+use crate::queue::{BackoffConfig, RealClock, SchedulingQueue};
+use crate::scheduler::{Scheduler, SchedulerApi};
+use crate::types::pod_namespace;
+
+/// Errors starting the scheduler.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("framework: {0}")]
+    Framework(#[from] FrameworkError),
+    #[error("informers did not sync: {0}")]
+    Sync(String),
+    #[error("serving {0}: {1}")]
+    Serve(SocketAddr, std::io::Error),
+}
+
+/// The cluster IO of a running scheduler.
+pub struct KubeApi {
+    client: kube::Client,
+}
+
+impl KubeApi {
+    fn identity(&self) -> String {
+        format!("default-scheduler-{}", std::process::id())
+    }
+}
+
+impl std::fmt::Debug for KubeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KubeApi")
+    }
+}
+
+fn pods(client: &kube::Client, pod: &Pod) -> Api<Pod> {
+    Api::namespaced(client.clone(), pod_namespace(pod))
+}
+
+#[async_trait::async_trait]
+impl PodBinder for KubeApi {
+    async fn bind(&self, pod: &Pod, node: &str) -> Result<(), String> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: pod.metadata.namespace.clone(),
+                uid: pod.metadata.uid.clone(),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..Default::default()
+            },
+        };
+        pods(&self.client, pod)
+            .create_subresource::<Binding, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl SchedulerApi for KubeApi {
+    async fn update_pod_status(
+        &self,
+        pod: &Pod,
+        condition: PodCondition,
+        nominated: Option<String>,
+    ) -> Result<(), String> {
+        let mut conds: Vec<PodCondition> = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        conds.retain(|c| c.type_ != condition.type_);
+        conds.push(condition);
+        let mut status = serde_json::json!({"conditions": conds});
+        if let Some(n) = nominated {
+            status["nominatedNodeName"] = if n.is_empty() {
+                serde_json::Value::Null
+            } else {
+                n.into()
+            };
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        pods(&self.client, pod)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": status})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn delete_pod(&self, pod: &Pod) -> Result<(), String> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let mut dp = DeleteParams::default();
+        if let Some(uid) = pod.metadata.uid.clone() {
+            dp.preconditions = Some(kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            });
+        }
+        pods(&self.client, pod)
+            .delete(&name, &dp)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str) {
+        use k8s_openapi::api::events::v1::Event;
+        use kube::Resource;
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let ns = pod_namespace(pod).to_string();
+        let ev = Event {
+            metadata: ObjectMeta {
+                name: Some(format!(
+                    "{}.{:x}",
+                    pod.metadata.name.as_deref().unwrap_or("pod"),
+                    now.as_nanosecond()
+                )),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                now,
+            )),
+            reporting_controller: Some("default-scheduler".into()),
+            reporting_instance: Some(self.identity()),
+            action: Some(action.into()),
+            reason: Some(reason.into()),
+            regarding: Some(pod.object_ref(&())),
+            note: Some(note.chars().take(1024).collect()),
+            type_: Some(type_.into()),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        tokio::spawn(async move {
+            if let Err(e) = api.create(&PostParams::default(), &ev).await {
+                tracing::debug!(error = %e, "recording event");
+            }
+        });
+    }
+}
+
+/// Listers over the shared informers' stores.
+pub struct Listers {
+    pdbs: Store<PodDisruptionBudget>,
+    pvcs: Store<PersistentVolumeClaim>,
+    pvs: Store<PersistentVolume>,
+    scs: Store<StorageClass>,
+    namespaces: Store<Namespace>,
+    services: Store<Service>,
+    rcs: Store<ReplicationController>,
+    rss: Store<ReplicaSet>,
+    sss: Store<StatefulSet>,
+}
+
+impl ClusterLister for Listers {
+    fn pdbs(&self, namespace: &str) -> Vec<Arc<PodDisruptionBudget>> {
+        if namespace.is_empty() {
+            self.pdbs.list()
+        } else {
+            self.pdbs.list_namespace(namespace)
+        }
+    }
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.pvcs.get_by_name(Some(namespace), name)
+    }
+    fn pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.pvs.get_by_name(None, name)
+    }
+    fn storage_class(&self, name: &str) -> Option<Arc<StorageClass>> {
+        self.scs.get_by_name(None, name)
+    }
+    fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespaces.get_by_name(None, name)
+    }
+    fn services(&self, namespace: &str) -> Vec<Arc<Service>> {
+        self.services.list_namespace(namespace)
+    }
+    fn replication_controllers(&self, namespace: &str) -> Vec<Arc<ReplicationController>> {
+        self.rcs.list_namespace(namespace)
+    }
+    fn replica_sets(&self, namespace: &str) -> Vec<Arc<ReplicaSet>> {
+        self.rss.list_namespace(namespace)
+    }
+    fn stateful_sets(&self, namespace: &str) -> Vec<Arc<StatefulSet>> {
+        self.sss.list_namespace(namespace)
+    }
+}
+
+/// A scheduler wired to an apiserver, not yet started.
+pub struct Running {
+    pub scheduler: Arc<Scheduler>,
+    pub factory: SharedInformerFactory,
+    pub ready: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("scheduler", &self.scheduler)
+            .finish()
+    }
+}
+
+fn forward<K, F>(factory: &SharedInformerFactory, f: F)
+where
+    K: ferrokube_client::informer::InformerResource,
+    F: Fn(Notification<K>) + Send + 'static,
+{
+    let mut stream = factory.informer::<K>().subscribe();
+    tokio::spawn(async move {
+        while let Some(n) = stream.next().await {
+            f(n);
+        }
+    });
+}
+
+fn other<K: ferrokube_client::informer::InformerResource>(
+    factory: &SharedInformerFactory,
+    s: &Arc<Scheduler>,
+    res: EventResource,
+) {
+    let s = s.clone();
+    forward::<K, _>(factory, move |n| {
+        let action = match n {
+            Notification::Added { .. } => ActionType::Add,
+            Notification::Updated { .. } => ActionType::Update,
+            Notification::Deleted { .. } => ActionType::Delete,
+        };
+        s.on_other(res, action);
+    });
+}
+
+/// Builds the scheduler for `config` over `client` and subscribes it to informers.
+pub fn build(
+    client: kube::Client,
+    config: &KubeSchedulerConfiguration,
+) -> Result<Running, RunError> {
+    let factory = SharedInformerFactory::new(client.clone());
+    let listers = Arc::new(Listers {
+        pdbs: factory.informer::<PodDisruptionBudget>().store(),
+        pvcs: factory.informer::<PersistentVolumeClaim>().store(),
+        pvs: factory.informer::<PersistentVolume>().store(),
+        scs: factory.informer::<StorageClass>().store(),
+        namespaces: factory.informer::<Namespace>().store(),
+        services: factory.informer::<Service>().store(),
+        rcs: factory.informer::<ReplicationController>().store(),
+        rss: factory.informer::<ReplicaSet>().store(),
+        sss: factory.informer::<StatefulSet>().store(),
+    });
+    let api = Arc::new(KubeApi { client });
+    let handle = Handle {
+        lister: listers,
+        binder: Some(api.clone()),
+        parallelism: config.parallelism.unwrap_or(16).max(1) as usize,
+    };
+    let registry = default_registry();
+    let mut fws = Vec::new();
+    for p in &config.profiles {
+        fws.push(Arc::new(Framework::new(&registry, p, handle.clone())?));
+    }
+    let backoff = BackoffConfig {
+        initial: Duration::from_secs(config.pod_initial_backoff_seconds.unwrap_or(1).max(1) as u64),
+        max: Duration::from_secs(config.pod_max_backoff_seconds.unwrap_or(10).max(1) as u64),
+    };
+    let queue = Arc::new(SchedulingQueue::new(&fws, backoff, Arc::new(RealClock)));
+    let cache = Arc::new(Mutex::new(Cache::new(Duration::from_secs(15 * 60))));
+    let sched = Arc::new(Scheduler::new(
+        fws,
+        cache,
+        queue,
+        api,
+        Arc::new(Metrics::new()),
+        config.percentage_of_nodes_to_score.unwrap_or(0),
+    ));
+    let s = sched.clone();
+    forward::<Node, _>(&factory, move |n| match n {
+        Notification::Added { obj, .. } => s.on_node(None, obj),
+        Notification::Updated { old, new } => s.on_node(Some(&old), new),
+        Notification::Deleted { obj, .. } => s.on_node_delete(&obj),
+    });
+    let s = sched.clone();
+    forward::<Pod, _>(&factory, move |n| {
+        let terminal = |p: &Pod| {
+            matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded") | Some("Failed")
+            )
+        };
+        match n {
+            Notification::Added { obj, .. } if !terminal(&obj) => s.on_pod(None, obj),
+            Notification::Updated { old, new } => {
+                if terminal(&new) {
+                    s.on_pod_delete(&new);
+                } else {
+                    s.on_pod(Some(&old), new);
+                }
+            }
+            Notification::Deleted { obj, .. } => s.on_pod_delete(&obj),
+            _ => {}
+        }
+    });
+    other::<PersistentVolume>(&factory, &sched, EventResource::PersistentVolume);
+    other::<PersistentVolumeClaim>(&factory, &sched, EventResource::PersistentVolumeClaim);
+    other::<StorageClass>(&factory, &sched, EventResource::StorageClass);
+    other::<PodDisruptionBudget>(&factory, &sched, EventResource::PodDisruptionBudget);
+    other::<Namespace>(&factory, &sched, EventResource::Namespace);
+    // Informers whose stores only serve listers still need starting.
+    let _ = factory.informer::<Service>();
+    let _ = factory.informer::<ReplicationController>();
+    let _ = factory.informer::<ReplicaSet>();
+    let _ = factory.informer::<StatefulSet>();
+    Ok(Running {
+        scheduler: sched,
+        factory,
+        ready: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+impl Running {
+    /// Starts the informers, waits for them to sync, then schedules until `cancel`.
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), RunError> {
+        self.factory.start();
+        self.factory
+            .wait_for_cache_sync(Duration::from_secs(120))
+            .await
+            .map_err(|e| RunError::Sync(e.to_string()))?;
+        self.ready.store(true, Ordering::SeqCst);
+        let bg = tokio::spawn(self.scheduler.clone().run_background({
+            let c = cancel.clone();
+            async move { c.cancelled().await }
+        }));
+        let main = tokio::spawn(self.scheduler.clone().run());
+        cancel.cancelled().await;
+        self.scheduler.queue.close();
+        let _ = main.await;
+        let _ = bg.await;
+        self.factory.shutdown().await;
+        Ok(())
+    }
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` (plain HTTP) until `cancel`.
+pub async fn serve_health(
+    addr: SocketAddr,
+    scheduler: Arc<Scheduler>,
+    ready: Arc<AtomicBool>,
+    cancel: CancellationToken,
+) -> Result<(), RunError> {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| RunError::Serve(addr, e))?;
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(_) => continue,
+            },
+        };
+        let s = scheduler.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let s = s.clone();
+                    let ready = ready.clone();
+                    async move {
+                        let (code, body) = match req.uri().path() {
+                            "/healthz" | "/livez" => (200, "ok".to_string()),
+                            "/readyz" if ready.load(Ordering::SeqCst) => (200, "ok".to_string()),
+                            "/readyz" => (500, "informers not synced".to_string()),
+                            "/metrics" => (200, s.metrics.render(s.queue.pending())),
+                            _ => (404, "404 page not found".to_string()),
+                        };
+                        Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .status(code)
+                                .header("content-type", "text/plain; charset=utf-8")
+                                .body(Full::new(Bytes::from(body)))
+                                .expect("response"),
+                        )
+                    }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// Labels for diagnostics.
+pub fn sync_status(factory: &SharedInformerFactory) -> BTreeMap<String, bool> {
+    factory.sync_status()
+}

@@ -70,7 +70,7 @@ pub struct ScheduleResult {
 #[derive(Debug, Clone)]
 pub enum ScheduleError {
     /// No node fits: the diagnosis says why.
-    Fit(FitError),
+    Fit(Box<FitError>),
     /// A plugin or internal error.
     Error(Status),
     /// The cluster has no nodes.
@@ -111,10 +111,10 @@ impl Algorithm {
         }
         let (feasible, diagnosis) = self.find_nodes_that_fit(fw, state, pod, snap, nominator)?;
         if feasible.is_empty() {
-            return Err(ScheduleError::Fit(FitError {
+            return Err(ScheduleError::Fit(Box::new(FitError {
                 num_all_nodes: snap.num_nodes(),
                 diagnosis,
-            }));
+            })));
         }
         let evaluated = feasible.len() + diagnosis.node_to_status.map.len();
         if feasible.len() == 1 {
@@ -163,16 +163,13 @@ impl Algorithm {
             .as_ref()
             .and_then(|s| s.nominated_node_name.as_deref())
             .filter(|n| !n.is_empty())
+            && let Some(ni) = snap.get(nn)
+            && ni.node.is_some()
+            && fw
+                .run_filter_with_nominated_pods(state, pod, ni, nominator)
+                .is_success()
         {
-            if let Some(ni) = snap.get(nn) {
-                if ni.node.is_some()
-                    && fw
-                        .run_filter_with_nominated_pods(state, pod, ni, nominator)
-                        .is_success()
-                {
-                    return Ok((vec![ni.clone()], diagnosis));
-                }
-            }
+            return Ok((vec![ni.clone()], diagnosis));
         }
         let nodes: Vec<Arc<NodeInfo>> =
             match pre_result.as_ref().and_then(|r| r.node_names.as_ref()) {
@@ -292,7 +289,7 @@ pub fn select_host(scores: &[NodeScore]) -> String {
             count = 1;
         } else if s.score == scores[best].score {
             count += 1;
-            if random_u64() % count == 0 {
+            if random_u64().is_multiple_of(count) {
                 best = i;
             }
         }

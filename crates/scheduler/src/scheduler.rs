@@ -198,7 +198,7 @@ impl Scheduler {
             }
             n += 1;
             self.queue.flush_backoff_completed();
-            if n % 30 == 0 {
+            if n.is_multiple_of(30) {
                 self.queue.flush_unschedulable_left_over();
                 let expired = self.cache.lock().cleanup_assumed(Instant::now());
                 for k in expired {
@@ -349,7 +349,8 @@ impl Scheduler {
             s.node_name = Some(host.clone());
         }
         let assumed_info = Arc::new(PodInfo::new(Arc::new(assumed)));
-        if let Err(e) = self.cache.lock().assume_pod(assumed_info.clone(), &host) {
+        let assumed_ok = self.cache.lock().assume_pod(assumed_info.clone(), &host);
+        if let Err(e) = assumed_ok {
             let st = Status::error(e.to_string());
             self.handle_failure(&fw, q, ScheduleError::Error(st), None, cycle, start)
                 .await;

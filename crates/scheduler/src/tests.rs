@@ -18,7 +18,10 @@ use crate::schedule_one::{Algorithm, ScheduleError, num_feasible_nodes_to_find};
 use crate::types::PodInfo;
 
 fn default_fw() -> Arc<Framework> {
-    fw_with(Handle::default(), &KubeSchedulerConfiguration::default_config())
+    fw_with(
+        Handle::default(),
+        &KubeSchedulerConfiguration::default_config(),
+    )
 }
 
 fn fw_with(h: Handle, c: &KubeSchedulerConfiguration) -> Arc<Framework> {
@@ -28,8 +31,14 @@ fn fw_with(h: Handle, c: &KubeSchedulerConfiguration) -> Arc<Framework> {
 #[test]
 fn default_profile_matches_upstream() {
     let fw = default_fw();
-    assert_eq!(fw.plugin_names(ExtensionPoint::QueueSort), vec!["PrioritySort"]);
-    assert_eq!(fw.plugin_names(ExtensionPoint::PreEnqueue), vec!["SchedulingGates"]);
+    assert_eq!(
+        fw.plugin_names(ExtensionPoint::QueueSort),
+        vec!["PrioritySort"]
+    );
+    assert_eq!(
+        fw.plugin_names(ExtensionPoint::PreEnqueue),
+        vec!["SchedulingGates"]
+    );
     assert_eq!(
         fw.plugin_names(ExtensionPoint::Filter),
         vec![
@@ -57,7 +66,10 @@ fn default_profile_matches_upstream() {
             ("ImageLocality", 1)
         ]
     );
-    assert_eq!(fw.plugin_names(ExtensionPoint::PostFilter), vec!["DefaultPreemption"]);
+    assert_eq!(
+        fw.plugin_names(ExtensionPoint::PostFilter),
+        vec!["DefaultPreemption"]
+    );
     assert_eq!(fw.plugin_names(ExtensionPoint::Bind), vec!["DefaultBinder"]);
 }
 
@@ -87,7 +99,10 @@ profiles:
     assert!(fw.plugin_names(ExtensionPoint::Filter).is_empty());
     let w = fw.score_weights();
     assert_eq!(w[0], ("ImageLocality", 7), "overrides come first");
-    assert!(!w.iter().any(|(n, _)| *n == "NodeResourcesBalancedAllocation"));
+    assert!(
+        !w.iter()
+            .any(|(n, _)| *n == "NodeResourcesBalancedAllocation")
+    );
     let bad = KubeSchedulerConfiguration::from_yaml(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: NoSuchPlugin\n",
     )
@@ -178,7 +193,10 @@ fn unschedulable_pod_moves_on_relevant_node_add_only() {
     );
     assert_eq!(q.location(&k), QueueLocation::Unschedulable);
     // A big enough node does; the pod is still backing off (1 s after 1 attempt).
-    let big = node("big", json!({"status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}}));
+    let big = node(
+        "big",
+        json!({"status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}}),
+    );
     q.move_all_to_active_or_backoff(EVENT_NODE_ADD, EventObject::None, EventObject::Node(&big));
     assert_eq!(q.location(&k), QueueLocation::Backoff);
     q.flush_backoff_completed();
@@ -193,17 +211,32 @@ fn pod_delete_frees_host_ports() {
     let clock = Arc::new(FakeClock::new());
     let q = queue(clock.clone());
     let ported = |name: &str, port: i32| {
-        pod(name, json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": port}]}]}}))
+        pod(
+            name,
+            json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": port}]}]}}),
+        )
     };
     q.add(ported("p", 8080));
     let k = fail(&q, "NodePorts");
     clock.step(Duration::from_secs(60));
     let other = ported("other", 9090);
-    q.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, EventObject::Pod(&other), EventObject::None);
+    q.move_all_to_active_or_backoff(
+        EVENT_ASSIGNED_POD_DELETE,
+        EventObject::Pod(&other),
+        EventObject::None,
+    );
     assert_eq!(q.location(&k), QueueLocation::Unschedulable);
     let holder = ported("holder", 8080);
-    q.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, EventObject::Pod(&holder), EventObject::None);
-    assert_eq!(q.location(&k), QueueLocation::Active, "backoff already expired");
+    q.move_all_to_active_or_backoff(
+        EVENT_ASSIGNED_POD_DELETE,
+        EventObject::Pod(&holder),
+        EventObject::None,
+    );
+    assert_eq!(
+        q.location(&k),
+        QueueLocation::Active,
+        "backoff already expired"
+    );
 }
 
 #[test]
@@ -239,13 +272,20 @@ fn leftover_unschedulable_pods_flush_after_five_minutes() {
 fn scheduling_gates_hold_pods_until_lifted() {
     let clock = Arc::new(FakeClock::new());
     let q = queue(clock);
-    let gated = pod("g", json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}));
+    let gated = pod(
+        "g",
+        json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}),
+    );
     q.add(gated.clone());
     let k = key(&gated);
     assert_eq!(q.location(&k), QueueLocation::Gated);
     assert_eq!(q.pending().gated, 1);
     q.move_all_to_active_or_backoff(EVENT_NODE_ADD, EventObject::None, EventObject::None);
-    assert_eq!(q.location(&k), QueueLocation::Gated, "events do not release gated pods");
+    assert_eq!(
+        q.location(&k),
+        QueueLocation::Gated,
+        "events do not release gated pods"
+    );
     let mut lifted = (*gated).clone();
     lifted.spec.as_mut().unwrap().scheduling_gates = None;
     q.update(Arc::new(lifted));
@@ -267,24 +307,40 @@ fn schedule(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> Result<String, Sch
 fn places_pods_by_filters_and_scores() {
     let fw = default_fw();
     let snap = snapshot(vec![
-        (node("busy", json!({})), vec![pod("a", requests("3", "1Gi"))]),
+        (
+            node("busy", json!({})),
+            vec![pod("a", requests("3", "1Gi"))],
+        ),
         (node("idle", json!({})), vec![]),
         (
-            node("tainted", json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})),
+            node(
+                "tainted",
+                json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+            ),
             vec![],
         ),
     ]);
     for _ in 0..20 {
-        assert_eq!(schedule(&fw, &pod("p", requests("500m", "1Gi")), &snap).unwrap(), "idle");
+        assert_eq!(
+            schedule(&fw, &pod("p", requests("500m", "1Gi")), &snap).unwrap(),
+            "idle"
+        );
     }
-    let pinned = pod("n", json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": "busy"}}}));
+    let pinned = pod(
+        "n",
+        json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": "busy"}}}),
+    );
     assert_eq!(schedule(&fw, &pinned, &snap).unwrap(), "busy");
 }
 
 #[test]
 fn ties_are_broken_at_random() {
     let fw = default_fw();
-    let snap = snapshot((0..4).map(|i| (node(&format!("n{i}"), json!({})), vec![])).collect());
+    let snap = snapshot(
+        (0..4)
+            .map(|i| (node(&format!("n{i}"), json!({})), vec![]))
+            .collect(),
+    );
     let picked: std::collections::HashSet<String> = (0..200)
         .map(|_| schedule(&fw, &pod("p", json!({})), &snap).unwrap())
         .collect();
@@ -324,14 +380,20 @@ impl ClusterLister for Pdbs {
     }
 }
 
-fn preempt(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> (Option<PostFilterResult>, crate::Status) {
+fn preempt(
+    fw: &Framework,
+    p: &Arc<Pod>,
+    snap: &Snapshot,
+) -> (Option<PostFilterResult>, crate::Status) {
     let mut alg = Algorithm::default();
     let mut state = CycleState::new();
     let pi = Arc::new(PodInfo::new(p.clone()));
     let err = alg
         .schedule_pod(fw, &mut state, &pi, snap, &NoNominator)
         .expect_err("does not fit");
-    let ScheduleError::Fit(fe) = err else { panic!("not a fit error") };
+    let ScheduleError::Fit(fe) = err else {
+        panic!("not a fit error")
+    };
     let ctx = PostFilterContext {
         fw,
         state: &state,
@@ -344,7 +406,11 @@ fn preempt(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> (Option<PostFilterR
 }
 
 fn victim_names(r: &PostFilterResult) -> Vec<String> {
-    let mut v: Vec<String> = r.victims.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    let mut v: Vec<String> = r
+        .victims
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
     v.sort();
     v
 }
@@ -362,8 +428,20 @@ fn preemption_picks_lowest_priority_victims() {
     let fw = default_fw();
     let snap = snapshot(vec![
         // n1: two mid-priority pods; n2: one low-priority pod taking most cpu.
-        (node("n1", json!({})), vec![prio_pod("m1", 50, "2", json!({})), prio_pod("m2", 50, "2", json!({}))]),
-        (node("n2", json!({})), vec![prio_pod("l1", 10, "3", json!({})), prio_pod("h1", 1000, "1", json!({}))]),
+        (
+            node("n1", json!({})),
+            vec![
+                prio_pod("m1", 50, "2", json!({})),
+                prio_pod("m2", 50, "2", json!({})),
+            ],
+        ),
+        (
+            node("n2", json!({})),
+            vec![
+                prio_pod("l1", 10, "3", json!({})),
+                prio_pod("h1", 1000, "1", json!({})),
+            ],
+        ),
     ]);
     let (r, s) = preempt(&fw, &prio_pod("p", 100, "3", json!({})), &snap);
     assert!(s.is_success(), "{s}");
@@ -374,10 +452,18 @@ fn preemption_picks_lowest_priority_victims() {
     // Minimal victims: only one of n1's pods needs to go when n2 is out of reach.
     let snap = snapshot(vec![(
         node("n1", json!({})),
-        vec![prio_pod("a", 10, "1", json!({})), prio_pod("b", 20, "1", json!({})), prio_pod("c", 30, "2", json!({}))],
+        vec![
+            prio_pod("a", 10, "1", json!({})),
+            prio_pod("b", 20, "1", json!({})),
+            prio_pod("c", 30, "2", json!({})),
+        ],
     )]);
     let (r, _) = preempt(&fw, &prio_pod("p", 100, "1", json!({})), &snap);
-    assert_eq!(victim_names(&r.unwrap()), vec!["a"], "the lowest priority pod goes first");
+    assert_eq!(
+        victim_names(&r.unwrap()),
+        vec!["a"],
+        "the lowest priority pod goes first"
+    );
 }
 
 #[test]
@@ -394,12 +480,22 @@ fn preemption_honours_pdbs_and_policy() {
     };
     let fw = fw_with(h, &KubeSchedulerConfiguration::default_config());
     let snap = snapshot(vec![
-        (node("n1", json!({})), vec![prio_pod("g", 10, "3", json!({"app": "guarded"}))]),
-        (node("n2", json!({})), vec![prio_pod("f", 10, "3", json!({"app": "free"}))]),
+        (
+            node("n1", json!({})),
+            vec![prio_pod("g", 10, "3", json!({"app": "guarded"}))],
+        ),
+        (
+            node("n2", json!({})),
+            vec![prio_pod("f", 10, "3", json!({"app": "free"}))],
+        ),
     ]);
     let (r, _) = preempt(&fw, &prio_pod("p", 100, "2", json!({})), &snap);
     let r = r.unwrap();
-    assert_eq!(r.nominated_node_name.as_deref(), Some("n2"), "the node without PDB violations wins");
+    assert_eq!(
+        r.nominated_node_name.as_deref(),
+        Some("n2"),
+        "the node without PDB violations wins"
+    );
     assert_eq!(victim_names(&r), vec!["f"]);
 
     let never = pod(
@@ -409,7 +505,10 @@ fn preemption_honours_pdbs_and_policy() {
     );
     let (r, s) = preempt(&fw, &never, &snap);
     assert!(r.is_none());
-    assert_eq!(s.message(), "preemption: not eligible due to preemptionPolicy=Never.");
+    assert_eq!(
+        s.message(),
+        "preemption: not eligible due to preemptionPolicy=Never."
+    );
 }
 
 #[test]
@@ -417,11 +516,20 @@ fn preemption_message_without_victims() {
     let fw = default_fw();
     let snap = snapshot(vec![
         (
-            node("cp", json!({"spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}})),
+            node(
+                "cp",
+                json!({"spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}}),
+            ),
             vec![],
         ),
-        (node("w1", json!({})), vec![prio_pod("x", 500, "3", json!({}))]),
-        (node("w2", json!({})), vec![prio_pod("y", 500, "3", json!({}))]),
+        (
+            node("w1", json!({})),
+            vec![prio_pod("x", 500, "3", json!({}))],
+        ),
+        (
+            node("w2", json!({})),
+            vec![prio_pod("y", 500, "3", json!({}))],
+        ),
     ]);
     let (r, s) = preempt(&fw, &prio_pod("p", 100, "2", json!({})), &snap);
     assert!(r.unwrap().nominated_node_name.is_none());

@@ -90,25 +90,25 @@ impl AffinityTerm {
         if term.label_selector.is_some() {
             let labels = labels_of(&pod.metadata);
             for k in term.match_label_keys.iter().flatten() {
-                if let Some(v) = labels.get(k) {
-                    if let Ok(r) = ferrokube_apimachinery::labels::Requirement::new(
+                if let Some(v) = labels.get(k)
+                    && let Ok(r) = ferrokube_apimachinery::labels::Requirement::new(
                         k,
                         ferrokube_apimachinery::labels::Operator::In,
                         vec![v.clone()],
-                    ) {
-                        selector = selector.with_requirement(r);
-                    }
+                    )
+                {
+                    selector = selector.with_requirement(r);
                 }
             }
             for k in term.mismatch_label_keys.iter().flatten() {
-                if let Some(v) = labels.get(k) {
-                    if let Ok(r) = ferrokube_apimachinery::labels::Requirement::new(
+                if let Some(v) = labels.get(k)
+                    && let Ok(r) = ferrokube_apimachinery::labels::Requirement::new(
                         k,
                         ferrokube_apimachinery::labels::Operator::NotIn,
                         vec![v.clone()],
-                    ) {
-                        selector = selector.with_requirement(r);
-                    }
+                    )
+                {
+                    selector = selector.with_requirement(r);
                 }
             }
         }
@@ -254,15 +254,15 @@ pub fn tolerates_taint(tolerations: &[Toleration], taint: &Taint) -> bool {
 
 /// `Toleration.ToleratesTaint`.
 pub fn toleration_tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty()) {
-        if e != taint.effect {
-            return false;
-        }
+    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty())
+        && e != taint.effect
+    {
+        return false;
     }
-    if let Some(k) = t.key.as_deref().filter(|k| !k.is_empty()) {
-        if k != taint.key {
-            return false;
-        }
+    if let Some(k) = t.key.as_deref().filter(|k| !k.is_empty())
+        && k != taint.key
+    {
+        return false;
     }
     match t.operator.as_deref().unwrap_or("") {
         "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
@@ -347,10 +347,10 @@ pub fn pod_matches_node_selector_and_affinity(pod: &Pod, node: &Node) -> bool {
         return true;
     };
     let labels = labels_of(&node.metadata);
-    if let Some(ns) = spec.node_selector.as_ref() {
-        if !ns.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-            return false;
-        }
+    if let Some(ns) = spec.node_selector.as_ref()
+        && !ns.iter().all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return false;
     }
     if let Some(req) = spec
         .affinity

@@ -353,10 +353,10 @@ impl ScorePlugin for ImageLocality {
         let mut n = 0i64;
         for c in containers {
             n += 1;
-            if let Some(img) = c.image.as_deref() {
-                if let Some(st) = node.image_states.get(&normalized_image_name(img)) {
-                    sum += (st.size as f64 * st.num_nodes as f64 / total as f64) as i64;
-                }
+            if let Some(img) = c.image.as_deref()
+                && let Some(st) = node.image_states.get(&normalized_image_name(img))
+            {
+                sum += (st.size as f64 * st.num_nodes as f64 / total as f64) as i64;
             }
         }
         let max_threshold = MAX_CONTAINER_THRESHOLD * n.max(1);

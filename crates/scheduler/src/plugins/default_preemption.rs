@@ -61,6 +61,8 @@ impl std::fmt::Debug for DefaultPreemption {
     }
 }
 
+type VictimsResult = Result<(Vec<Arc<Pod>>, usize), Status>;
+
 /// A node where preemption would work, with its victims.
 #[derive(Debug, Clone)]
 pub struct Candidate {
@@ -334,19 +336,18 @@ impl DefaultPreemption {
                 .statuses
                 .get(nn)
                 .is_some_and(|s| s.code == Code::UnschedulableAndUnresolvable);
-            if !unresolvable {
-                if let Some(ni) = ctx.snapshot.get(nn) {
-                    if ni.pods.iter().any(|p| {
-                        p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio
-                    }) {
-                        return (
-                            None,
-                            Status::unresolvable(
-                                "not eligible due to a terminating pod on the nominated node.",
-                            ),
-                        );
-                    }
-                }
+            if !unresolvable
+                && let Some(ni) = ctx.snapshot.get(nn)
+                && ni.pods.iter().any(|p| {
+                    p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio
+                })
+            {
+                return (
+                    None,
+                    Status::unresolvable(
+                        "not eligible due to a terminating pod on the nominated node.",
+                    ),
+                );
             }
         }
         let all = &ctx.snapshot.node_info_list;
@@ -383,7 +384,7 @@ impl DefaultPreemption {
             .take(potential.len())
             .cloned()
             .collect();
-        let results: Vec<(String, Result<(Vec<Arc<Pod>>, usize), Status>)> = rotated
+        let results: Vec<(String, VictimsResult)> = rotated
             .par_iter()
             .map(|n| (n.name().to_string(), self.select_victims(ctx, n, &pdbs)))
             .collect();

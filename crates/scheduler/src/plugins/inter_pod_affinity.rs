@@ -95,12 +95,12 @@ impl InterPodAffinity {
     ) {
         let l = node.labels();
         for t in &existing.required_anti_affinity {
-            if let Some(v) = l.get(&t.topology_key) {
-                if self.matches(t, &pod.pod) {
-                    *st.existing_anti
-                        .entry((t.topology_key.clone(), v.clone()))
-                        .or_default() += delta;
-                }
+            if let Some(v) = l.get(&t.topology_key)
+                && self.matches(t, &pod.pod)
+            {
+                *st.existing_anti
+                    .entry((t.topology_key.clone(), v.clone()))
+                    .or_default() += delta;
             }
         }
         let all_aff = !pod.required_affinity.is_empty()
@@ -118,12 +118,12 @@ impl InterPodAffinity {
             }
         }
         for t in &pod.required_anti_affinity {
-            if let Some(v) = l.get(&t.topology_key) {
-                if self.matches(t, &existing.pod) {
-                    *st.anti
-                        .entry((t.topology_key.clone(), v.clone()))
-                        .or_default() += delta;
-                }
+            if let Some(v) = l.get(&t.topology_key)
+                && self.matches(t, &existing.pod)
+            {
+                *st.anti
+                    .entry((t.topology_key.clone(), v.clone()))
+                    .or_default() += delta;
             }
         }
     }
@@ -146,12 +146,12 @@ impl PreFilterPlugin for InterPodAffinity {
             for e in &n.pods_with_required_anti_affinity {
                 let l = n.labels();
                 for t in &e.required_anti_affinity {
-                    if let Some(v) = l.get(&t.topology_key) {
-                        if self.matches(t, &pod.pod) {
-                            *st.existing_anti
-                                .entry((t.topology_key.clone(), v.clone()))
-                                .or_default() += 1;
-                        }
+                    if let Some(v) = l.get(&t.topology_key)
+                        && self.matches(t, &pod.pod)
+                    {
+                        *st.existing_anti
+                            .entry((t.topology_key.clone(), v.clone()))
+                            .or_default() += 1;
                     }
                 }
             }
@@ -175,12 +175,12 @@ impl PreFilterPlugin for InterPodAffinity {
                         }
                     }
                     for t in &pod.required_anti_affinity {
-                        if let Some(v) = l.get(&t.topology_key) {
-                            if self.matches(t, &e.pod) {
-                                *st.anti
-                                    .entry((t.topology_key.clone(), v.clone()))
-                                    .or_default() += 1;
-                            }
+                        if let Some(v) = l.get(&t.topology_key)
+                            && self.matches(t, &e.pod)
+                        {
+                            *st.anti
+                                .entry((t.topology_key.clone(), v.clone()))
+                                .or_default() += 1;
                         }
                     }
                 }
@@ -242,10 +242,10 @@ impl FilterPlugin for InterPodAffinity {
         }
         // The pod's anti-affinity.
         for t in &pod.required_anti_affinity {
-            if let Some(v) = l.get(&t.topology_key) {
-                if has_pair(&st.anti, &t.topology_key, v) > 0 {
-                    return Status::unschedulable(ERR_REASON_ANTI_AFFINITY);
-                }
+            if let Some(v) = l.get(&t.topology_key)
+                && has_pair(&st.anti, &t.topology_key, v) > 0
+            {
+                return Status::unschedulable(ERR_REASON_ANTI_AFFINITY);
             }
         }
         // The pod's affinity.

@@ -208,17 +208,19 @@ impl PodTopologySpread {
         let mut merged: BTreeMap<String, String> = BTreeMap::new();
         let mut reqs: Vec<Requirement> = Vec::new();
         for s in self.lister.services(ns) {
-            if let Some(sel) = s.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-                if !sel.is_empty() && Selector::from_set(sel).matches(labels) {
-                    merged.extend(sel.clone());
-                }
+            if let Some(sel) = s.spec.as_ref().and_then(|s| s.selector.as_ref())
+                && !sel.is_empty()
+                && Selector::from_set(sel).matches(labels)
+            {
+                merged.extend(sel.clone());
             }
         }
         for rc in self.lister.replication_controllers(ns) {
-            if let Some(sel) = rc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-                if !sel.is_empty() && Selector::from_set(sel).matches(labels) {
-                    merged.extend(sel.clone());
-                }
+            if let Some(sel) = rc.spec.as_ref().and_then(|s| s.selector.as_ref())
+                && !sel.is_empty()
+                && Selector::from_set(sel).matches(labels)
+            {
+                merged.extend(sel.clone());
             }
         }
         let owned_by = |uid: Option<&str>| {
@@ -229,25 +231,23 @@ impl PodTopologySpread {
                 .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
         };
         for rs in self.lister.replica_sets(ns) {
-            if owned_by(rs.metadata.uid.as_deref()) {
-                if let Some(sel) = rs
+            if owned_by(rs.metadata.uid.as_deref())
+                && let Some(sel) = rs
                     .spec
                     .as_ref()
                     .and_then(|s| Selector::from_label_selector(&s.selector).ok())
-                {
-                    reqs.extend(sel.requirements().iter().cloned());
-                }
+            {
+                reqs.extend(sel.requirements().iter().cloned());
             }
         }
         for ss in self.lister.stateful_sets(ns) {
-            if owned_by(ss.metadata.uid.as_deref()) {
-                if let Some(sel) = ss
+            if owned_by(ss.metadata.uid.as_deref())
+                && let Some(sel) = ss
                     .spec
                     .as_ref()
                     .and_then(|s| Selector::from_label_selector(&s.selector).ok())
-                {
-                    reqs.extend(sel.requirements().iter().cloned());
-                }
+            {
+                reqs.extend(sel.requirements().iter().cloned());
             }
         }
         let mut sel = Selector::from_set(&merged);
@@ -282,10 +282,10 @@ impl PodTopologySpread {
                         })
                         .unwrap_or_else(Selector::nothing);
                     for k in c.match_label_keys.iter().flatten() {
-                        if let Some(v) = labels.get(k) {
-                            if let Ok(r) = Requirement::new(k, Operator::In, vec![v.clone()]) {
-                                selector = selector.with_requirement(r);
-                            }
+                        if let Some(v) = labels.get(k)
+                            && let Ok(r) = Requirement::new(k, Operator::In, vec![v.clone()])
+                        {
+                            selector = selector.with_requirement(r);
                         }
                     }
                     Constraint {
@@ -453,8 +453,8 @@ impl PreScorePlugin for PodTopologySpread {
                 }
                 if let Some(v) = n.labels().get(&c.topology_key) {
                     let k = (c.topology_key.clone(), v.clone());
-                    if !st.pair_counts.contains_key(&k) {
-                        st.pair_counts.insert(k, 0);
+                    if let std::collections::hash_map::Entry::Vacant(e) = st.pair_counts.entry(k) {
+                        e.insert(0);
                         sizes[i] += 1;
                     }
                 }

@@ -121,10 +121,9 @@ impl FilterPlugin for VolumeBinding {
                 .as_ref()
                 .and_then(|s| s.node_affinity.as_ref())
                 .and_then(|a| a.required.as_ref())
+                && !node_selector_matches(req, node.node())
             {
-                if !node_selector_matches(req, node.node()) {
-                    return Status::unresolvable(ERR_REASON_NODE_CONFLICT);
-                }
+                return Status::unresolvable(ERR_REASON_NODE_CONFLICT);
             }
         }
         Status::success()
@@ -194,10 +193,11 @@ impl PreFilterPlugin for VolumeRestrictions {
         }
         let ns = pod_namespace(&pod.pod);
         for n in names {
-            if let Some(pvc) = self.lister.pvc(ns, &n) {
-                if is_rwop(&pvc) && snap.used_pvcs.contains(&format!("{ns}/{n}")) {
-                    return (None, Status::unresolvable(ERR_REASON_RWOP_CONFLICT));
-                }
+            if let Some(pvc) = self.lister.pvc(ns, &n)
+                && is_rwop(&pvc)
+                && snap.used_pvcs.contains(&format!("{ns}/{n}"))
+            {
+                return (None, Status::unresolvable(ERR_REASON_RWOP_CONFLICT));
             }
         }
         (None, Status::success())
