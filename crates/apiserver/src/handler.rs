@@ -42,13 +42,18 @@ pub(crate) struct State {
     pub max_watch: Duration,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
+    pub openapi: crate::openapi::OpenApi,
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).boxed_unsync()
 }
 
-fn respond(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+pub(crate) fn respond(
+    code: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut r = Response::new(full(body));
     *r.status_mut() = code;
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -209,6 +214,14 @@ async fn handle(
             .to_string(),
             details: None,
         });
+    }
+    if req.method() == Method::GET
+        && let Some(r) = state
+            .openapi
+            .serve(&path, req.uri().query(), req.headers())
+            .await
+    {
+        return r.unwrap_or_else(|e| error_response(&e));
     }
     match route(state, req, &path, &q).await {
         Ok(r) => r,
@@ -463,7 +476,12 @@ async fn resource(
         .store_for(info)
         .ok_or_else(|| ApiError::internal(format!("no store for {}", info.plural)))?
         .clone();
-    let target = output::negotiate(accept)?;
+    let target = match output::negotiate(accept)? {
+        Target::Table(_) => Target::Table(output::IncludeObject::parse(
+            q.get("includeObject").map(String::as_str),
+        )?),
+        t => t,
+    };
     let ns = r.ns.as_deref();
     if info.namespaced && ns.is_none() && !(req.method() == Method::GET && r.name.is_none()) {
         return Err(not_found_path(&format!("/{}", info.plural)));
@@ -839,7 +857,7 @@ async fn watch(
         _ => state.max_watch,
     };
     let ct = match target {
-        Target::Table => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
         _ => "application/json",
     };
     let rx = match store.watch(ns, &p).await {

@@ -11,6 +11,7 @@
 mod discovery;
 mod handler;
 mod metrics;
+mod openapi;
 mod output;
 
 use std::net::SocketAddr;
@@ -130,6 +131,7 @@ impl Server {
             max_watch: config.max_watch,
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
+            openapi: openapi::OpenApi::start(),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
         let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
@@ -285,6 +287,7 @@ impl Options {
                 service_node_port_range: self.service_node_port_range.clone(),
                 advertise_address: advertise_ip,
                 secure_port: self.secure_port,
+                patch: ferrokube_registry::store::builtin_patch,
                 ..Default::default()
             },
         )

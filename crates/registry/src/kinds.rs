@@ -43,6 +43,7 @@ const POD: Hooks = Hooks {
     ],
     prepare_create: Some(pod_prepare_create),
     prepare_update: None,
+    normalize: None,
 };
 
 const NODE: Hooks = Hooks {
@@ -86,8 +87,37 @@ const NAMESPACE: Hooks = Hooks {
 
 const SECRET: Hooks = Hooks {
     fields: &[("type", "type")],
+    normalize: Some(secret_string_data),
     ..Hooks::PLAIN
 };
+
+/// Upstream's v1 → internal Secret conversion: `stringData` is written into `data`
+/// (overriding keys present in both) and never stored.
+fn secret_string_data(secret: &mut Value) {
+    use base64::Engine;
+    let Some(o) = secret.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(sd)) = o.remove("stringData") else {
+        return;
+    };
+    if sd.is_empty() {
+        return;
+    }
+    let data = o.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(d) = data.as_object_mut() {
+        for (k, v) in sd {
+            let s = v.as_str().unwrap_or_default();
+            d.insert(
+                k,
+                json!(base64::engine::general_purpose::STANDARD.encode(s.as_bytes())),
+            );
+        }
+    }
+}
 
 const EVENT: Hooks = Hooks {
     fields: &[
@@ -128,6 +158,7 @@ const JOB: Hooks = Hooks {
     fields: &[("status.successful", "status.successful")],
     prepare_create: Some(job_prepare_create),
     prepare_update: None,
+    normalize: None,
 };
 
 const STATUS_ONLY: Hooks = Hooks {
@@ -451,6 +482,13 @@ mod tests {
             "spec": {"manualSelector": true, "template": {}}});
         job_prepare_create(&mut manual, "");
         assert!(manual["spec"].get("selector").is_none());
+    }
+
+    #[test]
+    fn secret_string_data_goes_into_data() {
+        let mut s = json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "hunter2"}});
+        secret_string_data(&mut s);
+        assert_eq!(s, json!({"data": {"a": "eA==", "b": "aHVudGVyMg=="}}));
     }
 
     #[test]

@@ -67,7 +67,8 @@ pub struct RegistryConfig {
     pub bookmark_interval: Duration,
     /// How often storage history is compacted (to the revision of the previous run).
     pub compaction_interval: Duration,
-    /// The strategic-merge-patch engine (JSON and merge patch built in).
+    /// The patch engines ([`store::builtin_patch`]: JSON, merge and strategic merge
+    /// patch with the built-in types' patch metadata).
     pub patch: PatchFn,
     pub clock: Arc<dyn Clock>,
 }
@@ -92,7 +93,7 @@ impl Default for RegistryConfig {
             secure_port: 6443,
             bookmark_interval: Duration::from_secs(60),
             compaction_interval: Duration::from_secs(300),
-            patch: store::default_patch,
+            patch: store::builtin_patch,
             clock: Arc::new(SystemClock),
         }
     }

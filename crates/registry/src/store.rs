@@ -155,6 +155,34 @@ pub fn default_patch(
     Ok(out)
 }
 
+/// The patch engines of the built-in types: RFC 6902 JSON patch (with upstream's
+/// operation limit), RFC 7386 merge patch, and strategic merge patch with the patch
+/// strategies and merge keys of the kind's OpenAPI definition
+/// (`ferrokube_apimachinery::patch::BuiltinPatchSchema`).
+pub fn builtin_patch(
+    info: &ResourceInfo,
+    ty: PatchType,
+    doc: &Value,
+    patch: &Value,
+) -> Result<Value, ApiError> {
+    use ferrokube_apimachinery::patch::{self, BuiltinPatchSchema, meta::definition_for};
+    let r = match ty {
+        PatchType::Json => {
+            let bytes = serde_json::to_vec(patch).map_err(ApiError::internal)?;
+            patch::json_patch(doc, &bytes)
+        }
+        PatchType::Merge => patch::merge_patch_value(doc, patch),
+        PatchType::StrategicMerge => {
+            let schema = match definition_for(info.group, info.version, info.kind) {
+                Some(d) => BuiltinPatchSchema::for_definition(&d),
+                None => BuiltinPatchSchema::for_definition(""),
+            };
+            patch::strategic_merge_patch(doc, patch, &schema)
+        }
+    };
+    r.map_err(|e| e.to_api_error())
+}
+
 trait UnprocessablePatch {
     fn unprocessable_patch(e: impl std::fmt::Display) -> ApiError;
 }

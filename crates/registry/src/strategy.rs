@@ -65,6 +65,9 @@ pub struct Hooks {
     /// Extra changes on an update of the main resource (new, old), after the
     /// generic ones (system metadata and status kept), before validation.
     pub prepare_update: Option<fn(&mut Value, &Value)>,
+    /// Conversion of a decoded request object to its stored form (every write),
+    /// e.g. a Secret's `stringData` folded into `data`.
+    pub normalize: Option<fn(&mut Value)>,
 }
 
 impl Hooks {
@@ -74,6 +77,7 @@ impl Hooks {
         fields: &[],
         prepare_create: None,
         prepare_update: None,
+        normalize: None,
     };
 }
 
@@ -191,7 +195,10 @@ where
             })?;
         let mut typed = typed;
         (self.defaults)(&mut typed);
-        let object = serde_json::to_value(&typed).map_err(ApiError::internal)?;
+        let mut object = serde_json::to_value(&typed).map_err(ApiError::internal)?;
+        if let Some(f) = self.hooks.normalize {
+            f(&mut object);
+        }
         Ok(Decoded {
             object,
             unknown_fields: unknown,

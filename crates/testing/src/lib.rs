@@ -85,6 +85,46 @@ impl TestApiServer {
         })
     }
 
+    /// The admin client's configuration (to build clients with other settings, e.g.
+    /// `disable_compression`).
+    pub async fn kube_config(&self) -> Result<kube::Config, TestServerError> {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .map_err(|e| TestServerError::Client(e.to_string()))?;
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| TestServerError::Client(e.to_string()))
+    }
+
+    /// One request through `client` with the response's status, headers and raw
+    /// (not decompressed unless the client does it) body.
+    pub async fn raw(
+        client: &kube::Client,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<(u16, http::HeaderMap, Vec<u8>), TestServerError> {
+        use http_body_util::BodyExt;
+        let mut req = http::Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(kube::client::Body::from(body))
+            .map_err(|e| TestServerError::Client(e.to_string()))?;
+        let resp = client
+            .send(req)
+            .await
+            .map_err(|e| TestServerError::Client(e.to_string()))?;
+        let (parts, body) = resp.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| TestServerError::Client(e.to_string()))?
+            .to_bytes();
+        Ok((parts.status.as_u16(), parts.headers, bytes.to_vec()))
+    }
+
     /// The directory holding the PKI and the store.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
