@@ -1,0 +1,373 @@
+//! What one sync of a pod must do, from its spec and the runtime's view (upstream
+//! `kuberuntime_manager.go` `computePodActions`, regular init containers only). Pure.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::container::container_hash;
+use crate::sandbox::spec;
+use crate::status::{RuntimePod, RuntimeState, should_restart};
+
+/// A container to stop, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToKill {
+    pub id: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// The plan of one sync.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodActions {
+    /// Stop every container and sandbox of the pod first.
+    pub kill_pod: bool,
+    /// Start a new sandbox (with this attempt number).
+    pub create_sandbox: bool,
+    pub attempt: u32,
+    /// The ready sandbox to use when none is created.
+    pub sandbox_id: Option<String>,
+    /// Index of the init container to start next.
+    pub next_init_container: Option<usize>,
+    /// Indexes of regular containers to start.
+    pub containers_to_start: Vec<usize>,
+    /// Running containers to stop (spec changed).
+    pub containers_to_kill: Vec<ToKill>,
+}
+
+/// Whether the pod needs a new sandbox, the attempt it gets, and the usable sandbox.
+fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32, Option<String>) {
+    let Some(latest) = rt.sandboxes.first() else {
+        return (true, 0, None);
+    };
+    let next = latest.attempt + 1;
+    let ready = rt.sandboxes.iter().filter(|s| s.ready).count();
+    let host_network = spec(pod).host_network.unwrap_or(false);
+    if ready > 1
+        || !latest.ready
+        || latest.host_network != host_network
+        || (!host_network && latest.ips.is_empty())
+    {
+        return (true, next, Some(latest.id.clone()));
+    }
+    (false, latest.attempt, Some(latest.id.clone()))
+}
+
+/// The plan for `pod` given what the runtime has.
+pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod) -> PodActions {
+    let s = spec(pod);
+    let policy = s.restart_policy.as_deref().unwrap_or("Always");
+    let (create, attempt, sandbox_id) = sandbox_changed(pod, rt);
+    let mut actions = PodActions {
+        kill_pod: create,
+        create_sandbox: create,
+        attempt,
+        sandbox_id: if create { None } else { sandbox_id },
+        ..Default::default()
+    };
+    let inits = s.init_containers.as_deref().unwrap_or_default();
+    if create {
+        if policy != "Always" && attempt != 0 && !rt.containers.is_empty() {
+            // A pod that must not restart lost its sandbox: leave it as it is.
+            actions.create_sandbox = false;
+            return actions;
+        }
+        let to_start: Vec<usize> = s
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                !(policy == "OnFailure"
+                    && rt
+                        .latest(&c.name, false)
+                        .is_some_and(|l| l.state == RuntimeState::Exited && l.exit_code == 0))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if to_start.is_empty() {
+            actions.create_sandbox = false;
+            return actions;
+        }
+        if !inits.is_empty() {
+            actions.next_init_container = Some(0);
+        } else {
+            actions.containers_to_start = to_start;
+        }
+        return actions;
+    }
+
+    // Init containers, in order: wait for a running one, restart a failed one.
+    for (i, c) in inits.iter().enumerate() {
+        match rt.latest(&c.name, true) {
+            None => {
+                actions.next_init_container = Some(i);
+                return actions;
+            }
+            Some(l) => match l.state {
+                RuntimeState::Running => return actions,
+                RuntimeState::Exited if l.exit_code == 0 => continue,
+                RuntimeState::Exited => {
+                    if policy == "Never" {
+                        actions.kill_pod = true;
+                    } else {
+                        actions.next_init_container = Some(i);
+                    }
+                    return actions;
+                }
+                RuntimeState::Created | RuntimeState::Unknown => {
+                    actions.next_init_container = Some(i);
+                    return actions;
+                }
+            },
+        }
+    }
+
+    let mut keep = 0;
+    for (i, c) in s.containers.iter().enumerate() {
+        let latest = rt.latest(&c.name, false);
+        match latest {
+            Some(l) if l.state == RuntimeState::Running => {
+                if !l.hash.is_empty() && l.hash != container_hash(c) {
+                    actions.containers_to_kill.push(ToKill {
+                        id: l.id.clone(),
+                        name: c.name.clone(),
+                        reason: format!("Container {} definition changed", c.name),
+                    });
+                    actions.containers_to_start.push(i);
+                } else {
+                    keep += 1;
+                }
+            }
+            _ => {
+                if should_restart(policy, latest) {
+                    actions.containers_to_start.push(i);
+                }
+            }
+        }
+    }
+    if keep == 0 && actions.containers_to_start.is_empty() {
+        // Every container is done and none restarts: stop the sandbox.
+        actions.kill_pod = true;
+    }
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{RuntimeContainer, RuntimeSandbox};
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn pod(containers: &[&str], inits: &[&str], policy: &str) -> Pod {
+        let mk = |n: &&str| Container {
+            name: (*n).into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        Pod {
+            spec: Some(PodSpec {
+                containers: containers.iter().map(mk).collect(),
+                init_containers: (!inits.is_empty()).then(|| inits.iter().map(mk).collect()),
+                restart_policy: Some(policy.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn sb(id: &str, ready: bool, attempt: u32, created: i64) -> RuntimeSandbox {
+        RuntimeSandbox {
+            id: id.into(),
+            ready,
+            created_at: created,
+            attempt,
+            ips: vec!["10.244.0.2".into()],
+            host_network: false,
+        }
+    }
+
+    fn c(
+        p: &Pod,
+        name: &str,
+        state: RuntimeState,
+        exit: i32,
+        created: i64,
+        init: bool,
+    ) -> RuntimeContainer {
+        let spec_c = p
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .chain(p.spec.as_ref().unwrap().init_containers.iter().flatten())
+            .find(|c| c.name == name)
+            .unwrap();
+        RuntimeContainer {
+            id: format!("{name}{created}"),
+            name: name.into(),
+            state,
+            created_at: created,
+            started_at: created,
+            finished_at: 0,
+            exit_code: exit,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            restart_count: 0,
+            hash: container_hash(spec_c),
+            init,
+            sandbox_id: "s1".into(),
+        }
+    }
+
+    fn rt(sandboxes: Vec<RuntimeSandbox>, containers: Vec<RuntimeContainer>) -> RuntimePod {
+        let mut p = RuntimePod {
+            sandboxes,
+            containers,
+            ..Default::default()
+        };
+        p.sort();
+        p
+    }
+
+    use RuntimeState::*;
+
+    #[test]
+    fn new_pod() {
+        let p = pod(&["a", "b"], &[], "Always");
+        let a = compute_pod_actions(&p, &RuntimePod::default());
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!((a.attempt, a.containers_to_start.clone()), (0, vec![0, 1]));
+        let p = pod(&["a"], &["i"], "Always");
+        let a = compute_pod_actions(&p, &RuntimePod::default());
+        assert_eq!(
+            (a.next_init_container, a.containers_to_start.len()),
+            (Some(0), 0)
+        );
+    }
+
+    #[test]
+    fn steady_state_does_nothing() {
+        let p = pod(&["a"], &[], "Always");
+        let r = rt(
+            vec![sb("s1", true, 0, 1)],
+            vec![c(&p, "a", Running, 0, 5, false)],
+        );
+        let a = compute_pod_actions(&p, &r);
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("s1".into()),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn restarts_per_policy() {
+        for (policy, exit, restart) in [
+            ("Always", 0, true),
+            ("Always", 1, true),
+            ("OnFailure", 1, true),
+            ("OnFailure", 0, false),
+            ("Never", 1, false),
+        ] {
+            let p = pod(&["a"], &[], policy);
+            let r = rt(
+                vec![sb("s1", true, 0, 1)],
+                vec![c(&p, "a", Exited, exit, 5, false)],
+            );
+            let a = compute_pod_actions(&p, &r);
+            assert_eq!(
+                a.containers_to_start == vec![0],
+                restart,
+                "{policy} exit {exit}"
+            );
+            assert_eq!(
+                a.kill_pod, !restart,
+                "{policy} exit {exit}: sandbox stopped when done"
+            );
+        }
+    }
+
+    #[test]
+    fn dead_sandbox() {
+        let p = pod(&["a"], &[], "Always");
+        let r = rt(
+            vec![sb("s1", false, 0, 1)],
+            vec![c(&p, "a", Exited, 137, 5, false)],
+        );
+        let a = compute_pod_actions(&p, &r);
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!((a.attempt, a.containers_to_start.clone()), (1, vec![0]));
+        let p = pod(&["a"], &[], "Never");
+        let r = rt(
+            vec![sb("s1", false, 0, 1)],
+            vec![c(&p, "a", Exited, 137, 5, false)],
+        );
+        let a = compute_pod_actions(&p, &r);
+        assert!(!a.create_sandbox && a.kill_pod, "Never: no new sandbox");
+        let mut no_ip = sb("s1", true, 0, 1);
+        no_ip.ips.clear();
+        assert!(
+            compute_pod_actions(&pod(&["a"], &[], "Always"), &rt(vec![no_ip], vec![]))
+                .create_sandbox
+        );
+    }
+
+    #[test]
+    fn init_containers_in_order() {
+        let p = pod(&["a"], &["i1", "i2"], "Always");
+        let s = || vec![sb("s1", true, 0, 1)];
+        let a = compute_pod_actions(&p, &rt(s(), vec![c(&p, "i1", Running, 0, 5, true)]));
+        assert_eq!(
+            (a.next_init_container, a.containers_to_start.len()),
+            (None, 0),
+            "wait for i1"
+        );
+        let a = compute_pod_actions(&p, &rt(s(), vec![c(&p, "i1", Exited, 0, 5, true)]));
+        assert_eq!(a.next_init_container, Some(1));
+        let a = compute_pod_actions(
+            &p,
+            &rt(
+                s(),
+                vec![
+                    c(&p, "i1", Exited, 0, 5, true),
+                    c(&p, "i2", Exited, 3, 6, true),
+                ],
+            ),
+        );
+        assert_eq!(
+            a.next_init_container,
+            Some(1),
+            "failed init container restarts"
+        );
+        let a = compute_pod_actions(
+            &p,
+            &rt(
+                s(),
+                vec![
+                    c(&p, "i1", Exited, 0, 5, true),
+                    c(&p, "i2", Exited, 0, 6, true),
+                ],
+            ),
+        );
+        assert_eq!(
+            (a.next_init_container, a.containers_to_start.clone()),
+            (None, vec![0])
+        );
+        let never = pod(&["a"], &["i1"], "Never");
+        let a = compute_pod_actions(&never, &rt(s(), vec![c(&never, "i1", Exited, 1, 5, true)]));
+        assert!(a.kill_pod && a.next_init_container.is_none());
+    }
+
+    #[test]
+    fn changed_spec_restarts_container() {
+        let p = pod(&["a"], &[], "Always");
+        let mut running = c(&p, "a", Running, 0, 5, false);
+        running.hash = "different".into();
+        let a = compute_pod_actions(&p, &rt(vec![sb("s1", true, 0, 1)], vec![running]));
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(a.containers_to_start, vec![0]);
+    }
+}

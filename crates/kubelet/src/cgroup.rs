@@ -1,0 +1,187 @@
+//! Pod cgroups under the cgroupfs driver on cgroup v1 (upstream `cm/pod_container_manager_linux.go`,
+//! `cm/cgroup_manager_linux.go`). runc creates each container's own cgroup below the pod's
+//! and removes only that one, so the kubelet creates and deletes the pod level itself.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::qos::PodCgroupResources;
+
+/// Creates, sizes and removes cgroups below a cgroup v1 mount root (`/sys/fs/cgroup`).
+#[derive(Debug, Clone)]
+pub struct CgroupManager {
+    mount: PathBuf,
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    std::fs::write(path, value).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("writing {value:?} to {}: {e}", path.display()),
+        )
+    })
+}
+
+impl CgroupManager {
+    pub fn new(mount: impl Into<PathBuf>) -> Self {
+        CgroupManager {
+            mount: mount.into(),
+        }
+    }
+
+    /// The mounted hierarchies (each directory with a `cgroup.procs`; the cgroup2 `unified`
+    /// mount of a hybrid layout is left to runc).
+    pub fn hierarchies(&self) -> Vec<PathBuf> {
+        let mut out = vec![];
+        if let Ok(entries) = std::fs::read_dir(&self.mount) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if e.file_name() != "unified" && p.join("cgroup.procs").exists() {
+                    out.push(p);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn hierarchy(&self, controller: &str) -> Option<PathBuf> {
+        self.hierarchies().into_iter().find(|h| {
+            h.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.split(',').any(|c| c == controller))
+        })
+    }
+
+    /// Whether the cgroup exists in any hierarchy.
+    pub fn exists(&self, cgroup: &str) -> bool {
+        self.hierarchies()
+            .iter()
+            .any(|h| h.join(cgroup.trim_start_matches('/')).is_dir())
+    }
+
+    /// Creates `cgroup` (e.g. `/kubepods/burstable/pod<uid>`) in every hierarchy, with the
+    /// cpuset of each new level copied from its parent, then applies `res`. Idempotent.
+    pub fn create(&self, cgroup: &str, res: &PodCgroupResources) -> io::Result<()> {
+        let rel = cgroup.trim_start_matches('/');
+        for h in self.hierarchies() {
+            let is_cpuset = h.join("cpuset.cpus").exists();
+            let mut dir = h.clone();
+            for part in rel.split('/').filter(|p| !p.is_empty()) {
+                let parent = dir.clone();
+                dir.push(part);
+                if !dir.is_dir() {
+                    match std::fs::create_dir(&dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => {
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("creating {}: {e}", dir.display()),
+                            ));
+                        }
+                    }
+                }
+                if is_cpuset {
+                    for f in ["cpuset.cpus", "cpuset.mems"] {
+                        let current = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+                        if current.trim().is_empty() {
+                            let from_parent = std::fs::read_to_string(parent.join(f))?;
+                            write(&dir.join(f), from_parent.trim())?;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(cpu) = self.hierarchy("cpu") {
+            let d = cpu.join(rel);
+            write(&d.join("cpu.shares"), &res.cpu_shares.to_string())?;
+            write(&d.join("cpu.cfs_period_us"), &res.cpu_period.to_string())?;
+            write(
+                &d.join("cpu.cfs_quota_us"),
+                &res.cpu_quota.unwrap_or(-1).to_string(),
+            )?;
+        }
+        if let Some(mem) = self.hierarchy("memory") {
+            let d = mem.join(rel);
+            write(
+                &d.join("memory.limit_in_bytes"),
+                &res.memory_limit.unwrap_or(-1).to_string(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reads a control file of `cgroup` in the hierarchy of `controller`.
+    pub fn read(&self, controller: &str, cgroup: &str, file: &str) -> io::Result<String> {
+        let h = self.hierarchy(controller).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no {controller} hierarchy"),
+            )
+        })?;
+        std::fs::read_to_string(h.join(cgroup.trim_start_matches('/')).join(file))
+    }
+
+    /// Removes `cgroup` and whatever empty cgroups are below it, in every hierarchy
+    /// (including `unified`, where runc may have made it). Fails with `EBUSY` while
+    /// processes remain; a missing cgroup is fine.
+    pub fn remove(&self, cgroup: &str) -> io::Result<()> {
+        let rel = cgroup.trim_start_matches('/');
+        if rel.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "refusing to remove the root cgroup",
+            ));
+        }
+        let mut roots: Vec<PathBuf> = self.hierarchies();
+        let unified = self.mount.join("unified");
+        if unified.is_dir() {
+            roots.push(unified);
+        }
+        let mut first_err = None;
+        for h in roots {
+            let dir = h.join(rel);
+            if dir.is_dir()
+                && let Err(e) = remove_tree(&dir)
+            {
+                first_err.get_or_insert(io::Error::new(
+                    e.kind(),
+                    format!("removing {}: {e}", dir.display()),
+                ));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// rmdir depth first (cgroup directories hold only control files, which rmdir ignores).
+fn remove_tree(dir: &Path) -> io::Result<()> {
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&e.path())?;
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_root_and_ignores_missing() {
+        let dir = std::env::temp_dir().join(format!("fk-cg-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("memory")).unwrap();
+        std::fs::write(dir.join("memory/cgroup.procs"), "").unwrap();
+        let m = CgroupManager::new(&dir);
+        assert_eq!(m.hierarchies(), vec![dir.join("memory")]);
+        assert!(m.remove("/").is_err());
+        assert!(m.remove("/kubepods/podx").is_ok());
+        assert!(!m.exists("/kubepods/podx"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

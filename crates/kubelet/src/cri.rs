@@ -1,0 +1,355 @@
+//! The CRI v1 client: the runtime and image services of one endpoint (containerd's unix
+//! socket), over tonic with a unix-socket connector. Thin: every call maps to one RPC;
+//! NOT_FOUND from status and stop calls is surfaced as [`CriError::NotFound`] so callers
+//! can treat it as "already gone".
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Errors of CRI calls.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    #[error("connecting to the CRI endpoint {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("invalid CRI endpoint {0:?}: only unix sockets (unix:///path or /path) are supported")]
+    Endpoint(String),
+    #[error("CRI {call}: not found: {message}")]
+    NotFound { call: &'static str, message: String },
+    #[error("CRI {call}: {code:?}: {message}")]
+    Rpc {
+        call: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("CRI {call}: the runtime answered without {what}")]
+    Incomplete {
+        call: &'static str,
+        what: &'static str,
+    },
+}
+
+impl CriError {
+    fn from_status(call: &'static str, s: tonic::Status) -> Self {
+        match s.code() {
+            tonic::Code::NotFound => CriError::NotFound {
+                call,
+                message: s.message().to_owned(),
+            },
+            code => CriError::Rpc {
+                call,
+                code,
+                message: s.message().to_owned(),
+            },
+        }
+    }
+
+    /// The runtime does not know the object (it is gone).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CriError::NotFound { .. })
+    }
+
+    /// The runtime does not implement the call.
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(
+            self,
+            CriError::Rpc {
+                code: tonic::Code::Unimplemented,
+                ..
+            }
+        )
+    }
+}
+
+pub type Result<T, E = CriError> = std::result::Result<T, E>;
+
+/// The default containerd socket.
+pub const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+/// `unix:///run/x.sock` or `/run/x.sock` → the socket path.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if path.starts_with('/') {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(CriError::Endpoint(endpoint.to_owned()))
+    }
+}
+
+/// A connection to a CRI runtime (clone it freely: the channel multiplexes).
+#[derive(Debug, Clone)]
+pub struct CriClient {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+}
+
+macro_rules! rpc {
+    ($self:ident . $svc:ident . $method:ident ( $req:expr )) => {
+        $self
+            .$svc
+            .clone()
+            .$method($req)
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| CriError::from_status(stringify!($method), s))
+    };
+}
+
+impl CriClient {
+    /// Connects to the runtime endpoint (and uses it for images too), failing fast when the
+    /// socket does not answer within `timeout`.
+    pub async fn connect(endpoint: &str, timeout: Duration) -> Result<Self> {
+        let path = socket_path(endpoint)?;
+        let channel = unix_channel(&path, timeout)
+            .await
+            .map_err(|source| CriError::Connect {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?;
+        Ok(CriClient {
+            runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
+            images: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
+        })
+    }
+
+    pub async fn version(&self) -> Result<cri::VersionResponse> {
+        rpc!(self.runtime.version(cri::VersionRequest {
+            version: "v1".into()
+        }))
+    }
+
+    pub async fn status(&self) -> Result<cri::StatusResponse> {
+        rpc!(self.runtime.status(cri::StatusRequest { verbose: false }))
+    }
+
+    pub async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
+        let r = rpc!(self.runtime.run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_owned(),
+        }))?;
+        Ok(r.pod_sandbox_id)
+    }
+
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        rpc!(self.runtime.stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_owned()
+        }))
+        .map(drop)
+    }
+
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        rpc!(
+            self.runtime
+                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: id.to_owned()
+                })
+        )
+        .map(drop)
+    }
+
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus> {
+        rpc!(
+            self.runtime
+                .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                    pod_sandbox_id: id.to_owned(),
+                    verbose: false,
+                })
+        )?
+        .status
+        .ok_or(CriError::Incomplete {
+            call: "pod_sandbox_status",
+            what: "a status",
+        })
+    }
+
+    pub async fn list_pod_sandboxes(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        Ok(rpc!(
+            self.runtime
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter })
+        )?
+        .items)
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String> {
+        let r = rpc!(self.runtime.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        }))?;
+        Ok(r.container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<()> {
+        rpc!(self.runtime.start_container(cri::StartContainerRequest {
+            container_id: id.to_owned()
+        }))
+        .map(drop)
+    }
+
+    /// Stops with the given grace in seconds (then SIGKILL, done by the runtime).
+    pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<()> {
+        rpc!(self.runtime.stop_container(cri::StopContainerRequest {
+            container_id: id.to_owned(),
+            timeout: timeout_secs,
+        }))
+        .map(drop)
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<()> {
+        rpc!(self.runtime.remove_container(cri::RemoveContainerRequest {
+            container_id: id.to_owned()
+        }))
+        .map(drop)
+    }
+
+    pub async fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>> {
+        Ok(rpc!(
+            self.runtime
+                .list_containers(cri::ListContainersRequest { filter })
+        )?
+        .containers)
+    }
+
+    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus> {
+        rpc!(self.runtime.container_status(cri::ContainerStatusRequest {
+            container_id: id.to_owned(),
+            verbose: false,
+        }))?
+        .status
+        .ok_or(CriError::Incomplete {
+            call: "container_status",
+            what: "a status",
+        })
+    }
+
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_secs: i64,
+    ) -> Result<cri::ExecSyncResponse> {
+        rpc!(self.runtime.exec_sync(cri::ExecSyncRequest {
+            container_id: id.to_owned(),
+            cmd,
+            timeout: timeout_secs,
+        }))
+    }
+
+    /// The image's status; `None` when the runtime does not have it.
+    pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
+        let r = rpc!(self.images.image_status(cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.to_owned(),
+                ..Default::default()
+            }),
+            verbose: false,
+        }))?;
+        Ok(r.image.filter(|i| !i.id.is_empty()))
+    }
+
+    /// Pulls the image; returns its reference (the image ID) as the runtime names it.
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> Result<String> {
+        let r = rpc!(self.images.pull_image(cri::PullImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.to_owned(),
+                ..Default::default()
+            }),
+            auth: None,
+            sandbox_config,
+        }))?;
+        Ok(r.image_ref)
+    }
+
+    pub async fn list_images(&self) -> Result<Vec<cri::Image>> {
+        Ok(rpc!(
+            self.images
+                .list_images(cri::ListImagesRequest { filter: None })
+        )?
+        .images)
+    }
+
+    pub async fn remove_image(&self, image: &str) -> Result<()> {
+        rpc!(self.images.remove_image(cri::RemoveImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.to_owned(),
+                ..Default::default()
+            }),
+        }))
+        .map(drop)
+    }
+}
+
+async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_owned();
+    // The URI is a placeholder: the connector ignores it and dials the socket.
+    Endpoint::from_static("http://cri.local")
+        .connect_timeout(timeout)
+        .timeout(Duration::from_secs(300))
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            socket_path("unix:///run/c.sock").unwrap(),
+            PathBuf::from("/run/c.sock")
+        );
+        assert_eq!(
+            socket_path("/run/c.sock").unwrap(),
+            PathBuf::from("/run/c.sock")
+        );
+        assert!(matches!(
+            socket_path("tcp://1.2.3.4:1"),
+            Err(CriError::Endpoint(_))
+        ));
+        assert!(matches!(
+            socket_path("relative.sock"),
+            Err(CriError::Endpoint(_))
+        ));
+    }
+
+    #[test]
+    fn status_codes() {
+        let e = CriError::from_status("x", tonic::Status::not_found("gone"));
+        assert!(e.is_not_found());
+        let e = CriError::from_status("x", tonic::Status::unimplemented("no"));
+        assert!(e.is_unimplemented() && !e.is_not_found());
+    }
+}

@@ -1,0 +1,33 @@
+//! Ferrokube's kubelet: the node agent that runs the pods bound to its node.
+//!
+//! Layer: client side. It talks to the API only through kube-rs and to the container
+//! runtime (containerd) only through the CRI v1 gRPC API; it must not depend on the
+//! storage, registry, admission or apiserver crates.
+//!
+//! Map:
+//! - [`cri`]: the CRI client over a unix socket (tonic).
+//! - Pure computations, table-tested: [`qos`] (QoS class, shares/quota, oom_score_adj,
+//!   pod cgroup resources), [`sandbox`] (sandbox config, DNS, port mappings),
+//!   [`container`] (container config, spec hash, pull decision), [`env`] (environment
+//!   and `$(VAR)` expansion), [`status`] (container statuses, phase, conditions),
+//!   [`backoff`] (CrashLoopBackOff), [`actions`] (what a sync must do), [`quantity`].
+//! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
+//!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting).
+
+pub mod actions;
+pub mod backoff;
+pub mod cgroup;
+pub mod config;
+pub mod container;
+pub mod cri;
+pub mod env;
+pub mod pleg;
+pub mod qos;
+pub mod quantity;
+pub mod runtime;
+pub mod sandbox;
+pub mod status;
+
+pub use config::{HostDns, NodeConfig};
+pub use cri::{CriClient, CriError};
+pub use runtime::{RuntimeManager, SyncError};

@@ -1,0 +1,533 @@
+//! The runtime manager: turns a pod into sandboxes and containers on the CRI and reads
+//! them back (upstream `kuberuntime_manager.go` SyncPod/KillPod/GetPodStatus). The decisions
+//! are the pure functions of [`crate::actions`], [`crate::sandbox`], [`crate::container`],
+//! [`crate::env`] and [`crate::status`]; this module only does the calls.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+
+use crate::actions::compute_pod_actions;
+use crate::backoff::{Backoff, backoff_key};
+use crate::cgroup::CgroupManager;
+use crate::config::NodeConfig;
+use crate::container::{
+    ContainerInputs, PullDecision, container_config, container_hash, pull_decision,
+};
+use crate::cri::{CriClient, CriError};
+use crate::env::{EnvSources, container_env};
+use crate::qos::{pod_cgroup_resources, qos_of};
+use crate::sandbox::{
+    POD_UID_LABEL, name, namespace, pod_cgroup_parent, pod_log_dir, sandbox_config, spec, uid,
+};
+use crate::status::{
+    RuntimePod, RuntimeState, StatusInputs, WaitingReason, group_by_pod, pod_status,
+};
+
+/// Errors that stop a sync (per-container failures are reported in [`SyncResult`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    #[error("pod cgroup {cgroup}: {source}")]
+    Cgroup {
+        cgroup: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pod log directory {dir}: {source}")]
+    LogDir {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pod {0} has no uid")]
+    NoUid(String),
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncResult {
+    /// Containers started (by name).
+    pub started: Vec<String>,
+    /// Containers that could not be started, and why (also shown in their status).
+    pub failed: Vec<(String, WaitingReason)>,
+    /// Whether a new sandbox was created.
+    pub created_sandbox: bool,
+    /// Whether the pod's containers and sandbox were stopped.
+    pub killed_pod: bool,
+}
+
+/// The smallest grace a container gets (upstream `minimumGracePeriodInSeconds`).
+const MIN_GRACE_SECONDS: i64 = 2;
+
+/// The CRI runtime manager of one node.
+#[derive(Debug)]
+pub struct RuntimeManager {
+    cri: CriClient,
+    node: NodeConfig,
+    cgroups: CgroupManager,
+    backoff: Mutex<Backoff>,
+    reasons: Mutex<HashMap<String, HashMap<String, WaitingReason>>>,
+}
+
+fn reason(reason: &str, message: impl Into<String>) -> WaitingReason {
+    WaitingReason {
+        reason: reason.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn nanos_to_time(n: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(n.max(0) as u64)
+}
+
+impl RuntimeManager {
+    pub fn new(cri: CriClient, node: NodeConfig) -> Self {
+        let cgroups = CgroupManager::new(&node.cgroup_mount);
+        RuntimeManager {
+            cri,
+            node,
+            cgroups,
+            backoff: Mutex::new(Backoff::default()),
+            reasons: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn cri(&self) -> &CriClient {
+        &self.cri
+    }
+
+    pub fn node(&self) -> &NodeConfig {
+        &self.node
+    }
+
+    pub fn cgroups(&self) -> &CgroupManager {
+        &self.cgroups
+    }
+
+    /// The pod's cgroup (as the sandbox's cgroup_parent names it).
+    pub fn pod_cgroup(&self, pod: &Pod) -> String {
+        pod_cgroup_parent(&self.node, qos_of(pod), uid(pod))
+    }
+
+    /// Every pod the runtime has (sandboxes and containers with full statuses), by UID.
+    pub async fn runtime_pods(&self) -> Result<BTreeMap<String, RuntimePod>, CriError> {
+        self.runtime_pods_filtered(None).await
+    }
+
+    /// What the runtime has for one pod UID.
+    pub async fn runtime_pod(&self, pod_uid: &str) -> Result<RuntimePod, CriError> {
+        let mut pods = self.runtime_pods_filtered(Some(pod_uid)).await?;
+        Ok(pods.remove(pod_uid).unwrap_or_else(|| RuntimePod {
+            uid: pod_uid.to_owned(),
+            ..Default::default()
+        }))
+    }
+
+    async fn runtime_pods_filtered(
+        &self,
+        pod_uid: Option<&str>,
+    ) -> Result<BTreeMap<String, RuntimePod>, CriError> {
+        let selector: HashMap<String, String> = pod_uid
+            .map(|u| HashMap::from([(POD_UID_LABEL.to_owned(), u.to_owned())]))
+            .unwrap_or_default();
+        let sandboxes = self
+            .cri
+            .list_pod_sandboxes(Some(cri::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await?;
+        let mut sandbox_statuses = vec![];
+        for s in sandboxes {
+            match self.cri.pod_sandbox_status(&s.id).await {
+                Ok(st) => sandbox_statuses.push((st, s.labels)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let containers = self
+            .cri
+            .list_containers(Some(cri::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await?;
+        let mut container_statuses = vec![];
+        for c in containers {
+            match self.cri.container_status(&c.id).await {
+                Ok(st) => container_statuses.push((st, c.pod_sandbox_id)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(group_by_pod(&sandbox_statuses, &container_statuses))
+    }
+
+    /// The pod's API status from the runtime, with the waiting reasons of the last sync.
+    pub async fn pod_status(&self, pod: &Pod) -> Result<PodStatus, CriError> {
+        let rt = self.runtime_pod(uid(pod)).await?;
+        Ok(self.status_from(pod, &rt))
+    }
+
+    /// [`RuntimeManager::pod_status`] from an already listed runtime view.
+    pub fn status_from(&self, pod: &Pod, rt: &RuntimePod) -> PodStatus {
+        let reasons = self
+            .reasons
+            .lock()
+            .map(|r| r.get(uid(pod)).cloned().unwrap_or_default())
+            .unwrap_or_default();
+        let inputs = StatusInputs {
+            reasons,
+            host_ips: self.node.node_ips.clone(),
+            now: k8s_openapi::jiff::Timestamp::from_nanosecond(
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos() as i128,
+            )
+            .ok(),
+        };
+        pod_status(pod, rt, &inputs)
+    }
+
+    fn set_reason(&self, pod: &Pod, container: &str, r: Option<WaitingReason>) {
+        if let Ok(mut all) = self.reasons.lock() {
+            let per_pod = all.entry(uid(pod).to_owned()).or_default();
+            match r {
+                Some(r) => {
+                    per_pod.insert(container.to_owned(), r);
+                }
+                None => {
+                    per_pod.remove(container);
+                }
+            }
+        }
+    }
+
+    /// Brings the runtime in line with `pod`: one step of upstream's SyncPod (sandbox, then the
+    /// next init container or the regular containers). Call again after PLEG events.
+    pub async fn sync_pod(&self, pod: &Pod, sources: &EnvSources) -> Result<SyncResult, SyncError> {
+        let pod_uid = uid(pod);
+        if pod_uid.is_empty() {
+            return Err(SyncError::NoUid(name(pod).to_owned()));
+        }
+        let rt = self.runtime_pod(pod_uid).await?;
+        let actions = compute_pod_actions(pod, &rt);
+        let mut result = SyncResult::default();
+        tracing::debug!(pod = name(pod), ?actions, "sync");
+
+        if actions.kill_pod {
+            self.stop_pod(pod, &rt, None).await?;
+            result.killed_pod = true;
+            if !actions.create_sandbox {
+                return Ok(result);
+            }
+        } else {
+            for k in &actions.containers_to_kill {
+                tracing::info!(pod = name(pod), container = %k.name, reason = %k.reason, "killing container");
+                self.stop_container(&k.id, self.grace(pod, None)).await?;
+            }
+        }
+
+        let cgroup = self.pod_cgroup(pod);
+        self.cgroups
+            .create(&cgroup, &pod_cgroup_resources(pod))
+            .map_err(|source| SyncError::Cgroup {
+                cgroup: cgroup.clone(),
+                source,
+            })?;
+
+        let sandbox_cfg = sandbox_config(&self.node, pod, actions.attempt);
+        let (sandbox_id, ips) = if actions.create_sandbox {
+            let dir = pod_log_dir(&self.node, pod);
+            std::fs::create_dir_all(&dir).map_err(|source| SyncError::LogDir {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+            let handler = spec(pod)
+                .runtime_class_name
+                .clone()
+                .unwrap_or_else(|| self.node.runtime_handler.clone());
+            let id = self
+                .cri
+                .run_pod_sandbox(sandbox_cfg.clone(), &handler)
+                .await?;
+            result.created_sandbox = true;
+            let st = self.cri.pod_sandbox_status(&id).await?;
+            let ips = crate::status::RuntimeSandbox::from_cri(&st).ips;
+            (id, ips)
+        } else {
+            let Some(id) = actions.sandbox_id.clone() else {
+                return Ok(result);
+            };
+            (id, rt.ips())
+        };
+        let sources = EnvSources {
+            pod_ips: if spec(pod).host_network == Some(true) {
+                self.node.node_ips.clone()
+            } else {
+                ips
+            },
+            ..sources.clone()
+        };
+        // A fresh sandbox has no containers: look only at what the old ones did for counts.
+        let s = spec(pod);
+        let mut starts: Vec<(&Container, bool)> = vec![];
+        if let Some(i) = actions.next_init_container {
+            if let Some(c) = s.init_containers.as_ref().and_then(|v| v.get(i)) {
+                starts.push((c, true));
+            }
+        } else {
+            for &i in &actions.containers_to_start {
+                starts.push((&s.containers[i], false));
+            }
+        }
+        for (c, init) in starts {
+            match self
+                .start_container(pod, c, init, &sandbox_id, &sandbox_cfg, &rt, &sources)
+                .await
+            {
+                Ok(()) => {
+                    self.set_reason(pod, &c.name, None);
+                    result.started.push(c.name.clone());
+                }
+                Err(r) => {
+                    tracing::info!(pod = name(pod), container = %c.name, reason = %r.reason, message = %r.message, "container not started");
+                    self.set_reason(pod, &c.name, Some(r.clone()));
+                    result.failed.push((c.name.clone(), r));
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// Pulls or finds the image; returns the image reference to create the container with.
+    async fn ensure_image(
+        &self,
+        c: &Container,
+        sandbox_cfg: &cri::PodSandboxConfig,
+    ) -> Result<String, WaitingReason> {
+        let image = c.image.clone().unwrap_or_default();
+        if image.is_empty() {
+            return Err(reason("InvalidImageName", "container has no image"));
+        }
+        // ImageStatus first: a present image never makes the runtime contact a registry
+        // unless the pull policy asks for it.
+        let present = self
+            .cri
+            .image_status(&image)
+            .await
+            .map_err(|e| reason("ErrImagePull", e.to_string()))?;
+        match pull_decision(c, present.is_some()) {
+            PullDecision::UsePresent => Ok(present.map(|i| i.id).unwrap_or(image)),
+            PullDecision::NeverPullAbsent => Err(reason(
+                "ErrImageNeverPull",
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+            )),
+            PullDecision::Pull => self
+                .cri
+                .pull_image(&image, Some(sandbox_cfg.clone()))
+                .await
+                .map_err(|e| reason("ErrImagePull", e.to_string())),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        sandbox_id: &str,
+        sandbox_cfg: &cri::PodSandboxConfig,
+        rt: &RuntimePod,
+        sources: &EnvSources,
+    ) -> Result<(), WaitingReason> {
+        let latest = rt.latest(&c.name, init);
+        // CrashLoopBackOff: a restart waits for the back-off since the last exit.
+        if let Some(l) = latest.filter(|l| l.state == RuntimeState::Exited) {
+            let key = backoff_key(
+                name(pod),
+                namespace(pod),
+                uid(pod),
+                &c.name,
+                &container_hash(c),
+            );
+            let finished = nanos_to_time(l.finished_at);
+            let now = SystemTime::now();
+            let mut b = self
+                .backoff
+                .lock()
+                .map_err(|_| reason("RunContainerError", "back-off state poisoned"))?;
+            if let Some(delay) = b.in_backoff_since(&key, finished, now) {
+                return Err(reason(
+                    "CrashLoopBackOff",
+                    format!(
+                        "back-off {}s restarting failed container={} pod={}_{}({})",
+                        delay.as_secs(),
+                        c.name,
+                        name(pod),
+                        namespace(pod),
+                        uid(pod)
+                    ),
+                ));
+            }
+            b.next(&key, finished, now);
+        }
+        let image_ref = self.ensure_image(c, sandbox_cfg).await?;
+        let restart_count = match latest {
+            Some(l) => l.restart_count.saturating_add(1).max(0) as u32,
+            None => self.restart_count_from_logs(pod, &c.name),
+        };
+        let env = container_env(pod, c, &self.node, sources)
+            .map_err(|e| reason("CreateContainerConfigError", e.to_string()))?;
+        let input = ContainerInputs {
+            container: c,
+            restart_count,
+            image_ref: &image_ref,
+            env: &env,
+            init,
+        };
+        let cfg = container_config(&self.node, pod, &input)
+            .map_err(|e| reason("CreateContainerConfigError", e.to_string()))?;
+        let id = self
+            .cri
+            .create_container(sandbox_id, cfg, sandbox_cfg.clone())
+            .await
+            .map_err(|e| reason("CreateContainerError", e.to_string()))?;
+        self.cri
+            .start_container(&id)
+            .await
+            .map_err(|e| reason("RunContainerError", e.to_string()))?;
+        Ok(())
+    }
+
+    /// With no instance left in the runtime, the next restart count follows the newest log
+    /// file (`<container>/<n>.log`), so logs of earlier instances are not overwritten.
+    fn restart_count_from_logs(&self, pod: &Pod, container: &str) -> u32 {
+        let dir = pod_log_dir(&self.node, pod).join(container);
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".log")?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |n| n + 1)
+    }
+
+    fn grace(&self, pod: &Pod, override_secs: Option<i64>) -> i64 {
+        override_secs
+            .or(pod.metadata.deletion_grace_period_seconds)
+            .or(spec(pod).termination_grace_period_seconds)
+            .unwrap_or(30)
+            .max(MIN_GRACE_SECONDS)
+    }
+
+    async fn stop_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
+        match self.cri.stop_container(id, grace).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Stops every running container (concurrently, each with the pod's grace) and every
+    /// sandbox of the pod. Nothing is removed.
+    pub async fn stop_pod(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePod,
+        grace: Option<i64>,
+    ) -> Result<(), CriError> {
+        let grace = self.grace(pod, grace);
+        let running: Vec<_> = rt
+            .containers
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.state,
+                    RuntimeState::Running | RuntimeState::Created | RuntimeState::Unknown
+                )
+            })
+            .collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in running {
+            let cri = self.cri.clone();
+            let id = c.id.clone();
+            tasks.spawn(async move {
+                match cri.stop_container(&id, grace).await {
+                    Err(e) if e.is_not_found() => Ok(()),
+                    r => r,
+                }
+            });
+        }
+        let mut first_err = None;
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Err(e)) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        for s in &rt.sandboxes {
+            match self.cri.stop_pod_sandbox(&s.id).await {
+                Err(e) if e.is_not_found() => {}
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the pod from the node: stops containers (with `grace`, else the pod's),
+    /// stops and removes sandboxes and containers, then removes the pod cgroup and the pod
+    /// log directory. Idempotent.
+    pub async fn kill_pod(&self, pod: &Pod, grace: Option<i64>) -> Result<(), SyncError> {
+        let rt = self.runtime_pod(uid(pod)).await?;
+        self.stop_pod(pod, &rt, grace).await?;
+        for c in &rt.containers {
+            self.cri.remove_container(&c.id).await?;
+        }
+        for s in &rt.sandboxes {
+            self.cri.remove_pod_sandbox(&s.id).await?;
+        }
+        let cgroup = self.pod_cgroup(pod);
+        // The last processes may take a moment to leave the cgroup after runc is done.
+        let mut last = Ok(());
+        for _ in 0..50 {
+            last = self.cgroups.remove(&cgroup);
+            if last.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        last.map_err(|source| SyncError::Cgroup { cgroup, source })?;
+        let dir = pod_log_dir(&self.node, pod);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(SyncError::LogDir {
+                    dir: dir.display().to_string(),
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+        if let Ok(mut r) = self.reasons.lock() {
+            r.remove(uid(pod));
+        }
+        if let Ok(mut b) = self.backoff.lock() {
+            b.reset_prefix(&format!("{}_{}_{}_", name(pod), namespace(pod), uid(pod)));
+        }
+        Ok(())
+    }
+}

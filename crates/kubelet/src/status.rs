@@ -1,0 +1,960 @@
+//! The runtime's view of a pod (what the CRI reports, grouped per pod) and its conversion
+//! into the API's `PodStatus` (upstream `kubelet_pods.go` `generateAPIPodStatus`,
+//! `convertToAPIContainerStatuses`, `getPhase`, `status/generate.go`). Pure functions.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::container::{
+    CONTAINER_HASH_ANNOTATION, CONTAINER_RESTART_COUNT_ANNOTATION, CONTAINER_TYPE_ANNOTATION,
+};
+use crate::qos::pod_qos;
+use crate::sandbox::{
+    CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, spec,
+};
+
+/// The runtime state of a container instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+impl From<i32> for RuntimeState {
+    fn from(v: i32) -> Self {
+        match cri::ContainerState::try_from(v) {
+            Ok(cri::ContainerState::ContainerCreated) => RuntimeState::Created,
+            Ok(cri::ContainerState::ContainerRunning) => RuntimeState::Running,
+            Ok(cri::ContainerState::ContainerExited) => RuntimeState::Exited,
+            _ => RuntimeState::Unknown,
+        }
+    }
+}
+
+/// One container instance as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeContainer {
+    pub id: String,
+    pub name: String,
+    pub state: RuntimeState,
+    /// Nanoseconds since the epoch (0 = unset).
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    /// The image as the user wrote it, and the image ID the runtime ran.
+    pub image: String,
+    pub image_ref: String,
+    pub restart_count: i32,
+    pub hash: String,
+    pub init: bool,
+    pub sandbox_id: String,
+}
+
+impl RuntimeContainer {
+    /// From a CRI `ContainerStatus` (labels and annotations carry the kubelet's data).
+    pub fn from_cri(s: &cri::ContainerStatus, sandbox_id: &str) -> Self {
+        let ann = |k: &str| s.annotations.get(k).cloned().unwrap_or_default();
+        RuntimeContainer {
+            id: s.id.clone(),
+            name: s
+                .labels
+                .get(CONTAINER_NAME_LABEL)
+                .cloned()
+                .or_else(|| s.metadata.as_ref().map(|m| m.name.clone()))
+                .unwrap_or_default(),
+            state: RuntimeState::from(s.state),
+            created_at: s.created_at,
+            started_at: s.started_at,
+            finished_at: s.finished_at,
+            exit_code: s.exit_code,
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            image: s
+                .image
+                .as_ref()
+                .map(|i| {
+                    if i.user_specified_image.is_empty() {
+                        i.image.clone()
+                    } else {
+                        i.user_specified_image.clone()
+                    }
+                })
+                .unwrap_or_default(),
+            image_ref: s.image_ref.clone(),
+            restart_count: ann(CONTAINER_RESTART_COUNT_ANNOTATION).parse().unwrap_or(0),
+            hash: ann(CONTAINER_HASH_ANNOTATION),
+            init: ann(CONTAINER_TYPE_ANNOTATION) == "init",
+            sandbox_id: sandbox_id.to_owned(),
+        }
+    }
+}
+
+/// One sandbox as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeSandbox {
+    pub id: String,
+    pub ready: bool,
+    pub created_at: i64,
+    pub attempt: u32,
+    pub ips: Vec<String>,
+    pub host_network: bool,
+}
+
+impl RuntimeSandbox {
+    pub fn from_cri(s: &cri::PodSandboxStatus) -> Self {
+        let mut ips = vec![];
+        if let Some(n) = &s.network {
+            if !n.ip.is_empty() {
+                ips.push(n.ip.clone());
+            }
+            ips.extend(n.additional_ips.iter().map(|i| i.ip.clone()));
+        }
+        let host_network = s
+            .linux
+            .as_ref()
+            .and_then(|l| l.namespaces.as_ref())
+            .and_then(|n| n.options.as_ref())
+            .is_some_and(|o| o.network == cri::NamespaceMode::Node as i32);
+        RuntimeSandbox {
+            id: s.id.clone(),
+            ready: s.state == cri::PodSandboxState::SandboxReady as i32,
+            created_at: s.created_at,
+            attempt: s.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+            ips,
+            host_network,
+        }
+    }
+}
+
+/// Everything the runtime has for one pod: sandboxes and containers, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimePod {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub sandboxes: Vec<RuntimeSandbox>,
+    pub containers: Vec<RuntimeContainer>,
+}
+
+impl RuntimePod {
+    /// Sorts sandboxes and containers newest first (creation time, then restart count).
+    pub fn sort(&mut self) {
+        self.sandboxes.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(b.attempt.cmp(&a.attempt))
+        });
+        self.containers.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(b.restart_count.cmp(&a.restart_count))
+        });
+    }
+
+    /// The newest instance of the container `name` (regular or init, by `init`).
+    pub fn latest(&self, name: &str, init: bool) -> Option<&RuntimeContainer> {
+        self.containers
+            .iter()
+            .find(|c| c.name == name && c.init == init)
+    }
+
+    /// The instances of `name`, newest first.
+    pub fn instances<'a>(
+        &'a self,
+        name: &'a str,
+        init: bool,
+    ) -> impl Iterator<Item = &'a RuntimeContainer> + 'a {
+        self.containers
+            .iter()
+            .filter(move |c| c.name == name && c.init == init)
+    }
+
+    /// The pod IPs of the newest sandbox.
+    pub fn ips(&self) -> Vec<String> {
+        self.sandboxes
+            .first()
+            .map(|s| s.ips.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Groups pod sandboxes and containers by pod UID (from the kubelet's labels).
+pub fn group_by_pod(
+    sandboxes: &[(cri::PodSandboxStatus, HashMap<String, String>)],
+    containers: &[(cri::ContainerStatus, String)],
+) -> BTreeMap<String, RuntimePod> {
+    let mut pods: BTreeMap<String, RuntimePod> = BTreeMap::new();
+    for (s, labels) in sandboxes {
+        let uid = labels
+            .get(POD_UID_LABEL)
+            .cloned()
+            .or_else(|| s.metadata.as_ref().map(|m| m.uid.clone()));
+        let Some(uid) = uid else { continue };
+        let p = pods.entry(uid.clone()).or_default();
+        p.uid = uid;
+        if let Some(m) = &s.metadata {
+            p.name = labels
+                .get(POD_NAME_LABEL)
+                .cloned()
+                .unwrap_or_else(|| m.name.clone());
+            p.namespace = labels
+                .get(POD_NAMESPACE_LABEL)
+                .cloned()
+                .unwrap_or_else(|| m.namespace.clone());
+        }
+        p.sandboxes.push(RuntimeSandbox::from_cri(s));
+    }
+    for (c, sandbox_id) in containers {
+        let Some(uid) = c.labels.get(POD_UID_LABEL) else {
+            continue;
+        };
+        let p = pods.entry(uid.clone()).or_default();
+        if p.uid.is_empty() {
+            p.uid = uid.clone();
+            p.name = c.labels.get(POD_NAME_LABEL).cloned().unwrap_or_default();
+            p.namespace = c
+                .labels
+                .get(POD_NAMESPACE_LABEL)
+                .cloned()
+                .unwrap_or_default();
+        }
+        p.containers.push(RuntimeContainer::from_cri(c, sandbox_id));
+    }
+    for p in pods.values_mut() {
+        p.sort();
+    }
+    pods
+}
+
+fn time(nanos: i64) -> Option<Time> {
+    (nanos > 0)
+        .then(|| Timestamp::from_nanosecond(i128::from(nanos)).ok())
+        .flatten()
+        .map(Time)
+}
+
+/// A runtime instance as an API `ContainerState`.
+pub fn api_state(c: &RuntimeContainer) -> ContainerState {
+    let id = Some(format!("containerd://{}", c.id));
+    match c.state {
+        RuntimeState::Running => ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: time(c.started_at),
+            }),
+            ..Default::default()
+        },
+        RuntimeState::Exited => ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: c.exit_code,
+                reason: Some(if c.reason.is_empty() {
+                    if c.exit_code == 0 {
+                        "Completed"
+                    } else {
+                        "Error"
+                    }
+                    .to_owned()
+                } else {
+                    c.reason.clone()
+                }),
+                message: (!c.message.is_empty()).then(|| c.message.clone()),
+                started_at: time(c.started_at),
+                finished_at: time(c.finished_at),
+                container_id: id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        RuntimeState::Created => ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ContainerCreating".into()),
+                message: None,
+            }),
+            ..Default::default()
+        },
+        RuntimeState::Unknown => ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some("ContainerStatusUnknown".into()),
+                message: Some(
+                    "The container could not be located when the pod was terminated".into(),
+                ),
+                container_id: id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+/// Whether the container would be restarted after this instance (`ShouldContainerBeRestarted`).
+pub fn should_restart(restart_policy: &str, latest: Option<&RuntimeContainer>) -> bool {
+    match latest {
+        None => true,
+        Some(c) => match c.state {
+            RuntimeState::Running => false,
+            RuntimeState::Created | RuntimeState::Unknown => true,
+            RuntimeState::Exited => match restart_policy {
+                "Never" => false,
+                "OnFailure" => c.exit_code != 0,
+                _ => true,
+            },
+        },
+    }
+}
+
+/// A waiting reason from the last sync (`CrashLoopBackOff`, `ErrImagePull`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingReason {
+    pub reason: String,
+    pub message: String,
+}
+
+fn container_statuses(
+    pod: &Pod,
+    containers: &[Container],
+    init: bool,
+    rt: &RuntimePod,
+    reasons: &HashMap<String, WaitingReason>,
+    default_waiting: &str,
+) -> Vec<ContainerStatus> {
+    let policy = spec(pod).restart_policy.as_deref().unwrap_or("Always");
+    containers
+        .iter()
+        .map(|c| {
+            let mut instances = rt.instances(&c.name, init);
+            let latest = instances.next();
+            let previous = instances.next();
+            let mut st = ContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                image_id: String::new(),
+                ready: false,
+                restart_count: 0,
+                started: Some(false),
+                state: Some(ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(default_waiting.to_owned()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            if let Some(l) = latest {
+                st.container_id = Some(format!("containerd://{}", l.id));
+                st.image_id = l.image_ref.clone();
+                st.restart_count = l.restart_count;
+                st.state = Some(api_state(l));
+                let running = l.state == RuntimeState::Running;
+                // No probes yet: a running container is started and ready.
+                st.ready = running && !init;
+                st.started = Some(running);
+                if let Some(p) = previous {
+                    st.last_state = Some(api_state(p));
+                }
+            }
+            let restarting = init_restartable(init, policy, latest);
+            if let Some(r) = reasons.get(&c.name).filter(|_| restarting) {
+                if st.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
+                    st.last_state = st.state.take();
+                }
+                st.state = Some(ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(r.reason.clone()),
+                        message: (!r.message.is_empty()).then(|| r.message.clone()),
+                    }),
+                    ..Default::default()
+                });
+            }
+            st
+        })
+        .collect()
+}
+
+fn init_restartable(init: bool, policy: &str, latest: Option<&RuntimeContainer>) -> bool {
+    if init {
+        // Init containers run again after a failure unless the policy is Never.
+        match latest {
+            None => true,
+            Some(c) if c.state == RuntimeState::Exited => c.exit_code != 0 && policy != "Never",
+            Some(c) => c.state != RuntimeState::Running,
+        }
+    } else {
+        should_restart(policy, latest)
+    }
+}
+
+/// The pod phase from container statuses (`getPhase`, init containers without sidecars).
+pub fn pod_phase(
+    pod: &Pod,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+) -> &'static str {
+    let s = spec(pod);
+    let policy = s.restart_policy.as_deref().unwrap_or("Always");
+    let mut pending_init = 0;
+    let mut failed_init = 0;
+    for c in s.init_containers.iter().flatten() {
+        let Some(st) = init_statuses.iter().find(|s| s.name == c.name) else {
+            pending_init += 1;
+            continue;
+        };
+        let state = st.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            pending_init += 1;
+        } else if let Some(t) = &state.terminated {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if state.waiting.is_some() {
+            match st.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_init += 1,
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in &s.containers {
+        let Some(st) = statuses.iter().find(|s| s.name == c.name) else {
+            unknown += 1;
+            continue;
+        };
+        let state = st.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &state.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if state.waiting.is_some() {
+            if st
+                .last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+            {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && policy == "Never" {
+        return "Failed";
+    }
+    if pending_init > 0 || (failed_init > 0 && running == 0 && stopped == 0) || waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 && unknown == 0 {
+        return "Running";
+    }
+    if running == 0 && stopped > 0 && unknown == 0 {
+        if policy == "Always" {
+            return "Running";
+        }
+        if stopped == succeeded {
+            return "Succeeded";
+        }
+        if policy == "Never" {
+            return "Failed";
+        }
+        return "Running";
+    }
+    "Pending"
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    old: Option<&PodStatus>,
+    now: &Time,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let previous = old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_));
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => Some(now.clone()),
+    };
+    PodCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: (!ok).then(|| reason.map(str::to_owned)).flatten(),
+        last_transition_time,
+        ..Default::default()
+    }
+}
+
+/// Inputs of [`pod_status`] besides the pod and the runtime view.
+#[derive(Debug, Clone, Default)]
+pub struct StatusInputs {
+    /// Waiting reasons from the last sync, by container name.
+    pub reasons: HashMap<String, WaitingReason>,
+    /// The node's IPs (hostIP/hostIPs).
+    pub host_ips: Vec<String>,
+    /// Now, for new condition transitions and a first startTime.
+    pub now: Option<Timestamp>,
+}
+
+/// The API status of `pod` from what the runtime reports.
+pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatus {
+    let s = spec(pod);
+    let old = pod.status.as_ref();
+    let now = Time(inputs.now.unwrap_or(Timestamp::UNIX_EPOCH));
+    let inits = s.init_containers.clone().unwrap_or_default();
+    let init_done = inits.iter().all(|c| {
+        rt.latest(&c.name, true)
+            .is_some_and(|l| l.state == RuntimeState::Exited && l.exit_code == 0)
+    });
+    let default_waiting = if inits.is_empty() || init_done {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let init_statuses =
+        container_statuses(pod, &inits, true, rt, &inputs.reasons, "PodInitializing");
+    let statuses = container_statuses(
+        pod,
+        &s.containers,
+        false,
+        rt,
+        &inputs.reasons,
+        default_waiting,
+    );
+    let phase = pod_phase(pod, &init_statuses, &statuses);
+    let sandbox_ready = rt.sandboxes.first().is_some_and(|sb| sb.ready);
+    let containers_ready = !statuses.is_empty() && statuses.iter().all(|c| c.ready);
+    let terminal = phase == "Succeeded" || phase == "Failed";
+    let mut conditions = vec![
+        condition("PodReadyToStartContainers", sandbox_ready, None, old, &now),
+        condition(
+            "Initialized",
+            init_done,
+            Some("ContainersNotInitialized"),
+            old,
+            &now,
+        ),
+        condition(
+            "Ready",
+            containers_ready && !terminal,
+            Some(if terminal {
+                "PodCompleted"
+            } else {
+                "ContainersNotReady"
+            }),
+            old,
+            &now,
+        ),
+        condition(
+            "ContainersReady",
+            containers_ready && !terminal,
+            Some(if terminal {
+                "PodCompleted"
+            } else {
+                "ContainersNotReady"
+            }),
+            old,
+            &now,
+        ),
+    ];
+    if let Some(scheduled) = old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+    {
+        conditions.push(scheduled.clone());
+    }
+    let ips = rt.ips();
+    let pod_ips =
+        if rt.sandboxes.first().is_some_and(|sb| sb.host_network) || s.host_network == Some(true) {
+            inputs.host_ips.clone()
+        } else {
+            ips
+        };
+    PodStatus {
+        phase: Some(phase.to_owned()),
+        conditions: Some(conditions),
+        host_ip: inputs.host_ips.first().cloned(),
+        host_ips: (!inputs.host_ips.is_empty()).then(|| {
+            inputs
+                .host_ips
+                .iter()
+                .map(|ip| k8s_openapi::api::core::v1::HostIP { ip: ip.clone() })
+                .collect()
+        }),
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: old.and_then(|o| o.start_time.clone()).or(Some(now)),
+        qos_class: Some(pod_qos(pod).as_str().to_owned()),
+        init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
+        container_statuses: Some(statuses),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(containers: &[&str], inits: &[&str], policy: &str) -> Pod {
+        let mk = |n: &&str| Container {
+            name: (*n).into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: containers.iter().map(mk).collect(),
+                init_containers: (!inits.is_empty()).then(|| inits.iter().map(mk).collect()),
+                restart_policy: Some(policy.into()),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn rc(
+        name: &str,
+        state: RuntimeState,
+        exit: i32,
+        created: i64,
+        restarts: i32,
+        init: bool,
+    ) -> RuntimeContainer {
+        RuntimeContainer {
+            id: format!("{name}-{created}"),
+            name: name.into(),
+            state,
+            created_at: created,
+            started_at: if state == RuntimeState::Created {
+                0
+            } else {
+                created + 1
+            },
+            finished_at: if state == RuntimeState::Exited {
+                created + 2
+            } else {
+                0
+            },
+            exit_code: exit,
+            reason: String::new(),
+            message: String::new(),
+            image: "busybox".into(),
+            image_ref: "sha256:bb".into(),
+            restart_count: restarts,
+            hash: String::new(),
+            init,
+            sandbox_id: "sb".into(),
+        }
+    }
+
+    fn rt(containers: Vec<RuntimeContainer>) -> RuntimePod {
+        let mut p = RuntimePod {
+            uid: "u".into(),
+            sandboxes: vec![RuntimeSandbox {
+                id: "sb".into(),
+                ready: true,
+                created_at: 1,
+                attempt: 0,
+                ips: vec!["10.244.0.9".into()],
+                host_network: false,
+            }],
+            containers,
+            ..Default::default()
+        };
+        p.sort();
+        p
+    }
+
+    use RuntimeState::*;
+
+    #[test]
+    fn phases() {
+        let cases: Vec<(&str, Pod, Vec<RuntimeContainer>, &str)> = vec![
+            ("nothing yet", pod(&["a"], &[], "Always"), vec![], "Pending"),
+            (
+                "running",
+                pod(&["a"], &[], "Always"),
+                vec![rc("a", Running, 0, 10, 0, false)],
+                "Running",
+            ),
+            (
+                "one of two running",
+                pod(&["a", "b"], &[], "Always"),
+                vec![rc("a", Running, 0, 10, 0, false)],
+                "Pending",
+            ),
+            (
+                "crashed, Always",
+                pod(&["a"], &[], "Always"),
+                vec![rc("a", Exited, 1, 10, 0, false)],
+                "Running",
+            ),
+            (
+                "succeeded, Never",
+                pod(&["a"], &[], "Never"),
+                vec![rc("a", Exited, 0, 10, 0, false)],
+                "Succeeded",
+            ),
+            (
+                "failed, Never",
+                pod(&["a"], &[], "Never"),
+                vec![rc("a", Exited, 2, 10, 0, false)],
+                "Failed",
+            ),
+            (
+                "failed, OnFailure",
+                pod(&["a"], &[], "OnFailure"),
+                vec![rc("a", Exited, 2, 10, 0, false)],
+                "Running",
+            ),
+            (
+                "succeeded, OnFailure",
+                pod(&["a"], &[], "OnFailure"),
+                vec![rc("a", Exited, 0, 10, 0, false)],
+                "Succeeded",
+            ),
+            (
+                "init running",
+                pod(&["a"], &["i"], "Always"),
+                vec![rc("i", Running, 0, 10, 0, true)],
+                "Pending",
+            ),
+            (
+                "init failed, Never",
+                pod(&["a"], &["i"], "Never"),
+                vec![rc("i", Exited, 1, 10, 0, true)],
+                "Failed",
+            ),
+            (
+                "init failed, Always",
+                pod(&["a"], &["i"], "Always"),
+                vec![rc("i", Exited, 1, 10, 0, true)],
+                "Pending",
+            ),
+            (
+                "init done, app running",
+                pod(&["a"], &["i"], "Always"),
+                vec![
+                    rc("i", Exited, 0, 10, 0, true),
+                    rc("a", Running, 0, 20, 0, false),
+                ],
+                "Running",
+            ),
+        ];
+        for (name, p, cs, want) in cases {
+            let st = pod_status(&p, &rt(cs), &StatusInputs::default());
+            assert_eq!(st.phase.as_deref(), Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn container_status_fields() {
+        let p = pod(&["a"], &[], "Always");
+        let r = rt(vec![
+            rc("a", Exited, 1, 10, 0, false),
+            rc("a", Running, 0, 20, 1, false),
+        ]);
+        let st = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                host_ips: vec!["192.168.1.5".into()],
+                ..Default::default()
+            },
+        );
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.restart_count, 1);
+        assert!(cs.ready);
+        assert_eq!(cs.started, Some(true));
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://a-20"));
+        assert_eq!(cs.image, "busybox");
+        assert_eq!(cs.image_id, "sha256:bb");
+        assert!(cs.state.as_ref().unwrap().running.is_some());
+        let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+        assert_eq!(last.container_id.as_deref(), Some("containerd://a-10"));
+        assert_eq!(st.pod_ip.as_deref(), Some("10.244.0.9"));
+        assert_eq!(st.host_ip.as_deref(), Some("192.168.1.5"));
+        assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
+        let cond = |t: &str| {
+            st.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .status
+                .clone()
+        };
+        assert_eq!(cond("Ready"), "True");
+        assert_eq!(cond("ContainersReady"), "True");
+        assert_eq!(cond("Initialized"), "True");
+        assert_eq!(cond("PodReadyToStartContainers"), "True");
+    }
+
+    #[test]
+    fn waiting_reasons_move_termination_to_last_state() {
+        let p = pod(&["a"], &[], "Always");
+        let r = rt(vec![rc("a", Exited, 1, 10, 3, false)]);
+        let reasons = HashMap::from([(
+            "a".to_string(),
+            WaitingReason {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off 40s".into(),
+            },
+        )]);
+        let st = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                reasons: reasons.clone(),
+                ..Default::default()
+            },
+        );
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+        assert_eq!(
+            cs.last_state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .exit_code,
+            1
+        );
+        assert_eq!(cs.restart_count, 3);
+        assert!(!cs.ready);
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        // With Never the container will not restart: the reason is not shown.
+        let p = pod(&["a"], &[], "Never");
+        let st = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                reasons,
+                ..Default::default()
+            },
+        );
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        assert!(cs.state.as_ref().unwrap().terminated.is_some());
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+    }
+
+    #[test]
+    fn initializing_pod() {
+        let p = pod(&["a"], &["i1", "i2"], "Always");
+        let st = pod_status(
+            &p,
+            &rt(vec![
+                rc("i1", Exited, 0, 10, 0, true),
+                rc("i2", Running, 0, 20, 0, true),
+            ]),
+            &StatusInputs::default(),
+        );
+        let main = &st.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(
+            main.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("PodInitializing")
+        );
+        let inits = st.init_container_statuses.as_ref().unwrap();
+        assert!(inits[0].state.as_ref().unwrap().terminated.is_some());
+        assert!(inits[1].state.as_ref().unwrap().running.is_some());
+        assert!(!inits[1].ready, "init containers are never ready");
+        let cond = |t: &str| {
+            st.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(cond("Initialized").status, "False");
+        assert_eq!(
+            cond("Initialized").reason.as_deref(),
+            Some("ContainersNotInitialized")
+        );
+    }
+
+    #[test]
+    fn condition_transition_times_are_kept() {
+        let mut p = pod(&["a"], &[], "Always");
+        let r = rt(vec![rc("a", Running, 0, 10, 0, false)]);
+        let t1 = Timestamp::from_second(1000).unwrap();
+        let st1 = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                now: Some(t1),
+                ..Default::default()
+            },
+        );
+        p.status = Some(st1);
+        let t2 = Timestamp::from_second(2000).unwrap();
+        let st2 = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                now: Some(t2),
+                ..Default::default()
+            },
+        );
+        let ready = st2
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.last_transition_time, Some(Time(t1)));
+        assert_eq!(st2.start_time, Some(Time(t1)));
+    }
+
+    #[test]
+    fn restart_rules() {
+        let c = |s, e| rc("a", s, e, 1, 0, false);
+        assert!(should_restart("Never", None));
+        assert!(!should_restart("Always", Some(&c(Running, 0))));
+        assert!(should_restart("Always", Some(&c(Exited, 0))));
+        assert!(should_restart("OnFailure", Some(&c(Exited, 1))));
+        assert!(!should_restart("OnFailure", Some(&c(Exited, 0))));
+        assert!(!should_restart("Never", Some(&c(Exited, 1))));
+        assert!(should_restart("Never", Some(&c(Created, 0))));
+    }
+}
