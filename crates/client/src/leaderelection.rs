@@ -742,8 +742,10 @@ mod tests {
             )
             .is_err()
         );
-        let mut o = LeaderElectionOptions::default();
-        o.resource_lock = "endpoints".into();
+        let o = LeaderElectionOptions {
+            resource_lock: "endpoints".into(),
+            ..Default::default()
+        };
         assert!(o.build(client.clone(), "c", "id".into()).is_err());
         let e = LeaderElectionOptions::default()
             .build(client, "kube-scheduler", "id".into())

@@ -882,7 +882,7 @@ mod tests {
             !drained.is_finished(),
             "drain returned while an item was processing"
         );
-        assert_eq!(q.metrics().longest_running_processor_seconds > 0.04, true);
+        assert!(q.metrics().longest_running_processor_seconds > 0.04);
         q.done(&item);
         tokio::time::timeout(Duration::from_secs(2), drained)
             .await

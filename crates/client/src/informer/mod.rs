@@ -132,16 +132,17 @@ impl Default for InformerConfig {
 impl InformerConfig {
     /// The kube-runtime watcher configuration.
     pub fn watcher_config(&self) -> watcher::Config {
-        let mut wc = watcher::Config::default();
-        wc.label_selector = self.label_selector.clone();
-        wc.field_selector = self.field_selector.clone();
-        wc.page_size = self.page_size;
-        wc.timeout = self.watch_timeout_secs;
-        wc.initial_list_strategy = match self.initial_list {
-            InitialListMode::StreamingList => InitialListStrategy::StreamingList,
-            InitialListMode::ListWatch => InitialListStrategy::ListWatch,
-        };
-        wc
+        watcher::Config {
+            label_selector: self.label_selector.clone(),
+            field_selector: self.field_selector.clone(),
+            page_size: self.page_size,
+            timeout: self.watch_timeout_secs,
+            initial_list_strategy: match self.initial_list {
+                InitialListMode::StreamingList => InitialListStrategy::StreamingList,
+                InitialListMode::ListWatch => InitialListStrategy::ListWatch,
+            },
+            ..watcher::Config::default()
+        }
     }
 }
 
