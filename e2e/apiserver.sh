@@ -1,0 +1,692 @@
+#!/usr/bin/env bash
+# e2e: the real kubectl against a started kube-apiserver, with no special flags.
+#
+# Runs the same suite of kubectl steps
+#   1. embedded SQLite store, /usr/bin/kubectl (the dispatcher: it picks the version
+#      matching the server),
+#   2. embedded SQLite store, /usr/lib/google-cloud-sdk/bin/kubectl.1.32,
+#   3. a real etcd (started here on loopback with a temp data dir), /usr/bin/kubectl.
+# Every step checks kubectl's output (not only its exit code). Prints a summary of
+# passed/failed steps and exits non-zero on any failure. Everything started here is
+# stopped by PID and every temp dir removed on every exit path.
+#
+# Binaries: by default `cargo build -p kube-apiserver -p ferrokube-pki` (debug) into
+# CARGO_TARGET_DIR (default /var/cache/ferrokube/target, else ./target) and uses them.
+# E2E_SKIP_BUILD=1 uses the newest existing build (release or debug) instead;
+# E2E_BIN_DIR=<dir> names the directory explicitly. E2E_BACKENDS=sqlite,etcd selects
+# the runs. E2E_KEEP=1 keeps the temp dir (logs) for inspection.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+KUBECTL_DEFAULT=/usr/bin/kubectl
+KUBECTL_132=/usr/lib/google-cloud-sdk/bin/kubectl.1.32
+BACKENDS=${E2E_BACKENDS:-sqlite,etcd}
+CMD_TIMEOUT=60 # seconds, per kubectl invocation
+
+# ---------------------------------------------------------------------------- setup
+
+TMP=$(mktemp -d /tmp/ferrokube-e2e.XXXXXX)
+PIDS=() # everything we started, stopped by PID in cleanup
+APISERVER_PID=
+ETCD_PID=
+
+stop_pid() { # stop_pid PID: TERM, wait at most 10 s, then KILL
+  local pid=$1 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "pid $pid did not exit on TERM in 10 s: KILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+  local rc=$? pid
+  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  if [ "${E2E_KEEP:-0}" = 1 ]; then
+    echo "kept $TMP" >&2
+  else
+    rm -rf "$TMP"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  if [ -d /var/cache/ferrokube/target ] && [ -w /var/cache/ferrokube/target ]; then
+    export CARGO_TARGET_DIR=/var/cache/ferrokube/target
+  else
+    export CARGO_TARGET_DIR=$ROOT/target
+  fi
+fi
+
+if [ -n "${E2E_BIN_DIR:-}" ]; then
+  BIN=$E2E_BIN_DIR
+elif [ "${E2E_SKIP_BUILD:-0}" = 1 ]; then
+  BIN=
+  for dir in "$CARGO_TARGET_DIR/release" "$CARGO_TARGET_DIR/debug"; do
+    [ -x "$dir/kube-apiserver" ] && [ -x "$dir/ferrokube-pki" ] || continue
+    if [ -z "$BIN" ] || [ "$dir/kube-apiserver" -nt "$BIN/kube-apiserver" ]; then BIN=$dir; fi
+  done
+  [ -n "$BIN" ] || { echo "no kube-apiserver build under $CARGO_TARGET_DIR" >&2; exit 1; }
+else
+  cargo build --locked -p kube-apiserver -p ferrokube-pki >&2
+  BIN=$CARGO_TARGET_DIR/debug
+fi
+echo "binaries: $BIN" >&2
+for tool in "$BIN/kube-apiserver" "$BIN/ferrokube-pki" "$KUBECTL_DEFAULT" python3 curl; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
+done
+
+# ------------------------------------------------------------------- step framework
+
+PASSED=()
+FAILED=()
+CURRENT_RUN=""
+
+# step NAME FUNCTION [ARGS...]: runs FUNCTION in a subshell with errexit; its output
+# goes to a per-step log, shown when the step fails.
+step() {
+  local name="$CURRENT_RUN: $1" fn=$2 log rc
+  shift 2
+  log=$TMP/steps/$(printf '%s' "$name" | tr -c 'A-Za-z0-9._-' '_').log
+  mkdir -p "$TMP/steps"
+  set +e
+  (
+    set -euo pipefail
+    "$fn" "$@"
+  ) >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" -eq 0 ]; then
+    PASSED+=("$name")
+    printf 'PASS  %s\n' "$name"
+  else
+    FAILED+=("$name")
+    printf 'FAIL  %s\n' "$name"
+    sed 's/^/      | /' "$log" | tail -n 40
+  fi
+}
+
+# k ARGS...: kubectl (the run's binary), bounded, echoing the command and its output
+# into the step log; the output is also left in $TMP/out for the checks.
+k() {
+  echo "+ kubectl $*"
+  local rc=0
+  timeout "$CMD_TIMEOUT" "$KUBECTL" "$@" >"$TMP/out" 2>&1 || rc=$?
+  sed 's/^/  /' "$TMP/out"
+  if [ "$rc" -ne 0 ]; then
+    echo "kubectl exited $rc"
+    return "$rc"
+  fi
+}
+
+# has PATTERN: the last kubectl output matches the extended regexp PATTERN.
+has() {
+  if ! grep -Eq -- "$1" "$TMP/out"; then
+    echo "expected output matching: $1"
+    return 1
+  fi
+}
+
+# lacks PATTERN: the last kubectl output does not match PATTERN.
+lacks() {
+  if grep -Eq -- "$1" "$TMP/out"; then
+    echo "unexpected output matching: $1"
+    return 1
+  fi
+}
+
+# is EXPECTED: the last kubectl output is exactly EXPECTED.
+is() {
+  local got
+  got=$(cat "$TMP/out")
+  if [ "$got" != "$1" ]; then
+    echo "expected exactly: $1"
+    echo "got:              $got"
+    return 1
+  fi
+}
+
+# -------------------------------------------------------------------------- servers
+
+# start_etcd: a single-member etcd on free loopback ports with a temp data dir.
+start_etcd() {
+  local client peer i
+  client=$(free_port)
+  peer=$(free_port)
+  mkdir -p "$TMP/etcd"
+  etcd --name e2e --data-dir "$TMP/etcd/data" \
+    --listen-client-urls "http://127.0.0.1:$client" \
+    --advertise-client-urls "http://127.0.0.1:$client" \
+    --listen-peer-urls "http://127.0.0.1:$peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "e2e=http://127.0.0.1:$peer" \
+    >"$TMP/etcd/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  PIDS+=("$ETCD_PID")
+  ETCD_URL=http://127.0.0.1:$client
+  for ((i = 0; i < 200; i++)); do # 20 s
+    if curl -sf "$ETCD_URL/health" 2>/dev/null | grep -q '"health":"true"'; then
+      echo "etcd pid $ETCD_PID on $ETCD_URL" >&2
+      return 0
+    fi
+    kill -0 "$ETCD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "etcd did not become healthy; log:" >&2
+  tail -n 30 "$TMP/etcd/etcd.log" >&2
+  return 1
+}
+
+# start_apiserver DIR [EXTRA FLAGS...]: PKI + kube-apiserver on a free loopback port;
+# waits (at most 60 s) for /readyz. Sets APISERVER_PID and KUBECONFIG.
+start_apiserver() {
+  local dir=$1 port i
+  shift
+  port=$(free_port)
+  mkdir -p "$dir"
+  "$BIN/ferrokube-pki" init --dir "$dir/pki" --server "https://127.0.0.1:$port" >/dev/null
+  "$BIN/kube-apiserver" --secure-port "$port" --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 \
+    --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
+    --client-ca-file "$dir/pki/ca.crt" --data-dir "$dir/data" "$@" \
+    >"$dir/apiserver.log" 2>&1 &
+  APISERVER_PID=$!
+  PIDS+=("$APISERVER_PID")
+  export KUBECONFIG=$dir/pki/admin.kubeconfig
+  for ((i = 0; i < 600; i++)); do # 60 s
+    if [ "$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/readyz")" = 200 ]; then
+      echo "kube-apiserver pid $APISERVER_PID on https://127.0.0.1:$port" >&2
+      return 0
+    fi
+    kill -0 "$APISERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "kube-apiserver did not become ready; log:" >&2
+  tail -n 30 "$dir/apiserver.log" >&2
+  return 1
+}
+
+# --------------------------------------------------------------------------- steps
+# Each runs in namespace $NS with $KUBECTL; manifests live in $MAN.
+
+write_manifests() {
+  mkdir -p "$MAN"
+  cat >"$MAN/app-v1.yaml" <<'EOF'
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    app: web
+    tier: frontend
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports:
+        - containerPort: 80
+        env:
+        - name: KEEP
+          value: "1"
+        - name: REMOVED
+          value: "2"
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  selector:
+    app: web
+  ports:
+  - port: 80
+    targetPort: 80
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-config
+  labels:
+    app: web
+data:
+  color: blue
+  size: large
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: web-secret
+  labels:
+    app: web
+type: Opaque
+stringData:
+  password: s3cret
+EOF
+  # v2: label tier removed, track added; env REMOVED removed, ADDED added; image and
+  # ConfigMap data changed; Service and Secret unchanged.
+  sed -e 's/    tier: frontend/    track: stable/' \
+    -e 's/image: nginx:1.27/image: nginx:1.28/' \
+    -e 's/- name: REMOVED/- name: ADDED/' -e 's/value: "2"/value: "3"/' \
+    -e 's/  size: large/  size: small/' \
+    "$MAN/app-v1.yaml" >"$MAN/app-v2.yaml"
+  cat >"$MAN/held.yaml" <<'EOF'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: held
+  finalizers:
+  - e2e.ferrokube.io/hold
+data:
+  k: v
+EOF
+}
+
+s_version() {
+  k version
+  has '^Server Version: v1\.33'
+}
+
+s_create_namespace() {
+  k create namespace "$NS"
+  has "^namespace/$NS created"
+  k get namespace "$NS"
+  has "^$NS +Active"
+}
+
+s_apply_v1() {
+  k apply -n "$NS" -f "$MAN/app-v1.yaml"
+  has '^deployment.apps/web created'
+  has '^service/web created'
+  has '^configmap/web-config created'
+  has '^secret/web-secret created'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.template.spec.containers[0].env[*].name}'
+  is 'KEEP REMOVED'
+  # Changed out of band (not in the last-applied configuration): kept by the next apply.
+  k label deployment web -n "$NS" owner=ops
+  has 'deployment.apps/web labeled'
+}
+
+s_apply_v2() {
+  k apply -n "$NS" -f "$MAN/app-v2.yaml"
+  has '^deployment.apps/web configured'
+  has '^configmap/web-config configured'
+  has '^service/web unchanged'
+  # A Secret applied with stringData reports "configured" on every apply upstream too:
+  # the live object holds data, so kubectl's patch always re-adds stringData.
+  has '^secret/web-secret (unchanged|configured)'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.template.spec.containers[0].env[*].name}'
+  is 'KEEP ADDED'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.template.spec.containers[0].image}'
+  is 'nginx:1.28'
+  k get deployment web -n "$NS" --show-labels
+  has 'app=web'
+  has 'track=stable'
+  has 'owner=ops'
+  lacks 'tier=frontend'
+  k get configmap web-config -n "$NS" -o 'jsonpath={.data.size}'
+  is 'small'
+}
+
+s_get_wide() {
+  k get deployment web -n "$NS" -o wide
+  has '^NAME +READY +UP-TO-DATE +AVAILABLE +AGE +CONTAINERS +IMAGES +SELECTOR'
+  has '^web +0/2 .* web +nginx:1.28 +app=web'
+  k get service web -n "$NS" -o wide
+  has '^NAME +TYPE +CLUSTER-IP +EXTERNAL-IP +PORT\(S\) +AGE +SELECTOR'
+  has '^web +ClusterIP +10\.[0-9.]+ +<none> +80/TCP .* app=web'
+}
+
+s_get_yaml() {
+  k get deployment web -n "$NS" -o yaml
+  has '^kind: Deployment'
+  has '^apiVersion: apps/v1'
+  has '^  name: web'
+  has "^  namespace: $NS"
+  has 'kubectl.kubernetes.io/last-applied-configuration'
+}
+
+s_get_json() {
+  k get configmap web-config -n "$NS" -o json
+  python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["kind"] == "ConfigMap", o["kind"]
+assert o["data"] == {"color": "blue", "size": "small"}, o["data"]
+assert o["metadata"]["uid"] and o["metadata"]["resourceVersion"], o["metadata"]
+' "$TMP/out"
+}
+
+s_get_jsonpath() {
+  k get deployment web -n "$NS" -o 'jsonpath={.metadata.name}:{.spec.replicas}:{.spec.selector.matchLabels.app}'
+  is 'web:2:web'
+  k get secret web-secret -n "$NS" -o 'jsonpath={.data.password}'
+  is "$(printf s3cret | base64)"
+}
+
+s_get_selector() {
+  k get deployments,services,configmaps -n "$NS" -l app=web
+  has '^deployment.apps/web '
+  has '^service/web '
+  has '^configmap/web-config '
+  k get configmaps -n "$NS" -l 'app in (web),track!=x'
+  has '^web-config '
+  k get deployments -n "$NS" -l app=nothing
+  has "No resources found in $NS namespace"
+}
+
+s_get_show_labels() {
+  k get configmaps -n "$NS" --show-labels
+  has '^NAME +DATA +AGE +LABELS'
+  has '^web-config +2 .* app=web'
+}
+
+s_get_all_namespaces() {
+  k get configmaps -A
+  has '^NAMESPACE +NAME +DATA +AGE'
+  has "^$NS +web-config +2 "
+  k get namespaces
+  has '^kube-system +Active'
+  k get services -A
+  has '^default +kubernetes +ClusterIP '
+  has "^$NS +web +ClusterIP "
+}
+
+s_get_watch() {
+  local out=$TMP/watch.out i wpid
+  : >"$out"
+  timeout 30 "$KUBECTL" get configmap web-config -n "$NS" -w \
+    -o 'jsonpath={.metadata.name}={.data.color}{"\n"}' >"$out" 2>&1 &
+  wpid=$!
+  for ((i = 0; i < 150; i++)); do # initial state printed, at most 15 s
+    grep -q '^web-config=blue$' "$out" && break
+    sleep 0.1
+  done
+  grep -q '^web-config=blue$' "$out" || {
+    echo "watch did not print the initial state:"
+    cat "$out"
+    kill "$wpid" 2>/dev/null
+    return 1
+  }
+  k patch configmap web-config -n "$NS" --type merge -p '{"data":{"color":"red"}}'
+  has 'configmap/web-config patched'
+  for ((i = 0; i < 150; i++)); do # the update, at most 15 s
+    grep -q '^web-config=red$' "$out" && break
+    sleep 0.1
+  done
+  kill "$wpid" 2>/dev/null || true
+  wait "$wpid" 2>/dev/null || true
+  echo "watch printed:"
+  cat "$out"
+  grep -q '^web-config=red$' "$out" || {
+    echo "watch did not print the update"
+    return 1
+  }
+  # Back to blue for the edit step.
+  k patch configmap web-config -n "$NS" --type merge -p '{"data":{"color":"blue"}}'
+}
+
+s_patch_strategic() {
+  k patch deployment web -n "$NS" --type strategic \
+    -p '{"spec":{"template":{"spec":{"containers":[{"name":"web","env":[{"name":"PATCHED","value":"4"}]}]}}}}'
+  has 'deployment.apps/web patched'
+  # Strategic: env merged by name into the existing list (a merge patch would replace it).
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.template.spec.containers[0].env[*].name}'
+  has 'KEEP'
+  has 'ADDED'
+  has 'PATCHED'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.template.spec.containers[0].image}'
+  is 'nginx:1.28'
+}
+
+s_patch_merge() {
+  k patch deployment web -n "$NS" --type merge -p '{"metadata":{"labels":{"patched":"merge"}}}'
+  has 'deployment.apps/web patched'
+  k get deployment web -n "$NS" -o 'jsonpath={.metadata.labels.patched}/{.metadata.labels.app}'
+  is 'merge/web'
+}
+
+s_patch_json() {
+  k patch deployment web -n "$NS" --type json \
+    -p '[{"op":"replace","path":"/spec/replicas","value":3},{"op":"add","path":"/metadata/annotations/json-patched","value":"yes"}]'
+  has 'deployment.apps/web patched'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.replicas}/{.metadata.annotations.json-patched}'
+  is '3/yes'
+}
+
+s_edit() {
+  EDITOR="sed -i -e s/color:\ blue/color:\ green/" k edit configmap web-config -n "$NS"
+  has 'configmap/web-config edited'
+  k get configmap web-config -n "$NS" -o 'jsonpath={.data.color}'
+  is 'green'
+}
+
+s_label() {
+  k label deployment web -n "$NS" env=prod
+  has 'deployment.apps/web labeled'
+  k get deployment web -n "$NS" -o 'jsonpath={.metadata.labels.env}'
+  is 'prod'
+  k label deployment web -n "$NS" env=staging --overwrite
+  has 'deployment.apps/web labeled'
+  k get deployments -n "$NS" -l env=staging
+  has '^web '
+  k label deployment web -n "$NS" env-
+  has 'deployment.apps/web unlabeled'
+  k get deployment web -n "$NS" --show-labels
+  lacks 'env='
+}
+
+s_annotate() {
+  k annotate deployment web -n "$NS" e2e.ferrokube.io/note='hello world'
+  has 'deployment.apps/web annotated'
+  k get deployment web -n "$NS" -o 'jsonpath={.metadata.annotations.e2e\.ferrokube\.io/note}'
+  is 'hello world'
+}
+
+s_scale() {
+  k scale deployment web -n "$NS" --replicas=5
+  has 'deployment.apps/web scaled'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.replicas}'
+  is '5'
+  k scale deployment web -n "$NS" --current-replicas=5 --replicas=1
+  has 'deployment.apps/web scaled'
+  k get deployment web -n "$NS" -o 'jsonpath={.spec.replicas}'
+  is '1'
+}
+
+s_explain() {
+  k explain pod.spec.containers
+  has '^KIND: +Pod'
+  has '^VERSION: +v1'
+  has '^FIELD: +containers <\[\]Container>'
+  has '^ +image\s+<string>'
+  has '^ +name\s+<string> -required-'
+}
+
+s_api_resources() {
+  k api-resources
+  has '^NAME +SHORTNAMES +APIVERSION +NAMESPACED +KIND'
+  has '^pods +po +v1 +true +Pod'
+  has '^deployments +deploy +apps/v1 +true +Deployment'
+  has '^namespaces +ns +v1 +false +Namespace'
+  has '^leases +coordination.k8s.io/v1 +true +Lease'
+  k api-resources --api-group=apps -o name
+  has '^deployments.apps$'
+}
+
+s_api_versions() {
+  k api-versions
+  has '^v1$'
+  has '^apps/v1$'
+  has '^batch/v1$'
+  has '^rbac.authorization.k8s.io/v1$'
+  has '^coordination.k8s.io/v1$'
+}
+
+s_secret_generic() {
+  k create secret generic gen -n "$NS" --from-literal=user=admin --from-literal=pass='p@ss'
+  has '^secret/gen created'
+  k get secret gen -n "$NS" -o 'jsonpath={.type} {.data.user}'
+  is "Opaque $(printf admin | base64)"
+}
+
+s_secret_tls() {
+  k create secret tls tls -n "$NS" --cert "$RUN_DIR/pki/apiserver.crt" --key "$RUN_DIR/pki/apiserver.key"
+  has '^secret/tls created'
+  k get secret tls -n "$NS"
+  has '^tls +kubernetes.io/tls +2 '
+}
+
+s_secret_docker_registry() {
+  k create secret docker-registry regcred -n "$NS" --docker-server=registry.example:5000 \
+    --docker-username=bob --docker-password=hunter2
+  has '^secret/regcred created'
+  k get secret regcred -n "$NS" -o 'jsonpath={.type}'
+  is 'kubernetes.io/dockerconfigjson'
+  k get secret regcred -n "$NS" -o 'jsonpath={.data.\.dockerconfigjson}'
+  base64 -d <"$TMP/out" | grep -q '"registry.example:5000"' || {
+    echo "docker config does not name the registry"
+    return 1
+  }
+}
+
+s_configmap_literal() {
+  k create configmap lit -n "$NS" --from-literal=a=1 --from-literal=b=two
+  has '^configmap/lit created'
+  k get configmap lit -n "$NS" -o 'jsonpath={.data.a},{.data.b}'
+  is '1,two'
+}
+
+s_delete_finalizer() {
+  local i
+  k apply -n "$NS" -f "$MAN/held.yaml"
+  has '^configmap/held created'
+  k delete configmap held -n "$NS" --wait=false
+  has 'configmap "held" deleted'
+  # Marked, not gone: the finalizer holds it.
+  k get configmap held -n "$NS" -o 'jsonpath={.metadata.deletionTimestamp}|{.metadata.finalizers[*]}'
+  has '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]+Z\|e2e.ferrokube.io/hold$'
+  k patch configmap held -n "$NS" --type json -p '[{"op":"remove","path":"/metadata/finalizers"}]'
+  has 'configmap/held patched'
+  for ((i = 0; i < 50; i++)); do # at most 5 s
+    if ! timeout "$CMD_TIMEOUT" "$KUBECTL" get configmap held -n "$NS" >/dev/null 2>&1; then break; fi
+    sleep 0.1
+  done
+  k get configmap held -n "$NS" --ignore-not-found -o name
+  is ''
+  if k get configmap held -n "$NS"; then return 1; fi
+  has 'Error from server \(NotFound\): configmaps "held" not found'
+}
+
+s_delete() {
+  k delete deployment,service,secret -n "$NS" -l app=web
+  has 'deployment.apps "web" deleted'
+  has 'service "web" deleted'
+  has 'secret "web-secret" deleted'
+  k get deployments,services -n "$NS"
+  has "No resources found in $NS namespace"
+}
+
+# suite NAME KUBECTL: every step against the running apiserver.
+suite() {
+  CURRENT_RUN=$1
+  KUBECTL=$2
+  NS=e2e-$(printf '%s' "$1" | tr -c 'a-z0-9' '-' | sed 's/-*$//')
+  MAN=$TMP/manifests
+  write_manifests
+  echo
+  echo "=== $CURRENT_RUN ($KUBECTL, namespace $NS)"
+  step "kubectl version" s_version
+  step "create namespace" s_create_namespace
+  step "apply -f multi-document YAML" s_apply_v1
+  step "apply again with changes (3-way strategic merge)" s_apply_v2
+  step "get -o wide" s_get_wide
+  step "get -o yaml" s_get_yaml
+  step "get -o json" s_get_json
+  step "get -o jsonpath" s_get_jsonpath
+  step "get -l" s_get_selector
+  step "get --show-labels" s_get_show_labels
+  step "get -A" s_get_all_namespaces
+  step "get -w across an update" s_get_watch
+  step "patch --type strategic" s_patch_strategic
+  step "patch --type merge" s_patch_merge
+  step "patch --type json" s_patch_json
+  step "edit (scripted EDITOR)" s_edit
+  step "label" s_label
+  step "annotate" s_annotate
+  step "scale" s_scale
+  step "explain pod.spec.containers" s_explain
+  step "api-resources" s_api_resources
+  step "api-versions" s_api_versions
+  step "create secret generic" s_secret_generic
+  step "create secret tls" s_secret_tls
+  step "create secret docker-registry" s_secret_docker_registry
+  step "create configmap --from-literal" s_configmap_literal
+  step "delete with a finalizer, then finalizer removed" s_delete_finalizer
+  step "delete -l" s_delete
+}
+
+# ---------------------------------------------------------------------------- runs
+
+for backend in ${BACKENDS//,/ }; do
+  case $backend in
+  sqlite)
+    RUN_DIR=$TMP/sqlite
+    if start_apiserver "$RUN_DIR"; then
+      suite "sqlite" "$KUBECTL_DEFAULT"
+      if [ -x "$KUBECTL_132" ]; then
+        suite "sqlite kubectl.1.32" "$KUBECTL_132"
+      else
+        FAILED+=("sqlite kubectl.1.32: $KUBECTL_132 not found")
+      fi
+    else
+      FAILED+=("sqlite: kube-apiserver start")
+    fi
+    if [ -n "$APISERVER_PID" ]; then stop_pid "$APISERVER_PID"; fi
+    ;;
+  etcd)
+    RUN_DIR=$TMP/etcd-run
+    if start_etcd && start_apiserver "$RUN_DIR" --etcd-servers "$ETCD_URL"; then
+      suite "etcd" "$KUBECTL_DEFAULT"
+    else
+      FAILED+=("etcd: etcd or kube-apiserver start")
+    fi
+    if [ -n "$APISERVER_PID" ]; then stop_pid "$APISERVER_PID"; fi
+    if [ -n "$ETCD_PID" ]; then stop_pid "$ETCD_PID"; fi
+    ;;
+  *)
+    echo "unknown backend $backend" >&2
+    exit 2
+    ;;
+  esac
+  APISERVER_PID=
+done
+
+echo
+echo "=== summary: ${#PASSED[@]} passed, ${#FAILED[@]} failed"
+for name in "${FAILED[@]}"; do echo "FAILED: $name"; done
+[ "${#FAILED[@]}" -eq 0 ]
