@@ -24,6 +24,9 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "systemd units (systemd-analyze verify of deploy/systemd)"
+bash hack/verify-systemd.sh
+
 step "container runtime (containerd, CNI, offline images, local registry mirror)"
 # The kubelet's integration tests run on the real containerd; they fail (never skip) when
 # it is not reachable. rt::ensure applies the network containment first and is quick
