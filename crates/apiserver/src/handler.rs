@@ -398,9 +398,14 @@ fn decode_body(body: &[u8], content_type: &str, info: &ResourceInfo) -> Result<V
                 info.kind
             ))
         }),
+        // Typed built-in objects from kubectl and client-go controllers.
+        ferrokube_protobuf::MEDIA_TYPE => ferrokube_protobuf::decode(body)
+            .map(|(_, object)| object)
+            .map_err(|e| ApiError::bad_request(format!("Object '{}' is invalid: {e}", info.kind))),
         _ => Err(ApiError::unsupported_media_type(&[
             "application/json",
             "application/yaml",
+            ferrokube_protobuf::MEDIA_TYPE,
         ])),
     }
 }
