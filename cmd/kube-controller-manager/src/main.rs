@@ -1,0 +1,254 @@
+//! kube-controller-manager: upstream flag names over `ferrokube-controllers`, behind
+//! leader election, with `/healthz` and `/metrics` on `--bind-address:--secure-port`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use ferrokube_client::leaderelection::{
+    LeaderElectionOptions, default_identity, parse_go_duration,
+};
+use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use ferrokube_controllers::nodelifecycle::NodeLifecycleConfig;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use parking_lot_free::Shared;
+use tokio_util::sync::CancellationToken;
+
+mod parking_lot_free {
+    use std::sync::{Arc, Mutex};
+    /// The metrics source once controllers run.
+    pub type Shared = Arc<Mutex<Option<String>>>;
+    pub fn new() -> Shared {
+        Arc::new(Mutex::new(None))
+    }
+}
+
+fn dur(s: &str) -> Result<Duration, String> {
+    parse_go_duration(s)
+}
+
+/// Upstream kube-controller-manager flags (the subset Ferrokube implements).
+#[derive(Debug, Parser)]
+#[command(name = "kube-controller-manager", version, about)]
+struct Options {
+    /// Path to kubeconfig file with authorization and master location information.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// A list of controllers to enable. '*' enables all on-by-default controllers,
+    /// 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    controllers: Vec<String>,
+    #[arg(long = "concurrent-deployment-syncs", default_value_t = 5)]
+    concurrent_deployment_syncs: usize,
+    #[arg(long = "concurrent-replicaset-syncs", default_value_t = 5)]
+    concurrent_replicaset_syncs: usize,
+    #[arg(long = "concurrent-rc-syncs", default_value_t = 5)]
+    concurrent_rc_syncs: usize,
+    #[arg(long = "concurrent-endpoint-syncs", default_value_t = 5)]
+    concurrent_endpoint_syncs: usize,
+    #[arg(long = "concurrent-service-endpoint-syncs", default_value_t = 5)]
+    concurrent_service_endpoint_syncs: usize,
+    #[arg(long = "concurrent-gc-syncs", default_value_t = 20)]
+    concurrent_gc_syncs: usize,
+    #[arg(long = "concurrent-namespace-syncs", default_value_t = 10)]
+    concurrent_namespace_syncs: usize,
+    #[arg(long = "concurrent-serviceaccount-token-syncs", default_value_t = 5)]
+    concurrent_serviceaccount_syncs: usize,
+    /// Amount of time which we allow running Node to be unresponsive before marking it unhealthy.
+    #[arg(long = "node-monitor-grace-period", default_value = "50s", value_parser = dur)]
+    node_monitor_grace_period: Duration,
+    /// The period for syncing NodeStatus in NodeController.
+    #[arg(long = "node-monitor-period", default_value = "5s", value_parser = dur)]
+    node_monitor_period: Duration,
+    /// Amount of time which we allow starting Node to be unresponsive before marking it unhealthy.
+    #[arg(long = "node-startup-grace-period", default_value = "1m0s", value_parser = dur)]
+    node_startup_grace_period: Duration,
+    /// Number of nodes per second on which pods are deleted in case of node failure when a zone is healthy.
+    #[arg(long = "node-eviction-rate", default_value_t = 0.1)]
+    node_eviction_rate: f32,
+    /// Number of nodes per second on which pods are deleted in case of node failure when a zone is unhealthy.
+    #[arg(long = "secondary-node-eviction-rate", default_value_t = 0.01)]
+    secondary_node_eviction_rate: f32,
+    #[arg(long = "large-cluster-size-threshold", default_value_t = 50)]
+    large_cluster_size_threshold: usize,
+    #[arg(long = "unhealthy-zone-threshold", default_value_t = 0.55)]
+    unhealthy_zone_threshold: f32,
+    /// Number of terminated pods that can exist before the terminated pod garbage
+    /// collector starts deleting terminated pods. If <= 0, it is disabled.
+    #[arg(long = "terminated-pod-gc-threshold", default_value_t = 12500)]
+    terminated_pod_gc_threshold: i64,
+    /// The port on which to serve /healthz and /metrics (0 disables).
+    #[arg(long = "secure-port", default_value_t = 10257)]
+    secure_port: u16,
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    #[command(flatten)]
+    leader_election: LeaderElectionOptions,
+}
+
+impl Options {
+    fn manager_config(&self) -> ManagerConfig {
+        ManagerConfig {
+            controllers: self.controllers.clone(),
+            concurrent_deployment_syncs: self.concurrent_deployment_syncs,
+            concurrent_replicaset_syncs: self.concurrent_replicaset_syncs,
+            concurrent_rc_syncs: self.concurrent_rc_syncs,
+            concurrent_endpoint_syncs: self.concurrent_endpoint_syncs,
+            concurrent_service_endpoint_syncs: self.concurrent_service_endpoint_syncs,
+            concurrent_gc_syncs: self.concurrent_gc_syncs,
+            concurrent_namespace_syncs: self.concurrent_namespace_syncs,
+            concurrent_serviceaccount_syncs: self.concurrent_serviceaccount_syncs,
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold.max(0) as usize,
+            node_lifecycle: NodeLifecycleConfig {
+                grace_period: self.node_monitor_grace_period,
+                monitor_period: self.node_monitor_period,
+                startup_grace_period: self.node_startup_grace_period,
+                eviction_rate: self.node_eviction_rate,
+                secondary_eviction_rate: self.secondary_node_eviction_rate,
+                large_cluster_threshold: self.large_cluster_size_threshold,
+                unhealthy_zone_threshold: self.unhealthy_zone_threshold,
+            },
+            informer_sync_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let cfg = match kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .with_context(|| format!("reading {}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+async fn serve(addr: SocketAddr, metrics: Shared, cancel: CancellationToken) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    tracing::info!(%addr, "serving /healthz and /metrics");
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => r?,
+            _ = cancel.cancelled() => return Ok(()),
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let metrics = metrics.clone();
+                async move {
+                    let (code, body) = match req.uri().path() {
+                        "/healthz" | "/livez" | "/readyz" => (StatusCode::OK, "ok".to_string()),
+                        "/metrics" => (
+                            StatusCode::OK,
+                            metrics
+                                .lock()
+                                .map(|m| m.clone().unwrap_or_default())
+                                .unwrap_or_default(),
+                        ),
+                        _ => (StatusCode::NOT_FOUND, "not found".to_string()),
+                    };
+                    let mut resp = Response::new(Full::new(Bytes::from(body)));
+                    *resp.status_mut() = code;
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+async fn run_controllers(
+    client: kube::Client,
+    cfg: ManagerConfig,
+    metrics: Shared,
+    cancel: CancellationToken,
+) {
+    let manager = match Manager::start(client, &cfg, cancel.clone()).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(error = %e, "starting controllers failed");
+            cancel.cancel();
+            return;
+        }
+    };
+    tracing::info!(controllers = ?manager.enabled, "controllers started");
+    let manager = Arc::new(tokio::sync::Mutex::new(Some(manager)));
+    let m2 = manager.clone();
+    let updater = tokio::spawn(async move {
+        loop {
+            if let Some(m) = m2.lock().await.as_ref()
+                && let Ok(mut slot) = metrics.lock()
+            {
+                *slot = Some(m.metrics());
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+    cancel.cancelled().await;
+    updater.abort();
+    if let Some(m) = manager.lock().await.take() {
+        m.wait().await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let opts = Options::parse();
+    let cfg = opts.manager_config();
+    ferrokube_controllers::manager::enabled_controllers(&cfg.controllers)?;
+    let client = client(opts.kubeconfig.as_ref()).await?;
+    let cancel = CancellationToken::new();
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            c.cancel();
+        });
+    }
+    let metrics = parking_lot_free::new();
+    if opts.secure_port != 0 {
+        let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
+        let (m, c) = (metrics.clone(), cancel.clone());
+        tokio::spawn(async move {
+            if let Err(e) = serve(addr, m, c).await {
+                tracing::error!(error = %e, "health server failed");
+            }
+        });
+    }
+    if opts.leader_election.leader_elect {
+        let elector = Arc::new(opts.leader_election.build(
+            client.clone(),
+            "kube-controller-manager",
+            default_identity(),
+        )?);
+        let (c2, m2) = (client.clone(), metrics.clone());
+        elector
+            .run(cancel.clone(), move |leading| {
+                run_controllers(c2, cfg, m2, leading)
+            })
+            .await?;
+    } else {
+        run_controllers(client, cfg, metrics, cancel.clone()).await;
+    }
+    Ok(())
+}

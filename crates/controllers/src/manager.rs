@@ -1,0 +1,327 @@
+//! kube-controller-manager's wiring: which controllers run (`--controllers` with
+//! upstream names, `*` and `-name`), with how many workers, on one shared informer
+//! factory and one event broadcaster.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::ReplicationController;
+use tokio_util::sync::CancellationToken;
+
+use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions};
+use ferrokube_client::informer::SharedInformerFactory;
+use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
+
+use crate::deployment::DeploymentController;
+use crate::endpoints::EndpointsController;
+use crate::endpointslice::EndpointSliceController;
+use crate::events::EventSink;
+use crate::garbagecollector::GarbageCollector;
+use crate::namespace::NamespaceController;
+use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::podgc::PodGcController;
+use crate::replicaset::ReplicaSetController;
+use crate::serviceaccount::ServiceAccountController;
+use crate::{Controller, Error, Result, run_controller};
+
+/// (canonical upstream name, older alias) of every controller this crate has.
+pub const CONTROLLERS: &[(&str, &str)] = &[
+    ("replicaset-controller", "replicaset"),
+    ("replicationcontroller-controller", "replicationcontroller"),
+    ("deployment-controller", "deployment"),
+    ("garbage-collector-controller", "garbagecollector"),
+    ("namespace-controller", "namespace"),
+    ("serviceaccount-controller", "serviceaccount"),
+    ("endpoints-controller", "endpoint"),
+    ("endpointslice-controller", "endpointslice"),
+    ("node-lifecycle-controller", "nodelifecycle"),
+    ("pod-garbage-collector-controller", "podgc"),
+];
+
+/// Upstream names this manager knows but does not run (accepted in `--controllers`).
+pub const NOT_IMPLEMENTED: &[&str] = &[
+    "endpointslice-mirroring-controller",
+    "ttl-after-finished-controller",
+    "job-controller",
+    "cronjob-controller",
+    "daemonset-controller",
+    "statefulset-controller",
+    "horizontal-pod-autoscaler-controller",
+    "disruption-controller",
+    "resourcequota-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-attach-detach-controller",
+    "persistentvolume-expander-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+    "ttl-controller",
+    "bootstrap-signer-controller",
+    "token-cleaner-controller",
+    "certificatesigningrequest-signing-controller",
+    "certificatesigningrequest-approving-controller",
+    "certificatesigningrequest-cleaner-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+    "service-cidr-controller",
+    "storageversion-garbage-collector-controller",
+    "taint-eviction-controller",
+    "node-ipam-controller",
+    "node-route-controller",
+    "service-lb-controller",
+    "cloud-node-lifecycle-controller",
+    "ephemeral-volume-controller",
+    "resourceclaim-controller",
+    "legacy-serviceaccount-token-cleaner-controller",
+    "validatingadmissionpolicy-status-controller",
+    "serviceaccount-token-controller",
+];
+
+/// Upstream controllers that `*` does not enable.
+pub const DISABLED_BY_DEFAULT: &[&str] =
+    &["bootstrap-signer-controller", "token-cleaner-controller"];
+
+fn canonical(name: &str) -> Option<&'static str> {
+    CONTROLLERS
+        .iter()
+        .find(|(c, a)| *c == name || *a == name)
+        .map(|(c, _)| *c)
+        .or_else(|| NOT_IMPLEMENTED.iter().find(|c| **c == name).copied())
+}
+
+/// Upstream `IsControllerEnabled` over `--controllers`: an exact name (or alias)
+/// enables, `-name` disables, `*` enables everything not disabled by default.
+/// Unknown names are an error, as upstream's validation.
+pub fn enabled_controllers(spec: &[String]) -> Result<Vec<&'static str>> {
+    for s in spec {
+        let n = s.strip_prefix('-').unwrap_or(s);
+        if n != "*" && canonical(n).is_none() {
+            return Err(Error::Invalid(format!(
+                "{s:?} is not in the list of known controllers"
+            )));
+        }
+    }
+    let enabled = |name: &str| {
+        let mut star = false;
+        for s in spec {
+            let (neg, n) = match s.strip_prefix('-') {
+                Some(n) => (true, n),
+                None => (false, s.as_str()),
+            };
+            if n == "*" {
+                star = true;
+                continue;
+            }
+            if canonical(n) == Some(name) {
+                return !neg;
+            }
+        }
+        star && !DISABLED_BY_DEFAULT.contains(&name)
+    };
+    Ok(CONTROLLERS
+        .iter()
+        .map(|(c, _)| *c)
+        .filter(|c| enabled(c))
+        .collect())
+}
+
+/// Settings of the controllers (upstream flags).
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    pub controllers: Vec<String>,
+    pub concurrent_deployment_syncs: usize,
+    pub concurrent_replicaset_syncs: usize,
+    pub concurrent_rc_syncs: usize,
+    pub concurrent_endpoint_syncs: usize,
+    pub concurrent_service_endpoint_syncs: usize,
+    pub concurrent_gc_syncs: usize,
+    pub concurrent_namespace_syncs: usize,
+    pub concurrent_serviceaccount_syncs: usize,
+    pub terminated_pod_gc_threshold: usize,
+    pub node_lifecycle: NodeLifecycleConfig,
+    pub informer_sync_timeout: Duration,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            controllers: vec!["*".into()],
+            concurrent_deployment_syncs: 5,
+            concurrent_replicaset_syncs: 5,
+            concurrent_rc_syncs: 5,
+            concurrent_endpoint_syncs: 5,
+            concurrent_service_endpoint_syncs: 5,
+            concurrent_gc_syncs: 20,
+            concurrent_namespace_syncs: 10,
+            concurrent_serviceaccount_syncs: 5,
+            terminated_pod_gc_threshold: crate::podgc::DEFAULT_THRESHOLD,
+            node_lifecycle: NodeLifecycleConfig::default(),
+            informer_sync_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A running set of controllers.
+pub struct Manager {
+    queues: Vec<WorkQueue<String>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    factory: SharedInformerFactory,
+    broadcaster: EventBroadcaster,
+    pub enabled: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+impl Manager {
+    /// Builds every enabled controller, starts the informers, waits for their caches,
+    /// then starts the workers. Runs until `cancel`.
+    pub async fn start(
+        client: kube::Client,
+        cfg: &ManagerConfig,
+        cancel: CancellationToken,
+    ) -> Result<Manager> {
+        let enabled = enabled_controllers(&cfg.controllers)?;
+        let factory = SharedInformerFactory::new(client.clone());
+        let broadcaster = EventBroadcaster::new(client.clone(), EventBroadcasterOptions::default());
+        let mut built: Vec<(Arc<dyn Controller>, usize)> = Vec::new();
+        for name in &enabled {
+            let rec: Arc<dyn EventSink> = Arc::new(broadcaster.new_recorder(name));
+            let c: (Arc<dyn Controller>, usize) = match *name {
+                "replicaset-controller" => (
+                    ReplicaSetController::<ReplicaSet>::new(&factory, rec),
+                    cfg.concurrent_replicaset_syncs,
+                ),
+                "replicationcontroller-controller" => (
+                    ReplicaSetController::<ReplicationController>::new(&factory, rec),
+                    cfg.concurrent_rc_syncs,
+                ),
+                "deployment-controller" => (
+                    DeploymentController::new(&factory, rec),
+                    cfg.concurrent_deployment_syncs,
+                ),
+                "garbage-collector-controller" => {
+                    (GarbageCollector::new(&factory), cfg.concurrent_gc_syncs)
+                }
+                "namespace-controller" => (
+                    NamespaceController::new(&factory),
+                    cfg.concurrent_namespace_syncs,
+                ),
+                "serviceaccount-controller" => (
+                    ServiceAccountController::new(&factory),
+                    cfg.concurrent_serviceaccount_syncs,
+                ),
+                "endpoints-controller" => (
+                    EndpointsController::new(&factory),
+                    cfg.concurrent_endpoint_syncs,
+                ),
+                "endpointslice-controller" => (
+                    EndpointSliceController::new(&factory),
+                    cfg.concurrent_service_endpoint_syncs,
+                ),
+                "node-lifecycle-controller" => (
+                    NodeLifecycleController::new(&factory, cfg.node_lifecycle.clone()),
+                    1,
+                ),
+                "pod-garbage-collector-controller" => (
+                    PodGcController::new(&factory, cfg.terminated_pod_gc_threshold),
+                    1,
+                ),
+                _ => continue,
+            };
+            built.push(c);
+        }
+        let mut queues = Vec::new();
+        for (c, _) in &built {
+            let q = WorkQueue::new(c.name());
+            c.clone().watch(&factory, &q);
+            queues.push(q);
+        }
+        factory.start();
+        factory
+            .wait_for_cache_sync(cfg.informer_sync_timeout)
+            .await?;
+        let mut tasks = Vec::new();
+        for ((c, workers), q) in built.into_iter().zip(&queues) {
+            tasks.push(tokio::spawn(run_controller(
+                c,
+                q.clone(),
+                workers,
+                cancel.clone(),
+            )));
+        }
+        Ok(Manager {
+            queues,
+            tasks,
+            factory,
+            broadcaster,
+            enabled,
+        })
+    }
+
+    /// Workqueue metrics of every controller, in Prometheus text format.
+    pub fn metrics(&self) -> String {
+        self.queues
+            .iter()
+            .map(|q| q.metrics())
+            .map(|m: QueueMetrics| m.render())
+            .collect()
+    }
+
+    /// Queue depths by controller (tests, debugging).
+    pub fn depths(&self) -> BTreeMap<String, u64> {
+        self.queues
+            .iter()
+            .map(|q| (q.name().to_string(), q.metrics().depth))
+            .collect()
+    }
+
+    /// Waits for the workers (after `cancel`), then stops informers and events.
+    pub async fn wait(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.factory.shutdown().await;
+        self.broadcaster.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn controllers_flag() {
+        assert_eq!(
+            enabled_controllers(&s(&["*"])).unwrap().len(),
+            CONTROLLERS.len()
+        );
+        let e = enabled_controllers(&s(&["*", "-garbagecollector", "-podgc"])).unwrap();
+        assert!(!e.contains(&"garbage-collector-controller"));
+        assert!(!e.contains(&"pod-garbage-collector-controller"));
+        assert!(e.contains(&"deployment-controller"));
+        assert_eq!(
+            enabled_controllers(&s(&["deployment", "replicaset-controller"])).unwrap(),
+            vec!["replicaset-controller", "deployment-controller"]
+        );
+        assert!(enabled_controllers(&s(&[])).unwrap().is_empty());
+        // The first match wins, as upstream.
+        assert!(
+            enabled_controllers(&s(&["-deployment", "deployment"]))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(enabled_controllers(&s(&["nonsense"])).is_err());
+        assert!(enabled_controllers(&s(&["*", "-job-controller"])).is_ok());
+    }
+}

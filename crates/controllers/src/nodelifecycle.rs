@@ -1,0 +1,663 @@
+//! Node lifecycle (upstream `pkg/controller/nodelifecycle`) with taint-based eviction
+//! (upstream `pkg/controller/tainteviction`).
+//!
+//! A node whose status heartbeat and Lease both stop for longer than
+//! `--node-monitor-grace-period` (50 s) gets its conditions set to `Unknown`, its pods
+//! marked not ready, and the `node.kubernetes.io/unreachable` (or, for Ready=False,
+//! `not-ready`) NoSchedule and NoExecute taints. NoExecute taints are added at a
+//! per-zone rate (`--node-eviction-rate` 0.1/s, `--secondary-node-eviction-rate`
+//! 0.01/s for partially disrupted large zones, none when every zone is fully
+//! disrupted). Pods on a node with NoExecute taints are deleted after their
+//! `tolerationSeconds` (at once if they do not tolerate the taint).
+//!
+//! Pure part: [`last_heartbeat`], [`unknown_conditions`], [`desired_taints`],
+//! [`zone_state`], [`zone_rate`], [`eviction_due`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
+use ferrokube_client::ratelimit::TokenBucket;
+use ferrokube_client::workqueue::WorkQueue;
+
+use crate::replicaset::is_not_found;
+use crate::util::{pod_condition, pod_node};
+use crate::{Action, Controller, Result};
+
+pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Settings (upstream flags).
+#[derive(Debug, Clone)]
+pub struct NodeLifecycleConfig {
+    /// `--node-monitor-grace-period` (50 s).
+    pub grace_period: Duration,
+    /// `--node-monitor-period` (5 s).
+    pub monitor_period: Duration,
+    /// `--node-startup-grace-period` (60 s).
+    pub startup_grace_period: Duration,
+    /// `--node-eviction-rate` (0.1 nodes/s).
+    pub eviction_rate: f32,
+    /// `--secondary-node-eviction-rate` (0.01 nodes/s).
+    pub secondary_eviction_rate: f32,
+    /// `--large-cluster-size-threshold` (50).
+    pub large_cluster_threshold: usize,
+    /// `--unhealthy-zone-threshold` (0.55).
+    pub unhealthy_zone_threshold: f32,
+}
+
+impl Default for NodeLifecycleConfig {
+    fn default() -> Self {
+        NodeLifecycleConfig {
+            grace_period: Duration::from_secs(50),
+            monitor_period: Duration::from_secs(5),
+            startup_grace_period: Duration::from_secs(60),
+            eviction_rate: 0.1,
+            secondary_eviction_rate: 0.01,
+            large_cluster_threshold: 50,
+            unhealthy_zone_threshold: 0.55,
+        }
+    }
+}
+
+fn node_condition<'a>(node: &'a Node, t: &str) -> Option<&'a NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == t)
+}
+
+/// The Ready condition's status (`Unknown` when missing).
+pub fn ready_status(node: &Node) -> &str {
+    node_condition(node, "Ready")
+        .map(|c| c.status.as_str())
+        .unwrap_or("Unknown")
+}
+
+/// The node's latest sign of life: the Ready heartbeat or the Lease renewal, whichever
+/// is later (creation time when neither exists, plus the startup grace).
+pub fn last_heartbeat(
+    node: &Node,
+    lease_renew: Option<Timestamp>,
+    cfg: &NodeLifecycleConfig,
+) -> i64 {
+    let hb = node_condition(node, "Ready")
+        .and_then(|c| c.last_heartbeat_time.as_ref())
+        .map(|t| t.0.as_second());
+    let lease = lease_renew.map(|t| t.as_second());
+    match hb.max(lease) {
+        Some(t) => t,
+        None => {
+            crate::util::created_secs(&node.metadata) + cfg.startup_grace_period.as_secs() as i64
+                - cfg.grace_period.as_secs() as i64
+        }
+    }
+}
+
+/// Whether the node has been silent longer than the grace period.
+pub fn is_stale(
+    node: &Node,
+    lease_renew: Option<Timestamp>,
+    now: Timestamp,
+    cfg: &NodeLifecycleConfig,
+) -> bool {
+    now.as_second() - last_heartbeat(node, lease_renew, cfg) > cfg.grace_period.as_secs() as i64
+}
+
+/// Upstream `tryUpdateNodeHealth` for a stale node: Ready and the pressure conditions
+/// set to Unknown (`None` if they already are).
+pub fn unknown_conditions(node: &Node, now: Timestamp) -> Option<Vec<NodeCondition>> {
+    let mut conds: Vec<NodeCondition> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let mut changed = false;
+    for t in ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"] {
+        match conds.iter_mut().find(|c| c.type_ == t) {
+            Some(c) if c.status != "Unknown" => {
+                c.status = "Unknown".into();
+                c.reason = Some("NodeStatusUnknown".into());
+                c.message = Some("Kubelet stopped posting node status.".into());
+                c.last_transition_time = Some(Time(now));
+                changed = true;
+            }
+            Some(_) => {}
+            None => {
+                conds.push(NodeCondition {
+                    type_: t.into(),
+                    status: "Unknown".into(),
+                    reason: Some("NodeStatusNeverUpdated".into()),
+                    message: Some("Kubelet never posted node status.".into()),
+                    last_heartbeat_time: Some(Time(now)),
+                    last_transition_time: Some(Time(now)),
+                });
+                changed = true;
+            }
+        }
+    }
+    changed.then_some(conds)
+}
+
+fn taint(key: &str, effect: &str, now: Timestamp) -> Taint {
+    Taint {
+        key: key.into(),
+        effect: effect.into(),
+        value: None,
+        time_added: (effect == "NoExecute").then_some(Time(now)),
+    }
+}
+
+/// The node's taints with the not-ready / unreachable taints matching its Ready
+/// condition (other taints kept; kept taints keep their timeAdded).
+pub fn desired_taints(node: &Node, now: Timestamp) -> Vec<Taint> {
+    let current: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let want_key = match ready_status(node) {
+        "False" => Some(TAINT_NOT_READY),
+        "Unknown" => Some(TAINT_UNREACHABLE),
+        _ => None,
+    };
+    let mut out: Vec<Taint> = current
+        .iter()
+        .filter(|t| {
+            let ours = t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE;
+            !ours || Some(t.key.as_str()) == want_key
+        })
+        .cloned()
+        .collect();
+    if let Some(k) = want_key {
+        for effect in ["NoSchedule", "NoExecute"] {
+            if !out.iter().any(|t| t.key == k && t.effect == effect) {
+                out.push(taint(k, effect, now));
+            }
+        }
+    }
+    out
+}
+
+/// Upstream zone states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneState {
+    Initial,
+    Normal,
+    PartialDisruption,
+    FullDisruption,
+}
+
+/// Upstream `ComputeZoneState`: full when no node is ready, partial when more than
+/// two are not ready and they are at least `threshold` of the zone.
+pub fn zone_state(ready: usize, not_ready: usize, threshold: f32) -> ZoneState {
+    let total = ready + not_ready;
+    if total == 0 {
+        return ZoneState::Initial;
+    }
+    if ready == 0 {
+        return ZoneState::FullDisruption;
+    }
+    if not_ready > 2 && (not_ready as f32) / (total as f32) >= threshold {
+        return ZoneState::PartialDisruption;
+    }
+    ZoneState::Normal
+}
+
+/// Upstream `setLimiterInZone` / `handleDisruption`: the NoExecute tainting rate of a
+/// zone (nodes/s); 0 stops it. `all_full`: every zone is fully disrupted (the
+/// controller then assumes its own connectivity is at fault).
+pub fn zone_rate(
+    state: ZoneState,
+    zone_size: usize,
+    all_full: bool,
+    cfg: &NodeLifecycleConfig,
+) -> f32 {
+    if all_full {
+        return 0.0;
+    }
+    match state {
+        ZoneState::Normal | ZoneState::Initial | ZoneState::FullDisruption => cfg.eviction_rate,
+        ZoneState::PartialDisruption => {
+            if zone_size > cfg.large_cluster_threshold {
+                cfg.secondary_eviction_rate
+            } else {
+                0.0
+            }
+        }
+    }
+}
+
+/// Upstream `v1helper.ToleratesTaint`.
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(e) = t.effect.as_deref()
+        && !e.is_empty()
+        && e != taint.effect
+    {
+        return false;
+    }
+    let key = t.key.as_deref().unwrap_or("");
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        _ => {
+            !key.is_empty()
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+    }
+}
+
+/// When a pod on a node with these taints must be evicted: `None` never, `Some(t)`
+/// at epoch second `t` (past or now means evict now). Upstream `processPodOnNode`:
+/// an untolerated NoExecute taint evicts at once; otherwise the smallest
+/// tolerationSeconds of the tolerations used, counted from the taint's timeAdded.
+pub fn eviction_due(pod: &Pod, taints: &[Taint], now: Timestamp) -> Option<i64> {
+    let tolerations: Vec<Toleration> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
+    let mut due: Option<i64> = None;
+    for taint in taints.iter().filter(|t| t.effect == "NoExecute") {
+        let matching: Vec<&Toleration> =
+            tolerations.iter().filter(|t| tolerates(t, taint)).collect();
+        if matching.is_empty() {
+            return Some(now.as_second());
+        }
+        let secs = matching.iter().filter_map(|t| t.toleration_seconds).min();
+        if let Some(s) = secs {
+            let added = taint
+                .time_added
+                .as_ref()
+                .map(|t| t.0.as_second())
+                .unwrap_or(now.as_second());
+            let at = added + s.max(0);
+            due = Some(due.map_or(at, |d| d.min(at)));
+        }
+    }
+    due
+}
+
+/// The node lifecycle controller.
+pub struct NodeLifecycleController {
+    client: kube::Client,
+    nodes: Store<Node>,
+    leases: Store<Lease>,
+    pods: Store<Pod>,
+    cfg: NodeLifecycleConfig,
+    limiters: Mutex<HashMap<String, (f32, Arc<TokenBucket>)>>,
+}
+
+impl NodeLifecycleController {
+    pub fn new(factory: &SharedInformerFactory, cfg: NodeLifecycleConfig) -> Arc<Self> {
+        Arc::new(NodeLifecycleController {
+            client: factory.client().clone(),
+            nodes: factory.informer::<Node>().store(),
+            leases: factory
+                .namespaced_informer::<Lease>(LEASE_NAMESPACE)
+                .store(),
+            pods: factory.informer::<Pod>().store(),
+            cfg,
+            limiters: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn zone_of(n: &Node) -> String {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ZONE_LABEL).cloned())
+            .unwrap_or_default()
+    }
+
+    /// May a NoExecute taint be added in `zone` now?
+    fn allow_taint(&self, zone: &str) -> bool {
+        let mut zones: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for n in self.nodes.list() {
+            let e = zones.entry(Self::zone_of(&n)).or_default();
+            if ready_status(&n) == "True" {
+                e.0 += 1
+            } else {
+                e.1 += 1
+            }
+        }
+        let states: BTreeMap<&String, ZoneState> = zones
+            .iter()
+            .map(|(z, (r, nr))| (z, zone_state(*r, *nr, self.cfg.unhealthy_zone_threshold)))
+            .collect();
+        let all_full =
+            !states.is_empty() && states.values().all(|s| *s == ZoneState::FullDisruption);
+        let (r, nr) = zones.get(zone).copied().unwrap_or_default();
+        let state = states
+            .get(&zone.to_string())
+            .copied()
+            .unwrap_or(ZoneState::Initial);
+        let rate = zone_rate(state, r + nr, all_full, &self.cfg);
+        if rate <= 0.0 {
+            return false;
+        }
+        let mut l = self.limiters.lock();
+        let entry = l
+            .entry(zone.to_string())
+            .or_insert_with(|| (rate, Arc::new(TokenBucket::new(rate, 1))));
+        if entry.0 != rate {
+            *entry = (rate, Arc::new(TokenBucket::new(rate, 1)));
+        }
+        entry.1.try_acquire()
+    }
+}
+
+#[async_trait::async_trait]
+impl Controller for NodeLifecycleController {
+    fn name(&self) -> &'static str {
+        "node-lifecycle"
+    }
+
+    fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
+        let q = queue.clone();
+        factory.informer::<Node>().add_event_handler(
+            move |n: Notification<Node>| {
+                if !matches!(n, Notification::Deleted { .. }) {
+                    q.add(object_key(&**n.object()));
+                }
+            },
+            None,
+        );
+        // Pods landing on a tainted node are checked against its taints.
+        let q = queue.clone();
+        factory.informer::<Pod>().add_event_handler(
+            move |n: Notification<Pod>| {
+                if let Notification::Added { obj, .. } = &n
+                    && let Some(node) = pod_node(obj)
+                {
+                    q.add(node.to_string());
+                }
+            },
+            None,
+        );
+        let _ = factory.namespaced_informer::<Lease>(LEASE_NAMESPACE);
+    }
+
+    async fn reconcile(&self, key: &str) -> Result<Action> {
+        let Some(node) = self.nodes.get(key) else {
+            return Ok(Action::Done);
+        };
+        let now = Timestamp::now();
+        let api: Api<Node> = Api::all(self.client.clone());
+        let lease = self
+            .leases
+            .get(&key_of(Some(LEASE_NAMESPACE), key))
+            .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0));
+        let mut node = (*node).clone();
+        let mut next = self.cfg.monitor_period;
+
+        // 1. Health.
+        if is_stale(&node, lease, now, &self.cfg)
+            && let Some(conds) = unknown_conditions(&node, now)
+        {
+            let patch = json!({"status": {"conditions": conds}});
+            node = match api
+                .patch_status(key, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(n) => n,
+                Err(e) if is_not_found(&e) => return Ok(Action::Done),
+                Err(e) => return Err(e.into()),
+            };
+            // Upstream MarkPodsNotReady.
+            for p in self.pods.list() {
+                if pod_node(&p) != Some(key)
+                    || pod_condition(&p, "Ready").is_none_or(|c| c.status == "False")
+                {
+                    continue;
+                }
+                let mut conds = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default();
+                for c in conds.iter_mut().filter(|c| c.type_ == "Ready") {
+                    c.status = "False".into();
+                    c.last_transition_time = Some(Time(now));
+                }
+                let pods: Api<Pod> = Api::namespaced(
+                    self.client.clone(),
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                );
+                let patch = json!({"status": {"conditions": conds}});
+                if let Err(e) = pods
+                    .patch_status(
+                        p.metadata.name.as_deref().unwrap_or_default(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    && !is_not_found(&e)
+                {
+                    return Err(e.into());
+                }
+            }
+        }
+
+        // 2. Taints (NoExecute ones added at the zone's rate).
+        let current: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let mut want = desired_taints(&node, now);
+        let adds_no_execute = want.iter().any(|t| {
+            t.effect == "NoExecute"
+                && !current
+                    .iter()
+                    .any(|c| c.key == t.key && c.effect == t.effect)
+        });
+        if adds_no_execute && !self.allow_taint(&Self::zone_of(&node)) {
+            want.retain(|t| {
+                t.effect != "NoExecute"
+                    || current
+                        .iter()
+                        .any(|c| c.key == t.key && c.effect == t.effect)
+            });
+            next = next.min(Duration::from_secs(1));
+        }
+        if want != current {
+            let patch = json!({"metadata": {"resourceVersion": node.metadata.resource_version}, "spec": {"taints": want}});
+            node = api
+                .patch(key, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+
+        // 3. Taint-based eviction of the node's pods.
+        let taints: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(|t| t.effect == "NoExecute") {
+            for p in self.pods.list() {
+                if pod_node(&p) != Some(key) || p.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let Some(at) = eviction_due(&p, &taints, now) else {
+                    continue;
+                };
+                if at > now.as_second() {
+                    next = next.min(Duration::from_secs((at - now.as_second()) as u64));
+                    continue;
+                }
+                let pods: Api<Pod> = Api::namespaced(
+                    self.client.clone(),
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                );
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let patch = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                    "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint"}]}});
+                let _ = pods
+                    .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await;
+                match pods.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(Action::RequeueAfter(next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn node(ready: &str, heartbeat: i64) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "creationTimestamp": "1970-01-01T00:00:00Z"},
+            "spec": {"taints": [{"key": "dedicated", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": ready,
+                "lastHeartbeatTime": Time(ts(heartbeat))}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn staleness_uses_heartbeat_or_lease() {
+        let cfg = NodeLifecycleConfig::default();
+        let n = node("True", 1000);
+        assert!(!is_stale(&n, None, ts(1050), &cfg));
+        assert!(is_stale(&n, None, ts(1051), &cfg));
+        // A fresh lease keeps the node healthy.
+        assert!(!is_stale(&n, Some(ts(1040)), ts(1080), &cfg));
+        let conds = unknown_conditions(&n, ts(2000)).unwrap();
+        let r = conds.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref()),
+            ("Unknown", Some("NodeStatusUnknown"))
+        );
+        assert_eq!(conds.len(), 4);
+        let mut u = n.clone();
+        u.status.as_mut().unwrap().conditions = Some(conds);
+        assert!(unknown_conditions(&u, ts(2001)).is_none());
+    }
+
+    #[test]
+    fn taints_follow_ready() {
+        let keys = |n: &Node| -> Vec<(String, String)> {
+            desired_taints(n, ts(5))
+                .into_iter()
+                .map(|t| (t.key, t.effect))
+                .collect()
+        };
+        assert_eq!(
+            keys(&node("True", 0)),
+            vec![("dedicated".into(), "NoSchedule".into())]
+        );
+        let unk = keys(&node("Unknown", 0));
+        assert!(unk.contains(&(TAINT_UNREACHABLE.into(), "NoExecute".into())));
+        assert!(unk.contains(&(TAINT_UNREACHABLE.into(), "NoSchedule".into())));
+        let nr = keys(&node("False", 0));
+        assert!(nr.contains(&(TAINT_NOT_READY.into(), "NoExecute".into())));
+        // Flipping from Unknown to False swaps the taint; back to True removes it.
+        let mut n = node("Unknown", 0);
+        n.spec.as_mut().unwrap().taints = Some(desired_taints(&n, ts(5)));
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        assert!(!keys(&n).iter().any(|(k, _)| k == TAINT_UNREACHABLE));
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        assert_eq!(keys(&n).len(), 1);
+    }
+
+    #[test]
+    fn zones() {
+        let cfg = NodeLifecycleConfig::default();
+        assert_eq!(zone_state(0, 0, 0.55), ZoneState::Initial);
+        assert_eq!(zone_state(10, 0, 0.55), ZoneState::Normal);
+        assert_eq!(zone_state(0, 3, 0.55), ZoneState::FullDisruption);
+        assert_eq!(
+            zone_state(1, 2, 0.55),
+            ZoneState::Normal,
+            "at most two not ready is never partial"
+        );
+        assert_eq!(zone_state(2, 3, 0.55), ZoneState::PartialDisruption);
+        assert_eq!(zone_rate(ZoneState::Normal, 10, false, &cfg), 0.1);
+        assert_eq!(
+            zone_rate(ZoneState::PartialDisruption, 10, false, &cfg),
+            0.0
+        );
+        assert_eq!(
+            zone_rate(ZoneState::PartialDisruption, 100, false, &cfg),
+            0.01
+        );
+        assert_eq!(zone_rate(ZoneState::FullDisruption, 10, false, &cfg), 0.1);
+        assert_eq!(zone_rate(ZoneState::FullDisruption, 10, true, &cfg), 0.0);
+    }
+
+    #[test]
+    fn eviction_times() {
+        let unreachable = Taint {
+            key: TAINT_UNREACHABLE.into(),
+            effect: "NoExecute".into(),
+            value: None,
+            time_added: Some(Time(ts(100))),
+        };
+        let pod = |tols: serde_json::Value| -> Pod {
+            serde_json::from_value(
+                serde_json::json!({"spec": {"containers": [], "tolerations": tols}}),
+            )
+            .unwrap()
+        };
+        let now = ts(110);
+        assert_eq!(
+            eviction_due(
+                &pod(serde_json::json!([])),
+                std::slice::from_ref(&unreachable),
+                now
+            ),
+            Some(110)
+        );
+        let t = serde_json::json!([{"key": TAINT_UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]);
+        assert_eq!(
+            eviction_due(&pod(t), std::slice::from_ref(&unreachable), now),
+            Some(400)
+        );
+        let forever = serde_json::json!([{"operator": "Exists"}]);
+        assert_eq!(
+            eviction_due(&pod(forever), std::slice::from_ref(&unreachable), now),
+            None
+        );
+        let two = serde_json::json!([
+            {"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 30},
+            {"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 5}]);
+        assert_eq!(
+            eviction_due(&pod(two), std::slice::from_ref(&unreachable), now),
+            Some(105)
+        );
+        let no_schedule_only = Taint {
+            effect: "NoSchedule".into(),
+            ..unreachable
+        };
+        assert_eq!(
+            eviction_due(&pod(serde_json::json!([])), &[no_schedule_only], now),
+            None
+        );
+    }
+}
