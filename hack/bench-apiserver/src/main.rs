@@ -1,0 +1,646 @@
+//! API server benchmark driver (not a test). For each backend it spawns the real
+//! `kube-apiserver` binary (fresh PKI and store) and measures, in the same run:
+//!
+//! * time from process start to `/readyz` 200, and idle RSS (`VmRSS` of the process
+//!   after ready and 5 s idle);
+//! * pod creates/s through the API (kube-rs, N concurrent clients tasks), next to the
+//!   raw storage baseline: `Storage::create` directly on the same backend type (a fresh
+//!   SQLite file / the same etcd under another prefix) with the same concurrency, the
+//!   same number of objects and values of the size the apiserver stores for a pod;
+//! * GET latency p50/p99 (one pod, sequential) and LIST latency p50/p99 (a namespace of
+//!   100 pods, resourceVersion unset, i.e. a consistent read);
+//! * LIST of every created pod (default 50,000) from the watch cache (resourceVersion=0;
+//!   JSON, no compression; time until the whole body is received);
+//! * watch fan-out: W watchers (default 1,000) on one namespace, E pod creates; events/s
+//!   delivered across all watchers and delivery latency p50/p99 (from the create call to
+//!   the event reaching each watcher).
+//!
+//! Usage: `cargo build --release -p kube-apiserver -p bench-apiserver &&
+//! $CARGO_TARGET_DIR/release/bench-apiserver [--backends sqlite,etcd]`. The apiserver
+//! binary is taken next to this one unless `--apiserver` says otherwise; it is only
+//! ever stopped by its own pid.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use clap::Parser;
+use ferrokube_storage::Storage;
+use futures::{StreamExt, TryStreamExt};
+use hdrhistogram::Histogram;
+use http_body_util::BodyExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use parking_lot::Mutex;
+
+#[derive(Parser, Debug, Clone)]
+struct Args {
+    /// Backends to measure, comma separated: sqlite, etcd.
+    #[arg(long, default_value = "sqlite,etcd")]
+    backends: String,
+    /// The kube-apiserver binary (default: next to this binary).
+    #[arg(long)]
+    apiserver: Option<PathBuf>,
+    /// Concurrent clients for the create phases (API and raw).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Pods created through the API (all of them are then listed from the cache).
+    #[arg(long, default_value_t = 50_000)]
+    pods: usize,
+    /// Sequential GETs and LISTs for the latency figures.
+    #[arg(long, default_value_t = 2_000)]
+    gets: usize,
+    #[arg(long, default_value_t = 200)]
+    lists: usize,
+    /// LISTs of all pods from the cache (resourceVersion=0).
+    #[arg(long, default_value_t = 10)]
+    cache_lists: usize,
+    #[arg(long, default_value_t = 1_000)]
+    watchers: usize,
+    /// Pod creates while the watchers listen.
+    #[arg(long, default_value_t = 200)]
+    watch_events: usize,
+    /// Seconds to stay idle before reading the RSS.
+    #[arg(long, default_value_t = 5)]
+    idle_secs: u64,
+    /// Directory for data (default: a temp dir under /var/tmp).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let apiserver = match &args.apiserver {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("no parent dir")?
+            .join("kube-apiserver"),
+    };
+    if !apiserver.is_file() {
+        bail!(
+            "{} not found: build it (cargo build --release -p kube-apiserver) or pass --apiserver",
+            apiserver.display()
+        );
+    }
+    let base = match &args.dir {
+        Some(dir) => tempfile::tempdir_in(dir)?,
+        None => tempfile::Builder::new()
+            .prefix("bench-apiserver")
+            .tempdir_in("/var/tmp")?,
+    };
+    eprintln!("kube-apiserver: {}", apiserver.display());
+    eprintln!("load average at start: {}", loadavg());
+    let mut rows = Vec::new();
+    for backend in args.backends.split(',').map(str::trim) {
+        let dir = base.path().join(backend);
+        std::fs::create_dir_all(&dir)?;
+        let found = match backend {
+            "sqlite" => bench_backend(&args, &apiserver, &dir, Backend::Sqlite).await?,
+            "etcd" => {
+                let etcd = ferrokube_storage_etcd::testing::EtcdProcess::start()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("starting etcd: {e}"))?;
+                let rows =
+                    bench_backend(&args, &apiserver, &dir, Backend::Etcd(etcd.endpoint())).await;
+                drop(etcd);
+                rows?
+            }
+            other => bail!("unknown backend {other:?}"),
+        };
+        rows.extend(found);
+        eprintln!("load average after {backend}: {}", loadavg());
+    }
+    println!("\n| backend | measure | result | baseline | ratio |");
+    println!("|---|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
+    Ok(())
+}
+
+enum Backend {
+    Sqlite,
+    Etcd(String),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Etcd(_) => "etcd",
+        }
+    }
+}
+
+struct Row {
+    backend: &'static str,
+    measure: String,
+    result: String,
+    baseline: String,
+    ratio: String,
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "| {} | {} | {} | {} | {} |",
+            self.backend, self.measure, self.result, self.baseline, self.ratio
+        )
+    }
+}
+
+fn row(backend: &'static str, measure: impl Into<String>, result: impl Into<String>) -> Row {
+    let r = Row {
+        backend,
+        measure: measure.into(),
+        result: result.into(),
+        baseline: String::new(),
+        ratio: String::new(),
+    };
+    eprintln!("  {}: {}", r.measure, r.result);
+    r
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
+}
+
+/// p50/p99 of a histogram of microseconds.
+fn pcts(h: &Histogram<u64>) -> String {
+    format!(
+        "p50 {:.2} ms, p99 {:.2} ms",
+        h.value_at_quantile(0.5) as f64 / 1000.0,
+        h.value_at_quantile(0.99) as f64 / 1000.0
+    )
+}
+
+/// The spawned apiserver: stopped (SIGTERM, then SIGKILL after 10 s) by its pid.
+struct ApiServer {
+    child: Child,
+}
+
+impl ApiServer {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn rss_kib(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .context("no VmRSS")?;
+        Ok(line
+            .split_whitespace()
+            .nth(1)
+            .context("VmRSS value")?
+            .parse()?)
+    }
+
+    fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A kube client from the admin kubeconfig.
+async fn client(kubeconfig: &Path, compression: bool) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    cfg.disable_compression = !compression;
+    cfg.read_timeout = Some(Duration::from_secs(300));
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+/// GET `path` through `client`; (status, body) with the body fully received.
+async fn raw_get(client: &kube::Client, path: &str) -> Result<(u16, Bytes)> {
+    let req = http::Request::get(path)
+        .header("Accept", "application/json")
+        .body(kube::client::Body::empty())?;
+    let resp = client.send(req).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench", "tier": "load"}},
+        "spec": {"containers": [{
+            "name": "main",
+            "image": "registry.example/bench/app:1.0",
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+        }]},
+    }))
+    .expect("pod literal")
+}
+
+async fn bench_backend(
+    args: &Args,
+    apiserver: &Path,
+    dir: &Path,
+    backend: Backend,
+) -> Result<Vec<Row>> {
+    let name = backend.name();
+    eprintln!("== {name}");
+    let mut rows = Vec::new();
+
+    // Spawn the real binary on a fresh PKI and store.
+    let port = free_port()?;
+    let url = format!("https://127.0.0.1:{port}");
+    let pki = ferrokube_pki::write_cluster_pki(
+        &dir.join("pki"),
+        &ferrokube_pki::ClusterPkiOptions::new(url.clone()),
+    )
+    .map_err(|e| anyhow::anyhow!("pki: {e}"))?;
+    let mut cmd = Command::new(apiserver);
+    cmd.arg("--secure-port")
+        .arg(port.to_string())
+        .args([
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+        ])
+        .arg("--tls-cert-file")
+        .arg(&pki.apiserver_cert)
+        .arg("--tls-private-key-file")
+        .arg(&pki.apiserver_key)
+        .arg("--client-ca-file")
+        .arg(&pki.ca_cert)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(File::create(dir.join("apiserver.log"))?)
+        .stderr(File::create(dir.join("apiserver.err.log"))?);
+    if let Backend::Etcd(endpoint) = &backend {
+        cmd.arg("--etcd-servers").arg(endpoint);
+    }
+    let client_plain = client(&pki.admin_kubeconfig, false).await?;
+    let started = Instant::now();
+    let mut server = ApiServer {
+        child: cmd.spawn().context("spawning kube-apiserver")?,
+    };
+    let ready = loop {
+        if let Ok((200, _)) = raw_get(&client_plain, "/readyz").await {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("kube-apiserver not ready in 60 s; see {}", dir.display());
+        }
+        if let Ok(Some(status)) = server.child.try_wait() {
+            bail!("kube-apiserver exited: {status}; see {}", dir.display());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    rows.push(row(
+        name,
+        "process start to /readyz 200 (fresh store)",
+        ms(ready),
+    ));
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    let rss = server.rss_kib()?;
+    rows.push(row(
+        name,
+        format!("idle RSS (VmRSS after ready + {} s idle)", args.idle_secs),
+        format!("{:.1} MiB", rss as f64 / 1024.0),
+    ));
+
+    let client = client(&pki.admin_kubeconfig, true).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["bench", "bench-small", "bench-watch"] {
+        let ns: Namespace = serde_json::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )?;
+        namespaces.create(&PostParams::default(), &ns).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "bench");
+
+    // The size the apiserver stores for one such pod: its JSON as served back.
+    let probe = Api::<Pod>::namespaced(client.clone(), "bench-small");
+    probe.create(&PostParams::default(), &pod("probe")).await?;
+    let (_, stored) = raw_get(&client_plain, "/api/v1/namespaces/bench-small/pods/probe").await?;
+    let value = stored.clone();
+
+    // Raw storage baseline: Storage::create on the same backend type.
+    let raw: Arc<dyn Storage> = match &backend {
+        Backend::Sqlite => Arc::new(ferrokube_storage_sqlite::SqliteStorage::open(
+            &dir.join("raw/state.db"),
+            Default::default(),
+        )?),
+        Backend::Etcd(endpoint) => Arc::new(
+            ferrokube_storage_etcd::EtcdStorage::connect(
+                std::slice::from_ref(endpoint),
+                ferrokube_storage_etcd::EtcdOptions {
+                    prefix: "/bench-raw".into(),
+                    ..Default::default()
+                },
+            )
+            .await?,
+        ),
+    };
+    let raw_rate = raw_creates(raw.as_ref(), &value, args).await?;
+    drop(raw);
+    eprintln!("  raw storage creates: {raw_rate:.0}/s");
+
+    // Pod creates through the API.
+    let api_rate = api_creates(&pods, args).await?;
+    rows.push(Row {
+        backend: name,
+        measure: format!(
+            "pod creates through the API, {} clients, {} pods",
+            args.concurrency, args.pods
+        ),
+        result: format!("{api_rate:.0}/s"),
+        baseline: format!(
+            "{raw_rate:.0}/s (Storage::create direct, same backend, {} writers, {}-byte values)",
+            args.concurrency,
+            value.len()
+        ),
+        ratio: format!("{:.0} %", 100.0 * api_rate / raw_rate),
+    });
+    eprintln!("  api creates: {api_rate:.0}/s");
+
+    // GET latency.
+    let mut h = hist();
+    for i in 0..args.gets {
+        let name = format!(
+            "pod-{}-{}",
+            i % args.concurrency,
+            i % (args.pods / args.concurrency)
+        );
+        let t = Instant::now();
+        pods.get(&name).await?;
+        h.record(t.elapsed().as_micros() as u64)?;
+    }
+    rows.push(row(
+        name,
+        format!("GET pod, sequential, {}×", args.gets),
+        pcts(&h),
+    ));
+
+    // LIST latency: a namespace of 100 pods (the probe + 99), consistent read.
+    futures::stream::iter(1..100)
+        .map(|i| {
+            let probe = probe.clone();
+            async move {
+                probe
+                    .create(&PostParams::default(), &pod(&format!("small-{i}")))
+                    .await
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let mut h = hist();
+    for _ in 0..args.lists {
+        let t = Instant::now();
+        let list = probe.list(&ListParams::default()).await?;
+        h.record(t.elapsed().as_micros() as u64)?;
+        if list.items.len() != 100 {
+            bail!("listed {} pods, want 100", list.items.len());
+        }
+    }
+    rows.push(row(
+        name,
+        format!(
+            "LIST 100 pods (resourceVersion unset), sequential, {}×",
+            args.lists
+        ),
+        pcts(&h),
+    ));
+
+    // LIST of every pod from the watch cache.
+    let path = "/api/v1/namespaces/bench/pods?resourceVersion=0";
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..args.cache_lists {
+        let t = Instant::now();
+        let (status, body) = raw_get(&client_plain, path).await?;
+        times.push(t.elapsed());
+        if status != 200 {
+            bail!(
+                "{path}: {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(500)])
+            );
+        }
+        size = body.len();
+    }
+    let list: serde_json::Value = serde_json::from_slice(&raw_get(&client_plain, path).await?.1)?;
+    let count = list["items"].as_array().map_or(0, Vec::len);
+    if count != args.pods {
+        bail!("cache list returned {count} pods, want {}", args.pods);
+    }
+    times.sort();
+    rows.push(row(
+        name,
+        format!(
+            "LIST {count} pods from the cache (resourceVersion=0, JSON {:.1} MiB, no gzip), {}×",
+            size as f64 / 1048576.0,
+            args.cache_lists
+        ),
+        format!(
+            "p50 {}, max {}",
+            ms(times[times.len() / 2]),
+            ms(*times.last().expect("non-empty"))
+        ),
+    ));
+
+    rows.push(watch_fanout(name, &client, args).await?);
+
+    let rss = server.rss_kib()?;
+    rows.push(row(
+        name,
+        "RSS after the run",
+        format!("{:.1} MiB", rss as f64 / 1024.0),
+    ));
+    server.stop();
+    Ok(rows)
+}
+
+async fn raw_creates(store: &dyn Storage, value: &Bytes, args: &Args) -> Result<f64> {
+    let per_writer = args.pods / args.concurrency;
+    let start = Instant::now();
+    futures::future::try_join_all((0..args.concurrency).map(|w| async move {
+        for i in 0..per_writer {
+            store
+                .create(&format!("/registry/pods/raw/pod-{w}-{i}"), value.clone())
+                .await?;
+        }
+        Ok::<(), ferrokube_storage::StorageError>(())
+    }))
+    .await?;
+    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn api_creates(pods: &Api<Pod>, args: &Args) -> Result<f64> {
+    let per_writer = args.pods / args.concurrency;
+    let start = Instant::now();
+    futures::future::try_join_all((0..args.concurrency).map(|w| {
+        let pods = pods.clone();
+        async move {
+            for i in 0..per_writer {
+                pods.create(&PostParams::default(), &pod(&format!("pod-{w}-{i}")))
+                    .await?;
+            }
+            Ok::<(), kube::Error>(())
+        }
+    }))
+    .await?;
+    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// W watchers on `bench-watch`, then E pod creates; every watcher must see every event.
+async fn watch_fanout(name: &'static str, client: &kube::Client, args: &Args) -> Result<Row> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), "bench-watch");
+    let rv = api
+        .list_metadata(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .context("list without resourceVersion")?;
+    let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let latencies = Arc::new(Mutex::new(hist()));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut streams = Vec::with_capacity(args.watchers);
+    let connect = Instant::now();
+    // Establish every watch (response headers received) before the first event.
+    let opened: Vec<_> = futures::stream::iter(0..args.watchers)
+        .map(|_| {
+            let api = api.clone();
+            let rv = rv.clone();
+            async move {
+                api.watch(&WatchParams::default().timeout(290), &rv)
+                    .await
+                    .map(|s| s.boxed())
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect()
+        .await?;
+    eprintln!(
+        "  {} watches established in {}",
+        opened.len(),
+        ms(connect.elapsed())
+    );
+    let last_delivery = Arc::new(Mutex::new(Instant::now()));
+    for mut stream in opened {
+        let sent = sent.clone();
+        let latencies = latencies.clone();
+        let delivered = delivered.clone();
+        let last_delivery = last_delivery.clone();
+        let want = args.watch_events;
+        streams.push(tokio::spawn(async move {
+            let mut seen = 0;
+            while seen < want {
+                match stream.next().await {
+                    Some(Ok(WatchEvent::Added(p))) => {
+                        let now = Instant::now();
+                        let name = p.metadata.name.unwrap_or_default();
+                        let at = sent.lock().get(&name).copied();
+                        if let Some(at) = at {
+                            latencies
+                                .lock()
+                                .record(now.duration_since(at).as_micros().max(1) as u64)?;
+                        }
+                        seen += 1;
+                        delivered.fetch_add(1, Ordering::Relaxed);
+                        *last_delivery.lock() = now;
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => bail!("watch error: {e}"),
+                    None => bail!("watch ended after {seen} events"),
+                }
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    let first = Instant::now();
+    futures::stream::iter(0..args.watch_events)
+        .map(|i| {
+            let api = api.clone();
+            let sent = sent.clone();
+            async move {
+                let name = format!("w-{i}");
+                sent.lock().insert(name.clone(), Instant::now());
+                api.create(&PostParams::default(), &pod(&name)).await
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let written = first.elapsed();
+    let all = tokio::time::timeout(
+        Duration::from_secs(280),
+        futures::future::try_join_all(streams),
+    )
+    .await
+    .context("watchers did not receive every event in 280 s")??;
+    for r in all {
+        r?;
+    }
+    let span = last_delivery.lock().duration_since(first);
+    let total = delivered.load(Ordering::Relaxed);
+    let h = latencies.lock();
+    Ok(row(
+        name,
+        format!(
+            "watch fan-out: {} watchers × {} pod creates ({:.0} creates/s written)",
+            args.watchers,
+            args.watch_events,
+            args.watch_events as f64 / written.as_secs_f64()
+        ),
+        format!(
+            "{:.0} events/s delivered; delivery {}",
+            total as f64 / span.as_secs_f64(),
+            pcts(&h)
+        ),
+    ))
+}
