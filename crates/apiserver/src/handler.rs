@@ -95,6 +95,7 @@ pub(crate) async fn serve(
         req.method().as_str().to_string()
     };
     let resource = attrs.resource.clone();
+    let accepts_gzip = accepts_gzip(req.headers());
     let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req))
         .catch_unwind()
         .await
@@ -112,6 +113,11 @@ pub(crate) async fn serve(
             )))
         }
     };
+    let resp = if accepts_gzip {
+        gzip_response(resp).await
+    } else {
+        resp
+    };
     state.metrics.observe(
         &verb,
         &resource,
@@ -119,6 +125,70 @@ pub(crate) async fn serve(
         start.elapsed().as_secs_f64(),
     );
     Ok(resp)
+}
+
+/// Upstream compresses responses of at least 128 KiB when the client accepts gzip
+/// (`defaultGzipThresholdBytes`), at level 1; streams (watches) are never compressed.
+const GZIP_THRESHOLD: u64 = 128 * 1024;
+
+fn accepts_gzip(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|enc| {
+            let mut parts = enc.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q_zero = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    == Some(0.0)
+            });
+            name.eq_ignore_ascii_case("gzip") && !q_zero
+        })
+}
+
+async fn gzip_response(resp: Response<Body>) -> Response<Body> {
+    use hyper::body::Body as _;
+    let big = resp
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n >= GZIP_THRESHOLD);
+    if !big || resp.headers().contains_key(header::CONTENT_ENCODING) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(collected) = body.collect().await;
+    let bytes = collected.to_bytes();
+    let compressed = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(
+            Vec::with_capacity(bytes.len() / 4),
+            flate2::Compression::new(1),
+        );
+        enc.write_all(&bytes).and_then(|_| enc.finish())
+    })
+    .await;
+    match compressed {
+        Ok(Ok(gz)) => {
+            parts
+                .headers
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts
+                .headers
+                .append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+            Response::from_parts(parts, full(gz))
+        }
+        _ => {
+            let mut r = error_response(&ApiError::internal("compressing the response failed"));
+            *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            r
+        }
+    }
 }
 
 fn query_map(q: Option<&str>) -> HashMap<String, String> {
@@ -410,6 +480,14 @@ fn decode_body(body: &[u8], content_type: &str, info: &ResourceInfo) -> Result<V
     }
 }
 
+/// Keys a JSON body has twice (for `fieldValidation`).
+fn body_duplicates(body: &[u8], content_type: &str) -> Vec<String> {
+    match content_type.split(';').next().unwrap_or("").trim() {
+        "application/json" | "" | "*/*" => crate::dupes::duplicate_fields(body),
+        _ => Vec::new(),
+    }
+}
+
 fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> {
     Ok(WriteOptions {
         dry_run: dry_run(q.get("dryRun").map(String::as_str))?,
@@ -523,9 +601,10 @@ async fn resource(
             Ok(json_response(StatusCode::OK, &to_scale(&obj)))
         }
         (Method::POST, None, None) => {
-            let opts = write_options(q)?;
+            let mut opts = write_options(q)?;
             let (body, ct) = read_body(state, req).await?;
             let obj = decode_body(&body, &ct, info)?;
+            opts.duplicate_fields = body_duplicates(&body, &ct);
             let w = store.create(ns, obj, &opts).await?;
             Ok(with_warnings(
                 encoded(target, info, StatusCode::CREATED, &w.object),
@@ -598,9 +677,10 @@ async fn resource(
             ))
         }
         (Method::PUT, Some(name), sub) => {
-            let opts = write_options(q)?;
+            let mut opts = write_options(q)?;
             let (body, ct) = read_body(state, req).await?;
             let obj = decode_body(&body, &ct, info)?;
+            opts.duplicate_fields = body_duplicates(&body, &ct);
             let w = match sub {
                 Some("scale") => {
                     let patch = scale_patch(&obj);

@@ -9,6 +9,7 @@
 //! tests and production.
 
 mod discovery;
+mod dupes;
 mod handler;
 mod metrics;
 mod openapi;

@@ -296,7 +296,7 @@ impl ResourceCache {
                 }
                 Some(rv) => {
                     if rv < st.oldest {
-                        return Err(ApiError::gone(format!(
+                        return Err(ApiError::resource_expired(format!(
                             "too old resource version: {rv} ({})",
                             st.oldest
                         )));

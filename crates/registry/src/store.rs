@@ -383,7 +383,7 @@ impl Store {
     }
 
     /// NamespaceLifecycle: no new content in a missing or terminating namespace.
-    async fn namespace_admits(&self, ns: &str) -> Result<(), ApiError> {
+    async fn namespace_admits(&self, ns: &str, name: &str) -> Result<(), ApiError> {
         let key = format!("{}/{ns}", self.namespace_prefix);
         match self.storage.get(&key, None).await {
             Ok(kv) => {
@@ -391,14 +391,23 @@ impl Store {
                 if meta::has_deletion_timestamp(&obj)
                     || obj["status"]["phase"].as_str() == Some("Terminating")
                 {
-                    return Err(ApiError::forbidden(
+                    let mut e = ApiError::forbidden(
                         self.info.group,
                         self.info.plural,
-                        "",
+                        name,
                         format!(
                             "unable to create new content in namespace {ns} because it is being terminated"
                         ),
-                    ));
+                    );
+                    let d = e.details.get_or_insert_with(Default::default);
+                    d.causes.get_or_insert_with(Vec::new).push(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
+                            reason: Some("NamespaceTerminating".into()),
+                            message: Some(format!("namespace {ns} is being terminated")),
+                            field: Some("metadata.namespace".into()),
+                        },
+                    );
+                    return Err(e);
                 }
                 Ok(())
             }
@@ -470,7 +479,7 @@ impl Store {
             ));
         }
         if let Some(ns) = ns.filter(|_| self.info.namespaced) {
-            self.namespace_admits(ns).await?;
+            self.namespace_admits(ns, &name).await?;
         }
         let key = self.key(ns, &name);
         let services = self.services.as_ref().filter(|_| !opts.dry_run);

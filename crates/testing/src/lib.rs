@@ -35,7 +35,18 @@ pub struct TestApiServer {
     pub kubeconfig: PathBuf,
     pub url: String,
     server: Option<Server>,
+    storage: Arc<SqliteStorage>,
+    boot: Boot,
     dir: tempfile::TempDir,
+}
+
+/// What a (re)start needs: the port and the serving PKI.
+#[derive(Clone)]
+struct Boot {
+    port: u16,
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
 }
 
 impl std::fmt::Debug for TestApiServer {
@@ -44,6 +55,24 @@ impl std::fmt::Debug for TestApiServer {
             .field("url", &self.url)
             .finish()
     }
+}
+
+/// Opens the store under `dir` and starts a server over it.
+async fn serve(
+    boot: &Boot,
+    dir: &std::path::Path,
+) -> Result<(Server, Arc<SqliteStorage>), TestServerError> {
+    let storage = Arc::new(
+        SqliteStorage::open(&dir.join("data/state.db"), SqliteOptions::default())
+            .map_err(|e| TestServerError::Storage(e.to_string()))?,
+    );
+    let mut opts = Options::new(boot.cert.clone(), boot.key.clone());
+    opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    opts.secure_port = boot.port;
+    opts.client_ca_file = Some(boot.ca.clone());
+    let config = opts.into_config(storage.clone()).await?;
+    let server = Server::start(config).await?;
+    Ok((server, storage))
 }
 
 impl TestApiServer {
@@ -58,15 +87,13 @@ impl TestApiServer {
         pki_opts.node_name = "test-node".into();
         let pki = ferrokube_pki::write_cluster_pki(&dir.path().join("pki"), &pki_opts)
             .map_err(|e| TestServerError::Pki(e.to_string()))?;
-        let storage =
-            SqliteStorage::open(&dir.path().join("data/state.db"), SqliteOptions::default())
-                .map_err(|e| TestServerError::Storage(e.to_string()))?;
-        let mut opts = Options::new(pki.apiserver_cert.clone(), pki.apiserver_key.clone());
-        opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        opts.secure_port = port;
-        opts.client_ca_file = Some(pki.ca_cert.clone());
-        let config = opts.into_config(Arc::new(storage)).await?;
-        let server = Server::start(config).await?;
+        let boot = Boot {
+            port,
+            cert: pki.apiserver_cert.clone(),
+            key: pki.apiserver_key.clone(),
+            ca: pki.ca_cert.clone(),
+        };
+        let (server, storage) = serve(&boot, dir.path()).await?;
         let kubeconfig = pki.admin_kubeconfig.clone();
         let kc = kube::config::Kubeconfig::read_from(&kubeconfig)
             .map_err(|e| TestServerError::Client(e.to_string()))?;
@@ -81,8 +108,39 @@ impl TestApiServer {
             kubeconfig,
             url,
             server: Some(server),
+            storage,
+            boot,
             dir,
         })
+    }
+
+    /// Stops the server and starts a new one over the same store, PKI and port (the
+    /// watch cache starts over at the store's current revision). `client` keeps
+    /// working.
+    pub async fn restart(&mut self) -> Result<(), TestServerError> {
+        if let Some(s) = self.server.take() {
+            s.shutdown(Duration::from_secs(5)).await;
+        }
+        let (server, storage) = serve(&self.boot, self.dir.path()).await?;
+        self.server = Some(server);
+        self.storage = storage;
+        Ok(())
+    }
+
+    /// Compacts the store's history up to its current revision (what the
+    /// apiserver's compactor does periodically); returns that revision.
+    pub async fn compact_storage(&self) -> Result<i64, TestServerError> {
+        use ferrokube_storage::Storage;
+        let rev = self
+            .storage
+            .current_revision()
+            .await
+            .map_err(|e| TestServerError::Storage(e.to_string()))?;
+        self.storage
+            .compact(rev)
+            .await
+            .map_err(|e| TestServerError::Storage(e.to_string()))?;
+        Ok(rev)
     }
 
     /// The admin client's configuration (to build clients with other settings, e.g.

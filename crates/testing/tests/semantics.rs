@@ -1,0 +1,388 @@
+//! Tables, partial metadata, gzip, duplicate fields, 410s and the bad-input statuses,
+//! through kube-rs.
+
+use std::io::Read;
+
+use ferrokube_testing::TestApiServer;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{
+    Api, DeleteParams, ListParams, PostParams, PostParams as Pp, WatchEvent, WatchParams,
+};
+use serde_json::{Value, json};
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "x"}},
+        "data": {"k": "v"}}))
+    .unwrap()
+}
+
+fn header<'a>(h: &'a http::HeaderMap, k: &str) -> &'a str {
+    h.get(k).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+#[tokio::test]
+async fn tables_and_partial_metadata() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = &srv.client;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let get = |path: String, accept: &'static str| async move {
+        let (code, h, body) = TestApiServer::raw(c, "GET", &path, &[("Accept", accept)], vec![])
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        (h, serde_json::from_slice::<Value>(&body).unwrap())
+    };
+
+    // A list as a Table: upstream's pod columns, cells per column, metadata objects.
+    let (h, t) = get("/api/v1/namespaces/default/pods".into(), TABLE).await;
+    assert_eq!(header(&h, "content-type"), TABLE);
+    assert_eq!(
+        (t["kind"].as_str(), t["apiVersion"].as_str()),
+        (Some("Table"), Some("meta.k8s.io/v1"))
+    );
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cols,
+        [
+            "Name",
+            "Ready",
+            "Status",
+            "Restarts",
+            "Age",
+            "IP",
+            "Node",
+            "Nominated Node",
+            "Readiness Gates"
+        ]
+    );
+    assert!(t["metadata"]["resourceVersion"].as_str().is_some());
+    let row = &t["rows"][0];
+    assert_eq!(row["cells"].as_array().unwrap().len(), cols.len());
+    assert_eq!(
+        row["cells"].as_array().unwrap()[..3],
+        json!(["p", "0/1", "Pending"]).as_array().unwrap()[..]
+    );
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["metadata"]["labels"]["a"], "b");
+    assert!(row["object"].get("spec").is_none());
+
+    // includeObject=None and =Object.
+    let (_, t) = get(
+        "/api/v1/namespaces/default/pods?includeObject=None".into(),
+        TABLE,
+    )
+    .await;
+    assert!(t["rows"][0]["object"].is_null());
+    let (_, t) = get(
+        "/api/v1/namespaces/default/pods?includeObject=Object".into(),
+        TABLE,
+    )
+    .await;
+    assert_eq!(t["rows"][0]["object"]["kind"], "Pod");
+    assert_eq!(t["rows"][0]["object"]["spec"]["containers"][0]["name"], "c");
+    let (code, _, _) = TestApiServer::raw(
+        c,
+        "GET",
+        "/api/v1/namespaces/default/pods?includeObject=All",
+        &[("Accept", TABLE)],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 400);
+
+    // One object as a Table; a kind without a printer gets Name + Created At.
+    let (_, t) = get("/api/v1/namespaces/default/pods/p".into(), TABLE).await;
+    assert_eq!(t["rows"].as_array().unwrap().len(), 1);
+    let (_, t) = get("/apis/scheduling.k8s.io/v1/priorityclasses".into(), TABLE).await;
+    assert_eq!(t["columnDefinitions"][1]["name"], "Value");
+
+    // PartialObjectMetadata(List).
+    let (h, l) = get(
+        "/api/v1/namespaces/default/pods".into(),
+        "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+    )
+    .await;
+    assert_eq!(
+        header(&h, "content-type"),
+        "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+    );
+    assert_eq!(l["kind"], "PartialObjectMetadataList");
+    assert_eq!(l["items"][0]["kind"], "PartialObjectMetadata");
+    assert!(l["items"][0].get("spec").is_none());
+    // Through kube-rs' metadata API.
+    let meta = pods.get_metadata("p").await.unwrap();
+    assert_eq!(meta.metadata.labels.unwrap()["a"], "b");
+    let metas = pods.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(metas.items.len(), 1);
+}
+
+#[tokio::test]
+async fn gzip_for_large_responses() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let big = "x".repeat(100 * 1024);
+    for i in 0..3 {
+        let mut m = cm(&format!("big-{i}"));
+        m.data = Some([("k".to_string(), big.clone())].into());
+        cms.create(&Pp::default(), &m).await.unwrap();
+    }
+    // A client that does not decompress sees the gzip encoding.
+    let mut cfg = srv.kube_config().await.unwrap();
+    cfg.disable_compression = true;
+    let raw = kube::Client::try_from(cfg).unwrap();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, h, body) =
+        TestApiServer::raw(&raw, "GET", path, &[("Accept-Encoding", "gzip")], vec![])
+            .await
+            .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(header(&h, "content-encoding"), "gzip");
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut json)
+        .unwrap();
+    let list: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+    assert!(body.len() < json.len() / 10);
+    // Small responses and clients without gzip: plain.
+    let (_, h, _) = TestApiServer::raw(
+        &raw,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/big-0",
+        &[("Accept-Encoding", "gzip")],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(header(&h, "content-encoding"), "");
+    let (_, h, body) = TestApiServer::raw(&raw, "GET", path, &[], vec![])
+        .await
+        .unwrap();
+    assert_eq!(header(&h, "content-encoding"), "");
+    assert!(serde_json::from_slice::<Value>(&body).is_ok());
+    // The default kube-rs client (decompressing) reads it transparently.
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn duplicate_fields_by_field_validation() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = &srv.client;
+    let body = br#"{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "d", "name": "d"}, "data": {"a": "1", "a": "2"}}"#
+        .to_vec();
+    let post = |q: &'static str| {
+        let body = body.clone();
+        async move {
+            TestApiServer::raw(
+                c,
+                "POST",
+                &format!("/api/v1/namespaces/default/configmaps{q}"),
+                &[("Content-Type", "application/json")],
+                body,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let (code, _, b) = post("?fieldValidation=Strict").await;
+    assert_eq!(code, 400);
+    let s: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(
+        s["message"],
+        "strict decoding error: duplicate field \"metadata.name\", duplicate field \"data.a\""
+    );
+    let (code, h, _) = post("?fieldValidation=Warn&dryRun=All").await;
+    assert_eq!(code, 201);
+    let warnings: Vec<&str> = h
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"duplicate field \\\"metadata.name\\\"\"",
+            "299 - \"duplicate field \\\"data.a\\\"\""
+        ]
+    );
+    let (code, h, b) = post("?fieldValidation=Ignore").await;
+    assert_eq!(code, 201);
+    assert!(h.get("warning").is_none());
+    let created: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(created["data"]["a"], "2");
+}
+
+#[tokio::test]
+async fn gone_for_old_watches_and_expired_continue_tokens() {
+    let mut srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let first = cms.create(&Pp::default(), &cm("a")).await.unwrap();
+    let old_rv = first.metadata.resource_version.unwrap();
+    for n in ["b", "c"] {
+        cms.create(&Pp::default(), &cm(n)).await.unwrap();
+    }
+    // A page, then compaction past its revision: the continue token has expired.
+    let page = cms.list(&ListParams::default().limit(1)).await.unwrap();
+    let token = page.metadata.continue_.unwrap();
+    cms.create(&Pp::default(), &cm("d")).await.unwrap();
+    srv.compact_storage().await.unwrap();
+    match cms
+        .list(&ListParams::default().limit(1).continue_token(&token))
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
+            assert!(
+                s.message
+                    .starts_with("The provided continue parameter is too old")
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+
+    // After a restart the watch cache starts at the current revision: a watch from
+    // before it ends with an ERROR event carrying a 410 Status.
+    srv.restart().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let mut w = cms
+        .watch(&WatchParams::default().timeout(5), &old_rv)
+        .await
+        .unwrap()
+        .boxed();
+    let ev = tokio::time::timeout(std::time::Duration::from_secs(10), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match ev {
+        WatchEvent::Error(e) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+            assert!(
+                e.message.contains("too old resource version"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The data survived the restart.
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        4
+    );
+}
+
+#[tokio::test]
+async fn bad_input_statuses() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = &srv.client;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    cms.create(&Pp::default(), &cm("a")).await.unwrap();
+    let req = |method: &'static str, path: &'static str, body: Value| async move {
+        let (code, _, b) = TestApiServer::raw(
+            c,
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await
+        .unwrap();
+        (
+            code,
+            serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null),
+        )
+    };
+    // Name in the body differs from the URL's: 400.
+    let (code, s) = req(
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/a",
+        json!({"metadata": {"name": "b"}, "data": {}}),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        s["message"],
+        "the name of the object (b) does not match the name on the URL (a)"
+    );
+    // Namespace in the body differs from the URL's: 400.
+    let (code, s) = req(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json!({"metadata": {"name": "n", "namespace": "other"}}),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        s["message"],
+        "the namespace of the provided object does not match the namespace sent on the request"
+    );
+    // Unknown resource 404; known resource, unsupported verb 405.
+    let (code, s) = req("GET", "/api/v1/namespaces/default/widgets", Value::Null).await;
+    assert_eq!((code, s["reason"].as_str()), (404, Some("NotFound")));
+    let (code, s) = req("POST", "/api/v1/namespaces/default/configmaps/a", json!({})).await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (405, Some("MethodNotAllowed"))
+    );
+
+    // Creating into a terminating namespace: 403 with upstream's message and cause.
+    let nss: Api<Namespace> = Api::all(c.clone());
+    nss.create(
+        &Pp::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "doomed"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    nss.delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    let doomed: Api<ConfigMap> = Api::namespaced(c.clone(), "doomed");
+    match doomed
+        .create(&Pp::default(), &cm("late"))
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+            assert_eq!(
+                s.message,
+                "configmaps \"late\" is forbidden: unable to create new content in namespace doomed because it is being terminated"
+            );
+            let cause = &s.details.unwrap().causes[0];
+            assert_eq!(
+                (cause.reason.as_str(), cause.field.as_str()),
+                ("NamespaceTerminating", "metadata.namespace")
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+    // A missing namespace: 404.
+    let missing: Api<ConfigMap> = Api::namespaced(c.clone(), "missing");
+    match missing.create(&Pp::default(), &cm("x")).await.unwrap_err() {
+        kube::Error::Api(s) => assert_eq!(s.code, 404),
+        e => panic!("{e:?}"),
+    }
+}
