@@ -10,7 +10,7 @@
 # passed/failed steps and exits non-zero on any failure. Everything started here is
 # stopped by PID and every temp dir removed on every exit path.
 #
-# Binaries: by default `cargo build -p kube-apiserver -p ferrokube-pki` (debug) into
+# Binaries: by default `cargo build -p kube-apiserver -p ferrokube-pki-cli` (debug) into
 # CARGO_TARGET_DIR (default /var/cache/ferrokube/target, else ./target) and uses them.
 # E2E_SKIP_BUILD=1 uses the newest existing build (release or debug) instead;
 # E2E_BIN_DIR=<dir> names the directory explicitly. E2E_BACKENDS=sqlite,etcd selects
@@ -82,7 +82,7 @@ elif [ "${E2E_SKIP_BUILD:-0}" = 1 ]; then
   done
   [ -n "$BIN" ] || { echo "no kube-apiserver build under $CARGO_TARGET_DIR" >&2; exit 1; }
 else
-  cargo build --locked -p kube-apiserver -p ferrokube-pki >&2
+  cargo build --locked -p kube-apiserver -p ferrokube-pki-cli >&2
   BIN=$CARGO_TARGET_DIR/debug
 fi
 echo "binaries: $BIN" >&2

@@ -40,5 +40,8 @@ fi
 step "cargo test"
 cargo test --workspace --locked --no-fail-fast
 
+step "e2e: kubectl against kube-apiserver (embedded store and etcd)"
+bash e2e/apiserver.sh
+
 echo
 echo "all tests passed"
