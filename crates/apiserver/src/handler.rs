@@ -613,54 +613,8 @@ async fn resource(
         }
         (Method::POST, Some(name), Some("binding")) => {
             let (body, ct) = read_body(state, req).await?;
-            let b = decode_body(&body, &ct, info)?;
-            let node = b["target"]["name"].as_str().unwrap_or("").to_string();
-            if node.is_empty() {
-                return Err(ApiError::invalid(
-                    "",
-                    "Binding",
-                    name,
-                    vec![ferrokube_apimachinery::errors::FieldError::required(
-                        &ferrokube_apimachinery::errors::FieldPath::new("target").child("name"),
-                        "",
-                    )],
-                ));
-            }
-            let pod = store.get(ns, name).await?;
-            if let Some(existing) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-                return Err(ApiError::conflict(
-                    "",
-                    "pods/binding",
-                    name,
-                    format!("pod {name} is already assigned to node {existing:?}"),
-                ));
-            }
-            let opts = write_options(q)?;
-            store
-                .update(
-                    ns,
-                    name,
-                    UpdateInput::Patch(PatchType::Merge, json!({"spec": {"nodeName": node}})),
-                    Part::Main,
-                    &opts,
-                )
-                .await?;
-            let mut conds = pod["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conds.retain(|c| c["type"] != "PodScheduled");
-            conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
-                "lastTransitionTime": ferrokube_registry::meta::format_time(jiff::Timestamp::now())}));
-            store
-                .update(
-                    ns,
-                    name,
-                    UpdateInput::Patch(PatchType::Merge, json!({"status": {"conditions": conds}})),
-                    Part::Status,
-                    &opts,
-                )
-                .await?;
+            let binding = decode_body(&body, &ct, info)?;
+            store.bind(ns, name, &binding, &write_options(q)?).await?;
             Ok(json_response(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),

@@ -21,6 +21,8 @@ use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, abort, from_storage};
 use crate::meta::{self, Clock};
 use crate::strategy::Strategy;
 
+mod binding;
+
 /// `fieldValidation`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FieldValidation {
