@@ -18,17 +18,10 @@ use hyper::body::Bytes;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use parking_lot_free::Shared;
 use tokio_util::sync::CancellationToken;
 
-mod parking_lot_free {
-    use std::sync::{Arc, Mutex};
-    /// The metrics source once controllers run.
-    pub type Shared = Arc<Mutex<Option<String>>>;
-    pub fn new() -> Shared {
-        Arc::new(Mutex::new(None))
-    }
-}
+/// The metrics text, once the controllers run.
+type Shared = Arc<std::sync::Mutex<Option<String>>>;
 
 fn dur(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
@@ -225,7 +218,7 @@ async fn main() -> anyhow::Result<()> {
             c.cancel();
         });
     }
-    let metrics = parking_lot_free::new();
+    let metrics: Shared = Arc::new(std::sync::Mutex::new(None));
     if opts.secure_port != 0 {
         let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
         let (m, c) = (metrics.clone(), cancel.clone());

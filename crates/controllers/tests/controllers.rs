@@ -1,0 +1,598 @@
+//! Controllers against a real in-process apiserver, with a tiny test kubelet: it binds
+//! unscheduled pods to its node (pods/binding), reports them Running and Ready via
+//! `/status` (unless told to hold a pod unready), and finishes graceful deletions.
+//! Every wait is bounded in time.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const NODE: &str = "node-a";
+
+struct Env {
+    srv: TestApiServer,
+    cancel: CancellationToken,
+    manager: Option<Manager>,
+    unready: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Env {
+    async fn start(controllers: &[&str]) -> anyhow::Result<Env> {
+        let srv = TestApiServer::start().await?;
+        let c = srv.client.clone();
+        let nodes: Api<Node> = Api::all(c.clone());
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": NODE},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+                }))?,
+            )
+            .await?;
+        let cancel = CancellationToken::new();
+        let cfg = ManagerConfig {
+            controllers: controllers.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let manager = Manager::start(c.clone(), &cfg, cancel.clone()).await?;
+        let unready = Arc::new(Mutex::new(HashSet::new()));
+        tokio::spawn(kubelet(c, cancel.clone(), unready.clone()));
+        Ok(Env {
+            srv,
+            cancel,
+            manager: Some(manager),
+            unready,
+        })
+    }
+
+    fn client(&self) -> Client {
+        self.srv.client.clone()
+    }
+
+    async fn stop(mut self) {
+        self.cancel.cancel();
+        if let Some(m) = self.manager.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), m.wait()).await;
+        }
+        self.srv.stop().await;
+    }
+}
+
+/// The test kubelet: a bounded polling loop (until cancelled).
+async fn kubelet(c: Client, cancel: CancellationToken, unready: Arc<Mutex<HashSet<String>>>) {
+    let pods: Api<Pod> = Api::all(c.clone());
+    let mut ip = 1u32;
+    while !cancel.is_cancelled() {
+        if let Ok(list) = pods.list(&ListParams::default()).await {
+            for p in list.items {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let api: Api<Pod> = Api::namespaced(c.clone(), &ns);
+                if p.metadata.deletion_timestamp.is_some() {
+                    let _ = api
+                        .delete(
+                            &name,
+                            &DeleteParams {
+                                grace_period_seconds: Some(0),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
+                    continue;
+                }
+                let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                if node.is_none() {
+                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": name, "namespace": ns},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
+                    let req =
+                        http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
+                            .header("content-type", "application/json")
+                            .body(serde_json::to_vec(&binding).unwrap_or_default())
+                            .expect("request");
+                    let _ = c.request_text(req).await;
+                    continue;
+                }
+                let want_ready = !unready.lock().contains(&name);
+                let phase = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default();
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                    .map(|c| c.status == "True");
+                if phase == "Running" && ready == Some(want_ready) {
+                    continue;
+                }
+                let pod_ip = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.clone())
+                    .unwrap_or_else(|| {
+                        ip += 1;
+                        format!("10.{}.{}.{}", (ip >> 16) & 255, (ip >> 8) & 255, ip & 255)
+                    });
+                let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                let st = if want_ready { "True" } else { "False" };
+                let patch = json!({"status": {"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
+                    "conditions": [{"type": "Ready", "status": st, "lastTransitionTime": now},
+                                   {"type": "ContainersReady", "status": st, "lastTransitionTime": now}]}});
+                let _ = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, for at most `secs` seconds.
+async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {secs}s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn deployment(name: &str, replicas: i32, image: &str) -> anyhow::Result<Deployment> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 3, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]}
+            }
+        }
+    }))?)
+}
+
+async fn pods_of(c: &Client, ns: &str, app: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(c.clone(), ns);
+    Ok(api
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items)
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn image_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .map(|s| s.containers[0].image.clone().unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Waits until the Deployment is complete at `replicas` on `image` with no other pods.
+async fn wait_complete(
+    c: &Client,
+    name: &str,
+    replicas: i32,
+    image: &str,
+    secs: u64,
+) -> anyhow::Result<()> {
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    wait_for(
+        secs,
+        &format!("deployment {name} complete at {replicas} x {image}"),
+        || async {
+            let d = deps.get(name).await?;
+            let st = d.status.clone().unwrap_or_default();
+            let pods = pods_of(c, "default", name).await?;
+            let good = pods
+                .iter()
+                .filter(|p| is_ready(p) && image_of(p) == image)
+                .count();
+            let done = st.observed_generation == d.metadata.generation
+                && st.updated_replicas == Some(replicas)
+                && st.available_replicas == Some(replicas)
+                && st.replicas == Some(replicas)
+                && good == replicas as usize
+                && pods.len() == replicas as usize;
+            Ok(done.then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deployment_rolls_without_dropping_below_replicas_then_rolls_back_and_scales()
+-> anyhow::Result<()> {
+    let env = Env::start(&["replicaset", "deployment"]).await?;
+    let c = env.client();
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    deps.create(&PostParams::default(), &deployment("web", 10, "img:v1")?)
+        .await?;
+    wait_complete(&c, "web", 10, "img:v1", 60).await?;
+
+    // Roll to v2 with maxUnavailable=0: ready pods never drop below 10.
+    let watcher = {
+        let c = c.clone();
+        let stop = CancellationToken::new();
+        let s2 = stop.clone();
+        let h = tokio::spawn(async move {
+            let mut min_ready = usize::MAX;
+            let mut max_pods = 0usize;
+            while !s2.is_cancelled() {
+                if let Ok(p) = pods_of(&c, "default", "web").await {
+                    min_ready = min_ready.min(p.iter().filter(|p| is_ready(p)).count());
+                    max_pods = max_pods.max(
+                        p.iter()
+                            .filter(|p| p.metadata.deletion_timestamp.is_none())
+                            .count(),
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (min_ready, max_pods)
+        });
+        (stop, h)
+    };
+    deps.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "img:v2"}]}}}})))
+        .await?;
+    wait_complete(&c, "web", 10, "img:v2", 90).await?;
+    watcher.0.cancel();
+    let (min_ready, max_pods) = watcher.1.await?;
+    assert!(
+        min_ready >= 10,
+        "ready pods dropped to {min_ready} during the rollout"
+    );
+    assert!(
+        max_pods <= 13,
+        "more than replicas + maxSurge pods: {max_pods}"
+    );
+    let d = deps.get("web").await?;
+    let ann = d.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        ann.get("deployment.kubernetes.io/revision")
+            .map(String::as_str),
+        Some("2")
+    );
+    let conds = d
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let prog = conds
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .context("Progressing")?;
+    assert_eq!(prog.reason.as_deref(), Some("NewReplicaSetAvailable"));
+    let avail = conds
+        .iter()
+        .find(|c| c.type_ == "Available")
+        .context("Available")?;
+    assert_eq!(avail.status, "True");
+
+    // Rollback (kubectl rollout undo copies the old template back): the v1
+    // ReplicaSet is reused and becomes revision 3.
+    let rss: Api<ReplicaSet> = Api::namespaced(c.clone(), "default");
+    let before: HashSet<String> = rss
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|r| r.metadata.name)
+        .collect();
+    deps.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "img:v1"}]}}}})))
+        .await?;
+    wait_complete(&c, "web", 10, "img:v1", 90).await?;
+    let after: Vec<ReplicaSet> = rss.list(&ListParams::default()).await?.items;
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "rollback reuses the old ReplicaSet"
+    );
+    let v1 = after
+        .iter()
+        .find(|r| r.spec.as_ref().and_then(|s| s.replicas) == Some(10))
+        .context("active rs")?;
+    let a = v1.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        a.get("deployment.kubernetes.io/revision")
+            .map(String::as_str),
+        Some("3")
+    );
+    assert_eq!(
+        a.get("deployment.kubernetes.io/revision-history")
+            .map(String::as_str),
+        Some("1")
+    );
+
+    // Scale mid-rollout: start v3, then scale to 15 before it finishes.
+    deps.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "img:v3"}]}}}})))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    deps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 15}})),
+    )
+    .await?;
+    wait_complete(&c, "web", 15, "img:v3", 120).await?;
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_deployment_with_each_propagation_policy() -> anyhow::Result<()> {
+    let env = Env::start(&["replicaset", "deployment", "garbagecollector"]).await?;
+    let c = env.client();
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    let rss: Api<ReplicaSet> = Api::namespaced(c.clone(), "default");
+    for (name, policy) in [
+        ("bg", PropagationPolicy::Background),
+        ("fg", PropagationPolicy::Foreground),
+        ("orphan", PropagationPolicy::Orphan),
+    ] {
+        deps.create(&PostParams::default(), &deployment(name, 2, "img:v1")?)
+            .await?;
+        wait_complete(&c, name, 2, "img:v1", 60).await?;
+        deps.delete(
+            name,
+            &DeleteParams {
+                propagation_policy: Some(policy.clone()),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let sel = ListParams::default().labels(&format!("app={name}"));
+        match policy {
+            PropagationPolicy::Orphan => {
+                wait_for(30, "orphaned deployment gone", || async {
+                    Ok(deps.get_opt(name).await?.is_none().then_some(()))
+                })
+                .await?;
+                // The ReplicaSet and pods stay, without an owner.
+                let rs = rss.list(&sel).await?.items;
+                assert_eq!(rs.len(), 1);
+                assert!(
+                    rs[0]
+                        .metadata
+                        .owner_references
+                        .as_ref()
+                        .is_none_or(|o| o.is_empty()),
+                    "{:?}",
+                    rs[0].metadata.owner_references
+                );
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                assert_eq!(
+                    pods_of(&c, "default", name)
+                        .await?
+                        .iter()
+                        .filter(|p| is_ready(p))
+                        .count(),
+                    2
+                );
+            }
+            PropagationPolicy::Foreground => {
+                // The owner waits (foregroundDeletion) until its dependents are gone.
+                let d = deps.get_opt(name).await?;
+                if let Some(d) = d {
+                    assert!(
+                        d.metadata
+                            .finalizers
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|f| f == "foregroundDeletion")
+                    );
+                }
+                wait_for(60, "foreground deletion done", || async {
+                    let gone = deps.get_opt(name).await?.is_none();
+                    let rs = rss.list(&sel).await?.items.is_empty();
+                    let pods = pods_of(&c, "default", name).await?.is_empty();
+                    if gone {
+                        assert!(rs && pods, "owner deleted before its dependents");
+                    }
+                    Ok((gone && rs && pods).then_some(()))
+                })
+                .await?;
+            }
+            _ => {
+                wait_for(60, "background deletion done", || async {
+                    let gone = deps.get_opt(name).await?.is_none();
+                    let rs = rss.list(&sel).await?.items.is_empty();
+                    let pods = pods_of(&c, "default", name).await?.is_empty();
+                    Ok((gone && rs && pods).then_some(()))
+                })
+                .await?;
+            }
+        }
+    }
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_namespace_empties_it() -> anyhow::Result<()> {
+    let env = Env::start(&[
+        "replicaset",
+        "deployment",
+        "garbagecollector",
+        "namespace",
+        "serviceaccount",
+    ])
+    .await?;
+    let c = env.client();
+    let nss: Api<Namespace> = Api::all(c.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "doomed"}}))?,
+    )
+    .await?;
+    // The serviceaccount controller adds `default`.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(c.clone(), "doomed");
+    wait_for(30, "default service account", || async {
+        Ok(sas.get_opt("default").await?.map(|_| ()))
+    })
+    .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "doomed");
+    let secrets: Api<Secret> = Api::namespaced(c.clone(), "doomed");
+    let svcs: Api<Service> = Api::namespaced(c.clone(), "doomed");
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "doomed");
+    for i in 0..40 {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": format!("cm{i}")}, "data": {"k": "v"}}),
+            )?,
+        )
+        .await?;
+    }
+    for i in 0..30 {
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": format!("s{i}")}, "stringData": {"k": "v"}}),
+                )?,
+            )
+            .await?;
+    }
+    for i in 0..10 {
+        svcs.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": format!("svc{i}")}, "spec": {"ports": [{"port": 80}]}}),
+            )?,
+        )
+        .await?;
+    }
+    for i in 0..3 {
+        let mut d = deployment(&format!("d{i}"), 2, "img:v1")?;
+        d.metadata.namespace = Some("doomed".into());
+        deps.create(&PostParams::default(), &d).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "doomed");
+    wait_for(60, "pods in doomed", || async {
+        Ok((pods.list(&ListParams::default()).await?.items.len() == 6).then_some(()))
+    })
+    .await?;
+    nss.delete("doomed", &DeleteParams::default()).await?;
+    wait_for(90, "namespace doomed deleted", || async {
+        Ok(nss.get_opt("doomed").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(cms.list(&ListParams::default()).await?.items.is_empty());
+    assert!(pods.list(&ListParams::default()).await?.items.is_empty());
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn endpoints_and_slices_follow_pod_readiness() -> anyhow::Result<()> {
+    let env = Env::start(&["replicaset", "deployment", "endpoint", "endpointslice"]).await?;
+    let c = env.client();
+    let svcs: Api<Service> = Api::namespaced(c.clone(), "default");
+    svcs.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    }))?)
+    .await?;
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    deps.create(&PostParams::default(), &deployment("web", 3, "img:v1")?)
+        .await?;
+    wait_complete(&c, "web", 3, "img:v1", 60).await?;
+    let eps: Api<Endpoints> = Api::namespaced(c.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(c.clone(), "default");
+    let counts = |eps: Api<Endpoints>, slices: Api<EndpointSlice>| async move {
+        let e = eps.get_opt("web").await?;
+        let (mut ready, mut not_ready) = (0, 0);
+        for s in e.and_then(|e| e.subsets).unwrap_or_default() {
+            ready += s.addresses.map(|a| a.len()).unwrap_or(0);
+            not_ready += s.not_ready_addresses.map(|a| a.len()).unwrap_or(0);
+        }
+        let list = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await?
+            .items;
+        let (mut sr, mut snr) = (0, 0);
+        for s in &list {
+            assert_eq!(
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("endpointslice.kubernetes.io/managed-by"))
+                    .map(String::as_str),
+                Some("endpointslice-controller.k8s.io")
+            );
+            for e in &s.endpoints {
+                if e.conditions.as_ref().and_then(|c| c.ready) == Some(true) {
+                    sr += 1
+                } else {
+                    snr += 1
+                }
+            }
+        }
+        anyhow::Ok((ready, not_ready, sr, snr))
+    };
+    wait_for(30, "3 ready endpoints", || async {
+        Ok((counts(eps.clone(), slices.clone()).await? == (3, 0, 3, 0)).then_some(()))
+    })
+    .await?;
+    // One pod turns unready.
+    let victim = pods_of(&c, "default", "web").await?[0]
+        .metadata
+        .name
+        .clone()
+        .context("name")?;
+    env.unready.lock().insert(victim.clone());
+    wait_for(30, "one not-ready endpoint", || async {
+        Ok((counts(eps.clone(), slices.clone()).await? == (2, 1, 2, 1)).then_some(()))
+    })
+    .await?;
+    env.unready.lock().remove(&victim);
+    wait_for(30, "ready again", || async {
+        Ok((counts(eps.clone(), slices.clone()).await? == (3, 0, 3, 0)).then_some(()))
+    })
+    .await?;
+    // Scaling to zero empties them.
+    deps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await?;
+    wait_for(30, "no endpoints", || async {
+        Ok((counts(eps.clone(), slices.clone()).await? == (0, 0, 0, 0)).then_some(()))
+    })
+    .await?;
+    env.stop().await;
+    Ok(())
+}
