@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# e2e smoke test on a single-node cluster, with the real kubectl (/usr/bin/kubectl):
+#
+#   e2e/single-node.sh [up.sh arguments, e.g. --etcd or --no-build]
+#
+#   1. hack/up.sh
+#   2. kubectl get nodes            -> this node, Ready
+#   3. kubectl run nginx --image=nginx
+#   4. the pod reaches Running      (at most 120 s)
+#   5. curl http://<pod IP>/        -> nginx's welcome page
+#   6. kubectl delete pod nginx     -> gone (at most 60 s)
+#   7. hack/down.sh
+#
+# Each step checks its output; on failure the script names the step it stopped at, shows
+# what it saw, and still runs hack/down.sh (E2E_KEEP=1 leaves the cluster up to debug).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib/runtime.sh
+source "$REPO/hack/lib/runtime.sh"
+# shellcheck source=hack/lib/cluster.sh
+source "$REPO/hack/lib/cluster.sh"
+
+KUBECTL=/usr/bin/kubectl
+[ -x "$KUBECTL" ] || fk::die "the real kubectl is expected at $KUBECTL"
+[ "$(id -u)" -eq 0 ] || fk::die "e2e/single-node.sh must run as root"
+export KUBECONFIG=$FK_ADMIN_KUBECONFIG
+
+T0=$(date +%s.%N)
+STEP=0
+STEP_NAME=""
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+step() { STEP=$((STEP + 1)); STEP_NAME=$*; printf '\n=== step %d [%ss]: %s\n' "$STEP" "$(elapsed)" "$*"; }
+ok() { printf -- '--- ok: %s\n' "$*"; }
+fail() {
+  printf '\nFAILED at step %d (%s): %s\n' "$STEP" "$STEP_NAME" "$*" >&2
+  exit 1
+}
+k() { timeout 30 "$KUBECTL" --request-timeout=20s "$@"; }
+
+finish() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ "${E2E_KEEP:-0}" = 1 ]; then
+    echo "E2E_KEEP=1: cluster left up (KUBECONFIG=$KUBECONFIG); hack/down.sh to stop it" >&2
+    exit $rc
+  fi
+  if [ "$STEP_NAME" != "hack/down.sh" ]; then
+    echo "--- cleaning up: hack/down.sh" >&2
+    bash "$REPO/hack/down.sh" >&2 || true
+  fi
+  if [ $rc -eq 0 ]; then
+    printf '\nPASS: single-node e2e in %s s\n' "$(elapsed)"
+  fi
+  exit $rc
+}
+trap finish EXIT
+
+# ----------------------------------------------------------------------------------------
+step "hack/up.sh $*"
+bash "$REPO/hack/up.sh" "$@" || fail "hack/up.sh exited with $?"
+ok "cluster up"
+
+NODE=$(fk::node_name)
+step "kubectl get nodes: $NODE Ready"
+out=$(k get nodes -o wide 2>&1) || fail "kubectl get nodes: $out"
+printf '%s\n' "$out"
+if ! grep -qE "^${NODE}[[:space:]]+Ready[[:space:]]" <<<"$out"; then
+  if [ ! -x "$(fk::target_dir)/release/kubelet" ]; then
+    fail "no Ready node $NODE: there is no kubelet binary yet (cmd/kubelet has not landed)"
+  fi
+  fail "node $NODE is not listed as Ready"
+fi
+ok "node $NODE Ready"
+
+step "kubectl run nginx --image=nginx"
+# A leftover from an earlier, interrupted run would make `run` fail with AlreadyExists.
+k delete pod nginx --ignore-not-found --wait=true >/dev/null 2>&1 || true
+out=$(k run nginx --image=nginx 2>&1) || fail "kubectl run: $out"
+printf '%s\n' "$out"
+[ "$out" = "pod/nginx created" ] || fail "expected 'pod/nginx created', got: $out"
+ok "pod created"
+
+step "pod nginx Running (at most 120 s)"
+phase=""
+for ((i = 0; i < 240; i++)); do
+  phase=$(k get pod nginx -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+  [ "$phase" = Running ] && break
+  sleep 0.5
+done
+k get pod nginx -o wide || true
+if [ "$phase" != Running ]; then
+  k describe pod nginx 2>&1 | tail -n 30 || true
+  if [[ $(k get pod nginx -o 'jsonpath={.spec.nodeName}' 2>/dev/null || true) == "" ]]; then
+    fail "pod never scheduled (phase '${phase:-none}'); is kube-scheduler running?"
+  fi
+  fail "pod phase is '${phase:-none}', not Running"
+fi
+ok "Running after $(elapsed) s since the start of the test"
+
+step "curl the pod IP: nginx's page"
+ip=$(k get pod nginx -o 'jsonpath={.status.podIP}')
+[[ $ip =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "no pod IP (got '$ip')"
+case $ip in 10.244.*) ;; *) fail "pod IP $ip is outside the pod CIDR $RT_POD_CIDR" ;; esac
+body=""
+for ((i = 0; i < 20; i++)); do
+  body=$(curl -s --max-time 2 "http://$ip/" || true)
+  [ -n "$body" ] && break
+  sleep 0.5
+done
+grep -q "Welcome to nginx" <<<"$body" || fail "http://$ip/ answered: ${body:-nothing}"
+ok "http://$ip/ serves 'Welcome to nginx!'"
+
+step "kubectl delete pod nginx"
+out=$(k delete pod nginx --wait=false 2>&1) || fail "kubectl delete: $out"
+printf '%s\n' "$out"
+[ "$out" = 'pod "nginx" deleted' ] || fail "expected 'pod \"nginx\" deleted', got: $out"
+gone=0
+for ((i = 0; i < 120; i++)); do
+  if ! out=$(k get pod nginx -o name 2>&1); then
+    grep -q NotFound <<<"$out" && { gone=1; break; }
+  fi
+  sleep 0.5
+done
+[ $gone -eq 1 ] || fail "pod nginx still exists 60 s after the delete"
+curl -s --max-time 2 -o /dev/null "http://$ip/" && fail "http://$ip/ still answers after the pod is gone"
+ok "pod gone and its IP no longer answers"
+
+step "hack/down.sh"
+bash "$REPO/hack/down.sh" || fail "hack/down.sh exited with $?"
+for name in "${FK_COMPONENTS[@]}"; do
+  [ ! -f "$(fk::pidfile "$name")" ] || fail "$(fk::pidfile "$name") still exists"
+done
+ok "cluster down"

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Ferrokube single-node cluster: paths and process helpers shared by hack/up.sh,
+# hack/down.sh and e2e/. Sourced after hack/lib/runtime.sh (it uses rt::log's directories).
+#
+# Every process is started with setsid, its PID in $FK_RUN_DIR/<name>.pid, its command line
+# in $FK_RUN_DIR/<name>.cmd and its log in $FK_LOG_DIR/<name>.log. Only processes whose PID
+# file names them (and whose /proc/PID/comm matches) are ever signalled.
+
+# Variables here are used by the scripts that source this file.
+# shellcheck disable=SC2034
+FK_RUN_DIR=${RT_RUN_DIR:-/run/ferrokube}
+FK_LOG_DIR=${RT_LOG_DIR:-/var/log/ferrokube}
+FK_ETC=${FK_ETC:-/etc/ferrokube}
+FK_PKI_DIR=${FK_PKI_DIR:-$FK_ETC/pki}
+FK_DATA_DIR=${FK_DATA_DIR:-/var/lib/ferrokube}
+FK_APISERVER_DATA=$FK_DATA_DIR/apiserver
+FK_ETCD_DATA=$FK_DATA_DIR/etcd
+FK_KUBELET_ROOT=${FK_KUBELET_ROOT:-/var/lib/kubelet}
+FK_API_ADDR=127.0.0.1
+FK_API_PORT=6443
+FK_API_URL=https://$FK_API_ADDR:$FK_API_PORT
+FK_ETCD_CLIENT_URL=http://127.0.0.1:2379
+FK_ETCD_PEER_URL=http://127.0.0.1:2380
+FK_CLUSTER_DNS=10.96.0.10
+FK_CLUSTER_DOMAIN=cluster.local
+FK_CLUSTER_CIDR=10.244.0.0/16
+FK_ADMIN_KUBECONFIG=$FK_PKI_DIR/admin.kubeconfig
+# The order up.sh starts them in; down.sh stops them in reverse.
+FK_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# Marker: up.sh started containerd and the registry itself (so down.sh may stop them).
+FK_OWNS_RUNTIME=$FK_RUN_DIR/up.owns-runtime
+
+fk::log() { printf '%s\n' "$*" >&2; }
+fk::die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# The Cargo target dir, chosen exactly as hack/test.sh chooses it.
+fk::target_dir() {
+  if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+    printf '%s\n' "$CARGO_TARGET_DIR"
+  elif mkdir -p /var/cache/ferrokube/target 2>/dev/null && [ -w /var/cache/ferrokube/target ]; then
+    printf '%s\n' /var/cache/ferrokube/target
+  else
+    printf '%s\n' "$RT_REPO_DIR/target"
+  fi
+}
+
+fk::node_name() { hostname | tr '[:upper:]' '[:lower:]'; }
+
+fk::pidfile() { printf '%s/%s.pid\n' "$FK_RUN_DIR" "$1"; }
+
+# /proc/PID/comm holds at most 15 characters of the executable's name.
+fk::comm() { local b; b=$(basename "$1"); printf '%s\n' "${b:0:15}"; }
+
+# PID of a running component we started, or nothing (exit 1).
+fk::pid_of() { # name binary
+  local f pid
+  f=$(fk::pidfile "$1")
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f" 2>/dev/null) || return 1
+  [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(fk::comm "$2")" ] || return 1
+  printf '%s\n' "$pid"
+}
+
+# Stops a component by its PID file: SIGTERM, then (bounded wait) SIGKILL.
+fk::stop() { # name binary [timeout_s]
+  local name=$1 bin=$2 timeout=${3:-15} pid i
+  if ! pid=$(fk::pid_of "$name" "$bin"); then
+    rm -f "$(fk::pidfile "$name")" "$FK_RUN_DIR/$name.cmd"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < timeout * 10; i++)); do
+    [ -d "/proc/$pid" ] || break
+    sleep 0.1
+  done
+  if [ -d "/proc/$pid" ]; then
+    fk::log "$name (pid $pid) did not exit within ${timeout}s; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      [ -d "/proc/$pid" ] || break
+      sleep 0.1
+    done
+  fi
+  rm -f "$(fk::pidfile "$name")" "$FK_RUN_DIR/$name.cmd"
+  fk::log "stopped $name (pid $pid)"
+}
+
+# Polls a command until it succeeds: at most `tries` attempts `interval` seconds apart.
+fk::wait_for() { # tries interval command...
+  local tries=$1 interval=$2 i
+  shift 2
+  for ((i = 0; i < tries; i++)); do
+    "$@" && return 0
+    sleep "$interval"
+  done
+  return 1
+}
+
+# kubectl against the cluster as the admin (the real, upstream kubectl).
+fk::kubectl() {
+  timeout 20 kubectl --kubeconfig "$FK_ADMIN_KUBECONFIG" --request-timeout=10s "$@"
+}
+
+fk::apiserver_ready() {
+  curl -sf -o /dev/null --max-time 2 --cacert "$FK_PKI_DIR/ca.crt" \
+    --cert "$FK_PKI_DIR/admin.crt" --key "$FK_PKI_DIR/admin.key" "$FK_API_URL/readyz"
+}
+
+fk::node_ready() {
+  local status
+  status=$(fk::kubectl get node "$(fk::node_name)" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) || return 1
+  [ "$status" = True ]
+}

@@ -1,0 +1,336 @@
+#!/usr/bin/env bash
+# Brings up a single-node Ferrokube cluster on this machine (Debian 12, as root):
+#
+#   hack/up.sh [--etcd] [--no-build]
+#
+#   1. builds the binaries (cargo build --release of the cmd/ packages; target dir as
+#      hack/test.sh chooses it: /var/cache/ferrokube/target when writable),
+#   2. rt::ensure: packages, network containment (first), containerd + CNI, offline images
+#      in the local registry mirror (hack/lib/runtime.sh),
+#   3. PKI and one kubeconfig per component (`ferrokube-pki init`, idempotent) in
+#      /etc/ferrokube/pki,
+#   4. starts every component that exists, with setsid, PID files in /run/ferrokube and logs
+#      in /var/log/ferrokube: [etcd,] kube-apiserver (loopback only), kube-controller-manager,
+#      kube-scheduler, kubelet; waits (bounded) for /readyz, then for the node to be Ready,
+#   5. prints `export KUBECONFIG=...` and a first command to try.
+#
+# --etcd     store in a local etcd (loopback, data in /var/lib/ferrokube/etcd) instead of
+#            the embedded store (/var/lib/ferrokube/apiserver)
+# --no-build use the binaries already built
+# FK_BIN_DIR=<dir> (environment) use the binaries in <dir> and build nothing
+#
+# Idempotent: with everything up, a re-run changes nothing; a component that died, whose
+# flags changed, whose binary was rebuilt or whose PKI changed is (re)started. Tear down
+# with hack/down.sh.
+set -euo pipefail
+
+T0=$(date +%s.%N)
+use_etcd=0
+build=1
+for arg in "$@"; do
+  case $arg in
+    --etcd) use_etcd=1 ;;
+    --no-build) build=0 ;;
+    -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib/runtime.sh
+source "$REPO/hack/lib/runtime.sh"
+# shellcheck source=hack/lib/cluster.sh
+source "$REPO/hack/lib/cluster.sh"
+
+[ "$(id -u)" -eq 0 ] || fk::die "hack/up.sh must run as root (containerd, cgroups, nftables)"
+
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+step() { printf '==> [%6ss] %s\n' "$(elapsed)" "$*" >&2; }
+
+# ---------------------------------------------------------------- 1. build
+export PATH="$HOME/.cargo/bin:$PATH"
+TARGET_DIR=$(fk::target_dir)
+BIN_DIR=${FK_BIN_DIR:-$TARGET_DIR/release}
+[ -z "${FK_BIN_DIR:-}" ] || build=0
+
+# cmd/ packages that are workspace members (kubelet and kube-controller-manager join when
+# they land).
+cmd_packages() {
+  local dir pkg
+  for dir in "$REPO"/cmd/*/; do
+    dir=${dir%/}
+    [ -f "$dir/Cargo.toml" ] || continue
+    grep -q "\"cmd/$(basename "$dir")\"" "$REPO/Cargo.toml" || continue
+    pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$dir/Cargo.toml" | head -n 1)
+    [ -n "$pkg" ] && printf '%s\n' "$pkg"
+  done
+}
+
+if [ $build -eq 1 ]; then
+  step "build (cargo build --release, target dir $TARGET_DIR)"
+  bash "$REPO/hack/install-deps.sh"
+  pkgs=()
+  while read -r p; do pkgs+=(-p "$p"); done < <(cmd_packages)
+  # ferrokube-cri (in the kubelet crate) is how down.sh removes pods through the CRI.
+  grep -q '"crates/kubelet"' "$REPO/Cargo.toml" && pkgs+=(-p ferrokube-kubelet)
+  (cd "$REPO" && CARGO_TARGET_DIR=$TARGET_DIR cargo build --release --bins "${pkgs[@]}")
+fi
+T_BUILT=$(date +%s.%N)
+
+# A component "exists" when its binary is built and is more than a placeholder: its --help
+# lists the flags we pass.
+help_of() { "$1" --help 2>&1 || true; }
+have_component() { # binary marker-flag
+  [ -x "$1" ] && help_of "$1" | grep -qE -- "(^|[[:space:],])$2([[:space:]=,<[]|$)"
+}
+
+# Adds `--flag=value` to ARGS when the binary's --help lists the flag; remembers the rest.
+ARGS=()
+DROPPED=()
+HELP=""
+begin_args() { ARGS=(); DROPPED=(); HELP=$(help_of "$1"); }
+flag() { # --flag value
+  if grep -qE -- "(^|[[:space:],])$1([[:space:]=,<[]|$)" <<<"$HELP"; then
+    ARGS+=("$1=$2")
+  else
+    DROPPED+=("$1")
+  fi
+}
+report_dropped() { # name
+  [ ${#DROPPED[@]} -eq 0 ] || fk::log "  note: $1 does not take ${DROPPED[*]} (yet); not passed"
+}
+
+for b in kube-apiserver ferrokube-pki; do
+  [ -x "$BIN_DIR/$b" ] || fk::die "$BIN_DIR/$b is missing (run without --no-build)"
+done
+
+# ---------------------------------------------------------------- 2. runtime
+step "runtime: packages, network containment, containerd, images, registry mirror"
+owned_before=0
+[ -f "$FK_OWNS_RUNTIME" ] && owned_before=1
+runtime_was_up=0
+rt::pid_alive "$RT_CONTAINERD_PID" containerd && runtime_was_up=1
+rt::ensure
+mkdir -p "$FK_RUN_DIR" "$FK_LOG_DIR"
+# down.sh stops containerd and the registry only when up.sh started them (a containerd that
+# hack/test.sh left running is not ours to stop).
+if [ $runtime_was_up -eq 0 ] || [ $owned_before -eq 1 ]; then
+  touch "$FK_OWNS_RUNTIME"
+fi
+
+# ---------------------------------------------------------------- 3. PKI
+NODE=$(fk::node_name)
+step "PKI and kubeconfigs in $FK_PKI_DIR (node $NODE)"
+pki_out=$("$BIN_DIR/ferrokube-pki" init --dir "$FK_PKI_DIR" --server "$FK_API_URL" \
+  --node-name "$NODE" --service-cluster-ip-range "$RT_SERVICE_CIDR")
+written=$(grep -c $'\twritten$' <<<"$pki_out" || true)
+fk::log "  $written file(s) written, the rest reused"
+PKI_SUM=$(cat "$FK_PKI_DIR"/*.crt "$FK_PKI_DIR"/*.kubeconfig | sha256sum | cut -c1-16)
+
+# ---------------------------------------------------------------- 4. components
+# Starts (or keeps) one component. Kept when its PID is alive, its recorded command line
+# and PKI fingerprint are the same and its binary was not replaced since it started.
+start_component() { # name binary args...
+  local name=$1 bin=$2 pid want cmdfile reason=""
+  shift 2
+  cmdfile=$FK_RUN_DIR/$name.cmd
+  want="$(printf '%q ' "$bin" "$@")
+# pki $PKI_SUM"
+  if pid=$(fk::pid_of "$name" "$bin"); then
+    if [ "$(cat "$cmdfile" 2>/dev/null)" != "$want" ]; then
+      reason="flags or PKI changed"
+    elif [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == *" (deleted)" ]]; then
+      reason="binary rebuilt"
+    else
+      fk::log "  $name running (pid $pid), unchanged"
+      return 0
+    fi
+    fk::log "  restarting $name: $reason"
+    fk::stop "$name" "$bin"
+  elif [ -f "$(fk::pidfile "$name")" ]; then
+    fk::log "  $name is not running (died?); starting it again"
+  fi
+  {
+    printf '\n===== %s starting %s\n' "$(date -Is)" "$name"
+    printf '%s\n' "$want"
+  } >>"$FK_LOG_DIR/$name.log"
+  setsid "$bin" "$@" >>"$FK_LOG_DIR/$name.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$(fk::pidfile "$name")"
+  printf '%s\n' "$want" >"$cmdfile"
+  fk::log "  started $name (pid $pid, log $FK_LOG_DIR/$name.log)"
+}
+
+# Fails with the log's tail when a component we just started is gone.
+check_alive() { # name binary
+  fk::pid_of "$1" "$2" >/dev/null && return 0
+  tail -n 25 "$FK_LOG_DIR/$1.log" >&2 || true
+  fk::die "$1 exited (log: $FK_LOG_DIR/$1.log)"
+}
+
+mkdir -p "$FK_APISERVER_DATA"
+
+# etcd (only with --etcd; a leftover one is stopped otherwise)
+ETCD_BIN=$(command -v etcd || true)
+if [ $use_etcd -eq 1 ]; then
+  [ -n "$ETCD_BIN" ] || fk::die "etcd is not installed (apt-get install etcd-server)"
+  step "etcd on loopback (data $FK_ETCD_DATA)"
+  mkdir -p "$FK_ETCD_DATA" && chmod 0700 "$FK_ETCD_DATA"
+  start_component etcd "$ETCD_BIN" --name=ferrokube --data-dir="$FK_ETCD_DATA" \
+    --listen-client-urls="$FK_ETCD_CLIENT_URL" --advertise-client-urls="$FK_ETCD_CLIENT_URL" \
+    --listen-peer-urls="$FK_ETCD_PEER_URL" --initial-advertise-peer-urls="$FK_ETCD_PEER_URL" \
+    --initial-cluster="ferrokube=$FK_ETCD_PEER_URL" --initial-cluster-state=new \
+    --logger=zap --log-outputs=stderr
+  fk::wait_for 150 0.2 curl -sf -o /dev/null --max-time 2 "$FK_ETCD_CLIENT_URL/health" \
+    || { check_alive etcd "$ETCD_BIN"; fk::die "etcd not healthy after 30 s"; }
+elif [ -n "$ETCD_BIN" ] && fk::pid_of etcd "$ETCD_BIN" >/dev/null; then
+  step "embedded store: stopping the etcd a previous --etcd run started"
+  fk::stop etcd "$ETCD_BIN"
+fi
+
+step "kube-apiserver on $FK_API_URL ($([ $use_etcd -eq 1 ] && echo etcd || echo embedded store))"
+APISERVER=$BIN_DIR/kube-apiserver
+begin_args "$APISERVER"
+flag --bind-address "$FK_API_ADDR"
+flag --secure-port "$FK_API_PORT"
+flag --tls-cert-file "$FK_PKI_DIR/apiserver.crt"
+flag --tls-private-key-file "$FK_PKI_DIR/apiserver.key"
+flag --client-ca-file "$FK_PKI_DIR/ca.crt"
+flag --service-cluster-ip-range "$RT_SERVICE_CIDR"
+flag --service-account-key-file "$FK_PKI_DIR/sa.pub"
+flag --service-account-signing-key-file "$FK_PKI_DIR/sa.key"
+flag --service-account-issuer "https://kubernetes.default.svc.$FK_CLUSTER_DOMAIN"
+flag --kubelet-client-certificate "$FK_PKI_DIR/admin.crt"
+flag --kubelet-client-key "$FK_PKI_DIR/admin.key"
+flag --kubelet-certificate-authority "$FK_PKI_DIR/ca.crt"
+if [ $use_etcd -eq 1 ]; then
+  flag --etcd-servers "$FK_ETCD_CLIENT_URL"
+else
+  flag --data-dir "$FK_APISERVER_DATA"
+fi
+report_dropped kube-apiserver
+start_component kube-apiserver "$APISERVER" "${ARGS[@]}"
+if ! fk::wait_for 300 0.2 fk::apiserver_ready; then
+  check_alive kube-apiserver "$APISERVER"
+  fk::die "kube-apiserver not ready after 60 s (log: $FK_LOG_DIR/kube-apiserver.log)"
+fi
+fk::log "  /readyz ok at $(elapsed) s"
+
+STARTED=(kube-apiserver)
+MISSING=()
+
+KCM=$BIN_DIR/kube-controller-manager
+if have_component "$KCM" --kubeconfig; then
+  step "kube-controller-manager"
+  begin_args "$KCM"
+  flag --kubeconfig "$FK_PKI_DIR/controller-manager.kubeconfig"
+  flag --bind-address 127.0.0.1
+  flag --secure-port 10257
+  flag --leader-elect false
+  flag --service-account-private-key-file "$FK_PKI_DIR/sa.key"
+  flag --root-ca-file "$FK_PKI_DIR/ca.crt"
+  flag --cluster-signing-cert-file "$FK_PKI_DIR/ca.crt"
+  flag --cluster-signing-key-file "$FK_PKI_DIR/ca.key"
+  flag --cluster-cidr "$FK_CLUSTER_CIDR"
+  flag --service-cluster-ip-range "$RT_SERVICE_CIDR"
+  report_dropped kube-controller-manager
+  start_component kube-controller-manager "$KCM" "${ARGS[@]}"
+  STARTED+=(kube-controller-manager)
+else
+  MISSING+=(kube-controller-manager)
+fi
+
+SCHED=$BIN_DIR/kube-scheduler
+if have_component "$SCHED" --kubeconfig; then
+  step "kube-scheduler"
+  begin_args "$SCHED"
+  flag --kubeconfig "$FK_PKI_DIR/scheduler.kubeconfig"
+  flag --bind-address 127.0.0.1
+  flag --secure-port 10259
+  flag --leader-elect false
+  report_dropped kube-scheduler
+  start_component kube-scheduler "$SCHED" "${ARGS[@]}"
+  STARTED+=(kube-scheduler)
+else
+  MISSING+=(kube-scheduler)
+fi
+
+KUBELET=$BIN_DIR/kubelet
+if have_component "$KUBELET" --kubeconfig; then
+  step "kubelet (node $NODE, runtime unix://$RT_CONTAINERD_SOCK)"
+  mkdir -p "$FK_KUBELET_ROOT" "$FK_ETC/manifests"
+  begin_args "$KUBELET"
+  flag --kubeconfig "$FK_PKI_DIR/kubelet.kubeconfig"
+  flag --container-runtime-endpoint "unix://$RT_CONTAINERD_SOCK"
+  flag --image-service-endpoint "unix://$RT_CONTAINERD_SOCK"
+  flag --hostname-override "$NODE"
+  flag --node-ip 127.0.0.1
+  flag --address 127.0.0.1
+  flag --healthz-bind-address 127.0.0.1
+  flag --read-only-port 0
+  flag --cluster-dns "$FK_CLUSTER_DNS"
+  flag --cluster-domain "$FK_CLUSTER_DOMAIN"
+  flag --cgroup-driver cgroupfs
+  flag --root-dir "$FK_KUBELET_ROOT"
+  flag --pod-manifest-path "$FK_ETC/manifests"
+  flag --client-ca-file "$FK_PKI_DIR/ca.crt"
+  flag --fail-swap-on false
+  flag --pod-infra-container-image "$RT_PAUSE_IMAGE"
+  report_dropped kubelet
+  start_component kubelet "$KUBELET" "${ARGS[@]}"
+  STARTED+=(kubelet)
+else
+  MISSING+=(kubelet)
+fi
+
+# Every started component must still be alive a moment later.
+sleep 0.5
+for c in "${STARTED[@]}"; do
+  case $c in
+    kube-apiserver) check_alive "$c" "$APISERVER" ;;
+    kube-controller-manager) check_alive "$c" "$KCM" ;;
+    kube-scheduler) check_alive "$c" "$SCHED" ;;
+    kubelet) check_alive "$c" "$KUBELET" ;;
+  esac
+done
+if [[ " ${STARTED[*]} " == *" kube-scheduler "* ]]; then
+  fk::wait_for 100 0.2 curl -sf -o /dev/null --max-time 2 http://127.0.0.1:10259/healthz \
+    || fk::log "  warning: kube-scheduler /healthz does not answer yet"
+fi
+
+# ---------------------------------------------------------------- 5. node Ready
+ready=0
+if [[ " ${STARTED[*]} " == *" kubelet "* ]]; then
+  step "waiting for node $NODE to be Ready (at most 90 s)"
+  if fk::wait_for 180 0.5 fk::node_ready; then
+    ready=1
+  else
+    check_alive kubelet "$KUBELET"
+    fk::kubectl get node "$NODE" -o wide >&2 || true
+    fk::die "node $NODE not Ready after 90 s (log: $FK_LOG_DIR/kubelet.log)"
+  fi
+else
+  step "no kubelet binary yet ($KUBELET): not waiting for a Ready node"
+fi
+
+T_END=$(date +%s.%N)
+echo
+echo "Ferrokube is up: ${STARTED[*]} ($([ $use_etcd -eq 1 ] && echo "etcd at $FK_ETCD_CLIENT_URL" || echo "embedded store in $FK_APISERVER_DATA"))."
+if [ ${#MISSING[@]} -gt 0 ]; then
+  echo "Not built yet, so not running: ${MISSING[*]}."
+fi
+if [ $ready -eq 1 ]; then
+  awk -v a="$T0" -v b="$T_BUILT" -v c="$T_END" -v n="$NODE" 'BEGIN {
+    printf "Node %s Ready %.1f s after start (%.1f s after the build).\n", n, c - a, c - b }'
+else
+  awk -v a="$T0" -v b="$T_BUILT" -v c="$T_END" 'BEGIN {
+    printf "Up in %.1f s (%.1f s after the build); no node yet.\n", c - a, c - b }'
+fi
+echo "Logs: $FK_LOG_DIR/<component>.log; stop with: hack/down.sh"
+echo
+echo "export KUBECONFIG=$FK_ADMIN_KUBECONFIG"
+if [ $ready -eq 1 ]; then
+  echo "kubectl run nginx --image=nginx"
+else
+  echo "kubectl get --raw /readyz; kubectl api-resources   # pods need the kubelet"
+fi
