@@ -57,33 +57,41 @@ fk::pid_of() { # name binary
   f=$(fk::pidfile "$1")
   [ -f "$f" ] || return 1
   pid=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+  [ -n "$pid" ] && fk::running "$pid" || return 1
   [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(fk::comm "$2")" ] || return 1
   printf '%s\n' "$pid"
 }
 
+# A process that still runs (a zombie waiting for PID 1 to reap it has exited).
+fk::running() { # pid
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # Stops a component by its PID file: SIGTERM, then (bounded wait) SIGKILL.
 fk::stop() { # name binary [timeout_s]
-  local name=$1 bin=$2 timeout=${3:-15} pid i
+  local name=$1 bin=$2 timeout=${3:-15} pid i t0
   if ! pid=$(fk::pid_of "$name" "$bin"); then
     rm -f "$(fk::pidfile "$name")" "$FK_RUN_DIR/$name.cmd"
     return 0
   fi
+  t0=$(date +%s.%N)
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < timeout * 10; i++)); do
-    [ -d "/proc/$pid" ] || break
+    fk::running "$pid" || break
     sleep 0.1
   done
-  if [ -d "/proc/$pid" ]; then
+  if fk::running "$pid"; then
     fk::log "$name (pid $pid) did not exit within ${timeout}s; SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do
-      [ -d "/proc/$pid" ] || break
+      fk::running "$pid" || break
       sleep 0.1
     done
   fi
   rm -f "$(fk::pidfile "$name")" "$FK_RUN_DIR/$name.cmd"
-  fk::log "stopped $name (pid $pid)"
+  fk::log "stopped $name (pid $pid) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 }
 
 # Polls a command until it succeeds: at most `tries` attempts `interval` seconds apart.
