@@ -76,7 +76,25 @@ async fn serve(
 }
 
 impl TestApiServer {
+    /// Starts a server on a free loopback port. The port is chosen before the server
+    /// binds it, so a test running in parallel can take it in between; then the start is
+    /// retried on another port.
     pub async fn start() -> Result<TestApiServer, TestServerError> {
+        const ATTEMPTS: usize = 5;
+        let mut attempt = 1;
+        loop {
+            match Self::start_on_free_port().await {
+                Err(TestServerError::Server(ferrokube_apiserver::ServerError::Bind { .. }))
+                    if attempt < ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_on_free_port() -> Result<TestApiServer, TestServerError> {
         let dir = tempfile::tempdir()?;
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?
