@@ -13,6 +13,12 @@
 //!   [`backoff`] (CrashLoopBackOff), [`actions`] (what a sync must do), [`quantity`].
 //! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
 //!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting).
+//! - Node and API side: [`node`] (pure: capacity/allocatable, reserved and eviction
+//!   parsing, conditions, the Node object, the status cadence), [`machine`] (/proc,
+//!   statvfs), [`status_manager`] (pods/status only when changed), [`kubelet`] (node
+//!   registration/status/Lease loops, pod workers on an informer + PLEG, graceful
+//!   deletion, orphan cleanup), [`kubeletconfig`] (`KubeletConfiguration` v1beta1),
+//!   [`server`] (plain-HTTP healthz and read-only port).
 
 pub mod actions;
 pub mod backoff;
@@ -21,13 +27,20 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod env;
+pub mod kubelet;
+pub mod kubeletconfig;
+pub mod machine;
+pub mod node;
 pub mod pleg;
 pub mod qos;
 pub mod quantity;
 pub mod runtime;
 pub mod sandbox;
+pub mod server;
 pub mod status;
+pub mod status_manager;
 
 pub use config::{HostDns, NodeConfig};
 pub use cri::{CriClient, CriError};
+pub use kubelet::{Kubelet, KubeletConfig, KubeletError};
 pub use runtime::{RuntimeManager, SyncError};

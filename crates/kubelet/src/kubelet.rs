@@ -1,0 +1,677 @@
+//! The running kubelet: node registration and status, the node Lease, the pod workers
+//! (one task per pod UID, fed by an informer on `spec.nodeName=<node>` and by PLEG), pod
+//! cleanup, and graceful deletion (upstream `kubelet.go`, `kubelet_node_status.go`,
+//! `nodelease`, `pod_workers.go`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use parking_lot::RwLock;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
+
+use crate::env::EnvSources;
+use crate::node::{
+    EvictionThresholds, NodeInputs, Pressures, Reserved, RuntimeHealth, go_arch, initial_node,
+    node_conditions, node_labels, node_resources, node_status, node_status_needs_update,
+};
+use crate::pleg::GenericPleg;
+use crate::runtime::RuntimeManager;
+use crate::sandbox::{name, namespace, spec, uid};
+use crate::status_manager::StatusManager;
+
+/// Everything the kubelet is configured with besides the runtime's [`crate::NodeConfig`].
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    pub node_name: String,
+    pub hostname: String,
+    pub node_ips: Vec<String>,
+    pub node_labels: BTreeMap<String, String>,
+    pub register_with_taints: Vec<Taint>,
+    pub root_dir: std::path::PathBuf,
+    pub kube_reserved: Reserved,
+    pub system_reserved: Reserved,
+    pub eviction_hard: EvictionThresholds,
+    pub max_pods: i64,
+    /// `nodeStatusUpdateFrequency` (10 s).
+    pub node_status_update_frequency: Duration,
+    /// `nodeLeaseDurationSeconds` (40); the lease is renewed every quarter of it.
+    pub node_lease_duration_seconds: i32,
+    /// The kubelet's port as advertised in `daemonEndpoints`.
+    pub kubelet_port: i32,
+    /// How often every pod is re-synced without events (`syncFrequency`).
+    pub sync_frequency: Duration,
+    /// PLEG relist period (1 s).
+    pub pleg_period: Duration,
+}
+
+impl KubeletConfig {
+    pub fn new(node_name: impl Into<String>) -> Self {
+        let node_name = node_name.into();
+        KubeletConfig {
+            hostname: node_name.clone(),
+            node_name,
+            node_ips: vec![],
+            node_labels: BTreeMap::new(),
+            register_with_taints: vec![],
+            root_dir: "/var/lib/kubelet".into(),
+            kube_reserved: Reserved::default(),
+            system_reserved: Reserved::default(),
+            eviction_hard: EvictionThresholds::parse(crate::node::DEFAULT_EVICTION_HARD)
+                .unwrap_or_default(),
+            max_pods: crate::node::DEFAULT_MAX_PODS,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_lease_duration_seconds: 40,
+            kubelet_port: 10250,
+            sync_frequency: Duration::from_secs(60),
+            pleg_period: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Errors that stop the kubelet.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("kubelet root dir {dir}: {source}")]
+    RootDir {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+enum WorkerMsg {
+    Update(Arc<Pod>),
+    /// The pod is gone from the API (force-deleted or deleted while we were not looking).
+    Deleted(Arc<Pod>),
+    Kick,
+}
+
+struct Worker {
+    tx: mpsc::UnboundedSender<WorkerMsg>,
+}
+
+/// The kubelet of one node.
+pub struct Kubelet {
+    client: kube::Client,
+    runtime: Arc<RuntimeManager>,
+    config: KubeletConfig,
+    status: StatusManager,
+    /// The pods bound to this node as last seen (for `/pods`), by UID.
+    pods: RwLock<BTreeMap<String, Arc<Pod>>>,
+    /// The registered Node's UID (the Lease's owner), once known.
+    node_uid: tokio::sync::watch::Sender<Option<String>>,
+    /// Whether the node has been registered and its first status written.
+    registered: std::sync::atomic::AtomicBool,
+}
+
+impl Kubelet {
+    pub fn new(client: kube::Client, runtime: RuntimeManager, config: KubeletConfig) -> Arc<Self> {
+        Arc::new(Kubelet {
+            status: StatusManager::new(client.clone()),
+            client,
+            runtime: Arc::new(runtime),
+            config,
+            pods: RwLock::new(BTreeMap::new()),
+            node_uid: tokio::sync::watch::channel(None).0,
+            registered: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    pub fn runtime(&self) -> &RuntimeManager {
+        &self.runtime
+    }
+
+    pub fn config(&self) -> &KubeletConfig {
+        &self.config
+    }
+
+    /// The pods bound to this node the kubelet knows about.
+    pub fn pods(&self) -> Vec<Pod> {
+        self.pods.read().values().map(|p| (**p).clone()).collect()
+    }
+
+    /// Whether the node is registered (for `/healthz`-style checks).
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs until `cancel`; then stops every loop and worker, leaving containers running
+    /// (as upstream does on SIGTERM).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) -> Result<(), KubeletError> {
+        std::fs::create_dir_all(&self.config.root_dir).map_err(|source| KubeletError::RootDir {
+            dir: self.config.root_dir.display().to_string(),
+            source,
+        })?;
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(self.clone().node_status_loop(cancel.clone()));
+        tasks.spawn(self.clone().lease_loop(cancel.clone()));
+        tasks.spawn(self.clone().pod_loop(cancel.clone()));
+        cancel.cancelled().await;
+        while tasks.join_next().await.is_some() {}
+        tracing::info!("kubelet stopped; containers are left running");
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- node status
+
+    async fn runtime_health(&self) -> RuntimeHealth {
+        match self.runtime.cri().status().await {
+            Err(e) => RuntimeHealth {
+                status_error: Some(e.to_string()),
+                ..Default::default()
+            },
+            Ok(s) => {
+                let mut h = RuntimeHealth::default();
+                let conds = s.status.map(|s| s.conditions).unwrap_or_default();
+                for c in conds {
+                    match c.r#type.as_str() {
+                        "RuntimeReady" => {
+                            h.runtime_ready = c.status;
+                            h.runtime_reason = c.reason;
+                            h.runtime_message = c.message;
+                        }
+                        "NetworkReady" => {
+                            h.network_ready = c.status;
+                            h.network_reason = c.reason;
+                            h.network_message = c.message;
+                        }
+                        _ => {}
+                    }
+                }
+                h
+            }
+        }
+    }
+
+    async fn node_inputs(&self) -> NodeInputs {
+        let machine = crate::machine::read_machine_info(&self.config.root_dir)
+            .map_err(|e| tracing::warn!(error = %e, "reading machine info"))
+            .unwrap_or_default();
+        let resources = node_resources(
+            &machine,
+            self.config.max_pods,
+            &self.config.kube_reserved,
+            &self.config.system_reserved,
+            &self.config.eviction_hard,
+        );
+        let container_runtime_version = match self.runtime.cri().version().await {
+            Ok(v) => format!("{}://{}", v.runtime_name, v.runtime_version),
+            Err(_) => String::new(),
+        };
+        let mut images: Vec<ContainerImage> = match self.runtime.cri().list_images().await {
+            Ok(imgs) => imgs
+                .into_iter()
+                .map(|i| ContainerImage {
+                    names: Some(i.repo_digests.into_iter().chain(i.repo_tags).collect()),
+                    size_bytes: Some(i.size as i64),
+                })
+                .collect(),
+            Err(_) => vec![],
+        };
+        images.sort_by_key(|i| std::cmp::Reverse(i.size_bytes));
+        images.truncate(50);
+        NodeInputs {
+            node_name: self.config.node_name.clone(),
+            hostname: self.config.hostname.clone(),
+            node_ips: self.config.node_ips.clone(),
+            labels: self.config.node_labels.clone(),
+            taints: self.config.register_with_taints.clone(),
+            os: std::env::consts::OS.into(),
+            arch: go_arch(std::env::consts::ARCH),
+            container_runtime_version,
+            kubelet_port: self.config.kubelet_port,
+            machine,
+            resources: Some(resources),
+            images,
+        }
+    }
+
+    /// Creates the Node, or (it exists) brings its default labels up to date (upstream
+    /// `tryRegisterWithAPIServer` + `reconcileDefaultLabels`).
+    async fn register(&self, inputs: &NodeInputs, now: &Time) -> Result<Node, kube::Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let health = self.runtime_health().await;
+        let node = initial_node(
+            inputs,
+            node_conditions(&health, Pressures::default(), &[], now),
+        );
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(n) => {
+                tracing::info!(node = %self.config.node_name, "successfully registered node");
+                Ok(n)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let patch = serde_json::json!({"metadata": {"labels": node_labels(inputs)}});
+                nodes
+                    .patch(
+                        &self.config.node_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn node_status_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut backoff = Duration::from_millis(100);
+        let registered = loop {
+            let inputs = self.node_inputs().await;
+            match self.register(&inputs, &now()).await {
+                Ok(n) => break n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "unable to register node; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(7));
+                }
+            }
+        };
+        self.node_uid.send_replace(registered.metadata.uid.clone());
+        let mut last: Option<NodeStatus> = registered.status.clone();
+        let mut last_report = Instant::now();
+        let mut first = true;
+        loop {
+            let inputs = self.node_inputs().await;
+            let health = self.runtime_health().await;
+            let old_conds = last
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let new = node_status(
+                &inputs,
+                node_conditions(&health, Pressures::default(), &old_conds, &now()),
+            );
+            if first || node_status_needs_update(last.as_ref(), &new, last_report.elapsed()) {
+                let patch = serde_json::json!({ "status": new });
+                match nodes
+                    .patch_status(
+                        &self.config.node_name,
+                        &PatchParams::default(),
+                        &Patch::Strategic(&patch),
+                    )
+                    .await
+                {
+                    Ok(n) => {
+                        last = n.status;
+                        last_report = Instant::now();
+                        first = false;
+                        self.registered
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "error updating node status"),
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(self.config.node_status_update_frequency) => {}
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- node lease
+
+    fn lease(&self, existing: Option<Lease>) -> Lease {
+        let mut lease = existing.unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(self.config.node_name.clone()),
+                namespace: Some("kube-node-lease".into()),
+                ..Default::default()
+            },
+            spec: None,
+        });
+        if let Some(node_uid) = self.node_uid.borrow().clone() {
+            lease.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: self.config.node_name.clone(),
+                uid: node_uid,
+                ..Default::default()
+            }]);
+        }
+        let mut spec = lease.spec.take().unwrap_or_default();
+        spec.holder_identity = Some(self.config.node_name.clone());
+        spec.lease_duration_seconds = Some(self.config.node_lease_duration_seconds);
+        spec.renew_time = Some(MicroTime(now().0));
+        lease.spec = Some(LeaseSpec { ..spec });
+        lease
+    }
+
+    async fn renew_lease(&self) -> Result<(), kube::Error> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        match leases.get_opt(&self.config.node_name).await? {
+            None => {
+                leases
+                    .create(&PostParams::default(), &self.lease(None))
+                    .await?;
+            }
+            Some(l) => {
+                leases
+                    .replace(
+                        &self.config.node_name,
+                        &PostParams::default(),
+                        &self.lease(Some(l)),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn lease_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let interval =
+            Duration::from_secs_f64(f64::from(self.config.node_lease_duration_seconds) * 0.25);
+        // The lease is owned by the Node: wait for the registration to know its UID.
+        let mut uid_rx = self.node_uid.subscribe();
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = uid_rx.wait_for(Option::is_some) => {}
+        }
+        loop {
+            let wait = match self.renew_lease().await {
+                Ok(()) => interval,
+                Err(e) => {
+                    tracing::warn!(error = %e, "failed to renew node lease");
+                    Duration::from_millis(200).min(interval)
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- pods
+
+    async fn pod_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let informer = SharedIndexInformer::new(
+            api,
+            InformerConfig {
+                field_selector: Some(format!("spec.nodeName={}", self.config.node_name)),
+                ..Default::default()
+            },
+        );
+        let mut stream = informer.subscribe();
+        informer.start();
+        let (pleg_tx, mut pleg_rx) = mpsc::channel(1024);
+        let pleg = tokio::spawn(
+            GenericPleg::new(self.runtime.cri().clone()).run(self.config.pleg_period, pleg_tx),
+        );
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+        let mut workers: HashMap<String, Worker> = HashMap::new();
+        let workers_cancel = cancel.child_token();
+        let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                n = stream.next() => {
+                    let Some(n) = n else { break };
+                    let (pod, deleted) = match n {
+                        Notification::Added { obj, .. } => (obj, false),
+                        Notification::Updated { new, .. } => (new, false),
+                        Notification::Deleted { obj, .. } => (obj, true),
+                    };
+                    let pod_uid = uid(&pod).to_owned();
+                    if deleted {
+                        self.pods.write().remove(&pod_uid);
+                    } else {
+                        self.pods.write().insert(pod_uid.clone(), pod.clone());
+                    }
+                    let msg = if deleted { WorkerMsg::Deleted(pod.clone()) } else { WorkerMsg::Update(pod.clone()) };
+                    match workers.get(&pod_uid) {
+                        Some(w) => { let _ = w.tx.send(msg); }
+                        None if deleted => {
+                            // No worker: make sure nothing of it is left running.
+                            let w = self.spawn_worker(pod, workers_cancel.clone(), done_tx.clone());
+                            let _ = w.tx.send(msg);
+                            workers.insert(pod_uid, w);
+                        }
+                        None => {
+                            let w = self.spawn_worker(pod, workers_cancel.clone(), done_tx.clone());
+                            workers.insert(pod_uid, w);
+                        }
+                    }
+                }
+                Some(ev) = pleg_rx.recv() => {
+                    if let Some(w) = workers.get(&ev.pod_uid) {
+                        let _ = w.tx.send(WorkerMsg::Kick);
+                    }
+                }
+                Some(done) = done_rx.recv() => {
+                    workers.remove(&done);
+                    self.status.forget(&done);
+                }
+                _ = housekeeping.tick() => {
+                    if stream.has_synced() {
+                        self.cleanup_orphans(&workers).await;
+                    }
+                }
+            }
+        }
+        workers_cancel.cancel();
+        pleg.abort();
+        informer.stop().await;
+    }
+
+    /// Kills runtime pods no worker owns (deleted while the kubelet was down, or left over
+    /// from another kubelet): upstream `HandlePodCleanups`.
+    async fn cleanup_orphans(&self, workers: &HashMap<String, Worker>) {
+        let Ok(rt) = self.runtime.runtime_pods().await else {
+            return;
+        };
+        let known: BTreeSet<String> = self.pods.read().keys().cloned().collect();
+        for (pod_uid, rp) in rt {
+            if workers.contains_key(&pod_uid) || known.contains(&pod_uid) {
+                continue;
+            }
+            if rp.sandboxes.is_empty() {
+                if rp.containers.is_empty() {
+                    continue;
+                }
+                // Containers without a sandbox: remove them directly.
+                for c in &rp.containers {
+                    let _ = self.runtime.cri().stop_container(&c.id, 2).await;
+                    let _ = self.runtime.cri().remove_container(&c.id).await;
+                }
+                continue;
+            }
+            let pod = Pod {
+                metadata: ObjectMeta {
+                    name: Some(rp.name.clone()),
+                    namespace: Some(rp.namespace.clone()),
+                    uid: Some(pod_uid.clone()),
+                    ..Default::default()
+                },
+                spec: Some(Default::default()),
+                status: None,
+            };
+            tracing::info!(pod = %rp.name, namespace = %rp.namespace, uid = %pod_uid, "killing orphaned pod");
+            if let Err(e) = self.runtime.kill_pod(&pod, Some(2)).await {
+                tracing::warn!(error = %e, uid = %pod_uid, "cleaning up orphaned pod");
+            }
+        }
+    }
+
+    fn spawn_worker(
+        self: &Arc<Self>,
+        pod: Arc<Pod>,
+        cancel: CancellationToken,
+        done: mpsc::UnboundedSender<String>,
+    ) -> Worker {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let pod_uid = uid(&pod).to_owned();
+            this.worker(pod, rx, cancel).await;
+            let _ = done.send(pod_uid);
+        });
+        Worker { tx }
+    }
+
+    /// One pod's worker: syncs on every update, PLEG event and `syncFrequency`, until the
+    /// pod is terminated and gone from the API (or the kubelet stops).
+    async fn worker(
+        &self,
+        mut pod: Arc<Pod>,
+        mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
+        cancel: CancellationToken,
+    ) {
+        let mut deleted = false;
+        let mut retry = Duration::from_millis(500);
+        loop {
+            let finished = if deleted {
+                self.terminate(&pod, true).await
+            } else if pod.metadata.deletion_timestamp.is_some() {
+                self.terminate(&pod, false).await
+            } else {
+                self.sync(&pod).await;
+                false
+            };
+            if finished {
+                return;
+            }
+            let wait = if pod.metadata.deletion_timestamp.is_some() || deleted {
+                retry = (retry * 2).min(Duration::from_secs(10));
+                retry
+            } else {
+                self.config.sync_frequency
+            };
+            let first = tokio::select! {
+                _ = cancel.cancelled() => return,
+                m = rx.recv() => m,
+                _ = tokio::time::sleep(wait) => Some(WorkerMsg::Kick),
+            };
+            let Some(first) = first else { return };
+            let mut apply = |m: WorkerMsg| match m {
+                WorkerMsg::Update(p) => pod = p,
+                WorkerMsg::Deleted(p) => {
+                    pod = p;
+                    deleted = true;
+                }
+                WorkerMsg::Kick => {}
+            };
+            apply(first);
+            while let Ok(m) = rx.try_recv() {
+                apply(m);
+            }
+        }
+    }
+
+    /// ConfigMaps and Secrets the pod's environment refers to, read through the API.
+    async fn env_sources(&self, pod: &Pod) -> EnvSources {
+        let s = spec(pod);
+        let mut cms = BTreeSet::new();
+        let mut secrets = BTreeSet::new();
+        for c in s
+            .containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+        {
+            for e in c.env.iter().flatten() {
+                if let Some(vf) = &e.value_from {
+                    if let Some(r) = &vf.config_map_key_ref {
+                        cms.insert(r.name.clone());
+                    }
+                    if let Some(r) = &vf.secret_key_ref {
+                        secrets.insert(r.name.clone());
+                    }
+                }
+            }
+            for e in c.env_from.iter().flatten() {
+                if let Some(r) = &e.config_map_ref {
+                    cms.insert(r.name.clone());
+                }
+                if let Some(r) = &e.secret_ref {
+                    secrets.insert(r.name.clone());
+                }
+            }
+        }
+        let mut out = EnvSources::default();
+        let cm_api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace(pod));
+        for n in cms {
+            if let Ok(Some(cm)) = cm_api.get_opt(&n).await {
+                out.config_maps.insert(n, cm);
+            }
+        }
+        let sec_api: Api<Secret> = Api::namespaced(self.client.clone(), namespace(pod));
+        for n in secrets {
+            if let Ok(Some(sec)) = sec_api.get_opt(&n).await {
+                out.secrets.insert(n, sec);
+            }
+        }
+        out
+    }
+
+    async fn sync(&self, pod: &Pod) {
+        let sources = self.env_sources(pod).await;
+        if let Err(e) = self.runtime.sync_pod(pod, &sources).await {
+            tracing::warn!(pod = name(pod), namespace = namespace(pod), error = %e, "error syncing pod");
+        }
+        match self.runtime.pod_status(pod).await {
+            Ok(st) => {
+                if let Err(e) = self.status.set(pod, st).await {
+                    tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
+                }
+            }
+            Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
+        }
+    }
+
+    /// Kills the pod with its grace period, then finishes the API deletion (a DELETE with
+    /// grace 0 and a UID precondition) unless the object is already gone. Returns whether
+    /// the pod is done.
+    async fn terminate(&self, pod: &Pod, gone_from_api: bool) -> bool {
+        let grace = pod.metadata.deletion_grace_period_seconds;
+        tracing::info!(
+            pod = name(pod),
+            namespace = namespace(pod),
+            ?grace,
+            "killing pod"
+        );
+        if let Err(e) = self.runtime.kill_pod(pod, grace).await {
+            tracing::warn!(pod = name(pod), error = %e, "error killing pod; will retry");
+            return false;
+        }
+        if gone_from_api {
+            return true;
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace(pod));
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid(pod).to_owned()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(name(pod), &dp).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) => {
+                tracing::warn!(pod = name(pod), error = %e, "error deleting pod; will retry");
+                false
+            }
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}

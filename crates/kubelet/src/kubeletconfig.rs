@@ -1,0 +1,154 @@
+//! `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1): the fields this kubelet
+//! supports, with upstream's names. Unknown fields are accepted and ignored (upstream's
+//! lenient decoding of the config file); flags override what the file sets.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Errors of the config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("parsing KubeletConfiguration: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error(
+        "unsupported apiVersion/kind {0}/{1} (want kubelet.config.k8s.io/v1beta1, KubeletConfiguration)"
+    )]
+    Kind(String, String),
+    #[error("invalid duration {0:?}")]
+    Duration(String),
+}
+
+/// A taint in the config file (`registerWithTaints`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ConfigTaint {
+    pub key: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// The supported subset of `KubeletConfiguration`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletConfiguration {
+    pub api_version: String,
+    pub kind: String,
+    pub port: Option<i32>,
+    pub read_only_port: Option<u16>,
+    pub healthz_port: Option<u16>,
+    pub healthz_bind_address: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Option<Vec<String>>,
+    pub cluster_domain: Option<String>,
+    pub resolv_conf: Option<String>,
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub cgroup_driver: Option<String>,
+    pub cgroup_root: Option<String>,
+    pub max_pods: Option<i64>,
+    pub node_status_update_frequency: Option<String>,
+    pub node_status_report_frequency: Option<String>,
+    pub node_lease_duration_seconds: Option<i32>,
+    pub sync_frequency: Option<String>,
+    pub static_pod_path: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
+    pub image_service_endpoint: Option<String>,
+    pub register_with_taints: Option<Vec<ConfigTaint>>,
+    pub pod_logs_dir: Option<String>,
+}
+
+impl KubeletConfiguration {
+    /// Parses and checks the file's apiVersion and kind.
+    pub fn from_yaml(s: &str) -> Result<Self, ConfigFileError> {
+        let c: KubeletConfiguration = serde_yaml_ng::from_str(s)?;
+        if c.api_version != "kubelet.config.k8s.io/v1beta1" || c.kind != "KubeletConfiguration" {
+            return Err(ConfigFileError::Kind(c.api_version, c.kind));
+        }
+        Ok(c)
+    }
+}
+
+/// Parses a Go duration (`10s`, `1m0s`, `1h30m`, `500ms`, `1.5s`).
+pub fn parse_go_duration(s: &str) -> Result<Duration, ConfigFileError> {
+    let bad = || ConfigFileError::Duration(s.to_owned());
+    let mut rest = s.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += n * secs;
+        rest = &rest[unit_end..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_config_file() {
+        let c = KubeletConfiguration::from_yaml(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nreadOnlyPort: 10255\n\
+             kubeReserved: {cpu: 100m, memory: 100Mi}\nevictionHard: {memory.available: 200Mi}\n\
+             nodeStatusUpdateFrequency: 5s\nmaxPods: 50\ncgroupDriver: cgroupfs\n\
+             registerWithTaints: [{key: a, value: b, effect: NoSchedule}]\n\
+             authentication: {anonymous: {enabled: false}}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.cluster_dns.as_deref(),
+            Some(&["10.96.0.10".to_string()][..])
+        );
+        assert_eq!(c.read_only_port, Some(10255));
+        assert_eq!(c.kube_reserved.unwrap()["memory"], "100Mi");
+        assert_eq!(c.eviction_hard.unwrap()["memory.available"], "200Mi");
+        assert_eq!(c.max_pods, Some(50));
+        assert_eq!(c.register_with_taints.unwrap()[0].effect, "NoSchedule");
+        assert!(KubeletConfiguration::from_yaml("apiVersion: v1\nkind: Pod\n").is_err());
+        assert!(KubeletConfiguration::from_yaml("apiVersion: [").is_err());
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_go_duration("1m0s").unwrap(), Duration::from_secs(60));
+        assert_eq!(
+            parse_go_duration("1h30m").unwrap(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            parse_go_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "10", "5x", "s"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
