@@ -1,0 +1,337 @@
+//! kubelet: upstream's flags over `ferrokube-kubelet`. A `--config` KubeletConfiguration
+//! file is read first; flags given on the command line override it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use ferrokube_kubelet::kubeletconfig::{KubeletConfiguration, parse_go_duration};
+use ferrokube_kubelet::node::{EvictionThresholds, Reserved, parse_labels, parse_taints};
+use ferrokube_kubelet::server::Endpoints;
+use ferrokube_kubelet::{CriClient, HostDns, Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
+use k8s_openapi::api::core::v1::Taint;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubelet",
+    about = "The node agent: runs the pods bound to this node on a CRI runtime."
+)]
+struct Opts {
+    /// Path to a kubeconfig file with the API server's location and credentials.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The CRI runtime endpoint [default: unix:///run/containerd/containerd.sock].
+    #[arg(long = "container-runtime-endpoint")]
+    container_runtime_endpoint: Option<String>,
+    /// The CRI image endpoint (must equal the runtime endpoint today).
+    #[arg(long = "image-service-endpoint")]
+    image_service_endpoint: Option<String>,
+    /// Use this name instead of the hostname as the node's name.
+    #[arg(long = "hostname-override")]
+    hostname_override: Option<String>,
+    /// The node's IP address(es), comma separated (default: the default route's source).
+    #[arg(long = "node-ip")]
+    node_ip: Option<String>,
+    /// Labels to add when registering the node (key=value,...).
+    #[arg(long = "node-labels", default_value = "")]
+    node_labels: String,
+    /// Taints to register the node with (key=value:Effect,...).
+    #[arg(long = "register-with-taints")]
+    register_with_taints: Option<String>,
+    /// DNS server addresses for ClusterFirst pods, comma separated.
+    #[arg(long = "cluster-dns")]
+    cluster_dns: Option<String>,
+    /// The cluster's DNS domain.
+    #[arg(long = "cluster-domain")]
+    cluster_domain: Option<String>,
+    /// The host resolv.conf for pods with dnsPolicy Default ("" disables).
+    #[arg(long = "resolv-conf")]
+    resolv_conf: Option<String>,
+    /// The kubelet's state directory.
+    #[arg(long = "root-dir", default_value = "/var/lib/kubelet")]
+    root_dir: PathBuf,
+    /// Static pod manifests (accepted; static pods are not supported yet).
+    #[arg(long = "pod-manifest-path")]
+    pod_manifest_path: Option<String>,
+    /// Resources reserved for Kubernetes daemons (cpu=..,memory=..,ephemeral-storage=..).
+    #[arg(long = "kube-reserved")]
+    kube_reserved: Option<String>,
+    /// Resources reserved for the OS (cpu=..,memory=..,ephemeral-storage=..).
+    #[arg(long = "system-reserved")]
+    system_reserved: Option<String>,
+    /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%].
+    #[arg(long = "eviction-hard")]
+    eviction_hard: Option<String>,
+    /// The cgroup driver (only cgroupfs is supported).
+    #[arg(long = "cgroup-driver")]
+    cgroup_driver: Option<String>,
+    /// Maximum number of pods on this node.
+    #[arg(long = "max-pods")]
+    max_pods: Option<i64>,
+    /// How often the node status is computed (Go duration).
+    #[arg(long = "node-status-update-frequency")]
+    node_status_update_frequency: Option<String>,
+    /// The kubelet API port advertised in daemonEndpoints (the HTTPS server is not served yet).
+    #[arg(long = "port")]
+    port: Option<i32>,
+    /// The port of the plain-HTTP /healthz endpoint (0 disables).
+    #[arg(long = "healthz-port")]
+    healthz_port: Option<u16>,
+    /// The address of the /healthz endpoint.
+    #[arg(long = "healthz-bind-address")]
+    healthz_bind_address: Option<IpAddr>,
+    /// The read-only port (/healthz, /pods) without authentication (0 disables).
+    #[arg(long = "read-only-port")]
+    read_only_port: Option<u16>,
+    /// The address of the read-only port.
+    #[arg(long = "address", default_value = "0.0.0.0")]
+    address: IpAddr,
+    /// Accepted for compatibility: the sandbox image is containerd's `sandbox_image`.
+    #[arg(long = "pod-infra-container-image")]
+    pod_infra_container_image: Option<String>,
+    /// Accepted for compatibility: the HTTPS kubelet API (:10250) is not served yet.
+    #[arg(long = "client-ca-file")]
+    client_ca_file: Option<PathBuf>,
+    /// Accepted for compatibility: swap is not checked.
+    #[arg(long = "fail-swap-on")]
+    fail_swap_on: Option<bool>,
+    /// Log level verbosity.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    let level = match opts.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .init();
+    let file = match &opts.config {
+        Some(p) => KubeletConfiguration::from_yaml(
+            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        )?,
+        None => KubeletConfiguration::default(),
+    };
+
+    let driver = opts
+        .cgroup_driver
+        .clone()
+        .or(file.cgroup_driver.clone())
+        .unwrap_or_else(|| "cgroupfs".into());
+    if driver != "cgroupfs" {
+        bail!("--cgroup-driver={driver}: only cgroupfs is supported");
+    }
+    if opts.pod_manifest_path.is_some() || file.static_pod_path.is_some() {
+        tracing::warn!(
+            "--pod-manifest-path / staticPodPath: static pods are not supported yet; ignored"
+        );
+    }
+    let endpoint = opts
+        .container_runtime_endpoint
+        .clone()
+        .or(file.container_runtime_endpoint.clone())
+        .unwrap_or_else(|| ferrokube_kubelet::cri::DEFAULT_ENDPOINT.into());
+    let image_endpoint = opts
+        .image_service_endpoint
+        .clone()
+        .or(file.image_service_endpoint.clone())
+        .filter(|e| !e.is_empty());
+    if let Some(ie) = image_endpoint.filter(|ie| *ie != endpoint) {
+        bail!("--image-service-endpoint={ie}: a separate image service is not supported yet");
+    }
+
+    let hostname = ferrokube_kubelet::machine::hostname();
+    let node_name = opts
+        .hostname_override
+        .clone()
+        .map(|h| h.trim().to_lowercase())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| hostname.clone());
+    let node_ips = match &opts.node_ip {
+        Some(s) => {
+            let ips = split_list(s);
+            for ip in &ips {
+                ip.parse::<IpAddr>()
+                    .with_context(|| format!("--node-ip: invalid address {ip:?}"))?;
+            }
+            ips
+        }
+        None => vec![ferrokube_kubelet::machine::default_node_ip().to_string()],
+    };
+
+    let mut cfg = KubeletConfig::new(node_name.clone());
+    cfg.hostname = node_name.clone();
+    cfg.node_ips = node_ips.clone();
+    cfg.node_labels = parse_labels(&opts.node_labels)?;
+    cfg.register_with_taints = match (&opts.register_with_taints, &file.register_with_taints) {
+        (Some(s), _) => parse_taints(s)?,
+        (None, Some(ts)) => ts
+            .iter()
+            .map(|t| Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                time_added: None,
+            })
+            .collect(),
+        (None, None) => vec![],
+    };
+    cfg.root_dir = opts.root_dir.clone();
+    cfg.kube_reserved = match (&opts.kube_reserved, &file.kube_reserved) {
+        (Some(s), _) => Reserved::parse("--kube-reserved", s)?,
+        (None, Some(m)) => Reserved::from_map("kubeReserved", m)?,
+        _ => Reserved::default(),
+    };
+    cfg.system_reserved = match (&opts.system_reserved, &file.system_reserved) {
+        (Some(s), _) => Reserved::parse("--system-reserved", s)?,
+        (None, Some(m)) => Reserved::from_map("systemReserved", m)?,
+        _ => Reserved::default(),
+    };
+    if let Some(s) = &opts.eviction_hard {
+        cfg.eviction_hard = EvictionThresholds::parse(s)?;
+    } else if let Some(m) = &file.eviction_hard {
+        cfg.eviction_hard = EvictionThresholds::from_map(m)?;
+    }
+    if let Some(m) = opts.max_pods.or(file.max_pods) {
+        cfg.max_pods = m;
+    }
+    if let Some(d) = opts
+        .node_status_update_frequency
+        .as_ref()
+        .or(file.node_status_update_frequency.as_ref())
+    {
+        cfg.node_status_update_frequency = parse_go_duration(d)?;
+    }
+    if let Some(d) = &file.sync_frequency {
+        cfg.sync_frequency = parse_go_duration(d)?;
+    }
+    if let Some(l) = file.node_lease_duration_seconds {
+        cfg.node_lease_duration_seconds = l;
+    }
+    cfg.kubelet_port = opts.port.or(file.port).unwrap_or(10250);
+
+    let mut node = NodeConfig::new(node_name.clone());
+    node.node_ips = node_ips;
+    if let Some(d) = opts.cluster_dns.as_ref() {
+        node.cluster_dns = split_list(d);
+    } else if let Some(d) = &file.cluster_dns {
+        node.cluster_dns = d.clone();
+    }
+    if let Some(d) = opts.cluster_domain.clone().or(file.cluster_domain.clone()) {
+        node.cluster_domain = d;
+    }
+    let resolv = opts
+        .resolv_conf
+        .clone()
+        .or(file.resolv_conf.clone())
+        .unwrap_or_else(|| "/etc/resolv.conf".into());
+    node.host_dns = if resolv.is_empty() {
+        None
+    } else {
+        Some(HostDns::parse(
+            &std::fs::read_to_string(&resolv).unwrap_or_default(),
+        ))
+    };
+    if let Some(r) = &file.cgroup_root {
+        node.cgroup_root = format!("{}/kubepods", r.trim_end_matches('/'));
+    }
+    if let Some(d) = &file.pod_logs_dir {
+        node.pod_logs_dir = d.into();
+    }
+    if let Ok(m) = ferrokube_kubelet::machine::read_machine_info(std::path::Path::new("/")) {
+        node.memory_capacity = m.memory_bytes;
+        node.cpu_capacity_milli = m.num_cpus * 1000;
+    }
+
+    let kcfg = match &opts.kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .with_context(|| format!("reading {}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let client = kube::Client::try_from(kcfg)?;
+    let cri = CriClient::connect(&endpoint, Duration::from_secs(10)).await?;
+    let v = cri.version().await?;
+    tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, node = %node_name, "connected to the container runtime");
+    let kubelet = Kubelet::new(client, RuntimeManager::new(cri, node), cfg);
+
+    let cancel = CancellationToken::new();
+    let mut servers = vec![];
+    let healthz_port = opts.healthz_port.or(file.healthz_port).unwrap_or(10248);
+    if healthz_port != 0 {
+        let bind = opts
+            .healthz_bind_address
+            .or(file
+                .healthz_bind_address
+                .as_deref()
+                .and_then(|a| a.parse().ok()))
+            .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        let (addr, t) = ferrokube_kubelet::server::bind(
+            SocketAddr::new(bind, healthz_port),
+            kubelet.clone(),
+            Endpoints::Healthz,
+            cancel.clone(),
+        )
+        .await
+        .context("--healthz-port")?;
+        tracing::info!(%addr, "serving /healthz");
+        servers.push(t);
+    }
+    let ro = opts.read_only_port.or(file.read_only_port).unwrap_or(0);
+    if ro != 0 {
+        let (addr, t) = ferrokube_kubelet::server::bind(
+            SocketAddr::new(opts.address, ro),
+            kubelet.clone(),
+            Endpoints::ReadOnly,
+            cancel.clone(),
+        )
+        .await
+        .context("--read-only-port")?;
+        tracing::info!(%addr, "serving the read-only port");
+        servers.push(t);
+    }
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down, containers keep running"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: shutting down"),
+            }
+            c.cancel();
+        });
+    }
+    kubelet.run(cancel.clone()).await?;
+    for s in servers {
+        let _ = s.await;
+    }
+    Ok(())
+}
