@@ -306,9 +306,11 @@ async fn compaction_keeps_the_file_bounded_under_churn() {
         eprintln!("after half {half}: {} bytes on disk", sizes[half]);
     }
     compactor.abort();
-    // Without compaction each half adds 5,000 x 2 KiB = 10 MiB of history.
+    // Without compaction each half adds 5,000 x 2 KiB = 10 MiB of history. The bound
+    // allows half of that, because the WAL's size at the moment of measuring depends on
+    // when its last checkpoint ran (slower on a loaded machine).
     assert!(
-        sizes[1] <= sizes[0] + sizes[0] / 4 + 512 * 1024,
+        sizes[1] <= sizes[0] + 5 * 1024 * 1024,
         "file grew from {} to {} bytes",
         sizes[0],
         sizes[1]
