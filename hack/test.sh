@@ -43,5 +43,17 @@ cargo test --workspace --locked --no-fail-fast
 step "e2e: kubectl against kube-apiserver (embedded store and etcd)"
 bash e2e/apiserver.sh
 
+step "e2e: single-node cluster (hack/up.sh, kubectl run nginx, curl the pod IP, hack/down.sh)"
+# Runs after the kubelet's tests: the cluster's kubelet removes pods on the shared
+# containerd that it does not own. Debug binaries keep CI from a release build.
+if [ "$(id -u)" -eq 0 ]; then
+  cargo build --locked --bins -p kube-apiserver -p kube-scheduler -p kube-controller-manager \
+    -p kubelet -p ferrokube-pki-cli -p ferrokube-kubelet
+  FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash e2e/single-node.sh
+else
+  echo "not root: the single-node cluster e2e needs root" >&2
+  exit 1
+fi
+
 echo
 echo "all tests passed"
