@@ -5,6 +5,7 @@ use ferrokube_apimachinery::errors::{FieldError, FieldPath};
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::Validate;
 use crate::core::{validate_pod_template_spec, validate_pvc_spec};
@@ -111,24 +112,12 @@ impl Validate for apps::Deployment {
             }
             "RollingUpdate" => match &strategy.rolling_update {
                 None => errs.push(FieldError::required(&st.child("rollingUpdate"), "")),
-                Some(ru) => {
-                    let rp = st.child("rollingUpdate");
-                    if let Some(mu) = &ru.max_unavailable {
-                        int_or_percent(mu, &rp.child("maxUnavailable"), &mut errs);
-                    }
-                    if let Some(ms) = &ru.max_surge {
-                        int_or_percent(ms, &rp.child("maxSurge"), &mut errs);
-                    }
-                    if ru.max_unavailable.as_ref().is_none_or(is_zero)
-                        && ru.max_surge.as_ref().is_none_or(is_zero)
-                    {
-                        errs.push(FieldError::invalid(
-                            &rp.child("maxUnavailable"),
-                            json(&ru.max_unavailable),
-                            "may not be 0 when `maxSurge` is 0",
-                        ));
-                    }
-                }
+                Some(ru) => validate_surge_and_unavailable(
+                    ru.max_unavailable.as_ref(),
+                    ru.max_surge.as_ref(),
+                    &st.child("rollingUpdate"),
+                    &mut errs,
+                ),
             },
             "" => errs.push(FieldError::required(&st.child("type"), "")),
             other => errs.push(FieldError::not_supported(
@@ -377,24 +366,12 @@ impl Validate for apps::DaemonSet {
             "OnDelete" => {}
             "RollingUpdate" => match &strategy.rolling_update {
                 None => errs.push(FieldError::required(&up.child("rollingUpdate"), "")),
-                Some(ru) => {
-                    let rp = up.child("rollingUpdate");
-                    if let Some(mu) = &ru.max_unavailable {
-                        int_or_percent(mu, &rp.child("maxUnavailable"), &mut errs);
-                    }
-                    if let Some(ms) = &ru.max_surge {
-                        int_or_percent(ms, &rp.child("maxSurge"), &mut errs);
-                    }
-                    if ru.max_unavailable.as_ref().is_none_or(is_zero)
-                        && ru.max_surge.as_ref().is_none_or(is_zero)
-                    {
-                        errs.push(FieldError::invalid(
-                            &rp.child("maxUnavailable"),
-                            json(&ru.max_unavailable),
-                            "may not be 0 when `maxSurge` is 0",
-                        ));
-                    }
-                }
+                Some(ru) => validate_surge_and_unavailable(
+                    ru.max_unavailable.as_ref(),
+                    ru.max_surge.as_ref(),
+                    &up.child("rollingUpdate"),
+                    &mut errs,
+                ),
             },
             "" => errs.push(FieldError::required(&up.child("type"), "")),
             other => errs.push(FieldError::not_supported(
@@ -431,5 +408,28 @@ impl Validate for apps::ControllerRevision {
         let mut errs = self.validate_create();
         immutable(&self.data, &old.data, &p("data"), &mut errs);
         errs
+    }
+}
+
+/// The `maxUnavailable` / `maxSurge` pair of a rolling update (Deployments and
+/// DaemonSets share the rule): each an int or a percentage, and not both zero.
+fn validate_surge_and_unavailable(
+    max_unavailable: Option<&IntOrString>,
+    max_surge: Option<&IntOrString>,
+    path: &FieldPath,
+    errs: &mut Errs,
+) {
+    if let Some(mu) = max_unavailable {
+        int_or_percent(mu, &path.child("maxUnavailable"), errs);
+    }
+    if let Some(ms) = max_surge {
+        int_or_percent(ms, &path.child("maxSurge"), errs);
+    }
+    if max_unavailable.is_none_or(is_zero) && max_surge.is_none_or(is_zero) {
+        errs.push(FieldError::invalid(
+            &path.child("maxUnavailable"),
+            json(&max_unavailable),
+            "may not be 0 when `maxSurge` is 0",
+        ));
     }
 }
