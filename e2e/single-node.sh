@@ -8,8 +8,9 @@
 #   3. kubectl run nginx --image=nginx
 #   4. the pod reaches Running      (at most 120 s)
 #   5. curl http://<pod IP>/        -> nginx's welcome page
-#   6. kubectl delete pod nginx     -> gone (at most 60 s)
-#   7. hack/down.sh
+#   6. e2e/single-node.d/*.sh       -> further checks, one file per capability
+#   7. kubectl delete pod nginx     -> gone (at most 60 s)
+#   8. hack/down.sh
 #
 # Each step checks its output; on failure the script names the step it stopped at, shows
 # what it saw, and still runs hack/down.sh (E2E_KEEP=1 leaves the cluster up to debug).
@@ -109,6 +110,15 @@ for ((i = 0; i < 20; i++)); do
 done
 grep -q "Welcome to nginx" <<<"$body" || fail "http://$ip/ answered: ${body:-nothing}"
 ok "http://$ip/ serves 'Welcome to nginx!'"
+
+# Further checks, one file per capability, run in name order against the live cluster
+# (with the nginx pod still Running). Each file is sourced here, so it uses step/ok/fail/k
+# and the variables above (NODE, ip, KUBECTL), and must delete what it creates.
+for extra in "$REPO"/e2e/single-node.d/*.sh; do
+  [ -e "$extra" ] || continue
+  # shellcheck source=/dev/null
+  source "$extra"
+done
 
 step "kubectl delete pod nginx"
 out=$(k delete pod nginx --wait=false 2>&1) || fail "kubectl delete: $out"
