@@ -40,6 +40,10 @@ struct InitArgs {
     /// Node name for the kubelet's client certificate (default: hostname).
     #[arg(long)]
     node_name: Option<String>,
+    /// The node's IPs (comma-separated or repeated): IP SANs of the kubelet serving
+    /// certificate (127.0.0.1 is always included).
+    #[arg(long, value_delimiter = ',')]
+    node_ip: Vec<IpAddr>,
     /// Cluster name used in the kubeconfigs.
     #[arg(long, default_value = "ferrokube")]
     cluster_name: String,
@@ -64,6 +68,9 @@ fn init(args: InitArgs) -> anyhow::Result<()> {
         options.node_name = node;
     }
     options.extra_sans = args.extra_sans;
+    if !args.node_ip.is_empty() {
+        options.node_ips = args.node_ip;
+    }
     let paths = write_cluster_pki(&args.dir, &options)
         .with_context(|| format!("writing cluster PKI into {}", args.dir.display()))?;
     for (role, path) in paths.files() {

@@ -11,6 +11,7 @@
 //! | `scheduler.crt/.key` | `system:kube-scheduler` |
 //! | `kube-proxy.crt/.key` | `system:kube-proxy` |
 //! | `kubelet.crt/.key` | `system:node:<node>`, O `system:nodes` |
+//! | `kubelet-server.crt/.key` | kubelet serving cert (`--tls-cert-file`): node name, hostname, `localhost`, node IPs |
 //! | `*.kubeconfig` | admin, controller-manager, scheduler, kube-proxy, kubelet |
 //! | `sa.key`, `sa.pub` | service-account token signing key pair (ECDSA P-256) |
 //!
@@ -47,6 +48,9 @@ pub struct ClusterPkiOptions {
     pub advertise_address: Option<IpAddr>,
     /// The node name: kubelet client cert `system:node:<node_name>`, and a DNS SAN.
     pub node_name: String,
+    /// The node's IPs (`--node-ip`): IP SANs of the kubelet serving cert, which the
+    /// apiserver checks when it connects to the kubelet (logs, exec, port-forward).
+    pub node_ips: Vec<IpAddr>,
     /// Extra apiserver SANs; entries that parse as IPs become IP SANs.
     pub extra_sans: Vec<String>,
     /// Cluster DNS domain, for `kubernetes.default.svc.<domain>`.
@@ -63,6 +67,7 @@ impl ClusterPkiOptions {
             service_cluster_ip_range: "10.96.0.0/12".into(),
             advertise_address: None,
             node_name: hostname(),
+            node_ips: vec![IpAddr::from([127, 0, 0, 1])],
             extra_sans: Vec::new(),
             dns_domain: "cluster.local".into(),
         }
@@ -87,6 +92,8 @@ pub struct PkiPaths {
     pub kube_proxy_key: PathBuf,
     pub kubelet_cert: PathBuf,
     pub kubelet_key: PathBuf,
+    pub kubelet_server_cert: PathBuf,
+    pub kubelet_server_key: PathBuf,
     pub admin_kubeconfig: PathBuf,
     pub controller_manager_kubeconfig: PathBuf,
     pub scheduler_kubeconfig: PathBuf,
@@ -117,6 +124,8 @@ impl PkiPaths {
             kube_proxy_key: p("kube-proxy.key"),
             kubelet_cert: p("kubelet.crt"),
             kubelet_key: p("kubelet.key"),
+            kubelet_server_cert: p("kubelet-server.crt"),
+            kubelet_server_key: p("kubelet-server.key"),
             admin_kubeconfig: p("admin.kubeconfig"),
             controller_manager_kubeconfig: p("controller-manager.kubeconfig"),
             scheduler_kubeconfig: p("scheduler.kubeconfig"),
@@ -145,6 +154,8 @@ impl PkiPaths {
             ("kube-proxy-key", &self.kube_proxy_key),
             ("kubelet-cert", &self.kubelet_cert),
             ("kubelet-key", &self.kubelet_key),
+            ("kubelet-server-cert", &self.kubelet_server_cert),
+            ("kubelet-server-key", &self.kubelet_server_key),
             ("admin-kubeconfig", &self.admin_kubeconfig),
             (
                 "controller-manager-kubeconfig",
@@ -219,8 +230,15 @@ pub fn hostname() -> String {
 }
 
 enum LeafKind {
-    Serving { dns: Vec<String>, ips: Vec<IpAddr> },
-    Client { cn: String, groups: Vec<String> },
+    Serving {
+        cn: String,
+        dns: Vec<String>,
+        ips: Vec<IpAddr>,
+    },
+    Client {
+        cn: String,
+        groups: Vec<String>,
+    },
 }
 
 struct Leaf<'a> {
@@ -282,7 +300,11 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
         Leaf {
             cert: &paths.apiserver_cert,
             key: &paths.apiserver_key,
-            kind: LeafKind::Serving { dns, ips },
+            kind: LeafKind::Serving {
+                cn: "kube-apiserver".into(),
+                dns,
+                ips,
+            },
         },
         Leaf {
             cert: &paths.admin_cert,
@@ -308,6 +330,11 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
             cert: &paths.kubelet_cert,
             key: &paths.kubelet_key,
             kind: client(&node_user, &["system:nodes"]),
+        },
+        Leaf {
+            cert: &paths.kubelet_server_cert,
+            key: &paths.kubelet_server_key,
+            kind: kubelet_serving(options),
         },
     ];
     for leaf in &leaves {
@@ -362,6 +389,19 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
 
     paths.written = written;
     Ok(paths)
+}
+
+/// The kubelet's serving cert: CN the node name (upstream's self-signed one uses the
+/// hostname), DNS SANs node name, hostname and `localhost`, IP SANs the node IPs and
+/// 127.0.0.1.
+fn kubelet_serving(options: &ClusterPkiOptions) -> LeafKind {
+    let node = options.node_name.to_lowercase();
+    let mut dns = vec![node.clone(), hostname(), "localhost".into()];
+    let mut ips = options.node_ips.clone();
+    ips.push(IpAddr::from([127, 0, 0, 1]));
+    dedup(&mut dns);
+    dedup(&mut ips);
+    LeafKind::Serving { cn: node, dns, ips }
 }
 
 fn dedup<T: PartialEq + Clone>(v: &mut Vec<T>) {
@@ -433,8 +473,9 @@ fn leaf_reusable(ca: &CertificateAuthority, leaf: &Leaf<'_>, now: SystemTime) ->
         return false;
     }
     match &leaf.kind {
-        LeafKind::Serving { dns, ips } => {
+        LeafKind::Serving { cn, dns, ips } => {
             info.server_auth
+                && info.common_name.as_deref() == Some(cn.as_str())
                 && dns.iter().all(|d| info.dns_sans.contains(d))
                 && ips.iter().all(|ip| info.ip_sans.contains(ip))
         }
@@ -457,8 +498,8 @@ fn ensure_leaf(
         return Ok(());
     }
     let issued = match &leaf.kind {
-        LeafKind::Serving { dns, ips } => {
-            ca.issue_serving_cert("kube-apiserver", dns, ips, Validity::leaf_default())?
+        LeafKind::Serving { cn, dns, ips } => {
+            ca.issue_serving_cert(cn, dns, ips, Validity::leaf_default())?
         }
         LeafKind::Client { cn, groups } => {
             ca.issue_client_cert(cn, groups, Validity::leaf_default())?
@@ -552,6 +593,7 @@ mod tests {
     fn opts() -> ClusterPkiOptions {
         let mut o = ClusterPkiOptions::new("https://127.0.0.1:6443");
         o.node_name = "node-a".into();
+        o.node_ips = vec!["192.0.2.20".parse().unwrap()];
         o.advertise_address = Some("192.0.2.10".parse().unwrap());
         o.extra_sans = vec!["api.example.test".into(), "198.51.100.7".into()];
         o
@@ -636,6 +678,21 @@ mod tests {
             subject(&paths.kubelet_cert),
             ("system:node:node-a".into(), vec!["system:nodes".into()])
         );
+
+        let kubelet_server =
+            CertInfo::from_pem(&fs::read_to_string(&paths.kubelet_server_cert).unwrap()).unwrap();
+        assert!(kubelet_server.server_auth && !kubelet_server.client_auth);
+        assert!(kubelet_server.is_signed_by(&ca_pem).unwrap());
+        assert_eq!(kubelet_server.common_name.as_deref(), Some("node-a"));
+        for d in ["node-a", "localhost"] {
+            assert!(kubelet_server.dns_sans.contains(&d.to_string()), "{d}");
+        }
+        for ip in ["127.0.0.1", "192.0.2.20"] {
+            assert!(
+                kubelet_server.ip_sans.contains(&ip.parse().unwrap()),
+                "{ip}"
+            );
+        }
 
         let kc =
             Kubeconfig::from_yaml(&fs::read_to_string(&paths.kubelet_kubeconfig).unwrap()).unwrap();
