@@ -1,0 +1,18 @@
+//! kube-proxy: Services and EndpointSlices -> nftables rules on this node.
+//!
+//! * [`model`], [`rules`]: the desired ruleset as a pure function of (Services,
+//!   EndpointSlices, Node, config), in upstream's nftables-mode shape (table
+//!   `ip kube-proxy`: ClusterIP, NodePort, externalIPs, load-balancer IPs, ClientIP
+//!   affinity with timeouts, internal/external traffic policy Local, terminating
+//!   fallback, masquerade of off-cluster and hairpin traffic, reject without endpoints).
+//! * [`render`]: rulesets -> `nft -f` transactions: a full sync and an incremental one
+//!   that rewrites only the chains and map elements of changed Services.
+//!
+//! Layer: client side (a component on `ferrokube-client`'s informers and kube-rs). It
+//! must not depend on the server side (storage*, registry, apiserver); `model`,
+//! `rules` and `render` do no IO.
+
+pub mod model;
+pub mod net;
+pub mod render;
+pub mod rules;
