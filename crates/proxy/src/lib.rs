@@ -7,12 +7,22 @@
 //!   fallback, masquerade of off-cluster and hairpin traffic, reject without endpoints).
 //! * [`render`]: rulesets -> `nft -f` transactions: a full sync and an incremental one
 //!   that rewrites only the chains and map elements of changed Services.
+//! * [`proxier`]: the per-family state (objects seen, desired rules, a model of what is
+//!   applied) that plans transactions; [`nft`] runs them (`nft -f -`, atomic).
+//! * [`run`]: informers -> proxiers -> sync loop with bounded frequency; [`health`]:
+//!   upstream's `/healthz` semantics and the `/metrics` text; [`config`]:
+//!   `KubeProxyConfiguration` and `--proxy-mode`.
 //!
 //! Layer: client side (a component on `ferrokube-client`'s informers and kube-rs). It
 //! must not depend on the server side (storage*, registry, apiserver); `model`,
 //! `rules` and `render` do no IO.
 
+pub mod config;
+pub mod health;
 pub mod model;
 pub mod net;
+pub mod nft;
+pub mod proxier;
 pub mod render;
 pub mod rules;
+pub mod run;

@@ -285,7 +285,11 @@ fn internal_traffic_policy_local() {
         json!({"internalTrafficPolicy": "Local"}),
     );
     let remote_only = slice("web", "web-abc", &[ready("10.244.1.7", "node-b")]);
-    let got = service_part(&build(&[svc.clone()], &[remote_only], &config()));
+    let got = service_part(&build(
+        std::slice::from_ref(&svc),
+        &[remote_only],
+        &config(),
+    ));
     // Endpoints exist elsewhere: drop (not reject), and no chains at all.
     assert_eq!(
         got,
@@ -321,7 +325,7 @@ fn terminating_endpoints_are_a_fallback_only() {
             ("10.244.0.6", NODE, false, true, true),
         ],
     );
-    let got = service_part(&build(&[svc.clone()], &[mixed], &config()));
+    let got = service_part(&build(std::slice::from_ref(&svc), &[mixed], &config()));
     assert!(got.contains("numgen random mod 1 "), "{got}");
     assert!(!got.contains("10.244.0.6"), "{got}");
     // None ready: the serving terminating ones take the traffic; a terminating endpoint
@@ -407,7 +411,11 @@ fn masquerade_all_and_no_cluster_cidr() {
     let sl = slice("web", "web-abc", &[ready("10.244.0.5", NODE)]);
     let mut cfg = config();
     cfg.cluster_cidrs.clear();
-    let got = service_part(&build(&[svc.clone()], &[sl.clone()], &cfg));
+    let got = service_part(&build(
+        std::slice::from_ref(&svc),
+        std::slice::from_ref(&sl),
+        &cfg,
+    ));
     assert!(
         !got.contains("tcp dport 80"),
         "no off-cluster rule without a cluster CIDR:\n{got}"
@@ -456,7 +464,7 @@ fn ipv6_family() {
     let mut cfg = ProxyConfig::new(IpFamily::V6, NODE);
     cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16,fd00:10:244::/56").unwrap();
     let rs = desired_ruleset(
-        &[svc.clone()],
+        std::slice::from_ref(&svc),
         &[sl],
         Some(&node(&["192.168.1.10", "fd00::10"])),
         &[],
@@ -575,15 +583,14 @@ fn incremental_touches_only_the_changed_service() {
     assert_eq!(render::incremental(&after, &after, &keys), "");
 
     // b loses every endpoint: its chains go, the element moves to the reject map.
-    let empty = build(&[a.clone(), b.clone()], &[a1.clone()], &cfg);
+    let empty = build(&[a.clone(), b.clone()], std::slice::from_ref(&a1), &cfg);
     let tx = render::incremental(&after, &empty, &keys);
-    let order: Vec<&str> = lines(&tx)
+    let verbs: Vec<String> = lines(&tx)
         .iter()
         .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-        .map(|s| Box::leak(s.into_boxed_str()) as &str)
         .collect();
-    let first_delete_chain = order.iter().position(|l| *l == "delete chain").unwrap();
-    let delete_element = order.iter().position(|l| *l == "delete element").unwrap();
+    let first_delete_chain = verbs.iter().position(|l| l == "delete chain").unwrap();
+    let delete_element = verbs.iter().position(|l| l == "delete element").unwrap();
     assert!(
         delete_element < first_delete_chain,
         "elements pointing at a chain go first:\n{tx}"

@@ -1,0 +1,267 @@
+//! kube-proxy: upstream's flags over `ferrokube-proxy` (nftables mode).
+//!
+//! A `--config` file (KubeProxyConfiguration) is read first; flags given on the
+//! command line override it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use ferrokube_client::config::ClientOptions;
+use ferrokube_proxy::config::{KubeProxyConfiguration, parse_proxy_mode};
+use ferrokube_proxy::net::{IpFamily, parse_cidrs};
+use ferrokube_proxy::nft::Nft;
+use ferrokube_proxy::rules::{NodePortAddresses, ProxyConfig};
+use ferrokube_proxy::run::{RunConfig, run};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-proxy",
+    about = "The Kubernetes network proxy: programs Service rules with nftables on each node."
+)]
+struct Opts {
+    /// The path to the configuration file (KubeProxyConfiguration).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    client: ClientOptions,
+    /// Which proxy mode to use: only 'nftables' (the default) is supported; 'ipvs'
+    /// is refused (this kernel has no IPVS).
+    #[arg(long = "proxy-mode")]
+    proxy_mode: Option<String>,
+    /// The CIDR range of the pods in the cluster (comma-separated for dual-stack);
+    /// traffic to a Service IP from outside it is masqueraded.
+    #[arg(long = "cluster-cidr")]
+    cluster_cidr: Option<String>,
+    /// If non-empty, use this string as the node name instead of the hostname.
+    #[arg(long = "hostname-override")]
+    hostname_override: Option<String>,
+    /// ip:port for the health check server (/healthz, /livez); empty to disable.
+    /// Default 0.0.0.0:10256.
+    #[arg(long = "healthz-bind-address")]
+    healthz_bind_address: Option<String>,
+    /// ip:port for the metrics server (/metrics); empty to disable. Default
+    /// 127.0.0.1:10249.
+    #[arg(long = "metrics-bind-address")]
+    metrics_bind_address: Option<String>,
+    /// Addresses that accept NodePort traffic: 'primary' (the node's IPs, default) or
+    /// a comma-separated list of CIDRs of local addresses.
+    #[arg(long = "nodeport-addresses")]
+    nodeport_addresses: Option<String>,
+    /// SNAT all traffic sent via Service cluster IPs.
+    #[arg(long = "masquerade-all", num_args = 0..=1, default_missing_value = "true")]
+    masquerade_all: Option<bool>,
+    /// Serve NodePorts on the node's loopback addresses too (sets route_localnet).
+    #[arg(long = "iptables-localhost-nodeports", num_args = 0..=1, default_missing_value = "true")]
+    localhost_nodeports: Option<bool>,
+    /// The maximum interval between rule checks (e.g. '30s').
+    #[arg(long = "sync-period")]
+    sync_period: Option<String>,
+    /// The minimum interval between rule syncs (e.g. '1s').
+    #[arg(long = "min-sync-period")]
+    min_sync_period: Option<String>,
+    /// Delete kube-proxy's nftables tables and exit.
+    #[arg(long)]
+    cleanup: bool,
+    /// Log level verbosity.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
+}
+
+fn bind_address(s: &str, default_port: u16) -> anyhow::Result<Option<SocketAddr>> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Some(a));
+    }
+    // Upstream also takes a bare IP (default port).
+    let ip: std::net::IpAddr = s
+        .parse()
+        .with_context(|| format!("invalid bind address {s:?}"))?;
+    Ok(Some(SocketAddr::new(ip, default_port)))
+}
+
+fn node_name(overridden: &str) -> anyhow::Result<String> {
+    let name = if overridden.trim().is_empty() {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the hostname")?
+    } else {
+        overridden.to_string()
+    };
+    Ok(name.trim().to_lowercase())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    let level = match opts.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .init();
+
+    let nft = Nft::default();
+    if opts.cleanup {
+        let deleted = nft.cleanup().await.context("--cleanup")?;
+        tracing::info!(tables = ?deleted.iter().map(|f| f.nft()).collect::<Vec<_>>(), "deleted kube-proxy's nftables tables");
+        return Ok(());
+    }
+
+    let mut file = match &opts.config {
+        Some(p) => KubeProxyConfiguration::from_yaml(
+            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        )
+        .with_context(|| format!("{}", p.display()))?,
+        None => KubeProxyConfiguration::default(),
+    };
+    // Flags given on the command line win over the file.
+    if let Some(v) = &opts.proxy_mode {
+        file.mode = v.clone();
+    }
+    if let Some(v) = &opts.cluster_cidr {
+        file.cluster_cidr = v.clone();
+    }
+    if let Some(v) = &opts.hostname_override {
+        file.hostname_override = v.clone();
+    }
+    if let Some(v) = &opts.healthz_bind_address {
+        file.healthz_bind_address = v.clone();
+    }
+    if let Some(v) = &opts.metrics_bind_address {
+        file.metrics_bind_address = v.clone();
+    }
+    if let Some(v) = &opts.nodeport_addresses {
+        file.node_port_addresses = v
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
+    if let Some(v) = opts.masquerade_all {
+        file.nftables.masquerade_all = v;
+    }
+    if let Some(v) = opts.localhost_nodeports {
+        file.iptables.localhost_node_ports = v;
+    }
+    if let Some(v) = &opts.sync_period {
+        file.nftables.sync_period = Some(v.clone());
+    }
+    if let Some(v) = &opts.min_sync_period {
+        file.nftables.min_sync_period = Some(v.clone());
+    }
+    parse_proxy_mode(&file.mode)?;
+
+    let cluster_cidrs = parse_cidrs(&file.cluster_cidr)
+        .map_err(anyhow::Error::msg)
+        .context("--cluster-cidr")?;
+    let node_port_addresses = match file.node_port_addresses.as_slice() {
+        [] => NodePortAddresses::Primary,
+        [p] if p == "primary" => NodePortAddresses::Primary,
+        list => {
+            let cidrs = parse_cidrs(&list.join(","))
+                .map_err(anyhow::Error::msg)
+                .context("--nodeport-addresses")?;
+            if cidrs.iter().any(|c| c.is_match_all()) {
+                NodePortAddresses::MatchAll
+            } else {
+                NodePortAddresses::Cidrs(cidrs)
+            }
+        }
+    };
+    if file.nftables.masquerade_bit > 31 {
+        bail!("masqueradeBit must be within 0..=31");
+    }
+    let hostname = node_name(&file.hostname_override)?;
+    let mut families = vec![IpFamily::V4];
+    if cluster_cidrs.iter().any(|c| c.family() == IpFamily::V6) {
+        families.push(IpFamily::V6);
+    }
+    let proxies = families
+        .into_iter()
+        .map(|family| {
+            let mut c = ProxyConfig::new(family, hostname.clone());
+            c.cluster_cidrs = cluster_cidrs.clone();
+            c.masquerade_all = file.nftables.masquerade_all;
+            c.masquerade_bit = file.nftables.masquerade_bit;
+            c.node_port_addresses = node_port_addresses.clone();
+            c.localhost_nodeports = file.iptables.localhost_node_ports;
+            c
+        })
+        .collect();
+    if file.iptables.localhost_node_ports {
+        // Like iptables mode's localhost NodePorts: DNAT from 127.0.0.1 to a pod needs
+        // loopback sources to be routable off the loopback device.
+        if let Err(e) = std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1") {
+            tracing::warn!(error = %e, "cannot set net.ipv4.conf.all.route_localnet=1; localhost NodePorts will not work");
+        }
+    }
+    let sync_period = file.sync_period()?;
+    let min_sync_period = file.min_sync_period()?;
+    if sync_period.is_zero() {
+        bail!("syncPeriod must be greater than 0");
+    }
+    let run_config = RunConfig {
+        proxies,
+        sync_period,
+        min_sync_period,
+        healthz_addr: bind_address(&file.healthz_bind_address, 10256)
+            .context("--healthz-bind-address")?,
+        metrics_addr: bind_address(&file.metrics_bind_address, 10249)
+            .context("--metrics-bind-address")?,
+        nft,
+    };
+
+    let mut client_opts = opts.client.clone();
+    if client_opts.kubeconfig.is_none() && !file.client_connection.kubeconfig.is_empty() {
+        client_opts.kubeconfig = Some(file.client_connection.kubeconfig.clone().into());
+    }
+    if let Some(q) = file
+        .client_connection
+        .qps
+        .filter(|_| opts.client.qps == ferrokube_client::config::DEFAULT_QPS)
+    {
+        client_opts.qps = q;
+    }
+    if let Some(b) = file
+        .client_connection
+        .burst
+        .filter(|_| opts.client.burst == ferrokube_client::config::DEFAULT_BURST)
+    {
+        client_opts.burst = b;
+    }
+    let client = client_opts
+        .client()
+        .await
+        .context("building the API client")?;
+
+    let cancel = CancellationToken::new();
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = tokio::signal::ctrl_c().await;
+                        c.cancel();
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            c.cancel();
+        });
+    }
+    tracing::info!(node = %hostname, mode = "nftables", sync_period = ?sync_period, min_sync_period = ?min_sync_period, "starting kube-proxy");
+    run(client, run_config, cancel).await?;
+    Ok(())
+}

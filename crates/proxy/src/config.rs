@@ -1,0 +1,266 @@
+//! `KubeProxyConfiguration` (`kubeproxy.config.k8s.io/v1alpha1`, the `--config` file):
+//! the fields this kube-proxy uses, with upstream's defaults. k8s-openapi has no type
+//! for it (it is a component config, not an API object). No IO.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
+pub const KIND: &str = "KubeProxyConfiguration";
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeProxyConfiguration {
+    pub api_version: String,
+    pub kind: String,
+    pub client_connection: ClientConnection,
+    pub hostname_override: String,
+    pub bind_address: String,
+    pub healthz_bind_address: String,
+    pub metrics_bind_address: String,
+    pub mode: String,
+    #[serde(rename = "clusterCIDR")]
+    pub cluster_cidr: String,
+    pub node_port_addresses: Vec<String>,
+    pub nftables: NftablesConfig,
+    pub iptables: IptablesConfig,
+    /// Top-level `syncPeriod`/`minSyncPeriod` (newer releases); the `nftables` ones
+    /// win when both are set.
+    pub sync_period: Option<String>,
+    pub min_sync_period: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClientConnection {
+    pub kubeconfig: String,
+    pub qps: Option<f32>,
+    pub burst: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NftablesConfig {
+    pub masquerade_all: bool,
+    pub masquerade_bit: u8,
+    pub sync_period: Option<String>,
+    pub min_sync_period: Option<String>,
+}
+
+impl Default for NftablesConfig {
+    fn default() -> Self {
+        NftablesConfig {
+            masquerade_all: false,
+            masquerade_bit: 14,
+            sync_period: None,
+            min_sync_period: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IptablesConfig {
+    pub localhost_node_ports: bool,
+}
+
+impl Default for IptablesConfig {
+    fn default() -> Self {
+        IptablesConfig {
+            localhost_node_ports: true,
+        }
+    }
+}
+
+impl Default for KubeProxyConfiguration {
+    fn default() -> Self {
+        KubeProxyConfiguration {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            client_connection: ClientConnection::default(),
+            hostname_override: String::new(),
+            bind_address: "0.0.0.0".into(),
+            healthz_bind_address: "0.0.0.0:10256".into(),
+            metrics_bind_address: "127.0.0.1:10249".into(),
+            mode: String::new(),
+            cluster_cidr: String::new(),
+            node_port_addresses: Vec::new(),
+            nftables: NftablesConfig::default(),
+            iptables: IptablesConfig::default(),
+            sync_period: None,
+            min_sync_period: None,
+        }
+    }
+}
+
+/// Errors in the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("parsing KubeProxyConfiguration: {0}")]
+    Parse(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl KubeProxyConfiguration {
+    /// Parses a YAML (or JSON) file; checks apiVersion and kind.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let cfg: KubeProxyConfiguration =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        if cfg.api_version != API_VERSION || cfg.kind != KIND {
+            return Err(ConfigError::Invalid(format!(
+                "expected apiVersion {API_VERSION} and kind {KIND}, got {:?} {:?}",
+                cfg.api_version, cfg.kind
+            )));
+        }
+        Ok(cfg)
+    }
+
+    /// `nftables.syncPeriod` (or `syncPeriod`), default 30 s.
+    pub fn sync_period(&self) -> Result<Duration, ConfigError> {
+        duration_or(
+            self.nftables
+                .sync_period
+                .as_ref()
+                .or(self.sync_period.as_ref()),
+            Duration::from_secs(30),
+        )
+    }
+
+    /// `nftables.minSyncPeriod` (or `minSyncPeriod`), default 1 s.
+    pub fn min_sync_period(&self) -> Result<Duration, ConfigError> {
+        duration_or(
+            self.nftables
+                .min_sync_period
+                .as_ref()
+                .or(self.min_sync_period.as_ref()),
+            Duration::from_secs(1),
+        )
+    }
+}
+
+fn duration_or(v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) => parse_go_duration(s).map_err(ConfigError::Invalid),
+    }
+}
+
+/// The proxy modes, as `--proxy-mode` / `mode` spell them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    Nftables,
+}
+
+/// `--proxy-mode`: empty and `nftables` select nftables; `ipvs` and `iptables` are
+/// refused with the reason.
+pub fn parse_proxy_mode(mode: &str) -> Result<ProxyMode, ConfigError> {
+    match mode {
+        "" | "nftables" => Ok(ProxyMode::Nftables),
+        "ipvs" => Err(ConfigError::Invalid(
+            "--proxy-mode=ipvs is not supported: this kernel has no IPVS (CONFIG_IP_VS); use --proxy-mode=nftables".into(),
+        )),
+        "iptables" => Err(ConfigError::Invalid(
+            "--proxy-mode=iptables is not implemented by this kube-proxy; use --proxy-mode=nftables".into(),
+        )),
+        other => Err(ConfigError::Invalid(format!(
+            "invalid --proxy-mode {other:?}: supported modes are \"nftables\""
+        ))),
+    }
+}
+
+/// Parses Go's `time.Duration` text (`30s`, `1m30s`, `500ms`, `1h`).
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("invalid duration {s:?}: missing unit"))?;
+        let n: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?}")),
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_configuration_file() {
+        let cfg = KubeProxyConfiguration::from_yaml(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clusterCIDR: 10.244.0.0/16
+hostnameOverride: node-a
+healthzBindAddress: 127.0.0.1:10256
+clientConnection:
+  kubeconfig: /etc/kp.kubeconfig
+nftables:
+  masqueradeBit: 13
+  syncPeriod: 1m0s
+  minSyncPeriod: 500ms
+nodePortAddresses: [primary]
+",
+        )
+        .unwrap();
+        assert_eq!(cfg.cluster_cidr, "10.244.0.0/16");
+        assert_eq!(cfg.client_connection.kubeconfig, "/etc/kp.kubeconfig");
+        assert_eq!(cfg.nftables.masquerade_bit, 13);
+        assert_eq!(cfg.sync_period().unwrap(), Duration::from_secs(60));
+        assert_eq!(cfg.min_sync_period().unwrap(), Duration::from_millis(500));
+        assert_eq!(cfg.metrics_bind_address, "127.0.0.1:10249", "default kept");
+        assert!(KubeProxyConfiguration::from_yaml("kind: Pod\napiVersion: v1\n").is_err());
+        assert!(KubeProxyConfiguration::from_yaml("mode: [").is_err());
+    }
+
+    #[test]
+    fn proxy_modes() {
+        assert_eq!(parse_proxy_mode("").unwrap(), ProxyMode::Nftables);
+        assert_eq!(parse_proxy_mode("nftables").unwrap(), ProxyMode::Nftables);
+        let e = parse_proxy_mode("ipvs").unwrap_err().to_string();
+        assert!(e.contains("no IPVS"), "{e}");
+        assert!(parse_proxy_mode("userspace").is_err());
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(
+            parse_go_duration("1h2m3s").unwrap(),
+            Duration::from_secs(3723)
+        );
+        assert_eq!(
+            parse_go_duration("1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_go_duration("5").is_err());
+        assert!(parse_go_duration("5d").is_err());
+    }
+}

@@ -1,0 +1,312 @@
+//! Upstream's proxy health (`pkg/proxy/healthcheck/proxy_health.go`) and the
+//! `/metrics` text: healthy unless an update was queued and not applied within the
+//! health timeout (2 × syncPeriod), and, for `/healthz` only, while this node is not
+//! being deleted or tainted `ToBeDeletedByClusterAutoscaler`. Time is passed in.
+
+use std::fmt::Write;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+
+/// The taint the cluster autoscaler puts on a node it is about to delete.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+#[derive(Debug)]
+pub struct ProxyHealth {
+    timeout: Duration,
+    last_updated: Option<(Instant, SystemTime)>,
+    oldest_pending: Option<Instant>,
+    node_eligible: bool,
+    healthz_200: u64,
+    healthz_503: u64,
+}
+
+impl ProxyHealth {
+    pub fn new(timeout: Duration) -> Self {
+        ProxyHealth {
+            timeout,
+            last_updated: None,
+            oldest_pending: None,
+            // Eligible while starting up, until a node event says otherwise.
+            node_eligible: true,
+            healthz_200: 0,
+            healthz_503: 0,
+        }
+    }
+
+    /// A change was received that the rules do not reflect yet.
+    pub fn queued(&mut self, now: Instant) {
+        self.oldest_pending.get_or_insert(now);
+    }
+
+    /// The rules reflect everything received so far.
+    pub fn updated(&mut self, now: Instant, wall: SystemTime) {
+        self.oldest_pending = None;
+        self.last_updated = Some((now, wall));
+    }
+
+    pub fn sync_node(&mut self, node: &Node) {
+        let deleting = node.metadata.deletion_timestamp.is_some();
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
+        self.node_eligible = !deleting && !tainted;
+    }
+
+    pub fn node_eligible(&self) -> bool {
+        self.node_eligible
+    }
+
+    /// The proxier alone: no pending update older than the timeout.
+    pub fn is_healthy(&self, now: Instant) -> bool {
+        match self.oldest_pending {
+            None => true,
+            Some(queued) => now.saturating_duration_since(queued) < self.timeout,
+        }
+    }
+
+    /// `/healthz` (`livez` = false) or `/livez`: status code and upstream's JSON body.
+    pub fn respond(&mut self, now: Instant, wall: SystemTime, livez: bool) -> (u16, String) {
+        let healthy = self.is_healthy(now) && (livez || self.node_eligible);
+        let last = if healthy {
+            wall
+        } else {
+            self.last_updated
+                .map(|(_, w)| w)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        if !livez {
+            if healthy {
+                self.healthz_200 += 1;
+            } else {
+                self.healthz_503 += 1;
+            }
+        }
+        let mut body = format!(
+            "{{\"lastUpdated\": \"{}\",\"currentTime\": \"{}\"",
+            rfc3339(last),
+            rfc3339(wall)
+        );
+        if !livez {
+            let _ = write!(body, ", \"nodeEligible\": {}", self.node_eligible);
+        }
+        body.push('}');
+        (if healthy { 200 } else { 503 }, body)
+    }
+
+    /// `kubeproxy_proxy_healthz_total` lines.
+    pub fn metrics(&self, out: &mut String) {
+        out.push_str("# HELP kubeproxy_proxy_healthz_total Cumulative proxy healthz HTTP status\n# TYPE kubeproxy_proxy_healthz_total counter\n");
+        let _ = writeln!(
+            out,
+            "kubeproxy_proxy_healthz_total{{code=\"200\"}} {}",
+            self.healthz_200
+        );
+        let _ = writeln!(
+            out,
+            "kubeproxy_proxy_healthz_total{{code=\"503\"}} {}",
+            self.healthz_503
+        );
+    }
+}
+
+/// RFC 3339 UTC with seconds, from a wall-clock time.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Sync latency histograms and counters (upstream's kubeproxy_sync_proxy_rules_*).
+#[derive(Debug, Default)]
+pub struct SyncMetrics {
+    all: Histogram,
+    full: Histogram,
+    partial: Histogram,
+    failures: u64,
+    last_timestamp: f64,
+    last_services: usize,
+}
+
+/// Upstream's buckets: exponential from 1 ms, factor 2, 15 buckets.
+const BUCKETS: [f64; 15] = [
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192, 16.384,
+];
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: [u64; 15],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, v: f64) {
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += v;
+    }
+
+    fn write(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", self.sum);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+impl SyncMetrics {
+    /// A sync finished (successfully or not) after `seconds`.
+    pub fn observe(
+        &mut self,
+        seconds: f64,
+        full: bool,
+        ok: bool,
+        wall: SystemTime,
+        services: usize,
+    ) {
+        self.all.observe(seconds);
+        if full {
+            self.full.observe(seconds);
+        } else {
+            self.partial.observe(seconds);
+        }
+        if ok {
+            self.last_timestamp = wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+        } else {
+            self.failures += 1;
+        }
+        self.last_services = services;
+    }
+
+    /// Prometheus text format.
+    pub fn write(&self, out: &mut String) {
+        self.all.write(
+            out,
+            "kubeproxy_sync_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds",
+        );
+        self.full.write(
+            out,
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for full resyncs",
+        );
+        self.partial.write(
+            out,
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for partial resyncs",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds {}",
+            self.last_timestamp
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kubeproxy_sync_proxy_rules_nftables_failures_total Cumulative proxy nftables transaction failures\n# TYPE kubeproxy_sync_proxy_rules_nftables_failures_total counter\nkubeproxy_sync_proxy_rules_nftables_failures_total {}",
+            self.failures
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kubeproxy_sync_proxy_rules_services Services with rules after the last sync\n# TYPE kubeproxy_sync_proxy_rules_services gauge\nkubeproxy_sync_proxy_rules_services {}",
+            self.last_services
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn healthy_until_a_queued_update_is_late() {
+        let t0 = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut h = ProxyHealth::new(Duration::from_secs(60));
+        assert_eq!(h.respond(t0, wall, false).0, 200, "healthy while starting");
+        h.queued(t0);
+        assert_eq!(h.respond(t0 + Duration::from_secs(59), wall, false).0, 200);
+        let (code, body) = h.respond(t0 + Duration::from_secs(61), wall, false);
+        assert_eq!(code, 503);
+        assert!(body.contains("\"nodeEligible\": true"), "{body}");
+        // A later queue does not reset the oldest pending time.
+        h.queued(t0 + Duration::from_secs(61));
+        assert_eq!(h.respond(t0 + Duration::from_secs(62), wall, true).0, 503);
+        h.updated(t0 + Duration::from_secs(62), wall);
+        let (code, body) = h.respond(t0 + Duration::from_secs(63), wall, false);
+        assert_eq!(code, 200);
+        assert_eq!(
+            body,
+            "{\"lastUpdated\": \"2023-11-14T22:13:20Z\",\"currentTime\": \"2023-11-14T22:13:20Z\", \"nodeEligible\": true}"
+        );
+        let mut m = String::new();
+        h.metrics(&mut m);
+        assert!(
+            m.contains("kubeproxy_proxy_healthz_total{code=\"503\"} 1"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn node_being_deleted_fails_healthz_not_livez() {
+        let t0 = Instant::now();
+        let mut h = ProxyHealth::new(Duration::from_secs(60));
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"taints": [{"key": TO_BE_DELETED_TAINT, "effect": "NoSchedule"}]},
+        }))
+        .unwrap();
+        h.sync_node(&node);
+        assert_eq!(h.respond(t0, SystemTime::now(), false).0, 503);
+        assert_eq!(h.respond(t0, SystemTime::now(), true).0, 200);
+    }
+
+    #[test]
+    fn histogram_text() {
+        let mut m = SyncMetrics::default();
+        m.observe(0.003, true, true, SystemTime::UNIX_EPOCH, 3);
+        m.observe(0.5, false, false, SystemTime::UNIX_EPOCH, 3);
+        let mut out = String::new();
+        m.write(&mut out);
+        assert!(
+            out.contains("kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.004\"} 1"),
+            "{out}"
+        );
+        assert!(out.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 2"));
+        assert!(out.contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 1"));
+        assert!(out.contains("kubeproxy_sync_proxy_rules_nftables_failures_total 1"));
+    }
+}

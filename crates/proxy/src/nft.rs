@@ -1,0 +1,173 @@
+//! The only place that runs `nft`: a transaction on stdin (`nft -f -`, atomic), the
+//! objects of our table (`nft -j list table`), and the cleanup of our tables.
+
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::net::IpFamily;
+use crate::render::ExistingObjects;
+use crate::rules::TABLE;
+
+/// Errors running `nft`.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    #[error("running {0}: {1}")]
+    Spawn(String, std::io::Error),
+    #[error("nft failed ({status}): {stderr}")]
+    Failed { status: String, stderr: String },
+    #[error("parsing nft JSON: {0}")]
+    Json(String),
+}
+
+/// How to run `nft`: the command line before nft's own arguments (`["nft"]`, or e.g.
+/// `["ip", "netns", "exec", "ns1", "nft"]` in tests).
+#[derive(Debug, Clone)]
+pub struct Nft {
+    argv: Vec<String>,
+}
+
+impl Default for Nft {
+    fn default() -> Self {
+        Nft {
+            argv: vec!["nft".into()],
+        }
+    }
+}
+
+impl Nft {
+    pub fn with_command(argv: Vec<String>) -> Self {
+        Nft { argv }
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.argv[0]);
+        c.args(&self.argv[1..]);
+        c.kill_on_drop(true);
+        c
+    }
+
+    /// Runs `nft <args>`, optionally with `stdin`; returns stdout.
+    async fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, NftError> {
+        let mut cmd = self.command();
+        cmd.args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let describe = || format!("{} {}", self.argv.join(" "), args.join(" "));
+        let mut child = cmd.spawn().map_err(|e| NftError::Spawn(describe(), e))?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes())
+                .await
+                .map_err(|e| NftError::Spawn(describe(), e))?;
+            drop(pipe);
+        }
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| NftError::Spawn(describe(), e))?;
+        if !out.status.success() {
+            return Err(NftError::Failed {
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Applies one transaction atomically (`nft -f -`).
+    pub async fn apply(&self, transaction: &str) -> Result<(), NftError> {
+        self.run(&["-f", "-"], Some(transaction)).await.map(|_| ())
+    }
+
+    /// What our table in `family` holds now (an absent table is empty).
+    pub async fn existing(&self, family: IpFamily) -> Result<ExistingObjects, NftError> {
+        match self
+            .run(&["-j", "list", "table", family.nft(), TABLE], None)
+            .await
+        {
+            Ok(json) => parse_existing(&json),
+            Err(NftError::Failed { stderr, .. }) if stderr.contains("No such file") => {
+                Ok(ExistingObjects::default())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The human-readable listing of our table (`nft list table`).
+    pub async fn list(&self, family: IpFamily) -> Result<String, NftError> {
+        self.run(&["list", "table", family.nft(), TABLE], None)
+            .await
+    }
+
+    /// Deletes our tables in both families (`--cleanup`); absent tables are fine.
+    /// Returns the families whose table was deleted.
+    pub async fn cleanup(&self) -> Result<Vec<IpFamily>, NftError> {
+        let mut deleted = Vec::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            match self
+                .run(&["delete", "table", family.nft(), TABLE], None)
+                .await
+            {
+                Ok(_) => deleted.push(family),
+                Err(NftError::Failed { stderr, .. }) if stderr.contains("No such file") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// Parses `nft -j list table` output into chain, set and map names.
+pub fn parse_existing(json: &str) -> Result<ExistingObjects, NftError> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| NftError::Json(e.to_string()))?;
+    let mut out = ExistingObjects {
+        table: true,
+        ..Default::default()
+    };
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        if let Some(c) = item.get("chain") {
+            if let Some(n) = c["name"].as_str() {
+                out.chains.insert(n.to_string());
+            }
+        } else if let Some(s) = item.get("set") {
+            if let Some(n) = s["name"].as_str() {
+                out.sets.insert(n.to_string(), s["timeout"].as_u64());
+            }
+        } else if let Some(m) = item.get("map")
+            && let Some(n) = m["name"].as_str()
+        {
+            out.maps.insert(n.to_string());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_listing() {
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}},
+            {"table": {"family": "ip", "name": "kube-proxy", "handle": 1}},
+            {"chain": {"family": "ip", "table": "kube-proxy", "name": "services", "handle": 2}},
+            {"set": {"family": "ip", "name": "affinity-X", "table": "kube-proxy", "type": "ipv4_addr", "flags": ["timeout"], "timeout": 10800}},
+            {"set": {"family": "ip", "name": "nodeport-ips", "table": "kube-proxy", "type": "ipv4_addr"}},
+            {"map": {"family": "ip", "name": "service-ips", "table": "kube-proxy", "type": ["ipv4_addr"], "map": "verdict"}},
+            {"rule": {"family": "ip", "table": "kube-proxy", "chain": "services", "handle": 9, "expr": []}}]}"#;
+        let e = parse_existing(json).unwrap();
+        assert!(e.table);
+        assert_eq!(e.chains.iter().collect::<Vec<_>>(), ["services"]);
+        assert_eq!(e.sets.get("affinity-X"), Some(&Some(10800)));
+        assert_eq!(e.sets.get("nodeport-ips"), Some(&None));
+        assert!(e.maps.contains("service-ips"));
+        assert!(parse_existing("not json").is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! The proxier's state: the Services, EndpointSlices and Node it has seen, the desired
+//! ruleset kept up to date per changed Service, and a model of what is applied. It
+//! plans transactions (full or incremental) and is told whether they were applied; it
+//! runs nothing itself, so it is tested without nftables.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::render::{self, ExistingObjects};
+use crate::rules::{
+    ProxyConfig, Ruleset, base_rules, service_key, service_key_of_slice, service_rules,
+};
+
+/// A transaction to run, and what it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncPlan {
+    /// The `nft -f` input; empty when nothing changed.
+    pub transaction: String,
+    pub full: bool,
+    /// Services whose rules the transaction rewrites.
+    pub changed_services: Vec<String>,
+}
+
+/// One family's proxier state (upstream's `Proxier` minus the IO).
+#[derive(Debug)]
+pub struct Proxier {
+    config: ProxyConfig,
+    services: BTreeMap<String, Arc<Service>>,
+    /// Service key -> slice name -> slice.
+    slices: BTreeMap<String, BTreeMap<String, Arc<EndpointSlice>>>,
+    /// Slice `namespace/name` -> the Service key it was filed under.
+    slice_owner: HashMap<String, String>,
+    node: Option<Arc<Node>>,
+    host_addresses: Vec<IpAddr>,
+    /// Services whose desired rules must be recomputed.
+    dirty: BTreeSet<String>,
+    base_dirty: bool,
+    desired: Ruleset,
+    /// What the last successful transaction left in the kernel; `None` until the first
+    /// full sync and after a failure (the next sync is full).
+    applied: Option<Ruleset>,
+    /// Services recomputed since the last successful apply (what an incremental
+    /// transaction must look at).
+    pending: BTreeSet<String>,
+}
+
+impl Proxier {
+    pub fn new(config: ProxyConfig) -> Self {
+        let desired = Ruleset {
+            family: config.family,
+            base: base_rules(&config, None, &[]),
+            services: BTreeMap::new(),
+        };
+        Proxier {
+            config,
+            services: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            slice_owner: HashMap::new(),
+            node: None,
+            host_addresses: Vec::new(),
+            dirty: BTreeSet::new(),
+            base_dirty: true,
+            desired,
+            applied: None,
+            pending: BTreeSet::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// A Service was added or changed.
+    pub fn service_updated(&mut self, svc: Arc<Service>) {
+        let key = service_key(&svc);
+        self.services.insert(key.clone(), svc);
+        self.dirty.insert(key);
+    }
+
+    pub fn service_deleted(&mut self, svc: &Service) {
+        let key = service_key(svc);
+        self.services.remove(&key);
+        self.dirty.insert(key);
+    }
+
+    /// An EndpointSlice was added or changed.
+    pub fn slice_updated(&mut self, slice: Arc<EndpointSlice>) {
+        let id = slice_id(&slice);
+        self.forget_slice(&id);
+        if let Some(key) = service_key_of_slice(&slice) {
+            let name = slice.metadata.name.clone().unwrap_or_default();
+            self.slices
+                .entry(key.clone())
+                .or_default()
+                .insert(name, slice);
+            self.slice_owner.insert(id, key.clone());
+            self.dirty.insert(key);
+        }
+    }
+
+    pub fn slice_deleted(&mut self, slice: &EndpointSlice) {
+        self.forget_slice(&slice_id(slice));
+    }
+
+    fn forget_slice(&mut self, id: &str) {
+        let Some(key) = self.slice_owner.remove(id) else {
+            return;
+        };
+        let name = id.split_once('/').map(|(_, n)| n).unwrap_or(id);
+        if let Some(m) = self.slices.get_mut(&key) {
+            m.remove(name);
+            if m.is_empty() {
+                self.slices.remove(&key);
+            }
+        }
+        self.dirty.insert(key);
+    }
+
+    /// This node changed (or went away: `None`).
+    pub fn node_updated(&mut self, node: Option<Arc<Node>>) {
+        self.node = node;
+        self.base_dirty = true;
+    }
+
+    /// The host's addresses (for `--nodeport-addresses` CIDRs).
+    pub fn set_host_addresses(&mut self, addrs: Vec<IpAddr>) {
+        if addrs != self.host_addresses {
+            self.host_addresses = addrs;
+            self.base_dirty = true;
+        }
+    }
+
+    /// Whether the next sync must be a full one (first sync, after a failure, or when
+    /// the base changed); the caller then lists the table's objects for [`Self::plan`].
+    pub fn next_is_full(&mut self) -> bool {
+        self.recompute();
+        match &self.applied {
+            None => true,
+            Some(applied) => render::base_changed(applied, &self.desired),
+        }
+    }
+
+    /// Forces the next sync to be full (periodic full resync).
+    pub fn invalidate(&mut self) {
+        self.applied = None;
+    }
+
+    pub fn service_count(&self) -> usize {
+        self.desired.services.len()
+    }
+
+    /// Recomputes the desired rules of every changed Service (and the base).
+    fn recompute(&mut self) {
+        if self.base_dirty {
+            self.desired.base =
+                base_rules(&self.config, self.node.as_deref(), &self.host_addresses);
+            self.base_dirty = false;
+        }
+        for key in std::mem::take(&mut self.dirty) {
+            let rules = self.services.get(&key).and_then(|svc| {
+                let slices: Vec<&EndpointSlice> = self
+                    .slices
+                    .get(&key)
+                    .into_iter()
+                    .flat_map(|m| m.values().map(|s| s.as_ref()))
+                    .collect();
+                service_rules(svc, &slices, &self.config)
+            });
+            match rules {
+                Some(r) => {
+                    self.desired.services.insert(key.clone(), r);
+                }
+                None => {
+                    self.desired.services.remove(&key);
+                }
+            }
+            self.pending.insert(key);
+        }
+    }
+
+    /// Plans the next transaction. A full sync needs the table's current objects
+    /// (`existing`, asked for only then); an incremental one touches only the changed
+    /// Services.
+    pub fn plan(&mut self, existing: Option<&ExistingObjects>) -> SyncPlan {
+        if self.next_is_full() {
+            let empty = ExistingObjects::default();
+            return SyncPlan {
+                transaction: render::full_sync(&self.desired, existing.unwrap_or(&empty)),
+                full: true,
+                changed_services: self.desired.services.keys().cloned().collect(),
+            };
+        }
+        let Some(applied) = &self.applied else {
+            unreachable!("checked above")
+        };
+        let changed: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|k| applied.services.get(*k) != self.desired.services.get(*k))
+            .cloned()
+            .collect();
+        SyncPlan {
+            transaction: render::incremental(applied, &self.desired, &changed),
+            full: false,
+            changed_services: changed,
+        }
+    }
+
+    /// The planned transaction was applied: the model follows.
+    pub fn applied(&mut self, plan: &SyncPlan) {
+        match (&mut self.applied, plan.full) {
+            (Some(applied), false) => {
+                for key in std::mem::take(&mut self.pending) {
+                    match self.desired.services.get(&key) {
+                        Some(r) => {
+                            applied.services.insert(key, r.clone());
+                        }
+                        None => {
+                            applied.services.remove(&key);
+                        }
+                    }
+                }
+                applied.base = self.desired.base.clone();
+            }
+            _ => {
+                self.applied = Some(self.desired.clone());
+                self.pending.clear();
+            }
+        }
+    }
+
+    /// The planned transaction failed: nothing is known about the kernel any more.
+    pub fn failed(&mut self) {
+        self.applied = None;
+    }
+
+    /// The desired ruleset (for tests and debugging).
+    pub fn desired(&self) -> &Ruleset {
+        &self.desired
+    }
+}
+
+fn slice_id(slice: &EndpointSlice) -> String {
+    format!(
+        "{}/{}",
+        slice.metadata.namespace.as_deref().unwrap_or_default(),
+        slice.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::IpFamily;
+    use serde_json::json;
+
+    fn svc(name: &str, ip: &str) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"namespace": "ns", "name": name},
+                "spec": {"clusterIP": ip, "ports": [{"port": 80}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn slice(svc: &str, name: &str, ips: &[&str]) -> Arc<EndpointSlice> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"namespace": "ns", "name": name,
+                             "labels": {"kubernetes.io/service-name": svc}},
+                "addressType": "IPv4",
+                "ports": [{"port": 8080}],
+                "endpoints": ips.iter().map(|ip| json!({"addresses": [ip]})).collect::<Vec<_>>(),
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn first_sync_is_full_then_incremental_per_service() {
+        let mut p = Proxier::new(ProxyConfig::new(IpFamily::V4, "n"));
+        p.service_updated(svc("a", "10.96.0.1"));
+        p.service_updated(svc("b", "10.96.0.2"));
+        p.slice_updated(slice("a", "a-1", &["10.244.0.1"]));
+        let plan = p.plan(None);
+        assert!(plan.full);
+        assert!(plan.transaction.starts_with("add table ip kube-proxy"));
+        p.applied(&plan);
+
+        // Nothing changed: an empty incremental plan.
+        let plan = p.plan(None);
+        assert!(!plan.full && plan.transaction.is_empty(), "{plan:?}");
+        p.applied(&plan);
+
+        p.slice_updated(slice("b", "b-1", &["10.244.0.2"]));
+        let plan = p.plan(None);
+        assert!(!plan.full);
+        assert_eq!(plan.changed_services, ["ns/b"]);
+        assert!(plan.transaction.contains("dnat to 10.244.0.2:8080"));
+        assert!(!plan.transaction.contains("10.244.0.1"));
+        p.applied(&plan);
+
+        // A Service update that changes nothing in the rules plans nothing.
+        p.service_updated(svc("b", "10.96.0.2"));
+        assert!(p.plan(None).transaction.is_empty());
+
+        // Slice deleted: b goes back to rejecting.
+        p.slice_deleted(&slice("b", "b-1", &[]));
+        let plan = p.plan(None);
+        assert!(
+            plan.transaction.contains("no-endpoint-services"),
+            "{}",
+            plan.transaction
+        );
+
+        // A failed apply makes the next sync full.
+        p.failed();
+        assert!(p.next_is_full());
+        assert!(p.plan(None).full);
+    }
+
+    #[test]
+    fn node_change_updates_node_port_ips_incrementally() {
+        let mut p = Proxier::new(ProxyConfig::new(IpFamily::V4, "n"));
+        let plan = p.plan(None);
+        p.applied(&plan);
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.4"}]},
+        }))
+        .unwrap();
+        p.node_updated(Some(Arc::new(node)));
+        let plan = p.plan(None);
+        assert!(!plan.full);
+        assert_eq!(
+            plan.transaction,
+            "add element ip kube-proxy nodeport-ips { 192.168.0.4 }\n"
+        );
+    }
+}

@@ -1,0 +1,402 @@
+//! The running kube-proxy: informers on Services, EndpointSlices and this Node feed
+//! one [`Proxier`] per IP family; a sync loop turns their plans into `nft -f`
+//! transactions (at most one per `min_sync_period`, at least one check per
+//! `sync_period`, a full resync every hour and after any failure); `/healthz`,
+//! `/livez` and `/metrics` report on it.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
+use futures::StreamExt;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::{ProxyHealth, SyncMetrics};
+use crate::nft::Nft;
+use crate::proxier::Proxier;
+use crate::rules::{NodePortAddresses, ProxyConfig};
+
+/// Upstream's `FullSyncPeriod`: even without failures, rewrite everything hourly.
+const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
+
+/// How the proxy runs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// One per IP family served.
+    pub proxies: Vec<ProxyConfig>,
+    pub sync_period: Duration,
+    pub min_sync_period: Duration,
+    pub healthz_addr: Option<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
+    pub nft: Nft,
+}
+
+/// Errors that stop the proxy.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("binding {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+}
+
+struct Shared {
+    proxiers: Vec<Mutex<Proxier>>,
+    health: Mutex<ProxyHealth>,
+    metrics: Mutex<SyncMetrics>,
+    changed: Notify,
+    initialized: AtomicBool,
+}
+
+/// Runs until `cancel`. Rules stay in place when it returns (as upstream; `--cleanup`
+/// removes them).
+pub async fn run(
+    client: Client,
+    cfg: RunConfig,
+    cancel: CancellationToken,
+) -> Result<(), RunError> {
+    let hostname = cfg
+        .proxies
+        .first()
+        .map(|p| p.hostname.clone())
+        .unwrap_or_default();
+    let shared = Arc::new(Shared {
+        proxiers: cfg
+            .proxies
+            .iter()
+            .cloned()
+            .map(|c| Mutex::new(Proxier::new(c)))
+            .collect(),
+        health: Mutex::new(ProxyHealth::new(cfg.sync_period * 2)),
+        metrics: Mutex::new(SyncMetrics::default()),
+        changed: Notify::new(),
+        initialized: AtomicBool::new(false),
+    });
+    let mut servers = Vec::new();
+    if let Some(addr) = cfg.healthz_addr {
+        let s = shared.clone();
+        servers.push(
+            serve(
+                addr,
+                Arc::new(move |path: &str| match path {
+                    "/healthz" | "/livez" => {
+                        let (code, body) = s.health.lock().respond(
+                            Instant::now(),
+                            SystemTime::now(),
+                            path == "/livez",
+                        );
+                        (code, "application/json", body)
+                    }
+                    _ => (404, "text/plain", "404 page not found\n".into()),
+                }),
+                cancel.clone(),
+            )
+            .await?,
+        );
+    }
+    if let Some(addr) = cfg.metrics_addr {
+        let s = shared.clone();
+        servers.push(
+            serve(
+                addr,
+                Arc::new(move |path: &str| match path {
+                    "/metrics" => {
+                        let mut out = String::new();
+                        s.metrics.lock().write(&mut out);
+                        s.health.lock().metrics(&mut out);
+                        (200, "text/plain; version=0.0.4", out)
+                    }
+                    "/healthz" => (200, "text/plain", "ok".into()),
+                    _ => (404, "text/plain", "404 page not found\n".into()),
+                }),
+                cancel.clone(),
+            )
+            .await?,
+        );
+    }
+
+    // Upstream's informer filters: Services another proxy implements are not ours.
+    let selector = InformerConfig {
+        label_selector: Some(format!("!{}", crate::model::SERVICE_PROXY_NAME_LABEL)),
+        ..InformerConfig::default()
+    };
+    let services: SharedIndexInformer<Service> =
+        SharedIndexInformer::new(Api::all(client.clone()), selector.clone());
+    let slices: SharedIndexInformer<EndpointSlice> =
+        SharedIndexInformer::new(Api::all(client.clone()), selector);
+    let nodes: SharedIndexInformer<Node> = SharedIndexInformer::new(
+        Api::all(client.clone()),
+        InformerConfig {
+            field_selector: Some(format!("metadata.name={hostname}")),
+            ..InformerConfig::default()
+        },
+    );
+    let events = tokio::spawn(dispatch(
+        shared.clone(),
+        services.clone(),
+        slices.clone(),
+        nodes.clone(),
+        cancel.clone(),
+    ));
+    services.start();
+    slices.start();
+    nodes.start();
+
+    sync_loop(&shared, &cfg, &cancel).await;
+
+    services.stop().await;
+    slices.stop().await;
+    nodes.stop().await;
+    let _ = events.await;
+    for s in servers {
+        let _ = s.await;
+    }
+    Ok(())
+}
+
+/// Feeds informer notifications into the proxiers and wakes the sync loop.
+async fn dispatch(
+    shared: Arc<Shared>,
+    services: SharedIndexInformer<Service>,
+    slices: SharedIndexInformer<EndpointSlice>,
+    nodes: SharedIndexInformer<Node>,
+    cancel: CancellationToken,
+) {
+    let mut svc_events = services.subscribe();
+    let mut slice_events = slices.subscribe();
+    let mut node_events = nodes.subscribe();
+    // has_synced flips inside the streams without an item; look at it now and then.
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        let changed = tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => false,
+            Some(n) = svc_events.next() => {
+                for p in &shared.proxiers {
+                    let mut p = p.lock();
+                    match &n {
+                        Notification::Deleted { obj, .. } => p.service_deleted(obj),
+                        _ => p.service_updated(n.object().clone()),
+                    }
+                }
+                true
+            }
+            Some(n) = slice_events.next() => {
+                for p in &shared.proxiers {
+                    let mut p = p.lock();
+                    match &n {
+                        Notification::Deleted { obj, .. } => p.slice_deleted(obj),
+                        _ => p.slice_updated(n.object().clone()),
+                    }
+                }
+                true
+            }
+            Some(n) = node_events.next() => {
+                let node = match &n {
+                    Notification::Deleted { .. } => None,
+                    _ => Some(n.object().clone()),
+                };
+                if let Some(node) = &node {
+                    shared.health.lock().sync_node(node);
+                }
+                for p in &shared.proxiers {
+                    p.lock().node_updated(node.clone());
+                }
+                true
+            }
+        };
+        if changed {
+            shared.health.lock().queued(Instant::now());
+        }
+        let ready = svc_events.has_synced() && slice_events.has_synced();
+        if ready && !shared.initialized.swap(true, Ordering::AcqRel) {
+            tracing::info!("services and endpoint slices synced; programming rules");
+            shared.changed.notify_one();
+        } else if changed && ready {
+            shared.changed.notify_one();
+        }
+    }
+}
+
+async fn sync_loop(shared: &Shared, cfg: &RunConfig, cancel: &CancellationToken) {
+    let mut last_sync: Option<Instant> = None;
+    let mut last_full = Instant::now();
+    let mut retry_after: Option<Instant> = None;
+    loop {
+        let deadline = retry_after.unwrap_or_else(|| Instant::now() + cfg.sync_period);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = shared.changed.notified() => {}
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+        if !shared.initialized.load(Ordering::Acquire) {
+            continue;
+        }
+        // Bounded frequency: at most one sync per min_sync_period.
+        if let Some(last) = last_sync {
+            let next = last + cfg.min_sync_period;
+            if next > Instant::now() {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                }
+            }
+        }
+        if last_full.elapsed() >= FULL_SYNC_PERIOD {
+            for p in &shared.proxiers {
+                p.lock().invalidate();
+            }
+        }
+        last_sync = Some(Instant::now());
+        let (ok, any_full) = sync_once(shared, &cfg.nft).await;
+        if any_full && ok {
+            last_full = Instant::now();
+        }
+        retry_after = (!ok).then(|| Instant::now() + cfg.sync_period.min(Duration::from_secs(5)));
+    }
+}
+
+/// One sync of every family; returns (all succeeded, any was full).
+async fn sync_once(shared: &Shared, nft: &Nft) -> (bool, bool) {
+    let mut all_ok = true;
+    let mut any_full = false;
+    for proxier in &shared.proxiers {
+        let start = Instant::now();
+        let (family, full, cidr_mode) = {
+            let mut p = proxier.lock();
+            let cidr_mode = matches!(p.config().node_port_addresses, NodePortAddresses::Cidrs(_));
+            (p.config().family, p.next_is_full(), cidr_mode)
+        };
+        if cidr_mode {
+            let addrs = host_addresses().await;
+            proxier.lock().set_host_addresses(addrs);
+        }
+        let existing = if full {
+            match nft.existing(family).await {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    tracing::error!(error = %e, "listing the nftables table failed");
+                    all_ok = false;
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        let plan = proxier.lock().plan(existing.as_ref());
+        let result = if plan.transaction.is_empty() {
+            Ok(())
+        } else {
+            nft.apply(&plan.transaction).await
+        };
+        let elapsed = start.elapsed();
+        let mut p = proxier.lock();
+        let ok = match result {
+            Ok(()) => {
+                p.applied(&plan);
+                if !plan.transaction.is_empty() {
+                    tracing::info!(
+                        family = family.nft(),
+                        full = plan.full,
+                        services = plan.changed_services.len(),
+                        elapsed_ms = elapsed.as_secs_f64() * 1e3,
+                        "synced nftables rules"
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, full = plan.full, "nftables sync failed; will resync fully");
+                p.failed();
+                false
+            }
+        };
+        any_full |= plan.full;
+        all_ok &= ok;
+        shared.metrics.lock().observe(
+            elapsed.as_secs_f64(),
+            plan.full,
+            ok,
+            SystemTime::now(),
+            p.service_count(),
+        );
+    }
+    if all_ok {
+        shared
+            .health
+            .lock()
+            .updated(Instant::now(), SystemTime::now());
+    }
+    (all_ok, any_full)
+}
+
+/// The host's addresses (`ip -j addr`), for `--nodeport-addresses` CIDRs.
+async fn host_addresses() -> Vec<IpAddr> {
+    let Ok(out) = tokio::process::Command::new("ip")
+        .args(["-j", "addr", "show"])
+        .output()
+        .await
+    else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["local"].as_str().and_then(|s| s.parse().ok()))
+        .collect()
+}
+
+type Handler = Arc<dyn Fn(&str) -> (u16, &'static str, String) + Send + Sync>;
+
+/// A plain-HTTP server answering by path until `cancel`.
+async fn serve(
+    addr: SocketAddr,
+    handler: Handler,
+    cancel: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| RunError::Bind(addr, e))?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = listener.accept() => match r {
+                    Ok(x) => x,
+                    Err(_) => continue,
+                },
+            };
+            let h = handler.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (code, ct, body) = h(req.uri().path());
+                        async move {
+                            Ok::<_, Infallible>(
+                                hyper::Response::builder()
+                                    .status(code)
+                                    .header("content-type", ct)
+                                    .header("x-content-type-options", "nosniff")
+                                    .body(Full::new(Bytes::from(body)))
+                                    .unwrap_or_default(),
+                            )
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    }))
+}
