@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::container::container_hash;
+use crate::probe::{ProbeSnapshot, probe_kill_reason};
 use crate::sandbox::spec;
 use crate::status::{RuntimePod, RuntimeState, should_restart};
 
@@ -52,7 +53,9 @@ fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32, Option<String>) {
 }
 
 /// The plan for `pod` given what the runtime has.
-pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod) -> PodActions {
+/// `probes` are the current probe results: a running container that failed its liveness
+/// (or startup) probe is killed, and started again unless the policy is `Never`.
+pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -> PodActions {
     let s = spec(pod);
     let policy = s.restart_policy.as_deref().unwrap_or("Always");
     let (create, attempt, sandbox_id) = sandbox_changed(pod, rt);
@@ -132,6 +135,20 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod) -> PodActions {
                         reason: format!("Container {} definition changed", c.name),
                     });
                     actions.containers_to_start.push(i);
+                } else if let Some(why) = probe_kill_reason(&c.name, &l.id, probes) {
+                    let restart = policy != "Never";
+                    actions.containers_to_kill.push(ToKill {
+                        id: l.id.clone(),
+                        name: c.name.clone(),
+                        reason: if restart {
+                            format!("{why}, will be restarted")
+                        } else {
+                            why
+                        },
+                    });
+                    if restart {
+                        actions.containers_to_start.push(i);
+                    }
                 } else {
                     keep += 1;
                 }
@@ -155,6 +172,10 @@ mod tests {
     use super::*;
     use crate::status::{RuntimeContainer, RuntimeSandbox};
     use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn actions_of(pod: &Pod, rt: &RuntimePod) -> PodActions {
+        compute_pod_actions(pod, rt, &ProbeSnapshot::new())
+    }
 
     fn pod(containers: &[&str], inits: &[&str], policy: &str) -> Pod {
         let mk = |n: &&str| Container {
@@ -235,11 +256,11 @@ mod tests {
     #[test]
     fn new_pod() {
         let p = pod(&["a", "b"], &[], "Always");
-        let a = compute_pod_actions(&p, &RuntimePod::default());
+        let a = actions_of(&p, &RuntimePod::default());
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!((a.attempt, a.containers_to_start.clone()), (0, vec![0, 1]));
         let p = pod(&["a"], &["i"], "Always");
-        let a = compute_pod_actions(&p, &RuntimePod::default());
+        let a = actions_of(&p, &RuntimePod::default());
         assert_eq!(
             (a.next_init_container, a.containers_to_start.len()),
             (Some(0), 0)
@@ -253,7 +274,7 @@ mod tests {
             vec![sb("s1", true, 0, 1)],
             vec![c(&p, "a", Running, 0, 5, false)],
         );
-        let a = compute_pod_actions(&p, &r);
+        let a = actions_of(&p, &r);
         assert_eq!(
             a,
             PodActions {
@@ -277,7 +298,7 @@ mod tests {
                 vec![sb("s1", true, 0, 1)],
                 vec![c(&p, "a", Exited, exit, 5, false)],
             );
-            let a = compute_pod_actions(&p, &r);
+            let a = actions_of(&p, &r);
             assert_eq!(
                 a.containers_to_start == vec![0],
                 restart,
@@ -297,7 +318,7 @@ mod tests {
             vec![sb("s1", false, 0, 1)],
             vec![c(&p, "a", Exited, 137, 5, false)],
         );
-        let a = compute_pod_actions(&p, &r);
+        let a = actions_of(&p, &r);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!((a.attempt, a.containers_to_start.clone()), (1, vec![0]));
         let p = pod(&["a"], &[], "Never");
@@ -305,29 +326,26 @@ mod tests {
             vec![sb("s1", false, 0, 1)],
             vec![c(&p, "a", Exited, 137, 5, false)],
         );
-        let a = compute_pod_actions(&p, &r);
+        let a = actions_of(&p, &r);
         assert!(!a.create_sandbox && a.kill_pod, "Never: no new sandbox");
         let mut no_ip = sb("s1", true, 0, 1);
         no_ip.ips.clear();
-        assert!(
-            compute_pod_actions(&pod(&["a"], &[], "Always"), &rt(vec![no_ip], vec![]))
-                .create_sandbox
-        );
+        assert!(actions_of(&pod(&["a"], &[], "Always"), &rt(vec![no_ip], vec![])).create_sandbox);
     }
 
     #[test]
     fn init_containers_in_order() {
         let p = pod(&["a"], &["i1", "i2"], "Always");
         let s = || vec![sb("s1", true, 0, 1)];
-        let a = compute_pod_actions(&p, &rt(s(), vec![c(&p, "i1", Running, 0, 5, true)]));
+        let a = actions_of(&p, &rt(s(), vec![c(&p, "i1", Running, 0, 5, true)]));
         assert_eq!(
             (a.next_init_container, a.containers_to_start.len()),
             (None, 0),
             "wait for i1"
         );
-        let a = compute_pod_actions(&p, &rt(s(), vec![c(&p, "i1", Exited, 0, 5, true)]));
+        let a = actions_of(&p, &rt(s(), vec![c(&p, "i1", Exited, 0, 5, true)]));
         assert_eq!(a.next_init_container, Some(1));
-        let a = compute_pod_actions(
+        let a = actions_of(
             &p,
             &rt(
                 s(),
@@ -342,7 +360,7 @@ mod tests {
             Some(1),
             "failed init container restarts"
         );
-        let a = compute_pod_actions(
+        let a = actions_of(
             &p,
             &rt(
                 s(),
@@ -357,7 +375,7 @@ mod tests {
             (None, vec![0])
         );
         let never = pod(&["a"], &["i1"], "Never");
-        let a = compute_pod_actions(&never, &rt(s(), vec![c(&never, "i1", Exited, 1, 5, true)]));
+        let a = actions_of(&never, &rt(s(), vec![c(&never, "i1", Exited, 1, 5, true)]));
         assert!(a.kill_pod && a.next_init_container.is_none());
     }
 
@@ -366,8 +384,51 @@ mod tests {
         let p = pod(&["a"], &[], "Always");
         let mut running = c(&p, "a", Running, 0, 5, false);
         running.hash = "different".into();
-        let a = compute_pod_actions(&p, &rt(vec![sb("s1", true, 0, 1)], vec![running]));
+        let a = actions_of(&p, &rt(vec![sb("s1", true, 0, 1)], vec![running]));
         assert_eq!(a.containers_to_kill.len(), 1);
         assert_eq!(a.containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn failed_liveness_kills_and_restarts_unless_never() {
+        use crate::probe::{ProbeKind, ProbeResult};
+        for (policy, restart) in [("Always", true), ("OnFailure", true), ("Never", false)] {
+            let p = pod(&["a", "b"], &[], policy);
+            let a_run = c(&p, "a", Running, 0, 5, false);
+            let b_run = c(&p, "b", Running, 0, 5, false);
+            let probes: ProbeSnapshot = [
+                (
+                    (a_run.id.clone(), ProbeKind::Liveness),
+                    ProbeResult::Failure,
+                ),
+                (
+                    (b_run.id.clone(), ProbeKind::Readiness),
+                    ProbeResult::Failure,
+                ),
+            ]
+            .into();
+            let r = rt(vec![sb("s1", true, 0, 1)], vec![a_run.clone(), b_run]);
+            let a = compute_pod_actions(&p, &r, &probes);
+            let why = if restart {
+                "Container a failed liveness probe, will be restarted"
+            } else {
+                "Container a failed liveness probe"
+            };
+            assert_eq!(
+                a.containers_to_kill,
+                vec![ToKill {
+                    id: a_run.id.clone(),
+                    name: "a".into(),
+                    reason: why.into(),
+                }],
+                "{policy}"
+            );
+            assert_eq!(
+                a.containers_to_start,
+                if restart { vec![0] } else { vec![] },
+                "{policy}"
+            );
+            assert!(!a.kill_pod, "{policy}: b keeps running");
+        }
     }
 }

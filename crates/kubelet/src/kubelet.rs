@@ -17,14 +17,19 @@ use parking_lot::RwLock;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use ferrokube_client::events::{EventBroadcaster, EventType};
 use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
 
 use crate::env::EnvSources;
+use crate::lifecycle::{
+    DEADLINE_MESSAGE, DEADLINE_REASON, past_active_deadline, until_active_deadline,
+};
 use crate::node::{
     EvictionThresholds, NodeInputs, Pressures, Reserved, RuntimeHealth, go_arch, initial_node,
     node_conditions, node_labels, node_resources, node_status, node_status_needs_update,
 };
 use crate::pleg::GenericPleg;
+use crate::probe_manager::ProbeManager;
 use crate::runtime::RuntimeManager;
 use crate::sandbox::{name, namespace, spec, uid};
 use crate::status_manager::StatusManager;
@@ -112,11 +117,24 @@ pub struct Kubelet {
     node_uid: tokio::sync::watch::Sender<Option<String>>,
     /// Whether the node has been registered and its first status written.
     registered: std::sync::atomic::AtomicBool,
+    /// Liveness, readiness and startup probe workers.
+    probes: ProbeManager,
+    /// Pod UIDs whose probe results changed (taken by the pod loop).
+    probe_changes: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<String>>>,
 }
 
 impl Kubelet {
     pub fn new(client: kube::Client, runtime: RuntimeManager, config: KubeletConfig) -> Arc<Self> {
+        let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+        let probes = ProbeManager::new(
+            runtime.cri().clone(),
+            runtime.probe_results().clone(),
+            probe_tx,
+            runtime.events().clone(),
+        );
         Arc::new(Kubelet {
+            probes,
+            probe_changes: parking_lot::Mutex::new(Some(probe_rx)),
             status: StatusManager::new(client.clone()),
             client,
             runtime: Arc::new(runtime),
@@ -152,12 +170,18 @@ impl Kubelet {
             dir: self.config.root_dir.display().to_string(),
             source,
         })?;
+        let broadcaster = EventBroadcaster::new(self.client.clone(), Default::default());
+        let _ = self
+            .runtime
+            .events()
+            .set(broadcaster.new_recorder_with_instance("kubelet", &self.config.node_name));
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(self.clone().node_status_loop(cancel.clone()));
         tasks.spawn(self.clone().lease_loop(cancel.clone()));
         tasks.spawn(self.clone().pod_loop(cancel.clone()));
         cancel.cancelled().await;
         while tasks.join_next().await.is_some() {}
+        let _ = tokio::time::timeout(Duration::from_secs(2), broadcaster.shutdown()).await;
         tracing::info!("kubelet stopped; containers are left running");
         Ok(())
     }
@@ -414,6 +438,11 @@ impl Kubelet {
             GenericPleg::new(self.runtime.cri().clone()).run(self.config.pleg_period, pleg_tx),
         );
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+        let mut probe_rx = self
+            .probe_changes
+            .lock()
+            .take()
+            .unwrap_or_else(|| mpsc::unbounded_channel().1);
         let mut workers: HashMap<String, Worker> = HashMap::new();
         let workers_cancel = cancel.child_token();
         let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
@@ -451,6 +480,11 @@ impl Kubelet {
                 }
                 Some(ev) = pleg_rx.recv() => {
                     if let Some(w) = workers.get(&ev.pod_uid) {
+                        let _ = w.tx.send(WorkerMsg::Kick);
+                    }
+                }
+                Some(pod_uid) = probe_rx.recv() => {
+                    if let Some(w) = workers.get(&pod_uid) {
                         let _ = w.tx.send(WorkerMsg::Kick);
                     }
                 }
@@ -551,7 +585,15 @@ impl Kubelet {
                 retry = (retry * 2).min(Duration::from_secs(10));
                 retry
             } else {
-                self.config.sync_frequency
+                // Wake at the active deadline (a moment after, so it has passed).
+                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                let until = until_active_deadline(&pod, k8s_openapi::jiff::Timestamp::now())
+                    .filter(|_| !matches!(phase, Some("Succeeded") | Some("Failed")));
+                until.map_or(self.config.sync_frequency, |d| {
+                    self.config
+                        .sync_frequency
+                        .min(d + Duration::from_millis(100))
+                })
             };
             let first = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -619,13 +661,51 @@ impl Kubelet {
         out
     }
 
-    async fn sync(&self, pod: &Pod) {
+    async fn sync(&self, pod: &Arc<Pod>) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
+        let deadline = !terminal && past_active_deadline(pod, k8s_openapi::jiff::Timestamp::now());
+        if terminal || deadline {
+            // Nothing of a finished pod runs again: stop what is left, keep the phase.
+            if deadline {
+                tracing::info!(
+                    pod = name(pod),
+                    namespace = namespace(pod),
+                    "pod exceeded activeDeadlineSeconds"
+                );
+                if let Some(rec) = self.runtime.events().get() {
+                    rec.event_for(
+                        &**pod,
+                        EventType::Normal,
+                        DEADLINE_REASON,
+                        "Killing",
+                        DEADLINE_MESSAGE,
+                    );
+                }
+            }
+            match self.runtime.runtime_pod(uid(pod)).await {
+                Ok(rt) => {
+                    if let Err(e) = self.runtime.stop_pod(pod, &rt, None).await {
+                        tracing::warn!(pod = name(pod), error = %e, "error stopping finished pod");
+                    }
+                    let st = self.runtime.status_with(pod, &rt, deadline);
+                    self.probes.set_status(uid(pod), &st);
+                    if let Err(e) = self.status.set(pod, st).await {
+                        tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
+                    }
+                }
+                Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
+            }
+            return;
+        }
+        self.probes.add_pod(pod);
         let sources = self.env_sources(pod).await;
         if let Err(e) = self.runtime.sync_pod(pod, &sources).await {
             tracing::warn!(pod = name(pod), namespace = namespace(pod), error = %e, "error syncing pod");
         }
         match self.runtime.pod_status(pod).await {
             Ok(st) => {
+                self.probes.set_status(uid(pod), &st);
                 if let Err(e) = self.status.set(pod, st).await {
                     tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
                 }
@@ -645,10 +725,15 @@ impl Kubelet {
             ?grace,
             "killing pod"
         );
+        let container_ids: Vec<String> = match self.runtime.runtime_pod(uid(pod)).await {
+            Ok(rt) => rt.containers.iter().map(|c| c.id.clone()).collect(),
+            Err(_) => vec![],
+        };
         if let Err(e) = self.runtime.kill_pod(pod, grace).await {
             tracing::warn!(pod = name(pod), error = %e, "error killing pod; will retry");
             return false;
         }
+        self.probes.remove_pod(uid(pod), &container_ids);
         if gone_from_api {
             return true;
         }

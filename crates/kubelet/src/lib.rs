@@ -10,9 +10,12 @@
 //!   pod cgroup resources), [`sandbox`] (sandbox config, DNS, port mappings),
 //!   [`container`] (container config, spec hash, pull decision), [`env`] (environment
 //!   and `$(VAR)` expansion), [`status`] (container statuses, phase, conditions),
-//!   [`backoff`] (CrashLoopBackOff), [`actions`] (what a sync must do), [`quantity`].
+//!   [`backoff`] (CrashLoopBackOff), [`actions`] (what a sync must do), [`quantity`],
+//!   [`probe`] (probe timing, the probe worker's decisions, started/ready, targets),
+//!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs).
 //! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
-//!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting).
+//!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting),
+//!   [`prober`] (exec/httpGet/tcpSocket/grpc probes), [`probe_manager`] (probe workers).
 //! - Node and API side: [`node`] (pure: capacity/allocatable, reserved and eviction
 //!   parsing, conditions, the Node object, the status cadence), [`machine`] (/proc,
 //!   statvfs), [`status_manager`] (pods/status only when changed), [`kubelet`] (node
@@ -29,9 +32,13 @@ pub mod cri;
 pub mod env;
 pub mod kubelet;
 pub mod kubeletconfig;
+pub mod lifecycle;
 pub mod machine;
 pub mod node;
 pub mod pleg;
+pub mod probe;
+pub mod probe_manager;
+pub mod prober;
 pub mod qos;
 pub mod quantity;
 pub mod runtime;

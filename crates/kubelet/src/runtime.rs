@@ -4,13 +4,15 @@
 //! [`crate::env`] and [`crate::status`]; this module only does the calls.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 
 use crate::actions::compute_pod_actions;
+use ferrokube_client::events::{EventRecorder, EventType};
+
 use crate::backoff::{Backoff, backoff_key};
 use crate::cgroup::CgroupManager;
 use crate::config::NodeConfig;
@@ -19,6 +21,9 @@ use crate::container::{
 };
 use crate::cri::{CriClient, CriError};
 use crate::env::{EnvSources, container_env};
+use crate::lifecycle::{Hook, MIN_GRACE_SECONDS, grace_after_pre_stop, run_hook};
+use crate::probe::ProbeResults;
+use crate::probe_manager::container_ref;
 use crate::qos::{pod_cgroup_resources, qos_of};
 use crate::sandbox::{
     POD_UID_LABEL, name, namespace, pod_cgroup_parent, pod_log_dir, sandbox_config, spec, uid,
@@ -61,9 +66,6 @@ pub struct SyncResult {
     pub killed_pod: bool,
 }
 
-/// The smallest grace a container gets (upstream `minimumGracePeriodInSeconds`).
-const MIN_GRACE_SECONDS: i64 = 2;
-
 /// The CRI runtime manager of one node.
 #[derive(Debug)]
 pub struct RuntimeManager {
@@ -72,6 +74,10 @@ pub struct RuntimeManager {
     cgroups: CgroupManager,
     backoff: Mutex<Backoff>,
     reasons: Mutex<HashMap<String, HashMap<String, WaitingReason>>>,
+    /// Probe results, written by the probe workers ([`crate::probe_manager`]).
+    probe_results: Arc<ProbeResults>,
+    /// Where events go, once the kubelet has an event recorder.
+    events: Arc<OnceLock<EventRecorder>>,
 }
 
 fn reason(reason: &str, message: impl Into<String>) -> WaitingReason {
@@ -94,6 +100,39 @@ impl RuntimeManager {
             cgroups,
             backoff: Mutex::new(Backoff::default()),
             reasons: Mutex::new(HashMap::new()),
+            probe_results: Arc::new(ProbeResults::default()),
+            events: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The probe results the sync and status read.
+    pub fn probe_results(&self) -> &Arc<ProbeResults> {
+        &self.probe_results
+    }
+
+    /// The slot of the event recorder (set once by the kubelet).
+    pub fn events(&self) -> &Arc<OnceLock<EventRecorder>> {
+        &self.events
+    }
+
+    /// Records an event about a container of `pod` when a recorder is set.
+    pub fn container_event(
+        &self,
+        pod: &Pod,
+        container: &str,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        if let Some(rec) = self.events.get() {
+            rec.event(
+                &container_ref(pod, container),
+                None,
+                type_,
+                reason,
+                reason,
+                note,
+            );
         }
     }
 
@@ -176,6 +215,11 @@ impl RuntimeManager {
 
     /// [`RuntimeManager::pod_status`] from an already listed runtime view.
     pub fn status_from(&self, pod: &Pod, rt: &RuntimePod) -> PodStatus {
+        self.status_with(pod, rt, false)
+    }
+
+    /// The pod's status; `deadline_exceeded` makes it Failed with `DeadlineExceeded`.
+    pub fn status_with(&self, pod: &Pod, rt: &RuntimePod, deadline_exceeded: bool) -> PodStatus {
         let reasons = self
             .reasons
             .lock()
@@ -184,6 +228,8 @@ impl RuntimeManager {
         let inputs = StatusInputs {
             reasons,
             host_ips: self.node.node_ips.clone(),
+            probes: self.probe_results.snapshot(),
+            deadline_exceeded,
             now: k8s_openapi::jiff::Timestamp::from_nanosecond(
                 SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
@@ -217,7 +263,7 @@ impl RuntimeManager {
             return Err(SyncError::NoUid(name(pod).to_owned()));
         }
         let rt = self.runtime_pod(pod_uid).await?;
-        let actions = compute_pod_actions(pod, &rt);
+        let actions = compute_pod_actions(pod, &rt, &self.probe_results.snapshot());
         let mut result = SyncResult::default();
         tracing::debug!(pod = name(pod), ?actions, "sync");
 
@@ -230,7 +276,16 @@ impl RuntimeManager {
         } else {
             for k in &actions.containers_to_kill {
                 tracing::info!(pod = name(pod), container = %k.name, reason = %k.reason, "killing container");
-                self.stop_container(&k.id, self.grace(pod, None)).await?;
+                self.container_event(pod, &k.name, EventType::Normal, "Killing", &k.reason);
+                let c = spec(pod).containers.iter().find(|c| c.name == k.name);
+                self.kill_container(
+                    pod,
+                    c,
+                    &k.id,
+                    self.grace(pod, None),
+                    rt.ips().first().map(String::as_str),
+                )
+                .await?;
             }
         }
 
@@ -404,6 +459,29 @@ impl RuntimeManager {
             .start_container(&id)
             .await
             .map_err(|e| reason("RunContainerError", e.to_string()))?;
+        if let Some(handler) = Hook::PostStart.of(c) {
+            let timeout = Duration::from_secs(self.grace(pod, None) as u64);
+            let ip = sources.pod_ips.first().map(String::as_str);
+            if let Err(msg) = run_hook(&self.cri, pod, c, &id, ip, handler, timeout).await {
+                // Upstream kills a container whose postStart hook failed.
+                self.container_event(
+                    pod,
+                    &c.name,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    &msg,
+                );
+                self.container_event(
+                    pod,
+                    &c.name,
+                    EventType::Normal,
+                    "Killing",
+                    "FailedPostStartHook",
+                );
+                let _ = self.stop_container(&id, self.grace(pod, None)).await;
+                return Err(reason("PostStartHookError", msg));
+            }
+        }
         Ok(())
     }
 
@@ -434,6 +512,19 @@ impl RuntimeManager {
             .max(MIN_GRACE_SECONDS)
     }
 
+    /// Stops one container: its preStop hook first (within the grace), then the runtime's
+    /// SIGTERM and, after the grace left, SIGKILL.
+    async fn kill_container(
+        &self,
+        pod: &Pod,
+        c: Option<&Container>,
+        id: &str,
+        grace: i64,
+        pod_ip: Option<&str>,
+    ) -> Result<(), CriError> {
+        kill_with_pre_stop(&self.cri, &self.events, pod, c, id, grace, pod_ip).await
+    }
+
     async fn stop_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
         match self.cri.stop_container(id, grace).await {
             Err(e) if e.is_not_found() => Ok(()),
@@ -461,14 +552,33 @@ impl RuntimeManager {
             })
             .collect();
         let mut tasks = tokio::task::JoinSet::new();
+        let pod_ip = rt.ips().first().cloned();
         for c in running {
             let cri = self.cri.clone();
             let id = c.id.clone();
+            let spec_c = (!c.init)
+                .then(|| {
+                    spec(pod)
+                        .containers
+                        .iter()
+                        .find(|s| s.name == c.name)
+                        .cloned()
+                })
+                .flatten();
+            let pod = pod.clone();
+            let pod_ip = pod_ip.clone();
+            let events = self.events.clone();
             tasks.spawn(async move {
-                match cri.stop_container(&id, grace).await {
-                    Err(e) if e.is_not_found() => Ok(()),
-                    r => r,
-                }
+                kill_with_pre_stop(
+                    &cri,
+                    &events,
+                    &pod,
+                    spec_c.as_ref(),
+                    &id,
+                    grace,
+                    pod_ip.as_deref(),
+                )
+                .await
             });
         }
         let mut first_err = None;
@@ -529,5 +639,41 @@ impl RuntimeManager {
             b.reset_prefix(&format!("{}_{}_{}_", name(pod), namespace(pod), uid(pod)));
         }
         Ok(())
+    }
+}
+
+/// Runs the container's preStop hook bounded by `grace` (a failure is an event, not a stop),
+/// then stops the container with the grace left (upstream `killContainer`).
+async fn kill_with_pre_stop(
+    cri: &CriClient,
+    events: &OnceLock<EventRecorder>,
+    pod: &Pod,
+    c: Option<&Container>,
+    id: &str,
+    grace: i64,
+    pod_ip: Option<&str>,
+) -> Result<(), CriError> {
+    let mut grace = grace;
+    if let Some((c, handler)) = c.and_then(|c| Hook::PreStop.of(c).map(|h| (c, h))) {
+        let started = std::time::Instant::now();
+        let timeout = Duration::from_secs(grace.max(0) as u64);
+        if let Err(msg) = run_hook(cri, pod, c, id, pod_ip, handler, timeout).await {
+            tracing::info!(pod = name(pod), container = %c.name, error = %msg, "preStop hook failed");
+            if let Some(rec) = events.get() {
+                rec.event(
+                    &container_ref(pod, &c.name),
+                    None,
+                    EventType::Warning,
+                    "FailedPreStopHook",
+                    "FailedPreStopHook",
+                    &msg,
+                );
+            }
+        }
+        grace = grace_after_pre_stop(grace, started.elapsed());
+    }
+    match cri.stop_container(id, grace).await {
+        Err(e) if e.is_not_found() => Ok(()),
+        r => r,
     }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::container::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_RESTART_COUNT_ANNOTATION, CONTAINER_TYPE_ANNOTATION,
 };
+use crate::probe::{ProbeSnapshot, started_and_ready};
 use crate::qos::pod_qos;
 use crate::sandbox::{
     CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, spec,
@@ -328,6 +329,7 @@ fn container_statuses(
     rt: &RuntimePod,
     reasons: &HashMap<String, WaitingReason>,
     default_waiting: &str,
+    probes: &ProbeSnapshot,
 ) -> Vec<ContainerStatus> {
     let policy = spec(pod).restart_policy.as_deref().unwrap_or("Always");
     containers
@@ -358,9 +360,14 @@ fn container_statuses(
                 st.restart_count = l.restart_count;
                 st.state = Some(api_state(l));
                 let running = l.state == RuntimeState::Running;
-                // No probes yet: a running container is started and ready.
-                st.ready = running && !init;
-                st.started = Some(running);
+                if init {
+                    st.ready = false;
+                    st.started = Some(running);
+                } else {
+                    let (started, ready) = started_and_ready(c, &l.id, running, probes);
+                    st.ready = ready;
+                    st.started = Some(started);
+                }
                 if let Some(p) = previous {
                     st.last_state = Some(api_state(p));
                 }
@@ -513,6 +520,10 @@ pub struct StatusInputs {
     pub host_ips: Vec<String>,
     /// Now, for new condition transitions and a first startTime.
     pub now: Option<Timestamp>,
+    /// Probe results by container ID (started/ready).
+    pub probes: ProbeSnapshot,
+    /// `activeDeadlineSeconds` has passed: the pod is Failed with `DeadlineExceeded`.
+    pub deadline_exceeded: bool,
 }
 
 /// The API status of `pod` from what the runtime reports.
@@ -530,8 +541,15 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
     } else {
         "PodInitializing"
     };
-    let init_statuses =
-        container_statuses(pod, &inits, true, rt, &inputs.reasons, "PodInitializing");
+    let init_statuses = container_statuses(
+        pod,
+        &inits,
+        true,
+        rt,
+        &inputs.reasons,
+        "PodInitializing",
+        &inputs.probes,
+    );
     let statuses = container_statuses(
         pod,
         &s.containers,
@@ -539,8 +557,23 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
         rt,
         &inputs.reasons,
         default_waiting,
+        &inputs.probes,
     );
-    let phase = pod_phase(pod, &init_statuses, &statuses);
+    // A terminal phase is final (upstream keeps it whatever the runtime says later).
+    let old_phase = old.and_then(|o| o.phase.as_deref());
+    let (phase, reason, message) = match old_phase {
+        Some(p @ ("Succeeded" | "Failed")) => (
+            if p == "Failed" { "Failed" } else { "Succeeded" },
+            old.and_then(|o| o.reason.clone()),
+            old.and_then(|o| o.message.clone()),
+        ),
+        _ if inputs.deadline_exceeded => (
+            "Failed",
+            Some(crate::lifecycle::DEADLINE_REASON.to_owned()),
+            Some(crate::lifecycle::DEADLINE_MESSAGE.to_owned()),
+        ),
+        _ => (pod_phase(pod, &init_statuses, &statuses), None, None),
+    };
     let sandbox_ready = rt.sandboxes.first().is_some_and(|sb| sb.ready);
     let containers_ready = !statuses.is_empty() && statuses.iter().all(|c| c.ready);
     let terminal = phase == "Succeeded" || phase == "Failed";
@@ -591,6 +624,8 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
         };
     PodStatus {
         phase: Some(phase.to_owned()),
+        reason,
+        message,
         conditions: Some(conditions),
         host_ip: inputs.host_ips.first().cloned(),
         host_ips: (!inputs.host_ips.is_empty()).then(|| {
@@ -909,6 +944,98 @@ mod tests {
         assert_eq!(
             cond("Initialized").reason.as_deref(),
             Some("ContainersNotInitialized")
+        );
+    }
+
+    #[test]
+    fn readiness_probe_drives_ready_and_conditions() {
+        use crate::probe::{ProbeKind, ProbeResult};
+        use k8s_openapi::api::core::v1::Probe;
+        let mut p = pod(&["a"], &[], "Always");
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe::default());
+        p.spec.as_mut().unwrap().containers[0].startup_probe = Some(Probe::default());
+        let r = rt(vec![rc("a", Running, 0, 10, 0, false)]);
+        let with = |results: &[(ProbeKind, ProbeResult)]| {
+            let st = pod_status(
+                &p,
+                &r,
+                &StatusInputs {
+                    probes: results
+                        .iter()
+                        .map(|(k, v)| (("a-10".to_owned(), *k), *v))
+                        .collect(),
+                    ..Default::default()
+                },
+            );
+            let cs = st.container_statuses.clone().unwrap().remove(0);
+            let cond = |t: &str| {
+                st.conditions
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c.type_ == t)
+                    .map(|c| c.status.clone())
+                    .unwrap()
+            };
+            (
+                cs.started.unwrap(),
+                cs.ready,
+                cond("ContainersReady"),
+                cond("Ready"),
+            )
+        };
+        use ProbeKind::*;
+        use ProbeResult::*;
+        let f = || "False".to_owned();
+        let t = || "True".to_owned();
+        assert_eq!(with(&[]), (false, false, f(), f()));
+        assert_eq!(
+            with(&[(Readiness, Success)]),
+            (false, false, f(), f()),
+            "not started"
+        );
+        assert_eq!(with(&[(Startup, Success)]), (true, false, f(), f()));
+        assert_eq!(
+            with(&[(Startup, Success), (Readiness, Success)]),
+            (true, true, t(), t())
+        );
+        assert_eq!(
+            with(&[(Startup, Success), (Readiness, Failure)]),
+            (true, false, f(), f())
+        );
+    }
+
+    #[test]
+    fn terminal_phase_is_final_and_deadline_fails_the_pod() {
+        let mut p = pod(&["a"], &[], "Always");
+        let r = rt(vec![rc("a", Running, 0, 10, 0, false)]);
+        let st = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                deadline_exceeded: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("PodCompleted"))
+        );
+        p.status = Some(st);
+        let later = pod_status(&p, &r, &StatusInputs::default());
+        assert_eq!(later.phase.as_deref(), Some("Failed"), "stays Failed");
+        assert_eq!(
+            later.message.as_deref(),
+            Some(crate::lifecycle::DEADLINE_MESSAGE)
         );
     }
 

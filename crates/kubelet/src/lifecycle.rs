@@ -1,0 +1,192 @@
+//! Pod lifecycle rules that are pure (upstream `kubelet_pods.go`, `kuberuntime_container.go`,
+//! `active_deadline.go`): `activeDeadlineSeconds`, the grace left for a container after its
+//! preStop hook, and running a container lifecycle hook (postStart/preStop: exec, httpGet,
+//! sleep) with its error message in upstream's words. The hook IO is small and lives here
+//! next to its message rules.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::cri::CriClient;
+use crate::probe::http_target;
+use crate::sandbox::{name, namespace, spec, uid};
+
+/// The pod's phase reason and message when `activeDeadlineSeconds` has passed.
+pub const DEADLINE_REASON: &str = "DeadlineExceeded";
+pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+
+/// Whether the pod has been active longer than `spec.activeDeadlineSeconds` since its
+/// `status.startTime` (upstream `pastActiveDeadline`).
+pub fn past_active_deadline(pod: &Pod, now: Timestamp) -> bool {
+    let Some(deadline) = spec(pod).active_deadline_seconds else {
+        return false;
+    };
+    let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+        return false;
+    };
+    now.duration_since(start.0).as_secs() >= deadline
+}
+
+/// How long until the pod's active deadline passes (zero once it has), if it has one: the
+/// pod worker wakes then.
+pub fn until_active_deadline(pod: &Pod, now: Timestamp) -> Option<Duration> {
+    let deadline = spec(pod).active_deadline_seconds?;
+    let start = pod.status.as_ref()?.start_time.as_ref()?;
+    let elapsed = now.duration_since(start.0).as_secs().max(0);
+    Some(Duration::from_secs(
+        deadline.saturating_sub(elapsed).max(0) as u64
+    ))
+}
+
+/// The smallest grace a container gets (upstream `minimumGracePeriodInSeconds`).
+pub const MIN_GRACE_SECONDS: i64 = 2;
+
+/// The grace left to stop a container after its preStop hook took `hook` of `grace`
+/// seconds, never below the minimum.
+pub fn grace_after_pre_stop(grace: i64, hook: Duration) -> i64 {
+    (grace - hook.as_secs() as i64).max(MIN_GRACE_SECONDS)
+}
+
+/// Which hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    PostStart,
+    PreStop,
+}
+
+impl Hook {
+    pub fn of(self, c: &Container) -> Option<&LifecycleHandler> {
+        let l = c.lifecycle.as_ref()?;
+        match self {
+            Hook::PostStart => l.post_start.as_ref(),
+            Hook::PreStop => l.pre_stop.as_ref(),
+        }
+    }
+}
+
+fn pod_desc(pod: &Pod) -> String {
+    format!("{}_{}({})", name(pod), namespace(pod), uid(pod))
+}
+
+/// Runs a hook of container `c` (instance `container_id`) bounded by `timeout`; the error
+/// is upstream's message for the `Failed<Hook>` event and the waiting state.
+pub async fn run_hook(
+    cri: &CriClient,
+    pod: &Pod,
+    c: &Container,
+    container_id: &str,
+    pod_ip: Option<&str>,
+    handler: &LifecycleHandler,
+    timeout: Duration,
+) -> Result<(), String> {
+    if let Some(exec) = &handler.exec {
+        let cmd = exec.command.clone().unwrap_or_default();
+        let secs = timeout.as_secs().max(1) as i64;
+        let call = cri.exec_sync(container_id, cmd.clone(), secs);
+        let res = tokio::time::timeout(timeout + Duration::from_secs(1), call).await;
+        let err = match res {
+            Err(_) => format!("command '{}' timed out", cmd.join(" ")),
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(r)) if r.exit_code == 0 => return Ok(()),
+            Ok(Ok(r)) => {
+                let mut out = r.stdout;
+                out.extend_from_slice(&r.stderr);
+                format!(
+                    "command '{}' exited with {}: {}",
+                    cmd.join(" "),
+                    r.exit_code,
+                    String::from_utf8_lossy(&out)
+                )
+            }
+        };
+        return Err(format!(
+            "Exec lifecycle hook ({cmd:?}) for Container {:?} in Pod {:?} failed - error: {err}",
+            c.name,
+            pod_desc(pod)
+        ));
+    }
+    if let Some(h) = &handler.http_get {
+        let t = http_target(h, c, pod_ip).map_err(|e| e.to_string())?;
+        // Upstream only fails a hook whose request fails; the status code is not checked.
+        return match tokio::time::timeout(timeout, crate::prober::http_get(&t)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!(
+                "HTTP lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: {e}",
+                t.path,
+                c.name,
+                pod_desc(pod)
+            )),
+            Err(_) => Err(format!(
+                "HTTP lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: timed out",
+                t.path,
+                c.name,
+                pod_desc(pod)
+            )),
+        };
+    }
+    if let Some(s) = &handler.sleep {
+        let d = Duration::from_secs(s.seconds.max(0) as u64).min(timeout);
+        tokio::time::sleep(d).await;
+        return Ok(());
+    }
+    Err(format!(
+        "a lifecycle hook for Container {:?} in Pod {:?} has no handler",
+        c.name,
+        pod_desc(pod)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn active_deadline() {
+        let pod = |deadline: Option<i64>, start: Option<i64>| Pod {
+            spec: Some(PodSpec {
+                active_deadline_seconds: deadline,
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                start_time: start.map(|s| Time(Timestamp::from_second(s).unwrap())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let now = Timestamp::from_second(1000).unwrap();
+        let cases = [
+            (None, Some(0), false),
+            (Some(10), None, false),
+            (Some(10), Some(995), false),
+            (Some(10), Some(990), true),
+            (Some(10), Some(100), true),
+        ];
+        for (deadline, start, want) in cases {
+            assert_eq!(
+                past_active_deadline(&pod(deadline, start), now),
+                want,
+                "{deadline:?} {start:?}"
+            );
+        }
+        assert_eq!(
+            until_active_deadline(&pod(Some(10), Some(995)), now),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            until_active_deadline(&pod(Some(10), Some(100)), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(until_active_deadline(&pod(None, Some(100)), now), None);
+    }
+
+    #[test]
+    fn grace_left_after_pre_stop() {
+        assert_eq!(grace_after_pre_stop(30, Duration::from_secs(10)), 20);
+        assert_eq!(grace_after_pre_stop(30, Duration::from_secs(29)), 2);
+        assert_eq!(grace_after_pre_stop(5, Duration::from_secs(60)), 2);
+    }
+}

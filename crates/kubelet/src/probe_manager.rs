@@ -1,0 +1,236 @@
+//! The probe workers (upstream `prober_manager.go` + `worker.go`): one task per container
+//! and probe kind, fed with the pod's latest status, writing into the shared
+//! [`ProbeResults`] and telling the pod worker (by UID) when a result changed, so the next
+//! sync kills a container that failed liveness or writes the new readiness. The decisions
+//! are [`crate::probe::ProbeWorker`]'s; this module only schedules and probes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use ferrokube_client::events::{EventRecorder, EventType};
+
+use crate::cri::CriClient;
+use crate::probe::{
+    ContainerView, PodView, ProbeKind, ProbeResult, ProbeResults, ProbeTiming, ProbeWorker,
+};
+use crate::prober::run_probe;
+use crate::sandbox::{name, namespace, spec, uid};
+
+/// The pod and its last status as the workers see them.
+#[derive(Debug, Clone)]
+struct PodState {
+    pod: Arc<Pod>,
+    status: Option<PodStatus>,
+}
+
+struct PodProbes {
+    state: watch::Sender<PodState>,
+    cancel: CancellationToken,
+}
+
+/// Runs the probes of every pod on the node.
+pub struct ProbeManager {
+    cri: CriClient,
+    results: Arc<ProbeResults>,
+    pods: Mutex<HashMap<String, PodProbes>>,
+    changed: mpsc::UnboundedSender<String>,
+    events: Arc<OnceLock<EventRecorder>>,
+}
+
+impl std::fmt::Debug for ProbeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeManager")
+            .field("pods", &self.pods.lock().len())
+            .finish()
+    }
+}
+
+/// A reference to a container of `pod` for events (`spec.containers{name}`).
+pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name(pod).to_owned()),
+        namespace: Some(namespace(pod).to_owned()),
+        uid: Some(uid(pod).to_owned()),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path: Some(format!("spec.containers{{{container}}}")),
+    }
+}
+
+impl ProbeManager {
+    /// `changed` receives a pod UID whenever one of its probe results changed.
+    pub fn new(
+        cri: CriClient,
+        results: Arc<ProbeResults>,
+        changed: mpsc::UnboundedSender<String>,
+        events: Arc<OnceLock<EventRecorder>>,
+    ) -> Self {
+        ProbeManager {
+            cri,
+            results,
+            pods: Mutex::new(HashMap::new()),
+            changed,
+            events,
+        }
+    }
+
+    pub fn results(&self) -> &Arc<ProbeResults> {
+        &self.results
+    }
+
+    /// Starts the workers of a new pod, or hands the workers the newer pod object.
+    pub fn add_pod(&self, pod: &Arc<Pod>) {
+        let mut pods = self.pods.lock();
+        if let Some(p) = pods.get(uid(pod)) {
+            p.state.send_modify(|s| s.pod = pod.clone());
+            return;
+        }
+        let (tx, _) = watch::channel(PodState {
+            pod: pod.clone(),
+            status: pod.status.clone(),
+        });
+        let cancel = CancellationToken::new();
+        for c in &spec(pod).containers {
+            for kind in ProbeKind::ALL {
+                let Some(p) = kind.of(c) else { continue };
+                let worker = ProbeWorker::new(kind, ProbeTiming::of(kind, p));
+                tokio::spawn(run_worker(
+                    worker,
+                    c.clone(),
+                    tx.subscribe(),
+                    cancel.clone(),
+                    self.cri.clone(),
+                    self.results.clone(),
+                    self.changed.clone(),
+                    self.events.clone(),
+                ));
+            }
+        }
+        pods.insert(uid(pod).to_owned(), PodProbes { state: tx, cancel });
+    }
+
+    /// The pod's latest status (from the last sync).
+    pub fn set_status(&self, pod_uid: &str, status: &PodStatus) {
+        if let Some(p) = self.pods.lock().get(pod_uid) {
+            p.state.send_modify(|s| s.status = Some(status.clone()));
+        }
+    }
+
+    /// Stops the pod's workers and forgets its results.
+    pub fn remove_pod(&self, pod_uid: &str, container_ids: &[String]) {
+        if let Some(p) = self.pods.lock().remove(pod_uid) {
+            p.cancel.cancel();
+        }
+        self.results.forget(container_ids);
+    }
+}
+
+fn view(state: &PodState, container: &str) -> PodView {
+    let status = state.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref());
+    PodView {
+        terminal: matches!(phase, Some("Succeeded") | Some("Failed")),
+        deleting: state.pod.metadata.deletion_timestamp.is_some(),
+        restart_never: spec(&state.pod).restart_policy.as_deref() == Some("Never"),
+        container: status
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == container))
+            .and_then(ContainerView::from_status),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_worker(
+    mut worker: ProbeWorker,
+    container: Container,
+    mut state: watch::Receiver<PodState>,
+    cancel: CancellationToken,
+    cri: CriClient,
+    results: Arc<ProbeResults>,
+    changed: mpsc::UnboundedSender<String>,
+    events: Arc<OnceLock<EventRecorder>>,
+) {
+    let kind = worker.kind;
+    let Some(probe) = kind.of(&container).cloned() else {
+        return;
+    };
+    // Probe commands see the container's literal environment values.
+    let env: Vec<(String, String)> = container
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| e.value.clone().map(|v| (e.name.clone(), v)))
+        .collect();
+    loop {
+        let snapshot = state.borrow_and_update().clone();
+        let pod_uid = uid(&snapshot.pod).to_owned();
+        let tick = worker.tick(&view(&snapshot, &container.name), Timestamp::now());
+        let mut any_change = false;
+        for u in &tick.updates {
+            any_change |= results.apply(kind, u);
+        }
+        let probe_id = tick
+            .probe
+            .then(|| worker.container_id().map(str::to_owned))
+            .flatten();
+        if let Some(id) = probe_id {
+            {
+                let pod_ip = snapshot.status.as_ref().and_then(|s| s.pod_ip.clone());
+                let outcome = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    o = run_probe(&cri, &probe, &container, &id, pod_ip.as_deref(), &env, worker.timing.timeout) => o,
+                };
+                if let Some(outcome) = outcome {
+                    if outcome.result == ProbeResult::Failure {
+                        tracing::info!(pod = name(&snapshot.pod), container = %container.name, probe = kind.as_str(), output = %outcome.output, "probe failed");
+                        if let Some(rec) = events.get() {
+                            rec.event(
+                                &container_ref(&snapshot.pod, &container.name),
+                                None,
+                                EventType::Warning,
+                                "Unhealthy",
+                                "Probe",
+                                &format!("{} probe failed: {}", kind.as_str(), outcome.output),
+                            );
+                        }
+                    }
+                    if let Some(u) = worker.record(outcome.result) {
+                        any_change |= results.apply(kind, &u);
+                    }
+                }
+            }
+        }
+        if any_change {
+            let _ = changed.send(pod_uid);
+        }
+        if !tick.keep {
+            return;
+        }
+        // Wait for the period; a new container instance in the status wakes the worker early.
+        let deadline = tokio::time::Instant::now() + worker.timing.period;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => break,
+                r = state.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    let s = state.borrow().clone();
+                    let v = view(&s, &container.name);
+                    let new_id = v.container.as_ref().map(|c| c.id.as_str());
+                    if new_id.is_some() && new_id != worker.container_id() || v.terminal {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Probes, lifecycle hooks, deadlines and volumes: the whole kubelet against a real
+//! in-process apiserver (TestApiServer) and the real containerd of this machine. One test
+//! function, so no two kubelets of this binary share the runtime at once (a kubelet removes
+//! pods it does not know). Fails, never skips, when containerd is not reachable. Run it
+//! under `flock /run/ferrokube-e2e.lock` when a cluster may share the runtime.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use ferrokube_kubelet::cri::{CriClient, DEFAULT_ENDPOINT};
+use ferrokube_kubelet::{Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn endpoint() -> String {
+    std::env::var("FERROKUBE_CRI_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned())
+}
+
+struct Running {
+    kubelet: Arc<Kubelet>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start_kubelet(client: kube::Client, node_name: &str, root: &std::path::Path) -> Running {
+    let ep = endpoint();
+    let cri = CriClient::connect(&ep, Duration::from_secs(3))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "containerd is not reachable at {ep}: {e}\n\
+                 start it with: sudo bash -c 'source hack/lib/runtime.sh && rt::ensure'"
+            )
+        });
+    let mut node = NodeConfig::new(node_name);
+    node.node_ips = vec!["127.0.0.1".into()];
+    let mut cfg = KubeletConfig::new(node_name);
+    cfg.node_ips = node.node_ips.clone();
+    cfg.root_dir = root.to_owned();
+    cfg.sync_frequency = Duration::from_secs(5);
+    let kubelet = Kubelet::new(client, RuntimeManager::new(cri, node), cfg);
+    let cancel = CancellationToken::new();
+    let task = {
+        let k = kubelet.clone();
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            k.run(c).await.expect("kubelet run");
+        })
+    };
+    Running {
+        kubelet,
+        cancel,
+        task,
+    }
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut last_err = None;
+    while start.elapsed() < timeout {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("timed out after {timeout:?} waiting for {what} (last error: {last_err:?})")
+}
+
+const BUSYBOX: &str = "docker.io/library/busybox:latest";
+const NGINX: &str = "docker.io/library/nginx:latest";
+
+fn pod(name: &str, node: &str, spec: serde_json::Value) -> Result<Pod> {
+    let mut spec = spec;
+    spec["nodeName"] = json!(node);
+    spec["terminationGracePeriodSeconds"] = json!(2);
+    for c in spec["containers"].as_array_mut().context("containers")? {
+        c["imagePullPolicy"] = json!("IfNotPresent");
+    }
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }))?)
+}
+
+fn sh(name: &str, script: &str) -> serde_json::Value {
+    json!({"name": name, "image": BUSYBOX, "command": ["sh", "-c", script]})
+}
+
+fn status_of(p: &Pod, container: &str) -> Option<ContainerStatus> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)
+        .cloned()
+}
+
+fn condition(p: &Pod, type_: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// Waits until `check` holds for the pod `name`; returns the pod.
+async fn wait_pod(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Pod) -> bool,
+) -> Result<Pod> {
+    let r = wait_for(&format!("{name}: {what}"), timeout, || async {
+        let p = pods.get(name).await?;
+        Ok(check(&p).then_some(p))
+    })
+    .await;
+    if r.is_err() {
+        if let Ok(p) = pods.get(name).await {
+            eprintln!("{name} last status: {:#?}", p.status);
+        }
+    }
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
+    let server = TestApiServer::start().await.expect("test apiserver");
+    let client = server.client.clone();
+    let node_name = format!("fk-lc-{}", std::process::id());
+    let root = tempfile::tempdir().expect("root dir");
+    let kubelet = start_kubelet(client.clone(), &node_name, root.path()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut created: Vec<Pod> = vec![];
+
+    let result = async {
+        let n = &node_name;
+        let specs = vec![
+            // Liveness fails at once: the container is killed and started again.
+            pod("liveness", n, json!({"containers": [{
+                "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1},
+            }]}))?,
+            // Ready while /tmp/ready exists, for ~6 s, then not ready.
+            pod("readiness", n, json!({"containers": [{
+                "name": "c", "image": BUSYBOX,
+                "command": ["sh", "-c", "touch /tmp/ready; sleep 6; rm /tmp/ready; sleep 3600"],
+                "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1},
+            }]}))?,
+            // postStart writes a file; the startup and readiness probes look for it.
+            pod("hooks", n, json!({"containers": [{
+                "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo hooked > /tmp/poststart"]}}},
+                "startupProbe": {"exec": {"command": ["test", "-f", "/tmp/poststart"]}, "periodSeconds": 1},
+                "readinessProbe": {"exec": {"command": ["grep", "-q", "hooked", "/tmp/poststart"]}, "periodSeconds": 1},
+            }]}))?,
+            // A failing postStart hook kills the container.
+            pod("badhook", n, json!({"containers": [{
+                "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "lifecycle": {"postStart": {"exec": {"command": ["false"]}}},
+            }]}))?,
+            // httpGet on a named port and tcpSocket against nginx.
+            pod("web", n, json!({"containers": [{
+                "name": "nginx", "image": NGINX,
+                "ports": [{"name": "http", "containerPort": 80}],
+                "readinessProbe": {"httpGet": {"port": "http", "path": "/"}, "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1},
+            }]}))?,
+            // activeDeadlineSeconds ends the pod.
+            pod("deadline", n, json!({"activeDeadlineSeconds": 3, "containers": [
+                {"name": "c", "image": BUSYBOX, "command": ["sleep", "3600"]},
+            ]}))?,
+            // A crashing container backs off.
+            pod("crash", n, json!({"containers": [sh("c", "exit 3")]}))?,
+        ];
+        for p in &specs {
+            created.push(pods.create(&PostParams::default(), p).await?);
+        }
+
+        let restarted = wait_pod(&pods, "liveness", "restartCount >= 1", Duration::from_secs(60), |p| {
+            status_of(p, "c").is_some_and(|c| c.restart_count >= 1)
+        })
+        .await?;
+        let cs = status_of(&restarted, "c").context("status")?;
+        let last = cs.last_state.and_then(|s| s.terminated).context("lastState.terminated")?;
+        ensure!(last.exit_code == 137 || last.exit_code == 143, "killed: {last:?}");
+
+        wait_pod(&pods, "readiness", "ready", Duration::from_secs(60), |p| {
+            status_of(p, "c").is_some_and(|c| c.ready)
+                && condition(p, "Ready").as_deref() == Some("True")
+                && condition(p, "ContainersReady").as_deref() == Some("True")
+        })
+        .await?;
+        let p = wait_pod(&pods, "readiness", "not ready again", Duration::from_secs(30), |p| {
+            status_of(p, "c").is_some_and(|c| !c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                && condition(p, "Ready").as_deref() == Some("False")
+        })
+        .await?;
+        ensure!(status_of(&p, "c").is_some_and(|c| c.restart_count == 0), "readiness never restarts");
+
+        let p = wait_pod(&pods, "hooks", "started and ready", Duration::from_secs(60), |p| {
+            status_of(p, "c").is_some_and(|c| c.started == Some(true) && c.ready)
+        })
+        .await?;
+        ensure!(status_of(&p, "c").is_some_and(|c| c.restart_count == 0));
+
+        wait_pod(&pods, "badhook", "PostStartHookError, restarted", Duration::from_secs(60), |p| {
+            status_of(p, "c").is_some_and(|c| {
+                c.restart_count >= 1
+                    || c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                        == Some("PostStartHookError")
+            })
+        })
+        .await?;
+
+        wait_pod(&pods, "web", "ready through httpGet", Duration::from_secs(60), |p| {
+            status_of(p, "nginx").is_some_and(|c| c.ready && c.restart_count == 0)
+        })
+        .await?;
+
+        let p = wait_pod(&pods, "deadline", "Failed", Duration::from_secs(60), |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+        })
+        .await?;
+        let st = p.status.clone().context("status")?;
+        ensure!(st.reason.as_deref() == Some("DeadlineExceeded"), "{st:?}");
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let rt = kubelet.kubelet.runtime().runtime_pod(&uid).await?;
+        ensure!(
+            rt.containers.iter().all(|c| c.state != ferrokube_kubelet::status::RuntimeState::Running),
+            "deadline pod's containers stopped: {rt:?}"
+        );
+
+        wait_pod(&pods, "crash", "CrashLoopBackOff", Duration::from_secs(60), |p| {
+            status_of(p, "c").is_some_and(|c| {
+                c.restart_count >= 1
+                    && c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+            })
+        })
+        .await?;
+
+        // Events: the liveness failures and the kill are recorded.
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        wait_for("Unhealthy and Killing events for liveness", Duration::from_secs(20), || async {
+            let list = events.list(&ListParams::default()).await?;
+            let about = |reason: &str| {
+                list.items.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("liveness")
+                })
+            };
+            Ok((about("Unhealthy") && about("Killing")).then_some(()))
+        })
+        .await?;
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+
+    // Cleanup whatever happened: pods through the API (the kubelet finishes them), then
+    // directly on the runtime, then the kubelet and the apiserver.
+    for p in &created {
+        let _ = pods
+            .delete(
+                p.metadata.name.as_deref().unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await;
+    }
+    let _ = wait_for("pods gone", Duration::from_secs(40), || async {
+        Ok(pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await;
+    for p in &created {
+        let _ = kubelet.kubelet.runtime().kill_pod(p, Some(2)).await;
+    }
+    kubelet.cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), kubelet.task).await;
+    server.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
