@@ -36,6 +36,10 @@ struct Args {
     /// Static bearer tokens (CSV: token,user,uid,"group1,group2").
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
+    /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
+    #[arg(long, default_value = "Node,RBAC")]
+    authorization_mode: String,
     /// Comma-separated etcd endpoints; unset: the embedded SQLite store.
     #[arg(long, value_delimiter = ',')]
     etcd_servers: Vec<String>,
@@ -87,6 +91,9 @@ async fn main() -> anyhow::Result<()> {
     opts.secure_port = args.secure_port;
     opts.client_ca_file = args.client_ca_file;
     opts.token_auth_file = args.token_auth_file;
+    opts.authorization_modes =
+        ferrokube_apiserver::AuthorizationMode::parse_list(&args.authorization_mode)
+            .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
     opts.service_cluster_ip_range = args.service_cluster_ip_range;
     opts.service_node_port_range = args.service_node_port_range;
     opts.advertise_address = args.advertise_address;

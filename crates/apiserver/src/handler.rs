@@ -37,6 +37,7 @@ pub(crate) struct State {
     pub registry: Arc<Registry>,
     pub authenticator: Arc<dyn Authenticator>,
     pub authorizer: Arc<dyn Authorizer>,
+    pub security: Arc<crate::security::ClusterState>,
     pub advertise: String,
     pub max_body: usize,
     pub max_watch: Duration,
@@ -239,7 +240,7 @@ async fn health(state: &State, path: &str, q: &HashMap<String, String>) -> Respo
 async fn handle(
     state: &State,
     peer_certs: &[CertificateDer<'static>],
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
     let q = query_map(req.uri().query());
@@ -262,29 +263,10 @@ async fn handle(
     attrs.user = user;
     let decision = state.authorizer.authorize(&attrs);
     if !decision.is_allowed() {
-        let who = attrs.user.name.clone();
-        return error_response(&ApiError {
-            code: 403,
-            reason: "Forbidden".into(),
-            message: format!(
-                "{who} cannot {} {} {}",
-                attrs.verb,
-                if attrs.resource.is_empty() {
-                    path.clone()
-                } else {
-                    attrs.resource.clone()
-                },
-                if attrs.namespace.is_empty() {
-                    String::new()
-                } else {
-                    format!("in namespace {}", attrs.namespace)
-                }
-            )
-            .trim()
-            .to_string(),
-            details: None,
-        });
+        return error_response(&crate::security::forbidden(&attrs, &decision));
     }
+    // The user reaches admission checks through the request.
+    req.extensions_mut().insert(attrs.user);
     if req.method() == Method::GET
         && let Some(r) = state
             .openapi
@@ -493,6 +475,7 @@ fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> 
         dry_run: dry_run(q.get("dryRun").map(String::as_str))?,
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         duplicate_fields: Vec::new(),
+        admit: None,
     })
 }
 
@@ -574,6 +557,23 @@ async fn resource(
     {
         return Err(not_found_path(sub));
     }
+    let user = req
+        .extensions()
+        .get::<ferrokube_auth::UserInfo>()
+        .cloned()
+        .unwrap_or_default();
+    let admit = crate::admission::admit_for(crate::admission::WriteContext {
+        user: user.clone(),
+        info,
+        subresource: r.sub.clone(),
+        namespace: r.ns.clone(),
+        authorizer: state.authorizer.clone(),
+        state: state.security.clone(),
+    });
+    let admitted = |o: WriteOptions| WriteOptions {
+        admit: admit.clone(),
+        ..o
+    };
     let method = req.method().clone();
     match (method, r.name.as_deref(), r.sub.as_deref()) {
         (Method::GET, None, None) => {
@@ -601,7 +601,7 @@ async fn resource(
             Ok(json_response(StatusCode::OK, &to_scale(&obj)))
         }
         (Method::POST, None, None) => {
-            let mut opts = write_options(q)?;
+            let mut opts = admitted(write_options(q)?);
             let (body, ct) = read_body(state, req).await?;
             let obj = decode_body(&body, &ct, info)?;
             opts.duplicate_fields = body_duplicates(&body, &ct);
@@ -624,6 +624,7 @@ async fn resource(
             let (body, ct) = read_body(state, req).await?;
             let ev = decode_body(&body, &ct, info)?;
             let opts = delete_options(q, Some(&ev["deleteOptions"]))?;
+            crate::admission::check_node_delete(&user, &store, ns, name, true).await?;
             store.delete(ns, name, &opts).await?;
             Ok(json_response(
                 StatusCode::CREATED,
@@ -631,7 +632,7 @@ async fn resource(
             ))
         }
         (Method::PUT, Some(name), sub) => {
-            let mut opts = write_options(q)?;
+            let mut opts = admitted(write_options(q)?);
             let (body, ct) = read_body(state, req).await?;
             let obj = decode_body(&body, &ct, info)?;
             opts.duplicate_fields = body_duplicates(&body, &ct);
@@ -677,7 +678,7 @@ async fn resource(
             ))
         }
         (Method::PATCH, Some(name), sub) => {
-            let opts = write_options(q)?;
+            let opts = admitted(write_options(q)?);
             let ct = req
                 .headers()
                 .get(header::CONTENT_TYPE)
@@ -740,6 +741,7 @@ async fn resource(
                 Some(decode_body(&body, &ct, info)?)
             };
             let opts = delete_options(q, body_opts.as_ref())?;
+            crate::admission::check_node_delete(&user, &store, ns, name, false).await?;
             let d = store.delete(ns, name, &opts).await?;
             Ok(encoded(target, info, StatusCode::OK, &d.object))
         }

@@ -8,12 +8,14 @@
 //! registry built over one. Options -> [`Config`] -> [`Server`] is the one path for
 //! tests and production.
 
+mod admission;
 mod discovery;
 mod dupes;
 mod handler;
 mod metrics;
 mod openapi;
 mod output;
+mod security;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use ferrokube_auth::AuthorizationMode;
 pub use metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +56,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Upper bound of a watch's duration when the client gives no timeoutSeconds.
     pub max_watch: Duration,
+    /// Roles, bindings and pods as the authorizers and admission checks see them.
+    pub(crate) security: Arc<security::ClusterState>,
 }
 
 impl std::fmt::Debug for Config {
@@ -98,6 +103,9 @@ pub struct Server {
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// Loops that write through the registry (ClusterRole aggregation); they end
+    /// on shutdown and are waited for, so no write follows a shutdown.
+    background: Vec<JoinHandle<()>>,
     metrics: Arc<Metrics>,
 }
 
@@ -123,10 +131,22 @@ impl Server {
         })?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
+        let mut background = Vec::new();
+        if let Some(cluster_roles) =
+            config
+                .registry
+                .store("rbac.authorization.k8s.io", "v1", "clusterroles")
+        {
+            background.push(tokio::spawn(security::run_aggregation(
+                cluster_roles.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         let state = Arc::new(handler::State {
             registry: config.registry,
             authenticator: config.authenticator,
             authorizer: config.authorizer,
+            security: config.security,
             advertise: config.advertise,
             max_body: config.max_body_bytes,
             max_watch: config.max_watch,
@@ -140,6 +160,7 @@ impl Server {
             addr,
             shutdown,
             task,
+            background,
             metrics,
         })
     }
@@ -157,6 +178,9 @@ impl Server {
     pub async fn shutdown(self, grace: Duration) {
         let _ = self.shutdown.send(true);
         let _ = tokio::time::timeout(grace, self.task).await;
+        for task in self.background {
+            let _ = tokio::time::timeout(grace, task).await;
+        }
     }
 }
 
@@ -225,6 +249,8 @@ pub struct Options {
     pub tls_private_key_file: std::path::PathBuf,
     pub client_ca_file: Option<std::path::PathBuf>,
     pub token_auth_file: Option<std::path::PathBuf>,
+    /// `--authorization-mode`: the authorizer chain after `system:masters`, in order.
+    pub authorization_modes: Vec<AuthorizationMode>,
     pub service_cluster_ip_range: String,
     pub service_node_port_range: String,
     pub advertise_address: Option<std::net::IpAddr>,
@@ -242,6 +268,7 @@ impl Options {
             tls_private_key_file,
             client_ca_file: None,
             token_auth_file: None,
+            authorization_modes: vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
             advertise_address: None,
@@ -294,12 +321,21 @@ impl Options {
         )
         .await
         .map_err(|e| ConfigError::Registry(e.to_string()))?;
+        security::reconcile_bootstrap_policy(&registry)
+            .await
+            .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
+        let state = Arc::new(
+            security::ClusterState::new(&registry)
+                .map_err(|e| ConfigError::Registry(e.to_string()))?,
+        );
+        let authorizer = security::authorizer_chain(&self.authorization_modes, &state);
         Ok(Config {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             registry: Arc::new(registry),
             tls,
             authenticator: Arc::new(ferrokube_auth::UnionAuthenticator::new(authenticators)),
-            authorizer: Arc::new(ferrokube_auth::AuthenticatedOnlyAuthorizer),
+            authorizer: Arc::new(authorizer),
+            security: state,
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
             max_body_bytes: 3 * 1024 * 1024,
             max_watch: Duration::from_secs(1800),

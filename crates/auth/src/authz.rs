@@ -148,6 +148,49 @@ impl Authorizer for PrivilegedGroupsAuthorizer {
     }
 }
 
+/// One entry of `--authorization-mode` (upstream's mode names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    AlwaysDeny,
+    Node,
+    Rbac,
+}
+
+impl AuthorizationMode {
+    /// Parses a comma-separated list in order; unknown and repeated modes are errors,
+    /// with upstream's messages.
+    pub fn parse_list(s: &str) -> Result<Vec<AuthorizationMode>, String> {
+        let mut out = Vec::new();
+        for m in s.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+            let mode = match m {
+                "AlwaysAllow" => AuthorizationMode::AlwaysAllow,
+                "AlwaysDeny" => AuthorizationMode::AlwaysDeny,
+                "Node" => AuthorizationMode::Node,
+                "RBAC" => AuthorizationMode::Rbac,
+                "ABAC" | "Webhook" => {
+                    return Err(format!("authorization-mode {m:?} is not supported"));
+                }
+                other => {
+                    return Err(format!(
+                        "authorization-mode {other:?} is not a valid mode; valid modes: AlwaysAllow, AlwaysDeny, Node, RBAC"
+                    ));
+                }
+            };
+            if out.contains(&mode) {
+                return Err(format!(
+                    "authorization-mode {m:?} has mode specified more than once"
+                ));
+            }
+            out.push(mode);
+        }
+        if out.is_empty() {
+            return Err("at least one authorization-mode must be passed".into());
+        }
+        Ok(out)
+    }
+}
+
 /// The `--authorization-mode` chain: asks each authorizer in order; the first
 /// `Allow` or `Deny` is the answer; all no-opinion (or an empty chain) is
 /// `NoOpinion`.
@@ -255,6 +298,21 @@ mod tests {
             Decision::NoOpinion
         );
         assert!(!Decision::NoOpinion.is_allowed());
+    }
+
+    #[test]
+    fn authorization_modes_parse_in_order() {
+        assert_eq!(
+            AuthorizationMode::parse_list("Node,RBAC").unwrap(),
+            vec![AuthorizationMode::Node, AuthorizationMode::Rbac]
+        );
+        assert_eq!(
+            AuthorizationMode::parse_list("RBAC, AlwaysAllow").unwrap(),
+            vec![AuthorizationMode::Rbac, AuthorizationMode::AlwaysAllow]
+        );
+        assert!(AuthorizationMode::parse_list("RBAC,RBAC").is_err());
+        assert!(AuthorizationMode::parse_list("rbac").is_err());
+        assert!(AuthorizationMode::parse_list("").is_err());
     }
 
     #[test]

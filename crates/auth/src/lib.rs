@@ -13,7 +13,11 @@
 //!   rustls `ServerConfig`.
 //! * [`authz`]: the [`Authorizer`] trait over [`Attributes`], [`Decision`], and
 //!   always-allow, always-deny, authenticated-only, privileged-groups and union
-//!   authorizers (`--authorization-mode` chain semantics).
+//!   authorizers (`--authorization-mode` chain semantics), [`AuthorizationMode`].
+//! * [`rbac`]: RBAC with upstream semantics over an [`rbac::RbacSnapshot`] of roles
+//!   and bindings: rule matching, rules of a user, the authorizer, escalation checks.
+//! * [`node`]: the Node authorizer over a [`node::NodeGraph`] of pods.
+//! * [`bootstrap`]: upstream's bootstrap RBAC policy (roles and bindings).
 //! * [`request_info`]: `RequestInfo` from method + path + query, as upstream's
 //!   `RequestInfoFactory` (verb, API group/version, namespace, resource, subresource,
 //!   name), and [`request_attributes`].
@@ -32,6 +36,9 @@
 
 pub mod authn;
 pub mod authz;
+pub mod bootstrap;
+pub mod node;
+pub mod rbac;
 pub mod request_info;
 pub mod user;
 
@@ -43,7 +50,7 @@ pub use authn::{
 };
 pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,
-    Authorizer, Decision, PrivilegedGroupsAuthorizer, UnionAuthorizer,
+    AuthorizationMode, Authorizer, Decision, PrivilegedGroupsAuthorizer, UnionAuthorizer,
 };
 pub use request_info::{RequestInfo, RequestInfoError, request_attributes, request_info};
 pub use user::UserInfo;

@@ -52,6 +52,20 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// Fields found twice in the request body (JSON keys), reported like unknown ones.
     pub duplicate_fields: Vec<String>,
+    /// The request's admission check, run on the final object after validation (and
+    /// on every retry of an update, with the object it replaces).
+    pub admit: Option<Admit>,
+}
+
+/// An admission check of one write: `(new, old)` where `old` is `None` on create.
+/// An error rejects the write with that status.
+#[derive(Clone)]
+pub struct Admit(pub Arc<dyn Fn(&Value, Option<&Value>) -> Result<(), ApiError> + Send + Sync>);
+
+impl std::fmt::Debug for Admit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Admit")
+    }
 }
 
 /// Options of delete.
@@ -480,6 +494,9 @@ impl Store {
                 errs,
             ));
         }
+        if let Some(admit) = &opts.admit {
+            (admit.0)(&obj, None)?;
+        }
         if let Some(ns) = ns.filter(|_| self.info.namespaced) {
             self.namespace_admits(ns, &name).await?;
         }
@@ -887,6 +904,11 @@ impl Store {
                 name,
                 errs,
             ));
+        }
+        if let Some(admit) = &opts.admit
+            && fin != old
+        {
+            (admit.0)(&fin, Some(&old))?;
         }
         Ok((fin, warnings, old))
     }

@@ -201,6 +201,50 @@ impl TestApiServer {
         Ok((parts.status.as_u16(), parts.headers, bytes.to_vec()))
     }
 
+    /// A client authenticating as `user` in `groups` with a client certificate from
+    /// the cluster CA (for authorization tests).
+    pub async fn client_as(
+        &self,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<kube::Client, TestServerError> {
+        let pki = self.dir.path().join("pki");
+        let read = |f: &str| std::fs::read_to_string(pki.join(f));
+        let ca_pem = read("ca.crt")?;
+        let ca = ferrokube_pki::CertificateAuthority::load(&ca_pem, &read("ca.key")?)
+            .map_err(|e| TestServerError::Pki(e.to_string()))?;
+        let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        let issued = ca
+            .issue_client_cert(user, &groups, ferrokube_pki::Validity::leaf_default())
+            .map_err(|e| TestServerError::Pki(e.to_string()))?;
+        let yaml = ferrokube_pki::kubeconfig_yaml(
+            "test",
+            &self.url,
+            &ca_pem,
+            user,
+            &issued.cert_pem,
+            &issued.key_pem,
+        );
+        self.client_from_kubeconfig(&yaml).await
+    }
+
+    /// A client sending `token` as its bearer token.
+    pub async fn client_with_token(&self, token: &str) -> Result<kube::Client, TestServerError> {
+        let ca_pem = std::fs::read_to_string(self.dir.path().join("pki/ca.crt"))?;
+        let yaml = ferrokube_pki::kubeconfig_token_yaml("test", &self.url, &ca_pem, "token", token);
+        self.client_from_kubeconfig(&yaml).await
+    }
+
+    async fn client_from_kubeconfig(&self, yaml: &str) -> Result<kube::Client, TestServerError> {
+        let kc = kube::config::Kubeconfig::from_yaml(yaml)
+            .map_err(|e| TestServerError::Client(e.to_string()))?;
+        let cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| TestServerError::Client(e.to_string()))?;
+        kube::Client::try_from(cfg).map_err(|e| TestServerError::Client(e.to_string()))
+    }
+
     /// The directory holding the PKI and the store.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

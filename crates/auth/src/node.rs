@@ -1,0 +1,398 @@
+//! The Node authorizer (`plugin/pkg/auth/authorizer/node`): a kubelet
+//! (`system:node:<name>` in `system:nodes`) may read the secrets, configmaps,
+//! persistent volume claims and volumes of pods bound to its node, request tokens for
+//! those pods' service accounts, use its own node Lease, and otherwise only what
+//! the `system:node` rules grant. Which objects a node's pods reference is answered
+//! over a [`NodeGraph`]; upstream keeps an incremental graph, here the pods on a node
+//! are looked up on each decision.
+//!
+//! Writes to other nodes or to pods not bound to the node are stopped by the
+//! NodeRestriction admission plugin in the apiserver, as upstream.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde_json::Value;
+
+use crate::authz::{Attributes, Authorizer, Decision};
+use crate::rbac::rules_allow;
+use crate::user::{NODES_GROUP, UserInfo};
+
+/// Prefix of kubelet user names.
+pub const NODE_USER_PREFIX: &str = "system:node:";
+/// The namespace of node Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// The node a user is, if it is a node (upstream `NodeIdentifier`): `Some("")` for a
+/// member of `system:nodes` whose name does not say which node.
+pub fn node_identity(user: &UserInfo) -> Option<&str> {
+    if !user.in_group(NODES_GROUP) {
+        return None;
+    }
+    Some(user.name.strip_prefix(NODE_USER_PREFIX).unwrap_or(""))
+}
+
+/// The objects the authorizer needs to look at.
+pub trait NodeGraph: Send + Sync {
+    /// The pods with `spec.nodeName == node`, in `namespace` (all namespaces for `None`).
+    fn pods_on_node(&self, node: &str, namespace: Option<&str>) -> Vec<Arc<Value>>;
+    /// A PersistentVolumeClaim.
+    fn persistent_volume_claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
+}
+
+/// What kind of object a pod may reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Referenced {
+    Secret,
+    ConfigMap,
+    PersistentVolumeClaim,
+    ServiceAccount,
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(*p)?;
+    }
+    cur.as_str()
+}
+
+fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(|a| a.iter())
+        .into_iter()
+        .flatten()
+}
+
+/// Whether `pod` references the object `name` of kind `kind` (upstream
+/// `VisitPodSecretNames`, `VisitPodConfigmapNames`, the PVC volume sources and the
+/// service account).
+pub fn pod_references(pod: &Value, kind: Referenced, name: &str) -> bool {
+    let spec = &pod["spec"];
+    let is = |v: Option<&str>| v == Some(name);
+    match kind {
+        Referenced::ServiceAccount => is(str_at(spec, &["serviceAccountName"])),
+        Referenced::PersistentVolumeClaim => array(spec, "volumes").any(|v| {
+            is(str_at(v, &["persistentVolumeClaim", "claimName"]))
+                // Generic ephemeral volumes create a PVC named <pod>-<volume>.
+                || (v.get("ephemeral").is_some()
+                    && str_at(pod, &["metadata", "name"])
+                        .zip(str_at(v, &["name"]))
+                        .is_some_and(|(p, vol)| format!("{p}-{vol}") == name))
+        }),
+        Referenced::Secret => {
+            array(spec, "imagePullSecrets").any(|s| is(str_at(s, &["name"])))
+                || array(spec, "volumes").any(|v| {
+                    is(str_at(v, &["secret", "secretName"]))
+                        || array(&v["projected"], "sources")
+                            .any(|s| is(str_at(s, &["secret", "name"])))
+                        // csi, cephfs, flexVolume, iscsi, rbd, scaleIO, storageos, ...:
+                        // every volume source names its secret in a secretRef or
+                        // nodePublishSecretRef.
+                        || v.as_object().into_iter().flatten().any(|(_, src)| {
+                            is(str_at(src, &["secretRef", "name"]))
+                                || is(str_at(src, &["nodePublishSecretRef", "name"]))
+                                || is(str_at(src, &["secretName"]))
+                        })
+                })
+                || containers(spec).any(|c| {
+                    array(c, "envFrom").any(|e| is(str_at(e, &["secretRef", "name"])))
+                        || array(c, "env")
+                            .any(|e| is(str_at(e, &["valueFrom", "secretKeyRef", "name"])))
+                })
+        }
+        Referenced::ConfigMap => {
+            array(spec, "volumes").any(|v| {
+                is(str_at(v, &["configMap", "name"]))
+                    || array(&v["projected"], "sources")
+                        .any(|s| is(str_at(s, &["configMap", "name"])))
+            }) || containers(spec).any(|c| {
+                array(c, "envFrom").any(|e| is(str_at(e, &["configMapRef", "name"])))
+                    || array(c, "env")
+                        .any(|e| is(str_at(e, &["valueFrom", "configMapKeyRef", "name"])))
+            })
+        }
+    }
+}
+
+fn containers(spec: &Value) -> impl Iterator<Item = &Value> {
+    array(spec, "containers")
+        .chain(array(spec, "initContainers"))
+        .chain(array(spec, "ephemeralContainers"))
+}
+
+/// `--authorization-mode=Node`.
+pub struct NodeAuthorizer<G> {
+    graph: G,
+    /// The `system:node` ClusterRole's rules (upstream `bootstrappolicy.NodeRules`).
+    node_rules: Vec<PolicyRule>,
+}
+
+impl<G> std::fmt::Debug for NodeAuthorizer<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeAuthorizer")
+    }
+}
+
+impl<G: NodeGraph> NodeAuthorizer<G> {
+    pub fn new(graph: G, node_rules: Vec<PolicyRule>) -> Self {
+        NodeAuthorizer { graph, node_rules }
+    }
+
+    fn has_path(&self, node: &str, kind: Referenced, namespace: &str, name: &str) -> bool {
+        self.graph
+            .pods_on_node(node, Some(namespace))
+            .iter()
+            .any(|pod| pod_references(pod, kind, name))
+    }
+
+    /// Read-only access to a namespaced object referenced by a pod on the node; list
+    /// and watch only of a single object (by `metadata.name` field selector).
+    fn read_referenced(&self, node: &str, kind: Referenced, attrs: &Attributes) -> Decision {
+        if !matches!(attrs.verb.as_str(), "get" | "list" | "watch") {
+            return no_opinion("can only read resources of this type".into());
+        }
+        if !attrs.subresource.is_empty() {
+            return no_opinion("cannot read subresource".into());
+        }
+        self.path_decision(node, kind, attrs)
+    }
+
+    fn path_decision(&self, node: &str, kind: Referenced, attrs: &Attributes) -> Decision {
+        if attrs.name.is_empty() {
+            return Decision::NoOpinion;
+        }
+        if self.has_path(node, kind, &attrs.namespace, &attrs.name) {
+            Decision::Allow
+        } else {
+            Decision::NoOpinion
+        }
+    }
+
+    fn persistent_volume(&self, node: &str, attrs: &Attributes) -> Decision {
+        if attrs.verb != "get" {
+            return no_opinion("can only get individual resources of this type".into());
+        }
+        if !attrs.subresource.is_empty() || attrs.name.is_empty() {
+            return Decision::NoOpinion;
+        }
+        let bound = self.graph.pods_on_node(node, None).iter().any(|pod| {
+            let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
+            array(&pod["spec"], "volumes").any(|v| {
+                v["persistentVolumeClaim"]["claimName"]
+                    .as_str()
+                    .and_then(|claim| self.graph.persistent_volume_claim(ns, claim))
+                    .is_some_and(|pvc| pvc["spec"]["volumeName"].as_str() == Some(&attrs.name))
+            })
+        });
+        if bound {
+            Decision::Allow
+        } else {
+            Decision::NoOpinion
+        }
+    }
+
+    fn lease(&self, node: &str, attrs: &Attributes) -> Decision {
+        if !matches!(
+            attrs.verb.as_str(),
+            "get" | "create" | "update" | "patch" | "delete"
+        ) {
+            return no_opinion(
+                "can only get, create, update, patch, or delete a node lease".into(),
+            );
+        }
+        if attrs.namespace != NODE_LEASE_NAMESPACE {
+            return no_opinion(format!(
+                "can only access leases in the {NODE_LEASE_NAMESPACE} system namespace"
+            ));
+        }
+        if attrs.verb != "create" && attrs.name != node {
+            return no_opinion(
+                "can only access node lease with the same name as the requesting node".into(),
+            );
+        }
+        Decision::Allow
+    }
+}
+
+/// Upstream answers "no opinion" with a reason where it refuses, so a later
+/// authorizer in the chain may still allow; the reason only reaches logs.
+fn no_opinion(_why: String) -> Decision {
+    Decision::NoOpinion
+}
+
+impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        let Some(node) = node_identity(&attrs.user) else {
+            return Decision::NoOpinion;
+        };
+        if node.is_empty() {
+            return Decision::NoOpinion;
+        }
+        if attrs.resource_request {
+            match (attrs.api_group.as_str(), attrs.resource.as_str()) {
+                ("", "secrets") => return self.read_referenced(node, Referenced::Secret, attrs),
+                ("", "configmaps") => {
+                    return self.read_referenced(node, Referenced::ConfigMap, attrs);
+                }
+                ("", "persistentvolumeclaims") => {
+                    if attrs.subresource == "status" {
+                        if !matches!(attrs.verb.as_str(), "update" | "patch") {
+                            return no_opinion("can only update or patch the status".into());
+                        }
+                        return self.path_decision(node, Referenced::PersistentVolumeClaim, attrs);
+                    }
+                    if attrs.verb != "get" {
+                        return no_opinion("can only get individual resources of this type".into());
+                    }
+                    return self.path_decision(node, Referenced::PersistentVolumeClaim, attrs);
+                }
+                ("", "persistentvolumes") => return self.persistent_volume(node, attrs),
+                ("", "serviceaccounts") => {
+                    if attrs.verb != "create" || attrs.subresource != "token" {
+                        return no_opinion(
+                            "can only create tokens for individual service accounts".into(),
+                        );
+                    }
+                    return self.path_decision(node, Referenced::ServiceAccount, attrs);
+                }
+                ("coordination.k8s.io", "leases") => return self.lease(node, attrs),
+                _ => {}
+            }
+        }
+        if rules_allow(attrs, &self.node_rules) {
+            Decision::Allow
+        } else {
+            Decision::NoOpinion
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Pods(Vec<Arc<Value>>);
+
+    impl NodeGraph for Pods {
+        fn pods_on_node(&self, node: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+            self.0
+                .iter()
+                .filter(|p| p["spec"]["nodeName"] == node)
+                .filter(|p| namespace.is_none_or(|ns| p["metadata"]["namespace"] == ns))
+                .cloned()
+                .collect()
+        }
+        fn persistent_volume_claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+            (namespace == "ns" && name == "claim")
+                .then(|| Arc::new(json!({"spec": {"volumeName": "pv-1"}})))
+        }
+    }
+
+    fn graph() -> Pods {
+        Pods(vec![Arc::new(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "nodeName": "a",
+                "serviceAccountName": "sa",
+                "imagePullSecrets": [{"name": "pull"}],
+                "volumes": [
+                    {"name": "v", "secret": {"secretName": "vol"}},
+                    {"name": "c", "configMap": {"name": "cm"}},
+                    {"name": "pr", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "pcm"}}]}},
+                    {"name": "claim", "persistentVolumeClaim": {"claimName": "claim"}},
+                    {"name": "csi", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "csi"}}}
+                ],
+                "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "envcm"}}]}]
+            }
+        }))])
+    }
+
+    fn node_attrs(node: &str, verb: &str, resource: &str, name: &str) -> Attributes {
+        Attributes {
+            user: UserInfo::new(format!("system:node:{node}"), [NODES_GROUP]),
+            verb: verb.into(),
+            namespace: "ns".into(),
+            resource: resource.into(),
+            name: name.into(),
+            resource_request: true,
+            ..Attributes::default()
+        }
+    }
+
+    fn node_rules() -> Vec<PolicyRule> {
+        vec![PolicyRule {
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["pods".into()]),
+            ..PolicyRule::default()
+        }]
+    }
+
+    #[test]
+    fn node_reads_only_what_its_pods_reference() {
+        let authz = NodeAuthorizer::new(graph(), node_rules());
+        for secret in ["pull", "vol", "proj", "csi", "env"] {
+            assert_eq!(
+                authz.authorize(&node_attrs("a", "get", "secrets", secret)),
+                Decision::Allow,
+                "{secret}"
+            );
+            assert_eq!(
+                authz.authorize(&node_attrs("b", "get", "secrets", secret)),
+                Decision::NoOpinion
+            );
+        }
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "get", "secrets", "other")),
+            Decision::NoOpinion
+        );
+        assert!(
+            authz.authorize(&node_attrs("a", "delete", "secrets", "vol")) == Decision::NoOpinion
+        );
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "list", "secrets", "")),
+            Decision::NoOpinion
+        );
+        for cm in ["cm", "pcm", "envcm"] {
+            assert_eq!(
+                authz.authorize(&node_attrs("a", "watch", "configmaps", cm)),
+                Decision::Allow
+            );
+        }
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "get", "persistentvolumeclaims", "claim")),
+            Decision::Allow
+        );
+        let mut pv = node_attrs("a", "get", "persistentvolumes", "pv-1");
+        pv.namespace.clear();
+        assert_eq!(authz.authorize(&pv), Decision::Allow);
+        let mut token = node_attrs("a", "create", "serviceaccounts", "sa");
+        token.subresource = "token".into();
+        assert_eq!(authz.authorize(&token), Decision::Allow);
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "list", "pods", "")),
+            Decision::Allow
+        );
+        let mut not_node = node_attrs("a", "get", "secrets", "vol");
+        not_node.user.groups.clear();
+        assert_eq!(authz.authorize(&not_node), Decision::NoOpinion);
+    }
+
+    #[test]
+    fn node_leases() {
+        let authz = NodeAuthorizer::new(graph(), node_rules());
+        let mut lease = node_attrs("a", "update", "leases", "a");
+        lease.api_group = "coordination.k8s.io".into();
+        lease.namespace = NODE_LEASE_NAMESPACE.into();
+        assert_eq!(authz.authorize(&lease), Decision::Allow);
+        lease.name = "b".into();
+        assert_eq!(authz.authorize(&lease), Decision::NoOpinion);
+        lease.name = "a".into();
+        lease.namespace = "default".into();
+        assert_eq!(authz.authorize(&lease), Decision::NoOpinion);
+    }
+}

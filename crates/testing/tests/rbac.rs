@@ -1,0 +1,420 @@
+//! RBAC, the Node authorizer, escalation prevention, aggregation, the bootstrap
+//! policy and NodeRestriction, through real clients with their own certificates.
+
+use std::time::Duration;
+
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// Retries `f` until it returns true: RBAC changes reach the authorizer through the
+/// watch cache, a moment after the write.
+async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..100 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn code<T>(r: Result<T, kube::Error>) -> u16 {
+    match r {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+async fn bind(admin: &kube::Client, ns: &str, name: &str, role_kind: &str, role: &str, user: &str) {
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &rb)
+        .await
+        .unwrap();
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+}
+
+#[tokio::test]
+async fn view_reads_but_cannot_write_or_read_secrets_and_edit_cannot_bind() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    Api::<Secret>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let viewer = server.client_as("viewer", &[]).await.unwrap();
+    let pods = Api::<Pod>::namespaced(viewer.clone(), "default");
+    assert_eq!(code(pods.list(&ListParams::default()).await), 403);
+    bind(
+        &admin,
+        "default",
+        "viewer-view",
+        "ClusterRole",
+        "view",
+        "viewer",
+    )
+    .await;
+    eventually("view to apply", || async {
+        pods.list(&ListParams::default()).await.is_ok()
+    })
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(viewer.clone(), "default");
+    assert_eq!(
+        code(cms.create(&PostParams::default(), &config_map("x")).await),
+        403
+    );
+    let secrets = Api::<Secret>::namespaced(viewer.clone(), "default");
+    assert_eq!(code(secrets.get("s").await), 403);
+    // Only in the bound namespace.
+    assert_eq!(
+        code(
+            Api::<Pod>::namespaced(viewer.clone(), "kube-system")
+                .list(&ListParams::default())
+                .await
+        ),
+        403
+    );
+    let err = Api::<Pod>::namespaced(viewer, "kube-system")
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!(
+            s.message,
+            "pods is forbidden: User \"viewer\" cannot list resource \"pods\" in API group \"\" in the namespace \"kube-system\""
+        ),
+        e => panic!("{e}"),
+    }
+
+    let editor = server.client_as("editor", &[]).await.unwrap();
+    bind(
+        &admin,
+        "default",
+        "editor-edit",
+        "ClusterRole",
+        "edit",
+        "editor",
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(editor.clone(), "default");
+    eventually("edit to apply", || async {
+        cms.create(&PostParams::default(), &config_map("y"))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert_eq!(
+        code(
+            Api::<Secret>::namespaced(editor.clone(), "default")
+                .get("s")
+                .await
+        ),
+        200
+    );
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "sneaky"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "User", "name": "friend"}]
+    }))
+    .unwrap();
+    assert_eq!(
+        code(
+            Api::<RoleBinding>::namespaced(editor, "default")
+                .create(&PostParams::default(), &rb)
+                .await
+        ),
+        403
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn escalation_is_prevented_unless_escalate_or_bind_is_granted() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    // `admin` in the namespace may manage roles and bindings there.
+    bind(&admin, "default", "nsadmin", "ClusterRole", "admin", "boss").await;
+    let boss = server.client_as("boss", &[]).await.unwrap();
+    let roles = Api::<Role>::namespaced(boss.clone(), "default");
+    let role = |name: &str, resource: &str| -> Role {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": [resource], "verbs": ["get"]}]}))
+        .unwrap()
+    };
+    eventually("admin to apply", || async {
+        roles
+            .create(&PostParams::default(), &role("ok", "pods"))
+            .await
+            .is_ok()
+    })
+    .await;
+    // Nodes are not in `admin`: granting them is an escalation.
+    let err = roles
+        .create(&PostParams::default(), &role("grab", "nodes"))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 403);
+            assert!(
+                s.message.starts_with("roles.rbac.authorization.k8s.io \"grab\" is forbidden: user \"boss\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:"),
+                "{}",
+                s.message
+            );
+        }
+        e => panic!("{e}"),
+    }
+    // Binding cluster-admin in the namespace is an escalation too.
+    let rb = |name: &str, role: &str| -> RoleBinding {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "name": "boss"}]}))
+        .unwrap()
+    };
+    let bindings = Api::<RoleBinding>::namespaced(boss.clone(), "default");
+    assert_eq!(
+        code(
+            bindings
+                .create(&PostParams::default(), &rb("up", "cluster-admin"))
+                .await
+        ),
+        403
+    );
+    // Binding what one holds is fine.
+    assert_eq!(
+        code(
+            bindings
+                .create(&PostParams::default(), &rb("down", "view"))
+                .await
+        ),
+        200
+    );
+    // With `escalate` and `bind` granted, both go through.
+    let grant: ClusterRole = serde_json::from_value(json!({"metadata": {"name": "escalator"},
+        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "clusterroles"],
+                   "verbs": ["escalate", "bind"]}]}))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &grant)
+        .await
+        .unwrap();
+    bind(
+        &admin,
+        "default",
+        "escalator",
+        "ClusterRole",
+        "escalator",
+        "boss",
+    )
+    .await;
+    eventually("escalate to apply", || async {
+        roles
+            .create(&PostParams::default(), &role("grab", "nodes"))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert_eq!(
+        code(
+            bindings
+                .create(&PostParams::default(), &rb("up", "cluster-admin"))
+                .await
+        ),
+        200
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn aggregated_roles_follow_labelled_cluster_roles_and_bootstrap_is_reconciled() {
+    let mut server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let crs = Api::<ClusterRole>::all(admin.clone());
+    let view = crs.get("view").await.unwrap();
+    assert!(view.aggregation_rule.is_some());
+    let has = |name: &'static str, resource: &'static str| {
+        let crs = crs.clone();
+        async move {
+            crs.get(name)
+                .await
+                .unwrap()
+                .rules
+                .unwrap_or_default()
+                .iter()
+                .any(|r| {
+                    r.resources
+                        .as_deref()
+                        .unwrap_or_default()
+                        .contains(&resource.to_string())
+                })
+        }
+    };
+    eventually("view aggregated at start", || has("view", "pods")).await;
+    let cluster_admin = crs.get("cluster-admin").await.unwrap();
+    assert_eq!(
+        cluster_admin.metadata.annotations.unwrap()["rbac.authorization.kubernetes.io/autoupdate"],
+        "true"
+    );
+    let widget: ClusterRole = serde_json::from_value(json!({"metadata": {"name": "widgets-view",
+            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+        "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get"]}]}))
+    .unwrap();
+    crs.create(&PostParams::default(), &widget).await.unwrap();
+    // view, and through view's label edit and admin.
+    for role in ["view", "edit", "admin"] {
+        eventually(role, || has(role, "widgets")).await;
+    }
+    crs.delete("widgets-view", &Default::default())
+        .await
+        .unwrap();
+    eventually("widgets gone", || async { !has("view", "widgets").await }).await;
+
+    // A removed bootstrap rule comes back on restart; an opted-out role is left alone.
+    crs.patch(
+        "system:discovery",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"rules": [{"nonResourceURLs": ["/api"], "verbs": ["get"]}]})),
+    )
+    .await
+    .unwrap();
+    crs.patch(
+        "system:monitoring",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"rbac.authorization.kubernetes.io/autoupdate": "false"}},
+            "rules": []})),
+    )
+    .await
+    .unwrap();
+    server.restart().await.unwrap();
+    let urls = |r: ClusterRole| -> Vec<String> {
+        r.rules
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|r| r.non_resource_urls.unwrap_or_default())
+            .collect()
+    };
+    let discovery = urls(crs.get("system:discovery").await.unwrap());
+    assert!(discovery.contains(&"/healthz".to_string()), "{discovery:?}");
+    assert!(urls(crs.get("system:monitoring").await.unwrap()).is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn node_authorizer_and_node_restriction() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    for name in ["mine", "other"] {
+        Api::<Secret>::namespaced(admin.clone(), "default")
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": name}, "stringData": {"a": "b"}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "busybox",
+            "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "a"}}}]}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let node_a = server
+        .client_as("system:node:node-a", &["system:nodes"])
+        .await
+        .unwrap();
+    let node_b = server
+        .client_as("system:node:node-b", &["system:nodes"])
+        .await
+        .unwrap();
+    let secrets_a = Api::<Secret>::namespaced(node_a.clone(), "default");
+    eventually("the pod to reach the cache", || async {
+        secrets_a.get("mine").await.is_ok()
+    })
+    .await;
+    assert_eq!(code(secrets_a.get("other").await), 403);
+    assert_eq!(code(secrets_a.list(&ListParams::default()).await), 403);
+    assert_eq!(
+        code(
+            Api::<Secret>::namespaced(node_b.clone(), "default")
+                .get("mine")
+                .await
+        ),
+        403
+    );
+    // Pods: reading is fine for any node; status only for its own pods.
+    let pods_b = Api::<Pod>::namespaced(node_b.clone(), "default");
+    assert_eq!(code(pods_b.get("p").await), 200);
+    let status = Patch::Merge(json!({"status": {"message": "hi"}}));
+    assert_eq!(
+        code(
+            pods_b
+                .patch_status("p", &PatchParams::default(), &status)
+                .await
+        ),
+        403
+    );
+    let pods_a = Api::<Pod>::namespaced(node_a.clone(), "default");
+    assert_eq!(
+        code(
+            pods_a
+                .patch_status("p", &PatchParams::default(), &status)
+                .await
+        ),
+        200
+    );
+    assert_eq!(code(pods_b.delete("p", &Default::default()).await), 403);
+    // Nodes: only its own.
+    let nodes_b = Api::<k8s_openapi::api::core::v1::Node>::all(node_b.clone());
+    let node = |n: &str| -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({"metadata": {"name": n}})).unwrap()
+    };
+    assert_eq!(
+        code(
+            nodes_b
+                .create(&PostParams::default(), &node("node-a"))
+                .await
+        ),
+        403
+    );
+    assert_eq!(
+        code(
+            nodes_b
+                .create(&PostParams::default(), &node("node-b"))
+                .await
+        ),
+        200
+    );
+    // Not a mirror pod: a node may not create it.
+    let mut own = pod.clone();
+    own.metadata.name = Some("q".into());
+    own.spec.as_mut().unwrap().node_name = Some("node-b".into());
+    assert_eq!(code(pods_b.create(&PostParams::default(), &own).await), 403);
+    server.stop().await;
+}
