@@ -1,0 +1,145 @@
+//! The running proxy (`run::run`: informers -> proxier -> nft) against a real apiserver
+//! (TestApiServer), programming a table in a throwaway network namespace: a Service and
+//! its EndpointSlice become rules; deleting the slice turns them into a reject; a
+//! Service another proxy implements is ignored. Needs root for the namespace; without
+//! root it says so and checks nothing.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ferrokube_proxy::net::{IpFamily, parse_cidrs};
+use ferrokube_proxy::nft::Nft;
+use ferrokube_proxy::rules::ProxyConfig;
+use ferrokube_proxy::run::{RunConfig, run};
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn not_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() != "0")
+        .unwrap_or(true)
+}
+
+/// Polls the table listing until `pred` holds (at most 30 s).
+async fn wait_for(nft: &Nft, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = nft.list(IpFamily::V4).await.unwrap_or_default();
+        if pred(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}; table:\n{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
+    if not_root() {
+        eprintln!("not root: network namespaces unavailable, nothing checked");
+        return Ok(());
+    }
+    let server = TestApiServer::start().await?;
+    let ns = Netns(format!("fkp-informers-{}", std::process::id()));
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &ns.0])
+            .status()?
+            .success()
+    );
+    let nft = Nft::with_command(
+        ["ip", "netns", "exec", &ns.0, "nft"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    );
+    let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
+    cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").map_err(anyhow::Error::msg)?;
+    let cancel = CancellationToken::new();
+    let proxy = tokio::spawn(run(
+        server.client.clone(),
+        RunConfig {
+            proxies: vec![cfg],
+            sync_period: Duration::from_secs(30),
+            min_sync_period: Duration::from_millis(100),
+            healthz_addr: None,
+            metrics_addr: None,
+            nft: nft.clone(),
+        },
+        cancel.clone(),
+    ));
+
+    let services: Api<Service> = Api::namespaced(server.client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(server.client.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }))?;
+    let svc = services.create(&PostParams::default(), &svc).await?;
+    let ip = svc
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("allocated ClusterIP");
+    let other: Service = serde_json::from_value(json!({
+        "metadata": {"name": "other", "labels": {"service.kubernetes.io/service-proxy-name": "x"}},
+        "spec": {"ports": [{"port": 80}]},
+    }))?;
+    let other = services.create(&PostParams::default(), &other).await?;
+    let other_ip = other
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("allocated ClusterIP");
+
+    // No endpoints yet: rejected.
+    let reject = format!("{ip} . tcp . 80 comment \"default/web:http\" : goto reject-chain");
+    wait_for(&nft, "the reject element", |t| t.contains(&reject)).await;
+
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a", "conditions": {"ready": true}}],
+    }))?;
+    slices.create(&PostParams::default(), &slice).await?;
+    let table = wait_for(&nft, "the service element", |t| {
+        t.contains(&format!("{ip} . tcp . 80 : goto service-"))
+    })
+    .await;
+    assert!(table.contains("dnat to 10.244.0.5:8080"), "{table}");
+    assert!(
+        !table.contains(&other_ip),
+        "another proxy's Service is ignored:\n{table}"
+    );
+
+    slices.delete("web-1", &DeleteParams::default()).await?;
+    wait_for(&nft, "the reject element again", |t| {
+        t.contains(&reject) && !t.contains("dnat to 10.244.0.5")
+    })
+    .await;
+
+    services.delete("web", &DeleteParams::default()).await?;
+    wait_for(&nft, "the Service's rules to go", |t| !t.contains(&ip)).await;
+
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(30), proxy).await???;
+    nft.cleanup().await?;
+    drop(ns);
+    server.stop().await;
+    Ok(())
+}
