@@ -77,9 +77,17 @@ struct Opts {
     /// How often the node status is computed (Go duration).
     #[arg(long = "node-status-update-frequency")]
     node_status_update_frequency: Option<String>,
-    /// The kubelet API port advertised in daemonEndpoints (the HTTPS server is not served yet).
+    /// The HTTPS kubelet API port (logs, exec, attach, port-forward; 0 disables), advertised
+    /// in the node's daemonEndpoints [default: 10250].
     #[arg(long = "port")]
     port: Option<i32>,
+    /// The serving certificate of --port (PEM, chain allowed); without it a self-signed
+    /// one is made in <root-dir>/pki.
+    #[arg(long = "tls-cert-file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file.
+    #[arg(long = "tls-private-key-file")]
+    tls_private_key_file: Option<PathBuf>,
     /// The port of the plain-HTTP /healthz endpoint (0 disables).
     #[arg(long = "healthz-port")]
     healthz_port: Option<u16>,
@@ -89,13 +97,13 @@ struct Opts {
     /// The read-only port (/healthz, /pods) without authentication (0 disables).
     #[arg(long = "read-only-port")]
     read_only_port: Option<u16>,
-    /// The address of the read-only port.
+    /// The address of the HTTPS port and the read-only port.
     #[arg(long = "address", default_value = "0.0.0.0")]
     address: IpAddr,
     /// Accepted for compatibility: the sandbox image is containerd's `sandbox_image`.
     #[arg(long = "pod-infra-container-image")]
     pod_infra_container_image: Option<String>,
-    /// Accepted for compatibility: the HTTPS kubelet API (:10250) is not served yet.
+    /// Clients of --port must present a certificate signed by this CA.
     #[arg(long = "client-ca-file")]
     client_ca_file: Option<PathBuf>,
     /// Accepted for compatibility: swap is not checked.
@@ -230,6 +238,8 @@ async fn main() -> anyhow::Result<()> {
         cfg.node_lease_duration_seconds = l;
     }
     cfg.kubelet_port = opts.port.or(file.port).unwrap_or(10250);
+    let cfg_port = cfg.kubelet_port;
+    let node_ips_for_cert = node_ips.clone();
 
     let mut node = NodeConfig::new(node_name.clone());
     node.node_ips = node_ips;
@@ -299,6 +309,45 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("--healthz-port")?;
         tracing::info!(%addr, "serving /healthz");
+        servers.push(t);
+    }
+    if cfg_port != 0 {
+        let port = u16::try_from(cfg_port).with_context(|| format!("--port={cfg_port}"))?;
+        let (cert, key) = match (&opts.tls_cert_file, &opts.tls_private_key_file) {
+            (Some(c), Some(k)) => (c.clone(), k.clone()),
+            (None, None) => {
+                let ips: Vec<IpAddr> = node_ips_for_cert
+                    .iter()
+                    .filter_map(|i| i.parse().ok())
+                    .collect();
+                ferrokube_kubelet::server::ensure_self_signed(&opts.root_dir, &hostname, &ips)?
+            }
+            _ => bail!("--tls-cert-file and --tls-private-key-file go together"),
+        };
+        let read = |p: &PathBuf| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let client_ca = match &opts.client_ca_file {
+            Some(p) => Some(read(p)?),
+            None => {
+                tracing::warn!("no --client-ca-file: the kubelet API on --port accepts any client");
+                None
+            }
+        };
+        let tls = ferrokube_kubelet::server::tls_config(
+            &read(&cert)?,
+            &read(&key)?,
+            client_ca.as_deref(),
+        )?;
+        let (addr, t) = ferrokube_kubelet::server::bind_tls(
+            SocketAddr::new(opts.address, port),
+            kubelet.clone(),
+            tls,
+            cancel.clone(),
+        )
+        .await
+        .context("--port")?;
+        tracing::info!(%addr, "serving the kubelet API (HTTPS)");
         servers.push(t);
     }
     let ro = opts.read_only_port.or(file.read_only_port).unwrap_or(0);

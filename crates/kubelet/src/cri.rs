@@ -260,6 +260,26 @@ impl CriClient {
         }))
     }
 
+    /// Prepares a streaming exec; the runtime answers with the URL of its streaming server
+    /// that serves it (the kubelet proxies the client's upgrade there).
+    pub async fn exec(&self, req: cri::ExecRequest) -> Result<String> {
+        Ok(rpc!(self.runtime.exec(req))?.url)
+    }
+
+    /// Prepares a streaming attach; returns the streaming server's URL.
+    pub async fn attach(&self, req: cri::AttachRequest) -> Result<String> {
+        Ok(rpc!(self.runtime.attach(req))?.url)
+    }
+
+    /// Prepares a port forward into the sandbox's network namespace; returns the URL.
+    pub async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        Ok(rpc!(self.runtime.port_forward(cri::PortForwardRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            port: ports,
+        }))?
+        .url)
+    }
+
     /// The image's status; `None` when the runtime does not have it.
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
         let r = rpc!(self.images.image_status(cri::ImageStatusRequest {

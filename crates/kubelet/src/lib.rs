@@ -21,7 +21,9 @@
 //!   statvfs), [`status_manager`] (pods/status only when changed), [`kubelet`] (node
 //!   registration/status/Lease loops, pod workers on an informer + PLEG, graceful
 //!   deletion, orphan cleanup), [`kubeletconfig`] (`KubeletConfiguration` v1beta1),
-//!   [`server`] (plain-HTTP healthz and read-only port).
+//!   [`server`] (plain-HTTP healthz and read-only port; the HTTPS kubelet API on
+//!   `--port`), [`logs`] (CRI log files and `PodLogOptions`), [`streaming`] (exec,
+//!   attach and port-forward handed to the runtime's streaming server).
 
 pub mod actions;
 pub mod backoff;
@@ -32,6 +34,7 @@ pub mod cri;
 pub mod env;
 pub mod kubelet;
 pub mod kubeletconfig;
+pub mod logs;
 pub mod lifecycle;
 pub mod machine;
 pub mod node;
@@ -46,6 +49,7 @@ pub mod sandbox;
 pub mod server;
 pub mod status;
 pub mod status_manager;
+pub mod streaming;
 
 pub use config::{HostDns, NodeConfig};
 pub use cri::{CriClient, CriError};

@@ -1,15 +1,36 @@
-//! The kubelet's plain-HTTP endpoints: `--healthz-port` (`/healthz`) and, when
-//! `--read-only-port` is set, the read-only server (`/healthz`, `/pods`).
+//! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`):
+//! - `--healthz-port` (plain HTTP): `/healthz`;
+//! - `--read-only-port` (plain HTTP, no authentication): `/healthz`, `/pods`;
+//! - `--port` (HTTPS, 10250; client certificates verified against `--client-ca-file`):
+//!   `/healthz`, `/pods`, `/containerLogs/{ns}/{pod}/{container}` (see [`crate::logs`]),
+//!   `/exec/...`, `/attach/...` and `/portForward/...` (see [`crate::streaming`]).
+//!
+//! The apiserver reaches the HTTPS port for `pods/log`, `pods/exec`, `pods/attach` and
+//! `pods/portforward`; every client of it must present a certificate the client CA
+//! signed (authorization is "any verified client", as `--authorization-mode=AlwaysAllow`).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
 use crate::kubelet::Kubelet;
+use crate::logs::{LogOptions, stream_log_file};
+use crate::sandbox::{name, namespace, pod_log_dir, spec, uid};
+use crate::status::{RuntimeContainer, RuntimeState};
+use crate::streaming::{
+    Body, CHANNEL_V4, CHANNEL_V5, is_upgrade, is_websocket, offered_subprotocols, proxy_to_runtime,
+    text,
+};
 
 /// Which paths a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,67 +39,616 @@ pub enum Endpoints {
     Healthz,
     /// `/healthz` and `/pods` (a PodList of the pods bound to this node).
     ReadOnly,
+    /// The kubelet API: read-only paths plus logs, exec, attach and port-forward.
+    Api,
 }
 
-fn respond(kubelet: &Kubelet, which: Endpoints, path: &str) -> (u16, &'static str, String) {
-    match path {
-        "/healthz" => (200, "text/plain; charset=utf-8", "ok".into()),
-        "/pods" | "/pods/" if which == Endpoints::ReadOnly => {
-            let list = serde_json::json!({
+/// Errors setting up the HTTPS server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("self-signed serving certificate: {0}")]
+    SelfSigned(String),
+}
+
+/// The rustls configuration of the HTTPS port: serving cert (PEM, chain allowed) and
+/// key; with a client CA every client must present a certificate it signed. HTTP/1.1
+/// only (upgrades for exec/attach/port-forward are HTTP/1.1).
+pub fn tls_config(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca_pem: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls(&format!("certificate: {e}")))?;
+    if certs.is_empty() {
+        return Err(ServerError::Tls("no certificate in the PEM".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| tls(&format!("private key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?;
+    let builder = match client_ca_pem {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots
+                    .add(c.map_err(|e| tls(&format!("client CA: {e}")))?)
+                    .map_err(|e| tls(&format!("client CA: {e}")))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|e| tls(&format!("client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(certs, key).map_err(|e| tls(&e))?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// Upstream's fallback when no `--tls-cert-file` is given: a self-signed CA and a
+/// serving certificate for the hostname and node IPs, kept in `<root-dir>/pki`
+/// (`kubelet.crt` holds the serving cert and its CA). Reused when present.
+pub fn ensure_self_signed(
+    root_dir: &Path,
+    hostname: &str,
+    ips: &[IpAddr],
+) -> Result<(PathBuf, PathBuf), ServerError> {
+    let dir = root_dir.join("pki");
+    let cert = dir.join("kubelet.crt");
+    let key = dir.join("kubelet.key");
+    if cert.exists() && key.exists() {
+        return Ok((cert, key));
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ServerError::Io { path, source }
+    };
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let ca = ferrokube_pki::CertificateAuthority::generate(&format!("{hostname}-ca@{stamp}"))
+        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+    let mut dns = vec![hostname.to_owned()];
+    if hostname != "localhost" {
+        dns.push("localhost".into());
+    }
+    let issued = ca
+        .issue_serving_cert(
+            &format!("{hostname}@{stamp}"),
+            &dns,
+            ips,
+            ferrokube_pki::Validity::leaf_default(),
+        )
+        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+    write_private(&key, &issued.key_pem).map_err(io(&key))?;
+    std::fs::write(&cert, format!("{}{}", issued.cert_pem, ca.cert_pem())).map_err(io(&cert))?;
+    Ok((cert, key))
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(contents.as_bytes())
+}
+
+fn json(code: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let mut r = text(code, v.to_string());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn not_found() -> Response<Body> {
+    text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+/// One request, routed by path.
+async fn handle(kubelet: Arc<Kubelet>, which: Endpoints, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let api = which == Endpoints::Api;
+    match segs.as_slice() {
+        ["healthz"] => text(StatusCode::OK, "ok"),
+        ["pods"] if which != Endpoints::Healthz => json(
+            StatusCode::OK,
+            &serde_json::json!({
                 "kind": "PodList",
                 "apiVersion": "v1",
                 "metadata": {},
                 "items": kubelet.pods(),
-            });
-            (200, "application/json", list.to_string())
-        }
-        _ => (
-            404,
-            "text/plain; charset=utf-8",
-            "404 page not found\n".into(),
+            }),
         ),
+        ["containerLogs", ns, pod, container] if api => {
+            let q = req.uri().query().map(str::to_owned);
+            container_logs(&kubelet, ns, pod, container, q.as_deref()).await
+        }
+        ["exec", ns, pod, container] | ["exec", ns, pod, _, container] if api => {
+            let (ns, pod, container) = (ns.to_string(), pod.to_string(), container.to_string());
+            exec_or_attach(&kubelet, req, &ns, &pod, &container, Stream::Exec).await
+        }
+        ["attach", ns, pod, container] | ["attach", ns, pod, _, container] if api => {
+            let (ns, pod, container) = (ns.to_string(), pod.to_string(), container.to_string());
+            exec_or_attach(&kubelet, req, &ns, &pod, &container, Stream::Attach).await
+        }
+        ["portForward", ns, pod] | ["portForward", ns, pod, _] if api => {
+            let (ns, pod) = (ns.to_string(), pod.to_string());
+            port_forward(&kubelet, req, &ns, &pod).await
+        }
+        _ => not_found(),
     }
 }
 
-/// Binds `addr` and serves until `cancel`; the bound address is returned once listening.
+fn find_pod(kubelet: &Kubelet, ns: &str, pod_name: &str) -> Option<Pod> {
+    kubelet
+        .pods()
+        .into_iter()
+        .find(|p| namespace(p) == ns && name(p) == pod_name)
+}
+
+fn pod_not_found(ns: &str, pod: &str) -> Response<Body> {
+    text(
+        StatusCode::NOT_FOUND,
+        format!("pod \"{ns}/{pod}\" does not exist on this node"),
+    )
+}
+
+fn has_container(pod: &Pod, container: &str) -> bool {
+    let s = spec(pod);
+    s.containers.iter().any(|c| c.name == container)
+        || s.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == container)
+        || s.ephemeral_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == container)
+}
+
+/// The runtime's instances of one container of the pod, newest first.
+async fn instances(
+    kubelet: &Kubelet,
+    pod: &Pod,
+    container: &str,
+) -> Result<Vec<RuntimeContainer>, Response<Body>> {
+    let rt = kubelet
+        .runtime()
+        .runtime_pod(uid(pod))
+        .await
+        .map_err(|e| text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(rt
+        .containers
+        .into_iter()
+        .filter(|c| c.name == container)
+        .collect())
+}
+
+async fn container_logs(
+    kubelet: &Arc<Kubelet>,
+    ns: &str,
+    pod_name: &str,
+    container: &str,
+    query: Option<&str>,
+) -> Response<Body> {
+    let opts = match LogOptions::from_query(query, jiff::Timestamp::now()) {
+        Ok(o) => o,
+        Err(e) => {
+            return text(
+                StatusCode::from_u16(e.code()).unwrap_or(StatusCode::BAD_REQUEST),
+                e.to_string(),
+            );
+        }
+    };
+    let Some(pod) = find_pod(kubelet, ns, pod_name) else {
+        return pod_not_found(ns, pod_name);
+    };
+    if !has_container(&pod, container) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("container \"{container}\" not found in pod \"{ns}/{pod_name}\""),
+        );
+    }
+    let found = match instances(kubelet, &pod, container).await {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let instance = if opts.previous {
+        match found.get(1) {
+            Some(i) => i,
+            None => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "previous terminated container \"{container}\" in pod \"{pod_name}\" not found"
+                    ),
+                );
+            }
+        }
+    } else {
+        match found.first() {
+            Some(i) => i,
+            None => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "container \"{container}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating"
+                    ),
+                );
+            }
+        }
+    };
+    let cri_client = kubelet.runtime().cri().clone();
+    let path = match cri_client.container_status(&instance.id).await {
+        Ok(s) if !s.log_path.is_empty() => PathBuf::from(s.log_path),
+        _ => pod_log_dir(kubelet.runtime().node(), &pod)
+            .join(container)
+            .join(format!("{}.log", instance.restart_count)),
+    };
+    if !path.exists() {
+        // The runtime was asked for no log file, or it is gone: nothing to show.
+        return text(StatusCode::OK, "");
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let id = instance.id.clone();
+    tokio::spawn(async move {
+        let running = move || {
+            let cri_client = cri_client.clone();
+            let id = id.clone();
+            async move {
+                matches!(
+                    cri_client
+                        .container_status(&id)
+                        .await
+                        .map(|s| RuntimeState::from(s.state)),
+                    Ok(RuntimeState::Running)
+                )
+            }
+        };
+        if let Err(e) = stream_log_file(path.clone(), opts, tx, running).await {
+            tracing::debug!(path = %path.display(), error = %e, "reading container log");
+        }
+    });
+    let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    }));
+    let mut r = Response::new(body.boxed());
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Exec,
+    Attach,
+}
+
+/// `stdin`, `stdout`, `stderr`, `tty` and `command` of an exec/attach URL (the
+/// apiserver writes `1`; `true` is accepted too).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamOptions {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+    pub command: Vec<String>,
+}
+
+impl StreamOptions {
+    pub fn from_query(query: Option<&str>) -> StreamOptions {
+        let mut o = StreamOptions::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = crate::logs::percent_decode(v);
+            let on = matches!(v.as_str(), "1" | "true" | "True" | "TRUE");
+            match crate::logs::percent_decode(k).as_str() {
+                "stdin" | "input" => o.stdin = on,
+                "stdout" | "output" => o.stdout = on,
+                "stderr" | "error" => o.stderr = on,
+                "tty" => o.tty = on,
+                "command" => o.command.push(v),
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// A WebSocket upgrade whose only channel protocol on offer is v5 (kubectl 1.30+).
+fn v5_only(headers: &hyper::HeaderMap) -> bool {
+    let offered = offered_subprotocols(headers);
+    is_websocket(headers)
+        && offered.iter().any(|p| p == CHANNEL_V5)
+        && !offered
+            .iter()
+            .any(|p| p.contains("channel.k8s.io") && p != CHANNEL_V5)
+}
+
+async fn exec_or_attach(
+    kubelet: &Arc<Kubelet>,
+    req: Request<Incoming>,
+    ns: &str,
+    pod_name: &str,
+    container: &str,
+    kind: Stream,
+) -> Response<Body> {
+    if !is_upgrade(req.headers()) {
+        return text(StatusCode::BAD_REQUEST, "Upgrade request required");
+    }
+    let o = StreamOptions::from_query(req.uri().query());
+    if kind == Stream::Exec && o.command.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "you must specify a command");
+    }
+    if !(o.stdin || o.stdout || o.stderr) {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        );
+    }
+    if o.stdin && v5_only(req.headers()) {
+        // The runtime's v4 WebSocket cannot end stdin (v5's CLOSE signal), so a piped
+        // `kubectl exec -i` would never see EOF. Refusing the upgrade makes kubectl fall
+        // back to SPDY, whose streams half-close; both reach the runtime unchanged.
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "stdin over {CHANNEL_V5} is not supported by this node's runtime; \
+                 use SPDY/3.1 or {CHANNEL_V4}"
+            ),
+        );
+    }
+    let Some(pod) = find_pod(kubelet, ns, pod_name) else {
+        return pod_not_found(ns, pod_name);
+    };
+    if !has_container(&pod, container) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("container \"{container}\" not found in pod \"{ns}/{pod_name}\""),
+        );
+    }
+    let found = match instances(kubelet, &pod, container).await {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let Some(running) = found.iter().find(|c| c.state == RuntimeState::Running) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("container \"{container}\" in pod \"{ns}/{pod_name}\" is not running"),
+        );
+    };
+    // A TTY merges stderr into stdout; the runtime refuses both.
+    let stderr = o.stderr && !o.tty;
+    let cri_client = kubelet.runtime().cri();
+    let url = match kind {
+        Stream::Exec => {
+            cri_client
+                .exec(cri::ExecRequest {
+                    container_id: running.id.clone(),
+                    cmd: o.command,
+                    tty: o.tty,
+                    stdin: o.stdin,
+                    stdout: o.stdout,
+                    stderr,
+                })
+                .await
+        }
+        Stream::Attach => {
+            cri_client
+                .attach(cri::AttachRequest {
+                    container_id: running.id.clone(),
+                    stdin: o.stdin,
+                    tty: o.tty,
+                    stdout: o.stdout,
+                    stderr,
+                })
+                .await
+        }
+    };
+    match url {
+        Ok(url) => proxy_to_runtime(req, &url).await,
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn port_forward(
+    kubelet: &Arc<Kubelet>,
+    req: Request<Incoming>,
+    ns: &str,
+    pod_name: &str,
+) -> Response<Body> {
+    if !is_upgrade(req.headers()) {
+        return text(StatusCode::BAD_REQUEST, "Upgrade request required");
+    }
+    let Some(pod) = find_pod(kubelet, ns, pod_name) else {
+        return pod_not_found(ns, pod_name);
+    };
+    let rt = match kubelet.runtime().runtime_pod(uid(&pod)).await {
+        Ok(rt) => rt,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let Some(sandbox) = rt.sandboxes.iter().find(|s| s.ready) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("pod \"{ns}/{pod_name}\" has no running sandbox"),
+        );
+    };
+    let ports: Vec<i32> = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.strip_prefix("port="))
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    match kubelet
+        .runtime()
+        .cri()
+        .port_forward(&sandbox.id, ports)
+        .await
+    {
+        Ok(url) => proxy_to_runtime(req, &url).await,
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn serve_one<S>(stream: S, kubelet: Arc<Kubelet>, which: Endpoints)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let k = kubelet.clone();
+        async move { Ok::<_, Infallible>(handle(k, which, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await;
+}
+
+/// Binds `addr` and serves plain HTTP until `cancel`; the bound address is returned
+/// once listening.
 pub async fn bind(
     addr: SocketAddr,
     kubelet: Arc<Kubelet>,
     which: Endpoints,
     cancel: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve(addr, kubelet, which, None, cancel).await
+}
+
+/// Binds `addr` and serves the kubelet API over TLS until `cancel`.
+pub async fn bind_tls(
+    addr: SocketAddr,
+    kubelet: Arc<Kubelet>,
+    tls: Arc<rustls::ServerConfig>,
+    cancel: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve(addr, kubelet, Endpoints::Api, Some(tls), cancel).await
+}
+
+async fn serve(
+    addr: SocketAddr,
+    kubelet: Arc<Kubelet>,
+    which: Endpoints,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    cancel: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let task = tokio::spawn(async move {
         loop {
-            let (stream, _) = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 _ = cancel.cancelled() => return,
                 r = listener.accept() => match r {
                     Ok(x) => x,
-                    Err(_) => continue,
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
                 },
             };
+            let _ = stream.set_nodelay(true);
             let k = kubelet.clone();
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (code, ct, body) = respond(&k, which, req.uri().path());
-                        async move {
-                            Ok::<_, Infallible>(
-                                hyper::Response::builder()
-                                    .status(code)
-                                    .header("content-type", ct)
-                                    .body(Full::new(Bytes::from(body)))
-                                    .unwrap_or_default(),
-                            )
+                match acceptor {
+                    None => serve_one(stream, k, which).await,
+                    Some(a) => {
+                        let handshake = tokio::time::timeout(
+                            std::time::Duration::from_secs(10),
+                            a.accept(stream),
+                        )
+                        .await;
+                        match handshake {
+                            Ok(Ok(tls)) => serve_one(tls, k, which).await,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed")
+                            }
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
+                    }
+                }
             });
         }
     });
     Ok((local, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_options_from_query() {
+        let o = StreamOptions::from_query(Some(
+            "command=cat&command=%2Fetc%2Fhostname&stdout=1&stderr=true&tty=0",
+        ));
+        assert_eq!(
+            o,
+            StreamOptions {
+                stdin: false,
+                stdout: true,
+                stderr: true,
+                tty: false,
+                command: vec!["cat".into(), "/etc/hostname".into()],
+            }
+        );
+        assert_eq!(StreamOptions::from_query(None), StreamOptions::default());
+        let o = StreamOptions::from_query(Some("input=1&output=1&tty=1&command=sh+-c"));
+        assert!(o.stdin && o.stdout && o.tty && !o.stderr);
+        assert_eq!(o.command, ["sh -c"]);
+    }
+
+    #[test]
+    fn tls_config_needs_a_certificate() {
+        assert!(matches!(tls_config("", "", None), Err(ServerError::Tls(_))));
+    }
+
+    #[test]
+    fn self_signed_is_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ips = [IpAddr::from([127, 0, 0, 1])];
+        let (cert, key) = ensure_self_signed(dir.path(), "node-a", &ips).unwrap();
+        let cert_pem = std::fs::read_to_string(&cert).unwrap();
+        let key_pem = std::fs::read_to_string(&key).unwrap();
+        assert_eq!(cert_pem.matches("BEGIN CERTIFICATE").count(), 2);
+        tls_config(&cert_pem, &key_pem, None).expect("usable for TLS");
+        ensure_self_signed(dir.path(), "node-a", &ips).unwrap();
+        assert_eq!(std::fs::read_to_string(&cert).unwrap(), cert_pem, "reused");
+        let info = ferrokube_pki::CertInfo::from_pem(&cert_pem).unwrap();
+        assert!(info.dns_sans.contains(&"node-a".to_string()));
+        assert!(info.ip_sans.contains(&ips[0]));
+    }
 }
