@@ -36,6 +36,15 @@ struct Args {
     /// Static bearer tokens (CSV: token,user,uid,"group1,group2").
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Client certificate the apiserver presents to kubelets.
+    #[arg(long)]
+    kubelet_client_certificate: Option<PathBuf>,
+    /// Key of --kubelet-client-certificate.
+    #[arg(long)]
+    kubelet_client_key: Option<PathBuf>,
+    /// CA that kubelet serving certificates must chain to (unset: not verified).
+    #[arg(long)]
+    kubelet_certificate_authority: Option<PathBuf>,
     /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
     /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
     #[arg(long, default_value = "Node,RBAC")]
@@ -91,6 +100,9 @@ async fn main() -> anyhow::Result<()> {
     opts.secure_port = args.secure_port;
     opts.client_ca_file = args.client_ca_file;
     opts.token_auth_file = args.token_auth_file;
+    opts.kubelet_client_certificate = args.kubelet_client_certificate;
+    opts.kubelet_client_key = args.kubelet_client_key;
+    opts.kubelet_certificate_authority = args.kubelet_certificate_authority;
     opts.authorization_modes =
         ferrokube_apiserver::AuthorizationMode::parse_list(&args.authorization_mode)
             .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;

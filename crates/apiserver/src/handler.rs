@@ -37,6 +37,7 @@ pub(crate) struct State {
     pub registry: Arc<Registry>,
     pub authenticator: Arc<dyn Authenticator>,
     pub authorizer: Arc<dyn Authorizer>,
+    pub kubelet: Arc<crate::proxy::KubeletClient>,
     pub security: Arc<crate::security::ClusterState>,
     pub advertise: String,
     pub max_body: usize,
@@ -297,6 +298,9 @@ async fn route(
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
+    if let Some((ns, name, kind)) = crate::proxy::proxied_pod_subresource(&segs) {
+        return crate::proxy::pod_subresource(state, req, ns, name, kind).await;
+    }
     let get = req.method() == Method::GET;
     match segs.as_slice() {
         ["metrics"] if get => {

@@ -15,6 +15,7 @@ mod handler;
 mod metrics;
 mod openapi;
 mod output;
+mod proxy;
 mod security;
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ use tokio::task::JoinHandle;
 
 pub use ferrokube_auth::AuthorizationMode;
 pub use metrics::Metrics;
+pub use proxy::{KubeletClient, KubeletClientError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -50,6 +52,8 @@ pub struct Config {
     pub tls: Arc<rustls::ServerConfig>,
     pub authenticator: Arc<dyn Authenticator>,
     pub authorizer: Arc<dyn Authorizer>,
+    /// How pods/log, exec, attach and portforward reach kubelets.
+    pub kubelet: Arc<KubeletClient>,
     /// `host:port` clients are told in `/api`'s serverAddressByClientCIDRs.
     pub advertise: String,
     /// Largest request body (upstream: 3 MiB).
@@ -146,6 +150,7 @@ impl Server {
             registry: config.registry,
             authenticator: config.authenticator,
             authorizer: config.authorizer,
+            kubelet: config.kubelet,
             security: config.security,
             advertise: config.advertise,
             max_body: config.max_body_bytes,
@@ -249,6 +254,13 @@ pub struct Options {
     pub tls_private_key_file: std::path::PathBuf,
     pub client_ca_file: Option<std::path::PathBuf>,
     pub token_auth_file: Option<std::path::PathBuf>,
+    /// `--kubelet-client-certificate` / `--kubelet-client-key`: how the apiserver
+    /// authenticates to kubelets.
+    pub kubelet_client_certificate: Option<std::path::PathBuf>,
+    pub kubelet_client_key: Option<std::path::PathBuf>,
+    /// `--kubelet-certificate-authority`: the CA kubelet serving certificates chain to
+    /// (unset: not verified, as upstream).
+    pub kubelet_certificate_authority: Option<std::path::PathBuf>,
     /// `--authorization-mode`: the authorizer chain after `system:masters`, in order.
     pub authorization_modes: Vec<AuthorizationMode>,
     pub service_cluster_ip_range: String,
@@ -268,6 +280,9 @@ impl Options {
             tls_private_key_file,
             client_ca_file: None,
             token_auth_file: None,
+            kubelet_client_certificate: None,
+            kubelet_client_key: None,
+            kubelet_certificate_authority: None,
             authorization_modes: vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
@@ -329,11 +344,32 @@ impl Options {
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
         let authorizer = security::authorizer_chain(&self.authorization_modes, &state);
+        let kubelet_cert_key = match (&self.kubelet_client_certificate, &self.kubelet_client_key) {
+            (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Kubelet(
+                    "--kubelet-client-certificate and --kubelet-client-key go together".into(),
+                ));
+            }
+        };
+        let kubelet_ca = match &self.kubelet_certificate_authority {
+            Some(p) => Some(read(p)?),
+            None => None,
+        };
+        let kubelet = KubeletClient::new(
+            kubelet_cert_key
+                .as_ref()
+                .map(|(c, k)| (c.as_str(), k.as_str())),
+            kubelet_ca.as_deref(),
+        )
+        .map_err(|e| ConfigError::Kubelet(e.to_string()))?;
         Ok(Config {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             registry: Arc::new(registry),
             tls,
             authenticator: Arc::new(ferrokube_auth::UnionAuthenticator::new(authenticators)),
+            kubelet: Arc::new(kubelet),
             authorizer: Arc::new(authorizer),
             security: state,
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
@@ -353,4 +389,6 @@ pub enum ConfigError {
     Auth(String),
     #[error("registry: {0}")]
     Registry(String),
+    #[error("{0}")]
+    Kubelet(String),
 }
