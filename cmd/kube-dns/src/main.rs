@@ -1,0 +1,146 @@
+//! kube-dns: Ferrokube's cluster DNS server (the `kube-dns` addon), answering for the
+//! cluster domain like CoreDNS's kubernetes plugin. Names outside the cluster domain
+//! and its reverse zones get SERVFAIL: nothing is forwarded.
+
+use std::net::{IpAddr, SocketAddr};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use ferrokube_client::config::{ClientOptions, client_with_limits};
+use ferrokube_dns::index::{DEFAULT_TTL, DnsConfig};
+use ferrokube_dns::run::{RunConfig, run};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-dns",
+    about = "Cluster DNS: serves <svc>.<ns>.svc.<domain>, pod, SRV and PTR records from the API."
+)]
+struct Opts {
+    #[command(flatten)]
+    client: ClientOptions,
+    /// Read the kubeconfig (YAML, credentials embedded) from this environment
+    /// variable instead of a file: for nodes whose kubelet cannot mount Secret
+    /// volumes yet (the addon passes it from a Secret with secretKeyRef).
+    #[arg(long = "kubeconfig-env")]
+    kubeconfig_env: Option<String>,
+    /// The cluster domain served.
+    #[arg(long = "cluster-domain", default_value = "cluster.local")]
+    cluster_domain: String,
+    /// Comma-separated ip:port list to serve DNS on (UDP and TCP each).
+    #[arg(long = "dns-bind-address", default_value = "0.0.0.0:53")]
+    dns_bind_address: String,
+    /// IP the health, ready and metrics servers listen on.
+    #[arg(long = "health-bind-address", default_value = "0.0.0.0")]
+    health_bind_address: IpAddr,
+    /// Port of /health (0 disables), as CoreDNS's health plugin.
+    #[arg(long = "health-port", default_value_t = 8080)]
+    health_port: u16,
+    /// Port of /ready (0 disables), as CoreDNS's ready plugin: 200 once Services
+    /// and EndpointSlices are listed.
+    #[arg(long = "ready-port", default_value_t = 8181)]
+    ready_port: u16,
+    /// Port of /metrics (0 disables), as CoreDNS's prometheus plugin.
+    #[arg(long = "metrics-port", default_value_t = 9153)]
+    metrics_port: u16,
+    /// TTL of every record, in seconds.
+    #[arg(long, default_value_t = DEFAULT_TTL)]
+    ttl: u32,
+    /// This server's own IPs (comma-separated; the addon sets POD_IP from
+    /// status.podIP): ns.dns.<domain> answers the Service that selects them.
+    #[arg(long = "pod-ip", env = "POD_IP", default_value = "")]
+    pod_ip: String,
+    /// Log level verbosity.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
+}
+
+fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> anyhow::Result<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<T>()
+                .map_err(|e| anyhow::anyhow!("--{flag}: invalid value {p:?}: {e}"))
+        })
+        .collect()
+}
+
+async fn client(opts: &Opts) -> anyhow::Result<kube::Client> {
+    let Some(var) = opts.kubeconfig_env.as_deref() else {
+        return Ok(opts.client.client().await?);
+    };
+    let yaml =
+        std::env::var(var).with_context(|| format!("--kubeconfig-env: ${var} is not set"))?;
+    let kc = Kubeconfig::from_yaml(&yaml).with_context(|| format!("kubeconfig in ${var}"))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("kubeconfig in ${var}"))?;
+    Ok(client_with_limits(
+        config,
+        opts.client.qps,
+        opts.client.burst,
+    )?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    let level = match opts.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .init();
+
+    let dns_addrs: Vec<SocketAddr> = parse_list("dns-bind-address", &opts.dns_bind_address)?;
+    if dns_addrs.is_empty() {
+        bail!("--dns-bind-address: at least one address is needed");
+    }
+    let mut dns = DnsConfig::new(&opts.cluster_domain)
+        .map_err(|e| anyhow::anyhow!("--cluster-domain {:?}: {e}", opts.cluster_domain))?;
+    dns.ttl = opts.ttl;
+    dns.own_ips = parse_list("pod-ip", &opts.pod_ip)?;
+    dns.serial = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1);
+    let http = |port: u16| (port != 0).then(|| SocketAddr::new(opts.health_bind_address, port));
+    let cfg = RunConfig {
+        dns,
+        dns_addrs,
+        health_addr: http(opts.health_port),
+        ready_addr: http(opts.ready_port),
+        metrics_addr: http(opts.metrics_port),
+    };
+    let client = client(&opts).await.context("API client")?;
+
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "no SIGTERM handler");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("signal received; shutting down");
+        stop.cancel();
+    });
+    run(client, cfg, cancel).await?;
+    Ok(())
+}
