@@ -611,6 +611,36 @@ s_delete() {
   has "No resources found in $NS namespace"
 }
 
+s_auth_whoami() {
+  k auth whoami
+  has '^Username +kubernetes-admin$'
+  has '^Groups +\[system:masters system:authenticated\]$'
+  k auth whoami --as=jane --as-group=devs
+  has '^Username +jane$'
+  has '^Groups +\[devs system:authenticated\]$'
+}
+
+s_auth_can_i() {
+  k auth can-i --list --as=system:serviceaccount:default:default
+  has '^selfsubjectaccessreviews.authorization.k8s.io +\[\] +\[\] +\[create\]$'
+  has '^selfsubjectreviews.authentication.k8s.io +\[\] +\[\] +\[create\]$'
+  has '^ +\[/healthz\] +\[\] +\[get\]$'
+  lacks '^pods'
+  k auth can-i list pods -n "$NS"
+  is yes
+  if k auth can-i list pods -n "$NS" --as=system:serviceaccount:default:default; then return 1; fi
+  is no
+  k create rolebinding sa-view -n "$NS" --clusterrole=view --serviceaccount=default:default
+  local i
+  for ((i = 0; i < 50; i++)); do
+    k auth can-i list pods -n "$NS" --as=system:serviceaccount:default:default && break
+    sleep 0.1
+  done
+  is yes
+  if k auth can-i list secrets -n "$NS" --as=system:serviceaccount:default:default; then return 1; fi
+  k delete rolebinding sa-view -n "$NS"
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -648,6 +678,8 @@ suite() {
   step "create configmap --from-literal" s_configmap_literal
   step "delete with a finalizer, then finalizer removed" s_delete_finalizer
   step "delete -l" s_delete
+  step "auth whoami (--as, --as-group)" s_auth_whoami
+  step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
 }
 
 # ---------------------------------------------------------------------------- runs

@@ -196,6 +196,7 @@ flag --secure-port "$FK_API_PORT"
 flag --tls-cert-file "$FK_PKI_DIR/apiserver.crt"
 flag --tls-private-key-file "$FK_PKI_DIR/apiserver.key"
 flag --client-ca-file "$FK_PKI_DIR/ca.crt"
+flag --authorization-mode Node,RBAC
 flag --service-cluster-ip-range "$RT_SERVICE_CIDR"
 flag --service-account-key-file "$FK_PKI_DIR/sa.pub"
 flag --service-account-signing-key-file "$FK_PKI_DIR/sa.key"

@@ -259,6 +259,11 @@ async fn handle(
         Ok(Some(u)) => u,
         Ok(None) | Err(_) => return error_response(&ApiError::unauthorized("Unauthorized")),
     };
+    let user = match crate::reviews::impersonate(state.authorizer.as_ref(), req.headers(), &user) {
+        Ok(Some(impersonated)) => impersonated,
+        Ok(None) => user,
+        Err(e) => return error_response(&e),
+    };
     // Authorization.
     let mut attrs = request_attributes(req.method().as_str(), &path, req.uri().query());
     attrs.user = user;
@@ -300,6 +305,9 @@ async fn route(
         .collect();
     if let Some((ns, name, kind)) = crate::proxy::proxied_pod_subresource(&segs) {
         return crate::proxy::pod_subresource(state, req, ns, name, kind).await;
+    }
+    if let Some((group, kind, ns)) = crate::reviews::review_path(req.method(), &segs) {
+        return review(state, req, group, kind, ns).await;
     }
     let get = req.method() == Method::GET;
     match segs.as_slice() {
@@ -348,6 +356,24 @@ async fn route(
         _ => {}
     }
     Err(not_found_path(path))
+}
+
+async fn review(
+    state: &State,
+    req: Request<Incoming>,
+    group: &str,
+    kind: &str,
+    ns: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let user = req
+        .extensions()
+        .get::<ferrokube_auth::UserInfo>()
+        .cloned()
+        .unwrap_or_default();
+    let headers = req.headers().clone();
+    let (body, _) = read_body(state, req).await?;
+    let answer = crate::reviews::answer(state, kind, group, ns, &user, &headers, &body)?;
+    Ok(json_response(StatusCode::CREATED, &answer))
 }
 
 fn aggregated(legacy: bool, version: &str) -> Response<Body> {

@@ -16,6 +16,8 @@ mod metrics;
 mod openapi;
 mod output;
 mod proxy;
+mod reviews;
+mod reviews_protobuf;
 mod security;
 
 use std::net::SocketAddr;
@@ -340,7 +342,7 @@ impl Options {
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
         let state = Arc::new(
-            security::ClusterState::new(&registry)
+            security::ClusterState::new(&registry, self.authorization_modes.clone())
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
         let authorizer = security::authorizer_chain(&self.authorization_modes, &state);

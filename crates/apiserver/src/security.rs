@@ -46,12 +46,17 @@ pub(crate) struct ClusterState {
     role_bindings: Arc<Store>,
     pods: Arc<Store>,
     claims: Arc<Store>,
+    /// `--authorization-mode`, for rules reviews.
+    modes: Vec<AuthorizationMode>,
     /// The last snapshot and the object pointers it was built from.
     rbac: Mutex<Option<(Vec<usize>, Arc<RbacSnapshot>)>>,
 }
 
 impl ClusterState {
-    pub(crate) fn new(registry: &Registry) -> Result<Self, ApiError> {
+    pub(crate) fn new(
+        registry: &Registry,
+        modes: Vec<AuthorizationMode>,
+    ) -> Result<Self, ApiError> {
         let store = |group: &str, plural: &str| {
             registry
                 .store(group, "v1", plural)
@@ -65,8 +70,13 @@ impl ClusterState {
             role_bindings: store(RBAC_GROUP, "rolebindings")?,
             pods: store("", "pods")?,
             claims: store("", "persistentvolumeclaims")?,
+            modes,
             rbac: Mutex::new(None),
         })
+    }
+
+    pub(crate) fn modes(&self) -> &[AuthorizationMode] {
+        &self.modes
     }
 }
 
@@ -349,6 +359,7 @@ pub(crate) async fn reconcile_bootstrap_policy(registry: &Registry) -> Result<()
     for b in bootstrap::cluster_role_bindings()
         .iter()
         .chain(&bootstrap::controller_role_bindings())
+        .chain(&bootstrap::controller_manager_bindings())
     {
         ensure_object(&crb, to_value(b)?, true).await?;
     }

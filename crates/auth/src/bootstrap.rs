@@ -1008,6 +1008,31 @@ pub fn controller_role_bindings() -> Vec<ClusterRoleBinding> {
         .collect()
 }
 
+/// Ferrokube's addition: each controller role also bound to the controller
+/// manager's own user. Upstream's kube-controller-manager runs each controller with
+/// its service account's token (`--use-service-account-credentials`); without that
+/// flag "it runs all control loops using its own credential, which must be granted
+/// all the relevant roles" (upstream RBAC docs). Ferrokube's controller-manager uses
+/// one client, so these bindings grant exactly the per-controller roles, no more.
+pub fn controller_manager_bindings() -> Vec<ClusterRoleBinding> {
+    controller_roles()
+        .iter()
+        .filter_map(|r| r.metadata.name.clone())
+        .map(|role| {
+            let controller = role.strip_prefix("system:controller:").unwrap_or(&role);
+            ClusterRoleBinding {
+                metadata: meta(
+                    None,
+                    &format!("ferrokube:kube-controller-manager:{controller}"),
+                    &[],
+                ),
+                role_ref: role_ref("ClusterRole", &role),
+                subjects: Some(vec![user("system:kube-controller-manager")]),
+            }
+        })
+        .collect()
+}
+
 /// Upstream `NamespaceRoles()`.
 pub fn namespace_roles() -> Vec<Role> {
     let role = |ns: &str, name: &str, rules: Vec<PolicyRule>| Role {

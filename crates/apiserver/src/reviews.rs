@@ -1,0 +1,488 @@
+//! The review APIs, answered from the authorizers and authenticators without
+//! storing anything: `authorization.k8s.io/v1` SubjectAccessReview,
+//! SelfSubjectAccessReview, LocalSubjectAccessReview and SelfSubjectRulesReview
+//! (`kubectl auth can-i [--list]`), and `authentication.k8s.io/v1` TokenReview and
+//! SelfSubjectReview (`kubectl auth whoami`); plus impersonation
+//! (`Impersonate-User`, `-Group`, `-Uid`, `-Extra-*`, checked with the `impersonate`
+//! verb as upstream's `WithImpersonation` filter).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_auth::bootstrap::node_rules;
+use ferrokube_auth::node::node_identity;
+use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX};
+use ferrokube_auth::user::{
+    ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, SYSTEM_PRIVILEGED_GROUP,
+};
+use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Authorizer, Decision, UserInfo};
+use http::{HeaderMap, Method};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde_json::{Value, json};
+
+use crate::handler::State;
+
+const AUTHZ_GROUP: &str = "authorization.k8s.io";
+const AUTHN_GROUP: &str = "authentication.k8s.io";
+
+/// Which review a path names: `(group, kind, namespace)`.
+pub(crate) fn review_path<'a>(
+    method: &Method,
+    segs: &[&'a str],
+) -> Option<(&'static str, &'static str, Option<&'a str>)> {
+    if method != Method::POST {
+        return None;
+    }
+    match segs {
+        ["apis", AUTHZ_GROUP, "v1", "subjectaccessreviews"] => {
+            Some((AUTHZ_GROUP, "SubjectAccessReview", None))
+        }
+        ["apis", AUTHZ_GROUP, "v1", "selfsubjectaccessreviews"] => {
+            Some((AUTHZ_GROUP, "SelfSubjectAccessReview", None))
+        }
+        ["apis", AUTHZ_GROUP, "v1", "selfsubjectrulesreviews"] => {
+            Some((AUTHZ_GROUP, "SelfSubjectRulesReview", None))
+        }
+        [
+            "apis",
+            AUTHZ_GROUP,
+            "v1",
+            "namespaces",
+            ns,
+            "localsubjectaccessreviews",
+        ] => Some((AUTHZ_GROUP, "LocalSubjectAccessReview", Some(*ns))),
+        ["apis", AUTHN_GROUP, "v1", "tokenreviews"] => Some((AUTHN_GROUP, "TokenReview", None)),
+        ["apis", AUTHN_GROUP, "v1", "selfsubjectreviews"] => {
+            Some((AUTHN_GROUP, "SelfSubjectReview", None))
+        }
+        _ => None,
+    }
+}
+
+fn str_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn extra_of(v: &Value) -> BTreeMap<String, Vec<String>> {
+    v.as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), str_list(v))).collect())
+        .unwrap_or_default()
+}
+
+fn user_json(u: &UserInfo) -> Value {
+    let mut v = json!({"username": u.name, "groups": u.groups});
+    if !u.uid.is_empty() {
+        v["uid"] = json!(u.uid);
+    }
+    if !u.extra.is_empty() {
+        v["extra"] = json!(u.extra);
+    }
+    v
+}
+
+fn invalid(kind: &str, field: &str, msg: &str) -> ApiError {
+    let mut e = ApiError::bad_request(format!(
+        "{kind}.{AUTHZ_GROUP} \"\" is invalid: {field}: {msg}"
+    ));
+    e.code = 422;
+    e.reason = "Invalid".into();
+    e
+}
+
+/// Attributes of a review's spec for `user`.
+fn spec_attributes(kind: &str, spec: &Value, user: UserInfo) -> Result<Attributes, ApiError> {
+    let ra = &spec["resourceAttributes"];
+    let nra = &spec["nonResourceAttributes"];
+    match (ra.is_object(), nra.is_object()) {
+        (true, true) => Err(invalid(
+            kind,
+            "spec.nonResourceAttributes",
+            "Invalid value: \"null\": cannot be specified in combination with resourceAttributes",
+        )),
+        (false, false) => Err(invalid(
+            kind,
+            "spec.resourceAttributes",
+            "Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )),
+        (true, false) => {
+            let s = |k: &str| ra[k].as_str().unwrap_or("").to_string();
+            Ok(Attributes {
+                user,
+                verb: s("verb"),
+                namespace: s("namespace"),
+                api_group: s("group"),
+                api_version: s("version"),
+                resource: s("resource"),
+                subresource: s("subresource"),
+                name: s("name"),
+                resource_request: true,
+                path: String::new(),
+            })
+        }
+        (false, true) => Ok(Attributes {
+            user,
+            verb: nra["verb"].as_str().unwrap_or("").to_string(),
+            path: nra["path"].as_str().unwrap_or("").to_string(),
+            resource_request: false,
+            ..Attributes::default()
+        }),
+    }
+}
+
+fn access_status(decision: &Decision) -> Value {
+    match decision {
+        Decision::Allow => json!({"allowed": true}),
+        Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
+        Decision::NoOpinion => json!({"allowed": false}),
+    }
+}
+
+/// A policy rule as a review's ResourceRule / NonResourceRule.
+fn split_rules(rules: &[PolicyRule]) -> (Vec<Value>, Vec<Value>) {
+    let mut resource = Vec::new();
+    let mut non_resource = Vec::new();
+    for r in rules {
+        if r.resources.as_ref().is_some_and(|v| !v.is_empty()) {
+            let mut v = json!({"verbs": r.verbs, "apiGroups": r.api_groups.clone().unwrap_or_default(),
+                "resources": r.resources.clone().unwrap_or_default()});
+            if let Some(n) = r.resource_names.as_ref().filter(|n| !n.is_empty()) {
+                v["resourceNames"] = json!(n);
+            }
+            resource.push(v);
+        }
+        if let Some(urls) = r.non_resource_urls.as_ref().filter(|u| !u.is_empty()) {
+            non_resource.push(json!({"verbs": r.verbs, "nonResourceURLs": urls}));
+        }
+    }
+    (resource, non_resource)
+}
+
+/// What every authorizer in the chain would allow `user` in `namespace` (upstream
+/// `RulesFor` of each authorizer's rule resolver).
+fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule> {
+    let everything = || {
+        vec![
+            PolicyRule {
+                verbs: vec!["*".into()],
+                api_groups: Some(vec!["*".into()]),
+                resources: Some(vec!["*".into()]),
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                verbs: vec!["*".into()],
+                non_resource_urls: Some(vec!["*".into()]),
+                ..PolicyRule::default()
+            },
+        ]
+    };
+    let mut rules = Vec::new();
+    if user.in_group(SYSTEM_PRIVILEGED_GROUP) {
+        rules.extend(everything());
+    }
+    for mode in state.security.modes() {
+        match mode {
+            AuthorizationMode::AlwaysAllow => rules.extend(everything()),
+            AuthorizationMode::AlwaysDeny => {}
+            AuthorizationMode::Node => {
+                if node_identity(user).is_some_and(|n| !n.is_empty()) {
+                    rules.extend(node_rules());
+                }
+            }
+            AuthorizationMode::Rbac => {
+                rules.extend(state.security.snapshot().rules_for(user, namespace));
+            }
+        }
+    }
+    rules
+}
+
+pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    match essence {
+        "application/yaml" => serde_yaml_ng::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+        }),
+        ferrokube_protobuf::MEDIA_TYPE => crate::reviews_protobuf::decode(body),
+        _ => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        }),
+    }
+}
+
+/// Answers a review; `user` is the (possibly impersonated) requester.
+pub(crate) fn answer(
+    state: &State,
+    kind: &str,
+    group: &str,
+    url_namespace: Option<&str>,
+    user: &UserInfo,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let mut obj = decode(body, ct)?;
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the request body is not an object"));
+    }
+    obj["apiVersion"] = json!(format!("{group}/v1"));
+    obj["kind"] = json!(kind);
+    let spec = obj["spec"].clone();
+    let status = match kind {
+        "SelfSubjectAccessReview" => {
+            let attrs = spec_attributes(kind, &spec, user.clone())?;
+            access_status(&state.authorizer.authorize(&attrs))
+        }
+        "SubjectAccessReview" | "LocalSubjectAccessReview" => {
+            let name = spec["user"].as_str().unwrap_or("").to_string();
+            let groups = str_list(&spec["groups"]);
+            if name.is_empty() && groups.is_empty() {
+                return Err(invalid(
+                    kind,
+                    "spec.user",
+                    "Invalid value: \"\": at least one of user or group must be specified",
+                ));
+            }
+            let subject = UserInfo {
+                name,
+                uid: spec["uid"].as_str().unwrap_or("").to_string(),
+                groups,
+                extra: extra_of(&spec["extra"]),
+            };
+            let attrs = spec_attributes(kind, &spec, subject)?;
+            if let Some(ns) = url_namespace {
+                if !attrs.resource_request {
+                    return Err(invalid(
+                        kind,
+                        "spec.nonResourceAttributes",
+                        "Invalid value: \"null\": disallowed on this kind of request",
+                    ));
+                }
+                if attrs.namespace != ns {
+                    return Err(ApiError::bad_request(format!(
+                        "spec.resourceAttributes.namespace must match namespace: {ns}"
+                    )));
+                }
+            }
+            access_status(&state.authorizer.authorize(&attrs))
+        }
+        "SelfSubjectRulesReview" => {
+            let ns = spec["namespace"].as_str().unwrap_or("");
+            let (resource, non_resource) = split_rules(&rules_for(state, user, ns));
+            json!({"resourceRules": resource, "nonResourceRules": non_resource, "incomplete": false})
+        }
+        "SelfSubjectReview" => json!({"userInfo": user_json(user)}),
+        "TokenReview" => {
+            let token = spec["token"].as_str().unwrap_or("");
+            let mut h = HeaderMap::new();
+            let value = format!("Bearer {token}");
+            let user = http::HeaderValue::from_str(&value)
+                .ok()
+                .and_then(|v| {
+                    h.insert(http::header::AUTHORIZATION, v);
+                    state
+                        .authenticator
+                        .authenticate(&AuthRequest {
+                            headers: &h,
+                            peer_certificates: &[],
+                        })
+                        .ok()
+                        .flatten()
+                })
+                .filter(|u| u.name != ANONYMOUS);
+            match user {
+                Some(u) => json!({"authenticated": true, "user": user_json(&u),
+                    "audiences": spec["audiences"].as_array().cloned().unwrap_or_default()}),
+                None => {
+                    json!({"authenticated": false, "user": {}, "error": "invalid bearer token"})
+                }
+            }
+        }
+        _ => return Err(ApiError::internal(format!("no review kind {kind}"))),
+    };
+    obj["status"] = status;
+    if obj["metadata"].is_null() {
+        obj["metadata"] = json!({});
+    }
+    Ok(obj)
+}
+
+/// The `impersonate` check for one impersonated attribute.
+fn impersonate_attrs(
+    requester: &UserInfo,
+    resource: &str,
+    group: &str,
+    namespace: &str,
+    name: &str,
+) -> Attributes {
+    Attributes {
+        user: requester.clone(),
+        verb: "impersonate".into(),
+        namespace: namespace.into(),
+        api_group: group.into(),
+        resource: resource.into(),
+        name: name.into(),
+        resource_request: true,
+        ..Attributes::default()
+    }
+}
+
+/// Upstream `WithImpersonation`: `Ok(None)` without impersonation headers; the
+/// impersonated user when every part is allowed; 403 for the first part that is not,
+/// 400 for impersonation headers without `Impersonate-User`.
+pub(crate) fn impersonate(
+    authorizer: &dyn Authorizer,
+    headers: &HeaderMap,
+    requester: &UserInfo,
+) -> Result<Option<UserInfo>, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect()
+    };
+    let user = values("impersonate-user").into_iter().next();
+    let groups = values("impersonate-group");
+    let uid = values("impersonate-uid").into_iter().next();
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
+            && let Ok(v) = value.to_str()
+        {
+            let key = percent_decode(key);
+            extra.entry(key).or_default().push(v.to_string());
+        }
+    }
+    let Some(name) = user else {
+        if !groups.is_empty() || uid.is_some() || !extra.is_empty() {
+            return Err(ApiError::bad_request(
+                "requested impersonation without impersonating a user",
+            ));
+        }
+        return Ok(None);
+    };
+    let check = |attrs: Attributes| -> Result<(), ApiError> {
+        let decision = authorizer.authorize(&attrs);
+        if decision.is_allowed() {
+            Ok(())
+        } else {
+            Err(crate::security::forbidden(&attrs, &decision))
+        }
+    };
+    let mut groups_out = groups.clone();
+    if let Some(rest) = name.strip_prefix(SERVICE_ACCOUNT_USER_PREFIX)
+        && let Some((ns, sa)) = rest.split_once(':')
+    {
+        check(impersonate_attrs(requester, "serviceaccounts", "", ns, sa))?;
+        if groups.is_empty() {
+            groups_out = vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{ns}"),
+            ];
+        }
+    } else {
+        check(impersonate_attrs(requester, "users", "", "", &name))?;
+    }
+    for g in &groups {
+        check(impersonate_attrs(requester, "groups", "", "", g))?;
+    }
+    if let Some(uid) = &uid {
+        check(impersonate_attrs(requester, "uids", AUTHN_GROUP, "", uid))?;
+    }
+    for (k, vs) in &extra {
+        for v in vs {
+            check(impersonate_attrs(
+                requester,
+                &format!("userextras/{k}"),
+                AUTHN_GROUP,
+                "",
+                v,
+            ))?;
+        }
+    }
+    if name == ANONYMOUS {
+        if !groups_out.iter().any(|g| g == ALL_UNAUTHENTICATED) {
+            groups_out.push(ALL_UNAUTHENTICATED.into());
+        }
+    } else if !groups_out.iter().any(|g| g == ALL_AUTHENTICATED) {
+        groups_out.push(ALL_AUTHENTICATED.into());
+    }
+    Ok(Some(UserInfo {
+        name,
+        uid: uid.unwrap_or_default(),
+        groups: groups_out,
+        extra,
+    }))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = bytes.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(&String::from_utf8_lossy(hex), 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrokube_auth::PrivilegedGroupsAuthorizer;
+
+    #[test]
+    fn impersonation_needs_the_verb() {
+        let mut h = HeaderMap::new();
+        let masters = PrivilegedGroupsAuthorizer::system_masters();
+        let admin = UserInfo::new("admin", [SYSTEM_PRIVILEGED_GROUP]);
+        assert_eq!(impersonate(&masters, &h, &admin).unwrap(), None);
+        h.insert(
+            "impersonate-user",
+            "system:serviceaccount:default:default".parse().unwrap(),
+        );
+        let u = impersonate(&masters, &h, &admin).unwrap().unwrap();
+        assert_eq!(u.name, "system:serviceaccount:default:default");
+        assert_eq!(
+            u.groups,
+            vec![
+                "system:serviceaccounts",
+                "system:serviceaccounts:default",
+                ALL_AUTHENTICATED
+            ]
+        );
+        let alice = UserInfo::new("alice", [ALL_AUTHENTICATED]);
+        let e = impersonate(&masters, &h, &alice).unwrap_err();
+        assert_eq!(e.code, 403);
+        assert_eq!(
+            e.message,
+            "serviceaccounts \"default\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"default\""
+        );
+        let mut only_group = HeaderMap::new();
+        only_group.insert("impersonate-group", "g".parse().unwrap());
+        assert_eq!(
+            impersonate(&masters, &only_group, &admin).unwrap_err().code,
+            400
+        );
+        assert_eq!(percent_decode("a%2Fb"), "a/b");
+        assert_eq!(percent_decode("bad%"), "bad%");
+    }
+}

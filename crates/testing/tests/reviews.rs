@@ -1,0 +1,201 @@
+//! Access and rules reviews, SelfSubjectReview, TokenReview and impersonation.
+
+use ferrokube_testing::TestApiServer;
+use serde_json::{Value, json};
+
+async fn post(client: &kube::Client, path: &str, body: Value) -> (u16, Value) {
+    let (code, _, bytes) = TestApiServer::raw(
+        client,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await
+    .unwrap();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn reviews_answer_from_the_authorizers() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let alice = server.client_as("alice", &["devs"]).await.unwrap();
+
+    // SelfSubjectAccessReview: basic-user lets anyone ask; alice may not list secrets.
+    let ssar = |verb: &str, resource: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
+    };
+    let (code, v) = post(
+        &alice,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        ssar("list", "secrets"),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["status"]["allowed"], false);
+    assert_eq!(v["kind"], "SelfSubjectAccessReview");
+    let (_, v) = post(
+        &admin,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        ssar("list", "secrets"),
+    )
+    .await;
+    assert_eq!(v["status"]["allowed"], true);
+
+    // SubjectAccessReview for someone else: admin may ask, alice may not.
+    let sar = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": "system:kube-scheduler", "groups": ["system:authenticated"],
+                 "resourceAttributes": {"verb": "create", "resource": "pods", "subresource": "binding", "namespace": "x"}}});
+    let (code, v) = post(
+        &admin,
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        sar.clone(),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(v["status"]["allowed"], true);
+    let (code, _) = post(
+        &alice,
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        sar,
+    )
+    .await;
+    assert_eq!(code, 403);
+    let (code, v) = post(
+        &admin,
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        json!({"spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+
+    // LocalSubjectAccessReview: the namespace must match the URL.
+    let lsar = |ns: &str| json!({"spec": {"user": "alice", "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "pods"}}});
+    let (code, v) = post(
+        &admin,
+        "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
+        lsar("default"),
+    )
+    .await;
+    assert_eq!((code, v["status"]["allowed"].clone()), (201, json!(false)));
+    let (code, _) = post(
+        &admin,
+        "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
+        lsar("other"),
+    )
+    .await;
+    assert_eq!(code, 400);
+
+    // Rules review: what alice holds is basic-user, discovery and public info.
+    let (code, v) = post(
+        &alice,
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        json!({"spec": {"namespace": "default"}}),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let resources: Vec<String> = v["status"]["resourceRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+        })
+        .collect();
+    assert!(
+        resources.contains(&"selfsubjectaccessreviews".to_string()),
+        "{resources:?}"
+    );
+    assert!(!resources.contains(&"pods".to_string()));
+    assert!(
+        v["status"]["nonResourceRules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["nonResourceURLs"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("/healthz")))
+    );
+
+    // Who am I.
+    let (code, v) = post(
+        &alice,
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        json!({}),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(v["status"]["userInfo"]["username"], "alice");
+    assert_eq!(
+        v["status"]["userInfo"]["groups"],
+        json!(["devs", "system:authenticated"])
+    );
+
+    // TokenReview of a token nobody issued.
+    let (code, v) = post(
+        &admin,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        json!({"spec": {"token": "nope"}}),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(v["status"]["authenticated"], false);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn impersonation_is_checked_with_the_impersonate_verb() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let alice = server.client_as("alice", &[]).await.unwrap();
+    let whoami = |client: kube::Client, headers: Vec<(&'static str, &'static str)>| async move {
+        let mut h = vec![("content-type", "application/json")];
+        h.extend(headers);
+        let (code, _, body) = TestApiServer::raw(
+            &client,
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &h,
+            b"{}".to_vec(),
+        )
+        .await
+        .unwrap();
+        (code, serde_json::from_slice::<Value>(&body).unwrap())
+    };
+    let (code, v) = whoami(alice.clone(), vec![("Impersonate-User", "bob")]).await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        v["message"],
+        "users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+    );
+    let (code, v) = whoami(
+        admin.clone(),
+        vec![("Impersonate-User", "bob"), ("Impersonate-Group", "team")],
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(v["status"]["userInfo"]["username"], "bob");
+    assert_eq!(
+        v["status"]["userInfo"]["groups"],
+        json!(["team", "system:authenticated"])
+    );
+    // The impersonated user is the one authorized: bob may not list pods.
+    let (code, _, _) = TestApiServer::raw(
+        &admin,
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        &[("Impersonate-User", "bob")],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403);
+    server.stop().await;
+}
