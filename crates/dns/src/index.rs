@@ -348,7 +348,7 @@ impl DnsIndex {
         qtype: RecordType,
         depth: usize,
     ) -> Answer {
-        let (records, additionals) = match self.node(qname, lower) {
+        let (records, additionals) = match self.node(qname, lower, qtype) {
             Node::NxDomain => return self.negative(ResponseCode::NXDomain),
             Node::Exists {
                 records,
@@ -434,8 +434,9 @@ impl DnsIndex {
         }
     }
 
-    /// The records at one name inside the zone.
-    fn node(&self, qname: &Name, lower: &Name) -> Node {
+    /// The records at one name inside the zone (SRV records of a Service name only
+    /// when asked for: they are the costly ones).
+    fn node(&self, qname: &Name, lower: &Name, qtype: RecordType) -> Node {
         let extra = usize::from(lower.num_labels()) - usize::from(self.cfg.zone.num_labels());
         // Labels below the zone, nearest to the zone first.
         let labels: Vec<&str> = lower
@@ -482,7 +483,7 @@ impl DnsIndex {
                     Node::NxDomain
                 }
             }
-            ["svc", ns, svc] => self.service_node(qname, &ServiceKey::new(ns, svc)),
+            ["svc", ns, svc] => self.service_node(qname, &ServiceKey::new(ns, svc), qtype),
             ["svc", ns, svc, proto] if proto.starts_with('_') => {
                 let key = ServiceKey::new(ns, svc);
                 match self.services.get(&key) {
@@ -527,7 +528,7 @@ impl DnsIndex {
         out.into_iter().collect()
     }
 
-    fn service_node(&self, qname: &Name, key: &ServiceKey) -> Node {
+    fn service_node(&self, qname: &Name, key: &ServiceKey, qtype: RecordType) -> Node {
         let Some(svc) = self.services.get(key) else {
             return Node::NxDomain;
         };
@@ -555,6 +556,12 @@ impl DnsIndex {
                     }
                 }
             }
+        }
+        if !matches!(qtype, RecordType::SRV | RecordType::ANY) {
+            return Node::Exists {
+                records,
+                additionals: Vec::new(),
+            };
         }
         if let Node::Exists {
             records: srv,
