@@ -122,7 +122,7 @@ fi
 NODE=$(fk::node_name)
 step "PKI and kubeconfigs in $FK_PKI_DIR (node $NODE)"
 pki_out=$("$BIN_DIR/ferrokube-pki" init --dir "$FK_PKI_DIR" --server "$FK_API_URL" \
-  --node-name "$NODE" --service-cluster-ip-range "$RT_SERVICE_CIDR")
+  --node-name "$NODE" --node-ip 127.0.0.1 --service-cluster-ip-range "$RT_SERVICE_CIDR")
 written=$(grep -c $'\twritten$' <<<"$pki_out" || true)
 fk::log "  $written file(s) written, the rest reused"
 PKI_SUM=$(cat "$FK_PKI_DIR"/*.crt "$FK_PKI_DIR"/*.kubeconfig | sha256sum | cut -c1-16)
@@ -275,6 +275,9 @@ if have_component "$KUBELET" --kubeconfig; then
   flag --root-dir "$FK_KUBELET_ROOT"
   flag --pod-manifest-path "$FK_ETC/manifests"
   flag --client-ca-file "$FK_PKI_DIR/ca.crt"
+  flag --port 10250
+  flag --tls-cert-file "$FK_PKI_DIR/kubelet-server.crt"
+  flag --tls-private-key-file "$FK_PKI_DIR/kubelet-server.key"
   flag --fail-swap-on false
   flag --pod-infra-container-image "$RT_PAUSE_IMAGE"
   report_dropped kubelet
