@@ -202,11 +202,15 @@ start_apiserver() {
   "$BIN/kube-apiserver" --secure-port "$port" --bind-address 127.0.0.1 \
     --advertise-address 127.0.0.1 \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
-    --client-ca-file "$dir/pki/ca.crt" --data-dir "$dir/data" "$@" \
+    --client-ca-file "$dir/pki/ca.crt" --data-dir "$dir/data" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" "$@" \
     >"$dir/apiserver.log" 2>&1 &
   APISERVER_PID=$!
   PIDS+=("$APISERVER_PID")
   export KUBECONFIG=$dir/pki/admin.kubeconfig
+  API_URL=https://127.0.0.1:$port
+  API_CA=$dir/pki/ca.crt
   for ((i = 0; i < 600; i++)); do # 60 s
     if [ "$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/readyz")" = 200 ]; then
       echo "kube-apiserver pid $APISERVER_PID on https://127.0.0.1:$port" >&2
@@ -641,6 +645,31 @@ s_auth_can_i() {
   k delete rolebinding sa-view -n "$NS"
 }
 
+s_create_token() {
+  # No controller-manager here: the namespace's default service account is made by hand.
+  k create serviceaccount default -n "$NS"
+  k create token default -n "$NS"
+  # The output is the token alone, a JWT (header.payload.signature); kubectl adds no
+  # newline when its output is not a terminal.
+  [ "$(wc -l <"$TMP/out")" -eq 0 ]
+  has '^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$'
+  local token payload
+  token=$(cat "$TMP/out")
+  payload=$(python3 -c 'import base64,json,sys; p=sys.argv[1].split(".")[1]; print(json.dumps(json.loads(base64.urlsafe_b64decode(p+"="*(-len(p)%4))), sort_keys=True))' "$token")
+  echo "payload: $payload"
+  grep -q "\"sub\": \"system:serviceaccount:$NS:default\"" <<<"$payload"
+  grep -q '"aud": \["https://kubernetes.default.svc.cluster.local"\]' <<<"$payload"
+  grep -q '"iss": "https://kubernetes.default.svc.cluster.local"' <<<"$payload"
+  k --kubeconfig=/dev/null --server="$API_URL" --certificate-authority="$API_CA" --token="$token" auth whoami
+  has "^Username +system:serviceaccount:$NS:default$"
+  has '^Groups +\[system:serviceaccounts system:serviceaccounts:'"$NS"' system:authenticated\]$'
+  if k --kubeconfig=/dev/null --server="$API_URL" --certificate-authority="$API_CA" --token="$token" get pods -n "$NS"; then return 1; fi
+  has 'Error from server \(Forbidden\): pods is forbidden: User "system:serviceaccount:'"$NS"':default" cannot list resource "pods" in API group "" in the namespace "'"$NS"'"'
+  k create token default -n "$NS" --duration=1m || true
+  has 'may not specify a duration less than 10 minutes'
+  k delete serviceaccount default -n "$NS"
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -680,6 +709,7 @@ suite() {
   step "delete -l" s_delete
   step "auth whoami (--as, --as-group)" s_auth_whoami
   step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
+  step "create token default (a bound JWT that authenticates, RBAC applies)" s_create_token
 }
 
 # ---------------------------------------------------------------------------- runs

@@ -49,6 +49,22 @@ struct Args {
     /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
     #[arg(long, default_value = "Node,RBAC")]
     authorization_mode: String,
+    /// Identifier of the service account token issuer (`iss`); repeat to accept
+    /// more (the first issues new tokens).
+    #[arg(long)]
+    service_account_issuer: Vec<String>,
+    /// PEM public keys verifying service account tokens; repeatable.
+    #[arg(long)]
+    service_account_key_file: Vec<PathBuf>,
+    /// PEM private key (ECDSA P-256, PKCS#8) signing service account tokens.
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// Upper bound of requested token lifetimes (Go duration, e.g. 24h).
+    #[arg(long)]
+    service_account_max_token_expiration: Option<String>,
+    /// Audiences of the API; tokens must name one (default: the issuers).
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
     /// Comma-separated etcd endpoints; unset: the embedded SQLite store.
     #[arg(long, value_delimiter = ',')]
     etcd_servers: Vec<String>,
@@ -67,6 +83,28 @@ struct Args {
     /// The IP address advertised to cluster members (the kubernetes Endpoints).
     #[arg(long)]
     advertise_address: Option<IpAddr>,
+}
+
+/// Whole seconds of a Go duration made of `h`, `m` and `s` parts (`24h`, `1h30m`,
+/// `3600s`).
+fn go_duration_seconds(s: &str) -> Option<i64> {
+    let mut total = 0i64;
+    let mut number = String::new();
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: i64 = number.parse().ok()?;
+        number.clear();
+        total += n * match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+    }
+    (number.is_empty() && !s.is_empty()).then_some(total)
 }
 
 #[tokio::main]
@@ -106,6 +144,16 @@ async fn main() -> anyhow::Result<()> {
     opts.authorization_modes =
         ferrokube_apiserver::AuthorizationMode::parse_list(&args.authorization_mode)
             .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
+    opts.service_account_issuers = args.service_account_issuer;
+    opts.service_account_key_files = args.service_account_key_file;
+    opts.service_account_signing_key_file = args.service_account_signing_key_file;
+    opts.api_audiences = args.api_audiences;
+    opts.service_account_max_token_expiration = match &args.service_account_max_token_expiration {
+        Some(d) => Some(go_duration_seconds(d).ok_or_else(|| {
+            anyhow::anyhow!("--service-account-max-token-expiration: invalid duration {d:?}")
+        })?),
+        None => None,
+    };
     opts.service_cluster_ip_range = args.service_cluster_ip_range;
     opts.service_node_port_range = args.service_node_port_range;
     opts.advertise_address = args.advertise_address;
@@ -120,4 +168,18 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!("shutting down");
     server.shutdown(Duration::from_secs(30)).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::go_duration_seconds;
+
+    #[test]
+    fn durations() {
+        assert_eq!(go_duration_seconds("24h"), Some(86400));
+        assert_eq!(go_duration_seconds("1h30m10s"), Some(5410));
+        assert_eq!(go_duration_seconds("10"), None);
+        assert_eq!(go_duration_seconds(""), None);
+        assert_eq!(go_duration_seconds("5d"), None);
+    }
 }

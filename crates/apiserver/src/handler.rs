@@ -39,6 +39,7 @@ pub(crate) struct State {
     pub authorizer: Arc<dyn Authorizer>,
     pub kubelet: Arc<crate::proxy::KubeletClient>,
     pub security: Arc<crate::security::ClusterState>,
+    pub tokens: Option<Arc<crate::tokens::Tokens>>,
     pub advertise: String,
     pub max_body: usize,
     pub max_watch: Duration,
@@ -308,6 +309,33 @@ async fn route(
     }
     if let Some((group, kind, ns)) = crate::reviews::review_path(req.method(), &segs) {
         return review(state, req, group, kind, ns).await;
+    }
+    if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
+        let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
+        let headers = req.headers().clone();
+        let (body, _) = read_body(state, req).await?;
+        let answer = crate::tokens::create(&tokens, ns, name, &headers, &body).await?;
+        return Ok(json_response(StatusCode::CREATED, &answer));
+    }
+    if req.method() == Method::GET
+        && let Some(tokens) = &state.tokens
+    {
+        match segs.as_slice() {
+            [".well-known", "openid-configuration"] => {
+                return crate::tokens::openid_configuration(tokens)
+                    .map(|v| json_response(StatusCode::OK, &v))
+                    .ok_or_else(|| not_found_path(path));
+            }
+            ["openid", "v1", "jwks"] => {
+                let mut r = json_response(StatusCode::OK, &tokens.authenticator.jwks());
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/jwk-set+json"),
+                );
+                return Ok(r);
+            }
+            _ => {}
+        }
     }
     let get = req.method() == Method::GET;
     match segs.as_slice() {

@@ -19,6 +19,7 @@ mod proxy;
 mod reviews;
 mod reviews_protobuf;
 mod security;
+mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,6 +65,8 @@ pub struct Config {
     pub max_watch: Duration,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
+    /// Service account token issuing and discovery (None without an issuer).
+    pub(crate) tokens: Option<Arc<tokens::Tokens>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -154,6 +157,7 @@ impl Server {
             authorizer: config.authorizer,
             kubelet: config.kubelet,
             security: config.security,
+            tokens: config.tokens,
             advertise: config.advertise,
             max_body: config.max_body_bytes,
             max_watch: config.max_watch,
@@ -265,6 +269,16 @@ pub struct Options {
     pub kubelet_certificate_authority: Option<std::path::PathBuf>,
     /// `--authorization-mode`: the authorizer chain after `system:masters`, in order.
     pub authorization_modes: Vec<AuthorizationMode>,
+    /// `--service-account-issuer`: the first issues tokens, all are accepted.
+    pub service_account_issuers: Vec<String>,
+    /// `--service-account-key-file`: public keys verifying service account tokens.
+    pub service_account_key_files: Vec<std::path::PathBuf>,
+    /// `--service-account-signing-key-file`: the private key signing new tokens.
+    pub service_account_signing_key_file: Option<std::path::PathBuf>,
+    /// `--service-account-max-token-expiration` in seconds.
+    pub service_account_max_token_expiration: Option<i64>,
+    /// `--api-audiences` (default: the issuers).
+    pub api_audiences: Vec<String>,
     pub service_cluster_ip_range: String,
     pub service_node_port_range: String,
     pub advertise_address: Option<std::net::IpAddr>,
@@ -286,6 +300,11 @@ impl Options {
             kubelet_client_key: None,
             kubelet_certificate_authority: None,
             authorization_modes: vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
+            service_account_issuers: Vec::new(),
+            service_account_key_files: Vec::new(),
+            service_account_signing_key_file: None,
+            service_account_max_token_expiration: None,
+            api_audiences: Vec::new(),
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
             advertise_address: None,
@@ -346,6 +365,10 @@ impl Options {
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
         let authorizer = security::authorizer_chain(&self.authorization_modes, &state);
+        let tokens = self.service_account_tokens(&registry, &advertise_ip)?;
+        if let Some(t) = &tokens {
+            authenticators.push(Box::new(t.authenticator.clone()));
+        }
         let kubelet_cert_key = match (&self.kubelet_client_certificate, &self.kubelet_client_key) {
             (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
             (None, None) => None,
@@ -371,6 +394,7 @@ impl Options {
             registry: Arc::new(registry),
             tls,
             authenticator: Arc::new(ferrokube_auth::UnionAuthenticator::new(authenticators)),
+            tokens,
             kubelet: Arc::new(kubelet),
             authorizer: Arc::new(authorizer),
             security: state,
@@ -378,6 +402,87 @@ impl Options {
             max_body_bytes: 3 * 1024 * 1024,
             max_watch: Duration::from_secs(1800),
         })
+    }
+}
+
+impl Options {
+    /// The service account token authenticator and issuer, when an issuer and keys
+    /// are configured (upstream requires both for the TokenRequest API).
+    fn service_account_tokens(
+        &self,
+        registry: &Registry,
+        advertise_ip: &std::net::IpAddr,
+    ) -> Result<Option<Arc<tokens::Tokens>>, ConfigError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).map_err(|e| ConfigError::Read(p.display().to_string(), e))
+        };
+        if self.service_account_issuers.is_empty() {
+            return Ok(None);
+        }
+        let mut public = String::new();
+        for p in &self.service_account_key_files {
+            public.push_str(&read(p)?);
+            public.push('\n');
+        }
+        let signing = match &self.service_account_signing_key_file {
+            Some(p) => Some(read(p)?),
+            None => None,
+        };
+        if public.trim().is_empty() {
+            return Err(ConfigError::Auth(
+                "--service-account-key-file is required with --service-account-issuer".into(),
+            ));
+        }
+        let sa_err =
+            |e: ferrokube_auth::authn::serviceaccount::TokenError| ConfigError::Auth(e.to_string());
+        let issuer = match &signing {
+            Some(key) => Some(
+                ferrokube_auth::authn::serviceaccount::TokenIssuer::new(
+                    key,
+                    &public,
+                    &self.service_account_issuers[0],
+                )
+                .map_err(sa_err)?,
+            ),
+            None => None,
+        };
+        let store = |group: &str, plural: &str| {
+            registry
+                .store(group, "v1", plural)
+                .cloned()
+                .ok_or_else(|| ConfigError::Registry(format!("no store for {plural}")))
+        };
+        let audiences = if self.api_audiences.is_empty() {
+            self.service_account_issuers.clone()
+        } else {
+            self.api_audiences.clone()
+        };
+        let objects = tokens::CachedObjects {
+            service_accounts: store("", "serviceaccounts")?,
+            pods: store("", "pods")?,
+            secrets: store("", "secrets")?,
+        };
+        let authenticator = ferrokube_auth::ServiceAccountTokenAuthenticator::new(
+            &public,
+            self.service_account_issuers.clone(),
+            audiences.clone(),
+            objects,
+        )
+        .map_err(sa_err)?;
+        Ok(Some(Arc::new(tokens::Tokens {
+            issuer,
+            authenticator: Arc::new(authenticator),
+            api_audiences: audiences,
+            max_expiration: self.service_account_max_token_expiration,
+            jwks_uri: format!(
+                "https://{}/openid/v1/jwks",
+                SocketAddr::new(*advertise_ip, self.secure_port)
+            ),
+            service_accounts: store("", "serviceaccounts")?,
+            pods: store("", "pods")?,
+            secrets: store("", "secrets")?,
+            nodes: store("", "nodes")?,
+        })))
     }
 }
 

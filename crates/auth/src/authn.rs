@@ -5,9 +5,11 @@
 //! it handles; `Err(_)` a credential was presented and is invalid. The apiserver
 //! answers 401 to `Ok(None)` and `Err(_)` from its top-level authenticator.
 
+pub mod serviceaccount;
 mod token;
 mod x509;
 
+pub use serviceaccount::ServiceAccountTokenAuthenticator;
 pub use token::TokenFileAuthenticator;
 pub use x509::{X509Authenticator, client_cert_verifier};
 
@@ -31,6 +33,9 @@ pub enum AuthError {
     /// A bearer token was presented that no token authenticator accepts.
     #[error("invalid bearer token")]
     InvalidBearerToken,
+    /// A service account JWT of ours that does not verify or whose objects are gone.
+    #[error("invalid service account token: {0}")]
+    InvalidServiceAccountToken(String),
     /// A client certificate was presented that does not verify.
     #[error("verifying certificate {certificate} failed: {reason}")]
     X509Verification { certificate: String, reason: String },

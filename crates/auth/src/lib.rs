@@ -9,7 +9,8 @@
 //!   (`--token-auth-file`, `Authorization: Bearer`), [`UnionAuthenticator`] (the
 //!   upstream chain: first success wins, adds `system:authenticated`, an invalid
 //!   credential is an error rather than a fall-through to anonymous) and
-//!   [`AnonymousAuthenticator`]; plus [`client_cert_verifier`] for the apiserver's
+//!   [`AnonymousAuthenticator`], [`ServiceAccountTokenAuthenticator`] (bound service
+//!   account JWTs, ES256 via jsonwebtoken, with [`authn::serviceaccount::TokenIssuer`]); plus [`client_cert_verifier`] for the apiserver's
 //!   rustls `ServerConfig`.
 //! * [`authz`]: the [`Authorizer`] trait over [`Attributes`], [`Decision`], and
 //!   always-allow, always-deny, authenticated-only, privileged-groups and union
@@ -45,8 +46,9 @@ pub mod user;
 mod csv;
 
 pub use authn::{
-    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, TokenFileAuthenticator,
-    UnionAuthenticator, X509Authenticator, client_cert_verifier,
+    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator,
+    ServiceAccountTokenAuthenticator, TokenFileAuthenticator, UnionAuthenticator,
+    X509Authenticator, client_cert_verifier,
 };
 pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,

@@ -13,6 +13,9 @@ use std::time::Duration;
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 
+/// The service account token issuer of test servers.
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
 #[derive(Debug, thiserror::Error)]
 pub enum TestServerError {
     #[error("io: {0}")]
@@ -70,6 +73,10 @@ async fn serve(
     opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
     opts.secure_port = boot.port;
     opts.client_ca_file = Some(boot.ca.clone());
+    let pki = boot.ca.parent().unwrap_or(std::path::Path::new("."));
+    opts.service_account_issuers = vec![SERVICE_ACCOUNT_ISSUER.to_string()];
+    opts.service_account_key_files = vec![pki.join("sa.pub")];
+    opts.service_account_signing_key_file = Some(pki.join("sa.key"));
     let config = opts.into_config(storage.clone()).await?;
     let server = Server::start(config).await?;
     Ok((server, storage))

@@ -1,0 +1,275 @@
+//! Service account tokens on the server side: the `serviceaccounts/token`
+//! TokenRequest subresource (bound JWTs: audiences, expiry, bound to a pod or a
+//! secret), the service account authenticator's view of those objects, and the
+//! issuer discovery documents (`/.well-known/openid-configuration`,
+//! `/openid/v1/jwks`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_auth::ServiceAccountTokenAuthenticator;
+use ferrokube_auth::authn::serviceaccount::{
+    BoundObjects, Claims, KubernetesClaim, Ref, TokenIssuer, new_jti, now_unix,
+};
+use ferrokube_registry::Store;
+use http::{HeaderMap, Method};
+use serde_json::{Value, json};
+
+/// Upstream's default and bounds of `spec.expirationSeconds`.
+const DEFAULT_EXPIRATION: i64 = 3600;
+const MIN_EXPIRATION: i64 = 600;
+const MAX_EXPIRATION: i64 = 1 << 32;
+
+/// What the TokenRequest API and the discovery endpoints need.
+pub(crate) struct Tokens {
+    pub issuer: Option<TokenIssuer>,
+    pub authenticator: Arc<ServiceAccountTokenAuthenticator<CachedObjects>>,
+    /// `--api-audiences`: the default audiences of a token.
+    pub api_audiences: Vec<String>,
+    /// `--service-account-max-token-expiration`.
+    pub max_expiration: Option<i64>,
+    /// `--service-account-jwks-uri` or `https://<advertise>/openid/v1/jwks`.
+    pub jwks_uri: String,
+    pub service_accounts: Arc<Store>,
+    pub pods: Arc<Store>,
+    pub secrets: Arc<Store>,
+    pub nodes: Arc<Store>,
+}
+
+fn cached_one(store: &Store, namespace: &str, name: &str) -> Option<Arc<Value>> {
+    let prefix = format!("{}/{namespace}/{name}", store.info().storage_prefix);
+    store
+        .cache()
+        .snapshot(&prefix)
+        .0
+        .into_iter()
+        .find(|o| o["metadata"]["name"].as_str() == Some(name))
+}
+
+fn uid_of(v: &Value) -> String {
+    v["metadata"]["uid"].as_str().unwrap_or("").to_string()
+}
+
+/// The bound objects as the watch cache has them.
+pub(crate) struct CachedObjects {
+    pub service_accounts: Arc<Store>,
+    pub pods: Arc<Store>,
+    pub secrets: Arc<Store>,
+}
+
+impl BoundObjects for CachedObjects {
+    fn service_account_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        cached_one(&self.service_accounts, namespace, name).map(|o| uid_of(&o))
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<(String, bool)> {
+        cached_one(&self.pods, namespace, name).map(|o| {
+            let deleted = o["metadata"]["deletionTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|t| t.as_second() < now_unix());
+            (uid_of(&o), deleted)
+        })
+    }
+
+    fn secret_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        cached_one(&self.secrets, namespace, name).map(|o| uid_of(&o))
+    }
+}
+
+/// `POST .../namespaces/{ns}/serviceaccounts/{name}/token`.
+pub(crate) fn token_request_path<'a>(
+    method: &Method,
+    segs: &[&'a str],
+) -> Option<(&'a str, &'a str)> {
+    match segs {
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            name,
+            "token",
+        ] if method == Method::POST => Some((*ns, *name)),
+        _ => None,
+    }
+}
+
+fn invalid_expiration(value: i64, detail: &str) -> ApiError {
+    let mut e = ApiError::bad_request(format!(
+        "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: {value}: {detail}"
+    ));
+    e.code = 422;
+    e.reason = "Invalid".into();
+    e
+}
+
+/// Issues a bound token (upstream `TokenREST.Create`).
+pub(crate) async fn create(
+    tokens: &Tokens,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    let Some(issuer) = &tokens.issuer else {
+        return Err(ApiError::not_found("", "serviceaccounts", "token"));
+    };
+    let ct = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let req = crate::reviews::decode(body, ct)?;
+    let spec = &req["spec"];
+    let sa = tokens.service_accounts.get(Some(ns), name).await?;
+    let mut expiration = spec["expirationSeconds"]
+        .as_i64()
+        .unwrap_or(DEFAULT_EXPIRATION);
+    if expiration < MIN_EXPIRATION {
+        return Err(invalid_expiration(
+            expiration,
+            "may not specify a duration less than 10 minutes",
+        ));
+    }
+    if expiration > MAX_EXPIRATION {
+        return Err(invalid_expiration(
+            expiration,
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    if let Some(max) = tokens.max_expiration {
+        expiration = expiration.min(max);
+    }
+    let audiences: Vec<String> = match spec["audiences"].as_array() {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => tokens.api_audiences.clone(),
+    };
+    let mut claim = KubernetesClaim {
+        namespace: ns.to_string(),
+        serviceaccount: Ref {
+            name: name.to_string(),
+            uid: uid_of(&sa),
+        },
+        ..KubernetesClaim::default()
+    };
+    let bound = &spec["boundObjectRef"];
+    if bound.is_object() {
+        let kind = bound["kind"].as_str().unwrap_or("");
+        let bname = bound["name"].as_str().unwrap_or("");
+        let store = match kind {
+            "Pod" => &tokens.pods,
+            "Secret" => &tokens.secrets,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for object of kind {other:?}"
+                )));
+            }
+        };
+        let obj = store.get(Some(ns), bname).await?;
+        let uid = uid_of(&obj);
+        if let Some(want) = bound["uid"].as_str().filter(|u| !u.is_empty())
+            && want != uid
+        {
+            return Err(ApiError::conflict(
+                "",
+                store.info().plural,
+                bname,
+                format!(
+                    "the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated"
+                ),
+            ));
+        }
+        let r = Ref {
+            name: bname.to_string(),
+            uid,
+        };
+        if kind == "Pod" {
+            if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())
+                && let Ok(n) = tokens.nodes.get(None, node).await
+            {
+                claim.node = Some(Ref {
+                    name: node.to_string(),
+                    uid: uid_of(&n),
+                });
+            }
+            claim.pod = Some(r);
+        } else {
+            claim.secret = Some(r);
+        }
+    }
+    let now = now_unix();
+    let claims = Claims {
+        aud: audiences.clone(),
+        exp: now + expiration,
+        iat: now,
+        iss: String::new(),
+        jti: new_jti(),
+        kubernetes: claim,
+        nbf: now,
+        sub: ferrokube_auth::rbac::service_account_user(ns, name),
+    };
+    let exp = claims.exp;
+    let token = issuer
+        .sign(claims)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let expiration_timestamp = jiff::Timestamp::from_second(exp)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default();
+    let mut out_spec = json!({"audiences": audiences, "expirationSeconds": expiration,
+        "boundObjectRef": if bound.is_object() { bound.clone() } else { Value::Null }});
+    if !bound.is_object()
+        && let Some(o) = out_spec.as_object_mut()
+    {
+        o.remove("boundObjectRef");
+    }
+    Ok(json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+        "spec": out_spec,
+        "status": {"token": token, "expirationTimestamp": expiration_timestamp},
+    }))
+}
+
+/// `/.well-known/openid-configuration`.
+pub(crate) fn openid_configuration(tokens: &Tokens) -> Option<Value> {
+    let issuer = tokens.issuer.as_ref()?;
+    Some(json!({
+        "issuer": issuer.issuer(),
+        "jwks_uri": tokens.jwks_uri,
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["ES256"],
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_paths() {
+        let segs = [
+            "api",
+            "v1",
+            "namespaces",
+            "default",
+            "serviceaccounts",
+            "sa",
+            "token",
+        ];
+        assert_eq!(
+            token_request_path(&Method::POST, &segs),
+            Some(("default", "sa"))
+        );
+        assert_eq!(token_request_path(&Method::GET, &segs), None);
+        assert_eq!(token_request_path(&Method::POST, &segs[..6]), None);
+        let e = invalid_expiration(10, "may not specify a duration less than 10 minutes");
+        assert_eq!(e.code, 422);
+    }
+}

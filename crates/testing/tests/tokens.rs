@@ -1,0 +1,261 @@
+//! Service account tokens: TokenRequest, the JWT authenticator, bound objects,
+//! expiry, TokenReview and the issuer discovery documents.
+
+use std::time::Duration;
+
+use ferrokube_auth::authn::serviceaccount::{Claims, KubernetesClaim, Ref, TokenIssuer, now_unix};
+use ferrokube_testing::{SERVICE_ACCOUNT_ISSUER, TestApiServer};
+use serde_json::{Value, json};
+
+async fn call(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let (code, _, bytes) = TestApiServer::raw(
+        client,
+        method,
+        path,
+        &[("content-type", "application/json")],
+        body.map(|b| serde_json::to_vec(&b).unwrap())
+            .unwrap_or_default(),
+    )
+    .await
+    .unwrap();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn token_for(admin: &kube::Client, sa: &str, spec: Value) -> (u16, Value) {
+    call(
+        admin,
+        "POST",
+        &format!("/api/v1/namespaces/default/serviceaccounts/{sa}/token"),
+        Some(
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}),
+        ),
+    )
+    .await
+}
+
+async fn whoami(server: &TestApiServer, token: &str) -> (u16, Value) {
+    let client = server.client_with_token(token).await.unwrap();
+    call(
+        &client,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        Some(json!({})),
+    )
+    .await
+}
+
+/// Retries until the status is `want` (the authenticator reads the watch cache).
+async fn eventually_status(server: &TestApiServer, token: &str, want: u16) -> Value {
+    for _ in 0..100 {
+        let (code, v) = whoami(server, token).await;
+        if code == want {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("token never got status {want}");
+}
+
+#[tokio::test]
+async fn token_requests_issue_bound_tokens_that_authenticate_until_unbound() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let (code, _) = call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(json!({"metadata": {"name": "robot"}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+
+    let (code, v) = token_for(&admin, "robot", json!({})).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["kind"], "TokenRequest");
+    assert_eq!(v["spec"]["expirationSeconds"], 3600);
+    assert_eq!(v["spec"]["audiences"], json!([SERVICE_ACCOUNT_ISSUER]));
+    let token = v["status"]["token"].as_str().unwrap().to_string();
+    assert!(
+        v["status"]["expirationTimestamp"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
+    let me = eventually_status(&server, &token, 201).await;
+    assert_eq!(
+        me["status"]["userInfo"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    assert_eq!(
+        me["status"]["userInfo"]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    // RBAC applies to service accounts: no pods until a binding grants them.
+    let robot = server.client_with_token(&token).await.unwrap();
+    let (code, _) = call(&robot, "GET", "/api/v1/namespaces/default/pods", None).await;
+    assert_eq!(code, 403);
+    let (code, _) = call(&admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+        Some(json!({"metadata": {"name": "robot-view"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "default"}]}))).await;
+    assert_eq!(code, 201);
+    let mut listed = 0;
+    for _ in 0..100 {
+        listed = call(&robot, "GET", "/api/v1/namespaces/default/pods", None)
+            .await
+            .0;
+        if listed == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(listed, 200);
+
+    // TokenReview says the same.
+    let (_, v) = call(
+        &admin,
+        "POST",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        Some(json!({"spec": {"token": token}})),
+    )
+    .await;
+    assert_eq!(v["status"]["authenticated"], true);
+    assert_eq!(
+        v["status"]["user"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+
+    // Bound to a pod: valid while the pod exists.
+    let (code, pod) = call(&admin, "POST", "/api/v1/namespaces/default/pods",
+        Some(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))).await;
+    assert_eq!(code, 201);
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let (code, v) = token_for(
+        &admin,
+        "robot",
+        json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": uid}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let pod_token = v["status"]["token"].as_str().unwrap().to_string();
+    let me = eventually_status(&server, &pod_token, 201).await;
+    assert_eq!(
+        me["status"]["userInfo"]["extra"]["authentication.kubernetes.io/pod-name"],
+        json!(["p"])
+    );
+    let (code, v) = token_for(
+        &admin,
+        "robot",
+        json!({"boundObjectRef": {"kind": "Pod", "name": "p", "uid": "other"}}),
+    )
+    .await;
+    assert_eq!(code, 409, "{v}");
+    let (code, _) = call(
+        &admin,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/p?gracePeriodSeconds=0",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    eventually_status(&server, &pod_token, 401).await;
+    // The unbound token still works; deleting the service account ends it.
+    assert_eq!(whoami(&server, &token).await.0, 201);
+    call(
+        &admin,
+        "DELETE",
+        "/api/v1/namespaces/default/serviceaccounts/robot",
+        None,
+    )
+    .await;
+    eventually_status(&server, &token, 401).await;
+
+    // Bad requests.
+    let (code, _) = token_for(&admin, "nobody", json!({})).await;
+    assert_eq!(code, 404);
+    call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(json!({"metadata": {"name": "robot"}})),
+    )
+    .await;
+    let (code, v) = token_for(&admin, "robot", json!({"expirationSeconds": 60})).await;
+    assert_eq!(code, 422);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not specify a duration less than 10 minutes")
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn expired_and_foreign_tokens_are_rejected_and_discovery_is_served() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let (_, sa) = call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(json!({"metadata": {"name": "robot"}})),
+    )
+    .await;
+    let pki = server.dir().join("pki");
+    let key = std::fs::read_to_string(pki.join("sa.key")).unwrap();
+    let public = std::fs::read_to_string(pki.join("sa.pub")).unwrap();
+    let issuer = TokenIssuer::new(&key, &public, SERVICE_ACCOUNT_ISSUER).unwrap();
+    let claims = |exp: i64, aud: &str| Claims {
+        aud: vec![aud.into()],
+        exp,
+        iat: now_unix() - 7200,
+        iss: String::new(),
+        jti: "x".into(),
+        kubernetes: KubernetesClaim {
+            namespace: "default".into(),
+            serviceaccount: Ref {
+                name: "robot".into(),
+                uid: sa["metadata"]["uid"].as_str().unwrap().into(),
+            },
+            ..KubernetesClaim::default()
+        },
+        nbf: now_unix() - 7200,
+        sub: "system:serviceaccount:default:robot".into(),
+    };
+    let fresh = issuer
+        .sign(claims(now_unix() + 600, SERVICE_ACCOUNT_ISSUER))
+        .unwrap();
+    eventually_status(&server, &fresh, 201).await;
+    let expired = issuer
+        .sign(claims(now_unix() - 3600, SERVICE_ACCOUNT_ISSUER))
+        .unwrap();
+    assert_eq!(whoami(&server, &expired).await.0, 401);
+    let other_audience = issuer.sign(claims(now_unix() + 600, "vault")).unwrap();
+    assert_eq!(whoami(&server, &other_audience).await.0, 401);
+    let mut tampered = fresh.clone();
+    tampered.pop();
+    tampered.push(if fresh.ends_with('A') { 'B' } else { 'A' });
+    assert_eq!(whoami(&server, &tampered).await.0, 401);
+
+    let (code, v) = call(&admin, "GET", "/.well-known/openid-configuration", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(v["issuer"], SERVICE_ACCOUNT_ISSUER);
+    assert!(v["jwks_uri"].as_str().unwrap().ends_with("/openid/v1/jwks"));
+    let (code, v) = call(&admin, "GET", "/openid/v1/jwks", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(v["keys"][0]["kty"], "EC");
+    // Service accounts may read the discovery documents (system:service-account-issuer-discovery).
+    let robot = server.client_with_token(&fresh).await.unwrap();
+    assert_eq!(call(&robot, "GET", "/openid/v1/jwks", None).await.0, 200);
+    server.stop().await;
+}
