@@ -31,6 +31,13 @@ pub const GET_PATCH_UPDATE: &[Verb] = &["get", "patch", "update"];
 /// Verbs of `pods/binding` and `pods/eviction`.
 pub const CREATE_ONLY: &[Verb] = &["create"];
 
+/// Verbs of the subresources the apiserver serves by connecting to the kubelet
+/// (`pods/exec`, `pods/attach`, `pods/portforward`).
+pub const CONNECT: &[Verb] = &["create", "get"];
+
+/// Verbs of `pods/log`.
+pub const GET_ONLY: &[Verb] = &["get"];
+
 /// Verbs of `namespaces/finalize`.
 pub const UPDATE_ONLY: &[Verb] = &["update"];
 
@@ -193,7 +200,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", &["pv"], NONE, false, ALL_VERBS,
         &[status!("PersistentVolume")], "/registry/persistentvolumes"),
     res("", "v1", "Pod", "pods", "pod", &["po"], ALL, true, ALL_VERBS,
-        &[sub("binding", "Binding", CREATE_ONLY), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY), status!("Pod")],
+        &[sub("attach", "PodAttachOptions", CONNECT), sub("binding", "Binding", CREATE_ONLY), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY),
+          sub("exec", "PodExecOptions", CONNECT), sub("log", "Pod", GET_ONLY), sub("portforward", "PodPortForwardOptions", CONNECT), status!("Pod")],
         "/registry/pods"),
     res("", "v1", "PodTemplate", "podtemplates", "podtemplate", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/podtemplates"),
     res("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", &["rc"], ALL, true, ALL_VERBS,

@@ -512,6 +512,197 @@ fn patch_op(t: &Target<'_>, def: &str, description: &str) -> Value {
     )
 }
 
+/// The query parameters of a subresource the apiserver serves by connecting to the
+/// kubelet (`pods/log`, `exec`, `attach`, `portforward`), `None` for the others.
+fn connect_params(r: &ResourceInfo, sub: &SubresourceInfo) -> Option<Vec<Value>> {
+    if !r.group.is_empty() || r.plural != "pods" {
+        return None;
+    }
+    let q = |name: &str, ty: &str, text: &str| query(name, ty, text);
+    let container = |what: &str| {
+        q(
+            "container",
+            "string",
+            &format!(
+                "The container {what}. Defaults to only container if there is only one container in the pod."
+            ),
+        )
+    };
+    let streams = || {
+        vec![
+            q(
+                "stderr",
+                "boolean",
+                "Redirect the standard error stream of the pod for this call.",
+            ),
+            q(
+                "stdin",
+                "boolean",
+                "Redirect the standard input stream of the pod for this call. Defaults to false.",
+            ),
+            q(
+                "stdout",
+                "boolean",
+                "Redirect the standard output stream of the pod for this call.",
+            ),
+            q(
+                "tty",
+                "boolean",
+                "TTY if true indicates that a tty will be allocated for the attach call. This is passed through the container runtime so the tty is allocated on the worker node by the container runtime. Defaults to false.",
+            ),
+        ]
+    };
+    Some(match sub.name {
+        "log" => vec![
+            container("for which to stream logs"),
+            q(
+                "follow",
+                "boolean",
+                "Follow the log stream of the pod. Defaults to false.",
+            ),
+            q(
+                "insecureSkipTLSVerifyBackend",
+                "boolean",
+                "insecureSkipTLSVerifyBackend indicates that the apiserver should not confirm the validity of the serving certificate of the backend it is connecting to.",
+            ),
+            q(
+                "limitBytes",
+                "integer",
+                "If set, the number of bytes to read from the server before terminating the log output.",
+            ),
+            pretty(),
+            q(
+                "previous",
+                "boolean",
+                "Return previous terminated container logs. Defaults to false.",
+            ),
+            q(
+                "sinceSeconds",
+                "integer",
+                "A relative time in seconds before the current time from which to show logs.",
+            ),
+            q(
+                "stream",
+                "string",
+                "Specify which container log stream to return to the client. Acceptable values are \"All\", \"Stdout\" and \"Stderr\". If not specified, \"All\" is used, and both stdout and stderr are returned interleaved.",
+            ),
+            q(
+                "tailLines",
+                "integer",
+                "If set, the number of lines from the end of the logs to show.",
+            ),
+            q(
+                "timestamps",
+                "boolean",
+                "If true, add an RFC3339 or RFC3339Nano timestamp at the beginning of every line of log output. Defaults to false.",
+            ),
+        ],
+        "exec" => {
+            let mut p = vec![
+                q(
+                    "command",
+                    "string",
+                    "Command is the remote command to execute. argv array. Not executed within a shell.",
+                ),
+                container("in which to execute the command"),
+            ];
+            p.extend(streams());
+            p
+        }
+        "attach" => {
+            let mut p = vec![container("in which to execute the command")];
+            p.extend(streams());
+            p
+        }
+        "portforward" => vec![q(
+            "ports",
+            "integer",
+            "List of ports to forward Required when using WebSockets",
+        )],
+        _ => return None,
+    })
+}
+
+/// Upstream documents these as `connect` operations (`read` for log) answering a string.
+fn connect_path(
+    paths: &mut Map<String, Value>,
+    base: &str,
+    r: &ResourceInfo,
+    sub: &SubresourceInfo,
+    params: Vec<Value>,
+    scope: &Value,
+) {
+    let ns = if r.namespaced { "Namespaced" } else { "" };
+    let target = |method: &str| Target {
+        group: r.group,
+        version: r.version,
+        gvk: (
+            sub.group.unwrap_or(r.group),
+            sub.version.unwrap_or(r.version),
+            sub.kind,
+        ),
+        op_suffix: format!("{method}{ns}{}{}", r.kind, capitalize(sub.name)),
+        kind_for_text: r.kind,
+    };
+    let ok = json!({"200": {"description": "OK", "schema": {"type": "string"}}, "401": {"description": "Unauthorized"}});
+    let mut item = Map::new();
+    if sub.name == "log" {
+        item.insert(
+            "get".into(),
+            target("").op(
+                "read",
+                "get",
+                format!("read log of the specified {}", r.kind),
+                vec![],
+                &["*/*"],
+                &[
+                    "text/plain",
+                    "application/json",
+                    "application/yaml",
+                    "application/vnd.kubernetes.protobuf",
+                ],
+                ok,
+            ),
+        );
+    } else {
+        for verb in sub.verbs {
+            let (method, name) = match *verb {
+                "get" => ("get", "Get"),
+                "create" => ("post", "Post"),
+                _ => continue,
+            };
+            item.insert(
+                method.into(),
+                target(name).op(
+                    "connect",
+                    "connect",
+                    format!(
+                        "connect {} requests to {} of {}",
+                        method.to_uppercase(),
+                        sub.name,
+                        r.kind
+                    ),
+                    vec![],
+                    &["*/*"],
+                    &["*/*"],
+                    ok.clone(),
+                ),
+            );
+        }
+    }
+    // The name and namespace; `pretty` only where the subresource lists it (log).
+    let mut all: Vec<Value> = scope
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["in"] == "path")
+        .cloned()
+        .collect();
+    all.extend(params);
+    item.insert("parameters".into(), Value::Array(all));
+    paths.insert(format!("{base}/{{name}}/{}", sub.name), Value::Object(item));
+}
+
 fn subresource_path(
     paths: &mut Map<String, Value>,
     base: &str,
@@ -520,6 +711,10 @@ fn subresource_path(
     parent_def: &str,
     scope: &Value,
 ) {
+    if let Some(params) = connect_params(r, sub) {
+        connect_path(paths, base, r, sub, params, scope);
+        return;
+    }
     let group = sub.group.unwrap_or(r.group);
     let version = sub.version.unwrap_or(r.version);
     let def = if sub.kind == r.kind && sub.group.is_none() {
@@ -607,6 +802,58 @@ fn subresource_path(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_connect_subresources_are_documented_as_upstream() {
+        let paths = build_for("", "v1");
+        let exec = &paths["/api/v1/namespaces/{namespace}/pods/{name}/exec"];
+        assert_eq!(
+            exec["get"]["operationId"],
+            "connectCoreV1GetNamespacedPodExec"
+        );
+        assert_eq!(
+            exec["post"]["operationId"],
+            "connectCoreV1PostNamespacedPodExec"
+        );
+        assert_eq!(exec["post"]["x-kubernetes-action"], "connect");
+        assert_eq!(
+            exec["get"]["x-kubernetes-group-version-kind"]["kind"],
+            "PodExecOptions"
+        );
+        assert_eq!(exec["get"]["responses"]["200"]["schema"]["type"], "string");
+        let names: Vec<&str> = exec["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "name",
+                "namespace",
+                "command",
+                "container",
+                "stderr",
+                "stdin",
+                "stdout",
+                "tty"
+            ]
+        );
+        let log = &paths["/api/v1/namespaces/{namespace}/pods/{name}/log"];
+        assert_eq!(log["get"]["operationId"], "readCoreV1NamespacedPodLog");
+        assert!(log.get("post").is_none());
+        let pf = &paths["/api/v1/namespaces/{namespace}/pods/{name}/portforward"];
+        assert_eq!(
+            pf["post"]["operationId"],
+            "connectCoreV1PostNamespacedPodPortforward"
+        );
+        let attach = &paths["/api/v1/namespaces/{namespace}/pods/{name}/attach"];
+        assert_eq!(
+            attach["get"]["operationId"],
+            "connectCoreV1GetNamespacedPodAttach"
+        );
+    }
 
     #[test]
     fn operation_naming_follows_upstream() {
