@@ -670,6 +670,20 @@ s_create_token() {
   k delete serviceaccount default -n "$NS"
 }
 
+s_anonymous() {
+  # Anonymous requests are allowed (--anonymous-auth defaults to true) and authorized
+  # by RBAC: system:public-info-viewer only.
+  local code
+  code=$(curl -sk -o "$TMP/out" -w '%{http_code}' "$API_URL/version")
+  [ "$code" = 200 ] && has '"gitVersion"'
+  code=$(curl -sk -o "$TMP/out" -w '%{http_code}' "$API_URL/api/v1/namespaces/$NS/pods")
+  cat "$TMP/out"
+  [ "$code" = 403 ]
+  has 'pods is forbidden: User \\"system:anonymous\\" cannot list resource \\"pods\\" in API group \\"\\" in the namespace'
+  code=$(curl -sk -o "$TMP/out" -w '%{http_code}' -H 'Authorization: Bearer nope' "$API_URL/healthz")
+  [ "$code" = 401 ]
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -710,6 +724,7 @@ suite() {
   step "auth whoami (--as, --as-group)" s_auth_whoami
   step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
   step "create token default (a bound JWT that authenticates, RBAC applies)" s_create_token
+  step "anonymous: version yes, pods 403, a bad token 401" s_anonymous
 }
 
 # ---------------------------------------------------------------------------- runs

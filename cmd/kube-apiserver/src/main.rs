@@ -45,6 +45,10 @@ struct Args {
     /// CA that kubelet serving certificates must chain to (unset: not verified).
     #[arg(long)]
     kubelet_certificate_authority: Option<PathBuf>,
+    /// Requests without credentials are system:anonymous (authorized by RBAC like
+    /// any other) instead of 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    anonymous_auth: bool,
     /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
     /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
     #[arg(long, default_value = "Node,RBAC")]
@@ -138,6 +142,7 @@ async fn main() -> anyhow::Result<()> {
     opts.secure_port = args.secure_port;
     opts.client_ca_file = args.client_ca_file;
     opts.token_auth_file = args.token_auth_file;
+    opts.anonymous_auth = args.anonymous_auth;
     opts.kubelet_client_certificate = args.kubelet_client_certificate;
     opts.kubelet_client_key = args.kubelet_client_key;
     opts.kubelet_certificate_authority = args.kubelet_certificate_authority;

@@ -246,13 +246,8 @@ async fn handle(
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
     let q = query_map(req.uri().query());
-    // Public endpoints.
-    match path.as_str() {
-        "/healthz" | "/livez" | "/readyz" => return health(state, &path, &q).await,
-        "/version" | "/version/" => return json_response(StatusCode::OK, &discovery::version()),
-        _ => {}
-    }
-    // Authentication.
+    // Authentication (anonymous requests, when allowed, are authorized like any
+    // other: RBAC grants health and version through system:public-info-viewer).
     let user = match state.authenticator.authenticate(&AuthRequest {
         headers: req.headers(),
         peer_certificates: peer_certs,
@@ -274,6 +269,11 @@ async fn handle(
     }
     // The user reaches admission checks through the request.
     req.extensions_mut().insert(attrs.user);
+    match path.as_str() {
+        "/healthz" | "/livez" | "/readyz" => return health(state, &path, &q).await,
+        "/version" | "/version/" => return json_response(StatusCode::OK, &discovery::version()),
+        _ => {}
+    }
     if req.method() == Method::GET
         && let Some(r) = state
             .openapi

@@ -267,6 +267,9 @@ pub struct Options {
     /// `--kubelet-certificate-authority`: the CA kubelet serving certificates chain to
     /// (unset: not verified, as upstream).
     pub kubelet_certificate_authority: Option<std::path::PathBuf>,
+    /// `--anonymous-auth`: requests without credentials are `system:anonymous`
+    /// (and then authorized like any other) instead of 401.
+    pub anonymous_auth: bool,
     /// `--authorization-mode`: the authorizer chain after `system:masters`, in order.
     pub authorization_modes: Vec<AuthorizationMode>,
     /// `--service-account-issuer`: the first issues tokens, all are accepted.
@@ -299,6 +302,7 @@ impl Options {
             kubelet_client_certificate: None,
             kubelet_client_key: None,
             kubelet_certificate_authority: None,
+            anonymous_auth: true,
             authorization_modes: vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             service_account_issuers: Vec::new(),
             service_account_key_files: Vec::new(),
@@ -393,7 +397,12 @@ impl Options {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             registry: Arc::new(registry),
             tls,
-            authenticator: Arc::new(ferrokube_auth::UnionAuthenticator::new(authenticators)),
+            authenticator: Arc::new(if self.anonymous_auth {
+                ferrokube_auth::UnionAuthenticator::new(authenticators)
+                    .with_anonymous(ferrokube_auth::AnonymousAuthenticator)
+            } else {
+                ferrokube_auth::UnionAuthenticator::new(authenticators)
+            }),
             tokens,
             kubelet: Arc::new(kubelet),
             authorizer: Arc::new(authorizer),

@@ -135,6 +135,12 @@ impl Authenticator for UnionAuthenticator {
                 Err(e) => errors.push(e),
             }
         }
+        // Upstream's bearer token authenticator turns "no token authenticator knows
+        // this token" into an error: a presented token is never anonymous.
+        if errors.is_empty() && !matches!(token::bearer_token(request.headers), token::Bearer::None)
+        {
+            errors.push(AuthError::InvalidBearerToken);
+        }
         if !errors.is_empty() {
             return Err(if errors.len() == 1 {
                 errors.remove(0)
@@ -216,6 +222,23 @@ mod tests {
             Err(AuthError::Aggregate(v)) => assert_eq!(v.len(), 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_unknown_bearer_token_is_an_error_not_anonymous() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::AUTHORIZATION,
+            "Bearer nobody-knows-me".parse().unwrap(),
+        );
+        let u = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))])
+            .with_anonymous(AnonymousAuthenticator);
+        assert!(matches!(
+            u.authenticate(&req(&h)),
+            Err(AuthError::InvalidBearerToken)
+        ));
+        h.insert(http::header::AUTHORIZATION, "Basic eDp5".parse().unwrap());
+        assert_eq!(u.authenticate(&req(&h)).unwrap().unwrap().name, ANONYMOUS);
     }
 
     #[test]

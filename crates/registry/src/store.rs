@@ -60,7 +60,10 @@ pub struct WriteOptions {
 /// An admission check of one write: `(new, old)` where `old` is `None` on create.
 /// An error rejects the write with that status.
 #[derive(Clone)]
-pub struct Admit(pub Arc<dyn Fn(&Value, Option<&Value>) -> Result<(), ApiError> + Send + Sync>);
+pub struct Admit(pub Arc<AdmitFn>);
+
+/// The check behind [`Admit`].
+pub type AdmitFn = dyn Fn(&Value, Option<&Value>) -> Result<(), ApiError> + Send + Sync;
 
 impl std::fmt::Debug for Admit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -50,6 +50,8 @@ struct Boot {
     cert: PathBuf,
     key: PathBuf,
     ca: PathBuf,
+    /// Changes to the default options (e.g. `anonymous_auth`).
+    configure: fn(&mut Options),
 }
 
 impl std::fmt::Debug for TestApiServer {
@@ -77,6 +79,7 @@ async fn serve(
     opts.service_account_issuers = vec![SERVICE_ACCOUNT_ISSUER.to_string()];
     opts.service_account_key_files = vec![pki.join("sa.pub")];
     opts.service_account_signing_key_file = Some(pki.join("sa.key"));
+    (boot.configure)(&mut opts);
     let config = opts.into_config(storage.clone()).await?;
     let server = Server::start(config).await?;
     Ok((server, storage))
@@ -87,10 +90,15 @@ impl TestApiServer {
     /// binds it, so a test running in parallel can take it in between; then the start is
     /// retried on another port.
     pub async fn start() -> Result<TestApiServer, TestServerError> {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`TestApiServer::start`] with `configure` applied to the apiserver's options.
+    pub async fn start_with(configure: fn(&mut Options)) -> Result<TestApiServer, TestServerError> {
         const ATTEMPTS: usize = 5;
         let mut attempt = 1;
         loop {
-            match Self::start_on_free_port().await {
+            match Self::start_on_free_port(configure).await {
                 Err(TestServerError::Server(ferrokube_apiserver::ServerError::Bind { .. }))
                     if attempt < ATTEMPTS =>
                 {
@@ -101,7 +109,9 @@ impl TestApiServer {
         }
     }
 
-    async fn start_on_free_port() -> Result<TestApiServer, TestServerError> {
+    async fn start_on_free_port(
+        configure: fn(&mut Options),
+    ) -> Result<TestApiServer, TestServerError> {
         let dir = tempfile::tempdir()?;
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?
@@ -117,6 +127,7 @@ impl TestApiServer {
             cert: pki.apiserver_cert.clone(),
             key: pki.apiserver_key.clone(),
             ca: pki.ca_cert.clone(),
+            configure,
         };
         let (server, storage) = serve(&boot, dir.path()).await?;
         let kubeconfig = pki.admin_kubeconfig.clone();
@@ -233,6 +244,23 @@ impl TestApiServer {
             &issued.key_pem,
         );
         self.client_from_kubeconfig(&yaml).await
+    }
+
+    /// A client with no credentials at all (the anonymous user, if allowed).
+    pub async fn anonymous_client(&self) -> Result<kube::Client, TestServerError> {
+        let ca_pem = std::fs::read_to_string(self.dir.path().join("pki/ca.crt"))?;
+        let mut kc = ferrokube_pki::Kubeconfig::from_yaml(&ferrokube_pki::kubeconfig_token_yaml(
+            "test",
+            &self.url,
+            &ca_pem,
+            "anonymous",
+            "unused",
+        ))
+        .map_err(|e| TestServerError::Client(e.to_string()))?;
+        for u in &mut kc.users {
+            u.user.token = None;
+        }
+        self.client_from_kubeconfig(&kc.to_yaml()).await
     }
 
     /// A client sending `token` as its bearer token.
