@@ -313,8 +313,13 @@ async fn route(
     if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
         let headers = req.headers().clone();
+        let user = req
+            .extensions()
+            .get::<ferrokube_auth::UserInfo>()
+            .cloned()
+            .unwrap_or_default();
         let (body, _) = read_body(state, req).await?;
-        let answer = crate::tokens::create(&tokens, ns, name, &headers, &body).await?;
+        let answer = crate::tokens::create(&tokens, &user, ns, name, &headers, &body).await?;
         return Ok(json_response(StatusCode::CREATED, &answer));
     }
     if req.method() == Method::GET

@@ -109,6 +109,7 @@ fn invalid_expiration(value: i64, detail: &str) -> ApiError {
 /// Issues a bound token (upstream `TokenREST.Create`).
 pub(crate) async fn create(
     tokens: &Tokens,
+    requester: &ferrokube_auth::UserInfo,
     ns: &str,
     name: &str,
     headers: &HeaderMap,
@@ -158,6 +159,18 @@ pub(crate) async fn create(
         ..KubernetesClaim::default()
     };
     let bound = &spec["boundObjectRef"];
+    // NodeRestriction: a kubelet only gets tokens bound to a pod on its node.
+    let node = ferrokube_auth::node::node_identity(requester).filter(|n| !n.is_empty());
+    if let Some(node) = node
+        && bound["kind"].as_str() != Some("Pod")
+    {
+        return Err(ApiError::forbidden(
+            "",
+            "serviceaccounts",
+            name,
+            format!("node {node:?} can only create tokens bound to pods"),
+        ));
+    }
     if bound.is_object() {
         let kind = bound["kind"].as_str().unwrap_or("");
         let bname = bound["name"].as_str().unwrap_or("");
@@ -188,6 +201,16 @@ pub(crate) async fn create(
             name: bname.to_string(),
             uid,
         };
+        if let Some(node) = node
+            && obj["spec"]["nodeName"].as_str() != Some(node)
+        {
+            return Err(ApiError::forbidden(
+                "",
+                "serviceaccounts",
+                name,
+                "node requested token bound to a pod scheduled on a different node",
+            ));
+        }
         if kind == "Pod" {
             if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())
                 && let Ok(n) = tokens.nodes.get(None, node).await

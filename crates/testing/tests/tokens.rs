@@ -179,6 +179,52 @@ async fn token_requests_issue_bound_tokens_that_authenticate_until_unbound() {
     .await;
     eventually_status(&server, &token, 401).await;
 
+    // A kubelet gets tokens only for service accounts of its pods, bound to them.
+    let (_, pod) = call(&admin, "POST", "/api/v1/namespaces/default/pods",
+        Some(json!({"metadata": {"name": "on-a"}, "spec": {"nodeName": "node-a", "serviceAccountName": "robot",
+            "containers": [{"name": "c", "image": "busybox"}]}}))).await;
+    call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(json!({"metadata": {"name": "robot"}})),
+    )
+    .await;
+    let node_a = server
+        .client_as("system:node:node-a", &["system:nodes"])
+        .await
+        .unwrap();
+    let node_b = server
+        .client_as("system:node:node-b", &["system:nodes"])
+        .await
+        .unwrap();
+    let bound = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "on-a", "uid": pod["metadata"]["uid"]}}});
+    let path = "/api/v1/namespaces/default/serviceaccounts/robot/token";
+    let mut got = 0;
+    for _ in 0..100 {
+        got = call(&node_a, "POST", path, Some(bound.clone())).await.0;
+        if got == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(got, 201);
+    assert_eq!(call(&node_b, "POST", path, Some(bound)).await.0, 403);
+    assert_eq!(
+        call(&node_a, "POST", path, Some(json!({"spec": {}})))
+            .await
+            .0,
+        403
+    );
+    call(
+        &admin,
+        "DELETE",
+        "/api/v1/namespaces/default/serviceaccounts/robot",
+        None,
+    )
+    .await;
+
     // Bad requests.
     let (code, _) = token_for(&admin, "nobody", json!({})).await;
     assert_eq!(code, 404);
