@@ -369,6 +369,19 @@ pub(crate) async fn reconcile_bootstrap_policy(registry: &Registry) -> Result<()
     for b in bootstrap::namespace_role_bindings() {
         ensure_object(&rb, to_value(&b)?, true).await?;
     }
+    // Serve only once the authorizers (which read the watch cache) see the policy,
+    // as upstream's readyz waits for its rbac/bootstrap-roles post-start hook.
+    let revision = registry
+        .storage()
+        .current_revision()
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    for store in [&cr, &crb, &r, &rb] {
+        store
+            .cache()
+            .wait_for(revision, Duration::from_secs(30))
+            .await?;
+    }
     Ok(())
 }
 
