@@ -14,6 +14,9 @@ pub struct ToKill {
     pub id: String,
     pub name: String,
     pub reason: String,
+    /// A grace period other than the pod's (a failed probe's
+    /// `terminationGracePeriodSeconds`).
+    pub grace: Option<i64>,
 }
 
 /// The plan of one sync.
@@ -133,9 +136,10 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -
                         id: l.id.clone(),
                         name: c.name.clone(),
                         reason: format!("Container {} definition changed", c.name),
+                        grace: None,
                     });
                     actions.containers_to_start.push(i);
-                } else if let Some(why) = probe_kill_reason(&c.name, &l.id, probes) {
+                } else if let Some((why, grace)) = probe_kill_reason(c, &l.id, probes) {
                     let restart = policy != "Never";
                     actions.containers_to_kill.push(ToKill {
                         id: l.id.clone(),
@@ -145,6 +149,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -
                         } else {
                             why
                         },
+                        grace,
                     });
                     if restart {
                         actions.containers_to_start.push(i);
@@ -420,6 +425,7 @@ mod tests {
                     id: a_run.id.clone(),
                     name: "a".into(),
                     reason: why.into(),
+                    grace: None,
                 }],
                 "{policy}"
             );

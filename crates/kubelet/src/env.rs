@@ -96,7 +96,7 @@ pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
     out
 }
 
-fn field_ref(
+pub(crate) fn field_ref(
     pod: &Pod,
     node: &NodeConfig,
     sources: &EnvSources,
@@ -141,7 +141,7 @@ fn field_ref(
     })
 }
 
-fn resource_field_ref(
+pub(crate) fn resource_field_ref(
     pod: &Pod,
     current: &Container,
     node: &NodeConfig,

@@ -94,6 +94,10 @@ pub enum KubeletError {
     },
 }
 
+/// How often a pod with configMap or secret volumes is re-synced at most, so content
+/// changes reach the mounted files.
+const VOLUME_RESYNC: Duration = Duration::from_secs(10);
+
 enum WorkerMsg {
     Update(Arc<Pod>),
     /// The pod is gone from the API (force-deleted or deleted while we were not looking).
@@ -125,6 +129,8 @@ pub struct Kubelet {
 
 impl Kubelet {
     pub fn new(client: kube::Client, runtime: RuntimeManager, config: KubeletConfig) -> Arc<Self> {
+        let mut runtime = runtime;
+        runtime.set_root_dir(&config.root_dir);
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
         let probes = ProbeManager::new(
             runtime.cri().clone(),
@@ -511,6 +517,19 @@ impl Kubelet {
             return;
         };
         let known: BTreeSet<String> = self.pods.read().keys().cloned().collect();
+        // Pod directories (volumes, termination messages) of pods no longer here.
+        let runtime_uids: BTreeSet<&String> = rt.keys().collect();
+        for pod_uid in self.runtime.volumes().pod_uids_on_disk() {
+            if !workers.contains_key(&pod_uid)
+                && !known.contains(&pod_uid)
+                && !runtime_uids.contains(&pod_uid)
+            {
+                tracing::info!(uid = %pod_uid, "removing orphaned pod directory");
+                if let Err(e) = self.runtime.volumes().teardown(&pod_uid) {
+                    tracing::warn!(uid = %pod_uid, error = %e, "removing orphaned pod directory");
+                }
+            }
+        }
         for (pod_uid, rp) in rt {
             if workers.contains_key(&pod_uid) || known.contains(&pod_uid) {
                 continue;
@@ -589,11 +608,15 @@ impl Kubelet {
                 let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
                 let until = until_active_deadline(&pod, k8s_openapi::jiff::Timestamp::now())
                     .filter(|_| !matches!(phase, Some("Succeeded") | Some("Failed")));
-                until.map_or(self.config.sync_frequency, |d| {
-                    self.config
-                        .sync_frequency
-                        .min(d + Duration::from_millis(100))
-                })
+                // Pods with configMap/secret volumes resync more often, so updates reach
+                // their files within VOLUME_RESYNC (upstream: about a minute).
+                let (cms, secrets) = crate::volume::volume_references(&pod);
+                let base = if cms.is_empty() && secrets.is_empty() {
+                    self.config.sync_frequency
+                } else {
+                    self.config.sync_frequency.min(VOLUME_RESYNC)
+                };
+                until.map_or(base, |d| base.min(d + Duration::from_millis(100)))
             };
             let first = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -645,6 +668,9 @@ impl Kubelet {
                 }
             }
         }
+        let (volume_cms, volume_secrets) = crate::volume::volume_references(pod);
+        cms.extend(volume_cms);
+        secrets.extend(volume_secrets);
         let mut out = EnvSources::default();
         let cm_api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace(pod));
         for n in cms {

@@ -12,10 +12,13 @@
 //!   and `$(VAR)` expansion), [`status`] (container statuses, phase, conditions),
 //!   [`backoff`] (CrashLoopBackOff), [`actions`] (what a sync must do), [`quantity`],
 //!   [`probe`] (probe timing, the probe worker's decisions, started/ready, targets),
-//!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs).
+//!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs),
+//!   [`volume`] (volume paths, configMap/secret/downwardAPI/projected payloads, hostPath
+//!   checks, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout).
 //! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
 //!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting),
-//!   [`prober`] (exec/httpGet/tcpSocket/grpc probes), [`probe_manager`] (probe workers).
+//!   [`prober`] (exec/httpGet/tcpSocket/grpc probes), [`probe_manager`] (probe workers),
+//!   [`volume_manager`] (volume dirs, tmpfs mounts, payload writes, teardown).
 //! - Node and API side: [`node`] (pure: capacity/allocatable, reserved and eviction
 //!   parsing, conditions, the Node object, the status cadence), [`machine`] (/proc,
 //!   statvfs), [`status_manager`] (pods/status only when changed), [`kubelet`] (node
@@ -26,6 +29,7 @@
 //!   attach and port-forward handed to the runtime's streaming server).
 
 pub mod actions;
+pub mod atomic_writer;
 pub mod backoff;
 pub mod cgroup;
 pub mod config;
@@ -49,6 +53,8 @@ pub mod sandbox;
 pub mod server;
 pub mod status;
 pub mod status_manager;
+pub mod volume;
+pub mod volume_manager;
 pub mod streaming;
 
 pub use config::{HostDns, NodeConfig};

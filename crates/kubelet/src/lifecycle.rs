@@ -49,6 +49,48 @@ pub fn grace_after_pre_stop(grace: i64, hook: Duration) -> i64 {
     (grace - hook.as_secs() as i64).max(MIN_GRACE_SECONDS)
 }
 
+/// The most a termination message file gives (upstream `MaxContainerTerminationMessageLength`).
+pub const MAX_TERMINATION_MESSAGE: usize = 4096;
+/// What `FallbackToLogsOnError` takes from the log: its last 80 lines, at most 2048 bytes.
+pub const FALLBACK_LOG_LINES: usize = 80;
+pub const FALLBACK_LOG_BYTES: usize = 2048;
+
+/// The last lines of a CRI log file (`<time> <stream> <P|F> <content>` per line; `P` parts
+/// join the next line) as the container wrote them, bounded as upstream bounds the
+/// `FallbackToLogsOnError` message.
+pub fn last_log_message(cri_log: &str) -> String {
+    let mut lines: Vec<String> = vec![];
+    let mut partial = String::new();
+    for l in cri_log.lines() {
+        let mut parts = l.splitn(4, ' ');
+        let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let content = parts.next().unwrap_or("");
+        partial.push_str(content);
+        if tag != "P" {
+            lines.push(std::mem::take(&mut partial));
+        }
+    }
+    if !partial.is_empty() {
+        lines.push(partial);
+    }
+    let start = lines.len().saturating_sub(FALLBACK_LOG_LINES);
+    let mut text = lines[start..].join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    if text.len() > FALLBACK_LOG_BYTES {
+        let mut cut = text.len() - FALLBACK_LOG_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text = text[cut..].to_owned();
+    }
+    text
+}
+
 /// Which hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
@@ -181,6 +223,26 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(until_active_deadline(&pod(None, Some(100)), now), None);
+    }
+
+    #[test]
+    fn log_tail_for_termination_messages() {
+        let log = "2026-01-01T00:00:00.1Z stdout F first\n\
+                   2026-01-01T00:00:00.2Z stderr P par\n\
+                   2026-01-01T00:00:00.3Z stderr F tial\n\
+                   garbage\n";
+        assert_eq!(last_log_message(log), "first\npartial\n");
+        assert_eq!(last_log_message(""), "");
+        let many: String = (0..200)
+            .map(|i| format!("2026-01-01T00:00:00Z stdout F line {i}\n"))
+            .collect();
+        let tail = last_log_message(&many);
+        assert!(
+            tail.starts_with("line 120\n") && tail.ends_with("line 199\n"),
+            "{tail}"
+        );
+        let long: String = format!("2026-01-01T00:00:00Z stdout F {}\n", "x".repeat(5000));
+        assert_eq!(last_log_message(&long).len(), FALLBACK_LOG_BYTES);
     }
 
     #[test]

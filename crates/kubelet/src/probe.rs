@@ -322,20 +322,24 @@ pub fn started_and_ready(
 }
 
 /// Why a running container must be killed for its probes, if it must (upstream
-/// `computePodActions`): a liveness failure, or a startup probe that gave up.
+/// `computePodActions`): a liveness failure, or a startup probe that gave up; with the
+/// grace the failed probe asks for (`probe.terminationGracePeriodSeconds`).
 pub fn probe_kill_reason(
-    container: &str,
+    c: &Container,
     container_id: &str,
     probes: &ProbeSnapshot,
-) -> Option<String> {
+) -> Option<(String, Option<i64>)> {
     let failed = |k| probes.get(&(container_id.to_owned(), k)) == Some(&ProbeResult::Failure);
-    if failed(ProbeKind::Liveness) {
-        Some(format!("Container {container} failed liveness probe"))
-    } else if failed(ProbeKind::Startup) {
-        Some(format!("Container {container} failed startup probe"))
+    let kind = [ProbeKind::Liveness, ProbeKind::Startup]
+        .into_iter()
+        .find(|k| failed(*k))?;
+    let grace = kind.of(c).and_then(|p| p.termination_grace_period_seconds);
+    let what = if kind == ProbeKind::Liveness {
+        "liveness"
     } else {
-        None
-    }
+        "startup"
+    };
+    Some((format!("Container {} failed {what} probe", c.name), grace))
 }
 
 /// Why a probe's target cannot be resolved.
@@ -721,16 +725,24 @@ mod tests {
                 "case {i}"
             );
         }
+        let web = Container {
+            name: "web".into(),
+            liveness_probe: Some(Probe {
+                termination_grace_period_seconds: Some(7),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         assert_eq!(
-            probe_kill_reason("web", "id", &snap(&[(Liveness, Failure)])).as_deref(),
-            Some("Container web failed liveness probe")
+            probe_kill_reason(&web, "id", &snap(&[(Liveness, Failure)])),
+            Some(("Container web failed liveness probe".to_owned(), Some(7)))
         );
         assert_eq!(
-            probe_kill_reason("web", "id", &snap(&[(Startup, Failure)])).as_deref(),
-            Some("Container web failed startup probe")
+            probe_kill_reason(&web, "id", &snap(&[(Startup, Failure)])),
+            Some(("Container web failed startup probe".to_owned(), None))
         );
         assert_eq!(
-            probe_kill_reason("web", "id", &snap(&[(Readiness, Failure)])),
+            probe_kill_reason(&web, "id", &snap(&[(Readiness, Failure)])),
             None
         );
     }

@@ -17,11 +17,15 @@ use crate::backoff::{Backoff, backoff_key};
 use crate::cgroup::CgroupManager;
 use crate::config::NodeConfig;
 use crate::container::{
-    ContainerInputs, PullDecision, container_config, container_hash, pull_decision,
+    ContainerInputs, PullDecision, TERMINATION_MESSAGE_PATH_ANNOTATION,
+    TERMINATION_MESSAGE_POLICY_ANNOTATION, container_config, container_hash, pull_decision,
 };
 use crate::cri::{CriClient, CriError};
 use crate::env::{EnvSources, container_env};
-use crate::lifecycle::{Hook, MIN_GRACE_SECONDS, grace_after_pre_stop, run_hook};
+use crate::lifecycle::{
+    Hook, MAX_TERMINATION_MESSAGE, MIN_GRACE_SECONDS, grace_after_pre_stop, last_log_message,
+    run_hook,
+};
 use crate::probe::ProbeResults;
 use crate::probe_manager::container_ref;
 use crate::qos::{pod_cgroup_resources, qos_of};
@@ -31,6 +35,8 @@ use crate::sandbox::{
 use crate::status::{
     RuntimePod, RuntimeState, StatusInputs, WaitingReason, group_by_pod, pod_status,
 };
+use crate::volume::{VolumeError, container_mounts};
+use crate::volume_manager::{PodVolumes, VolumeManager};
 
 /// Errors that stop a sync (per-container failures are reported in [`SyncResult`]).
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +57,8 @@ pub enum SyncError {
     },
     #[error("pod {0} has no uid")]
     NoUid(String),
+    #[error("volumes: {0}")]
+    Volume(#[from] VolumeError),
 }
 
 /// What one sync did.
@@ -78,6 +86,8 @@ pub struct RuntimeManager {
     probe_results: Arc<ProbeResults>,
     /// Where events go, once the kubelet has an event recorder.
     events: Arc<OnceLock<EventRecorder>>,
+    /// Pod volumes under the kubelet root dir.
+    volumes: VolumeManager,
 }
 
 fn reason(reason: &str, message: impl Into<String>) -> WaitingReason {
@@ -102,7 +112,18 @@ impl RuntimeManager {
             reasons: Mutex::new(HashMap::new()),
             probe_results: Arc::new(ProbeResults::default()),
             events: Arc::new(OnceLock::new()),
+            volumes: VolumeManager::new("/var/lib/kubelet"),
         }
+    }
+
+    /// Puts pod volumes under `root` (`--root-dir`; `/var/lib/kubelet` by default).
+    pub fn set_root_dir(&mut self, root: impl Into<std::path::PathBuf>) {
+        self.volumes = VolumeManager::new(root);
+    }
+
+    /// The pod volumes.
+    pub fn volumes(&self) -> &VolumeManager {
+        &self.volumes
     }
 
     /// The probe results the sync and status read.
@@ -113,6 +134,15 @@ impl RuntimeManager {
     /// The slot of the event recorder (set once by the kubelet).
     pub fn events(&self) -> &Arc<OnceLock<EventRecorder>> {
         &self.events
+    }
+
+    /// Records an event about `pod` when a recorder is set.
+    pub fn pod_event(&self, pod: &Pod, type_: EventType, reason: &str, note: &str) {
+        if let Some(rec) = self.events.get() {
+            let mut r = container_ref(pod, "");
+            r.field_path = None;
+            rec.event(&r, None, type_, reason, reason, note);
+        }
     }
 
     /// Records an event about a container of `pod` when a recorder is set.
@@ -199,7 +229,10 @@ impl RuntimeManager {
         let mut container_statuses = vec![];
         for c in containers {
             match self.cri.container_status(&c.id).await {
-                Ok(st) => container_statuses.push((st, c.pod_sandbox_id)),
+                Ok(mut st) => {
+                    add_termination_message(&mut st);
+                    container_statuses.push((st, c.pod_sandbox_id))
+                }
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
@@ -267,6 +300,34 @@ impl RuntimeManager {
         let mut result = SyncResult::default();
         tracing::debug!(pod = name(pod), ?actions, "sync");
 
+        // Volumes first, and on every sync so configMap/secret updates reach the files; a
+        // failure blocks only starting containers (running ones keep their mounts).
+        let finished = actions.kill_pod && !actions.create_sandbox;
+        let starts_something = actions.create_sandbox
+            || actions.next_init_container.is_some()
+            || !actions.containers_to_start.is_empty();
+        let volumes = if finished {
+            PodVolumes::default()
+        } else {
+            match self.volumes.setup(pod, &self.node, sources) {
+                Ok(v) => {
+                    for note in &v.notes {
+                        self.pod_event(pod, EventType::Warning, "FailedMount", note);
+                    }
+                    v
+                }
+                Err(e) => {
+                    let msg = format!("MountVolume.SetUp failed: {e}");
+                    tracing::info!(pod = name(pod), error = %msg, "volumes not ready");
+                    self.pod_event(pod, EventType::Warning, "FailedMount", &msg);
+                    if starts_something {
+                        return Err(SyncError::Volume(e));
+                    }
+                    PodVolumes::default()
+                }
+            }
+        };
+
         if actions.kill_pod {
             self.stop_pod(pod, &rt, None).await?;
             result.killed_pod = true;
@@ -282,7 +343,8 @@ impl RuntimeManager {
                     pod,
                     c,
                     &k.id,
-                    self.grace(pod, None),
+                    k.grace
+                        .map_or_else(|| self.grace(pod, None), |g| g.max(MIN_GRACE_SECONDS)),
                     rt.ips().first().map(String::as_str),
                 )
                 .await?;
@@ -344,7 +406,16 @@ impl RuntimeManager {
         }
         for (c, init) in starts {
             match self
-                .start_container(pod, c, init, &sandbox_id, &sandbox_cfg, &rt, &sources)
+                .start_container(
+                    pod,
+                    c,
+                    init,
+                    &sandbox_id,
+                    &sandbox_cfg,
+                    &rt,
+                    &sources,
+                    &volumes,
+                )
                 .await
             {
                 Ok(()) => {
@@ -402,6 +473,7 @@ impl RuntimeManager {
         sandbox_cfg: &cri::PodSandboxConfig,
         rt: &RuntimePod,
         sources: &EnvSources,
+        volumes: &PodVolumes,
     ) -> Result<(), WaitingReason> {
         let latest = rt.latest(&c.name, init);
         // CrashLoopBackOff: a restart waits for the back-off since the last exit.
@@ -448,8 +520,29 @@ impl RuntimeManager {
             env: &env,
             init,
         };
-        let cfg = container_config(&self.node, pod, &input)
+        let mut cfg = container_config(&self.node, pod, &input)
             .map_err(|e| reason("CreateContainerConfigError", e.to_string()))?;
+        let config_err = |e: VolumeError| reason("CreateContainerConfigError", e.to_string());
+        let (mut mounts, sub_paths) = container_mounts(c, &volumes.volumes).map_err(config_err)?;
+        self.volumes
+            .make_sub_paths(&sub_paths)
+            .map_err(config_err)?;
+        let message_path = c
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into());
+        if !message_path.is_empty() {
+            let host = self
+                .volumes
+                .termination_message_file(uid(pod), &c.name, restart_count)
+                .map_err(config_err)?;
+            mounts.push(cri::Mount {
+                container_path: message_path,
+                host_path: host.to_string_lossy().into_owned(),
+                ..Default::default()
+            });
+        }
+        cfg.mounts = mounts;
         let id = self
             .cri
             .create_container(sandbox_id, cfg, sandbox_cfg.clone())
@@ -622,6 +715,7 @@ impl RuntimeManager {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         last.map_err(|source| SyncError::Cgroup { cgroup, source })?;
+        self.volumes.teardown(uid(pod))?;
         let dir = pod_log_dir(&self.node, pod);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -675,5 +769,47 @@ async fn kill_with_pre_stop(
     match cri.stop_container(id, grace).await {
         Err(e) if e.is_not_found() => Ok(()),
         r => r,
+    }
+}
+
+/// Adds the container's termination message to an exited container's status message
+/// (upstream `convertToKubeContainerStatus`): the file mounted at its
+/// `terminationMessagePath`, or with `FallbackToLogsOnError` and a failure, its last log
+/// lines.
+fn add_termination_message(st: &mut cri::ContainerStatus) {
+    if st.state != cri::ContainerState::ContainerExited as i32 {
+        return;
+    }
+    let path = st
+        .annotations
+        .get(TERMINATION_MESSAGE_PATH_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let fallback = st
+        .annotations
+        .get(TERMINATION_MESSAGE_POLICY_ANNOTATION)
+        .is_some_and(|p| p == "FallbackToLogsOnError")
+        && st.exit_code != 0
+        && st.reason != "ContainerCannotRun";
+    let mut message = String::new();
+    let file = st
+        .mounts
+        .iter()
+        .find(|m| !path.is_empty() && m.container_path == path);
+    if let Some(bytes) = file.and_then(|m| std::fs::read(&m.host_path).ok()) {
+        let n = bytes.len().min(MAX_TERMINATION_MESSAGE);
+        message = String::from_utf8_lossy(&bytes[..n]).into_owned();
+    }
+    if message.is_empty()
+        && fallback
+        && let Ok(log) = std::fs::read_to_string(&st.log_path)
+    {
+        message = last_log_message(&log);
+    }
+    if !message.is_empty() {
+        if !st.message.is_empty() {
+            st.message.push_str(": ");
+        }
+        st.message.push_str(&message);
     }
 }

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ferrokube_kubelet::cri::{CriClient, DEFAULT_ENDPOINT};
 use ferrokube_kubelet::{Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
 use ferrokube_testing::TestApiServer;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -133,10 +133,10 @@ async fn wait_pod(
         Ok(check(&p).then_some(p))
     })
     .await;
-    if r.is_err() {
-        if let Ok(p) = pods.get(name).await {
-            eprintln!("{name} last status: {:#?}", p.status);
-        }
+    if r.is_err()
+        && let Ok(p) = pods.get(name).await
+    {
+        eprintln!("{name} last status: {:#?}", p.status);
     }
     r
 }
@@ -190,7 +190,56 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
             ]}))?,
             // A crashing container backs off.
             pod("crash", n, json!({"containers": [sh("c", "exit 3")]}))?,
+            // Termination messages: the file, and the log on error.
+            pod("message", n, json!({"restartPolicy": "Never", "containers": [
+                sh("file", "printf done-msg > /dev/termination-log"),
+                {"name": "logs", "image": BUSYBOX, "command": ["sh", "-c", "echo from-logs; exit 1"],
+                 "terminationMessagePolicy": "FallbackToLogsOnError"},
+            ]}))?,
         ];
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+        cms.create(&PostParams::default(), &serde_json::from_value(json!({
+            "metadata": {"name": "cfg"}, "data": {"greeting": "hello"},
+        }))?).await?;
+        secrets.create(&PostParams::default(), &serde_json::from_value(json!({
+            "metadata": {"name": "sec"}, "stringData": {"password": "s3cret"},
+        }))?).await?;
+        let host_dir = root.path().join("host-volume");
+        let volumes_pod = pod("volumes", n, json!({
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 0o400}},
+                {"name": "shared", "emptyDir": {}},
+                {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+                {"name": "info", "downwardAPI": {"items": [
+                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                ]}},
+                {"name": "proj", "projected": {"sources": [
+                    {"configMap": {"name": "cfg", "items": [{"key": "greeting", "path": "cm/greeting"}]}},
+                    {"secret": {"name": "sec"}},
+                    {"serviceAccountToken": {"path": "token"}},
+                ]}},
+                {"name": "host", "hostPath": {"path": host_dir.display().to_string(), "type": "DirectoryOrCreate"}},
+            ],
+            "containers": [
+                {"name": "writer", "image": BUSYBOX,
+                 "command": ["sh", "-c", "echo shared-data > /shared/x; sleep 3600"],
+                 "volumeMounts": [{"name": "shared", "mountPath": "/shared"}, {"name": "mem", "mountPath": "/mem"}]},
+                {"name": "reader", "image": BUSYBOX, "command": ["sleep", "3600"],
+                 "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo bye > /host/prestop"]}}},
+                 "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/etc/cfg"},
+                    {"name": "sec", "mountPath": "/etc/sec"},
+                    {"name": "shared", "mountPath": "/shared", "readOnly": true},
+                    {"name": "info", "mountPath": "/etc/info"},
+                    {"name": "proj", "mountPath": "/etc/proj"},
+                    {"name": "host", "mountPath": "/host"},
+                    {"name": "cfg", "mountPath": "/single", "subPath": "greeting"},
+                 ]},
+            ],
+        }))?;
+        let specs: Vec<Pod> = specs.into_iter().chain([volumes_pod]).collect();
         for p in &specs {
             created.push(pods.create(&PostParams::default(), p).await?);
         }
@@ -258,6 +307,92 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
         })
         .await?;
 
+        // Termination messages.
+        let p = wait_pod(&pods, "message", "both containers terminated", Duration::from_secs(60), |p| {
+            ["file", "logs"].iter().all(|c| {
+                status_of(p, c).is_some_and(|s| s.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+            })
+        })
+        .await?;
+        let message = |c: &str| {
+            status_of(&p, c)
+                .and_then(|s| s.state)
+                .and_then(|s| s.terminated)
+                .and_then(|t| t.message)
+        };
+        ensure!(message("file").as_deref() == Some("done-msg"), "{:?}", message("file"));
+        ensure!(message("logs").as_deref() == Some("from-logs\n"), "{:?}", message("logs"));
+
+        // Volumes: every kind shows its data inside the containers.
+        let p = wait_pod(&pods, "volumes", "Running and Ready", Duration::from_secs(60), |p| {
+            condition(p, "Ready").as_deref() == Some("True")
+        })
+        .await?;
+        let cri = kubelet.kubelet.runtime().cri().clone();
+        let id = |c: &str| -> Result<String> {
+            let cid = status_of(&p, c).and_then(|s| s.container_id).context("container id")?;
+            Ok(cid.trim_start_matches("containerd://").to_owned())
+        };
+        let (reader, writer) = (id("reader")?, id("writer")?);
+        let exec = |id: String, cmd: &'static str| {
+            let cri = cri.clone();
+            async move {
+                let r = cri
+                    .exec_sync(&id, vec!["sh".into(), "-c".into(), cmd.into()], 10)
+                    .await?;
+                ensure!(r.exit_code == 0, "{cmd}: exit {} {}", r.exit_code, String::from_utf8_lossy(&r.stderr));
+                Ok::<String, anyhow::Error>(String::from_utf8_lossy(&r.stdout).into_owned())
+            }
+        };
+        for (cmd, want) in [
+            ("cat /etc/cfg/greeting", "hello"),
+            ("cat /etc/sec/password", "s3cret"),
+            ("stat -L -c %a /etc/sec/password", "400\n"),
+            ("cat /shared/x", "shared-data\n"),
+            ("cat /etc/info/name", "volumes"),
+            ("cat /etc/proj/cm/greeting /etc/proj/password", "hellos3cret"),
+            ("test -e /etc/proj/token || echo no-token", "no-token\n"),
+            ("cat /single", "hello"),
+            ("touch /etc/cfg/x 2>/dev/null || echo read-only", "read-only\n"),
+            ("touch /shared/y 2>/dev/null || echo read-only", "read-only\n"),
+        ] {
+            let got = exec(reader.clone(), cmd).await?;
+            ensure!(got == want, "{cmd}: got {got:?}, want {want:?}");
+        }
+        let mounts = exec(writer.clone(), "grep ' /mem ' /proc/mounts").await?;
+        ensure!(mounts.starts_with("tmpfs /mem tmpfs") && mounts.contains("size=16384k"), "{mounts}");
+        let pod_uid = p.metadata.uid.clone().unwrap_or_default();
+        let cfg_dir = root.path().join(format!("pods/{pod_uid}/volumes/kubernetes.io~configmap/cfg"));
+        ensure!(std::fs::read_link(cfg_dir.join("..data"))?.to_string_lossy().starts_with("..2"));
+        ensure!(std::fs::read_link(cfg_dir.join("greeting"))? == std::path::Path::new("..data/greeting"));
+
+        // A configMap update reaches the files.
+        let mut cm = cms.get("cfg").await?;
+        cm.data = Some([("greeting".to_owned(), "updated".to_owned())].into());
+        cms.replace("cfg", &PostParams::default(), &cm).await?;
+        let exec2 = &exec;
+        let reader2 = reader.clone();
+        wait_for("configMap update in the volume", Duration::from_secs(40), || {
+            let r = reader2.clone();
+            async move {
+                let got = exec2(r, "cat /etc/cfg/greeting /etc/proj/cm/greeting").await?;
+                Ok((got == "updatedupdated").then_some(()))
+            }
+        })
+        .await?;
+
+        // Deleting the pod runs the preStop hook and removes its volumes (tmpfs unmounted).
+        pods.delete("volumes", &DeleteParams::default()).await?;
+        wait_for("volumes pod gone", Duration::from_secs(40), || async {
+            Ok(pods.get_opt("volumes").await?.is_none().then_some(()))
+        })
+        .await?;
+        ensure!(std::fs::read_to_string(host_dir.join("prestop"))? == "bye\n", "preStop ran");
+        let pod_dir = root.path().join(format!("pods/{pod_uid}"));
+        ensure!(!pod_dir.exists(), "{} removed", pod_dir.display());
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        ensure!(!mountinfo.contains(&pod_uid), "no mount of the pod left: {mountinfo}");
+
         // Events: the liveness failures and the kill are recorded.
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         wait_for("Unhealthy and Killing events for liveness", Duration::from_secs(20), || async {
@@ -268,7 +403,11 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
                         && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("liveness")
                 })
             };
-            Ok((about("Unhealthy") && about("Killing")).then_some(()))
+            let token_note = list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("FailedMount")
+                    && e.note.as_deref().is_some_and(|n| n.contains("serviceAccountToken"))
+            });
+            Ok((about("Unhealthy") && about("Killing") && token_note).then_some(()))
         })
         .await?;
         Ok::<(), anyhow::Error>(())

@@ -1,0 +1,333 @@
+//! Pod volumes on the node (upstream volume manager + the in-tree plugins' SetUp/TearDown):
+//! directories under `<root>/pods/<uid>/volumes`, tmpfs mounts for memory-backed volumes,
+//! payloads through the [`crate::atomic_writer`], hostPath checks, termination message
+//! files, and teardown (unmount, then remove) when the pod goes. Decisions are
+//! [`crate::volume`]'s.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::atomic_writer;
+use crate::config::NodeConfig;
+use crate::env::EnvSources;
+use crate::sandbox::{spec, uid};
+use crate::volume::{
+    HostFileKind, HostPathAction, VolumeError, VolumeKind, container_dir, host_path_action,
+    parse_mountinfo, pod_dir, volume_dir, volume_payload,
+};
+
+/// The volumes of one pod, ready to mount.
+#[derive(Debug, Clone, Default)]
+pub struct PodVolumes {
+    /// Volume name -> host path and kind.
+    pub volumes: BTreeMap<String, (PathBuf, VolumeKind)>,
+    /// Notes for events (sources left out).
+    pub notes: Vec<String>,
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
+    move |e| VolumeError::Io {
+        what,
+        path: path.display().to_string(),
+        why: e.to_string(),
+    }
+}
+
+fn host_file_kind(path: &Path) -> HostFileKind {
+    match std::fs::metadata(path) {
+        Err(_) => HostFileKind::Missing,
+        Ok(m) => {
+            let t = m.file_type();
+            if t.is_dir() {
+                HostFileKind::Directory
+            } else if t.is_file() {
+                HostFileKind::File
+            } else if t.is_socket() {
+                HostFileKind::Socket
+            } else if t.is_char_device() {
+                HostFileKind::CharDevice
+            } else if t.is_block_device() {
+                HostFileKind::BlockDevice
+            } else {
+                HostFileKind::Other
+            }
+        }
+    }
+}
+
+/// The mount points of this mount namespace.
+fn mount_points() -> Vec<PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default()
+}
+
+fn mount_tmpfs(dir: &Path, size: Option<i64>) -> Result<(), VolumeError> {
+    let mut opts = String::from("mode=0777");
+    if let Some(s) = size.filter(|s| *s > 0) {
+        opts.push_str(&format!(",size={s}"));
+    }
+    nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(opts.as_str()),
+    )
+    .map_err(|e| VolumeError::Io {
+        what: "mounting tmpfs on",
+        path: dir.display().to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// Sets up and tears down pod volumes under the kubelet root.
+#[derive(Debug, Clone)]
+pub struct VolumeManager {
+    root: PathBuf,
+}
+
+impl VolumeManager {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        VolumeManager { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Makes every volume of `pod` ready (idempotent; configMap/secret/downwardAPI/projected
+    /// contents are rewritten when they changed, atomically).
+    pub fn setup(
+        &self,
+        pod: &Pod,
+        node: &NodeConfig,
+        sources: &EnvSources,
+    ) -> Result<PodVolumes, VolumeError> {
+        let pod_uid = uid(pod);
+        let mut out = PodVolumes::default();
+        let mounted = mount_points();
+        for v in spec(pod).volumes.iter().flatten() {
+            let kind = VolumeKind::of(v);
+            let path = match &kind {
+                VolumeKind::Unsupported => return Err(VolumeError::Unsupported(v.name.clone())),
+                VolumeKind::HostPath { path, type_ } => {
+                    let p = PathBuf::from(path);
+                    match host_path_action(path, type_, host_file_kind(&p))? {
+                        HostPathAction::Nothing => {}
+                        HostPathAction::CreateDirectory => {
+                            std::fs::create_dir_all(&p).map_err(io("creating", &p))?;
+                            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
+                                .map_err(io("chmod", &p))?;
+                        }
+                        HostPathAction::CreateFile => {
+                            std::fs::OpenOptions::new()
+                                .create(true)
+                                .truncate(false)
+                                .write(true)
+                                .open(&p)
+                                .map_err(io("creating", &p))?;
+                            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+                                .map_err(io("chmod", &p))?;
+                        }
+                    }
+                    p
+                }
+                _ => {
+                    let plugin = kind.plugin_dir().unwrap_or("kubernetes.io~unknown");
+                    let dir = volume_dir(&self.root, pod_uid, plugin, &v.name);
+                    let fresh = !dir.exists();
+                    std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+                    if let Some(size) = kind.tmpfs()
+                        && !mounted.contains(&dir)
+                    {
+                        // An unbounded memory emptyDir is bounded by node memory.
+                        let bound = match kind {
+                            VolumeKind::EmptyDir { .. } => Some(node.memory_capacity),
+                            _ => None,
+                        };
+                        mount_tmpfs(&dir, size.or(bound))?;
+                    }
+                    if fresh && matches!(kind, VolumeKind::EmptyDir { .. }) {
+                        // emptyDir is world-writable as upstream makes it.
+                        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                            .map_err(io("chmod", &dir))?;
+                    }
+                    if let Some((payload, notes)) = volume_payload(v, pod, node, sources)? {
+                        out.notes.extend(notes);
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_nanos() as i128;
+                        atomic_writer::write(&dir, &payload, now).map_err(|e| VolumeError::Io {
+                            what: "writing volume",
+                            path: dir.display().to_string(),
+                            why: e.to_string(),
+                        })?;
+                    }
+                    dir
+                }
+            };
+            out.volumes.insert(v.name.clone(), (path, kind));
+        }
+        Ok(out)
+    }
+
+    /// Creates the subPath directories a container's mounts need.
+    pub fn make_sub_paths(&self, dirs: &[PathBuf]) -> Result<(), VolumeError> {
+        for d in dirs {
+            if !d.exists() {
+                std::fs::create_dir_all(d).map_err(io("creating subPath", d))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An empty termination message file for one container instance, to mount at its
+    /// `terminationMessagePath`.
+    pub fn termination_message_file(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        restart_count: u32,
+    ) -> Result<PathBuf, VolumeError> {
+        let dir = container_dir(&self.root, pod_uid, container);
+        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        let f = dir.join(format!("termination-{restart_count}"));
+        std::fs::write(&f, b"").map_err(io("creating", &f))?;
+        // Any container user may write its message.
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666))
+            .map_err(io("chmod", &f))?;
+        Ok(f)
+    }
+
+    /// Unmounts everything under the pod's directory (deepest first), then removes it.
+    pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
+        let dir = pod_dir(&self.root, pod_uid);
+        if pod_uid.is_empty() || !dir.exists() {
+            return Ok(());
+        }
+        let mut mounts: Vec<PathBuf> = mount_points()
+            .into_iter()
+            .filter(|m| m.starts_with(&dir))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        mounts.dedup();
+        for m in &mounts {
+            if let Err(e) = nix::mount::umount(m) {
+                // Still busy: detach it so the directory can go; the kernel frees it later.
+                nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH).map_err(|e2| {
+                    VolumeError::Io {
+                        what: "unmounting",
+                        path: m.display().to_string(),
+                        why: format!("{e}; detach: {e2}"),
+                    }
+                })?;
+            }
+        }
+        std::fs::remove_dir_all(&dir).map_err(io("removing", &dir))
+    }
+
+    /// Pod UIDs that have a directory under `<root>/pods`.
+    pub fn pod_uids_on_disk(&self) -> Vec<String> {
+        std::fs::read_dir(self.root.join("pods"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, ConfigMapVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource, PodSpec,
+        Volume,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn disk_volumes_set_up_update_and_tear_down() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vm = VolumeManager::new(tmp.path());
+        let host_dir = tmp.path().join("host/made");
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(vec![
+                    Volume {
+                        name: "cfg".into(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: "cm".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    Volume {
+                        name: "scratch".into(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    },
+                    Volume {
+                        name: "host".into(),
+                        host_path: Some(HostPathVolumeSource {
+                            path: host_dir.display().to_string(),
+                            type_: Some("DirectoryOrCreate".into()),
+                        }),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let cm = |v: &str| ConfigMap {
+            data: Some([("key".into(), v.into())].into()),
+            ..Default::default()
+        };
+        let node = NodeConfig::new("n");
+        let mut sources = EnvSources {
+            config_maps: [("cm".into(), cm("one"))].into(),
+            ..Default::default()
+        };
+        let vols = vm.setup(&pod, &node, &sources).unwrap();
+        let cfg = &vols.volumes["cfg"].0;
+        assert_eq!(
+            cfg,
+            &tmp.path()
+                .join("pods/u1/volumes/kubernetes.io~configmap/cfg")
+        );
+        assert_eq!(std::fs::read_to_string(cfg.join("key")).unwrap(), "one");
+        assert!(host_dir.is_dir());
+        let scratch = &vols.volumes["scratch"].0;
+        assert_eq!(
+            std::fs::metadata(scratch).unwrap().permissions().mode() & 0o777,
+            0o777
+        );
+        sources.config_maps.insert("cm".into(), cm("two"));
+        vm.setup(&pod, &node, &sources).unwrap();
+        assert_eq!(std::fs::read_to_string(cfg.join("key")).unwrap(), "two");
+        sources.config_maps.clear();
+        assert_eq!(
+            vm.setup(&pod, &node, &sources).unwrap_err(),
+            VolumeError::ConfigMapNotFound("cm".into())
+        );
+        let f = vm.termination_message_file("u1", "c", 0).unwrap();
+        assert!(f.starts_with(tmp.path().join("pods/u1/containers/c")));
+        assert_eq!(vm.pod_uids_on_disk(), ["u1"]);
+        vm.teardown("u1").unwrap();
+        assert!(!tmp.path().join("pods/u1").exists());
+        assert!(host_dir.is_dir(), "hostPath contents are never removed");
+    }
+}
