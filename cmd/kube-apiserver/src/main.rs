@@ -49,6 +49,12 @@ struct Args {
     /// any other) instead of 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     anonymous_auth: bool,
+    /// Admission plugins to enable beyond the defaults (NodeRestriction): ServiceAccount.
+    #[arg(long, value_delimiter = ',')]
+    enable_admission_plugins: Vec<String>,
+    /// Admission plugins to disable.
+    #[arg(long, value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
     /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
     /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
     #[arg(long, default_value = "Node,RBAC")]
@@ -143,6 +149,12 @@ async fn main() -> anyhow::Result<()> {
     opts.client_ca_file = args.client_ca_file;
     opts.token_auth_file = args.token_auth_file;
     opts.anonymous_auth = args.anonymous_auth;
+    opts.admission_plugins = ferrokube_apiserver::AdmissionPlugins::default()
+        .with_flags(
+            &args.enable_admission_plugins,
+            &args.disable_admission_plugins,
+        )
+        .map_err(|e| anyhow::anyhow!("--enable-admission-plugins: {e}"))?;
     opts.kubelet_client_certificate = args.kubelet_client_certificate;
     opts.kubelet_client_key = args.kubelet_client_key;
     opts.kubelet_certificate_authority = args.kubelet_certificate_authority;

@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 pub use ferrokube_auth::AuthorizationMode;
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
+pub use security::AdmissionPlugins;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -267,6 +268,8 @@ pub struct Options {
     /// `--kubelet-certificate-authority`: the CA kubelet serving certificates chain to
     /// (unset: not verified, as upstream).
     pub kubelet_certificate_authority: Option<std::path::PathBuf>,
+    /// `--enable-admission-plugins` / `--disable-admission-plugins` applied.
+    pub admission_plugins: AdmissionPlugins,
     /// `--anonymous-auth`: requests without credentials are `system:anonymous`
     /// (and then authorized like any other) instead of 401.
     pub anonymous_auth: bool,
@@ -302,6 +305,7 @@ impl Options {
             kubelet_client_certificate: None,
             kubelet_client_key: None,
             kubelet_certificate_authority: None,
+            admission_plugins: AdmissionPlugins::default(),
             anonymous_auth: true,
             authorization_modes: vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             service_account_issuers: Vec::new(),
@@ -365,8 +369,12 @@ impl Options {
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
         let state = Arc::new(
-            security::ClusterState::new(&registry, self.authorization_modes.clone())
-                .map_err(|e| ConfigError::Registry(e.to_string()))?,
+            security::ClusterState::new(
+                &registry,
+                self.authorization_modes.clone(),
+                self.admission_plugins,
+            )
+            .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
         let authorizer = security::authorizer_chain(&self.authorization_modes, &state);
         let tokens = self.service_account_tokens(&registry, &advertise_ip)?;

@@ -305,3 +305,55 @@ async fn expired_and_foreign_tokens_are_rejected_and_discovery_is_served() {
     assert_eq!(call(&robot, "GET", "/openid/v1/jwks", None).await.0, 200);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn service_account_admission_when_enabled() {
+    let server = TestApiServer::start_with(|o| o.admission_plugins.service_account = true)
+        .await
+        .unwrap();
+    let admin = server.client.clone();
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let (code, v) = call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(pod.clone()),
+    )
+    .await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "pods \"p\" is forbidden: error looking up service account default/default: serviceaccount \"default\" not found"
+    );
+    call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(json!({"metadata": {"name": "default"}})),
+    )
+    .await;
+    let mut created = (0, Value::Null);
+    for _ in 0..100 {
+        created = call(
+            &admin,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            Some(pod.clone()),
+        )
+        .await;
+        if created.0 == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, v) = created;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["spec"]["serviceAccountName"], "default");
+    let volume = v["spec"]["volumes"][0]["name"].as_str().unwrap();
+    assert!(volume.starts_with("kube-api-access-"), "{volume}");
+    assert_eq!(
+        v["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/var/run/secrets/kubernetes.io/serviceaccount"
+    );
+    server.stop().await;
+}
