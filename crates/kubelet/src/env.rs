@@ -23,6 +23,9 @@ pub struct EnvSources {
     pub service_env: BTreeMap<String, String>,
     /// The pod's IPs (sandbox network status), primary first.
     pub pod_ips: Vec<String>,
+    /// Projected service account tokens by [`crate::volume::token_key`]: the token from the
+    /// TokenRequest API, or why there is none.
+    pub service_account_tokens: BTreeMap<String, Result<String, String>>,
 }
 
 /// Why a container's environment cannot be built (the container's waiting reason is then
@@ -457,6 +460,7 @@ mod tests {
             )]
             .into(),
             pod_ips: vec!["10.244.0.7".into()],
+            ..Default::default()
         };
         (pod, node, sources)
     }

@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, Taint};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, ServiceAccount, Taint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -125,6 +128,9 @@ pub struct Kubelet {
     probes: ProbeManager,
     /// Pod UIDs whose probe results changed (taken by the pod loop).
     probe_changes: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    /// Projected service account tokens by (pod UID, token key): the token and when to
+    /// refresh it (80% of its lifetime, as upstream's token manager).
+    tokens: parking_lot::Mutex<HashMap<(String, String), (String, Instant)>>,
 }
 
 impl Kubelet {
@@ -141,6 +147,7 @@ impl Kubelet {
         Arc::new(Kubelet {
             probes,
             probe_changes: parking_lot::Mutex::new(Some(probe_rx)),
+            tokens: parking_lot::Mutex::new(HashMap::new()),
             status: StatusManager::new(client.clone()),
             client,
             runtime: Arc::new(runtime),
@@ -684,7 +691,75 @@ impl Kubelet {
                 out.secrets.insert(n, sec);
             }
         }
+        for t in crate::volume::token_requests(pod) {
+            let key = crate::volume::token_key(&t);
+            let token = self.service_account_token(pod, &t, &key).await;
+            out.service_account_tokens.insert(key, token);
+        }
         out
+    }
+
+    /// A token for a projected volume: cached until 80% of its lifetime, then requested
+    /// again through TokenRequest, bound to the pod (upstream's token manager).
+    async fn service_account_token(
+        &self,
+        pod: &Pod,
+        t: &crate::volume::TokenSpec,
+        key: &str,
+    ) -> Result<String, String> {
+        let cache_key = (uid(pod).to_owned(), key.to_owned());
+        if let Some((token, refresh_at)) = self.tokens.lock().get(&cache_key)
+            && Instant::now() < *refresh_at
+        {
+            return Ok(token.clone());
+        }
+        let request = TokenRequest {
+            metadata: ObjectMeta::default(),
+            spec: TokenRequestSpec {
+                audiences: if t.audience.is_empty() {
+                    vec![]
+                } else {
+                    vec![t.audience.clone()]
+                },
+                expiration_seconds: Some(t.expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(name(pod).to_owned()),
+                    uid: Some(uid(pod).to_owned()),
+                }),
+            },
+            status: None,
+        };
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace(pod));
+        let answer: TokenRequest = api
+            .create_subresource(
+                "token",
+                &t.service_account,
+                &PostParams::default(),
+                &request,
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "requesting a token for service account {:?}: {e}",
+                    t.service_account
+                )
+            })?;
+        let status = answer
+            .status
+            .ok_or_else(|| "the TokenRequest answer has no status".to_owned())?;
+        let lifetime = status
+            .expiration_timestamp
+            .0
+            .duration_since(k8s_openapi::jiff::Timestamp::now())
+            .as_secs()
+            .max(0) as u64;
+        let refresh_at = Instant::now() + Duration::from_secs(lifetime * 8 / 10);
+        self.tokens
+            .lock()
+            .insert(cache_key, (status.token.clone(), refresh_at));
+        Ok(status.token)
     }
 
     async fn sync(&self, pod: &Arc<Pod>) {
@@ -760,6 +835,9 @@ impl Kubelet {
             return false;
         }
         self.probes.remove_pod(uid(pod), &container_ids);
+        self.tokens
+            .lock()
+            .retain(|(pod_uid, _), _| pod_uid != uid(pod));
         if gone_from_api {
             return true;
         }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret,
+    ServiceAccountTokenProjection, Volume,
 };
 
 use crate::atomic_writer::{FileProjection, Payload};
@@ -398,11 +399,30 @@ pub fn volume_payload(
                 sources,
             )?
         } else if let Some(t) = &src.service_account_token {
-            notes.push(format!(
-                "projected volume {:?}: serviceAccountToken {:?} left out: the API server does not serve TokenRequest yet",
-                v.name, t.path
-            ));
-            continue;
+            let key = token_key(&TokenSpec::of(pod, t));
+            match sources.service_account_tokens.get(&key) {
+                Some(Ok(token)) => Payload::from([(
+                    t.path.clone(),
+                    FileProjection {
+                        data: token.clone().into_bytes(),
+                        mode: default_mode,
+                    },
+                )]),
+                Some(Err(why)) => {
+                    notes.push(format!(
+                        "projected volume {:?}: serviceAccountToken {:?} left out: {why}",
+                        v.name, t.path
+                    ));
+                    continue;
+                }
+                None => {
+                    notes.push(format!(
+                        "projected volume {:?}: serviceAccountToken {:?} left out: no token was requested",
+                        v.name, t.path
+                    ));
+                    continue;
+                }
+            }
         } else {
             notes.push(format!(
                 "projected volume {:?}: a source this kubelet does not support was left out",
@@ -413,6 +433,54 @@ pub fn volume_payload(
         out.extend(part);
     }
     Ok(Some((out, notes)))
+}
+
+/// A service account token a projected volume asks for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TokenSpec {
+    /// The pod's service account (`default` when unset).
+    pub service_account: String,
+    /// "" = the API server's default audiences.
+    pub audience: String,
+    /// Requested lifetime (default one hour, as the API defaults it).
+    pub expiration_seconds: i64,
+}
+
+impl TokenSpec {
+    pub fn of(pod: &Pod, t: &ServiceAccountTokenProjection) -> Self {
+        TokenSpec {
+            service_account: spec(pod)
+                .service_account_name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "default".to_owned()),
+            audience: t.audience.clone().unwrap_or_default(),
+            expiration_seconds: t.expiration_seconds.unwrap_or(3600),
+        }
+    }
+}
+
+/// The key of a token in [`EnvSources::service_account_tokens`].
+pub fn token_key(t: &TokenSpec) -> String {
+    format!(
+        "{}|{}|{}",
+        t.service_account, t.audience, t.expiration_seconds
+    )
+}
+
+/// The service account tokens the pod's projected volumes need.
+pub fn token_requests(pod: &Pod) -> Vec<TokenSpec> {
+    let mut out: Vec<TokenSpec> = spec(pod)
+        .volumes
+        .iter()
+        .flatten()
+        .flat_map(|v| v.projected.iter().flat_map(|p| p.sources.iter().flatten()))
+        .filter_map(|s| s.service_account_token.as_ref())
+        .map(|t| TokenSpec::of(pod, t))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Names of the ConfigMaps and Secrets the pod's volumes read.
@@ -789,7 +857,44 @@ mod tests {
             ]
         );
         assert_eq!(notes.len(), 1);
-        assert!(notes[0].contains("TokenRequest"), "{notes:?}");
+        assert!(notes[0].contains("no token was requested"), "{notes:?}");
+        let key = token_key(&TokenSpec {
+            service_account: "default".into(),
+            audience: String::new(),
+            expiration_seconds: 3600,
+        });
+        assert_eq!(
+            token_requests(&Pod {
+                spec: Some(PodSpec {
+                    volumes: Some(vec![v.clone(), v.clone()]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .iter()
+            .map(token_key)
+            .collect::<Vec<_>>(),
+            std::slice::from_ref(&key)
+        );
+        let mut with_token = sources.clone();
+        with_token
+            .service_account_tokens
+            .insert(key.clone(), Ok("jwt".into()));
+        let (p, notes) = volume_payload(&v, &pod(), &node, &with_token)
+            .unwrap()
+            .unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(p["token-sa"].data, b"jwt");
+        assert_eq!(p["token-sa"].mode, 0o440);
+        with_token.service_account_tokens.insert(
+            key,
+            Err("the server could not find the requested resource".into()),
+        );
+        let (p, notes) = volume_payload(&v, &pod(), &node, &with_token)
+            .unwrap()
+            .unwrap();
+        assert!(!p.contains_key("token-sa"));
+        assert!(notes[0].contains("could not find"), "{notes:?}");
 
         let secret_vol = Volume {
             name: "s".into(),
