@@ -18,6 +18,7 @@ declare -A packages=(
   [etcdctl]=etcd-client
   [git]=git
   [curl]=curl
+  [dig]=dnsutils               # e2e/single-node.d/50-dns.sh asks the cluster DNS
 )
 missing=()
 for cmd in "${!packages[@]}"; do

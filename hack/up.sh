@@ -12,7 +12,9 @@
 #   4. starts every component that exists, with setsid, PID files in /run/ferrokube and logs
 #      in /var/log/ferrokube: [etcd,] kube-apiserver (loopback only), kube-controller-manager,
 #      kube-scheduler, kubelet; waits (bounded) for /readyz, then for the node to be Ready,
-#   5. prints `export KUBECONFIG=...` and a first command to try.
+#   5. the cluster DNS addon (deploy/addons/dns.yaml: the kube-dns Service at 10.96.0.10 and
+#      its Deployment; image built from the release binary when it changed),
+#   6. prints `export KUBECONFIG=...` and a first command to try.
 #
 # --etcd     store in a local etcd (loopback, data in /var/lib/ferrokube/etcd) instead of
 #            the embedded store (/var/lib/ferrokube/apiserver)
@@ -315,6 +317,60 @@ if [[ " ${STARTED[*]} " == *" kubelet "* ]]; then
   fi
 else
   step "no kubelet binary yet ($KUBELET): not waiting for a Ready node"
+fi
+
+# ---------------------------------------------------------------- 6. cluster DNS addon
+# deploy/addons/dns.yaml (the kube-dns Service at $FK_CLUSTER_DNS and its Deployment),
+# with the image built from the release binary and pushed to the mirror (only when the
+# binary changed) and pinned to its content tag, so a rebuilt binary rolls the pod.
+DNS_BIN=$BIN_DIR/kube-dns
+DNS_MANIFEST=$REPO/deploy/addons/dns.yaml
+# The DNS server's API credentials until the apiserver issues service-account tokens: a
+# client certificate for system:serviceaccount:kube-system:kube-dns signed by the cluster
+# CA (re-signed when the CA changes), as a kubeconfig in the Secret kube-dns-kubeconfig.
+dns_credentials() {
+  local crt=$FK_PKI_DIR/kube-dns.crt key=$FK_PKI_DIR/kube-dns.key kc=$FK_PKI_DIR/kube-dns.kubeconfig
+  if [ ! -s "$crt" ] || ! openssl verify -CAfile "$FK_PKI_DIR/ca.crt" "$crt" >/dev/null 2>&1; then
+    openssl ecparam -name prime256v1 -genkey -noout -out "$key" 2>/dev/null
+    chmod 0600 "$key"
+    openssl req -new -key "$key" -subj "/O=system:serviceaccounts/O=system:serviceaccounts:kube-system/CN=system:serviceaccount:kube-system:kube-dns" |
+      openssl x509 -req -CA "$FK_PKI_DIR/ca.crt" -CAkey "$FK_PKI_DIR/ca.key" -CAcreateserial \
+        -CAserial "$FK_PKI_DIR/kube-dns.srl" -days 365 -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n') \
+        -out "$crt" 2>/dev/null
+    rm -f "$kc"
+  fi
+  if [ ! -s "$kc" ]; then
+    local k=(kubectl --kubeconfig "$kc")
+    "${k[@]}" config set-cluster ferrokube --server "$FK_API_URL" \
+      --certificate-authority "$FK_PKI_DIR/ca.crt" --embed-certs >/dev/null
+    "${k[@]}" config set-credentials kube-dns --client-certificate "$crt" \
+      --client-key "$key" --embed-certs >/dev/null
+    "${k[@]}" config set-context default --cluster ferrokube --user kube-dns >/dev/null
+    "${k[@]}" config use-context default >/dev/null
+    chmod 0600 "$kc"
+  fi
+  fk::kubectl -n kube-system create secret generic kube-dns-kubeconfig \
+    --from-file=kubeconfig="$kc" --dry-run=client -o yaml | fk::kubectl apply -f - >/dev/null
+}
+dns_ready() {
+  [ "$(fk::kubectl -n kube-system get deployment kube-dns \
+    -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}' 2>/dev/null)" = 1/1 ]
+}
+if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
+  step "cluster DNS: image, credentials, deploy/addons/dns.yaml (kube-dns at $FK_CLUSTER_DNS)"
+  dns_version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
+  dns_tag=$(bash "$REPO/hack/images/build-dns.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
+    "$DNS_BIN" "$dns_version") || fk::die "building the DNS image failed"
+  dns_credentials || fk::die "DNS credentials (Secret kube-system/kube-dns-kubeconfig) failed"
+  sed "s|registry.k8s.io/ferrokube/dns:v$dns_version\$|registry.k8s.io/ferrokube/dns:$dns_tag|" \
+    "$DNS_MANIFEST" | fk::kubectl apply -f - | sed 's/^/  /' >&2 ||
+    fk::die "kubectl apply -f $DNS_MANIFEST failed"
+  if fk::wait_for 120 0.5 dns_ready; then
+    fk::log "  kube-dns ready (image $dns_tag)"
+  else
+    fk::log "  warning: kube-dns not ready after 60 s:"
+    fk::kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide >&2 || true
+  fi
 fi
 
 T_END=$(date +%s.%N)
