@@ -329,13 +329,17 @@ DNS_MANIFEST=$REPO/deploy/addons/dns.yaml
 # client certificate for system:serviceaccount:kube-system:kube-dns signed by the cluster
 # CA (re-signed when the CA changes), as a kubeconfig in the Secret kube-dns-kubeconfig.
 dns_credentials() {
-  local crt=$FK_PKI_DIR/kube-dns.crt key=$FK_PKI_DIR/kube-dns.key kc=$FK_PKI_DIR/kube-dns.kubeconfig
+  # In a directory of its own: the components' PKI fingerprint (PKI_SUM) covers only
+  # $FK_PKI_DIR/*.crt and *.kubeconfig, and this must not restart them.
+  local dir=$FK_PKI_DIR/kube-dns
+  local crt=$dir/kube-dns.crt key=$dir/kube-dns.key kc=$dir/kube-dns.kubeconfig
+  mkdir -p "$dir" && chmod 0700 "$dir"
   if [ ! -s "$crt" ] || ! openssl verify -CAfile "$FK_PKI_DIR/ca.crt" "$crt" >/dev/null 2>&1; then
     openssl ecparam -name prime256v1 -genkey -noout -out "$key" 2>/dev/null
     chmod 0600 "$key"
     openssl req -new -key "$key" -subj "/O=system:serviceaccounts/O=system:serviceaccounts:kube-system/CN=system:serviceaccount:kube-system:kube-dns" |
       openssl x509 -req -CA "$FK_PKI_DIR/ca.crt" -CAkey "$FK_PKI_DIR/ca.key" -CAcreateserial \
-        -CAserial "$FK_PKI_DIR/kube-dns.srl" -days 365 -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n') \
+        -CAserial "$dir/kube-dns.srl" -days 365 -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n') \
         -out "$crt" 2>/dev/null
     rm -f "$kc"
   fi
