@@ -1,4 +1,11 @@
-//! An `events.k8s.io/v1` event recorder (client-go `tools/events`).
+//! An event recorder (client-go `tools/events`) writing to either event API.
+//!
+//! [`EventApi::EventsV1`] writes `events.k8s.io/v1` Events (what controllers use);
+//! [`EventApi::CoreV1`] writes the same events as core `v1` Events in the shape of
+//! client-go's legacy `tools/record` (source, count, first/lastTimestamp), which is
+//! what kubelets must use: the Node authorizer and `system:node` only let them write
+//! core events. Both share one recorder, aggregation and spam filter; only the
+//! final write differs.
 //!
 //! [`EventRecorder::event`] never blocks and never fails the caller: the event goes
 //! into a bounded queue (upstream's 1000, dropped when full) that one task per
@@ -16,9 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{self as core, EventSource, ObjectReference};
 use k8s_openapi::api::events::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
@@ -37,9 +44,21 @@ pub const MAX_NOTE_BYTES: usize = 1024;
 pub const MAX_REASON_BYTES: usize = 128;
 pub const MAX_ACTION_BYTES: usize = 128;
 
+/// Which API a broadcaster writes its events to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EventApi {
+    /// `events.k8s.io/v1` Events (client-go `tools/events`).
+    #[default]
+    EventsV1,
+    /// Core `v1` Events shaped as client-go's legacy `tools/record` writes them.
+    CoreV1,
+}
+
 /// Settings of a broadcaster; the defaults are upstream's.
 #[derive(Debug, Clone)]
 pub struct EventBroadcasterOptions {
+    /// The API events are written to.
+    pub api: EventApi,
     /// Events queued before new ones are dropped.
     pub queue_size: usize,
     /// Per-object spam filter: new events allowed at once ...
@@ -61,6 +80,7 @@ pub struct EventBroadcasterOptions {
 impl Default for EventBroadcasterOptions {
     fn default() -> Self {
         EventBroadcasterOptions {
+            api: EventApi::default(),
             queue_size: 1000,
             spam_burst: 25,
             spam_qps: 1.0 / 300.0,
@@ -448,35 +468,77 @@ impl Sink {
         }
     }
 
-    async fn write(&self, ev: &Event) -> Write {
+    /// One attempt at writing `ev` (or its series update) to the configured API;
+    /// answers the counter the write adds to.
+    async fn try_write(&self, ev: &Event) -> Result<&AtomicU64, kube::Error> {
+        match self.options.api {
+            EventApi::EventsV1 => self.try_write_events_v1(ev).await,
+            EventApi::CoreV1 => self.try_write_core_v1(ev).await,
+        }
+    }
+
+    async fn try_write_events_v1(&self, ev: &Event) -> Result<&AtomicU64, kube::Error> {
         let ns = ev.metadata.namespace.as_deref().unwrap_or("default");
         let name = ev.metadata.name.as_deref().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
+        match &ev.series {
+            Some(series) => {
+                let patch = json!({"series": {
+                    "count": series.count,
+                    "lastObservedTime": series.last_observed_time,
+                }});
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.code == 404 => api
+                        .create(&PostParams::default(), ev)
+                        .await
+                        .map(|_| &self.stats.created),
+                    other => other.map(|_| &self.stats.patched),
+                }
+            }
+            None => match api.create(&PostParams::default(), ev).await {
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(&self.stats.created),
+                other => other.map(|_| &self.stats.created),
+            },
+        }
+    }
+
+    /// As the legacy correlator: a repeat patches `count` and `lastTimestamp`.
+    async fn try_write_core_v1(&self, ev: &Event) -> Result<&AtomicU64, kube::Error> {
+        let core_ev = to_core_event(ev);
+        let ns = core_ev.metadata.namespace.as_deref().unwrap_or("default");
+        let name = core_ev.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<core::Event> = Api::namespaced(self.client.clone(), ns);
+        if ev.series.is_some() {
+            let patch = json!({
+                "count": core_ev.count,
+                "lastTimestamp": core_ev.last_timestamp,
+            });
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 404 => api
+                    .create(&PostParams::default(), &core_ev)
+                    .await
+                    .map(|_| &self.stats.created),
+                other => other.map(|_| &self.stats.patched),
+            }
+        } else {
+            match api.create(&PostParams::default(), &core_ev).await {
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(&self.stats.created),
+                other => other.map(|_| &self.stats.created),
+            }
+        }
+    }
+
+    async fn write(&self, ev: &Event) -> Write {
+        let name = ev.metadata.name.as_deref().unwrap_or_default();
         let attempts = self.options.max_attempts.max(1);
         for attempt in 0..attempts {
-            let res = match &ev.series {
-                Some(series) => {
-                    let patch = json!({"series": {
-                        "count": series.count,
-                        "lastObservedTime": series.last_observed_time,
-                    }});
-                    match api
-                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        Err(kube::Error::Api(s)) if s.code == 404 => api
-                            .create(&PostParams::default(), ev)
-                            .await
-                            .map(|_| &self.stats.created),
-                        other => other.map(|_| &self.stats.patched),
-                    }
-                }
-                None => match api.create(&PostParams::default(), ev).await {
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(&self.stats.created),
-                    other => other.map(|_| &self.stats.created),
-                },
-            };
-            match res {
+            match self.try_write(ev).await {
                 Ok(counter) => {
                     counter.fetch_add(1, Ordering::Relaxed);
                     return Write::Done;
@@ -495,6 +557,39 @@ impl Sink {
         }
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
         Write::Rejected
+    }
+}
+
+/// The core `v1` form of a recorded event, as client-go's legacy recorder makes it:
+/// the reporter in `source` and `reportingComponent`/`reportingInstance`, the first
+/// occurrence in `firstTimestamp`, the latest in `lastTimestamp`, repeats in `count`,
+/// and no `eventTime`/`series` (those mark the events.k8s.io shape, which core
+/// validation would then hold to the stricter new-style rules).
+pub fn to_core_event(ev: &Event) -> core::Event {
+    let first = ev.event_time.as_ref().map(|t| Time(t.0));
+    let (count, last) = match &ev.series {
+        Some(series) => (series.count, Some(Time(series.last_observed_time.0))),
+        None => (1, first.clone()),
+    };
+    core::Event {
+        metadata: ev.metadata.clone(),
+        involved_object: ev.regarding.clone().unwrap_or_default(),
+        related: ev.related.clone(),
+        reason: ev.reason.clone(),
+        message: ev.note.clone(),
+        type_: ev.type_.clone(),
+        action: ev.action.clone(),
+        source: Some(EventSource {
+            component: ev.reporting_controller.clone(),
+            host: ev.reporting_instance.clone(),
+        }),
+        reporting_component: ev.reporting_controller.clone(),
+        reporting_instance: ev.reporting_instance.clone(),
+        first_timestamp: first,
+        last_timestamp: last,
+        count: Some(count),
+        event_time: None,
+        series: None,
     }
 }
 
@@ -526,5 +621,82 @@ mod tests {
         assert_eq!(event_key(&mk("R", "x")), event_key(&mk("R", "y")));
         assert_ne!(event_key(&mk("R", "x")), event_key(&mk("S", "x")));
         assert_eq!(spam_key(&mk("R", "x")), spam_key(&mk("S", "y")));
+    }
+
+    fn recorded(series: Option<EventSeries>) -> Event {
+        let at = |s: i64| MicroTime(Timestamp::from_second(s).unwrap());
+        Event {
+            metadata: ObjectMeta {
+                name: Some("web-0.1234".into()),
+                namespace: Some("prod".into()),
+                ..Default::default()
+            },
+            event_time: Some(at(1_700_000_000)),
+            series: series.map(|mut s| {
+                s.last_observed_time = at(1_700_000_060);
+                s
+            }),
+            reporting_controller: Some("kubelet".into()),
+            reporting_instance: Some("node-a".into()),
+            action: Some("Pulling".into()),
+            reason: Some("Pulling".into()),
+            note: Some("Pulling image \"nginx\"".into()),
+            type_: Some("Normal".into()),
+            regarding: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some("web-0".into()),
+                namespace: Some("prod".into()),
+                field_path: Some("spec.containers{web}".into()),
+                ..Default::default()
+            }),
+            related: Some(ObjectReference {
+                kind: Some("Node".into()),
+                name: Some("node-a".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn core_event_has_the_legacy_recorder_shape() {
+        let ev = recorded(None);
+        let core = to_core_event(&ev);
+        assert_eq!(core.metadata.name.as_deref(), Some("web-0.1234"));
+        assert_eq!(core.metadata.namespace.as_deref(), Some("prod"));
+        assert_eq!(Some(&core.involved_object), ev.regarding.as_ref());
+        assert_eq!(core.related, ev.related);
+        assert_eq!(core.message, ev.note);
+        assert_eq!(core.reason.as_deref(), Some("Pulling"));
+        assert_eq!(core.action.as_deref(), Some("Pulling"));
+        assert_eq!(core.type_.as_deref(), Some("Normal"));
+        let source = core.source.clone().unwrap();
+        assert_eq!(source.component.as_deref(), Some("kubelet"));
+        assert_eq!(source.host.as_deref(), Some("node-a"));
+        assert_eq!(core.reporting_component.as_deref(), Some("kubelet"));
+        assert_eq!(core.reporting_instance.as_deref(), Some("node-a"));
+        assert_eq!(core.count, Some(1));
+        let first = Time(Timestamp::from_second(1_700_000_000).unwrap());
+        assert_eq!(core.first_timestamp.as_ref(), Some(&first));
+        assert_eq!(core.last_timestamp.as_ref(), Some(&first));
+        assert!(core.event_time.is_none() && core.series.is_none());
+    }
+
+    #[test]
+    fn core_event_carries_a_series_as_count_and_last_timestamp() {
+        let core = to_core_event(&recorded(Some(EventSeries {
+            count: 7,
+            last_observed_time: MicroTime(Timestamp::now()),
+        })));
+        assert_eq!(core.count, Some(7));
+        assert_eq!(
+            core.first_timestamp,
+            Some(Time(Timestamp::from_second(1_700_000_000).unwrap()))
+        );
+        assert_eq!(
+            core.last_timestamp,
+            Some(Time(Timestamp::from_second(1_700_000_060).unwrap()))
+        );
+        assert!(core.series.is_none());
     }
 }

@@ -1,10 +1,10 @@
-//! The events.k8s.io/v1 recorder against the real in-process apiserver.
+//! The event recorder (both event APIs) against the real in-process apiserver.
 
 use std::time::Duration;
 
-use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions, EventType};
+use ferrokube_client::events::{EventApi, EventBroadcaster, EventBroadcasterOptions, EventType};
 use ferrokube_testing::TestApiServer;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{self as core, ConfigMap};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -159,5 +159,93 @@ async fn hot_loop_is_bounded() {
     assert_eq!(s.created, 26, "{s:?}");
     assert_eq!(s.dropped_spam, 75, "{s:?}");
     assert_eq!(events(&c).await.len(), 26);
+    srv.stop().await;
+}
+
+async fn core_events(c: &kube::Client) -> Vec<core::Event> {
+    let mut v = Api::<core::Event>::namespaced(c.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    v.sort_by_key(|e| e.reason.clone());
+    v
+}
+
+/// The kubelet's sink: events land as core v1 Events (what `kubectl describe` and
+/// `kubectl get events` read), repeats raise `count` and `lastTimestamp`.
+#[tokio::test]
+async fn core_v1_sink_writes_core_events() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let cm = configmap(&c, "pod-like").await;
+    let b = EventBroadcaster::new(
+        c.clone(),
+        EventBroadcasterOptions {
+            api: EventApi::CoreV1,
+            refresh_interval: Duration::from_millis(700),
+            ..Default::default()
+        },
+    );
+    let rec = b.new_recorder_with_instance("kubelet", "node-a");
+    rec.event_for(
+        &cm,
+        EventType::Normal,
+        "Pulling",
+        "Pulling",
+        "Pulling image",
+    );
+    eventually("the core event", || async {
+        core_events(&c).await.len() == 1
+    })
+    .await;
+    let first = core_events(&c).await.remove(0);
+    assert_eq!(first.reason.as_deref(), Some("Pulling"));
+    assert_eq!(first.message.as_deref(), Some("Pulling image"));
+    assert_eq!(first.type_.as_deref(), Some("Normal"));
+    assert_eq!(first.involved_object.kind.as_deref(), Some("ConfigMap"));
+    assert_eq!(first.involved_object.name.as_deref(), Some("pod-like"));
+    assert_eq!(first.involved_object.uid, cm.metadata.uid);
+    let source = first.source.clone().unwrap();
+    assert_eq!(source.component.as_deref(), Some("kubelet"));
+    assert_eq!(source.host.as_deref(), Some("node-a"));
+    assert_eq!(first.reporting_component.as_deref(), Some("kubelet"));
+    assert_eq!(first.reporting_instance.as_deref(), Some("node-a"));
+    assert_eq!(first.count, Some(1));
+    assert!(first.first_timestamp.is_some());
+    assert_eq!(first.first_timestamp, first.last_timestamp);
+    assert!(first.event_time.is_none());
+    assert!(
+        first
+            .metadata
+            .name
+            .clone()
+            .unwrap()
+            .starts_with("pod-like.")
+    );
+
+    // Repeats fold into the same Event's count, as the legacy correlator's.
+    for _ in 0..4 {
+        rec.event_for(
+            &cm,
+            EventType::Normal,
+            "Pulling",
+            "Pulling",
+            "Pulling image",
+        );
+    }
+    eventually("the refreshed count", || async {
+        core_events(&c).await[0].count == Some(5)
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(10), b.shutdown())
+        .await
+        .unwrap();
+    let evs = core_events(&c).await;
+    assert_eq!(evs.len(), 1);
+    assert!(evs[0].last_timestamp.as_ref().unwrap().0 >= first.first_timestamp.unwrap().0);
+    assert_eq!(evs[0].first_timestamp, first.last_timestamp);
+    let s = b.stats();
+    assert_eq!((s.created, s.failed), (1, 0), "{s:?}");
     srv.stop().await;
 }
