@@ -3,11 +3,13 @@
 //! Layer: the bottom of both the server and the client side, next to `apimachinery`.
 //! Types are k8s-openapi's (never hand-written); this crate adds what the type
 //! definitions do not carry: the static table of served resources ([`resources`]) and
-//! upstream's defaulting ([`defaults`]), and server-side Table printing ([`printers`]).
+//! upstream's defaulting ([`defaults`]), conversions between kinds two groups
+//! serve from one stored form ([`conversion`]), and server-side Table printing ([`printers`]).
 //!
 //! No IO: no tokio, no files, no clock (times are passed in). Must not depend on
 //! storage, registry, admission, apiserver or client crates.
 
+pub mod conversion;
 pub mod defaults;
 pub mod printers;
 pub mod resources;

@@ -239,7 +239,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", NONE, NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/endpointslices"),
     // ---- events.k8s.io/v1 (stored apart from core events until the two views convert)
-    res("events.k8s.io", "v1", "Event", "events", "event", &["ev"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/events.k8s.io/events"),
+    // Stored with core v1 Events (one resource, as upstream; the registry converts).
+    res("events.k8s.io", "v1", "Event", "events", "event", &["ev"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/events"),
     // ---- networking.k8s.io/v1
     res("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", NONE, NONE, false, ALL_VERBS, NO_SUBS,
         "/registry/ingressclasses"),
@@ -341,8 +342,22 @@ mod tests {
             .collect();
         for (i, a) in prefixes.iter().enumerate() {
             for (j, b) in prefixes.iter().enumerate() {
-                if i != j {
+                if i != j && a != b {
                     assert!(!b.starts_with(a.as_str()), "{b} is under {a}");
+                }
+            }
+        }
+    }
+
+    /// Only one resource served in two groups shares storage: Events.
+    #[test]
+    fn shared_storage_is_only_events() {
+        for (i, a) in RESOURCES.iter().enumerate() {
+            for b in &RESOURCES[i + 1..] {
+                if a.storage_prefix == b.storage_prefix {
+                    assert_eq!((a.kind, a.plural), ("Event", "events"));
+                    assert_eq!((b.kind, b.plural), ("Event", "events"));
+                    assert_eq!((a.group, b.group), ("", "events.k8s.io"));
                 }
             }
         }

@@ -249,3 +249,53 @@ async fn core_v1_sink_writes_core_events() {
     assert_eq!((s.created, s.failed), (1, 0), "{s:?}");
     srv.stop().await;
 }
+
+/// Both APIs show one stored resource: what the events.k8s.io recorder writes,
+/// `kubectl describe` (core v1) sees, and the reverse.
+#[tokio::test]
+async fn both_event_apis_show_the_same_events() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let cm = configmap(&c, "shared").await;
+    let new_api = EventBroadcaster::new(c.clone(), Default::default());
+    let core_api = EventBroadcaster::new(
+        c.clone(),
+        EventBroadcasterOptions {
+            api: EventApi::CoreV1,
+            ..Default::default()
+        },
+    );
+    new_api
+        .new_recorder_with_instance("scheduler", "s1")
+        .event_for(&cm, EventType::Normal, "Scheduled", "Binding", "bound");
+    core_api
+        .new_recorder_with_instance("kubelet", "n1")
+        .event_for(
+            &cm,
+            EventType::Warning,
+            "Unhealthy",
+            "Probing",
+            "probe failed",
+        );
+    for b in [&new_api, &core_api] {
+        tokio::time::timeout(Duration::from_secs(10), b.shutdown())
+            .await
+            .unwrap();
+    }
+    let core = core_events(&c).await;
+    let reasons: Vec<_> = core.iter().map(|e| e.reason.as_deref()).collect();
+    assert_eq!(reasons, [Some("Scheduled"), Some("Unhealthy")]);
+    assert_eq!(core[0].message.as_deref(), Some("bound"));
+    assert_eq!(core[0].reporting_component.as_deref(), Some("scheduler"));
+    assert_eq!(core[0].involved_object.name.as_deref(), Some("shared"));
+    let new = events(&c).await;
+    assert_eq!(new.len(), 2);
+    assert_eq!(new[1].note.as_deref(), Some("probe failed"));
+    assert_eq!(new[1].reporting_controller.as_deref(), Some("kubelet"));
+    assert_eq!(new[1].deprecated_count, Some(1));
+    assert_eq!(
+        new[1].regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("shared")
+    );
+    srv.stop().await;
+}

@@ -54,6 +54,19 @@ pub struct CachedEvent {
 }
 
 impl CachedEvent {
+    /// The same change with its objects in another form (a resource served from
+    /// another's storage, see [`crate::strategy::StorageCodec`]).
+    pub(crate) fn converted(&self, f: impl Fn(&Value) -> Value) -> CachedEvent {
+        CachedEvent {
+            kind: self.kind,
+            key: self.key.clone(),
+            object: Arc::new(f(&self.object)),
+            prev: self.prev.as_ref().map(|p| Arc::new(f(p))),
+            revision: self.revision,
+            json: OnceLock::new(),
+        }
+    }
+
     /// `{"type":"ADDED","object":{...}}\n`, serialized on first use.
     pub fn json_line(&self) -> Bytes {
         self.json

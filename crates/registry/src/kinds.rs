@@ -21,7 +21,7 @@ use ferrokube_validation::Validate;
 use k8s_openapi::api;
 use serde_json::{Map, Value, json};
 
-use crate::strategy::{Hooks, Strategy, TypedStrategy};
+use crate::strategy::{Hooks, StorageCodec, Strategy, TypedStrategy};
 
 const GENERATION: Hooks = Hooks {
     tracks_generation: true,
@@ -44,6 +44,7 @@ const POD: Hooks = Hooks {
     prepare_create: Some(pod_prepare_create),
     prepare_update: None,
     normalize: None,
+    storage_codec: None,
 };
 
 const NODE: Hooks = Hooks {
@@ -139,6 +140,34 @@ const EVENT: Hooks = Hooks {
     ..Hooks::PLAIN
 };
 
+/// `events.k8s.io/v1` Events are stored as core `v1` Events (one resource, as
+/// upstream): created through one API, they are seen through the other.
+const EVENTS_V1: Hooks = Hooks {
+    storage_codec: Some(StorageCodec {
+        to_storage: event_to_storage,
+        from_storage: event_from_storage,
+    }),
+    ..Hooks::PLAIN
+};
+
+/// Converts through the typed forms; a value that does not fit (never one the
+/// strategies wrote) passes unchanged.
+fn event_to_storage(obj: Value) -> Value {
+    match serde_json::from_value::<api::events::v1::Event>(obj.clone()) {
+        Ok(ev) => serde_json::to_value(ferrokube_api::conversion::event_to_core(ev)).unwrap_or(obj),
+        Err(_) => obj,
+    }
+}
+
+fn event_from_storage(obj: Value) -> Value {
+    match serde_json::from_value::<api::core::v1::Event>(obj.clone()) {
+        Ok(ev) => {
+            serde_json::to_value(ferrokube_api::conversion::event_from_core(ev)).unwrap_or(obj)
+        }
+        Err(_) => obj,
+    }
+}
+
 const REPLICAS: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({"replicas": 0})),
@@ -159,6 +188,7 @@ const JOB: Hooks = Hooks {
     prepare_create: Some(job_prepare_create),
     prepare_update: None,
     normalize: None,
+    storage_codec: None,
 };
 
 const STATUS_ONLY: Hooks = Hooks {
@@ -245,7 +275,7 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         }
         ("coordination.k8s.io", "Lease") => typed!(coordination::Lease, Hooks::PLAIN),
         ("discovery.k8s.io", "EndpointSlice") => typed!(discovery::EndpointSlice, Hooks::PLAIN),
-        ("events.k8s.io", "Event") => typed!(events::Event, Hooks::PLAIN),
+        ("events.k8s.io", "Event") => typed!(events::Event, EVENTS_V1),
         ("networking.k8s.io", "IngressClass") => typed!(networking::IngressClass, Hooks::PLAIN),
         ("networking.k8s.io", "Ingress") => typed!(networking::Ingress, GENERATION_STATUS),
         ("networking.k8s.io", "NetworkPolicy") => typed!(networking::NetworkPolicy, GENERATION),

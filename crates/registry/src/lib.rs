@@ -36,7 +36,7 @@ pub use store::{
     Admit, DeleteOptions, Deleted, FieldValidation, ListParams, Listed, Part, PatchFn, PatchType,
     Store, UpdateInput, WatchParams, WriteOptions, Written,
 };
-pub use strategy::{Hooks, Strategy, TypedStrategy};
+pub use strategy::{Hooks, StorageCodec, Strategy, TypedStrategy};
 
 /// The storage prefix everything lives under.
 pub const ROOT: &str = "/registry/";
@@ -132,9 +132,15 @@ impl Registry {
         let cidr = Cidr::parse(&config.service_cluster_ip_range)?;
         let ports = allocator::parse_port_range(&config.service_node_port_range)?;
         let services = Arc::new(ServiceAllocator::new(cidr, ports));
-        let hub = Arc::new(cache::CacheHub::new(
-            RESOURCES.iter().map(|r| r.storage_prefix.to_string()),
-        ));
+        // One cache per storage prefix (resources served from another's storage
+        // share its cache).
+        let mut prefixes: Vec<String> = Vec::new();
+        for r in RESOURCES {
+            if !prefixes.iter().any(|p| p == r.storage_prefix) {
+                prefixes.push(r.storage_prefix.to_string());
+            }
+        }
+        let hub = Arc::new(cache::CacheHub::new(prefixes));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let mut tasks = vec![tokio::spawn(hub.clone().run(
             storage.clone(),

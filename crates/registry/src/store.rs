@@ -316,6 +316,28 @@ impl Store {
         }
     }
 
+    /// A stored object in the served form (differs only for resources stored in
+    /// another's form, see [`crate::strategy::StorageCodec`]).
+    fn served(&self, obj: Value) -> Value {
+        match self.strategy.hooks().storage_codec {
+            Some(c) => (c.from_storage)(obj),
+            None => obj,
+        }
+    }
+
+    /// A stored object, decoded and in the served form.
+    fn decode_served(&self, value: &[u8], revision: Revision) -> Option<Value> {
+        decode_stored(value, revision).map(|o| self.served(o))
+    }
+
+    /// The bytes stored for a served object.
+    fn encode(&self, obj: &Value) -> Result<Bytes, ApiError> {
+        match self.strategy.hooks().storage_codec {
+            Some(c) => encode(&(c.to_storage)(obj.clone())),
+            None => encode(obj),
+        }
+    }
+
     fn err(&self, name: &str, e: StorageError) -> ApiError {
         from_storage(self.info, name, e)
     }
@@ -525,7 +547,7 @@ impl Store {
                 Err(e) => Err(self.err(&name, e)),
             };
         }
-        let bytes = encode(&obj)?;
+        let bytes = self.encode(&obj)?;
         match self.storage.create(&key, bytes).await {
             Ok(rev) => {
                 meta::set_meta(&mut obj, "resourceVersion", json!(rev.to_string()));
@@ -550,7 +572,7 @@ impl Store {
             .get(&self.key(ns, name), None)
             .await
             .map_err(|e| self.err(name, e))?;
-        decode_stored(&kv.value, kv.mod_revision)
+        self.decode_served(&kv.value, kv.mod_revision)
             .ok_or_else(|| ApiError::internal(format!("stored object {name:?} is not JSON")))
     }
 
@@ -655,6 +677,13 @@ impl Store {
                 self.cache.wait_for(min, Duration::from_secs(3)).await?;
             }
             let (items, rev) = self.cache.snapshot(&prefix);
+            let items: Vec<Arc<Value>> = match self.strategy.hooks().storage_codec {
+                Some(c) => items
+                    .into_iter()
+                    .map(|o| Arc::new((c.from_storage)((*o).clone())))
+                    .collect(),
+                None => items,
+            };
             let items = match &filter {
                 Some(f) => items.into_iter().filter(|o| f(o)).collect(),
                 None => items,
@@ -701,7 +730,7 @@ impl Store {
                 ..
             } in &page.items
             {
-                if let Some(obj) = decode_stored(value, *mod_revision)
+                if let Some(obj) = self.decode_served(value, *mod_revision)
                     && filter.as_ref().is_none_or(|f| f(&obj))
                 {
                     items.push(Arc::new(obj));
@@ -772,7 +801,8 @@ impl Store {
         } else {
             (Some(parse_rv(rv)?), false)
         };
-        self.cache
+        let rx = self
+            .cache
             .watch(
                 prefix,
                 from,
@@ -781,7 +811,11 @@ impl Store {
                 p.allow_bookmarks,
                 self.bookmark_interval,
             )
-            .await
+            .await?;
+        Ok(match self.strategy.hooks().storage_codec {
+            Some(codec) => served_watch(rx, codec),
+            None => rx,
+        })
     }
 
     /// The object an update stores, from the current one and the request. Pure: the
@@ -794,7 +828,8 @@ impl Store {
         part: Part,
         opts: &WriteOptions,
     ) -> Result<(Value, Vec<String>, Value), ApiError> {
-        let old = decode_stored(&current.value, current.mod_revision)
+        let old = self
+            .decode_served(&current.value, current.mod_revision)
             .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
         let raw = match input {
             UpdateInput::Replace(v) => v.clone(),
@@ -975,7 +1010,7 @@ impl Store {
                     );
                 }
                 replaced = Some(old);
-                Ok(Update::Write(encode(&fin).map_err(abort)?))
+                Ok(Update::Write(self.encode(&fin).map_err(abort)?))
             })
             .await;
         let kv = match result {
@@ -987,7 +1022,8 @@ impl Store {
                 return Err(self.err(name, e));
             }
         };
-        let object = decode_stored(&kv.value, kv.mod_revision)
+        let object = self
+            .decode_served(&kv.value, kv.mod_revision)
             .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
         if let (Some(a), Some(old)) = (alloc, &replaced)
             && !unchanged
@@ -1046,7 +1082,7 @@ impl Store {
                     alloc
                         .release(&decode_stored(&d.previous.value, d.revision).unwrap_or_default());
                 }
-                decode_stored(&d.previous.value, d.previous.mod_revision)
+                self.decode_served(&d.previous.value, d.previous.mod_revision)
                     .ok_or_else(|| ApiError::internal("stored object is not JSON"))
             }
             Err(e) => Err(self.err(name, e)),
@@ -1067,7 +1103,8 @@ impl Store {
                 .get(&key, None)
                 .await
                 .map_err(|e| self.err(name, e))?;
-            let obj = decode_stored(&current.value, current.mod_revision)
+            let obj = self
+                .decode_served(&current.value, current.mod_revision)
                 .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
             if let Some(uid) = &opts.precondition_uid
                 && uid != meta::uid(&obj)
@@ -1115,14 +1152,15 @@ impl Store {
                     gone: false,
                 });
             }
-            let bytes = encode(&marked)?;
+            let bytes = self.encode(&marked)?;
             match self
                 .storage
                 .compare_and_swap(&key, current.mod_revision, bytes)
                 .await
             {
                 Ok(kv) => {
-                    let object = decode_stored(&kv.value, kv.mod_revision)
+                    let object = self
+                        .decode_served(&kv.value, kv.mod_revision)
                         .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
                     return Ok(Deleted {
                         object,
@@ -1254,6 +1292,31 @@ impl Store {
     pub fn cache(&self) -> &Arc<ResourceCache> {
         &self.cache
     }
+}
+
+/// A watch of stored objects as a watch of the served form (the cache's selectors
+/// only look at metadata here, which both forms share).
+fn served_watch(
+    mut rx: mpsc::Receiver<WatchItem>,
+    codec: crate::strategy::StorageCodec,
+) -> mpsc::Receiver<WatchItem> {
+    let (tx, out) = mpsc::channel(rx.max_capacity());
+    let convert = move |o: &Value| (codec.from_storage)(o.clone());
+    tokio::spawn(async move {
+        while let Some(item) = rx.recv().await {
+            let item = match item {
+                WatchItem::Event(ev) => WatchItem::Event(Arc::new(ev.converted(convert))),
+                WatchItem::Synthetic(kind, obj) => {
+                    WatchItem::Synthetic(kind, Arc::new(convert(&obj)))
+                }
+                other => other,
+            };
+            if tx.send(item).await.is_err() {
+                break;
+            }
+        }
+    });
+    out
 }
 
 /// The body of an update: a whole object (PUT) or a patch.

@@ -68,6 +68,18 @@ pub struct Hooks {
     /// Conversion of a decoded request object to its stored form (every write),
     /// e.g. a Secret's `stringData` folded into `data`.
     pub normalize: Option<fn(&mut Value)>,
+    /// For a resource stored in another resource's form (under that resource's
+    /// storage prefix): the conversions between the two.
+    pub storage_codec: Option<StorageCodec>,
+}
+
+/// How a resource served from another resource's storage converts: objects are
+/// validated and returned in the served form, written in the stored form (e.g.
+/// `events.k8s.io/v1` Events kept as core `v1` Events, as upstream).
+#[derive(Clone, Copy)]
+pub struct StorageCodec {
+    pub to_storage: fn(Value) -> Value,
+    pub from_storage: fn(Value) -> Value,
 }
 
 impl Hooks {
@@ -78,6 +90,7 @@ impl Hooks {
         prepare_create: None,
         prepare_update: None,
         normalize: None,
+        storage_codec: None,
     };
 }
 
