@@ -183,7 +183,14 @@ impl Kubelet {
             dir: self.config.root_dir.display().to_string(),
             source,
         })?;
-        let broadcaster = EventBroadcaster::new(self.client.clone(), Default::default());
+        // Core v1 events, as upstream's kubelet: the Node authorizer lets it write no others.
+        let broadcaster = EventBroadcaster::new(
+            self.client.clone(),
+            ferrokube_client::events::EventBroadcasterOptions {
+                api: ferrokube_client::events::EventApi::CoreV1,
+                ..Default::default()
+            },
+        );
         let _ = self
             .runtime
             .events()
