@@ -3,8 +3,10 @@
 #
 #   hack/down.sh [--purge]
 #
-#   1. stops the kubelet, kube-scheduler, kube-controller-manager, kube-apiserver and etcd,
-#      each by its PID file in /run/ferrokube (SIGTERM, bounded wait, then SIGKILL);
+#   1. stops kube-proxy, the kubelet, kube-scheduler, kube-controller-manager,
+#      kube-apiserver and etcd, each by its PID file in /run/ferrokube (SIGTERM, bounded
+#      wait, then SIGKILL), then deletes kube-proxy's nftables tables (`kube-proxy
+#      --cleanup`);
 #   2. removes every pod sandbox and its containers through the CRI (ferrokube-cri);
 #   3. stops containerd and the local registry when up.sh started them (a containerd that
 #      was already running, e.g. left by hack/test.sh, is left running), and removes the
@@ -49,6 +51,15 @@ for ((i = ${#FK_COMPONENTS[@]} - 1; i >= 0; i--)); do
   esac
   fk::stop "$name" "$bin" 30
 done
+
+# 1b. kube-proxy's rules (its tables ip/ip6 kube-proxy); the containment stays.
+if [ -x "$BIN_DIR/kube-proxy" ]; then
+  "$BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || fk::log "warning: kube-proxy --cleanup failed"
+else
+  for fam in ip ip6; do
+    if nft list table "$fam" kube-proxy >/dev/null 2>&1; then nft delete table "$fam" kube-proxy; fi
+  done
+fi
 
 # 2. Pods, through the CRI (the release ferrokube-cri up.sh built, else a debug one).
 if [ -z "${RT_CRI_TOOL:-}" ]; then

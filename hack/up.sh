@@ -11,7 +11,8 @@
 #      /etc/ferrokube/pki,
 #   4. starts every component that exists, with setsid, PID files in /run/ferrokube and logs
 #      in /var/log/ferrokube: [etcd,] kube-apiserver (loopback only), kube-controller-manager,
-#      kube-scheduler, kubelet; waits (bounded) for /readyz, then for the node to be Ready,
+#      kube-scheduler, kubelet, kube-proxy; waits (bounded) for /readyz, then for the node
+#      to be Ready and kube-proxy's first nftables sync,
 #   5. the cluster DNS addon (deploy/addons/dns.yaml: the kube-dns Service at 10.96.0.10 and
 #      its Deployment; image built from the release binary when it changed),
 #   6. prints `export KUBECONFIG=...` and a first command to try.
@@ -289,6 +290,25 @@ else
   MISSING+=(kubelet)
 fi
 
+PROXY=$BIN_DIR/kube-proxy
+if have_component "$PROXY" --cluster-cidr; then
+  # nftables mode; its DNAT runs in prerouting/output at priority dstnat (-100), before
+  # the containment's filter drops (priority -10) see Service traffic, so ClusterIPs
+  # reach pods and unmatched Service IPs still die in kube-svc0.
+  step "kube-proxy (nftables, cluster CIDR $FK_CLUSTER_CIDR)"
+  begin_args "$PROXY"
+  flag --kubeconfig "$FK_PKI_DIR/kube-proxy.kubeconfig"
+  flag --hostname-override "$NODE"
+  flag --cluster-cidr "$FK_CLUSTER_CIDR"
+  flag --healthz-bind-address 127.0.0.1:10256
+  flag --metrics-bind-address 127.0.0.1:10249
+  report_dropped kube-proxy
+  start_component kube-proxy "$PROXY" "${ARGS[@]}"
+  STARTED+=(kube-proxy)
+else
+  MISSING+=(kube-proxy)
+fi
+
 # Every started component must still be alive a moment later.
 sleep 0.5
 for c in "${STARTED[@]}"; do
@@ -297,6 +317,7 @@ for c in "${STARTED[@]}"; do
     kube-controller-manager) check_alive "$c" "$KCM" ;;
     kube-scheduler) check_alive "$c" "$SCHED" ;;
     kubelet) check_alive "$c" "$KUBELET" ;;
+    kube-proxy) check_alive "$c" "$PROXY" ;;
   esac
 done
 if [[ " ${STARTED[*]} " == *" kube-scheduler "* ]]; then
@@ -375,6 +396,12 @@ if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
     fk::log "  warning: kube-dns not ready after 60 s:"
     fk::kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide >&2 || true
   fi
+fi
+
+if [[ " ${STARTED[*]} " == *" kube-proxy "* ]]; then
+  step "waiting for kube-proxy's first nftables sync (at most 30 s)"
+  fk::wait_for 60 0.5 nft list table ip kube-proxy >/dev/null 2>&1 \
+    || { check_alive kube-proxy "$PROXY"; fk::die "kube-proxy wrote no rules in 30 s (log: $FK_LOG_DIR/kube-proxy.log)"; }
 fi
 
 T_END=$(date +%s.%N)

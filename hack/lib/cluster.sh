@@ -26,7 +26,7 @@ FK_CLUSTER_DOMAIN=cluster.local
 FK_CLUSTER_CIDR=10.244.0.0/16
 FK_ADMIN_KUBECONFIG=$FK_PKI_DIR/admin.kubeconfig
 # The order up.sh starts them in; down.sh stops them in reverse.
-FK_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+FK_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # Marker: up.sh started containerd and the registry itself (so down.sh may stop them).
 FK_OWNS_RUNTIME=$FK_RUN_DIR/up.owns-runtime
 
