@@ -83,6 +83,10 @@ struct Options {
     /// The IP address on which to listen for the --secure-port port.
     #[arg(long = "bind-address", default_value = "0.0.0.0")]
     bind_address: IpAddr,
+    /// If set, this root certificate authority will be included in service account's
+    /// token secret. This must be a valid PEM-encoded CA bundle.
+    #[arg(long = "root-ca-file")]
+    root_ca_file: Option<PathBuf>,
     #[command(flatten)]
     leader_election: LeaderElectionOptions,
 }
@@ -110,6 +114,7 @@ impl Options {
                 unhealthy_zone_threshold: self.unhealthy_zone_threshold,
             },
             informer_sync_timeout: Duration::from_secs(120),
+            root_ca: None,
         }
     }
 }
@@ -207,7 +212,17 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let opts = Options::parse();
-    let cfg = opts.manager_config();
+    let mut cfg = opts.manager_config();
+    if let Some(path) = &opts.root_ca_file {
+        let pem = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --root-ca-file {}", path.display()))?;
+        anyhow::ensure!(
+            pem.contains("-----BEGIN CERTIFICATE-----"),
+            "--root-ca-file {} holds no PEM certificate",
+            path.display()
+        );
+        cfg.root_ca = Some(pem);
+    }
     ferrokube_controllers::manager::enabled_controllers(&cfg.controllers)?;
     let client = client(opts.kubeconfig.as_ref()).await?;
     let cancel = CancellationToken::new();

@@ -13,7 +13,7 @@
 //! through the API (`/status` for status):
 //! [`replicaset`] (also drives ReplicationControllers), [`deployment`],
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
-//! [`endpointslice`], [`nodelifecycle`], [`podgc`].
+//! [`endpointslice`], [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`].
 //!
 //! Layer: client side. Sits on `ferrokube-client` (informers, workqueue), kube-rs and
 //! k8s-openapi. It must not depend on storage*, registry, admission or apiserver;
@@ -30,6 +30,7 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod util;
 

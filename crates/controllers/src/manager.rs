@@ -23,6 +23,7 @@ use crate::namespace::NamespaceController;
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::podgc::PodGcController;
 use crate::replicaset::ReplicaSetController;
+use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
 use crate::{Controller, Error, Result, run_controller};
 
@@ -38,6 +39,10 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ("endpointslice-controller", "endpointslice"),
     ("node-lifecycle-controller", "nodelifecycle"),
     ("pod-garbage-collector-controller", "podgc"),
+    (
+        "root-ca-certificate-publisher-controller",
+        "root-ca-cert-publisher",
+    ),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -63,7 +68,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "certificatesigningrequest-approving-controller",
     "certificatesigningrequest-cleaner-controller",
     "clusterrole-aggregation-controller",
-    "root-ca-certificate-publisher-controller",
     "service-cidr-controller",
     "storageversion-garbage-collector-controller",
     "taint-eviction-controller",
@@ -141,6 +145,9 @@ pub struct ManagerConfig {
     pub terminated_pod_gc_threshold: usize,
     pub node_lifecycle: NodeLifecycleConfig,
     pub informer_sync_timeout: Duration,
+    /// The cluster CA bundle (PEM) the root CA publisher puts in every namespace
+    /// (`--root-ca-file`); without it that controller does not run.
+    pub root_ca: Option<String>,
 }
 
 impl Default for ManagerConfig {
@@ -158,6 +165,7 @@ impl Default for ManagerConfig {
             terminated_pod_gc_threshold: crate::podgc::DEFAULT_THRESHOLD,
             node_lifecycle: NodeLifecycleConfig::default(),
             informer_sync_timeout: Duration::from_secs(60),
+            root_ca: None,
         }
     }
 }
@@ -233,6 +241,17 @@ impl Manager {
                     PodGcController::new(&factory, cfg.terminated_pod_gc_threshold),
                     1,
                 ),
+                "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
+                    // Upstream runs one worker.
+                    Some(ca) => (RootCaCertPublisher::new(&factory, ca.clone()), 1),
+                    None => {
+                        tracing::warn!(
+                            controller = name,
+                            "no root CA (--root-ca-file): not publishing kube-root-ca.crt"
+                        );
+                        continue;
+                    }
+                },
                 _ => continue,
             };
             built.push(c);
