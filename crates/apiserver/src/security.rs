@@ -47,13 +47,12 @@ pub struct AdmissionPlugins {
 }
 
 impl Default for AdmissionPlugins {
-    /// NodeRestriction on. ServiceAccount off until pods can use what it mounts (the
-    /// kubelet's projected token source and the kube-root-ca.crt publisher);
-    /// upstream has it on.
+    /// NodeRestriction and ServiceAccount on, as upstream's default plugin list (the
+    /// kubelet projects the token, the root CA publisher provides kube-root-ca.crt).
     fn default() -> Self {
         AdmissionPlugins {
             node_restriction: true,
-            service_account: false,
+            service_account: true,
         }
     }
 }
@@ -594,8 +593,10 @@ mod tests {
     #[test]
     fn admission_plugin_flags() {
         let d = AdmissionPlugins::default();
-        assert!(d.node_restriction && !d.service_account);
-        let on = d
+        assert!(d.node_restriction && d.service_account);
+        let off = d.with_flags(&[], &["ServiceAccount".into()]).unwrap();
+        assert!(!off.service_account && off.node_restriction);
+        let on = off
             .with_flags(&["ServiceAccount".into()], &["NodeRestriction".into()])
             .unwrap();
         assert!(on.service_account && !on.node_restriction);

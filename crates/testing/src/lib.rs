@@ -79,6 +79,9 @@ async fn serve(
     opts.service_account_issuers = vec![SERVICE_ACCOUNT_ISSUER.to_string()];
     opts.service_account_key_files = vec![pki.join("sa.pub")];
     opts.service_account_signing_key_file = Some(pki.join("sa.key"));
+    // No controllers run here to create `default` ServiceAccounts, so, as upstream's
+    // integration test server, ServiceAccount admission is off unless a test turns it on.
+    opts.admission_plugins.service_account = false;
     (boot.configure)(&mut opts);
     let config = opts.into_config(storage.clone()).await?;
     let server = Server::start(config).await?;
