@@ -114,9 +114,14 @@ ok "Ready True, then False once /tmp/ready is gone (no restart)"
 
 step "lifecycle: a crashing container reaches CrashLoopBackOff"
 lc_wait lc-crash '{.status.containerStatuses[0].state.waiting.reason}' CrashLoopBackOff 60
-out=$(k get pod lc-crash 2>&1)
+# kubectl's STATUS column too (the state alternates with each restart: look a few times).
+for ((i = 0; i < 60; i++)); do
+  out=$(k get pod lc-crash 2>&1 || true)
+  grep -q CrashLoopBackOff <<<"$out" && break
+  sleep 0.5
+done
 printf '%s\n' "$out"
-grep -q CrashLoopBackOff <<<"$out" || fail "kubectl get pod does not show CrashLoopBackOff"
+grep -q CrashLoopBackOff <<<"$out" || fail "kubectl get pod never showed CrashLoopBackOff in 30 s"
 ok "CrashLoopBackOff"
 
 step "lifecycle: the postStart hook ran before the container read its file"
