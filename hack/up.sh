@@ -340,6 +340,12 @@ else
   step "no kubelet binary yet ($KUBELET): not waiting for a Ready node"
 fi
 
+if [[ " ${STARTED[*]} " == *" kube-proxy "* ]]; then
+  step "waiting for kube-proxy's first nftables sync (at most 30 s)"
+  fk::wait_for 60 0.5 nft list table ip kube-proxy >/dev/null 2>&1 \
+    || { check_alive kube-proxy "$PROXY"; fk::die "kube-proxy wrote no rules in 30 s (log: $FK_LOG_DIR/kube-proxy.log)"; }
+fi
+
 # ---------------------------------------------------------------- 6. cluster DNS addon
 # deploy/addons/dns.yaml (the kube-dns Service at $FK_CLUSTER_DNS and its Deployment),
 # with the image built from the release binary and pushed to the mirror (only when the
@@ -396,12 +402,6 @@ if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
     fk::log "  warning: kube-dns not ready after 60 s:"
     fk::kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide >&2 || true
   fi
-fi
-
-if [[ " ${STARTED[*]} " == *" kube-proxy "* ]]; then
-  step "waiting for kube-proxy's first nftables sync (at most 30 s)"
-  fk::wait_for 60 0.5 nft list table ip kube-proxy >/dev/null 2>&1 \
-    || { check_alive kube-proxy "$PROXY"; fk::die "kube-proxy wrote no rules in 30 s (log: $FK_LOG_DIR/kube-proxy.log)"; }
 fi
 
 T_END=$(date +%s.%N)
