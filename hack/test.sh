@@ -16,6 +16,22 @@ if [ -z "${CARGO_TARGET_DIR:-}" ]; then
 fi
 export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 RUST_BACKTRACE=1
 
+# A shared cache keeps the artifacts of every tree it has built, so it only grows. Keep
+# the disk from filling: under 12 GiB free, drop the incremental state (rebuildable, not
+# used here), then, if still short, the whole cache (a full rebuild is slow, not wrong).
+prune_build_cache() {
+  local dir=$1
+  free_gib() { df -P --block-size=1G "$dir" | awk 'NR == 2 { print $4 }'; }
+  [ "$(free_gib)" -ge 12 ] && return 0
+  rm -rf "$dir"/debug/incremental "$dir"/release/incremental
+  [ "$(free_gib)" -ge 12 ] && return 0
+  echo "less than 12 GiB free: emptying the build cache $dir" >&2
+  rm -rf "$dir"/debug "$dir"/release
+}
+if [ -n "${CARGO_TARGET_DIR:-}" ] && [ -d "$CARGO_TARGET_DIR" ]; then
+  prune_build_cache "$CARGO_TARGET_DIR"
+fi
+
 step() { printf '\n==> %s\n' "$*"; }
 
 step "cargo fmt --check"
