@@ -466,15 +466,20 @@ async fn field_validation_and_http_edges() {
 }
 
 #[tokio::test]
-async fn unauthenticated_requests_get_401_but_health_is_public() {
+async fn anonymous_requests_are_forbidden_but_health_is_public() {
+    // --anonymous-auth defaults to true, as upstream: a request without credentials is
+    // system:anonymous, which RBAC grants only health, version and discovery.
     let srv = TestApiServer::start().await.unwrap();
     let mut cfg = kube::Config::new(srv.url.parse().unwrap());
     cfg.accept_invalid_certs = true;
     let anon = kube::Client::try_from(cfg).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(anon.clone(), "default");
-    assert_eq!(
-        status_code(&cms.list(&ListParams::default()).await.unwrap_err()),
-        401
+    let err = cms.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(status_code(&err), 403);
+    assert!(
+        err.to_string()
+            .contains(r#"User "system:anonymous" cannot list resource "configmaps""#),
+        "{err}"
     );
     let text = anon
         .request_text(
