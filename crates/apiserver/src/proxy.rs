@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::{ApiError, reason};
+use ferrokube_pki::insecure::AcceptAnyServerCert;
 use futures::{SinkExt, StreamExt};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty, StreamBody};
@@ -90,7 +91,7 @@ impl KubeletClient {
             }
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoServerVerification(provider))),
+                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider))),
         };
         let mut cfg = match client_cert_key {
             Some((cert, key)) => {
@@ -109,55 +110,6 @@ impl KubeletClient {
         // Upgrades (exec, attach, port-forward) exist only in HTTP/1.1.
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(KubeletClient { tls: Arc::new(cfg) })
-    }
-}
-
-/// Accepts any kubelet certificate: only used without `--kubelet-certificate-authority`.
-#[derive(Debug)]
-struct NoServerVerification(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoServerVerification {
-    fn verify_server_cert(
-        &self,
-        _: &rustls_pki_types::CertificateDer<'_>,
-        _: &[rustls_pki_types::CertificateDer<'_>],
-        _: &rustls_pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

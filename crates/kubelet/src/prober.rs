@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrokube_pki::insecure::AcceptAnyServerCert;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -243,7 +244,7 @@ fn insecure_tls_config() -> Arc<rustls::ClientConfig> {
                 .with_safe_default_protocol_versions()
                 .map(|b| {
                     b.dangerous()
-                        .with_custom_certificate_verifier(Arc::new(SkipCertificateCheck(provider)))
+                        .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider)))
                         .with_no_client_auth()
                 });
             // The ring provider supports the default versions; fall back to its defaults
@@ -255,61 +256,13 @@ fn insecure_tls_config() -> Arc<rustls::ClientConfig> {
                 .with_protocol_versions(&[&rustls::version::TLS13])
                 .expect("TLS 1.3 with ring")
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(SkipCertificateCheck(Arc::new(
+                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(Arc::new(
                     rustls::crypto::ring::default_provider(),
                 ))))
                 .with_no_client_auth()
             }))
         })
         .clone()
-}
-
-#[derive(Debug)]
-struct SkipCertificateCheck(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for SkipCertificateCheck {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls_pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
-        _server_name: &rustls_pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// grpc: `grpc.health.v1.Health/Check` answering SERVING is success.

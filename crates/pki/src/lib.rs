@@ -11,11 +11,13 @@
 //!   cluster uses (CA, apiserver serving cert, admin and per-component client certs,
 //!   kubeconfigs, service-account signing key).
 //! * [`pem`]: small PEM helpers and certificate inspection ([`CertInfo`]).
+//! * [`insecure`]: [`insecure::AcceptAnyServerCert`], the rustls verifier for the places
+//!   upstream skips server verification (kubelet dialing without a CA, HTTPS probes).
 //!
 //! Layer: server side and tooling. The apiserver uses it (serving certs, client CA);
 //! `cmd/ferrokube-pki` and the hack/cluster scripts use it to lay out a cluster. It does
 //! file IO only in [`cluster`]. It must not depend on storage, registry, admission,
-//! apiserver or any client crate, and knows nothing about HTTP.
+//! apiserver or any client crate, and knows nothing about HTTP (only rustls's certificate-verifier interface).
 //!
 //! Key type: every key this crate generates is ECDSA P-256 (PKCS#8 `PRIVATE KEY` PEM);
 //! kubectl, client-go, rustls and the upstream apiserver all accept it. With the `ring`
@@ -24,6 +26,7 @@
 
 pub mod cluster;
 mod der;
+pub mod insecure;
 pub mod kubeconfig;
 pub mod pem;
 
