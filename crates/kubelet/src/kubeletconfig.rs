@@ -71,39 +71,11 @@ impl KubeletConfiguration {
     }
 }
 
-/// Parses a Go duration (`10s`, `1m0s`, `1h30m`, `500ms`, `1.5s`).
+/// Parses a Go duration (`10s`, `1m0s`, `1h30m`, `500ms`, `1.5s`): the client library's
+/// parser, with this module's error.
 pub fn parse_go_duration(s: &str) -> Result<Duration, ConfigFileError> {
-    let bad = || ConfigFileError::Duration(s.to_owned());
-    let mut rest = s.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let secs = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += n * secs;
-        rest = &rest[unit_end..];
-    }
-    Ok(Duration::from_secs_f64(total))
+    ferrokube_client::leaderelection::parse_go_duration(s)
+        .map_err(|_| ConfigFileError::Duration(s.to_owned()))
 }
 
 #[cfg(test)]

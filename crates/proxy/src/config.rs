@@ -170,41 +170,10 @@ pub fn parse_proxy_mode(mode: &str) -> Result<ProxyMode, ConfigError> {
     }
 }
 
-/// Parses Go's `time.Duration` text (`30s`, `1m30s`, `500ms`, `1h`).
+/// Parses Go's `time.Duration` text (`30s`, `1m30s`, `500ms`, `1h`): the client
+/// library's parser.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    if rest.is_empty() {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("invalid duration {s:?}: missing unit"))?;
-        let n: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?}")),
-        };
-        total += n * scale;
-        rest = &rest[unit_end..];
-    }
-    Ok(Duration::from_secs_f64(total))
+    ferrokube_client::leaderelection::parse_go_duration(s)
 }
 
 #[cfg(test)]
