@@ -6,7 +6,7 @@
 #   1. stops kube-proxy, the kubelet, kube-scheduler, kube-controller-manager,
 #      kube-apiserver and etcd, each by its PID file in /run/ferrokube (SIGTERM, bounded
 #      wait, then SIGKILL), then deletes kube-proxy's nftables tables (`kube-proxy
-#      --cleanup`);
+#      --cleanup`) and turns net.ipv4.conf.all.route_localnet back off;
 #   2. removes every pod sandbox and its containers through the CRI (ferrokube-cri);
 #   3. stops containerd and the local registry when up.sh started them (a containerd that
 #      was already running, e.g. left by hack/test.sh, is left running), and removes the
@@ -60,6 +60,9 @@ else
     if nft list table "$fam" kube-proxy >/dev/null 2>&1; then nft delete table "$fam" kube-proxy; fi
   done
 fi
+# kube-proxy set route_localnet=1 for localhost NodePorts; the rule that dropped outside
+# packets to 127/8 went with its table, so leaving the sysctl on would accept them.
+sysctl -qw net.ipv4.conf.all.route_localnet=0 || fk::log "warning: cannot reset net.ipv4.conf.all.route_localnet"
 
 # 2. Pods, through the CRI (the release ferrokube-cri up.sh built, else a debug one).
 if [ -z "${RT_CRI_TOOL:-}" ]; then
