@@ -26,7 +26,7 @@ use std::time::Duration;
 use ferrokube_api::resources::{RESOURCES, ResourceInfo};
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_storage::Storage;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 pub use allocator::{Cidr, ServiceAllocator};
@@ -241,19 +241,7 @@ impl Registry {
             }),
         )
         .await?;
-        let ep = self.core("endpoints")?;
-        ep.ensure(
-            Some("default"),
-            json!({
-                "metadata": {"name": "kubernetes", "namespace": "default",
-                    "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-                "subsets": [{
-                    "addresses": [{"ip": config.advertise_address.to_string()}],
-                    "ports": [{"name": "https", "port": config.secure_port, "protocol": "TCP"}]
-                }]
-            }),
-        )
-        .await?;
+        self.reconcile_api_endpoints(config).await?;
         if let Some(pc) = self.store("scheduling.k8s.io", "v1", "priorityclasses") {
             for (name, value, desc) in [
                 (
@@ -277,6 +265,74 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+impl Registry {
+    /// The `kubernetes` Service's Endpoints and EndpointSlice, pointing at this
+    /// apiserver's advertise address (upstream's endpoint reconciler and
+    /// `EndpointsAdapter`). Reconciled, not just created: a restart with another
+    /// `--advertise-address` or port moves them, or pods would dial the old address.
+    async fn reconcile_api_endpoints(&self, config: &RegistryConfig) -> Result<(), ApiError> {
+        let ip = config.advertise_address.to_string();
+        let port = config.secure_port;
+        let subsets = json!([{
+            "addresses": [{"ip": ip}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]
+        }]);
+        let endpoints = self.core("endpoints")?;
+        let labels = json!({"endpointslice.kubernetes.io/skip-mirror": "true"});
+        let desired = json!({
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+            "subsets": subsets,
+        });
+        ensure_matches(endpoints, desired, &["subsets"]).await?;
+
+        let Some(slices) = self.store("discovery.k8s.io", "v1", "endpointslices") else {
+            return Ok(());
+        };
+        let address_type = if config.advertise_address.is_ipv6() {
+            "IPv6"
+        } else {
+            "IPv4"
+        };
+        let desired = json!({
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": address_type,
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        });
+        ensure_matches(slices, desired, &["addressType", "endpoints", "ports"]).await
+    }
+}
+
+/// Creates `desired` in the default namespace, or merge-patches the `fields` of the
+/// stored object that differ from it.
+async fn ensure_matches(store: &Store, desired: Value, fields: &[&str]) -> Result<(), ApiError> {
+    let name = desired["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    store.ensure(Some("default"), desired.clone()).await?;
+    let current = store.get(Some("default"), &name).await?;
+    let patch: serde_json::Map<String, Value> = fields
+        .iter()
+        .filter(|f| current[**f] != desired[**f])
+        .map(|f| (f.to_string(), desired[*f].clone()))
+        .collect();
+    if patch.is_empty() {
+        return Ok(());
+    }
+    store
+        .update(
+            Some("default"),
+            &name,
+            UpdateInput::Patch(PatchType::Merge, Value::Object(patch)),
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .map(drop)
 }
 
 /// Compacts storage history every `interval` to the revision seen one interval ago,

@@ -192,3 +192,61 @@ async fn watch_from_revision_and_gone() {
         .unwrap_err();
     assert_eq!(err.code, 410);
 }
+
+/// The `kubernetes` Service's Endpoints and EndpointSlice follow the advertise address
+/// across restarts, so kube-proxy never routes pods to an old apiserver address.
+#[tokio::test]
+async fn api_endpoints_follow_the_advertise_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |ip: [u8; 4], port: u16| {
+        let path = dir.path().join("db.sqlite");
+        async move {
+            let storage = SqliteStorage::open(&path, SqliteOptions::default()).unwrap();
+            let config = RegistryConfig {
+                advertise_address: ip.into(),
+                secure_port: port,
+                ..RegistryConfig::default()
+            };
+            Registry::new(Arc::new(storage), config).await.unwrap()
+        }
+    };
+    let endpoints_of = |reg: &Registry| {
+        let eps = reg.store("", "v1", "endpoints").unwrap().clone();
+        let slices = reg
+            .store("discovery.k8s.io", "v1", "endpointslices")
+            .unwrap()
+            .clone();
+        async move {
+            let ep = eps.get(Some("default"), "kubernetes").await.unwrap();
+            let slice = slices.get(Some("default"), "kubernetes").await.unwrap();
+            (ep, slice)
+        }
+    };
+
+    let reg = open([127, 0, 0, 1], 6443).await;
+    let (ep, slice) = endpoints_of(&reg).await;
+    assert_eq!(ep["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
+    assert_eq!(
+        slice["metadata"]["labels"]["kubernetes.io/service-name"],
+        "kubernetes"
+    );
+    assert_eq!(slice["addressType"], "IPv4");
+    assert_eq!(slice["endpoints"][0]["addresses"], json!(["127.0.0.1"]));
+    assert_eq!(slice["endpoints"][0]["conditions"]["ready"], true);
+    assert_eq!(slice["ports"][0]["port"], 6443);
+    let slice_rv = slice["metadata"]["resourceVersion"].clone();
+    drop(reg);
+
+    // Same address again: nothing is rewritten.
+    let reg = open([127, 0, 0, 1], 6443).await;
+    let (_, slice) = endpoints_of(&reg).await;
+    assert_eq!(slice["metadata"]["resourceVersion"], slice_rv);
+    drop(reg);
+
+    let reg = open([172, 18, 0, 1], 7443).await;
+    let (ep, slice) = endpoints_of(&reg).await;
+    assert_eq!(ep["subsets"][0]["addresses"][0]["ip"], "172.18.0.1");
+    assert_eq!(ep["subsets"][0]["ports"][0]["port"], 7443);
+    assert_eq!(slice["endpoints"][0]["addresses"], json!(["172.18.0.1"]));
+    assert_eq!(slice["ports"][0]["port"], 7443);
+}
