@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::admissionregistration::v1 as admissionregistration;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::autoscaling::v2 as autoscaling;
 use k8s_openapi::api::batch::v1 as batch;
@@ -917,6 +918,63 @@ impl ApplyDefaults for batch::CronJob {
 
 // ---------------------------------------------------------------------------------
 // the other groups
+
+/// Upstream `SetDefaults_Rule` and `SetDefaults_ServiceReference`, shared by both
+/// webhook kinds.
+fn default_webhook_common(
+    rules: Option<&mut Vec<admissionregistration::RuleWithOperations>>,
+    client: &mut admissionregistration::WebhookClientConfig,
+    match_policy: &mut Option<String>,
+    failure_policy: &mut Option<String>,
+    namespace_selector: &mut Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    object_selector: &mut Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    timeout_seconds: &mut Option<i32>,
+) {
+    default_str(failure_policy, "Fail");
+    default_str(match_policy, "Equivalent");
+    default_opt(namespace_selector, Default::default());
+    default_opt(object_selector, Default::default());
+    default_opt(timeout_seconds, 10);
+    for rule in rules.into_iter().flatten() {
+        default_str(&mut rule.scope, "*");
+    }
+    if let Some(service) = &mut client.service {
+        default_opt(&mut service.port, 443);
+    }
+}
+
+impl ApplyDefaults for admissionregistration::ValidatingWebhookConfiguration {
+    fn apply_defaults(&mut self) {
+        for w in self.webhooks.iter_mut().flatten() {
+            default_webhook_common(
+                w.rules.as_mut(),
+                &mut w.client_config,
+                &mut w.match_policy,
+                &mut w.failure_policy,
+                &mut w.namespace_selector,
+                &mut w.object_selector,
+                &mut w.timeout_seconds,
+            );
+        }
+    }
+}
+
+impl ApplyDefaults for admissionregistration::MutatingWebhookConfiguration {
+    fn apply_defaults(&mut self) {
+        for w in self.webhooks.iter_mut().flatten() {
+            default_webhook_common(
+                w.rules.as_mut(),
+                &mut w.client_config,
+                &mut w.match_policy,
+                &mut w.failure_policy,
+                &mut w.namespace_selector,
+                &mut w.object_selector,
+                &mut w.timeout_seconds,
+            );
+            default_str(&mut w.reinvocation_policy, "Never");
+        }
+    }
+}
 
 impl ApplyDefaults for coordination::Lease {}
 impl ApplyDefaults for events::Event {}

@@ -182,6 +182,7 @@ const fn res(
 
 const ALL: &[&str] = &["all"];
 const NONE: &[&str] = &[];
+const API_EXTENSIONS: &[&str] = &["api-extensions"];
 const NO_SUBS: &[SubresourceInfo] = &[];
 
 /// Every built-in resource, grouped by API group in discovery order.
@@ -211,6 +212,12 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("", "v1", "Secret", "secrets", "secret", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/secrets"),
     res("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/serviceaccounts"),
     res("", "v1", "Service", "services", "service", &["svc"], ALL, true, ALL_VERBS, &[status!("Service")], "/registry/services/specs"),
+    // ---- admissionregistration.k8s.io/v1
+    res("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration", NONE, API_EXTENSIONS, false, ALL_VERBS, NO_SUBS, "/registry/mutatingwebhookconfigurations"),
+    res("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration", NONE, API_EXTENSIONS, false, ALL_VERBS, NO_SUBS,
+        "/registry/validatingwebhookconfigurations"),
     // ---- apps/v1
     res("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", NONE, NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/controllerrevisions"),

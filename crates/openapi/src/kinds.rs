@@ -4,8 +4,8 @@
 //! take and return.
 
 use k8s_openapi::api::{
-    apps, autoscaling, batch, certificates, coordination, core, discovery, events, networking,
-    policy, rbac, scheduling, storage,
+    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
+    events, networking, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::{JsonSchema, SchemaGenerator};
@@ -62,6 +62,8 @@ kinds! {
     "" "v1" ServiceAccount => core::v1::ServiceAccount, true;
     "" "v1" Service => core::v1::Service, true;
     "" "v1" Binding => core::v1::Binding, false;
+    "admissionregistration.k8s.io" "v1" MutatingWebhookConfiguration => admissionregistration::v1::MutatingWebhookConfiguration, true;
+    "admissionregistration.k8s.io" "v1" ValidatingWebhookConfiguration => admissionregistration::v1::ValidatingWebhookConfiguration, true;
     "apps" "v1" ControllerRevision => apps::v1::ControllerRevision, true;
     "apps" "v1" DaemonSet => apps::v1::DaemonSet, true;
     "apps" "v1" Deployment => apps::v1::Deployment, true;

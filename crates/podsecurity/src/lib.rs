@@ -71,7 +71,8 @@ impl Version {
             return Some(Version::Latest);
         }
         let minor = s.strip_prefix("v1.")?;
-        if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) || minor.len() > 4 {
+        let leading_zero = minor.len() > 1 && minor.starts_with('0');
+        if minor.is_empty() || leading_zero || !minor.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         minor.parse().ok().map(Version::Minor)
@@ -140,9 +141,10 @@ impl Default for Policy {
 
 impl Policy {
     /// Upstream's `PolicyToEvaluate`: the namespace's labels over `defaults`, and the
-    /// label errors (`pod-security.kubernetes.io/enforce: Invalid value: ...`). A level
-    /// label without a version label means `latest`. An invalid level fails closed
-    /// (`restricted`), an invalid version is `latest`.
+    /// label errors (`metadata.labels[pod-security.kubernetes.io/enforce]: Invalid
+    /// value: ...`). An invalid enforce level fails closed (`restricted`), an invalid
+    /// audit or warn level fails open (`privileged`), an invalid version is `latest`.
+    /// Without a warn label, warn follows a stricter enforce level (and its version).
     pub fn from_labels(
         labels: Option<&BTreeMap<String, String>>,
         defaults: Policy,
@@ -152,40 +154,44 @@ impl Policy {
         let Some(labels) = labels else {
             return (policy, errors);
         };
-        for (mode, slot) in [
-            ("enforce", &mut policy.enforce),
-            ("audit", &mut policy.audit),
-            ("warn", &mut policy.warn),
+        let mut has_enforce_level = false;
+        let (mut has_warn_level, mut has_warn_version) = (false, false);
+        for (mode, slot, fail_level) in [
+            ("enforce", &mut policy.enforce, Level::Restricted),
+            ("audit", &mut policy.audit, Level::Privileged),
+            ("warn", &mut policy.warn, Level::Privileged),
         ] {
             let level_key = format!("{LABEL_PREFIX}{mode}");
             let version_key = format!("{LABEL_PREFIX}{mode}-version");
-            let mut has_level = false;
             if let Some(value) = labels.get(&level_key) {
                 match Level::parse(value) {
                     Some(level) => {
                         slot.level = level;
-                        has_level = true;
+                        has_enforce_level |= mode == "enforce";
                     }
                     None => {
-                        slot.level = Level::Restricted;
+                        slot.level = fail_level;
                         errors.push(format!(
-                            "{level_key}: Invalid value: {value:?}: must be one of privileged, baseline, restricted"
+                            "metadata.labels[{level_key}]: Invalid value: {value:?}: must be one of privileged, baseline, restricted"
                         ));
                     }
                 }
+                has_warn_level |= mode == "warn";
             }
             if let Some(value) = labels.get(&version_key) {
-                match Version::parse(value) {
-                    Some(v) => slot.version = v,
-                    None => {
-                        slot.version = Version::Latest;
-                        errors.push(format!(
-                            "{version_key}: Invalid value: {value:?}: must be \"latest\" or \"v1.x\""
-                        ));
-                    }
-                }
-            } else if has_level {
-                slot.version = Version::Latest;
+                slot.version = Version::parse(value).unwrap_or_else(|| {
+                    errors.push(format!(
+                        "metadata.labels[{version_key}]: Invalid value: {value:?}: must be \"latest\" or \"v1.x\""
+                    ));
+                    Version::Latest
+                });
+                has_warn_version |= mode == "warn";
+            }
+        }
+        if !has_warn_level && has_enforce_level && policy.enforce.level > policy.warn.level {
+            policy.warn.level = policy.enforce.level;
+            if !has_warn_version {
+                policy.warn.version = policy.enforce.version;
             }
         }
         (policy, errors)

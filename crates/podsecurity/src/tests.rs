@@ -268,26 +268,38 @@ fn restricted_message_lists_baseline_failures_first() {
 
 #[test]
 fn labels_choose_the_policy() {
-    let labels: BTreeMap<String, String> = [
-        ("pod-security.kubernetes.io/enforce", "baseline"),
-        ("pod-security.kubernetes.io/warn", "restricted"),
-        ("pod-security.kubernetes.io/warn-version", "v1.30"),
-        ("pod-security.kubernetes.io/audit", "bogus"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let (p, errors) = Policy::from_labels(Some(&labels), Policy::default());
+    let labels = |kvs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        kvs.iter()
+            .map(|(k, v)| (format!("pod-security.kubernetes.io/{k}"), v.to_string()))
+            .collect()
+    };
+    let policy = |kvs: &[(&str, &str)]| Policy::from_labels(Some(&labels(kvs)), Policy::default());
+    let (p, errors) = policy(&[
+        ("enforce", "baseline"),
+        ("warn", "restricted"),
+        ("warn-version", "v1.30"),
+        ("audit", "bogus"),
+    ]);
     assert_eq!(p.enforce.to_string(), "baseline:latest");
     assert_eq!(p.warn.to_string(), "restricted:v1.30");
-    assert_eq!(p.audit.to_string(), "restricted:latest");
+    assert_eq!(p.audit.to_string(), "privileged:latest");
     assert_eq!(
         errors,
         vec![
-            "pod-security.kubernetes.io/audit: Invalid value: \"bogus\": must be one of privileged, baseline, restricted"
+            "metadata.labels[pod-security.kubernetes.io/audit]: Invalid value: \"bogus\": must be one of privileged, baseline, restricted"
                 .to_string()
         ]
     );
+    // Warn follows a stricter enforce level unless warn is labelled.
+    let (p, _) = policy(&[("enforce", "baseline"), ("enforce-version", "v1.22")]);
+    assert_eq!(p.warn.to_string(), "baseline:v1.22");
+    let (p, _) = policy(&[("enforce", "baseline"), ("warn", "privileged")]);
+    assert_eq!(p.warn.level, Level::Privileged);
+    // An invalid enforce level fails closed.
+    let (p, errors) = policy(&[("enforce", "foo")]);
+    assert_eq!(p.enforce.to_string(), "restricted:latest");
+    assert_eq!(p.warn.level, Level::Privileged);
+    assert_eq!(errors.len(), 1);
     let (p, errors) = Policy::from_labels(None, Policy::default());
     assert!(p.fully_privileged() && errors.is_empty());
     assert_eq!(Version::parse("v1.x"), None);

@@ -225,11 +225,11 @@ const CSR: Hooks = Hooks {
 /// entry added without its hook, which the registry's tests catch).
 pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
     use api::{
-        apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch,
-        certificates::v1 as certificates, coordination::v1 as coordination, core::v1 as core,
-        discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
-        policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
-        storage::v1 as storage,
+        admissionregistration::v1 as admissionregistration, apps::v1 as apps,
+        autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
+        coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+        events::v1 as events, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
+        scheduling::v1 as scheduling, storage::v1 as storage,
     };
     macro_rules! typed {
         ($t:ty, $hooks:expr) => {
@@ -245,6 +245,18 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         };
     }
     let s = match (info.group, info.kind) {
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            typed!(
+                admissionregistration::MutatingWebhookConfiguration,
+                Hooks::PLAIN
+            )
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            typed!(
+                admissionregistration::ValidatingWebhookConfiguration,
+                Hooks::PLAIN
+            )
+        }
         ("", "ConfigMap") => typed!(core::ConfigMap, Hooks::PLAIN),
         ("", "Endpoints") => typed!(core::Endpoints, Hooks::PLAIN),
         ("", "Event") => typed!(core::Event, EVENT),

@@ -16,6 +16,7 @@
 
 pub use ferrokube_apimachinery::errors::{FieldError, FieldErrorKind, FieldPath};
 
+mod admissionregistration;
 mod apps;
 mod batch;
 mod core;

@@ -1,0 +1,318 @@
+//! admissionregistration.k8s.io/v1: the webhook configurations (upstream
+//! `pkg/apis/admissionregistration/validation`, the v1 rules).
+
+use std::collections::BTreeSet;
+
+use ferrokube_apimachinery::errors::{FieldError, FieldPath};
+use ferrokube_apimachinery::validation::is_dns1123_subdomain;
+use k8s_openapi::api::admissionregistration::v1 as ar;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::Validate;
+use crate::util::*;
+
+/// The fields both webhook kinds share.
+struct Webhook<'a> {
+    name: &'a str,
+    rules: Option<&'a Vec<ar::RuleWithOperations>>,
+    client: &'a ar::WebhookClientConfig,
+    failure_policy: &'a Option<String>,
+    match_policy: &'a Option<String>,
+    side_effects: &'a str,
+    timeout_seconds: Option<i32>,
+    admission_review_versions: &'a [String],
+    namespace_selector: Option<&'a LabelSelector>,
+    object_selector: Option<&'a LabelSelector>,
+}
+
+fn validate_webhook(w: &Webhook<'_>, path: &FieldPath, errs: &mut Vec<FieldError>) {
+    // Upstream: a qualified name with at least three dot-separated segments.
+    let name_path = path.child("name");
+    if w.name.is_empty() {
+        errs.push(FieldError::required(&name_path, ""));
+    } else {
+        for e in is_dns1123_subdomain(w.name) {
+            errs.push(FieldError::invalid(&name_path, w.name, e));
+        }
+        if w.name.split('.').count() < 3 {
+            errs.push(FieldError::invalid(
+                &name_path,
+                w.name,
+                "should be a domain with at least three segments separated by dots",
+            ));
+        }
+    }
+    for (i, rule) in w.rules.into_iter().flatten().enumerate() {
+        let rp = path.child("rules").index(i);
+        let ops = rule.operations.as_deref().unwrap_or_default();
+        if ops.is_empty() {
+            errs.push(FieldError::required(&rp.child("operations"), ""));
+        }
+        for (j, op) in ops.iter().enumerate() {
+            const OPS: &[&str] = &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+            if !OPS.contains(&op.as_str()) {
+                errs.push(FieldError::not_supported(
+                    &rp.child("operations").index(j),
+                    op.as_str(),
+                    OPS,
+                ));
+            }
+        }
+        for (field, values) in [
+            ("apiGroups", &rule.api_groups),
+            ("apiVersions", &rule.api_versions),
+            ("resources", &rule.resources),
+        ] {
+            if values.as_ref().is_none_or(Vec::is_empty) {
+                errs.push(FieldError::required(&rp.child(field), ""));
+            }
+        }
+        enum_optional(
+            &rule.scope,
+            &["*", "Cluster", "Namespaced"],
+            &rp.child("scope"),
+            errs,
+        );
+    }
+    enum_optional(
+        w.failure_policy,
+        &["Fail", "Ignore"],
+        &path.child("failurePolicy"),
+        errs,
+    );
+    enum_optional(
+        w.match_policy,
+        &["Equivalent", "Exact"],
+        &path.child("matchPolicy"),
+        errs,
+    );
+    const SIDE_EFFECTS: &[&str] = &["None", "NoneOnDryRun"];
+    if w.side_effects.is_empty() {
+        errs.push(FieldError::required(&path.child("sideEffects"), ""));
+    } else if !SIDE_EFFECTS.contains(&w.side_effects) {
+        errs.push(FieldError::not_supported(
+            &path.child("sideEffects"),
+            w.side_effects,
+            SIDE_EFFECTS,
+        ));
+    }
+    if let Some(t) = w.timeout_seconds
+        && !(1..=30).contains(&t)
+    {
+        errs.push(FieldError::invalid(
+            &path.child("timeoutSeconds"),
+            t,
+            "the timeout value must be between 1 and 30 seconds",
+        ));
+    }
+    let versions_path = path.child("admissionReviewVersions");
+    if w.admission_review_versions.is_empty() {
+        errs.push(FieldError::required(&versions_path, ""));
+    } else {
+        let mut seen = BTreeSet::new();
+        for (i, v) in w.admission_review_versions.iter().enumerate() {
+            if !seen.insert(v.as_str()) {
+                errs.push(FieldError::duplicate(&versions_path.index(i), v.as_str()));
+            }
+        }
+        if !w
+            .admission_review_versions
+            .iter()
+            .any(|v| v == "v1" || v == "v1beta1")
+        {
+            errs.push(FieldError::invalid(
+                &versions_path,
+                serde_json::json!(w.admission_review_versions),
+                "must include at least one of v1, v1beta1",
+            ));
+        }
+    }
+    let cp = path.child("clientConfig");
+    match (&w.client.url, &w.client.service) {
+        (Some(_), Some(_)) | (None, None) => errs.push(FieldError::required(
+            &cp,
+            "exactly one of url or service is required",
+        )),
+        (Some(url), None) => {
+            if !url.starts_with("https://") {
+                errs.push(FieldError::invalid(
+                    &cp.child("url"),
+                    url.as_str(),
+                    "'https' is the only allowed URL scheme",
+                ));
+            } else if url.contains('#') || url.contains('?') {
+                errs.push(FieldError::invalid(
+                    &cp.child("url"),
+                    url.as_str(),
+                    "fragments and query parameters are not allowed",
+                ));
+            }
+        }
+        (None, Some(svc)) => {
+            let sp = cp.child("service");
+            if svc.name.is_empty() {
+                errs.push(FieldError::required(
+                    &sp.child("name"),
+                    "service name is required",
+                ));
+            }
+            if svc.namespace.is_empty() {
+                errs.push(FieldError::required(
+                    &sp.child("namespace"),
+                    "service namespace is required",
+                ));
+            }
+            if let Some(path) = svc.path.as_deref()
+                && !path.is_empty()
+                && !path.starts_with('/')
+            {
+                errs.push(FieldError::invalid(
+                    &sp.child("path"),
+                    path,
+                    "must start with a '/'",
+                ));
+            }
+            if let Some(port) = svc.port
+                && !(1..=65535).contains(&port)
+            {
+                errs.push(FieldError::invalid(
+                    &sp.child("port"),
+                    port,
+                    "port is not valid: must be between 1 and 65535, inclusive",
+                ));
+            }
+        }
+    }
+    if let Some(sel) = w.namespace_selector {
+        label_selector(sel, &path.child("namespaceSelector"), errs);
+    }
+    if let Some(sel) = w.object_selector {
+        label_selector(sel, &path.child("objectSelector"), errs);
+    }
+}
+
+fn unique_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    path: &FieldPath,
+    errs: &mut Vec<FieldError>,
+) {
+    let mut seen = BTreeSet::new();
+    for (i, n) in names.enumerate() {
+        if !n.is_empty() && !seen.insert(n) {
+            errs.push(FieldError::duplicate(&path.index(i).child("name"), n));
+        }
+    }
+}
+
+impl Validate for ar::ValidatingWebhookConfiguration {
+    fn validate_create(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let hooks = self.webhooks.as_deref().unwrap_or_default();
+        for (i, w) in hooks.iter().enumerate() {
+            let view = Webhook {
+                name: &w.name,
+                rules: w.rules.as_ref(),
+                client: &w.client_config,
+                failure_policy: &w.failure_policy,
+                match_policy: &w.match_policy,
+                side_effects: &w.side_effects,
+                timeout_seconds: w.timeout_seconds,
+                admission_review_versions: &w.admission_review_versions,
+                namespace_selector: w.namespace_selector.as_ref(),
+                object_selector: w.object_selector.as_ref(),
+            };
+            validate_webhook(&view, &p("webhooks").index(i), &mut errs);
+        }
+        unique_names(
+            hooks.iter().map(|w| w.name.as_str()),
+            &p("webhooks"),
+            &mut errs,
+        );
+        errs
+    }
+    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
+        self.validate_create()
+    }
+}
+
+impl Validate for ar::MutatingWebhookConfiguration {
+    fn validate_create(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let hooks = self.webhooks.as_deref().unwrap_or_default();
+        for (i, w) in hooks.iter().enumerate() {
+            let path = p("webhooks").index(i);
+            let view = Webhook {
+                name: &w.name,
+                rules: w.rules.as_ref(),
+                client: &w.client_config,
+                failure_policy: &w.failure_policy,
+                match_policy: &w.match_policy,
+                side_effects: &w.side_effects,
+                timeout_seconds: w.timeout_seconds,
+                admission_review_versions: &w.admission_review_versions,
+                namespace_selector: w.namespace_selector.as_ref(),
+                object_selector: w.object_selector.as_ref(),
+            };
+            validate_webhook(&view, &path, &mut errs);
+            enum_optional(
+                &w.reinvocation_policy,
+                &["IfNeeded", "Never"],
+                &path.child("reinvocationPolicy"),
+                &mut errs,
+            );
+        }
+        unique_names(
+            hooks.iter().map(|w| w.name.as_str()),
+            &p("webhooks"),
+            &mut errs,
+        );
+        errs
+    }
+    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
+        self.validate_create()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(webhook: serde_json::Value) -> ar::ValidatingWebhookConfiguration {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "c"}, "webhooks": [webhook]}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn webhook_configurations_follow_upstreams_rules() {
+        let good = config(serde_json::json!({
+            "name": "deny.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:8443/deny"},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}));
+        assert!(good.validate_create().is_empty());
+        let bad = config(serde_json::json!({
+            "name": "deny", "sideEffects": "Some", "admissionReviewVersions": ["v2"], "timeoutSeconds": 31,
+            "clientConfig": {"url": "http://x/deny"},
+            "rules": [{"operations": ["PATCH"], "apiGroups": [""], "apiVersions": ["v1"], "resources": []}]}));
+        let messages: Vec<String> = bad
+            .validate_create()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        for want in [
+            "webhooks[0].name: Invalid value: \"deny\": should be a domain with at least three segments separated by dots",
+            "webhooks[0].rules[0].operations[0]: Unsupported value: \"PATCH\"",
+            "webhooks[0].rules[0].resources: Required value",
+            "webhooks[0].sideEffects: Unsupported value: \"Some\"",
+            "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
+            "webhooks[0].admissionReviewVersions: Invalid value",
+            "webhooks[0].clientConfig.url: Invalid value: \"http://x/deny\": 'https' is the only allowed URL scheme",
+        ] {
+            assert!(
+                messages.iter().any(|m| m.starts_with(want)),
+                "{want}\n{messages:#?}"
+            );
+        }
+    }
+}
