@@ -39,6 +39,7 @@ pub(crate) struct State {
     pub authorizer: Arc<dyn Authorizer>,
     pub kubelet: Arc<crate::proxy::KubeletClient>,
     pub security: Arc<crate::security::ClusterState>,
+    pub admission: Arc<crate::admission::Chain>,
     pub tokens: Option<Arc<crate::tokens::Tokens>>,
     pub advertise: String,
     pub max_body: usize,
@@ -625,16 +626,22 @@ async fn resource(
         .get::<ferrokube_auth::UserInfo>()
         .cloned()
         .unwrap_or_default();
-    let admit = crate::admission::admit_for(crate::admission::WriteContext {
-        user: user.clone(),
-        info,
-        subresource: r.sub.clone(),
-        namespace: r.ns.clone(),
-        authorizer: state.authorizer.clone(),
-        state: state.security.clone(),
-    });
+    // Admission for the writes below: one chain per request; the store sets the
+    // operation and runs it (see `crate::admission`).
+    let admission = {
+        let mut a = crate::admission::Attributes::new(
+            user.clone(),
+            crate::admission::Operation::Create,
+            info,
+        )
+        .in_namespace(ns)
+        .named(r.name.as_deref().unwrap_or(""));
+        a.subresource = r.sub.clone().unwrap_or_default();
+        a.dry_run = dry_run(q.get("dryRun").map(String::as_str)).unwrap_or(false);
+        state.admission.request(a)
+    };
     let admitted = |o: WriteOptions| WriteOptions {
-        admit: admit.clone(),
+        admit: Some(admission.clone()),
         ..o
     };
     let method = req.method().clone();
@@ -666,20 +673,8 @@ async fn resource(
         (Method::POST, None, None) => {
             let mut opts = admitted(write_options(q)?);
             let (body, ct) = read_body(state, req).await?;
-            let mut obj = decode_body(&body, &ct, info)?;
+            let obj = decode_body(&body, &ct, info)?;
             opts.duplicate_fields = body_duplicates(&body, &ct);
-            if info.group.is_empty()
-                && info.plural == "pods"
-                && state.security.admission().service_account
-            {
-                let ns = ns.unwrap_or("default");
-                crate::admission::service_account_admit(
-                    &mut obj,
-                    ns,
-                    |sa| state.security.service_account(ns, sa),
-                    &ferrokube_registry::meta::random_suffix(),
-                )?;
-            }
             let w = store.create(ns, obj, &opts).await?;
             Ok(with_warnings(
                 encoded(target, info, StatusCode::CREATED, &w.object),
@@ -699,8 +694,8 @@ async fn resource(
             let (body, ct) = read_body(state, req).await?;
             let ev = decode_body(&body, &ct, info)?;
             let opts = delete_options(q, Some(&ev["deleteOptions"]))?;
-            if state.security.admission().node_restriction {
-                crate::admission::check_node_delete(&user, &store, ns, name, true).await?;
+            if state.admission.runs("NodeRestriction") {
+                crate::admission::check_eviction(&user, &store, ns, name).await?;
             }
             store.delete(ns, name, &opts).await?;
             Ok(json_response(
@@ -817,10 +812,10 @@ async fn resource(
             } else {
                 Some(decode_body(&body, &ct, info)?)
             };
-            let opts = delete_options(q, body_opts.as_ref())?;
-            if state.security.admission().node_restriction {
-                crate::admission::check_node_delete(&user, &store, ns, name, false).await?;
-            }
+            let opts = DeleteOptions {
+                admit: Some(admission.clone()),
+                ..delete_options(q, body_opts.as_ref())?
+            };
             let d = store.delete(ns, name, &opts).await?;
             Ok(encoded(target, info, StatusCode::OK, &d.object))
         }
@@ -834,7 +829,10 @@ async fn resource(
             } else {
                 Some(decode_body(&body, &ct, info)?)
             };
-            let opts = delete_options(q, body_opts.as_ref())?;
+            let opts = DeleteOptions {
+                admit: Some(admission.clone()),
+                ..delete_options(q, body_opts.as_ref())?
+            };
             let p = list_params(q)?;
             let items = store.delete_collection(ns, &p, &opts).await?;
             let items: Vec<Arc<Value>> = items.into_iter().map(Arc::new).collect();
@@ -886,6 +884,7 @@ fn delete_options(
         precondition_resource_version: b["preconditions"]["resourceVersion"]
             .as_str()
             .map(str::to_string),
+        admit: None,
     })
 }
 

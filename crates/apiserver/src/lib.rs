@@ -33,10 +33,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use admission::AdmissionPlugins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
-pub use security::AdmissionPlugins;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -68,6 +68,8 @@ pub struct Config {
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
     pub(crate) tokens: Option<Arc<tokens::Tokens>>,
+    /// The admission chain (`--enable-admission-plugins`).
+    pub(crate) admission: Arc<admission::Chain>,
 }
 
 impl std::fmt::Debug for Config {
@@ -158,6 +160,7 @@ impl Server {
             authorizer: config.authorizer,
             kubelet: config.kubelet,
             security: config.security,
+            admission: config.admission,
             tokens: config.tokens,
             advertise: config.advertise,
             max_body: config.max_body_bytes,
@@ -369,14 +372,21 @@ impl Options {
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
         let state = Arc::new(
-            security::ClusterState::new(
-                &registry,
-                self.authorization_modes.clone(),
-                self.admission_plugins,
-            )
-            .map_err(|e| ConfigError::Registry(e.to_string()))?,
+            security::ClusterState::new(&registry, self.authorization_modes.clone())
+                .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
-        let authorizer = security::authorizer_chain(&self.authorization_modes, &state);
+        let authorizer: Arc<dyn Authorizer> = Arc::new(security::authorizer_chain(
+            &self.authorization_modes,
+            &state,
+        ));
+        let registry = Arc::new(registry);
+        let admission = admission::Chain::new(&admission::PluginInit {
+            registry: &registry,
+            authorizer: &authorizer,
+            security: &state,
+            options: &self.admission_plugins,
+        })
+        .map_err(ConfigError::Admission)?;
         let tokens = self.service_account_tokens(&registry, &advertise_ip)?;
         if let Some(t) = &tokens {
             authenticators.push(Box::new(t.authenticator.clone()));
@@ -403,7 +413,7 @@ impl Options {
         .map_err(|e| ConfigError::Kubelet(e.to_string()))?;
         Ok(Config {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
-            registry: Arc::new(registry),
+            registry,
             tls,
             authenticator: Arc::new(if self.anonymous_auth {
                 ferrokube_auth::UnionAuthenticator::new(authenticators)
@@ -413,8 +423,9 @@ impl Options {
             }),
             tokens,
             kubelet: Arc::new(kubelet),
-            authorizer: Arc::new(authorizer),
+            authorizer,
             security: state,
+            admission: Arc::new(admission),
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
             max_body_bytes: 3 * 1024 * 1024,
             max_watch: Duration::from_secs(1800),
@@ -515,4 +526,6 @@ pub enum ConfigError {
     Registry(String),
     #[error("{0}")]
     Kubelet(String),
+    #[error("admission: {0}")]
+    Admission(String),
 }

@@ -38,45 +38,6 @@ fn cached(store: &Store, sub_prefix: &str) -> Vec<Arc<Value>> {
     store.cache().snapshot(&prefix).0
 }
 
-/// The admission plugins Ferrokube implements (`--enable-admission-plugins`,
-/// `--disable-admission-plugins`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdmissionPlugins {
-    pub node_restriction: bool,
-    pub service_account: bool,
-}
-
-impl Default for AdmissionPlugins {
-    /// NodeRestriction and ServiceAccount on, as upstream's default plugin list (the
-    /// kubelet projects the token, the root CA publisher provides kube-root-ca.crt).
-    fn default() -> Self {
-        AdmissionPlugins {
-            node_restriction: true,
-            service_account: true,
-        }
-    }
-}
-
-impl AdmissionPlugins {
-    /// Applies the enable and disable lists (upstream plugin names).
-    pub fn with_flags(mut self, enable: &[String], disable: &[String]) -> Result<Self, String> {
-        for (names, on) in [(enable, true), (disable, false)] {
-            for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-                match n {
-                    "NodeRestriction" => self.node_restriction = on,
-                    "ServiceAccount" => self.service_account = on,
-                    other => {
-                        return Err(format!(
-                            "unknown admission plugin {other:?}; known: NodeRestriction, ServiceAccount"
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(self)
-    }
-}
-
 /// Roles, bindings, pods and claims as the authorizers see them.
 pub(crate) struct ClusterState {
     cluster_roles: Arc<Store>,
@@ -87,8 +48,6 @@ pub(crate) struct ClusterState {
     claims: Arc<Store>,
     /// `--authorization-mode`, for rules reviews.
     modes: Vec<AuthorizationMode>,
-    /// The admission plugins that are on.
-    admission: AdmissionPlugins,
     service_accounts: Arc<Store>,
     /// The last snapshot and the object pointers it was built from.
     rbac: Mutex<Option<(Vec<usize>, Arc<RbacSnapshot>)>>,
@@ -98,7 +57,6 @@ impl ClusterState {
     pub(crate) fn new(
         registry: &Registry,
         modes: Vec<AuthorizationMode>,
-        admission: AdmissionPlugins,
     ) -> Result<Self, ApiError> {
         let store = |group: &str, plural: &str| {
             registry
@@ -114,7 +72,6 @@ impl ClusterState {
             pods: store("", "pods")?,
             claims: store("", "persistentvolumeclaims")?,
             modes,
-            admission,
             service_accounts: store("", "serviceaccounts")?,
             rbac: Mutex::new(None),
         })
@@ -122,10 +79,6 @@ impl ClusterState {
 
     pub(crate) fn modes(&self) -> &[AuthorizationMode] {
         &self.modes
-    }
-
-    pub(crate) fn admission(&self) -> AdmissionPlugins {
-        self.admission
     }
 
     /// A service account from the watch cache.
@@ -589,19 +542,6 @@ pub(crate) fn forbidden(attrs: &Attributes, decision: &Decision) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn admission_plugin_flags() {
-        let d = AdmissionPlugins::default();
-        assert!(d.node_restriction && d.service_account);
-        let off = d.with_flags(&[], &["ServiceAccount".into()]).unwrap();
-        assert!(!off.service_account && off.node_restriction);
-        let on = off
-            .with_flags(&["ServiceAccount".into()], &["NodeRestriction".into()])
-            .unwrap();
-        assert!(on.service_account && !on.node_restriction);
-        assert!(d.with_flags(&["Bogus".into()], &[]).is_err());
-    }
 
     #[test]
     fn aggregation_unions_matching_roles_in_name_order() {

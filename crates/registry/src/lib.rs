@@ -33,8 +33,8 @@ pub use allocator::{Cidr, ServiceAllocator};
 pub use cache::{CachedEvent, EventType, WatchItem};
 pub use meta::{Clock, SystemClock};
 pub use store::{
-    Admit, DeleteOptions, Deleted, FieldValidation, ListParams, Listed, Part, PatchFn, PatchType,
-    Store, UpdateInput, WatchParams, WriteOptions, Written,
+    Admission, Admit, DeleteOptions, Deleted, FieldValidation, ListParams, Listed, Part, PatchFn,
+    PatchType, Store, UpdateInput, WatchParams, WriteOptions, Written,
 };
 pub use strategy::{Hooks, StorageCodec, Strategy, TypedStrategy};
 

@@ -10,14 +10,14 @@ use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::fields::FieldSelector;
 use ferrokube_apimachinery::labels::Selector;
 use ferrokube_storage::{
-    KeyValue, ListOptions, Preconditions, Revision, RevisionMatch, Storage, StorageError, Update,
+    KeyValue, ListOptions, Preconditions, Revision, RevisionMatch, Storage, StorageError,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::allocator::{self, ServiceAllocator};
 use crate::cache::{Filter, ResourceCache, WatchItem, decode_stored};
-use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, abort, from_storage};
+use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
 use crate::strategy::Strategy;
 
@@ -52,18 +52,39 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// Fields found twice in the request body (JSON keys), reported like unknown ones.
     pub duplicate_fields: Vec<String>,
-    /// The request's admission check, run on the final object after validation (and
-    /// on every retry of an update, with the object it replaces).
+    /// The request's admission (mutating, then validating), run by the store where
+    /// upstream's generic registry runs it.
     pub admit: Option<Admit>,
 }
 
-/// An admission check of one write: `(new, old)` where `old` is `None` on create.
-/// An error rejects the write with that status.
-#[derive(Clone)]
-pub struct Admit(pub Arc<AdmitFn>);
+/// The admission of one request, as the store runs it (upstream's admission hooks
+/// of `registry/generic/registry.Store`):
+/// - create: [`Admission::mutate`] on the decoded, defaulted object (before name
+///   generation, metadata preparation and validation), then
+///   [`Admission::validate`] on the validated object;
+/// - update and patch: in every attempt of the read-modify-write loop,
+///   [`Admission::mutate`] on the updated object (patch applied, before the strategy
+///   prepares and validates it), then [`Admission::validate`] on the final object
+///   with the object it replaces (skipped when the update changes nothing);
+/// - delete: [`Admission::validate_delete`] on the stored object in every attempt.
+///
+/// An error rejects the request with that status.
+#[async_trait::async_trait]
+pub trait Admission: Send + Sync {
+    async fn mutate(&self, _new: &mut Value, _old: Option<&Value>) -> Result<(), ApiError> {
+        Ok(())
+    }
+    async fn validate(&self, _new: &Value, _old: Option<&Value>) -> Result<(), ApiError> {
+        Ok(())
+    }
+    async fn validate_delete(&self, _current: &Value) -> Result<(), ApiError> {
+        Ok(())
+    }
+}
 
-/// The check behind [`Admit`].
-pub type AdmitFn = dyn Fn(&Value, Option<&Value>) -> Result<(), ApiError> + Send + Sync;
+/// A request's [`Admission`].
+#[derive(Clone)]
+pub struct Admit(pub Arc<dyn Admission>);
 
 impl std::fmt::Debug for Admit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,6 +100,8 @@ pub struct DeleteOptions {
     pub propagation_policy: Option<String>,
     pub precondition_uid: Option<String>,
     pub precondition_resource_version: Option<String>,
+    /// The request's admission ([`Admission::validate_delete`]).
+    pub admit: Option<Admit>,
 }
 
 /// Options of list.
@@ -216,6 +239,9 @@ impl UnprocessablePatch for ApiError {
         }
     }
 }
+
+/// Attempts of one update against concurrent writers before it answers 409.
+const MAX_UPDATE_ATTEMPTS: usize = 64;
 
 /// The store of one resource.
 pub struct Store {
@@ -502,6 +528,11 @@ impl Store {
     ) -> Result<Written, ApiError> {
         let (mut obj, warnings) = self.decode(obj, opts)?;
         self.check_namespace(ns, &mut obj)?;
+        if let Some(admit) = &opts.admit {
+            admit.0.mutate(&mut obj, None).await?;
+            // A mutating plugin may not move the object elsewhere.
+            self.check_namespace(ns, &mut obj)?;
+        }
         if meta::name(&obj).is_empty()
             && let Some(g) = meta::meta_str(&obj, "generateName").filter(|g| !g.is_empty())
         {
@@ -520,7 +551,7 @@ impl Store {
             ));
         }
         if let Some(admit) = &opts.admit {
-            (admit.0)(&obj, None)?;
+            admit.0.validate(&obj, None).await?;
         }
         if let Some(ns) = ns.filter(|_| self.info.namespaced) {
             self.namespace_admits(ns, &name).await?;
@@ -818,9 +849,9 @@ impl Store {
         })
     }
 
-    /// The object an update stores, from the current one and the request. Pure: the
-    /// storage update function calls it once per attempt.
-    fn compute_update(
+    /// The object an update stores, from the current one and the request, with the
+    /// request's admission. Called once per attempt of the update loop.
+    async fn compute_update(
         &self,
         name: &str,
         current: &KeyValue,
@@ -836,6 +867,9 @@ impl Store {
             UpdateInput::Patch(ty, patch) => (self.patch)(self.info, *ty, &old, patch)?,
         };
         let (mut new, warnings) = self.decode(raw, opts)?;
+        if let Some(admit) = &opts.admit {
+            admit.0.mutate(&mut new, Some(&old)).await?;
+        }
         let new_name = meta::name(&new);
         if new_name.is_empty() {
             meta::set_meta(&mut new, "name", json!(name));
@@ -946,7 +980,7 @@ impl Store {
         if let Some(admit) = &opts.admit
             && fin != old
         {
-            (admit.0)(&fin, Some(&old))?;
+            admit.0.validate(&fin, Some(&old)).await?;
         }
         Ok((fin, warnings, old))
     }
@@ -968,60 +1002,68 @@ impl Store {
                 .get(&key, None)
                 .await
                 .map_err(|e| self.err(name, e))?;
-            let (fin, warnings, _) = self.compute_update(name, &current, &input, part, opts)?;
+            let (fin, warnings, _) = self
+                .compute_update(name, &current, &input, part, opts)
+                .await?;
             return Ok(Written {
                 object: fin,
                 warnings,
                 created: false,
             });
         }
-        let mut warnings = Vec::new();
-        let mut unchanged = false;
         // Service allocation of the current attempt, and the object it replaced.
         let alloc = self.services.as_ref().filter(|_| part == Part::Main);
         let mut reserved: Option<allocator::Reserved> = None;
-        let mut replaced: Option<Value> = None;
-        let result = self
-            .storage
-            .guaranteed_update(&key, &Preconditions::default(), &mut |current| {
-                if let (Some(a), Some(r)) = (alloc, reserved.take()) {
-                    a.release_reserved(&r);
-                }
-                let Some(current) = current else {
-                    return Err(abort(ApiError::not_found(
-                        self.info.group,
-                        self.info.plural,
-                        name,
-                    )));
-                };
-                let (mut fin, w, old) = self
-                    .compute_update(name, current, &input, part, opts)
-                    .map_err(abort)?;
-                warnings = w;
-                if fin == old {
-                    unchanged = true;
-                    return Ok(Update::Keep);
-                }
-                unchanged = false;
-                if let Some(a) = alloc {
-                    reserved = Some(
-                        a.allocate_update(&mut fin, &old)
-                            .map_err(|errs| abort(allocator::invalid_service(name, errs)))?,
-                    );
-                }
-                replaced = Some(old);
-                Ok(Update::Write(self.encode(&fin).map_err(abort)?))
-            })
-            .await;
-        let kv = match result {
-            Ok(kv) => kv,
-            Err(e) => {
-                if let (Some(a), Some(r)) = (alloc, reserved.take()) {
-                    a.release_reserved(&r);
-                }
-                return Err(self.err(name, e));
+        let release = |reserved: &mut Option<allocator::Reserved>| {
+            if let (Some(a), Some(r)) = (alloc, reserved.take()) {
+                a.release_reserved(&r);
             }
         };
+        // Read-modify-write, as storage's guaranteed update, but with the (async)
+        // admission inside every attempt: a write that lost the race starts over from
+        // the new current object, so admission always saw what is replaced.
+        let mut attempt = 0;
+        let (kv, warnings, replaced) = loop {
+            attempt += 1;
+            release(&mut reserved);
+            let current = self
+                .storage
+                .get(&key, None)
+                .await
+                .map_err(|e| self.err(name, e))?;
+            let (mut fin, warnings, old) = self
+                .compute_update(name, &current, &input, part, opts)
+                .await?;
+            if fin == old {
+                break (current, warnings, None);
+            }
+            if let Some(a) = alloc {
+                reserved = Some(
+                    a.allocate_update(&mut fin, &old)
+                        .map_err(|errs| allocator::invalid_service(name, errs))?,
+                );
+            }
+            let bytes = match self.encode(&fin) {
+                Ok(b) => b,
+                Err(e) => {
+                    release(&mut reserved);
+                    return Err(e);
+                }
+            };
+            match self
+                .storage
+                .compare_and_swap(&key, current.mod_revision, bytes)
+                .await
+            {
+                Ok(kv) => break (kv, warnings, Some(old)),
+                Err(StorageError::Conflict { .. }) if attempt < MAX_UPDATE_ATTEMPTS => continue,
+                Err(e) => {
+                    release(&mut reserved);
+                    return Err(self.err(name, e));
+                }
+            }
+        };
+        let unchanged = replaced.is_none();
         let object = self
             .decode_served(&kv.value, kv.mod_revision)
             .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
@@ -1131,6 +1173,9 @@ impl Store {
                         meta::resource_version(&obj)
                     ),
                 ));
+            }
+            if let Some(admit) = &opts.admit {
+                admit.0.validate_delete(&obj).await?;
             }
             let marked = self.mark_for_deletion(&obj, opts);
             let Some(marked) = marked else {

@@ -81,7 +81,9 @@ async fn serve(
     opts.service_account_signing_key_file = Some(pki.join("sa.key"));
     // No controllers run here to create `default` ServiceAccounts, so, as upstream's
     // integration test server, ServiceAccount admission is off unless a test turns it on.
-    opts.admission_plugins.service_account = false;
+    opts.admission_plugins
+        .set("ServiceAccount", false)
+        .map_err(|e| TestServerError::Config(ferrokube_apiserver::ConfigError::Admission(e)))?;
     (boot.configure)(&mut opts);
     let config = opts.into_config(storage.clone()).await?;
     let server = Server::start(config).await?;

@@ -308,9 +308,13 @@ async fn expired_and_foreign_tokens_are_rejected_and_discovery_is_served() {
 
 #[tokio::test]
 async fn service_account_admission_when_enabled() {
-    let server = TestApiServer::start_with(|o| o.admission_plugins.service_account = true)
-        .await
-        .unwrap();
+    let server = TestApiServer::start_with(|o| {
+        o.admission_plugins
+            .set("ServiceAccount", true)
+            .expect("a known plugin")
+    })
+    .await
+    .unwrap();
     let admin = server.client.clone();
     let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
     let (code, v) = call(

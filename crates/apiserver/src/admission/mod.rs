@@ -1,0 +1,467 @@
+//! The admission chain (upstream `k8s.io/apiserver/pkg/admission`): one [`Plugin`]
+//! shape with upstream's split into mutation ([`Plugin::admit`]) and validation
+//! ([`Plugin::validate`]), the request's [`Attributes`], and the [`Chain`] built from
+//! `--enable-admission-plugins` / `--disable-admission-plugins` ([`AdmissionPlugins`])
+//! in upstream's recommended order: every enabled mutating plugin in order, then every
+//! validating one in order.
+//!
+//! The handler hands the store one [`Chain::request`] per create, update, patch and
+//! delete; the registry runs it where upstream's generic store does (mutation on
+//! the decoded object of a create and on the updated object of every attempt of an
+//! update's read-modify-write loop, validation on the final object; see
+//! `ferrokube_registry::Admission`).
+//!
+//! Registering a plugin: a file here with a `new(&PluginInit<'_>)` factory, and its row in
+//! [`PLUGINS`] (upstream's name, position and default).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ferrokube_api::resources::ResourceInfo;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_auth::{Authorizer, UserInfo};
+use ferrokube_registry::{Admission, Admit, Registry};
+use serde_json::Value;
+
+use crate::security::ClusterState;
+
+mod escalation;
+mod node_restriction;
+mod service_account;
+
+pub(crate) use node_restriction::check_eviction;
+
+pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Upstream `admission.Operation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    /// Upstream's spelling (`CREATE`, ...), as in AdmissionReview.
+    #[allow(dead_code)] // for AdmissionReview (webhooks), which come next
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// What a plugin knows about the request (upstream `admission.Attributes` without
+/// the objects, which the plugin methods take).
+#[derive(Clone, Debug)]
+pub(crate) struct Attributes {
+    pub user: UserInfo,
+    pub operation: Operation,
+    /// Group, version, kind and plural of the addressed resource.
+    pub resource: &'static ResourceInfo,
+    /// `status`, `scale`, ...; empty for the main resource.
+    pub subresource: String,
+    /// Empty for cluster-scoped resources.
+    pub namespace: String,
+    /// Empty on a create whose object has only `generateName`.
+    pub name: String,
+    pub dry_run: bool,
+}
+
+impl Attributes {
+    pub(crate) fn new(
+        user: UserInfo,
+        operation: Operation,
+        resource: &'static ResourceInfo,
+    ) -> Self {
+        Attributes {
+            user,
+            operation,
+            resource,
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            dry_run: false,
+        }
+    }
+
+    pub(crate) fn in_namespace(mut self, ns: Option<&str>) -> Self {
+        self.namespace = ns.unwrap_or("").to_string();
+        self
+    }
+
+    pub(crate) fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+
+    /// Whether the request addresses the core (`""` group) resource `plural`.
+    pub(crate) fn is_core(&self, plural: &str) -> bool {
+        self.resource.group.is_empty() && self.resource.plural == plural
+    }
+
+    /// Whether the request addresses `plural` in `group`.
+    #[allow(dead_code)] // for plugins on non-core resources, which come next
+    pub(crate) fn is(&self, group: &str, plural: &str) -> bool {
+        self.resource.group == group && self.resource.plural == plural
+    }
+
+    /// Upstream `admission.NewForbidden`: 403 `<resource> "<name>" is forbidden:
+    /// <err>` (without the name when the request has none).
+    #[allow(dead_code)] // for plugins that come next
+    pub(crate) fn forbidden(&self, err: impl std::fmt::Display) -> ApiError {
+        self.forbidden_named(&self.name, err)
+    }
+
+    /// [`Attributes::forbidden`] for the object `name`.
+    pub(crate) fn forbidden_named(&self, name: &str, err: impl std::fmt::Display) -> ApiError {
+        ApiError::forbidden(self.resource.group, self.resource.plural, name, err)
+    }
+}
+
+pub(crate) fn name_of(v: &Value) -> &str {
+    v["metadata"]["name"].as_str().unwrap_or("")
+}
+
+/// One admission plugin (upstream `admission.Interface` with `MutationInterface`
+/// and `ValidationInterface`). Both steps default to admitting; a plugin overrides
+/// the ones it has. Plugins read cluster state from the registry's watch caches
+/// (kept in [`PluginInit`] by the factory), never from storage per request unless
+/// they must.
+#[async_trait]
+pub(crate) trait Plugin: Send + Sync {
+    /// Upstream's plugin name (`LimitRanger`, ...).
+    fn name(&self) -> &'static str;
+
+    /// Upstream `Handles(operation)` plus the resource filter: the chain skips a
+    /// plugin for requests it does not handle.
+    fn handles(&self, a: &Attributes) -> bool;
+
+    /// Mutation: may change `object` (CREATE, UPDATE; `old` is the stored object on
+    /// UPDATE). An error rejects the request.
+    async fn admit(
+        &self,
+        _a: &Attributes,
+        _object: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// Validation of the final object; on DELETE `object` is None and `old` the
+    /// object being deleted. An error rejects the request.
+    async fn validate(
+        &self,
+        _a: &Attributes,
+        _object: Option<&Value>,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+}
+
+/// What plugin factories get: the registry (stores and their watch caches), the
+/// authorizer chain, the authorizers' cluster view and the admission options.
+pub(crate) struct PluginInit<'a> {
+    #[allow(dead_code)] // for plugins reading other resources, which come next
+    pub registry: &'a Arc<Registry>,
+    pub authorizer: &'a Arc<dyn Authorizer>,
+    pub security: &'a Arc<ClusterState>,
+    pub options: &'a AdmissionPlugins,
+}
+
+type Factory = fn(&PluginInit<'_>) -> Result<Arc<dyn Plugin>, String>;
+
+/// A known plugin: upstream's name, whether upstream enables it by default, and
+/// Ferrokube's implementation (None: the name is accepted, nothing runs).
+pub(crate) struct Registration {
+    pub name: &'static str,
+    pub default_on: bool,
+    pub new: Option<Factory>,
+}
+
+const fn known(name: &'static str, default_on: bool) -> Registration {
+    Registration {
+        name,
+        default_on,
+        new: None,
+    }
+}
+
+const fn plugin(name: &'static str, default_on: bool, new: Factory) -> Registration {
+    Registration {
+        name,
+        default_on,
+        new: Some(new),
+    }
+}
+
+/// Every plugin name upstream's kube-apiserver 1.33 knows, in upstream's order
+/// (`pkg/kubeapiserver/options/plugins.go` `AllOrderedPlugins`), with upstream's
+/// default-on set. Deviation: NodeRestriction is on by default (upstream leaves it
+/// to the installer; kubeadm enables it), since Ferrokube's kubelets use node
+/// identities from the start. NamespaceLifecycle is enforced by the store itself.
+pub(crate) const PLUGINS: &[Registration] = &[
+    known("AlwaysAdmit", false),
+    known("NamespaceAutoProvision", false),
+    known("NamespaceLifecycle", true),
+    known("NamespaceExists", false),
+    known("LimitPodHardAntiAffinityTopology", false),
+    known("LimitRanger", true),
+    plugin(service_account::NAME, true, service_account::new),
+    plugin(node_restriction::NAME, true, node_restriction::new),
+    known("TaintNodesByCondition", true),
+    known("AlwaysPullImages", false),
+    known("ImagePolicyWebhook", false),
+    known("PodSecurity", true),
+    known("PodNodeSelector", false),
+    known("Priority", true),
+    known("DefaultTolerationSeconds", true),
+    known("PodTolerationRestriction", false),
+    known("EventRateLimit", false),
+    known("ExtendedResourceToleration", false),
+    known("DefaultStorageClass", true),
+    known("StorageObjectInUseProtection", true),
+    known("OwnerReferencesPermissionEnforcement", false),
+    known("PersistentVolumeClaimResize", true),
+    known("RuntimeClass", true),
+    known("CertificateApproval", true),
+    known("CertificateSigning", true),
+    known("ClusterTrustBundleAttest", true),
+    known("CertificateSubjectRestriction", true),
+    known("DefaultIngressClass", true),
+    known("DenyServiceExternalIPs", false),
+    known("PodTopologyLabels", true),
+    known("MutatingAdmissionPolicy", false),
+    known("MutatingAdmissionWebhook", true),
+    known("ValidatingAdmissionPolicy", true),
+    known("ValidatingAdmissionWebhook", true),
+    known("ResourceQuota", true),
+    known("AlwaysDeny", false),
+];
+
+/// The admission options: which plugins are on (`--enable-admission-plugins`,
+/// `--disable-admission-plugins`) and the plugins' own flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionPlugins {
+    enabled: BTreeSet<&'static str>,
+    /// `--default-not-ready-toleration-seconds` (DefaultTolerationSeconds).
+    pub default_not_ready_toleration_seconds: i64,
+    /// `--default-unreachable-toleration-seconds` (DefaultTolerationSeconds).
+    pub default_unreachable_toleration_seconds: i64,
+}
+
+impl Default for AdmissionPlugins {
+    /// Upstream's default-on set (see [`PLUGINS`]).
+    fn default() -> Self {
+        AdmissionPlugins {
+            enabled: PLUGINS
+                .iter()
+                .filter(|p| p.default_on)
+                .map(|p| p.name)
+                .collect(),
+            default_not_ready_toleration_seconds: 300,
+            default_unreachable_toleration_seconds: 300,
+        }
+    }
+}
+
+impl AdmissionPlugins {
+    /// Applies the enable and disable lists (upstream plugin names; unknown names
+    /// are an error, as upstream's).
+    pub fn with_flags(mut self, enable: &[String], disable: &[String]) -> Result<Self, String> {
+        for (names, on) in [(enable, true), (disable, false)] {
+            for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+                self.set(n, on)?;
+            }
+        }
+        Ok(self)
+    }
+
+    /// Turns one plugin on or off by upstream name.
+    pub fn set(&mut self, name: &str, on: bool) -> Result<(), String> {
+        let Some(p) = PLUGINS.iter().find(|p| p.name == name) else {
+            let known: Vec<&str> = PLUGINS.iter().map(|p| p.name).collect();
+            return Err(format!(
+                "unknown admission plugin {name:?}; known: {}",
+                known.join(", ")
+            ));
+        };
+        if on {
+            self.enabled.insert(p.name);
+        } else {
+            self.enabled.remove(p.name);
+        }
+        Ok(())
+    }
+
+    /// Whether the plugin named `name` is on.
+    pub fn is_enabled(&self, name: &str) -> bool {
+        self.enabled.contains(name)
+    }
+}
+
+/// The enabled plugins in order, and the always-on RBAC escalation check.
+pub(crate) struct Chain {
+    plugins: Vec<Arc<dyn Plugin>>,
+    authorizer: Arc<dyn Authorizer>,
+    security: Arc<ClusterState>,
+}
+
+impl Chain {
+    pub(crate) fn new(init: &PluginInit<'_>) -> Result<Chain, String> {
+        let mut plugins = Vec::new();
+        for p in PLUGINS.iter().filter(|p| init.options.is_enabled(p.name)) {
+            match p.new {
+                Some(new) => plugins.push(new(init).map_err(|e| format!("{}: {e}", p.name))?),
+                None if p.name == "NamespaceLifecycle" => {}
+                None => tracing::warn!(
+                    plugin = p.name,
+                    "admission plugin enabled but not implemented by Ferrokube; it does nothing"
+                ),
+            }
+        }
+        Ok(Chain {
+            plugins,
+            authorizer: init.authorizer.clone(),
+            security: init.security.clone(),
+        })
+    }
+
+    /// Whether the plugin named `name` runs.
+    pub(crate) fn runs(&self, name: &str) -> bool {
+        self.plugins.iter().any(|p| p.name() == name)
+    }
+
+    /// Mutating admission: every plugin that handles the request, in order.
+    pub(crate) async fn admit(
+        &self,
+        a: &Attributes,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for p in self.plugins.iter().filter(|p| p.handles(a)) {
+            p.admit(a, object, old).await?;
+        }
+        Ok(())
+    }
+
+    /// Validating admission: RBAC escalation prevention, then every plugin that
+    /// handles the request, in order.
+    pub(crate) async fn validate(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        if let Some(new) = object
+            && escalation::applies(a)
+        {
+            escalation::check(self.authorizer.as_ref(), &self.security, a, new, old)?;
+        }
+        for p in self.plugins.iter().filter(|p| p.handles(a)) {
+            p.validate(a, object, old).await?;
+        }
+        Ok(())
+    }
+
+    /// The store's hook for one request. `a.operation` is set per call (CREATE
+    /// without an old object, UPDATE with one, DELETE from the delete path).
+    pub(crate) fn request(self: &Arc<Self>, a: Attributes) -> Admit {
+        Admit(Arc::new(RequestAdmission {
+            chain: self.clone(),
+            attributes: a,
+        }))
+    }
+}
+
+/// [`Chain`] bound to one request, as the registry calls it.
+struct RequestAdmission {
+    chain: Arc<Chain>,
+    attributes: Attributes,
+}
+
+impl RequestAdmission {
+    fn attributes(&self, operation: Operation, object: &Value) -> Attributes {
+        let mut a = self.attributes.clone();
+        a.operation = operation;
+        if a.name.is_empty() {
+            a.name = name_of(object).to_string();
+        }
+        a
+    }
+}
+
+fn write_operation(old: Option<&Value>) -> Operation {
+    if old.is_some() {
+        Operation::Update
+    } else {
+        Operation::Create
+    }
+}
+
+#[async_trait]
+impl Admission for RequestAdmission {
+    async fn mutate(&self, new: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+        let a = self.attributes(write_operation(old), new);
+        self.chain.admit(&a, new, old).await
+    }
+
+    async fn validate(&self, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+        let a = self.attributes(write_operation(old), new);
+        self.chain.validate(&a, Some(new), old).await
+    }
+
+    async fn validate_delete(&self, current: &Value) -> Result<(), ApiError> {
+        let a = self.attributes(Operation::Delete, current);
+        self.chain.validate(&a, None, Some(current)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_use_upstream_names_and_defaults() {
+        let d = AdmissionPlugins::default();
+        for on in [
+            "NamespaceLifecycle",
+            "LimitRanger",
+            "ServiceAccount",
+            "NodeRestriction",
+            "Priority",
+            "DefaultTolerationSeconds",
+            "ResourceQuota",
+            "PodSecurity",
+        ] {
+            assert!(d.is_enabled(on), "{on}");
+        }
+        for off in ["AlwaysPullImages", "PodNodeSelector", "AlwaysDeny"] {
+            assert!(!d.is_enabled(off), "{off}");
+        }
+        let off = d
+            .clone()
+            .with_flags(&[], &["ServiceAccount".into()])
+            .unwrap();
+        assert!(!off.is_enabled("ServiceAccount") && off.is_enabled("NodeRestriction"));
+        let on = off
+            .with_flags(&["ServiceAccount".into()], &["NodeRestriction".into()])
+            .unwrap();
+        assert!(on.is_enabled("ServiceAccount") && !on.is_enabled("NodeRestriction"));
+        let e = d.with_flags(&["Bogus".into()], &[]).unwrap_err();
+        assert!(e.contains("unknown admission plugin \"Bogus\""), "{e}");
+    }
+
+    #[test]
+    fn plugin_table_has_unique_names() {
+        let names: BTreeSet<&str> = PLUGINS.iter().map(|p| p.name).collect();
+        assert_eq!(names.len(), PLUGINS.len());
+        assert_eq!(Operation::Connect.as_str(), "CONNECT");
+    }
+}
