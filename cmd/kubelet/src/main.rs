@@ -56,7 +56,8 @@ struct Opts {
     /// The kubelet's state directory.
     #[arg(long = "root-dir", default_value = "/var/lib/kubelet")]
     root_dir: PathBuf,
-    /// Static pod manifests (accepted; static pods are not supported yet).
+    /// Static pod manifests: a directory (or one file) of Pod/PodList YAML or JSON, run
+    /// without the API and shown there as mirror pods.
     #[arg(long = "pod-manifest-path")]
     pod_manifest_path: Option<String>,
     /// Resources reserved for Kubernetes daemons (cpu=..,memory=..,ephemeral-storage=..).
@@ -150,11 +151,6 @@ async fn main() -> anyhow::Result<()> {
     if driver != "cgroupfs" {
         bail!("--cgroup-driver={driver}: only cgroupfs is supported");
     }
-    if opts.pod_manifest_path.is_some() || file.static_pod_path.is_some() {
-        tracing::warn!(
-            "--pod-manifest-path / staticPodPath: static pods are not supported yet; ignored"
-        );
-    }
     let endpoint = opts
         .container_runtime_endpoint
         .clone()
@@ -233,6 +229,15 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(d) = &file.sync_frequency {
         cfg.sync_frequency = parse_go_duration(d)?;
+    }
+    cfg.static_pod_path = opts
+        .pod_manifest_path
+        .clone()
+        .or(file.static_pod_path.clone())
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    if let Some(d) = &file.file_check_frequency {
+        cfg.file_check_frequency = parse_go_duration(d)?;
     }
     if let Some(l) = file.node_lease_duration_seconds {
         cfg.node_lease_duration_seconds = l;

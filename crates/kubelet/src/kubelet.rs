@@ -35,6 +35,10 @@ use crate::pleg::GenericPleg;
 use crate::probe_manager::ProbeManager;
 use crate::runtime::RuntimeManager;
 use crate::sandbox::{name, namespace, spec, uid};
+use crate::static_pods::{
+    MirrorAction, StaticPodSource, StaticPods, is_mirror_pod, is_static_pod, mirror_pod,
+    plan_mirrors,
+};
 use crate::status_manager::StatusManager;
 
 /// Everything the kubelet is configured with besides the runtime's [`crate::NodeConfig`].
@@ -60,6 +64,10 @@ pub struct KubeletConfig {
     pub sync_frequency: Duration,
     /// PLEG relist period (1 s).
     pub pleg_period: Duration,
+    /// `--pod-manifest-path` / `staticPodPath`: static pod manifests (a directory or a file).
+    pub static_pod_path: Option<std::path::PathBuf>,
+    /// `fileCheckFrequency` (20 s): how often the static pod path is read again.
+    pub file_check_frequency: Duration,
 }
 
 impl KubeletConfig {
@@ -82,6 +90,8 @@ impl KubeletConfig {
             kubelet_port: 10250,
             sync_frequency: Duration::from_secs(60),
             pleg_period: Duration::from_secs(1),
+            static_pod_path: None,
+            file_check_frequency: crate::static_pods::DEFAULT_FILE_CHECK_FREQUENCY,
         }
     }
 }
@@ -131,6 +141,10 @@ pub struct Kubelet {
     /// Projected service account tokens by (pod UID, token key): the token and when to
     /// refresh it (80% of its lifetime, as upstream's token manager).
     tokens: parking_lot::Mutex<HashMap<(String, String), (String, Instant)>>,
+    /// The static pods from `--pod-manifest-path`, by UID (their config hash).
+    static_pods: RwLock<StaticPods>,
+    /// The API's mirror pods bound to this node, by (namespace, name).
+    mirrors: RwLock<BTreeMap<(String, String), Arc<Pod>>>,
 }
 
 impl Kubelet {
@@ -155,6 +169,8 @@ impl Kubelet {
             pods: RwLock::new(BTreeMap::new()),
             node_uid: tokio::sync::watch::channel(None).0,
             registered: std::sync::atomic::AtomicBool::new(false),
+            static_pods: RwLock::new(StaticPods::new()),
+            mirrors: RwLock::new(BTreeMap::new()),
         })
     }
 
@@ -465,6 +481,18 @@ impl Kubelet {
             .unwrap_or_else(|| mpsc::unbounded_channel().1);
         let mut workers: HashMap<String, Worker> = HashMap::new();
         let workers_cancel = cancel.child_token();
+        let (static_tx, mut static_rx) = tokio::sync::watch::channel(StaticPods::new());
+        if let Some(path) = self.config.static_pod_path.clone() {
+            let source = StaticPodSource {
+                path,
+                node_name: self.config.node_name.clone(),
+                check_frequency: self.config.file_check_frequency,
+            };
+            tokio::spawn(source.run(static_tx, workers_cancel.clone()));
+        } else {
+            drop(static_tx);
+        }
+        let mut static_open = self.config.static_pod_path.is_some();
         let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -477,6 +505,10 @@ impl Kubelet {
                         Notification::Updated { new, .. } => (new, false),
                         Notification::Deleted { obj, .. } => (obj, true),
                     };
+                    if is_mirror_pod(&pod) {
+                        self.mirror_changed(pod, deleted, &workers);
+                        continue;
+                    }
                     let pod_uid = uid(&pod).to_owned();
                     if deleted {
                         self.pods.write().remove(&pod_uid);
@@ -498,6 +530,14 @@ impl Kubelet {
                         }
                     }
                 }
+                changed = static_rx.changed(), if static_open => {
+                    if changed.is_err() {
+                        static_open = false;
+                        continue;
+                    }
+                    let current = static_rx.borrow_and_update().clone();
+                    self.static_pods_changed(current, &mut workers, &workers_cancel, &done_tx);
+                }
                 Some(ev) = pleg_rx.recv() => {
                     if let Some(w) = workers.get(&ev.pod_uid) {
                         let _ = w.tx.send(WorkerMsg::Kick);
@@ -515,6 +555,7 @@ impl Kubelet {
                 _ = housekeeping.tick() => {
                     if stream.has_synced() {
                         self.cleanup_orphans(&workers).await;
+                        self.reconcile_mirrors().await;
                     }
                 }
             }
@@ -522,6 +563,138 @@ impl Kubelet {
         workers_cancel.cancel();
         pleg.abort();
         informer.stop().await;
+    }
+
+    /// A new static pod set: workers for new static pods, deletion for removed ones (their
+    /// containers stop; nothing is deleted in the API but their mirror pods).
+    fn static_pods_changed(
+        self: &Arc<Self>,
+        current: StaticPods,
+        workers: &mut HashMap<String, Worker>,
+        workers_cancel: &CancellationToken,
+        done_tx: &mpsc::UnboundedSender<String>,
+    ) {
+        let previous = std::mem::replace(&mut *self.static_pods.write(), current.clone());
+        for (pod_uid, pod) in &previous {
+            if current.contains_key(pod_uid) {
+                continue;
+            }
+            tracing::info!(
+                pod = name(pod),
+                namespace = namespace(pod),
+                "static pod removed"
+            );
+            self.pods.write().remove(pod_uid);
+            if let Some(w) = workers.get(pod_uid) {
+                let _ = w.tx.send(WorkerMsg::Deleted(pod.clone()));
+            }
+        }
+        for (pod_uid, pod) in current {
+            if previous.contains_key(&pod_uid) {
+                continue;
+            }
+            tracing::info!(pod = name(&pod), namespace = namespace(&pod), uid = %pod_uid, "static pod added");
+            self.pods.write().insert(pod_uid.clone(), pod.clone());
+            match workers.get(&pod_uid) {
+                Some(w) => {
+                    let _ = w.tx.send(WorkerMsg::Update(pod));
+                }
+                None => {
+                    let w = self.spawn_worker(pod, workers_cancel.clone(), done_tx.clone());
+                    workers.insert(pod_uid, w);
+                }
+            }
+        }
+    }
+
+    /// A mirror pod appeared, changed or went in the API: remember it and wake its static
+    /// pod's worker (its status is written to the mirror).
+    fn mirror_changed(&self, mirror: Arc<Pod>, deleted: bool, workers: &HashMap<String, Worker>) {
+        let key = (namespace(&mirror).to_owned(), name(&mirror).to_owned());
+        if deleted {
+            self.mirrors.write().remove(&key);
+        } else {
+            self.mirrors.write().insert(key.clone(), mirror);
+        }
+        let static_uid = self
+            .static_pods
+            .read()
+            .iter()
+            .find(|(_, s)| namespace(s) == key.0 && name(s) == key.1)
+            .map(|(u, _)| u.clone());
+        if let Some(w) = static_uid.and_then(|u| workers.get(&u)) {
+            let _ = w.tx.send(WorkerMsg::Kick);
+        }
+    }
+
+    /// Creates missing mirror pods and deletes outdated or orphaned ones.
+    async fn reconcile_mirrors(&self) {
+        let statics = self.static_pods.read().clone();
+        let mirrors: Vec<Arc<Pod>> = self.mirrors.read().values().cloned().collect();
+        let node_uid = self.node_uid.borrow().clone();
+        for action in plan_mirrors(&statics, &mirrors) {
+            match action {
+                MirrorAction::Create { static_uid } => {
+                    let Some(s) = statics.get(&static_uid) else {
+                        continue;
+                    };
+                    let mirror = mirror_pod(s, node_uid.as_deref());
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace(s));
+                    match api.create(&PostParams::default(), &mirror).await {
+                        Ok(created) => {
+                            tracing::info!(
+                                pod = name(s),
+                                namespace = namespace(s),
+                                "created mirror pod"
+                            );
+                            let key = (namespace(s).to_owned(), name(s).to_owned());
+                            self.mirrors.write().insert(key, Arc::new(created));
+                        }
+                        // The informer has not shown it yet: the next round sees it.
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => tracing::warn!(pod = name(s), error = %e, "creating mirror pod"),
+                    }
+                }
+                MirrorAction::Delete {
+                    namespace: ns,
+                    name: pod_name,
+                    uid: mirror_uid,
+                } => {
+                    tracing::info!(pod = %pod_name, namespace = %ns, "deleting mirror pod (outdated, being deleted or without static pod)");
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                    let dp = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(Preconditions {
+                            uid: Some(mirror_uid),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match api.delete(&pod_name, &dp).await {
+                        Ok(_) => {
+                            self.mirrors.write().remove(&(ns, pod_name));
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+                            self.mirrors.write().remove(&(ns, pod_name));
+                        }
+                        Err(e) => {
+                            tracing::warn!(pod = %pod_name, error = %e, "deleting mirror pod")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pod whose status the kubelet writes for `pod`: itself, or for a static pod its
+    /// mirror pod (none until the mirror exists).
+    fn status_target(&self, pod: &Pod) -> Option<Pod> {
+        if !is_static_pod(pod) {
+            return Some(pod.clone());
+        }
+        let key = (namespace(pod).to_owned(), name(pod).to_owned());
+        let mirror = self.mirrors.read().get(&key).cloned()?;
+        crate::static_pods::is_mirror_of(&mirror, pod).then(|| (*mirror).clone())
     }
 
     /// Kills runtime pods no worker owns (deleted while the kubelet was down, or left over
@@ -798,7 +971,7 @@ impl Kubelet {
                     }
                     let st = self.runtime.status_with(pod, &rt, deadline);
                     self.probes.set_status(uid(pod), &st);
-                    if let Err(e) = self.status.set(pod, st).await {
+                    if let Err(e) = self.write_status(pod, st).await {
                         tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
                     }
                 }
@@ -814,11 +987,24 @@ impl Kubelet {
         match self.runtime.pod_status(pod).await {
             Ok(st) => {
                 self.probes.set_status(uid(pod), &st);
-                if let Err(e) = self.status.set(pod, st).await {
+                if let Err(e) = self.write_status(pod, st).await {
                     tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
                 }
             }
             Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
+        }
+    }
+
+    /// Writes the pod's status, to its mirror pod for a static pod (skipped until the
+    /// mirror exists; its creation wakes the worker again).
+    async fn write_status(
+        &self,
+        pod: &Pod,
+        st: k8s_openapi::api::core::v1::PodStatus,
+    ) -> Result<bool, kube::Error> {
+        match self.status_target(pod) {
+            Some(target) => self.status.set(&target, st).await,
+            None => Ok(false),
         }
     }
 

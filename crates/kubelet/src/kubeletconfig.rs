@@ -54,6 +54,7 @@ pub struct KubeletConfiguration {
     pub node_lease_duration_seconds: Option<i32>,
     pub sync_frequency: Option<String>,
     pub static_pod_path: Option<String>,
+    pub file_check_frequency: Option<String>,
     pub container_runtime_endpoint: Option<String>,
     pub image_service_endpoint: Option<String>,
     pub register_with_taints: Option<Vec<ConfigTaint>>,

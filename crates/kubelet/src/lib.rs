@@ -26,7 +26,8 @@
 //!   deletion, orphan cleanup), [`kubeletconfig`] (`KubeletConfiguration` v1beta1),
 //!   [`server`] (plain-HTTP healthz and read-only port; the HTTPS kubelet API on
 //!   `--port`), [`logs`] (CRI log files and `PodLogOptions`), [`streaming`] (exec,
-//!   attach and port-forward handed to the runtime's streaming server).
+//!   attach and port-forward handed to the runtime's streaming server), [`static_pods`]
+//!   (`--pod-manifest-path` manifests, upstream's naming and hash, mirror pods).
 
 pub mod actions;
 pub mod atomic_writer;
@@ -51,6 +52,7 @@ pub mod quantity;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod static_pods;
 pub mod status;
 pub mod status_manager;
 pub mod streaming;
