@@ -92,7 +92,9 @@ elif rt::pid_alive "$RT_CONTAINERD_PID" containerd; then
 fi
 rt::cleanup_cgroups
 
-# 4. Network: CNI leftovers once no containerd can use them, containment last.
+# 4. Network: the control-plane bridge (its components are stopped), CNI leftovers once
+# no containerd can use them, containment last.
+fk::remove_control_plane_net
 if ! rt::containerd_ready; then
   if ip link show cni0 >/dev/null 2>&1; then
     ip link del cni0 && fk::log "removed bridge cni0"

@@ -10,7 +10,8 @@
 #   3. PKI and one kubeconfig per component (`ferrokube-pki init`, idempotent) in
 #      /etc/ferrokube/pki,
 #   4. starts every component that exists, with setsid, PID files in /run/ferrokube and logs
-#      in /var/log/ferrokube: [etcd,] kube-apiserver (loopback only), kube-controller-manager,
+#      in /var/log/ferrokube: [etcd,] kube-apiserver (on the control-plane bridge
+#      fk-br0, 172.18.0.1, never the uplink), kube-controller-manager,
 #      kube-scheduler, kubelet, kube-proxy; waits (bounded) for /readyz, then for the node
 #      to be Ready and kube-proxy's first nftables sync,
 #   5. the cluster DNS addon (deploy/addons/dns.yaml: the kube-dns Service at 10.96.0.10 and
@@ -114,6 +115,7 @@ owned_before=0
 runtime_was_up=0
 rt::pid_alive "$RT_CONTAINERD_PID" containerd && runtime_was_up=1
 rt::ensure
+fk::ensure_control_plane_net
 mkdir -p "$FK_RUN_DIR" "$FK_LOG_DIR"
 # down.sh stops containerd and the registry only when up.sh started them (a containerd that
 # hack/test.sh left running is not ours to stop).
@@ -125,7 +127,8 @@ fi
 NODE=$(fk::node_name)
 step "PKI and kubeconfigs in $FK_PKI_DIR (node $NODE)"
 pki_out=$("$BIN_DIR/ferrokube-pki" init --dir "$FK_PKI_DIR" --server "$FK_API_URL" \
-  --node-name "$NODE" --node-ip 127.0.0.1 --service-cluster-ip-range "$RT_SERVICE_CIDR")
+  --node-name "$NODE" --node-ip 127.0.0.1 --service-cluster-ip-range "$RT_SERVICE_CIDR" \
+  --advertise-address "$FK_API_ADDR")
 written=$(grep -c $'\twritten$' <<<"$pki_out" || true)
 fk::log "  $written file(s) written, the rest reused"
 PKI_SUM=$(cat "$FK_PKI_DIR"/*.crt "$FK_PKI_DIR"/*.kubeconfig | sha256sum | cut -c1-16)
@@ -195,6 +198,7 @@ step "kube-apiserver on $FK_API_URL ($([ $use_etcd -eq 1 ] && echo etcd || echo 
 APISERVER=$BIN_DIR/kube-apiserver
 begin_args "$APISERVER"
 flag --bind-address "$FK_API_ADDR"
+flag --advertise-address "$FK_API_ADDR"
 flag --secure-port "$FK_API_PORT"
 flag --tls-cert-file "$FK_PKI_DIR/apiserver.crt"
 flag --tls-private-key-file "$FK_PKI_DIR/apiserver.key"
@@ -352,47 +356,17 @@ fi
 # binary changed) and pinned to its content tag, so a rebuilt binary rolls the pod.
 DNS_BIN=$BIN_DIR/kube-dns
 DNS_MANIFEST=$REPO/deploy/addons/dns.yaml
-# The DNS server's API credentials until the apiserver issues service-account tokens: a
-# client certificate for system:serviceaccount:kube-system:kube-dns signed by the cluster
-# CA (re-signed when the CA changes), as a kubeconfig in the Secret kube-dns-kubeconfig.
-dns_credentials() {
-  # In a directory of its own: the components' PKI fingerprint (PKI_SUM) covers only
-  # $FK_PKI_DIR/*.crt and *.kubeconfig, and this must not restart them.
-  local dir=$FK_PKI_DIR/kube-dns
-  local crt=$dir/kube-dns.crt key=$dir/kube-dns.key kc=$dir/kube-dns.kubeconfig
-  mkdir -p "$dir" && chmod 0700 "$dir"
-  if [ ! -s "$crt" ] || ! openssl verify -CAfile "$FK_PKI_DIR/ca.crt" "$crt" >/dev/null 2>&1; then
-    openssl ecparam -name prime256v1 -genkey -noout -out "$key" 2>/dev/null
-    chmod 0600 "$key"
-    openssl req -new -key "$key" -subj "/O=system:serviceaccounts/O=system:serviceaccounts:kube-system/CN=system:serviceaccount:kube-system:kube-dns" |
-      openssl x509 -req -CA "$FK_PKI_DIR/ca.crt" -CAkey "$FK_PKI_DIR/ca.key" -CAcreateserial \
-        -CAserial "$dir/kube-dns.srl" -days 365 -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n') \
-        -out "$crt" 2>/dev/null
-    rm -f "$kc"
-  fi
-  if [ ! -s "$kc" ]; then
-    local k=(kubectl --kubeconfig "$kc")
-    "${k[@]}" config set-cluster ferrokube --server "$FK_API_URL" \
-      --certificate-authority "$FK_PKI_DIR/ca.crt" --embed-certs >/dev/null
-    "${k[@]}" config set-credentials kube-dns --client-certificate "$crt" \
-      --client-key "$key" --embed-certs >/dev/null
-    "${k[@]}" config set-context default --cluster ferrokube --user kube-dns >/dev/null
-    "${k[@]}" config use-context default >/dev/null
-    chmod 0600 "$kc"
-  fi
-  fk::kubectl -n kube-system create secret generic kube-dns-kubeconfig \
-    --from-file=kubeconfig="$kc" --dry-run=client -o yaml | fk::kubectl apply -f - >/dev/null
-}
 dns_ready() {
   [ "$(fk::kubectl -n kube-system get deployment kube-dns \
     -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}' 2>/dev/null)" = 1/1 ]
 }
 if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
-  step "cluster DNS: image, credentials, deploy/addons/dns.yaml (kube-dns at $FK_CLUSTER_DNS)"
+  step "cluster DNS: image, deploy/addons/dns.yaml (kube-dns at $FK_CLUSTER_DNS)"
   dns_version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
   dns_tag=$(bash "$REPO/hack/images/build-dns.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
     "$DNS_BIN" "$dns_version") || fk::die "building the DNS image failed"
-  dns_credentials || fk::die "DNS credentials (Secret kube-system/kube-dns-kubeconfig) failed"
+  # Earlier versions ran the addon on the host network with a client certificate there.
+  fk::kubectl -n kube-system delete secret kube-dns-kubeconfig --ignore-not-found >/dev/null || true
   sed "s|registry.k8s.io/ferrokube/dns:v$dns_version\$|registry.k8s.io/ferrokube/dns:$dns_tag|" \
     "$DNS_MANIFEST" | fk::kubectl apply -f - | sed 's/^/  /' >&2 ||
     fk::die "kubectl apply -f $DNS_MANIFEST failed"

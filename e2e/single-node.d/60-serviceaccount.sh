@@ -5,8 +5,10 @@
 # volume, which the kubelet fills (TokenRequest token, ca.crt, namespace) at
 # /var/run/secrets/kubernetes.io/serviceaccount. The pod's token then lists pods through
 # the apiserver, verified with the pod's own ca.crt: 403 until a RoleBinding grants the
-# account `view`, then 200. The request is sent from the host with curl (the apiserver
-# listens on loopback only, so pods cannot reach it through the kubernetes Service).
+# account `view`, then 200. The request is sent from the host with curl: the test images
+# have no TLS client that completes a handshake with the apiserver from inside a pod
+# (busybox wget's own TLS gets handshake_failure); 80-in-cluster.sh shows a pod's
+# in-cluster client (kube-dns, kube-rs) reaching the API through the kubernetes Service.
 # Sourced by e2e/single-node.sh; uses its step/ok/fail/k helpers.
 
 SA_NS=sa-e2e

@@ -16,7 +16,12 @@ FK_DATA_DIR=${FK_DATA_DIR:-/var/lib/ferrokube}
 FK_APISERVER_DATA=$FK_DATA_DIR/apiserver
 FK_ETCD_DATA=$FK_DATA_DIR/etcd
 FK_KUBELET_ROOT=${FK_KUBELET_ROOT:-/var/lib/kubelet}
-FK_API_ADDR=127.0.0.1
+# The control plane's address: on an empty bridge of ours (this kernel has no dummy
+# device), so that pods (through the `kubernetes` Service) and node network namespaces
+# can reach the apiserver without it listening on the machine's uplink.
+FK_CP_BRIDGE=fk-br0
+FK_CP_CIDR=172.18.0.1/24
+FK_API_ADDR=172.18.0.1
 FK_API_PORT=6443
 FK_API_URL=https://$FK_API_ADDR:$FK_API_PORT
 FK_ETCD_CLIENT_URL=http://127.0.0.1:2379
@@ -29,6 +34,21 @@ FK_ADMIN_KUBECONFIG=$FK_PKI_DIR/admin.kubeconfig
 FK_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # Marker: up.sh started containerd and the registry itself (so down.sh may stop them).
 FK_OWNS_RUNTIME=$FK_RUN_DIR/up.owns-runtime
+
+# The control-plane bridge and its address (idempotent).
+fk::ensure_control_plane_net() {
+  ip link show "$FK_CP_BRIDGE" >/dev/null 2>&1 || ip link add "$FK_CP_BRIDGE" type bridge
+  ip addr show dev "$FK_CP_BRIDGE" | grep -qF " $FK_CP_CIDR " ||
+    ip addr add "$FK_CP_CIDR" dev "$FK_CP_BRIDGE"
+  ip link set "$FK_CP_BRIDGE" up
+}
+
+fk::remove_control_plane_net() {
+  if ip link show "$FK_CP_BRIDGE" >/dev/null 2>&1; then
+    ip link del "$FK_CP_BRIDGE" && fk::log "removed bridge $FK_CP_BRIDGE ($FK_CP_CIDR)"
+  fi
+  return 0
+}
 
 fk::log() { printf '%s\n' "$*" >&2; }
 fk::die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -6,10 +6,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use ferrokube_client::config::{ClientOptions, client_with_limits};
+use ferrokube_client::config::ClientOptions;
 use ferrokube_dns::index::{DEFAULT_TTL, DnsConfig};
 use ferrokube_dns::run::{RunConfig, run};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -20,11 +19,6 @@ use tokio_util::sync::CancellationToken;
 struct Opts {
     #[command(flatten)]
     client: ClientOptions,
-    /// Read the kubeconfig (YAML, credentials embedded) from this environment
-    /// variable instead of a file: for nodes whose kubelet cannot mount Secret
-    /// volumes yet (the addon passes it from a Secret with secretKeyRef).
-    #[arg(long = "kubeconfig-env")]
-    kubeconfig_env: Option<String>,
     /// The cluster domain served.
     #[arg(long = "cluster-domain", default_value = "cluster.local")]
     cluster_domain: String,
@@ -70,23 +64,6 @@ where
         .collect()
 }
 
-async fn client(opts: &Opts) -> anyhow::Result<kube::Client> {
-    let Some(var) = opts.kubeconfig_env.as_deref() else {
-        return Ok(opts.client.client().await?);
-    };
-    let yaml =
-        std::env::var(var).with_context(|| format!("--kubeconfig-env: ${var} is not set"))?;
-    let kc = Kubeconfig::from_yaml(&yaml).with_context(|| format!("kubeconfig in ${var}"))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("kubeconfig in ${var}"))?;
-    Ok(client_with_limits(
-        config,
-        opts.client.qps,
-        opts.client.burst,
-    )?)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
@@ -121,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
         ready_addr: http(opts.ready_port),
         metrics_addr: http(opts.metrics_port),
     };
-    let client = client(&opts).await.context("API client")?;
+    let client = opts.client.client().await.context("API client")?;
 
     let cancel = CancellationToken::new();
     let stop = cancel.clone();

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::NodeConfig;
@@ -243,6 +243,76 @@ impl Env {
     }
 }
 
+/// The master Service every pod gets variables for, whatever its namespace.
+const MASTER_SERVICE: (&str, &str) = ("default", "kubernetes");
+
+/// The service link variables of a pod in `namespace` (upstream `getServiceEnvVarMap` and
+/// `envvars.FromServices`): the `kubernetes` Service's always (in-cluster clients find the
+/// API by `KUBERNETES_SERVICE_HOST`/`_PORT`), and, with `enableServiceLinks` (default
+/// true), those of every Service in the pod's namespace that has a cluster IP; a
+/// same-named Service in the pod's namespace wins over the master Service.
+pub fn service_links<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    namespace: &str,
+    enable_service_links: bool,
+) -> BTreeMap<String, String> {
+    let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
+    for svc in services {
+        let spec = svc.spec.as_ref();
+        let ip = spec.and_then(|s| s.cluster_ip.as_deref()).unwrap_or("");
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let name = svc.metadata.name.as_deref().unwrap_or("");
+        let ns = svc.metadata.namespace.as_deref().unwrap_or("");
+        if (ns, name) == MASTER_SERVICE {
+            chosen.entry(name).or_insert(svc);
+        } else if ns == namespace && enable_service_links {
+            chosen.insert(name, svc);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (name, svc) in chosen {
+        let Some(spec) = svc.spec.as_ref() else {
+            continue;
+        };
+        let ip = spec.cluster_ip.as_deref().unwrap_or("");
+        let ports = spec.ports.as_deref().unwrap_or(&[]);
+        let Some(first) = ports.first() else { continue };
+        let prefix = name.replace('-', "_").to_uppercase();
+        out.insert(format!("{prefix}_SERVICE_HOST"), ip.to_string());
+        out.insert(format!("{prefix}_SERVICE_PORT"), first.port.to_string());
+        for p in ports {
+            if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                let port_name = port_name.replace('-', "_").to_uppercase();
+                out.insert(
+                    format!("{prefix}_SERVICE_PORT_{port_name}"),
+                    p.port.to_string(),
+                );
+            }
+        }
+        // Docker link variables, the first port also as <SVC>_PORT.
+        let host_port = |port: i32| match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(_)) => format!("[{ip}]:{port}"),
+            _ => format!("{ip}:{port}"),
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let protocol = p.protocol.as_deref().unwrap_or("TCP");
+            let (lower, upper) = (protocol.to_lowercase(), protocol.to_uppercase());
+            let url = format!("{lower}://{}", host_port(p.port));
+            if i == 0 {
+                out.insert(format!("{prefix}_PORT"), url.clone());
+            }
+            let port_prefix = format!("{prefix}_PORT_{}_{upper}", p.port);
+            out.insert(format!("{port_prefix}_PROTO"), lower);
+            out.insert(format!("{port_prefix}_PORT"), p.port.to_string());
+            out.insert(format!("{port_prefix}_ADDR"), ip.to_string());
+            out.insert(port_prefix, url);
+        }
+    }
+    out
+}
+
 /// The container's environment, in order, as `(name, value)` pairs.
 pub fn container_env(
     pod: &Pod,
@@ -463,6 +533,90 @@ mod tests {
             ..Default::default()
         };
         (pod, node, sources)
+    }
+
+    fn service(ns: &str, name: &str, ip: &str, ports: &[(&str, i32, &str)]) -> Service {
+        use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some(ip.into()),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(n, port, proto)| ServicePort {
+                            name: (!n.is_empty()).then(|| n.to_string()),
+                            port: *port,
+                            protocol: (!proto.is_empty()).then(|| proto.to_string()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn service_links_as_upstream() {
+        let services = [
+            service(
+                "default",
+                "kubernetes",
+                "10.96.0.1",
+                &[("https", 443, "TCP")],
+            ),
+            service(
+                "app",
+                "my-db",
+                "10.96.0.20",
+                &[("", 5432, ""), ("metrics-http", 9187, "TCP")],
+            ),
+            service("app", "dns", "10.96.0.30", &[("dns", 53, "UDP")]),
+            service("app", "headless", "None", &[("web", 80, "TCP")]),
+            service("other", "elsewhere", "10.96.0.40", &[("web", 80, "TCP")]),
+        ];
+        let env = service_links(&services, "app", true);
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some("10.96.0.1"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), Some("443"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT_HTTPS"), Some("443"));
+        assert_eq!(get("KUBERNETES_PORT"), Some("tcp://10.96.0.1:443"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP"), Some("tcp://10.96.0.1:443"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP_PROTO"), Some("tcp"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP_PORT"), Some("443"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP_ADDR"), Some("10.96.0.1"));
+        assert_eq!(get("MY_DB_SERVICE_HOST"), Some("10.96.0.20"));
+        assert_eq!(get("MY_DB_SERVICE_PORT"), Some("5432"));
+        assert_eq!(get("MY_DB_SERVICE_PORT_METRICS_HTTP"), Some("9187"));
+        assert_eq!(get("MY_DB_PORT_9187_TCP"), Some("tcp://10.96.0.20:9187"));
+        assert_eq!(get("DNS_PORT"), Some("udp://10.96.0.30:53"));
+        assert_eq!(get("DNS_PORT_53_UDP_PROTO"), Some("udp"));
+        assert!(
+            env.keys().all(|k| !k.starts_with("HEADLESS_")),
+            "headless: no variables"
+        );
+        assert!(
+            env.keys().all(|k| !k.starts_with("ELSEWHERE_")),
+            "other namespaces: none"
+        );
+
+        // enableServiceLinks: false keeps only the master Service's.
+        let env = service_links(&services, "app", false);
+        assert!(env.keys().all(|k| k.starts_with("KUBERNETES_")), "{env:?}");
+        assert_eq!(env.len(), 8);
+
+        // In `default`, a pod sees `kubernetes` once.
+        let env = service_links(&services, "default", true);
+        assert_eq!(
+            env.get("KUBERNETES_SERVICE_HOST").map(String::as_str),
+            Some("10.96.0.1")
+        );
     }
 
     fn field(path: &str) -> Option<EnvVarSource> {

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, ServiceAccount, Taint,
+    ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, Service, ServiceAccount, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::Api;
@@ -125,6 +125,9 @@ struct Worker {
 /// The kubelet of one node.
 pub struct Kubelet {
     client: kube::Client,
+    /// Every Service, for the containers' service link variables (`KUBERNETES_SERVICE_HOST`
+    /// is how in-cluster clients find the API).
+    services: SharedIndexInformer<Service>,
     runtime: Arc<RuntimeManager>,
     config: KubeletConfig,
     status: StatusManager,
@@ -159,6 +162,7 @@ impl Kubelet {
             runtime.events().clone(),
         );
         Arc::new(Kubelet {
+            services: SharedIndexInformer::new(Api::all(client.clone()), InformerConfig::default()),
             probes,
             probe_changes: parking_lot::Mutex::new(Some(probe_rx)),
             tokens: parking_lot::Mutex::new(HashMap::new()),
@@ -195,6 +199,7 @@ impl Kubelet {
     /// Runs until `cancel`; then stops every loop and worker, leaving containers running
     /// (as upstream does on SIGTERM).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) -> Result<(), KubeletError> {
+        self.services.start();
         std::fs::create_dir_all(&self.config.root_dir).map_err(|source| KubeletError::RootDir {
             dir: self.config.root_dir.display().to_string(),
             source,
@@ -876,7 +881,23 @@ impl Kubelet {
             let token = self.service_account_token(pod, &t, &key).await;
             out.service_account_tokens.insert(key, token);
         }
+        out.service_env = self.service_links(pod).await;
         out
+    }
+
+    /// The pod's service link variables. Like upstream, containers wait for the first
+    /// list of Services (bounded here: after 10 s they start without the variables
+    /// rather than never).
+    async fn service_links(&self, pod: &Pod) -> BTreeMap<String, String> {
+        for _ in 0..100 {
+            if self.services.has_synced() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let services = self.services.store().list();
+        let enable = spec(pod).enable_service_links.unwrap_or(true);
+        crate::env::service_links(services.iter().map(|s| &**s), namespace(pod), enable)
     }
 
     /// A token for a projected volume: cached until 80% of its lifetime, then requested
