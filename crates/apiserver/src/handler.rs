@@ -600,6 +600,28 @@ async fn resource(
     q: &HashMap<String, String>,
     accept: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
+    let warnings = crate::admission::Warnings::default();
+    let result = resource_request(state, req, r, q, accept, &warnings).await;
+    // Admission warnings go out with the answer, a denial included (as upstream).
+    let warnings = warnings.take();
+    if warnings.is_empty() {
+        return result;
+    }
+    Ok(with_warnings(
+        result.unwrap_or_else(|e| error_response(&e)),
+        &warnings,
+    ))
+}
+
+/// [`resource`] without the admission warnings, which plugins add to `warnings`.
+async fn resource_request(
+    state: &State,
+    req: Request<Incoming>,
+    r: ResourcePath,
+    q: &HashMap<String, String>,
+    accept: Option<&str>,
+    warnings: &crate::admission::Warnings,
+) -> Result<Response<Body>, ApiError> {
     let info = r.info;
     let store = state
         .registry
@@ -638,6 +660,7 @@ async fn resource(
         .named(r.name.as_deref().unwrap_or(""));
         a.subresource = r.sub.clone().unwrap_or_default();
         a.dry_run = dry_run(q.get("dryRun").map(String::as_str)).unwrap_or(false);
+        a.warnings = warnings.clone();
         state.admission.request(a)
     };
     let admitted = |o: WriteOptions| WriteOptions {

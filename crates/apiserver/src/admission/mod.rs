@@ -27,8 +27,11 @@ use serde_json::Value;
 use crate::security::ClusterState;
 
 mod escalation;
+mod limit_ranger;
 mod node_restriction;
+mod pod_security;
 mod service_account;
+mod webhook;
 
 pub(crate) use node_restriction::check_eviction;
 
@@ -71,6 +74,27 @@ pub(crate) struct Attributes {
     /// Empty on a create whose object has only `generateName`.
     pub name: String,
     pub dry_run: bool,
+    /// Warnings for the response (`Warning` headers), shared by every call of the
+    /// request's chain.
+    pub warnings: Warnings,
+}
+
+/// The warnings plugins add to a response (upstream `warning.AddWarning`); identical
+/// texts are sent once, as upstream's recorder does.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub(crate) fn add(&self, text: String) {
+        let mut w = self.0.lock();
+        if !w.contains(&text) {
+            w.push(text);
+        }
+    }
+
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock())
+    }
 }
 
 impl Attributes {
@@ -87,7 +111,13 @@ impl Attributes {
             namespace: String::new(),
             name: String::new(),
             dry_run: false,
+            warnings: Warnings::default(),
         }
+    }
+
+    /// Adds a `Warning` header to the response.
+    pub(crate) fn warn(&self, text: String) {
+        self.warnings.add(text);
     }
 
     pub(crate) fn in_namespace(mut self, ns: Option<&str>) -> Self {
@@ -113,7 +143,6 @@ impl Attributes {
 
     /// Upstream `admission.NewForbidden`: 403 `<resource> "<name>" is forbidden:
     /// <err>` (without the name when the request has none).
-    #[allow(dead_code)] // for plugins that come next
     pub(crate) fn forbidden(&self, err: impl std::fmt::Display) -> ApiError {
         self.forbidden_named(&self.name, err)
     }
@@ -168,7 +197,6 @@ pub(crate) trait Plugin: Send + Sync {
 /// What plugin factories get: the registry (stores and their watch caches), the
 /// authorizer chain, the authorizers' cluster view and the admission options.
 pub(crate) struct PluginInit<'a> {
-    #[allow(dead_code)] // for plugins reading other resources, which come next
     pub registry: &'a Arc<Registry>,
     pub authorizer: &'a Arc<dyn Authorizer>,
     pub security: &'a Arc<ClusterState>,
@@ -212,13 +240,13 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("NamespaceLifecycle", true),
     known("NamespaceExists", false),
     known("LimitPodHardAntiAffinityTopology", false),
-    known("LimitRanger", true),
+    plugin(limit_ranger::NAME, true, limit_ranger::new),
     plugin(service_account::NAME, true, service_account::new),
     plugin(node_restriction::NAME, true, node_restriction::new),
     known("TaintNodesByCondition", true),
     known("AlwaysPullImages", false),
     known("ImagePolicyWebhook", false),
-    known("PodSecurity", true),
+    plugin(pod_security::NAME, true, pod_security::new),
     known("PodNodeSelector", false),
     known("Priority", true),
     known("DefaultTolerationSeconds", true),
@@ -238,9 +266,9 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("DenyServiceExternalIPs", false),
     known("PodTopologyLabels", true),
     known("MutatingAdmissionPolicy", false),
-    known("MutatingAdmissionWebhook", true),
+    plugin(webhook::MUTATING, true, webhook::new_mutating),
     known("ValidatingAdmissionPolicy", true),
-    known("ValidatingAdmissionWebhook", true),
+    plugin(webhook::VALIDATING, true, webhook::new_validating),
     known("ResourceQuota", true),
     known("AlwaysDeny", false),
 ];

@@ -1,0 +1,900 @@
+//! MutatingAdmissionWebhook and ValidatingAdmissionWebhook (upstream
+//! `k8s.io/apiserver/pkg/admission/plugin/webhook`): the
+//! admissionregistration.k8s.io/v1 configurations choose webhooks by rules
+//! (operations, apiGroups, apiVersions, resources with `*` and `res/sub`, scope), a
+//! namespace selector and an object selector; each chosen webhook gets an
+//! `admission.k8s.io/v1` AdmissionReview over HTTPS (`clientConfig.url`, or
+//! `clientConfig.service` reached through the Service's endpoints, verified against
+//! `clientConfig.caBundle` with the name `<service>.<namespace>.svc`) within
+//! `timeoutSeconds`. A denial is the webhook's status (`admission webhook "x" denied
+//! the request: ...`); a failed call is a 500 under `failurePolicy: Fail` and
+//! ignored under `Ignore`. Mutating webhooks run one after another and answer with
+//! JSONPatches; `reinvocationPolicy: IfNeeded` calls a webhook once more when a later
+//! one changed the object. Validating webhooks run concurrently. Webhook warnings
+//! become `Warning` headers. Requests on the webhook configurations themselves are
+//! never sent to webhooks, as upstream.
+//!
+//! Deviation: `matchPolicy: Equivalent` matches like `Exact`, since every resource is
+//! served at exactly one group-version here. Services are reached through their
+//! endpoints (upstream's `--enable-aggregator-routing` resolver), not the ClusterIP.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::labels::Selector;
+use ferrokube_registry::{ListParams, Store};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::admissionregistration::v1 as ar;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Value, json};
+
+use super::{Attributes, Operation, Plugin, PluginInit};
+
+pub(crate) const MUTATING: &str = "MutatingAdmissionWebhook";
+pub(crate) const VALIDATING: &str = "ValidatingAdmissionWebhook";
+
+/// Largest AdmissionReview response read from a webhook.
+const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+
+/// One webhook, whichever kind of configuration it came from.
+#[derive(Clone, Debug)]
+struct Hook {
+    name: String,
+    rules: Vec<ar::RuleWithOperations>,
+    client: ar::WebhookClientConfig,
+    fail_open: bool,
+    namespace_selector: Option<LabelSelector>,
+    object_selector: Option<LabelSelector>,
+    side_effects: String,
+    timeout: Duration,
+    reinvoke_if_needed: bool,
+}
+
+fn timeout_of(seconds: Option<i32>) -> Duration {
+    Duration::from_secs(seconds.filter(|s| *s > 0).unwrap_or(10) as u64)
+}
+
+impl From<ar::ValidatingWebhook> for Hook {
+    fn from(w: ar::ValidatingWebhook) -> Self {
+        Hook {
+            name: w.name,
+            rules: w.rules.unwrap_or_default(),
+            client: w.client_config,
+            fail_open: w.failure_policy.as_deref() == Some("Ignore"),
+            namespace_selector: w.namespace_selector,
+            object_selector: w.object_selector,
+            side_effects: w.side_effects,
+            timeout: timeout_of(w.timeout_seconds),
+            reinvoke_if_needed: false,
+        }
+    }
+}
+
+impl From<ar::MutatingWebhook> for Hook {
+    fn from(w: ar::MutatingWebhook) -> Self {
+        Hook {
+            name: w.name,
+            rules: w.rules.unwrap_or_default(),
+            client: w.client_config,
+            fail_open: w.failure_policy.as_deref() == Some("Ignore"),
+            namespace_selector: w.namespace_selector,
+            object_selector: w.object_selector,
+            side_effects: w.side_effects,
+            timeout: timeout_of(w.timeout_seconds),
+            reinvoke_if_needed: w.reinvocation_policy.as_deref() == Some("IfNeeded"),
+        }
+    }
+}
+
+/// Upstream `rules.Matcher`: whether `rule` covers the request.
+fn rule_matches(rule: &ar::RuleWithOperations, a: &Attributes) -> bool {
+    let any_or = |list: &Option<Vec<String>>, value: &str| {
+        list.iter().flatten().any(|v| v == "*" || v == value)
+    };
+    if !any_or(&rule.operations, a.operation.as_str())
+        || !any_or(&rule.api_groups, a.resource.group)
+        || !any_or(&rule.api_versions, a.resource.version)
+    {
+        return false;
+    }
+    let resource_ok = rule.resources.iter().flatten().any(|r| {
+        let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
+        (res == "*" || res == a.resource.plural) && (sub == "*" || sub == a.subresource)
+    });
+    if !resource_ok {
+        return false;
+    }
+    // Namespaces are cluster-scoped even though their requests name a namespace.
+    let is_namespace = a.is_core("namespaces");
+    match rule.scope.as_deref().unwrap_or("*") {
+        "Cluster" => a.namespace.is_empty() || is_namespace,
+        "Namespaced" => !is_namespace && !a.namespace.is_empty(),
+        _ => true,
+    }
+}
+
+fn labels_of(object: Option<&Value>) -> BTreeMap<String, String> {
+    object
+        .and_then(|o| serde_json::from_value(o["metadata"]["labels"].clone()).ok())
+        .unwrap_or_default()
+}
+
+fn selector_matches(
+    selector: Option<&LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, ApiError> {
+    let Some(selector) = selector else {
+        return Ok(true);
+    };
+    let s = Selector::from_label_selector(selector)
+        .map_err(|e| ApiError::internal(format!("invalid label selector: {e}")))?;
+    Ok(s.matches(labels))
+}
+
+/// The AdmissionReview request of one call (`admission.k8s.io/v1`).
+fn review_request(uid: &str, a: &Attributes, object: Option<&Value>, old: Option<&Value>) -> Value {
+    let info = a.resource;
+    let (kind_group, kind_version, kind) = match info.subresource(&a.subresource) {
+        Some(sub) => (
+            sub.group.unwrap_or(info.group),
+            sub.version.unwrap_or(info.version),
+            sub.kind,
+        ),
+        None => (info.group, info.version, info.kind),
+    };
+    let gvk = json!({"group": kind_group, "version": kind_version, "kind": kind});
+    let gvr = json!({"group": info.group, "version": info.version, "resource": info.plural});
+    let options_kind = match a.operation {
+        Operation::Create => "CreateOptions",
+        Operation::Update => "UpdateOptions",
+        Operation::Delete => "DeleteOptions",
+        Operation::Connect => "",
+    };
+    let mut user = json!({"username": a.user.name, "groups": a.user.groups});
+    if !a.user.uid.is_empty() {
+        user["uid"] = json!(a.user.uid);
+    }
+    if !a.user.extra.is_empty() {
+        user["extra"] = json!(a.user.extra);
+    }
+    let mut request = json!({
+        "uid": uid,
+        "kind": gvk,
+        "resource": gvr,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "name": a.name,
+        "operation": a.operation.as_str(),
+        "userInfo": user,
+        "object": object.cloned().unwrap_or(Value::Null),
+        "oldObject": old.cloned().unwrap_or(Value::Null),
+        "dryRun": a.dry_run,
+    });
+    if !a.subresource.is_empty() {
+        request["subResource"] = json!(a.subresource);
+        request["requestSubResource"] = json!(a.subresource);
+    }
+    if !a.namespace.is_empty() {
+        request["namespace"] = json!(a.namespace);
+    }
+    if !options_kind.is_empty() {
+        request["options"] = json!({"kind": options_kind, "apiVersion": "meta.k8s.io/v1"});
+    }
+    json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request})
+}
+
+/// A webhook's verdict.
+#[derive(Debug, Default, PartialEq)]
+struct Verdict {
+    allowed: bool,
+    status: Value,
+    patch: Option<Vec<u8>>,
+    warnings: Vec<String>,
+}
+
+/// Upstream `VerifyAdmissionResponse` for v1: the response must be an
+/// `admission.k8s.io/v1` AdmissionReview answering this request's uid, and a patch
+/// must be a base64 JSONPatch.
+fn parse_response(uid: &str, body: &[u8]) -> Result<Verdict, String> {
+    let review: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("received invalid webhook response: {e}"))?;
+    if review["apiVersion"] != "admission.k8s.io/v1" || review["kind"] != "AdmissionReview" {
+        return Err(format!(
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {}, Kind={}",
+            review["apiVersion"].as_str().unwrap_or(""),
+            review["kind"].as_str().unwrap_or("")
+        ));
+    }
+    let response = &review["response"];
+    if !response.is_object() {
+        return Err("webhook response was absent".into());
+    }
+    let got = response["uid"].as_str().unwrap_or("");
+    if got != uid {
+        return Err(format!("expected response.uid={uid:?}, got {got:?}"));
+    }
+    let patch = match response["patch"].as_str().filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => {
+            let ty = response["patchType"].as_str().unwrap_or("");
+            if ty != "JSONPatch" {
+                return Err(format!(
+                    "webhook returned invalid patchType: {ty:?}; must be \"JSONPatch\""
+                ));
+            }
+            use base64::Engine;
+            Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(p)
+                    .map_err(|e| format!("webhook returned an invalid patch: {e}"))?,
+            )
+        }
+    };
+    Ok(Verdict {
+        allowed: response["allowed"].as_bool().unwrap_or(false),
+        status: response["status"].clone(),
+        patch,
+        warnings: response["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str().map(str::to_string))
+            .collect(),
+    })
+}
+
+/// Upstream `webhookerrors.ToStatusErr`: the webhook's status with the code raised to
+/// at least 400 and the message prefixed with who denied it.
+fn denial(hook: &str, status: &Value) -> ApiError {
+    let denied_by = format!("admission webhook {hook:?} denied the request");
+    let code = status["code"]
+        .as_u64()
+        .map(|c| c as u16)
+        .filter(|c| *c >= 400)
+        .unwrap_or(400);
+    let message = status["message"].as_str().filter(|m| !m.is_empty());
+    let reason = status["reason"].as_str().filter(|r| !r.is_empty());
+    let message = match (message, reason) {
+        (Some(m), _) => format!("{denied_by}: {m}"),
+        (None, Some(r)) => format!("{denied_by}: {r}"),
+        (None, None) => format!("{denied_by} without explanation"),
+    };
+    ApiError {
+        code,
+        reason: reason.unwrap_or("").to_string(),
+        message,
+        details: None,
+    }
+}
+
+/// The webhooks of both kinds and what they need to reach them.
+struct Webhooks {
+    mutating: Arc<Store>,
+    validating: Arc<Store>,
+    namespaces: Arc<Store>,
+    services: Arc<Store>,
+    endpoints: Arc<Store>,
+}
+
+fn store(init: &PluginInit<'_>, group: &str, plural: &str) -> Result<Arc<Store>, String> {
+    let version = "v1";
+    ferrokube_api::resources::lookup(group, version, plural)
+        .and_then(|info| init.registry.store_for(info))
+        .cloned()
+        .ok_or_else(|| format!("no store for {plural}"))
+}
+
+fn webhooks(init: &PluginInit<'_>) -> Result<Arc<Webhooks>, String> {
+    const AR: &str = "admissionregistration.k8s.io";
+    Ok(Arc::new(Webhooks {
+        mutating: store(init, AR, "mutatingwebhookconfigurations")?,
+        validating: store(init, AR, "validatingwebhookconfigurations")?,
+        namespaces: store(init, "", "namespaces")?,
+        services: store(init, "", "services")?,
+        endpoints: store(init, "", "endpoints")?,
+    }))
+}
+
+pub(crate) fn new_mutating(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(MutatingWebhook(webhooks(init)?)))
+}
+
+pub(crate) fn new_validating(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(ValidatingWebhook(webhooks(init)?)))
+}
+
+/// Requests no webhook sees (upstream `IsExemptAdmissionConfigurationResource`).
+fn handled(a: &Attributes) -> bool {
+    a.resource.group != "admissionregistration.k8s.io"
+        && matches!(
+            a.operation,
+            Operation::Create | Operation::Update | Operation::Delete
+        )
+}
+
+impl Webhooks {
+    /// The configurations' webhooks, configurations sorted by name as upstream.
+    async fn load<T, H>(&self, store: &Store) -> Result<Vec<Hook>, ApiError>
+    where
+        T: serde::de::DeserializeOwned,
+        H: Into<Hook>,
+        T: WebhookList<H>,
+    {
+        let listed = store.list(None, &ListParams::default()).await?;
+        let mut configs: Vec<(String, Vec<H>)> = listed
+            .items
+            .iter()
+            .filter_map(|o| serde_json::from_value::<T>((**o).clone()).ok())
+            .map(T::into_hooks)
+            .collect();
+        configs.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(configs
+            .into_iter()
+            .flat_map(|(_, hooks)| hooks.into_iter().map(Into::into))
+            .collect())
+    }
+
+    /// Whether `hook` applies to the request (rules, then selectors).
+    async fn applies(
+        &self,
+        hook: &Hook,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<bool, ApiError> {
+        if !hook.rules.iter().any(|r| rule_matches(r, a)) {
+            return Ok(false);
+        }
+        let object_ok = selector_matches(hook.object_selector.as_ref(), &labels_of(object))?
+            || (old.is_some() && selector_matches(hook.object_selector.as_ref(), &labels_of(old))?);
+        if !object_ok {
+            return Ok(false);
+        }
+        let selector = hook.namespace_selector.as_ref().filter(|s| {
+            s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
+                || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+        });
+        let Some(selector) = selector else {
+            return Ok(true);
+        };
+        let labels = if a.is_core("namespaces") {
+            labels_of(object.or(old))
+        } else if a.namespace.is_empty() {
+            // Cluster-scoped objects are never exempted by a namespace selector.
+            return Ok(true);
+        } else {
+            match self.namespaces.get(None, &a.namespace).await {
+                Ok(ns) => labels_of(Some(&ns)),
+                Err(e) if e.code == 404 => BTreeMap::new(),
+                Err(e) => return Err(e),
+            }
+        };
+        selector_matches(Some(selector), &labels)
+    }
+
+    /// Sends one AdmissionReview and reads the verdict (`Err`: the call failed).
+    async fn call(
+        &self,
+        hook: &Hook,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<Verdict, String> {
+        let uid = ferrokube_registry::meta::new_uid();
+        let review = review_request(&uid, a, object, old);
+        let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
+        let target = self.target(hook).await?;
+        let url = target.url(hook.timeout);
+        let answer = tokio::time::timeout(hook.timeout, post(&target, &url, body))
+            .await
+            .map_err(|_| {
+                format!("failed to call webhook: Post {url:?}: context deadline exceeded")
+            })?
+            .map_err(|e| format!("failed to call webhook: Post {url:?}: {e}"))?;
+        parse_response(&uid, &answer)
+    }
+
+    /// Where a webhook is reached: `url`, or the first ready endpoint of `service`.
+    async fn target(&self, hook: &Hook) -> Result<Target, String> {
+        let roots = roots(hook.client.ca_bundle.as_ref().map(|b| b.0.as_slice()))?;
+        if let Some(url) = &hook.client.url {
+            let uri: http::Uri = url
+                .parse()
+                .map_err(|e| format!("invalid webhook URL {url:?}: {e}"))?;
+            let host = uri
+                .host()
+                .ok_or_else(|| format!("webhook URL {url:?} has no host"))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            return Ok(Target {
+                server_name: host.clone(),
+                host: host.clone(),
+                url_host: uri.authority().map(|a| a.to_string()).unwrap_or(host),
+                port: uri.port_u16().unwrap_or(443),
+                path: uri.path().to_string(),
+                roots,
+            });
+        }
+        let Some(svc) = &hook.client.service else {
+            return Err("webhook has neither url nor service".into());
+        };
+        let port = svc.port.unwrap_or(443);
+        let server_name = format!("{}.{}.svc", svc.name, svc.namespace);
+        let not_found = || {
+            format!(
+                "service {:?} not found",
+                format!("{}/{}", svc.namespace, svc.name)
+            )
+        };
+        let service = self
+            .services
+            .get(Some(&svc.namespace), &svc.name)
+            .await
+            .map_err(|_| not_found())?;
+        let service_port = service["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["port"].as_i64() == Some(port.into()))
+            .cloned()
+            .ok_or_else(|| format!("service {server_name} has no port {port}"))?;
+        let endpoints = self
+            .endpoints
+            .get(Some(&svc.namespace), &svc.name)
+            .await
+            .map_err(|_| format!("no endpoints for service {server_name}"))?;
+        let (ip, target_port) = endpoints["subsets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|subset| {
+                let ip = subset["addresses"][0]["ip"].as_str()?;
+                let ports = subset["ports"].as_array()?;
+                let p = ports
+                    .iter()
+                    .find(|p| {
+                        p["name"].as_str().unwrap_or("")
+                            == service_port["name"].as_str().unwrap_or("")
+                    })
+                    .or_else(|| (ports.len() == 1).then(|| &ports[0]))?;
+                Some((ip.to_string(), p["port"].as_u64()? as u16))
+            })
+            .ok_or_else(|| format!("no ready endpoints for service {server_name}"))?;
+        Ok(Target {
+            server_name: server_name.clone(),
+            host: ip,
+            url_host: format!("{server_name}:{port}"),
+            port: target_port,
+            path: svc.path.clone().unwrap_or_else(|| "/".into()),
+            roots,
+        })
+    }
+}
+
+/// The webhooks of one configuration kind.
+trait WebhookList<H> {
+    fn into_hooks(self) -> (String, Vec<H>);
+}
+
+impl WebhookList<ar::ValidatingWebhook> for ar::ValidatingWebhookConfiguration {
+    fn into_hooks(self) -> (String, Vec<ar::ValidatingWebhook>) {
+        (
+            self.metadata.name.unwrap_or_default(),
+            self.webhooks.unwrap_or_default(),
+        )
+    }
+}
+
+impl WebhookList<ar::MutatingWebhook> for ar::MutatingWebhookConfiguration {
+    fn into_hooks(self) -> (String, Vec<ar::MutatingWebhook>) {
+        (
+            self.metadata.name.unwrap_or_default(),
+            self.webhooks.unwrap_or_default(),
+        )
+    }
+}
+
+/// The resolved address of one webhook call.
+struct Target {
+    /// The name the serving certificate must carry.
+    server_name: String,
+    /// Where to connect.
+    host: String,
+    port: u16,
+    /// `host[:port]` for the URL in messages.
+    url_host: String,
+    path: String,
+    roots: rustls::RootCertStore,
+}
+
+impl Target {
+    /// As upstream, the URL carries the timeout for the webhook's own use.
+    fn url(&self, timeout: Duration) -> String {
+        format!(
+            "https://{}{}?timeout={}s",
+            self.url_host,
+            self.path,
+            timeout.as_secs()
+        )
+    }
+}
+
+/// The CA bundle's certificates (none: nothing verifies, so every call fails, which
+/// beats trusting anything).
+fn roots(ca_bundle: Option<&[u8]>) -> Result<rustls::RootCertStore, String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_bundle.unwrap_or_default()) {
+        let c = c.map_err(|e| format!("invalid caBundle: {e}"))?;
+        roots.add(c).map_err(|e| format!("invalid caBundle: {e}"))?;
+    }
+    Ok(roots)
+}
+
+/// POSTs the review over HTTPS and returns the 200 response's body.
+async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(target.roots.clone())
+        .with_no_client_auth();
+    let addr = if target.host.contains(':') {
+        format!("[{}]:{}", target.host, target.port)
+    } else {
+        format!("{}:{}", target.host, target.port)
+    };
+    let tcp = tokio::net::TcpStream::connect(&addr)
+        .await
+        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let name = rustls_pki_types::ServerName::try_from(target.server_name.clone())
+        .map_err(|e| format!("server name {:?}: {e}", target.server_name))?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let path_and_query = url
+        .strip_prefix("https://")
+        .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
+        .unwrap_or("/");
+    let req = http::Request::post(path_and_query)
+        .header(http::header::HOST, &target.url_host)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
+        .collect()
+        .await
+        .map_err(|e| format!("reading the response: {e}"))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!(
+            "the server responded with the status code {} ({})",
+            status.as_u16(),
+            String::from_utf8_lossy(&body)
+                .chars()
+                .take(200)
+                .collect::<String>()
+        ));
+    }
+    Ok(body.to_vec())
+}
+
+/// What one call ended in, after the failure policy.
+enum Outcome {
+    Verdict(Verdict),
+    /// Failed open (`failurePolicy: Ignore`).
+    Ignored,
+}
+
+/// Calls `hook`, applying its failure policy and the dry-run rule.
+async fn invoke(
+    hooks: &Webhooks,
+    hook: &Hook,
+    a: &Attributes,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<Outcome, ApiError> {
+    if a.dry_run && !matches!(hook.side_effects.as_str(), "None" | "NoneOnDryRun") {
+        return Err(ApiError::bad_request(format!(
+            "admission webhook {:?} does not support dry run",
+            hook.name
+        )));
+    }
+    match hooks.call(hook, a, object, old).await {
+        Ok(v) => Ok(Outcome::Verdict(v)),
+        Err(e) if hook.fail_open => {
+            tracing::warn!(webhook = %hook.name, error = %e, "failed calling webhook, failing open");
+            Ok(Outcome::Ignored)
+        }
+        Err(e) => Err(ApiError::internal(format!(
+            "failed calling webhook {:?}: {e}",
+            hook.name
+        ))),
+    }
+}
+
+struct MutatingWebhook(Arc<Webhooks>);
+
+#[async_trait]
+impl Plugin for MutatingWebhook {
+    fn name(&self) -> &'static str {
+        MUTATING
+    }
+
+    fn handles(&self, a: &Attributes) -> bool {
+        handled(a) && a.operation != Operation::Delete
+    }
+
+    async fn admit(
+        &self,
+        a: &Attributes,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let hooks = self
+            .0
+            .load::<ar::MutatingWebhookConfiguration, ar::MutatingWebhook>(&self.0.mutating)
+            .await?;
+        // The object each IfNeeded webhook last saw, to call it again if a later
+        // webhook changed the object (once, as upstream).
+        let mut seen: Vec<(usize, Value)> = Vec::new();
+        for (i, hook) in hooks.iter().enumerate() {
+            if !self.0.applies(hook, a, Some(&*object), old).await? {
+                continue;
+            }
+            self.mutate_once(hook, a, object, old).await?;
+            if hook.reinvoke_if_needed {
+                seen.push((i, object.clone()));
+            }
+        }
+        for (i, before) in seen {
+            if *object != before {
+                self.mutate_once(&hooks[i], a, object, old).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MutatingWebhook {
+    async fn mutate_once(
+        &self,
+        hook: &Hook,
+        a: &Attributes,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let Outcome::Verdict(v) = invoke(&self.0, hook, a, Some(&*object), old).await? else {
+            return Ok(());
+        };
+        for w in &v.warnings {
+            a.warn(w.clone());
+        }
+        if !v.allowed {
+            return Err(denial(&hook.name, &v.status));
+        }
+        if let Some(patch) = &v.patch {
+            *object = ferrokube_apimachinery::patch::json_patch(object, patch).map_err(|e| {
+                ApiError::internal(format!(
+                    "admission webhook {:?} returned a patch that does not apply: {e}",
+                    hook.name
+                ))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+struct ValidatingWebhook(Arc<Webhooks>);
+
+#[async_trait]
+impl Plugin for ValidatingWebhook {
+    fn name(&self) -> &'static str {
+        VALIDATING
+    }
+
+    fn handles(&self, a: &Attributes) -> bool {
+        handled(a)
+    }
+
+    async fn validate(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let hooks = self
+            .0
+            .load::<ar::ValidatingWebhookConfiguration, ar::ValidatingWebhook>(&self.0.validating)
+            .await?;
+        let mut chosen = Vec::new();
+        for hook in &hooks {
+            if self.0.applies(hook, a, object, old).await? {
+                chosen.push(hook);
+            }
+        }
+        let calls = chosen
+            .iter()
+            .map(|hook| invoke(&self.0, hook, a, object, old));
+        let outcomes = futures::future::join_all(calls).await;
+        let mut first_error = None;
+        for (hook, outcome) in chosen.iter().zip(outcomes) {
+            match outcome {
+                Ok(Outcome::Verdict(v)) => {
+                    for w in &v.warnings {
+                        a.warn(w.clone());
+                    }
+                    if !v.allowed && first_error.is_none() {
+                        first_error = Some(denial(&hook.name, &v.status));
+                    }
+                }
+                Ok(Outcome::Ignored) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrokube_auth::UserInfo;
+
+    fn attrs(op: Operation, group: &str, plural: &str, sub: &str, ns: &str) -> Attributes {
+        let info = ferrokube_api::resources::RESOURCES
+            .iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .unwrap();
+        let mut a = Attributes::new(UserInfo::new("alice", ["devs"]), op, info)
+            .in_namespace(Some(ns).filter(|n| !n.is_empty()))
+            .named("x");
+        a.subresource = sub.into();
+        a
+    }
+
+    fn rule(
+        ops: &[&str],
+        groups: &[&str],
+        resources: &[&str],
+        scope: &str,
+    ) -> ar::RuleWithOperations {
+        let v = |s: &[&str]| Some(s.iter().map(|s| s.to_string()).collect());
+        ar::RuleWithOperations {
+            operations: v(ops),
+            api_groups: v(groups),
+            api_versions: v(&["*"]),
+            resources: v(resources),
+            scope: Some(scope.into()),
+        }
+    }
+
+    #[test]
+    fn rules_match_operations_resources_subresources_and_scope() {
+        let create_pod = attrs(Operation::Create, "", "pods", "", "default");
+        assert!(rule_matches(
+            &rule(&["CREATE"], &[""], &["pods"], "*"),
+            &create_pod
+        ));
+        assert!(rule_matches(
+            &rule(&["*"], &["*"], &["*"], "Namespaced"),
+            &create_pod
+        ));
+        assert!(!rule_matches(
+            &rule(&["UPDATE"], &[""], &["pods"], "*"),
+            &create_pod
+        ));
+        assert!(!rule_matches(
+            &rule(&["CREATE"], &["apps"], &["pods"], "*"),
+            &create_pod
+        ));
+        assert!(!rule_matches(
+            &rule(&["CREATE"], &[""], &["pods"], "Cluster"),
+            &create_pod
+        ));
+        let status = attrs(Operation::Update, "", "pods", "status", "default");
+        assert!(!rule_matches(&rule(&["*"], &[""], &["pods"], "*"), &status));
+        assert!(!rule_matches(&rule(&["*"], &[""], &["*"], "*"), &status));
+        assert!(rule_matches(
+            &rule(&["*"], &[""], &["pods/*"], "*"),
+            &status
+        ));
+        assert!(rule_matches(
+            &rule(&["*"], &[""], &["*/status"], "*"),
+            &status
+        ));
+        assert!(rule_matches(&rule(&["*"], &[""], &["*/*"], "*"), &status));
+        let ns = attrs(Operation::Create, "", "namespaces", "", "x");
+        assert!(rule_matches(
+            &rule(&["*"], &[""], &["namespaces"], "Cluster"),
+            &ns
+        ));
+        assert!(!rule_matches(
+            &rule(&["*"], &[""], &["namespaces"], "Namespaced"),
+            &ns
+        ));
+    }
+
+    #[test]
+    fn reviews_carry_the_request_and_responses_are_checked() {
+        let a = attrs(Operation::Create, "apps", "deployments", "", "default");
+        let obj = json!({"metadata": {"name": "x"}});
+        let r = review_request("u1", &a, Some(&obj), None);
+        assert_eq!(r["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(
+            r["request"]["kind"],
+            json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+        );
+        assert_eq!(r["request"]["resource"]["resource"], "deployments");
+        assert_eq!(r["request"]["operation"], "CREATE");
+        assert_eq!(r["request"]["namespace"], "default");
+        assert_eq!(r["request"]["userInfo"]["username"], "alice");
+        assert_eq!(r["request"]["options"]["kind"], "CreateOptions");
+        assert_eq!(r["request"]["object"], obj);
+
+        let ok = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": "u1", "allowed": true, "patchType": "JSONPatch",
+                "patch": "W3sib3AiOiAiYWRkIiwgInBhdGgiOiAiL2EiLCAidmFsdWUiOiAxfV0=",
+                "warnings": ["careful"]}});
+        let v = parse_response("u1", ok.to_string().as_bytes()).unwrap();
+        assert!(v.allowed);
+        assert_eq!(
+            v.patch.as_deref(),
+            Some(&br#"[{"op": "add", "path": "/a", "value": 1}]"#[..])
+        );
+        assert_eq!(v.warnings, ["careful"]);
+        let e = parse_response("u2", ok.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e, "expected response.uid=\"u2\", got \"u1\"");
+        let bad_type = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": "u1", "allowed": true, "patchType": "Merge", "patch": "e30="}});
+        assert!(parse_response("u1", bad_type.to_string().as_bytes()).is_err());
+    }
+
+    #[test]
+    fn denials_keep_the_webhooks_code_and_message() {
+        let e = denial(
+            "deny.example.com",
+            &json!({"code": 403, "message": "no pods today"}),
+        );
+        assert_eq!(e.code, 403);
+        assert_eq!(
+            e.message,
+            "admission webhook \"deny.example.com\" denied the request: no pods today"
+        );
+        let e = denial("d.example.com", &Value::Null);
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "admission webhook \"d.example.com\" denied the request without explanation"
+        );
+    }
+
+    #[test]
+    fn selectors_match_labels() {
+        let sel: LabelSelector =
+            serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap();
+        let labels = labels_of(Some(&json!({"metadata": {"labels": {"team": "a"}}})));
+        assert!(selector_matches(Some(&sel), &labels).unwrap());
+        assert!(!selector_matches(Some(&sel), &BTreeMap::new()).unwrap());
+        assert!(selector_matches(None, &BTreeMap::new()).unwrap());
+    }
+}

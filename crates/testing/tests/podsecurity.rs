@@ -1,0 +1,164 @@
+//! PodSecurity admission on the test apiserver: `restricted` rejects a privileged pod
+//! with upstream's message, `baseline` admits a plain pod, warn mode admits with a
+//! `Warning` header, and pod controllers are warned about, never rejected.
+
+use ferrokube_testing::TestApiServer;
+use serde_json::{Value, json};
+
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Value,
+) -> (u16, Vec<String>, Value) {
+    let (code, headers, bytes) = TestApiServer::raw(
+        client,
+        method,
+        path,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await
+    .unwrap();
+    let warnings = headers
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    (
+        code,
+        warnings,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn namespace(client: &kube::Client, name: &str, labels: Value) {
+    let (code, _, v) = send(
+        client,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+}
+
+fn pod(name: &str, security_context: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "nginx", "securityContext": security_context}]}})
+}
+
+const RESTRICTED_PRIVILEGED: &str = "pods \"p\" is forbidden: violates PodSecurity \"restricted:latest\": \
+privileged (container \"c\" must not set securityContext.privileged=true), \
+allowPrivilegeEscalation != false (container \"c\" must set securityContext.allowPrivilegeEscalation=false), \
+unrestricted capabilities (container \"c\" must set securityContext.capabilities.drop=[\"ALL\"]), \
+runAsNonRoot != true (pod or container \"c\" must set securityContext.runAsNonRoot=true), \
+seccompProfile (pod or container \"c\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")";
+
+#[tokio::test]
+async fn namespace_labels_enforce_warn_and_spare_pod_controllers() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    namespace(
+        &c,
+        "strict",
+        json!({"pod-security.kubernetes.io/enforce": "restricted"}),
+    )
+    .await;
+    namespace(
+        &c,
+        "base",
+        json!({"pod-security.kubernetes.io/enforce": "baseline"}),
+    )
+    .await;
+    namespace(
+        &c,
+        "warned",
+        json!({"pod-security.kubernetes.io/warn": "restricted"}),
+    )
+    .await;
+
+    // restricted: a privileged pod is 403 with upstream's exact message.
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/strict/pods",
+        pod("p", json!({"privileged": true})),
+    )
+    .await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(v["reason"], "Forbidden");
+    assert_eq!(v["message"], RESTRICTED_PRIVILEGED);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // A pod that follows the restricted profile is admitted.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/strict/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ok"},
+            "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "image": "nginx", "securityContext": {
+                    "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+
+    // baseline: a plain pod is admitted, a hostNetwork one is not.
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/base/pods",
+        pod("plain", json!({})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut host = pod("host", json!({}));
+    host["spec"]["hostNetwork"] = json!(true);
+    let (code, _, v) = send(&c, "POST", "/api/v1/namespaces/base/pods", host).await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "pods \"host\" is forbidden: violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"
+    );
+
+    // warn: admitted, with upstream's warning text.
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/warned/pods",
+        pod("p", json!({"privileged": true})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let expected =
+        RESTRICTED_PRIVILEGED.replace("pods \"p\" is forbidden: violates", "would violate");
+    assert_eq!(
+        warnings[0],
+        format!("299 - {}", serde_json::to_string(&expected).unwrap())
+    );
+
+    // A Deployment with a privileged template in the enforcing namespace: admitted,
+    // with a warning (warn follows the enforce level).
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/apis/apps/v1/namespaces/strict/deployments",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "d"}},
+                "template": {"metadata": {"labels": {"app": "d"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx", "securityContext": {"privileged": true}}]}}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "299 - \"would violate PodSecurity \\\"restricted:latest\\\": privileged (container \\\"c\\\""
+        ),
+        "{warnings:?}"
+    );
+
+    server.stop().await;
+}

@@ -1,0 +1,241 @@
+//! Admission webhooks on the test apiserver against a small HTTPS webhook server in the
+//! test (a test CA from the pki crate): a validating webhook that denies, a mutating
+//! one that patches (reached through a Service's endpoints), and a webhook that times
+//! out under `failurePolicy: Fail` and under `Ignore`.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use ferrokube_testing::TestApiServer;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+const SLOW_SECONDS: u64 = 3;
+
+/// The webhook's answer to one AdmissionReview, by request path.
+fn answer(path: &str, review: &Value) -> Value {
+    let uid = review["request"]["uid"].clone();
+    let response = match path {
+        "/deny" => json!({"uid": uid, "allowed": false, "warnings": ["deny warning"],
+            "status": {"code": 403, "message": "denied by test"}}),
+        "/patch" => {
+            let patch = json!([{"op": "add", "path": "/metadata/labels/patched", "value": "yes"}]);
+            json!({"uid": uid, "allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string())})
+        }
+        _ => json!({"uid": uid, "allowed": true}),
+    };
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+async fn handle(req: hyper::Request<Incoming>) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if path == "/slow" {
+        tokio::time::sleep(Duration::from_secs(SLOW_SECONDS)).await;
+    }
+    let out = serde_json::to_vec(&answer(&path, &review)).unwrap();
+    Ok(hyper::Response::builder()
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(out)))
+        .unwrap())
+}
+
+/// Starts the webhook server on a loopback port; returns the port and the CA PEM.
+async fn webhook_server() -> (u16, String) {
+    use rustls_pki_types::pem::PemObject;
+    let ca = ferrokube_pki::CertificateAuthority::generate("webhook-ca").unwrap();
+    let issued = ca
+        .issue_serving_cert(
+            "webhook",
+            &["webhook.default.svc".to_string()],
+            &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            ferrokube_pki::Validity::leaf_default(),
+        )
+        .unwrap();
+    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), hyper::service::service_fn(handle))
+                    .await;
+            });
+        }
+    });
+    (port, ca.cert_pem().to_string())
+}
+
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Value,
+) -> (u16, Vec<String>, Value) {
+    let (code, headers, bytes) = TestApiServer::raw(
+        client,
+        method,
+        path,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await
+    .unwrap();
+    let warnings = headers
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    (
+        code,
+        warnings,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// A webhook on configmap creation, for objects labelled `webhook: <label>`.
+fn hook(
+    name: &str,
+    label: &str,
+    client_config: Value,
+    failure_policy: &str,
+    timeout: i64,
+) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": client_config,
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+        "objectSelector": {"matchLabels": {"webhook": label}},
+        "failurePolicy": failure_policy,
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": timeout,
+    })
+}
+
+fn configmap(name: &str, label: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"webhook": label}}, "data": {"a": "b"}})
+}
+
+#[tokio::test]
+async fn webhooks_deny_patch_and_follow_their_failure_policy() {
+    let (port, ca_pem) = webhook_server().await;
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca_pem);
+    let url = |path: &str| json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca_bundle});
+
+    // The mutating webhook is reached through a Service without a selector and its
+    // Endpoints, verified as webhook.default.svc.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "webhook"},
+            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(&c, "POST", "/api/v1/namespaces/default/endpoints",
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "webhook"},
+            "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}]})).await;
+    assert_eq!(code, 201, "{v}");
+    let service = json!({"service": {"namespace": "default", "name": "webhook", "path": "/patch"},
+        "caBundle": ca_bundle});
+    let (code, _, v) = send(&c, "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "patcher"},
+            "webhooks": [hook("patch.example.com", "patch", service, "Fail", 10)]})).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["webhooks"][0]["reinvocationPolicy"], "Never");
+    assert_eq!(v["webhooks"][0]["matchPolicy"], "Equivalent");
+    let (code, _, v) = send(&c, "POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "checks"},
+            "webhooks": [
+                hook("deny.example.com", "deny", url("/deny"), "Fail", 10),
+                hook("slow-fail.example.com", "slow-fail", url("/slow"), "Fail", 1),
+                hook("slow-ignore.example.com", "slow-ignore", url("/slow"), "Ignore", 1),
+            ]})).await;
+    assert_eq!(code, 201, "{v}");
+
+    let create = |name: &str, label: &str| {
+        let c = c.clone();
+        let body = configmap(name, label);
+        async move { send(&c, "POST", "/api/v1/namespaces/default/configmaps", body).await }
+    };
+
+    // Denied with the webhook's code and message; its warning reaches the client.
+    let (code, warnings, v) = create("a", "deny").await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "admission webhook \"deny.example.com\" denied the request: denied by test"
+    );
+    assert_eq!(warnings, ["299 - \"deny warning\""]);
+
+    // Patched: the stored object carries the webhook's label.
+    let (code, _, v) = create("b", "patch").await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["metadata"]["labels"]["patched"], "yes");
+    let (code, _, v) = send(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/b",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(v["metadata"]["labels"]["patched"], "yes");
+
+    // A webhook that does not answer in time: 500 under Fail, admitted under Ignore.
+    let (code, _, v) = create("c", "slow-fail").await;
+    assert_eq!(code, 500, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Internal error occurred: failed calling webhook \"slow-fail.example.com\": failed to call webhook: Post \"https://127.0.0.1:")
+            && message.ends_with("/slow?timeout=1s\": context deadline exceeded"),
+        "{message}"
+    );
+    let (code, _, v) = create("d", "slow-ignore").await;
+    assert_eq!(code, 201, "{v}");
+
+    // Objects no webhook selects are not sent anywhere.
+    let (code, warnings, v) = create("e", "none").await;
+    assert_eq!(code, 201, "{v}");
+    assert!(warnings.is_empty());
+    assert!(v["metadata"]["labels"]["patched"].is_null());
+    server.stop().await;
+}
