@@ -27,7 +27,6 @@ use serde_json::Value;
 use crate::security::ClusterState;
 
 mod escalation;
-mod limit_ranger;
 mod node_restriction;
 mod pod_security;
 mod service_account;
@@ -240,7 +239,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("NamespaceLifecycle", true),
     known("NamespaceExists", false),
     known("LimitPodHardAntiAffinityTopology", false),
-    plugin(limit_ranger::NAME, true, limit_ranger::new),
+    known("LimitRanger", true),
     plugin(service_account::NAME, true, service_account::new),
     plugin(node_restriction::NAME, true, node_restriction::new),
     known("TaintNodesByCondition", true),
