@@ -7,6 +7,7 @@
 //!   upstream's codes, reasons and message texts.
 //! * [`validation`]: name, label, annotation and `ObjectMeta` validation helpers.
 //! * [`resource_version`]: resourceVersion parsing and list-option validation.
+//! * [`quantity`]: resource quantities: exact values and canonical strings.
 //! * [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic
 //!   merge patch; [`patch::meta`] holds the built-in types' patch strategies, merge
 //!   keys, list types and field type graph (v1.33), also meant for OpenAPI output.
@@ -19,6 +20,7 @@ pub mod errors;
 pub mod fields;
 pub mod labels;
 pub mod patch;
+pub mod quantity;
 pub mod resource_version;
 pub mod validation;
 

@@ -33,7 +33,7 @@ const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The objects under one resource in the watch cache, with a cheap identity: the
 /// cache hands out the same `Arc` for an object until it changes.
-fn cached(store: &Store, sub_prefix: &str) -> Vec<Arc<Value>> {
+pub(crate) fn cached(store: &Store, sub_prefix: &str) -> Vec<Arc<Value>> {
     let prefix = format!("{}/{sub_prefix}", store.info().storage_prefix);
     store.cache().snapshot(&prefix).0
 }

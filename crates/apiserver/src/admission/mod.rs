@@ -27,10 +27,9 @@ use serde_json::Value;
 use crate::security::ClusterState;
 
 mod escalation;
+mod limit_ranger;
 mod node_restriction;
-mod pod_security;
 mod service_account;
-mod webhook;
 
 pub(crate) use node_restriction::check_eviction;
 
@@ -73,27 +72,6 @@ pub(crate) struct Attributes {
     /// Empty on a create whose object has only `generateName`.
     pub name: String,
     pub dry_run: bool,
-    /// Warnings for the response (`Warning` headers), shared by every call of the
-    /// request's chain.
-    pub warnings: Warnings,
-}
-
-/// The warnings plugins add to a response (upstream `warning.AddWarning`); identical
-/// texts are sent once, as upstream's recorder does.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
-
-impl Warnings {
-    pub(crate) fn add(&self, text: String) {
-        let mut w = self.0.lock();
-        if !w.contains(&text) {
-            w.push(text);
-        }
-    }
-
-    pub(crate) fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock())
-    }
 }
 
 impl Attributes {
@@ -110,13 +88,7 @@ impl Attributes {
             namespace: String::new(),
             name: String::new(),
             dry_run: false,
-            warnings: Warnings::default(),
         }
-    }
-
-    /// Adds a `Warning` header to the response.
-    pub(crate) fn warn(&self, text: String) {
-        self.warnings.add(text);
     }
 
     pub(crate) fn in_namespace(mut self, ns: Option<&str>) -> Self {
@@ -239,13 +211,13 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("NamespaceLifecycle", true),
     known("NamespaceExists", false),
     known("LimitPodHardAntiAffinityTopology", false),
-    known("LimitRanger", true),
+    plugin(limit_ranger::NAME, true, limit_ranger::new),
     plugin(service_account::NAME, true, service_account::new),
     plugin(node_restriction::NAME, true, node_restriction::new),
     known("TaintNodesByCondition", true),
     known("AlwaysPullImages", false),
     known("ImagePolicyWebhook", false),
-    plugin(pod_security::NAME, true, pod_security::new),
+    known("PodSecurity", true),
     known("PodNodeSelector", false),
     known("Priority", true),
     known("DefaultTolerationSeconds", true),
@@ -265,9 +237,9 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("DenyServiceExternalIPs", false),
     known("PodTopologyLabels", true),
     known("MutatingAdmissionPolicy", false),
-    plugin(webhook::MUTATING, true, webhook::new_mutating),
+    known("MutatingAdmissionWebhook", true),
     known("ValidatingAdmissionPolicy", true),
-    plugin(webhook::VALIDATING, true, webhook::new_validating),
+    known("ValidatingAdmissionWebhook", true),
     known("ResourceQuota", true),
     known("AlwaysDeny", false),
 ];

@@ -1,0 +1,106 @@
+//! The built-in admission plugins on the test apiserver, through a real client:
+//! LimitRanger, ResourceQuota, DefaultTolerationSeconds, Priority and the others,
+//! with upstream's 403 messages.
+
+use std::time::Duration;
+
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::core::v1::{LimitRange, PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+fn typed<T: k8s_openapi::serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert_eq!(s.reason, "Forbidden");
+            s.message
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+}
+
+fn pod(name: &str, resources: Value) -> Pod {
+    typed(json!({"metadata": {"name": name}, "spec": {"containers": [
+        {"name": "c", "image": "busybox", "resources": resources}]}}))
+}
+
+/// Dry-run creates of `probe` until `ready` holds for the result: objects reach the
+/// plugins through the watch cache, a moment after they are written.
+async fn until_admitted<F>(pods: &Api<Pod>, probe: &Pod, ready: F) -> Pod
+where
+    F: Fn(&Pod) -> bool,
+{
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    for _ in 0..100 {
+        if let Ok(p) = pods.create(&dry, probe).await
+            && ready(&p)
+        {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the plugin never saw its objects");
+}
+
+#[tokio::test]
+async fn limit_ranger_defaults_and_enforces() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let ns = "default";
+    Api::<LimitRange>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "limits"}, "spec": {"limits": [
+                {"type": "Container", "default": {"cpu": "500m", "memory": "256Mi"},
+                 "defaultRequest": {"cpu": "100m"}, "max": {"cpu": "1"}},
+                {"type": "Pod", "max": {"memory": "1Gi"}},
+                {"type": "PersistentVolumeClaim", "max": {"storage": "2Gi"}}]}})),
+        )
+        .await
+        .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let bare = pod("bare", json!({}));
+    until_admitted(&pods, &bare, |p| p.metadata.annotations.is_some()).await;
+    let created = pods.create(&PostParams::default(), &bare).await.unwrap();
+    let r = created.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap();
+    let requests = r.requests.unwrap();
+    let limits = r.limits.unwrap();
+    assert_eq!(requests["cpu"].0, "100m");
+    // The LimitRange's own defaulting copied default into defaultRequest for memory.
+    assert_eq!(requests["memory"].0, "256Mi");
+    assert_eq!(limits["cpu"].0, "500m");
+    assert_eq!(
+        created.metadata.annotations.unwrap()["kubernetes.io/limit-ranger"],
+        "LimitRanger plugin set: cpu, memory request for container c; cpu, memory limit for container c"
+    );
+
+    let big = pod(
+        "big",
+        json!({"limits": {"cpu": "2", "memory": "2Gi"}, "requests": {"cpu": "2", "memory": "2Gi"}}),
+    );
+    assert_eq!(
+        forbidden(pods.create(&PostParams::default(), &big).await),
+        "pods \"big\" is forbidden: [maximum cpu usage per Container is 1, but limit is 2, \
+         maximum memory usage per Pod is 1Gi, but limit is 2Gi]"
+    );
+
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
+    let claim: PersistentVolumeClaim = typed(json!({"metadata": {"name": "data"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}));
+    assert_eq!(
+        forbidden(claims.create(&PostParams::default(), &claim).await),
+        "persistentvolumeclaims \"data\" is forbidden: maximum storage usage per PersistentVolumeClaim is 2Gi, but request is 5Gi"
+    );
+}
