@@ -29,7 +29,9 @@ use crate::security::ClusterState;
 mod escalation;
 mod limit_ranger;
 mod node_restriction;
+mod pod_security;
 mod service_account;
+mod webhook;
 
 pub(crate) use node_restriction::check_eviction;
 
@@ -72,6 +74,27 @@ pub(crate) struct Attributes {
     /// Empty on a create whose object has only `generateName`.
     pub name: String,
     pub dry_run: bool,
+    /// Warnings for the response (`Warning` headers), shared by every call of the
+    /// request's chain.
+    pub warnings: Warnings,
+}
+
+/// The warnings plugins add to a response (upstream `warning.AddWarning`); identical
+/// texts are sent once, as upstream's recorder does.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub(crate) fn add(&self, text: String) {
+        let mut w = self.0.lock();
+        if !w.contains(&text) {
+            w.push(text);
+        }
+    }
+
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock())
+    }
 }
 
 impl Attributes {
@@ -88,7 +111,13 @@ impl Attributes {
             namespace: String::new(),
             name: String::new(),
             dry_run: false,
+            warnings: Warnings::default(),
         }
+    }
+
+    /// Adds a `Warning` header to the response.
+    pub(crate) fn warn(&self, text: String) {
+        self.warnings.add(text);
     }
 
     pub(crate) fn in_namespace(mut self, ns: Option<&str>) -> Self {
@@ -217,7 +246,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("TaintNodesByCondition", true),
     known("AlwaysPullImages", false),
     known("ImagePolicyWebhook", false),
-    known("PodSecurity", true),
+    plugin(pod_security::NAME, true, pod_security::new),
     known("PodNodeSelector", false),
     known("Priority", true),
     known("DefaultTolerationSeconds", true),
@@ -237,9 +266,9 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("DenyServiceExternalIPs", false),
     known("PodTopologyLabels", true),
     known("MutatingAdmissionPolicy", false),
-    known("MutatingAdmissionWebhook", true),
+    plugin(webhook::MUTATING, true, webhook::new_mutating),
     known("ValidatingAdmissionPolicy", true),
-    known("ValidatingAdmissionWebhook", true),
+    plugin(webhook::VALIDATING, true, webhook::new_validating),
     known("ResourceQuota", true),
     known("AlwaysDeny", false),
 ];
