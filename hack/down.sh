@@ -3,6 +3,10 @@
 #
 #   hack/down.sh [--purge]
 #
+#   0. removes the nodes of a multi-node cluster (up.sh --nodes N; hack/lib/nodes.sh): per
+#      node its kube-proxy and kubelet, its pods (through its CRI), its containerd, pod
+#      cgroups, network namespace (with its veth, bridges and nftables rules), the routes
+#      to its pod CIDR and its Node object; then the nodes' registry listener,
 #   1. stops kube-proxy, the kubelet, kube-scheduler, kube-controller-manager,
 #      kube-apiserver and etcd, each by its PID file in /run/ferrokube (SIGTERM, bounded
 #      wait, then SIGKILL), then deletes kube-proxy's nftables tables (`kube-proxy
@@ -35,12 +39,17 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO/hack/lib/runtime.sh"
 # shellcheck source=hack/lib/cluster.sh
 source "$REPO/hack/lib/cluster.sh"
+# shellcheck source=hack/lib/nodes.sh
+source "$REPO/hack/lib/nodes.sh"
 
 [ "$(id -u)" -eq 0 ] || fk::die "hack/down.sh must run as root"
 T0=$(date +%s.%N)
 
 TARGET_DIR=$(fk::target_dir)
 BIN_DIR=$TARGET_DIR/release
+
+# 0. Nodes of a multi-node cluster (with the apiserver still up, to delete their Nodes).
+fk::nodes_down "$BIN_DIR"
 
 # 1. Components, in reverse start order (the kubelet first, so nothing recreates pods).
 for ((i = ${#FK_COMPONENTS[@]} - 1; i >= 0; i--)); do
@@ -117,7 +126,9 @@ else
 fi
 
 if [ $purge -eq 1 ]; then
-  rm -rf "$FK_APISERVER_DATA" "$FK_ETCD_DATA" "$FK_KUBELET_ROOT" "$FK_PKI_DIR" "$FK_ETC/manifests"
+  rm -rf "$FK_APISERVER_DATA" "$FK_ETCD_DATA" "$FK_KUBELET_ROOT" "$FK_PKI_DIR" "$FK_ETC/manifests" \
+    "$FK_NODES_DATA" "$FK_NODES_ETC"
+  rm -f "$FK_LOG_DIR/$FK_NODE_PREFIX"*.log "$FK_LOG_DIR/registry-nodes.log"
   for name in "${FK_COMPONENTS[@]}"; do rm -f "$FK_LOG_DIR/$name.log"; done
   fk::log "purged $FK_APISERVER_DATA $FK_ETCD_DATA $FK_KUBELET_ROOT $FK_PKI_DIR and the component logs"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Brings up a single-node Ferrokube cluster on this machine (Debian 12, as root):
 #
-#   hack/up.sh [--etcd] [--no-build]
+#   hack/up.sh [--etcd] [--no-build] [--nodes N]
 #
 #   1. builds the binaries (cargo build --release of the cmd/ packages; target dir as
 #      hack/test.sh chooses it: /var/cache/ferrokube/target when writable),
@@ -21,6 +21,10 @@
 # --etcd     store in a local etcd (loopback, data in /var/lib/ferrokube/etcd) instead of
 #            the embedded store (/var/lib/ferrokube/apiserver)
 # --no-build use the binaries already built
+# --nodes N  kind-style multi-node cluster instead: no kubelet or kube-proxy on the host;
+#            nodes fk-node1..fk-nodeN, each a network namespace (node IP 172.18.0.(10+i),
+#            pod CIDR 10.244.i.0/24) on the control-plane bridge with its own containerd,
+#            kubelet and kube-proxy, host-gw routes between them (hack/lib/nodes.sh)
 # FK_BIN_DIR=<dir> (environment) use the binaries in <dir> and build nothing
 #
 # Idempotent: with everything up, a re-run changes nothing; a component that died, whose
@@ -31,20 +35,30 @@ set -euo pipefail
 T0=$(date +%s.%N)
 use_etcd=0
 build=1
+nodes=0
+nodes_arg=0
 for arg in "$@"; do
+  if [ $nodes_arg -eq 1 ]; then nodes=$arg; nodes_arg=0; continue; fi
   case $arg in
+    --nodes) nodes_arg=1; nodes="" ;;
+    --nodes=*) nodes=${arg#--nodes=} ;;
     --etcd) use_etcd=1 ;;
     --no-build) build=0 ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
+if ! [[ $nodes =~ ^[0-9]+$ ]] || [ $nodes_arg -eq 1 ]; then
+  echo "--nodes takes a number (try --help)" >&2; exit 2
+fi
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/lib/runtime.sh
 source "$REPO/hack/lib/runtime.sh"
 # shellcheck source=hack/lib/cluster.sh
 source "$REPO/hack/lib/cluster.sh"
+# shellcheck source=hack/lib/nodes.sh
+source "$REPO/hack/lib/nodes.sh"
 
 [ "$(id -u)" -eq 0 ] || fk::die "hack/up.sh must run as root (containerd, cgroups, nftables)"
 
@@ -241,6 +255,8 @@ if have_component "$KCM" --kubeconfig; then
   flag --cluster-signing-key-file "$FK_PKI_DIR/ca.key"
   flag --cluster-cidr "$FK_CLUSTER_CIDR"
   flag --service-cluster-ip-range "$RT_SERVICE_CIDR"
+  # Nodes that fail are noticed in 20 s, not 50 (the kubelets renew their Lease every 5 s).
+  [ "$nodes" -eq 0 ] || flag --node-monitor-grace-period 20s
   report_dropped kube-controller-manager
   start_component kube-controller-manager "$KCM" "${ARGS[@]}"
   STARTED+=(kube-controller-manager)
@@ -264,7 +280,11 @@ else
 fi
 
 KUBELET=$BIN_DIR/kubelet
-if have_component "$KUBELET" --kubeconfig; then
+PROXY=$BIN_DIR/kube-proxy
+if [ "$nodes" -gt 0 ]; then
+  # The nodes run their own kubelet and kube-proxy (below); a single-node shape goes.
+  fk::host_node_down "$BIN_DIR" "$NODE"
+elif have_component "$KUBELET" --kubeconfig; then
   step "kubelet (node $NODE, runtime unix://$RT_CONTAINERD_SOCK)"
   mkdir -p "$FK_KUBELET_ROOT" "$FK_ETC/manifests"
   begin_args "$KUBELET"
@@ -294,8 +314,9 @@ else
   MISSING+=(kubelet)
 fi
 
-PROXY=$BIN_DIR/kube-proxy
-if have_component "$PROXY" --cluster-cidr; then
+if [ "$nodes" -gt 0 ]; then
+  :
+elif have_component "$PROXY" --cluster-cidr; then
   # nftables mode; its DNAT runs in prerouting/output at priority dstnat (-100), before
   # the containment's filter drops (priority -10) see Service traffic, so ClusterIPs
   # reach pods and unmatched Service IPs still die in kube-svc0.
@@ -340,8 +361,17 @@ if [[ " ${STARTED[*]} " == *" kubelet "* ]]; then
     fk::kubectl get node "$NODE" -o wide >&2 || true
     fk::die "node $NODE not Ready after 90 s (log: $FK_LOG_DIR/kubelet.log)"
   fi
+elif [ "$nodes" -gt 0 ]; then
+  step "$nodes node(s) fk-node1..fk-node$nodes: netns, containerd, kubelet, kube-proxy (hack/lib/nodes.sh)"
+  fk::nodes_up "$nodes" "$BIN_DIR"
+  fk::log "  $nodes node(s) Ready, kube-proxy synced, at $(elapsed) s"
+  ready=1
 else
   step "no kubelet binary yet ($KUBELET): not waiting for a Ready node"
+fi
+if [ "$nodes" -eq 0 ] && [ -n "$(fk::nodes_present)" ]; then
+  step "single-node shape: removing the nodes of an earlier --nodes run"
+  fk::nodes_down "$BIN_DIR"
 fi
 
 if [[ " ${STARTED[*]} " == *" kube-proxy "* ]]; then
@@ -385,6 +415,7 @@ if [ ${#MISSING[@]} -gt 0 ]; then
   echo "Not built yet, so not running: ${MISSING[*]}."
 fi
 if [ $ready -eq 1 ]; then
+  [ "$nodes" -eq 0 ] || NODE="fk-node1..fk-node$nodes"
   awk -v a="$T0" -v b="$T_BUILT" -v c="$T_END" -v n="$NODE" 'BEGIN {
     printf "Node %s Ready %.1f s after start (%.1f s after the build).\n", n, c - a, c - b }'
 else
