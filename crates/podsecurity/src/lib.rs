@@ -139,6 +139,24 @@ impl Default for Policy {
     }
 }
 
+/// An invalid `pod-security.kubernetes.io/*` label value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelError {
+    pub key: String,
+    pub value: String,
+    pub detail: &'static str,
+}
+
+impl fmt::Display for LabelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "metadata.labels[{}]: Invalid value: {:?}: {}",
+            self.key, self.value, self.detail
+        )
+    }
+}
+
 impl Policy {
     /// Upstream's `PolicyToEvaluate`: the namespace's labels over `defaults`, and the
     /// label errors (`metadata.labels[pod-security.kubernetes.io/enforce]: Invalid
@@ -148,7 +166,7 @@ impl Policy {
     pub fn from_labels(
         labels: Option<&BTreeMap<String, String>>,
         defaults: Policy,
-    ) -> (Policy, Vec<String>) {
+    ) -> (Policy, Vec<LabelError>) {
         let mut policy = defaults;
         let mut errors = Vec::new();
         let Some(labels) = labels else {
@@ -171,18 +189,22 @@ impl Policy {
                     }
                     None => {
                         slot.level = fail_level;
-                        errors.push(format!(
-                            "metadata.labels[{level_key}]: Invalid value: {value:?}: must be one of privileged, baseline, restricted"
-                        ));
+                        errors.push(LabelError {
+                            key: level_key.clone(),
+                            value: value.clone(),
+                            detail: "must be one of privileged, baseline, restricted",
+                        });
                     }
                 }
                 has_warn_level |= mode == "warn";
             }
             if let Some(value) = labels.get(&version_key) {
                 slot.version = Version::parse(value).unwrap_or_else(|| {
-                    errors.push(format!(
-                        "metadata.labels[{version_key}]: Invalid value: {value:?}: must be \"latest\" or \"v1.x\""
-                    ));
+                    errors.push(LabelError {
+                        key: version_key.clone(),
+                        value: value.clone(),
+                        detail: "must be \"latest\" or \"v1.x\"",
+                    });
                     Version::Latest
                 });
                 has_warn_version |= mode == "warn";
@@ -324,6 +346,54 @@ pub fn decide(policy: &Policy, subject: Subject, meta: &ObjectMeta, spec: &PodSp
         }
     }
     decision
+}
+
+/// Upstream's warnings when a namespace's enforce level changes (`kubectl label ns x
+/// pod-security.kubernetes.io/enforce=restricted`, also with `--dry-run=server`): the
+/// existing pods that would not be admitted, grouped by their violations in pod order
+/// (`web-1 (and 2 other pods): privileged, runAsNonRoot != true`). Nothing when the new
+/// enforce level is privileged or unchanged.
+pub fn namespace_update_warnings(
+    namespace: &str,
+    new: &Policy,
+    old: &Policy,
+    pods: &[(String, ObjectMeta, PodSpec)],
+) -> Vec<String> {
+    if new.enforce.level == Level::Privileged || new.enforce == old.enforce {
+        return Vec::new();
+    }
+    // (reasons, first pod, other pods)
+    let mut groups: Vec<(String, String, usize)> = Vec::new();
+    for (name, meta, spec) in pods {
+        let violations = evaluate(new.enforce, meta, spec);
+        if violations.is_empty() {
+            continue;
+        }
+        let reasons = violations
+            .iter()
+            .map(|v| v.reason.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match groups.iter_mut().find(|(r, _, _)| *r == reasons) {
+            Some(group) => group.2 += 1,
+            None => groups.push((reasons, name.clone(), 0)),
+        }
+    }
+    if groups.is_empty() {
+        return Vec::new();
+    }
+    let mut warnings = vec![format!(
+        "existing pods in namespace {namespace:?} violate the new PodSecurity enforce level {:?}",
+        new.enforce.to_string()
+    )];
+    for (reasons, first, others) in groups {
+        warnings.push(match others {
+            0 => format!("{first}: {reasons}"),
+            1 => format!("{first} (and 1 other pod): {reasons}"),
+            n => format!("{first} (and {n} other pods): {reasons}"),
+        });
+    }
+    warnings
 }
 
 /// Where a resource keeps its pod template (`None`: not a pod controller), for the

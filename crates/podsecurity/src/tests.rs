@@ -283,12 +283,10 @@ fn labels_choose_the_policy() {
     assert_eq!(p.enforce.to_string(), "baseline:latest");
     assert_eq!(p.warn.to_string(), "restricted:v1.30");
     assert_eq!(p.audit.to_string(), "privileged:latest");
+    assert_eq!(errors.len(), 1);
     assert_eq!(
-        errors,
-        vec![
-            "metadata.labels[pod-security.kubernetes.io/audit]: Invalid value: \"bogus\": must be one of privileged, baseline, restricted"
-                .to_string()
-        ]
+        errors[0].to_string(),
+        "metadata.labels[pod-security.kubernetes.io/audit]: Invalid value: \"bogus\": must be one of privileged, baseline, restricted"
     );
     // Warn follows a stricter enforce level unless warn is labelled.
     let (p, _) = policy(&[("enforce", "baseline"), ("enforce-version", "v1.22")]);
@@ -371,4 +369,44 @@ fn only_image_and_container_changes_are_significant_updates() {
         Some(&["spec", "template"][..])
     );
     assert_eq!(pod_template_path("", "pods"), None);
+}
+
+#[test]
+fn relabelled_namespaces_warn_about_existing_pods() {
+    let pods: Vec<(String, ObjectMeta, PodSpec)> = [
+        (
+            "web-1",
+            json!({"containers": [{"name": "c", "securityContext": {"privileged": true}}]}),
+        ),
+        ("plain", json!({"containers": [{"name": "c"}]})),
+        (
+            "web-2",
+            json!({"containers": [{"name": "c", "securityContext": {"privileged": true}}]}),
+        ),
+        (
+            "host",
+            json!({"hostPID": true, "containers": [{"name": "c"}]}),
+        ),
+    ]
+    .into_iter()
+    .map(|(n, spec)| {
+        let (m, s) = pod(json!({"name": n}), spec);
+        (n.to_string(), m, s)
+    })
+    .collect();
+    let old = Policy::default();
+    let new = Policy {
+        enforce: lv(Level::Baseline),
+        ..Policy::default()
+    };
+    assert_eq!(
+        namespace_update_warnings("ns", &new, &old, &pods),
+        vec![
+            "existing pods in namespace \"ns\" violate the new PodSecurity enforce level \"baseline:latest\"",
+            "web-1 (and 1 other pod): privileged",
+            "host: host namespaces",
+        ]
+    );
+    assert!(namespace_update_warnings("ns", &new, &new, &pods).is_empty());
+    assert!(namespace_update_warnings("ns", &old, &new, &pods).is_empty());
 }

@@ -160,5 +160,50 @@ async fn namespace_labels_enforce_warn_and_spare_pod_controllers() {
         "{warnings:?}"
     );
 
+    // Relabelling a namespace (here as a server-side dry run) warns about the pods the
+    // new enforce level would reject; an invalid level is 422.
+    let (code, headers, bytes) = TestApiServer::raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/base?dryRun=All",
+        &[("content-type", "application/merge-patch+json")],
+        serde_json::to_vec(
+            &json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&bytes));
+    let warnings: Vec<&str> = headers
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"existing pods in namespace \\\"base\\\" violate the new PodSecurity enforce level \\\"restricted:latest\\\"\"",
+            "299 - \"plain: allowPrivilegeEscalation != false, unrestricted capabilities, runAsNonRoot != true, seccompProfile\"",
+        ]
+    );
+    let (code, _, bytes) = TestApiServer::raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/base",
+        &[("content-type", "application/merge-patch+json")],
+        serde_json::to_vec(
+            &json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "strict"}}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(
+        v["message"],
+        "Namespace \"base\" is invalid: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: \"strict\": must be one of privileged, baseline, restricted"
+    );
     server.stop().await;
 }

@@ -4,17 +4,20 @@
 //! judges the pod. A pod that fails the enforced level is 403 (`pods "x" is forbidden:
 //! violates PodSecurity "restricted:latest": ...`); one that fails the warn level is
 //! admitted with a `Warning` header. Pod controllers (Deployments, Jobs, ...) are only
-//! warned about, as upstream. No exemptions are configured (upstream's default).
+//! warned about, as upstream. Namespaces: invalid `pod-security.kubernetes.io/*` labels
+//! are 422, and a new enforce level warns about the existing pods it would reject (also
+//! on `--dry-run=server`). No exemptions are configured (upstream's default).
 //!
 //! Deviation: the audit verdict goes to the apiserver's log (there is no audit log yet)
 //! instead of an audit annotation.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_podsecurity::{self as pss, Policy, Subject};
-use ferrokube_registry::Store;
+use ferrokube_registry::{ListParams, Store};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
@@ -28,11 +31,65 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
         .and_then(|info| init.registry.store_for(info))
         .cloned()
         .ok_or("no namespaces store")?;
-    Ok(Arc::new(PodSecurity { namespaces }))
+    let pods = ferrokube_api::resources::lookup("", "v1", "pods")
+        .and_then(|info| init.registry.store_for(info))
+        .cloned()
+        .ok_or("no pods store")?;
+    Ok(Arc::new(PodSecurity { namespaces, pods }))
 }
 
 struct PodSecurity {
     namespaces: Arc<Store>,
+    pods: Arc<Store>,
+}
+
+fn labels_of(object: &Value) -> Option<BTreeMap<String, String>> {
+    serde_json::from_value(object["metadata"]["labels"].clone()).ok()
+}
+
+impl PodSecurity {
+    /// Upstream `ValidateNamespace`: invalid `pod-security.kubernetes.io/*` labels are
+    /// 422; a new enforce level warns about the existing pods it would not admit.
+    async fn validate_namespace(
+        &self,
+        a: &Attributes,
+        object: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let (policy, errors) = Policy::from_labels(labels_of(object).as_ref(), Policy::default());
+        if !errors.is_empty() {
+            let path = FieldPath::new("metadata").child("labels");
+            let errs = errors
+                .iter()
+                .map(|e| FieldError::invalid(&path.key(&e.key), e.value.as_str(), e.detail))
+                .collect();
+            return Err(ApiError::invalid("", "Namespace", &a.name, errs));
+        }
+        let Some(old) = old else {
+            return Ok(());
+        };
+        let (old_policy, _) = Policy::from_labels(labels_of(old).as_ref(), Policy::default());
+        if policy.enforce == old_policy.enforce || policy.enforce.level == pss::Level::Privileged {
+            return Ok(());
+        }
+        let listed = self
+            .pods
+            .list(Some(&a.name), &ListParams::default())
+            .await?;
+        let pods: Vec<(String, ObjectMeta, PodSpec)> = listed
+            .items
+            .iter()
+            .filter_map(|p| {
+                let meta: ObjectMeta = serde_json::from_value(p["metadata"].clone()).ok()?;
+                let spec: PodSpec = serde_json::from_value(p["spec"].clone()).ok()?;
+                Some((meta.name.clone().unwrap_or_default(), meta, spec))
+            })
+            .collect();
+        for w in pss::namespace_update_warnings(&a.name, &policy, &old_policy, &pods) {
+            a.warn(w);
+        }
+        Ok(())
+    }
 }
 
 /// The pod metadata and spec of `object` (a pod, or a pod controller's template).
@@ -66,6 +123,10 @@ impl Plugin for PodSecurity {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
+        if a.is_core("namespaces") {
+            return matches!(a.operation, Operation::Create | Operation::Update)
+                && a.subresource.is_empty();
+        }
         if !matches!(a.operation, Operation::Create | Operation::Update) || a.namespace.is_empty() {
             return false;
         }
@@ -86,15 +147,17 @@ impl Plugin for PodSecurity {
         let Some(object) = object else {
             return Ok(());
         };
+        if a.is_core("namespaces") {
+            return self.validate_namespace(a, object, old).await;
+        }
         let namespace = match self.namespaces.get(None, &a.namespace).await {
             Ok(ns) => ns,
             // The store rejects writes into missing namespaces itself.
             Err(e) if e.code == 404 => return Ok(()),
             Err(e) => return Err(e),
         };
-        let labels: Option<std::collections::BTreeMap<String, String>> =
-            serde_json::from_value(namespace["metadata"]["labels"].clone()).ok();
-        let (policy, errors) = Policy::from_labels(labels.as_ref(), Policy::default());
+        let (policy, errors) =
+            Policy::from_labels(labels_of(&namespace).as_ref(), Policy::default());
         if policy.fully_privileged() && errors.is_empty() {
             return Ok(());
         }
