@@ -47,6 +47,18 @@ const W_CONTAINERS: Col = ("Containers", "string", "", 1, CONTAINERS_DOC);
 const W_IMAGES: Col = ("Images", "string", "", 1, IMAGES_DOC);
 const W_SELECTOR: Col = ("Selector", "string", "", 1, SELECTOR_DOC);
 
+const WEBHOOK_CONFIGURATION: &[Col] = &[
+    NAME,
+    (
+        "Webhooks",
+        "integer",
+        "",
+        0,
+        "Webhooks indicates the number of webhooks in the configuration.",
+    ),
+    AGE,
+];
+
 const POD: &[Col] = &[
     NAME,
     (
@@ -954,6 +966,10 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("", "PersistentVolumeClaim") => PERSISTENT_VOLUME_CLAIM,
         ("", "ConfigMap") => CONFIG_MAP,
         ("", "ResourceQuota") => RESOURCE_QUOTA,
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => WEBHOOK_CONFIGURATION,
         ("apps", "Deployment") => DEPLOYMENT,
         ("apps", "DaemonSet") => DAEMON_SET,
         ("apps", "StatefulSet") => STATEFUL_SET,
@@ -1039,6 +1055,18 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
                 p.age(),
             ]
         }
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => vec![
+            p.name(),
+            json!(
+                p.get(&["webhooks"])
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+            ),
+            p.age(),
+        ],
         ("discovery.k8s.io", "EndpointSlice") => p.endpoint_slice(),
         ("networking.k8s.io", "Ingress") => p.ingress(),
         ("networking.k8s.io", "IngressClass") => p.ingress_class(),

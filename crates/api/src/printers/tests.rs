@@ -982,3 +982,23 @@ fn label_selector_formatting() {
         assert_eq!(format_label_selector(sel.as_ref()), want, "{sel:?}");
     }
 }
+
+#[test]
+fn webhook_configurations_print_their_webhook_count() {
+    let obj = json!({"metadata": {"name": "checks", "creationTimestamp": "2025-01-01T11:00:00Z"},
+        "webhooks": [{"name": "a.example.com"}, {"name": "b.example.com"}]});
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        let names: Vec<String> = table_columns("admissionregistration.k8s.io", kind)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["Name", "Webhooks", "Age"]);
+        assert_eq!(
+            cells("admissionregistration.k8s.io", kind, &obj),
+            vec![json!("checks"), json!(2), json!("60m")]
+        );
+    }
+}
