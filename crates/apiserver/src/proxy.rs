@@ -1,7 +1,9 @@
 //! The subresources the apiserver serves by calling the pod's kubelet (upstream
 //! `pkg/registry/core/pod/rest/subresources.go`, `LocationStreamer`,
 //! `UpgradeAwareHandler` and `util/proxy`'s stream tunnel): `pods/log`, `pods/exec`,
-//! `pods/attach`, `pods/portforward`.
+//! `pods/attach`, `pods/portforward`, and `nodes/proxy` (upstream
+//! `pkg/registry/core/node/rest/proxy.go`: `/api/v1/nodes/{node}/proxy/{path}` is
+//! `{path}` on the node's kubelet, e.g. `/stats/summary` or `/metrics`).
 //!
 //! - `pods/log` is a GET whose kubelet response body is streamed through frame by frame
 //!   (`kubectl logs -f` must see lines as they come).
@@ -120,6 +122,9 @@ pub enum PodProxy {
     Exec,
     Attach,
     PortForward,
+    /// `nodes/proxy`: any kubelet path (routed here so the handler has one entry point
+    /// for everything the apiserver sends to a kubelet).
+    Node,
 }
 
 impl PodProxy {
@@ -255,12 +260,15 @@ pub fn kubelet_path(
                 }
             }
         }
+        PodProxy::Node => out.extend(query.iter().cloned()),
     }
     let base = match kind {
         PodProxy::Log => format!("/containerLogs/{ns}/{pod}/{container}"),
         PodProxy::Exec => format!("/exec/{ns}/{pod}/{container}"),
         PodProxy::Attach => format!("/attach/{ns}/{pod}/{container}"),
         PodProxy::PortForward => format!("/portForward/{ns}/{pod}"),
+        // nodes/proxy: `pod` carries the kubelet path.
+        PodProxy::Node => pod.to_owned(),
     };
     if out.is_empty() {
         base
@@ -446,6 +454,9 @@ pub(crate) async fn pod_subresource(
     name: &str,
     kind: PodProxy,
 ) -> Result<Response<Body>, ApiError> {
+    if kind == PodProxy::Node {
+        return node_proxy(state, req, name).await;
+    }
     let method_ok = match kind {
         PodProxy::Log => req.method() == Method::GET,
         _ => req.method() == Method::GET || req.method() == Method::POST,
@@ -766,7 +777,8 @@ where
     }
 }
 
-/// Routes `.../pods/{name}/{sub}` to [`pod_subresource`] when `sub` is one of ours.
+/// Routes `.../pods/{name}/{sub}` to [`pod_subresource`] when `sub` is one of ours, and
+/// `/api/v1/nodes/{node}/proxy[/...]` (namespace empty, name the node's).
 pub(crate) fn proxied_pod_subresource<'a>(
     segs: &[&'a str],
 ) -> Option<(&'a str, &'a str, PodProxy)> {
@@ -774,8 +786,90 @@ pub(crate) fn proxied_pod_subresource<'a>(
         ["api", "v1", "namespaces", ns, "pods", name, sub] => {
             PodProxy::from_subresource(sub).map(|k| (*ns, *name, k))
         }
+        ["api", "v1", "nodes", node, "proxy", ..] => Some(("", *node, PodProxy::Node)),
         _ => None,
     }
+}
+
+/// The kubelet path of a `nodes/proxy` request path: what follows `/proxy` (`/` when
+/// nothing does). A `{node}:{port}` name is the node.
+pub fn node_proxy_target(path: &str) -> Option<(&str, String)> {
+    let rest = path.strip_prefix("/api/v1/nodes/")?;
+    let (node, rest) = rest.split_once('/')?;
+    let tail = rest.strip_prefix("proxy")?;
+    if !(tail.is_empty() || tail.starts_with('/')) {
+        return None;
+    }
+    let node = node.split(':').next().unwrap_or(node);
+    Some((
+        node,
+        if tail.is_empty() {
+            "/".into()
+        } else {
+            tail.to_owned()
+        },
+    ))
+}
+
+/// `nodes/proxy`: the request goes to the node's kubelet at the path after `/proxy`; the
+/// kubelet's answer (status, content type, body) comes back as it is, upgrades spliced.
+async fn node_proxy(
+    state: &State,
+    req: Request<Incoming>,
+    node_name: &str,
+) -> Result<Response<Body>, ApiError> {
+    let (_, kubelet_path) = node_proxy_target(req.uri().path())
+        .ok_or_else(|| ApiError::bad_request("invalid nodes/proxy path"))?;
+    let path = match req.uri().query() {
+        Some(q) if !q.is_empty() => format!("{kubelet_path}?{q}"),
+        _ => kubelet_path,
+    };
+    let upgrade = is_upgrade(req.headers());
+    if !upgrade && req.method() != Method::GET && req.method() != Method::HEAD {
+        return Err(ApiError {
+            code: 405,
+            reason: reason::METHOD_NOT_ALLOWED.into(),
+            message: format!(
+                "the server does not allow this method on the requested resource: {} on nodes/proxy (only GET, HEAD and upgrades are proxied)",
+                req.method()
+            ),
+            details: None,
+        });
+    }
+    let nodes = ferrokube_api::resources::lookup("", "v1", "nodes")
+        .and_then(|i| state.registry.store_for(i))
+        .ok_or_else(|| ApiError::internal("no store for nodes"))?;
+    let node = nodes.get(None, node_name).await?;
+    let (host, port) = kubelet_address(&node).ok_or_else(|| {
+        ApiError::service_unavailable(format!(
+            "node {node_name} has no address to reach its kubelet at"
+        ))
+    })?;
+    let unreachable = |e: String| {
+        ApiError::service_unavailable(format!(
+            "error dialing the kubelet of node {node_name} at https://{host}:{port}: {e}"
+        ))
+    };
+    let mut sender = dial(&state.kubelet, &host, port)
+        .await
+        .map_err(&unreachable)?;
+    if upgrade {
+        return splice(req, sender, &host, port, &path).await;
+    }
+    let out = Request::builder()
+        .method(req.method().clone())
+        .uri(&path)
+        .header(header::HOST, format!("{host}:{port}"))
+        .body(Empty::new())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let resp = sender
+        .send_request(out)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let status = resp.status();
+    let mut r = stream_through(resp);
+    *r.status_mut() = status;
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -788,6 +882,28 @@ mod tests {
             "containers": [{"name": "web"}, {"name": "sidecar"}],
             "initContainers": [{"name": "setup"}],
         }})
+    }
+
+    #[test]
+    fn node_proxy_paths() {
+        assert_eq!(
+            node_proxy_target("/api/v1/nodes/n1/proxy/stats/summary"),
+            Some(("n1", "/stats/summary".to_owned()))
+        );
+        assert_eq!(
+            node_proxy_target("/api/v1/nodes/n1:10250/proxy"),
+            Some(("n1", "/".to_owned()))
+        );
+        assert_eq!(node_proxy_target("/api/v1/nodes/n1/proxyx"), None);
+        assert_eq!(node_proxy_target("/api/v1/nodes/n1/status"), None);
+        assert_eq!(
+            proxied_pod_subresource(&["api", "v1", "nodes", "n1", "proxy", "metrics"]),
+            Some(("", "n1", PodProxy::Node))
+        );
+        assert_eq!(
+            kubelet_path(PodProxy::Node, "", "/metrics/cadvisor", "", &[]),
+            "/metrics/cadvisor"
+        );
     }
 
     #[test]

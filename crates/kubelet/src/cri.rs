@@ -4,6 +4,7 @@
 //! can treat it as "already gone".
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -12,6 +13,8 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::metrics::KubeletMetrics;
 
 /// Errors of CRI calls.
 #[derive(Debug, thiserror::Error)]
@@ -91,18 +94,21 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
 pub struct CriClient {
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    /// Counts and durations of every call, for `kubelet_runtime_operations_*`.
+    metrics: Arc<KubeletMetrics>,
 }
 
 macro_rules! rpc {
-    ($self:ident . $svc:ident . $method:ident ( $req:expr )) => {
+    ($self:ident . $svc:ident . $method:ident ( $req:expr )) => {{
+        let started = std::time::Instant::now();
+        let result = $self.$svc.clone().$method($req).await;
         $self
-            .$svc
-            .clone()
-            .$method($req)
-            .await
+            .metrics
+            .observe_operation(stringify!($method), started.elapsed(), result.is_err());
+        result
             .map(|r| r.into_inner())
             .map_err(|s| CriError::from_status(stringify!($method), s))
-    };
+    }};
 }
 
 impl CriClient {
@@ -119,7 +125,28 @@ impl CriClient {
         Ok(CriClient {
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
             images: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
+            metrics: Arc::new(KubeletMetrics::default()),
         })
+    }
+
+    /// The kubelet's metrics, recorded here for every CRI call and shared with the
+    /// kubelet's other parts through this client.
+    pub fn metrics(&self) -> &Arc<KubeletMetrics> {
+        &self.metrics
+    }
+
+    /// Resource usage of every container (CRI `ListContainerStats`).
+    pub async fn list_container_stats(&self) -> Result<Vec<cri::ContainerStats>> {
+        Ok(rpc!(
+            self.runtime
+                .list_container_stats(cri::ListContainerStatsRequest { filter: None })
+        )?
+        .stats)
+    }
+
+    /// The image filesystem's usage (CRI `ImageFsInfo`).
+    pub async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse> {
+        rpc!(self.images.image_fs_info(cri::ImageFsInfoRequest {}))
     }
 
     pub async fn version(&self) -> Result<cri::VersionResponse> {

@@ -148,6 +148,8 @@ pub struct Kubelet {
     static_pods: RwLock<StaticPods>,
     /// The API's mirror pods bound to this node, by (namespace, name).
     mirrors: RwLock<BTreeMap<(String, String), Arc<Pod>>>,
+    /// The node CPU sample of the last `/stats/summary`, for its usage rate.
+    cpu_rate: crate::stats::CpuRate,
 }
 
 impl Kubelet {
@@ -175,6 +177,7 @@ impl Kubelet {
             registered: std::sync::atomic::AtomicBool::new(false),
             static_pods: RwLock::new(StaticPods::new()),
             mirrors: RwLock::new(BTreeMap::new()),
+            cpu_rate: crate::stats::CpuRate::default(),
         })
     }
 
@@ -184,6 +187,11 @@ impl Kubelet {
 
     pub fn config(&self) -> &KubeletConfig {
         &self.config
+    }
+
+    /// The node CPU sample `/stats/summary` computes its rate from.
+    pub fn cpu_rate(&self) -> &crate::stats::CpuRate {
+        &self.cpu_rate
     }
 
     /// The pods bound to this node the kubelet knows about.
@@ -555,6 +563,7 @@ impl Kubelet {
                 }
                 Some(done) = done_rx.recv() => {
                     workers.remove(&done);
+                    self.runtime.cri().metrics().forget_pod(&done);
                     self.status.forget(&done);
                 }
                 _ = housekeeping.tick() => {
@@ -780,13 +789,14 @@ impl Kubelet {
     ) {
         let mut deleted = false;
         let mut retry = Duration::from_millis(500);
+        let first_seen = Instant::now();
         loop {
             let finished = if deleted {
                 self.terminate(&pod, true).await
             } else if pod.metadata.deletion_timestamp.is_some() {
                 self.terminate(&pod, false).await
             } else {
-                self.sync(&pod).await;
+                self.sync(&pod, first_seen).await;
                 false
             };
             if finished {
@@ -963,7 +973,7 @@ impl Kubelet {
         Ok(status.token)
     }
 
-    async fn sync(&self, pod: &Arc<Pod>) {
+    async fn sync(&self, pod: &Arc<Pod>, first_seen: Instant) {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
         let deadline = !terminal && past_active_deadline(pod, k8s_openapi::jiff::Timestamp::now());
@@ -1007,6 +1017,12 @@ impl Kubelet {
         }
         match self.runtime.pod_status(pod).await {
             Ok(st) => {
+                if st.phase.as_deref() == Some("Running") {
+                    self.runtime
+                        .cri()
+                        .metrics()
+                        .observe_pod_start(uid(pod), first_seen.elapsed());
+                }
                 self.probes.set_status(uid(pod), &st);
                 if let Err(e) = self.write_status(pod, st).await {
                     tracing::warn!(pod = name(pod), error = %e, "error updating pod status");

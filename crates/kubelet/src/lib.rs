@@ -42,6 +42,8 @@ pub mod kubeletconfig;
 pub mod lifecycle;
 pub mod logs;
 pub mod machine;
+pub mod metrics;
+pub mod stats;
 pub mod node;
 pub mod pleg;
 pub mod probe;

@@ -153,7 +153,10 @@ impl GenericPleg {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            match self.relist().await {
+            let started = std::time::Instant::now();
+            let relisted = self.relist().await;
+            self.cri.metrics().observe_relist(started.elapsed());
+            match relisted {
                 Ok(events) => {
                     for e in events {
                         if tx.send(e).await.is_err() {

@@ -37,7 +37,8 @@ use crate::streaming::{
 pub enum Endpoints {
     /// `/healthz` only.
     Healthz,
-    /// `/healthz` and `/pods` (a PodList of the pods bound to this node).
+    /// `/healthz`, `/pods` (a PodList of the pods bound to this node), `/metrics`,
+    /// `/metrics/cadvisor` and `/stats/summary`.
     ReadOnly,
     /// The kubelet API: read-only paths plus logs, exec, attach and port-forward.
     Api,
@@ -185,6 +186,30 @@ async fn handle(kubelet: Arc<Kubelet>, which: Endpoints, req: Request<Incoming>)
                 "items": kubelet.pods(),
             }),
         ),
+        ["metrics"] if which != Endpoints::Healthz => prometheus(
+            kubelet
+                .runtime()
+                .cri()
+                .metrics()
+                .render(&gauges(&kubelet).await),
+        ),
+        ["metrics", "cadvisor"] if which != Endpoints::Healthz => {
+            let samples = crate::stats::container_samples(&kubelet).await;
+            let machine =
+                crate::machine::read_machine_info(&kubelet.config().root_dir).unwrap_or_default();
+            prometheus(crate::metrics::render_cadvisor(
+                &samples,
+                machine.num_cpus,
+                machine.memory_bytes,
+            ))
+        }
+        ["stats", "summary"] if which != Endpoints::Healthz => {
+            let summary = crate::stats::summary(&kubelet, kubelet.cpu_rate()).await;
+            json(
+                StatusCode::OK,
+                &serde_json::to_value(&summary).unwrap_or_default(),
+            )
+        }
         ["containerLogs", ns, pod, container] if api => {
             let q = req.uri().query().map(str::to_owned);
             container_logs(&kubelet, ns, pod, container, q.as_deref()).await
@@ -203,6 +228,39 @@ async fn handle(kubelet: Arc<Kubelet>, which: Endpoints, req: Request<Incoming>)
         }
         _ => not_found(),
     }
+}
+
+/// A Prometheus text page.
+fn prometheus(body: String) -> Response<Body> {
+    let mut r = text(StatusCode::OK, body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}
+
+/// The gauges of `/metrics`, read from the runtime at scrape time.
+async fn gauges(kubelet: &Kubelet) -> crate::metrics::KubeletGauges {
+    let mut g = crate::metrics::KubeletGauges::default();
+    let Ok(pods) = kubelet.runtime().runtime_pods().await else {
+        return g;
+    };
+    for rp in pods.values() {
+        if rp.sandboxes.iter().any(|s| s.ready) {
+            g.running_pods += 1;
+        }
+        for c in &rp.containers {
+            let state = match c.state {
+                crate::status::RuntimeState::Created => "created",
+                crate::status::RuntimeState::Running => "running",
+                crate::status::RuntimeState::Exited => "exited",
+                crate::status::RuntimeState::Unknown => "unknown",
+            };
+            *g.containers_by_state.entry(state.to_owned()).or_default() += 1;
+        }
+    }
+    g
 }
 
 fn find_pod(kubelet: &Kubelet, ns: &str, pod_name: &str) -> Option<Pod> {

@@ -1,0 +1,441 @@
+//! The kubelet's own metrics (`/metrics`) and the container metrics cAdvisor would give
+//! (`/metrics/cadvisor`, here from CRI stats), in the Prometheus text format with
+//! upstream's metric names. Recording is a few atomic-free counters under one mutex per
+//! family; rendering is pure and table-tested.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// Upstream's `metrics.DefBuckets` (runtime operation durations).
+const DEFAULT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// `kubelet_pleg_relist_duration_seconds` buckets (upstream: 0.005 doubling, 10 of them).
+const PLEG_BUCKETS: &[f64] = &[0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56];
+/// `kubelet_pod_start_duration_seconds` buckets (upstream's).
+const POD_START_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+/// A Prometheus histogram with fixed bucket bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Non-cumulative counts per bucket; rendering makes them cumulative.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, seconds: f64) {
+        self.sum += seconds;
+        self.count += 1;
+        if let Some(i) = self.bounds.iter().position(|b| seconds <= *b) {
+            self.counts[i] += 1;
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The `_bucket`, `_sum` and `_count` lines, with `labels` (already rendered, without
+    /// braces; may be empty).
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cumulative += c;
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = |l: &str| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("{{{l}}}")
+            }
+        };
+        let _ = writeln!(out, "{name}_sum{} {}", braces(labels), self.sum);
+        let _ = writeln!(out, "{name}_count{} {}", braces(labels), self.count);
+    }
+}
+
+/// Counts and durations of one CRI operation type.
+#[derive(Debug, Clone)]
+struct Operation {
+    total: u64,
+    errors: u64,
+    duration: Histogram,
+}
+
+/// What the kubelet records while it runs (one per kubelet; no process-global state).
+#[derive(Debug)]
+pub struct KubeletMetrics {
+    operations: Mutex<BTreeMap<String, Operation>>,
+    pleg_relist: Mutex<Histogram>,
+    pod_start: Mutex<Histogram>,
+    /// Pods whose start was already observed (by UID).
+    started: Mutex<HashSet<String>>,
+}
+
+impl Default for KubeletMetrics {
+    fn default() -> Self {
+        KubeletMetrics {
+            operations: Mutex::new(BTreeMap::new()),
+            pleg_relist: Mutex::new(Histogram::new(PLEG_BUCKETS)),
+            pod_start: Mutex::new(Histogram::new(POD_START_BUCKETS)),
+            started: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+/// Upstream's `operation_type` label of a CRI method (`run_pod_sandbox` ->
+/// `run_podsandbox`, `list_pod_sandbox` -> `list_podsandbox`).
+pub fn operation_type(method: &str) -> String {
+    method.replace("pod_sandbox", "podsandbox")
+}
+
+/// Gauges read at scrape time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KubeletGauges {
+    /// Pods with a running sandbox.
+    pub running_pods: u64,
+    /// Containers by CRI state label (`running`, `exited`, `created`, `unknown`).
+    pub containers_by_state: BTreeMap<String, u64>,
+}
+
+impl KubeletMetrics {
+    /// Records one CRI call of `method` that took `took` and failed or not.
+    pub fn observe_operation(&self, method: &str, took: Duration, failed: bool) {
+        let mut ops = self.operations.lock();
+        let op = ops
+            .entry(operation_type(method))
+            .or_insert_with(|| Operation {
+                total: 0,
+                errors: 0,
+                duration: Histogram::new(DEFAULT_BUCKETS),
+            });
+        op.total += 1;
+        if failed {
+            op.errors += 1;
+        }
+        op.duration.observe(took.as_secs_f64());
+    }
+
+    pub fn observe_relist(&self, took: Duration) {
+        self.pleg_relist.lock().observe(took.as_secs_f64());
+    }
+
+    /// Records a pod's start (first seen to Running) once per pod UID.
+    pub fn observe_pod_start(&self, pod_uid: &str, took: Duration) {
+        if self.started.lock().insert(pod_uid.to_owned()) {
+            self.pod_start.lock().observe(took.as_secs_f64());
+        }
+    }
+
+    /// Forgets a pod that left the node.
+    pub fn forget_pod(&self, pod_uid: &str) {
+        self.started.lock().remove(pod_uid);
+    }
+
+    /// The `/metrics` page.
+    pub fn render(&self, gauges: &KubeletGauges) -> String {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "kubelet_running_pods",
+            "gauge",
+            "Number of pods that have a running pod sandbox",
+        );
+        let _ = writeln!(out, "kubelet_running_pods {}", gauges.running_pods);
+        family(
+            &mut out,
+            "kubelet_running_containers",
+            "gauge",
+            "Number of containers currently running",
+        );
+        for (state, n) in &gauges.containers_by_state {
+            let _ = writeln!(
+                out,
+                "kubelet_running_containers{{container_state=\"{state}\"}} {n}"
+            );
+        }
+        family(
+            &mut out,
+            "kubelet_pod_start_duration_seconds",
+            "histogram",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+        );
+        self.pod_start
+            .lock()
+            .render(&mut out, "kubelet_pod_start_duration_seconds", "");
+        family(
+            &mut out,
+            "kubelet_pleg_relist_duration_seconds",
+            "histogram",
+            "Duration in seconds for relisting pods in PLEG.",
+        );
+        self.pleg_relist
+            .lock()
+            .render(&mut out, "kubelet_pleg_relist_duration_seconds", "");
+        let ops = self.operations.lock().clone();
+        family(
+            &mut out,
+            "kubelet_runtime_operations_total",
+            "counter",
+            "Cumulative number of runtime operations by operation type.",
+        );
+        for (t, op) in &ops {
+            let _ = writeln!(
+                out,
+                "kubelet_runtime_operations_total{{operation_type=\"{t}\"}} {}",
+                op.total
+            );
+        }
+        family(
+            &mut out,
+            "kubelet_runtime_operations_errors_total",
+            "counter",
+            "Cumulative number of runtime operation errors by operation type.",
+        );
+        for (t, op) in &ops {
+            let _ = writeln!(
+                out,
+                "kubelet_runtime_operations_errors_total{{operation_type=\"{t}\"}} {}",
+                op.errors
+            );
+        }
+        family(
+            &mut out,
+            "kubelet_runtime_operations_duration_seconds",
+            "histogram",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+        );
+        for (t, op) in &ops {
+            op.duration.render(
+                &mut out,
+                "kubelet_runtime_operations_duration_seconds",
+                &format!("operation_type=\"{t}\""),
+            );
+        }
+        out
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} [ALPHA] {help}\n# TYPE {name} {kind}");
+}
+
+/// Escapes a label value (backslash, quote, newline), as the text format requires.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One container's CRI stats, as `/metrics/cadvisor` labels them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerSample {
+    pub id: String,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+    pub image: String,
+    pub cpu_usage_core_nanoseconds: Option<u64>,
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    pub memory_rss_bytes: Option<u64>,
+    pub writable_layer_bytes: Option<u64>,
+    /// Seconds since the epoch.
+    pub start_time_seconds: Option<f64>,
+    /// Milliseconds since the epoch of the sample.
+    pub timestamp_ms: i64,
+}
+
+/// The `/metrics/cadvisor` page: upstream's cAdvisor names and labels for the values
+/// the CRI gives, plus the machine's size.
+pub fn render_cadvisor(samples: &[ContainerSample], cpu_cores: i64, memory_bytes: i64) -> String {
+    let mut out = String::new();
+    family_plain(
+        &mut out,
+        "machine_cpu_cores",
+        "gauge",
+        "Number of logical CPU cores.",
+    );
+    let _ = writeln!(out, "machine_cpu_cores {cpu_cores}");
+    family_plain(
+        &mut out,
+        "machine_memory_bytes",
+        "gauge",
+        "Amount of memory installed on the machine.",
+    );
+    let _ = writeln!(out, "machine_memory_bytes {memory_bytes}");
+    type Pick = fn(&ContainerSample) -> Option<f64>;
+    let series: [(&str, &str, &str, Pick); 6] = [
+        (
+            "container_cpu_usage_seconds_total",
+            "counter",
+            "Cumulative cpu time consumed in seconds.",
+            |s| s.cpu_usage_core_nanoseconds.map(|n| n as f64 / 1e9),
+        ),
+        (
+            "container_memory_working_set_bytes",
+            "gauge",
+            "Current working set in bytes.",
+            |s| s.memory_working_set_bytes.map(|n| n as f64),
+        ),
+        (
+            "container_memory_usage_bytes",
+            "gauge",
+            "Current memory usage in bytes, including all memory regardless of when it was accessed",
+            |s| s.memory_usage_bytes.map(|n| n as f64),
+        ),
+        (
+            "container_memory_rss",
+            "gauge",
+            "Size of RSS in bytes.",
+            |s| s.memory_rss_bytes.map(|n| n as f64),
+        ),
+        (
+            "container_fs_usage_bytes",
+            "gauge",
+            "Number of bytes that are consumed by the container on this filesystem.",
+            |s| s.writable_layer_bytes.map(|n| n as f64),
+        ),
+        (
+            "container_start_time_seconds",
+            "gauge",
+            "Start time of the container since unix epoch in seconds.",
+            |s| s.start_time_seconds,
+        ),
+    ];
+    for (name, kind, help, pick) in series {
+        family_plain(&mut out, name, kind, help);
+        for s in samples {
+            if let Some(v) = pick(s) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{container=\"{}\",id=\"{}\",image=\"{}\",name=\"{}\",namespace=\"{}\",pod=\"{}\"}} {v} {}",
+                    escape(&s.container),
+                    escape(&s.id),
+                    escape(&s.image),
+                    escape(&s.id),
+                    escape(&s.namespace),
+                    escape(&s.pod),
+                    s.timestamp_ms
+                );
+            }
+        }
+    }
+    out
+}
+
+fn family_plain(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_with_inf_sum_and_count() {
+        let mut h = Histogram::new(&[0.1, 1.0]);
+        for v in [0.05, 0.5, 0.7, 3.0] {
+            h.observe(v);
+        }
+        let mut out = String::new();
+        h.render(&mut out, "x", "a=\"b\"");
+        assert_eq!(
+            out,
+            "x_bucket{a=\"b\",le=\"0.1\"} 1\nx_bucket{a=\"b\",le=\"1\"} 3\nx_bucket{a=\"b\",le=\"+Inf\"} 4\n\
+             x_sum{a=\"b\"} 4.25\nx_count{a=\"b\"} 4\n"
+        );
+        let mut out = String::new();
+        Histogram::new(&[1.0]).render(&mut out, "y", "");
+        assert_eq!(
+            out,
+            "y_bucket{le=\"1\"} 0\ny_bucket{le=\"+Inf\"} 0\ny_sum 0\ny_count 0\n"
+        );
+    }
+
+    #[test]
+    fn kubelet_page_has_upstream_names() {
+        let m = KubeletMetrics::default();
+        m.observe_operation("run_pod_sandbox", Duration::from_millis(300), false);
+        m.observe_operation("list_containers", Duration::from_millis(2), true);
+        m.observe_relist(Duration::from_millis(3));
+        m.observe_pod_start("u1", Duration::from_millis(700));
+        m.observe_pod_start("u1", Duration::from_secs(9));
+        let page = m.render(&KubeletGauges {
+            running_pods: 2,
+            containers_by_state: [("running".to_string(), 3), ("exited".to_string(), 1)].into(),
+        });
+        for line in [
+            "# TYPE kubelet_running_pods gauge",
+            "kubelet_running_pods 2",
+            "kubelet_running_containers{container_state=\"running\"} 3",
+            "kubelet_running_containers{container_state=\"exited\"} 1",
+            "kubelet_pod_start_duration_seconds_count 1",
+            "kubelet_pod_start_duration_seconds_bucket{le=\"1\"} 1",
+            "kubelet_pleg_relist_duration_seconds_count 1",
+            "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1",
+            "kubelet_runtime_operations_errors_total{operation_type=\"list_containers\"} 1",
+            "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 0",
+            "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"run_podsandbox\",le=\"0.5\"} 1",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+        m.forget_pod("u1");
+        m.observe_pod_start("u1", Duration::from_secs(1));
+        assert!(
+            m.render(&KubeletGauges::default())
+                .contains("kubelet_pod_start_duration_seconds_count 2")
+        );
+    }
+
+    #[test]
+    fn cadvisor_page_labels_and_units() {
+        let s = ContainerSample {
+            id: "abc".into(),
+            container: "web".into(),
+            pod: "p\"1".into(),
+            namespace: "default".into(),
+            image: "nginx".into(),
+            cpu_usage_core_nanoseconds: Some(2_500_000_000),
+            memory_working_set_bytes: Some(1024),
+            timestamp_ms: 1000,
+            ..Default::default()
+        };
+        let page = render_cadvisor(&[s], 2, 4096);
+        assert!(page.contains("machine_cpu_cores 2\n"));
+        assert!(page.contains("machine_memory_bytes 4096\n"));
+        assert!(page.contains(
+            "container_cpu_usage_seconds_total{container=\"web\",id=\"abc\",image=\"nginx\",name=\"abc\",namespace=\"default\",pod=\"p\\\"1\"} 2.5 1000\n"
+        ), "{page}");
+        assert!(page.contains("container_memory_working_set_bytes{container=\"web\""));
+        assert!(
+            !page.contains("container_memory_rss{"),
+            "absent values are left out"
+        );
+    }
+}
