@@ -8,6 +8,7 @@
 //! * [`validation`]: name, label, annotation and `ObjectMeta` validation helpers.
 //! * [`resource_version`]: resourceVersion parsing and list-option validation.
 //! * [`quantity`]: resource quantities: exact values and canonical strings.
+//! * [`quota`]: ResourceQuota accounting of built-in objects (usage, scopes, sums).
 //! * [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic
 //!   merge patch; [`patch::meta`] holds the built-in types' patch strategies, merge
 //!   keys, list types and field type graph (v1.33), also meant for OpenAPI output.
@@ -21,6 +22,7 @@ pub mod fields;
 pub mod labels;
 pub mod patch;
 pub mod quantity;
+pub mod quota;
 pub mod resource_version;
 pub mod validation;
 

@@ -5,9 +5,11 @@
 use std::time::Duration;
 
 use ferrokube_testing::TestApiServer;
-use k8s_openapi::api::core::v1::{LimitRange, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LimitRange, PersistentVolumeClaim, Pod, ResourceQuota,
+};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 fn typed<T: k8s_openapi::serde::de::DeserializeOwned>(v: Value) -> T {
@@ -102,5 +104,133 @@ async fn limit_ranger_defaults_and_enforces() {
     assert_eq!(
         forbidden(claims.create(&PostParams::default(), &claim).await),
         "persistentvolumeclaims \"data\" is forbidden: maximum storage usage per PersistentVolumeClaim is 2Gi, but request is 5Gi"
+    );
+}
+
+#[tokio::test]
+async fn resource_quota_charges_and_refuses_with_upstream_messages() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let ns = "default";
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
+    let hard = json!({"pods": "2", "requests.cpu": "1", "configmaps": "1"});
+    quotas
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "compute"}, "spec": {"hard": hard}})),
+        )
+        .await
+        .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let sized = |name: &str, cpu: &str| {
+        pod(
+            name,
+            json!({"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}),
+        )
+    };
+    // A quota the controller has not seen (no status.hard) is not enforced yet; one
+    // with limits but no usage for them refuses what it tracks, as upstream.
+    let probe = sized("probe", "100m");
+    quotas
+        .patch_status(
+            "compute",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"hard": hard, "used": {"configmaps": "0"}}})),
+        )
+        .await
+        .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut refused = String::new();
+    for _ in 0..100 {
+        match pods.create(&dry, &probe).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                refused = s.message;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    assert_eq!(
+        refused,
+        "pods \"probe\" is forbidden: status unknown for quota: compute, resources: pods,requests.cpu"
+    );
+    // What the resourcequota controller writes.
+    quotas
+        .patch_status(
+            "compute",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"hard": hard,
+                "used": {"pods": "0", "requests.cpu": "0", "configmaps": "0"}}})),
+        )
+        .await
+        .unwrap();
+    until_admitted(&pods, &probe, |_| true).await;
+    pods.create(&PostParams::default(), &sized("a", "600m"))
+        .await
+        .unwrap();
+    let used = quotas
+        .get_status("compute")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .used
+        .unwrap();
+    assert_eq!(used["pods"].0, "1");
+    assert_eq!(used["requests.cpu"].0, "600m");
+    // The charge reaches the plugin's cache a moment after the write.
+    let mut message = String::new();
+    for _ in 0..100 {
+        match pods
+            .create(&PostParams::default(), &sized("b", "500m"))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                message = s.message;
+                break;
+            }
+            Ok(_) => panic!("over quota admitted"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        message,
+        "pods \"b\" is forbidden: exceeded quota: compute, requested: requests.cpu=500m, used: requests.cpu=600m, limited: requests.cpu=1"
+    );
+    let bare = pod("bare", json!({}));
+    assert_eq!(
+        forbidden(pods.create(&PostParams::default(), &bare).await),
+        "pods \"bare\" is forbidden: failed quota: compute: must specify requests.cpu for: c"
+    );
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    cms.create(
+        &PostParams::default(),
+        &typed(json!({"metadata": {"name": "one"}})),
+    )
+    .await
+    .unwrap();
+    let mut message = String::new();
+    for _ in 0..100 {
+        let r = cms
+            .create(
+                &PostParams::default(),
+                &typed(json!({"metadata": {"name": "two"}})),
+            )
+            .await;
+        match r {
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                message = s.message;
+                break;
+            }
+            Ok(_) => panic!("over quota admitted"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        message,
+        "configmaps \"two\" is forbidden: exceeded quota: compute, requested: configmaps=1, used: configmaps=1, limited: configmaps=1"
     );
 }

@@ -30,6 +30,7 @@ mod escalation;
 mod limit_ranger;
 mod node_restriction;
 mod pod_security;
+mod resource_quota;
 mod service_account;
 mod webhook;
 
@@ -269,7 +270,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     plugin(webhook::MUTATING, true, webhook::new_mutating),
     known("ValidatingAdmissionPolicy", true),
     plugin(webhook::VALIDATING, true, webhook::new_validating),
-    known("ResourceQuota", true),
+    plugin(resource_quota::NAME, true, resource_quota::new),
     known("AlwaysDeny", false),
 ];
 
