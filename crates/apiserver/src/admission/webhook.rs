@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
-use ferrokube_registry::{ListParams, Store};
+use ferrokube_registry::{ListParams, Registry, Store};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::admissionregistration::v1 as ar;
@@ -53,7 +53,25 @@ struct Hook {
     side_effects: String,
     timeout: Duration,
     reinvoke_if_needed: bool,
+    /// The AdmissionReview apiVersion the webhook speaks: v1, or v1beta1 when it lists
+    /// only that (upstream sends the first version of the list it knows).
+    review_version: &'static str,
 }
+
+/// Upstream picks the first of `admissionReviewVersions` it speaks.
+fn review_version(versions: &[String]) -> &'static str {
+    versions
+        .iter()
+        .find_map(|v| match v.as_str() {
+            "v1" => Some(REVIEW_V1),
+            "v1beta1" => Some(REVIEW_V1BETA1),
+            _ => None,
+        })
+        .unwrap_or(REVIEW_V1)
+}
+
+const REVIEW_V1: &str = "admission.k8s.io/v1";
+const REVIEW_V1BETA1: &str = "admission.k8s.io/v1beta1";
 
 fn timeout_of(seconds: Option<i32>) -> Duration {
     Duration::from_secs(seconds.filter(|s| *s > 0).unwrap_or(10) as u64)
@@ -71,6 +89,7 @@ impl From<ar::ValidatingWebhook> for Hook {
             side_effects: w.side_effects,
             timeout: timeout_of(w.timeout_seconds),
             reinvoke_if_needed: false,
+            review_version: review_version(&w.admission_review_versions),
         }
     }
 }
@@ -87,6 +106,7 @@ impl From<ar::MutatingWebhook> for Hook {
             side_effects: w.side_effects,
             timeout: timeout_of(w.timeout_seconds),
             reinvoke_if_needed: w.reinvocation_policy.as_deref() == Some("IfNeeded"),
+            review_version: review_version(&w.admission_review_versions),
         }
     }
 }
@@ -137,7 +157,13 @@ fn selector_matches(
 }
 
 /// The AdmissionReview request of one call (`admission.k8s.io/v1`).
-fn review_request(uid: &str, a: &Attributes, object: Option<&Value>, old: Option<&Value>) -> Value {
+fn review_request(
+    version: &str,
+    uid: &str,
+    a: &Attributes,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Value {
     let info = a.resource;
     let (kind_group, kind_version, kind) = match info.subresource(&a.subresource) {
         Some(sub) => (
@@ -185,7 +211,7 @@ fn review_request(uid: &str, a: &Attributes, object: Option<&Value>, old: Option
     if !options_kind.is_empty() {
         request["options"] = json!({"kind": options_kind, "apiVersion": "meta.k8s.io/v1"});
     }
-    json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request})
+    json!({"kind": "AdmissionReview", "apiVersion": version, "request": request})
 }
 
 /// A webhook's verdict.
@@ -197,15 +223,15 @@ struct Verdict {
     warnings: Vec<String>,
 }
 
-/// Upstream `VerifyAdmissionResponse` for v1: the response must be an
-/// `admission.k8s.io/v1` AdmissionReview answering this request's uid, and a patch
+/// Upstream `VerifyAdmissionResponse`: the response must be an AdmissionReview of the
+/// request's version answering its uid (v1beta1 may leave the uid out), and a patch
 /// must be a base64 JSONPatch.
-fn parse_response(uid: &str, body: &[u8]) -> Result<Verdict, String> {
+fn parse_response(version: &str, uid: &str, body: &[u8]) -> Result<Verdict, String> {
     let review: Value = serde_json::from_slice(body)
         .map_err(|e| format!("received invalid webhook response: {e}"))?;
-    if review["apiVersion"] != "admission.k8s.io/v1" || review["kind"] != "AdmissionReview" {
+    if review["apiVersion"] != version || review["kind"] != "AdmissionReview" {
         return Err(format!(
-            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {}, Kind={}",
+            "expected webhook response of {version}, Kind=AdmissionReview, got {}, Kind={}",
             review["apiVersion"].as_str().unwrap_or(""),
             review["kind"].as_str().unwrap_or("")
         ));
@@ -215,7 +241,7 @@ fn parse_response(uid: &str, body: &[u8]) -> Result<Verdict, String> {
         return Err("webhook response was absent".into());
     }
     let got = response["uid"].as_str().unwrap_or("");
-    if got != uid {
+    if got != uid && !(version == REVIEW_V1BETA1 && got.is_empty()) {
         return Err(format!("expected response.uid={uid:?}, got {got:?}"));
     }
     let patch = match response["patch"].as_str().filter(|p| !p.is_empty()) {
@@ -274,6 +300,7 @@ fn denial(hook: &str, status: &Value) -> ApiError {
 
 /// The webhooks of both kinds and what they need to reach them.
 struct Webhooks {
+    registry: Arc<Registry>,
     mutating: Arc<Store>,
     validating: Arc<Store>,
     namespaces: Arc<Store>,
@@ -292,6 +319,7 @@ fn store(init: &PluginInit<'_>, group: &str, plural: &str) -> Result<Arc<Store>,
 fn webhooks(init: &PluginInit<'_>) -> Result<Arc<Webhooks>, String> {
     const AR: &str = "admissionregistration.k8s.io";
     Ok(Arc::new(Webhooks {
+        registry: init.registry.clone(),
         mutating: store(init, AR, "mutatingwebhookconfigurations")?,
         validating: store(init, AR, "validatingwebhookconfigurations")?,
         namespaces: store(init, "", "namespaces")?,
@@ -386,7 +414,7 @@ impl Webhooks {
         old: Option<&Value>,
     ) -> Result<Verdict, String> {
         let uid = ferrokube_registry::meta::new_uid();
-        let review = review_request(&uid, a, object, old);
+        let review = review_request(hook.review_version, &uid, a, object, old);
         let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
         let target = self.target(hook).await?;
         let url = target.url(hook.timeout);
@@ -396,7 +424,7 @@ impl Webhooks {
                 format!("failed to call webhook: Post {url:?}: context deadline exceeded")
             })?
             .map_err(|e| format!("failed to call webhook: Post {url:?}: {e}"))?;
-        parse_response(&uid, &answer)
+        parse_response(hook.review_version, &uid, &answer)
     }
 
     /// Where a webhook is reached: `url`, or the first ready endpoint of `service`.
@@ -691,12 +719,19 @@ impl MutatingWebhook {
             return Err(denial(&hook.name, &v.status));
         }
         if let Some(patch) = &v.patch {
-            *object = ferrokube_apimachinery::patch::json_patch(object, patch).map_err(|e| {
-                ApiError::internal(format!(
-                    "admission webhook {:?} returned a patch that does not apply: {e}",
-                    hook.name
-                ))
-            })?;
+            let patched =
+                ferrokube_apimachinery::patch::json_patch(object, patch).map_err(|e| {
+                    ApiError::internal(format!(
+                        "admission webhook {:?} returned a patch that does not apply: {e}",
+                        hook.name
+                    ))
+                })?;
+            // As upstream decodes the patched object again: fields a patch added get
+            // their defaults.
+            *object = match self.0.registry.store_for(a.resource) {
+                Some(store) => store.strategy().decode(patched)?.object,
+                None => patched,
+            };
         }
         Ok(())
     }
@@ -838,7 +873,7 @@ mod tests {
     fn reviews_carry_the_request_and_responses_are_checked() {
         let a = attrs(Operation::Create, "apps", "deployments", "", "default");
         let obj = json!({"metadata": {"name": "x"}});
-        let r = review_request("u1", &a, Some(&obj), None);
+        let r = review_request(REVIEW_V1, "u1", &a, Some(&obj), None);
         assert_eq!(r["apiVersion"], "admission.k8s.io/v1");
         assert_eq!(
             r["request"]["kind"],
@@ -855,18 +890,29 @@ mod tests {
             "response": {"uid": "u1", "allowed": true, "patchType": "JSONPatch",
                 "patch": "W3sib3AiOiAiYWRkIiwgInBhdGgiOiAiL2EiLCAidmFsdWUiOiAxfV0=",
                 "warnings": ["careful"]}});
-        let v = parse_response("u1", ok.to_string().as_bytes()).unwrap();
+        let v = parse_response(REVIEW_V1, "u1", ok.to_string().as_bytes()).unwrap();
         assert!(v.allowed);
         assert_eq!(
             v.patch.as_deref(),
             Some(&br#"[{"op": "add", "path": "/a", "value": 1}]"#[..])
         );
         assert_eq!(v.warnings, ["careful"]);
-        let e = parse_response("u2", ok.to_string().as_bytes()).unwrap_err();
+        let e = parse_response(REVIEW_V1, "u2", ok.to_string().as_bytes()).unwrap_err();
         assert_eq!(e, "expected response.uid=\"u2\", got \"u1\"");
         let bad_type = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "response": {"uid": "u1", "allowed": true, "patchType": "Merge", "patch": "e30="}});
-        assert!(parse_response("u1", bad_type.to_string().as_bytes()).is_err());
+        assert!(parse_response(REVIEW_V1, "u1", bad_type.to_string().as_bytes()).is_err());
+        // A v1beta1 webhook answers in v1beta1; a v1 answer to it is refused.
+        assert_eq!(review_version(&["v1beta1".into()]), REVIEW_V1BETA1);
+        assert_eq!(review_version(&["v2".into(), "v1".into()]), REVIEW_V1);
+        assert!(parse_response(REVIEW_V1BETA1, "u1", ok.to_string().as_bytes()).is_err());
+        let beta = json!({"apiVersion": REVIEW_V1BETA1, "kind": "AdmissionReview",
+            "response": {"allowed": true}});
+        assert!(
+            parse_response(REVIEW_V1BETA1, "u1", beta.to_string().as_bytes())
+                .unwrap()
+                .allowed
+        );
     }
 
     #[test]
