@@ -684,6 +684,71 @@ s_anonymous() {
   [ "$code" = 401 ]
 }
 
+s_pod_security() {
+  # PodSecurity admission: enforce rejects with upstream's message, a Deployment only
+  # warns, relabelling warns about existing pods, an invalid level is refused.
+  local ns=$NS-pss
+  k create namespace "$ns"
+  # No controllers here: the ServiceAccount plugin needs the account made by hand.
+  k create serviceaccount default -n "$ns"
+  k label namespace "$ns" pod-security.kubernetes.io/enforce=restricted
+  if k -n "$ns" run p --image=nginx --privileged; then echo "expected kubectl to fail"; return 1; fi
+  has 'pods "p" is forbidden: violates PodSecurity "restricted:latest": privileged \(container "p" must not set securityContext.privileged=true\), allowPrivilegeEscalation != false'
+  k -n "$ns" create deployment web --image=nginx
+  has '^Warning: would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false \(container "nginx"'
+  has '^deployment.apps/web created'
+  k label namespace "$ns" pod-security.kubernetes.io/enforce=baseline --overwrite
+  k -n "$ns" run plain --image=nginx
+  k label --dry-run=server --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=restricted
+  has '^Warning: existing pods in namespace "'"$ns"'" violate the new PodSecurity enforce level "restricted:latest"'
+  has '^Warning: plain: allowPrivilegeEscalation != false, unrestricted capabilities, runAsNonRoot != true, seccompProfile'
+  if k label --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=bogus; then echo "expected kubectl to fail"; return 1; fi
+  has 'metadata.labels\[pod-security.kubernetes.io/enforce\]: Invalid value: "bogus": must be one of privileged, baseline, restricted'
+  k delete namespace "$ns" --wait=false
+}
+
+s_webhook_configuration() {
+  # admissionregistration.k8s.io/v1: a validating webhook nobody serves, for labelled
+  # ConfigMaps only: creating one fails under failurePolicy Fail; then it is removed.
+  local name=$NS-unreachable
+  cat >"$MAN/webhook.yaml" <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: $name
+webhooks:
+- name: unreachable.e2e.example.com
+  clientConfig:
+    url: https://127.0.0.1:1/validate
+  rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["configmaps"]
+  objectSelector:
+    matchLabels: {e2e-webhook: "$NS"}
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  timeoutSeconds: 2
+YAML
+  k apply -f "$MAN/webhook.yaml"
+  has "validatingwebhookconfiguration.admissionregistration.k8s.io/$name created"
+  k get validatingwebhookconfigurations "$name"
+  has "^$name +1 +"
+  cat >"$MAN/hooked.yaml" <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: hooked
+  labels: {e2e-webhook: "$NS"}
+YAML
+  if k -n "$NS" create -f "$MAN/hooked.yaml"; then echo "expected kubectl to fail"; return 1; fi
+  has 'Internal error occurred: failed calling webhook "unreachable.e2e.example.com": failed to call webhook: Post "https://127.0.0.1:1/validate\?timeout=2s"'
+  k delete validatingwebhookconfiguration "$name"
+  k -n "$NS" create -f "$MAN/hooked.yaml"
+  k -n "$NS" delete configmap hooked
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -725,6 +790,8 @@ suite() {
   step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
   step "create token default (a bound JWT that authenticates, RBAC applies)" s_create_token
   step "anonymous: version yes, pods 403, a bad token 401" s_anonymous
+  step "PodSecurity: enforce, warn, relabel warnings, invalid label" s_pod_security
+  step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration
 }
 
 # ---------------------------------------------------------------------------- runs
