@@ -181,6 +181,8 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
     assert_eq!(code, 201, "{v}");
     assert_eq!(v["webhooks"][0]["reinvocationPolicy"], "Never");
     assert_eq!(v["webhooks"][0]["matchPolicy"], "Equivalent");
+    let mut ns_deny = hook("ns-deny.example.com", "ns-deny", url("/deny"), "Fail", 10);
+    ns_deny["namespaceSelector"] = json!({"matchLabels": {"webhooks": "on"}});
     let (code, _, v) = send(&c, "POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": "checks"},
@@ -188,6 +190,7 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
                 hook("deny.example.com", "deny", url("/deny"), "Fail", 10),
                 hook("slow-fail.example.com", "slow-fail", url("/slow"), "Fail", 1),
                 hook("slow-ignore.example.com", "slow-ignore", url("/slow"), "Ignore", 1),
+                ns_deny,
             ]})).await;
     assert_eq!(code, 201, "{v}");
 
@@ -230,6 +233,33 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
         "{message}"
     );
     let (code, _, v) = create("d", "slow-ignore").await;
+    assert_eq!(code, 201, "{v}");
+
+    // A namespace selector: only namespaces labelled webhooks=on see the webhook.
+    for (ns, labels) in [("hooked", json!({"webhooks": "on"})), ("plain", json!({}))] {
+        let (code, _, v) = send(&c, "POST", "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}})).await;
+        assert_eq!(code, 201, "{v}");
+    }
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/hooked/configmaps",
+        configmap("n", "ns-deny"),
+    )
+    .await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "admission webhook \"ns-deny.example.com\" denied the request: denied by test"
+    );
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/plain/configmaps",
+        configmap("n", "ns-deny"),
+    )
+    .await;
     assert_eq!(code, 201, "{v}");
 
     // Objects no webhook selects are not sent anywhere.
