@@ -17,6 +17,10 @@
 //! Deviation: `matchPolicy: Equivalent` matches like `Exact`, since every resource is
 //! served at exactly one group-version here. Services are reached through their
 //! endpoints (upstream's `--enable-aggregator-routing` resolver), not the ClusterIP.
+//! `matchConditions` (CEL) are not evaluated: a webhook whose rules and selectors match
+//! is called. The configurations are read from storage on each request (upstream
+//! reads an informer's cache). Without a caBundle nothing is trusted, so such a
+//! webhook's calls fail (upstream falls back to the system roots).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
