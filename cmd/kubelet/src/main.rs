@@ -101,9 +101,32 @@ struct Opts {
     /// The address of the HTTPS port and the read-only port.
     #[arg(long = "address", default_value = "0.0.0.0")]
     address: IpAddr,
-    /// Accepted for compatibility: the sandbox image is containerd's `sandbox_image`.
+    /// The sandbox image (containerd's `sandbox_image` runs it); image GC never removes
+    /// it [default: registry.k8s.io/pause:3.10].
     #[arg(long = "pod-infra-container-image")]
     pod_infra_container_image: Option<String>,
+    /// Image GC runs when the image filesystem's usage reaches this percentage (100
+    /// disables it) [default: 85].
+    #[arg(long = "image-gc-high-threshold")]
+    image_gc_high_threshold: Option<u8>,
+    /// Image GC frees space down to this percentage [default: 80].
+    #[arg(long = "image-gc-low-threshold")]
+    image_gc_low_threshold: Option<u8>,
+    /// Images younger than this (Go duration) are never collected [default: 2m].
+    #[arg(long = "minimum-image-ttl-duration")]
+    minimum_image_ttl_duration: Option<String>,
+    /// Dead containers younger than this (Go duration) are kept [default: 0s].
+    #[arg(long = "minimum-container-ttl-duration")]
+    minimum_container_ttl_duration: Option<String>,
+    /// Dead instances kept per container (negative: no limit) [default: 1].
+    #[arg(
+        long = "maximum-dead-containers-per-container",
+        allow_hyphen_values = true
+    )]
+    maximum_dead_containers_per_container: Option<i32>,
+    /// Dead containers kept on the node (negative: no limit) [default: -1].
+    #[arg(long = "maximum-dead-containers", allow_hyphen_values = true)]
+    maximum_dead_containers: Option<i32>,
     /// Clients of --port must present a certificate signed by this CA.
     #[arg(long = "client-ca-file")]
     client_ca_file: Option<PathBuf>,
@@ -236,6 +259,42 @@ async fn main() -> anyhow::Result<()> {
         .or(file.static_pod_path.clone())
         .filter(|p| !p.is_empty())
         .map(PathBuf::from);
+    if let Some(p) = opts
+        .image_gc_high_threshold
+        .or(file.image_gc_high_threshold_percent)
+    {
+        cfg.image_gc.high_threshold_percent = p;
+    }
+    if let Some(p) = opts
+        .image_gc_low_threshold
+        .or(file.image_gc_low_threshold_percent)
+    {
+        cfg.image_gc.low_threshold_percent = p;
+    }
+    if let Some(d) = opts
+        .minimum_image_ttl_duration
+        .as_ref()
+        .or(file.image_minimum_gc_age.as_ref())
+    {
+        cfg.image_gc.min_age = parse_go_duration(d)?;
+    }
+    cfg.image_gc.validate().map_err(anyhow::Error::msg)?;
+    if let Some(d) = &opts.minimum_container_ttl_duration {
+        cfg.container_gc.min_age = parse_go_duration(d)?;
+    }
+    if let Some(n) = opts.maximum_dead_containers_per_container {
+        cfg.container_gc.max_per_pod_container = n;
+    }
+    if let Some(n) = opts.maximum_dead_containers {
+        cfg.container_gc.max_containers = n;
+    }
+    if let Some(i) = opts
+        .pod_infra_container_image
+        .clone()
+        .filter(|i| !i.is_empty())
+    {
+        cfg.sandbox_image = i;
+    }
     if let Some(d) = &file.file_check_frequency {
         cfg.file_check_frequency = parse_go_duration(d)?;
     }

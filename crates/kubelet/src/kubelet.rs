@@ -68,6 +68,14 @@ pub struct KubeletConfig {
     pub static_pod_path: Option<std::path::PathBuf>,
     /// `fileCheckFrequency` (20 s): how often the static pod path is read again.
     pub file_check_frequency: Duration,
+    /// Dead container and sandbox GC (`--maximum-dead-containers*`,
+    /// `--minimum-container-ttl-duration`).
+    pub container_gc: crate::gc::ContainerGcPolicy,
+    /// Image GC (`--image-gc-high-threshold`, `--image-gc-low-threshold`,
+    /// `--minimum-image-ttl-duration`).
+    pub image_gc: crate::gc::ImageGcPolicy,
+    /// `--pod-infra-container-image`: never removed by image GC.
+    pub sandbox_image: String,
 }
 
 impl KubeletConfig {
@@ -92,9 +100,19 @@ impl KubeletConfig {
             pleg_period: Duration::from_secs(1),
             static_pod_path: None,
             file_check_frequency: crate::static_pods::DEFAULT_FILE_CHECK_FREQUENCY,
+            container_gc: Default::default(),
+            image_gc: Default::default(),
+            sandbox_image: DEFAULT_SANDBOX_IMAGE.into(),
         }
     }
 }
+
+/// Upstream's default `--pod-infra-container-image`.
+pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// How often dead containers are collected (upstream `ContainerGCPeriod`).
+const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
+/// How often image GC runs (upstream `ImageGCPeriod`).
+const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
 /// Errors that stop the kubelet.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +168,8 @@ pub struct Kubelet {
     mirrors: RwLock<BTreeMap<(String, String), Arc<Pod>>>,
     /// The node CPU sample of the last `/stats/summary`, for its usage rate.
     cpu_rate: crate::stats::CpuRate,
+    /// Whether the pod informer has listed once (GC may only then tell removed pods).
+    pods_synced: std::sync::atomic::AtomicBool,
 }
 
 impl Kubelet {
@@ -178,6 +198,7 @@ impl Kubelet {
             static_pods: RwLock::new(StaticPods::new()),
             mirrors: RwLock::new(BTreeMap::new()),
             cpu_rate: crate::stats::CpuRate::default(),
+            pods_synced: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -228,6 +249,7 @@ impl Kubelet {
         tasks.spawn(self.clone().node_status_loop(cancel.clone()));
         tasks.spawn(self.clone().lease_loop(cancel.clone()));
         tasks.spawn(self.clone().pod_loop(cancel.clone()));
+        tasks.spawn(self.clone().gc_loop(cancel.clone()));
         cancel.cancelled().await;
         while tasks.join_next().await.is_some() {}
         let _ = tokio::time::timeout(Duration::from_secs(2), broadcaster.shutdown()).await;
@@ -568,6 +590,7 @@ impl Kubelet {
                 }
                 _ = housekeeping.tick() => {
                     if stream.has_synced() {
+                        self.pods_synced.store(true, std::sync::atomic::Ordering::SeqCst);
                         self.cleanup_orphans(&workers).await;
                         self.reconcile_mirrors().await;
                     }
@@ -577,6 +600,45 @@ impl Kubelet {
         workers_cancel.cancel();
         pleg.abort();
         informer.stop().await;
+    }
+
+    /// Container GC every minute and image GC every five, once the pod informer has
+    /// synced (upstream `StartGarbageCollection`).
+    async fn gc_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let gc = crate::gc::GarbageCollector::new(
+            self.config.container_gc,
+            self.config.image_gc,
+            self.config.sandbox_image.clone(),
+        );
+        let mut containers = tokio::time::interval(CONTAINER_GC_PERIOD);
+        let mut images = tokio::time::interval(IMAGE_GC_PERIOD);
+        containers.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        images.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let images_due = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = containers.tick() => false,
+                _ = images.tick() => true,
+            };
+            if !self.pods_synced.load(std::sync::atomic::Ordering::SeqCst) {
+                continue;
+            }
+            let Ok(rt) = self.runtime.runtime_pods().await else {
+                continue;
+            };
+            if images_due {
+                gc.collect_images(self.runtime.cri(), &rt).await;
+            } else {
+                let known: BTreeSet<String> = self.pods.read().keys().cloned().collect();
+                gc.collect_containers(
+                    self.runtime.cri(),
+                    &rt,
+                    &known,
+                    &self.runtime.node().pod_logs_dir,
+                )
+                .await;
+            }
+        }
     }
 
     /// A new static pod set: workers for new static pods, deletion for removed ones (their

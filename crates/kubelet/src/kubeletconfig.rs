@@ -55,6 +55,12 @@ pub struct KubeletConfiguration {
     pub sync_frequency: Option<String>,
     pub static_pod_path: Option<String>,
     pub file_check_frequency: Option<String>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<u8>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<u8>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<String>,
     pub container_runtime_endpoint: Option<String>,
     pub image_service_endpoint: Option<String>,
     pub register_with_taints: Option<Vec<ConfigTaint>>,
