@@ -4,12 +4,15 @@
 //! Types are k8s-openapi's (never hand-written); this crate adds what the type
 //! definitions do not carry: the static table of served resources ([`resources`]) and
 //! upstream's defaulting ([`defaults`]), conversions between kinds two groups
-//! serve from one stored form ([`conversion`]), and server-side Table printing ([`printers`]).
+//! serve from one stored form ([`conversion`]), server-side Table printing ([`printers`]),
+//! and the PodDisruptionBudget condition helpers that the eviction subresource and the
+//! disruption controller share ([`pdb`]).
 //!
 //! No IO: no tokio, no files, no clock (times are passed in). Must not depend on
 //! storage, registry, admission, apiserver or client crates.
 
 pub mod conversion;
 pub mod defaults;
+pub mod pdb;
 pub mod printers;
 pub mod resources;

@@ -720,11 +720,12 @@ async fn resource_request(
             if state.admission.runs("NodeRestriction") {
                 crate::admission::check_eviction(&user, &store, ns, name).await?;
             }
-            store.delete(ns, name, &opts).await?;
-            Ok(json_response(
-                StatusCode::CREATED,
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-            ))
+            let pdbs = resources::lookup("policy", "v1", "poddisruptionbudgets")
+                .and_then(|i| state.registry.store_for(i));
+            let ns = ns.unwrap_or("default");
+            let e = crate::eviction::evict(&store, pdbs, ns, name, &ev, opts).await?;
+            let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::CREATED);
+            Ok(json_response(code, &e.status))
         }
         (Method::PUT, Some(name), sub) => {
             let mut opts = admitted(write_options(q)?);

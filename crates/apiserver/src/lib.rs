@@ -11,6 +11,7 @@
 mod admission;
 mod discovery;
 mod dupes;
+mod eviction;
 mod handler;
 mod metrics;
 mod openapi;

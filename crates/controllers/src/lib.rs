@@ -13,13 +13,15 @@
 //! through the API (`/status` for status):
 //! [`replicaset`] (also drives ReplicationControllers), [`deployment`],
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
-//! [`endpointslice`], [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`].
+//! [`endpointslice`], [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
+//! [`disruption`] (PodDisruptionBudget status).
 //!
 //! Layer: client side. Sits on `ferrokube-client` (informers, workqueue), kube-rs and
 //! k8s-openapi. It must not depend on storage*, registry, admission or apiserver;
 //! `ferrokube-testing` is a dev-dependency only.
 
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod events;

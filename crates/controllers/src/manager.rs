@@ -15,6 +15,7 @@ use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
 
 use crate::deployment::DeploymentController;
+use crate::disruption::DisruptionController;
 use crate::endpoints::EndpointsController;
 use crate::endpointslice::EndpointSliceController;
 use crate::events::EventSink;
@@ -43,6 +44,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "root-ca-certificate-publisher-controller",
         "root-ca-cert-publisher",
     ),
+    ("disruption-controller", "disruption"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -54,7 +56,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "daemonset-controller",
     "statefulset-controller",
     "horizontal-pod-autoscaler-controller",
-    "disruption-controller",
     "resourcequota-controller",
     "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
@@ -241,6 +242,8 @@ impl Manager {
                     PodGcController::new(&factory, cfg.terminated_pod_gc_threshold),
                     1,
                 ),
+                // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
+                "disruption-controller" => (DisruptionController::new(&factory, rec), 1),
                 "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
                     // Upstream runs one worker.
                     Some(ca) => (RootCaCertPublisher::new(&factory, ca.clone()), 1),

@@ -1,22 +1,25 @@
-//! Controllers against a real in-process apiserver, with a tiny test kubelet: it binds
-//! unscheduled pods to its node (pods/binding), reports them Running and Ready via
-//! `/status` (unless told to hold a pod unready), and finishes graceful deletions.
-//! Every wait is bounded in time.
+//! Controllers against a real in-process apiserver, with the fake kubelet of
+//! `support`: it binds unscheduled pods to its node (pods/binding), reports them
+//! Running and Ready via `/status` (unless told to hold a pod unready), and finishes
+//! graceful deletions. Every wait is bounded in time.
+
+mod support;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use parking_lot::Mutex;
 use serde_json::json;
+use support::{FakeNode, wait_for};
 use tokio_util::sync::CancellationToken;
 
 const NODE: &str = "node-a";
@@ -32,29 +35,18 @@ impl Env {
     async fn start(controllers: &[&str]) -> anyhow::Result<Env> {
         let srv = TestApiServer::start().await?;
         let c = srv.client.clone();
-        let nodes: Api<Node> = Api::all(c.clone());
-        nodes
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({
-                    "metadata": {"name": NODE},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}
-                }))?,
-            )
-            .await?;
         let cancel = CancellationToken::new();
+        let node = FakeNode::start(&c, NODE, true, cancel.clone()).await?;
         let cfg = ManagerConfig {
             controllers: controllers.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         };
         let manager = Manager::start(c.clone(), &cfg, cancel.clone()).await?;
-        let unready = Arc::new(Mutex::new(HashSet::new()));
-        tokio::spawn(kubelet(c, cancel.clone(), unready.clone()));
         Ok(Env {
             srv,
             cancel,
             manager: Some(manager),
-            unready,
+            unready: node.unready,
         })
     }
 
@@ -68,96 +60,6 @@ impl Env {
             let _ = tokio::time::timeout(Duration::from_secs(10), m.wait()).await;
         }
         self.srv.stop().await;
-    }
-}
-
-/// The test kubelet: a bounded polling loop (until cancelled).
-async fn kubelet(c: Client, cancel: CancellationToken, unready: Arc<Mutex<HashSet<String>>>) {
-    let pods: Api<Pod> = Api::all(c.clone());
-    let mut ip = 1u32;
-    while !cancel.is_cancelled() {
-        if let Ok(list) = pods.list(&ListParams::default()).await {
-            for p in list.items {
-                let ns = p.metadata.namespace.clone().unwrap_or_default();
-                let name = p.metadata.name.clone().unwrap_or_default();
-                let api: Api<Pod> = Api::namespaced(c.clone(), &ns);
-                if p.metadata.deletion_timestamp.is_some() {
-                    let _ = api
-                        .delete(
-                            &name,
-                            &DeleteParams {
-                                grace_period_seconds: Some(0),
-                                ..Default::default()
-                            },
-                        )
-                        .await;
-                    continue;
-                }
-                let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-                if node.is_none() {
-                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
-                        "metadata": {"name": name, "namespace": ns},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
-                    let req =
-                        http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
-                            .header("content-type", "application/json")
-                            .body(serde_json::to_vec(&binding).unwrap_or_default())
-                            .expect("request");
-                    let _ = c.request_text(req).await;
-                    continue;
-                }
-                let want_ready = !unready.lock().contains(&name);
-                let phase = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default();
-                let ready = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-                    .map(|c| c.status == "True");
-                if phase == "Running" && ready == Some(want_ready) {
-                    continue;
-                }
-                let pod_ip = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.clone())
-                    .unwrap_or_else(|| {
-                        ip += 1;
-                        format!("10.{}.{}.{}", (ip >> 16) & 255, (ip >> 8) & 255, ip & 255)
-                    });
-                let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                let st = if want_ready { "True" } else { "False" };
-                let patch = json!({"status": {"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
-                    "conditions": [{"type": "Ready", "status": st, "lastTransitionTime": now},
-                                   {"type": "ContainersReady", "status": st, "lastTransitionTime": now}]}});
-                let _ = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `f` every 100 ms until it returns `Some`, for at most `secs` seconds.
-async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut f: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {secs}s waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
