@@ -14,7 +14,7 @@
 //! [`replicaset`] (also drives ReplicationControllers), [`deployment`],
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
 //! [`endpointslice`], [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
-//! [`disruption`] (PodDisruptionBudget status).
+//! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used).
 //!
 //! Layer: client side. Sits on `ferrokube-client` (informers, workqueue), kube-rs and
 //! k8s-openapi. It must not depend on storage*, registry, admission or apiserver;
@@ -32,6 +32,7 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod util;

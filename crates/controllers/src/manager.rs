@@ -24,6 +24,7 @@ use crate::namespace::NamespaceController;
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::podgc::PodGcController;
 use crate::replicaset::ReplicaSetController;
+use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
 use crate::{Controller, Error, Result, run_controller};
@@ -40,6 +41,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ("endpointslice-controller", "endpointslice"),
     ("node-lifecycle-controller", "nodelifecycle"),
     ("pod-garbage-collector-controller", "podgc"),
+    ("resourcequota-controller", "resourcequota"),
     (
         "root-ca-certificate-publisher-controller",
         "root-ca-cert-publisher",
@@ -56,7 +58,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "daemonset-controller",
     "statefulset-controller",
     "horizontal-pod-autoscaler-controller",
-    "resourcequota-controller",
     "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
     "persistentvolume-expander-controller",
@@ -242,6 +243,8 @@ impl Manager {
                     PodGcController::new(&factory, cfg.terminated_pod_gc_threshold),
                     1,
                 ),
+                // Upstream's --concurrent-resource-quota-syncs default.
+                "resourcequota-controller" => (ResourceQuotaController::new(&factory), 5),
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => (DisruptionController::new(&factory, rec), 1),
                 "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
