@@ -37,6 +37,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod env;
+pub mod eviction;
 pub mod gc;
 pub mod kubelet;
 pub mod kubeletconfig;
