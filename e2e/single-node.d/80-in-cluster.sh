@@ -15,9 +15,10 @@ ok "$slice"
 
 step "in-cluster: kube-dns runs on the pod network with its own token, and is Ready"
 dns_pod=$(k -n kube-system get pods -l k8s-app=kube-dns \
-  -o 'jsonpath={range .items[*]}{.metadata.name} {.spec.hostNetwork} {.status.podIP} {.status.conditions[?(@.type=="Ready")].status} {.spec.serviceAccountName}{"\n"}{end}' 2>&1) \
+  -o 'jsonpath={range .items[*]}{.metadata.name}|{.spec.hostNetwork}|{.status.podIP}|{.status.conditions[?(@.type=="Ready")].status}|{.spec.serviceAccountName}{"\n"}{end}' 2>&1) \
   || fail "kubectl get pods -l k8s-app=kube-dns: $dns_pod"
-read -r name host_net pod_ip ready sa <<<"$(head -n 1 <<<"$dns_pod")"
+# '|'-separated: an unset hostNetwork is an empty field, which whitespace would swallow.
+IFS='|' read -r name host_net pod_ip ready sa <<<"$(head -n 1 <<<"$dns_pod")"
 [ -n "$name" ] || fail "no kube-dns pod"
 [ "$host_net" != true ] || fail "kube-dns pod $name runs on the host network"
 [[ $pod_ip == 10.244.* ]] || fail "kube-dns pod $name has IP '$pod_ip', not a pod-network address"
