@@ -76,9 +76,12 @@ impl FakeNode {
     }
 }
 
-/// Renews the node's Lease (what the node lifecycle controller watches).
+/// Renews the node's Lease and its Ready heartbeat (what the node lifecycle
+/// controller watches), and reports Ready again after a silence.
 async fn heartbeat(c: &Client, node: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string();
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(c.clone(), "kube-node-lease");
     let renew = json!({"spec": {"renewTime": now}});
@@ -95,6 +98,18 @@ async fn heartbeat(c: &Client, node: &str) {
         }
         _ => {}
     }
+    let nodes: Api<Node> = Api::all(c.clone());
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    // Capacity too: a create's status may not be kept, as a kubelet's is not.
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "reason": "KubeletReady", "lastHeartbeatTime": now}],
+        "allocatable": {"cpu": "100", "memory": "1000Gi", "pods": "10000"},
+        "capacity": {"cpu": "100", "memory": "1000Gi", "pods": "10000"}}});
+    let _ = nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(status))
+        .await;
 }
 
 async fn kubelet(c: Client, cancel: CancellationToken, node: FakeNode) {
