@@ -22,8 +22,8 @@ export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 RUST_BACKTRACE=1
 prune_build_cache() {
   local dir=$1
   free_gib() { df -P --block-size=1G "$dir" | awk 'NR == 2 { print $4 }'; }
-  # Workspace crates are hashed by their checkout path, so every fresh clone that CI builds
-  # leaves a full set of test executables behind; nothing reuses them once they are old.
+  # Test executables (hundreds of MiB each) pile up under new hashes as dependencies and
+  # features change; one not relinked for 12 h is stale (a fresh clone relinks them all).
   [ -d "$dir/debug/deps" ] &&
     find "$dir/debug/deps" -maxdepth 1 -type f -perm -u+x ! -name '*.so' -mmin +720 -delete
   [ "$(free_gib)" -ge 12 ] && return 0
