@@ -316,6 +316,10 @@ async fn bench_backend(
         .arg(&pki.ca_cert)
         .arg("--data-dir")
         .arg(dir.join("data"))
+        // No controller-manager runs here to create each namespace's default
+        // ServiceAccount, so the ServiceAccount admission plugin (on by default, as
+        // upstream) would refuse every pod.
+        .arg("--disable-admission-plugins=ServiceAccount")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(File::create(dir.join("apiserver.log"))?)
