@@ -299,8 +299,18 @@ fk::node_start() { # i component binary args...
   fk::log "  started $name (pid $!, log $FK_LOG_DIR/$name.log)"
 }
 
-fk::node_containerd_up() { # i
-  local i=$1 name sock
+# The node's CRI answers (containerd's CRI plugin initializes a moment after its socket
+# answers; a kubelet started before that exits with "server is not initialized yet").
+fk::node_cri_ready() { # sock cri-tool
+  if [ -x "$2" ]; then
+    "$2" --endpoint "unix://$1" pods >/dev/null 2>&1
+  else
+    ctr --address "$1" version >/dev/null 2>&1
+  fi
+}
+
+fk::node_containerd_up() { # i bin_dir
+  local i=$1 cri=${RT_CRI_TOOL:-$2/ferrokube-cri} name sock
   name=$(fk::node_name_of "$i")
   sock=$(fk::node_sock_of "$i")
   if fk::node_configure "$i" && fk::pid_of "$name-containerd" containerd >/dev/null; then
@@ -308,7 +318,7 @@ fk::node_containerd_up() { # i
     fk::stop "$name-containerd" containerd
   fi
   FK_NODE_PKI_SUM="" fk::node_start "$i" containerd "$(command -v containerd)" --config "$FK_NODES_ETC/$name/containerd.toml"
-  fk::wait_for 100 0.1 ctr --address "$sock" version >/dev/null 2>&1 || {
+  fk::wait_for 150 0.1 fk::node_cri_ready "$sock" "$cri" || {
     tail -n 20 "$FK_LOG_DIR/$name-containerd.log" >&2
     fk::die "$name: containerd did not come up (log: $FK_LOG_DIR/$name-containerd.log)"
   }
@@ -373,13 +383,22 @@ fk::nodes_up() { # N bin_dir
   fk::nodes_routes "$n"
   for ((i = 1; i <= n; i++)); do
     fk::node_pki "$i" "$bin_dir"
-    fk::node_containerd_up "$i"
+    fk::node_containerd_up "$i" "$bin_dir"
     fk::node_components_up "$i" "$bin_dir"
   done
   local name
   for ((i = 1; i <= n; i++)); do
     name=$(fk::node_name_of "$i")
-    if ! fk::wait_for 180 0.5 fk::node_ready_named "$name"; then
+    local t
+    for ((t = 0; t < 180; t++)); do
+      fk::node_ready_named "$name" && break
+      if ! fk::pid_of "$name-kubelet" "$bin_dir/kubelet" >/dev/null; then
+        tail -n 20 "$FK_LOG_DIR/$name-kubelet.log" >&2 || true
+        fk::die "$name: the kubelet exited (log: $FK_LOG_DIR/$name-kubelet.log)"
+      fi
+      sleep 0.5
+    done
+    if ! fk::node_ready_named "$name"; then
       tail -n 20 "$FK_LOG_DIR/$name-kubelet.log" >&2 || true
       fk::die "node $name not Ready after 90 s (log: $FK_LOG_DIR/$name-kubelet.log)"
     fi
@@ -433,8 +452,12 @@ fk::node_down() { # i [bin_dir]
   ip netns del "$name" 2>/dev/null || true
   ip link del "fk-veth$i" 2>/dev/null || true
   rm -rf "${FK_NODES_DATA:?}/$name/cni" "${FK_NODES_RUN:?}/$name"
+  # The Node goes, and so do the pods bound to it: their containers are gone with the
+  # node's runtime, and a node of the same name coming back must not inherit them.
   if fk::apiserver_ready 2>/dev/null; then
     fk::kubectl delete node "$name" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    fk::kubectl delete pods --all-namespaces --field-selector "spec.nodeName=$name" \
+      --force --grace-period=0 --wait=false >/dev/null 2>&1 || true
   fi
   fk::log "removed node $name"
 }
