@@ -68,7 +68,7 @@ step "e2e: single-node cluster (hack/up.sh, kubectl run nginx, curl the pod IP, 
 # containerd that it does not own. Debug binaries keep CI from a release build.
 if [ "$(id -u)" -eq 0 ]; then
   cargo build --locked --bins -p kube-apiserver -p kube-scheduler -p kube-controller-manager \
-    -p kubelet -p ferrokube-pki-cli -p ferrokube-kubelet
+    -p kubelet -p kube-proxy -p kube-dns -p ferrokube-pki-cli -p ferrokube-kubelet
   FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash e2e/single-node.sh
 else
   echo "not root: the single-node cluster e2e needs root" >&2
