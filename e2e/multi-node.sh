@@ -1,0 +1,423 @@
+#!/usr/bin/env bash
+# e2e on a kind-style 3-node cluster (hack/up.sh --nodes 3), with the real kubectl:
+#
+#   e2e/multi-node.sh [more up.sh arguments, e.g. --no-build]
+#
+#   1. hack/up.sh --nodes 3          -> fk-node1..3 Ready at 172.18.0.11-13
+#   2. kubectl create deployment web --image=nginx --replicas=6   -> spread over >= 2 nodes
+#   3. kubectl expose deployment web --port=80; a busybox pod pinned on each node resolves
+#      `web` and `web.default.svc.cluster.local` to the ClusterIP, which serves nginx; from
+#      each node, with that pod's resolv.conf, `web`, `web.default` and
+#      `web.default.svc.cluster.local` serve nginx
+#   4. a NodePort answers on every node's IP
+#   5. pod-to-pod across nodes (each client GETs a web pod on another node)
+#   6. sessionAffinity ClientIP pins a client to one backend (a Service without it does not);
+#      a headless Service resolves to every backend pod's IP
+#   7. scale web to 0 -> its ClusterIP refuses at once on every node; back to 6
+#   8. kubectl drain of a node (--ignore-daemonsets --delete-emptydir-data) moves its pods;
+#      uncordon
+#   9. kill -9 of one node's kubelet and containerd -> the node goes NotReady/unreachable and
+#      its pods (tolerationSeconds 5) are replaced on the other nodes; hack/up.sh brings
+#      the node back Ready
+#  10. hack/down.sh leaves no node process, netns, veth, route, cgroup or PID file
+#
+# Each step checks its output; on failure the script names the step, shows what it saw and
+# still runs hack/down.sh (E2E_KEEP=1 leaves the cluster up to debug). Run it under
+# `flock /run/ferrokube-e2e.lock` (it shares ports and the runtime with the other e2e).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib/runtime.sh
+source "$REPO/hack/lib/runtime.sh"
+# shellcheck source=hack/lib/cluster.sh
+source "$REPO/hack/lib/cluster.sh"
+# shellcheck source=hack/lib/nodes.sh
+source "$REPO/hack/lib/nodes.sh"
+
+KUBECTL=/usr/bin/kubectl
+[ -x "$KUBECTL" ] || fk::die "the real kubectl is expected at $KUBECTL"
+[ "$(id -u)" -eq 0 ] || fk::die "e2e/multi-node.sh must run as root"
+export KUBECONFIG=$FK_ADMIN_KUBECONFIG
+N=3
+NODES=(fk-node1 fk-node2 fk-node3)
+
+T0=$(date +%s.%N)
+STEP=0
+STEP_NAME=""
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+step() { STEP=$((STEP + 1)); STEP_NAME=$*; printf '\n=== step %d [%ss]: %s\n' "$STEP" "$(elapsed)" "$*"; }
+ok() { printf -- '--- ok: %s\n' "$*"; }
+fail() {
+  printf '\nFAILED at step %d (%s): %s\n' "$STEP" "$STEP_NAME" "$*" >&2
+  exit 1
+}
+k() { timeout 30 "$KUBECTL" --request-timeout=20s "$@"; }
+# A command in a pod (bounded): `kexec pod -- cmd...`.
+kexec() { timeout 20 "$KUBECTL" --request-timeout=15s exec "$@"; }
+
+finish() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ "${E2E_KEEP:-0}" = 1 ]; then
+    echo "E2E_KEEP=1: cluster left up (KUBECONFIG=$KUBECONFIG); hack/down.sh to stop it" >&2
+    exit $rc
+  fi
+  if [ $rc -ne 0 ]; then
+    k get nodes -o wide >&2 || true
+    k get pods -A -o wide >&2 || true
+  fi
+  if [ "$STEP_NAME" != "hack/down.sh" ]; then
+    mn_cleanup
+    echo "--- cleaning up: hack/down.sh" >&2
+    bash "$REPO/hack/down.sh" >&2 || true
+  fi
+  if [ $rc -eq 0 ]; then
+    printf '\nPASS: multi-node e2e in %s s\n' "$(elapsed)"
+  fi
+  exit $rc
+}
+trap finish EXIT
+
+# Waits (at most $2 s) until deployment $1 has $3 ready, up-to-date replicas and no others.
+wait_deployment() { # name timeout_s replicas
+  local i got=""
+  for ((i = 0; i < $2 * 2; i++)); do
+    got=$(k get deployment "$1" -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}/{.status.replicas}' 2>/dev/null || true)
+    [ "$got" = "$3/$3/$3" ] && return 0
+    [ "$3" = 0 ] && [ "$got" = "//" ] && return 0
+    sleep 0.5
+  done
+  k get pods -l "app=$1" -o wide || true
+  fail "deployment $1: ready/updated/replicas '$got', want $3/$3/$3 after $2 s"
+}
+# "node pod-IP" of the live (not terminating) pods with label app=$1, one per line.
+pods_of() { # app
+  k get pods -l "app=$1" -o 'jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}' |
+    awk 'NF == 2'
+}
+# What this test creates (a leftover from an interrupted run would make `create` fail).
+mn_cleanup() {
+  k delete deployment web who --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  k delete service web web-np who who-sticky who-headless --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  # Pods of an interrupted run may be stuck Terminating on a node that was gone.
+  k delete pod -l 'app in (web,who,client)' --ignore-not-found --wait=false --force --grace-period=0 >/dev/null 2>&1 || true
+}
+# An HTTP GET from inside a pod with busybox nc (its wget crashes, see below); prints the
+# response, headers included, or nc's error.
+pod_http() { # pod ip [port]
+  # shellcheck disable=SC2016 # $1..$3 are the inner sh's arguments
+  kexec "$1" -- sh -c 'printf "GET / HTTP/1.0\r\nHost: %s\r\n\r\n" "$1" | nc -w 3 "$1" "$2" 2>&1' sh "$2" "${3:-80}" 2>&1
+}
+in_node() { # node command...
+  local n=$1
+  shift
+  nsenter --net="/run/netns/$n" -- "$@"
+}
+
+# ----------------------------------------------------------------------------------------
+step "hack/up.sh --nodes $N $*"
+bash "$REPO/hack/up.sh" --nodes "$N" "$@" || fail "hack/up.sh exited with $?"
+ok "cluster up"
+
+step "kubectl get nodes: ${NODES[*]} Ready at 172.18.0.11-13"
+out=$(k get nodes -o wide 2>&1) || fail "kubectl get nodes: $out"
+printf '%s\n' "$out"
+for ((i = 1; i <= N; i++)); do
+  grep -qE "^fk-node${i}[[:space:]]+Ready[[:space:]].*[[:space:]]172\.18\.0\.$((10 + i))[[:space:]]" <<<"$out" ||
+    fail "fk-node$i is not Ready with InternalIP 172.18.0.$((10 + i))"
+done
+[ "$(grep -c Ready <<<"$out")" -eq $N ] || fail "expected exactly $N nodes"
+ok "$N nodes Ready"
+
+step "kubectl create deployment web --image=nginx --replicas=6: spread over the nodes"
+mn_cleanup
+for ((i = 0; i < 60; i++)); do
+  [ -z "$(k get deployment,pods -l 'app in (web,who,client)' -o name 2>/dev/null)" ] && break
+  sleep 0.5
+done
+out=$(k create deployment web --image=nginx --replicas=6 2>&1) || fail "create deployment: $out"
+[ "$out" = "deployment.apps/web created" ] || fail "unexpected output: $out"
+wait_deployment web 180 6
+k get pods -l app=web -o wide
+spread=$(pods_of web | awk '{print $1}' | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}')
+nodes_used=$(pods_of web | awk '{print $1}' | sort -u | wc -l)
+[ "$nodes_used" -ge 2 ] || fail "the 6 web pods run on $nodes_used node(s): $spread"
+ok "6 web pods ready on $nodes_used nodes: $spread"
+
+step "kubectl expose deployment web --port=80; busybox clients pinned on each node"
+out=$(k expose deployment web --port=80 2>&1) || fail "expose: $out"
+[ "$out" = "service/web exposed" ] || fail "unexpected output: $out"
+cip=$(k get service web -o 'jsonpath={.spec.clusterIP}')
+for n in "${NODES[@]}"; do
+  k apply -f - >/dev/null <<EOF || fail "creating pod client-$n"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client-$n
+  labels: {app: client}
+spec:
+  nodeName: $n
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: busybox
+    image: busybox
+    command: [sleep, "3600"]
+EOF
+done
+for n in "${NODES[@]}"; do
+  phase=""
+  for ((i = 0; i < 240; i++)); do
+    phase=$(k get pod "client-$n" -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+    [ "$phase" = Running ] && break
+    sleep 0.5
+  done
+  [ "$phase" = Running ] || fail "pod client-$n is '${phase:-none}', not Running, after 120 s"
+done
+ok "service web at $cip; client pods Running on ${NODES[*]}"
+
+# The busybox image's wget crashes (SIGSEGV, exit 139, even for an IP: Debian's static
+# busybox and static glibc's NSS), so names are checked two ways: in each client pod with
+# busybox's own resolver (nslookup: the short name through the search path, and the full
+# name) and an HTTP GET of the answer with nc; and with glibc's resolver (search path,
+# ndots:5) from each node's netns, reading that pod's own /etc/resolv.conf, by curl of all
+# three names.
+step "from each node: web, web.default, web.default.svc.cluster.local answer (pod and node)"
+# The first ClusterIP nslookup finds in its output (after the server's own lines).
+lookup() { # pod name
+  kexec "$1" -- nslookup "$2" 2>&1 | awk '/^Name:/ {a=1} a && /^Address/ {print $NF; exit}'
+}
+for n in "${NODES[@]}"; do
+  for name in web web.default.svc.cluster.local; do
+    got=""
+    for ((i = 0; i < 30; i++)); do
+      got=$(lookup "client-$n" "$name" || true)
+      [ "$got" = "$cip" ] && break
+      sleep 1
+    done
+    [ "$got" = "$cip" ] || fail "client-$n: nslookup $name gave '${got:-nothing}', want $cip"
+  done
+  body=$(pod_http "client-$n" "$cip" || true)
+  grep -q "Welcome to nginx" <<<"$body" || fail "client-$n: GET http://$cip/: ${body:-nothing}"
+  printf '  client-%s: nslookup web and web.default.svc.cluster.local -> %s; GET -> Welcome to nginx!\n' "$n" "$cip"
+  resolv=$(kexec "client-$n" -- cat /etc/resolv.conf) || fail "client-$n: cat /etc/resolv.conf"
+  grep -q "^search default.svc.cluster.local svc.cluster.local cluster.local" <<<"$resolv" ||
+    fail "client-$n: resolv.conf without the cluster search path: $resolv"
+  printf '%s\n' "$resolv" >"/tmp/multi-node-resolv.$n"
+  for name in web web.default web.default.svc.cluster.local; do
+    # shellcheck disable=SC2016 # $1 and $2 are the inner sh's arguments
+    body=$(in_node "$n" unshare -m sh -c 'mount --bind "$1" /etc/resolv.conf && exec curl -s --max-time 5 "http://$2/"' \
+      sh "/tmp/multi-node-resolv.$n" "$name" 2>&1 || true)
+    grep -q "Welcome to nginx" <<<"$body" || fail "$n (pod resolv.conf): curl http://$name/: ${body:-nothing}"
+  done
+  rm -f "/tmp/multi-node-resolv.$n"
+  printf '  %s with the pod'"'"'s resolv.conf: curl web, web.default, web.default.svc.cluster.local -> Welcome to nginx!\n' "$n"
+done
+ok "every name answers on every node"
+
+step "a NodePort answers on every node's IP (from the host)"
+out=$(k expose deployment web --name=web-np --type=NodePort --port=80 2>&1) || fail "expose NodePort: $out"
+nport=$(k get service web-np -o 'jsonpath={.spec.ports[0].nodePort}')
+[ -n "$nport" ] || fail "no nodePort"
+for ((j = 1; j <= N; j++)); do
+  nip=$(fk::node_ip_of "$j")
+  body=""
+  for ((i = 0; i < 20; i++)); do
+    body=$(curl -s --max-time 3 "http://$nip:$nport/" || true)
+    grep -q "Welcome to nginx" <<<"$body" && break
+    sleep 1
+  done
+  grep -q "Welcome to nginx" <<<"$body" || fail "http://$nip:$nport/: ${body:-nothing}"
+  printf '  http://%s:%s/ -> Welcome to nginx!\n' "$nip" "$nport"
+done
+ok "NodePort $nport answers on all $N node IPs"
+
+step "pod-to-pod across nodes: each client gets a web pod on another node"
+for n in "${NODES[@]}"; do
+  target=$(pods_of web | awk -v n="$n" '$1 != n {print $2; exit}')
+  [ -n "$target" ] || fail "no web pod off $n"
+  body=$(pod_http "client-$n" "$target" || true)
+  grep -q "Welcome to nginx" <<<"$body" || fail "client-$n -> $target: ${body:-nothing}"
+  printf '  client-%s -> %s (on %s) ok\n' "$n" "$target" "$(pods_of web | awk -v t="$target" '$2 == t {print $1}')"
+done
+ok "cross-node pod traffic works"
+
+step "sessionAffinity ClientIP pins a client; a headless Service resolves to every pod IP"
+k apply -f - >/dev/null <<'EOF' || fail "creating deployment who and its Services"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: who
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: who}
+  template:
+    metadata:
+      labels: {app: who}
+    spec:
+      terminationGracePeriodSeconds: 1
+      # Short tolerations: the node-failure step expects replacements within seconds.
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      containers:
+      - name: httpd
+        image: busybox
+        command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 80 -h /www']
+        readinessProbe:
+          tcpSocket: {port: 80}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Service
+metadata: {name: who}
+spec:
+  selector: {app: who}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: who-sticky}
+spec:
+  selector: {app: who}
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 300}}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: who-headless}
+spec:
+  clusterIP: None
+  selector: {app: who}
+  ports: [{port: 80}]
+EOF
+wait_deployment who 120 3
+# 20 requests each from client-fk-node1: how often each backend (its hostname) answered.
+backends() { # service
+  local ip
+  ip=$(k get service "$1" -o 'jsonpath={.spec.clusterIP}')
+  kexec client-fk-node1 -- sh -c \
+    "for i in \$(seq 20); do printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 $ip 80 | tail -n 1; done" 2>&1 | sort | uniq -c
+}
+plain=""
+for ((i = 0; i < 10; i++)); do
+  plain=$(backends who)
+  [ "$(wc -l <<<"$plain")" -ge 2 ] && break
+  sleep 1
+done
+[ "$(wc -l <<<"$plain")" -ge 2 ] || fail "20 requests to who all went to one backend: $plain"
+sticky=$(backends who-sticky)
+printf '  who (no affinity):\n%s\n  who-sticky (ClientIP):\n%s\n' "$plain" "$sticky"
+grep -qE '^ *20 who-' <<<"$sticky" ||
+  fail "who-sticky: 20 requests did not all reach one backend: $sticky"
+want=$(pods_of who | awk '{print $2}' | sort | tr '\n' ' ')
+got=""
+for ((i = 0; i < 10; i++)); do
+  got=$(kexec client-fk-node2 -- nslookup who-headless.default.svc.cluster.local 10.96.0.10 2>&1 |
+    awk '/^Name:/ {a=1} a && /^Address/ {print $NF}' | sort | tr '\n' ' ' || true)
+  [ "$got" = "$want" ] && break
+  sleep 1
+done
+[ "$got" = "$want" ] || fail "who-headless resolves to '$got', want the pod IPs '$want'"
+ok "ClientIP affinity pins the client; who-headless -> $want"
+
+step "scale web to 0: its ClusterIP refuses at once on every node"
+out=$(k scale deployment web --replicas=0 2>&1) || fail "scale: $out"
+for n in "${NODES[@]}"; do
+  rc=""
+  for ((i = 0; i < 60; i++)); do
+    t0=$(date +%s.%N)
+    rc=0
+    in_node "$n" curl -s -o /dev/null --max-time 3 "http://$cip/" || rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    [ "$rc" = 7 ] && break
+    sleep 1
+  done
+  [ "$rc" = 7 ] || fail "$n: http://$cip/ not refused 60 s after scaling to 0 (curl exit $rc)"
+  awk -v s="$secs" 'BEGIN { exit !(s < 2) }' || fail "$n: refusal took $secs s (a hang, not a reject)"
+  printf '  %s: connection refused in %s s\n' "$n" "$secs"
+done
+for ((i = 0; i < 10; i++)); do
+  out=$(pod_http client-fk-node3 "$cip" || true)
+  grep -q "Connection refused" <<<"$out" && break
+  sleep 1
+done
+grep -q "Connection refused" <<<"$out" || fail "client-fk-node3: GET http://$cip/ with no endpoints: $out"
+out=$(k scale deployment web --replicas=6 2>&1) || fail "scale back: $out"
+wait_deployment web 180 6
+ok "refused on every node and from a pod; back to 6 replicas"
+
+DRAINED=fk-node3
+step "kubectl drain $DRAINED --ignore-daemonsets --delete-emptydir-data moves its pods"
+# client-$DRAINED is a bare pod: drain would refuse it without --force; it is done anyway.
+# (Terminating still counts for drain: wait until it is gone.)
+out=$(timeout 90 "$KUBECTL" delete pod "client-$DRAINED" --timeout=80s 2>&1) || fail "deleting client-$DRAINED: $out"
+before=$(pods_of web | awk -v n="$DRAINED" '$1 == n' | wc -l)
+before_who=$(pods_of who | awk -v n="$DRAINED" '$1 == n' | wc -l)
+out=$(timeout 180 "$KUBECTL" drain "$DRAINED" --ignore-daemonsets --delete-emptydir-data --timeout=150s 2>&1) ||
+  fail "drain: $out"
+printf '%s\n' "$out" | tail -n 5
+grep -q "node/$DRAINED drained" <<<"$out" || fail "drain did not report node/$DRAINED drained"
+[ "$(k get node "$DRAINED" -o 'jsonpath={.spec.unschedulable}')" = true ] || fail "$DRAINED is not cordoned"
+wait_deployment web 180 6
+wait_deployment who 120 3
+left=$( (pods_of web; pods_of who) | awk -v n="$DRAINED" '$1 == n' | wc -l)
+[ "$left" -eq 0 ] || fail "$left web/who pod(s) still on $DRAINED"
+out=$(k uncordon "$DRAINED" 2>&1) || fail "uncordon: $out"
+ok "$before web and $before_who who pod(s) moved off $DRAINED; all ready elsewhere; uncordoned"
+
+# The victim: a node that runs a who pod (tolerationSeconds 5).
+VICTIM=$(pods_of who | awk '{print $1}' | sort | uniq -c | sort -rn | awk '{print $2; exit}')
+step "kill -9 $VICTIM's kubelet and containerd: its pods are replaced on the other nodes"
+victim_pods=$(pods_of who | awk -v n="$VICTIM" '$1 == n' | wc -l)
+for c in kubelet containerd; do
+  pid=$(cat "$(fk::pidfile "$VICTIM-$c")") || fail "no PID file for $VICTIM-$c"
+  kill -KILL "$pid"
+done
+state=""
+for ((i = 0; i < 120; i++)); do
+  state=$(k get node "$VICTIM" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+  [ "$state" != True ] && break
+  sleep 0.5
+done
+[ "$state" != True ] || fail "$VICTIM still Ready 60 s after its kubelet died"
+printf '  %s Ready=%s after %s s\n' "$VICTIM" "$state" "$(elapsed)"
+moved=0
+for ((i = 0; i < 240; i++)); do
+  live=$(pods_of who)
+  if [ "$(awk -v n="$VICTIM" '$1 != n' <<<"$live" | wc -l)" -ge 3 ] &&
+    [ "$(k get deployment who -o 'jsonpath={.status.readyReplicas}' 2>/dev/null || true)" = 3 ]; then
+    moved=1
+    break
+  fi
+  sleep 0.5
+done
+k get pods -l app=who -o wide || true
+[ $moved -eq 1 ] || fail "who's $victim_pods pod(s) on $VICTIM were not replaced elsewhere within 120 s"
+taints=$(k get node "$VICTIM" -o 'jsonpath={range .spec.taints[*]}{.key}:{.effect} {end}')
+grep -q "node.kubernetes.io/unreachable:NoExecute" <<<"$taints" || fail "$VICTIM taints: $taints"
+ok "$victim_pods who pod(s) replaced off $VICTIM (taints: $taints)"
+
+step "hack/up.sh --nodes $N again brings $VICTIM back Ready"
+rerun_log=$(mktemp /tmp/multi-node-up.XXXXXX.log)
+rc=0
+bash "$REPO/hack/up.sh" --nodes "$N" --no-build "$@" >"$rerun_log" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { tail -n 30 "$rerun_log"; fail "hack/up.sh (re-run) exited with $rc (log $rerun_log)"; }
+rm -f "$rerun_log"
+fk::node_ready_named "$VICTIM" || fail "$VICTIM not Ready after the re-run"
+ok "$VICTIM Ready again"
+
+step "hack/down.sh leaves nothing of the nodes behind"
+mn_cleanup
+STEP_NAME="hack/down.sh"
+bash "$REPO/hack/down.sh" || fail "hack/down.sh exited with $?"
+left=""
+[ -z "$(fk::nodes_present)" ] || left+=" netns:$(fk::nodes_present | tr '\n' ,)"
+ip -br link | grep -qE '^(fk-veth|fk-br0)' && left+=" links:$(ip -br link | awk '/^fk-/ {print $1}' | tr '\n' ,)"
+ip route | grep -q '^10\.244\.[1-9]' && left+=" routes"
+ls "$FK_RUN_DIR"/fk-node*.pid >/dev/null 2>&1 && left+=" pidfiles"
+ls -d /sys/fs/cgroup/*/fk-node* >/dev/null 2>&1 && left+=" cgroups"
+pgrep -f "$FK_NODES_ETC/|$FK_NODES_RUN/" >/dev/null && left+=" processes"
+rt::pid_alive "$FK_NODE_REGISTRY_PID" docker-registry && left+=" registry"
+[ -z "$left" ] || fail "left behind:$left"
+ok "cluster down, nothing left"
