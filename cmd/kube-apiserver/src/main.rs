@@ -55,6 +55,12 @@ struct Args {
     /// Admission plugins to disable.
     #[arg(long, value_delimiter = ',')]
     disable_admission_plugins: Vec<String>,
+    /// Seconds of the not-ready:NoExecute toleration DefaultTolerationSeconds adds.
+    #[arg(long, default_value_t = 300)]
+    default_not_ready_toleration_seconds: i64,
+    /// Seconds of the unreachable:NoExecute toleration DefaultTolerationSeconds adds.
+    #[arg(long, default_value_t = 300)]
+    default_unreachable_toleration_seconds: i64,
     /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
     /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
     #[arg(long, default_value = "Node,RBAC")]
@@ -155,6 +161,10 @@ async fn main() -> anyhow::Result<()> {
             &args.disable_admission_plugins,
         )
         .map_err(|e| anyhow::anyhow!("--enable-admission-plugins: {e}"))?;
+    opts.admission_plugins.default_not_ready_toleration_seconds =
+        args.default_not_ready_toleration_seconds;
+    opts.admission_plugins
+        .default_unreachable_toleration_seconds = args.default_unreachable_toleration_seconds;
     opts.kubelet_client_certificate = args.kubelet_client_certificate;
     opts.kubelet_client_key = args.kubelet_client_key;
     opts.kubelet_certificate_authority = args.kubelet_certificate_authority;

@@ -213,3 +213,25 @@ async fn resource_quota_charges_and_refuses_with_upstream_messages() {
         "configmaps \"two\" is forbidden: exceeded quota: compute, requested: configmaps=1, used: configmaps=1, limited: configmaps=1"
     );
 }
+
+#[tokio::test]
+async fn default_toleration_seconds_adds_not_ready_and_unreachable() {
+    let server = TestApiServer::start_with(|o| {
+        o.admission_plugins.default_unreachable_toleration_seconds = 60
+    })
+    .await
+    .unwrap();
+    let pods = Api::<Pod>::namespaced(server.client.clone(), "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("p", json!({})))
+        .await
+        .unwrap();
+    let tolerations = serde_json::to_value(created.spec.unwrap().tolerations).unwrap();
+    assert_eq!(
+        tolerations,
+        json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+        ])
+    );
+}

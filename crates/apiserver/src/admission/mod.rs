@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::security::ClusterState;
 
+mod default_toleration_seconds;
 mod escalation;
 mod limit_ranger;
 mod node_restriction;
@@ -250,7 +251,11 @@ pub(crate) const PLUGINS: &[Registration] = &[
     plugin(pod_security::NAME, true, pod_security::new),
     known("PodNodeSelector", false),
     known("Priority", true),
-    known("DefaultTolerationSeconds", true),
+    plugin(
+        default_toleration_seconds::NAME,
+        true,
+        default_toleration_seconds::new,
+    ),
     known("PodTolerationRestriction", false),
     known("EventRateLimit", false),
     known("ExtendedResourceToleration", false),
