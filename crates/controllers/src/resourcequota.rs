@@ -156,7 +156,19 @@ impl Controller for ResourceQuotaController {
         let q = queue.clone();
         factory.informer::<ResourceQuota>().add_event_handler(
             move |n: Notification<ResourceQuota>| {
-                if !matches!(n, Notification::Deleted { .. }) {
+                // As upstream's updateQuota: a status-only change (admission charging the
+                // quota) is not a reason to recount; recounting then, from informers that
+                // may not have seen the charged object yet, would undo the charge.
+                let recount = match &n {
+                    Notification::Added { .. } => true,
+                    Notification::Updated { old, new } => {
+                        old.metadata.resource_version == new.metadata.resource_version
+                            || old.spec.as_ref().and_then(|s| s.hard.as_ref())
+                                != new.spec.as_ref().and_then(|s| s.hard.as_ref())
+                    }
+                    Notification::Deleted { .. } => false,
+                };
+                if recount {
                     q.add(object_key(&**n.object()));
                 }
             },
