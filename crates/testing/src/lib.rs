@@ -224,6 +224,32 @@ impl TestApiServer {
         Ok((parts.status.as_u16(), parts.headers, bytes.to_vec()))
     }
 
+    /// A JSON request through [`Self::raw`]: the status code, the `Warning` headers
+    /// (admission warnings) and the decoded body (`Null` when it is not JSON).
+    pub async fn send_json(
+        client: &kube::Client,
+        method: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<(u16, Vec<String>, serde_json::Value), TestServerError> {
+        let body = serde_json::to_vec(body).map_err(|e| TestServerError::Client(e.to_string()))?;
+        let (code, headers, bytes) = Self::raw(
+            client,
+            method,
+            path,
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await?;
+        let warnings = headers
+            .get_all("warning")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect();
+        let decoded = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        Ok((code, warnings, decoded))
+    }
+
     /// A client authenticating as `user` in `groups` with a client certificate from
     /// the cluster CA (for authorization tests).
     pub async fn client_as(

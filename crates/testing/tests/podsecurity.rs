@@ -11,25 +11,9 @@ async fn send(
     path: &str,
     body: Value,
 ) -> (u16, Vec<String>, Value) {
-    let (code, headers, bytes) = TestApiServer::raw(
-        client,
-        method,
-        path,
-        &[("content-type", "application/json")],
-        serde_json::to_vec(&body).unwrap(),
-    )
-    .await
-    .unwrap();
-    let warnings = headers
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_string())
-        .collect();
-    (
-        code,
-        warnings,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    TestApiServer::send_json(client, method, path, &body)
+        .await
+        .unwrap()
 }
 
 async fn namespace(client: &kube::Client, name: &str, labels: Value) {
