@@ -114,6 +114,12 @@ pub fn milli(q: &str) -> Option<i128> {
     parse(q).map(|p| scaled(p, 3))
 }
 
+/// The value as a float, for comparisons and sign checks where exactness does not
+/// matter (validation, defaulting); None when it does not parse.
+pub fn approx(q: &str) -> Option<f64> {
+    parse(q).map(|p| p.mantissa as f64 * 10f64.powi(p.exp10) * 2f64.powi(p.exp2 as i32))
+}
+
 /// Whether the quantity is written with a binary suffix (`BinarySI`).
 pub fn is_binary(q: &str) -> bool {
     parse(q).is_some_and(|p| p.exp2 > 0)

@@ -390,38 +390,11 @@ fn pod_prepare_create(pod: &mut Value, now: &str) {
 
 /// A quantity's value (enough to compare and to tell zero from positive).
 fn quantity(q: &Value) -> Option<f64> {
-    let q = match q {
-        Value::String(s) => s.trim(),
-        Value::Number(n) => return n.as_f64(),
-        _ => return None,
-    };
-    let split = q
-        .char_indices()
-        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && matches!(c, '+' | '-'))))
-        .map_or(q.len(), |(i, _)| i);
-    let (num, suffix) = q.split_at(split);
-    let base: f64 = num.parse().ok()?;
-    let mult = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        e if e.starts_with(['e', 'E']) => 10f64.powi(e[1..].parse().ok()?),
-        _ => return None,
-    };
-    Some(base * mult)
+    match q {
+        Value::String(s) => ferrokube_apimachinery::quantity::approx(s),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    }
 }
 
 /// Upstream's `qos.GetPodQOS` (container-level resources; pod-level resources are

@@ -321,41 +321,7 @@ pub const QUANTITY_FORMAT_MSG: &str =
 
 /// Parses a quantity into its value (as f64; enough to compare and check signs).
 pub fn parse_quantity(q: &str) -> Option<f64> {
-    let q = q.trim();
-    let num_end = q
-        .char_indices()
-        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && (*c == '+' || *c == '-'))))
-        .map_or(q.len(), |(i, _)| i);
-    let (num, suffix) = q.split_at(num_end);
-    let digits = num.trim_start_matches(['+', '-']);
-    if digits.is_empty() || digits == "." || digits.matches('.').count() > 1 {
-        return None;
-    }
-    let base: f64 = num.parse().ok()?;
-    let mult = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exp if exp.starts_with(['e', 'E']) => {
-            let e: i32 = exp[1..].parse().ok()?;
-            10f64.powi(e)
-        }
-        _ => return None,
-    };
-    Some(base * mult)
+    ferrokube_apimachinery::quantity::approx(q)
 }
 
 /// Validates a resource quantity: parseable and (optionally) not negative.
