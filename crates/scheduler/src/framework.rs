@@ -146,6 +146,11 @@ impl ClusterLister for EmptyLister {}
 /// Pods nominated to run on nodes (preemptors waiting for their victims to leave).
 pub trait Nominator: Send + Sync {
     fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>>;
+    /// Whether any pod is nominated anywhere: when not, a cycle skips the
+    /// per-node lookups (each one takes the queue's lock).
+    fn has_nominated_pods(&self) -> bool {
+        true
+    }
 }
 
 /// No nominated pods.
@@ -154,6 +159,9 @@ pub struct NoNominator;
 impl Nominator for NoNominator {
     fn nominated_pods_for_node(&self, _node: &str) -> Vec<Arc<PodInfo>> {
         vec![]
+    }
+    fn has_nominated_pods(&self) -> bool {
+        false
     }
 }
 

@@ -675,4 +675,7 @@ impl Nominator for SchedulingQueue {
             .cloned()
             .unwrap_or_default()
     }
+    fn has_nominated_pods(&self) -> bool {
+        !self.inner.lock().nominated.is_empty()
+    }
 }

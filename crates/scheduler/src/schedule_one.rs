@@ -6,12 +6,11 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::{CycleState, Framework, NodeScore, Nominator};
+use crate::framework::{CycleState, Framework, NoNominator, NodeScore, Nominator};
 use crate::status::{Code, Diagnosis, FitError, Status};
 use crate::types::PodInfo;
 
@@ -171,20 +170,32 @@ impl Algorithm {
         {
             return Ok((vec![ni.clone()], diagnosis));
         }
-        let nodes: Vec<Arc<NodeInfo>> =
-            match pre_result.as_ref().and_then(|r| r.node_names.as_ref()) {
-                None => snap.node_info_list.clone(),
-                Some(names) => {
-                    diagnosis.node_to_status.absent = Some(Status::unresolvable(
-                        "node(s) didn't satisfy plugin(s) PreFilter result",
-                    ));
-                    snap.node_info_list
-                        .iter()
-                        .filter(|n| names.contains(n.name()))
-                        .cloned()
-                        .collect()
-                }
-            };
+        // The snapshot's own list unless PreFilter narrowed it (no per-cycle copy of
+        // 5,000 `Arc`s).
+        let narrowed: Vec<Arc<NodeInfo>>;
+        let nodes: &[Arc<NodeInfo>] = match pre_result.as_ref().and_then(|r| r.node_names.as_ref())
+        {
+            None => &snap.node_info_list,
+            Some(names) => {
+                diagnosis.node_to_status.absent = Some(Status::unresolvable(
+                    "node(s) didn't satisfy plugin(s) PreFilter result",
+                ));
+                narrowed = snap
+                    .node_info_list
+                    .iter()
+                    .filter(|n| names.contains(n.name()))
+                    .cloned()
+                    .collect();
+                &narrowed
+            }
+        };
+        // Nominations are read once per cycle: with none, the filters skip the
+        // per-node lookup (and the queue lock it takes).
+        let nominator: &dyn Nominator = if nominator.has_nominated_pods() {
+            nominator
+        } else {
+            &NoNominator
+        };
         let pct = fw
             .percentage_of_nodes_to_score
             .unwrap_or(self.percentage_of_nodes_to_score);
@@ -192,7 +203,7 @@ impl Algorithm {
             fw,
             state,
             pod,
-            &nodes,
+            nodes,
             self.next_start_node_index,
             num_feasible_nodes_to_find(pct, nodes.len()),
             nominator,
@@ -215,8 +226,20 @@ impl Algorithm {
 
 type FeasibleResult = (Vec<Arc<NodeInfo>>, Vec<(String, Status)>, usize);
 
-/// Runs the filters over `nodes` from `start`, in parallel, until `want` feasible
-/// nodes are found. Returns feasible nodes, failed statuses, and nodes processed.
+/// Rounds of the node search smaller than this are filtered on the calling thread:
+/// handing a few hundred cheap filter calls to the thread pool costs more (wake-ups,
+/// stealing, a result buffer) than it saves on two cores.
+pub const PARALLEL_FILTER_MIN_NODES: usize = 1024;
+
+/// The smallest round of the node search (when only a few more feasible nodes are
+/// wanted, evaluate a handful at once rather than one by one).
+const MIN_FILTER_ROUND: usize = 32;
+
+/// Runs the filters over `nodes` from `start` (wrapping around) until `want`
+/// feasible nodes are found. Each round evaluates as many nodes as feasible ones
+/// are still missing (all of them may fit), inline when the round is small and in
+/// parallel otherwise. Returns the feasible nodes in search order, the failed
+/// statuses, and how many nodes were processed (where the next search starts).
 fn find_feasible(
     fw: &Framework,
     state: &CycleState,
@@ -227,38 +250,49 @@ fn find_feasible(
     nominator: &dyn Nominator,
 ) -> FeasibleResult {
     let n = nodes.len();
-    if n == 0 {
-        return (vec![], vec![], 0);
-    }
-    let found = AtomicUsize::new(0);
-    let results: Vec<Option<(usize, Status)>> = (0..n)
-        .into_par_iter()
-        .with_min_len(16)
-        .map(|i| {
-            if found.load(Ordering::Relaxed) >= want {
-                return None;
-            }
-            let idx = (start + i) % n;
-            let s = fw.run_filter_with_nominated_pods(state, pod, &nodes[idx], nominator);
-            if s.is_success() {
-                let prev = found.fetch_add(1, Ordering::Relaxed);
-                if prev >= want {
-                    return None;
-                }
-            }
-            Some((idx, s))
-        })
-        .collect();
-    let mut feasible = Vec::new();
+    let mut feasible = Vec::with_capacity(want.min(n));
     let mut failed = Vec::new();
     let mut processed = 0;
-    for (idx, s) in results.into_iter().flatten() {
-        processed += 1;
-        if s.is_success() {
-            feasible.push(nodes[idx].clone());
+    let eval = |offset: usize| {
+        let idx = (start + offset) % n;
+        let s = fw.run_filter_with_nominated_pods(state, pod, &nodes[idx], nominator);
+        (idx, s)
+    };
+    let mut next = 0;
+    while next < n && feasible.len() < want {
+        let round = (want - feasible.len()).max(MIN_FILTER_ROUND).min(n - next);
+        // Records one evaluated node; false once enough feasible ones are found.
+        let mut take = |(idx, s): (usize, Status)| {
+            if feasible.len() >= want {
+                return false;
+            }
+            processed += 1;
+            if s.is_success() {
+                feasible.push(nodes[idx].clone());
+            } else {
+                failed.push((nodes[idx].name().to_string(), s));
+            }
+            true
+        };
+        if round < PARALLEL_FILTER_MIN_NODES {
+            for offset in next..next + round {
+                if !take(eval(offset)) {
+                    break;
+                }
+            }
         } else {
-            failed.push((nodes[idx].name().to_string(), s));
+            let results: Vec<(usize, Status)> = (next..next + round)
+                .into_par_iter()
+                .with_min_len(PARALLEL_FILTER_MIN_NODES / 4)
+                .map(eval)
+                .collect();
+            for r in results {
+                if !take(r) {
+                    break;
+                }
+            }
         }
+        next += round;
     }
     (feasible, failed, processed)
 }

@@ -538,3 +538,142 @@ fn preemption_message_without_victims() {
         "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod"
     );
 }
+
+// ---- The node search ---------------------------------------------------------------
+
+/// `n` nodes; those whose index satisfies `tainted` carry a NoSchedule taint.
+fn tainted_snapshot(n: usize, tainted: impl Fn(usize) -> bool) -> Snapshot {
+    snapshot(
+        (0..n)
+            .map(|i| {
+                let spec = if tainted(i) {
+                    json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})
+                } else {
+                    json!({})
+                };
+                (node(&format!("n{i:05}"), spec), vec![])
+            })
+            .collect(),
+    )
+}
+
+/// One `findNodesThatFitPod`: (feasible names, failed names, where the next search starts).
+fn search(
+    alg: &mut Algorithm,
+    snap: &Snapshot,
+    nominator: &dyn Nominator,
+) -> (Vec<String>, Vec<String>, usize) {
+    let fw = default_fw();
+    let mut state = CycleState::new();
+    let p = PodInfo::new(pod("p", requests("100m", "100Mi")));
+    let (feasible, d) = alg
+        .find_nodes_that_fit(&fw, &mut state, &p, snap, nominator)
+        .unwrap();
+    let feasible = feasible.iter().map(|n| n.name().to_string()).collect();
+    let failed = d.node_to_status.map.keys().cloned().collect();
+    (feasible, failed, alg.next_start_node_index)
+}
+
+#[test]
+fn node_search_stops_at_the_wanted_count_and_resumes_after_it() {
+    // 300 nodes, every other one tainted: the adaptive percentage wants 144 nodes.
+    let snap = tainted_snapshot(300, |i| i % 2 == 1);
+    let want = num_feasible_nodes_to_find(0, 300);
+    assert_eq!(want, 144);
+    let mut alg = Algorithm::default();
+    let (feasible, failed, next) = search(&mut alg, &snap, &NoNominator);
+    assert_eq!(feasible.len(), want);
+    let distinct: std::collections::HashSet<_> = feasible.iter().collect();
+    assert_eq!(distinct.len(), want);
+    assert!(failed.iter().all(|n| !feasible.contains(n)));
+    // The search stops at the last feasible node it needs: what it processed is
+    // where the next cycle starts.
+    assert_eq!(next, feasible.len() + failed.len());
+    assert!((want * 2 - 1..=want * 2 + 1).contains(&next), "{next}");
+    // The next search wraps around the list and starts where this one stopped.
+    let (again, failed2, next2) = search(&mut alg, &snap, &NoNominator);
+    assert_eq!(again.len(), want);
+    assert!(again.iter().any(|n| !feasible.contains(n)));
+    assert_eq!(next2, (next + again.len() + failed2.len()) % 300);
+}
+
+#[test]
+fn node_search_visits_every_node_when_few_fit() {
+    // Only three nodes fit: the search runs over all 300 and finds exactly those.
+    let snap = tainted_snapshot(300, |i| ![7, 150, 299].contains(&i));
+    let mut alg = Algorithm {
+        next_start_node_index: 100,
+        percentage_of_nodes_to_score: 0,
+    };
+    let (mut feasible, failed, next) = search(&mut alg, &snap, &NoNominator);
+    feasible.sort();
+    assert_eq!(feasible, ["n00007", "n00150", "n00299"]);
+    assert_eq!(failed.len(), 297);
+    assert_eq!(next, 100);
+}
+
+#[test]
+fn node_search_over_many_nodes_runs_in_parallel_rounds_with_the_same_result() {
+    // 100% of 2,400 nodes: rounds big enough for the thread pool.
+    let n = 2400;
+    assert!(n / 2 >= crate::schedule_one::PARALLEL_FILTER_MIN_NODES);
+    let snap = tainted_snapshot(n, |i| i % 2 == 0);
+    let mut alg = Algorithm {
+        next_start_node_index: 5,
+        percentage_of_nodes_to_score: 100,
+    };
+    let (feasible, failed, next) = search(&mut alg, &snap, &NoNominator);
+    assert_eq!(feasible.len(), n / 2);
+    assert_eq!(failed.len(), n / 2);
+    assert_eq!(next, 5);
+    let distinct: std::collections::HashSet<_> = feasible.iter().collect();
+    assert_eq!(distinct.len(), n / 2);
+}
+
+/// A nominator that counts its per-node lookups.
+struct CountingNominator {
+    nominated: Vec<(String, Arc<PodInfo>)>,
+    lookups: std::sync::atomic::AtomicUsize,
+}
+
+impl Nominator for CountingNominator {
+    fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.nominated
+            .iter()
+            .filter(|(n, _)| n == node)
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+    fn has_nominated_pods(&self) -> bool {
+        !self.nominated.is_empty()
+    }
+}
+
+#[test]
+fn filters_skip_nominator_lookups_only_when_nothing_is_nominated() {
+    let snap = tainted_snapshot(4, |_| false);
+    let none = CountingNominator {
+        nominated: vec![],
+        lookups: Default::default(),
+    };
+    let mut alg = Algorithm::default();
+    let (feasible, _, _) = search(&mut alg, &snap, &none);
+    assert_eq!(feasible.len(), 4);
+    assert_eq!(none.lookups.load(std::sync::atomic::Ordering::Relaxed), 0);
+    // A preemptor nominated to n00001 that takes all of its CPU keeps others off it.
+    let hog = Arc::new(PodInfo::new(pod(
+        "hog",
+        json!({"spec": {"priority": 10, "containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": "4"}}}]}}),
+    )));
+    let some = CountingNominator {
+        nominated: vec![("n00001".into(), hog)],
+        lookups: Default::default(),
+    };
+    let (feasible, failed, _) = search(&mut alg, &snap, &some);
+    assert_eq!(feasible.len(), 3);
+    assert_eq!(failed, ["n00001"]);
+    assert_eq!(some.lookups.load(std::sync::atomic::Ordering::Relaxed), 4);
+}
