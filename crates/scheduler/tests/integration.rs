@@ -5,6 +5,7 @@ use std::time::Duration;
 use ferrokube_scheduler::KubeSchedulerConfiguration;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -19,10 +20,18 @@ fn node(name: &str, cpu: &str) -> Node {
     .unwrap()
 }
 
+/// A pod of priority `prio`: 0 is the default, any other value names the class
+/// `prio-<prio>` (the Priority admission plugin resolves the value from it).
 fn pod(name: &str, cpu: &str, prio: i32) -> Pod {
+    let class = if prio == 0 {
+        String::new()
+    } else {
+        format!("prio-{prio}")
+    };
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"priority": prio, "containers": [{"name": "c", "image": "busybox",
+        "spec": {"priority": prio, "priorityClassName": class,
+            "containers": [{"name": "c", "image": "busybox",
             "resources": {"requests": {"cpu": cpu}}}]}
     }))
     .unwrap()
@@ -125,8 +134,27 @@ async fn schedules_waits_for_nodes_and_preempts() -> anyhow::Result<()> {
     wait_for(&pods, "filler", |p| node_of(p).is_some()).await?;
     let hog = wait_for(&pods, "fits-large", |_| true).await?;
     assert_eq!(node_of(&hog), Some("large"));
-    pods.create(&PostParams::default(), &pod("important", "3", 1000))
+    Api::<PriorityClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "prio-1000"}, "value": 1000}))?,
+        )
         .await?;
+    // The admission plugin sees the class through the watch cache, a moment later.
+    for attempt in 0.. {
+        match pods
+            .create(&PostParams::default(), &pod("important", "3", 1000))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 403 && attempt < 100 => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => {
+                r?;
+                break;
+            }
+        }
+    }
     let p = wait_for(&pods, "important", |p| {
         p.status
             .as_ref()

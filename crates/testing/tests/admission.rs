@@ -8,6 +8,7 @@ use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::{
     ConfigMap, LimitRange, PersistentVolumeClaim, Pod, ResourceQuota,
 };
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -234,4 +235,96 @@ async fn default_toleration_seconds_adds_not_ready_and_unreachable() {
             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
         ])
     );
+}
+
+#[tokio::test]
+async fn priority_resolves_classes_and_refuses_unknown_ones() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let classes = Api::<PriorityClass>::all(client.clone());
+    // The built-in classes exist from the start.
+    let node_critical = classes.get("system-node-critical").await.unwrap();
+    assert_eq!(node_critical.value, 2_000_001_000);
+    assert_eq!(
+        classes.get("system-cluster-critical").await.unwrap().value,
+        2_000_000_000
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    let with_class = |name: &str, class: &str| -> Pod {
+        typed(
+            json!({"metadata": {"name": name}, "spec": {"priorityClassName": class,
+            "containers": [{"name": "c", "image": "busybox"}]}}),
+        )
+    };
+    let critical = pods
+        .create(
+            &PostParams::default(),
+            &with_class("critical", "system-cluster-critical"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(critical.spec.unwrap().priority, Some(2_000_000_000));
+    assert_eq!(
+        forbidden(
+            pods.create(&PostParams::default(), &with_class("lost", "missing"))
+                .await
+        ),
+        "pods \"lost\" is forbidden: no PriorityClass with name missing was found"
+    );
+    let plain = pods
+        .create(&PostParams::default(), &pod("plain", json!({})))
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(
+        (plain.priority, plain.preemption_policy.as_deref()),
+        (Some(0), Some("PreemptLowerPriority"))
+    );
+
+    // A global default class applies to pods without a class; a second is refused.
+    classes
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "everyone"}, "value": 100,
+                "globalDefault": true, "preemptionPolicy": "Never"})),
+        )
+        .await
+        .unwrap();
+    let mut seen = None;
+    for _ in 0..100 {
+        match classes
+            .create(
+                &PostParams::default(),
+                &typed(json!({"metadata": {"name": "second"}, "value": 5,
+                    "globalDefault": true})),
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) => {
+                seen = Some(s);
+                break;
+            }
+            Err(e) => panic!("{e}"),
+            // The plugin had not seen `everyone` yet: undo and retry.
+            Ok(_) => {
+                classes.delete("second", &Default::default()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let s = seen.expect("a second default class was always accepted");
+    assert_eq!(s.code, 403);
+    assert_eq!(
+        s.message,
+        "priorityclasses.scheduling.k8s.io \"second\" is forbidden: PriorityClass everyone is already marked as default. Only one default can exist"
+    );
+    let defaulted = until_admitted(&pods, &pod("defaulted", json!({})), |p| {
+        p.spec.as_ref().and_then(|s| s.priority) == Some(100)
+    })
+    .await
+    .spec
+    .unwrap();
+    assert_eq!(defaulted.priority_class_name.as_deref(), Some("everyone"));
+    assert_eq!(defaulted.preemption_policy.as_deref(), Some("Never"));
 }

@@ -31,11 +31,13 @@ mod escalation;
 mod limit_ranger;
 mod node_restriction;
 mod pod_security;
+mod priority;
 mod resource_quota;
 mod service_account;
 mod webhook;
 
 pub(crate) use node_restriction::check_eviction;
+pub(crate) use priority::ensure_system_priority_classes;
 
 pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -250,7 +252,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("ImagePolicyWebhook", false),
     plugin(pod_security::NAME, true, pod_security::new),
     known("PodNodeSelector", false),
-    known("Priority", true),
+    plugin(priority::NAME, true, priority::new),
     plugin(
         default_toleration_seconds::NAME,
         true,
