@@ -1009,51 +1009,49 @@ impl Framework {
         if active.is_empty() {
             return Ok(totals);
         }
-        // Scores per node then per plugin, computed in parallel over nodes.
-        let per_node: Result<Vec<Vec<i64>>, Status> = nodes
-            .par_iter()
-            .with_min_len(32)
-            .map(|n| {
-                active
-                    .iter()
-                    .map(|w| {
-                        let sp = w.plugin.score().expect("score plugin");
-                        let (v, s) = sp.score(state, pod, n);
-                        if s.is_success() {
-                            Ok(v)
-                        } else {
-                            Err(s.with_plugin(w.plugin.name()))
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        let per_node = per_node?;
-        for (j, w) in active.iter().enumerate() {
-            let sp = w.plugin.score().expect("score plugin");
-            let mut scores: Vec<NodeScore> = nodes
-                .iter()
-                .zip(&per_node)
-                .map(|(n, v)| NodeScore {
-                    name: n.name().to_string(),
-                    score: v[j],
-                })
-                .collect();
-            if sp.has_normalize() {
-                let s = sp.normalize_score(state, pod, &mut scores);
+        // Scores per node then per plugin in one flat buffer (row = node), computed
+        // in parallel over nodes when there are enough of them to pay for it.
+        let p = active.len();
+        let mut raw = vec![0i64; nodes.len() * p];
+        let score_node = |(row, n): (&mut [i64], &Arc<NodeInfo>)| -> Result<(), Status> {
+            for (slot, w) in row.iter_mut().zip(&active) {
+                let sp = w.plugin.score().expect("score plugin");
+                let (v, s) = sp.score(state, pod, n);
                 if !s.is_success() {
                     return Err(s.with_plugin(w.plugin.name()));
                 }
+                *slot = v;
             }
-            for (t, s) in totals.iter_mut().zip(&scores) {
-                if s.score > MAX_NODE_SCORE || s.score < MIN_NODE_SCORE {
-                    return Err(Status::error(format!(
-                        "plugin {:?} returns an invalid score {}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
-                        w.plugin.name(),
-                        s.score
-                    )));
+            Ok(())
+        };
+        if nodes.len() < PARALLEL_SCORE_MIN_NODES {
+            raw.chunks_mut(p).zip(nodes).try_for_each(score_node)?;
+        } else {
+            raw.par_chunks_mut(p)
+                .zip(nodes.par_iter())
+                .with_min_len(PARALLEL_SCORE_MIN_NODES / 4)
+                .try_for_each(score_node)?;
+        }
+        // Normalizing plugins see one plugin's scores with node names; the names are
+        // copied once per cycle into this buffer, which every such plugin reuses.
+        let mut scratch: Vec<NodeScore> = Vec::new();
+        for (j, w) in active.iter().enumerate() {
+            let sp = w.plugin.score().expect("score plugin");
+            let column = raw.iter().skip(j).step_by(p).copied();
+            if sp.has_normalize() {
+                if scratch.is_empty() {
+                    scratch = totals.clone();
                 }
-                t.score += s.score * w.weight;
+                for (s, v) in scratch.iter_mut().zip(column) {
+                    s.score = v;
+                }
+                let s = sp.normalize_score(state, pod, &mut scratch);
+                if !s.is_success() {
+                    return Err(s.with_plugin(w.plugin.name()));
+                }
+                add_weighted(&mut totals, scratch.iter().map(|s| s.score), w)?;
+            } else {
+                add_weighted(&mut totals, column, w)?;
             }
         }
         Ok(totals)
@@ -1195,6 +1193,29 @@ impl Framework {
             }
         }
     }
+}
+
+/// Score rounds over fewer nodes than this run on the calling thread (see
+/// `schedule_one::PARALLEL_FILTER_MIN_NODES`).
+pub const PARALLEL_SCORE_MIN_NODES: usize = 1024;
+
+/// Adds one plugin's (normalized) scores times its weight to the totals, checking
+/// the range as `RunScorePlugins` does.
+fn add_weighted(
+    totals: &mut [NodeScore],
+    scores: impl Iterator<Item = i64>,
+    w: &Weighted,
+) -> Result<(), Status> {
+    for (t, score) in totals.iter_mut().zip(scores) {
+        if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
+            return Err(Status::error(format!(
+                "plugin {:?} returns an invalid score {score}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
+                w.plugin.name(),
+            )));
+        }
+        t.score += score * w.weight;
+    }
+    Ok(())
 }
 
 /// `DefaultNormalizeScore`: scales to `[0, max]` by the highest score; `reverse`

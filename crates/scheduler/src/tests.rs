@@ -677,3 +677,87 @@ fn filters_skip_nominator_lookups_only_when_nothing_is_nominated() {
     assert_eq!(failed, ["n00001"]);
     assert_eq!(some.lookups.load(std::sync::atomic::Ordering::Relaxed), 4);
 }
+
+// ---- Scoring ---------------------------------------------------------------------
+
+/// `n` nodes in three zones, with different loads, some with a PreferNoSchedule taint
+/// and some with a label the test pod prefers.
+fn varied_snapshot(n: usize) -> Snapshot {
+    snapshot(
+        (0..n)
+            .map(|i| {
+                let mut over = json!({"metadata": {"labels": {
+                    "topology.kubernetes.io/zone": format!("z{}", i % 3)}}});
+                if i % 4 == 1 {
+                    over["spec"] = json!({"taints": [{"key": "k", "effect": "PreferNoSchedule"}]});
+                }
+                if i % 5 == 2 {
+                    over["metadata"]["labels"]["disk"] = "ssd".into();
+                }
+                let pods = (0..i % 6)
+                    .map(|j| {
+                        pod(
+                            &format!("p-{i}-{j}"),
+                            requests(&format!("{}m", 100 + 150 * j), &format!("{}Mi", 64 << j)),
+                        )
+                    })
+                    .collect();
+                (node(&format!("n{i:05}"), over), pods)
+            })
+            .collect(),
+    )
+}
+
+/// Every score plugin on its own (PreScore, Score, NormalizeScore), times its weight,
+/// summed per node: what `RunScorePlugins` must add up to.
+fn reference_totals(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> Vec<(String, i64)> {
+    let mut totals = std::collections::BTreeMap::<String, i64>::new();
+    for (name, weight) in fw.score_weights() {
+        let plugin = fw.plugin(name).unwrap();
+        for (node, v) in crate::plugins::testutil::score_all(plugin.as_ref(), p, snap) {
+            *totals.entry(node).or_default() += v * weight;
+        }
+    }
+    totals.into_iter().collect()
+}
+
+fn framework_totals(fw: &Framework, p: &Arc<Pod>, snap: &Snapshot) -> Vec<(String, i64)> {
+    let mut state = CycleState::new();
+    let info = PodInfo::new(p.clone());
+    let nodes = &snap.node_info_list;
+    assert!(
+        fw.run_pre_score(&mut state, &info, nodes, snap)
+            .is_success()
+    );
+    let mut v: Vec<(String, i64)> = fw
+        .run_score(&state, &info, nodes)
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.name, s.score))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn scores_are_the_weighted_sum_of_normalized_plugin_scores() {
+    let fw = default_fw();
+    let p = pod(
+        "p",
+        json!({"spec": {
+            "containers": [{"name": "c", "image": "busybox",
+                "resources": {"requests": {"cpu": "300m", "memory": "256Mi"}}}],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 7, "preference": {"matchExpressions": [
+                    {"key": "disk", "operator": "In", "values": ["ssd"]}]}}]}}}}),
+    );
+    // Below and above the size where nodes are scored in parallel.
+    for n in [12, crate::framework::PARALLEL_SCORE_MIN_NODES + 100] {
+        let snap = varied_snapshot(n);
+        let got = framework_totals(&fw, &p, &snap);
+        assert_eq!(got, reference_totals(&fw, &p, &snap), "{n} nodes");
+        // The scores differ between nodes (loads, taints, affinity all count).
+        let distinct: std::collections::HashSet<i64> = got.iter().map(|s| s.1).collect();
+        assert!(distinct.len() > 3, "{n} nodes: {distinct:?}");
+    }
+}
