@@ -72,7 +72,14 @@ fn node_of(p: &Pod) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_waits_for_nodes_and_preempts() -> anyhow::Result<()> {
-    let srv = TestApiServer::start().await?;
+    // As upstream's scheduler integration tests: no node lifecycle controller runs
+    // here to lift the not-ready taint that TaintNodesByCondition puts on new nodes.
+    let srv = TestApiServer::start_with(|o| {
+        o.admission_plugins
+            .set("TaintNodesByCondition", false)
+            .expect("a known plugin")
+    })
+    .await?;
     let client = srv.client.clone();
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, LimitRange, PersistentVolumeClaim, Pod, ResourceQuota,
+    ConfigMap, LimitRange, Node, PersistentVolumeClaim, Pod, ResourceQuota,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
@@ -327,4 +327,33 @@ async fn priority_resolves_classes_and_refuses_unknown_ones() {
     .unwrap();
     assert_eq!(defaulted.priority_class_name.as_deref(), Some("everyone"));
     assert_eq!(defaulted.preemption_policy.as_deref(), Some("Never"));
+}
+
+#[tokio::test]
+async fn taint_nodes_by_condition_taints_new_nodes_not_ready() {
+    let server = TestApiServer::start().await.unwrap();
+    let nodes = Api::<Node>::all(server.client.clone());
+    let created = nodes
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "n1"}, "spec": {"taints": [
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(created.spec.unwrap().taints).unwrap(),
+        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+               {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+    );
+    // Only creation: an update may remove it (the node lifecycle controller does).
+    let updated = nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": null}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated.spec.unwrap().taints, None);
 }

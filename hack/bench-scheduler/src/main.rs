@@ -439,9 +439,15 @@ fn report(args: &Args, init: usize, pods: usize, o: &Outcome, lb: &str, la: &str
 // ---- Against the in-process apiserver -------------------------------------------
 
 async fn run_api(args: &Args, init: usize, pods: usize) -> Result<Outcome> {
-    let srv = ferrokube_testing::TestApiServer::start()
-        .await
-        .map_err(|e| anyhow::anyhow!("starting the test apiserver: {e}"))?;
+    // No node lifecycle controller runs here to lift the not-ready taint that
+    // TaintNodesByCondition puts on new nodes.
+    let srv = ferrokube_testing::TestApiServer::start_with(|o| {
+        o.admission_plugins
+            .set("TaintNodesByCondition", false)
+            .expect("a known plugin")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("starting the test apiserver: {e}"))?;
     let result = populate_and_measure(&srv, args, init, pods).await;
     srv.stop().await;
     result

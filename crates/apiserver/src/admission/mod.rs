@@ -34,6 +34,7 @@ mod pod_security;
 mod priority;
 mod resource_quota;
 mod service_account;
+mod taint_nodes_by_condition;
 mod webhook;
 
 pub(crate) use node_restriction::check_eviction;
@@ -247,7 +248,11 @@ pub(crate) const PLUGINS: &[Registration] = &[
     plugin(limit_ranger::NAME, true, limit_ranger::new),
     plugin(service_account::NAME, true, service_account::new),
     plugin(node_restriction::NAME, true, node_restriction::new),
-    known("TaintNodesByCondition", true),
+    plugin(
+        taint_nodes_by_condition::NAME,
+        true,
+        taint_nodes_by_condition::new,
+    ),
     known("AlwaysPullImages", false),
     known("ImagePolicyWebhook", false),
     plugin(pod_security::NAME, true, pod_security::new),
