@@ -14,8 +14,11 @@
 #   6. sessionAffinity ClientIP pins a client to one backend (a Service without it does not);
 #      a headless Service resolves to every backend pod's IP
 #   7. scale web to 0 -> its ClusterIP refuses at once on every node; back to 6
-#   8. kubectl drain of a node (--ignore-daemonsets --delete-emptydir-data) moves its pods;
-#      uncordon
+#   8. kubectl drain of a node with a PodDisruptionBudget on web: minAvailable 6 of 6 blocks
+#      it (drain --timeout=20s fails with "Cannot evict pod as it would violate the pod's
+#      disruption budget", the pods stay); minAvailable 5 lets it through one eviction at
+#      a time (kubectl retries the 429s; web's ready replicas never fall below 5); its
+#      pods move; uncordon
 #   9. kill -9 of one node's kubelet and containerd -> the node goes NotReady/unreachable and
 #      its pods (tolerationSeconds 5) are replaced on the other nodes; hack/up.sh brings
 #      the node back Ready
@@ -61,7 +64,9 @@ finish() {
     echo "E2E_KEEP=1: cluster left up (KUBECONFIG=$KUBECONFIG); hack/down.sh to stop it" >&2
     exit $rc
   fi
-  if [ $rc -ne 0 ]; then
+  # Only while the control-plane bridge holds the apiserver's address: without it,
+  # 172.18.0.1 is not local and a request would leave the machine by the default route.
+  if [ $rc -ne 0 ] && fk::cp_addr_local; then
     k get nodes -o wide >&2 || true
     k get pods -A -o wide >&2 || true
   fi
@@ -98,6 +103,7 @@ pods_of() { # app
 mn_cleanup() {
   k delete deployment web who --ignore-not-found --wait=false >/dev/null 2>&1 || true
   k delete service web web-np who who-sticky who-headless --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  k delete pdb web --ignore-not-found --wait=false >/dev/null 2>&1 || true
   # Pods of an interrupted run may be stuck Terminating on a node that was gone.
   k delete pod -l 'app in (web,who,client)' --ignore-not-found --wait=false --force --grace-period=0 >/dev/null 2>&1 || true
 }
@@ -323,48 +329,115 @@ ok "ClientIP affinity pins the client; who-headless -> $want"
 
 step "scale web to 0: its ClusterIP refuses at once on every node"
 out=$(k scale deployment web --replicas=0 2>&1) || fail "scale: $out"
+# Each node's kube-proxy syncs on its own: wait (bounded) until THAT node has put the
+# ClusterIP in its no-endpoint-services map (reject), then one request must be refused at
+# once. Before that, a request may go to a terminating pod and time out, which is not
+# what this step checks.
+# (Output captured first: `nft ... | grep -q` under pipefail fails when grep exits early and
+# nft gets SIGPIPE.)
+rejected_on() { # node
+  local map
+  map=$(in_node "$1" nft list map ip kube-proxy no-endpoint-services 2>/dev/null) || return 1
+  grep -qF "$cip . tcp . 80 " <<<"$map"
+}
 for n in "${NODES[@]}"; do
-  rc=""
-  for ((i = 0; i < 60; i++)); do
-    t0=$(date +%s.%N)
-    rc=0
-    in_node "$n" curl -s -o /dev/null --max-time 3 "http://$cip/" || rc=$?
-    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
-    [ "$rc" = 7 ] && break
-    sleep 1
+  for ((i = 0; i < 120; i++)); do
+    rejected_on "$n" && break
+    sleep 0.5
   done
-  [ "$rc" = 7 ] || fail "$n: http://$cip/ not refused 60 s after scaling to 0 (curl exit $rc)"
+  rejected_on "$n" || fail "$n: kube-proxy did not put $cip in no-endpoint-services within 60 s: $(in_node "$n" nft list map ip kube-proxy no-endpoint-services 2>&1 | tail -n 5)"
+  t0=$(date +%s.%N)
+  rc=0
+  err=$(in_node "$n" curl -sS -o /dev/null --max-time 3 "http://$cip/" 2>&1) || rc=$?
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  # curl 7.88 says "Couldn't connect to server" for a refusal too: exit 7 at once it is.
+  [ "$rc" = 7 ] || fail "$n: http://$cip/ with no endpoints: curl exit $rc after $secs s ($err), want 7 (refused)"
   awk -v s="$secs" 'BEGIN { exit !(s < 2) }' || fail "$n: refusal took $secs s (a hang, not a reject)"
   printf '  %s: connection refused in %s s\n' "$n" "$secs"
 done
-for ((i = 0; i < 10; i++)); do
-  out=$(pod_http client-fk-node3 "$cip" || true)
-  grep -q "Connection refused" <<<"$out" && break
-  sleep 1
-done
+out=$(pod_http client-fk-node3 "$cip" || true)
 grep -q "Connection refused" <<<"$out" || fail "client-fk-node3: GET http://$cip/ with no endpoints: $out"
 out=$(k scale deployment web --replicas=6 2>&1) || fail "scale back: $out"
 wait_deployment web 180 6
 ok "refused on every node and from a pod; back to 6 replicas"
 
 DRAINED=fk-node3
-step "kubectl drain $DRAINED --ignore-daemonsets --delete-emptydir-data moves its pods"
+step "kubectl drain $DRAINED respects a PodDisruptionBudget on web, then moves its pods"
 # client-$DRAINED is a bare pod: drain would refuse it without --force; it is done anyway.
 # (Terminating still counts for drain: wait until it is gone.)
 out=$(timeout 90 "$KUBECTL" delete pod "client-$DRAINED" --timeout=80s 2>&1) || fail "deleting client-$DRAINED: $out"
 before=$(pods_of web | awk -v n="$DRAINED" '$1 == n' | wc -l)
 before_who=$(pods_of who | awk -v n="$DRAINED" '$1 == n' | wc -l)
-out=$(timeout 180 "$KUBECTL" drain "$DRAINED" --ignore-daemonsets --delete-emptydir-data --timeout=150s 2>&1) ||
-  fail "drain: $out"
+[ "$before" -ge 1 ] || fail "no web pod on $DRAINED to drain: $(pods_of web | tr '\n' ';')"
+# healthy/desired/allowed of the budget, as the disruption controller reports it.
+pdb_status() { k get pdb web -o 'jsonpath={.status.currentHealthy}/{.status.desiredHealthy}/{.status.disruptionsAllowed}' 2>/dev/null || true; }
+wait_pdb() { # want timeout_s
+  local i got=""
+  for ((i = 0; i < $2 * 2; i++)); do
+    got=$(pdb_status)
+    [ "$got" = "$1" ] && return 0
+    sleep 0.5
+  done
+  fail "PodDisruptionBudget web: healthy/desired/allowed '$got', want $1 after $2 s"
+}
+# 1. minAvailable 6 of 6: no eviction is allowed, so drain gives up after its timeout.
+k apply -f - >/dev/null <<'EOF2' || fail "creating the PodDisruptionBudget web"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web}
+spec:
+  minAvailable: 6
+  selector:
+    matchLabels: {app: web}
+EOF2
+wait_pdb 6/6/0 60
+rc=0
+out=$(timeout 60 "$KUBECTL" drain "$DRAINED" --ignore-daemonsets --delete-emptydir-data --timeout=20s 2>&1) || rc=$?
+[ $rc -ne 0 ] || fail "drain with minAvailable=6 of 6 succeeded: $out"
+grep -q "Cannot evict pod as it would violate the pod's disruption budget" <<<"$out" ||
+  fail "drain with minAvailable=6 of 6 failed without the disruption budget error: $out"
+printf '%s\n' "$out" | grep -m 1 "Cannot evict pod"
+still=$(pods_of web | awk -v n="$DRAINED" '$1 == n' | wc -l)
+[ "$still" -eq "$before" ] || fail "$DRAINED ran $before web pod(s) before the blocked drain, $still after"
+[ "$(pdb_status)" = 6/6/0 ] || fail "budget after the blocked drain: $(pdb_status), want 6/6/0"
+printf '  blocked: drain --timeout=20s exited %s; %s web pod(s) still on %s\n' "$rc" "$still" "$DRAINED"
+# 2. minAvailable 5: one eviction at a time; drain retries the 429s until it is done.
+out=$(k patch pdb web --type=merge -p '{"spec":{"minAvailable":5}}' 2>&1) || fail "relaxing the budget: $out"
+wait_pdb 6/5/1 60
+# Sample web's ready replicas while drain runs: the budget keeps them at 5 or more.
+ready_log=$(mktemp /tmp/multi-node-ready.XXXXXX)
+(
+  for ((i = 0; i < 600; i++)); do
+    k get deployment web -o 'jsonpath={.status.readyReplicas}{"\n"}' 2>/dev/null || true
+    sleep 0.2
+  done
+) >"$ready_log" &
+sampler=$!
+rc=0
+out=$(timeout 180 "$KUBECTL" drain "$DRAINED" --ignore-daemonsets --delete-emptydir-data --timeout=150s 2>&1) || rc=$?
+kill "$sampler" 2>/dev/null || true
+wait "$sampler" 2>/dev/null || true
+[ $rc -eq 0 ] || fail "drain with minAvailable=5: exit $rc: $out"
 printf '%s\n' "$out" | tail -n 5
 grep -q "node/$DRAINED drained" <<<"$out" || fail "drain did not report node/$DRAINED drained"
+if [ "$before" -ge 2 ]; then
+  # Several web pods on the node: all but one eviction were refused at first, and retried.
+  grep -q "Cannot evict pod as it would violate the pod's disruption budget" <<<"$out" ||
+    fail "drain of $before web pods with one disruption allowed saw no 429: $out"
+fi
+min_ready=$(grep -E '^[0-9]+$' "$ready_log" | sort -n | head -n 1)
+samples=$(grep -cE '^[0-9]+$' "$ready_log" || true)
+rm -f "$ready_log"
+[ -n "$min_ready" ] || fail "no readyReplicas sample of web during the drain"
+[ "$min_ready" -ge 5 ] || fail "web's ready replicas fell to $min_ready during the drain (budget: minAvailable 5)"
 [ "$(k get node "$DRAINED" -o 'jsonpath={.spec.unschedulable}')" = true ] || fail "$DRAINED is not cordoned"
 wait_deployment web 180 6
 wait_deployment who 120 3
 left=$( (pods_of web; pods_of who) | awk -v n="$DRAINED" '$1 == n' | wc -l)
 [ "$left" -eq 0 ] || fail "$left web/who pod(s) still on $DRAINED"
+out=$(k delete pdb web 2>&1) || fail "deleting the budget: $out"
 out=$(k uncordon "$DRAINED" 2>&1) || fail "uncordon: $out"
-ok "$before web and $before_who who pod(s) moved off $DRAINED; all ready elsewhere; uncordoned"
+ok "budget held (drain blocked at minAvailable 6; at 5, ready web replicas >= $min_ready in $samples samples); $before web and $before_who who pod(s) moved off $DRAINED; uncordoned"
 
 # The victim: a node that runs a who pod (tolerationSeconds 5).
 VICTIM=$(pods_of who | awk '{print $1}' | sort | uniq -c | sort -rn | awk '{print $2; exit}')
@@ -413,11 +486,15 @@ STEP_NAME="hack/down.sh"
 bash "$REPO/hack/down.sh" || fail "hack/down.sh exited with $?"
 left=""
 [ -z "$(fk::nodes_present)" ] || left+=" netns:$(fk::nodes_present | tr '\n' ,)"
-ip -br link | grep -qE '^(fk-veth|fk-br0)' && left+=" links:$(ip -br link | awk '/^fk-/ {print $1}' | tr '\n' ,)"
-ip route | grep -q '^10\.244\.[1-9]' && left+=" routes"
+links=$(ip -br link)
+grep -qE '^(fk-veth|fk-br0)' <<<"$links" && left+=" links:$(awk '/^fk-/ {print $1}' <<<"$links" | tr '\n' ,)"
+routes=$(ip route)
+grep -q '^10\.244\.[1-9]' <<<"$routes" && left+=" routes"
 ls "$FK_RUN_DIR"/fk-node*.pid >/dev/null 2>&1 && left+=" pidfiles"
 ls -d /sys/fs/cgroup/*/fk-node* >/dev/null 2>&1 && left+=" cgroups"
 pgrep -f "$FK_NODES_ETC/|$FK_NODES_RUN/" >/dev/null && left+=" processes"
+grep -qF " $FK_NODES_DATA/" /proc/self/mounts && left+=" mounts"
+grep -qF " $FK_NODES_RUN/" /proc/self/mounts && left+=" mounts(run)"
 rt::pid_alive "$FK_NODE_REGISTRY_PID" docker-registry && left+=" registry"
 [ -z "$left" ] || fail "left behind:$left"
 ok "cluster down, nothing left"

@@ -43,6 +43,9 @@ source "$REPO/hack/lib/cluster.sh"
 source "$REPO/hack/lib/nodes.sh"
 
 [ "$(id -u)" -eq 0 ] || fk::die "hack/down.sh must run as root"
+# Name the command that failed (set -e alone exits with its status and says nothing).
+set -E
+trap 'fk::log "error: hack/down.sh: \`$BASH_COMMAND\` exited with $? (line $LINENO)"' ERR
 T0=$(date +%s.%N)
 
 TARGET_DIR=$(fk::target_dir)
@@ -111,8 +114,9 @@ if ! rt::containerd_ready; then
   # CNI chains in the nat table (bridge ipMasq, portmap; iptables-nft): per-pod ones went
   # with their sandboxes; the shared portmap chains stay behind. Jumps first, then chains.
   if command -v iptables >/dev/null 2>&1; then
-    iptables -t nat -S 2>/dev/null | grep -E '^-A (PREROUTING|INPUT|OUTPUT|POSTROUTING) .*-j CNI-' \
-      | while read -r rule; do eval "iptables -t nat -D ${rule#-A }" || true; done
+    # (grep finds nothing when no pod ever ran on the host: not an error under pipefail.)
+    { iptables -t nat -S 2>/dev/null | grep -E '^-A (PREROUTING|INPUT|OUTPUT|POSTROUTING) .*-j CNI-' || true; } |
+      while read -r rule; do eval "iptables -t nat -D ${rule#-A }" || true; done
     chains=$(iptables -t nat -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}')
     for chain in $chains; do iptables -t nat -F "$chain" || true; done
     for chain in $chains; do
@@ -126,6 +130,8 @@ else
 fi
 
 if [ $purge -eq 1 ]; then
+  # Volume tmpfs a killed kubelet left mounted would make rm fail (its kubelet is stopped).
+  fk::umount_under "$FK_KUBELET_ROOT"
   rm -rf "$FK_APISERVER_DATA" "$FK_ETCD_DATA" "$FK_KUBELET_ROOT" "$FK_PKI_DIR" "$FK_ETC/manifests" \
     "$FK_NODES_DATA" "$FK_NODES_ETC"
   rm -f "$FK_LOG_DIR/$FK_NODE_PREFIX"*.log "$FK_LOG_DIR/registry-nodes.log"

@@ -61,6 +61,9 @@ source "$REPO/hack/lib/cluster.sh"
 source "$REPO/hack/lib/nodes.sh"
 
 [ "$(id -u)" -eq 0 ] || fk::die "hack/up.sh must run as root (containerd, cgroups, nftables)"
+# Name the command that failed (set -e alone exits with its status and says nothing).
+set -E
+trap 'fk::log "error: hack/up.sh: \`$BASH_COMMAND\` exited with $? (line $LINENO)"' ERR
 
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 step() { printf '==> [%6ss] %s\n' "$(elapsed)" "$*" >&2; }
@@ -174,7 +177,7 @@ start_component() { # name binary args...
     printf '\n===== %s starting %s\n' "$(date -Is)" "$name"
     printf '%s\n' "$want"
   } >>"$FK_LOG_DIR/$name.log"
-  setsid "$bin" "$@" >>"$FK_LOG_DIR/$name.log" 2>&1 </dev/null &
+  rt::daemon "$bin" "$@" >>"$FK_LOG_DIR/$name.log" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$(fk::pidfile "$name")"
   printf '%s\n' "$want" >"$cmdfile"

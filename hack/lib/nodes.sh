@@ -131,7 +131,7 @@ fk::node_registry_up() {
     return 0
   fi
   rt::stop_pidfile "$FK_NODE_REGISTRY_PID" docker-registry
-  setsid docker-registry serve "$FK_NODE_REGISTRY_CONFIG" \
+  rt::daemon docker-registry serve "$FK_NODE_REGISTRY_CONFIG" \
     >>"$FK_LOG_DIR/registry-nodes.log" 2>&1 </dev/null &
   echo $! >"$FK_NODE_REGISTRY_PID"
   fk::wait_for 100 0.1 curl -sf -o /dev/null --max-time 2 "http://$FK_NODE_REGISTRY_ADDR/v2/" ||
@@ -231,6 +231,14 @@ cgroupRoot: /$name
 podLogsDir: $FK_NODES_DATA/$name/pod-logs
 nodeLeaseDurationSeconds: $FK_NODE_LEASE_SECONDS
 nodeStatusUpdateFrequency: 5s
+# As kind does: every node shares this machine's disk with the others and with whatever
+# else runs here, so disk pressure is not a node's to act on (0% disables a signal);
+# memory keeps upstream's default.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
 YAML
 }
 
@@ -292,7 +300,7 @@ fk::node_start() { # i component binary args...
   fi
   printf '\n===== %s starting %s\n%s\n' "$(date -Is)" "$name" "$want" >>"$FK_LOG_DIR/$name.log"
   # setsid and nsenter (no --fork) both exec: the PID is the component's own.
-  setsid nsenter --net="/run/netns/$(fk::node_name_of "$i")" -- "$bin" "$@" \
+  rt::daemon nsenter --net="/run/netns/$(fk::node_name_of "$i")" -- "$bin" "$@" \
     >>"$FK_LOG_DIR/$name.log" 2>&1 </dev/null &
   echo $! >"$(fk::pidfile "$name")"
   printf '%s\n' "$want" >"$cmdfile"
@@ -305,7 +313,7 @@ fk::node_cri_ready() { # sock cri-tool
   if [ -x "$2" ]; then
     "$2" --endpoint "unix://$1" pods >/dev/null 2>&1
   else
-    ctr --address "$1" version >/dev/null 2>&1
+    [ -S "$1" ] && ctr --address "$1" --connect-timeout 2s version >/dev/null 2>&1
   fi
 }
 
@@ -351,6 +359,13 @@ fk::node_components_up() { # i bin_dir
     --kubeconfig="$pki/kube-proxy.kubeconfig" --hostname-override="$name" \
     --cluster-cidr="$FK_CLUSTER_CIDR" --healthz-bind-address=127.0.0.1:10256 \
     --metrics-bind-address=127.0.0.1:10249
+}
+
+# The apiserver's address is on the control-plane bridge (so requests to it stay local).
+fk::cp_addr_local() {
+  local addrs
+  addrs=$(ip -br addr show dev "$FK_CP_BRIDGE" 2>/dev/null) || return 1
+  grep -qF " ${FK_CP_CIDR}" <<<"$addrs"
 }
 
 fk::node_ready_named() { # node-name
@@ -414,6 +429,80 @@ fk::umount_under() { # dir
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
+# PIDs of what is left of node i once its containerd is stopped: every process in its cgroup
+# tree /sys/fs/cgroup/<controller>/fk-node<i> (only its kubelet uses that cgroupRoot) and its
+# containerd's shims (their -address is the node's own socket). After a kill -9 of the
+# node's containerd (e2e/multi-node.sh's node failure) the shims and containers outlive it,
+# and no CRI can remove them.
+fk::node_leftover_pids() { # i
+  local name sock
+  name=$(fk::node_name_of "$1")
+  sock=$(fk::node_sock_of "$1")
+  {
+    find /sys/fs/cgroup/*/"$name" -name cgroup.procs -exec cat {} + 2>/dev/null || true
+    pgrep -f -- "^[^ ]*containerd-shim[^ ]* .*-address $sock( |\$)" || true
+  } | sort -un
+}
+
+# Kills node i's leftover processes (bounded) and removes its cgroup tree bottom-up.
+fk::node_reap() { # i
+  local i=$1 name pids t h
+  name=$(fk::node_name_of "$i")
+  # A frozen cgroup's tasks cannot die.
+  find /sys/fs/cgroup/freezer/"$name" -name freezer.state 2>/dev/null |
+    while read -r h; do echo THAWED >"$h" 2>/dev/null || true; done
+  # The shims' sockets, which a killed shim leaves behind: containerd 1.6 names them
+  # /run/containerd/s/<sha256 of "<address>/<namespace>/<id>">.
+  local shim_sockets
+  shim_sockets=$(pgrep -af -- "^[^ ]*containerd-shim[^ ]* .*-address $(fk::node_sock_of "$i")( |\$)" |
+    while read -r _ cmdline; do
+      # shellcheck disable=SC2086 # the shim's arguments, one per word
+      set -- $cmdline
+      local ns="" id="" addr=""
+      while [ $# -gt 0 ]; do
+        case $1 in -namespace) ns=$2 ;; -id) id=$2 ;; -address) addr=$2 ;; esac
+        shift
+      done
+      [ -n "$ns" ] && [ -n "$id" ] && [ -n "$addr" ] &&
+        printf '/run/containerd/s/%s\n' "$(printf '%s' "$addr/$ns/$id" | sha256sum | cut -c1-64)"
+    done || true)
+  for ((t = 0; t < 100; t++)); do
+    pids=$(fk::node_leftover_pids "$i")
+    [ -z "$pids" ] && break
+    [ "$t" -eq 0 ] && fk::log "  $name: killing leftover process(es) $(tr '\n' ' ' <<<"$pids")"
+    # shellcheck disable=SC2086 # one PID per word
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.1
+  done
+  [ -z "$pids" ] || fk::log "warning: $name: processes still alive after 10 s: $pids"
+  local sock
+  for sock in $shim_sockets; do
+    [ -S "$sock" ] && rm -f "$sock"
+  done
+  for ((t = 0; t < 50; t++)); do
+    for h in /sys/fs/cgroup/*/"$name"; do
+      [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
+    compgen -G "/sys/fs/cgroup/*/$name" >/dev/null || return 0
+    sleep 0.1
+  done
+  fk::log "warning: $name: cgroups left: $(echo /sys/fs/cgroup/*/"$name")"
+}
+
+# Pod network namespaces of node i that its containerd did not remove (it was killed):
+# the CNI's netns (/run/netns/cni-*) whose eth0 holds an address of the node's pod CIDR.
+# Run before the node's netns goes, which takes the pods' veth pairs (and so the only mark
+# of whose they are) along.
+fk::node_pod_netns_down() { # i
+  local i=$1 ns prefix
+  prefix="10.244.$i."
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ {print $1}'); do
+    grep -qF " inet $prefix" <<<"$(ip -n "$ns" -4 -o addr show 2>/dev/null)" || continue
+    ip netns del "$ns" 2>/dev/null && fk::log "  $(fk::node_name_of "$i"): removed pod netns $ns"
+  done
+  return 0
+}
+
 fk::node_down() { # i [bin_dir]
   local i=$1 bin_dir=${2:-$(fk::target_dir)/release} name sock cri h
   name=$(fk::node_name_of "$i")
@@ -428,7 +517,7 @@ fk::node_down() { # i [bin_dir]
       [ -x "$cri" ] && break
     done
   fi
-  if ctr --address "$sock" version >/dev/null 2>&1; then
+  if [ -S "$sock" ] && ctr --address "$sock" --connect-timeout 2s version >/dev/null 2>&1; then
     if [ -n "$cri" ]; then
       "$cri" --endpoint "unix://$sock" remove-all-pods >/dev/null ||
         fk::log "warning: $name: removing pods through the CRI failed"
@@ -437,9 +526,8 @@ fk::node_down() { # i [bin_dir]
     fi
   fi
   fk::stop "$name-containerd" containerd 30
-  for h in /sys/fs/cgroup/*/"$name"; do
-    [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
-  done
+  fk::node_reap "$i"
+  fk::node_pod_netns_down "$i"
   fk::umount_under "$FK_NODES_DATA/$name"
   fk::umount_under "$FK_NODES_RUN/$name"
   ip route del "$(fk::node_pod_cidr_of "$i")" 2>/dev/null || true
@@ -454,7 +542,9 @@ fk::node_down() { # i [bin_dir]
   rm -rf "${FK_NODES_DATA:?}/$name/cni" "${FK_NODES_RUN:?}/$name"
   # The Node goes, and so do the pods bound to it: their containers are gone with the
   # node's runtime, and a node of the same name coming back must not inherit them.
-  if fk::apiserver_ready 2>/dev/null; then
+  # (Only while fk-br0 holds the apiserver's address: otherwise 172.18.0.1 is not local and
+  # the request would leave the machine by the default route.)
+  if fk::cp_addr_local && fk::apiserver_ready 2>/dev/null; then
     fk::kubectl delete node "$name" --ignore-not-found --wait=false >/dev/null 2>&1 || true
     fk::kubectl delete pods --all-namespaces --field-selector "spec.nodeName=$name" \
       --force --grace-period=0 --wait=false >/dev/null 2>&1 || true
@@ -499,6 +589,16 @@ fk::nodes_down() { # [bin_dir]
       *-containerd) fk::stop "$comp" containerd 30 ;;
       *) fk::stop "$comp" "${1:-$(fk::target_dir)/release}/${comp#"$FK_NODE_PREFIX"*-}" 30 ;;
     esac
+  done
+  # ... and the shims, containers and cgroups of such a node.
+  local leftovers
+  leftovers=$( {
+    compgen -G "/sys/fs/cgroup/*/$FK_NODE_PREFIX*" || true
+    pgrep -af -- "containerd-shim.* -address $FK_NODES_RUN/${FK_NODE_PREFIX}[0-9]+/" || true
+  } | sed -n -e "s|.*/$FK_NODE_PREFIX\([0-9][0-9]*\)\$|\1|p" \
+    -e "s|.* -address $FK_NODES_RUN/$FK_NODE_PREFIX\([0-9][0-9]*\)/.*|\1|p" | sort -un)
+  for i in $leftovers; do
+    fk::node_reap "$i"
   done
   rt::stop_pidfile "$FK_NODE_REGISTRY_PID" docker-registry
   rmdir "$FK_NODES_RUN" 2>/dev/null || true

@@ -67,6 +67,20 @@ rt::uplink() {
   ip -4 route show default 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i + 1); exit}}'
 }
 
+# Runs a daemon in a session of its own with only stdin, stdout and stderr open, as
+# `rt::daemon command args... >>log 2>&1 </dev/null &` ($! is the daemon's own PID: the
+# subshell execs setsid, which execs the command). A descriptor inherited from the caller
+# would keep e.g. `flock /run/ferrokube-e2e.lock hack/up.sh`'s lock held for as long as
+# the daemon lives, long after that command has exited.
+rt::daemon() {
+  local fd
+  for fd in /proc/"$BASHPID"/fd/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+  done
+  exec setsid "$@"
+}
+
 # ---------------------------------------------------------------- packages
 rt::install_packages() {
   rt::need_root || return 1
@@ -267,8 +281,10 @@ JSON
 }
 
 # ---------------------------------------------------------------- containerd
+# (Without the socket, ctr would retry for 10 s before giving up.)
 rt::containerd_ready() {
-  ctr --address "$RT_CONTAINERD_SOCK" version >/dev/null 2>&1
+  [ -S "$RT_CONTAINERD_SOCK" ] &&
+    ctr --address "$RT_CONTAINERD_SOCK" --connect-timeout 2s version >/dev/null 2>&1
 }
 
 rt::start_containerd() {
@@ -283,13 +299,14 @@ rt::start_containerd() {
   sysctl -qw net.ipv4.ip_forward=1
   sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
   mkdir -p "$RT_RUN_DIR" "$RT_LOG_DIR" "$RT_CNI_DATA_DIR"
-  setsid containerd --config "$RT_CONTAINERD_CONFIG" \
+  rt::daemon containerd --config "$RT_CONTAINERD_CONFIG" \
     >>"$RT_LOG_DIR/containerd.log" 2>&1 </dev/null &
   echo $! >"$RT_CONTAINERD_PID"
-  local i
+  local i pid=$!
   for i in $(seq 1 100); do
-    rt::containerd_ready && { rt::log "containerd pid $(cat "$RT_CONTAINERD_PID") ready"; return 0; }
-    rt::pid_alive "$RT_CONTAINERD_PID" containerd || break
+    rt::containerd_ready && { rt::log "containerd pid $pid ready"; return 0; }
+    # (Gone, not "not containerd yet": right after the fork its comm is still setsid.)
+    [ -d "/proc/$pid" ] || break
     sleep 0.1
   done
   tail -n 20 "$RT_LOG_DIR/containerd.log" >&2
@@ -328,7 +345,7 @@ rt::start_registry() {
     return 1
   fi
   mkdir -p "$RT_RUN_DIR" "$RT_LOG_DIR" "$RT_REGISTRY_DATA"
-  setsid docker-registry serve "$RT_REGISTRY_CONFIG" \
+  rt::daemon docker-registry serve "$RT_REGISTRY_CONFIG" \
     >>"$RT_LOG_DIR/registry.log" 2>&1 </dev/null &
   echo $! >"$RT_REGISTRY_PID"
   local i
