@@ -70,8 +70,11 @@ if [ "$(id -u)" -eq 0 ]; then
   cargo build --locked --bins -p kube-apiserver -p kube-scheduler -p kube-controller-manager \
     -p kubelet -p kube-proxy -p kube-dns -p ferrokube-pki-cli -p ferrokube-kubelet
   FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash e2e/single-node.sh
+  step "e2e: 3-node cluster (hack/up.sh --nodes 3: Services, DNS, NodePorts across nodes, drain with a PodDisruptionBudget, node failure, hack/down.sh)"
+  # Same binaries; under the lock the other cluster tests take (same ports, same runtime).
+  FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" flock /run/ferrokube-e2e.lock bash e2e/multi-node.sh
 else
-  echo "not root: the single-node cluster e2e needs root" >&2
+  echo "not root: the single-node and 3-node cluster e2e need root" >&2
   exit 1
 fi
 
