@@ -449,7 +449,8 @@ fk::node_reap() { # i
   local i=$1 name pids t h
   name=$(fk::node_name_of "$i")
   # A frozen cgroup's tasks cannot die.
-  find /sys/fs/cgroup/freezer/"$name" -name freezer.state 2>/dev/null |
+  # (No cgroup tree at all when the node ran no pod: find's failure is no error.)
+  { find /sys/fs/cgroup/freezer/"$name" -name freezer.state 2>/dev/null || true; } |
     while read -r h; do echo THAWED >"$h" 2>/dev/null || true; done
   # The shims' sockets, which a killed shim leaves behind: containerd 1.6 names them
   # /run/containerd/s/<sha256 of "<address>/<namespace>/<id>">.
