@@ -976,6 +976,41 @@ impl ApplyDefaults for admissionregistration::MutatingWebhookConfiguration {
     }
 }
 
+/// Upstream `SetDefaults_MatchResources` (and `SetDefaults_NamedRuleWithOperations`).
+fn default_match_resources(m: &mut admissionregistration::MatchResources) {
+    default_str(&mut m.match_policy, "Equivalent");
+    default_opt(&mut m.namespace_selector, Default::default());
+    default_opt(&mut m.object_selector, Default::default());
+    for rule in m
+        .resource_rules
+        .iter_mut()
+        .flatten()
+        .chain(m.exclude_resource_rules.iter_mut().flatten())
+    {
+        default_str(&mut rule.scope, "*");
+    }
+}
+
+impl ApplyDefaults for admissionregistration::ValidatingAdmissionPolicy {
+    /// Upstream `SetDefaults_ValidatingAdmissionPolicySpec`.
+    fn apply_defaults(&mut self) {
+        if let Some(spec) = &mut self.spec {
+            default_str(&mut spec.failure_policy, "Fail");
+            if let Some(m) = &mut spec.match_constraints {
+                default_match_resources(m);
+            }
+        }
+    }
+}
+
+impl ApplyDefaults for admissionregistration::ValidatingAdmissionPolicyBinding {
+    fn apply_defaults(&mut self) {
+        if let Some(m) = self.spec.as_mut().and_then(|s| s.match_resources.as_mut()) {
+            default_match_resources(m);
+        }
+    }
+}
+
 impl ApplyDefaults for coordination::Lease {}
 impl ApplyDefaults for events::Event {}
 impl ApplyDefaults for policy::PodDisruptionBudget {}

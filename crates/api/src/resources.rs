@@ -218,6 +218,12 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
         "validatingwebhookconfiguration", NONE, API_EXTENSIONS, false, ALL_VERBS, NO_SUBS,
         "/registry/validatingwebhookconfigurations"),
+    res("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+        "validatingadmissionpolicy", NONE, API_EXTENSIONS, false, ALL_VERBS, &[status!("ValidatingAdmissionPolicy")],
+        "/registry/validatingadmissionpolicies"),
+    res("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding", NONE, API_EXTENSIONS, false, ALL_VERBS, NO_SUBS,
+        "/registry/validatingadmissionpolicybindings"),
     // ---- apps/v1
     res("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", NONE, NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/controllerrevisions"),

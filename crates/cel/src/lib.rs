@@ -28,6 +28,22 @@ use kube_cel::cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::{Context, Value};
 
+/// The variables of a ValidatingAdmissionPolicy's validations, message expressions,
+/// audit annotations, variables and match conditions (upstream's `authorizer` is not
+/// offered).
+pub const POLICY_VARIABLES: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+    "variables",
+];
+
+/// The variables of a webhook's `matchConditions` (upstream's `authorizer` is not
+/// offered).
+pub const WEBHOOK_VARIABLES: &[&str] = &["object", "oldObject", "request"];
+
 /// Names usable as identifiers that are not variables: CEL's type denotations
 /// (`type(x) == int`) and the namespaces of the libraries' functions.
 const BUILTIN_IDENTS: &[&str] = &[
@@ -304,6 +320,26 @@ impl Activation {
             )),
         }
     }
+}
+
+/// Upstream's `matchConditions` rule over compiled `(name, condition)` pairs: any
+/// false condition means no match (even if another failed); otherwise any error is
+/// the result (for the failure policy to judge); otherwise a match.
+pub fn match_conditions(
+    conditions: &[(String, Program)],
+    activation: &Activation,
+) -> Result<bool, String> {
+    let mut first_error = None;
+    for (name, condition) in conditions {
+        match activation.eval_bool(condition) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                first_error.get_or_insert_with(|| format!("matchCondition '{name}' failed: {e}"));
+            }
+        }
+    }
+    first_error.map_or(Ok(true), Err)
 }
 
 /// CEL's name of a value's type, for messages.

@@ -64,6 +64,8 @@ kinds! {
     "" "v1" Binding => core::v1::Binding, false;
     "admissionregistration.k8s.io" "v1" MutatingWebhookConfiguration => admissionregistration::v1::MutatingWebhookConfiguration, true;
     "admissionregistration.k8s.io" "v1" ValidatingWebhookConfiguration => admissionregistration::v1::ValidatingWebhookConfiguration, true;
+    "admissionregistration.k8s.io" "v1" ValidatingAdmissionPolicy => admissionregistration::v1::ValidatingAdmissionPolicy, true;
+    "admissionregistration.k8s.io" "v1" ValidatingAdmissionPolicyBinding => admissionregistration::v1::ValidatingAdmissionPolicyBinding, true;
     "apps" "v1" ControllerRevision => apps::v1::ControllerRevision, true;
     "apps" "v1" DaemonSet => apps::v1::DaemonSet, true;
     "apps" "v1" Deployment => apps::v1::Deployment, true;

@@ -257,6 +257,18 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
                 Hooks::PLAIN
             )
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            typed!(
+                admissionregistration::ValidatingAdmissionPolicy,
+                GENERATION_STATUS
+            )
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            typed!(
+                admissionregistration::ValidatingAdmissionPolicyBinding,
+                Hooks::PLAIN
+            )
+        }
         ("", "ConfigMap") => typed!(core::ConfigMap, Hooks::PLAIN),
         ("", "Endpoints") => typed!(core::Endpoints, Hooks::PLAIN),
         ("", "Event") => typed!(core::Event, EVENT),

@@ -23,6 +23,7 @@ struct Webhook<'a> {
     admission_review_versions: &'a [String],
     namespace_selector: Option<&'a LabelSelector>,
     object_selector: Option<&'a LabelSelector>,
+    match_conditions: Option<&'a Vec<ar::MatchCondition>>,
 }
 
 fn validate_webhook(w: &Webhook<'_>, path: &FieldPath, errs: &mut Vec<FieldError>) {
@@ -189,6 +190,12 @@ fn validate_webhook(w: &Webhook<'_>, path: &FieldPath, errs: &mut Vec<FieldError
     if let Some(sel) = w.object_selector {
         label_selector(sel, &path.child("objectSelector"), errs);
     }
+    crate::admission_policy::match_conditions(
+        w.match_conditions,
+        ferrokube_cel::WEBHOOK_VARIABLES,
+        &path.child("matchConditions"),
+        errs,
+    );
 }
 
 fn unique_names<'a>(
@@ -220,6 +227,7 @@ impl Validate for ar::ValidatingWebhookConfiguration {
                 admission_review_versions: &w.admission_review_versions,
                 namespace_selector: w.namespace_selector.as_ref(),
                 object_selector: w.object_selector.as_ref(),
+                match_conditions: w.match_conditions.as_ref(),
             };
             validate_webhook(&view, &p("webhooks").index(i), &mut errs);
         }
@@ -252,6 +260,7 @@ impl Validate for ar::MutatingWebhookConfiguration {
                 admission_review_versions: &w.admission_review_versions,
                 namespace_selector: w.namespace_selector.as_ref(),
                 object_selector: w.object_selector.as_ref(),
+                match_conditions: w.match_conditions.as_ref(),
             };
             validate_webhook(&view, &path, &mut errs);
             enum_optional(
@@ -294,6 +303,8 @@ mod tests {
         let bad = config(serde_json::json!({
             "name": "deny", "sideEffects": "Some", "admissionReviewVersions": ["v2"], "timeoutSeconds": 31,
             "clientConfig": {"url": "http://x/deny"},
+            "matchConditions": [{"name": "c", "expression": "object.metadata.name =="},
+                {"name": "c", "expression": "params.x"}],
             "rules": [{"operations": ["PATCH"], "apiGroups": [""], "apiVersions": ["v1"], "resources": []}]}));
         let messages: Vec<String> = bad
             .validate_create()
@@ -308,6 +319,9 @@ mod tests {
             "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
             "webhooks[0].admissionReviewVersions: Invalid value",
             "webhooks[0].clientConfig.url: Invalid value: \"http://x/deny\": 'https' is the only allowed URL scheme",
+            "webhooks[0].matchConditions[0].expression: Invalid value: \"object.metadata.name ==\": compilation failed: ",
+            "webhooks[0].matchConditions[1].expression: Invalid value: \"params.x\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params'",
+            "webhooks[0].matchConditions[1].name: Duplicate value: \"c\"",
         ] {
             assert!(
                 messages.iter().any(|m| m.starts_with(want)),

@@ -16,6 +16,7 @@
 
 pub use ferrokube_apimachinery::errors::{FieldError, FieldErrorKind, FieldPath};
 
+mod admission_policy;
 mod admissionregistration;
 mod apps;
 mod batch;
