@@ -40,18 +40,52 @@ pub enum FrameworkError {
 }
 
 /// Per-cycle plugin state, keyed by plugin-chosen strings (`framework.CycleState`).
+///
+/// A cycle holds a handful of entries that plugins read once per node: a vector
+/// searched by key beats hashing the key (SipHash) on every read.
 #[derive(Default)]
 pub struct CycleState {
-    data: HashMap<&'static str, Box<dyn StateData>>,
-    pub skip_filter_plugins: HashSet<String>,
-    pub skip_score_plugins: HashSet<String>,
+    data: Vec<(&'static str, Box<dyn StateData>)>,
+    pub skip_filter_plugins: PluginSet,
+    pub skip_score_plugins: PluginSet,
 }
 
 impl std::fmt::Debug for CycleState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CycleState")
-            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .field(
+                "keys",
+                &self.data.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
             .finish()
+    }
+}
+
+/// A few plugin names (those a PreFilter or PreScore skip), checked once per plugin
+/// per node: a short vector, no hashing, no allocation per name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSet(Vec<&'static str>);
+
+impl PluginSet {
+    /// Adds `name`; false if it was there already.
+    pub fn insert(&mut self, name: &'static str) -> bool {
+        if self.contains(name) {
+            return false;
+        }
+        self.0.push(name);
+        true
+    }
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.iter().any(|n| *n == name)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.0.iter().copied()
     }
 }
 
@@ -93,17 +127,23 @@ impl CycleState {
         Self::default()
     }
     pub fn write<T: StateData>(&mut self, key: &'static str, v: T) {
-        self.data.insert(key, Box::new(v));
+        let v: Box<dyn StateData> = Box::new(v);
+        match self.data.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = v,
+            None => self.data.push((key, v)),
+        }
     }
     pub fn read<T: 'static>(&self, key: &'static str) -> Option<&T> {
         self.data
-            .get(key)
-            .and_then(|b| (**b).as_any().downcast_ref())
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, b)| (**b).as_any().downcast_ref())
     }
     pub fn read_mut<T: 'static>(&mut self, key: &'static str) -> Option<&mut T> {
         self.data
-            .get_mut(key)
-            .and_then(|b| (**b).as_any_mut().downcast_mut())
+            .iter_mut()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, b)| (**b).as_any_mut().downcast_mut())
     }
 }
 
@@ -793,7 +833,7 @@ impl Framework {
             let Some(pf) = p.pre_filter() else { continue };
             let (r, s) = pf.pre_filter(state, pod, snapshot);
             if s.is_skip() {
-                state.skip_filter_plugins.insert(p.name().to_string());
+                state.skip_filter_plugins.insert(p.name());
                 continue;
             }
             if !s.is_success() {
@@ -976,7 +1016,7 @@ impl Framework {
             let Some(ps) = p.pre_score() else { continue };
             let s = ps.pre_score(state, pod, nodes, snapshot);
             if s.is_skip() {
-                state.skip_score_plugins.insert(p.name().to_string());
+                state.skip_score_plugins.insert(p.name());
                 continue;
             }
             if !s.is_success() {

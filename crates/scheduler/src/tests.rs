@@ -761,3 +761,24 @@ fn scores_are_the_weighted_sum_of_normalized_plugin_scores() {
         assert!(distinct.len() > 3, "{n} nodes: {distinct:?}");
     }
 }
+
+#[test]
+fn cycle_state_replaces_reads_and_clones_by_key() {
+    let mut st = CycleState::new();
+    st.write("a", 1usize);
+    st.write("b", String::from("x"));
+    st.write("a", 2usize);
+    assert_eq!(st.read::<usize>("a"), Some(&2));
+    assert_eq!(st.read::<String>("a"), None, "wrong type");
+    assert_eq!(st.read::<usize>("missing"), None);
+    *st.read_mut::<String>("b").unwrap() = "y".into();
+    assert!(st.skip_filter_plugins.insert("NodeAffinity"));
+    assert!(!st.skip_filter_plugins.insert("NodeAffinity"));
+    let copy = st.clone();
+    st.write("a", 3usize);
+    assert_eq!(copy.read::<usize>("a"), Some(&2));
+    assert_eq!(copy.read::<String>("b").map(String::as_str), Some("y"));
+    assert!(copy.skip_filter_plugins.contains("NodeAffinity"));
+    assert!(!copy.skip_filter_plugins.contains("NodePorts"));
+    assert_eq!(copy.skip_filter_plugins.len(), 1);
+}

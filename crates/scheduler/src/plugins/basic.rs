@@ -322,44 +322,79 @@ pub fn normalized_image_name(name: &str) -> String {
     }
 }
 
-const TOTAL_NODES_KEY: &str = "PreScoreImageLocality";
+const PRE_SCORE_KEY: &str = "PreScoreImageLocality";
+
+/// What ImageLocality's Score needs per node, computed once per cycle: the node
+/// count and the pod's normalized image names (not re-normalized per node).
+#[derive(Debug, Clone)]
+struct ImageLocalityState {
+    total_nodes: usize,
+    /// Init and regular containers counted, with or without an image.
+    containers: i64,
+    images: Vec<String>,
+}
+
+impl ImageLocalityState {
+    fn new(pod: &PodInfo, total_nodes: usize) -> Self {
+        let mut containers = 0;
+        let mut images = Vec::new();
+        if let Some(s) = pod.pod.spec.as_ref() {
+            for c in s
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(s.containers.iter())
+            {
+                containers += 1;
+                if let Some(img) = c.image.as_deref() {
+                    images.push(normalized_image_name(img));
+                }
+            }
+        }
+        ImageLocalityState {
+            total_nodes,
+            containers,
+            images,
+        }
+    }
+}
+
 impl PreScorePlugin for ImageLocality {
     fn pre_score(
         &self,
         state: &mut CycleState,
-        _: &PodInfo,
+        pod: &PodInfo,
         _: &[Arc<NodeInfo>],
         snap: &Snapshot,
     ) -> Status {
-        state.write(TOTAL_NODES_KEY, snap.num_nodes());
+        state.write(
+            PRE_SCORE_KEY,
+            ImageLocalityState::new(pod, snap.num_nodes()),
+        );
         Status::success()
     }
 }
+
 impl ScorePlugin for ImageLocality {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
-        let total = state
-            .read::<usize>(TOTAL_NODES_KEY)
-            .copied()
-            .unwrap_or(1)
-            .max(1);
-        let spec = pod.pod.spec.as_ref();
-        let containers = spec.into_iter().flat_map(|s| {
-            s.init_containers
-                .iter()
-                .flatten()
-                .chain(s.containers.iter())
-        });
+        let computed;
+        let st = match state.read::<ImageLocalityState>(PRE_SCORE_KEY) {
+            Some(st) => st,
+            None => {
+                computed = ImageLocalityState::new(pod, 1);
+                &computed
+            }
+        };
+        let total = st.total_nodes.max(1);
         let mut sum = 0i64;
-        let mut n = 0i64;
-        for c in containers {
-            n += 1;
-            if let Some(img) = c.image.as_deref()
-                && let Some(st) = node.image_states.get(&normalized_image_name(img))
-            {
-                sum += (st.size as f64 * st.num_nodes as f64 / total as f64) as i64;
+        if !node.image_states.is_empty() {
+            for img in &st.images {
+                if let Some(is) = node.image_states.get(img) {
+                    sum += (is.size as f64 * is.num_nodes as f64 / total as f64) as i64;
+                }
             }
         }
-        let max_threshold = MAX_CONTAINER_THRESHOLD * n.max(1);
+        let max_threshold = MAX_CONTAINER_THRESHOLD * st.containers.max(1);
         let sum = sum.clamp(MIN_THRESHOLD, max_threshold);
         (
             MAX_NODE_SCORE * (sum - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD),

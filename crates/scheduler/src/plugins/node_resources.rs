@@ -101,22 +101,26 @@ struct Scorer {
 }
 
 impl Scorer {
-    fn alloc_req(&self, node: &NodeInfo, pod: &PodInfo) -> (Vec<i64>, Vec<i64>) {
-        let mut alloc = vec![0; self.resources.len()];
-        let mut req = vec![0; self.resources.len()];
+    /// (allocatable, requested including the pod) per scored resource, in order.
+    /// An iterator rather than two vectors: it runs once per node and plugin.
+    fn alloc_req<'a>(
+        &'a self,
+        node: &'a NodeInfo,
+        pod: &'a PodInfo,
+    ) -> impl Iterator<Item = (i64, i64)> + 'a {
         let (node_req, pod_req): (&Resource, &Resource) = if self.use_requested {
             (&node.requested, &pod.requests)
         } else {
             (&node.non_zero_requested, &pod.non_zero_requests)
         };
-        for (i, r) in self.resources.iter().enumerate() {
+        self.resources.iter().map(move |r| {
             let name = r.name.as_str();
             let pr = if is_scalar_resource(name) {
                 pod.requests.get(name)
             } else {
                 pod_req.get(name)
             };
-            let (a, q) = match name {
+            match name {
                 CPU | MEMORY => (node.allocatable.get(name), node_req.get(name) + pr),
                 EPHEMERAL_STORAGE => (
                     node.allocatable.ephemeral_storage,
@@ -129,11 +133,8 @@ impl Scorer {
                         (node.allocatable.get(other), node.requested.get(other) + pr)
                     }
                 }
-            };
-            alloc[i] = a;
-            req[i] = q;
-        }
-        (alloc, req)
+            }
+        })
     }
 }
 
@@ -316,23 +317,22 @@ impl FilterPlugin for Fit {
 
 impl ScorePlugin for Fit {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
-        let (alloc, req) = self.scorer.alloc_req(node, pod);
         let res = &self.scorer.resources;
         let mut score = 0i64;
         let mut weights = 0i64;
-        for i in 0..res.len() {
-            if alloc[i] == 0 {
+        for (spec, (alloc, req)) in res.iter().zip(self.scorer.alloc_req(node, pod)) {
+            if alloc == 0 {
                 continue;
             }
-            let w = res[i].weight;
+            let w = spec.weight;
             let s = match &self.strategy {
-                Strategy::Least => least_requested(req[i], alloc[i]),
-                Strategy::Most => most_requested(req[i], alloc[i]),
+                Strategy::Least => least_requested(req, alloc),
+                Strategy::Most => most_requested(req, alloc),
                 Strategy::Ratio(shape) => {
-                    let s = if req[i] > alloc[i] {
+                    let s = if req > alloc {
                         broken_linear(shape, 100)
                     } else {
-                        broken_linear(shape, req[i] * 100 / alloc[i])
+                        broken_linear(shape, req * 100 / alloc)
                     };
                     if s <= 0 {
                         continue;
@@ -439,28 +439,24 @@ impl PreScorePlugin for BalancedAllocation {
 
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
-        let (alloc, req) = self.scorer.alloc_req(node, pod);
-        let mut fractions = Vec::new();
-        let mut total = 0.0;
-        for i in 0..alloc.len() {
-            if alloc[i] == 0 {
-                continue;
-            }
-            let f = (req[i] as f64 / alloc[i] as f64).min(1.0);
-            total += f;
-            fractions.push(f);
-        }
-        let std = match fractions.len() {
+        // Recomputed rather than collected: no allocation per node.
+        let fractions = || {
+            self.scorer
+                .alloc_req(node, pod)
+                .filter(|(alloc, _)| *alloc != 0)
+                .map(|(alloc, req)| (req as f64 / alloc as f64).min(1.0))
+        };
+        let (n, total) = fractions().fold((0usize, 0.0), |(n, t), f| (n + 1, t + f));
+        let std = match n {
             0 | 1 => 0.0,
-            2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
+            2 => {
+                let mut f = fractions();
+                let (a, b) = (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0));
+                ((a - b) / 2.0).abs()
+            }
             n => {
                 let mean = total / n as f64;
-                (fractions
-                    .iter()
-                    .map(|f| (f - mean) * (f - mean))
-                    .sum::<f64>()
-                    / n as f64)
-                    .sqrt()
+                (fractions().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
             }
         };
         (
