@@ -650,7 +650,7 @@ async fn resource_request(
         .unwrap_or_default();
     // Admission for the writes below: one chain per request; the store sets the
     // operation and runs it (see `crate::admission`).
-    let admission = {
+    let attributes = {
         let mut a = crate::admission::Attributes::new(
             user.clone(),
             crate::admission::Operation::Create,
@@ -661,13 +661,14 @@ async fn resource_request(
         a.subresource = r.sub.clone().unwrap_or_default();
         a.dry_run = dry_run(q.get("dryRun").map(String::as_str)).unwrap_or(false);
         a.warnings = warnings.clone();
-        state.admission.request(a)
+        a
     };
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
         ..o
     };
     let method = req.method().clone();
+    let admission = state.admission.request(attributes.clone());
     match (method, r.name.as_deref(), r.sub.as_deref()) {
         (Method::GET, None, None) => {
             if boolean(q, "watch") {
@@ -706,7 +707,12 @@ async fn resource_request(
         }
         (Method::POST, Some(name), Some("binding")) => {
             let (body, ct) = read_body(state, req).await?;
-            let binding = decode_body(&body, &ct, info)?;
+            let mut binding = decode_body(&body, &ct, info)?;
+            // Upstream: a CREATE of pods/binding with the Binding as the object.
+            state
+                .admission
+                .admit_request(&attributes, &mut binding)
+                .await?;
             store.bind(ns, name, &binding, &write_options(q)?).await?;
             Ok(json_response(
                 StatusCode::CREATED,
@@ -715,11 +721,10 @@ async fn resource_request(
         }
         (Method::POST, Some(name), Some("eviction")) => {
             let (body, ct) = read_body(state, req).await?;
-            let ev = decode_body(&body, &ct, info)?;
+            let mut ev = decode_body(&body, &ct, info)?;
             let opts = delete_options(q, Some(&ev["deleteOptions"]))?;
-            if state.admission.runs("NodeRestriction") {
-                crate::admission::check_eviction(&user, &store, ns, name).await?;
-            }
+            // Upstream: a CREATE of pods/eviction with the Eviction as the object.
+            state.admission.admit_request(&attributes, &mut ev).await?;
             let pdbs = resources::lookup("policy", "v1", "poddisruptionbudgets")
                 .and_then(|i| state.registry.store_for(i));
             let ns = ns.unwrap_or("default");

@@ -454,6 +454,7 @@ pub(crate) async fn pod_subresource(
     name: &str,
     kind: PodProxy,
 ) -> Result<Response<Body>, ApiError> {
+    admit_connect(state, &req, ns, name, kind).await?;
     if kind == PodProxy::Node {
         return node_proxy(state, req, name).await;
     }
@@ -809,6 +810,42 @@ pub fn node_proxy_target(path: &str) -> Option<(&str, String)> {
             tail.to_owned()
         },
     ))
+}
+
+/// CONNECT admission (upstream's connect handler) of everything but logs, which are a
+/// GET: the options object comes from the query (and the kubelet path for
+/// `nodes/proxy`).
+async fn admit_connect(
+    state: &State,
+    req: &Request<Incoming>,
+    ns: &str,
+    name: &str,
+    kind: PodProxy,
+) -> Result<(), ApiError> {
+    let (plural, subresource) = match kind {
+        PodProxy::Log => return Ok(()),
+        PodProxy::Exec => ("pods", "exec"),
+        PodProxy::Attach => ("pods", "attach"),
+        PodProxy::PortForward => ("pods", "portforward"),
+        PodProxy::Node => ("nodes", "proxy"),
+    };
+    let info = ferrokube_api::resources::lookup("", "v1", plural)
+        .ok_or_else(|| ApiError::internal(format!("no resource {plural}")))?;
+    let user = req
+        .extensions()
+        .get::<ferrokube_auth::UserInfo>()
+        .cloned()
+        .unwrap_or_default();
+    let mut a = crate::admission::Attributes::new(user, crate::admission::Operation::Connect, info)
+        .in_namespace((!ns.is_empty()).then_some(ns))
+        .named(name);
+    a.subresource = subresource.into();
+    let mut query = query_pairs(req.uri().query());
+    if let Some((_, path)) = node_proxy_target(req.uri().path()).filter(|_| kind == PodProxy::Node)
+    {
+        query.push(("path".into(), path));
+    }
+    state.admission.admit_connect(a, &query).await
 }
 
 /// `nodes/proxy`: the request goes to the node's kubelet at the path after `/proxy`; the

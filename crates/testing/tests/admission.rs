@@ -357,3 +357,152 @@ async fn taint_nodes_by_condition_taints_new_nodes_not_ready() {
         .unwrap();
     assert_eq!(updated.spec.unwrap().taints, None);
 }
+
+/// Retries `call` while the webhook configuration has not reached the plugin's
+/// cache yet (`call` succeeds), returning the first error.
+async fn first_error<F, Fut>(mut call: F) -> (u16, String)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (u16, Value)>,
+{
+    for _ in 0..100 {
+        let (code, body) = call().await;
+        if code >= 400 {
+            return (code, body["message"].as_str().unwrap_or("").to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the request never went through admission");
+}
+
+#[tokio::test]
+async fn eviction_binding_and_connect_go_through_admission() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    // A webhook matching only the subresources, at an address nothing answers on,
+    // failing closed: whatever reaches it is refused.
+    let hooks = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "subresources"},
+        "webhooks": [{"name": "subresources.example.com", "failurePolicy": "Fail",
+            "timeoutSeconds": 1, "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:1/review"},
+            "rules": [
+                {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                 "resources": ["pods/binding", "pods/eviction"]},
+                {"operations": ["CONNECT"], "apiGroups": [""], "apiVersions": ["v1"],
+                 "resources": ["pods/exec"]}]}]});
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        &hooks,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    // Pods themselves are not matched.
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("p", json!({})))
+        .await
+        .unwrap();
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}});
+    let (code, message) = first_error(|| async {
+        let (code, _, body) = TestApiServer::send_json(
+            &client,
+            "POST",
+            "/api/v1/namespaces/default/pods/p/binding",
+            &binding,
+        )
+        .await
+        .unwrap();
+        (code, body)
+    })
+    .await;
+    assert_eq!(code, 500, "{message}");
+    assert!(
+        message.contains("failed calling webhook \"subresources.example.com\""),
+        "{message}"
+    );
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": "p", "namespace": "default"}});
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/pods/p/eviction",
+        &eviction,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed calling webhook"),
+        "{body}"
+    );
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/pods/p/exec?command=ls&stdout=1",
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed calling webhook"),
+        "{body}"
+    );
+    // Neither the binding nor the eviction happened.
+    let p = pods.get("p").await.unwrap();
+    assert_eq!(p.spec.unwrap().node_name, None);
+    assert!(p.metadata.deletion_timestamp.is_none());
+}
+
+#[tokio::test]
+async fn node_restriction_sees_evictions() {
+    let server = TestApiServer::start().await.unwrap();
+    let pods = Api::<Pod>::namespaced(server.client.clone(), "default");
+    let on_a: Pod = typed(
+        json!({"metadata": {"name": "on-a"}, "spec": {"nodeName": "a",
+        "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    pods.create(&PostParams::default(), &on_a).await.unwrap();
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": "on-a", "namespace": "default"}});
+    let node_b = server
+        .client_as("system:node:b", &["system:nodes"])
+        .await
+        .unwrap();
+    let (code, _, body) = TestApiServer::send_json(
+        &node_b,
+        "POST",
+        "/api/v1/namespaces/default/pods/on-a/eviction",
+        &eviction,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        "pods \"on-a\" is forbidden: node \"b\" can only evict pods with spec.nodeName set to itself"
+    );
+    let node_a = server
+        .client_as("system:node:a", &["system:nodes"])
+        .await
+        .unwrap();
+    let (code, _, body) = TestApiServer::send_json(
+        &node_a,
+        "POST",
+        "/api/v1/namespaces/default/pods/on-a/eviction",
+        &eviction,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+}

@@ -27,6 +27,7 @@ use serde_json::Value;
 use crate::security::ClusterState;
 
 mod default_toleration_seconds;
+mod direct;
 mod escalation;
 mod limit_ranger;
 mod node_restriction;
@@ -37,7 +38,6 @@ mod service_account;
 mod taint_nodes_by_condition;
 mod webhook;
 
-pub(crate) use node_restriction::check_eviction;
 pub(crate) use priority::ensure_system_priority_classes;
 
 pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -368,15 +368,12 @@ impl Chain {
             }
         }
         Ok(Chain {
+        let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
+        tracing::info!(plugins = ?names, "admission chain");
             plugins,
             authorizer: init.authorizer.clone(),
             security: init.security.clone(),
         })
-    }
-
-    /// Whether the plugin named `name` runs.
-    pub(crate) fn runs(&self, name: &str) -> bool {
-        self.plugins.iter().any(|p| p.name() == name)
     }
 
     /// Mutating admission: every plugin that handles the request, in order.

@@ -2,7 +2,8 @@
 //! (`system:node:<name>` in `system:nodes`) may create only mirror pods bound to
 //! itself, update only the status of its own pods, delete or evict only its own
 //! pods, and modify only its own Node, without changing its taints or the
-//! `node-restriction.kubernetes.io/` labels.
+//! `node-restriction.kubernetes.io/` labels. Evictions reach it as a CREATE of
+//! `pods/eviction` with the Eviction object; it reads the pod to check its node.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_auth::UserInfo;
 use ferrokube_auth::node::node_identity;
+use ferrokube_registry::Store;
 use serde_json::Value;
 
 use super::{Attributes, MIRROR_POD_ANNOTATION, Operation, Plugin, PluginInit, name_of};
@@ -17,10 +19,20 @@ use super::{Attributes, MIRROR_POD_ANNOTATION, Operation, Plugin, PluginInit, na
 pub(crate) const NAME: &str = "NodeRestriction";
 const NODE_RESTRICTION_LABEL_PREFIX: &str = "node-restriction.kubernetes.io/";
 
-pub(crate) struct NodeRestriction;
+pub(crate) struct NodeRestriction {
+    /// For evictions, whose object is the Eviction, not the pod.
+    pods: Option<Arc<Store>>,
+}
 
-pub(crate) fn new(_: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
-    Ok(Arc::new(NodeRestriction))
+pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(NodeRestriction {
+        pods: Some(
+            init.registry
+                .store("", "v1", "pods")
+                .cloned()
+                .ok_or("no pods store")?,
+        ),
+    }))
 }
 
 /// The node name of a kubelet's identity (None for anybody else).
@@ -48,6 +60,9 @@ impl Plugin for NodeRestriction {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         match (object, old) {
+            (Some(eviction), None) if a.is_core("pods") && a.subresource == "eviction" => {
+                self.check_eviction(a, eviction).await
+            }
             (Some(new), old) => check_write(a, new, old),
             (None, Some(current)) => check_delete(&a.user, a, current, false),
             (None, None) => Ok(()),
@@ -84,6 +99,9 @@ fn check_write(a: &Attributes, new: &Value, old: Option<&Value>) -> Result<(), A
             }
             Ok(())
         }
+        ("pods", sub) if !sub.is_empty() => Err(forbidden(format!(
+            "unexpected pod subresource {sub:?}, only 'status' and 'eviction' are allowed"
+        ))),
         ("pods", _) => Err(forbidden(format!(
             "unexpected operation \"UPDATE\", node {node:?} can only create and delete mirror pods"
         ))),
@@ -162,29 +180,32 @@ fn check_delete(
     ))
 }
 
-/// NodeRestriction for `pods/<name>/eviction` by a node (upstream: a CREATE of
-/// the eviction subresource): reads the pod first.
-pub(crate) async fn check_eviction(
-    user: &UserInfo,
-    store: &ferrokube_registry::Store,
-    ns: Option<&str>,
-    name: &str,
-) -> Result<(), ApiError> {
-    let info = store.info();
-    if node_of(user).is_none() || !(info.group.is_empty() && info.plural == "pods") {
-        return Ok(());
+impl NodeRestriction {
+    /// Upstream `admitPodEviction`: the pod named by the request (or by the
+    /// Eviction) must be bound to the node.
+    async fn check_eviction(&self, a: &Attributes, eviction: &Value) -> Result<(), ApiError> {
+        let name = if a.name.is_empty() {
+            name_of(eviction)
+        } else {
+            a.name.as_str()
+        };
+        if name.is_empty() {
+            return Err(a.forbidden("could not determine pod from request data"));
+        }
+        let Some(pods) = &self.pods else {
+            return Ok(());
+        };
+        let pod = pods.get(Some(&a.namespace), name).await?;
+        check_delete(&a.user, a, &pod, true)
     }
-    let current = store.get(ns, name).await?;
-    let a = Attributes::new(user.clone(), Operation::Create, info)
-        .in_namespace(ns)
-        .named(name);
-    check_delete(user, &a, &current, true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    const NR: NodeRestriction = NodeRestriction { pods: None };
 
     fn attrs(user: &UserInfo, op: Operation, plural: &str, sub: &str) -> Attributes {
         let info = ferrokube_api::resources::lookup("", "v1", plural).unwrap();
@@ -198,17 +219,11 @@ mod tests {
         let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "a"}});
         let node_a = UserInfo::new("system:node:a", ["system:nodes"]);
         let a = attrs(&node_a, Operation::Delete, "pods", "");
-        assert!(NodeRestriction.handles(&a));
-        NodeRestriction
-            .validate(&a, None, Some(&pod))
-            .await
-            .unwrap();
+        assert!(NR.handles(&a));
+        NR.validate(&a, None, Some(&pod)).await.unwrap();
         let node_b = UserInfo::new("system:node:b", ["system:nodes"]);
         let b = attrs(&node_b, Operation::Delete, "pods", "");
-        let e = NodeRestriction
-            .validate(&b, None, Some(&pod))
-            .await
-            .unwrap_err();
+        let e = NR.validate(&b, None, Some(&pod)).await.unwrap_err();
         assert_eq!(e.code, 403);
         assert_eq!(
             e.message,
@@ -221,7 +236,7 @@ mod tests {
             e.message
         );
         let alice = UserInfo::new("alice", ["x"]);
-        assert!(!NodeRestriction.handles(&attrs(&alice, Operation::Delete, "pods", "")));
+        assert!(!NR.handles(&attrs(&alice, Operation::Delete, "pods", "")));
     }
 
     #[tokio::test]
@@ -229,10 +244,7 @@ mod tests {
         let node_a = UserInfo::new("system:node:a", ["system:nodes"]);
         let create = attrs(&node_a, Operation::Create, "pods", "");
         let plain = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "a"}});
-        let e = NodeRestriction
-            .validate(&create, Some(&plain), None)
-            .await
-            .unwrap_err();
+        let e = NR.validate(&create, Some(&plain), None).await.unwrap_err();
         assert!(
             e.message.contains("can only create mirror pods"),
             "{}",
@@ -240,26 +252,21 @@ mod tests {
         );
         let mirror = json!({"metadata": {"name": "p", "annotations": {MIRROR_POD_ANNOTATION: "x"}},
             "spec": {"nodeName": "a"}});
-        NodeRestriction
-            .validate(&create, Some(&mirror), None)
-            .await
-            .unwrap();
+        NR.validate(&create, Some(&mirror), None).await.unwrap();
         let status = attrs(&node_a, Operation::Update, "pods", "status");
         let other = json!({"metadata": {"name": "q"}, "spec": {"nodeName": "b"}});
         assert!(
-            NodeRestriction
-                .validate(&status, Some(&other), Some(&other))
+            NR.validate(&status, Some(&other), Some(&other))
                 .await
                 .is_err()
         );
-        NodeRestriction
-            .validate(&status, Some(&plain), Some(&plain))
+        NR.validate(&status, Some(&plain), Some(&plain))
             .await
             .unwrap();
         let node_update = attrs(&node_a, Operation::Update, "nodes", "");
         let old = json!({"metadata": {"name": "a"}, "spec": {}});
         let tainted = json!({"metadata": {"name": "a"}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}});
-        let e = NodeRestriction
+        let e = NR
             .validate(&node_update, Some(&tainted), Some(&old))
             .await
             .unwrap_err();
@@ -271,17 +278,11 @@ mod tests {
             json!({"metadata": {"name": "a", "labels": {"node-restriction.kubernetes.io/x": "y"}}});
         let node_create = attrs(&node_a, Operation::Create, "nodes", "");
         assert!(
-            NodeRestriction
-                .validate(&node_create, Some(&labelled), None)
+            NR.validate(&node_create, Some(&labelled), None)
                 .await
                 .is_err()
         );
         let b = json!({"metadata": {"name": "b"}});
-        assert!(
-            NodeRestriction
-                .validate(&node_create, Some(&b), None)
-                .await
-                .is_err()
-        );
+        assert!(NR.validate(&node_create, Some(&b), None).await.is_err());
     }
 }

@@ -345,7 +345,7 @@ fn handled(a: &Attributes) -> bool {
     a.resource.group != "admissionregistration.k8s.io"
         && matches!(
             a.operation,
-            Operation::Create | Operation::Update | Operation::Delete
+            Operation::Create | Operation::Update | Operation::Delete | Operation::Connect
         )
 }
 
