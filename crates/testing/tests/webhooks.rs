@@ -253,3 +253,89 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
     assert!(v["metadata"]["labels"]["patched"].is_null());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn match_conditions_choose_webhooks_and_must_compile() {
+    let (port, ca_pem) = webhook_server().await;
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca_pem);
+    let url = |path: &str| json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca_bundle});
+    let config = |webhooks: Vec<Value>| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "conditional"}, "webhooks": webhooks})
+    };
+    const CONFIGS: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+
+    // A condition that does not compile is refused at create.
+    let mut broken = hook("broken.example.com", "cond", url("/deny"), "Fail", 10);
+    broken["matchConditions"] = json!([{"name": "bad", "expression": "object.metadata.name =="}]);
+    let (code, _, v) = send(&c, "POST", CONFIGS, config(vec![broken])).await;
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains(
+            "webhooks[0].matchConditions[0].expression: Invalid value: \"object.metadata.name ==\": compilation failed"
+        ),
+        "{v}"
+    );
+
+    let mut only_x = hook("only-x.example.com", "cond", url("/deny"), "Fail", 10);
+    only_x["matchConditions"] = json!([
+        {"name": "x-names", "expression": "object.metadata.name.startsWith('x')"},
+        {"name": "creates", "expression": "request.operation == 'CREATE' && oldObject == null"}]);
+    let mut erring_fail = hook(
+        "err-fail.example.com",
+        "err-fail",
+        url("/allow"),
+        "Fail",
+        10,
+    );
+    erring_fail["matchConditions"] =
+        json!([{"name": "missing", "expression": "object.data.missing == 'a'"}]);
+    let mut erring_ignore = hook(
+        "err-ignore.example.com",
+        "err-ignore",
+        url("/deny"),
+        "Ignore",
+        10,
+    );
+    erring_ignore["matchConditions"] =
+        json!([{"name": "missing", "expression": "object.data.missing == 'a'"}]);
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        CONFIGS,
+        config(vec![only_x, erring_fail, erring_ignore]),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+
+    let create = |name: &str, label: &str| {
+        let c = c.clone();
+        let body = configmap(name, label);
+        async move { send(&c, "POST", "/api/v1/namespaces/default/configmaps", body).await }
+    };
+    // The conditions hold: the webhook is called and denies.
+    let (code, _, v) = create("x1", "cond").await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "admission webhook \"only-x.example.com\" denied the request: denied by test"
+    );
+    // A false condition skips the webhook.
+    let (code, _, v) = create("y1", "cond").await;
+    assert_eq!(code, 201, "{v}");
+    // A condition that fails to evaluate: an error under Fail, skipped under Ignore.
+    let (code, _, v) = create("e1", "err-fail").await;
+    assert_eq!(code, 500, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("matchConditions of webhook \"err-fail.example.com\""),
+        "{v}"
+    );
+    let (code, _, v) = create("e2", "err-ignore").await;
+    assert_eq!(code, 201, "{v}");
+    server.stop().await;
+}

@@ -36,6 +36,7 @@ mod priority;
 mod resource_quota;
 mod service_account;
 mod taint_nodes_by_condition;
+mod validating_policy;
 mod webhook;
 
 pub(crate) use priority::ensure_system_priority_classes;
@@ -280,7 +281,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("PodTopologyLabels", true),
     known("MutatingAdmissionPolicy", false),
     plugin(webhook::MUTATING, true, webhook::new_mutating),
-    known("ValidatingAdmissionPolicy", true),
+    plugin(validating_policy::NAME, true, validating_policy::new),
     plugin(webhook::VALIDATING, true, webhook::new_validating),
     plugin(resource_quota::NAME, true, resource_quota::new),
     known("AlwaysDeny", false),

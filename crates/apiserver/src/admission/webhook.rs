@@ -17,8 +17,10 @@
 //! Deviation: `matchPolicy: Equivalent` matches like `Exact`, since every resource is
 //! served at exactly one group-version here. Services are reached through their
 //! endpoints (upstream's `--enable-aggregator-routing` resolver), not the ClusterIP.
-//! `matchConditions` (CEL) are not evaluated: a webhook whose rules and selectors match
-//! is called. The configurations are read from storage on each request (upstream
+//! `matchConditions` (CEL, [`ferrokube_cel`]) are evaluated over `object`, `oldObject`
+//! and `request` after the rules and selectors: a false condition skips the webhook, an
+//! evaluation error follows the failure policy (`authorizer` is not offered). The
+//! configurations are read from storage on each request (upstream
 //! reads an informer's cache). Without a caBundle nothing is trusted, so such a
 //! webhook's calls fail (upstream falls back to the system roots).
 
@@ -57,6 +59,7 @@ struct Hook {
     side_effects: String,
     timeout: Duration,
     reinvoke_if_needed: bool,
+    match_conditions: Vec<ar::MatchCondition>,
     /// The AdmissionReview apiVersion the webhook speaks: v1, or v1beta1 when it lists
     /// only that (upstream sends the first version of the list it knows).
     review_version: &'static str,
@@ -93,6 +96,7 @@ impl From<ar::ValidatingWebhook> for Hook {
             side_effects: w.side_effects,
             timeout: timeout_of(w.timeout_seconds),
             reinvoke_if_needed: false,
+            match_conditions: w.match_conditions.unwrap_or_default(),
             review_version: review_version(&w.admission_review_versions),
         }
     }
@@ -110,13 +114,14 @@ impl From<ar::MutatingWebhook> for Hook {
             side_effects: w.side_effects,
             timeout: timeout_of(w.timeout_seconds),
             reinvoke_if_needed: w.reinvocation_policy.as_deref() == Some("IfNeeded"),
+            match_conditions: w.match_conditions.unwrap_or_default(),
             review_version: review_version(&w.admission_review_versions),
         }
     }
 }
 
 /// Upstream `rules.Matcher`: whether `rule` covers the request.
-fn rule_matches(rule: &ar::RuleWithOperations, a: &Attributes) -> bool {
+pub(super) fn rule_matches(rule: &ar::RuleWithOperations, a: &Attributes) -> bool {
     let any_or = |list: &Option<Vec<String>>, value: &str| {
         list.iter().flatten().any(|v| v == "*" || v == value)
     };
@@ -142,13 +147,13 @@ fn rule_matches(rule: &ar::RuleWithOperations, a: &Attributes) -> bool {
     }
 }
 
-fn labels_of(object: Option<&Value>) -> BTreeMap<String, String> {
+pub(super) fn labels_of(object: Option<&Value>) -> BTreeMap<String, String> {
     object
         .and_then(|o| serde_json::from_value(o["metadata"]["labels"].clone()).ok())
         .unwrap_or_default()
 }
 
-fn selector_matches(
+pub(super) fn selector_matches(
     selector: Option<&LabelSelector>,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, ApiError> {
@@ -158,6 +163,81 @@ fn selector_matches(
     let s = Selector::from_label_selector(selector)
         .map_err(|e| ApiError::internal(format!("invalid label selector: {e}")))?;
     Ok(s.matches(labels))
+}
+
+/// Upstream's object and namespace selectors of a webhook or policy: the object (or,
+/// on update and delete, the old object) must match the object selector; the
+/// namespace's labels (the object's own for a Namespace; always a match for other
+/// cluster-scoped objects) the namespace selector.
+pub(super) async fn selectors_match(
+    namespaces: &Store,
+    object_selector: Option<&LabelSelector>,
+    namespace_selector: Option<&LabelSelector>,
+    a: &Attributes,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    let object_ok = selector_matches(object_selector, &labels_of(object))?
+        || (old.is_some() && selector_matches(object_selector, &labels_of(old))?);
+    if !object_ok {
+        return Ok(false);
+    }
+    let selector = namespace_selector.filter(|s| {
+        s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
+            || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+    });
+    let Some(selector) = selector else {
+        return Ok(true);
+    };
+    let labels = if a.is_core("namespaces") {
+        labels_of(object.or(old))
+    } else if a.namespace.is_empty() {
+        // Cluster-scoped objects are never exempted by a namespace selector.
+        return Ok(true);
+    } else {
+        match namespaces.get(None, &a.namespace).await {
+            Ok(ns) => labels_of(Some(&ns)),
+            Err(e) if e.code == 404 => BTreeMap::new(),
+            Err(e) => return Err(e),
+        }
+    };
+    selector_matches(Some(selector), &labels)
+}
+
+/// The CEL `request` variable: the AdmissionReview request without the objects
+/// (which are the `object` and `oldObject` variables).
+pub(super) fn cel_request(a: &Attributes) -> Value {
+    let mut review = review_request(REVIEW_V1, "", a, None, None);
+    let mut request = review["request"].take();
+    if let Some(r) = request.as_object_mut() {
+        r.remove("object");
+        r.remove("oldObject");
+        r.remove("uid");
+    }
+    request
+}
+
+/// Evaluates the webhook's `matchConditions` over `object`, `oldObject` and `request`
+/// (the configuration's validation compiled them; one that no longer compiles is an
+/// error here).
+fn conditions_hold(
+    hook: &Hook,
+    a: &Attributes,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, String> {
+    let mut conditions = Vec::with_capacity(hook.match_conditions.len());
+    for c in &hook.match_conditions {
+        let program = ferrokube_cel::compile(&c.expression, ferrokube_cel::WEBHOOK_VARIABLES)
+            .map_err(|e| format!("matchCondition '{}': {e}", c.name))?;
+        conditions.push((c.name.clone(), program));
+    }
+    let mut activation = ferrokube_cel::Activation::new();
+    activation
+        .bind_json("object", object.unwrap_or(&Value::Null))
+        .bind_json("oldObject", old.unwrap_or(&Value::Null))
+        .bind_json("request", &cel_request(a));
+    ferrokube_cel::match_conditions(&conditions, &activation)
 }
 
 /// The AdmissionReview request of one call (`admission.k8s.io/v1`).
@@ -341,7 +421,7 @@ pub(crate) fn new_validating(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, S
 }
 
 /// Requests no webhook sees (upstream `IsExemptAdmissionConfigurationResource`).
-fn handled(a: &Attributes) -> bool {
+pub(super) fn handled(a: &Attributes) -> bool {
     a.resource.group != "admissionregistration.k8s.io"
         && matches!(
             a.operation,
@@ -371,7 +451,9 @@ impl Webhooks {
             .collect())
     }
 
-    /// Whether `hook` applies to the request (rules, then selectors).
+    /// Whether `hook` applies to the request (rules, then selectors, then
+    /// `matchConditions`; a condition that fails to evaluate follows the failure
+    /// policy: skipped under `Ignore`, an error under `Fail`).
     async fn applies(
         &self,
         hook: &Hook,
@@ -382,31 +464,32 @@ impl Webhooks {
         if !hook.rules.iter().any(|r| rule_matches(r, a)) {
             return Ok(false);
         }
-        let object_ok = selector_matches(hook.object_selector.as_ref(), &labels_of(object))?
-            || (old.is_some() && selector_matches(hook.object_selector.as_ref(), &labels_of(old))?);
-        if !object_ok {
+        if !selectors_match(
+            &self.namespaces,
+            hook.object_selector.as_ref(),
+            hook.namespace_selector.as_ref(),
+            a,
+            object,
+            old,
+        )
+        .await?
+        {
             return Ok(false);
         }
-        let selector = hook.namespace_selector.as_ref().filter(|s| {
-            s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
-                || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
-        });
-        let Some(selector) = selector else {
+        if hook.match_conditions.is_empty() {
             return Ok(true);
-        };
-        let labels = if a.is_core("namespaces") {
-            labels_of(object.or(old))
-        } else if a.namespace.is_empty() {
-            // Cluster-scoped objects are never exempted by a namespace selector.
-            return Ok(true);
-        } else {
-            match self.namespaces.get(None, &a.namespace).await {
-                Ok(ns) => labels_of(Some(&ns)),
-                Err(e) if e.code == 404 => BTreeMap::new(),
-                Err(e) => return Err(e),
+        }
+        match conditions_hold(hook, a, object, old) {
+            Ok(matched) => Ok(matched),
+            Err(e) if hook.fail_open => {
+                tracing::warn!(webhook = %hook.name, error = %e, "matchConditions failed, skipping the webhook");
+                Ok(false)
             }
-        };
-        selector_matches(Some(selector), &labels)
+            Err(e) => Err(ApiError::internal(format!(
+                "failed to evaluate the matchConditions of webhook {:?}: {e}",
+                hook.name
+            ))),
+        }
     }
 
     /// Sends one AdmissionReview and reads the verdict (`Err`: the call failed).

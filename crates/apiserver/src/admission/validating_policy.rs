@@ -1,0 +1,591 @@
+//! ValidatingAdmissionPolicy (upstream
+//! `k8s.io/apiserver/pkg/admission/plugin/policy/validating`): admissionregistration.k8s.io/v1
+//! policies hold CEL validations ([`ferrokube_cel`]); bindings apply them. For each
+//! policy whose `matchConstraints` match the request (rules, excludeResourceRules,
+//! resourceNames, namespace and object selectors), each of its bindings whose
+//! `matchResources` also match is evaluated once per parameter object (`paramKind` +
+//! the binding's `paramRef`, by name or selector, `parameterNotFoundAction`), with
+//! `object`, `oldObject`, `request`, `params`, `namespaceObject` and the policy's
+//! `variables`; `matchConditions` filter first. A failed validation's message is its
+//! `messageExpression`, its `message` or `failed expression: <expr>`; the binding's
+//! `validationActions` decide: `Deny` rejects the request (code from `reason`, 422
+//! Invalid by default, with upstream's `ValidatingAdmissionPolicy 'p' with binding 'b'
+//! denied request: ...`), `Warn` adds a `Warning` header, `Audit` is logged. Evaluation
+//! and configuration errors follow the policy's `failurePolicy`.
+//!
+//! Deviations: `Audit` and `auditAnnotations` are logged (there is no audit log to
+//! annotate yet); `matchPolicy: Equivalent` matches like `Exact` (one served version per
+//! resource); `authorizer` is not offered; policies and bindings are read from the
+//! store's cache per request and compiled when they match (upstream compiles once per
+//! change); no cost budget.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::labels::Selector;
+use ferrokube_cel::{Activation, Program};
+use ferrokube_registry::{ListParams, Registry, Store};
+use k8s_openapi::api::admissionregistration::v1 as ar;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
+use serde_json::Value;
+
+use super::webhook::{cel_request, handled, labels_of, rule_matches, selectors_match};
+use super::{Attributes, Plugin, PluginInit};
+
+pub(crate) const NAME: &str = "ValidatingAdmissionPolicy";
+
+const AR: &str = "admissionregistration.k8s.io";
+
+struct ValidatingPolicy {
+    registry: Arc<Registry>,
+    policies: Arc<Store>,
+    bindings: Arc<Store>,
+    namespaces: Arc<Store>,
+}
+
+fn store(registry: &Registry, group: &str, plural: &str) -> Result<Arc<Store>, String> {
+    ferrokube_api::resources::lookup(group, "v1", plural)
+        .and_then(|info| registry.store_for(info))
+        .cloned()
+        .ok_or_else(|| format!("no store for {plural}"))
+}
+
+pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(ValidatingPolicy {
+        registry: init.registry.clone(),
+        policies: store(init.registry, AR, "validatingadmissionpolicies")?,
+        bindings: store(init.registry, AR, "validatingadmissionpolicybindings")?,
+        namespaces: store(init.registry, "", "namespaces")?,
+    }))
+}
+
+/// One failed validation (or configuration error) to act on.
+struct Denial {
+    policy: String,
+    binding: String,
+    message: String,
+    /// Upstream's `reason` (empty: Invalid).
+    reason: String,
+}
+
+/// What evaluating one binding with one parameter object produced.
+#[derive(Default)]
+struct Decisions {
+    /// Messages and reasons of the validations that failed (or errored under Fail).
+    failed: Vec<(String, String)>,
+}
+
+/// A policy's CEL, compiled.
+struct Compiled {
+    variables: Vec<(String, Program)>,
+    conditions: Vec<(String, Program)>,
+    validations: Vec<CompiledValidation>,
+    audits: Vec<(String, Program)>,
+}
+
+struct CompiledValidation {
+    expression: Program,
+    message: Option<String>,
+    message_expression: Option<Program>,
+    reason: String,
+}
+
+fn compile(spec: &ar::ValidatingAdmissionPolicySpec) -> Result<Compiled, String> {
+    let vars = ferrokube_cel::POLICY_VARIABLES;
+    let c = |e: &str| ferrokube_cel::compile(e, vars).map_err(|e| e.0);
+    Ok(Compiled {
+        variables: spec
+            .variables
+            .iter()
+            .flatten()
+            .map(|v| Ok((v.name.clone(), c(&v.expression)?)))
+            .collect::<Result<_, String>>()?,
+        conditions: spec
+            .match_conditions
+            .iter()
+            .flatten()
+            .map(|m| Ok((m.name.clone(), c(&m.expression)?)))
+            .collect::<Result<_, String>>()?,
+        validations: spec
+            .validations
+            .iter()
+            .flatten()
+            .map(|v| {
+                Ok(CompiledValidation {
+                    expression: c(&v.expression)?,
+                    message: v.message.clone().filter(|m| !m.is_empty()),
+                    message_expression: match v.message_expression.as_deref() {
+                        Some(me) if !me.trim().is_empty() => Some(c(me)?),
+                        _ => None,
+                    },
+                    reason: v.reason.clone().unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, String>>()?,
+        audits: spec
+            .audit_annotations
+            .iter()
+            .flatten()
+            .map(|a| Ok((a.key.clone(), c(&a.value_expression)?)))
+            .collect::<Result<_, String>>()?,
+    })
+}
+
+/// Upstream `reasonToCode`.
+fn reason_code(reason: &str) -> u16 {
+    match reason {
+        "Forbidden" => 403,
+        "Unauthorized" => 401,
+        "RequestEntityTooLarge" => 413,
+        _ => 422,
+    }
+}
+
+/// Whether `m` matches the request (upstream `matching.Matches`): rules, exclusions,
+/// then the namespace and object selectors.
+async fn resources_match(
+    namespaces: &Store,
+    m: &ar::MatchResources,
+    a: &Attributes,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    let named_rule_matches = |r: &ar::NamedRuleWithOperations| {
+        let rule = ar::RuleWithOperations {
+            api_groups: r.api_groups.clone(),
+            api_versions: r.api_versions.clone(),
+            operations: r.operations.clone(),
+            resources: r.resources.clone(),
+            scope: r.scope.clone(),
+        };
+        let names = r.resource_names.as_deref().unwrap_or_default();
+        rule_matches(&rule, a) && (names.is_empty() || names.contains(&a.name))
+    };
+    // A binding without resourceRules leaves the resources to its policy.
+    if let Some(rules) = &m.resource_rules
+        && !rules.is_empty()
+        && !rules.iter().any(named_rule_matches)
+    {
+        return Ok(false);
+    }
+    if m.exclude_resource_rules
+        .iter()
+        .flatten()
+        .any(named_rule_matches)
+    {
+        return Ok(false);
+    }
+    selectors_match(
+        namespaces,
+        m.object_selector.as_ref(),
+        m.namespace_selector.as_ref(),
+        a,
+        object,
+        old,
+    )
+    .await
+}
+
+impl ValidatingPolicy {
+    /// The parameter objects of one binding (upstream `CollectParams`): `[None]` when
+    /// the policy takes none; empty when none is found and the binding allows that.
+    async fn params(
+        &self,
+        policy: &ar::ValidatingAdmissionPolicySpec,
+        binding: &ar::ValidatingAdmissionPolicyBindingSpec,
+        a: &Attributes,
+    ) -> Result<Vec<Option<Value>>, String> {
+        let Some(kind) = &policy.param_kind else {
+            return Ok(vec![None]);
+        };
+        let Some(reference) = &binding.param_ref else {
+            return Err("paramRef is required when the policy has a paramKind".into());
+        };
+        let api_version = kind.api_version.as_deref().unwrap_or("");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind_name = kind.kind.as_deref().unwrap_or("");
+        let info = ferrokube_api::resources::RESOURCES
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.kind == kind_name)
+            .ok_or_else(|| {
+                format!("failed to find resource referenced by paramKind: '{api_version}, Kind={kind_name}'")
+            })?;
+        let store = self
+            .registry
+            .store_for(info)
+            .ok_or_else(|| format!("no store for {}", info.plural))?;
+        let namespace = match reference.namespace.as_deref().filter(|n| !n.is_empty()) {
+            Some(ns) => Some(ns.to_string()),
+            None if info.namespaced => {
+                if a.namespace.is_empty() {
+                    return Err("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources".into());
+                }
+                Some(a.namespace.clone())
+            }
+            None => None,
+        };
+        let ns = namespace.as_deref().filter(|_| info.namespaced);
+        let found: Vec<Option<Value>> =
+            if let Some(name) = reference.name.as_deref().filter(|n| !n.is_empty()) {
+                match store.get(ns, name).await {
+                    Ok(v) => vec![Some(v)],
+                    Err(e) if e.code == 404 => vec![],
+                    Err(e) => return Err(e.message),
+                }
+            } else {
+                let selector = reference.selector.clone().unwrap_or_default();
+                let selector = Selector::from_label_selector(&selector)
+                    .map_err(|e| format!("invalid paramRef selector: {e}"))?;
+                let listed = store
+                    .list(ns, &ListParams::default())
+                    .await
+                    .map_err(|e| e.message)?;
+                listed
+                    .items
+                    .iter()
+                    .map(|o| (**o).clone())
+                    .filter(|o| selector.matches(&labels_of(Some(o))))
+                    .map(Some)
+                    .collect()
+            };
+        if found.is_empty() && reference.parameter_not_found_action.as_deref() != Some("Allow") {
+            return Err(
+                "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+            );
+        }
+        Ok(found)
+    }
+
+    /// The request's Namespace object (upstream `namespaceObject`), if namespaced.
+    async fn namespace_object(&self, a: &Attributes) -> Result<Value, ApiError> {
+        if a.namespace.is_empty() || a.is_core("namespaces") {
+            return Ok(Value::Null);
+        }
+        match self.namespaces.get(None, &a.namespace).await {
+            Ok(ns) => Ok(ns),
+            Err(e) if e.code == 404 => Ok(Value::Null),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Evaluates a compiled policy with one binding and one parameter object.
+fn evaluate(
+    compiled: &Compiled,
+    fail_open: bool,
+    base: &Activation,
+    params: Option<&Value>,
+    policy: &str,
+) -> Decisions {
+    let mut activation = base.clone();
+    activation.bind_json("params", params.unwrap_or(&Value::Null));
+    // Variables in order, each seeing the earlier ones; one that fails is absent, so
+    // an expression using it fails (upstream evaluates them lazily, with the same
+    // outcome for the expressions that use them).
+    let mut variables: Vec<(String, ferrokube_cel::cel::Value)> = Vec::new();
+    activation.bind("variables", ferrokube_cel::map_value(Vec::new()));
+    for (name, program) in &compiled.variables {
+        if let Ok(v) = activation.eval(program) {
+            variables.push((name.clone(), v));
+            activation.bind("variables", ferrokube_cel::map_value(variables.clone()));
+        }
+    }
+    let mut decisions = Decisions::default();
+    match ferrokube_cel::match_conditions(&compiled.conditions, &activation) {
+        Ok(true) => {}
+        Ok(false) => return decisions,
+        Err(_) if fail_open => return decisions,
+        Err(e) => {
+            decisions.failed.push((e, String::new()));
+            return decisions;
+        }
+    }
+    for v in &compiled.validations {
+        match activation.eval_bool(&v.expression) {
+            Ok(true) => {}
+            Ok(false) => {
+                let message = v
+                    .message_expression
+                    .as_ref()
+                    .and_then(|me| activation.eval_string(me).ok())
+                    .map(|m| m.trim().to_string())
+                    .filter(|m| !m.is_empty() && !m.contains('\n'))
+                    .or_else(|| v.message.clone())
+                    .unwrap_or_else(|| format!("failed expression: {}", v.expression.source()));
+                decisions.failed.push((message, v.reason.clone()));
+            }
+            Err(_) if fail_open => {}
+            Err(e) => decisions.failed.push((
+                format!(
+                    "expression '{}' resulted in error: {e}",
+                    v.expression.source()
+                ),
+                String::new(),
+            )),
+        }
+    }
+    for (key, program) in &compiled.audits {
+        match activation.eval(program) {
+            Ok(ferrokube_cel::cel::Value::Null) => {}
+            Ok(v) => tracing::info!(
+                annotation = %format!("{policy}/{key}"),
+                value = %ferrokube_cel::value_to_json(&v),
+                "ValidatingAdmissionPolicy audit annotation"
+            ),
+            Err(_) if fail_open => {}
+            Err(e) => decisions.failed.push((
+                format!("valueExpression of auditAnnotation '{key}' resulted in error: {e}"),
+                String::new(),
+            )),
+        }
+    }
+    decisions
+}
+
+#[async_trait]
+impl Plugin for ValidatingPolicy {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn handles(&self, a: &Attributes) -> bool {
+        handled(a)
+    }
+
+    async fn validate(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let listed = self.bindings.list(None, &ListParams::default()).await?;
+        if listed.items.is_empty() {
+            return Ok(());
+        }
+        let mut bindings_of: BTreeMap<String, Vec<ar::ValidatingAdmissionPolicyBinding>> =
+            BTreeMap::new();
+        for o in &listed.items {
+            if let Ok(b) =
+                serde_json::from_value::<ar::ValidatingAdmissionPolicyBinding>((**o).clone())
+                && let Some(policy) = b.spec.as_ref().and_then(|s| s.policy_name.clone())
+            {
+                bindings_of.entry(policy).or_default().push(b);
+            }
+        }
+        let mut denials: Vec<Denial> = Vec::new();
+        let mut base: Option<Activation> = None;
+        for (policy_name, mut bindings) in bindings_of {
+            let policy = match self.policies.get(None, &policy_name).await {
+                Ok(p) => p,
+                // A binding to a missing policy does nothing, as upstream.
+                Err(e) if e.code == 404 => continue,
+                Err(e) => return Err(e),
+            };
+            let Ok(policy) = serde_json::from_value::<ar::ValidatingAdmissionPolicy>(policy) else {
+                continue;
+            };
+            let Some(spec) = &policy.spec else { continue };
+            let fail_open = spec.failure_policy.as_deref() == Some("Ignore");
+            let config_error = |binding: Option<&str>, err: String| Denial {
+                policy: policy_name.clone(),
+                binding: binding.unwrap_or("").to_string(),
+                message: match binding {
+                    Some(_) => format!("failed to configure binding: {err}"),
+                    None => format!("failed to configure policy: {err}"),
+                },
+                reason: String::new(),
+            };
+            let Some(constraints) = &spec.match_constraints else {
+                continue;
+            };
+            if !resources_match(&self.namespaces, constraints, a, object, old).await? {
+                continue;
+            }
+            let compiled = match compile(spec) {
+                Ok(c) => c,
+                Err(_) if fail_open => continue,
+                Err(e) => {
+                    denials.push(config_error(None, e));
+                    continue;
+                }
+            };
+            bindings.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
+            for binding in &bindings {
+                let binding_name = binding.metadata.name.clone().unwrap_or_default();
+                let Some(bspec) = &binding.spec else { continue };
+                if let Some(m) = &bspec.match_resources
+                    && !resources_match(&self.namespaces, m, a, object, old).await?
+                {
+                    continue;
+                }
+                let params = match self.params(spec, bspec, a).await {
+                    Ok(p) => p,
+                    Err(_) if fail_open => continue,
+                    Err(e) => {
+                        denials.push(config_error(Some(&binding_name), e));
+                        continue;
+                    }
+                };
+                if params.is_empty() {
+                    continue;
+                }
+                if base.is_none() {
+                    let mut b = Activation::new();
+                    b.bind_json("object", object.unwrap_or(&Value::Null))
+                        .bind_json("oldObject", old.unwrap_or(&Value::Null))
+                        .bind_json("request", &cel_request(a))
+                        .bind_json("namespaceObject", &self.namespace_object(a).await?);
+                    base = Some(b);
+                }
+                let Some(base) = &base else { continue };
+                let actions = bspec.validation_actions.as_deref().unwrap_or_default();
+                for p in &params {
+                    let decisions = evaluate(&compiled, fail_open, base, p.as_ref(), &policy_name);
+                    for (message, reason) in decisions.failed {
+                        for action in actions {
+                            match action.as_str() {
+                                "Deny" => denials.push(Denial {
+                                    policy: policy_name.clone(),
+                                    binding: binding_name.clone(),
+                                    message: message.clone(),
+                                    reason: reason.clone(),
+                                }),
+                                "Warn" => a.warn(format!(
+                                    "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {message}"
+                                )),
+                                "Audit" => tracing::info!(
+                                    policy = %policy_name,
+                                    binding = %binding_name,
+                                    %message,
+                                    "validation.policy.admission.k8s.io/validation_failure"
+                                ),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let Some(d) = denials.into_iter().next() else {
+            return Ok(());
+        };
+        let message = if d.binding.is_empty() {
+            format!(
+                "ValidatingAdmissionPolicy '{}' denied request: {}",
+                d.policy, d.message
+            )
+        } else {
+            format!(
+                "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {}",
+                d.policy, d.binding, d.message
+            )
+        };
+        let mut err = a.forbidden(&message);
+        err.reason = if d.reason.is_empty() {
+            "Invalid".into()
+        } else {
+            d.reason
+        };
+        err.code = reason_code(&err.reason);
+        if let Some(details) = err.details.as_mut() {
+            details
+                .causes
+                .get_or_insert_with(Vec::new)
+                .push(StatusCause {
+                    message: Some(message),
+                    ..Default::default()
+                });
+        }
+        Err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: Value) -> ar::ValidatingAdmissionPolicySpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn activation(object: Value) -> Activation {
+        let mut a = Activation::new();
+        a.bind_json("object", &object)
+            .bind_json("oldObject", &Value::Null)
+            .bind_json("request", &json!({"operation": "CREATE"}))
+            .bind_json("namespaceObject", &Value::Null);
+        a
+    }
+
+    #[test]
+    fn validations_yield_upstreams_messages() {
+        let s = spec(json!({"validations": [
+            {"expression": "object.spec.replicas <= 5"},
+            {"expression": "object.spec.replicas <= params.max", "message": "too many", "reason": "Forbidden"},
+            {"expression": "variables.r < 3", "messageExpression": "'replicas ' + string(variables.r) + ' >= 3'"},
+            {"expression": "object.spec.nope == 1"}],
+            "variables": [{"name": "r", "expression": "object.spec.replicas"}]}));
+        let c = compile(&s).unwrap();
+        let d = evaluate(
+            &c,
+            false,
+            &activation(json!({"spec": {"replicas": 6}})),
+            Some(&json!({"max": 4})),
+            "p",
+        );
+        let messages: Vec<&str> = d.failed.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(messages[0], "failed expression: object.spec.replicas <= 5");
+        assert_eq!(messages[1], "too many");
+        assert_eq!(d.failed[1].1, "Forbidden");
+        assert_eq!(messages[2], "replicas 6 >= 3");
+        assert!(
+            messages[3].starts_with("expression 'object.spec.nope == 1' resulted in error: "),
+            "{}",
+            messages[3]
+        );
+        // Under Ignore an evaluation error admits.
+        let d = evaluate(
+            &c,
+            true,
+            &activation(json!({"spec": {"replicas": 1}})),
+            Some(&json!({"max": 4})),
+            "p",
+        );
+        assert!(d.failed.is_empty(), "{:?}", d.failed);
+    }
+
+    #[test]
+    fn match_conditions_filter() {
+        let s = spec(json!({"validations": [{"expression": "false"}],
+            "matchConditions": [{"name": "big", "expression": "object.spec.replicas > 2"}]}));
+        let c = compile(&s).unwrap();
+        assert!(
+            evaluate(
+                &c,
+                false,
+                &activation(json!({"spec": {"replicas": 1}})),
+                None,
+                "p"
+            )
+            .failed
+            .is_empty()
+        );
+        assert_eq!(
+            evaluate(
+                &c,
+                false,
+                &activation(json!({"spec": {"replicas": 3}})),
+                None,
+                "p"
+            )
+            .failed
+            .len(),
+            1
+        );
+        assert_eq!(reason_code("Forbidden"), 403);
+        assert_eq!(reason_code(""), 422);
+    }
+}

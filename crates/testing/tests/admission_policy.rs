@@ -1,0 +1,300 @@
+//! ValidatingAdmissionPolicy on the test apiserver: upstream's documentation example
+//! (Deployments with more than 5 replicas denied in namespaces labelled
+//! `environment: test`), a policy with parameters from a ConfigMap, the Warn action's
+//! `Warning` header, and a policy whose expression does not compile refused at create.
+
+use ferrokube_testing::TestApiServer;
+use serde_json::{Value, json};
+
+const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
+const BINDINGS: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Value,
+) -> (u16, Vec<String>, Value) {
+    TestApiServer::send_json(client, method, path, &body)
+        .await
+        .unwrap()
+}
+
+fn policy(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+fn binding(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+fn deployments_rule() -> Value {
+    json!({"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]})
+}
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+}
+
+async fn namespace(c: &kube::Client, name: &str, labels: Value) {
+    let (code, _, v) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+}
+
+async fn create_deployment(
+    c: &kube::Client,
+    ns: &str,
+    name: &str,
+    replicas: i64,
+) -> (u16, Vec<String>, Value) {
+    send(
+        c,
+        "POST",
+        &format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+        deployment(name, replicas),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn policies_deny_warn_take_params_and_must_compile() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+
+    // A policy that does not compile is refused with the compiler's message.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        POLICIES,
+        policy(
+            "broken.example.com",
+            json!({
+        "matchConstraints": deployments_rule(),
+        "validations": [{"expression": "object.spec.replicas <="}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("ValidatingAdmissionPolicy.admissionregistration.k8s.io \"broken.example.com\" is invalid: spec.validations[0].expression: Invalid value: \"object.spec.replicas <=\": compilation failed: "),
+        "{message}"
+    );
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        POLICIES,
+        policy(
+            "undeclared.example.com",
+            json!({
+        "matchConstraints": deployments_rule(),
+        "validations": [{"expression": "objekt.spec.replicas < 5"}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("undeclared reference to 'objekt'"),
+        "{v}"
+    );
+
+    // Upstream's documentation example.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        POLICIES,
+        policy(
+            "demo-policy.example.com",
+            json!({
+        "failurePolicy": "Fail",
+        "matchConstraints": deployments_rule(),
+        "validations": [{"expression": "object.spec.replicas <= 5"}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["spec"]["matchConstraints"]["matchPolicy"], "Equivalent");
+    assert_eq!(v["metadata"]["generation"], 1);
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        BINDINGS,
+        binding(
+            "demo-binding-test.example.com",
+            json!({
+        "policyName": "demo-policy.example.com",
+        "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": {"matchLabels": {"environment": "test"}}}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(
+        &c,
+        "GET",
+        &format!("{POLICIES}/demo-policy.example.com/status"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+
+    namespace(&c, "test", json!({"environment": "test"})).await;
+    namespace(&c, "prod", json!({"environment": "prod"})).await;
+    let (code, _, v) = create_deployment(&c, "test", "nginx", 6).await;
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(v["reason"], "Invalid");
+    assert_eq!(
+        v["message"],
+        "deployments.apps \"nginx\" is forbidden: ValidatingAdmissionPolicy 'demo-policy.example.com' with binding 'demo-binding-test.example.com' denied request: failed expression: object.spec.replicas <= 5"
+    );
+    assert_eq!(
+        v["details"]["causes"][0]["message"],
+        "ValidatingAdmissionPolicy 'demo-policy.example.com' with binding 'demo-binding-test.example.com' denied request: failed expression: object.spec.replicas <= 5"
+    );
+    let (code, _, v) = create_deployment(&c, "test", "nginx", 3).await;
+    assert_eq!(code, 201, "{v}");
+    // Scaling past the limit is an UPDATE the policy also sees.
+    let mut over = v.clone();
+    over["spec"]["replicas"] = json!(7);
+    let (code, _, v) = send(
+        &c,
+        "PUT",
+        "/apis/apps/v1/namespaces/test/deployments/nginx",
+        over,
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    // Outside the binding's namespaces the policy does not apply.
+    let (code, _, v) = create_deployment(&c, "prod", "nginx", 6).await;
+    assert_eq!(code, 201, "{v}");
+
+    // Parameters from a ConfigMap, by name, in the namespace of the request.
+    namespace(&c, "limited", json!({"limits": "on"})).await;
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        POLICIES,
+        policy(
+            "max-replicas.example.com",
+            json!({
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": deployments_rule(),
+        "variables": [{"name": "max", "expression": "int(params.data.maxReplicas)"}],
+        "validations": [{"expression": "object.spec.replicas <= variables.max",
+            "messageExpression": "'replicas must be at most ' + string(variables.max)",
+            "reason": "Forbidden"}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        BINDINGS,
+        binding(
+            "max-replicas-binding",
+            json!({
+        "policyName": "max-replicas.example.com",
+        "validationActions": ["Deny"],
+        "paramRef": {"name": "replica-limits", "parameterNotFoundAction": "Deny"},
+        "matchResources": {"namespaceSelector": {"matchLabels": {"limits": "on"}}}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    // No parameter object yet: the binding denies.
+    let (code, _, v) = create_deployment(&c, "limited", "web", 1).await;
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(
+        v["message"],
+        "deployments.apps \"web\" is forbidden: ValidatingAdmissionPolicy 'max-replicas.example.com' with binding 'max-replicas-binding' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+    );
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/limited/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "replica-limits"},
+            "data": {"maxReplicas": "2"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = create_deployment(&c, "limited", "web", 3).await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(v["reason"], "Forbidden");
+    assert_eq!(
+        v["message"],
+        "deployments.apps \"web\" is forbidden: ValidatingAdmissionPolicy 'max-replicas.example.com' with binding 'max-replicas-binding' denied request: replicas must be at most 2"
+    );
+    let (code, _, v) = create_deployment(&c, "limited", "web", 2).await;
+    assert_eq!(code, 201, "{v}");
+
+    // Warn: admitted, with the failure as a Warning header.
+    namespace(&c, "warned", json!({"warn": "on"})).await;
+    let (code, _, v) = send(&c, "POST", POLICIES, policy("no-latest.example.com", json!({
+        "matchConstraints": deployments_rule(),
+        "matchConditions": [{"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:node:')"}],
+        "validations": [{"expression": "object.spec.template.spec.containers.all(c, !c.image.endsWith(':latest') && c.image.contains(':'))",
+            "message": "images must be pinned"}]}))).await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        BINDINGS,
+        binding(
+            "no-latest-warn",
+            json!({
+        "policyName": "no-latest.example.com",
+        "validationActions": ["Warn"],
+        "matchResources": {"namespaceSelector": {"matchLabels": {"warn": "on"}}}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, warnings, v) = create_deployment(&c, "warned", "web", 1).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"Validation failed for ValidatingAdmissionPolicy 'no-latest.example.com' with binding 'no-latest-warn': images must be pinned\""
+        ]
+    );
+    let mut pinned = deployment("pinned", 1);
+    pinned["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.27");
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/apis/apps/v1/namespaces/warned/deployments",
+        pinned,
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    // Deleting the binding lifts the policy.
+    let (code, _, v) = send(
+        &c,
+        "DELETE",
+        &format!("{BINDINGS}/demo-binding-test.example.com"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, _, v) = create_deployment(&c, "test", "big", 6).await;
+    assert_eq!(code, 201, "{v}");
+    server.stop().await;
+}
