@@ -76,7 +76,7 @@ impl PluginSet {
         true
     }
     pub fn contains(&self, name: &str) -> bool {
-        self.0.iter().any(|n| *n == name)
+        self.0.contains(&name)
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
