@@ -1,13 +1,16 @@
 //! Wiring to an apiserver: shared informers (crates/client) feed the cache and queue,
-//! binding goes through `pods/binding`, status and events through the API, and a
-//! small HTTP server answers `/healthz`, `/readyz` and `/metrics`.
+//! binding goes through `pods/binding`, status through the API, events through the
+//! client library's `EventRecorder` (`events.k8s.io/v1`, one recorder per profile,
+//! aggregated and rate-limited there), and a small HTTP server answers `/healthz`,
+//! `/readyz` and `/metrics`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions, EventRecorder};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
@@ -18,8 +21,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +34,7 @@ use crate::framework::{
 use crate::metrics::Metrics;
 use crate::plugins::default_registry;
 use crate::queue::{BackoffConfig, RealClock, SchedulingQueue};
-use crate::scheduler::{Scheduler, SchedulerApi};
+use crate::scheduler::{PodEvent, Scheduler, SchedulerApi};
 use crate::types::pod_namespace;
 
 /// Errors starting the scheduler.
@@ -48,12 +51,39 @@ pub enum RunError {
 /// The cluster IO of a running scheduler.
 pub struct KubeApi {
     client: kube::Client,
+    /// One recorder per profile, reporting as the profile's scheduler name (as
+    /// upstream's per-profile recorder factory does).
+    recorders: HashMap<String, EventRecorder>,
 }
 
-impl KubeApi {
-    fn identity(&self) -> String {
-        format!("default-scheduler-{}", std::process::id())
-    }
+/// This host's name, for the recorders' `reportingInstance`.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The recorders of `profiles`, writing `events.k8s.io/v1` Events through
+/// `broadcaster`; reportingInstance is `<scheduler name>-<hostname>` as upstream's
+/// `NewRecorder` sets it.
+pub fn profile_recorders<'a>(
+    broadcaster: &EventBroadcaster,
+    profiles: impl IntoIterator<Item = &'a str>,
+) -> HashMap<String, EventRecorder> {
+    let host = hostname();
+    profiles
+        .into_iter()
+        .map(|name| {
+            let instance = format!("{name}-{host}");
+            (
+                name.to_string(),
+                broadcaster.new_recorder_with_instance(name, &instance),
+            )
+        })
+        .collect()
 }
 
 impl std::fmt::Debug for KubeApi {
@@ -147,39 +177,20 @@ impl SchedulerApi for KubeApi {
             .map_err(|e| e.to_string())
     }
 
-    fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str) {
-        use k8s_openapi::api::events::v1::Event;
-        use kube::Resource;
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let ns = pod_namespace(pod).to_string();
-        let ev = Event {
-            metadata: ObjectMeta {
-                name: Some(format!(
-                    "{}.{:x}",
-                    pod.metadata.name.as_deref().unwrap_or("pod"),
-                    now.as_nanosecond()
-                )),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                now,
-            )),
-            reporting_controller: Some("default-scheduler".into()),
-            reporting_instance: Some(self.identity()),
-            action: Some(action.into()),
-            reason: Some(reason.into()),
-            regarding: Some(pod.object_ref(&())),
-            note: Some(note.chars().take(1024).collect()),
-            type_: Some(type_.into()),
-            ..Default::default()
+    fn event(&self, profile: &str, ev: PodEvent<'_>) {
+        let Some(recorder) = self.recorders.get(profile) else {
+            tracing::debug!(profile, reason = ev.reason, "no event recorder for profile");
+            return;
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        tokio::spawn(async move {
-            if let Err(e) = api.create(&PostParams::default(), &ev).await {
-                tracing::debug!(error = %e, "recording event");
-            }
-        });
+        let related = ev.related.map(|p| p.object_ref(&()));
+        recorder.event(
+            &ev.regarding.object_ref(&()),
+            related.as_ref(),
+            ev.type_,
+            ev.reason,
+            ev.action,
+            &ev.note,
+        );
     }
 }
 
@@ -235,6 +246,8 @@ pub struct Running {
     pub scheduler: Arc<Scheduler>,
     pub factory: SharedInformerFactory,
     pub ready: Arc<AtomicBool>,
+    /// Writes the profiles' events; flushed when the scheduler stops.
+    pub events: Arc<EventBroadcaster>,
 }
 
 impl std::fmt::Debug for Running {
@@ -291,7 +304,12 @@ pub fn build(
         rss: factory.informer::<ReplicaSet>().store(),
         sss: factory.informer::<StatefulSet>().store(),
     });
-    let api = Arc::new(KubeApi { client });
+    let events = Arc::new(EventBroadcaster::new(
+        client.clone(),
+        EventBroadcasterOptions::default(),
+    ));
+    let recorders = profile_recorders(&events, config.profiles.iter().map(|p| p.name()));
+    let api = Arc::new(KubeApi { client, recorders });
     let handle = Handle {
         lister: listers,
         binder: Some(api.clone()),
@@ -357,6 +375,7 @@ pub fn build(
         scheduler: sched,
         factory,
         ready: Arc::new(AtomicBool::new(false)),
+        events,
     })
 }
 
@@ -378,6 +397,9 @@ impl Running {
         self.scheduler.queue.close();
         let _ = main.await;
         let _ = bg.await;
+        // Queued events are written before exit, but an unreachable apiserver must
+        // not hold the shutdown.
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.events.shutdown()).await;
         self.factory.shutdown().await;
         Ok(())
     }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrokube_client::events::EventType;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use parking_lot::Mutex;
 
@@ -36,8 +37,21 @@ pub trait SchedulerApi: Send + Sync {
     ) -> Result<(), String>;
     /// Evicts a preemption victim.
     async fn delete_pod(&self, pod: &Pod) -> Result<(), String>;
-    /// Records an event about the pod (fire and forget).
-    fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str);
+    /// Records an event through the recorder of `profile` (fire and forget).
+    fn event(&self, profile: &str, event: PodEvent<'_>);
+}
+
+/// An event the scheduler records (upstream's `EventRecorder().Eventf` arguments).
+#[derive(Debug, Clone)]
+pub struct PodEvent<'a> {
+    /// The pod the event is about.
+    pub regarding: &'a Pod,
+    /// A second pod involved (the preemptor of a `Preempted` victim).
+    pub related: Option<&'a Pod>,
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
 }
 
 /// The `PodScheduled=False` condition upstream writes.
@@ -268,7 +282,8 @@ impl Scheduler {
                 let mut nominated = None;
                 if let Some(p) = post {
                     if let Some(node) = p.nominated_node_name.clone() {
-                        self.preempt(&p.victims, &p.clear_nominated, &fw).await;
+                        self.preempt(q.pod(), &p.victims, &p.clear_nominated, &fw)
+                            .await;
                         self.queue.set_nominated(&q.pod_info, Some(&node));
                         nominated = Some(node);
                     } else if q
@@ -293,30 +308,43 @@ impl Scheduler {
         true
     }
 
-    async fn preempt(&self, victims: &[Arc<Pod>], clear: &[Arc<Pod>], fw: &Framework) {
+    async fn preempt(
+        &self,
+        preemptor: &Pod,
+        victims: &[Arc<Pod>],
+        clear: &[Arc<Pod>],
+        fw: &Framework,
+    ) {
         self.metrics
             .preemption_victims
             .fetch_add(victims.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let deletes = victims.iter().map(|v| async move {
-            // A victim waiting at Permit is rejected instead.
-            if fw.reject_waiting_pod(
+            // A victim waiting at Permit is rejected instead of deleted.
+            let waiting = fw.reject_waiting_pod(
                 v.metadata.uid.as_deref().unwrap_or(""),
                 "DefaultPreemption",
                 "preempted",
-            ) {
+            );
+            if !waiting && let Err(e) = self.api.delete_pod(v).await {
+                tracing::warn!(pod = %pod_key(v), error = %e, "deleting preemption victim");
                 return;
             }
-            if let Err(e) = self.api.delete_pod(v).await {
-                tracing::warn!(pod = %pod_key(v), error = %e, "deleting preemption victim");
-            } else {
-                self.api.event(
-                    v,
-                    "Normal",
-                    "Preempted",
-                    "Preempting",
-                    "Preempted by a higher priority pod",
-                );
-            }
+            // Upstream's event (`PreemptPod`): about the victim, related to the preemptor.
+            self.api.event(
+                &fw.profile_name,
+                PodEvent {
+                    regarding: v,
+                    related: Some(preemptor),
+                    type_: EventType::Normal,
+                    reason: "Preempted",
+                    action: "Preempting",
+                    note: format!(
+                        "Preempted by pod {} on node {}",
+                        preemptor.metadata.uid.as_deref().unwrap_or(""),
+                        pod_node_name(v)
+                    ),
+                },
+            );
         });
         futures::future::join_all(deletes).await;
         for p in clear {
@@ -443,11 +471,15 @@ impl Scheduler {
             self.metrics.observe_e2e(t.elapsed());
         }
         self.api.event(
-            &q.pod_info.pod,
-            "Normal",
-            "Scheduled",
-            "Binding",
-            &format!("Successfully assigned {key} to {host}"),
+            &fw.profile_name,
+            PodEvent {
+                regarding: &q.pod_info.pod,
+                related: None,
+                type_: EventType::Normal,
+                reason: "Scheduled",
+                action: "Binding",
+                note: format!("Successfully assigned {key} to {host}"),
+            },
         );
         fw.run_post_bind(&assumed, &host).await;
         self.queue.done(&key);
@@ -460,8 +492,17 @@ impl Scheduler {
         msg: &str,
         nominated: Option<String>,
     ) {
-        self.api
-            .event(q.pod(), "Warning", "FailedScheduling", "Scheduling", msg);
+        self.api.event(
+            scheduler_name(q.pod()),
+            PodEvent {
+                regarding: q.pod(),
+                related: None,
+                type_: EventType::Warning,
+                reason: "FailedScheduling",
+                action: "Scheduling",
+                note: msg.to_string(),
+            },
+        );
         let cond = unschedulable_condition(reason, msg);
         // Skip the write when nothing changes (`updatePod` does the same).
         let same = q

@@ -671,7 +671,7 @@ mod in_memory {
     use ferrokube_scheduler::metrics::Metrics;
     use ferrokube_scheduler::plugins::default_registry;
     use ferrokube_scheduler::queue::{BackoffConfig, RealClock, SchedulingQueue};
-    use ferrokube_scheduler::scheduler::{Scheduler, SchedulerApi};
+    use ferrokube_scheduler::scheduler::{PodEvent, Scheduler, SchedulerApi};
     use k8s_openapi::api::core::v1::PodCondition;
     use tokio::sync::mpsc;
 
@@ -704,7 +704,7 @@ mod in_memory {
         async fn delete_pod(&self, _: &Pod) -> Result<(), String> {
             Ok(())
         }
-        fn event(&self, _: &Pod, _: &str, _: &str, _: &str, _: &str) {}
+        fn event(&self, _: &str, _: PodEvent<'_>) {}
     }
 
     pub(super) async fn run(args: &Args, init: usize, pods: usize) -> Result<Outcome> {
