@@ -22,7 +22,8 @@
 #   9. kill -9 of one node's kubelet and containerd -> the node goes NotReady/unreachable and
 #      its pods (tolerationSeconds 5) are replaced on the other nodes; hack/up.sh brings
 #      the node back Ready
-#  10. hack/down.sh leaves no node process, netns, veth, route, cgroup or PID file
+#  10. hack/down.sh leaves no node process, netns (node or pod), veth, route, cgroup, mount
+#      or PID file
 #
 # Each step checks its output; on failure the script names the step, shows what it saw and
 # still runs hack/down.sh (E2E_KEEP=1 leaves the cluster up to debug). Run it under
@@ -118,6 +119,10 @@ in_node() { # node command...
   shift
   nsenter --net="/run/netns/$n" -- "$@"
 }
+
+# Pod network namespaces that exist before the run (none of ours may be left after it).
+cni_netns() { ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ {print $1}' | sort; }
+CNI_NETNS_BEFORE=$(cni_netns)
 
 # ----------------------------------------------------------------------------------------
 step "hack/up.sh --nodes $N $*"
@@ -496,5 +501,7 @@ pgrep -f "$FK_NODES_ETC/|$FK_NODES_RUN/" >/dev/null && left+=" processes"
 grep -qF " $FK_NODES_DATA/" /proc/self/mounts && left+=" mounts"
 grep -qF " $FK_NODES_RUN/" /proc/self/mounts && left+=" mounts(run)"
 rt::pid_alive "$FK_NODE_REGISTRY_PID" docker-registry && left+=" registry"
+new_netns=$(comm -13 <(printf '%s\n' "$CNI_NETNS_BEFORE") <(cni_netns) | grep . | tr '\n' , || true)
+[ -z "$new_netns" ] || left+=" pod-netns:$new_netns"
 [ -z "$left" ] || fail "left behind:$left"
 ok "cluster down, nothing left"

@@ -577,7 +577,13 @@ fk::host_node_down() { # bin_dir node-name
 }
 
 fk::nodes_down() { # [bin_dir]
-  local i
+  local i bin_dir=${1:-$(fk::target_dir)/release}
+  # Every node's kubelet first: while one node goes, the controllers replace its pods and
+  # the kubelet of a node not yet stopped would start their sandboxes mid-teardown.
+  for i in $(fk::nodes_present); do
+    fk::stop "$(fk::node_name_of "$i")-kube-proxy" "$bin_dir/kube-proxy" 30
+    fk::stop "$(fk::node_name_of "$i")-kubelet" "$bin_dir/kubelet" 30
+  done
   for i in $(fk::nodes_present); do
     fk::node_down "$i" "${1:-}"
   done
