@@ -140,54 +140,14 @@ fk::node_registry_up() {
 
 # ---------------------------------------------------------------- configuration
 fk::node_containerd_config() { # i
-  local i=$1 name
+  local i=$1 name sock
   name=$(fk::node_name_of "$i")
-  cat <<TOML
-# Written by hack/lib/nodes.sh for node $name (containerd 1.6, schema version 2). Every
-# path differs from the other instances' (G14).
-version = 2
-root = "$FK_NODES_DATA/$name/containerd"
-state = "$FK_NODES_RUN/$name/containerd"
-
-[grpc]
-  address = "$(fk::node_sock_of "$i")"
-[ttrpc]
-  address = "$(fk::node_sock_of "$i").ttrpc"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$FK_NODES_DATA/$name/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$RT_PAUSE_IMAGE"
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  enable_selinux = false
-  systemd_cgroup = false
-  tolerate_missing_hugetlb_controller = true
-  disable_hugetlb_controller = true
-  # Loopback inside the netns is unreachable from the apiserver: stream on the node IP.
-  stream_server_address = "$(fk::node_ip_of "$i")"
-  stream_server_port = "0"
-  enable_tls_streaming = false
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
-        SystemdCgroup = false
-        Root = "$FK_NODES_RUN/$name/runc"
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$FK_NODES_ETC/$name/cni"
-    max_conf_num = 1
-
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$FK_NODES_ETC/$name/certs.d"
-TOML
+  sock=$(fk::node_sock_of "$i")
+  rt::containerd_toml "# Written by hack/lib/nodes.sh for node $name (rt::containerd_toml): every path its
+# own (G14); streaming on the node IP, as the netns' loopback is unreachable from the apiserver." \
+    "$FK_NODES_DATA/$name/containerd" "$FK_NODES_RUN/$name/containerd" "$sock" \
+    "$FK_NODES_ETC/$name/cni" "$FK_NODES_ETC/$name/certs.d" "$(fk::node_ip_of "$i")" \
+    "$sock.ttrpc" "$FK_NODES_DATA/$name/opt" "$FK_NODES_RUN/$name/runc"
 }
 
 # No ipMasq: pod IPs are routable between nodes and from the root netns, so pods keep

@@ -211,15 +211,19 @@ http:
   return $changed
 }
 
-rt::containerd_config() {
+# containerd's config.toml (containerd 1.6, schema version 2), one function for the host's
+# instance (below) and each node's of a multi-node cluster (hack/lib/nodes.sh). Every path
+# an instance owns is a parameter, so instances never share one (G14); the ttrpc address,
+# the opt plugin's path and runc's state dir are set only when given (the host's instance
+# keeps containerd's defaults).
+rt::containerd_toml() { # header root state sock cni_conf_dir certs_d stream_addr [ttrpc_sock opt_dir runc_root]
+  local header=$1 root=$2 state=$3 sock=$4 cni_conf_dir=$5 certs_d=$6 stream_addr=$7
+  local ttrpc_sock=${8:-} opt_dir=${9:-} runc_root=${10:-}
+  printf '%s\n' "$header"
+  printf 'version = 2\nroot = "%s"\nstate = "%s"\n\n[grpc]\n  address = "%s"\n' "$root" "$state" "$sock"
+  [ -z "$ttrpc_sock" ] || printf '[ttrpc]\n  address = "%s"\n' "$ttrpc_sock"
+  [ -z "$opt_dir" ] || printf '\n[plugins."io.containerd.internal.v1.opt"]\n  path = "%s"\n' "$opt_dir"
   cat <<TOML
-# Written by hack/lib/runtime.sh. containerd 1.6, config schema version 2.
-version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
-
-[grpc]
-  address = "$RT_CONTAINERD_SOCK"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$RT_PAUSE_IMAGE"
@@ -231,7 +235,7 @@ state = "/run/containerd"
   systemd_cgroup = false
   tolerate_missing_hugetlb_controller = true
   disable_hugetlb_controller = true
-  stream_server_address = "127.0.0.1"
+  stream_server_address = "$stream_addr"
   stream_server_port = "0"
   enable_tls_streaming = false
 
@@ -243,15 +247,23 @@ state = "/run/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
         SystemdCgroup = false
+TOML
+  [ -z "$runc_root" ] || printf '        Root = "%s"\n' "$runc_root"
+  cat <<TOML
 
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$RT_CNI_CONF_DIR"
+    conf_dir = "$cni_conf_dir"
     max_conf_num = 1
 
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$RT_CERTS_D"
+    config_path = "$certs_d"
 TOML
+}
+
+rt::containerd_config() {
+  rt::containerd_toml "# Written by hack/lib/runtime.sh. containerd 1.6, config schema version 2." \
+    /var/lib/containerd /run/containerd "$RT_CONTAINERD_SOCK" "$RT_CNI_CONF_DIR" "$RT_CERTS_D" 127.0.0.1
 }
 
 rt::cni_conflist() {
