@@ -663,12 +663,12 @@ async fn resource_request(
         a.warnings = warnings.clone();
         a
     };
+    let admission = state.admission.request(attributes.clone());
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
         ..o
     };
     let method = req.method().clone();
-    let admission = state.admission.request(attributes.clone());
     match (method, r.name.as_deref(), r.sub.as_deref()) {
         (Method::GET, None, None) => {
             if boolean(q, "watch") {

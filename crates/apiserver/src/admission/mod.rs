@@ -368,9 +368,9 @@ impl Chain {
                 ),
             }
         }
-        Ok(Chain {
         let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
         tracing::info!(plugins = ?names, "admission chain");
+        Ok(Chain {
             plugins,
             authorizer: init.authorizer.clone(),
             security: init.security.clone(),
