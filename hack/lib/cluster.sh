@@ -38,7 +38,9 @@ FK_OWNS_RUNTIME=$FK_RUN_DIR/up.owns-runtime
 # The control-plane bridge and its address (idempotent).
 fk::ensure_control_plane_net() {
   ip link show "$FK_CP_BRIDGE" >/dev/null 2>&1 || ip link add "$FK_CP_BRIDGE" type bridge
-  ip addr show dev "$FK_CP_BRIDGE" | grep -qF " $FK_CP_CIDR " ||
+  # (Captured, not `ip | grep -q`: under pipefail, grep exiting at the first match can
+  # SIGPIPE ip, the pipeline fails and `ip addr add` exits 2, "already assigned".)
+  grep -qF " $FK_CP_CIDR " <<<"$(ip addr show dev "$FK_CP_BRIDGE")" ||
     ip addr add "$FK_CP_CIDR" dev "$FK_CP_BRIDGE"
   ip link set "$FK_CP_BRIDGE" up
 }
