@@ -147,6 +147,59 @@ fn rejects_other_ca_expired_not_yet_valid_and_serving_certs() {
 }
 
 #[test]
+fn a_verified_chain_is_remembered_only_within_its_validity() {
+    let ca = CertificateAuthority::generate("client-ca").unwrap();
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    let issued = ca
+        .issue_client_cert(
+            "jane",
+            &["team-a".into()],
+            Validity {
+                not_before: now - day,
+                not_after: now + day,
+            },
+        )
+        .unwrap();
+    let auth = X509Authenticator::new(ca.cert_pem()).unwrap();
+    let chain = [der(&issued.cert_pem)];
+    let headers = HeaderMap::new();
+    let request = AuthRequest {
+        headers: &headers,
+        peer_certificates: &chain,
+    };
+    let at = |t: SystemTime| {
+        auth.authenticate_at(
+            &request,
+            rustls::pki_types::UnixTime::since_unix_epoch(
+                t.duration_since(SystemTime::UNIX_EPOCH).unwrap(),
+            ),
+        )
+    };
+    // Verified, then answered again (from the remembered chain) with the same user.
+    let first = at(now).unwrap().unwrap();
+    let again = at(now + Duration::from_secs(60)).unwrap().unwrap();
+    assert_eq!(first.name, "jane");
+    assert_eq!(again.name, first.name);
+    assert_eq!(again.groups, first.groups);
+    assert_eq!(again.extra, first.extra);
+    // Past notAfter or before notBefore the same chain is rejected, remembered or not.
+    for t in [now + 2 * day, now - 2 * day] {
+        match at(t) {
+            Err(AuthError::X509Verification { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(at(now).unwrap().is_some());
+    // Another CA's certificate with the same subject is still refused.
+    let other = CertificateAuthority::generate("client-ca").unwrap();
+    let foreign = other
+        .issue_client_cert("jane", &["team-a".into()], Validity::leaf_default())
+        .unwrap();
+    assert!(authenticate(&auth, &[der(&foreign.cert_pem)]).is_err());
+}
+
+#[test]
 fn ca_bundle_with_several_cas_accepts_each() {
     let a = CertificateAuthority::generate("a").unwrap();
     let b = CertificateAuthority::generate("b").unwrap();
