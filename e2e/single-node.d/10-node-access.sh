@@ -17,7 +17,9 @@ na_version() { "$1" version --client 2>/dev/null | sed -n 's/^Client Version: \(
 na_k() { local bin=$1; shift; timeout 40 "$bin" "$@"; }
 # 8080 as in the docs when it is free, else a free port the kernel picks.
 na_free_port() {
-  if ! ss -Hltn 'sport = :8080' 2>/dev/null | grep -q .; then
+  local listeners
+  listeners=$(ss -Hltn 'sport = :8080' 2>/dev/null || true)
+  if [ -z "$listeners" ]; then
     echo 8080
   else
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

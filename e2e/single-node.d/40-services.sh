@@ -79,7 +79,9 @@ out=$(k delete service web web-np 2>&1) || fail "delete services: $out"
 out=$(k delete deployment web 2>&1) || fail "delete deployment: $out"
 gone=0
 for ((i = 0; i < 40; i++)); do
-  if ! nft list table ip kube-proxy 2>/dev/null | grep -qF "$cip "; then gone=1; break; fi
+  # Captured first: under pipefail, `nft | grep -q` fails when grep stops reading early.
+  rules=$(nft list table ip kube-proxy 2>/dev/null || true)
+  if ! grep -qF "$cip " <<<"$rules"; then gone=1; break; fi
   sleep 0.5
 done
 [ $gone -eq 1 ] || fail "rules for $cip still in table ip kube-proxy 20 s after the delete"
