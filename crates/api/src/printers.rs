@@ -59,6 +59,44 @@ const WEBHOOK_CONFIGURATION: &[Col] = &[
     AGE,
 ];
 
+const VALIDATING_ADMISSION_POLICY: &[Col] = &[
+    NAME,
+    (
+        "Validations",
+        "integer",
+        "",
+        0,
+        "Validations indicates the number of validation rules defined in this configuration",
+    ),
+    (
+        "ParamKind",
+        "string",
+        "",
+        0,
+        "ParamKind specifies the kind of resources used to parameterize this policy",
+    ),
+    AGE,
+];
+
+const VALIDATING_ADMISSION_POLICY_BINDING: &[Col] = &[
+    NAME,
+    (
+        "PolicyName",
+        "string",
+        "",
+        0,
+        "PolicyName indicates the policy definition which the policy binding binded to",
+    ),
+    (
+        "ParamRef",
+        "string",
+        "",
+        0,
+        "ParamRef indicates the param resource which sets the configration param",
+    ),
+    AGE,
+];
+
 const POD: &[Col] = &[
     NAME,
     (
@@ -970,6 +1008,12 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
             "admissionregistration.k8s.io",
             "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
         ) => WEBHOOK_CONFIGURATION,
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            VALIDATING_ADMISSION_POLICY
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            VALIDATING_ADMISSION_POLICY_BINDING
+        }
         ("apps", "Deployment") => DEPLOYMENT,
         ("apps", "DaemonSet") => DAEMON_SET,
         ("apps", "StatefulSet") => STATEFUL_SET,
@@ -1067,6 +1111,39 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
             ),
             p.age(),
         ],
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            // Upstream's printer: `<unset>` or `apiVersion/kind`.
+            let param_kind = match p.get(&["spec", "paramKind"]) {
+                Some(k) if k.is_object() => format!(
+                    "{}/{}",
+                    k["apiVersion"].as_str().unwrap_or(""),
+                    k["kind"].as_str().unwrap_or("")
+                ),
+                _ => "<unset>".to_string(),
+            };
+            let validations = p
+                .get(&["spec", "validations"])
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            vec![p.name(), json!(validations), str_cell(&param_kind), p.age()]
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            // Upstream's printer: `<unset>`, `namespace/name`, `*/name` or the selector.
+            let param_ref = match p.get(&["spec", "paramRef"]) {
+                Some(r) if r["name"].as_str().is_some_and(|n| !n.is_empty()) => {
+                    let ns = r["namespace"].as_str().filter(|n| !n.is_empty());
+                    format!("{}/{}", ns.unwrap_or("*"), r["name"].as_str().unwrap_or(""))
+                }
+                Some(r) if r["selector"].is_object() => format_label_selector(Some(&r["selector"])),
+                _ => "<unset>".to_string(),
+            };
+            vec![
+                p.name(),
+                str_cell(p.s(&["spec", "policyName"])),
+                str_cell(&param_ref),
+                p.age(),
+            ]
+        }
         ("discovery.k8s.io", "EndpointSlice") => p.endpoint_slice(),
         ("networking.k8s.io", "Ingress") => p.ingress(),
         ("networking.k8s.io", "IngressClass") => p.ingress_class(),

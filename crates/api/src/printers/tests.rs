@@ -1002,3 +1002,41 @@ fn webhook_configurations_print_their_webhook_count() {
         );
     }
 }
+
+#[test]
+fn admission_policies_print_upstreams_columns() {
+    const AR: &str = "admissionregistration.k8s.io";
+    let names = |kind| -> Vec<String> {
+        table_columns(AR, kind)
+            .into_iter()
+            .map(|c| c.name)
+            .collect()
+    };
+    assert_eq!(
+        names("ValidatingAdmissionPolicy"),
+        ["Name", "Validations", "ParamKind", "Age"]
+    );
+    assert_eq!(
+        names("ValidatingAdmissionPolicyBinding"),
+        ["Name", "PolicyName", "ParamRef", "Age"]
+    );
+    let meta = json!({"name": "p", "creationTimestamp": "2025-01-01T11:00:00Z"});
+    let policy = json!({"metadata": meta, "spec": {"validations": [{"expression": "true"}],
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}}});
+    assert_eq!(
+        cells(AR, "ValidatingAdmissionPolicy", &policy),
+        vec![json!("p"), json!(1), json!("v1/ConfigMap"), json!("60m")]
+    );
+    for (param_ref, want) in [
+        (json!(null), "<unset>"),
+        (json!({"name": "limits"}), "*/limits"),
+        (json!({"name": "limits", "namespace": "ns"}), "ns/limits"),
+        (json!({"selector": {"matchLabels": {"a": "b"}}}), "a=b"),
+    ] {
+        let binding = json!({"metadata": meta, "spec": {"policyName": "p", "paramRef": param_ref}});
+        assert_eq!(
+            cells(AR, "ValidatingAdmissionPolicyBinding", &binding),
+            vec![json!("p"), json!("p"), json!(want), json!("60m")]
+        );
+    }
+}
