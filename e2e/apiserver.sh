@@ -749,6 +749,58 @@ YAML
   k -n "$NS" delete configmap hooked
 }
 
+s_admission_policy() {
+  # ValidatingAdmissionPolicy, upstream's documentation example: Deployments with more
+  # than 5 replicas are denied in namespaces the binding selects (ours, by a label).
+  local policy=$NS-replicas.example.com binding=$NS-replicas-binding.example.com
+  cat >"$MAN/policy.yaml" <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: $policy
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["apps"]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["deployments"]
+  validations:
+  - expression: "object.spec.replicas <= 5"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: $binding
+spec:
+  policyName: $policy
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {e2e-vap: "$NS"}
+YAML
+  k apply -f "$MAN/policy.yaml"
+  has "validatingadmissionpolicy.admissionregistration.k8s.io/$policy created"
+  has "validatingadmissionpolicybinding.admissionregistration.k8s.io/$binding created"
+  k get validatingadmissionpolicies "$policy"
+  has "^$policy +1 +<unset> +"
+  k label namespace "$NS" "e2e-vap=$NS" --overwrite
+  if k -n "$NS" create deployment vap-big --image=nginx --replicas=6; then echo "expected kubectl to fail"; return 1; fi
+  has "deployments.apps \"vap-big\" is forbidden: ValidatingAdmissionPolicy '$policy' with binding '$binding' denied request: failed expression: object.spec.replicas <= 5"
+  k -n "$NS" create deployment vap-small --image=nginx --replicas=2
+  if k -n "$NS" patch deployment vap-small -p '{"spec":{"replicas":7}}'; then echo "expected kubectl to fail"; return 1; fi
+  has "denied request: failed expression: object.spec.replicas <= 5"
+  # A policy whose expression does not compile is refused.
+  sed -i 's/object.spec.replicas <= 5/object.spec.replicas <=/' "$MAN/policy.yaml"
+  if k apply -f "$MAN/policy.yaml"; then echo "expected kubectl to fail"; return 1; fi
+  has 'spec.validations\[0\].expression: Invalid value: "object.spec.replicas <=": compilation failed'
+  k delete validatingadmissionpolicybinding "$binding"
+  k delete validatingadmissionpolicy "$policy"
+  k -n "$NS" delete deployment vap-small
+  k label namespace "$NS" e2e-vap-
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -792,6 +844,7 @@ suite() {
   step "anonymous: version yes, pods 403, a bad token 401" s_anonymous
   step "PodSecurity: enforce, warn, relabel warnings, invalid label" s_pod_security
   step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration
+  step "ValidatingAdmissionPolicy: the replicas example denies, compile errors 422" s_admission_policy
 }
 
 # ---------------------------------------------------------------------------- runs
