@@ -310,6 +310,11 @@ elif have_component "$KUBELET" --kubeconfig; then
   flag --tls-private-key-file "$FK_PKI_DIR/kubelet-server.key"
   flag --fail-swap-on false
   flag --pod-infra-container-image "$RT_PAUSE_IMAGE"
+  # As kind's kubelet config does (evictionHard nodefs.available, imagefs.available and
+  # nodefs.inodesFree "0%"): this disk is shared with everything else on the machine and
+  # often fuller than upstream's defaults, so disk pressure would taint and empty the
+  # node. 0% disables a signal; memory keeps upstream's default.
+  flag --eviction-hard 'memory.available<100Mi,nodefs.available<0%,imagefs.available<0%,nodefs.inodesFree<0%'
   report_dropped kubelet
   start_component kubelet "$KUBELET" "${ARGS[@]}"
   STARTED+=(kubelet)

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use ferrokube_kubelet::eviction::EvictionSettings;
 use ferrokube_kubelet::kubeletconfig::{KubeletConfiguration, parse_go_duration};
 use ferrokube_kubelet::node::{EvictionThresholds, Reserved, parse_labels, parse_taints};
 use ferrokube_kubelet::server::Endpoints;
@@ -66,9 +67,31 @@ struct Opts {
     /// Resources reserved for the OS (cpu=..,memory=..,ephemeral-storage=..).
     #[arg(long = "system-reserved")]
     system_reserved: Option<String>,
-    /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%].
+    /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,
+    /// imagefs.available<15%,nodefs.inodesFree<5%]; a 0% threshold disables its signal.
     #[arg(long = "eviction-hard")]
     eviction_hard: Option<String>,
+    /// Soft eviction thresholds (signal<value,...); each needs a grace period.
+    #[arg(long = "eviction-soft")]
+    eviction_soft: Option<String>,
+    /// How long each soft threshold must hold before it evicts (signal=1m30s,...).
+    #[arg(long = "eviction-soft-grace-period")]
+    eviction_soft_grace_period: Option<String>,
+    /// How much above its threshold a met signal must get back (signal=500Mi,...).
+    #[arg(long = "eviction-minimum-reclaim")]
+    eviction_minimum_reclaim: Option<String>,
+    /// How long a pressure condition stays after its threshold stops being met [5m0s].
+    #[arg(long = "eviction-pressure-transition-period")]
+    eviction_pressure_transition_period: Option<String>,
+    /// A container log file over this size is rotated [default: 10Mi].
+    #[arg(long = "container-log-max-size")]
+    container_log_max_size: Option<String>,
+    /// How many log files a container keeps, the live one included [default: 5].
+    #[arg(long = "container-log-max-files")]
+    container_log_max_files: Option<usize>,
+    /// The most grace (seconds) a pod evicted for a soft threshold gets [0: its own].
+    #[arg(long = "eviction-max-pod-grace-period", allow_hyphen_values = true)]
+    eviction_max_pod_grace_period: Option<i64>,
     /// The cgroup driver (only cgroupfs is supported).
     #[arg(long = "cgroup-driver")]
     cgroup_driver: Option<String>,
@@ -239,6 +262,59 @@ async fn main() -> anyhow::Result<()> {
         cfg.eviction_hard = EvictionThresholds::parse(s)?;
     } else if let Some(m) = &file.eviction_hard {
         cfg.eviction_hard = EvictionThresholds::from_map(m)?;
+    }
+    if let Some(s) = &opts.eviction_soft {
+        cfg.eviction.soft = EvictionThresholds::parse(s)?;
+    } else if let Some(m) = &file.eviction_soft {
+        cfg.eviction.soft = EvictionThresholds::from_map(m)?;
+    }
+    let go_duration = |d: &str| parse_go_duration(d).ok();
+    if let Some(s) = &opts.eviction_soft_grace_period {
+        cfg.eviction.soft_grace = EvictionSettings::parse_soft_grace(s, go_duration)?;
+    } else if let Some(m) = &file.eviction_soft_grace_period {
+        cfg.eviction.soft_grace = EvictionSettings::parse_soft_grace(&map_flag(m), go_duration)?;
+    }
+    if let Some(s) = &opts.eviction_minimum_reclaim {
+        cfg.eviction.min_reclaim = EvictionSettings::parse_min_reclaim(s)?;
+    } else if let Some(m) = &file.eviction_minimum_reclaim {
+        cfg.eviction.min_reclaim = EvictionSettings::parse_min_reclaim(&map_flag(m))?;
+    }
+    if let Some(d) = opts
+        .eviction_pressure_transition_period
+        .as_ref()
+        .or(file.eviction_pressure_transition_period.as_ref())
+    {
+        cfg.eviction.pressure_transition = parse_go_duration(d)?;
+    }
+    if let Some(g) = opts
+        .eviction_max_pod_grace_period
+        .or(file.eviction_max_pod_grace_period)
+    {
+        cfg.eviction.max_pod_grace_seconds = g;
+    }
+    cfg.eviction.validate()?;
+    if let Some(s) = opts
+        .container_log_max_size
+        .as_ref()
+        .or(file.container_log_max_size.as_ref())
+    {
+        cfg.container_log.max_size = ferrokube_kubelet::quantity::value(
+            &k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.clone()),
+        )
+        .filter(|v| *v > 0)
+        .with_context(|| format!("invalid --container-log-max-size {s:?}"))?;
+    }
+    if let Some(n) = opts
+        .container_log_max_files
+        .or(file.container_log_max_files)
+    {
+        if n < 2 {
+            bail!("--container-log-max-files must be at least 2, got {n}");
+        }
+        cfg.container_log.max_files = n;
+    }
+    if let Some(d) = &file.container_log_monitor_interval {
+        cfg.container_log.monitor_interval = parse_go_duration(d)?;
     }
     if let Some(m) = opts.max_pods.or(file.max_pods) {
         cfg.max_pods = m;
@@ -447,4 +523,12 @@ async fn main() -> anyhow::Result<()> {
         let _ = s.await;
     }
     Ok(())
+}
+
+/// A config file's `signal: value` map as the flags' `signal=value,...`.
+fn map_flag(m: &std::collections::BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }

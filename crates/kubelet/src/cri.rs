@@ -244,6 +244,17 @@ impl CriClient {
         .map(drop)
     }
 
+    /// Asks the runtime to reopen the container's log file (after log rotation renamed it).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        rpc!(
+            self.runtime
+                .reopen_container_log(cri::ReopenContainerLogRequest {
+                    container_id: id.to_owned()
+                })
+        )
+        .map(drop)
+    }
+
     pub async fn remove_container(&self, id: &str) -> Result<()> {
         rpc!(self.runtime.remove_container(cri::RemoveContainerRequest {
             container_id: id.to_owned()

@@ -53,6 +53,9 @@ pub struct KubeletConfig {
     pub kube_reserved: Reserved,
     pub system_reserved: Reserved,
     pub eviction_hard: EvictionThresholds,
+    /// Soft thresholds, their grace periods, minimum reclaims, the pressure transition
+    /// period and the monitoring interval of the eviction manager.
+    pub eviction: crate::eviction::EvictionSettings,
     pub max_pods: i64,
     /// `nodeStatusUpdateFrequency` (10 s).
     pub node_status_update_frequency: Duration,
@@ -76,6 +79,8 @@ pub struct KubeletConfig {
     pub image_gc: crate::gc::ImageGcPolicy,
     /// `--pod-infra-container-image`: never removed by image GC.
     pub sandbox_image: String,
+    /// `--container-log-max-size` / `--container-log-max-files`.
+    pub container_log: crate::log_rotation::LogRotationPolicy,
 }
 
 impl KubeletConfig {
@@ -92,6 +97,7 @@ impl KubeletConfig {
             system_reserved: Reserved::default(),
             eviction_hard: EvictionThresholds::parse(crate::node::DEFAULT_EVICTION_HARD)
                 .unwrap_or_default(),
+            eviction: Default::default(),
             max_pods: crate::node::DEFAULT_MAX_PODS,
             node_status_update_frequency: Duration::from_secs(10),
             node_lease_duration_seconds: 40,
@@ -103,6 +109,7 @@ impl KubeletConfig {
             container_gc: Default::default(),
             image_gc: Default::default(),
             sandbox_image: DEFAULT_SANDBOX_IMAGE.into(),
+            container_log: Default::default(),
         }
     }
 }
@@ -170,6 +177,14 @@ pub struct Kubelet {
     cpu_rate: crate::stats::CpuRate,
     /// Whether the pod informer has listed once (GC may only then tell removed pods).
     pods_synced: std::sync::atomic::AtomicBool,
+    /// The node pressures the eviction manager last found.
+    pressures: RwLock<Pressures>,
+    /// Wakes the node status loop when the pressures change.
+    node_status_kick: tokio::sync::Notify,
+    /// Pods the eviction manager evicted, by UID: the message and the grace override.
+    evictions: parking_lot::Mutex<HashMap<String, (String, Option<i64>)>>,
+    /// Wakes a pod's worker by UID (the pod loop reads it with the probe changes).
+    kicks: mpsc::UnboundedSender<String>,
 }
 
 impl Kubelet {
@@ -180,7 +195,7 @@ impl Kubelet {
         let probes = ProbeManager::new(
             runtime.cri().clone(),
             runtime.probe_results().clone(),
-            probe_tx,
+            probe_tx.clone(),
             runtime.events().clone(),
         );
         Arc::new(Kubelet {
@@ -199,6 +214,10 @@ impl Kubelet {
             mirrors: RwLock::new(BTreeMap::new()),
             cpu_rate: crate::stats::CpuRate::default(),
             pods_synced: std::sync::atomic::AtomicBool::new(false),
+            pressures: RwLock::new(Pressures::default()),
+            node_status_kick: tokio::sync::Notify::new(),
+            evictions: parking_lot::Mutex::new(HashMap::new()),
+            kicks: probe_tx,
         })
     }
 
@@ -250,6 +269,8 @@ impl Kubelet {
         tasks.spawn(self.clone().lease_loop(cancel.clone()));
         tasks.spawn(self.clone().pod_loop(cancel.clone()));
         tasks.spawn(self.clone().gc_loop(cancel.clone()));
+        tasks.spawn(self.clone().eviction_loop(cancel.clone()));
+        tasks.spawn(self.clone().log_rotation_loop(cancel.clone()));
         cancel.cancelled().await;
         while tasks.join_next().await.is_some() {}
         let _ = tokio::time::timeout(Duration::from_secs(2), broadcaster.shutdown()).await;
@@ -389,7 +410,7 @@ impl Kubelet {
                 .unwrap_or_default();
             let new = node_status(
                 &inputs,
-                node_conditions(&health, Pressures::default(), &old_conds, &now()),
+                node_conditions(&health, *self.pressures.read(), &old_conds, &now()),
             );
             if first || node_status_needs_update(last.as_ref(), &new, last_report.elapsed()) {
                 let patch = serde_json::json!({ "status": new });
@@ -414,8 +435,164 @@ impl Kubelet {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(self.config.node_status_update_frequency) => {}
+                _ = self.node_status_kick.notified() => {}
             }
         }
+    }
+
+    /// Container log rotation every monitoring interval (upstream's container log
+    /// manager).
+    async fn log_rotation_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let policy = self.config.container_log;
+        let mut tick = tokio::time::interval(policy.monitor_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            crate::log_rotation::rotate_logs(self.runtime.cri(), &policy).await;
+        }
+    }
+
+    // ---------------------------------------------------------------- eviction
+
+    /// The eviction manager (upstream `managerImpl.synchronize`), every monitoring
+    /// interval: observe the node, report its pressures, evict the pods over their local
+    /// storage limits, else, while a threshold is met, the first pod of upstream's ranking.
+    async fn eviction_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let cpu_rate = crate::stats::CpuRate::default();
+        let mut tracker = crate::eviction::ThresholdTracker::default();
+        let mut tick = tokio::time::interval(self.config.eviction.monitoring_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let summary = crate::stats::summary(&self, &cpu_rate).await;
+            let memory = std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|m| crate::node::mem_total(&m))
+                .unwrap_or(0);
+            let obs = crate::eviction::observations(&summary, memory, pid_usage());
+            let eval = tracker.evaluate(
+                &self.config.eviction_hard,
+                &self.config.eviction,
+                &obs,
+                Instant::now(),
+            );
+            let changed = {
+                let mut current = self.pressures.write();
+                std::mem::replace(&mut *current, eval.pressures) != eval.pressures
+            };
+            if changed {
+                tracing::info!(pressures = ?eval.pressures, "node pressures changed");
+                self.node_status_kick.notify_one();
+            }
+            // Only pods the informer has shown can be ranked against each other.
+            if !self.pods_synced.load(std::sync::atomic::Ordering::SeqCst) {
+                continue;
+            }
+            let active: Vec<Arc<Pod>> = {
+                let evicted = self.evictions.lock();
+                self.pods
+                    .read()
+                    .values()
+                    .filter(|p| {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                        !matches!(phase, Some("Succeeded" | "Failed"))
+                            && p.metadata.deletion_timestamp.is_none()
+                            && !evicted.contains_key(uid(p))
+                    })
+                    .cloned()
+                    .collect()
+            };
+            let stats: HashMap<&str, &crate::stats::PodStats> = summary
+                .pods
+                .iter()
+                .map(|p| (p.pod_ref.uid.as_str(), p))
+                .collect();
+            let mut evicted_for_storage = false;
+            for p in &active {
+                if let Some(message) = stats
+                    .get(uid(p))
+                    .and_then(|st| crate::eviction::local_storage_violation(p, st))
+                {
+                    self.evict(p, message, Some(0));
+                    evicted_for_storage = true;
+                }
+            }
+            if evicted_for_storage {
+                continue;
+            }
+            let Some(threshold) = eval.reclaim.first() else {
+                continue;
+            };
+            let mut over_requests = HashMap::new();
+            let candidates = active
+                .iter()
+                .map(|p| {
+                    let (c, over) = crate::eviction::candidate(
+                        p,
+                        stats.get(uid(p)).copied(),
+                        &threshold.signal,
+                    );
+                    over_requests.insert(c.uid.clone(), over);
+                    c
+                })
+                .collect();
+            let Some(victim) = crate::eviction::rank(candidates).into_iter().next() else {
+                tracing::warn!(signal = %threshold.signal, "eviction threshold met but no pod can be evicted");
+                continue;
+            };
+            let Some(pod) = active.iter().find(|p| uid(p) == victim.uid) else {
+                continue;
+            };
+            let message = crate::eviction::eviction_message(
+                &threshold.signal,
+                &threshold.threshold,
+                &threshold.available,
+                over_requests
+                    .get(&victim.uid)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+            );
+            // Hard thresholds kill at once; soft ones with the pod's grace, at most
+            // --eviction-max-pod-grace-period (upstream).
+            let grace = if threshold.hard {
+                Some(0)
+            } else {
+                let own = spec(pod).termination_grace_period_seconds.unwrap_or(30);
+                let max = self.config.eviction.max_pod_grace_seconds;
+                Some(if max > 0 { own.min(max) } else { own })
+            };
+            self.evict(pod, message, grace);
+        }
+    }
+
+    /// Marks the pod evicted and wakes its worker, which kills it with `grace` and writes
+    /// the Failed/Evicted status.
+    fn evict(&self, pod: &Pod, message: String, grace: Option<i64>) {
+        tracing::warn!(
+            pod = name(pod),
+            namespace = namespace(pod),
+            %message,
+            "evicting pod"
+        );
+        if let Some(rec) = self.runtime.events().get() {
+            rec.event_for(
+                pod,
+                EventType::Warning,
+                crate::eviction::EVICTED_REASON,
+                "Evict",
+                &message,
+            );
+        }
+        self.evictions
+            .lock()
+            .insert(uid(pod).to_owned(), (message, grace));
+        let _ = self.kicks.send(uid(pod).to_owned());
     }
 
     // ---------------------------------------------------------------- node lease
@@ -585,6 +762,7 @@ impl Kubelet {
                 }
                 Some(done) = done_rx.recv() => {
                     workers.remove(&done);
+                    self.evictions.lock().remove(&done);
                     self.runtime.cri().metrics().forget_pod(&done);
                     self.status.forget(&done);
                 }
@@ -1039,7 +1217,8 @@ impl Kubelet {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
         let deadline = !terminal && past_active_deadline(pod, k8s_openapi::jiff::Timestamp::now());
-        if terminal || deadline {
+        let evicted = self.evictions.lock().get(uid(pod)).cloned();
+        if terminal || deadline || evicted.is_some() {
             // Nothing of a finished pod runs again: stop what is left, keep the phase.
             if deadline {
                 tracing::info!(
@@ -1059,10 +1238,16 @@ impl Kubelet {
             }
             match self.runtime.runtime_pod(uid(pod)).await {
                 Ok(rt) => {
-                    if let Err(e) = self.runtime.stop_pod(pod, &rt, None).await {
+                    let (evicted_message, grace) = match evicted {
+                        Some((message, grace)) if !terminal => (Some(message), grace),
+                        _ => (None, None),
+                    };
+                    if let Err(e) = self.runtime.stop_pod(pod, &rt, grace).await {
                         tracing::warn!(pod = name(pod), error = %e, "error stopping finished pod");
                     }
-                    let st = self.runtime.status_with(pod, &rt, deadline);
+                    let st = self
+                        .runtime
+                        .status_finished(pod, &rt, deadline, evicted_message);
                     self.probes.set_status(uid(pod), &st);
                     if let Err(e) = self.write_status(pod, st).await {
                         tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
@@ -1111,7 +1296,11 @@ impl Kubelet {
     /// grace 0 and a UID precondition) unless the object is already gone. Returns whether
     /// the pod is done.
     async fn terminate(&self, pod: &Pod, gone_from_api: bool) -> bool {
-        let grace = pod.metadata.deletion_grace_period_seconds;
+        // What is left of the grace: a kubelet (re)started after the DELETE does not
+        // give the pod its whole grace again (the stop never goes below the minimum).
+        let grace =
+            crate::lifecycle::remaining_deletion_grace(pod, k8s_openapi::jiff::Timestamp::now())
+                .or(pod.metadata.deletion_grace_period_seconds);
         tracing::info!(
             pod = name(pod),
             namespace = namespace(pod),
@@ -1151,6 +1340,25 @@ impl Kubelet {
             }
         }
     }
+}
+
+/// `(pid_max, threads)` of the machine for `pid.available` (upstream `pidlimit`: the
+/// kernel's pid_max and the task count of /proc/loadavg).
+fn pid_usage() -> Option<(i64, i64)> {
+    let max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let running = loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .1
+        .parse()
+        .ok()?;
+    Some((max, running))
 }
 
 fn now() -> Time {

@@ -25,7 +25,9 @@
 //!   registration/status/Lease loops, pod workers on an informer + PLEG, graceful
 //!   deletion, orphan cleanup), [`kubeletconfig`] (`KubeletConfiguration` v1beta1),
 //!   [`server`] (plain-HTTP healthz and read-only port; the HTTPS kubelet API on
-//!   `--port`), [`logs`] (CRI log files and `PodLogOptions`), [`streaming`] (exec,
+//!   `--port`), [`logs`] (CRI log files and `PodLogOptions`), [`log_rotation`]
+//!   (`--container-log-max-size`/`--container-log-max-files`), [`eviction`] (the
+//!   eviction manager's decisions), [`streaming`] (exec,
 //!   attach and port-forward handed to the runtime's streaming server), [`static_pods`]
 //!   (`--pod-manifest-path` manifests, upstream's naming and hash, mirror pods).
 
@@ -42,6 +44,7 @@ pub mod gc;
 pub mod kubelet;
 pub mod kubeletconfig;
 pub mod lifecycle;
+pub mod log_rotation;
 pub mod logs;
 pub mod machine;
 pub mod metrics;

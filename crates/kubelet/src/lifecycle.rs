@@ -49,6 +49,19 @@ pub fn grace_after_pre_stop(grace: i64, hook: Duration) -> i64 {
     (grace - hook.as_secs() as i64).max(MIN_GRACE_SECONDS)
 }
 
+/// The grace left for a pod being deleted: until its `deletionTimestamp` (the apiserver sets
+/// it to the DELETE's time plus the grace), never more than `deletionGracePeriodSeconds`.
+/// A kubelet that finds the pod Terminating when it starts kills it with what is left, not
+/// with the whole grace again. `None` when the pod is not being deleted.
+pub fn remaining_deletion_grace(pod: &Pod, now: Timestamp) -> Option<i64> {
+    let deadline = pod.metadata.deletion_timestamp.as_ref()?;
+    let left = deadline.0.duration_since(now).as_secs().max(0);
+    Some(match pod.metadata.deletion_grace_period_seconds {
+        Some(grace) => left.min(grace.max(0)),
+        None => left,
+    })
+}
+
 /// The most a termination message file gives (upstream `MaxContainerTerminationMessageLength`).
 pub const MAX_TERMINATION_MESSAGE: usize = 4096;
 /// What `FallbackToLogsOnError` takes from the log: its last 80 lines, at most 2048 bytes.
@@ -185,6 +198,20 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn remaining_grace_counts_from_the_deletion_timestamp() {
+        let t = |s: i64| Timestamp::from_second(s).unwrap();
+        let mut pod = Pod::default();
+        assert_eq!(remaining_deletion_grace(&pod, t(100)), None);
+        pod.metadata.deletion_timestamp = Some(Time(t(130)));
+        pod.metadata.deletion_grace_period_seconds = Some(30);
+        assert_eq!(remaining_deletion_grace(&pod, t(100)), Some(30));
+        assert_eq!(remaining_deletion_grace(&pod, t(126)), Some(4));
+        assert_eq!(remaining_deletion_grace(&pod, t(500)), Some(0));
+        // Never above the pod's deletion grace (a clock ahead of the apiserver's).
+        assert_eq!(remaining_deletion_grace(&pod, t(50)), Some(30));
+    }
 
     #[test]
     fn active_deadline() {

@@ -21,7 +21,8 @@ pub const KUBELET_VERSION: &str = "v1.33.0";
 /// Upstream's default `maxPods`.
 pub const DEFAULT_MAX_PODS: i64 = 110;
 /// Upstream's default `--eviction-hard` (Linux).
-pub const DEFAULT_EVICTION_HARD: &str = "memory.available<100Mi,nodefs.available<10%";
+pub const DEFAULT_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%";
 /// How long an unchanged status may go without being reported (`nodeStatusReportFrequency`).
 pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
 
@@ -298,7 +299,7 @@ pub struct RuntimeHealth {
     pub network_message: String,
 }
 
-/// The node's pressures (from the eviction manager; today always false).
+/// The node's pressures (from the eviction manager).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pressures {
     pub memory: bool,
@@ -681,6 +682,14 @@ mod tests {
         assert_eq!(
             t.thresholds["nodefs.available"],
             ThresholdValue::Percentage(0.1)
+        );
+        assert_eq!(
+            t.thresholds["imagefs.available"],
+            ThresholdValue::Percentage(0.15)
+        );
+        assert_eq!(
+            t.thresholds["nodefs.inodesFree"],
+            ThresholdValue::Percentage(0.05)
         );
         assert!(EvictionThresholds::parse("memory.available>1Mi").is_err());
         assert!(EvictionThresholds::parse("bogus.available<1Mi").is_err());

@@ -253,6 +253,18 @@ impl RuntimeManager {
 
     /// The pod's status; `deadline_exceeded` makes it Failed with `DeadlineExceeded`.
     pub fn status_with(&self, pod: &Pod, rt: &RuntimePod, deadline_exceeded: bool) -> PodStatus {
+        self.status_finished(pod, rt, deadline_exceeded, None)
+    }
+
+    /// [`RuntimeManager::status_with`], and `evicted` (the eviction message) makes it
+    /// Failed with `Evicted`.
+    pub fn status_finished(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePod,
+        deadline_exceeded: bool,
+        evicted: Option<String>,
+    ) -> PodStatus {
         let reasons = self
             .reasons
             .lock()
@@ -263,6 +275,7 @@ impl RuntimeManager {
             host_ips: self.node.node_ips.clone(),
             probes: self.probe_results.snapshot(),
             deadline_exceeded,
+            evicted,
             now: k8s_openapi::jiff::Timestamp::from_nanosecond(
                 SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)

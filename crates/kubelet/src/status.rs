@@ -524,6 +524,9 @@ pub struct StatusInputs {
     pub probes: ProbeSnapshot,
     /// `activeDeadlineSeconds` has passed: the pod is Failed with `DeadlineExceeded`.
     pub deadline_exceeded: bool,
+    /// The eviction manager evicted the pod with this message: it is Failed with
+    /// `Evicted` and a `DisruptionTarget` condition.
+    pub evicted: Option<String>,
 }
 
 /// The API status of `pod` from what the runtime reports.
@@ -572,6 +575,11 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
             Some(crate::lifecycle::DEADLINE_REASON.to_owned()),
             Some(crate::lifecycle::DEADLINE_MESSAGE.to_owned()),
         ),
+        _ if inputs.evicted.is_some() => (
+            "Failed",
+            Some(crate::eviction::EVICTED_REASON.to_owned()),
+            inputs.evicted.clone(),
+        ),
         _ => (pod_phase(pod, &init_statuses, &statuses), None, None),
     };
     let sandbox_ready = rt.sandboxes.first().is_some_and(|sb| sb.ready);
@@ -614,6 +622,23 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
     {
         conditions.push(scheduled.clone());
+    }
+    // An eviction's DisruptionTarget condition (upstream adds it with the Failed phase);
+    // kept once written.
+    let old_target = old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"));
+    if let Some(target) = old_target {
+        conditions.push(target.clone());
+    } else if let Some(message) = &inputs.evicted {
+        conditions.push(PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some(crate::eviction::TERMINATION_BY_KUBELET.into()),
+            message: Some(message.clone()),
+            last_transition_time: Some(now.clone()),
+            ..Default::default()
+        });
     }
     let ips = rt.ips();
     let pod_ips =
@@ -1003,6 +1028,41 @@ mod tests {
             with(&[(Startup, Success), (Readiness, Failure)]),
             (true, false, f(), f())
         );
+    }
+
+    #[test]
+    fn an_evicted_pod_fails_with_a_disruption_target() {
+        let mut p = pod(&["a"], &[], "Always");
+        let r = rt(vec![rc("a", Running, 0, 10, 0, false)]);
+        let message = "The node was low on resource: memory. ";
+        let st = pod_status(
+            &p,
+            &r,
+            &StatusInputs {
+                evicted: Some(message.into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("Evicted"));
+        assert_eq!(st.message.as_deref(), Some(message));
+        let target = |st: &PodStatus| {
+            st.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "DisruptionTarget")
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let want = Some((
+            "True".to_owned(),
+            Some("TerminationByKubelet".to_owned()),
+            Some(message.to_owned()),
+        ));
+        assert_eq!(target(&st), want);
+        p.status = Some(st);
+        let later = pod_status(&p, &r, &StatusInputs::default());
+        assert_eq!(later.reason.as_deref(), Some("Evicted"), "stays Evicted");
+        assert_eq!(target(&later), want, "the condition stays");
     }
 
     #[test]

@@ -19,6 +19,51 @@ use crate::volume::{
     parse_mountinfo, pod_dir, volume_dir, volume_payload,
 };
 
+/// Upstream `SetVolumeOwnership` for a pod's `fsGroup`: every file and directory under
+/// `dir` (symlinks not followed) gets the group, group read (and write unless
+/// `read_only`: configMap, secret, downwardAPI and projected volumes), and directories
+/// group search plus setgid, so files made later inherit the group. With
+/// `on_root_mismatch` (`fsGroupChangePolicy: OnRootMismatch`) nothing is walked when the
+/// volume's root already has the group and the permissions.
+pub fn set_volume_ownership(
+    dir: &Path,
+    fs_group: u32,
+    read_only: bool,
+    on_root_mismatch: bool,
+) -> Result<(), VolumeError> {
+    use std::os::unix::fs::MetadataExt;
+    const SETGID: u32 = 0o2000;
+    let mask = if read_only { 0o440 } else { 0o660 };
+    let dir_mask = mask | 0o110 | SETGID;
+    if on_root_mismatch {
+        let meta = std::fs::metadata(dir).map_err(io("reading", dir))?;
+        if meta.gid() == fs_group && meta.mode() & dir_mask == dir_mask {
+            return Ok(());
+        }
+    }
+    // Bounded like upstream's walk: the volume's own tree only.
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).map_err(io("reading", &path))?;
+        std::os::unix::fs::lchown(&path, None, Some(fs_group)).map_err(io("chown", &path))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let want = if meta.is_dir() { dir_mask } else { mask };
+        let mode = meta.mode() & 0o7777;
+        if mode | want != mode {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | want))
+                .map_err(io("chmod", &path))?;
+        }
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&path).map_err(io("listing", &path))? {
+                pending.push(e.map_err(io("listing", &path))?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The volumes of one pod, ready to mount.
 #[derive(Debug, Clone, Default)]
 pub struct PodVolumes {
@@ -110,6 +155,11 @@ impl VolumeManager {
         let pod_uid = uid(pod);
         let mut out = PodVolumes::default();
         let mounted = mount_points();
+        let psc = spec(pod).security_context.as_ref();
+        let fs_group = psc.and_then(|sc| sc.fs_group).map(|g| g as u32);
+        let on_root_mismatch = psc
+            .and_then(|sc| sc.fs_group_change_policy.as_deref())
+            .is_some_and(|p| p == "OnRootMismatch");
         for v in spec(pod).volumes.iter().flatten() {
             let kind = VolumeKind::of(v);
             let path = match &kind {
@@ -155,6 +205,9 @@ impl VolumeManager {
                         // emptyDir is world-writable as upstream makes it.
                         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
                             .map_err(io("chmod", &dir))?;
+                        if let Some(g) = fs_group {
+                            set_volume_ownership(&dir, g, false, on_root_mismatch)?;
+                        }
                     }
                     if let Some((payload, notes)) = volume_payload(v, pod, node, sources)? {
                         out.notes.extend(notes);
@@ -162,11 +215,18 @@ impl VolumeManager {
                             .duration_since(std::time::UNIX_EPOCH)
                             .unwrap_or_default()
                             .as_nanos() as i128;
-                        atomic_writer::write(&dir, &payload, now).map_err(|e| VolumeError::Io {
-                            what: "writing volume",
-                            path: dir.display().to_string(),
-                            why: e.to_string(),
+                        let written = atomic_writer::write(&dir, &payload, now).map_err(|e| {
+                            VolumeError::Io {
+                                what: "writing volume",
+                                path: dir.display().to_string(),
+                                why: e.to_string(),
+                            }
                         })?;
+                        // Each write makes a new timestamped directory: own it again.
+                        // Upstream applies no change policy to these volumes.
+                        if let Some(g) = fs_group.filter(|_| written || fresh) {
+                            set_volume_ownership(&dir, g, true, false)?;
+                        }
                     }
                     dir
                 }
@@ -251,6 +311,44 @@ mod tests {
         Volume,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn fs_group_owns_volumes_with_setgid_dirs() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = tmp.path().join("vol");
+        std::fs::create_dir_all(vol.join("sub")).unwrap();
+        std::fs::write(vol.join("sub/file"), "x").unwrap();
+        std::fs::set_permissions(vol.join("sub/file"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::os::unix::fs::symlink("sub/file", vol.join("link")).unwrap();
+        set_volume_ownership(&vol, 4321, false, false).unwrap();
+        for (p, mode) in [("", 0o2770), ("sub", 0o2770), ("sub/file", 0o660)] {
+            let m = std::fs::metadata(vol.join(p)).unwrap();
+            assert_eq!(m.gid(), 4321, "{p}");
+            assert_eq!(m.mode() & mode, mode, "{p}: {:o}", m.mode());
+        }
+        assert_eq!(
+            std::fs::symlink_metadata(vol.join("link")).unwrap().gid(),
+            4321
+        );
+        // OnRootMismatch: a matching root means no walk.
+        std::os::unix::fs::lchown(vol.join("sub/file"), None, Some(0)).unwrap();
+        set_volume_ownership(&vol, 4321, false, true).unwrap();
+        assert_eq!(std::fs::metadata(vol.join("sub/file")).unwrap().gid(), 0);
+        set_volume_ownership(&vol, 4321, false, false).unwrap();
+        assert_eq!(std::fs::metadata(vol.join("sub/file")).unwrap().gid(), 4321);
+        // Read-only volumes get group read only.
+        let ro = tmp.path().join("ro");
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(ro.join("key"), "v").unwrap();
+        std::fs::set_permissions(ro.join("key"), std::fs::Permissions::from_mode(0o400)).unwrap();
+        set_volume_ownership(&ro, 4321, true, false).unwrap();
+        assert_eq!(
+            std::fs::metadata(ro.join("key")).unwrap().mode() & 0o777,
+            0o440
+        );
+    }
 
     #[test]
     fn disk_volumes_set_up_update_and_tear_down() {

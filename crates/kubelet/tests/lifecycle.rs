@@ -4,78 +4,22 @@
 //! pods it does not know). Fails, never skips, when containerd is not reachable. Run it
 //! under `flock /run/ferrokube-e2e.lock` when a cluster may share the runtime.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
-use ferrokube_kubelet::cri::{CriClient, DEFAULT_ENDPOINT};
-use ferrokube_kubelet::{Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
+mod common;
+
+use anyhow::{Context, Result, ensure};
+use common::{Running, start_kubelet_with, wait_for};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-fn endpoint() -> String {
-    std::env::var("FERROKUBE_CRI_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned())
-}
-
-struct Running {
-    kubelet: Arc<Kubelet>,
-    cancel: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
+/// A kubelet of this test with the shared test defaults.
 async fn start_kubelet(client: kube::Client, node_name: &str, root: &std::path::Path) -> Running {
-    let ep = endpoint();
-    let cri = CriClient::connect(&ep, Duration::from_secs(3))
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "containerd is not reachable at {ep}: {e}\n\
-                 start it with: sudo bash -c 'source hack/lib/runtime.sh && rt::ensure'"
-            )
-        });
-    let mut node = NodeConfig::new(node_name);
-    node.node_ips = vec!["127.0.0.1".into()];
-    let mut cfg = KubeletConfig::new(node_name);
-    cfg.node_ips = node.node_ips.clone();
-    cfg.root_dir = root.to_owned();
-    cfg.sync_frequency = Duration::from_secs(5);
-    let kubelet = Kubelet::new(client, RuntimeManager::new(cri, node), cfg);
-    let cancel = CancellationToken::new();
-    let task = {
-        let k = kubelet.clone();
-        let c = cancel.clone();
-        tokio::spawn(async move {
-            k.run(c).await.expect("kubelet run");
-        })
-    };
-    Running {
-        kubelet,
-        cancel,
-        task,
-    }
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let start = Instant::now();
-    let mut last_err = None;
-    while start.elapsed() < timeout {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    bail!("timed out after {timeout:?} waiting for {what} (last error: {last_err:?})")
+    start_kubelet_with(client, node_name, root, |_| {}).await
 }
 
 const BUSYBOX: &str = "docker.io/library/busybox:latest";

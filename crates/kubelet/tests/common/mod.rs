@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use ferrokube_kubelet::cri::{CriClient, DEFAULT_ENDPOINT};
+use ferrokube_kubelet::node::EvictionThresholds;
 use ferrokube_kubelet::{Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
 use tokio_util::sync::CancellationToken;
 
@@ -15,6 +16,14 @@ use tokio_util::sync::CancellationToken;
 pub fn endpoint() -> String {
     std::env::var("FERROKUBE_CRI_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned())
 }
+
+/// The hard eviction thresholds of test kubelets: upstream's memory one, and the disk ones
+/// off ("0%"), as kind's kubelet config does (`evictionHard` nodefs.available,
+/// imagefs.available and nodefs.inodesFree "0%"): this machine's disk is often fuller
+/// than upstream's defaults allow, which would put every test node under DiskPressure
+/// and evict its pods.
+pub const TEST_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<0%,imagefs.available<0%,nodefs.inodesFree<0%";
 
 /// A kubelet running in this process.
 pub struct Running {
@@ -52,6 +61,8 @@ pub async fn start_kubelet_with(
     cfg.root_dir = root.to_owned();
     cfg.node_labels = [("ferrokube.test/role".to_string(), "kubelet-it".to_string())].into();
     cfg.sync_frequency = Duration::from_secs(5);
+    cfg.eviction_hard =
+        EvictionThresholds::parse(TEST_EVICTION_HARD).expect("test eviction thresholds");
     customize(&mut cfg);
     let kubelet = Kubelet::new(client, RuntimeManager::new(cri, node), cfg);
     let cancel = CancellationToken::new();
