@@ -48,9 +48,28 @@ pub enum RunError {
     Serve(SocketAddr, std::io::Error),
 }
 
+/// API writes (bindings, status patches, evictions) in flight at once. Binding
+/// cycles run concurrently with scheduling (as upstream's binding goroutines), so a
+/// fast scheduling loop can start thousands of them; unbounded, each concurrent
+/// HTTP/1.1 request opens its own TLS connection and the handshakes swamp client
+/// and apiserver alike. Bounded, they queue here and reuse pooled connections.
+pub const MAX_WRITES_IN_FLIGHT: usize = 32;
+
+/// Runs `call` once one of `limit`'s permits is free.
+pub async fn with_permit<T>(
+    limit: &tokio::sync::Semaphore,
+    call: impl std::future::Future<Output = T>,
+) -> T {
+    // The semaphore is never closed, so acquiring only waits.
+    let _permit = limit.acquire().await;
+    call.await
+}
+
 /// The cluster IO of a running scheduler.
 pub struct KubeApi {
     client: kube::Client,
+    /// Bounds the API writes in flight ([`MAX_WRITES_IN_FLIGHT`]).
+    writes: tokio::sync::Semaphore,
     /// One recorder per profile, reporting as the profile's scheduler name (as
     /// upstream's per-profile recorder factory does).
     recorders: HashMap<String, EventRecorder>,
@@ -113,16 +132,19 @@ impl PodBinder for KubeApi {
                 ..Default::default()
             },
         };
-        pods(&self.client, pod)
-            .create_subresource::<Binding, serde_json::Value>(
+        let api = pods(&self.client, pod);
+        with_permit(
+            &self.writes,
+            api.create_subresource::<Binding, serde_json::Value>(
                 "binding",
                 &name,
                 &PostParams::default(),
                 &binding,
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+            ),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -150,15 +172,15 @@ impl SchedulerApi for KubeApi {
             };
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
-        pods(&self.client, pod)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"status": status})),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let api = pods(&self.client, pod);
+        let patch = Patch::Merge(serde_json::json!({"status": status}));
+        with_permit(
+            &self.writes,
+            api.patch_status(&name, &PatchParams::default(), &patch),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 
     async fn delete_pod(&self, pod: &Pod) -> Result<(), String> {
@@ -170,8 +192,8 @@ impl SchedulerApi for KubeApi {
                 resource_version: None,
             });
         }
-        pods(&self.client, pod)
-            .delete(&name, &dp)
+        let api = pods(&self.client, pod);
+        with_permit(&self.writes, api.delete(&name, &dp))
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -309,7 +331,11 @@ pub fn build(
         EventBroadcasterOptions::default(),
     ));
     let recorders = profile_recorders(&events, config.profiles.iter().map(|p| p.name()));
-    let api = Arc::new(KubeApi { client, recorders });
+    let api = Arc::new(KubeApi {
+        client,
+        recorders,
+        writes: tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT),
+    });
     let handle = Handle {
         lister: listers,
         binder: Some(api.clone()),
@@ -453,6 +479,31 @@ pub async fn serve_health(
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_in_flight_never_exceed_the_limit() {
+        let limit = tokio::sync::Semaphore::new(4);
+        let now = AtomicUsize::new(0);
+        let peak = AtomicUsize::new(0);
+        let calls = (0..40).map(|_| {
+            with_permit(&limit, async {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(n, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+            })
+        });
+        futures::future::join_all(calls).await;
+        assert_eq!(peak.load(Ordering::SeqCst), 4);
+        assert_eq!(now.load(Ordering::SeqCst), 0);
     }
 }
 
