@@ -254,6 +254,8 @@ if have_component "$KCM" --kubeconfig; then
   flag --leader-elect false
   flag --service-account-private-key-file "$FK_PKI_DIR/sa.key"
   flag --root-ca-file "$FK_PKI_DIR/ca.crt"
+  # As kubeadm: each controller runs as its ServiceAccount kube-system/<controller>.
+  flag --use-service-account-credentials true
   flag --cluster-signing-cert-file "$FK_PKI_DIR/ca.crt"
   flag --cluster-signing-key-file "$FK_PKI_DIR/ca.key"
   flag --cluster-cidr "$FK_CLUSTER_CIDR"

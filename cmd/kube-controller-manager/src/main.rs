@@ -87,6 +87,16 @@ struct Options {
     /// token secret. This must be a valid PEM-encoded CA bundle.
     #[arg(long = "root-ca-file")]
     root_ca_file: Option<PathBuf>,
+    /// If true, use individual service account credentials for each controller.
+    #[arg(
+        long = "use-service-account-credentials",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    use_service_account_credentials: bool,
     #[command(flatten)]
     leader_election: LeaderElectionOptions,
 }
@@ -115,11 +125,12 @@ impl Options {
             },
             informer_sync_timeout: Duration::from_secs(120),
             root_ca: None,
+            service_account_credentials: None,
         }
     }
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+async fn client_config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
     let cfg = match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
@@ -129,7 +140,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(cfg)?)
+    Ok(cfg)
 }
 
 async fn serve(addr: SocketAddr, metrics: Shared, cancel: CancellationToken) -> anyhow::Result<()> {
@@ -224,7 +235,11 @@ async fn main() -> anyhow::Result<()> {
         cfg.root_ca = Some(pem);
     }
     ferrokube_controllers::manager::enabled_controllers(&cfg.controllers)?;
-    let client = client(opts.kubeconfig.as_ref()).await?;
+    let config = client_config(opts.kubeconfig.as_ref()).await?;
+    let client = kube::Client::try_from(config.clone())?;
+    if opts.use_service_account_credentials {
+        cfg.service_account_credentials = Some(config);
+    }
     let cancel = CancellationToken::new();
     {
         let c = cancel.clone();

@@ -966,9 +966,13 @@ pub struct DeploymentController {
 }
 
 impl DeploymentController {
-    pub fn new(factory: &SharedInformerFactory, events: Arc<dyn EventSink>) -> Arc<Self> {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        events: Arc<dyn EventSink>,
+    ) -> Arc<Self> {
         Arc::new(DeploymentController {
-            client: factory.client().clone(),
+            client,
             deployments: factory.informer::<Deployment>().store(),
             rss: factory.informer::<ReplicaSet>().store(),
             pods: factory.informer::<Pod>().store(),
@@ -1368,13 +1372,19 @@ impl Io<'_> {
             && let Some(rev) = annotation(&rs.metadata, REVISION)
             && annotation(&self.d.metadata, REVISION) != Some(rev)
         {
+            // An update, as upstream (the deployment-controller role grants `update`
+            // on deployments, not `patch`); a conflict retries the reconcile.
             let api: Api<Deployment> = Api::namespaced(self.c.client.clone(), self.ns);
-            let patch = json!({"metadata": {"annotations": {REVISION: rev}}});
+            let mut d = self.d.clone();
+            d.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(REVISION.to_string(), rev.to_string());
             let updated = api
-                .patch(
+                .replace(
                     self.d.metadata.name.as_deref().unwrap_or_default(),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
+                    &PostParams::default(),
+                    &d,
                 )
                 .await?;
             self.d.metadata = updated.metadata;

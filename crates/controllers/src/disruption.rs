@@ -274,9 +274,13 @@ pub struct DisruptionController {
 }
 
 impl DisruptionController {
-    pub fn new(factory: &SharedInformerFactory, events: Arc<dyn EventSink>) -> Arc<Self> {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        events: Arc<dyn EventSink>,
+    ) -> Arc<Self> {
         Arc::new(DisruptionController {
-            client: factory.client().clone(),
+            client,
             events,
             pdbs: factory.informer::<PodDisruptionBudget>().store(),
             pods: factory.informer::<Pod>().store(),

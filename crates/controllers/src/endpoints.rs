@@ -138,9 +138,9 @@ pub struct EndpointsController {
 }
 
 impl EndpointsController {
-    pub fn new(factory: &SharedInformerFactory) -> Arc<Self> {
+    pub fn new(factory: &SharedInformerFactory, client: kube::Client) -> Arc<Self> {
         Arc::new(EndpointsController {
-            client: factory.client().clone(),
+            client,
             services: factory.informer::<Service>().store(),
             pods: factory.informer::<Pod>().store(),
             endpoints: factory.informer::<Endpoints>().store(),

@@ -450,9 +450,9 @@ pub struct EndpointSliceController {
 }
 
 impl EndpointSliceController {
-    pub fn new(factory: &SharedInformerFactory) -> Arc<Self> {
+    pub fn new(factory: &SharedInformerFactory, client: kube::Client) -> Arc<Self> {
         Arc::new(EndpointSliceController {
-            client: factory.client().clone(),
+            client,
             services: factory.informer::<Service>().store(),
             pods: factory.informer::<Pod>().store(),
             slices: factory.informer::<EndpointSlice>().store(),

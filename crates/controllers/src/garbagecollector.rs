@@ -256,9 +256,11 @@ pub struct GarbageCollector {
 }
 
 impl GarbageCollector {
-    pub fn new(factory: &SharedInformerFactory) -> Arc<Self> {
+    /// The collector discovers and watches every resource itself with `client`
+    /// (no shared informers: the resources are found at run time).
+    pub fn new(client: kube::Client) -> Arc<Self> {
         Arc::new(GarbageCollector {
-            client: factory.client().clone(),
+            client,
             graph: Arc::new(Mutex::new(Graph::default())),
             resources: Arc::new(Mutex::new(HashMap::new())),
             rediscover: Duration::from_secs(30),

@@ -15,11 +15,14 @@
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
 //! [`endpointslice`], [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used).
+//! [`clientbuilder`] gives each controller its client: the manager's, or its own
+//! ServiceAccount's (`--use-service-account-credentials`).
 //!
 //! Layer: client side. Sits on `ferrokube-client` (informers, workqueue), kube-rs and
 //! k8s-openapi. It must not depend on storage*, registry, admission or apiserver;
 //! `ferrokube-testing` is a dev-dependency only.
 
+pub mod clientbuilder;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;

@@ -14,6 +14,7 @@ use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions};
 use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
 
+use crate::clientbuilder::{ControllerClients, ServiceAccountClients};
 use crate::deployment::DeploymentController;
 use crate::disruption::DisruptionController;
 use crate::endpoints::EndpointsController;
@@ -84,6 +85,31 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "serviceaccount-token-controller",
 ];
 
+/// The ServiceAccount in `kube-system` each controller runs as with
+/// `--use-service-account-credentials` (upstream's `ClientOrDie` names, bound to the
+/// `system:controller:<name>` roles by the bootstrap policy).
+pub fn service_account_name(controller: &str) -> &str {
+    match controller {
+        "replicaset-controller" => "replicaset-controller",
+        "replicationcontroller-controller" => "replication-controller",
+        "deployment-controller" => "deployment-controller",
+        "garbage-collector-controller" => "generic-garbage-collector",
+        "namespace-controller" => "namespace-controller",
+        "serviceaccount-controller" => "service-account-controller",
+        "endpoints-controller" => "endpoint-controller",
+        "endpointslice-controller" => "endpointslice-controller",
+        "endpointslice-mirroring-controller" => "endpointslicemirroring-controller",
+        "node-lifecycle-controller" => "node-controller",
+        "pod-garbage-collector-controller" => "pod-garbage-collector",
+        "resourcequota-controller" => "resourcequota-controller",
+        "root-ca-certificate-publisher-controller" => "root-ca-cert-publisher",
+        "disruption-controller" => "disruption-controller",
+        "ttl-after-finished-controller" => "ttl-after-finished-controller",
+        "persistentvolumeclaim-protection-controller" => "pvc-protection-controller",
+        other => other,
+    }
+}
+
 /// Upstream controllers that `*` does not enable.
 pub const DISABLED_BY_DEFAULT: &[&str] =
     &["bootstrap-signer-controller", "token-cleaner-controller"];
@@ -150,6 +176,11 @@ pub struct ManagerConfig {
     /// The cluster CA bundle (PEM) the root CA publisher puts in every namespace
     /// (`--root-ca-file`); without it that controller does not run.
     pub root_ca: Option<String>,
+    /// `--use-service-account-credentials`: the manager's connection settings, from
+    /// which each controller gets a client of its own ServiceAccount (credentials
+    /// dropped, tokens from TokenRequest). `None`: every controller writes with the
+    /// manager's client. Informers always use the manager's client, as upstream.
+    pub service_account_credentials: Option<kube::Config>,
 }
 
 impl Default for ManagerConfig {
@@ -168,6 +199,7 @@ impl Default for ManagerConfig {
             node_lifecycle: NodeLifecycleConfig::default(),
             informer_sync_timeout: Duration::from_secs(60),
             root_ca: None,
+            service_account_credentials: None,
         }
     }
 }
@@ -200,56 +232,79 @@ impl Manager {
         let enabled = enabled_controllers(&cfg.controllers)?;
         let factory = SharedInformerFactory::new(client.clone());
         let broadcaster = EventBroadcaster::new(client.clone(), EventBroadcasterOptions::default());
+        let clients = match &cfg.service_account_credentials {
+            Some(config) => ControllerClients::ServiceAccounts(Arc::new(
+                ServiceAccountClients::new(config.clone(), client.clone()),
+            )),
+            None => ControllerClients::Shared(client.clone()),
+        };
         let mut built: Vec<(Arc<dyn Controller>, usize)> = Vec::new();
         for name in &enabled {
             let rec: Arc<dyn EventSink> = Arc::new(broadcaster.new_recorder(name));
+            let client = clients.client(service_account_name(name)).await?;
             let c: (Arc<dyn Controller>, usize) = match *name {
                 "replicaset-controller" => (
-                    ReplicaSetController::<ReplicaSet>::new(&factory, rec),
+                    ReplicaSetController::<ReplicaSet>::new(&factory, client.clone(), rec),
                     cfg.concurrent_replicaset_syncs,
                 ),
                 "replicationcontroller-controller" => (
-                    ReplicaSetController::<ReplicationController>::new(&factory, rec),
+                    ReplicaSetController::<ReplicationController>::new(
+                        &factory,
+                        client.clone(),
+                        rec,
+                    ),
                     cfg.concurrent_rc_syncs,
                 ),
                 "deployment-controller" => (
-                    DeploymentController::new(&factory, rec),
+                    DeploymentController::new(&factory, client.clone(), rec),
                     cfg.concurrent_deployment_syncs,
                 ),
-                "garbage-collector-controller" => {
-                    (GarbageCollector::new(&factory), cfg.concurrent_gc_syncs)
-                }
+                "garbage-collector-controller" => (
+                    GarbageCollector::new(client.clone()),
+                    cfg.concurrent_gc_syncs,
+                ),
                 "namespace-controller" => (
-                    NamespaceController::new(&factory),
+                    NamespaceController::new(&factory, client.clone()),
                     cfg.concurrent_namespace_syncs,
                 ),
                 "serviceaccount-controller" => (
-                    ServiceAccountController::new(&factory),
+                    ServiceAccountController::new(&factory, client.clone()),
                     cfg.concurrent_serviceaccount_syncs,
                 ),
                 "endpoints-controller" => (
-                    EndpointsController::new(&factory),
+                    EndpointsController::new(&factory, client.clone()),
                     cfg.concurrent_endpoint_syncs,
                 ),
                 "endpointslice-controller" => (
-                    EndpointSliceController::new(&factory),
+                    EndpointSliceController::new(&factory, client.clone()),
                     cfg.concurrent_service_endpoint_syncs,
                 ),
                 "node-lifecycle-controller" => (
-                    NodeLifecycleController::new(&factory, cfg.node_lifecycle.clone()),
+                    NodeLifecycleController::new(
+                        &factory,
+                        client.clone(),
+                        cfg.node_lifecycle.clone(),
+                    ),
                     1,
                 ),
                 "pod-garbage-collector-controller" => (
-                    PodGcController::new(&factory, cfg.terminated_pod_gc_threshold),
+                    PodGcController::new(&factory, client.clone(), cfg.terminated_pod_gc_threshold),
                     1,
                 ),
                 // Upstream's --concurrent-resource-quota-syncs default.
-                "resourcequota-controller" => (ResourceQuotaController::new(&factory), 5),
+                "resourcequota-controller" => {
+                    (ResourceQuotaController::new(&factory, client.clone()), 5)
+                }
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
-                "disruption-controller" => (DisruptionController::new(&factory, rec), 1),
+                "disruption-controller" => {
+                    (DisruptionController::new(&factory, client.clone(), rec), 1)
+                }
                 "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
                     // Upstream runs one worker.
-                    Some(ca) => (RootCaCertPublisher::new(&factory, ca.clone()), 1),
+                    Some(ca) => (
+                        RootCaCertPublisher::new(&factory, client.clone(), ca.clone()),
+                        1,
+                    ),
                     None => {
                         tracing::warn!(
                             controller = name,
@@ -304,6 +359,14 @@ impl Manager {
         self.queues
             .iter()
             .map(|q| (q.name().to_string(), q.metrics().depth))
+            .collect()
+    }
+
+    /// Rate-limited retries (failed reconciles) by controller (tests, debugging).
+    pub fn retries(&self) -> BTreeMap<String, u64> {
+        self.queues
+            .iter()
+            .map(|q| (q.name().to_string(), q.metrics().retries))
             .collect()
     }
 

@@ -16,10 +16,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::discovery::{Discovery, Scope, verbs};
-use serde_json::json;
 
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
@@ -190,9 +189,9 @@ pub struct NamespaceController {
 }
 
 impl NamespaceController {
-    pub fn new(factory: &SharedInformerFactory) -> Arc<Self> {
+    pub fn new(factory: &SharedInformerFactory, client: kube::Client) -> Arc<Self> {
         Arc::new(NamespaceController {
-            client: factory.client().clone(),
+            client,
             namespaces: factory.informer::<Namespace>().store(),
         })
     }
@@ -301,9 +300,15 @@ impl Controller for NamespaceController {
             .unwrap_or_default();
         let conds = merge_conditions(&old, deletion_conditions(&report, now));
         if conds != old {
-            let patch = json!({"status": {"phase": "Terminating", "conditions": conds}});
+            // A status update, as upstream's `updateNamespaceStatusFunc` (the
+            // namespace-controller role grants `update` on namespaces/status, not
+            // `patch`); a conflict retries the whole reconcile.
+            let mut updated = (*ns).clone();
+            let status = updated.status.get_or_insert_with(Default::default);
+            status.phase = Some("Terminating".into());
+            status.conditions = Some(conds);
             match api
-                .patch_status(key, &PatchParams::default(), &Patch::Merge(patch))
+                .replace_status(key, &PostParams::default(), &updated)
                 .await
             {
                 Ok(_) => {}
@@ -337,6 +342,7 @@ impl Controller for NamespaceController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn conditions_report_progress() {

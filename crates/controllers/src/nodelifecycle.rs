@@ -304,9 +304,13 @@ pub struct NodeLifecycleController {
 }
 
 impl NodeLifecycleController {
-    pub fn new(factory: &SharedInformerFactory, cfg: NodeLifecycleConfig) -> Arc<Self> {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        cfg: NodeLifecycleConfig,
+    ) -> Arc<Self> {
         Arc::new(NodeLifecycleController {
-            client: factory.client().clone(),
+            client,
             nodes: factory.informer::<Node>().store(),
             leases: factory
                 .namespaced_informer::<Lease>(LEASE_NAMESPACE)

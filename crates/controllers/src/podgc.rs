@@ -91,9 +91,13 @@ pub struct PodGcController {
 }
 
 impl PodGcController {
-    pub fn new(factory: &SharedInformerFactory, threshold: usize) -> Arc<Self> {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        threshold: usize,
+    ) -> Arc<Self> {
         Arc::new(PodGcController {
-            client: factory.client().clone(),
+            client,
             pods: factory.informer::<Pod>().store(),
             nodes: factory.informer::<Node>().store(),
             threshold,

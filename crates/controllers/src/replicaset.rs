@@ -518,9 +518,13 @@ pub struct ReplicaSetController<K: ReplicaOwner> {
 }
 
 impl<K: ReplicaOwner> ReplicaSetController<K> {
-    pub fn new(factory: &SharedInformerFactory, events: Arc<dyn EventSink>) -> Arc<Self> {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        events: Arc<dyn EventSink>,
+    ) -> Arc<Self> {
         Arc::new(ReplicaSetController {
-            client: factory.client().clone(),
+            client,
             owners: factory.informer::<K>().store(),
             pods: factory.informer::<Pod>().store(),
             expectations: Arc::new(Expectations::new()),
@@ -717,15 +721,25 @@ impl<K: ReplicaOwner> Controller for ReplicaSetController<K> {
 
         let status = calculate_status(&rs, &active, manage_error.as_deref(), now);
         if !status_equal(&status, &rs.status) {
+            // A status update retried once on a fresh copy, as upstream's
+            // `updateReplicaSetStatus` (the controller roles grant `update` on the
+            // status subresource, not `patch`).
             let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-            let body = json!({"status": status_json(&status)});
-            match api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => return Ok(Action::Done),
-                Err(e) => return Err(e.into()),
+            let mut obj = serde_json::to_value(&*owner)?;
+            for attempt in 0..2 {
+                obj["status"] = status_json(&status);
+                let body: K = serde_json::from_value(obj.clone())?;
+                match api
+                    .replace_status(name, &PostParams::default(), &body)
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) if is_not_found(&e) => return Ok(Action::Done),
+                    Err(e) if attempt == 0 && is_conflict(&e) => {
+                        obj = serde_json::to_value(api.get(name).await?)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         if let Some(e) = manage_error {

@@ -88,9 +88,9 @@ pub struct ResourceQuotaController {
 }
 
 impl ResourceQuotaController {
-    pub fn new(factory: &SharedInformerFactory) -> Arc<Self> {
+    pub fn new(factory: &SharedInformerFactory, client: kube::Client) -> Arc<Self> {
         Arc::new(ResourceQuotaController {
-            client: factory.client().clone(),
+            client,
             quotas: factory.informer::<ResourceQuota>().store(),
             pods: factory.informer::<Pod>().store(),
             services: factory.informer::<Service>().store(),

@@ -95,9 +95,13 @@ pub struct RootCaCertPublisher {
 
 impl RootCaCertPublisher {
     /// `root_ca` is the PEM bundle to publish (the controller-manager's `--root-ca-file`).
-    pub fn new(factory: &SharedInformerFactory, root_ca: String) -> Arc<Self> {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        root_ca: String,
+    ) -> Arc<Self> {
         Arc::new(RootCaCertPublisher {
-            client: factory.client().clone(),
+            client,
             root_ca,
             namespaces: factory.informer::<Namespace>().store(),
             configmaps: factory.informer::<ConfigMap>().store(),

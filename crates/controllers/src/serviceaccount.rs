@@ -37,9 +37,9 @@ pub struct ServiceAccountController {
 }
 
 impl ServiceAccountController {
-    pub fn new(factory: &SharedInformerFactory) -> Arc<Self> {
+    pub fn new(factory: &SharedInformerFactory, client: kube::Client) -> Arc<Self> {
         Arc::new(ServiceAccountController {
-            client: factory.client().clone(),
+            client,
             namespaces: factory.informer::<Namespace>().store(),
             accounts: factory.informer::<ServiceAccount>().store(),
         })

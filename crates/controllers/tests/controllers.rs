@@ -37,11 +37,16 @@ impl Env {
         let c = srv.client.clone();
         let cancel = CancellationToken::new();
         let node = FakeNode::start(&c, NODE, true, cancel.clone()).await?;
+        // As a kubeadm cluster: the manager as system:kube-controller-manager and
+        // each controller under its own ServiceAccount, so every test here also
+        // checks that the controller's bootstrap role allows what it does.
         let cfg = ManagerConfig {
             controllers: controllers.iter().map(|s| s.to_string()).collect(),
+            service_account_credentials: Some(srv.kube_config().await?),
             ..Default::default()
         };
-        let manager = Manager::start(c.clone(), &cfg, cancel.clone()).await?;
+        let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;
+        let manager = Manager::start(manager_client, &cfg, cancel.clone()).await?;
         Ok(Env {
             srv,
             cancel,
