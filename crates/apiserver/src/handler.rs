@@ -14,6 +14,7 @@ use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_auth::{AuthRequest, Authenticator, Authorizer, request_attributes};
+use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::{
     DeleteOptions, FieldValidation, ListParams, Part, PatchType, Registry, UpdateInput, WatchItem,
     WatchParams, WriteOptions,
@@ -58,7 +59,11 @@ pub(crate) fn respond(
     content_type: &str,
     body: impl Into<Bytes>,
 ) -> Response<Body> {
-    let mut r = Response::new(full(body));
+    respond_body(code, content_type, full(body))
+}
+
+fn respond_body(code: StatusCode, content_type: &str, body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
     *r.status_mut() = code;
     if let Ok(v) = HeaderValue::from_str(content_type) {
         r.headers_mut().insert(header::CONTENT_TYPE, v);
@@ -684,7 +689,11 @@ async fn resource_request(
                 meta["remainingItemCount"] = json!(n);
             }
             let body = output::list(target, info, &listed.items, meta, jiff::Timestamp::now());
-            Ok(respond(StatusCode::OK, output::content_type(target), body))
+            Ok(respond_body(
+                StatusCode::OK,
+                output::content_type(target),
+                body.boxed_unsync(),
+            ))
         }
         (Method::GET, Some(name), None | Some("status")) => {
             let obj = store.get(ns, name).await?;
@@ -864,7 +873,7 @@ async fn resource_request(
             };
             let p = list_params(q)?;
             let items = store.delete_collection(ns, &p, &opts).await?;
-            let items: Vec<Arc<Value>> = items.into_iter().map(Arc::new).collect();
+            let items: Vec<CachedObject> = items.into_iter().map(CachedObject::new).collect();
             let body = output::list(
                 Target::Json,
                 info,
@@ -872,7 +881,11 @@ async fn resource_request(
                 json!({}),
                 jiff::Timestamp::now(),
             );
-            Ok(respond(StatusCode::OK, "application/json", body))
+            Ok(respond_body(
+                StatusCode::OK,
+                "application/json",
+                body.boxed_unsync(),
+            ))
         }
         (m, _, _) => Err(method_not_supported(info, &m.as_str().to_ascii_lowercase())),
     }
@@ -965,10 +978,14 @@ fn bookmark_line(info: &ResourceInfo, revision: i64, initial_end: bool) -> Bytes
 }
 
 fn item_line(info: &ResourceInfo, t: Target, item: &WatchItem) -> Bytes {
+    let json = t == Target::Json || t == Target::Yaml;
     let (kind, obj) = match item {
-        WatchItem::Event(e) if t == Target::Json || t == Target::Yaml => return e.json_line(),
-        WatchItem::Event(e) => (e.kind.as_str(), e.object.clone()),
-        WatchItem::Synthetic(k, o) => (k.as_str(), o.clone()),
+        WatchItem::Event(e) if json => return e.json_line(),
+        WatchItem::Synthetic(k, o) if json => {
+            return ferrokube_registry::cache::watch_line_json(k.as_str(), o.json());
+        }
+        WatchItem::Event(e) => (e.kind.as_str(), e.object.value().clone()),
+        WatchItem::Synthetic(k, o) => (k.as_str(), o.value().clone()),
         WatchItem::Bookmark {
             revision,
             initial_events_end,
@@ -977,10 +994,7 @@ fn item_line(info: &ResourceInfo, t: Target, item: &WatchItem) -> Bytes {
             return ferrokube_registry::cache::watch_line("ERROR", &output::status_value(e));
         }
     };
-    let obj = match t {
-        Target::Json | Target::Yaml => (*obj).clone(),
-        t => output::object(t, info, &obj, jiff::Timestamp::now()),
-    };
+    let obj = output::object(t, info, &obj, jiff::Timestamp::now());
     ferrokube_registry::cache::watch_line(kind, &obj)
 }
 

@@ -1,13 +1,19 @@
 //! Content negotiation and response encoding: JSON, YAML, `as=Table` (rows from
 //! `ferrokube_api::printers`, the one printer implementation, with `includeObject`),
-//! `as=PartialObjectMetadata(List)`.
+//! `as=PartialObjectMetadata(List)`. JSON lists are written from each object's shared
+//! serialization ([`CachedObject::json`]) and streamed ([`ListBody`]) without building
+//! the whole list as one value or one buffer.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ferrokube_api::printers;
 use ferrokube_api::resources::ResourceInfo;
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_registry::cache::CachedObject;
+use hyper::body::{Frame, SizeHint};
 use serde_json::{Value, json};
 
 /// What the client asked for in `Accept`.
@@ -170,18 +176,26 @@ pub fn object(t: Target, info: &ResourceInfo, obj: &Value, now: jiff::Timestamp)
     }
 }
 
-/// A list in the asked form, as bytes (items serialized once, straight from the
-/// shared objects).
+/// A list in the asked form. JSON is written from each object's shared serialization
+/// (made once per object version, see [`CachedObject`]) and streamed in chunks, so a
+/// large list costs no re-serialization and no second full copy; the other forms are
+/// built as one value.
 pub fn list(
     t: Target,
     info: &ResourceInfo,
-    items: &[Arc<Value>],
+    items: &[CachedObject],
     list_meta: Value,
     now: jiff::Timestamp,
-) -> Bytes {
+) -> ListBody {
     match t {
-        Target::Table(inc) => encode_value(Target::Json, &table(info, items, list_meta, now, inc)),
-        Target::PartialMetadata => encode_value(
+        Target::Table(inc) => {
+            let values: Vec<Arc<Value>> = items.iter().map(|o| o.value().clone()).collect();
+            ListBody::whole(encode_value(
+                Target::Json,
+                &table(info, &values, list_meta, now, inc),
+            ))
+        }
+        Target::PartialMetadata => ListBody::whole(encode_value(
             Target::Json,
             &json!({
                 "kind": "PartialObjectMetadataList",
@@ -189,32 +203,100 @@ pub fn list(
                 "metadata": list_meta,
                 "items": items.iter().map(|o| partial_metadata(o)).collect::<Vec<_>>(),
             }),
-        ),
-        Target::Yaml => encode_value(
+        )),
+        Target::Yaml => ListBody::whole(encode_value(
             Target::Yaml,
             &json!({
                 "kind": info.list_kind(), "apiVersion": info.api_version(),
                 "metadata": list_meta, "items": items.iter().map(|o| (**o).clone()).collect::<Vec<_>>(),
             }),
-        ),
+        )),
         Target::Json => {
-            let mut out = Vec::with_capacity(64 + items.len() * 512);
-            out.extend_from_slice(b"{\"kind\":");
-            serde_json::to_writer(&mut out, &info.list_kind()).unwrap_or_default();
-            out.extend_from_slice(b",\"apiVersion\":");
-            serde_json::to_writer(&mut out, &info.api_version()).unwrap_or_default();
-            out.extend_from_slice(b",\"metadata\":");
-            serde_json::to_writer(&mut out, &list_meta).unwrap_or_default();
-            out.extend_from_slice(b",\"items\":[");
+            let mut head = Vec::with_capacity(128);
+            head.extend_from_slice(b"{\"kind\":");
+            serde_json::to_writer(&mut head, &info.list_kind()).unwrap_or_default();
+            head.extend_from_slice(b",\"apiVersion\":");
+            serde_json::to_writer(&mut head, &info.api_version()).unwrap_or_default();
+            head.extend_from_slice(b",\"metadata\":");
+            serde_json::to_writer(&mut head, &list_meta).unwrap_or_default();
+            head.extend_from_slice(b",\"items\":[");
+            let mut pieces = Vec::with_capacity(2 * items.len() + 2);
+            pieces.push(Bytes::from(head));
             for (i, o) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    pieces.push(Bytes::from_static(b","));
                 }
-                serde_json::to_writer(&mut out, &**o).unwrap_or_default();
+                pieces.push(o.json().clone());
             }
-            out.extend_from_slice(b"]}");
-            Bytes::from(out)
+            pieces.push(Bytes::from_static(b"]}"));
+            ListBody::new(pieces)
         }
+    }
+}
+
+/// Frames a [`ListBody`] gathers small pieces into (a pod is about 1 KiB of JSON).
+const LIST_CHUNK: usize = 64 * 1024;
+
+/// A response body made of pieces sent in order: runs of small pieces are copied into
+/// chunks of up to [`LIST_CHUNK`] bytes, larger pieces go out as they are. Its exact
+/// length is known up front (a `Content-Length`, and the gzip threshold can be checked).
+#[derive(Debug)]
+pub struct ListBody {
+    pieces: std::iter::Peekable<std::vec::IntoIter<Bytes>>,
+    remaining: u64,
+}
+
+impl ListBody {
+    pub fn new(pieces: Vec<Bytes>) -> ListBody {
+        let remaining = pieces.iter().map(|p| p.len() as u64).sum();
+        ListBody {
+            pieces: pieces.into_iter().peekable(),
+            remaining,
+        }
+    }
+
+    pub fn whole(body: Bytes) -> ListBody {
+        ListBody::new(vec![body])
+    }
+}
+
+impl hyper::body::Body for ListBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let Some(first) = this.pieces.next() else {
+            return Poll::Ready(None);
+        };
+        let chunk = if first.len() >= LIST_CHUNK
+            || this
+                .pieces
+                .peek()
+                .is_none_or(|p| first.len() + p.len() > LIST_CHUNK)
+        {
+            first
+        } else {
+            let mut buf = BytesMut::with_capacity(LIST_CHUNK);
+            buf.extend_from_slice(&first);
+            while let Some(p) = this.pieces.next_if(|p| buf.len() + p.len() <= LIST_CHUNK) {
+                buf.extend_from_slice(&p);
+            }
+            buf.freeze()
+        };
+        this.remaining -= chunk.len() as u64;
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
     }
 }
 
@@ -265,6 +347,58 @@ pub fn table(
 mod tests {
     use super::*;
     use ferrokube_api::resources::lookup;
+    use http_body_util::BodyExt;
+
+    async fn collect(mut body: ListBody) -> (Vec<usize>, Bytes) {
+        let mut frames = Vec::new();
+        let mut all = BytesMut::new();
+        let exact = hyper::body::Body::size_hint(&body).exact();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            frames.push(data.len());
+            all.extend_from_slice(&data);
+        }
+        assert_eq!(exact, Some(all.len() as u64));
+        assert!(hyper::body::Body::is_end_stream(&body));
+        (frames, all.freeze())
+    }
+
+    #[tokio::test]
+    async fn json_list_is_the_serialized_list_in_bounded_chunks() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let items: Vec<CachedObject> = (0..500)
+            .map(|i| {
+                CachedObject::new(json!({"metadata": {"name": format!("p{i}"),
+                "annotations": {"a": "x".repeat(i)}}, "spec": {"containers": []}}))
+            })
+            .collect();
+        let meta = json!({"resourceVersion": "7", "continue": "c", "remainingItemCount": 3});
+        let want = json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta,
+            "items": items.iter().map(|o| (**o).clone()).collect::<Vec<_>>()});
+        let now = jiff::Timestamp::from_second(0).unwrap();
+        let (frames, body) = collect(list(Target::Json, pods, &items, meta.clone(), now)).await;
+        assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), want);
+        assert!(frames.len() > 1, "a 130 KiB list is sent in several chunks");
+        assert!(frames.iter().all(|&n| n <= LIST_CHUNK));
+        // The objects keep their serialization for the next list.
+        assert!(items.iter().all(|o| o.json().len() > 20));
+
+        let (_, empty) = collect(list(Target::Json, pods, &[], json!({}), now)).await;
+        assert_eq!(
+            serde_json::from_slice::<Value>(&empty).unwrap(),
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
+        );
+        // A piece larger than a chunk goes out whole.
+        let big = Bytes::from(vec![b'x'; LIST_CHUNK * 2]);
+        let (frames, all) = collect(ListBody::new(vec![
+            Bytes::from_static(b"["),
+            big.clone(),
+            Bytes::from_static(b"]"),
+        ]))
+        .await;
+        assert_eq!(frames, vec![1, LIST_CHUNK * 2, 1]);
+        assert_eq!(all.len(), LIST_CHUNK * 2 + 2);
+    }
 
     #[test]
     fn negotiation() {

@@ -1,10 +1,13 @@
 //! The watch cache: one storage watch for the whole registry, fanned out into one
 //! in-memory cache per resource. Each cache holds the current objects (for lists at
 //! RV=0 / NotOlderThan and for initial watch events) and a window of recent events
-//! (for watches from a resourceVersion). An event is decoded once and, per
-//! encoding, serialized once ([`CachedEvent::json_line`]), however many watchers see it.
+//! (for watches from a resourceVersion). An object version is decoded once and
+//! serialized to JSON at most once ([`CachedObject::json`]); that one serialization
+//! serves every list that returns it and every watch event that carries it, however many
+//! watchers see it (upstream's `cachingObject`).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -40,15 +43,60 @@ impl EventType {
     }
 }
 
+/// One version of one object as the cache hands it out: the decoded value and its JSON
+/// serialization, made on first use and shared by every clone (lists, watch events,
+/// initial watch events). Cloning is two reference-count increments. It dereferences to
+/// the object, so selectors and readers use it as a `Value`.
+#[derive(Clone, Debug)]
+pub struct CachedObject {
+    value: Arc<Value>,
+    json: Arc<OnceLock<Bytes>>,
+}
+
+impl CachedObject {
+    pub fn new(value: Value) -> Self {
+        Self::from_arc(Arc::new(value))
+    }
+
+    pub fn from_arc(value: Arc<Value>) -> Self {
+        CachedObject {
+            value,
+            json: Arc::default(),
+        }
+    }
+
+    /// The shared value (the same `Arc` until the object changes).
+    pub fn value(&self) -> &Arc<Value> {
+        &self.value
+    }
+
+    /// The object in JSON, serialized once for all holders of this version.
+    pub fn json(&self) -> &Bytes {
+        self.json.get_or_init(|| {
+            // Serializing a Value cannot fail.
+            Bytes::from(serde_json::to_vec(&*self.value).unwrap_or_default())
+        })
+    }
+}
+
+impl Deref for CachedObject {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
+
 /// One change of one object, shared by every watcher.
 #[derive(Debug)]
 pub struct CachedEvent {
     pub kind: EventType,
     pub key: String,
     /// The object after the change (for deletes: the last state, with the delete's
-    /// resourceVersion).
-    pub object: Arc<Value>,
-    pub prev: Option<Arc<Value>>,
+    /// resourceVersion). For adds and updates, the same [`CachedObject`] the cache
+    /// lists, so a list and the event share one serialization.
+    pub object: CachedObject,
+    pub prev: Option<CachedObject>,
     pub revision: Revision,
     json: OnceLock<Bytes>,
 }
@@ -60,29 +108,35 @@ impl CachedEvent {
         CachedEvent {
             kind: self.kind,
             key: self.key.clone(),
-            object: Arc::new(f(&self.object)),
-            prev: self.prev.as_ref().map(|p| Arc::new(f(p))),
+            object: CachedObject::new(f(&self.object)),
+            prev: self.prev.as_ref().map(|p| CachedObject::new(f(p))),
             revision: self.revision,
             json: OnceLock::new(),
         }
     }
 
-    /// `{"type":"ADDED","object":{...}}\n`, serialized on first use.
+    /// `{"type":"ADDED","object":{...}}\n`, made on first use from the object's
+    /// shared serialization.
     pub fn json_line(&self) -> Bytes {
         self.json
-            .get_or_init(|| watch_line(self.kind.as_str(), &self.object))
+            .get_or_init(|| watch_line_json(self.kind.as_str(), self.object.json()))
             .clone()
     }
 }
 
 /// One watch event line in JSON.
 pub fn watch_line(kind: &str, object: &Value) -> Bytes {
-    let mut out = Vec::with_capacity(256);
+    // Serializing a Value cannot fail.
+    watch_line_json(kind, &serde_json::to_vec(object).unwrap_or_default())
+}
+
+/// One watch event line around an object already in JSON.
+pub fn watch_line_json(kind: &str, object_json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(object_json.len() + kind.len() + 32);
     out.extend_from_slice(b"{\"type\":\"");
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(b"\",\"object\":");
-    // Serializing a Value cannot fail.
-    serde_json::to_writer(&mut out, object).unwrap_or_default();
+    out.extend_from_slice(object_json);
     out.extend_from_slice(b"}\n");
     Bytes::from(out)
 }
@@ -94,7 +148,7 @@ pub enum WatchItem {
     Event(Arc<CachedEvent>),
     /// An event specific to this watcher (initial state, or an object entering or
     /// leaving its selector).
-    Synthetic(EventType, Arc<Value>),
+    Synthetic(EventType, CachedObject),
     /// A bookmark at this revision; `initial_events_end` marks the end of the initial
     /// events of a `sendInitialEvents` watch.
     Bookmark {
@@ -109,7 +163,7 @@ pub enum WatchItem {
 pub type Filter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
 
 struct State {
-    objects: BTreeMap<String, Arc<Value>>,
+    objects: BTreeMap<String, CachedObject>,
     events: VecDeque<Arc<CachedEvent>>,
     /// Everything up to this revision is applied.
     revision: Revision,
@@ -170,7 +224,7 @@ impl ResourceCache {
 
     /// Replaces the content after a (re)list; open watchers are closed, as they may
     /// have missed events.
-    fn reset(&self, items: Vec<(String, Arc<Value>)>, revision: Revision) {
+    fn reset(&self, items: Vec<(String, CachedObject)>, revision: Revision) {
         let mut st = self.state.write();
         st.objects = items.into_iter().collect();
         st.events.clear();
@@ -220,7 +274,7 @@ impl ResourceCache {
             self.advance(revision);
             return;
         };
-        let object = Arc::new(object);
+        let object = CachedObject::new(object);
         let mut st = self.state.write();
         if revision <= st.revision {
             return;
@@ -268,6 +322,23 @@ impl ResourceCache {
     /// The objects under `prefix` (a namespace's prefix or the whole resource) and
     /// the revision they are current at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
+        let st = self.state.read();
+        let items = st
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.value.clone())
+            .collect();
+        (items, st.revision)
+    }
+
+    /// The object at `key`, if the cache has it.
+    pub fn get(&self, key: &str) -> Option<CachedObject> {
+        self.state.read().objects.get(key).cloned()
+    }
+
+    /// [`Self::snapshot`] with each object's shared serialization, for lists.
+    pub fn snapshot_objects(&self, prefix: &str) -> (Vec<CachedObject>, Revision) {
         let st = self.state.read();
         let items = st
             .objects
@@ -430,7 +501,7 @@ impl CacheHub {
         storage: &dyn Storage,
         root: &str,
     ) -> Result<Revision, ferrokube_storage::StorageError> {
-        let mut per_cache: Vec<Vec<(String, Arc<Value>)>> = vec![Vec::new(); self.caches.len()];
+        let mut per_cache: Vec<Vec<(String, CachedObject)>> = vec![Vec::new(); self.caches.len()];
         let mut opts = ListOptions {
             revision: RevisionMatch::Latest,
             limit: 5000,
@@ -449,7 +520,7 @@ impl CacheHub {
                 if let Some(i) = self.caches.iter().position(|c| key.starts_with(&c.prefix))
                     && let Some(obj) = decode_stored(&value, mod_revision)
                 {
-                    per_cache[i].push((key, Arc::new(obj)));
+                    per_cache[i].push((key, CachedObject::new(obj)));
                 }
             }
             match page.continue_token {

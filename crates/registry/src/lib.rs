@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 pub use allocator::{Cidr, ServiceAllocator};
-pub use cache::{CachedEvent, EventType, WatchItem};
+pub use cache::{CachedEvent, CachedObject, EventType, WatchItem};
 pub use meta::{Clock, SystemClock};
 pub use store::{
     Admission, Admit, DeleteOptions, Deleted, FieldValidation, ListParams, Listed, Part, PatchFn,
@@ -153,6 +153,7 @@ impl Registry {
             .find(|r| r.group.is_empty() && r.kind == "Namespace")
             .map(|r| r.storage_prefix)
             .unwrap_or("/registry/namespaces");
+        let ns_cache = hub.cache(ns_prefix).ok_or(RegistryError::CacheStart)?;
         let mut stores = Vec::new();
         for info in RESOURCES {
             let strategy = kinds::strategy_for(info)
@@ -176,6 +177,7 @@ impl Registry {
                 config.patch,
                 config.bookmark_interval,
                 ns_prefix,
+                ns_cache.clone(),
             )));
         }
         tasks.push(tokio::spawn(compactor(

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::allocator::{self, ServiceAllocator};
-use crate::cache::{Filter, ResourceCache, WatchItem, decode_stored};
+use crate::cache::{CachedObject, Filter, ResourceCache, WatchItem, decode_stored};
 use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
 use crate::strategy::Strategy;
@@ -155,7 +155,9 @@ pub struct Written {
 /// A list result.
 #[derive(Clone, Debug)]
 pub struct Listed {
-    pub items: Vec<Arc<Value>>,
+    /// The objects, each with its JSON serialization made once (shared with the watch
+    /// cache when listed from it).
+    pub items: Vec<CachedObject>,
     pub resource_version: String,
     pub continue_token: Option<String>,
     pub remaining_item_count: Option<i64>,
@@ -240,6 +242,10 @@ impl UnprocessablePatch for ApiError {
     }
 }
 
+/// How long a consistent list waits for the watch cache to reach the store's current
+/// revision before it reads storage instead (the cache is normally milliseconds behind).
+const CONSISTENT_READ_WAIT: Duration = Duration::from_secs(1);
+
 /// Attempts of one update against concurrent writers before it answers 409.
 const MAX_UPDATE_ATTEMPTS: usize = 64;
 
@@ -254,6 +260,8 @@ pub struct Store {
     patch: PatchFn,
     bookmark_interval: Duration,
     namespace_prefix: &'static str,
+    /// The namespaces' watch cache, for the namespace check of every create.
+    namespaces: Arc<ResourceCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -304,6 +312,7 @@ impl Store {
         patch: PatchFn,
         bookmark_interval: Duration,
         namespace_prefix: &'static str,
+        namespaces: Arc<ResourceCache>,
     ) -> Self {
         Store {
             info: strategy.info(),
@@ -315,6 +324,7 @@ impl Store {
             patch,
             bookmark_interval,
             namespace_prefix,
+            namespaces,
         }
     }
 
@@ -452,9 +462,17 @@ impl Store {
     /// NamespaceLifecycle: no new content in a missing or terminating namespace.
     async fn namespace_admits(&self, ns: &str, name: &str) -> Result<(), ApiError> {
         let key = format!("{}/{ns}", self.namespace_prefix);
-        match self.storage.get(&key, None).await {
-            Ok(kv) => {
-                let obj = decode_stored(&kv.value, kv.mod_revision).unwrap_or(Value::Null);
+        // As upstream's NamespaceLifecycle admission: the namespace as the watch cache
+        // has it, and a live read only when the cache does not have it (yet), e.g. right
+        // after the namespace was created.
+        let found = match self.namespaces.get(&key) {
+            Some(cached) => Ok(cached.value().clone()),
+            None => self.storage.get(&key, None).await.map(|kv| {
+                Arc::new(decode_stored(&kv.value, kv.mod_revision).unwrap_or(Value::Null))
+            }),
+        };
+        match found {
+            Ok(obj) => {
                 if meta::has_deletion_timestamp(&obj)
                     || obj["status"]["phase"].as_str() == Some("Terminating")
                 {
@@ -707,24 +725,35 @@ impl Store {
             if min > 0 {
                 self.cache.wait_for(min, Duration::from_secs(3)).await?;
             }
-            let (items, rev) = self.cache.snapshot(&prefix);
-            let items: Vec<Arc<Value>> = match self.strategy.hooks().storage_codec {
-                Some(c) => items
-                    .into_iter()
-                    .map(|o| Arc::new((c.from_storage)((*o).clone())))
-                    .collect(),
-                None => items,
-            };
-            let items = match &filter {
-                Some(f) => items.into_iter().filter(|o| f(o)).collect(),
-                None => items,
-            };
-            return Ok(Listed {
-                items,
-                resource_version: rev.to_string(),
-                continue_token: None,
-                remaining_item_count: None,
-            });
+            return Ok(self.list_from_cache(&prefix, filter.as_ref()));
+        }
+        // A consistent read (no resourceVersion) of a whole list, from the cache once it
+        // has applied the store's current revision, as upstream's
+        // ConsistentListFromCache; read from storage when the backend cannot promise
+        // that (etcd without progress requests) or the cache does not catch up soon.
+        if cont.is_none()
+            && rv.is_empty()
+            && p.limit <= 0
+            && self.storage.watch_sees_every_revision()
+        {
+            let current = self
+                .storage
+                .current_revision()
+                .await
+                .map_err(|e| self.err("", e))?;
+            if self
+                .cache
+                .wait_for(current, CONSISTENT_READ_WAIT)
+                .await
+                .is_ok()
+            {
+                return Ok(self.list_from_cache(&prefix, filter.as_ref()));
+            }
+            tracing::warn!(
+                resource = self.info.plural,
+                revision = current,
+                "the watch cache did not reach the current revision; listing from storage"
+            );
         }
         let revision = if rv.is_empty() {
             RevisionMatch::Latest
@@ -737,7 +766,7 @@ impl Store {
             limit,
             continue_token: cont.map(str::to_string),
         };
-        let mut items: Vec<Arc<Value>> = Vec::new();
+        let mut items: Vec<CachedObject> = Vec::new();
         loop {
             if limit > 0 {
                 opts.limit = limit - items.len();
@@ -764,7 +793,7 @@ impl Store {
                 if let Some(obj) = self.decode_served(value, *mod_revision)
                     && filter.as_ref().is_none_or(|f| f(&obj))
                 {
-                    items.push(Arc::new(obj));
+                    items.push(CachedObject::new(obj));
                 }
             }
             let done = page.continue_token.is_none() || limit == 0 || items.len() >= limit;
@@ -778,6 +807,28 @@ impl Store {
                 });
             }
             opts.continue_token = page.continue_token;
+        }
+    }
+
+    /// The cache's objects under `prefix` that pass `filter`, in the served form.
+    fn list_from_cache(&self, prefix: &str, filter: Option<&Filter>) -> Listed {
+        let (items, rev) = self.cache.snapshot_objects(prefix);
+        let items: Vec<CachedObject> = match self.strategy.hooks().storage_codec {
+            Some(c) => items
+                .into_iter()
+                .map(|o| CachedObject::new((c.from_storage)((*o).clone())))
+                .collect(),
+            None => items,
+        };
+        let items = match filter {
+            Some(f) => items.into_iter().filter(|o| f(o)).collect(),
+            None => items,
+        };
+        Listed {
+            items,
+            resource_version: rev.to_string(),
+            continue_token: None,
+            remaining_item_count: None,
         }
     }
 
@@ -1352,7 +1403,7 @@ fn served_watch(
             let item = match item {
                 WatchItem::Event(ev) => WatchItem::Event(Arc::new(ev.converted(convert))),
                 WatchItem::Synthetic(kind, obj) => {
-                    WatchItem::Synthetic(kind, Arc::new(convert(&obj)))
+                    WatchItem::Synthetic(kind, CachedObject::new(convert(&obj)))
                 }
                 other => other,
             };

@@ -250,3 +250,155 @@ async fn api_endpoints_follow_the_advertise_address() {
     assert_eq!(slice["endpoints"][0]["addresses"], json!(["172.18.0.1"]));
     assert_eq!(slice["ports"][0]["port"], 7443);
 }
+
+/// Lists without a resourceVersion are consistent (they see every acknowledged write)
+/// and, on a backend whose every revision the watch cache sees, served from the cache:
+/// an object version is serialized once and that JSON is shared by every list and by
+/// the watch event that carried it.
+#[tokio::test]
+async fn consistent_lists_see_every_write_and_share_one_serialization() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(&dir).await;
+    let cm = reg.store("", "v1", "configmaps").unwrap();
+    let namespaces = reg.store("", "v1", "namespaces").unwrap();
+    let mut rx = cm
+        .watch(Some("default"), &WatchParams::default())
+        .await
+        .unwrap();
+    let consistent = ListParams::default();
+    let any = ListParams {
+        resource_version: Some("0".into()),
+        ..Default::default()
+    };
+    for i in 0..40 {
+        let w = cm
+            .create(
+                Some("default"),
+                json!({"metadata": {"name": format!("cm-{i}")}}),
+                &WriteOptions::default(),
+            )
+            .await
+            .unwrap();
+        let written: i64 = w.object["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let listed = cm.list(Some("default"), &consistent).await.unwrap();
+        assert_eq!(listed.items.len(), i + 1, "read after the create of cm-{i}");
+        assert!(listed.resource_version.parse::<i64>().unwrap() >= written);
+    }
+    let first = cm.list(Some("default"), &consistent).await.unwrap();
+    let second = cm.list(Some("default"), &any).await.unwrap();
+    assert_eq!(first.items.len(), 40);
+    for (a, b) in first.items.iter().zip(&second.items) {
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(a.json()).unwrap(),
+            **a
+        );
+        assert_eq!(a.json().as_ptr(), b.json().as_ptr(), "one serialization");
+    }
+    // The watch events carried the same object versions.
+    for i in 0..40 {
+        let item = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let WatchItem::Event(e) = item else {
+            panic!("unexpected {item:?}")
+        };
+        assert_eq!(e.object["metadata"]["name"], format!("cm-{i}"));
+        let listed = first
+            .items
+            .iter()
+            .find(|o| o["metadata"]["name"] == e.object["metadata"]["name"])
+            .unwrap();
+        assert_eq!(e.object.json().as_ptr(), listed.json().as_ptr());
+        let line: serde_json::Value = serde_json::from_slice(&e.json_line()).unwrap();
+        assert_eq!(
+            line,
+            json!({"type": "ADDED", "object": *e.object.value().clone()})
+        );
+    }
+    // Deletes and a label change are seen by the next consistent list at once.
+    cm.delete(Some("default"), "cm-0", &DeleteOptions::default())
+        .await
+        .unwrap();
+    cm.update(
+        Some("default"),
+        "cm-1",
+        UpdateInput::Patch(
+            PatchType::Merge,
+            json!({"metadata": {"labels": {"x": "y"}}}),
+        ),
+        Part::Main,
+        &WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        cm.list(Some("default"), &consistent)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        39
+    );
+    let sel = ListParams {
+        label_selector: Some("x=y".into()),
+        ..Default::default()
+    };
+    let labelled = cm.list(None, &sel).await.unwrap();
+    assert_eq!(labelled.items.len(), 1);
+    assert_eq!(labelled.items[0]["metadata"]["name"], "cm-1");
+
+    // A namespace created just now admits creates (the cache may not have it yet),
+    // and one being deleted refuses them.
+    namespaces
+        .create(
+            None,
+            json!({"metadata": {"name": "fresh"}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    cm.create(
+        Some("fresh"),
+        json!({"metadata": {"name": "a"}}),
+        &WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    namespaces
+        .delete(None, "fresh", &DeleteOptions::default())
+        .await
+        .unwrap();
+    let mut refused = None;
+    for _ in 0..200 {
+        match cm
+            .create(
+                Some("fresh"),
+                json!({"metadata": {"name": "b"}}),
+                &WriteOptions::default(),
+            )
+            .await
+        {
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+            Ok(_) => {
+                cm.delete(Some("fresh"), "b", &DeleteOptions::default())
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    assert_eq!(
+        refused
+            .expect("a terminating namespace refuses creates")
+            .code,
+        403
+    );
+}

@@ -371,6 +371,12 @@ impl Storage for SqliteStorage {
         Ok(self.shared.current.load(Ordering::Acquire))
     }
 
+    /// The file is this process's alone, and only writes (each an event) make
+    /// revisions; compaction does not.
+    fn watch_sees_every_revision(&self) -> bool {
+        true
+    }
+
     async fn stats(&self) -> Result<StorageStats> {
         let path = self.shared.path.clone();
         let size_bytes = tokio::task::spawn_blocking(move || {

@@ -327,5 +327,14 @@ pub trait Storage: Send + Sync + 'static {
     /// The newest revision of the store.
     async fn current_revision(&self) -> Result<Revision>;
 
+    /// True when every revision [`Storage::current_revision`] can report is the
+    /// revision of an event a watch of the store's keys receives (no other writer, no
+    /// bookkeeping writes), so a watch cache that has applied `current_revision()` is
+    /// current and may serve consistent reads (upstream's ConsistentListFromCache,
+    /// which needs etcd's progress requests otherwise). Default: false.
+    fn watch_sees_every_revision(&self) -> bool {
+        false
+    }
+
     async fn stats(&self) -> Result<StorageStats>;
 }
