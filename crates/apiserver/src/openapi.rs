@@ -5,8 +5,10 @@
 //! `?hash=` is immutable (`Cache-Control: public, immutable`, `Expires` a year out), and
 //! a stale hash is redirected (301) to the current one.
 //!
-//! The documents are generated once, on a background thread started with the
-//! server (so start → ready stays fast); requests that come earlier wait for it.
+//! The documents are generated once, on a background thread started by the first
+//! OpenAPI request (as kube-openapi builds its JSON and protobuf forms lazily), so start
+//! → ready stays fast and a server nobody asks for OpenAPI (kubelets, controllers) does
+//! not keep about 8 MiB of documents resident; requests wait for the build.
 
 use std::sync::Arc;
 
@@ -22,6 +24,8 @@ use crate::output::parse_accept;
 #[derive(Clone)]
 pub(crate) struct OpenApi {
     docs: watch::Receiver<Option<Arc<Documents>>>,
+    /// Starts the build (once); taken by the first request.
+    build: Arc<std::sync::Mutex<Option<watch::Sender<Option<Arc<Documents>>>>>>,
     /// `Last-Modified` of every document: when the server started.
     last_modified: String,
 }
@@ -33,9 +37,26 @@ const V2_PROTOBUF_ACCEPT: [&str; 2] = [
 ];
 
 impl OpenApi {
-    /// Starts building the documents on a thread of their own.
+    /// Serves the documents, built on first use.
     pub(crate) fn start() -> OpenApi {
         let (tx, rx) = watch::channel(None);
+        OpenApi {
+            docs: rx,
+            build: Arc::new(std::sync::Mutex::new(Some(tx))),
+            last_modified: http_date(jiff::Timestamp::now()),
+        }
+    }
+
+    /// Starts building the documents on a thread of their own, the first time only.
+    fn build_once(&self) {
+        let tx = self
+            .build
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(tx) = tx else {
+            return;
+        };
         let spawned = std::thread::Builder::new()
             .name("openapi-build".into())
             .spawn(move || {
@@ -45,13 +66,10 @@ impl OpenApi {
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the OpenAPI build thread");
         }
-        OpenApi {
-            docs: rx,
-            last_modified: http_date(jiff::Timestamp::now()),
-        }
     }
 
     async fn documents(&self) -> Result<Arc<Documents>, ApiError> {
+        self.build_once();
         let mut rx = self.docs.clone();
         let docs = rx
             .wait_for(Option::is_some)
