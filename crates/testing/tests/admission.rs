@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, LimitRange, Node, PersistentVolumeClaim, Pod, ResourceQuota,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -505,4 +506,89 @@ async fn node_restriction_sees_evictions() {
     .await
     .unwrap();
     assert_eq!(code, 201, "{body}");
+}
+
+#[tokio::test]
+async fn default_storage_class_and_claim_resize() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let classes = Api::<StorageClass>::all(client.clone());
+    for (name, default, expandable) in [("fast", "true", true), ("fixed", "false", false)] {
+        classes
+            .create(
+                &PostParams::default(),
+                &typed(json!({"metadata": {"name": name, "annotations": {
+                    "storageclass.kubernetes.io/is-default-class": default}},
+                    "provisioner": "example.com/disk", "allowVolumeExpansion": expandable})),
+            )
+            .await
+            .unwrap();
+    }
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
+    let claim = |name: &str, class: Option<&str>| -> PersistentVolumeClaim {
+        let mut c = json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}});
+        if let Some(class) = class {
+            c["spec"]["storageClassName"] = json!(class);
+        }
+        typed(c)
+    };
+    // The class reaches the plugin through the watch cache, a moment after it is written.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut defaulted = None;
+    for _ in 0..100 {
+        let c = claims.create(&dry, &claim("bare", None)).await.unwrap();
+        if c.spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .is_some()
+        {
+            defaulted = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let defaulted = defaulted.expect("the default class never applied");
+    assert_eq!(
+        defaulted.spec.unwrap().storage_class_name.as_deref(),
+        Some("fast")
+    );
+    // An explicit empty class stays empty (no dynamic provisioning).
+    let none = claims
+        .create(&PostParams::default(), &claim("none", Some("")))
+        .await
+        .unwrap();
+    assert_eq!(none.spec.unwrap().storage_class_name.as_deref(), Some(""));
+
+    // Resizing: bound claims of an expandable class may grow.
+    for (name, class) in [("grows", "fast"), ("stuck", "fixed")] {
+        claims
+            .create(&PostParams::default(), &claim(name, Some(class)))
+            .await
+            .unwrap();
+        claims
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+            )
+            .await
+            .unwrap();
+    }
+    let grow = Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}));
+    let grown = claims
+        .patch("grows", &PatchParams::default(), &grow)
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(grown.spec.unwrap().resources.unwrap().requests).unwrap(),
+        json!({"storage": "2Gi"})
+    );
+    assert_eq!(
+        forbidden(claims.patch("stuck", &PatchParams::default(), &grow).await),
+        "persistentvolumeclaims \"stuck\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"
+    );
 }

@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::security::ClusterState;
 
+mod default_storage_class;
 mod default_toleration_seconds;
 mod direct;
 mod escalation;
@@ -33,6 +34,7 @@ mod limit_ranger;
 mod node_restriction;
 mod pod_security;
 mod priority;
+mod pvc_resize;
 mod resource_quota;
 mod service_account;
 mod taint_nodes_by_condition;
@@ -267,10 +269,14 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("PodTolerationRestriction", false),
     known("EventRateLimit", false),
     known("ExtendedResourceToleration", false),
-    known("DefaultStorageClass", true),
+    plugin(
+        default_storage_class::NAME,
+        true,
+        default_storage_class::new,
+    ),
     known("StorageObjectInUseProtection", true),
     known("OwnerReferencesPermissionEnforcement", false),
-    known("PersistentVolumeClaimResize", true),
+    plugin(pvc_resize::NAME, true, pvc_resize::new),
     known("RuntimeClass", true),
     known("CertificateApproval", true),
     known("CertificateSigning", true),
