@@ -48,12 +48,14 @@ pub enum RunError {
     Serve(SocketAddr, std::io::Error),
 }
 
-/// API writes (bindings, status patches, evictions) in flight at once. Binding
-/// cycles run concurrently with scheduling (as upstream's binding goroutines), so a
-/// fast scheduling loop can start thousands of them; unbounded, each concurrent
-/// HTTP/1.1 request opens its own TLS connection and the handshakes swamp client
-/// and apiserver alike. Bounded, they queue here and reuse pooled connections.
-pub const MAX_WRITES_IN_FLIGHT: usize = 32;
+/// `pods/binding` POSTs in flight at once. Binding cycles run concurrently with
+/// scheduling (as upstream's binding goroutines), so a fast scheduling loop can start
+/// thousands of them; unbounded, each concurrent HTTP/1.1 request opens its own TLS
+/// connection and the handshakes swamp client and apiserver alike. Bounded, they
+/// queue here and reuse pooled connections. Only bindings take a permit: status
+/// patches and evictions are awaited by the scheduling loop one at a time and must
+/// not queue behind a burst of bindings.
+pub const MAX_BINDINGS_IN_FLIGHT: usize = 32;
 
 /// Runs `call` once one of `limit`'s permits is free.
 pub async fn with_permit<T>(
@@ -68,8 +70,8 @@ pub async fn with_permit<T>(
 /// The cluster IO of a running scheduler.
 pub struct KubeApi {
     client: kube::Client,
-    /// Bounds the API writes in flight ([`MAX_WRITES_IN_FLIGHT`]).
-    writes: tokio::sync::Semaphore,
+    /// Bounds the bindings in flight ([`MAX_BINDINGS_IN_FLIGHT`]).
+    bindings: tokio::sync::Semaphore,
     /// One recorder per profile, reporting as the profile's scheduler name (as
     /// upstream's per-profile recorder factory does).
     recorders: HashMap<String, EventRecorder>,
@@ -134,7 +136,7 @@ impl PodBinder for KubeApi {
         };
         let api = pods(&self.client, pod);
         with_permit(
-            &self.writes,
+            &self.bindings,
             api.create_subresource::<Binding, serde_json::Value>(
                 "binding",
                 &name,
@@ -172,15 +174,15 @@ impl SchedulerApi for KubeApi {
             };
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let api = pods(&self.client, pod);
-        let patch = Patch::Merge(serde_json::json!({"status": status}));
-        with_permit(
-            &self.writes,
-            api.patch_status(&name, &PatchParams::default(), &patch),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        pods(&self.client, pod)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": status})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn delete_pod(&self, pod: &Pod) -> Result<(), String> {
@@ -192,8 +194,8 @@ impl SchedulerApi for KubeApi {
                 resource_version: None,
             });
         }
-        let api = pods(&self.client, pod);
-        with_permit(&self.writes, api.delete(&name, &dp))
+        pods(&self.client, pod)
+            .delete(&name, &dp)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -334,7 +336,7 @@ pub fn build(
     let api = Arc::new(KubeApi {
         client,
         recorders,
-        writes: tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT),
+        bindings: tokio::sync::Semaphore::new(MAX_BINDINGS_IN_FLIGHT),
     });
     let handle = Handle {
         lister: listers,
@@ -488,7 +490,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn writes_in_flight_never_exceed_the_limit() {
+    async fn calls_in_flight_never_exceed_the_limit() {
         let limit = tokio::sync::Semaphore::new(4);
         let now = AtomicUsize::new(0);
         let peak = AtomicUsize::new(0);
