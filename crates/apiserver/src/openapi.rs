@@ -20,12 +20,15 @@ use tokio::sync::watch;
 use crate::handler::{Body, respond};
 use crate::output::parse_accept;
 
+/// Where the build thread publishes the documents.
+type DocumentsSender = watch::Sender<Option<Arc<Documents>>>;
+
 /// The documents, once built.
 #[derive(Clone)]
 pub(crate) struct OpenApi {
     docs: watch::Receiver<Option<Arc<Documents>>>,
     /// Starts the build (once); taken by the first request.
-    build: Arc<std::sync::Mutex<Option<watch::Sender<Option<Arc<Documents>>>>>>,
+    build: Arc<std::sync::Mutex<Option<DocumentsSender>>>,
     /// `Last-Modified` of every document: when the server started.
     last_modified: String,
 }
