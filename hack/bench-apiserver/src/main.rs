@@ -412,6 +412,43 @@ async fn bench_backend(
     });
     eprintln!("  api creates: {api_rate:.0}/s");
 
+    // How far the watch cache lags behind the last acknowledged create: a pod created
+    // right after the burst is looked for with resourceVersion=0 (served from the cache,
+    // which applies storage events in order, so seeing it means the burst is in too).
+    let probe_pod = pod("cache-lag-probe");
+    let created = Instant::now();
+    probe.create(&PostParams::default(), &probe_pod).await?;
+    let acked = created.elapsed();
+    let lag = loop {
+        let (_, body) = raw_get(
+            &client_plain,
+            "/api/v1/namespaces/bench-small/pods?resourceVersion=0&fieldSelector=metadata.name%3Dcache-lag-probe",
+        )
+        .await?;
+        let list: serde_json::Value = serde_json::from_slice(&body)?;
+        if list["items"].as_array().is_some_and(|i| !i.is_empty()) {
+            break created.elapsed().saturating_sub(acked);
+        }
+        if created.elapsed() > Duration::from_secs(30) {
+            bail!("a created pod did not reach the watch cache in 30 s");
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    };
+    let all_pods = "/api/v1/namespaces/bench/pods?resourceVersion=0";
+    let list: serde_json::Value =
+        serde_json::from_slice(&raw_get(&client_plain, all_pods).await?.1)?;
+    rows.push(row(
+        name,
+        "watch cache lag right after the create burst (create acknowledged → visible to a resourceVersion=0 LIST)",
+        format!(
+            "{}; the LIST then had {} of {} pods",
+            ms(lag),
+            list["items"].as_array().map_or(0, Vec::len),
+            args.pods
+        ),
+    ));
+    probe.delete("cache-lag-probe", &Default::default()).await?;
+
     // GET latency.
     let mut h = hist();
     for i in 0..args.gets {
