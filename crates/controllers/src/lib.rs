@@ -13,7 +13,8 @@
 //! through the API (`/status` for status):
 //! [`replicaset`] (also drives ReplicationControllers), [`deployment`],
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
-//! [`endpointslice`], [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
+//! [`endpointslice`], [`endpointslicemirroring`] (custom Endpoints into slices),
+//! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
@@ -27,6 +28,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod endpointslicemirroring;
 pub mod events;
 pub mod expectations;
 pub mod garbagecollector;

@@ -19,6 +19,7 @@ use crate::deployment::DeploymentController;
 use crate::disruption::DisruptionController;
 use crate::endpoints::EndpointsController;
 use crate::endpointslice::EndpointSliceController;
+use crate::endpointslicemirroring::EndpointSliceMirroringController;
 use crate::events::EventSink;
 use crate::garbagecollector::GarbageCollector;
 use crate::namespace::NamespaceController;
@@ -40,6 +41,10 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ("serviceaccount-controller", "serviceaccount"),
     ("endpoints-controller", "endpoint"),
     ("endpointslice-controller", "endpointslice"),
+    (
+        "endpointslice-mirroring-controller",
+        "endpointslicemirroring",
+    ),
     ("node-lifecycle-controller", "nodelifecycle"),
     ("pod-garbage-collector-controller", "podgc"),
     ("resourcequota-controller", "resourcequota"),
@@ -52,7 +57,6 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "endpointslice-mirroring-controller",
     "ttl-after-finished-controller",
     "job-controller",
     "cronjob-controller",
@@ -278,6 +282,11 @@ impl Manager {
                 "endpointslice-controller" => (
                     EndpointSliceController::new(&factory, client.clone()),
                     cfg.concurrent_service_endpoint_syncs,
+                ),
+                // Upstream's --mirroring-concurrent-service-endpoint-syncs default.
+                "endpointslice-mirroring-controller" => (
+                    EndpointSliceMirroringController::new(&factory, client.clone()),
+                    5,
                 ),
                 "node-lifecycle-controller" => (
                     NodeLifecycleController::new(
