@@ -183,6 +183,26 @@ async fn policies_deny_warn_take_params_and_must_compile() {
     let (code, _, v) = create_deployment(&c, "prod", "nginx", 6).await;
     assert_eq!(code, 201, "{v}");
 
+    // A changed policy applies from the next request on.
+    let path = format!("{POLICIES}/demo-policy.example.com");
+    let (code, _, mut current) = send(&c, "GET", &path, Value::Null).await;
+    assert_eq!(code, 200, "{current}");
+    current["spec"]["validations"][0]["expression"] = json!("object.spec.replicas <= 6");
+    let (code, _, v) = send(&c, "PUT", &path, current).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["metadata"]["generation"], 2);
+    let (code, _, v) = create_deployment(&c, "test", "six", 6).await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = create_deployment(&c, "test", "seven", 7).await;
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("denied request: failed expression: object.spec.replicas <= 6"),
+        "{v}"
+    );
+
     // Parameters from a ConfigMap, by name, in the namespace of the request.
     namespace(&c, "limited", json!({"limits": "on"})).await;
     let (code, _, v) = send(

@@ -16,8 +16,8 @@
 //! Deviations: `Audit` and `auditAnnotations` are logged (there is no audit log to
 //! annotate yet); `matchPolicy: Equivalent` matches like `Exact` (one served version per
 //! resource); `authorizer` is not offered; policies and bindings are read from the
-//! store's cache per request and compiled when they match (upstream compiles once per
-//! change); no cost budget.
+//! store's cache per request; a policy is compiled when it first matches and again
+//! after it changes; no cost budget.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,7 +43,13 @@ struct ValidatingPolicy {
     policies: Arc<Store>,
     bindings: Arc<Store>,
     namespaces: Arc<Store>,
+    /// Compiled policies by name, with the resourceVersion they were compiled at
+    /// (parsing is the costly part of evaluating a policy).
+    compiled: parking_lot::Mutex<BTreeMap<String, (String, Arc<Result<Compiled, String>>)>>,
 }
+
+/// Most compiled policies kept; past it the cache starts over.
+const MAX_COMPILED: usize = 1024;
 
 fn store(registry: &Registry, group: &str, plural: &str) -> Result<Arc<Store>, String> {
     ferrokube_api::resources::lookup(group, "v1", plural)
@@ -58,6 +64,7 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
         policies: store(init.registry, AR, "validatingadmissionpolicies")?,
         bindings: store(init.registry, AR, "validatingadmissionpolicybindings")?,
         namespaces: store(init.registry, "", "namespaces")?,
+        compiled: Default::default(),
     }))
 }
 
@@ -189,6 +196,29 @@ async fn resources_match(
 }
 
 impl ValidatingPolicy {
+    /// The policy's CEL compiled, from the cache when the policy has not changed.
+    fn compiled(
+        &self,
+        name: &str,
+        policy: &ar::ValidatingAdmissionPolicy,
+        spec: &ar::ValidatingAdmissionPolicySpec,
+    ) -> Arc<Result<Compiled, String>> {
+        let version = policy.metadata.resource_version.clone().unwrap_or_default();
+        if let Some((v, c)) = self.compiled.lock().get(name)
+            && *v == version
+            && !version.is_empty()
+        {
+            return c.clone();
+        }
+        let c = Arc::new(compile(spec));
+        let mut cache = self.compiled.lock();
+        if cache.len() >= MAX_COMPILED {
+            cache.clear();
+        }
+        cache.insert(name.to_string(), (version, c.clone()));
+        c
+    }
+
     /// The parameter objects of one binding (upstream `CollectParams`): `[None]` when
     /// the policy takes none; empty when none is found and the binding allows that.
     async fn params(
@@ -403,11 +433,12 @@ impl Plugin for ValidatingPolicy {
             if !resources_match(&self.namespaces, constraints, a, object, old).await? {
                 continue;
             }
-            let compiled = match compile(spec) {
+            let compiled = self.compiled(&policy_name, &policy, spec);
+            let compiled = match compiled.as_ref() {
                 Ok(c) => c,
                 Err(_) if fail_open => continue,
                 Err(e) => {
-                    denials.push(config_error(None, e));
+                    denials.push(config_error(None, e.clone()));
                     continue;
                 }
             };
@@ -442,7 +473,7 @@ impl Plugin for ValidatingPolicy {
                 let Some(base) = &base else { continue };
                 let actions = bspec.validation_actions.as_deref().unwrap_or_default();
                 for p in &params {
-                    let decisions = evaluate(&compiled, fail_open, base, p.as_ref(), &policy_name);
+                    let decisions = evaluate(compiled, fail_open, base, p.as_ref(), &policy_name);
                     for (message, reason) in decisions.failed {
                         for action in actions {
                             match action.as_str() {
