@@ -4,7 +4,9 @@
 //! A node whose status heartbeat and Lease both stop for longer than
 //! `--node-monitor-grace-period` (50 s) gets its conditions set to `Unknown`, its pods
 //! marked not ready, and the `node.kubernetes.io/unreachable` (or, for Ready=False,
-//! `not-ready`) NoSchedule and NoExecute taints. NoExecute taints are added at a
+//! `not-ready`) NoSchedule and NoExecute taints; MemoryPressure, DiskPressure,
+//! PIDPressure, NetworkUnavailable and `spec.unschedulable` give their NoSchedule taints
+//! (upstream's TaintNodesByCondition pass). NoExecute taints are added at a
 //! per-zone rate (`--node-eviction-rate` 0.1/s, `--secondary-node-eviction-rate`
 //! 0.01/s for partially disrupted large zones, none when every zone is fully
 //! disrupted). Pods on a node with NoExecute taints are deleted after their
@@ -161,32 +163,67 @@ fn taint(key: &str, effect: &str, now: Timestamp) -> Taint {
     }
 }
 
-/// The node's taints with the not-ready / unreachable taints matching its Ready
-/// condition (other taints kept; kept taints keep their timeAdded).
+/// NoSchedule taints for conditions other than Ready (upstream
+/// `nodeConditionToTaintKeyStatusMap`): the condition, the status that taints, the key.
+const CONDITION_TAINTS: [(&str, &str, &str); 4] = [
+    (
+        "MemoryPressure",
+        "True",
+        "node.kubernetes.io/memory-pressure",
+    ),
+    ("DiskPressure", "True", "node.kubernetes.io/disk-pressure"),
+    ("PIDPressure", "True", "node.kubernetes.io/pid-pressure"),
+    (
+        "NetworkUnavailable",
+        "True",
+        "node.kubernetes.io/network-unavailable",
+    ),
+];
+pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+
+/// The node's taints as upstream's TaintNodesByCondition and taint-based eviction
+/// passes want them: not-ready / unreachable (NoSchedule and NoExecute) from its Ready
+/// condition, a NoSchedule taint per pressure condition that is True and for
+/// `spec.unschedulable`; other taints are kept, and kept taints keep their timeAdded.
 pub fn desired_taints(node: &Node, now: Timestamp) -> Vec<Taint> {
     let current: Vec<Taint> = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let want_key = match ready_status(node) {
+    let mut wanted: Vec<(&str, &str)> = Vec::new();
+    let ready_key = match ready_status(node) {
         "False" => Some(TAINT_NOT_READY),
         "Unknown" => Some(TAINT_UNREACHABLE),
         _ => None,
     };
+    if let Some(k) = ready_key {
+        wanted.push((k, "NoSchedule"));
+        wanted.push((k, "NoExecute"));
+    }
+    for (condition, status, key) in CONDITION_TAINTS {
+        if node_condition(node, condition).is_some_and(|c| c.status == status) {
+            wanted.push((key, "NoSchedule"));
+        }
+    }
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        wanted.push((TAINT_UNSCHEDULABLE, "NoSchedule"));
+    }
+    let managed = |t: &Taint| {
+        t.key == TAINT_NOT_READY
+            || t.key == TAINT_UNREACHABLE
+            || (t.effect == "NoSchedule"
+                && (t.key == TAINT_UNSCHEDULABLE
+                    || CONDITION_TAINTS.iter().any(|(_, _, k)| t.key == *k)))
+    };
     let mut out: Vec<Taint> = current
         .iter()
-        .filter(|t| {
-            let ours = t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE;
-            !ours || Some(t.key.as_str()) == want_key
-        })
+        .filter(|t| !managed(t) || wanted.iter().any(|(k, e)| t.key == *k && t.effect == *e))
         .cloned()
         .collect();
-    if let Some(k) = want_key {
-        for effect in ["NoSchedule", "NoExecute"] {
-            if !out.iter().any(|t| t.key == k && t.effect == effect) {
-                out.push(taint(k, effect, now));
-            }
+    for (key, effect) in wanted {
+        if !out.iter().any(|t| t.key == key && t.effect == effect) {
+            out.push(taint(key, effect, now));
         }
     }
     out
@@ -588,6 +625,52 @@ mod tests {
         assert!(!keys(&n).iter().any(|(k, _)| k == TAINT_UNREACHABLE));
         n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
         assert_eq!(keys(&n).len(), 1);
+    }
+
+    #[test]
+    fn taints_follow_pressure_conditions_and_unschedulable() {
+        let mut n = node("True", 0);
+        n.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .extend([
+                NodeCondition {
+                    type_: "DiskPressure".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
+                NodeCondition {
+                    type_: "MemoryPressure".into(),
+                    status: "False".into(),
+                    ..Default::default()
+                },
+            ]);
+        n.spec.as_mut().unwrap().unschedulable = Some(true);
+        let keys = |n: &Node| -> Vec<(String, String)> {
+            let mut k: Vec<_> = desired_taints(n, ts(5))
+                .into_iter()
+                .map(|t| (t.key, t.effect))
+                .collect();
+            k.sort();
+            k
+        };
+        let no_schedule = |k: &str| (k.to_string(), "NoSchedule".to_string());
+        assert_eq!(
+            keys(&n),
+            vec![
+                no_schedule("dedicated"),
+                no_schedule("node.kubernetes.io/disk-pressure"),
+                no_schedule(TAINT_UNSCHEDULABLE),
+            ]
+        );
+        // Pressure gone and the node uncordoned: only the user's taint stays.
+        n.spec.as_mut().unwrap().taints = Some(desired_taints(&n, ts(5)));
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].status = "False".into();
+        n.spec.as_mut().unwrap().unschedulable = None;
+        assert_eq!(keys(&n), vec![no_schedule("dedicated")]);
     }
 
     #[test]
