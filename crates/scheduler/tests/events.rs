@@ -1,6 +1,6 @@
 //! The scheduler's events against a real in-process apiserver: written through the
 //! shared `EventRecorder` as `events.k8s.io/v1` Events with upstream's reason,
-//! action, note and reporting controller.
+//! action, note, reporting controller and (for Preempted) related object.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use ferrokube_scheduler::KubeSchedulerConfiguration;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -60,7 +61,7 @@ async fn event_for(events: &Api<Event>, name: &str, reason: &str) -> anyhow::Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scheduled_and_failed_scheduling_events_are_upstreams() -> anyhow::Result<()> {
+async fn scheduled_failed_scheduling_and_preempted_events_are_upstreams() -> anyhow::Result<()> {
     // No node lifecycle controller runs here to lift the not-ready taint that
     // TaintNodesByCondition puts on new nodes.
     let srv = TestApiServer::start_with(|o| {
@@ -115,6 +116,41 @@ async fn scheduled_and_failed_scheduling_events_are_upstreams() -> anyhow::Resul
         note.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
         "{note}"
     );
+
+    // Preemption: a high-priority pod that needs all of n1 evicts "fits"; the event
+    // is about the victim and related to the preemptor (upstream's PreemptPod).
+    Api::<PriorityClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "high"}, "value": 1000}))?,
+        )
+        .await?;
+    let mut important = pod("important", "2")?;
+    important.spec.as_mut().unwrap().priority_class_name = Some("high".into());
+    // The Priority admission plugin sees the new class through its cache a moment later.
+    let mut created = None;
+    for attempt in 0.. {
+        match pods.create(&PostParams::default(), &important).await {
+            Err(kube::Error::Api(e)) if e.code == 403 && attempt < 100 => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => {
+                created = Some(r?);
+                break;
+            }
+        }
+    }
+    let preemptor_uid = created.and_then(|p| p.metadata.uid).unwrap();
+    let e = event_for(&events, "fits", "Preempted").await?;
+    assert_eq!(e.type_.as_deref(), Some("Normal"));
+    assert_eq!(e.action.as_deref(), Some("Preempting"));
+    assert_eq!(
+        e.note.as_deref(),
+        Some(format!("Preempted by pod {preemptor_uid} on node n1").as_str())
+    );
+    let related = e.related.clone().unwrap();
+    assert_eq!(related.name.as_deref(), Some("important"));
+    assert_eq!(related.uid.as_deref(), Some(preemptor_uid.as_str()));
 
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(30), task).await???;
