@@ -592,3 +592,102 @@ async fn default_storage_class_and_claim_resize() {
         "persistentvolumeclaims \"stuck\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"
     );
 }
+
+/// `openssl req -new -subj "/O=system:masters/O=dev/CN=alice"` (P-256).
+const MASTERS_CSR: &str = "-----BEGIN CERTIFICATE REQUEST-----
+MIHyMIGZAgEAMDcxFzAVBgNVBAoMDnN5c3RlbTptYXN0ZXJzMQwwCgYDVQQKDANk
+ZXYxDjAMBgNVBAMMBWFsaWNlMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEfv0V
+wTTjpLjNyJX/EURUIJXr8rZmf/osMZRC5pt0e30W5wbLw3sOS4edW4YUQkstI5hj
+7gJpz5zU+CaHFJIo3aAAMAoGCCqGSM49BAMCA0gAMEUCIDtCcOCvZ1YkaQGPDXi7
+2G48E/IuylrRyTceFjbKN60RAiEA1tWv3RgFRag0+9OkKfWqvqthyDXPa4elnL6s
+oQ0UNz4=
+-----END CERTIFICATE REQUEST-----
+";
+
+#[tokio::test]
+async fn certificate_plugins_check_signers_and_subjects() {
+    use base64::Engine as _;
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let request = base64::engine::general_purpose::STANDARD.encode(MASTERS_CSR);
+    let csr = |name: &str, signer: &str| {
+        json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name}, "spec": {"signerName": signer, "request": request,
+            "usages": ["client auth"]}})
+    };
+    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let (code, _, body) = TestApiServer::send_json(
+        &admin,
+        "POST",
+        csrs,
+        &csr("masters", "kubernetes.io/kube-apiserver-client"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        "certificatesigningrequests.certificates.k8s.io \"masters\" is forbidden: use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed"
+    );
+    let (code, _, body) =
+        TestApiServer::send_json(&admin, "POST", csrs, &csr("mine", "example.com/issuer"))
+            .await
+            .unwrap();
+    assert_eq!(code, 201, "{body}");
+
+    // Setting the certificate needs `sign` on the signer, which `signer` lacks.
+    // (Approval needs `approve` likewise; the approval subresource's own PUT is
+    // not served yet, so that plugin is covered by its unit tests.)
+    let (code, _, body) = TestApiServer::send_json(
+        &admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "csr-status"}, "rules": [{"apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests/status"], "verbs": ["update"]}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let (code, _, body) = TestApiServer::send_json(
+        &admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "csr-status"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole", "name": "csr-status"},
+            "subjects": [{"kind": "User", "name": "signer", "apiGroup": "rbac.authorization.k8s.io"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let signer = server.client_as("signer", &[]).await.unwrap();
+    let object = format!("{csrs}/mine");
+    let status = format!("{csrs}/mine/status");
+    let mut signed = TestApiServer::send_json(&admin, "GET", &object, &json!(null))
+        .await
+        .unwrap()
+        .2;
+    signed["status"]["certificate"] = json!(base64::engine::general_purpose::STANDARD.encode("x"));
+    // Until the binding reaches the authorizer, RBAC itself refuses the update.
+    let mut body = Value::Null;
+    for _ in 0..100 {
+        let (code, _, b) = TestApiServer::send_json(&signer, "PUT", &status, &signed)
+            .await
+            .unwrap();
+        body = b;
+        if code == 403
+            && body["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("signerName")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        body["message"],
+        "certificatesigningrequests.certificates.k8s.io \"mine\" is forbidden: user not permitted to sign requests with signerName \"example.com/issuer\""
+    );
+}

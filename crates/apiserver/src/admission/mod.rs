@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::security::ClusterState;
 
+mod certificates;
 mod default_storage_class;
 mod default_toleration_seconds;
 mod direct;
@@ -278,10 +279,14 @@ pub(crate) const PLUGINS: &[Registration] = &[
     known("OwnerReferencesPermissionEnforcement", false),
     plugin(pvc_resize::NAME, true, pvc_resize::new),
     known("RuntimeClass", true),
-    known("CertificateApproval", true),
-    known("CertificateSigning", true),
+    plugin(certificates::APPROVAL, true, certificates::new_approval),
+    plugin(certificates::SIGNING, true, certificates::new_signing),
     known("ClusterTrustBundleAttest", true),
-    known("CertificateSubjectRestriction", true),
+    plugin(
+        certificates::SUBJECT_RESTRICTION,
+        true,
+        certificates::new_subject_restriction,
+    ),
     known("DefaultIngressClass", true),
     known("DenyServiceExternalIPs", false),
     known("PodTopologyLabels", true),
