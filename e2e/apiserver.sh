@@ -670,6 +670,29 @@ s_create_token() {
   k delete serviceaccount default -n "$NS"
 }
 
+s_certificate_approve() {
+  # kubectl certificate approve PUTs the approval subresource; get shows the condition.
+  local name="e2e-$NS"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -subj "/CN=$name" -keyout "$TMP/$name.key" -out "$TMP/$name.csr" 2>/dev/null
+  cat >"$TMP/$name.yaml" <<YAML
+apiVersion: certificates.k8s.io/v1
+kind: CertificateSigningRequest
+metadata:
+  name: $name
+spec:
+  signerName: kubernetes.io/kube-apiserver-client
+  usages: ["client auth"]
+  request: $(base64 -w0 <"$TMP/$name.csr")
+YAML
+  k apply -f "$TMP/$name.yaml"
+  k certificate approve "$name"
+  has "^certificatesigningrequest.certificates.k8s.io/$name approved$"
+  k get csr "$name"
+  has "^$name +[0-9smh]+ +kubernetes.io/kube-apiserver-client +.* +<none> +Approved$"
+  k delete csr "$name"
+}
+
 s_anonymous() {
   # Anonymous requests are allowed (--anonymous-auth defaults to true) and authorized
   # by RBAC: system:public-info-viewer only.
@@ -841,6 +864,7 @@ suite() {
   step "auth whoami (--as, --as-group)" s_auth_whoami
   step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
   step "create token default (a bound JWT that authenticates, RBAC applies)" s_create_token
+  step "certificate approve (the CSR approval subresource)" s_certificate_approve
   step "anonymous: version yes, pods 403, a bad token 401" s_anonymous
   step "PodSecurity: enforce, warn, relabel warnings, invalid label" s_pod_security
   step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration

@@ -695,7 +695,7 @@ async fn resource_request(
                 body.boxed_unsync(),
             ))
         }
-        (Method::GET, Some(name), None | Some("status")) => {
+        (Method::GET, Some(name), None | Some("status" | "approval")) => {
             let obj = store.get(ns, name).await?;
             Ok(encoded(target, info, StatusCode::OK, &obj))
         }
@@ -770,6 +770,11 @@ async fn resource_request(
                         .update(ns, name, UpdateInput::Replace(obj), Part::Finalize, &opts)
                         .await?
                 }
+                Some("approval") => {
+                    store
+                        .update(ns, name, UpdateInput::Replace(obj), Part::Approval, &opts)
+                        .await?
+                }
                 Some(_) => return Err(method_not_supported(info, "update")),
                 None => {
                     store
@@ -817,6 +822,7 @@ async fn resource_request(
             let part = match sub {
                 None => Part::Main,
                 Some("status") => Part::Status,
+                Some("approval") => Part::Approval,
                 Some("scale") => {
                     let current = store.get(ns, name).await?;
                     let scale = to_scale(&current);

@@ -141,6 +141,9 @@ pub enum Part {
     Status,
     /// `namespaces/<name>/finalize`: only `spec.finalizers`.
     Finalize,
+    /// `certificatesigningrequests/<name>/approval`: only `status.conditions` (upstream
+    /// `csrApprovalStrategy`).
+    Approval,
 }
 
 /// A written object and the warnings for the response.
@@ -995,6 +998,21 @@ impl Store {
                 }
                 if let Some(mf) = meta::meta(&new).and_then(|m| m.get("managedFields")) {
                     meta::set_meta(&mut fin, "managedFields", mf.clone());
+                }
+                fin
+            }
+            Part::Approval => {
+                let mut fin = old.clone();
+                let conditions = new["status"]["conditions"].clone();
+                if let Some(o) = fin.as_object_mut() {
+                    let status = o.entry("status").or_insert_with(|| json!({}));
+                    if let Some(s) = status.as_object_mut() {
+                        if conditions.is_null() {
+                            s.remove("conditions");
+                        } else {
+                            s.insert("conditions".into(), conditions);
+                        }
+                    }
                 }
                 fin
             }

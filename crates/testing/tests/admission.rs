@@ -635,9 +635,24 @@ async fn certificate_plugins_check_signers_and_subjects() {
             .unwrap();
     assert_eq!(code, 201, "{body}");
 
+    // The approval subresource takes only the conditions (upstream's approval
+    // strategy): the changed usages in the same body are dropped.
+    let approval = format!("{csrs}/mine/approval");
+    let mut approved = TestApiServer::send_json(&admin, "GET", &approval, &json!(null))
+        .await
+        .unwrap()
+        .2;
+    approved["spec"]["usages"] = json!(["server auth"]);
+    approved["status"]["conditions"] = json!([{"type": "Approved", "status": "True",
+        "reason": "KubectlApprove", "message": "approved by the test"}]);
+    let (code, _, body) = TestApiServer::send_json(&admin, "PUT", &approval, &approved)
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["status"]["conditions"][0]["type"], "Approved");
+    assert_eq!(body["spec"]["usages"], json!(["client auth"]));
+
     // Setting the certificate needs `sign` on the signer, which `signer` lacks.
-    // (Approval needs `approve` likewise; the approval subresource's own PUT is
-    // not served yet, so that plugin is covered by its unit tests.)
     let (code, _, body) = TestApiServer::send_json(
         &admin,
         "POST",
