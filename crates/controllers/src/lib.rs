@@ -15,7 +15,8 @@
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
 //! [`endpointslice`], [`endpointslicemirroring`] (custom Endpoints into slices),
 //! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
-//! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used).
+//! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
+//! [`ttlafterfinished`] (finished Jobs deleted after their TTL).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -40,6 +41,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
+pub mod ttlafterfinished;
 pub mod util;
 
 use std::sync::Arc;

@@ -29,6 +29,7 @@ use crate::replicaset::ReplicaSetController;
 use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
+use crate::ttlafterfinished::TtlAfterFinishedController;
 use crate::{Controller, Error, Result, run_controller};
 
 /// (canonical upstream name, older alias) of every controller this crate has.
@@ -53,11 +54,11 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "root-ca-cert-publisher",
     ),
     ("disruption-controller", "disruption"),
+    ("ttl-after-finished-controller", "ttl-after-finished"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "ttl-after-finished-controller",
     "job-controller",
     "cronjob-controller",
     "daemonset-controller",
@@ -303,6 +304,10 @@ impl Manager {
                 // Upstream's --concurrent-resource-quota-syncs default.
                 "resourcequota-controller" => {
                     (ResourceQuotaController::new(&factory, client.clone()), 5)
+                }
+                // Upstream's --concurrent-ttl-after-finished-syncs default.
+                "ttl-after-finished-controller" => {
+                    (TtlAfterFinishedController::new(&factory, client.clone()), 5)
                 }
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
