@@ -45,8 +45,11 @@ struct ValidatingPolicy {
     namespaces: Arc<Store>,
     /// Compiled policies by name, with the resourceVersion they were compiled at
     /// (parsing is the costly part of evaluating a policy).
-    compiled: parking_lot::Mutex<BTreeMap<String, (String, Arc<Result<Compiled, String>>)>>,
+    compiled: parking_lot::Mutex<BTreeMap<String, (String, CompileResult)>>,
 }
+
+/// A policy's compiled CEL, or the compiler's message.
+type CompileResult = Arc<Result<Compiled, String>>;
 
 /// Most compiled policies kept; past it the cache starts over.
 const MAX_COMPILED: usize = 1024;
@@ -202,7 +205,7 @@ impl ValidatingPolicy {
         name: &str,
         policy: &ar::ValidatingAdmissionPolicy,
         spec: &ar::ValidatingAdmissionPolicySpec,
-    ) -> Arc<Result<Compiled, String>> {
+    ) -> CompileResult {
         let version = policy.metadata.resource_version.clone().unwrap_or_default();
         if let Some((v, c)) = self.compiled.lock().get(name)
             && *v == version
