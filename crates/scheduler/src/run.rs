@@ -484,6 +484,11 @@ pub async fn serve_health(
     }
 }
 
+/// Labels for diagnostics.
+pub fn sync_status(factory: &SharedInformerFactory) -> BTreeMap<String, bool> {
+    factory.sync_status()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,9 +512,4 @@ mod tests {
         assert_eq!(peak.load(Ordering::SeqCst), 4);
         assert_eq!(now.load(Ordering::SeqCst), 0);
     }
-}
-
-/// Labels for diagnostics.
-pub fn sync_status(factory: &SharedInformerFactory) -> BTreeMap<String, bool> {
-    factory.sync_status()
 }
