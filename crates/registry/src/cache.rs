@@ -322,12 +322,21 @@ impl ResourceCache {
     /// The objects under `prefix` (a namespace's prefix or the whole resource) and
     /// the revision they are current at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
+        self.collect_under(prefix, |o| o.value.clone())
+    }
+
+    /// `each` of the objects under `prefix`, and the revision they are current at.
+    fn collect_under<T>(
+        &self,
+        prefix: &str,
+        each: impl Fn(&CachedObject) -> T,
+    ) -> (Vec<T>, Revision) {
         let st = self.state.read();
         let items = st
             .objects
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.value.clone())
+            .map(|(_, v)| each(v))
             .collect();
         (items, st.revision)
     }
@@ -339,14 +348,7 @@ impl ResourceCache {
 
     /// [`Self::snapshot`] with each object's shared serialization, for lists.
     pub fn snapshot_objects(&self, prefix: &str) -> (Vec<CachedObject>, Revision) {
-        let st = self.state.read();
-        let items = st
-            .objects
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
-        (items, st.revision)
+        self.collect_under(prefix, CachedObject::clone)
     }
 
     /// Starts a watch. `from`: `None` starts now with the current objects as ADDED
