@@ -167,7 +167,9 @@ impl std::fmt::Debug for EventRecorder {
     }
 }
 
-fn hostname() -> String {
+/// This host's name (the kernel's, else `$HOSTNAME`, else `localhost`), as client-go's
+/// recorders and leader election identities use it.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

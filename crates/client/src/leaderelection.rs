@@ -178,12 +178,7 @@ fn random_u64() -> u64 {
 
 /// Upstream's identity: `hostname_<uuid>`.
 pub fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into());
+    let host = crate::events::hostname();
     let (a, b) = (random_u64(), random_u64());
     format!(
         "{host}_{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",

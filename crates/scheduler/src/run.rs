@@ -77,16 +77,6 @@ pub struct KubeApi {
     recorders: HashMap<String, EventRecorder>,
 }
 
-/// This host's name, for the recorders' `reportingInstance`.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
-}
-
 /// The recorders of `profiles`, writing `events.k8s.io/v1` Events through
 /// `broadcaster`; reportingInstance is `<scheduler name>-<hostname>` as upstream's
 /// `NewRecorder` sets it.
@@ -94,7 +84,7 @@ pub fn profile_recorders<'a>(
     broadcaster: &EventBroadcaster,
     profiles: impl IntoIterator<Item = &'a str>,
 ) -> HashMap<String, EventRecorder> {
-    let host = hostname();
+    let host = ferrokube_client::events::hostname();
     profiles
         .into_iter()
         .map(|name| {
