@@ -529,12 +529,8 @@ pub fn rank(mut pods: Vec<Candidate>) -> Vec<Candidate> {
 /// Whether a pod is critical for eviction: static or mirror pods, and priorities at or
 /// above system-cluster-critical's 2000000000 (upstream `IsCriticalPod`).
 pub fn is_critical(pod: &Pod) -> bool {
-    let ann = pod.metadata.annotations.as_ref();
-    let static_or_mirror = ann.is_some_and(|a| {
-        a.contains_key(crate::static_pods::CONFIG_MIRROR_ANNOTATION)
-            || a.get(crate::static_pods::CONFIG_SOURCE_ANNOTATION)
-                .is_some_and(|s| s != "api")
-    });
+    let static_or_mirror =
+        crate::static_pods::is_static_pod(pod) || crate::static_pods::is_mirror_pod(pod);
     let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     static_or_mirror || priority >= 2_000_000_000
 }

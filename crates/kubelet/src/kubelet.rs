@@ -463,6 +463,11 @@ impl Kubelet {
     async fn eviction_loop(self: Arc<Self>, cancel: CancellationToken) {
         let cpu_rate = crate::stats::CpuRate::default();
         let mut tracker = crate::eviction::ThresholdTracker::default();
+        // The machine's memory capacity does not change while the kubelet runs.
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| crate::node::mem_total(&m))
+            .unwrap_or(0);
         let mut tick = tokio::time::interval(self.config.eviction.monitoring_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -471,10 +476,6 @@ impl Kubelet {
                 _ = tick.tick() => {}
             }
             let summary = crate::stats::summary(&self, &cpu_rate).await;
-            let memory = std::fs::read_to_string("/proc/meminfo")
-                .ok()
-                .and_then(|m| crate::node::mem_total(&m))
-                .unwrap_or(0);
             let obs = crate::eviction::observations(&summary, memory, pid_usage());
             let eval = tracker.evaluate(
                 &self.config.eviction_hard,
