@@ -446,14 +446,18 @@ impl ScorePlugin for BalancedAllocation {
                 .filter(|(alloc, _)| *alloc != 0)
                 .map(|(alloc, req)| (req as f64 / alloc as f64).min(1.0))
         };
-        let (n, total) = fractions().fold((0usize, 0.0), |(n, t), f| (n + 1, t + f));
+        // One pass gives the count, the sum and the first two fractions (the default
+        // cpu + memory case needs nothing more).
+        let (n, total, first_two) =
+            fractions().fold((0usize, 0.0, [0.0; 2]), |(n, t, mut two), f| {
+                if n < 2 {
+                    two[n] = f;
+                }
+                (n + 1, t + f, two)
+            });
         let std = match n {
             0 | 1 => 0.0,
-            2 => {
-                let mut f = fractions();
-                let (a, b) = (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0));
-                ((a - b) / 2.0).abs()
-            }
+            2 => ((first_two[0] - first_two[1]) / 2.0).abs(),
             n => {
                 let mean = total / n as f64;
                 (fractions().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
