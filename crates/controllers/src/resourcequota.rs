@@ -32,6 +32,17 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// The kinds counted here, as (plural, their objects in one namespace).
 type Counted = Vec<(&'static str, Vec<Value>)>;
 
+/// The kinds this controller counts (core/v1 plurals).
+const KINDS: [&str; 7] = [
+    "pods",
+    "services",
+    "configmaps",
+    "secrets",
+    "persistentvolumeclaims",
+    "replicationcontrollers",
+    "resourcequotas",
+];
+
 /// `status` a quota should have, from its spec and the namespace's counted objects:
 /// None when the quota's current status is already right.
 pub fn plan(quota: &Value, objects: &Counted) -> Option<Value> {
@@ -101,7 +112,10 @@ impl ResourceQuotaController {
         })
     }
 
-    fn counted(&self, ns: &str) -> Counted {
+    /// The namespace's objects of each kind, as JSON, for the kinds `hard` tracks (the
+    /// others stay empty: converting every Secret and ConfigMap for a pods-only quota
+    /// would be wasted work on every pod event).
+    fn counted(&self, ns: &str, hard: &Usage) -> Counted {
         fn values<K>(store: &Store<K>, ns: &str) -> Vec<Value>
         where
             K: ferrokube_client::informer::InformerResource + serde::Serialize,
@@ -112,15 +126,24 @@ impl ResourceQuotaController {
                 .filter_map(|o| serde_json::to_value(&**o).ok())
                 .collect()
         }
-        vec![
-            ("pods", values(&self.pods, ns)),
-            ("services", values(&self.services, ns)),
-            ("configmaps", values(&self.configmaps, ns)),
-            ("secrets", values(&self.secrets, ns)),
-            ("persistentvolumeclaims", values(&self.claims, ns)),
-            ("replicationcontrollers", values(&self.controllers, ns)),
-            ("resourcequotas", values(&self.quotas, ns)),
-        ]
+        KINDS
+            .into_iter()
+            .map(|plural| {
+                if !hard.keys().any(|name| quota::tracks("", plural, name)) {
+                    return (plural, Vec::new());
+                }
+                let items = match plural {
+                    "pods" => values(&self.pods, ns),
+                    "services" => values(&self.services, ns),
+                    "configmaps" => values(&self.configmaps, ns),
+                    "secrets" => values(&self.secrets, ns),
+                    "persistentvolumeclaims" => values(&self.claims, ns),
+                    "replicationcontrollers" => values(&self.controllers, ns),
+                    _ => values(&self.quotas, ns),
+                };
+                (plural, items)
+            })
+            .collect()
     }
 }
 
@@ -189,7 +212,8 @@ impl Controller for ResourceQuotaController {
         let ns = current.metadata.namespace.clone().unwrap_or_default();
         let name = current.metadata.name.clone().unwrap_or_default();
         let quota = serde_json::to_value(&*current)?;
-        let Some(status) = plan(&quota, &self.counted(&ns)) else {
+        let hard = quota::parse_list(&quota["spec"]["hard"]);
+        let Some(status) = plan(&quota, &self.counted(&ns, &hard)) else {
             return Ok(Action::RequeueAfter(RESYNC));
         };
         let mut updated = quota;
@@ -211,15 +235,6 @@ impl Controller for ResourceQuotaController {
 
 /// The resource names of `hard` this controller cannot measure.
 pub fn unmeasured(hard: &Usage) -> BTreeSet<String> {
-    const KINDS: [&str; 7] = [
-        "pods",
-        "services",
-        "configmaps",
-        "secrets",
-        "persistentvolumeclaims",
-        "replicationcontrollers",
-        "resourcequotas",
-    ];
     hard.keys()
         .filter(|k| !KINDS.iter().any(|p| quota::tracks("", p, k)))
         .cloned()
