@@ -394,13 +394,17 @@ fk::umount_under() { # dir
 # containerd's shims (their -address is the node's own socket). After a kill -9 of the
 # node's containerd (e2e/multi-node.sh's node failure) the shims and containers outlive it,
 # and no CRI can remove them.
+# Node i's containerd-shims, one "PID command line" each (found by their -address).
+fk::node_shims() { # i
+  pgrep -af -- "^[^ ]*containerd-shim[^ ]* .*-address $(fk::node_sock_of "$1")( |\$)" || true
+}
+
 fk::node_leftover_pids() { # i
-  local name sock
+  local name
   name=$(fk::node_name_of "$1")
-  sock=$(fk::node_sock_of "$1")
   {
     find /sys/fs/cgroup/*/"$name" -name cgroup.procs -exec cat {} + 2>/dev/null || true
-    pgrep -f -- "^[^ ]*containerd-shim[^ ]* .*-address $sock( |\$)" || true
+    fk::node_shims "$1" | awk '{print $1}'
   } | sort -un
 }
 
@@ -415,7 +419,7 @@ fk::node_reap() { # i
   # The shims' sockets, which a killed shim leaves behind: containerd 1.6 names them
   # /run/containerd/s/<sha256 of "<address>/<namespace>/<id>">.
   local shim_sockets
-  shim_sockets=$(pgrep -af -- "^[^ ]*containerd-shim[^ ]* .*-address $(fk::node_sock_of "$i")( |\$)" |
+  shim_sockets=$(fk::node_shims "$i" |
     while read -r _ cmdline; do
       # shellcheck disable=SC2086 # the shim's arguments, one per word
       set -- $cmdline
