@@ -33,6 +33,9 @@ RT_REGISTRY_PID=$RT_RUN_DIR/registry.pid
 RT_REGISTRY_ADDR=${RT_REGISTRY_ADDR:-127.0.0.1:5000}
 RT_SERVICE_CIDR=${RT_SERVICE_CIDR:-10.96.0.0/12}
 RT_POD_CIDR=${RT_POD_CIDR:-10.244.0.0/24}
+# The cluster's own private ranges (the control-plane bridge fk-br0 and every node's pod
+# CIDR): reachable only through local devices, never through the uplink.
+RT_LOCAL_ONLY_CIDRS=${RT_LOCAL_ONLY_CIDRS:-172.18.0.0/24, 10.244.0.0/16}
 RT_POD_GATEWAY=${RT_POD_GATEWAY:-10.244.0.1}
 RT_SVC_BRIDGE=kube-svc0
 RT_NFT_TABLE=ferrokube_contain
@@ -144,7 +147,14 @@ rt::contain() {
   }
   chain output {
     type filter hook output priority filter - 10; policy accept;
-    ip daddr $RT_SERVICE_CIDR oifname \"$RT_SVC_BRIDGE\" counter drop
+    ip daddr $RT_SERVICE_CIDR oifname \"$RT_SVC_BRIDGE\" counter drop"
+  # 3. The host's own traffic to the cluster's ranges when their device is gone (fk-br0
+  #    after hack/down.sh, a node's routes) would follow the default route out.
+  if [ -n "$uplink" ]; then
+    rules="$rules
+    ip daddr { $RT_LOCAL_ONLY_CIDRS } oifname \"$uplink\" counter drop"
+  fi
+  rules="$rules
   }
 }"
   nft list table inet "$RT_NFT_TABLE" >/dev/null 2>&1 && nft delete table inet "$RT_NFT_TABLE"
