@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, LimitRange, Node, PersistentVolumeClaim, Pod, ResourceQuota,
+    ConfigMap, LimitRange, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -704,5 +704,40 @@ async fn certificate_plugins_check_signers_and_subjects() {
     assert_eq!(
         body["message"],
         "certificatesigningrequests.certificates.k8s.io \"mine\" is forbidden: user not permitted to sign requests with signerName \"example.com/issuer\""
+    );
+}
+
+#[tokio::test]
+async fn storage_object_in_use_protection_adds_finalizers() {
+    let server = TestApiServer::start().await.unwrap();
+    let claims = Api::<PersistentVolumeClaim>::namespaced(server.client.clone(), "default");
+    let claim = claims
+        .create(
+            &PostParams::default(),
+            &typed(
+                json!({"metadata": {"name": "data", "finalizers": ["example.com/keep"]},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        claim.metadata.finalizers.unwrap(),
+        ["example.com/keep", "kubernetes.io/pvc-protection"]
+    );
+    let volumes = Api::<PersistentVolume>::all(server.client.clone());
+    let volume = volumes
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "disk"}, "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "hostPath": {"path": "/tmp/disk"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        volume.metadata.finalizers.unwrap(),
+        ["kubernetes.io/pv-protection"]
     );
 }

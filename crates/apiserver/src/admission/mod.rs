@@ -38,6 +38,7 @@ mod priority;
 mod pvc_resize;
 mod resource_quota;
 mod service_account;
+mod storage_protection;
 mod taint_nodes_by_condition;
 mod validating_policy;
 mod webhook;
@@ -275,7 +276,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
         true,
         default_storage_class::new,
     ),
-    known("StorageObjectInUseProtection", true),
+    plugin(storage_protection::NAME, true, storage_protection::new),
     known("OwnerReferencesPermissionEnforcement", false),
     plugin(pvc_resize::NAME, true, pvc_resize::new),
     known("RuntimeClass", true),
