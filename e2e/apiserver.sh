@@ -824,6 +824,34 @@ YAML
   k label namespace "$NS" e2e-vap-
 }
 
+# StorageObjectInUseProtection: a new PVC carries kubernetes.io/pvc-protection, so a
+# delete leaves it Terminating until the finalizer goes (no controller-manager here).
+s_storage_protection() {
+  cat >"$MAN/pvc.yaml" <<YAML
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: protected
+  namespace: $NS
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  resources:
+    requests:
+      storage: 1Gi
+YAML
+  k apply -f "$MAN/pvc.yaml"
+  has "persistentvolumeclaim/protected created"
+  k -n "$NS" get pvc protected -o jsonpath='{.metadata.finalizers}'
+  is '["kubernetes.io/pvc-protection"]'
+  k -n "$NS" delete pvc protected --wait=false
+  k -n "$NS" get pvc protected
+  has "^protected +Terminating "
+  k -n "$NS" patch pvc protected --type merge -p '{"metadata":{"finalizers":null}}'
+  k -n "$NS" get pvc --ignore-not-found
+  lacks protected
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -869,6 +897,7 @@ suite() {
   step "PodSecurity: enforce, warn, relabel warnings, invalid label" s_pod_security
   step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration
   step "ValidatingAdmissionPolicy: the replicas example denies, compile errors 422" s_admission_policy
+  step "StorageObjectInUseProtection: a new PVC gets its finalizer, delete waits on it" s_storage_protection
 }
 
 # ---------------------------------------------------------------------------- runs
