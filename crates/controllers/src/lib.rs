@@ -16,7 +16,8 @@
 //! [`endpointslice`], [`endpointslicemirroring`] (custom Endpoints into slices),
 //! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
-//! [`ttlafterfinished`] (finished Jobs deleted after their TTL).
+//! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
+//! [`pvprotection`] (the storage protection finalizers removed once unused).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -37,6 +38,8 @@ pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod pvcprotection;
+pub mod pvprotection;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod rootcacertpublisher;

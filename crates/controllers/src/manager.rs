@@ -25,6 +25,8 @@ use crate::garbagecollector::GarbageCollector;
 use crate::namespace::NamespaceController;
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::podgc::PodGcController;
+use crate::pvcprotection::PvcProtectionController;
+use crate::pvprotection::PvProtectionController;
 use crate::replicaset::ReplicaSetController;
 use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
@@ -55,6 +57,11 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ),
     ("disruption-controller", "disruption"),
     ("ttl-after-finished-controller", "ttl-after-finished"),
+    (
+        "persistentvolumeclaim-protection-controller",
+        "pvc-protection",
+    ),
+    ("persistentvolume-protection-controller", "pv-protection"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -67,8 +74,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
     "persistentvolume-expander-controller",
-    "persistentvolumeclaim-protection-controller",
-    "persistentvolume-protection-controller",
     "ttl-controller",
     "bootstrap-signer-controller",
     "token-cleaner-controller",
@@ -111,6 +116,7 @@ pub fn service_account_name(controller: &str) -> &str {
         "disruption-controller" => "disruption-controller",
         "ttl-after-finished-controller" => "ttl-after-finished-controller",
         "persistentvolumeclaim-protection-controller" => "pvc-protection-controller",
+        "persistentvolume-protection-controller" => "pv-protection-controller",
         other => other,
     }
 }
@@ -308,6 +314,13 @@ impl Manager {
                 // Upstream's --concurrent-ttl-after-finished-syncs default.
                 "ttl-after-finished-controller" => {
                     (TtlAfterFinishedController::new(&factory, client.clone()), 5)
+                }
+                // Upstream runs one worker for each.
+                "persistentvolumeclaim-protection-controller" => {
+                    (PvcProtectionController::new(&factory, client.clone())?, 1)
+                }
+                "persistentvolume-protection-controller" => {
+                    (PvProtectionController::new(&factory, client.clone()), 1)
                 }
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
