@@ -8,12 +8,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Deref;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_storage::{KeyValue, ListOptions, Revision, RevisionMatch, Storage, WatchEvent};
+use ferrokube_storage::{
+    Deleted, KeyValue, ListOptions, ListResult, Preconditions, Revision, RevisionMatch, Storage,
+    StorageStats, UpdateFn, WatchEvent, WatchStream,
+};
 use futures::StreamExt;
 use parking_lot::RwLock;
 use serde_json::Value;
@@ -25,6 +30,9 @@ use crate::meta;
 pub const EVENT_WINDOW: usize = 10_000;
 /// Capacity of the live-event channel; a watcher further behind is closed.
 const CHANNEL_CAPACITY: usize = 4096;
+/// How long [`ResourceCache::sync_own_writes`] waits for the cache before it gives up
+/// and lets the reader use what the cache has (it is normally microseconds behind).
+const OWN_WRITES_WAIT: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
@@ -177,6 +185,8 @@ pub struct ResourceCache {
     prefix: String,
     state: RwLock<State>,
     revision_tx: tokio::sync::watch::Sender<Revision>,
+    /// The newest revision this process wrote under the prefix (see [`WriteTracking`]).
+    last_write: AtomicI64,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -211,6 +221,34 @@ impl ResourceCache {
                 tx,
             }),
             revision_tx: tokio::sync::watch::channel(0).0,
+            last_write: AtomicI64::new(0),
+        }
+    }
+
+    /// Records that this process wrote under the prefix at `revision`.
+    pub fn note_write(&self, revision: Revision) {
+        self.last_write.fetch_max(revision, Ordering::AcqRel);
+    }
+
+    /// Waits until the cache has applied every write this process made under the
+    /// prefix, so a reader of the cache sees its own writes (a webhook configuration
+    /// or policy created through this apiserver applies to the next request) without
+    /// a storage round trip. Writes by other apiservers show up with the watch's lag,
+    /// as upstream's informer-fed admission plugins see them. Normally this returns at
+    /// once: writes to configuration kinds are rare and the cache trails storage by
+    /// microseconds. If the cache does not catch up within a few seconds (its storage
+    /// watch is down), the reader goes on with what the cache has.
+    pub async fn sync_own_writes(&self) {
+        let wanted = self.last_write.load(Ordering::Acquire);
+        if wanted <= self.revision() {
+            return;
+        }
+        if self.wait_for(wanted, OWN_WRITES_WAIT).await.is_err() {
+            tracing::warn!(
+                prefix = self.prefix,
+                revision = wanted,
+                "the watch cache has not applied this apiserver's own write yet; reading it as it is"
+            );
         }
     }
 
@@ -461,6 +499,107 @@ fn route(ev: &Arc<CachedEvent>, filter: &Filter) -> Option<WatchItem> {
             (true, false) => Some(WatchItem::Synthetic(EventType::Deleted, ev.object.clone())),
             (false, false) => None,
         },
+    }
+}
+
+/// The storage one resource's store writes through: every successful write records its
+/// revision in the resource's cache ([`ResourceCache::note_write`]), which is what
+/// [`ResourceCache::sync_own_writes`] waits for. Reads pass straight through.
+pub struct WriteTracking {
+    inner: Arc<dyn Storage>,
+    cache: Arc<ResourceCache>,
+}
+
+impl WriteTracking {
+    pub fn new(inner: Arc<dyn Storage>, cache: Arc<ResourceCache>) -> Self {
+        WriteTracking { inner, cache }
+    }
+}
+
+#[async_trait]
+impl Storage for WriteTracking {
+    async fn create(&self, key: &str, value: Bytes) -> ferrokube_storage::Result<Revision> {
+        let revision = self.inner.create(key, value).await?;
+        self.cache.note_write(revision);
+        Ok(revision)
+    }
+
+    async fn get(
+        &self,
+        key: &str,
+        revision: Option<Revision>,
+    ) -> ferrokube_storage::Result<KeyValue> {
+        self.inner.get(key, revision).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> ferrokube_storage::Result<ListResult> {
+        self.inner.list(prefix, options).await
+    }
+
+    async fn guaranteed_update(
+        &self,
+        key: &str,
+        preconditions: &Preconditions,
+        update: &mut UpdateFn<'_>,
+    ) -> ferrokube_storage::Result<KeyValue> {
+        let kv = self
+            .inner
+            .guaranteed_update(key, preconditions, update)
+            .await?;
+        self.cache.note_write(kv.mod_revision);
+        Ok(kv)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected_revision: Revision,
+        value: Bytes,
+    ) -> ferrokube_storage::Result<KeyValue> {
+        let kv = self
+            .inner
+            .compare_and_swap(key, expected_revision, value)
+            .await?;
+        self.cache.note_write(kv.mod_revision);
+        Ok(kv)
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        preconditions: &Preconditions,
+    ) -> ferrokube_storage::Result<Deleted> {
+        let deleted = self.inner.delete(key, preconditions).await?;
+        self.cache.note_write(deleted.revision);
+        Ok(deleted)
+    }
+
+    async fn watch(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> ferrokube_storage::Result<WatchStream> {
+        self.inner.watch(prefix, from_revision).await
+    }
+
+    async fn compact(&self, revision: Revision) -> ferrokube_storage::Result<()> {
+        self.inner.compact(revision).await
+    }
+
+    async fn current_revision(&self) -> ferrokube_storage::Result<Revision> {
+        self.inner.current_revision().await
+    }
+
+    fn watch_sees_every_revision(&self) -> bool {
+        self.inner.watch_sees_every_revision()
+    }
+
+    async fn stats(&self) -> ferrokube_storage::Result<StorageStats> {
+        self.inner.stats().await
     }
 }
 

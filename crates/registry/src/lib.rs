@@ -168,9 +168,12 @@ impl Registry {
                     services.restore(&s);
                 }
             }
+            // Through WriteTracking, so admission can read its own writes from the cache.
+            let tracked: Arc<dyn ferrokube_storage::Storage> =
+                Arc::new(cache::WriteTracking::new(storage.clone(), cache.clone()));
             stores.push(Arc::new(Store::new(
                 strategy,
-                storage.clone(),
+                tracked,
                 cache,
                 config.clock.clone(),
                 is_service.then(|| services.clone()),

@@ -150,12 +150,14 @@ impl Plugin for PodSecurity {
         if a.is_core("namespaces") {
             return self.validate_namespace(a, object, old).await;
         }
-        let namespace = match self.namespaces.get(None, &a.namespace).await {
-            Ok(ns) => ns,
-            // The store rejects writes into missing namespaces itself.
-            Err(e) if e.code == 404 => return Ok(()),
-            Err(e) => return Err(e),
-        };
+        // From the watch cache (this apiserver's own namespace writes applied), as
+        // upstream's namespace lister.
+        let namespace =
+            match super::webhook::fresh_get(&self.namespaces, None, &a.namespace).await? {
+                Some(ns) => ns,
+                // The store rejects writes into missing namespaces itself.
+                None => return Ok(()),
+            };
         let (policy, errors) =
             Policy::from_labels(labels_of(&namespace).as_ref(), Policy::default());
         if policy.fully_privileged() && errors.is_empty() {

@@ -136,7 +136,11 @@ impl Plugin for ResourceQuota {
         };
         let ns = a.namespace.as_str();
         let (group, plural) = (a.resource.group, a.resource.plural);
-        let mut quotas: Vec<Value> = crate::security::cached(&self.quotas, &format!("{ns}/"))
+        // From the watch cache with this apiserver's own writes (a quota just created
+        // or charged) applied; a charge against a stale quota fails its update with a
+        // conflict, and the retry below reads storage.
+        let mut quotas: Vec<Value> = super::webhook::fresh(&self.quotas, &format!("{ns}/"))
+            .await
             .iter()
             .map(|q| (**q).clone())
             .collect();

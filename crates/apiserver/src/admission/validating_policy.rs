@@ -15,8 +15,9 @@
 //!
 //! Deviations: `Audit` and `auditAnnotations` are logged (there is no audit log to
 //! annotate yet); `matchPolicy: Equivalent` matches like `Exact` (one served version per
-//! resource); `authorizer` is not offered; policies and bindings are read from the
-//! store's cache per request; a policy is compiled when it first matches and again
+//! resource); `authorizer` is not offered; policies, bindings, params and namespaces
+//! are read from the watch cache (as upstream's informers) once it has applied this
+//! apiserver's own writes ([`super::webhook::fresh`]); a policy is compiled when it first matches and again
 //! after it changes; no cost budget.
 
 use std::collections::BTreeMap;
@@ -26,12 +27,14 @@ use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
 use ferrokube_cel::{Activation, Program};
-use ferrokube_registry::{ListParams, Registry, Store};
+use ferrokube_registry::{Registry, Store};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
 use serde_json::Value;
 
-use super::webhook::{cel_request, handled, labels_of, rule_matches, selectors_match};
+use super::webhook::{
+    cel_request, fresh, fresh_get, handled, labels_of, rule_matches, selectors_match,
+};
 use super::{Attributes, Plugin, PluginInit};
 
 pub(crate) const NAME: &str = "ValidatingAdmissionPolicy";
@@ -262,21 +265,17 @@ impl ValidatingPolicy {
         let ns = namespace.as_deref().filter(|_| info.namespaced);
         let found: Vec<Option<Value>> =
             if let Some(name) = reference.name.as_deref().filter(|n| !n.is_empty()) {
-                match store.get(ns, name).await {
-                    Ok(v) => vec![Some(v)],
-                    Err(e) if e.code == 404 => vec![],
-                    Err(e) => return Err(e.message),
+                match fresh_get(store, ns, name).await.map_err(|e| e.message)? {
+                    Some(v) => vec![Some((*v).clone())],
+                    None => vec![],
                 }
             } else {
                 let selector = reference.selector.clone().unwrap_or_default();
                 let selector = Selector::from_label_selector(&selector)
                     .map_err(|e| format!("invalid paramRef selector: {e}"))?;
-                let listed = store
-                    .list(ns, &ListParams::default())
+                let sub_prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
+                fresh(store, &sub_prefix)
                     .await
-                    .map_err(|e| e.message)?;
-                listed
-                    .items
                     .iter()
                     .map(|o| (**o).clone())
                     .filter(|o| selector.matches(&labels_of(Some(o))))
@@ -296,11 +295,9 @@ impl ValidatingPolicy {
         if a.namespace.is_empty() || a.is_core("namespaces") {
             return Ok(Value::Null);
         }
-        match self.namespaces.get(None, &a.namespace).await {
-            Ok(ns) => Ok(ns),
-            Err(e) if e.code == 404 => Ok(Value::Null),
-            Err(e) => Err(e),
-        }
+        Ok(fresh_get(&self.namespaces, None, &a.namespace)
+            .await?
+            .map_or(Value::Null, |ns| (*ns).clone()))
     }
 }
 
@@ -393,13 +390,13 @@ impl Plugin for ValidatingPolicy {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let listed = self.bindings.list(None, &ListParams::default()).await?;
-        if listed.items.is_empty() {
+        let listed = fresh(&self.bindings, "").await;
+        if listed.is_empty() {
             return Ok(());
         }
         let mut bindings_of: BTreeMap<String, Vec<ar::ValidatingAdmissionPolicyBinding>> =
             BTreeMap::new();
-        for o in &listed.items {
+        for o in &listed {
             if let Ok(b) =
                 serde_json::from_value::<ar::ValidatingAdmissionPolicyBinding>((**o).clone())
                 && let Some(policy) = b.spec.as_ref().and_then(|s| s.policy_name.clone())
@@ -410,13 +407,13 @@ impl Plugin for ValidatingPolicy {
         let mut denials: Vec<Denial> = Vec::new();
         let mut base: Option<Activation> = None;
         for (policy_name, mut bindings) in bindings_of {
-            let policy = match self.policies.get(None, &policy_name).await {
-                Ok(p) => p,
-                // A binding to a missing policy does nothing, as upstream.
-                Err(e) if e.code == 404 => continue,
-                Err(e) => return Err(e),
+            // A binding to a missing policy does nothing, as upstream.
+            let Some(policy) = fresh_get(&self.policies, None, &policy_name).await? else {
+                continue;
             };
-            let Ok(policy) = serde_json::from_value::<ar::ValidatingAdmissionPolicy>(policy) else {
+            let Ok(policy) =
+                serde_json::from_value::<ar::ValidatingAdmissionPolicy>((*policy).clone())
+            else {
                 continue;
             };
             let Some(spec) = &policy.spec else { continue };

@@ -20,8 +20,10 @@
 //! `matchConditions` (CEL, [`ferrokube_cel`]) are evaluated over `object`, `oldObject`
 //! and `request` after the rules and selectors: a false condition skips the webhook, an
 //! evaluation error follows the failure policy (`authorizer` is not offered). The
-//! configurations are read from storage on each request (upstream
-//! reads an informer's cache). Without a caBundle nothing is trusted, so such a
+//! configurations are read from the watch cache, as upstream reads an informer's, once
+//! the cache has applied this apiserver's own writes ([`fresh`]); their webhooks are
+//! parsed and their `matchConditions` compiled once per version of the configurations.
+//! Without a caBundle nothing is trusted, so such a
 //! webhook's calls fail (upstream falls back to the system roots).
 
 use std::collections::BTreeMap;
@@ -32,7 +34,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
-use ferrokube_registry::{ListParams, Registry, Store};
+use ferrokube_registry::{Registry, Store};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::admissionregistration::v1 as ar;
@@ -59,7 +61,10 @@ struct Hook {
     side_effects: String,
     timeout: Duration,
     reinvoke_if_needed: bool,
-    match_conditions: Vec<ar::MatchCondition>,
+    /// The `matchConditions`, compiled when the configuration was loaded (the
+    /// configuration's validation compiled them; one that no longer compiles is an
+    /// error when the webhook would be called).
+    conditions: Arc<Result<Vec<(String, ferrokube_cel::Program)>, String>>,
     /// The AdmissionReview apiVersion the webhook speaks: v1, or v1beta1 when it lists
     /// only that (upstream sends the first version of the list it knows).
     review_version: &'static str,
@@ -96,7 +101,7 @@ impl From<ar::ValidatingWebhook> for Hook {
             side_effects: w.side_effects,
             timeout: timeout_of(w.timeout_seconds),
             reinvoke_if_needed: false,
-            match_conditions: w.match_conditions.unwrap_or_default(),
+            conditions: compile_conditions(w.match_conditions.unwrap_or_default()),
             review_version: review_version(&w.admission_review_versions),
         }
     }
@@ -114,9 +119,50 @@ impl From<ar::MutatingWebhook> for Hook {
             side_effects: w.side_effects,
             timeout: timeout_of(w.timeout_seconds),
             reinvoke_if_needed: w.reinvocation_policy.as_deref() == Some("IfNeeded"),
-            match_conditions: w.match_conditions.unwrap_or_default(),
+            conditions: compile_conditions(w.match_conditions.unwrap_or_default()),
             review_version: review_version(&w.admission_review_versions),
         }
+    }
+}
+
+fn compile_conditions(
+    conditions: Vec<ar::MatchCondition>,
+) -> Arc<Result<Vec<(String, ferrokube_cel::Program)>, String>> {
+    let compiled = conditions
+        .into_iter()
+        .map(|c| {
+            ferrokube_cel::compile(&c.expression, ferrokube_cel::WEBHOOK_VARIABLES)
+                .map(|program| (c.name.clone(), program))
+                .map_err(|e| format!("matchCondition '{}': {e}", c.name))
+        })
+        .collect();
+    Arc::new(compiled)
+}
+
+/// The objects of `store` under `sub_prefix` (`""`: all, `"ns/"`: one namespace's) as
+/// its watch cache has them, once the cache has applied this apiserver's own writes
+/// (a configuration created through this apiserver applies to its next request).
+pub(super) async fn fresh(store: &Store, sub_prefix: &str) -> Vec<Arc<Value>> {
+    store.cache().sync_own_writes().await;
+    crate::security::cached(store, sub_prefix)
+}
+
+/// One object as [`fresh`] sees it; a live read when the cache does not have it (e.g.
+/// another apiserver created it a moment ago), as upstream's listers fall back to a
+/// live GET for namespaces. `None`: not found.
+pub(super) async fn fresh_get(
+    store: &Store,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Option<Arc<Value>>, ApiError> {
+    store.cache().sync_own_writes().await;
+    if let Some(cached) = store.cache().get(&store.key(ns, name)) {
+        return Ok(Some(cached.value().clone()));
+    }
+    match store.get(ns, name).await {
+        Ok(v) => Ok(Some(Arc::new(v))),
+        Err(e) if e.code == 404 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -195,10 +241,9 @@ pub(super) async fn selectors_match(
         // Cluster-scoped objects are never exempted by a namespace selector.
         return Ok(true);
     } else {
-        match namespaces.get(None, &a.namespace).await {
-            Ok(ns) => labels_of(Some(&ns)),
-            Err(e) if e.code == 404 => BTreeMap::new(),
-            Err(e) => return Err(e),
+        match fresh_get(namespaces, None, &a.namespace).await? {
+            Some(ns) => labels_of(Some(&ns)),
+            None => BTreeMap::new(),
         }
     };
     selector_matches(Some(selector), &labels)
@@ -226,18 +271,13 @@ fn conditions_hold(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<bool, String> {
-    let mut conditions = Vec::with_capacity(hook.match_conditions.len());
-    for c in &hook.match_conditions {
-        let program = ferrokube_cel::compile(&c.expression, ferrokube_cel::WEBHOOK_VARIABLES)
-            .map_err(|e| format!("matchCondition '{}': {e}", c.name))?;
-        conditions.push((c.name.clone(), program));
-    }
+    let conditions = hook.conditions.as_ref().as_ref().map_err(Clone::clone)?;
     let mut activation = ferrokube_cel::Activation::new();
     activation
         .bind_json("object", object.unwrap_or(&Value::Null))
         .bind_json("oldObject", old.unwrap_or(&Value::Null))
         .bind_json("request", &cel_request(a));
-    ferrokube_cel::match_conditions(&conditions, &activation)
+    ferrokube_cel::match_conditions(conditions, &activation)
 }
 
 /// The AdmissionReview request of one call (`admission.k8s.io/v1`).
@@ -390,7 +430,16 @@ struct Webhooks {
     namespaces: Arc<Store>,
     services: Arc<Store>,
     endpoints: Arc<Store>,
+    /// The webhooks last loaded from each kind of configuration, with the cached
+    /// configuration versions they came from.
+    loaded_mutating: Loaded,
+    loaded_validating: Loaded,
 }
+
+/// Parsed webhooks and the cache's configuration objects they were parsed from (the
+/// cache replaces an object's `Arc` when the object changes; holding them keeps their
+/// addresses from being reused).
+type Loaded = parking_lot::Mutex<Option<(Vec<Arc<Value>>, Arc<Vec<Hook>>)>>;
 
 fn store(init: &PluginInit<'_>, group: &str, plural: &str) -> Result<Arc<Store>, String> {
     let version = "v1";
@@ -409,6 +458,8 @@ fn webhooks(init: &PluginInit<'_>) -> Result<Arc<Webhooks>, String> {
         namespaces: store(init, "", "namespaces")?,
         services: store(init, "", "services")?,
         endpoints: store(init, "", "endpoints")?,
+        loaded_mutating: Loaded::default(),
+        loaded_validating: Loaded::default(),
     }))
 }
 
@@ -430,25 +481,35 @@ pub(super) fn handled(a: &Attributes) -> bool {
 }
 
 impl Webhooks {
-    /// The configurations' webhooks, configurations sorted by name as upstream.
-    async fn load<T, H>(&self, store: &Store) -> Result<Vec<Hook>, ApiError>
+    /// The configurations' webhooks, configurations sorted by name as upstream: from
+    /// the watch cache, parsed again only when a configuration changed.
+    async fn load<T, H>(&self, store: &Store, loaded: &Loaded) -> Arc<Vec<Hook>>
     where
         T: serde::de::DeserializeOwned,
         H: Into<Hook>,
         T: WebhookList<H>,
     {
-        let listed = store.list(None, &ListParams::default()).await?;
-        let mut configs: Vec<(String, Vec<H>)> = listed
-            .items
+        let objects = fresh(store, "").await;
+        if let Some((seen, hooks)) = &*loaded.lock()
+            && seen.len() == objects.len()
+            && seen.iter().zip(&objects).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return hooks.clone();
+        }
+        let mut configs: Vec<(String, Vec<H>)> = objects
             .iter()
             .filter_map(|o| serde_json::from_value::<T>((**o).clone()).ok())
             .map(T::into_hooks)
             .collect();
         configs.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(configs
-            .into_iter()
-            .flat_map(|(_, hooks)| hooks.into_iter().map(Into::into))
-            .collect())
+        let hooks: Arc<Vec<Hook>> = Arc::new(
+            configs
+                .into_iter()
+                .flat_map(|(_, hooks)| hooks.into_iter().map(Into::into))
+                .collect(),
+        );
+        *loaded.lock() = Some((objects, hooks.clone()));
+        hooks
     }
 
     /// Whether `hook` applies to the request (rules, then selectors, then
@@ -476,7 +537,7 @@ impl Webhooks {
         {
             return Ok(false);
         }
-        if hook.match_conditions.is_empty() {
+        if hook.conditions.as_ref().as_ref().is_ok_and(Vec::is_empty) {
             return Ok(true);
         }
         match conditions_hold(hook, a, object, old) {
@@ -547,11 +608,11 @@ impl Webhooks {
                 format!("{}/{}", svc.namespace, svc.name)
             )
         };
-        let service = self
-            .services
-            .get(Some(&svc.namespace), &svc.name)
+        let service = fresh_get(&self.services, Some(&svc.namespace), &svc.name)
             .await
-            .map_err(|_| not_found())?;
+            .ok()
+            .flatten()
+            .ok_or_else(not_found)?;
         let service_port = service["spec"]["ports"]
             .as_array()
             .into_iter()
@@ -559,11 +620,11 @@ impl Webhooks {
             .find(|p| p["port"].as_i64() == Some(port.into()))
             .cloned()
             .ok_or_else(|| format!("service {server_name} has no port {port}"))?;
-        let endpoints = self
-            .endpoints
-            .get(Some(&svc.namespace), &svc.name)
+        let endpoints = fresh_get(&self.endpoints, Some(&svc.namespace), &svc.name)
             .await
-            .map_err(|_| format!("no endpoints for service {server_name}"))?;
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("no endpoints for service {server_name}"))?;
         let (ip, target_port) = endpoints["subsets"]
             .as_array()
             .into_iter()
@@ -765,8 +826,11 @@ impl Plugin for MutatingWebhook {
     ) -> Result<(), ApiError> {
         let hooks = self
             .0
-            .load::<ar::MutatingWebhookConfiguration, ar::MutatingWebhook>(&self.0.mutating)
-            .await?;
+            .load::<ar::MutatingWebhookConfiguration, ar::MutatingWebhook>(
+                &self.0.mutating,
+                &self.0.loaded_mutating,
+            )
+            .await;
         // The object each IfNeeded webhook last saw, to call it again if a later
         // webhook changed the object (once, as upstream).
         let mut seen: Vec<(usize, Value)> = Vec::new();
@@ -844,10 +908,13 @@ impl Plugin for ValidatingWebhook {
     ) -> Result<(), ApiError> {
         let hooks = self
             .0
-            .load::<ar::ValidatingWebhookConfiguration, ar::ValidatingWebhook>(&self.0.validating)
-            .await?;
+            .load::<ar::ValidatingWebhookConfiguration, ar::ValidatingWebhook>(
+                &self.0.validating,
+                &self.0.loaded_validating,
+            )
+            .await;
         let mut chosen = Vec::new();
-        for hook in &hooks {
+        for hook in hooks.iter() {
             if self.0.applies(hook, a, object, old).await? {
                 chosen.push(hook);
             }
