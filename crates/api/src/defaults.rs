@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::networking::v1 as networking;
+use k8s_openapi::api::node::v1 as node;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::api::scheduling::v1 as scheduling;
@@ -1015,6 +1016,9 @@ impl ApplyDefaults for coordination::Lease {}
 impl ApplyDefaults for events::Event {}
 impl ApplyDefaults for policy::PodDisruptionBudget {}
 impl ApplyDefaults for rbac::Role {}
+/// Upstream's node/v1 has no defaults: `handler`, `overhead` and `scheduling` are
+/// kept as written.
+impl ApplyDefaults for node::RuntimeClass {}
 impl ApplyDefaults for rbac::ClusterRole {}
 impl ApplyDefaults for certificates::CertificateSigningRequest {}
 impl ApplyDefaults for networking::Ingress {}

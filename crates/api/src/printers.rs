@@ -861,6 +861,10 @@ const PRIORITY_CLASS: &[Col] = &[
     AGE,
 ];
 
+/// Upstream describes Handler with `ObjectMeta{}.SwaggerDoc()["handler"]`, a key
+/// ObjectMeta does not have: the description is empty.
+const RUNTIME_CLASS: &[Col] = &[NAME, ("Handler", "string", "", 0, ""), AGE];
+
 const STORAGE_CLASS: &[Col] = &[
     NAME,
     (
@@ -1029,6 +1033,7 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("networking.k8s.io", "NetworkPolicy") => NETWORK_POLICY,
         ("policy", "PodDisruptionBudget") => PDB,
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
+        ("node.k8s.io", "RuntimeClass") => RUNTIME_CLASS,
         ("scheduling.k8s.io", "PriorityClass") => PRIORITY_CLASS,
         ("storage.k8s.io", "StorageClass") => STORAGE_CLASS,
         // Role, ClusterRole and LimitRange print Name and Created At upstream, which is
@@ -1152,6 +1157,7 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
             str_cell(&format_label_selector(p.get(&["spec", "podSelector"]))),
             p.age(),
         ],
+        ("node.k8s.io", "RuntimeClass") => vec![p.name(), str_cell(p.s(&["handler"])), p.age()],
         ("policy", "PodDisruptionBudget") => p.pdb(),
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => p.role_binding(),
         ("scheduling.k8s.io", "PriorityClass") => p.priority_class(),

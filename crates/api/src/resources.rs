@@ -261,6 +261,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
         "/registry/ingress"),
     res("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", &["netpol"], NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/networkpolicies"),
+    // ---- node.k8s.io/v1
+    res("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", NONE, NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/runtimeclasses"),
     // ---- policy/v1
     res("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", &["pdb"], NONE, true, ALL_VERBS,
         &[status!("PodDisruptionBudget")], "/registry/poddisruptionbudgets"),

@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::{
     admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
-    events, networking, policy, rbac, scheduling, storage,
+    events, networking, node, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::{JsonSchema, SchemaGenerator};
@@ -82,6 +82,7 @@ kinds! {
     "networking.k8s.io" "v1" IngressClass => networking::v1::IngressClass, true;
     "networking.k8s.io" "v1" Ingress => networking::v1::Ingress, true;
     "networking.k8s.io" "v1" NetworkPolicy => networking::v1::NetworkPolicy, true;
+    "node.k8s.io" "v1" RuntimeClass => node::v1::RuntimeClass, true;
     "policy" "v1" PodDisruptionBudget => policy::v1::PodDisruptionBudget, true;
     "policy" "v1" Eviction => policy::v1::Eviction, false;
     "rbac.authorization.k8s.io" "v1" ClusterRoleBinding => rbac::v1::ClusterRoleBinding, true;

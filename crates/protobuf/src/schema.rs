@@ -27,6 +27,7 @@ pub static GROUP_VERSIONS: &[(&str, &str)] = &[
     ("discovery.k8s.io/v1", "k8s.io.api.discovery.v1"),
     ("events.k8s.io/v1", "k8s.io.api.events.v1"),
     ("networking.k8s.io/v1", "k8s.io.api.networking.v1"),
+    ("node.k8s.io/v1", "k8s.io.api.node.v1"),
     ("policy/v1", "k8s.io.api.policy.v1"),
     ("rbac.authorization.k8s.io/v1", "k8s.io.api.rbac.v1"),
     ("scheduling.k8s.io/v1", "k8s.io.api.scheduling.v1"),
@@ -53,8 +54,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 3
     Message { name: "k8s.io.api.admissionregistration.v1.MatchResources", array: false, fields: &[
-        f(1, "namespaceSelector", M(472), 0),
-        f(2, "objectSelector", M(472), 0),
+        f(1, "namespaceSelector", M(476), 0),
+        f(2, "objectSelector", M(476), 0),
         f(3, "resourceRules", M(7), REPEATED),
         f(4, "excludeResourceRules", M(7), REPEATED),
         f(7, "matchPolicy", S, NULLABLE),
@@ -65,23 +66,23 @@ pub static MESSAGES: &[Message] = &[
         f(2, "clientConfig", M(26), 0),
         f(3, "rules", M(11), REPEATED),
         f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(472), 0),
+        f(5, "namespaceSelector", M(476), 0),
         f(6, "sideEffects", S, NULLABLE),
         f(7, "timeoutSeconds", I32, NULLABLE),
         f(8, "admissionReviewVersions", S, REPEATED),
         f(9, "matchPolicy", S, NULLABLE),
         f(10, "reinvocationPolicy", S, NULLABLE),
-        f(11, "objectSelector", M(472), 0),
+        f(11, "objectSelector", M(476), 0),
         f(12, "matchConditions", M(2), REPEATED),
     ] },
     // 5
     Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "webhooks", M(4), REPEATED),
     ] },
     // 6
     Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(5), REPEATED),
     ] },
     // 7
@@ -98,7 +99,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.admissionregistration.v1.ParamRef", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "namespace", S, OMITEMPTY),
-        f(3, "selector", M(472), 0),
+        f(3, "selector", M(476), 0),
         f(4, "parameterNotFoundAction", S, NULLABLE),
     ] },
     // 10
@@ -126,18 +127,18 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 14
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicy", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(19), 0),
         f(3, "status", M(20), 0),
     ] },
     // 15
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(17), 0),
     ] },
     // 16
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(15), REPEATED),
     ] },
     // 17
@@ -149,7 +150,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 18
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(14), REPEATED),
     ] },
     // 19
@@ -166,7 +167,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, OMITEMPTY),
         f(2, "typeChecking", M(13), 0),
-        f(3, "conditions", M(459), REPEATED),
+        f(3, "conditions", M(463), REPEATED),
     ] },
     // 21
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook", array: false, fields: &[
@@ -174,22 +175,22 @@ pub static MESSAGES: &[Message] = &[
         f(2, "clientConfig", M(26), 0),
         f(3, "rules", M(11), REPEATED),
         f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(472), 0),
+        f(5, "namespaceSelector", M(476), 0),
         f(6, "sideEffects", S, NULLABLE),
         f(7, "timeoutSeconds", I32, NULLABLE),
         f(8, "admissionReviewVersions", S, REPEATED),
         f(9, "matchPolicy", S, NULLABLE),
-        f(10, "objectSelector", M(472), 0),
+        f(10, "objectSelector", M(476), 0),
         f(11, "matchConditions", M(2), REPEATED),
     ] },
     // 22
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "webhooks", M(21), REPEATED),
     ] },
     // 23
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(22), REPEATED),
     ] },
     // 24
@@ -212,18 +213,18 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 27
     Message { name: "k8s.io.api.apps.v1.ControllerRevision", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "data", M(497), 0),
+        f(1, "metadata", M(483), 0),
+        f(2, "data", M(501), 0),
         f(3, "revision", I64, 0),
     ] },
     // 28
     Message { name: "k8s.io.api.apps.v1.ControllerRevisionList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(27), REPEATED),
     ] },
     // 29
     Message { name: "k8s.io.api.apps.v1.DaemonSet", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(32), 0),
         f(3, "status", M(33), 0),
     ] },
@@ -231,18 +232,18 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.DaemonSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(491), 0),
+        f(3, "lastTransitionTime", M(495), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 31
     Message { name: "k8s.io.api.apps.v1.DaemonSetList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(29), REPEATED),
     ] },
     // 32
     Message { name: "k8s.io.api.apps.v1.DaemonSetSpec", array: false, fields: &[
-        f(1, "selector", M(472), 0),
+        f(1, "selector", M(476), 0),
         f(2, "template", M(290), 0),
         f(3, "updateStrategy", M(34), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
@@ -268,7 +269,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 35
     Message { name: "k8s.io.api.apps.v1.Deployment", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(38), 0),
         f(3, "status", M(39), 0),
     ] },
@@ -278,18 +279,18 @@ pub static MESSAGES: &[Message] = &[
         f(2, "status", S, 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
-        f(6, "lastUpdateTime", M(491), 0),
-        f(7, "lastTransitionTime", M(491), 0),
+        f(6, "lastUpdateTime", M(495), 0),
+        f(7, "lastTransitionTime", M(495), 0),
     ] },
     // 37
     Message { name: "k8s.io.api.apps.v1.DeploymentList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(35), REPEATED),
     ] },
     // 38
     Message { name: "k8s.io.api.apps.v1.DeploymentSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(472), 0),
+        f(2, "selector", M(476), 0),
         f(3, "template", M(290), 0),
         f(4, "strategy", M(40), 0),
         f(5, "minReadySeconds", I32, OMITEMPTY),
@@ -316,7 +317,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 41
     Message { name: "k8s.io.api.apps.v1.ReplicaSet", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(44), 0),
         f(3, "status", M(45), 0),
     ] },
@@ -324,19 +325,19 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.ReplicaSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(491), 0),
+        f(3, "lastTransitionTime", M(495), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 43
     Message { name: "k8s.io.api.apps.v1.ReplicaSetList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(41), REPEATED),
     ] },
     // 44
     Message { name: "k8s.io.api.apps.v1.ReplicaSetSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(472), 0),
+        f(2, "selector", M(476), 0),
         f(3, "template", M(290), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
     ] },
@@ -352,22 +353,22 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 46
     Message { name: "k8s.io.api.apps.v1.RollingUpdateDaemonSet", array: false, fields: &[
-        f(1, "maxUnavailable", M(498), 0),
-        f(2, "maxSurge", M(498), 0),
+        f(1, "maxUnavailable", M(502), 0),
+        f(2, "maxSurge", M(502), 0),
     ] },
     // 47
     Message { name: "k8s.io.api.apps.v1.RollingUpdateDeployment", array: false, fields: &[
-        f(1, "maxUnavailable", M(498), 0),
-        f(2, "maxSurge", M(498), 0),
+        f(1, "maxUnavailable", M(502), 0),
+        f(2, "maxSurge", M(502), 0),
     ] },
     // 48
     Message { name: "k8s.io.api.apps.v1.RollingUpdateStatefulSetStrategy", array: false, fields: &[
         f(1, "partition", I32, NULLABLE),
-        f(2, "maxUnavailable", M(498), 0),
+        f(2, "maxUnavailable", M(502), 0),
     ] },
     // 49
     Message { name: "k8s.io.api.apps.v1.StatefulSet", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(54), 0),
         f(3, "status", M(55), 0),
     ] },
@@ -375,13 +376,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.StatefulSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(491), 0),
+        f(3, "lastTransitionTime", M(495), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 51
     Message { name: "k8s.io.api.apps.v1.StatefulSetList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(49), REPEATED),
     ] },
     // 52
@@ -396,7 +397,7 @@ pub static MESSAGES: &[Message] = &[
     // 54
     Message { name: "k8s.io.api.apps.v1.StatefulSetSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(472), 0),
+        f(2, "selector", M(476), 0),
         f(3, "template", M(290), 0),
         f(4, "volumeClaimTemplates", M(250), REPEATED),
         f(5, "serviceName", S, 0),
@@ -429,14 +430,14 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(452), 0),
+        f(3, "targetAverageValue", M(456), 0),
         f(5, "container", S, 0),
     ] },
     // 58
     Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(452), 0),
+        f(3, "currentAverageValue", M(456), 0),
         f(4, "container", S, 0),
     ] },
     // 59
@@ -448,20 +449,20 @@ pub static MESSAGES: &[Message] = &[
     // 60
     Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricSource", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(472), 0),
-        f(3, "targetValue", M(452), 0),
-        f(4, "targetAverageValue", M(452), 0),
+        f(2, "metricSelector", M(476), 0),
+        f(3, "targetValue", M(456), 0),
+        f(4, "targetAverageValue", M(456), 0),
     ] },
     // 61
     Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricStatus", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(472), 0),
-        f(3, "currentValue", M(452), 0),
-        f(4, "currentAverageValue", M(452), 0),
+        f(2, "metricSelector", M(476), 0),
+        f(3, "currentValue", M(456), 0),
+        f(4, "currentAverageValue", M(456), 0),
     ] },
     // 62
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(65), 0),
         f(3, "status", M(66), 0),
     ] },
@@ -469,13 +470,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(491), 0),
+        f(3, "lastTransitionTime", M(495), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 64
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(62), REPEATED),
     ] },
     // 65
@@ -488,7 +489,7 @@ pub static MESSAGES: &[Message] = &[
     // 66
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(491), 0),
+        f(2, "lastScaleTime", M(495), 0),
         f(3, "currentReplicas", I32, 0),
         f(4, "desiredReplicas", I32, 0),
         f(5, "currentCPUUtilizationPercentage", I32, NULLABLE),
@@ -515,45 +516,45 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricSource", array: false, fields: &[
         f(1, "target", M(59), 0),
         f(2, "metricName", S, 0),
-        f(3, "targetValue", M(452), 0),
-        f(4, "selector", M(472), 0),
-        f(5, "averageValue", M(452), 0),
+        f(3, "targetValue", M(456), 0),
+        f(4, "selector", M(476), 0),
+        f(5, "averageValue", M(456), 0),
     ] },
     // 70
     Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricStatus", array: false, fields: &[
         f(1, "target", M(59), 0),
         f(2, "metricName", S, 0),
-        f(3, "currentValue", M(452), 0),
-        f(4, "selector", M(472), 0),
-        f(5, "averageValue", M(452), 0),
+        f(3, "currentValue", M(456), 0),
+        f(4, "selector", M(476), 0),
+        f(5, "averageValue", M(456), 0),
     ] },
     // 71
     Message { name: "k8s.io.api.autoscaling.v1.PodsMetricSource", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "targetAverageValue", M(452), 0),
-        f(3, "selector", M(472), 0),
+        f(2, "targetAverageValue", M(456), 0),
+        f(3, "selector", M(476), 0),
     ] },
     // 72
     Message { name: "k8s.io.api.autoscaling.v1.PodsMetricStatus", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "currentAverageValue", M(452), 0),
-        f(3, "selector", M(472), 0),
+        f(2, "currentAverageValue", M(456), 0),
+        f(3, "selector", M(476), 0),
     ] },
     // 73
     Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(452), 0),
+        f(3, "targetAverageValue", M(456), 0),
     ] },
     // 74
     Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(452), 0),
+        f(3, "currentAverageValue", M(456), 0),
     ] },
     // 75
     Message { name: "k8s.io.api.autoscaling.v1.Scale", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(76), 0),
         f(3, "status", M(77), 0),
     ] },
@@ -596,7 +597,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 83
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(87), 0),
         f(3, "status", M(88), 0),
     ] },
@@ -609,13 +610,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(491), 0),
+        f(3, "lastTransitionTime", M(495), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 86
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(83), REPEATED),
     ] },
     // 87
@@ -629,7 +630,7 @@ pub static MESSAGES: &[Message] = &[
     // 88
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(491), 0),
+        f(2, "lastScaleTime", M(495), 0),
         f(3, "currentReplicas", I32, OMITEMPTY),
         f(4, "desiredReplicas", I32, 0),
         f(5, "currentMetrics", M(93), REPEATED),
@@ -646,12 +647,12 @@ pub static MESSAGES: &[Message] = &[
         f(1, "selectPolicy", S, NULLABLE),
         f(2, "policies", M(89), REPEATED),
         f(3, "stabilizationWindowSeconds", I32, NULLABLE),
-        f(4, "tolerance", M(452), 0),
+        f(4, "tolerance", M(456), 0),
     ] },
     // 91
     Message { name: "k8s.io.api.autoscaling.v2.MetricIdentifier", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "selector", M(472), 0),
+        f(2, "selector", M(476), 0),
     ] },
     // 92
     Message { name: "k8s.io.api.autoscaling.v2.MetricSpec", array: false, fields: &[
@@ -674,14 +675,14 @@ pub static MESSAGES: &[Message] = &[
     // 94
     Message { name: "k8s.io.api.autoscaling.v2.MetricTarget", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "value", M(452), 0),
-        f(3, "averageValue", M(452), 0),
+        f(2, "value", M(456), 0),
+        f(3, "averageValue", M(456), 0),
         f(4, "averageUtilization", I32, NULLABLE),
     ] },
     // 95
     Message { name: "k8s.io.api.autoscaling.v2.MetricValueStatus", array: false, fields: &[
-        f(1, "value", M(452), 0),
-        f(2, "averageValue", M(452), 0),
+        f(1, "value", M(456), 0),
+        f(2, "averageValue", M(456), 0),
         f(3, "averageUtilization", I32, NULLABLE),
     ] },
     // 96
@@ -718,13 +719,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 102
     Message { name: "k8s.io.api.batch.v1.CronJob", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(104), 0),
         f(3, "status", M(105), 0),
     ] },
     // 103
     Message { name: "k8s.io.api.batch.v1.CronJobList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(102), REPEATED),
     ] },
     // 104
@@ -741,12 +742,12 @@ pub static MESSAGES: &[Message] = &[
     // 105
     Message { name: "k8s.io.api.batch.v1.CronJobStatus", array: false, fields: &[
         f(1, "active", M(248), REPEATED),
-        f(4, "lastScheduleTime", M(491), 0),
-        f(5, "lastSuccessfulTime", M(491), 0),
+        f(4, "lastScheduleTime", M(495), 0),
+        f(5, "lastSuccessfulTime", M(495), 0),
     ] },
     // 106
     Message { name: "k8s.io.api.batch.v1.Job", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(109), 0),
         f(3, "status", M(110), 0),
     ] },
@@ -754,14 +755,14 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.batch.v1.JobCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(491), 0),
-        f(4, "lastTransitionTime", M(491), 0),
+        f(3, "lastProbeTime", M(495), 0),
+        f(4, "lastTransitionTime", M(495), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
     // 108
     Message { name: "k8s.io.api.batch.v1.JobList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(106), REPEATED),
     ] },
     // 109
@@ -769,7 +770,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "parallelism", I32, NULLABLE),
         f(2, "completions", I32, NULLABLE),
         f(3, "activeDeadlineSeconds", I64, NULLABLE),
-        f(4, "selector", M(472), 0),
+        f(4, "selector", M(476), 0),
         f(5, "manualSelector", Bool, NULLABLE),
         f(6, "template", M(290), 0),
         f(7, "backoffLimit", I32, NULLABLE),
@@ -786,8 +787,8 @@ pub static MESSAGES: &[Message] = &[
     // 110
     Message { name: "k8s.io.api.batch.v1.JobStatus", array: false, fields: &[
         f(1, "conditions", M(107), REPEATED),
-        f(2, "startTime", M(491), 0),
-        f(3, "completionTime", M(491), 0),
+        f(2, "startTime", M(495), 0),
+        f(3, "completionTime", M(495), 0),
         f(4, "active", I32, OMITEMPTY),
         f(5, "succeeded", I32, OMITEMPTY),
         f(6, "failed", I32, OMITEMPTY),
@@ -799,7 +800,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 111
     Message { name: "k8s.io.api.batch.v1.JobTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(109), 0),
     ] },
     // 112
@@ -839,7 +840,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 119
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequest", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(122), 0),
         f(3, "status", M(123), 0),
     ] },
@@ -848,13 +849,13 @@ pub static MESSAGES: &[Message] = &[
         f(1, "type", S, 0),
         f(2, "reason", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
-        f(4, "lastUpdateTime", M(491), 0),
-        f(5, "lastTransitionTime", M(491), 0),
+        f(4, "lastUpdateTime", M(495), 0),
+        f(5, "lastTransitionTime", M(495), 0),
         f(6, "status", S, 0),
     ] },
     // 121
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(119), REPEATED),
     ] },
     // 122
@@ -879,20 +880,20 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 125
     Message { name: "k8s.io.api.coordination.v1.Lease", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(127), 0),
     ] },
     // 126
     Message { name: "k8s.io.api.coordination.v1.LeaseList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(125), REPEATED),
     ] },
     // 127
     Message { name: "k8s.io.api.coordination.v1.LeaseSpec", array: false, fields: &[
         f(1, "holderIdentity", S, NULLABLE),
         f(2, "leaseDurationSeconds", I32, NULLABLE),
-        f(3, "acquireTime", M(478), 0),
-        f(4, "renewTime", M(478), 0),
+        f(3, "acquireTime", M(482), 0),
+        f(4, "renewTime", M(482), 0),
         f(5, "leaseTransitions", I32, NULLABLE),
         f(6, "strategy", S, NULLABLE),
         f(7, "preferredHolder", S, NULLABLE),
@@ -948,7 +949,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 136
     Message { name: "k8s.io.api.core.v1.Binding", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "target", M(248), 0),
     ] },
     // 137
@@ -1017,7 +1018,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ClusterTrustBundleProjection", array: false, fields: &[
         f(1, "name", S, NULLABLE),
         f(2, "signerName", S, NULLABLE),
-        f(3, "labelSelector", M(472), 0),
+        f(3, "labelSelector", M(476), 0),
         f(4, "path", S, 0),
         f(5, "optional", Bool, NULLABLE),
     ] },
@@ -1030,17 +1031,17 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 147
     Message { name: "k8s.io.api.core.v1.ComponentStatus", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "conditions", M(146), REPEATED),
     ] },
     // 148
     Message { name: "k8s.io.api.core.v1.ComponentStatusList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(147), REPEATED),
     ] },
     // 149
     Message { name: "k8s.io.api.core.v1.ConfigMap", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "data", MapS, 0),
         f(3, "binaryData", MapB, 0),
         f(4, "immutable", Bool, NULLABLE),
@@ -1058,7 +1059,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 152
     Message { name: "k8s.io.api.core.v1.ConfigMapList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(149), REPEATED),
     ] },
     // 153
@@ -1152,7 +1153,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 164
     Message { name: "k8s.io.api.core.v1.ContainerStateRunning", array: false, fields: &[
-        f(1, "startedAt", M(491), 0),
+        f(1, "startedAt", M(495), 0),
     ] },
     // 165
     Message { name: "k8s.io.api.core.v1.ContainerStateTerminated", array: false, fields: &[
@@ -1160,8 +1161,8 @@ pub static MESSAGES: &[Message] = &[
         f(2, "signal", I32, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
-        f(5, "startedAt", M(491), 0),
-        f(6, "finishedAt", M(491), 0),
+        f(5, "startedAt", M(495), 0),
+        f(6, "finishedAt", M(495), 0),
         f(7, "containerID", S, OMITEMPTY),
     ] },
     // 166
@@ -1180,7 +1181,7 @@ pub static MESSAGES: &[Message] = &[
         f(7, "imageID", S, 0),
         f(8, "containerID", S, OMITEMPTY),
         f(9, "started", Bool, NULLABLE),
-        f(10, "allocatedResources", MapM(452), 0),
+        f(10, "allocatedResources", MapM(456), 0),
         f(11, "resources", M(315), 0),
         f(12, "volumeMounts", M(357), REPEATED),
         f(13, "user", M(168), 0),
@@ -1214,7 +1215,7 @@ pub static MESSAGES: &[Message] = &[
     // 173
     Message { name: "k8s.io.api.core.v1.EmptyDirVolumeSource", array: false, fields: &[
         f(1, "medium", S, OMITEMPTY),
-        f(2, "sizeLimit", M(452), 0),
+        f(2, "sizeLimit", M(456), 0),
     ] },
     // 174
     Message { name: "k8s.io.api.core.v1.EndpointAddress", array: false, fields: &[
@@ -1238,12 +1239,12 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 177
     Message { name: "k8s.io.api.core.v1.Endpoints", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "subsets", M(176), REPEATED),
     ] },
     // 178
     Message { name: "k8s.io.api.core.v1.EndpointsList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(177), REPEATED),
     ] },
     // 179
@@ -1305,16 +1306,16 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 185
     Message { name: "k8s.io.api.core.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "involvedObject", M(248), 0),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
         f(5, "source", M(188), 0),
-        f(6, "firstTimestamp", M(491), 0),
-        f(7, "lastTimestamp", M(491), 0),
+        f(6, "firstTimestamp", M(495), 0),
+        f(7, "lastTimestamp", M(495), 0),
         f(8, "count", I32, OMITEMPTY),
         f(9, "type", S, OMITEMPTY),
-        f(10, "eventTime", M(478), 0),
+        f(10, "eventTime", M(482), 0),
         f(11, "series", M(187), 0),
         f(12, "action", S, OMITEMPTY),
         f(13, "related", M(248), 0),
@@ -1323,13 +1324,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 186
     Message { name: "k8s.io.api.core.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(185), REPEATED),
     ] },
     // 187
     Message { name: "k8s.io.api.core.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, OMITEMPTY),
-        f(2, "lastObservedTime", M(478), 0),
+        f(2, "lastObservedTime", M(482), 0),
     ] },
     // 188
     Message { name: "k8s.io.api.core.v1.EventSource", array: false, fields: &[
@@ -1424,7 +1425,7 @@ pub static MESSAGES: &[Message] = &[
     // 203
     Message { name: "k8s.io.api.core.v1.HttpGetAction", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
-        f(2, "port", M(498), 0),
+        f(2, "port", M(502), 0),
         f(3, "host", S, OMITEMPTY),
         f(4, "scheme", S, OMITEMPTY),
         f(5, "httpHeaders", M(204), REPEATED),
@@ -1488,21 +1489,21 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 211
     Message { name: "k8s.io.api.core.v1.LimitRange", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(214), 0),
     ] },
     // 212
     Message { name: "k8s.io.api.core.v1.LimitRangeItem", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "max", MapM(452), 0),
-        f(3, "min", MapM(452), 0),
-        f(4, "default", MapM(452), 0),
-        f(5, "defaultRequest", MapM(452), 0),
-        f(6, "maxLimitRequestRatio", MapM(452), 0),
+        f(2, "max", MapM(456), 0),
+        f(3, "min", MapM(456), 0),
+        f(4, "default", MapM(456), 0),
+        f(5, "defaultRequest", MapM(456), 0),
+        f(6, "maxLimitRequestRatio", MapM(456), 0),
     ] },
     // 213
     Message { name: "k8s.io.api.core.v1.LimitRangeList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(211), REPEATED),
     ] },
     // 214
@@ -1517,8 +1518,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 216
     Message { name: "k8s.io.api.core.v1.List", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(497), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(501), REPEATED),
     ] },
     // 217
     Message { name: "k8s.io.api.core.v1.LoadBalancerIngress", array: false, fields: &[
@@ -1547,7 +1548,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 222
     Message { name: "k8s.io.api.core.v1.Namespace", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(225), 0),
         f(3, "status", M(226), 0),
     ] },
@@ -1555,13 +1556,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.NamespaceCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(4, "lastTransitionTime", M(491), 0),
+        f(4, "lastTransitionTime", M(495), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
     // 224
     Message { name: "k8s.io.api.core.v1.NamespaceList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(222), REPEATED),
     ] },
     // 225
@@ -1581,7 +1582,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 228
     Message { name: "k8s.io.api.core.v1.Node", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(243), 0),
         f(3, "status", M(244), 0),
     ] },
@@ -1599,8 +1600,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.NodeCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastHeartbeatTime", M(491), 0),
-        f(4, "lastTransitionTime", M(491), 0),
+        f(3, "lastHeartbeatTime", M(495), 0),
+        f(4, "lastTransitionTime", M(495), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
@@ -1625,7 +1626,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 236
     Message { name: "k8s.io.api.core.v1.NodeList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(228), REPEATED),
     ] },
     // 237
@@ -1669,8 +1670,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 244
     Message { name: "k8s.io.api.core.v1.NodeStatus", array: false, fields: &[
-        f(1, "capacity", MapM(452), 0),
-        f(2, "allocatable", MapM(452), 0),
+        f(1, "capacity", MapM(456), 0),
+        f(2, "allocatable", MapM(456), 0),
         f(3, "phase", S, OMITEMPTY),
         f(4, "conditions", M(231), REPEATED),
         f(5, "addresses", M(229), REPEATED),
@@ -1719,13 +1720,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 249
     Message { name: "k8s.io.api.core.v1.PersistentVolume", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(259), 0),
         f(3, "status", M(260), 0),
     ] },
     // 250
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaim", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(253), 0),
         f(3, "status", M(254), 0),
     ] },
@@ -1733,14 +1734,14 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(491), 0),
-        f(4, "lastTransitionTime", M(491), 0),
+        f(3, "lastProbeTime", M(495), 0),
+        f(4, "lastTransitionTime", M(495), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
     // 252
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(250), REPEATED),
     ] },
     // 253
@@ -1748,7 +1749,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "accessModes", S, REPEATED),
         f(2, "resources", M(360), 0),
         f(3, "volumeName", S, OMITEMPTY),
-        f(4, "selector", M(472), 0),
+        f(4, "selector", M(476), 0),
         f(5, "storageClassName", S, NULLABLE),
         f(6, "volumeMode", S, NULLABLE),
         f(7, "dataSource", M(352), 0),
@@ -1759,16 +1760,16 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimStatus", array: false, fields: &[
         f(1, "phase", S, OMITEMPTY),
         f(2, "accessModes", S, REPEATED),
-        f(3, "capacity", MapM(452), 0),
+        f(3, "capacity", MapM(456), 0),
         f(4, "conditions", M(251), REPEATED),
-        f(5, "allocatedResources", MapM(452), 0),
+        f(5, "allocatedResources", MapM(456), 0),
         f(7, "allocatedResourceStatuses", MapS, 0),
         f(8, "currentVolumeAttributesClassName", S, NULLABLE),
         f(9, "modifyVolumeStatus", M(221), 0),
     ] },
     // 255
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(253), 0),
     ] },
     // 256
@@ -1778,7 +1779,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 257
     Message { name: "k8s.io.api.core.v1.PersistentVolumeList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(249), REPEATED),
     ] },
     // 258
@@ -1808,7 +1809,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 259
     Message { name: "k8s.io.api.core.v1.PersistentVolumeSpec", array: false, fields: &[
-        f(1, "capacity", MapM(452), 0),
+        f(1, "capacity", MapM(456), 0),
         f(2, "", M(258), INLINE),
         f(3, "accessModes", S, REPEATED),
         f(4, "claimRef", M(248), 0),
@@ -1824,7 +1825,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "phase", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
-        f(4, "lastPhaseTransitionTime", M(491), 0),
+        f(4, "lastPhaseTransitionTime", M(495), 0),
     ] },
     // 261
     Message { name: "k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource", array: false, fields: &[
@@ -1833,7 +1834,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 262
     Message { name: "k8s.io.api.core.v1.Pod", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(285), 0),
         f(3, "status", M(286), 0),
     ] },
@@ -1844,10 +1845,10 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 264
     Message { name: "k8s.io.api.core.v1.PodAffinityTerm", array: false, fields: &[
-        f(1, "labelSelector", M(472), 0),
+        f(1, "labelSelector", M(476), 0),
         f(2, "namespaces", S, REPEATED),
         f(3, "topologyKey", S, 0),
-        f(4, "namespaceSelector", M(472), 0),
+        f(4, "namespaceSelector", M(476), 0),
         f(5, "matchLabelKeys", S, REPEATED),
         f(6, "mismatchLabelKeys", S, REPEATED),
     ] },
@@ -1878,8 +1879,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PodCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(491), 0),
-        f(4, "lastTransitionTime", M(491), 0),
+        f(3, "lastProbeTime", M(495), 0),
+        f(4, "lastTransitionTime", M(495), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
         f(7, "observedGeneration", I64, OMITEMPTY),
@@ -1915,7 +1916,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 274
     Message { name: "k8s.io.api.core.v1.PodList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(262), REPEATED),
     ] },
     // 275
@@ -1924,7 +1925,7 @@ pub static MESSAGES: &[Message] = &[
         f(2, "follow", Bool, OMITEMPTY),
         f(3, "previous", Bool, OMITEMPTY),
         f(4, "sinceSeconds", I64, NULLABLE),
-        f(5, "sinceTime", M(491), 0),
+        f(5, "sinceTime", M(495), 0),
         f(6, "timestamps", Bool, OMITEMPTY),
         f(7, "tailLines", I64, NULLABLE),
         f(8, "limitBytes", I64, NULLABLE),
@@ -1980,7 +1981,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 284
     Message { name: "k8s.io.api.core.v1.PodSignature", array: false, fields: &[
-        f(1, "podController", M(480), 0),
+        f(1, "podController", M(484), 0),
     ] },
     // 285
     Message { name: "k8s.io.api.core.v1.PodSpec", array: false, fields: &[
@@ -2015,7 +2016,7 @@ pub static MESSAGES: &[Message] = &[
         f(29, "runtimeClassName", S, NULLABLE),
         f(30, "enableServiceLinks", Bool, NULLABLE),
         f(31, "preemptionPolicy", S, NULLABLE),
-        f(32, "overhead", MapM(452), 0),
+        f(32, "overhead", MapM(456), 0),
         f(33, "topologySpreadConstraints", M(351), REPEATED),
         f(34, "ephemeralContainers", M(182), REPEATED),
         f(35, "setHostnameAsFQDN", Bool, NULLABLE),
@@ -2035,7 +2036,7 @@ pub static MESSAGES: &[Message] = &[
         f(4, "reason", S, OMITEMPTY),
         f(5, "hostIP", S, OMITEMPTY),
         f(6, "podIP", S, OMITEMPTY),
-        f(7, "startTime", M(491), 0),
+        f(7, "startTime", M(495), 0),
         f(8, "containerStatuses", M(167), REPEATED),
         f(9, "qosClass", S, OMITEMPTY),
         f(10, "initContainerStatuses", M(167), REPEATED),
@@ -2047,27 +2048,27 @@ pub static MESSAGES: &[Message] = &[
         f(16, "hostIPs", M(201), REPEATED),
         f(17, "observedGeneration", I64, OMITEMPTY),
         f(18, "extendedResourceClaimStatus", M(272), 0),
-        f(19, "allocatedResources", MapM(452), 0),
+        f(19, "allocatedResources", MapM(456), 0),
         f(20, "resources", M(315), 0),
     ] },
     // 287
     Message { name: "k8s.io.api.core.v1.PodStatusResult", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "status", M(286), 0),
     ] },
     // 288
     Message { name: "k8s.io.api.core.v1.PodTemplate", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "template", M(290), 0),
     ] },
     // 289
     Message { name: "k8s.io.api.core.v1.PodTemplateList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(288), REPEATED),
     ] },
     // 290
     Message { name: "k8s.io.api.core.v1.PodTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(285), 0),
     ] },
     // 291
@@ -2089,7 +2090,7 @@ pub static MESSAGES: &[Message] = &[
     // 294
     Message { name: "k8s.io.api.core.v1.PreferAvoidPodsEntry", array: false, fields: &[
         f(1, "podSignature", M(284), 0),
-        f(2, "evictionTime", M(491), 0),
+        f(2, "evictionTime", M(495), 0),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
     ] },
@@ -2131,7 +2132,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 300
     Message { name: "k8s.io.api.core.v1.RangeAllocation", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "range", S, 0),
         f(3, "data", B, 0),
     ] },
@@ -2159,7 +2160,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 303
     Message { name: "k8s.io.api.core.v1.ReplicationController", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(306), 0),
         f(3, "status", M(307), 0),
     ] },
@@ -2167,13 +2168,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ReplicationControllerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(491), 0),
+        f(3, "lastTransitionTime", M(495), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 305
     Message { name: "k8s.io.api.core.v1.ReplicationControllerList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(303), REPEATED),
     ] },
     // 306
@@ -2201,7 +2202,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ResourceFieldSelector", array: false, fields: &[
         f(1, "containerName", S, OMITEMPTY),
         f(2, "resource", S, 0),
-        f(3, "divisor", M(452), 0),
+        f(3, "divisor", M(456), 0),
     ] },
     // 310
     Message { name: "k8s.io.api.core.v1.ResourceHealth", array: false, fields: &[
@@ -2210,30 +2211,30 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 311
     Message { name: "k8s.io.api.core.v1.ResourceQuota", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(313), 0),
         f(3, "status", M(314), 0),
     ] },
     // 312
     Message { name: "k8s.io.api.core.v1.ResourceQuotaList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(311), REPEATED),
     ] },
     // 313
     Message { name: "k8s.io.api.core.v1.ResourceQuotaSpec", array: false, fields: &[
-        f(1, "hard", MapM(452), 0),
+        f(1, "hard", MapM(456), 0),
         f(2, "scopes", S, REPEATED),
         f(3, "scopeSelector", M(319), 0),
     ] },
     // 314
     Message { name: "k8s.io.api.core.v1.ResourceQuotaStatus", array: false, fields: &[
-        f(1, "hard", MapM(452), 0),
-        f(2, "used", MapM(452), 0),
+        f(1, "hard", MapM(456), 0),
+        f(2, "used", MapM(456), 0),
     ] },
     // 315
     Message { name: "k8s.io.api.core.v1.ResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(452), 0),
-        f(2, "requests", MapM(452), 0),
+        f(1, "limits", MapM(456), 0),
+        f(2, "requests", MapM(456), 0),
         f(3, "claims", M(308), REPEATED),
     ] },
     // 316
@@ -2291,7 +2292,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 323
     Message { name: "k8s.io.api.core.v1.Secret", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "data", MapB, 0),
         f(3, "type", S, OMITEMPTY),
         f(4, "stringData", MapS, 0),
@@ -2310,7 +2311,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 326
     Message { name: "k8s.io.api.core.v1.SecretList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(323), REPEATED),
     ] },
     // 327
@@ -2352,20 +2353,20 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 332
     Message { name: "k8s.io.api.core.v1.Service", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(339), 0),
         f(3, "status", M(340), 0),
     ] },
     // 333
     Message { name: "k8s.io.api.core.v1.ServiceAccount", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "secrets", M(248), REPEATED),
         f(3, "imagePullSecrets", M(219), REPEATED),
         f(4, "automountServiceAccountToken", Bool, NULLABLE),
     ] },
     // 334
     Message { name: "k8s.io.api.core.v1.ServiceAccountList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(333), REPEATED),
     ] },
     // 335
@@ -2376,7 +2377,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 336
     Message { name: "k8s.io.api.core.v1.ServiceList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(332), REPEATED),
     ] },
     // 337
@@ -2384,7 +2385,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "name", S, OMITEMPTY),
         f(2, "protocol", S, OMITEMPTY),
         f(3, "port", I32, 0),
-        f(4, "targetPort", M(498), 0),
+        f(4, "targetPort", M(502), 0),
         f(5, "nodePort", I32, OMITEMPTY),
         f(6, "appProtocol", S, NULLABLE),
     ] },
@@ -2418,7 +2419,7 @@ pub static MESSAGES: &[Message] = &[
     // 340
     Message { name: "k8s.io.api.core.v1.ServiceStatus", array: false, fields: &[
         f(1, "loadBalancer", M(218), 0),
-        f(2, "conditions", M(459), REPEATED),
+        f(2, "conditions", M(463), REPEATED),
     ] },
     // 341
     Message { name: "k8s.io.api.core.v1.SessionAffinityConfig", array: false, fields: &[
@@ -2454,11 +2455,11 @@ pub static MESSAGES: &[Message] = &[
         f(1, "key", S, 0),
         f(2, "value", S, OMITEMPTY),
         f(3, "effect", S, 0),
-        f(4, "timeAdded", M(491), 0),
+        f(4, "timeAdded", M(495), 0),
     ] },
     // 347
     Message { name: "k8s.io.api.core.v1.TcpSocketAction", array: false, fields: &[
-        f(1, "port", M(498), 0),
+        f(1, "port", M(502), 0),
         f(2, "host", S, OMITEMPTY),
     ] },
     // 348
@@ -2483,7 +2484,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "maxSkew", I32, 0),
         f(2, "topologyKey", S, 0),
         f(3, "whenUnsatisfiable", S, 0),
-        f(4, "labelSelector", M(472), 0),
+        f(4, "labelSelector", M(476), 0),
         f(5, "minDomains", I32, NULLABLE),
         f(6, "nodeAffinityPolicy", S, NULLABLE),
         f(7, "nodeTaintsPolicy", S, NULLABLE),
@@ -2544,8 +2545,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 360
     Message { name: "k8s.io.api.core.v1.VolumeResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(452), 0),
-        f(2, "requests", MapM(452), 0),
+        f(1, "limits", MapM(456), 0),
+        f(2, "requests", MapM(456), 0),
     ] },
     // 361
     Message { name: "k8s.io.api.core.v1.VolumeSource", array: false, fields: &[
@@ -2636,14 +2637,14 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 370
     Message { name: "k8s.io.api.discovery.v1.EndpointSlice", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "endpoints", M(366), REPEATED),
         f(3, "ports", M(369), REPEATED),
         f(4, "addressType", S, 0),
     ] },
     // 371
     Message { name: "k8s.io.api.discovery.v1.EndpointSliceList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(370), REPEATED),
     ] },
     // 372
@@ -2656,8 +2657,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 374
     Message { name: "k8s.io.api.events.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "eventTime", M(478), 0),
+        f(1, "metadata", M(483), 0),
+        f(2, "eventTime", M(482), 0),
         f(3, "series", M(376), 0),
         f(4, "reportingController", S, OMITEMPTY),
         f(5, "reportingInstance", S, OMITEMPTY),
@@ -2668,19 +2669,19 @@ pub static MESSAGES: &[Message] = &[
         f(10, "note", S, OMITEMPTY),
         f(11, "type", S, OMITEMPTY),
         f(12, "deprecatedSource", M(188), 0),
-        f(13, "deprecatedFirstTimestamp", M(491), 0),
-        f(14, "deprecatedLastTimestamp", M(491), 0),
+        f(13, "deprecatedFirstTimestamp", M(495), 0),
+        f(14, "deprecatedLastTimestamp", M(495), 0),
         f(15, "deprecatedCount", I32, OMITEMPTY),
     ] },
     // 375
     Message { name: "k8s.io.api.events.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(374), REPEATED),
     ] },
     // 376
     Message { name: "k8s.io.api.events.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, 0),
-        f(2, "lastObservedTime", M(478), 0),
+        f(2, "lastObservedTime", M(482), 0),
     ] },
     // 377
     Message { name: "k8s.io.api.networking.v1.HttpIngressPath", array: false, fields: &[
@@ -2694,12 +2695,12 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 379
     Message { name: "k8s.io.api.networking.v1.IPAddress", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(381), 0),
     ] },
     // 380
     Message { name: "k8s.io.api.networking.v1.IPAddressList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(379), REPEATED),
     ] },
     // 381
@@ -2708,7 +2709,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 382
     Message { name: "k8s.io.api.networking.v1.Ingress", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(395), 0),
         f(3, "status", M(396), 0),
     ] },
@@ -2719,12 +2720,12 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 384
     Message { name: "k8s.io.api.networking.v1.IngressClass", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(387), 0),
     ] },
     // 385
     Message { name: "k8s.io.api.networking.v1.IngressClassList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(384), REPEATED),
     ] },
     // 386
@@ -2742,7 +2743,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 388
     Message { name: "k8s.io.api.networking.v1.IngressList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(382), REPEATED),
     ] },
     // 389
@@ -2798,7 +2799,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 399
     Message { name: "k8s.io.api.networking.v1.NetworkPolicy", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(405), 0),
     ] },
     // 400
@@ -2813,24 +2814,24 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 402
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(399), REPEATED),
     ] },
     // 403
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyPeer", array: false, fields: &[
-        f(1, "podSelector", M(472), 0),
-        f(2, "namespaceSelector", M(472), 0),
+        f(1, "podSelector", M(476), 0),
+        f(2, "namespaceSelector", M(476), 0),
         f(3, "ipBlock", M(398), 0),
     ] },
     // 404
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyPort", array: false, fields: &[
         f(1, "protocol", S, NULLABLE),
-        f(2, "port", M(498), 0),
+        f(2, "port", M(502), 0),
         f(3, "endPort", I32, NULLABLE),
     ] },
     // 405
     Message { name: "k8s.io.api.networking.v1.NetworkPolicySpec", array: false, fields: &[
-        f(1, "podSelector", M(472), 0),
+        f(1, "podSelector", M(476), 0),
         f(2, "ingress", M(401), REPEATED),
         f(3, "egress", M(400), REPEATED),
         f(4, "policyTypes", S, REPEATED),
@@ -2849,13 +2850,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 408
     Message { name: "k8s.io.api.networking.v1.ServiceCIDR", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "spec", M(410), 0),
         f(3, "status", M(411), 0),
     ] },
     // 409
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(408), REPEATED),
     ] },
     // 410
@@ -2864,68 +2865,89 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 411
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRStatus", array: false, fields: &[
-        f(1, "conditions", M(459), REPEATED),
+        f(1, "conditions", M(463), REPEATED),
     ] },
     // 412
-    Message { name: "k8s.io.api.policy.v1.Eviction", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "deleteOptions", M(461), 0),
+    Message { name: "k8s.io.api.node.v1.Overhead", array: false, fields: &[
+        f(1, "podFixed", MapM(456), 0),
     ] },
     // 413
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudget", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "spec", M(415), 0),
-        f(3, "status", M(416), 0),
+    Message { name: "k8s.io.api.node.v1.RuntimeClass", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "handler", S, 0),
+        f(3, "overhead", M(412), 0),
+        f(4, "scheduling", M(415), 0),
     ] },
     // 414
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+    Message { name: "k8s.io.api.node.v1.RuntimeClassList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
         f(2, "items", M(413), REPEATED),
     ] },
     // 415
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec", array: false, fields: &[
-        f(1, "minAvailable", M(498), 0),
-        f(2, "selector", M(472), 0),
-        f(3, "maxUnavailable", M(498), 0),
-        f(4, "unhealthyPodEvictionPolicy", S, NULLABLE),
+    Message { name: "k8s.io.api.node.v1.Scheduling", array: false, fields: &[
+        f(1, "nodeSelector", MapS, 0),
+        f(2, "tolerations", M(348), REPEATED),
     ] },
     // 416
+    Message { name: "k8s.io.api.policy.v1.Eviction", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "deleteOptions", M(465), 0),
+    ] },
+    // 417
+    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudget", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "spec", M(419), 0),
+        f(3, "status", M(420), 0),
+    ] },
+    // 418
+    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(417), REPEATED),
+    ] },
+    // 419
+    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec", array: false, fields: &[
+        f(1, "minAvailable", M(502), 0),
+        f(2, "selector", M(476), 0),
+        f(3, "maxUnavailable", M(502), 0),
+        f(4, "unhealthyPodEvictionPolicy", S, NULLABLE),
+    ] },
+    // 420
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "disruptedPods", MapM(491), 0),
+        f(2, "disruptedPods", MapM(495), 0),
         f(3, "disruptionsAllowed", I32, 0),
         f(4, "currentHealthy", I32, 0),
         f(5, "desiredHealthy", I32, 0),
         f(6, "expectedPods", I32, 0),
-        f(7, "conditions", M(459), REPEATED),
-    ] },
-    // 417
-    Message { name: "k8s.io.api.rbac.v1.AggregationRule", array: false, fields: &[
-        f(1, "clusterRoleSelectors", M(472), REPEATED),
-    ] },
-    // 418
-    Message { name: "k8s.io.api.rbac.v1.ClusterRole", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "rules", M(422), REPEATED),
-        f(3, "aggregationRule", M(417), 0),
-    ] },
-    // 419
-    Message { name: "k8s.io.api.rbac.v1.ClusterRoleBinding", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "subjects", M(428), REPEATED),
-        f(3, "roleRef", M(427), 0),
-    ] },
-    // 420
-    Message { name: "k8s.io.api.rbac.v1.ClusterRoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(419), REPEATED),
+        f(7, "conditions", M(463), REPEATED),
     ] },
     // 421
-    Message { name: "k8s.io.api.rbac.v1.ClusterRoleList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(418), REPEATED),
+    Message { name: "k8s.io.api.rbac.v1.AggregationRule", array: false, fields: &[
+        f(1, "clusterRoleSelectors", M(476), REPEATED),
     ] },
     // 422
+    Message { name: "k8s.io.api.rbac.v1.ClusterRole", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "rules", M(426), REPEATED),
+        f(3, "aggregationRule", M(421), 0),
+    ] },
+    // 423
+    Message { name: "k8s.io.api.rbac.v1.ClusterRoleBinding", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "subjects", M(432), REPEATED),
+        f(3, "roleRef", M(431), 0),
+    ] },
+    // 424
+    Message { name: "k8s.io.api.rbac.v1.ClusterRoleBindingList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(423), REPEATED),
+    ] },
+    // 425
+    Message { name: "k8s.io.api.rbac.v1.ClusterRoleList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(422), REPEATED),
+    ] },
+    // 426
     Message { name: "k8s.io.api.rbac.v1.PolicyRule", array: false, fields: &[
         f(1, "verbs", S, REPEATED),
         f(2, "apiGroups", S, REPEATED),
@@ -2933,113 +2955,113 @@ pub static MESSAGES: &[Message] = &[
         f(4, "resourceNames", S, REPEATED),
         f(5, "nonResourceURLs", S, REPEATED),
     ] },
-    // 423
-    Message { name: "k8s.io.api.rbac.v1.Role", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "rules", M(422), REPEATED),
-    ] },
-    // 424
-    Message { name: "k8s.io.api.rbac.v1.RoleBinding", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "subjects", M(428), REPEATED),
-        f(3, "roleRef", M(427), 0),
-    ] },
-    // 425
-    Message { name: "k8s.io.api.rbac.v1.RoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(424), REPEATED),
-    ] },
-    // 426
-    Message { name: "k8s.io.api.rbac.v1.RoleList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(423), REPEATED),
-    ] },
     // 427
+    Message { name: "k8s.io.api.rbac.v1.Role", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "rules", M(426), REPEATED),
+    ] },
+    // 428
+    Message { name: "k8s.io.api.rbac.v1.RoleBinding", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "subjects", M(432), REPEATED),
+        f(3, "roleRef", M(431), 0),
+    ] },
+    // 429
+    Message { name: "k8s.io.api.rbac.v1.RoleBindingList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(428), REPEATED),
+    ] },
+    // 430
+    Message { name: "k8s.io.api.rbac.v1.RoleList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(427), REPEATED),
+    ] },
+    // 431
     Message { name: "k8s.io.api.rbac.v1.RoleRef", array: false, fields: &[
         f(1, "apiGroup", S, 0),
         f(2, "kind", S, 0),
         f(3, "name", S, 0),
     ] },
-    // 428
+    // 432
     Message { name: "k8s.io.api.rbac.v1.Subject", array: false, fields: &[
         f(1, "kind", S, 0),
         f(2, "apiGroup", S, OMITEMPTY),
         f(3, "name", S, 0),
         f(4, "namespace", S, OMITEMPTY),
     ] },
-    // 429
+    // 433
     Message { name: "k8s.io.api.scheduling.v1.PriorityClass", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "value", I32, 0),
         f(3, "globalDefault", Bool, OMITEMPTY),
         f(4, "description", S, OMITEMPTY),
         f(5, "preemptionPolicy", S, NULLABLE),
     ] },
-    // 430
+    // 434
     Message { name: "k8s.io.api.scheduling.v1.PriorityClassList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(429), REPEATED),
-    ] },
-    // 431
-    Message { name: "k8s.io.api.storage.v1.CSIDriver", array: false, fields: &[
         f(1, "metadata", M(479), 0),
-        f(2, "spec", M(433), 0),
+        f(2, "items", M(433), REPEATED),
     ] },
-    // 432
+    // 435
+    Message { name: "k8s.io.api.storage.v1.CSIDriver", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "spec", M(437), 0),
+    ] },
+    // 436
     Message { name: "k8s.io.api.storage.v1.CSIDriverList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(431), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(435), REPEATED),
     ] },
-    // 433
+    // 437
     Message { name: "k8s.io.api.storage.v1.CSIDriverSpec", array: false, fields: &[
         f(1, "attachRequired", Bool, NULLABLE),
         f(2, "podInfoOnMount", Bool, NULLABLE),
         f(3, "volumeLifecycleModes", S, REPEATED),
         f(4, "storageCapacity", Bool, NULLABLE),
         f(5, "fsGroupPolicy", S, NULLABLE),
-        f(6, "tokenRequests", M(442), REPEATED),
+        f(6, "tokenRequests", M(446), REPEATED),
         f(7, "requiresRepublish", Bool, NULLABLE),
         f(8, "seLinuxMount", Bool, NULLABLE),
         f(9, "nodeAllocatableUpdatePeriodSeconds", I64, NULLABLE),
         f(10, "serviceAccountTokenInSecrets", Bool, NULLABLE),
     ] },
-    // 434
+    // 438
     Message { name: "k8s.io.api.storage.v1.CSINode", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "spec", M(437), 0),
+        f(1, "metadata", M(483), 0),
+        f(2, "spec", M(441), 0),
     ] },
-    // 435
+    // 439
     Message { name: "k8s.io.api.storage.v1.CSINodeDriver", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "nodeID", S, 0),
         f(3, "topologyKeys", S, REPEATED),
-        f(4, "allocatable", M(451), 0),
-    ] },
-    // 436
-    Message { name: "k8s.io.api.storage.v1.CSINodeList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(434), REPEATED),
-    ] },
-    // 437
-    Message { name: "k8s.io.api.storage.v1.CSINodeSpec", array: false, fields: &[
-        f(1, "drivers", M(435), REPEATED),
-    ] },
-    // 438
-    Message { name: "k8s.io.api.storage.v1.CSIStorageCapacity", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "nodeTopology", M(472), 0),
-        f(3, "storageClassName", S, 0),
-        f(4, "capacity", M(452), 0),
-        f(5, "maximumVolumeSize", M(452), 0),
-    ] },
-    // 439
-    Message { name: "k8s.io.api.storage.v1.CSIStorageCapacityList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(438), REPEATED),
+        f(4, "allocatable", M(455), 0),
     ] },
     // 440
-    Message { name: "k8s.io.api.storage.v1.StorageClass", array: false, fields: &[
+    Message { name: "k8s.io.api.storage.v1.CSINodeList", array: false, fields: &[
         f(1, "metadata", M(479), 0),
+        f(2, "items", M(438), REPEATED),
+    ] },
+    // 441
+    Message { name: "k8s.io.api.storage.v1.CSINodeSpec", array: false, fields: &[
+        f(1, "drivers", M(439), REPEATED),
+    ] },
+    // 442
+    Message { name: "k8s.io.api.storage.v1.CSIStorageCapacity", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
+        f(2, "nodeTopology", M(476), 0),
+        f(3, "storageClassName", S, 0),
+        f(4, "capacity", M(456), 0),
+        f(5, "maximumVolumeSize", M(456), 0),
+    ] },
+    // 443
+    Message { name: "k8s.io.api.storage.v1.CSIStorageCapacityList", array: false, fields: &[
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(442), REPEATED),
+    ] },
+    // 444
+    Message { name: "k8s.io.api.storage.v1.StorageClass", array: false, fields: &[
+        f(1, "metadata", M(483), 0),
         f(2, "provisioner", S, 0),
         f(3, "parameters", MapS, 0),
         f(4, "reclaimPolicy", S, NULLABLE),
@@ -3048,87 +3070,87 @@ pub static MESSAGES: &[Message] = &[
         f(7, "volumeBindingMode", S, NULLABLE),
         f(8, "allowedTopologies", M(350), REPEATED),
     ] },
-    // 441
+    // 445
     Message { name: "k8s.io.api.storage.v1.StorageClassList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(440), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(444), REPEATED),
     ] },
-    // 442
+    // 446
     Message { name: "k8s.io.api.storage.v1.TokenRequest", array: false, fields: &[
         f(1, "audience", S, 0),
         f(2, "expirationSeconds", I64, NULLABLE),
     ] },
-    // 443
+    // 447
     Message { name: "k8s.io.api.storage.v1.VolumeAttachment", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "spec", M(446), 0),
-        f(3, "status", M(447), 0),
+        f(1, "metadata", M(483), 0),
+        f(2, "spec", M(450), 0),
+        f(3, "status", M(451), 0),
     ] },
-    // 444
+    // 448
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(443), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(447), REPEATED),
     ] },
-    // 445
+    // 449
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSource", array: false, fields: &[
         f(1, "persistentVolumeName", S, NULLABLE),
         f(2, "inlineVolumeSpec", M(259), 0),
     ] },
-    // 446
+    // 450
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSpec", array: false, fields: &[
         f(1, "attacher", S, 0),
-        f(2, "source", M(445), 0),
+        f(2, "source", M(449), 0),
         f(3, "nodeName", S, 0),
     ] },
-    // 447
+    // 451
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentStatus", array: false, fields: &[
         f(1, "attached", Bool, 0),
         f(2, "attachmentMetadata", MapS, 0),
-        f(3, "attachError", M(450), 0),
-        f(4, "detachError", M(450), 0),
+        f(3, "attachError", M(454), 0),
+        f(4, "detachError", M(454), 0),
     ] },
-    // 448
+    // 452
     Message { name: "k8s.io.api.storage.v1.VolumeAttributesClass", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
         f(2, "driverName", S, 0),
         f(3, "parameters", MapS, 0),
     ] },
-    // 449
+    // 453
     Message { name: "k8s.io.api.storage.v1.VolumeAttributesClassList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(448), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(452), REPEATED),
     ] },
-    // 450
+    // 454
     Message { name: "k8s.io.api.storage.v1.VolumeError", array: false, fields: &[
-        f(1, "time", M(491), 0),
+        f(1, "time", M(495), 0),
         f(2, "message", S, OMITEMPTY),
         f(3, "errorCode", I32, NULLABLE),
     ] },
-    // 451
+    // 455
     Message { name: "k8s.io.api.storage.v1.VolumeNodeResources", array: false, fields: &[
         f(1, "count", I32, NULLABLE),
     ] },
-    // 452
+    // 456
     Message { name: "k8s.io.apimachinery.pkg.api.resource.Quantity", array: false, fields: &[
         f(1, "string", S, 0),
     ] },
-    // 453
+    // 457
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroup", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "versions", M(469), REPEATED),
-        f(3, "preferredVersion", M(469), 0),
-        f(4, "serverAddressByClientCIDRs", M(486), REPEATED),
+        f(2, "versions", M(473), REPEATED),
+        f(3, "preferredVersion", M(473), 0),
+        f(4, "serverAddressByClientCIDRs", M(490), REPEATED),
     ] },
-    // 454
+    // 458
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroupList", array: false, fields: &[
-        f(1, "groups", M(453), REPEATED),
+        f(1, "groups", M(457), REPEATED),
     ] },
-    // 455
+    // 459
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "namespaced", Bool, 0),
         f(3, "kind", S, 0),
-        f(4, "verbs", M(495), 0),
+        f(4, "verbs", M(499), 0),
         f(5, "shortNames", S, REPEATED),
         f(6, "singularName", S, 0),
         f(7, "categories", S, REPEATED),
@@ -3136,120 +3158,120 @@ pub static MESSAGES: &[Message] = &[
         f(9, "version", S, OMITEMPTY),
         f(10, "storageVersionHash", S, OMITEMPTY),
     ] },
-    // 456
+    // 460
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResourceList", array: false, fields: &[
         f(1, "groupVersion", S, 0),
-        f(2, "resources", M(455), REPEATED),
+        f(2, "resources", M(459), REPEATED),
     ] },
-    // 457
+    // 461
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIVersions", array: false, fields: &[
         f(1, "versions", S, REPEATED),
-        f(2, "serverAddressByClientCIDRs", M(486), REPEATED),
+        f(2, "serverAddressByClientCIDRs", M(490), REPEATED),
     ] },
-    // 458
+    // 462
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ApplyOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "force", Bool, 0),
         f(3, "fieldManager", S, 0),
     ] },
-    // 459
+    // 463
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Condition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
         f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "lastTransitionTime", M(491), 0),
+        f(4, "lastTransitionTime", M(495), 0),
         f(5, "reason", S, 0),
         f(6, "message", S, 0),
     ] },
-    // 460
+    // 464
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.CreateOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(3, "fieldManager", S, OMITEMPTY),
         f(4, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 461
+    // 465
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions", array: false, fields: &[
         f(1, "gracePeriodSeconds", I64, NULLABLE),
-        f(2, "preconditions", M(484), 0),
+        f(2, "preconditions", M(488), 0),
         f(3, "orphanDependents", Bool, NULLABLE),
         f(4, "propagationPolicy", S, NULLABLE),
         f(5, "dryRun", S, REPEATED),
         f(6, "ignoreStoreReadErrorWithClusterBreakingPotential", Bool, NULLABLE),
     ] },
-    // 462
+    // 466
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Duration", array: false, fields: &[
         f(1, "duration", I64, 0),
     ] },
-    // 463
+    // 467
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 464
+    // 468
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1", array: false, fields: &[
         f(1, "raw", B, 0),
     ] },
-    // 465
+    // 469
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GetOptions", array: false, fields: &[
         f(1, "resourceVersion", S, OMITEMPTY),
     ] },
-    // 466
+    // 470
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupKind", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "kind", S, 0),
     ] },
-    // 467
+    // 471
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupResource", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "resource", S, 0),
     ] },
-    // 468
+    // 472
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersion", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
     ] },
-    // 469
+    // 473
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery", array: false, fields: &[
         f(1, "groupVersion", S, 0),
         f(2, "version", S, 0),
     ] },
-    // 470
+    // 474
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionKind", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
         f(3, "kind", S, 0),
     ] },
-    // 471
+    // 475
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionResource", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
         f(3, "resource", S, 0),
     ] },
-    // 472
+    // 476
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector", array: false, fields: &[
         f(1, "matchLabels", MapS, 0),
-        f(2, "matchExpressions", M(473), REPEATED),
+        f(2, "matchExpressions", M(477), REPEATED),
     ] },
-    // 473
+    // 477
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 474
+    // 478
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.List", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(497), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(501), REPEATED),
     ] },
-    // 475
+    // 479
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta", array: false, fields: &[
         f(1, "selfLink", S, OMITEMPTY),
         f(2, "resourceVersion", S, OMITEMPTY),
         f(3, "continue", S, OMITEMPTY),
         f(4, "remainingItemCount", I64, NULLABLE),
     ] },
-    // 476
+    // 480
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListOptions", array: false, fields: &[
         f(1, "labelSelector", S, OMITEMPTY),
         f(2, "fieldSelector", S, OMITEMPTY),
@@ -3262,22 +3284,22 @@ pub static MESSAGES: &[Message] = &[
         f(10, "resourceVersionMatch", S, OMITEMPTY),
         f(11, "sendInitialEvents", Bool, NULLABLE),
     ] },
-    // 477
+    // 481
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry", array: false, fields: &[
         f(1, "manager", S, OMITEMPTY),
         f(2, "operation", S, OMITEMPTY),
         f(3, "apiVersion", S, OMITEMPTY),
-        f(4, "time", M(491), 0),
+        f(4, "time", M(495), 0),
         f(6, "fieldsType", S, OMITEMPTY),
-        f(7, "fieldsV1", M(464), 0),
+        f(7, "fieldsV1", M(468), 0),
         f(8, "subresource", S, OMITEMPTY),
     ] },
-    // 478
+    // 482
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 479
+    // 483
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "generateName", S, OMITEMPTY),
@@ -3286,16 +3308,16 @@ pub static MESSAGES: &[Message] = &[
         f(5, "uid", S, OMITEMPTY),
         f(6, "resourceVersion", S, OMITEMPTY),
         f(7, "generation", I64, OMITEMPTY),
-        f(8, "creationTimestamp", M(491), 0),
-        f(9, "deletionTimestamp", M(491), 0),
+        f(8, "creationTimestamp", M(495), 0),
+        f(9, "deletionTimestamp", M(495), 0),
         f(10, "deletionGracePeriodSeconds", I64, NULLABLE),
         f(11, "labels", MapS, 0),
         f(12, "annotations", MapS, 0),
-        f(13, "ownerReferences", M(480), REPEATED),
+        f(13, "ownerReferences", M(484), REPEATED),
         f(14, "finalizers", S, REPEATED),
-        f(17, "managedFields", M(477), REPEATED),
+        f(17, "managedFields", M(481), REPEATED),
     ] },
-    // 480
+    // 484
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference", array: false, fields: &[
         f(1, "kind", S, 0),
         f(3, "name", S, 0),
@@ -3304,99 +3326,99 @@ pub static MESSAGES: &[Message] = &[
         f(6, "controller", Bool, NULLABLE),
         f(7, "blockOwnerDeletion", Bool, NULLABLE),
     ] },
-    // 481
+    // 485
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(483), 0),
     ] },
-    // 482
+    // 486
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
-        f(2, "items", M(481), REPEATED),
+        f(1, "metadata", M(479), 0),
+        f(2, "items", M(485), REPEATED),
     ] },
-    // 483
+    // 487
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PatchOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "force", Bool, NULLABLE),
         f(3, "fieldManager", S, OMITEMPTY),
         f(4, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 484
+    // 488
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions", array: false, fields: &[
         f(1, "uid", S, NULLABLE),
         f(2, "resourceVersion", S, NULLABLE),
     ] },
-    // 485
+    // 489
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.RootPaths", array: false, fields: &[
         f(1, "paths", S, REPEATED),
     ] },
-    // 486
+    // 490
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR", array: false, fields: &[
         f(1, "clientCIDR", S, 0),
         f(2, "serverAddress", S, 0),
     ] },
-    // 487
+    // 491
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Status", array: false, fields: &[
-        f(1, "metadata", M(475), 0),
+        f(1, "metadata", M(479), 0),
         f(2, "status", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
         f(4, "reason", S, OMITEMPTY),
-        f(5, "details", M(489), 0),
+        f(5, "details", M(493), 0),
         f(6, "code", I32, OMITEMPTY),
     ] },
-    // 488
+    // 492
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusCause", array: false, fields: &[
         f(1, "reason", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
         f(3, "field", S, OMITEMPTY),
     ] },
-    // 489
+    // 493
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusDetails", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "group", S, OMITEMPTY),
         f(3, "kind", S, OMITEMPTY),
-        f(4, "causes", M(488), REPEATED),
+        f(4, "causes", M(492), REPEATED),
         f(5, "retryAfterSeconds", I32, OMITEMPTY),
         f(6, "uid", S, OMITEMPTY),
     ] },
-    // 490
+    // 494
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TableOptions", array: false, fields: &[
         f(1, "includeObject", S, OMITEMPTY),
     ] },
-    // 491
+    // 495
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Time", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 492
+    // 496
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Timestamp", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 493
+    // 497
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TypeMeta", array: false, fields: &[
         f(1, "kind", S, OMITEMPTY),
         f(2, "apiVersion", S, OMITEMPTY),
     ] },
-    // 494
+    // 498
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.UpdateOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "fieldManager", S, OMITEMPTY),
         f(3, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 495
+    // 499
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Verbs", array: true, fields: &[
         f(1, "items", S, REPEATED),
     ] },
-    // 496
+    // 500
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(497), 0),
+        f(2, "object", M(501), 0),
     ] },
-    // 497
+    // 501
     Message { name: "k8s.io.apimachinery.pkg.runtime.RawExtension", array: false, fields: &[
         f(1, "raw", B, 0),
     ] },
-    // 498
+    // 502
     Message { name: "k8s.io.apimachinery.pkg.util.intstr.IntOrString", array: false, fields: &[
         f(1, "type", I64, 0),
         f(2, "intVal", I32, 0),

@@ -228,8 +228,8 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         admissionregistration::v1 as admissionregistration, apps::v1 as apps,
         autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
         coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-        events::v1 as events, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
-        scheduling::v1 as scheduling, storage::v1 as storage,
+        events::v1 as events, networking::v1 as networking, node::v1 as node, policy::v1 as policy,
+        rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
     };
     macro_rules! typed {
         ($t:ty, $hooks:expr) => {
@@ -303,6 +303,7 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("networking.k8s.io", "IngressClass") => typed!(networking::IngressClass, Hooks::PLAIN),
         ("networking.k8s.io", "Ingress") => typed!(networking::Ingress, GENERATION_STATUS),
         ("networking.k8s.io", "NetworkPolicy") => typed!(networking::NetworkPolicy, GENERATION),
+        ("node.k8s.io", "RuntimeClass") => typed!(node::RuntimeClass, Hooks::PLAIN),
         ("policy", "PodDisruptionBudget") => typed!(policy::PodDisruptionBudget, WORKLOAD),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
             typed!(rbac::ClusterRoleBinding, Hooks::PLAIN)

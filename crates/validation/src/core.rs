@@ -258,8 +258,8 @@ fn is_standard_container_resource(name: &str) -> bool {
     matches!(name, "cpu" | "memory" | "ephemeral-storage") || name.starts_with("hugepages-")
 }
 
-/// `ValidateResourceRequirements` for a container.
-fn validate_resources(r: &core::ResourceRequirements, path: &FieldPath, errs: &mut Errs) {
+/// `ValidateResourceRequirements` for a container (and a RuntimeClass overhead).
+pub(crate) fn validate_resources(r: &core::ResourceRequirements, path: &FieldPath, errs: &mut Errs) {
     let mut limit_values = BTreeMap::new();
     for (name, q) in r.limits.iter().flatten() {
         let lp = path.child("limits").key(name);
@@ -660,7 +660,7 @@ fn kind_name(kind: ContainerKind) -> &'static str {
     }
 }
 
-fn validate_tolerations(tolerations: &[core::Toleration], path: &FieldPath, errs: &mut Errs) {
+pub(crate) fn validate_tolerations(tolerations: &[core::Toleration], path: &FieldPath, errs: &mut Errs) {
     for (i, t) in tolerations.iter().enumerate() {
         let tp = path.index(i);
         let key = s(&t.key);

@@ -22,6 +22,7 @@ mod apps;
 mod batch;
 mod core;
 mod cron;
+mod node;
 mod other;
 mod util;
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::{
     autoscaling::v2 as autoscaling, certificates::v1 as certificates,
     coordination::v1 as coordination, discovery::v1 as discovery, events::v1 as events,
-    networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
+    networking::v1 as networking, node::v1 as node, policy::v1 as policy, rbac::v1 as rbac,
     scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use serde::de::DeserializeOwned;
@@ -1151,6 +1151,60 @@ fn other_groups() {
                 "reason: Required value",
                 "type: Invalid value: \"\": has invalid value: ",
             ],
+        ),
+    ]);
+}
+
+#[test]
+fn runtime_class() {
+    check_create::<node::RuntimeClass>(vec![
+        (
+            "valid",
+            json!({"handler": "runc", "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}},
+                "scheduling": {"nodeSelector": {"runtime": "runc"},
+                    "tolerations": [{"key": "runtime", "operator": "Exists", "effect": "NoSchedule"}]}}),
+            vec![],
+        ),
+        (
+            "handler not a DNS label",
+            json!({"handler": "Run_C"}),
+            vec![
+                "handler: Invalid value: \"Run_C\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+            ],
+        ),
+        ("empty handler", json!({"handler": ""}), vec!["handler: Invalid value"]),
+        (
+            "overhead checked as limits",
+            json!({"handler": "runc", "overhead": {"podFixed": {"cpu": "-1", "gpu": "1", "memory": "x"}}}),
+            vec![
+                "overhead.limits[cpu]: Invalid value: \"-1\": must be greater than or equal to 0",
+                "overhead.limits[gpu]: Invalid value: \"gpu\": must be a standard resource for containers",
+                "overhead.limits[memory]: Invalid value",
+            ],
+        ),
+        (
+            "scheduling",
+            json!({"handler": "runc", "scheduling": {"nodeSelector": {"bad key!": "v"},
+                "tolerations": [{"operator": "Equal", "value": "v"}, {"key": "k", "operator": "Near"}]}}),
+            vec![
+                "scheduling.nodeSelector: Invalid value",
+                "scheduling.tolerations[0].operator: Invalid value",
+                "scheduling.tolerations[1].operator: Unsupported value",
+            ],
+        ),
+    ]);
+    check_update::<node::RuntimeClass>(vec![
+        (
+            "overhead may change",
+            json!({"handler": "runc", "overhead": {"podFixed": {"cpu": "1"}}}),
+            json!({"handler": "runc"}),
+            vec![],
+        ),
+        (
+            "handler is immutable",
+            json!({"handler": "kata"}),
+            json!({"handler": "runc"}),
+            vec!["handler: Invalid value: \"kata\": field is immutable"],
         ),
     ]);
 }

@@ -723,6 +723,11 @@ fn config_and_small_kinds() {
         cells("coordination.k8s.io", "Lease", &lease),
         vec![json!("o"), json!("node-1"), json!("30s")]
     );
+    let rc = json!({"metadata": meta, "handler": "runc", "overhead": {"podFixed": {"cpu": "1"}}});
+    assert_eq!(
+        cells("node.k8s.io", "RuntimeClass", &rc),
+        vec![json!("o"), json!("runc"), json!("30s")]
+    );
     let pc = json!({"metadata": meta, "value": 2000000000, "globalDefault": false, "preemptionPolicy": "PreemptLowerPriority"});
     assert_eq!(
         cells("scheduling.k8s.io", "PriorityClass", &pc),

@@ -37,6 +37,7 @@ mod pod_security;
 mod priority;
 mod pvc_resize;
 mod resource_quota;
+mod runtime_class;
 mod service_account;
 mod storage_protection;
 mod taint_nodes_by_condition;
@@ -279,7 +280,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     plugin(storage_protection::NAME, true, storage_protection::new),
     known("OwnerReferencesPermissionEnforcement", false),
     plugin(pvc_resize::NAME, true, pvc_resize::new),
-    known("RuntimeClass", true),
+    plugin(runtime_class::NAME, true, runtime_class::new),
     plugin(certificates::APPROVAL, true, certificates::new_approval),
     plugin(certificates::SIGNING, true, certificates::new_signing),
     known("ClusterTrustBundleAttest", true),
