@@ -87,6 +87,10 @@ struct Options {
     /// token secret. This must be a valid PEM-encoded CA bundle.
     #[arg(long = "root-ca-file")]
     root_ca_file: Option<PathBuf>,
+    /// Filename containing a PEM-encoded private RSA or ECDSA key used to sign
+    /// service account tokens (Ferrokube: ECDSA P-256 only).
+    #[arg(long = "service-account-private-key-file")]
+    service_account_private_key_file: Option<PathBuf>,
     /// If true, use individual service account credentials for each controller.
     #[arg(
         long = "use-service-account-credentials",
@@ -126,6 +130,7 @@ impl Options {
             informer_sync_timeout: Duration::from_secs(120),
             root_ca: None,
             service_account_credentials: None,
+            service_account_private_key: None,
         }
     }
 }
@@ -233,6 +238,18 @@ async fn main() -> anyhow::Result<()> {
             path.display()
         );
         cfg.root_ca = Some(pem);
+    }
+    if let Some(path) = &opts.service_account_private_key_file {
+        let pem = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "reading --service-account-private-key-file {}",
+                path.display()
+            )
+        })?;
+        // Refuse a key the signer cannot use now rather than at the first Secret.
+        ferrokube_controllers::serviceaccounttoken::check_private_key(&pem)
+            .with_context(|| format!("--service-account-private-key-file {}", path.display()))?;
+        cfg.service_account_private_key = Some(pem);
     }
     ferrokube_controllers::manager::enabled_controllers(&cfg.controllers)?;
     let config = client_config(opts.kubeconfig.as_ref()).await?;

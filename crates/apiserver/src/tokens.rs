@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_auth::ServiceAccountTokenAuthenticator;
+use ferrokube_auth::authn::legacy::LegacySecret;
 use ferrokube_auth::authn::serviceaccount::{
     BoundObjects, Claims, KubernetesClaim, Ref, TokenIssuer, new_jti, now_unix,
 };
@@ -75,6 +76,23 @@ impl BoundObjects for CachedObjects {
 
     fn secret_uid(&self, namespace: &str, name: &str) -> Option<String> {
         cached_one(&self.secrets, namespace, name).map(|o| uid_of(&o))
+    }
+
+    fn legacy_token_secret(&self, namespace: &str, name: &str) -> Option<LegacySecret> {
+        use base64::Engine as _;
+        let secret = cached_one(&self.secrets, namespace, name)?;
+        // An undecodable value matches no token.
+        let token = secret["data"]["token"]
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .unwrap_or_default();
+        Some(LegacySecret {
+            token,
+            deleting: !secret["metadata"]["deletionTimestamp"].is_null(),
+            invalidated: secret["metadata"]["labels"]
+                .get(ferrokube_auth::authn::legacy::INVALIDATED_LABEL)
+                .is_some(),
+        })
     }
 }
 

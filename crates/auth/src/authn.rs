@@ -5,6 +5,7 @@
 //! it handles; `Err(_)` a credential was presented and is invalid. The apiserver
 //! answers 401 to `Ok(None)` and `Err(_)` from its top-level authenticator.
 
+pub mod legacy;
 pub mod serviceaccount;
 mod token;
 mod x509;

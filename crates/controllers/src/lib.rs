@@ -17,7 +17,9 @@
 //! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
-//! [`pvprotection`] (the storage protection finalizers removed once unused).
+//! [`pvprotection`] (the storage protection finalizers removed once unused),
+//! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
+//! Secrets).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -44,6 +46,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
+pub mod serviceaccounttoken;
 pub mod ttlafterfinished;
 pub mod util;
 

@@ -31,6 +31,7 @@ use crate::replicaset::ReplicaSetController;
 use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
+use crate::serviceaccounttoken::ServiceAccountTokenController;
 use crate::ttlafterfinished::TtlAfterFinishedController;
 use crate::{Controller, Error, Result, run_controller};
 
@@ -62,6 +63,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "pvc-protection",
     ),
     ("persistentvolume-protection-controller", "pv-protection"),
+    ("serviceaccount-token-controller", "serviceaccount-token"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -92,7 +94,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "resourceclaim-controller",
     "legacy-serviceaccount-token-cleaner-controller",
     "validatingadmissionpolicy-status-controller",
-    "serviceaccount-token-controller",
 ];
 
 /// The ServiceAccount in `kube-system` each controller runs as with
@@ -192,6 +193,9 @@ pub struct ManagerConfig {
     /// dropped, tokens from TokenRequest). `None`: every controller writes with the
     /// manager's client. Informers always use the manager's client, as upstream.
     pub service_account_credentials: Option<kube::Config>,
+    /// `--service-account-private-key-file` (PEM): the key the tokens controller
+    /// signs legacy Secret tokens with; without it that controller does not run.
+    pub service_account_private_key: Option<String>,
 }
 
 impl Default for ManagerConfig {
@@ -211,6 +215,7 @@ impl Default for ManagerConfig {
             informer_sync_timeout: Duration::from_secs(60),
             root_ca: None,
             service_account_credentials: None,
+            service_account_private_key: None,
         }
     }
 }
@@ -252,7 +257,13 @@ impl Manager {
         let mut built: Vec<(Arc<dyn Controller>, usize)> = Vec::new();
         for name in &enabled {
             let rec: Arc<dyn EventSink> = Arc::new(broadcaster.new_recorder(name));
-            let client = clients.client(service_account_name(name)).await?;
+            // Upstream runs the tokens controller with the manager's own credentials
+            // (a controller's ServiceAccount credentials may be what it must provide).
+            let client = if *name == "serviceaccount-token-controller" {
+                client.clone()
+            } else {
+                clients.client(service_account_name(name)).await?
+            };
             let c: (Arc<dyn Controller>, usize) = match *name {
                 "replicaset-controller" => (
                     ReplicaSetController::<ReplicaSet>::new(&factory, client.clone(), rec),
@@ -322,6 +333,25 @@ impl Manager {
                 "persistentvolume-protection-controller" => {
                     (PvProtectionController::new(&factory, client.clone()), 1)
                 }
+                "serviceaccount-token-controller" => match &cfg.service_account_private_key {
+                    // Upstream's --concurrent-serviceaccount-token-syncs default.
+                    Some(key) => (
+                        ServiceAccountTokenController::new(
+                            &factory,
+                            client.clone(),
+                            key,
+                            cfg.root_ca.clone(),
+                        )?,
+                        5,
+                    ),
+                    None => {
+                        tracing::warn!(
+                            controller = name,
+                            "no --service-account-private-key-file: not filling token Secrets"
+                        );
+                        continue;
+                    }
+                },
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
                     (DisruptionController::new(&factory, client.clone(), rec), 1)

@@ -15,6 +15,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::legacy::{LEGACY_ISSUER, LegacyClaims, LegacySecret};
 use super::token::{Bearer, bearer_token};
 use super::{AuthError, AuthRequest, Authenticator};
 use crate::rbac::service_account_user;
@@ -94,7 +95,7 @@ pub enum TokenError {
 }
 
 /// The key id upstream derives from a public key: base64url(SHA-256(DER SPKI)).
-fn key_id(spki_der: &[u8]) -> String {
+pub(crate) fn key_id(spki_der: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, spki_der))
 }
 
@@ -194,6 +195,11 @@ pub trait BoundObjects: Send + Sync {
     fn pod(&self, namespace: &str, name: &str) -> Option<(String, bool)>;
     /// The uid of a secret.
     fn secret_uid(&self, namespace: &str, name: &str) -> Option<String>;
+    /// The Secret of a legacy token (see [`super::legacy`]); `None` (the default)
+    /// when it does not exist, which rejects every legacy token.
+    fn legacy_token_secret(&self, _namespace: &str, _name: &str) -> Option<LegacySecret> {
+        None
+    }
 }
 
 /// Extra keys upstream puts on service account users.
@@ -244,31 +250,28 @@ impl<B: BoundObjects> ServiceAccountTokenAuthenticator<B> {
         json!({"keys": self.keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()})
     }
 
-    /// Whether `token` is a JWT from one of our issuers (without verifying it).
-    fn is_ours(&self, token: &str) -> bool {
+    /// The issuer of `token` when it is a JWT from one of our issuers or a legacy
+    /// token (without verifying it).
+    fn our_issuer(&self, token: &str) -> Option<String> {
         let mut parts = token.split('.');
         let (Some(_), Some(payload), Some(_), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return false;
+            return None;
         };
-        let Ok(bytes) = URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')) else {
-            return false;
-        };
-        let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
-            return false;
-        };
-        v["iss"]
-            .as_str()
-            .is_some_and(|iss| self.issuers.iter().any(|i| i == iss))
+        let bytes = URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+        let v = serde_json::from_slice::<Value>(&bytes).ok()?;
+        let iss = v["iss"].as_str()?;
+        (iss == LEGACY_ISSUER || self.issuers.iter().any(|i| i == iss)).then(|| iss.to_string())
     }
 
-    /// Verifies `token` and returns its user, as upstream's JWT authenticator and
-    /// the bound-object validator.
-    pub fn authenticate_token(&self, token: &str) -> Result<Option<UserInfo>, AuthError> {
-        if !self.is_ours(token) {
-            return Ok(None);
-        }
+    /// Verifies the signature of `token` with the key its header names (or any key
+    /// without one) under `validation`.
+    fn verify<C: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+        validation: &Validation,
+    ) -> Result<C, AuthError> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(e.to_string()))?;
         if header.alg != Algorithm::ES256 {
             return Err(invalid(format!(
@@ -276,27 +279,46 @@ impl<B: BoundObjects> ServiceAccountTokenAuthenticator<B> {
                 header.alg
             )));
         }
-        let mut validation = Validation::new(Algorithm::ES256);
-        validation.set_issuer(&self.issuers);
-        validation.set_audience(&self.audiences);
-        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        validation.validate_nbf = true;
         let candidates = self
             .keys
             .iter()
             .filter(|k| header.kid.as_deref().is_none_or(|kid| kid == k.kid));
         let mut last = invalid("no verification key matches the token's key id");
-        let mut claims = None;
         for k in candidates {
-            match jsonwebtoken::decode::<Claims>(token, &k.key, &validation) {
-                Ok(data) => {
-                    claims = Some(data.claims);
-                    break;
-                }
+            match jsonwebtoken::decode::<C>(token, &k.key, validation) {
+                Ok(data) => return Ok(data.claims),
                 Err(e) => last = invalid(e.to_string()),
             }
         }
-        let claims = claims.ok_or(last)?;
+        Err(last)
+    }
+
+    /// A legacy secret-based token: no audience, no expiry; its Secret and
+    /// ServiceAccount decide (upstream's legacy validator).
+    fn authenticate_legacy(&self, token: &str) -> Result<Option<UserInfo>, AuthError> {
+        let mut validation = Validation::new(Algorithm::ES256);
+        validation.set_issuer(&[LEGACY_ISSUER]);
+        validation.set_required_spec_claims(&["iss", "sub"]);
+        validation.validate_exp = false;
+        validation.validate_aud = false;
+        let claims: LegacyClaims = self.verify(token, &validation)?;
+        super::legacy::validate(&claims, token, &self.objects).map(Some)
+    }
+
+    /// Verifies `token` and returns its user, as upstream's JWT authenticator and
+    /// the bound-object validator.
+    pub fn authenticate_token(&self, token: &str) -> Result<Option<UserInfo>, AuthError> {
+        match self.our_issuer(token) {
+            None => return Ok(None),
+            Some(iss) if iss == LEGACY_ISSUER => return self.authenticate_legacy(token),
+            Some(_) => {}
+        }
+        let mut validation = Validation::new(Algorithm::ES256);
+        validation.set_issuer(&self.issuers);
+        validation.set_audience(&self.audiences);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        let claims: Claims = self.verify(token, &validation)?;
         let k = &claims.kubernetes;
         let ns = &k.namespace;
         let sa = &k.serviceaccount;

@@ -1,0 +1,309 @@
+//! Legacy secret-based service account tokens (upstream `pkg/serviceaccount/legacy.go`):
+//! the JWTs the controller manager's tokens controller writes into Secrets of type
+//! `kubernetes.io/service-account-token`. They have issuer `kubernetes/serviceaccount`,
+//! no audience and no expiry; they stay valid exactly as long as their Secret holds
+//! the same token and the ServiceAccount they name (with the same uid) exists.
+//!
+//! [`LegacyTokenSigner`] signs them (the controller manager's
+//! `--service-account-private-key-file`); [`validate`] is upstream's legacy validator,
+//! run by [`super::ServiceAccountTokenAuthenticator`] once the signature verified.
+//!
+//! Not done: upstream's `kubernetes.io/legacy-token-last-used` label (the
+//! authenticator here has no writer); tokens still authenticate without it.
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde::{Deserialize, Serialize};
+
+use super::AuthError;
+use super::serviceaccount::{BoundObjects, TokenError, key_id};
+use crate::rbac::service_account_user;
+use crate::user::UserInfo;
+
+/// Upstream `serviceaccount.LegacyIssuer`.
+pub const LEGACY_ISSUER: &str = "kubernetes/serviceaccount";
+
+/// Upstream `LegacyTokenInvalidatedLabelKey`: set by the legacy token cleaner on
+/// tokens it has invalidated.
+pub const INVALIDATED_LABEL: &str = "kubernetes.io/legacy-token-invalid-since";
+
+/// The claims of a legacy token (upstream `legacyPrivateClaims` plus `iss`/`sub`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegacyClaims {
+    pub iss: String,
+    pub sub: String,
+    #[serde(rename = "kubernetes.io/serviceaccount/namespace", default)]
+    pub namespace: String,
+    #[serde(rename = "kubernetes.io/serviceaccount/secret.name", default)]
+    pub secret_name: String,
+    #[serde(rename = "kubernetes.io/serviceaccount/service-account.name", default)]
+    pub service_account_name: String,
+    #[serde(rename = "kubernetes.io/serviceaccount/service-account.uid", default)]
+    pub service_account_uid: String,
+}
+
+impl LegacyClaims {
+    /// The claims of a token for the ServiceAccount `name` (uid `uid`) in `namespace`,
+    /// stored in the Secret `secret`.
+    pub fn new(namespace: &str, name: &str, uid: &str, secret: &str) -> Self {
+        LegacyClaims {
+            iss: LEGACY_ISSUER.to_string(),
+            sub: service_account_user(namespace, name),
+            namespace: namespace.to_string(),
+            secret_name: secret.to_string(),
+            service_account_name: name.to_string(),
+            service_account_uid: uid.to_string(),
+        }
+    }
+}
+
+/// The state of a legacy token's Secret that validation needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LegacySecret {
+    /// `data.token`, decoded.
+    pub token: Vec<u8>,
+    /// The Secret has a deletionTimestamp.
+    pub deleting: bool,
+    /// The Secret carries [`INVALIDATED_LABEL`].
+    pub invalidated: bool,
+}
+
+/// Signs legacy tokens with an ECDSA P-256 private key (PKCS#8 PEM, the PKI's
+/// `sa.key`). The key id is the one the apiserver derives from the public key, so
+/// the verifier picks the matching `--service-account-key-file` key.
+pub struct LegacyTokenSigner {
+    key: EncodingKey,
+    kid: String,
+}
+
+impl std::fmt::Debug for LegacyTokenSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacyTokenSigner")
+            .field("kid", &self.kid)
+            .finish()
+    }
+}
+
+/// DER prefix of a P-256 SubjectPublicKeyInfo (id-ecPublicKey, prime256v1, BIT
+/// STRING of 66 bytes); the 65-byte uncompressed point follows it.
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+impl LegacyTokenSigner {
+    /// From the PKCS#8 PEM of an ECDSA P-256 private key.
+    pub fn new(private_key_pem: &str) -> Result<Self, TokenError> {
+        use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+        use rustls_pki_types::pem::PemObject;
+        let der = rustls_pki_types::PrivatePkcs8KeyDer::from_pem_slice(private_key_pem.as_bytes())
+            .map_err(|e| TokenError::Key(format!("private key: {e}")))?;
+        let pair = EcdsaKeyPair::from_pkcs8(
+            &ECDSA_P256_SHA256_FIXED_SIGNING,
+            der.secret_pkcs8_der(),
+            &ring::rand::SystemRandom::new(),
+        )
+        .map_err(|e| TokenError::Key(format!("only ECDSA P-256 PKCS#8 keys are supported: {e}")))?;
+        let mut spki = P256_SPKI_PREFIX.to_vec();
+        spki.extend_from_slice(pair.public_key().as_ref());
+        let key = EncodingKey::from_ec_pem(private_key_pem.as_bytes())
+            .map_err(|e| TokenError::Key(e.to_string()))?;
+        Ok(LegacyTokenSigner {
+            key,
+            kid: key_id(&spki),
+        })
+    }
+
+    /// Signs `claims` (upstream `JWTTokenGenerator(LegacyIssuer, key).GenerateToken`).
+    pub fn sign(&self, claims: &LegacyClaims) -> Result<String, TokenError> {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, claims, &self.key)
+            .map_err(|e| TokenError::Sign(e.to_string()))
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> AuthError {
+    AuthError::InvalidServiceAccountToken(msg.into())
+}
+
+/// Upstream's legacy validator over verified `claims`: every claim present, the
+/// Secret still there, not being deleted or invalidated and holding this very
+/// `token`, and the ServiceAccount there with the claimed uid. The user is the
+/// ServiceAccount's, as for bound tokens (`system:authenticated` is added by the
+/// union).
+pub fn validate(
+    claims: &LegacyClaims,
+    token: &str,
+    objects: &dyn BoundObjects,
+) -> Result<UserInfo, AuthError> {
+    for (value, claim) in [
+        (&claims.service_account_name, "serviceAccountName"),
+        (&claims.service_account_uid, "serviceAccountUID"),
+        (&claims.secret_name, "secretName"),
+        (&claims.namespace, "namespace"),
+    ] {
+        if value.is_empty() {
+            return Err(invalid(format!("{claim} claim is missing")));
+        }
+    }
+    let ns = &claims.namespace;
+    let name = &claims.service_account_name;
+    if claims.sub != service_account_user(ns, name) {
+        return Err(invalid("subject does not match the service account"));
+    }
+    let Some(secret) = objects.legacy_token_secret(ns, &claims.secret_name) else {
+        return Err(invalid("Token has been invalidated"));
+    };
+    if secret.deleting || secret.invalidated {
+        return Err(invalid("Token has been invalidated"));
+    }
+    if secret.token != token.as_bytes() {
+        return Err(invalid("Token does not match server's copy"));
+    }
+    match objects.service_account_uid(ns, name) {
+        None => Err(invalid(format!("serviceaccounts \"{name}\" not found"))),
+        Some(uid) if uid != claims.service_account_uid => Err(invalid(format!(
+            "ServiceAccount UID ({uid}) does not match claim ({})",
+            claims.service_account_uid
+        ))),
+        Some(uid) => Ok(UserInfo {
+            name: claims.sub.clone(),
+            uid,
+            groups: vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{ns}"),
+            ],
+            ..UserInfo::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authn::ServiceAccountTokenAuthenticator;
+    use std::collections::HashMap;
+
+    const ISS: &str = "https://kubernetes.default.svc.cluster.local";
+
+    #[derive(Default)]
+    struct Objects {
+        sas: HashMap<String, String>,
+        secrets: HashMap<String, LegacySecret>,
+    }
+
+    impl BoundObjects for Objects {
+        fn service_account_uid(&self, ns: &str, name: &str) -> Option<String> {
+            self.sas.get(&format!("{ns}/{name}")).cloned()
+        }
+        fn pod(&self, _: &str, _: &str) -> Option<(String, bool)> {
+            None
+        }
+        fn secret_uid(&self, _: &str, _: &str) -> Option<String> {
+            None
+        }
+        fn legacy_token_secret(&self, ns: &str, name: &str) -> Option<LegacySecret> {
+            self.secrets.get(&format!("{ns}/{name}")).cloned()
+        }
+    }
+
+    fn authenticator(public: &str, objects: Objects) -> ServiceAccountTokenAuthenticator<Objects> {
+        ServiceAccountTokenAuthenticator::new(public, vec![ISS.into()], vec![ISS.into()], objects)
+            .unwrap()
+    }
+
+    #[test]
+    fn legacy_tokens_live_as_long_as_their_secret_and_account() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let signer = LegacyTokenSigner::new(&key.serialize_pem()).unwrap();
+        let token = signer
+            .sign(&LegacyClaims::new(
+                "ci",
+                "builder",
+                "sa-uid",
+                "builder-token",
+            ))
+            .unwrap();
+        let secret = LegacySecret {
+            token: token.clone().into_bytes(),
+            ..LegacySecret::default()
+        };
+        let objects = |secret: Option<LegacySecret>, sa_uid: Option<&str>| {
+            let mut o = Objects::default();
+            if let Some(uid) = sa_uid {
+                o.sas.insert("ci/builder".into(), uid.into());
+            }
+            if let Some(s) = secret {
+                o.secrets.insert("ci/builder-token".into(), s);
+            }
+            o
+        };
+        let public = key.public_key_pem();
+        let user = authenticator(&public, objects(Some(secret.clone()), Some("sa-uid")))
+            .authenticate_token(&token)
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.name, "system:serviceaccount:ci:builder");
+        assert_eq!(user.uid, "sa-uid");
+        assert_eq!(
+            user.groups,
+            ["system:serviceaccounts", "system:serviceaccounts:ci"]
+        );
+
+        let rejected = |o: Objects| {
+            authenticator(&public, o)
+                .authenticate_token(&token)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(rejected(objects(None, Some("sa-uid"))).contains("Token has been invalidated"));
+        let other = LegacySecret {
+            token: b"another".to_vec(),
+            ..LegacySecret::default()
+        };
+        assert!(
+            rejected(objects(Some(other), Some("sa-uid")))
+                .contains("Token does not match server's copy")
+        );
+        let deleting = LegacySecret {
+            deleting: true,
+            ..secret.clone()
+        };
+        assert!(rejected(objects(Some(deleting), Some("sa-uid"))).contains("invalidated"));
+        assert!(
+            rejected(objects(Some(secret.clone()), None))
+                .contains("serviceaccounts \"builder\" not found")
+        );
+        assert!(
+            rejected(objects(Some(secret.clone()), Some("new-uid")))
+                .contains("ServiceAccount UID (new-uid) does not match claim (sa-uid)")
+        );
+        // Another key's signature is refused before any lookup.
+        let other_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let forged = LegacyTokenSigner::new(&other_key.serialize_pem())
+            .unwrap()
+            .sign(&LegacyClaims::new(
+                "ci",
+                "builder",
+                "sa-uid",
+                "builder-token",
+            ))
+            .unwrap();
+        let authn = authenticator(&public, objects(Some(secret), Some("sa-uid")));
+        assert!(authn.authenticate_token(&forged).is_err());
+        // Missing claims are named.
+        let mut partial = LegacyClaims::new("ci", "builder", "sa-uid", "builder-token");
+        partial.secret_name.clear();
+        let e = authn
+            .authenticate_token(&signer.sign(&partial).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("secretName claim is missing"), "{e}");
+    }
+
+    #[test]
+    fn signer_refuses_keys_it_cannot_use() {
+        assert!(LegacyTokenSigner::new("not a key").is_err());
+        let rsa_like = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        assert!(LegacyTokenSigner::new(rsa_like).is_err());
+    }
+}
