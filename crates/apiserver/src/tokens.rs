@@ -13,7 +13,7 @@ use ferrokube_auth::authn::legacy::LegacySecret;
 use ferrokube_auth::authn::serviceaccount::{
     BoundObjects, Claims, KubernetesClaim, Ref, TokenIssuer, new_jti, now_unix,
 };
-use ferrokube_registry::Store;
+use ferrokube_registry::{Part, PatchType, Store, UpdateInput, WriteOptions};
 use http::{HeaderMap, Method};
 use serde_json::{Value, json};
 
@@ -93,6 +93,52 @@ impl BoundObjects for CachedObjects {
                 .get(ferrokube_auth::authn::legacy::INVALIDATED_LABEL)
                 .is_some(),
         })
+    }
+
+    /// Upstream's legacy validator: label the Secret with today's date unless it
+    /// already says today (or tomorrow, for clocks a little ahead); a merge patch
+    /// carrying the uid, written in the background so authentication never waits.
+    fn legacy_token_used(&self, namespace: &str, name: &str) {
+        use ferrokube_auth::authn::legacy::LAST_USED_LABEL;
+        let Some(secret) = cached_one(&self.secrets, namespace, name) else {
+            return;
+        };
+        let today = jiff::Timestamp::now()
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .date();
+        let tomorrow = today.tomorrow().unwrap_or(today);
+        let last_used = secret["metadata"]["labels"][LAST_USED_LABEL].as_str();
+        if [today, tomorrow]
+            .iter()
+            .any(|d| last_used == Some(d.to_string().as_str()))
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let patch = json!({"metadata": {"uid": secret["metadata"]["uid"].clone(),
+            "labels": {LAST_USED_LABEL: today.to_string()}}});
+        let (store, ns, name) = (
+            self.secrets.clone(),
+            namespace.to_string(),
+            name.to_string(),
+        );
+        runtime.spawn(async move {
+            let written = store
+                .update(
+                    Some(&ns),
+                    &name,
+                    UpdateInput::Patch(PatchType::Merge, patch),
+                    Part::Main,
+                    &WriteOptions::default(),
+                )
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(secret = %format!("{ns}/{name}"), error = %e.message,
+                    "labelling a legacy service account token secret with last-used failed");
+            }
+        });
     }
 }
 

@@ -42,6 +42,12 @@ async fn filled(secrets: &Api<Secret>, name: &str) -> anyhow::Result<Secret> {
     .await
 }
 
+fn utc_date() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%d")
+        .to_string()
+}
+
 fn data(secret: &Secret, key: &str) -> String {
     let bytes = secret
         .data
@@ -83,6 +89,7 @@ async fn token_secrets_get_legacy_tokens_that_authenticate() -> anyhow::Result<(
     );
 
     // The token authenticates as the account (kubectl auth whoami's request).
+    let day_before = utc_date();
     let token = data(&secret, "token");
     let as_builder = srv.client_with_token(&token).await?;
     let review: SelfSubjectReview = serde_json::from_value(json!({}))?;
@@ -103,6 +110,22 @@ async fn token_secrets_get_legacy_tokens_that_authenticate() -> anyhow::Result<(
             "system:authenticated"
         ]
     );
+
+    // The apiserver notes the day the legacy token was used (upstream's label).
+    let day_after = utc_date();
+    wait_for(30, "the last-used label on the Secret", || async {
+        let s = secrets.get("builder-token").await?;
+        let label = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/legacy-token-last-used").cloned());
+        // The request's day: the one before it or, across midnight, the one after.
+        Ok(label
+            .filter(|d| *d == day_before || *d == day_after)
+            .map(|_| ()))
+    })
+    .await?;
 
     // A token Secret for an account that does not exist is deleted.
     secrets

@@ -8,8 +8,8 @@
 //! `--service-account-private-key-file`); [`validate`] is upstream's legacy validator,
 //! run by [`super::ServiceAccountTokenAuthenticator`] once the signature verified.
 //!
-//! Not done: upstream's `kubernetes.io/legacy-token-last-used` label (the
-//! authenticator here has no writer); tokens still authenticate without it.
+//! A successful authentication calls [`BoundObjects::legacy_token_used`], where the
+//! apiserver sets upstream's [`LAST_USED_LABEL`] on the Secret.
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,10 @@ pub const LEGACY_ISSUER: &str = "kubernetes/serviceaccount";
 /// Upstream `LegacyTokenInvalidatedLabelKey`: set by the legacy token cleaner on
 /// tokens it has invalidated.
 pub const INVALIDATED_LABEL: &str = "kubernetes.io/legacy-token-invalid-since";
+
+/// Upstream `LastUsedLabelKey`: the day (UTC, `YYYY-MM-DD`) a legacy token was last
+/// used, set by the apiserver at most once a day.
+pub const LAST_USED_LABEL: &str = "kubernetes.io/legacy-token-last-used";
 
 /// The claims of a legacy token (upstream `legacyPrivateClaims` plus `iss`/`sub`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,15 +170,18 @@ pub fn validate(
             "ServiceAccount UID ({uid}) does not match claim ({})",
             claims.service_account_uid
         ))),
-        Some(uid) => Ok(UserInfo {
-            name: claims.sub.clone(),
-            uid,
-            groups: vec![
-                "system:serviceaccounts".to_string(),
-                format!("system:serviceaccounts:{ns}"),
-            ],
-            ..UserInfo::default()
-        }),
+        Some(uid) => {
+            objects.legacy_token_used(ns, &claims.secret_name);
+            Ok(UserInfo {
+                name: claims.sub.clone(),
+                uid,
+                groups: vec![
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{ns}"),
+                ],
+                ..UserInfo::default()
+            })
+        }
     }
 }
 

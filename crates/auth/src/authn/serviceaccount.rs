@@ -200,6 +200,10 @@ pub trait BoundObjects: Send + Sync {
     fn legacy_token_secret(&self, _namespace: &str, _name: &str) -> Option<LegacySecret> {
         None
     }
+    /// Called after a legacy token of the Secret authenticated: upstream labels the
+    /// Secret `kubernetes.io/legacy-token-last-used: <date>` (at most once a day).
+    /// The default records nothing.
+    fn legacy_token_used(&self, _namespace: &str, _name: &str) {}
 }
 
 /// Extra keys upstream puts on service account users.
