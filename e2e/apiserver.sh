@@ -852,6 +852,67 @@ YAML
   lacks protected
 }
 
+# RuntimeClass: the resource through kubectl (create -f, get's NAME/HANDLER/AGE table,
+# explain, 422 on a bad handler) and the admission plugin (a pod naming the class gets
+# its overhead and node selector; an unknown class is 403).
+s_runtime_class() {
+  local rc=sandbox-$NS
+  cat >"$MAN/runtimeclass.yaml" <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: $rc
+handler: runc
+overhead:
+  podFixed:
+    cpu: 250m
+    memory: 120Mi
+scheduling:
+  nodeSelector:
+    runtime: sandbox
+YAML
+  k create -f "$MAN/runtimeclass.yaml"
+  has "runtimeclass.node.k8s.io/$rc created"
+  k get runtimeclass "$rc"
+  has "^NAME +HANDLER +AGE"
+  has "^$rc +runc +[0-9]+s"
+  k explain runtimeclass.overhead
+  has "podFixed"
+  cat >"$MAN/runtimeclass-pod.yaml" <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sandboxed
+  namespace: $NS
+spec:
+  runtimeClassName: $rc
+  containers:
+  - name: c
+    image: busybox
+YAML
+  # No controllers here: the ServiceAccount plugin needs the account made by hand.
+  k -n "$NS" get serviceaccount default || k -n "$NS" create serviceaccount default
+  k create -f "$MAN/runtimeclass-pod.yaml"
+  has "pod/sandboxed created"
+  k -n "$NS" get pod sandboxed -o jsonpath='{.spec.overhead.cpu}/{.spec.overhead.memory}/{.spec.nodeSelector.runtime}'
+  is "250m/120Mi/sandbox"
+  sed -i "s/name: sandboxed/name: lost/; s/runtimeClassName: .*/runtimeClassName: missing/" "$MAN/runtimeclass-pod.yaml"
+  if k create -f "$MAN/runtimeclass-pod.yaml"; then
+    echo "a pod naming a missing RuntimeClass was admitted"
+    return 1
+  fi
+  has 'pods "lost" is forbidden: pod rejected: RuntimeClass "missing" not found'
+  sed -i "s/^handler: runc/handler: Not_A_Label/; s/name: $rc/name: bad-$rc/" "$MAN/runtimeclass.yaml"
+  if k create -f "$MAN/runtimeclass.yaml"; then
+    echo "a RuntimeClass with an invalid handler was created"
+    return 1
+  fi
+  has "is invalid: handler: Invalid value: \"Not_A_Label\""
+  k -n "$NS" delete pod sandboxed --wait=false
+  k delete runtimeclass "$rc"
+  has "runtimeclass.node.k8s.io \"$rc\" deleted"
+}
+
 # suite NAME KUBECTL: every step against the running apiserver.
 suite() {
   CURRENT_RUN=$1
@@ -898,6 +959,7 @@ suite() {
   step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration
   step "ValidatingAdmissionPolicy: the replicas example denies, compile errors 422" s_admission_policy
   step "StorageObjectInUseProtection: a new PVC gets its finalizer, delete waits on it" s_storage_protection
+  step "RuntimeClass: create, get, explain, 422; a pod gets overhead and nodeSelector, unknown class 403" s_runtime_class
 }
 
 # ---------------------------------------------------------------------------- runs
