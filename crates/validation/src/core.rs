@@ -259,7 +259,11 @@ fn is_standard_container_resource(name: &str) -> bool {
 }
 
 /// `ValidateResourceRequirements` for a container (and a RuntimeClass overhead).
-pub(crate) fn validate_resources(r: &core::ResourceRequirements, path: &FieldPath, errs: &mut Errs) {
+pub(crate) fn validate_resources(
+    r: &core::ResourceRequirements,
+    path: &FieldPath,
+    errs: &mut Errs,
+) {
     let mut limit_values = BTreeMap::new();
     for (name, q) in r.limits.iter().flatten() {
         let lp = path.child("limits").key(name);
@@ -660,7 +664,11 @@ fn kind_name(kind: ContainerKind) -> &'static str {
     }
 }
 
-pub(crate) fn validate_tolerations(tolerations: &[core::Toleration], path: &FieldPath, errs: &mut Errs) {
+pub(crate) fn validate_tolerations(
+    tolerations: &[core::Toleration],
+    path: &FieldPath,
+    errs: &mut Errs,
+) {
     for (i, t) in tolerations.iter().enumerate() {
         let tp = path.index(i);
         let key = s(&t.key);
@@ -813,6 +821,19 @@ pub fn validate_pod_spec(spec: &core::PodSpec, path: &FieldPath, errs: &mut Errs
         .filter(|n| !n.is_empty())
     {
         dns_subdomain(pc, &path.child("priorityClassName"), errs);
+    }
+    // Upstream `ValidateRuntimeClassName`: any set value, even "", is a class name.
+    if let Some(rc) = &spec.runtime_class_name {
+        dns_subdomain(rc, &path.child("runtimeClassName"), errs);
+    }
+    // Upstream `validateOverhead`: checked as container limits are (RuntimeClass
+    // admission sets it; pod templates carry it unchecked by admission).
+    if let Some(overhead) = &spec.overhead {
+        let as_limits = core::ResourceRequirements {
+            limits: Some(overhead.clone()),
+            ..Default::default()
+        };
+        validate_resources(&as_limits, &path.child("overhead"), errs);
     }
     enum_optional(
         &spec.preemption_policy,

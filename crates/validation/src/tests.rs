@@ -196,6 +196,21 @@ fn pod_create() {
                 "spec.tolerations[2].effect: Unsupported value",
             ],
         ),
+        (
+            "runtime class name and overhead",
+            json!({"spec": {"containers": [{"name": "c", "image": "i"}],
+                "runtimeClassName": "Not_A_Name", "overhead": {"cpu": "-1", "memory": "1Gi"}}}),
+            vec![
+                "spec.runtimeClassName: Invalid value",
+                "spec.overhead.limits[cpu]: Invalid value: \"-1\": must be greater than or equal to 0",
+            ],
+        ),
+        (
+            "valid runtime class name and overhead",
+            json!({"spec": {"containers": [{"name": "c", "image": "i"}],
+                "runtimeClassName": "kata", "overhead": {"cpu": "250m"}}}),
+            vec![],
+        ),
     ]);
 }
 
@@ -1172,7 +1187,11 @@ fn runtime_class() {
                 "handler: Invalid value: \"Run_C\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
             ],
         ),
-        ("empty handler", json!({"handler": ""}), vec!["handler: Invalid value"]),
+        (
+            "empty handler",
+            json!({"handler": ""}),
+            vec!["handler: Invalid value"],
+        ),
         (
             "overhead checked as limits",
             json!({"handler": "runc", "overhead": {"podFixed": {"cpu": "-1", "gpu": "1", "memory": "x"}}}),
