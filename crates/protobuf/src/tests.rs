@@ -317,6 +317,25 @@ fn workloads_and_config_round_trip() {
 }
 
 #[test]
+fn runtime_class_round_trips() {
+    let bytes = round_trip(json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "kata"},
+        "handler": "kata",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}},
+        "scheduling": {
+            "nodeSelector": {"runtime": "kata"},
+            "tolerations": [{"key": "kata", "operator": "Exists", "effect": "NoSchedule"}]
+        }
+    }));
+    let rc = k8s_pb::api::node::v1::RuntimeClass::decode(raw(&bytes)).unwrap();
+    assert_eq!(rc.handler.as_deref(), Some("kata"));
+    let list = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClassList",
+        "metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "runc"}, "handler": "runc"}]});
+    round_trip(list);
+}
+
+#[test]
 fn meta_kinds_round_trip() {
     // Events: MicroTime.
     round_trip(json!({
