@@ -911,6 +911,26 @@ YAML
   k -n "$NS" delete pod sandboxed --wait=false
   k delete runtimeclass "$rc"
   has "runtimeclass.node.k8s.io \"$rc\" deleted"
+  # apply, then apply a change (the 3-way merge over the stored class).
+  cat >"$MAN/runtimeclass-apply.yaml" <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: applied-$rc
+handler: runc
+overhead:
+  podFixed:
+    cpu: 100m
+YAML
+  k apply -f "$MAN/runtimeclass-apply.yaml"
+  has "runtimeclass.node.k8s.io/applied-$rc created"
+  sed -i "s/cpu: 100m/cpu: 200m/" "$MAN/runtimeclass-apply.yaml"
+  printf '    memory: 64Mi\nscheduling:\n  tolerations:\n  - key: sandbox\n    operator: Exists\n' >>"$MAN/runtimeclass-apply.yaml"
+  k apply -f "$MAN/runtimeclass-apply.yaml"
+  has "runtimeclass.node.k8s.io/applied-$rc configured"
+  k get runtimeclass "applied-$rc" -o jsonpath='{.overhead.podFixed.cpu}/{.overhead.podFixed.memory}/{.scheduling.tolerations[0].key}'
+  is "200m/64Mi/sandbox"
+  k delete -f "$MAN/runtimeclass-apply.yaml"
 }
 
 # suite NAME KUBECTL: every step against the running apiserver.
@@ -959,7 +979,7 @@ suite() {
   step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration
   step "ValidatingAdmissionPolicy: the replicas example denies, compile errors 422" s_admission_policy
   step "StorageObjectInUseProtection: a new PVC gets its finalizer, delete waits on it" s_storage_protection
-  step "RuntimeClass: create, get, explain, 422; a pod gets overhead and nodeSelector, unknown class 403" s_runtime_class
+  step "RuntimeClass: create, get, explain, 422, apply twice; a pod gets overhead and nodeSelector, unknown class 403" s_runtime_class
 }
 
 # ---------------------------------------------------------------------------- runs
