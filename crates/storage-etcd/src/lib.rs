@@ -26,6 +26,9 @@
 //!   etcd watch.
 //! * Transport failures are [`StorageError::Unavailable`]; the gRPC channel reconnects
 //!   on its own, so a request after etcd is back succeeds.
+//! * Requests go over [`EtcdOptions::connections`] HTTP/2 connections in turn, and
+//!   watches over one more of their own, so a burst of watch events does not queue in
+//!   front of writes on one connection's flow-control window and framing task.
 //!
 //! The feature `testing` adds [`testing::EtcdProcess`], a throwaway etcd server for
 //! tests and benchmarks.
@@ -73,6 +76,12 @@ pub struct EtcdOptions {
     pub keep_alive: Option<(Duration, Duration)>,
     /// Events a watch buffers for a slow reader before it is ended.
     pub watch_buffer: usize,
+    /// HTTP/2 connections for requests (reads and writes), used in turn; watches have
+    /// a connection of their own besides. One connection's framing runs on one task,
+    /// which caps the requests it carries per second; more of them spread the gRPC
+    /// work over the runtime's threads (upstream's apiserver likewise holds several
+    /// etcd clients).
+    pub connections: usize,
 }
 
 impl Default for EtcdOptions {
@@ -83,15 +92,18 @@ impl Default for EtcdOptions {
             request_timeout: Duration::from_secs(30),
             keep_alive: Some((Duration::from_secs(10), Duration::from_secs(5))),
             watch_buffer: 1024,
+            connections: 2,
         }
     }
 }
 
 /// [`Storage`] on etcd v3. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct EtcdStorage {
-    /// Keeps the balanced channel's endpoint set alive.
-    _client: Client,
-    kv: KvClient,
+    /// Keep the balanced channels' endpoint sets alive.
+    _clients: Vec<Client>,
+    /// One per request connection, used in turn ([`EtcdStorage::kv`]).
+    kvs: Vec<KvClient>,
+    next_kv: std::sync::atomic::AtomicUsize,
     watch: WatchClient,
     maintenance: MaintenanceClient,
     prefix: String,
@@ -147,16 +159,28 @@ impl EtcdStorage {
                 .with_keep_alive(interval, timeout)
                 .with_keep_alive_while_idle(true);
         }
-        let client = Client::connect(endpoints, Some(connect))
-            .await
-            .map_err(plain)?;
+        // The first connection carries watches; the others requests.
+        let mut clients = Vec::new();
+        for _ in 0..=options.connections.max(1) {
+            clients.push(
+                Client::connect(endpoints, Some(connect.clone()))
+                    .await
+                    .map_err(plain)?,
+            );
+        }
         let store = EtcdStorage {
             // Lists and watch batches may be far larger than gRPC's default 4 MiB
             // (upstream's client lifts the limit the same way).
-            kv: client.kv_client().max_decoding_message_size(MAX_MESSAGE),
-            watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
-            maintenance: client.maintenance_client(),
-            _client: client,
+            kvs: clients[1..]
+                .iter()
+                .map(|c| c.kv_client().max_decoding_message_size(MAX_MESSAGE))
+                .collect(),
+            next_kv: Default::default(),
+            watch: clients[0]
+                .watch_client()
+                .max_decoding_message_size(MAX_MESSAGE),
+            maintenance: clients[0].maintenance_client(),
+            _clients: clients,
             prefix: options.prefix,
             request_timeout: options.request_timeout,
             watch_buffer: options.watch_buffer.max(1),
@@ -164,6 +188,12 @@ impl EtcdStorage {
         };
         store.compact_state().await?;
         Ok(store)
+    }
+
+    /// A request client, the connections taken in turn.
+    fn kv(&self) -> KvClient {
+        let i = self.next_kv.fetch_add(1, Ordering::Relaxed) % self.kvs.len();
+        self.kvs[i].clone()
     }
 
     /// The storage prefix keys are stored under.
@@ -203,7 +233,7 @@ impl EtcdStorage {
     }
 
     async fn read(&self, key: &[u8]) -> Result<Option<KeyValue>> {
-        let resp = self.kv.clone().get(key, None).await.map_err(plain)?;
+        let resp = self.kv().get(key, None).await.map_err(plain)?;
         self.single(resp)
     }
 
@@ -215,12 +245,7 @@ impl EtcdStorage {
 
     /// Reads the compaction key; its header is the current revision.
     async fn compact_state(&self) -> Result<CompactState> {
-        let resp = self
-            .kv
-            .clone()
-            .get(COMPACT_KEY, None)
-            .await
-            .map_err(plain)?;
+        let resp = self.kv().get(COMPACT_KEY, None).await.map_err(plain)?;
         let current = header_revision(resp.header())?;
         let (compacted, key_revision) = match resp.kvs().first() {
             Some(kv) => (
@@ -269,7 +294,7 @@ impl EtcdStorage {
         if limit > 0 {
             options = options.with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
         }
-        match self.kv.clone().get(start, Some(options)).await {
+        match self.kv().get(start, Some(options)).await {
             Ok(resp) => Ok(resp),
             Err(err) => Err(self.revision_error(err, revision).await),
         }
@@ -295,7 +320,7 @@ impl Storage for EtcdStorage {
         let txn = Txn::new()
             .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(k, Vec::from(value), None)]);
-        let resp = self.kv.clone().txn(txn).await.map_err(plain)?;
+        let resp = self.kv().txn(txn).await.map_err(plain)?;
         if !resp.succeeded() {
             return Err(StorageError::AlreadyExists { key: key.into() });
         }
@@ -313,7 +338,7 @@ impl Storage for EtcdStorage {
             }
             options = options.with_revision(revision);
         }
-        let resp = match self.kv.clone().get(self.key(key), Some(options)).await {
+        let resp = match self.kv().get(self.key(key), Some(options)).await {
             Ok(resp) => resp,
             Err(err) => return Err(self.revision_error(err, requested).await),
         };
@@ -402,7 +427,7 @@ impl Storage for EtcdStorage {
                 Update::Write(value) => value,
             };
             let txn = Self::conditional_put(&k, current.as_ref(), value.to_vec());
-            let resp = self.kv.clone().txn(txn).await.map_err(plain)?;
+            let resp = self.kv().txn(txn).await.map_err(plain)?;
             if resp.succeeded() {
                 let revision = header_revision(resp.header())?;
                 return Ok(KeyValue {
@@ -447,7 +472,7 @@ impl Storage for EtcdStorage {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(k, Some(GetOptions::new().with_keys_only()))]);
-        let resp = self.kv.clone().txn(txn).await.map_err(plain)?;
+        let resp = self.kv().txn(txn).await.map_err(plain)?;
         if !resp.succeeded() {
             return match txn_get(&resp, 0)?.kvs().first() {
                 Some(kv) => Err(conflict(kv.mod_revision())),
@@ -473,12 +498,7 @@ impl Storage for EtcdStorage {
         let not_found = || StorageError::NotFound { key: key.into() };
         if *preconditions == Preconditions::default() {
             let options = DeleteOptions::new().with_prev_key();
-            let mut resp = self
-                .kv
-                .clone()
-                .delete(k, Some(options))
-                .await
-                .map_err(plain)?;
+            let mut resp = self.kv().delete(k, Some(options)).await.map_err(plain)?;
             let revision = header_revision(resp.header())?;
             let previous = resp
                 .take_prev_kvs()
@@ -502,7 +522,7 @@ impl Storage for EtcdStorage {
                 )])
                 .and_then([TxnOp::delete(k.clone(), None)])
                 .or_else([TxnOp::get(k.clone(), None)]);
-            let resp = self.kv.clone().txn(txn).await.map_err(plain)?;
+            let resp = self.kv().txn(txn).await.map_err(plain)?;
             if resp.succeeded() {
                 // The compare pinned the value: what was deleted is what was checked.
                 return Ok(Deleted {
@@ -568,13 +588,13 @@ impl Storage for EtcdStorage {
                     state.key_revision,
                 )])
                 .and_then([TxnOp::put(COMPACT_KEY, revision.to_string(), None)]);
-            if self.kv.clone().txn(txn).await.map_err(plain)?.succeeded() {
+            if self.kv().txn(txn).await.map_err(plain)?.succeeded() {
                 break;
             }
             // Another compaction was recorded concurrently; look again.
         }
         self.note_compacted(revision);
-        match self.kv.clone().compact(revision, None).await {
+        match self.kv().compact(revision, None).await {
             Ok(_) => Ok(()),
             // etcd is already compacted further (by another process): nothing to do.
             Err(err) if kind_of(&err) == Kind::Compacted => Ok(()),
@@ -585,8 +605,7 @@ impl Storage for EtcdStorage {
     async fn current_revision(&self) -> Result<Revision> {
         let options = GetOptions::new().with_count_only();
         let resp = self
-            .kv
-            .clone()
+            .kv()
             .get(COMPACT_KEY, Some(options))
             .await
             .map_err(plain)?;
@@ -602,7 +621,7 @@ impl Storage for EtcdStorage {
             TxnOp::get(COMPACT_KEY, None),
             TxnOp::get(range_start(&full_prefix), Some(count)),
         ]);
-        let resp = self.kv.clone().txn(txn).await.map_err(plain)?;
+        let resp = self.kv().txn(txn).await.map_err(plain)?;
         let current_revision = header_revision(resp.header())?;
         let recorded = txn_get(&resp, 0)?
             .kvs()

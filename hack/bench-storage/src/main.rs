@@ -52,6 +52,10 @@ struct Args {
     /// Revisions kept behind the head by the churn phase's compactor.
     #[arg(long, default_value_t = 10_000)]
     churn_retain: i64,
+    /// Request connections of the etcd backend (`EtcdOptions::connections`; 0: its
+    /// default). The raw baselines use one etcd-client as it comes.
+    #[arg(long, default_value_t = 0)]
+    etcd_connections: usize,
     /// Directory for database files (default: a temp dir under /var/tmp).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -137,7 +141,7 @@ async fn bench_sqlite(args: &Args, base: &Path) -> Result<Vec<Row>> {
     };
     let store = open("ferrokube.db").await?;
     let mut rows = common_phases("sqlite", store.clone(), args).await?;
-    let creates = creates_per_second(&*store, "/bench/c2/", args).await?;
+    let creates = creates_per_second(&store, "/bench/c2/", args).await?;
     let best_raw = raw_single.max(raw_concurrent);
     rows.insert(
         0,
@@ -163,18 +167,38 @@ async fn bench_etcd(args: &Args) -> Result<Vec<Row>> {
     let raw = raw_etcd_puts(&endpoint, args).await?;
     eprintln!("raw etcd: {raw:.0}/s ({} writers)", args.concurrency);
     let store: Arc<dyn Storage> = Arc::new(
-        ferrokube_storage_etcd::EtcdStorage::connect(&[endpoint], Default::default())
-            .await
-            .context("connect to etcd")?,
+        ferrokube_storage_etcd::EtcdStorage::connect(std::slice::from_ref(&endpoint), {
+            let mut options = ferrokube_storage_etcd::EtcdOptions::default();
+            if args.etcd_connections > 0 {
+                options.connections = args.etcd_connections;
+            }
+            options
+        })
+        .await
+        .context("connect to etcd")?,
     );
-    let creates = creates_per_second(&*store, "/bench/c2/", args).await?;
-    let mut rows = vec![compared(
-        "etcd",
-        &format!("creates, {} writers", args.concurrency),
-        creates,
-        raw,
-        "raw etcd-client puts, same concurrency",
-    )];
+    let creates = creates_per_second(&store, "/bench/c2/", args).await?;
+    let raw_txn = raw_etcd_txn_creates(&endpoint, args).await?;
+    eprintln!("etcd: creates {creates:.0}/s, raw compare-and-put txns {raw_txn:.0}/s");
+    let mut rows = vec![
+        compared(
+            "etcd",
+            &format!("creates, {} writers", args.concurrency),
+            creates,
+            raw,
+            "raw etcd-client puts, same concurrency",
+        ),
+        compared(
+            "etcd",
+            &format!(
+                "(for reference) raw etcd-client compare-and-put txns, {} writers",
+                args.concurrency
+            ),
+            raw_txn,
+            raw,
+            "raw etcd-client puts, same concurrency",
+        ),
+    ];
     rows.extend(common_phases("etcd", store.clone(), args).await?);
     rows.push(churn("etcd", store, args).await?);
     drop(etcd);
@@ -242,22 +266,61 @@ async fn raw_etcd_puts(endpoint: &str, args: &Args) -> Result<f64> {
     Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
 }
 
-async fn creates_per_second(store: &dyn Storage, prefix: &str, args: &Args) -> Result<f64> {
+/// Creates/s through `store`: one spawned task per writer, as the raw baselines run
+/// theirs (so both sides spread over the runtime's threads alike).
+async fn creates_per_second(store: &Arc<dyn Storage>, prefix: &str, args: &Args) -> Result<f64> {
     let per_writer = args.creates / args.concurrency;
     let payload = value(args.value_size);
     let start = Instant::now();
-    futures::future::try_join_all((0..args.concurrency).map(|w| {
-        let payload = payload.clone();
-        async move {
-            for i in 0..per_writer {
-                store
-                    .create(&format!("{prefix}{w}/{i}"), payload.clone())
-                    .await?;
-            }
-            Ok::<(), ferrokube_storage::StorageError>(())
-        }
-    }))
-    .await?;
+    let tasks: Vec<_> = (0..args.concurrency)
+        .map(|w| {
+            let store = store.clone();
+            let payload = payload.clone();
+            let prefix = prefix.to_string();
+            tokio::spawn(async move {
+                for i in 0..per_writer {
+                    store
+                        .create(&format!("{prefix}{w}/{i}"), payload.clone())
+                        .await?;
+                }
+                Ok::<(), ferrokube_storage::StorageError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Creates as raw etcd-client transactions (`create_revision == 0` → put), what a
+/// create that must refuse an existing key costs in etcd itself (not the baseline;
+/// shown next to it).
+async fn raw_etcd_txn_creates(endpoint: &str, args: &Args) -> Result<f64> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let client = etcd_client::Client::connect([endpoint], None).await?;
+    let per_writer = args.creates / args.concurrency;
+    let payload = value(args.value_size);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..args.concurrency)
+        .map(|w| {
+            let mut kv = client.kv_client();
+            let payload = payload.clone();
+            tokio::spawn(async move {
+                for i in 0..per_writer {
+                    let key = format!("/bench/rawtxn/{w}/{i}");
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key, payload.to_vec(), None)]);
+                    kv.txn(txn).await?;
+                }
+                Ok::<(), etcd_client::Error>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
     Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
 }
 
