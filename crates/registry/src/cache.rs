@@ -184,7 +184,10 @@ struct State {
 pub struct ResourceCache {
     prefix: String,
     state: RwLock<State>,
-    revision_tx: tokio::sync::watch::Sender<Revision>,
+    /// The revision every cache of the hub has applied, shared by all of them: the hub
+    /// advances every cache after each event, so one notification per event serves
+    /// every waiter (one channel per cache cost a notification of each per event).
+    revision_tx: Arc<tokio::sync::watch::Sender<Revision>>,
     /// The newest revision this process wrote under the prefix (see [`WriteTracking`]).
     last_write: AtomicI64,
 }
@@ -209,7 +212,7 @@ pub fn decode_stored(value: &[u8], revision: Revision) -> Option<Value> {
 }
 
 impl ResourceCache {
-    fn new(prefix: String) -> Self {
+    fn new(prefix: String, revision_tx: Arc<tokio::sync::watch::Sender<Revision>>) -> Self {
         let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
         ResourceCache {
             prefix,
@@ -220,7 +223,7 @@ impl ResourceCache {
                 oldest: 0,
                 tx,
             }),
-            revision_tx: tokio::sync::watch::channel(0).0,
+            revision_tx,
             last_write: AtomicI64::new(0),
         }
     }
@@ -269,16 +272,14 @@ impl ResourceCache {
         st.revision = revision;
         st.oldest = revision;
         st.tx = broadcast::channel(CHANNEL_CAPACITY).0;
-        drop(st);
-        self.revision_tx.send_replace(revision);
     }
 
+    /// Marks everything up to `revision` applied. Waiters are told by the hub, once
+    /// every cache has advanced ([`CacheHub::advance_all`]).
     fn advance(&self, revision: Revision) {
         let mut st = self.state.write();
         if revision > st.revision {
             st.revision = revision;
-            drop(st);
-            self.revision_tx.send_replace(revision);
         }
     }
 
@@ -339,8 +340,6 @@ impl ResourceCache {
         st.revision = revision;
         // No receivers is fine.
         let _ = st.tx.send(event);
-        drop(st);
-        self.revision_tx.send_replace(revision);
     }
 
     /// Waits until the cache has applied `revision` (at most `timeout`).
@@ -606,6 +605,8 @@ impl Storage for WriteTracking {
 /// All resource caches, fed by one storage watch on the common prefix.
 pub struct CacheHub {
     caches: Vec<Arc<ResourceCache>>,
+    /// The revision every cache has applied ([`ResourceCache::wait_for`] waits on it).
+    revision_tx: Arc<tokio::sync::watch::Sender<Revision>>,
 }
 
 impl std::fmt::Debug for CacheHub {
@@ -619,11 +620,13 @@ impl std::fmt::Debug for CacheHub {
 impl CacheHub {
     /// Caches for the given key prefixes (each without trailing slash).
     pub fn new(prefixes: impl IntoIterator<Item = String>) -> Self {
+        let revision_tx = Arc::new(tokio::sync::watch::channel(0).0);
         CacheHub {
             caches: prefixes
                 .into_iter()
-                .map(|p| Arc::new(ResourceCache::new(format!("{p}/"))))
+                .map(|p| Arc::new(ResourceCache::new(format!("{p}/"), revision_tx.clone())))
                 .collect(),
+            revision_tx,
         }
     }
 
@@ -675,13 +678,22 @@ impl CacheHub {
         for (cache, items) in self.caches.iter().zip(per_cache) {
             cache.reset(items, revision);
         }
+        self.revision_tx.send_replace(revision);
         Ok(revision)
     }
 
+    /// Marks `revision` applied in every cache, then tells the waiters once.
     fn advance_all(&self, revision: Revision) {
         for c in &self.caches {
             c.advance(revision);
         }
+        self.revision_tx.send_if_modified(|current| {
+            let newer = revision > *current;
+            if newer {
+                *current = revision;
+            }
+            newer
+        });
     }
 
     /// Fills the caches once, then keeps them current until `storage`'s watch fails;
