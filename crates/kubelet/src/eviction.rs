@@ -566,6 +566,96 @@ pub fn eviction_message(
     m
 }
 
+/// A node-level way to free disk that the eviction manager tries before it evicts any pod
+/// (upstream `nodeReclaimFunc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeReclaim {
+    /// Every dead container and non-ready sandbox no live pod needs (upstream
+    /// `ContainerGC.DeleteAllUnusedContainers`).
+    DeleteUnusedContainers,
+    /// Every image no container uses, least recently used first (upstream
+    /// `ImageGCManager.DeleteUnusedImages`).
+    DeleteUnusedImages,
+}
+
+/// The reclaim steps for a signal, in the order they run (upstream
+/// `buildSignalToNodeReclaimFuncs`): containers first, since removing them is what frees
+/// their images. Without a dedicated image filesystem every disk signal gets both; with
+/// one, the node filesystem's signals get none (only logs and pods' own files live there)
+/// and the image filesystem's get both. Memory and PIDs have none.
+pub fn node_reclaim_steps(signal: &str, dedicated_image_fs: bool) -> &'static [NodeReclaim] {
+    const BOTH: &[NodeReclaim] = &[
+        NodeReclaim::DeleteUnusedContainers,
+        NodeReclaim::DeleteUnusedImages,
+    ];
+    match signal {
+        "nodefs.available" | "nodefs.inodesFree" if dedicated_image_fs => &[],
+        "nodefs.available"
+        | "nodefs.inodesFree"
+        | "imagefs.available"
+        | "imagefs.inodesFree"
+        | "containerfs.available"
+        | "containerfs.inodesFree" => BOTH,
+        _ => &[],
+    }
+}
+
+/// Whether a fresh observation relieves every met threshold: each signal back to at least
+/// its threshold plus its minimum reclaim (upstream `thresholdsMet(..., enforceMinReclaim
+/// = true)` finding none). A signal no longer observed counts as relieved, as upstream.
+pub fn relieved(
+    met: &[MetThreshold],
+    hard: &EvictionThresholds,
+    settings: &EvictionSettings,
+    obs: &Observations,
+) -> bool {
+    met.iter().all(|m| {
+        let set = if m.hard { hard } else { &settings.soft };
+        let (Some(t), Some(&(available, capacity))) =
+            (set.thresholds.get(&m.signal), obs.signals.get(&m.signal))
+        else {
+            return true;
+        };
+        let min_reclaim = settings
+            .min_reclaim
+            .get(&m.signal)
+            .map_or(0, |r| r.amount(capacity));
+        available >= t.amount(capacity) + min_reclaim
+    })
+}
+
+/// The IO a node-level reclaim needs: the kubelet runs the steps against the CRI and
+/// observes the node again from a fresh stats summary; tests use a fake.
+pub trait NodeReclaimer {
+    fn reclaim(&self, step: NodeReclaim) -> impl std::future::Future<Output = ()> + Send;
+    fn observe(&self) -> impl std::future::Future<Output = Observations> + Send;
+}
+
+/// Upstream `reclaimNodeLevelResources`: runs the reclaim steps of the threshold to
+/// reclaim (the first of `met`) in order, then observes the node again. True when that
+/// relieved every met threshold, so no pod is evicted this round; false (evict) when the
+/// signal has no steps or the pressure stays.
+pub async fn reclaim_node_level<R: NodeReclaimer>(
+    reclaimer: &R,
+    met: &[MetThreshold],
+    dedicated_image_fs: bool,
+    hard: &EvictionThresholds,
+    settings: &EvictionSettings,
+) -> bool {
+    let Some(first) = met.first() else {
+        return false;
+    };
+    let steps = node_reclaim_steps(&first.signal, dedicated_image_fs);
+    if steps.is_empty() {
+        return false;
+    }
+    for step in steps {
+        reclaimer.reclaim(*step).await;
+    }
+    let obs = reclaimer.observe().await;
+    relieved(met, hard, settings, &obs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -865,6 +955,127 @@ mod tests {
         assert!(
             eviction_message("nodefs.available", "10%", "1Gi", &[])
                 .contains("resource: ephemeral-storage.")
+        );
+    }
+
+    /// Records the reclaim calls in order; `observe` answers the next observation.
+    struct FakeReclaimer {
+        calls: parking_lot::Mutex<Vec<String>>,
+        after: Observations,
+    }
+
+    impl NodeReclaimer for FakeReclaimer {
+        async fn reclaim(&self, step: NodeReclaim) {
+            self.calls.lock().push(format!("{step:?}"));
+        }
+        async fn observe(&self) -> Observations {
+            self.calls.lock().push("observe".into());
+            self.after.clone()
+        }
+    }
+
+    fn met(signal: &str, hard: bool) -> MetThreshold {
+        MetThreshold {
+            signal: signal.into(),
+            threshold: String::new(),
+            available: String::new(),
+            hard,
+        }
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn disk_signals_reclaim_containers_then_images() {
+        use NodeReclaim::*;
+        for signal in ["nodefs.available", "nodefs.inodesFree", "imagefs.available"] {
+            assert_eq!(
+                node_reclaim_steps(signal, false),
+                [DeleteUnusedContainers, DeleteUnusedImages],
+                "{signal}"
+            );
+        }
+        // With its own image filesystem, nodefs pressure cannot be helped by images.
+        assert!(node_reclaim_steps("nodefs.available", true).is_empty());
+        assert_eq!(
+            node_reclaim_steps("imagefs.inodesFree", true),
+            [DeleteUnusedContainers, DeleteUnusedImages]
+        );
+        assert!(node_reclaim_steps("memory.available", false).is_empty());
+        assert!(node_reclaim_steps("pid.available", false).is_empty());
+    }
+
+    #[test]
+    fn reclaim_runs_before_eviction_and_spares_the_pods_when_it_relieves() {
+        let hard = EvictionThresholds::parse("nodefs.available<10%").unwrap();
+        let settings = settings();
+        let under = [met("nodefs.available", true)];
+        // Reclaim brings nodefs back to 20% free: containers, then images, then one more
+        // look; no eviction.
+        let fake = FakeReclaimer {
+            calls: Default::default(),
+            after: obs(&[("nodefs.available", 200, 1000)]),
+        };
+        assert!(block_on(reclaim_node_level(
+            &fake, &under, false, &hard, &settings
+        )));
+        assert_eq!(
+            *fake.calls.lock(),
+            ["DeleteUnusedContainers", "DeleteUnusedImages", "observe"]
+        );
+        // Still 5% free after the reclaim: evict.
+        let fake = FakeReclaimer {
+            calls: Default::default(),
+            after: obs(&[("nodefs.available", 50, 1000)]),
+        };
+        assert!(!block_on(reclaim_node_level(
+            &fake, &under, false, &hard, &settings
+        )));
+        assert_eq!(fake.calls.lock().len(), 3);
+        // Memory pressure has no node-level reclaim: straight to eviction, nothing run.
+        let fake = FakeReclaimer {
+            calls: Default::default(),
+            after: obs(&[]),
+        };
+        let memory = [met("memory.available", true), met("nodefs.available", true)];
+        assert!(!block_on(reclaim_node_level(
+            &fake, &memory, false, &hard, &settings
+        )));
+        assert!(fake.calls.lock().is_empty());
+    }
+
+    #[test]
+    fn relief_needs_every_met_signal_back_above_its_minimum_reclaim() {
+        let hard = EvictionThresholds::parse("nodefs.available<10%,imagefs.available<10%").unwrap();
+        let mut settings = settings();
+        settings.min_reclaim = EvictionSettings::parse_min_reclaim("nodefs.available=5%").unwrap();
+        let both = [
+            met("nodefs.available", true),
+            met("imagefs.available", true),
+        ];
+        // 12% free is above the threshold but not above threshold + 5% minimum reclaim.
+        let o = obs(&[
+            ("nodefs.available", 120, 1000),
+            ("imagefs.available", 500, 1000),
+        ]);
+        assert!(!relieved(&both, &hard, &settings, &o));
+        let o = obs(&[
+            ("nodefs.available", 150, 1000),
+            ("imagefs.available", 500, 1000),
+        ]);
+        assert!(relieved(&both, &hard, &settings, &o));
+        let o = obs(&[
+            ("nodefs.available", 150, 1000),
+            ("imagefs.available", 50, 1000),
+        ]);
+        assert!(
+            !relieved(&both, &hard, &settings, &o),
+            "imagefs still under"
         );
     }
 }

@@ -1,6 +1,8 @@
 //! Garbage collection (upstream `kuberuntime_gc.go`, `images/image_gc_manager.go`): dead
 //! containers and sandboxes of the pods still here, pod log directories and pod cgroups
-//! nothing owns any more, and unused images when the image filesystem is too full.
+//! nothing owns any more, and unused images when the image filesystem is too full; and
+//! the eviction manager's node-level reclaim under disk pressure (every unused container
+//! and image, upstream `DeleteAllUnusedContainers` / `DeleteUnusedImages`).
 //!
 //! The planners are pure and table-tested; [`GarbageCollector`] runs them against the
 //! runtime (containers every minute, images every five, as upstream).
@@ -224,13 +226,8 @@ pub fn plan_image_gc(
     }
     let target_used = capacity_bytes * u64::from(policy.low_threshold_percent) / 100;
     let mut to_free = used.saturating_sub(target_used);
-    let mut candidates: Vec<&GcImage> = images
-        .iter()
-        .filter(|i| !i.pinned && !in_use.contains(&i.id) && i.age >= policy.min_age)
-        .collect();
-    candidates.sort_by(|a, b| a.last_used.cmp(&b.last_used).then(a.id.cmp(&b.id)));
     let mut out = vec![];
-    for i in candidates {
+    for i in unused_images(images, in_use, policy) {
         if to_free == 0 {
             break;
         }
@@ -238,6 +235,35 @@ pub fn plan_image_gc(
         to_free = to_free.saturating_sub(i.size_bytes);
     }
     out
+}
+
+/// Every image that may go, least recently used first: not in use, not pinned, at least
+/// the minimum age.
+fn unused_images<'a>(
+    images: &'a [GcImage],
+    in_use: &BTreeSet<String>,
+    policy: ImageGcPolicy,
+) -> Vec<&'a GcImage> {
+    let mut candidates: Vec<&GcImage> = images
+        .iter()
+        .filter(|i| !i.pinned && !in_use.contains(&i.id) && i.age >= policy.min_age)
+        .collect();
+    candidates.sort_by(|a, b| a.last_used.cmp(&b.last_used).then(a.id.cmp(&b.id)));
+    candidates
+}
+
+/// The images the eviction manager removes under disk pressure (upstream
+/// `ImageGCManager.DeleteUnusedImages`): every unused one, least recently used first,
+/// whatever the GC thresholds say (in use, pinned and young images still stay).
+pub fn plan_unused_images(
+    images: &[GcImage],
+    in_use: &BTreeSet<String>,
+    policy: ImageGcPolicy,
+) -> Vec<String> {
+    unused_images(images, in_use, policy)
+        .into_iter()
+        .map(|i| i.id.clone())
+        .collect()
 }
 
 /// Image GC's memory: when each image was first seen and last used (upstream
@@ -282,21 +308,7 @@ impl GarbageCollector {
         known: &BTreeSet<String>,
         pod_logs_dir: &Path,
     ) {
-        let now = k8s_openapi::jiff::Timestamp::now().as_nanosecond() as i64;
-        let plan = plan_container_gc(pods, |u| !known.contains(u), self.container_policy, now);
-        for id in &plan.containers {
-            tracing::debug!(container = %id, "removing dead container");
-            if let Err(e) = cri.remove_container(id).await {
-                tracing::warn!(container = %id, error = %e, "container GC");
-            }
-        }
-        for id in &plan.sandboxes {
-            tracing::debug!(sandbox = %id, "removing dead sandbox");
-            let _ = cri.stop_pod_sandbox(id).await;
-            if let Err(e) = cri.remove_pod_sandbox(id).await {
-                tracing::warn!(sandbox = %id, error = %e, "sandbox GC");
-            }
-        }
+        self.remove_dead(cri, pods, |u| !known.contains(u)).await;
         let Ok(entries) = std::fs::read_dir(pod_logs_dir) else {
             return;
         };
@@ -314,20 +326,46 @@ impl GarbageCollector {
         }
     }
 
+    /// The eviction manager's container reclaim (upstream
+    /// `ContainerGC.DeleteAllUnusedContainers`): as the periodic pass, but every dead
+    /// container and non-ready sandbox of a `removable` pod goes, where removable also
+    /// covers pods that are terminated, not only removed.
+    pub async fn delete_all_unused_containers(
+        &self,
+        cri: &CriClient,
+        pods: &BTreeMap<String, RuntimePod>,
+        removable: impl Fn(&str) -> bool,
+    ) {
+        self.remove_dead(cri, pods, removable).await;
+    }
+
+    /// Removes what [`plan_container_gc`] plans.
+    async fn remove_dead(
+        &self,
+        cri: &CriClient,
+        pods: &BTreeMap<String, RuntimePod>,
+        removable: impl Fn(&str) -> bool,
+    ) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_nanosecond() as i64;
+        let plan = plan_container_gc(pods, removable, self.container_policy, now);
+        for id in &plan.containers {
+            tracing::debug!(container = %id, "removing dead container");
+            if let Err(e) = cri.remove_container(id).await {
+                tracing::warn!(container = %id, error = %e, "container GC");
+            }
+        }
+        for id in &plan.sandboxes {
+            tracing::debug!(sandbox = %id, "removing dead sandbox");
+            let _ = cri.stop_pod_sandbox(id).await;
+            if let Err(e) = cri.remove_pod_sandbox(id).await {
+                tracing::warn!(sandbox = %id, error = %e, "sandbox GC");
+            }
+        }
+    }
+
     /// Frees image filesystem space when usage is at or above the high threshold.
     pub async fn collect_images(&self, cri: &CriClient, pods: &BTreeMap<String, RuntimePod>) {
-        let Ok(images) = cri.list_images().await else {
-            return;
-        };
-        let Ok(fs) = cri.image_fs_info().await else {
-            return;
-        };
-        let Some(mountpoint) = fs
-            .image_filesystems
-            .first()
-            .and_then(|f| f.fs_id.as_ref())
-            .map(|i| i.mountpoint.clone())
-        else {
+        let Some(mountpoint) = image_fs_mountpoint(cri).await else {
             return;
         };
         let Ok(st) = nix::sys::statvfs::statvfs(Path::new(&mountpoint)) else {
@@ -335,6 +373,37 @@ impl GarbageCollector {
         };
         let frag = st.fragment_size();
         let (capacity, available) = (st.blocks() * frag, st.blocks_available() * frag);
+        let Some((gc_images, in_use_ids)) = self.image_view(cri, pods).await else {
+            return;
+        };
+        let plan = plan_image_gc(
+            capacity,
+            available,
+            &gc_images,
+            &in_use_ids,
+            self.image_policy,
+        );
+        remove_images(cri, &plan).await;
+    }
+
+    /// The eviction manager's image reclaim (upstream `ImageGCManager.DeleteUnusedImages`):
+    /// every unused image, whatever the GC thresholds say.
+    pub async fn delete_unused_images(&self, cri: &CriClient, pods: &BTreeMap<String, RuntimePod>) {
+        let Some((gc_images, in_use_ids)) = self.image_view(cri, pods).await else {
+            return;
+        };
+        let plan = plan_unused_images(&gc_images, &in_use_ids, self.image_policy);
+        remove_images(cri, &plan).await;
+    }
+
+    /// The runtime's images as image GC sees them (records updated: first seen, last
+    /// used) and the IDs of those in use.
+    async fn image_view(
+        &self,
+        cri: &CriClient,
+        pods: &BTreeMap<String, RuntimePod>,
+    ) -> Option<(Vec<GcImage>, BTreeSet<String>)> {
+        let images = cri.list_images().await.ok()?;
         // Images in use: every container's image reference (running or not, as upstream
         // counts all containers the runtime still has).
         let mut in_use = BTreeSet::new();
@@ -384,17 +453,24 @@ impl GarbageCollector {
             })
             .map(|i| i.id.clone())
             .collect();
-        for id in plan_image_gc(
-            capacity,
-            available,
-            &gc_images,
-            &in_use_ids,
-            self.image_policy,
-        ) {
-            tracing::info!(image = %id, "image GC: removing unused image");
-            if let Err(e) = cri.remove_image(&id).await {
-                tracing::warn!(image = %id, error = %e, "image GC");
-            }
+        Some((gc_images, in_use_ids))
+    }
+}
+
+/// The image filesystem's mountpoint as the runtime reports it.
+pub async fn image_fs_mountpoint(cri: &CriClient) -> Option<String> {
+    let fs = cri.image_fs_info().await.ok()?;
+    fs.image_filesystems
+        .first()
+        .and_then(|f| f.fs_id.as_ref())
+        .map(|i| i.mountpoint.clone())
+}
+
+async fn remove_images(cri: &CriClient, ids: &[String]) {
+    for id in ids {
+        tracing::info!(image = %id, "image GC: removing unused image");
+        if let Err(e) = cri.remove_image(id).await {
+            tracing::warn!(image = %id, error = %e, "image GC");
         }
     }
 }
@@ -589,6 +665,27 @@ mod tests {
             ..policy
         };
         assert!(plan_image_gc(1000, 0, &images, &BTreeSet::new(), off).is_empty());
+    }
+
+    #[test]
+    fn reclaim_deletes_every_unused_image_whatever_the_thresholds() {
+        let policy = ImageGcPolicy::default();
+        let mut pinned = img("pinned", 30, 0);
+        pinned.pinned = true;
+        let mut young = img("young", 30, 0);
+        young.age = Duration::from_secs(10);
+        let images = [
+            img("a", 30, 5),
+            img("b", 30, 1),
+            img("used", 500, 0),
+            pinned,
+            young,
+        ];
+        let in_use: BTreeSet<String> = ["used".to_string()].into();
+        // The periodic pass frees nothing at 10% usage; the reclaim frees every unused
+        // image, least recently used first.
+        assert!(plan_image_gc(1000, 900, &images, &in_use, policy).is_empty());
+        assert_eq!(plan_unused_images(&images, &in_use, policy), ["b", "a"]);
     }
 
     #[test]

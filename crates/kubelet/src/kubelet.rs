@@ -185,6 +185,9 @@ pub struct Kubelet {
     evictions: parking_lot::Mutex<HashMap<String, (String, Option<i64>)>>,
     /// Wakes a pod's worker by UID (the pod loop reads it with the probe changes).
     kicks: mpsc::UnboundedSender<String>,
+    /// Container and image GC: the periodic passes and the eviction manager's reclaim
+    /// share it (and so its image records: first seen, last used).
+    gc: crate::gc::GarbageCollector,
 }
 
 impl Kubelet {
@@ -206,7 +209,6 @@ impl Kubelet {
             status: StatusManager::new(client.clone()),
             client,
             runtime: Arc::new(runtime),
-            config,
             pods: RwLock::new(BTreeMap::new()),
             node_uid: tokio::sync::watch::channel(None).0,
             registered: std::sync::atomic::AtomicBool::new(false),
@@ -218,6 +220,12 @@ impl Kubelet {
             node_status_kick: tokio::sync::Notify::new(),
             evictions: parking_lot::Mutex::new(HashMap::new()),
             kicks: probe_tx,
+            gc: crate::gc::GarbageCollector::new(
+                config.container_gc,
+                config.image_gc,
+                config.sandbox_image.clone(),
+            ),
+            config,
         })
     }
 
@@ -530,6 +538,26 @@ impl Kubelet {
             let Some(threshold) = eval.reclaim.first() else {
                 continue;
             };
+            // Disk first goes back through dead containers and unused images; pods are
+            // evicted only when that is not enough (upstream reclaimNodeLevelResources).
+            let reclaimer = NodeReclaimer {
+                kubelet: &self,
+                cpu_rate: &cpu_rate,
+                memory,
+            };
+            let dedicated_image_fs = self.dedicated_image_fs().await;
+            if crate::eviction::reclaim_node_level(
+                &reclaimer,
+                &eval.reclaim,
+                dedicated_image_fs,
+                &self.config.eviction_hard,
+                &self.config.eviction,
+            )
+            .await
+            {
+                tracing::info!(signal = %threshold.signal, "eviction manager: able to reduce resource pressure without evicting pods");
+                continue;
+            }
             let mut over_requests = HashMap::new();
             let candidates = active
                 .iter()
@@ -569,6 +597,22 @@ impl Kubelet {
                 Some(if max > 0 { own.min(max) } else { own })
             };
             self.evict(pod, message, grace);
+        }
+    }
+
+    /// Whether the runtime's image filesystem is another device than the kubelet's root
+    /// directory (upstream `HasDedicatedImageFs`); false when either cannot be read.
+    async fn dedicated_image_fs(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(mountpoint) = crate::gc::image_fs_mountpoint(self.runtime.cri()).await else {
+            return false;
+        };
+        match (
+            std::fs::metadata(&self.config.root_dir),
+            std::fs::metadata(&mountpoint),
+        ) {
+            (Ok(root), Ok(images)) => root.dev() != images.dev(),
+            _ => false,
         }
     }
 
@@ -784,11 +828,7 @@ impl Kubelet {
     /// Container GC every minute and image GC every five, once the pod informer has
     /// synced (upstream `StartGarbageCollection`).
     async fn gc_loop(self: Arc<Self>, cancel: CancellationToken) {
-        let gc = crate::gc::GarbageCollector::new(
-            self.config.container_gc,
-            self.config.image_gc,
-            self.config.sandbox_image.clone(),
-        );
+        let gc = &self.gc;
         let mut containers = tokio::time::interval(CONTAINER_GC_PERIOD);
         let mut images = tokio::time::interval(IMAGE_GC_PERIOD);
         containers.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1364,4 +1404,46 @@ fn pid_usage() -> Option<(i64, i64)> {
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// The eviction manager's node-level reclaim over the kubelet's GC and stats.
+struct NodeReclaimer<'a> {
+    kubelet: &'a Kubelet,
+    cpu_rate: &'a crate::stats::CpuRate,
+    memory: i64,
+}
+
+impl crate::eviction::NodeReclaimer for NodeReclaimer<'_> {
+    async fn reclaim(&self, step: crate::eviction::NodeReclaim) {
+        let k = self.kubelet;
+        let Ok(rt) = k.runtime.runtime_pods().await else {
+            return;
+        };
+        tracing::info!(?step, "eviction manager: reclaiming node-level resources");
+        match step {
+            crate::eviction::NodeReclaim::DeleteUnusedContainers => {
+                // Pods gone from the kubelet or terminated lose every dead container.
+                let live: BTreeSet<String> = k
+                    .pods
+                    .read()
+                    .iter()
+                    .filter(|(_, p)| {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                        !matches!(phase, Some("Succeeded" | "Failed"))
+                    })
+                    .map(|(u, _)| u.clone())
+                    .collect();
+                k.gc.delete_all_unused_containers(k.runtime.cri(), &rt, |u| !live.contains(u))
+                    .await;
+            }
+            crate::eviction::NodeReclaim::DeleteUnusedImages => {
+                k.gc.delete_unused_images(k.runtime.cri(), &rt).await;
+            }
+        }
+    }
+
+    async fn observe(&self) -> crate::eviction::Observations {
+        let summary = crate::stats::summary(self.kubelet, self.cpu_rate).await;
+        crate::eviction::observations(&summary, self.memory, pid_usage())
+    }
 }
