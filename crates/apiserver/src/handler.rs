@@ -140,7 +140,7 @@ pub(crate) async fn serve(
 /// (`defaultGzipThresholdBytes`), at level 1; streams (watches) are never compressed.
 const GZIP_THRESHOLD: u64 = 128 * 1024;
 
-fn accepts_gzip(headers: &http::HeaderMap) -> bool {
+pub(crate) fn accepts_gzip(headers: &http::HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT_ENCODING)
         .iter()

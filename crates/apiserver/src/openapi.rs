@@ -7,17 +7,26 @@
 //!
 //! The documents are generated once, on a background thread started by the first
 //! OpenAPI request (as kube-openapi builds its JSON and protobuf forms lazily), so start
-//! → ready stays fast and a server nobody asks for OpenAPI (kubelets, controllers) does
-//! not keep about 8 MiB of documents resident; requests wait for the build.
+//! → ready stays fast and a server nobody asks for OpenAPI (kubelets, controllers) keeps
+//! none of them; requests wait for the build. Only their gzip form is held (about a
+//! tenth of the JSON): a client that accepts gzip (kubectl, client-go) gets those bytes
+//! as they are (`Content-Encoding: gzip`), any other gets them inflated on the fly in
+//! 64 KiB chunks, so no request holds a whole uncompressed copy.
 
+use std::io::Read;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use bytes::{Buf, Bytes};
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_openapi::{Documents, Served};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
 use tokio::sync::watch;
 
-use crate::handler::{Body, respond};
+use crate::handler::{Body, accepts_gzip, respond};
 use crate::output::parse_accept;
 
 /// Where the build thread publishes the documents.
@@ -191,7 +200,8 @@ impl OpenApi {
         Ok(r)
     }
 
-    /// The bytes with `ETag` and `Last-Modified`, or 304 when `If-None-Match` matches.
+    /// The document with `ETag` and `Last-Modified`, or 304 when `If-None-Match`
+    /// matches: the held gzip bytes when the client accepts gzip, else inflated.
     fn content(&self, doc: &Served, content_type: &str, headers: &HeaderMap) -> Response<Body> {
         let etag = format!("\"{}\"", doc.hash);
         let matches = headers
@@ -200,8 +210,15 @@ impl OpenApi {
             .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
         let mut r = if matches {
             respond(StatusCode::NOT_MODIFIED, content_type, "")
+        } else if accepts_gzip(headers) {
+            let mut r = respond(StatusCode::OK, content_type, doc.gzip.clone());
+            r.headers_mut()
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            r
         } else {
-            respond(StatusCode::OK, content_type, doc.bytes.clone())
+            let mut r = respond(StatusCode::OK, content_type, "");
+            *r.body_mut() = Inflating::new(doc).boxed_unsync();
+            r
         };
         let h = r.headers_mut();
         if let Ok(v) = HeaderValue::from_str(&etag) {
@@ -210,7 +227,67 @@ impl OpenApi {
         if let Ok(v) = HeaderValue::from_str(&self.last_modified) {
             h.insert(header::LAST_MODIFIED, v);
         }
+        // The body depends on both: the media type and whether it is gzip-encoded.
+        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+        h.append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
         r
+    }
+}
+
+/// Chunks an [`Inflating`] body sends.
+const INFLATE_CHUNK: u64 = 64 * 1024;
+
+/// A held document inflated as the client reads it, [`INFLATE_CHUNK`] bytes a frame, so
+/// a client without gzip costs one chunk of memory rather than a document's copy.
+struct Inflating {
+    decoder: flate2::read::GzDecoder<bytes::buf::Reader<Bytes>>,
+    /// Uncompressed bytes not yet sent (the exact size hint: a `Content-Length`).
+    remaining: u64,
+}
+
+impl Inflating {
+    fn new(doc: &Served) -> Inflating {
+        Inflating {
+            decoder: flate2::read::GzDecoder::new(doc.gzip.clone().reader()),
+            remaining: doc.len,
+        }
+    }
+}
+
+impl hyper::body::Body for Inflating {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if this.remaining == 0 {
+            return Poll::Ready(None);
+        }
+        let mut chunk = vec![0; this.remaining.min(INFLATE_CHUNK) as usize];
+        match this.decoder.read_exact(&mut chunk) {
+            Ok(()) => {
+                this.remaining -= chunk.len() as u64;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(chunk)))))
+            }
+            Err(e) => {
+                // Cannot happen for the bytes the build compressed; ending early makes
+                // the connection fail on the short body rather than send garbage.
+                tracing::error!(error = %e, "inflating an OpenAPI document failed");
+                this.remaining = 0;
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
     }
 }
 
@@ -229,9 +306,12 @@ fn ordered(accept: &str) -> Vec<String> {
     ms.into_iter().map(|(_, _, e)| e).collect()
 }
 
+/// `Vary: Accept` on a response that has no `Vary` yet ([`OpenApi::content`] sets its
+/// own).
 fn with_vary(mut r: Response<Body>) -> Response<Body> {
     r.headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("Accept"));
+        .entry(header::VARY)
+        .or_insert(HeaderValue::from_static("Accept"));
     r
 }
 

@@ -295,14 +295,20 @@ fn v3_documents_for_every_group_version() {
 fn documents_are_hashed_and_indexed() {
     let started = Instant::now();
     let docs = Documents::build();
+    let v2_json = docs.v2_json.decompressed().unwrap();
     println!(
-        "Documents::build: {:?}; v2 JSON {} bytes, protobuf {} bytes, {} v3 documents",
+        "Documents::build: {:?}; v2 JSON {} bytes ({} gzip), protobuf {} bytes ({} gzip), \
+         {} v3 documents ({} bytes, {} gzip)",
         started.elapsed(),
-        docs.v2_json.bytes.len(),
-        docs.v2_protobuf.bytes.len(),
-        docs.v3.len()
+        docs.v2_json.len,
+        docs.v2_json.gzip.len(),
+        docs.v2_protobuf.len,
+        docs.v2_protobuf.gzip.len(),
+        docs.v3.len(),
+        docs.v3.values().map(|d| d.len).sum::<u64>(),
+        docs.v3.values().map(|d| d.gzip.len()).sum::<usize>(),
     );
-    assert_eq!(docs.v2_json.hash, content_hash(&docs.v2_json.bytes));
+    assert_eq!(docs.v2_json.hash, content_hash(&v2_json));
     assert_eq!(docs.v2_json.hash.len(), 128);
     assert!(
         docs.v2_json
@@ -310,7 +316,7 @@ fn documents_are_hashed_and_indexed() {
             .chars()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
     );
-    let index: Value = serde_json::from_slice(&docs.v3_index.bytes).unwrap();
+    let index: Value = serde_json::from_slice(&docs.v3_index.decompressed().unwrap()).unwrap();
     let apps = docs.v3("apis/apps/v1").unwrap();
     assert_eq!(
         index["paths"]["apis/apps/v1"]["serverRelativeURL"],
@@ -322,8 +328,39 @@ fn documents_are_hashed_and_indexed() {
     );
     // Generation is deterministic: the same bytes every time.
     assert_eq!(Documents::build().v2_json, docs.v2_json);
-    let served: Value = serde_json::from_slice(&docs.v2_json.bytes).unwrap();
+    let served: Value = serde_json::from_slice(&v2_json).unwrap();
     assert_eq!(served, swagger_v2());
+}
+
+#[test]
+fn documents_are_held_gzip_compressed() {
+    let docs = Documents::build();
+    let every = [&docs.v2_json, &docs.v2_protobuf, &docs.v3_index]
+        .into_iter()
+        .chain(docs.v3.values());
+    for doc in every {
+        // A gzip stream (magic bytes), decompressing to `len` bytes with the hash.
+        assert_eq!(&doc.gzip[..2], &[0x1f, 0x8b]);
+        let plain = doc.decompressed().unwrap();
+        assert_eq!(plain.len() as u64, doc.len);
+        assert_eq!(content_hash(&plain), doc.hash);
+    }
+    assert_eq!(
+        docs.v2_protobuf.decompressed().unwrap(),
+        swagger_v2_protobuf()
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&docs.v3("api/v1").unwrap().decompressed().unwrap())
+            .unwrap(),
+        v3_document("api/v1").unwrap()
+    );
+    // What is held is a small fraction of the documents.
+    let held: usize = docs.v3.values().map(|d| d.gzip.len()).sum::<usize>()
+        + docs.v2_json.gzip.len()
+        + docs.v2_protobuf.gzip.len();
+    let plain: u64 =
+        docs.v3.values().map(|d| d.len).sum::<u64>() + docs.v2_json.len + docs.v2_protobuf.len;
+    assert!(held as u64 * 5 < plain, "{held} of {plain} bytes held");
 }
 
 #[test]

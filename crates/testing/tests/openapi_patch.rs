@@ -113,6 +113,87 @@ async fn openapi_v2_and_v3() {
     assert_eq!(code, 404);
 }
 
+/// The documents are held gzip-compressed: a client that accepts gzip gets those bytes
+/// (`Content-Encoding: gzip`), any other the same document inflated, with its exact
+/// `Content-Length`; both carry the same `ETag` and `Vary: Accept, Accept-Encoding`.
+#[tokio::test]
+async fn openapi_gzip_and_identity() {
+    use std::io::Read;
+    let srv = TestApiServer::start().await.unwrap();
+    // A client that does not decompress, to see the encoding.
+    let mut cfg = srv.kube_config().await.unwrap();
+    cfg.disable_compression = true;
+    let raw = kube::Client::try_from(cfg).unwrap();
+    let (_, _, index) = TestApiServer::raw(&raw, "GET", "/openapi/v3", &[], vec![])
+        .await
+        .unwrap();
+    let index: Value = serde_json::from_slice(&index).unwrap();
+    let core = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (path, accept) in [
+        ("/openapi/v2", "application/json"),
+        ("/openapi/v2", V2_PB),
+        ("/swagger-2.0.0.pb-v1", ""),
+        ("/openapi/v3", ""),
+        (core.as_str(), "application/json"),
+    ] {
+        let mut gzip_headers = vec![("Accept-Encoding", "gzip")];
+        let mut plain_headers = vec![];
+        if !accept.is_empty() {
+            gzip_headers.push(("Accept", accept));
+            plain_headers.push(("Accept", accept));
+        }
+        let (code, gz_h, gz) = TestApiServer::raw(&raw, "GET", path, &gzip_headers, vec![])
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(header(&gz_h, "content-encoding"), "gzip", "{path}");
+        let (code, h, plain) = TestApiServer::raw(&raw, "GET", path, &plain_headers, vec![])
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(header(&h, "content-encoding"), "", "{path}");
+        assert_eq!(
+            header(&h, "content-length"),
+            plain.len().to_string(),
+            "{path}"
+        );
+        let mut inflated = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut inflated)
+            .unwrap();
+        assert_eq!(inflated, plain, "{path}");
+        assert_eq!(header(&gz_h, "etag"), header(&h, "etag"), "{path}");
+        assert_eq!(header(&gz_h, "content-type"), header(&h, "content-type"));
+        let vary: Vec<&str> = h
+            .get_all("vary")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        assert_eq!(vary, ["Accept", "Accept-Encoding"], "{path}");
+    }
+    // The v2 JSON is large and compresses well.
+    let (_, _, gz) = TestApiServer::raw(
+        &raw,
+        "GET",
+        "/openapi/v2",
+        &[("Accept-Encoding", "gzip"), ("Accept", "application/json")],
+        vec![],
+    )
+    .await
+    .unwrap();
+    let (_, _, plain) = TestApiServer::raw(&raw, "GET", "/openapi/v2", &[], vec![])
+        .await
+        .unwrap();
+    assert!(plain.len() > 1 << 20 && gz.len() * 5 < plain.len());
+    assert_eq!(
+        serde_json::from_slice::<Value>(&plain).unwrap()["swagger"],
+        "2.0"
+    );
+}
+
 fn deployment() -> Deployment {
     serde_json::from_value(json!({
         "metadata": {"name": "web"},
