@@ -26,6 +26,9 @@ pub struct EnvSources {
     /// Projected service account tokens by [`crate::volume::token_key`]: the token from the
     /// TokenRequest API, or why there is none.
     pub service_account_tokens: BTreeMap<String, Result<String, String>>,
+    /// The CRI handler of the pod's RuntimeClass (`None` when the pod names no class),
+    /// or why the class cannot be read; the sandbox is not created without it.
+    pub runtime_handler: Option<Result<String, String>>,
 }
 
 /// Why a container's environment cannot be built (the container's waiting reason is then

@@ -13,6 +13,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, Service, ServiceAccount, Taint,
 };
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -1173,6 +1174,14 @@ impl Kubelet {
             out.service_account_tokens.insert(key, token);
         }
         out.service_env = self.service_links(pod).await;
+        if let Some(class) = &spec(pod).runtime_class_name {
+            let classes: Api<RuntimeClass> = Api::all(self.client.clone());
+            out.runtime_handler = Some(match classes.get_opt(class).await {
+                Ok(Some(rc)) => Ok(rc.handler),
+                Ok(None) => Err(format!("runtimeclass.node.k8s.io {class:?} not found")),
+                Err(e) => Err(format!("failed to lookup RuntimeClass {class}: {e}")),
+            });
+        }
         out
     }
 

@@ -59,6 +59,8 @@ pub enum SyncError {
     NoUid(String),
     #[error("volumes: {0}")]
     Volume(#[from] VolumeError),
+    #[error("{0}")]
+    RuntimeClass(String),
 }
 
 /// What one sync did.
@@ -379,10 +381,17 @@ impl RuntimeManager {
                 dir: dir.display().to_string(),
                 source,
             })?;
-            let handler = spec(pod)
-                .runtime_class_name
-                .clone()
-                .unwrap_or_else(|| self.node.runtime_handler.clone());
+            // The class's handler, not its name, selects the runtime (upstream's
+            // runtimeclass manager); a pod whose class is gone gets no sandbox.
+            let handler = match &sources.runtime_handler {
+                None => self.node.runtime_handler.clone(),
+                Some(Ok(handler)) => handler.clone(),
+                Some(Err(why)) => {
+                    let message = format!("Failed to create pod sandbox: {why}");
+                    self.pod_event(pod, EventType::Warning, "FailedCreatePodSandBox", &message);
+                    return Err(SyncError::RuntimeClass(why.clone()));
+                }
+            };
             let id = self
                 .cri
                 .run_pod_sandbox(sandbox_cfg.clone(), &handler)

@@ -598,3 +598,52 @@ async fn pleg_reports_start_and_death() {
     );
     assert_gone(&m, &p, &cgroup, &logs);
 }
+
+/// A pod's RuntimeClass selects the CRI handler by the class's `handler`, not its name;
+/// a class the kubelet cannot read leaves the pod without a sandbox (upstream's
+/// FailedCreatePodSandBox), and once it resolves the pod starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_class_handler_selects_the_runtime() {
+    let m = manager().await;
+    let mut p = pod("rtclass", "Never", vec![busybox("job", "echo done")]);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.runtime_class_name = Some("standard".into());
+    }
+    let cgroup = m.pod_cgroup(&p);
+    let logs = log_dir(&m, &p);
+    let snapshot = p.clone();
+    with_pod(&m, &snapshot, || async {
+        let unknown = EnvSources {
+            runtime_handler: Some(Err(
+                r#"runtimeclass.node.k8s.io "standard" not found"#.into()
+            )),
+            ..Default::default()
+        };
+        let err = m
+            .sync_pod(&p, &unknown)
+            .await
+            .err()
+            .context("a pod whose RuntimeClass is missing was synced")?;
+        ensure!(err.to_string().contains("not found"), "{err}");
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let rt = m.runtime_pod(&uid).await?;
+        ensure!(rt.sandboxes.is_empty(), "sandbox created: {rt:?}");
+        // The class is named "standard"; its handler is containerd's "runc".
+        let known = EnvSources {
+            runtime_handler: Some(Ok("runc".into())),
+            ..Default::default()
+        };
+        sync_until(
+            &m,
+            &mut p,
+            &known,
+            Duration::from_secs(60),
+            "Succeeded",
+            |st| st.phase.as_deref() == Some("Succeeded"),
+        )
+        .await?;
+        Ok(())
+    })
+    .await;
+    assert_gone(&m, &p, &cgroup, &logs);
+}
