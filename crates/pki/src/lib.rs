@@ -10,6 +10,8 @@
 //! * [`cluster`]: [`write_cluster_pki`], the idempotent on-disk layout a single-node
 //!   cluster uses (CA, apiserver serving cert, admin and per-component client certs,
 //!   kubeconfigs, service-account signing key).
+//! * [`csr`]: certificate signing requests parsed and verified, and signed by a
+//!   [`CertificateAuthority`] (the controller-manager's CSR signer).
 //! * [`pem`]: small PEM helpers and certificate inspection ([`CertInfo`]).
 //! * [`insecure`]: [`insecure::AcceptAnyServerCert`], the rustls verifier for the places
 //!   upstream skips server verification (kubelet dialing without a CA, HTTPS probes).
@@ -25,6 +27,7 @@
 //! `RSA PRIVATE KEY` or SEC1 `EC PRIVATE KEY`).
 
 pub mod cluster;
+pub mod csr;
 mod der;
 pub mod insecure;
 pub mod kubeconfig;

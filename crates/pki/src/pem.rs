@@ -161,7 +161,7 @@ impl CertInfo {
     }
 }
 
-fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
+pub(crate) fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
     match bytes.len() {
         4 => {
             let a: [u8; 4] = bytes.try_into().ok()?;
