@@ -9,6 +9,7 @@
 //! tests and production.
 
 mod admission;
+mod audit;
 mod discovery;
 mod dupes;
 mod eviction;

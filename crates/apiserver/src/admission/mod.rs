@@ -88,6 +88,9 @@ pub(crate) struct Attributes {
     /// Warnings for the response (`Warning` headers), shared by every call of the
     /// request's chain.
     pub warnings: Warnings,
+    /// Audit annotations for the request's audit event (upstream
+    /// `Attributes.AddAnnotation`), shared with the request's audit record.
+    pub audit_annotations: crate::audit::AuditAnnotations,
 }
 
 /// The warnings plugins add to a response (upstream `warning.AddWarning`); identical
@@ -123,6 +126,7 @@ impl Attributes {
             name: String::new(),
             dry_run: false,
             warnings: Warnings::default(),
+            audit_annotations: Default::default(),
         }
     }
 

@@ -5,17 +5,20 @@
 //! resourceNames, namespace and object selectors), each of its bindings whose
 //! `matchResources` also match is evaluated once per parameter object (`paramKind` +
 //! the binding's `paramRef`, by name or selector, `parameterNotFoundAction`), with
-//! `object`, `oldObject`, `request`, `params`, `namespaceObject` and the policy's
-//! `variables`; `matchConditions` filter first. A failed validation's message is its
+//! `object`, `oldObject`, `request`, `params`, `namespaceObject`, `authorizer`
+//! (upstream's CEL authz library over this apiserver's authorizer chain, asked for
+//! the requesting user) and the policy's `variables`; `matchConditions` filter
+//! first. A failed validation's message is its
 //! `messageExpression`, its `message` or `failed expression: <expr>`; the binding's
 //! `validationActions` decide: `Deny` rejects the request (code from `reason`, 422
 //! Invalid by default, with upstream's `ValidatingAdmissionPolicy 'p' with binding 'b'
-//! denied request: ...`), `Warn` adds a `Warning` header, `Audit` is logged. Evaluation
+//! denied request: ...`), `Warn` adds a `Warning` header, `Audit` adds upstream's
+//! `validation.policy.admission.k8s.io/validation_failure` annotation to the request's
+//! audit event, as `auditAnnotations` add `<policy>/<key>` ones. Evaluation
 //! and configuration errors follow the policy's `failurePolicy`.
 //!
-//! Deviations: `Audit` and `auditAnnotations` are logged (there is no audit log to
-//! annotate yet); `matchPolicy: Equivalent` matches like `Exact` (one served version per
-//! resource); `authorizer` is not offered; policies, bindings, params and namespaces
+//! Deviations: `matchPolicy: Equivalent` matches like `Exact` (one served version per
+//! resource); policies, bindings, params and namespaces
 //! are read from the watch cache (as upstream's informers) once it has applied this
 //! apiserver's own writes ([`super::webhook::fresh`]); a policy is compiled when it first matches and again
 //! after it changes; no cost budget.
@@ -26,7 +29,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
-use ferrokube_cel::{Activation, Program};
+use ferrokube_auth::authz::{Attributes as AuthzAttributes, Authorizer, Decision};
+use ferrokube_auth::user::UserInfo;
+use ferrokube_cel::{Activation, AuthzCheck, AuthzDecision, CelAuthorizer, Program};
 use ferrokube_registry::{Registry, Store};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
@@ -43,6 +48,8 @@ const AR: &str = "admissionregistration.k8s.io";
 
 struct ValidatingPolicy {
     registry: Arc<Registry>,
+    /// The apiserver's authorizer chain, for CEL's `authorizer`.
+    authorizer: Arc<dyn Authorizer>,
     policies: Arc<Store>,
     bindings: Arc<Store>,
     namespaces: Arc<Store>,
@@ -67,11 +74,87 @@ fn store(registry: &Registry, group: &str, plural: &str) -> Result<Arc<Store>, S
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(ValidatingPolicy {
         registry: init.registry.clone(),
+        authorizer: init.authorizer.clone(),
         policies: store(init.registry, AR, "validatingadmissionpolicies")?,
         bindings: store(init.registry, AR, "validatingadmissionpolicybindings")?,
         namespaces: store(init.registry, "", "namespaces")?,
         compiled: Default::default(),
     }))
+}
+
+/// CEL's `authorizer`: the authorizer chain asked on behalf of one user (upstream
+/// `authorizerVal`).
+struct UserAuthorizer {
+    chain: Arc<dyn Authorizer>,
+    user: UserInfo,
+}
+
+impl std::fmt::Debug for UserAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("UserAuthorizer")
+            .field(&self.user.name)
+            .finish()
+    }
+}
+
+impl CelAuthorizer for UserAuthorizer {
+    fn check(&self, check: &AuthzCheck) -> AuthzDecision {
+        let attrs = AuthzAttributes {
+            user: self.user.clone(),
+            verb: check.verb.clone(),
+            namespace: check.namespace.clone(),
+            api_group: check.group.clone(),
+            // Upstream's library asks about every version of the resource.
+            api_version: if check.resource_request {
+                "*".into()
+            } else {
+                String::new()
+            },
+            resource: check.resource.clone(),
+            subresource: check.subresource.clone(),
+            name: check.name.clone(),
+            resource_request: check.resource_request,
+            path: check.path.clone(),
+        };
+        match self.chain.authorize(&attrs) {
+            Decision::Allow => AuthzDecision {
+                allowed: true,
+                ..AuthzDecision::default()
+            },
+            Decision::Deny(reason) => AuthzDecision {
+                allowed: false,
+                reason,
+                error: None,
+            },
+            Decision::NoOpinion => AuthzDecision::default(),
+        }
+    }
+
+    /// Upstream `serviceaccount.ServiceAccountInfo.UserInfo`: the account's user
+    /// name and its two groups; upstream's checks of the name and namespace.
+    fn for_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<dyn CelAuthorizer>, String> {
+        use ferrokube_apimachinery::validation::{name_is_dns_subdomain, validate_namespace_name};
+        if !name_is_dns_subdomain(name, false).is_empty() {
+            return Err("Invalid service account name".into());
+        }
+        if !validate_namespace_name(namespace, false).is_empty() {
+            return Err("Invalid service account namespace".into());
+        }
+        Ok(Arc::new(UserAuthorizer {
+            chain: self.chain.clone(),
+            user: UserInfo::new(
+                ferrokube_auth::rbac::service_account_user(namespace, name),
+                [
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{namespace}"),
+                ],
+            ),
+        }))
+    }
 }
 
 /// One failed validation (or configuration error) to act on.
@@ -86,9 +169,18 @@ struct Denial {
 /// What evaluating one binding with one parameter object produced.
 #[derive(Default)]
 struct Decisions {
-    /// Messages and reasons of the validations that failed (or errored under Fail).
-    failed: Vec<(String, String)>,
+    /// Index in `validations`, message and reason of the validations that failed (or
+    /// errored under Fail).
+    failed: Vec<(usize, String, String)>,
+    /// `auditAnnotations` keys and their (string) values.
+    audit_annotations: Vec<(String, String)>,
 }
+
+/// Upstream's audit annotation of a failed validation under the `Audit` action.
+const VALIDATION_FAILURE_ANNOTATION: &str = "validation.policy.admission.k8s.io/validation_failure";
+
+/// Upstream `maxAuditAnnotationValueLength`: longer values are cut.
+const MAX_AUDIT_ANNOTATION_VALUE_LENGTH: usize = 10 * 1024;
 
 /// A policy's CEL, compiled.
 struct Compiled {
@@ -290,6 +382,25 @@ impl ValidatingPolicy {
         Ok(found)
     }
 
+    /// The `authorizer` variable for the request: the chain for the requesting user,
+    /// and `requestResource` the request's resource.
+    fn cel_authorizer(&self, a: &Attributes) -> ferrokube_cel::cel::Value {
+        let authorizer = Arc::new(UserAuthorizer {
+            chain: self.authorizer.clone(),
+            user: a.user.clone(),
+        });
+        ferrokube_cel::authorizer_value(
+            authorizer,
+            &ferrokube_cel::RequestResource {
+                group: a.resource.group.to_string(),
+                resource: a.resource.plural.to_string(),
+                subresource: a.subresource.clone(),
+                namespace: a.namespace.clone(),
+                name: a.name.clone(),
+            },
+        )
+    }
+
     /// The request's Namespace object (upstream `namespaceObject`), if namespaced.
     async fn namespace_object(&self, a: &Attributes) -> Result<Value, ApiError> {
         if a.namespace.is_empty() || a.is_core("namespaces") {
@@ -328,11 +439,11 @@ fn evaluate(
         Ok(false) => return decisions,
         Err(_) if fail_open => return decisions,
         Err(e) => {
-            decisions.failed.push((e, String::new()));
+            decisions.failed.push((0, e, String::new()));
             return decisions;
         }
     }
-    for v in &compiled.validations {
+    for (index, v) in compiled.validations.iter().enumerate() {
         match activation.eval_bool(&v.expression) {
             Ok(true) => {}
             Ok(false) => {
@@ -344,10 +455,11 @@ fn evaluate(
                     .filter(|m| !m.is_empty() && !m.contains('\n'))
                     .or_else(|| v.message.clone())
                     .unwrap_or_else(|| format!("failed expression: {}", v.expression.source()));
-                decisions.failed.push((message, v.reason.clone()));
+                decisions.failed.push((index, message, v.reason.clone()));
             }
             Err(_) if fail_open => {}
             Err(e) => decisions.failed.push((
+                index,
                 format!(
                     "expression '{}' resulted in error: {e}",
                     v.expression.source()
@@ -359,13 +471,30 @@ fn evaluate(
     for (key, program) in &compiled.audits {
         match activation.eval(program) {
             Ok(ferrokube_cel::cel::Value::Null) => {}
-            Ok(v) => tracing::info!(
-                annotation = %format!("{policy}/{key}"),
-                value = %ferrokube_cel::value_to_json(&v),
-                "ValidatingAdmissionPolicy audit annotation"
-            ),
-            Err(_) if fail_open => {}
+            Ok(ferrokube_cel::cel::Value::String(text)) => {
+                let mut value = text.to_string();
+                if value.len() > MAX_AUDIT_ANNOTATION_VALUE_LENGTH {
+                    let mut cut = MAX_AUDIT_ANNOTATION_VALUE_LENGTH;
+                    while !value.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    value.truncate(cut);
+                }
+                tracing::debug!(annotation = %format!("{policy}/{key}"), %value, "audit annotation");
+                decisions.audit_annotations.push((key.clone(), value));
+            }
+            Ok(_) | Err(_) if fail_open => {}
+            Ok(v) => decisions.failed.push((
+                0,
+                format!(
+                    "valueExpression '{}' resulted in unsupported return type: {}. Return type must be either string or null.",
+                    program.source(),
+                    ferrokube_cel::type_name(&v)
+                ),
+                String::new(),
+            )),
             Err(e) => decisions.failed.push((
+                0,
                 format!("valueExpression of auditAnnotation '{key}' resulted in error: {e}"),
                 String::new(),
             )),
@@ -443,6 +572,9 @@ impl Plugin for ValidatingPolicy {
                 }
             };
             bindings.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
+            // Upstream's auditAnnotationCollector: distinct values of a key over the
+            // policy's bindings and params, joined with ", ".
+            let mut audit_values: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for binding in &bindings {
                 let binding_name = binding.metadata.name.clone().unwrap_or_default();
                 let Some(bspec) = &binding.spec else { continue };
@@ -467,14 +599,21 @@ impl Plugin for ValidatingPolicy {
                     b.bind_json("object", object.unwrap_or(&Value::Null))
                         .bind_json("oldObject", old.unwrap_or(&Value::Null))
                         .bind_json("request", &cel_request(a))
-                        .bind_json("namespaceObject", &self.namespace_object(a).await?);
+                        .bind_json("namespaceObject", &self.namespace_object(a).await?)
+                        .bind("authorizer", self.cel_authorizer(a));
                     base = Some(b);
                 }
                 let Some(base) = &base else { continue };
                 let actions = bspec.validation_actions.as_deref().unwrap_or_default();
                 for p in &params {
                     let decisions = evaluate(compiled, fail_open, base, p.as_ref(), &policy_name);
-                    for (message, reason) in decisions.failed {
+                    for (key, value) in decisions.audit_annotations {
+                        let values = audit_values.entry(key).or_default();
+                        if !values.contains(&value) {
+                            values.push(value);
+                        }
+                    }
+                    for (index, message, reason) in decisions.failed {
                         for action in actions {
                             match action.as_str() {
                                 "Deny" => denials.push(Denial {
@@ -486,17 +625,26 @@ impl Plugin for ValidatingPolicy {
                                 "Warn" => a.warn(format!(
                                     "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {message}"
                                 )),
-                                "Audit" => tracing::info!(
-                                    policy = %policy_name,
-                                    binding = %binding_name,
-                                    %message,
-                                    "validation.policy.admission.k8s.io/validation_failure"
+                                "Audit" => a.audit_annotations.add(
+                                    VALIDATION_FAILURE_ANNOTATION,
+                                    serde_json::json!([{
+                                        "message": message,
+                                        "policy": policy_name,
+                                        "binding": binding_name,
+                                        "expressionIndex": index,
+                                        "validationActions": actions,
+                                    }])
+                                    .to_string(),
                                 ),
                                 _ => {}
                             }
                         }
                     }
                 }
+            }
+            for (key, values) in audit_values {
+                a.audit_annotations
+                    .add(format!("{policy_name}/{key}"), values.join(", "));
             }
         }
         let Some(d) = denials.into_iter().next() else {
@@ -567,10 +715,10 @@ mod tests {
             Some(&json!({"max": 4})),
             "p",
         );
-        let messages: Vec<&str> = d.failed.iter().map(|(m, _)| m.as_str()).collect();
+        let messages: Vec<&str> = d.failed.iter().map(|(_, m, _)| m.as_str()).collect();
         assert_eq!(messages[0], "failed expression: object.spec.replicas <= 5");
         assert_eq!(messages[1], "too many");
-        assert_eq!(d.failed[1].1, "Forbidden");
+        assert_eq!(d.failed[1].2, "Forbidden");
         assert_eq!(messages[2], "replicas 6 >= 3");
         assert!(
             messages[3].starts_with("expression 'object.spec.nope == 1' resulted in error: "),
