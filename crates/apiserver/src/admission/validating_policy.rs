@@ -5,10 +5,8 @@
 //! resourceNames, namespace and object selectors), each of its bindings whose
 //! `matchResources` also match is evaluated once per parameter object (`paramKind` +
 //! the binding's `paramRef`, by name or selector, `parameterNotFoundAction`), with
-//! `object`, `oldObject`, `request`, `params`, `namespaceObject`, `authorizer`
-//! (upstream's CEL authz library over this apiserver's authorizer chain, asked for
-//! the requesting user) and the policy's `variables`; `matchConditions` filter
-//! first. A failed validation's message is its
+//! `object`, `oldObject`, `request`, `params`, `namespaceObject` and the policy's
+//! `variables`; `matchConditions` filter first. A failed validation's message is its
 //! `messageExpression`, its `message` or `failed expression: <expr>`; the binding's
 //! `validationActions` decide: `Deny` rejects the request (code from `reason`, 422
 //! Invalid by default, with upstream's `ValidatingAdmissionPolicy 'p' with binding 'b'
@@ -18,7 +16,7 @@
 //! and configuration errors follow the policy's `failurePolicy`.
 //!
 //! Deviations: `matchPolicy: Equivalent` matches like `Exact` (one served version per
-//! resource); policies, bindings, params and namespaces
+//! resource); `authorizer` is not offered; policies, bindings, params and namespaces
 //! are read from the watch cache (as upstream's informers) once it has applied this
 //! apiserver's own writes ([`super::webhook::fresh`]); a policy is compiled when it first matches and again
 //! after it changes; no cost budget.
@@ -29,9 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
-use ferrokube_auth::authz::{Attributes as AuthzAttributes, Authorizer, Decision};
-use ferrokube_auth::user::UserInfo;
-use ferrokube_cel::{Activation, AuthzCheck, AuthzDecision, CelAuthorizer, Program};
+use ferrokube_cel::{Activation, Program};
 use ferrokube_registry::{Registry, Store};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
@@ -48,8 +44,6 @@ const AR: &str = "admissionregistration.k8s.io";
 
 struct ValidatingPolicy {
     registry: Arc<Registry>,
-    /// The apiserver's authorizer chain, for CEL's `authorizer`.
-    authorizer: Arc<dyn Authorizer>,
     policies: Arc<Store>,
     bindings: Arc<Store>,
     namespaces: Arc<Store>,
@@ -74,87 +68,11 @@ fn store(registry: &Registry, group: &str, plural: &str) -> Result<Arc<Store>, S
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(ValidatingPolicy {
         registry: init.registry.clone(),
-        authorizer: init.authorizer.clone(),
         policies: store(init.registry, AR, "validatingadmissionpolicies")?,
         bindings: store(init.registry, AR, "validatingadmissionpolicybindings")?,
         namespaces: store(init.registry, "", "namespaces")?,
         compiled: Default::default(),
     }))
-}
-
-/// CEL's `authorizer`: the authorizer chain asked on behalf of one user (upstream
-/// `authorizerVal`).
-struct UserAuthorizer {
-    chain: Arc<dyn Authorizer>,
-    user: UserInfo,
-}
-
-impl std::fmt::Debug for UserAuthorizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("UserAuthorizer")
-            .field(&self.user.name)
-            .finish()
-    }
-}
-
-impl CelAuthorizer for UserAuthorizer {
-    fn check(&self, check: &AuthzCheck) -> AuthzDecision {
-        let attrs = AuthzAttributes {
-            user: self.user.clone(),
-            verb: check.verb.clone(),
-            namespace: check.namespace.clone(),
-            api_group: check.group.clone(),
-            // Upstream's library asks about every version of the resource.
-            api_version: if check.resource_request {
-                "*".into()
-            } else {
-                String::new()
-            },
-            resource: check.resource.clone(),
-            subresource: check.subresource.clone(),
-            name: check.name.clone(),
-            resource_request: check.resource_request,
-            path: check.path.clone(),
-        };
-        match self.chain.authorize(&attrs) {
-            Decision::Allow => AuthzDecision {
-                allowed: true,
-                ..AuthzDecision::default()
-            },
-            Decision::Deny(reason) => AuthzDecision {
-                allowed: false,
-                reason,
-                error: None,
-            },
-            Decision::NoOpinion => AuthzDecision::default(),
-        }
-    }
-
-    /// Upstream `serviceaccount.ServiceAccountInfo.UserInfo`: the account's user
-    /// name and its two groups; upstream's checks of the name and namespace.
-    fn for_service_account(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Arc<dyn CelAuthorizer>, String> {
-        use ferrokube_apimachinery::validation::{name_is_dns_subdomain, validate_namespace_name};
-        if !name_is_dns_subdomain(name, false).is_empty() {
-            return Err("Invalid service account name".into());
-        }
-        if !validate_namespace_name(namespace, false).is_empty() {
-            return Err("Invalid service account namespace".into());
-        }
-        Ok(Arc::new(UserAuthorizer {
-            chain: self.chain.clone(),
-            user: UserInfo::new(
-                ferrokube_auth::rbac::service_account_user(namespace, name),
-                [
-                    "system:serviceaccounts".to_string(),
-                    format!("system:serviceaccounts:{namespace}"),
-                ],
-            ),
-        }))
-    }
 }
 
 /// One failed validation (or configuration error) to act on.
@@ -382,25 +300,6 @@ impl ValidatingPolicy {
         Ok(found)
     }
 
-    /// The `authorizer` variable for the request: the chain for the requesting user,
-    /// and `requestResource` the request's resource.
-    fn cel_authorizer(&self, a: &Attributes) -> ferrokube_cel::cel::Value {
-        let authorizer = Arc::new(UserAuthorizer {
-            chain: self.authorizer.clone(),
-            user: a.user.clone(),
-        });
-        ferrokube_cel::authorizer_value(
-            authorizer,
-            &ferrokube_cel::RequestResource {
-                group: a.resource.group.to_string(),
-                resource: a.resource.plural.to_string(),
-                subresource: a.subresource.clone(),
-                namespace: a.namespace.clone(),
-                name: a.name.clone(),
-            },
-        )
-    }
-
     /// The request's Namespace object (upstream `namespaceObject`), if namespaced.
     async fn namespace_object(&self, a: &Attributes) -> Result<Value, ApiError> {
         if a.namespace.is_empty() || a.is_core("namespaces") {
@@ -599,8 +498,7 @@ impl Plugin for ValidatingPolicy {
                     b.bind_json("object", object.unwrap_or(&Value::Null))
                         .bind_json("oldObject", old.unwrap_or(&Value::Null))
                         .bind_json("request", &cel_request(a))
-                        .bind_json("namespaceObject", &self.namespace_object(a).await?)
-                        .bind("authorizer", self.cel_authorizer(a));
+                        .bind_json("namespaceObject", &self.namespace_object(a).await?);
                     base = Some(b);
                 }
                 let Some(base) = &base else { continue };
