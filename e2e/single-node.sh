@@ -38,9 +38,24 @@ fail() {
   exit 1
 }
 k() { timeout 30 "$KUBECTL" --request-timeout=20s "$@"; }
+# `kubectl exec` whose stdout is the answer: kubectl's stderr (where it also logs
+# client-side complaints) is kept apart, shown on the terminal, and joined to the output
+# only when the command fails, for the failure message.
+KX_ERR=$(mktemp)
+kx() {
+  local out rc=0
+  out=$(k exec "$@" 2>"$KX_ERR") || rc=$?
+  if [ -s "$KX_ERR" ]; then sed 's/^/  kubectl exec stderr: /' "$KX_ERR" >&2; fi
+  if [ $rc -ne 0 ]; then
+    printf '%s\n%s' "$out" "$(cat "$KX_ERR")"
+    return $rc
+  fi
+  printf '%s' "$out"
+}
 
 finish() {
   local rc=$?
+  rm -f "$KX_ERR"
   if [ $rc -ne 0 ] && [ "${E2E_KEEP:-0}" = 1 ]; then
     echo "E2E_KEEP=1: cluster left up (KUBECONFIG=$KUBECONFIG); hack/down.sh to stop it" >&2
     exit $rc

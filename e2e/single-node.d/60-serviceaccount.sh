@@ -79,9 +79,10 @@ ok "$vol, pod Running"
 
 step "serviceaccount: token, ca.crt and namespace inside the container"
 sa_tmp=$(mktemp -d)
-token=$(k -n "$SA_NS" exec sa-client -- cat "$SA_DIR/token" 2>&1) || fail "reading the token: $token"
-k -n "$SA_NS" exec sa-client -- cat "$SA_DIR/ca.crt" >"$sa_tmp/ca.crt" 2>&1 || fail "reading ca.crt: $(cat "$sa_tmp/ca.crt")"
-podns=$(k -n "$SA_NS" exec sa-client -- cat "$SA_DIR/namespace" 2>&1) || fail "reading namespace: $podns"
+token=$(kx -n "$SA_NS" sa-client -- cat "$SA_DIR/token") || fail "reading the token: $token"
+k -n "$SA_NS" exec sa-client -- cat "$SA_DIR/ca.crt" >"$sa_tmp/ca.crt" 2>"$sa_tmp/stderr" ||
+  fail "reading ca.crt: $(cat "$sa_tmp/stderr")"
+podns=$(kx -n "$SA_NS" sa-client -- cat "$SA_DIR/namespace") || fail "reading namespace: $podns"
 [ "$podns" = "$SA_NS" ] || fail "namespace file says '$podns', want $SA_NS"
 cmp -s "$sa_tmp/ca.crt" "$FK_PKI_DIR/ca.crt" || fail "the mounted ca.crt is not the cluster CA"
 [[ $token =~ ^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$ ]] || fail "the token is not a JWT: '${token:0:40}...'"

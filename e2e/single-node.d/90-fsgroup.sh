@@ -49,22 +49,22 @@ out=$(k wait --for=condition=Ready pod/fsgroup --timeout=60s 2>&1) || {
 ok "pod Ready"
 
 step "fsGroup: id shows the supplemental group; the volumes belong to it"
-id_out=$(k exec fsgroup -- id 2>&1) || fail "exec id: $id_out"
+id_out=$(kx fsgroup -- id) || fail "exec id: $id_out"
 printf '  id: %s\n' "$id_out"
 grep -q '^uid=1000 gid=3000 groups=.*\b2000\b' <<<"$id_out" || fail "id: want uid 1000, gid 3000, group 2000: $id_out"
 # ls -ldn: mode, links, uid, gid; the emptyDir is rwxrwsrwx (world-writable as upstream
 # makes it, plus setgid) and group 2000.
-data=$(k exec fsgroup -- ls -ldn /data 2>&1) || fail "exec ls /data: $data"
+data=$(kx fsgroup -- ls -ldn /data) || fail "exec ls /data: $data"
 printf '  /data: %s\n' "$data"
 awk '{exit !($1 == "drwxrwsrwx" && $4 == "2000")}' <<<"$data" || fail "/data: want drwxrwsrwx group 2000: $data"
-made=$(k exec fsgroup -- sh -c 'touch /data/new && ls -ln /data/new' 2>&1) || fail "exec touch: $made"
+made=$(kx fsgroup -- sh -c 'touch /data/new && ls -ln /data/new') || fail "exec touch: $made"
 printf '  new file: %s\n' "$made"
 awk '{exit !($3 == "1000" && $4 == "2000")}' <<<"$made" || fail "a new file in /data: want 1000:2000 (setgid dir): $made"
 for f in /etc/cfg/greeting /etc/sec/password; do
-  got=$(k exec fsgroup -- ls -lnL "$f" 2>&1) || fail "exec ls $f: $got"
+  got=$(kx fsgroup -- ls -lnL "$f") || fail "exec ls $f: $got"
   printf '  %s: %s\n' "$f" "$got"
   awk '{exit !($4 == "2000" && substr($1, 5, 1) == "r")}' <<<"$got" || fail "$f: want group 2000, group-readable: $got"
-  content=$(k exec fsgroup -- cat "$f" 2>&1) || fail "user 1000 cannot read $f: $content"
+  content=$(kx fsgroup -- cat "$f") || fail "user 1000 cannot read $f: $content"
 done
 ok "id has group 2000; /data drwxrwsrwx :2000 and new files inherit it; configMap and secret files group 2000, readable by the pod's user"
 fsg_cleanup

@@ -275,6 +275,11 @@ async fn translate_v5(mut req: Request<Incoming>, target: Uri) -> Response<Body>
     resp
 }
 
+/// A channel message with its channel byte and nothing after it.
+fn is_empty_channel_message(msg: &[u8]) -> bool {
+    msg.len() <= 1
+}
+
 /// Copies messages between a v5 client and a v4 runtime until either side closes.
 async fn relay_v5_v4<C, R>(client: WebSocketStream<C>, runtime: WebSocketStream<R>)
 where
@@ -303,6 +308,12 @@ where
     let downstream = async {
         while let Some(Ok(msg)) = runtime_rx.next().await {
             let out = match msg {
+                // The runtime opens every session with an empty message on the lowest
+                // writable channel. kubectl 1.32/1.33 start reading before they have
+                // registered their streams (fixed upstream by kubernetes#131203), and
+                // log "Unknown stream id" to stderr when that message wins the race; it
+                // carries no data, so v5 clients are better off without it.
+                Message::Binary(ref b) if is_empty_channel_message(b) => continue,
                 Message::Binary(_) | Message::Text(_) => msg,
                 Message::Close(frame) => {
                     let _ = client_tx.send(Message::Close(frame)).await;
@@ -375,6 +386,14 @@ mod tests {
         assert_eq!(v5_to_v4(&[4, b'{']), Some(&[4, b'{'][..]));
         assert_eq!(v5_to_v4(&[CLOSE_SIGNAL, 0]), None);
         assert_eq!(v5_to_v4(&[]), Some(&[][..]));
+    }
+
+    #[test]
+    fn only_data_less_runtime_messages_are_dropped() {
+        assert!(is_empty_channel_message(&[1]));
+        assert!(is_empty_channel_message(&[]));
+        assert!(!is_empty_channel_message(&[1, b'x']));
+        assert!(!is_empty_channel_message(&[3, b'{']));
     }
 
     #[test]
