@@ -99,6 +99,31 @@ struct Args {
     /// The IP address advertised to cluster members (the kubernetes Endpoints).
     #[arg(long)]
     advertise_address: Option<IpAddr>,
+    /// Path to the audit.k8s.io/v1 Policy deciding what is audited at which level.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// File audit events are written to as JSON lines; '-' is standard output.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Days to keep rotated audit log files (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
+    /// Rotated audit log files to keep (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+    /// Size in megabytes at which the audit log is rotated (0: 100).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+    /// Format of the audit log: json (legacy is refused).
+    #[arg(long, default_value = "json")]
+    audit_log_format: String,
+    /// blocking: requests wait when the writer is behind, no event is lost; batch:
+    /// requests never wait, events are dropped when the buffer is full.
+    #[arg(long, default_value = "blocking")]
+    audit_log_mode: String,
+    /// Events buffered between requests and the audit log writer.
+    #[arg(long, default_value_t = 10000)]
+    audit_log_batch_buffer_size: usize,
 }
 
 /// Whole seconds of a Go duration made of `h`, `m` and `s` parts (`24h`, `1h30m`,
@@ -184,6 +209,18 @@ async fn main() -> anyhow::Result<()> {
     opts.service_cluster_ip_range = args.service_cluster_ip_range;
     opts.service_node_port_range = args.service_node_port_range;
     opts.advertise_address = args.advertise_address;
+    opts.audit_policy_file = args.audit_policy_file;
+    ferrokube_apiserver::check_audit_log_format(&args.audit_log_format)
+        .map_err(anyhow::Error::msg)?;
+    opts.audit_log = ferrokube_apiserver::AuditLogOptions {
+        path: args.audit_log_path,
+        max_age_days: args.audit_log_maxage,
+        max_backups: args.audit_log_maxbackup,
+        max_size_mb: args.audit_log_maxsize,
+        mode: ferrokube_apiserver::AuditLogMode::parse(&args.audit_log_mode)
+            .map_err(anyhow::Error::msg)?,
+        buffer_size: args.audit_log_batch_buffer_size,
+    };
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");

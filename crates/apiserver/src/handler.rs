@@ -1,8 +1,9 @@
 //! The request pipeline and the REST handlers.
 //!
 //! Pipeline, outermost first: panic recovery (a panic answers 500, the process
-//! lives) and metrics -> request info -> authentication (401) -> authorization
-//! (403) -> body limit (413) -> routing -> registry call -> encoding.
+//! lives), metrics and the audit record -> request info -> authentication (401) ->
+//! audit policy -> impersonation -> authorization (403) -> body limit (413) ->
+//! routing -> registry call -> encoding.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -48,6 +49,8 @@ pub(crate) struct State {
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
     pub openapi: crate::openapi::OpenApi,
+    /// The audit policy and log (None: no audit events).
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
@@ -93,11 +96,21 @@ pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
 /// Entry point of every request: panic recovery and metrics around [`handle`].
 pub(crate) async fn serve(
     state: Arc<State>,
+    peer: std::net::SocketAddr,
     peer_certs: Arc<Vec<CertificateDer<'static>>>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let start = Instant::now();
     let attrs = request_attributes(req.method().as_str(), req.uri().path(), req.uri().query());
+    let audit = crate::audit::RequestAudit::begin(
+        state.audit.as_ref(),
+        &req,
+        &attrs,
+        peer,
+        !peer_certs.is_empty(),
+    );
+    req.extensions_mut().insert(audit.clone());
+    let long_running = crate::audit::is_long_running(&attrs);
     let verb = if attrs.resource_request {
         attrs.verb.to_ascii_uppercase()
     } else {
@@ -105,11 +118,11 @@ pub(crate) async fn serve(
     };
     let resource = attrs.resource.clone();
     let accepts_gzip = accepts_gzip(req.headers());
-    let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req))
+    let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req, &audit))
         .catch_unwind()
         .await
     {
-        Ok(r) => r,
+        Ok(r) => audit.finish(r, long_running, None).await,
         Err(panic) => {
             let msg = panic
                 .downcast_ref::<&str>()
@@ -117,9 +130,10 @@ pub(crate) async fn serve(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             tracing::error!(panic = %msg, "request handler panicked");
-            error_response(&ApiError::internal(format!(
+            let r = error_response(&ApiError::internal(format!(
                 "an internal error occurred: {msg}"
-            )))
+            )));
+            audit.finish(r, long_running, Some(&msg)).await
         }
     };
     let resp = if accepts_gzip {
@@ -249,6 +263,7 @@ async fn handle(
     state: &State,
     peer_certs: &[CertificateDer<'static>],
     mut req: Request<Incoming>,
+    audit: &crate::audit::RequestAudit,
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
     let q = query_map(req.uri().query());
@@ -259,10 +274,19 @@ async fn handle(
         peer_certificates: peer_certs,
     }) {
         Ok(Some(u)) => u,
-        Ok(None) | Err(_) => return error_response(&ApiError::unauthorized("Unauthorized")),
+        Ok(None) | Err(_) => {
+            audit.authentication_failed();
+            return error_response(&ApiError::unauthorized("Unauthorized"));
+        }
     };
+    // The policy sees the authenticated user, as upstream's audit filter runs before
+    // impersonation.
+    audit.authenticated(&user).await;
     let user = match crate::reviews::impersonate(state.authorizer.as_ref(), req.headers(), &user) {
-        Ok(Some(impersonated)) => impersonated,
+        Ok(Some(impersonated)) => {
+            audit.impersonated(&impersonated);
+            impersonated
+        }
         Ok(None) => user,
         Err(e) => return error_response(&e),
     };
@@ -270,6 +294,18 @@ async fn handle(
     let mut attrs = request_attributes(req.method().as_str(), &path, req.uri().query());
     attrs.user = user;
     let decision = state.authorizer.authorize(&attrs);
+    // Upstream's `authorization.k8s.io/decision` and `/reason` annotations.
+    let (verdict, reason) = match &decision {
+        ferrokube_auth::Decision::Allow => ("allow", ""),
+        ferrokube_auth::Decision::Deny(reason) => ("forbid", reason.as_str()),
+        ferrokube_auth::Decision::NoOpinion => ("forbid", ""),
+    };
+    audit
+        .annotations()
+        .add("authorization.k8s.io/decision", verdict);
+    audit
+        .annotations()
+        .add("authorization.k8s.io/reason", reason);
     if !decision.is_allowed() {
         return error_response(&crate::security::forbidden(&attrs, &decision));
     }
@@ -483,6 +519,10 @@ async fn read_body(state: &State, req: Request<Incoming>) -> Result<(Bytes, Stri
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
+    let audit = req
+        .extensions()
+        .get::<crate::audit::RequestAudit>()
+        .cloned();
     let too_large = || ApiError::request_entity_too_large("limit is 3145728");
     if let Some(len) = req
         .headers()
@@ -504,6 +544,9 @@ async fn read_body(state: &State, req: Request<Incoming>) -> Result<(Bytes, Stri
             }
         })?
         .to_bytes();
+    if let Some(audit) = audit {
+        audit.request_body(&body, &ct);
+    }
     Ok((body, ct))
 }
 
@@ -666,6 +709,9 @@ async fn resource_request(
         a.subresource = r.sub.clone().unwrap_or_default();
         a.dry_run = dry_run(q.get("dryRun").map(String::as_str)).unwrap_or(false);
         a.warnings = warnings.clone();
+        if let Some(audit) = req.extensions().get::<crate::audit::RequestAudit>() {
+            a.audit_annotations = audit.annotations().clone();
+        }
         a
     };
     let admission = state.admission.request(attributes.clone());

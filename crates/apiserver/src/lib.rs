@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admission::AdmissionPlugins;
+pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
 pub use ferrokube_auth::AuthorizationMode;
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
@@ -72,6 +73,8 @@ pub struct Config {
     pub(crate) tokens: Option<Arc<tokens::Tokens>>,
     /// The admission chain (`--enable-admission-plugins`).
     pub(crate) admission: Arc<admission::Chain>,
+    /// The audit policy and log backend (None: auditing off).
+    pub(crate) audit: Option<Arc<audit::Auditor>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -170,6 +173,7 @@ impl Server {
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
             openapi: openapi::OpenApi::start(),
+            audit: config.audit,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
         let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
@@ -242,7 +246,7 @@ async fn accept_loop(
                     .unwrap_or_default(),
             );
             let service = hyper::service::service_fn(move |req| {
-                handler::serve(state.clone(), peer_certs.clone(), req)
+                handler::serve(state.clone(), peer, peer_certs.clone(), req)
             });
             let builder = auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
@@ -293,6 +297,10 @@ pub struct Options {
     pub service_cluster_ip_range: String,
     pub service_node_port_range: String,
     pub advertise_address: Option<std::net::IpAddr>,
+    /// `--audit-policy-file`: audit.k8s.io/v1 Policy (YAML or JSON).
+    pub audit_policy_file: Option<std::path::PathBuf>,
+    /// `--audit-log-*`: where and how audit events are written.
+    pub audit_log: AuditLogOptions,
 }
 
 impl Options {
@@ -321,6 +329,8 @@ impl Options {
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
             advertise_address: None,
+            audit_policy_file: None,
+            audit_log: AuditLogOptions::default(),
         }
     }
 
@@ -340,6 +350,9 @@ impl Options {
             None => None,
         };
         let tls = tls_config(&cert, &key, ca.as_deref())?;
+        // The policy is checked before the store is touched: a bad file stops the start.
+        let audit = audit::Auditor::new(self.audit_policy_file.as_deref(), &self.audit_log)
+            .map_err(ConfigError::Audit)?;
         let mut authenticators: Vec<Box<dyn Authenticator>> = Vec::new();
         if let Some(ca) = &ca {
             authenticators.push(Box::new(
@@ -431,6 +444,7 @@ impl Options {
             authorizer,
             security: state,
             admission: Arc::new(admission),
+            audit,
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
             max_body_bytes: 3 * 1024 * 1024,
             max_watch: Duration::from_secs(1800),
@@ -533,4 +547,6 @@ pub enum ConfigError {
     Kubelet(String),
     #[error("admission: {0}")]
     Admission(String),
+    #[error("audit: {0}")]
+    Audit(String),
 }
