@@ -2,7 +2,8 @@
 //! a policy with Metadata for secrets (no secret data in the log) and RequestResponse
 //! for configmaps, None rules and omitted stages suppressing events, the `Audit-Id`
 //! response header matching the event, a watch's ResponseStarted/ResponseComplete,
-//! a failure's responseStatus, ValidatingAdmissionPolicy's Audit action and
+//! a failure's responseStatus, impersonation, a denial, a failed authentication,
+//! ValidatingAdmissionPolicy's Audit action and
 //! auditAnnotations in the event, and a malformed policy stopping the start.
 
 use std::path::PathBuf;
@@ -224,6 +225,49 @@ async fn policy_levels_stages_and_annotations() {
         json!([{"message": "k is bad", "policy": "no-bad", "binding": "no-bad-audit",
             "expressionIndex": 0, "validationActions": ["Audit"]}])
     );
+
+    // Impersonation: the event's user is who authenticated, impersonatedUser whom
+    // the request acts as; the denial carries the forbid decision.
+    let (code, _, _) = TestApiServer::raw(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/cm1",
+        &[("impersonate-user", "bob")],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403);
+    let e = wait_for(&log, |e| e["impersonatedUser"]["username"] == "bob").await;
+    assert!(
+        e["user"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("system:masters"))
+    );
+    assert_eq!(e["responseStatus"]["code"], 403);
+    assert_eq!(e["responseStatus"]["reason"], "Forbidden");
+    assert_eq!(e["annotations"]["authorization.k8s.io/decision"], "forbid");
+
+    // A failed authentication: one ResponseStarted event, with upstream's message.
+    let bad = server.client_with_token("not-a-token").await.unwrap();
+    let (code, _, _) = TestApiServer::raw(
+        &bad,
+        "GET",
+        "/api/v1/namespaces/default/secrets",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 401);
+    let e = wait_for(&log, |e| e["responseStatus"]["code"] == 401).await;
+    assert_eq!(e["stage"], "ResponseStarted");
+    assert_eq!(
+        e["responseStatus"]["message"],
+        "Authentication failed, attempted: token"
+    );
+    assert_eq!(e["user"], json!({}));
 
     // None rules and omitted stages: no events for /version, events, deployments
     // (ResponseComplete omitted), and no RequestReceived at all (omitted globally).

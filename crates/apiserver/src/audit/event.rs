@@ -77,6 +77,7 @@ pub(crate) struct Event {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct UserJson<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
     username: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     uid: &'a str,
