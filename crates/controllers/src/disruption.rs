@@ -37,7 +37,7 @@ use crate::replicaset::is_not_found;
 use crate::util::{
     controller_of, is_pod_ready, is_pod_terminal, pod_condition, scaled_value, selector_matches,
 };
-use crate::{Action, Controller, Result, split_key};
+use crate::{Action, Controller, Result, done_unless_failed, split_key};
 
 /// Prefix of the keys of pods whose `DisruptionTarget` condition may be stale.
 const POD_KEY_PREFIX: &str = "pod:";
@@ -438,15 +438,11 @@ impl DisruptionController {
                     "status": {"conditions": [{"type": DISRUPTION_TARGET_CONDITION, "status": "False",
                         "lastTransitionTime": Timestamp::now().to_string()}]}
                 });
-                match api
-                    .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-                    .await
-                {
-                    Ok(_) => Ok(Action::Done),
-                    Err(e) if is_not_found(&e) => Ok(Action::Done),
-                    // A conflict (the pod changed) retries with the fresh cache.
-                    Err(e) => Err(e.into()),
-                }
+                // A conflict (the pod changed) retries with the fresh cache.
+                done_unless_failed(
+                    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+                        .await,
+                )
             }
         }
     }

@@ -89,6 +89,16 @@ pub enum Action {
     RequeueAfter(Duration),
 }
 
+/// How a reconcile whose last step was the write `result` ends: done, also when the
+/// object went away meanwhile (nothing is left to reconcile); other errors are retried.
+pub fn done_unless_failed<T>(result: kube::Result<T>) -> Result<Action> {
+    match result {
+        Ok(_) => Ok(Action::Done),
+        Err(e) if replicaset::is_not_found(&e) => Ok(Action::Done),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Action {
     /// The earlier of two actions (`Done` is "never").
     pub fn min(self, other: Action) -> Action {

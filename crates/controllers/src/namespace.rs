@@ -24,7 +24,7 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, obj
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::replicaset::is_not_found;
-use crate::{Action, Controller, Result};
+use crate::{Action, Controller, Result, done_unless_failed};
 
 pub const FINALIZER_KUBERNETES: &str = "kubernetes";
 
@@ -328,14 +328,10 @@ impl Controller for NamespaceController {
         };
         let mut fin = fresh.clone();
         fin.spec.get_or_insert_with(Default::default).finalizers = Some(remove_finalizer(&fresh));
-        match api
-            .replace_subresource("finalize", key, &PostParams::default(), &fin)
-            .await
-        {
-            Ok(_) => Ok(Action::Done),
-            Err(e) if is_not_found(&e) => Ok(Action::Done),
-            Err(e) => Err(e.into()),
-        }
+        done_unless_failed(
+            api.replace_subresource("finalize", key, &PostParams::default(), &fin)
+                .await,
+        )
     }
 }
 

@@ -26,8 +26,7 @@ use kube::api::{Api, ListParams, PostParams};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::replicaset::is_not_found;
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, done_unless_failed, split_key};
 
 /// Upstream `volumeutil.PVCProtectionFinalizer`.
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
@@ -260,11 +259,7 @@ impl Controller for PvcProtectionController {
         updated.metadata = with_finalizer(&claim.metadata, PVC_PROTECTION_FINALIZER, add);
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
         // A stale cache gives a 409 (resourceVersion): the retry sees the fresh claim.
-        match api.replace(name, &PostParams::default(), &updated).await {
-            Ok(_) => Ok(Action::Done),
-            Err(e) if is_not_found(&e) => Ok(Action::Done),
-            Err(e) => Err(e.into()),
-        }
+        done_unless_failed(api.replace(name, &PostParams::default(), &updated).await)
     }
 }
 

@@ -15,8 +15,7 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, obj
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::pvcprotection::{is_deletion_candidate, needs_finalizer, with_finalizer};
-use crate::replicaset::is_not_found;
-use crate::{Action, Controller, Result};
+use crate::{Action, Controller, Result, done_unless_failed};
 
 /// Upstream `volumeutil.PVProtectionFinalizer`.
 pub const PV_PROTECTION_FINALIZER: &str = "kubernetes.io/pv-protection";
@@ -84,11 +83,7 @@ impl Controller for PvProtectionController {
         updated.metadata = with_finalizer(&volume.metadata, PV_PROTECTION_FINALIZER, add);
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         // A stale cache gives a 409 (resourceVersion): the retry sees the fresh volume.
-        match api.replace(key, &PostParams::default(), &updated).await {
-            Ok(_) => Ok(Action::Done),
-            Err(e) if is_not_found(&e) => Ok(Action::Done),
-            Err(e) => Err(e.into()),
-        }
+        done_unless_failed(api.replace(key, &PostParams::default(), &updated).await)
     }
 }
 

@@ -16,8 +16,7 @@ use kube::api::{Api, DeleteParams, Preconditions, PropagationPolicy};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::replicaset::is_not_found;
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, done_unless_failed, split_key};
 
 /// When the Job finished: the last transition of its true `Complete` or `Failed`
 /// condition (upstream `jobFinishTime`).
@@ -110,11 +109,7 @@ impl Controller for TtlAfterFinishedController {
             }),
             ..Default::default()
         };
-        match api.delete(name, &dp).await {
-            Ok(_) => Ok(Action::Done),
-            Err(e) if is_not_found(&e) => Ok(Action::Done),
-            Err(e) => Err(e.into()),
-        }
+        done_unless_failed(api.delete(name, &dp).await)
     }
 }
 

@@ -13,10 +13,17 @@ use anyhow::Context;
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret,
+    Service,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    PropagationPolicy,
+};
 use parking_lot::Mutex;
 use serde_json::json;
 use support::{FakeNode, wait_for};
@@ -354,6 +361,7 @@ async fn deleting_a_namespace_empties_it() -> anyhow::Result<()> {
         "garbagecollector",
         "namespace",
         "serviceaccount",
+        "pvc-protection",
     ])
     .await?;
     let c = env.client();
@@ -369,38 +377,78 @@ async fn deleting_a_namespace_empties_it() -> anyhow::Result<()> {
         Ok(sas.get_opt("default").await?.map(|_| ()))
     })
     .await?;
-    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "doomed");
-    let secrets: Api<Secret> = Api::namespaced(c.clone(), "doomed");
-    let svcs: Api<Service> = Api::namespaced(c.clone(), "doomed");
+    // (kind, how many, the object's body but its name). Deployments bring their
+    // ReplicaSets and Pods; the PVCs carry the pvc-protection finalizer, so the
+    // namespace controller has to wait for the pvc-protection controller too.
+    let created: Vec<(ApiResource, usize, serde_json::Value)> = vec![
+        (
+            ApiResource::erase::<ConfigMap>(&()),
+            40,
+            json!({"data": {"k": "v"}}),
+        ),
+        (
+            ApiResource::erase::<Secret>(&()),
+            30,
+            json!({"stringData": {"k": "v"}}),
+        ),
+        (
+            ApiResource::erase::<Service>(&()),
+            10,
+            json!({"spec": {"ports": [{"port": 80}]}}),
+        ),
+        (
+            ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
+            5,
+            json!({}),
+        ),
+        (
+            ApiResource::erase::<Role>(&()),
+            5,
+            json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+        ),
+        (
+            ApiResource::erase::<RoleBinding>(&()),
+            5,
+            json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r0"},
+                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "doomed"}]
+            }),
+        ),
+        (
+            ApiResource::erase::<PersistentVolumeClaim>(&()),
+            5,
+            json!({"spec": {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}}}}),
+        ),
+        (
+            ApiResource::erase::<LimitRange>(&()),
+            2,
+            json!({"spec": {"limits": [{"type": "Container", "max": {"memory": "8Gi"}}]}}),
+        ),
+        (
+            ApiResource::erase::<ResourceQuota>(&()),
+            2,
+            json!({"spec": {"hard": {"pods": "100"}}}),
+        ),
+        (
+            ApiResource::erase::<Endpoints>(&()),
+            3,
+            json!({"subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}]}),
+        ),
+    ];
+    for (resource, count, body) in &created {
+        let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), "doomed", resource);
+        for i in 0..*count {
+            let mut object = body.clone();
+            object["apiVersion"] = resource.api_version.clone().into();
+            object["kind"] = resource.kind.clone().into();
+            object["metadata"] = json!({"name": format!("{}{i}", resource.plural)});
+            api.create(&PostParams::default(), &serde_json::from_value(object)?)
+                .await
+                .with_context(|| format!("create {} {i}", resource.kind))?;
+        }
+    }
     let deps: Api<Deployment> = Api::namespaced(c.clone(), "doomed");
-    for i in 0..40 {
-        cms.create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": format!("cm{i}")}, "data": {"k": "v"}}),
-            )?,
-        )
-        .await?;
-    }
-    for i in 0..30 {
-        secrets
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(
-                    json!({"metadata": {"name": format!("s{i}")}, "stringData": {"k": "v"}}),
-                )?,
-            )
-            .await?;
-    }
-    for i in 0..10 {
-        svcs.create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": format!("svc{i}")}, "spec": {"ports": [{"port": 80}]}}),
-            )?,
-        )
-        .await?;
-    }
     for i in 0..3 {
         let mut d = deployment(&format!("d{i}"), 2, "img:v1")?;
         d.metadata.namespace = Some("doomed".into());
@@ -416,8 +464,32 @@ async fn deleting_a_namespace_empties_it() -> anyhow::Result<()> {
         Ok(nss.get_opt("doomed").await?.is_none().then_some(()))
     })
     .await?;
-    assert!(cms.list(&ListParams::default()).await?.items.is_empty());
-    assert!(pods.list(&ListParams::default()).await?.items.is_empty());
+    let mut every_kind: Vec<ApiResource> = created.into_iter().map(|(r, _, _)| r).collect();
+    every_kind.extend([
+        ApiResource::erase::<Deployment>(&()),
+        ApiResource::erase::<ReplicaSet>(&()),
+        ApiResource::erase::<Pod>(&()),
+    ]);
+    assert!(
+        every_kind.len() >= 13,
+        "the namespace held {} kinds",
+        every_kind.len()
+    );
+    for resource in &every_kind {
+        let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), "doomed", resource);
+        let left: Vec<String> = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{} left in the deleted namespace: {left:?}",
+            resource.kind
+        );
+    }
     env.stop().await;
     Ok(())
 }
