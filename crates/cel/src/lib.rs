@@ -10,10 +10,14 @@
 //! Layer: pure library (no IO, no async); it must not depend on the registry, the
 //! apiserver or any storage.
 //!
+//! The `authorizer` variable and its library are in [`authz`]; the runtime cost limit
+//! (upstream's per-call limit and per-evaluation budget) in `cost.rs`.
+//!
 //! Deviations from upstream: expressions are parsed, and their free variables checked
 //! against the declared ones, but not type-checked (the `cel` crate has no checker), so
 //! a misspelt field or function is found when the expression runs (and handled by the
-//! caller's failure policy) instead of at create; there is no cost budget. JSON objects
+//! caller's failure policy) instead of at create; the cost is metered at run time only
+//! (no estimate at create), per evaluated node and comprehension iteration. JSON objects
 //! become plain CEL maps, so field names are not escaped (`object.metadata.labels['a.b/c']`
 //! works as upstream; a field named after a CEL reserved word is also reachable as
 //! `__word__`, upstream's escaped spelling).
@@ -24,13 +28,21 @@ use std::sync::Arc;
 
 use kube_cel::KubeCelExt;
 pub use kube_cel::cel;
-use kube_cel::cel::common::ast::{EntryExpr, Expr, IdedExpr};
+pub use kube_cel::cel::common::ast::IdedExpr;
+use kube_cel::cel::common::ast::{EntryExpr, Expr};
 use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::{Context, Value};
 
+pub mod authz;
+mod cost;
+
+pub use authz::{AuthzCheck, AuthzDecision, CelAuthorizer, RequestResource, authorizer_value};
+pub use cost::{
+    Budget, COST_LIMIT_EXCEEDED, OUT_OF_BUDGET, OutOfBudget, PER_CALL_LIMIT, RUNTIME_COST_BUDGET,
+};
+
 /// The variables of a ValidatingAdmissionPolicy's validations, message expressions,
-/// audit annotations, variables and match conditions (upstream's `authorizer` is not
-/// offered).
+/// audit annotations, variables and match conditions.
 pub const POLICY_VARIABLES: &[&str] = &[
     "object",
     "oldObject",
@@ -38,6 +50,7 @@ pub const POLICY_VARIABLES: &[&str] = &[
     "params",
     "namespaceObject",
     "variables",
+    "authorizer",
 ];
 
 /// The variables of a webhook's `matchConditions` (upstream's `authorizer` is not
@@ -98,6 +111,11 @@ const RESERVED: &[&str] = &[
 pub struct Program {
     source: String,
     program: cel::Program,
+    /// The expression with a cost tick in every comprehension's loop condition
+    /// ([`cost`]); this is what runs.
+    metered: IdedExpr,
+    /// The cost of evaluating the expression once, outside comprehension bodies.
+    base_cost: u64,
 }
 
 impl fmt::Debug for Program {
@@ -110,6 +128,11 @@ impl Program {
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The parsed expression (for checkers that walk it).
+    pub fn expression(&self) -> &IdedExpr {
+        self.program.expression()
     }
 }
 
@@ -155,9 +178,12 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
         )));
     }
+    let (metered, base_cost) = cost::meter(program.expression());
     Ok(Program {
         source: source.to_string(),
         program,
+        metered,
+        base_cost,
     })
 }
 
@@ -284,41 +310,69 @@ impl Activation {
     fn context(&self) -> Context<'static> {
         let mut ctx = Context::default();
         ctx.register_all();
+        authz::register(&mut ctx);
         for (name, value) in &self.vars {
             ctx.add_variable_from_value(name.clone(), value.clone());
         }
         ctx
     }
 
-    /// Evaluates `p`; the error text is the evaluation error.
+    /// Evaluates `p` within upstream's per-expression cost limit ([`PER_CALL_LIMIT`]);
+    /// the error text is the evaluation error.
     pub fn eval(&self, p: &Program) -> Result<Value, String> {
-        let ctx = self.context();
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.program.execute(&ctx))) {
+        self.eval_metered(p, PER_CALL_LIMIT).0
+    }
+
+    /// Evaluates `p`, stopping once its cost passes `limit` with upstream's
+    /// [`COST_LIMIT_EXCEEDED`]; also returns the cost spent (at most just over
+    /// `limit`).
+    pub fn eval_metered(&self, p: &Program, limit: u64) -> (Result<Value, String>, u64) {
+        let mut ctx = self.context();
+        let meter = cost::Meter::new(p.base_cost, limit);
+        meter.register(&mut ctx);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Value::resolve(&p.metered, &ctx)
+        }));
+        let spent = meter.spent();
+        // An over-limit error can be absorbed by `||`/`&&`; the limit still holds.
+        if spent > limit {
+            return (Err(COST_LIMIT_EXCEEDED.to_string()), spent);
+        }
+        let result = match result {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err("internal error evaluating the expression".into()),
-        }
+        };
+        (result, spent)
     }
 
     /// Evaluates a boolean expression (validations, match conditions).
     pub fn eval_bool(&self, p: &Program) -> Result<bool, String> {
-        match self.eval(p)? {
-            Value::Bool(b) => Ok(b),
-            other => Err(format!(
-                "expected a boolean result, got {}",
-                type_name(&other)
-            )),
-        }
+        self.eval(p).and_then(expect_bool)
     }
 
     /// Evaluates a string expression (`messageExpression`, audit values).
     pub fn eval_string(&self, p: &Program) -> Result<String, String> {
-        match self.eval(p)? {
-            Value::String(s) => Ok((*s).clone()),
-            other => Err(format!(
-                "expected a string result, got {}",
-                type_name(&other)
-            )),
-        }
+        self.eval(p).and_then(expect_string)
+    }
+}
+
+fn expect_bool(v: Value) -> Result<bool, String> {
+    match v {
+        Value::Bool(b) => Ok(b),
+        other => Err(format!(
+            "expected a boolean result, got {}",
+            type_name(&other)
+        )),
+    }
+}
+
+fn expect_string(v: Value) -> Result<String, String> {
+    match v {
+        Value::String(s) => Ok((*s).clone()),
+        other => Err(format!(
+            "expected a string result, got {}",
+            type_name(&other)
+        )),
     }
 }
 
@@ -466,6 +520,251 @@ mod tests {
         assert_eq!(
             value_to_json(&json_to_value(&json!({"a": [1, "b", null]}))),
             json!({"a": [1, "b", null]})
+        );
+    }
+
+    /// Allows `update` of deployments in `ns1` for `alice` and of anything for the
+    /// service account `ns1/robot`; errors on the `error` verb; records the checks.
+    #[derive(Debug)]
+    struct FakeAuthorizer {
+        user: String,
+        checks: std::sync::Arc<parking_lot_free::Checks>,
+    }
+
+    mod parking_lot_free {
+        #[derive(Debug, Default)]
+        pub struct Checks(pub std::sync::Mutex<Vec<(String, super::AuthzCheck)>>);
+    }
+
+    impl CelAuthorizer for FakeAuthorizer {
+        fn check(&self, check: &AuthzCheck) -> AuthzDecision {
+            self.checks
+                .0
+                .lock()
+                .unwrap()
+                .push((self.user.clone(), check.clone()));
+            if check.verb == "error" {
+                return AuthzDecision {
+                    allowed: false,
+                    reason: String::new(),
+                    error: Some("webhook unreachable".into()),
+                };
+            }
+            let allowed = self.user == "system:serviceaccount:ns1:robot"
+                || (check.verb == "update"
+                    && check.resource == "deployments"
+                    && check.namespace == "ns1");
+            AuthzDecision {
+                allowed,
+                reason: if allowed { "granted" } else { "no rule" }.into(),
+                error: None,
+            }
+        }
+
+        fn for_service_account(
+            &self,
+            namespace: &str,
+            name: &str,
+        ) -> Result<Arc<dyn CelAuthorizer>, String> {
+            if name.contains('@') {
+                return Err("Invalid service account name".into());
+            }
+            Ok(Arc::new(FakeAuthorizer {
+                user: format!("system:serviceaccount:{namespace}:{name}"),
+                checks: self.checks.clone(),
+            }))
+        }
+    }
+
+    #[test]
+    fn authorizer_library_builds_checks_and_reads_decisions() {
+        let checks = Arc::new(parking_lot_free::Checks::default());
+        let authz = Arc::new(FakeAuthorizer {
+            user: "alice".into(),
+            checks: checks.clone(),
+        });
+        let mut a = Activation::new();
+        a.bind(
+            "authorizer",
+            authorizer_value(
+                authz,
+                &RequestResource {
+                    group: "apps".into(),
+                    resource: "deployments".into(),
+                    subresource: "scale".into(),
+                    namespace: "ns1".into(),
+                    name: "web".into(),
+                },
+            ),
+        );
+        let run = |e: &str| {
+            let p = compile(e, POLICY_VARIABLES).map_err(|e| e.0)?;
+            a.eval(&p)
+        };
+        for (expr, want) in [
+            (
+                "authorizer.group('apps').resource('deployments').namespace('ns1').check('update').allowed()",
+                true,
+            ),
+            (
+                "authorizer.group('apps').resource('deployments').namespace('ns2').check('update').allowed()",
+                false,
+            ),
+            (
+                "authorizer.group('apps').resource('deployments').namespace('ns1').check('get').reason() == 'no rule'",
+                true,
+            ),
+            ("authorizer.requestResource.check('update').allowed()", true),
+            ("authorizer.requestResource.check('error').errored()", true),
+            (
+                "authorizer.requestResource.check('error').error() == 'webhook unreachable'",
+                true,
+            ),
+            (
+                "authorizer.requestResource.check('update').error() == ''",
+                true,
+            ),
+            ("authorizer.path('/healthz').check('get').allowed()", false),
+            (
+                "authorizer.serviceAccount('ns1', 'robot').group('').resource('secrets').check('list').allowed()",
+                true,
+            ),
+        ] {
+            assert_eq!(run(expr), Ok(Value::Bool(want)), "{expr}");
+        }
+        let recorded = checks.0.lock().unwrap().clone();
+        let (user, first) = &recorded[0];
+        assert_eq!(user, "alice");
+        assert_eq!(
+            *first,
+            AuthzCheck {
+                resource_request: true,
+                verb: "update".into(),
+                group: "apps".into(),
+                resource: "deployments".into(),
+                namespace: "ns1".into(),
+                ..AuthzCheck::default()
+            }
+        );
+        // requestResource carries the request's subresource and name.
+        let (_, rr) = &recorded[3];
+        assert_eq!(
+            (rr.subresource.as_str(), rr.name.as_str()),
+            ("scale", "web")
+        );
+        // A path check is not a resource request.
+        let (_, path) = recorded.iter().find(|(_, c)| !c.path.is_empty()).unwrap();
+        assert!(!path.resource_request);
+        assert_eq!(
+            (path.path.as_str(), path.verb.as_str()),
+            ("/healthz", "get")
+        );
+        assert_eq!(
+            recorded.last().unwrap().0,
+            "system:serviceaccount:ns1:robot"
+        );
+
+        // Upstream's argument errors.
+        for (expr, want) in [
+            (
+                "authorizer.path(' ').check('get').allowed()",
+                "path must not be empty",
+            ),
+            (
+                "authorizer.group('').resource('').check('get').allowed()",
+                "resource must not be empty",
+            ),
+            (
+                "authorizer.serviceAccount('ns1', 'a@b').group('').resource('pods').check('get').allowed()",
+                "Invalid service account name",
+            ),
+            (
+                "'x'.check('get').allowed()",
+                "found no matching overload for 'check' applied to 'string'",
+            ),
+        ] {
+            let e = run(expr).unwrap_err();
+            assert!(e.contains(want), "{expr}: {e}");
+        }
+        // Without the variable bound, the expression fails at run time.
+        let p = compile(
+            "authorizer.path('/x').check('get').allowed()",
+            POLICY_VARIABLES,
+        )
+        .unwrap();
+        assert!(Activation::new().eval(&p).is_err());
+        assert!(compile("authorizer.path('/x')", WEBHOOK_VARIABLES).is_err());
+    }
+
+    #[test]
+    fn evaluation_past_the_cost_limit_is_cancelled() {
+        let items: Vec<i64> = (0..2000).collect();
+        let mut a = Activation::new();
+        a.bind_json("object", &json!({"items": items}));
+        // 2,000 x 2,000 inner iterations: far past the per-call limit.
+        let nested = compile("object.items.all(x, object.items.all(y, x + y >= 0))", VAP).unwrap();
+        let (result, spent) = a.eval_metered(&nested, PER_CALL_LIMIT);
+        assert_eq!(result, Err(COST_LIMIT_EXCEEDED.to_string()));
+        // Stopped at the limit, not after the whole 4,000,000 iterations.
+        assert!(
+            spent > PER_CALL_LIMIT && spent < PER_CALL_LIMIT + 100,
+            "{spent}"
+        );
+        assert_eq!(a.eval(&nested), Err(COST_LIMIT_EXCEEDED.to_string()));
+        // An over-limit error absorbed by `||` still fails the evaluation.
+        let absorbed = compile(
+            "object.items.all(x, object.items.all(y, x + y >= 0)) || true",
+            VAP,
+        )
+        .unwrap();
+        assert_eq!(a.eval(&absorbed), Err(COST_LIMIT_EXCEEDED.to_string()));
+
+        // One loop over the same list is cheap, and its cost grows with the list.
+        let single = compile("object.items.all(x, x >= 0)", VAP).unwrap();
+        let (result, spent) = a.eval_metered(&single, PER_CALL_LIMIT);
+        assert_eq!(result, Ok(Value::Bool(true)));
+        assert!((2000..20_000).contains(&spent), "{spent}");
+        let mut small = Activation::new();
+        small.bind_json("object", &json!({"items": [1, 2]}));
+        let (_, small_spent) = small.eval_metered(&single, PER_CALL_LIMIT);
+        assert!(small_spent < spent / 100, "{small_spent} vs {spent}");
+        // A loop-free expression costs its nodes (`_>_`, `size`, the select, the
+        // identifier, the literal).
+        let flat = compile("object.items.size() > 1", VAP).unwrap();
+        let (result, spent) = a.eval_metered(&flat, 5);
+        assert_eq!((result, spent), (Ok(Value::Bool(true)), 5));
+        assert_eq!(
+            a.eval_metered(&flat, 4).0,
+            Err(COST_LIMIT_EXCEEDED.to_string())
+        );
+    }
+
+    #[test]
+    fn a_budget_is_shared_by_evaluations_until_spent() {
+        let mut a = Activation::new();
+        a.bind_json("object", &json!({"items": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}));
+        let p = compile("object.items.all(x, x > 0)", VAP).unwrap();
+        let (_, one) = a.eval_metered(&p, PER_CALL_LIMIT);
+        let mut budget = Budget::new(2 * one + one / 2);
+        assert_eq!(budget.eval_bool(&a, &p), Ok(Ok(true)));
+        assert_eq!(budget.eval_bool(&a, &p), Ok(Ok(true)));
+        assert_eq!(budget.remaining(), one / 2);
+        assert_eq!(budget.eval_bool(&a, &p), Err(OutOfBudget));
+        assert_eq!(budget.remaining(), 0);
+        assert_eq!(OutOfBudget.to_string(), OUT_OF_BUDGET);
+        // Within a large budget, the per-call limit still applies.
+        let nested = compile(
+            "object.items.all(x, object.items.all(y, object.items.all(z, x + y + z > 0)))",
+            VAP,
+        )
+        .unwrap();
+        let (_, nested_cost) = a.eval_metered(&nested, PER_CALL_LIMIT);
+        let mut budget = Budget::new(RUNTIME_COST_BUDGET);
+        assert_eq!(budget.eval_bool(&a, &nested), Ok(Ok(true)));
+        assert_eq!(budget.remaining(), RUNTIME_COST_BUDGET - nested_cost);
+        assert_eq!(
+            budget.eval_string(&a, &nested),
+            Ok(Err("expected a string result, got bool".into()))
         );
     }
 }

@@ -318,3 +318,173 @@ async fn policies_deny_warn_take_params_and_must_compile() {
     assert_eq!(code, 201, "{v}");
     server.stop().await;
 }
+
+/// Binds `user` to a new ClusterRole granting `verbs` on `resources` in `namespace`.
+async fn grant(c: &kube::Client, namespace: &str, user: &str, resources: &[&str], verbs: &[&str]) {
+    let role = format!("{user}-{}", resources.join("-"));
+    let (code, _, v) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": [""], "resources": resources, "verbs": verbs}]}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(
+        c,
+        "POST",
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+}
+
+fn config_map(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
+}
+
+fn config_maps_rule() -> Value {
+    json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE"], "resources": ["configmaps"]}]})
+}
+
+#[tokio::test]
+async fn the_authorizer_variable_asks_rbac_for_the_requesting_user() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    namespace(&c, "authz", json!({})).await;
+    // Both may create ConfigMaps; only alice may update Secrets.
+    for user in ["alice", "bob"] {
+        grant(&c, "authz", user, &["configmaps"], &["create"]).await;
+    }
+    grant(&c, "authz", "alice", &["secrets"], &["update"]).await;
+
+    let (code, _, v) = send(&c, "POST", POLICIES, policy("secret-updaters-only.example.com", json!({
+        "matchConstraints": config_maps_rule(),
+        "validations": [
+            {"expression": "authorizer.group('').resource('secrets').namespace(object.metadata.namespace).check('update').allowed()",
+             "messageExpression": "request.userInfo.username + ' may not update secrets'",
+             "reason": "Forbidden"},
+            // The request's own resource: granted to both, so never the reason.
+            {"expression": "authorizer.requestResource.check('create').allowed() && !authorizer.requestResource.check('create').errored()"},
+            // Nobody here may read /metrics.
+            {"expression": "!authorizer.path('/metrics').check('get').allowed()"}]}))).await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        BINDINGS,
+        binding(
+            "secret-updaters-only",
+            json!({"policyName": "secret-updaters-only.example.com", "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "authz"}}}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+
+    let alice = server.client_as("alice", &[]).await.unwrap();
+    let bob = server.client_as("bob", &[]).await.unwrap();
+    let path = "/api/v1/namespaces/authz/configmaps";
+    let (code, _, v) = send(&alice, "POST", path, config_map("by-alice", json!({}))).await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(&bob, "POST", path, config_map("by-bob", json!({}))).await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "configmaps \"by-bob\" is forbidden: ValidatingAdmissionPolicy 'secret-updaters-only.example.com' with binding 'secret-updaters-only' denied request: bob may not update secrets"
+    );
+    // Once RBAC grants bob the verb, the policy admits him too.
+    grant(&c, "authz", "bob", &["secrets"], &["update"]).await;
+    let mut admitted = false;
+    for _ in 0..50 {
+        let (code, _, _) = send(&bob, "POST", path, config_map("by-bob", json!({}))).await;
+        if code == 201 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(admitted, "bob was not admitted after the grant");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_expression_past_the_cost_limit_fails_under_the_failure_policy() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    namespace(&c, "costly", json!({})).await;
+    // Every pair of the comma-separated items: quadratic in their number.
+    let expression = "object.data.items.split(',').all(x, object.data.items.split(',').all(y, x == y || x != y))";
+    for (name, failure_policy) in [("strict", "Fail"), ("lenient", "Ignore")] {
+        let (code, _, v) = send(
+            &c,
+            "POST",
+            POLICIES,
+            policy(
+                &format!("{name}.example.com"),
+                json!({"failurePolicy": failure_policy,
+                    "matchConstraints": config_maps_rule(),
+                    "matchConditions": [{"name": "targeted", "expression": format!("object.metadata.name.startsWith('{name}')")}],
+                    "validations": [{"expression": expression}]}),
+            ),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        let (code, _, v) = send(
+            &c,
+            "POST",
+            BINDINGS,
+            binding(
+                name,
+                json!({"policyName": format!("{name}.example.com"), "validationActions": ["Deny"]}),
+            ),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+    }
+    let path = "/api/v1/namespaces/costly/configmaps";
+    let few = (0..10).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let many = (0..2000)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        path,
+        config_map("strict-few", json!({"items": few})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        path,
+        config_map("strict-many", json!({"items": many})),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(
+        v["message"],
+        format!(
+            "configmaps \"strict-many\" is forbidden: ValidatingAdmissionPolicy 'strict.example.com' with binding 'strict' denied request: expression '{expression}' resulted in error: operation cancelled: actual cost limit exceeded"
+        )
+    );
+    // Under Ignore the same evaluation admits.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        path,
+        config_map("lenient-many", json!({"items": many})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    server.stop().await;
+}

@@ -5,21 +5,31 @@
 //! resourceNames, namespace and object selectors), each of its bindings whose
 //! `matchResources` also match is evaluated once per parameter object (`paramKind` +
 //! the binding's `paramRef`, by name or selector, `parameterNotFoundAction`), with
-//! `object`, `oldObject`, `request`, `params`, `namespaceObject` and the policy's
-//! `variables`; `matchConditions` filter first. A failed validation's message is its
+//! `object`, `oldObject`, `request`, `params`, `namespaceObject`, `authorizer`
+//! (upstream's CEL authz library over this apiserver's authorizer chain, asked for
+//! the requesting user) and the policy's `variables`; `matchConditions` filter
+//! first. A failed validation's message is its
 //! `messageExpression`, its `message` or `failed expression: <expr>`; the binding's
 //! `validationActions` decide: `Deny` rejects the request (code from `reason`, 422
 //! Invalid by default, with upstream's `ValidatingAdmissionPolicy 'p' with binding 'b'
 //! denied request: ...`), `Warn` adds a `Warning` header, `Audit` adds upstream's
 //! `validation.policy.admission.k8s.io/validation_failure` annotation to the request's
 //! audit event, as `auditAnnotations` add `<policy>/<key>` ones. Evaluation
-//! and configuration errors follow the policy's `failurePolicy`.
+//! and configuration errors follow the policy's `failurePolicy`. Each expression may
+//! cost at most upstream's per-call limit, and one evaluation of a policy (its
+//! variables, validations and messages for one binding and parameter object) at most
+//! upstream's runtime budget ([`ferrokube_cel::RUNTIME_COST_BUDGET`]; audit
+//! annotations get a budget of their own, as upstream's); past the budget the
+//! evaluation is one error, `validation failed due to running out of cost budget, no
+//! further validation rules will be run`, under the failure policy.
 //!
 //! Deviations: `matchPolicy: Equivalent` matches like `Exact` (one served version per
-//! resource); `authorizer` is not offered; policies, bindings, params and namespaces
+//! resource); policies, bindings, params and namespaces
 //! are read from the watch cache (as upstream's informers) once it has applied this
 //! apiserver's own writes ([`super::webhook::fresh`]); a policy is compiled when it first matches and again
-//! after it changes; no cost budget.
+//! after it changes; cost is metered as [`ferrokube_cel`] does it (per evaluated node
+//! and comprehension iteration, not upstream's per-function costs) and not estimated
+//! at create; match conditions are held to the per-call limit only.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +37,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
-use ferrokube_cel::{Activation, Program};
+use ferrokube_auth::authz::{Attributes as AuthzAttributes, Authorizer, Decision};
+use ferrokube_auth::user::UserInfo;
+use ferrokube_cel::{Activation, AuthzCheck, AuthzDecision, CelAuthorizer, Program};
 use ferrokube_registry::{Registry, Store};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
@@ -44,6 +56,8 @@ const AR: &str = "admissionregistration.k8s.io";
 
 struct ValidatingPolicy {
     registry: Arc<Registry>,
+    /// The apiserver's authorizer chain, for CEL's `authorizer`.
+    authorizer: Arc<dyn Authorizer>,
     policies: Arc<Store>,
     bindings: Arc<Store>,
     namespaces: Arc<Store>,
@@ -68,11 +82,87 @@ fn store(registry: &Registry, group: &str, plural: &str) -> Result<Arc<Store>, S
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(ValidatingPolicy {
         registry: init.registry.clone(),
+        authorizer: init.authorizer.clone(),
         policies: store(init.registry, AR, "validatingadmissionpolicies")?,
         bindings: store(init.registry, AR, "validatingadmissionpolicybindings")?,
         namespaces: store(init.registry, "", "namespaces")?,
         compiled: Default::default(),
     }))
+}
+
+/// CEL's `authorizer`: the authorizer chain asked on behalf of one user (upstream
+/// `authorizerVal`).
+struct UserAuthorizer {
+    chain: Arc<dyn Authorizer>,
+    user: UserInfo,
+}
+
+impl std::fmt::Debug for UserAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("UserAuthorizer")
+            .field(&self.user.name)
+            .finish()
+    }
+}
+
+impl CelAuthorizer for UserAuthorizer {
+    fn check(&self, check: &AuthzCheck) -> AuthzDecision {
+        let attrs = AuthzAttributes {
+            user: self.user.clone(),
+            verb: check.verb.clone(),
+            namespace: check.namespace.clone(),
+            api_group: check.group.clone(),
+            // Upstream's library asks about every version of the resource.
+            api_version: if check.resource_request {
+                "*".into()
+            } else {
+                String::new()
+            },
+            resource: check.resource.clone(),
+            subresource: check.subresource.clone(),
+            name: check.name.clone(),
+            resource_request: check.resource_request,
+            path: check.path.clone(),
+        };
+        match self.chain.authorize(&attrs) {
+            Decision::Allow => AuthzDecision {
+                allowed: true,
+                ..AuthzDecision::default()
+            },
+            Decision::Deny(reason) => AuthzDecision {
+                allowed: false,
+                reason,
+                error: None,
+            },
+            Decision::NoOpinion => AuthzDecision::default(),
+        }
+    }
+
+    /// Upstream `serviceaccount.ServiceAccountInfo.UserInfo`: the account's user
+    /// name and its two groups; upstream's checks of the name and namespace.
+    fn for_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<dyn CelAuthorizer>, String> {
+        use ferrokube_apimachinery::validation::{name_is_dns_subdomain, validate_namespace_name};
+        if !name_is_dns_subdomain(name, false).is_empty() {
+            return Err("Invalid service account name".into());
+        }
+        if !validate_namespace_name(namespace, false).is_empty() {
+            return Err("Invalid service account namespace".into());
+        }
+        Ok(Arc::new(UserAuthorizer {
+            chain: self.chain.clone(),
+            user: UserInfo::new(
+                ferrokube_auth::rbac::service_account_user(namespace, name),
+                [
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{namespace}"),
+                ],
+            ),
+        }))
+    }
 }
 
 /// One failed validation (or configuration error) to act on.
@@ -300,6 +390,25 @@ impl ValidatingPolicy {
         Ok(found)
     }
 
+    /// The `authorizer` variable for the request: the chain for the requesting user,
+    /// and `requestResource` the request's resource.
+    fn cel_authorizer(&self, a: &Attributes) -> ferrokube_cel::cel::Value {
+        let authorizer = Arc::new(UserAuthorizer {
+            chain: self.authorizer.clone(),
+            user: a.user.clone(),
+        });
+        ferrokube_cel::authorizer_value(
+            authorizer,
+            &ferrokube_cel::RequestResource {
+                group: a.resource.group.to_string(),
+                resource: a.resource.plural.to_string(),
+                subresource: a.subresource.clone(),
+                namespace: a.namespace.clone(),
+                name: a.name.clone(),
+            },
+        )
+    }
+
     /// The request's Namespace object (upstream `namespaceObject`), if namespaced.
     async fn namespace_object(&self, a: &Attributes) -> Result<Value, ApiError> {
         if a.namespace.is_empty() || a.is_core("namespaces") {
@@ -319,6 +428,39 @@ fn evaluate(
     params: Option<&Value>,
     policy: &str,
 ) -> Decisions {
+    evaluate_within(
+        compiled,
+        fail_open,
+        base,
+        params,
+        policy,
+        ferrokube_cel::RUNTIME_COST_BUDGET,
+    )
+}
+
+/// The decisions of an evaluation that ran out of its cost budget: one error under
+/// the failure policy (upstream's `ForInput` error).
+fn out_of_budget(fail_open: bool) -> Decisions {
+    let mut decisions = Decisions::default();
+    if !fail_open {
+        decisions
+            .failed
+            .push((0, ferrokube_cel::OUT_OF_BUDGET.to_string(), String::new()));
+    }
+    decisions
+}
+
+/// [`evaluate`] with a runtime cost budget of `total` for the variables, validations
+/// and messages (and another for the audit annotations).
+fn evaluate_within(
+    compiled: &Compiled,
+    fail_open: bool,
+    base: &Activation,
+    params: Option<&Value>,
+    policy: &str,
+    total: u64,
+) -> Decisions {
+    let mut budget = ferrokube_cel::Budget::new(total);
     let mut activation = base.clone();
     activation.bind_json("params", params.unwrap_or(&Value::Null));
     // Variables in order, each seeing the earlier ones; one that fails is absent, so
@@ -327,7 +469,10 @@ fn evaluate(
     let mut variables: Vec<(String, ferrokube_cel::cel::Value)> = Vec::new();
     activation.bind("variables", ferrokube_cel::map_value(Vec::new()));
     for (name, program) in &compiled.variables {
-        if let Ok(v) = activation.eval(program) {
+        let Ok(result) = budget.eval(&activation, program) else {
+            return out_of_budget(fail_open);
+        };
+        if let Ok(v) = result {
             variables.push((name.clone(), v));
             activation.bind("variables", ferrokube_cel::map_value(variables.clone()));
         }
@@ -343,13 +488,20 @@ fn evaluate(
         }
     }
     for (index, v) in compiled.validations.iter().enumerate() {
-        match activation.eval_bool(&v.expression) {
+        let Ok(result) = budget.eval_bool(&activation, &v.expression) else {
+            return out_of_budget(fail_open);
+        };
+        match result {
             Ok(true) => {}
             Ok(false) => {
-                let message = v
-                    .message_expression
-                    .as_ref()
-                    .and_then(|me| activation.eval_string(me).ok())
+                let message = match &v.message_expression {
+                    Some(me) => match budget.eval_string(&activation, me) {
+                        Ok(m) => m.ok(),
+                        Err(_) => return out_of_budget(fail_open),
+                    },
+                    None => None,
+                };
+                let message = message
                     .map(|m| m.trim().to_string())
                     .filter(|m| !m.is_empty() && !m.contains('\n'))
                     .or_else(|| v.message.clone())
@@ -367,8 +519,17 @@ fn evaluate(
             )),
         }
     }
+    let mut audit_budget = ferrokube_cel::Budget::new(total);
     for (key, program) in &compiled.audits {
-        match activation.eval(program) {
+        let Ok(result) = audit_budget.eval(&activation, program) else {
+            if !fail_open {
+                decisions
+                    .failed
+                    .push((0, ferrokube_cel::OUT_OF_BUDGET.to_string(), String::new()));
+            }
+            break;
+        };
+        match result {
             Ok(ferrokube_cel::cel::Value::Null) => {}
             Ok(ferrokube_cel::cel::Value::String(text)) => {
                 let mut value = text.to_string();
@@ -498,7 +659,8 @@ impl Plugin for ValidatingPolicy {
                     b.bind_json("object", object.unwrap_or(&Value::Null))
                         .bind_json("oldObject", old.unwrap_or(&Value::Null))
                         .bind_json("request", &cel_request(a))
-                        .bind_json("namespaceObject", &self.namespace_object(a).await?);
+                        .bind_json("namespaceObject", &self.namespace_object(a).await?)
+                        .bind("authorizer", self.cel_authorizer(a));
                     base = Some(b);
                 }
                 let Some(base) = &base else { continue };
@@ -664,5 +826,42 @@ mod tests {
         );
         assert_eq!(reason_code("Forbidden"), 403);
         assert_eq!(reason_code(""), 422);
+    }
+
+    #[test]
+    fn running_out_of_the_cost_budget_is_one_error_under_the_failure_policy() {
+        let s = spec(json!({"validations": [
+            {"expression": "object.items.all(x, x > 0)"},
+            {"expression": "object.items.all(x, x > 1)"},
+            {"expression": "object.items.all(x, x > 2)"}]}));
+        let c = compile(&s).unwrap();
+        let object = json!({"items": [3, 4, 5, 6, 7, 8, 9, 10]});
+        let mut one = activation(object.clone());
+        one.bind_json("params", &Value::Null)
+            .bind("variables", ferrokube_cel::map_value(Vec::new()));
+        let (_, cost) = one.eval_metered(&c.validations[0].expression, u64::MAX);
+        // Enough for two of the three validations.
+        let d = evaluate_within(
+            &c,
+            false,
+            &activation(object.clone()),
+            None,
+            "p",
+            2 * cost + 1,
+        );
+        let failed: Vec<&str> = d.failed.iter().map(|(_, m, _)| m.as_str()).collect();
+        assert_eq!(failed, [ferrokube_cel::OUT_OF_BUDGET]);
+        let d = evaluate_within(
+            &c,
+            true,
+            &activation(object.clone()),
+            None,
+            "p",
+            2 * cost + 1,
+        );
+        assert!(d.failed.is_empty());
+        // With enough budget, all three run and pass.
+        let d = evaluate_within(&c, false, &activation(object), None, "p", 3 * cost);
+        assert!(d.failed.is_empty(), "{:?}", d.failed);
     }
 }

@@ -1,0 +1,210 @@
+//! A runtime cost limit for CEL evaluation (upstream's `PerCallLimit` and
+//! `RuntimeCELCostBudget`, `k8s.io/apiserver/pkg/apis/cel/config.go`).
+//!
+//! The `cel` crate has no cost tracking, so the cost is metered by rewriting the
+//! expression: each comprehension's loop condition `c` (the expansion of `all`,
+//! `exists`, `exists_one`, `map`, `filter`) becomes `@cost(w, c)`, where `w` is the
+//! number of nodes of the loop's condition and step, and `@cost` adds `w` to the
+//! evaluation's meter and fails once it passes the limit. One evaluation costs the
+//! number of its nodes outside comprehension bodies plus `w` per iteration, which
+//! is the shape of upstream's actual cost (one unit per evaluated node). Unlike
+//! upstream, a function call costs one unit whatever the size of its arguments
+//! (upstream charges string and list functions by size); every loop the language
+//! can express is a comprehension, so this bounds the work of an evaluation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr, LiteralValue};
+use kube_cel::cel::common::types::CelInt;
+use kube_cel::cel::{Context, ExecutionError, ResolveResult, Value};
+
+/// Upstream `celconfig.PerCallLimit`: the most one expression may cost.
+pub const PER_CALL_LIMIT: u64 = 1_000_000;
+
+/// Upstream `celconfig.RuntimeCELCostBudget`: the most the expressions of one policy
+/// evaluation may cost together.
+pub const RUNTIME_COST_BUDGET: u64 = 10_000_000;
+
+/// cel-go's error for an evaluation past its cost limit.
+pub const COST_LIMIT_EXCEEDED: &str = "operation cancelled: actual cost limit exceeded";
+
+/// Upstream's error once a policy evaluation has spent its [`RUNTIME_COST_BUDGET`].
+pub const OUT_OF_BUDGET: &str =
+    "validation failed due to running out of cost budget, no further validation rules will be run";
+
+/// The metering function's name; `@` cannot start a name the parser accepts, so no
+/// expression can call it.
+const COST_FUNCTION: &str = "@cost";
+
+/// `e` with every comprehension metered, and the cost of `e` outside comprehension
+/// bodies.
+pub(crate) fn meter(e: &IdedExpr) -> (IdedExpr, u64) {
+    let mut out = e.clone();
+    let base = rewrite(&mut out);
+    (out, base)
+}
+
+/// Meters the comprehensions in `e` (innermost first) and returns `e`'s node count
+/// outside comprehension bodies.
+fn rewrite(e: &mut IdedExpr) -> u64 {
+    match &mut e.expr {
+        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => 1,
+        Expr::Call(call) => {
+            let target = call.target.as_deref_mut().map_or(0, rewrite);
+            1 + target + call.args.iter_mut().map(rewrite).sum::<u64>()
+        }
+        Expr::Select(s) => 1 + rewrite(&mut s.operand),
+        Expr::List(l) => 1 + l.elements.iter_mut().map(rewrite).sum::<u64>(),
+        Expr::Map(m) => {
+            1 + m
+                .entries
+                .iter_mut()
+                .map(|entry| match &mut entry.expr {
+                    kube_cel::cel::common::ast::EntryExpr::MapEntry(me) => {
+                        rewrite(&mut me.key) + rewrite(&mut me.value)
+                    }
+                    kube_cel::cel::common::ast::EntryExpr::StructField(f) => rewrite(&mut f.value),
+                })
+                .sum::<u64>()
+        }
+        Expr::Struct(s) => {
+            1 + s
+                .entries
+                .iter_mut()
+                .map(|entry| match &mut entry.expr {
+                    kube_cel::cel::common::ast::EntryExpr::MapEntry(me) => {
+                        rewrite(&mut me.key) + rewrite(&mut me.value)
+                    }
+                    kube_cel::cel::common::ast::EntryExpr::StructField(f) => rewrite(&mut f.value),
+                })
+                .sum::<u64>()
+        }
+        Expr::Comprehension(c) => {
+            let outside = rewrite(&mut c.iter_range) + rewrite(&mut c.accu_init);
+            let per_iteration = (rewrite(&mut c.loop_cond) + rewrite(&mut c.loop_step)).max(1);
+            let result = rewrite(&mut c.result);
+            let cond = std::mem::take(&mut c.loop_cond);
+            c.loop_cond = IdedExpr {
+                id: cond.id,
+                expr: Expr::Call(CallExpr {
+                    func_name: COST_FUNCTION.to_string(),
+                    target: None,
+                    args: vec![
+                        IdedExpr {
+                            id: cond.id,
+                            expr: Expr::Literal(LiteralValue::Int(CelInt::from(
+                                i64::try_from(per_iteration).unwrap_or(i64::MAX),
+                            ))),
+                        },
+                        cond,
+                    ],
+                }),
+            };
+            1 + outside + result
+        }
+    }
+}
+
+/// The cost spent by one evaluation.
+pub(crate) struct Meter {
+    spent: Arc<AtomicU64>,
+    limit: u64,
+}
+
+impl Meter {
+    /// A meter that starts at `base` (the cost outside loops).
+    pub(crate) fn new(base: u64, limit: u64) -> Self {
+        Meter {
+            spent: Arc::new(AtomicU64::new(base)),
+            limit,
+        }
+    }
+
+    /// Adds the `@cost` function, counting into this meter, to `ctx`.
+    pub(crate) fn register(&self, ctx: &mut Context<'_>) {
+        let spent = self.spent.clone();
+        let limit = self.limit;
+        ctx.add_function(
+            COST_FUNCTION,
+            move |weight: i64, condition: Value| -> ResolveResult {
+                let weight = u64::try_from(weight).unwrap_or(0);
+                let now = spent.fetch_add(weight, Ordering::Relaxed) + weight;
+                if now > limit {
+                    return Err(ExecutionError::function_error(
+                        COST_FUNCTION,
+                        COST_LIMIT_EXCEEDED,
+                    ));
+                }
+                Ok(condition)
+            },
+        );
+    }
+
+    pub(crate) fn spent(&self) -> u64 {
+        self.spent.load(Ordering::Relaxed)
+    }
+}
+
+/// An evaluation spent more than what remained of its [`Budget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfBudget;
+
+impl std::fmt::Display for OutOfBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(OUT_OF_BUDGET)
+    }
+}
+
+/// A cost budget shared by several evaluations (upstream's `remainingBudget` of one
+/// policy evaluation): each expression gets at most [`PER_CALL_LIMIT`] and what
+/// remains.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    remaining: u64,
+}
+
+impl Budget {
+    pub fn new(total: u64) -> Self {
+        Budget { remaining: total }
+    }
+
+    /// What is left.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Evaluates `p`, charging its cost; [`OutOfBudget`] when it cost more than
+    /// remained (nothing remains after that).
+    pub fn eval(
+        &mut self,
+        activation: &crate::Activation,
+        p: &crate::Program,
+    ) -> Result<Result<Value, String>, OutOfBudget> {
+        let (result, spent) = activation.eval_metered(p, PER_CALL_LIMIT.min(self.remaining));
+        if spent > self.remaining {
+            self.remaining = 0;
+            return Err(OutOfBudget);
+        }
+        self.remaining -= spent;
+        Ok(result)
+    }
+
+    /// [`Budget::eval`] of a boolean expression.
+    pub fn eval_bool(
+        &mut self,
+        activation: &crate::Activation,
+        p: &crate::Program,
+    ) -> Result<Result<bool, String>, OutOfBudget> {
+        Ok(self.eval(activation, p)?.and_then(crate::expect_bool))
+    }
+
+    /// [`Budget::eval`] of a string expression.
+    pub fn eval_string(
+        &mut self,
+        activation: &crate::Activation,
+        p: &crate::Program,
+    ) -> Result<Result<String, String>, OutOfBudget> {
+        Ok(self.eval(activation, p)?.and_then(crate::expect_string))
+    }
+}
