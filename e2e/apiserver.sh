@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# e2e: the real kubectl against a started kube-apiserver, with no special flags.
+# e2e: the real kubectl against a started kube-apiserver, with no special flags (but an
+# audit policy and log, checked by one step).
 #
 # Runs the same suite of kubectl steps
 #   1. embedded SQLite store, /usr/bin/kubectl (the dispatcher: it picks the version
@@ -199,7 +200,19 @@ start_apiserver() {
   port=$(free_port)
   mkdir -p "$dir"
   "$BIN/ferrokube-pki" init --dir "$dir/pki" --server "https://127.0.0.1:$port" >/dev/null
+  # The audit log, checked by s_audit_log: secrets at Metadata, configmaps in full.
+  cat >"$dir/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: ["secrets"]}]
+  - level: RequestResponse
+    resources: [{group: "", resources: ["configmaps"]}]
+POLICY
   "$BIN/kube-apiserver" --secure-port "$port" --bind-address 127.0.0.1 \
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
     --advertise-address 127.0.0.1 \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/ca.crt" --data-dir "$dir/data" \
@@ -225,6 +238,45 @@ start_apiserver() {
 }
 
 # --------------------------------------------------------------------------- steps
+
+# The audit log of the run's apiserver: kubectl's configmap create in full (request
+# object, kubectl's user agent), its secret create at Metadata, the secret's value
+# nowhere in the log.
+s_audit_log() {
+  local log=$RUN_DIR/audit.log i
+  k -n "$NS" create configmap audit-cm --from-literal=k=audit-value
+  k -n "$NS" create secret generic audit-secret --from-literal=password=e2e-audit-secret
+  for ((i = 0; i < 100; i++)); do # 10 s: events are written off the request path
+    if grep -q '"name":"audit-cm"' "$log" && grep -q '"name":"audit-secret"' "$log"; then break; fi
+    sleep 0.1
+  done
+  python3 - "$log" "$NS" <<'CHECK'
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+ns = sys.argv[2]
+def created(resource, name):
+    for e in events:
+        ref = e.get("objectRef", {})
+        if (ref.get("resource"), ref.get("name"), ref.get("namespace"), e["verb"]) == (resource, name, ns, "create"):
+            return e
+    sys.exit(f"no create event for {resource}/{name} in {ns}")
+cm = created("configmaps", "audit-cm")
+assert cm["level"] == "RequestResponse" and cm["stage"] == "ResponseComplete", cm
+assert cm["requestObject"]["data"]["k"] == "audit-value", cm
+assert cm["responseObject"]["metadata"]["uid"], cm
+assert cm["userAgent"].startswith("kubectl"), cm
+assert cm["responseStatus"]["code"] == 201, cm
+secret = created("secrets", "audit-secret")
+assert secret["level"] == "Metadata", secret
+assert "requestObject" not in secret and "responseObject" not in secret, secret
+assert not any(e["stage"] == "RequestReceived" for e in events), "RequestReceived is omitted"
+print("audit events ok")
+CHECK
+  if grep -q -e e2e-audit-secret -e "$(printf e2e-audit-secret | base64)" "$log"; then
+    echo "the secret's value is in the audit log"
+    return 1
+  fi
+}
 # Each runs in namespace $NS with $KUBECTL; manifests live in $MAN.
 
 write_manifests() {
@@ -980,6 +1032,7 @@ suite() {
   step "ValidatingAdmissionPolicy: the replicas example denies, compile errors 422" s_admission_policy
   step "StorageObjectInUseProtection: a new PVC gets its finalizer, delete waits on it" s_storage_protection
   step "RuntimeClass: create, get, explain, 422, apply twice; a pod gets overhead and nodeSelector, unknown class 403" s_runtime_class
+  step "audit log: configmap create in full, secret at Metadata, no secret value" s_audit_log
 }
 
 # ---------------------------------------------------------------------------- runs
