@@ -16,8 +16,12 @@
 //! bounded channel ([`log`]); bodies are decoded by its writer thread.
 //!
 //! Deviations: the `authorization.k8s.io/reason` of an allowed request is empty
-//! (this apiserver's authorizers give no reason for an allow); the webhook backend and
-//! `--audit-log-compress` are not offered.
+//! (this apiserver's authorizers give no reason for an allow, which upstream's
+//! system:masters check does not either, but RBAC does); an upgraded request (exec,
+//! attach, portforward) gets its ResponseComplete when the 101 answer is sent, not
+//! when the stream ends; the webhook backend, `--audit-log-compress`,
+//! `--audit-log-truncate-*` and the batch tuning flags other than the buffer size are
+//! not offered.
 
 mod event;
 mod log;
@@ -524,6 +528,93 @@ mod tests {
         h.insert("x-forwarded-for", "10.0.0.9".parse().unwrap());
         h.remove("x-real-ip");
         assert_eq!(source_ips(&h, peer), vec!["10.0.0.9"]);
+    }
+
+    /// Events in the log once `count` are there (at most 10 s).
+    async fn logged(path: &std::path::Path, count: usize) -> Vec<serde_json::Value> {
+        for _ in 0..200 {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.lines().count() >= count {
+                return text
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("fewer than {count} events in {}", path.display());
+    }
+
+    #[tokio::test]
+    async fn stages_of_a_watch_and_of_a_panic() {
+        let dir =
+            std::env::temp_dir().join(format!("ferrokube-audit-stages-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let policy = dir.join("policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+        )
+        .unwrap();
+        let log = dir.join("audit.log");
+        let options = AuditLogOptions {
+            path: Some(log.clone()),
+            ..Default::default()
+        };
+        let auditor = Auditor::new(Some(&policy), &options).unwrap().unwrap();
+        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let alice = UserInfo::new("alice", ["devs".to_string()]);
+        let body = || http_body_util::Full::new(Bytes::from_static(b"{}")).boxed_unsync();
+
+        // A watch: RequestReceived, ResponseStarted with the answer, ResponseComplete
+        // when its body is gone; the client's audit ID is kept.
+        let req = Request::builder()
+            .uri("/api/v1/namespaces/d/pods?watch=true")
+            .header("audit-id", "client-chosen-id")
+            .body(())
+            .unwrap();
+        let attrs = ferrokube_auth::request_attributes(
+            "GET",
+            "/api/v1/namespaces/d/pods",
+            Some("watch=true"),
+        );
+        let watch = RequestAudit::begin(Some(&auditor), &req, &attrs, peer, false);
+        watch.authenticated(&alice).await;
+        let resp = watch.finish(Response::new(body()), true, None).await;
+        assert_eq!(resp.headers()[AUDIT_ID_HEADER], "client-chosen-id");
+        let events = logged(&log, 2).await;
+        assert_eq!(events[0]["stage"], "RequestReceived");
+        assert_eq!(events[1]["stage"], "ResponseStarted");
+        assert_eq!(events[1]["verb"], "watch");
+        drop(resp);
+        let events = logged(&log, 3).await;
+        assert_eq!(events[2]["stage"], "ResponseComplete");
+        assert_eq!(events[2]["auditID"], "client-chosen-id");
+
+        // A panic: a Panic event with upstream's status, no ResponseComplete.
+        let req = Request::builder().uri("/api/v1/pods").body(()).unwrap();
+        let attrs = ferrokube_auth::request_attributes("GET", "/api/v1/pods", None);
+        let panicked = RequestAudit::begin(Some(&auditor), &req, &attrs, peer, false);
+        panicked.authenticated(&alice).await;
+        let mut resp = Response::new(body());
+        *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        let resp = panicked.finish(resp, false, Some("boom")).await;
+        let id = resp.headers()[AUDIT_ID_HEADER]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let events = logged(&log, 5).await;
+        assert_eq!(events[3]["stage"], "RequestReceived");
+        assert_eq!(events[4]["stage"], "Panic");
+        assert_eq!(events[4]["auditID"], id.as_str());
+        assert_eq!(events[4]["responseStatus"]["code"], 500);
+        assert_eq!(events[4]["responseStatus"]["reason"], "InternalError");
+        assert_eq!(
+            events[4]["responseStatus"]["message"],
+            "APIServer panic'd: boom"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
