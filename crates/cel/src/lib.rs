@@ -35,6 +35,7 @@ use kube_cel::cel::{Context, Value};
 
 pub mod authz;
 mod cost;
+pub mod typecheck;
 
 pub use authz::{AuthzCheck, AuthzDecision, CelAuthorizer, RequestResource, authorizer_value};
 pub use cost::{

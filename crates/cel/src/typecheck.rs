@@ -1,0 +1,386 @@
+//! Field references checked against OpenAPI schemas: the part of upstream's
+//! ValidatingAdmissionPolicy type checking (`plugin/policy/validating/typechecking.go`,
+//! run by the validatingadmissionpolicy-status controller) that catches its common
+//! case, a misspelt or missing field such as `object.spec.replica`.
+//!
+//! The `cel` crate has no type checker, so this walks the parsed expression: selects
+//! (and `has()` tests) rooted at `object`, `oldObject` or `params`, list and map
+//! indexing, and the iteration variables of comprehensions (`all`, `exists`, `map`,
+//! `filter`, ... over a list bind its items' schema) are resolved through the
+//! schema's `properties`, `additionalProperties`, `items`, `$ref` and `allOf`.
+//! Reported, in cel-go's words: `undefined field 'f'` and `type 'string' does not
+//! support field selection`. Not checked: function overloads and argument types,
+//! the results of functions (other than indexing), `variables.*`, and anything
+//! under `x-kubernetes-preserve-unknown-fields` or a schema without a type. The
+//! position in each message is that of the first `.field` in the source (the parser
+//! keeps no positions), which is exact unless the field name repeats.
+
+use std::collections::HashMap;
+
+use kube_cel::cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use serde_json::Value;
+
+use crate::Program;
+
+/// Schemas and the `components/schemas` their `$ref`s point into (an OpenAPI v3
+/// document's).
+#[derive(Debug, Clone, Copy)]
+pub struct Schemas<'a> {
+    /// The schema of `object` and `oldObject`, if known.
+    pub object: Option<&'a Value>,
+    /// The schema of `params`, if known.
+    pub params: Option<&'a Value>,
+    /// `components.schemas` of the documents the schemas come from.
+    pub components: &'a serde_json::Map<String, Value>,
+}
+
+/// A bound on `$ref`/`allOf` hops while resolving one schema (recursive types).
+const MAX_REF_HOPS: usize = 16;
+
+impl<'a> Schemas<'a> {
+    /// `schema` with `$ref`s and single-element `allOf`s followed.
+    fn resolve(&self, mut schema: &'a Value) -> &'a Value {
+        for _ in 0..MAX_REF_HOPS {
+            if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+                let name = r.rsplit('/').next().unwrap_or(r);
+                match self.components.get(name) {
+                    Some(s) => schema = s,
+                    None => return schema,
+                }
+            } else if let Some([only]) = schema
+                .get("allOf")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+            {
+                schema = only;
+            } else {
+                break;
+            }
+        }
+        schema
+    }
+}
+
+/// The issues of `program` against `schemas`, each in cel-go's form
+/// (`ERROR: <input>:1:12: undefined field 'foo'` and the source line with a caret),
+/// joined by newlines; empty when none is found.
+pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
+    let mut checker = Checker {
+        schemas,
+        source: program.source(),
+        issues: Vec::new(),
+        bound: HashMap::new(),
+    };
+    checker.schema_of(program.expression());
+    checker.issues.join("\n")
+}
+
+struct Checker<'s, 'a> {
+    schemas: &'s Schemas<'a>,
+    source: &'s str,
+    issues: Vec<String>,
+    /// Comprehension variables in scope, with their schema when known.
+    bound: HashMap<String, Vec<Option<&'a Value>>>,
+}
+
+impl<'a> Checker<'_, 'a> {
+    /// Checks `e` and returns its schema, if it is a known part of a schema.
+    fn schema_of(&mut self, e: &IdedExpr) -> Option<&'a Value> {
+        match &e.expr {
+            Expr::Unspecified | Expr::Literal(_) => None,
+            Expr::Ident(name) => match self.bound.get(name).and_then(|v| v.last()) {
+                Some(schema) => *schema,
+                None => match name.as_str() {
+                    "object" | "oldObject" => self.schemas.object,
+                    "params" => self.schemas.params,
+                    _ => None,
+                },
+            },
+            Expr::Select(s) => {
+                let operand = self.schema_of(&s.operand)?;
+                self.field(operand, &s.field)
+            }
+            Expr::Call(call) => {
+                if let Some(t) = call.target.as_deref() {
+                    self.schema_of(t);
+                }
+                let args: Vec<Option<&'a Value>> =
+                    call.args.iter().map(|a| self.schema_of(a)).collect();
+                if call.func_name == "_[_]" && call.target.is_none() {
+                    let container = self.schemas.resolve(args.first().copied().flatten()?);
+                    if let Some(items) = container.get("items") {
+                        return Some(items);
+                    }
+                    if let Some(values) = container.get("additionalProperties")
+                        && values.is_object()
+                    {
+                        return Some(values);
+                    }
+                    // A string literal index into an object with properties is a select.
+                    if let Some(IdedExpr {
+                        expr: Expr::Literal(LiteralValue::String(field)),
+                        ..
+                    }) = call.args.get(1)
+                        && container.get("properties").is_some()
+                    {
+                        return self.field(container, field.inner());
+                    }
+                    return None;
+                }
+                None
+            }
+            Expr::List(l) => {
+                for x in &l.elements {
+                    self.schema_of(x);
+                }
+                None
+            }
+            Expr::Map(m) => {
+                self.entries(&m.entries);
+                None
+            }
+            Expr::Struct(s) => {
+                self.entries(&s.entries);
+                None
+            }
+            Expr::Comprehension(c) => {
+                let range = self
+                    .schema_of(&c.iter_range)
+                    .map(|r| self.schemas.resolve(r));
+                self.schema_of(&c.accu_init);
+                // Over a list the variable is an item; over a map it is a key (a string).
+                let item = range.and_then(|r| r.get("items"));
+                self.bind(&c.iter_var, item);
+                if let Some(v2) = &c.iter_var2 {
+                    self.bind(v2, None);
+                }
+                self.bind(&c.accu_var, None);
+                self.schema_of(&c.loop_cond);
+                self.schema_of(&c.loop_step);
+                self.schema_of(&c.result);
+                self.unbind(&c.accu_var);
+                if let Some(v2) = &c.iter_var2 {
+                    self.unbind(v2);
+                }
+                self.unbind(&c.iter_var);
+                None
+            }
+        }
+    }
+
+    fn entries(&mut self, entries: &[kube_cel::cel::common::ast::IdedEntryExpr]) {
+        for entry in entries {
+            match &entry.expr {
+                EntryExpr::StructField(f) => {
+                    self.schema_of(&f.value);
+                }
+                EntryExpr::MapEntry(m) => {
+                    self.schema_of(&m.key);
+                    self.schema_of(&m.value);
+                }
+            }
+        }
+    }
+
+    fn bind(&mut self, name: &str, schema: Option<&'a Value>) {
+        self.bound.entry(name.to_string()).or_default().push(schema);
+    }
+
+    fn unbind(&mut self, name: &str) {
+        if let Some(v) = self.bound.get_mut(name) {
+            v.pop();
+            if v.is_empty() {
+                self.bound.remove(name);
+            }
+        }
+    }
+
+    /// The schema of `field` of a value of schema `schema`; an issue if it has none.
+    fn field(&mut self, schema: &'a Value, field: &str) -> Option<&'a Value> {
+        let schema = self.schemas.resolve(schema);
+        if schema
+            .get("x-kubernetes-preserve-unknown-fields")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            return None;
+        }
+        if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+            if let Some(p) = properties.get(field) {
+                return Some(p);
+            }
+            if schema.get("additionalProperties").is_none() {
+                self.issue(field, &format!("undefined field '{field}'"));
+            }
+            return None;
+        }
+        if let Some(values) = schema.get("additionalProperties") {
+            return values.is_object().then_some(values);
+        }
+        if schema
+            .get("x-kubernetes-int-or-string")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            self.issue(
+                field,
+                "type 'int-or-string' does not support field selection",
+            );
+            return None;
+        }
+        match schema.get("type").and_then(Value::as_str) {
+            Some(t @ ("string" | "integer" | "number" | "boolean" | "array")) => {
+                let cel_type = match t {
+                    "integer" => "int",
+                    "number" => "double",
+                    "boolean" => "bool",
+                    "array" => "list",
+                    other => other,
+                };
+                self.issue(
+                    field,
+                    &format!("type '{cel_type}' does not support field selection"),
+                );
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Records `message` at the first `.field` of the source, as cel-go prints it.
+    fn issue(&mut self, field: &str, message: &str) {
+        let needle = format!(".{field}");
+        let at = self
+            .source
+            .match_indices(&needle)
+            .map(|(i, _)| i)
+            .find(|&i| {
+                !self.source[i + needle.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+            .unwrap_or(0);
+        let line_start = self.source[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line_no = self.source[..at].matches('\n').count() + 1;
+        let column = self.source[line_start..at].chars().count();
+        let line = self.source[line_start..].lines().next().unwrap_or("");
+        self.issues.push(format!(
+            "ERROR: <input>:{line_no}:{}: {message}\n | {line}\n | {}^",
+            column + 1,
+            ".".repeat(column)
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn components() -> serde_json::Map<String, Value> {
+        json!({
+            "Deployment": {"type": "object", "properties": {
+                "apiVersion": {"type": "string"},
+                "metadata": {"allOf": [{"$ref": "#/components/schemas/ObjectMeta"}]},
+                "spec": {"$ref": "#/components/schemas/DeploymentSpec"}}},
+            "ObjectMeta": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}}},
+            "DeploymentSpec": {"type": "object", "properties": {
+                "replicas": {"type": "integer"},
+                "template": {"type": "object", "properties": {
+                    "containers": {"type": "array", "items": {"$ref": "#/components/schemas/Container"}}}},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+            "Container": {"type": "object", "properties": {
+                "name": {"type": "string"}, "image": {"type": "string"}}},
+            "ConfigMap": {"type": "object", "properties": {
+                "data": {"type": "object", "additionalProperties": {"type": "string"}}}}
+        })
+        .as_object()
+        .unwrap()
+        .clone()
+    }
+
+    fn check(expr: &str) -> String {
+        let components = components();
+        let schemas = Schemas {
+            object: Some(&components["Deployment"]),
+            params: Some(&components["ConfigMap"]),
+            components: &components,
+        };
+        let program = crate::compile(expr, crate::POLICY_VARIABLES).unwrap();
+        check_fields(&program, &schemas)
+    }
+
+    #[test]
+    fn known_fields_pass() {
+        for expr in [
+            "object.spec.replicas <= 5",
+            "has(object.spec.replicas) && oldObject.metadata.name == 'x'",
+            "object.metadata.labels['app'] == 'web' && object.metadata.labels.app == 'web'",
+            "object.spec.template.containers.all(c, c.image.startsWith('r/') && c.name != '')",
+            "object.spec.template.containers[0].image != ''",
+            "object.spec.extra.anything.goes",
+            "int(params.data.max) >= object.spec.replicas",
+            "params.data.exists(k, k.startsWith('a'))",
+            "variables.foo.bar && request.userInfo.username != ''",
+            "authorizer.requestResource.check('get').allowed()",
+        ] {
+            assert_eq!(check(expr), "", "{expr}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_reported_as_cel_go_does() {
+        assert_eq!(
+            check("object.spec.replica <= 5"),
+            "ERROR: <input>:1:12: undefined field 'replica'\n | object.spec.replica <= 5\n | ...........^"
+        );
+        assert_eq!(
+            check("has(object.spec.paused)"),
+            "ERROR: <input>:1:16: undefined field 'paused'\n | has(object.spec.paused)\n | ...............^"
+        );
+        assert!(
+            check("object.spec.template.containers.all(c, c.imag != '')")
+                .contains("undefined field 'imag'")
+        );
+        assert!(
+            check("object.spec.template.containers[0].nam == 'x'")
+                .contains("undefined field 'nam'")
+        );
+        assert!(
+            check("object.spec.replicas.value > 1")
+                .contains("type 'int' does not support field selection")
+        );
+        assert!(check("params.dta.max == '1'").contains("undefined field 'dta'"));
+        // Each issue once, in order, joined by newlines.
+        let two = check("object.foo == 1 ||\n  object.spec.bar == 2");
+        assert_eq!(
+            two.lines().filter(|l| l.starts_with("ERROR")).count(),
+            2,
+            "{two}"
+        );
+        assert!(
+            two.contains("ERROR: <input>:2:14: undefined field 'bar'"),
+            "{two}"
+        );
+        // A comprehension variable shadows nothing outside its scope.
+        assert_eq!(
+            check("[1].all(object, object > 0) && object.spec.replicas > 0"),
+            ""
+        );
+    }
+
+    #[test]
+    fn without_schemas_nothing_is_reported() {
+        let components = serde_json::Map::new();
+        let schemas = Schemas {
+            object: None,
+            params: None,
+            components: &components,
+        };
+        let program = crate::compile("object.whatever.x", crate::POLICY_VARIABLES).unwrap();
+        assert_eq!(check_fields(&program, &schemas), "");
+    }
+}
