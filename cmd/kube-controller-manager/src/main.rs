@@ -1,6 +1,7 @@
 //! kube-controller-manager: upstream flag names over `ferrokube-controllers`, behind
 //! leader election, with `/healthz` and `/metrics` on `--bind-address:--secure-port`.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use clap::Parser;
 use ferrokube_client::leaderelection::{
     LeaderElectionOptions, default_identity, parse_go_duration,
 };
+use ferrokube_controllers::csrsigning::{CsrSigningConfig, SignerCa};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_controllers::nodelifecycle::NodeLifecycleConfig;
 use http_body_util::Full;
@@ -102,7 +104,139 @@ struct Options {
     )]
     use_service_account_credentials: bool,
     #[command(flatten)]
+    csr_signing: CsrSigningFlags,
+    #[command(flatten)]
     leader_election: LeaderElectionOptions,
+}
+
+/// The CSR signing controller's CAs and certificate lifetime (upstream's
+/// `CSRSigningControllerOptions`).
+#[derive(clap::Args, Debug, Clone)]
+struct CsrSigningFlags {
+    /// Filename containing a PEM-encoded X509 CA certificate used to issue
+    /// cluster-scoped certificates. If specified, no more specific
+    /// --cluster-signing-* flag may be specified.
+    #[arg(long = "cluster-signing-cert-file")]
+    cert_file: Option<PathBuf>,
+    /// Filename containing a PEM-encoded RSA or ECDSA private key used to sign
+    /// cluster-scoped certificates (Ferrokube: PKCS#8). If specified, no more specific
+    /// --cluster-signing-* flag may be specified.
+    #[arg(long = "cluster-signing-key-file")]
+    key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/kubelet-serving signer.
+    #[arg(long = "cluster-signing-kubelet-serving-cert-file")]
+    kubelet_serving_cert_file: Option<PathBuf>,
+    /// CA key for the kubernetes.io/kubelet-serving signer.
+    #[arg(long = "cluster-signing-kubelet-serving-key-file")]
+    kubelet_serving_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/kube-apiserver-client-kubelet signer.
+    #[arg(long = "cluster-signing-kubelet-client-cert-file")]
+    kubelet_client_cert_file: Option<PathBuf>,
+    /// CA key for the kubernetes.io/kube-apiserver-client-kubelet signer.
+    #[arg(long = "cluster-signing-kubelet-client-key-file")]
+    kubelet_client_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/kube-apiserver-client signer.
+    #[arg(long = "cluster-signing-kube-apiserver-client-cert-file")]
+    kube_apiserver_client_cert_file: Option<PathBuf>,
+    /// CA key for the kubernetes.io/kube-apiserver-client signer.
+    #[arg(long = "cluster-signing-kube-apiserver-client-key-file")]
+    kube_apiserver_client_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/legacy-unknown signer.
+    #[arg(long = "cluster-signing-legacy-unknown-cert-file")]
+    legacy_unknown_cert_file: Option<PathBuf>,
+    /// CA key for the kubernetes.io/legacy-unknown signer.
+    #[arg(long = "cluster-signing-legacy-unknown-key-file")]
+    legacy_unknown_key_file: Option<PathBuf>,
+    /// The max length of duration signed certificates will be given. Individual
+    /// CSRs may request shorter certs by setting spec.expirationSeconds.
+    #[arg(long = "cluster-signing-duration", default_value = "8760h0m0s", value_parser = dur)]
+    duration: Duration,
+}
+
+impl CsrSigningFlags {
+    /// Upstream's `getKubeletServingSignerFiles` and friends: each signer's
+    /// (cert, key) files, from its own flags or else the cluster-wide pair; both
+    /// kinds at once, or half a pair, is an error.
+    fn signer_files(&self) -> anyhow::Result<Vec<(&'static str, PathBuf, PathBuf)>> {
+        use ferrokube_controllers::csr::{
+            KUBE_APISERVER_CLIENT, KUBE_APISERVER_CLIENT_KUBELET, KUBELET_SERVING, LEGACY_UNKNOWN,
+        };
+        let specific = [
+            (
+                KUBELET_SERVING,
+                "kubelet-serving",
+                &self.kubelet_serving_cert_file,
+                &self.kubelet_serving_key_file,
+            ),
+            (
+                KUBE_APISERVER_CLIENT_KUBELET,
+                "kubelet-client",
+                &self.kubelet_client_cert_file,
+                &self.kubelet_client_key_file,
+            ),
+            (
+                KUBE_APISERVER_CLIENT,
+                "kube-apiserver-client",
+                &self.kube_apiserver_client_cert_file,
+                &self.kube_apiserver_client_key_file,
+            ),
+            (
+                LEGACY_UNKNOWN,
+                "legacy-unknown",
+                &self.legacy_unknown_cert_file,
+                &self.legacy_unknown_key_file,
+            ),
+        ];
+        let any_specific = specific
+            .iter()
+            .any(|(_, _, c, k)| c.is_some() || k.is_some());
+        let pair = |flag: &str, cert: &Option<PathBuf>, key: &Option<PathBuf>| match (cert, key) {
+            (Some(c), Some(k)) => Ok(Some((c.clone(), k.clone()))),
+            (None, None) => Ok(None),
+            _ => Err(anyhow::anyhow!(
+                "--cluster-signing-{flag}cert-file and --cluster-signing-{flag}key-file must be set together"
+            )),
+        };
+        let default = pair("", &self.cert_file, &self.key_file)?;
+        if default.is_some() && any_specific {
+            anyhow::bail!(
+                "cannot specify --cluster-signing-{{cert,key}}-file and other --cluster-signing-*-file flags at the same time"
+            );
+        }
+        let mut files = Vec::new();
+        for (signer, flag, cert, key) in specific {
+            let chosen = match &default {
+                Some(d) => Some(d.clone()),
+                None => pair(&format!("{flag}-"), cert, key)?,
+            };
+            if let Some((c, k)) = chosen {
+                files.push((signer, c, k));
+            }
+        }
+        Ok(files)
+    }
+
+    /// Reads every signer's CA files.
+    fn config(&self) -> anyhow::Result<CsrSigningConfig> {
+        let mut signers = BTreeMap::new();
+        for (signer, cert, key) in self.signer_files()? {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {} (signer {signer})", p.display()))
+            };
+            signers.insert(
+                signer.to_string(),
+                SignerCa {
+                    cert_pem: read(&cert)?,
+                    key_pem: read(&key)?,
+                },
+            );
+        }
+        Ok(CsrSigningConfig {
+            signers,
+            duration: self.duration,
+        })
+    }
 }
 
 impl Options {
@@ -131,6 +265,7 @@ impl Options {
             root_ca: None,
             service_account_credentials: None,
             service_account_private_key: None,
+            csr_signing: CsrSigningConfig::default(),
         }
     }
 }
@@ -251,6 +386,9 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("--service-account-private-key-file {}", path.display()))?;
         cfg.service_account_private_key = Some(pem);
     }
+    cfg.csr_signing = opts.csr_signing.config()?;
+    // Refuse a CA that does not load now rather than once elected.
+    cfg.csr_signing.check()?;
     ferrokube_controllers::manager::enabled_controllers(&cfg.controllers)?;
     let config = client_config(opts.kubeconfig.as_ref()).await?;
     let client = kube::Client::try_from(config.clone())?;
@@ -291,4 +429,58 @@ async fn main() -> anyhow::Result<()> {
         run_controllers(client, cfg, metrics, cancel.clone()).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(args: &[&str]) -> anyhow::Result<Vec<(&'static str, PathBuf, PathBuf)>> {
+        let opts = Options::try_parse_from(
+            std::iter::once("kube-controller-manager").chain(args.iter().copied()),
+        )?;
+        opts.csr_signing.signer_files()
+    }
+
+    #[test]
+    fn cluster_signing_flags_as_upstream() {
+        // None: no signer.
+        assert!(files(&[]).unwrap().is_empty());
+        // The cluster-wide pair serves every signer.
+        let all = files(&[
+            "--cluster-signing-cert-file=/ca.crt",
+            "--cluster-signing-key-file=/ca.key",
+        ])
+        .unwrap();
+        assert_eq!(all.len(), 4);
+        assert!(
+            all.iter()
+                .all(|(_, c, k)| c == &PathBuf::from("/ca.crt") && k == &PathBuf::from("/ca.key"))
+        );
+        // A per-signer pair serves its signer only.
+        let one = files(&[
+            "--cluster-signing-kubelet-client-cert-file=/k.crt",
+            "--cluster-signing-kubelet-client-key-file=/k.key",
+        ])
+        .unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].0, "kubernetes.io/kube-apiserver-client-kubelet");
+        // Both kinds, or half a pair: errors.
+        let both = files(&[
+            "--cluster-signing-cert-file=/ca.crt",
+            "--cluster-signing-key-file=/ca.key",
+            "--cluster-signing-kubelet-serving-cert-file=/s.crt",
+        ]);
+        assert!(both.unwrap_err().to_string().contains("at the same time"));
+        assert!(files(&["--cluster-signing-cert-file=/ca.crt"]).is_err());
+        // The duration flag takes Go durations, 8760h by default.
+        let opts = Options::try_parse_from([
+            "kube-controller-manager",
+            "--cluster-signing-duration=1h30m",
+        ])
+        .unwrap();
+        assert_eq!(opts.csr_signing.duration, Duration::from_secs(5400));
+        let opts = Options::try_parse_from(["kube-controller-manager"]).unwrap();
+        assert_eq!(opts.csr_signing.duration, Duration::from_secs(8760 * 3600));
+    }
 }

@@ -19,7 +19,9 @@
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
 //! [`pvprotection`] (the storage protection finalizers removed once unused),
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
-//! Secrets).
+//! Secrets), [`csrsigning`], [`csrapproving`] and [`csrcleaner`] (CertificateSigningRequests
+//! signed with the cluster CA, kubelet client requests auto-approved, old ones deleted;
+//! shared checks in [`csr`]).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -28,6 +30,10 @@
 //! `ferrokube-testing` is a dev-dependency only.
 
 pub mod clientbuilder;
+pub mod csr;
+pub mod csrapproving;
+pub mod csrcleaner;
+pub mod csrsigning;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;

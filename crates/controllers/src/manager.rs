@@ -15,6 +15,9 @@ use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
 
 use crate::clientbuilder::{ControllerClients, ServiceAccountClients};
+use crate::csrapproving::CsrApprovingController;
+use crate::csrcleaner::CsrCleanerController;
+use crate::csrsigning::{CsrSigningConfig, CsrSigningController};
 use crate::deployment::DeploymentController;
 use crate::disruption::DisruptionController;
 use crate::endpoints::EndpointsController;
@@ -31,7 +34,7 @@ use crate::replicaset::ReplicaSetController;
 use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
-use crate::serviceaccounttoken::ServiceAccountTokenController;
+use crate::serviceaccounttoken::{ServiceAccountTokenController, token_secrets_factory};
 use crate::ttlafterfinished::TtlAfterFinishedController;
 use crate::{Controller, Error, Result, run_controller};
 
@@ -64,6 +67,12 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ),
     ("persistentvolume-protection-controller", "pv-protection"),
     ("serviceaccount-token-controller", "serviceaccount-token"),
+    ("certificatesigningrequest-signing-controller", "csrsigning"),
+    (
+        "certificatesigningrequest-approving-controller",
+        "csrapproving",
+    ),
+    ("certificatesigningrequest-cleaner-controller", "csrcleaner"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -79,9 +88,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "ttl-controller",
     "bootstrap-signer-controller",
     "token-cleaner-controller",
-    "certificatesigningrequest-signing-controller",
-    "certificatesigningrequest-approving-controller",
-    "certificatesigningrequest-cleaner-controller",
     "clusterrole-aggregation-controller",
     "service-cidr-controller",
     "storageversion-garbage-collector-controller",
@@ -118,6 +124,9 @@ pub fn service_account_name(controller: &str) -> &str {
         "ttl-after-finished-controller" => "ttl-after-finished-controller",
         "persistentvolumeclaim-protection-controller" => "pvc-protection-controller",
         "persistentvolume-protection-controller" => "pv-protection-controller",
+        "certificatesigningrequest-signing-controller"
+        | "certificatesigningrequest-approving-controller"
+        | "certificatesigningrequest-cleaner-controller" => "certificate-controller",
         other => other,
     }
 }
@@ -196,6 +205,9 @@ pub struct ManagerConfig {
     /// `--service-account-private-key-file` (PEM): the key the tokens controller
     /// signs legacy Secret tokens with; without it that controller does not run.
     pub service_account_private_key: Option<String>,
+    /// `--cluster-signing-*`: the CSR signers' CAs and the longest certificate;
+    /// without a CA the signing controller does not run.
+    pub csr_signing: CsrSigningConfig,
 }
 
 impl Default for ManagerConfig {
@@ -216,6 +228,7 @@ impl Default for ManagerConfig {
             root_ca: None,
             service_account_credentials: None,
             service_account_private_key: None,
+            csr_signing: CsrSigningConfig::default(),
         }
     }
 }
@@ -225,6 +238,8 @@ pub struct Manager {
     queues: Vec<WorkQueue<String>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     factory: SharedInformerFactory,
+    /// Token Secrets only, for the tokens controller (a field-selected informer).
+    token_secrets: SharedInformerFactory,
     broadcaster: EventBroadcaster,
     pub enabled: Vec<&'static str>,
 }
@@ -247,6 +262,7 @@ impl Manager {
     ) -> Result<Manager> {
         let enabled = enabled_controllers(&cfg.controllers)?;
         let factory = SharedInformerFactory::new(client.clone());
+        let token_secrets = token_secrets_factory(client.clone());
         let broadcaster = EventBroadcaster::new(client.clone(), EventBroadcasterOptions::default());
         let clients = match &cfg.service_account_credentials {
             Some(config) => ControllerClients::ServiceAccounts(Arc::new(
@@ -338,6 +354,7 @@ impl Manager {
                     Some(key) => (
                         ServiceAccountTokenController::new(
                             &factory,
+                            &token_secrets,
                             client.clone(),
                             key,
                             cfg.root_ca.clone(),
@@ -352,6 +369,26 @@ impl Manager {
                         continue;
                     }
                 },
+                // Upstream runs 5 workers for the signer and the approver, 1 cleaner.
+                "certificatesigningrequest-signing-controller" => {
+                    if cfg.csr_signing.signers.is_empty() {
+                        tracing::warn!(
+                            controller = name,
+                            "no --cluster-signing-cert-file/--cluster-signing-key-file: not signing CSRs"
+                        );
+                        continue;
+                    }
+                    (
+                        CsrSigningController::new(&factory, client.clone(), &cfg.csr_signing)?,
+                        5,
+                    )
+                }
+                "certificatesigningrequest-approving-controller" => {
+                    (CsrApprovingController::new(&factory, client.clone()), 5)
+                }
+                "certificatesigningrequest-cleaner-controller" => {
+                    (CsrCleanerController::new(&factory, client.clone()), 1)
+                }
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
                     (DisruptionController::new(&factory, client.clone(), rec), 1)
@@ -381,7 +418,11 @@ impl Manager {
             queues.push(q);
         }
         factory.start();
+        token_secrets.start();
         factory
+            .wait_for_cache_sync(cfg.informer_sync_timeout)
+            .await?;
+        token_secrets
             .wait_for_cache_sync(cfg.informer_sync_timeout)
             .await?;
         let mut tasks = Vec::new();
@@ -397,6 +438,7 @@ impl Manager {
             queues,
             tasks,
             factory,
+            token_secrets,
             broadcaster,
             enabled,
         })
@@ -433,6 +475,7 @@ impl Manager {
             let _ = t.await;
         }
         self.factory.shutdown().await;
+        self.token_secrets.shutdown().await;
         self.broadcaster.shutdown().await;
     }
 }

@@ -8,14 +8,19 @@
 //! Secret whose ServiceAccount does not exist (or has another uid) is deleted, and
 //! deleting a ServiceAccount deletes its token Secrets.
 //!
-//! As upstream (since 1.24) no Secret is created for a ServiceAccount on its own.
-//! Not done: removing a deleted Secret's name from `ServiceAccount.secrets`.
+//! As upstream (since 1.24) no Secret is created for a ServiceAccount on its own. A
+//! deleted token Secret's name is removed from its ServiceAccount's `secrets`
+//! (upstream `removeSecretReference`, only when the account's uid is the one the
+//! Secret named).
 //!
-//! Pure part: [`token_secret_of`], [`missing_data`]. The reconcile decides on the
-//! cached Secret, then updates a fresh copy only if it is the same version (an
-//! update event follows otherwise), as upstream.
+//! Only token Secrets are listed and watched (field selector `type=...`, from the
+//! manager's [`token_secrets_factory`]), not every Secret of the cluster.
+//!
+//! Pure part: [`token_secret_of`], [`missing_data`], [`without_reference`]. The
+//! reconcile decides on the cached Secret, then updates a fresh copy only if it is
+//! the same version (an update event follows otherwise), as upstream.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use ferrokube_auth::authn::legacy::{LegacyClaims, LegacyTokenSigner};
@@ -23,8 +28,12 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
+use ferrokube_client::informer::{
+    InformerConfig, Notification, SharedIndexInformer, SharedInformerFactory, Store, key_of,
+    object_key,
+};
 use ferrokube_client::workqueue::WorkQueue;
+use parking_lot::Mutex;
 
 use crate::replicaset::{is_conflict, is_not_found};
 use crate::{Action, Controller, Error, Result, split_key};
@@ -52,6 +61,35 @@ pub fn token_secret_of(secret: &Secret) -> Option<(String, String)> {
         .cloned()
         .unwrap_or_default();
     Some((name, uid))
+}
+
+/// The informer factory the tokens controller takes its Secrets from: only
+/// `kubernetes.io/service-account-token` Secrets (the apiserver's `type` field
+/// selector), so the manager does not cache every Secret.
+pub fn token_secrets_factory(client: kube::Client) -> SharedInformerFactory {
+    SharedInformerFactory::with_config(
+        client,
+        InformerConfig {
+            field_selector: Some(format!("type={TOKEN_SECRET_TYPE}")),
+            ..InformerConfig::default()
+        },
+    )
+}
+
+/// `account` without the reference to the Secret `secret`; `None` when it has none.
+pub fn without_reference(account: &ServiceAccount, secret: &str) -> Option<ServiceAccount> {
+    let refs = account.secrets.as_ref()?;
+    let kept: Vec<_> = refs
+        .iter()
+        .filter(|r| r.name.as_deref() != Some(secret))
+        .cloned()
+        .collect();
+    if kept.len() == refs.len() {
+        return None;
+    }
+    let mut pruned = account.clone();
+    pruned.secrets = Some(kept);
+    Some(pruned)
 }
 
 /// What a token Secret lacks (upstream `secretUpdateNeeded`).
@@ -93,26 +131,35 @@ pub struct ServiceAccountTokenController {
     client: kube::Client,
     signer: LegacyTokenSigner,
     root_ca: Option<String>,
+    secret_informer: SharedIndexInformer<Secret>,
     secrets: Store<Secret>,
     accounts: Store<ServiceAccount>,
+    /// Deleted token Secrets (by key) and the (account name, uid) they named, until
+    /// the account's reference to them is removed.
+    deleted: Arc<Mutex<HashMap<String, (String, String)>>>,
 }
 
 impl ServiceAccountTokenController {
-    /// `private_key_pem`: `--service-account-private-key-file`'s ECDSA P-256 key.
+    /// `private_key_pem`: `--service-account-private-key-file`'s ECDSA P-256 key;
+    /// `token_secrets`: a [`token_secrets_factory`] (started with the manager's).
     pub fn new(
         factory: &SharedInformerFactory,
+        token_secrets: &SharedInformerFactory,
         client: kube::Client,
         private_key_pem: &str,
         root_ca: Option<String>,
     ) -> Result<Arc<Self>> {
         let signer = LegacyTokenSigner::new(private_key_pem)
             .map_err(|e| Error::Invalid(format!("--service-account-private-key-file: {e}")))?;
+        let secret_informer = token_secrets.informer::<Secret>();
         Ok(Arc::new(ServiceAccountTokenController {
             client,
             signer,
             root_ca,
-            secrets: factory.informer::<Secret>().store(),
+            secrets: secret_informer.store(),
+            secret_informer,
             accounts: factory.informer::<ServiceAccount>().store(),
+            deleted: Arc::default(),
         }))
     }
 
@@ -149,6 +196,33 @@ impl ServiceAccountTokenController {
             Ok(_) => Ok(Action::Done),
             // Gone already, or another Secret of that name now.
             Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(Action::Done),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Upstream `removeSecretReference`: the account named `sa_name` (when its uid is
+    /// `sa_uid`, any when empty) no longer lists the Secret `secret`.
+    async fn remove_reference(
+        &self,
+        ns: &str,
+        sa_name: &str,
+        sa_uid: &str,
+        secret: &str,
+    ) -> Result<()> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), ns);
+        let Some(sa) = api.get_opt(sa_name).await? else {
+            return Ok(());
+        };
+        if !sa_uid.is_empty() && sa.metadata.uid.as_deref() != Some(sa_uid) {
+            return Ok(());
+        }
+        let Some(pruned) = without_reference(&sa, secret) else {
+            return Ok(());
+        };
+        // A conflict is retried by the queue with a fresh read.
+        match api.replace(sa_name, &PostParams::default(), &pruned).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -206,13 +280,17 @@ impl Controller for ServiceAccountTokenController {
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
         let q = queue.clone();
-        factory.informer::<Secret>().add_event_handler(
+        let deleted = self.deleted.clone();
+        self.secret_informer.add_event_handler(
             move |n: Notification<Secret>| {
-                if !matches!(n, Notification::Deleted { .. })
-                    && token_secret_of(n.object()).is_some()
-                {
-                    q.add(object_key(&**n.object()));
+                let Some((sa_name, sa_uid)) = token_secret_of(n.object()) else {
+                    return;
+                };
+                let key = object_key(&**n.object());
+                if matches!(n, Notification::Deleted { .. }) {
+                    deleted.lock().insert(key.clone(), (sa_name, sa_uid));
                 }
+                q.add(key);
             },
             None,
         );
@@ -240,8 +318,15 @@ impl Controller for ServiceAccountTokenController {
         let (ns, name) = split_key(key);
         let ns = ns.ok_or_else(|| Error::Invalid(format!("key {key:?} has no namespace")))?;
         let Some(secret) = self.secrets.get(key) else {
+            let named = self.deleted.lock().get(key).cloned();
+            if let Some((sa_name, sa_uid)) = named {
+                self.remove_reference(ns, &sa_name, &sa_uid, name).await?;
+                self.deleted.lock().remove(key);
+            }
             return Ok(Action::Done);
         };
+        // Created again under that name: nothing left to prune.
+        self.deleted.lock().remove(key);
         let Some((sa_name, sa_uid)) = token_secret_of(&secret) else {
             return Ok(Action::Done);
         };
@@ -275,6 +360,25 @@ mod tests {
         assert_eq!(token_secret_of(&opaque), None);
         let bare = secret(json!({"metadata": {"name": "t"}, "type": TOKEN_SECRET_TYPE}));
         assert_eq!(token_secret_of(&bare), None);
+    }
+
+    #[test]
+    fn pruning_removes_only_the_named_reference() {
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "builder"},
+            "secrets": [{"name": "a"}, {"name": "gone"}, {"name": "b"}]}))
+        .unwrap();
+        let pruned = without_reference(&sa, "gone").unwrap();
+        let names: Vec<_> = pruned
+            .secrets
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(without_reference(&sa, "other").is_none());
+        let bare: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
+        assert!(without_reference(&bare, "gone").is_none());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The tokens controller on the test apiserver, signing with the test PKI's `sa.key`
 //! (the key the server verifies with): a `kubernetes.io/service-account-token`
 //! Secret gets its legacy token, which authenticates as the ServiceAccount until the
-//! Secret is deleted; token Secrets of missing or deleted accounts are deleted.
+//! Secret is deleted, and then leaves its account's `secrets`; token Secrets of
+//! missing or deleted accounts are deleted.
 //! Every wait is bounded.
 
 mod support;
@@ -12,7 +13,7 @@ use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::wait_for;
 use tokio_util::sync::CancellationToken;
@@ -140,10 +141,28 @@ async fn token_secrets_get_legacy_tokens_that_authenticate() -> anyhow::Result<(
     })
     .await?;
 
+    // The account lists its token Secret (as older clusters did) and another one.
+    let listed = json!({"secrets": [{"name": "builder-token"}, {"name": "pull-secret"}]});
+    accounts
+        .patch("builder", &PatchParams::default(), &Patch::Merge(&listed))
+        .await?;
+
     // Deleting the Secret revokes the token: 401 once the server's cache has it gone.
     secrets
         .delete("builder-token", &DeleteParams::default())
         .await?;
+    // And its reference goes from the account; the other stays.
+    wait_for(30, "the deleted Secret's reference pruned", || async {
+        let sa = accounts.get("builder").await?;
+        let names: Vec<String> = sa
+            .secrets
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|r| r.name)
+            .collect();
+        Ok((names == ["pull-secret"]).then_some(()))
+    })
+    .await?;
     let reviews = Api::<SelfSubjectReview>::all(as_builder);
     wait_for(30, "the token refused after its Secret went", || async {
         match reviews.create(&pp, &review).await {

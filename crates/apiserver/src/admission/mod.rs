@@ -27,6 +27,7 @@ use serde_json::Value;
 use crate::security::ClusterState;
 
 mod certificates;
+mod csr_strategy;
 mod default_storage_class;
 mod default_toleration_seconds;
 mod direct;
@@ -404,6 +405,12 @@ impl Chain {
         for p in self.plugins.iter().filter(|p| p.handles(a)) {
             p.admit(a, object, old).await?;
         }
+        // Upstream's CSR strategy, which no flag turns off (see `csr_strategy`).
+        csr_strategy::prepare(a, object, old, || {
+            jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()
+        });
         Ok(())
     }
 
