@@ -2,7 +2,7 @@
 //!
 //! Layer: HTTP only. Routing, discovery, content negotiation (JSON, YAML, Table),
 //! watch streaming, and the request pipeline (panic recovery, request info,
-//! authentication, authorization, body limit, metrics) over TLS (rustls). All
+//! authentication, audit, authorization, body limit, metrics) over TLS (rustls). All
 //! store logic is the registry's; this crate turns requests into registry calls and
 //! results into responses. It never chooses a storage backend: [`Config`] takes the
 //! registry built over one. Options -> [`Config`] -> [`Server`] is the one path for
