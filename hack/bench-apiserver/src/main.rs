@@ -73,6 +73,10 @@ struct Args {
     /// Directory for data (default: a temp dir under /var/tmp).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// One more kube-apiserver flag, repeatable (e.g.
+    /// `--apiserver-arg=--audit-policy-file=/tmp/policy.yaml`).
+    #[arg(long, allow_hyphen_values = true)]
+    apiserver_arg: Vec<String>,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -320,6 +324,7 @@ async fn bench_backend(
         // ServiceAccount, so the ServiceAccount admission plugin (on by default, as
         // upstream) would refuse every pod.
         .arg("--disable-admission-plugins=ServiceAccount")
+        .args(&args.apiserver_arg)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(File::create(dir.join("apiserver.log"))?)
