@@ -11,7 +11,8 @@
 # passed/failed steps and exits non-zero on any failure. Everything started here is
 # stopped by PID and every temp dir removed on every exit path.
 #
-# Binaries: by default `cargo build -p kube-apiserver -p ferrokube-pki-cli` (debug) into
+# Binaries: by default `cargo build -p kube-apiserver -p ferrokube-pki-cli -p
+# kube-controller-manager` (debug; the controller-manager signs one step's CSR) into
 # CARGO_TARGET_DIR (default /var/cache/ferrokube/target, else ./target) and uses them.
 # E2E_SKIP_BUILD=1 uses the newest existing build (release or debug) instead;
 # E2E_BIN_DIR=<dir> names the directory explicitly. E2E_BACKENDS=sqlite,etcd selects
@@ -83,11 +84,12 @@ elif [ "${E2E_SKIP_BUILD:-0}" = 1 ]; then
   done
   [ -n "$BIN" ] || { echo "no kube-apiserver build under $CARGO_TARGET_DIR" >&2; exit 1; }
 else
-  cargo build --locked -p kube-apiserver -p ferrokube-pki-cli >&2
+  cargo build --locked -p kube-apiserver -p ferrokube-pki-cli -p kube-controller-manager >&2
   BIN=$CARGO_TARGET_DIR/debug
 fi
 echo "binaries: $BIN" >&2
-for tool in "$BIN/kube-apiserver" "$BIN/ferrokube-pki" "$KUBECTL_DEFAULT" python3 curl; do
+for tool in "$BIN/kube-apiserver" "$BIN/ferrokube-pki" "$BIN/kube-controller-manager" \
+  "$KUBECTL_DEFAULT" python3 curl; do
   command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
 done
 
@@ -742,6 +744,24 @@ YAML
   has "^certificatesigningrequest.certificates.k8s.io/$name approved$"
   k get csr "$name"
   has "^$name +[0-9smh]+ +kubernetes.io/kube-apiserver-client +.* +<none> +Approved$"
+  # The controller-manager's signer (only it, for this step) issues the certificate
+  # with the cluster CA, and kubectl logs in with it.
+  "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG" --controllers csrsigning \
+    --cluster-signing-cert-file "$API_CA" --cluster-signing-key-file "${API_CA%.crt}.key" \
+    --secure-port 0 --leader-elect=false >"$TMP/$name-kcm.log" 2>&1 &
+  local kcm=$! i
+  trap 'stop_pid '"$kcm" EXIT
+  for ((i = 0; i < 300; i++)); do # 30 s
+    k get csr "$name" -o 'jsonpath={.status.certificate}'
+    [ -s "$TMP/out" ] && break
+    sleep 0.1
+  done
+  base64 -d <"$TMP/out" >"$TMP/$name.crt"
+  k get csr "$name"
+  has "^$name +[0-9smh]+ +kubernetes.io/kube-apiserver-client +.* +<none> +Approved,Issued$"
+  k --kubeconfig=/dev/null --server="$API_URL" --certificate-authority="$API_CA" \
+    --client-certificate="$TMP/$name.crt" --client-key="$TMP/$name.key" auth whoami
+  has "^Username +$name$"
   k delete csr "$name"
 }
 
@@ -1025,7 +1045,7 @@ suite() {
   step "auth whoami (--as, --as-group)" s_auth_whoami
   step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
   step "create token default (a bound JWT that authenticates, RBAC applies)" s_create_token
-  step "certificate approve (the CSR approval subresource)" s_certificate_approve
+  step "certificate approve (the CSR approval subresource), signed by kube-controller-manager, the certificate logs in" s_certificate_approve
   step "anonymous: version yes, pods 403, a bad token 401" s_anonymous
   step "PodSecurity: enforce, warn, relabel warnings, invalid label" s_pod_security
   step "webhook configuration: apply, get, a failing webhook, delete" s_webhook_configuration
