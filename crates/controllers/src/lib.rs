@@ -55,6 +55,7 @@ pub mod serviceaccount;
 pub mod serviceaccounttoken;
 pub mod ttlafterfinished;
 pub mod util;
+pub mod vapstatus;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -36,6 +36,7 @@ use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
 use crate::serviceaccounttoken::{ServiceAccountTokenController, token_secrets_factory};
 use crate::ttlafterfinished::TtlAfterFinishedController;
+use crate::vapstatus::VapStatusController;
 use crate::{Controller, Error, Result, run_controller};
 
 /// (canonical upstream name, older alias) of every controller this crate has.
@@ -73,6 +74,10 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "csrapproving",
     ),
     ("certificatesigningrequest-cleaner-controller", "csrcleaner"),
+    (
+        "validatingadmissionpolicy-status-controller",
+        "validatingadmissionpolicy-status",
+    ),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -99,7 +104,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "ephemeral-volume-controller",
     "resourceclaim-controller",
     "legacy-serviceaccount-token-cleaner-controller",
-    "validatingadmissionpolicy-status-controller",
 ];
 
 /// The ServiceAccount in `kube-system` each controller runs as with
@@ -388,6 +392,10 @@ impl Manager {
                 }
                 "certificatesigningrequest-cleaner-controller" => {
                     (CsrCleanerController::new(&factory, client.clone()), 1)
+                }
+                // Upstream's --concurrent-validating-admission-policy-status-syncs default.
+                "validatingadmissionpolicy-status-controller" => {
+                    (VapStatusController::new(&factory, client.clone()), 5)
                 }
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
