@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ferrokube_auth::UserInfo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::policy::{Level, Stage};
@@ -156,6 +156,42 @@ fn decode(body: &RawBody) -> Option<Value> {
     }
 }
 
+/// The object metadata that completes objectRef.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ObjectMetaRef {
+    name: String,
+    namespace: String,
+    uid: String,
+    resource_version: String,
+}
+
+/// A body's object, read for its metadata only.
+#[derive(Deserialize)]
+struct Named {
+    #[serde(default)]
+    metadata: ObjectMetaRef,
+}
+
+fn meta_of(v: &Value) -> Option<ObjectMetaRef> {
+    ObjectMetaRef::deserialize(&v["metadata"]).ok()
+}
+
+/// Only the metadata of a body: JSON and YAML skip everything else unparsed (the cost
+/// of a Metadata-level event), protobuf is decoded whole.
+fn decode_meta(body: &RawBody) -> Option<ObjectMetaRef> {
+    let essence = body.content_type.split(';').next().unwrap_or("").trim();
+    match essence {
+        ferrokube_protobuf::MEDIA_TYPE => decode(body).as_ref().and_then(meta_of),
+        e if e.ends_with("yaml") => serde_yaml_ng::from_slice::<Named>(&body.bytes)
+            .ok()
+            .map(|n| n.metadata),
+        _ => serde_json::from_slice::<Named>(&body.bytes)
+            .ok()
+            .map(|n| n.metadata),
+    }
+}
+
 /// Upstream `removeManagedFields`: from an object and from a list's items.
 fn strip_managed_fields(v: &mut Value) {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -173,25 +209,28 @@ impl Event {
     pub(crate) fn to_json_line(&self) -> Vec<u8> {
         let facts = &self.facts;
         let mut object_ref = facts.object_ref.clone();
-        let request = self.request_body.as_ref().and_then(|b| {
-            let v = decode(b)?;
-            Some((v, b.is_patch))
-        });
         // Upstream `LogRequestObject`: the request's object completes objectRef at
-        // Metadata and above; it is recorded from Request up.
-        if let (Some(r), Some((obj, false))) = (object_ref.as_mut(), &request) {
-            let meta = &obj["metadata"];
-            let fill = |field: &mut String, key: &str| {
-                if field.is_empty()
-                    && let Some(s) = meta[key].as_str()
-                {
-                    *field = s.to_string();
+        // Metadata and above; it is recorded from Request up. A patch names nothing.
+        let (request, request_meta) = match &self.request_body {
+            Some(b) if facts.level >= Level::Request => {
+                let v = decode(b);
+                let meta = v.as_ref().filter(|_| !b.is_patch).and_then(meta_of);
+                (v, meta)
+            }
+            Some(b) if !b.is_patch => (None, decode_meta(b)),
+            _ => (None, None),
+        };
+        if let (Some(r), Some(meta)) = (object_ref.as_mut(), request_meta) {
+            for (field, value) in [
+                (&mut r.namespace, meta.namespace),
+                (&mut r.name, meta.name),
+                (&mut r.uid, meta.uid),
+                (&mut r.resource_version, meta.resource_version),
+            ] {
+                if field.is_empty() {
+                    *field = value;
                 }
-            };
-            fill(&mut r.namespace, "namespace");
-            fill(&mut r.name, "name");
-            fill(&mut r.uid, "uid");
-            fill(&mut r.resource_version, "resourceVersion");
+            }
         }
         let keep = |v: Option<Value>, level: Level| {
             v.filter(|_| facts.level >= level).map(|mut v| {
@@ -201,7 +240,7 @@ impl Event {
                 v
             })
         };
-        let request_object = keep(request.map(|(v, _)| v), Level::Request);
+        let request_object = keep(request, Level::Request);
         let response = self.response_body.as_ref().and_then(decode);
         let response_status = self.code.map(|code| {
             let mut status = json!({"metadata": {}});
