@@ -122,6 +122,11 @@ const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
 /// How often image GC runs (upstream `ImageGCPeriod`).
 const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
+/// How often freed heap is handed back to the OS without pod cleanups.
+const HEAP_TRIM_PERIOD: Duration = Duration::from_secs(30);
+/// How long after the last pod cleanup of a burst the heap is trimmed.
+const HEAP_TRIM_SETTLE: Duration = Duration::from_secs(1);
+
 /// Errors that stop the kubelet.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
@@ -189,6 +194,10 @@ pub struct Kubelet {
     /// Container and image GC: the periodic passes and the eviction manager's reclaim
     /// share it (and so its image records: first seen, last used).
     gc: crate::gc::GarbageCollector,
+    /// Hands freed heap back to the OS every [`HEAP_TRIM_PERIOD`] and after pods are
+    /// cleaned up: glibc keeps what a gone pod's workers, syncs and status writes freed,
+    /// and an idle kubelet would never reuse it.
+    heap: ferrokube_heap::HeapTrimmer,
 }
 
 impl Kubelet {
@@ -226,6 +235,7 @@ impl Kubelet {
                 config.image_gc,
                 config.sandbox_image.clone(),
             ),
+            heap: ferrokube_heap::HeapTrimmer::new(HEAP_TRIM_PERIOD, HEAP_TRIM_SETTLE),
             config,
         })
     }
@@ -280,6 +290,7 @@ impl Kubelet {
         tasks.spawn(self.clone().gc_loop(cancel.clone()));
         tasks.spawn(self.clone().eviction_loop(cancel.clone()));
         tasks.spawn(self.clone().log_rotation_loop(cancel.clone()));
+        tasks.spawn(self.clone().heap_trim_loop(cancel.clone()));
         cancel.cancelled().await;
         while tasks.join_next().await.is_some() {}
         let _ = tokio::time::timeout(Duration::from_secs(2), broadcaster.shutdown()).await;
@@ -461,6 +472,13 @@ impl Kubelet {
                 _ = tick.tick() => {}
             }
             crate::log_rotation::rotate_logs(self.runtime.cri(), &policy).await;
+        }
+    }
+
+    async fn heap_trim_loop(self: Arc<Self>, cancel: CancellationToken) {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = self.heap.run() => {}
         }
     }
 
@@ -811,6 +829,7 @@ impl Kubelet {
                     self.evictions.lock().remove(&done);
                     self.runtime.cri().metrics().forget_pod(&done);
                     self.status.forget(&done);
+                    self.heap.request();
                 }
                 _ = housekeeping.tick() => {
                     if stream.has_synced() {
