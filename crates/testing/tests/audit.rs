@@ -3,7 +3,7 @@
 //! for configmaps, None rules and omitted stages suppressing events, the `Audit-Id`
 //! response header matching the event, a watch's ResponseStarted/ResponseComplete,
 //! a failure's responseStatus, impersonation, a denial, a failed authentication,
-//! ValidatingAdmissionPolicy's Audit action and
+//! PodSecurity's audit annotations, ValidatingAdmissionPolicy's Audit action and
 //! auditAnnotations in the event, and a malformed policy stopping the start.
 
 use std::path::PathBuf;
@@ -35,6 +35,8 @@ rules:
     omitStages: ["ResponseComplete"]
   - level: Metadata
     resources: [{group: "admissionregistration.k8s.io"}]
+  - level: Metadata
+    resources: [{group: "", resources: ["pods"]}]
 "#;
 
 fn with_audit(o: &mut ferrokube_apiserver::Options) {
@@ -268,6 +270,42 @@ async fn policy_levels_stages_and_annotations() {
         "Authentication failed, attempted: token"
     );
     assert_eq!(e["user"], json!({}));
+
+    // PodSecurity's audit mode: the verdict lands in the event, the pod is admitted.
+    let (code, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pss-audit",
+            "labels": {"pod-security.kubernetes.io/audit": "restricted"}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pss-audit/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "privileged"},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                "securityContext": {"privileged": true}}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let e = wait_for(&log, |e| {
+        e["objectRef"]["name"] == "privileged" && e["verb"] == "create"
+    })
+    .await;
+    assert_eq!(
+        e["annotations"]["pod-security.kubernetes.io/enforce-policy"],
+        "privileged:latest"
+    );
+    let violations = e["annotations"]["pod-security.kubernetes.io/audit-violations"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        violations.starts_with("would violate PodSecurity \"restricted:latest\": privileged"),
+        "{e}"
+    );
 
     // None rules and omitted stages: no events for /version, events, deployments
     // (ResponseComplete omitted), and no RequestReceived at all (omitted globally).

@@ -8,8 +8,10 @@
 //! are 422, and a new enforce level warns about the existing pods it would reject (also
 //! on `--dry-run=server`). No exemptions are configured (upstream's default).
 //!
-//! Deviation: the audit verdict goes to the apiserver's log (there is no audit log yet)
-//! instead of an audit annotation.
+//! The request's audit event gets upstream's annotations: `pod-security.kubernetes.io/
+//! enforce-policy` (the level enforced on a pod; `privileged:latest` on a create in a
+//! fully privileged namespace) and `pod-security.kubernetes.io/audit-violations` (the
+//! audit level's verdict).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +27,11 @@ use serde_json::Value;
 use super::{Attributes, Operation, Plugin, PluginInit};
 
 pub(crate) const NAME: &str = "PodSecurity";
+
+/// Upstream's audit annotations (`api.EnforcedPolicyAnnotationKey`,
+/// `api.AuditViolationsAnnotationKey` under the plugin's prefix).
+const ENFORCE_POLICY_ANNOTATION: &str = "pod-security.kubernetes.io/enforce-policy";
+const AUDIT_VIOLATIONS_ANNOTATION: &str = "pod-security.kubernetes.io/audit-violations";
 
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     let namespaces = ferrokube_api::resources::lookup("", "v1", "namespaces")
@@ -161,6 +168,13 @@ impl Plugin for PodSecurity {
         let (policy, errors) =
             Policy::from_labels(labels_of(&namespace).as_ref(), Policy::default());
         if policy.fully_privileged() && errors.is_empty() {
+            // Upstream's short-circuit answer, after its check for significant updates.
+            if old.is_none() {
+                a.audit_annotations.add(
+                    ENFORCE_POLICY_ANNOTATION,
+                    pss::LevelVersion::PRIVILEGED.to_string(),
+                );
+            }
             return Ok(());
         }
         let Some((meta, spec)) = pod_of(object, a)? else {
@@ -178,13 +192,12 @@ impl Plugin for PodSecurity {
             Subject::PodController
         };
         let decision = pss::decide(&policy, subject, &meta, &spec);
-        if let Some(audit) = &decision.audit {
-            tracing::info!(
-                namespace = %a.namespace,
-                resource = a.resource.plural,
-                name = %a.name,
-                "pod-security.kubernetes.io/audit-violations: {audit}"
-            );
+        if subject == Subject::Pod {
+            a.audit_annotations
+                .add(ENFORCE_POLICY_ANNOTATION, policy.enforce.to_string());
+        }
+        if let Some(audit) = decision.audit {
+            a.audit_annotations.add(AUDIT_VIOLATIONS_ANNOTATION, audit);
         }
         if let Some(denial) = decision.forbidden {
             return Err(a.forbidden(denial));
