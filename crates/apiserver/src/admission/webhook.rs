@@ -345,6 +345,8 @@ struct Verdict {
     status: Value,
     patch: Option<Vec<u8>>,
     warnings: Vec<String>,
+    /// `response.auditAnnotations`, for the request's audit event.
+    audit_annotations: Vec<(String, String)>,
 }
 
 /// Upstream `VerifyAdmissionResponse`: the response must be an AdmissionReview of the
@@ -395,7 +397,22 @@ fn parse_response(version: &str, uid: &str, body: &[u8]) -> Result<Verdict, Stri
             .flatten()
             .filter_map(|w| w.as_str().map(str::to_string))
             .collect(),
+        audit_annotations: response["auditAnnotations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
     })
+}
+
+/// Upstream: a webhook's `auditAnnotations` are added to the request's audit event
+/// as `<webhook name>/<key>`.
+fn annotate(a: &Attributes, hook: &str, v: &Verdict) {
+    for (key, value) in &v.audit_annotations {
+        a.audit_annotations
+            .add(format!("{hook}/{key}"), value.clone());
+    }
 }
 
 /// Upstream `webhookerrors.ToStatusErr`: the webhook's status with the code raised to
@@ -863,6 +880,7 @@ impl MutatingWebhook {
         let Outcome::Verdict(v) = invoke(&self.0, hook, a, Some(&*object), old).await? else {
             return Ok(());
         };
+        annotate(a, &hook.name, &v);
         for w in &v.warnings {
             a.warn(w.clone());
         }
@@ -927,6 +945,7 @@ impl Plugin for ValidatingWebhook {
         for (hook, outcome) in chosen.iter().zip(outcomes) {
             match outcome {
                 Ok(Outcome::Verdict(v)) => {
+                    annotate(a, &hook.name, &v);
                     for w in &v.warnings {
                         a.warn(w.clone());
                     }
@@ -1043,9 +1062,19 @@ mod tests {
         let ok = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "response": {"uid": "u1", "allowed": true, "patchType": "JSONPatch",
                 "patch": "W3sib3AiOiAiYWRkIiwgInBhdGgiOiAiL2EiLCAidmFsdWUiOiAxfV0=",
-                "warnings": ["careful"]}});
+                "warnings": ["careful"], "auditAnnotations": {"checked": "yes"}}});
         let v = parse_response(REVIEW_V1, "u1", ok.to_string().as_bytes()).unwrap();
         assert!(v.allowed);
+        assert_eq!(
+            v.audit_annotations,
+            [("checked".to_string(), "yes".to_string())]
+        );
+        let a = attrs(Operation::Create, "apps", "deployments", "", "default");
+        annotate(&a, "hook.example.com", &v);
+        assert_eq!(
+            a.audit_annotations.snapshot(),
+            [("hook.example.com/checked".to_string(), "yes".to_string())]
+        );
         assert_eq!(
             v.patch.as_deref(),
             Some(&br#"[{"op": "add", "path": "/a", "value": 1}]"#[..])
