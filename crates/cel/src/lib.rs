@@ -54,9 +54,8 @@ pub const POLICY_VARIABLES: &[&str] = &[
     "authorizer",
 ];
 
-/// The variables of a webhook's `matchConditions` (upstream's `authorizer` is not
-/// offered).
-pub const WEBHOOK_VARIABLES: &[&str] = &["object", "oldObject", "request"];
+/// The variables of a webhook's `matchConditions`.
+pub const WEBHOOK_VARIABLES: &[&str] = &["object", "oldObject", "request", "authorizer"];
 
 /// Names usable as identifiers that are not variables: CEL's type denotations
 /// (`type(x) == int`) and the namespaces of the libraries' functions.
@@ -694,7 +693,8 @@ mod tests {
         )
         .unwrap();
         assert!(Activation::new().eval(&p).is_err());
-        assert!(compile("authorizer.path('/x')", WEBHOOK_VARIABLES).is_err());
+        assert!(compile("authorizer.path('/x')", &["object"]).is_err());
+        assert!(compile("authorizer.path('/x')", WEBHOOK_VARIABLES).is_ok());
     }
 
     #[test]

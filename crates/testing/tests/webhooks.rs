@@ -337,5 +337,31 @@ async fn match_conditions_choose_webhooks_and_must_compile() {
     );
     let (code, _, v) = create("e2", "err-ignore").await;
     assert_eq!(code, 201, "{v}");
+
+    // `authorizer` asks the authorizer chain: the service account has no grants.
+    let mut granted = hook("sa-granted.example.com", "authz", url("/deny"), "Fail", 10);
+    granted["matchConditions"] = json!([{"name": "sa-may-delete-secrets", "expression":
+        "authorizer.serviceAccount('default', 'nobody').group('').resource('secrets').check('delete').allowed()"}]);
+    let mut not_granted = hook(
+        "sa-not-granted.example.com",
+        "authz-not",
+        url("/deny"),
+        "Fail",
+        10,
+    );
+    not_granted["matchConditions"] = json!([{"name": "sa-may-not-delete-secrets", "expression":
+        "!authorizer.serviceAccount('default', 'nobody').group('').resource('secrets').check('delete').allowed() && authorizer.requestResource.check('create').allowed()"}]);
+    let mut authz_config = config(vec![granted, not_granted]);
+    authz_config["metadata"]["name"] = json!("conditional-authz");
+    let (code, _, v) = send(&c, "POST", CONFIGS, authz_config).await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = create("a1", "authz").await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _, v) = create("a2", "authz-not").await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        "admission webhook \"sa-not-granted.example.com\" denied the request: denied by test"
+    );
     server.stop().await;
 }

@@ -165,6 +165,28 @@ impl CelAuthorizer for UserAuthorizer {
     }
 }
 
+/// The CEL `authorizer` variable for the request (also webhook match conditions'):
+/// `chain` asked for the requesting user, `requestResource` the request's resource.
+pub(crate) fn cel_authorizer(
+    chain: &Arc<dyn Authorizer>,
+    a: &Attributes,
+) -> ferrokube_cel::cel::Value {
+    let authorizer = Arc::new(UserAuthorizer {
+        chain: chain.clone(),
+        user: a.user.clone(),
+    });
+    ferrokube_cel::authorizer_value(
+        authorizer,
+        &ferrokube_cel::RequestResource {
+            group: a.resource.group.to_string(),
+            resource: a.resource.plural.to_string(),
+            subresource: a.subresource.clone(),
+            namespace: a.namespace.clone(),
+            name: a.name.clone(),
+        },
+    )
+}
+
 /// One failed validation (or configuration error) to act on.
 struct Denial {
     policy: String,
@@ -388,25 +410,6 @@ impl ValidatingPolicy {
             );
         }
         Ok(found)
-    }
-
-    /// The `authorizer` variable for the request: the chain for the requesting user,
-    /// and `requestResource` the request's resource.
-    fn cel_authorizer(&self, a: &Attributes) -> ferrokube_cel::cel::Value {
-        let authorizer = Arc::new(UserAuthorizer {
-            chain: self.authorizer.clone(),
-            user: a.user.clone(),
-        });
-        ferrokube_cel::authorizer_value(
-            authorizer,
-            &ferrokube_cel::RequestResource {
-                group: a.resource.group.to_string(),
-                resource: a.resource.plural.to_string(),
-                subresource: a.subresource.clone(),
-                namespace: a.namespace.clone(),
-                name: a.name.clone(),
-            },
-        )
     }
 
     /// The request's Namespace object (upstream `namespaceObject`), if namespaced.
@@ -660,7 +663,7 @@ impl Plugin for ValidatingPolicy {
                         .bind_json("oldObject", old.unwrap_or(&Value::Null))
                         .bind_json("request", &cel_request(a))
                         .bind_json("namespaceObject", &self.namespace_object(a).await?)
-                        .bind("authorizer", self.cel_authorizer(a));
+                        .bind("authorizer", cel_authorizer(&self.authorizer, a));
                     base = Some(b);
                 }
                 let Some(base) = &base else { continue };

@@ -17,9 +17,9 @@
 //! Deviation: `matchPolicy: Equivalent` matches like `Exact`, since every resource is
 //! served at exactly one group-version here. Services are reached through their
 //! endpoints (upstream's `--enable-aggregator-routing` resolver), not the ClusterIP.
-//! `matchConditions` (CEL, [`ferrokube_cel`]) are evaluated over `object`, `oldObject`
-//! and `request` after the rules and selectors: a false condition skips the webhook, an
-//! evaluation error follows the failure policy (`authorizer` is not offered). The
+//! `matchConditions` (CEL, [`ferrokube_cel`]) are evaluated over `object`, `oldObject`,
+//! `request` and `authorizer` after the rules and selectors: a false condition skips
+//! the webhook, an evaluation error follows the failure policy. The
 //! configurations are read from the watch cache, as upstream reads an informer's, once
 //! the cache has applied this apiserver's own writes ([`fresh`]); their webhooks are
 //! parsed and their `matchConditions` compiled once per version of the configurations.
@@ -270,13 +270,18 @@ fn conditions_hold(
     a: &Attributes,
     object: Option<&Value>,
     old: Option<&Value>,
+    authorizer: &Arc<dyn ferrokube_auth::authz::Authorizer>,
 ) -> Result<bool, String> {
     let conditions = hook.conditions.as_ref().as_ref().map_err(Clone::clone)?;
     let mut activation = ferrokube_cel::Activation::new();
     activation
         .bind_json("object", object.unwrap_or(&Value::Null))
         .bind_json("oldObject", old.unwrap_or(&Value::Null))
-        .bind_json("request", &cel_request(a));
+        .bind_json("request", &cel_request(a))
+        .bind(
+            "authorizer",
+            super::validating_policy::cel_authorizer(authorizer, a),
+        );
     ferrokube_cel::match_conditions(conditions, &activation)
 }
 
@@ -447,6 +452,8 @@ struct Webhooks {
     namespaces: Arc<Store>,
     services: Arc<Store>,
     endpoints: Arc<Store>,
+    /// The authorizer chain, for `authorizer` in match conditions.
+    authorizer: Arc<dyn ferrokube_auth::authz::Authorizer>,
     /// The webhooks last loaded from each kind of configuration, with the cached
     /// configuration versions they came from.
     loaded_mutating: Loaded,
@@ -475,6 +482,7 @@ fn webhooks(init: &PluginInit<'_>) -> Result<Arc<Webhooks>, String> {
         namespaces: store(init, "", "namespaces")?,
         services: store(init, "", "services")?,
         endpoints: store(init, "", "endpoints")?,
+        authorizer: init.authorizer.clone(),
         loaded_mutating: Loaded::default(),
         loaded_validating: Loaded::default(),
     }))
@@ -557,7 +565,7 @@ impl Webhooks {
         if hook.conditions.as_ref().as_ref().is_ok_and(Vec::is_empty) {
             return Ok(true);
         }
-        match conditions_hold(hook, a, object, old) {
+        match conditions_hold(hook, a, object, old, &self.authorizer) {
             Ok(matched) => Ok(matched),
             Err(e) if hook.fail_open => {
                 tracing::warn!(webhook = %hook.name, error = %e, "matchConditions failed, skipping the webhook");
