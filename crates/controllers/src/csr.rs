@@ -179,3 +179,108 @@ pub fn validate_apiserver_client_usages(usages: &[String]) -> Result<(), String>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrokube_pki::csr::parse_request_pem;
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
+
+    fn request(cn: &str, org: Option<&str>, sans: Vec<SanType>) -> CertificateRequest {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        if let Some(o) = org {
+            params.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.subject_alt_names = sans;
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        parse_request_pem(pem.as_bytes()).unwrap()
+    }
+
+    fn set<'a>(usages: &[&'a str]) -> BTreeSet<&'a str> {
+        usages.iter().copied().collect()
+    }
+
+    fn dns(name: &str) -> SanType {
+        SanType::DnsName(name.to_string().try_into().unwrap())
+    }
+
+    #[test]
+    fn kubelet_client_requests_as_upstream() {
+        let node = request("system:node:n1", Some("system:nodes"), vec![]);
+        let usages = set(&["digital signature", "client auth"]);
+        assert_eq!(validate_kubelet_client(&node, &usages), Ok(()));
+        let rsa = set(&["digital signature", "key encipherment", "client auth"]);
+        assert_eq!(validate_kubelet_client(&node, &rsa), Ok(()));
+        assert_eq!(
+            validate_kubelet_client(&node, &set(&["client auth"])),
+            Err("usages did not match [client auth digital signature key encipherment]".into())
+        );
+        let other_org = request("system:node:n1", Some("dev"), vec![]);
+        assert_eq!(
+            validate_kubelet_client(&other_org, &usages),
+            Err("subject organization is not system:nodes".into())
+        );
+        let named = request("system:node:n1", Some("system:nodes"), vec![dns("n1")]);
+        assert_eq!(
+            validate_kubelet_client(&named, &usages),
+            Err("DNS subjectAltNames are not allowed".into())
+        );
+        let ip = SanType::IpAddress("10.0.0.1".parse().unwrap());
+        let with_ip = request("system:node:n1", Some("system:nodes"), vec![ip]);
+        assert_eq!(
+            validate_kubelet_client(&with_ip, &usages),
+            Err("IP subjectAltNames are not allowed".into())
+        );
+        let alice = request("alice", Some("system:nodes"), vec![]);
+        assert_eq!(
+            validate_kubelet_client(&alice, &usages),
+            Err("subject common name does not begin with system:node:".into())
+        );
+    }
+
+    #[test]
+    fn kubelet_serving_requests_as_upstream() {
+        let usages = set(&["digital signature", "server auth"]);
+        let serving = request("system:node:n1", Some("system:nodes"), vec![dns("n1")]);
+        assert_eq!(validate_kubelet_serving(&serving, &usages), Ok(()));
+        let bare = request("system:node:n1", Some("system:nodes"), vec![]);
+        assert_eq!(
+            validate_kubelet_serving(&bare, &usages),
+            Err("DNS or IP subjectAltName is required".into())
+        );
+        let mail = SanType::Rfc822Name("a@b.c".to_string().try_into().unwrap());
+        let with_mail = request(
+            "system:node:n1",
+            Some("system:nodes"),
+            vec![dns("n1"), mail],
+        );
+        assert_eq!(
+            validate_kubelet_serving(&with_mail, &usages),
+            Err("Email subjectAltNames are not allowed".into())
+        );
+        assert_eq!(
+            validate_kubelet_serving(&serving, &set(&["server auth", "client auth"])),
+            Err("usages did not match [digital signature key encipherment server auth]".into())
+        );
+    }
+
+    #[test]
+    fn apiserver_client_usages_as_upstream() {
+        let v = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            validate_apiserver_client_usages(&v(&["client auth"])),
+            Ok(())
+        );
+        assert_eq!(
+            validate_apiserver_client_usages(&v(&["key encipherment", "digital signature"])),
+            Err("missing required usage for client certificate: client auth".into())
+        );
+        assert_eq!(
+            validate_apiserver_client_usages(&v(&["client auth", "cert sign"])),
+            Err("invalid usage for client certificate: cert sign".into())
+        );
+    }
+}

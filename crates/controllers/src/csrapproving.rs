@@ -182,3 +182,52 @@ impl Controller for CsrApprovingController {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
+    use serde_json::json;
+
+    fn node_request(cn: &str) -> (String, CertificateRequest) {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:nodes");
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        let parsed = parse_request_pem(pem.as_bytes()).unwrap();
+        (pem, parsed)
+    }
+
+    fn csr(signer: &str, username: &str) -> CertificateSigningRequest {
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "spec": {
+            "request": "", "signerName": signer, "username": username,
+            "usages": ["digital signature", "client auth"]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn recognizers_as_upstream() {
+        let (_, req) = node_request("system:node:n1");
+        let subresources = |c: &CertificateSigningRequest| {
+            recognized_permissions(c, &req)
+                .iter()
+                .map(|r| r.subresource)
+                .collect::<Vec<_>>()
+        };
+        // A node renewing itself: selfnodeclient first, then nodeclient.
+        let own = csr(KUBE_APISERVER_CLIENT_KUBELET, "system:node:n1");
+        assert_eq!(subresources(&own), ["selfnodeclient", "nodeclient"]);
+        // A bootstrap token asking for the node: nodeclient only.
+        let bootstrap = csr(KUBE_APISERVER_CLIENT_KUBELET, "system:bootstrap:abcdef");
+        assert_eq!(subresources(&bootstrap), ["nodeclient"]);
+        // Another signer, or a request that is not a kubelet client one: nothing.
+        let other = csr("kubernetes.io/kube-apiserver-client", "system:node:n1");
+        assert!(subresources(&other).is_empty());
+        let (_, alice) = node_request("alice");
+        assert!(recognized_permissions(&own, &alice).is_empty());
+    }
+}
