@@ -3,9 +3,12 @@
 //!
 //! The `cel` crate has no cost tracking, so the cost is metered by rewriting the
 //! expression: each comprehension's loop condition `c` (the expansion of `all`,
-//! `exists`, `exists_one`, `map`, `filter`) becomes `@cost(w, c)`, where `w` is the
-//! number of nodes of the loop's condition and step, and `@cost` adds `w` to the
-//! evaluation's meter and fails once it passes the limit. One evaluation costs the
+//! `exists`, `exists_one`, `map`, `filter`) becomes `@cost(w, c, accumulator)`, where
+//! `w` is the number of nodes of the loop's condition and step, and `@cost` adds `w`
+//! to the evaluation's meter, plus a tenth of the accumulator's size when it is a list
+//! or map (`map` and `filter` build their result by concatenation, which copies the
+//! accumulator in this interpreter, so their work grows with the square of the list),
+//! and fails once the meter passes the limit. One evaluation costs the
 //! number of its nodes outside comprehension bodies plus `w` per iteration, which
 //! is the shape of upstream's actual cost (one unit per evaluated node). Unlike
 //! upstream, a function call costs one unit whatever the size of its arguments
@@ -32,6 +35,9 @@ pub const COST_LIMIT_EXCEEDED: &str = "operation cancelled: actual cost limit ex
 /// Upstream's error once a policy evaluation has spent its [`RUNTIME_COST_BUDGET`].
 pub const OUT_OF_BUDGET: &str =
     "validation failed due to running out of cost budget, no further validation rules will be run";
+
+/// Accumulator elements copied per unit of cost.
+const ACCUMULATOR_COPIES_PER_UNIT: usize = 10;
 
 /// The metering function's name; `@` cannot start a name the parser accepts, so no
 /// expression can call it.
@@ -97,6 +103,10 @@ fn rewrite(e: &mut IdedExpr) -> u64 {
                                 i64::try_from(per_iteration).unwrap_or(i64::MAX),
                             ))),
                         },
+                        IdedExpr {
+                            id: cond.id,
+                            expr: Expr::Ident(c.accu_var.clone()),
+                        },
                         cond,
                     ],
                 }),
@@ -127,8 +137,14 @@ impl Meter {
         let limit = self.limit;
         ctx.add_function(
             COST_FUNCTION,
-            move |weight: i64, condition: Value| -> ResolveResult {
-                let weight = u64::try_from(weight).unwrap_or(0);
+            move |weight: i64, accumulator: Value, condition: Value| -> ResolveResult {
+                let copied = match &accumulator {
+                    Value::List(l) => l.len(),
+                    Value::Map(m) => m.map.len(),
+                    _ => 0,
+                };
+                let weight = u64::try_from(weight).unwrap_or(0)
+                    + u64::try_from(copied / ACCUMULATOR_COPIES_PER_UNIT).unwrap_or(u64::MAX);
                 let now = spent.fetch_add(weight, Ordering::Relaxed) + weight;
                 if now > limit {
                     return Err(ExecutionError::function_error(

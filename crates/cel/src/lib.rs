@@ -768,4 +768,16 @@ mod tests {
             Ok(Err("expected a string result, got bool".into()))
         );
     }
+
+    #[test]
+    fn building_a_long_list_costs_with_its_length() {
+        let a = Activation::new();
+        let short = compile("lists.range(1000).map(x, x * 2).size() == 1000", VAP).unwrap();
+        assert_eq!(a.eval(&short), Ok(Value::Bool(true)));
+        // 20,000 appends each copying the list so far: stopped at the limit.
+        let long = compile("lists.range(20000).map(x, x * 2).size() == 20000", VAP).unwrap();
+        let (result, spent) = a.eval_metered(&long, PER_CALL_LIMIT);
+        assert_eq!(result, Err(COST_LIMIT_EXCEEDED.to_string()));
+        assert!(spent < PER_CALL_LIMIT + 10_000, "{spent}");
+    }
 }
