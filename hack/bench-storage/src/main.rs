@@ -244,53 +244,38 @@ fn raw_sqlite_inserts(path: &Path, writers: usize, args: &Args) -> Result<f64> {
 
 async fn raw_etcd_puts(endpoint: &str, args: &Args) -> Result<f64> {
     let client = etcd_client::Client::connect([endpoint], None).await?;
-    let per_writer = args.creates / args.concurrency;
     let payload = value(args.value_size);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..args.concurrency)
-        .map(|w| {
-            let mut kv = client.kv_client();
-            let payload = payload.clone();
-            tokio::spawn(async move {
-                for i in 0..per_writer {
-                    kv.put(format!("/bench/raw/{w}/{i}"), payload.to_vec(), None)
-                        .await?;
-                }
-                Ok::<(), etcd_client::Error>(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+    writes_per_second(args, |w, writes| {
+        let mut kv = client.kv_client();
+        let payload = payload.clone();
+        async move {
+            for i in 0..writes {
+                kv.put(format!("/bench/raw/{w}/{i}"), payload.to_vec(), None)
+                    .await?;
+            }
+            Ok::<(), etcd_client::Error>(())
+        }
+    })
+    .await
 }
 
-/// Creates/s through `store`: one spawned task per writer, as the raw baselines run
-/// theirs (so both sides spread over the runtime's threads alike).
+/// Creates/s through `store`, measured as the raw baselines are.
 async fn creates_per_second(store: &Arc<dyn Storage>, prefix: &str, args: &Args) -> Result<f64> {
-    let per_writer = args.creates / args.concurrency;
     let payload = value(args.value_size);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..args.concurrency)
-        .map(|w| {
-            let store = store.clone();
-            let payload = payload.clone();
-            let prefix = prefix.to_string();
-            tokio::spawn(async move {
-                for i in 0..per_writer {
-                    store
-                        .create(&format!("{prefix}{w}/{i}"), payload.clone())
-                        .await?;
-                }
-                Ok::<(), ferrokube_storage::StorageError>(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+    writes_per_second(args, |w, writes| {
+        let store = store.clone();
+        let payload = payload.clone();
+        let prefix = prefix.to_string();
+        async move {
+            for i in 0..writes {
+                store
+                    .create(&format!("{prefix}{w}/{i}"), payload.clone())
+                    .await?;
+            }
+            Ok::<(), ferrokube_storage::StorageError>(())
+        }
+    })
+    .await
 }
 
 /// Creates as raw etcd-client transactions (`create_revision == 0` → put), what a
@@ -299,29 +284,41 @@ async fn creates_per_second(store: &Arc<dyn Storage>, prefix: &str, args: &Args)
 async fn raw_etcd_txn_creates(endpoint: &str, args: &Args) -> Result<f64> {
     use etcd_client::{Compare, CompareOp, Txn, TxnOp};
     let client = etcd_client::Client::connect([endpoint], None).await?;
-    let per_writer = args.creates / args.concurrency;
     let payload = value(args.value_size);
+    writes_per_second(args, |w, writes| {
+        let mut kv = client.kv_client();
+        let payload = payload.clone();
+        async move {
+            for i in 0..writes {
+                let key = format!("/bench/rawtxn/{w}/{i}");
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key, payload.to_vec(), None)]);
+                kv.txn(txn).await?;
+            }
+            Ok::<(), etcd_client::Error>(())
+        }
+    })
+    .await
+}
+
+/// Writes/s of `args.concurrency` writers, each a spawned task (so every measure spreads
+/// over the runtime's threads alike) made by `writer(index, writes)` to do its share of
+/// `args.creates` writes.
+async fn writes_per_second<W, E>(args: &Args, writer: impl Fn(usize, usize) -> W) -> Result<f64>
+where
+    W: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let writes = args.creates / args.concurrency;
     let start = Instant::now();
     let tasks: Vec<_> = (0..args.concurrency)
-        .map(|w| {
-            let mut kv = client.kv_client();
-            let payload = payload.clone();
-            tokio::spawn(async move {
-                for i in 0..per_writer {
-                    let key = format!("/bench/rawtxn/{w}/{i}");
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                        .and_then([TxnOp::put(key, payload.to_vec(), None)]);
-                    kv.txn(txn).await?;
-                }
-                Ok::<(), etcd_client::Error>(())
-            })
-        })
+        .map(|w| tokio::spawn(writer(w, writes)))
         .collect();
     for task in tasks {
         task.await??;
     }
-    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+    Ok((writes * args.concurrency) as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Phases measured the same way on every backend: updates/s and watch latency.
