@@ -216,8 +216,14 @@ impl RequestAudit {
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string),
                 attrs: attrs.clone(),
-                has_token: auth.len() > 7 && auth[..7].eq_ignore_ascii_case("bearer "),
-                has_basic: auth.len() > 6 && auth[..6].eq_ignore_ascii_case("basic "),
+                has_token: auth.len() > 7
+                    && auth
+                        .get(..7)
+                        .is_some_and(|s| s.eq_ignore_ascii_case("bearer ")),
+                has_basic: auth.len() > 6
+                    && auth
+                        .get(..6)
+                        .is_some_and(|s| s.eq_ignore_ascii_case("basic ")),
                 has_certificate: client_certificate,
             }
         });
