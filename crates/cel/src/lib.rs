@@ -11,12 +11,15 @@
 //! apiserver or any storage.
 //!
 //! The `authorizer` variable and its library are in [`authz`]; the runtime cost limit
-//! (upstream's per-call limit and per-evaluation budget) in `cost.rs`.
+//! (upstream's per-call limit and per-evaluation budget) in `cost.rs`; the check of
+//! field references against OpenAPI schemas (for a policy's `status.typeChecking`) in
+//! [`typecheck`].
 //!
 //! Deviations from upstream: expressions are parsed, and their free variables checked
 //! against the declared ones, but not type-checked (the `cel` crate has no checker), so
-//! a misspelt field or function is found when the expression runs (and handled by the
-//! caller's failure policy) instead of at create; the cost is metered at run time only
+//! a misspelt function or a wrong argument type is found when the expression runs (and
+//! handled by the caller's failure policy) instead of at create (field references are
+//! checked against schemas by [`typecheck`], as warnings, as upstream); the cost is metered at run time only
 //! (no estimate at create), per evaluated node and comprehension iteration. JSON objects
 //! become plain CEL maps, so field names are not escaped (`object.metadata.labels['a.b/c']`
 //! works as upstream; a field named after a CEL reserved word is also reachable as
