@@ -1160,19 +1160,34 @@ const KEY_USAGES: &[&str] = &[
     "netscape sgc",
 ];
 
+/// Upstream's check of `spec.request` (ParseCSR, then CheckSignature): a PEM
+/// `CERTIFICATE REQUEST` block whose DER parses and whose self-signature verifies, so a
+/// request the signers could never use is refused at create.
+fn check_certificate_request(pem: &[u8]) -> Result<(), String> {
+    use x509_parser::prelude::FromDer as _;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem)
+        .map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
+    if block.label != "CERTIFICATE REQUEST" {
+        return Err("PEM block type must be CERTIFICATE REQUEST".into());
+    }
+    let (_, request) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
+            .map_err(|e| format!("x509: malformed certificate request: {e}"))?;
+    request
+        .verify_signature()
+        .map_err(|_| "x509: certificate request signature does not verify".to_string())
+}
+
 impl Validate for certificates::CertificateSigningRequest {
     fn validate_create(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let sp = p("spec");
         let spec = &self.spec;
-        let pem = String::from_utf8_lossy(&spec.request.0);
-        if !pem.contains("-----BEGIN CERTIFICATE REQUEST-----")
-            || !pem.contains("-----END CERTIFICATE REQUEST-----")
-        {
+        if let Err(message) = check_certificate_request(&spec.request.0) {
             errs.push(FieldError::invalid(
                 &sp.child("request"),
                 serde_json::Value::Array(Vec::new()),
-                "PEM block type must be CERTIFICATE REQUEST",
+                &message,
             ));
         }
         let signer = spec.signer_name.as_str();

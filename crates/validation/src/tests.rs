@@ -1133,10 +1133,33 @@ fn other_groups() {
             ],
         ),
     ]);
-    let csr = json!({"spec": {"request": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg==",
+    // `openssl req -new -subj "/O=system:masters/O=dev/CN=alice"` (P-256), base64 of the
+    // PEM; TAMPERED is the same request with the CN changed to "alicf" after signing.
+    const REQUEST: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlIeU1JR1pBZ0VBTURjeEZ6QVZCZ05WQkFvTURuTjVjM1JsYlRwdFlYTjBaWEp6TVF3d0NnWURWUVFLREFOawpaWFl4RGpBTUJnTlZCQU1NQldGc2FXTmxNRmt3RXdZSEtvWkl6ajBDQVFZSUtvWkl6ajBEQVFjRFFnQUVmdjBWCndUVGpwTGpOeUpYL0VVUlVJSlhyOHJabWYvb3NNWlJDNXB0MGUzMFc1d2JMdzNzT1M0ZWRXNFlVUWtzdEk1aGoKN2dKcHo1elUrQ2FIRkpJbzNhQUFNQW9HQ0NxR1NNNDlCQU1DQTBnQU1FVUNJRHRDY09DdloxWWthUUdQRFhpNwoyRzQ4RS9JdXlsclJ5VGNlRmpiS042MFJBaUVBMXRXdjNSZ0ZSYWcwKzlPa0tmV3F2cXRoeURYUGE0ZWxuTDZzCm9RMFVOejQ9Ci0tLS0tRU5EIENFUlRJRklDQVRFIFJFUVVFU1QtLS0tLQo=";
+    const TAMPERED: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlIeU1JR1pBZ0VBTURjeEZ6QVZCZ05WQkFvTURuTjVjM1JsYlRwdFlYTjBaWEp6TVF3d0NnWURWUVFLREFOawpaWFl4RGpBTUJnTlZCQU1NQldGc2FXTm1NRmt3RXdZSEtvWkl6ajBDQVFZSUtvWkl6ajBEQVFjRFFnQUVmdjBWCndUVGpwTGpOeUpYL0VVUlVJSlhyOHJabWYvb3NNWlJDNXB0MGUzMFc1d2JMdzNzT1M0ZWRXNFlVUWtzdEk1aGoKN2dKcHo1elUrQ2FIRkpJbzNhQUFNQW9HQ0NxR1NNNDlCQU1DQTBnQU1FVUNJRHRDY09DdloxWWthUUdQRFhpNwoyRzQ4RS9JdXlsclJ5VGNlRmpiS042MFJBaUVBMXRXdjNSZ0ZSYWcwKzlPa0tmV3F2cXRoeURYUGE0ZWxuTDZzCm9RMFVOejQ9Ci0tLS0tRU5EIENFUlRJRklDQVRFIFJFUVVFU1QtLS0tLQo=";
+    // An empty PEM CERTIFICATE REQUEST block.
+    const EMPTY_BLOCK: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg==";
+    let csr = json!({"spec": {"request": REQUEST,
         "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}});
+    let with_request = |request: &str| {
+        let mut c = csr.clone();
+        c["spec"]["request"] = json!(request);
+        c
+    };
     check_create::<certificates::CertificateSigningRequest>(vec![
         ("valid", csr.clone(), vec![]),
+        (
+            "signature does not verify",
+            with_request(TAMPERED),
+            vec![
+                "spec.request: Invalid value: []: x509: certificate request signature does not verify",
+            ],
+        ),
+        (
+            "empty block",
+            with_request(EMPTY_BLOCK),
+            vec!["spec.request: Invalid value"],
+        ),
         (
             "bad",
             json!({"spec": {"request": "", "signerName": "nope", "usages": ["flying"], "expirationSeconds": 60}}),
