@@ -37,8 +37,7 @@ use crate::csr::{
     condition, has_true_condition, is_approved, is_issued, usage_set,
     validate_apiserver_client_usages, validate_kubelet_client, validate_kubelet_serving,
 };
-use crate::replicaset::is_not_found;
-use crate::{Action, Controller, Error, Result};
+use crate::{Action, Controller, Error, Result, done_unless_failed};
 
 /// Upstream's `--cluster-signing-duration` default (8760h).
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(8760 * 3600);
@@ -208,11 +207,7 @@ impl CsrSigningController {
     async fn write_status(&self, name: &str, csr: &CertificateSigningRequest) -> Result<Action> {
         let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
         // A stale cache gives a 409 (resourceVersion): the retry sees the fresh CSR.
-        match api.replace_status(name, &PostParams::default(), csr).await {
-            Ok(_) => Ok(Action::Done),
-            Err(e) if is_not_found(&e) => Ok(Action::Done),
-            Err(e) => Err(e.into()),
-        }
+        done_unless_failed(api.replace_status(name, &PostParams::default(), csr).await)
     }
 }
 
