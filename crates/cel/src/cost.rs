@@ -51,6 +51,18 @@ pub(crate) fn meter(e: &IdedExpr) -> (IdedExpr, u64) {
     (out, base)
 }
 
+/// The cost of a map literal's or a struct's entries (keys and values).
+fn rewrite_entries(entries: &mut [kube_cel::cel::common::ast::IdedEntryExpr]) -> u64 {
+    use kube_cel::cel::common::ast::EntryExpr;
+    entries
+        .iter_mut()
+        .map(|entry| match &mut entry.expr {
+            EntryExpr::MapEntry(me) => rewrite(&mut me.key) + rewrite(&mut me.value),
+            EntryExpr::StructField(f) => rewrite(&mut f.value),
+        })
+        .sum()
+}
+
 /// Meters the comprehensions in `e` (innermost first) and returns `e`'s node count
 /// outside comprehension bodies.
 fn rewrite(e: &mut IdedExpr) -> u64 {
@@ -62,30 +74,8 @@ fn rewrite(e: &mut IdedExpr) -> u64 {
         }
         Expr::Select(s) => 1 + rewrite(&mut s.operand),
         Expr::List(l) => 1 + l.elements.iter_mut().map(rewrite).sum::<u64>(),
-        Expr::Map(m) => {
-            1 + m
-                .entries
-                .iter_mut()
-                .map(|entry| match &mut entry.expr {
-                    kube_cel::cel::common::ast::EntryExpr::MapEntry(me) => {
-                        rewrite(&mut me.key) + rewrite(&mut me.value)
-                    }
-                    kube_cel::cel::common::ast::EntryExpr::StructField(f) => rewrite(&mut f.value),
-                })
-                .sum::<u64>()
-        }
-        Expr::Struct(s) => {
-            1 + s
-                .entries
-                .iter_mut()
-                .map(|entry| match &mut entry.expr {
-                    kube_cel::cel::common::ast::EntryExpr::MapEntry(me) => {
-                        rewrite(&mut me.key) + rewrite(&mut me.value)
-                    }
-                    kube_cel::cel::common::ast::EntryExpr::StructField(f) => rewrite(&mut f.value),
-                })
-                .sum::<u64>()
-        }
+        Expr::Map(m) => 1 + rewrite_entries(&mut m.entries),
+        Expr::Struct(s) => 1 + rewrite_entries(&mut s.entries),
         Expr::Comprehension(c) => {
             let outside = rewrite(&mut c.iter_range) + rewrite(&mut c.accu_init);
             let per_iteration = (rewrite(&mut c.loop_cond) + rewrite(&mut c.loop_step)).max(1);
