@@ -1,7 +1,6 @@
-//! Controllers against a real in-process apiserver, with the fake kubelet of
-//! `support`: it binds unscheduled pods to its node (pods/binding), reports them
-//! Running and Ready via `/status` (unless told to hold a pod unready), and finishes
-//! graceful deletions. Every wait is bounded in time.
+//! Controllers against a real in-process apiserver, with the real scheduler binding
+//! pods to the fake kubelet of `support`, which reports them Running and Ready via
+//! `/status` (unless told to hold a pod unready) and finishes graceful deletions. Every wait is bounded in time.
 
 mod support;
 
@@ -43,7 +42,23 @@ impl Env {
         let srv = TestApiServer::start().await?;
         let c = srv.client.clone();
         let cancel = CancellationToken::new();
-        let node = FakeNode::start(&c, NODE, true, cancel.clone()).await?;
+        // The real scheduler binds the pods; the fake node only reports them running.
+        let node = FakeNode::start(&c, NODE, false, cancel.clone()).await?;
+        // TaintNodesByCondition gave the new node the not-ready taint, which the node
+        // lifecycle controller (not run here) would lift once the node reports Ready.
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
+        nodes
+            .patch(
+                NODE,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": null}})),
+            )
+            .await?;
+        let scheduler = ferrokube_scheduler::run::build(
+            c.clone(),
+            &ferrokube_scheduler::KubeSchedulerConfiguration::default_config(),
+        )?;
+        tokio::spawn(scheduler.run(cancel.clone()));
         // As a kubeadm cluster: the manager as system:kube-controller-manager and
         // each controller under its own ServiceAccount, so every test here also
         // checks that the controller's bootstrap role allows what it does.
