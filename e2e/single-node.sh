@@ -9,7 +9,8 @@
 #   4. the pod reaches Running      (at most 120 s)
 #   5. curl http://<pod IP>/        -> nginx's welcome page
 #   6. e2e/single-node.d/*.sh       -> further checks, one file per capability
-#   7. kubectl delete pod nginx     -> gone (at most 60 s)
+#   7. kubectl delete pod nginx     -> its containers, sandbox, cgroups and log dir go
+#                                      within its grace period; the pod is gone
 #   8. hack/down.sh
 #
 # Each step checks its output; on failure the script names the step it stopped at, shows
@@ -135,10 +136,45 @@ for extra in "$REPO"/e2e/single-node.d/*.sh; do
   source "$extra"
 done
 
-step "kubectl delete pod nginx"
+step "kubectl delete pod nginx: its containers, sandbox, cgroups and log dir go within its grace period"
+CRI=("${FK_BIN_DIR:-$(fk::target_dir)/release}/ferrokube-cri" --endpoint "unix://$RT_CONTAINERD_SOCK")
+uid=$(k get pod nginx -o 'jsonpath={.metadata.uid}')
+grace=$(k get pod nginx -o 'jsonpath={.spec.terminationGracePeriodSeconds}')
+[ -n "$uid" ] && [ -n "$grace" ] || fail "pod nginx has no uid ('$uid') or grace period ('$grace')"
+pod_sandboxes_and_containers() {
+  local sandboxes
+  sandboxes=$("${CRI[@]}" pods | awk -F'\t' '$2 == "default/nginx" { print $1 }')
+  [ -n "$sandboxes" ] || return 0
+  sed 's/^/sandbox /' <<<"$sandboxes"
+  "${CRI[@]}" containers | awk -F'\t' -v ids="$(tr '\n' ' ' <<<"$sandboxes")" '
+    BEGIN { n = split(ids, a, " "); for (i = 1; i <= n; i++) want["sandbox=" a[i]] = 1 }
+    $5 in want { print "container " $1 " " $2 }'
+}
+# Everything of the pod's on the node, one line per item; empty once the kubelet is done.
+pod_leftovers() {
+  pod_sandboxes_and_containers
+  find /sys/fs/cgroup -maxdepth 5 -type d -name "pod$uid" -printf 'cgroup %p\n' 2>/dev/null || true
+  find /var/log/pods -maxdepth 1 -name "default_nginx_$uid" -printf 'log dir %p\n' 2>/dev/null || true
+}
+before=$(pod_leftovers)
+printf '%s\n' "$before"
+for what in sandbox container cgroup "log dir"; do
+  grep -q "^$what " <<<"$before" || fail "before the delete there is no $what to watch: $before"
+done
+t_delete=$(date +%s.%N)
 out=$(k delete pod nginx --wait=false 2>&1) || fail "kubectl delete: $out"
 printf '%s\n' "$out"
 [ "$out" = 'pod "nginx" deleted' ] || fail "expected 'pod \"nginx\" deleted', got: $out"
+left=$before
+for ((i = 0; i < 2 * grace + 20; i++)); do
+  left=$(pod_leftovers)
+  [ -z "$left" ] && break
+  sleep 0.5
+done
+took=$(awk -v a="$t_delete" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ -z "$left" ] || fail "${took} s after the delete (grace period ${grace} s) the node still has: $left"
+awk -v t="$took" -v g="$grace" 'BEGIN { exit !(t <= g) }' ||
+  fail "the pod's containers, sandbox, cgroups and log dir took $took s to go, beyond its grace period of $grace s"
 gone=0
 for ((i = 0; i < 120; i++)); do
   if ! out=$(k get pod nginx -o name 2>&1); then
@@ -148,7 +184,7 @@ for ((i = 0; i < 120; i++)); do
 done
 [ $gone -eq 1 ] || fail "pod nginx still exists 60 s after the delete"
 curl -s --max-time 2 -o /dev/null "http://$ip/" && fail "http://$ip/ still answers after the pod is gone"
-ok "pod gone and its IP no longer answers"
+ok "containers, sandbox, cgroups and log dir gone in $took s (grace $grace s); pod gone and its IP no longer answers"
 
 step "hack/down.sh"
 bash "$REPO/hack/down.sh" || fail "hack/down.sh exited with $?"

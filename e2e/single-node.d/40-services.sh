@@ -1,5 +1,7 @@
-# Services through kube-proxy (nftables): a Deployment behind a ClusterIP answers from the
-# host, a NodePort answers on the node's IP, scaling to 0 makes the
+# Services through kube-proxy (nftables): a Deployment of 3 nginx replicas becomes
+# Available behind a ClusterIP that answers from the host, a NodePort answers on the node's
+# IP, a rolling update to another image completes and the Service still serves, scaling
+# to 0 makes the
 # ClusterIP refuse at once (reject, not a hang), and deleting the Services removes their
 # rules. Sourced by e2e/single-node.sh (uses step/ok/fail/k, NODE).
 
@@ -20,19 +22,22 @@ svc_cleanup() {
   k delete deployment web --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 
-step "services: kubectl create deployment web --image=nginx --replicas=2"
+step "services: kubectl create deployment web --image=nginx --replicas=3 -> Available"
 svc_cleanup
-out=$(k create deployment web --image=nginx --replicas=2 2>&1) || fail "create deployment: $out"
+out=$(k create deployment web --image=nginx --replicas=3 2>&1) || fail "create deployment: $out"
 [ "$out" = "deployment.apps/web created" ] || fail "unexpected output: $out"
 readyn=""
+available=""
 for ((i = 0; i < 240; i++)); do
-  readyn=$(k get deployment web -o 'jsonpath={.status.readyReplicas}' 2>/dev/null || true)
-  [ "$readyn" = 2 ] && break
+  readyn=$(k get deployment web -o 'jsonpath={.status.availableReplicas}' 2>/dev/null || true)
+  available=$(k get deployment web -o 'jsonpath={.status.conditions[?(@.type=="Available")].status}' 2>/dev/null || true)
+  [ "$readyn" = 3 ] && [ "$available" = True ] && break
   sleep 0.5
 done
 k get pods -l app=web -o wide || true
-[ "$readyn" = 2 ] || fail "deployment web has ${readyn:-0}/2 ready replicas after 120 s"
-ok "2 web pods ready"
+[ "$readyn" = 3 ] || fail "deployment web has ${readyn:-0}/3 available replicas after 120 s"
+[ "$available" = True ] || fail "deployment web's Available condition is '${available:-missing}'"
+ok "3 web pods available; condition Available=True"
 
 step "services: kubectl expose deployment web --port=80; curl the ClusterIP from the host"
 out=$(k expose deployment web --port=80 2>&1) || fail "expose: $out"
@@ -59,6 +64,36 @@ for ((i = 0; i < 30; i++)); do
 done
 grep -q "Welcome to nginx" <<<"${SVC_BODY:-}" || fail "http://$nip:$nport/ (curl exit $SVC_RC after $SVC_SECS s): ${SVC_BODY:-nothing}"
 ok "http://$nip:$nport/ serves nginx"
+
+step "services: kubectl set image deployment/web nginx=nginx:1.22.1; the rollout completes"
+old_image_id=$(k get pods -l app=web -o 'jsonpath={.items[0].status.containerStatuses[0].imageID}')
+[ -n "$old_image_id" ] || fail "the web pods report no imageID"
+out=$(k set image deployment/web nginx=nginx:1.22.1 2>&1) || fail "set image: $out"
+[ "$out" = "deployment.apps/web image updated" ] || fail "unexpected output: $out"
+out=$(timeout 150 "$KUBECTL" rollout status deployment/web --timeout=120s 2>&1) ||
+  { k get pods -l app=web -o wide || true; fail "rollout status: $out"; }
+printf '%s\n' "$out"
+grep -q 'successfully rolled out' <<<"$out" || fail "rollout status did not report success: $out"
+# The old ReplicaSet's pods terminate after the rollout is reported; wait for them to go.
+images=""
+for ((i = 0; i < 120; i++)); do
+  images=$(k get pods -l app=web -o 'jsonpath={range .items[*]}{.spec.containers[0].image} {.status.containerStatuses[0].imageID}{"\n"}{end}')
+  [ "$(grep -c . <<<"$images")" = 3 ] && ! grep -qv '^nginx:1.22.1 ' <<<"$images" && break
+  sleep 0.5
+done
+printf '%s\n' "$images"
+[ "$(grep -c . <<<"$images")" = 3 ] || fail "expected 3 web pods after the rollout, got: $images"
+! grep -qv '^nginx:1.22.1 ' <<<"$images" || fail "pods still run another image: $images"
+! grep -qF "$old_image_id" <<<"$images" || fail "new pods report the old imageID $old_image_id"
+[ "$(k get replicasets -l app=web -o 'jsonpath={range .items[*]}{.status.replicas}{" "}{end}' | tr ' ' '\n' | grep -c '^[1-9]')" = 1 ] ||
+  fail "more than one ReplicaSet still has replicas: $(k get replicasets -l app=web 2>&1)"
+for ((i = 0; i < 30; i++)); do
+  svc_curl "http://$cip/"
+  [ "$SVC_RC" = 0 ] && grep -q "Welcome to nginx" <<<"$SVC_BODY" && break
+  sleep 1
+done
+grep -q "Welcome to nginx" <<<"${SVC_BODY:-}" || fail "http://$cip/ after the rollout (curl exit $SVC_RC): ${SVC_BODY:-nothing}"
+ok "3 pods on nginx:1.22.1 (a new imageID), one ReplicaSet with replicas, the Service serves"
 
 step "services: scale to 0 -> the ClusterIP refuses at once"
 out=$(k scale deployment web --replicas=0 2>&1) || fail "scale: $out"

@@ -3,6 +3,8 @@
 #   registry.k8s.io/pause:3.10            -> <registry>/pause:3.10
 #   docker.io/library/busybox:{latest,1.36} -> <registry>/library/busybox:...
 #   docker.io/library/nginx:{latest,1.22}   -> <registry>/library/nginx:...
+#   docker.io/library/nginx:1.22.1          -> the same files, another image (its config
+#                                              differs), for rolling updates to a new image
 # Inputs are Debian packages only (busybox-static and gcc on the host; nginx's .deb is
 # downloaded with `apt-get download` and unpacked with `dpkg -x`, never installed, so no
 # nginx starts on the host). Usage: build.sh REGISTRY_ADDR WORK_DIR
@@ -93,5 +95,8 @@ http {
 CONF
 chroot "$R" /usr/sbin/nginx -t -q
 "${PUSH[@]}" --rootfs "$R" --tag library/nginx:latest --tag library/nginx:1.22 \
+  --cmd '["nginx","-g","daemon off;"]' --expose 80/tcp --stop-signal SIGQUIT >/dev/null
+"${PUSH[@]}" --rootfs "$R" --tag library/nginx:1.22.1 \
+  --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env NGINX_VERSION=1.22.1 \
   --cmd '["nginx","-g","daemon off;"]' --expose 80/tcp --stop-signal SIGQUIT >/dev/null
 echo "images: pushed nginx"

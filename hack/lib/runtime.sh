@@ -379,7 +379,7 @@ rt::start_registry() {
 }
 
 # The images the mirror must serve, as registry paths.
-RT_IMAGES=(pause:3.10 library/busybox:latest library/nginx:latest)
+RT_IMAGES=(pause:3.10 library/busybox:latest library/nginx:latest library/nginx:1.22.1)
 
 rt::images_present() {
   local img
