@@ -551,34 +551,39 @@ async fn read_body(state: &State, req: Request<Incoming>) -> Result<(Bytes, Stri
 }
 
 fn decode_body(body: &[u8], content_type: &str, info: &ResourceInfo) -> Result<Value, ApiError> {
+    decode_body_noting_duplicates(body, content_type, info).map(|(object, _)| object)
+}
+
+/// The body's object, and (for JSON, for `fieldValidation`) the keys it has twice.
+fn decode_body_noting_duplicates(
+    body: &[u8],
+    content_type: &str,
+    info: &ResourceInfo,
+) -> Result<(Value, Vec<String>), ApiError> {
     let essence = content_type.split(';').next().unwrap_or("").trim();
     match essence {
-        "application/yaml" => serde_yaml_ng::from_slice::<Value>(body).map_err(|e| {
-            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-        }),
-        "application/json" | "" | "*/*" => serde_json::from_slice::<Value>(body).map_err(|e| {
-            ApiError::bad_request(format!(
-                "Object '{}' is invalid: couldn't get version/kind; json parse error: {e}",
-                info.kind
-            ))
-        }),
+        "application/yaml" => serde_yaml_ng::from_slice::<Value>(body)
+            .map(|object| (object, Vec::new()))
+            .map_err(|e| {
+                ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+            }),
+        "application/json" | "" | "*/*" => {
+            crate::dupes::parse_noting_duplicates(body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "Object '{}' is invalid: couldn't get version/kind; json parse error: {e}",
+                    info.kind
+                ))
+            })
+        }
         // Typed built-in objects from kubectl and client-go controllers.
         ferrokube_protobuf::MEDIA_TYPE => ferrokube_protobuf::decode(body)
-            .map(|(_, object)| object)
+            .map(|(_, object)| (object, Vec::new()))
             .map_err(|e| ApiError::bad_request(format!("Object '{}' is invalid: {e}", info.kind))),
         _ => Err(ApiError::unsupported_media_type(&[
             "application/json",
             "application/yaml",
             ferrokube_protobuf::MEDIA_TYPE,
         ])),
-    }
-}
-
-/// Keys a JSON body has twice (for `fieldValidation`).
-fn body_duplicates(body: &[u8], content_type: &str) -> Vec<String> {
-    match content_type.split(';').next().unwrap_or("").trim() {
-        "application/json" | "" | "*/*" => crate::dupes::duplicate_fields(body),
-        _ => Vec::new(),
     }
 }
 
@@ -752,8 +757,8 @@ async fn resource_request(
         (Method::POST, None, None) => {
             let mut opts = admitted(write_options(q)?);
             let (body, ct) = read_body(state, req).await?;
-            let obj = decode_body(&body, &ct, info)?;
-            opts.duplicate_fields = body_duplicates(&body, &ct);
+            let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
+            opts.duplicate_fields = duplicates;
             let w = store.create(ns, obj, &opts).await?;
             Ok(with_warnings(
                 encoded(target, info, StatusCode::CREATED, &w.object),
@@ -790,8 +795,8 @@ async fn resource_request(
         (Method::PUT, Some(name), sub) => {
             let mut opts = admitted(write_options(q)?);
             let (body, ct) = read_body(state, req).await?;
-            let obj = decode_body(&body, &ct, info)?;
-            opts.duplicate_fields = body_duplicates(&body, &ct);
+            let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
+            opts.duplicate_fields = duplicates;
             let w = match sub {
                 Some("scale") => {
                     let patch = scale_patch(&obj);

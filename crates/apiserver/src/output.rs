@@ -4,6 +4,7 @@
 //! serialization ([`CachedObject::json`]) and streamed ([`ListBody`]) without building
 //! the whole list as one value or one buffer.
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -163,16 +164,22 @@ pub fn partial_metadata(obj: &Value) -> Value {
 }
 
 /// One object in the asked form.
-pub fn object(t: Target, info: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Value {
+pub fn object<'a>(
+    t: Target,
+    info: &ResourceInfo,
+    obj: &'a Value,
+    now: jiff::Timestamp,
+) -> Cow<'a, Value> {
     match t {
         Target::Table(inc) => {
             let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or("")});
-            table(info, &[Arc::new(obj.clone())], meta, now, inc)
+            Cow::Owned(table(info, &[Arc::new(obj.clone())], meta, now, inc))
         }
-        Target::PartialMetadata => partial_metadata(obj),
-        _ => obj.clone(),
+        Target::PartialMetadata => Cow::Owned(partial_metadata(obj)),
+        // Served as it is: no copy of the object for every response.
+        Target::Json | Target::Yaml => Cow::Borrowed(obj),
     }
 }
 

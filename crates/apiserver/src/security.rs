@@ -91,7 +91,7 @@ impl ClusterState {
 }
 
 fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
-    serde_json::from_value(v.clone()).ok()
+    T::deserialize(v).ok()
 }
 
 impl RbacSource for ClusterState {

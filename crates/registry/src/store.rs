@@ -282,9 +282,14 @@ fn strip_rv(obj: &Value) -> Value {
 }
 
 fn encode(obj: &Value) -> Result<Bytes, ApiError> {
-    serde_json::to_vec(&strip_rv(obj))
-        .map(Bytes::from)
-        .map_err(ApiError::internal)
+    // The store's revision is the resourceVersion; a copy without it is made only when
+    // the object carries one (updates), not for the common create.
+    let bytes = if obj["metadata"].get("resourceVersion").is_some() {
+        serde_json::to_vec(&strip_rv(obj))
+    } else {
+        serde_json::to_vec(obj)
+    };
+    bytes.map(Bytes::from).map_err(ApiError::internal)
 }
 
 /// The object without metadata and status: what a generation bump looks at.

@@ -160,7 +160,8 @@ where
     }
 
     fn typed(&self, obj: &Value) -> Option<K> {
-        serde_json::from_value(obj.clone()).ok()
+        // From the borrowed tree: no copy of the object first.
+        K::deserialize(obj).ok()
     }
 }
 

@@ -22,6 +22,7 @@ use ferrokube_podsecurity::{self as pss, Policy, Subject};
 use ferrokube_registry::{ListParams, Store};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Attributes, Operation, Plugin, PluginInit};
@@ -87,8 +88,8 @@ impl PodSecurity {
             .items
             .iter()
             .filter_map(|p| {
-                let meta: ObjectMeta = serde_json::from_value(p["metadata"].clone()).ok()?;
-                let spec: PodSpec = serde_json::from_value(p["spec"].clone()).ok()?;
+                let meta = ObjectMeta::deserialize(&p["metadata"]).ok()?;
+                let spec = PodSpec::deserialize(&p["spec"]).ok()?;
                 Some((meta.name.clone().unwrap_or_default(), meta, spec))
             })
             .collect();
@@ -117,9 +118,9 @@ fn pod_of(object: &Value, a: &Attributes) -> Result<Option<(ObjectMeta, PodSpec)
     let meta: ObjectMeta = if meta.is_null() {
         ObjectMeta::default()
     } else {
-        serde_json::from_value(meta.clone()).map_err(decode_err)?
+        ObjectMeta::deserialize(meta).map_err(decode_err)?
     };
-    let spec: PodSpec = serde_json::from_value(spec.clone()).map_err(decode_err)?;
+    let spec = PodSpec::deserialize(spec).map_err(decode_err)?;
     Ok(Some((meta, spec)))
 }
 
