@@ -1,9 +1,8 @@
 # Services through kube-proxy (nftables): a Deployment of 3 nginx replicas becomes
 # Available behind a ClusterIP that answers from the host, a NodePort answers on the node's
 # IP, a rolling update to another image completes and the Service still serves, scaling
-# to 0 makes the
-# ClusterIP refuse at once (reject, not a hang), and deleting the Services removes their
-# rules. Sourced by e2e/single-node.sh (uses step/ok/fail/k, NODE).
+# to 0 makes the ClusterIP refuse at once (reject, not a hang), and deleting the Services
+# removes their rules. Sourced by e2e/single-node.sh (uses step/ok/fail/k, NODE).
 
 # curl with a 3 s bound; sets SVC_RC (curl's exit code: 0 ok, 7 refused, 28 timed out),
 # SVC_SECS and SVC_BODY.
@@ -15,6 +14,17 @@ svc_curl() { # url
   t0=$(date +%s.%N)
   SVC_BODY=$(curl -s --max-time 3 "$1") && SVC_RC=0 || SVC_RC=$?
   SVC_SECS=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+}
+
+# Until `url` serves nginx's page (30 tries, 1 s apart), else fails naming `what`.
+svc_expect_nginx() { # url what
+  local i
+  for ((i = 0; i < 30; i++)); do
+    svc_curl "$1"
+    [ "$SVC_RC" = 0 ] && grep -q "Welcome to nginx" <<<"$SVC_BODY" && return 0
+    sleep 1
+  done
+  fail "$2: $1 (curl exit $SVC_RC after $SVC_SECS s): ${SVC_BODY:-nothing}"
 }
 
 svc_cleanup() {
@@ -44,12 +54,7 @@ out=$(k expose deployment web --port=80 2>&1) || fail "expose: $out"
 [ "$out" = "service/web exposed" ] || fail "unexpected output: $out"
 cip=$(k get service web -o 'jsonpath={.spec.clusterIP}')
 case $cip in 10.9[6-9].* | 10.10[0-9].* | 10.11[01].*) ;; *) fail "ClusterIP '$cip' outside $RT_SERVICE_CIDR" ;; esac
-for ((i = 0; i < 30; i++)); do
-  svc_curl "http://$cip/"
-  [ "$SVC_RC" = 0 ] && grep -q "Welcome to nginx" <<<"$SVC_BODY" && break
-  sleep 1
-done
-grep -q "Welcome to nginx" <<<"${SVC_BODY:-}" || fail "http://$cip/ (curl exit $SVC_RC after $SVC_SECS s): ${SVC_BODY:-nothing}"
+svc_expect_nginx "http://$cip/" "the ClusterIP from the host"
 ok "http://$cip/ serves nginx from the host"
 
 step "services: a NodePort answers on the node's IP"
@@ -57,12 +62,7 @@ out=$(k expose deployment web --name=web-np --type=NodePort --port=80 2>&1) || f
 nport=$(k get service web-np -o 'jsonpath={.spec.ports[0].nodePort}')
 nip=$(k get node "$NODE" -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}')
 [ -n "$nport" ] && [ -n "$nip" ] || fail "no nodePort ('$nport') or node InternalIP ('$nip')"
-for ((i = 0; i < 30; i++)); do
-  svc_curl "http://$nip:$nport/"
-  [ "$SVC_RC" = 0 ] && grep -q "Welcome to nginx" <<<"$SVC_BODY" && break
-  sleep 1
-done
-grep -q "Welcome to nginx" <<<"${SVC_BODY:-}" || fail "http://$nip:$nport/ (curl exit $SVC_RC after $SVC_SECS s): ${SVC_BODY:-nothing}"
+svc_expect_nginx "http://$nip:$nport/" "the NodePort"
 ok "http://$nip:$nport/ serves nginx"
 
 step "services: kubectl set image deployment/web nginx=nginx:1.22.1; the rollout completes"
@@ -87,12 +87,7 @@ printf '%s\n' "$images"
 ! grep -qF "$old_image_id" <<<"$images" || fail "new pods report the old imageID $old_image_id"
 [ "$(k get replicasets -l app=web -o 'jsonpath={range .items[*]}{.status.replicas}{" "}{end}' | tr ' ' '\n' | grep -c '^[1-9]')" = 1 ] ||
   fail "more than one ReplicaSet still has replicas: $(k get replicasets -l app=web 2>&1)"
-for ((i = 0; i < 30; i++)); do
-  svc_curl "http://$cip/"
-  [ "$SVC_RC" = 0 ] && grep -q "Welcome to nginx" <<<"$SVC_BODY" && break
-  sleep 1
-done
-grep -q "Welcome to nginx" <<<"${SVC_BODY:-}" || fail "http://$cip/ after the rollout (curl exit $SVC_RC): ${SVC_BODY:-nothing}"
+svc_expect_nginx "http://$cip/" "the ClusterIP after the rollout"
 ok "3 pods on nginx:1.22.1 (a new imageID), one ReplicaSet with replicas, the Service serves"
 
 step "services: scale to 0 -> the ClusterIP refuses at once"
