@@ -22,7 +22,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::csr::{
@@ -30,7 +30,7 @@ use crate::csr::{
     validate_kubelet_client,
 };
 use crate::replicaset::is_not_found;
-use crate::{Action, Controller, Error, Result};
+use crate::{Action, Controller, Error, Result, enqueue_live};
 
 /// Upstream's approval reason.
 pub const AUTO_APPROVED: &str = "AutoApproved";
@@ -118,22 +118,11 @@ impl Controller for CsrApprovingController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory
-            .informer::<CertificateSigningRequest>()
-            .add_event_handler(
-                move |n: Notification<CertificateSigningRequest>| {
-                    let csr = n.object();
-                    if !matches!(n, Notification::Deleted { .. })
-                        && csr.spec.signer_name == KUBE_APISERVER_CLIENT_KUBELET
-                        && approval(csr) == (false, false)
-                        && !is_issued(csr)
-                    {
-                        q.add(object_key(&**csr));
-                    }
-                },
-                None,
-            );
+        enqueue_live(factory, queue, |csr: &CertificateSigningRequest| {
+            csr.spec.signer_name == KUBE_APISERVER_CLIENT_KUBELET
+                && approval(csr) == (false, false)
+                && !is_issued(csr)
+        });
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {

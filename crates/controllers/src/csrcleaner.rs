@@ -16,12 +16,12 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Preconditions};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::csr::{APPROVED, DENIED, FAILED, is_issued};
 use crate::replicaset::{is_conflict, is_not_found};
-use crate::{Action, Controller, Result};
+use crate::{Action, Controller, Result, enqueue_live};
 
 /// Upstream `approvedExpiration`.
 pub const APPROVED_EXPIRATION: Duration = Duration::from_secs(3600);
@@ -101,17 +101,7 @@ impl Controller for CsrCleanerController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory
-            .informer::<CertificateSigningRequest>()
-            .add_event_handler(
-                move |n: Notification<CertificateSigningRequest>| {
-                    if !matches!(n, Notification::Deleted { .. }) {
-                        q.add(object_key(&**n.object()));
-                    }
-                },
-                None,
-            );
+        enqueue_live(factory, queue, |_: &CertificateSigningRequest| true);
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {

@@ -29,7 +29,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::csr::{
@@ -37,7 +37,7 @@ use crate::csr::{
     condition, has_true_condition, is_approved, is_issued, usage_set,
     validate_apiserver_client_usages, validate_kubelet_client, validate_kubelet_serving,
 };
-use crate::{Action, Controller, Error, Result, done_unless_failed};
+use crate::{Action, Controller, Error, Result, done_unless_failed, enqueue_live};
 
 /// Upstream's `--cluster-signing-duration` default (8760h).
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(8760 * 3600);
@@ -218,21 +218,9 @@ impl Controller for CsrSigningController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory
-            .informer::<CertificateSigningRequest>()
-            .add_event_handler(
-                move |n: Notification<CertificateSigningRequest>| {
-                    let csr = n.object();
-                    if !matches!(n, Notification::Deleted { .. })
-                        && is_approved(csr)
-                        && !is_issued(csr)
-                    {
-                        q.add(object_key(&**csr));
-                    }
-                },
-                None,
-            );
+        enqueue_live(factory, queue, |csr: &CertificateSigningRequest| {
+            is_approved(csr) && !is_issued(csr)
+        });
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {

@@ -60,7 +60,9 @@ pub mod vapstatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrokube_client::informer::SharedInformerFactory;
+use ferrokube_client::informer::{
+    InformerResource, Notification, SharedInformerFactory, object_key,
+};
 use ferrokube_client::workqueue::WorkQueue;
 use tokio_util::sync::CancellationToken;
 
@@ -104,6 +106,24 @@ pub fn done_unless_failed<T>(result: kube::Result<T>) -> Result<Action> {
         Err(e) if replicaset::is_not_found(&e) => Ok(Action::Done),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Queues the key of every added or updated `K` that `wanted` accepts: the watch of a
+/// controller whose work ends with the object (a deletion leaves nothing to reconcile).
+pub fn enqueue_live<K: InformerResource>(
+    factory: &SharedInformerFactory,
+    queue: &WorkQueue<String>,
+    wanted: impl Fn(&K) -> bool + Send + 'static,
+) {
+    let q = queue.clone();
+    factory.informer::<K>().add_event_handler(
+        move |n: Notification<K>| {
+            if !matches!(n, Notification::Deleted { .. }) && wanted(&**n.object()) {
+                q.add(object_key(&**n.object()));
+            }
+        },
+        None,
+    );
 }
 
 impl Action {

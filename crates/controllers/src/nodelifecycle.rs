@@ -27,13 +27,13 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
+use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
 use ferrokube_client::ratelimit::TokenBucket;
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::replicaset::is_not_found;
 use crate::util::{pod_condition, pod_node};
-use crate::{Action, Controller, Result};
+use crate::{Action, Controller, Result, enqueue_live};
 
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -410,15 +410,7 @@ impl Controller for NodeLifecycleController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory.informer::<Node>().add_event_handler(
-            move |n: Notification<Node>| {
-                if !matches!(n, Notification::Deleted { .. }) {
-                    q.add(object_key(&**n.object()));
-                }
-            },
-            None,
-        );
+        enqueue_live(factory, queue, |_: &Node| true);
         // Pods landing on a tainted node are checked against its taints.
         let q = queue.clone();
         factory.informer::<Pod>().add_event_handler(

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, PostParams};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::pvcprotection::{is_deletion_candidate, needs_finalizer, with_finalizer};
-use crate::{Action, Controller, Result, done_unless_failed};
+use crate::{Action, Controller, Result, done_unless_failed, enqueue_live};
 
 /// Upstream `volumeutil.PVProtectionFinalizer`.
 pub const PV_PROTECTION_FINALIZER: &str = "kubernetes.io/pv-protection";
@@ -47,21 +47,10 @@ impl Controller for PvProtectionController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory.informer::<PersistentVolume>().add_event_handler(
-            move |n: Notification<PersistentVolume>| {
-                if matches!(n, Notification::Deleted { .. }) {
-                    return;
-                }
-                let meta = &n.object().metadata;
-                if needs_finalizer(meta, PV_PROTECTION_FINALIZER)
-                    || is_deletion_candidate(meta, PV_PROTECTION_FINALIZER)
-                {
-                    q.add(object_key(&**n.object()));
-                }
-            },
-            None,
-        );
+        enqueue_live(factory, queue, |pv: &PersistentVolume| {
+            needs_finalizer(&pv.metadata, PV_PROTECTION_FINALIZER)
+                || is_deletion_candidate(&pv.metadata, PV_PROTECTION_FINALIZER)
+        });
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {

@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
+use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::{Action, Controller, Result};
+use crate::{Action, Controller, Result, enqueue_live};
 
 /// The ConfigMap's name (upstream `RootCACertConfigMapName`).
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
@@ -116,15 +116,7 @@ impl Controller for RootCaCertPublisher {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory.informer::<Namespace>().add_event_handler(
-            move |n: Notification<Namespace>| {
-                if !matches!(n, Notification::Deleted { .. }) {
-                    q.add(object_key(&**n.object()));
-                }
-            },
-            None,
-        );
+        enqueue_live(factory, queue, |_: &Namespace| true);
         // Any change to (or deletion of) a kube-root-ca.crt resyncs its namespace;
         // additions are the publisher's own writes and need nothing.
         let q = queue.clone();

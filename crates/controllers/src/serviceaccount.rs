@@ -7,10 +7,10 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
+use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::{Action, Controller, Result};
+use crate::{Action, Controller, Result, enqueue_live};
 
 /// The ServiceAccounts every namespace gets.
 pub const DEFAULT_SERVICE_ACCOUNTS: &[&str] = &["default"];
@@ -53,15 +53,7 @@ impl Controller for ServiceAccountController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory.informer::<Namespace>().add_event_handler(
-            move |n: Notification<Namespace>| {
-                if !matches!(n, Notification::Deleted { .. }) {
-                    q.add(object_key(&**n.object()));
-                }
-            },
-            None,
-        );
+        enqueue_live(factory, queue, |_: &Namespace| true);
         let q = queue.clone();
         factory.informer::<ServiceAccount>().add_event_handler(
             move |n: Notification<ServiceAccount>| {

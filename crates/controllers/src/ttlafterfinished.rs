@@ -13,10 +13,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Preconditions, PropagationPolicy};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::{Action, Controller, Error, Result, done_unless_failed, split_key};
+use crate::{Action, Controller, Error, Result, done_unless_failed, enqueue_live, split_key};
 
 /// When the Job finished: the last transition of its true `Complete` or `Failed`
 /// condition (upstream `jobFinishTime`).
@@ -66,18 +66,9 @@ impl Controller for TtlAfterFinishedController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory.informer::<Job>().add_event_handler(
-            move |n: Notification<Job>| {
-                if matches!(n, Notification::Deleted { .. }) {
-                    return;
-                }
-                if time_left(n.object(), Timestamp::now()).is_some() {
-                    q.add(object_key(&**n.object()));
-                }
-            },
-            None,
-        );
+        enqueue_live(factory, queue, |job: &Job| {
+            time_left(job, Timestamp::now()).is_some()
+        });
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {

@@ -25,10 +25,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::{Action, Controller, Result, done_unless_failed};
+use crate::{Action, Controller, Result, done_unless_failed, enqueue_live};
 
 /// Upstream `maxTypesToCheck`.
 const MAX_KINDS_TO_CHECK: usize = 10;
@@ -276,20 +276,7 @@ impl Controller for VapStatusController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
-        let q = queue.clone();
-        factory
-            .informer::<ValidatingAdmissionPolicy>()
-            .add_event_handler(
-                move |n: Notification<ValidatingAdmissionPolicy>| {
-                    if matches!(n, Notification::Deleted { .. }) {
-                        return;
-                    }
-                    if needs_check(n.object()) {
-                        q.add(object_key(&**n.object()));
-                    }
-                },
-                None,
-            );
+        enqueue_live(factory, queue, needs_check);
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {
