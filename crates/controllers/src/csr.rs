@@ -181,12 +181,13 @@ pub fn validate_apiserver_client_usages(usages: &[String]) -> Result<(), String>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ferrokube_pki::csr::parse_request_pem;
     use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 
-    fn request(cn: &str, org: Option<&str>, sans: Vec<SanType>) -> CertificateRequest {
+    /// A freshly signed request with this subject and these SANs, parsed.
+    pub(crate) fn request(cn: &str, org: Option<&str>, sans: Vec<SanType>) -> CertificateRequest {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();

@@ -175,20 +175,11 @@ impl Controller for CsrApprovingController {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
+    use crate::csr::tests::request;
     use serde_json::json;
 
-    fn node_request(cn: &str) -> (String, CertificateRequest) {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "system:nodes");
-        params.distinguished_name.push(DnType::CommonName, cn);
-        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
-        let parsed = parse_request_pem(pem.as_bytes()).unwrap();
-        (pem, parsed)
+    fn node_request(cn: &str) -> CertificateRequest {
+        request(cn, Some("system:nodes"), vec![])
     }
 
     fn csr(signer: &str, username: &str) -> CertificateSigningRequest {
@@ -200,7 +191,7 @@ mod tests {
 
     #[test]
     fn recognizers_as_upstream() {
-        let (_, req) = node_request("system:node:n1");
+        let req = node_request("system:node:n1");
         let subresources = |c: &CertificateSigningRequest| {
             recognized_permissions(c, &req)
                 .iter()
@@ -216,7 +207,7 @@ mod tests {
         // Another signer, or a request that is not a kubelet client one: nothing.
         let other = csr("kubernetes.io/kube-apiserver-client", "system:node:n1");
         assert!(subresources(&other).is_empty());
-        let (_, alice) = node_request("alice");
+        let alice = node_request("alice");
         assert!(recognized_permissions(&own, &alice).is_empty());
     }
 }

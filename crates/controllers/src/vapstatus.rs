@@ -67,8 +67,8 @@ pub fn kinds_to_check(spec: &ValidatingAdmissionPolicySpec) -> Vec<GroupVersionR
         .as_ref()
         .and_then(|m| m.resource_rules.as_ref());
     for rule in rules.into_iter().flatten() {
-        let groups = rule.api_groups.clone().unwrap_or_default();
-        let versions = rule.api_versions.clone().unwrap_or_default();
+        let mut groups = rule.api_groups.clone().unwrap_or_default();
+        let mut versions = rule.api_versions.clone().unwrap_or_default();
         if groups.iter().chain(&versions).any(|s| s.contains('*')) {
             continue;
         }
@@ -79,7 +79,6 @@ pub fn kinds_to_check(spec: &ValidatingAdmissionPolicySpec) -> Vec<GroupVersionR
             .filter(|r| !r.contains('*') && !r.contains('/'))
             .cloned()
             .collect();
-        let (mut groups, mut versions) = (groups, versions);
         groups.sort();
         versions.sort();
         resources.sort();
@@ -142,22 +141,27 @@ pub fn warnings(
     params: Option<&KindSchema>,
 ) -> Vec<ExpressionWarning> {
     let mut out = Vec::new();
+    // Each kind's components with the params' added, so the $refs of params resolve in
+    // the params' own document: merged once, not per expression.
+    let components: Vec<serde_json::Map<String, Value>> = kinds
+        .iter()
+        .map(|kind| {
+            let mut merged = kind.components.clone();
+            for (k, v) in params.iter().flat_map(|p| &p.components) {
+                merged.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            merged
+        })
+        .collect();
     let check = |expression: &str| -> Option<String> {
         // Expressions that do not compile are refused at create; nothing to add.
         let program = ferrokube_cel::compile(expression, ferrokube_cel::POLICY_VARIABLES).ok()?;
         let mut results = Vec::new();
-        for kind in kinds {
-            // $refs of params resolve in the params' own document.
-            let mut components = kind.components.clone();
-            if let Some(p) = params {
-                for (k, v) in &p.components {
-                    components.entry(k.clone()).or_insert_with(|| v.clone());
-                }
-            }
+        for (kind, components) in kinds.iter().zip(&components) {
             let schemas = ferrokube_cel::typecheck::Schemas {
                 object: kind.schema(),
                 params: params.and_then(KindSchema::schema),
-                components: &components,
+                components,
             };
             let issues = ferrokube_cel::typecheck::check_fields(&program, &schemas);
             if !issues.is_empty() {
@@ -208,15 +212,25 @@ impl VapStatusController {
         })
     }
 
-    async fn get_json(&self, path: &str) -> Option<Value> {
-        let request = http::Request::get(path).body(Vec::new()).ok()?;
-        match self.client.request::<Value>(request).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::debug!(path, error = %e, "type checking: no document");
-                None
-            }
+    /// The JSON document at `path`, fetched once per reconcile (`fetched` keeps it, or
+    /// that there is none).
+    async fn document<'a>(
+        &self,
+        path: String,
+        fetched: &'a mut BTreeMap<String, Option<Value>>,
+    ) -> Option<&'a Value> {
+        if !fetched.contains_key(&path) {
+            let request = http::Request::get(&path).body(Vec::new()).ok()?;
+            let doc = match self.client.request::<Value>(request).await {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::debug!(path, error = %e, "type checking: no document");
+                    None
+                }
+            };
+            fetched.insert(path.clone(), doc);
         }
+        fetched.get(&path)?.as_ref()
     }
 
     /// The kind serving `gvr`, from discovery (upstream's RESTMapper).
@@ -226,11 +240,7 @@ impl VapStatusController {
         discovery: &mut BTreeMap<String, Option<Value>>,
     ) -> Option<GroupVersionKind> {
         let path = group_version_path("", &gvr.group, &gvr.version);
-        if !discovery.contains_key(&path) {
-            let doc = self.get_json(&path).await;
-            discovery.insert(path.clone(), doc);
-        }
-        let list = discovery.get(&path)?.as_ref()?;
+        let list = self.document(path, discovery).await?;
         let kind = list["resources"]
             .as_array()?
             .iter()
@@ -252,11 +262,7 @@ impl VapStatusController {
         documents: &mut BTreeMap<String, Option<Value>>,
     ) -> Option<KindSchema> {
         let path = group_version_path("/openapi/v3", &gvk.group, &gvk.version);
-        if !documents.contains_key(&path) {
-            let doc = self.get_json(&path).await;
-            documents.insert(path.clone(), doc);
-        }
-        KindSchema::find(documents.get(&path)?.as_ref()?, gvk)
+        KindSchema::find(self.document(path, documents).await?, gvk)
     }
 }
 
