@@ -29,23 +29,13 @@ done
 # alone does not ship.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 
-# Packages must not start their daemons (etcd-server's etcd.service would take port 2379):
-# a policy-rc.d that refuses, for the length of the install, unless one is already there.
-apt_install() {
-  local made_policy=0 rc=0
-  export DEBIAN_FRONTEND=noninteractive
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } || rc=$?
-  [ $made_policy -eq 0 ] || rm -f /usr/sbin/policy-rc.d
-  return $rc
-}
+# rt::apt_install: apt-get install with a policy-rc.d that keeps daemons from starting.
+# shellcheck source=hack/lib/runtime.sh
+source "$(dirname "$0")/lib/runtime.sh"
 
 if [ ${#missing[@]} -gt 0 ]; then
   need_root "${missing[*]}"
-  apt_install "${missing[@]}" ca-certificates
+  rt::apt_install "${missing[@]}" ca-certificates
   echo "install-deps: installed ${missing[*]}"
 fi
 
@@ -76,7 +66,7 @@ Package: etcd-server
 Pin: release n=trixie
 Pin-Priority: 990
 PIN
-  apt_install etcd-server
+  rt::apt_install etcd-server
   echo "install-deps: installed etcd-server $(etcd_version) from Debian 13"
 fi
 

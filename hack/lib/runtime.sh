@@ -107,18 +107,21 @@ rt::install_packages() {
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   rt::log "installing ${missing[*]}"
+  rt::apt_install "${missing[@]}"
+}
+
+# apt-get install of Debian packages that must not start their daemons (containerd,
+# docker-registry and etcd-server start nothing on their own): a policy-rc.d refusing
+# for the length of the install, unless the image has one already.
+rt::apt_install() { # package...
+  local made_policy=0 rc=0
   export DEBIAN_FRONTEND=noninteractive
-  # This image's policy-rc.d keeps packages from starting daemons; make sure of it while
-  # installing (containerd and docker-registry must not start on their own).
-  local made_policy=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
     made_policy=1
   fi
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  local rc=$?
-  [ $made_policy -eq 1 ] && rm -f /usr/sbin/policy-rc.d
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } || rc=$?
+  [ $made_policy -eq 0 ] || rm -f /usr/sbin/policy-rc.d
   return $rc
 }
 
