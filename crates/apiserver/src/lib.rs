@@ -75,6 +75,8 @@ pub struct Config {
     pub(crate) admission: Arc<admission::Chain>,
     /// The audit policy and log backend (None: auditing off).
     pub(crate) audit: Option<Arc<audit::Auditor>>,
+    /// Shared with the storage under the registry, which reports its latencies here.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Config {
@@ -147,7 +149,7 @@ impl Server {
             source,
         })?;
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let metrics = Arc::new(Metrics::default());
+        let metrics = config.metrics;
         let mut background = Vec::new();
         if let Some(cluster_roles) =
             config
@@ -370,6 +372,9 @@ impl Options {
             ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
             ip => ip,
         });
+        let metrics = Arc::new(Metrics::default());
+        let storage: Arc<dyn ferrokube_storage::Storage> =
+            Arc::new(metrics::MeteredStorage::new(storage, metrics.clone()));
         let registry = Registry::new(
             storage,
             ferrokube_registry::RegistryConfig {
@@ -445,6 +450,7 @@ impl Options {
             security: state,
             admission: Arc::new(admission),
             audit,
+            metrics,
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
             max_body_bytes: 3 * 1024 * 1024,
             max_watch: Duration::from_secs(1800),

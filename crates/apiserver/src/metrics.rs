@@ -1,29 +1,153 @@
-//! Request metrics in Prometheus text format (upstream's metric names).
+//! Request and storage metrics in Prometheus text format (upstream's metric names).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
 
+use async_trait::async_trait;
+use bytes::Bytes;
+use ferrokube_storage::{
+    Deleted, KeyValue, ListOptions, ListResult, Preconditions, Revision, Storage, StorageStats,
+    UpdateFn, WatchStream,
+};
 use parking_lot::Mutex;
 
-/// Latency bucket bounds in seconds.
-const BUCKETS: &[f64] = &[
+/// Bounds in seconds of `apiserver_request_duration_seconds` (upstream's lower ones).
+const REQUEST_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
 ];
 
-#[derive(Default)]
+/// Bounds in seconds of `etcd_request_duration_seconds`. Finer than upstream's at the
+/// low end: a local store answers in well under upstream's first bound of 5 ms.
+const STORAGE_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+];
+
 struct Series {
     count: u64,
     sum: f64,
-    buckets: [u64; 11],
+    /// Cumulative, one per bound.
+    buckets: Vec<u64>,
+}
+
+impl Series {
+    fn new(bounds: &[f64]) -> Series {
+        Series {
+            count: 0,
+            sum: 0.0,
+            buckets: vec![0; bounds.len()],
+        }
+    }
+
+    fn observe(&mut self, bounds: &[f64], seconds: f64) {
+        self.count += 1;
+        self.sum += seconds;
+        for (bucket, bound) in self.buckets.iter_mut().zip(bounds) {
+            if seconds <= *bound {
+                *bucket += 1;
+            }
+        }
+    }
+}
+
+/// Values keyed by two label values. Nested maps so that an observation looks its
+/// series up by `&str` and allocates only for a series never seen before: this runs
+/// on every request.
+type ByTwoLabels<V> = BTreeMap<String, BTreeMap<String, V>>;
+
+fn entry<'m, V>(
+    map: &'m mut ByTwoLabels<V>,
+    a: &str,
+    b: &str,
+    new: impl FnOnce() -> V,
+) -> &'m mut V {
+    if !map.contains_key(a) {
+        map.insert(a.to_string(), BTreeMap::new());
+    }
+    let inner = map.get_mut(a).expect("inserted above");
+    if !inner.contains_key(b) {
+        inner.insert(b.to_string(), new());
+    }
+    inner.get_mut(b).expect("inserted above")
+}
+
+/// One histogram family with two labels.
+struct Histogram {
+    name: &'static str,
+    help: &'static str,
+    labels: [&'static str; 2],
+    bounds: &'static [f64],
+    series: Mutex<ByTwoLabels<Series>>,
+}
+
+impl Histogram {
+    fn new(
+        name: &'static str,
+        help: &'static str,
+        labels: [&'static str; 2],
+        bounds: &'static [f64],
+    ) -> Histogram {
+        Histogram {
+            name,
+            help,
+            labels,
+            bounds,
+            series: Mutex::default(),
+        }
+    }
+
+    fn observe(&self, a: &str, b: &str, seconds: f64) {
+        let mut series = self.series.lock();
+        entry(&mut series, a, b, || Series::new(self.bounds)).observe(self.bounds, seconds);
+    }
+
+    fn render(&self, out: &mut String) {
+        let (name, [la, lb]) = (self.name, self.labels);
+        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} histogram", self.help);
+        for (a, inner) in self.series.lock().iter() {
+            for (b, s) in inner {
+                let labels = format!("{la}=\"{a}\",{lb}=\"{b}\"");
+                for (bound, n) in self.bounds.iter().zip(&s.buckets) {
+                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
+                }
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", s.count);
+                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", s.sum);
+                let _ = writeln!(out, "{name}_count{{{labels}}} {}", s.count);
+            }
+        }
+    }
 }
 
 /// Counters of one server; no process-global state.
-#[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<(String, String), Series>>,
+    /// verb → resource → code → count.
+    requests: Mutex<ByTwoLabels<BTreeMap<u16, u64>>>,
+    request_latency: Histogram,
+    storage_latency: Histogram,
     watchers: AtomicI64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            requests: Mutex::default(),
+            request_latency: Histogram::new(
+                "apiserver_request_duration_seconds",
+                "Response latency distribution in seconds for each verb and resource.",
+                ["verb", "resource"],
+                REQUEST_BUCKETS,
+            ),
+            storage_latency: Histogram::new(
+                "etcd_request_duration_seconds",
+                "Storage request latency in seconds for each operation and object type (the embedded store's as well as etcd's).",
+                ["operation", "type"],
+                STORAGE_BUCKETS,
+            ),
+            watchers: AtomicI64::new(0),
+        }
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -34,22 +158,10 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
-        *self
-            .requests
-            .lock()
-            .entry((verb.to_string(), resource.to_string(), code))
+        *entry(&mut self.requests.lock(), verb, resource, BTreeMap::new)
+            .entry(code)
             .or_default() += 1;
-        let mut lat = self.latency.lock();
-        let s = lat
-            .entry((verb.to_string(), resource.to_string()))
-            .or_default();
-        s.count += 1;
-        s.sum += seconds;
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if seconds <= *b {
-                s.buckets[i] += 1;
-            }
-        }
+        self.request_latency.observe(verb, resource, seconds);
     }
 
     pub fn watch_started(&self) {
@@ -63,43 +175,159 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");
-        for ((verb, resource, code), n) in self.requests.lock().iter() {
-            let _ = writeln!(
-                out,
-                "apiserver_request_total{{code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP apiserver_request_duration_seconds Response latency distribution in seconds for each verb and resource.\n# TYPE apiserver_request_duration_seconds histogram\n");
-        for ((verb, resource), s) in self.latency.lock().iter() {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "apiserver_request_duration_seconds_bucket{{resource=\"{resource}\",verb=\"{verb}\",le=\"{b}\"}} {}",
-                    s.buckets[i]
-                );
+        for (verb, by_resource) in self.requests.lock().iter() {
+            for (resource, by_code) in by_resource {
+                for (code, n) in by_code {
+                    let _ = writeln!(
+                        out,
+                        "apiserver_request_total{{code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}"
+                    );
+                }
             }
-            let _ = writeln!(
-                out,
-                "apiserver_request_duration_seconds_bucket{{resource=\"{resource}\",verb=\"{verb}\",le=\"+Inf\"}} {}",
-                s.count
-            );
-            let _ = writeln!(
-                out,
-                "apiserver_request_duration_seconds_sum{{resource=\"{resource}\",verb=\"{verb}\"}} {}",
-                s.sum
-            );
-            let _ = writeln!(
-                out,
-                "apiserver_request_duration_seconds_count{{resource=\"{resource}\",verb=\"{verb}\"}} {}",
-                s.count
-            );
         }
+        self.request_latency.render(&mut out);
+        self.storage_latency.render(&mut out);
         let _ = writeln!(
             out,
             "# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests.\n# TYPE apiserver_longrunning_requests gauge\napiserver_longrunning_requests{{verb=\"WATCH\"}} {}",
             self.watchers.load(Ordering::Relaxed)
         );
         out
+    }
+}
+
+/// The storage the registry uses, timing every request into
+/// `etcd_request_duration_seconds` (upstream's name, kept for the embedded store so
+/// dashboards work on either backend). Watches are not timed: they last.
+pub(crate) struct MeteredStorage {
+    inner: Arc<dyn Storage>,
+    metrics: Arc<Metrics>,
+}
+
+impl MeteredStorage {
+    pub(crate) fn new(inner: Arc<dyn Storage>, metrics: Arc<Metrics>) -> MeteredStorage {
+        MeteredStorage { inner, metrics }
+    }
+
+    fn observe(&self, operation: &str, key: &str, start: Instant) {
+        self.metrics.storage_latency.observe(
+            operation,
+            object_type(key),
+            start.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+/// Upstream's `type` label: the resource's key prefix, e.g. `/registry/pods/` for
+/// `/registry/pods/default/web`.
+fn object_type(key: &str) -> &str {
+    let segments_end = key
+        .match_indices('/')
+        .nth(2)
+        .map_or(key.len(), |(i, _)| i + 1);
+    &key[..segments_end]
+}
+
+#[async_trait]
+impl Storage for MeteredStorage {
+    async fn create(&self, key: &str, value: Bytes) -> ferrokube_storage::Result<Revision> {
+        let start = Instant::now();
+        let r = self.inner.create(key, value).await;
+        self.observe("create", key, start);
+        r
+    }
+
+    async fn get(
+        &self,
+        key: &str,
+        revision: Option<Revision>,
+    ) -> ferrokube_storage::Result<KeyValue> {
+        let start = Instant::now();
+        let r = self.inner.get(key, revision).await;
+        self.observe("get", key, start);
+        r
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> ferrokube_storage::Result<ListResult> {
+        let start = Instant::now();
+        let r = self.inner.list(prefix, options).await;
+        self.observe("listWithCount", prefix, start);
+        r
+    }
+
+    async fn guaranteed_update(
+        &self,
+        key: &str,
+        preconditions: &Preconditions,
+        update: &mut UpdateFn<'_>,
+    ) -> ferrokube_storage::Result<KeyValue> {
+        let start = Instant::now();
+        let r = self
+            .inner
+            .guaranteed_update(key, preconditions, update)
+            .await;
+        self.observe("update", key, start);
+        r
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected_revision: Revision,
+        value: Bytes,
+    ) -> ferrokube_storage::Result<KeyValue> {
+        let start = Instant::now();
+        let r = self
+            .inner
+            .compare_and_swap(key, expected_revision, value)
+            .await;
+        self.observe("update", key, start);
+        r
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        preconditions: &Preconditions,
+    ) -> ferrokube_storage::Result<Deleted> {
+        let start = Instant::now();
+        let r = self.inner.delete(key, preconditions).await;
+        self.observe("delete", key, start);
+        r
+    }
+
+    async fn watch(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> ferrokube_storage::Result<WatchStream> {
+        self.inner.watch(prefix, from_revision).await
+    }
+
+    async fn compact(&self, revision: Revision) -> ferrokube_storage::Result<()> {
+        let start = Instant::now();
+        let r = self.inner.compact(revision).await;
+        self.observe("compact", "", start);
+        r
+    }
+
+    async fn current_revision(&self) -> ferrokube_storage::Result<Revision> {
+        let start = Instant::now();
+        let r = self.inner.current_revision().await;
+        self.observe("getRevision", "", start);
+        r
+    }
+
+    fn watch_sees_every_revision(&self) -> bool {
+        self.inner.watch_sees_every_revision()
+    }
+
+    async fn stats(&self) -> ferrokube_storage::Result<StorageStats> {
+        self.inner.stats().await
     }
 }
 
@@ -111,12 +339,37 @@ mod tests {
     fn renders() {
         let m = Metrics::default();
         m.observe("GET", "pods", 200, 0.01);
+        m.observe("GET", "pods", 200, 0.02);
+        m.observe("GET", "pods", 404, 0.001);
         m.watch_started();
         let t = m.render();
         assert!(
-            t.contains("apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"GET\"} 1")
+            t.contains("apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"GET\"} 2")
         );
-        assert!(t.contains("le=\"0.025\"} 1"));
+        assert!(
+            t.contains("apiserver_request_total{code=\"404\",resource=\"pods\",verb=\"GET\"} 1")
+        );
+        assert!(t.contains(
+            "apiserver_request_duration_seconds_bucket{verb=\"GET\",resource=\"pods\",le=\"0.005\"} 1"
+        ));
+        assert!(t.contains(
+            "apiserver_request_duration_seconds_bucket{verb=\"GET\",resource=\"pods\",le=\"0.025\"} 3"
+        ));
+        assert!(t.contains(
+            "apiserver_request_duration_seconds_count{verb=\"GET\",resource=\"pods\"} 3"
+        ));
         assert!(t.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
+    }
+
+    #[test]
+    fn object_type_is_the_resource_prefix() {
+        assert_eq!(object_type("/registry/pods/default/web"), "/registry/pods/");
+        assert_eq!(
+            object_type("/registry/namespaces/default"),
+            "/registry/namespaces/"
+        );
+        assert_eq!(object_type("/registry/pods/"), "/registry/pods/");
+        assert_eq!(object_type("/registry/pods"), "/registry/pods");
+        assert_eq!(object_type(""), "");
     }
 }

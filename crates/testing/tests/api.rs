@@ -495,3 +495,37 @@ async fn anonymous_requests_are_forbidden_but_health_is_public() {
     anon.apiserver_version().await.unwrap();
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_report_request_and_storage_latency() {
+    let srv = TestApiServer::start().await.unwrap();
+    let client = srv.client.clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("timed", json!({})))
+        .await
+        .unwrap();
+    cms.get("timed").await.unwrap();
+    let text = client
+        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+        .await
+        .unwrap();
+    let count = |series: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    assert!(
+        count(r#"apiserver_request_duration_seconds_count{verb="CREATE",resource="configmaps"}"#)
+            >= 1
+    );
+    // The create went to storage once, under the configmaps prefix.
+    assert!(
+        count(
+            r#"etcd_request_duration_seconds_count{operation="create",type="/registry/configmaps/"}"#
+        ) >= 1
+    );
+    assert!(text.contains(
+        r#"etcd_request_duration_seconds_bucket{operation="create",type="/registry/configmaps/",le="+Inf"}"#
+    ));
+    srv.stop().await;
+}
