@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
@@ -209,12 +210,15 @@ impl MeteredStorage {
         MeteredStorage { inner, metrics }
     }
 
-    fn observe(&self, operation: &str, key: &str, start: Instant) {
+    async fn timed<T>(&self, operation: &str, key: &str, request: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let result = request.await;
         self.metrics.storage_latency.observe(
             operation,
             object_type(key),
             start.elapsed().as_secs_f64(),
         );
+        result
     }
 }
 
@@ -231,10 +235,8 @@ fn object_type(key: &str) -> &str {
 #[async_trait]
 impl Storage for MeteredStorage {
     async fn create(&self, key: &str, value: Bytes) -> ferrokube_storage::Result<Revision> {
-        let start = Instant::now();
-        let r = self.inner.create(key, value).await;
-        self.observe("create", key, start);
-        r
+        self.timed("create", key, self.inner.create(key, value))
+            .await
     }
 
     async fn get(
@@ -242,10 +244,7 @@ impl Storage for MeteredStorage {
         key: &str,
         revision: Option<Revision>,
     ) -> ferrokube_storage::Result<KeyValue> {
-        let start = Instant::now();
-        let r = self.inner.get(key, revision).await;
-        self.observe("get", key, start);
-        r
+        self.timed("get", key, self.inner.get(key, revision)).await
     }
 
     async fn list(
@@ -253,10 +252,8 @@ impl Storage for MeteredStorage {
         prefix: &str,
         options: &ListOptions,
     ) -> ferrokube_storage::Result<ListResult> {
-        let start = Instant::now();
-        let r = self.inner.list(prefix, options).await;
-        self.observe("listWithCount", prefix, start);
-        r
+        self.timed("listWithCount", prefix, self.inner.list(prefix, options))
+            .await
     }
 
     async fn guaranteed_update(
@@ -265,13 +262,8 @@ impl Storage for MeteredStorage {
         preconditions: &Preconditions,
         update: &mut UpdateFn<'_>,
     ) -> ferrokube_storage::Result<KeyValue> {
-        let start = Instant::now();
-        let r = self
-            .inner
-            .guaranteed_update(key, preconditions, update)
-            .await;
-        self.observe("update", key, start);
-        r
+        let update = self.inner.guaranteed_update(key, preconditions, update);
+        self.timed("update", key, update).await
     }
 
     async fn compare_and_swap(
@@ -280,13 +272,8 @@ impl Storage for MeteredStorage {
         expected_revision: Revision,
         value: Bytes,
     ) -> ferrokube_storage::Result<KeyValue> {
-        let start = Instant::now();
-        let r = self
-            .inner
-            .compare_and_swap(key, expected_revision, value)
-            .await;
-        self.observe("update", key, start);
-        r
+        let swap = self.inner.compare_and_swap(key, expected_revision, value);
+        self.timed("update", key, swap).await
     }
 
     async fn delete(
@@ -294,10 +281,8 @@ impl Storage for MeteredStorage {
         key: &str,
         preconditions: &Preconditions,
     ) -> ferrokube_storage::Result<Deleted> {
-        let start = Instant::now();
-        let r = self.inner.delete(key, preconditions).await;
-        self.observe("delete", key, start);
-        r
+        self.timed("delete", key, self.inner.delete(key, preconditions))
+            .await
     }
 
     async fn watch(
@@ -309,17 +294,13 @@ impl Storage for MeteredStorage {
     }
 
     async fn compact(&self, revision: Revision) -> ferrokube_storage::Result<()> {
-        let start = Instant::now();
-        let r = self.inner.compact(revision).await;
-        self.observe("compact", "", start);
-        r
+        self.timed("compact", "", self.inner.compact(revision))
+            .await
     }
 
     async fn current_revision(&self) -> ferrokube_storage::Result<Revision> {
-        let start = Instant::now();
-        let r = self.inner.current_revision().await;
-        self.observe("getRevision", "", start);
-        r
+        self.timed("getRevision", "", self.inner.current_revision())
+            .await
     }
 
     fn watch_sees_every_revision(&self) -> bool {
