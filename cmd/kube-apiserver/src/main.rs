@@ -148,9 +148,9 @@ fn go_duration_seconds(s: &str) -> Option<i64> {
     (number.is_empty() && !s.is_empty()).then_some(total)
 }
 
-// jemalloc instead of glibc's malloc: its per-thread caches and per-size-class arenas
-// cut the allocator's share of a request (17-23 % of the apiserver's CPU with glibc,
-// see docs/benchmarks.md) and raise pod creates by 10-20 %.
+// jemalloc instead of glibc's malloc: with glibc, malloc and free took 17-23 % of the
+// apiserver's CPU on the create path; jemalloc's per-thread caches raise pod creates by
+// 9-35 % (docs/benchmarks.md, session 8) for 1-2 MiB more idle RSS.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -249,8 +249,8 @@ async fn main() -> anyhow::Result<()> {
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");
     // Rust's heap is jemalloc's, which returns freed pages itself (see MALLOC_CONF); the
-    // embedded SQLite still allocates from glibc, which keeps freed heap in its arenas
-    // (the page caches of a large LIST's reads). Hand that back 2 s after start, then
+    // embedded SQLite still allocates from glibc (e.g. its page caches), which keeps
+    // freed heap in its arenas. Hand that back 2 s after start, then
     // every 30 s, so the resident size follows what is live.
     let heap = ferrokube_heap::HeapTrimmer::new(Duration::from_secs(30), Duration::from_secs(2));
     heap.request();
