@@ -529,3 +529,37 @@ async fn metrics_report_request_and_storage_latency() {
     ));
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_ends_watches_and_stops_accepting() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let mut events = cms
+        .watch(&WatchParams::default().timeout(290), "0")
+        .await
+        .unwrap()
+        .boxed();
+    cms.create(&PostParams::default(), &cm("before-shutdown", json!({})))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("no event in 10 s");
+    assert!(matches!(first, Some(Ok(WatchEvent::Added(_)))), "{first:?}");
+
+    // An open watch must not hold the shutdown for its grace period (5 s here).
+    let started = std::time::Instant::now();
+    srv.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "shutdown took {:?}: the open watch held it",
+        started.elapsed()
+    );
+    // The watch ends cleanly: its stream closes, without an error event.
+    let end = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("the watch stayed open after shutdown");
+    assert!(end.is_none(), "the watch ended with {end:?}");
+    // Nothing accepts connections any more.
+    assert!(cms.list(&ListParams::default()).await.is_err());
+}
