@@ -563,3 +563,50 @@ async fn shutdown_ends_watches_and_stops_accepting() {
     // Nothing accepts connections any more.
     assert!(cms.list(&ListParams::default()).await.is_err());
 }
+
+#[tokio::test]
+async fn shutdown_finishes_a_response_in_flight() {
+    use http_body_util::BodyExt;
+    let srv = TestApiServer::start().await.unwrap();
+    let client = srv.client.clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    // 64 configmaps of ~1 MB of random letters, listed without gzip: more than loopback's
+    // socket buffers hold (here up to 4 + 32 MiB), so the server is still writing the
+    // LIST when the shutdown starts.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut blob = || -> String {
+        (0..1000 * 1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from(b'a' + (seed % 26) as u8)
+            })
+            .collect()
+    };
+    for i in 0..64 {
+        let mut c = cm(&format!("big-{i}"), json!({}));
+        c.data = Some([("blob".to_string(), blob())].into());
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps")
+        .header("Accept-Encoding", "identity")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let resp = client.send(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let stopping = tokio::spawn(srv.stop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !stopping.is_finished(),
+        "the shutdown did not wait for the response in flight"
+    );
+    let body = tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
+        .await
+        .expect("the body did not finish in 30 s")
+        .expect("the shutdown cut the response short")
+        .to_bytes();
+    let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(64));
+    stopping.await.unwrap();
+}
