@@ -15,7 +15,7 @@ use ferrokube_storage::{
 };
 use parking_lot::Mutex;
 
-/// Bounds in seconds of `apiserver_request_duration_seconds` (upstream's lower ones).
+/// Bounds in seconds of `apiserver_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
 ];

@@ -561,68 +561,70 @@ async fn bench_backend(
     Ok(rows)
 }
 
-/// Runs `args.concurrency` writers, each its own task doing `args.pods / concurrency`
-/// creates in a row (`create(writer, i)`); returns creates per second over all of them.
-/// Every create phase (raw storage and both API clients) has this one shape.
-async fn creates_per_second<F, Fut>(args: &Args, create: F) -> Result<f64>
+/// How the writers of a create phase are driven.
+#[derive(Clone, Copy)]
+enum Drive {
+    /// Every writer's loop in one task (`try_join_all`).
+    Joined,
+    /// Each writer its own task.
+    TaskPerWriter,
+}
+
+/// Runs `args.concurrency` writers, each doing `args.pods / concurrency` creates in a row
+/// (`create(writer, i)`); returns creates per second over all of them. Every create
+/// phase (raw storage and both API clients) has this one shape.
+async fn creates_per_second<F, Fut>(args: &Args, drive: Drive, create: F) -> Result<f64>
 where
     F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send,
 {
     let per_writer = args.pods / args.concurrency;
+    let writer = |w: usize| {
+        let create = create.clone();
+        async move {
+            for i in 0..per_writer {
+                create(w, i).await?;
+            }
+            Ok::<(), anyhow::Error>(())
+        }
+    };
     let start = Instant::now();
-    let writers: Vec<_> = (0..args.concurrency)
-        .map(|w| {
-            let create = create.clone();
-            tokio::spawn(async move {
-                for i in 0..per_writer {
-                    create(w, i).await?;
-                }
-                Ok::<(), anyhow::Error>(())
-            })
-        })
-        .collect();
-    for writer in writers {
-        writer.await??;
+    match drive {
+        Drive::Joined => {
+            futures::future::try_join_all((0..args.concurrency).map(writer)).await?;
+        }
+        Drive::TaskPerWriter => {
+            let tasks: Vec<_> = (0..args.concurrency)
+                .map(|w| tokio::spawn(writer(w)))
+                .collect();
+            for task in tasks {
+                task.await??;
+            }
+        }
     }
     Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// The raw baseline, measured in both shapes a caller could drive the store with: one
-/// task joining every writer's loop, and a task per writer (as the API clients run).
-/// The faster one is the baseline, so the API is never compared with a handicapped store.
+/// The raw baseline, measured in both ways a caller could drive the store. The faster
+/// one is the baseline, so the API is never compared with a handicapped store.
 async fn raw_creates(store: Arc<dyn Storage>, value: &Bytes, args: &Args) -> Result<f64> {
-    let per_writer = args.pods / args.concurrency;
-    let joined = {
-        let start = Instant::now();
-        futures::future::try_join_all((0..args.concurrency).map(|w| {
-            let store = store.as_ref();
-            async move {
-                for i in 0..per_writer {
-                    store
-                        .create(
-                            &format!("/registry/pods/raw-joined/pod-{w}-{i}"),
-                            value.clone(),
-                        )
-                        .await?;
-                }
-                Ok::<(), ferrokube_storage::StorageError>(())
-            }
-        }))
-        .await?;
-        (per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64()
-    };
-    let value = value.clone();
-    let spawned = creates_per_second(args, move |w, i| {
+    let mut rates = Vec::new();
+    for (drive, prefix) in [(Drive::Joined, "raw-joined"), (Drive::TaskPerWriter, "raw")] {
         let (store, value) = (store.clone(), value.clone());
-        async move {
-            store
-                .create(&format!("/registry/pods/raw/pod-{w}-{i}"), value)
-                .await?;
-            Ok(())
-        }
-    })
-    .await?;
+        rates.push(
+            creates_per_second(args, drive, move |w, i| {
+                let (store, value) = (store.clone(), value.clone());
+                async move {
+                    store
+                        .create(&format!("/registry/pods/{prefix}/pod-{w}-{i}"), value)
+                        .await?;
+                    Ok(())
+                }
+            })
+            .await?,
+        );
+    }
+    let (joined, spawned) = (rates[0], rates[1]);
     eprintln!(
         "  raw storage creates: {joined:.0}/s joined in one task, {spawned:.0}/s a task per writer"
     );
@@ -633,7 +635,7 @@ async fn raw_creates(store: Arc<dyn Storage>, value: &Bytes, args: &Args) -> Res
 /// deserializes each answer into one, work that shares the machine with the server.
 async fn typed_creates(pods: &Api<Pod>, args: &Args) -> Result<f64> {
     let pods = pods.clone();
-    creates_per_second(args, move |w, i| {
+    creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
         let pods = pods.clone();
         async move {
             pods.create(&PostParams::default(), &pod(&format!("pod-{w}-{i}")))
@@ -651,7 +653,7 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
     let template = serde_json::to_string(&pod("NAME"))?;
     let path = format!("/api/v1/namespaces/{ns}/pods");
     let client = client.clone();
-    creates_per_second(args, move |w, i| {
+    creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
         let body = template.replace("\"NAME\"", &format!("\"pod-{w}-{i}\""));
         let (client, path) = (client.clone(), path.clone());
         async move {
