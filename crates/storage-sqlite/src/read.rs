@@ -101,14 +101,16 @@ impl Snapshot {
     }
 }
 
+/// A key's live row: (mod_revision, create_revision, value). A subquery, not a join:
+/// this SQLite build re-prepares the equivalent `kv_current JOIN kv_log ... WHERE
+/// c.key = ?1` on every step (its plan is marked as depending on the bound key),
+/// which cost the writer about a tenth of its CPU.
+pub(crate) const LATEST_ROW: &str = "SELECT rev, create_rev, value FROM kv_log \
+     WHERE rev = (SELECT rev FROM kv_current WHERE key = ?1)";
+
 /// The newest value of `key`, if it is live.
 pub(crate) fn latest(tx: &Transaction<'_>, key: &str) -> Result<Option<KeyValue>> {
-    let mut st = tx
-        .prepare_cached(
-            "SELECT l.rev, l.create_rev, l.value FROM kv_current c \
-             JOIN kv_log l ON l.rev = c.rev WHERE c.key = ?1",
-        )
-        .map_err(sql_error)?;
+    let mut st = tx.prepare_cached(LATEST_ROW).map_err(sql_error)?;
     st.query_row([key.as_bytes()], |row| {
         Ok(KeyValue {
             key: key.to_string(),
