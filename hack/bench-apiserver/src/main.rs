@@ -44,6 +44,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use parking_lot::Mutex;
 
+mod floor;
+
 #[derive(Parser, Debug, Clone)]
 struct Args {
     /// Backends to measure, comma separated: sqlite, etcd.
@@ -81,11 +83,16 @@ struct Args {
     /// `--apiserver-arg=--audit-policy-file=/tmp/policy.yaml`).
     #[arg(long, allow_hyphen_values = true)]
     apiserver_arg: Vec<String>,
+    #[command(flatten)]
+    floor: floor::FloorArgs,
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(port) = args.floor.floor_serve {
+        return floor::serve(port, &args.floor).await;
+    }
     let apiserver = match &args.apiserver {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
@@ -255,10 +262,23 @@ impl Drop for ApiServer {
 
 /// A kube client from the admin kubeconfig.
 async fn client(kubeconfig: &Path, compression: bool) -> Result<kube::Client> {
+    client_of(kubeconfig, compression, None).await
+}
+
+/// A kube client from the admin kubeconfig, sent to `server` instead of the
+/// kubeconfig's URL if given.
+async fn client_of(
+    kubeconfig: &Path,
+    compression: bool,
+    server: Option<&str>,
+) -> Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let mut cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await?;
+    if let Some(server) = server {
+        cfg.cluster_url = server.parse()?;
+    }
     cfg.disable_compression = !compression;
     cfg.read_timeout = Some(Duration::from_secs(300));
     Ok(kube::Client::try_from(cfg)?)
@@ -411,9 +431,15 @@ async fn bench_backend(
     eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
     let preencoded_rate = preencoded_creates(&client, "bench-preencoded", args).await?;
     eprintln!("  api creates, pre-encoded JSON: {preencoded_rate:.0}/s");
+    let floor_rate = floor_creates(args, &pki, dir, &backend, value.len()).await?;
+    eprintln!("  creates over HTTPS to a server that only stores the body: {floor_rate:.0}/s");
     for (client, rate) in [
         ("kube-rs typed client (Api::<Pod>::create)", typed_rate),
         ("pre-encoded pod JSON (kube::Client::send)", preencoded_rate),
+        (
+            "the transport floor: pre-encoded pod JSON to a server that only stores the body (see floor.rs), not the apiserver",
+            floor_rate,
+        ),
     ] {
         rows.push(Row {
             backend: name,
@@ -674,6 +700,59 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
         }
     })
     .await
+}
+
+/// Starts the floor server (this binary, `--floor-serve`) on the backend's store type
+/// and drives it with the pre-encoded client; see `floor.rs`.
+async fn floor_creates(
+    args: &Args,
+    pki: &ferrokube_pki::PkiPaths,
+    dir: &Path,
+    backend: &Backend,
+    value_bytes: usize,
+) -> Result<f64> {
+    let port = free_port()?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("--floor-serve")
+        .arg(port.to_string())
+        .arg("--floor-cert")
+        .arg(&pki.apiserver_cert)
+        .arg("--floor-key")
+        .arg(&pki.apiserver_key)
+        .arg("--floor-client-ca")
+        .arg(&pki.ca_cert)
+        .arg("--floor-value-bytes")
+        .arg(value_bytes.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(dir.join("floor.err.log"))?);
+    match backend {
+        Backend::Sqlite => {
+            std::fs::create_dir_all(dir.join("floor"))?;
+            cmd.arg("--floor-sqlite").arg(dir.join("floor/state.db"));
+        }
+        Backend::Etcd(endpoint) => {
+            cmd.arg("--floor-etcd").arg(endpoint);
+        }
+    }
+    let mut server = ApiServer {
+        child: cmd.spawn().context("spawning the floor server")?,
+    };
+    let url = format!("https://127.0.0.1:{port}");
+    let client = client_of(&pki.admin_kubeconfig, true, Some(&url)).await?;
+    let started = Instant::now();
+    while raw_get(&client, "/").await.is_err() {
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("the floor server did not answer in 30 s; see {}", dir.display());
+        }
+        if let Ok(Some(status)) = server.child.try_wait() {
+            bail!("the floor server exited: {status}; see {}", dir.display());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let rate = preencoded_creates(&client, "floor", args).await;
+    server.stop();
+    rate
 }
 
 /// W watchers on `bench-watch`, then E pod creates; every watcher must see every event.
