@@ -11,6 +11,9 @@
 //!   SQLite file / the same etcd under another prefix) with the same concurrency, the
 //!   same number of objects and values of the size the apiserver stores for a pod
 //!   (driven both from one task and from a task per writer; the faster counts);
+//! * the transport floor (`floor.rs`): the pre-encoded client against a server that
+//!   only stores each body, showing how much of the gap to the raw baseline is HTTPS
+//!   and the clients, and how much the apiserver's own work;
 //! * GET latency p50/p99 (one pod, sequential) and LIST latency p50/p99 (a namespace of
 //!   100 pods, resourceVersion unset, i.e. a consistent read);
 //! * LIST of every created pod (default 50,000) from the watch cache (resourceVersion=0;
