@@ -49,7 +49,9 @@ pub struct FloorArgs {
 /// Serves until killed.
 pub async fn serve(port: u16, args: &FloorArgs) -> Result<()> {
     let read = |p: &Option<PathBuf>, what: &str| -> Result<String> {
-        let p = p.as_ref().with_context(|| format!("--floor-{what} is required"))?;
+        let p = p
+            .as_ref()
+            .with_context(|| format!("--floor-{what} is required"))?;
         std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
     };
     let tls = ferrokube_apiserver::tls_config(
@@ -103,6 +105,10 @@ async fn store_body(
     value_bytes: usize,
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>> {
+    if req.method() != hyper::Method::POST {
+        // The driver's readiness probe: answered without touching the store.
+        return Ok(Response::new(Full::new(Bytes::new())));
+    }
     let body = req.into_body().collect().await?.to_bytes();
     let key = format!(
         "/registry/pods/floor/{}",
@@ -113,7 +119,10 @@ async fn store_body(
     value.resize(value_bytes.max(body.len()), b' ');
     let (status, body) = match store.create(&key, value.into()).await {
         Ok(_) => (StatusCode::CREATED, body),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, Bytes::from(e.to_string())),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Bytes::from(e.to_string()),
+        ),
     };
     Ok(Response::builder()
         .status(status)

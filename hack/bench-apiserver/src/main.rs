@@ -746,7 +746,10 @@ async fn floor_creates(
     let started = Instant::now();
     while raw_get(&client, "/").await.is_err() {
         if started.elapsed() > Duration::from_secs(30) {
-            bail!("the floor server did not answer in 30 s; see {}", dir.display());
+            bail!(
+                "the floor server did not answer in 30 s; see {}",
+                dir.display()
+            );
         }
         if let Ok(Some(status)) = server.child.try_wait() {
             bail!("the floor server exited: {status}; see {}", dir.display());
