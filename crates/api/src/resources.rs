@@ -5,6 +5,9 @@
 //! resource is one entry in [`RESOURCES`] (plus its strategy hook in the registry).
 //! Values follow upstream's discovery documents for v1.33.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 /// A verb a resource supports (upstream discovery spells them in lower case).
 pub type Verb = &'static str;
 
@@ -305,9 +308,25 @@ pub fn resources_of(group: &str, version: &str) -> impl Iterator<Item = &'static
 
 /// Looks a resource up by group, version and URL plural.
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+    position(group, version, plural).map(|i| &RESOURCES[i])
+}
+
+/// [`RESOURCES`] positions by URL plural (a plural names one or two resources). Every
+/// request looks its resource up; a scan of the table compared ~60 strings each time.
+static BY_PLURAL: LazyLock<HashMap<&'static str, Vec<usize>>> = LazyLock::new(|| {
+    let mut by_plural: HashMap<&'static str, Vec<usize>> = HashMap::new();
+    for (i, r) in RESOURCES.iter().enumerate() {
+        by_plural.entry(r.plural).or_default().push(i);
+    }
+    by_plural
+});
+
+/// Where a resource is in [`RESOURCES`], by group, version and URL plural.
+pub fn position(group: &str, version: &str, plural: &str) -> Option<usize> {
+    BY_PLURAL.get(plural)?.iter().copied().find(|&i| {
+        let r = &RESOURCES[i];
+        r.group == group && r.version == version
+    })
 }
 
 /// Looks a resource up by group and kind (the first served version).
@@ -321,6 +340,20 @@ pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn every_resource_is_found_at_its_position() {
+        for (i, r) in RESOURCES.iter().enumerate() {
+            assert_eq!(position(r.group, r.version, r.plural), Some(i));
+            assert!(std::ptr::eq(
+                lookup(r.group, r.version, r.plural).unwrap(),
+                r
+            ));
+        }
+        assert_eq!(position("apps", "v1", "pods"), None);
+        assert_eq!(position("", "v2", "pods"), None);
+        assert_eq!(position("", "v1", "nonsense"), None);
+    }
 
     #[test]
     fn plurals_unique_per_group_version() {

@@ -101,6 +101,8 @@ impl Default for RegistryConfig {
 
 /// All stores, the watch cache and the background tasks.
 pub struct Registry {
+    /// One per built-in resource, in [`RESOURCES`] order: `stores[i]` serves
+    /// `RESOURCES[i]`.
     stores: Vec<Arc<Store>>,
     storage: Arc<dyn Storage>,
     tasks: Vec<JoinHandle<()>>,
@@ -208,10 +210,11 @@ impl Registry {
 
     /// The store of `group/version` `plural`.
     pub fn store(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Store>> {
-        self.stores.iter().find(|s| {
-            let i = s.info();
-            i.group == group && i.version == version && i.plural == plural
-        })
+        let store = self
+            .stores
+            .get(ferrokube_api::resources::position(group, version, plural)?)?;
+        debug_assert_eq!(store.info().plural, plural);
+        Some(store)
     }
 
     pub fn store_for(&self, info: &ResourceInfo) -> Option<&Arc<Store>> {
