@@ -23,6 +23,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 
+use crate::Backend;
+
 /// Where the floor server listens, with what identity, on which store.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct FloorArgs {
@@ -60,23 +62,12 @@ pub async fn serve(port: u16, args: &FloorArgs) -> Result<()> {
         Some(&read(&args.floor_client_ca, "client-ca")?),
     )
     .map_err(|e| anyhow::anyhow!("tls: {e}"))?;
-    let store: Arc<dyn Storage> = match (&args.floor_etcd, &args.floor_sqlite) {
-        (Some(endpoint), _) => Arc::new(
-            ferrokube_storage_etcd::EtcdStorage::connect(
-                std::slice::from_ref(endpoint),
-                ferrokube_storage_etcd::EtcdOptions {
-                    prefix: "/bench-floor".into(),
-                    ..Default::default()
-                },
-            )
-            .await?,
-        ),
-        (None, Some(path)) => Arc::new(ferrokube_storage_sqlite::SqliteStorage::open(
-            path,
-            Default::default(),
-        )?),
+    let (backend, sqlite_path) = match (&args.floor_etcd, &args.floor_sqlite) {
+        (Some(endpoint), _) => (Backend::Etcd(endpoint.clone()), PathBuf::new()),
+        (None, Some(path)) => (Backend::Sqlite, path.clone()),
         (None, None) => anyhow::bail!("--floor-sqlite or --floor-etcd is required"),
     };
+    let store = crate::open_store(&backend, &sqlite_path, "/bench-floor").await?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
     let next_key = Arc::new(AtomicU64::new(0));

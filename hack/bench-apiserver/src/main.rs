@@ -263,6 +263,31 @@ impl Drop for ApiServer {
     }
 }
 
+/// A store of the backend's type next to the apiserver's own: a fresh SQLite file at
+/// `sqlite_path`, or the same etcd under `etcd_prefix`.
+async fn open_store(
+    backend: &Backend,
+    sqlite_path: &Path,
+    etcd_prefix: &str,
+) -> Result<Arc<dyn Storage>> {
+    Ok(match backend {
+        Backend::Sqlite => Arc::new(ferrokube_storage_sqlite::SqliteStorage::open(
+            sqlite_path,
+            Default::default(),
+        )?),
+        Backend::Etcd(endpoint) => Arc::new(
+            ferrokube_storage_etcd::EtcdStorage::connect(
+                std::slice::from_ref(endpoint),
+                ferrokube_storage_etcd::EtcdOptions {
+                    prefix: etcd_prefix.into(),
+                    ..Default::default()
+                },
+            )
+            .await?,
+        ),
+    })
+}
+
 /// A kube client from the admin kubeconfig.
 async fn client(kubeconfig: &Path, compression: bool) -> Result<kube::Client> {
     client_of(kubeconfig, compression, None).await
@@ -406,22 +431,7 @@ async fn bench_backend(
     let value = stored.clone();
 
     // Raw storage baseline: Storage::create on the same backend type.
-    let raw: Arc<dyn Storage> = match &backend {
-        Backend::Sqlite => Arc::new(ferrokube_storage_sqlite::SqliteStorage::open(
-            &dir.join("raw/state.db"),
-            Default::default(),
-        )?),
-        Backend::Etcd(endpoint) => Arc::new(
-            ferrokube_storage_etcd::EtcdStorage::connect(
-                std::slice::from_ref(endpoint),
-                ferrokube_storage_etcd::EtcdOptions {
-                    prefix: "/bench-raw".into(),
-                    ..Default::default()
-                },
-            )
-            .await?,
-        ),
-    };
+    let raw = open_store(&backend, &dir.join("raw/state.db"), "/bench-raw").await?;
     let raw_rate = raw_creates(raw, &value, args).await?;
 
     // Pod creates through the API, with each client.
