@@ -216,12 +216,38 @@ fn pcts(h: &Histogram<u64>) -> String {
     )
 }
 
-/// The spawned apiserver: stopped (SIGTERM, then SIGKILL after 10 s) by its pid.
-struct ApiServer {
+/// A server this driver spawned (the apiserver or the floor): stopped (SIGTERM, then
+/// SIGKILL after 10 s) by its pid.
+struct ServerProcess {
     child: Child,
 }
 
-impl ApiServer {
+impl ServerProcess {
+    /// Polls `path` through `client` until it answers 200. Fails when `limit` passes
+    /// or the process exits first; `what` names it in the error.
+    async fn wait_ready(
+        &mut self,
+        client: &kube::Client,
+        path: &str,
+        limit: Duration,
+        what: &str,
+        dir: &Path,
+    ) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Ok((200, _)) = raw_get(client, path).await {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                bail!("{what} not ready in {limit:?}; see {}", dir.display());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("{what} exited: {status}; see {}", dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -257,7 +283,7 @@ impl ApiServer {
     }
 }
 
-impl Drop for ApiServer {
+impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.stop();
     }
@@ -386,21 +412,19 @@ async fn bench_backend(
     }
     let client_plain = client(&pki.admin_kubeconfig, false).await?;
     let started = Instant::now();
-    let mut server = ApiServer {
+    let mut server = ServerProcess {
         child: cmd.spawn().context("spawning kube-apiserver")?,
     };
-    let ready = loop {
-        if let Ok((200, _)) = raw_get(&client_plain, "/readyz").await {
-            break started.elapsed();
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!("kube-apiserver not ready in 60 s; see {}", dir.display());
-        }
-        if let Ok(Some(status)) = server.child.try_wait() {
-            bail!("kube-apiserver exited: {status}; see {}", dir.display());
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
+    server
+        .wait_ready(
+            &client_plain,
+            "/readyz",
+            Duration::from_secs(60),
+            "kube-apiserver",
+            dir,
+        )
+        .await?;
+    let ready = started.elapsed();
     rows.push(row(
         name,
         "process start to /readyz 200 (fresh store)",
@@ -741,31 +765,26 @@ async fn floor_creates(
         .stderr(File::create(dir.join("floor.err.log"))?);
     match backend {
         Backend::Sqlite => {
-            std::fs::create_dir_all(dir.join("floor"))?;
             cmd.arg("--floor-sqlite").arg(dir.join("floor/state.db"));
         }
         Backend::Etcd(endpoint) => {
             cmd.arg("--floor-etcd").arg(endpoint);
         }
     }
-    let mut server = ApiServer {
+    let mut server = ServerProcess {
         child: cmd.spawn().context("spawning the floor server")?,
     };
     let url = format!("https://127.0.0.1:{port}");
     let client = client_of(&pki.admin_kubeconfig, true, Some(&url)).await?;
-    let started = Instant::now();
-    while raw_get(&client, "/").await.is_err() {
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "the floor server did not answer in 30 s; see {}",
-                dir.display()
-            );
-        }
-        if let Ok(Some(status)) = server.child.try_wait() {
-            bail!("the floor server exited: {status}; see {}", dir.display());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server
+        .wait_ready(
+            &client,
+            "/",
+            Duration::from_secs(30),
+            "the floor server",
+            dir,
+        )
+        .await?;
     let rate = preencoded_creates(&client, "floor", args).await;
     server.stop();
     rate
