@@ -1,10 +1,11 @@
 //! The watch cache: one storage watch for the whole registry, fanned out into one
 //! in-memory cache per resource. Each cache holds the current objects (for lists at
 //! RV=0 / NotOlderThan and for initial watch events) and a window of recent events
-//! (for watches from a resourceVersion). An object version is decoded once and
-//! serialized to JSON at most once ([`CachedObject::json`]); that one serialization
-//! serves every list that returns it and every watch event that carries it, however many
-//! watchers see it (upstream's `cachingObject`).
+//! (for watches from a resourceVersion). An object version from storage is kept as its
+//! JSON (the stored bytes with its resourceVersion, [`CachedObject::from_stored`]) and
+//! decoded only when something reads it as a value; that one JSON serves every list
+//! that returns it and every watch event that carries it, however many watchers see it
+//! (upstream's `cachingObject`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Deref;
@@ -51,14 +52,22 @@ impl EventType {
     }
 }
 
-/// One version of one object as the cache hands it out: the decoded value and its JSON
-/// serialization, made on first use and shared by every clone (lists, watch events,
-/// initial watch events). Cloning is two reference-count increments. It dereferences to
-/// the object, so selectors and readers use it as a `Value`.
+/// One version of one object as the cache hands it out: its JSON and its decoded
+/// value, shared by every clone (lists, watch events, initial watch events). Cloning is
+/// one reference-count increment. It dereferences to the object, so selectors and
+/// readers use it as a `Value`.
+///
+/// An object read from storage ([`CachedObject::from_stored`]) starts as its JSON only
+/// and is decoded on first use: most cached versions are only ever served as JSON (or
+/// never read before they are replaced), and the JSON is a sixth of the decoded tree's
+/// memory. An object built in memory ([`CachedObject::new`]) is serialized on first use.
 #[derive(Clone, Debug)]
-pub struct CachedObject {
-    value: Arc<Value>,
-    json: Arc<OnceLock<Bytes>>,
+pub struct CachedObject(Arc<CachedForms>);
+
+#[derive(Debug)]
+struct CachedForms {
+    value: OnceLock<Arc<Value>>,
+    json: OnceLock<Bytes>,
 }
 
 impl CachedObject {
@@ -67,22 +76,38 @@ impl CachedObject {
     }
 
     pub fn from_arc(value: Arc<Value>) -> Self {
-        CachedObject {
-            value,
-            json: Arc::default(),
-        }
+        CachedObject(Arc::new(CachedForms {
+            value: OnceLock::from(value),
+            json: OnceLock::new(),
+        }))
+    }
+
+    /// A stored object at `revision` (its resourceVersion), without decoding it;
+    /// `None` when the stored bytes are not a JSON object.
+    pub fn from_stored(value: &[u8], revision: Revision) -> Option<Self> {
+        let json = crate::stored_json::with_resource_version(value, revision)?;
+        Some(CachedObject(Arc::new(CachedForms {
+            value: OnceLock::new(),
+            json: OnceLock::from(json),
+        })))
     }
 
     /// The shared value (the same `Arc` until the object changes).
     pub fn value(&self) -> &Arc<Value> {
-        &self.value
+        self.0.value.get_or_init(|| {
+            // Only objects made from their JSON lack a value, and that JSON was checked
+            // to be an object when it was made, so decoding it cannot fail.
+            let json = self.0.json.get().map(|b| &b[..]).unwrap_or_default();
+            Arc::new(serde_json::from_slice(json).unwrap_or_default())
+        })
     }
 
     /// The object in JSON, serialized once for all holders of this version.
     pub fn json(&self) -> &Bytes {
-        self.json.get_or_init(|| {
-            // Serializing a Value cannot fail.
-            Bytes::from(serde_json::to_vec(&*self.value).unwrap_or_default())
+        self.0.json.get_or_init(|| {
+            // Objects without JSON were made from a value; serializing one cannot fail.
+            let value = self.0.value.get().map(|v| &**v).unwrap_or(&Value::Null);
+            Bytes::from(serde_json::to_vec(value).unwrap_or_default())
         })
     }
 }
@@ -91,7 +116,7 @@ impl Deref for CachedObject {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        &self.value
+        self.value()
     }
 }
 
@@ -288,19 +313,19 @@ impl ResourceCache {
             WatchEvent::Added(kv) => (
                 EventType::Added,
                 &kv.key,
-                decode_stored(&kv.value, kv.mod_revision),
+                CachedObject::from_stored(&kv.value, kv.mod_revision),
                 kv.mod_revision,
             ),
             WatchEvent::Modified { current, .. } => (
                 EventType::Modified,
                 &current.key,
-                decode_stored(&current.value, current.mod_revision),
+                CachedObject::from_stored(&current.value, current.mod_revision),
                 current.mod_revision,
             ),
             WatchEvent::Deleted { previous, revision } => (
                 EventType::Deleted,
                 &previous.key,
-                decode_stored(&previous.value, *revision),
+                CachedObject::from_stored(&previous.value, *revision),
                 *revision,
             ),
             WatchEvent::Progress(rev) => {
@@ -313,7 +338,6 @@ impl ResourceCache {
             self.advance(revision);
             return;
         };
-        let object = CachedObject::new(object);
         let mut st = self.state.write();
         if revision <= st.revision {
             return;
@@ -359,7 +383,7 @@ impl ResourceCache {
     /// The objects under `prefix` (a namespace's prefix or the whole resource) and
     /// the revision they are current at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
-        self.collect_under(prefix, |o| o.value.clone())
+        self.collect_under(prefix, |o| o.value().clone())
     }
 
     /// `each` of the objects under `prefix`, and the revision they are current at.
@@ -662,9 +686,9 @@ impl CacheHub {
             } in page.items
             {
                 if let Some(i) = self.caches.iter().position(|c| key.starts_with(&c.prefix))
-                    && let Some(obj) = decode_stored(&value, mod_revision)
+                    && let Some(obj) = CachedObject::from_stored(&value, mod_revision)
                 {
-                    per_cache[i].push((key, CachedObject::new(obj)));
+                    per_cache[i].push((key, obj));
                 }
             }
             match page.continue_token {

@@ -17,6 +17,7 @@ pub mod errors;
 pub mod kinds;
 pub mod meta;
 pub mod store;
+pub mod stored_json;
 pub mod strategy;
 
 use std::net::IpAddr;

@@ -374,6 +374,17 @@ impl Store {
         decode_stored(value, revision).map(|o| self.served(o))
     }
 
+    /// A stored object in the served form, for lists: kept as its JSON (decoded only
+    /// if a selector or a non-JSON output needs it) unless it converts.
+    fn cached_served(&self, value: &[u8], revision: Revision) -> Option<CachedObject> {
+        match self.strategy.hooks().storage_codec {
+            Some(c) => {
+                decode_stored(value, revision).map(|o| CachedObject::new((c.from_storage)(o)))
+            }
+            None => CachedObject::from_stored(value, revision),
+        }
+    }
+
     /// The bytes stored for a served object.
     fn encode(&self, obj: &Value) -> Result<Bytes, ApiError> {
         match self.strategy.hooks().storage_codec {
@@ -798,10 +809,10 @@ impl Store {
                 ..
             } in &page.items
             {
-                if let Some(obj) = self.decode_served(value, *mod_revision)
+                if let Some(obj) = self.cached_served(value, *mod_revision)
                     && filter.as_ref().is_none_or(|f| f(&obj))
                 {
-                    items.push(CachedObject::new(obj));
+                    items.push(obj);
                 }
             }
             let done = page.continue_token.is_none() || limit == 0 || items.len() >= limit;

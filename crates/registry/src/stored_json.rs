@@ -1,0 +1,238 @@
+//! A stored object's JSON with its `metadata.resourceVersion` set, made from the stored
+//! bytes without decoding them into a tree.
+//!
+//! Storage keeps objects without a resourceVersion (the store's revision is the
+//! resourceVersion). Whatever serves a stored object needs it with one. Decoding into a
+//! `serde_json::Value` and serializing again costs a tree of allocations per object and
+//! about six times the object's size in memory while it is held; the watch cache does it
+//! for every write. Here only the top level and `metadata` are split into raw members
+//! (borrowed slices of the input) and written back with the new field, in the place a
+//! `Value` (sorted keys) would put it; every other member is copied as it is.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::Bytes;
+use ferrokube_storage::Revision;
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// `value` (a JSON object) with `metadata.resourceVersion` = `revision` as a string;
+/// `None` when `value` is not valid JSON or not an object, or its metadata is not one.
+pub fn with_resource_version(value: &[u8], revision: Revision) -> Option<Bytes> {
+    let top: Members<'_> = serde_json::from_slice(value).ok()?;
+    let rv = format!("\"{revision}\"");
+    let mut out = Vec::with_capacity(value.len() + rv.len() + 32);
+    let mut wrote_metadata = false;
+    let mut first = true;
+    let mut separate = |out: &mut Vec<u8>| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+    };
+    out.push(b'{');
+    for (key, raw) in &top.0 {
+        if key == "metadata" {
+            // A second "metadata" member is dropped; none of our writers makes one.
+            if !wrote_metadata {
+                separate(&mut out);
+                write_metadata(&mut out, raw.get().as_bytes(), &rv)?;
+                wrote_metadata = true;
+            }
+            continue;
+        }
+        if !wrote_metadata && key.as_ref() > "metadata" {
+            separate(&mut out);
+            write_metadata(&mut out, b"{}", &rv)?;
+            wrote_metadata = true;
+        }
+        separate(&mut out);
+        write_key(&mut out, key);
+        out.extend_from_slice(raw.get().as_bytes());
+    }
+    if !wrote_metadata {
+        separate(&mut out);
+        write_metadata(&mut out, b"{}", &rv)?;
+    }
+    out.push(b'}');
+    Some(Bytes::from(out))
+}
+
+/// `"metadata":{...}` from the raw metadata object with `resourceVersion` replaced.
+fn write_metadata(out: &mut Vec<u8>, metadata: &[u8], rv: &str) -> Option<()> {
+    let fields: Members<'_> = serde_json::from_slice(metadata).ok()?;
+    write_key(out, "metadata");
+    out.push(b'{');
+    let mut first = true;
+    let mut wrote_rv = false;
+    let mut member = |out: &mut Vec<u8>, k: &str, v: &[u8]| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_key(out, k);
+        out.extend_from_slice(v);
+    };
+    for (k, v) in &fields.0 {
+        if k == "resourceVersion" {
+            continue;
+        }
+        if !wrote_rv && k.as_ref() > "resourceVersion" {
+            member(out, "resourceVersion", rv.as_bytes());
+            wrote_rv = true;
+        }
+        member(out, k, v.get().as_bytes());
+    }
+    if !wrote_rv {
+        member(out, "resourceVersion", rv.as_bytes());
+    }
+    out.push(b'}');
+    Some(())
+}
+
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+}
+
+/// The members of a JSON object in their order, keys borrowed where they have no
+/// escapes, values as raw slices of the input.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+/// A member name, borrowed from the input when it needs no unescaping.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((Key(k), v)) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                    members.push((k, v));
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(MembersVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// What decoding, setting the field and serializing gives (the reference).
+    fn through_value(v: &Value, revision: Revision) -> Vec<u8> {
+        let mut v = v.clone();
+        v.as_object_mut()
+            .unwrap()
+            .entry("metadata")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .unwrap()
+            .insert("resourceVersion".into(), json!(revision.to_string()));
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn matches_decoding_and_serializing_byte_for_byte() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "a", "namespace": "default", "uid": "u",
+                                "labels": {"app": "x\"y"}},
+                   "spec": {"containers": [{"name": "c", "image": "nginx"}],
+                            "template": {"metadata": {"name": "nested"}}},
+                   "status": {"phase": "Pending"}}),
+            // Fields sorting before and after resourceVersion, and only one of them.
+            json!({"metadata": {"annotations": {"a": "b"}, "selfLink": "s"}}),
+            json!({"metadata": {"uid": "u"}}),
+            json!({"metadata": {"annotations": {}}}),
+            json!({"metadata": {}}),
+            // No metadata at all: it is added where it sorts.
+            json!({"apiVersion": "v1", "kind": "X"}),
+            json!({"spec": {}}),
+            json!({}),
+            // Keys and values that need escapes.
+            json!({"a\"b": "\u{1}\n", "metadata": {"name": "é\\"}, "z": [1, 2.5, null]}),
+        ];
+        for obj in objects {
+            let stored = serde_json::to_vec(&obj).unwrap();
+            let got = with_resource_version(&stored, 42).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&through_value(&obj, 42)),
+                "for {obj}"
+            );
+        }
+    }
+
+    #[test]
+    fn replaces_a_resource_version_already_there() {
+        let got = with_resource_version(br#"{"metadata":{"name":"a","resourceVersion":"7"}}"#, 9)
+            .unwrap();
+        assert_eq!(
+            &got[..],
+            br#"{"metadata":{"name":"a","resourceVersion":"9"}}"#
+        );
+    }
+
+    #[test]
+    fn keeps_member_order_and_spacing_of_other_writers() {
+        let got = with_resource_version(br#"{"kind": "X", "metadata": {"name": "a"}}"#, 3).unwrap();
+        let v: Value = serde_json::from_slice(&got).unwrap();
+        assert_eq!(
+            v,
+            json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "3"}})
+        );
+    }
+
+    #[test]
+    fn rejects_what_is_not_an_object_with_object_metadata() {
+        for bad in [
+            &b"not json"[..],
+            b"[1,2]",
+            b"\"s\"",
+            b"{\"metadata\":5}",
+            b"{\"metadata\":{\"name\":}}",
+            b"{\"spec\":{\"a\":[1,}}",
+            b"{\"a\":1} trailing",
+        ] {
+            assert!(
+                with_resource_version(bad, 1).is_none(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
