@@ -771,3 +771,60 @@ impl CacheHub {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn added(key: &str, value: &[u8], revision: Revision) -> WatchEvent {
+        WatchEvent::Added(KeyValue {
+            key: key.to_string(),
+            value: Bytes::copy_from_slice(value),
+            create_revision: revision,
+            mod_revision: revision,
+        })
+    }
+
+    #[test]
+    fn a_stored_object_is_served_with_its_revision_and_decodes_to_the_same() {
+        let stored = br#"{"kind":"Pod","metadata":{"name":"a","uid":"u"},"spec":{}}"#;
+        let obj = CachedObject::from_stored(stored, 17).unwrap();
+        assert_eq!(
+            &obj.json()[..],
+            br#"{"kind":"Pod","metadata":{"name":"a","resourceVersion":"17","uid":"u"},"spec":{}}"#
+        );
+        assert_eq!(
+            **obj.value(),
+            json!({"kind": "Pod", "metadata": {"name": "a", "resourceVersion": "17", "uid": "u"}, "spec": {}})
+        );
+        // The decoded value is made once and shared by every clone.
+        let clone = obj.clone();
+        assert!(Arc::ptr_eq(obj.value(), clone.value()));
+        assert!(CachedObject::from_stored(b"[1]", 1).is_none());
+    }
+
+    #[test]
+    fn an_object_made_in_memory_is_serialized_on_first_use() {
+        let obj = CachedObject::new(json!({"metadata": {"name": "b"}}));
+        assert_eq!(&obj.json()[..], br#"{"metadata":{"name":"b"}}"#);
+        assert_eq!(meta::name(&obj), "b");
+    }
+
+    #[test]
+    fn the_cache_skips_an_undecodable_value_and_keeps_going() {
+        let revisions = Arc::new(tokio::sync::watch::channel(0).0);
+        let cache = ResourceCache::new("/registry/pods/".into(), revisions);
+        cache.apply(&added("/registry/pods/ns/bad", b"{\"metadata\":", 5));
+        cache.apply(&added(
+            "/registry/pods/ns/good",
+            br#"{"metadata":{"name":"good","namespace":"ns"}}"#,
+            6,
+        ));
+        let (items, revision) = cache.snapshot_objects("/registry/pods/ns/");
+        assert_eq!(revision, 6);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["metadata"]["resourceVersion"], "6");
+        assert!(cache.get("/registry/pods/ns/bad").is_none());
+    }
+}
