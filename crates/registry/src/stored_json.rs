@@ -24,7 +24,10 @@ pub fn with_resource_version(value: &[u8], revision: Revision) -> Option<Bytes> 
     let top: Members<'_> = serde_json::from_slice(value).ok()?;
     let rv = format!("\"{revision}\"");
     let mut out = Vec::with_capacity(value.len() + rv.len() + 32);
+    // Metadata is added (where it sorts) only when there is none; members of other
+    // writers may come in any order.
     let mut wrote_metadata = false;
+    let has_metadata = top.0.iter().any(|(key, _)| key == "metadata");
     let mut first = true;
     let mut separate = |out: &mut Vec<u8>| {
         if !first {
@@ -43,7 +46,7 @@ pub fn with_resource_version(value: &[u8], revision: Revision) -> Option<Bytes> 
             }
             continue;
         }
-        if !wrote_metadata && key.as_ref() > "metadata" {
+        if !has_metadata && !wrote_metadata && key.as_ref() > "metadata" {
             separate(&mut out);
             write_metadata(&mut out, b"{}", &rv)?;
             wrote_metadata = true;
@@ -214,6 +217,12 @@ mod tests {
         assert_eq!(
             v,
             json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "3"}})
+        );
+        // Metadata after members that sort behind it.
+        let got = with_resource_version(br#"{"spec":{"a":1},"metadata":{"uid":"u"}}"#, 4).unwrap();
+        assert_eq!(
+            &got[..],
+            br#"{"spec":{"a":1},"metadata":{"resourceVersion":"4","uid":"u"}}"#
         );
     }
 
