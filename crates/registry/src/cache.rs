@@ -383,23 +383,12 @@ impl ResourceCache {
     /// The objects under `prefix` (a namespace's prefix or the whole resource) and
     /// the revision they are current at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
-        self.collect_under(prefix, |o| o.value().clone())
-    }
-
-    /// `each` of the objects under `prefix`, and the revision they are current at.
-    fn collect_under<T>(
-        &self,
-        prefix: &str,
-        each: impl Fn(&CachedObject) -> T,
-    ) -> (Vec<T>, Revision) {
-        let st = self.state.read();
-        let items = st
-            .objects
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| each(v))
-            .collect();
-        (items, st.revision)
+        // Decoded (on first use) after the lock is released.
+        let (objects, revision) = self.snapshot_objects(prefix);
+        (
+            objects.iter().map(|o| o.value().clone()).collect(),
+            revision,
+        )
     }
 
     /// The object at `key`, if the cache has it.
@@ -407,9 +396,17 @@ impl ResourceCache {
         self.state.read().objects.get(key).cloned()
     }
 
-    /// [`Self::snapshot`] with each object's shared serialization, for lists.
+    /// The objects under `prefix` as the cache holds them (JSON and value, each made
+    /// once), and the revision they are current at.
     pub fn snapshot_objects(&self, prefix: &str) -> (Vec<CachedObject>, Revision) {
-        self.collect_under(prefix, CachedObject::clone)
+        let st = self.state.read();
+        let objects = st
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (objects, st.revision)
     }
 
     /// Starts a watch. `from`: `None` starts now with the current objects as ADDED
@@ -427,19 +424,20 @@ impl ResourceCache {
         if let Some(rv) = from {
             self.wait_for(rv, Duration::from_secs(3)).await?;
         }
-        let (initial, mut rx, start_rev) = {
+        // The backlog is taken under the lock and filtered after it: a selector decodes
+        // objects on first use, which must not hold up the cache's writer.
+        let (objects, events, mut rx, start_rev) = {
             let st = self.state.read();
             let rx = st.tx.subscribe();
             match from {
                 None => {
-                    let items: Vec<WatchItem> = st
+                    let objects: Vec<CachedObject> = st
                         .objects
                         .range(prefix.clone()..)
                         .take_while(|(k, _)| k.starts_with(&prefix))
-                        .filter(|(_, v)| filter(v))
-                        .map(|(_, v)| WatchItem::Synthetic(EventType::Added, v.clone()))
+                        .map(|(_, v)| v.clone())
                         .collect();
-                    (items, rx, st.revision)
+                    (objects, Vec::new(), rx, st.revision)
                 }
                 Some(rv) => {
                     if rv < st.oldest {
@@ -448,16 +446,22 @@ impl ResourceCache {
                             st.oldest
                         )));
                     }
-                    let items = st
+                    let events: Vec<Arc<CachedEvent>> = st
                         .events
                         .iter()
                         .filter(|e| e.revision > rv && e.key.starts_with(&prefix))
-                        .filter_map(|e| route(e, &filter))
+                        .cloned()
                         .collect();
-                    (items, rx, st.revision)
+                    (Vec::new(), events, rx, st.revision)
                 }
             }
         };
+        let initial: Vec<WatchItem> = objects
+            .into_iter()
+            .filter(|o| filter(o))
+            .map(|o| WatchItem::Synthetic(EventType::Added, o))
+            .chain(events.iter().filter_map(|e| route(e, &filter)))
+            .collect();
         let (tx, out) = mpsc::channel(256);
         tokio::spawn(async move {
             for item in initial {
