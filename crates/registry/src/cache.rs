@@ -205,6 +205,17 @@ struct State {
     tx: broadcast::Sender<Arc<CachedEvent>>,
 }
 
+impl State {
+    /// The objects whose keys start with `prefix`, in key order.
+    fn objects_under(&self, prefix: &str) -> Vec<CachedObject> {
+        self.objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
 /// The cache of one resource (one key prefix).
 pub struct ResourceCache {
     prefix: String,
@@ -400,13 +411,7 @@ impl ResourceCache {
     /// once), and the revision they are current at.
     pub fn snapshot_objects(&self, prefix: &str) -> (Vec<CachedObject>, Revision) {
         let st = self.state.read();
-        let objects = st
-            .objects
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
-        (objects, st.revision)
+        (st.objects_under(prefix), st.revision)
     }
 
     /// Starts a watch. `from`: `None` starts now with the current objects as ADDED
@@ -430,15 +435,7 @@ impl ResourceCache {
             let st = self.state.read();
             let rx = st.tx.subscribe();
             match from {
-                None => {
-                    let objects: Vec<CachedObject> = st
-                        .objects
-                        .range(prefix.clone()..)
-                        .take_while(|(k, _)| k.starts_with(&prefix))
-                        .map(|(_, v)| v.clone())
-                        .collect();
-                    (objects, Vec::new(), rx, st.revision)
-                }
+                None => (st.objects_under(&prefix), Vec::new(), rx, st.revision),
                 Some(rv) => {
                     if rv < st.oldest {
                         return Err(ApiError::resource_expired(format!(
