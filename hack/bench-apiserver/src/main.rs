@@ -14,6 +14,9 @@
 //! * the transport floor (`floor.rs`): the pre-encoded client against a server that
 //!   only stores each body, showing how much of the gap to the raw baseline is HTTPS
 //!   and the clients, and how much the apiserver's own work;
+//! * where each create phase's CPU went (`cpu.rs`), per create: the apiserver, this
+//!   driver (the clients; for the raw baseline the store itself), other processes
+//!   (etcd), and the machine's idle share;
 //! * GET latency p50/p99 (one pod, sequential) and LIST latency p50/p99 (a namespace of
 //!   100 pods, resourceVersion unset, i.e. a consistent read);
 //! * LIST of every created pod (default 50,000) from the watch cache (resourceVersion=0;
@@ -47,6 +50,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use parking_lot::Mutex;
 
+mod cpu;
 mod floor;
 
 #[derive(Parser, Debug, Clone)]
@@ -456,7 +460,10 @@ async fn bench_backend(
 
     // Raw storage baseline: Storage::create on the same backend type.
     let raw = open_store(&backend, &dir.join("raw/state.db"), "/bench-raw").await?;
+    let creates = (args.pods / args.concurrency) * args.concurrency;
+    let cpu_before = cpu::CpuSample::take(None)?;
     let raw_rate = raw_creates(raw, &value, args).await?;
+    let raw_cpu = cpu::CpuSample::take(None)?.since(&cpu_before, 2 * creates);
 
     // Pod creates through the API, with each client.
     let baseline = format!(
@@ -464,9 +471,14 @@ async fn bench_backend(
         args.concurrency,
         value.len()
     );
+    let server_pid = Some(server.pid());
+    let cpu_before = cpu::CpuSample::take(server_pid)?;
     let typed_rate = typed_creates(&pods, args).await?;
+    let typed_cpu = cpu::CpuSample::take(server_pid)?.since(&cpu_before, creates);
     eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
+    let cpu_before = cpu::CpuSample::take(server_pid)?;
     let preencoded_rate = preencoded_creates(&client, "bench-preencoded", args).await?;
+    let preencoded_cpu = cpu::CpuSample::take(server_pid)?.since(&cpu_before, creates);
     eprintln!("  api creates, pre-encoded JSON: {preencoded_rate:.0}/s");
     let floor_rate = floor_creates(args, &pki, dir, &backend, value.len()).await?;
     eprintln!("  creates over HTTPS to a server that only stores the body: {floor_rate:.0}/s");
@@ -488,6 +500,19 @@ async fn bench_backend(
             baseline: baseline.clone(),
             ratio: format!("{:.0} %", 100.0 * rate / raw_rate),
         });
+    }
+    // Where each phase's CPU went, per create: the gap between the API and the raw
+    // store is the apiserver's and the client's CPU on the same two cores.
+    for (phase, used) in [
+        ("raw storage baseline (the driver is the store)", raw_cpu),
+        ("API, kube-rs typed client", typed_cpu),
+        ("API, pre-encoded JSON", preencoded_cpu),
+    ] {
+        rows.push(row(
+            name,
+            format!("CPU per create, {phase}"),
+            used.to_string(),
+        ));
     }
 
     // How far the watch cache lags behind the last acknowledged create: a pod created

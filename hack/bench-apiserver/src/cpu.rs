@@ -1,0 +1,162 @@
+//! Where a create phase's CPU went: the apiserver process, this driver (the clients, or
+//! for the raw baseline the store itself), everything else on the machine (etcd, the
+//! kernel's own threads), and how much of the two cores stayed idle. The ratio of API
+//! to raw creates only says how far apart they are; this says which side of the
+//! machine the gap is on. Read from `/proc` in clock ticks (10 ms), so it is meant for
+//! phases of seconds, not milliseconds.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+/// CPU time used so far, by the processes a phase involves and by the whole machine.
+pub struct CpuSample {
+    server: Option<Duration>,
+    driver: Duration,
+    machine_busy: Duration,
+    machine_idle: Duration,
+}
+
+/// The CPU a phase used per operation (µs) and the machine's idle share.
+pub struct CpuPerOp {
+    pub server_us: Option<f64>,
+    pub driver_us: f64,
+    pub other_us: f64,
+    pub idle_percent: f64,
+}
+
+impl CpuSample {
+    /// Now, for `server` (the apiserver's pid, if the phase has one) and this process.
+    pub fn take(server: Option<u32>) -> Result<CpuSample> {
+        let (machine_busy, machine_idle) = machine_times()?;
+        Ok(CpuSample {
+            server: server.map(process_time).transpose()?,
+            driver: process_time(std::process::id())?,
+            machine_busy,
+            machine_idle,
+        })
+    }
+
+    /// What was used between `earlier` and `self`, divided over `ops` operations.
+    pub fn since(&self, earlier: &CpuSample, ops: usize) -> CpuPerOp {
+        let (earlier, later) = (earlier, self);
+        let ops = ops.max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / ops;
+        let server = match (earlier.server, later.server) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let driver = later.driver.saturating_sub(earlier.driver);
+        let busy = later.machine_busy.saturating_sub(earlier.machine_busy);
+        let idle = later.machine_idle.saturating_sub(earlier.machine_idle);
+        let other = busy
+            .saturating_sub(driver)
+            .saturating_sub(server.unwrap_or_default());
+        let total = (busy + idle).as_secs_f64();
+        CpuPerOp {
+            server_us: server.map(us),
+            driver_us: us(driver),
+            other_us: us(other),
+            idle_percent: if total > 0.0 {
+                100.0 * idle.as_secs_f64() / total
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for CpuPerOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(server) = self.server_us {
+            write!(f, "apiserver {server:.0} µs, ")?;
+        }
+        write!(
+            f,
+            "driver {:.0} µs, other processes {:.0} µs; machine idle {:.0} %",
+            self.driver_us, self.other_us, self.idle_percent
+        )
+    }
+}
+
+/// Clock ticks per second of `/proc`'s times (USER_HZ; 100 on every Linux that ships
+/// with glibc's default, which `getconf CLK_TCK` confirms on these machines).
+const TICKS_PER_SECOND: u64 = 100;
+
+fn ticks(n: u64) -> Duration {
+    Duration::from_micros(n * 1_000_000 / TICKS_PER_SECOND)
+}
+
+/// User plus system time of a process, all its threads (`/proc/<pid>/stat` fields 14
+/// and 15).
+fn process_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name (field 2) is in parentheses and may contain spaces.
+    let after_comm = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("no ')' in /proc/<pid>/stat")?;
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // after_comm starts at field 3 (state): utime is field 14, stime field 15.
+    let field = |n: usize| -> Result<u64> {
+        fields
+            .get(n - 3)
+            .context("short /proc/<pid>/stat")?
+            .parse()
+            .context("parsing /proc/<pid>/stat")
+    };
+    Ok(ticks(field(14)? + field(15)?))
+}
+
+/// The machine's busy and idle time over all CPUs (the `cpu` line of `/proc/stat`;
+/// iowait counts as idle, steal as busy elsewhere, so neither is ours).
+fn machine_times() -> Result<(Duration, Duration)> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let get = |i: usize| v.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal
+    let busy = get(0) + get(1) + get(2) + get(5) + get(6);
+    let idle = get(3) + get(4);
+    Ok((ticks(busy), ticks(idle)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_busy_loop_is_charged_to_the_driver_and_divided_over_the_ops() {
+        let before = CpuSample::take(None).unwrap();
+        let own = process_time(std::process::id()).unwrap();
+        // Spin until this process has used 100 ms more CPU (bounded in wall time: a
+        // machine that never schedules us fails the test instead of hanging it).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut x = 0u64;
+        while process_time(std::process::id()).unwrap() < own + Duration::from_millis(100) {
+            assert!(Instant::now() < deadline, "no CPU time in 30 s");
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+        }
+        std::hint::black_box(x);
+        let after = CpuSample::take(None).unwrap();
+        let used = after.since(&before, 4);
+        assert!(
+            used.driver_us >= 25_000.0,
+            "driver {} µs per op",
+            used.driver_us
+        );
+        assert!(used.server_us.is_none());
+        assert!((0.0..=100.0).contains(&used.idle_percent));
+    }
+}
