@@ -37,10 +37,16 @@ impl FieldPath {
         p
     }
 
+    // Validation builds a path for every field it visits, error or not, so these are
+    // on every write's path: each makes one allocation of the final size, without
+    // the formatting machinery.
+
     /// The path of a named child field: `.name`.
     pub fn child(&self, name: &str) -> Self {
-        let mut rendered = self.rendered.clone();
-        if !rendered.is_empty() && !name.is_empty() {
+        let dot = !self.rendered.is_empty() && !name.is_empty();
+        let mut rendered = String::with_capacity(self.rendered.len() + 1 + name.len());
+        rendered.push_str(&self.rendered);
+        if dot {
             rendered.push('.');
         }
         rendered.push_str(name);
@@ -49,16 +55,22 @@ impl FieldPath {
 
     /// The path of a list element: `[i]`.
     pub fn index(&self, i: usize) -> Self {
-        FieldPath {
-            rendered: format!("{}[{}]", self.rendered, i),
-        }
+        let mut digits = itoa::Buffer::new();
+        self.subscript(digits.format(i))
     }
 
     /// The path of a map entry: `[key]` (unquoted, as upstream prints it).
     pub fn key(&self, key: &str) -> Self {
-        FieldPath {
-            rendered: format!("{}[{}]", self.rendered, key),
-        }
+        self.subscript(key)
+    }
+
+    fn subscript(&self, inner: &str) -> Self {
+        let mut rendered = String::with_capacity(self.rendered.len() + inner.len() + 2);
+        rendered.push_str(&self.rendered);
+        rendered.push('[');
+        rendered.push_str(inner);
+        rendered.push(']');
+        FieldPath { rendered }
     }
 
     /// The rendered path.
@@ -836,6 +848,8 @@ mod tests {
                 FieldPath::from_parts(&["spec", "template"]),
                 "spec.template",
             ),
+            (FieldPath::new("items").index(12).child(""), "items[12]"),
+            (FieldPath::default().child("spec"), "spec"),
             (FieldPath::default().child("root"), "root"),
         ];
         for (p, want) in cases {

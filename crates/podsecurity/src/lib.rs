@@ -25,7 +25,8 @@ pub use checks::Violation;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-const LABEL_PREFIX: &str = "pod-security.kubernetes.io/";
+/// The prefix of the namespace labels that set a policy; no other label is read.
+pub const LABEL_PREFIX: &str = "pod-security.kubernetes.io/";
 
 /// The minor version of the newest policy (`latest`).
 pub const LATEST_MINOR: u32 = 33;
@@ -174,14 +175,32 @@ impl Policy {
         };
         let mut has_enforce_level = false;
         let (mut has_warn_level, mut has_warn_version) = (false, false);
-        for (mode, slot, fail_level) in [
-            ("enforce", &mut policy.enforce, Level::Restricted),
-            ("audit", &mut policy.audit, Level::Privileged),
-            ("warn", &mut policy.warn, Level::Privileged),
+        // The keys spelled out (LABEL_PREFIX + mode): this runs on every pod write.
+        for (mode, level_key, version_key, slot, fail_level) in [
+            (
+                "enforce",
+                "pod-security.kubernetes.io/enforce",
+                "pod-security.kubernetes.io/enforce-version",
+                &mut policy.enforce,
+                Level::Restricted,
+            ),
+            (
+                "audit",
+                "pod-security.kubernetes.io/audit",
+                "pod-security.kubernetes.io/audit-version",
+                &mut policy.audit,
+                Level::Privileged,
+            ),
+            (
+                "warn",
+                "pod-security.kubernetes.io/warn",
+                "pod-security.kubernetes.io/warn-version",
+                &mut policy.warn,
+                Level::Privileged,
+            ),
         ] {
-            let level_key = format!("{LABEL_PREFIX}{mode}");
-            let version_key = format!("{LABEL_PREFIX}{mode}-version");
-            if let Some(value) = labels.get(&level_key) {
+            debug_assert!(level_key.strip_prefix(LABEL_PREFIX) == Some(mode));
+            if let Some(value) = labels.get(level_key) {
                 match Level::parse(value) {
                     Some(level) => {
                         slot.level = level;
@@ -190,7 +209,7 @@ impl Policy {
                     None => {
                         slot.level = fail_level;
                         errors.push(LabelError {
-                            key: level_key.clone(),
+                            key: level_key.to_string(),
                             value: value.clone(),
                             detail: "must be one of privileged, baseline, restricted",
                         });
@@ -198,10 +217,10 @@ impl Policy {
                 }
                 has_warn_level |= mode == "warn";
             }
-            if let Some(value) = labels.get(&version_key) {
+            if let Some(value) = labels.get(version_key) {
                 slot.version = Version::parse(value).unwrap_or_else(|| {
                     errors.push(LabelError {
-                        key: version_key.clone(),
+                        key: version_key.to_string(),
                         value: value.clone(),
                         detail: "must be \"latest\" or \"v1.x\"",
                     });

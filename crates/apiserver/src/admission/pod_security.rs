@@ -51,8 +51,17 @@ struct PodSecurity {
     pods: Arc<Store>,
 }
 
+/// The object's `pod-security.kubernetes.io/*` labels, the only ones a policy reads;
+/// the others are not copied (this runs for every pod write).
 fn labels_of(object: &Value) -> Option<BTreeMap<String, String>> {
-    serde_json::from_value(object["metadata"]["labels"].clone()).ok()
+    let labels = object["metadata"]["labels"].as_object()?;
+    Some(
+        labels
+            .iter()
+            .filter(|(key, _)| key.starts_with(pss::LABEL_PREFIX))
+            .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+            .collect(),
+    )
 }
 
 impl PodSecurity {
