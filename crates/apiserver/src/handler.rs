@@ -18,7 +18,7 @@ use ferrokube_auth::{AuthRequest, Authenticator, Authorizer, request_attributes}
 use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::{
     DeleteOptions, FieldValidation, ListParams, Part, PatchType, Registry, UpdateInput, WatchItem,
-    WatchParams, WriteOptions,
+    WatchParams, WriteOptions, Written,
 };
 use futures::FutureExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -646,6 +646,20 @@ fn encoded(t: Target, info: &ResourceInfo, code: StatusCode, obj: &Value) -> Res
     respond(code, ct, output::encode_value(t, &v))
 }
 
+/// A written object in the asked form; as JSON, the serialization the write made when
+/// it has one.
+fn encoded_written(
+    t: Target,
+    info: &ResourceInfo,
+    code: StatusCode,
+    w: &Written,
+) -> Response<Body> {
+    match (t, &w.json) {
+        (Target::Json, Some(json)) => respond(code, output::content_type(t), json.clone()),
+        _ => encoded(t, info, code, &w.object),
+    }
+}
+
 async fn resource(
     state: &State,
     req: Request<Incoming>,
@@ -761,7 +775,7 @@ async fn resource_request(
             opts.duplicate_fields = duplicates;
             let w = store.create(ns, obj, &opts).await?;
             Ok(with_warnings(
-                encoded(target, info, StatusCode::CREATED, &w.object),
+                encoded_written(target, info, StatusCode::CREATED, &w),
                 &w.warnings,
             ))
         }
@@ -839,7 +853,7 @@ async fn resource_request(
                 StatusCode::OK
             };
             Ok(with_warnings(
-                encoded(target, info, code, &w.object),
+                encoded_written(target, info, code, &w),
                 &w.warnings,
             ))
         }
@@ -896,7 +910,7 @@ async fn resource_request(
                 .update(ns, name, UpdateInput::Patch(ty, patch), part, &opts)
                 .await?;
             Ok(with_warnings(
-                encoded(target, info, StatusCode::OK, &w.object),
+                encoded_written(target, info, StatusCode::OK, &w),
                 &w.warnings,
             ))
         }

@@ -19,6 +19,7 @@ use crate::allocator::{self, ServiceAllocator};
 use crate::cache::{CachedObject, Filter, ResourceCache, WatchItem, decode_stored};
 use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
+use crate::stored_json::RevisionSlot;
 use crate::strategy::Strategy;
 
 mod binding;
@@ -150,6 +151,9 @@ pub enum Part {
 #[derive(Clone, Debug)]
 pub struct Written {
     pub object: Value,
+    /// `object` as JSON when the write already serialized it (a create); the handler
+    /// answers JSON requests with it instead of serializing the object again.
+    pub json: Option<Bytes>,
     pub warnings: Vec<String>,
     /// True when the write created the object (201).
     pub created: bool,
@@ -609,18 +613,29 @@ impl Store {
                 )),
                 Err(StorageError::NotFound { .. }) => Ok(Written {
                     object: obj,
+                    json: None,
                     warnings,
                     created: true,
                 }),
                 Err(e) => Err(self.err(&name, e)),
             };
         }
-        let bytes = self.encode(&obj)?;
+        // One serialization for the stored form and the answer (a resource stored in
+        // another's form is encoded through its codec instead).
+        let slot = match self.strategy.hooks().storage_codec {
+            None => RevisionSlot::encode(&mut obj),
+            Some(_) => None,
+        };
+        let bytes = match &slot {
+            Some(slot) => slot.stored(),
+            None => self.encode(&obj)?,
+        };
         match self.storage.create(&key, bytes).await {
             Ok(rev) => {
                 meta::set_meta(&mut obj, "resourceVersion", json!(rev.to_string()));
                 Ok(Written {
                     object: obj,
+                    json: slot.map(|slot| slot.with_revision(rev)),
                     warnings,
                     created: true,
                 })
@@ -1092,6 +1107,7 @@ impl Store {
                 .await?;
             return Ok(Written {
                 object: fin,
+                json: None,
                 warnings,
                 created: false,
             });
@@ -1163,12 +1179,14 @@ impl Store {
                 .await
                 .map(|object| Written {
                     object,
+                    json: None,
                     warnings,
                     created: false,
                 });
         }
         Ok(Written {
             object,
+            json: None,
             warnings,
             created: false,
         })
