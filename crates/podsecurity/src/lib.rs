@@ -175,31 +175,29 @@ impl Policy {
         };
         let mut has_enforce_level = false;
         let (mut has_warn_level, mut has_warn_version) = (false, false);
-        // The keys spelled out (LABEL_PREFIX + mode): this runs on every pod write.
-        for (mode, level_key, version_key, slot, fail_level) in [
+        // The keys spelled out (LABEL_PREFIX + mode), not formatted: this runs on every
+        // pod write.
+        for (level_key, version_key, slot, fail_level) in [
             (
-                "enforce",
                 "pod-security.kubernetes.io/enforce",
                 "pod-security.kubernetes.io/enforce-version",
                 &mut policy.enforce,
                 Level::Restricted,
             ),
             (
-                "audit",
                 "pod-security.kubernetes.io/audit",
                 "pod-security.kubernetes.io/audit-version",
                 &mut policy.audit,
                 Level::Privileged,
             ),
             (
-                "warn",
                 "pod-security.kubernetes.io/warn",
                 "pod-security.kubernetes.io/warn-version",
                 &mut policy.warn,
                 Level::Privileged,
             ),
         ] {
-            debug_assert!(level_key.strip_prefix(LABEL_PREFIX) == Some(mode));
+            let mode = &level_key[LABEL_PREFIX.len()..];
             if let Some(value) = labels.get(level_key) {
                 match Level::parse(value) {
                     Some(level) => {
