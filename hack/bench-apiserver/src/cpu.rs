@@ -66,6 +66,17 @@ impl CpuSample {
     }
 }
 
+/// Runs `phase` and returns its result with the CPU it used, divided over `ops`.
+pub async fn measure<T>(
+    server: Option<u32>,
+    ops: usize,
+    phase: impl std::future::Future<Output = Result<T>>,
+) -> Result<(T, CpuPerOp)> {
+    let before = CpuSample::take(server)?;
+    let out = phase.await?;
+    Ok((out, CpuSample::take(server)?.since(&before, ops)))
+}
+
 impl std::fmt::Display for CpuPerOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(server) = self.server_us {

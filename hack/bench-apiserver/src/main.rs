@@ -460,10 +460,10 @@ async fn bench_backend(
 
     // Raw storage baseline: Storage::create on the same backend type.
     let raw = open_store(&backend, &dir.join("raw/state.db"), "/bench-raw").await?;
-    let creates = (args.pods / args.concurrency) * args.concurrency;
-    let cpu_before = cpu::CpuSample::take(None)?;
-    let raw_rate = raw_creates(raw, &value, args).await?;
-    let raw_cpu = cpu::CpuSample::take(None)?.since(&cpu_before, 2 * creates);
+    let creates = phase_creates(args);
+    // Two phases: one task, and a task per writer.
+    let (raw_rate, raw_cpu) =
+        cpu::measure(None, 2 * creates, raw_creates(raw, &value, args)).await?;
 
     // Pod creates through the API, with each client.
     let baseline = format!(
@@ -472,13 +472,15 @@ async fn bench_backend(
         value.len()
     );
     let server_pid = Some(server.pid());
-    let cpu_before = cpu::CpuSample::take(server_pid)?;
-    let typed_rate = typed_creates(&pods, args).await?;
-    let typed_cpu = cpu::CpuSample::take(server_pid)?.since(&cpu_before, creates);
+    let (typed_rate, typed_cpu) =
+        cpu::measure(server_pid, creates, typed_creates(&pods, args)).await?;
     eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
-    let cpu_before = cpu::CpuSample::take(server_pid)?;
-    let preencoded_rate = preencoded_creates(&client, "bench-preencoded", args).await?;
-    let preencoded_cpu = cpu::CpuSample::take(server_pid)?.since(&cpu_before, creates);
+    let (preencoded_rate, preencoded_cpu) = cpu::measure(
+        server_pid,
+        creates,
+        preencoded_creates(&client, "bench-preencoded", args),
+    )
+    .await?;
     eprintln!("  api creates, pre-encoded JSON: {preencoded_rate:.0}/s");
     let floor_rate = floor_creates(args, &pki, dir, &backend, value.len()).await?;
     eprintln!("  creates over HTTPS to a server that only stores the body: {floor_rate:.0}/s");
@@ -690,7 +692,13 @@ where
             }
         }
     }
-    Ok((per_writer * args.concurrency) as f64 / start.elapsed().as_secs_f64())
+    Ok(phase_creates(args) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The creates a phase makes: `pods` spread evenly over the writers (a remainder is
+/// left out).
+fn phase_creates(args: &Args) -> usize {
+    (args.pods / args.concurrency) * args.concurrency
 }
 
 /// The raw baseline, measured in both ways a caller could drive the store. The faster
