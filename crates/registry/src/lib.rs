@@ -231,9 +231,12 @@ impl Registry {
     /// Endpoints, the default priority classes.
     async fn bootstrap(&self, config: &RegistryConfig, cidr: Cidr) -> Result<(), ApiError> {
         let ns = self.core("namespaces")?;
-        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            ns.ensure(None, json!({"metadata": {"name": name}})).await?;
-        }
+        // Concurrent, so that a fresh store commits them together.
+        futures::future::try_join_all(
+            ["default", "kube-system", "kube-public", "kube-node-lease"]
+                .map(|name| ns.ensure(None, json!({"metadata": {"name": name}}))),
+        )
+        .await?;
         let svc = self.core("services")?;
         svc.ensure(
             Some("default"),
