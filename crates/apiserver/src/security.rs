@@ -10,7 +10,7 @@
 //! roles (`admin`, `edit`, `view`) are complete even before any controller-manager
 //! runs and without a client identity of their own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use ferrokube_auth::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthorizationMode, Decision,
     PrivilegedGroupsAuthorizer, UnionAuthorizer,
 };
-use ferrokube_registry::{Registry, Store, UpdateInput, WatchParams, WriteOptions};
+use ferrokube_registry::{ListParams, Registry, Store, UpdateInput, WatchParams, WriteOptions};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use parking_lot::Mutex;
@@ -294,7 +294,37 @@ fn reconcile_binding(existing: &Value, expected: &Value) -> BindingPlan {
     }
 }
 
-async fn ensure_object(store: &Store, expected: Value, binding: bool) -> Result<(), ApiError> {
+/// The objects a store holds now, by (namespace, name): one consistent LIST instead
+/// of a read per bootstrap object.
+async fn existing_objects(store: &Store) -> Result<HashMap<(String, String), Value>, ApiError> {
+    let listed = store.list(None, &ListParams::default()).await?;
+    Ok(listed
+        .items
+        .iter()
+        .map(|item| {
+            let obj = item.value();
+            let key = (
+                obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                obj["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            (key, Value::clone(obj))
+        })
+        .collect())
+}
+
+/// Creates `expected`, or reconciles `existing` (the stored object) towards it.
+async fn ensure_object(
+    store: &Store,
+    expected: Value,
+    existing: Option<Value>,
+    binding: bool,
+) -> Result<(), ApiError> {
     let ns = expected["metadata"]["namespace"]
         .as_str()
         .map(str::to_string);
@@ -303,16 +333,12 @@ async fn ensure_object(store: &Store, expected: Value, binding: bool) -> Result<
         .unwrap_or("")
         .to_string();
     let opts = WriteOptions::default();
-    let existing = match store.get(ns.as_deref(), &name).await {
-        Ok(v) => v,
-        Err(e) if e.code == 404 => {
-            return match store.create(ns.as_deref(), expected, &opts).await {
-                Ok(_) => Ok(()),
-                Err(e) if e.code == 409 => Ok(()),
-                Err(e) => Err(e),
-            };
-        }
-        Err(e) => return Err(e),
+    let Some(existing) = existing else {
+        return match store.create(ns.as_deref(), expected, &opts).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        };
     };
     if autoupdate_off(&existing) {
         return Ok(());
@@ -346,7 +372,7 @@ async fn ensure_object(store: &Store, expected: Value, binding: bool) -> Result<
     Ok(())
 }
 
-/// How many bootstrap objects are read and written at once at start.
+/// How many bootstrap objects are written at once at start.
 const BOOTSTRAP_WRITES_IN_FLIGHT: usize = 64;
 
 /// Creates or reconciles every bootstrap role and binding (upstream's
@@ -366,7 +392,9 @@ pub(crate) async fn reconcile_bootstrap_policy(registry: &Registry) -> Result<()
     );
     // Every object is independent of the others, so they are written concurrently:
     // the store group-commits concurrent writes, and a fresh store's start waits on
-    // a handful of commits instead of one per object (about 180 of them).
+    // a handful of commits instead of one per object (about 180 of them). What exists
+    // is read with one LIST per store, not one read each: concurrent reads would open
+    // read connections (and threads) that an idle apiserver then keeps.
     let mut wanted: Vec<(&Store, Value, bool)> = Vec::new();
     for role in bootstrap::cluster_roles()
         .iter()
@@ -387,14 +415,30 @@ pub(crate) async fn reconcile_bootstrap_policy(registry: &Registry) -> Result<()
     for b in bootstrap::namespace_role_bindings() {
         wanted.push((&rb, to_value(&b)?, true));
     }
-    futures::stream::iter(
-        wanted
-            .into_iter()
-            .map(|(store, expected, binding)| ensure_object(store, expected, binding)),
-    )
-    .buffer_unordered(BOOTSTRAP_WRITES_IN_FLIGHT)
-    .try_collect::<()>()
-    .await?;
+    let mut existing = HashMap::new();
+    for store in [&cr, &crb, &r, &rb] {
+        existing.insert(store.info().plural, existing_objects(store).await?);
+    }
+    let writes = wanted.into_iter().map(|(store, expected, binding)| {
+        let key = (
+            expected["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            expected["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let stored = existing
+            .get_mut(store.info().plural)
+            .and_then(|objects| objects.remove(&key));
+        ensure_object(store, expected, stored, binding)
+    });
+    futures::stream::iter(writes.collect::<Vec<_>>())
+        .buffer_unordered(BOOTSTRAP_WRITES_IN_FLIGHT)
+        .try_collect::<()>()
+        .await?;
     // Serve only once the authorizers (which read the watch cache) see the policy,
     // as upstream's readyz waits for its rbac/bootstrap-roles post-start hook.
     let revision = registry
