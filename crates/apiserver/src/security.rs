@@ -23,7 +23,9 @@ use ferrokube_auth::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthorizationMode, Decision,
     PrivilegedGroupsAuthorizer, UnionAuthorizer,
 };
-use ferrokube_registry::{ListParams, Registry, Store, UpdateInput, WatchParams, WriteOptions};
+use ferrokube_registry::{
+    ListParams, Registry, Store, UpdateInput, WatchParams, WriteOptions, meta,
+};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use parking_lot::Mutex;
@@ -294,27 +296,22 @@ fn reconcile_binding(existing: &Value, expected: &Value) -> BindingPlan {
     }
 }
 
-/// The objects a store holds now, by (namespace, name): one consistent LIST instead
-/// of a read per bootstrap object.
+/// An object's (namespace, name); the namespace is empty for a cluster-scoped one.
+fn object_key(obj: &Value) -> (String, String) {
+    (
+        meta::namespace(obj).to_string(),
+        meta::name(obj).to_string(),
+    )
+}
+
+/// The objects a store holds now, by [`object_key`]: one consistent LIST instead of a
+/// read per bootstrap object.
 async fn existing_objects(store: &Store) -> Result<HashMap<(String, String), Value>, ApiError> {
     let listed = store.list(None, &ListParams::default()).await?;
     Ok(listed
         .items
         .iter()
-        .map(|item| {
-            let obj = item.value();
-            let key = (
-                obj["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                obj["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
-            (key, Value::clone(obj))
-        })
+        .map(|item| (object_key(item.value()), Value::clone(item.value())))
         .collect())
 }
 
@@ -325,13 +322,8 @@ async fn ensure_object(
     existing: Option<Value>,
     binding: bool,
 ) -> Result<(), ApiError> {
-    let ns = expected["metadata"]["namespace"]
-        .as_str()
-        .map(str::to_string);
-    let name = expected["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let (ns, name) = object_key(&expected);
+    let ns = Some(ns).filter(|ns| !ns.is_empty());
     let opts = WriteOptions::default();
     let Some(existing) = existing else {
         return match store.create(ns.as_deref(), expected, &opts).await {
@@ -420,22 +412,12 @@ pub(crate) async fn reconcile_bootstrap_policy(registry: &Registry) -> Result<()
         existing.insert(store.info().plural, existing_objects(store).await?);
     }
     let writes = wanted.into_iter().map(|(store, expected, binding)| {
-        let key = (
-            expected["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            expected["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
         let stored = existing
             .get_mut(store.info().plural)
-            .and_then(|objects| objects.remove(&key));
+            .and_then(|objects| objects.remove(&object_key(&expected)));
         ensure_object(store, expected, stored, binding)
     });
-    futures::stream::iter(writes.collect::<Vec<_>>())
+    futures::stream::iter(writes)
         .buffer_unordered(BOOTSTRAP_WRITES_IN_FLIGHT)
         .try_collect::<()>()
         .await?;

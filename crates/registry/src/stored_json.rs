@@ -116,10 +116,14 @@ impl RevisionSlot {
     /// `None` (serialize twice instead) when the object has no metadata object or
     /// already has a resourceVersion.
     pub fn encode(obj: &mut serde_json::Value) -> Option<RevisionSlot> {
-        // Random per process, so no string in an object can be taken for the slot.
-        static PLACEHOLDER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let placeholder =
-            PLACEHOLDER.get_or_init(|| format!("ferrokube-rv-slot-{}", uuid::Uuid::new_v4()));
+        // Random per process, so no string in an object can be taken for the slot; the
+        // member as serialized (the needle) is made once, not on every create.
+        static PLACEHOLDER: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+        let (placeholder, needle) = PLACEHOLDER.get_or_init(|| {
+            let placeholder = format!("ferrokube-rv-slot-{}", uuid::Uuid::new_v4());
+            let needle = format!("{RV_MEMBER_KEY}\"{placeholder}\"");
+            (placeholder, needle)
+        });
         let metadata = obj.get_mut("metadata")?.as_object_mut()?;
         if metadata.contains_key("resourceVersion") {
             return None;
@@ -133,10 +137,9 @@ impl RevisionSlot {
             m.remove("resourceVersion");
         }
         let json = json.ok()?;
-        let needle = format!("{RV_MEMBER_KEY}\"{placeholder}\"");
-        let start = json.find(&needle)?;
+        let start = json.find(needle.as_str())?;
         let end = start + needle.len();
-        if json[end..].contains(&needle) {
+        if json[end..].contains(needle.as_str()) {
             return None;
         }
         let bytes = json.as_bytes();
