@@ -391,9 +391,6 @@ impl Options {
         security::reconcile_bootstrap_policy(&registry)
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
-        admission::ensure_system_priority_classes(&registry)
-            .await
-            .map_err(|e| ConfigError::Registry(format!("system priority classes: {e}")))?;
         let state = Arc::new(
             security::ClusterState::new(&registry, self.authorization_modes.clone())
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,

@@ -254,26 +254,31 @@ impl Registry {
         )
         .await?;
         self.reconcile_api_endpoints(config).await?;
+        // Upstream's `scheduling/bootstrap-system-priority-classes` hook
+        // (`scheduling.SystemPriorityClasses()`); existing ones are left as they are.
         if let Some(pc) = self.store("scheduling.k8s.io", "v1", "priorityclasses") {
-            for (name, value, desc) in [
-                (
-                    "system-node-critical",
-                    2_000_001_000,
-                    "Used for system critical pods that must not be moved from their current node.",
-                ),
-                (
-                    "system-cluster-critical",
-                    2_000_000_000,
-                    "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
-                ),
-            ] {
-                pc.ensure(
-                    None,
-                    json!({"metadata": {"name": name}, "value": value, "description": desc,
-                        "preemptionPolicy": "PreemptLowerPriority"}),
-                )
-                .await?;
-            }
+            futures::future::try_join_all(
+                [
+                    (
+                        "system-node-critical",
+                        2_000_001_000,
+                        "Used for system critical pods that must not be moved from their current node.",
+                    ),
+                    (
+                        "system-cluster-critical",
+                        2_000_000_000,
+                        "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+                    ),
+                ]
+                .map(|(name, value, desc)| {
+                    pc.ensure(
+                        None,
+                        json!({"metadata": {"name": name}, "value": value, "description": desc,
+                            "preemptionPolicy": "PreemptLowerPriority"}),
+                    )
+                }),
+            )
+            .await?;
         }
         Ok(())
     }

@@ -45,8 +45,6 @@ mod taint_nodes_by_condition;
 mod validating_policy;
 mod webhook;
 
-pub(crate) use priority::ensure_system_priority_classes;
-
 pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Upstream `admission.Operation`.

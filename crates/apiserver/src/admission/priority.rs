@@ -7,17 +7,14 @@
 //!   drops them (pod validation forbids changing them);
 //! - validating, on PriorityClass create and update: only one `globalDefault` class.
 //!
-//! [`ensure_system_priority_classes`] creates `system-node-critical` and
-//! `system-cluster-critical` at start, as upstream's `scheduling/bootstrap-system-
-//! priority-classes` post-start hook does.
+//! The built-in `system-node-critical` and `system-cluster-critical` classes are the
+//! registry's start-up objects (`ferrokube_registry::Registry`'s bootstrap).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_registry::{Registry, Store, WriteOptions};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use ferrokube_registry::{Registry, Store};
 use serde_json::{Value, json};
 
 use super::{Attributes, Operation, Plugin, PluginInit};
@@ -40,54 +37,6 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(Priority {
         classes: class_store(init.registry).ok_or("no priorityclasses store")?,
     }))
-}
-
-/// Upstream `scheduling.SystemPriorityClasses()`.
-fn system_priority_classes() -> [PriorityClass; 2] {
-    let class = |name: &str, value: i32, description: &str| PriorityClass {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..ObjectMeta::default()
-        },
-        value,
-        description: Some(description.to_string()),
-        preemption_policy: Some(PREEMPT_LOWER_PRIORITY.to_string()),
-        global_default: None,
-    };
-    [
-        class(
-            "system-node-critical",
-            2_000_001_000,
-            "Used for system critical pods that must not be moved from their current node.",
-        ),
-        class(
-            "system-cluster-critical",
-            2_000_000_000,
-            "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
-        ),
-    ]
-}
-
-/// Creates the built-in classes that do not exist yet (existing ones are left as
-/// they are, as upstream's hook does).
-pub(crate) async fn ensure_system_priority_classes(registry: &Registry) -> Result<(), ApiError> {
-    let store = class_store(registry)
-        .ok_or_else(|| ApiError::internal("no store for priorityclasses".to_string()))?;
-    for class in system_priority_classes() {
-        let name = class.metadata.name.clone().unwrap_or_default();
-        match store.get(None, &name).await {
-            Ok(_) => continue,
-            Err(e) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
-        let object = serde_json::to_value(&class).map_err(|e| ApiError::internal(e.to_string()))?;
-        match store.create(None, object, &WriteOptions::default()).await {
-            Ok(_) => {}
-            Err(e) if e.code == 409 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// Upstream `getDefaultPriorityClass`: the `globalDefault` class, the one with the
@@ -303,13 +252,5 @@ mod tests {
         let mut new = json!({"spec": {"priority": null}});
         keep_on_update(&mut new, &old);
         assert_eq!(new["spec"], old["spec"]);
-    }
-
-    #[test]
-    fn system_classes_are_upstreams() {
-        let [node, cluster] = system_priority_classes();
-        assert_eq!(node.metadata.name.as_deref(), Some("system-node-critical"));
-        assert_eq!(node.value, 2_000_001_000);
-        assert_eq!(cluster.value, 2_000_000_000);
     }
 }
