@@ -269,6 +269,14 @@ impl ResourceCache {
         self.last_write.fetch_max(revision, Ordering::AcqRel);
     }
 
+    /// Whether a reader would find nothing here even after [`Self::sync_own_writes`]:
+    /// the cache holds no object and this process never wrote under the prefix. A
+    /// cheap check for admission plugins that have nothing to do until a
+    /// configuration exists (webhooks, policies), before they take a snapshot.
+    pub fn is_known_empty(&self) -> bool {
+        self.last_write.load(Ordering::Acquire) == 0 && self.state.read().objects.is_empty()
+    }
+
     /// Waits until the cache has applied every write this process made under the
     /// prefix, so a reader of the cache sees its own writes (a webhook configuration
     /// or policy created through this apiserver applies to the next request) without
@@ -810,6 +818,19 @@ mod tests {
         let obj = CachedObject::new(json!({"metadata": {"name": "b"}}));
         assert_eq!(&obj.json()[..], br#"{"metadata":{"name":"b"}}"#);
         assert_eq!(meta::name(&obj), "b");
+    }
+
+    #[test]
+    fn known_empty_until_it_holds_an_object_or_this_process_wrote_there() {
+        let revisions = Arc::new(tokio::sync::watch::channel(0).0);
+        let written = ResourceCache::new("/registry/a/".into(), revisions.clone());
+        assert!(written.is_known_empty());
+        // A write the cache has not applied yet is enough: a reader must sync first.
+        written.note_write(3);
+        assert!(!written.is_known_empty());
+        let filled = ResourceCache::new("/registry/b/".into(), revisions);
+        filled.apply(&added("/registry/b/x", br#"{"metadata":{"name":"x"}}"#, 4));
+        assert!(!filled.is_known_empty());
     }
 
     #[test]

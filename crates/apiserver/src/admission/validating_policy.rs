@@ -573,7 +573,8 @@ impl Plugin for ValidatingPolicy {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        handled(a)
+        // No binding: no policy applies (see `validate`), so it costs nothing.
+        handled(a) && !self.bindings.cache().is_known_empty()
     }
 
     async fn validate(

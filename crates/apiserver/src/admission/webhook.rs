@@ -840,7 +840,8 @@ impl Plugin for MutatingWebhook {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        handled(a) && a.operation != Operation::Delete
+        // No configuration: the request is not the plugin's, so it costs nothing.
+        handled(a) && a.operation != Operation::Delete && !self.0.mutating.cache().is_known_empty()
     }
 
     async fn admit(
@@ -923,7 +924,7 @@ impl Plugin for ValidatingWebhook {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        handled(a)
+        handled(a) && !self.0.validating.cache().is_known_empty()
     }
 
     async fn validate(
