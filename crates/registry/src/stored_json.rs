@@ -531,8 +531,8 @@ mod tests {
         for other in [
             &br#"{"kind":"X"}"#[..],
             br#"{}"#,
-            br#"{"a"b":1,"metadata":{}}"#,
-            br#"{"metadata":{"a"b":1}}"#,
+            br#"{"a\"b":1,"metadata":{}}"#,
+            br#"{"metadata":{"a\"b":1}}"#,
             br#"{"kind": "X", "metadata": {}}"#,
             br#"{"metadata":{},"kind":"X"}"#,
             br#"{"metadata":{},"metadata":{}}"#,
