@@ -34,8 +34,9 @@ pub fn with_resource_version(value: &[u8], revision: Revision) -> Option<Bytes> 
 /// members (validating the whole input), written back with the field set.
 fn parsed_with_resource_version(value: &[u8], revision: Revision) -> Option<Bytes> {
     let top: Members<'_> = serde_json::from_slice(value).ok()?;
-    let rv = format!("\"{revision}\"");
-    let mut out = Vec::with_capacity(value.len() + rv.len() + 32);
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(revision);
+    let mut out = Vec::with_capacity(value.len() + digits.len() + 40);
     // Metadata is added (where it sorts) only when there is none; members of other
     // writers may come in any order.
     let mut wrote_metadata = false;
@@ -53,14 +54,14 @@ fn parsed_with_resource_version(value: &[u8], revision: Revision) -> Option<Byte
             // A second "metadata" member is dropped; none of our writers makes one.
             if !wrote_metadata {
                 separate(&mut out);
-                write_metadata(&mut out, raw.get().as_bytes(), &rv)?;
+                write_metadata(&mut out, raw.get().as_bytes(), digits)?;
                 wrote_metadata = true;
             }
             continue;
         }
         if !has_metadata && !wrote_metadata && key.as_ref() > "metadata" {
             separate(&mut out);
-            write_metadata(&mut out, b"{}", &rv)?;
+            write_metadata(&mut out, b"{}", digits)?;
             wrote_metadata = true;
         }
         separate(&mut out);
@@ -69,7 +70,7 @@ fn parsed_with_resource_version(value: &[u8], revision: Revision) -> Option<Byte
     }
     if !wrote_metadata {
         separate(&mut out);
-        write_metadata(&mut out, b"{}", &rv)?;
+        write_metadata(&mut out, b"{}", digits)?;
     }
     out.push(b'}');
     Some(Bytes::from(out))
@@ -174,88 +175,105 @@ fn sorted_with_resource_version(value: &[u8], revision: Revision) -> Option<Byte
             _ => return None,
         }
     };
-    let meta = &value[m_start..m_end];
-    if meta.first() != Some(&b'{') {
-        return None;
-    }
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(revision);
+    let meta = &value[m_start..m_end];
     let mut out = Vec::with_capacity(value.len() + digits.len() + 24);
     out.extend_from_slice(&value[..m_start]);
-    out.push(b'{');
-    let mut wrote_rv = false;
-    let mut first = true;
-    let write_rv = |out: &mut Vec<u8>, first: &mut bool| {
-        if !*first {
-            out.push(b',');
-        }
-        *first = false;
-        out.extend_from_slice(b"\"resourceVersion\":\"");
-        out.extend_from_slice(digits.as_bytes());
-        out.push(b'"');
-    };
-    if meta.len() > 2 {
-        let mut at = 1;
-        loop {
-            let (key, _, end) = member(meta, at)?;
-            if key != b"resourceVersion" {
-                if !wrote_rv && key > &b"resourceVersion"[..] {
-                    write_rv(&mut out, &mut first);
-                    wrote_rv = true;
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                out.extend_from_slice(&meta[at..end]);
-            }
-            match meta.get(end)? {
-                b',' => at = end + 1,
-                b'}' if end + 1 == meta.len() => break,
-                _ => return None,
-            }
-        }
-    } else if meta != b"{}" {
-        return None;
-    }
-    if !wrote_rv {
-        write_rv(&mut out, &mut first);
-    }
-    out.push(b'}');
+    write_metadata_members(&mut out, compact_members(meta)?, digits);
     out.extend_from_slice(&value[m_end..]);
     Some(Bytes::from(out))
 }
 
+/// The members of a compact metadata object with unescaped keys, read in place; `None`
+/// for any other shape.
+fn compact_members(meta: &[u8]) -> Option<Vec<(&[u8], MetaMember<'_>)>> {
+    let mut members = Vec::with_capacity(8);
+    if meta == b"{}" {
+        return Some(members);
+    }
+    if meta.first() != Some(&b'{') {
+        return None;
+    }
+    let mut at = 1;
+    loop {
+        let (key, _, end) = member(meta, at)?;
+        members.push((key, MetaMember::Raw(&meta[at..end])));
+        match meta.get(end)? {
+            b',' => at = end + 1,
+            b'}' if end + 1 == meta.len() => return Some(members),
+            _ => return None,
+        }
+    }
+}
+
 /// `"metadata":{...}` from the raw metadata object with `resourceVersion` replaced.
-fn write_metadata(out: &mut Vec<u8>, metadata: &[u8], rv: &str) -> Option<()> {
+fn write_metadata(out: &mut Vec<u8>, metadata: &[u8], digits: &str) -> Option<()> {
     let fields: Members<'_> = serde_json::from_slice(metadata).ok()?;
     write_key(out, "metadata");
-    out.push(b'{');
+    let members = fields.0.iter().map(|(key, raw)| {
+        (
+            key.as_bytes(),
+            MetaMember::Parsed(key, raw.get().as_bytes()),
+        )
+    });
+    write_metadata_members(out, members, digits);
+    Some(())
+}
+
+/// A metadata member as it is written back.
+enum MetaMember<'a> {
+    /// `"key":value`, copied as it is.
+    Raw(&'a [u8]),
+    /// A key (written escaped) and its raw value.
+    Parsed(&'a str, &'a [u8]),
+    /// `"resourceVersion":"<digits>"`, the one written in.
+    ResourceVersion,
+}
+
+/// A metadata object from its members (each with its unescaped key), without any
+/// `resourceVersion` among them and with `"resourceVersion":"<digits>"` where a
+/// `Value`'s sorted keys put it. Both paths write metadata here.
+fn write_metadata_members<'a>(
+    out: &mut Vec<u8>,
+    members: impl IntoIterator<Item = (&'a [u8], MetaMember<'a>)>,
+    digits: &str,
+) {
     let mut first = true;
-    let mut wrote_rv = false;
-    let mut member = |out: &mut Vec<u8>, k: &str, v: &[u8]| {
+    let mut put = |out: &mut Vec<u8>, member: MetaMember<'_>| {
         if !first {
             out.push(b',');
         }
         first = false;
-        write_key(out, k);
-        out.extend_from_slice(v);
+        match member {
+            MetaMember::Raw(raw) => out.extend_from_slice(raw),
+            MetaMember::Parsed(key, value) => {
+                write_key(out, key);
+                out.extend_from_slice(value);
+            }
+            MetaMember::ResourceVersion => {
+                out.extend_from_slice(b"\"resourceVersion\":\"");
+                out.extend_from_slice(digits.as_bytes());
+                out.push(b'"');
+            }
+        }
     };
-    for (k, v) in &fields.0 {
-        if k == "resourceVersion" {
+    out.push(b'{');
+    let mut wrote_rv = false;
+    for (key, member) in members {
+        if key == b"resourceVersion" {
             continue;
         }
-        if !wrote_rv && k.as_ref() > "resourceVersion" {
-            member(out, "resourceVersion", rv.as_bytes());
+        if !wrote_rv && key > &b"resourceVersion"[..] {
+            put(out, MetaMember::ResourceVersion);
             wrote_rv = true;
         }
-        member(out, k, v.get().as_bytes());
+        put(out, member);
     }
     if !wrote_rv {
-        member(out, "resourceVersion", rv.as_bytes());
+        put(out, MetaMember::ResourceVersion);
     }
     out.push(b'}');
-    Some(())
 }
 
 /// A new object serialized once for both forms a create needs: the stored one, without
