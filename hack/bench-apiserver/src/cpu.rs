@@ -1,5 +1,5 @@
-//! Where a create phase's CPU went: the apiserver process, this driver (the clients, or
-//! for the raw baseline the store itself), everything else on the machine (etcd, the
+//! Where a create phase's CPU went: the server process (the apiserver, or the floor
+//! server), this driver (the clients, or for the raw baseline the store itself), everything else on the machine (etcd, the
 //! kernel's own threads), and how much of the two cores stayed idle. The ratio of API
 //! to raw creates only says how far apart they are; this says which side of the
 //! machine the gap is on. Read from `/proc` in clock ticks (10 ms), so it is meant for
@@ -19,6 +19,8 @@ pub struct CpuSample {
 
 /// The CPU a phase used per operation (µs) and the machine's idle share.
 pub struct CpuPerOp {
+    /// What the server process is called in the report.
+    pub server_name: &'static str,
     pub server_us: Option<f64>,
     pub driver_us: f64,
     pub other_us: f64,
@@ -54,6 +56,7 @@ impl CpuSample {
             .saturating_sub(server.unwrap_or_default());
         let total = (busy + idle).as_secs_f64();
         CpuPerOp {
+            server_name: "server",
             server_us: server.map(us),
             driver_us: us(driver),
             other_us: us(other),
@@ -66,21 +69,27 @@ impl CpuSample {
     }
 }
 
-/// Runs `phase` and returns its result with the CPU it used, divided over `ops`.
+/// Runs `phase` and returns its result with the CPU it used, divided over `ops`;
+/// `server` is the server process's pid and its name in the report, if there is one.
 pub async fn measure<T>(
-    server: Option<u32>,
+    server: Option<(u32, &'static str)>,
     ops: usize,
     phase: impl std::future::Future<Output = Result<T>>,
 ) -> Result<(T, CpuPerOp)> {
-    let before = CpuSample::take(server)?;
+    let pid = server.map(|(pid, _)| pid);
+    let before = CpuSample::take(pid)?;
     let out = phase.await?;
-    Ok((out, CpuSample::take(server)?.since(&before, ops)))
+    let mut used = CpuSample::take(pid)?.since(&before, ops);
+    if let Some((_, name)) = server {
+        used.server_name = name;
+    }
+    Ok((out, used))
 }
 
 impl std::fmt::Display for CpuPerOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(server) = self.server_us {
-            write!(f, "apiserver {server:.0} µs, ")?;
+            write!(f, "{} {server:.0} µs, ", self.server_name)?;
         }
         write!(
             f,

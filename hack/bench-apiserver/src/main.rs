@@ -14,9 +14,9 @@
 //! * the transport floor (`floor.rs`): the pre-encoded client against a server that
 //!   only stores each body, showing how much of the gap to the raw baseline is HTTPS
 //!   and the clients, and how much the apiserver's own work;
-//! * where each create phase's CPU went (`cpu.rs`), per create: the apiserver, this
-//!   driver (the clients; for the raw baseline the store itself), other processes
-//!   (etcd), and the machine's idle share;
+//! * where each create phase's CPU went (`cpu.rs`), per create: the apiserver (or the
+//!   floor server), this driver (the clients; for the raw baseline the store itself),
+//!   other processes (etcd), and the machine's idle share;
 //! * GET latency p50/p99 (one pod, sequential) and LIST latency p50/p99 (a namespace of
 //!   100 pods, resourceVersion unset, i.e. a consistent read);
 //! * LIST of every created pod (default 50,000) from the watch cache (resourceVersion=0;
@@ -471,7 +471,7 @@ async fn bench_backend(
         args.concurrency,
         value.len()
     );
-    let server_pid = Some(server.pid());
+    let server_pid = Some((server.pid(), "apiserver"));
     let (typed_rate, typed_cpu) =
         cpu::measure(server_pid, creates, typed_creates(&pods, args)).await?;
     eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
@@ -482,7 +482,7 @@ async fn bench_backend(
     )
     .await?;
     eprintln!("  api creates, pre-encoded JSON: {preencoded_rate:.0}/s");
-    let floor_rate = floor_creates(args, &pki, dir, &backend, value.len()).await?;
+    let (floor_rate, floor_cpu) = floor_creates(args, &pki, dir, &backend, value.len()).await?;
     eprintln!("  creates over HTTPS to a server that only stores the body: {floor_rate:.0}/s");
     for (client, rate) in [
         ("kube-rs typed client (Api::<Pod>::create)", typed_rate),
@@ -504,11 +504,16 @@ async fn bench_backend(
         });
     }
     // Where each phase's CPU went, per create: the gap between the API and the raw
-    // store is the apiserver's and the client's CPU on the same two cores.
+    // store is the apiserver's and the client's CPU on the same two cores; the floor
+    // server's share is what HTTPS and storing cost a server that does nothing else.
     for (phase, used) in [
         ("raw storage baseline (the driver is the store)", raw_cpu),
         ("API, kube-rs typed client", typed_cpu),
         ("API, pre-encoded JSON", preencoded_cpu),
+        (
+            "the transport floor (pre-encoded JSON; the server only stores the body)",
+            floor_cpu,
+        ),
     ] {
         rows.push(row(
             name,
@@ -773,14 +778,15 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
 }
 
 /// Starts the floor server (this binary, `--floor-serve`) on the backend's store type
-/// and drives it with the pre-encoded client; see `floor.rs`.
+/// and drives it with the pre-encoded client; see `floor.rs`. Returns the rate and the
+/// CPU per create, the floor server's own included.
 async fn floor_creates(
     args: &Args,
     pki: &ferrokube_pki::PkiPaths,
     dir: &Path,
     backend: &Backend,
     value_bytes: usize,
-) -> Result<f64> {
+) -> Result<(f64, cpu::CpuPerOp)> {
     let port = free_port()?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("--floor-serve")
@@ -818,9 +824,14 @@ async fn floor_creates(
             dir,
         )
         .await?;
-    let rate = preencoded_creates(&client, "floor", args).await;
+    let measured = cpu::measure(
+        Some((server.pid(), "floor server")),
+        phase_creates(args),
+        preencoded_creates(&client, "floor", args),
+    )
+    .await;
     server.stop();
-    rate
+    measured
 }
 
 /// W watchers on `bench-watch`, then E pod creates; every watcher must see every event.
