@@ -47,10 +47,13 @@ fn with_audit(o: &mut ferrokube_apiserver::Options) {
     o.audit_log.path = Some(d.join("audit.log"));
 }
 
+/// The complete events in the log: a last line without its newline is one the
+/// apiserver is still writing, and is left for the next read.
 fn events(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
-        .lines()
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
