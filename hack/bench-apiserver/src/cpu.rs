@@ -1,6 +1,6 @@
 //! Where a create phase's CPU went: the server process (the apiserver, or the floor
-//! server), this driver (the clients, or for the raw baseline the store itself), everything else on the machine (etcd, the
-//! kernel's own threads), and how much of the two cores stayed idle. The ratio of API
+//! server), this driver (the clients, or for the raw baseline the store itself),
+//! everything else on the machine (etcd, the kernel's own threads), and how much of the two cores stayed idle. The ratio of API
 //! to raw creates only says how far apart they are; this says which side of the
 //! machine the gap is on. Read from `/proc` in clock ticks (10 ms), so it is meant for
 //! phases of seconds, not milliseconds.
@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 
 /// CPU time used so far, by the processes a phase involves and by the whole machine.
 pub struct CpuSample {
-    server: Option<Duration>,
+    /// The server process's name in the report, and its CPU time.
+    server: Option<(&'static str, Duration)>,
     driver: Duration,
     machine_busy: Duration,
     machine_idle: Duration,
@@ -19,20 +20,22 @@ pub struct CpuSample {
 
 /// The CPU a phase used per operation (µs) and the machine's idle share.
 pub struct CpuPerOp {
-    /// What the server process is called in the report.
-    pub server_name: &'static str,
-    pub server_us: Option<f64>,
+    /// The server process's name in the report, and its CPU per operation.
+    pub server_us: Option<(&'static str, f64)>,
     pub driver_us: f64,
     pub other_us: f64,
     pub idle_percent: f64,
 }
 
 impl CpuSample {
-    /// Now, for `server` (the apiserver's pid, if the phase has one) and this process.
-    pub fn take(server: Option<u32>) -> Result<CpuSample> {
+    /// Now, for `server` (the server process's pid and name, if the phase has one) and
+    /// this process.
+    pub fn take(server: Option<(u32, &'static str)>) -> Result<CpuSample> {
         let (machine_busy, machine_idle) = machine_times()?;
         Ok(CpuSample {
-            server: server.map(process_time).transpose()?,
+            server: server
+                .map(|(pid, name)| process_time(pid).map(|used| (name, used)))
+                .transpose()?,
             driver: process_time(std::process::id())?,
             machine_busy,
             machine_idle,
@@ -45,7 +48,7 @@ impl CpuSample {
         let ops = ops.max(1) as f64;
         let us = |d: Duration| d.as_secs_f64() * 1e6 / ops;
         let server = match (earlier.server, later.server) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            (Some((_, a)), Some((name, b))) => Some((name, b.saturating_sub(a))),
             _ => None,
         };
         let driver = later.driver.saturating_sub(earlier.driver);
@@ -53,11 +56,10 @@ impl CpuSample {
         let idle = later.machine_idle.saturating_sub(earlier.machine_idle);
         let other = busy
             .saturating_sub(driver)
-            .saturating_sub(server.unwrap_or_default());
+            .saturating_sub(server.map(|(_, used)| used).unwrap_or_default());
         let total = (busy + idle).as_secs_f64();
         CpuPerOp {
-            server_name: "server",
-            server_us: server.map(us),
+            server_us: server.map(|(name, used)| (name, us(used))),
             driver_us: us(driver),
             other_us: us(other),
             idle_percent: if total > 0.0 {
@@ -76,20 +78,15 @@ pub async fn measure<T>(
     ops: usize,
     phase: impl std::future::Future<Output = Result<T>>,
 ) -> Result<(T, CpuPerOp)> {
-    let pid = server.map(|(pid, _)| pid);
-    let before = CpuSample::take(pid)?;
+    let before = CpuSample::take(server)?;
     let out = phase.await?;
-    let mut used = CpuSample::take(pid)?.since(&before, ops);
-    if let Some((_, name)) = server {
-        used.server_name = name;
-    }
-    Ok((out, used))
+    Ok((out, CpuSample::take(server)?.since(&before, ops)))
 }
 
 impl std::fmt::Display for CpuPerOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(server) = self.server_us {
-            write!(f, "{} {server:.0} µs, ", self.server_name)?;
+        if let Some((name, server)) = self.server_us {
+            write!(f, "{name} {server:.0} µs, ")?;
         }
         write!(
             f,

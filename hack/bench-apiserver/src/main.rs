@@ -471,12 +471,12 @@ async fn bench_backend(
         args.concurrency,
         value.len()
     );
-    let server_pid = Some((server.pid(), "apiserver"));
+    let apiserver = Some((server.pid(), "apiserver"));
     let (typed_rate, typed_cpu) =
-        cpu::measure(server_pid, creates, typed_creates(&pods, args)).await?;
+        cpu::measure(apiserver, creates, typed_creates(&pods, args)).await?;
     eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
     let (preencoded_rate, preencoded_cpu) = cpu::measure(
-        server_pid,
+        apiserver,
         creates,
         preencoded_creates(&client, "bench-preencoded", args),
     )
