@@ -69,7 +69,8 @@ fn common_pragmas(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result
 }
 
 /// Opens (creating if needed) the database with the write connection: WAL, every
-/// commit fsynced (`synchronous=FULL`), schema in place. Returns the persisted state.
+/// commit synced (`synchronous=FULL`; the workspace builds SQLite to sync with
+/// `fdatasync`, see `.cargo/config.toml`), schema in place. Returns the persisted state.
 pub(crate) fn open_writer(
     path: &Path,
     busy_timeout: Duration,

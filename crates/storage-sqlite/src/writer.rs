@@ -298,48 +298,80 @@ fn lookup(conn: &Connection, key: &str) -> rusqlite::Result<Option<(Revision, Re
         .optional()
 }
 
+/// Appends a live (non-tombstone) row to the history.
+fn insert_log_row(
+    conn: &Connection,
+    rev: Revision,
+    key: &str,
+    create_rev: Revision,
+    prev_rev: Revision,
+    value: &Bytes,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO kv_log (rev, key, create_rev, prev_rev, value, deleted) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+    )?
+    .execute(params![
+        rev,
+        key.as_bytes(),
+        create_rev,
+        prev_rev,
+        &value[..]
+    ])?;
+    Ok(())
+}
+
 /// Applies one request inside the batch's transaction. The outer error is SQLite's
 /// (the batch is rolled back); the inner one is the request's own answer.
 fn apply(conn: &Connection, batch: &mut Batch, op: &Op) -> rusqlite::Result<Result<Reply>> {
     match op {
-        Op::Put { key, value, expect } => {
-            let current = lookup(conn, key)?;
-            match (expect, &current) {
-                (Expect::Absent, Some(_)) => {
-                    return Ok(Err(StorageError::AlreadyExists { key: key.clone() }));
-                }
-                (Expect::Revision(_), None) => {
-                    return Ok(Err(StorageError::NotFound { key: key.clone() }));
-                }
-                (Expect::Revision(want), Some((have, ..))) if want != have => {
-                    return Ok(Err(StorageError::Conflict {
-                        key: key.clone(),
-                        message: format!("revision is {have}, expected {want}"),
-                    }));
-                }
-                _ => {}
+        Op::Put {
+            key,
+            value,
+            expect: Expect::Absent,
+        } => {
+            // A create claims the key in `kv_current` first: the claim fails exactly
+            // when the key is live, which saves a lookup of the live row per create.
+            let rev = batch.rev + 1;
+            let claimed = conn
+                .prepare_cached(
+                    "INSERT INTO kv_current (key, rev) VALUES (?1, ?2) \
+                     ON CONFLICT (key) DO NOTHING",
+                )?
+                .execute(params![key.as_bytes(), rev])?;
+            if claimed == 0 {
+                return Ok(Err(StorageError::AlreadyExists { key: key.clone() }));
+            }
+            insert_log_row(conn, rev, key, rev, 0, value)?;
+            batch.rev = rev;
+            batch.live_keys += 1;
+            let kv = KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+                create_revision: rev,
+                mod_revision: rev,
+            };
+            batch.events.push(WatchEvent::Added(kv.clone()));
+            Ok(Ok(Reply::Put(kv)))
+        }
+        Op::Put {
+            key,
+            value,
+            expect: Expect::Revision(want),
+        } => {
+            let Some((have, create_rev, previous)) = lookup(conn, key)? else {
+                return Ok(Err(StorageError::NotFound { key: key.clone() }));
+            };
+            if *want != have {
+                return Ok(Err(StorageError::Conflict {
+                    key: key.clone(),
+                    message: format!("revision is {have}, expected {want}"),
+                }));
             }
             let rev = batch.rev + 1;
-            let (create_rev, prev_rev) = match &current {
-                Some((mod_rev, create_rev, _)) => (*create_rev, *mod_rev),
-                None => (rev, 0),
-            };
-            conn.prepare_cached(
-                "INSERT INTO kv_log (rev, key, create_rev, prev_rev, value, deleted) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-            )?
-            .execute(params![
-                rev,
-                key.as_bytes(),
-                create_rev,
-                prev_rev,
-                &value[..]
-            ])?;
-            conn.prepare_cached(
-                "INSERT INTO kv_current (key, rev) VALUES (?1, ?2) \
-                 ON CONFLICT (key) DO UPDATE SET rev = excluded.rev",
-            )?
-            .execute(params![key.as_bytes(), rev])?;
+            insert_log_row(conn, rev, key, create_rev, have, value)?;
+            conn.prepare_cached("UPDATE kv_current SET rev = ?2 WHERE key = ?1")?
+                .execute(params![key.as_bytes(), rev])?;
             batch.rev = rev;
             let kv = KeyValue {
                 key: key.clone(),
@@ -347,19 +379,13 @@ fn apply(conn: &Connection, batch: &mut Batch, op: &Op) -> rusqlite::Result<Resu
                 create_revision: create_rev,
                 mod_revision: rev,
             };
-            batch.events.push(match current {
-                None => {
-                    batch.live_keys += 1;
-                    WatchEvent::Added(kv.clone())
-                }
-                Some((mod_revision, create_revision, value)) => WatchEvent::Modified {
-                    current: kv.clone(),
-                    previous: KeyValue {
-                        key: key.clone(),
-                        value: Bytes::from(value),
-                        create_revision,
-                        mod_revision,
-                    },
+            batch.events.push(WatchEvent::Modified {
+                current: kv.clone(),
+                previous: KeyValue {
+                    key: key.clone(),
+                    value: Bytes::from(previous),
+                    create_revision: create_rev,
+                    mod_revision: have,
                 },
             });
             Ok(Ok(Reply::Put(kv)))
@@ -428,8 +454,9 @@ mod tests {
     use super::*;
     use rusqlite::StatementStatus;
 
-    /// The writer's per-request key lookup must be prepared once and reused: a plan
-    /// SQLite re-prepares on every step costs the writer a tenth of its CPU.
+    /// The writer's per-request key lookup (updates and deletes; a create claims its
+    /// key instead) must be prepared once and reused: a plan SQLite re-prepares on
+    /// every step costs the writer a tenth of its CPU.
     #[test]
     fn key_lookup_is_not_re_prepared_between_batches() {
         let dir = tempfile::tempdir().unwrap();
@@ -445,18 +472,92 @@ mod tests {
                 results: Vec::new(),
                 events: Vec::new(),
             };
-            let op = Op::Put {
-                key: format!("/registry/pods/default/p{i}"),
+            let key = format!("/registry/pods/default/p{i}");
+            let put = |expect| Op::Put {
+                key: key.clone(),
                 value: Bytes::from_static(b"{}"),
-                expect: Expect::Absent,
+                expect,
             };
-            apply(&conn, &mut batch, &op).unwrap().unwrap();
-            let again = apply(&conn, &mut batch, &op).unwrap();
+            let Reply::Put(created) = apply(&conn, &mut batch, &put(Expect::Absent))
+                .unwrap()
+                .unwrap()
+            else {
+                panic!("a create answers with the written key");
+            };
+            let again = apply(&conn, &mut batch, &put(Expect::Absent)).unwrap();
             assert!(matches!(again, Err(StorageError::AlreadyExists { .. })));
+            let updated = apply(
+                &conn,
+                &mut batch,
+                &put(Expect::Revision(created.mod_revision)),
+            )
+            .unwrap();
+            assert!(updated.is_ok());
+            let stale = apply(
+                &conn,
+                &mut batch,
+                &put(Expect::Revision(created.mod_revision)),
+            )
+            .unwrap();
+            assert!(matches!(stale, Err(StorageError::Conflict { .. })));
             conn.execute_batch("COMMIT").unwrap();
             rev = batch.rev;
         }
         let lookup = conn.prepare_cached(crate::read::LATEST_ROW).unwrap();
+        assert_eq!(lookup.get_status(StatementStatus::Run), 40);
         assert_eq!(lookup.get_status(StatementStatus::RePrepare), 0);
+    }
+
+    /// A create of a key that is live fails without writing; once the key is
+    /// deleted, the create succeeds again and starts a new life (its own
+    /// create revision), as in etcd.
+    #[test]
+    fn create_claims_only_a_key_that_is_not_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, state) =
+            crate::schema::open_writer(&dir.path().join("db"), Duration::from_secs(1)).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let mut batch = Batch {
+            rev: state.rev,
+            compacted: state.compacted,
+            live_keys: 0,
+            results: Vec::new(),
+            events: Vec::new(),
+        };
+        let create = Op::Put {
+            key: "/registry/configmaps/default/a".into(),
+            value: Bytes::from_static(b"{}"),
+            expect: Expect::Absent,
+        };
+        let first = apply(&conn, &mut batch, &create).unwrap().unwrap();
+        let Reply::Put(first) = first else { panic!() };
+        assert_eq!(first.create_revision, first.mod_revision);
+        let rev_after_first = batch.rev;
+        assert!(matches!(
+            apply(&conn, &mut batch, &create).unwrap(),
+            Err(StorageError::AlreadyExists { .. })
+        ));
+        assert_eq!(
+            batch.rev, rev_after_first,
+            "a failed create takes no revision"
+        );
+        assert_eq!(batch.live_keys, 1);
+        let delete = Op::Delete {
+            key: "/registry/configmaps/default/a".into(),
+            expect: None,
+        };
+        apply(&conn, &mut batch, &delete).unwrap().unwrap();
+        assert_eq!(batch.live_keys, 0);
+        let Reply::Put(second) = apply(&conn, &mut batch, &create).unwrap().unwrap() else {
+            panic!()
+        };
+        assert!(second.create_revision > first.create_revision);
+        assert_eq!(second.create_revision, second.mod_revision);
+        assert_eq!(batch.live_keys, 1);
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM kv_log", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 3, "two lives and a tombstone");
+        conn.execute_batch("COMMIT").unwrap();
     }
 }
