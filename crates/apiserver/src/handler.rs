@@ -118,7 +118,7 @@ pub(crate) async fn serve(
     };
     let resource = attrs.resource.clone();
     let accepts_gzip = accepts_gzip(req.headers());
-    let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req, &audit))
+    let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req, attrs, &audit))
         .catch_unwind()
         .await
     {
@@ -259,10 +259,13 @@ async fn health(state: &State, path: &str, q: &HashMap<String, String>) -> Respo
     )
 }
 
+/// `attrs` are the request's authorization attributes as [`serve`] worked them out from
+/// the method, path and query, still without the user.
 async fn handle(
     state: &State,
     peer_certs: &[CertificateDer<'static>],
     mut req: Request<Incoming>,
+    mut attrs: ferrokube_auth::Attributes,
     audit: &crate::audit::RequestAudit,
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
@@ -291,7 +294,6 @@ async fn handle(
         Err(e) => return error_response(&e),
     };
     // Authorization.
-    let mut attrs = request_attributes(req.method().as_str(), &path, req.uri().query());
     attrs.user = user;
     let decision = state.authorizer.authorize(&attrs);
     // Upstream's `authorization.k8s.io/decision` and `/reason` annotations.
