@@ -1,9 +1,9 @@
 //! Where a create phase's CPU went: the server process (the apiserver, or the floor
 //! server), this driver (the clients, or for the raw baseline the store itself),
-//! everything else on the machine (etcd, the kernel's own threads), and how much of the two cores stayed idle. The ratio of API
-//! to raw creates only says how far apart they are; this says which side of the
-//! machine the gap is on. Read from `/proc` in clock ticks (10 ms), so it is meant for
-//! phases of seconds, not milliseconds.
+//! everything else on the machine (etcd, the kernel's own threads), and how much of the
+//! two cores stayed idle. The ratio of API to raw creates only says how far apart they
+//! are; this says which side of the machine the gap is on. Read from `/proc` in clock
+//! ticks (10 ms), so it is meant for phases of seconds, not milliseconds.
 
 use std::time::Duration;
 
