@@ -3,10 +3,13 @@
 //!
 //! * time from process start to `/readyz` 200, and idle RSS (`VmRSS` of the process
 //!   after ready and 5 s idle);
-//! * pod creates/s through the API with N concurrent clients (each a task), twice: with
-//!   kube-rs's typed `Api<Pod>::create`, and with pod JSON encoded up front and POSTed
-//!   through `kube::Client::send` (the client's own serde work left out, as the
-//!   baseline has none; those pods go to namespace `bench-preencoded`), next to the
+//! * pod creates/s through the API with N concurrent clients (each a task), three
+//!   times: with kube-rs's typed `Api<Pod>::create`; with pod JSON encoded up front and
+//!   POSTed through `kube::Client::send` (the client's own serde work left out, as the
+//!   baseline has none; those pods go to namespace `bench-preencoded`); and with the
+//!   same JSON POSTed by a lean client, one hyper HTTP/1 connection per writer
+//!   (`direct.rs`; namespace `bench-direct`), so that less of the two cores goes to
+//!   the client's task hand-offs. All next to the
 //!   raw storage baseline: `Storage::create` directly on the same backend type (a fresh
 //!   SQLite file / the same etcd under another prefix) with the same concurrency, the
 //!   same number of objects and values of the size the apiserver stores for a pod
@@ -51,6 +54,7 @@ use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use parking_lot::Mutex;
 
 mod cpu;
+mod direct;
 mod floor;
 
 #[derive(Parser, Debug, Clone)]
@@ -444,7 +448,13 @@ async fn bench_backend(
 
     let client = client(&pki.admin_kubeconfig, true).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in ["bench", "bench-preencoded", "bench-small", "bench-watch"] {
+    for ns in [
+        "bench",
+        "bench-preencoded",
+        "bench-direct",
+        "bench-small",
+        "bench-watch",
+    ] {
         let ns: Namespace = serde_json::from_value(
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         )?;
@@ -482,11 +492,23 @@ async fn bench_backend(
     )
     .await?;
     eprintln!("  api creates, pre-encoded JSON: {preencoded_rate:.0}/s");
+    let connector = direct::Connector::new(port, &pki)?;
+    let (direct_rate, direct_cpu) = cpu::measure(
+        apiserver,
+        creates,
+        direct_creates(&connector, "bench-direct", args),
+    )
+    .await?;
+    eprintln!("  api creates, pre-encoded JSON, a hyper connection per client: {direct_rate:.0}/s");
     let (floor_rate, floor_cpu) = floor_creates(args, &pki, dir, &backend, value.len()).await?;
     eprintln!("  creates over HTTPS to a server that only stores the body: {floor_rate:.0}/s");
     for (client, rate) in [
         ("kube-rs typed client (Api::<Pod>::create)", typed_rate),
         ("pre-encoded pod JSON (kube::Client::send)", preencoded_rate),
+        (
+            "pre-encoded pod JSON, a hyper HTTP/1 connection per client (see direct.rs)",
+            direct_rate,
+        ),
         (
             "the transport floor: pre-encoded pod JSON to a server that only stores the body (see floor.rs), not the apiserver",
             floor_rate,
@@ -510,6 +532,10 @@ async fn bench_backend(
         ("raw storage baseline (the driver is the store)", raw_cpu),
         ("API, kube-rs typed client", typed_cpu),
         ("API, pre-encoded JSON", preencoded_cpu),
+        (
+            "API, pre-encoded JSON, a hyper connection per client",
+            direct_cpu,
+        ),
         (
             "the transport floor (pre-encoded JSON; the server only stores the body)",
             floor_cpu,
@@ -772,6 +798,29 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
                 );
             }
             Ok(())
+        }
+    })
+    .await
+}
+
+/// The pre-encoded creates again, each client on its own hyper connection
+/// (`direct.rs`) instead of kube-rs's pooled client. The connections are made before
+/// the clock starts, as the kube-rs pool's are by the earlier phases.
+async fn direct_creates(connector: &direct::Connector, ns: &str, args: &Args) -> Result<f64> {
+    let template = serde_json::to_string(&pod("NAME"))?;
+    let path = Arc::new(format!("/api/v1/namespaces/{ns}/pods"));
+    let mut senders = Vec::with_capacity(args.concurrency);
+    for _ in 0..args.concurrency {
+        senders.push(tokio::sync::Mutex::new(connector.connect().await?));
+    }
+    let senders = Arc::new(senders);
+    creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
+        let body = Bytes::from(template.replace("\"NAME\"", &format!("\"pod-{w}-{i}\"")));
+        let (senders, path) = (senders.clone(), path.clone());
+        async move {
+            // Each writer only ever locks its own sender: never contended.
+            let mut sender = senders[w].lock().await;
+            direct::post_created(&mut sender, &path, body).await
         }
     })
     .await
