@@ -685,7 +685,7 @@ async fn resource(
 /// [`resource`] without the admission warnings, which plugins add to `warnings`.
 async fn resource_request(
     state: &State,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     r: ResourcePath,
     q: &HashMap<String, String>,
     accept: Option<&str>,
@@ -712,21 +712,18 @@ async fn resource_request(
     {
         return Err(not_found_path(sub));
     }
+    // Nothing after this reads the user from the request; admission has its own.
     let user = req
-        .extensions()
-        .get::<ferrokube_auth::UserInfo>()
-        .cloned()
+        .extensions_mut()
+        .remove::<ferrokube_auth::UserInfo>()
         .unwrap_or_default();
     // Admission for the writes below: one chain per request; the store sets the
     // operation and runs it (see `crate::admission`).
     let attributes = {
-        let mut a = crate::admission::Attributes::new(
-            user.clone(),
-            crate::admission::Operation::Create,
-            info,
-        )
-        .in_namespace(ns)
-        .named(r.name.as_deref().unwrap_or(""));
+        let mut a =
+            crate::admission::Attributes::new(user, crate::admission::Operation::Create, info)
+                .in_namespace(ns)
+                .named(r.name.as_deref().unwrap_or(""));
         a.subresource = r.sub.clone().unwrap_or_default();
         a.dry_run = dry_run(q.get("dryRun").map(String::as_str)).unwrap_or(false);
         a.warnings = warnings.clone();

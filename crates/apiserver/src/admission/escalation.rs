@@ -35,7 +35,7 @@ fn may(
 ) -> bool {
     authorizer
         .authorize(&AuthzAttributes {
-            user: a.user.clone(),
+            user: a.user.as_ref().clone(),
             verb: verb.into(),
             namespace: a.namespace.clone(),
             api_group: RBAC_GROUP.into(),

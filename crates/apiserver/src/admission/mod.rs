@@ -73,7 +73,8 @@ impl Operation {
 /// the objects, which the plugin methods take).
 #[derive(Clone, Debug)]
 pub(crate) struct Attributes {
-    pub user: UserInfo,
+    /// Shared: every plugin call of a request gets its own `Attributes`.
+    pub user: Arc<UserInfo>,
     pub operation: Operation,
     /// Group, version, kind and plural of the addressed resource.
     pub resource: &'static ResourceInfo,
@@ -112,12 +113,12 @@ impl Warnings {
 
 impl Attributes {
     pub(crate) fn new(
-        user: UserInfo,
+        user: impl Into<Arc<UserInfo>>,
         operation: Operation,
         resource: &'static ResourceInfo,
     ) -> Self {
         Attributes {
-            user,
+            user: user.into(),
             operation,
             resource,
             subresource: String::new(),

@@ -173,7 +173,7 @@ pub(crate) fn cel_authorizer(
 ) -> ferrokube_cel::cel::Value {
     let authorizer = Arc::new(UserAuthorizer {
         chain: chain.clone(),
-        user: a.user.clone(),
+        user: UserInfo::clone(&a.user),
     });
     ferrokube_cel::authorizer_value(
         authorizer,
