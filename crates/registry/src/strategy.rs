@@ -163,6 +163,89 @@ where
         // From the borrowed tree: no copy of the object first.
         K::deserialize(obj).ok()
     }
+
+    /// The typed decode that names each member the type does not have
+    /// (`spec.containers[0].foo`); a body that does not fit the type is a 400.
+    fn decode_naming_unknown(&self, obj: &Value) -> Result<(K, Vec<String>), ApiError> {
+        let mut unknown = Vec::new();
+        let typed: K = serde_ignored::deserialize(obj, |path| unknown.push(format_path(&path)))
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "Object of kind {} could not be decoded: {e}",
+                    self.info.kind
+                ))
+            })?;
+        Ok((typed, unknown))
+    }
+
+    /// Upstream's defaults applied, back in the generic form.
+    fn defaulted(&self, mut typed: K) -> Result<Value, ApiError> {
+        (self.defaults)(&mut typed);
+        serde_json::to_value(&typed).map_err(ApiError::internal)
+    }
+}
+
+/// `ObjectMeta`'s members. Clients written in Go send `"creationTimestamp": null`
+/// (an unset `metav1.Time`), which the typed round trip drops like any null; under
+/// `metadata` such a null is known to be a field, not an unknown member.
+const OBJECT_META_FIELDS: &[&str] = &[
+    "annotations",
+    "creationTimestamp",
+    "deletionGracePeriodSeconds",
+    "deletionTimestamp",
+    "finalizers",
+    "generateName",
+    "generation",
+    "labels",
+    "managedFields",
+    "name",
+    "namespace",
+    "ownerReferences",
+    "resourceVersion",
+    "selfLink",
+    "uid",
+];
+
+/// Whether every member of `body`, at any depth, is still in `typed`, the body after
+/// the typed round trip, at the same place. If so, the body had no unknown fields: the
+/// typed form only writes members its type has, so a member found there is a known
+/// field (or an entry of a free-form map, which is never unknown). `false` only means
+/// "not proven", and the caller names the unknown fields the slow way. `key` is the
+/// member name `body` sits under.
+fn keeps_every_member(body: &Value, typed: &Value, key: Option<&str>) -> bool {
+    match (body, typed) {
+        (Value::Object(body), Value::Object(typed)) => {
+            // Both maps iterate in key order, so one pass over each suffices; were
+            // they in another order, a member would only be missed, never wrongly found.
+            let mut typed = typed.iter().peekable();
+            body.iter().all(|(name, value)| {
+                while typed
+                    .peek()
+                    .is_some_and(|(t, _)| t.as_str() < name.as_str())
+                {
+                    typed.next();
+                }
+                match typed.peek() {
+                    Some((t, kept)) if *t == name => keeps_every_member(value, kept, Some(name)),
+                    _ => {
+                        value.is_null()
+                            && key == Some("metadata")
+                            && OBJECT_META_FIELDS.contains(&name.as_str())
+                    }
+                }
+            })
+        }
+        (Value::Object(body), _) => body.is_empty(),
+        (Value::Array(body), Value::Array(typed)) => {
+            body.len() == typed.len()
+                && body
+                    .iter()
+                    .zip(typed)
+                    .all(|(b, t)| keeps_every_member(b, t, None))
+        }
+        (Value::Array(body), _) => body.is_empty(),
+        _ => true,
+    }
 }
 
 /// `spec.containers[0].foo` from serde_ignored's path.
@@ -199,17 +282,25 @@ where
     }
 
     fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
-        let mut unknown = Vec::new();
-        let typed: K = serde_ignored::deserialize(&obj, |path| unknown.push(format_path(&path)))
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "Object of kind {} could not be decoded: {e}",
-                    self.info.kind
-                ))
-            })?;
-        let mut typed = typed;
-        (self.defaults)(&mut typed);
-        let mut object = serde_json::to_value(&typed).map_err(ApiError::internal)?;
+        // Naming unknown fields (serde_ignored) copies every member name of the body,
+        // and most bodies have none. So decode without it first: when the typed round
+        // trip kept every member of the body, none was unknown. Otherwise the body is
+        // decoded once more, only to name them.
+        let (mut object, unknown) = match K::deserialize(&obj) {
+            Ok(typed) => {
+                let object = self.defaulted(typed)?;
+                let unknown = if keeps_every_member(&obj, &object, None) {
+                    Vec::new()
+                } else {
+                    self.decode_naming_unknown(&obj)?.1
+                };
+                (object, unknown)
+            }
+            Err(_) => {
+                let (typed, unknown) = self.decode_naming_unknown(&obj)?;
+                (self.defaulted(typed)?, unknown)
+            }
+        };
         if let Some(f) = self.hooks.normalize {
             f(&mut object);
         }
@@ -311,6 +402,86 @@ mod tests {
             vec!["metadata.bogus", "spec.containers[0].imagePullPolicyX"]
         );
         assert!(d.object["metadata"].get("bogus").is_none());
+    }
+
+    fn pods() -> TypedStrategy<k8s_openapi::api::core::v1::Pod> {
+        TypedStrategy::new(lookup("", "v1", "pods").unwrap(), Hooks::PLAIN)
+    }
+
+    #[test]
+    fn decode_reports_unknown_members_with_null_values() {
+        let d = pods()
+            .decode(json!({
+                "metadata": {"name": "a", "creationTimestamp": null, "bogus": null},
+                "spec": {"containers": [{"name": "c", "image": "i"}], "priority": null,
+                    "x": null}
+            }))
+            .unwrap();
+        assert_eq!(d.unknown_fields, vec!["metadata.bogus", "spec.x"]);
+        assert!(d.object["spec"].get("priority").is_none());
+    }
+
+    #[test]
+    fn decode_of_known_fields_only_matches_the_naming_decode() {
+        // A body as kubectl sends it (Go's unset time as null, empty objects), and one
+        // with a free-form map and nested arrays.
+        let bodies = [
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a", "creationTimestamp": null, "labels": {"run": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "i", "resources": {},
+                    "ports": [{"containerPort": 80}]}], "dnsPolicy": "ClusterFirst"},
+                "status": {}
+            }),
+            json!({
+                "metadata": {"name": "b", "annotations": {"x": "y"}},
+                "spec": {"containers": [{"name": "c", "image": "i",
+                    "env": [{"name": "E", "value": "v"}], "args": ["-v"]}],
+                    "tolerations": [{"key": "k", "operator": "Exists"}]}
+            }),
+        ];
+        let s = pods();
+        for body in bodies {
+            let d = s.decode(body.clone()).unwrap();
+            assert!(d.unknown_fields.is_empty(), "{:?}", d.unknown_fields);
+            // The single decode sufficed.
+            assert!(keeps_every_member(&body, &d.object, None));
+            let (typed, unknown) = s.decode_naming_unknown(&body).unwrap();
+            assert!(unknown.is_empty());
+            assert_eq!(d.object, s.defaulted(typed).unwrap());
+        }
+    }
+
+    #[test]
+    fn only_an_object_meta_null_counts_as_kept() {
+        let kept = |body: Value, typed: Value| keeps_every_member(&body, &typed, None);
+        let typed = json!({"metadata": {"name": "a"}, "spec": {"a": [{"b": 1}]}});
+        assert!(kept(
+            json!({"metadata": {"name": "a", "creationTimestamp": null}}),
+            typed.clone()
+        ));
+        assert!(!kept(
+            json!({"metadata": {"name": "a", "bogus": null}}),
+            typed.clone()
+        ));
+        // A null outside `metadata` may be an unknown member: not proven.
+        assert!(!kept(
+            json!({"spec": {"creationTimestamp": null}}),
+            typed.clone()
+        ));
+        assert!(!kept(
+            json!({"spec": {"a": [{"b": 1, "c": 2}]}}),
+            typed.clone()
+        ));
+        assert!(!kept(
+            json!({"spec": {"a": [{"b": 1}, {"b": 2}]}}),
+            typed.clone()
+        ));
+        assert!(kept(json!({"spec": {"a": [{"b": "1"}]}}), typed.clone()));
+        // A member missing from the typed form is not proven known, even when empty.
+        assert!(!kept(json!({"spec": {"c": {}}}), typed.clone()));
+        assert!(!kept(json!({"status": {}}), typed.clone()));
+        assert!(kept(json!({"spec": {}}), typed));
     }
 
     #[test]
