@@ -65,15 +65,21 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
         let mut map = Map::new();
         while let Some(key) = access.next_key::<String>()? {
-            let path = Path::Key(self.path, &key);
             let value = access.next_value_seed(ValueSeed {
-                path: &path,
+                path: &Path::Key(self.path, &key),
                 duplicates: self.duplicates,
             })?;
-            if map.contains_key(&key) {
-                self.duplicates.borrow_mut().push(path.to_string());
+            // One lookup per member: the duplicate's path is only rendered when found.
+            match map.entry(key) {
+                serde_json::map::Entry::Occupied(mut slot) => {
+                    let path = Path::Key(self.path, slot.key()).to_string();
+                    self.duplicates.borrow_mut().push(path);
+                    slot.insert(value);
+                }
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
             }
-            map.insert(key, value);
         }
         Ok(Value::Object(map))
     }
