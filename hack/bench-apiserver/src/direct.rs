@@ -13,9 +13,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
@@ -84,14 +84,5 @@ pub async fn post_created(
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json")
         .body(Full::new(body))?;
-    let resp = sender.send_request(req).await?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes();
-    if status != 201 {
-        bail!(
-            "create answered {status}: {}",
-            String::from_utf8_lossy(&body)
-        );
-    }
-    Ok(())
+    crate::expect_created(sender.send_request(req).await?).await
 }

@@ -774,31 +774,53 @@ async fn typed_creates(pods: &Api<Pod>, args: &Args) -> Result<f64> {
     .await
 }
 
+/// The pod JSON the pre-encoded phases POST, encoded once; only the name is spliced in.
+#[derive(Clone)]
+struct PodJson(String);
+
+impl PodJson {
+    fn new() -> Result<PodJson> {
+        Ok(PodJson(serde_json::to_string(&pod("NAME"))?))
+    }
+
+    fn named(&self, writer: usize, i: usize) -> Bytes {
+        Bytes::from(self.0.replace("\"NAME\"", &format!("\"pod-{writer}-{i}\"")))
+    }
+}
+
+/// Reads the answer to a create whole; anything but 201 is an error carrying it.
+async fn expect_created<B>(resp: http::Response<B>) -> Result<()>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    if status != 201 {
+        bail!(
+            "create answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    Ok(())
+}
+
 /// Creates as plain HTTPS POSTs of pod JSON encoded up front (only the name is spliced
 /// in), through the same kube-rs connection pool; each answer is read whole and must
 /// be 201. This leaves the client's serde work out, as the raw baseline has none.
 async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Result<f64> {
-    let template = serde_json::to_string(&pod("NAME"))?;
+    let pod_json = PodJson::new()?;
     let path = format!("/api/v1/namespaces/{ns}/pods");
     let client = client.clone();
     creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
-        let body = template.replace("\"NAME\"", &format!("\"pod-{w}-{i}\""));
+        let body = pod_json.named(w, i);
         let (client, path) = (client.clone(), path.clone());
         async move {
             let req = http::Request::post(path)
                 .header("Content-Type", "application/json")
                 .header("Accept", "application/json")
-                .body(kube::client::Body::from(body.into_bytes()))?;
-            let resp = client.send(req).await?;
-            let status = resp.status().as_u16();
-            let body = resp.into_body().collect().await?.to_bytes();
-            if status != 201 {
-                bail!(
-                    "create answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                );
-            }
-            Ok(())
+                .body(kube::client::Body::from(body))?;
+            expect_created(client.send(req).await?).await
         }
     })
     .await
@@ -808,7 +830,7 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
 /// (`direct.rs`) instead of kube-rs's pooled client. The connections are made before
 /// the clock starts, as the kube-rs pool's are by the earlier phases.
 async fn direct_creates(connector: &direct::Connector, ns: &str, args: &Args) -> Result<f64> {
-    let template = serde_json::to_string(&pod("NAME"))?;
+    let pod_json = PodJson::new()?;
     let path = Arc::new(format!("/api/v1/namespaces/{ns}/pods"));
     let mut senders = Vec::with_capacity(args.concurrency);
     for _ in 0..args.concurrency {
@@ -816,7 +838,7 @@ async fn direct_creates(connector: &direct::Connector, ns: &str, args: &Args) ->
     }
     let senders = Arc::new(senders);
     creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
-        let body = Bytes::from(template.replace("\"NAME\"", &format!("\"pod-{w}-{i}\"")));
+        let body = pod_json.named(w, i);
         let (senders, path) = (senders.clone(), path.clone());
         async move {
             // Each writer only ever locks its own sender: never contended.
