@@ -605,6 +605,51 @@ s_api_versions() {
   has '^coordination.k8s.io/v1$'
 }
 
+# Kinds without a PATCH operation make kubectl list CustomResourceDefinitions before it
+# validates them; the reviews have no metadata. Both must work from a file.
+s_reviews_from_files() {
+  cat >"$TMP/sar.yaml" <<EOF
+apiVersion: authorization.k8s.io/v1
+kind: SubjectAccessReview
+spec:
+  user: jane
+  resourceAttributes: {verb: list, resource: pods, namespace: $NS}
+EOF
+  k create -f "$TMP/sar.yaml" -o 'jsonpath={.status.allowed}'
+  is 'false'
+  cat >"$TMP/ssar.yaml" <<EOF
+apiVersion: authorization.k8s.io/v1
+kind: SelfSubjectAccessReview
+spec:
+  resourceAttributes: {verb: list, resource: pods, namespace: $NS}
+EOF
+  k create -f "$TMP/ssar.yaml" -o 'jsonpath={.status.allowed}'
+  is 'true'
+  k api-resources --api-group=authorization.k8s.io
+  has '^subjectaccessreviews +authorization.k8s.io/v1 +false +SubjectAccessReview$'
+  has '^localsubjectaccessreviews +authorization.k8s.io/v1 +true +LocalSubjectAccessReview$'
+  k api-resources --api-group=apiextensions.k8s.io
+  has '^customresourcedefinitions +crd,crds +apiextensions.k8s.io/v1 +false +CustomResourceDefinition$'
+  k get crd
+  has '^No resources found'
+  cat >"$TMP/crd.yaml" <<EOF
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.e2e.ferrokube.io}
+spec:
+  group: e2e.ferrokube.io
+  names: {kind: Widget, plural: widgets}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object}}
+EOF
+  if k create -f "$TMP/crd.yaml"; then return 1; fi
+  has 'serves no custom resources'
+}
+
 s_secret_generic() {
   k create secret generic gen -n "$NS" --from-literal=user=admin --from-literal=pass='p@ss'
   has '^secret/gen created'
@@ -1036,6 +1081,7 @@ suite() {
   step "explain pod.spec.containers" s_explain
   step "api-resources" s_api_resources
   step "api-versions" s_api_versions
+  step "create -f of reviews (no metadata, no PATCH: kubectl lists CRDs), get crd" s_reviews_from_files
   step "create secret generic" s_secret_generic
   step "create secret tls" s_secret_tls
   step "create secret docker-registry" s_secret_docker_registry

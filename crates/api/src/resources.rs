@@ -286,10 +286,46 @@ pub static RESOURCES: &[ResourceInfo] = &[
         "/registry/storageclasses"),
 ];
 
+/// Verbs of a collection served read-only.
+pub const GET_LIST: &[Verb] = &["get", "list"];
+
+/// Resources the apiserver answers itself, with nothing in storage and so no store in
+/// the registry. Discovery and the OpenAPI documents list them with the rest, so the
+/// real kubectl can map their kinds (`kubectl create -f review.yaml`).
+/// - The access and token reviews: create-only, answered from the authorizers and
+///   authenticators.
+/// - CustomResourceDefinitions, read-only and always empty: this server serves no
+///   custom resources. kubectl lists them before it validates any kind that has no
+///   PATCH operation (a Binding, an Eviction, a review), so that list must answer.
+#[rustfmt::skip]
+pub static UNSTORED: &[ResourceInfo] = &[
+    // ---- authentication.k8s.io/v1
+    res("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", NONE, NONE, false,
+        CREATE_ONLY, NO_SUBS, ""),
+    res("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview", NONE, NONE, false, CREATE_ONLY, NO_SUBS, ""),
+    // ---- authorization.k8s.io/v1
+    res("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", "localsubjectaccessreview", NONE,
+        NONE, true, CREATE_ONLY, NO_SUBS, ""),
+    res("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NONE,
+        NONE, false, CREATE_ONLY, NO_SUBS, ""),
+    res("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview", NONE,
+        NONE, false, CREATE_ONLY, NO_SUBS, ""),
+    res("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NONE, NONE, false,
+        CREATE_ONLY, NO_SUBS, ""),
+    // ---- apiextensions.k8s.io/v1
+    res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition",
+        &["crd", "crds"], API_EXTENSIONS, false, GET_LIST, NO_SUBS, ""),
+];
+
+/// Every resource discovery lists: the stored ones, then the [`UNSTORED`] ones.
+pub fn served() -> impl Iterator<Item = &'static ResourceInfo> {
+    RESOURCES.iter().chain(UNSTORED)
+}
+
 /// Groups in discovery order (core group first, as `""`), each with its one version.
 pub fn groups() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for r in RESOURCES {
+    for r in served() {
         if !out.iter().any(|(g, v)| *g == r.group && *v == r.version) {
             out.push((r.group, r.version));
         }
@@ -301,9 +337,7 @@ pub fn groups() -> Vec<(&'static str, &'static str)> {
 pub fn resources_of(group: &str, version: &str) -> impl Iterator<Item = &'static ResourceInfo> {
     let group = group.to_string();
     let version = version.to_string();
-    RESOURCES
-        .iter()
-        .filter(move |r| r.group == group && r.version == version)
+    served().filter(move |r| r.group == group && r.version == version)
 }
 
 /// Looks a resource up by group, version and URL plural.
@@ -371,9 +405,31 @@ mod tests {
     }
 
     #[test]
+    fn unstored_resources_are_apart_from_the_stored_ones() {
+        for r in UNSTORED {
+            assert_eq!(r.storage_prefix, "", "{}", r.plural);
+            assert_eq!(lookup(r.group, r.version, r.plural), None, "{}", r.plural);
+            assert!(
+                !RESOURCES.iter().any(|s| s.group == r.group),
+                "{} shares a group with a stored resource",
+                r.plural
+            );
+            assert!(!r.supports("update") && !r.supports("delete"));
+        }
+        assert_eq!(served().count(), RESOURCES.len() + UNSTORED.len());
+        assert!(groups().contains(&("authorization.k8s.io", "v1")));
+        assert_eq!(
+            resources_of("authentication.k8s.io", "v1")
+                .map(|r| r.plural)
+                .collect::<Vec<_>>(),
+            ["selfsubjectreviews", "tokenreviews"]
+        );
+    }
+
+    #[test]
     fn short_names_unique_across_groups_except_events() {
         let mut seen = HashSet::new();
-        for r in RESOURCES {
+        for r in served() {
             for s in r.short_names {
                 if *s == "ev" && r.group == "events.k8s.io" {
                     continue;

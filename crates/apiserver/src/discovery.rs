@@ -1,7 +1,7 @@
 //! Discovery documents: `/version`, `/api`, `/apis`, `/apis/<g>`, per group-version
 //! resource lists, and aggregated discovery (`apidiscovery.k8s.io/v2`).
 
-use ferrokube_api::resources::{self, RESOURCES, ResourceInfo};
+use ferrokube_api::resources::{self, ResourceInfo};
 use serde_json::{Value, json};
 
 use crate::output::parse_accept;
@@ -171,9 +171,7 @@ pub fn aggregated(legacy: bool, version: &str) -> Value {
         .into_iter()
         .filter(|(g, _)| g.is_empty() == legacy)
         .map(|(g, v)| {
-            let res: Vec<Value> = RESOURCES
-                .iter()
-                .filter(|r| r.group == g && r.version == v)
+            let res: Vec<Value> = resources::resources_of(g, v)
                 .map(discovery_resource)
                 .collect();
             let mut meta = json!({"creationTimestamp": null});
@@ -235,5 +233,45 @@ mod tests {
                 .any(|g| g["metadata"]["name"] == "apps")
         );
         assert_eq!(aggregated(true, "v2")["items"].as_array().unwrap().len(), 1);
+    }
+
+    /// The reviews and the (empty) CustomResourceDefinitions are listed like any other
+    /// resource, so kubectl maps `kind: SubjectAccessReview` in a file.
+    #[test]
+    fn unstored_resources_are_discovered() {
+        let authz = resource_list("authorization.k8s.io", "v1").unwrap();
+        let sar = authz["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "subjectaccessreviews")
+            .unwrap();
+        assert_eq!(sar["kind"], "SubjectAccessReview");
+        assert_eq!(sar["verbs"], json!(["create"]));
+        let local = &authz["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "localsubjectaccessreviews")
+            .unwrap()["namespaced"];
+        assert_eq!(local, true);
+        let agg = aggregated(false, "v2");
+        let crds = agg["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "apiextensions.k8s.io")
+            .unwrap();
+        let crd = &crds["versions"][0]["resources"][0];
+        assert_eq!(crd["resource"], "customresourcedefinitions");
+        assert_eq!(crd["verbs"], json!(["get", "list"]));
+        assert_eq!(crd["shortNames"], json!(["crd", "crds"]));
+        assert!(
+            api_group_list()["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["name"] == "authentication.k8s.io")
+        );
     }
 }

@@ -65,7 +65,7 @@ pub(crate) fn respond(
     respond_body(code, content_type, full(body))
 }
 
-fn respond_body(code: StatusCode, content_type: &str, body: Body) -> Response<Body> {
+pub(crate) fn respond_body(code: StatusCode, content_type: &str, body: Body) -> Response<Body> {
     let mut r = Response::new(body);
     *r.status_mut() = code;
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -353,6 +353,9 @@ async fn route(
     }
     if let Some((group, kind, ns)) = crate::reviews::review_path(req.method(), &segs) {
         return review(state, req, group, kind, ns).await;
+    }
+    if let Some(name) = crate::crds::crd_path(&segs) {
+        return crate::crds::serve(state, req.method(), name, q, accept.as_deref()).await;
     }
     if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;

@@ -66,6 +66,7 @@ pub(crate) fn build() -> Map<String, Value> {
     for k in KINDS {
         let name = (k.name)().into_owned();
         set_gvk(&mut defs, &name, vec![gvk(k.group, k.version, k.kind)]);
+        metadata_not_required(&mut defs, &name);
         if k.listable {
             let list = list_definition(&name, k.kind);
             defs.insert(list_name(&name), list);
@@ -104,6 +105,25 @@ pub(crate) fn build() -> Map<String, Value> {
         }
     }
     defs
+}
+
+/// k8s-openapi's kinds carry `metadata` as a plain field, so schemars marks it required.
+/// Upstream's is `omitempty`: a review (`kind: SubjectAccessReview` with a `spec` only)
+/// has none, and kubectl's client-side validation would reject it.
+fn metadata_not_required(defs: &mut Map<String, Value>, name: &str) {
+    let Some(Value::Object(d)) = defs.get_mut(name) else {
+        return;
+    };
+    let now_empty = match d.get_mut("required") {
+        Some(Value::Array(required)) => {
+            required.retain(|f| f != "metadata");
+            required.is_empty()
+        }
+        _ => false,
+    };
+    if now_empty {
+        d.remove("required");
+    }
 }
 
 fn set_gvk(defs: &mut Map<String, Value>, name: &str, gvks: Vec<Value>) {

@@ -1,12 +1,13 @@
 //! The k8s-openapi types whose schemas the documents carry, keyed by group, version and
-//! kind. Every kind in `ferrokube_api::resources::RESOURCES` must be here (a test checks
+//! kind. Every kind `ferrokube_api::resources::served()` lists must be here (a test checks
 //! it); the rest are the kinds served at subresources and the meta/v1 kinds operations
 //! take and return.
 
 use k8s_openapi::api::{
-    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
-    events, networking, node, policy, rbac, scheduling, storage,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
+    coordination, core, discovery, events, networking, node, policy, rbac, scheduling, storage,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::{JsonSchema, SchemaGenerator};
 
@@ -91,6 +92,13 @@ kinds! {
     "rbac.authorization.k8s.io" "v1" Role => rbac::v1::Role, true;
     "scheduling.k8s.io" "v1" PriorityClass => scheduling::v1::PriorityClass, true;
     "storage.k8s.io" "v1" StorageClass => storage::v1::StorageClass, true;
+    "authentication.k8s.io" "v1" SelfSubjectReview => authentication::v1::SelfSubjectReview, false;
+    "authentication.k8s.io" "v1" TokenReview => authentication::v1::TokenReview, false;
+    "authorization.k8s.io" "v1" LocalSubjectAccessReview => authorization::v1::LocalSubjectAccessReview, false;
+    "authorization.k8s.io" "v1" SelfSubjectAccessReview => authorization::v1::SelfSubjectAccessReview, false;
+    "authorization.k8s.io" "v1" SelfSubjectRulesReview => authorization::v1::SelfSubjectRulesReview, false;
+    "authorization.k8s.io" "v1" SubjectAccessReview => authorization::v1::SubjectAccessReview, false;
+    "apiextensions.k8s.io" "v1" CustomResourceDefinition => apiextensions::v1::CustomResourceDefinition, true;
     "" "v1" Status => meta::Status, false;
     "" "v1" APIResourceList => meta::APIResourceList, false;
     "" "v1" APIGroup => meta::APIGroup, false;

@@ -3,7 +3,7 @@
 //! `x-kubernetes-action` and `x-kubernetes-group-version-kind` (Swagger 2.0 shape; the
 //! v3 documents are converted from it).
 
-use ferrokube_api::resources::{RESOURCES, ResourceInfo, SubresourceInfo};
+use ferrokube_api::resources::{self, ResourceInfo, SubresourceInfo};
 use serde_json::{Map, Value, json};
 
 use crate::definitions::{V2_REF, list_name};
@@ -273,10 +273,7 @@ pub(crate) fn build_for(group: &str, version: &str) -> Map<String, Value> {
             "responses": responses(&[("200", "OK")], API_RESOURCE_LIST),
         }}),
     );
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in resources::resources_of(group, version) {
         resource_paths(&mut paths, &root, r);
     }
     paths
@@ -427,8 +424,11 @@ fn resource_paths(paths: &mut Map<String, Value>, root: &str, r: &ResourceInfo) 
             ),
         );
     }
-    item.insert("parameters".into(), scope_params(true));
-    paths.insert(format!("{base}/{{name}}"), Value::Object(item));
+    // A create-only resource (the reviews) has no path for one object.
+    if !item.is_empty() {
+        item.insert("parameters".into(), scope_params(true));
+        paths.insert(format!("{base}/{{name}}"), Value::Object(item));
+    }
 
     // Subresources.
     for sub in r.subresources {

@@ -1,7 +1,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use ferrokube_api::resources::RESOURCES;
+use ferrokube_api::resources::{RESOURCES, UNSTORED};
 use prost::Message;
 
 use super::*;
@@ -47,9 +47,60 @@ fn pod_definition_has_gvk_and_patch_metadata() {
         &def(&doc, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")["properties"]["finalizers"];
     assert_eq!(finalizers["x-kubernetes-patch-strategy"], "merge");
     assert_eq!(finalizers["x-kubernetes-list-type"], "set");
+    assert_eq!(
+        pod.get("required"),
+        None,
+        "metadata is optional, as upstream"
+    );
+    assert_eq!(
+        def(&doc, "io.k8s.api.core.v1.Binding")["required"],
+        json!(["target"])
+    );
+    assert_eq!(
+        def(&doc, "io.k8s.api.authorization.v1.SubjectAccessReview")["required"],
+        json!(["spec"])
+    );
     let ios = def(&doc, "io.k8s.apimachinery.pkg.util.intstr.IntOrString");
     assert_eq!(ios["type"], "string");
     assert_eq!(ios["format"], "int-or-string");
+}
+
+/// The reviews have a POST and nothing else; CustomResourceDefinitions a GET of the
+/// collection and of one, and their List.
+#[test]
+fn unstored_resources_have_only_their_verbs_paths() {
+    let doc = swagger_v2();
+    let paths = doc["paths"].as_object().unwrap();
+    for r in UNSTORED {
+        let name = paths::definition_of(r.group, r.version, r.kind)
+            .unwrap_or_else(|| panic!("{} has no type in kinds.rs", r.kind));
+        assert_eq!(
+            def(&doc, &name)["x-kubernetes-group-version-kind"],
+            json!([{"group": r.group, "kind": r.kind, "version": r.version}]),
+            "{name}"
+        );
+        let root = format!("/apis/{}/{}", r.group, r.version);
+        let base = if r.namespaced {
+            format!("{root}/namespaces/{{namespace}}/{}", r.plural)
+        } else {
+            format!("{root}/{}", r.plural)
+        };
+        let collection = paths[&base].as_object().unwrap();
+        let one = paths.get(&format!("{base}/{{name}}"));
+        if r.kind == "CustomResourceDefinition" {
+            assert_eq!(collection.keys().collect::<Vec<_>>(), ["get", "parameters"]);
+            assert!(one.unwrap().get("get").is_some());
+            assert!(one.unwrap().get("patch").is_none());
+            def(&doc, &format!("{name}List"));
+        } else {
+            assert_eq!(
+                collection.keys().collect::<Vec<_>>(),
+                ["parameters", "post"]
+            );
+            assert_eq!(collection["post"]["x-kubernetes-action"], "post");
+            assert!(one.is_none(), "{base}/{{name}}");
+        }
+    }
 }
 
 #[test]
@@ -192,10 +243,10 @@ fn all_refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
     match v {
         Value::Object(m) => {
             for (k, v) in m {
-                if k == "$ref" {
-                    out.push(v.as_str().unwrap_or(""));
-                } else {
-                    all_refs(v, out);
+                // JSONSchemaProps has a property named `$ref`: an object, not a reference.
+                match (k.as_str(), v.as_str()) {
+                    ("$ref", Some(target)) => out.push(target),
+                    _ => all_refs(v, out),
                 }
             }
         }

@@ -199,3 +199,65 @@ async fn impersonation_is_checked_with_the_impersonate_verb() {
     assert_eq!(code, 403);
     server.stop().await;
 }
+
+/// The reviews are discovered like any resource (kubectl maps `kind:
+/// SubjectAccessReview` in a file through discovery), and CustomResourceDefinitions
+/// list empty and refuse writes: this server serves no custom resources.
+#[tokio::test]
+async fn reviews_are_discovered_and_crds_list_empty() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, ListParams, PostParams};
+    use kube::discovery::{Discovery, Scope, verbs};
+
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let authz = discovery.get("authorization.k8s.io").unwrap();
+    let (sar, caps) = authz
+        .recommended_resources()
+        .into_iter()
+        .find(|(r, _)| r.plural == "subjectaccessreviews")
+        .unwrap();
+    assert_eq!(sar.kind, "SubjectAccessReview");
+    assert_eq!(caps.scope, Scope::Cluster);
+    assert!(caps.supports_operation(verbs::CREATE));
+    assert!(!caps.supports_operation(verbs::LIST));
+    let authn = discovery.get("authentication.k8s.io").unwrap();
+    assert!(
+        authn
+            .recommended_resources()
+            .iter()
+            .any(|(r, _)| r.plural == "tokenreviews")
+    );
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let list = crds.list(&ListParams::default()).await.unwrap();
+    assert!(list.items.is_empty());
+    assert!(list.metadata.resource_version.is_some_and(|rv| rv != "0"));
+    let err = crds.get("widgets.example.com").await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1", "served": true, "storage": true}]}
+    }))
+    .unwrap();
+    let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 405);
+            assert!(
+                s.message.contains("serves no custom resources"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    server.stop().await;
+}

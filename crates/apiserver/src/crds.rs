@@ -1,0 +1,106 @@
+//! `apiextensions.k8s.io/v1` CustomResourceDefinitions, served read-only and empty.
+//!
+//! This server serves no custom resources, so no definition of one can exist. The
+//! collection still has to answer: the real kubectl lists it before it validates a kind
+//! that has no PATCH operation (`kubectl create -f` of a Binding, an Eviction or a
+//! review), and fails when the list does. `kubectl get crd` says there are none; a
+//! write answers 405 and says why.
+
+use std::collections::HashMap;
+
+use ferrokube_api::resources::{ResourceInfo, UNSTORED};
+use ferrokube_apimachinery::errors::ApiError;
+use http::{Method, Response, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::json;
+
+use crate::handler::{Body, State, respond_body};
+use crate::output;
+
+const GROUP: &str = "apiextensions.k8s.io";
+const PLURAL: &str = "customresourcedefinitions";
+
+/// The object a CustomResourceDefinitions path names: `Some(None)` for the collection,
+/// `Some(Some(name))` for one; `None` when the path is not theirs.
+pub(crate) fn crd_path<'a>(segs: &[&'a str]) -> Option<Option<&'a str>> {
+    match segs {
+        ["apis", GROUP, "v1", PLURAL] => Some(None),
+        ["apis", GROUP, "v1", PLURAL, name] => Some(Some(*name)),
+        // A subresource (`/status`) of a definition that cannot exist.
+        ["apis", GROUP, "v1", PLURAL, name, _] => Some(Some(*name)),
+        _ => None,
+    }
+}
+
+fn info() -> &'static ResourceInfo {
+    UNSTORED
+        .iter()
+        .find(|r| r.group == GROUP && r.plural == PLURAL)
+        .expect("CustomResourceDefinitions are in the UNSTORED table")
+}
+
+/// GET of the collection: an empty list at the store's current revision; GET of one:
+/// 404; anything else: 405.
+pub(crate) async fn serve(
+    state: &State,
+    method: &Method,
+    name: Option<&str>,
+    q: &HashMap<String, String>,
+    accept: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let info = info();
+    let verb = match (method, name) {
+        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        (&Method::GET, None) => "list",
+        (&Method::GET, Some(name)) => return Err(ApiError::not_found(GROUP, PLURAL, name)),
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, None) => "deletecollection",
+        (&Method::DELETE, Some(_)) => "delete",
+        _ => "this method",
+    };
+    if verb != "list" {
+        let mut e = ApiError::method_not_supported(GROUP, PLURAL, verb);
+        e.message = format!(
+            "{}: this server serves no custom resources, so it keeps no CustomResourceDefinitions",
+            e.message
+        );
+        return Err(e);
+    }
+    let target = output::negotiate(accept)?;
+    let revision = state
+        .registry
+        .storage()
+        .current_revision()
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the current revision: {e}")))?;
+    let meta = json!({"resourceVersion": revision.to_string()});
+    let body = output::list(target, info, &[], meta, jiff::Timestamp::now());
+    Ok(respond_body(
+        StatusCode::OK,
+        output::content_type(target),
+        body.boxed_unsync(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(crd_path(&["apis", GROUP, "v1", PLURAL]), Some(None::<&str>));
+        assert_eq!(
+            crd_path(&["apis", GROUP, "v1", PLURAL, "foos.example.com"]),
+            Some(Some("foos.example.com"))
+        );
+        assert_eq!(
+            crd_path(&["apis", GROUP, "v1", PLURAL, "foos.example.com", "status"]),
+            Some(Some("foos.example.com"))
+        );
+        assert_eq!(crd_path(&["apis", GROUP, "v1"]), None);
+        assert_eq!(crd_path(&["apis", "apps", "v1", PLURAL]), None);
+        assert_eq!(info().kind, "CustomResourceDefinition");
+    }
+}
