@@ -648,6 +648,24 @@ spec:
 EOF
   if k create -f "$TMP/crd.yaml"; then return 1; fi
   has 'serves no custom resources'
+  # A Binding from a file goes to the legacy bindings collection.
+  # No controllers here: the ServiceAccount plugin needs the pod's account made by hand.
+  k create serviceaccount binder -n "$NS"
+  k run bindme -n "$NS" --image=nginx --restart=Never --overrides='{"spec": {"serviceAccountName": "binder"}}'
+  cat >"$TMP/binding.yaml" <<EOF
+apiVersion: v1
+kind: Binding
+metadata: {name: bindme, namespace: $NS}
+target: {apiVersion: v1, kind: Node, name: e2e-node}
+EOF
+  k create -f "$TMP/binding.yaml"
+  has 'created'
+  k get pod bindme -n "$NS" -o 'jsonpath={.spec.nodeName}'
+  is 'e2e-node'
+  if k create -f "$TMP/binding.yaml"; then return 1; fi
+  has 'already assigned to node "e2e-node"'
+  k delete pod bindme -n "$NS" --grace-period=0 --force
+  k delete serviceaccount binder -n "$NS"
 }
 
 s_secret_generic() {
@@ -1081,7 +1099,7 @@ suite() {
   step "explain pod.spec.containers" s_explain
   step "api-resources" s_api_resources
   step "api-versions" s_api_versions
-  step "create -f of reviews (no metadata, no PATCH: kubectl lists CRDs), get crd" s_reviews_from_files
+  step "create -f of reviews and a Binding (no PATCH: kubectl lists CRDs), get crd" s_reviews_from_files
   step "create secret generic" s_secret_generic
   step "create secret tls" s_secret_tls
   step "create secret docker-registry" s_secret_docker_registry

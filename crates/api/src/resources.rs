@@ -293,12 +293,15 @@ pub const GET_LIST: &[Verb] = &["get", "list"];
 /// the registry. Discovery and the OpenAPI documents list them with the rest, so the
 /// real kubectl can map their kinds (`kubectl create -f review.yaml`).
 /// - The access and token reviews: create-only, answered from the authorizers and
-///   authenticators.
+///   authenticators; and the legacy `bindings`, a pod's `binding` subresource with
+///   the pod named in the body.
 /// - CustomResourceDefinitions, read-only and always empty: this server serves no
 ///   custom resources. kubectl lists them before it validates any kind that has no
 ///   PATCH operation (a Binding, an Eviction, a review), so that list must answer.
 #[rustfmt::skip]
 pub static UNSTORED: &[ResourceInfo] = &[
+    // ---- core/v1: a pod's `binding` subresource, the pod named in the body.
+    res("", "v1", "Binding", "bindings", "binding", NONE, NONE, true, CREATE_ONLY, NO_SUBS, ""),
     // ---- authentication.k8s.io/v1
     res("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", NONE, NONE, false,
         CREATE_ONLY, NO_SUBS, ""),
@@ -409,11 +412,6 @@ mod tests {
         for r in UNSTORED {
             assert_eq!(r.storage_prefix, "", "{}", r.plural);
             assert_eq!(lookup(r.group, r.version, r.plural), None, "{}", r.plural);
-            assert!(
-                !RESOURCES.iter().any(|s| s.group == r.group),
-                "{} shares a group with a stored resource",
-                r.plural
-            );
             assert!(!r.supports("update") && !r.supports("delete"));
         }
         assert_eq!(served().count(), RESOURCES.len() + UNSTORED.len());

@@ -487,6 +487,16 @@ struct ResourcePath {
 }
 
 fn parse_resource_path(group: &str, version: &str, segs: &[&str]) -> Option<ResourcePath> {
+    // The legacy `bindings` collection (`kubectl create -f` of a Binding) is the pod's
+    // `binding` subresource with the pod named in the body.
+    if let ("", "v1", ["namespaces", ns, "bindings"]) = (group, version, segs) {
+        return Some(ResourcePath {
+            info: resources::lookup("", "v1", "pods")?,
+            ns: Some(ns.to_string()),
+            name: None,
+            sub: Some("binding".to_string()),
+        });
+    }
     if segs.len() >= 3
         && segs[0] == "namespaces"
         && let Some(info) = resources::lookup(group, version, segs[2]).filter(|i| i.namespaced)
@@ -781,15 +791,29 @@ async fn resource_request(
                 &w.warnings,
             ))
         }
-        (Method::POST, Some(name), Some("binding")) => {
+        (Method::POST, name, Some("binding")) => {
             let (body, ct) = read_body(state, req).await?;
             let mut binding = decode_body(&body, &ct, info)?;
+            let mut attributes = attributes;
+            let name = match name {
+                Some(name) => name.to_string(),
+                None => {
+                    let named = binding["metadata"]["name"].as_str().unwrap_or_default();
+                    if named.is_empty() {
+                        return Err(ApiError::bad_request(
+                            "a Binding posted to bindings must name its pod in metadata.name",
+                        ));
+                    }
+                    attributes.name = named.to_string();
+                    named.to_string()
+                }
+            };
             // Upstream: a CREATE of pods/binding with the Binding as the object.
             state
                 .admission
                 .admit_request(&attributes, &mut binding)
                 .await?;
-            store.bind(ns, name, &binding, &write_options(q)?).await?;
+            store.bind(ns, &name, &binding, &write_options(q)?).await?;
             Ok(json_response(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),

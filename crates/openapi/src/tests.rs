@@ -79,7 +79,11 @@ fn unstored_resources_have_only_their_verbs_paths() {
             json!([{"group": r.group, "kind": r.kind, "version": r.version}]),
             "{name}"
         );
-        let root = format!("/apis/{}/{}", r.group, r.version);
+        let root = if r.group.is_empty() {
+            format!("/api/{}", r.version)
+        } else {
+            format!("/apis/{}/{}", r.group, r.version)
+        };
         let base = if r.namespaced {
             format!("{root}/namespaces/{{namespace}}/{}", r.plural)
         } else {

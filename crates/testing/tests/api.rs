@@ -610,3 +610,54 @@ async fn shutdown_finishes_a_response_in_flight() {
     assert_eq!(list["items"].as_array().map(Vec::len), Some(64));
     stopping.await.unwrap();
 }
+
+/// `POST /api/v1/namespaces/{ns}/bindings` (what `kubectl create -f` of a Binding
+/// sends) binds the pod the body names, as `pods/{name}/binding` does.
+#[tokio::test]
+async fn bindings_collection_binds_the_pod_named_in_the_body() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "bindme"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let post = |body: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let (code, _, bytes) = TestApiServer::raw(
+                &client,
+                "POST",
+                "/api/v1/namespaces/default/bindings",
+                &[("content-type", "application/json")],
+                serde_json::to_vec(&body).unwrap(),
+            )
+            .await
+            .unwrap();
+            (code, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let target = json!({"apiVersion": "v1", "kind": "Node", "name": "n1"});
+    let (code, body) = post(json!({
+        "apiVersion": "v1", "kind": "Binding", "metadata": {}, "target": target
+    }))
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("metadata.name"), "{body}");
+    let (code, body) = post(json!({
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bindme"}, "target": target
+    }))
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let bound = pods.get("bindme").await.unwrap();
+    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some("n1"));
+    let (code, body) = post(json!({
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bindme"}, "target": target
+    }))
+    .await;
+    assert_eq!(code, 409, "{body}");
+    server.stop().await;
+}
