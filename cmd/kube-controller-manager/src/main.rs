@@ -86,7 +86,8 @@ struct Options {
     #[arg(long = "bind-address", default_value = "0.0.0.0")]
     bind_address: IpAddr,
     /// If set, this root certificate authority will be included in service account's
-    /// token secret. This must be a valid PEM-encoded CA bundle.
+    /// token secret. This must be a valid PEM-encoded CA bundle. Unset: the CA the
+    /// --kubeconfig trusts (as upstream).
     #[arg(long = "root-ca-file")]
     root_ca_file: Option<PathBuf>,
     /// Filename containing a PEM-encoded private RSA or ECDSA key used to sign
@@ -391,6 +392,10 @@ async fn main() -> anyhow::Result<()> {
     cfg.csr_signing.check()?;
     ferrokube_controllers::manager::enabled_controllers(&cfg.controllers)?;
     let config = client_config(opts.kubeconfig.as_ref()).await?;
+    if cfg.root_ca.is_none() {
+        // As upstream: without --root-ca-file, the CA the manager's kubeconfig trusts.
+        cfg.root_ca = ferrokube_controllers::rootcacertpublisher::bundle_of(&config);
+    }
     let client = kube::Client::try_from(config.clone())?;
     if opts.use_service_account_credentials {
         cfg.service_account_credentials = Some(config);

@@ -198,8 +198,9 @@ pub struct ManagerConfig {
     pub terminated_pod_gc_threshold: usize,
     pub node_lifecycle: NodeLifecycleConfig,
     pub informer_sync_timeout: Duration,
-    /// The cluster CA bundle (PEM) the root CA publisher puts in every namespace
-    /// (`--root-ca-file`); without it that controller does not run.
+    /// The cluster CA bundle (PEM) the root CA publisher puts in every namespace and
+    /// the tokens controller in each token Secret (`--root-ca-file`, else the CA the
+    /// manager's kubeconfig trusts); without one the publisher does not run.
     pub root_ca: Option<String>,
     /// `--use-service-account-credentials`: the manager's connection settings, from
     /// which each controller gets a client of its own ServiceAccount (credentials
@@ -410,7 +411,7 @@ impl Manager {
                     None => {
                         tracing::warn!(
                             controller = name,
-                            "no root CA (--root-ca-file): not publishing kube-root-ca.crt"
+                            "no root CA (--root-ca-file, or a CA in the kubeconfig): not publishing kube-root-ca.crt"
                         );
                         continue;
                     }

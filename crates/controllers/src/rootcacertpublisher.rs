@@ -36,6 +36,19 @@ pub enum Plan {
     Update(ConfigMap),
 }
 
+/// The CA bundle a client configuration trusts the apiserver with, as PEM. Without
+/// `--root-ca-file`, upstream's publisher and tokens controller use their own client
+/// config's `CAData`: the CA the manager's kubeconfig names.
+pub fn bundle_of(config: &kube::Config) -> Option<String> {
+    let certs = config.root_cert.as_ref().filter(|c| !c.is_empty())?;
+    Some(
+        certs
+            .iter()
+            .map(|der| ferrokube_pki::pem::encode_cert_pem(der))
+            .collect(),
+    )
+}
+
 fn terminating(ns: &Namespace) -> bool {
     ns.metadata.deletion_timestamp.is_some()
         || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
@@ -168,6 +181,20 @@ mod tests {
 
     fn ns(v: serde_json::Value) -> Namespace {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn bundle_of_a_client_config_is_its_ca_as_pem() {
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        assert_eq!(bundle_of(&config), None);
+        config.root_cert = Some(Vec::new());
+        assert_eq!(bundle_of(&config), None);
+        config.root_cert = Some(vec![vec![1, 2, 3], vec![4, 5, 6]]);
+        assert_eq!(
+            bundle_of(&config).unwrap(),
+            "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n\
+             -----BEGIN CERTIFICATE-----\nBAUG\n-----END CERTIFICATE-----\n"
+        );
     }
 
     #[test]
