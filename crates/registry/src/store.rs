@@ -539,8 +539,11 @@ impl Store {
             m.remove(f);
         }
         let hooks = *self.strategy.hooks();
+        // One reading of the clock: the hook's times (a pod's conditions) are the
+        // creation time.
+        let now = self.now();
         meta::set_meta(obj, "uid", json!(meta::new_uid()));
-        meta::set_meta(obj, "creationTimestamp", json!(self.now()));
+        meta::set_meta(obj, "creationTimestamp", json!(now));
         if hooks.tracks_generation {
             meta::set_meta(obj, "generation", json!(1));
         }
@@ -557,7 +560,7 @@ impl Store {
             }
         }
         if let Some(f) = hooks.prepare_create {
-            f(obj, &self.now());
+            f(obj, &now);
         }
     }
 
