@@ -351,7 +351,13 @@ async fn route(
     if let Some((ns, name, kind)) = crate::proxy::proxied_pod_subresource(&segs) {
         return crate::proxy::pod_subresource(state, req, ns, name, kind).await;
     }
-    if let Some((group, kind, ns)) = crate::reviews::review_path(req.method(), &segs) {
+    if let Some((group, kind, ns)) = crate::reviews::review_path(&segs) {
+        if req.method() != Method::POST {
+            // Discovery lists the reviews as create-only; upstream answers 405.
+            let plural = segs.last().copied().unwrap_or_default();
+            let verb = req.method().as_str().to_ascii_lowercase();
+            return Err(ApiError::method_not_supported(group, plural, &verb));
+        }
         return review(state, req, group, kind, ns).await;
     }
     if let Some(name) = crate::crds::crd_path(&segs) {

@@ -17,7 +17,7 @@ use ferrokube_auth::user::{
     ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, SYSTEM_PRIVILEGED_GROUP,
 };
 use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Authorizer, Decision, UserInfo};
-use http::{HeaderMap, Method};
+use http::HeaderMap;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{Value, json};
 
@@ -26,14 +26,11 @@ use crate::handler::State;
 const AUTHZ_GROUP: &str = "authorization.k8s.io";
 const AUTHN_GROUP: &str = "authentication.k8s.io";
 
-/// Which review a path names: `(group, kind, namespace)`.
+/// Which review a path names: `(group, kind, namespace)`, whatever the method (a
+/// review is create-only; the caller answers other methods 405).
 pub(crate) fn review_path<'a>(
-    method: &Method,
     segs: &[&'a str],
 ) -> Option<(&'static str, &'static str, Option<&'a str>)> {
-    if method != Method::POST {
-        return None;
-    }
     match segs {
         ["apis", AUTHZ_GROUP, "v1", "subjectaccessreviews"] => {
             Some((AUTHZ_GROUP, "SubjectAccessReview", None))

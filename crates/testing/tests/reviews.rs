@@ -231,6 +231,18 @@ async fn reviews_are_discovered_and_crds_list_empty() {
             .any(|(r, _)| r.plural == "tokenreviews")
     );
 
+    // Create-only: any other method is 405, as upstream.
+    let (code, _, body) = TestApiServer::raw(
+        &client,
+        "GET",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 405, "{}", String::from_utf8_lossy(&body));
+
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let list = crds.list(&ListParams::default()).await.unwrap();
     assert!(list.items.is_empty());
