@@ -1,7 +1,8 @@
-//! JSON request bodies parsed into values in one pass that also notes duplicate object keys
-//! (upstream's strict decoding reports them as `duplicate field "spec.replicas"`;
-//! `serde_json::Value` keeps the last one silently). One pass, because every create and
-//! update parses its body: a second walk just for duplicates cost as much as the parse.
+//! JSON and YAML request bodies parsed into values in one pass that also notes duplicate
+//! object keys (upstream's strict decoding reports them as `duplicate field
+//! "spec.replicas"`; `serde_json::Value` keeps the last one silently). One pass, because
+//! every create and update parses its body: a second walk just for duplicates cost as
+//! much as the parse.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -21,6 +22,20 @@ pub(crate) fn parse_noting_duplicates(body: &[u8]) -> serde_json::Result<(Value,
     }
     .deserialize(&mut de)?;
     de.end()?;
+    Ok((value, duplicates.into_inner()))
+}
+
+/// [`parse_noting_duplicates`] for a YAML body (one document), with the same value
+/// `serde_yaml_ng::from_slice` gives.
+pub(crate) fn parse_yaml_noting_duplicates(
+    body: &[u8],
+) -> Result<(Value, Vec<String>), serde_yaml_ng::Error> {
+    let duplicates = RefCell::new(Vec::new());
+    let value = ValueSeed {
+        path: &Path::Root,
+        duplicates: &duplicates,
+    }
+    .deserialize(serde_yaml_ng::Deserializer::from_slice(body))?;
     Ok((value, duplicates.into_inner()))
 }
 
@@ -169,6 +184,32 @@ mod tests {
                 .to_string();
             assert_eq!(ours, theirs);
         }
+    }
+
+    #[test]
+    fn yaml_duplicates_and_values_as_serde_yaml() {
+        let body = b"metadata:\n  name: a\n  name: b\ndata:\n  k: '1'\n  k: '2'\nspec: {x: [1, {y: 1, y: 2}]}\n";
+        let (value, duplicates) = parse_yaml_noting_duplicates(body).unwrap();
+        assert_eq!(duplicates, ["metadata.name", "data.k", "spec.x[1].y"]);
+        assert_eq!(value["data"]["k"], "2");
+        let bodies: [&[u8]; 5] = [
+            b"a: 1\nb: -2\nc: 3.5\nd: true\ne: ~\nf: null\ng: 'x'\nh: \"y\"\ni: [1, [2]]\n",
+            b"n: 18446744073709551615\nm: -9223372036854775808\nf: 0.1\n",
+            b"- a\n- b: {c: d}\n",
+            b"just a string",
+            b"key: |\n  two\n  lines\n",
+        ];
+        for body in bodies {
+            let ours = parse_yaml_noting_duplicates(body).map(|(v, _)| v).ok();
+            let theirs = serde_yaml_ng::from_slice::<Value>(body).ok();
+            assert_eq!(ours, theirs, "{}", String::from_utf8_lossy(body));
+        }
+        for bad in [&b"a: [1"[..], b"a: 1\n---\nb: 2\n", b"\t- bad indent: ["] {
+            assert!(parse_yaml_noting_duplicates(bad).is_err());
+            assert!(serde_yaml_ng::from_slice::<Value>(bad).is_err());
+        }
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse_yaml_noting_duplicates(deep.as_bytes()).is_err());
     }
 
     #[test]

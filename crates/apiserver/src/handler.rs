@@ -575,7 +575,7 @@ fn decode_body(body: &[u8], content_type: &str, info: &ResourceInfo) -> Result<V
     decode_body_noting_duplicates(body, content_type, info).map(|(object, _)| object)
 }
 
-/// The body's object, and (for JSON, for `fieldValidation`) the keys it has twice.
+/// The body's object, and (for JSON and YAML, for `fieldValidation`) the keys it has twice.
 fn decode_body_noting_duplicates(
     body: &[u8],
     content_type: &str,
@@ -583,11 +583,9 @@ fn decode_body_noting_duplicates(
 ) -> Result<(Value, Vec<String>), ApiError> {
     let essence = content_type.split(';').next().unwrap_or("").trim();
     match essence {
-        "application/yaml" => serde_yaml_ng::from_slice::<Value>(body)
-            .map(|object| (object, Vec::new()))
-            .map_err(|e| {
-                ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-            }),
+        "application/yaml" => crate::dupes::parse_yaml_noting_duplicates(body).map_err(|e| {
+            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+        }),
         "application/json" | "" | "*/*" => {
             crate::dupes::parse_noting_duplicates(body).map_err(|e| {
                 ApiError::bad_request(format!(

@@ -231,6 +231,34 @@ async fn duplicate_fields_by_field_validation() {
     assert!(h.get("warning").is_none());
     let created: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(created["data"]["a"], "2");
+
+    // The same checks for a YAML body.
+    let yaml =
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\ndata:\n  a: '1'\n  a: '2'\n";
+    let post_yaml = |q: &'static str| async move {
+        TestApiServer::raw(
+            c,
+            "POST",
+            &format!("/api/v1/namespaces/default/configmaps{q}"),
+            &[("Content-Type", "application/yaml")],
+            yaml.to_vec(),
+        )
+        .await
+        .unwrap()
+    };
+    let (code, _, b) = post_yaml("?fieldValidation=Strict").await;
+    assert_eq!(code, 400, "{}", String::from_utf8_lossy(&b));
+    let s: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(
+        s["message"],
+        "strict decoding error: duplicate field \"data.a\""
+    );
+    let (code, h, _) = post_yaml("?fieldValidation=Warn&dryRun=All").await;
+    assert_eq!(code, 201);
+    assert_eq!(
+        h.get("warning").unwrap(),
+        "299 - \"duplicate field \\\"data.a\\\"\""
+    );
 }
 
 #[tokio::test]
