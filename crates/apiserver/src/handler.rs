@@ -220,45 +220,6 @@ fn query_map(q: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
-async fn health(state: &State, path: &str, q: &HashMap<String, String>) -> Response<Body> {
-    let storage_ok = state.registry.storage().current_revision().await.is_ok();
-    let name = path.trim_start_matches('/');
-    let mut checks = vec![
-        ("ping", true),
-        ("etcd", storage_ok),
-        ("poststarthook/start-watch-cache", true),
-    ];
-    if name == "readyz" {
-        checks.push(("shutdown", !*state.shutdown.borrow()));
-    }
-    let ok = checks.iter().all(|(_, ok)| *ok);
-    let code = if ok {
-        StatusCode::OK
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
-    };
-    if q.contains_key("verbose") {
-        let mut out = String::new();
-        for (n, ok) in &checks {
-            out.push_str(&format!(
-                "[{}]{n} {}\n",
-                if *ok { "+" } else { "-" },
-                if *ok { "ok" } else { "failed" }
-            ));
-        }
-        out.push_str(&format!(
-            "{name} check {}\n",
-            if ok { "passed" } else { "failed" }
-        ));
-        return respond(code, "text/plain; charset=utf-8", out);
-    }
-    respond(
-        code,
-        "text/plain; charset=utf-8",
-        if ok { "ok" } else { "unhealthy" },
-    )
-}
-
 /// `attrs` are the request's authorization attributes as [`serve`] worked them out from
 /// the method, path and query, still without the user.
 async fn handle(
@@ -313,10 +274,14 @@ async fn handle(
     }
     // The user reaches admission checks through the request.
     req.extensions_mut().insert(attrs.user);
-    match path.as_str() {
-        "/healthz" | "/livez" | "/readyz" => return health(state, &path, &q).await,
-        "/version" | "/version/" => return json_response(StatusCode::OK, &discovery::version()),
-        _ => {}
+    if crate::health::is_health_path(&path) {
+        return match crate::health::serve(state, &path, req.uri().query()).await {
+            Some(r) => r,
+            None => error_response(&not_found_path(&path)),
+        };
+    }
+    if let "/version" | "/version/" = path.as_str() {
+        return json_response(StatusCode::OK, &discovery::version());
     }
     if req.method() == Method::GET
         && let Some(r) = state

@@ -15,6 +15,7 @@ mod discovery;
 mod dupes;
 mod eviction;
 mod handler;
+mod health;
 mod metrics;
 mod openapi;
 mod output;

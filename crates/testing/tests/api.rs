@@ -493,6 +493,26 @@ async fn anonymous_requests_are_forbidden_but_health_is_public() {
     assert!(text.contains("[+]etcd ok"), "{text}");
     assert!(text.contains("readyz check passed"));
     anon.apiserver_version().await.unwrap();
+
+    // One check at its own path, and exclusions (as upstream; the checks' own paths
+    // are not public, so the admin asks).
+    let admin = srv.client.clone();
+    let get_text = |path: &'static str| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .request_text(http::Request::builder().uri(path).body(vec![]).unwrap())
+                .await
+        }
+    };
+    assert_eq!(get_text("/readyz/etcd").await.unwrap(), "ok");
+    assert_eq!(get_text("/livez/ping").await.unwrap(), "ok");
+    let text = get_text("/readyz?verbose&exclude=etcd&exclude=nope")
+        .await
+        .unwrap();
+    assert!(text.contains("[+]etcd excluded: ok\n"), "{text}");
+    assert!(text.contains("no matches for \"nope\""), "{text}");
+    assert!(get_text("/readyz/nope").await.is_err());
     srv.stop().await;
 }
 

@@ -1,0 +1,215 @@
+//! `/healthz`, `/livez` and `/readyz` as upstream's `k8s.io/apiserver/pkg/server/healthz`
+//! answers them: the endpoint runs all its checks (`?verbose` lists them,
+//! `?exclude=<check>` skips one), `/<endpoint>/<check>` runs one, and a failure is a 500
+//! whose body always lists every check.
+
+use http::{Response, StatusCode};
+
+use crate::handler::{Body, State, respond};
+
+/// The checks `endpoint` runs, in upstream's order, with their results.
+fn checks(endpoint: &str, storage_ok: bool, shutting_down: bool) -> Vec<(&'static str, bool)> {
+    let mut checks = vec![
+        ("ping", true),
+        ("etcd", storage_ok),
+        ("poststarthook/start-watch-cache", true),
+    ];
+    if endpoint == "readyz" {
+        checks.push(("shutdown", !shutting_down));
+    }
+    checks
+}
+
+/// The excluded check names of a query: every `exclude` parameter, comma lists split.
+fn excluded(query: Option<&str>) -> Vec<String> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .filter(|(k, _)| k == "exclude")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// What a health path answers: `None` when it names no endpoint or check of this
+/// server (a 404).
+fn answer(
+    path: &str,
+    query: Option<&str>,
+    results: impl Fn(&str) -> Vec<(&'static str, bool)>,
+) -> Option<(StatusCode, String)> {
+    let path = path.trim_start_matches('/');
+    let (endpoint, check) = match path.split_once('/') {
+        Some((endpoint, check)) => (endpoint, Some(check)),
+        None => (path, None),
+    };
+    if !matches!(endpoint, "healthz" | "livez" | "readyz") {
+        return None;
+    }
+    let checks = results(endpoint);
+    if let Some(check) = check {
+        let (name, ok) = checks.iter().find(|(name, _)| *name == check)?;
+        return Some(if *ok {
+            (StatusCode::OK, "ok".to_string())
+        } else {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal server error: {name} check failed\n"),
+            )
+        });
+    }
+    let mut excluded = excluded(query);
+    let mut out = String::new();
+    let mut failed = false;
+    for (name, ok) in &checks {
+        if let Some(i) = excluded.iter().position(|e| e == name) {
+            excluded.remove(i);
+            out.push_str(&format!("[+]{name} excluded: ok\n"));
+        } else if *ok {
+            out.push_str(&format!("[+]{name} ok\n"));
+        } else {
+            // Upstream withholds the reason: these endpoints are public.
+            out.push_str(&format!("[-]{name} failed: reason withheld\n"));
+            failed = true;
+        }
+    }
+    if !excluded.is_empty() {
+        let names: Vec<String> = excluded.iter().map(|e| format!("{e:?}")).collect();
+        out.push_str(&format!(
+            "warn: some health checks cannot be excluded: no matches for {}\n",
+            names.join(",")
+        ));
+    }
+    if failed {
+        out.push_str(&format!("{endpoint} check failed\n"));
+        return Some((StatusCode::INTERNAL_SERVER_ERROR, out));
+    }
+    let verbose =
+        form_urlencoded::parse(query.unwrap_or("").as_bytes()).any(|(k, _)| k == "verbose");
+    if !verbose {
+        return Some((StatusCode::OK, "ok".to_string()));
+    }
+    out.push_str(&format!("{endpoint} check passed\n"));
+    Some((StatusCode::OK, out))
+}
+
+/// Whether a request path is a health endpoint or one of its checks.
+pub(crate) fn is_health_path(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"]
+        .iter()
+        .any(|e| path == *e || path.strip_prefix(e).is_some_and(|r| r.starts_with('/')))
+}
+
+pub(crate) async fn serve(
+    state: &State,
+    path: &str,
+    query: Option<&str>,
+) -> Option<Response<Body>> {
+    let storage_ok = state.registry.storage().current_revision().await.is_ok();
+    let shutting_down = *state.shutdown.borrow();
+    let (code, body) = answer(path, query, |endpoint| {
+        checks(endpoint, storage_ok, shutting_down)
+    })?;
+    let mut r = respond(code, "text/plain; charset=utf-8", body);
+    r.headers_mut().insert(
+        "x-content-type-options",
+        http::HeaderValue::from_static("nosniff"),
+    );
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(path: &str, query: Option<&str>, storage_ok: bool) -> Option<(u16, String)> {
+        answer(path, query, |e| checks(e, storage_ok, false)).map(|(c, b)| (c.as_u16(), b))
+    }
+
+    #[test]
+    fn endpoints_and_verbose() {
+        assert_eq!(run("/readyz", None, true), Some((200, "ok".into())));
+        assert_eq!(
+            run("/readyz", Some("verbose"), true).unwrap().1,
+            "[+]ping ok\n[+]etcd ok\n[+]poststarthook/start-watch-cache ok\n[+]shutdown ok\nreadyz check passed\n"
+        );
+        assert!(
+            !run("/livez", Some("verbose"), true)
+                .unwrap()
+                .1
+                .contains("shutdown")
+        );
+        assert_eq!(run("/metrics", None, true), None);
+    }
+
+    #[test]
+    fn a_failure_is_500_and_always_verbose() {
+        assert_eq!(
+            run("/healthz", None, false),
+            Some((
+                500,
+                "[+]ping ok\n[-]etcd failed: reason withheld\n[+]poststarthook/start-watch-cache ok\nhealthz check failed\n".into()
+            ))
+        );
+        // Excluding the failing check passes.
+        assert_eq!(
+            run("/healthz", Some("exclude=etcd&verbose"), false).unwrap(),
+            (
+                200,
+                "[+]ping ok\n[+]etcd excluded: ok\n[+]poststarthook/start-watch-cache ok\nhealthz check passed\n".into()
+            )
+        );
+    }
+
+    #[test]
+    fn single_checks() {
+        assert_eq!(run("/readyz/etcd", None, true), Some((200, "ok".into())));
+        assert_eq!(
+            run("/livez/etcd", None, false),
+            Some((500, "internal server error: etcd check failed\n".into()))
+        );
+        assert_eq!(
+            run("/readyz/poststarthook/start-watch-cache", None, true),
+            Some((200, "ok".into()))
+        );
+        assert_eq!(run("/livez/shutdown", None, true), None);
+        assert_eq!(run("/readyz/nope", None, true), None);
+    }
+
+    #[test]
+    fn unknown_exclusions_are_warned_about() {
+        let (code, body) = run(
+            "/readyz",
+            Some("exclude=nope,ping&exclude=other&verbose"),
+            true,
+        )
+        .unwrap();
+        assert_eq!(code, 200);
+        assert!(body.starts_with("[+]ping excluded: ok\n"), "{body}");
+        assert!(
+            body.contains(
+                "warn: some health checks cannot be excluded: no matches for \"nope\",\"other\"\n"
+            ),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn health_paths() {
+        for p in [
+            "/healthz",
+            "/livez",
+            "/readyz",
+            "/readyz/etcd",
+            "/livez/poststarthook/x",
+        ] {
+            assert!(is_health_path(p), "{p}");
+        }
+        for p in ["/healthzz", "/readyzetcd", "/api", "/"] {
+            assert!(!is_health_path(p), "{p}");
+        }
+    }
+}
