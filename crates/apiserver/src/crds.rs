@@ -6,11 +6,9 @@
 //! review), and fails when the list does. `kubectl get crd` says there are none; a
 //! write answers 405 and says why.
 
-use std::collections::HashMap;
-
 use ferrokube_api::resources::{ResourceInfo, UNSTORED};
 use ferrokube_apimachinery::errors::ApiError;
-use http::{Method, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::json;
 
@@ -38,27 +36,18 @@ fn info() -> Option<&'static ResourceInfo> {
         .find(|r| r.group == GROUP && r.plural == PLURAL)
 }
 
-/// GET of the collection: an empty list at the store's current revision; GET of one:
-/// 404; anything else: 405.
+/// `list`: an empty list at the store's current revision; `get` of one: 404; any other
+/// verb (as the request's authorization attributes name it): 405.
 pub(crate) async fn serve(
     state: &State,
-    method: &Method,
+    verb: &str,
     name: Option<&str>,
-    q: &HashMap<String, String>,
     accept: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let info = info().ok_or_else(|| ApiError::internal("no CustomResourceDefinitions entry"))?;
-    let verb = match (method, name) {
-        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
-        (&Method::GET, None) => "list",
-        (&Method::GET, Some(name)) => return Err(ApiError::not_found(GROUP, PLURAL, name)),
-        (&Method::POST, _) => "create",
-        (&Method::PUT, _) => "update",
-        (&Method::PATCH, _) => "patch",
-        (&Method::DELETE, None) => "deletecollection",
-        (&Method::DELETE, Some(_)) => "delete",
-        _ => "this method",
-    };
+    if let ("get", Some(name)) = (verb, name) {
+        return Err(ApiError::not_found(GROUP, PLURAL, name));
+    }
     if verb != "list" {
         let mut e = ApiError::method_not_supported(GROUP, PLURAL, verb);
         e.message = format!(

@@ -320,13 +320,17 @@ async fn route(
         if req.method() != Method::POST {
             // Discovery lists the reviews as create-only; upstream answers 405.
             let plural = segs.last().copied().unwrap_or_default();
-            let verb = req.method().as_str().to_ascii_lowercase();
-            return Err(ApiError::method_not_supported(group, plural, &verb));
+            return Err(ApiError::method_not_supported(
+                group,
+                plural,
+                &request_verb(&req),
+            ));
         }
         return review(state, req, group, kind, ns).await;
     }
     if let Some(name) = crate::crds::crd_path(&segs) {
-        return crate::crds::serve(state, req.method(), name, q, accept.as_deref()).await;
+        let verb = request_verb(&req);
+        return crate::crds::serve(state, &verb, name, accept.as_deref()).await;
     }
     if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
@@ -407,6 +411,11 @@ async fn route(
         _ => {}
     }
     Err(not_found_path(path))
+}
+
+/// The request's verb as authorization saw it (`list`, `watch`, `deletecollection`...).
+fn request_verb(req: &Request<Incoming>) -> String {
+    request_attributes(req.method().as_str(), req.uri().path(), req.uri().query()).verb
 }
 
 async fn review(
