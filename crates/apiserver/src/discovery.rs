@@ -204,6 +204,16 @@ mod tests {
         assert_eq!(wants_aggregated(None), None);
     }
 
+    /// The entry of `list`'s `resources` named `name`.
+    fn listed<'a>(list: &'a Value, name: &str) -> &'a Value {
+        list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed"))
+    }
+
     #[test]
     fn lists() {
         let core = resource_list("", "v1").unwrap();
@@ -216,13 +226,7 @@ mod tests {
                 .any(|r| r["name"] == "pods/status")
         );
         let apps = resource_list("apps", "v1").unwrap();
-        let scale = apps["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == "deployments/scale")
-            .unwrap();
-        assert_eq!(scale["group"], "autoscaling");
+        assert_eq!(listed(&apps, "deployments/scale")["group"], "autoscaling");
         assert!(resource_list("nope", "v1").is_none());
         let agg = aggregated(false, "v2");
         assert!(
@@ -240,21 +244,13 @@ mod tests {
     #[test]
     fn unstored_resources_are_discovered() {
         let authz = resource_list("authorization.k8s.io", "v1").unwrap();
-        let sar = authz["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == "subjectaccessreviews")
-            .unwrap();
+        let sar = listed(&authz, "subjectaccessreviews");
         assert_eq!(sar["kind"], "SubjectAccessReview");
         assert_eq!(sar["verbs"], json!(["create"]));
-        let local = &authz["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == "localsubjectaccessreviews")
-            .unwrap()["namespaced"];
-        assert_eq!(local, true);
+        assert_eq!(
+            listed(&authz, "localsubjectaccessreviews")["namespaced"],
+            true
+        );
         let agg = aggregated(false, "v2");
         let crds = agg["items"]
             .as_array()

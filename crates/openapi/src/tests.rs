@@ -65,6 +65,16 @@ fn pod_definition_has_gvk_and_patch_metadata() {
     assert_eq!(ios["format"], "int-or-string");
 }
 
+/// A resource's collection path as the document names it.
+fn collection_path(r: &ferrokube_api::resources::ResourceInfo) -> String {
+    let root = format!("/{}", gv_path(r.group, r.version));
+    if r.namespaced {
+        format!("{root}/namespaces/{{namespace}}/{}", r.plural)
+    } else {
+        format!("{root}/{}", r.plural)
+    }
+}
+
 /// The reviews have a POST and nothing else; CustomResourceDefinitions a GET of the
 /// collection and of one, and their List.
 #[test]
@@ -79,16 +89,7 @@ fn unstored_resources_have_only_their_verbs_paths() {
             json!([{"group": r.group, "kind": r.kind, "version": r.version}]),
             "{name}"
         );
-        let root = if r.group.is_empty() {
-            format!("/api/{}", r.version)
-        } else {
-            format!("/apis/{}/{}", r.group, r.version)
-        };
-        let base = if r.namespaced {
-            format!("{root}/namespaces/{{namespace}}/{}", r.plural)
-        } else {
-            format!("{root}/{}", r.plural)
-        };
+        let base = collection_path(r);
         let collection = paths[&base].as_object().unwrap();
         let one = paths.get(&format!("{base}/{{name}}"));
         if r.kind == "CustomResourceDefinition" {
@@ -125,16 +126,7 @@ fn every_resource_kind_has_definitions_and_paths() {
             list["x-kubernetes-group-version-kind"][0]["kind"],
             format!("{}List", r.kind)
         );
-        let root = if r.group.is_empty() {
-            format!("/api/{}", r.version)
-        } else {
-            format!("/apis/{}/{}", r.group, r.version)
-        };
-        let base = if r.namespaced {
-            format!("{root}/namespaces/{{namespace}}/{}", r.plural)
-        } else {
-            format!("{root}/{}", r.plural)
-        };
+        let base = collection_path(r);
         let one = &paths[&format!("{base}/{{name}}")];
         let gvk = json!({"group": r.group, "kind": r.kind, "version": r.version});
         for (method, action) in [

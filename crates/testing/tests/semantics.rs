@@ -191,20 +191,18 @@ async fn duplicate_fields_by_field_validation() {
     let body = br#"{"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "d", "name": "d"}, "data": {"a": "1", "a": "2"}}"#
         .to_vec();
-    let post = |q: &'static str| {
-        let body = body.clone();
-        async move {
-            TestApiServer::raw(
-                c,
-                "POST",
-                &format!("/api/v1/namespaces/default/configmaps{q}"),
-                &[("Content-Type", "application/json")],
-                body,
-            )
-            .await
-            .unwrap()
-        }
+    let post_as = |content_type: &'static str, body: Vec<u8>, q: &'static str| async move {
+        TestApiServer::raw(
+            c,
+            "POST",
+            &format!("/api/v1/namespaces/default/configmaps{q}"),
+            &[("Content-Type", content_type)],
+            body,
+        )
+        .await
+        .unwrap()
     };
+    let post = |q: &'static str| post_as("application/json", body.clone(), q);
     let (code, _, b) = post("?fieldValidation=Strict").await;
     assert_eq!(code, 400);
     let s: Value = serde_json::from_slice(&b).unwrap();
@@ -235,17 +233,7 @@ async fn duplicate_fields_by_field_validation() {
     // The same checks for a YAML body.
     let yaml =
         b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\ndata:\n  a: '1'\n  a: '2'\n";
-    let post_yaml = |q: &'static str| async move {
-        TestApiServer::raw(
-            c,
-            "POST",
-            &format!("/api/v1/namespaces/default/configmaps{q}"),
-            &[("Content-Type", "application/yaml")],
-            yaml.to_vec(),
-        )
-        .await
-        .unwrap()
-    };
+    let post_yaml = |q: &'static str| post_as("application/yaml", yaml.to_vec(), q);
     let (code, _, b) = post_yaml("?fieldValidation=Strict").await;
     assert_eq!(code, 400, "{}", String::from_utf8_lossy(&b));
     let s: Value = serde_json::from_slice(&b).unwrap();
