@@ -356,7 +356,7 @@ for c in "${STARTED[@]}"; do
   esac
 done
 if [[ " ${STARTED[*]} " == *" kube-scheduler "* ]]; then
-  fk::wait_for 100 0.2 curl -sf -o /dev/null --max-time 2 http://127.0.0.1:10259/healthz \
+  fk::wait_for 100 0.2 curl -skf -o /dev/null --max-time 2 https://127.0.0.1:10259/healthz \
     || fk::log "  warning: kube-scheduler /healthz does not answer yet"
 fi
 

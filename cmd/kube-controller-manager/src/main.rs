@@ -15,11 +15,6 @@ use ferrokube_client::leaderelection::{
 use ferrokube_controllers::csrsigning::{CsrSigningConfig, SignerCa};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_controllers::nodelifecycle::NodeLifecycleConfig;
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio_util::sync::CancellationToken;
 
 /// The metrics text, once the controllers run.
@@ -108,6 +103,8 @@ struct Options {
     csr_signing: CsrSigningFlags,
     #[command(flatten)]
     leader_election: LeaderElectionOptions,
+    #[command(flatten)]
+    serving: ferrokube_client::serving::SecureServingOptions,
 }
 
 /// The CSR signing controller's CAs and certificate lifetime (upstream's
@@ -284,42 +281,20 @@ async fn client_config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Con
     Ok(cfg)
 }
 
-async fn serve(addr: SocketAddr, metrics: Shared, cancel: CancellationToken) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
-    tracing::info!(%addr, "serving /healthz and /metrics");
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => r?,
-            _ = cancel.cancelled() => return Ok(()),
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                async move {
-                    let (code, body) = match req.uri().path() {
-                        "/healthz" | "/livez" | "/readyz" => (StatusCode::OK, "ok".to_string()),
-                        "/metrics" => (
-                            StatusCode::OK,
-                            metrics
-                                .lock()
-                                .map(|m| m.clone().unwrap_or_default())
-                                .unwrap_or_default(),
-                        ),
-                        _ => (StatusCode::NOT_FOUND, "not found".to_string()),
-                    };
-                    let mut resp = Response::new(Full::new(Bytes::from(body)));
-                    *resp.status_mut() = code;
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
+/// What the controller manager's `--secure-port` answers: health once running, and the
+/// metrics the controllers last rendered.
+fn health_responder(metrics: Shared) -> ferrokube_client::serving::Respond {
+    Arc::new(move |path| match path {
+        "/healthz" | "/livez" | "/readyz" => (200, "ok".to_string()),
+        "/metrics" => (
+            200,
+            metrics
+                .lock()
+                .map(|m| m.clone().unwrap_or_default())
+                .unwrap_or_default(),
+        ),
+        _ => (404, "404 page not found".to_string()),
+    })
 }
 
 async fn run_controllers(
@@ -411,9 +386,17 @@ async fn main() -> anyhow::Result<()> {
     let metrics: Shared = Arc::new(std::sync::Mutex::new(None));
     if opts.secure_port != 0 {
         let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-        let (m, c) = (metrics.clone(), cancel.clone());
+        let tls = opts
+            .serving
+            .tls_config("kube-controller-manager", opts.bind_address)?;
+        let serving = ferrokube_client::serving::serve(
+            addr,
+            tls,
+            health_responder(metrics.clone()),
+            cancel.clone(),
+        );
         tokio::spawn(async move {
-            if let Err(e) = serve(addr, m, c).await {
+            if let Err(e) = serving.await {
                 tracing::error!(error = %e, "health server failed");
             }
         });

@@ -38,6 +38,8 @@ struct Opts {
     verbosity: u8,
     #[command(flatten)]
     leader_election: LeaderElectionOptions,
+    #[command(flatten)]
+    serving: ferrokube_client::serving::SecureServingOptions,
 }
 
 #[tokio::main]
@@ -76,12 +78,19 @@ async fn main() -> anyhow::Result<()> {
     let running = ferrokube_scheduler::run::build(client.clone(), &config)?;
     let cancel = CancellationToken::new();
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-    let health = tokio::spawn(ferrokube_scheduler::run::serve_health(
-        addr,
+    let tls = opts
+        .serving
+        .tls_config("kube-scheduler", opts.bind_address)?;
+    let responder = ferrokube_scheduler::run::health_responder(
         running.scheduler.clone(),
         running.ready.clone(),
-        cancel.clone(),
-    ));
+    );
+    let serving = ferrokube_client::serving::serve(addr, tls, responder, cancel.clone());
+    let health = tokio::spawn(async move {
+        if let Err(e) = serving.await {
+            tracing::error!(error = %e, "health server failed");
+        }
+    });
     {
         let c = cancel.clone();
         tokio::spawn(async move {

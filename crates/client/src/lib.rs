@@ -14,6 +14,8 @@
 //!   upstream's algorithm, defaults and `--leader-elect*` flags.
 //! * [`events`]: an `events.k8s.io/v1` recorder with upstream's series aggregation and
 //!   bounded, rate-limited queueing.
+//! * [`serving`]: the HTTPS `--secure-port` endpoint (health and metrics) of the
+//!   scheduler and the controller manager, with a self-signed certificate by default.
 //! * [`config`]: kubeconfig / in-cluster loading (`--kubeconfig`, `KUBECONFIG`) and
 //!   client-side QPS/burst limiting as a tower layer (`--kube-api-qps`/`--kube-api-burst`).
 //!
@@ -27,6 +29,7 @@ pub mod events;
 pub mod informer;
 pub mod leaderelection;
 pub mod ratelimit;
+pub mod serving;
 pub mod workqueue;
 
 /// Errors of this crate.

@@ -5,7 +5,6 @@
 //! `/readyz` and `/metrics`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -44,8 +43,6 @@ pub enum RunError {
     Framework(#[from] FrameworkError),
     #[error("informers did not sync: {0}")]
     Sync(String),
-    #[error("serving {0}: {1}")]
-    Serve(SocketAddr, std::io::Error),
 }
 
 /// `pods/binding` POSTs in flight at once. Binding cycles run concurrently with
@@ -423,55 +420,20 @@ impl Running {
     }
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` (plain HTTP) until `cancel`.
-pub async fn serve_health(
-    addr: SocketAddr,
+/// What the scheduler's `--secure-port` answers (`ferrokube_client::serving`):
+/// `/healthz` and `/livez` once running, `/readyz` once the informers synced, and
+/// `/metrics`.
+pub fn health_responder(
     scheduler: Arc<Scheduler>,
     ready: Arc<AtomicBool>,
-    cancel: CancellationToken,
-) -> Result<(), RunError> {
-    use http_body_util::Full;
-    use hyper::body::Bytes;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| RunError::Serve(addr, e))?;
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(_) => continue,
-            },
-        };
-        let s = scheduler.clone();
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let s = s.clone();
-                    let ready = ready.clone();
-                    async move {
-                        let (code, body) = match req.uri().path() {
-                            "/healthz" | "/livez" => (200, "ok".to_string()),
-                            "/readyz" if ready.load(Ordering::SeqCst) => (200, "ok".to_string()),
-                            "/readyz" => (500, "informers not synced".to_string()),
-                            "/metrics" => (200, s.metrics.render(s.queue.pending())),
-                            _ => (404, "404 page not found".to_string()),
-                        };
-                        Ok::<_, std::convert::Infallible>(
-                            hyper::Response::builder()
-                                .status(code)
-                                .header("content-type", "text/plain; charset=utf-8")
-                                .body(Full::new(Bytes::from(body)))
-                                .expect("response"),
-                        )
-                    }
-                });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-        });
-    }
+) -> ferrokube_client::serving::Respond {
+    Arc::new(move |path| match path {
+        "/healthz" | "/livez" => (200, "ok".to_string()),
+        "/readyz" if ready.load(Ordering::SeqCst) => (200, "ok".to_string()),
+        "/readyz" => (500, "informers not synced".to_string()),
+        "/metrics" => (200, scheduler.metrics.render(scheduler.queue.pending())),
+        _ => (404, "404 page not found".to_string()),
+    })
 }
 
 /// Labels for diagnostics.

@@ -1,0 +1,238 @@
+//! The `--secure-port` endpoint of kube-scheduler and kube-controller-manager:
+//! `/healthz`, `/livez`, `/readyz` and `/metrics` over HTTPS, as upstream serves them.
+//! The serving certificate comes from `--tls-cert-file`/`--tls-private-key-file`, or,
+//! as upstream does without them, is self-signed at start (kept in memory), so a probe
+//! that skips verification (the apiserver's `componentstatuses`, `curl -k`) reaches it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use tokio_util::sync::CancellationToken;
+
+/// Upstream's secure serving flags (the certificate part).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SecureServingOptions {
+    /// File containing the default x509 certificate for HTTPS (CA cert, if any,
+    /// concatenated after server cert). Without it (and --tls-private-key-file), a
+    /// self-signed certificate is generated for the public address.
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// File containing the default x509 private key matching --tls-cert-file.
+    #[arg(long = "tls-private-key-file")]
+    pub tls_private_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServingError {
+    #[error("reading {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("--tls-cert-file and --tls-private-key-file go together")]
+    HalfPair,
+    #[error("self-signed serving certificate: {0}")]
+    SelfSigned(String),
+    #[error("serving certificate: {0}")]
+    Tls(String),
+    #[error("binding {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+}
+
+/// What a path answers: status code and plain-text body.
+pub type Respond = Arc<dyn Fn(&str) -> (u16, String) + Send + Sync>;
+
+impl SecureServingOptions {
+    /// The TLS configuration: the given pair, or a fresh self-signed one for
+    /// `localhost`, the bind address and loopback (named `component` in its subject).
+    pub fn tls_config(
+        &self,
+        component: &str,
+        bind: IpAddr,
+    ) -> Result<Arc<rustls::ServerConfig>, ServingError> {
+        let (cert_pem, key_pem) = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(c), Some(k)) => (read(c)?, read(k)?),
+            (None, None) => self_signed(component, bind)?,
+            _ => return Err(ServingError::HalfPair),
+        };
+        server_config(&cert_pem, &key_pem)
+    }
+}
+
+fn read(path: &PathBuf) -> Result<String, ServingError> {
+    std::fs::read_to_string(path).map_err(|e| ServingError::Read(path.clone(), e))
+}
+
+/// Upstream's `GenerateSelfSignedCertKey`: a CA made for the purpose and a serving
+/// certificate it signs, the chain in one PEM.
+fn self_signed(component: &str, bind: IpAddr) -> Result<(String, String), ServingError> {
+    let err = |e: ferrokube_pki::PkiError| ServingError::SelfSigned(e.to_string());
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let ca = ferrokube_pki::CertificateAuthority::generate(&format!("localhost-ca@{stamp}"))
+        .map_err(err)?;
+    let mut ips = vec![IpAddr::from([127, 0, 0, 1])];
+    if !bind.is_unspecified() && !ips.contains(&bind) {
+        ips.push(bind);
+    }
+    let issued = ca
+        .issue_serving_cert(
+            &format!("{component}@{stamp}"),
+            &["localhost".to_string()],
+            &ips,
+            ferrokube_pki::Validity::leaf_default(),
+        )
+        .map_err(err)?;
+    Ok((
+        format!("{}{}", issued.cert_pem, ca.cert_pem()),
+        issued.key_pem,
+    ))
+}
+
+fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfig>, ServingError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let tls = |e: &dyn std::fmt::Display| ServingError::Tls(e.to_string());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| tls(&e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| tls(&e))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// Binds `addr` (so a taken port fails the caller at once), then serves each HTTPS
+/// request with `respond` until `cancel`.
+pub async fn serve(
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    respond: Respond,
+    cancel: CancellationToken,
+) -> Result<(), ServingError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServingError::Bind(addr, e))?;
+    tracing::info!(%addr, "serving /healthz, /livez, /readyz and /metrics over HTTPS");
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+        };
+        let (acceptor, respond) = (acceptor.clone(), respond.clone());
+        tokio::spawn(async move {
+            let Ok(Ok(stream)) =
+                tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream))
+                    .await
+            else {
+                return;
+            };
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (code, body) = respond(req.uri().path());
+                    let resp = hyper::Response::builder()
+                        .status(code)
+                        .header("content-type", "text/plain; charset=utf-8")
+                        .header("x-content-type-options", "nosniff")
+                        .body(Full::new(Bytes::from(body)));
+                    async move { resp }
+                });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_half_pair_is_refused_and_none_is_self_signed() {
+        let half = SecureServingOptions {
+            tls_cert_file: Some("/nonexistent.crt".into()),
+            tls_private_key_file: None,
+        };
+        assert!(matches!(
+            half.tls_config("kube-scheduler", IpAddr::from([0, 0, 0, 0])),
+            Err(ServingError::HalfPair)
+        ));
+        let cfg = SecureServingOptions::default()
+            .tls_config("kube-scheduler", IpAddr::from([127, 0, 0, 1]))
+            .unwrap();
+        assert_eq!(cfg.alpn_protocols[1], b"http/1.1");
+    }
+
+    #[tokio::test]
+    async fn serves_https_with_the_answers_given() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let tls = SecureServingOptions::default()
+            .tls_config("test", addr.ip())
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let respond: Respond = Arc::new(|path| match path {
+            "/healthz" => (200, "ok".into()),
+            _ => (404, "404 page not found".into()),
+        });
+        let server = tokio::spawn(serve(addr, tls, respond, cancel.clone()));
+        let client = {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(
+                    ferrokube_pki::insecure::AcceptAnyServerCert(provider),
+                ))
+                .with_no_client_auth();
+            tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        };
+        let mut answer = None;
+        for _ in 0..50 {
+            if let Ok(tcp) = tokio::net::TcpStream::connect(addr).await {
+                let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+                let tls = client.connect(name, tcp).await.unwrap();
+                let (mut send, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                let req = hyper::Request::get("/healthz")
+                    .header("host", "localhost")
+                    .body(http_body_util::Empty::<Bytes>::new())
+                    .unwrap();
+                let resp = send.send_request(req).await.unwrap();
+                let code = resp.status().as_u16();
+                let body = http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                answer = Some((code, body));
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(answer, Some((200, Bytes::from("ok"))));
+        cancel.cancel();
+        server.await.unwrap().unwrap();
+    }
+}
