@@ -946,6 +946,31 @@ const CONTROLLER_REVISION: &[Col] = &[
     AGE,
 ];
 
+const COMPONENT_STATUS: &[Col] = &[
+    NAME,
+    (
+        "Status",
+        "string",
+        "",
+        0,
+        "Status of the component conditions",
+    ),
+    (
+        "Message",
+        "string",
+        "",
+        0,
+        "Message of the component conditions",
+    ),
+    (
+        "Error",
+        "string",
+        "",
+        0,
+        "Error of the component conditions",
+    ),
+];
+
 const RESOURCE_QUOTA: &[Col] = &[
     NAME,
     AGE,
@@ -1008,6 +1033,7 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("", "PersistentVolumeClaim") => PERSISTENT_VOLUME_CLAIM,
         ("", "ConfigMap") => CONFIG_MAP,
         ("", "ResourceQuota") => RESOURCE_QUOTA,
+        ("", "ComponentStatus") => COMPONENT_STATUS,
         (
             "admissionregistration.k8s.io",
             "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
@@ -1081,6 +1107,7 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
             p.age(),
         ],
         ("", "ServiceAccount") => vec![p.name(), json!(p.len(&["secrets"])), p.age()],
+        ("", "ComponentStatus") => p.component_status(),
         ("", "PersistentVolume") => p.persistent_volume(),
         ("", "PersistentVolumeClaim") => p.persistent_volume_claim(),
         ("", "ConfigMap") => vec![
@@ -2247,6 +2274,33 @@ impl<'a> Printer<'a> {
             json!(self.i(&["spec", "maxReplicas"])),
             json!(self.i(&["status", "currentReplicas"])),
             self.age(),
+        ]
+    }
+
+    /// Upstream's `printComponentStatus`: the `Healthy` condition gives the status
+    /// (`Healthy` when True, else `Unhealthy`; `Unknown` without one), message and error.
+    fn component_status(&self) -> Vec<Value> {
+        let healthy = self
+            .arr(&["conditions"])
+            .iter()
+            .find(|c| c["type"] == "Healthy");
+        let (status, message, error) = match healthy {
+            Some(c) => (
+                if c["status"] == "True" {
+                    "Healthy"
+                } else {
+                    "Unhealthy"
+                },
+                s_of(c, &["message"]),
+                s_of(c, &["error"]),
+            ),
+            None => ("Unknown", "", ""),
+        };
+        vec![
+            self.name(),
+            str_cell(status),
+            str_cell(message),
+            str_cell(error),
         ]
     }
 

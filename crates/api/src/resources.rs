@@ -302,6 +302,9 @@ pub const GET_LIST: &[Verb] = &["get", "list"];
 pub static UNSTORED: &[ResourceInfo] = &[
     // ---- core/v1: a pod's `binding` subresource, the pod named in the body.
     res("", "v1", "Binding", "bindings", "binding", NONE, NONE, true, CREATE_ONLY, NO_SUBS, ""),
+    // ---- core/v1: the health of the scheduler, the controller manager and etcd, probed
+    // on every read (deprecated upstream since 1.19, still served).
+    res("", "v1", "ComponentStatus", "componentstatuses", "componentstatus", &["cs"], NONE, false, GET_LIST, NO_SUBS, ""),
     // ---- authentication.k8s.io/v1
     res("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", NONE, NONE, false,
         CREATE_ONLY, NO_SUBS, ""),

@@ -328,6 +328,10 @@ async fn route(
         }
         return review(state, req, group, kind, ns).await;
     }
+    if let Some(name) = crate::componentstatus::componentstatus_path(&segs) {
+        let verb = request_verb(&req);
+        return crate::componentstatus::serve(state, &verb, name, q, accept.as_deref()).await;
+    }
     if let Some(name) = crate::crds::crd_path(&segs) {
         let verb = request_verb(&req);
         return crate::crds::serve(state, &verb, name, accept.as_deref()).await;

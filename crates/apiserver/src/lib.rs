@@ -10,6 +10,7 @@
 
 mod admission;
 mod audit;
+mod componentstatus;
 mod crds;
 mod discovery;
 mod dupes;

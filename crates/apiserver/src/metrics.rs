@@ -310,6 +310,10 @@ impl Storage for MeteredStorage {
     async fn stats(&self) -> ferrokube_storage::Result<StorageStats> {
         self.inner.stats().await
     }
+
+    fn backend(&self) -> ferrokube_storage::Backend {
+        self.inner.backend()
+    }
 }
 
 #[cfg(test)]

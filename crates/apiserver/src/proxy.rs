@@ -405,7 +405,7 @@ async fn dial(client: &KubeletClient, host: &str, port: u16) -> Result<KubeletSe
     let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(&addr))
         .await
         .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+        .map_err(|e| format!("dial tcp {addr}: {}", go_connect_error(&e)))?;
     let _ = tcp.set_nodelay(true);
     let name = rustls_pki_types::ServerName::try_from(host.to_owned())
         .map_err(|e| format!("kubelet address {host:?}: {e}"))?;
@@ -425,6 +425,38 @@ async fn dial(client: &KubeletClient, host: &str, port: u16) -> Result<KubeletSe
         }
     });
     Ok(sender)
+}
+
+/// A failed connect as Go's net package words it (`connect: connection refused`), so
+/// errors read as upstream's do.
+fn go_connect_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connect: connection refused".into(),
+        std::io::ErrorKind::TimedOut => "i/o timeout".into(),
+        _ => format!("connect: {e}"),
+    }
+}
+
+/// `GET https://host:port/path` without verifying the server's certificate and
+/// without a client certificate, as upstream probes the scheduler and the controller
+/// manager for `componentstatuses`: the status code and the body (up to upstream's
+/// limit on an error body).
+pub(crate) async fn insecure_get(
+    host: &str,
+    port: u16,
+    path: &str,
+) -> Result<(u16, Vec<u8>), String> {
+    static PROBE_CLIENT: std::sync::LazyLock<Result<KubeletClient, KubeletClientError>> =
+        std::sync::LazyLock::new(|| KubeletClient::new(None, None));
+    let client = PROBE_CLIENT.as_ref().map_err(|e| e.to_string())?;
+    let mut sender = dial(client, host, port).await?;
+    let req = Request::get(path)
+        .header(http::header::HOST, format!("{host}:{port}"))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let code = resp.status().as_u16();
+    Ok((code, read_limited(resp.into_body()).await))
 }
 
 async fn read_limited(body: Incoming) -> Vec<u8> {

@@ -47,6 +47,7 @@ macro_rules! kinds {
 }
 
 kinds! {
+    "" "v1" ComponentStatus => core::v1::ComponentStatus, true;
     "" "v1" ConfigMap => core::v1::ConfigMap, true;
     "" "v1" Endpoints => core::v1::Endpoints, true;
     "" "v1" Event => core::v1::Event, true;

@@ -633,6 +633,10 @@ impl Storage for WriteTracking {
     async fn stats(&self) -> ferrokube_storage::Result<StorageStats> {
         self.inner.stats().await
     }
+
+    fn backend(&self) -> ferrokube_storage::Backend {
+        self.inner.backend()
+    }
 }
 
 /// All resource caches, fed by one storage watch on the common prefix.

@@ -612,6 +612,10 @@ impl Storage for EtcdStorage {
         header_revision(resp.header())
     }
 
+    fn backend(&self) -> ferrokube_storage::Backend {
+        ferrokube_storage::Backend::Etcd3
+    }
+
     async fn stats(&self) -> Result<StorageStats> {
         let full_prefix = self.key("");
         let count = GetOptions::new()

@@ -377,6 +377,10 @@ impl Storage for SqliteStorage {
         true
     }
 
+    fn backend(&self) -> ferrokube_storage::Backend {
+        ferrokube_storage::Backend::Sqlite
+    }
+
     async fn stats(&self) -> Result<StorageStats> {
         let path = self.shared.path.clone();
         let size_bytes = tokio::task::spawn_blocking(move || {

@@ -337,4 +337,17 @@ pub trait Storage: Send + Sync + 'static {
     }
 
     async fn stats(&self) -> Result<StorageStats>;
+
+    /// What kind of store this is, for operators and for the API's own reports:
+    /// [`Backend::Etcd3`] is listed as `etcd-0` in `componentstatuses`, as upstream does.
+    fn backend(&self) -> Backend;
+}
+
+/// The kinds of store behind [`Storage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded SQLite store.
+    Sqlite,
+    /// An etcd v3 cluster.
+    Etcd3,
 }

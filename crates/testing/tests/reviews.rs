@@ -273,3 +273,93 @@ async fn reviews_are_discovered_and_crds_list_empty() {
     }
     server.stop().await;
 }
+
+/// `componentstatuses` probe the scheduler and the controller manager on this machine
+/// (whatever listens there or not: each gets one `Healthy` condition) and, on the
+/// embedded store, nothing else; reads only, with upstream's deprecation warning.
+#[tokio::test]
+async fn componentstatuses_are_probed_on_read() {
+    use k8s_openapi::api::core::v1::ComponentStatus;
+    use kube::api::{Api, ListParams};
+
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let statuses: Api<ComponentStatus> = Api::all(client.clone());
+
+    let list = statuses.list(&ListParams::default()).await.unwrap();
+    let names: Vec<_> = list
+        .items
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["controller-manager", "scheduler"]);
+    for s in &list.items {
+        let conditions = s.conditions.as_deref().unwrap_or_default();
+        assert_eq!(conditions.len(), 1, "{s:?}");
+        assert_eq!(conditions[0].type_, "Healthy");
+        assert!(["True", "False"].contains(&conditions[0].status.as_str()));
+    }
+    let one = statuses
+        .list(&ListParams::default().fields("metadata.name=scheduler"))
+        .await
+        .unwrap();
+    assert_eq!(one.items.len(), 1);
+    let scheduler = statuses.get("scheduler").await.unwrap();
+    assert_eq!(scheduler.metadata.name.as_deref(), Some("scheduler"));
+    // No etcd behind this server.
+    let err = statuses.get("etcd-0").await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+    let err = statuses
+        .list(&ListParams::default().fields("status.phase=x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 400),
+        "{err:?}"
+    );
+
+    let path = "/api/v1/componentstatuses";
+    let (code, headers, body) = TestApiServer::raw(
+        &client,
+        "GET",
+        path,
+        &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        headers["warning"],
+        "299 - \"v1 ComponentStatus is deprecated in v1.19+\""
+    );
+    let table: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let columns: Vec<_> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Name", "Status", "Message", "Error"]);
+    assert_eq!(table["rows"][1]["cells"][0], "scheduler");
+    assert!(["Healthy", "Unhealthy"].contains(&table["rows"][1]["cells"][1].as_str().unwrap()));
+    for (method, path) in [
+        ("POST", path),
+        ("DELETE", "/api/v1/componentstatuses/scheduler"),
+        ("GET", "/api/v1/componentstatuses?watch=true"),
+    ] {
+        let (code, _, body) = TestApiServer::raw(&client, method, path, &[], b"{}".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            code,
+            405,
+            "{method} {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    server.stop().await;
+}
