@@ -94,13 +94,26 @@ struct Args {
     /// `--apiserver-arg=--audit-policy-file=/tmp/policy.yaml`).
     #[arg(long, allow_hyphen_values = true)]
     apiserver_arg: Vec<String>,
+    /// Run this driver (every client, and the raw baseline's writers) on one thread, a
+    /// tokio current-thread runtime, instead of a worker per core. The clients' tasks
+    /// then hand requests to each other without waking another thread.
+    #[arg(long)]
+    current_thread: bool,
     #[command(flatten)]
     floor: floor::FloorArgs,
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let args = Args::parse();
+    let mut runtime = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    runtime.enable_all().build()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
     if let Some(port) = args.floor.floor_serve {
         return floor::serve(port, &args.floor).await;
     }
