@@ -632,6 +632,9 @@ EOF
   has '^customresourcedefinitions +crd,crds +apiextensions.k8s.io/v1 +false +CustomResourceDefinition$'
   k get crd
   has '^No resources found'
+  # A watch of the (empty) collection stays open, with nothing in it, until its timeout.
+  k get --raw '/apis/apiextensions.k8s.io/v1/customresourcedefinitions?watch=true&timeoutSeconds=1'
+  [ ! -s "$TMP/out" ] || return 1
   cat >"$TMP/crd.yaml" <<EOF
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition

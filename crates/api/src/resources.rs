@@ -288,6 +288,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
 
 /// Verbs of a collection served read-only.
 pub const GET_LIST: &[Verb] = &["get", "list"];
+/// Read-only collections that can also be watched.
+pub const GET_LIST_WATCH: &[Verb] = &["get", "list", "watch"];
 
 /// Resources the apiserver answers itself, with nothing in storage and so no store in
 /// the registry. Discovery and the OpenAPI documents list them with the rest, so the
@@ -320,7 +322,7 @@ pub static UNSTORED: &[ResourceInfo] = &[
         CREATE_ONLY, NO_SUBS, ""),
     // ---- apiextensions.k8s.io/v1
     res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition",
-        &["crd", "crds"], API_EXTENSIONS, false, GET_LIST, NO_SUBS, ""),
+        &["crd", "crds"], API_EXTENSIONS, false, GET_LIST_WATCH, NO_SUBS, ""),
 ];
 
 /// Every resource discovery lists: the stored ones, then the [`UNSTORED`] ones.

@@ -3,8 +3,9 @@
 //! This server serves no custom resources, so no definition of one can exist. The
 //! collection still has to answer: the real kubectl lists it before it validates a kind
 //! that has no PATCH operation (`kubectl create -f` of a Binding, an Eviction or a
-//! review), and fails when the list does. `kubectl get crd` says there are none; a
-//! write answers 405 and says why.
+//! review), and fails when the list does. `kubectl get crd` says there are none, a
+//! watch stays open with nothing to tell (`kubectl get crd -w`, informers), and a write
+//! answers 405 and says why.
 
 use ferrokube_api::resources::{ResourceInfo, UNSTORED};
 use ferrokube_apimachinery::errors::ApiError;
@@ -12,7 +13,11 @@ use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::json;
 
-use crate::handler::{Body, State, respond_body};
+use std::collections::HashMap;
+
+use ferrokube_registry::WatchItem;
+
+use crate::handler::{Body, State, respond_body, watch_response};
 use crate::output;
 
 const GROUP: &str = "apiextensions.k8s.io";
@@ -36,17 +41,34 @@ fn info() -> Option<&'static ResourceInfo> {
         .find(|r| r.group == GROUP && r.plural == PLURAL)
 }
 
-/// `list`: an empty list at the store's current revision; `get` of one: 404; any other
-/// verb (as the request's authorization attributes name it): 405.
+/// `list`: an empty list at the store's current revision; `get` of one: 404; `watch`:
+/// no events until the watch times out (a `sendInitialEvents` watch first gets its
+/// initial-events-end bookmark); any other verb (as the request's authorization
+/// attributes name it): 405.
 pub(crate) async fn serve(
     state: &State,
     verb: &str,
     name: Option<&str>,
+    query: &HashMap<String, String>,
     accept: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let info = info().ok_or_else(|| ApiError::internal("no CustomResourceDefinitions entry"))?;
     if let ("get", Some(name)) = (verb, name) {
         return Err(ApiError::not_found(GROUP, PLURAL, name));
+    }
+    if verb == "watch" {
+        let target = output::negotiate(accept)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let flag = |k: &str| query.get(k).is_some_and(|v| v == "true" || v == "1");
+        if flag("sendInitialEvents") && flag("allowWatchBookmarks") {
+            let revision = current_revision(state).await?;
+            // The channel is new and holds one item: this cannot find it full.
+            let _ = tx.try_send(WatchItem::Bookmark {
+                revision,
+                initial_events_end: true,
+            });
+        }
+        return Ok(watch_response(state, info, query, target, rx, Some(tx)));
     }
     if verb != "list" {
         let mut e = ApiError::method_not_supported(GROUP, PLURAL, verb);
@@ -57,12 +79,7 @@ pub(crate) async fn serve(
         return Err(e);
     }
     let target = output::negotiate(accept)?;
-    let revision = state
-        .registry
-        .storage()
-        .current_revision()
-        .await
-        .map_err(|e| ApiError::internal(format!("reading the current revision: {e}")))?;
+    let revision = current_revision(state).await?;
     let meta = json!({"resourceVersion": revision.to_string()});
     let body = output::list(target, info, &[], meta, jiff::Timestamp::now());
     Ok(respond_body(
@@ -70,6 +87,15 @@ pub(crate) async fn serve(
         output::content_type(target),
         body.boxed_unsync(),
     ))
+}
+
+async fn current_revision(state: &State) -> Result<i64, ApiError> {
+    state
+        .registry
+        .storage()
+        .current_revision()
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the current revision: {e}")))
 }
 
 #[cfg(test)]

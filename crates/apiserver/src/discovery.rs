@@ -260,7 +260,7 @@ mod tests {
             .unwrap();
         let crd = &crds["versions"][0]["resources"][0];
         assert_eq!(crd["resource"], "customresourcedefinitions");
-        assert_eq!(crd["verbs"], json!(["get", "list"]));
+        assert_eq!(crd["verbs"], json!(["get", "list", "watch"]));
         assert_eq!(crd["shortNames"], json!(["crd", "crds"]));
         assert!(
             api_group_list()["groups"]

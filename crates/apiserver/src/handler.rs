@@ -334,7 +334,7 @@ async fn route(
     }
     if let Some(name) = crate::crds::crd_path(&segs) {
         let verb = request_verb(&req);
-        return crate::crds::serve(state, &verb, name, accept.as_deref()).await;
+        return crate::crds::serve(state, &verb, name, q, accept.as_deref()).await;
     }
     if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
@@ -1093,22 +1093,40 @@ async fn watch(
         allow_bookmarks: boolean(q, "allowWatchBookmarks"),
         send_initial_events: q.get("sendInitialEvents").map(|v| v == "true" || v == "1"),
     };
+    match store.watch(ns, &p).await {
+        Ok(rx) => Ok(watch_response(state, info, q, target, rx, None)),
+        Err(e) if e.code == 410 => {
+            let line = ferrokube_registry::cache::watch_line("ERROR", &output::status_value(&e));
+            Ok(respond(StatusCode::OK, watch_content_type(target), line))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn watch_content_type(target: Target) -> &'static str {
+    match target {
+        Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        _ => "application/json",
+    }
+}
+
+/// Streams what `rx` receives as watch events until the watch's timeout
+/// (`timeoutSeconds`, at most the server's limit), the server's shutdown, or the end
+/// of `rx`. `hold_open` keeps a source with nothing to send from ending the stream at
+/// once (its sender lives as long as the stream).
+pub(crate) fn watch_response(
+    state: &State,
+    info: &'static ResourceInfo,
+    q: &HashMap<String, String>,
+    target: Target,
+    rx: tokio::sync::mpsc::Receiver<WatchItem>,
+    hold_open: Option<tokio::sync::mpsc::Sender<WatchItem>>,
+) -> Response<Body> {
     let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
         Some(t) if t > 0 => Duration::from_secs(t).min(state.max_watch),
         _ => state.max_watch,
     };
-    let ct = match target {
-        Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        _ => "application/json",
-    };
-    let rx = match store.watch(ns, &p).await {
-        Ok(rx) => rx,
-        Err(e) if e.code == 410 => {
-            let line = ferrokube_registry::cache::watch_line("ERROR", &output::status_value(&e));
-            return Ok(respond(StatusCode::OK, ct, line));
-        }
-        Err(e) => return Err(e),
-    };
+    let ct = watch_content_type(target);
     state.metrics.watch_started();
     let metrics = state.metrics.clone();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -1121,7 +1139,7 @@ async fn watch(
     }
     let guard = Guard(metrics);
     let stream = futures::stream::unfold(
-        (rx, shutdown, guard),
+        (rx, shutdown, (guard, hold_open)),
         move |(mut rx, mut shutdown, guard)| async move {
             if *shutdown.borrow() {
                 return None;
@@ -1140,7 +1158,7 @@ async fn watch(
     let mut r = Response::new(StreamBody::new(stream).boxed_unsync());
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-    Ok(r)
+    r
 }
 
 #[cfg(test)]

@@ -76,7 +76,8 @@ fn collection_path(r: &ferrokube_api::resources::ResourceInfo) -> String {
 }
 
 /// The reviews have a POST and nothing else; CustomResourceDefinitions and
-/// ComponentStatuses a GET of the collection and of one, and their List.
+/// ComponentStatuses a GET of the collection and of one, and their List; only
+/// CustomResourceDefinitions a watch.
 #[test]
 fn unstored_resources_have_only_their_verbs_paths() {
     let doc = swagger_v2();
@@ -92,11 +93,14 @@ fn unstored_resources_have_only_their_verbs_paths() {
         let base = collection_path(r);
         let collection = paths[&base].as_object().unwrap();
         let one = paths.get(&format!("{base}/{{name}}"));
-        if r.verbs == ferrokube_api::resources::GET_LIST {
+        if r.supports("list") {
             assert_eq!(collection.keys().collect::<Vec<_>>(), ["get", "parameters"]);
             assert!(one.unwrap().get("get").is_some());
             assert!(one.unwrap().get("patch").is_none());
             def(&doc, &format!("{name}List"));
+            let watch = paths
+                .get(&base.replace(&format!("/{}", r.plural), &format!("/watch/{}", r.plural)));
+            assert_eq!(watch.is_some(), r.supports("watch"), "{base}: watch path");
         } else {
             assert_eq!(
                 collection.keys().collect::<Vec<_>>(),

@@ -202,11 +202,12 @@ async fn impersonation_is_checked_with_the_impersonate_verb() {
 
 /// The reviews are discovered like any resource (kubectl maps `kind:
 /// SubjectAccessReview` in a file through discovery), and CustomResourceDefinitions
-/// list empty and refuse writes: this server serves no custom resources.
+/// list empty, watch quietly and refuse writes: this server serves no custom resources.
 #[tokio::test]
 async fn reviews_are_discovered_and_crds_list_empty() {
+    use futures::StreamExt;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Api, ListParams, PostParams};
+    use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
     use kube::discovery::{Discovery, Scope, verbs};
 
     let server = TestApiServer::start().await.unwrap();
@@ -247,6 +248,32 @@ async fn reviews_are_discovered_and_crds_list_empty() {
     let list = crds.list(&ListParams::default()).await.unwrap();
     assert!(list.items.is_empty());
     assert!(list.metadata.resource_version.is_some_and(|rv| rv != "0"));
+    // A watch stays open with nothing to tell, until its timeout; a streaming list
+    // gets its initial-events-end bookmark first.
+    let events: Vec<_> = crds
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(events.is_empty(), "{events:?}");
+    let events: Vec<_> = crds
+        .watch(&WatchParams::streaming_lists().timeout(1), "")
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    match &events[0] {
+        Ok(WatchEvent::Bookmark(b)) => assert_eq!(
+            b.metadata
+                .annotations
+                .get("k8s.io/initial-events-end")
+                .map(String::as_str),
+            Some("true")
+        ),
+        other => panic!("{other:?}"),
+    }
     let err = crds.get("widgets.example.com").await.unwrap_err();
     assert!(
         matches!(err, kube::Error::Api(ref s) if s.code == 404),
