@@ -95,29 +95,20 @@ pub fn tls_config(
     key_pem: &str,
     client_ca_pem: Option<&str>,
 ) -> Result<Arc<rustls::ServerConfig>, ServerError> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| ServerError::Tls(format!("certificate: {e}")))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| ServerError::Tls(format!("private key: {e}")))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ServerError::Tls(e.to_string()))?;
-    let builder = match client_ca_pem {
-        Some(ca) => builder.with_client_cert_verifier(
+    let verifier = match client_ca_pem {
+        Some(ca) => Some(
             ferrokube_auth::client_cert_verifier(ca)
                 .map_err(|e| ServerError::Tls(e.to_string()))?,
         ),
-        None => builder.with_no_client_auth(),
+        None => None,
     };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| ServerError::Tls(e.to_string()))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    ferrokube_pki::serving::server_config(
+        cert_pem,
+        key_pem,
+        verifier,
+        ferrokube_pki::serving::ALPN_H2_HTTP1,
+    )
+    .map_err(|e| ServerError::Tls(e.to_string()))
 }
 
 /// A running server.

@@ -55,7 +55,13 @@ impl SecureServingOptions {
             (None, None) => self_signed(component, bind)?,
             _ => return Err(ServingError::HalfPair),
         };
-        server_config(&cert_pem, &key_pem)
+        ferrokube_pki::serving::server_config(
+            &cert_pem,
+            &key_pem,
+            None,
+            ferrokube_pki::serving::ALPN_H2_HTTP1,
+        )
+        .map_err(|e| ServingError::Tls(e.to_string()))
     }
 }
 
@@ -63,51 +69,21 @@ fn read(path: &PathBuf) -> Result<String, ServingError> {
     std::fs::read_to_string(path).map_err(|e| ServingError::Read(path.clone(), e))
 }
 
-/// Upstream's `GenerateSelfSignedCertKey`: a CA made for the purpose and a serving
-/// certificate it signs, the chain in one PEM.
+/// A fresh self-signed pair for `localhost`, loopback and the bind address, as upstream
+/// makes one for a component started without `--tls-cert-file`.
 fn self_signed(component: &str, bind: IpAddr) -> Result<(String, String), ServingError> {
-    let err = |e: ferrokube_pki::PkiError| ServingError::SelfSigned(e.to_string());
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let ca = ferrokube_pki::CertificateAuthority::generate(&format!("localhost-ca@{stamp}"))
-        .map_err(err)?;
     let mut ips = vec![IpAddr::from([127, 0, 0, 1])];
     if !bind.is_unspecified() && !ips.contains(&bind) {
         ips.push(bind);
     }
-    let issued = ca
-        .issue_serving_cert(
-            &format!("{component}@{stamp}"),
-            &["localhost".to_string()],
-            &ips,
-            ferrokube_pki::Validity::leaf_default(),
-        )
-        .map_err(err)?;
-    Ok((
-        format!("{}{}", issued.cert_pem, ca.cert_pem()),
-        issued.key_pem,
-    ))
-}
-
-fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfig>, ServingError> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let tls = |e: &dyn std::fmt::Display| ServingError::Tls(e.to_string());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| tls(&e))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| tls(&e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| tls(&e))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    let issued = ferrokube_pki::serving::self_signed_serving(
+        "localhost",
+        component,
+        &["localhost".to_string()],
+        &ips,
+    )
+    .map_err(|e| ServingError::SelfSigned(e.to_string()))?;
+    Ok((issued.cert_pem, issued.key_pem))
 }
 
 /// Binds `addr` (so a taken port fails the caller at once), then serves each HTTPS

@@ -67,22 +67,10 @@ pub fn tls_config(
     key_pem: &str,
     client_ca_pem: Option<&str>,
 ) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| tls(&format!("certificate: {e}")))?;
-    if certs.is_empty() {
-        return Err(ServerError::Tls("no certificate in the PEM".into()));
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| tls(&format!("private key: {e}")))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?;
-    let builder = match client_ca_pem {
+    let verifier = match client_ca_pem {
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
             for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
@@ -90,17 +78,22 @@ pub fn tls_config(
                     .add(c.map_err(|e| tls(&format!("client CA: {e}")))?)
                     .map_err(|e| tls(&format!("client CA: {e}")))?;
             }
-            let verifier =
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> =
                 rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
                     .build()
                     .map_err(|e| tls(&format!("client CA: {e}")))?;
-            builder.with_client_cert_verifier(verifier)
+            Some(verifier)
         }
-        None => builder.with_no_client_auth(),
+        None => None,
     };
-    let mut cfg = builder.with_single_cert(certs, key).map_err(|e| tls(&e))?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    ferrokube_pki::serving::server_config(
+        cert_pem,
+        key_pem,
+        verifier,
+        ferrokube_pki::serving::ALPN_HTTP1,
+    )
+    .map_err(|e| tls(&e))
 }
 
 /// Upstream's fallback when no `--tls-cert-file` is given: a self-signed CA and a
@@ -122,26 +115,14 @@ pub fn ensure_self_signed(
         move |source| ServerError::Io { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let ca = ferrokube_pki::CertificateAuthority::generate(&format!("{hostname}-ca@{stamp}"))
-        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
     let mut dns = vec![hostname.to_owned()];
     if hostname != "localhost" {
         dns.push("localhost".into());
     }
-    let issued = ca
-        .issue_serving_cert(
-            &format!("{hostname}@{stamp}"),
-            &dns,
-            ips,
-            ferrokube_pki::Validity::leaf_default(),
-        )
+    let issued = ferrokube_pki::serving::self_signed_serving(hostname, hostname, &dns, ips)
         .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
     write_private(&key, &issued.key_pem).map_err(io(&key))?;
-    std::fs::write(&cert, format!("{}{}", issued.cert_pem, ca.cert_pem())).map_err(io(&cert))?;
+    std::fs::write(&cert, &issued.cert_pem).map_err(io(&cert))?;
     Ok((cert, key))
 }
 

@@ -15,11 +15,14 @@
 //! * [`pem`]: small PEM helpers and certificate inspection ([`CertInfo`]).
 //! * [`insecure`]: [`insecure::AcceptAnyServerCert`], the rustls verifier for the places
 //!   upstream skips server verification (kubelet dialing without a CA, HTTPS probes).
+//! * [`serving`]: the rustls server configuration of an HTTPS port from PEM, and
+//!   upstream's self-signed serving pair, for every component that serves TLS.
 //!
 //! Layer: server side and tooling. The apiserver uses it (serving certs, client CA);
 //! `cmd/ferrokube-pki` and the hack/cluster scripts use it to lay out a cluster. It does
 //! file IO only in [`cluster`]. It must not depend on storage, registry, admission,
-//! apiserver or any client crate, and knows nothing about HTTP (only rustls's certificate-verifier interface).
+//! apiserver or any client crate, and knows nothing about HTTP (only rustls's configuration
+//! and certificate-verifier interfaces).
 //!
 //! Key type: every key this crate generates is ECDSA P-256 (PKCS#8 `PRIVATE KEY` PEM);
 //! kubectl, client-go, rustls and the upstream apiserver all accept it. With the `ring`
@@ -32,6 +35,7 @@ mod der;
 pub mod insecure;
 pub mod kubeconfig;
 pub mod pem;
+pub mod serving;
 
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
