@@ -1,5 +1,5 @@
 //! kube-controller-manager: upstream flag names over `ferrokube-controllers`, behind
-//! leader election, with `/healthz` and `/metrics` on `--bind-address:--secure-port`.
+//! leader election, with `/healthz` and `/metrics` over HTTPS on `--bind-address:--secure-port`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -74,7 +74,7 @@ struct Options {
     /// collector starts deleting terminated pods. If <= 0, it is disabled.
     #[arg(long = "terminated-pod-gc-threshold", default_value_t = 12500)]
     terminated_pod_gc_threshold: i64,
-    /// The port on which to serve /healthz and /metrics (0 disables).
+    /// The port on which to serve /healthz and /metrics over HTTPS (0 disables).
     #[arg(long = "secure-port", default_value_t = 10257)]
     secure_port: u16,
     /// The IP address on which to listen for the --secure-port port.

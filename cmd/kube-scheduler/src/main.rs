@@ -27,7 +27,8 @@ struct Opts {
     /// Accepted for compatibility; delegated authorization is not implemented.
     #[arg(long = "authorization-kubeconfig")]
     authorization_kubeconfig: Option<String>,
-    /// The port on which to serve /healthz, /readyz and /metrics.
+    /// The port on which to serve /healthz, /readyz and /metrics over HTTPS; 0 serves
+    /// nothing.
     #[arg(long = "secure-port", default_value_t = 10259)]
     secure_port: u16,
     /// The IP address on which to listen for the --secure-port port.
@@ -77,20 +78,25 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_from(kcfg)?;
     let running = ferrokube_scheduler::run::build(client.clone(), &config)?;
     let cancel = CancellationToken::new();
-    let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-    let tls = opts
-        .serving
-        .tls_config("kube-scheduler", opts.bind_address)?;
-    let responder = ferrokube_scheduler::run::health_responder(
-        running.scheduler.clone(),
-        running.ready.clone(),
-    );
-    let serving = ferrokube_client::serving::serve(addr, tls, responder, cancel.clone());
-    let health = tokio::spawn(async move {
-        if let Err(e) = serving.await {
-            tracing::error!(error = %e, "health server failed");
-        }
-    });
+    // As upstream, --secure-port=0 serves nothing.
+    let health = if opts.secure_port != 0 {
+        let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
+        let tls = opts
+            .serving
+            .tls_config("kube-scheduler", opts.bind_address)?;
+        let responder = ferrokube_scheduler::run::health_responder(
+            running.scheduler.clone(),
+            running.ready.clone(),
+        );
+        let serving = ferrokube_client::serving::serve(addr, tls, responder, cancel.clone());
+        Some(tokio::spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!(error = %e, "health server failed");
+            }
+        }))
+    } else {
+        None
+    };
     {
         let c = cancel.clone();
         tokio::spawn(async move {
@@ -115,6 +121,8 @@ async fn main() -> anyhow::Result<()> {
         running.run(cancel.clone()).await?;
     }
     cancel.cancel();
-    let _ = health.await;
+    if let Some(health) = health {
+        let _ = health.await;
+    }
     Ok(())
 }
