@@ -10,7 +10,6 @@ use std::time::Duration;
 use ferrokube_api::resources::{ResourceInfo, UNSTORED};
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::fields::FieldSelector;
-use ferrokube_apimachinery::labels::Selector;
 use ferrokube_registry::cache::CachedObject;
 use http::{HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -125,21 +124,13 @@ fn selection(
     label_selector: Option<&str>,
     field_selector: Option<&str>,
 ) -> Result<impl Fn(&str) -> bool, ApiError> {
-    let labels = match label_selector.filter(|s| !s.is_empty()) {
-        Some(s) => Selector::parse(s)
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-        None => Selector::everything(),
-    };
-    let fields = match field_selector.filter(|s| !s.is_empty()) {
-        Some(s) => {
-            let fs = FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-            fs.check_supported(&["metadata.name", "metadata.namespace"])
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-            fs
-        }
-        None => FieldSelector::everything(),
-    };
-    let matches_labels = labels.matches(&std::collections::BTreeMap::new());
+    let (labels, fields) = ferrokube_registry::store::parse_selectors(
+        label_selector,
+        field_selector,
+        &["metadata.name", "metadata.namespace"],
+    )?;
+    let fields = fields.unwrap_or_else(FieldSelector::everything);
+    let matches_labels = labels.is_none_or(|l| l.matches(&std::collections::BTreeMap::new()));
     Ok(move |name: &str| {
         matches_labels
             && fields.matches(&|field| match field {

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use ferrokube_registry::WatchItem;
 
-use crate::handler::{Body, State, respond_body, watch_response};
+use crate::handler::{Body, State, boolean, respond_body, watch_response};
 use crate::output;
 
 const GROUP: &str = "apiextensions.k8s.io";
@@ -59,8 +59,7 @@ pub(crate) async fn serve(
     if verb == "watch" {
         let target = output::negotiate(accept)?;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let flag = |k: &str| query.get(k).is_some_and(|v| v == "true" || v == "1");
-        if flag("sendInitialEvents") && flag("allowWatchBookmarks") {
+        if boolean(query, "sendInitialEvents") && boolean(query, "allowWatchBookmarks") {
             let revision = current_revision(state).await?;
             // The channel is new and holds one item: this cannot find it full.
             let _ = tx.try_send(WatchItem::Bookmark {

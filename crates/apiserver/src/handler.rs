@@ -620,7 +620,8 @@ fn list_params(q: &HashMap<String, String>) -> Result<ListParams, ApiError> {
     })
 }
 
-fn boolean(q: &HashMap<String, String>, k: &str) -> bool {
+/// A query flag: `true` or `1`.
+pub(crate) fn boolean(q: &HashMap<String, String>, k: &str) -> bool {
     matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
 }
 

@@ -313,6 +313,32 @@ fn parse_rv(s: &str) -> Result<Revision, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {s:?}")))
 }
 
+/// A request's `labelSelector` and `fieldSelector` (absent or empty: `None`), each a 400
+/// when it does not parse; a field selector may only name the `supported` fields.
+pub fn parse_selectors(
+    label_selector: Option<&str>,
+    field_selector: Option<&str>,
+    supported: &[&str],
+) -> Result<(Option<Selector>, Option<FieldSelector>), ApiError> {
+    let labels = match label_selector.filter(|s| !s.is_empty()) {
+        Some(s) => Some(
+            Selector::parse(s)
+                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+        ),
+        None => None,
+    };
+    let fields = match field_selector.filter(|s| !s.is_empty()) {
+        Some(s) => {
+            let fs = FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            fs.check_supported(supported)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            Some(fs)
+        }
+        None => None,
+    };
+    Ok((labels, fields))
+}
+
 impl Store {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -668,26 +694,9 @@ impl Store {
         label_selector: Option<&str>,
         field_selector: Option<&str>,
     ) -> Result<Option<Filter>, ApiError> {
-        let labels =
-            match label_selector.filter(|s| !s.is_empty()) {
-                Some(s) => Some(Selector::parse(s).map_err(|e| {
-                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
-                })?),
-                None => None,
-            };
-        let fields = match field_selector.filter(|s| !s.is_empty()) {
-            Some(s) => {
-                let fs =
-                    FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let hooks = self.strategy.hooks();
-                let mut supported: Vec<&str> = vec!["metadata.name", "metadata.namespace"];
-                supported.extend(hooks.fields.iter().map(|(f, _)| *f));
-                fs.check_supported(&supported)
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                Some(fs)
-            }
-            None => None,
-        };
+        let mut supported: Vec<&str> = vec!["metadata.name", "metadata.namespace"];
+        supported.extend(self.strategy.hooks().fields.iter().map(|(f, _)| *f));
+        let (labels, fields) = parse_selectors(label_selector, field_selector, &supported)?;
         if labels.is_none() && fields.is_none() {
             return Ok(None);
         }
