@@ -20,6 +20,7 @@
 pub mod errors;
 pub mod fields;
 pub mod labels;
+pub mod managedfields;
 pub mod patch;
 pub mod quantity;
 pub mod quota;

@@ -1,0 +1,241 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+fn writer<'a>(manager: &'a str, now: &'a str) -> Writer<'a> {
+    Writer {
+        manager,
+        api_version: "apps/v1",
+        subresource: "",
+        now,
+        schema: Schema::for_kind("apps", "v1", "Deployment"),
+        scope: Scope::AllButStatus,
+    }
+}
+
+const RESOURCE: (&str, &str, &str) = ("apps", "deployments", "web");
+
+fn config(replicas: i64, labels: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": labels},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [
+            {"name": "c", "image": "nginx"}]}}}
+    })
+}
+
+fn managers(obj: &Value) -> Vec<(String, String)> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["manager"].as_str().unwrap().to_string(),
+                        e["operation"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn apply_creates_and_records_the_applier() {
+    let obj = apply(
+        None,
+        &config(2, json!({"a": "1"})),
+        &writer("kubectl", "t1"),
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    assert_eq!(obj["spec"]["replicas"], 2);
+    assert_eq!(
+        managers(&obj),
+        [("kubectl".to_string(), "Apply".to_string())]
+    );
+    let e = &obj["metadata"]["managedFields"][0];
+    assert_eq!(e["apiVersion"], "apps/v1");
+    assert_eq!(e["fieldsType"], "FieldsV1");
+    assert_eq!(e["time"], "t1");
+    assert_eq!(
+        e["fieldsV1"]["f:metadata"],
+        json!({"f:labels": {"f:a": {}}})
+    );
+    assert_eq!(e["fieldsV1"]["f:spec"]["f:replicas"], json!({}));
+    assert!(e["fieldsV1"].get("f:apiVersion").is_none());
+}
+
+#[test]
+fn a_field_no_longer_applied_is_removed() {
+    let w = writer("kubectl", "t1");
+    let live = apply(
+        None,
+        &config(2, json!({"a": "1", "b": "2"})),
+        &w,
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    let obj = apply(
+        Some(&live),
+        &config(2, json!({"a": "1"})),
+        &w,
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    assert_eq!(obj["metadata"]["labels"], json!({"a": "1"}));
+    // A field set by someone else (not owned by the applier) stays.
+    let mut live2 = live.clone();
+    live2["spec"]["paused"] = json!(true);
+    let obj = apply(
+        Some(&live2),
+        &config(3, json!({"a": "1", "b": "2"})),
+        &w,
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    assert_eq!(obj["spec"]["paused"], true);
+    assert_eq!(obj["spec"]["replicas"], 3);
+}
+
+#[test]
+fn another_applier_conflicts_unless_forced() {
+    let live = apply(
+        None,
+        &config(2, json!({})),
+        &writer("a", "t1"),
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    let err = apply(
+        Some(&live),
+        &config(5, json!({})),
+        &writer("b", "t2"),
+        false,
+        RESOURCE,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, 409);
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas"
+    );
+    let causes = err.details.unwrap().causes.unwrap();
+    assert_eq!(causes[0].field.as_deref(), Some(".spec.replicas"));
+    assert_eq!(causes[0].reason.as_deref(), Some("FieldManagerConflict"));
+    // The same value is shared, not a conflict.
+    let shared = apply(
+        Some(&live),
+        &config(2, json!({})),
+        &writer("b", "t2"),
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    assert_eq!(managers(&shared).len(), 2);
+    // Forced: b takes the field from a.
+    let forced = apply(
+        Some(&live),
+        &config(5, json!({})),
+        &writer("b", "t2"),
+        true,
+        RESOURCE,
+    )
+    .unwrap();
+    assert_eq!(forced["spec"]["replicas"], 5);
+    let a = Managed::of(&forced).unwrap();
+    let a = a.entries.iter().find(|e| e.manager == "a").unwrap();
+    assert!(!a.fields.contains(&["f:spec", "f:replicas"]));
+}
+
+#[test]
+fn an_update_takes_what_it_changes() {
+    let live = apply(
+        None,
+        &config(2, json!({})),
+        &writer("kubectl", "t1"),
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    let mut scaled = live.clone();
+    scaled["spec"]["replicas"] = json!(7);
+    let scaled = track_update(&live, &scaled, &writer("kubectl-scale", "t2")).unwrap();
+    assert_eq!(
+        managers(&scaled),
+        [
+            ("kubectl".to_string(), "Apply".to_string()),
+            ("kubectl-scale".to_string(), "Update".to_string())
+        ]
+    );
+    let err = apply(
+        Some(&scaled),
+        &config(3, json!({})),
+        &writer("kubectl", "t3"),
+        false,
+        RESOURCE,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"kubectl-scale\" using apps/v1: .spec.replicas"
+    );
+    // An untracked object stays untracked.
+    let plain = config(1, json!({}));
+    let mut new = plain.clone();
+    new["spec"]["replicas"] = json!(2);
+    let out = track_update(&plain, &new, &writer("x", "t")).unwrap();
+    assert!(out["metadata"].get("managedFields").is_none());
+    // `[{}]` clears.
+    let mut cleared = scaled.clone();
+    cleared["metadata"]["managedFields"] = json!([{}]);
+    let out = track_update(&scaled, &cleared, &writer("x", "t")).unwrap();
+    assert!(out["metadata"].get("managedFields").is_none());
+}
+
+#[test]
+fn the_first_apply_to_an_untracked_object_meets_before_first_apply() {
+    let live = config(1, json!({"a": "1"}));
+    let err = apply(
+        Some(&live),
+        &config(3, json!({"a": "1"})),
+        &writer("kubectl", "t"),
+        false,
+        RESOURCE,
+    )
+    .unwrap_err();
+    assert!(
+        err.message
+            .contains("conflict with \"before-first-apply\" using apps/v1: .spec.replicas"),
+        "{}",
+        err.message
+    );
+    let ok = apply(
+        Some(&live),
+        &config(1, json!({"a": "1", "b": "2"})),
+        &writer("kubectl", "t"),
+        false,
+        RESOURCE,
+    )
+    .unwrap();
+    assert_eq!(
+        managers(&ok),
+        [
+            ("kubectl".to_string(), "Apply".to_string()),
+            ("before-first-apply".to_string(), "Update".to_string())
+        ]
+    );
+}
+
+#[test]
+fn status_is_outside_the_main_resource_apply() {
+    let mut c = config(1, json!({}));
+    c["status"] = json!({"replicas": 9});
+    let obj = apply(None, &c, &writer("kubectl", "t"), false, RESOURCE).unwrap();
+    assert!(obj.get("status").is_none());
+}

@@ -1,0 +1,579 @@
+//! The operations of server-side apply on JSON objects, steered by the built-in types'
+//! list metadata: which lists are atomic, sets or keyed (`+listType`, `+listMapKey`,
+//! else the `patchStrategy`/`patchMergeKey` tags, as upstream's schema conversion), and
+//! which structs are atomic (`+structType=atomic`).
+
+use serde_json::{Map, Value};
+
+use super::set::FieldSet;
+use crate::patch::meta;
+
+/// Structs upstream marks `+structType=atomic`: owned and replaced as one value.
+const ATOMIC_STRUCTS: &[&str] = &[
+    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+    "io.k8s.api.core.v1.NodeSelector",
+    "io.k8s.api.core.v1.NodeSelectorTerm",
+    "io.k8s.api.core.v1.TopologySelectorTerm",
+    "io.k8s.api.core.v1.LocalObjectReference",
+    "io.k8s.api.core.v1.ObjectReference",
+    "io.k8s.api.core.v1.TypedLocalObjectReference",
+    "io.k8s.api.core.v1.SecretReference",
+    "io.k8s.api.core.v1.ConfigMapKeySelector",
+    "io.k8s.api.core.v1.SecretKeySelector",
+    "io.k8s.api.core.v1.ObjectFieldSelector",
+    "io.k8s.api.core.v1.ResourceFieldSelector",
+];
+
+/// A position in the type graph: the OpenAPI definition of the object at hand, if
+/// known. Unknown objects are maps whose every key is a field; unknown lists atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    definition: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ListKind {
+    Atomic,
+    Set,
+    Keyed(Vec<&'static str>),
+}
+
+impl Schema {
+    /// The schema of a built-in kind (`("apps", "v1", "Deployment")`); unknown kinds get
+    /// an untyped schema.
+    pub fn for_kind(group: &str, version: &str, kind: &str) -> Schema {
+        let definition = meta::definition_for(group, version, kind)
+            .and_then(|d| crate::patch::BuiltinPatchSchema::for_definition(&d).definition());
+        Schema { definition }
+    }
+
+    pub fn untyped() -> Schema {
+        Schema { definition: None }
+    }
+
+    fn field(&self, name: &str) -> Schema {
+        Schema {
+            definition: self.definition.and_then(|d| meta::field_type(d, name)),
+        }
+    }
+
+    fn atomic_struct(&self) -> bool {
+        self.definition.is_some_and(|d| ATOMIC_STRUCTS.contains(&d))
+    }
+
+    fn list_kind(&self, name: &str) -> ListKind {
+        let Some(d) = self.definition else {
+            return ListKind::Atomic;
+        };
+        if let Some((ty, keys)) = meta::list_type(d, name) {
+            return match ty {
+                "set" => ListKind::Set,
+                "map" if !keys.is_empty() => ListKind::Keyed(keys.to_vec()),
+                _ => ListKind::Atomic,
+            };
+        }
+        match meta::lookup(d, name) {
+            Some((s, Some(key))) if s.merges() => ListKind::Keyed(vec![key]),
+            Some((s, None)) if s.merges() => ListKind::Set,
+            _ => ListKind::Atomic,
+        }
+    }
+}
+
+/// The element naming one item of a list of `kind`, or `None` for an atomic list or an
+/// item that cannot be named (a keyed item that is not an object).
+fn item_element(kind: &ListKind, item: &Value) -> Option<String> {
+    match kind {
+        ListKind::Atomic => None,
+        ListKind::Set => Some(format!("v:{item}")),
+        ListKind::Keyed(keys) => {
+            let obj = item.as_object()?;
+            let mut key = Map::new();
+            for k in keys {
+                match obj.get(*k) {
+                    Some(v) => {
+                        key.insert((*k).to_string(), v.clone());
+                    }
+                    // The one defaulted list-map key of the built-in types.
+                    None if *k == "protocol" => {
+                        key.insert("protocol".into(), Value::String("TCP".into()));
+                    }
+                    None => {}
+                }
+            }
+            Some(format!("k:{}", Value::Object(key)))
+        }
+    }
+}
+
+/// Items of a non-atomic list by their elements, in list order; `None` when an item
+/// cannot be named or two items share a name (such a list is treated as atomic).
+fn index_items<'a>(kind: &ListKind, list: &'a [Value]) -> Option<Vec<(String, &'a Value)>> {
+    let mut out: Vec<(String, &Value)> = Vec::with_capacity(list.len());
+    for item in list {
+        let e = item_element(kind, item)?;
+        if out.iter().any(|(o, _)| *o == e) {
+            return None;
+        }
+        out.push((e, item));
+    }
+    Some(out)
+}
+
+/// How a value is walked.
+enum Shape<'a> {
+    Leaf,
+    Map(&'a Map<String, Value>),
+    List(Vec<(String, &'a Value)>, bool),
+}
+
+fn shape<'a>(v: &'a Value, schema: Schema, list: &ListKind) -> Shape<'a> {
+    match v {
+        Value::Object(m) if !schema.atomic_struct() => Shape::Map(m),
+        Value::Array(items) => match index_items(list, items) {
+            Some(named) => Shape::List(named, matches!(list, ListKind::Set)),
+            None => Shape::Leaf,
+        },
+        _ => Shape::Leaf,
+    }
+}
+
+/// The fields `obj` sets, as an applier owns them (upstream's `ToFieldSet`): every
+/// leaf, every item of a set or keyed list, and empty maps and lists as leaves.
+pub fn to_field_set(obj: &Value, schema: Schema) -> FieldSet {
+    let mut set = FieldSet::new();
+    if let Value::Object(m) = obj {
+        let mut path = Vec::new();
+        walk_map(m, schema, &mut path, &mut set);
+    }
+    set
+}
+
+fn walk_map(m: &Map<String, Value>, schema: Schema, path: &mut Vec<String>, set: &mut FieldSet) {
+    for (k, v) in m {
+        path.push(format!("f:{k}"));
+        walk_value(v, schema.field(k), &schema.list_kind(k), path, set);
+        path.pop();
+    }
+}
+
+fn walk_value(
+    v: &Value,
+    schema: Schema,
+    list: &ListKind,
+    path: &mut Vec<String>,
+    set: &mut FieldSet,
+) {
+    match shape(v, schema, list) {
+        Shape::Map(m) if !m.is_empty() => walk_map(m, schema, path, set),
+        Shape::List(items, is_set) if !items.is_empty() => {
+            for (e, item) in items {
+                path.push(e);
+                set.insert(path);
+                if !is_set && let Value::Object(m) = item {
+                    walk_map(m, schema, path, set);
+                }
+                path.pop();
+            }
+        }
+        _ => set.insert(path),
+    }
+}
+
+/// What changed between two objects (upstream's `Comparison`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    pub added: FieldSet,
+    pub modified: FieldSet,
+    pub removed: FieldSet,
+}
+
+impl Comparison {
+    pub fn is_same(&self) -> bool {
+        self.added.is_empty() && self.modified.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// The paths added, modified and removed from `old` to `new`.
+pub fn compare(old: &Value, new: &Value, schema: Schema) -> Comparison {
+    let mut c = Comparison::default();
+    if let (Value::Object(o), Value::Object(n)) = (old, new) {
+        compare_maps(Some(o), Some(n), schema, &mut Vec::new(), &mut c);
+    }
+    c
+}
+
+fn compare_maps(
+    old: Option<&Map<String, Value>>,
+    new: Option<&Map<String, Value>>,
+    schema: Schema,
+    path: &mut Vec<String>,
+    c: &mut Comparison,
+) {
+    let empty = Map::new();
+    let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+    for (k, ov) in o {
+        path.push(format!("f:{k}"));
+        compare_values(
+            Some(ov),
+            n.get(k),
+            schema.field(k),
+            &schema.list_kind(k),
+            path,
+            c,
+        );
+        path.pop();
+    }
+    for (k, nv) in n {
+        if o.contains_key(k) {
+            continue;
+        }
+        path.push(format!("f:{k}"));
+        compare_values(
+            None,
+            Some(nv),
+            schema.field(k),
+            &schema.list_kind(k),
+            path,
+            c,
+        );
+        path.pop();
+    }
+}
+
+fn compare_leaf(old: Option<&Value>, new: Option<&Value>, path: &[String], c: &mut Comparison) {
+    match (old, new) {
+        (None, Some(_)) => c.added.insert(path),
+        (Some(_), None) => c.removed.insert(path),
+        (Some(o), Some(n)) if o != n => c.modified.insert(path),
+        _ => {}
+    }
+}
+
+fn compare_values(
+    old: Option<&Value>,
+    new: Option<&Value>,
+    schema: Schema,
+    list: &ListKind,
+    path: &mut Vec<String>,
+    c: &mut Comparison,
+) {
+    let os = old.map(|v| shape(v, schema, list));
+    let ns = new.map(|v| shape(v, schema, list));
+    let empty = |s: &Option<Shape<'_>>| match s {
+        None => true,
+        Some(Shape::Map(m)) => m.is_empty(),
+        Some(Shape::List(items, _)) => items.is_empty(),
+        Some(Shape::Leaf) => false,
+    };
+    // Both empty or absent: a leaf, which keeps `{}` apart from absent.
+    if empty(&os) && empty(&ns) {
+        return compare_leaf(old, new, path, c);
+    }
+    match (os, ns) {
+        (Some(Shape::Map(o)), Some(Shape::Map(n))) => {
+            compare_maps(Some(o), Some(n), schema, path, c)
+        }
+        (None, Some(Shape::Map(n))) => {
+            c.added.insert(path);
+            compare_maps(None, Some(n), schema, path, c);
+        }
+        (Some(Shape::Map(o)), None) => {
+            c.removed.insert(path);
+            compare_maps(Some(o), None, schema, path, c);
+        }
+        (Some(Shape::List(o, is_set)), Some(Shape::List(n, _))) => {
+            compare_lists(&o, &n, is_set, schema, path, c)
+        }
+        (None, Some(Shape::List(n, is_set))) => {
+            c.added.insert(path);
+            compare_lists(&[], &n, is_set, schema, path, c);
+        }
+        (Some(Shape::List(o, is_set)), None) => {
+            c.removed.insert(path);
+            compare_lists(&o, &[], is_set, schema, path, c);
+        }
+        _ => compare_leaf(old, new, path, c),
+    }
+}
+
+fn find_item<'a>(items: &[(String, &'a Value)], e: &str) -> Option<&'a Value> {
+    items.iter().find(|(x, _)| x == e).map(|(_, v)| *v)
+}
+
+fn compare_lists(
+    old: &[(String, &Value)],
+    new: &[(String, &Value)],
+    is_set: bool,
+    schema: Schema,
+    path: &mut Vec<String>,
+    c: &mut Comparison,
+) {
+    let mut elements: Vec<&String> = old.iter().map(|(e, _)| e).collect();
+    elements.extend(
+        new.iter()
+            .map(|(e, _)| e)
+            .filter(|e| find_item(old, e).is_none()),
+    );
+    for e in elements {
+        path.push(e.clone());
+        let (o, n) = (find_item(old, e), find_item(new, e));
+        if is_set {
+            compare_leaf(o, n, path, c);
+        } else {
+            match (o, n) {
+                (None, Some(_)) => c.added.insert(path),
+                (Some(_), None) => c.removed.insert(path),
+                _ => {}
+            }
+            match (o, n) {
+                (Some(Value::Object(om)), Some(Value::Object(nm))) => {
+                    compare_maps(Some(om), Some(nm), schema, path, c)
+                }
+                (None, Some(Value::Object(nm))) => compare_maps(None, Some(nm), schema, path, c),
+                (Some(Value::Object(om)), None) => compare_maps(Some(om), None, schema, path, c),
+                _ => compare_leaf(o, n, path, c),
+            }
+        }
+        path.pop();
+    }
+}
+
+/// `config` merged into `live` (upstream's `Merge`): maps merged key by key, set and
+/// keyed lists item by item (an item in both merged; the live list's own items keep
+/// their place, the config's come in its order), anything else replaced by `config`.
+pub fn merge(live: &Value, config: &Value, schema: Schema) -> Value {
+    match (live, config) {
+        (Value::Object(l), Value::Object(c)) if !schema.atomic_struct() => {
+            let mut out = l.clone();
+            for (k, cv) in c {
+                let merged = match l.get(k) {
+                    Some(lv) => merge_field(lv, cv, schema.field(k), &schema.list_kind(k)),
+                    None => cv.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        _ => config.clone(),
+    }
+}
+
+fn merge_field(live: &Value, config: &Value, schema: Schema, list: &ListKind) -> Value {
+    match (live, config) {
+        (Value::Array(l), Value::Array(c)) => {
+            let (Some(li), Some(ci)) = (index_items(list, l), index_items(list, c)) else {
+                return config.clone();
+            };
+            let is_set = matches!(list, ListKind::Set);
+            let in_config = |e: &str| ci.iter().find(|(x, _)| x == e).map(|(_, v)| *v);
+            let mut out = Vec::with_capacity(l.len().max(c.len()));
+            let mut next = 0; // the config's items before `next` are placed
+            let place = |item: &Value, out: &mut Vec<Value>, e: &str| {
+                let merged = match li.iter().find(|(x, _)| x == e) {
+                    Some((_, lv)) if !is_set => merge(lv, item, schema),
+                    _ => item.clone(),
+                };
+                out.push(merged);
+            };
+            for (e, lv) in &li {
+                match in_config(e) {
+                    None => out.push((*lv).clone()),
+                    Some(_) => {
+                        // The config's items up to this shared one, in its order.
+                        if let Some(pos) = ci.iter().position(|(x, _)| x == e)
+                            && pos >= next
+                        {
+                            for (ce, cv) in &ci[next..=pos] {
+                                place(cv, &mut out, ce);
+                            }
+                            next = pos + 1;
+                        }
+                    }
+                }
+            }
+            for (ce, cv) in &ci[next..] {
+                place(cv, &mut out, ce);
+            }
+            Value::Array(out)
+        }
+        (Value::Object(_), Value::Object(_)) => merge(live, config, schema),
+        _ => config.clone(),
+    }
+}
+
+/// `obj` without the members of `remove` (upstream's `RemoveItems`): a member field
+/// is dropped, a member item is dropped from its list. Maps and lists left empty by a
+/// removal are dropped too, as an unset field would be.
+pub fn remove_items(obj: &Value, remove: &FieldSet, schema: Schema) -> Value {
+    match obj {
+        Value::Object(m) => Value::Object(remove_from_map(m, remove, schema)),
+        _ => obj.clone(),
+    }
+}
+
+fn remove_from_map(
+    m: &Map<String, Value>,
+    remove: &FieldSet,
+    schema: Schema,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (k, v) in m {
+        let Some(node) = remove.child(&format!("f:{k}")) else {
+            out.insert(k.clone(), v.clone());
+            continue;
+        };
+        if node.is_member() {
+            continue;
+        }
+        let kept = remove_below(v, node, schema.field(k), &schema.list_kind(k));
+        if let Some(kept) = kept {
+            out.insert(k.clone(), kept);
+        }
+    }
+    out
+}
+
+/// The value without what `node` names below it; `None` when a removal left it empty.
+fn remove_below(v: &Value, node: &FieldSet, schema: Schema, list: &ListKind) -> Option<Value> {
+    match shape(v, schema, list) {
+        Shape::Map(m) => {
+            let kept = remove_from_map(m, node, schema);
+            (!kept.is_empty() || m.is_empty()).then_some(Value::Object(kept))
+        }
+        Shape::List(items, is_set) => {
+            let mut kept = Vec::with_capacity(items.len());
+            for (e, item) in &items {
+                match node.child(e) {
+                    None => kept.push((*item).clone()),
+                    Some(n) if n.is_member() => {}
+                    Some(n) => match item {
+                        Value::Object(im) if !is_set => {
+                            kept.push(Value::Object(remove_from_map(im, n, schema)))
+                        }
+                        _ => kept.push((*item).clone()),
+                    },
+                }
+            }
+            (!kept.is_empty() || items.is_empty()).then_some(Value::Array(kept))
+        }
+        Shape::Leaf => Some(v.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment() -> Schema {
+        Schema::for_kind("apps", "v1", "Deployment")
+    }
+
+    #[test]
+    fn field_set_of_a_deployment() {
+        let d = json!({
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [
+                    {"name": "c", "image": "nginx", "ports": [{"containerPort": 80}],
+                     "resources": {}}
+                ]}}
+            }
+        });
+        let set = to_field_set(&d, deployment());
+        let c = r#"k:{"name":"c"}"#;
+        let port = r#"k:{"containerPort":80,"protocol":"TCP"}"#;
+        let fv1 = set.to_fields_v1();
+        let ctr = &fv1["f:spec"]["f:template"]["f:spec"]["f:containers"][c];
+        assert_eq!(ctr["."], json!({}));
+        assert_eq!(ctr["f:image"], json!({}));
+        assert_eq!(ctr["f:resources"], json!({}));
+        assert_eq!(
+            ctr["f:ports"][port],
+            json!({".": {}, "f:containerPort": {}})
+        );
+        // LabelSelector is an atomic struct.
+        assert_eq!(fv1["f:spec"]["f:selector"], json!({}));
+        assert_eq!(fv1["f:metadata"]["f:labels"], json!({"f:app": {}}));
+    }
+
+    #[test]
+    fn merge_keyed_lists_and_maps() {
+        let live = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "x", "imagePullPolicy": "Always"},
+            {"name": "b", "image": "y"}
+        ]}}}, "metadata": {"labels": {"a": "1"}}});
+        let config = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "z"},
+            {"name": "a", "image": "x2"}
+        ]}}}, "metadata": {"labels": {"b": "2"}}});
+        let m = merge(&live, &config, deployment());
+        assert_eq!(m["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        assert_eq!(
+            m["spec"]["template"]["spec"]["containers"],
+            json!([
+                {"name": "c", "image": "z"},
+                {"name": "a", "image": "x2", "imagePullPolicy": "Always"},
+                {"name": "b", "image": "y"}
+            ])
+        );
+        // Atomic lists are replaced.
+        let live = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "args": ["1", "2"]}]}}}});
+        let config = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "args": ["3"]}]}}}});
+        let m = merge(&live, &config, deployment());
+        assert_eq!(
+            m["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!(["3"])
+        );
+    }
+
+    #[test]
+    fn compare_names_what_changed() {
+        let old = json!({"spec": {"replicas": 1, "paused": false},
+            "metadata": {"finalizers": ["a", "b"]}});
+        let new = json!({"spec": {"replicas": 2, "minReadySeconds": 5},
+            "metadata": {"finalizers": ["b", "c"]}});
+        let c = compare(&old, &new, deployment());
+        assert!(c.modified.contains(&["f:spec", "f:replicas"]));
+        assert!(c.added.contains(&["f:spec", "f:minReadySeconds"]));
+        assert!(c.removed.contains(&["f:spec", "f:paused"]));
+        assert!(
+            c.removed
+                .contains(&["f:metadata", "f:finalizers", "v:\"a\""])
+        );
+        assert!(c.added.contains(&["f:metadata", "f:finalizers", "v:\"c\""]));
+        assert!(
+            !c.modified
+                .contains(&["f:metadata", "f:finalizers", "v:\"b\""])
+        );
+        assert!(compare(&old, &old, deployment()).is_same());
+    }
+
+    #[test]
+    fn remove_items_drops_members_and_emptied_maps() {
+        let obj = json!({"metadata": {"labels": {"a": "1"}, "name": "x"},
+            "spec": {"replicas": 3, "template": {"spec": {"containers": [
+                {"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}}}});
+        let mut rm = FieldSet::new();
+        rm.insert(&["f:metadata", "f:labels", "f:a"]);
+        rm.insert(&["f:spec", "f:replicas"]);
+        rm.insert(&[
+            "f:spec",
+            "f:template",
+            "f:spec",
+            "f:containers",
+            r#"k:{"name":"b"}"#,
+        ]);
+        let out = remove_items(&obj, &rm, deployment());
+        assert_eq!(
+            out,
+            json!({"metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": [
+                {"name": "a", "image": "x"}]}}}})
+        );
+    }
+}
