@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
-use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_auth::{AuthRequest, Authenticator, Authorizer, request_attributes};
 use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::{
@@ -585,12 +585,53 @@ fn decode_body_noting_duplicates(
 }
 
 fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> {
+    let field_manager = q.get("fieldManager").filter(|m| !m.is_empty());
+    if let Some(m) = field_manager
+        && (m.chars().count() > 128 || m.chars().any(char::is_control))
+    {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "",
+            vec![FieldError::invalid(
+                &FieldPath::new("fieldManager"),
+                m.as_str(),
+                "must be less than or 128 characters long, and only contain printable characters",
+            )],
+        ));
+    }
     Ok(WriteOptions {
         dry_run: dry_run(q.get("dryRun").map(String::as_str))?,
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         duplicate_fields: Vec::new(),
         admit: None,
+        field_manager: field_manager.cloned(),
+        via_subresource: None,
     })
+}
+
+/// `PatchOptions` validation of `fieldManager` and `force` (upstream's
+/// `ValidatePatchOptions`): an apply needs a manager, and only an apply may force.
+fn check_patch_options(q: &HashMap<String, String>, apply: bool) -> Result<(), ApiError> {
+    let err = if apply && q.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        FieldError::required(
+            &FieldPath::new("fieldManager"),
+            "is required for apply patch",
+        )
+    } else if !apply && q.contains_key("force") {
+        FieldError::forbidden(
+            &FieldPath::new("force"),
+            "may not be specified for non-apply patch",
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::invalid(
+        "meta.k8s.io",
+        "PatchOptions",
+        "",
+        vec![err],
+    ))
 }
 
 fn dry_run(v: Option<&str>) -> Result<bool, ApiError> {
@@ -729,8 +770,22 @@ async fn resource_request(
         a
     };
     let admission = state.admission.request(attributes.clone());
+    // Upstream's default field manager: the User-Agent up to its first '/'.
+    let agent_manager = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(|ua| {
+            ua.split('/')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(128)
+                .collect::<String>()
+        });
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
+        field_manager: o.field_manager.or_else(|| agent_manager.clone()),
         ..o
     };
     let method = req.method().clone();
@@ -823,6 +878,7 @@ async fn resource_request(
             let w = match sub {
                 Some("scale") => {
                     let patch = scale_patch(&obj);
+                    opts.via_subresource = Some("scale");
                     let w = store
                         .update(
                             ns,
@@ -878,19 +934,62 @@ async fn resource_request(
                 .unwrap_or("")
                 .trim()
                 .to_string();
+            const PATCH_TYPES: [&str; 4] = [
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+                "application/apply-patch+yaml",
+            ];
             let ty = match ct.as_str() {
-                "application/json-patch+json" => PatchType::Json,
-                "application/merge-patch+json" => PatchType::Merge,
-                "application/strategic-merge-patch+json" => PatchType::StrategicMerge,
-                _ => {
-                    return Err(ApiError::unsupported_media_type(&[
-                        "application/json-patch+json",
-                        "application/merge-patch+json",
-                        "application/strategic-merge-patch+json",
-                    ]));
-                }
+                "application/json-patch+json" => Some(PatchType::Json),
+                "application/merge-patch+json" => Some(PatchType::Merge),
+                "application/strategic-merge-patch+json" => Some(PatchType::StrategicMerge),
+                "application/apply-patch+yaml" => None,
+                _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES)),
             };
+            check_patch_options(q, ty.is_none())?;
             let (body, _) = read_body(state, req).await?;
+            let Some(ty) = ty else {
+                let (config, duplicates) = crate::dupes::parse_yaml_noting_duplicates(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                if !config.is_object() {
+                    return Err(ApiError::bad_request(
+                        "error decoding YAML: an apply configuration must be an object",
+                    ));
+                }
+                for field in ["apiVersion", "kind"] {
+                    if config
+                        .get(field)
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        return Err(ApiError::bad_request(format!(
+                            "invalid object: {field} must be set in an apply configuration"
+                        )));
+                    }
+                }
+                let part = match sub {
+                    None => Part::Main,
+                    Some("status") => Part::Status,
+                    _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES[..3])),
+                };
+                let opts = WriteOptions {
+                    duplicate_fields: duplicates,
+                    ..opts
+                };
+                let w = store
+                    .apply(ns, name, config, boolean(q, "force"), part, &opts)
+                    .await?;
+                let code = if w.created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                };
+                return Ok(with_warnings(
+                    encoded_written(target, info, code, &w),
+                    &w.warnings,
+                ));
+            };
             let patch: Value = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             let part = match sub {
@@ -902,6 +1001,10 @@ async fn resource_request(
                     let scale = to_scale(&current);
                     let patched =
                         ferrokube_registry::store::default_patch(info, ty, &scale, &patch)?;
+                    let opts = WriteOptions {
+                        via_subresource: Some("scale"),
+                        ..opts
+                    };
                     let w = store
                         .update(
                             ns,

@@ -9,6 +9,7 @@ use ferrokube_api::resources::ResourceInfo;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::fields::FieldSelector;
 use ferrokube_apimachinery::labels::Selector;
+use ferrokube_apimachinery::managedfields::{self, Schema, Scope, Writer};
 use ferrokube_storage::{
     KeyValue, ListOptions, Preconditions, Revision, RevisionMatch, Storage, StorageError,
 };
@@ -56,6 +57,12 @@ pub struct WriteOptions {
     /// The request's admission (mutating, then validating), run by the store where
     /// upstream's generic registry runs it.
     pub admit: Option<Admit>,
+    /// Who writes, for `metadata.managedFields`: the request's `fieldManager`, else
+    /// the first part of its User-Agent (upstream's default).
+    pub field_manager: Option<String>,
+    /// The subresource a write of the main object came through (`scale`), named in
+    /// its `managedFields` entry.
+    pub via_subresource: Option<&'static str>,
 }
 
 /// The admission of one request, as the store runs it (upstream's admission hooks
@@ -962,6 +969,13 @@ impl Store {
         let raw = match input {
             UpdateInput::Replace(v) => v.clone(),
             UpdateInput::Patch(ty, patch) => (self.patch)(self.info, *ty, &old, patch)?,
+            UpdateInput::Apply { config, force } => managedfields::apply(
+                Some(&old),
+                config,
+                &self.field_writer(part, opts, &self.now(), &self.info.api_version()),
+                *force,
+                (self.info.group, self.info.plural, name),
+            )?,
         };
         let (mut new, warnings) = self.decode(raw, opts)?;
         if let Some(admit) = &opts.admit {
@@ -1075,6 +1089,14 @@ impl Store {
                 fin
             }
         };
+        if !matches!(input, UpdateInput::Apply { .. }) {
+            let (now, api_version) = (self.now(), self.info.api_version());
+            fin = managedfields::track_update(
+                &old,
+                fin,
+                &self.field_writer(part, opts, &now, &api_version),
+            )?;
+        }
         meta::set_meta(
             &mut fin,
             "resourceVersion",
@@ -1095,6 +1117,69 @@ impl Store {
             admit.0.validate(&fin, Some(&old)).await?;
         }
         Ok((fin, warnings, old))
+    }
+
+    /// Who a write of `part` is in `metadata.managedFields`, and what it may own.
+    fn field_writer<'a>(
+        &self,
+        part: Part,
+        opts: &'a WriteOptions,
+        now: &'a str,
+        api_version: &'a str,
+    ) -> Writer<'a> {
+        let (subresource, scope) = match part {
+            Part::Main if self.info.has_subresource("status") => ("", Scope::AllButStatus),
+            Part::Main => ("", Scope::Object),
+            Part::Status => ("status", Scope::StatusOnly),
+            Part::Finalize => ("finalize", Scope::Object),
+            Part::Approval => ("approval", Scope::Object),
+        };
+        Writer {
+            manager: opts.field_manager.as_deref().unwrap_or(""),
+            api_version,
+            subresource: opts.via_subresource.unwrap_or(subresource),
+            now,
+            schema: Schema::for_kind(self.info.group, self.info.version, self.info.kind),
+            scope,
+        }
+    }
+
+    /// Server-side apply: an update with [`UpdateInput::Apply`], or a create when the
+    /// object does not exist (upstream's apply patcher creates too).
+    pub async fn apply(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        config: Value,
+        force: bool,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let input = UpdateInput::Apply { config, force };
+        match self.update(ns, name, input.clone(), part, opts).await {
+            Err(e) if e.code == 404 && part == Part::Main => {
+                let UpdateInput::Apply { config, force } = input else {
+                    unreachable!("built above")
+                };
+                let config_name = meta::name(&config);
+                if !config_name.is_empty() && config_name != name {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({config_name}) does not match the name on the URL ({name})"
+                    )));
+                }
+                let (now, api_version) = (self.now(), self.info.api_version());
+                let mut obj = managedfields::apply(
+                    None,
+                    &config,
+                    &self.field_writer(part, opts, &now, &api_version),
+                    force,
+                    (self.info.group, self.info.plural, name),
+                )?;
+                meta::set_meta(&mut obj, "name", json!(name));
+                self.create(ns, obj, opts).await
+            }
+            other => other,
+        }
     }
 
     /// PUT (`input` a full object) or PATCH (`input` a patch) of the main resource or
@@ -1484,6 +1569,12 @@ fn served_watch(
 pub enum UpdateInput {
     Replace(Value),
     Patch(PatchType, Value),
+    /// Server-side apply of a configuration (`application/apply-patch+yaml`) by
+    /// [`WriteOptions::field_manager`]; `force` takes conflicting fields over.
+    Apply {
+        config: Value,
+        force: bool,
+    },
 }
 
 /// An empty object of the store's kind (for patches that create nothing).

@@ -228,16 +228,7 @@ async fn patches_generation_and_status() {
         deps.get("web").await.unwrap().spec.unwrap().replicas,
         Some(5)
     );
-    // Apply patches are not served yet.
-    let e = deps
-        .patch(
-            "web",
-            &PatchParams::apply("t"),
-            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment"})),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(status_code(&e), 415);
+    // Server-side apply: tests/server_side_apply.rs.
     srv.stop().await;
 }
 

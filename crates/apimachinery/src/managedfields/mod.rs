@@ -27,6 +27,12 @@ use crate::errors::ApiError;
 /// The manager that owns what an object had before its first apply.
 pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
+/// The field manager of `kubectl apply --server-side`.
+const KUBECTL: &str = "kubectl";
+
+/// kubectl's client-side apply annotation.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// `metadata` members nobody owns (upstream's `stripMeta`).
 const STRIPPED_METADATA: &[&str] = &[
     "f:name",
@@ -262,14 +268,19 @@ fn without_managed_fields(obj: &Value) -> Value {
 }
 
 fn with_managed_fields(mut obj: Value, managed: &Managed) -> Value {
+    let list = managed.to_value();
+    let empty = list.as_array().is_some_and(Vec::is_empty);
     if let Some(o) = obj.as_object_mut() {
-        let meta = o.entry("metadata").or_insert_with(|| json!({}));
-        if let Some(m) = meta.as_object_mut() {
-            if managed.to_value().as_array().is_some_and(|a| a.is_empty()) {
+        if empty {
+            if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("managedFields");
-            } else {
-                m.insert("managedFields".into(), managed.to_value());
             }
+        } else if let Some(m) = o
+            .entry("metadata")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+        {
+            m.insert("managedFields".into(), list);
         }
     }
     obj
@@ -364,6 +375,14 @@ pub fn apply(
             conflicts.push((e.display(), path));
         }
     }
+    // kubectl moving an object from client-side to server-side apply: conflicts on
+    // fields of its last-applied configuration are taken over (upstream's
+    // `lastAppliedManager`), when that configuration still matches the object.
+    let force = force
+        || (who.manager == KUBECTL
+            && !conflicts.is_empty()
+            && last_applied_fields(&live_plain, who.schema)
+                .is_some_and(|allowed| conflicts.iter().all(|(_, p)| allowed.contains(p))));
     if !conflicts.is_empty() && !force {
         return Err(conflict_error(&conflicts, resource));
     }
@@ -377,7 +396,44 @@ pub fn apply(
         }
         e.fields = fields;
     }
-    Ok(with_managed_fields(pruned, &managed))
+    let mut out = with_managed_fields(pruned, &managed);
+    // kubectl's server-side apply keeps a client-side apply annotation in step, so a
+    // later client-side apply starts from this configuration (`lastAppliedUpdater`).
+    if who.manager == KUBECTL
+        && live_plain["metadata"]["annotations"]
+            .get(LAST_APPLIED)
+            .is_some()
+    {
+        let mut applied = config.clone();
+        if let Some(a) = applied
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("annotations"))
+            .and_then(Value::as_object_mut)
+        {
+            a.remove(LAST_APPLIED);
+        }
+        if let Some(a) = out
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("annotations"))
+            .and_then(Value::as_object_mut)
+        {
+            a.insert(LAST_APPLIED.into(), Value::String(applied.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// The fields of the object's client-side apply annotation, when each still has the
+/// annotation's value in the object.
+fn last_applied_fields(live: &Value, schema: Schema) -> Option<FieldSet> {
+    let text = live["metadata"]["annotations"]
+        .get(LAST_APPLIED)?
+        .as_str()?;
+    let last: Value = serde_json::from_str(text).ok()?;
+    let fields = to_field_set(&last, schema);
+    let diff = compare(&last, live, schema);
+    let differs = diff.modified.union(&diff.removed);
+    differs.intersection(&fields).is_empty().then_some(fields)
 }
 
 /// The members of `last` that `keep` has nothing at or below.
@@ -395,7 +451,7 @@ fn disowned(last: &FieldSet, keep: &FieldSet) -> FieldSet {
 /// subresource): on an object with managed fields, the writer takes what it changed.
 /// `new`'s own `managedFields` win when the request changed them (a client resetting
 /// them); `[{}]` clears them. An object without managed fields stays untracked.
-pub fn track_update(old: &Value, new: &Value, who: &Writer<'_>) -> Result<Value, ApiError> {
+pub fn track_update(old: &Value, new: Value, who: &Writer<'_>) -> Result<Value, ApiError> {
     let requested = new["metadata"].get("managedFields");
     let stored = old["metadata"].get("managedFields");
     let requested_changes = match requested {
@@ -408,17 +464,18 @@ pub fn track_update(old: &Value, new: &Value, who: &Writer<'_>) -> Result<Value,
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().all(|e| e.as_object().is_some_and(Map::is_empty)));
         if cleared {
-            return Ok(with_managed_fields(new.clone(), &Managed::default()));
+            return Ok(with_managed_fields(new, &Managed::default()));
         }
-        let managed = Managed::of(new)
+        let managed = Managed::of(&new)
             .map_err(|e| ApiError::bad_request(format!("invalid managedFields: {e}")))?;
-        return Ok(with_managed_fields(new.clone(), &managed));
+        return Ok(with_managed_fields(new, &managed));
     }
     let mut managed = Managed::of(old).map_err(ApiError::internal)?;
     if managed.is_empty() {
-        return Ok(with_managed_fields(new.clone(), &managed));
+        // Untracked, the common case: nothing to compute, nothing to copy.
+        return Ok(with_managed_fields(new, &managed));
     }
-    let new_plain = without_managed_fields(new);
+    let new_plain = without_managed_fields(&new);
     let changes = compare(&without_managed_fields(old), &new_plain, who.schema);
     let changed = who.ownable(&changes.modified.union(&changes.added));
     let mut mine = FieldSet::new();

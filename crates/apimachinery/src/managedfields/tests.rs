@@ -165,7 +165,7 @@ fn an_update_takes_what_it_changes() {
     .unwrap();
     let mut scaled = live.clone();
     scaled["spec"]["replicas"] = json!(7);
-    let scaled = track_update(&live, &scaled, &writer("kubectl-scale", "t2")).unwrap();
+    let scaled = track_update(&live, scaled, &writer("kubectl-scale", "t2")).unwrap();
     assert_eq!(
         managers(&scaled),
         [
@@ -189,12 +189,12 @@ fn an_update_takes_what_it_changes() {
     let plain = config(1, json!({}));
     let mut new = plain.clone();
     new["spec"]["replicas"] = json!(2);
-    let out = track_update(&plain, &new, &writer("x", "t")).unwrap();
+    let out = track_update(&plain, new, &writer("x", "t")).unwrap();
     assert!(out["metadata"].get("managedFields").is_none());
     // `[{}]` clears.
     let mut cleared = scaled.clone();
     cleared["metadata"]["managedFields"] = json!([{}]);
-    let out = track_update(&scaled, &cleared, &writer("x", "t")).unwrap();
+    let out = track_update(&scaled, cleared, &writer("x", "t")).unwrap();
     assert!(out["metadata"].get("managedFields").is_none());
 }
 
@@ -238,4 +238,44 @@ fn status_is_outside_the_main_resource_apply() {
     c["status"] = json!({"replicas": 9});
     let obj = apply(None, &c, &writer("kubectl", "t"), false, RESOURCE).unwrap();
     assert!(obj.get("status").is_none());
+}
+
+#[test]
+fn kubectl_takes_over_from_client_side_apply() {
+    let mut live = config(1, json!({"a": "1"}));
+    let last = config(1, json!({"a": "1"})).to_string();
+    live["metadata"]["annotations"] =
+        json!({"kubectl.kubernetes.io/last-applied-configuration": last});
+    let next = config(3, json!({"a": "1"}));
+    // Another manager still meets before-first-apply.
+    assert_eq!(
+        apply(Some(&live), &next, &writer("other", "t"), false, RESOURCE)
+            .unwrap_err()
+            .code,
+        409
+    );
+    // kubectl takes the fields its annotation names, and keeps the annotation in step.
+    let out = apply(Some(&live), &next, &writer("kubectl", "t"), false, RESOURCE).unwrap();
+    assert_eq!(out["spec"]["replicas"], 3);
+    let annotation =
+        out["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap();
+    let annotation: Value = serde_json::from_str(annotation).unwrap();
+    assert_eq!(annotation["spec"]["replicas"], 3);
+    // Not when the annotation no longer matches the object.
+    let mut drifted = live.clone();
+    drifted["spec"]["replicas"] = json!(2);
+    assert_eq!(
+        apply(
+            Some(&drifted),
+            &next,
+            &writer("kubectl", "t"),
+            false,
+            RESOURCE
+        )
+        .unwrap_err()
+        .code,
+        409
+    );
 }
