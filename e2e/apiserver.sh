@@ -410,6 +410,74 @@ s_apply_v2() {
   is 'small'
 }
 
+# Server-side apply: kubectl's own field manager owns what it applied, a field no
+# longer applied goes, `kubectl scale` takes .spec.replicas (a conflict until
+# --force-conflicts), and an object made by client-side apply moves to server-side
+# apply without a conflict on its own fields.
+s_server_side_apply() {
+  local dir
+  dir=$(mktemp -d "$TMP/ssa.XXXXXX")
+  ssa_manifest() { # ssa_manifest REPLICAS DATA_LINES
+    cat <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ssa}
+spec:
+  replicas: $1
+  selector: {matchLabels: {app: ssa}}
+  template:
+    metadata: {labels: {app: ssa}}
+    spec:
+      containers: [{name: web, image: nginx:1.28}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ssa}
+data:
+$2
+EOF
+  }
+  ssa_manifest 2 $'  a: "1"\n  b: "2"' >"$dir/v1.yaml"
+  ssa_manifest 2 '  a: "1"' >"$dir/v2.yaml"
+  ssa_manifest 3 '  a: "1"' >"$dir/v3.yaml"
+  k apply --server-side -n "$NS" -f "$dir/v1.yaml"
+  has '^deployment.apps/ssa serverside-applied'
+  has '^configmap/ssa serverside-applied'
+  k get deployment ssa -n "$NS" --show-managed-fields \
+    -o 'jsonpath={.metadata.managedFields[*].manager}/{.metadata.managedFields[*].operation}'
+  is 'kubectl/Apply'
+  k get deployment ssa -n "$NS" -o yaml
+  lacks 'managedFields'
+  k apply --server-side -n "$NS" -f "$dir/v2.yaml"
+  k get configmap ssa -n "$NS" -o 'jsonpath={.data}'
+  is '{"a":"1"}'
+  k scale deployment ssa -n "$NS" --replicas=5
+  has 'deployment.apps/ssa scaled'
+  if k apply --server-side -n "$NS" -f "$dir/v3.yaml"; then
+    echo "expected a conflict on .spec.replicas"
+    return 1
+  fi
+  # The manager of `kubectl scale` is its User-Agent's program name (kubectl.1.32 too).
+  has 'Apply failed with 1 conflict: conflict with "kubectl[.0-9]*" with subresource "scale" using apps/v1: \.spec\.replicas'
+  has 'force-conflicts'
+  k get deployment ssa -n "$NS" -o 'jsonpath={.spec.replicas}'
+  is '5'
+  k apply --server-side --force-conflicts -n "$NS" -f "$dir/v3.yaml"
+  has '^deployment.apps/ssa serverside-applied'
+  k get deployment ssa -n "$NS" -o 'jsonpath={.spec.replicas}'
+  is '3'
+  # From client-side apply: kubectl's fields of the last-applied configuration move.
+  printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: csa}\ndata: {a: "1"}\n' >"$dir/csa1.yaml"
+  printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: csa}\ndata: {a: "2"}\n' >"$dir/csa2.yaml"
+  k apply -n "$NS" -f "$dir/csa1.yaml"
+  has '^configmap/csa created'
+  k apply --server-side -n "$NS" -f "$dir/csa2.yaml"
+  has '^configmap/csa serverside-applied'
+  k get configmap csa -n "$NS" -o 'jsonpath={.data.a}'
+  is '2'
+  k delete -n "$NS" deployment/ssa configmap/ssa configmap/csa
+}
+
 s_get_wide() {
   k get deployment web -n "$NS" -o wide
   has '^NAME +READY +UP-TO-DATE +AVAILABLE +AGE +CONTAINERS +IMAGES +SELECTOR'
@@ -1099,6 +1167,7 @@ suite() {
   step "label" s_label
   step "annotate" s_annotate
   step "scale" s_scale
+  step "apply --server-side: ownership, conflicts, --force-conflicts, from client-side apply" s_server_side_apply
   step "explain pod.spec.containers" s_explain
   step "api-resources" s_api_resources
   step "api-versions" s_api_versions

@@ -617,6 +617,7 @@ impl Store {
             meta::set_meta(&mut obj, "name", json!(name));
         }
         self.prepare_for_create(&mut obj);
+        managedfields::drop_invalid(&mut obj);
         let name = meta::name(&obj).to_string();
         let errs = self.strategy.validate_create(&obj);
         if !errs.is_empty() {
@@ -1089,7 +1090,8 @@ impl Store {
                 fin
             }
         };
-        if !matches!(input, UpdateInput::Apply { .. }) {
+        let tracked = |o: &Value| o["metadata"].get("managedFields").is_some();
+        if !matches!(input, UpdateInput::Apply { .. }) && (tracked(&old) || tracked(&fin)) {
             let (now, api_version) = (self.now(), self.info.api_version());
             fin = managedfields::track_update(
                 &old,

@@ -321,7 +321,8 @@ pub fn apply(
 ) -> Result<Value, ApiError> {
     let empty = json!({});
     let live = live.unwrap_or(&empty);
-    let mut managed = Managed::of(live).map_err(ApiError::bad_request)?;
+    // Stored entries that do not parse count as none, as upstream resets them.
+    let mut managed = Managed::of(live).unwrap_or_default();
     let live_plain = without_managed_fields(live);
     if managed.is_empty() && live_plain != empty {
         // An untracked object: what it has is the before-first-apply manager's.
@@ -470,7 +471,7 @@ pub fn track_update(old: &Value, new: Value, who: &Writer<'_>) -> Result<Value, 
             .map_err(|e| ApiError::bad_request(format!("invalid managedFields: {e}")))?;
         return Ok(with_managed_fields(new, &managed));
     }
-    let mut managed = Managed::of(old).map_err(ApiError::internal)?;
+    let mut managed = Managed::of(old).unwrap_or_default();
     if managed.is_empty() {
         // Untracked, the common case: nothing to compute, nothing to copy.
         return Ok(with_managed_fields(new, &managed));
@@ -495,6 +496,17 @@ pub fn track_update(old: &Value, new: Value, who: &Writer<'_>) -> Result<Value, 
         managed.set(who, Operation::Update, fields);
     }
     Ok(with_managed_fields(new_plain, &managed))
+}
+
+/// Drops `metadata.managedFields` that do not parse, as upstream resets them, so a
+/// created object never carries entries later writes cannot read.
+pub fn drop_invalid(obj: &mut Value) {
+    if obj["metadata"].get("managedFields").is_some()
+        && Managed::of(obj).is_err()
+        && let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        m.remove("managedFields");
+    }
 }
 
 /// The 409 of an apply with conflicts (upstream's `NewConflictError`).

@@ -279,3 +279,16 @@ fn kubectl_takes_over_from_client_side_apply() {
         409
     );
 }
+
+#[test]
+fn unreadable_entries_are_dropped() {
+    let mut obj = json!({"metadata": {"name": "x", "managedFields": [
+        {"manager": "m", "operation": "Sideways", "fieldsV1": {}}]}});
+    drop_invalid(&mut obj);
+    assert!(obj["metadata"].get("managedFields").is_none());
+    let mut ok = json!({"metadata": {"name": "x", "managedFields": [
+        {"manager": "m", "operation": "Update", "apiVersion": "v1",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}}]}});
+    drop_invalid(&mut ok);
+    assert_eq!(ok["metadata"]["managedFields"][0]["manager"], "m");
+}
