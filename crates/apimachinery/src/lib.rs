@@ -12,6 +12,8 @@
 //! * [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic
 //!   merge patch; [`patch::meta`] holds the built-in types' patch strategies, merge
 //!   keys, list types and field type graph (v1.33), also meant for OpenAPI output.
+//! * [`managedfields`]: server-side apply over the same tables: field sets
+//!   (`FieldsV1`), merge, prune, conflicts, and ownership taken by other writes.
 //!
 //! Layer: below `registry`, `apiserver` and `client`, next to `api`. This crate does
 //! no IO at all: no sockets, no files, no tokio, no clock (time is passed in). It must
