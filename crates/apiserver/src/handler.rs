@@ -957,6 +957,14 @@ async fn resource_request(
                         "error decoding YAML: an apply configuration must be an object",
                     ));
                 }
+                if config["metadata"]
+                    .get("managedFields")
+                    .is_some_and(|m| !m.is_null())
+                {
+                    return Err(ApiError::bad_request(
+                        "metadata.managedFields must be nil in an apply configuration",
+                    ));
+                }
                 for field in ["apiVersion", "kind"] {
                     if config
                         .get(field)

@@ -350,6 +350,23 @@ async fn bad_apply_requests() {
         e.message
     );
 
+    let managed =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  managedFields: [{manager: m}]\n";
+    let e = status(
+        c.request(patch(
+            "?fieldManager=m",
+            "application/apply-patch+yaml",
+            managed,
+        ))
+        .await,
+    );
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message.contains("managedFields must be nil"),
+        "{}",
+        e.message
+    );
+
     // A YAML apply creates with 201.
     let created = c
         .request::<ConfigMap>(patch(
