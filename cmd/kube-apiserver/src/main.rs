@@ -49,7 +49,7 @@ struct Args {
     /// any other) instead of 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     anonymous_auth: bool,
-    /// Admission plugins to enable beyond the defaults (NodeRestriction, ServiceAccount).
+    /// Admission plugins to enable beyond the default set.
     #[arg(long, value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
     /// Admission plugins to disable.

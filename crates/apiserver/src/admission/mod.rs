@@ -58,7 +58,6 @@ pub(crate) enum Operation {
 
 impl Operation {
     /// Upstream's spelling (`CREATE`, ...), as in AdmissionReview.
-    #[allow(dead_code)] // for AdmissionReview (webhooks), which come next
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Operation::Create => "CREATE",
