@@ -6,7 +6,8 @@
 #   1. embedded SQLite store, /usr/bin/kubectl (the dispatcher: it picks the version
 #      matching the server),
 #   2. embedded SQLite store, /usr/lib/google-cloud-sdk/bin/kubectl.1.32,
-#   3. a real etcd (started here on loopback with a temp data dir), /usr/bin/kubectl.
+#   3. a real etcd (started here on loopback with a temp data dir, clients over TLS with
+#      certificates of its own CA from ferrokube-pki), /usr/bin/kubectl.
 # Every step checks kubectl's output (not only its exit code). Prints a summary of
 # passed/failed steps and exits non-zero on any failure. Everything started here is
 # stopped by PID and every temp dir removed on every exit path.
@@ -165,24 +166,36 @@ is() {
 
 # -------------------------------------------------------------------------- servers
 
-# start_etcd: a single-member etcd on free loopback ports with a temp data dir.
+# start_etcd [PKI_DIR]: a single-member etcd on free loopback ports with a temp data
+# dir. With PKI_DIR (written by ferrokube-pki init), clients speak TLS to it and need a
+# certificate of its own CA (etcd-ca.crt), as in a real control plane; its health is
+# then read on a plain metrics port.
 start_etcd() {
-  local client peer i
+  local pki=${1:-} client peer health scheme=http i
+  local tls=()
   client=$(free_port)
   peer=$(free_port)
+  health=$client
+  if [ -n "$pki" ]; then
+    scheme=https
+    health=$(free_port)
+    tls=(--cert-file "$pki/etcd-server.crt" --key-file "$pki/etcd-server.key"
+      --trusted-ca-file "$pki/etcd-ca.crt" --client-cert-auth
+      --listen-metrics-urls "http://127.0.0.1:$health")
+  fi
   mkdir -p "$TMP/etcd"
   etcd --name e2e --data-dir "$TMP/etcd/data" \
-    --listen-client-urls "http://127.0.0.1:$client" \
-    --advertise-client-urls "http://127.0.0.1:$client" \
+    --listen-client-urls "$scheme://127.0.0.1:$client" \
+    --advertise-client-urls "$scheme://127.0.0.1:$client" \
     --listen-peer-urls "http://127.0.0.1:$peer" \
     --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-    --initial-cluster "e2e=http://127.0.0.1:$peer" \
+    --initial-cluster "e2e=http://127.0.0.1:$peer" "${tls[@]}" \
     >"$TMP/etcd/etcd.log" 2>&1 &
   ETCD_PID=$!
   PIDS+=("$ETCD_PID")
-  ETCD_URL=http://127.0.0.1:$client
+  ETCD_URL=$scheme://127.0.0.1:$client
   for ((i = 0; i < 200; i++)); do # 20 s
-    if curl -sf "$ETCD_URL/health" 2>/dev/null | grep -q '"health":"true"'; then
+    if curl -sf "http://127.0.0.1:$health/health" 2>/dev/null | grep -q '"health":"true"'; then
       echo "etcd pid $ETCD_PID on $ETCD_URL" >&2
       return 0
     fi
@@ -1211,7 +1224,14 @@ for backend in ${BACKENDS//,/ }; do
     ;;
   etcd)
     RUN_DIR=$TMP/etcd-run
-    if start_etcd && start_apiserver "$RUN_DIR" --etcd-servers "$ETCD_URL"; then
+    # etcd over TLS with client certificates, from the same PKI tool as the cluster's
+    # (start_apiserver's init reuses these files and only rewrites the kubeconfigs).
+    "$BIN/ferrokube-pki" init --dir "$RUN_DIR/pki" >/dev/null
+    ETCD_TLS=(--etcd-cafile "$RUN_DIR/pki/etcd-ca.crt"
+      --etcd-certfile "$RUN_DIR/pki/apiserver-etcd-client.crt"
+      --etcd-keyfile "$RUN_DIR/pki/apiserver-etcd-client.key")
+    if start_etcd "$RUN_DIR/pki" &&
+      start_apiserver "$RUN_DIR" --etcd-servers "$ETCD_URL" "${ETCD_TLS[@]}"; then
       suite "etcd" "$KUBECTL_DEFAULT"
     else
       FAILED+=("etcd: etcd or kube-apiserver start")

@@ -87,6 +87,16 @@ struct Args {
     /// Key prefix in etcd.
     #[arg(long, default_value = "")]
     etcd_prefix: String,
+    /// SSL Certificate Authority file used to secure etcd communication (https://
+    /// --etcd-servers).
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// SSL certification file used to secure etcd communication.
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// SSL key file used to secure etcd communication.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
     /// Directory of the embedded store (when --etcd-servers is unset).
     #[arg(long, default_value = "/var/lib/ferrokube/apiserver")]
     data_dir: PathBuf,
@@ -172,6 +182,37 @@ unsafe impl Sync for MallocConf {}
 static MALLOC_CONF: MallocConf =
     MallocConf(c"background_thread:true,narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
 
+/// TLS towards etcd from `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`.
+/// https:// servers need the CA (no system roots are consulted); a client
+/// certificate comes with its key.
+fn etcd_tls(args: &Args) -> anyhow::Result<Option<ferrokube_storage_etcd::EtcdTls>> {
+    let https = args.etcd_servers.iter().any(|s| s.starts_with("https://"));
+    let read = |path: &PathBuf, what: &str| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))
+    };
+    let client = match (&args.etcd_certfile, &args.etcd_keyfile) {
+        (Some(cert), Some(key)) => {
+            Some((read(cert, "--etcd-certfile")?, read(key, "--etcd-keyfile")?))
+        }
+        (None, None) => None,
+        _ => anyhow::bail!("--etcd-certfile and --etcd-keyfile must be given together"),
+    };
+    match (&args.etcd_cafile, https) {
+        (Some(ca), true) => Ok(Some(ferrokube_storage_etcd::EtcdTls {
+            ca_pem: read(ca, "--etcd-cafile")?,
+            client,
+        })),
+        (None, true) => anyhow::bail!("https:// --etcd-servers need --etcd-cafile"),
+        (Some(_), false) => {
+            anyhow::bail!("--etcd-cafile is set but no --etcd-servers URL is https://")
+        }
+        (None, false) if client.is_some() => {
+            anyhow::bail!("--etcd-certfile is set but no --etcd-servers URL is https://")
+        }
+        (None, false) => Ok(None),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -190,6 +231,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         let opts = ferrokube_storage_etcd::EtcdOptions {
             prefix: args.etcd_prefix.clone(),
+            tls: etcd_tls(&args)?,
             ..Default::default()
         };
         Arc::new(

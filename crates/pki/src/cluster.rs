@@ -14,6 +14,9 @@
 //! | `kubelet-server.crt/.key` | kubelet serving cert (`--tls-cert-file`): node name, hostname, `localhost`, node IPs |
 //! | `*.kubeconfig` | admin, controller-manager, scheduler, kube-proxy, kubelet |
 //! | `sa.key`, `sa.pub` | service-account token signing key pair (ECDSA P-256) |
+//! | `etcd-ca.crt`, `etcd-ca.key` | etcd's own CA: etcd trusts only the clients it signs |
+//! | `etcd-server.crt/.key` | etcd member cert (serverAuth and clientAuth, so it serves as the peer cert too): `localhost`, hostname, node name, extra SANs, 127.0.0.1, the advertise address |
+//! | `apiserver-etcd-client.crt/.key` | `kube-apiserver-etcd-client`, signed by the etcd CA (`--etcd-certfile`/`--etcd-keyfile`) |
 //!
 //! Re-running reuses everything that is present and still good: the CA when both
 //! files load and it is within its validity window (a present but unusable CA is an
@@ -101,6 +104,12 @@ pub struct PkiPaths {
     pub kubelet_kubeconfig: PathBuf,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
+    pub etcd_ca_cert: PathBuf,
+    pub etcd_ca_key: PathBuf,
+    pub etcd_server_cert: PathBuf,
+    pub etcd_server_key: PathBuf,
+    pub apiserver_etcd_client_cert: PathBuf,
+    pub apiserver_etcd_client_key: PathBuf,
     /// The files this run created or replaced (empty when everything was reused).
     pub written: Vec<PathBuf>,
 }
@@ -133,6 +142,12 @@ impl PkiPaths {
             kubelet_kubeconfig: p("kubelet.kubeconfig"),
             sa_key: p("sa.key"),
             sa_pub: p("sa.pub"),
+            etcd_ca_cert: p("etcd-ca.crt"),
+            etcd_ca_key: p("etcd-ca.key"),
+            etcd_server_cert: p("etcd-server.crt"),
+            etcd_server_key: p("etcd-server.key"),
+            apiserver_etcd_client_cert: p("apiserver-etcd-client.crt"),
+            apiserver_etcd_client_key: p("apiserver-etcd-client.key"),
             written: Vec::new(),
         }
     }
@@ -166,6 +181,15 @@ impl PkiPaths {
             ("kubelet-kubeconfig", &self.kubelet_kubeconfig),
             ("sa-key", &self.sa_key),
             ("sa-pub", &self.sa_pub),
+            ("etcd-ca-cert", &self.etcd_ca_cert),
+            ("etcd-ca-key", &self.etcd_ca_key),
+            ("etcd-server-cert", &self.etcd_server_cert),
+            ("etcd-server-key", &self.etcd_server_key),
+            (
+                "apiserver-etcd-client-cert",
+                &self.apiserver_etcd_client_cert,
+            ),
+            ("apiserver-etcd-client-key", &self.apiserver_etcd_client_key),
         ]
         .into_iter()
         .map(|(role, path)| (role, path.as_path()))
@@ -235,6 +259,12 @@ enum LeafKind {
         dns: Vec<String>,
         ips: Vec<IpAddr>,
     },
+    /// Serving and client (an etcd member's cert, also used towards its peers).
+    Peer {
+        cn: String,
+        dns: Vec<String>,
+        ips: Vec<IpAddr>,
+    },
     Client {
         cn: String,
         groups: Vec<String>,
@@ -266,7 +296,13 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
     let mut written = Vec::new();
     let now = SystemTime::now();
 
-    let ca = ensure_ca(&paths, now, &mut written)?;
+    let ca = ensure_ca(
+        &paths.ca_cert,
+        &paths.ca_key,
+        "ferrokube-ca",
+        now,
+        &mut written,
+    )?;
 
     let mut dns = vec![
         "kubernetes".to_string(),
@@ -279,6 +315,7 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
     if let Some(addr) = options.advertise_address {
         ips.push(addr);
     }
+    let etcd_serving = etcd_serving(options);
     for name in [hostname(), options.node_name.to_lowercase()] {
         dns.push(name);
     }
@@ -387,6 +424,31 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
 
     ensure_sa_keys(&paths, &mut written)?;
 
+    // etcd has a CA of its own, as kubeadm lays it out: a client certificate of the
+    // cluster CA (any kubelet's) must not open the store.
+    let etcd_ca = ensure_ca(
+        &paths.etcd_ca_cert,
+        &paths.etcd_ca_key,
+        "ferrokube-etcd-ca",
+        now,
+        &mut written,
+    )?;
+    let etcd_leaves = [
+        Leaf {
+            cert: &paths.etcd_server_cert,
+            key: &paths.etcd_server_key,
+            kind: etcd_serving,
+        },
+        Leaf {
+            cert: &paths.apiserver_etcd_client_cert,
+            key: &paths.apiserver_etcd_client_key,
+            kind: client("kube-apiserver-etcd-client", &[]),
+        },
+    ];
+    for leaf in &etcd_leaves {
+        ensure_leaf(&etcd_ca, leaf, now, &mut written)?;
+    }
+
     paths.written = written;
     Ok(paths)
 }
@@ -404,6 +466,31 @@ fn kubelet_serving(options: &ClusterPkiOptions) -> LeafKind {
     LeafKind::Serving { cn: node, dns, ips }
 }
 
+/// The etcd member's cert: the control plane's names and addresses, where the
+/// apiserver (and other members) reach it.
+fn etcd_serving(options: &ClusterPkiOptions) -> LeafKind {
+    let mut dns = vec![
+        "localhost".to_string(),
+        hostname(),
+        options.node_name.to_lowercase(),
+    ];
+    let mut ips = vec![IpAddr::from([127, 0, 0, 1])];
+    ips.extend(options.advertise_address);
+    for san in &options.extra_sans {
+        match san.parse::<IpAddr>() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => dns.push(san.clone()),
+        }
+    }
+    dedup(&mut dns);
+    dedup(&mut ips);
+    LeafKind::Peer {
+        cn: "etcd".into(),
+        dns,
+        ips,
+    }
+}
+
 fn dedup<T: PartialEq + Clone>(v: &mut Vec<T>) {
     let mut out: Vec<T> = Vec::with_capacity(v.len());
     for x in v.drain(..) {
@@ -415,46 +502,45 @@ fn dedup<T: PartialEq + Clone>(v: &mut Vec<T>) {
 }
 
 fn ensure_ca(
-    paths: &PkiPaths,
+    cert: &Path,
+    key: &Path,
+    common_name: &str,
     now: SystemTime,
     written: &mut Vec<PathBuf>,
 ) -> Result<CertificateAuthority> {
-    match (paths.ca_cert.exists(), paths.ca_key.exists()) {
+    match (cert.exists(), key.exists()) {
         (true, true) => {
-            let cert_pem = read(&paths.ca_cert)?;
-            let ca = CertificateAuthority::load(&cert_pem, &read(&paths.ca_key)?).map_err(|e| {
-                PkiError::Certificate(format!("existing CA in {}: {e}", paths.dir.display()))
+            let cert_pem = read(cert)?;
+            let ca = CertificateAuthority::load(&cert_pem, &read(key)?).map_err(|e| {
+                PkiError::Certificate(format!("existing CA {}: {e}", cert.display()))
             })?;
             let info = CertInfo::from_pem(&cert_pem)?;
             if !info.is_valid_at(now) {
                 return Err(PkiError::Certificate(format!(
-                    "existing CA {} is outside its validity window; remove ca.crt and ca.key to create a new CA",
-                    paths.ca_cert.display()
+                    "existing CA {} is outside its validity window; remove {} and {} to create a new CA",
+                    cert.display(),
+                    cert.display(),
+                    key.display()
                 )));
             }
-            restrict_mode(&paths.ca_key)?;
+            restrict_mode(key)?;
             Ok(ca)
         }
         (false, false) => {
-            let ca = CertificateAuthority::generate("ferrokube-ca")?;
+            let ca = CertificateAuthority::generate(common_name)?;
             let pem = ca.to_pem();
-            write_file(&paths.ca_key, &pem.key_pem, 0o600, written)?;
-            write_file(&paths.ca_cert, &pem.cert_pem, 0o644, written)?;
+            write_file(key, &pem.key_pem, 0o600, written)?;
+            write_file(cert, &pem.cert_pem, 0o644, written)?;
             Ok(ca)
         }
-        (has_cert, _) => Err(PkiError::Certificate(format!(
-            "{} exists without {}; refusing to replace a partial CA",
-            if has_cert {
-                paths.ca_cert.display()
-            } else {
-                paths.ca_key.display()
-            },
-            if has_cert {
-                paths.ca_key.display()
-            } else {
-                paths.ca_cert.display()
-            },
-        ))),
+        (has_cert, _) => {
+            let (present, missing) = if has_cert { (cert, key) } else { (key, cert) };
+            Err(PkiError::Certificate(format!(
+                "{} exists without {}; refusing to replace a partial CA",
+                present.display(),
+                missing.display(),
+            )))
+        }
     }
 }
 
@@ -475,6 +561,13 @@ fn leaf_reusable(ca: &CertificateAuthority, leaf: &Leaf<'_>, now: SystemTime) ->
     match &leaf.kind {
         LeafKind::Serving { cn, dns, ips } => {
             info.server_auth
+                && info.common_name.as_deref() == Some(cn.as_str())
+                && dns.iter().all(|d| info.dns_sans.contains(d))
+                && ips.iter().all(|ip| info.ip_sans.contains(ip))
+        }
+        LeafKind::Peer { cn, dns, ips } => {
+            info.server_auth
+                && info.client_auth
                 && info.common_name.as_deref() == Some(cn.as_str())
                 && dns.iter().all(|d| info.dns_sans.contains(d))
                 && ips.iter().all(|ip| info.ip_sans.contains(ip))
@@ -500,6 +593,9 @@ fn ensure_leaf(
     let issued = match &leaf.kind {
         LeafKind::Serving { cn, dns, ips } => {
             ca.issue_serving_cert(cn, dns, ips, Validity::leaf_default())?
+        }
+        LeafKind::Peer { cn, dns, ips } => {
+            ca.issue_peer_cert(cn, dns, ips, Validity::leaf_default())?
         }
         LeafKind::Client { cn, groups } => {
             ca.issue_client_cert(cn, groups, Validity::leaf_default())?
@@ -742,19 +838,48 @@ mod tests {
     }
 
     #[test]
+    fn etcd_has_its_own_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_cluster_pki(dir.path(), &opts()).unwrap();
+        let read = |path: &Path| fs::read_to_string(path).unwrap();
+        let (ca, etcd_ca) = (read(&p.ca_cert), read(&p.etcd_ca_cert));
+        assert_ne!(ca, etcd_ca);
+        let server = CertInfo::from_pem(&read(&p.etcd_server_cert)).unwrap();
+        assert!(server.is_signed_by(&etcd_ca).unwrap());
+        assert!(!server.is_signed_by(&ca).unwrap());
+        assert!(server.server_auth && server.client_auth);
+        assert!(server.dns_sans.contains(&"localhost".to_string()));
+        assert!(server.ip_sans.contains(&IpAddr::from([127, 0, 0, 1])));
+        let client = CertInfo::from_pem(&read(&p.apiserver_etcd_client_cert)).unwrap();
+        assert!(client.is_signed_by(&etcd_ca).unwrap());
+        assert!(client.client_auth && !client.server_auth);
+        assert_eq!(
+            client.common_name.as_deref(),
+            Some("kube-apiserver-etcd-client")
+        );
+        let mode = fs::metadata(&p.etcd_ca_key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
     fn changed_options_and_damaged_leaves_reissue_only_what_is_needed() {
         let dir = tempfile::tempdir().unwrap();
         let first = write_cluster_pki(dir.path(), &opts()).unwrap();
         let ca_before = fs::read_to_string(&first.ca_cert).unwrap();
         let admin_before = fs::read_to_string(&first.admin_cert).unwrap();
 
-        // A new advertise address needs a new serving cert, nothing else.
+        // A new advertise address needs new serving certs (apiserver, etcd), nothing else.
         let mut o = opts();
         o.advertise_address = Some("192.0.2.99".parse().unwrap());
         let second = write_cluster_pki(dir.path(), &o).unwrap();
         assert_eq!(
             second.written,
-            vec![second.apiserver_key.clone(), second.apiserver_cert.clone()]
+            vec![
+                second.apiserver_key.clone(),
+                second.apiserver_cert.clone(),
+                second.etcd_server_key.clone(),
+                second.etcd_server_cert.clone()
+            ]
         );
 
         // A corrupt leaf and a mismatched key are replaced.

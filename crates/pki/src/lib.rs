@@ -226,19 +226,34 @@ impl CertificateAuthority {
         ip_sans: &[IpAddr],
         validity: Validity,
     ) -> Result<Issued> {
-        let mut sans = Vec::with_capacity(dns_sans.len() + ip_sans.len());
-        for name in dns_sans {
-            let ia5 = name.clone().try_into().map_err(|e| {
-                PkiError::InvalidOption(format!("DNS SAN {name:?} is not valid: {e}"))
-            })?;
-            sans.push(SanType::DnsName(ia5));
-        }
-        sans.extend(ip_sans.iter().copied().map(SanType::IpAddress));
+        let sans = san_list(dns_sans, ip_sans)?;
         self.issue(
             common_name,
             &[],
             sans,
-            ExtendedKeyUsagePurpose::ServerAuth,
+            &[ExtendedKeyUsagePurpose::ServerAuth],
+            validity,
+        )
+    }
+
+    /// Issues a certificate for both sides of TLS (EKU serverAuth and clientAuth) with
+    /// a fresh key, as an etcd member's: it serves clients and dials its peers.
+    pub fn issue_peer_cert(
+        &self,
+        common_name: &str,
+        dns_sans: &[String],
+        ip_sans: &[IpAddr],
+        validity: Validity,
+    ) -> Result<Issued> {
+        let sans = san_list(dns_sans, ip_sans)?;
+        self.issue(
+            common_name,
+            &[],
+            sans,
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
             validity,
         )
     }
@@ -255,7 +270,7 @@ impl CertificateAuthority {
             user_cn,
             groups_as_o,
             Vec::new(),
-            ExtendedKeyUsagePurpose::ClientAuth,
+            &[ExtendedKeyUsagePurpose::ClientAuth],
             validity,
         )
     }
@@ -265,7 +280,7 @@ impl CertificateAuthority {
         common_name: &str,
         organizations: &[String],
         sans: Vec<SanType>,
-        eku: ExtendedKeyUsagePurpose,
+        eku: &[ExtendedKeyUsagePurpose],
         validity: Validity,
     ) -> Result<Issued> {
         if common_name.is_empty() {
@@ -278,7 +293,7 @@ impl CertificateAuthority {
         params.distinguished_name = dn(common_name, organizations);
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![eku];
+        params.extended_key_usages = eku.to_vec();
         params.subject_alt_names = sans;
         params.use_authority_key_identifier_extension = true;
         validity.apply(&mut params)?;
@@ -307,6 +322,20 @@ fn dn(common_name: &str, organizations: &[String]) -> DistinguishedName {
     }
     dn.push(DnType::CommonName, common_name);
     dn
+}
+
+/// DNS and IP SANs for rcgen; a DNS name that is not IA5 is an invalid option.
+fn san_list(dns_sans: &[String], ip_sans: &[IpAddr]) -> Result<Vec<SanType>> {
+    let mut sans = Vec::with_capacity(dns_sans.len() + ip_sans.len());
+    for name in dns_sans {
+        let ia5 = name
+            .clone()
+            .try_into()
+            .map_err(|e| PkiError::InvalidOption(format!("DNS SAN {name:?} is not valid: {e}")))?;
+        sans.push(SanType::DnsName(ia5));
+    }
+    sans.extend(ip_sans.iter().copied().map(SanType::IpAddress));
+    Ok(sans)
 }
 
 /// A fresh ECDSA P-256 key pair as (PKCS#8 private key PEM, SPKI public key PEM):

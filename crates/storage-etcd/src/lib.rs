@@ -82,6 +82,27 @@ pub struct EtcdOptions {
     /// work over the runtime's threads (upstream's apiserver likewise holds several
     /// etcd clients).
     pub connections: usize,
+    /// TLS towards etcd (`https://` endpoints); `None`: plain HTTP/2.
+    pub tls: Option<EtcdTls>,
+}
+
+/// How this client verifies etcd and proves itself to it (upstream's `--etcd-cafile`,
+/// `--etcd-certfile`, `--etcd-keyfile`).
+#[derive(Clone)]
+pub struct EtcdTls {
+    /// PEM of the CA(s) etcd's serving certificate must chain to.
+    pub ca_pem: String,
+    /// PEM client certificate and key, for an etcd that requires client certificates.
+    pub client: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("EtcdTls")
+            .field("client_certificate", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for EtcdOptions {
@@ -93,6 +114,7 @@ impl Default for EtcdOptions {
             keep_alive: Some((Duration::from_secs(10), Duration::from_secs(5))),
             watch_buffer: 1024,
             connections: 2,
+            tls: None,
         }
     }
 }
@@ -158,6 +180,14 @@ impl EtcdStorage {
             connect = connect
                 .with_keep_alive(interval, timeout)
                 .with_keep_alive_while_idle(true);
+        }
+        if let Some(tls) = &options.tls {
+            let mut config = etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.client {
+                config = config.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            connect = connect.with_tls(config);
         }
         // The first connection carries watches; the others requests.
         let mut clients = Vec::new();

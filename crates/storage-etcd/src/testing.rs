@@ -35,6 +35,30 @@ pub struct EtcdProcess {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// Clients over TLS, with certificates required; health is then read on a plain
+    /// metrics port.
+    tls: Option<ServerTls>,
+}
+
+/// The PEMs of a TLS etcd: its serving pair and the CA its clients' certificates
+/// must chain to.
+#[derive(Clone)]
+pub struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub client_ca_pem: String,
+    metrics_port: u16,
+}
+
+impl ServerTls {
+    pub fn new(cert_pem: String, key_pem: String, client_ca_pem: String) -> Self {
+        ServerTls {
+            cert_pem,
+            key_pem,
+            client_ca_pem,
+            metrics_port: 0,
+        }
+    }
 }
 
 impl fmt::Debug for EtcdProcess {
@@ -57,6 +81,16 @@ fn free_ports() -> std::io::Result<(u16, u16)> {
 impl EtcdProcess {
     /// Starts a fresh etcd and waits (at most 20 s) until it reports healthy.
     pub async fn start() -> Result<EtcdProcess, StartError> {
+        Self::start_with(None).await
+    }
+
+    /// Starts a fresh etcd that serves clients over TLS only and requires client
+    /// certificates signed by `tls.client_ca_pem` (`--client-cert-auth`).
+    pub async fn start_tls(tls: ServerTls) -> Result<EtcdProcess, StartError> {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<ServerTls>) -> Result<EtcdProcess, StartError> {
         let mut last = None;
         // Another process may grab a port between our probe and etcd's bind: try anew.
         for _ in 0..3 {
@@ -66,11 +100,21 @@ impl EtcdProcess {
                 .map_err(|e| StartError(format!("cannot create a temp dir for etcd: {e}")))?;
             let (client_port, peer_port) =
                 free_ports().map_err(|e| StartError(format!("no free loopback port: {e}")))?;
+            let tls = match &tls {
+                Some(t) => Some(ServerTls {
+                    metrics_port: free_ports()
+                        .map_err(|e| StartError(format!("no free loopback port: {e}")))?
+                        .0,
+                    ..t.clone()
+                }),
+                None => None,
+            };
             let mut etcd = EtcdProcess {
                 child: None,
                 dir,
                 client_port,
                 peer_port,
+                tls,
             };
             match etcd.launch().await {
                 Ok(()) => return Ok(etcd),
@@ -84,7 +128,8 @@ impl EtcdProcess {
 
     /// The client URL, for [`crate::EtcdStorage::connect`].
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     pub fn endpoints(&self) -> Vec<String> {
@@ -138,9 +183,33 @@ impl EtcdProcess {
         let log_err = log
             .try_clone()
             .map_err(|e| StartError(format!("cannot open the etcd log: {e}")))?;
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            let write = |name: &str, pem: &str| {
+                let path = self.dir.path().join(name);
+                std::fs::write(&path, pem)
+                    .map(|()| path_str(&path))
+                    .map_err(|e| StartError(format!("cannot write {name}: {e}")))
+            };
+            command
+                .arg(format!(
+                    "--cert-file={}",
+                    write("server.crt", &tls.cert_pem)?
+                ))
+                .arg(format!("--key-file={}", write("server.key", &tls.key_pem)?))
+                .arg(format!(
+                    "--trusted-ca-file={}",
+                    write("client-ca.crt", &tls.client_ca_pem)?
+                ))
+                .arg("--client-cert-auth")
+                .arg(format!(
+                    "--listen-metrics-urls=http://127.0.0.1:{}",
+                    tls.metrics_port
+                ));
+        }
+        let child = command
             .arg("--name=t")
             .arg(format!("--data-dir={}", path_str(&self.data_dir())))
             .arg(format!("--listen-client-urls={client}"))
@@ -181,7 +250,11 @@ impl EtcdProcess {
                     self.log_tail()
                 )));
             }
-            if healthy(self.client_port).await {
+            let health_port = match &self.tls {
+                Some(tls) => tls.metrics_port,
+                None => self.client_port,
+            };
+            if healthy(health_port).await {
                 return Ok(());
             }
             if Instant::now() > deadline {
