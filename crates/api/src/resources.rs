@@ -204,7 +204,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", &["pv"], NONE, false, ALL_VERBS,
         &[status!("PersistentVolume")], "/registry/persistentvolumes"),
     res("", "v1", "Pod", "pods", "pod", &["po"], ALL, true, ALL_VERBS,
-        &[sub("attach", "PodAttachOptions", CONNECT), sub("binding", "Binding", CREATE_ONLY), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY),
+        &[sub("attach", "PodAttachOptions", CONNECT), sub("binding", "Binding", CREATE_ONLY), sub("ephemeralcontainers", "Pod", GET_PATCH_UPDATE), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY),
           sub("exec", "PodExecOptions", CONNECT), sub("log", "Pod", GET_ONLY), sub("portforward", "PodPortForwardOptions", CONNECT), status!("Pod")],
         "/registry/pods"),
     res("", "v1", "PodTemplate", "podtemplates", "podtemplate", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/podtemplates"),

@@ -810,7 +810,7 @@ async fn resource_request(
                 body.boxed_unsync(),
             ))
         }
-        (Method::GET, Some(name), None | Some("status" | "approval")) => {
+        (Method::GET, Some(name), None | Some("status" | "approval" | "ephemeralcontainers")) => {
             let obj = store.get(ns, name).await?;
             Ok(encoded(target, info, StatusCode::OK, &obj))
         }
@@ -898,6 +898,17 @@ async fn resource_request(
                 Some("finalize") => {
                     store
                         .update(ns, name, UpdateInput::Replace(obj), Part::Finalize, &opts)
+                        .await?
+                }
+                Some("ephemeralcontainers") => {
+                    store
+                        .update(
+                            ns,
+                            name,
+                            UpdateInput::Replace(obj),
+                            Part::EphemeralContainers,
+                            &opts,
+                        )
                         .await?
                 }
                 Some("approval") => {
@@ -1004,6 +1015,7 @@ async fn resource_request(
                 None => Part::Main,
                 Some("status") => Part::Status,
                 Some("approval") => Part::Approval,
+                Some("ephemeralcontainers") => Part::EphemeralContainers,
                 Some("scale") => {
                     let current = store.get(ns, name).await?;
                     let scale = to_scale(&current);

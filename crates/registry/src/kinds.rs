@@ -42,7 +42,17 @@ const POD: Hooks = Hooks {
         ("status.nominatedNodeName", "status.nominatedNodeName"),
     ],
     prepare_create: Some(pod_prepare_create),
-    prepare_update: None,
+    // `spec.ephemeralContainers` changes only through `/ephemeralcontainers`.
+    prepare_update: Some(|new: &mut Value, old: &Value| {
+        let ephemeral = old["spec"]["ephemeralContainers"].clone();
+        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+            if ephemeral.is_null() {
+                spec.remove("ephemeralContainers");
+            } else {
+                spec.insert("ephemeralContainers".into(), ephemeral);
+            }
+        }
+    }),
     normalize: None,
     storage_codec: None,
 };

@@ -152,6 +152,8 @@ pub enum Part {
     /// `certificatesigningrequests/<name>/approval`: only `status.conditions` (upstream
     /// `csrApprovalStrategy`).
     Approval,
+    /// `pods/<name>/ephemeralcontainers`: only `spec.ephemeralContainers`.
+    EphemeralContainers,
 }
 
 /// A written object and the warnings for the response.
@@ -1074,6 +1076,18 @@ impl Store {
                 }
                 fin
             }
+            Part::EphemeralContainers => {
+                let mut fin = old.clone();
+                let ephemeral = new["spec"]["ephemeralContainers"].clone();
+                if let Some(spec) = fin.get_mut("spec").and_then(Value::as_object_mut) {
+                    if ephemeral.is_null() {
+                        spec.remove("ephemeralContainers");
+                    } else {
+                        spec.insert("ephemeralContainers".into(), ephemeral);
+                    }
+                }
+                fin
+            }
             Part::Finalize => {
                 let mut fin = old.clone();
                 let fins = new["spec"]["finalizers"].clone();
@@ -1135,6 +1149,7 @@ impl Store {
             Part::Status => ("status", Scope::StatusOnly),
             Part::Finalize => ("finalize", Scope::Object),
             Part::Approval => ("approval", Scope::Object),
+            Part::EphemeralContainers => ("ephemeralcontainers", Scope::Object),
         };
         Writer {
             manager: opts.field_manager.as_deref().unwrap_or(""),

@@ -672,3 +672,112 @@ async fn bindings_collection_binds_the_pod_named_in_the_body() {
     assert_eq!(code, 409, "{body}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn ephemeral_containers_only_through_their_subresource() {
+    let srv = TestApiServer::start().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(srv.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let debugger = json!({"name": "debugger", "image": "busybox", "stdin": true, "tty": true,
+        "targetContainerName": "app"});
+
+    // The main resource leaves them alone.
+    let p = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [debugger.clone()]}})),
+        )
+        .await
+        .unwrap();
+    assert!(p.spec.unwrap().ephemeral_containers.is_none());
+
+    // The subresource adds one (kubectl debug sends a strategic merge patch).
+    let p = pods
+        .patch_subresource(
+            "ephemeralcontainers",
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [debugger.clone()]}})),
+        )
+        .await
+        .unwrap();
+    let spec = p.spec.unwrap();
+    let ec = spec.ephemeral_containers.as_ref().unwrap();
+    assert_eq!(ec[0].name, "debugger");
+    assert_eq!(ec[0].target_container_name.as_deref(), Some("app"));
+    assert_eq!(spec.containers[0].image.as_deref(), Some("nginx"));
+    let got: Pod = pods
+        .get_subresource("ephemeralcontainers", "p")
+        .await
+        .unwrap();
+    assert_eq!(got.spec.unwrap().ephemeral_containers.unwrap().len(), 1);
+
+    // An existing one may not change or go; ports are not allowed; the target must exist.
+    let status = |e: kube::Error| match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("not an API error: {other:?}"),
+    };
+    let mut changed = debugger.clone();
+    changed["image"] = json!("alpine");
+    let e = status(
+        pods.patch_subresource(
+            "ephemeralcontainers",
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ephemeralContainers": [changed]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains(r#"existing ephemeral containers "debugger" may not be changed"#),
+        "{}",
+        e.message
+    );
+    let e = status(
+        pods.patch_subresource(
+            "ephemeralcontainers",
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ephemeralContainers": []}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(e.message.contains("may not be removed"), "{}", e.message);
+    let e = status(
+        pods.patch_subresource(
+            "ephemeralcontainers",
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
+                {"name": "d2", "image": "busybox", "ports": [{"containerPort": 80}],
+                 "targetContainerName": "nope"}]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    // Upstream's strategic merge puts the patch's new item first.
+    assert!(
+        e.message
+            .contains("spec.ephemeralContainers[0].ports: Forbidden"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .contains(r#"spec.ephemeralContainers[0].targetContainerName: Not found: "nope""#),
+        "{}",
+        e.message
+    );
+    srv.stop().await;
+}

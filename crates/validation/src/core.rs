@@ -763,6 +763,22 @@ pub fn validate_pod_spec(spec: &core::PodSpec, path: &FieldPath, errs: &mut Errs
             &path.child("ephemeralContainers").index(i),
             errs,
         );
+        if let Some(target) = c.target_container_name.as_deref().filter(|t| !t.is_empty())
+            && !spec.containers.iter().any(|k| k.name == target)
+            && !spec
+                .init_containers
+                .iter()
+                .flatten()
+                .any(|k| k.name == target)
+        {
+            errs.push(FieldError::not_found(
+                &path
+                    .child("ephemeralContainers")
+                    .index(i)
+                    .child("targetContainerName"),
+                target,
+            ));
+        }
     }
     let rp = path.child("restartPolicy");
     match spec.restart_policy.as_deref() {
@@ -906,6 +922,7 @@ impl Validate for core::Pod {
         let new_spec = self.spec.as_ref().unwrap_or(&default);
         let old_spec = old.spec.as_ref().unwrap_or(&default);
         let sp = p("spec");
+        validate_ephemeral_containers_update(new_spec, old_spec, &sp, &mut errs);
         if new_spec.containers.len() != old_spec.containers.len()
             || new_spec.init_containers.as_ref().map_or(0, Vec::len)
                 != old_spec.init_containers.as_ref().map_or(0, Vec::len)
@@ -993,6 +1010,38 @@ impl Validate for core::Pod {
             ));
         }
         errs
+    }
+}
+
+/// Ephemeral containers (changed only through `pods/ephemeralcontainers`) are only
+/// ever added: an existing one may neither change nor go (upstream's
+/// `ValidatePodEphemeralContainersUpdate`).
+fn validate_ephemeral_containers_update(
+    new: &core::PodSpec,
+    old: &core::PodSpec,
+    sp: &FieldPath,
+    errs: &mut Errs,
+) {
+    let path = sp.child("ephemeralContainers");
+    let new_ones = new.ephemeral_containers.as_deref().unwrap_or(&[]);
+    for o in old.ephemeral_containers.iter().flatten() {
+        match new_ones.iter().find(|n| n.name == o.name) {
+            None => errs.push(FieldError::forbidden(
+                &path,
+                format!(
+                    "existing ephemeral containers {:?} may not be removed\n",
+                    o.name
+                ),
+            )),
+            Some(n) if n != o => errs.push(FieldError::forbidden(
+                &path,
+                format!(
+                    "existing ephemeral containers {:?} may not be changed\n",
+                    o.name
+                ),
+            )),
+            Some(_) => {}
+        }
     }
 }
 
