@@ -249,6 +249,9 @@ if have_component "$KCM" --kubeconfig; then
   step "kube-controller-manager"
   begin_args "$KCM"
   flag --kubeconfig "$FK_PKI_DIR/controller-manager.kubeconfig"
+  # /metrics asks the apiserver who the caller is and whether it may (as kubeadm).
+  flag --authentication-kubeconfig "$FK_PKI_DIR/controller-manager.kubeconfig"
+  flag --authorization-kubeconfig "$FK_PKI_DIR/controller-manager.kubeconfig"
   flag --bind-address 127.0.0.1
   flag --secure-port 10257
   flag --leader-elect false
@@ -274,6 +277,8 @@ if have_component "$SCHED" --kubeconfig; then
   step "kube-scheduler"
   begin_args "$SCHED"
   flag --kubeconfig "$FK_PKI_DIR/scheduler.kubeconfig"
+  flag --authentication-kubeconfig "$FK_PKI_DIR/scheduler.kubeconfig"
+  flag --authorization-kubeconfig "$FK_PKI_DIR/scheduler.kubeconfig"
   flag --bind-address 127.0.0.1
   flag --secure-port 10259
   flag --leader-elect false

@@ -105,6 +105,8 @@ struct Options {
     leader_election: LeaderElectionOptions,
     #[command(flatten)]
     serving: ferrokube_client::serving::SecureServingOptions,
+    #[command(flatten)]
+    auth: ferrokube_client::delegated::DelegatedAuthOptions,
 }
 
 /// The CSR signing controller's CAs and certificate lifetime (upstream's
@@ -386,13 +388,18 @@ async fn main() -> anyhow::Result<()> {
     let metrics: Shared = Arc::new(std::sync::Mutex::new(None));
     if opts.secure_port != 0 {
         let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-        let tls = opts
-            .serving
-            .tls_config("kube-controller-manager", opts.bind_address)?;
+        let (tls, gate) = ferrokube_client::serving::endpoint(
+            &opts.serving,
+            &opts.auth,
+            "kube-controller-manager",
+            opts.bind_address,
+        )
+        .await?;
         let serving = ferrokube_client::serving::serve(
             addr,
             tls,
             health_responder(metrics.clone()),
+            Some(gate),
             cancel.clone(),
         );
         tokio::spawn(async move {

@@ -41,6 +41,8 @@ struct Opts {
     leader_election: LeaderElectionOptions,
     #[command(flatten)]
     serving: ferrokube_client::serving::SecureServingOptions,
+    #[command(flatten)]
+    auth: ferrokube_client::delegated::DelegatedAuthOptions,
 }
 
 #[tokio::main]
@@ -81,14 +83,19 @@ async fn main() -> anyhow::Result<()> {
     // As upstream, --secure-port=0 serves nothing.
     let health = if opts.secure_port != 0 {
         let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-        let tls = opts
-            .serving
-            .tls_config("kube-scheduler", opts.bind_address)?;
+        let (tls, gate) = ferrokube_client::serving::endpoint(
+            &opts.serving,
+            &opts.auth,
+            "kube-scheduler",
+            opts.bind_address,
+        )
+        .await?;
         let responder = ferrokube_scheduler::run::health_responder(
             running.scheduler.clone(),
             running.ready.clone(),
         );
-        let serving = ferrokube_client::serving::serve(addr, tls, responder, cancel.clone());
+        let serving =
+            ferrokube_client::serving::serve(addr, tls, responder, Some(gate), cancel.clone());
         Some(tokio::spawn(async move {
             if let Err(e) = serving.await {
                 tracing::error!(error = %e, "health server failed");

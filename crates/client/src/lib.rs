@@ -15,7 +15,9 @@
 //! * [`events`]: an `events.k8s.io/v1` recorder with upstream's series aggregation and
 //!   bounded, rate-limited queueing.
 //! * [`serving`]: the HTTPS `--secure-port` endpoint (health and metrics) of the
-//!   scheduler and the controller manager, with a self-signed certificate by default.
+//!   scheduler and the controller manager, with a self-signed certificate by default;
+//!   [`delegated`]: its authentication and authorization, delegated to the apiserver
+//!   (TokenReview, SubjectAccessReview) as upstream's components do.
 //! * [`config`]: kubeconfig / in-cluster loading (`--kubeconfig`, `KUBECONFIG`) and
 //!   client-side QPS/burst limiting as a tower layer (`--kube-api-qps`/`--kube-api-burst`).
 //!
@@ -25,6 +27,7 @@
 //! `ferrokube-testing` is a dev-dependency only, for tests against a real apiserver.
 
 pub mod config;
+pub mod delegated;
 pub mod events;
 pub mod informer;
 pub mod leaderelection;

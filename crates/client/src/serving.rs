@@ -12,6 +12,8 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use tokio_util::sync::CancellationToken;
 
+use crate::delegated::Gate;
+
 /// Upstream's secure serving flags (the certificate part).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SecureServingOptions {
@@ -37,6 +39,8 @@ pub enum ServingError {
     Tls(String),
     #[error("binding {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
+    #[error("delegated authentication: {0}")]
+    Auth(String),
 }
 
 /// What a path answers: status code and plain-text body.
@@ -45,24 +49,47 @@ pub type Respond = Arc<dyn Fn(&str) -> (u16, String) + Send + Sync>;
 impl SecureServingOptions {
     /// The TLS configuration: the given pair, or a fresh self-signed one for
     /// `localhost`, the bind address and loopback (named `component` in its subject).
+    /// `client_ca_pem` (`--client-ca-file`): client certificates it signs are verified
+    /// and name their user; clients without one are still served.
     pub fn tls_config(
         &self,
         component: &str,
         bind: IpAddr,
+        client_ca_pem: Option<&str>,
     ) -> Result<Arc<rustls::ServerConfig>, ServingError> {
         let (cert_pem, key_pem) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(c), Some(k)) => (read(c)?, read(k)?),
             (None, None) => self_signed(component, bind)?,
             _ => return Err(ServingError::HalfPair),
         };
+        let verifier = client_ca_pem
+            .map(crate::delegated::optional_client_verifier)
+            .transpose()
+            .map_err(ServingError::Tls)?;
         ferrokube_pki::serving::server_config(
             &cert_pem,
             &key_pem,
-            None,
+            verifier,
             ferrokube_pki::serving::ALPN_H2_HTTP1,
         )
         .map_err(|e| ServingError::Tls(e.to_string()))
     }
+}
+
+/// The TLS configuration and the gate of a component's endpoint, from its serving and
+/// delegated-auth flags.
+pub async fn endpoint(
+    serving: &SecureServingOptions,
+    auth: &crate::delegated::DelegatedAuthOptions,
+    component: &str,
+    bind: IpAddr,
+) -> Result<(Arc<rustls::ServerConfig>, Arc<Gate>), ServingError> {
+    let client_ca = auth.client_ca_file.as_ref().map(read).transpose()?;
+    let tls = serving.tls_config(component, bind, client_ca.as_deref())?;
+    let gate = Gate::from_options(auth)
+        .await
+        .map_err(|e| ServingError::Auth(e.to_string()))?;
+    Ok((tls, Arc::new(gate)))
 }
 
 fn read(path: &PathBuf) -> Result<String, ServingError> {
@@ -87,11 +114,13 @@ fn self_signed(component: &str, bind: IpAddr) -> Result<(String, String), Servin
 }
 
 /// Binds `addr` (so a taken port fails the caller at once), then serves each HTTPS
-/// request with `respond` until `cancel`.
+/// request with `respond` until `cancel`, once `gate` lets it through (`None`: every
+/// request is served).
 pub async fn serve(
     addr: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     respond: Respond,
+    gate: Option<Arc<Gate>>,
     cancel: CancellationToken,
 ) -> Result<(), ServingError> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -107,7 +136,7 @@ pub async fn serve(
                 Err(_) => continue,
             },
         };
-        let (acceptor, respond) = (acceptor.clone(), respond.clone());
+        let (acceptor, respond, gate) = (acceptor.clone(), respond.clone(), gate.clone());
         tokio::spawn(async move {
             let Ok(Ok(stream)) =
                 tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream))
@@ -115,15 +144,47 @@ pub async fn serve(
             else {
                 return;
             };
+            // The TLS handshake verified it against --client-ca-file.
+            let certificate_user = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| crate::delegated::certificate_user(leaf));
             let svc =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (code, body) = respond(req.uri().path());
-                    let resp = hyper::Response::builder()
-                        .status(code)
-                        .header("content-type", "text/plain; charset=utf-8")
-                        .header("x-content-type-options", "nosniff")
-                        .body(Full::new(Bytes::from(body)));
-                    async move { resp }
+                    let (respond, gate, certificate_user) =
+                        (respond.clone(), gate.clone(), certificate_user.clone());
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let allowed = match &gate {
+                            None => Ok(()),
+                            Some(gate) => {
+                                let bearer = req
+                                    .headers()
+                                    .get(hyper::header::AUTHORIZATION)
+                                    .and_then(|v| v.to_str().ok())
+                                    .and_then(|v| v.strip_prefix("Bearer "))
+                                    .map(str::trim);
+                                let verb = req.method().as_str().to_ascii_lowercase();
+                                gate.check(&verb, &path, bearer, certificate_user).await
+                            }
+                        };
+                        let (code, body, content_type) = match allowed {
+                            Ok(()) => {
+                                let (code, body) = respond(&path);
+                                (code, body, "text/plain; charset=utf-8")
+                            }
+                            Err(refusal) => {
+                                (refusal.code, refusal.status_json(), "application/json")
+                            }
+                        };
+                        hyper::Response::builder()
+                            .status(code)
+                            .header("content-type", content_type)
+                            .header("x-content-type-options", "nosniff")
+                            .body(Full::new(Bytes::from(body)))
+                    }
                 });
             let _ =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
@@ -144,11 +205,11 @@ mod tests {
             tls_private_key_file: None,
         };
         assert!(matches!(
-            half.tls_config("kube-scheduler", IpAddr::from([0, 0, 0, 0])),
+            half.tls_config("kube-scheduler", IpAddr::from([0, 0, 0, 0]), None),
             Err(ServingError::HalfPair)
         ));
         let cfg = SecureServingOptions::default()
-            .tls_config("kube-scheduler", IpAddr::from([127, 0, 0, 1]))
+            .tls_config("kube-scheduler", IpAddr::from([127, 0, 0, 1]), None)
             .unwrap();
         assert_eq!(cfg.alpn_protocols[1], b"http/1.1");
     }
@@ -162,14 +223,14 @@ mod tests {
             .port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let tls = SecureServingOptions::default()
-            .tls_config("test", addr.ip())
+            .tls_config("test", addr.ip(), None)
             .unwrap();
         let cancel = CancellationToken::new();
         let respond: Respond = Arc::new(|path| match path {
             "/healthz" => (200, "ok".into()),
             _ => (404, "404 page not found".into()),
         });
-        let server = tokio::spawn(serve(addr, tls, respond, cancel.clone()));
+        let server = tokio::spawn(serve(addr, tls, respond, None, cancel.clone()));
         let client = {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
