@@ -1,9 +1,10 @@
 //! What one sync of a pod must do, from its spec and the runtime's view (upstream
-//! `kuberuntime_manager.go` `computePodActions`, regular init containers only). Pure.
+//! `kuberuntime_manager.go` `computePodActions`, regular init containers only, and
+//! ephemeral containers). Pure.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::container::container_hash;
+use crate::container::{ContainerType, container_hash};
 use crate::probe::{ProbeSnapshot, probe_kill_reason};
 use crate::sandbox::spec;
 use crate::status::{RuntimePod, RuntimeState, should_restart};
@@ -17,6 +18,15 @@ pub struct ToKill {
     /// A grace period other than the pod's (a failed probe's
     /// `terminationGracePeriodSeconds`).
     pub grace: Option<i64>,
+}
+
+/// An ephemeral container to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EphemeralStart {
+    /// Index in `spec.ephemeralContainers`.
+    pub index: usize,
+    /// The runtime ID of its running `targetContainerName`, whose PID namespace it joins.
+    pub target_id: Option<String>,
 }
 
 /// The plan of one sync.
@@ -35,6 +45,8 @@ pub struct PodActions {
     pub containers_to_start: Vec<usize>,
     /// Running containers to stop (spec changed).
     pub containers_to_kill: Vec<ToKill>,
+    /// Ephemeral containers to start (in the ready sandbox, before anything else).
+    pub ephemeral_containers_to_start: Vec<EphemeralStart>,
 }
 
 /// Whether the pod needs a new sandbox, the attempt it gets, and the usable sandbox.
@@ -58,7 +70,50 @@ fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32, Option<String>) {
 /// The plan for `pod` given what the runtime has.
 /// `probes` are the current probe results: a running container that failed its liveness
 /// (or startup) probe is killed, and started again unless the policy is `Never`.
+/// Ephemeral containers start in a ready sandbox that stays, whatever init and regular
+/// containers do; they count for nothing else.
 pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -> PodActions {
+    let mut actions = init_and_regular_actions(pod, rt, probes);
+    if !actions.kill_pod && actions.sandbox_id.is_some() {
+        actions.ephemeral_containers_to_start = ephemeral_to_start(pod, rt);
+    }
+    actions
+}
+
+/// The ephemeral containers to start: each one the runtime has no instance of (they
+/// never restart, so one that ran, even in an older sandbox, is done), once its target
+/// container, if it names one, is running.
+fn ephemeral_to_start(pod: &Pod, rt: &RuntimePod) -> Vec<EphemeralStart> {
+    let mut out = vec![];
+    for (index, ec) in spec(pod).ephemeral_containers.iter().flatten().enumerate() {
+        if rt.containers.iter().any(|c| c.name == ec.name) {
+            continue;
+        }
+        let target_id = match ec
+            .target_container_name
+            .as_deref()
+            .filter(|t| !t.is_empty())
+        {
+            None => None,
+            Some(target) => {
+                let running = rt.containers.iter().find(|c| {
+                    c.name == target
+                        && c.kind != ContainerType::Ephemeral
+                        && c.state == RuntimeState::Running
+                });
+                match running {
+                    Some(c) => Some(c.id.clone()),
+                    // Not running (yet): wait for it.
+                    None => continue,
+                }
+            }
+        };
+        out.push(EphemeralStart { index, target_id });
+    }
+    out
+}
+
+fn init_and_regular_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -> PodActions {
     let s = spec(pod);
     let policy = s.restart_policy.as_deref().unwrap_or("Always");
     let (create, attempt, sandbox_id) = sandbox_changed(pod, rt);
@@ -83,7 +138,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -
             .filter(|(_, c)| {
                 !(policy == "OnFailure"
                     && rt
-                        .latest(&c.name, false)
+                        .latest(&c.name, ContainerType::Regular)
                         .is_some_and(|l| l.state == RuntimeState::Exited && l.exit_code == 0))
             })
             .map(|(i, _)| i)
@@ -102,7 +157,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -
 
     // Init containers, in order: wait for a running one, restart a failed one.
     for (i, c) in inits.iter().enumerate() {
-        match rt.latest(&c.name, true) {
+        match rt.latest(&c.name, ContainerType::Init) {
             None => {
                 actions.next_init_container = Some(i);
                 return actions;
@@ -128,7 +183,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) -
 
     let mut keep = 0;
     for (i, c) in s.containers.iter().enumerate() {
-        let latest = rt.latest(&c.name, false);
+        let latest = rt.latest(&c.name, ContainerType::Regular);
         match latest {
             Some(l) if l.state == RuntimeState::Running => {
                 if !l.hash.is_empty() && l.hash != container_hash(c) {
@@ -241,7 +296,11 @@ mod tests {
             image_ref: String::new(),
             restart_count: 0,
             hash: container_hash(spec_c),
-            init,
+            kind: if init {
+                ContainerType::Init
+            } else {
+                ContainerType::Regular
+            },
             sandbox_id: "s1".into(),
         }
     }
@@ -436,5 +495,176 @@ mod tests {
             );
             assert!(!a.kill_pod, "{policy}: b keeps running");
         }
+    }
+
+    fn with_ephemeral(mut p: Pod, names: &[(&str, Option<&str>)]) -> Pod {
+        use k8s_openapi::api::core::v1::EphemeralContainer;
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(
+            names
+                .iter()
+                .map(|(n, target)| EphemeralContainer {
+                    name: (*n).into(),
+                    image: Some("busybox".into()),
+                    target_container_name: target.map(str::to_owned),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        p
+    }
+
+    fn eph(
+        name: &str,
+        state: RuntimeState,
+        exit: i32,
+        created: i64,
+        sandbox: &str,
+    ) -> RuntimeContainer {
+        RuntimeContainer {
+            id: format!("{name}{created}"),
+            name: name.into(),
+            state,
+            created_at: created,
+            started_at: created,
+            finished_at: 0,
+            exit_code: exit,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            restart_count: 0,
+            hash: String::new(),
+            kind: ContainerType::Ephemeral,
+            sandbox_id: sandbox.into(),
+        }
+    }
+
+    fn start(index: usize, target: Option<&str>) -> EphemeralStart {
+        EphemeralStart {
+            index,
+            target_id: target.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn ephemeral_container_starts_once_the_sandbox_is_ready() {
+        let p = with_ephemeral(pod(&["a"], &[], "Always"), &[("dbg", None)]);
+        // No sandbox yet: the sandbox and the regular containers come first.
+        let a = actions_of(&p, &RuntimePod::default());
+        assert!(a.create_sandbox && a.ephemeral_containers_to_start.is_empty());
+        // A ready sandbox: started, and nothing else changes.
+        let running = c(&p, "a", Running, 0, 5, false);
+        let a = actions_of(&p, &rt(vec![sb("s1", true, 0, 1)], vec![running.clone()]));
+        assert_eq!(a.ephemeral_containers_to_start, vec![start(0, None)]);
+        assert!(!a.kill_pod && a.containers_to_start.is_empty() && a.containers_to_kill.is_empty());
+        // Also while init containers still run (upstream: to debug them).
+        let pi = with_ephemeral(pod(&["a"], &["i"], "Always"), &[("dbg", None)]);
+        let a = actions_of(
+            &pi,
+            &rt(
+                vec![sb("s1", true, 0, 1)],
+                vec![c(&pi, "i", Running, 0, 5, true)],
+            ),
+        );
+        assert_eq!(a.ephemeral_containers_to_start, vec![start(0, None)]);
+        assert_eq!(a.next_init_container, None);
+    }
+
+    #[test]
+    fn ephemeral_container_is_never_restarted() {
+        let p = with_ephemeral(pod(&["a"], &[], "Always"), &[("dbg", None), ("dbg2", None)]);
+        let a_run = c(&p, "a", Running, 0, 5, false);
+        for (state, exit) in [
+            (Running, 0),
+            (Exited, 0),
+            (Exited, 1),
+            (Created, 0),
+            (Unknown, 0),
+        ] {
+            let r = rt(
+                vec![sb("s1", true, 0, 1)],
+                vec![a_run.clone(), eph("dbg", state, exit, 6, "s1")],
+            );
+            let a = actions_of(&p, &r);
+            assert_eq!(
+                a.ephemeral_containers_to_start,
+                vec![start(1, None)],
+                "{state:?} {exit}"
+            );
+        }
+        // Not after a new sandbox either: it ran in the old one.
+        let r = rt(
+            vec![sb("s2", true, 1, 10), sb("s1", false, 0, 1)],
+            vec![
+                c(&p, "a", Running, 0, 11, false),
+                eph("dbg", Exited, 137, 6, "s1"),
+                eph("dbg2", Exited, 0, 7, "s1"),
+            ],
+        );
+        assert!(actions_of(&p, &r).ephemeral_containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn ephemeral_container_waits_for_a_running_target() {
+        let p = with_ephemeral(pod(&["a", "b"], &[], "Always"), &[("dbg", Some("a"))]);
+        let s = || vec![sb("s1", true, 0, 1)];
+        let b_run = c(&p, "b", Running, 0, 5, false);
+        let a = actions_of(&p, &rt(s(), vec![b_run.clone()]));
+        assert!(
+            a.ephemeral_containers_to_start.is_empty(),
+            "a not started yet"
+        );
+        let a = actions_of(
+            &p,
+            &rt(s(), vec![b_run.clone(), c(&p, "a", Exited, 1, 5, false)]),
+        );
+        assert!(a.ephemeral_containers_to_start.is_empty(), "a crashed");
+        assert_eq!(a.containers_to_start, vec![0]);
+        let a_run = c(&p, "a", Running, 0, 9, false);
+        let a = actions_of(
+            &p,
+            &rt(
+                s(),
+                vec![b_run, c(&p, "a", Exited, 1, 5, false), a_run.clone()],
+            ),
+        );
+        assert_eq!(
+            a.ephemeral_containers_to_start,
+            vec![start(0, Some(&a_run.id))],
+            "the running instance's id"
+        );
+    }
+
+    #[test]
+    fn ephemeral_containers_count_for_nothing_else() {
+        // The regular containers are done (Never): the pod is stopped, the running
+        // ephemeral container with it, and a new one is not started.
+        let p = with_ephemeral(pod(&["a"], &[], "Never"), &[("dbg", None), ("new", None)]);
+        let r = rt(
+            vec![sb("s1", true, 0, 1)],
+            vec![
+                c(&p, "a", Exited, 0, 5, false),
+                eph("dbg", Running, 0, 6, "s1"),
+            ],
+        );
+        let a = actions_of(&p, &r);
+        assert!(a.kill_pod && !a.create_sandbox);
+        assert!(a.ephemeral_containers_to_start.is_empty());
+        // A running ephemeral container is not a changed regular container.
+        let p = with_ephemeral(pod(&["a"], &[], "Always"), &[("dbg", None)]);
+        let r = rt(
+            vec![sb("s1", true, 0, 1)],
+            vec![
+                c(&p, "a", Running, 0, 5, false),
+                eph("dbg", Running, 0, 6, "s1"),
+            ],
+        );
+        assert_eq!(
+            actions_of(&p, &r),
+            PodActions {
+                sandbox_id: Some("s1".into()),
+                ..Default::default()
+            }
+        );
     }
 }

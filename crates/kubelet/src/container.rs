@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 
 use crate::config::NodeConfig;
 use crate::qos::{container_resources, qos_of};
@@ -22,8 +22,66 @@ pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
 pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
     "io.kubernetes.container.terminationMessagePolicy";
 pub const POD_TERMINATION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
-/// Set by this kubelet on init containers, so status can tell them apart after a restart.
+/// Set by this kubelet on init and ephemeral containers, so status can tell them apart
+/// after a restart (regular containers have none).
 pub const CONTAINER_TYPE_ANNOTATION: &str = "io.kubernetes.container.type";
+
+/// Which list of the pod spec a container comes from (upstream `ContainerType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContainerType {
+    #[default]
+    Regular,
+    Init,
+    Ephemeral,
+}
+
+impl ContainerType {
+    /// The value of [`CONTAINER_TYPE_ANNOTATION`] (`init` as this kubelet has always
+    /// written it, `EPHEMERAL` as upstream names the type); none for regular containers.
+    pub fn annotation(self) -> Option<&'static str> {
+        match self {
+            ContainerType::Regular => None,
+            ContainerType::Init => Some("init"),
+            ContainerType::Ephemeral => Some("EPHEMERAL"),
+        }
+    }
+
+    /// The type an annotation value names (either case); regular for anything else.
+    pub fn from_annotation(value: &str) -> Self {
+        if value.eq_ignore_ascii_case("init") {
+            ContainerType::Init
+        } else if value.eq_ignore_ascii_case("ephemeral") {
+            ContainerType::Ephemeral
+        } else {
+            ContainerType::Regular
+        }
+    }
+}
+
+/// An ephemeral container as the container it runs as (upstream converts its
+/// `EphemeralContainerCommon`): no ports, probes, lifecycle hooks, resources or restart
+/// policy, whatever the object says.
+pub fn ephemeral_container(ec: &EphemeralContainer) -> Container {
+    Container {
+        name: ec.name.clone(),
+        image: ec.image.clone(),
+        image_pull_policy: ec.image_pull_policy.clone(),
+        command: ec.command.clone(),
+        args: ec.args.clone(),
+        working_dir: ec.working_dir.clone(),
+        env: ec.env.clone(),
+        env_from: ec.env_from.clone(),
+        volume_mounts: ec.volume_mounts.clone(),
+        volume_devices: ec.volume_devices.clone(),
+        security_context: ec.security_context.clone(),
+        stdin: ec.stdin,
+        stdin_once: ec.stdin_once,
+        tty: ec.tty,
+        termination_message_path: ec.termination_message_path.clone(),
+        termination_message_policy: ec.termination_message_policy.clone(),
+        ..Default::default()
+    }
+}
 
 /// Paths hidden from unprivileged containers (upstream `securitycontext` defaults).
 pub const DEFAULT_MASKED_PATHS: &[&str] = &[
@@ -122,8 +180,11 @@ pub struct ContainerInputs<'a> {
     pub image_ref: &'a str,
     /// Resolved environment.
     pub env: &'a [(String, String)],
-    /// Whether it is an init container.
-    pub init: bool,
+    /// Whether it is a regular, init or ephemeral container.
+    pub kind: ContainerType,
+    /// For an ephemeral container with a `targetContainerName`: the runtime ID of the
+    /// running target, whose PID namespace it joins.
+    pub pid_target: Option<&'a str>,
 }
 
 /// Kubernetes labels of a container.
@@ -139,6 +200,7 @@ pub fn container_labels(pod: &Pod, container: &str) -> HashMap<String, String> {
 fn security_context(
     pod: &Pod,
     c: &Container,
+    pid_target: Option<&str>,
 ) -> Result<cri::LinuxContainerSecurityContext, ConfigError> {
     let psc = spec(pod).security_context.as_ref();
     let sc = c.security_context.as_ref();
@@ -180,6 +242,16 @@ fn security_context(
     if let Some(g) = psc.and_then(|s| s.fs_group) {
         supplemental.push(g);
     }
+    let mut namespaces = namespace_options(pod);
+    // A debug container joins the PID namespace of its target (upstream
+    // `determineEffectiveSecurityContext`): only when containers have their own PID
+    // namespace; with a shared or host one it already sees the target's processes.
+    if let Some(target) = pid_target.filter(|t| !t.is_empty())
+        && namespaces.pid == cri::NamespaceMode::Container as i32
+    {
+        namespaces.pid = cri::NamespaceMode::Target as i32;
+        namespaces.target_id = target.to_owned();
+    }
     Ok(cri::LinuxContainerSecurityContext {
         capabilities: caps.map(|c| cri::Capability {
             add_capabilities: c.add.clone().unwrap_or_default(),
@@ -187,7 +259,7 @@ fn security_context(
             add_ambient_capabilities: vec![],
         }),
         privileged,
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some(namespaces),
         run_as_user: run_as_user.map(|value| cri::Int64Value { value }),
         run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
         readonly_rootfs: sc
@@ -241,8 +313,8 @@ pub fn container_config(
                 .to_string(),
         ),
     ]);
-    if input.init {
-        annotations.insert(CONTAINER_TYPE_ANNOTATION.to_owned(), "init".to_owned());
+    if let Some(kind) = input.kind.annotation() {
+        annotations.insert(CONTAINER_TYPE_ANNOTATION.to_owned(), kind.to_owned());
     }
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -273,7 +345,7 @@ pub fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(container_resources(qos_of(pod), c, node.memory_capacity)),
-            security_context: Some(security_context(pod, c)?),
+            security_context: Some(security_context(pod, c, input.pid_target)?),
         }),
         ..Default::default()
     })
@@ -404,7 +476,8 @@ mod tests {
             restart_count: 3,
             image_ref: "sha256:abc",
             env: &env,
-            init: false,
+            kind: ContainerType::Regular,
+            pid_target: None,
         };
         let cfg = container_config(&NodeConfig::new("n"), &pod, &input).unwrap();
         assert_eq!(cfg.metadata.as_ref().unwrap().attempt, 3);
@@ -463,7 +536,8 @@ mod tests {
             restart_count: 0,
             image_ref: "x",
             env: &[],
-            init: true,
+            kind: ContainerType::Init,
+            pid_target: None,
         };
         let cfg = container_config(&NodeConfig::new("n"), &pod, &input).unwrap();
         let sc = cfg.linux.unwrap().security_context.unwrap();
@@ -481,11 +555,121 @@ mod tests {
             restart_count: 0,
             image_ref: "x",
             env: &[],
-            init: false,
+            kind: ContainerType::Regular,
+            pid_target: None,
         };
         assert!(matches!(
             container_config(&NodeConfig::new("n"), &pod, &input),
             Err(ConfigError::RunAsRoot { .. })
         ));
+    }
+
+    #[test]
+    fn ephemeral_container_config() {
+        use k8s_openapi::api::core::v1::{EphemeralContainer, Probe, VolumeMount};
+        let ec = EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("busybox".into()),
+            command: Some(vec!["sh".into()]),
+            stdin: Some(true),
+            stdin_once: Some(true),
+            tty: Some(true),
+            working_dir: Some("/root".into()),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                ..Default::default()
+            }]),
+            target_container_name: Some("app".into()),
+            readiness_probe: Some(Probe::default()),
+            ..Default::default()
+        };
+        let c = ephemeral_container(&ec);
+        assert_eq!(c.name, "debugger");
+        assert_eq!(c.volume_mounts.as_ref().unwrap()[0].mount_path, "/data");
+        assert!(c.readiness_probe.is_none() && c.lifecycle.is_none() && c.ports.is_none());
+        let app = Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        let pod = pod_with(app, None);
+        let config = |kind, pid_target| {
+            container_config(
+                &NodeConfig::new("n"),
+                &pod,
+                &ContainerInputs {
+                    container: &c,
+                    restart_count: 0,
+                    image_ref: "sha256:bb",
+                    env: &[],
+                    kind,
+                    pid_target,
+                },
+            )
+            .unwrap()
+        };
+        let ns = |cfg: &cri::ContainerConfig| {
+            cfg.linux
+                .as_ref()
+                .unwrap()
+                .security_context
+                .as_ref()
+                .unwrap()
+                .namespace_options
+                .clone()
+                .unwrap()
+        };
+        let cfg = config(ContainerType::Ephemeral, Some("target-id"));
+        assert_eq!(cfg.annotations[CONTAINER_TYPE_ANNOTATION], "EPHEMERAL");
+        assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "debugger");
+        assert_eq!(cfg.log_path, "debugger/0.log");
+        assert!(cfg.stdin && cfg.stdin_once && cfg.tty);
+        assert_eq!(
+            (cfg.command.as_slice(), cfg.working_dir.as_str()),
+            (["sh".to_owned()].as_slice(), "/root")
+        );
+        let n = ns(&cfg);
+        assert_eq!(
+            (n.pid, n.target_id.as_str()),
+            (cri::NamespaceMode::Target as i32, "target-id")
+        );
+        assert_eq!(n.network, cri::NamespaceMode::Pod as i32);
+        // Without a target: its own PID namespace, as any container.
+        let n = ns(&config(ContainerType::Ephemeral, None));
+        assert_eq!(
+            (n.pid, n.target_id.as_str()),
+            (cri::NamespaceMode::Container as i32, "")
+        );
+        // A shared process namespace already shows the target's processes.
+        let mut shared = pod.clone();
+        shared.spec.as_mut().unwrap().share_process_namespace = Some(true);
+        let cfg = container_config(
+            &NodeConfig::new("n"),
+            &shared,
+            &ContainerInputs {
+                container: &c,
+                restart_count: 0,
+                image_ref: "x",
+                env: &[],
+                kind: ContainerType::Ephemeral,
+                pid_target: Some("target-id"),
+            },
+        )
+        .unwrap();
+        assert_eq!(ns(&cfg).pid, cri::NamespaceMode::Pod as i32);
+        // The annotation round-trips; regular containers have none.
+        for kind in [
+            ContainerType::Regular,
+            ContainerType::Init,
+            ContainerType::Ephemeral,
+        ] {
+            let value = kind.annotation().unwrap_or_default();
+            assert_eq!(ContainerType::from_annotation(value), kind);
+        }
+        assert!(
+            !config(ContainerType::Regular, None)
+                .annotations
+                .contains_key(CONTAINER_TYPE_ANNOTATION)
+        );
     }
 }

@@ -501,7 +501,7 @@ mod tests {
             image_ref: String::new(),
             restart_count: 0,
             hash: String::new(),
-            init: false,
+            kind: crate::container::ContainerType::Regular,
             sandbox_id: sandbox.into(),
         }
     }

@@ -1147,10 +1147,17 @@ impl Kubelet {
         let s = spec(pod);
         let mut cms = BTreeSet::new();
         let mut secrets = BTreeSet::new();
+        let ephemeral: Vec<_> = s
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .map(crate::container::ephemeral_container)
+            .collect();
         for c in s
             .containers
             .iter()
             .chain(s.init_containers.iter().flatten())
+            .chain(&ephemeral)
         {
             for e in c.env.iter().flatten() {
                 if let Some(vf) = &e.value_from {

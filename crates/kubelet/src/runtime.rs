@@ -17,8 +17,9 @@ use crate::backoff::{Backoff, backoff_key};
 use crate::cgroup::CgroupManager;
 use crate::config::NodeConfig;
 use crate::container::{
-    ContainerInputs, PullDecision, TERMINATION_MESSAGE_PATH_ANNOTATION,
-    TERMINATION_MESSAGE_POLICY_ANNOTATION, container_config, container_hash, pull_decision,
+    ContainerInputs, ContainerType, PullDecision, TERMINATION_MESSAGE_PATH_ANNOTATION,
+    TERMINATION_MESSAGE_POLICY_ANNOTATION, container_config, container_hash, ephemeral_container,
+    pull_decision,
 };
 use crate::cri::{CriClient, CriError};
 use crate::env::{EnvSources, container_env};
@@ -320,7 +321,8 @@ impl RuntimeManager {
         let finished = actions.kill_pod && !actions.create_sandbox;
         let starts_something = actions.create_sandbox
             || actions.next_init_container.is_some()
-            || !actions.containers_to_start.is_empty();
+            || !actions.containers_to_start.is_empty()
+            || !actions.ephemeral_containers_to_start.is_empty();
         let volumes = if finished {
             PodVolumes::default()
         } else {
@@ -415,23 +417,41 @@ impl RuntimeManager {
             ..sources.clone()
         };
         // A fresh sandbox has no containers: look only at what the old ones did for counts.
+        // Ephemeral containers first (upstream: so a failing init container can be
+        // debugged), then the next init container or the regular ones.
         let s = spec(pod);
-        let mut starts: Vec<(&Container, bool)> = vec![];
+        let mut starts: Vec<(std::borrow::Cow<'_, Container>, ContainerType, Option<&str>)> =
+            vec![];
+        for e in &actions.ephemeral_containers_to_start {
+            if let Some(ec) = s.ephemeral_containers.as_ref().and_then(|v| v.get(e.index)) {
+                starts.push((
+                    std::borrow::Cow::Owned(ephemeral_container(ec)),
+                    ContainerType::Ephemeral,
+                    e.target_id.as_deref(),
+                ));
+            }
+        }
         if let Some(i) = actions.next_init_container {
             if let Some(c) = s.init_containers.as_ref().and_then(|v| v.get(i)) {
-                starts.push((c, true));
+                starts.push((std::borrow::Cow::Borrowed(c), ContainerType::Init, None));
             }
         } else {
             for &i in &actions.containers_to_start {
-                starts.push((&s.containers[i], false));
+                starts.push((
+                    std::borrow::Cow::Borrowed(&s.containers[i]),
+                    ContainerType::Regular,
+                    None,
+                ));
             }
         }
-        for (c, init) in starts {
+        for (c, kind, pid_target) in starts {
+            let c = c.as_ref();
             match self
                 .start_container(
                     pod,
                     c,
-                    init,
+                    kind,
+                    pid_target,
                     &sandbox_id,
                     &sandbox_cfg,
                     &rt,
@@ -485,19 +505,22 @@ impl RuntimeManager {
         }
     }
 
+    /// Starts one instance of `c`; `kind` says which list it is from, and for an
+    /// ephemeral container with a target, the target's runtime ID.
     #[allow(clippy::too_many_arguments)]
     async fn start_container(
         &self,
         pod: &Pod,
         c: &Container,
-        init: bool,
+        kind: ContainerType,
+        pid_target: Option<&str>,
         sandbox_id: &str,
         sandbox_cfg: &cri::PodSandboxConfig,
         rt: &RuntimePod,
         sources: &EnvSources,
         volumes: &PodVolumes,
     ) -> Result<(), WaitingReason> {
-        let latest = rt.latest(&c.name, init);
+        let latest = rt.latest(&c.name, kind);
         // CrashLoopBackOff: a restart waits for the back-off since the last exit.
         if let Some(l) = latest.filter(|l| l.state == RuntimeState::Exited) {
             let key = backoff_key(
@@ -540,7 +563,8 @@ impl RuntimeManager {
             restart_count,
             image_ref: &image_ref,
             env: &env,
-            init,
+            kind,
+            pid_target,
         };
         let mut cfg = container_config(&self.node, pod, &input)
             .map_err(|e| reason("CreateContainerConfigError", e.to_string()))?;
@@ -671,7 +695,7 @@ impl RuntimeManager {
         for c in running {
             let cri = self.cri.clone();
             let id = c.id.clone();
-            let spec_c = (!c.init)
+            let spec_c = (c.kind == ContainerType::Regular)
                 .then(|| {
                     spec(pod)
                         .containers

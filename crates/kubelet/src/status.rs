@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::container::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_RESTART_COUNT_ANNOTATION, CONTAINER_TYPE_ANNOTATION,
+    ContainerType, ephemeral_container,
 };
 use crate::probe::{ProbeSnapshot, started_and_ready};
 use crate::qos::pod_qos;
@@ -59,7 +60,8 @@ pub struct RuntimeContainer {
     pub image_ref: String,
     pub restart_count: i32,
     pub hash: String,
-    pub init: bool,
+    /// Regular, init or ephemeral (from the kubelet's type annotation).
+    pub kind: ContainerType,
     pub sandbox_id: String,
 }
 
@@ -96,7 +98,7 @@ impl RuntimeContainer {
             image_ref: s.image_ref.clone(),
             restart_count: ann(CONTAINER_RESTART_COUNT_ANNOTATION).parse().unwrap_or(0),
             hash: ann(CONTAINER_HASH_ANNOTATION),
-            init: ann(CONTAINER_TYPE_ANNOTATION) == "init",
+            kind: ContainerType::from_annotation(&ann(CONTAINER_TYPE_ANNOTATION)),
             sandbox_id: sandbox_id.to_owned(),
         }
     }
@@ -164,22 +166,22 @@ impl RuntimePod {
         });
     }
 
-    /// The newest instance of the container `name` (regular or init, by `init`).
-    pub fn latest(&self, name: &str, init: bool) -> Option<&RuntimeContainer> {
+    /// The newest instance of the container `name` of type `kind`.
+    pub fn latest(&self, name: &str, kind: ContainerType) -> Option<&RuntimeContainer> {
         self.containers
             .iter()
-            .find(|c| c.name == name && c.init == init)
+            .find(|c| c.name == name && c.kind == kind)
     }
 
-    /// The instances of `name`, newest first.
+    /// The instances of `name` of type `kind`, newest first.
     pub fn instances<'a>(
         &'a self,
         name: &'a str,
-        init: bool,
+        kind: ContainerType,
     ) -> impl Iterator<Item = &'a RuntimeContainer> + 'a {
         self.containers
             .iter()
-            .filter(move |c| c.name == name && c.init == init)
+            .filter(move |c| c.name == name && c.kind == kind)
     }
 
     /// The pod IPs of the newest sandbox.
@@ -325,7 +327,7 @@ pub struct WaitingReason {
 fn container_statuses(
     pod: &Pod,
     containers: &[Container],
-    init: bool,
+    kind: ContainerType,
     rt: &RuntimePod,
     reasons: &HashMap<String, WaitingReason>,
     default_waiting: &str,
@@ -335,7 +337,7 @@ fn container_statuses(
     containers
         .iter()
         .map(|c| {
-            let mut instances = rt.instances(&c.name, init);
+            let mut instances = rt.instances(&c.name, kind);
             let latest = instances.next();
             let previous = instances.next();
             let mut st = ContainerStatus {
@@ -360,19 +362,20 @@ fn container_statuses(
                 st.restart_count = l.restart_count;
                 st.state = Some(api_state(l));
                 let running = l.state == RuntimeState::Running;
-                if init {
-                    st.ready = false;
-                    st.started = Some(running);
-                } else {
+                if kind == ContainerType::Regular {
                     let (started, ready) = started_and_ready(c, &l.id, running, probes);
                     st.ready = ready;
                     st.started = Some(started);
+                } else {
+                    // Init and ephemeral containers are never ready.
+                    st.ready = false;
+                    st.started = Some(running);
                 }
                 if let Some(p) = previous {
                     st.last_state = Some(api_state(p));
                 }
             }
-            let restarting = init_restartable(init, policy, latest);
+            let restarting = will_start(kind, policy, latest);
             if let Some(r) = reasons.get(&c.name).filter(|_| restarting) {
                 if st.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
                     st.last_state = st.state.take();
@@ -390,16 +393,19 @@ fn container_statuses(
         .collect()
 }
 
-fn init_restartable(init: bool, policy: &str, latest: Option<&RuntimeContainer>) -> bool {
-    if init {
+/// Whether the container will be started (again), so a waiting reason of the last sync
+/// is what its status shows.
+fn will_start(kind: ContainerType, policy: &str, latest: Option<&RuntimeContainer>) -> bool {
+    match kind {
         // Init containers run again after a failure unless the policy is Never.
-        match latest {
+        ContainerType::Init => match latest {
             None => true,
             Some(c) if c.state == RuntimeState::Exited => c.exit_code != 0 && policy != "Never",
             Some(c) => c.state != RuntimeState::Running,
-        }
-    } else {
-        should_restart(policy, latest)
+        },
+        // Ephemeral containers start once and never again.
+        ContainerType::Ephemeral => latest.is_none(),
+        ContainerType::Regular => should_restart(policy, latest),
     }
 }
 
@@ -536,7 +542,7 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
     let now = Time(inputs.now.unwrap_or(Timestamp::UNIX_EPOCH));
     let inits = s.init_containers.clone().unwrap_or_default();
     let init_done = inits.iter().all(|c| {
-        rt.latest(&c.name, true)
+        rt.latest(&c.name, ContainerType::Init)
             .is_some_and(|l| l.state == RuntimeState::Exited && l.exit_code == 0)
     });
     let default_waiting = if inits.is_empty() || init_done {
@@ -547,7 +553,7 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
     let init_statuses = container_statuses(
         pod,
         &inits,
-        true,
+        ContainerType::Init,
         rt,
         &inputs.reasons,
         "PodInitializing",
@@ -556,10 +562,27 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
     let statuses = container_statuses(
         pod,
         &s.containers,
-        false,
+        ContainerType::Regular,
         rt,
         &inputs.reasons,
         default_waiting,
+        &inputs.probes,
+    );
+    // Ephemeral containers have their own list and count for nothing else: not the
+    // phase, not the Ready and ContainersReady conditions.
+    let ephemeral: Vec<Container> = s
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(ephemeral_container)
+        .collect();
+    let ephemeral_statuses = container_statuses(
+        pod,
+        &ephemeral,
+        ContainerType::Ephemeral,
+        rt,
+        &inputs.reasons,
+        "ContainerCreating",
         &inputs.probes,
     );
     // A terminal phase is final (upstream keeps it whatever the runtime says later).
@@ -667,6 +690,7 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
         qos_class: Some(pod_qos(pod).as_str().to_owned()),
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral_statuses),
         ..Default::default()
     }
 }
@@ -729,7 +753,11 @@ mod tests {
             image_ref: "sha256:bb".into(),
             restart_count: restarts,
             hash: String::new(),
-            init,
+            kind: if init {
+                ContainerType::Init
+            } else {
+                ContainerType::Regular
+            },
             sandbox_id: "sb".into(),
         }
     }
@@ -1143,5 +1171,143 @@ mod tests {
         assert!(!should_restart("OnFailure", Some(&c(Exited, 0))));
         assert!(!should_restart("Never", Some(&c(Exited, 1))));
         assert!(should_restart("Never", Some(&c(Created, 0))));
+    }
+
+    #[test]
+    fn ephemeral_container_statuses_count_for_nothing_else() {
+        use k8s_openapi::api::core::v1::EphemeralContainer;
+        let mut p = pod(&["a"], &[], "Always");
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(
+            ["dbg", "later", "broken"]
+                .iter()
+                .map(|n| EphemeralContainer {
+                    name: (*n).into(),
+                    image: Some("busybox".into()),
+                    target_container_name: Some("a".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        let mut dbg = rc("dbg", Running, 0, 20, 0, false);
+        dbg.kind = ContainerType::Ephemeral;
+        let reasons = HashMap::from([(
+            "broken".to_string(),
+            WaitingReason {
+                reason: "ErrImagePull".into(),
+                message: "no such image".into(),
+            },
+        )]);
+        let inputs = StatusInputs {
+            reasons,
+            ..Default::default()
+        };
+        let st = pod_status(
+            &p,
+            &rt(vec![rc("a", Running, 0, 10, 0, false), dbg.clone()]),
+            &inputs,
+        );
+        let es = st.ephemeral_container_statuses.as_ref().unwrap();
+        assert_eq!(es.len(), 3);
+        assert_eq!(es[0].name, "dbg");
+        assert!(es[0].state.as_ref().unwrap().running.is_some());
+        assert_eq!(es[0].container_id.as_deref(), Some("containerd://dbg-20"));
+        assert_eq!(
+            (es[0].image.as_str(), es[0].image_id.as_str()),
+            ("busybox", "sha256:bb")
+        );
+        assert_eq!(
+            (es[0].ready, es[0].started, es[0].restart_count),
+            (false, Some(true), 0)
+        );
+        let waiting = |i: usize| {
+            es[i]
+                .state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .clone()
+        };
+        assert_eq!(waiting(1).as_deref(), Some("ContainerCreating"));
+        assert_eq!(waiting(2).as_deref(), Some("ErrImagePull"));
+        // Not in the regular statuses; the pod is Running and Ready although no
+        // ephemeral container is ready.
+        assert_eq!(st.container_statuses.as_ref().unwrap().len(), 1);
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let cond = |st: &PodStatus, t: &str| {
+            st.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .status
+                .clone()
+        };
+        assert_eq!(cond(&st, "Ready"), "True");
+        assert_eq!(cond(&st, "ContainersReady"), "True");
+
+        // Exited: terminated, no waiting reason over it, the pod as before.
+        dbg.state = Exited;
+        dbg.finished_at = 30;
+        let st = pod_status(
+            &p,
+            &rt(vec![rc("a", Running, 0, 10, 0, false), dbg]),
+            &inputs,
+        );
+        let es = st.ephemeral_container_statuses.as_ref().unwrap();
+        let t = es[0].state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        assert_eq!(es[0].started, Some(false));
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&st, "Ready"), "True");
+
+        // A pod whose regular container succeeded (Never) is Succeeded whatever its
+        // ephemeral containers do.
+        let mut never = p.clone();
+        never.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+        let mut running = rc("dbg", Running, 0, 20, 0, false);
+        running.kind = ContainerType::Ephemeral;
+        let st = pod_status(
+            &never,
+            &rt(vec![rc("a", Exited, 0, 10, 0, false), running]),
+            &StatusInputs::default(),
+        );
+        assert_eq!(st.phase.as_deref(), Some("Succeeded"));
+
+        // Without ephemeral containers the field stays unset.
+        let st = pod_status(
+            &pod(&["a"], &[], "Always"),
+            &rt(vec![rc("a", Running, 0, 10, 0, false)]),
+            &StatusInputs::default(),
+        );
+        assert!(st.ephemeral_container_statuses.is_none());
+    }
+
+    #[test]
+    fn container_type_from_the_annotation() {
+        let mut st = cri::ContainerStatus {
+            id: "x".into(),
+            ..Default::default()
+        };
+        for (value, kind) in [
+            (None, ContainerType::Regular),
+            (Some("init"), ContainerType::Init),
+            (Some("EPHEMERAL"), ContainerType::Ephemeral),
+            (Some("REGULAR"), ContainerType::Regular),
+        ] {
+            st.annotations.clear();
+            if let Some(v) = value {
+                st.annotations
+                    .insert(CONTAINER_TYPE_ANNOTATION.to_owned(), v.to_owned());
+            }
+            assert_eq!(
+                RuntimeContainer::from_cri(&st, "sb").kind,
+                kind,
+                "{value:?}"
+            );
+        }
     }
 }

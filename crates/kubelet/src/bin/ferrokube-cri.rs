@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ferrokube_kubelet::config::NodeConfig;
-use ferrokube_kubelet::container::{ContainerInputs, container_config};
+use ferrokube_kubelet::container::{ContainerInputs, ContainerType, container_config};
 use ferrokube_kubelet::cri::{CriClient, DEFAULT_ENDPOINT};
 use ferrokube_kubelet::sandbox::sandbox_config;
 use k8s_cri::v1 as cri;
@@ -217,7 +217,8 @@ async fn start_one(
             restart_count: 0,
             image_ref,
             env: &[],
-            init: false,
+            kind: ContainerType::Regular,
+            pid_target: None,
         },
     )
     .map_err(|e| (e.to_string(), None))?;
@@ -422,7 +423,8 @@ mod tests {
                 restart_count: 0,
                 image_ref: "sha256:x",
                 env: &[],
-                init: false,
+                kind: ContainerType::Regular,
+                pid_target: None,
             },
         )
         .unwrap();
