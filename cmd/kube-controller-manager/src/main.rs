@@ -430,6 +430,13 @@ async fn main() -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn flags_are_well_formed() {
+        // clap's own checks (unique names, valid defaults) of the flattened groups.
+        use clap::CommandFactory;
+        Options::command().debug_assert();
+    }
+
     fn files(args: &[&str]) -> anyhow::Result<Vec<(&'static str, PathBuf, PathBuf)>> {
         let opts = Options::try_parse_from(
             std::iter::once("kube-controller-manager").chain(args.iter().copied()),

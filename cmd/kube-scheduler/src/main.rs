@@ -21,12 +21,6 @@ struct Opts {
     /// Path to kubeconfig file with authorization and master location information.
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
-    /// Accepted for compatibility; delegated authentication is not implemented.
-    #[arg(long = "authentication-kubeconfig")]
-    authentication_kubeconfig: Option<String>,
-    /// Accepted for compatibility; delegated authorization is not implemented.
-    #[arg(long = "authorization-kubeconfig")]
-    authorization_kubeconfig: Option<String>,
     /// The port on which to serve /healthz, /readyz and /metrics over HTTPS; 0 serves
     /// nothing.
     #[arg(long = "secure-port", default_value_t = 10259)]
@@ -132,4 +126,24 @@ async fn main() -> anyhow::Result<()> {
         let _ = health.await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_well_formed() {
+        // clap's own checks (unique names, valid defaults) of the flattened groups.
+        Opts::command().debug_assert();
+        let opts = Opts::try_parse_from([
+            "kube-scheduler",
+            "--authentication-kubeconfig=/a",
+            "--authorization-kubeconfig=/b",
+            "--authorization-always-allow-paths=/healthz,/metrics",
+        ])
+        .unwrap();
+        assert_eq!(opts.auth.always_allow_paths, ["/healthz", "/metrics"]);
+    }
 }
