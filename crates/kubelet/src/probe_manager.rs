@@ -51,8 +51,24 @@ impl std::fmt::Debug for ProbeManager {
     }
 }
 
-/// A reference to a container of `pod` for events (`spec.containers{name}`).
+/// A reference to a container of `pod` for events: `spec.containers{name}`, or
+/// `spec.initContainers{name}` / `spec.ephemeralContainers{name}` for those (upstream's
+/// `fieldPath`).
 pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
+    let spec = pod.spec.as_ref();
+    let list = if spec
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|l| l.iter().any(|c| c.name == container))
+    {
+        "initContainers"
+    } else if spec
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .is_some_and(|l| l.iter().any(|c| c.name == container))
+    {
+        "ephemeralContainers"
+    } else {
+        "containers"
+    };
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -60,7 +76,7 @@ pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
         namespace: Some(namespace(pod).to_owned()),
         uid: Some(uid(pod).to_owned()),
         resource_version: pod.metadata.resource_version.clone(),
-        field_path: Some(format!("spec.containers{{{container}}}")),
+        field_path: Some(format!("spec.{list}{{{container}}}")),
     }
 }
 
@@ -232,5 +248,27 @@ async fn run_worker(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_name_the_list_a_container_is_in() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "initContainers": [{"name": "setup"}],
+                "containers": [{"name": "app"}],
+                "ephemeralContainers": [{"name": "debugger"}]
+            }
+        }))
+        .unwrap();
+        let path = |c: &str| container_ref(&pod, c).field_path.unwrap();
+        assert_eq!(path("app"), "spec.containers{app}");
+        assert_eq!(path("setup"), "spec.initContainers{setup}");
+        assert_eq!(path("debugger"), "spec.ephemeralContainers{debugger}");
     }
 }
