@@ -22,10 +22,12 @@ export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 RUST_BACKTRACE=1
 prune_build_cache() {
   local dir=$1
   free_gib() { df -P --block-size=1G "$dir" | awk 'NR == 2 { print $4 }'; }
-  # Test executables (hundreds of MiB each) pile up under new hashes as dependencies and
-  # features change; one not relinked for 12 h is stale (a fresh clone relinks them all).
+  # Test executables (hundreds of MiB each) pile up under new hashes: a clone at another
+  # path builds every workspace crate under a new hash, so each fresh-clone run leaves
+  # its own behind (48 GB of them had gathered in one day). One not relinked for an hour
+  # is stale: this run relinks what it needs, and no clone reuses another's.
   [ -d "$dir/debug/deps" ] &&
-    find "$dir/debug/deps" -maxdepth 1 -type f -perm -u+x ! -name '*.so' -mmin +720 -delete
+    find "$dir/debug/deps" -maxdepth 1 -type f -perm -u+x ! -name '*.so' -mmin +60 -delete
   [ "$(free_gib)" -ge 12 ] && return 0
   rm -rf "$dir"/debug/incremental "$dir"/release/incremental
   [ "$(free_gib)" -ge 12 ] && return 0
