@@ -770,22 +770,22 @@ async fn resource_request(
         a
     };
     let admission = state.admission.request(attributes.clone());
-    // Upstream's default field manager: the User-Agent up to its first '/'.
-    let agent_manager = req
-        .headers()
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .map(|ua| {
-            ua.split('/')
-                .next()
-                .unwrap_or("")
-                .chars()
-                .take(128)
-                .collect::<String>()
-        });
+    // Upstream's default field manager, worked out for writes only: the User-Agent up
+    // to its first '/'.
+    let user_agent = req.headers().get(header::USER_AGENT).cloned();
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
-        field_manager: o.field_manager.or_else(|| agent_manager.clone()),
+        field_manager: o.field_manager.or_else(|| {
+            let ua = user_agent.as_ref()?.to_str().ok()?;
+            Some(
+                ua.split('/')
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(128)
+                    .collect(),
+            )
+        }),
         ..o
     };
     let method = req.method().clone();

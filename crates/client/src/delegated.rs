@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrokube_apimachinery::ApiError;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -76,31 +77,8 @@ impl User {
     }
 }
 
-/// A refusal: the status code and upstream's Status message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: u16,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Refusal {
-    /// The `metav1.Status` body upstream answers with.
-    pub fn status_json(&self) -> String {
-        serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason, "code": self.code,
-        })
-        .to_string()
-    }
-}
-
-fn unauthorized() -> Refusal {
-    Refusal {
-        code: 401,
-        reason: "Unauthorized",
-        message: "Unauthorized".into(),
-    }
+fn unauthorized() -> ApiError {
+    ApiError::unauthorized("Unauthorized")
 }
 
 /// How long reviews are remembered (upstream's defaults: 10 s each).
@@ -146,13 +124,16 @@ impl std::fmt::Debug for Gate {
     }
 }
 
-async fn client_from(path: &PathBuf) -> Result<kube::Client, crate::Error> {
-    let kc = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))?;
-    kube::Client::try_from(cfg).map_err(crate::Error::Kube)
+/// A client from `path`, as `--kubeconfig` loads one. Reviews are cached, so no
+/// client-side rate limit is put on them.
+async fn client_from(path: &std::path::Path) -> Result<kube::Client, crate::Error> {
+    crate::config::ClientOptions {
+        kubeconfig: Some(path.to_path_buf()),
+        qps: -1.0,
+        ..Default::default()
+    }
+    .client()
+    .await
 }
 
 impl Gate {
@@ -217,7 +198,7 @@ impl Gate {
         path: &str,
         bearer: Option<&str>,
         certificate_user: Option<User>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), ApiError> {
         if self.always_allowed(path) {
             return Ok(());
         }
@@ -232,7 +213,7 @@ impl Gate {
         self.authorize(&user, verb, path).await
     }
 
-    async fn review_token(&self, token: &str) -> Result<User, Refusal> {
+    async fn review_token(&self, token: &str) -> Result<User, ApiError> {
         let Some(client) = &self.authn else {
             return Err(unauthorized());
         };
@@ -267,21 +248,15 @@ impl Gate {
         user.ok_or_else(unauthorized)
     }
 
-    async fn authorize(&self, user: &User, verb: &str, path: &str) -> Result<(), Refusal> {
+    async fn authorize(&self, user: &User, verb: &str, path: &str) -> Result<(), ApiError> {
+        // Upstream's message for a non-resource path, and the authorizer's reason.
         let forbidden = |reason: &str| {
-            let mut message = format!(
-                "forbidden: User {:?} cannot {verb} path {path:?}",
-                user.name
-            );
+            let mut err = format!("User {:?} cannot {verb} path {path:?}", user.name);
             if !reason.is_empty() {
-                message.push_str(": ");
-                message.push_str(reason);
+                err.push_str(": ");
+                err.push_str(reason);
             }
-            Refusal {
-                code: 403,
-                reason: "Forbidden",
-                message,
-            }
+            ApiError::forbidden("", "", "", err)
         };
         let Some(client) = &self.authz else {
             return Err(forbidden(""));

@@ -175,9 +175,11 @@ pub async fn serve(
                                 let (code, body) = respond(&path);
                                 (code, body, "text/plain; charset=utf-8")
                             }
-                            Err(refusal) => {
-                                (refusal.code, refusal.status_json(), "application/json")
-                            }
+                            Err(refusal) => (
+                                refusal.code,
+                                serde_json::to_string(&refusal.to_status()).unwrap_or_default(),
+                                "application/json",
+                            ),
                         };
                         hyper::Response::builder()
                             .status(code)

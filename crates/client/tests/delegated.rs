@@ -99,7 +99,7 @@ async fn delegated_authentication_and_authorization() {
         .check("get", "/metrics", Some("not-a-token"), None)
         .await
         .unwrap_err();
-    assert_eq!((bad.code, bad.reason), (401, "Unauthorized"));
+    assert_eq!((bad.code, bad.reason.as_str()), (401, "Unauthorized"));
 
     let token = token_of(&srv, "prom").await;
     let denied = gate

@@ -283,6 +283,25 @@ mod tests {
             .find(|c| c.name == name)
             .unwrap();
         RuntimeContainer {
+            hash: container_hash(spec_c),
+            kind: if init {
+                ContainerType::Init
+            } else {
+                ContainerType::Regular
+            },
+            ..instance(name, state, exit, created, "s1")
+        }
+    }
+
+    /// A regular container instance in `sandbox`, with nothing else set.
+    fn instance(
+        name: &str,
+        state: RuntimeState,
+        exit: i32,
+        created: i64,
+        sandbox: &str,
+    ) -> RuntimeContainer {
+        RuntimeContainer {
             id: format!("{name}{created}"),
             name: name.into(),
             state,
@@ -295,13 +314,9 @@ mod tests {
             image: String::new(),
             image_ref: String::new(),
             restart_count: 0,
-            hash: container_hash(spec_c),
-            kind: if init {
-                ContainerType::Init
-            } else {
-                ContainerType::Regular
-            },
-            sandbox_id: "s1".into(),
+            hash: String::new(),
+            kind: ContainerType::Regular,
+            sandbox_id: sandbox.into(),
         }
     }
 
@@ -521,21 +536,8 @@ mod tests {
         sandbox: &str,
     ) -> RuntimeContainer {
         RuntimeContainer {
-            id: format!("{name}{created}"),
-            name: name.into(),
-            state,
-            created_at: created,
-            started_at: created,
-            finished_at: 0,
-            exit_code: exit,
-            reason: String::new(),
-            message: String::new(),
-            image: String::new(),
-            image_ref: String::new(),
-            restart_count: 0,
-            hash: String::new(),
             kind: ContainerType::Ephemeral,
-            sandbox_id: sandbox.into(),
+            ..instance(name, state, exit, created, sandbox)
         }
     }
 

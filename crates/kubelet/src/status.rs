@@ -698,6 +698,18 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The status of the pod's condition `t` (which must be there).
+    fn condition_status(st: &PodStatus, t: &str) -> String {
+        st.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap()
+            .status
+            .clone()
+    }
     use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -891,16 +903,7 @@ mod tests {
         assert_eq!(st.pod_ip.as_deref(), Some("10.244.0.9"));
         assert_eq!(st.host_ip.as_deref(), Some("192.168.1.5"));
         assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
-        let cond = |t: &str| {
-            st.conditions
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|c| c.type_ == t)
-                .unwrap()
-                .status
-                .clone()
-        };
+        let cond = |t: &str| condition_status(&st, t);
         assert_eq!(cond("Ready"), "True");
         assert_eq!(cond("ContainersReady"), "True");
         assert_eq!(cond("Initialized"), "True");
@@ -1021,15 +1024,7 @@ mod tests {
                 },
             );
             let cs = st.container_statuses.clone().unwrap().remove(0);
-            let cond = |t: &str| {
-                st.conditions
-                    .as_ref()
-                    .unwrap()
-                    .iter()
-                    .find(|c| c.type_ == t)
-                    .map(|c| c.status.clone())
-                    .unwrap()
-            };
+            let cond = |t: &str| condition_status(&st, t);
             (
                 cs.started.unwrap(),
                 cs.ready,
@@ -1236,18 +1231,8 @@ mod tests {
         // ephemeral container is ready.
         assert_eq!(st.container_statuses.as_ref().unwrap().len(), 1);
         assert_eq!(st.phase.as_deref(), Some("Running"));
-        let cond = |st: &PodStatus, t: &str| {
-            st.conditions
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|c| c.type_ == t)
-                .unwrap()
-                .status
-                .clone()
-        };
-        assert_eq!(cond(&st, "Ready"), "True");
-        assert_eq!(cond(&st, "ContainersReady"), "True");
+        assert_eq!(condition_status(&st, "Ready"), "True");
+        assert_eq!(condition_status(&st, "ContainersReady"), "True");
 
         // Exited: terminated, no waiting reason over it, the pod as before.
         dbg.state = Exited;
@@ -1262,7 +1247,7 @@ mod tests {
         assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
         assert_eq!(es[0].started, Some(false));
         assert_eq!(st.phase.as_deref(), Some("Running"));
-        assert_eq!(cond(&st, "Ready"), "True");
+        assert_eq!(condition_status(&st, "Ready"), "True");
 
         // A pod whose regular container succeeded (Never) is Succeeded whatever its
         // ephemeral containers do.

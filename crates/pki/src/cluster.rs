@@ -258,12 +258,8 @@ enum LeafKind {
         cn: String,
         dns: Vec<String>,
         ips: Vec<IpAddr>,
-    },
-    /// Serving and client (an etcd member's cert, also used towards its peers).
-    Peer {
-        cn: String,
-        dns: Vec<String>,
-        ips: Vec<IpAddr>,
+        /// Also for client use (an etcd member's cert, used towards its peers too).
+        peer: bool,
     },
     Client {
         cn: String,
@@ -315,16 +311,11 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
     if let Some(addr) = options.advertise_address {
         ips.push(addr);
     }
-    let etcd_serving = etcd_serving(options);
+
     for name in [hostname(), options.node_name.to_lowercase()] {
         dns.push(name);
     }
-    for san in &options.extra_sans {
-        match san.parse::<IpAddr>() {
-            Ok(ip) => ips.push(ip),
-            Err(_) => dns.push(san.clone()),
-        }
-    }
+    add_extra_sans(&options.extra_sans, &mut dns, &mut ips);
     dedup(&mut dns);
     dedup(&mut ips);
 
@@ -341,6 +332,7 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
                 cn: "kube-apiserver".into(),
                 dns,
                 ips,
+                peer: false,
             },
         },
         Leaf {
@@ -437,7 +429,7 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
         Leaf {
             cert: &paths.etcd_server_cert,
             key: &paths.etcd_server_key,
-            kind: etcd_serving,
+            kind: etcd_serving(options),
         },
         Leaf {
             cert: &paths.apiserver_etcd_client_cert,
@@ -463,7 +455,12 @@ fn kubelet_serving(options: &ClusterPkiOptions) -> LeafKind {
     ips.push(IpAddr::from([127, 0, 0, 1]));
     dedup(&mut dns);
     dedup(&mut ips);
-    LeafKind::Serving { cn: node, dns, ips }
+    LeafKind::Serving {
+        cn: node,
+        dns,
+        ips,
+        peer: false,
+    }
 }
 
 /// The etcd member's cert: the control plane's names and addresses, where the
@@ -476,18 +473,24 @@ fn etcd_serving(options: &ClusterPkiOptions) -> LeafKind {
     ];
     let mut ips = vec![IpAddr::from([127, 0, 0, 1])];
     ips.extend(options.advertise_address);
-    for san in &options.extra_sans {
+    add_extra_sans(&options.extra_sans, &mut dns, &mut ips);
+    dedup(&mut dns);
+    dedup(&mut ips);
+    LeafKind::Serving {
+        cn: "etcd".into(),
+        dns,
+        ips,
+        peer: true,
+    }
+}
+
+/// `--extra-sans`: entries that parse as IPs are IP SANs, the others DNS SANs.
+fn add_extra_sans(extra: &[String], dns: &mut Vec<String>, ips: &mut Vec<IpAddr>) {
+    for san in extra {
         match san.parse::<IpAddr>() {
             Ok(ip) => ips.push(ip),
             Err(_) => dns.push(san.clone()),
         }
-    }
-    dedup(&mut dns);
-    dedup(&mut ips);
-    LeafKind::Peer {
-        cn: "etcd".into(),
-        dns,
-        ips,
     }
 }
 
@@ -559,15 +562,9 @@ fn leaf_reusable(ca: &CertificateAuthority, leaf: &Leaf<'_>, now: SystemTime) ->
         return false;
     }
     match &leaf.kind {
-        LeafKind::Serving { cn, dns, ips } => {
+        LeafKind::Serving { cn, dns, ips, peer } => {
             info.server_auth
-                && info.common_name.as_deref() == Some(cn.as_str())
-                && dns.iter().all(|d| info.dns_sans.contains(d))
-                && ips.iter().all(|ip| info.ip_sans.contains(ip))
-        }
-        LeafKind::Peer { cn, dns, ips } => {
-            info.server_auth
-                && info.client_auth
+                && (info.client_auth || !peer)
                 && info.common_name.as_deref() == Some(cn.as_str())
                 && dns.iter().all(|d| info.dns_sans.contains(d))
                 && ips.iter().all(|ip| info.ip_sans.contains(ip))
@@ -591,12 +588,18 @@ fn ensure_leaf(
         return Ok(());
     }
     let issued = match &leaf.kind {
-        LeafKind::Serving { cn, dns, ips } => {
-            ca.issue_serving_cert(cn, dns, ips, Validity::leaf_default())?
-        }
-        LeafKind::Peer { cn, dns, ips } => {
-            ca.issue_peer_cert(cn, dns, ips, Validity::leaf_default())?
-        }
+        LeafKind::Serving {
+            cn,
+            dns,
+            ips,
+            peer: false,
+        } => ca.issue_serving_cert(cn, dns, ips, Validity::leaf_default())?,
+        LeafKind::Serving {
+            cn,
+            dns,
+            ips,
+            peer: true,
+        } => ca.issue_peer_cert(cn, dns, ips, Validity::leaf_default())?,
         LeafKind::Client { cn, groups } => {
             ca.issue_client_cert(cn, groups, Validity::leaf_default())?
         }

@@ -21,6 +21,7 @@ use ferrokube_validation::Validate;
 use k8s_openapi::api;
 use serde_json::{Map, Value, json};
 
+use crate::meta;
 use crate::strategy::{Hooks, StorageCodec, Strategy, TypedStrategy};
 
 const GENERATION: Hooks = Hooks {
@@ -45,13 +46,7 @@ const POD: Hooks = Hooks {
     // `spec.ephemeralContainers` changes only through `/ephemeralcontainers`.
     prepare_update: Some(|new: &mut Value, old: &Value| {
         let ephemeral = old["spec"]["ephemeralContainers"].clone();
-        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
-            if ephemeral.is_null() {
-                spec.remove("ephemeralContainers");
-            } else {
-                spec.insert("ephemeralContainers".into(), ephemeral);
-            }
-        }
+        meta::set_member(new, "spec", "ephemeralContainers", ephemeral);
     }),
     normalize: None,
     storage_codec: None,
@@ -81,17 +76,7 @@ const NAMESPACE: Hooks = Hooks {
     }),
     // `spec.finalizers` changes only through `/finalize`.
     prepare_update: Some(|new: &mut Value, old: &Value| {
-        let fins = old["spec"]["finalizers"].clone();
-        if let Some(o) = new.as_object_mut() {
-            let spec = o.entry("spec").or_insert_with(|| json!({}));
-            if let Some(s) = spec.as_object_mut() {
-                if fins.is_null() {
-                    s.remove("finalizers");
-                } else {
-                    s.insert("finalizers".into(), fins);
-                }
-            }
-        }
+        meta::set_member(new, "spec", "finalizers", old["spec"]["finalizers"].clone());
     }),
     ..Hooks::PLAIN
 };

@@ -49,6 +49,27 @@ pub fn set_meta(obj: &mut Value, field: &str, value: Value) {
     }
 }
 
+/// Sets `<parent>.<member>` (the parent object made if missing), or removes the member
+/// when `value` is null: the one part of an object a subresource or hook owns
+/// (`spec.finalizers`, `status.conditions`, `spec.ephemeralContainers`).
+pub fn set_member(obj: &mut Value, parent: &str, member: &str, value: Value) {
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(p) = o
+        .entry(parent)
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+    else {
+        return;
+    };
+    if value.is_null() {
+        p.remove(member);
+    } else {
+        p.insert(member.to_string(), value);
+    }
+}
+
 pub fn labels(obj: &Value) -> std::collections::BTreeMap<String, String> {
     meta(obj)
         .and_then(|m| m.get("labels"))

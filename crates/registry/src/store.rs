@@ -288,6 +288,13 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// A body naming another object than the URL does.
+fn name_mismatch(body_name: &str, url_name: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+    ))
+}
+
 fn strip_rv(obj: &Value) -> Value {
     let mut o = obj.clone();
     meta::set_meta(&mut o, "resourceVersion", Value::Null);
@@ -988,9 +995,7 @@ impl Store {
         if new_name.is_empty() {
             meta::set_meta(&mut new, "name", json!(name));
         } else if new_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({new_name}) does not match the name on the URL ({name})"
-            )));
+            return Err(name_mismatch(new_name, name));
         }
         if self.info.namespaced {
             let old_ns = meta::namespace(&old).to_string();
@@ -1064,43 +1069,19 @@ impl Store {
             Part::Approval => {
                 let mut fin = old.clone();
                 let conditions = new["status"]["conditions"].clone();
-                if let Some(o) = fin.as_object_mut() {
-                    let status = o.entry("status").or_insert_with(|| json!({}));
-                    if let Some(s) = status.as_object_mut() {
-                        if conditions.is_null() {
-                            s.remove("conditions");
-                        } else {
-                            s.insert("conditions".into(), conditions);
-                        }
-                    }
-                }
+                meta::set_member(&mut fin, "status", "conditions", conditions);
                 fin
             }
             Part::EphemeralContainers => {
                 let mut fin = old.clone();
                 let ephemeral = new["spec"]["ephemeralContainers"].clone();
-                if let Some(spec) = fin.get_mut("spec").and_then(Value::as_object_mut) {
-                    if ephemeral.is_null() {
-                        spec.remove("ephemeralContainers");
-                    } else {
-                        spec.insert("ephemeralContainers".into(), ephemeral);
-                    }
-                }
+                meta::set_member(&mut fin, "spec", "ephemeralContainers", ephemeral);
                 fin
             }
             Part::Finalize => {
                 let mut fin = old.clone();
                 let fins = new["spec"]["finalizers"].clone();
-                if let Some(o) = fin.as_object_mut() {
-                    let spec = o.entry("spec").or_insert_with(|| json!({}));
-                    if let Some(s) = spec.as_object_mut() {
-                        if fins.is_null() {
-                            s.remove("finalizers");
-                        } else {
-                            s.insert("finalizers".into(), fins);
-                        }
-                    }
-                }
+                meta::set_member(&mut fin, "spec", "finalizers", fins);
                 fin
             }
         };
@@ -1172,17 +1153,15 @@ impl Store {
         part: Part,
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
-        let input = UpdateInput::Apply { config, force };
-        match self.update(ns, name, input.clone(), part, opts).await {
+        let input = UpdateInput::Apply {
+            config: config.clone(),
+            force,
+        };
+        match self.update(ns, name, input, part, opts).await {
             Err(e) if e.code == 404 && part == Part::Main => {
-                let UpdateInput::Apply { config, force } = input else {
-                    unreachable!("built above")
-                };
                 let config_name = meta::name(&config);
                 if !config_name.is_empty() && config_name != name {
-                    return Err(ApiError::bad_request(format!(
-                        "the name of the object ({config_name}) does not match the name on the URL ({name})"
-                    )));
+                    return Err(name_mismatch(config_name, name));
                 }
                 let (now, api_version) = (self.now(), self.info.api_version());
                 let mut obj = managedfields::apply(

@@ -282,98 +282,62 @@ async fn bad_apply_requests() {
             .body(body.as_bytes().to_vec())
             .unwrap()
     };
-    let status = |r: Result<ConfigMap, kube::Error>| api_error(r.unwrap_err());
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n";
-
-    let e = status(
-        c.request(patch("", "application/apply-patch+yaml", yaml))
-            .await,
-    );
-    assert_eq!(e.code, 422);
-    assert!(
-        e.message
-            .contains("fieldManager: Required value: is required for apply patch"),
-        "{}",
-        e.message
-    );
-
-    let e = status(
-        c.request(patch("?force=true", "application/merge-patch+json", "{}"))
-            .await,
-    );
-    assert_eq!(e.code, 422);
-    assert!(
-        e.message
-            .contains("force: Forbidden: may not be specified for non-apply patch"),
-        "{}",
-        e.message
-    );
-
-    let e = status(
-        c.request(patch(
-            "?fieldManager=m",
-            "application/apply-patch+yaml",
-            "data: [\n",
-        ))
-        .await,
-    );
-    assert_eq!(e.code, 400);
-
-    let e = status(
-        c.request(patch(
-            "?fieldManager=m",
-            "application/apply-patch+yaml",
-            "data: {a: b}\n",
-        ))
-        .await,
-    );
-    assert_eq!(e.code, 400);
-    assert!(
-        e.message.contains("apiVersion must be set"),
-        "{}",
-        e.message
-    );
-
-    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\n";
-    let e = status(
-        c.request(patch(
-            "?fieldManager=m",
-            "application/apply-patch+yaml",
-            other,
-        ))
-        .await,
-    );
-    assert_eq!(e.code, 400);
-    assert!(
-        e.message.contains("does not match the name on the URL"),
-        "{}",
-        e.message
-    );
-
+    const APPLY: &str = "application/apply-patch+yaml";
     let managed =
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  managedFields: [{manager: m}]\n";
-    let e = status(
-        c.request(patch(
+    // (query, content type, body, code, part of the message)
+    let cases = [
+        (
+            "",
+            APPLY,
+            yaml,
+            422,
+            "fieldManager: Required value: is required for apply patch",
+        ),
+        (
+            "?force=true",
+            "application/merge-patch+json",
+            "{}",
+            422,
+            "force: Forbidden: may not be specified for non-apply patch",
+        ),
+        ("?fieldManager=m", APPLY, "data: [\n", 400, ""),
+        (
             "?fieldManager=m",
-            "application/apply-patch+yaml",
+            APPLY,
+            "data: {a: b}\n",
+            400,
+            "apiVersion must be set",
+        ),
+        (
+            "?fieldManager=m",
+            APPLY,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\n",
+            400,
+            "does not match the name on the URL",
+        ),
+        (
+            "?fieldManager=m",
+            APPLY,
             managed,
-        ))
-        .await,
-    );
-    assert_eq!(e.code, 400);
-    assert!(
-        e.message.contains("managedFields must be nil"),
-        "{}",
-        e.message
-    );
+            400,
+            "managedFields must be nil",
+        ),
+    ];
+    for (query, ct, body, code, message) in cases {
+        let e = api_error(
+            c.request::<ConfigMap>(patch(query, ct, body))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(e.code, code, "{query} {body}: {}", e.message);
+        assert!(e.message.contains(message), "{}", e.message);
+    }
 
     // A YAML apply creates with 201.
     let created = c
-        .request::<ConfigMap>(patch(
-            "?fieldManager=m",
-            "application/apply-patch+yaml",
-            yaml,
-        ))
+        .request::<ConfigMap>(patch("?fieldManager=m", APPLY, yaml))
         .await
         .unwrap();
     assert_eq!(created.data.unwrap()["a"], "b");

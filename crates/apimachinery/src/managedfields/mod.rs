@@ -20,9 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails}
 use serde_json::{Map, Value, json};
 
 pub use set::{FieldSet, path_string};
-pub use typed::{Comparison, Schema, compare, merge, remove_items, to_field_set};
+pub use typed::Schema;
+use typed::{compare, merge, remove_items, to_field_set};
 
-use crate::errors::ApiError;
+use crate::errors::{ApiError, cause, reason};
 
 /// The manager that owns what an object had before its first apply.
 pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
@@ -244,17 +245,20 @@ pub struct Writer<'a> {
 impl Writer<'_> {
     /// `fields` without what no one owns and what this write may not touch.
     fn ownable(&self, fields: &FieldSet) -> FieldSet {
-        let mut out = fields
-            .without_subtree(&["f:apiVersion"])
-            .without_subtree(&["f:kind"]);
+        if self.scope == Scope::StatusOnly {
+            // Only `status`, which holds none of the fields nobody owns.
+            return fields.only_subtree(&["f:status"]);
+        }
+        let mut out = fields.clone();
+        out.remove_subtree(&["f:apiVersion"]);
+        out.remove_subtree(&["f:kind"]);
         for m in STRIPPED_METADATA {
-            out = out.without_subtree(&["f:metadata", m]);
+            out.remove_subtree(&["f:metadata", m]);
         }
-        match self.scope {
-            Scope::Object => out,
-            Scope::AllButStatus => out.without_subtree(&["f:status"]),
-            Scope::StatusOnly => out.only_subtree(&["f:status"]),
+        if self.scope == Scope::AllButStatus {
+            out.remove_subtree(&["f:status"]);
         }
+        out
     }
 }
 
@@ -289,7 +293,7 @@ fn with_managed_fields(mut obj: Value, managed: &Managed) -> Value {
 /// The configuration an apply may set: `status` dropped on a main resource whose
 /// status is a subresource, everything but `status` and the object's identity
 /// dropped on the status subresource.
-pub fn scoped_config(config: &Value, scope: Scope) -> Value {
+fn scoped_config(config: &Value, scope: Scope) -> Value {
     let Value::Object(c) = config else {
         return config.clone();
     };
@@ -536,7 +540,7 @@ fn conflict_error(conflicts: &[(String, Vec<String>)], resource: (&str, &str, &s
     let (group, plural, name) = resource;
     ApiError {
         code: 409,
-        reason: "Conflict".into(),
+        reason: reason::CONFLICT.into(),
         message,
         details: Some(Box::new(StatusDetails {
             group: (!group.is_empty()).then(|| group.to_string()),
@@ -546,7 +550,7 @@ fn conflict_error(conflicts: &[(String, Vec<String>)], resource: (&str, &str, &s
                 conflicts
                     .iter()
                     .map(|(m, p)| StatusCause {
-                        reason: Some("FieldManagerConflict".into()),
+                        reason: Some(cause::FIELD_MANAGER_CONFLICT.into()),
                         message: Some(format!("conflict with {m}")),
                         field: Some(path_string(p)),
                     })

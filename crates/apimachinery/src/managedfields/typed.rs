@@ -188,12 +188,6 @@ pub struct Comparison {
     pub removed: FieldSet,
 }
 
-impl Comparison {
-    pub fn is_same(&self) -> bool {
-        self.added.is_empty() && self.modified.is_empty() && self.removed.is_empty()
-    }
-}
-
 /// The paths added, modified and removed from `old` to `new`.
 pub fn compare(old: &Value, new: &Value, schema: Schema) -> Comparison {
     let mut c = Comparison::default();
@@ -551,7 +545,7 @@ mod tests {
             !c.modified
                 .contains(&["f:metadata", "f:finalizers", "v:\"b\""])
         );
-        assert!(compare(&old, &old, deployment()).is_same());
+        assert_eq!(compare(&old, &old, deployment()), Comparison::default());
     }
 
     #[test]
