@@ -43,6 +43,12 @@ struct Options {
     concurrent_rc_syncs: usize,
     #[arg(long = "concurrent-endpoint-syncs", default_value_t = 5)]
     concurrent_endpoint_syncs: usize,
+    /// The number of job objects that are allowed to sync concurrently.
+    #[arg(long = "concurrent-job-syncs", default_value_t = 5)]
+    concurrent_job_syncs: usize,
+    /// The number of cronjob objects that are allowed to sync concurrently.
+    #[arg(long = "concurrent-cron-job-syncs", default_value_t = 5)]
+    concurrent_cron_job_syncs: usize,
     #[arg(long = "concurrent-service-endpoint-syncs", default_value_t = 5)]
     concurrent_service_endpoint_syncs: usize,
     #[arg(long = "concurrent-gc-syncs", default_value_t = 20)]
@@ -247,6 +253,8 @@ impl Options {
             concurrent_replicaset_syncs: self.concurrent_replicaset_syncs,
             concurrent_rc_syncs: self.concurrent_rc_syncs,
             concurrent_endpoint_syncs: self.concurrent_endpoint_syncs,
+            concurrent_job_syncs: self.concurrent_job_syncs,
+            concurrent_cron_job_syncs: self.concurrent_cron_job_syncs,
             concurrent_service_endpoint_syncs: self.concurrent_service_endpoint_syncs,
             concurrent_gc_syncs: self.concurrent_gc_syncs,
             concurrent_namespace_syncs: self.concurrent_namespace_syncs,

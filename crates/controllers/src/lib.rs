@@ -16,6 +16,7 @@
 //! [`endpointslice`], [`endpointslicemirroring`] (custom Endpoints into slices),
 //! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
+//! [`job`] (a Job's pods run to completion or failure),
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
 //! [`pvprotection`] (the storage protection finalizers removed once unused),
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
@@ -42,6 +43,7 @@ pub mod endpointslicemirroring;
 pub mod events;
 pub mod expectations;
 pub mod garbagecollector;
+pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;

@@ -25,6 +25,7 @@ use crate::endpointslice::EndpointSliceController;
 use crate::endpointslicemirroring::EndpointSliceMirroringController;
 use crate::events::EventSink;
 use crate::garbagecollector::GarbageCollector;
+use crate::job::JobController;
 use crate::namespace::NamespaceController;
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::podgc::PodGcController;
@@ -62,6 +63,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ),
     ("disruption-controller", "disruption"),
     ("ttl-after-finished-controller", "ttl-after-finished"),
+    ("job-controller", "job"),
     (
         "persistentvolumeclaim-protection-controller",
         "pvc-protection",
@@ -82,7 +84,6 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "job-controller",
     "cronjob-controller",
     "daemonset-controller",
     "statefulset-controller",
@@ -195,6 +196,8 @@ pub struct ManagerConfig {
     pub concurrent_gc_syncs: usize,
     pub concurrent_namespace_syncs: usize,
     pub concurrent_serviceaccount_syncs: usize,
+    pub concurrent_job_syncs: usize,
+    pub concurrent_cron_job_syncs: usize,
     pub terminated_pod_gc_threshold: usize,
     pub node_lifecycle: NodeLifecycleConfig,
     pub informer_sync_timeout: Duration,
@@ -225,6 +228,8 @@ impl Default for ManagerConfig {
             concurrent_endpoint_syncs: 5,
             concurrent_service_endpoint_syncs: 5,
             concurrent_gc_syncs: 20,
+            concurrent_job_syncs: 5,
+            concurrent_cron_job_syncs: 5,
             concurrent_namespace_syncs: 10,
             concurrent_serviceaccount_syncs: 5,
             terminated_pod_gc_threshold: crate::podgc::DEFAULT_THRESHOLD,
@@ -343,6 +348,10 @@ impl Manager {
                 "resourcequota-controller" => {
                     (ResourceQuotaController::new(&factory, client.clone()), 5)
                 }
+                "job-controller" => (
+                    JobController::new(&factory, client.clone(), rec),
+                    cfg.concurrent_job_syncs,
+                ),
                 // Upstream's --concurrent-ttl-after-finished-syncs default.
                 "ttl-after-finished-controller" => {
                     (TtlAfterFinishedController::new(&factory, client.clone()), 5)

@@ -1,0 +1,1030 @@
+//! The Job controller (upstream `pkg/controller/job`): runs a Job's pods until enough
+//! of them succeed, or until its backoff limit or active deadline says it failed.
+//!
+//! What it does, as upstream v1.33:
+//! - pods from the template, owned by the Job (controller reference), named
+//!   `<job>-` + suffix (`<job>-<index>-` + suffix in `Indexed` mode, where each pod also
+//!   gets the completion index as label, annotation, `JOB_COMPLETION_INDEX` env var and
+//!   hostname `<job>-<index>`); at most `parallelism` active, never more than the
+//!   completions still missing; slow-start batches; expectations so a burst of watch
+//!   events never creates twice;
+//! - `NonIndexed` completes when `completions` pods succeeded (with no `completions`,
+//!   when one succeeded and none is left active); `Indexed` when every index in
+//!   `[0, completions)` has a succeeded pod (`status.completedIndexes` as `1,3-5`);
+//! - failures: failed pods (and, for `restartPolicy: OnFailure`, container restarts)
+//!   beyond `backoffLimit` → `BackoffLimitExceeded`; `activeDeadlineSeconds` after
+//!   `startTime` → `DeadlineExceeded`. Failed pods are replaced after upstream's
+//!   exponential back-off (10 s doubling, at most 6 min);
+//! - the terminal conditions in two steps, as upstream since 1.31: `SuccessCriteriaMet`
+//!   or `FailureTarget` first (remaining active pods are then deleted), and `Complete`
+//!   (with `completionTime`) or `Failed` once no pod of the Job is left running;
+//! - `suspend`: active pods deleted, `Suspended` condition; resuming resets `startTime`;
+//! - status `active`, `ready`, `terminating`, `succeeded`, `failed`, `startTime`, and
+//!   events (`SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `BackoffLimitExceeded`,
+//!   `DeadlineExceeded`, `Suspended`, `Resumed`).
+//!
+//! Not done (deviations): pods are counted from the pod cache, not with upstream's
+//! `batch.kubernetes.io/job-tracking` finalizer and `uncountedTerminatedPods`, so the
+//! counters never go down but a finished pod deleted before the controller saw it is
+//! not counted; no `podFailurePolicy`, `successPolicy`, `backoffLimitPerIndex`,
+//! `managedBy`; no adoption of orphan pods by selector.
+//!
+//! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
+//! [`pod_from_template`]. IO part: [`JobController`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, PostParams};
+
+use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
+use ferrokube_client::workqueue::WorkQueue;
+
+use crate::events::{EventSink, EventType, emit};
+use crate::expectations::Expectations;
+use crate::replicaset::{is_conflict, is_not_found, slow_start_batch};
+use crate::util::{controller_of, is_pod_ready, new_controller_ref, pod_phase};
+use crate::{Action, Controller, Error, Result, split_key};
+
+/// The label and annotation holding an Indexed Job pod's completion index.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// Upstream's `DefaultJobPodFailureBackOff` and `MaxJobPodFailureBackOff`.
+const BACKOFF_BASE: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(360);
+/// Upstream's `MaxPodCreateDeletePerSync`.
+const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
+
+/// The Job's pods, counted as upstream's status fields count them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// Names of the pods neither terminal nor being deleted.
+    pub active: Vec<String>,
+    /// Completion indexes of the active pods (Indexed mode).
+    pub active_indexes: BTreeSet<i32>,
+    pub ready: i32,
+    /// Pods being deleted that have not finished.
+    pub terminating: i32,
+    pub succeeded: i32,
+    pub failed: i32,
+    /// Indexes in range with a succeeded pod (Indexed mode).
+    pub succeeded_indexes: BTreeSet<i32>,
+    /// Container restarts of active pods (counted as failures for `OnFailure`).
+    pub restarts: i32,
+    /// When the newest failed pod finished.
+    pub last_failure: Option<Timestamp>,
+}
+
+fn index_of(pod: &Pod) -> Option<i32> {
+    let meta = &pod.metadata;
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(COMPLETION_INDEX))
+        .or_else(|| meta.labels.as_ref().and_then(|l| l.get(COMPLETION_INDEX)))
+        .and_then(|v| v.parse().ok())
+}
+
+/// When a failed pod finished: its containers' last termination, else its last
+/// condition change, else its creation.
+fn finished_at(pod: &Pod) -> Option<Timestamp> {
+    let status = pod.status.as_ref();
+    let terminated = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+        .map(|t| t.0)
+        .max();
+    terminated
+        .or_else(|| {
+            status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0)
+                .max()
+        })
+        .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// Counts `pods` (the Job's own); `completions` bounds the indexes that count.
+pub fn count_pods(pods: &[&Pod], indexed: bool, completions: Option<i32>) -> PodCounts {
+    let mut c = PodCounts::default();
+    let in_range = |i: i32| i >= 0 && completions.is_none_or(|n| i < n);
+    for pod in pods {
+        match pod_phase(pod) {
+            "Succeeded" => {
+                c.succeeded += 1;
+                if let Some(i) = index_of(pod).filter(|i| indexed && in_range(*i)) {
+                    c.succeeded_indexes.insert(i);
+                }
+            }
+            "Failed" => {
+                c.failed += 1;
+                c.last_failure = c.last_failure.max(finished_at(pod));
+            }
+            _ if pod.metadata.deletion_timestamp.is_some() => c.terminating += 1,
+            _ => {
+                c.active.push(pod.metadata.name.clone().unwrap_or_default());
+                if let Some(i) = index_of(pod).filter(|_| indexed) {
+                    c.active_indexes.insert(i);
+                }
+                if is_pod_ready(pod) {
+                    c.ready += 1;
+                }
+                let status = pod.status.as_ref();
+                c.restarts += status
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .into_iter()
+                    .chain(status.and_then(|s| s.init_container_statuses.as_ref()))
+                    .flatten()
+                    .map(|s| s.restart_count)
+                    .sum::<i32>();
+            }
+        }
+    }
+    if indexed {
+        // Upstream counts an index once, however many of its pods succeeded.
+        c.succeeded = c.succeeded_indexes.len() as i32;
+    }
+    c
+}
+
+/// `1,3-5` (upstream's compressed index list).
+pub fn format_indexes(set: &BTreeSet<i32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut iter = set.iter().copied().peekable();
+    while let Some(first) = iter.next() {
+        let mut last = first;
+        while iter.peek() == Some(&(last + 1)) {
+            last += 1;
+            iter.next();
+        }
+        out.push(if first == last {
+            first.to_string()
+        } else {
+            format!("{first}-{last}")
+        });
+    }
+    out.join(",")
+}
+
+/// How long after its `failures`-th failure a failed pod is replaced.
+pub fn backoff_delay(failures: i32) -> Duration {
+    if failures <= 0 {
+        return Duration::ZERO;
+    }
+    let doublings = (failures - 1).min(16) as u32;
+    BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_MAX)
+}
+
+/// Why a Job fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    BackoffLimitExceeded,
+    DeadlineExceeded,
+}
+
+impl Failure {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Failure::BackoffLimitExceeded => "BackoffLimitExceeded",
+            Failure::DeadlineExceeded => "DeadlineExceeded",
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Failure::BackoffLimitExceeded => "Job has reached the specified backoff limit",
+            Failure::DeadlineExceeded => "Job was active longer than specified deadline",
+        }
+    }
+}
+
+/// What one sync does.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Pods to create: `Some(index)` in Indexed mode.
+    pub create: Vec<Option<i32>>,
+    /// Active pods to delete, by name.
+    pub delete: Vec<String>,
+    /// The success criteria are met (`SuccessCriteriaMet`).
+    pub succeeded: bool,
+    /// The Job failed (`FailureTarget`).
+    pub failed: Option<Failure>,
+    /// Reconcile again after this (deadline, back-off).
+    pub requeue: Option<Duration>,
+}
+
+fn condition_true(job: &Job, type_: &str) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+/// Whether the Job reached `Complete` or `Failed`.
+pub fn is_finished(job: &Job) -> bool {
+    condition_true(job, "Complete") || condition_true(job, "Failed")
+}
+
+/// Upstream `syncJob`'s arithmetic for an unfinished Job whose `startTime` is
+/// `start`: which pods to create and delete, and whether it succeeded or failed.
+pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timestamp) -> Plan {
+    let spec = job.spec.clone().unwrap_or_default();
+    let mut p = Plan::default();
+    let delete_all = |p: &mut Plan| p.delete = counts.active.clone();
+    // A decision taken earlier stands: only the remaining pods go.
+    if condition_true(job, "SuccessCriteriaMet") {
+        p.succeeded = true;
+        delete_all(&mut p);
+        return p;
+    }
+    if let Some(c) = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "FailureTarget" && c.status == "True")
+        })
+    {
+        p.failed = Some(if c.reason.as_deref() == Some("DeadlineExceeded") {
+            Failure::DeadlineExceeded
+        } else {
+            Failure::BackoffLimitExceeded
+        });
+        delete_all(&mut p);
+        return p;
+    }
+    if spec.suspend == Some(true) {
+        delete_all(&mut p);
+        return p;
+    }
+    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+    let parallelism = spec.parallelism.unwrap_or(1).max(0);
+    let backoff_limit = spec.backoff_limit.unwrap_or(6);
+    let on_failure = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        == Some("OnFailure");
+    let failures = counts.failed + if on_failure { counts.restarts } else { 0 };
+    let past_backoff = if on_failure {
+        failures >= backoff_limit && failures > 0
+    } else {
+        counts.failed > backoff_limit
+    };
+    if past_backoff {
+        p.failed = Some(Failure::BackoffLimitExceeded);
+        delete_all(&mut p);
+        return p;
+    }
+    if let (Some(deadline), Some(start)) = (spec.active_deadline_seconds, start) {
+        let end = start
+            .as_millisecond()
+            .saturating_add(deadline.saturating_mul(1000));
+        let left = end - now.as_millisecond();
+        if left <= 0 {
+            p.failed = Some(Failure::DeadlineExceeded);
+            delete_all(&mut p);
+            return p;
+        }
+        p.requeue = Some(Duration::from_millis(left.unsigned_abs()));
+    }
+    let active = counts.active.len() as i32;
+    match (spec.completions, indexed) {
+        (Some(n), false) if counts.succeeded >= n => p.succeeded = true,
+        (Some(n), true) if counts.succeeded_indexes.len() as i32 >= n => p.succeeded = true,
+        (None, _) if counts.succeeded > 0 && active == 0 => p.succeeded = true,
+        _ => {}
+    }
+    if p.succeeded {
+        delete_all(&mut p);
+        return p;
+    }
+    // How many should run: the parallelism, but no more than the completions missing.
+    let wanted = match spec.completions {
+        Some(n) => parallelism.min((n - counts.succeeded).max(0)),
+        // Work-queue Jobs: once one pod succeeded, no new pods.
+        None if counts.succeeded > 0 => active.min(parallelism),
+        None => parallelism,
+    };
+    if active > wanted {
+        // Upstream deletes the surplus, newest indexes / last-listed first.
+        p.delete = counts.active[wanted as usize..].to_vec();
+        return p;
+    }
+    let missing = ((wanted - active) as usize).min(MAX_POD_CREATE_DELETE_PER_SYNC);
+    if missing == 0 {
+        return p;
+    }
+    // Failed pods are replaced only after the back-off since the last failure.
+    if counts.failed > 0
+        && let Some(last) = counts.last_failure
+    {
+        let delay = backoff_delay(counts.failed);
+        let ready_at = last.as_millisecond() + delay.as_millis() as i64;
+        let left = ready_at - now.as_millisecond();
+        if left > 0 {
+            let d = Duration::from_millis(left.unsigned_abs());
+            p.requeue = Some(p.requeue.map_or(d, |r| r.min(d)));
+            return p;
+        }
+    }
+    p.create = if indexed {
+        let n = spec.completions.unwrap_or(0);
+        (0..n)
+            .filter(|i| !counts.succeeded_indexes.contains(i) && !counts.active_indexes.contains(i))
+            .take(missing)
+            .map(Some)
+            .collect()
+    } else {
+        vec![None; missing]
+    };
+    p
+}
+
+/// A pod for `job` (upstream `GetPodFromTemplate` plus the Indexed additions).
+pub fn pod_from_template(job: &Job, index: Option<i32>) -> Pod {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let template = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let tm = template.metadata.unwrap_or_default();
+    let mut spec = template.spec.unwrap_or_default();
+    let mut labels = tm.labels.unwrap_or_default();
+    let mut annotations = tm.annotations.unwrap_or_default();
+    let generate_name = match index {
+        Some(i) => {
+            labels.insert(COMPLETION_INDEX.into(), i.to_string());
+            annotations.insert(COMPLETION_INDEX.into(), i.to_string());
+            spec.hostname = Some(format!("{name}-{i}"));
+            let env = EnvVar {
+                name: "JOB_COMPLETION_INDEX".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: format!("metadata.labels['{COMPLETION_INDEX}']"),
+                        api_version: None,
+                    }),
+                    ..Default::default()
+                }),
+                value: None,
+            };
+            for c in spec
+                .containers
+                .iter_mut()
+                .chain(spec.init_containers.iter_mut().flatten())
+            {
+                c.env.get_or_insert_with(Vec::new).push(env.clone());
+            }
+            format!("{name}-{i}-")
+        }
+        None => format!("{name}-"),
+    };
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(generate_name),
+            namespace: job.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            finalizers: tm.finalizers,
+            owner_references: Some(vec![new_controller_ref(
+                "batch/v1",
+                "Job",
+                &name,
+                job.metadata.uid.as_deref().unwrap_or_default(),
+            )]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// `conditions` with `type_` set to `status` (the transition time kept when the
+/// status does not change, as upstream's `ensureJobConditionStatus`).
+fn set_condition(
+    conditions: &mut Vec<JobCondition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != status {
+            c.status = status.into();
+            c.last_transition_time = Some(Time(now));
+        }
+        c.last_probe_time = Some(Time(now));
+        c.reason = Some(reason.into());
+        c.message = Some(message.into());
+        return;
+    }
+    conditions.push(JobCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_probe_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+    });
+}
+
+fn now_secs() -> u64 {
+    Timestamp::now().as_second().max(0) as u64
+}
+
+/// The Job controller.
+pub struct JobController {
+    client: kube::Client,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    expectations: Arc<Expectations>,
+    events: Arc<dyn EventSink>,
+}
+
+impl JobController {
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        events: Arc<dyn EventSink>,
+    ) -> Arc<Self> {
+        Arc::new(JobController {
+            client,
+            jobs: factory.informer::<Job>().store(),
+            pods: factory.informer::<Pod>().store(),
+            expectations: Arc::new(Expectations::new()),
+            events,
+        })
+    }
+
+    /// The key of the pod's controlling Job, if it is cached and the same object.
+    fn owner_key(jobs: &Store<Job>, pod: &Pod) -> Option<String> {
+        let r = controller_of(&pod.metadata)?;
+        if r.kind != "Job" || !r.api_version.starts_with("batch/") {
+            return None;
+        }
+        let job = jobs.get_by_name(pod.metadata.namespace.as_deref(), &r.name)?;
+        (job.metadata.uid.as_deref() == Some(r.uid.as_str())).then(|| object_key(&*job))
+    }
+
+    async fn create_pods(&self, job: &Job, key: &str, indexes: &[Option<i32>]) -> Result<()> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        self.expectations
+            .expect_creations(key, indexes.len(), now_secs());
+        let next = parking_lot::Mutex::new(indexes.iter());
+        let (_, err) = slow_start_batch(indexes.len(), 1, || {
+            let index = next.lock().next().copied().flatten();
+            let api = api.clone();
+            async move {
+                match api
+                    .create(&PostParams::default(), &pod_from_template(job, index))
+                    .await
+                {
+                    Ok(pod) => {
+                        let name = pod.metadata.name.unwrap_or_default();
+                        emit(
+                            &*self.events,
+                            job,
+                            EventType::Normal,
+                            "SuccessfulCreate",
+                            format!("Created pod: {name}"),
+                        );
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.expectations.creation_observed(key);
+                        emit(
+                            &*self.events,
+                            job,
+                            EventType::Warning,
+                            "FailedCreate",
+                            format!("Error creating: {e}"),
+                        );
+                        Err(e)
+                    }
+                }
+            }
+        })
+        .await;
+        // Creates a batch that stopped early never issued are not expected either.
+        let skipped = next.lock().len();
+        for _ in 0..skipped {
+            self.expectations.creation_observed(key);
+        }
+        err.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    async fn delete_pods(&self, job: &Job, key: &str, names: &[String]) -> Result<()> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let uids: Vec<(String, String)> = names
+            .iter()
+            .filter_map(|n| {
+                let pod = self.pods.get_by_name(Some(ns), n)?;
+                Some((n.clone(), pod.metadata.uid.clone().unwrap_or_default()))
+            })
+            .collect();
+        let expected: Vec<String> = uids.iter().map(|(_, u)| u.clone()).collect();
+        self.expectations
+            .expect_deletions(key, &expected, now_secs());
+        let mut first_error = None;
+        for (name, uid) in &uids {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => emit(
+                    &*self.events,
+                    job,
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {name}"),
+                ),
+                Err(e) => {
+                    self.expectations.deletion_observed(key, uid);
+                    if !is_not_found(&e) && first_error.is_none() {
+                        first_error = Some(e);
+                    }
+                }
+            }
+        }
+        first_error.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    async fn write_status(&self, job: &Job, status: JobStatus) -> Result<()> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let name = job.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
+        let mut current = job.clone();
+        // Retried once on a fresh copy (the role grants `update` on jobs/status).
+        for attempt in 0..2 {
+            current.status = Some(status.clone());
+            match api
+                .replace_status(name, &PostParams::default(), &current)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if attempt == 0 && is_conflict(&e) => current = api.get(name).await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Controller for JobController {
+    fn name(&self) -> &'static str {
+        "job"
+    }
+
+    fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
+        let q = queue.clone();
+        let exp = self.expectations.clone();
+        factory.informer::<Job>().add_event_handler(
+            move |n: Notification<Job>| {
+                let key = object_key(&**n.object());
+                if let Notification::Deleted { .. } = n {
+                    exp.delete(&key);
+                    return;
+                }
+                q.add(key);
+            },
+            None,
+        );
+        let q = queue.clone();
+        let exp = self.expectations.clone();
+        let jobs = self.jobs.clone();
+        factory.informer::<Pod>().add_event_handler(
+            move |n: Notification<Pod>| {
+                let pod = n.object();
+                let Some(key) = Self::owner_key(&jobs, pod) else {
+                    return;
+                };
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                match &n {
+                    Notification::Added { obj, .. }
+                        if obj.metadata.deletion_timestamp.is_none() =>
+                    {
+                        exp.creation_observed(&key)
+                    }
+                    Notification::Updated { old, new } => {
+                        if old.metadata.resource_version == new.metadata.resource_version {
+                            return;
+                        }
+                        if new.metadata.deletion_timestamp.is_some() {
+                            exp.deletion_observed(&key, uid);
+                        }
+                    }
+                    _ => exp.deletion_observed(&key, uid),
+                }
+                q.add(key);
+            },
+            None,
+        );
+    }
+
+    async fn reconcile(&self, key: &str) -> Result<Action> {
+        let (ns, _) = split_key(key);
+        let ns = ns.ok_or_else(|| Error::Invalid(format!("key {key:?} has no namespace")))?;
+        let Some(job) = self.jobs.get(key) else {
+            self.expectations.delete(key);
+            return Ok(Action::Done);
+        };
+        if is_finished(&job) || job.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::Done);
+        }
+        let uid = job.metadata.uid.as_deref().unwrap_or_default();
+        let pods = self.pods.list_namespace(ns);
+        let owned: Vec<&Pod> = pods
+            .iter()
+            .map(|p| &**p)
+            .filter(|p| controller_of(&p.metadata).is_some_and(|r| r.uid == uid))
+            .collect();
+        let spec = job.spec.clone().unwrap_or_default();
+        let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        let counts = count_pods(&owned, indexed, spec.completions);
+        let now = Timestamp::now();
+        let old = job.status.clone().unwrap_or_default();
+        let mut status = old.clone();
+        let mut conditions = old.conditions.clone().unwrap_or_default();
+        let suspended = spec.suspend == Some(true);
+
+        // Suspension and resumption (upstream resets startTime on resume).
+        let was_suspended = condition_true(&job, "Suspended");
+        if suspended && !was_suspended {
+            set_condition(
+                &mut conditions,
+                "Suspended",
+                "True",
+                "JobSuspended",
+                "Job suspended",
+                now,
+            );
+            emit(
+                &*self.events,
+                &*job,
+                EventType::Normal,
+                "Suspended",
+                "Job suspended".into(),
+            );
+        } else if !suspended && was_suspended {
+            set_condition(
+                &mut conditions,
+                "Suspended",
+                "False",
+                "JobResumed",
+                "Job resumed",
+                now,
+            );
+            emit(
+                &*self.events,
+                &*job,
+                EventType::Normal,
+                "Resumed",
+                "Job resumed".into(),
+            );
+            status.start_time = Some(Time(now));
+        }
+        if status.start_time.is_none() && !suspended {
+            status.start_time = Some(Time(now));
+        }
+
+        let plan = plan(&job, &counts, status.start_time.as_ref().map(|t| t.0), now);
+        let mut sync_error = None;
+        if self.expectations.satisfied(key, now_secs()) {
+            if !plan.delete.is_empty() {
+                sync_error = self.delete_pods(&job, key, &plan.delete).await.err();
+            } else if !plan.create.is_empty() {
+                sync_error = self.create_pods(&job, key, &plan.create).await.err();
+            }
+        }
+
+        // Pods just deleted are terminating, not active; new ones are active.
+        let deleting = plan.delete.len() as i32;
+        let active = counts.active.len() as i32 - deleting
+            + if sync_error.is_none() {
+                plan.create.len() as i32
+            } else {
+                0
+            };
+        status.active = Some(active.max(0));
+        status.ready = Some(counts.ready.min(active.max(0)));
+        status.terminating = Some(counts.terminating + deleting);
+        // Counted from pods: never below what was recorded before.
+        status.succeeded = Some(counts.succeeded.max(old.succeeded.unwrap_or(0)));
+        status.failed = Some(counts.failed.max(old.failed.unwrap_or(0)));
+        if indexed {
+            let done = format_indexes(&counts.succeeded_indexes);
+            status.completed_indexes = (!done.is_empty()).then_some(done);
+        }
+        status.uncounted_terminated_pods = Some(Default::default());
+
+        let none_running = active <= 0 && counts.terminating + deleting == 0;
+        if plan.succeeded {
+            set_condition(
+                &mut conditions,
+                "SuccessCriteriaMet",
+                "True",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+                now,
+            );
+            if none_running {
+                set_condition(
+                    &mut conditions,
+                    "Complete",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    now,
+                );
+                status.completion_time = Some(Time(now));
+                emit(
+                    &*self.events,
+                    &*job,
+                    EventType::Normal,
+                    "Completed",
+                    "Job completed".into(),
+                );
+            }
+        }
+        if let Some(f) = plan.failed {
+            if !condition_true(&job, "FailureTarget") {
+                emit(
+                    &*self.events,
+                    &*job,
+                    EventType::Warning,
+                    f.reason(),
+                    f.message().into(),
+                );
+            }
+            set_condition(
+                &mut conditions,
+                "FailureTarget",
+                "True",
+                f.reason(),
+                f.message(),
+                now,
+            );
+            if none_running {
+                set_condition(
+                    &mut conditions,
+                    "Failed",
+                    "True",
+                    f.reason(),
+                    f.message(),
+                    now,
+                );
+            }
+        }
+        status.conditions = (!conditions.is_empty()).then_some(conditions);
+        if status != old {
+            self.write_status(&job, status).await?;
+        }
+        if let Some(e) = sync_error {
+            return Err(e);
+        }
+        Ok(match plan.requeue {
+            Some(d) => Action::RequeueAfter(d),
+            None => Action::Done,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn job(spec: serde_json::Value) -> Job {
+        let mut v = json!({"metadata": {"name": "j", "namespace": "ns", "uid": "u1"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox"}]}}}});
+        for (k, val) in spec.as_object().unwrap() {
+            v["spec"][k] = val.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pod(name: &str, phase: &str, index: Option<i32>) -> Pod {
+        let mut v = json!({"metadata": {"name": name, "namespace": "ns",
+                           "creationTimestamp": "2020-01-01T00:00:00Z"},
+                           "status": {"phase": phase}});
+        if let Some(i) = index {
+            v["metadata"]["annotations"] = json!({COMPLETION_INDEX: i.to_string()});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn counts(pods: &[Pod], indexed: bool, completions: Option<i32>) -> PodCounts {
+        count_pods(&pods.iter().collect::<Vec<_>>(), indexed, completions)
+    }
+
+    #[test]
+    fn indexes_compress_into_ranges() {
+        let set = |v: &[i32]| v.iter().copied().collect::<BTreeSet<_>>();
+        assert_eq!(format_indexes(&set(&[])), "");
+        assert_eq!(format_indexes(&set(&[0])), "0");
+        assert_eq!(format_indexes(&set(&[1, 3, 4, 5, 7, 8])), "1,3-5,7-8");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_six_minutes() {
+        assert_eq!(backoff_delay(0), Duration::ZERO);
+        assert_eq!(backoff_delay(1), Duration::from_secs(10));
+        assert_eq!(backoff_delay(2), Duration::from_secs(20));
+        assert_eq!(backoff_delay(4), Duration::from_secs(80));
+        assert_eq!(backoff_delay(6), Duration::from_secs(320));
+        assert_eq!(backoff_delay(7), Duration::from_secs(360));
+        assert_eq!(backoff_delay(1000), Duration::from_secs(360));
+    }
+
+    #[test]
+    fn a_new_job_starts_parallelism_pods_up_to_its_completions() {
+        let none = PodCounts::default();
+        let p = plan(
+            &job(json!({"completions": 5, "parallelism": 2})),
+            &none,
+            None,
+            ts(0),
+        );
+        assert_eq!(p.create, vec![None, None]);
+        let p = plan(
+            &job(json!({"completions": 1, "parallelism": 3})),
+            &none,
+            None,
+            ts(0),
+        );
+        assert_eq!(p.create.len(), 1);
+        // Two succeeded, one running: one more of the five may start.
+        let c = counts(
+            &[
+                pod("a", "Succeeded", None),
+                pod("b", "Succeeded", None),
+                pod("c", "Running", None),
+            ],
+            false,
+            Some(5),
+        );
+        let p = plan(
+            &job(json!({"completions": 5, "parallelism": 2})),
+            &c,
+            Some(ts(0)),
+            ts(1),
+        );
+        assert_eq!(p.create.len(), 1);
+        assert!(!p.succeeded);
+    }
+
+    #[test]
+    fn enough_successes_complete_the_job_and_stop_the_rest() {
+        let c = counts(
+            &[pod("a", "Succeeded", None), pod("b", "Running", None)],
+            false,
+            Some(1),
+        );
+        let p = plan(
+            &job(json!({"completions": 1, "parallelism": 2})),
+            &c,
+            Some(ts(0)),
+            ts(1),
+        );
+        assert!(p.succeeded);
+        assert_eq!(p.delete, vec!["b".to_string()]);
+        assert!(p.create.is_empty());
+        // A work queue (no completions) succeeds once one pod did and none runs.
+        let c = counts(&[pod("a", "Succeeded", None)], false, None);
+        assert!(plan(&job(json!({"parallelism": 3})), &c, Some(ts(0)), ts(1)).succeeded);
+        let c = counts(
+            &[pod("a", "Succeeded", None), pod("b", "Running", None)],
+            false,
+            None,
+        );
+        let p = plan(&job(json!({"parallelism": 3})), &c, Some(ts(0)), ts(1));
+        assert!(!p.succeeded);
+        assert!(p.create.is_empty(), "no new pods once one succeeded: {p:?}");
+    }
+
+    #[test]
+    fn failures_past_the_backoff_limit_fail_the_job() {
+        let failed: Vec<Pod> = (0..3)
+            .map(|i| pod(&format!("f{i}"), "Failed", None))
+            .collect();
+        let c = counts(&failed, false, Some(1));
+        let p = plan(
+            &job(json!({"completions": 1, "backoffLimit": 2})),
+            &c,
+            Some(ts(0)),
+            ts(1),
+        );
+        assert_eq!(p.failed, Some(Failure::BackoffLimitExceeded));
+        // At the limit, the failed pod is replaced after the back-off since it failed
+        // (its creation here: 2020, long before `now`).
+        let c = counts(&failed[..2], false, Some(1));
+        let p = plan(
+            &job(json!({"completions": 1, "backoffLimit": 2})),
+            &c,
+            Some(ts(0)),
+            ts(1),
+        );
+        assert_eq!(p.failed, None);
+        assert_eq!(p.create.len(), 1);
+    }
+
+    #[test]
+    fn a_recent_failure_delays_the_replacement() {
+        let mut f = pod("f", "Failed", None);
+        f.metadata.creation_timestamp = Some(Time(ts(0)));
+        let c = counts(&[f], false, Some(1));
+        let p = plan(&job(json!({"completions": 1})), &c, Some(ts(0)), ts(4));
+        assert!(p.create.is_empty());
+        assert_eq!(p.requeue, Some(Duration::from_secs(6)));
+        let p = plan(&job(json!({"completions": 1})), &c, Some(ts(0)), ts(10));
+        assert_eq!(p.create.len(), 1);
+    }
+
+    #[test]
+    fn the_active_deadline_fails_the_job_and_is_waited_for() {
+        let c = counts(&[pod("a", "Running", None)], false, Some(1));
+        let j = job(json!({"completions": 1, "activeDeadlineSeconds": 30}));
+        let p = plan(&j, &c, Some(ts(0)), ts(10));
+        assert_eq!(p.failed, None);
+        assert_eq!(p.requeue, Some(Duration::from_secs(20)));
+        let p = plan(&j, &c, Some(ts(0)), ts(30));
+        assert_eq!(p.failed, Some(Failure::DeadlineExceeded));
+        assert_eq!(p.delete, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn indexed_jobs_run_each_missing_index_once() {
+        let j = job(json!({"completions": 4, "parallelism": 3, "completionMode": "Indexed"}));
+        let c = counts(
+            &[
+                pod("a", "Succeeded", Some(0)),
+                pod("b", "Succeeded", Some(0)),
+                pod("c", "Running", Some(2)),
+            ],
+            true,
+            Some(4),
+        );
+        assert_eq!(c.succeeded, 1, "an index counts once");
+        let p = plan(&j, &c, Some(ts(0)), ts(1));
+        assert_eq!(p.create, vec![Some(1), Some(3)]);
+        let done = counts(
+            &(0..4)
+                .map(|i| pod(&format!("p{i}"), "Succeeded", Some(i)))
+                .collect::<Vec<_>>(),
+            true,
+            Some(4),
+        );
+        assert!(plan(&j, &done, Some(ts(0)), ts(1)).succeeded);
+        assert_eq!(format_indexes(&done.succeeded_indexes), "0-3");
+    }
+
+    #[test]
+    fn suspended_jobs_stop_their_pods() {
+        let c = counts(&[pod("a", "Running", None)], false, Some(1));
+        let p = plan(
+            &job(json!({"completions": 1, "suspend": true})),
+            &c,
+            None,
+            ts(1),
+        );
+        assert_eq!(p.delete, vec!["a".to_string()]);
+        assert!(p.create.is_empty());
+    }
+
+    #[test]
+    fn indexed_pods_carry_their_index() {
+        let j = job(json!({"completions": 2, "completionMode": "Indexed"}));
+        let p = pod_from_template(&j, Some(1));
+        assert_eq!(p.metadata.generate_name.as_deref(), Some("j-1-"));
+        assert_eq!(p.metadata.labels.as_ref().unwrap()[COMPLETION_INDEX], "1");
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("j-1"));
+        let env = &spec.containers[0].env.as_ref().unwrap()[0];
+        assert_eq!(env.name, "JOB_COMPLETION_INDEX");
+        let owner = &p.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("Job", "u1", Some(true))
+        );
+        let plain = pod_from_template(&job(json!({})), None);
+        assert_eq!(plain.metadata.generate_name.as_deref(), Some("j-"));
+    }
+}

@@ -1,0 +1,188 @@
+//! The Job controller on the test apiserver, under its own ServiceAccount (so its
+//! bootstrap role is exercised too). No kubelet runs: the test finishes the pods by
+//! writing their status itself. Every wait is bounded.
+
+mod support;
+
+use std::time::Duration;
+
+use ferrokube_controllers::job::COMPLETION_INDEX;
+use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::wait_for;
+use tokio_util::sync::CancellationToken;
+
+fn job(name: &str, spec: serde_json::Value) -> anyhow::Result<Job> {
+    let mut v = json!({
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox"}]}}}
+    });
+    for (k, val) in spec.as_object().into_iter().flatten() {
+        v["spec"][k] = val.clone();
+    }
+    Ok(serde_json::from_value(v)?)
+}
+
+/// The Job's pods (by the `job-name` label the apiserver adds to its template).
+async fn pods_of(pods: &Api<Pod>, job: &str, n: usize) -> anyhow::Result<Vec<Pod>> {
+    wait_for(20, &format!("{n} pods of job {job}"), || async {
+        let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
+        let list = pods.list(&lp).await?.items;
+        Ok((list.len() == n).then_some(list))
+    })
+    .await
+}
+
+async fn finish(pods: &Api<Pod>, pod: &Pod, phase: &str) -> anyhow::Result<()> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let status = json!({"status": {"phase": phase}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await?;
+    Ok(())
+}
+
+fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+async fn wait_condition(jobs: &Api<Job>, name: &str, type_: &str) -> anyhow::Result<Job> {
+    wait_for(20, &format!("job {name} condition {type_}"), || async {
+        let j = jobs.get(name).await?;
+        Ok(condition(&j, type_)
+            .is_some_and(|(s, _)| s == "True")
+            .then_some(j))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
+    let srv = TestApiServer::start().await?;
+    let c = srv.client.clone();
+    let cancel = CancellationToken::new();
+    let cfg = ManagerConfig {
+        controllers: vec!["job".into()],
+        service_account_credentials: Some(srv.kube_config().await?),
+        ..Default::default()
+    };
+    let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;
+    let manager = Manager::start(manager_client, &cfg, cancel.clone()).await?;
+    let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pp = PostParams::default();
+
+    // Two completions, two at a time: both pods start; both succeeding completes it.
+    jobs.create(
+        &pp,
+        &job("two", json!({"completions": 2, "parallelism": 2}))?,
+    )
+    .await?;
+    let created = pods_of(&pods, "two", 2).await?;
+    for p in &created {
+        let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.controller), ("Job", Some(true)));
+        assert!(p.metadata.name.as_deref().unwrap().starts_with("two-"));
+    }
+    let running = wait_for(20, "job two active=2", || async {
+        let j = jobs.get("two").await?;
+        let st = j.status.clone().unwrap_or_default();
+        Ok((st.active == Some(2) && st.start_time.is_some()).then_some(j))
+    })
+    .await?;
+    assert_eq!(condition(&running, "Complete"), None);
+    for p in &created {
+        finish(&pods, p, "Succeeded").await?;
+    }
+    let done = wait_condition(&jobs, "two", "Complete").await?;
+    let st = done.status.unwrap();
+    assert_eq!(
+        (st.succeeded, st.failed, st.active),
+        (Some(2), Some(0), Some(0))
+    );
+    assert!(st.completion_time.is_some());
+    assert_eq!(
+        condition(&jobs.get("two").await?, "SuccessCriteriaMet"),
+        Some(("True".into(), "CompletionsReached".into()))
+    );
+    // No pod beyond the completions was made.
+    assert_eq!(pods_of(&pods, "two", 2).await?.len(), 2);
+
+    // backoffLimit 0: the first failure fails the Job.
+    jobs.create(&pp, &job("fails", json!({"backoffLimit": 0}))?)
+        .await?;
+    let p = pods_of(&pods, "fails", 1).await?;
+    finish(&pods, &p[0], "Failed").await?;
+    let failed = wait_condition(&jobs, "fails", "Failed").await?;
+    assert_eq!(
+        condition(&failed, "Failed"),
+        Some(("True".into(), "BackoffLimitExceeded".into()))
+    );
+    assert_eq!(failed.status.unwrap().failed, Some(1));
+
+    // Indexed: one pod per index, each told its index.
+    jobs.create(
+        &pp,
+        &job(
+            "indexed",
+            json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed"}),
+        )?,
+    )
+    .await?;
+    let mut indexed = pods_of(&pods, "indexed", 2).await?;
+    indexed.sort_by_key(|p| p.metadata.annotations.as_ref().unwrap()[COMPLETION_INDEX].clone());
+    for (i, p) in indexed.iter().enumerate() {
+        let labels = p.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[COMPLETION_INDEX], i.to_string());
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.hostname.as_deref(),
+            Some(format!("indexed-{i}").as_str())
+        );
+        let env = spec.containers[0].env.as_ref().unwrap();
+        assert!(env.iter().any(|e| e.name == "JOB_COMPLETION_INDEX"));
+    }
+    finish(&pods, &indexed[1], "Succeeded").await?;
+    wait_for(20, "index 1 completed", || async {
+        let st = jobs.get("indexed").await?.status.unwrap_or_default();
+        Ok((st.completed_indexes.as_deref() == Some("1")).then_some(()))
+    })
+    .await?;
+    finish(&pods, &indexed[0], "Succeeded").await?;
+    let done = wait_condition(&jobs, "indexed", "Complete").await?;
+    assert_eq!(
+        done.status.unwrap().completed_indexes.as_deref(),
+        Some("0-1")
+    );
+
+    // Suspending a running Job stops its pod.
+    jobs.create(&pp, &job("paused", json!({}))?).await?;
+    pods_of(&pods, "paused", 1).await?;
+    let suspend = json!({"spec": {"suspend": true}});
+    jobs.patch("paused", &PatchParams::default(), &Patch::Merge(suspend))
+        .await?;
+    wait_condition(&jobs, "paused", "Suspended").await?;
+    wait_for(20, "the suspended job's pod deleted", || async {
+        let lp = ListParams::default().labels("batch.kubernetes.io/job-name=paused");
+        let left = pods.list(&lp).await?.items;
+        Ok(left
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(()))
+    })
+    .await?;
+
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;
+    Ok(())
+}
