@@ -1,0 +1,49 @@
+# shellcheck shell=bash
+# Jobs on the node: `kubectl create job` runs its pod to completion (the Job controller
+# creates it, the kubelet runs it), `kubectl wait --for=condition=complete` returns,
+# `kubectl logs job/...` prints what it wrote; a Job whose pod fails with backoffLimit 0
+# reaches Failed with reason BackoffLimitExceeded. Sourced by e2e/single-node.sh; uses
+# its step/ok/fail/k helpers.
+
+step "kubectl create job: the pod runs to completion, kubectl wait and logs job/ see it"
+k delete job e2e-job e2e-job-fails --ignore-not-found --wait=true >/dev/null 2>&1 || true
+out=$(k create job e2e-job --image=busybox -- sh -c 'echo job-ran-$((6 * 7))' 2>&1) ||
+  fail "kubectl create job: $out"
+out=$(timeout 100 "$KUBECTL" wait --for=condition=complete job/e2e-job --timeout=90s 2>&1) || {
+  k get job e2e-job -o yaml >&2 || true
+  k get pods -l batch.kubernetes.io/job-name=e2e-job -o wide >&2 || true
+  fail "job e2e-job did not complete: $out"
+}
+grep -q 'condition met' <<<"$out" || fail "kubectl wait said: $out"
+st=$(k get job e2e-job -o 'jsonpath={.status.succeeded}/{.status.active}/{.status.completionTime}')
+[[ $st == 1/0/20* ]] || fail "job status succeeded/active/completionTime is '$st'"
+out=$(k logs job/e2e-job 2>&1) || fail "kubectl logs job/e2e-job: $out"
+grep -qx 'job-ran-42' <<<"$out" || fail "kubectl logs job/e2e-job printed: $out"
+ok "job e2e-job Complete (succeeded 1), its pod printed job-ran-42"
+
+step "a Job whose pod fails with backoffLimit 0 is Failed (BackoffLimitExceeded)"
+out=$(k apply -f - 2>&1 <<'EOF'
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: e2e-job-fails
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: fail
+        image: busybox
+        command: ["sh", "-c", "exit 3"]
+EOF
+) || fail "kubectl apply of job e2e-job-fails: $out"
+out=$(timeout 100 "$KUBECTL" wait --for=condition=failed job/e2e-job-fails --timeout=90s 2>&1) || {
+  k get job e2e-job-fails -o yaml >&2 || true
+  fail "job e2e-job-fails did not fail: $out"
+}
+reason=$(k get job e2e-job-fails -o 'jsonpath={.status.conditions[?(@.type=="Failed")].reason}')
+[ "$reason" = BackoffLimitExceeded ] || fail "Failed condition reason is '$reason'"
+k delete job e2e-job e2e-job-fails --wait=true >/dev/null 2>&1 ||
+  fail "kubectl delete of the jobs failed"
+ok "job e2e-job-fails Failed with BackoffLimitExceeded; both jobs deleted"
