@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::ReplicationController;
 use tokio_util::sync::CancellationToken;
 
-use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions};
+use ferrokube_client::events::{EventApi, EventBroadcaster, EventBroadcasterOptions};
 use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
 
@@ -273,7 +273,16 @@ impl Manager {
         let enabled = enabled_controllers(&cfg.controllers)?;
         let factory = SharedInformerFactory::new(client.clone());
         let token_secrets = token_secrets_factory(client.clone());
-        let broadcaster = EventBroadcaster::new(client.clone(), EventBroadcasterOptions::default());
+        // Upstream's controller manager records through client-go's legacy
+        // `tools/record`: core v1 Events with source, count and first/lastTimestamp,
+        // which `kubectl get events --sort-by=.lastTimestamp` sorts on.
+        let broadcaster = EventBroadcaster::new(
+            client.clone(),
+            EventBroadcasterOptions {
+                api: EventApi::CoreV1,
+                ..Default::default()
+            },
+        );
         let clients = match &cfg.service_account_credentials {
             Some(config) => ControllerClients::ServiceAccounts(Arc::new(
                 ServiceAccountClients::new(config.clone(), client.clone()),
