@@ -17,6 +17,7 @@
 //! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
 //! [`job`] (a Job's pods run to completion or failure),
+//! [`cronjob`] (Jobs created on a cron schedule),
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
 //! [`pvprotection`] (the storage protection finalizers removed once unused),
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
@@ -31,6 +32,7 @@
 //! `ferrokube-testing` is a dev-dependency only.
 
 pub mod clientbuilder;
+pub mod cronjob;
 pub mod csr;
 pub mod csrapproving;
 pub mod csrcleaner;

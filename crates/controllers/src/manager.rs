@@ -15,6 +15,7 @@ use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
 
 use crate::clientbuilder::{ControllerClients, ServiceAccountClients};
+use crate::cronjob::CronJobController;
 use crate::csrapproving::CsrApprovingController;
 use crate::csrcleaner::CsrCleanerController;
 use crate::csrsigning::{CsrSigningConfig, CsrSigningController};
@@ -64,6 +65,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ("disruption-controller", "disruption"),
     ("ttl-after-finished-controller", "ttl-after-finished"),
     ("job-controller", "job"),
+    ("cronjob-controller", "cronjob"),
     (
         "persistentvolumeclaim-protection-controller",
         "pvc-protection",
@@ -84,7 +86,6 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "cronjob-controller",
     "daemonset-controller",
     "statefulset-controller",
     "horizontal-pod-autoscaler-controller",
@@ -360,6 +361,10 @@ impl Manager {
                 "job-controller" => (
                     JobController::new(&factory, client.clone(), rec),
                     cfg.concurrent_job_syncs,
+                ),
+                "cronjob-controller" => (
+                    CronJobController::new(&factory, client.clone(), rec),
+                    cfg.concurrent_cron_job_syncs,
                 ),
                 // Upstream's --concurrent-ttl-after-finished-syncs default.
                 "ttl-after-finished-controller" => {
