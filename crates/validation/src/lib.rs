@@ -21,7 +21,7 @@ mod admissionregistration;
 mod apps;
 mod batch;
 mod core;
-mod cron;
+pub mod cron;
 mod node;
 mod other;
 mod util;
