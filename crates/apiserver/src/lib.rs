@@ -25,6 +25,7 @@ mod reviews;
 mod reviews_protobuf;
 mod security;
 mod tokens;
+mod workload_proxy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

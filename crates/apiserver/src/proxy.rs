@@ -125,6 +125,10 @@ pub enum PodProxy {
     /// `nodes/proxy`: any kubelet path (routed here so the handler has one entry point
     /// for everything the apiserver sends to a kubelet).
     Node,
+    /// `pods/proxy` and `services/proxy`: HTTP to the workload itself, not its kubelet
+    /// (see [`crate::workload_proxy`]).
+    PodHttp,
+    ServiceHttp,
 }
 
 impl PodProxy {
@@ -260,15 +264,17 @@ pub fn kubelet_path(
                 }
             }
         }
-        PodProxy::Node => out.extend(query.iter().cloned()),
+        PodProxy::Node | PodProxy::PodHttp | PodProxy::ServiceHttp => {
+            out.extend(query.iter().cloned())
+        }
     }
     let base = match kind {
         PodProxy::Log => format!("/containerLogs/{ns}/{pod}/{container}"),
         PodProxy::Exec => format!("/exec/{ns}/{pod}/{container}"),
         PodProxy::Attach => format!("/attach/{ns}/{pod}/{container}"),
         PodProxy::PortForward => format!("/portForward/{ns}/{pod}"),
-        // nodes/proxy: `pod` carries the kubelet path.
-        PodProxy::Node => pod.to_owned(),
+        // nodes/proxy: `pod` carries the kubelet path (the workload proxies never ask).
+        PodProxy::Node | PodProxy::PodHttp | PodProxy::ServiceHttp => pod.to_owned(),
     };
     if out.is_empty() {
         base
@@ -487,8 +493,12 @@ pub(crate) async fn pod_subresource(
     kind: PodProxy,
 ) -> Result<Response<Body>, ApiError> {
     admit_connect(state, &req, ns, name, kind).await?;
-    if kind == PodProxy::Node {
-        return node_proxy(state, req, name).await;
+    match kind {
+        PodProxy::Node => return node_proxy(state, req, name).await,
+        PodProxy::PodHttp | PodProxy::ServiceHttp => {
+            return crate::workload_proxy::serve(state, req, kind == PodProxy::ServiceHttp).await;
+        }
+        _ => {}
     }
     let method_ok = match kind {
         PodProxy::Log => req.method() == Method::GET,
@@ -816,6 +826,12 @@ pub(crate) fn proxied_pod_subresource<'a>(
     segs: &[&'a str],
 ) -> Option<(&'a str, &'a str, PodProxy)> {
     match segs {
+        ["api", "v1", "namespaces", ns, "pods", name, "proxy", ..] => {
+            Some((*ns, *name, PodProxy::PodHttp))
+        }
+        ["api", "v1", "namespaces", ns, "services", name, "proxy", ..] => {
+            Some((*ns, *name, PodProxy::ServiceHttp))
+        }
         ["api", "v1", "namespaces", ns, "pods", name, sub] => {
             PodProxy::from_subresource(sub).map(|k| (*ns, *name, k))
         }
@@ -860,6 +876,8 @@ async fn admit_connect(
         PodProxy::Attach => ("pods", "attach"),
         PodProxy::PortForward => ("pods", "portforward"),
         PodProxy::Node => ("nodes", "proxy"),
+        PodProxy::PodHttp => ("pods", "proxy"),
+        PodProxy::ServiceHttp => ("services", "proxy"),
     };
     let info = ferrokube_api::resources::lookup("", "v1", plural)
         .ok_or_else(|| ApiError::internal(format!("no resource {plural}")))?;
@@ -876,6 +894,11 @@ async fn admit_connect(
     if let Some((_, path)) = node_proxy_target(req.uri().path()).filter(|_| kind == PodProxy::Node)
     {
         query.push(("path".into(), path));
+    }
+    if let Some((_, target)) = crate::workload_proxy::proxy_target(req.uri().path(), plural)
+        .filter(|_| matches!(kind, PodProxy::PodHttp | PodProxy::ServiceHttp))
+    {
+        query.push(("path".into(), target.path));
     }
     state.admission.admit_connect(a, &query).await
 }
