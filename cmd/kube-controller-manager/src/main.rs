@@ -49,6 +49,12 @@ struct Options {
     /// The number of cronjob objects that are allowed to sync concurrently.
     #[arg(long = "concurrent-cron-job-syncs", default_value_t = 5)]
     concurrent_cron_job_syncs: usize,
+    /// The number of daemonset objects that are allowed to sync concurrently.
+    #[arg(long = "concurrent-daemonset-syncs", default_value_t = 2)]
+    concurrent_daemonset_syncs: usize,
+    /// The number of statefulset objects that are allowed to sync concurrently.
+    #[arg(long = "concurrent-statefulset-syncs", default_value_t = 5)]
+    concurrent_statefulset_syncs: usize,
     #[arg(long = "concurrent-service-endpoint-syncs", default_value_t = 5)]
     concurrent_service_endpoint_syncs: usize,
     #[arg(long = "concurrent-gc-syncs", default_value_t = 20)]
@@ -255,6 +261,8 @@ impl Options {
             concurrent_endpoint_syncs: self.concurrent_endpoint_syncs,
             concurrent_job_syncs: self.concurrent_job_syncs,
             concurrent_cron_job_syncs: self.concurrent_cron_job_syncs,
+            concurrent_daemonset_syncs: self.concurrent_daemonset_syncs,
+            concurrent_statefulset_syncs: self.concurrent_statefulset_syncs,
             concurrent_service_endpoint_syncs: self.concurrent_service_endpoint_syncs,
             concurrent_gc_syncs: self.concurrent_gc_syncs,
             concurrent_namespace_syncs: self.concurrent_namespace_syncs,

@@ -17,7 +17,8 @@
 //! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
 //! [`job`] (a Job's pods run to completion or failure),
-//! [`cronjob`] (Jobs created on a cron schedule),
+//! [`cronjob`] (Jobs created on a cron schedule), [`daemonset`] (a pod on every
+//! eligible node), [`statefulset`] (ordered pods with stable names and claims),
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
 //! [`pvprotection`] (the storage protection finalizers removed once unused),
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
@@ -37,6 +38,7 @@ pub mod csr;
 pub mod csrapproving;
 pub mod csrcleaner;
 pub mod csrsigning;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
@@ -57,6 +59,7 @@ pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod serviceaccounttoken;
+pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod util;
 pub mod vapstatus;

@@ -19,6 +19,7 @@ use crate::cronjob::CronJobController;
 use crate::csrapproving::CsrApprovingController;
 use crate::csrcleaner::CsrCleanerController;
 use crate::csrsigning::{CsrSigningConfig, CsrSigningController};
+use crate::daemonset::DaemonSetController;
 use crate::deployment::DeploymentController;
 use crate::disruption::DisruptionController;
 use crate::endpoints::EndpointsController;
@@ -37,6 +38,7 @@ use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
 use crate::serviceaccounttoken::{ServiceAccountTokenController, token_secrets_factory};
+use crate::statefulset::StatefulSetController;
 use crate::ttlafterfinished::TtlAfterFinishedController;
 use crate::vapstatus::VapStatusController;
 use crate::{Controller, Error, Result, run_controller};
@@ -66,6 +68,8 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ("ttl-after-finished-controller", "ttl-after-finished"),
     ("job-controller", "job"),
     ("cronjob-controller", "cronjob"),
+    ("daemonset-controller", "daemonset"),
+    ("statefulset-controller", "statefulset"),
     (
         "persistentvolumeclaim-protection-controller",
         "pvc-protection",
@@ -86,8 +90,6 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "daemonset-controller",
-    "statefulset-controller",
     "horizontal-pod-autoscaler-controller",
     "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
@@ -127,6 +129,7 @@ pub fn service_account_name(controller: &str) -> &str {
         "resourcequota-controller" => "resourcequota-controller",
         "root-ca-certificate-publisher-controller" => "root-ca-cert-publisher",
         "disruption-controller" => "disruption-controller",
+        "daemonset-controller" => "daemon-set-controller",
         "ttl-after-finished-controller" => "ttl-after-finished-controller",
         "persistentvolumeclaim-protection-controller" => "pvc-protection-controller",
         "persistentvolume-protection-controller" => "pv-protection-controller",
@@ -199,6 +202,8 @@ pub struct ManagerConfig {
     pub concurrent_serviceaccount_syncs: usize,
     pub concurrent_job_syncs: usize,
     pub concurrent_cron_job_syncs: usize,
+    pub concurrent_daemonset_syncs: usize,
+    pub concurrent_statefulset_syncs: usize,
     pub terminated_pod_gc_threshold: usize,
     pub node_lifecycle: NodeLifecycleConfig,
     pub informer_sync_timeout: Duration,
@@ -231,6 +236,8 @@ impl Default for ManagerConfig {
             concurrent_gc_syncs: 20,
             concurrent_job_syncs: 5,
             concurrent_cron_job_syncs: 5,
+            concurrent_daemonset_syncs: 2,
+            concurrent_statefulset_syncs: 5,
             concurrent_namespace_syncs: 10,
             concurrent_serviceaccount_syncs: 5,
             terminated_pod_gc_threshold: crate::podgc::DEFAULT_THRESHOLD,
@@ -358,6 +365,14 @@ impl Manager {
                 "resourcequota-controller" => {
                     (ResourceQuotaController::new(&factory, client.clone()), 5)
                 }
+                "daemonset-controller" => (
+                    DaemonSetController::new(&factory, client.clone(), rec),
+                    cfg.concurrent_daemonset_syncs,
+                ),
+                "statefulset-controller" => (
+                    StatefulSetController::new(&factory, client.clone(), rec),
+                    cfg.concurrent_statefulset_syncs,
+                ),
                 "job-controller" => (
                     JobController::new(&factory, client.clone(), rec),
                     cfg.concurrent_job_syncs,

@@ -179,6 +179,81 @@ pub fn claim_decision(
     Claim::Adopt
 }
 
+/// The controller a set of pods is claimed for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimingOwner<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub deleting: bool,
+}
+
+/// Upstream `PodControllerRefManager.ClaimPods`: of `candidates`, the pods that are
+/// the owner's (its controllerRef, `selects` true), orphans that `selects` adopted (set
+/// our controllerRef, only after re-reading the owner `K` fresh: upstream's
+/// `RecheckDeletionTimestamp`), and owned pods `selects` no longer takes released.
+pub async fn claim_pods<K>(
+    client: &kube::Client,
+    owner: ClaimingOwner<'_>,
+    candidates: impl IntoIterator<Item = Arc<Pod>>,
+    selects: impl Fn(&Pod) -> bool,
+) -> Result<Vec<Arc<Pod>>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), owner.namespace);
+    let mut owned: Vec<Arc<Pod>> = Vec::new();
+    let mut fresh_checked: Option<bool> = None;
+    for p in candidates {
+        let pn = p.metadata.name.clone().unwrap_or_default();
+        match claim_decision(owner.uid, owner.namespace, owner.deleting, &p, selects(&p)) {
+            Claim::Owned => owned.push(p),
+            Claim::Ignore => {}
+            Claim::Adopt => {
+                if fresh_checked.is_none() {
+                    let api: Api<K> = Api::namespaced(client.clone(), owner.namespace);
+                    fresh_checked = Some(api.get_opt(owner.name).await?.is_some_and(|f| {
+                        f.meta().uid.as_deref() == Some(owner.uid)
+                            && f.meta().deletion_timestamp.is_none()
+                    }));
+                }
+                if fresh_checked != Some(true) {
+                    continue;
+                }
+                let r = new_controller_ref(owner.api_version, owner.kind, owner.name, owner.uid);
+                let patch = json!({"metadata": {"ownerReferences": [r], "uid": p.metadata.uid}});
+                match pods_api
+                    .patch(&pn, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await
+                {
+                    Ok(np) => owned.push(Arc::new(np)),
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Claim::Release => {
+                let patch = json!({"metadata": {
+                    "ownerReferences": [{"$patch": "delete", "uid": owner.uid}],
+                    "uid": p.metadata.uid}});
+                match pods_api
+                    .patch(&pn, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(owned)
+}
+
 /// The slow-start batch sizes for `count` creates: 1, 2, 4, ... (upstream
 /// `slowStartBatch`). The runner stops at the first batch with a failure.
 pub fn batch_sizes(count: usize, initial: usize) -> Vec<usize> {
@@ -655,60 +730,20 @@ impl<K: ReplicaOwner> Controller for ReplicaSetController<K> {
         let deleting = rs.meta.deletion_timestamp.is_some();
 
         // Claim: the active pods of the namespace that are (or become) ours.
-        let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let all = self.pods.list_namespace(ns);
-        let mut owned: Vec<Arc<Pod>> = Vec::new();
-        let mut fresh_checked: Option<bool> = None;
-        for p in all.into_iter().filter(|p| is_pod_active(p)) {
-            match claim_decision(rs.uid(), ns, deleting, &p, rs.selects(&p)) {
-                Claim::Owned => owned.push(p),
-                Claim::Ignore => {}
-                Claim::Adopt => {
-                    // Upstream's RecheckDeletionTimestamp: adopt only if the owner,
-                    // read fresh, is the same object and not being deleted.
-                    if fresh_checked.is_none() {
-                        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-                        let ok = match api.get_opt(name).await? {
-                            Some(f) => {
-                                f.meta().uid.as_deref() == Some(rs.uid())
-                                    && f.meta().deletion_timestamp.is_none()
-                            }
-                            None => false,
-                        };
-                        fresh_checked = Some(ok);
-                    }
-                    if fresh_checked != Some(true) {
-                        continue;
-                    }
-                    let r = new_controller_ref(rs.api_version, rs.kind, rs.name(), rs.uid());
-                    let patch =
-                        json!({"metadata": {"ownerReferences": [r], "uid": p.metadata.uid}});
-                    let pn = p.metadata.name.clone().unwrap_or_default();
-                    match pods_api
-                        .patch(&pn, &PatchParams::default(), &Patch::Strategic(patch))
-                        .await
-                    {
-                        Ok(np) => owned.push(Arc::new(np)),
-                        Err(e) if is_not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Claim::Release => {
-                    let patch = json!({"metadata": {
-                        "ownerReferences": [{"$patch": "delete", "uid": rs.uid()}],
-                        "uid": p.metadata.uid}});
-                    let pn = p.metadata.name.clone().unwrap_or_default();
-                    match pods_api
-                        .patch(&pn, &PatchParams::default(), &Patch::Strategic(patch))
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(e) if is_not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
-        }
+        let claiming = ClaimingOwner {
+            api_version: rs.api_version,
+            kind: rs.kind,
+            namespace: ns,
+            name,
+            uid: rs.uid(),
+            deleting,
+        };
+        let candidates = self
+            .pods
+            .list_namespace(ns)
+            .into_iter()
+            .filter(|p| is_pod_active(p));
+        let owned = claim_pods::<K>(&self.client, claiming, candidates, |p| rs.selects(p)).await?;
         let active: Vec<&Pod> = owned.iter().map(|p| &**p).collect();
 
         let mut manage_error: Option<String> = None;
