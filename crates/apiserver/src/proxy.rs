@@ -402,7 +402,12 @@ fn is_websocket(headers: &http::HeaderMap) -> bool {
 
 type KubeletSender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
-async fn dial(client: &KubeletClient, host: &str, port: u16) -> Result<KubeletSender, String> {
+/// A TCP connection to `host:port` (bounded by the dial timeout), and the address as
+/// the error texts name it.
+pub(crate) async fn connect_tcp(
+    host: &str,
+    port: u16,
+) -> Result<(tokio::net::TcpStream, String), String> {
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -413,15 +418,41 @@ async fn dial(client: &KubeletClient, host: &str, port: u16) -> Result<KubeletSe
         .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?
         .map_err(|e| format!("dial tcp {addr}: {}", go_connect_error(&e)))?;
     let _ = tcp.set_nodelay(true);
+    Ok((tcp, addr))
+}
+
+/// TLS over `tcp` to `host` with `tls` (bounded by the dial timeout).
+pub(crate) async fn connect_tls(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    addr: &str,
+    tcp: tokio::net::TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let name = rustls_pki_types::ServerName::try_from(host.to_owned())
-        .map_err(|e| format!("kubelet address {host:?}: {e}"))?;
-    let tls = tokio::time::timeout(
+        .map_err(|e| format!("address {host:?}: {e}"))?;
+    tokio::time::timeout(
         DIAL_TIMEOUT,
-        tokio_rustls::TlsConnector::from(client.tls.clone()).connect(name, tcp),
+        tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
     )
     .await
     .map_err(|_| format!("TLS handshake with {addr}: timed out"))?
-    .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+    .map_err(|e| format!("TLS handshake with {addr}: {e}"))
+}
+
+/// A TLS client that does not verify the server and presents no certificate: for
+/// `componentstatuses` probes and `https:` pod and Service proxying, as upstream.
+pub(crate) fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, String> {
+    static INSECURE: std::sync::LazyLock<Result<KubeletClient, KubeletClientError>> =
+        std::sync::LazyLock::new(|| KubeletClient::new(None, None));
+    INSECURE
+        .as_ref()
+        .map(|c| c.tls.clone())
+        .map_err(|e| e.to_string())
+}
+
+async fn dial(client: &KubeletClient, host: &str, port: u16) -> Result<KubeletSender, String> {
+    let (tcp, addr) = connect_tcp(host, port).await?;
+    let tls = connect_tls(client.tls.clone(), host, &addr, tcp).await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .map_err(|e| format!("HTTP to {addr}: {e}"))?;
@@ -452,10 +483,10 @@ pub(crate) async fn insecure_get(
     port: u16,
     path: &str,
 ) -> Result<(u16, Vec<u8>), String> {
-    static PROBE_CLIENT: std::sync::LazyLock<Result<KubeletClient, KubeletClientError>> =
-        std::sync::LazyLock::new(|| KubeletClient::new(None, None));
-    let client = PROBE_CLIENT.as_ref().map_err(|e| e.to_string())?;
-    let mut sender = dial(client, host, port).await?;
+    let client = KubeletClient {
+        tls: insecure_tls()?,
+    };
+    let mut sender = dial(&client, host, port).await?;
     let req = Request::get(path)
         .header(http::header::HOST, format!("{host}:{port}"))
         .body(Empty::<Bytes>::new())
@@ -618,9 +649,8 @@ pub(crate) async fn pod_subresource(
     }
 }
 
-/// The kubelet's log response, frame by frame (a failed read ends the body).
-fn stream_through(resp: Response<Incoming>) -> Response<Body> {
-    let (parts, body) = resp.into_parts();
+/// A received body passed on frame by frame as it arrives (a failed read ends it).
+pub(crate) fn streamed(body: Incoming) -> Body {
     let frames = futures::stream::unfold(Some(body), |body| async move {
         let mut body = body?;
         match body.frame().await {
@@ -631,7 +661,13 @@ fn stream_through(resp: Response<Incoming>) -> Response<Body> {
             _ => None,
         }
     });
-    let mut r = Response::new(StreamBody::new(frames).boxed_unsync());
+    StreamBody::new(frames).boxed_unsync()
+}
+
+/// The kubelet's log response, frame by frame (a failed read ends the body).
+fn stream_through(resp: Response<Incoming>) -> Response<Body> {
+    let (parts, body) = resp.into_parts();
+    let mut r = Response::new(streamed(body));
     let ct = parts
         .headers
         .get(header::CONTENT_TYPE)

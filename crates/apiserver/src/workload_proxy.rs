@@ -20,22 +20,17 @@
 //! Deviations: no rewriting of links in HTML answers or of `Location` headers into
 //! the proxy path; no connection upgrades (WebSockets) through this proxy (400).
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_pki::insecure::AcceptAnyServerCert;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::handler::{Body, State};
-
-const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::proxy::{connect_tcp, connect_tls, insecure_tls, streamed};
 
 /// What a proxy path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,18 +278,11 @@ async fn forward(
     port: u16,
     path: &str,
 ) -> Result<Response<Body>, ApiError> {
-    let addr = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let (tcp, addr) = connect_tcp(host, port)
+        .await
+        .map_err(|e| ApiError::service_unavailable(format!("error trying to reach {host}: {e}")))?;
     let unavailable =
         |e: String| ApiError::service_unavailable(format!("error trying to reach {addr}: {e}"));
-    let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(&addr))
-        .await
-        .map_err(|_| unavailable("dial tcp: i/o timeout".into()))?
-        .map_err(|e| unavailable(format!("dial tcp: {e}")))?;
-    let _ = tcp.set_nodelay(true);
     let uri = match req.uri().query() {
         Some(q) if !q.is_empty() => format!("{path}?{q}"),
         _ => path.to_string(),
@@ -314,39 +302,16 @@ async fn forward(
         out.headers_mut().insert(header::HOST, h);
     }
     let resp = if scheme == "https" {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider)))
-            .with_no_client_auth();
-        let name = rustls_pki_types::ServerName::try_from(host.to_owned())
-            .map_err(|e| unavailable(e.to_string()))?;
-        let tls = tokio::time::timeout(
-            DIAL_TIMEOUT,
-            tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp),
-        )
-        .await
-        .map_err(|_| unavailable("TLS handshake timed out".into()))?
-        .map_err(|e| unavailable(format!("TLS handshake: {e}")))?;
+        let tls = connect_tls(insecure_tls().map_err(&unavailable)?, host, &addr, tcp)
+            .await
+            .map_err(&unavailable)?;
         send(TokioIo::new(tls), out).await
     } else {
         send(TokioIo::new(tcp), out).await
     }
     .map_err(unavailable)?;
     let (parts, body) = resp.into_parts();
-    let frames = futures::stream::unfold(Some(body), |body| async move {
-        let mut body = body?;
-        match body.frame().await {
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => Some((Ok::<_, Infallible>(Frame::data(data)), Some(body))),
-                Err(_) => Some((Ok(Frame::data(Bytes::new())), Some(body))),
-            },
-            _ => None,
-        }
-    });
-    let mut r = Response::new(StreamBody::new(frames).boxed_unsync());
+    let mut r = Response::new(streamed(body));
     *r.status_mut() = parts.status;
     for (k, v) in &parts.headers {
         if passed_on(k) && k != header::CONTENT_LENGTH {

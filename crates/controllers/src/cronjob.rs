@@ -35,6 +35,7 @@ use ferrokube_client::workqueue::WorkQueue;
 pub use ferrokube_validation::cron::{Schedule, load_time_zone, parse_schedule};
 
 use crate::events::{EventSink, EventType, emit, reference_to};
+use crate::job::finished_condition;
 use crate::replicaset::is_not_found;
 use crate::util::{controller_of, new_controller_ref};
 use crate::{Action, Controller, Error, Result, enqueue_live, split_key};
@@ -218,13 +219,7 @@ pub fn job_from_template(cj: &CronJob, scheduled: Timestamp) -> Result<Job, Stri
 
 /// `Complete` or `Failed` when the Job finished (upstream `getFinishedStatus`).
 pub fn finished_type(job: &Job) -> Option<&str> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        .map(|c| c.type_.as_str())
+    finished_condition(job).map(|c| c.type_.as_str())
 }
 
 /// The finished Jobs beyond the history limits, oldest (by `status.startTime`, unset

@@ -79,7 +79,7 @@ use crate::util::{
     controller_of, is_pod_available, is_pod_ready, is_pod_terminal, labels, new_controller_ref,
     pod_node, pod_phase, scaled_value, selector_is_empty, selector_matches,
 };
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, replace_status_retrying, split_key};
 
 /// The label (on pods and ControllerRevisions) naming the template revision.
 pub const UNIQUE_LABEL: &str = "controller-revision-hash";
@@ -1140,23 +1140,14 @@ impl DaemonSetController {
     }
 
     async fn write_status(&self, ds: &DaemonSet, ns: &str, status: &DaemonSetStatus) -> Result<()> {
-        let name = ds.metadata.name.as_deref().unwrap_or_default();
         let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), ns);
-        let mut obj = ds.clone();
-        // Retried once on a fresh copy, as upstream's `storeDaemonSetStatus` (the
-        // controller role grants `update` on the status subresource, not `patch`).
-        for attempt in 0..2 {
+        // As upstream's `storeDaemonSetStatus`; the collision count is the copy's own.
+        replace_status_retrying(&api, ds, |obj| {
             let mut st = status.clone();
             st.collision_count = obj.status.as_ref().and_then(|s| s.collision_count);
             obj.status = Some(st);
-            match api.replace_status(name, &PostParams::default(), &obj).await {
-                Ok(_) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) if attempt == 0 && is_conflict(&e) => obj = api.get(name).await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        })
+        .await
     }
 }
 

@@ -47,9 +47,9 @@ use ferrokube_client::workqueue::WorkQueue;
 
 use crate::events::{EventSink, EventType, emit};
 use crate::expectations::Expectations;
-use crate::replicaset::{is_conflict, is_not_found, slow_start_batch};
+use crate::replicaset::{is_not_found, slow_start_batch};
 use crate::util::{controller_of, is_pod_ready, new_controller_ref, pod_phase};
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, replace_status_retrying, split_key};
 
 /// The label and annotation holding an Indexed Job pod's completion index.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
@@ -228,9 +228,20 @@ fn condition_true(job: &Job, type_: &str) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
 }
 
+/// The Job's true `Complete` or `Failed` condition, once it finished (upstream
+/// `IsJobFinished` / `getFinishedStatus`).
+pub fn finished_condition(job: &Job) -> Option<&JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+}
+
 /// Whether the Job reached `Complete` or `Failed`.
 pub fn is_finished(job: &Job) -> bool {
-    condition_true(job, "Complete") || condition_true(job, "Failed")
+    finished_condition(job).is_some()
 }
 
 /// Upstream `syncJob`'s arithmetic for an unfinished Job whose `startTime` is
@@ -562,23 +573,8 @@ impl JobController {
 
     async fn write_status(&self, job: &Job, status: JobStatus) -> Result<()> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
-        let name = job.metadata.name.as_deref().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
-        let mut current = job.clone();
-        // Retried once on a fresh copy (the role grants `update` on jobs/status).
-        for attempt in 0..2 {
-            current.status = Some(status.clone());
-            match api
-                .replace_status(name, &PostParams::default(), &current)
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) if attempt == 0 && is_conflict(&e) => current = api.get(name).await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        replace_status_retrying(&api, job, |j| j.status = Some(status.clone())).await
     }
 }
 

@@ -115,6 +115,37 @@ pub fn done_unless_failed<T>(result: kube::Result<T>) -> Result<Action> {
     }
 }
 
+/// Writes a status through `/status` with `update` (what the controller roles grant,
+/// not `patch`), retried once on a fresh copy after a conflict, as upstream's status
+/// updates are: `set_status` puts the computed status on whichever copy is sent. An
+/// object gone meanwhile leaves nothing to write.
+pub async fn replace_status_retrying<K>(
+    api: &kube::Api<K>,
+    obj: &K,
+    set_status: impl Fn(&mut K),
+) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let mut current = obj.clone();
+    for attempt in 0..2 {
+        set_status(&mut current);
+        match api
+            .replace_status(&name, &kube::api::PostParams::default(), &current)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if replicaset::is_not_found(&e) => return Ok(()),
+            Err(e) if attempt == 0 && replicaset::is_conflict(&e) => {
+                current = api.get(&name).await?
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Queues the key of every added or updated `K` that `wanted` accepts: the watch of a
 /// controller whose work ends with the object (a deletion leaves nothing to reconcile).
 pub fn enqueue_live<K: InformerResource>(

@@ -74,7 +74,7 @@ use crate::util::{
     controller_of, is_pod_available, is_pod_ready, labels, new_controller_ref, pod_phase,
     seconds_until_available, selector_is_empty, selector_matches,
 };
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, replace_status_retrying, split_key};
 
 /// The pod label holding the pod's name.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
@@ -918,23 +918,16 @@ impl StatefulSetController {
 
     async fn write_status(&self, set: &StatefulSet, status: &StatefulSetStatus) -> Result<()> {
         let ns = set.metadata.namespace.as_deref().unwrap_or_default();
-        let name = set.metadata.name.as_deref().unwrap_or_default();
         let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), ns);
-        let mut obj = set.clone();
-        for attempt in 0..2 {
+        // The conditions are the copy's own: this controller sets none.
+        replace_status_retrying(&api, set, |obj| {
             let conditions = obj.status.as_ref().and_then(|s| s.conditions.clone());
             obj.status = Some(StatefulSetStatus {
                 conditions,
                 ..status.clone()
             });
-            match api.replace_status(name, &PostParams::default(), &obj).await {
-                Ok(_) => break,
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) if attempt == 0 && is_conflict(&e) => obj = api.get(name).await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        })
+        .await
     }
 }
 

@@ -16,18 +16,15 @@ use kube::api::{Api, DeleteParams, Preconditions, PropagationPolicy};
 use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
+use crate::job::finished_condition;
 use crate::{Action, Controller, Error, Result, done_unless_failed, enqueue_live, split_key};
 
 /// When the Job finished: the last transition of its true `Complete` or `Failed`
 /// condition (upstream `jobFinishTime`).
 fn finish_time(job: &Job) -> Option<Timestamp> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref())
+    finished_condition(job)?
+        .last_transition_time
+        .as_ref()
         .map(|t| t.0)
 }
 
