@@ -807,6 +807,111 @@ s_delete_finalizer() {
   has 'Error from server \(NotFound\): configmaps "held" not found'
 }
 
+# Custom resources: a CustomResourceDefinition applied, established, and its resource
+# used as any other (table columns, defaults, validation, scale, status), then deleted
+# with its objects.
+s_custom_resources() {
+  local group="$NS.example.com" i
+  cat >"$MAN/crd.yaml" <<YAML
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: crontabs.$group
+spec:
+  group: $group
+  scope: Namespaced
+  names:
+    plural: crontabs
+    singular: crontab
+    kind: CronTab
+    shortNames: [ct]
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .spec.replicas
+        statusReplicasPath: .status.replicas
+    additionalPrinterColumns:
+    - {name: Spec, type: string, jsonPath: .spec.cronSpec}
+    - {name: Replicas, type: integer, jsonPath: .spec.replicas}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [cronSpec]
+            properties:
+              cronSpec: {type: string}
+              image: {type: string}
+              replicas: {type: integer, minimum: 1, default: 1}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+YAML
+  k apply -f "$MAN/crd.yaml"
+  has "^customresourcedefinition.apiextensions.k8s.io/crontabs.$group created"
+  k wait --for condition=established --timeout=20s "crd/crontabs.$group"
+  has "condition met"
+  k api-resources --api-group="$group"
+  has "^crontabs +ct +$group/v1 +true +CronTab"
+  cat >"$MAN/crontab.yaml" <<YAML
+apiVersion: $group/v1
+kind: CronTab
+metadata:
+  name: my-cron
+  namespace: $NS
+spec:
+  cronSpec: "* * * * */5"
+  image: my-cron-image
+YAML
+  k apply -f "$MAN/crontab.yaml"
+  has "^crontab.$group/my-cron created"
+  k get crontabs -n "$NS"
+  has '^NAME +SPEC +REPLICAS +AGE$'
+  has '^my-cron +\* \* \* \* \*/5 +1 +[0-9]+s$'
+  sed -i 's/my-cron-image/my-cron-image:2/' "$MAN/crontab.yaml"
+  k apply -f "$MAN/crontab.yaml"
+  has "^crontab.$group/my-cron configured"
+  k get ct my-cron -n "$NS" -o 'jsonpath={.spec.image}|{.spec.replicas}|{.metadata.generation}'
+  is 'my-cron-image:2|1|2'
+  k scale ct my-cron -n "$NS" --replicas=3
+  has "^crontab.$group/my-cron scaled"
+  k patch ct my-cron -n "$NS" --type merge -p '{"spec":{"image":"other"}}'
+  has "^crontab.$group/my-cron patched"
+  k get ct my-cron -n "$NS" -o 'jsonpath={.spec.image}|{.spec.replicas}'
+  is 'other|3'
+  cat >"$MAN/crontab-bad.yaml" <<YAML
+apiVersion: $group/v1
+kind: CronTab
+metadata:
+  name: bad
+  namespace: $NS
+spec:
+  replicas: 0
+YAML
+  if k create -f "$MAN/crontab-bad.yaml"; then return 1; fi
+  has 'The CronTab "bad" is invalid'
+  has 'spec.cronSpec: Required value'
+  has 'spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1'
+  sed -i 's/replicas: 0/cronSpec: x\n  bogus: 1/' "$MAN/crontab-bad.yaml"
+  if k create -f "$MAN/crontab-bad.yaml"; then return 1; fi
+  has 'unknown field "spec.bogus"'
+  k delete crd "crontabs.$group"
+  has "customresourcedefinition.apiextensions.k8s.io \"crontabs.$group\" deleted"
+  for ((i = 0; i < 50; i++)); do # at most 5 s: discovery forgets the resource
+    if ! timeout "$CMD_TIMEOUT" "$KUBECTL" api-resources --api-group="$group" 2>/dev/null | grep -q crontabs; then break; fi
+    sleep 0.1
+  done
+  if k get crontabs -n "$NS"; then return 1; fi
+  has 'the server doesn.t have a resource type "crontabs"'
+}
+
 s_delete() {
   k delete deployment,service,secret -n "$NS" -l app=web
   has 'deployment.apps "web" deleted'
@@ -1183,6 +1288,7 @@ suite() {
   step "apply --server-side: ownership, conflicts, --force-conflicts, from client-side apply" s_server_side_apply
   step "explain pod.spec.containers" s_explain
   step "api-resources" s_api_resources
+  step "custom resources: CRD apply, wait established, columns, defaults, validation, scale, delete" s_custom_resources
   step "api-versions" s_api_versions
   step "create -f of reviews and a Binding (no PATCH: kubectl lists CRDs), get crd" s_reviews_from_files
   step "create secret generic" s_secret_generic

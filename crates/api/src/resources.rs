@@ -5,8 +5,8 @@
 //! resource is one entry in [`RESOURCES`] (plus its strategy hook in the registry).
 //! Values follow upstream's discovery documents for v1.33.
 
-use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
 
 /// A verb a resource supports (upstream discovery spells them in lower case).
 pub type Verb = &'static str;
@@ -45,7 +45,7 @@ pub const GET_ONLY: &[Verb] = &["get"];
 pub const UPDATE_ONLY: &[Verb] = &["update"];
 
 /// A subresource (`<resource>/<name>`), e.g. `status`, `scale`, `binding`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SubresourceInfo {
     pub name: &'static str,
     /// The kind served at the subresource (`Scale` for `scale`, the parent's kind for
@@ -85,7 +85,7 @@ const fn sub_gv(
 }
 
 /// One served resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ResourceInfo {
     /// API group; `""` is the core (legacy) group served under `/api`.
     pub group: &'static str,
@@ -227,6 +227,10 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings",
         "validatingadmissionpolicybinding", NONE, API_EXTENSIONS, false, ALL_VERBS, NO_SUBS,
         "/registry/validatingadmissionpolicybindings"),
+    // ---- apiextensions.k8s.io/v1
+    res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition",
+        &["crd", "crds"], API_EXTENSIONS, false, ALL_VERBS, &[status!("CustomResourceDefinition")],
+        "/registry/apiextensions.k8s.io/customresourcedefinitions"),
     // ---- apps/v1
     res("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", NONE, NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/controllerrevisions"),
@@ -288,8 +292,6 @@ pub static RESOURCES: &[ResourceInfo] = &[
 
 /// Verbs of a collection served read-only.
 pub const GET_LIST: &[Verb] = &["get", "list"];
-/// Read-only collections that can also be watched.
-pub const GET_LIST_WATCH: &[Verb] = &["get", "list", "watch"];
 
 /// Resources the apiserver answers itself, with nothing in storage and so no store in
 /// the registry. Discovery and the OpenAPI documents list them with the rest, so the
@@ -297,9 +299,6 @@ pub const GET_LIST_WATCH: &[Verb] = &["get", "list", "watch"];
 /// - The access and token reviews: create-only, answered from the authorizers and
 ///   authenticators; and the legacy `bindings`, a pod's `binding` subresource with
 ///   the pod named in the body.
-/// - CustomResourceDefinitions, read-only and always empty: this server serves no
-///   custom resources. kubectl lists them before it validates any kind that has no
-///   PATCH operation (a Binding, an Eviction, a review), so that list must answer.
 #[rustfmt::skip]
 pub static UNSTORED: &[ResourceInfo] = &[
     // ---- core/v1: a pod's `binding` subresource, the pod named in the body.
@@ -320,9 +319,6 @@ pub static UNSTORED: &[ResourceInfo] = &[
         NONE, false, CREATE_ONLY, NO_SUBS, ""),
     res("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NONE, NONE, false,
         CREATE_ONLY, NO_SUBS, ""),
-    // ---- apiextensions.k8s.io/v1
-    res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition",
-        &["crd", "crds"], API_EXTENSIONS, false, GET_LIST_WATCH, NO_SUBS, ""),
 ];
 
 /// Every resource discovery lists: the stored ones, then the [`UNSTORED`] ones.
@@ -376,6 +372,61 @@ pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
     RESOURCES
         .iter()
         .find(|r| r.group == group && r.kind == kind)
+}
+
+/// A resource known only at run time (a custom resource), made `'static` like the
+/// built-in ones so that routing, admission and output treat both alike. Interned:
+/// the same description twice is one allocation, so what is held for ever is bounded
+/// by the distinct definitions seen, not by how often they are (re)built.
+pub fn intern(info: ResourceInfo) -> &'static ResourceInfo {
+    static INFOS: LazyLock<Mutex<HashSet<&'static ResourceInfo>>> = LazyLock::new(Default::default);
+    let mut infos = INFOS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = infos.get(&info) {
+        return found;
+    }
+    let leaked: &'static ResourceInfo = Box::leak(Box::new(info));
+    infos.insert(leaked);
+    leaked
+}
+
+/// A string made `'static` for [`intern`]ed resources, one allocation per distinct
+/// string.
+pub fn intern_str(s: &str) -> &'static str {
+    static STRS: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
+    let mut strs = STRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = strs.get(s) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.to_owned().into_boxed_str());
+    strs.insert(leaked);
+    leaked
+}
+
+/// A list of strings made `'static` (short names, categories), interned whole.
+pub fn intern_strs(items: &[String]) -> &'static [&'static str] {
+    static LISTS: LazyLock<Mutex<HashSet<&'static [&'static str]>>> =
+        LazyLock::new(Default::default);
+    let items: Vec<&'static str> = items.iter().map(|s| intern_str(s)).collect();
+    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = lists.get(items.as_slice()) {
+        return found;
+    }
+    let leaked: &'static [&'static str] = Box::leak(items.into_boxed_slice());
+    lists.insert(leaked);
+    leaked
+}
+
+/// Subresources made `'static` for [`intern`]ed resources.
+pub fn intern_subresources(items: Vec<SubresourceInfo>) -> &'static [SubresourceInfo] {
+    static LISTS: LazyLock<Mutex<HashSet<&'static [SubresourceInfo]>>> =
+        LazyLock::new(Default::default);
+    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = lists.get(items.as_slice()) {
+        return found;
+    }
+    let leaked: &'static [SubresourceInfo] = Box::leak(items.into_boxed_slice());
+    lists.insert(leaked);
+    leaked
 }
 
 #[cfg(test)]

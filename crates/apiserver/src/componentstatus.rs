@@ -159,7 +159,7 @@ pub(crate) async fn serve(
                 return Err(ApiError::not_found("", PLURAL, name));
             }
             let status = component_status(name, probe(state, name).await);
-            let obj = output::object(target, info, &status, jiff::Timestamp::now());
+            let obj = output::object(target, info.into(), &status, jiff::Timestamp::now());
             http_body_util::Full::new(output::encode_value(target, &obj)).boxed_unsync()
         }
         ("list", None) => {
@@ -175,7 +175,7 @@ pub(crate) async fn serve(
                 .zip(&wanted)
                 .map(|(p, n)| CachedObject::new(component_status(n, p)))
                 .collect();
-            output::list(target, info, &items, json!({}), jiff::Timestamp::now()).boxed_unsync()
+            output::list(target, info.into(), &items, json!({}), jiff::Timestamp::now()).boxed_unsync()
         }
         _ => return Err(ApiError::method_not_supported("", PLURAL, verb)),
     };

@@ -2,6 +2,7 @@
 //! resource lists, and aggregated discovery (`apidiscovery.k8s.io/v2`).
 
 use ferrokube_api::resources::{self, ResourceInfo};
+use ferrokube_registry::custom::Served;
 use serde_json::{Value, json};
 
 use crate::output::parse_accept;
@@ -56,37 +57,83 @@ pub fn api_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_json(group: &str, version: &str) -> Value {
-    let gv = format!("{group}/{version}");
+/// One API group as discovery shows it: its versions, preferred first, each with its
+/// resources.
+struct Group {
+    name: String,
+    versions: Vec<(String, Vec<&'static ResourceInfo>)>,
+}
+
+/// Every served group: the built-in ones in their order, then the custom resources'
+/// groups (by name, versions in upstream's priority).
+fn catalog(custom: &Served) -> Vec<Group> {
+    let mut groups: Vec<Group> = resources::groups()
+        .into_iter()
+        .map(|(g, v)| Group {
+            name: g.to_string(),
+            versions: vec![(v.to_string(), resources::resources_of(g, v).collect())],
+        })
+        .collect();
+    for (g, versions) in custom.group_versions() {
+        let versions: Vec<(String, Vec<&'static ResourceInfo>)> = versions
+            .iter()
+            .map(|v| {
+                let infos = custom.resources_of(g, v).into_iter().map(|r| r.info);
+                (v.clone(), infos.collect())
+            })
+            .collect();
+        match groups.iter_mut().find(|e| e.name == *g) {
+            Some(existing) => existing.versions.extend(versions),
+            None => groups.push(Group {
+                name: g.clone(),
+                versions,
+            }),
+        }
+    }
+    groups
+}
+
+fn group_json(group: &Group) -> Value {
+    let gv = |v: &str| format!("{}/{v}", group.name);
+    let versions: Vec<Value> = group
+        .versions
+        .iter()
+        .map(|(v, _)| json!({"groupVersion": gv(v), "version": v}))
+        .collect();
+    let preferred = group.versions.first().map(|(v, _)| v.as_str()).unwrap_or("");
     json!({
-        "name": group,
-        "versions": [{"groupVersion": gv, "version": version}],
-        "preferredVersion": {"groupVersion": gv, "version": version},
+        "name": group.name,
+        "versions": versions,
+        "preferredVersion": {"groupVersion": gv(preferred), "version": preferred},
     })
 }
 
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = resources::groups()
-        .into_iter()
-        .filter(|(g, _)| !g.is_empty())
-        .map(|(g, v)| group_json(g, v))
+pub fn api_group_list(custom: &Served) -> Value {
+    let groups: Vec<Value> = catalog(custom)
+        .iter()
+        .filter(|g| !g.name.is_empty())
+        .map(group_json)
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn api_group(group: &str) -> Option<Value> {
-    let (g, v) = resources::groups()
-        .into_iter()
-        .find(|(g, _)| *g == group && !g.is_empty())?;
-    let mut out = group_json(g, v);
+pub fn api_group(group: &str, custom: &Served) -> Option<Value> {
+    let groups = catalog(custom);
+    let g = groups
+        .iter()
+        .find(|g| g.name == group && !g.name.is_empty())?;
+    let mut out = group_json(g);
     out["kind"] = json!("APIGroup");
     out["apiVersion"] = json!("v1");
     Some(out)
 }
 
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn resource_list(group: &str, version: &str, custom: &Served) -> Option<Value> {
     let mut res = Vec::new();
-    for r in resources::resources_of(group, version) {
+    let infos: Vec<&'static ResourceInfo> = resources::resources_of(group, version)
+        .chain(custom.resources_of(group, version).into_iter().map(|r| r.info))
+        .collect();
+    for r in infos {
         let mut main = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -166,22 +213,24 @@ fn discovery_resource(r: &ResourceInfo) -> Value {
 
 /// Aggregated discovery: the core group for `/api` (`legacy`), the named groups
 /// for `/apis`.
-pub fn aggregated(legacy: bool, version: &str) -> Value {
-    let items: Vec<Value> = resources::groups()
+pub fn aggregated(legacy: bool, version: &str, custom: &Served) -> Value {
+    let items: Vec<Value> = catalog(custom)
         .into_iter()
-        .filter(|(g, _)| g.is_empty() == legacy)
-        .map(|(g, v)| {
-            let res: Vec<Value> = resources::resources_of(g, v)
-                .map(discovery_resource)
+        .filter(|g| g.name.is_empty() == legacy)
+        .map(|g| {
+            let versions: Vec<Value> = g
+                .versions
+                .iter()
+                .map(|(v, infos)| {
+                    let res: Vec<Value> = infos.iter().map(|r| discovery_resource(r)).collect();
+                    json!({"version": v, "resources": res, "freshness": "Current"})
+                })
                 .collect();
             let mut meta = json!({"creationTimestamp": null});
-            if !g.is_empty() {
-                meta["name"] = json!(g);
+            if !g.name.is_empty() {
+                meta["name"] = json!(g.name);
             }
-            json!({
-                "metadata": meta,
-                "versions": [{"version": v, "resources": res, "freshness": "Current"}],
-            })
+            json!({"metadata": meta, "versions": versions})
         })
         .collect();
     json!({
@@ -195,6 +244,10 @@ pub fn aggregated(legacy: bool, version: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn none() -> Served {
+        Served::default()
+    }
 
     #[test]
     fn aggregated_accept() {
@@ -216,7 +269,7 @@ mod tests {
 
     #[test]
     fn lists() {
-        let core = resource_list("", "v1").unwrap();
+        let core = resource_list("", "v1", &none()).unwrap();
         assert_eq!(core["groupVersion"], "v1");
         assert!(
             core["resources"]
@@ -225,10 +278,10 @@ mod tests {
                 .iter()
                 .any(|r| r["name"] == "pods/status")
         );
-        let apps = resource_list("apps", "v1").unwrap();
+        let apps = resource_list("apps", "v1", &none()).unwrap();
         assert_eq!(listed(&apps, "deployments/scale")["group"], "autoscaling");
-        assert!(resource_list("nope", "v1").is_none());
-        let agg = aggregated(false, "v2");
+        assert!(resource_list("nope", "v1", &none()).is_none());
+        let agg = aggregated(false, "v2", &none());
         assert!(
             agg["items"]
                 .as_array()
@@ -236,14 +289,14 @@ mod tests {
                 .iter()
                 .any(|g| g["metadata"]["name"] == "apps")
         );
-        assert_eq!(aggregated(true, "v2")["items"].as_array().unwrap().len(), 1);
+        assert_eq!(aggregated(true, "v2", &none())["items"].as_array().unwrap().len(), 1);
     }
 
-    /// The reviews and the (empty) CustomResourceDefinitions are listed like any other
-    /// resource, so kubectl maps `kind: SubjectAccessReview` in a file.
+    /// The reviews are listed like any other resource, so kubectl maps
+    /// `kind: SubjectAccessReview` in a file.
     #[test]
     fn unstored_resources_are_discovered() {
-        let authz = resource_list("authorization.k8s.io", "v1").unwrap();
+        let authz = resource_list("authorization.k8s.io", "v1", &none()).unwrap();
         let sar = listed(&authz, "subjectaccessreviews");
         assert_eq!(sar["kind"], "SubjectAccessReview");
         assert_eq!(sar["verbs"], json!(["create"]));
@@ -251,7 +304,7 @@ mod tests {
             listed(&authz, "localsubjectaccessreviews")["namespaced"],
             true
         );
-        let agg = aggregated(false, "v2");
+        let agg = aggregated(false, "v2", &none());
         let crds = agg["items"]
             .as_array()
             .unwrap()
@@ -260,10 +313,10 @@ mod tests {
             .unwrap();
         let crd = &crds["versions"][0]["resources"][0];
         assert_eq!(crd["resource"], "customresourcedefinitions");
-        assert_eq!(crd["verbs"], json!(["get", "list", "watch"]));
+        assert_eq!(crd["verbs"], json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]));
         assert_eq!(crd["shortNames"], json!(["crd", "crds"]));
         assert!(
-            api_group_list()["groups"]
+            api_group_list(&none())["groups"]
                 .as_array()
                 .unwrap()
                 .iter()

@@ -16,9 +16,10 @@ use ferrokube_api::resources::{self, ResourceInfo};
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_auth::{AuthRequest, Authenticator, Authorizer, request_attributes};
 use ferrokube_registry::cache::CachedObject;
+use ferrokube_registry::custom::CustomResource;
 use ferrokube_registry::{
-    DeleteOptions, FieldValidation, ListParams, Part, PatchType, Registry, UpdateInput, WatchItem,
-    WatchParams, WriteOptions, Written,
+    DeleteOptions, FieldValidation, ListParams, Part, PatchType, Registry, Resolved, UpdateInput,
+    WatchItem, WatchParams, WriteOptions, Written,
 };
 use futures::FutureExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -31,7 +32,7 @@ use tokio::sync::watch;
 
 use crate::discovery;
 use crate::metrics::Metrics;
-use crate::output::{self, Target};
+use crate::output::{self, Printed, Target};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -332,10 +333,6 @@ async fn route(
         let verb = request_verb(&req);
         return crate::componentstatus::serve(state, &verb, name, q, accept.as_deref()).await;
     }
-    if let Some(name) = crate::crds::crd_path(&segs) {
-        let verb = request_verb(&req);
-        return crate::crds::serve(state, &verb, name, q, accept.as_deref()).await;
-    }
     if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
         let headers = req.headers().clone();
@@ -379,42 +376,58 @@ async fn route(
         }
         ["api"] if get => {
             return Ok(match discovery::wants_aggregated(accept.as_deref()) {
-                Some(v) => aggregated(true, v),
+                Some(v) => aggregated(state, true, v),
                 None => json_response(StatusCode::OK, &discovery::api_versions(&state.advertise)),
             });
         }
         ["apis"] if get => {
             return Ok(match discovery::wants_aggregated(accept.as_deref()) {
-                Some(v) => aggregated(false, v),
-                None => json_response(StatusCode::OK, &discovery::api_group_list()),
+                Some(v) => aggregated(state, false, v),
+                None => json_response(
+                    StatusCode::OK,
+                    &discovery::api_group_list(&state.registry.custom().served()),
+                ),
             });
         }
         ["api", "v1"] if get => {
-            return discovery::resource_list("", "v1")
+            return discovery::resource_list("", "v1", &state.registry.custom().served())
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(|| not_found_path(path));
         }
         ["apis", g] if get => {
-            return discovery::api_group(g)
+            return discovery::api_group(g, &state.registry.custom().served())
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(|| not_found_path(path));
         }
         ["apis", g, v] if get => {
-            return discovery::resource_list(g, v)
+            return discovery::resource_list(g, v, &state.registry.custom().served())
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(|| not_found_path(path));
         }
         ["api", "v1", rest @ ..] => {
-            let r = parse_resource_path("", "v1", rest).ok_or_else(|| not_found_path(path))?;
+            let r = parse_resource_path("", "v1", rest, |g, v, p| resolve_info(state, g, v, p))
+                .ok_or_else(|| not_found_path(path))?;
             return resource(state, req, r, q, accept.as_deref()).await;
         }
         ["apis", g, v, rest @ ..] => {
-            let r = parse_resource_path(g, v, rest).ok_or_else(|| not_found_path(path))?;
+            let r = parse_resource_path(g, v, rest, |g, v, p| resolve_info(state, g, v, p))
+                .ok_or_else(|| not_found_path(path))?;
             return resource(state, req, r, q, accept.as_deref()).await;
         }
         _ => {}
     }
     Err(not_found_path(path))
+}
+
+/// A served resource, built-in or custom.
+fn resolve_info(
+    state: &State,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<&'static ResourceInfo> {
+    resources::lookup(group, version, plural)
+        .or_else(|| Some(state.registry.resolve(group, version, plural)?.info))
 }
 
 /// The request's verb as authorization saw it (`list`, `watch`, `deletecollection`...).
@@ -440,13 +453,14 @@ async fn review(
     Ok(json_response(StatusCode::CREATED, &answer))
 }
 
-fn aggregated(legacy: bool, version: &str) -> Response<Body> {
+fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
     let ct = if version == "v2" {
         discovery::AGGREGATED_V2
     } else {
         discovery::AGGREGATED_V2BETA1
     };
-    let mut r = json_response(StatusCode::OK, &discovery::aggregated(legacy, version));
+    let mut r = json_response(StatusCode::OK, &discovery::aggregated(legacy, version, &state.registry.custom().served()),
+    );
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
     r.headers_mut()
@@ -470,12 +484,19 @@ struct ResourcePath {
     sub: Option<String>,
 }
 
-fn parse_resource_path(group: &str, version: &str, segs: &[&str]) -> Option<ResourcePath> {
+/// The resource a path under `/api/v1` or `/apis/<group>/<version>` names; `lookup`
+/// finds a resource by group, version and plural.
+fn parse_resource_path(
+    group: &str,
+    version: &str,
+    segs: &[&str],
+    lookup: impl Fn(&str, &str, &str) -> Option<&'static ResourceInfo>,
+) -> Option<ResourcePath> {
     // The legacy `bindings` collection (`kubectl create -f` of a Binding) is the pod's
     // `binding` subresource with the pod named in the body.
     if let ("", "v1", ["namespaces", ns, "bindings"]) = (group, version, segs) {
         return Some(ResourcePath {
-            info: resources::lookup("", "v1", "pods")?,
+            info: lookup("", "v1", "pods")?,
             ns: Some(ns.to_string()),
             name: None,
             sub: Some("binding".to_string()),
@@ -483,7 +504,7 @@ fn parse_resource_path(group: &str, version: &str, segs: &[&str]) -> Option<Reso
     }
     if segs.len() >= 3
         && segs[0] == "namespaces"
-        && let Some(info) = resources::lookup(group, version, segs[2]).filter(|i| i.namespaced)
+        && let Some(info) = lookup(group, version, segs[2]).filter(|i| i.namespaced)
     {
         if segs.len() > 5 {
             return None;
@@ -495,7 +516,7 @@ fn parse_resource_path(group: &str, version: &str, segs: &[&str]) -> Option<Reso
             sub: segs.get(4).map(|s| s.to_string()),
         });
     }
-    let info = resources::lookup(group, version, segs.first()?)?;
+    let info = lookup(group, version, segs.first()?)?;
     if segs.len() > 3 {
         return None;
     }
@@ -676,8 +697,8 @@ fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
     r
 }
 
-fn encoded(t: Target, info: &ResourceInfo, code: StatusCode, obj: &Value) -> Response<Body> {
-    let v = output::object(t, info, obj, jiff::Timestamp::now());
+fn encoded(t: Target, printed: Printed<'_>, code: StatusCode, obj: &Value) -> Response<Body> {
+    let v = output::object(t, printed, obj, jiff::Timestamp::now());
     let ct = match t {
         Target::PartialMetadata => "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
         t => output::content_type(t),
@@ -689,13 +710,13 @@ fn encoded(t: Target, info: &ResourceInfo, code: StatusCode, obj: &Value) -> Res
 /// it has one.
 fn encoded_written(
     t: Target,
-    info: &ResourceInfo,
+    printed: Printed<'_>,
     code: StatusCode,
     w: &Written,
 ) -> Response<Body> {
     match (t, &w.json) {
         (Target::Json, Some(json)) => respond(code, output::content_type(t), json.clone()),
-        _ => encoded(t, info, code, &w.object),
+        _ => encoded(t, printed, code, &w.object),
     }
 }
 
@@ -728,12 +749,28 @@ async fn resource_request(
     accept: Option<&str>,
     warnings: &crate::admission::Warnings,
 ) -> Result<Response<Body>, ApiError> {
-    let info = r.info;
-    let store = state
+    let Resolved {
+        info,
+        store,
+        custom,
+    } = state
         .registry
-        .store_for(info)
-        .ok_or_else(|| ApiError::internal(format!("no store for {}", info.plural)))?
-        .clone();
+        .resolve(r.info.group, r.info.version, r.info.plural)
+        .ok_or_else(|| not_found_path(r.info.plural))?;
+    let printed = Printed {
+        info,
+        columns: custom.as_ref().map(|c| &c.columns),
+    };
+    if let Some(custom) = &custom
+        && custom.terminating
+        && req.method() == Method::POST
+        && r.sub.is_none()
+    {
+        // Upstream's crdHandler: no new objects while the definition's are deleted.
+        let mut e = method_not_supported(info, "create");
+        e.message = "create not allowed while custom resource definition is terminating".into();
+        return Err(e);
+    }
     let target = match output::negotiate(accept)? {
         Target::Table(_) => Target::Table(output::IncludeObject::parse(
             q.get("includeObject").map(String::as_str),
@@ -792,7 +829,7 @@ async fn resource_request(
     match (method, r.name.as_deref(), r.sub.as_deref()) {
         (Method::GET, None, None) => {
             if boolean(q, "watch") {
-                return watch(state, &store, ns, q, target).await;
+                return watch(state, &store, custom, ns, q, target).await;
             }
             let p = list_params(q)?;
             let listed = store.list(ns, &p).await?;
@@ -803,7 +840,7 @@ async fn resource_request(
             if let Some(n) = listed.remaining_item_count {
                 meta["remainingItemCount"] = json!(n);
             }
-            let body = output::list(target, info, &listed.items, meta, jiff::Timestamp::now());
+            let body = output::list(target, printed, &listed.items, meta, jiff::Timestamp::now());
             Ok(respond_body(
                 StatusCode::OK,
                 output::content_type(target),
@@ -812,11 +849,12 @@ async fn resource_request(
         }
         (Method::GET, Some(name), None | Some("status" | "approval" | "ephemeralcontainers")) => {
             let obj = store.get(ns, name).await?;
-            Ok(encoded(target, info, StatusCode::OK, &obj))
+            Ok(encoded(target, printed, StatusCode::OK, &obj))
         }
         (Method::GET, Some(name), Some("scale")) => {
             let obj = store.get(ns, name).await?;
-            Ok(json_response(StatusCode::OK, &to_scale(&obj)))
+            let scale = ScalePaths::of(state, info).to_scale(&obj);
+            Ok(json_response(StatusCode::OK, &scale))
         }
         (Method::POST, None, None) => {
             let mut opts = admitted(write_options(q)?);
@@ -825,7 +863,7 @@ async fn resource_request(
             opts.duplicate_fields = duplicates;
             let w = store.create(ns, obj, &opts).await?;
             Ok(with_warnings(
-                encoded_written(target, info, StatusCode::CREATED, &w),
+                encoded_written(target, printed, StatusCode::CREATED, &w),
                 &w.warnings,
             ))
         }
@@ -877,7 +915,8 @@ async fn resource_request(
             opts.duplicate_fields = duplicates;
             let w = match sub {
                 Some("scale") => {
-                    let patch = scale_patch(&obj);
+                    let paths = ScalePaths::of(state, info);
+                    let patch = paths.patch(&obj);
                     opts.via_subresource = Some("scale");
                     let w = store
                         .update(
@@ -888,7 +927,7 @@ async fn resource_request(
                             &opts,
                         )
                         .await?;
-                    return Ok(json_response(StatusCode::OK, &to_scale(&w.object)));
+                    return Ok(json_response(StatusCode::OK, &paths.to_scale(&w.object)));
                 }
                 Some("status") => {
                     store
@@ -929,7 +968,7 @@ async fn resource_request(
                 StatusCode::OK
             };
             Ok(with_warnings(
-                encoded_written(target, info, code, &w),
+                encoded_written(target, printed, code, &w),
                 &w.warnings,
             ))
         }
@@ -954,6 +993,14 @@ async fn resource_request(
             let ty = match ct.as_str() {
                 "application/json-patch+json" => Some(PatchType::Json),
                 "application/merge-patch+json" => Some(PatchType::Merge),
+                // Custom resources have no patch strategies to merge by (upstream).
+                "application/strategic-merge-patch+json" if custom.is_some() => {
+                    return Err(ApiError::unsupported_media_type(&[
+                        PATCH_TYPES[0],
+                        PATCH_TYPES[1],
+                        PATCH_TYPES[3],
+                    ]));
+                }
                 "application/strategic-merge-patch+json" => Some(PatchType::StrategicMerge),
                 "application/apply-patch+yaml" => None,
                 _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES)),
@@ -1005,7 +1052,7 @@ async fn resource_request(
                     StatusCode::OK
                 };
                 return Ok(with_warnings(
-                    encoded_written(target, info, code, &w),
+                    encoded_written(target, printed, code, &w),
                     &w.warnings,
                 ));
             };
@@ -1018,7 +1065,8 @@ async fn resource_request(
                 Some("ephemeralcontainers") => Part::EphemeralContainers,
                 Some("scale") => {
                     let current = store.get(ns, name).await?;
-                    let scale = to_scale(&current);
+                    let paths = ScalePaths::of(state, info);
+                    let scale = paths.to_scale(&current);
                     let patched =
                         ferrokube_registry::store::default_patch(info, ty, &scale, &patch)?;
                     let opts = WriteOptions {
@@ -1029,12 +1077,12 @@ async fn resource_request(
                         .update(
                             ns,
                             name,
-                            UpdateInput::Patch(PatchType::Merge, scale_patch(&patched)),
+                            UpdateInput::Patch(PatchType::Merge, paths.patch(&patched)),
                             Part::Main,
                             &opts,
                         )
                         .await?;
-                    return Ok(json_response(StatusCode::OK, &to_scale(&w.object)));
+                    return Ok(json_response(StatusCode::OK, &paths.to_scale(&w.object)));
                 }
                 Some(_) => return Err(method_not_supported(info, "patch")),
             };
@@ -1042,7 +1090,7 @@ async fn resource_request(
                 .update(ns, name, UpdateInput::Patch(ty, patch), part, &opts)
                 .await?;
             Ok(with_warnings(
-                encoded_written(target, info, StatusCode::OK, &w),
+                encoded_written(target, printed, StatusCode::OK, &w),
                 &w.warnings,
             ))
         }
@@ -1058,7 +1106,7 @@ async fn resource_request(
                 ..delete_options(q, body_opts.as_ref())?
             };
             let d = store.delete(ns, name, &opts).await?;
-            Ok(encoded(target, info, StatusCode::OK, &d.object))
+            Ok(encoded(target, printed, StatusCode::OK, &d.object))
         }
         (Method::DELETE, None, None) => {
             if !info.supports("deletecollection") {
@@ -1079,7 +1127,7 @@ async fn resource_request(
             let items: Vec<CachedObject> = items.into_iter().map(CachedObject::new).collect();
             let body = output::list(
                 Target::Json,
-                info,
+                printed,
                 &items,
                 json!({}),
                 jiff::Timestamp::now(),
@@ -1133,40 +1181,103 @@ fn delete_options(
     })
 }
 
-fn to_scale(obj: &Value) -> Value {
-    let selector = obj["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
-    json!({
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {
-            "name": obj["metadata"]["name"],
-            "namespace": obj["metadata"]["namespace"],
-            "uid": obj["metadata"]["uid"],
-            "resourceVersion": obj["metadata"]["resourceVersion"],
-            "creationTimestamp": obj["metadata"]["creationTimestamp"],
-        },
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
-        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
-    })
+/// Where a resource keeps what its `scale` subresource shows: `spec.replicas`,
+/// `status.replicas` and the selector of `spec.selector` for the built-in kinds; the
+/// paths its definition names for a custom resource.
+struct ScalePaths {
+    spec_replicas: Vec<String>,
+    status_replicas: Vec<String>,
+    /// A custom resource's label selector path (a string in the serialized form).
+    label_selector: Option<Vec<String>>,
 }
 
-fn scale_patch(scale: &Value) -> Value {
-    let mut p = json!({"spec": {"replicas": scale["spec"]["replicas"].as_i64().unwrap_or(0)}});
-    if let Some(rv) = scale["metadata"]["resourceVersion"]
-        .as_str()
-        .filter(|s| !s.is_empty())
-    {
-        p["metadata"] = json!({"resourceVersion": rv});
+impl ScalePaths {
+    fn of(state: &State, info: &ResourceInfo) -> ScalePaths {
+        let split = |p: &str| -> Vec<String> {
+            p.split('.')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let served = state.registry.custom().served();
+        let custom = served
+            .get(info.group, info.version, info.plural)
+            .and_then(|r| r.version_spec()?.subresources.as_ref()?.scale.clone());
+        match custom {
+            Some(scale) => ScalePaths {
+                spec_replicas: split(&scale.spec_replicas_path),
+                status_replicas: split(&scale.status_replicas_path),
+                label_selector: Some(
+                    scale
+                        .label_selector_path
+                        .as_deref()
+                        .map(split)
+                        .unwrap_or_default(),
+                ),
+            },
+            None => ScalePaths {
+                spec_replicas: vec!["spec".into(), "replicas".into()],
+                status_replicas: vec!["status".into(), "replicas".into()],
+                label_selector: None,
+            },
+        }
     }
-    p
+
+    fn at<'a>(obj: &'a Value, path: &[String]) -> &'a Value {
+        path.iter().fold(obj, |v, p| &v[p.as_str()])
+    }
+
+    fn to_scale(&self, obj: &Value) -> Value {
+        let selector = match &self.label_selector {
+            Some(path) if !path.is_empty() => Self::at(obj, path)
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            Some(_) => String::new(),
+            None => obj["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default(),
+        };
+        json!({
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                "name": obj["metadata"]["name"],
+                "namespace": obj["metadata"]["namespace"],
+                "uid": obj["metadata"]["uid"],
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "creationTimestamp": obj["metadata"]["creationTimestamp"],
+            },
+            "spec": {"replicas": Self::at(obj, &self.spec_replicas).as_i64().unwrap_or(0)},
+            "status": {
+                "replicas": Self::at(obj, &self.status_replicas).as_i64().unwrap_or(0),
+                "selector": selector,
+            },
+        })
+    }
+
+    /// The merge patch of the object that sets what `scale` asks for.
+    fn patch(&self, scale: &Value) -> Value {
+        let replicas = json!(scale["spec"]["replicas"].as_i64().unwrap_or(0));
+        let mut p = self
+            .spec_replicas
+            .iter()
+            .rev()
+            .fold(replicas, |inner, key| json!({ key: inner }));
+        if let Some(rv) = scale["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+        {
+            p["metadata"] = json!({"resourceVersion": rv});
+        }
+        p
+    }
 }
 
 fn bookmark_line(info: &ResourceInfo, revision: i64, initial_end: bool) -> Bytes {
@@ -1180,7 +1291,8 @@ fn bookmark_line(info: &ResourceInfo, revision: i64, initial_end: bool) -> Bytes
     )
 }
 
-fn item_line(info: &ResourceInfo, t: Target, item: &WatchItem) -> Bytes {
+fn item_line(printed: Printed<'_>, t: Target, item: &WatchItem) -> Bytes {
+    let info = printed.info;
     let json = t == Target::Json || t == Target::Yaml;
     let (kind, obj) = match item {
         WatchItem::Event(e) if json => return e.json_line(),
@@ -1197,13 +1309,14 @@ fn item_line(info: &ResourceInfo, t: Target, item: &WatchItem) -> Bytes {
             return ferrokube_registry::cache::watch_line("ERROR", &output::status_value(e));
         }
     };
-    let obj = output::object(t, info, &obj, jiff::Timestamp::now());
+    let obj = output::object(t, printed, &obj, jiff::Timestamp::now());
     ferrokube_registry::cache::watch_line(kind, &obj)
 }
 
 async fn watch(
     state: &State,
     store: &Arc<ferrokube_registry::Store>,
+    custom: Option<Arc<CustomResource>>,
     ns: Option<&str>,
     q: &HashMap<String, String>,
     target: Target,
@@ -1218,7 +1331,7 @@ async fn watch(
         send_initial_events: q.get("sendInitialEvents").map(|v| v == "true" || v == "1"),
     };
     match store.watch(ns, &p).await {
-        Ok(rx) => Ok(watch_response(state, info, q, target, rx, None)),
+        Ok(rx) => Ok(watch_response(state, info, custom, q, target, rx, None)),
         Err(e) if e.code == 410 => {
             let line = ferrokube_registry::cache::watch_line("ERROR", &output::status_value(&e));
             Ok(respond(StatusCode::OK, watch_content_type(target), line))
@@ -1241,6 +1354,7 @@ fn watch_content_type(target: Target) -> &'static str {
 pub(crate) fn watch_response(
     state: &State,
     info: &'static ResourceInfo,
+    custom: Option<Arc<CustomResource>>,
     q: &HashMap<String, String>,
     target: Target,
     rx: tokio::sync::mpsc::Receiver<WatchItem>,
@@ -1264,18 +1378,25 @@ pub(crate) fn watch_response(
     let guard = Guard(metrics);
     let stream = futures::stream::unfold(
         (rx, shutdown, (guard, hold_open)),
-        move |(mut rx, mut shutdown, guard)| async move {
+        move |(mut rx, mut shutdown, guard)| {
+            let custom = custom.clone();
+            async move {
             if *shutdown.borrow() {
                 return None;
             }
             tokio::select! {
                 item = rx.recv() => {
                     let item = item?;
-                    let line = item_line(info, target, &item);
+                    let printed = Printed {
+                        info,
+                        columns: custom.as_ref().map(|c| &c.columns),
+                    };
+                    let line = item_line(printed, target, &item);
                     Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shutdown, guard)))
                 }
                 _ = tokio::time::sleep_until(deadline) => None,
                 _ = shutdown.changed() => None,
+            }
             }
         },
     );
@@ -1291,21 +1412,21 @@ mod tests {
 
     #[test]
     fn resource_paths() {
-        let r = parse_resource_path("", "v1", &["namespaces", "default", "pods", "p", "status"])
+        let r = parse_resource_path("", "v1", &["namespaces", "default", "pods", "p", "status"], resources::lookup)
             .unwrap();
         assert_eq!(r.info.plural, "pods");
         assert_eq!(r.ns.as_deref(), Some("default"));
         assert_eq!(r.name.as_deref(), Some("p"));
         assert_eq!(r.sub.as_deref(), Some("status"));
-        let r = parse_resource_path("", "v1", &["namespaces", "default"]).unwrap();
+        let r = parse_resource_path("", "v1", &["namespaces", "default"], resources::lookup).unwrap();
         assert_eq!(r.info.plural, "namespaces");
         assert_eq!(r.name.as_deref(), Some("default"));
-        let r = parse_resource_path("", "v1", &["namespaces", "x", "finalize"]).unwrap();
+        let r = parse_resource_path("", "v1", &["namespaces", "x", "finalize"], resources::lookup).unwrap();
         assert_eq!(r.sub.as_deref(), Some("finalize"));
-        let r = parse_resource_path("apps", "v1", &["deployments"]).unwrap();
+        let r = parse_resource_path("apps", "v1", &["deployments"], resources::lookup).unwrap();
         assert!(r.ns.is_none() && r.name.is_none());
-        assert!(parse_resource_path("", "v1", &["nope"]).is_none());
-        assert!(parse_resource_path("", "v1", &["pods", "a", "b", "c"]).is_none());
+        assert!(parse_resource_path("", "v1", &["nope"], resources::lookup).is_none());
+        assert!(parse_resource_path("", "v1", &["pods", "a", "b", "c"], resources::lookup).is_none());
     }
 
     #[test]

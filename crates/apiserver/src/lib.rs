@@ -11,7 +11,6 @@
 mod admission;
 mod audit;
 mod componentstatus;
-mod crds;
 mod discovery;
 mod dupes;
 mod eviction;

@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use ferrokube_api::printers;
 use ferrokube_api::resources::ResourceInfo;
+use ferrokube_apiextensions::printer::PrinterColumns;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_registry::cache::CachedObject;
 use hyper::body::{Frame, SizeHint};
@@ -163,10 +164,27 @@ pub fn partial_metadata(obj: &Value) -> Value {
     })
 }
 
+/// What a resource's Table is printed with: the built-in printers by kind, or a custom
+/// resource version's `additionalPrinterColumns`.
+#[derive(Clone, Copy)]
+pub struct Printed<'a> {
+    pub info: &'a ResourceInfo,
+    pub columns: Option<&'a PrinterColumns>,
+}
+
+impl<'a> From<&'a ResourceInfo> for Printed<'a> {
+    fn from(info: &'a ResourceInfo) -> Self {
+        Printed {
+            info,
+            columns: None,
+        }
+    }
+}
+
 /// One object in the asked form.
 pub fn object<'a>(
     t: Target,
-    info: &ResourceInfo,
+    printed: Printed<'_>,
     obj: &'a Value,
     now: jiff::Timestamp,
 ) -> Cow<'a, Value> {
@@ -175,7 +193,7 @@ pub fn object<'a>(
             let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or("")});
-            Cow::Owned(table(info, &[Arc::new(obj.clone())], meta, now, inc))
+            Cow::Owned(table(printed, &[Arc::new(obj.clone())], meta, now, inc))
         }
         Target::PartialMetadata => Cow::Owned(partial_metadata(obj)),
         // Served as it is: no copy of the object for every response.
@@ -189,17 +207,18 @@ pub fn object<'a>(
 /// built as one value.
 pub fn list(
     t: Target,
-    info: &ResourceInfo,
+    printed: Printed<'_>,
     items: &[CachedObject],
     list_meta: Value,
     now: jiff::Timestamp,
 ) -> ListBody {
+    let info = printed.info;
     match t {
         Target::Table(inc) => {
             let values: Vec<Arc<Value>> = items.iter().map(|o| o.value().clone()).collect();
             ListBody::whole(encode_value(
                 Target::Json,
-                &table(info, &values, list_meta, now, inc),
+                &table(printed, &values, list_meta, now, inc),
             ))
         }
         Target::PartialMetadata => ListBody::whole(encode_value(
@@ -311,17 +330,24 @@ impl hyper::body::Body for ListBody {
 /// (`ferrokube_api::printers`), one row per object with its conditions and, per
 /// `include`, no object, its `PartialObjectMetadata`, or the whole object.
 pub fn table(
-    info: &ResourceInfo,
+    printed: Printed<'_>,
     items: &[Arc<Value>],
     list_meta: Value,
     now: jiff::Timestamp,
     include: IncludeObject,
 ) -> Value {
-    let columns = printers::table_columns(info.group, info.kind);
+    let info = printed.info;
+    let columns = match printed.columns {
+        Some(c) => c.headers().to_vec(),
+        None => printers::table_columns(info.group, info.kind),
+    };
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": printers::table_row(info.group, info.kind, o, now)});
+            let mut row = match printed.columns {
+                Some(c) => json!({"cells": c.cells(o, now)}),
+                None => json!({"cells": printers::table_row(info.group, info.kind, o, now)}),
+            };
             if let Some(c) = printers::table_row_conditions(info.group, info.kind, o) {
                 row["conditions"] = c;
             }

@@ -308,6 +308,14 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("rbac.authorization.k8s.io", "Role") => typed!(rbac::Role, Hooks::PLAIN),
         ("scheduling.k8s.io", "PriorityClass") => typed!(scheduling::PriorityClass, Hooks::PLAIN),
         ("storage.k8s.io", "StorageClass") => typed!(storage::StorageClass, Hooks::PLAIN),
+        (crate::custom::GROUP, "CustomResourceDefinition") => {
+            use ferrokube_apiextensions::crd;
+            Arc::new(
+                TypedStrategy::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::new(info, DEFINITION)
+                    .with_defaults(crd::default_crd)
+                    .with_validation(crd::validate_crd, crd::validate_crd_update),
+            ) as Arc<dyn Strategy>
+        }
         _ => return None,
     };
     Some(s)
@@ -449,6 +457,16 @@ pub fn pod_qos_class(pod: &Value) -> &'static str {
     }
     "Burstable"
 }
+
+/// CustomResourceDefinitions: upstream's status on create and the storage versions
+/// recorded as stored (`crate::custom`).
+const DEFINITION: Hooks = Hooks {
+    tracks_generation: true,
+    initial_status: Some(|| json!({})),
+    prepare_create: Some(crate::custom::definition_prepare_create),
+    prepare_update: Some(crate::custom::definition_prepare_update),
+    ..Hooks::PLAIN
+};
 
 const GENERATION_STATUS: Hooks = Hooks {
     tracks_generation: true,

@@ -13,6 +13,7 @@
 
 pub mod allocator;
 pub mod cache;
+pub mod custom;
 pub mod errors;
 pub mod kinds;
 pub mod meta;
@@ -41,6 +42,9 @@ pub use strategy::{Hooks, StorageCodec, Strategy, TypedStrategy};
 
 /// The storage prefix everything lives under.
 pub const ROOT: &str = "/registry/";
+
+/// The watch cache of every key no built-in resource has: custom resources.
+const CUSTOM_RESOURCES_CACHE: &str = "/registry";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -100,6 +104,15 @@ impl Default for RegistryConfig {
     }
 }
 
+/// A resource found by its path, with its store.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub info: &'static ResourceInfo,
+    pub store: Arc<Store>,
+    /// For a custom resource: its served version.
+    pub custom: Option<Arc<custom::CustomResource>>,
+}
+
 /// All stores, the watch cache and the background tasks.
 pub struct Registry {
     /// One per built-in resource, in [`RESOURCES`] order: `stores[i]` serves
@@ -107,6 +120,8 @@ pub struct Registry {
     stores: Vec<Arc<Store>>,
     storage: Arc<dyn Storage>,
     tasks: Vec<JoinHandle<()>>,
+    /// The resources CustomResourceDefinitions declare.
+    custom: Arc<custom::CustomResources>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -143,6 +158,9 @@ impl Registry {
                 prefixes.push(r.storage_prefix.to_string());
             }
         }
+        // Last, so every built-in prefix matches first: the custom resources' objects
+        // (`/registry/<group>/<plural>/...`), whatever definitions come and go.
+        prefixes.push(CUSTOM_RESOURCES_CACHE.to_string());
         let hub = Arc::new(cache::CacheHub::new(prefixes));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let mut tasks = vec![tokio::spawn(hub.clone().run(
@@ -190,10 +208,43 @@ impl Registry {
             storage.clone(),
             config.compaction_interval,
         )));
+        let custom_cache = hub
+            .cache(CUSTOM_RESOURCES_CACHE)
+            .ok_or(RegistryError::CacheStart)?;
+        let factory = {
+            let (storage, config) = (storage.clone(), config.clone());
+            custom::StoreFactory(Box::new(move |strategy| {
+                let tracked: Arc<dyn ferrokube_storage::Storage> = Arc::new(
+                    cache::WriteTracking::new(storage.clone(), custom_cache.clone()),
+                );
+                Store::new(
+                    strategy,
+                    tracked,
+                    custom_cache.clone(),
+                    config.clock.clone(),
+                    None,
+                    config.patch,
+                    config.bookmark_interval,
+                    ns_prefix,
+                    ns_cache.clone(),
+                )
+            }))
+        };
+        let custom = Arc::new(custom::CustomResources::new(factory));
+        let definitions = RESOURCES
+            .iter()
+            .position(custom::is_definition)
+            .map(|i| stores[i].clone())
+            .ok_or_else(|| RegistryError::NoStrategy(custom::GROUP.into()))?;
+        tasks.push(tokio::spawn(custom::run_definitions(
+            definitions,
+            custom.clone(),
+        )));
         let reg = Registry {
             stores,
             storage,
             tasks,
+            custom,
         };
         reg.bootstrap(&config, cidr)
             .await
@@ -220,6 +271,30 @@ impl Registry {
 
     pub fn store_for(&self, info: &ResourceInfo) -> Option<&Arc<Store>> {
         self.store(info.group, info.version, info.plural)
+    }
+
+    /// The served custom resources.
+    pub fn custom(&self) -> &Arc<custom::CustomResources> {
+        &self.custom
+    }
+
+    /// The resource at `group/version/plural` and its store: a built-in one, else a
+    /// served custom resource.
+    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Resolved> {
+        if let Some(store) = self.store(group, version, plural) {
+            return Some(Resolved {
+                info: store.info(),
+                store: store.clone(),
+                custom: None,
+            });
+        }
+        let served = self.custom.served();
+        let r = served.get(group, version, plural)?;
+        Some(Resolved {
+            info: r.info,
+            store: r.store.clone(),
+            custom: Some(r.clone()),
+        })
     }
 
     fn core(&self, plural: &str) -> Result<&Arc<Store>, ApiError> {

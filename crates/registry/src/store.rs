@@ -409,8 +409,8 @@ impl Store {
     /// A stored object in the served form (differs only for resources stored in
     /// another's form, see [`crate::strategy::StorageCodec`]).
     fn served(&self, obj: Value) -> Value {
-        match self.strategy.hooks().storage_codec {
-            Some(c) => (c.from_storage)(obj),
+        match self.strategy.storage_conversion() {
+            Some(c) => c.from_storage(obj),
             None => obj,
         }
     }
@@ -423,18 +423,16 @@ impl Store {
     /// A stored object in the served form, for lists: kept as its JSON (decoded only
     /// if a selector or a non-JSON output needs it) unless it converts.
     fn cached_served(&self, value: &[u8], revision: Revision) -> Option<CachedObject> {
-        match self.strategy.hooks().storage_codec {
-            Some(c) => {
-                decode_stored(value, revision).map(|o| CachedObject::new((c.from_storage)(o)))
-            }
+        match self.strategy.storage_conversion() {
+            Some(c) => decode_stored(value, revision).map(|o| CachedObject::new(c.from_storage(o))),
             None => CachedObject::from_stored(value, revision),
         }
     }
 
     /// The bytes stored for a served object.
     fn encode(&self, obj: &Value) -> Result<Bytes, ApiError> {
-        match self.strategy.hooks().storage_codec {
-            Some(c) => encode(&(c.to_storage)(obj.clone())),
+        match self.strategy.storage_conversion() {
+            Some(c) => encode(&c.to_storage(obj.clone())),
             None => encode(obj),
         }
     }
@@ -668,7 +666,7 @@ impl Store {
         }
         // One serialization for the stored form and the answer (a resource stored in
         // another's form is encoded through its codec instead).
-        let slot = match self.strategy.hooks().storage_codec {
+        let slot = match self.strategy.storage_conversion() {
             None => RevisionSlot::encode(&mut obj),
             Some(_) => None,
         };
@@ -876,10 +874,10 @@ impl Store {
     /// The cache's objects under `prefix` that pass `filter`, in the served form.
     fn list_from_cache(&self, prefix: &str, filter: Option<&Filter>) -> Listed {
         let (items, rev) = self.cache.snapshot_objects(prefix);
-        let items: Vec<CachedObject> = match self.strategy.hooks().storage_codec {
+        let items: Vec<CachedObject> = match self.strategy.storage_conversion() {
             Some(c) => items
                 .into_iter()
-                .map(|o| CachedObject::new((c.from_storage)((*o).clone())))
+                .map(|o| CachedObject::new(c.from_storage((*o).clone())))
                 .collect(),
             None => items,
         };
@@ -957,8 +955,8 @@ impl Store {
                 self.bookmark_interval,
             )
             .await?;
-        Ok(match self.strategy.hooks().storage_codec {
-            Some(codec) => served_watch(rx, codec),
+        Ok(match self.strategy.storage_conversion() {
+            Some(_) => served_watch(rx, self.strategy.clone()),
             None => rx,
         })
     }
@@ -1432,6 +1430,14 @@ impl Store {
             Some("Orphan") if !fins.iter().any(|f| f == "orphan") => fins.push("orphan".into()),
             _ => {}
         }
+        // A definition first deletes its custom resources (upstream's CRD REST delete
+        // adds the cleanup finalizer that `crate::custom` removes when they are gone).
+        if crate::custom::is_definition(self.info)
+            && !meta::has_deletion_timestamp(obj)
+            && !fins.iter().any(|f| f == crate::custom::CLEANUP_FINALIZER)
+        {
+            fins.push(crate::custom::CLEANUP_FINALIZER.into());
+        }
         let is_ns = self.info.group.is_empty() && self.info.kind == "Namespace";
         let is_pod = self.info.group.is_empty() && self.info.kind == "Pod";
         let ns_fins = is_ns
@@ -1539,14 +1545,17 @@ impl Store {
 /// only look at metadata here, which both forms share).
 fn served_watch(
     mut rx: mpsc::Receiver<WatchItem>,
-    codec: crate::strategy::StorageCodec,
+    strategy: Arc<dyn Strategy>,
 ) -> mpsc::Receiver<WatchItem> {
     let (tx, out) = mpsc::channel(rx.max_capacity());
-    let convert = move |o: &Value| (codec.from_storage)(o.clone());
+    let convert = move |o: &Value| match strategy.storage_conversion() {
+        Some(c) => c.from_storage(o.clone()),
+        None => o.clone(),
+    };
     tokio::spawn(async move {
         while let Some(item) = rx.recv().await {
             let item = match item {
-                WatchItem::Event(ev) => WatchItem::Event(Arc::new(ev.converted(convert))),
+                WatchItem::Event(ev) => WatchItem::Event(Arc::new(ev.converted(&convert))),
                 WatchItem::Synthetic(kind, obj) => {
                     WatchItem::Synthetic(kind, CachedObject::new(convert(&obj)))
                 }

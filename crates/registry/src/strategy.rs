@@ -46,6 +46,14 @@ pub trait Strategy: Send + Sync + 'static {
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError>;
 
     fn hooks(&self) -> &Hooks;
+
+    /// The conversion between stored and served forms; `None` when they are the same.
+    fn storage_conversion(&self) -> Option<&dyn StorageConversion> {
+        self.hooks()
+            .storage_codec
+            .as_ref()
+            .map(|c| c as &dyn StorageConversion)
+    }
 }
 
 /// Per-kind behaviour that is data or a plain function, not a type.
@@ -80,6 +88,24 @@ pub struct Hooks {
 pub struct StorageCodec {
     pub to_storage: fn(Value) -> Value,
     pub from_storage: fn(Value) -> Value,
+}
+
+/// How a resource's stored form and served form differ, when they do: the conversions
+/// the store runs on every write and read. A [`StorageCodec`] is one; a custom
+/// resource served in a version other than its storage version has another.
+pub trait StorageConversion: Send + Sync {
+    fn to_storage(&self, obj: Value) -> Value;
+    fn from_storage(&self, obj: Value) -> Value;
+}
+
+impl StorageConversion for StorageCodec {
+    fn to_storage(&self, obj: Value) -> Value {
+        (self.to_storage)(obj)
+    }
+
+    fn from_storage(&self, obj: Value) -> Value {
+        (self.from_storage)(obj)
+    }
 }
 
 impl Hooks {
@@ -249,7 +275,7 @@ fn keeps_every_member(body: &Value, typed: &Value, key: Option<&str>) -> bool {
 }
 
 /// `spec.containers[0].foo` from serde_ignored's path.
-fn format_path(path: &serde_ignored::Path<'_>) -> String {
+pub(crate) fn format_path(path: &serde_ignored::Path<'_>) -> String {
     use serde_ignored::Path;
     match path {
         Path::Root => String::new(),
@@ -353,7 +379,7 @@ where
 /// The object-metadata checks every kind shares that the store relies on: a name
 /// that can be a path segment. Kind-specific and full metadata validation comes from
 /// the validation crate through [`TypedStrategy::with_validation`].
-fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let path = FieldPath::new("metadata");
     let name = meta::name(obj);

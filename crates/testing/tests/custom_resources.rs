@@ -1,0 +1,388 @@
+//! CustomResourceDefinitions and the custom resources they declare, through kube-rs
+//! and raw requests: the definition's lifecycle (established, cleaned up on delete),
+//! discovery, schema validation, pruning and defaulting, versions, the status and
+//! scale subresources, Table columns, watch and patch types.
+
+use std::time::Duration;
+
+use ferrokube_testing::TestApiServer;
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use serde_json::{Value, json};
+
+const CRD_NAME: &str = "crontabs.stable.example.com";
+
+fn crontab_definition() -> CustomResourceDefinition {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["cronSpec"],
+                "properties": {
+                    "cronSpec": {"type": "string", "maxLength": 20},
+                    "image": {"type": "string"},
+                    "replicas": {"type": "integer", "minimum": 1, "default": 1},
+                    "selector": {"type": "string"},
+                }
+            },
+            "status": {
+                "type": "object",
+                "properties": {
+                    "replicas": {"type": "integer"},
+                    "selector": {"type": "string"},
+                    "phase": {"type": "string", "enum": ["Pending", "Running"]},
+                }
+            }
+        }
+    });
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": "stable.example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab",
+                "shortNames": ["ct"], "categories": ["all"]},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}, "scale": {
+                        "specReplicasPath": ".spec.replicas",
+                        "statusReplicasPath": ".status.replicas",
+                        "labelSelectorPath": ".status.selector"}},
+                    "additionalPrinterColumns": [
+                        {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
+                        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]},
+                {"name": "v1beta1", "served": true, "storage": false,
+                    "schema": {"openAPIV3Schema": schema}},
+            ]
+        }
+    }))
+    .unwrap()
+}
+
+fn crontabs(client: &kube::Client, version: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("stable.example.com", version, "CronTab");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "crontabs");
+    Api::namespaced_with(client.clone(), "default", &ar)
+}
+
+/// Polls `done` every 50 ms, at most 100 times.
+async fn eventually<F, Fut>(mut done: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..100 {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+async fn established(crds: &Api<CustomResourceDefinition>) -> bool {
+    let Ok(crd) = crds.get(CRD_NAME).await else {
+        return false;
+    };
+    crd.status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Established" && c.status == "True")
+}
+
+fn crontab(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "stable.example.com/v1", "kind": "CronTab",
+        "metadata": {"name": name, "labels": {"app": "cron"}}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn api_error(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn custom_resources_are_served_from_their_definitions() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+
+    // Before a definition exists its resources are not found.
+    let err = crontabs(&client, "v1").list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(api_error(err).code, 404);
+
+    let created = crds
+        .create(&PostParams::default(), &crontab_definition())
+        .await
+        .unwrap();
+    let status = created.status.clone().unwrap_or_default();
+    assert_eq!(status.stored_versions.as_deref(), Some(&["v1".to_string()][..]));
+    assert!(eventually(|| established(&crds)).await, "never established");
+    let crd = crds.get(CRD_NAME).await.unwrap();
+    let accepted = crd.status.unwrap().accepted_names.unwrap();
+    assert_eq!(accepted.kind, "CronTab");
+    assert_eq!(accepted.list_kind.as_deref(), Some("CronTabList"));
+
+    // Discovery: both versions, v1 preferred, with short names and categories.
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let group = discovery.get("stable.example.com").expect("group discovered");
+    assert_eq!(group.preferred_version(), Some("v1"));
+    assert_eq!(group.versions().collect::<Vec<_>>(), ["v1", "v1beta1"]);
+    let (code, _, list) = TestApiServer::send_json(
+        &client,
+        "GET",
+        "/apis/stable.example.com/v1",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let names: Vec<&str> = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["crontabs", "crontabs/scale", "crontabs/status"]);
+    assert_eq!(list["resources"][0]["shortNames"], json!(["ct"]));
+
+    // Create: defaults applied, status dropped (status subresource), generation 1.
+    let v1 = crontabs(&client, "v1");
+    let mut first = crontab("first", json!({"cronSpec": "* * * * */5", "image": "cron"}));
+    first.data["status"] = json!({"phase": "Running"});
+    let first = v1.create(&PostParams::default(), &first).await.unwrap();
+    assert_eq!(first.data["spec"]["replicas"], 1);
+    assert!(first.data.get("status").is_none(), "{:?}", first.data);
+    assert_eq!(first.metadata.generation, Some(1));
+
+    // Validation against the schema: every error, with upstream's paths.
+    let err = v1
+        .create(
+            &PostParams::default(),
+            &crontab("bad", json!({"replicas": 0, "cronSpec": 5})),
+        )
+        .await
+        .unwrap_err();
+    let status = api_error(err);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(status.message.contains("spec.cronSpec"), "{}", status.message);
+    assert!(status.message.contains("spec.replicas"), "{}", status.message);
+
+    // Unknown fields: pruned, and named with fieldValidation=Strict (a 400).
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/apis/stable.example.com/v1/namespaces/default/crontabs?fieldValidation=Strict",
+        &json!({"apiVersion": "stable.example.com/v1", "kind": "CronTab",
+            "metadata": {"name": "strict"}, "spec": {"cronSpec": "x", "bogus": 1}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("spec.bogus"), "{body}");
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/apis/stable.example.com/v1/namespaces/default/crontabs?fieldValidation=Ignore",
+        &json!({"apiVersion": "stable.example.com/v1", "kind": "CronTab",
+            "metadata": {"name": "pruned"}, "spec": {"cronSpec": "x", "bogus": 1}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    assert!(body["spec"].get("bogus").is_none(), "{body}");
+
+    // The other served version reads the same objects in its own apiVersion.
+    let beta = crontabs(&client, "v1beta1").get("first").await.unwrap();
+    assert_eq!(
+        beta.types.as_ref().map(|t| t.api_version.as_str()),
+        Some("stable.example.com/v1beta1")
+    );
+    assert_eq!(beta.data["spec"]["cronSpec"], "* * * * */5");
+
+    // Status only through the status subresource; spec changes bump the generation.
+    let patched = v1
+        .patch_status(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "replicas": 1,
+                "selector": "app=cron"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data["status"]["phase"], "Running");
+    assert_eq!(patched.metadata.generation, Some(1));
+    let err = v1
+        .patch_status(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Lost"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(err).code, 422);
+    let patched = v1
+        .patch(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": "cron:2"}, "status": {"phase": "Pending"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data["status"]["phase"], "Running");
+    assert_eq!(patched.metadata.generation, Some(2));
+
+    // Scale through the definition's paths.
+    let scale = v1.get_scale("first").await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    assert_eq!(
+        scale.status.as_ref().and_then(|s| s.selector.as_deref()),
+        Some("app=cron")
+    );
+    v1.patch_scale(
+        "first",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v1.get("first").await.unwrap().data["spec"]["replicas"], 3);
+
+    // Strategic merge patch is for built-in types only.
+    let (code, _, body) = TestApiServer::raw(
+        &client,
+        "PATCH",
+        "/apis/stable.example.com/v1/namespaces/default/crontabs/first",
+        &[("content-type", "application/strategic-merge-patch+json")],
+        br#"{"spec":{"image":"x"}}"#.to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 415, "{}", String::from_utf8_lossy(&body));
+
+    // Table: the definition's columns after the name.
+    let (code, _, body) = TestApiServer::raw(
+        &client,
+        "GET",
+        "/apis/stable.example.com/v1/namespaces/default/crontabs",
+        &[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let table: Value = serde_json::from_slice(&body).unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(columns, ["Name", "Spec", "Replicas", "Age"]);
+    let row = table["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["cells"][0] == "first")
+        .unwrap();
+    assert_eq!(row["cells"][1], "* * * * */5");
+    assert_eq!(row["cells"][2], 3);
+
+    // Lists with selectors, and watches.
+    let listed = v1
+        .list(&ListParams::default().labels("app=cron"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let rv = listed.metadata.resource_version.unwrap();
+    let mut events = v1
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    v1.create(
+        &PostParams::default(),
+        &crontab("second", json!({"cronSpec": "@daily"})),
+    )
+    .await
+    .unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), events.next()).await {
+        Ok(Some(Ok(WatchEvent::Added(o)))) => {
+            assert_eq!(o.metadata.name.as_deref(), Some("second"))
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Deleting the definition deletes its objects first, then itself.
+    crds.delete(CRD_NAME, &DeleteParams::default()).await.unwrap();
+    let gone = eventually(|| async { crds.get(CRD_NAME).await.is_err() }).await;
+    assert!(gone, "the definition was not deleted");
+    let err = crontabs(&client, "v1").list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(api_error(err).code, 404);
+    // Its objects went with it: a new definition of the same resource starts empty.
+    crds.create(&PostParams::default(), &crontab_definition())
+        .await
+        .unwrap();
+    assert!(eventually(|| established(&crds)).await);
+    let listed = crontabs(&client, "v1").list(&ListParams::default()).await.unwrap();
+    assert!(listed.items.is_empty(), "{:?}", listed.items);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_definitions_are_refused() {
+    let server = TestApiServer::start().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(server.client.clone());
+    let mut crd = crontab_definition();
+    crd.metadata.name = Some("wrong.stable.example.com".into());
+    let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
+    let status = api_error(err);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(status.message.contains("metadata.name"), "{}", status.message);
+
+    let mut crd = crontab_definition();
+    crd.spec.versions[1].storage = true;
+    let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
+    let status = api_error(err);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(status.message.contains("storage"), "{}", status.message);
+
+    // A second definition with names another already took is not established.
+    crds.create(&PostParams::default(), &crontab_definition())
+        .await
+        .unwrap();
+    assert!(eventually(|| established(&crds)).await);
+    let mut other = crontab_definition();
+    other.metadata.name = Some("crontabs2.stable.example.com".into());
+    other.spec.names.plural = "crontabs2".into();
+    crds.create(&PostParams::default(), &other).await.unwrap();
+    let refused = eventually(|| async {
+        crds.get("crontabs2.stable.example.com")
+            .await
+            .ok()
+            .and_then(|c| c.status?.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "NamesAccepted" && c.status == "False" && c.reason.as_deref() == Some("KindConflict"))
+    })
+    .await;
+    assert!(refused, "a conflicting kind was accepted");
+    server.stop().await;
+}
