@@ -357,7 +357,7 @@ mod tests {
         };
         let cases = [
             ("integer", json!(42), json!(42)),
-            ("integer", json!(2.75), json!(3)),
+            ("integer", json!(2.75), json!(2)),
             ("integer", json!(true), Value::Null),
             ("integer", json!("foo"), Value::Null),
             ("number", json!(42), json!(42)),

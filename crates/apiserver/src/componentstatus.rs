@@ -175,7 +175,14 @@ pub(crate) async fn serve(
                 .zip(&wanted)
                 .map(|(p, n)| CachedObject::new(component_status(n, p)))
                 .collect();
-            output::list(target, info.into(), &items, json!({}), jiff::Timestamp::now()).boxed_unsync()
+            output::list(
+                target,
+                info.into(),
+                &items,
+                json!({}),
+                jiff::Timestamp::now(),
+            )
+            .boxed_unsync()
         }
         _ => return Err(ApiError::method_not_supported("", PLURAL, verb)),
     };

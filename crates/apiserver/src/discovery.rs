@@ -100,7 +100,11 @@ fn group_json(group: &Group) -> Value {
         .iter()
         .map(|(v, _)| json!({"groupVersion": gv(v), "version": v}))
         .collect();
-    let preferred = group.versions.first().map(|(v, _)| v.as_str()).unwrap_or("");
+    let preferred = group
+        .versions
+        .first()
+        .map(|(v, _)| v.as_str())
+        .unwrap_or("");
     json!({
         "name": group.name,
         "versions": versions,
@@ -131,7 +135,12 @@ pub fn api_group(group: &str, custom: &Served) -> Option<Value> {
 pub fn resource_list(group: &str, version: &str, custom: &Served) -> Option<Value> {
     let mut res = Vec::new();
     let infos: Vec<&'static ResourceInfo> = resources::resources_of(group, version)
-        .chain(custom.resources_of(group, version).into_iter().map(|r| r.info))
+        .chain(
+            custom
+                .resources_of(group, version)
+                .into_iter()
+                .map(|r| r.info),
+        )
         .collect();
     for r in infos {
         let mut main = json!({
@@ -289,7 +298,13 @@ mod tests {
                 .iter()
                 .any(|g| g["metadata"]["name"] == "apps")
         );
-        assert_eq!(aggregated(true, "v2", &none())["items"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            aggregated(true, "v2", &none())["items"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     /// The reviews are listed like any other resource, so kubectl maps
@@ -313,7 +328,19 @@ mod tests {
             .unwrap();
         let crd = &crds["versions"][0]["resources"][0];
         assert_eq!(crd["resource"], "customresourcedefinitions");
-        assert_eq!(crd["verbs"], json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]));
+        assert_eq!(
+            crd["verbs"],
+            json!([
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
+            ])
+        );
         assert_eq!(crd["shortNames"], json!(["crd", "crds"]));
         assert!(
             api_group_list(&none())["groups"]

@@ -459,7 +459,9 @@ fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
     } else {
         discovery::AGGREGATED_V2BETA1
     };
-    let mut r = json_response(StatusCode::OK, &discovery::aggregated(legacy, version, &state.registry.custom().served()),
+    let mut r = json_response(
+        StatusCode::OK,
+        &discovery::aggregated(legacy, version, &state.registry.custom().served()),
     );
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
@@ -1229,10 +1231,9 @@ impl ScalePaths {
 
     fn to_scale(&self, obj: &Value) -> Value {
         let selector = match &self.label_selector {
-            Some(path) if !path.is_empty() => Self::at(obj, path)
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            Some(path) if !path.is_empty() => {
+                Self::at(obj, path).as_str().unwrap_or_default().to_string()
+            }
             Some(_) => String::new(),
             None => obj["spec"]["selector"]["matchLabels"]
                 .as_object()
@@ -1381,22 +1382,22 @@ pub(crate) fn watch_response(
         move |(mut rx, mut shutdown, guard)| {
             let custom = custom.clone();
             async move {
-            if *shutdown.borrow() {
-                return None;
-            }
-            tokio::select! {
-                item = rx.recv() => {
-                    let item = item?;
-                    let printed = Printed {
-                        info,
-                        columns: custom.as_ref().map(|c| &c.columns),
-                    };
-                    let line = item_line(printed, target, &item);
-                    Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shutdown, guard)))
+                if *shutdown.borrow() {
+                    return None;
                 }
-                _ = tokio::time::sleep_until(deadline) => None,
-                _ = shutdown.changed() => None,
-            }
+                tokio::select! {
+                    item = rx.recv() => {
+                        let item = item?;
+                        let printed = Printed {
+                            info,
+                            columns: custom.as_ref().map(|c| &c.columns),
+                        };
+                        let line = item_line(printed, target, &item);
+                        Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shutdown, guard)))
+                    }
+                    _ = tokio::time::sleep_until(deadline) => None,
+                    _ = shutdown.changed() => None,
+                }
             }
         },
     );
@@ -1412,21 +1413,35 @@ mod tests {
 
     #[test]
     fn resource_paths() {
-        let r = parse_resource_path("", "v1", &["namespaces", "default", "pods", "p", "status"], resources::lookup)
-            .unwrap();
+        let r = parse_resource_path(
+            "",
+            "v1",
+            &["namespaces", "default", "pods", "p", "status"],
+            resources::lookup,
+        )
+        .unwrap();
         assert_eq!(r.info.plural, "pods");
         assert_eq!(r.ns.as_deref(), Some("default"));
         assert_eq!(r.name.as_deref(), Some("p"));
         assert_eq!(r.sub.as_deref(), Some("status"));
-        let r = parse_resource_path("", "v1", &["namespaces", "default"], resources::lookup).unwrap();
+        let r =
+            parse_resource_path("", "v1", &["namespaces", "default"], resources::lookup).unwrap();
         assert_eq!(r.info.plural, "namespaces");
         assert_eq!(r.name.as_deref(), Some("default"));
-        let r = parse_resource_path("", "v1", &["namespaces", "x", "finalize"], resources::lookup).unwrap();
+        let r = parse_resource_path(
+            "",
+            "v1",
+            &["namespaces", "x", "finalize"],
+            resources::lookup,
+        )
+        .unwrap();
         assert_eq!(r.sub.as_deref(), Some("finalize"));
         let r = parse_resource_path("apps", "v1", &["deployments"], resources::lookup).unwrap();
         assert!(r.ns.is_none() && r.name.is_none());
         assert!(parse_resource_path("", "v1", &["nope"], resources::lookup).is_none());
-        assert!(parse_resource_path("", "v1", &["pods", "a", "b", "c"], resources::lookup).is_none());
+        assert!(
+            parse_resource_path("", "v1", &["pods", "a", "b", "c"], resources::lookup).is_none()
+        );
     }
 
     #[test]

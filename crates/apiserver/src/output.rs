@@ -409,14 +409,15 @@ mod tests {
         let want = json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta,
             "items": items.iter().map(|o| (**o).clone()).collect::<Vec<_>>()});
         let now = jiff::Timestamp::from_second(0).unwrap();
-        let (frames, body) = collect(list(Target::Json, pods, &items, meta.clone(), now)).await;
+        let (frames, body) =
+            collect(list(Target::Json, pods.into(), &items, meta.clone(), now)).await;
         assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), want);
         assert!(frames.len() > 1, "a 130 KiB list is sent in several chunks");
         assert!(frames.iter().all(|&n| n <= LIST_CHUNK));
         // The objects keep their serialization for the next list.
         assert!(items.iter().all(|o| o.json().len() > 20));
 
-        let (_, empty) = collect(list(Target::Json, pods, &[], json!({}), now)).await;
+        let (_, empty) = collect(list(Target::Json, pods.into(), &[], json!({}), now)).await;
         assert_eq!(
             serde_json::from_slice::<Value>(&empty).unwrap(),
             json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
@@ -471,7 +472,7 @@ mod tests {
         );
         let now = jiff::Timestamp::from_second(30).unwrap();
         let t = table(
-            pods,
+            pods.into(),
             std::slice::from_ref(&pod),
             json!({}),
             now,
@@ -487,14 +488,14 @@ mod tests {
         assert_eq!(cols.len(), t["rows"][0]["cells"].as_array().unwrap().len());
         assert_eq!(cols[0]["name"], "Name");
         let t = table(
-            pods,
+            pods.into(),
             std::slice::from_ref(&pod),
             json!({}),
             now,
             IncludeObject::None,
         );
         assert!(t["rows"][0]["object"].is_null());
-        let t = table(pods, &[pod], json!({}), now, IncludeObject::Object);
+        let t = table(pods.into(), &[pod], json!({}), now, IncludeObject::Object);
         assert_eq!(t["rows"][0]["object"]["kind"], "Pod");
         assert_eq!(t["rows"][0]["object"]["spec"]["containers"][0]["name"], "c");
     }

@@ -33,9 +33,7 @@ use serde_json::{Value, json};
 
 use crate::meta;
 use crate::store::{DeleteOptions, ListParams, Part, PatchType, UpdateInput, WatchParams};
-use crate::strategy::{
-    Decoded, Hooks, StorageConversion, Strategy, format_path, validate_meta,
-};
+use crate::strategy::{Decoded, Hooks, StorageConversion, Strategy, format_path, validate_meta};
 use crate::{Store, WriteOptions};
 
 pub const GROUP: &str = "apiextensions.k8s.io";
@@ -283,12 +281,12 @@ struct ApiVersionConversion {
 }
 
 impl StorageConversion for ApiVersionConversion {
-    fn to_storage(&self, mut obj: Value) -> Value {
+    fn stored_form(&self, mut obj: Value) -> Value {
         obj["apiVersion"] = json!(self.stored);
         obj
     }
 
-    fn from_storage(&self, mut obj: Value) -> Value {
+    fn served_form(&self, mut obj: Value) -> Value {
         obj["apiVersion"] = json!(self.served);
         obj
     }
@@ -461,20 +459,33 @@ impl Strategy for CustomResourceStrategy {
 /// The definitions' status as upstream's naming and establishing controllers keep it
 /// (`acceptedNames`, `NamesAccepted`, `Established`, `Terminating`), given every
 /// definition. `None` when the stored status is already right.
-fn desired_status(crd: &CustomResourceDefinition, all: &[CustomResourceDefinition]) -> Option<Value> {
+fn desired_status(
+    crd: &CustomResourceDefinition,
+    all: &[CustomResourceDefinition],
+) -> Option<Value> {
     let names = &crd.spec.names;
     let mut conflict = None;
     for other in all {
         if other.metadata.uid == crd.metadata.uid || other.spec.group != crd.spec.group {
             continue;
         }
-        let Some(accepted) = other.status.as_ref().and_then(|s| s.accepted_names.as_ref()) else {
+        let Some(accepted) = other
+            .status
+            .as_ref()
+            .and_then(|s| s.accepted_names.as_ref())
+        else {
             continue;
         };
         if accepted.plural == names.plural {
-            conflict = Some(("PluralConflict", format!("{:?} is already in use", names.plural)));
+            conflict = Some((
+                "PluralConflict",
+                format!("{:?} is already in use", names.plural),
+            ));
         } else if accepted.kind == names.kind {
-            conflict = Some(("KindConflict", format!("{:?} is already in use", names.kind)));
+            conflict = Some((
+                "KindConflict",
+                format!("{:?} is already in use", names.kind),
+            ));
         }
     }
     let now = meta::format_time(jiff::Timestamp::now());
@@ -482,7 +493,11 @@ fn desired_status(crd: &CustomResourceDefinition, all: &[CustomResourceDefinitio
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .map(|c| c.iter().filter_map(|c| serde_json::to_value(c).ok()).collect())
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
         .unwrap_or_default();
     let set = |conditions: &mut Vec<Value>, ty: &str, status: &str, reason: &str, message: &str| {
         let existing = conditions.iter_mut().find(|c| c["type"] == ty);
@@ -498,8 +513,8 @@ fn desired_status(crd: &CustomResourceDefinition, all: &[CustomResourceDefinitio
         }
     };
     let mut conditions = old_conditions.clone();
-    let mut status = serde_json::to_value(crd.status.clone().unwrap_or_default())
-        .unwrap_or_else(|_| json!({}));
+    let mut status =
+        serde_json::to_value(crd.status.clone().unwrap_or_default()).unwrap_or_else(|_| json!({}));
     match conflict {
         Some((reason, message)) => {
             set(&mut conditions, "NamesAccepted", "False", reason, &message);
@@ -514,12 +529,24 @@ fn desired_status(crd: &CustomResourceDefinition, all: &[CustomResourceDefinitio
             }
         }
         None => {
-            set(&mut conditions, "NamesAccepted", "True", "NoConflicts", "no conflicts found");
+            set(
+                &mut conditions,
+                "NamesAccepted",
+                "True",
+                "NoConflicts",
+                "no conflicts found",
+            );
             let mut accepted = serde_json::to_value(names).unwrap_or_else(|_| json!({}));
-            if accepted.get("singular").is_none_or(|s| s.as_str() == Some("")) {
+            if accepted
+                .get("singular")
+                .is_none_or(|s| s.as_str() == Some(""))
+            {
                 accepted["singular"] = json!(names.kind.to_ascii_lowercase());
             }
-            if accepted.get("listKind").is_none_or(|s| s.as_str() == Some("")) {
+            if accepted
+                .get("listKind")
+                .is_none_or(|s| s.as_str() == Some(""))
+            {
                 accepted["listKind"] = json!(format!("{}List", names.kind));
             }
             status["acceptedNames"] = accepted;
@@ -745,11 +772,15 @@ mod tests {
 
     #[test]
     fn version_priority_orders_as_upstream() {
-        let mut vs = vec!["v1alpha1", "v2", "v1beta2", "v1", "foo", "v1beta1", "v10", "v2alpha1"];
+        let mut vs = vec![
+            "v1alpha1", "v2", "v1beta2", "v1", "foo", "v1beta1", "v10", "v2alpha1",
+        ];
         vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(
             vs,
-            vec!["v10", "v2", "v1", "v1beta2", "v1beta1", "v2alpha1", "v1alpha1", "foo"]
+            vec![
+                "v10", "v2", "v1", "v1beta2", "v1beta1", "v2alpha1", "v1alpha1", "foo"
+            ]
         );
     }
 

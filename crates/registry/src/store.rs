@@ -410,7 +410,7 @@ impl Store {
     /// another's form, see [`crate::strategy::StorageCodec`]).
     fn served(&self, obj: Value) -> Value {
         match self.strategy.storage_conversion() {
-            Some(c) => c.from_storage(obj),
+            Some(c) => c.served_form(obj),
             None => obj,
         }
     }
@@ -424,7 +424,7 @@ impl Store {
     /// if a selector or a non-JSON output needs it) unless it converts.
     fn cached_served(&self, value: &[u8], revision: Revision) -> Option<CachedObject> {
         match self.strategy.storage_conversion() {
-            Some(c) => decode_stored(value, revision).map(|o| CachedObject::new(c.from_storage(o))),
+            Some(c) => decode_stored(value, revision).map(|o| CachedObject::new(c.served_form(o))),
             None => CachedObject::from_stored(value, revision),
         }
     }
@@ -432,7 +432,7 @@ impl Store {
     /// The bytes stored for a served object.
     fn encode(&self, obj: &Value) -> Result<Bytes, ApiError> {
         match self.strategy.storage_conversion() {
-            Some(c) => encode(&c.to_storage(obj.clone())),
+            Some(c) => encode(&c.stored_form(obj.clone())),
             None => encode(obj),
         }
     }
@@ -877,7 +877,7 @@ impl Store {
         let items: Vec<CachedObject> = match self.strategy.storage_conversion() {
             Some(c) => items
                 .into_iter()
-                .map(|o| CachedObject::new(c.from_storage((*o).clone())))
+                .map(|o| CachedObject::new(c.served_form((*o).clone())))
                 .collect(),
             None => items,
         };
@@ -1549,7 +1549,7 @@ fn served_watch(
 ) -> mpsc::Receiver<WatchItem> {
     let (tx, out) = mpsc::channel(rx.max_capacity());
     let convert = move |o: &Value| match strategy.storage_conversion() {
-        Some(c) => c.from_storage(o.clone()),
+        Some(c) => c.served_form(o.clone()),
         None => o.clone(),
     };
     tokio::spawn(async move {

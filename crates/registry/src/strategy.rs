@@ -94,16 +94,16 @@ pub struct StorageCodec {
 /// the store runs on every write and read. A [`StorageCodec`] is one; a custom
 /// resource served in a version other than its storage version has another.
 pub trait StorageConversion: Send + Sync {
-    fn to_storage(&self, obj: Value) -> Value;
-    fn from_storage(&self, obj: Value) -> Value;
+    fn stored_form(&self, obj: Value) -> Value;
+    fn served_form(&self, obj: Value) -> Value;
 }
 
 impl StorageConversion for StorageCodec {
-    fn to_storage(&self, obj: Value) -> Value {
+    fn stored_form(&self, obj: Value) -> Value {
         (self.to_storage)(obj)
     }
 
-    fn from_storage(&self, obj: Value) -> Value {
+    fn served_form(&self, obj: Value) -> Value {
         (self.from_storage)(obj)
     }
 }

@@ -122,7 +122,10 @@ async fn custom_resources_are_served_from_their_definitions() {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
 
     // Before a definition exists its resources are not found.
-    let err = crontabs(&client, "v1").list(&ListParams::default()).await.unwrap_err();
+    let err = crontabs(&client, "v1")
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
     assert_eq!(api_error(err).code, 404);
 
     let created = crds
@@ -130,7 +133,10 @@ async fn custom_resources_are_served_from_their_definitions() {
         .await
         .unwrap();
     let status = created.status.clone().unwrap_or_default();
-    assert_eq!(status.stored_versions.as_deref(), Some(&["v1".to_string()][..]));
+    assert_eq!(
+        status.stored_versions.as_deref(),
+        Some(&["v1".to_string()][..])
+    );
     assert!(eventually(|| established(&crds)).await, "never established");
     let crd = crds.get(CRD_NAME).await.unwrap();
     let accepted = crd.status.unwrap().accepted_names.unwrap();
@@ -142,17 +148,15 @@ async fn custom_resources_are_served_from_their_definitions() {
         .run()
         .await
         .unwrap();
-    let group = discovery.get("stable.example.com").expect("group discovered");
+    let group = discovery
+        .get("stable.example.com")
+        .expect("group discovered");
     assert_eq!(group.preferred_version(), Some("v1"));
     assert_eq!(group.versions().collect::<Vec<_>>(), ["v1", "v1beta1"]);
-    let (code, _, list) = TestApiServer::send_json(
-        &client,
-        "GET",
-        "/apis/stable.example.com/v1",
-        &Value::Null,
-    )
-    .await
-    .unwrap();
+    let (code, _, list) =
+        TestApiServer::send_json(&client, "GET", "/apis/stable.example.com/v1", &Value::Null)
+            .await
+            .unwrap();
     assert_eq!(code, 200);
     let names: Vec<&str> = list["resources"]
         .as_array()
@@ -182,8 +186,16 @@ async fn custom_resources_are_served_from_their_definitions() {
         .unwrap_err();
     let status = api_error(err);
     assert_eq!(status.code, 422, "{status:?}");
-    assert!(status.message.contains("spec.cronSpec"), "{}", status.message);
-    assert!(status.message.contains("spec.replicas"), "{}", status.message);
+    assert!(
+        status.message.contains("spec.cronSpec"),
+        "{}",
+        status.message
+    );
+    assert!(
+        status.message.contains("spec.replicas"),
+        "{}",
+        status.message
+    );
 
     // Unknown fields: pruned, and named with fieldValidation=Strict (a 400).
     let (code, _, body) = TestApiServer::send_json(
@@ -196,7 +208,10 @@ async fn custom_resources_are_served_from_their_definitions() {
     .await
     .unwrap();
     assert_eq!(code, 400, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("spec.bogus"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("spec.bogus"),
+        "{body}"
+    );
     let (code, _, body) = TestApiServer::send_json(
         &client,
         "POST",
@@ -331,17 +346,25 @@ async fn custom_resources_are_served_from_their_definitions() {
     }
 
     // Deleting the definition deletes its objects first, then itself.
-    crds.delete(CRD_NAME, &DeleteParams::default()).await.unwrap();
+    crds.delete(CRD_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
     let gone = eventually(|| async { crds.get(CRD_NAME).await.is_err() }).await;
     assert!(gone, "the definition was not deleted");
-    let err = crontabs(&client, "v1").list(&ListParams::default()).await.unwrap_err();
+    let err = crontabs(&client, "v1")
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
     assert_eq!(api_error(err).code, 404);
     // Its objects went with it: a new definition of the same resource starts empty.
     crds.create(&PostParams::default(), &crontab_definition())
         .await
         .unwrap();
     assert!(eventually(|| established(&crds)).await);
-    let listed = crontabs(&client, "v1").list(&ListParams::default()).await.unwrap();
+    let listed = crontabs(&client, "v1")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
     assert!(listed.items.is_empty(), "{:?}", listed.items);
     server.stop().await;
 }
@@ -355,7 +378,11 @@ async fn invalid_definitions_are_refused() {
     let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
     let status = api_error(err);
     assert_eq!(status.code, 422, "{status:?}");
-    assert!(status.message.contains("metadata.name"), "{}", status.message);
+    assert!(
+        status.message.contains("metadata.name"),
+        "{}",
+        status.message
+    );
 
     let mut crd = crontab_definition();
     crd.spec.versions[1].storage = true;
@@ -380,7 +407,11 @@ async fn invalid_definitions_are_refused() {
             .and_then(|c| c.status?.conditions)
             .unwrap_or_default()
             .iter()
-            .any(|c| c.type_ == "NamesAccepted" && c.status == "False" && c.reason.as_deref() == Some("KindConflict"))
+            .any(|c| {
+                c.type_ == "NamesAccepted"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("KindConflict")
+            })
     })
     .await;
     assert!(refused, "a conflicting kind was accepted");
