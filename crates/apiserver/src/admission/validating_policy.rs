@@ -364,16 +364,28 @@ impl ValidatingPolicy {
         let api_version = kind.api_version.as_deref().unwrap_or("");
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let kind_name = kind.kind.as_deref().unwrap_or("");
-        let info = ferrokube_api::resources::RESOURCES
+        // A built-in kind, else a served custom resource (params are often those).
+        let plural = ferrokube_api::resources::RESOURCES
             .iter()
             .find(|r| r.group == group && r.version == version && r.kind == kind_name)
+            .map(|r| r.plural)
+            .or_else(|| {
+                let served = self.registry.custom().served();
+                served
+                    .all()
+                    .find(|r| {
+                        r.info.group == group
+                            && r.info.version == version
+                            && r.info.kind == kind_name
+                    })
+                    .map(|r| r.info.plural)
+            });
+        let resolved = plural
+            .and_then(|p| self.registry.resolve(group, version, p))
             .ok_or_else(|| {
                 format!("failed to find resource referenced by paramKind: '{api_version}, Kind={kind_name}'")
             })?;
-        let store = self
-            .registry
-            .store_for(info)
-            .ok_or_else(|| format!("no store for {}", info.plural))?;
+        let (info, store) = (resolved.info, &resolved.store);
         let namespace = match reference.namespace.as_deref().filter(|n| !n.is_empty()) {
             Some(ns) => Some(ns.to_string()),
             None if info.namespaced => {
