@@ -416,6 +416,22 @@ pub fn intern_strs(items: &[String]) -> &'static [&'static str] {
     leaked
 }
 
+/// Field-selector fields and their paths (a custom resource's `selectableFields`) made
+/// `'static`, interned whole.
+pub fn intern_field_paths(
+    items: Vec<(&'static str, &'static str)>,
+) -> &'static [(&'static str, &'static str)] {
+    type Fields = &'static [(&'static str, &'static str)];
+    static LISTS: LazyLock<Mutex<HashSet<Fields>>> = LazyLock::new(Default::default);
+    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = lists.get(items.as_slice()) {
+        return found;
+    }
+    let leaked: Fields = Box::leak(items.into_boxed_slice());
+    lists.insert(leaked);
+    leaked
+}
+
 /// Subresources made `'static` for [`intern`]ed resources.
 pub fn intern_subresources(items: Vec<SubresourceInfo>) -> &'static [SubresourceInfo] {
     static LISTS: LazyLock<Mutex<HashSet<&'static [SubresourceInfo]>>> =

@@ -16,8 +16,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ferrokube_api::resources::{
-    ALL_VERBS, GET_PATCH_UPDATE, ResourceInfo, SubresourceInfo, intern, intern_str, intern_strs,
-    intern_subresources,
+    ALL_VERBS, GET_PATCH_UPDATE, ResourceInfo, SubresourceInfo, intern, intern_field_paths,
+    intern_str, intern_strs, intern_subresources,
 };
 use ferrokube_apiextensions::printer::PrinterColumns;
 use ferrokube_apiextensions::schema::StructuralSchema;
@@ -355,11 +355,22 @@ impl CustomResourceStrategy {
             .as_ref()
             .and_then(|s| s.open_api_v3_schema.as_ref())
             .map(StructuralSchema::new);
+        // `selectableFields` (`.spec.color`) are field selectors (`spec.color`).
+        let fields: Vec<(&'static str, &'static str)> = version
+            .selectable_fields
+            .iter()
+            .flatten()
+            .map(|f| {
+                let path = intern_str(f.json_path.trim_start_matches('.'));
+                (path, path)
+            })
+            .collect();
         CustomResourceStrategy {
             info,
             schema,
             hooks: Hooks {
                 tracks_generation: true,
+                fields: intern_field_paths(fields),
                 ..Hooks::PLAIN
             },
             conversion,
