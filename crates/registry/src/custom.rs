@@ -9,7 +9,9 @@
 //! changes and swapped whole, so a request sees one consistent set. A custom
 //! resource's objects live at upstream's keys (`/registry/<group>/<plural>/...`), in
 //! its storage version; every served version reads and writes them, with only
-//! `apiVersion` converted (the `None` conversion strategy).
+//! `apiVersion` converted (the `None` conversion strategy). Conversion webhooks are
+//! not called: a definition with the `Webhook` strategy serves its storage version
+//! only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -170,7 +172,20 @@ impl CustomResources {
         for crd in definitions.iter().filter(|c| is_established(c)) {
             let terminating = crd.metadata.deletion_timestamp.is_some();
             let definition = Arc::new(crd.clone());
-            for v in crd.spec.versions.iter().filter(|v| v.served) {
+            // Conversion webhooks are not called: a definition that needs one serves
+            // only its storage version, which needs no conversion, rather than other
+            // versions in a shape they do not have.
+            let webhook = crd
+                .spec
+                .conversion
+                .as_ref()
+                .is_some_and(|c| c.strategy == "Webhook");
+            for v in crd
+                .spec
+                .versions
+                .iter()
+                .filter(|v| v.served && (v.storage || !webhook))
+            {
                 let key = (
                     crd.spec.group.clone(),
                     v.name.clone(),

@@ -438,3 +438,38 @@ async fn invalid_definitions_are_refused() {
     assert!(refused, "a conflicting kind was accepted");
     server.stop().await;
 }
+
+/// Conversion webhooks are not called, so a definition that needs one serves its
+/// storage version only (never objects in a shape their version does not have).
+#[tokio::test]
+async fn a_webhook_conversion_serves_the_storage_version_only() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = crontab_definition();
+    crd.spec.conversion = Some(
+        serde_json::from_value(json!({"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": "https://conversion.example.com/convert"},
+            "conversionReviewVersions": ["v1"]}}))
+        .unwrap(),
+    );
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    assert!(eventually(|| established(&crds)).await);
+    let v1 = crontabs(&client, "v1");
+    v1.create(
+        &PostParams::default(),
+        &crontab("stored", json!({"cronSpec": "@hourly"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        v1.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    let err = crontabs(&client, "v1beta1")
+        .get("stored")
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(err).code, 404);
+    server.stop().await;
+}
