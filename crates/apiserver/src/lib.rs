@@ -156,6 +156,7 @@ impl Server {
             )));
         }
         let state = Arc::new(handler::State {
+            openapi: openapi::OpenApi::start(config.registry.custom().clone()),
             registry: config.registry,
             authenticator: config.authenticator,
             authorizer: config.authorizer,
@@ -168,7 +169,6 @@ impl Server {
             max_watch: config.max_watch,
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
-            openapi: openapi::OpenApi::start(),
             audit: config.audit,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);

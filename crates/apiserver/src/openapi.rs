@@ -5,10 +5,13 @@
 //! `?hash=` is immutable (`Cache-Control: public, immutable`, `Expires` a year out), and
 //! a stale hash is redirected (301) to the current one.
 //!
-//! The documents are generated once, on a background thread started by the first
-//! OpenAPI request (as kube-openapi builds its JSON and protobuf forms lazily), so start
-//! → ready stays fast and a server nobody asks for OpenAPI (kubelets, controllers) keeps
-//! none of them; requests wait for the build. Only their gzip form is held (about a
+//! The documents are generated on a background thread started by the first OpenAPI
+//! request (as kube-openapi builds its JSON and protobuf forms lazily), so start →
+//! ready stays fast and a server nobody asks for OpenAPI (kubelets, controllers) keeps
+//! none of them; requests wait for the build. They include the served custom
+//! resources (as apiextensions-apiserver's OpenAPI controller merges them): when the
+//! served set changes, the next OpenAPI request builds them again, reusing the built-in
+//! documents (built once) and adding only the custom part. Only their gzip form is held (about a
 //! tenth of the JSON): a client that accepts gzip (kubectl, client-go) gets those bytes
 //! as they are (`Content-Encoding: gzip`), any other gets them inflated on the fly in
 //! 64 KiB chunks, so no request holds a whole uncompressed copy.
@@ -20,7 +23,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_openapi::{Documents, Served};
+use ferrokube_openapi::{CustomResourceVersion, Documents, Served};
+use ferrokube_registry::custom::CustomResources;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, SizeHint};
@@ -29,17 +33,29 @@ use tokio::sync::watch;
 use crate::handler::{Body, accepts_gzip, respond};
 use crate::output::parse_accept;
 
-/// Where the build thread publishes the documents.
-type DocumentsSender = watch::Sender<Option<Arc<Documents>>>;
+/// The documents served now, and what they were built from.
+struct Current {
+    /// The generation of the served custom resources they include.
+    generation: u64,
+    docs: Arc<Documents>,
+    /// Their `Last-Modified`.
+    last_modified: String,
+}
 
-/// The documents, once built.
+/// The documents, built on first use and again on the first request after the served
+/// custom resources change.
 #[derive(Clone)]
 pub(crate) struct OpenApi {
-    docs: watch::Receiver<Option<Arc<Documents>>>,
-    /// Starts the build (once); taken by the first request.
-    build: Arc<std::sync::Mutex<Option<DocumentsSender>>>,
-    /// `Last-Modified` of every document: when the server started.
-    last_modified: String,
+    custom: Arc<CustomResources>,
+    /// Changes whenever the served custom resources do.
+    generation: watch::Receiver<u64>,
+    /// The built-in documents, built once (on the first request) and kept: a rebuild
+    /// only adds the custom resources to them.
+    built_in: Arc<std::sync::Mutex<Option<Arc<Documents>>>>,
+    /// What is served now; requests that find it stale wait for one rebuild.
+    current: Arc<tokio::sync::Mutex<Option<Current>>>,
+    /// `Last-Modified` of the built-in documents: when the server started.
+    started: String,
 }
 
 /// Accept spellings of the v2 protobuf document.
@@ -49,46 +65,78 @@ const V2_PROTOBUF_ACCEPT: [&str; 2] = [
 ];
 
 impl OpenApi {
-    /// Serves the documents, built on first use.
-    pub(crate) fn start() -> OpenApi {
-        let (tx, rx) = watch::channel(None);
+    /// Serves the documents of the built-in types and of `custom`, built on first use.
+    pub(crate) fn start(custom: Arc<CustomResources>) -> OpenApi {
         OpenApi {
-            docs: rx,
-            build: Arc::new(std::sync::Mutex::new(Some(tx))),
-            last_modified: http_date(jiff::Timestamp::now()),
+            generation: custom.subscribe(),
+            custom,
+            built_in: Arc::new(std::sync::Mutex::new(None)),
+            current: Arc::new(tokio::sync::Mutex::new(None)),
+            started: http_date(jiff::Timestamp::now()),
         }
     }
 
-    /// Starts building the documents on a thread of their own, the first time only.
-    fn build_once(&self) {
-        let tx = self
-            .build
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        let Some(tx) = tx else {
-            return;
-        };
+    /// The documents for what is served now, with their `Last-Modified`: the ones
+    /// built before when the custom resources did not change since, else built again
+    /// on a thread of their own (the built-in part once, the custom part each time).
+    async fn documents(&self) -> Result<(Arc<Documents>, String), ApiError> {
+        let mut current = self.current.lock().await;
+        // Read before the snapshot: a change after it is seen by the next request.
+        let generation = *self.generation.borrow();
+        if let Some(c) = current.as_ref()
+            && c.generation == generation
+        {
+            return Ok((c.docs.clone(), c.last_modified.clone()));
+        }
+        let served = self.custom.served();
+        let built_in = self.built_in.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("openapi-build".into())
             .spawn(move || {
-                let docs = Documents::build();
-                let _ = tx.send(Some(Arc::new(docs)));
+                // Kept even when the request that started the build went away.
+                let base = {
+                    let mut b = built_in.lock().unwrap_or_else(|p| p.into_inner());
+                    b.get_or_insert_with(|| Arc::new(Documents::build()))
+                        .clone()
+                };
+                let resources: Vec<CustomResourceVersion<'_>> = served
+                    .all()
+                    .map(|r| CustomResourceVersion {
+                        info: r.info,
+                        definition: &r.definition,
+                    })
+                    .collect();
+                let docs = if resources.is_empty() {
+                    base
+                } else {
+                    Arc::new(base.with_custom(&resources))
+                };
+                let _ = tx.send(docs);
             });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the OpenAPI build thread");
+            return Err(ApiError::internal(
+                "the OpenAPI documents could not be built",
+            ));
         }
-    }
-
-    async fn documents(&self) -> Result<Arc<Documents>, ApiError> {
-        self.build_once();
-        let mut rx = self.docs.clone();
         let docs = rx
-            .wait_for(Option::is_some)
             .await
             .map_err(|_| ApiError::internal("the OpenAPI documents could not be built"))?;
-        docs.clone()
-            .ok_or_else(|| ApiError::internal("the OpenAPI documents could not be built"))
+        let last_modified = match current.as_ref() {
+            Some(c) if c.docs.v3_index == docs.v3_index && c.docs.v2_json == docs.v2_json => {
+                c.last_modified.clone()
+            }
+            Some(_) => http_date(jiff::Timestamp::now()),
+            None if generation == 0 => self.started.clone(),
+            None => http_date(jiff::Timestamp::now()),
+        };
+        *current = Some(Current {
+            generation,
+            docs: docs.clone(),
+            last_modified: last_modified.clone(),
+        });
+        Ok((docs, last_modified))
     }
 
     /// Serves `path` (already known to be an OpenAPI path), or `None` when it is not
@@ -110,11 +158,11 @@ impl OpenApi {
             "/swagger-2.0.0.pb-v1" => self
                 .documents()
                 .await
-                .map(|d| self.content(&d.v2_protobuf, "application/octet-stream", headers)),
+                .map(|(d, lm)| content(&d.v2_protobuf, "application/octet-stream", headers, &lm)),
             "/openapi/v3" => self
                 .documents()
                 .await
-                .map(|d| self.content(&d.v3_index, "application/json", headers)),
+                .map(|(d, lm)| content(&d.v3_index, "application/json", headers, &lm)),
             p => {
                 let gv = p.strip_prefix("/openapi/v3/")?;
                 self.v3(gv, query, accept, headers).await
@@ -124,22 +172,24 @@ impl OpenApi {
     }
 
     async fn v2(&self, accept: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
-        let docs = self.documents().await?;
+        let (docs, lm) = self.documents().await?;
         for m in ordered(accept) {
             let (ty, sub) = m.split_once('/').unwrap_or((m.as_str(), ""));
             let json = (ty == "application" || ty == "*") && (sub == "json" || sub == "*");
             if json {
-                return Ok(with_vary(self.content(
+                return Ok(with_vary(content(
                     &docs.v2_json,
                     "application/json",
                     headers,
+                    &lm,
                 )));
             }
             if V2_PROTOBUF_ACCEPT.contains(&m.as_str()) {
-                return Ok(with_vary(self.content(
+                return Ok(with_vary(content(
                     &docs.v2_protobuf,
                     ferrokube_openapi::V2_PROTOBUF_RESPONSE_CONTENT_TYPE,
                     headers,
+                    &lm,
                 )));
             }
         }
@@ -153,7 +203,7 @@ impl OpenApi {
         accept: &str,
         headers: &HeaderMap,
     ) -> Result<Response<Body>, ApiError> {
-        let docs = self.documents().await?;
+        let (docs, lm) = self.documents().await?;
         let acceptable = ordered(accept).into_iter().any(|m| {
             let (ty, sub) = m.split_once('/').unwrap_or((m.as_str(), ""));
             (ty == "application" || ty == "*") && (sub == "json" || sub == "*")
@@ -185,7 +235,7 @@ impl OpenApi {
             }
             return Ok(with_vary(r));
         }
-        let mut r = with_vary(self.content(doc, "application/json", headers));
+        let mut r = with_vary(content(doc, "application/json", headers, &lm));
         if hash.is_some() {
             let h = r.headers_mut();
             h.insert(
@@ -199,39 +249,44 @@ impl OpenApi {
         }
         Ok(r)
     }
+}
 
-    /// The document with `ETag` and `Last-Modified`, or 304 when `If-None-Match`
-    /// matches: the held gzip bytes when the client accepts gzip, else inflated.
-    fn content(&self, doc: &Served, content_type: &str, headers: &HeaderMap) -> Response<Body> {
-        let etag = format!("\"{}\"", doc.hash);
-        let matches = headers
-            .get(header::IF_NONE_MATCH)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-        let mut r = if matches {
-            respond(StatusCode::NOT_MODIFIED, content_type, "")
-        } else if accepts_gzip(headers) {
-            let mut r = respond(StatusCode::OK, content_type, doc.gzip.clone());
-            r.headers_mut()
-                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-            r
-        } else {
-            let mut r = respond(StatusCode::OK, content_type, "");
-            *r.body_mut() = Inflating::new(doc).boxed_unsync();
-            r
-        };
-        let h = r.headers_mut();
-        if let Ok(v) = HeaderValue::from_str(&etag) {
-            h.insert(header::ETAG, v);
-        }
-        if let Ok(v) = HeaderValue::from_str(&self.last_modified) {
-            h.insert(header::LAST_MODIFIED, v);
-        }
-        // The body depends on both: the media type and whether it is gzip-encoded.
-        h.insert(header::VARY, HeaderValue::from_static("Accept"));
-        h.append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+/// The document with `ETag` and `Last-Modified`, or 304 when `If-None-Match`
+/// matches: the held gzip bytes when the client accepts gzip, else inflated.
+fn content(
+    doc: &Served,
+    content_type: &str,
+    headers: &HeaderMap,
+    last_modified: &str,
+) -> Response<Body> {
+    let etag = format!("\"{}\"", doc.hash);
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut r = if matches {
+        respond(StatusCode::NOT_MODIFIED, content_type, "")
+    } else if accepts_gzip(headers) {
+        let mut r = respond(StatusCode::OK, content_type, doc.gzip.clone());
+        r.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         r
+    } else {
+        let mut r = respond(StatusCode::OK, content_type, "");
+        *r.body_mut() = Inflating::new(doc).boxed_unsync();
+        r
+    };
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
     }
+    if let Ok(v) = HeaderValue::from_str(last_modified) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
+    // The body depends on both: the media type and whether it is gzip-encoded.
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    h.append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    r
 }
 
 /// Chunks an [`Inflating`] body sends.

@@ -23,6 +23,7 @@
 //! Layer: pure, used by the apiserver. No IO, no clock; must not depend on storage,
 //! registry, admission, apiserver or client crates.
 
+mod custom;
 mod definitions;
 mod kinds;
 mod paths;
@@ -32,6 +33,8 @@ mod v3;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
+
+pub use custom::{CustomResourceVersion, definition_name};
 
 /// The media type clients ask `/openapi/v2` for (in `Accept`) to get the protobuf
 /// document.
@@ -96,34 +99,47 @@ impl Model {
             .group_versions
             .iter()
             .find(|(gv, _)| gv == group_version)?;
-        let mut schemas = Map::new();
-        for name in v3::reachable(v2_paths, &self.definitions) {
-            if let Some(def) = self.definitions.get(&name) {
-                let mut def = def.clone();
-                v3::rewrite_refs(&mut def);
-                schemas.insert(name, def);
-            }
+        Some(v3_document_of(v2_paths, &self.definitions, &Map::new()))
+    }
+}
+
+/// The OpenAPI 3.0 document of one group-version's Swagger 2.0 `v2_paths`, with the
+/// schemas they reach: from `v3_definitions` (already OpenAPI 3) when there, else
+/// converted from `definitions`.
+fn v3_document_of(
+    v2_paths: &Map<String, Value>,
+    definitions: &Map<String, Value>,
+    v3_definitions: &Map<String, Value>,
+) -> Value {
+    let mut schemas = Map::new();
+    for name in v3::reachable(v2_paths, definitions) {
+        if let Some(def) = v3_definitions.get(&name) {
+            schemas.insert(name, def.clone());
+        } else if let Some(def) = definitions.get(&name) {
+            let mut def = def.clone();
+            v3::rewrite_refs(&mut def);
+            schemas.insert(name, def);
         }
-        let mut paths = Value::Object(v3::paths(v2_paths));
-        v3::rewrite_refs(&mut paths);
-        Some(json!({
-            "openapi": "3.0.0",
-            "info": {"title": "Kubernetes", "version": INFO_VERSION},
-            "paths": paths,
-            "components": {
-                "schemas": schemas,
-                "securitySchemes": {
-                    "BearerToken": {
-                        "description": "Bearer Token authentication",
-                        "in": "header",
-                        "name": "authorization",
-                        "type": "apiKey",
-                    },
+    }
+    let mut paths = Value::Object(v3::paths(v2_paths));
+    v3::rewrite_refs(&mut paths);
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": INFO_VERSION},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "BearerToken": {
+                    "description": "Bearer Token authentication",
+                    "in": "header",
+                    "name": "authorization",
+                    "type": "apiKey",
                 },
             },
-            "security": [{"BearerToken": []}],
-        }))
-    }
+        },
+        "security": [{"BearerToken": []}],
+    })
 }
 
 /// `api/v1` for the core group, `apis/<group>/<version>` otherwise: the key of a
@@ -259,11 +275,68 @@ impl Documents {
                 );
             }
         }
-        let hashes: BTreeMap<String, String> = v3
-            .iter()
-            .map(|(k, s)| (k.clone(), s.hash.clone()))
-            .collect();
-        let v3_index = Served::new(serde_json::to_vec(&v3_index(&hashes)).unwrap_or_default());
+        let v3_index = served_index(&v3);
+        Documents {
+            v2_json,
+            v2_protobuf,
+            v3_index,
+            v3,
+        }
+    }
+
+    /// These (built-in) documents with the served custom resources added, as
+    /// upstream's apiextensions-apiserver merges them: their definitions and paths in
+    /// `/openapi/v2`, a v3 document per custom group-version, listed in the index. The
+    /// built-in v3 documents are reused as they are; only `/openapi/v2`, the index and
+    /// the custom group-versions' documents are made again.
+    pub fn with_custom(&self, resources: &[CustomResourceVersion<'_>]) -> Documents {
+        if resources.is_empty() {
+            return self.clone();
+        }
+        let custom = custom::CustomModel::build(resources);
+        let mut v2: Value = self
+            .v2_json
+            .decompressed()
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| json!({}));
+        if !v2["definitions"].is_object() {
+            v2["definitions"] = json!({});
+        }
+        if !v2["paths"].is_object() {
+            v2["paths"] = json!({});
+        }
+        if let Value::Object(defs) = &mut v2["definitions"] {
+            defs.extend(custom.v2_definitions.clone());
+        }
+        let mut v3 = self.v3.clone();
+        let empty = Map::new();
+        let definitions = v2["definitions"].as_object().unwrap_or(&empty);
+        let built_in_paths = v2["paths"].as_object().unwrap_or(&empty);
+        for (gv, paths) in &custom.group_versions {
+            // A custom group-version a built-in one shares (a `*.k8s.io` group).
+            let prefix = format!("/{gv}/");
+            let mut gv_paths: Map<String, Value> = built_in_paths
+                .iter()
+                .filter(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            gv_paths.extend(paths.clone());
+            let doc = v3_document_of(&gv_paths, definitions, &custom.v3_definitions);
+            v3.insert(
+                gv.clone(),
+                Served::new(serde_json::to_vec(&doc).unwrap_or_default()),
+            );
+        }
+        if let Value::Object(all) = &mut v2["paths"] {
+            for paths in custom.group_versions.into_values() {
+                all.extend(paths);
+            }
+        }
+        let v2_protobuf = Served::new(proto::encode(&v2));
+        let v2_json = Served::new(serde_json::to_vec(&v2).unwrap_or_default());
+        drop(v2);
+        let v3_index = served_index(&v3);
         Documents {
             v2_json,
             v2_protobuf,
@@ -276,6 +349,15 @@ impl Documents {
     pub fn v3(&self, group_version: &str) -> Option<&Served> {
         self.v3.get(group_version)
     }
+}
+
+/// The served `/openapi/v3` index of `v3`.
+fn served_index(v3: &BTreeMap<String, Served>) -> Served {
+    let hashes: BTreeMap<String, String> = v3
+        .iter()
+        .map(|(k, s)| (k.clone(), s.hash.clone()))
+        .collect();
+    Served::new(serde_json::to_vec(&v3_index(&hashes)).unwrap_or_default())
 }
 
 #[cfg(test)]

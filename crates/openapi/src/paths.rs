@@ -27,6 +27,12 @@ const PATCH_CONSUMES: &[&str] = &[
     "application/strategic-merge-patch+json",
     "application/apply-patch+yaml",
 ];
+/// Custom resources take no strategic merge patch.
+const CUSTOM_PATCH_CONSUMES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/apply-patch+yaml",
+];
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
@@ -274,15 +280,28 @@ pub(crate) fn build_for(group: &str, version: &str) -> Map<String, Value> {
         }}),
     );
     for r in resources::resources_of(group, version) {
-        resource_paths(&mut paths, &root, r);
+        if let Some(def) = definition_of(r.group, r.version, r.kind) {
+            resource_paths(&mut paths, &root, r, &def, PATCH_CONSUMES);
+        }
     }
     paths
 }
 
-fn resource_paths(paths: &mut Map<String, Value>, root: &str, r: &ResourceInfo) {
-    let Some(def) = definition_of(r.group, r.version, r.kind) else {
-        return;
-    };
+/// Adds the paths of one custom resource version (its kind's definition named `def`)
+/// to `paths`: as a built-in resource's, but patched without strategic merge.
+pub(crate) fn custom_resource_paths(paths: &mut Map<String, Value>, r: &ResourceInfo, def: &str) {
+    let root = format!("/apis/{}/{}", r.group, r.version);
+    resource_paths(paths, &root, r, def, CUSTOM_PATCH_CONSUMES);
+}
+
+fn resource_paths(
+    paths: &mut Map<String, Value>,
+    root: &str,
+    r: &ResourceInfo,
+    def: &str,
+    patch_consumes: &[&str],
+) {
+    let def = def.to_string();
     let list_def = list_name(&def);
     let ns = if r.namespaced { "Namespaced" } else { "" };
     let target = |suffix: String| Target {
@@ -407,6 +426,7 @@ fn resource_paths(paths: &mut Map<String, Value>, root: &str, r: &ResourceInfo) 
                 &t,
                 &def,
                 &format!("partially update the specified {}", r.kind),
+                patch_consumes,
             ),
         );
     }
@@ -432,7 +452,15 @@ fn resource_paths(paths: &mut Map<String, Value>, root: &str, r: &ResourceInfo) 
 
     // Subresources.
     for sub in r.subresources {
-        subresource_path(paths, &base, r, sub, &def, &scope_params(true));
+        subresource_path(
+            paths,
+            &base,
+            r,
+            sub,
+            &def,
+            &scope_params(true),
+            patch_consumes,
+        );
     }
 
     // Watch endpoints (deprecated upstream, still served and documented).
@@ -497,7 +525,7 @@ fn resource_paths(paths: &mut Map<String, Value>, root: &str, r: &ResourceInfo) 
     }
 }
 
-fn patch_op(t: &Target<'_>, def: &str, description: &str) -> Value {
+fn patch_op(t: &Target<'_>, def: &str, description: &str, consumes: &[&str]) -> Value {
     let mut params = vec![body(PATCH)];
     params.extend(write_params());
     params.push(query("force", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests."));
@@ -506,7 +534,7 @@ fn patch_op(t: &Target<'_>, def: &str, description: &str) -> Value {
         "patch",
         description.to_string(),
         params,
-        PATCH_CONSUMES,
+        consumes,
         JSON_YAML_PB,
         responses(&[("200", "OK"), ("201", "Created")], def),
     )
@@ -710,6 +738,7 @@ fn subresource_path(
     sub: &SubresourceInfo,
     parent_def: &str,
     scope: &Value,
+    patch_consumes: &[&str],
 ) {
     if let Some(params) = connect_params(r, sub) {
         connect_path(paths, base, r, sub, params, scope);
@@ -770,7 +799,12 @@ fn subresource_path(
             "patch" => {
                 item.insert(
                     "patch".into(),
-                    patch_op(&t, &def, &format!("partially update {what}")),
+                    patch_op(
+                        &t,
+                        &def,
+                        &format!("partially update {what}"),
+                        patch_consumes,
+                    ),
                 );
             }
             "create" => {

@@ -512,3 +512,158 @@ fn protobuf_decodes_to_the_same_document() {
         })) if q.name == "fieldValidation"
     )));
 }
+
+fn crontab_resource() -> (
+    &'static ferrokube_api::resources::ResourceInfo,
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    use ferrokube_api::resources::{ALL_VERBS, GET_PATCH_UPDATE, ResourceInfo, SubresourceInfo};
+    static SUBRESOURCES: &[SubresourceInfo] = &[
+        SubresourceInfo {
+            name: "scale",
+            kind: "Scale",
+            group: Some("autoscaling"),
+            version: Some("v1"),
+            verbs: GET_PATCH_UPDATE,
+        },
+        SubresourceInfo {
+            name: "status",
+            kind: "CronTab",
+            group: None,
+            version: None,
+            verbs: GET_PATCH_UPDATE,
+        },
+    ];
+    static INFO: ResourceInfo = ResourceInfo {
+        group: "stable.example.com",
+        version: "v1",
+        kind: "CronTab",
+        plural: "crontabs",
+        singular: "crontab",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        verbs: ALL_VERBS,
+        subresources: SUBRESOURCES,
+        storage_prefix: "/registry/stable.example.com/crontabs",
+    };
+    let crd = serde_json::from_value(json!({
+        "metadata": {"name": "crontabs.stable.example.com"},
+        "spec": {
+            "group": "stable.example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "crontabs", "kind": "CronTab"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": "A CronTab.",
+                    "properties": {"spec": {"type": "object", "properties": {
+                        "cronSpec": {"type": "string", "description": "When."},
+                        "note": {"type": "string", "nullable": true},
+                    }}},
+                }}}],
+        },
+    }))
+    .unwrap();
+    (&INFO, crd)
+}
+
+#[test]
+fn custom_resources_are_added() {
+    let (info, crd) = crontab_resource();
+    let base = Documents::build();
+    let started = Instant::now();
+    let docs = base.with_custom(&[CustomResourceVersion {
+        info,
+        definition: &crd,
+    }]);
+    println!("Documents::with_custom: {:?}", started.elapsed());
+    assert_eq!(base.with_custom(&[]).v2_json, base.v2_json);
+    assert_ne!(docs.v2_json.hash, base.v2_json.hash);
+    assert_ne!(docs.v3_index.hash, base.v3_index.hash);
+    assert_eq!(docs.v3("apis/apps/v1"), base.v3("apis/apps/v1"));
+
+    // v2: definitions and paths, next to the built-in ones.
+    let v2: Value = serde_json::from_slice(&docs.v2_json.decompressed().unwrap()).unwrap();
+    let kind = def(&v2, "com.example.stable.v1.CronTab");
+    assert_eq!(
+        kind["x-kubernetes-group-version-kind"],
+        json!([{"group": "stable.example.com", "kind": "CronTab", "version": "v1"}])
+    );
+    assert_eq!(
+        kind["properties"]["metadata"]["$ref"],
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    assert_eq!(kind["properties"]["spec"]["properties"]["note"], json!({}));
+    let list = def(&v2, "com.example.stable.v1.CronTabList");
+    assert_eq!(
+        list["properties"]["items"]["items"]["$ref"],
+        "#/definitions/com.example.stable.v1.CronTab"
+    );
+    assert!(v2["definitions"].get("io.k8s.api.core.v1.Pod").is_some());
+    let item = &v2["paths"]["/apis/stable.example.com/v1/namespaces/{namespace}/crontabs/{name}"];
+    assert_eq!(
+        item["patch"]["consumes"],
+        json!([
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml"
+        ])
+    );
+    assert_eq!(
+        item["patch"]["operationId"],
+        "patchStableExampleComV1NamespacedCronTab"
+    );
+    let scale =
+        &v2["paths"]["/apis/stable.example.com/v1/namespaces/{namespace}/crontabs/{name}/scale"];
+    assert_eq!(
+        scale["get"]["responses"]["200"]["schema"]["$ref"],
+        "#/definitions/io.k8s.api.autoscaling.v1.Scale"
+    );
+    assert!(
+        v2["paths"]
+            .get("/apis/stable.example.com/v1/namespaces/{namespace}/crontabs/{name}/status")
+            .is_some()
+    );
+    let proto = proto::Document::decode(&docs.v2_protobuf.decompressed().unwrap()[..]).unwrap();
+    assert_eq!(proto, proto::document(&v2));
+
+    // v3: listed in the index; the schema as written, and what its paths reach.
+    let index: Value = serde_json::from_slice(&docs.v3_index.decompressed().unwrap()).unwrap();
+    let gv = docs.v3("apis/stable.example.com/v1").unwrap();
+    assert_eq!(
+        index["paths"]["apis/stable.example.com/v1"]["serverRelativeURL"],
+        format!("/openapi/v3/apis/stable.example.com/v1?hash={}", gv.hash)
+    );
+    let v3: Value = serde_json::from_slice(&gv.decompressed().unwrap()).unwrap();
+    let schemas = &v3["components"]["schemas"];
+    let kind = &schemas["com.example.stable.v1.CronTab"];
+    assert_eq!(
+        kind["properties"]["spec"]["properties"]["note"],
+        json!({"type": "string", "nullable": true})
+    );
+    assert_eq!(
+        kind["properties"]["metadata"]["$ref"],
+        "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    for reached in [
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
+        "io.k8s.api.autoscaling.v1.Scale",
+        "com.example.stable.v1.CronTabList",
+    ] {
+        assert!(schemas.get(reached).is_some(), "{reached}");
+    }
+    assert!(schemas.get("io.k8s.api.core.v1.Pod").is_none());
+    let mut found = Vec::new();
+    refs(&v3, V2_REF, &mut found);
+    assert!(found.is_empty(), "v2 references in v3: {found:?}");
+    let collection = &v3["paths"]["/apis/stable.example.com/v1/namespaces/{namespace}/crontabs"];
+    let params: Vec<&str> = collection["post"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(params.contains(&"fieldValidation") && params.contains(&"dryRun"));
+}
