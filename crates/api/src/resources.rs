@@ -38,6 +38,10 @@ pub const CREATE_ONLY: &[Verb] = &["create"];
 /// (`pods/exec`, `pods/attach`, `pods/portforward`).
 pub const CONNECT: &[Verb] = &["create", "get"];
 
+/// Verbs of the `proxy` subresources (upstream's discovery lists these for
+/// `pods/proxy`, `services/proxy` and `nodes/proxy`).
+pub const PROXY: &[Verb] = &["create", "delete", "get", "patch", "update"];
+
 /// Verbs of `pods/log`.
 pub const GET_ONLY: &[Verb] = &["get"];
 
@@ -198,14 +202,16 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("", "v1", "LimitRange", "limitranges", "limitrange", &["limits"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/limitranges"),
     res("", "v1", "Namespace", "namespaces", "namespace", &["ns"], NONE, false, NO_COLLECTION_DELETE,
         &[sub("finalize", "Namespace", UPDATE_ONLY), status!("Namespace")], "/registry/namespaces"),
-    res("", "v1", "Node", "nodes", "node", &["no"], NONE, false, ALL_VERBS, &[status!("Node")], "/registry/minions"),
+    res("", "v1", "Node", "nodes", "node", &["no"], NONE, false, ALL_VERBS,
+        &[sub("proxy", "NodeProxyOptions", PROXY), status!("Node")], "/registry/minions"),
     res("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", &["pvc"], NONE, true, ALL_VERBS,
         &[status!("PersistentVolumeClaim")], "/registry/persistentvolumeclaims"),
     res("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", &["pv"], NONE, false, ALL_VERBS,
         &[status!("PersistentVolume")], "/registry/persistentvolumes"),
     res("", "v1", "Pod", "pods", "pod", &["po"], ALL, true, ALL_VERBS,
         &[sub("attach", "PodAttachOptions", CONNECT), sub("binding", "Binding", CREATE_ONLY), sub("ephemeralcontainers", "Pod", GET_PATCH_UPDATE), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY),
-          sub("exec", "PodExecOptions", CONNECT), sub("log", "Pod", GET_ONLY), sub("portforward", "PodPortForwardOptions", CONNECT), status!("Pod")],
+          sub("exec", "PodExecOptions", CONNECT), sub("log", "Pod", GET_ONLY), sub("portforward", "PodPortForwardOptions", CONNECT),
+          sub("proxy", "PodProxyOptions", PROXY), status!("Pod")],
         "/registry/pods"),
     res("", "v1", "PodTemplate", "podtemplates", "podtemplate", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/podtemplates"),
     res("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", &["rc"], ALL, true, ALL_VERBS,
@@ -214,7 +220,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         &[status!("ResourceQuota")], "/registry/resourcequotas"),
     res("", "v1", "Secret", "secrets", "secret", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/secrets"),
     res("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/serviceaccounts"),
-    res("", "v1", "Service", "services", "service", &["svc"], ALL, true, ALL_VERBS, &[status!("Service")], "/registry/services/specs"),
+    res("", "v1", "Service", "services", "service", &["svc"], ALL, true, ALL_VERBS,
+        &[sub("proxy", "ServiceProxyOptions", PROXY), status!("Service")], "/registry/services/specs"),
     // ---- admissionregistration.k8s.io/v1
     res("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations",
         "mutatingwebhookconfiguration", NONE, API_EXTENSIONS, false, ALL_VERBS, NO_SUBS, "/registry/mutatingwebhookconfigurations"),

@@ -543,7 +543,7 @@ fn patch_op(t: &Target<'_>, def: &str, description: &str, consumes: &[&str]) -> 
 /// The query parameters of a subresource the apiserver serves by connecting to the
 /// kubelet (`pods/log`, `exec`, `attach`, `portforward`), `None` for the others.
 fn connect_params(r: &ResourceInfo, sub: &SubresourceInfo) -> Option<Vec<Value>> {
-    if !r.group.is_empty() || r.plural != "pods" {
+    if !r.group.is_empty() || (r.plural != "pods" && sub.name != "proxy") {
         return None;
     }
     let q = |name: &str, ty: &str, text: &str| query(name, ty, text);
@@ -647,6 +647,14 @@ fn connect_params(r: &ResourceInfo, sub: &SubresourceInfo) -> Option<Vec<Value>>
             "integer",
             "List of ports to forward Required when using WebSockets",
         )],
+        "proxy" => vec![q(
+            "path",
+            "string",
+            &format!(
+                "Path is the URL path to use for the current proxy request to {}.",
+                r.singular
+            ),
+        )],
         _ => return None,
     })
 }
@@ -697,6 +705,9 @@ fn connect_path(
             let (method, name) = match *verb {
                 "get" => ("get", "Get"),
                 "create" => ("post", "Post"),
+                "update" => ("put", "Put"),
+                "patch" => ("patch", "Patch"),
+                "delete" => ("delete", "Delete"),
                 _ => continue,
             };
             item.insert(
@@ -727,6 +738,24 @@ fn connect_path(
         .cloned()
         .collect();
     all.extend(params);
+    if sub.name == "proxy" {
+        // Upstream also documents `.../proxy/{path}`, the path in the URL.
+        let mut with_path = item.clone();
+        let mut params: Vec<Value> = all
+            .iter()
+            .filter(|p| p["name"] != "path")
+            .cloned()
+            .collect();
+        params.push(
+            json!({"uniqueItems": true, "type": "string", "description": "path to the resource",
+            "name": "path", "in": "path", "required": true}),
+        );
+        with_path.insert("parameters".into(), Value::Array(params));
+        paths.insert(
+            format!("{base}/{{name}}/proxy/{{path}}"),
+            Value::Object(with_path),
+        );
+    }
     item.insert("parameters".into(), Value::Array(all));
     paths.insert(format!("{base}/{{name}}/{}", sub.name), Value::Object(item));
 }
