@@ -839,6 +839,10 @@ YAML
   has "condition met"
   k api-resources --api-group="$group"
   has "^crontabs +ct +$group/v1 +true +CronTab"
+  k explain crontabs.spec
+  has '^KIND: +CronTab'
+  has '^ +cronSpec\s+<string> -required-'
+  has '^ +replicas\s+<integer>'
   cat >"$MAN/crontab.yaml" <<YAML
 apiVersion: $group/v1
 kind: CronTab
@@ -1267,7 +1271,7 @@ suite() {
   step "apply --server-side: ownership, conflicts, --force-conflicts, from client-side apply" s_server_side_apply
   step "explain pod.spec.containers" s_explain
   step "api-resources" s_api_resources
-  step "custom resources: CRD apply, wait established, columns, defaults, validation, scale, delete" s_custom_resources
+  step "custom resources: CRD apply, wait established, explain, columns, defaults, validation, scale, delete" s_custom_resources
   step "api-versions" s_api_versions
   step "create -f of reviews and a Binding (no PATCH: kubectl lists CRDs)" s_reviews_from_files
   step "create secret generic" s_secret_generic
