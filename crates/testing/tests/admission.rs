@@ -741,3 +741,75 @@ async fn storage_object_in_use_protection_adds_finalizers() {
         ["kubernetes.io/pv-protection"]
     );
 }
+
+/// DefaultIngressClass (on by default): an Ingress naming no class gets the default
+/// IngressClass. DenyServiceExternalIPs (off by default): once turned on, no new
+/// external IPs on a Service.
+#[tokio::test]
+async fn default_ingress_class_and_deny_external_ips() {
+    let server = TestApiServer::start_with(|o| {
+        o.admission_plugins
+            .set("DenyServiceExternalIPs", true)
+            .expect("a known plugin")
+    })
+    .await
+    .unwrap();
+    let client = server.client.clone();
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/apis/networking.k8s.io/v1/ingressclasses",
+        &json!({"metadata": {"name": "nginx", "annotations": {
+            "ingressclass.kubernetes.io/is-default-class": "true"}},
+            "spec": {"controller": "k8s.io/ingress-nginx"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    // The class reaches the plugin through the watch cache, a moment after it is written.
+    let ingress = json!({"metadata": {"name": "web"}, "spec": {"defaultBackend": {
+        "service": {"name": "web", "port": {"number": 80}}}}});
+    let mut class = Value::Null;
+    for _ in 0..100 {
+        let (code, _, body) = TestApiServer::send_json(
+            &client,
+            "POST",
+            "/apis/networking.k8s.io/v1/namespaces/default/ingresses?dryRun=All",
+            &ingress,
+        )
+        .await
+        .unwrap();
+        assert_eq!(code, 201, "{body}");
+        class = body["spec"]["ingressClassName"].clone();
+        if !class.is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(class, "nginx");
+
+    let svc = |ips: Value| json!({"metadata": {"name": "ext"}, "spec": {"ports": [{"port": 80}], "externalIPs": ips}});
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        &svc(json!(["192.0.2.10"])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        "services \"ext\" is forbidden: use of external IPs is denied by admission control"
+    );
+    let (code, _, body) = TestApiServer::send_json(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        &svc(json!([])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    server.stop().await;
+}

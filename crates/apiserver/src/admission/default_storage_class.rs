@@ -41,8 +41,17 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
 /// Upstream `storageutil.GetDefaultClass`: among the classes marked default, the
 /// newest, then the first by name.
 pub(crate) fn default_class(classes: &[Arc<Value>]) -> Option<&Value> {
+    newest_marked_default(classes, &DEFAULT_ANNOTATIONS)
+}
+
+/// Among `classes` annotated `"true"` with one of `annotations`, the newest, then the
+/// first by name (the default StorageClass's and IngressClass's rule upstream).
+pub(crate) fn newest_marked_default<'a>(
+    classes: &'a [Arc<Value>],
+    annotations: &[&str],
+) -> Option<&'a Value> {
     let is_default = |c: &Value| {
-        DEFAULT_ANNOTATIONS
+        annotations
             .iter()
             .any(|a| c["metadata"]["annotations"][*a].as_str() == Some("true"))
     };

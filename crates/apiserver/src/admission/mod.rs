@@ -28,8 +28,10 @@ use crate::security::ClusterState;
 
 mod certificates;
 mod csr_strategy;
+mod default_ingress_class;
 mod default_storage_class;
 mod default_toleration_seconds;
+mod deny_external_ips;
 mod direct;
 mod escalation;
 mod limit_ranger;
@@ -150,7 +152,6 @@ impl Attributes {
     }
 
     /// Whether the request addresses `plural` in `group`.
-    #[allow(dead_code)] // for plugins on non-core resources, which come next
     pub(crate) fn is(&self, group: &str, plural: &str) -> bool {
         self.resource.group == group && self.resource.plural == plural
     }
@@ -292,8 +293,12 @@ pub(crate) const PLUGINS: &[Registration] = &[
         true,
         certificates::new_subject_restriction,
     ),
-    known("DefaultIngressClass", true),
-    known("DenyServiceExternalIPs", false),
+    plugin(
+        default_ingress_class::NAME,
+        true,
+        default_ingress_class::new,
+    ),
+    plugin(deny_external_ips::NAME, false, deny_external_ips::new),
     known("PodTopologyLabels", true),
     known("MutatingAdmissionPolicy", false),
     plugin(webhook::MUTATING, true, webhook::new_mutating),
