@@ -813,3 +813,32 @@ async fn default_ingress_class_and_deny_external_ips() {
     assert_eq!(code, 201, "{body}");
     server.stop().await;
 }
+
+/// AlwaysPullImages (off by default): once on, a new pod pulls every image always.
+#[tokio::test]
+async fn always_pull_images_when_enabled() {
+    let server = TestApiServer::start_with(|o| {
+        o.admission_plugins
+            .set("AlwaysPullImages", true)
+            .expect("a known plugin")
+    })
+    .await
+    .unwrap();
+    let (code, _, body) = TestApiServer::send_json(
+        &server.client,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        &json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [{"name": "i", "image": "busybox", "imagePullPolicy": "Never"}],
+            "containers": [{"name": "c", "image": "nginx", "imagePullPolicy": "IfNotPresent"}]}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        body["spec"]["initContainers"][0]["imagePullPolicy"],
+        "Always"
+    );
+    assert_eq!(body["spec"]["containers"][0]["imagePullPolicy"], "Always");
+    server.stop().await;
+}

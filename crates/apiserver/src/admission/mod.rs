@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::security::ClusterState;
 
+mod always_pull_images;
 mod certificates;
 mod csr_strategy;
 mod default_ingress_class;
@@ -263,7 +264,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
         true,
         taint_nodes_by_condition::new,
     ),
-    known("AlwaysPullImages", false),
+    plugin(always_pull_images::NAME, false, always_pull_images::new),
     known("ImagePolicyWebhook", false),
     plugin(pod_security::NAME, true, pod_security::new),
     known("PodNodeSelector", false),
