@@ -35,6 +35,7 @@ mod default_toleration_seconds;
 mod deny_external_ips;
 mod direct;
 mod escalation;
+mod extended_resource_toleration;
 mod limit_ranger;
 mod node_restriction;
 mod pod_security;
@@ -276,7 +277,11 @@ pub(crate) const PLUGINS: &[Registration] = &[
     ),
     known("PodTolerationRestriction", false),
     known("EventRateLimit", false),
-    known("ExtendedResourceToleration", false),
+    plugin(
+        extended_resource_toleration::NAME,
+        false,
+        extended_resource_toleration::new,
+    ),
     plugin(
         default_storage_class::NAME,
         true,
