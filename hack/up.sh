@@ -312,6 +312,13 @@ elif have_component "$KUBELET" --kubeconfig; then
   flag --root-dir "$FK_KUBELET_ROOT"
   flag --pod-manifest-path "$FK_ETC/manifests"
   flag --client-ca-file "$FK_PKI_DIR/ca.crt"
+  # As kubeadm does: no anonymous requests to :10250, bearer tokens reviewed with
+  # TokenReview, everything authorized with SubjectAccessReview (nodes/proxy, ...); the
+  # apiserver's --kubelet-client-certificate is in system:masters. The --nodes kubelets
+  # get the same from their KubeletConfiguration's v1beta1 defaults.
+  flag --anonymous-auth false
+  flag --authentication-token-webhook true
+  flag --authorization-mode Webhook
   flag --port 10250
   flag --tls-cert-file "$FK_PKI_DIR/kubelet-server.crt"
   flag --tls-private-key-file "$FK_PKI_DIR/kubelet-server.key"

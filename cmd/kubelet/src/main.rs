@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use ferrokube_kubelet::auth::{AuthSettings, KubeletAuth};
 use ferrokube_kubelet::eviction::EvictionSettings;
 use ferrokube_kubelet::kubeletconfig::{KubeletConfiguration, parse_go_duration};
 use ferrokube_kubelet::node::{EvictionThresholds, Reserved, parse_labels, parse_taints};
@@ -150,9 +151,37 @@ struct Opts {
     /// Dead containers kept on the node (negative: no limit) [default: -1].
     #[arg(long = "maximum-dead-containers", allow_hyphen_values = true)]
     maximum_dead_containers: Option<i32>,
-    /// Clients of --port must present a certificate signed by this CA.
+    /// A client of --port presenting a certificate signed by this CA is authenticated
+    /// as its CommonName, with its Organizations as groups
+    /// (authentication.x509.clientCAFile).
     #[arg(long = "client-ca-file")]
     client_ca_file: Option<PathBuf>,
+    /// Requests to --port that no other method authenticates are system:anonymous
+    /// (authentication.anonymous.enabled) [default: true; false with --config].
+    #[arg(long = "anonymous-auth", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    anonymous_auth: Option<bool>,
+    /// Bearer tokens to --port are reviewed with the apiserver's TokenReview API
+    /// (authentication.webhook.enabled) [default: false; true with --config].
+    #[arg(
+        long = "authentication-token-webhook",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    authentication_token_webhook: Option<bool>,
+    /// How long token reviews are cached [default: 2m0s].
+    #[arg(long = "authentication-token-webhook-cache-ttl")]
+    authentication_token_webhook_cache_ttl: Option<String>,
+    /// AlwaysAllow or Webhook (SubjectAccessReviews of nodes/<subresource> to the
+    /// apiserver) (authorization.mode) [default: AlwaysAllow; Webhook with --config].
+    #[arg(long = "authorization-mode")]
+    authorization_mode: Option<String>,
+    /// How long allowed reviews are cached [default: 5m0s].
+    #[arg(long = "authorization-webhook-cache-authorized-ttl")]
+    authorization_webhook_cache_authorized_ttl: Option<String>,
+    /// How long denied reviews are cached [default: 30s].
+    #[arg(long = "authorization-webhook-cache-unauthorized-ttl")]
+    authorization_webhook_cache_unauthorized_ttl: Option<String>,
     /// Accepted for compatibility: swap is not checked.
     #[arg(long = "fail-swap-on")]
     fail_swap_on: Option<bool>,
@@ -188,6 +217,7 @@ async fn main() -> anyhow::Result<()> {
         )?,
         None => KubeletConfiguration::default(),
     };
+    let auth_settings = auth_settings(&opts, opts.config.is_some().then_some(&file))?;
 
     let driver = opts
         .cgroup_driver
@@ -424,6 +454,7 @@ async fn main() -> anyhow::Result<()> {
         None => kube::Config::infer().await?,
     };
     let client = kube::Client::try_from(kcfg)?;
+    let review_client = client.clone();
     let cri = CriClient::connect(&endpoint, Duration::from_secs(10)).await?;
     let v = cri.version().await?;
     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, node = %node_name, "connected to the container runtime");
@@ -467,13 +498,27 @@ async fn main() -> anyhow::Result<()> {
         let read = |p: &PathBuf| {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
         };
-        let client_ca = match &opts.client_ca_file {
+        let client_ca = match &auth_settings.client_ca_file {
             Some(p) => Some(read(p)?),
             None => {
-                tracing::warn!("no --client-ca-file: the kubelet API on --port accepts any client");
+                tracing::warn!(
+                    "no --client-ca-file: client certificates to the kubelet API are not accepted"
+                );
                 None
             }
         };
+        if auth_settings.anonymous
+            && auth_settings.mode == ferrokube_kubelet::auth::AuthorizationMode::AlwaysAllow
+        {
+            tracing::warn!(
+                "--anonymous-auth with --authorization-mode=AlwaysAllow: anyone may use the kubelet API"
+            );
+        }
+        let auth = std::sync::Arc::new(KubeletAuth::new(
+            &node_name,
+            &auth_settings,
+            review_client.clone(),
+        ));
         let tls = ferrokube_kubelet::server::tls_config(
             &read(&cert)?,
             &read(&key)?,
@@ -483,6 +528,7 @@ async fn main() -> anyhow::Result<()> {
             SocketAddr::new(opts.address, port),
             kubelet.clone(),
             tls,
+            auth,
             cancel.clone(),
         )
         .await
@@ -523,6 +569,42 @@ async fn main() -> anyhow::Result<()> {
         let _ = s.await;
     }
     Ok(())
+}
+
+/// The kubelet API's authentication and authorization: the config file's (or the
+/// flags' legacy defaults), then the flags. A relative clientCAFile in the file is
+/// relative to the file.
+fn auth_settings(opts: &Opts, file: Option<&KubeletConfiguration>) -> anyhow::Result<AuthSettings> {
+    let mut s = AuthSettings::from_file(file)?;
+    if let (Some(ca), Some(dir)) = (
+        &s.client_ca_file,
+        opts.config.as_deref().and_then(std::path::Path::parent),
+    ) && ca.is_relative()
+    {
+        s.client_ca_file = Some(dir.join(ca));
+    }
+    if let Some(ca) = &opts.client_ca_file {
+        s.client_ca_file = Some(ca.clone());
+    }
+    if let Some(a) = opts.anonymous_auth {
+        s.anonymous = a;
+    }
+    if let Some(w) = opts.authentication_token_webhook {
+        s.webhook = w;
+    }
+    if let Some(d) = &opts.authentication_token_webhook_cache_ttl {
+        s.token_cache_ttl = parse_go_duration(d)?;
+    }
+    if let Some(m) = &opts.authorization_mode {
+        s.mode = m.parse().map_err(anyhow::Error::msg)?;
+    }
+    if let Some(d) = &opts.authorization_webhook_cache_authorized_ttl {
+        s.authorized_ttl = parse_go_duration(d)?;
+    }
+    if let Some(d) = &opts.authorization_webhook_cache_unauthorized_ttl {
+        s.unauthorized_ttl = parse_go_duration(d)?;
+    }
+    Ok(s)
 }
 
 /// A config file's `signal: value` map as the flags' `signal=value,...`.

@@ -5,6 +5,10 @@
 //! SubjectAccessReview of the non-resource path), both cached for a short while. A
 //! client certificate signed by `--client-ca-file` names its user directly. Paths in
 //! `--authorization-always-allow-paths` (the health checks) need nothing.
+//!
+//! The kubelet uses the same gate for its API (upstream's `authentication.webhook` and
+//! `authorization.mode: Webhook`): [`Gate::authenticate`], then
+//! [`Gate::authorize_any`] with resource attributes (`nodes/<subresource>`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -14,7 +18,7 @@ use std::time::{Duration, Instant};
 use ferrokube_apimachinery::ApiError;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
@@ -81,6 +85,40 @@ fn unauthorized() -> ApiError {
     ApiError::unauthorized("Unauthorized")
 }
 
+/// A resource request's attributes: a SubjectAccessReview's `resourceAttributes`
+/// (empty strings are left out of the review).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ResourceRequest {
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What a request asks for, as an authorizer sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Attributes {
+    /// A verb on a path outside the API (`/metrics`).
+    NonResource { verb: String, path: String },
+    /// A verb on a resource (the kubelet API: `nodes/proxy`, `nodes/stats`, ...).
+    Resource(ResourceRequest),
+}
+
+/// An authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Not allowed, with the authorizer's reason (may be empty).
+    Deny(String),
+}
+
+fn opt(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
 /// How long reviews are remembered (upstream's defaults: 10 s each).
 #[derive(Debug, Clone, Copy)]
 pub struct CacheTtl {
@@ -107,17 +145,19 @@ type Expiring<T> = Mutex<HashMap<String, (Instant, T)>>;
 /// The authentication and authorization of one endpoint.
 pub struct Gate {
     always_allow: Vec<String>,
+    anonymous: bool,
     authn: Option<kube::Client>,
     authz: Option<kube::Client>,
     ttl: CacheTtl,
     tokens: Expiring<Option<User>>,
-    decisions: Expiring<Result<(), String>>,
+    decisions: Expiring<Decision>,
 }
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gate")
             .field("always_allow", &self.always_allow)
+            .field("anonymous", &self.anonymous)
             .field("authn", &self.authn.is_some())
             .field("authz", &self.authz.is_some())
             .finish_non_exhaustive()
@@ -175,12 +215,21 @@ impl Gate {
     ) -> Gate {
         Gate {
             always_allow,
+            anonymous: true,
             authn,
             authz,
             ttl,
             tokens: Mutex::default(),
             decisions: Mutex::default(),
         }
+    }
+
+    /// Whether requests without credentials are `system:anonymous` (the default, as
+    /// upstream's delegated authentication) or refused with 401 (the kubelet's
+    /// `authentication.anonymous.enabled: false`).
+    pub fn with_anonymous(mut self, enabled: bool) -> Gate {
+        self.anonymous = enabled;
+        self
     }
 
     fn always_allowed(&self, path: &str) -> bool {
@@ -202,15 +251,62 @@ impl Gate {
         if self.always_allowed(path) {
             return Ok(());
         }
-        let user = match (certificate_user, bearer) {
-            (Some(user), _) => user,
-            (None, Some(token)) => self.review_token(token).await?,
-            (None, None) => User::anonymous(),
+        let user = self.authenticate(bearer, certificate_user).await?;
+        // Upstream's message for a non-resource path, and the authorizer's reason.
+        let forbidden = |reason: &str| {
+            let mut err = format!("User {:?} cannot {verb} path {path:?}", user.name);
+            if !reason.is_empty() {
+                err.push_str(": ");
+                err.push_str(reason);
+            }
+            ApiError::forbidden("", "", "", err)
         };
-        if user.groups.iter().any(|g| g == "system:masters") {
-            return Ok(());
+        let attrs = Attributes::NonResource {
+            verb: verb.to_string(),
+            path: path.to_string(),
+        };
+        match self.authorize(&user, &attrs).await {
+            Ok(Decision::Allow) => Ok(()),
+            Ok(Decision::Deny(reason)) => Err(forbidden(&reason)),
+            Err(_) => Err(forbidden("the authorization check failed")),
         }
-        self.authorize(&user, verb, path).await
+    }
+
+    /// Who a request is: its verified client certificate's user, else its bearer
+    /// token's (a TokenReview; without a client for reviews the token is ignored, as
+    /// upstream leaves token authentication out), else `system:anonymous` when
+    /// anonymous requests are enabled. 401 otherwise, and for a token the apiserver
+    /// does not know.
+    pub async fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate_user: Option<User>,
+    ) -> Result<User, ApiError> {
+        let bearer = bearer.filter(|_| self.authn.is_some());
+        match (certificate_user, bearer) {
+            (Some(user), _) => Ok(user),
+            (None, Some(token)) => self.review_token(token).await,
+            (None, None) if self.anonymous => Ok(User::anonymous()),
+            (None, None) => Err(unauthorized()),
+        }
+    }
+
+    /// Whether `user` may do what any of `attrs` describes, asked in order (the
+    /// kubelet's fine-grained check: `nodes/pods`, then `nodes/proxy`). `Err` when a
+    /// review could not be made (the error, for the log; such answers are not cached).
+    pub async fn authorize_any(
+        &self,
+        user: &User,
+        attrs: &[Attributes],
+    ) -> Result<Decision, String> {
+        let mut last = Decision::Deny(String::new());
+        for a in attrs {
+            last = self.authorize(user, a).await?;
+            if last == Decision::Allow {
+                break;
+            }
+        }
+        Ok(last)
     }
 
     async fn review_token(&self, token: &str) -> Result<User, ApiError> {
@@ -248,34 +344,49 @@ impl Gate {
         user.ok_or_else(unauthorized)
     }
 
-    async fn authorize(&self, user: &User, verb: &str, path: &str) -> Result<(), ApiError> {
-        // Upstream's message for a non-resource path, and the authorizer's reason.
-        let forbidden = |reason: &str| {
-            let mut err = format!("User {:?} cannot {verb} path {path:?}", user.name);
-            if !reason.is_empty() {
-                err.push_str(": ");
-                err.push_str(reason);
-            }
-            ApiError::forbidden("", "", "", err)
-        };
-        let Some(client) = &self.authz else {
-            return Err(forbidden(""));
-        };
-        let key = format!("{user:?}\u{0}{verb}\u{0}{path}");
-        if let Some(decision) = cached(&self.decisions, &key) {
-            return decision.map_err(|r| forbidden(&r));
+    /// One authorization: system:masters without a review (its RBAC allows everything),
+    /// otherwise a SubjectAccessReview (denied without a client for reviews), cached.
+    pub async fn authorize(&self, user: &User, attrs: &Attributes) -> Result<Decision, String> {
+        if user.groups.iter().any(|g| g == "system:masters") {
+            return Ok(Decision::Allow);
         }
+        let Some(client) = &self.authz else {
+            return Ok(Decision::Deny(String::new()));
+        };
+        let key = format!("{user:?}\u{0}{attrs:?}");
+        if let Some(decision) = cached(&self.decisions, &key) {
+            return Ok(decision);
+        }
+        let (non_resource_attributes, resource_attributes) = match attrs {
+            Attributes::NonResource { verb, path } => (
+                Some(NonResourceAttributes {
+                    path: Some(path.clone()),
+                    verb: Some(verb.clone()),
+                }),
+                None,
+            ),
+            Attributes::Resource(r) => (
+                None,
+                Some(ResourceAttributes {
+                    verb: opt(&r.verb),
+                    group: Some(r.group.clone()),
+                    version: opt(&r.version),
+                    resource: opt(&r.resource),
+                    subresource: opt(&r.subresource),
+                    namespace: opt(&r.namespace),
+                    name: opt(&r.name),
+                    ..Default::default()
+                }),
+            ),
+        };
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(user.name.clone()),
-                uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+                uid: opt(&user.uid),
                 groups: Some(user.groups.clone()),
                 extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-                non_resource_attributes: Some(NonResourceAttributes {
-                    path: Some(path.to_string()),
-                    verb: Some(verb.to_string()),
-                }),
-                ..Default::default()
+                non_resource_attributes,
+                resource_attributes,
             },
             ..Default::default()
         };
@@ -284,21 +395,19 @@ impl Gate {
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "SubjectAccessReview failed");
-                forbidden("the authorization check failed")
+                e.to_string()
             })?;
         let status = answer.status.unwrap_or_default();
-        let decision = if status.allowed {
-            Ok(())
+        let (decision, ttl) = if status.allowed {
+            (Decision::Allow, self.ttl.allowed)
         } else {
-            Err(status.reason.unwrap_or_default())
-        };
-        let ttl = if decision.is_ok() {
-            self.ttl.allowed
-        } else {
-            self.ttl.denied
+            (
+                Decision::Deny(status.reason.unwrap_or_default()),
+                self.ttl.denied,
+            )
         };
         remember(&self.decisions, &key, decision.clone(), ttl);
-        decision.map_err(|r| forbidden(&r))
+        Ok(decision)
     }
 }
 

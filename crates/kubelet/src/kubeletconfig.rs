@@ -18,6 +18,8 @@ pub enum ConfigFileError {
     Kind(String, String),
     #[error("invalid duration {0:?}")]
     Duration(String),
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// A taint in the config file (`registerWithTaints`).
@@ -27,6 +29,53 @@ pub struct ConfigTaint {
     #[serde(default)]
     pub value: Option<String>,
     pub effect: String,
+}
+
+/// `authentication`: how clients of the kubelet API on `port` are identified.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthentication {
+    pub x509: KubeletX509Authentication,
+    pub webhook: KubeletWebhookAuthentication,
+    pub anonymous: KubeletAnonymousAuthentication,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct KubeletX509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct KubeletWebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct KubeletAnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization`: what the kubelet API lets an identified client do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct KubeletAuthorization {
+    pub mode: Option<String>,
+    pub webhook: KubeletWebhookAuthorization,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<String>,
 }
 
 /// The supported subset of `KubeletConfiguration`.
@@ -73,6 +122,8 @@ pub struct KubeletConfiguration {
     pub image_service_endpoint: Option<String>,
     pub register_with_taints: Option<Vec<ConfigTaint>>,
     pub pod_logs_dir: Option<String>,
+    pub authentication: Option<KubeletAuthentication>,
+    pub authorization: Option<KubeletAuthorization>,
 }
 
 impl KubeletConfiguration {
@@ -117,6 +168,8 @@ mod tests {
         assert_eq!(c.eviction_hard.unwrap()["memory.available"], "200Mi");
         assert_eq!(c.max_pods, Some(50));
         assert_eq!(c.register_with_taints.unwrap()[0].effect, "NoSchedule");
+        assert_eq!(c.authentication.unwrap().anonymous.enabled, Some(false));
+        assert_eq!(c.authorization, None);
         assert!(KubeletConfiguration::from_yaml("apiVersion: v1\nkind: Pod\n").is_err());
         assert!(KubeletConfiguration::from_yaml("apiVersion: [").is_err());
     }

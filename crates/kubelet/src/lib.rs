@@ -25,7 +25,8 @@
 //!   registration/status/Lease loops, pod workers on an informer + PLEG, graceful
 //!   deletion, orphan cleanup), [`kubeletconfig`] (`KubeletConfiguration` v1beta1),
 //!   [`server`] (plain-HTTP healthz and read-only port; the HTTPS kubelet API on
-//!   `--port`), [`logs`] (CRI log files and `PodLogOptions`), [`log_rotation`]
+//!   `--port`), [`auth`] (that API's authentication and authorization: client
+//!   certificates, TokenReview, SubjectAccessReview of `nodes/<subresource>`), [`logs`] (CRI log files and `PodLogOptions`), [`log_rotation`]
 //!   (`--container-log-max-size`/`--container-log-max-files`), [`eviction`] (the
 //!   eviction manager's decisions), [`streaming`] (exec,
 //!   attach and port-forward handed to the runtime's streaming server), [`static_pods`]
@@ -33,6 +34,7 @@
 
 pub mod actions;
 pub mod atomic_writer;
+pub mod auth;
 pub mod backoff;
 pub mod cgroup;
 pub mod config;

@@ -1,13 +1,14 @@
 //! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`):
 //! - `--healthz-port` (plain HTTP): `/healthz`;
 //! - `--read-only-port` (plain HTTP, no authentication): `/healthz`, `/pods`;
-//! - `--port` (HTTPS, 10250; client certificates verified against `--client-ca-file`):
-//!   `/healthz`, `/pods`, `/containerLogs/{ns}/{pod}/{container}` (see [`crate::logs`]),
-//!   `/exec/...`, `/attach/...` and `/portForward/...` (see [`crate::streaming`]).
+//! - `--port` (HTTPS, 10250): `/healthz`, `/pods`, `/containerLogs/{ns}/{pod}/{container}`
+//!   (see [`crate::logs`]), `/exec/...`, `/attach/...` and `/portForward/...` (see
+//!   [`crate::streaming`]); every request authenticated and authorized by
+//!   [`crate::auth::KubeletAuth`] (client certificates verified against
+//!   `--client-ca-file` when a client sends one; bearer tokens; anonymous).
 //!
 //! The apiserver reaches the HTTPS port for `pods/log`, `pods/exec`, `pods/attach` and
-//! `pods/portforward`; every client of it must present a certificate the client CA
-//! signed (authorization is "any verified client", as `--authorization-mode=AlwaysAllow`).
+//! `pods/portforward` with its `--kubelet-client-certificate`.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -23,6 +24,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::KubeletAuth;
 use crate::kubelet::Kubelet;
 use crate::logs::{LogOptions, stream_log_file};
 use crate::sandbox::{name, namespace, pod_log_dir, spec, uid};
@@ -60,33 +62,19 @@ pub enum ServerError {
 }
 
 /// The rustls configuration of the HTTPS port: serving cert (PEM, chain allowed) and
-/// key; with a client CA every client must present a certificate it signed. HTTP/1.1
-/// only (upgrades for exec/attach/port-forward are HTTP/1.1).
+/// key; with a client CA, a client certificate is verified against it when a client
+/// sends one (clients without one go on to tokens or anonymous authentication).
+/// HTTP/1.1 only (upgrades for exec/attach/port-forward are HTTP/1.1).
 pub fn tls_config(
     cert_pem: &str,
     key_pem: &str,
     client_ca_pem: Option<&str>,
 ) -> Result<Arc<rustls::ServerConfig>, ServerError> {
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
     let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
-    let verifier = match client_ca_pem {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                roots
-                    .add(c.map_err(|e| tls(&format!("client CA: {e}")))?)
-                    .map_err(|e| tls(&format!("client CA: {e}")))?;
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .build()
-                    .map_err(|e| tls(&format!("client CA: {e}")))?;
-            Some(verifier)
-        }
-        None => None,
-    };
+    let verifier = client_ca_pem
+        .map(ferrokube_client::delegated::optional_client_verifier)
+        .transpose()
+        .map_err(|e| tls(&e))?;
     ferrokube_pki::serving::server_config(
         cert_pem,
         key_pem,
@@ -561,13 +549,55 @@ async fn port_forward(
     }
 }
 
-async fn serve_one<S>(stream: S, kubelet: Arc<Kubelet>, which: Endpoints)
+/// Who may use the kubelet API, and the verified client certificate's user of one
+/// connection.
+#[derive(Clone)]
+struct Guard {
+    auth: Arc<KubeletAuth>,
+    certificate_user: Option<ferrokube_client::delegated::User>,
+}
+
+impl Guard {
+    async fn check(&self, req: &Request<Incoming>) -> Result<(), Response<Body>> {
+        let bearer = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        self.auth
+            .check(
+                req.method().as_str(),
+                req.uri().path(),
+                bearer,
+                self.certificate_user.clone(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|r| {
+                text(
+                    StatusCode::from_u16(r.code).unwrap_or(StatusCode::FORBIDDEN),
+                    r.message,
+                )
+            })
+    }
+}
+
+async fn serve_one<S>(stream: S, kubelet: Arc<Kubelet>, which: Endpoints, guard: Option<Guard>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let k = kubelet.clone();
-        async move { Ok::<_, Infallible>(handle(k, which, req).await) }
+        let (k, guard) = (kubelet.clone(), guard.clone());
+        async move {
+            if let Some(guard) = guard
+                && let Err(refusal) = guard.check(&req).await
+            {
+                return Ok::<_, Infallible>(refusal);
+            }
+            Ok::<_, Infallible>(handle(k, which, req).await)
+        }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
@@ -586,26 +616,28 @@ pub async fn bind(
     serve(addr, kubelet, which, None, cancel).await
 }
 
-/// Binds `addr` and serves the kubelet API over TLS until `cancel`.
+/// Binds `addr` and serves the kubelet API over TLS until `cancel`, each request
+/// authenticated and authorized by `auth`.
 pub async fn bind_tls(
     addr: SocketAddr,
     kubelet: Arc<Kubelet>,
     tls: Arc<rustls::ServerConfig>,
+    auth: Arc<KubeletAuth>,
     cancel: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    serve(addr, kubelet, Endpoints::Api, Some(tls), cancel).await
+    serve(addr, kubelet, Endpoints::Api, Some((tls, auth)), cancel).await
 }
 
 async fn serve(
     addr: SocketAddr,
     kubelet: Arc<Kubelet>,
     which: Endpoints,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<(Arc<rustls::ServerConfig>, Arc<KubeletAuth>)>,
     cancel: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let acceptor = tls.map(|(tls, auth)| (tokio_rustls::TlsAcceptor::from(tls), auth));
     let task = tokio::spawn(async move {
         loop {
             let (stream, peer) = tokio::select! {
@@ -623,15 +655,30 @@ async fn serve(
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
                 match acceptor {
-                    None => serve_one(stream, k, which).await,
-                    Some(a) => {
+                    None => serve_one(stream, k, which, None).await,
+                    Some((a, auth)) => {
                         let handshake = tokio::time::timeout(
                             std::time::Duration::from_secs(10),
                             a.accept(stream),
                         )
                         .await;
                         match handshake {
-                            Ok(Ok(tls)) => serve_one(tls, k, which).await,
+                            Ok(Ok(tls)) => {
+                                // The handshake verified it against the client CA.
+                                let certificate_user = tls
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .and_then(|chain| chain.first())
+                                    .and_then(|leaf| {
+                                        ferrokube_client::delegated::certificate_user(leaf)
+                                    });
+                                let guard = Guard {
+                                    auth,
+                                    certificate_user,
+                                };
+                                serve_one(tls, k, which, Some(guard)).await
+                            }
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed")
                             }

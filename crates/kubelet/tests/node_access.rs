@@ -1,5 +1,6 @@
 //! The kubelet's HTTPS API against a real in-process apiserver (TestApiServer) and the
-//! real containerd of this machine: client-certificate authentication, container logs,
+//! real containerd of this machine: authentication (client certificates; no credentials
+//! is a 401) and Webhook authorization (an unprivileged user's 403), container logs,
 //! exec over WebSocket (v5, translated to the runtime's v4, and v4 relayed as is) and the
 //! error answers. Fails, never skips, when containerd is not reachable; the pod it makes
 //! is removed even when a check fails. Run under `flock /run/ferrokube-e2e.lock` next to
@@ -38,6 +39,7 @@ struct Pki {
     server_key: String,
     client_ca: String,
     client: Arc<rustls::ClientConfig>,
+    unprivileged: Arc<rustls::ClientConfig>,
     anonymous: Arc<rustls::ClientConfig>,
 }
 
@@ -50,7 +52,12 @@ fn pki() -> Result<Pki> {
         Validity::leaf_default(),
     )?;
     let client_ca = CertificateAuthority::generate("node-access-client-ca")?;
-    let client = client_ca.issue_client_cert("kube-apiserver", &[], Validity::leaf_default())?;
+    let client = client_ca.issue_client_cert(
+        "kube-apiserver",
+        &["system:masters".to_string()],
+        Validity::leaf_default(),
+    )?;
+    let alice = client_ca.issue_client_cert("alice", &[], Validity::leaf_default())?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes())?)?;
     let roots = Arc::new(roots);
@@ -64,11 +71,16 @@ fn pki() -> Result<Pki> {
         vec![CertificateDer::from_pem_slice(client.cert_pem.as_bytes())?],
         PrivateKeyDer::from_pem_slice(client.key_pem.as_bytes())?,
     )?;
+    let alice = builder()?.with_client_auth_cert(
+        vec![CertificateDer::from_pem_slice(alice.cert_pem.as_bytes())?],
+        PrivateKeyDer::from_pem_slice(alice.key_pem.as_bytes())?,
+    )?;
     Ok(Pki {
         server_cert: server.cert_pem,
         server_key: server.key_pem,
         client_ca: client_ca.cert_pem().to_owned(),
         client: Arc::new(with_cert),
+        unprivileged: Arc::new(alice),
         anonymous: Arc::new(builder()?.with_no_client_auth()),
     })
 }
@@ -236,10 +248,16 @@ async fn logs_and_exec_through_the_kubelet_api_on_real_containerd() {
         Some(&pki.client_ca),
     )
     .expect("kubelet TLS config");
+    let auth = Arc::new(ferrokube_kubelet::auth::KubeletAuth::new(
+        &node_name,
+        &ferrokube_kubelet::auth::AuthSettings::defaults(true),
+        client.clone(),
+    ));
     let (addr, serve) = ferrokube_kubelet::server::bind_tls(
         "127.0.0.1:0".parse().unwrap(),
         kubelet.clone(),
         tls,
+        auth,
         cancel.clone(),
     )
     .await
@@ -290,9 +308,12 @@ async fn logs_and_exec_through_the_kubelet_api_on_real_containerd() {
         .expect("create pod");
 
     let result = async {
-        // ---- authentication: no client certificate, no answer
-        let anon = get(addr, &pki.anonymous, "/healthz").await;
-        ensure!(anon.is_err(), "a client without a certificate got {anon:?}");
+        // ---- authentication and authorization
+        let anon = get(addr, &pki.anonymous, "/healthz").await?;
+        ensure!(anon == (401, "Unauthorized".into()), "no credentials: {anon:?}");
+        let alice = get(addr, &pki.unprivileged, "/pods").await?;
+        let forbidden = "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[pods proxy])";
+        ensure!(alice == (403, forbidden.into()), "unprivileged: {alice:?}");
         let (code, body) = get(addr, &pki.client, "/healthz").await?;
         ensure!((code, body.as_str()) == (200, "ok"), "{code} {body}");
 
