@@ -941,31 +941,43 @@ fn validate_number(s: &Node, data: &Value, name: &str, errs: &mut Vec<FieldError
     }
 }
 
+/// kube-openapi's `minItems`/`maxItems` and `minProperties`/`maxProperties` checks:
+/// `count` against `(min, max)`, `what` naming the counted things.
+fn validate_count(
+    name: &str,
+    count: usize,
+    (min, max): (Option<i64>, Option<i64>),
+    what: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    let n = count as i64;
+    if let Some(min) = min
+        && n < min
+    {
+        errs.push(invalid(
+            name,
+            n.into(),
+            format!("{name} in {IN} should have at least {min} {what}"),
+        ));
+    }
+    if let Some(max) = max
+        && n > max
+    {
+        errs.push(FieldError::too_many(
+            &err_path(name),
+            Some(count),
+            usize::try_from(max).ok(),
+        ));
+    }
+}
+
 fn validate_array(s: &Node, a: &[Value], name: &str, errs: &mut Vec<FieldError>) {
     if let Some(items) = s.items.as_deref() {
         for (i, v) in a.iter().enumerate() {
             validate_schema(items, v, &format!("{name}[{i}]"), errs);
         }
     }
-    let size = a.len() as i64;
-    if let Some(min) = s.min_items
-        && size < min
-    {
-        errs.push(invalid(
-            name,
-            size.into(),
-            format!("{name} in {IN} should have at least {min} items"),
-        ));
-    }
-    if let Some(max) = s.max_items
-        && size > max
-    {
-        errs.push(FieldError::too_many(
-            &err_path(name),
-            Some(a.len()),
-            usize::try_from(max).ok(),
-        ));
-    }
+    validate_count(name, a.len(), (s.min_items, s.max_items), "items", errs);
     if s.unique_items {
         let dup = a
             .iter()
@@ -1012,25 +1024,13 @@ fn validate_enum(s: &Node, data: &Value, name: &str, errs: &mut Vec<FieldError>)
 }
 
 fn validate_object(s: &Node, m: &Map<String, Value>, name: &str, errs: &mut Vec<FieldError>) {
-    let n = m.len() as i64;
-    if let Some(min) = s.min_properties
-        && n < min
-    {
-        errs.push(invalid(
-            name,
-            n.into(),
-            format!("{name} in {IN} should have at least {min} properties"),
-        ));
-    }
-    if let Some(max) = s.max_properties
-        && n > max
-    {
-        errs.push(FieldError::too_many(
-            &err_path(name),
-            Some(m.len()),
-            usize::try_from(max).ok(),
-        ));
-    }
+    validate_count(
+        name,
+        m.len(),
+        (s.min_properties, s.max_properties),
+        "properties",
+        errs,
+    );
     match &s.additional {
         Additional::Allows(false) => {
             let mut keys: Vec<&String> = m

@@ -7,22 +7,15 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_registry::Store;
 use serde_json::{Value, json};
 
-use super::default_storage_class::newest_marked_default;
-use super::{Attributes, Operation, Plugin, PluginInit};
+use super::default_storage_class::{DefaultClass, newest_marked_default};
+use super::{Plugin, PluginInit};
 
 pub(crate) const NAME: &str = "DefaultIngressClass";
 /// Upstream `networkingv1beta1.AnnotationIngressClass`: the class before the field.
 const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 const DEFAULT_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
-
-pub(crate) struct DefaultIngressClass {
-    classes: Arc<Store>,
-}
 
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     let classes = init
@@ -30,7 +23,13 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
         .store("networking.k8s.io", "v1", "ingressclasses")
         .cloned()
         .ok_or_else(|| "no ingressclasses store".to_string())?;
-    Ok(Arc::new(DefaultIngressClass { classes }))
+    Ok(Arc::new(DefaultClass {
+        name: NAME,
+        group: "networking.k8s.io",
+        plural: "ingresses",
+        classes,
+        set: set_default_class,
+    }))
 }
 
 /// The plugin's pure logic.
@@ -47,30 +46,6 @@ fn set_default_class(ingress: &mut Value, classes: &[Arc<Value>]) {
             ingress["spec"] = json!({});
         }
         ingress["spec"]["ingressClassName"] = class["metadata"]["name"].clone();
-    }
-}
-
-#[async_trait]
-impl Plugin for DefaultIngressClass {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn handles(&self, a: &Attributes) -> bool {
-        a.is("networking.k8s.io", "ingresses")
-            && a.subresource.is_empty()
-            && a.operation == Operation::Create
-    }
-
-    async fn admit(
-        &self,
-        _a: &Attributes,
-        ingress: &mut Value,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
-        let classes = crate::security::cached(&self.classes, "");
-        set_default_class(ingress, &classes);
-        Ok(())
     }
 }
 

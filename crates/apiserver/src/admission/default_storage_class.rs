@@ -21,8 +21,15 @@ const DEFAULT_ANNOTATIONS: [&str; 2] = [
     "storageclass.beta.kubernetes.io/is-default-class",
 ];
 
-pub(crate) struct DefaultStorageClass {
-    classes: Arc<Store>,
+/// A plugin that gives a new object of one resource its default class
+/// (DefaultStorageClass, DefaultIngressClass): the classes from their watch cache, the
+/// resource's own rule in `set`.
+pub(crate) struct DefaultClass {
+    pub name: &'static str,
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub classes: Arc<Store>,
+    pub set: fn(&mut Value, &[Arc<Value>]),
 }
 
 pub(crate) fn storage_classes(init: &PluginInit<'_>) -> Result<Arc<Store>, String> {
@@ -33,8 +40,12 @@ pub(crate) fn storage_classes(init: &PluginInit<'_>) -> Result<Arc<Store>, Strin
 }
 
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
-    Ok(Arc::new(DefaultStorageClass {
+    Ok(Arc::new(DefaultClass {
+        name: NAME,
+        group: "",
+        plural: "persistentvolumeclaims",
         classes: storage_classes(init)?,
+        set: set_default_class,
     }))
 }
 
@@ -92,13 +103,13 @@ pub(crate) fn set_default_class(claim: &mut Value, classes: &[Arc<Value>]) {
 }
 
 #[async_trait]
-impl Plugin for DefaultStorageClass {
+impl Plugin for DefaultClass {
     fn name(&self) -> &'static str {
-        NAME
+        self.name
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        a.is_core("persistentvolumeclaims")
+        a.is(self.group, self.plural)
             && a.subresource.is_empty()
             && a.operation == Operation::Create
     }
@@ -106,11 +117,11 @@ impl Plugin for DefaultStorageClass {
     async fn admit(
         &self,
         _a: &Attributes,
-        claim: &mut Value,
+        object: &mut Value,
         _old: Option<&Value>,
     ) -> Result<(), ApiError> {
         let classes = crate::security::cached(&self.classes, "");
-        set_default_class(claim, &classes);
+        (self.set)(object, &classes);
         Ok(())
     }
 }
