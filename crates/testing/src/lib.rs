@@ -322,3 +322,32 @@ impl TestApiServer {
         }
     }
 }
+
+/// Polls `done` every 50 ms, at most 100 times (5 s): whether it came true.
+pub async fn eventually<F, Fut>(mut done: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..100 {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// Whether the CustomResourceDefinition `name` is Established (its resource served).
+pub async fn crd_established(client: &kube::Client, name: &str) -> bool {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let Ok(crd) = crds.get(name).await else {
+        return false;
+    };
+    crd.status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Established" && c.status == "True")
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ferrokube_testing::TestApiServer;
+use ferrokube_testing::{TestApiServer, crd_established, eventually};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -79,32 +79,6 @@ fn crontabs(client: &kube::Client, version: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), "default", &ar)
 }
 
-/// Polls `done` every 50 ms, at most 100 times.
-async fn eventually<F, Fut>(mut done: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..100 {
-        if done().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
-async fn established(crds: &Api<CustomResourceDefinition>) -> bool {
-    let Ok(crd) = crds.get(CRD_NAME).await else {
-        return false;
-    };
-    crd.status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Established" && c.status == "True")
-}
-
 fn crontab(name: &str, spec: Value) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": "stable.example.com/v1", "kind": "CronTab",
@@ -142,7 +116,10 @@ async fn custom_resources_are_served_from_their_definitions() {
         status.stored_versions.as_deref(),
         Some(&["v1".to_string()][..])
     );
-    assert!(eventually(|| established(&crds)).await, "never established");
+    assert!(
+        eventually(|| crd_established(&client, CRD_NAME)).await,
+        "never established"
+    );
     let crd = crds.get(CRD_NAME).await.unwrap();
     let accepted = crd.status.unwrap().accepted_names.unwrap();
     assert_eq!(accepted.kind, "CronTab");
@@ -381,7 +358,7 @@ async fn custom_resources_are_served_from_their_definitions() {
     crds.create(&PostParams::default(), &crontab_definition())
         .await
         .unwrap();
-    assert!(eventually(|| established(&crds)).await);
+    assert!(eventually(|| crd_established(&client, CRD_NAME)).await);
     let listed = crontabs(&client, "v1")
         .list(&ListParams::default())
         .await
@@ -393,7 +370,8 @@ async fn custom_resources_are_served_from_their_definitions() {
 #[tokio::test]
 async fn invalid_definitions_are_refused() {
     let server = TestApiServer::start().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(server.client.clone());
+    let client = server.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut crd = crontab_definition();
     crd.metadata.name = Some("wrong.stable.example.com".into());
     let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
@@ -416,7 +394,7 @@ async fn invalid_definitions_are_refused() {
     crds.create(&PostParams::default(), &crontab_definition())
         .await
         .unwrap();
-    assert!(eventually(|| established(&crds)).await);
+    assert!(eventually(|| crd_established(&client, CRD_NAME)).await);
     let mut other = crontab_definition();
     other.metadata.name = Some("crontabs2.stable.example.com".into());
     other.spec.names.plural = "crontabs2".into();
@@ -454,7 +432,7 @@ async fn a_webhook_conversion_serves_the_storage_version_only() {
         .unwrap(),
     );
     crds.create(&PostParams::default(), &crd).await.unwrap();
-    assert!(eventually(|| established(&crds)).await);
+    assert!(eventually(|| crd_established(&client, CRD_NAME)).await);
     let v1 = crontabs(&client, "v1");
     v1.create(
         &PostParams::default(),

@@ -3,9 +3,8 @@
 //! it is established, with upstream's names, schema and paths, and go when it does.
 
 use std::io::Read;
-use std::time::Duration;
 
-use ferrokube_testing::TestApiServer;
+use ferrokube_testing::{TestApiServer, crd_established, eventually};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -49,32 +48,6 @@ fn crontab_definition() -> CustomResourceDefinition {
         },
     }))
     .unwrap()
-}
-
-/// Polls `done` every 50 ms, at most 100 times.
-async fn eventually<F, Fut>(mut done: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..100 {
-        if done().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
-async fn established(crds: &Api<CustomResourceDefinition>) -> bool {
-    let Ok(crd) = crds.get(CRD_NAME).await else {
-        return false;
-    };
-    crd.status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Established" && c.status == "True")
 }
 
 /// GETs an OpenAPI document as JSON, with its `ETag`.
@@ -130,7 +103,10 @@ async fn custom_resources_are_in_the_openapi_documents() {
     crds.create(&PostParams::default(), &crontab_definition())
         .await
         .unwrap();
-    assert!(eventually(|| established(&crds)).await, "never established");
+    assert!(
+        eventually(|| crd_established(&client, CRD_NAME)).await,
+        "never established"
+    );
 
     // The index lists the custom group-version (the served set changed when the
     // definition was established, so the next request sees it).
