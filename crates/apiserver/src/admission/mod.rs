@@ -38,7 +38,10 @@ mod escalation;
 mod extended_resource_toleration;
 mod limit_ranger;
 mod node_restriction;
+mod owner_references;
+mod pod_node_selector;
 mod pod_security;
+mod pod_toleration_restriction;
 mod priority;
 mod pvc_resize;
 mod resource_quota;
@@ -268,14 +271,18 @@ pub(crate) const PLUGINS: &[Registration] = &[
     plugin(always_pull_images::NAME, false, always_pull_images::new),
     known("ImagePolicyWebhook", false),
     plugin(pod_security::NAME, true, pod_security::new),
-    known("PodNodeSelector", false),
+    plugin(pod_node_selector::NAME, false, pod_node_selector::new),
     plugin(priority::NAME, true, priority::new),
     plugin(
         default_toleration_seconds::NAME,
         true,
         default_toleration_seconds::new,
     ),
-    known("PodTolerationRestriction", false),
+    plugin(
+        pod_toleration_restriction::NAME,
+        false,
+        pod_toleration_restriction::new,
+    ),
     known("EventRateLimit", false),
     plugin(
         extended_resource_toleration::NAME,
@@ -288,7 +295,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
         default_storage_class::new,
     ),
     plugin(storage_protection::NAME, true, storage_protection::new),
-    known("OwnerReferencesPermissionEnforcement", false),
+    plugin(owner_references::NAME, false, owner_references::new),
     plugin(pvc_resize::NAME, true, pvc_resize::new),
     plugin(runtime_class::NAME, true, runtime_class::new),
     plugin(certificates::APPROVAL, true, certificates::new_approval),
