@@ -312,12 +312,17 @@ fn encode(obj: &Value) -> Result<Bytes, ApiError> {
     bytes.map(Bytes::from).map_err(ApiError::internal)
 }
 
-/// The object without metadata and status: what a generation bump looks at.
-fn spec_part(obj: &Value) -> Value {
+/// What a generation bump looks at: the object without metadata, and without status
+/// when status is written through its own subresource (upstream's custom resource
+/// rule: without a status subresource, a status change is a change too; the built-in
+/// kinds that track generation have one, or no status at all).
+fn generation_part(obj: &Value, status_apart: bool) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
         m.remove("metadata");
-        m.remove("status");
+        if status_apart {
+            m.remove("status");
+        }
     }
     o
 }
@@ -1042,7 +1047,10 @@ impl Store {
                 if let Some(f) = self.strategy.hooks().prepare_update {
                     f(&mut fin, &old);
                 }
-                if self.strategy.hooks().tracks_generation && spec_part(&fin) != spec_part(&old) {
+                let status_apart = self.info.has_subresource("status");
+                if self.strategy.hooks().tracks_generation
+                    && generation_part(&fin, status_apart) != generation_part(&old, status_apart)
+                {
                     let g = old_meta
                         .get("generation")
                         .and_then(Value::as_i64)

@@ -213,6 +213,34 @@ async fn custom_resources_are_served_from_their_definitions() {
         Some("stable.example.com/v1beta1")
     );
     assert_eq!(beta.data["spec"]["cronSpec"], "* * * * */5");
+    // v1beta1 has no status subresource: status is written with the object, and any
+    // change but metadata's is a new generation (upstream's custom resource rule).
+    let beta_api = crontabs(&client, "v1beta1");
+    let noted = beta_api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "stable.example.com/v1beta1", "kind": "CronTab",
+                "metadata": {"name": "beta"}, "spec": {"cronSpec": "@daily"}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(noted.metadata.generation, Some(1));
+    let noted = beta_api
+        .patch(
+            "beta",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(noted.data["status"]["phase"], "Running");
+    assert_eq!(noted.metadata.generation, Some(2));
+    beta_api
+        .delete("beta", &DeleteParams::default())
+        .await
+        .unwrap();
 
     // Status only through the status subresource; spec changes bump the generation.
     let patched = v1
