@@ -6,6 +6,7 @@
 //! Values follow upstream's discovery documents for v1.33.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::{LazyLock, Mutex};
 
 /// A verb a resource supports (upstream discovery spells them in lower case).
@@ -386,41 +387,24 @@ pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
 /// the same description twice is one allocation, so what is held for ever is bounded
 /// by the distinct definitions seen, not by how often they are (re)built.
 pub fn intern(info: ResourceInfo) -> &'static ResourceInfo {
-    static INFOS: LazyLock<Mutex<HashSet<&'static ResourceInfo>>> = LazyLock::new(Default::default);
-    let mut infos = INFOS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = infos.get(&info) {
-        return found;
-    }
-    let leaked: &'static ResourceInfo = Box::leak(Box::new(info));
-    infos.insert(leaked);
-    leaked
+    static INFOS: Interned<ResourceInfo> = LazyLock::new(Default::default);
+    interned(&INFOS, &info, move || Box::leak(Box::new(info)))
 }
 
 /// A string made `'static` for [`intern`]ed resources, one allocation per distinct
 /// string.
 pub fn intern_str(s: &str) -> &'static str {
-    static STRS: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
-    let mut strs = STRS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = strs.get(s) {
-        return found;
-    }
-    let leaked: &'static str = Box::leak(s.to_owned().into_boxed_str());
-    strs.insert(leaked);
-    leaked
+    static STRS: Interned<str> = LazyLock::new(Default::default);
+    interned(&STRS, s, || Box::leak(s.to_owned().into_boxed_str()))
 }
 
 /// A list of strings made `'static` (short names, categories), interned whole.
 pub fn intern_strs(items: &[String]) -> &'static [&'static str] {
-    static LISTS: LazyLock<Mutex<HashSet<&'static [&'static str]>>> =
-        LazyLock::new(Default::default);
+    static LISTS: Interned<[&'static str]> = LazyLock::new(Default::default);
     let items: Vec<&'static str> = items.iter().map(|s| intern_str(s)).collect();
-    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = lists.get(items.as_slice()) {
-        return found;
-    }
-    let leaked: &'static [&'static str] = Box::leak(items.into_boxed_slice());
-    lists.insert(leaked);
-    leaked
+    interned(&LISTS, &items, || {
+        Box::leak(items.clone().into_boxed_slice())
+    })
 }
 
 /// Field-selector fields and their paths (a custom resource's `selectableFields`) made
@@ -428,27 +412,35 @@ pub fn intern_strs(items: &[String]) -> &'static [&'static str] {
 pub fn intern_field_paths(
     items: Vec<(&'static str, &'static str)>,
 ) -> &'static [(&'static str, &'static str)] {
-    type Fields = &'static [(&'static str, &'static str)];
-    static LISTS: LazyLock<Mutex<HashSet<Fields>>> = LazyLock::new(Default::default);
-    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = lists.get(items.as_slice()) {
-        return found;
-    }
-    let leaked: Fields = Box::leak(items.into_boxed_slice());
-    lists.insert(leaked);
-    leaked
+    static LISTS: Interned<[(&'static str, &'static str)]> = LazyLock::new(Default::default);
+    interned(&LISTS, &items, || {
+        Box::leak(items.clone().into_boxed_slice())
+    })
 }
 
 /// Subresources made `'static` for [`intern`]ed resources.
 pub fn intern_subresources(items: Vec<SubresourceInfo>) -> &'static [SubresourceInfo] {
-    static LISTS: LazyLock<Mutex<HashSet<&'static [SubresourceInfo]>>> =
-        LazyLock::new(Default::default);
-    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = lists.get(items.as_slice()) {
+    static LISTS: Interned<[SubresourceInfo]> = LazyLock::new(Default::default);
+    interned(&LISTS, &items, || {
+        Box::leak(items.clone().into_boxed_slice())
+    })
+}
+
+/// The `'static` values handed out so far, one per distinct value.
+type Interned<T> = LazyLock<Mutex<HashSet<&'static T>>>;
+
+/// The copy of `value` held in `set`; `leak` makes it the first time it is seen.
+fn interned<T: ?Sized + Hash + Eq>(
+    set: &Interned<T>,
+    value: &T,
+    leak: impl FnOnce() -> &'static T,
+) -> &'static T {
+    let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = set.get(value) {
         return found;
     }
-    let leaked: &'static [SubresourceInfo] = Box::leak(items.into_boxed_slice());
-    lists.insert(leaked);
+    let leaked = leak();
+    set.insert(leaked);
     leaked
 }
 
