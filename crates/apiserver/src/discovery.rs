@@ -59,14 +59,22 @@ pub fn api_versions(server_address: &str) -> Value {
 
 /// One API group as discovery shows it: its versions, preferred first, each with its
 /// resources.
-struct Group {
-    name: String,
-    versions: Vec<(String, Vec<&'static ResourceInfo>)>,
+#[derive(Clone)]
+pub(crate) struct Group {
+    pub name: String,
+    pub versions: Vec<(String, Vec<&'static ResourceInfo>)>,
 }
 
+/// The groups of remote APIServices, each with its groupPriorityMinimum.
+pub(crate) type RemoteGroups = [(i64, Group)];
+
+/// Upstream's groupPriorityMinimum of custom resource groups.
+const CUSTOM_GROUP_PRIORITY: i64 = 1000;
+
 /// Every served group: the built-in ones in their order, then the custom resources'
-/// groups (by name, versions in upstream's priority).
-fn catalog(custom: &Served) -> Vec<Group> {
+/// and the remote APIServices' groups by priority and name (versions in upstream's
+/// priority). A remote version of a served group joins that group.
+fn catalog(custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
     let mut groups: Vec<Group> = resources::groups()
         .into_iter()
         .map(|(g, v)| Group {
@@ -74,6 +82,8 @@ fn catalog(custom: &Served) -> Vec<Group> {
             versions: vec![(v.to_string(), resources::resources_of(g, v).collect())],
         })
         .collect();
+    let builtin = groups.len();
+    let mut others: Vec<(i64, Group)> = Vec::new();
     for (g, versions) in custom.group_versions() {
         let versions: Vec<(String, Vec<&'static ResourceInfo>)> = versions
             .iter()
@@ -84,12 +94,34 @@ fn catalog(custom: &Served) -> Vec<Group> {
             .collect();
         match groups.iter_mut().find(|e| e.name == *g) {
             Some(existing) => existing.versions.extend(versions),
-            None => groups.push(Group {
-                name: g.clone(),
-                versions,
-            }),
+            None => others.push((
+                CUSTOM_GROUP_PRIORITY,
+                Group {
+                    name: g.clone(),
+                    versions,
+                },
+            )),
         }
     }
+    for (priority, group) in remote {
+        let existing = groups
+            .iter_mut()
+            .chain(others.iter_mut().map(|(_, g)| g))
+            .find(|e| e.name == group.name);
+        match existing {
+            Some(existing) => {
+                for v in &group.versions {
+                    if !existing.versions.iter().any(|(e, _)| *e == v.0) {
+                        existing.versions.push(v.clone());
+                    }
+                }
+            }
+            None => others.push((*priority, group.clone())),
+        }
+    }
+    others.sort_by(|(pa, a), (pb, b)| pb.cmp(pa).then_with(|| a.name.cmp(&b.name)));
+    groups.extend(others.into_iter().map(|(_, g)| g));
+    debug_assert!(groups.len() >= builtin);
     groups
 }
 
@@ -112,8 +144,8 @@ fn group_json(group: &Group) -> Value {
     })
 }
 
-pub fn api_group_list(custom: &Served) -> Value {
-    let groups: Vec<Value> = catalog(custom)
+pub(crate) fn api_group_list(custom: &Served, remote: &RemoteGroups) -> Value {
+    let groups: Vec<Value> = catalog(custom, remote)
         .iter()
         .filter(|g| !g.name.is_empty())
         .map(group_json)
@@ -121,8 +153,8 @@ pub fn api_group_list(custom: &Served) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn api_group(group: &str, custom: &Served) -> Option<Value> {
-    let groups = catalog(custom);
+pub(crate) fn api_group(group: &str, custom: &Served, remote: &RemoteGroups) -> Option<Value> {
+    let groups = catalog(custom, remote);
     let g = groups
         .iter()
         .find(|g| g.name == group && !g.name.is_empty())?;
@@ -222,8 +254,13 @@ fn discovery_resource(r: &ResourceInfo) -> Value {
 
 /// Aggregated discovery: the core group for `/api` (`legacy`), the named groups
 /// for `/apis`.
-pub fn aggregated(legacy: bool, version: &str, custom: &Served) -> Value {
-    let items: Vec<Value> = catalog(custom)
+pub(crate) fn aggregated(
+    legacy: bool,
+    version: &str,
+    custom: &Served,
+    remote: &RemoteGroups,
+) -> Value {
+    let items: Vec<Value> = catalog(custom, remote)
         .into_iter()
         .filter(|g| g.name.is_empty() == legacy)
         .map(|g| {
@@ -290,7 +327,7 @@ mod tests {
         let apps = resource_list("apps", "v1", &none()).unwrap();
         assert_eq!(listed(&apps, "deployments/scale")["group"], "autoscaling");
         assert!(resource_list("nope", "v1", &none()).is_none());
-        let agg = aggregated(false, "v2", &none());
+        let agg = aggregated(false, "v2", &none(), &[]);
         assert!(
             agg["items"]
                 .as_array()
@@ -299,7 +336,7 @@ mod tests {
                 .any(|g| g["metadata"]["name"] == "apps")
         );
         assert_eq!(
-            aggregated(true, "v2", &none())["items"]
+            aggregated(true, "v2", &none(), &[])["items"]
                 .as_array()
                 .unwrap()
                 .len(),
@@ -319,7 +356,7 @@ mod tests {
             listed(&authz, "localsubjectaccessreviews")["namespaced"],
             true
         );
-        let agg = aggregated(false, "v2", &none());
+        let agg = aggregated(false, "v2", &none(), &[]);
         let crds = agg["items"]
             .as_array()
             .unwrap()
@@ -343,7 +380,7 @@ mod tests {
         );
         assert_eq!(crd["shortNames"], json!(["crd", "crds"]));
         assert!(
-            api_group_list(&none())["groups"]
+            api_group_list(&none(), &[])["groups"]
                 .as_array()
                 .unwrap()
                 .iter()

@@ -52,6 +52,8 @@ pub(crate) struct State {
     pub openapi: crate::openapi::OpenApi,
     /// The audit policy and log (None: no audit events).
     pub audit: Option<Arc<crate::audit::Auditor>>,
+    /// Remote APIServices: proxied group-versions and their discovery.
+    pub aggregator: Arc<crate::aggregator::Aggregator>,
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
@@ -314,6 +316,11 @@ async fn route(
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
+    if let ["apis", g, v, ..] = segs.as_slice()
+        && let Some(remote) = state.aggregator.remote(g, v)
+    {
+        return state.aggregator.proxy(&state.registry, &remote, req).await;
+    }
     if let Some((ns, name, kind)) = crate::proxy::proxied_pod_subresource(&segs) {
         return crate::proxy::pod_subresource(state, req, ns, name, kind).await;
     }
@@ -385,7 +392,10 @@ async fn route(
                 Some(v) => aggregated(state, false, v),
                 None => json_response(
                     StatusCode::OK,
-                    &discovery::api_group_list(&state.registry.custom().served()),
+                    &discovery::api_group_list(
+                        &state.registry.custom().served(),
+                        &state.aggregator.discovery_groups(true),
+                    ),
                 ),
             });
         }
@@ -395,7 +405,8 @@ async fn route(
                 .ok_or_else(|| not_found_path(path));
         }
         ["apis", g] if get => {
-            return discovery::api_group(g, &state.registry.custom().served())
+            let remote = state.aggregator.discovery_groups(true);
+            return discovery::api_group(g, &state.registry.custom().served(), &remote)
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(|| not_found_path(path));
         }
@@ -461,7 +472,12 @@ fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
     };
     let mut r = json_response(
         StatusCode::OK,
-        &discovery::aggregated(legacy, version, &state.registry.custom().served()),
+        &discovery::aggregated(
+            legacy,
+            version,
+            &state.registry.custom().served(),
+            &state.aggregator.discovery_groups(false),
+        ),
     );
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));

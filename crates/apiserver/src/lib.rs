@@ -9,6 +9,7 @@
 //! tests and production.
 
 mod admission;
+mod aggregator;
 mod audit;
 mod componentstatus;
 mod discovery;
@@ -39,6 +40,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admission::AdmissionPlugins;
+pub use aggregator::AggregatorConfig;
 pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
 pub use ferrokube_auth::AuthorizationMode;
 pub use metrics::Metrics;
@@ -80,6 +82,8 @@ pub struct Config {
     pub(crate) audit: Option<Arc<audit::Auditor>>,
     /// Shared with the storage under the registry, which reports its latencies here.
     pub(crate) metrics: Arc<Metrics>,
+    /// How requests for remote APIServices reach extension apiservers.
+    pub aggregator: AggregatorConfig,
 }
 
 impl std::fmt::Debug for Config {
@@ -155,7 +159,14 @@ impl Server {
                 shutdown_rx.clone(),
             )));
         }
+        let aggregator = Arc::new(aggregator::Aggregator::new(config.aggregator));
+        background.push(tokio::spawn(aggregator::run(
+            aggregator.clone(),
+            config.registry.clone(),
+            shutdown_rx.clone(),
+        )));
         let state = Arc::new(handler::State {
+            aggregator,
             openapi: openapi::OpenApi::start(config.registry.custom().clone()),
             registry: config.registry,
             authenticator: config.authenticator,
@@ -297,6 +308,13 @@ pub struct Options {
     pub audit_policy_file: Option<std::path::PathBuf>,
     /// `--audit-log-*`: where and how audit events are written.
     pub audit_log: AuditLogOptions,
+    /// `--proxy-client-cert-file` / `--proxy-client-key-file`: the client certificate
+    /// the aggregator presents to extension apiservers.
+    pub proxy_client_cert_file: Option<std::path::PathBuf>,
+    pub proxy_client_key_file: Option<std::path::PathBuf>,
+    /// `--enable-aggregator-routing`: reach extension apiservers at their Service's
+    /// endpoints rather than its cluster IP.
+    pub enable_aggregator_routing: bool,
 }
 
 impl Options {
@@ -327,6 +345,9 @@ impl Options {
             advertise_address: None,
             audit_policy_file: None,
             audit_log: AuditLogOptions::default(),
+            proxy_client_cert_file: None,
+            proxy_client_key_file: None,
+            enable_aggregator_routing: false,
         }
     }
 
@@ -425,6 +446,15 @@ impl Options {
             kubelet_ca.as_deref(),
         )
         .map_err(|e| ConfigError::Kubelet(e.to_string()))?;
+        let proxy_client = match (&self.proxy_client_cert_file, &self.proxy_client_key_file) {
+            (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Aggregator(
+                    "--proxy-client-cert-file and --proxy-client-key-file go together".into(),
+                ));
+            }
+        };
         Ok(Config {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             registry,
@@ -445,6 +475,10 @@ impl Options {
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
             max_body_bytes: 3 * 1024 * 1024,
             max_watch: Duration::from_secs(1800),
+            aggregator: AggregatorConfig {
+                proxy_client,
+                route_to_endpoints: self.enable_aggregator_routing,
+            },
         })
     }
 }
@@ -546,4 +580,6 @@ pub enum ConfigError {
     Admission(String),
     #[error("audit: {0}")]
     Audit(String),
+    #[error("{0}")]
+    Aggregator(String),
 }

@@ -73,46 +73,66 @@ impl KubeletClient {
         client_cert_key: Option<(&str, &str)>,
         ca_pem: Option<&str>,
     ) -> Result<Self, KubeletClientError> {
-        use rustls_pki_types::pem::PemObject;
-        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let err =
-            |what: &str, e: &dyn std::fmt::Display| KubeletClientError(format!("{what}: {e}"));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| err("protocol versions", &e))?;
-        let builder = match ca_pem {
-            Some(ca) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                    roots
-                        .add(c.map_err(|e| err("certificate authority", &e))?)
-                        .map_err(|e| err("certificate authority", &e))?;
-                }
-                builder.with_root_certificates(roots)
-            }
-            None => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider))),
+        let roots = match ca_pem {
+            Some(ca) => ServerRoots::Pem(ca.to_string()),
+            None => ServerRoots::Any,
         };
-        let mut cfg = match client_cert_key {
-            Some((cert, key)) => {
-                let certs: Vec<CertificateDer<'static>> =
-                    CertificateDer::pem_slice_iter(cert.as_bytes())
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| err("client certificate", &e))?;
-                let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-                    .map_err(|e| err("client key", &e))?;
-                builder
-                    .with_client_auth_cert(certs, key)
-                    .map_err(|e| err("client certificate", &e))?
-            }
-            None => builder.with_no_client_auth(),
-        };
-        // Upgrades (exec, attach, port-forward) exist only in HTTP/1.1.
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(KubeletClient { tls: Arc::new(cfg) })
+        let tls = client_tls(client_cert_key, &roots).map_err(KubeletClientError)?;
+        Ok(KubeletClient { tls })
     }
+}
+
+/// What a TLS client trusts a server's certificate by.
+pub(crate) enum ServerRoots {
+    /// Anything (the server is not verified).
+    Any,
+    /// The CA certificates of this PEM (none: nothing is trusted).
+    Pem(String),
+}
+
+/// A TLS client over HTTP/1.1 (upgrades exist only there) that trusts `roots` and,
+/// when given, presents a client certificate and key (PEM).
+pub(crate) fn client_tls(
+    client_cert_key: Option<(&str, &str)>,
+    roots: &ServerRoots,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| err("protocol versions", &e))?;
+    let builder = match roots {
+        ServerRoots::Pem(ca) => {
+            let mut store = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                store
+                    .add(c.map_err(|e| err("certificate authority", &e))?)
+                    .map_err(|e| err("certificate authority", &e))?;
+            }
+            builder.with_root_certificates(store)
+        }
+        ServerRoots::Any => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider))),
+    };
+    let mut cfg = match client_cert_key {
+        Some((cert, key)) => {
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| err("client certificate", &e))?;
+            let key =
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| err("client key", &e))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| err("client certificate", &e))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
 /// The pod subresources served through the kubelet.

@@ -255,7 +255,7 @@ fn empty() -> Body {
 }
 
 /// Hop-by-hop headers (RFC 9110 7.6.1) and what must not reach the workload.
-fn passed_on(name: &header::HeaderName) -> bool {
+pub(crate) fn passed_on(name: &header::HeaderName) -> bool {
     !matches!(
         name.as_str(),
         "connection"
@@ -321,7 +321,7 @@ async fn forward(
     Ok(r)
 }
 
-async fn send<T>(io: T, req: Request<Incoming>) -> Result<Response<Incoming>, String>
+pub(crate) async fn send<T>(io: T, req: Request<Incoming>) -> Result<Response<Incoming>, String>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {

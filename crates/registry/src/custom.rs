@@ -242,7 +242,7 @@ impl CustomResources {
 
 /// Upstream's version priority (`version.CompareKubeAwareVersionStrings`): GA
 /// versions first by number, then betas, then alphas, then anything else.
-fn version_priority(v: &str) -> i64 {
+pub fn version_priority(v: &str) -> i64 {
     let Some(rest) = v.strip_prefix('v') else {
         return 0;
     };
