@@ -231,6 +231,11 @@ POLICY
     --advertise-address 127.0.0.1 \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/ca.crt" --data-dir "$dir/data" \
+    --requestheader-client-ca-file "$dir/pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$dir/pki/front-proxy-client.crt" \
+    --proxy-client-key-file "$dir/pki/front-proxy-client.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" "$@" \
     >"$dir/apiserver.log" 2>&1 &
@@ -895,6 +900,40 @@ YAML
   has 'the server doesn.t have a resource type "crontabs"'
 }
 
+s_apiservices() {
+  local group="$NS.metrics.example.com" i
+  k get apiservices
+  has '^v1\.apps +Local +True +[0-9]+'
+  has '^v1\. +Local +True +[0-9]+'
+  cat >"$MAN/apiservice.yaml" <<YAML
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta1.$group
+spec:
+  group: $group
+  version: v1beta1
+  service: {namespace: kube-system, name: missing-$NS}
+  insecureSkipTLSVerify: true
+  groupPriorityMinimum: 100
+  versionPriority: 100
+YAML
+  k apply -f "$MAN/apiservice.yaml"
+  has "^apiservice.apiregistration.k8s.io/v1beta1.$group created"
+  for ((i = 0; i < 50; i++)); do # at most 5 s: the availability check
+    if timeout "$CMD_TIMEOUT" "$KUBECTL" get apiservice "v1beta1.$group" 2>/dev/null | grep -q ServiceNotFound; then break; fi
+    sleep 0.1
+  done
+  k get apiservice "v1beta1.$group"
+  has "^v1beta1.$group +kube-system/missing-$NS +False \(ServiceNotFound\) +[0-9]+"
+  k get apiservice "v1beta1.$group" -o 'jsonpath={.spec.service.port}|{.status.conditions[0].message}'
+  is "443|service/missing-$NS in \"kube-system\" is not present"
+  if k get --raw "/apis/$group/v1beta1/namespaces/default/things"; then return 1; fi
+  has 'ServiceUnavailable'
+  k delete -f "$MAN/apiservice.yaml"
+  has "apiservice.apiregistration.k8s.io \"v1beta1.$group\" deleted"
+}
+
 s_delete() {
   k delete deployment,service,secret -n "$NS" -l app=web
   has 'deployment.apps "web" deleted'
@@ -1273,6 +1312,7 @@ suite() {
   step "api-resources" s_api_resources
   step "custom resources: CRD apply, wait established, explain, columns, defaults, validation, scale, delete" s_custom_resources
   step "api-versions" s_api_versions
+  step "apiservices: local ones, a remote one without its Service (ServiceNotFound, 503), delete" s_apiservices
   step "create -f of reviews and a Binding (no PATCH: kubectl lists CRDs)" s_reviews_from_files
   step "create secret generic" s_secret_generic
   step "create secret tls" s_secret_tls

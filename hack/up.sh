@@ -228,6 +228,15 @@ flag --service-account-issuer "https://kubernetes.default.svc.$FK_CLUSTER_DOMAIN
 flag --kubelet-client-certificate "$FK_PKI_DIR/admin.crt"
 flag --kubelet-client-key "$FK_PKI_DIR/admin.key"
 flag --kubelet-certificate-authority "$FK_PKI_DIR/ca.crt"
+# The aggregation layer's front proxy, with kubeadm's flags: the front-proxy CA (its own,
+# never the client CA) and the client certificate presented to extension apiservers.
+flag --requestheader-client-ca-file "$FK_PKI_DIR/front-proxy-ca.crt"
+flag --requestheader-allowed-names front-proxy-client
+flag --requestheader-username-headers X-Remote-User
+flag --requestheader-group-headers X-Remote-Group
+flag --requestheader-extra-headers-prefix X-Remote-Extra-
+flag --proxy-client-cert-file "$FK_PKI_DIR/front-proxy-client.crt"
+flag --proxy-client-key-file "$FK_PKI_DIR/front-proxy-client.key"
 if [ $use_etcd -eq 1 ]; then
   flag --etcd-servers "$FK_ETCD_CLIENT_URL"
 else

@@ -143,5 +143,7 @@ mod tests {
         assert!(dir.path().join("admin.kubeconfig").exists());
         assert!(dir.path().join("sa.pub").exists());
         assert!(dir.path().join("kubelet.crt").exists());
+        assert!(dir.path().join("front-proxy-ca.crt").exists());
+        assert!(dir.path().join("front-proxy-client.key").exists());
     }
 }

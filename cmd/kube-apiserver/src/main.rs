@@ -134,6 +134,40 @@ struct Args {
     /// Events buffered between requests and the audit log writer.
     #[arg(long, default_value_t = 10000)]
     audit_log_batch_buffer_size: usize,
+    /// Root certificate bundle to use to verify client certificates on incoming
+    /// requests before trusting usernames in headers specified by
+    /// --requestheader-username-headers.
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// List of client certificate common names to allow to provide usernames in
+    /// headers specified by --requestheader-username-headers. If empty, any client
+    /// certificate validated by the authorities in --requestheader-client-ca-file is
+    /// allowed.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Vec<String>,
+    /// List of request headers to inspect for usernames. X-Remote-User is common.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_username_headers: Vec<String>,
+    /// List of request headers to inspect for UIDs. X-Remote-Uid is suggested.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_uid_headers: Vec<String>,
+    /// List of request headers to inspect for groups. X-Remote-Group is suggested.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_group_headers: Vec<String>,
+    /// List of request header prefixes to inspect. X-Remote-Extra- is suggested.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_extra_headers_prefix: Vec<String>,
+    /// Client certificate used to prove the identity of the aggregator or
+    /// kube-apiserver when it must call out during a request (proxying to extension
+    /// apiservers).
+    #[arg(long)]
+    proxy_client_cert_file: Option<PathBuf>,
+    /// Private key of --proxy-client-cert-file.
+    #[arg(long)]
+    proxy_client_key_file: Option<PathBuf>,
+    /// Turns on aggregator routing requests to endpoints IP rather than cluster IP.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_aggregator_routing: bool,
 }
 
 /// Whole seconds of a Go duration made of `h`, `m` and `s` parts (`24h`, `1h30m`,
@@ -287,6 +321,15 @@ async fn main() -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         buffer_size: args.audit_log_batch_buffer_size,
     };
+    opts.requestheader_client_ca_file = args.requestheader_client_ca_file;
+    opts.requestheader_allowed_names = args.requestheader_allowed_names;
+    opts.requestheader_username_headers = args.requestheader_username_headers;
+    opts.requestheader_uid_headers = args.requestheader_uid_headers;
+    opts.requestheader_group_headers = args.requestheader_group_headers;
+    opts.requestheader_extra_headers_prefix = args.requestheader_extra_headers_prefix;
+    opts.proxy_client_cert_file = args.proxy_client_cert_file;
+    opts.proxy_client_key_file = args.proxy_client_key_file;
+    opts.enable_aggregator_routing = args.enable_aggregator_routing;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");
@@ -309,7 +352,59 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::go_duration_seconds;
+    use super::{Args, go_duration_seconds};
+    use clap::Parser as _;
+
+    #[test]
+    fn front_proxy_flags_as_kubeadm_passes_them() {
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--requestheader-client-ca-file=/pki/front-proxy-ca.crt",
+            "--requestheader-allowed-names=front-proxy-client,other",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            "--requestheader-uid-headers=X-Remote-Uid",
+            "--proxy-client-cert-file=/pki/front-proxy-client.crt",
+            "--proxy-client-key-file=/pki/front-proxy-client.key",
+            "--enable-aggregator-routing",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.requestheader_allowed_names,
+            vec!["front-proxy-client", "other"]
+        );
+        assert_eq!(args.requestheader_username_headers, vec!["X-Remote-User"]);
+        assert_eq!(args.requestheader_uid_headers, vec!["X-Remote-Uid"]);
+        assert_eq!(args.requestheader_group_headers, vec!["X-Remote-Group"]);
+        assert_eq!(
+            args.requestheader_extra_headers_prefix,
+            vec!["X-Remote-Extra-"]
+        );
+        assert!(args.enable_aggregator_routing);
+        assert!(args.proxy_client_key_file.is_some());
+        // Upstream kube-apiserver's defaults: all empty, routing off.
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+        ])
+        .unwrap();
+        assert!(args.requestheader_client_ca_file.is_none());
+        assert!(args.requestheader_username_headers.is_empty());
+        assert!(args.requestheader_allowed_names.is_empty());
+        assert!(!args.enable_aggregator_routing);
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--enable-aggregator-routing=false",
+        ])
+        .unwrap();
+        assert!(!args.enable_aggregator_routing);
+    }
 
     #[test]
     fn durations() {

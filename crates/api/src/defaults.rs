@@ -37,6 +37,7 @@ use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
 
 /// Upstream's defaulting for one API type. The default body does nothing, for kinds
 /// upstream has no defaults for.
@@ -1105,6 +1106,16 @@ impl ApplyDefaults for networking::IngressClass {
     }
 }
 
+/// kube-aggregator's `SetDefaults_ServiceReference`: an extension apiserver's Service
+/// is reached on port 443 unless told otherwise.
+impl ApplyDefaults for apiregistration::APIService {
+    fn apply_defaults(&mut self) {
+        if let Some(service) = self.spec.as_mut().and_then(|s| s.service.as_mut()) {
+            default_opt(&mut service.port, 443);
+        }
+    }
+}
+
 fn hpa_scale_up_rules() -> autoscaling::HPAScalingRules {
     autoscaling::HPAScalingRules {
         stabilization_window_seconds: Some(0),
@@ -1793,6 +1804,35 @@ mod tests {
             json!({"metadata": {}, "spec": {}}),
         );
         check::<coordination::Lease>("lease", json!({"metadata": {}}), json!({"metadata": {}}));
+    }
+
+    #[test]
+    fn apiservice_defaults() {
+        check::<apiregistration::APIService>(
+            "apiservice service port",
+            json!({"metadata": {}, "spec": {"group": "g.example.com", "version": "v1",
+                "groupPriorityMinimum": 100, "versionPriority": 10,
+                "service": {"namespace": "ns", "name": "api"}}}),
+            json!({"metadata": {}, "spec": {"group": "g.example.com", "version": "v1",
+                "groupPriorityMinimum": 100, "versionPriority": 10,
+                "service": {"namespace": "ns", "name": "api", "port": 443}}}),
+        );
+        check::<apiregistration::APIService>(
+            "apiservice port kept",
+            json!({"metadata": {}, "spec": {"group": "g.example.com", "version": "v1",
+                "groupPriorityMinimum": 100, "versionPriority": 10,
+                "service": {"namespace": "ns", "name": "api", "port": 8443}}}),
+            json!({"metadata": {}, "spec": {"group": "g.example.com", "version": "v1",
+                "groupPriorityMinimum": 100, "versionPriority": 10,
+                "service": {"namespace": "ns", "name": "api", "port": 8443}}}),
+        );
+        check::<apiregistration::APIService>(
+            "apiservice local",
+            json!({"metadata": {}, "spec": {"group": "g.example.com", "version": "v1",
+                "groupPriorityMinimum": 100, "versionPriority": 10}}),
+            json!({"metadata": {}, "spec": {"group": "g.example.com", "version": "v1",
+                "groupPriorityMinimum": 100, "versionPriority": 10}}),
+        );
     }
 
     #[test]

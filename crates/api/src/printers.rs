@@ -464,6 +464,26 @@ const INGRESS_CLASS: &[Col] = &[
     AGE,
 ];
 
+/// kube-aggregator's APIService table (its REST storage's `ConvertToTable`).
+const API_SERVICE: &[Col] = &[
+    NAME,
+    (
+        "Service",
+        "string",
+        "",
+        0,
+        "The reference to the service that hosts this API endpoint.",
+    ),
+    (
+        "Available",
+        "string",
+        "",
+        0,
+        "Whether this service is available.",
+    ),
+    AGE,
+];
+
 const ENDPOINTS: &[Col] = &[
     NAME,
     (
@@ -1044,6 +1064,7 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
             VALIDATING_ADMISSION_POLICY_BINDING
         }
+        ("apiregistration.k8s.io", "APIService") => API_SERVICE,
         ("apps", "Deployment") => DEPLOYMENT,
         ("apps", "DaemonSet") => DAEMON_SET,
         ("apps", "StatefulSet") => STATEFUL_SET,
@@ -1116,6 +1137,7 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
             p.age(),
         ],
         ("", "ResourceQuota") => p.resource_quota(),
+        ("apiregistration.k8s.io", "APIService") => p.api_service(),
         ("apps", "Deployment") => p.deployment(),
         ("apps", "DaemonSet") => p.daemon_set(),
         ("apps", "StatefulSet") => p.stateful_set(),
@@ -2378,6 +2400,38 @@ impl<'a> Printer<'a> {
             str_cell(&hosts),
             str_cell(&address),
             str_cell(ports),
+            self.age(),
+        ]
+    }
+
+    /// `Local` or `<namespace>/<name>`; the Available condition's status, with its
+    /// reason when not True (`False (MissingEndpoints)`), `Unknown` without one.
+    fn api_service(&self) -> Vec<Value> {
+        let service = match self.get(&["spec", "service"]) {
+            Some(svc) if !svc.is_null() => {
+                format!("{}/{}", s_of(svc, &["namespace"]), s_of(svc, &["name"]))
+            }
+            _ => "Local".to_string(),
+        };
+        let available = self
+            .arr(&["status", "conditions"])
+            .iter()
+            .find(|c| s_of(c, &["type"]) == "Available")
+            .map_or_else(
+                || "Unknown".to_string(),
+                |c| {
+                    let (status, reason) = (s_of(c, &["status"]), s_of(c, &["reason"]));
+                    if status == "True" || reason.is_empty() {
+                        status.to_string()
+                    } else {
+                        format!("{status} ({reason})")
+                    }
+                },
+            );
+        vec![
+            self.name(),
+            str_cell(&service),
+            str_cell(&available),
             self.age(),
         ]
     }

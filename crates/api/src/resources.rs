@@ -239,6 +239,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition",
         &["crd", "crds"], API_EXTENSIONS, false, ALL_VERBS, &[status!("CustomResourceDefinition")],
         "/registry/apiextensions.k8s.io/customresourcedefinitions"),
+    // ---- apiregistration.k8s.io/v1 (upstream's kube-aggregator; its etcd key)
+    res("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", NONE, API_EXTENSIONS, false, ALL_VERBS,
+        &[status!("APIService")], "/registry/apiregistration.k8s.io/apiservices"),
     // ---- apps/v1
     res("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", NONE, NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/controllerrevisions"),
@@ -559,5 +562,16 @@ mod tests {
         );
         assert_eq!(groups()[0], ("", "v1"));
         assert_eq!(resources_of("apps", "v1").count(), 5);
+        // Upstream's kube-aggregator resource, under its etcd key.
+        let apiservices = lookup_kind("apiregistration.k8s.io", "APIService").unwrap();
+        assert_eq!(apiservices.plural, "apiservices");
+        assert!(!apiservices.namespaced);
+        assert!(apiservices.has_subresource("status"));
+        assert_eq!(apiservices.categories, ["api-extensions"]);
+        assert!(apiservices.short_names.is_empty());
+        assert_eq!(
+            apiservices.storage_prefix,
+            "/registry/apiregistration.k8s.io/apiservices"
+        );
     }
 }

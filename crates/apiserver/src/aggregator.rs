@@ -130,10 +130,13 @@ pub(crate) struct Remote {
     resources: Vec<&'static ResourceInfo>,
 }
 
+/// Remote APIServices by (group, version).
+type Remotes = HashMap<(String, String), Arc<Remote>>;
+
 /// The aggregator's view: remote APIServices by group-version.
 pub(crate) struct Aggregator {
     config: AggregatorConfig,
-    remotes: RwLock<Arc<HashMap<(String, String), Arc<Remote>>>>,
+    remotes: RwLock<Arc<Remotes>>,
     /// Whether any remote APIService exists: the one check every request pays.
     any_remote: AtomicBool,
 }
@@ -158,14 +161,14 @@ impl Aggregator {
             .cloned()
     }
 
-    fn snapshot(&self) -> Arc<HashMap<(String, String), Arc<Remote>>> {
+    fn snapshot(&self) -> Arc<Remotes> {
         self.remotes
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn publish(&self, remotes: HashMap<(String, String), Arc<Remote>>) {
+    fn publish(&self, remotes: Remotes) {
         self.any_remote
             .store(!remotes.is_empty(), Ordering::Release);
         *self.remotes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(remotes);

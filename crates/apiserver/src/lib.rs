@@ -11,6 +11,7 @@
 mod admission;
 mod aggregator;
 mod audit;
+mod authentication_info;
 mod componentstatus;
 mod discovery;
 mod dupes;
@@ -315,6 +316,22 @@ pub struct Options {
     /// `--enable-aggregator-routing`: reach extension apiservers at their Service's
     /// endpoints rather than its cluster IP.
     pub enable_aggregator_routing: bool,
+    /// `--requestheader-client-ca-file`: front proxies (an aggregator) present client
+    /// certificates of this CA and name the user in headers. Unset: no request-header
+    /// authentication (the other `--requestheader-*` options are then unused).
+    pub requestheader_client_ca_file: Option<std::path::PathBuf>,
+    /// `--requestheader-allowed-names`: CNs a front proxy's certificate may have
+    /// (empty: any certificate of the CA).
+    pub requestheader_allowed_names: Vec<String>,
+    /// `--requestheader-username-headers` (upstream kube-apiserver default: none;
+    /// kubeadm: `X-Remote-User`).
+    pub requestheader_username_headers: Vec<String>,
+    /// `--requestheader-uid-headers` (kubeadm: none; `X-Remote-Uid` is suggested).
+    pub requestheader_uid_headers: Vec<String>,
+    /// `--requestheader-group-headers` (kubeadm: `X-Remote-Group`).
+    pub requestheader_group_headers: Vec<String>,
+    /// `--requestheader-extra-headers-prefix` (kubeadm: `X-Remote-Extra-`).
+    pub requestheader_extra_headers_prefix: Vec<String>,
 }
 
 impl Options {
@@ -348,6 +365,12 @@ impl Options {
             proxy_client_cert_file: None,
             proxy_client_key_file: None,
             enable_aggregator_routing: false,
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: Vec::new(),
+            requestheader_uid_headers: Vec::new(),
+            requestheader_group_headers: Vec::new(),
+            requestheader_extra_headers_prefix: Vec::new(),
         }
     }
 
@@ -366,11 +389,40 @@ impl Options {
             Some(p) => Some(read(p)?),
             None => None,
         };
-        let tls = tls_config(&cert, &key, ca.as_deref())?;
+        let request_header = match &self.requestheader_client_ca_file {
+            Some(p) => Some((
+                read(p)?,
+                ferrokube_auth::RequestHeaderConfig {
+                    username_headers: self.requestheader_username_headers.clone(),
+                    uid_headers: self.requestheader_uid_headers.clone(),
+                    group_headers: self.requestheader_group_headers.clone(),
+                    extra_header_prefixes: self.requestheader_extra_headers_prefix.clone(),
+                    allowed_names: self.requestheader_allowed_names.clone(),
+                },
+            )),
+            None => None,
+        };
+        // The TLS layer accepts client certificates of both CAs (upstream's union of
+        // the client CA and request-header CA pools); each authenticator verifies the
+        // chain again against its own CA only.
+        let tls_client_cas = match (&ca, &request_header) {
+            (Some(client), Some((front_proxy, _))) => Some(format!("{client}\n{front_proxy}")),
+            (Some(client), None) => Some(client.clone()),
+            (None, Some((front_proxy, _))) => Some(front_proxy.clone()),
+            (None, None) => None,
+        };
+        let tls = tls_config(&cert, &key, tls_client_cas.as_deref())?;
         // The policy is checked before the store is touched: a bad file stops the start.
         let audit = audit::Auditor::new(self.audit_policy_file.as_deref(), &self.audit_log)
             .map_err(ConfigError::Audit)?;
         let mut authenticators: Vec<Box<dyn Authenticator>> = Vec::new();
+        // First, as upstream: a front proxy's request is the user its headers name.
+        if let Some((front_proxy_ca, config)) = &request_header {
+            authenticators.push(Box::new(
+                ferrokube_auth::RequestHeaderAuthenticator::new(front_proxy_ca, config.clone())
+                    .map_err(|e| ConfigError::Auth(format!("--requestheader-*: {e}")))?,
+            ));
+        }
         if let Some(ca) = &ca {
             authenticators.push(Box::new(
                 ferrokube_auth::X509Authenticator::new(ca)
@@ -406,6 +458,21 @@ impl Options {
         security::reconcile_bootstrap_policy(&registry)
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
+        authentication_info::publish(
+            &registry,
+            &authentication_info::AuthenticationInfo {
+                client_ca: ca.clone(),
+                request_header,
+            },
+        )
+        .await
+        .map_err(|e| {
+            ConfigError::Registry(format!(
+                "{}/{}: {e}",
+                authentication_info::NAMESPACE,
+                authentication_info::NAME
+            ))
+        })?;
         let state = Arc::new(
             security::ClusterState::new(&registry, self.authorization_modes.clone())
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,

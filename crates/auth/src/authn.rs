@@ -6,10 +6,12 @@
 //! answers 401 to `Ok(None)` and `Err(_)` from its top-level authenticator.
 
 pub mod legacy;
+mod request_header;
 pub mod serviceaccount;
 mod token;
 mod x509;
 
+pub use request_header::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use serviceaccount::ServiceAccountTokenAuthenticator;
 pub use token::TokenFileAuthenticator;
 pub use x509::{X509Authenticator, client_cert_verifier};
@@ -43,6 +45,10 @@ pub enum AuthError {
     /// The verified client certificate could not be mapped to a user.
     #[error("client certificate subject: {0}")]
     X509Subject(String),
+    /// A request-header CA certificate whose CN `--requestheader-allowed-names` does
+    /// not list (upstream's message).
+    #[error("x509: subject with cn={0} is not in the allowed list")]
+    ProxyNotAllowed(String),
     /// Bad configuration (CA bundle, token file).
     #[error("authentication configuration: {0}")]
     Config(String),

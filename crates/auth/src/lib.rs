@@ -10,8 +10,11 @@
 //!   upstream chain: first success wins, adds `system:authenticated`, an invalid
 //!   credential is an error rather than a fall-through to anonymous) and
 //!   [`AnonymousAuthenticator`], [`ServiceAccountTokenAuthenticator`] (bound service
-//!   account JWTs, ES256 via jsonwebtoken, with [`authn::serviceaccount::TokenIssuer`]); plus [`client_cert_verifier`] for the apiserver's
-//!   rustls `ServerConfig`.
+//!   account JWTs, ES256 via jsonwebtoken, with [`authn::serviceaccount::TokenIssuer`]),
+//!   [`RequestHeaderAuthenticator`] (front proxies: a client certificate of
+//!   `--requestheader-client-ca-file` with an allowed CN, then the user named by the
+//!   `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` headers); plus [`client_cert_verifier`]
+//!   for the apiserver's rustls `ServerConfig`.
 //! * [`authz`]: the [`Authorizer`] trait over [`Attributes`], [`Decision`], and
 //!   always-allow, always-deny, authenticated-only, privileged-groups and union
 //!   authorizers (`--authorization-mode` chain semantics), [`AuthorizationMode`].
@@ -33,7 +36,10 @@
 //! but also admits clients without a certificate, like Go's
 //! `VerifyClientCertIfGiven`), and [`X509Authenticator`] verifies the peer chain
 //! again against its own CA, as upstream's x509 authenticator does, so it is correct
-//! even behind a TLS layer configured differently (or none, in tests).
+//! even behind a TLS layer configured differently (or none, in tests). This matters:
+//! the TLS layer admits certificates of the client CA *and* of the request-header
+//! (front-proxy) CA, and only [`RequestHeaderAuthenticator`], which verifies against
+//! the latter, may accept a front-proxy certificate; [`X509Authenticator`] rejects it.
 
 pub mod authn;
 pub mod authz;
@@ -46,9 +52,9 @@ pub mod user;
 mod csv;
 
 pub use authn::{
-    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator,
-    ServiceAccountTokenAuthenticator, TokenFileAuthenticator, UnionAuthenticator,
-    X509Authenticator, client_cert_verifier,
+    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, RequestHeaderAuthenticator,
+    RequestHeaderConfig, ServiceAccountTokenAuthenticator, TokenFileAuthenticator,
+    UnionAuthenticator, X509Authenticator, client_cert_verifier,
 };
 pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,

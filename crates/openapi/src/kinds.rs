@@ -9,6 +9,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
 use schemars::{JsonSchema, SchemaGenerator};
 
 /// Adds a type's definition (and every definition it references) to a generator.
@@ -68,6 +69,7 @@ kinds! {
     "admissionregistration.k8s.io" "v1" ValidatingWebhookConfiguration => admissionregistration::v1::ValidatingWebhookConfiguration, true;
     "admissionregistration.k8s.io" "v1" ValidatingAdmissionPolicy => admissionregistration::v1::ValidatingAdmissionPolicy, true;
     "admissionregistration.k8s.io" "v1" ValidatingAdmissionPolicyBinding => admissionregistration::v1::ValidatingAdmissionPolicyBinding, true;
+    "apiregistration.k8s.io" "v1" APIService => apiregistration::v1::APIService, true;
     "apps" "v1" ControllerRevision => apps::v1::ControllerRevision, true;
     "apps" "v1" DaemonSet => apps::v1::DaemonSet, true;
     "apps" "v1" Deployment => apps::v1::Deployment, true;

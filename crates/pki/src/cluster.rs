@@ -17,6 +17,8 @@
 //! | `etcd-ca.crt`, `etcd-ca.key` | etcd's own CA: etcd trusts only the clients it signs |
 //! | `etcd-server.crt/.key` | etcd member cert (serverAuth and clientAuth, so it serves as the peer cert too): `localhost`, hostname, node name, extra SANs, 127.0.0.1, the advertise address |
 //! | `apiserver-etcd-client.crt/.key` | `kube-apiserver-etcd-client`, signed by the etcd CA (`--etcd-certfile`/`--etcd-keyfile`) |
+//! | `front-proxy-ca.crt`, `front-proxy-ca.key` | the front-proxy CA (`--requestheader-client-ca-file`), as kubeadm's: only the certificates it signs may name users in `X-Remote-*` headers |
+//! | `front-proxy-client.crt/.key` | `front-proxy-client` (clientAuth), signed by the front-proxy CA: the aggregator's client certificate towards extension apiservers (`--proxy-client-cert-file`/`--proxy-client-key-file`) |
 //!
 //! Re-running reuses everything that is present and still good: the CA when both
 //! files load and it is within its validity window (a present but unusable CA is an
@@ -35,6 +37,10 @@ use crate::{
     CertInfo, CertificateAuthority, PkiError, Result, Validity, generate_signing_key_pair,
     kubeconfig_yaml, public_key_pem_of,
 };
+
+/// The CN of the front-proxy client certificate (kubeadm's), which the apiserver's
+/// `--requestheader-allowed-names` lists.
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
 /// Inputs of [`write_cluster_pki`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +116,10 @@ pub struct PkiPaths {
     pub etcd_server_key: PathBuf,
     pub apiserver_etcd_client_cert: PathBuf,
     pub apiserver_etcd_client_key: PathBuf,
+    pub front_proxy_ca_cert: PathBuf,
+    pub front_proxy_ca_key: PathBuf,
+    pub front_proxy_client_cert: PathBuf,
+    pub front_proxy_client_key: PathBuf,
     /// The files this run created or replaced (empty when everything was reused).
     pub written: Vec<PathBuf>,
 }
@@ -148,6 +158,10 @@ impl PkiPaths {
             etcd_server_key: p("etcd-server.key"),
             apiserver_etcd_client_cert: p("apiserver-etcd-client.crt"),
             apiserver_etcd_client_key: p("apiserver-etcd-client.key"),
+            front_proxy_ca_cert: p("front-proxy-ca.crt"),
+            front_proxy_ca_key: p("front-proxy-ca.key"),
+            front_proxy_client_cert: p("front-proxy-client.crt"),
+            front_proxy_client_key: p("front-proxy-client.key"),
             written: Vec::new(),
         }
     }
@@ -190,6 +204,10 @@ impl PkiPaths {
                 &self.apiserver_etcd_client_cert,
             ),
             ("apiserver-etcd-client-key", &self.apiserver_etcd_client_key),
+            ("front-proxy-ca-cert", &self.front_proxy_ca_cert),
+            ("front-proxy-ca-key", &self.front_proxy_ca_key),
+            ("front-proxy-client-cert", &self.front_proxy_client_cert),
+            ("front-proxy-client-key", &self.front_proxy_client_key),
         ]
         .into_iter()
         .map(|(role, path)| (role, path.as_path()))
@@ -440,6 +458,27 @@ pub fn write_cluster_pki(dir: &Path, options: &ClusterPkiOptions) -> Result<PkiP
     for leaf in &etcd_leaves {
         ensure_leaf(&etcd_ca, leaf, now, &mut written)?;
     }
+
+    // The front proxy (the aggregator) has a CA of its own too, as kubeadm's: a
+    // certificate of it lets its holder name any user in request headers, so no
+    // ordinary client certificate may be one.
+    let front_proxy_ca = ensure_ca(
+        &paths.front_proxy_ca_cert,
+        &paths.front_proxy_ca_key,
+        "ferrokube-front-proxy-ca",
+        now,
+        &mut written,
+    )?;
+    ensure_leaf(
+        &front_proxy_ca,
+        &Leaf {
+            cert: &paths.front_proxy_client_cert,
+            key: &paths.front_proxy_client_key,
+            kind: client(FRONT_PROXY_CLIENT, &[]),
+        },
+        now,
+        &mut written,
+    )?;
 
     paths.written = written;
     Ok(paths)
@@ -862,6 +901,47 @@ mod tests {
         );
         let mode = fs::metadata(&p.etcd_ca_key).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn the_front_proxy_has_its_own_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_cluster_pki(dir.path(), &opts()).unwrap();
+        let read = |path: &Path| fs::read_to_string(path).unwrap();
+        let (ca, etcd_ca, proxy_ca) = (
+            read(&p.ca_cert),
+            read(&p.etcd_ca_cert),
+            read(&p.front_proxy_ca_cert),
+        );
+        assert_ne!(ca, proxy_ca);
+        assert_ne!(etcd_ca, proxy_ca);
+        let ca_info = CertInfo::from_pem(&proxy_ca).unwrap();
+        assert!(ca_info.is_ca);
+        assert_eq!(
+            ca_info.common_name.as_deref(),
+            Some("ferrokube-front-proxy-ca")
+        );
+        let client = CertInfo::from_pem(&read(&p.front_proxy_client_cert)).unwrap();
+        assert!(client.is_signed_by(&proxy_ca).unwrap());
+        assert!(!client.is_signed_by(&ca).unwrap());
+        assert!(client.client_auth && !client.server_auth);
+        assert_eq!(client.common_name.as_deref(), Some(FRONT_PROXY_CLIENT));
+        assert!(client.organizations.is_empty());
+        assert!(client.matches_key(&read(&p.front_proxy_client_key)));
+        assert_eq!(mode(&p.front_proxy_ca_key), 0o600);
+        assert_eq!(mode(&p.front_proxy_client_key), 0o600);
+
+        // Reused on the next run; a damaged client certificate alone is re-issued.
+        fs::write(&p.front_proxy_client_cert, "garbage").unwrap();
+        let again = write_cluster_pki(dir.path(), &opts()).unwrap();
+        assert_eq!(
+            again.written,
+            vec![
+                again.front_proxy_client_key.clone(),
+                again.front_proxy_client_cert.clone()
+            ]
+        );
+        assert_eq!(read(&again.front_proxy_ca_cert), proxy_ca);
     }
 
     #[test]

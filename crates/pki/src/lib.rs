@@ -9,7 +9,8 @@
 //!   base64 credentials, for client-certificate and bearer-token users.
 //! * [`cluster`]: [`write_cluster_pki`], the idempotent on-disk layout a single-node
 //!   cluster uses (CA, apiserver serving cert, admin and per-component client certs,
-//!   kubeconfigs, service-account signing key).
+//!   kubeconfigs, service-account signing key, etcd's CA and certs, the front-proxy CA
+//!   and its `front-proxy-client` cert).
 //! * [`csr`]: certificate signing requests parsed and verified, and signed by a
 //!   [`CertificateAuthority`] (the controller-manager's CSR signer).
 //! * [`pem`]: small PEM helpers and certificate inspection ([`CertInfo`]).
@@ -45,7 +46,9 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
-pub use cluster::{ClusterPkiOptions, PkiPaths, first_service_ip, write_cluster_pki};
+pub use cluster::{
+    ClusterPkiOptions, FRONT_PROXY_CLIENT, PkiPaths, first_service_ip, write_cluster_pki,
+};
 pub use kubeconfig::{Kubeconfig, kubeconfig_token_yaml, kubeconfig_yaml};
 pub use pem::CertInfo;
 

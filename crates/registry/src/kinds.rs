@@ -216,6 +216,30 @@ const CSR: Hooks = Hooks {
     ..Hooks::PLAIN
 };
 
+/// kube-aggregator's APIService strategy: a new object's status starts empty, and a
+/// local APIService (no `spec.service`) is Available at once.
+const API_SERVICE: Hooks = Hooks {
+    initial_status: Some(|| json!({})),
+    prepare_create: Some(api_service_prepare_create),
+    ..Hooks::PLAIN
+};
+
+/// Upstream's `PrepareForCreate`: local APIServices are marked available on create
+/// (`NewLocalAvailableAPIServiceCondition`).
+fn api_service_prepare_create(obj: &mut Value, now: &str) {
+    if !obj["spec"]["service"].is_null() {
+        return;
+    }
+    let condition = json!({
+        "type": "Available",
+        "status": "True",
+        "lastTransitionTime": now,
+        "reason": "Local",
+        "message": "Local APIServices are always available",
+    });
+    meta::set_member(obj, "status", "conditions", json!([condition]));
+}
+
 /// The strategy for one table entry; `None` for a resource without one (a table
 /// entry added without its hook, which the registry's tests catch).
 pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
@@ -240,6 +264,10 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         };
     }
     let s = match (info.group, info.kind) {
+        ("apiregistration.k8s.io", "APIService") => {
+            use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
+            typed!(apiregistration::APIService, API_SERVICE)
+        }
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             typed!(
                 admissionregistration::MutatingWebhookConfiguration,
@@ -330,6 +358,10 @@ fn name_rule(info: &ResourceInfo) -> ValidateNameFn {
         ("", "PersistentVolume") | ("rbac.authorization.k8s.io", _) => validate_path_segment_name,
         // "We don't care what you call your certificate requests."
         ("certificates.k8s.io", _) => validate_path_segment_name,
+        // Upstream's APIService name function: `path.IsValidPathSegmentName` on the
+        // name and the generateName prefix alike, then `<version>.<group>` (the
+        // validation crate's part, as it needs the spec).
+        ("apiregistration.k8s.io", _) => |name, _| validate_path_segment_name(name, false),
         _ => name_is_dns_subdomain,
     }
 }
@@ -502,6 +534,29 @@ mod tests {
         let mut upd = json!({"metadata": {"name": "a"}, "spec": {}});
         (NAMESPACE.prepare_update.unwrap())(&mut upd, &ns);
         assert_eq!(upd["spec"]["finalizers"], json!(["kubernetes"]));
+    }
+
+    #[test]
+    fn local_api_services_are_available_on_create() {
+        let now = "2025-01-01T00:00:00Z";
+        let mut local = json!({"metadata": {"name": "v1.example.com"}, "spec": {}, "status": {}});
+        api_service_prepare_create(&mut local, now);
+        assert_eq!(
+            local["status"],
+            json!({"conditions": [{"type": "Available", "status": "True",
+                "lastTransitionTime": now, "reason": "Local",
+                "message": "Local APIServices are always available"}]})
+        );
+        let mut remote = json!({"metadata": {"name": "v1.example.com"},
+            "spec": {"service": {"namespace": "n", "name": "s"}}, "status": {}});
+        api_service_prepare_create(&mut remote, now);
+        assert_eq!(remote["status"], json!({}));
+        // The name rule: path segments only here; `<version>.<group>` is validation's.
+        let info =
+            ferrokube_api::resources::lookup_kind("apiregistration.k8s.io", "APIService").unwrap();
+        let rule = name_rule(info);
+        assert!(rule("v1.example.com", false).is_empty());
+        assert_eq!(rule("..", true), ["may not be '..'"]);
     }
 
     #[test]

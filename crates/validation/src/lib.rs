@@ -18,6 +18,7 @@ pub use ferrokube_apimachinery::errors::{FieldError, FieldErrorKind, FieldPath};
 
 mod admission_policy;
 mod admissionregistration;
+mod apiregistration;
 mod apps;
 mod batch;
 mod core;

@@ -1045,3 +1045,49 @@ fn admission_policies_print_upstreams_columns() {
         );
     }
 }
+
+#[test]
+fn api_service_columns_follow_kube_aggregator() {
+    let names: Vec<String> = table_columns("apiregistration.k8s.io", "APIService")
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["Name", "Service", "Available", "Age"]);
+    let svc = |spec: Value, status: Value| {
+        json!({"metadata": {"name": "v1.example.com", "creationTimestamp": "2025-01-01T11:00:00Z"},
+            "spec": spec, "status": status})
+    };
+    let row = |spec: Value, status: Value| {
+        cells("apiregistration.k8s.io", "APIService", &svc(spec, status))
+    };
+    let available = |status: &str, reason: Option<&str>| {
+        let mut c = json!({"type": "Available", "status": status});
+        if let Some(r) = reason {
+            c["reason"] = json!(r);
+        }
+        json!({"conditions": [{"type": "Other", "status": "False", "reason": "X"}, c]})
+    };
+    assert_eq!(
+        row(json!({}), available("True", Some("Local"))),
+        [
+            json!("v1.example.com"),
+            json!("Local"),
+            json!("True"),
+            json!("60m")
+        ]
+    );
+    let remote = json!({"service": {"namespace": "ns", "name": "api", "port": 443}});
+    assert_eq!(
+        row(remote.clone(), available("False", Some("MissingEndpoints")))[1..3],
+        [json!("ns/api"), json!("False (MissingEndpoints)")]
+    );
+    assert_eq!(
+        row(remote.clone(), available("False", None))[2],
+        json!("False")
+    );
+    assert_eq!(
+        row(remote.clone(), available("Unknown", Some("Pending")))[2],
+        json!("Unknown (Pending)")
+    );
+    assert_eq!(row(remote, json!({}))[2], json!("Unknown"));
+}

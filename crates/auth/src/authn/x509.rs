@@ -63,23 +63,94 @@ pub fn client_cert_verifier(client_ca_pem: &str) -> Result<Arc<dyn ClientCertVer
 /// apiserver's CPU under pod creates) but still fail outside that window.
 pub struct X509Authenticator {
     verifier: Arc<dyn ClientCertVerifier>,
-    verified: Mutex<HashMap<[u8; 32], VerifiedChain>>,
+    verified: VerifiedChains<Option<UserInfo>>,
 }
 
 /// Most chains remembered; the map is emptied when full (clients are few).
 const VERIFIED_CHAINS: usize = 1024;
 
 #[derive(Clone)]
-struct VerifiedChain {
-    user: Option<UserInfo>,
+struct VerifiedChain<T> {
+    value: T,
     /// Seconds since the epoch: the latest notBefore and earliest notAfter of the
     /// presented certificates.
     valid_from: u64,
     valid_until: u64,
 }
 
+/// Chains that verified against one CA bundle, each with what was derived from it and
+/// the time window in which every one of its certificates is valid (see
+/// [`X509Authenticator`]). Shared with the request-header authenticator.
+pub(super) struct VerifiedChains<T> {
+    chains: Mutex<HashMap<[u8; 32], VerifiedChain<T>>>,
+}
+
+impl<T: Clone> VerifiedChains<T> {
+    pub(super) fn new() -> Self {
+        VerifiedChains {
+            chains: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What was remembered for the chain of `digest`, if `now_secs` is inside its
+    /// window.
+    pub(super) fn get(&self, digest: &[u8; 32], now_secs: u64) -> Option<T> {
+        self.chains
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(digest)
+            .filter(|v| (v.valid_from..=v.valid_until).contains(&now_secs))
+            .map(|v| v.value.clone())
+    }
+
+    /// Remembers `value` for a chain that just verified (nothing when a certificate
+    /// of it does not parse).
+    pub(super) fn insert(&self, chain: &[CertificateDer<'_>], digest: [u8; 32], value: T) {
+        let Some((valid_from, valid_until)) = validity_window(chain) else {
+            return;
+        };
+        let mut chains = self
+            .chains
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if chains.len() >= VERIFIED_CHAINS {
+            chains.clear();
+        }
+        chains.insert(
+            digest,
+            VerifiedChain {
+                value,
+                valid_from,
+                valid_until,
+            },
+        );
+    }
+}
+
+/// Verifies `chain` (leaf first) with `verifier` at `now`: upstream's
+/// `verifying certificate ... failed` error when it does not verify.
+pub(super) fn verify_chain(
+    verifier: &dyn ClientCertVerifier,
+    chain: &[CertificateDer<'_>],
+    now: UnixTime,
+) -> Result<(), AuthError> {
+    let Some((leaf, intermediates)) = chain.split_first() else {
+        return Err(AuthError::X509Verification {
+            certificate: String::new(),
+            reason: "no certificate".into(),
+        });
+    };
+    verifier
+        .verify_client_cert(leaf, intermediates, now)
+        .map(|_| ())
+        .map_err(|e| AuthError::X509Verification {
+            certificate: certificate_identifier(leaf),
+            reason: e.to_string(),
+        })
+}
+
 /// A digest of the whole presented chain (leaf and intermediates, length-prefixed).
-fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
+pub(super) fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for cert in chain {
         ctx.update(&(cert.as_ref().len() as u64).to_be_bytes());
@@ -115,7 +186,7 @@ impl X509Authenticator {
     pub fn new(client_ca_pem: &str) -> Result<Self, AuthError> {
         Ok(X509Authenticator {
             verifier: client_cert_verifier(client_ca_pem)?,
-            verified: Mutex::new(HashMap::new()),
+            verified: VerifiedChains::new(),
         })
     }
 
@@ -126,47 +197,18 @@ impl X509Authenticator {
         now: UnixTime,
     ) -> Result<Option<UserInfo>, AuthError> {
         let chain = request.peer_certificates;
-        let Some((leaf, intermediates)) = chain.split_first() else {
+        let Some(leaf) = chain.first() else {
             return Ok(None);
         };
         let digest = chain_digest(chain);
-        let secs = now.as_secs();
-        let remembered = self
-            .verified
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&digest)
-            .filter(|v| (v.valid_from..=v.valid_until).contains(&secs))
-            .cloned();
-        if let Some(v) = remembered {
-            return Ok(v.user);
+        if let Some(user) = self.verified.get(&digest, now.as_secs()) {
+            return Ok(user);
         }
         // Outside the remembered window (or never seen): the full verification, which
         // also gives the precise error.
-        if let Err(e) = self.verifier.verify_client_cert(leaf, intermediates, now) {
-            return Err(AuthError::X509Verification {
-                certificate: certificate_identifier(leaf),
-                reason: e.to_string(),
-            });
-        }
+        verify_chain(self.verifier.as_ref(), chain, now)?;
         let user = user_from_leaf(leaf)?;
-        if let Some((valid_from, valid_until)) = validity_window(chain) {
-            let mut verified = self
-                .verified
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if verified.len() >= VERIFIED_CHAINS {
-                verified.clear();
-            }
-            verified.insert(
-                digest,
-                VerifiedChain {
-                    user: user.clone(),
-                    valid_from,
-                    valid_until,
-                },
-            );
-        }
+        self.verified.insert(chain, digest, user.clone());
         Ok(user)
     }
 }
