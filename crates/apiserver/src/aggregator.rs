@@ -49,7 +49,7 @@ use tokio::sync::watch;
 
 use crate::discovery::Group;
 use crate::handler::Body;
-use crate::proxy::{connect_tcp, connect_tls, streamed};
+use crate::proxy::{connect_tcp, connect_tls};
 
 /// How the apiserver reaches extension apiservers.
 #[derive(Clone, Debug, Default)]
@@ -278,15 +278,7 @@ impl Aggregator {
         let resp = crate::workload_proxy::send(TokioIo::new(stream), out)
             .await
             .map_err(unavailable)?;
-        let (parts, body) = resp.into_parts();
-        let mut r = Response::new(streamed(body));
-        *r.status_mut() = parts.status;
-        for (k, v) in &parts.headers {
-            if crate::workload_proxy::passed_on(k) && k != header::CONTENT_LENGTH {
-                r.headers_mut().append(k.clone(), v.clone());
-            }
-        }
-        Ok(r)
+        Ok(crate::workload_proxy::passed_back(resp))
     }
 
     /// Where a Service is dialled: its cluster IP and port (an ExternalName's name),
@@ -439,14 +431,7 @@ async fn endpoint_slices(registry: &Registry, svc: &ServiceRef) -> Vec<Value> {
 fn ready_endpoints(slices: &[Value], port_name: &str) -> Vec<(String, u16)> {
     let mut out = Vec::new();
     for s in slices {
-        let Some(port) = s["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
-            .and_then(|p| p["port"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-        else {
+        let Some(port) = crate::workload_proxy::named_port(&s["ports"], port_name) else {
             continue;
         };
         for e in s["endpoints"].as_array().into_iter().flatten() {

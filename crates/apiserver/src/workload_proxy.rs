@@ -131,19 +131,24 @@ pub fn service_port_name(service: &Value, port: Option<&str>) -> Result<String, 
         })
 }
 
+/// The number of the port named `port_name` in an Endpoints subset's or an
+/// EndpointSlice's `ports`.
+pub(crate) fn named_port(ports: &Value, port_name: &str) -> Option<u16> {
+    ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
+        .and_then(|p| p["port"].as_u64())
+        .and_then(|p| u16::try_from(p).ok())
+}
+
 /// The (pod name, IP, port) candidates of an Endpoints object for the endpoint port
 /// named `port_name`, in the object's order.
 pub fn endpoint_candidates(endpoints: &Value, port_name: &str) -> Vec<(String, String, u16)> {
     let mut out = Vec::new();
     for subset in endpoints["subsets"].as_array().into_iter().flatten() {
-        let Some(port) = subset["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
-            .and_then(|p| p["port"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-        else {
+        let Some(port) = named_port(&subset["ports"], port_name) else {
             continue;
         };
         for addr in subset["addresses"].as_array().into_iter().flatten() {
@@ -310,6 +315,12 @@ async fn forward(
         send(TokioIo::new(tcp), out).await
     }
     .map_err(unavailable)?;
+    Ok(passed_back(resp))
+}
+
+/// A proxied answer handed back: its status, its end-to-end headers, and its body
+/// streamed as it comes.
+pub(crate) fn passed_back(resp: Response<Incoming>) -> Response<Body> {
     let (parts, body) = resp.into_parts();
     let mut r = Response::new(streamed(body));
     *r.status_mut() = parts.status;
@@ -318,7 +329,7 @@ async fn forward(
             r.headers_mut().append(k.clone(), v.clone());
         }
     }
-    Ok(r)
+    r
 }
 
 pub(crate) async fn send<T>(io: T, req: Request<Incoming>) -> Result<Response<Incoming>, String>
