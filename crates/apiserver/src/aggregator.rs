@@ -291,6 +291,21 @@ impl Aggregator {
         let service = get(registry, "services", Some(&svc.namespace), &svc.name)
             .await
             .ok_or_else(|| format!("service/{} in {:?} is not present", svc.name, svc.namespace))?;
+        let slices = if self.config.route_to_endpoints {
+            endpoint_slices(registry, svc).await
+        } else {
+            Vec::new()
+        };
+        self.address(svc, &service, &slices)
+    }
+
+    /// [`Aggregator::resolve`] over a Service and its EndpointSlices already read.
+    fn address(
+        &self,
+        svc: &ServiceRef,
+        service: &Value,
+        slices: &[Value],
+    ) -> Result<(String, u16), String> {
         let spec = &service["spec"];
         if spec["type"].as_str() == Some("ExternalName") {
             let host = spec["externalName"].as_str().unwrap_or_default();
@@ -310,8 +325,7 @@ impl Aggregator {
             return Ok((ip.to_string(), svc.port));
         }
         let port_name = port["name"].as_str().unwrap_or_default();
-        let slices = endpoint_slices(registry, svc).await;
-        ready_endpoints(&slices, port_name)
+        ready_endpoints(slices, port_name)
             .into_iter()
             .next()
             .ok_or_else(|| format!("no endpoints available for service {:?}", svc.name))
@@ -503,6 +517,12 @@ async fn check_remote(
         );
     };
     let cluster_ip_type = matches!(service["spec"]["type"].as_str(), None | Some("ClusterIP"));
+    // Read once for the checks and for the address.
+    let slices = if cluster_ip_type || aggregator.config.route_to_endpoints {
+        endpoint_slices(registry, svc).await
+    } else {
+        Vec::new()
+    };
     if cluster_ip_type {
         let port = service["spec"]["ports"]
             .as_array()
@@ -519,7 +539,6 @@ async fn check_remote(
             );
         };
         let port_name = port["name"].as_str().unwrap_or_default();
-        let slices = endpoint_slices(registry, svc).await;
         if slices.is_empty() {
             return false_(
                 "EndpointsNotFound",
@@ -544,7 +563,7 @@ async fn check_remote(
     } else {
         format!("/apis/{group}/{version}")
     };
-    let fetched = match aggregator.resolve(registry, svc).await {
+    let fetched = match aggregator.address(svc, &service, &slices) {
         Ok((host, port)) => match tls {
             Ok(tls) => discovery_get(tls.clone(), svc, &host, port, &path).await,
             Err(e) => Err(e.clone()),

@@ -52,9 +52,7 @@ impl Plugin for AlwaysPullImages {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        a.is_core("pods")
-            && a.subresource.is_empty()
-            && matches!(a.operation, Operation::Create | Operation::Update)
+        a.is_pod_write(&[Operation::Create, Operation::Update])
     }
 
     async fn admit(

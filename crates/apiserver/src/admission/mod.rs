@@ -156,6 +156,12 @@ impl Attributes {
         self.resource.group.is_empty() && self.resource.plural == plural
     }
 
+    /// Whether the request writes a pod itself (`pods`, no subresource) with one of
+    /// `operations`: what the pod-mutating plugins handle.
+    pub(crate) fn is_pod_write(&self, operations: &[Operation]) -> bool {
+        self.is_core("pods") && self.subresource.is_empty() && operations.contains(&self.operation)
+    }
+
     /// Whether the request addresses `plural` in `group`.
     pub(crate) fn is(&self, group: &str, plural: &str) -> bool {
         self.resource.group == group && self.resource.plural == plural

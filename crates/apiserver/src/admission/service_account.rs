@@ -37,7 +37,7 @@ impl Plugin for ServiceAccount {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        a.is_core("pods") && a.subresource.is_empty() && a.operation == Operation::Create
+        a.is_pod_write(&[Operation::Create])
     }
 
     async fn admit(
