@@ -246,6 +246,10 @@ async fn handle(
             return error_response(&ApiError::unauthorized("Unauthorized"));
         }
     };
+    // As upstream's authentication filter: credentials are not needed past this point,
+    // and no handler that forwards the request (proxies) should carry them on.
+    state.authenticator.clear_credentials(req.headers_mut());
+    req.headers_mut().remove(header::AUTHORIZATION);
     // The policy sees the authenticated user, as upstream's audit filter runs before
     // impersonation.
     audit.authenticated(&user).await;

@@ -60,17 +60,30 @@ pub enum AuthError {
 /// Authenticates a request.
 pub trait Authenticator: Send + Sync {
     fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError>;
+
+    /// Removes, once a request is authenticated, the headers that carried identity for
+    /// this authenticator, so that nothing the request reaches later (a proxied pod, an
+    /// extension apiserver) can read them as an identity the server vouched for.
+    fn clear_credentials(&self, _headers: &mut HeaderMap) {}
 }
 
 impl<T: Authenticator + ?Sized> Authenticator for Box<T> {
     fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
         (**self).authenticate(request)
     }
+
+    fn clear_credentials(&self, headers: &mut HeaderMap) {
+        (**self).clear_credentials(headers)
+    }
 }
 
 impl<T: Authenticator + ?Sized> Authenticator for std::sync::Arc<T> {
     fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
         (**self).authenticate(request)
+    }
+
+    fn clear_credentials(&self, headers: &mut HeaderMap) {
+        (**self).clear_credentials(headers)
     }
 }
 
@@ -158,6 +171,12 @@ impl Authenticator for UnionAuthenticator {
         match &self.anonymous {
             Some(anonymous) => anonymous.authenticate(request),
             None => Ok(None),
+        }
+    }
+
+    fn clear_credentials(&self, headers: &mut HeaderMap) {
+        for authenticator in &self.authenticators {
+            authenticator.clear_credentials(headers);
         }
     }
 }

@@ -263,3 +263,92 @@ async fn without_request_header_flags_only_the_client_ca_is_published() {
     );
     server.stop().await;
 }
+
+/// An HTTP server standing in for a pod: answers with the names of the identity
+/// headers that reached it (`x-remote-*`, `authorization`), comma-separated.
+async fn header_echo() -> u16 {
+    use http_body_util::Full;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let mut seen: Vec<String> = req
+                            .headers()
+                            .keys()
+                            .map(|k| k.as_str().to_string())
+                            .filter(|k| k.starts_with("x-remote-") || k == "authorization")
+                            .collect();
+                        seen.sort();
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            bytes::Bytes::from(seen.join(",")),
+                        )))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn identity_headers_do_not_reach_a_proxied_pod() {
+    let port = header_echo().await;
+    let server = TestApiServer::start_with(front_proxy).await.unwrap();
+    let (code, _, body) = TestApiServer::raw(
+        &server.client,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "echo"}, "spec": {"containers": [
+                {"name": "c", "image": "busybox", "ports": [{"containerPort": port}]}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    let (code, _, body) = TestApiServer::raw(
+        &server.client,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/echo/status",
+        &[("content-type", "application/merge-patch+json")],
+        serde_json::to_vec(&json!({"status": {"phase": "Running", "podIP": "127.0.0.1",
+                                               "podIPs": [{"ip": "127.0.0.1"}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+
+    let path = "/api/v1/namespaces/default/pods/echo/proxy/";
+    // Through the front proxy: the headers named the user and stop here.
+    let proxy = client_with_cert(
+        &server,
+        &read(&server, "front-proxy-client.crt"),
+        &read(&server, "front-proxy-client.key"),
+    )
+    .await;
+    let headers = [
+        ("X-Remote-User", "root"),
+        ("X-Remote-Group", "system:masters"),
+        ("X-Remote-Extra-Scopes", "all"),
+    ];
+    let (code, _, body) = TestApiServer::raw(&proxy, "GET", path, &headers, vec![])
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(String::from_utf8_lossy(&body), "");
+    // A client-CA user's look-alike headers are not passed on as if vouched for.
+    let (code, _, body) = TestApiServer::raw(&server.client, "GET", path, &headers, vec![])
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(String::from_utf8_lossy(&body), "");
+    server.stop().await;
+}

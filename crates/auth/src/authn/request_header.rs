@@ -270,6 +270,13 @@ impl Authenticator for RequestHeaderAuthenticator {
     fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
         self.authenticate_at(request, UnixTime::now())
     }
+
+    /// Upstream clears them only after the proxy's own certificate verified; clearing
+    /// them after any authentication also keeps a plain client's `X-Remote-User` from
+    /// reaching a proxied pod as if this server had vouched for it.
+    fn clear_credentials(&self, headers: &mut http::HeaderMap) {
+        self.config.clear_headers(headers);
+    }
 }
 
 #[cfg(test)]
