@@ -74,7 +74,7 @@ const MAX_DISCOVERY: usize = 4 * 1024 * 1024;
 
 /// Upstream's `DefaultGenericAPIServicePriorities`/`apiVersionPriorities` for the
 /// group-versions this server has: (groupPriorityMinimum, versionPriority).
-fn builtin_priority(group: &str, version: &str) -> (i32, i32) {
+pub(crate) fn builtin_priority(group: &str, version: &str) -> (i32, i32) {
     match (group, version) {
         ("", _) => (18000, 1),
         (GROUP, _) => (18000, 15),

@@ -71,19 +71,25 @@ pub(crate) type RemoteGroups = [(i64, Group)];
 /// Upstream's groupPriorityMinimum of custom resource groups.
 const CUSTOM_GROUP_PRIORITY: i64 = 1000;
 
-/// Every served group: the built-in ones in their order, then the custom resources'
-/// and the remote APIServices' groups by priority and name (versions in upstream's
-/// priority). A remote version of a served group joins that group.
+/// Every served group in upstream's order: by the group's priority (upstream's for the
+/// built-in groups, 1000 for custom resources', the APIService's for remote ones),
+/// highest first, then by name. A custom or remote version of a served group joins
+/// that group, after its own versions.
 fn catalog(custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
-    let mut groups: Vec<Group> = resources::groups()
+    let mut groups: Vec<(i64, Group)> = resources::groups()
         .into_iter()
-        .map(|(g, v)| Group {
-            name: g.to_string(),
-            versions: vec![(v.to_string(), resources::resources_of(g, v).collect())],
+        .map(|(g, v)| {
+            let priority = i64::from(crate::aggregator::builtin_priority(g, v).0);
+            let versions = vec![(v.to_string(), resources::resources_of(g, v).collect())];
+            (
+                priority,
+                Group {
+                    name: g.to_string(),
+                    versions,
+                },
+            )
         })
         .collect();
-    let builtin = groups.len();
-    let mut others: Vec<(i64, Group)> = Vec::new();
     for (g, versions) in custom.group_versions() {
         let versions: Vec<(String, Vec<&'static ResourceInfo>)> = versions
             .iter()
@@ -92,9 +98,9 @@ fn catalog(custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
                 (v.clone(), infos.collect())
             })
             .collect();
-        match groups.iter_mut().find(|e| e.name == *g) {
-            Some(existing) => existing.versions.extend(versions),
-            None => others.push((
+        match groups.iter_mut().find(|(_, e)| e.name == *g) {
+            Some((_, existing)) => existing.versions.extend(versions),
+            None => groups.push((
                 CUSTOM_GROUP_PRIORITY,
                 Group {
                     name: g.clone(),
@@ -104,25 +110,19 @@ fn catalog(custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
         }
     }
     for (priority, group) in remote {
-        let existing = groups
-            .iter_mut()
-            .chain(others.iter_mut().map(|(_, g)| g))
-            .find(|e| e.name == group.name);
-        match existing {
-            Some(existing) => {
+        match groups.iter_mut().find(|(_, e)| e.name == group.name) {
+            Some((_, existing)) => {
                 for v in &group.versions {
                     if !existing.versions.iter().any(|(e, _)| *e == v.0) {
                         existing.versions.push(v.clone());
                     }
                 }
             }
-            None => others.push((*priority, group.clone())),
+            None => groups.push((*priority, group.clone())),
         }
     }
-    others.sort_by(|(pa, a), (pb, b)| pb.cmp(pa).then_with(|| a.name.cmp(&b.name)));
-    groups.extend(others.into_iter().map(|(_, g)| g));
-    debug_assert!(groups.len() >= builtin);
-    groups
+    groups.sort_by(|(pa, a), (pb, b)| pb.cmp(pa).then_with(|| a.name.cmp(&b.name)));
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 fn group_json(group: &Group) -> Value {
@@ -293,6 +293,63 @@ mod tests {
 
     fn none() -> Served {
         Served::default()
+    }
+
+    #[test]
+    fn groups_are_in_upstream_priority_order() {
+        let list = api_group_list(&none(), &[]);
+        let names: Vec<&str> = list["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        // What a v1.33 kube-apiserver lists, less the groups this server does not have.
+        let upstream = [
+            "apiregistration.k8s.io",
+            "apps",
+            "events.k8s.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
+            "autoscaling",
+            "batch",
+            "certificates.k8s.io",
+            "networking.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "storage.k8s.io",
+            "admissionregistration.k8s.io",
+            "apiextensions.k8s.io",
+            "scheduling.k8s.io",
+            "coordination.k8s.io",
+            "node.k8s.io",
+            "discovery.k8s.io",
+            "flowcontrol.apiserver.k8s.io",
+            "resource.k8s.io",
+        ];
+        let expected: Vec<&str> = upstream
+            .iter()
+            .copied()
+            .filter(|g| names.contains(g))
+            .collect();
+        assert_eq!(names, expected);
+        // A remote group with a high priority sorts among the built-in ones.
+        let remote = [(
+            17650,
+            Group {
+                name: "metrics.k8s.io".into(),
+                versions: vec![("v1beta1".into(), vec![])],
+            },
+        )];
+        let list = api_group_list(&none(), &remote);
+        let names: Vec<&str> = list["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        let at = names.iter().position(|g| *g == "metrics.k8s.io").unwrap();
+        assert_eq!(names[at - 1], "authentication.k8s.io");
     }
 
     #[test]

@@ -331,11 +331,20 @@ async fn invalid_api_services_are_refused_with_upstreams_messages() {
     }
 
     // Updates are validated too.
-    let created = value(&api.create(&pp, &api_service(remote())).await.unwrap());
-    let mut update = created.clone();
-    update["spec"]["groupPriorityMinimum"] = json!(0);
-    let (code, message) = refusal(api.replace(REMOTE, &pp, &api_service(update)).await);
-    assert_eq!(code, 422);
+    api.create(&pp, &api_service(remote())).await.unwrap();
+    // The availability check writes the new APIService's status meanwhile; an update
+    // that loses that race is a 409 before it is validated, so it reads and tries again.
+    let mut attempts = 0;
+    let (code, message) = loop {
+        let mut update = value(&api.get(REMOTE).await.unwrap());
+        update["spec"]["groupPriorityMinimum"] = json!(0);
+        let answer = refusal(api.replace(REMOTE, &pp, &api_service(update)).await);
+        attempts += 1;
+        if answer.0 != 409 || attempts == 10 {
+            break answer;
+        }
+    };
+    assert_eq!(code, 422, "{message}");
     assert_eq!(
         message,
         refused(
