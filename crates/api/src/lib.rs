@@ -5,14 +5,19 @@
 //! definitions do not carry: the static table of served resources ([`resources`]) and
 //! upstream's defaulting ([`defaults`]), conversions between kinds two groups
 //! serve from one stored form ([`conversion`]), server-side Table printing ([`printers`]),
-//! and the PodDisruptionBudget condition helpers that the eviction subresource and the
-//! disruption controller share ([`pdb`]).
+//! the PodDisruptionBudget condition helpers that the eviction subresource and the
+//! disruption controller share ([`pdb`]), node selector matching ([`nodeaffinity`]: the
+//! scheduler, the DaemonSet controller, volume node affinity) and the choice of a
+//! PersistentVolume for a claim ([`persistentvolume`]: the binder controller and the
+//! scheduler's VolumeBinding).
 //!
 //! No IO: no tokio, no files, no clock (times are passed in). Must not depend on
 //! storage, registry, admission, apiserver or client crates.
 
 pub mod conversion;
 pub mod defaults;
+pub mod nodeaffinity;
 pub mod pdb;
+pub mod persistentvolume;
 pub mod printers;
 pub mod resources;

@@ -52,6 +52,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrokube_api::nodeaffinity::{NAME_FIELD, pod_spec_matches_node};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
@@ -88,8 +89,6 @@ pub const BURST_REPLICAS: usize = 250;
 /// Upstream's `failedPodsBackoff` (1 s doubling, at most 15 min).
 const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
-/// The `metadata.name` field of node selector `matchFields`.
-const NAME_FIELD: &str = "metadata.name";
 
 // ---------------------------------------------------------------------------------
 // Pure: eligibility
@@ -136,72 +135,6 @@ pub fn add_daemon_tolerations(spec: &mut PodSpec) {
     }
 }
 
-/// Upstream `NodeSelectorRequirement` matching against one value (a label or a field).
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let int = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(int), values.first().and_then(|s| int(s)))
-            else {
-                return false;
-            };
-            if values.len() != 1 {
-                return false;
-            }
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
-/// A node selector term: every expression on labels and field on `metadata.name`
-/// matches; an empty term matches nothing.
-fn term_matches(t: &NodeSelectorTerm, node: &Node) -> bool {
-    let exprs = t.match_expressions.as_deref().unwrap_or_default();
-    let fields = t.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let l = labels(&node.metadata);
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, l.get(&r.key).map(String::as_str)))
-        && fields
-            .iter()
-            .all(|r| r.key == NAME_FIELD && requirement_matches(r, node.metadata.name.as_deref()))
-}
-
-/// Upstream `GetRequiredNodeAffinity(pod).Match(node)`: the nodeSelector and any
-/// required node affinity term match.
-pub fn required_affinity_matches(spec: &PodSpec, node: &Node) -> bool {
-    let l = labels(&node.metadata);
-    if let Some(sel) = &spec.node_selector
-        && !sel.iter().all(|(k, v)| l.get(k) == Some(v))
-    {
-        return false;
-    }
-    match spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        }) {
-        None => true,
-        Some(ns) => ns.node_selector_terms.iter().any(|t| term_matches(t, node)),
-    }
-}
-
 /// Whether some taint with an effect `effects` accepts is tolerated by none of `tols`.
 fn has_untolerated(node: &Node, tols: &[Toleration], effects: &[&str]) -> bool {
     node.spec
@@ -231,7 +164,7 @@ pub fn node_should_run(ds: &DaemonSet, node: &Node) -> (bool, bool) {
         return (false, false);
     }
     add_daemon_tolerations(&mut spec);
-    if !required_affinity_matches(&spec, node) {
+    if !pod_spec_matches_node(&spec, node) {
         return (false, false);
     }
     let tols = spec.tolerations.as_deref().unwrap_or_default();

@@ -155,6 +155,9 @@ pub trait ClusterLister: Send + Sync {
     fn pvc(&self, _namespace: &str, _name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         None
     }
+    fn pvs(&self) -> Vec<Arc<PersistentVolume>> {
+        vec![]
+    }
     fn pv(&self, _name: &str) -> Option<Arc<PersistentVolume>> {
         None
     }
@@ -211,11 +214,27 @@ pub trait PodBinder: Send + Sync {
     async fn bind(&self, pod: &Pod, node: &str) -> Result<(), String>;
 }
 
-/// What plugin factories get: the listers, the binder, parallelism.
+/// The API writes of VolumeBinding's PreBind (upstream `SchedulerVolumeBinder.BindPodVolumes`).
+#[async_trait::async_trait]
+pub trait VolumeBinder: Send + Sync {
+    /// Points the volume's `claimRef` at the claim, as the binder controller would;
+    /// the controller then completes the claim's side.
+    async fn bind_volume(
+        &self,
+        volume: &PersistentVolume,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), String>;
+    /// Tells the claim's provisioner the node it is to provision for
+    /// (`volume.kubernetes.io/selected-node`).
+    async fn select_node(&self, claim: &PersistentVolumeClaim, node: &str) -> Result<(), String>;
+}
+
+/// What plugin factories get: the listers, the binders, parallelism.
 #[derive(Clone)]
 pub struct Handle {
     pub lister: Arc<dyn ClusterLister>,
     pub binder: Option<Arc<dyn PodBinder>>,
+    pub volume_binder: Option<Arc<dyn VolumeBinder>>,
     pub parallelism: usize,
 }
 
@@ -232,6 +251,7 @@ impl Default for Handle {
         Handle {
             lister: Arc::new(EmptyLister),
             binder: None,
+            volume_binder: None,
             parallelism: 16,
         }
     }

@@ -29,6 +29,7 @@ use crate::cache::Cache;
 use crate::config::KubeSchedulerConfiguration;
 use crate::framework::{
     ActionType, ClusterLister, EventResource, Framework, FrameworkError, Handle, PodBinder,
+    VolumeBinder,
 };
 use crate::metrics::Metrics;
 use crate::plugins::default_registry;
@@ -102,6 +103,50 @@ impl std::fmt::Debug for KubeApi {
 
 fn pods(client: &kube::Client, pod: &Pod) -> Api<Pod> {
     Api::namespaced(client.clone(), pod_namespace(pod))
+}
+
+#[async_trait::async_trait]
+impl VolumeBinder for KubeApi {
+    async fn bind_volume(
+        &self,
+        volume: &PersistentVolume,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), String> {
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        // The volume's resourceVersion makes this fail, not overwrite, if the volume
+        // changed since the scheduler chose it.
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": volume.metadata.resource_version,
+                "annotations": {ferrokube_api::persistentvolume::ANN_BOUND_BY_CONTROLLER: "yes"},
+            },
+            "spec": {"claimRef": {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": claim.metadata.namespace,
+                "name": claim.metadata.name,
+                "uid": claim.metadata.uid,
+                "resourceVersion": claim.metadata.resource_version,
+            }},
+        });
+        Api::<PersistentVolume>::all(self.client.clone())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn select_node(&self, claim: &PersistentVolumeClaim, node: &str) -> Result<(), String> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            ferrokube_api::persistentvolume::ANN_SELECTED_NODE: node}}});
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &ns)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }
 
 #[async_trait::async_trait]
@@ -229,6 +274,9 @@ impl ClusterLister for Listers {
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.pvcs.get_by_name(Some(namespace), name)
     }
+    fn pvs(&self) -> Vec<Arc<PersistentVolume>> {
+        self.pvs.list()
+    }
     fn pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
         self.pvs.get_by_name(None, name)
     }
@@ -328,6 +376,7 @@ pub fn build(
     let handle = Handle {
         lister: listers,
         binder: Some(api.clone()),
+        volume_binder: Some(api.clone()),
         parallelism: config.parallelism.unwrap_or(16).max(1) as usize,
     };
     let registry = default_registry();

@@ -7,10 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferrokube_apimachinery::labels::Selector;
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, Taint,
-    Toleration,
-};
+use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, Taint, Toleration};
 
 use crate::resource::{PodRequestsOptions, Resource, pod_requests};
 
@@ -290,141 +287,19 @@ pub fn find_untolerated_taint<'a>(
         .find(|t| !tolerates_taint(tolerations, t))
 }
 
-fn requirement_matches(r: &NodeSelectorRequirement, get: impl Fn(&str) -> Option<String>) -> bool {
-    let vals = r.values.as_deref().unwrap_or(&[]);
-    let v = get(&r.key);
-    match r.operator.as_str() {
-        "In" => v.is_some_and(|v| vals.contains(&v)),
-        "NotIn" => v.is_none_or(|v| !vals.contains(&v)),
-        "Exists" => v.is_some(),
-        "DoesNotExist" => v.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), [want]) = (v, vals) else {
-                return false;
-            };
-            let (Ok(have), Ok(want)) = (v.parse::<i64>(), want.parse::<i64>()) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                have > want
-            } else {
-                have < want
-            }
-        }
-        _ => false,
-    }
-}
-
-/// A node selector term matches when all its expressions and fields match; an empty
-/// term matches nothing.
-pub fn node_selector_term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-    let fields = term.match_fields.as_deref().unwrap_or(&[]);
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let labels = labels_of(&node.metadata);
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, |k| labels.get(k).cloned()))
-        && fields.iter().all(|r| {
-            requirement_matches(r, |k| {
-                (k == "metadata.name").then(|| node_name(node).to_string())
-            })
-        })
-}
-
-/// A node selector matches when any of its terms does (`nodeaffinity.NodeSelector`).
-pub fn node_selector_matches(sel: &NodeSelector, node: &Node) -> bool {
-    sel.node_selector_terms
-        .iter()
-        .any(|t| node_selector_term_matches(t, node))
-}
+pub use ferrokube_api::nodeaffinity::{node_selector_matches, node_selector_term_matches};
 
 /// `RequiredNodeAffinity.Match`: the pod's `nodeSelector` and required node affinity.
 pub fn pod_matches_node_selector_and_affinity(pod: &Pod, node: &Node) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return true;
-    };
-    let labels = labels_of(&node.metadata);
-    if let Some(ns) = spec.node_selector.as_ref()
-        && !ns.iter().all(|(k, v)| labels.get(k) == Some(v))
-    {
-        return false;
-    }
-    if let Some(req) = spec
-        .affinity
+    pod.spec
         .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-    {
-        return node_selector_matches(req, node);
-    }
-    true
+        .is_none_or(|spec| ferrokube_api::nodeaffinity::pod_spec_matches_node(spec, node))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn node(labels: serde_json::Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n1", "labels": labels}})).unwrap()
-    }
-
-    #[test]
-    fn node_selector_operators() {
-        let n = node(json!({"zone": "a", "gpus": "4"}));
-        let cases = [
-            (
-                json!({"key": "zone", "operator": "In", "values": ["a", "b"]}),
-                true,
-            ),
-            (
-                json!({"key": "zone", "operator": "In", "values": ["b"]}),
-                false,
-            ),
-            (
-                json!({"key": "zone", "operator": "NotIn", "values": ["b"]}),
-                true,
-            ),
-            (
-                json!({"key": "missing", "operator": "NotIn", "values": ["b"]}),
-                true,
-            ),
-            (json!({"key": "zone", "operator": "Exists"}), true),
-            (json!({"key": "zone", "operator": "DoesNotExist"}), false),
-            (
-                json!({"key": "gpus", "operator": "Gt", "values": ["3"]}),
-                true,
-            ),
-            (
-                json!({"key": "gpus", "operator": "Lt", "values": ["3"]}),
-                false,
-            ),
-            (
-                json!({"key": "gpus", "operator": "Gt", "values": ["x"]}),
-                false,
-            ),
-        ];
-        for (req, want) in cases {
-            let term: NodeSelectorTerm =
-                serde_json::from_value(json!({"matchExpressions": [req.clone()]})).unwrap();
-            assert_eq!(node_selector_term_matches(&term, &n), want, "{req}");
-        }
-        let by_name: NodeSelectorTerm = serde_json::from_value(
-            json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}),
-        )
-        .unwrap();
-        assert!(node_selector_term_matches(&by_name, &n));
-        assert!(!node_selector_term_matches(
-            &NodeSelectorTerm::default(),
-            &n
-        ));
-    }
 
     #[test]
     fn tolerations() {

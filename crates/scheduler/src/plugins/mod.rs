@@ -86,10 +86,12 @@ pub fn default_registry() -> Registry {
             h.lister.clone(),
         ))
     });
-    r.register(volume::VOLUME_BINDING, |_, h: &Handle| {
-        arc(volume::VolumeBinding {
-            lister: h.lister.clone(),
-        })
+    r.register(volume::VOLUME_BINDING, |a, h: &Handle| {
+        arc(volume::VolumeBinding::new(
+            parse_args(volume::VOLUME_BINDING, a)?,
+            h.lister.clone(),
+            h.volume_binder.clone(),
+        ))
     });
     r.register(volume::VOLUME_RESTRICTIONS, |_, h: &Handle| {
         arc(volume::VolumeRestrictions {

@@ -1,15 +1,32 @@
-//! VolumeBinding and VolumeRestrictions, as far as PVs exist here: claims must exist;
-//! unbound `Immediate` claims block scheduling; bound claims' PV node affinity must
-//! match; a ReadWriteOncePod claim may be used by one pod only. (Dynamic provisioning
-//! and binding of `WaitForFirstConsumer` claims are not done by this scheduler.)
+//! VolumeBinding and VolumeRestrictions (upstream `plugins/volumebinding` and
+//! `volumerestrictions`):
+//! - claims must exist and not be terminating; unbound `Immediate` claims block
+//!   scheduling (the binder controller binds them);
+//! - a bound claim's volume must be reachable from the node (its node affinity);
+//! - an unbound `WaitForFirstConsumer` claim needs, on the node, an Available volume
+//!   that fits it (the smallest, as the binder controller would choose) or a class
+//!   whose provisioner can create one there (not `kubernetes.io/no-provisioner`, its
+//!   allowedTopologies admitting the node). Reserve assumes the choice so that pods
+//!   in flight do not take the same volume; PreBind writes it (the volume's
+//!   `claimRef`, or the claim's `volume.kubernetes.io/selected-node` for its
+//!   provisioner) and waits, up to `bindTimeoutSeconds`, for the claims to be Bound;
+//! - a ReadWriteOncePod claim may be used by one pod only.
+//!
+//! Deviations: no CSIStorageCapacity checks and no StorageCapacityScoring.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use ferrokube_api::persistentvolume::{NOT_SUPPORTED_PROVISIONER, find_matching_volume};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use parking_lot::Mutex;
+use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::*;
-use crate::status::Status;
+use crate::status::{Code, Status};
 use crate::types::{PodInfo, node_selector_matches, pod_namespace};
 
 pub const VOLUME_BINDING: &str = "VolumeBinding";
@@ -20,6 +37,9 @@ pub const ERR_REASON_BIND_CONFLICT: &str =
     "node(s) didn't find available persistent volumes to bind";
 pub const ERR_REASON_RWOP_CONFLICT: &str =
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+
+/// How often PreBind looks whether the claims it set up are bound.
+const BOUND_POLL: Duration = Duration::from_millis(200);
 
 fn claim_names(pod: &Pod) -> Vec<String> {
     pod.spec
@@ -33,8 +53,42 @@ fn claim_names(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
+/// `VolumeBindingArgs`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeBindingArgs {
+    /// How long PreBind waits for the claims to be bound (upstream default 600).
+    pub bind_timeout_seconds: Option<i64>,
+}
+
+/// What PreBind does for one unbound `WaitForFirstConsumer` claim.
+#[derive(Debug, Clone)]
+enum Decision {
+    /// Bind it to this existing volume.
+    Bind {
+        claim: Arc<PersistentVolumeClaim>,
+        volume: Arc<PersistentVolume>,
+    },
+    /// Ask its provisioner for a volume on the chosen node.
+    Provision { claim: Arc<PersistentVolumeClaim> },
+}
+
+impl Decision {
+    fn volume(&self) -> Option<&str> {
+        match self {
+            Decision::Bind { volume, .. } => volume.metadata.name.as_deref(),
+            Decision::Provision { .. } => None,
+        }
+    }
+}
+
 pub struct VolumeBinding {
-    pub lister: Arc<dyn ClusterLister>,
+    lister: Arc<dyn ClusterLister>,
+    binder: Option<Arc<dyn VolumeBinder>>,
+    bind_timeout: Duration,
+    /// Decisions of pods between Reserve and the end of PreBind, by pod uid (upstream's
+    /// assume cache): their volumes are taken for every other pod meanwhile.
+    assumed: Mutex<HashMap<String, Vec<Decision>>>,
 }
 
 impl std::fmt::Debug for VolumeBinding {
@@ -43,12 +97,130 @@ impl std::fmt::Debug for VolumeBinding {
     }
 }
 
+impl VolumeBinding {
+    pub fn new(
+        args: VolumeBindingArgs,
+        lister: Arc<dyn ClusterLister>,
+        binder: Option<Arc<dyn VolumeBinder>>,
+    ) -> Self {
+        let seconds = args.bind_timeout_seconds.unwrap_or(600).max(0);
+        VolumeBinding {
+            lister,
+            binder,
+            bind_timeout: Duration::from_secs(seconds as u64),
+            assumed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Volumes other pods in flight have been given.
+    fn assumed_volumes(&self, except_pod: &str) -> HashSet<String> {
+        self.assumed
+            .lock()
+            .iter()
+            .filter(|(uid, _)| uid.as_str() != except_pod)
+            .flat_map(|(_, ds)| ds.iter().filter_map(|d| d.volume().map(str::to_string)))
+            .collect()
+    }
+
+    /// The decisions for `claims` on `node`, or the reason the node cannot have them.
+    fn decide(
+        &self,
+        pod_uid: &str,
+        claims: &[Arc<PersistentVolumeClaim>],
+        node: &Node,
+    ) -> Result<Vec<Decision>, Status> {
+        let volumes = self.lister.pvs();
+        let mut taken = self.assumed_volumes(pod_uid);
+        let mut decisions = Vec::new();
+        for claim in claims {
+            let found = find_matching_volume(
+                claim,
+                volumes.iter().map(|v| v.as_ref()),
+                Some(node),
+                &|name| taken.contains(name),
+                false,
+            )
+            .map_err(Status::error)?;
+            if let Some(volume) = found {
+                let name = volume.metadata.name.clone().unwrap_or_default();
+                let volume = volumes
+                    .iter()
+                    .find(|v| v.metadata.name.as_deref() == Some(name.as_str()))
+                    .cloned()
+                    .expect("the match is one of the listed volumes");
+                taken.insert(name);
+                decisions.push(Decision::Bind {
+                    claim: claim.clone(),
+                    volume,
+                });
+            } else if self.can_provision(claim, node) {
+                decisions.push(Decision::Provision {
+                    claim: claim.clone(),
+                });
+            } else {
+                return Err(Status::unresolvable(ERR_REASON_BIND_CONFLICT));
+            }
+        }
+        Ok(decisions)
+    }
+
+    /// `checkVolumeProvisions`: the claim's class has a provisioner and admits the node.
+    fn can_provision(&self, claim: &PersistentVolumeClaim, node: &Node) -> bool {
+        let class = ferrokube_api::persistentvolume::claim_class(claim);
+        let Some(class) = self.lister.storage_class(class) else {
+            return false;
+        };
+        class.provisioner != NOT_SUPPORTED_PROVISIONER && topology_admits(&class, node)
+    }
+
+    /// Whether every claim the pod uses is bound, as far as the informers have seen.
+    fn claims_bound(&self, pod: &Pod) -> Result<bool, String> {
+        let ns = pod_namespace(pod);
+        for name in claim_names(pod) {
+            let Some(claim) = self.lister.pvc(ns, &name) else {
+                return Err(format!("persistentvolumeclaim \"{name}\" not found"));
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+            }
+            let bound = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_some_and(|v| !v.is_empty())
+                && claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            if !bound {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// `MatchTopologySelectorTerms`: no terms admit every node; otherwise some term's every
+/// label requirement must hold.
+fn topology_admits(class: &StorageClass, node: &Node) -> bool {
+    let Some(terms) = class.allowed_topologies.as_ref().filter(|t| !t.is_empty()) else {
+        return true;
+    };
+    let empty = std::collections::BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    terms.iter().any(|term| {
+        term.match_label_expressions
+            .iter()
+            .flatten()
+            .all(|e| labels.get(&e.key).is_some_and(|v| e.values.contains(v)))
+    })
+}
+
 #[derive(Debug, Clone, Default)]
 struct BindingState {
     /// PV names of the pod's bound claims.
     bound_pvs: Vec<String>,
     /// Unbound WaitForFirstConsumer claims.
-    delayed: Vec<String>,
+    delayed: Vec<Arc<PersistentVolumeClaim>>,
+    /// What Filter decided for the delayed claims on each feasible node, for Reserve.
+    by_node: Arc<Mutex<HashMap<String, Vec<Decision>>>>,
 }
 
 const BINDING_KEY: &str = "PreFilterVolumeBinding";
@@ -87,15 +259,13 @@ impl PreFilterPlugin for VolumeBinding {
             {
                 Some(pv) => st.bound_pvs.push(pv),
                 None => {
-                    let mode = pvc
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.storage_class_name.as_deref())
-                        .and_then(|sc| self.lister.storage_class(sc))
+                    let mode = self
+                        .lister
+                        .storage_class(ferrokube_api::persistentvolume::claim_class(&pvc))
                         .and_then(|sc| sc.volume_binding_mode.clone())
                         .unwrap_or_else(|| "Immediate".into());
                     if mode == "WaitForFirstConsumer" {
-                        st.delayed.push(n);
+                        st.delayed.push(pvc);
                     } else {
                         return (None, Status::unresolvable(ERR_REASON_UNBOUND_IMMEDIATE));
                     }
@@ -108,7 +278,7 @@ impl PreFilterPlugin for VolumeBinding {
 }
 
 impl FilterPlugin for VolumeBinding {
-    fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(st) = state.read::<BindingState>(BINDING_KEY) else {
             return Status::success();
         };
@@ -126,7 +296,91 @@ impl FilterPlugin for VolumeBinding {
                 return Status::unresolvable(ERR_REASON_NODE_CONFLICT);
             }
         }
+        if st.delayed.is_empty() {
+            return Status::success();
+        }
+        match self.decide(pod.uid(), &st.delayed, node.node()) {
+            Ok(decisions) => {
+                let name = node.node().metadata.name.clone().unwrap_or_default();
+                st.by_node.lock().insert(name, decisions);
+                Status::success()
+            }
+            Err(status) => status,
+        }
+    }
+}
+
+impl ReservePlugin for VolumeBinding {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let Some(st) = state.read::<BindingState>(BINDING_KEY) else {
+            return Status::success();
+        };
+        let Some(decisions) = st.by_node.lock().remove(node) else {
+            return Status::success();
+        };
+        // Another pod may have reserved one of these volumes since this pod's Filter.
+        let mut assumed = self.assumed.lock();
+        let taken: HashSet<&str> = assumed
+            .iter()
+            .filter(|(uid, _)| uid.as_str() != pod.uid())
+            .flat_map(|(_, ds)| ds.iter().filter_map(Decision::volume))
+            .collect();
+        if let Some(v) = decisions
+            .iter()
+            .filter_map(Decision::volume)
+            .find(|v| taken.contains(v))
+        {
+            return Status::with_reasons(
+                Code::Unschedulable,
+                vec![format!(
+                    "persistentvolume {v:?} was assumed for another pod"
+                )],
+            );
+        }
+        assumed.insert(pod.uid().to_string(), decisions);
         Status::success()
+    }
+
+    fn unreserve(&self, _: &mut CycleState, pod: &PodInfo, _: &str) {
+        self.assumed.lock().remove(pod.uid());
+    }
+}
+
+#[async_trait::async_trait]
+impl PreBindPlugin for VolumeBinding {
+    async fn pre_bind(&self, pod: &PodInfo, node: &str) -> Status {
+        let decisions = self.assumed.lock().get(pod.uid()).cloned();
+        let Some(decisions) = decisions else {
+            return Status::success();
+        };
+        let Some(binder) = &self.binder else {
+            return Status::error("no API client to bind volumes with");
+        };
+        for d in &decisions {
+            let written = match d {
+                Decision::Bind { claim, volume } => binder.bind_volume(volume, claim).await,
+                Decision::Provision { claim } => binder.select_node(claim, node).await,
+            };
+            if let Err(e) = written {
+                self.assumed.lock().remove(pod.uid());
+                return Status::error(format!("binding volumes: {e}"));
+            }
+        }
+        // The binder controller (or the provisioner, then the controller) finishes the
+        // binding; the pod goes to its node only with its claims bound.
+        let deadline = Instant::now() + self.bind_timeout;
+        let outcome = loop {
+            match self.claims_bound(&pod.pod) {
+                Ok(true) => break Status::success(),
+                Ok(false) if Instant::now() < deadline => tokio::time::sleep(BOUND_POLL).await,
+                Ok(false) => {
+                    break Status::error("binding volumes: context deadline exceeded");
+                }
+                Err(e) => break Status::error(format!("binding volumes: {e}")),
+            }
+        };
+        self.assumed.lock().remove(pod.uid());
+        outcome
     }
 }
 
@@ -138,6 +392,12 @@ impl Plugin for VolumeBinding {
         Some(self)
     }
     fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+    fn pre_bind(&self) -> Option<&dyn PreBindPlugin> {
         Some(self)
     }
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
@@ -251,6 +511,11 @@ mod tests {
         fn pvc(&self, ns: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
             self.pvcs.get(&format!("{ns}/{name}")).cloned()
         }
+        fn pvs(&self) -> Vec<Arc<PersistentVolume>> {
+            let mut all: Vec<_> = self.pvs.values().cloned().collect();
+            all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            all
+        }
         fn pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
             self.pvs.get(name).cloned()
         }
@@ -301,7 +566,7 @@ mod tests {
 
     #[test]
     fn volume_binding() {
-        let vb = VolumeBinding { lister: lister() };
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), lister(), None);
         let snap = snapshot(vec![
             (node("n1", json!({})), vec![]),
             (node("n2", json!({})), vec![]),
@@ -321,6 +586,178 @@ mod tests {
                 .iter()
                 .all(|(_, s)| s.is_success())
         );
+    }
+
+    /// A lister with one local volume on `n1` and a claim for it in a
+    /// WaitForFirstConsumer class without a provisioner; `bound` makes the claim Bound.
+    fn local_volumes(bound: bool) -> Arc<Fake> {
+        let mut f = Fake::default();
+        let mut claim = json!({"metadata": {"name": "data", "namespace": "default", "uid": "c1"},
+            "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}});
+        if bound {
+            claim["spec"]["volumeName"] = json!("local-n1");
+            claim["status"] = json!({"phase": "Bound"});
+        }
+        f.pvcs.insert(
+            "default/data".into(),
+            Arc::new(serde_json::from_value(claim).unwrap()),
+        );
+        f.pvcs.insert(
+            "default/fast".into(),
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "fast", "namespace": "default"},
+                "spec": {"storageClassName": "late", "resources": {"requests": {"storage": "1Gi"}}}})).unwrap()),
+        );
+        f.pvs.insert(
+            "local-n1".into(),
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "local-n1", "resourceVersion": "7"},
+                "spec": {"storageClassName": "local", "capacity": {"storage": "5Gi"},
+                         "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt/disk"},
+                         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                             {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}},
+                "status": {"phase": "Available"}})).unwrap()),
+        );
+        f.scs.insert(
+            "local".into(),
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "local"},
+                "provisioner": NOT_SUPPORTED_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer"})).unwrap()),
+        );
+        f.scs.insert(
+            "late".into(),
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "late"}, "provisioner": "x",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "kubernetes.io/hostname", "values": ["n2"]}]}]}))
+                .unwrap(),
+            ),
+        );
+        Arc::new(f)
+    }
+
+    /// What PreBind asked the API for.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<String>>);
+
+    #[async_trait::async_trait]
+    impl VolumeBinder for Recorded {
+        async fn bind_volume(
+            &self,
+            volume: &PersistentVolume,
+            claim: &PersistentVolumeClaim,
+        ) -> Result<(), String> {
+            self.0.lock().push(format!(
+                "bind {} to {}",
+                volume.metadata.name.as_deref().unwrap_or(""),
+                claim.metadata.name.as_deref().unwrap_or("")
+            ));
+            Ok(())
+        }
+        async fn select_node(
+            &self,
+            claim: &PersistentVolumeClaim,
+            node: &str,
+        ) -> Result<(), String> {
+            self.0.lock().push(format!(
+                "provision {} on {node}",
+                claim.metadata.name.as_deref().unwrap_or("")
+            ));
+            Ok(())
+        }
+    }
+
+    /// PreFilter, Filter on `node` and Reserve there, as the scheduler runs them.
+    fn reserve_on(vb: &VolumeBinding, pod: &Arc<Pod>, snap: &Snapshot, node: &str) -> Status {
+        let info = pi(pod);
+        let mut state = CycleState::new();
+        let (_, s) = PreFilterPlugin::pre_filter(vb, &mut state, &info, snap);
+        assert!(s.is_success(), "{}", s.message());
+        let n = snap
+            .node_info_list
+            .iter()
+            .find(|n| n.name() == node)
+            .unwrap();
+        let s = FilterPlugin::filter(vb, &state, &info, n);
+        if !s.is_success() {
+            return s;
+        }
+        ReservePlugin::reserve(vb, &mut state, &info, node)
+    }
+
+    #[test]
+    fn wait_for_first_consumer_claims_take_a_reachable_volume_or_a_provisioner() {
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), local_volumes(false), None);
+        let snap = snapshot(vec![
+            (node("n1", json!({})), vec![]),
+            (node("n2", json!({})), vec![]),
+        ]);
+        let got = filter_all(&vb, &with_claim("p", "data"), &snap);
+        assert!(got[0].1.is_success(), "{}", got[0].1.message());
+        assert_eq!(got[1].1.message(), ERR_REASON_BIND_CONFLICT);
+        // No volume at all, a provisioner limited to n2 by allowedTopologies.
+        let got = filter_all(&vb, &with_claim("p", "fast"), &snap);
+        assert_eq!(got[0].1.message(), ERR_REASON_BIND_CONFLICT);
+        assert!(got[1].1.is_success());
+    }
+
+    #[test]
+    fn a_reserved_volume_is_not_offered_to_another_pod() {
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), local_volumes(false), None);
+        let snap = snapshot(vec![(node("n1", json!({})), vec![])]);
+        let first = with_claim("a", "data");
+        assert!(reserve_on(&vb, &first, &snap, "n1").is_success());
+        let second = with_claim("b", "data");
+        assert_eq!(
+            reserve_on(&vb, &second, &snap, "n1").message(),
+            ERR_REASON_BIND_CONFLICT
+        );
+        // Unreserve gives it back.
+        ReservePlugin::unreserve(&vb, &mut CycleState::new(), &pi(&first), "n1");
+        assert!(reserve_on(&vb, &second, &snap, "n1").is_success());
+    }
+
+    #[tokio::test]
+    async fn pre_bind_writes_the_choice_and_waits_for_the_claims() {
+        let snap = snapshot(vec![
+            (node("n1", json!({})), vec![]),
+            (node("n2", json!({})), vec![]),
+        ]);
+        let timeout_now = VolumeBindingArgs {
+            bind_timeout_seconds: Some(0),
+        };
+        // The claim never becomes bound: PreBind writes the volume's claimRef, then
+        // gives up at the timeout, and the volume is free again.
+        let api = Arc::new(Recorded::default());
+        let vb = VolumeBinding::new(timeout_now.clone(), local_volumes(false), Some(api.clone()));
+        let pod = with_claim("p", "data");
+        assert!(reserve_on(&vb, &pod, &snap, "n1").is_success());
+        let s = PreBindPlugin::pre_bind(&vb, &pi(&pod), "n1").await;
+        assert!(!s.is_success());
+        assert!(
+            s.message().contains("context deadline exceeded"),
+            "{}",
+            s.message()
+        );
+        assert_eq!(*api.0.lock(), vec!["bind local-n1 to data".to_string()]);
+        assert!(vb.assumed.lock().is_empty());
+        // A claim for a provisioner gets the node.
+        let api = Arc::new(Recorded::default());
+        let vb = VolumeBinding::new(timeout_now.clone(), local_volumes(false), Some(api.clone()));
+        let pod = with_claim("p", "fast");
+        assert!(reserve_on(&vb, &pod, &snap, "n2").is_success());
+        let _ = PreBindPlugin::pre_bind(&vb, &pi(&pod), "n2").await;
+        assert_eq!(*api.0.lock(), vec!["provision fast on n2".to_string()]);
+        // Bound claims: nothing to write, nothing to wait for.
+        let api = Arc::new(Recorded::default());
+        let vb = VolumeBinding::new(timeout_now, local_volumes(true), Some(api.clone()));
+        let pod = with_claim("p", "data");
+        assert!(reserve_on(&vb, &pod, &snap, "n1").is_success());
+        assert!(
+            PreBindPlugin::pre_bind(&vb, &pi(&pod), "n1")
+                .await
+                .is_success()
+        );
+        assert!(api.0.lock().is_empty());
     }
 
     #[test]
