@@ -30,7 +30,10 @@
 //!   (`--container-log-max-size`/`--container-log-max-files`), [`eviction`] (the
 //!   eviction manager's decisions), [`streaming`] (exec,
 //!   attach and port-forward handed to the runtime's streaming server), [`static_pods`]
-//!   (`--pod-manifest-path` manifests, upstream's naming and hash, mirror pods).
+//!   (`--pod-manifest-path` manifests, upstream's naming and hash, mirror pods),
+//!   [`stats`] (`/stats/summary` and its collection), [`metrics`] (`/metrics`,
+//!   `/metrics/cadvisor`), [`resource_metrics`] (`/metrics/resource`, pure rendering of
+//!   the summary's CPU and memory for metrics-server).
 
 pub mod actions;
 pub mod atomic_writer;
@@ -57,6 +60,7 @@ pub mod probe_manager;
 pub mod prober;
 pub mod qos;
 pub mod quantity;
+pub mod resource_metrics;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;

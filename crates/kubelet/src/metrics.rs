@@ -246,7 +246,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// Escapes a label value (backslash, quote, newline), as the text format requires.
-fn escape(v: &str) -> String {
+pub(crate) fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -353,6 +353,31 @@ fn family_plain(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// A sample value as Prometheus' Go text encoder writes it: `strconv.FormatFloat(v, 'g',
+/// -1, 64)`, the shortest digits that read back the same, in exponent form (`e+07`, at
+/// least two exponent digits) from 1e6 up and below 1e-4; `NaN`, `+Inf`, `-Inf`.
+pub fn format_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    // Rust's `{:e}` gives the same shortest digits: "1.2345678e7", "-2.5e-5".
+    let sci = format!("{v:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..6).contains(&exp) {
+        format!("{v}")
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +436,33 @@ mod tests {
             m.render(&KubeletGauges::default())
                 .contains("kubelet_pod_start_duration_seconds_count 2")
         );
+    }
+
+    #[test]
+    fn floats_as_go_formats_them() {
+        for (v, want) in [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (10.0, "10"),
+            (2.5, "2.5"),
+            (1000.0, "1000"),
+            (999_999.0, "999999"),
+            (1_000_000.0, "1e+06"),
+            (12_345_678.0, "1.2345678e+07"),
+            (1_624_396_248.302_091_6, "1.6243962483020916e+09"),
+            (1e21, "1e+21"),
+            (0.0001, "0.0001"),
+            (0.000_012_5, "1.25e-05"),
+            (-3.5e-7, "-3.5e-07"),
+            (1e100, "1e+100"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+        ] {
+            assert_eq!(format_float(v), want, "{v}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`):
 //! - `--healthz-port` (plain HTTP): `/healthz`;
-//! - `--read-only-port` (plain HTTP, no authentication): `/healthz`, `/pods`;
-//! - `--port` (HTTPS, 10250): `/healthz`, `/pods`, `/containerLogs/{ns}/{pod}/{container}`
+//! - `--read-only-port` (plain HTTP, no authentication): `/healthz`, `/pods`,
+//!   `/metrics`, `/metrics/cadvisor`, `/metrics/resource` (see
+//!   [`crate::resource_metrics`]) and `/stats/summary`;
+//! - `--port` (HTTPS, 10250): the read-only paths, `/containerLogs/{ns}/{pod}/{container}`
 //!   (see [`crate::logs`]), `/exec/...`, `/attach/...` and `/portForward/...` (see
 //!   [`crate::streaming`]); every request authenticated and authorized by
 //!   [`crate::auth::KubeletAuth`] (client certificates verified against
@@ -40,7 +42,7 @@ pub enum Endpoints {
     /// `/healthz` only.
     Healthz,
     /// `/healthz`, `/pods` (a PodList of the pods bound to this node), `/metrics`,
-    /// `/metrics/cadvisor` and `/stats/summary`.
+    /// `/metrics/cadvisor`, `/metrics/resource` and `/stats/summary`.
     ReadOnly,
     /// The kubelet API: read-only paths plus logs, exec, attach and port-forward.
     Api,
@@ -171,6 +173,13 @@ async fn handle(kubelet: Arc<Kubelet>, which: Endpoints, req: Request<Incoming>)
                 machine.num_cpus,
                 machine.memory_bytes,
             ))
+        }
+        ["metrics", "resource"] if which != Endpoints::Healthz => {
+            let stats = crate::stats::cpu_and_memory(&kubelet, kubelet.cpu_rate()).await;
+            if let Err(e) = &stats {
+                tracing::error!(error = %e, "getting stats for /metrics/resource");
+            }
+            prometheus(crate::resource_metrics::render(stats.as_ref().ok()))
         }
         ["stats", "summary"] if which != Endpoints::Healthz => {
             let summary = crate::stats::summary(&kubelet, kubelet.cpu_rate()).await;

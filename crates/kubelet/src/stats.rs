@@ -1,6 +1,7 @@
 //! `/stats/summary` (upstream `k8s.io/kubelet/pkg/apis/stats/v1alpha1`, whose types
 //! k8s-openapi does not carry, hence the serde structs here) and the collection behind
-//! it and `/metrics/cadvisor`: CRI `ListContainerStats` and `ImageFsInfo`, /proc for the
+//! it, `/metrics/resource` ([`cpu_and_memory`], rendered by [`crate::resource_metrics`])
+//! and `/metrics/cadvisor`: CRI `ListContainerStats` and `ImageFsInfo`, /proc for the
 //! node, statvfs and a directory walk for filesystems and emptyDir volumes.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::cri::CriError;
 use crate::kubelet::Kubelet;
 use crate::metrics::ContainerSample;
 use crate::sandbox::{name, namespace, uid};
@@ -52,6 +54,8 @@ pub struct NodeStats {
     pub fs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -87,6 +91,16 @@ pub struct MemoryStats {
     pub page_faults: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SwapStats {
+    pub time: StatsTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_usage_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -148,6 +162,8 @@ pub struct ContainerStats {
     pub rootfs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -173,6 +189,8 @@ pub struct PodStats {
     pub volume: Vec<VolumeStats>,
     #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 // ------------------------------------------------------------------ pure parts
@@ -210,6 +228,16 @@ pub fn pod_totals(
         ..Default::default()
     });
     (cpu, memory)
+}
+
+/// A pod's swap: the sum over its containers that report it.
+pub fn pod_swap(containers: &[ContainerStats], time: &StatsTime) -> Option<SwapStats> {
+    let swaps: Vec<&SwapStats> = containers.iter().filter_map(|c| c.swap.as_ref()).collect();
+    (!swaps.is_empty()).then(|| SwapStats {
+        time: time.clone(),
+        swap_available_bytes: None,
+        swap_usage_bytes: swaps.iter().fold(None, |a, s| add(a, s.swap_usage_bytes)),
+    })
 }
 
 /// A pod's ephemeral storage (upstream `calcEphemeralStorage`): the containers' writable
@@ -255,14 +283,7 @@ pub fn proc_stat_cpu_nanos(stat: &str) -> Option<u64> {
 /// The node's memory from /proc/meminfo (bytes): available, usage (total - free) and
 /// working set (usage - inactive file pages, as upstream's working set).
 pub fn meminfo_memory(meminfo: &str, time: &StatsTime) -> Option<MemoryStats> {
-    let field = |k: &str| {
-        meminfo
-            .lines()
-            .find(|l| l.split(':').next() == Some(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    };
+    let field = |k: &str| meminfo_bytes(meminfo, k);
     let total = field("MemTotal")?;
     let usage = total.saturating_sub(field("MemFree").unwrap_or(0));
     Some(MemoryStats {
@@ -272,6 +293,28 @@ pub fn meminfo_memory(meminfo: &str, time: &StatsTime) -> Option<MemoryStats> {
         working_set_bytes: Some(usage.saturating_sub(field("Inactive(file)").unwrap_or(0))),
         ..Default::default()
     })
+}
+
+/// The node's swap from /proc/meminfo: SwapTotal - SwapFree, what upstream's root
+/// cgroup reports; no limit, hence no available bytes (as upstream for an unlimited one).
+pub fn meminfo_swap(meminfo: &str, time: &StatsTime) -> Option<SwapStats> {
+    let total = meminfo_bytes(meminfo, "SwapTotal")?;
+    let free = meminfo_bytes(meminfo, "SwapFree").unwrap_or(0);
+    Some(SwapStats {
+        time: time.clone(),
+        swap_available_bytes: None,
+        swap_usage_bytes: Some(total.saturating_sub(free)),
+    })
+}
+
+/// One /proc/meminfo field (kB), in bytes.
+fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find(|l| l.split(':').next() == Some(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 /// Interfaces from /proc/net/dev, without loopback and pod-side devices (veth, cni).
@@ -432,32 +475,77 @@ pub async fn container_samples(kubelet: &Kubelet) -> Vec<ContainerSample> {
         .collect()
 }
 
-/// Collects the summary of the node and the pods the kubelet runs.
+/// What one collection covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything `/stats/summary` shows (also what the eviction manager reads).
+    Full,
+    /// CPU, memory and swap of the node, pods and containers only (upstream
+    /// `GetCPUAndMemoryStats`, behind `/metrics/resource`): no filesystem, network or
+    /// image stats, so no directory walks on a scrape.
+    CpuAndMemory,
+}
+
+/// Collects the summary of the node and the pods the kubelet runs. A runtime that does
+/// not answer leaves the pods without container stats.
 pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
+    let (summary, error) = collect(kubelet, cpu_rate, Scope::Full).await;
+    if let Some(e) = error {
+        tracing::debug!(error = %e, "container stats for the summary");
+    }
+    summary
+}
+
+/// The node's, pods' and containers' CPU, memory and swap (upstream
+/// `GetCPUAndMemoryStats`); an error when the runtime's container stats could not be
+/// listed.
+pub async fn cpu_and_memory(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Result<Summary, CriError> {
+    match collect(kubelet, cpu_rate, Scope::CpuAndMemory).await {
+        (summary, None) => Ok(summary),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// The one collection behind [`summary`] and [`cpu_and_memory`]: what `scope` covers,
+/// and the first runtime error met (the stats then lack what it would have given).
+pub async fn collect(
+    kubelet: &Kubelet,
+    cpu_rate: &CpuRate,
+    scope: Scope,
+) -> (Summary, Option<CriError>) {
+    let full = scope == Scope::Full;
     let now = StatsTime(Time(k8s_openapi::jiff::Timestamp::now()));
     let cfg = kubelet.config();
     let cri = kubelet.runtime().cri();
-    let node_fs = statvfs_stats(&cfg.root_dir, &now);
-    let image_fs = match cri.image_fs_info().await {
-        Ok(info) => info.image_filesystems.first().map(|f| {
-            let mountpoint = f
-                .fs_id
-                .as_ref()
-                .map(|i| i.mountpoint.clone())
-                .unwrap_or_default();
-            let mut fs = statvfs_stats(Path::new(&mountpoint), &now).unwrap_or_default();
-            fs.time = now.clone();
-            fs.used_bytes = value(&f.used_bytes).or(fs.used_bytes);
-            fs.inodes_used = value(&f.inodes_used).or(fs.inodes_used);
-            fs
-        }),
-        Err(_) => None,
+    let node_fs = full.then(|| statvfs_stats(&cfg.root_dir, &now)).flatten();
+    let image_fs = if full {
+        match cri.image_fs_info().await {
+            Ok(info) => info.image_filesystems.first().map(|f| {
+                let mountpoint = f
+                    .fs_id
+                    .as_ref()
+                    .map(|i| i.mountpoint.clone())
+                    .unwrap_or_default();
+                let mut fs = statvfs_stats(Path::new(&mountpoint), &now).unwrap_or_default();
+                fs.time = now.clone();
+                fs.used_bytes = value(&f.used_bytes).or(fs.used_bytes);
+                fs.inodes_used = value(&f.inodes_used).or(fs.inodes_used);
+                fs
+            }),
+            Err(_) => None,
+        }
+    } else {
+        None
     };
     let cpu_nanos = std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|s| proc_stat_cpu_nanos(&s));
-    let interfaces =
-        net_dev_interfaces(&std::fs::read_to_string("/proc/net/dev").unwrap_or_default());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let interfaces = if full {
+        net_dev_interfaces(&std::fs::read_to_string("/proc/net/dev").unwrap_or_default())
+    } else {
+        vec![]
+    };
     let boot = std::fs::read_to_string("/proc/uptime")
         .ok()
         .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
@@ -475,24 +563,30 @@ pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
             usage_nano_cores: cpu_rate.rate(n),
             usage_core_nano_seconds: Some(n),
         }),
-        memory: std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| meminfo_memory(&m, &now)),
+        memory: meminfo_memory(&meminfo, &now),
         network: interfaces.first().cloned().map(|default| NetworkStats {
             time: now.clone(),
             default,
             interfaces: interfaces.clone(),
         }),
         fs: node_fs.clone(),
-        runtime: Some(RuntimeStats { image_fs }),
+        runtime: full.then_some(RuntimeStats { image_fs }),
+        swap: meminfo_swap(&meminfo, &now),
     };
 
     // Container stats by pod UID.
-    let stats = cri.list_container_stats().await.unwrap_or_default();
+    let mut error = None;
+    let stats = cri.list_container_stats().await.unwrap_or_else(|e| {
+        error.get_or_insert(e);
+        vec![]
+    });
     let containers: BTreeMap<String, k8s_cri::v1::Container> = cri
         .list_containers(None)
         .await
-        .unwrap_or_default()
+        .unwrap_or_else(|e| {
+            error.get_or_insert(e);
+            vec![]
+        })
         .into_iter()
         .map(|c| (c.id.clone(), c))
         .collect();
@@ -512,30 +606,43 @@ pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
             .as_ref()
             .map(|m| m.name.clone())
             .unwrap_or_default();
-        let log_dir = kubelet
-            .runtime()
-            .node()
-            .pod_logs_dir
-            .join(format!(
-                "{}_{}_{}",
-                attrs
-                    .labels
-                    .get("io.kubernetes.pod.namespace")
-                    .cloned()
-                    .unwrap_or_default(),
-                attrs
-                    .labels
-                    .get("io.kubernetes.pod.name")
-                    .cloned()
-                    .unwrap_or_default(),
-                pod_uid
-            ))
-            .join(&name);
-        let logs = disk_usage(&log_dir).map(|(bytes, inodes)| FsStats {
-            used_bytes: Some(bytes),
-            inodes_used: Some(inodes),
-            ..node_fs.clone().unwrap_or_default()
-        });
+        let logs = if full {
+            let log_dir = kubelet
+                .runtime()
+                .node()
+                .pod_logs_dir
+                .join(format!(
+                    "{}_{}_{}",
+                    attrs
+                        .labels
+                        .get("io.kubernetes.pod.namespace")
+                        .cloned()
+                        .unwrap_or_default(),
+                    attrs
+                        .labels
+                        .get("io.kubernetes.pod.name")
+                        .cloned()
+                        .unwrap_or_default(),
+                    pod_uid
+                ))
+                .join(&name);
+            disk_usage(&log_dir).map(|(bytes, inodes)| FsStats {
+                used_bytes: Some(bytes),
+                inodes_used: Some(inodes),
+                ..node_fs.clone().unwrap_or_default()
+            })
+        } else {
+            None
+        };
+        let rootfs = if full {
+            s.writable_layer.as_ref().map(|w| FsStats {
+                used_bytes: value(&w.used_bytes),
+                inodes_used: value(&w.inodes_used),
+                ..image_fs_or(&node, &now)
+            })
+        } else {
+            None
+        };
         by_pod
             .entry(pod_uid.clone())
             .or_default()
@@ -543,12 +650,12 @@ pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
                 name,
                 start_time: c.and_then(|c| time_from_nanos(c.created_at)),
                 cpu: s.cpu.as_ref().map(|c| CpuStats {
-                    time: now.clone(),
+                    time: sample_time(c.timestamp, &now),
                     usage_nano_cores: value(&c.usage_nano_cores),
                     usage_core_nano_seconds: value(&c.usage_core_nano_seconds),
                 }),
                 memory: s.memory.as_ref().map(|m| MemoryStats {
-                    time: now.clone(),
+                    time: sample_time(m.timestamp, &now),
                     available_bytes: value(&m.available_bytes),
                     usage_bytes: value(&m.usage_bytes),
                     working_set_bytes: value(&m.working_set_bytes),
@@ -556,12 +663,13 @@ pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
                     page_faults: value(&m.page_faults),
                     major_page_faults: value(&m.major_page_faults),
                 }),
-                rootfs: s.writable_layer.as_ref().map(|w| FsStats {
-                    used_bytes: value(&w.used_bytes),
-                    inodes_used: value(&w.inodes_used),
-                    ..image_fs_or(&node, &now)
-                }),
+                rootfs,
                 logs,
+                swap: s.swap.as_ref().map(|w| SwapStats {
+                    time: sample_time(w.timestamp, &now),
+                    swap_available_bytes: value(&w.swap_available_bytes),
+                    swap_usage_bytes: value(&w.swap_usage_bytes),
+                }),
             });
     }
 
@@ -578,9 +686,14 @@ pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
         .map(|p| {
             let mut containers = by_pod.remove(uid(p)).unwrap_or_default();
             containers.sort_by(|a, b| a.name.cmp(&b.name));
-            let volume = empty_dir_stats(&cfg.root_dir, p, &now);
+            let volume = if full {
+                empty_dir_stats(&cfg.root_dir, p, &now)
+            } else {
+                vec![]
+            };
             let (cpu, memory) = pod_totals(&containers, &now);
-            let ephemeral = ephemeral_storage(&containers, &volume, node_fs.as_ref(), &now);
+            let ephemeral =
+                full.then(|| ephemeral_storage(&containers, &volume, node_fs.as_ref(), &now));
             PodStats {
                 pod_ref: PodReference {
                     name: name(p).to_owned(),
@@ -588,15 +701,23 @@ pub async fn summary(kubelet: &Kubelet, cpu_rate: &CpuRate) -> Summary {
                     uid: uid(p).to_owned(),
                 },
                 start_time: p.status.as_ref().and_then(|s| s.start_time.clone()),
+                swap: pod_swap(&containers, &now),
                 containers,
                 cpu,
                 memory,
                 volume,
-                ephemeral_storage: Some(ephemeral),
+                ephemeral_storage: ephemeral,
             }
         })
         .collect();
-    Summary { node, pods }
+    (Summary { node, pods }, error)
+}
+
+/// A CRI sample's time (nanoseconds since the epoch), else `now`.
+fn sample_time(ns: i64, now: &StatsTime) -> StatsTime {
+    time_from_nanos(ns)
+        .map(StatsTime)
+        .unwrap_or_else(|| now.clone())
 }
 
 fn image_fs_or(node: &NodeStats, now: &StatsTime) -> FsStats {
@@ -668,6 +789,11 @@ mod tests {
                     },
                     interfaces: vec![],
                 }),
+                swap: Some(SwapStats {
+                    time: t(),
+                    swap_available_bytes: None,
+                    swap_usage_bytes: Some(3),
+                }),
                 ..Default::default()
             },
             pods: vec![PodStats {
@@ -702,6 +828,8 @@ mod tests {
         assert_eq!(v["pods"][0]["volume"][0]["usedBytes"], 4096);
         assert_eq!(v["pods"][0]["ephemeral-storage"]["usedBytes"], 1);
         assert_eq!(v["pods"][0]["containers"], serde_json::json!([]));
+        assert_eq!(v["node"]["swap"]["swapUsageBytes"], 3);
+        assert!(v["node"]["swap"].get("swapAvailableBytes").is_none());
         assert!(v["node"].get("cpu").is_none(), "absent stats are left out");
     }
 
@@ -738,6 +866,18 @@ mod tests {
         assert_eq!(mem.working_set_bytes, Some(1024));
         assert_eq!(mem.usage_bytes, None, "no container reported it");
         assert_eq!(pod_totals(&[], &t()), (None, None));
+        assert_eq!(pod_swap(&cs, &t()), None, "no container reports swap");
+        let swapping = |used: u64| ContainerStats {
+            swap: Some(SwapStats {
+                time: t(),
+                swap_available_bytes: Some(1),
+                swap_usage_bytes: Some(used),
+            }),
+            ..Default::default()
+        };
+        let swap = pod_swap(&[swapping(5), cs[0].clone(), swapping(7)], &t()).unwrap();
+        assert_eq!(swap.swap_usage_bytes, Some(12));
+        assert_eq!(swap.swap_available_bytes, None);
         let vol = VolumeStats {
             fs: FsStats {
                 time: t(),
@@ -770,6 +910,15 @@ mod tests {
         assert_eq!(m.available_bytes, Some(600 * 1024));
         assert_eq!(m.usage_bytes, Some(800 * 1024));
         assert_eq!(m.working_set_bytes, Some(500 * 1024));
+        assert_eq!(meminfo_swap(mem, &t()), None, "no swap lines");
+        let swap = meminfo_swap("SwapTotal:   4096 kB\nSwapFree:    1024 kB\n", &t()).unwrap();
+        assert_eq!(swap.swap_usage_bytes, Some(3072 * 1024));
+        assert_eq!(
+            swap.swap_available_bytes, None,
+            "unlimited, as the root cgroup"
+        );
+        let none = meminfo_swap("SwapTotal:   0 kB\nSwapFree:    0 kB\n", &t()).unwrap();
+        assert_eq!(none.swap_usage_bytes, Some(0));
         let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n\
                        lo: 10 1 0 0 0 0 0 0 10 1 0 0 0 0 0 0\n  eth0: 500 5 1 0 0 0 0 0 700 7 2 0 0 0 0 0\nveth1234: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n";
         let ifs = net_dev_interfaces(dev);

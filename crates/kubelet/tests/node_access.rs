@@ -316,6 +316,21 @@ async fn logs_and_exec_through_the_kubelet_api_on_real_containerd() {
         ensure!(alice == (403, forbidden.into()), "unprivileged: {alice:?}");
         let (code, body) = get(addr, &pki.client, "/healthz").await?;
         ensure!((code, body.as_str()) == (200, "ok"), "{code} {body}");
+        // /metrics/resource (metrics-server's) is behind the same gate as /metrics.
+        for path in ["/metrics", "/metrics/resource"] {
+            let anon = get(addr, &pki.anonymous, path).await?;
+            ensure!(anon == (401, "Unauthorized".into()), "{path}: {anon:?}");
+            let alice = get(addr, &pki.unprivileged, path).await?;
+            let forbidden = "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[metrics])";
+            ensure!(alice == (403, forbidden.into()), "{path}: {alice:?}");
+        }
+        let (code, body) = get(addr, &pki.client, "/metrics/resource").await?;
+        ensure!(
+            code == 200
+                && body.lines().any(|l| l == "resource_scrape_error 0")
+                && body.lines().any(|l| l.starts_with("node_cpu_usage_seconds_total ")),
+            "{code} {body}"
+        );
 
         // ---- logs once the container wrote them
         let logs = wait_for("the container's log", Duration::from_secs(90), || async {

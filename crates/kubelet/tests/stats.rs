@@ -1,7 +1,8 @@
-//! The kubelet's `/stats/summary`, `/metrics` and `/metrics/cadvisor` on the real
-//! containerd of this machine, read over the read-only port: a busybox pod that writes
-//! 256 KiB into an emptyDir shows up with its container's CPU and memory, the volume's
-//! usage and its ephemeral storage; the metrics pages carry upstream's names.
+//! The kubelet's `/stats/summary`, `/metrics`, `/metrics/cadvisor` and
+//! `/metrics/resource` on the real containerd of this machine, read over the read-only
+//! port: a busybox pod that writes 256 KiB into an emptyDir shows up with its
+//! container's CPU and memory, the volume's usage and its ephemeral storage; the metrics
+//! pages carry upstream's names, and `/metrics/resource` what metrics-server reads.
 
 mod common;
 
@@ -38,6 +39,80 @@ fn get(addr: SocketAddr, path: &str) -> Result<String> {
     );
     let (_, body) = out.split_once("\r\n\r\n").context("no body")?;
     Ok(body.to_owned())
+}
+
+fn jiff_now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}
+
+/// One sample line of a Prometheus text page: value and timestamp (ms), when present.
+fn sample(page: &str, series: &str) -> Result<(f64, Option<i64>)> {
+    let line = page
+        .lines()
+        .find(|l| {
+            l.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with(' '))
+        })
+        .with_context(|| format!("no {series} in\n{page}"))?;
+    let mut fields = line[series.len()..].split_whitespace();
+    let value = fields.next().context("value")?.parse::<f64>()?;
+    let ts = fields.next().map(str::parse::<i64>).transpose()?;
+    ensure!(fields.next().is_none(), "{line}");
+    Ok((value, ts))
+}
+
+/// `/metrics/resource` as metrics-server reads it: the test pod's container CPU and
+/// memory with upstream's labels and millisecond timestamps, the node's, and no error.
+fn check_resource_metrics(page: &str, now_ms: i64) -> Result<()> {
+    for help in [
+        "# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        "# TYPE container_cpu_usage_seconds_total counter",
+        "# HELP container_memory_working_set_bytes [STABLE] Current working set of the container in bytes",
+        "# TYPE container_memory_working_set_bytes gauge",
+        "# HELP node_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the node in core-seconds",
+        "# HELP node_memory_working_set_bytes [STABLE] Current working set of the node in bytes",
+        "# HELP pod_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
+    ] {
+        ensure!(page.lines().any(|l| l == help), "{help} in\n{page}");
+    }
+    let recent = |what: &str, ts: Option<i64>| -> Result<()> {
+        let ts = ts.with_context(|| format!("{what} has no timestamp"))?;
+        ensure!(
+            (now_ms - 120_000..=now_ms + 1_000).contains(&ts),
+            "{what}: timestamp {ts} is not a recent time in ms (now {now_ms})"
+        );
+        Ok(())
+    };
+    let labels = "{container=\"writer\",namespace=\"default\",pod=\"stats\"}";
+    let (cpu, ts) = sample(page, &format!("container_cpu_usage_seconds_total{labels}"))?;
+    ensure!(cpu > 0.0 && cpu < 3600.0, "container CPU seconds {cpu}");
+    recent("container_cpu_usage_seconds_total", ts)?;
+    let (mem, ts) = sample(page, &format!("container_memory_working_set_bytes{labels}"))?;
+    ensure!(mem >= 1.0, "container working set {mem}");
+    recent("container_memory_working_set_bytes", ts)?;
+    let (start, ts) = sample(page, &format!("container_start_time_seconds{labels}"))?;
+    ensure!(ts.is_none(), "start times carry no timestamp");
+    ensure!(
+        (start * 1000.0) as i64 <= now_ms && (start * 1000.0) as i64 > now_ms - 600_000,
+        "container start {start}"
+    );
+    let pod_labels = "{namespace=\"default\",pod=\"stats\"}";
+    let (pod_cpu, _) = sample(page, &format!("pod_cpu_usage_seconds_total{pod_labels}"))?;
+    ensure!(
+        pod_cpu >= cpu,
+        "pod CPU {pod_cpu} covers its container's {cpu}"
+    );
+    let (pod_mem, _) = sample(page, &format!("pod_memory_working_set_bytes{pod_labels}"))?;
+    ensure!(pod_mem >= mem);
+    let (node_cpu, ts) = sample(page, "node_cpu_usage_seconds_total")?;
+    ensure!(node_cpu > 0.0);
+    recent("node_cpu_usage_seconds_total", ts)?;
+    let (node_mem, ts) = sample(page, "node_memory_working_set_bytes")?;
+    ensure!(node_mem > 0.0);
+    recent("node_memory_working_set_bytes", ts)?;
+    ensure!(sample(page, "resource_scrape_error")? == (0.0, None));
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,6 +275,10 @@ async fn summary_and_metrics_on_real_containerd() {
             "{cadvisor}"
         );
         ensure!(cadvisor.contains("container_memory_working_set_bytes{container=\"writer\""));
+
+        let resource =
+            tokio::task::spawn_blocking(move || get(addr, "/metrics/resource")).await??;
+        check_resource_metrics(&resource, jiff_now_ms())?;
         Ok::<(), anyhow::Error>(())
     }
     .await;
