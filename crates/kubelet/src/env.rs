@@ -29,6 +29,9 @@ pub struct EnvSources {
     /// The CRI handler of the pod's RuntimeClass (`None` when the pod names no class),
     /// or why the class cannot be read; the sandbox is not created without it.
     pub runtime_handler: Option<Result<String, String>>,
+    /// The claims of the pod's `persistentVolumeClaim` volumes by claim name, with their
+    /// PersistentVolumes, as read through the API.
+    pub claims: BTreeMap<String, crate::volume::ClaimLookup>,
 }
 
 /// Why a container's environment cannot be built (the container's waiting reason is then

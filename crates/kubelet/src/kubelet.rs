@@ -11,7 +11,8 @@ use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerImage, Node, NodeStatus, Pod, Secret, Service, ServiceAccount, Taint,
+    ConfigMap, ContainerImage, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim, Pod,
+    Secret, Service, ServiceAccount, Taint,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -1091,13 +1092,14 @@ impl Kubelet {
         let mut deleted = false;
         let mut retry = Duration::from_millis(500);
         let first_seen = Instant::now();
+        let mut volumes_pending = false;
         loop {
             let finished = if deleted {
                 self.terminate(&pod, true).await
             } else if pod.metadata.deletion_timestamp.is_some() {
                 self.terminate(&pod, false).await
             } else {
-                self.sync(&pod, first_seen).await;
+                volumes_pending = self.sync(&pod, first_seen).await;
                 false
             };
             if finished {
@@ -1112,9 +1114,11 @@ impl Kubelet {
                 let until = until_active_deadline(&pod, k8s_openapi::jiff::Timestamp::now())
                     .filter(|_| !matches!(phase, Some("Succeeded") | Some("Failed")));
                 // Pods with configMap/secret volumes resync more often, so updates reach
-                // their files within VOLUME_RESYNC (upstream: about a minute).
+                // their files within VOLUME_RESYNC (upstream: about a minute); so do pods
+                // whose volumes could not be set up (a claim not bound yet, ...), as
+                // upstream's pod worker retries a failed sync after its back-off period.
                 let (cms, secrets) = crate::volume::volume_references(&pod);
-                let base = if cms.is_empty() && secrets.is_empty() {
+                let base = if cms.is_empty() && secrets.is_empty() && !volumes_pending {
                     self.config.sync_frequency
                 } else {
                     self.config.sync_frequency.min(VOLUME_RESYNC)
@@ -1194,6 +1198,7 @@ impl Kubelet {
                 out.secrets.insert(n, sec);
             }
         }
+        out.claims = self.claims(pod).await;
         for t in crate::volume::token_requests(pod) {
             let key = crate::volume::token_key(&t);
             let token = self.service_account_token(pod, &t, &key).await;
@@ -1207,6 +1212,36 @@ impl Kubelet {
                 Ok(None) => Err(format!("runtimeclass.node.k8s.io {class:?} not found")),
                 Err(e) => Err(format!("failed to lookup RuntimeClass {class}: {e}")),
             });
+        }
+        out
+    }
+
+    /// The claims of the pod's `persistentVolumeClaim` volumes and the PersistentVolumes they
+    /// are bound to, each read by name (upstream's populator reads them on every sync; the
+    /// Node authorizer allows exactly these: a claim a pod of this node names, the volume a
+    /// bound claim names).
+    async fn claims(&self, pod: &Pod) -> BTreeMap<String, crate::volume::ClaimLookup> {
+        fn message(e: kube::Error) -> String {
+            match e {
+                kube::Error::Api(s) if !s.message.is_empty() => s.message,
+                e => e.to_string(),
+            }
+        }
+        let mut out = BTreeMap::new();
+        let names = crate::volume::claim_names(pod);
+        if names.is_empty() {
+            return out;
+        }
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), namespace(pod));
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        for n in names {
+            let claim = claims.get(&n).await.map_err(message);
+            let volume = match claim.as_ref().map(crate::volume::bound_volume_name) {
+                Ok(Ok(pv)) => Some(volumes.get(pv).await.map_err(message)),
+                _ => None,
+            };
+            out.insert(n, crate::volume::ClaimLookup { claim, volume });
         }
         out
     }
@@ -1289,7 +1324,8 @@ impl Kubelet {
         Ok(status.token)
     }
 
-    async fn sync(&self, pod: &Arc<Pod>, first_seen: Instant) {
+    /// One sync of a live pod; true when its volumes could not be set up (retry soon).
+    async fn sync(&self, pod: &Arc<Pod>, first_seen: Instant) -> bool {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
         let deadline = !terminal && past_active_deadline(pod, k8s_openapi::jiff::Timestamp::now());
@@ -1331,11 +1367,13 @@ impl Kubelet {
                 }
                 Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
             }
-            return;
+            return false;
         }
         self.probes.add_pod(pod);
         let sources = self.env_sources(pod).await;
+        let mut volumes_pending = false;
         if let Err(e) = self.runtime.sync_pod(pod, &sources).await {
+            volumes_pending = matches!(e, crate::runtime::SyncError::Volume(_));
             tracing::warn!(pod = name(pod), namespace = namespace(pod), error = %e, "error syncing pod");
         }
         match self.runtime.pod_status(pod).await {
@@ -1353,6 +1391,7 @@ impl Kubelet {
             }
             Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
         }
+        volumes_pending
     }
 
     /// Writes the pod's status, to its mirror pod for a static pod (skipped until the

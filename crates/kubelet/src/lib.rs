@@ -14,7 +14,7 @@
 //!   [`probe`] (probe timing, the probe worker's decisions, started/ready, targets),
 //!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs),
 //!   [`volume`] (volume paths, configMap/secret/downwardAPI/projected payloads, hostPath
-//!   checks, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout).
+//!   checks, persistentVolumeClaim volumes resolved to hostPath/local PVs, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout).
 //! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
 //!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting),
 //!   [`prober`] (exec/httpGet/tcpSocket/grpc probes), [`probe_manager`] (probe workers),

@@ -334,7 +334,7 @@ impl RuntimeManager {
                     v
                 }
                 Err(e) => {
-                    let msg = format!("MountVolume.SetUp failed: {e}");
+                    let msg = e.event_message();
                     tracing::info!(pod = name(pod), error = %msg, "volumes not ready");
                     self.pod_event(pod, EventType::Warning, "FailedMount", &msg);
                     if starts_something {

@@ -2,16 +2,18 @@
 //! projected,hostpath}` and `kubelet_pods.go` `makeMounts`): where each volume lives under
 //! the kubelet root (`pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`), the file payloads
 //! of configMap, secret, downwardAPI and projected volumes (items, keys, modes, optional),
-//! hostPath type checks, the CRI mounts of a container (readOnly, subPath, propagation), and
-//! the mount table parsing teardown needs. The IO is [`crate::volume_manager`].
+//! hostPath type checks, `persistentVolumeClaim` volumes resolved to their hostPath or local
+//! PersistentVolume (upstream's desired-state populator and the hostpath/local plugins), the
+//! CRI mounts of a container (readOnly, subPath, propagation), and the mount table parsing
+//! teardown needs. The IO is [`crate::volume_manager`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret,
-    ServiceAccountTokenProjection, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, PersistentVolume,
+    PersistentVolumeClaim, Pod, Secret, ServiceAccountTokenProjection, Volume,
 };
 
 use crate::atomic_writer::{FileProjection, Payload};
@@ -52,12 +54,48 @@ pub enum VolumeError {
     },
     #[error("invalid subPath {0:?}: must be a relative path without '..'")]
     SubPath(String),
+    /// Volumes upstream's desired-state populator could not process (a claim not bound yet,
+    /// its PersistentVolume missing, a volume type this kubelet cannot mount): upstream's
+    /// `WaitForAttachAndMount` error. `volumes` sorted; `errors` one per volume.
+    #[error(
+        "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
+        .volumes.join(" "),
+        .volumes.join(" "),
+        .errors.join("; ")
+    )]
+    NotProcessed {
+        volumes: Vec<String>,
+        errors: Vec<String>,
+    },
+    /// A mount operation of one volume failed (upstream's `GenerateErrorDetailed`: the
+    /// operation, the volume's spec name, the cause).
+    #[error("{op} failed for volume {volume:?} : {why}")]
+    Mount {
+        op: &'static str,
+        volume: String,
+        why: String,
+    },
     #[error("{what} {path}: {why}")]
     Io {
         what: &'static str,
         path: String,
         why: String,
     },
+}
+
+impl VolumeError {
+    /// The `FailedMount` event's message: upstream's "Unable to attach or mount volumes: ..."
+    /// for volumes that could not be processed, the operation's own text for a failed mount
+    /// operation, "MountVolume.SetUp failed: ..." otherwise.
+    pub fn event_message(&self) -> String {
+        match self {
+            VolumeError::NotProcessed { .. } => {
+                format!("Unable to attach or mount volumes: {self}")
+            }
+            VolumeError::Mount { .. } => self.to_string(),
+            _ => format!("MountVolume.SetUp failed: {self}"),
+        }
+    }
 }
 
 /// What a volume is, as far as this kubelet handles it.
@@ -76,6 +114,13 @@ pub enum VolumeKind {
     HostPath {
         path: String,
         type_: String,
+    },
+    /// A `persistentVolumeClaim` volume; `read_only` is the pod's `readOnly` until the claim
+    /// is resolved, then whether containers get the volume read-only
+    /// ([`ResolvedClaim::read_only`]).
+    PersistentVolumeClaim {
+        claim: String,
+        read_only: bool,
     },
     Unsupported,
 }
@@ -100,6 +145,11 @@ impl VolumeKind {
                 path: h.path.clone(),
                 type_: h.type_.clone().unwrap_or_default(),
             }
+        } else if let Some(c) = &v.persistent_volume_claim {
+            VolumeKind::PersistentVolumeClaim {
+                claim: c.claim_name.clone(),
+                read_only: c.read_only.unwrap_or(false),
+            }
         } else {
             VolumeKind::Unsupported
         }
@@ -113,7 +163,9 @@ impl VolumeKind {
             VolumeKind::Secret => "kubernetes.io~secret",
             VolumeKind::DownwardApi => "kubernetes.io~downward-api",
             VolumeKind::Projected => "kubernetes.io~projected",
-            VolumeKind::HostPath { .. } | VolumeKind::Unsupported => return None,
+            VolumeKind::HostPath { .. }
+            | VolumeKind::PersistentVolumeClaim { .. }
+            | VolumeKind::Unsupported => return None,
         })
     }
 
@@ -133,13 +185,14 @@ impl VolumeKind {
 
     /// Whether containers get the volume read-only whatever the mount says.
     pub fn read_only(&self) -> bool {
-        matches!(
-            self,
+        match self {
             VolumeKind::ConfigMap
-                | VolumeKind::Secret
-                | VolumeKind::DownwardApi
-                | VolumeKind::Projected
-        )
+            | VolumeKind::Secret
+            | VolumeKind::DownwardApi
+            | VolumeKind::Projected => true,
+            VolumeKind::PersistentVolumeClaim { read_only, .. } => *read_only,
+            _ => false,
+        }
     }
 }
 
@@ -558,6 +611,295 @@ pub fn host_path_action(
             path: path.to_owned(),
             why: format!("unknown hostPath type {other:?}"),
         }),
+    }
+}
+
+/// A pod's claim and its PersistentVolume as the kubelet read them through the API, each
+/// by name (what the Node authorizer allows: the claims of pods bound to the node, and the
+/// volume such a claim names). `Err` holds the API's message.
+#[derive(Debug, Clone)]
+pub struct ClaimLookup {
+    pub claim: Result<PersistentVolumeClaim, String>,
+    /// `None` when the claim could not be read or is not bound to a volume yet (upstream
+    /// reads the volume only then).
+    pub volume: Option<Result<PersistentVolume, String>>,
+}
+
+/// The claims the pod's `persistentVolumeClaim` volumes name, sorted, once each.
+pub fn claim_names(pod: &Pod) -> Vec<String> {
+    let mut out: Vec<String> = spec(pod)
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The PersistentVolume a claim is bound to, or upstream's reason the claim cannot be used
+/// yet (`getPVCExtractPV`): being deleted, not Bound, no `spec.volumeName`.
+pub fn bound_volume_name(pvc: &PersistentVolumeClaim) -> Result<&str, &'static str> {
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Err("PVC is being deleted");
+    }
+    if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+        return Err("PVC is not bound");
+    }
+    match pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+        Some(n) if !n.is_empty() => Ok(n),
+        _ => Err("PVC has empty pvc.Spec.VolumeName"),
+    }
+}
+
+/// The PersistentVolume sources this kubelet mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimSource {
+    /// Checked like a hostPath volume (`type`), then bind-mounted from the host directly.
+    HostPath { path: String, type_: String },
+    /// A directory that must exist, bind-mounted from the host directly.
+    Local { path: String },
+}
+
+/// A `persistentVolumeClaim` volume resolved to what is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedClaim {
+    /// The PersistentVolume's name (upstream's volume spec name, the one events give).
+    pub volume: String,
+    pub source: ClaimSource,
+    /// Containers get it read-only: the pod's `persistentVolumeClaim.readOnly` (upstream's
+    /// `spec.ReadOnly`, the mounter's ReadOnly attribute), or for a local volume an `ro`
+    /// in the PersistentVolume's `mountOptions` (upstream's bind mount takes them).
+    pub read_only: bool,
+    /// The PersistentVolume's `mountOptions`.
+    pub mount_options: Vec<String>,
+    /// Whether the pod's `fsGroup` owns the volume: local volumes mounted read-write
+    /// (upstream's local mounter calls SetVolumeOwnership unless read-only); hostPath never.
+    pub ownership: bool,
+}
+
+impl ResolvedClaim {
+    /// The host path containers mount.
+    pub fn path(&self) -> &str {
+        match &self.source {
+            ClaimSource::HostPath { path, .. } | ClaimSource::Local { path } => path,
+        }
+    }
+}
+
+/// `PersistentVolumeSpec` members that are not a volume source.
+const PV_SPEC_NON_SOURCES: &[&str] = &[
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+];
+
+/// Whether a container of the pod mounts the volume (`volumeMounts`) and whether one maps it
+/// as a block device (`volumeDevices`), as upstream's `GetPodVolumeNames`.
+fn volume_uses(pod: &Pod, name: &str) -> (bool, bool) {
+    let s = spec(pod);
+    let mut mounted = false;
+    let mut device = false;
+    let mut see =
+        |mounts: Option<&Vec<k8s_openapi::api::core::v1::VolumeMount>>,
+         devices: Option<&Vec<k8s_openapi::api::core::v1::VolumeDevice>>| {
+            mounted |= mounts.into_iter().flatten().any(|m| m.name == name);
+            device |= devices.into_iter().flatten().any(|d| d.name == name);
+        };
+    for c in s
+        .containers
+        .iter()
+        .chain(s.init_containers.iter().flatten())
+    {
+        see(c.volume_mounts.as_ref(), c.volume_devices.as_ref());
+    }
+    for c in s.ephemeral_containers.iter().flatten() {
+        see(c.volume_mounts.as_ref(), c.volume_devices.as_ref());
+    }
+    (mounted, device)
+}
+
+/// Resolves the pod's `persistentVolumeClaim` volume `v` from what the kubelet read
+/// (upstream's populator `createVolumeSpec`: the claim bound, its volume's `claimRef` the
+/// claim, the volume mode, then a plugin for the source). The error is the populator's
+/// message for the volume, the pod waits and the kubelet retries.
+pub fn resolve_claim(
+    pod: &Pod,
+    v: &Volume,
+    lookup: Option<&ClaimLookup>,
+) -> Result<ResolvedClaim, String> {
+    let Some(src) = &v.persistent_volume_claim else {
+        return Err(format!(
+            "volume {:?} is not a persistentVolumeClaim volume",
+            v.name
+        ));
+    };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let processing = |e: String| format!("error processing PVC {ns}/{}: {e}", src.claim_name);
+    let lookup = lookup.ok_or_else(|| {
+        processing("failed to fetch PVC from API server: not read yet".to_owned())
+    })?;
+    let pvc = lookup
+        .claim
+        .as_ref()
+        .map_err(|e| processing(format!("failed to fetch PVC from API server: {e}")))?;
+    let pv_name = bound_volume_name(pvc).map_err(|e| processing(e.to_owned()))?;
+    let pv = match &lookup.volume {
+        Some(Ok(pv)) if pv.metadata.name.as_deref() == Some(pv_name) => pv,
+        Some(Err(e)) => {
+            return Err(processing(format!(
+                "failed to fetch PV {pv_name} from API server: {e}"
+            )));
+        }
+        _ => {
+            return Err(processing(format!(
+                "failed to fetch PV {pv_name} from API server: not read yet"
+            )));
+        }
+    };
+    let pv_spec = pv.spec.clone().unwrap_or_default();
+    let Some(claim_ref) = &pv_spec.claim_ref else {
+        return Err(processing(format!(
+            "found PV object {pv_name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        )));
+    };
+    let claim_uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+    let ref_uid = claim_ref.uid.as_deref().unwrap_or_default();
+    if ref_uid != claim_uid {
+        return Err(processing(format!(
+            "found PV object {pv_name} but its pv.Spec.ClaimRef.UID {ref_uid} does not point to claim.UID {claim_uid}"
+        )));
+    }
+    let mode = pv_spec.volume_mode.as_deref().unwrap_or("Filesystem");
+    let (mounted, device) = volume_uses(pod, &v.name);
+    if mounted && mode != "Filesystem" {
+        return Err(format!(
+            "volume {} has volumeMode {mode}, but is specified in volumeMounts",
+            v.name
+        ));
+    }
+    if device && mode != "Block" {
+        return Err(format!(
+            "volume {} has volumeMode {mode}, but is specified in volumeDevices",
+            v.name
+        ));
+    }
+    let unsupported = |what: String| {
+        format!(
+            "failed to get Plugin from volumeSpec for volume {pv_name:?} err=no volume plugin matched: {what}"
+        )
+    };
+    if mode == "Block" {
+        return Err(unsupported(
+            "raw block volumes (volumeMode Block) are not supported by this kubelet".to_owned(),
+        ));
+    }
+    let claim_read_only = src.read_only.unwrap_or(false);
+    let mount_options = pv_spec.mount_options.clone().unwrap_or_default();
+    let source = if let Some(h) = &pv_spec.host_path {
+        ClaimSource::HostPath {
+            path: h.path.clone(),
+            type_: h.type_.clone().unwrap_or_default(),
+        }
+    } else if let Some(l) = &pv_spec.local {
+        ClaimSource::Local {
+            path: l.path.clone(),
+        }
+    } else {
+        let spec_json = serde_json::to_value(&pv_spec).unwrap_or_default();
+        let kind = spec_json
+            .as_object()
+            .into_iter()
+            .flat_map(|o| o.keys())
+            .find(|k| !PV_SPEC_NON_SOURCES.contains(&k.as_str()))
+            .cloned();
+        return Err(unsupported(match kind {
+            Some(k) => format!(
+                "volume type {k:?} is not supported by this kubelet (PersistentVolume sources it mounts: hostPath, local)"
+            ),
+            None => "the PersistentVolume has no volume source".to_owned(),
+        }));
+    };
+    let (read_only, ownership) = match source {
+        ClaimSource::HostPath { .. } => (claim_read_only, false),
+        ClaimSource::Local { .. } => {
+            let ro_option = mount_options.iter().any(|o| o == "ro");
+            (claim_read_only || ro_option, !claim_read_only && !ro_option)
+        }
+    };
+    Ok(ResolvedClaim {
+        volume: pv_name.to_owned(),
+        source,
+        read_only,
+        mount_options,
+        ownership,
+    })
+}
+
+/// What to do at a resolved claim's host path, found to be `found`, before containers mount
+/// it: the hostPath plugin's type check (and its refusal of mount options), the local
+/// plugin's checks (a directory that exists, no `..`).
+pub fn claim_action(c: &ResolvedClaim, found: HostFileKind) -> Result<HostPathAction, VolumeError> {
+    let fail = |op: &'static str, why: String| VolumeError::Mount {
+        op,
+        volume: c.volume.clone(),
+        why,
+    };
+    match &c.source {
+        ClaimSource::HostPath { path, type_ } => {
+            if !c.mount_options.is_empty() {
+                return Err(fail(
+                    "MountVolume.MountOptionSupport check",
+                    "Mount options are not supported for this volume type".to_owned(),
+                ));
+            }
+            host_path_action(path, type_, found)
+                .map_err(|e| fail("MountVolume.SetUp", e.to_string()))
+        }
+        ClaimSource::Local { path } => {
+            const NEW_MOUNTER: &str = "MountVolume.NewMounter initialization";
+            if path.is_empty() {
+                return Err(fail(
+                    NEW_MOUNTER,
+                    "local volume source is nil or local path is not set".to_owned(),
+                ));
+            }
+            match found {
+                HostFileKind::Directory => {}
+                HostFileKind::Missing => {
+                    return Err(fail(NEW_MOUNTER, format!("path {path:?} does not exist")));
+                }
+                HostFileKind::BlockDevice => {
+                    return Err(fail(
+                        "MountVolume.MountDevice",
+                        format!(
+                            "local volume {path} is a block device: formatting and mounting block devices is not supported by this kubelet"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err(fail(
+                        NEW_MOUNTER,
+                        "only directory and block device are supported".to_owned(),
+                    ));
+                }
+            }
+            if path.split('/').any(|e| e == "..") {
+                return Err(fail(
+                    "MountVolume.SetUp",
+                    format!("invalid path: {path} must not contain '..'"),
+                ));
+            }
+            Ok(HostPathAction::Nothing)
+        }
     }
 }
 
@@ -1076,5 +1418,353 @@ mod tests {
                 PathBuf::from("/var/lib/kubelet/pods/u/volumes/kubernetes.io~secret/s")
             ]
         );
+    }
+
+    fn claim_pod(volumes: serde_json::Value, mounts: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "volumes": volumes,
+                "containers": [{"name": "c", "volumeMounts": mounts}]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn claim(phase: &str, volume_name: Option<&str>) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ns", "uid": "claim-uid"},
+            "spec": {"volumeName": volume_name},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    fn pv(name: &str, claim_uid: Option<&str>, extra: serde_json::Value) -> PersistentVolume {
+        let mut spec = serde_json::json!({
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+        });
+        if let Some(uid) = claim_uid {
+            spec["claimRef"] = serde_json::json!({"namespace": "ns", "name": "c", "uid": uid});
+        }
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
+            .unwrap()
+    }
+
+    fn lookup(c: PersistentVolumeClaim, v: Option<PersistentVolume>) -> ClaimLookup {
+        ClaimLookup {
+            claim: Ok(c),
+            volume: v.map(Ok),
+        }
+    }
+
+    #[test]
+    fn claims_resolve_to_their_volume_source() {
+        let pod = claim_pod(
+            serde_json::json!([
+                {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+                {"name": "ro", "persistentVolumeClaim": {"claimName": "c", "readOnly": true}},
+                {"name": "dev", "persistentVolumeClaim": {"claimName": "other"}},
+            ]),
+            serde_json::json!([
+                {"name": "data", "mountPath": "/data"},
+                {"name": "ro", "mountPath": "/ro"},
+            ]),
+        );
+        let vols = spec(&pod).volumes.clone().unwrap();
+        let (data, ro) = (&vols[0], &vols[1]);
+        assert_eq!(claim_names(&pod), ["c", "other"]);
+        assert_eq!(
+            VolumeKind::of(ro),
+            VolumeKind::PersistentVolumeClaim {
+                claim: "c".into(),
+                read_only: true
+            }
+        );
+        assert_eq!(VolumeKind::of(data).plugin_dir(), None);
+
+        // The claim, as upstream's populator checks it.
+        let err = |l: Option<&ClaimLookup>| resolve_claim(&pod, data, l).unwrap_err();
+        assert_eq!(
+            err(Some(&ClaimLookup {
+                claim: Err("persistentvolumeclaims \"c\" not found".into()),
+                volume: None,
+            })),
+            "error processing PVC ns/c: failed to fetch PVC from API server: persistentvolumeclaims \"c\" not found"
+        );
+        assert!(err(None).starts_with("error processing PVC ns/c: failed to fetch PVC"));
+        assert_eq!(
+            err(Some(&lookup(claim("Pending", None), None))),
+            "error processing PVC ns/c: PVC is not bound"
+        );
+        let mut deleting = claim("Bound", Some("pv1"));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(bound_volume_name(&deleting), Err("PVC is being deleted"));
+        assert_eq!(
+            bound_volume_name(&claim("Bound", None)),
+            Err("PVC has empty pvc.Spec.VolumeName")
+        );
+        assert_eq!(bound_volume_name(&claim("Bound", Some("pv1"))), Ok("pv1"));
+        // Bound by volumeName alone (no phase yet) is not enough.
+        assert_eq!(
+            bound_volume_name(&claim("Pending", Some("pv1"))),
+            Err("PVC is not bound")
+        );
+
+        // The volume: read, bound back to this claim.
+        let bound = claim("Bound", Some("pv1"));
+        assert_eq!(
+            err(Some(&ClaimLookup {
+                claim: Ok(bound.clone()),
+                volume: Some(Err("persistentvolumes \"pv1\" not found".into())),
+            })),
+            "error processing PVC ns/c: failed to fetch PV pv1 from API server: persistentvolumes \"pv1\" not found"
+        );
+        let host =
+            serde_json::json!({"hostPath": {"path": "/srv/data", "type": "DirectoryOrCreate"}});
+        assert_eq!(
+            err(Some(&lookup(
+                bound.clone(),
+                Some(pv("pv1", None, host.clone()))
+            ))),
+            "error processing PVC ns/c: found PV object pv1 but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        );
+        assert_eq!(
+            err(Some(&lookup(
+                bound.clone(),
+                Some(pv("pv1", Some("someone-else"), host.clone()))
+            ))),
+            "error processing PVC ns/c: found PV object pv1 but its pv.Spec.ClaimRef.UID someone-else does not point to claim.UID claim-uid"
+        );
+        // A volume of another name than the claim's is not the one asked for.
+        assert!(
+            err(Some(&lookup(
+                bound.clone(),
+                Some(pv("pv2", Some("claim-uid"), host.clone()))
+            )))
+            .contains("failed to fetch PV pv1")
+        );
+
+        // hostPath: checked like a hostPath volume; readOnly from the pod's claim source;
+        // no fsGroup ownership.
+        let l = lookup(bound.clone(), Some(pv("pv1", Some("claim-uid"), host)));
+        let hp = resolve_claim(&pod, data, Some(&l)).unwrap();
+        assert_eq!(
+            hp,
+            ResolvedClaim {
+                volume: "pv1".into(),
+                source: ClaimSource::HostPath {
+                    path: "/srv/data".into(),
+                    type_: "DirectoryOrCreate".into()
+                },
+                read_only: false,
+                mount_options: vec![],
+                ownership: false,
+            }
+        );
+        assert_eq!(hp.path(), "/srv/data");
+        assert!(resolve_claim(&pod, ro, Some(&l)).unwrap().read_only);
+        // Access modes do not make a mount read-only (upstream: only the claim source).
+        let rox = pv(
+            "pv1",
+            Some("claim-uid"),
+            serde_json::json!({"hostPath": {"path": "/srv"}, "accessModes": ["ReadOnlyMany"]}),
+        );
+        assert!(
+            !resolve_claim(&pod, data, Some(&lookup(bound.clone(), Some(rox))))
+                .unwrap()
+                .read_only
+        );
+
+        // local: fsGroup ownership when read-write; `ro` in mountOptions makes it read-only.
+        let local = |extra: serde_json::Value| {
+            let mut spec = serde_json::json!({"local": {"path": "/mnt/disks/d1"}});
+            for (k, v) in extra.as_object().unwrap() {
+                spec[k] = v.clone();
+            }
+            lookup(bound.clone(), Some(pv("pv1", Some("claim-uid"), spec)))
+        };
+        let rw = resolve_claim(&pod, data, Some(&local(serde_json::json!({})))).unwrap();
+        assert_eq!(
+            rw.source,
+            ClaimSource::Local {
+                path: "/mnt/disks/d1".into()
+            }
+        );
+        assert!(!rw.read_only && rw.ownership);
+        let by_pod = resolve_claim(&pod, ro, Some(&local(serde_json::json!({})))).unwrap();
+        assert!(by_pod.read_only && !by_pod.ownership);
+        let by_options = resolve_claim(
+            &pod,
+            data,
+            Some(&local(
+                serde_json::json!({"mountOptions": ["ro", "noatime"]}),
+            )),
+        )
+        .unwrap();
+        assert!(by_options.read_only && !by_options.ownership);
+        assert_eq!(by_options.mount_options, ["ro", "noatime"]);
+
+        // Volume modes and sources this kubelet does not mount.
+        assert_eq!(
+            resolve_claim(
+                &pod,
+                data,
+                Some(&local(serde_json::json!({"volumeMode": "Block"})))
+            )
+            .unwrap_err(),
+            "volume data has volumeMode Block, but is specified in volumeMounts"
+        );
+        let nfs = lookup(
+            bound.clone(),
+            Some(pv(
+                "pv1",
+                Some("claim-uid"),
+                serde_json::json!({"nfs": {"server": "10.0.0.1", "path": "/export"}}),
+            )),
+        );
+        let e = resolve_claim(&pod, data, Some(&nfs)).unwrap_err();
+        assert!(
+            e.starts_with("failed to get Plugin from volumeSpec for volume \"pv1\"")
+                && e.contains("volume type \"nfs\" is not supported by this kubelet"),
+            "{e}"
+        );
+        let csi = lookup(
+            bound,
+            Some(pv(
+                "pv1",
+                Some("claim-uid"),
+                serde_json::json!({"csi": {"driver": "d", "volumeHandle": "h"}}),
+            )),
+        );
+        assert!(
+            resolve_claim(&pod, data, Some(&csi))
+                .unwrap_err()
+                .contains("volume type \"csi\" is not supported")
+        );
+    }
+
+    #[test]
+    fn claim_actions_and_messages() {
+        use HostFileKind::*;
+        let claim = |source: ClaimSource, mount_options: &[&str]| ResolvedClaim {
+            volume: "pv1".into(),
+            source,
+            read_only: false,
+            mount_options: mount_options.iter().map(|o| o.to_string()).collect(),
+            ownership: false,
+        };
+        let host = |t: &str| ClaimSource::HostPath {
+            path: "/srv/x".into(),
+            type_: t.into(),
+        };
+        let local = |p: &str| ClaimSource::Local { path: p.into() };
+        let msg = |c: &ResolvedClaim, f| claim_action(c, f).unwrap_err().event_message();
+        assert_eq!(
+            claim_action(&claim(host("DirectoryOrCreate"), &[]), Missing),
+            Ok(HostPathAction::CreateDirectory)
+        );
+        assert_eq!(
+            claim_action(&claim(host(""), &[]), Missing),
+            Ok(HostPathAction::Nothing)
+        );
+        assert_eq!(
+            msg(&claim(host("Directory"), &[]), File),
+            "MountVolume.SetUp failed for volume \"pv1\" : hostPath type check failed: /srv/x is not a directory"
+        );
+        assert_eq!(
+            msg(&claim(host(""), &["ro"]), Directory),
+            "MountVolume.MountOptionSupport check failed for volume \"pv1\" : Mount options are not supported for this volume type"
+        );
+        assert_eq!(
+            claim_action(&claim(local("/mnt/d"), &["ro"]), Directory),
+            Ok(HostPathAction::Nothing)
+        );
+        assert_eq!(
+            msg(&claim(local("/mnt/d"), &[]), Missing),
+            "MountVolume.NewMounter initialization failed for volume \"pv1\" : path \"/mnt/d\" does not exist"
+        );
+        assert!(
+            msg(&claim(local("/mnt/d"), &[]), File)
+                .ends_with("only directory and block device are supported")
+        );
+        assert!(msg(&claim(local("/dev/sdb"), &[]), BlockDevice).contains("block device"));
+        assert!(msg(&claim(local("/mnt/../etc"), &[]), Directory).contains("invalid path"));
+        assert!(msg(&claim(local(""), &[]), Directory).contains("local path is not set"));
+
+        let e = VolumeError::NotProcessed {
+            volumes: vec!["a".into(), "b".into()],
+            errors: vec![
+                "error processing PVC ns/c: PVC is not bound".into(),
+                "x".into(),
+            ],
+        };
+        assert_eq!(
+            e.event_message(),
+            "Unable to attach or mount volumes: unmounted volumes=[a b], unattached volumes=[], failed to process volumes=[a b]: error processing PVC ns/c: PVC is not bound; x"
+        );
+        assert_eq!(
+            VolumeError::ConfigMapNotFound("c".into()).event_message(),
+            "MountVolume.SetUp failed: configmap \"c\" not found"
+        );
+    }
+
+    #[test]
+    fn claimed_volumes_mount_read_only_as_resolved() {
+        let vols: BTreeMap<String, (PathBuf, VolumeKind)> = [
+            (
+                "rw".to_owned(),
+                (
+                    PathBuf::from("/srv/rw"),
+                    VolumeKind::PersistentVolumeClaim {
+                        claim: "c".into(),
+                        read_only: false,
+                    },
+                ),
+            ),
+            (
+                "ro".to_owned(),
+                (
+                    PathBuf::from("/srv/ro"),
+                    VolumeKind::PersistentVolumeClaim {
+                        claim: "c".into(),
+                        read_only: true,
+                    },
+                ),
+            ),
+        ]
+        .into();
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [
+                {"name": "rw", "mountPath": "/a"},
+                {"name": "rw", "mountPath": "/b", "readOnly": true},
+                {"name": "ro", "mountPath": "/c"},
+                {"name": "rw", "mountPath": "/d", "subPath": "sub"},
+            ]
+        }))
+        .unwrap();
+        let (mounts, dirs) = container_mounts(&c, &vols).unwrap();
+        let view: Vec<_> = mounts
+            .iter()
+            .map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.readonly))
+            .collect();
+        assert_eq!(
+            view,
+            [
+                ("/a", "/srv/rw", false),
+                ("/b", "/srv/rw", true),
+                ("/c", "/srv/ro", true),
+                ("/d", "/srv/rw/sub", false),
+            ]
+        );
+        assert_eq!(dirs, [PathBuf::from("/srv/rw/sub")]);
     }
 }

@@ -1,12 +1,14 @@
 //! Pod volumes on the node (upstream volume manager + the in-tree plugins' SetUp/TearDown):
 //! directories under `<root>/pods/<uid>/volumes`, tmpfs mounts for memory-backed volumes,
 //! payloads through the [`crate::atomic_writer`], hostPath checks, termination message
-//! files, and teardown (unmount, then remove) when the pod goes. Decisions are
-//! [`crate::volume`]'s.
+//! files, `persistentVolumeClaim` volumes on hostPath and local PersistentVolumes (checked,
+//! then mounted from the host path directly; the local ones owned by the pod's fsGroup), and
+//! teardown (unmount, then remove) when the pod goes. Decisions are [`crate::volume`]'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -15,8 +17,9 @@ use crate::config::NodeConfig;
 use crate::env::EnvSources;
 use crate::sandbox::{spec, uid};
 use crate::volume::{
-    HostFileKind, HostPathAction, VolumeError, VolumeKind, container_dir, host_path_action,
-    parse_mountinfo, pod_dir, volume_dir, volume_payload,
+    HostFileKind, HostPathAction, ResolvedClaim, VolumeError, VolumeKind, claim_action,
+    container_dir, host_path_action, parse_mountinfo, pod_dir, resolve_claim, volume_dir,
+    volume_payload,
 };
 
 /// Upstream `SetVolumeOwnership` for a pod's `fsGroup`: every file and directory under
@@ -129,15 +132,44 @@ fn mount_tmpfs(dir: &Path, size: Option<i64>) -> Result<(), VolumeError> {
     })
 }
 
+/// Does what a hostPath check asks for: a directory (0755) or an empty file (0644).
+fn prepare_host_path(p: &Path, action: HostPathAction) -> Result<(), VolumeError> {
+    match action {
+        HostPathAction::Nothing => {}
+        HostPathAction::CreateDirectory => {
+            std::fs::create_dir_all(p).map_err(io("creating", p))?;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+                .map_err(io("chmod", p))?;
+        }
+        HostPathAction::CreateFile => {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(p)
+                .map_err(io("creating", p))?;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644))
+                .map_err(io("chmod", p))?;
+        }
+    }
+    Ok(())
+}
+
 /// Sets up and tears down pod volumes under the kubelet root.
 #[derive(Debug, Clone)]
 pub struct VolumeManager {
     root: PathBuf,
+    /// `(pod UID, volume name)` of claimed local volumes the pod's fsGroup already owns:
+    /// upstream sets a local volume's ownership when it mounts it, once, not on every sync.
+    owned: Arc<parking_lot::Mutex<BTreeSet<(String, String)>>>,
 }
 
 impl VolumeManager {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        VolumeManager { root: root.into() }
+        VolumeManager {
+            root: root.into(),
+            owned: Arc::default(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -160,31 +192,28 @@ impl VolumeManager {
         let on_root_mismatch = psc
             .and_then(|sc| sc.fs_group_change_policy.as_deref())
             .is_some_and(|p| p == "OnRootMismatch");
+        // Volumes that could not be processed (claims not bound yet, ...): the others are
+        // still set up, then the pod waits with all of these named.
+        let mut not_processed: Vec<(String, String)> = vec![];
         for v in spec(pod).volumes.iter().flatten() {
-            let kind = VolumeKind::of(v);
-            let path = match &kind {
+            let mut kind = VolumeKind::of(v);
+            let path = match &mut kind {
                 VolumeKind::Unsupported => return Err(VolumeError::Unsupported(v.name.clone())),
                 VolumeKind::HostPath { path, type_ } => {
-                    let p = PathBuf::from(path);
-                    match host_path_action(path, type_, host_file_kind(&p))? {
-                        HostPathAction::Nothing => {}
-                        HostPathAction::CreateDirectory => {
-                            std::fs::create_dir_all(&p).map_err(io("creating", &p))?;
-                            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
-                                .map_err(io("chmod", &p))?;
-                        }
-                        HostPathAction::CreateFile => {
-                            std::fs::OpenOptions::new()
-                                .create(true)
-                                .truncate(false)
-                                .write(true)
-                                .open(&p)
-                                .map_err(io("creating", &p))?;
-                            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
-                                .map_err(io("chmod", &p))?;
-                        }
-                    }
+                    let p = PathBuf::from(&*path);
+                    prepare_host_path(&p, host_path_action(path, type_, host_file_kind(&p))?)?;
                     p
+                }
+                VolumeKind::PersistentVolumeClaim { claim, read_only } => {
+                    let resolved = match resolve_claim(pod, v, sources.claims.get(&*claim)) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            not_processed.push((v.name.clone(), e));
+                            continue;
+                        }
+                    };
+                    *read_only = resolved.read_only;
+                    self.setup_claim(pod_uid, &v.name, &resolved, fs_group, on_root_mismatch)?
                 }
                 _ => {
                     let plugin = kind.plugin_dir().unwrap_or("kubernetes.io~unknown");
@@ -233,7 +262,47 @@ impl VolumeManager {
             };
             out.volumes.insert(v.name.clone(), (path, kind));
         }
+        if !not_processed.is_empty() {
+            not_processed.sort();
+            let (volumes, errors) = not_processed.into_iter().unzip();
+            return Err(VolumeError::NotProcessed { volumes, errors });
+        }
         Ok(out)
+    }
+
+    /// A claimed hostPath or local volume: the plugin's checks (creating what a hostPath
+    /// type asks for), then the pod's fsGroup on a read-write local volume, once per pod.
+    /// Containers mount the host path itself.
+    fn setup_claim(
+        &self,
+        pod_uid: &str,
+        volume: &str,
+        c: &ResolvedClaim,
+        fs_group: Option<u32>,
+        on_root_mismatch: bool,
+    ) -> Result<PathBuf, VolumeError> {
+        let p = PathBuf::from(c.path());
+        prepare_host_path(&p, claim_action(c, host_file_kind(&p))?).map_err(|e| {
+            VolumeError::Mount {
+                op: "MountVolume.SetUp",
+                volume: c.volume.clone(),
+                why: e.to_string(),
+            }
+        })?;
+        if let Some(g) = fs_group.filter(|_| c.ownership) {
+            let key = (pod_uid.to_owned(), volume.to_owned());
+            if !self.owned.lock().contains(&key) {
+                set_volume_ownership(&p, g, false, on_root_mismatch).map_err(|e| {
+                    VolumeError::Mount {
+                        op: "MountVolume.SetUp",
+                        volume: c.volume.clone(),
+                        why: e.to_string(),
+                    }
+                })?;
+                self.owned.lock().insert(key);
+            }
+        }
+        Ok(p)
     }
 
     /// Creates the subPath directories a container's mounts need.
@@ -266,6 +335,7 @@ impl VolumeManager {
 
     /// Unmounts everything under the pod's directory (deepest first), then removes it.
     pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
+        self.owned.lock().retain(|(uid, _)| uid != pod_uid);
         let dir = pod_dir(&self.root, pod_uid);
         if pod_uid.is_empty() || !dir.exists() {
             return Ok(());
@@ -427,5 +497,138 @@ mod tests {
         vm.teardown("u1").unwrap();
         assert!(!tmp.path().join("pods/u1").exists());
         assert!(host_dir.is_dir(), "hostPath contents are never removed");
+    }
+
+    #[test]
+    fn claimed_host_path_and_local_volumes() {
+        use crate::volume::ClaimLookup;
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let vm = VolumeManager::new(tmp.path().join("kubelet"));
+        let host_dir = tmp.path().join("pv/host");
+        let local_dir = tmp.path().join("pv/local");
+        std::fs::create_dir_all(local_dir.join("sub")).unwrap();
+        std::fs::write(local_dir.join("sub/f"), "x").unwrap();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "securityContext": {"fsGroup": 4321},
+                "containers": [{"name": "c"}],
+                "volumes": [
+                    {"name": "host", "persistentVolumeClaim": {"claimName": "host"}},
+                    {"name": "local", "persistentVolumeClaim": {"claimName": "local"}},
+                    {"name": "local-ro",
+                     "persistentVolumeClaim": {"claimName": "local", "readOnly": true}},
+                    {"name": "scratch", "emptyDir": {}},
+                ]
+            }
+        }))
+        .unwrap();
+        let claim = |name: &str, bound: bool| ClaimLookup {
+            claim: Ok(serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
+                "spec": {"volumeName": bound.then(|| format!("pv-{name}"))},
+                "status": {"phase": if bound { "Bound" } else { "Pending" }}
+            }))
+            .unwrap()),
+            volume: bound.then(|| {
+                let source = if name == "host" {
+                    serde_json::json!({"path": host_dir, "type": "DirectoryOrCreate"})
+                } else {
+                    serde_json::json!({"path": local_dir})
+                };
+                let key = if name == "host" { "hostPath" } else { "local" };
+                Ok(serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("pv-{name}")},
+                    "spec": {
+                        key: source,
+                        "claimRef": {"namespace": "ns", "name": name, "uid": format!("{name}-uid")}
+                    }
+                }))
+                .unwrap())
+            }),
+        };
+        let node = NodeConfig::new("n");
+        let mut sources = EnvSources {
+            claims: [
+                ("host".to_owned(), claim("host", true)),
+                ("local".to_owned(), claim("local", false)),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        // An unbound claim: the pod waits, its other volumes are set up meanwhile.
+        let e = vm.setup(&pod, &node, &sources).unwrap_err();
+        assert_eq!(
+            e,
+            VolumeError::NotProcessed {
+                volumes: vec!["local".into(), "local-ro".into()],
+                errors: vec![
+                    "error processing PVC ns/local: PVC is not bound".into(),
+                    "error processing PVC ns/local: PVC is not bound".into()
+                ],
+            }
+        );
+        assert!(host_dir.is_dir(), "DirectoryOrCreate made the hostPath");
+        assert!(
+            tmp.path()
+                .join("kubelet/pods/u1/volumes/kubernetes.io~empty-dir/scratch")
+                .is_dir()
+        );
+
+        sources
+            .claims
+            .insert("local".to_owned(), claim("local", true));
+        let vols = vm.setup(&pod, &node, &sources).unwrap();
+        let view = |n: &str| vols.volumes[n].clone();
+        assert_eq!(
+            view("host"),
+            (
+                host_dir.clone(),
+                VolumeKind::PersistentVolumeClaim {
+                    claim: "host".into(),
+                    read_only: false
+                }
+            )
+        );
+        assert_eq!(view("local").0, local_dir);
+        assert_eq!(
+            view("local-ro").1,
+            VolumeKind::PersistentVolumeClaim {
+                claim: "local".into(),
+                read_only: true
+            }
+        );
+        // fsGroup owns the local volume (setgid dirs), never the hostPath one.
+        for p in ["", "sub", "sub/f"] {
+            assert_eq!(
+                std::fs::metadata(local_dir.join(p)).unwrap().gid(),
+                4321,
+                "{p}"
+            );
+        }
+        assert_eq!(
+            std::fs::metadata(&local_dir).unwrap().mode() & 0o2070,
+            0o2070
+        );
+        assert_ne!(std::fs::metadata(&host_dir).unwrap().gid(), 4321);
+        // Once per pod: a later sync does not walk the volume again.
+        std::os::unix::fs::lchown(local_dir.join("sub/f"), None, Some(0)).unwrap();
+        vm.setup(&pod, &node, &sources).unwrap();
+        assert_eq!(std::fs::metadata(local_dir.join("sub/f")).unwrap().gid(), 0);
+
+        // Teardown leaves the host paths alone; a local path that is gone fails the mount.
+        vm.teardown("u1").unwrap();
+        assert!(host_dir.is_dir() && local_dir.join("sub/f").is_file());
+        std::fs::remove_dir_all(&local_dir).unwrap();
+        let e = vm.setup(&pod, &node, &sources).unwrap_err();
+        assert_eq!(
+            e.event_message(),
+            format!(
+                "MountVolume.NewMounter initialization failed for volume \"pv-local\" : path {:?} does not exist",
+                local_dir.display().to_string()
+            )
+        );
+        vm.teardown("u1").unwrap();
     }
 }
