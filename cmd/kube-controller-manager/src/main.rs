@@ -15,6 +15,7 @@ use ferrokube_client::leaderelection::{
 use ferrokube_controllers::csrsigning::{CsrSigningConfig, SignerCa};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_controllers::nodelifecycle::NodeLifecycleConfig;
+use ferrokube_controllers::podautoscaler::HpaConfig;
 use tokio_util::sync::CancellationToken;
 
 /// The metrics text, once the controllers run.
@@ -86,6 +87,31 @@ struct Options {
     /// collector starts deleting terminated pods. If <= 0, it is disabled.
     #[arg(long = "terminated-pod-gc-threshold", default_value_t = 12500)]
     terminated_pod_gc_threshold: i64,
+    /// The number of horizontal pod autoscaler objects that are allowed to sync
+    /// concurrently.
+    #[arg(
+        long = "concurrent-horizontal-pod-autoscaler-syncs",
+        default_value_t = 5
+    )]
+    concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// The period for syncing the number of pods in horizontal pod autoscaler.
+    #[arg(long = "horizontal-pod-autoscaler-sync-period", default_value = "15s", value_parser = dur)]
+    horizontal_pod_autoscaler_sync_period: Duration,
+    /// The minimum change (from 1.0) in the desired-to-actual metrics ratio for the
+    /// horizontal pod autoscaler to consider scaling.
+    #[arg(long = "horizontal-pod-autoscaler-tolerance", default_value_t = 0.1)]
+    horizontal_pod_autoscaler_tolerance: f64,
+    /// The period for which autoscaler will look backwards and not scale down below
+    /// any recommendation it made during that period.
+    #[arg(long = "horizontal-pod-autoscaler-downscale-stabilization", default_value = "5m0s", value_parser = dur)]
+    horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// The period after pod start when CPU samples might be skipped.
+    #[arg(long = "horizontal-pod-autoscaler-cpu-initialization-period", default_value = "5m0s", value_parser = dur)]
+    horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+    /// The period after pod start during which readiness changes will be treated as
+    /// initial readiness.
+    #[arg(long = "horizontal-pod-autoscaler-initial-readiness-delay", default_value = "30s", value_parser = dur)]
+    horizontal_pod_autoscaler_initial_readiness_delay: Duration,
     /// The port on which to serve /healthz and /metrics over HTTPS (0 disables).
     #[arg(long = "secure-port", default_value_t = 10257)]
     secure_port: u16,
@@ -282,6 +308,15 @@ impl Options {
             service_account_credentials: None,
             service_account_private_key: None,
             csr_signing: CsrSigningConfig::default(),
+            concurrent_horizontal_pod_autoscaler_syncs: self
+                .concurrent_horizontal_pod_autoscaler_syncs,
+            hpa: HpaConfig {
+                sync_period: self.horizontal_pod_autoscaler_sync_period,
+                tolerance: self.horizontal_pod_autoscaler_tolerance,
+                downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
+                cpu_initialization_period: self.horizontal_pod_autoscaler_cpu_initialization_period,
+                initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
+            },
         }
     }
 }
@@ -445,6 +480,31 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn horizontal_pod_autoscaler_flags_default_as_upstream() {
+        let opts = Options::try_parse_from(["kube-controller-manager"]).unwrap();
+        let cfg = opts.manager_config();
+        assert_eq!(cfg.hpa, HpaConfig::default());
+        assert_eq!(cfg.hpa.sync_period, Duration::from_secs(15));
+        assert_eq!(cfg.hpa.downscale_stabilization, Duration::from_secs(300));
+        assert_eq!(cfg.concurrent_horizontal_pod_autoscaler_syncs, 5);
+        let opts = Options::try_parse_from([
+            "kube-controller-manager",
+            "--horizontal-pod-autoscaler-sync-period=1s",
+            "--horizontal-pod-autoscaler-tolerance=0.2",
+            "--horizontal-pod-autoscaler-downscale-stabilization=1m",
+            "--horizontal-pod-autoscaler-cpu-initialization-period=10s",
+            "--horizontal-pod-autoscaler-initial-readiness-delay=5s",
+        ])
+        .unwrap();
+        let hpa = opts.manager_config().hpa;
+        assert_eq!(hpa.sync_period, Duration::from_secs(1));
+        assert_eq!(hpa.tolerance, 0.2);
+        assert_eq!(hpa.downscale_stabilization, Duration::from_secs(60));
+        assert_eq!(hpa.cpu_initialization_period, Duration::from_secs(10));
+        assert_eq!(hpa.initial_readiness_delay, Duration::from_secs(5));
+    }
 
     #[test]
     fn flags_are_well_formed() {

@@ -24,7 +24,8 @@
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
 //! Secrets), [`csrsigning`], [`csrapproving`] and [`csrcleaner`] (CertificateSigningRequests
 //! signed with the cluster CA, kubelet client requests auto-approved, old ones deleted;
-//! shared checks in [`csr`]).
+//! shared checks in [`csr`]), [`podautoscaler`] (HorizontalPodAutoscalers: targets
+//! scaled through their scale subresource from resource metrics).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -51,6 +52,7 @@ pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod pvcprotection;
 pub mod pvprotection;

@@ -30,6 +30,7 @@ use crate::garbagecollector::GarbageCollector;
 use crate::job::JobController;
 use crate::namespace::NamespaceController;
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::podautoscaler::{HorizontalController, HpaConfig};
 use crate::podgc::PodGcController;
 use crate::pvcprotection::PvcProtectionController;
 use crate::pvprotection::PvProtectionController;
@@ -86,11 +87,14 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "validatingadmissionpolicy-status-controller",
         "validatingadmissionpolicy-status",
     ),
+    (
+        "horizontal-pod-autoscaler-controller",
+        "horizontalpodautoscaling",
+    ),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "horizontal-pod-autoscaler-controller",
     "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
     "persistentvolume-expander-controller",
@@ -136,6 +140,7 @@ pub fn service_account_name(controller: &str) -> &str {
         "certificatesigningrequest-signing-controller"
         | "certificatesigningrequest-approving-controller"
         | "certificatesigningrequest-cleaner-controller" => "certificate-controller",
+        "horizontal-pod-autoscaler-controller" => "horizontal-pod-autoscaler",
         other => other,
     }
 }
@@ -222,6 +227,10 @@ pub struct ManagerConfig {
     /// `--cluster-signing-*`: the CSR signers' CAs and the longest certificate;
     /// without a CA the signing controller does not run.
     pub csr_signing: CsrSigningConfig,
+    /// `--concurrent-horizontal-pod-autoscaler-syncs`.
+    pub concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// The `--horizontal-pod-autoscaler-*` settings.
+    pub hpa: HpaConfig,
 }
 
 impl Default for ManagerConfig {
@@ -247,6 +256,8 @@ impl Default for ManagerConfig {
             service_account_credentials: None,
             service_account_private_key: None,
             csr_signing: CsrSigningConfig::default(),
+            concurrent_horizontal_pod_autoscaler_syncs: 5,
+            hpa: HpaConfig::default(),
         }
     }
 }
@@ -436,6 +447,16 @@ impl Manager {
                 "validatingadmissionpolicy-status-controller" => {
                     (VapStatusController::new(&factory, client.clone()), 5)
                 }
+                // Upstream records its events as component `horizontal-pod-autoscaler`.
+                "horizontal-pod-autoscaler-controller" => (
+                    HorizontalController::new(
+                        &factory,
+                        client.clone(),
+                        Arc::new(broadcaster.new_recorder("horizontal-pod-autoscaler")),
+                        cfg.hpa.clone(),
+                    ),
+                    cfg.concurrent_horizontal_pod_autoscaler_syncs,
+                ),
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
                     (DisruptionController::new(&factory, client.clone(), rec), 1)
@@ -558,5 +579,34 @@ mod tests {
         );
         assert!(enabled_controllers(&s(&["nonsense"])).is_err());
         assert!(enabled_controllers(&s(&["*", "-job-controller"])).is_ok());
+    }
+
+    #[test]
+    fn the_autoscaler_runs_as_upstreams_service_account() {
+        assert_eq!(
+            enabled_controllers(&s(&["horizontalpodautoscaling"])).unwrap(),
+            vec!["horizontal-pod-autoscaler-controller"]
+        );
+        assert!(!NOT_IMPLEMENTED.contains(&"horizontal-pod-autoscaler-controller"));
+        assert_eq!(
+            service_account_name("horizontal-pod-autoscaler-controller"),
+            "horizontal-pod-autoscaler"
+        );
+        // Its role is in the bootstrap policy, bound to that account.
+        let role = ferrokube_auth::bootstrap::controller_roles()
+            .into_iter()
+            .find(|r| {
+                r.metadata.name.as_deref() == Some("system:controller:horizontal-pod-autoscaler")
+            })
+            .expect("the autoscaler's role");
+        let rules = role.rules.unwrap_or_default();
+        assert!(rules.iter().any(|r| {
+            r.resources.as_deref() == Some(&["*/scale".to_string()][..])
+                && r.verbs == ["get", "update"]
+        }));
+        assert!(rules.iter().any(|r| {
+            r.api_groups.as_deref() == Some(&["metrics.k8s.io".to_string()][..])
+                && r.verbs == ["list"]
+        }));
     }
 }

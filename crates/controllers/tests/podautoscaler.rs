@@ -1,0 +1,495 @@
+//! HorizontalPodAutoscalers end to end on the test apiserver: targets brought into
+//! their bounds through the scale subresource without any metrics, the failure to
+//! read metrics reported in the status, and a Deployment scaled on the cpu
+//! utilization served by a small `metrics.k8s.io` extension apiserver behind the
+//! apiserver's aggregation layer. Every wait is bounded in time.
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use ferrokube_controllers::podautoscaler::HpaConfig;
+use ferrokube_testing::TestApiServer;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, HorizontalPodAutoscalerStatus};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use support::wait_for;
+use tokio_util::sync::CancellationToken;
+
+/// The autoscaler, replicaset and deployment controllers, syncing autoscalers every
+/// second.
+async fn start_manager(c: &Client, cancel: CancellationToken) -> anyhow::Result<Manager> {
+    let cfg = ManagerConfig {
+        controllers: vec![
+            "replicaset".into(),
+            "deployment".into(),
+            "horizontalpodautoscaling".into(),
+        ],
+        hpa: HpaConfig {
+            sync_period: Duration::from_secs(1),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Ok(Manager::start(c.clone(), &cfg, cancel).await?)
+}
+
+fn template() -> Value {
+    json!({"metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "img",
+            "resources": {"requests": {"cpu": "100m"}}}]}})
+}
+
+async fn create_deployment(c: &Client, name: &str, replicas: i32) -> anyhow::Result<()> {
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    deps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                     "template": template()}
+        }))?,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn create_hpa(
+    c: &Client,
+    name: &str,
+    target: (&str, &str, &str),
+    min: i32,
+    max: i32,
+    utilization: i32,
+) -> anyhow::Result<()> {
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(c.clone(), "default");
+    let (api_version, kind, target) = target;
+    hpas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"minReplicas": min, "maxReplicas": max,
+                "scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": target},
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": utilization}}}]}
+        }))?,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn deployment_replicas(c: &Client, name: &str) -> anyhow::Result<Option<i32>> {
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    Ok(deps.get(name).await?.spec.and_then(|s| s.replicas))
+}
+
+/// A condition of the autoscaler's status: (status, reason, message).
+fn condition(st: &HorizontalPodAutoscalerStatus, type_: &str) -> Option<(String, String, String)> {
+    st.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+/// Waits until the autoscaler's status satisfies `ok`.
+async fn wait_status(
+    c: &Client,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&HorizontalPodAutoscalerStatus) -> bool,
+) -> anyhow::Result<HorizontalPodAutoscalerStatus> {
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(c.clone(), "default");
+    wait_for(30, what, || async {
+        let st = hpas.get(name).await?.status.unwrap_or_default();
+        Ok(ok(&st).then_some(st))
+    })
+    .await
+}
+
+/// The notes of the events of `reason` about the autoscaler `name` recorded by the
+/// autoscaler controller.
+async fn event_notes(c: &Client, name: &str, reason: &str) -> anyhow::Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(c.clone(), "default");
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("HorizontalPodAutoscaler")
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                // Upstream's component name.
+                && e.source.as_ref().and_then(|s| s.component.as_deref())
+                    == Some("horizontal-pod-autoscaler")
+        })
+        .filter_map(|e| e.message)
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn targets_are_brought_into_bounds_and_missing_metrics_are_reported() -> anyhow::Result<()> {
+    let srv = TestApiServer::start().await?;
+    let c = srv.client.clone();
+    let cancel = CancellationToken::new();
+    let manager = start_manager(&c, cancel.clone()).await?;
+
+    // One replica under a minimum of two: scaled up with no metrics API at all.
+    create_deployment(&c, "web", 1).await?;
+    create_hpa(&c, "web", ("apps/v1", "Deployment", "web"), 2, 5, 50).await?;
+    wait_for(30, "the deployment scaled to the minimum", || async {
+        Ok((deployment_replicas(&c, "web").await? == Some(2)).then_some(()))
+    })
+    .await?;
+    // Within the bounds the metrics decide, and there are none.
+    let st = wait_status(&c, "web", "ScalingActive False", |st| {
+        condition(st, "ScalingActive").is_some_and(|(s, _, _)| s == "False")
+    })
+    .await?;
+    let (_, reason, message) = condition(&st, "ScalingActive").unwrap();
+    assert_eq!(reason, "FailedGetResourceMetric");
+    assert_eq!(
+        message,
+        "the HPA was unable to compute the replica count: failed to get cpu utilization: \
+         unable to get metrics for resource cpu: unable to fetch metrics from resource metrics API: \
+         the server could not find the requested resource (get pods.metrics.k8s.io)"
+    );
+    let (able, able_reason, _) = condition(&st, "AbleToScale").unwrap();
+    assert_eq!(
+        (able.as_str(), able_reason.as_str()),
+        ("True", "SucceededGetScale")
+    );
+    assert_eq!((st.current_replicas, st.desired_replicas), (Some(2), 2));
+    assert!(st.last_scale_time.is_some());
+    let rescaled = wait_for(20, "the SuccessfulRescale event", || async {
+        let notes = event_notes(&c, "web", "SuccessfulRescale").await?;
+        Ok((!notes.is_empty()).then_some(notes))
+    })
+    .await?;
+    assert_eq!(
+        rescaled,
+        vec!["New size: 2; reason: Current number of replicas below Spec.MinReplicas"]
+    );
+    wait_for(20, "the FailedComputeMetricsReplicas event", || async {
+        Ok((!event_notes(&c, "web", "FailedComputeMetricsReplicas")
+            .await?
+            .is_empty())
+        .then_some(()))
+    })
+    .await?;
+    // Still two: a failed metric changes nothing.
+    assert_eq!(deployment_replicas(&c, "web").await?, Some(2));
+
+    // Four replicas of a ReplicaSet over a maximum of two: scaled down to it.
+    let rss: Api<ReplicaSet> = Api::namespaced(c.clone(), "default");
+    rss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "big"},
+            "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "big"}},
+                     "template": {"metadata": {"labels": {"app": "big"}},
+                                  "spec": {"containers": [{"name": "c", "image": "img"}]}}}
+        }))?,
+    )
+    .await?;
+    create_hpa(&c, "big", ("apps/v1", "ReplicaSet", "big"), 1, 2, 50).await?;
+    wait_for(30, "the replicaset scaled to the maximum", || async {
+        let rs = rss.get("big").await?;
+        Ok((rs.spec.and_then(|s| s.replicas) == Some(2)).then_some(()))
+    })
+    .await?;
+    let st = wait_status(&c, "big", "desired 2", |st| st.desired_replicas == 2).await?;
+    assert_eq!(st.current_replicas, Some(4));
+    assert_eq!(
+        condition(&st, "AbleToScale").map(|(s, r, _)| (s, r)),
+        Some(("True".into(), "SucceededRescale".into()))
+    );
+    let notes = event_notes(&c, "big", "SuccessfulRescale").await?;
+    assert_eq!(
+        notes,
+        vec!["New size: 2; reason: Current number of replicas above Spec.MaxReplicas"]
+    );
+
+    // A target that does not exist: AbleToScale False.
+    create_hpa(&c, "ghost", ("apps/v1", "Deployment", "ghost"), 1, 2, 50).await?;
+    let st = wait_status(&c, "ghost", "FailedGetScale", |st| {
+        condition(st, "AbleToScale").is_some_and(|(s, r, _)| s == "False" && r == "FailedGetScale")
+    })
+    .await?;
+    let (_, _, message) = condition(&st, "AbleToScale").unwrap();
+    assert!(
+        message.starts_with("the HPA controller was unable to get the target's current scale: "),
+        "{message}"
+    );
+
+    cancel.cancel();
+    manager.wait().await;
+    Ok(())
+}
+
+const GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
+
+/// A `metrics.k8s.io/v1beta1` server over HTTPS for `metrics.kube-system.svc`: every
+/// pod in `pods` uses `usage` cpu. Returns its port and CA (PEM).
+async fn metrics_server(
+    pods: Arc<Mutex<Vec<String>>>,
+    usage: &'static str,
+    cancel: CancellationToken,
+) -> anyhow::Result<(u16, String)> {
+    let ca = ferrokube_pki::CertificateAuthority::generate("metrics-ca")?;
+    let issued = ca.issue_serving_cert(
+        "metrics",
+        &["metrics.kube-system.svc".to_string()],
+        &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        ferrokube_pki::Validity::leaf_default(),
+    )?;
+    let tls = ferrokube_pki::serving::server_config(
+        &issued.cert_pem,
+        &issued.key_pem,
+        None,
+        ferrokube_pki::serving::ALPN_HTTP1,
+    )?;
+    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
+    let respond: ferrokube_client::serving::Respond = Arc::new(move |path| match path {
+        "/apis/metrics.k8s.io/v1beta1" => (
+            200,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+                "resources": [{"name": "pods", "singularName": "", "namespaced": true,
+                    "kind": "PodMetrics", "verbs": ["get", "list"]}]})
+            .to_string(),
+        ),
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods" => {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let items: Vec<Value> = pods
+                .lock()
+                .iter()
+                .map(|name| {
+                    json!({"metadata": {"name": name, "namespace": "default"},
+                        "timestamp": now, "window": "30s",
+                        "containers": [{"name": "c", "usage": {"cpu": usage, "memory": "1Mi"}}]})
+                })
+                .collect();
+            (
+                200,
+                json!({"kind": "PodMetricsList", "apiVersion": GROUP_VERSION,
+                    "metadata": {}, "items": items})
+                .to_string(),
+            )
+        }
+        _ => (404, "404 page not found".into()),
+    });
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    tokio::spawn(ferrokube_client::serving::serve(
+        addr, tls, respond, None, cancel,
+    ));
+    Ok((port, ca.cert_pem().to_string()))
+}
+
+/// Registers the metrics server as `v1beta1.metrics.k8s.io` behind a Service and its
+/// EndpointSlice, and waits for the APIService to be available.
+async fn register_metrics_api(c: &Client, port: u16, ca: &str) -> anyhow::Result<()> {
+    let ca_bundle = serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))?;
+    for (path, body) in [
+        (
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": "v1beta1.metrics.k8s.io"},
+                "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
+                    "service": {"namespace": "kube-system", "name": "metrics", "port": 443},
+                    "caBundle": ca_bundle, "groupPriorityMinimum": 100, "versionPriority": 100}}),
+        ),
+        (
+            "/api/v1/namespaces/kube-system/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "metrics"},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}),
+        ),
+        (
+            "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "metrics-abc",
+                    "labels": {"kubernetes.io/service-name": "metrics"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}),
+        ),
+    ] {
+        let (code, _, answer) = TestApiServer::send_json(c, "POST", path, &body).await?;
+        anyhow::ensure!(code == 201, "POST {path}: {code} {answer}");
+    }
+    wait_for(30, "the metrics APIService available", || async {
+        let (code, _, svc) = TestApiServer::send_json(
+            c,
+            "GET",
+            "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io",
+            &Value::Null,
+        )
+        .await?;
+        let available = code == 200
+            && svc["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Available" && c["status"] == "True");
+        Ok(available.then_some(()))
+    })
+    .await
+}
+
+/// A stand-in kubelet for the `app=web` pods: each reported Running and Ready, started
+/// ten minutes ago (past the cpu initialization period), until `cancel`.
+async fn run_pods(c: Client, cancel: CancellationToken) {
+    let pods: Api<Pod> = Api::namespaced(c, "default");
+    let long_ago = (k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::from_secs(600))
+    .strftime("%Y-%m-%dT%H:%M:%SZ")
+    .to_string();
+    while !cancel.is_cancelled() {
+        if let Ok(list) = pods.list(&ListParams::default().labels("app=web")).await {
+            for p in list.items {
+                let running = p
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.as_deref() == Some("Running"));
+                if running || p.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let status = json!({"status": {"phase": "Running", "startTime": long_ago,
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": long_ago}]}});
+                let _ = pods
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                    .await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn running_pods(c: &Client) -> anyhow::Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    Ok(pods
+        .list(&ListParams::default().labels("app=web"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_utilization_from_the_metrics_api_doubles_the_replicas() -> anyhow::Result<()> {
+    // Aggregated requests routed to endpoints (no kube-proxy here), proxied with the
+    // cluster PKI's front-proxy client certificate (as the testing crate's
+    // aggregation test configures it).
+    let srv = TestApiServer::start_with(|opts| {
+        opts.enable_aggregator_routing = true;
+        let dir = opts
+            .client_ca_file
+            .as_ref()
+            .and_then(|ca| ca.parent())
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        let (cert, key) = (
+            dir.join("front-proxy-client.crt"),
+            dir.join("front-proxy-client.key"),
+        );
+        if cert.exists() && key.exists() {
+            opts.proxy_client_cert_file = Some(cert);
+            opts.proxy_client_key_file = Some(key);
+        }
+    })
+    .await?;
+    let c = srv.client.clone();
+    let cancel = CancellationToken::new();
+
+    // Pods using twice their cpu request (200m of 100m).
+    let measured = Arc::new(Mutex::new(Vec::new()));
+    let (port, ca) = metrics_server(measured.clone(), "200m", cancel.clone()).await?;
+    register_metrics_api(&c, port, &ca).await?;
+
+    tokio::spawn(run_pods(c.clone(), cancel.clone()));
+    let manager = start_manager(&c, cancel.clone()).await?;
+    create_deployment(&c, "web", 2).await?;
+    let first = wait_for(30, "two running pods", || async {
+        let pods = running_pods(&c).await?;
+        Ok((pods.len() == 2).then_some(pods))
+    })
+    .await?;
+    // Only these two are measured: the pods added later have no metrics, which a
+    // scale-up counts as idle, so the count settles at twice the start.
+    *measured.lock() = first;
+
+    create_hpa(&c, "web", ("apps/v1", "Deployment", "web"), 1, 10, 100).await?;
+    wait_for(30, "the deployment doubled", || async {
+        Ok((deployment_replicas(&c, "web").await? == Some(4)).then_some(()))
+    })
+    .await?;
+    let st = wait_status(&c, "web", "desired 4 with cpu at 200%", |st| {
+        st.desired_replicas == 4
+            && st
+                .current_metrics
+                .as_ref()
+                .and_then(|m| m.first())
+                .and_then(|m| m.resource.as_ref())
+                .is_some_and(|r| r.current.average_utilization == Some(200))
+    })
+    .await?;
+    let resource = st.current_metrics.as_ref().unwrap()[0]
+        .resource
+        .clone()
+        .unwrap();
+    assert_eq!(resource.name, "cpu");
+    assert_eq!(
+        resource.current.average_value.map(|q| q.0),
+        Some("200m".to_string())
+    );
+    assert!(st.last_scale_time.is_some());
+    let (active, reason, message) = condition(&st, "ScalingActive").unwrap();
+    assert_eq!(
+        (active.as_str(), reason.as_str()),
+        ("True", "ValidMetricFound")
+    );
+    assert_eq!(
+        message,
+        "the HPA was able to successfully calculate a replica count from cpu resource utilization (percentage of request)"
+    );
+    let notes = event_notes(&c, "web", "SuccessfulRescale").await?;
+    assert_eq!(
+        notes,
+        vec!["New size: 4; reason: cpu resource utilization (percentage of request) above target"]
+    );
+
+    // Several sync periods later the count holds at four.
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        assert_eq!(deployment_replicas(&c, "web").await?, Some(4));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(running_pods(&c).await?.len(), 4);
+
+    cancel.cancel();
+    manager.wait().await;
+    Ok(())
+}
