@@ -318,14 +318,22 @@ impl EventRecorder {
     }
 }
 
-/// Upstream's isomorphic-event key.
-fn event_key(ev: &Event) -> String {
+/// Upstream's isomorphic-event key. `tools/events` (events.k8s.io) leaves the note out,
+/// so a changed message only bumps the series; the legacy `tools/record` that core
+/// events come from keys its series by the message too, so a new cause (a kubelet's
+/// next FailedMount reason) is written as an event of its own.
+fn event_key(ev: &Event, api: EventApi) -> String {
+    let note = match api {
+        EventApi::EventsV1 => None,
+        EventApi::CoreV1 => ev.note.as_deref(),
+    };
     json!([
         ev.action,
         ev.reason,
         ev.reporting_controller,
         ev.regarding,
         ev.related,
+        note,
     ])
     .to_string()
 }
@@ -399,7 +407,7 @@ impl Sink {
     }
 
     async fn record(&mut self, ev: Event) {
-        let key = event_key(&ev);
+        let key = event_key(&ev, self.options.api);
         let now = Timestamp::now();
         if let Some(cached) = self.cache.get_mut(&key) {
             match &mut cached.series {
@@ -607,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn isomorphic_keys_ignore_note_and_time() {
+    fn isomorphic_keys_ignore_time_and_only_core_events_key_by_note() {
         let mk = |reason: &str, note: &str| Event {
             action: Some("A".into()),
             reason: Some(reason.into()),
@@ -620,8 +628,18 @@ mod tests {
             event_time: Some(MicroTime(Timestamp::now())),
             ..Default::default()
         };
-        assert_eq!(event_key(&mk("R", "x")), event_key(&mk("R", "y")));
-        assert_ne!(event_key(&mk("R", "x")), event_key(&mk("S", "x")));
+        let v1 = EventApi::EventsV1;
+        assert_eq!(event_key(&mk("R", "x"), v1), event_key(&mk("R", "y"), v1));
+        assert_ne!(event_key(&mk("R", "x"), v1), event_key(&mk("S", "x"), v1));
+        let core = EventApi::CoreV1;
+        assert_ne!(
+            event_key(&mk("R", "x"), core),
+            event_key(&mk("R", "y"), core)
+        );
+        assert_eq!(
+            event_key(&mk("R", "x"), core),
+            event_key(&mk("R", "x"), core)
+        );
         assert_eq!(spam_key(&mk("R", "x")), spam_key(&mk("S", "y")));
     }
 
