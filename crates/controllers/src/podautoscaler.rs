@@ -802,26 +802,7 @@ pub fn scale_up_limit(
     rules: &HPAScalingRules,
     now: i64,
 ) -> i32 {
-    let select = rules.select_policy.as_deref().unwrap_or("Max");
-    if select == "Disabled" {
-        return current;
-    }
-    let mut result = if select == "Min" { i32::MAX } else { i32::MIN };
-    for p in rules.policies.iter().flatten() {
-        let start = current - change_in_period(p.period_seconds, up, now)
-            + change_in_period(p.period_seconds, down, now);
-        let proposed = match p.type_.as_str() {
-            "Pods" => start + p.value,
-            "Percent" => (f64::from(start) * (1.0 + f64::from(p.value) / 100.0)).ceil() as i32,
-            _ => continue,
-        };
-        result = if select == "Min" {
-            result.min(proposed)
-        } else {
-            result.max(proposed)
-        };
-    }
-    result
+    policy_limit(current, up, down, rules, now, true)
 }
 
 /// Upstream `calculateScaleDownLimitWithBehaviors`.
@@ -832,20 +813,41 @@ pub fn scale_down_limit(
     rules: &HPAScalingRules,
     now: i64,
 ) -> i32 {
+    policy_limit(current, up, down, rules, now, false)
+}
+
+/// The farthest the rules' policies let the replicas move in one direction from where
+/// the changes of their periods started: `Max` takes the policy allowing the most change,
+/// `Min` the least, `Disabled` none.
+fn policy_limit(
+    current: i32,
+    up: &[ScaleEvent],
+    down: &[ScaleEvent],
+    rules: &HPAScalingRules,
+    now: i64,
+    scaling_up: bool,
+) -> i32 {
     let select = rules.select_policy.as_deref().unwrap_or("Max");
     if select == "Disabled" {
         return current;
     }
-    let mut result = if select == "Min" { i32::MIN } else { i32::MAX };
+    let most_change = select != "Min";
+    // Up, the most change is the highest count; down, the lowest.
+    let take_highest = most_change == scaling_up;
+    let mut result = if take_highest { i32::MIN } else { i32::MAX };
     for p in rules.policies.iter().flatten() {
         let start = current - change_in_period(p.period_seconds, up, now)
             + change_in_period(p.period_seconds, down, now);
-        let proposed = match p.type_.as_str() {
-            "Pods" => start - p.value,
-            "Percent" => (f64::from(start) * (1.0 - f64::from(p.value) / 100.0)) as i32,
+        let proposed = match (p.type_.as_str(), scaling_up) {
+            ("Pods", true) => start + p.value,
+            ("Pods", false) => start - p.value,
+            ("Percent", true) => {
+                (f64::from(start) * (1.0 + f64::from(p.value) / 100.0)).ceil() as i32
+            }
+            ("Percent", false) => (f64::from(start) * (1.0 - f64::from(p.value) / 100.0)) as i32,
             _ => continue,
         };
-        result = if select == "Min" {
+        result = if take_highest {
             result.max(proposed)
         } else {
             result.min(proposed)
