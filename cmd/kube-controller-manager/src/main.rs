@@ -94,6 +94,9 @@ struct Options {
         default_value_t = 5
     )]
     concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// The period for syncing persistent volumes and persistent volume claims.
+    #[arg(long = "pvclaimbinder-sync-period", default_value = "15s", value_parser = dur)]
+    pvclaimbinder_sync_period: Duration,
     /// The period for syncing the number of pods in horizontal pod autoscaler.
     #[arg(long = "horizontal-pod-autoscaler-sync-period", default_value = "15s", value_parser = dur)]
     horizontal_pod_autoscaler_sync_period: Duration,
@@ -317,6 +320,7 @@ impl Options {
                 cpu_initialization_period: self.horizontal_pod_autoscaler_cpu_initialization_period,
                 initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
             },
+            pv_claim_binder_sync_period: self.pvclaimbinder_sync_period,
         }
     }
 }
@@ -489,6 +493,14 @@ mod tests {
         assert_eq!(cfg.hpa.sync_period, Duration::from_secs(15));
         assert_eq!(cfg.hpa.downscale_stabilization, Duration::from_secs(300));
         assert_eq!(cfg.concurrent_horizontal_pod_autoscaler_syncs, 5);
+        assert_eq!(cfg.pv_claim_binder_sync_period, Duration::from_secs(15));
+        let opts =
+            Options::try_parse_from(["kube-controller-manager", "--pvclaimbinder-sync-period=2s"])
+                .unwrap();
+        assert_eq!(
+            opts.manager_config().pv_claim_binder_sync_period,
+            Duration::from_secs(2)
+        );
         let opts = Options::try_parse_from([
             "kube-controller-manager",
             "--horizontal-pod-autoscaler-sync-period=1s",

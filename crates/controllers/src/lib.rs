@@ -25,7 +25,9 @@
 //! Secrets), [`csrsigning`], [`csrapproving`] and [`csrcleaner`] (CertificateSigningRequests
 //! signed with the cluster CA, kubelet client requests auto-approved, old ones deleted;
 //! shared checks in [`csr`]), [`podautoscaler`] (HorizontalPodAutoscalers: targets
-//! scaled through their scale subresource from resource metrics).
+//! scaled through their scale subresource from resource metrics), [`persistentvolume`]
+//! (PersistentVolumeClaims bound to PersistentVolumes, reclaim policies, external
+//! provisioners asked for volumes).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -52,6 +54,7 @@ pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod podautoscaler;
 pub mod podgc;
 pub mod pvcprotection;

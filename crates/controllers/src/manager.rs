@@ -30,6 +30,7 @@ use crate::garbagecollector::GarbageCollector;
 use crate::job::JobController;
 use crate::namespace::NamespaceController;
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::persistentvolume::PersistentVolumeController;
 use crate::podautoscaler::{HorizontalController, HpaConfig};
 use crate::podgc::PodGcController;
 use crate::pvcprotection::PvcProtectionController;
@@ -91,11 +92,14 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "horizontal-pod-autoscaler-controller",
         "horizontalpodautoscaling",
     ),
+    (
+        "persistentvolume-binder-controller",
+        "persistentvolume-binder",
+    ),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
     "persistentvolume-expander-controller",
     "ttl-controller",
@@ -141,6 +145,7 @@ pub fn service_account_name(controller: &str) -> &str {
         | "certificatesigningrequest-approving-controller"
         | "certificatesigningrequest-cleaner-controller" => "certificate-controller",
         "horizontal-pod-autoscaler-controller" => "horizontal-pod-autoscaler",
+        "persistentvolume-binder-controller" => "persistent-volume-binder",
         other => other,
     }
 }
@@ -231,6 +236,8 @@ pub struct ManagerConfig {
     pub concurrent_horizontal_pod_autoscaler_syncs: usize,
     /// The `--horizontal-pod-autoscaler-*` settings.
     pub hpa: HpaConfig,
+    /// `--pvclaimbinder-sync-period`: how often every claim and volume is synced again.
+    pub pv_claim_binder_sync_period: Duration,
 }
 
 impl Default for ManagerConfig {
@@ -258,6 +265,7 @@ impl Default for ManagerConfig {
             csr_signing: CsrSigningConfig::default(),
             concurrent_horizontal_pod_autoscaler_syncs: 5,
             hpa: HpaConfig::default(),
+            pv_claim_binder_sync_period: crate::persistentvolume::DEFAULT_SYNC_PERIOD,
         }
     }
 }
@@ -456,6 +464,17 @@ impl Manager {
                         cfg.hpa.clone(),
                     ),
                     cfg.concurrent_horizontal_pod_autoscaler_syncs,
+                ),
+                // One worker: upstream's claim sync is not reentrant. Its events come from
+                // component `persistentvolume-controller`.
+                "persistentvolume-binder-controller" => (
+                    PersistentVolumeController::with_sync_period(
+                        &factory,
+                        client.clone(),
+                        Arc::new(broadcaster.new_recorder("persistentvolume-controller")),
+                        cfg.pv_claim_binder_sync_period,
+                    )?,
+                    1,
                 ),
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
