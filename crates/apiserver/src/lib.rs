@@ -26,6 +26,7 @@ mod reviews;
 mod reviews_protobuf;
 mod security;
 mod tokens;
+mod webhook_client;
 mod workload_proxy;
 
 use std::net::SocketAddr;
