@@ -9,7 +9,9 @@
 //! (no call at all when none needs converting), a list goes in one review, and the
 //! answer is checked as upstream checks it (as many objects as sent, the desired
 //! apiVersion, the same kind, name, namespace and uid; of the metadata only labels and
-//! annotations may change, the rest is restored from the original).
+//! annotations may change, the rest is restored from the original). A converted object
+//! is then pruned by its version's structural schema, as upstream's
+//! `schemaCoercingConverter` does after the webhook.
 //!
 //! The store reaches this through [`FallibleConversion`], the async and fallible
 //! sibling of [`crate::strategy::StorageConversion`]; built-in resources and custom
@@ -18,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+use ferrokube_apiextensions::schema::StructuralSchema;
 use ferrokube_apimachinery::errors::{ApiError, FieldPath, aggregate_message};
 use ferrokube_apimachinery::validation::{validate_annotations, validate_labels};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -63,6 +66,10 @@ pub(crate) struct WebhookConversion {
     /// `group/version` stored.
     pub(crate) stored: String,
     pub(crate) webhook: WebhookSlot,
+    /// The structural schemas of the served and the storage version, which prune
+    /// what the webhook answers.
+    pub(crate) served_schema: Option<StructuralSchema>,
+    pub(crate) stored_schema: Option<StructuralSchema>,
 }
 
 /// Go's `schema.GroupVersionKind.String()` of an object's apiVersion and kind.
@@ -194,6 +201,7 @@ impl WebhookConversion {
         &self,
         mut objects: Vec<Value>,
         desired: &str,
+        schema: Option<&StructuralSchema>,
         list: bool,
     ) -> Result<Vec<Value>, ApiError> {
         let pending: Vec<usize> = (0..objects.len())
@@ -255,6 +263,9 @@ impl WebhookConversion {
                 return Err(failed(format!("{what}: {e}")));
             }
             restore_meta(original, &mut out).map_err(|e| failed(format!("{invalid_meta}: {e}")))?;
+            if let Some(schema) = schema {
+                schema.prune(&mut out);
+            }
             objects[*i] = out;
         }
         Ok(objects)
@@ -288,12 +299,20 @@ impl FallibleConversion for WebhookConversion {
             .into_iter()
             .map(|o| self.typed(o, &self.stored))
             .collect();
-        self.convert(objects, &self.served, list).await
+        self.convert(objects, &self.served, self.served_schema.as_ref(), list)
+            .await
     }
 
     async fn stored_form(&self, object: Value) -> Result<Value, ApiError> {
         let object = self.typed(object, &self.served);
-        let mut out = self.convert(vec![object], &self.stored, false).await?;
+        let mut out = self
+            .convert(
+                vec![object],
+                &self.stored,
+                self.stored_schema.as_ref(),
+                false,
+            )
+            .await?;
         out.pop()
             .ok_or_else(|| ApiError::internal("conversion returned no object"))
     }
@@ -354,8 +373,19 @@ mod tests {
                 served: "ex.com/v2".into(),
                 stored: "ex.com/v1".into(),
                 webhook: slot,
+                served_schema: Some(schema("b")),
+                stored_schema: Some(schema("a")),
             },
             fake,
+        )
+    }
+
+    /// An object with a `spec` of one integer field.
+    fn schema(field: &str) -> StructuralSchema {
+        StructuralSchema::new(
+            &serde_json::from_value(json!({"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {field: {"type": "integer"}}}}}))
+            .unwrap(),
         )
     }
 
@@ -383,6 +413,12 @@ mod tests {
         // The metadata is the original's.
         assert_eq!(out[2]["metadata"]["generation"], 1);
         assert_eq!(out[2]["apiVersion"], "ex.com/v2");
+        // What the served version's schema does not have is pruned.
+        let (c, _) = conversion(|o| o["spec"]["extra"] = json!(1));
+        let out = c.served_form(vec![stored("a", "v1")], false).await.unwrap();
+        assert_eq!(out[0]["spec"], json!({"b": 1}));
+        let out = c.stored_form(out[0].clone()).await.unwrap();
+        assert_eq!(out["spec"], json!({"a": 1}));
         // Nothing to convert: no call.
         c.served_form(vec![already], true).await.unwrap();
         assert_eq!(fake.calls.lock().unwrap().len(), 1);

@@ -374,6 +374,13 @@ impl CustomResourceStrategy {
             .find(|v| v.storage)
             .map(|v| v.name.clone())
             .unwrap_or_else(|| version.name.clone());
+        let schema_of = |v: &CustomResourceDefinitionVersion| {
+            v.schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .map(StructuralSchema::new)
+        };
+        let schema = schema_of(version);
         let by_webhook = spec
             .conversion
             .as_ref()
@@ -386,14 +393,11 @@ impl CustomResourceStrategy {
             served: served.clone(),
             stored: stored.clone(),
             webhook: webhook.clone(),
+            served_schema: schema.clone(),
+            stored_schema: spec.versions.iter().find(|v| v.storage).and_then(schema_of),
         });
         let conversion = (!by_webhook && storage_version != version.name)
             .then_some(ApiVersionConversion { served, stored });
-        let schema = version
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref())
-            .map(StructuralSchema::new);
         // `selectableFields` (`.spec.color`) are field selectors (`spec.color`).
         let fields: Vec<(&'static str, &'static str)> = version
             .selectable_fields
