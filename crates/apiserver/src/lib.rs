@@ -13,6 +13,7 @@ mod aggregator;
 mod audit;
 mod authentication_info;
 mod componentstatus;
+mod conversion;
 mod discovery;
 mod dupes;
 mod eviction;
@@ -26,6 +27,7 @@ mod reviews;
 mod reviews_protobuf;
 mod security;
 mod tokens;
+mod webhook_client;
 mod workload_proxy;
 
 use std::net::SocketAddr;
@@ -482,6 +484,12 @@ impl Options {
             &state,
         ));
         let registry = Arc::new(registry);
+        // Custom resources with a conversion webhook convert through this client.
+        registry
+            .custom()
+            .set_conversion_webhook(Arc::new(conversion::ConversionWebhooks::new(
+                webhook_client::WebhookClient::new(&registry).map_err(ConfigError::Registry)?,
+            )));
         let admission = admission::Chain::new(&admission::PluginInit {
             registry: &registry,
             authorizer: &authorizer,

@@ -148,6 +148,19 @@ impl CachedEvent {
         }
     }
 
+    /// The same change with `object` in its place and no previous state (a custom
+    /// resource's event converted by its webhook).
+    pub(crate) fn with_object(&self, object: CachedObject) -> CachedEvent {
+        CachedEvent {
+            kind: self.kind,
+            key: self.key.clone(),
+            object,
+            prev: None,
+            revision: self.revision,
+            json: OnceLock::new(),
+        }
+    }
+
     /// `{"type":"ADDED","object":{...}}\n`, made on first use from the object's
     /// shared serialization.
     pub fn json_line(&self) -> Bytes {

@@ -9,9 +9,8 @@
 //! changes and swapped whole, so a request sees one consistent set. A custom
 //! resource's objects live at upstream's keys (`/registry/<group>/<plural>/...`), in
 //! its storage version; every served version reads and writes them, with only
-//! `apiVersion` converted (the `None` conversion strategy). Conversion webhooks are
-//! not called: a definition with the `Webhook` strategy serves its storage version
-//! only.
+//! `apiVersion` converted (the `None` conversion strategy), or through the
+//! definition's conversion webhook (the `Webhook` strategy, [`crate::conversion`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -33,6 +32,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
+use crate::conversion::{FallibleConversion, WebhookConversion, WebhookSlot};
 use crate::meta;
 use crate::store::{DeleteOptions, ListParams, Part, PatchType, UpdateInput, WatchParams};
 use crate::strategy::{Decoded, Hooks, StorageConversion, Strategy, format_path, validate_meta};
@@ -133,6 +133,8 @@ pub struct CustomResources {
     /// Bumped on every swap (the OpenAPI documents and discovery follow it).
     generation: tokio::sync::watch::Sender<u64>,
     factory: StoreFactory,
+    /// The conversion webhook client every `Webhook`-strategy strategy calls.
+    webhook: WebhookSlot,
 }
 
 impl std::fmt::Debug for CustomResources {
@@ -147,7 +149,13 @@ impl CustomResources {
             served: RwLock::new(Arc::new(Served::default())),
             generation: tokio::sync::watch::channel(0).0,
             factory,
+            webhook: WebhookSlot::default(),
         }
+    }
+
+    /// Sets the client of conversion webhooks (once; later calls are ignored).
+    pub fn set_conversion_webhook(&self, webhook: Arc<dyn crate::conversion::ConversionWebhook>) {
+        let _ = self.webhook.set(webhook);
     }
 
     /// What is served now.
@@ -172,20 +180,7 @@ impl CustomResources {
         for crd in definitions.iter().filter(|c| is_established(c)) {
             let terminating = crd.metadata.deletion_timestamp.is_some();
             let definition = Arc::new(crd.clone());
-            // Conversion webhooks are not called: a definition that needs one serves
-            // only its storage version, which needs no conversion, rather than other
-            // versions in a shape they do not have.
-            let webhook = crd
-                .spec
-                .conversion
-                .as_ref()
-                .is_some_and(|c| c.strategy == "Webhook");
-            for v in crd
-                .spec
-                .versions
-                .iter()
-                .filter(|v| v.served && (v.storage || !webhook))
-            {
+            for v in crd.spec.versions.iter().filter(|v| v.served) {
                 let key = (
                     crd.spec.group.clone(),
                     v.name.clone(),
@@ -199,7 +194,11 @@ impl CustomResources {
                 let resource = match unchanged {
                     Some(r) => r.clone(),
                     None => {
-                        let strategy = Arc::new(CustomResourceStrategy::new(crd, v));
+                        let strategy = Arc::new(CustomResourceStrategy::with_webhook(
+                            &definition,
+                            v,
+                            &self.webhook,
+                        ));
                         let info = strategy.info;
                         Arc::new(CustomResource {
                             info,
@@ -286,6 +285,9 @@ pub struct CustomResourceStrategy {
     schema: Option<StructuralSchema>,
     hooks: Hooks,
     conversion: Option<ApiVersionConversion>,
+    /// The `Webhook` strategy: every version (the storage version's too: objects
+    /// stored in an earlier storage version) converts through the webhook.
+    webhook: Option<WebhookConversion>,
 }
 
 /// The `None` conversion: objects stored in the storage version are served in another
@@ -308,7 +310,18 @@ impl StorageConversion for ApiVersionConversion {
 }
 
 impl CustomResourceStrategy {
+    /// The strategy of `version` with the `None` conversion (a `Webhook` definition's
+    /// conversions fail: no webhook client).
     pub fn new(crd: &CustomResourceDefinition, version: &CustomResourceDefinitionVersion) -> Self {
+        Self::with_webhook(&Arc::new(crd.clone()), version, &WebhookSlot::default())
+    }
+
+    /// The strategy of `version`; a `Webhook` definition converts through `webhook`.
+    pub fn with_webhook(
+        crd: &Arc<CustomResourceDefinition>,
+        version: &CustomResourceDefinitionVersion,
+        webhook: &WebhookSlot,
+    ) -> Self {
         let spec = &crd.spec;
         let names = &spec.names;
         let subresources = version
@@ -361,15 +374,30 @@ impl CustomResourceStrategy {
             .find(|v| v.storage)
             .map(|v| v.name.clone())
             .unwrap_or_else(|| version.name.clone());
-        let conversion = (storage_version != version.name).then(|| ApiVersionConversion {
-            served: format!("{}/{}", spec.group, version.name),
-            stored: format!("{}/{}", spec.group, storage_version),
-        });
-        let schema = version
-            .schema
+        let schema_of = |v: &CustomResourceDefinitionVersion| {
+            v.schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .map(StructuralSchema::new)
+        };
+        let schema = schema_of(version);
+        let by_webhook = spec
+            .conversion
             .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref())
-            .map(StructuralSchema::new);
+            .is_some_and(|c| c.strategy == "Webhook");
+        let served = format!("{}/{}", spec.group, version.name);
+        let stored = format!("{}/{}", spec.group, storage_version);
+        let webhook = by_webhook.then(|| WebhookConversion {
+            definition: crd.clone(),
+            kind: names.kind.clone(),
+            served: served.clone(),
+            stored: stored.clone(),
+            webhook: webhook.clone(),
+            served_schema: schema.clone(),
+            stored_schema: spec.versions.iter().find(|v| v.storage).and_then(schema_of),
+        });
+        let conversion = (!by_webhook && storage_version != version.name)
+            .then_some(ApiVersionConversion { served, stored });
         // `selectableFields` (`.spec.color`) are field selectors (`spec.color`).
         let fields: Vec<(&'static str, &'static str)> = version
             .selectable_fields
@@ -389,6 +417,7 @@ impl CustomResourceStrategy {
                 ..Hooks::PLAIN
             },
             conversion,
+            webhook,
         }
     }
 
@@ -479,6 +508,10 @@ impl Strategy for CustomResourceStrategy {
         self.conversion
             .as_ref()
             .map(|c| c as &dyn StorageConversion)
+    }
+
+    fn fallible_conversion(&self) -> Option<&dyn FallibleConversion> {
+        self.webhook.as_ref().map(|c| c as &dyn FallibleConversion)
     }
 }
 
@@ -700,9 +733,13 @@ async fn clean_up(
     crd: &CustomResourceDefinition,
 ) -> bool {
     let served = custom.served();
+    // The storage version's store when it is served: it converts nothing, so a
+    // conversion webhook that is down does not hold the cleanup up.
+    let storage_version = crd.spec.versions.iter().find(|v| v.storage);
     let store = served
         .all()
-        .find(|r| r.definition.metadata.uid == crd.metadata.uid)
+        .filter(|r| r.definition.metadata.uid == crd.metadata.uid)
+        .max_by_key(|r| storage_version.is_some_and(|v| v.name == r.version))
         .map(|r| r.store.clone());
     if let Some(store) = store {
         let listed = match store.list(None, &ListParams::default()).await {

@@ -13,6 +13,7 @@
 
 pub mod allocator;
 pub mod cache;
+pub mod conversion;
 pub mod custom;
 pub mod errors;
 pub mod kinds;

@@ -420,9 +420,60 @@ impl Store {
         }
     }
 
-    /// A stored object, decoded and in the served form.
-    fn decode_served(&self, value: &[u8], revision: Revision) -> Option<Value> {
-        decode_stored(value, revision).map(|o| self.served(o))
+    /// A stored object, decoded and in the served form (through the conversion
+    /// webhook of a custom resource that has one).
+    async fn decode_served(&self, value: &[u8], revision: Revision) -> Result<Value, ApiError> {
+        let obj = decode_stored(value, revision)
+            .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+        self.to_served(obj).await
+    }
+
+    /// A stored object in the served form.
+    async fn to_served(&self, obj: Value) -> Result<Value, ApiError> {
+        match self.strategy.fallible_conversion() {
+            Some(c) => c
+                .served_form(vec![obj], false)
+                .await?
+                .pop()
+                .ok_or_else(|| ApiError::internal("conversion returned no object")),
+            None => Ok(self.served(obj)),
+        }
+    }
+
+    /// Stored objects in the served form: through a conversion webhook in one
+    /// review, else as [`Store::served`] (a custom resource's webhook answers for all
+    /// of them, as upstream sends a list's items in one request).
+    async fn all_served(&self, objects: Vec<Value>) -> Result<Vec<Value>, ApiError> {
+        match self.strategy.fallible_conversion() {
+            Some(c) if !objects.is_empty() => c.served_form(objects, true).await,
+            Some(_) => Ok(objects),
+            None => Ok(objects.into_iter().map(|o| self.served(o)).collect()),
+        }
+    }
+
+    /// The bytes stored for a served object, through a conversion webhook when the
+    /// resource has one.
+    async fn encode_stored(&self, obj: &Value) -> Result<Bytes, ApiError> {
+        match self.strategy.fallible_conversion() {
+            Some(c) => encode(&c.stored_form(obj.clone()).await?),
+            None => self.encode(obj),
+        }
+    }
+
+    /// The served form of what a write just stored: `written` (the served object it
+    /// stored) at the new revision when a webhook converts, rather than a second
+    /// webhook call after the write; else the stored bytes, decoded.
+    async fn written_served(&self, written: &Value, kv: &KeyValue) -> Result<Value, ApiError> {
+        if self.strategy.fallible_conversion().is_some() {
+            let mut obj = written.clone();
+            meta::set_meta(
+                &mut obj,
+                "resourceVersion",
+                json!(kv.mod_revision.to_string()),
+            );
+            return Ok(obj);
+        }
+        self.decode_served(&kv.value, kv.mod_revision).await
     }
 
     /// A stored object in the served form, for lists: kept as its JSON (decoded only
@@ -671,13 +722,16 @@ impl Store {
         }
         // One serialization for the stored form and the answer (a resource stored in
         // another's form is encoded through its codec instead).
-        let slot = match self.strategy.storage_conversion() {
-            None => RevisionSlot::encode(&mut obj),
-            Some(_) => None,
+        let converts = self.strategy.storage_conversion().is_some()
+            || self.strategy.fallible_conversion().is_some();
+        let slot = if converts {
+            None
+        } else {
+            RevisionSlot::encode(&mut obj)
         };
         let bytes = match &slot {
             Some(slot) => slot.stored(),
-            None => self.encode(&obj)?,
+            None => self.encode_stored(&obj).await?,
         };
         match self.storage.create(&key, bytes).await {
             Ok(rev) => {
@@ -704,8 +758,9 @@ impl Store {
             .get(&self.key(ns, name), None)
             .await
             .map_err(|e| self.err(name, e))?;
-        self.decode_served(&kv.value, kv.mod_revision)
-            .ok_or_else(|| ApiError::internal(format!("stored object {name:?} is not JSON")))
+        let obj = decode_stored(&kv.value, kv.mod_revision)
+            .ok_or_else(|| ApiError::internal(format!("stored object {name:?} is not JSON")))?;
+        self.to_served(obj).await
     }
 
     /// A filter for label and field selectors.
@@ -791,7 +846,7 @@ impl Store {
             if min > 0 {
                 self.cache.wait_for(min, Duration::from_secs(3)).await?;
             }
-            return Ok(self.list_from_cache(&prefix, filter.as_ref()));
+            return self.list_from_cache(&prefix, filter.as_ref()).await;
         }
         // A consistent read (no resourceVersion) of a whole list, from the cache once it
         // has applied the store's current revision, as upstream's
@@ -813,7 +868,7 @@ impl Store {
                 .await
                 .is_ok()
             {
-                return Ok(self.list_from_cache(&prefix, filter.as_ref()));
+                return self.list_from_cache(&prefix, filter.as_ref()).await;
             }
             tracing::warn!(
                 resource = self.info.plural,
@@ -850,16 +905,31 @@ impl Store {
                     }
                     e => self.err("", e),
                 })?;
-            for KeyValue {
-                value,
-                mod_revision,
-                ..
-            } in &page.items
-            {
-                if let Some(obj) = self.cached_served(value, *mod_revision)
-                    && filter.as_ref().is_none_or(|f| f(&obj))
+            if self.strategy.fallible_conversion().is_some() {
+                // The page in one conversion review, then filtered in the served form.
+                let stored: Vec<Value> = page
+                    .items
+                    .iter()
+                    .filter_map(|kv| decode_stored(&kv.value, kv.mod_revision))
+                    .collect();
+                for obj in self.all_served(stored).await? {
+                    let obj = CachedObject::new(obj);
+                    if filter.as_ref().is_none_or(|f| f(&obj)) {
+                        items.push(obj);
+                    }
+                }
+            } else {
+                for KeyValue {
+                    value,
+                    mod_revision,
+                    ..
+                } in &page.items
                 {
-                    items.push(obj);
+                    if let Some(obj) = self.cached_served(value, *mod_revision)
+                        && filter.as_ref().is_none_or(|f| f(&obj))
+                    {
+                        items.push(obj);
+                    }
                 }
             }
             let done = page.continue_token.is_none() || limit == 0 || items.len() >= limit;
@@ -877,9 +947,19 @@ impl Store {
     }
 
     /// The cache's objects under `prefix` that pass `filter`, in the served form.
-    fn list_from_cache(&self, prefix: &str, filter: Option<&Filter>) -> Listed {
+    async fn list_from_cache(
+        &self,
+        prefix: &str,
+        filter: Option<&Filter>,
+    ) -> Result<Listed, ApiError> {
         let (items, rev) = self.cache.snapshot_objects(prefix);
         let items: Vec<CachedObject> = match self.strategy.storage_conversion() {
+            _ if self.strategy.fallible_conversion().is_some() => self
+                .all_served(items.into_iter().map(|o| (*o).clone()).collect())
+                .await?
+                .into_iter()
+                .map(CachedObject::new)
+                .collect(),
             Some(c) => items
                 .into_iter()
                 .map(|o| CachedObject::new(c.served_form((*o).clone())))
@@ -890,12 +970,12 @@ impl Store {
             Some(f) => items.into_iter().filter(|o| f(o)).collect(),
             None => items,
         };
-        Listed {
+        Ok(Listed {
             items,
             resource_version: rev.to_string(),
             continue_token: None,
             remaining_item_count: None,
-        }
+        })
     }
 
     pub async fn watch(
@@ -960,10 +1040,16 @@ impl Store {
                 self.bookmark_interval,
             )
             .await?;
-        Ok(match self.strategy.storage_conversion() {
-            Some(_) => served_watch(rx, self.strategy.clone()),
-            None => rx,
-        })
+        Ok(
+            match (
+                self.strategy.storage_conversion(),
+                self.strategy.fallible_conversion(),
+            ) {
+                (_, Some(_)) => converted_watch(rx, self.strategy.clone()),
+                (Some(_), None) => served_watch(rx, self.strategy.clone()),
+                (None, None) => rx,
+            },
+        )
     }
 
     /// The object an update stores, from the current one and the request, with the
@@ -978,7 +1064,7 @@ impl Store {
     ) -> Result<(Value, Vec<String>, Value), ApiError> {
         let old = self
             .decode_served(&current.value, current.mod_revision)
-            .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+            .await?;
         let raw = match input {
             UpdateInput::Replace(v) => v.clone(),
             UpdateInput::Patch(ty, patch) => (self.patch)(self.info, *ty, &old, patch)?,
@@ -1223,6 +1309,8 @@ impl Store {
         // admission inside every attempt: a write that lost the race starts over from
         // the new current object, so admission always saw what is replaced.
         let mut attempt = 0;
+        // The served object the successful attempt stored.
+        let mut written = Value::Null;
         let (kv, warnings, replaced) = loop {
             attempt += 1;
             release(&mut reserved);
@@ -1243,7 +1331,7 @@ impl Store {
                         .map_err(|errs| allocator::invalid_service(name, errs))?,
                 );
             }
-            let bytes = match self.encode(&fin) {
+            let bytes = match self.encode_stored(&fin).await {
                 Ok(b) => b,
                 Err(e) => {
                     release(&mut reserved);
@@ -1255,7 +1343,10 @@ impl Store {
                 .compare_and_swap(&key, current.mod_revision, bytes)
                 .await
             {
-                Ok(kv) => break (kv, warnings, Some(old)),
+                Ok(kv) => {
+                    written = fin;
+                    break (kv, warnings, Some(old));
+                }
                 Err(StorageError::Conflict { .. }) if attempt < MAX_UPDATE_ATTEMPTS => continue,
                 Err(e) => {
                     release(&mut reserved);
@@ -1264,9 +1355,10 @@ impl Store {
             }
         };
         let unchanged = replaced.is_none();
-        let object = self
-            .decode_served(&kv.value, kv.mod_revision)
-            .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+        let object = match &replaced {
+            Some(_) => self.written_served(&written, &kv).await?,
+            None => self.decode_served(&kv.value, kv.mod_revision).await?,
+        };
         if let (Some(a), Some(old)) = (alloc, &replaced)
             && !unchanged
         {
@@ -1327,7 +1419,7 @@ impl Store {
                         .release(&decode_stored(&d.previous.value, d.revision).unwrap_or_default());
                 }
                 self.decode_served(&d.previous.value, d.previous.mod_revision)
-                    .ok_or_else(|| ApiError::internal("stored object is not JSON"))
+                    .await
             }
             Err(e) => Err(self.err(name, e)),
         }
@@ -1349,7 +1441,7 @@ impl Store {
                 .map_err(|e| self.err(name, e))?;
             let obj = self
                 .decode_served(&current.value, current.mod_revision)
-                .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+                .await?;
             if let Some(uid) = &opts.precondition_uid
                 && uid != meta::uid(&obj)
             {
@@ -1399,16 +1491,14 @@ impl Store {
                     gone: false,
                 });
             }
-            let bytes = self.encode(&marked)?;
+            let bytes = self.encode_stored(&marked).await?;
             match self
                 .storage
                 .compare_and_swap(&key, current.mod_revision, bytes)
                 .await
             {
                 Ok(kv) => {
-                    let object = self
-                        .decode_served(&kv.value, kv.mod_revision)
-                        .ok_or_else(|| ApiError::internal("stored object is not JSON"))?;
+                    let object = self.written_served(&marked, &kv).await?;
                     return Ok(Deleted {
                         object,
                         gone: false,
@@ -1570,6 +1660,57 @@ fn served_watch(
                 other => other,
             };
             if tx.send(item).await.is_err() {
+                break;
+            }
+        }
+    });
+    out
+}
+
+/// A watch of stored objects as a watch of the served form through a fallible
+/// conversion (a custom resource's conversion webhook), one review per event. An event
+/// that cannot be converted ends the watch with an ERROR event carrying the failure.
+fn converted_watch(
+    mut rx: mpsc::Receiver<WatchItem>,
+    strategy: Arc<dyn Strategy>,
+) -> mpsc::Receiver<WatchItem> {
+    let (tx, out) = mpsc::channel(rx.max_capacity());
+    tokio::spawn(async move {
+        let Some(conversion) = strategy.fallible_conversion() else {
+            return;
+        };
+        let convert = |o: &Value| {
+            let o = o.clone();
+            async move {
+                conversion
+                    .served_form(vec![o], false)
+                    .await?
+                    .pop()
+                    .map(CachedObject::new)
+                    .ok_or_else(|| ApiError::internal("conversion returned no object"))
+            }
+        };
+        loop {
+            let item = tokio::select! {
+                item = rx.recv() => item,
+                // The watcher went away: stop converting for it.
+                () = tx.closed() => None,
+            };
+            let Some(item) = item else { break };
+            let converted = match item {
+                WatchItem::Event(ev) => convert(&ev.object)
+                    .await
+                    .map(|o| WatchItem::Event(Arc::new(ev.with_object(o)))),
+                WatchItem::Synthetic(kind, obj) => {
+                    convert(&obj).await.map(|o| WatchItem::Synthetic(kind, o))
+                }
+                other => Ok(other),
+            };
+            let (item, last) = match converted {
+                Ok(item) => (item, false),
+                Err(e) => (WatchItem::Error(e), true),
+            };
+            if tx.send(item).await.is_err() || last {
                 break;
             }
         }

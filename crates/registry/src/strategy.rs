@@ -54,6 +54,13 @@ pub trait Strategy: Send + Sync + 'static {
             .as_ref()
             .map(|c| c as &dyn StorageConversion)
     }
+
+    /// The conversion between stored and served forms when it may fail or wait (a
+    /// custom resource's conversion webhook); used instead of
+    /// [`Strategy::storage_conversion`] when present.
+    fn fallible_conversion(&self) -> Option<&dyn crate::conversion::FallibleConversion> {
+        None
+    }
 }
 
 /// Per-kind behaviour that is data or a plain function, not a type.

@@ -13,6 +13,9 @@ use std::time::Duration;
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 
+pub mod webhook_server;
+pub use webhook_server::WebhookServer;
+
 /// The service account token issuer of test servers.
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 

@@ -3,17 +3,10 @@
 //! one that patches (reached through a Service's endpoints), and a webhook that times
 //! out under `failurePolicy: Fail` and under `Ignore`.
 
-use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use bytes::Bytes;
-use ferrokube_testing::TestApiServer;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use ferrokube_testing::{TestApiServer, WebhookServer};
 use serde_json::{Value, json};
 
 const SLOW_SECONDS: u64 = 3;
@@ -34,67 +27,17 @@ fn answer(path: &str, review: &Value) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 }
 
-async fn handle(req: hyper::Request<Incoming>) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
-    let path = req.uri().path().to_string();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if path == "/slow" {
-        tokio::time::sleep(Duration::from_secs(SLOW_SECONDS)).await;
-    }
-    let out = serde_json::to_vec(&answer(&path, &review)).unwrap();
-    Ok(hyper::Response::builder()
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(out)))
-        .unwrap())
-}
-
-/// Starts the webhook server on a loopback port; returns the port and the CA PEM.
-async fn webhook_server() -> (u16, String) {
-    use rustls_pki_types::pem::PemObject;
-    let ca = ferrokube_pki::CertificateAuthority::generate("webhook-ca").unwrap();
-    let issued = ca
-        .issue_serving_cert(
-            "webhook",
-            &["webhook.default.svc".to_string()],
-            &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
-            ferrokube_pki::Validity::leaf_default(),
-        )
-        .unwrap();
-    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), hyper::service::service_fn(handle))
-                    .await;
-            });
+/// Starts the webhook server (the shared test webhook server answering with
+/// [`answer`]; `/slow` answers after [`SLOW_SECONDS`]).
+async fn webhook_server() -> WebhookServer {
+    WebhookServer::start(|path: String, review: Value| async move {
+        if path == "/slow" {
+            tokio::time::sleep(Duration::from_secs(SLOW_SECONDS)).await;
         }
-    });
-    (port, ca.cert_pem().to_string())
+        answer(&path, &review)
+    })
+    .await
+    .unwrap()
 }
 
 async fn send(
@@ -135,10 +78,10 @@ fn configmap(name: &str, label: &str) -> Value {
 
 #[tokio::test]
 async fn webhooks_deny_patch_and_follow_their_failure_policy() {
-    let (port, ca_pem) = webhook_server().await;
+    let hooks = webhook_server().await;
+    let (port, ca_bundle) = (hooks.port, hooks.ca_bundle());
     let server = TestApiServer::start().await.unwrap();
     let c = server.client.clone();
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca_pem);
     let url = |path: &str| json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca_bundle});
 
     // The mutating webhook is reached through a Service without a selector and its
@@ -256,10 +199,10 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
 
 #[tokio::test]
 async fn match_conditions_choose_webhooks_and_must_compile() {
-    let (port, ca_pem) = webhook_server().await;
+    let hooks = webhook_server().await;
+    let (port, ca_bundle) = (hooks.port, hooks.ca_bundle());
     let server = TestApiServer::start().await.unwrap();
     let c = server.client.clone();
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca_pem);
     let url = |path: &str| json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca_bundle});
     let config = |webhooks: Vec<Value>| {
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",

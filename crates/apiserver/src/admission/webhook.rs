@@ -23,7 +23,8 @@
 //! configurations are read from the watch cache, as upstream reads an informer's, once
 //! the cache has applied this apiserver's own writes ([`fresh`]); their webhooks are
 //! parsed and their `matchConditions` compiled once per version of the configurations.
-//! Without a caBundle nothing is trusted, so such a
+//! The HTTPS calls go through [`crate::webhook_client`]. Without a caBundle nothing
+//! is trusted, so such a
 //! webhook's calls fail (upstream falls back to the system roots).
 
 use std::collections::BTreeMap;
@@ -31,23 +32,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
 use ferrokube_registry::{Registry, Store};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use super::{Attributes, Operation, Plugin, PluginInit};
+use crate::webhook_client::WebhookClient;
+pub(super) use crate::webhook_client::fresh_get;
 
 pub(crate) const MUTATING: &str = "MutatingAdmissionWebhook";
 pub(crate) const VALIDATING: &str = "ValidatingAdmissionWebhook";
-
-/// Largest AdmissionReview response read from a webhook.
-const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
 
 /// One webhook, whichever kind of configuration it came from.
 #[derive(Clone, Debug)]
@@ -145,25 +142,6 @@ fn compile_conditions(
 pub(super) async fn fresh(store: &Store, sub_prefix: &str) -> Vec<Arc<Value>> {
     store.cache().sync_own_writes().await;
     crate::security::cached(store, sub_prefix)
-}
-
-/// One object as [`fresh`] sees it; a live read when the cache does not have it (e.g.
-/// another apiserver created it a moment ago), as upstream's listers fall back to a
-/// live GET for namespaces. `None`: not found.
-pub(super) async fn fresh_get(
-    store: &Store,
-    ns: Option<&str>,
-    name: &str,
-) -> Result<Option<Arc<Value>>, ApiError> {
-    store.cache().sync_own_writes().await;
-    if let Some(cached) = store.cache().get(&store.key(ns, name)) {
-        return Ok(Some(cached.value().clone()));
-    }
-    match store.get(ns, name).await {
-        Ok(v) => Ok(Some(Arc::new(v))),
-        Err(e) if e.code == 404 => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// Upstream `rules.Matcher`: whether `rule` covers the request.
@@ -450,8 +428,8 @@ struct Webhooks {
     mutating: Arc<Store>,
     validating: Arc<Store>,
     namespaces: Arc<Store>,
-    services: Arc<Store>,
-    endpoints: Arc<Store>,
+    /// Reaches the webhooks (Services through their Endpoints).
+    client: WebhookClient,
     /// The authorizer chain, for `authorizer` in match conditions.
     authorizer: Arc<dyn ferrokube_auth::authz::Authorizer>,
     /// The webhooks last loaded from each kind of configuration, with the cached
@@ -480,8 +458,7 @@ fn webhooks(init: &PluginInit<'_>) -> Result<Arc<Webhooks>, String> {
         mutating: store(init, AR, "mutatingwebhookconfigurations")?,
         validating: store(init, AR, "validatingwebhookconfigurations")?,
         namespaces: store(init, "", "namespaces")?,
-        services: store(init, "", "services")?,
-        endpoints: store(init, "", "endpoints")?,
+        client: WebhookClient::new(init.registry)?,
         authorizer: init.authorizer.clone(),
         loaded_mutating: Loaded::default(),
         loaded_validating: Loaded::default(),
@@ -589,92 +566,12 @@ impl Webhooks {
         let uid = ferrokube_registry::meta::new_uid();
         let review = review_request(hook.review_version, &uid, a, object, old);
         let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
-        let target = self.target(hook).await?;
-        let url = target.url(hook.timeout);
-        let answer = tokio::time::timeout(hook.timeout, post(&target, &url, body))
+        let answer = self
+            .client
+            .post_json(&(&hook.client).into(), hook.timeout, body)
             .await
-            .map_err(|_| {
-                format!("failed to call webhook: Post {url:?}: context deadline exceeded")
-            })?
-            .map_err(|e| format!("failed to call webhook: Post {url:?}: {e}"))?;
+            .map_err(|e| format!("failed to call webhook: {e}"))?;
         parse_response(hook.review_version, &uid, &answer)
-    }
-
-    /// Where a webhook is reached: `url`, or the first ready endpoint of `service`.
-    async fn target(&self, hook: &Hook) -> Result<Target, String> {
-        let roots = roots(hook.client.ca_bundle.as_ref().map(|b| b.0.as_slice()))?;
-        if let Some(url) = &hook.client.url {
-            let uri: http::Uri = url
-                .parse()
-                .map_err(|e| format!("invalid webhook URL {url:?}: {e}"))?;
-            let host = uri
-                .host()
-                .ok_or_else(|| format!("webhook URL {url:?} has no host"))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            return Ok(Target {
-                server_name: host.clone(),
-                host: host.clone(),
-                url_host: uri.authority().map(|a| a.to_string()).unwrap_or(host),
-                port: uri.port_u16().unwrap_or(443),
-                path: uri.path().to_string(),
-                roots,
-            });
-        }
-        let Some(svc) = &hook.client.service else {
-            return Err("webhook has neither url nor service".into());
-        };
-        let port = svc.port.unwrap_or(443);
-        let server_name = format!("{}.{}.svc", svc.name, svc.namespace);
-        let not_found = || {
-            format!(
-                "service {:?} not found",
-                format!("{}/{}", svc.namespace, svc.name)
-            )
-        };
-        let service = fresh_get(&self.services, Some(&svc.namespace), &svc.name)
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(not_found)?;
-        let service_port = service["spec"]["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["port"].as_i64() == Some(port.into()))
-            .cloned()
-            .ok_or_else(|| format!("service {server_name} has no port {port}"))?;
-        let endpoints = fresh_get(&self.endpoints, Some(&svc.namespace), &svc.name)
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(|| format!("no endpoints for service {server_name}"))?;
-        let (ip, target_port) = endpoints["subsets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find_map(|subset| {
-                let ip = subset["addresses"][0]["ip"].as_str()?;
-                let ports = subset["ports"].as_array()?;
-                let p = ports
-                    .iter()
-                    .find(|p| {
-                        p["name"].as_str().unwrap_or("")
-                            == service_port["name"].as_str().unwrap_or("")
-                    })
-                    .or_else(|| (ports.len() == 1).then(|| &ports[0]))?;
-                Some((ip.to_string(), p["port"].as_u64()? as u16))
-            })
-            .ok_or_else(|| format!("no ready endpoints for service {server_name}"))?;
-        Ok(Target {
-            server_name: server_name.clone(),
-            host: ip,
-            url_host: format!("{server_name}:{port}"),
-            port: target_port,
-            path: svc.path.clone().unwrap_or_else(|| "/".into()),
-            roots,
-        })
     }
 }
 
@@ -699,102 +596,6 @@ impl WebhookList<ar::MutatingWebhook> for ar::MutatingWebhookConfiguration {
             self.webhooks.unwrap_or_default(),
         )
     }
-}
-
-/// The resolved address of one webhook call.
-struct Target {
-    /// The name the serving certificate must carry.
-    server_name: String,
-    /// Where to connect.
-    host: String,
-    port: u16,
-    /// `host[:port]` for the URL in messages.
-    url_host: String,
-    path: String,
-    roots: rustls::RootCertStore,
-}
-
-impl Target {
-    /// As upstream, the URL carries the timeout for the webhook's own use.
-    fn url(&self, timeout: Duration) -> String {
-        format!(
-            "https://{}{}?timeout={}s",
-            self.url_host,
-            self.path,
-            timeout.as_secs()
-        )
-    }
-}
-
-/// The CA bundle's certificates (none: nothing verifies, so every call fails, which
-/// beats trusting anything).
-fn roots(ca_bundle: Option<&[u8]>) -> Result<rustls::RootCertStore, String> {
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_bundle.unwrap_or_default()) {
-        let c = c.map_err(|e| format!("invalid caBundle: {e}"))?;
-        roots.add(c).map_err(|e| format!("invalid caBundle: {e}"))?;
-    }
-    Ok(roots)
-}
-
-/// POSTs the review over HTTPS and returns the 200 response's body.
-async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(target.roots.clone())
-        .with_no_client_auth();
-    let addr = if target.host.contains(':') {
-        format!("[{}]:{}", target.host, target.port)
-    } else {
-        format!("{}:{}", target.host, target.port)
-    };
-    let tcp = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
-    let name = rustls_pki_types::ServerName::try_from(target.server_name.clone())
-        .map_err(|e| format!("server name {:?}: {e}", target.server_name))?;
-    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let path_and_query = url
-        .strip_prefix("https://")
-        .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
-        .unwrap_or("/");
-    let req = http::Request::post(path_and_query)
-        .header(http::header::HOST, &target.url_host)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let status = resp.status();
-    let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
-        .collect()
-        .await
-        .map_err(|e| format!("reading the response: {e}"))?
-        .to_bytes();
-    if !status.is_success() {
-        return Err(format!(
-            "the server responded with the status code {} ({})",
-            status.as_u16(),
-            String::from_utf8_lossy(&body)
-                .chars()
-                .take(200)
-                .collect::<String>()
-        ));
-    }
-    Ok(body.to_vec())
 }
 
 /// What one call ended in, after the failure policy.

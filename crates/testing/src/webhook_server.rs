@@ -1,0 +1,140 @@
+//! A small HTTPS webhook server for tests (admission and conversion webhooks): a
+//! serving certificate from a fresh test CA for `127.0.0.1` and `webhook.default.svc`,
+//! each POSTed JSON body answered by the test's handler with the request path.
+//! Stopped (connections refused) by [`WebhookServer::stop`] or on drop.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use crate::TestServerError;
+
+type Answer = Pin<Box<dyn Future<Output = Value> + Send>>;
+type Handler = Arc<dyn Fn(String, Value) -> Answer + Send + Sync>;
+
+/// A running webhook server.
+pub struct WebhookServer {
+    pub port: u16,
+    /// The test CA's certificate (PEM) the serving certificate chains to.
+    pub ca_pem: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for WebhookServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookServer")
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl WebhookServer {
+    /// Starts the server on a free loopback port; `handler(path, body)` answers every
+    /// request (a body that is not JSON arrives as `Null`).
+    pub async fn start<F, Fut>(handler: F) -> Result<WebhookServer, TestServerError>
+    where
+        F: Fn(String, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Value> + Send + 'static,
+    {
+        use rustls_pki_types::pem::PemObject;
+        let pki = |e: String| TestServerError::Pki(e);
+        let ca = ferrokube_pki::CertificateAuthority::generate("webhook-ca")
+            .map_err(|e| pki(e.to_string()))?;
+        let issued = ca
+            .issue_serving_cert(
+                "webhook",
+                &["webhook.default.svc".to_string()],
+                &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+                ferrokube_pki::Validity::leaf_default(),
+            )
+            .map_err(|e| pki(e.to_string()))?;
+        let certs = rustls_pki_types::CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pki(e.to_string()))?;
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes())
+            .map_err(|e| pki(e.to_string()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| pki(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| pki(e.to_string()))?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        let handler: Handler = Arc::new(move |path, body| Box::pin(handler(path, body)));
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, handler) = (acceptor.clone(), handler.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service =
+                        hyper::service::service_fn(move |req| serve(req, handler.clone()));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Ok(WebhookServer {
+            port,
+            ca_pem: ca.cert_pem().to_string(),
+            task,
+        })
+    }
+
+    /// The CA bundle as a webhook's `clientConfig.caBundle` carries it (base64).
+    pub fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+    }
+
+    /// `https://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Stops accepting connections: calls fail with "connection refused" once this
+    /// returns (the listener is closed).
+    pub async fn stop(&mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for WebhookServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(
+    req: hyper::Request<Incoming>,
+    handler: Handler,
+) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let answer = handler(path, body).await;
+    let out = serde_json::to_vec(&answer).unwrap_or_default();
+    Ok(hyper::Response::builder()
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(out)))
+        .unwrap_or_default())
+}
