@@ -400,27 +400,7 @@ async fn running_pods(c: &Client) -> anyhow::Result<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cpu_utilization_from_the_metrics_api_doubles_the_replicas() -> anyhow::Result<()> {
-    // Aggregated requests routed to endpoints (no kube-proxy here), proxied with the
-    // cluster PKI's front-proxy client certificate (as the testing crate's
-    // aggregation test configures it).
-    let srv = TestApiServer::start_with(|opts| {
-        opts.enable_aggregator_routing = true;
-        let dir = opts
-            .client_ca_file
-            .as_ref()
-            .and_then(|ca| ca.parent())
-            .map(std::path::Path::to_path_buf)
-            .unwrap_or_default();
-        let (cert, key) = (
-            dir.join("front-proxy-client.crt"),
-            dir.join("front-proxy-client.key"),
-        );
-        if cert.exists() && key.exists() {
-            opts.proxy_client_cert_file = Some(cert);
-            opts.proxy_client_key_file = Some(key);
-        }
-    })
-    .await?;
+    let srv = TestApiServer::start_with(ferrokube_testing::with_aggregator).await?;
     let c = srv.client.clone();
     let cancel = CancellationToken::new();
 

@@ -93,6 +93,27 @@ async fn serve(
     Ok((server, storage))
 }
 
+/// Options for tests of the aggregation layer: APIServices are reached at their
+/// Service's endpoints (no kube-proxy in tests), and proxied requests carry the test
+/// PKI's front-proxy client certificate. Pass to [`TestApiServer::start_with`].
+pub fn with_aggregator(opts: &mut Options) {
+    opts.enable_aggregator_routing = true;
+    let dir = opts
+        .client_ca_file
+        .as_ref()
+        .and_then(|ca| ca.parent())
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let (cert, key) = (
+        dir.join("front-proxy-client.crt"),
+        dir.join("front-proxy-client.key"),
+    );
+    if cert.exists() && key.exists() {
+        opts.proxy_client_cert_file = Some(cert);
+        opts.proxy_client_key_file = Some(key);
+    }
+}
+
 impl TestApiServer {
     /// Starts a server on a free loopback port. The port is chosen before the server
     /// binds it, so a test running in parallel can take it in between; then the start is

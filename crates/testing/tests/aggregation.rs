@@ -175,26 +175,6 @@ impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
     }
 }
 
-/// Endpoint routing (no kube-proxy here), and the cluster PKI's front-proxy client
-/// certificate when it has one.
-fn aggregator_options(opts: &mut ferrokube_apiserver::Options) {
-    opts.enable_aggregator_routing = true;
-    let dir = opts
-        .client_ca_file
-        .as_ref()
-        .and_then(|ca| ca.parent())
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_default();
-    let (cert, key) = (
-        dir.join("front-proxy-client.crt"),
-        dir.join("front-proxy-client.key"),
-    );
-    if cert.exists() && key.exists() {
-        opts.proxy_client_cert_file = Some(cert);
-        opts.proxy_client_key_file = Some(key);
-    }
-}
-
 async fn send(client: &kube::Client, method: &str, path: &str, body: Value) -> (u16, Value) {
     let (code, _, v) = TestApiServer::send_json(client, method, path, &body)
         .await
@@ -234,7 +214,9 @@ async fn becomes(client: &kube::Client, name: &str, status: &str, reason: &str) 
 
 #[tokio::test]
 async fn remote_apiservices_are_checked_proxied_and_discovered() {
-    let server = TestApiServer::start_with(aggregator_options).await.unwrap();
+    let server = TestApiServer::start_with(ferrokube_testing::with_aggregator)
+        .await
+        .unwrap();
     let client = server.client.clone();
 
     // Every built-in group-version has a local APIService.

@@ -713,6 +713,7 @@ mod in_memory {
         let handle = Handle {
             lister: Arc::new(NoLister),
             binder: Some(Arc::new(Binder(tx))),
+            volume_binder: None,
             parallelism: config.parallelism.unwrap_or(16).max(1) as usize,
         };
         let registry = default_registry();
