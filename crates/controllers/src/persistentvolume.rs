@@ -71,7 +71,7 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::events::{EventSink, EventType, emit};
-use crate::pvcprotection::claims_of;
+use crate::pvcprotection::{POD_CLAIM_INDEX, index_pods_by_claim};
 use crate::replicaset::is_conflict;
 use crate::{Action, Controller, Error, Result};
 
@@ -85,9 +85,6 @@ pub const ANN_PRE_RESIZE_CAPACITY: &str = "volume.alpha.kubernetes.io/pre-resize
 
 const CLAIM_PREFIX: &str = "claim:";
 const VOLUME_PREFIX: &str = "volume:";
-/// The pod informer's index of the claims each pod references (upstream
-/// `common.PodPVCIndex`), under a name of this controller's own.
-const POD_CLAIM_INDEX: &str = "persistentvolume-binder-pod-pvc";
 /// Syncs of one key that re-read after a 409 before it is retried with back-off.
 const CONFLICT_ATTEMPTS: usize = 3;
 
@@ -848,13 +845,7 @@ impl PersistentVolumeController {
         sync_period: Duration,
     ) -> Result<Arc<Self>> {
         let pods = factory.informer::<Pod>();
-        pods.add_indexer(
-            POD_CLAIM_INDEX,
-            Arc::new(|p: &Pod| {
-                let ns = p.metadata.namespace.as_deref();
-                claims_of(p).iter().map(|c| key_of(ns, c)).collect()
-            }),
-        )?;
+        index_pods_by_claim(&pods)?;
         Ok(Arc::new(PersistentVolumeController {
             client,
             recorder,

@@ -33,7 +33,22 @@ pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 
 /// The pod informer's index of the claims each pod references (upstream
 /// `common.PodPVCIndex`): `namespace/claim`.
-const POD_CLAIM_INDEX: &str = "pod-pvc-index";
+pub(crate) const POD_CLAIM_INDEX: &str = "pod-pvc-index";
+
+/// Adds [`POD_CLAIM_INDEX`] to the shared pod informer, once for every controller that
+/// reads it (upstream's `common.AddPodPVCIndexerIfNotPresent`).
+pub(crate) fn index_pods_by_claim(
+    pods: &ferrokube_client::informer::SharedIndexInformer<Pod>,
+) -> Result<()> {
+    let by_claim = Arc::new(|p: &Pod| {
+        let ns = p.metadata.namespace.as_deref();
+        claims_of(p).iter().map(|c| key_of(ns, c)).collect()
+    });
+    match pods.add_indexer(POD_CLAIM_INDEX, by_claim) {
+        Ok(()) | Err(ferrokube_client::Error::IndexerConflict(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// Upstream `protectionutil.IsDeletionCandidate`: being deleted and still holding
 /// `finalizer`.
@@ -159,13 +174,7 @@ pub struct PvcProtectionController {
 impl PvcProtectionController {
     pub fn new(factory: &SharedInformerFactory, client: kube::Client) -> Result<Arc<Self>> {
         let pods = factory.informer::<Pod>();
-        pods.add_indexer(
-            POD_CLAIM_INDEX,
-            Arc::new(|p: &Pod| {
-                let ns = p.metadata.namespace.as_deref();
-                claims_of(p).iter().map(|c| key_of(ns, c)).collect()
-            }),
-        )?;
+        index_pods_by_claim(&pods)?;
         Ok(Arc::new(PvcProtectionController {
             client,
             claims: factory.informer::<PersistentVolumeClaim>().store(),
