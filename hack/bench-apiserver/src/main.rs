@@ -105,6 +105,15 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    // Every client makes the same number of creates, and the cache LIST then expects
+    // all of them: a remainder would be left uncreated and fail that check.
+    if args.concurrency == 0 || args.pods % args.concurrency != 0 {
+        bail!(
+            "--pods ({}) must be a multiple of --concurrency ({})",
+            args.pods,
+            args.concurrency
+        );
+    }
     let mut runtime = if args.current_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -740,8 +749,8 @@ where
     Ok(phase_creates(args) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// The creates a phase makes: `pods` spread evenly over the writers (a remainder is
-/// left out).
+/// The creates a phase makes: `pods` spread evenly over the writers (`main` refuses a
+/// remainder).
 fn phase_creates(args: &Args) -> usize {
     (args.pods / args.concurrency) * args.concurrency
 }
