@@ -1336,15 +1336,10 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    /// `extra` merged over `base` (a JSON merge patch).
     fn merge(base: &mut Value, extra: Value) {
-        match (base, extra) {
-            (Value::Object(b), Value::Object(e)) => {
-                for (k, v) in e {
-                    merge(b.entry(k).or_insert(Value::Null), v);
-                }
-            }
-            (b, e) => *b = e,
-        }
+        *base = ferrokube_apimachinery::patch::merge_patch_value(base, &extra)
+            .expect("a merge of JSON objects");
     }
 
     fn claim(extra: Value) -> PersistentVolumeClaim {

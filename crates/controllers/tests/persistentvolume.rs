@@ -96,15 +96,10 @@ impl Running {
     }
 }
 
+/// `extra` merged over `base` (a JSON merge patch).
 fn merge(base: &mut Value, extra: Value) {
-    match (base, extra) {
-        (Value::Object(b), Value::Object(e)) => {
-            for (k, v) in e {
-                merge(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, e) => *b = e,
-    }
+    *base = ferrokube_apimachinery::patch::merge_patch_value(base, &extra)
+        .expect("a merge of JSON objects");
 }
 
 fn claim(name: &str, size: &str, extra: Value) -> anyhow::Result<PersistentVolumeClaim> {
