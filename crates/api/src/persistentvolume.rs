@@ -29,6 +29,20 @@ pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-clas
 /// A StorageClass provisioner that means "no dynamic provisioning".
 pub const NOT_SUPPORTED_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
+/// The `PersistentVolumeSpec` members that are not its volume source (what is left names
+/// the source: `hostPath`, `local`, `nfs`, `csi`, ...).
+pub const SPEC_NON_SOURCE_FIELDS: &[&str] = &[
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+];
+
 /// `GetPersistentVolumeClaimClass`: the beta annotation wins, then `storageClassName`;
 /// "" is no class.
 pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {

@@ -689,19 +689,6 @@ impl ResolvedClaim {
     }
 }
 
-/// `PersistentVolumeSpec` members that are not a volume source.
-const PV_SPEC_NON_SOURCES: &[&str] = &[
-    "accessModes",
-    "capacity",
-    "claimRef",
-    "mountOptions",
-    "nodeAffinity",
-    "persistentVolumeReclaimPolicy",
-    "storageClassName",
-    "volumeAttributesClassName",
-    "volumeMode",
-];
-
 /// Whether a container of the pod mounts the volume (`volumeMounts`) and whether one maps it
 /// as a block device (`volumeDevices`), as upstream's `GetPodVolumeNames`.
 fn volume_uses(pod: &Pod, name: &str) -> (bool, bool) {
@@ -819,7 +806,9 @@ pub fn resolve_claim(
             .as_object()
             .into_iter()
             .flat_map(|o| o.keys())
-            .find(|k| !PV_SPEC_NON_SOURCES.contains(&k.as_str()))
+            .find(|k| {
+                !ferrokube_api::persistentvolume::SPEC_NON_SOURCE_FIELDS.contains(&k.as_str())
+            })
             .cloned();
         return Err(unsupported(match kind {
             Some(k) => format!(

@@ -2088,18 +2088,8 @@ impl Validate for core::PersistentVolume {
         let source_of = |spec: &core::PersistentVolumeSpec| {
             let mut v = json(spec);
             if let Some(o) = v.as_object_mut() {
-                for k in [
-                    "accessModes",
-                    "capacity",
-                    "claimRef",
-                    "mountOptions",
-                    "nodeAffinity",
-                    "persistentVolumeReclaimPolicy",
-                    "storageClassName",
-                    "volumeAttributesClassName",
-                    "volumeMode",
-                ] {
-                    o.remove(k);
+                for k in ferrokube_api::persistentvolume::SPEC_NON_SOURCE_FIELDS {
+                    o.remove(*k);
                 }
             }
             v
