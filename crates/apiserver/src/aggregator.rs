@@ -17,13 +17,13 @@
 //!   an endpoint) over TLS verified against `caBundle` for the name
 //!   `<service>.<namespace>.svc`, with `--proxy-client-cert-file` as client
 //!   certificate, `X-Remote-User`/`X-Remote-Group`/`X-Remote-Extra-*` for the user,
-//!   and without the caller's credentials. An unavailable one answers 503 `service
+//!   and without the caller's credentials; connection upgrades are passed on and
+//!   spliced as `pods/proxy` does. An unavailable one answers 503 `service
 //!   unavailable`;
 //! - `/apis` and aggregated discovery list the remote groups (their resources as the
 //!   extension apiserver's discovery document names them).
 //!
-//! Deviations: connection upgrades are not proxied to extension apiservers (400); the
-//! OpenAPI documents do not include the extension apiservers' schemas; availability
+//! Deviations: the OpenAPI documents do not include the extension apiservers' schemas; availability
 //! is checked when an APIService changes and every few seconds while remote ones
 //! exist, not on Service and EndpointSlice events.
 
@@ -230,11 +230,6 @@ impl Aggregator {
             Ok(tls) => tls.clone(),
             Err(e) => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n"))),
         };
-        if req.headers().contains_key(header::UPGRADE) {
-            return Err(ApiError::bad_request(
-                "connection upgrades are not proxied to extension apiservers",
-            ));
-        }
         let user = req
             .extensions()
             .get::<ferrokube_auth::UserInfo>()
@@ -246,7 +241,8 @@ impl Aggregator {
                 "service unavailable\n",
             ));
         };
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        let upgrade = crate::workload_proxy::take_upgrade(&mut parts);
         let uri = match parts.uri.query() {
             Some(q) if !q.is_empty() => format!("{}?{q}", parts.uri.path()),
             _ => parts.uri.path().to_string(),
@@ -275,10 +271,9 @@ impl Aggregator {
         let stream = connect_tls(tls, &server_name, &addr, tcp)
             .await
             .map_err(unavailable)?;
-        let resp = crate::workload_proxy::send(TokioIo::new(stream), out)
+        crate::workload_proxy::exchange(TokioIo::new(stream), out, upgrade)
             .await
-            .map_err(unavailable)?;
-        Ok(crate::workload_proxy::passed_back(resp))
+            .map_err(unavailable)
     }
 
     /// Where a Service is dialled: its cluster IP and port (an ExternalName's name),

@@ -33,6 +33,7 @@ use futures::{SinkExt, StreamExt};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::{Frame, Incoming};
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -403,7 +404,7 @@ pub fn tunneled_spdy_protocols(offered: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn is_upgrade(headers: &http::HeaderMap) -> bool {
+pub(crate) fn is_upgrade(headers: &http::HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
         && headers
             .get_all(header::CONNECTION)
@@ -746,21 +747,27 @@ async fn splice(
             &read_limited(resp.into_body()).await,
         ));
     }
-    let kubelet_upgrade = hyper::upgrade::on(&mut resp);
-    tokio::spawn(async move {
-        match tokio::join!(client_upgrade, kubelet_upgrade) {
-            (Ok(client), Ok(kubelet)) => {
-                let mut client = TokioIo::new(client);
-                let mut kubelet = TokioIo::new(kubelet);
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await;
-            }
-            (c, k) => tracing::debug!(client = ?c.err(), kubelet = ?k.err(), "upgrade failed"),
-        }
-    });
+    tokio::spawn(splice_upgraded(
+        client_upgrade,
+        hyper::upgrade::on(&mut resp),
+    ));
     let mut r = Response::new(empty_body());
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *r.headers_mut() = resp.headers().clone();
     Ok(r)
+}
+
+/// Copies bytes both ways between an upgraded client connection and an upgraded
+/// connection to the target, once both upgrades completed, until either side ends.
+pub(crate) async fn splice_upgraded(client: OnUpgrade, target: OnUpgrade) {
+    match tokio::join!(client, target) {
+        (Ok(client), Ok(target)) => {
+            let mut client = TokioIo::new(client);
+            let mut target = TokioIo::new(target);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut target).await;
+        }
+        (c, t) => tracing::debug!(client = ?c.err(), target = ?t.err(), "upgrade failed"),
+    }
 }
 
 /// kubectl's WebSocket-tunnelled SPDY port-forward: a SPDY/3.1 upgrade to the kubelet,

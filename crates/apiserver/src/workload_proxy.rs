@@ -17,8 +17,11 @@
 //! - a GET of `.../proxy` without the trailing slash is redirected to `.../proxy/`;
 //! - the user's credentials (`Authorization`, impersonation headers) are not passed on.
 //!
-//! Deviations: no rewriting of links in HTML answers or of `Location` headers into
-//! the proxy path; no connection upgrades (WebSockets) through this proxy (400).
+//! - connection upgrades (WebSockets, ...) are passed to the target and, once it
+//!   answered 101, the two connections are spliced.
+//!
+//! Deviation: no rewriting of links in HTML answers or of `Location` headers into the
+//! proxy path.
 
 use std::sync::Arc;
 
@@ -26,11 +29,12 @@ use ferrokube_apimachinery::errors::ApiError;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::handler::{Body, State};
-use crate::proxy::{connect_tcp, connect_tls, insecure_tls, streamed};
+use crate::proxy::{connect_tcp, connect_tls, insecure_tls, is_upgrade, splice_upgraded, streamed};
 
 /// What a proxy path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,11 +199,6 @@ pub(crate) async fn serve(
         }
         return Ok(r);
     }
-    if req.headers().contains_key(header::UPGRADE) {
-        return Err(ApiError::bad_request(format!(
-            "connection upgrades are not proxied through {plural}/proxy"
-        )));
-    }
     let pods = store(state, "pods")?;
     let (host, port) = if service {
         let svc = store(state, "services")?
@@ -292,7 +291,8 @@ async fn forward(
         Some(q) if !q.is_empty() => format!("{path}?{q}"),
         _ => path.to_string(),
     };
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let upgrade = take_upgrade(&mut parts);
     let mut out = Request::builder()
         .method(parts.method.clone())
         .uri(&uri)
@@ -306,16 +306,65 @@ async fn forward(
     if let Ok(h) = HeaderValue::from_str(&addr) {
         out.headers_mut().insert(header::HOST, h);
     }
-    let resp = if scheme == "https" {
+    if scheme == "https" {
         let tls = connect_tls(insecure_tls().map_err(&unavailable)?, host, &addr, tcp)
             .await
             .map_err(&unavailable)?;
-        send(TokioIo::new(tls), out).await
+        exchange(TokioIo::new(tls), out, upgrade).await
     } else {
-        send(TokioIo::new(tcp), out).await
+        exchange(TokioIo::new(tcp), out, upgrade).await
     }
-    .map_err(unavailable)?;
-    Ok(passed_back(resp))
+    .map_err(unavailable)
+}
+
+/// The client's side of a connection upgrade (WebSocket, SPDY, ...) being proxied.
+pub(crate) struct ClientUpgrade {
+    pending: OnUpgrade,
+    protocol: HeaderValue,
+}
+
+/// Takes the client's pending upgrade off a request that asks for one (`Connection:
+/// Upgrade` with an `Upgrade` protocol).
+pub(crate) fn take_upgrade(parts: &mut http::request::Parts) -> Option<ClientUpgrade> {
+    if !is_upgrade(&parts.headers) {
+        return None;
+    }
+    let protocol = parts.headers.get(header::UPGRADE)?.clone();
+    let pending = parts.extensions.remove::<OnUpgrade>()?;
+    Some(ClientUpgrade { pending, protocol })
+}
+
+/// Sends a proxied request over `io` and hands back the answer. For an upgrade, the
+/// target is asked for the client's protocol and, when it answers 101, the two
+/// connections are spliced until either side ends (upstream's
+/// `UpgradeAwareHandler`); any other answer comes back as it is.
+pub(crate) async fn exchange<T>(
+    io: T,
+    mut out: Request<Incoming>,
+    upgrade: Option<ClientUpgrade>,
+) -> Result<Response<Body>, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    if let Some(upgrade) = &upgrade {
+        let h = out.headers_mut();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, upgrade.protocol.clone());
+    }
+    let mut resp = send(io, out).await?;
+    match upgrade {
+        Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let target = hyper::upgrade::on(&mut resp);
+            tokio::spawn(splice_upgraded(client.pending, target));
+            // The target's handshake headers (Upgrade, Sec-WebSocket-Accept, ...) are
+            // the client's answer, hop-by-hop ones included.
+            let mut r = Response::new(empty());
+            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            *r.headers_mut() = resp.headers().clone();
+            Ok(r)
+        }
+        _ => Ok(passed_back(resp)),
+    }
 }
 
 /// A proxied answer handed back: its status, its end-to-end headers, and its body
@@ -340,7 +389,7 @@ where
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
+        if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(error = %e, "proxied connection ended");
         }
     });

@@ -17,6 +17,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
+#[path = "support/websocket.rs"]
+mod websocket;
+use websocket::{websocket_echo, websocket_round_trip};
+
 const GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
 const APISERVICE: &str = "v1beta1.metrics.k8s.io";
 
@@ -79,6 +83,13 @@ async fn extension_server(seen: Arc<Mutex<Seen>>) -> (u16, String) {
                 let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
                     let seen = seen.clone();
                     async move {
+                        if req
+                            .uri()
+                            .path()
+                            .starts_with("/apis/metrics.k8s.io/v1beta1/ws")
+                        {
+                            return Ok::<_, Infallible>(websocket_echo(req));
+                        }
                         let header = |n: &str| {
                             req.headers()
                                 .get_all(n)
@@ -117,6 +128,7 @@ async fn extension_server(seen: Arc<Mutex<Seen>>) -> (u16, String) {
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
+                    .with_upgrades()
                     .await;
             });
         }
@@ -313,6 +325,12 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
         available(&client, APISERVICE).await.unwrap().2,
         "all checks passed"
     );
+
+    // A connection upgrade reaches the extension apiserver and is spliced.
+    let out = websocket_round_trip(&client, "/apis/metrics.k8s.io/v1beta1/ws/x", "hi")
+        .await
+        .unwrap();
+    assert_eq!(out, "/apis/metrics.k8s.io/v1beta1/ws/x: hi");
 
     // Proxied as the caller, without the caller's credentials; a caller's own
     // front-proxy headers are replaced.

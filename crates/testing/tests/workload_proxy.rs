@@ -13,7 +13,13 @@ use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-/// Answers `<method> <path?query> auth=<whether an Authorization header came> <body>`.
+#[path = "support/websocket.rs"]
+mod websocket;
+use websocket::{websocket_echo, websocket_round_trip};
+
+/// Answers `<method> <path?query> auth=<whether an Authorization header came> <body>`;
+/// a WebSocket upgrade to a path under `/ws` is accepted (with the first subprotocol
+/// offered) and echoes each message as `<path>: <message>`.
 async fn workload() -> Result<u16, Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
@@ -21,6 +27,9 @@ async fn workload() -> Result<u16, Box<dyn std::error::Error>> {
         while let Ok((tcp, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(|req: hyper::Request<Incoming>| async move {
+                    if req.uri().path().starts_with("/ws") {
+                        return Ok::<_, Infallible>(websocket_echo(req));
+                    }
                     let head = format!(
                         "{} {} auth={}",
                         req.method(),
@@ -38,6 +47,7 @@ async fn workload() -> Result<u16, Box<dyn std::error::Error>> {
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades()
                     .await;
             });
         }
@@ -155,5 +165,37 @@ async fn pods_and_services_are_proxied() -> Result<(), Box<dyn std::error::Error
         .await
         .unwrap_err();
     assert_eq!(code(&err), 503);
+
+    // Connection upgrades: a WebSocket through pods/proxy and services/proxy reaches
+    // the workload, and its messages come back.
+    let out = websocket_round_trip(
+        &c,
+        "/api/v1/namespaces/default/pods/p/proxy/ws/pod",
+        "hello",
+    )
+    .await?;
+    assert_eq!(out, "/ws/pod: hello");
+    let out = websocket_round_trip(
+        &c,
+        "/api/v1/namespaces/default/services/web:http/proxy/ws/svc?x=1",
+        "there",
+    )
+    .await?;
+    assert_eq!(out, "/ws/svc: there");
+    // A target that does not switch protocols answers as it is.
+    let err = c
+        .connect(http::Request::get("/api/v1/namespaces/default/pods/p/proxy/plain").body(vec![])?)
+        .await
+        .err()
+        .ok_or("an upgrade the workload refused succeeded")?;
+    assert!(
+        matches!(
+            &err,
+            kube::Error::UpgradeConnection(
+                kube::client::UpgradeConnectionError::ProtocolSwitch(s)
+            ) if s.as_u16() == 200
+        ),
+        "{err:?}"
+    );
     Ok(())
 }
