@@ -55,6 +55,10 @@ struct Args {
     /// Admission plugins to disable.
     #[arg(long, value_delimiter = ',')]
     disable_admission_plugins: Vec<String>,
+    /// An AdmissionConfiguration file with the plugins' configurations (e.g.
+    /// PodSecurity's defaults and exemptions).
+    #[arg(long)]
+    admission_control_config_file: Option<PathBuf>,
     /// Seconds of the not-ready:NoExecute toleration DefaultTolerationSeconds adds.
     #[arg(long, default_value_t = 300)]
     default_not_ready_toleration_seconds: i64,
@@ -286,6 +290,11 @@ async fn main() -> anyhow::Result<()> {
             &args.disable_admission_plugins,
         )
         .map_err(|e| anyhow::anyhow!("--enable-admission-plugins: {e}"))?;
+    if let Some(file) = &args.admission_control_config_file {
+        opts.admission_plugins
+            .read_config_file(file)
+            .map_err(|e| anyhow::anyhow!("--admission-control-config-file: {e}"))?;
+    }
     opts.admission_plugins.default_not_ready_toleration_seconds =
         args.default_not_ready_toleration_seconds;
     opts.admission_plugins

@@ -17,11 +17,13 @@
 //! (seccomp annotations before 1.19, shorter sysctl lists) are not kept.
 
 mod checks;
+mod config;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 pub use checks::Violation;
+pub use config::{Configuration, Exemption, Exemptions};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -236,6 +238,17 @@ impl Policy {
         (policy, errors)
     }
 
+    /// Upstream's `Policy.Equivalent`: the same levels, and the same versions where the
+    /// level is not privileged (a privileged level checks nothing at any version).
+    pub fn equivalent(&self, other: &Policy) -> bool {
+        let same = |a: LevelVersion, b: LevelVersion| {
+            a.level == b.level && (a.level == Level::Privileged || a.version == b.version)
+        };
+        same(self.enforce, other.enforce)
+            && same(self.audit, other.audit)
+            && same(self.warn, other.warn)
+    }
+
     /// Whether no mode checks anything (upstream's short cut).
     pub fn fully_privileged(&self) -> bool {
         [self.enforce, self.audit, self.warn]
@@ -376,7 +389,12 @@ pub fn namespace_update_warnings(
     old: &Policy,
     pods: &[(String, ObjectMeta, PodSpec)],
 ) -> Vec<String> {
-    if new.enforce.level == Level::Privileged || new.enforce == old.enforce {
+    // Upstream skips the pods when the enforce policy is unchanged, privileged, or
+    // relaxed at the same version.
+    if new.enforce.level == Level::Privileged
+        || new.enforce == old.enforce
+        || (new.enforce.version == old.enforce.version && new.enforce.level <= old.enforce.level)
+    {
         return Vec::new();
     }
     // (reasons, first pod, other pods)

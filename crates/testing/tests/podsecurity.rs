@@ -191,3 +191,161 @@ async fn namespace_labels_enforce_warn_and_spare_pod_controllers() {
     );
     server.stop().await;
 }
+
+/// Writes an AdmissionConfiguration for this test process and reads it, as
+/// `--admission-control-config-file` does.
+fn admission_config(o: &mut ferrokube_apiserver::Options, name: &str, text: &str) {
+    let file = std::env::temp_dir().join(format!(
+        "ferrokube-podsecurity-{}-{name}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&file, text).unwrap();
+    let read = o.admission_plugins.read_config_file(&file);
+    let _ = std::fs::remove_file(&file);
+    read.unwrap();
+}
+
+fn with_pod_security_config(o: &mut ferrokube_apiserver::Options) {
+    admission_config(o, "valid", POD_SECURITY_CONFIG);
+}
+
+fn with_invalid_pod_security_config(o: &mut ferrokube_apiserver::Options) {
+    admission_config(
+        o,
+        "invalid",
+        &POD_SECURITY_CONFIG.replace("enforce: baseline", "enforce: strict"),
+    );
+}
+
+const POD_SECURITY_CONFIG: &str = r#"apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: baseline
+      warn: restricted
+    exemptions:
+      usernames: [alice]
+      namespaces: [exempt]
+      runtimeClasses: [kata]
+"#;
+
+/// `--admission-control-config-file` with a PodSecurityConfiguration: its defaults
+/// apply to namespaces without labels, and exempt namespaces, users and runtime classes
+/// are admitted unchecked.
+#[tokio::test]
+async fn admission_configuration_sets_defaults_and_exemptions() {
+    let server = TestApiServer::start_with(with_pod_security_config)
+        .await
+        .unwrap();
+    let c = server.client.clone();
+    namespace(&c, "plain", json!({})).await;
+    let privileged = pod("p", json!({"privileged": true}));
+
+    // The default policy: baseline enforced, restricted warned about.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/plain/pods",
+        privileged.clone(),
+    )
+    .await;
+    assert_eq!(code, 403, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().starts_with(
+            "pods \"p\" is forbidden: violates PodSecurity \"baseline:latest\": privileged"
+        ),
+        "{v}"
+    );
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/plain/pods",
+        pod("ok", json!({})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("299 - \"would violate PodSecurity \\\"restricted:latest\\\"")),
+        "{warnings:?}"
+    );
+
+    // An exempt namespace: admitted; a policy set on it is said to be ignored.
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "exempt",
+            "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let expected = "namespace \"exempt\" is exempt from Pod Security, and the policy \
+                    (enforce=restricted:latest) will be ignored";
+    assert_eq!(
+        warnings,
+        vec![format!(
+            "299 - {}",
+            serde_json::to_string(expected).unwrap()
+        )]
+    );
+    let (code, warnings, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/exempt/pods",
+        privileged.clone(),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    // An exempt user (impersonated by the admin).
+    let (code, _, body) = TestApiServer::raw(
+        &c,
+        "POST",
+        "/api/v1/namespaces/plain/pods",
+        &[
+            ("content-type", "application/json"),
+            ("impersonate-user", "alice"),
+            ("impersonate-group", "system:masters"),
+        ],
+        pod("alice", json!({"privileged": true}))
+            .to_string()
+            .into_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+
+    // An exempt runtime class.
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "kata"}, "handler": "kata"}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let mut kata = pod("kata", json!({"privileged": true}));
+    kata["spec"]["runtimeClassName"] = json!("kata");
+    let (code, _, v) = send(&c, "POST", "/api/v1/namespaces/plain/pods", kata).await;
+    assert_eq!(code, 201, "{v}");
+}
+
+#[tokio::test]
+async fn an_invalid_pod_security_configuration_stops_the_start() {
+    let Err(err) = TestApiServer::start_with(with_invalid_pod_security_config).await else {
+        panic!("the server started with an invalid configuration");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("PodSecurity: defaults.enforce: Unsupported value: \"strict\""),
+        "{err}"
+    );
+}

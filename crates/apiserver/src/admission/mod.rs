@@ -14,7 +14,7 @@
 //! Registering a plugin: a file here with a `new(&PluginInit<'_>)` factory, and its row in
 //! [`PLUGINS`] (upstream's name, position and default).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -28,6 +28,7 @@ use crate::security::ClusterState;
 
 mod always_pull_images;
 mod certificates;
+mod config;
 mod csr_strategy;
 mod default_ingress_class;
 mod default_storage_class;
@@ -336,6 +337,8 @@ pub struct AdmissionPlugins {
     pub default_not_ready_toleration_seconds: i64,
     /// `--default-unreachable-toleration-seconds` (DefaultTolerationSeconds).
     pub default_unreachable_toleration_seconds: i64,
+    /// Plugins' configurations from `--admission-control-config-file`, by name.
+    configurations: BTreeMap<String, Value>,
 }
 
 impl Default for AdmissionPlugins {
@@ -349,6 +352,7 @@ impl Default for AdmissionPlugins {
                 .collect(),
             default_not_ready_toleration_seconds: 300,
             default_unreachable_toleration_seconds: 300,
+            configurations: BTreeMap::new(),
         }
     }
 }
@@ -380,6 +384,18 @@ impl AdmissionPlugins {
             self.enabled.remove(p.name);
         }
         Ok(())
+    }
+
+    /// Reads `--admission-control-config-file` (an `AdmissionConfiguration`); each
+    /// plugin checks its own configuration when the server starts.
+    pub fn read_config_file(&mut self, path: &std::path::Path) -> Result<(), String> {
+        self.configurations = config::read(path)?;
+        Ok(())
+    }
+
+    /// The configuration the AdmissionConfiguration gives plugin `name`, if any.
+    pub(crate) fn configuration(&self, name: &str) -> Option<&Value> {
+        self.configurations.get(name)
     }
 
     /// Whether the plugin named `name` is on.

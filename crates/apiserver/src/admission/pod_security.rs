@@ -6,7 +6,14 @@
 //! admitted with a `Warning` header. Pod controllers (Deployments, Jobs, ...) are only
 //! warned about, as upstream. Namespaces: invalid `pod-security.kubernetes.io/*` labels
 //! are 422, and a new enforce level warns about the existing pods it would reject (also
-//! on `--dry-run=server`). No exemptions are configured (upstream's default).
+//! on `--dry-run=server`).
+//!
+//! `--admission-control-config-file` may give a `PodSecurityConfiguration`: the policy
+//! of namespaces without labels (`defaults`) and `exemptions` by namespace, user name
+//! and runtime class. An exempt request is admitted unchecked with the audit annotation
+//! `pod-security.kubernetes.io/exempt` (`namespace`, `user` or `runtimeClass`); an
+//! exempt namespace that is given a policy is warned that it is ignored. Without a
+//! configuration: privileged everywhere, no exemptions (upstream's default).
 //!
 //! The request's audit event gets upstream's annotations: `pod-security.kubernetes.io/
 //! enforce-policy` (the level enforced on a pod; `privileged:latest` on a create in a
@@ -33,6 +40,7 @@ pub(crate) const NAME: &str = "PodSecurity";
 /// `api.AuditViolationsAnnotationKey` under the plugin's prefix).
 const ENFORCE_POLICY_ANNOTATION: &str = "pod-security.kubernetes.io/enforce-policy";
 const AUDIT_VIOLATIONS_ANNOTATION: &str = "pod-security.kubernetes.io/audit-violations";
+const EXEMPT_ANNOTATION: &str = "pod-security.kubernetes.io/exempt";
 
 pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     let namespaces = ferrokube_api::resources::lookup("", "v1", "namespaces")
@@ -43,12 +51,21 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
         .and_then(|info| init.registry.store_for(info))
         .cloned()
         .ok_or("no pods store")?;
-    Ok(Arc::new(PodSecurity { namespaces, pods }))
+    let config = match init.options.configuration(NAME) {
+        Some(value) => pss::Configuration::from_value(value)?,
+        None => pss::Configuration::default(),
+    };
+    Ok(Arc::new(PodSecurity {
+        namespaces,
+        pods,
+        config,
+    }))
 }
 
 struct PodSecurity {
     namespaces: Arc<Store>,
     pods: Arc<Store>,
+    config: pss::Configuration,
 }
 
 /// The object's `pod-security.kubernetes.io/*` labels, the only ones a policy reads;
@@ -73,8 +90,15 @@ impl PodSecurity {
         object: &Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let (policy, errors) = Policy::from_labels(labels_of(object).as_ref(), Policy::default());
-        if !errors.is_empty() {
+        let defaults = self.config.defaults;
+        let labels = labels_of(object);
+        let (policy, errors) = Policy::from_labels(labels.as_ref(), defaults);
+        let old_policy = old.map(|old| Policy::from_labels(labels_of(old).as_ref(), defaults));
+        // Invalid labels are refused on create, and on update when they changed.
+        let unchanged = old_policy
+            .as_ref()
+            .is_some_and(|(_, old_errors)| !old_errors.is_empty() && *old_errors == errors);
+        if !errors.is_empty() && !unchanged {
             let path = FieldPath::new("metadata").child("labels");
             let errs = errors
                 .iter()
@@ -82,11 +106,32 @@ impl PodSecurity {
                 .collect();
             return Err(ApiError::invalid("", "Namespace", &a.name, errs));
         }
-        let Some(old) = old else {
+        let exempt_warning = || {
+            self.config
+                .exempt_namespace(&a.name)
+                .then(|| {
+                    self.config
+                        .exempt_namespace_warning(&a.name, &policy, labels.as_ref())
+                })
+                .flatten()
+        };
+        let Some((old_policy, _)) = old_policy else {
+            if let Some(w) = exempt_warning() {
+                a.warn(w);
+            }
             return Ok(());
         };
-        let (old_policy, _) = Policy::from_labels(labels_of(old).as_ref(), Policy::default());
-        if policy.enforce == old_policy.enforce || policy.enforce.level == pss::Level::Privileged {
+        if policy.enforce == old_policy.enforce
+            || policy.enforce.level == pss::Level::Privileged
+            || (policy.enforce.version == old_policy.enforce.version
+                && policy.enforce.level <= old_policy.enforce.level)
+        {
+            return Ok(());
+        }
+        if self.config.exempt_namespace(&a.name) {
+            if let Some(w) = exempt_warning() {
+                a.warn(w);
+            }
             return Ok(());
         }
         let listed = self
@@ -100,6 +145,12 @@ impl PodSecurity {
                 let meta = ObjectMeta::deserialize(&p["metadata"]).ok()?;
                 let spec = PodSpec::deserialize(&p["spec"]).ok()?;
                 Some((meta.name.clone().unwrap_or_default(), meta, spec))
+            })
+            // Pods of an exempt runtime class are not checked, as upstream.
+            .filter(|(_, _, spec)| {
+                !self
+                    .config
+                    .exempt_runtime_class(spec.runtime_class_name.as_deref())
             })
             .collect();
         for w in pss::namespace_update_warnings(&a.name, &policy, &old_policy, &pods) {
@@ -167,6 +218,12 @@ impl Plugin for PodSecurity {
         if a.is_core("namespaces") {
             return self.validate_namespace(a, object, old).await;
         }
+        if self.config.exempt_namespace(&a.namespace) {
+            return exempt(a, pss::Exemption::Namespace);
+        }
+        if self.config.exempt_user(&a.user.name) {
+            return exempt(a, pss::Exemption::User);
+        }
         // From the watch cache (this apiserver's own namespace writes applied), as
         // upstream's namespace lister.
         let namespace =
@@ -176,7 +233,7 @@ impl Plugin for PodSecurity {
                 None => return Ok(()),
             };
         let (policy, errors) =
-            Policy::from_labels(labels_of(&namespace).as_ref(), Policy::default());
+            Policy::from_labels(labels_of(&namespace).as_ref(), self.config.defaults);
         if policy.fully_privileged() && errors.is_empty() {
             // Upstream's short-circuit answer, after its check for significant updates.
             if old.is_none() {
@@ -195,6 +252,12 @@ impl Plugin for PodSecurity {
             && !pss::is_significant_pod_update(&meta, &spec, &old_meta, &old_spec)
         {
             return Ok(());
+        }
+        if self
+            .config
+            .exempt_runtime_class(spec.runtime_class_name.as_deref())
+        {
+            return exempt(a, pss::Exemption::RuntimeClass);
         }
         let subject = if a.is_core("pods") {
             Subject::Pod
@@ -217,4 +280,11 @@ impl Plugin for PodSecurity {
         }
         Ok(())
     }
+}
+
+/// An exempt request: admitted unchecked, with upstream's audit annotation.
+fn exempt(a: &Attributes, by: pss::Exemption) -> Result<(), ApiError> {
+    a.audit_annotations
+        .add(EXEMPT_ANNOTATION, by.as_str().to_string());
+    Ok(())
 }
