@@ -70,7 +70,7 @@ step "e2e: single-node cluster (hack/up.sh, kubectl run nginx, curl the pod IP, 
 # containerd that it does not own. Debug binaries keep CI from a release build.
 if [ "$(id -u)" -eq 0 ]; then
   cargo build --locked --bins -p kube-apiserver -p kube-scheduler -p kube-controller-manager \
-    -p kubelet -p kube-proxy -p kube-dns -p ferrokube-pki-cli -p ferrokube-kubelet
+    -p kubelet -p kube-proxy -p kube-dns -p metrics-server -p ferrokube-pki-cli -p ferrokube-kubelet
   FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash e2e/single-node.sh
   step "e2e: 3-node cluster (hack/up.sh --nodes 3: Services, DNS, NodePorts across nodes, drain with a PodDisruptionBudget, node failure, hack/down.sh)"
   # Same binaries; under the lock the other cluster tests take (same ports, same runtime),

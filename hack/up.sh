@@ -15,7 +15,9 @@
 #      kube-scheduler, kubelet, kube-proxy; waits (bounded) for /readyz, then for the node
 #      to be Ready and kube-proxy's first nftables sync,
 #   5. the cluster DNS addon (deploy/addons/dns.yaml: the kube-dns Service at 10.96.0.10 and
-#      its Deployment; image built from the release binary when it changed),
+#      its Deployment; image built from the release binary when it changed), then the
+#      metrics-server addon (deploy/addons/metrics-server.yaml: kubectl top, HPAs; built
+#      the same way),
 #   6. prints `export KUBECONFIG=...` and a first command to try.
 #
 # --etcd     store in a local etcd (loopback, data in /var/lib/ferrokube/etcd) instead of
@@ -428,8 +430,8 @@ dns_ready() {
 if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
   step "cluster DNS: image, deploy/addons/dns.yaml (kube-dns at $FK_CLUSTER_DNS)"
   dns_version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
-  dns_tag=$(bash "$REPO/hack/images/build-dns.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
-    "$DNS_BIN" "$dns_version") || fk::die "building the DNS image failed"
+  dns_tag=$(bash "$REPO/hack/images/build-addon.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
+    dns "$DNS_BIN" "$dns_version" 53/udp 53/tcp 9153/tcp) || fk::die "building the DNS image failed"
   # Earlier versions ran the addon on the host network with a client certificate there.
   fk::kubectl -n kube-system delete secret kube-dns-kubeconfig --ignore-not-found >/dev/null || true
   sed "s|registry.k8s.io/ferrokube/dns:v$dns_version\$|registry.k8s.io/ferrokube/dns:$dns_tag|" \
@@ -440,6 +442,36 @@ if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
   else
     fk::log "  warning: kube-dns not ready after 60 s:"
     fk::kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide >&2 || true
+  fi
+fi
+
+# ---------------------------------------------------------------- 7. metrics-server addon
+# deploy/addons/metrics-server.yaml (the metrics-server Deployment and Service and the
+# v1beta1.metrics.k8s.io APIService: kubectl top, HPAs on cpu/memory), the image built as
+# the DNS one. Ready once the APIService is Available; the first metrics follow one
+# --metric-resolution (15 s) later.
+MS_BIN=$BIN_DIR/metrics-server
+MS_MANIFEST=$REPO/deploy/addons/metrics-server.yaml
+metrics_ready() {
+  [ "$(fk::kubectl -n kube-system get deployment metrics-server \
+    -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}' 2>/dev/null)" = 1/1 ] &&
+    [ "$(fk::kubectl get apiservice v1beta1.metrics.k8s.io \
+      -o 'jsonpath={.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" = True ]
+}
+if [ $ready -eq 1 ] && [ -x "$MS_BIN" ] && [ -f "$MS_MANIFEST" ]; then
+  step "metrics-server: image, deploy/addons/metrics-server.yaml (kubectl top)"
+  ms_version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
+  ms_tag=$(bash "$REPO/hack/images/build-addon.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
+    metrics-server "$MS_BIN" "$ms_version" 4443/tcp) || fk::die "building the metrics-server image failed"
+  sed "s|registry.k8s.io/ferrokube/metrics-server:v$ms_version\$|registry.k8s.io/ferrokube/metrics-server:$ms_tag|" \
+    "$MS_MANIFEST" | fk::kubectl apply -f - | sed 's/^/  /' >&2 ||
+    fk::die "kubectl apply -f $MS_MANIFEST failed"
+  if fk::wait_for 120 0.5 metrics_ready; then
+    fk::log "  metrics-server ready, v1beta1.metrics.k8s.io Available (image $ms_tag)"
+  else
+    fk::log "  warning: metrics-server not ready after 60 s:"
+    fk::kubectl -n kube-system get pods -l k8s-app=metrics-server -o wide >&2 || true
+    fk::kubectl get apiservice v1beta1.metrics.k8s.io >&2 || true
   fi
 fi
 

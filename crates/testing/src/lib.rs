@@ -114,6 +114,27 @@ pub fn with_aggregator(opts: &mut Options) {
     }
 }
 
+/// [`with_aggregator`] plus request-header authentication with hack/up.sh's (kubeadm's)
+/// flags: the test PKI's front-proxy CA, allowed name `front-proxy-client`,
+/// `X-Remote-User`/`X-Remote-Group`/`X-Remote-Extra-`. The apiserver then publishes
+/// them in the `kube-system/extension-apiserver-authentication` ConfigMap, where
+/// extension apiservers (metrics-server) read how to authenticate the aggregator.
+pub fn with_aggregator_and_request_header(opts: &mut Options) {
+    with_aggregator(opts);
+    let ca = opts
+        .client_ca_file
+        .as_ref()
+        .and_then(|ca| ca.parent())
+        .map(|dir| dir.join("front-proxy-ca.crt"));
+    if let Some(ca) = ca.filter(|ca| ca.exists()) {
+        opts.requestheader_client_ca_file = Some(ca);
+        opts.requestheader_allowed_names = vec!["front-proxy-client".into()];
+        opts.requestheader_username_headers = vec!["X-Remote-User".into()];
+        opts.requestheader_group_headers = vec!["X-Remote-Group".into()];
+        opts.requestheader_extra_headers_prefix = vec!["X-Remote-Extra-".into()];
+    }
+}
+
 impl TestApiServer {
     /// Starts a server on a free loopback port. The port is chosen before the server
     /// binds it, so a test running in parallel can take it in between; then the start is

@@ -1,0 +1,240 @@
+//! metrics-server: Ferrokube's resource metrics add-on (`kubectl top`, the
+//! HorizontalPodAutoscaler), with upstream kubernetes-sigs/metrics-server's flags where
+//! they apply. Serves `metrics.k8s.io/v1beta1` over HTTPS for the apiserver's
+//! aggregation layer; see `ferrokube-metrics-server`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use ferrokube_client::config::ClientOptions;
+use ferrokube_metrics_server::run::{RunConfig, run};
+use ferrokube_metrics_server::scraper::{DEFAULT_ADDRESS_TYPES, KubeletClient, KubeletOptions};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "metrics-server",
+    about = "Scrapes kubelets' /metrics/resource and serves metrics.k8s.io/v1beta1 (kubectl top, HPA)."
+)]
+struct Opts {
+    #[command(flatten)]
+    client: ClientOptions,
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// The port on which to serve HTTPS with authentication and authorization.
+    #[arg(long = "secure-port", default_value_t = 10250)]
+    secure_port: u16,
+    /// The directory where the self-signed serving certificate is kept (apiserver.crt,
+    /// apiserver.key) when --tls-cert-file is not given. Unset: kept in memory.
+    #[arg(long = "cert-dir")]
+    cert_dir: Option<PathBuf>,
+    /// File containing the default x509 certificate for HTTPS (CA cert, if any,
+    /// concatenated after server cert).
+    #[arg(long = "tls-cert-file")]
+    tls_cert_file: Option<PathBuf>,
+    /// File containing the default x509 private key matching --tls-cert-file.
+    #[arg(long = "tls-private-key-file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// The resolution at which metrics-server will retain metrics (Go duration: 15s,
+    /// 1m, 500ms).
+    #[arg(long = "metric-resolution", default_value = "15s", value_parser = parse_duration)]
+    metric_resolution: Duration,
+    /// The port to use to connect to Kubelets.
+    #[arg(long = "kubelet-port", default_value_t = 10250)]
+    kubelet_port: u16,
+    /// Use the port in the node status (daemonEndpoints) instead of --kubelet-port.
+    #[arg(long = "kubelet-use-node-status-port")]
+    kubelet_use_node_status_port: bool,
+    /// The priority of node address types to use when determining which address to
+    /// use to connect to a particular node.
+    #[arg(long = "kubelet-preferred-address-types", default_value = DEFAULT_ADDRESS_TYPES)]
+    kubelet_preferred_address_types: String,
+    /// Do not verify CA of serving certificates presented by Kubelets. For testing
+    /// purposes only.
+    #[arg(long = "kubelet-insecure-tls")]
+    kubelet_insecure_tls: bool,
+    /// Path to the CA to use to validate the Kubelet's serving certificates (default:
+    /// the API server's CA).
+    #[arg(long = "kubelet-certificate-authority")]
+    kubelet_certificate_authority: Option<PathBuf>,
+    /// The length of time to wait before giving up on a single request to Kubelet.
+    #[arg(long = "kubelet-request-timeout", default_value = "10s", value_parser = parse_duration)]
+    kubelet_request_timeout: Duration,
+    /// Log level verbosity.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
+}
+
+/// A Go duration of one unit or several (`15s`, `1m30s`, `500ms`).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
+        let value: f64 = rest[..n]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            unit => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
+        };
+        total += Duration::from_secs_f64(value * secs);
+        rest = &rest[u..];
+    }
+    Ok(total)
+}
+
+/// The serving pair: the given files, else the one kept in `cert_dir`, else a fresh
+/// self-signed one (written to `cert_dir` when there is one), as upstream's
+/// `MaybeDefaultWithSelfSignedCerts`.
+fn serving_pair(opts: &Opts) -> anyhow::Result<(String, String)> {
+    let read =
+        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    match (&opts.tls_cert_file, &opts.tls_private_key_file) {
+        (Some(c), Some(k)) => return Ok((read(c)?, read(k)?)),
+        (None, None) => {}
+        _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file go together"),
+    }
+    let dir = opts.cert_dir.as_deref();
+    if let Some(dir) = dir {
+        let (c, k) = (dir.join("apiserver.crt"), dir.join("apiserver.key"));
+        if c.exists() && k.exists() {
+            return Ok((read(&c)?, read(&k)?));
+        }
+    }
+    let issued = ferrokube_pki::serving::self_signed_serving(
+        "localhost",
+        "metrics-server",
+        &["localhost".to_string()],
+        &[IpAddr::from([127, 0, 0, 1])],
+    )
+    .context("self-signed serving certificate")?;
+    if let Some(dir) = dir {
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(dir.join("apiserver.crt"), &issued.cert_pem))
+            .and_then(|_| std::fs::write(dir.join("apiserver.key"), &issued.key_pem));
+        if let Err(e) = written {
+            tracing::warn!(dir = %dir.display(), error = %e, "keeping the self-signed certificate in memory");
+        }
+    }
+    Ok((issued.cert_pem, issued.key_pem))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    let level = match opts.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .init();
+    anyhow::ensure!(
+        !opts.metric_resolution.is_zero(),
+        "--metric-resolution must be positive"
+    );
+
+    let config = opts.client.load_config().await.context("API client")?;
+    let kubelet_ca = opts
+        .kubelet_certificate_authority
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .transpose()?;
+    let kubelet = KubeletClient::new(
+        KubeletOptions {
+            port: opts.kubelet_port,
+            use_node_status_port: opts.kubelet_use_node_status_port,
+            address_types: opts
+                .kubelet_preferred_address_types
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            insecure_tls: opts.kubelet_insecure_tls,
+            ca_pem: kubelet_ca,
+            timeout: opts.kubelet_request_timeout,
+        },
+        &config,
+    )
+    .map_err(|e| anyhow::anyhow!("kubelet client: {e}"))?;
+    let client =
+        ferrokube_client::config::client_with_limits(config, opts.client.qps, opts.client.burst)
+            .context("API client")?;
+    let cfg = RunConfig {
+        addr: SocketAddr::new(opts.bind_address, opts.secure_port),
+        serving_cert: serving_pair(&opts)?,
+        resolution: opts.metric_resolution,
+        kubelet,
+        auth: None,
+    };
+
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "no SIGTERM handler");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("signal received; shutting down");
+        stop.cancel();
+    });
+    run(client, cfg, cancel).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_go() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("15").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+
+    #[test]
+    fn flags_default_as_upstream() {
+        let o = Opts::parse_from(["metrics-server"]);
+        assert_eq!(o.secure_port, 10250);
+        assert_eq!(o.kubelet_port, 10250);
+        assert_eq!(o.metric_resolution, Duration::from_secs(15));
+        assert_eq!(
+            o.kubelet_preferred_address_types,
+            "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
+        );
+        assert!(!o.kubelet_insecure_tls);
+    }
+}
