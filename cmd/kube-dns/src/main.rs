@@ -9,7 +9,6 @@ use clap::Parser;
 use ferrokube_client::config::ClientOptions;
 use ferrokube_dns::index::{DEFAULT_TTL, DnsConfig};
 use ferrokube_dns::run::{RunConfig, run};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -67,16 +66,7 @@ where
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    let level = match opts.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
+    ferrokube_client::process::init_logging(opts.verbosity);
 
     let dns_addrs: Vec<SocketAddr> = parse_list("dns-bind-address", &opts.dns_bind_address)?;
     if dns_addrs.is_empty() {
@@ -100,24 +90,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let client = opts.client.client().await.context("API client")?;
 
-    let cancel = CancellationToken::new();
-    let stop = cancel.clone();
-    tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "no SIGTERM handler");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("signal received; shutting down");
-        stop.cancel();
-    });
+    let cancel = ferrokube_client::process::cancel_on_termination("shutting down");
     run(client, cfg, cancel).await?;
     Ok(())
 }

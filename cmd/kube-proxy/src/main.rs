@@ -14,7 +14,6 @@ use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::nft::Nft;
 use ferrokube_proxy::rules::{NodePortAddresses, ProxyConfig};
 use ferrokube_proxy::run::{RunConfig, run};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -96,16 +95,7 @@ fn node_name(overridden: &str) -> anyhow::Result<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    let level = match opts.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
+    ferrokube_client::process::init_logging(opts.verbosity);
 
     let nft = Nft::default();
     if opts.cleanup {
@@ -241,26 +231,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("building the API client")?;
 
-    let cancel = CancellationToken::new();
-    {
-        let c = cancel.clone();
-        tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                        c.cancel();
-                        return;
-                    }
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            c.cancel();
-        });
-    }
+    let cancel = ferrokube_client::process::cancel_on_termination("shutting down");
     tracing::info!(node = %hostname, mode = "nftables", sync_period = ?sync_period, min_sync_period = ?min_sync_period, "starting kube-proxy");
     run(client, run_config, cancel).await?;
     Ok(())

@@ -42,16 +42,7 @@ struct Opts {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    let level = match opts.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
+    ferrokube_client::process::init_logging(opts.verbosity);
     let config = match &opts.config {
         Some(p) => KubeSchedulerConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,

@@ -14,7 +14,6 @@ use ferrokube_kubelet::node::{EvictionThresholds, Reserved, parse_labels, parse_
 use ferrokube_kubelet::server::Endpoints;
 use ferrokube_kubelet::{CriClient, HostDns, Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
 use k8s_openapi::api::core::v1::Taint;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -201,16 +200,7 @@ fn split_list(s: &str) -> Vec<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    let level = match opts.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
+    ferrokube_client::process::init_logging(opts.verbosity);
     let file = match &opts.config {
         Some(p) => KubeletConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -460,7 +450,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, node = %node_name, "connected to the container runtime");
     let kubelet = Kubelet::new(client, RuntimeManager::new(cri, node), cfg);
 
-    let cancel = CancellationToken::new();
+    let cancel =
+        ferrokube_client::process::cancel_on_termination("shutting down, containers keep running");
     let mut servers = vec![];
     let healthz_port = opts.healthz_port.or(file.healthz_port).unwrap_or(10248);
     if healthz_port != 0 {
@@ -548,21 +539,6 @@ async fn main() -> anyhow::Result<()> {
         .context("--read-only-port")?;
         tracing::info!(%addr, "serving the read-only port");
         servers.push(t);
-    }
-    {
-        let c = cancel.clone();
-        tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: shutting down, containers keep running"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: shutting down"),
-            }
-            c.cancel();
-        });
     }
     kubelet.run(cancel.clone()).await?;
     for s in servers {

@@ -12,7 +12,6 @@ use clap::Parser;
 use ferrokube_client::config::ClientOptions;
 use ferrokube_metrics_server::run::{RunConfig, run};
 use ferrokube_metrics_server::scraper::{DEFAULT_ADDRESS_TYPES, KubeletClient, KubeletOptions};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -141,16 +140,7 @@ fn serving_pair(opts: &Opts) -> anyhow::Result<(String, String)> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    let level = match opts.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
+    ferrokube_client::process::init_logging(opts.verbosity);
     anyhow::ensure!(
         !opts.metric_resolution.is_zero(),
         "--metric-resolution must be positive"
@@ -190,24 +180,7 @@ async fn main() -> anyhow::Result<()> {
         auth: None,
     };
 
-    let cancel = CancellationToken::new();
-    let stop = cancel.clone();
-    tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "no SIGTERM handler");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("signal received; shutting down");
-        stop.cancel();
-    });
+    let cancel = ferrokube_client::process::cancel_on_termination("shutting down");
     run(client, cfg, cancel).await?;
     Ok(())
 }

@@ -18,6 +18,8 @@
 //!   scheduler and the controller manager, with a self-signed certificate by default;
 //!   [`delegated`]: its authentication and authorization, delegated to the apiserver
 //!   (TokenReview, SubjectAccessReview) as upstream's components do.
+//! * [`process`]: logging at the `-v` verbosity and a cancellation token for SIGTERM,
+//!   shared by the client-side binaries.
 //! * [`config`]: kubeconfig / in-cluster loading (`--kubeconfig`, `KUBECONFIG`) and
 //!   client-side QPS/burst limiting as a tower layer (`--kube-api-qps`/`--kube-api-burst`).
 //!
@@ -31,6 +33,7 @@ pub mod delegated;
 pub mod events;
 pub mod informer;
 pub mod leaderelection;
+pub mod process;
 pub mod ratelimit;
 pub mod serving;
 pub mod workqueue;
