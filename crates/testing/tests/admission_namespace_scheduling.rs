@@ -214,3 +214,115 @@ async fn pod_toleration_restriction_defaults_and_whitelist() {
     );
     server.stop().await;
 }
+
+/// Both plugins with an AdmissionConfiguration (`--admission-control-config-file`):
+/// the cluster's default node selector and default tolerations apply to namespaces
+/// without annotations, and the configured whitelists are enforced.
+fn with_cluster_configuration(o: &mut ferrokube_apiserver::Options) {
+    o.admission_plugins
+        .set("PodNodeSelector", true)
+        .expect("a known plugin");
+    o.admission_plugins
+        .set("PodTolerationRestriction", true)
+        .expect("a known plugin");
+    let file = std::env::temp_dir().join(format!(
+        "ferrokube-namespace-scheduling-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &file,
+        r#"apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodNodeSelector
+  configuration:
+    podNodeSelectorPluginConfig:
+      clusterDefaultNodeSelector: zone=a
+      limited: env=dev,zone=a
+- name: PodTolerationRestriction
+  configuration:
+    apiVersion: podtolerationrestriction.admission.k8s.io/v1alpha1
+    kind: Configuration
+    default:
+    - {key: dedicated, operator: Equal, value: shared, effect: NoSchedule}
+    whitelist:
+    - {key: dedicated, operator: Exists}
+    - {key: node.kubernetes.io/memory-pressure, operator: Exists, effect: NoSchedule}
+    - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute}
+    - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute}
+"#,
+    )
+    .unwrap();
+    let read = o.admission_plugins.read_config_file(&file);
+    let _ = std::fs::remove_file(&file);
+    read.unwrap();
+}
+
+#[tokio::test]
+async fn cluster_defaults_and_whitelists_from_the_admission_configuration() {
+    let server = TestApiServer::start_with(with_cluster_configuration)
+        .await
+        .unwrap();
+    let client = server.client.clone();
+    let pod = |name: &str, spec: Value| -> Pod {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
+        typed(json!({"metadata": {"name": name}, "spec": spec}))
+    };
+
+    // A namespace without annotations: the cluster's selector and tolerations.
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("plain", json!({})))
+        .await
+        .unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!(
+        spec.node_selector.unwrap(),
+        [("zone".to_string(), "a".to_string())].into()
+    );
+    let tolerations = spec.tolerations.unwrap();
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("dedicated") && t.value.as_deref() == Some("shared")),
+        "{tolerations:?}"
+    );
+    // A toleration outside the cluster's whitelist.
+    let (code, _, message) = status_of(
+        pods.create(
+            &PostParams::default(),
+            &pod(
+                "gpu",
+                json!({"tolerations": [{"key": "gpu", "operator": "Exists"}]}),
+            ),
+        )
+        .await,
+    );
+    assert_eq!(code, 500, "{message}");
+    assert_eq!(
+        message,
+        "pod tolerations (possibly merged with namespace default tolerations) conflict with its namespace whitelist"
+    );
+
+    // A namespace with a whitelist of node labels (and the cluster default selector,
+    // zone=a, since it has no annotation, merged in): env=dev passes, env=prod does not.
+    namespace(&client, "limited", json!({})).await;
+    let limited = Api::<Pod>::namespaced(client.clone(), "limited");
+    let probe = pod("probe", json!({"nodeSelector": {"env": "dev"}}));
+    until_admitted(&limited, &probe, |_| true).await;
+    let (code, _, message) = status_of(
+        limited
+            .create(
+                &PostParams::default(),
+                &pod("prod", json!({"nodeSelector": {"env": "prod"}})),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+    assert_eq!(
+        message,
+        "pods \"prod\" is forbidden: pod node label selector labels conflict with its namespace whitelist"
+    );
+    server.stop().await;
+}

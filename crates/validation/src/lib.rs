@@ -29,6 +29,17 @@ mod util;
 
 pub use cron::parse_cron_schedule;
 
+/// Upstream `ValidateTolerations` on a list outside a pod (e.g. an admission plugin's
+/// configuration), its errors under `path`.
+pub fn validate_tolerations(
+    tolerations: &[k8s_openapi::api::core::v1::Toleration],
+    path: &FieldPath,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    core::validate_tolerations(tolerations, path, &mut errs);
+    errs
+}
+
 /// Validation of one API type.
 pub trait Validate {
     /// The type-specific rules for a new object.

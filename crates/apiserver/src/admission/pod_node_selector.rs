@@ -4,9 +4,11 @@
 //! selector is merged into `spec.nodeSelector` (the pod's own entries win, and one with
 //! the same key but another value is refused), and validation checks the pod again.
 //!
-//! Deviation: upstream's optional plugin configuration (`--admission-control-config-file`:
-//! `clusterDefaultNodeSelector` and per-namespace whitelists) is not read, so a
-//! namespace without the annotation imposes nothing and no whitelist applies.
+//! `--admission-control-config-file` may give upstream's configuration,
+//! `podNodeSelectorPluginConfig`: `clusterDefaultNodeSelector`, the selector of
+//! namespaces without the annotation, and per namespace a whitelist: a pod's
+//! `nodeSelector` there may only hold the whitelist's labels. Unlike upstream, which
+//! reads the selectors at each request, a selector that does not parse stops the start.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +25,8 @@ pub(crate) const NAME: &str = "PodNodeSelector";
 /// Upstream `NamespaceNodeSelectors`.
 pub(crate) const NODE_SELECTOR_ANNOTATION: &str = "scheduler.alpha.kubernetes.io/node-selector";
 const CONFLICT: &str = "pod node label selector conflicts with its namespace node label selector";
+const WHITELIST_CONFLICT: &str =
+    "pod node label selector labels conflict with its namespace whitelist";
 
 type LabelSet = BTreeMap<String, String>;
 
@@ -31,11 +35,45 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
         .and_then(|info| init.registry.store_for(info))
         .cloned()
         .ok_or("no namespaces store")?;
-    Ok(Arc::new(PodNodeSelector { namespaces }))
+    let config = match init.options.configuration(NAME) {
+        Some(value) => read_config(value)?,
+        None => BTreeMap::new(),
+    };
+    Ok(Arc::new(PodNodeSelector { namespaces, config }))
 }
 
 struct PodNodeSelector {
     namespaces: Arc<Store>,
+    /// `clusterDefaultNodeSelector` and the namespaces' whitelists, parsed.
+    config: BTreeMap<String, LabelSet>,
+}
+
+/// The key of the cluster's default selector in the configuration.
+const CLUSTER_DEFAULT: &str = "clusterDefaultNodeSelector";
+
+/// Upstream's `podNodeSelectorPluginConfig`: a map of `clusterDefaultNodeSelector` and
+/// namespace names to selectors (`k=v,k2=v2`).
+fn read_config(config: &Value) -> Result<BTreeMap<String, LabelSet>, String> {
+    let Some(entries) = config["podNodeSelectorPluginConfig"].as_object() else {
+        return Err("expected podNodeSelectorPluginConfig, a map of clusterDefaultNodeSelector and namespaces to node selectors".into());
+    };
+    entries
+        .iter()
+        .map(|(key, selector)| {
+            let text = selector
+                .as_str()
+                .ok_or_else(|| format!("podNodeSelectorPluginConfig.{key}: not a string"))?;
+            let labels = parse_labels(text)
+                .map_err(|e| format!("podNodeSelectorPluginConfig.{key}: {e}"))?;
+            Ok((key.clone(), labels))
+        })
+        .collect()
+}
+
+/// Upstream `AreLabelsInWhiteList`: every label of the pod's selector is in a
+/// non-empty whitelist with the same value.
+fn in_whitelist(labels: &LabelSet, whitelist: &LabelSet) -> bool {
+    whitelist.is_empty() || labels.iter().all(|(k, v)| whitelist.get(k) == Some(v))
 }
 
 /// What a plain Go `error` from an admission plugin becomes on the wire (upstream
@@ -95,12 +133,15 @@ pub(crate) fn conflicts(a: &LabelSet, b: &LabelSet) -> bool {
     a.iter().any(|(k, v)| b.get(k).is_some_and(|w| w != v))
 }
 
-/// Upstream `getNodeSelectorMap` without the cluster default: the namespace's
-/// annotated selector, or the empty set.
-pub(crate) fn namespace_selector(namespace: &Value) -> Result<LabelSet, String> {
+/// Upstream `getNodeSelectorMap`: the namespace's annotated selector, or the
+/// cluster's default (`cluster_default`, empty without a configuration).
+pub(crate) fn namespace_selector(
+    namespace: &Value,
+    cluster_default: Option<&LabelSet>,
+) -> Result<LabelSet, String> {
     match namespace["metadata"]["annotations"][NODE_SELECTOR_ANNOTATION].as_str() {
         Some(s) => parse_labels(s),
-        None => Ok(LabelSet::new()),
+        None => Ok(cluster_default.cloned().unwrap_or_default()),
     }
 }
 
@@ -150,7 +191,9 @@ impl PodNodeSelector {
         else {
             return Ok(None);
         };
-        namespace_selector(&ns).map(Some).map_err(plain_error)
+        namespace_selector(&ns, self.config.get(CLUSTER_DEFAULT))
+            .map(Some)
+            .map_err(plain_error)
     }
 }
 
@@ -193,11 +236,15 @@ impl Plugin for PodNodeSelector {
         let Some(selector) = self.selector(a).await? else {
             return Ok(());
         };
-        if conflicts(&selector, &pod_selector(object)) {
+        let own = pod_selector(object);
+        if conflicts(&selector, &own) {
             return Err(a.forbidden_named(super::name_of(object), CONFLICT));
         }
-        // Upstream's whitelist check reads the plugin configuration, not read here:
-        // with no whitelist every selector passes.
+        if let Some(whitelist) = self.config.get(&a.namespace)
+            && !in_whitelist(&own, whitelist)
+        {
+            return Err(a.forbidden_named(super::name_of(object), WHITELIST_CONFLICT));
+        }
         Ok(())
     }
 }
@@ -270,16 +317,37 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_namespace_annotation() {
+    fn reads_the_namespace_annotation_else_the_cluster_default() {
         let ns = json!({"metadata": {"name": "n", "annotations": {
             NODE_SELECTOR_ANNOTATION: "env=prod"}}});
-        assert_eq!(namespace_selector(&ns).unwrap(), set(&[("env", "prod")]));
-        assert!(
-            namespace_selector(&json!({"metadata": {"name": "n"}}))
-                .unwrap()
-                .is_empty()
+        let cluster = set(&[("zone", "a")]);
+        assert_eq!(
+            namespace_selector(&ns, Some(&cluster)).unwrap(),
+            set(&[("env", "prod")])
         );
+        let plain = json!({"metadata": {"name": "n"}});
+        assert!(namespace_selector(&plain, None).unwrap().is_empty());
+        assert_eq!(namespace_selector(&plain, Some(&cluster)).unwrap(), cluster);
         let bad = json!({"metadata": {"annotations": {NODE_SELECTOR_ANNOTATION: "x"}}});
-        assert!(namespace_selector(&bad).is_err());
+        assert!(namespace_selector(&bad, None).is_err());
+    }
+
+    #[test]
+    fn reads_the_configuration_and_checks_whitelists() {
+        let config = read_config(&json!({"podNodeSelectorPluginConfig": {
+            "clusterDefaultNodeSelector": "zone=a", "team": "env=dev,zone=a"}}))
+        .unwrap();
+        assert_eq!(config[CLUSTER_DEFAULT], set(&[("zone", "a")]));
+        let whitelist = &config["team"];
+        assert!(in_whitelist(&set(&[("env", "dev")]), whitelist));
+        assert!(!in_whitelist(&set(&[("env", "prod")]), whitelist));
+        assert!(!in_whitelist(&set(&[("gpu", "yes")]), whitelist));
+        assert!(in_whitelist(&set(&[("gpu", "yes")]), &LabelSet::new()));
+        let err = read_config(&json!({"podNodeSelectorPluginConfig": {"team": "x"}})).unwrap_err();
+        assert!(
+            err.starts_with("podNodeSelectorPluginConfig.team: "),
+            "{err}"
+        );
+        assert!(read_config(&json!({})).is_err());
     }
 }

@@ -8,9 +8,11 @@
 //! Upstream's merge keeps only the widest of tolerations that cover one another.
 //! No namespace is exempt (kube-system neither), as upstream.
 //!
-//! Deviation: upstream's optional plugin configuration (`--admission-control-config-file`:
-//! cluster-wide `default` and `whitelist`) is not read; a namespace without the
-//! annotations gets no defaults and no whitelist.
+//!
+//! `--admission-control-config-file` may give the cluster-wide fallbacks, upstream's
+//! `Configuration` (`podtolerationrestriction.admission.k8s.io/v1alpha1`): `default`
+//! tolerations for namespaces without the defaults annotation, and a `whitelist` for
+//! namespaces without the whitelist annotation.
 
 use std::sync::Arc;
 
@@ -33,11 +35,66 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
         .and_then(|info| init.registry.store_for(info))
         .cloned()
         .ok_or("no namespaces store")?;
-    Ok(Arc::new(PodTolerationRestriction { namespaces }))
+    let config = match init.options.configuration(NAME) {
+        Some(value) => ClusterTolerations::from_value(value)?,
+        None => ClusterTolerations::default(),
+    };
+    Ok(Arc::new(PodTolerationRestriction { namespaces, config }))
 }
 
 struct PodTolerationRestriction {
     namespaces: Arc<Store>,
+    config: ClusterTolerations,
+}
+
+/// The plugin's configuration: the cluster's default tolerations and whitelist.
+#[derive(Debug, Default)]
+struct ClusterTolerations {
+    default: Vec<Toleration>,
+    whitelist: Vec<Toleration>,
+}
+
+impl ClusterTolerations {
+    const API_VERSION: &str = "podtolerationrestriction.admission.k8s.io/v1alpha1";
+
+    fn from_value(config: &Value) -> Result<ClusterTolerations, String> {
+        if config["apiVersion"] != Self::API_VERSION || config["kind"] != "Configuration" {
+            return Err(format!(
+                "expected kind Configuration in {}, got {}, {}",
+                Self::API_VERSION,
+                config["apiVersion"],
+                config["kind"]
+            ));
+        }
+        let mut errors = Vec::new();
+        let mut list = |field: &str| -> Vec<Toleration> {
+            let parsed: Vec<k8s_openapi::api::core::v1::Toleration> =
+                match serde_json::from_value(config[field].clone()) {
+                    Ok(list) => list,
+                    Err(_) if config[field].is_null() => Vec::new(),
+                    Err(e) => {
+                        errors.push(format!("{field}: {e}"));
+                        return Vec::new();
+                    }
+                };
+            let path = ferrokube_validation::FieldPath::new(field);
+            errors.extend(
+                ferrokube_validation::validate_tolerations(&parsed, &path)
+                    .iter()
+                    .map(ToString::to_string),
+            );
+            parsed.into_iter().map(Toleration::from_v1).collect()
+        };
+        let config = ClusterTolerations {
+            default: list("default"),
+            whitelist: list("whitelist"),
+        };
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors.join(", "))
+        }
+    }
 }
 
 /// One toleration as upstream's internal type sees it (absent fields are empty).
@@ -59,6 +116,16 @@ impl Toleration {
             value: s("value"),
             effect: s("effect"),
             seconds: v["tolerationSeconds"].as_i64(),
+        }
+    }
+
+    fn from_v1(t: k8s_openapi::api::core::v1::Toleration) -> Toleration {
+        Toleration {
+            key: t.key.unwrap_or_default(),
+            operator: t.operator.unwrap_or_default(),
+            value: t.value.unwrap_or_default(),
+            effect: t.effect.unwrap_or_default(),
+            seconds: t.toleration_seconds,
         }
     }
 
@@ -158,17 +225,7 @@ pub(crate) fn namespace_tolerations(
     }
     let list: Vec<k8s_openapi::api::core::v1::Toleration> =
         serde_json::from_str(text).map_err(|e| e.to_string())?;
-    Ok(Some(
-        list.into_iter()
-            .map(|t| Toleration {
-                key: t.key.unwrap_or_default(),
-                operator: t.operator.unwrap_or_default(),
-                value: t.value.unwrap_or_default(),
-                effect: t.effect.unwrap_or_default(),
-                seconds: t.toleration_seconds,
-            })
-            .collect(),
-    ))
+    Ok(Some(list.into_iter().map(Toleration::from_v1).collect()))
 }
 
 /// Upstream `qos.GetPodQOS`: the recorded class, else the computed one.
@@ -249,7 +306,10 @@ impl Plugin for PodTolerationRestriction {
     ) -> Result<(), ApiError> {
         let defaults = if a.operation == Operation::Create {
             match self.namespace(a).await? {
-                Some(ns) => namespace_tolerations(&ns, DEFAULT_TOLERATIONS).map_err(plain_error)?,
+                Some(ns) => namespace_tolerations(&ns, DEFAULT_TOLERATIONS)
+                    .map_err(plain_error)?
+                    // Without the annotation, the cluster's defaults.
+                    .or_else(|| Some(self.config.default.clone())),
                 None => return Ok(()),
             }
         } else {
@@ -278,10 +338,13 @@ impl Plugin for PodTolerationRestriction {
         let Some(ns) = self.namespace(a).await? else {
             return Ok(());
         };
-        let whitelist = namespace_tolerations(&ns, TOLERATIONS_WHITELIST)
-            .map_err(plain_error)?
-            .unwrap_or_default();
-        if !allowed(object, &whitelist) {
+        // Without the annotation, the cluster's whitelist.
+        let namespace_whitelist =
+            namespace_tolerations(&ns, TOLERATIONS_WHITELIST).map_err(plain_error)?;
+        let whitelist = namespace_whitelist
+            .as_deref()
+            .unwrap_or(&self.config.whitelist);
+        if !allowed(object, whitelist) {
             // A plain error upstream: 500 with the bare message.
             return Err(plain_error(WHITELIST_CONFLICT));
         }
@@ -439,5 +502,26 @@ mod tests {
             &[tol(json!({"key": "other", "operator": "Exists"}))]
         ));
         assert!(allowed(&pod, &[tol(json!({"operator": "Exists"}))]));
+    }
+
+    #[test]
+    fn reads_the_cluster_configuration() {
+        let config = ClusterTolerations::from_value(&json!({
+            "apiVersion": "podtolerationrestriction.admission.k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "default": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}]}))
+        .unwrap();
+        assert_eq!(config.default.len(), 1);
+        assert!(config.whitelist.is_empty());
+        let err = ClusterTolerations::from_value(&json!({
+            "apiVersion": "podtolerationrestriction.admission.k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "whitelist": [{"key": "a", "operator": "Exists", "value": "x"}]}))
+        .unwrap_err();
+        assert!(
+            err.starts_with("whitelist[0].operator: Invalid value"),
+            "{err}"
+        );
+        assert!(ClusterTolerations::from_value(&json!({"kind": "Configuration"})).is_err());
     }
 }
