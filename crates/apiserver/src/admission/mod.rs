@@ -36,6 +36,7 @@ mod default_toleration_seconds;
 mod deny_external_ips;
 mod direct;
 mod escalation;
+mod event_rate_limit;
 mod extended_resource_toleration;
 mod limit_ranger;
 mod node_restriction;
@@ -290,7 +291,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
         false,
         pod_toleration_restriction::new,
     ),
-    known("EventRateLimit", false),
+    plugin(event_rate_limit::NAME, false, event_rate_limit::new),
     plugin(
         extended_resource_toleration::NAME,
         false,
