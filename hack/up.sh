@@ -239,6 +239,10 @@ flag --requestheader-group-headers X-Remote-Group
 flag --requestheader-extra-headers-prefix X-Remote-Extra-
 flag --proxy-client-cert-file "$FK_PKI_DIR/front-proxy-client.crt"
 flag --proxy-client-key-file "$FK_PKI_DIR/front-proxy-client.key"
+# Extension apiservers (metrics-server) are dialled at their Service's endpoints: with
+# --nodes the control plane is no node and runs no kube-proxy, so a cluster IP would not
+# be reachable from here (upstream's advice for apiservers without kube-proxy).
+flag --enable-aggregator-routing true
 if [ $use_etcd -eq 1 ]; then
   flag --etcd-servers "$FK_ETCD_CLIENT_URL"
 else
