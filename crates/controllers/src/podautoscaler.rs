@@ -21,21 +21,37 @@
 //! their initialization period counted as unready, missing metrics taken as 100% of
 //! the request on a scale-down and 0% on a scale-up.
 //!
+//! `Pods` metrics (`AverageValue`) come from `custom.metrics.k8s.io` (v1beta2, else
+//! v1beta1, whichever the group serves first, rediscovered every sync period) for the
+//! scale's selector and the metric's selector, through the same calculation as a
+//! resource's `AverageValue` (readiness aside; missing pods at the target on a
+//! scale-down, idle on a scale-up). `Object` metrics read one object's metric (its kind
+//! mapped to a resource by the built-in table, else discovery; a `Namespace` through
+//! the root-scoped path): a `Value` target scales the ready pods by the ratio, an
+//! `AverageValue` target divides by the scale's `status.replicas`. `External` metrics
+//! sum the values `external.metrics.k8s.io/v1beta1` lists for the metric's selector,
+//! against a `Value` or `AverageValue` target likewise. Their statuses, names
+//! (`pods metric qps`, `Service metric hits`, `external metric queue(...)`), failure
+//! reasons (`FailedGetPodsMetric`, `FailedGetObjectMetric`,
+//! `FailedGetExternalMetric`) and messages are upstream's.
+//!
 //! Status as upstream (currentReplicas, desiredReplicas, lastScaleTime,
 //! currentMetrics, the AbleToScale / ScalingActive / ScalingLimited conditions with
 //! upstream's reasons and messages), written through `/status` when it changed;
 //! events as upstream (`SuccessfulRescale`, `FailedGetResourceMetric`,
 //! `FailedComputeMetricsReplicas`, `FailedGetScale`, `FailedRescale`, ...).
 //!
-//! Deviations: `Pods`, `Object` and `External` metrics (the custom and external
-//! metrics APIs) are not read: such a metric fails with its upstream reason
-//! (`FailedGetPodsMetric`, ...) and a message saying so, so an autoscaler of only
-//! such metrics stays `ScalingActive` False; the `AmbiguousSelector` check (pods
-//! selected by two autoscalers) is not made; `status.observedGeneration` is set to the
-//! spec's generation (upstream leaves it unset); the alpha per-rule `tolerance` of
-//! `behavior` is ignored (its feature gate is off by default upstream). A new
-//! autoscaler is reconciled at once (upstream waits one sync period), and a reconcile
-//! that fails is retried after the sync period as upstream, not with back-off.
+//! Deviations: custom and external metrics are read from the standard
+//! `custom.metrics.k8s.io` and `external.metrics.k8s.io` groups only (the newest
+//! upstream can route a metric to another group); the metrics APIs' error texts follow
+//! client-go's generic ones (`the server could not find the requested resource (get
+//! ...)`) without every detail of its request description; the `AmbiguousSelector`
+//! check (pods selected by two autoscalers) is not made; `status.observedGeneration`
+//! is set to the spec's generation (upstream leaves it unset); the alpha per-rule
+//! `tolerance` of `behavior` is ignored (its feature gate is off by default upstream).
+//! A new autoscaler is reconciled at once (upstream waits one sync period), and a
+//! reconcile that fails is retried after the sync period as upstream, not with
+//! back-off.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -43,13 +59,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::autoscaling::v2::{
-    ContainerResourceMetricStatus, HPAScalingPolicy, HPAScalingRules, HorizontalPodAutoscaler,
+    ContainerResourceMetricStatus, CrossVersionObjectReference, ExternalMetricSource,
+    ExternalMetricStatus, HPAScalingPolicy, HPAScalingRules, HorizontalPodAutoscaler,
     HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus, MetricSpec, MetricStatus,
-    MetricTarget, MetricValueStatus, ResourceMetricStatus,
+    MetricTarget, MetricValueStatus, ObjectMetricSource, ObjectMetricStatus, PodsMetricSource,
+    PodsMetricStatus, ResourceMetricStatus,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use parking_lot::Mutex;
@@ -235,6 +253,146 @@ pub fn pod_metrics(
         }
     }
     Ok((out, parse_time_ms(&items[0]["timestamp"])))
+}
+
+/// Upstream `GetRawMetric` over a custom metrics `MetricValueList` (v1beta2 or
+/// v1beta1, which agree on these fields): each described pod's value, measured at
+/// `timestamp` over `windowSeconds` (a minute when unset).
+pub fn custom_pod_metrics(list: &Value) -> std::result::Result<PodMetricsInfo, String> {
+    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    if items.is_empty() {
+        return Err("no metrics returned from custom metrics API".into());
+    }
+    Ok(items
+        .iter()
+        .map(|m| {
+            let window = m["windowSeconds"].as_i64().map_or(60_000, |s| s * 1000);
+            (
+                m["describedObject"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                PodMetric {
+                    value: metric_value(m),
+                    timestamp: parse_time_ms(&m["timestamp"]),
+                    window,
+                },
+            )
+        })
+        .collect())
+}
+
+fn metric_value(m: &Value) -> i64 {
+    m["value"]
+        .as_str()
+        .and_then(quantity::milli_value)
+        .unwrap_or(0)
+}
+
+/// Upstream `GetObjectMetric` over the custom metrics API's answer for one object:
+/// a `MetricValueList` of exactly one item, its value in thousandths.
+pub fn object_metric_value(list: &Value) -> std::result::Result<i64, String> {
+    match list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        [m] => Ok(metric_value(m)),
+        items => Err(format!(
+            "unable to fetch metrics from custom metrics API: the custom metrics API server returned {} results when we asked for exactly one",
+            items.len()
+        )),
+    }
+}
+
+/// Upstream `GetExternalMetric` over an `ExternalMetricValueList`: every value in
+/// thousandths.
+pub fn external_metric_values(list: &Value) -> std::result::Result<Vec<i64>, String> {
+    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    if items.is_empty() {
+        return Err("no metrics returned from external metrics API".into());
+    }
+    Ok(items.iter().map(metric_value).collect())
+}
+
+/// `metav1.LabelSelectorAsSelector(s).String()`: the metric selector as the metrics
+/// APIs' query parameter (empty for none).
+pub fn metric_selector(s: Option<&LabelSelector>) -> std::result::Result<String, String> {
+    Selector::from_optional_label_selector(s)
+        .map(|s| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// A `*metav1.LabelSelector` as Go's `%+v` prints it (its generated `String()`), as
+/// upstream puts it in metric names and errors.
+pub fn go_label_selector(s: Option<&LabelSelector>) -> String {
+    let Some(s) = s else {
+        return "nil".into();
+    };
+    let mut out = String::from("&LabelSelector{MatchLabels:map[string]string{");
+    for (k, v) in s.match_labels.iter().flatten() {
+        out.push_str(&format!("{k}: {v},"));
+    }
+    out.push_str("},MatchExpressions:[]LabelSelectorRequirement{");
+    for e in s.match_expressions.iter().flatten() {
+        out.push_str(&format!(
+            "LabelSelectorRequirement{{Key:{},Operator:{},Values:[{}],}},",
+            e.key,
+            e.operator,
+            e.values.as_deref().unwrap_or_default().join(" ")
+        ));
+    }
+    out.push_str("},}");
+    out
+}
+
+/// Appends `name=value` to a query when the value is not empty.
+fn push_query(path: &mut String, name: &str, value: &str) {
+    if value.is_empty() {
+        return;
+    }
+    path.push(if path.contains('?') { '&' } else { '?' });
+    path.push_str(name);
+    path.push('=');
+    path.push_str(&encode_query(value));
+}
+
+/// The custom metrics API path of a metric of every pod `selector` selects
+/// (upstream `NamespacedMetrics(ns).GetForObjects(Pod, ...)`).
+pub fn custom_pods_metric_path(
+    version: &str,
+    ns: &str,
+    metric: &str,
+    selector: &str,
+    metric_selector: &str,
+) -> String {
+    let mut path = format!("/apis/custom.metrics.k8s.io/{version}/namespaces/{ns}/pods/*/{metric}");
+    push_query(&mut path, "labelSelector", selector);
+    push_query(&mut path, "metricLabelSelector", metric_selector);
+    path
+}
+
+/// The custom metrics API path of one object's metric; `resource` is the group-qualified
+/// resource (`deployments.apps`, `services`). A `Namespace` is the root-scoped
+/// `namespaces/{ns}/metrics/{metric}`.
+pub fn custom_object_metric_path(
+    version: &str,
+    ns: &str,
+    resource: &str,
+    name: &str,
+    metric: &str,
+    metric_selector: &str,
+) -> String {
+    let mut path = if resource == "namespaces" {
+        format!("/apis/custom.metrics.k8s.io/{version}/namespaces/{ns}/metrics/{metric}")
+    } else {
+        format!("/apis/custom.metrics.k8s.io/{version}/namespaces/{ns}/{resource}/{name}/{metric}")
+    };
+    push_query(&mut path, "metricLabelSelector", metric_selector);
+    path
+}
+
+/// The external metrics API path of a metric (`NamespacedMetrics(ns).List`).
+pub fn external_metric_path(ns: &str, metric: &str, metric_selector: &str) -> String {
+    let mut path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric}");
+    push_query(&mut path, "labelSelector", metric_selector);
+    path
 }
 
 // ---------------------------------------------------------------------------------
@@ -540,8 +698,16 @@ pub fn plain_replicas(
         }
         return Ok((ceil_i32(ratio * g.ready as f64), usage));
     }
-    if !g.missing.is_empty() {
-        let fill = if ratio < 1.0 { target } else { 0 };
+    // Missing pods count as at the target on a scale-down, idle on a scale-up (and
+    // are left out at exactly the target, as upstream).
+    let fill = if ratio < 1.0 {
+        Some(target)
+    } else if ratio > 1.0 {
+        Some(0)
+    } else {
+        None
+    };
+    if let Some(fill) = fill {
         for name in &g.missing {
             metrics.insert(name.clone(), metric_of(fill));
         }
@@ -556,6 +722,71 @@ pub fn plain_replicas(
         settle(calc, current, ratio, new_ratio, metrics.len()),
         usage,
     ))
+}
+
+/// Upstream `getReadyPodsCount`: the running and ready pods.
+pub fn ready_pods_count(pods: &[&Pod]) -> std::result::Result<i64, String> {
+    if pods.is_empty() {
+        return Err("no pods returned by selector while calculating replica count".into());
+    }
+    Ok(pods
+        .iter()
+        .filter(|p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && crate::util::pod_condition(p, "Ready").is_some_and(|c| c.status == "True")
+        })
+        .count() as i64)
+}
+
+/// Upstream `getUsageRatioReplicaCount` (the `Value` targets of `Object` and
+/// `External` metrics): the current count within the tolerance, else the ratio times
+/// the ready pods; from zero replicas, the ratio alone.
+pub fn usage_ratio_replicas(
+    calc: &ReplicaCalc,
+    current: i32,
+    ratio: f64,
+    pods: &[&Pod],
+) -> std::result::Result<i32, String> {
+    if current == 0 {
+        return Ok(ceil_i32(ratio));
+    }
+    if calc.within_tolerance(ratio) {
+        return Ok(current);
+    }
+    let ready =
+        ready_pods_count(pods).map_err(|e| format!("unable to calculate ready pods: {e}"))?;
+    Ok(ceil_i32(ratio * ready as f64))
+}
+
+/// Upstream `GetObjectMetricReplicas` / `GetExternalMetricReplicas` once the metric is
+/// read: `usage` (thousandths; the sum of an external metric's values) against the
+/// `Value` target.
+pub fn value_replicas(
+    calc: &ReplicaCalc,
+    current: i32,
+    target: i64,
+    usage: i64,
+    pods: &[&Pod],
+) -> std::result::Result<i32, String> {
+    usage_ratio_replicas(calc, current, usage as f64 / target as f64, pods)
+}
+
+/// Upstream `GetObjectPerPodMetricReplicas` / `GetExternalPerPodMetricReplicas` once
+/// the metric is read: `usage` against the `AverageValue` target per pod of the
+/// scale's `status.replicas`; the proposed count and the usage per pod.
+pub fn per_pod_replicas(
+    calc: &ReplicaCalc,
+    status_replicas: i32,
+    target_per_pod: i64,
+    usage: i64,
+) -> (i32, i64) {
+    let (usage, target) = (usage as f64, target_per_pod as f64);
+    let mut replicas = status_replicas;
+    let ratio = usage / (target * f64::from(status_replicas));
+    if !calc.within_tolerance(ratio) {
+        replicas = ceil_i32(usage / target);
+    }
+    (replicas, (usage / f64::from(status_replicas)).ceil() as i64)
 }
 
 // ---------------------------------------------------------------------------------
@@ -1048,9 +1279,30 @@ struct Proposal {
     status: MetricStatus,
 }
 
-/// What the metrics API answered for the scale's selector (the `PodMetricsList`), or
-/// why there is none; `None` when no resource metric was asked for.
+/// What a metrics API answered (a `PodMetricsList`, a custom metrics
+/// `MetricValueList`, an `ExternalMetricValueList`), or why there is none; `None` when
+/// nothing was asked.
 pub type MetricsAnswer = Option<std::result::Result<Value, String>>;
+
+/// Every metrics API answer of one reconcile.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fetched {
+    /// The resource metrics API's for the scale's selector (`Resource` and
+    /// `ContainerResource` metrics share it).
+    pub resource: MetricsAnswer,
+    /// The custom or external metrics API's for each `Pods`, `Object` and `External`
+    /// spec, by the spec's index.
+    pub specs: BTreeMap<usize, std::result::Result<Value, String>>,
+}
+
+impl From<MetricsAnswer> for Fetched {
+    fn from(resource: MetricsAnswer) -> Fetched {
+        Fetched {
+            resource,
+            specs: BTreeMap::new(),
+        }
+    }
+}
 
 /// The largest proposal, its metric and the metrics' statuses; or the error and the
 /// statuses there are.
@@ -1060,10 +1312,23 @@ type MetricsOutcome =
 /// What the metrics of one reconcile are computed from.
 struct Inputs<'a> {
     calc: ReplicaCalc,
+    /// The autoscaler's namespace.
+    namespace: &'a str,
     /// The target's pods (those its scale's selector selects).
     pods: &'a [&'a Pod],
-    metrics: &'a MetricsAnswer,
+    fetched: &'a Fetched,
     now: Timestamp,
+}
+
+impl Inputs<'_> {
+    /// The custom or external metrics API's answer for the spec at `index`.
+    fn answer(&self, index: usize) -> std::result::Result<&Value, String> {
+        match self.fetched.specs.get(&index) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("no metrics fetched".into()),
+        }
+    }
 }
 
 /// Upstream `computeStatusForResourceMetricGeneric`, after the metrics are fetched.
@@ -1079,7 +1344,7 @@ fn resource_proposal(
     } = source;
     let (calc, pods, now) = (&input.calc, input.pods, input.now);
     let fetched = || -> std::result::Result<PodMetricsInfo, String> {
-        let list = match input.metrics {
+        let list = match &input.fetched.resource {
             Some(Ok(v)) => v,
             Some(Err(e)) => return Err(e.clone()),
             None => return Err("no metrics fetched".into()),
@@ -1125,17 +1390,243 @@ fn resource_proposal(
     ))
 }
 
+/// A failed metric: the condition's reason and message (`e`), and the error
+/// `computeReplicasForMetric` returns (`e` wrapped by `wrap`).
+fn failure(
+    reason: &'static str,
+    e: String,
+    wrap: impl FnOnce(&str) -> String,
+) -> (MetricFailure, String) {
+    let error = wrap(&e);
+    (MetricFailure { reason, message: e }, error)
+}
+
+fn milli_quantity(v: i64) -> Quantity {
+    Quantity(quantity::format_milli(v.into(), false))
+}
+
+fn target_milli(q: Option<&Quantity>) -> Option<i64> {
+    q.map(|q| quantity::milli_value(&q.0).unwrap_or(0))
+}
+
+/// Upstream `computeStatusForPodsMetric` (`GetMetricReplicas`): the metric of every
+/// target pod against the `AverageValue` target, pods grouped as for a resource
+/// (readiness aside).
+fn pods_proposal(
+    input: &Inputs<'_>,
+    index: usize,
+    current: i32,
+    src: &PodsMetricSource,
+) -> std::result::Result<Proposal, (MetricFailure, String)> {
+    let fail = |e: String| {
+        failure("FailedGetPodsMetric", e, |e| {
+            format!("failed to get pods metric value: {e}")
+        })
+    };
+    let name = &src.metric.name;
+    metric_selector(src.metric.selector.as_ref()).map_err(fail)?;
+    let target = target_milli(src.target.average_value.as_ref()).ok_or_else(|| {
+        fail("invalid pods metric source: the average value target is not set".into())
+    })?;
+    let (replicas, usage) = input
+        .answer(index)
+        .and_then(custom_pod_metrics)
+        .map_err(|e| format!("unable to get metric {name}: {e}"))
+        .and_then(|m| plain_replicas(&input.calc, current, target, "", input.pods, m, input.now))
+        .map_err(fail)?;
+    Ok(Proposal {
+        replicas,
+        name: format!("pods metric {name}"),
+        status: MetricStatus {
+            type_: "Pods".into(),
+            pods: Some(PodsMetricStatus {
+                metric: src.metric.clone(),
+                current: MetricValueStatus {
+                    average_value: Some(milli_quantity(usage)),
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        },
+    })
+}
+
+/// Upstream `computeStatusForObjectMetric` (`GetObjectMetricReplicas` for a `Value`
+/// target, `GetObjectPerPodMetricReplicas` for an `AverageValue` one).
+fn object_proposal(
+    input: &Inputs<'_>,
+    index: usize,
+    scale: &ScaleView,
+    src: &ObjectMetricSource,
+) -> std::result::Result<Proposal, (MetricFailure, String)> {
+    let fail = |e: String, wrap: &dyn Fn(&str) -> String| {
+        failure("FailedGetObjectMetric", e, |e| {
+            format!("failed to get object metric value: {}", wrap(e))
+        })
+    };
+    let plain = |e: &str| e.to_string();
+    let (name, object) = (&src.metric.name, &src.described_object);
+    metric_selector(src.metric.selector.as_ref()).map_err(|e| fail(e, &plain))?;
+    let usage = || {
+        input
+            .answer(index)
+            .and_then(object_metric_value)
+            // Upstream's arguments are in this order.
+            .map_err(|e| {
+                format!(
+                    "unable to get metric {name}: {} on {} {}/{e}",
+                    object.kind, input.namespace, object.name
+                )
+            })
+    };
+    let status = |current: MetricValueStatus| MetricStatus {
+        type_: "Object".into(),
+        object: Some(ObjectMetricStatus {
+            described_object: object.clone(),
+            metric: src.metric.clone(),
+            current,
+        }),
+        ..Default::default()
+    };
+    let target = &src.target;
+    if let (Some(value), "Value") = (target_milli(target.value.as_ref()), target.type_.as_str()) {
+        let (replicas, usage) = usage()
+            .and_then(|u| {
+                value_replicas(&input.calc, scale.replicas, value, u, input.pods).map(|r| (r, u))
+            })
+            .map_err(|e| fail(e, &plain))?;
+        return Ok(Proposal {
+            replicas,
+            name: format!("{} metric {name}", object.kind),
+            status: status(MetricValueStatus {
+                value: Some(milli_quantity(usage)),
+                ..Default::default()
+            }),
+        });
+    }
+    if let (Some(average), "AverageValue") = (
+        target_milli(target.average_value.as_ref()),
+        target.type_.as_str(),
+    ) {
+        let usage = usage().map_err(|e| {
+            fail(e, &|e: &str| {
+                format!("failed to get {name} object metric: {e}")
+            })
+        })?;
+        let (replicas, per_pod) =
+            per_pod_replicas(&input.calc, scale.status_replicas, average, usage);
+        return Ok(Proposal {
+            replicas,
+            // Upstream's name for this one.
+            name: format!(
+                "external metric {name}({})",
+                go_label_selector(src.metric.selector.as_ref())
+            ),
+            status: status(MetricValueStatus {
+                average_value: Some(milli_quantity(per_pod)),
+                ..Default::default()
+            }),
+        });
+    }
+    Err(fail(
+        "invalid object metric source: neither a value target nor an average value target was set"
+            .into(),
+        &plain,
+    ))
+}
+
+/// Upstream `computeStatusForExternalMetric` (`GetExternalPerPodMetricReplicas` for an
+/// `AverageValue` target, else `GetExternalMetricReplicas` for a `Value` one): the sum
+/// of the metric's values.
+fn external_proposal(
+    input: &Inputs<'_>,
+    index: usize,
+    scale: &ScaleView,
+    src: &ExternalMetricSource,
+) -> std::result::Result<Proposal, (MetricFailure, String)> {
+    let name = &src.metric.name;
+    let fail = |e: String, wrap: &dyn Fn(&str) -> String| {
+        failure("FailedGetExternalMetric", e, |e| {
+            format!("failed to get {name} external metric value: {}", wrap(e))
+        })
+    };
+    let selector = src.metric.selector.as_ref();
+    let usage = || -> std::result::Result<i64, String> {
+        metric_selector(selector)?;
+        input
+            .answer(index)
+            .and_then(external_metric_values)
+            .map(|values| values.iter().fold(0i64, |a, v| a.saturating_add(*v)))
+            .map_err(|e| {
+                format!(
+                    "unable to get external metric {}/{name}/{}: {e}",
+                    input.namespace,
+                    go_label_selector(selector)
+                )
+            })
+    };
+    let proposal = |replicas, current| Proposal {
+        replicas,
+        name: format!("external metric {name}({})", go_label_selector(selector)),
+        status: MetricStatus {
+            type_: "External".into(),
+            external: Some(ExternalMetricStatus {
+                metric: src.metric.clone(),
+                current,
+            }),
+            ..Default::default()
+        },
+    };
+    if let Some(average) = target_milli(src.target.average_value.as_ref()) {
+        let usage = usage().map_err(|e| {
+            fail(e, &|e: &str| {
+                format!("failed to get {name} external metric: {e}")
+            })
+        })?;
+        let (replicas, per_pod) =
+            per_pod_replicas(&input.calc, scale.status_replicas, average, usage);
+        return Ok(proposal(
+            replicas,
+            MetricValueStatus {
+                average_value: Some(milli_quantity(per_pod)),
+                ..Default::default()
+            },
+        ));
+    }
+    if let Some(value) = target_milli(src.target.value.as_ref()) {
+        let (replicas, usage) = usage()
+            .and_then(|u| {
+                value_replicas(&input.calc, scale.replicas, value, u, input.pods).map(|r| (r, u))
+            })
+            .map_err(|e| {
+                fail(e, &|e: &str| {
+                    format!("failed to get external metric {name}: {e}")
+                })
+            })?;
+        return Ok(proposal(
+            replicas,
+            MetricValueStatus {
+                value: Some(milli_quantity(usage)),
+                ..Default::default()
+            },
+        ));
+    }
+    let plain = |e: &str| e.to_string();
+    Err(fail(
+        "invalid external metric source: neither a value target nor an average value target was set"
+            .into(),
+        &plain,
+    ))
+}
+
 /// Upstream `computeReplicasForMetric` for one spec.
 fn metric_proposal(
     input: &Inputs<'_>,
+    index: usize,
     spec: &MetricSpec,
-    spec_replicas: i32,
+    scale: &ScaleView,
 ) -> std::result::Result<Proposal, (MetricFailure, String)> {
-    let unsupported = |what: &str| {
-        format!(
-            "unable to fetch metrics from {what} API: the {what} API is not supported by this controller"
-        )
-    };
+    let spec_replicas = scale.replicas;
     match spec.type_.as_str() {
         "Resource" => {
             let Some(src) = &spec.resource else {
@@ -1223,60 +1714,30 @@ fn metric_proposal(
                 )),
             }
         }
-        "Pods" => {
-            let name = spec
-                .pods
-                .as_ref()
-                .map(|p| p.metric.name.clone())
-                .unwrap_or_default();
-            let e = format!(
-                "unable to get metric {name}: {}",
-                unsupported("custom metrics")
-            );
-            Err((
-                MetricFailure {
-                    reason: "FailedGetPodsMetric",
-                    message: e.clone(),
-                },
-                format!("failed to get pods metric value: {e}"),
-            ))
-        }
-        "Object" => {
-            let name = spec
-                .object
-                .as_ref()
-                .map(|p| p.metric.name.clone())
-                .unwrap_or_default();
-            let e = format!(
-                "unable to get metric {name}: {}",
-                unsupported("custom metrics")
-            );
-            Err((
-                MetricFailure {
-                    reason: "FailedGetObjectMetric",
-                    message: e.clone(),
-                },
-                format!("failed to get object metric value: {e}"),
-            ))
-        }
-        "External" => {
-            let name = spec
-                .external
-                .as_ref()
-                .map(|p| p.metric.name.clone())
-                .unwrap_or_default();
-            let e = format!(
-                "unable to get external metric {name}: {}",
-                unsupported("external metrics")
-            );
-            Err((
-                MetricFailure {
-                    reason: "FailedGetExternalMetric",
-                    message: e.clone(),
-                },
-                format!("failed to get {name} external metric value: {e}"),
-            ))
-        }
+        "Pods" => match &spec.pods {
+            Some(src) => pods_proposal(input, index, scale.replicas, src),
+            None => Err(failure(
+                "FailedGetPodsMetric",
+                "invalid pods metric source: the pods field is not set".into(),
+                |e| format!("failed to get pods metric value: {e}"),
+            )),
+        },
+        "Object" => match &spec.object {
+            Some(src) => object_proposal(input, index, scale, src),
+            None => Err(failure(
+                "FailedGetObjectMetric",
+                "invalid object metric source: the object field is not set".into(),
+                |e| format!("failed to get object metric value: {e}"),
+            )),
+        },
+        "External" => match &spec.external {
+            Some(src) => external_proposal(input, index, scale, src),
+            None => Err(failure(
+                "FailedGetExternalMetric",
+                "invalid external metric source: the external field is not set".into(),
+                |e| format!("failed to get external metric value: {e}"),
+            )),
+        },
         other => {
             let e = format!("unknown metric source type {other:?}");
             Err((
@@ -1303,6 +1764,9 @@ pub fn needs_resource_metrics(hpa: &HorizontalPodAutoscaler) -> bool {
 pub struct ScaleView {
     /// `spec.replicas`.
     pub replicas: i32,
+    /// `status.replicas` (what the `AverageValue` targets of `Object` and `External`
+    /// metrics divide by).
+    pub status_replicas: i32,
     /// `status.selector`.
     pub selector: Option<String>,
 }
@@ -1350,13 +1814,12 @@ pub struct Decision {
 
 /// Upstream `reconcileAutoscaler` from the scale read onwards, without IO: the
 /// conditions, the desired count, the events; `memory` gets the recommendation.
-/// `pods` are the namespace's pods; `metrics` the metrics API's answer for the
-/// scale's selector.
+/// `pods` are the namespace's pods; `metrics` the metrics APIs' answers.
 pub fn decide(
     hpa: &HorizontalPodAutoscaler,
     scale: &ScaleView,
     pods: &[&Pod],
-    metrics: &MetricsAnswer,
+    metrics: &Fetched,
     memory: &mut Memory,
     cfg: &HpaConfig,
     now: Timestamp,
@@ -1409,10 +1872,12 @@ pub fn decide(
                 cpu_initialization_period: cfg.cpu_initialization_period,
                 initial_readiness_delay: cfg.initial_readiness_delay,
             };
+            let namespace = hpa.metadata.namespace.as_deref().unwrap_or_default();
             let input = Inputs {
                 calc,
+                namespace,
                 pods,
-                metrics,
+                fetched: metrics,
                 now,
             };
             match metric_replicas(
@@ -1586,8 +2051,9 @@ fn metric_replicas(
         .collect();
     let input = Inputs {
         calc: input.calc,
+        namespace: input.namespace,
         pods: &pods,
-        metrics: input.metrics,
+        fetched: input.fetched,
         now,
     };
     let mut statuses = vec![MetricStatus::default(); specs.len()];
@@ -1595,7 +2061,7 @@ fn metric_replicas(
     let mut invalid = 0usize;
     let mut first: Option<(MetricFailure, String)> = None;
     for (i, spec) in specs.iter().enumerate() {
-        match metric_proposal(&input, spec, scale.replicas) {
+        match metric_proposal(&input, i, spec, scale) {
             Ok(p) => {
                 if replicas == 0 || p.replicas > replicas {
                     replicas = p.replicas;
@@ -1821,6 +2287,9 @@ pub struct HorizontalController {
     recorder: Arc<dyn EventSink>,
     cfg: HpaConfig,
     memory: Mutex<HashMap<String, Memory>>,
+    /// The custom metrics API version to ask and when it was discovered (upstream's
+    /// discovery-based client, invalidated every sync period).
+    custom_version: Mutex<Option<(std::time::Instant, String)>>,
 }
 
 impl HorizontalController {
@@ -1837,6 +2306,7 @@ impl HorizontalController {
             recorder,
             cfg,
             memory: Mutex::new(HashMap::new()),
+            custom_version: Mutex::new(None),
         })
     }
 
@@ -1881,6 +2351,19 @@ impl HorizontalController {
             .map_err(|e| api_message(&e, "update scale"))
     }
 
+    /// GETs a metrics API path, bounded by [`METRICS_TIMEOUT`]; errors as client-go
+    /// prints them for `what`.
+    async fn get_metrics(&self, path: String, what: &str) -> std::result::Result<Value, String> {
+        let req = http::Request::get(path)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(METRICS_TIMEOUT, self.client.request::<Value>(req)).await {
+            Err(_) => Err("timed out".into()),
+            Ok(Err(e)) => Err(api_message(&e, what)),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
     /// Upstream `resourceMetricsClient`: the PodMetrics of the selector's pods.
     async fn pod_metrics_list(
         &self,
@@ -1891,16 +2374,141 @@ impl HorizontalController {
             "/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods?labelSelector={}",
             encode_query(selector)
         );
-        let req = http::Request::get(path)
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        let fetched =
-            tokio::time::timeout(METRICS_TIMEOUT, self.client.request::<Value>(req)).await;
-        let unable = |e: String| format!("unable to fetch metrics from resource metrics API: {e}");
-        match fetched {
-            Err(_) => Err(unable("timed out".into())),
-            Ok(Err(e)) => Err(unable(api_message(&e, "get pods.metrics.k8s.io"))),
-            Ok(Ok(v)) => Ok(v),
+        self.get_metrics(path, "get pods.metrics.k8s.io")
+            .await
+            .map_err(|e| format!("unable to fetch metrics from resource metrics API: {e}"))
+    }
+
+    /// The custom metrics API version to ask: the first the group serves (in the
+    /// server's order) of those upstream's client knows, v1beta2 and v1beta1.
+    async fn custom_metrics_version(&self) -> std::result::Result<String, String> {
+        if let Some((at, version)) = &*self.custom_version.lock()
+            && at.elapsed() < self.cfg.sync_period
+        {
+            return Ok(version.clone());
+        }
+        let group = self
+            .get_metrics(
+                "/apis/custom.metrics.k8s.io".into(),
+                "get apigroups custom.metrics.k8s.io",
+            )
+            .await
+            .map_err(|e| {
+                if e.starts_with("the server could not find the requested resource") {
+                    "no custom metrics API (custom.metrics.k8s.io) registered".to_string()
+                } else {
+                    e
+                }
+            })?;
+        let version = group["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["version"].as_str())
+            .find(|v| matches!(*v, "v1beta2" | "v1beta1"))
+            .ok_or_else(|| {
+                "the custom metrics API (custom.metrics.k8s.io) serves neither v1beta2 nor v1beta1"
+                    .to_string()
+            })?
+            .to_string();
+        *self.custom_version.lock() = Some((std::time::Instant::now(), version.clone()));
+        Ok(version)
+    }
+
+    /// The group-qualified resource of a described object (upstream's REST mapping
+    /// in `qualResourceForKind`): the built-in table, else discovery.
+    async fn object_resource(
+        &self,
+        object: &CrossVersionObjectReference,
+    ) -> std::result::Result<String, String> {
+        let (group, version) =
+            parse_group_version(object.api_version.as_deref().unwrap_or_default())?;
+        let kind = &object.kind;
+        let plural = match ferrokube_api::resources::lookup_kind(&group, kind) {
+            Some(info) => info.plural.to_string(),
+            None => {
+                let gvk = kube::api::GroupVersionKind::gvk(&group, &version, kind);
+                match kube::discovery::pinned_kind(&self.client, &gvk).await {
+                    Ok((ar, _)) => ar.plural,
+                    Err(_) => {
+                        let gk = if group.is_empty() {
+                            kind.clone()
+                        } else {
+                            format!("{kind}.{group}")
+                        };
+                        return Err(format!(
+                            "unable to map kind {gk} to resource: no matches for kind {kind:?} in group {group:?}"
+                        ));
+                    }
+                }
+            }
+        };
+        Ok(if group.is_empty() {
+            plural
+        } else {
+            format!("{plural}.{group}")
+        })
+    }
+
+    /// Upstream `customMetricsClient` / `externalMetricsClient`: what the custom or
+    /// external metrics API answers for a `Pods`, `Object` or `External` spec (`None`
+    /// for other specs and for a metric selector that does not convert, which the
+    /// calculation reports).
+    async fn fetch_spec(&self, ns: &str, selector: &str, spec: &MetricSpec) -> MetricsAnswer {
+        let custom = |e: String| format!("unable to fetch metrics from custom metrics API: {e}");
+        match spec.type_.as_str() {
+            "Pods" => {
+                let src = spec.pods.as_ref()?;
+                let metric_selector = metric_selector(src.metric.selector.as_ref()).ok()?;
+                let version = match self.custom_metrics_version().await {
+                    Ok(v) => v,
+                    Err(e) => return Some(Err(custom(e))),
+                };
+                let path = custom_pods_metric_path(
+                    &version,
+                    ns,
+                    &src.metric.name,
+                    selector,
+                    &metric_selector,
+                );
+                let what = "get pods.custom.metrics.k8s.io *";
+                Some(self.get_metrics(path, what).await.map_err(custom))
+            }
+            "Object" => {
+                let src = spec.object.as_ref()?;
+                let metric_selector = metric_selector(src.metric.selector.as_ref()).ok()?;
+                let object = &src.described_object;
+                let found = match self.custom_metrics_version().await {
+                    Ok(v) => self.object_resource(object).await.map(|r| (v, r)),
+                    Err(e) => Err(e),
+                };
+                let (version, resource) = match found {
+                    Ok(found) => found,
+                    Err(e) => return Some(Err(custom(e))),
+                };
+                let path = custom_object_metric_path(
+                    &version,
+                    ns,
+                    &resource,
+                    &object.name,
+                    &src.metric.name,
+                    &metric_selector,
+                );
+                let what = format!("get {resource}.custom.metrics.k8s.io {}", object.name);
+                Some(self.get_metrics(path, &what).await.map_err(custom))
+            }
+            "External" => {
+                let src = spec.external.as_ref()?;
+                let metric_selector = metric_selector(src.metric.selector.as_ref()).ok()?;
+                let path = external_metric_path(ns, &src.metric.name, &metric_selector);
+                let what = format!("get {}.external.metrics.k8s.io", src.metric.name);
+                Some(
+                    self.get_metrics(path, &what).await.map_err(|e| {
+                        format!("unable to fetch metrics from external metrics API: {e}")
+                    }),
+                )
+            }
+            _ => None,
         }
     }
 
@@ -1978,20 +2586,27 @@ impl HorizontalController {
         };
         let view = ScaleView {
             replicas: scale.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+            status_replicas: scale.status.as_ref().map_or(0, |s| s.replicas),
             selector: scale.status.as_ref().and_then(|s| s.selector.clone()),
         };
         let min = spec.min_replicas.unwrap_or(1);
         let selector = view.selector.clone().unwrap_or_default();
-        let metrics: MetricsAnswer = if branch(view.replicas, min, spec.max_replicas)
-            == Branch::Metrics
-            && needs_resource_metrics(hpa)
-            && Selector::parse(&selector).is_ok()
-            && !selector.is_empty()
-        {
-            Some(self.pod_metrics_list(&ns, &selector).await)
-        } else {
-            None
-        };
+        let mut metrics = Fetched::default();
+        if let (Branch::Metrics, Ok(parsed), false) = (
+            branch(view.replicas, min, spec.max_replicas),
+            Selector::parse(&selector),
+            selector.is_empty(),
+        ) {
+            if needs_resource_metrics(hpa) {
+                metrics.resource = Some(self.pod_metrics_list(&ns, &selector).await);
+            }
+            let selector = parsed.to_string();
+            for (i, m) in spec.metrics.iter().flatten().enumerate() {
+                if let Some(answer) = self.fetch_spec(&ns, &selector, m).await {
+                    metrics.specs.insert(i, answer);
+                }
+            }
+        }
         let pods = self.pods.list_namespace(&ns);
         let pod_refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
         let now = Timestamp::now();
@@ -2454,11 +3069,12 @@ mod tests {
     fn scale(replicas: i32) -> ScaleView {
         ScaleView {
             replicas,
+            status_replicas: replicas,
             selector: Some("app=web".into()),
         }
     }
 
-    fn list(usage: &[(&str, &str)]) -> MetricsAnswer {
+    fn list(usage: &[(&str, &str)]) -> Fetched {
         let items: Vec<Value> = usage
             .iter()
             .map(|(n, u)| {
@@ -2466,7 +3082,7 @@ mod tests {
                 "window": "30s", "containers": [{"name": "c", "usage": {"cpu": u}}]})
             })
             .collect();
-        Some(Ok(json!({"items": items})))
+        Some(Ok(json!({"items": items}))).into()
     }
 
     fn cond(s: &HorizontalPodAutoscalerStatus, t: &str) -> (String, String) {
@@ -2477,7 +3093,7 @@ mod tests {
     #[test]
     fn bounds_decide_before_metrics() {
         let cfg = HpaConfig::default();
-        let no_metrics: MetricsAnswer = Some(Err("unable to fetch metrics from resource metrics API: the server could not find the requested resource (get pods.metrics.k8s.io)".into()));
+        let no_metrics: Fetched = Some(Err("unable to fetch metrics from resource metrics API: the server could not find the requested resource (get pods.metrics.k8s.io)".into())).into();
         // Below min: to min, with no metrics at all.
         let h = hpa(2, 5, None);
         let mut m = Memory::default();
@@ -2550,7 +3166,7 @@ mod tests {
             &h,
             &scale(2),
             &refs,
-            &Some(Err(err.into())),
+            &Some(Err(err.into())).into(),
             &mut m,
             &cfg,
             now(),
@@ -2588,16 +3204,25 @@ mod tests {
         // A missing selector.
         let no_selector = ScaleView {
             replicas: 2,
+            status_replicas: 2,
             selector: None,
         };
-        let d = decide(&h, &no_selector, &refs, &None, &mut m, &cfg, now());
+        let d = decide(
+            &h,
+            &no_selector,
+            &refs,
+            &Fetched::default(),
+            &mut m,
+            &cfg,
+            now(),
+        );
         assert_eq!(d.failed.as_deref(), Some("selector is required"));
         assert_eq!(
             cond(&d.status, "ScalingActive"),
             ("False".into(), "InvalidSelector".into())
         );
 
-        // Custom metrics are not read here.
+        // A custom metric the API did not answer.
         let mut pods_metric = h.clone();
         pods_metric.spec.as_mut().unwrap().metrics = Some(vec![
             serde_json::from_value(json!(
@@ -2605,7 +3230,16 @@ mod tests {
              "target": {"type": "AverageValue", "averageValue": "1"}}}))
             .unwrap(),
         ]);
-        let d = decide(&pods_metric, &scale(2), &refs, &None, &mut m, &cfg, now());
+        let no_answer = Fetched::from(Some(Err(err.into())));
+        let d = decide(
+            &pods_metric,
+            &scale(2),
+            &refs,
+            &no_answer,
+            &mut m,
+            &cfg,
+            now(),
+        );
         assert_eq!(
             cond(&d.status, "ScalingActive"),
             ("False".into(), "FailedGetPodsMetric".into())
@@ -2796,6 +3430,363 @@ mod tests {
         set_condition(&mut c, "AbleToScale", "False", "D", "d".into(), t1);
         assert_eq!(c[0].last_transition_time, Some(Time(t1)));
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn custom_and_external_metric_answers_are_read_as_upstream() {
+        let list = json!({"kind": "MetricValueList", "items": [
+            {"describedObject": {"kind": "Pod", "name": "a"}, "metric": {"name": "qps"},
+             "timestamp": NOW, "windowSeconds": 30, "value": "1500m"},
+            {"describedObject": {"kind": "Pod", "name": "b"}, "metric": {"name": "qps"},
+             "timestamp": NOW, "value": "2"}]});
+        let m = custom_pod_metrics(&list).unwrap();
+        assert_eq!(
+            (m["a"].value, m["a"].window, m["a"].timestamp),
+            (1500, 30_000, ms(now()))
+        );
+        // No window: upstream's default minute.
+        assert_eq!((m["b"].value, m["b"].window), (2000, 60_000));
+        let empty = json!({"items": []});
+        assert_eq!(
+            custom_pod_metrics(&empty).unwrap_err(),
+            "no metrics returned from custom metrics API"
+        );
+        // One object: exactly one item.
+        let one = json!({"items": [{"describedObject": {"kind": "Service", "name": "s"},
+            "value": "42", "timestamp": NOW}]});
+        assert_eq!(object_metric_value(&one), Ok(42_000));
+        assert_eq!(
+            object_metric_value(&list).unwrap_err(),
+            "unable to fetch metrics from custom metrics API: the custom metrics API server returned 2 results when we asked for exactly one"
+        );
+        // External values, each in thousandths (summed by the calculation).
+        let ext = json!({"kind": "ExternalMetricValueList", "items": [
+            {"metricName": "queue", "value": "10", "timestamp": NOW},
+            {"metricName": "queue", "value": "250m", "timestamp": NOW}]});
+        assert_eq!(external_metric_values(&ext), Ok(vec![10_000, 250]));
+        assert_eq!(
+            external_metric_values(&empty).unwrap_err(),
+            "no metrics returned from external metrics API"
+        );
+    }
+
+    #[test]
+    fn metrics_api_paths_and_selectors() {
+        let sel: LabelSelector = serde_json::from_value(json!({
+            "matchLabels": {"queue": "jobs", "env": "prod"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["b", "a"]}]}))
+        .unwrap();
+        assert_eq!(
+            metric_selector(Some(&sel)).unwrap(),
+            "env=prod,queue=jobs,tier in (a,b)"
+        );
+        assert_eq!(metric_selector(None).unwrap(), "");
+        assert_eq!(
+            go_label_selector(Some(&sel)),
+            "&LabelSelector{MatchLabels:map[string]string{env: prod,queue: jobs,},\
+             MatchExpressions:[]LabelSelectorRequirement{LabelSelectorRequirement{Key:tier,Operator:In,Values:[b a],},},}"
+        );
+        assert_eq!(go_label_selector(None), "nil");
+        assert_eq!(
+            custom_pods_metric_path("v1beta2", "ns", "qps", "app=web", ""),
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods/*/qps?labelSelector=app%3Dweb"
+        );
+        assert_eq!(
+            custom_pods_metric_path("v1beta1", "ns", "qps", "app=web", "verb=GET"),
+            "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ns/pods/*/qps?labelSelector=app%3Dweb&metricLabelSelector=verb%3DGET"
+        );
+        assert_eq!(
+            custom_object_metric_path("v1beta2", "ns", "deployments.apps", "web", "hits", ""),
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/deployments.apps/web/hits"
+        );
+        assert_eq!(
+            custom_object_metric_path("v1beta2", "ns", "namespaces", "ns", "hits", "a=b"),
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/metrics/hits?metricLabelSelector=a%3Db"
+        );
+        assert_eq!(
+            external_metric_path("ns", "queue", "queue=jobs"),
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/queue?labelSelector=queue%3Djobs"
+        );
+    }
+
+    #[test]
+    fn pods_metrics_use_the_plain_calculation_without_readiness() {
+        // A pod with no Ready condition is unready for cpu only.
+        let mut not_ready = pod("c", "100m");
+        not_ready.status.as_mut().unwrap().conditions = None;
+        let pods = [pod("a", "100m"), pod("b", "100m"), not_ready];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        // (per-pod values in thousandths, target) -> (replicas, average)
+        type Case<'a> = (&'a [(&'a str, i64)], i64, (i32, i64));
+        let cases: [Case<'_>; 6] = [
+            (&[("a", 2000), ("b", 2000), ("c", 2000)], 1000, (6, 2000)),
+            (&[("a", 1050), ("b", 1000), ("c", 950)], 1000, (3, 1000)),
+            (&[("a", 500), ("b", 500), ("c", 500)], 1000, (2, 500)),
+            // c missing on a scale-up: taken as 0 -> 2000 on average over 3 pods -> 6.
+            (&[("a", 3000), ("b", 3000)], 1000, (6, 3000)),
+            // c missing at exactly the target: left out, nothing changes.
+            (&[("a", 1000), ("b", 1000)], 1000, (3, 1000)),
+            // c missing on a scale-down: taken as the target -> 1500 / 3 -> 2.
+            (&[("a", 250), ("b", 250)], 1000, (2, 250)),
+        ];
+        for (values, target, want) in cases {
+            let got = plain_replicas(&calc(), 3, target, "", &refs, metrics(values), now());
+            assert_eq!(got, Ok(want), "{values:?}");
+        }
+    }
+
+    #[test]
+    fn object_and_external_replicas_as_upstream() {
+        let mut pending = pod("c", "100m");
+        pending.status.as_mut().unwrap().phase = Some("Pending".into());
+        let pods = [pod("a", "100m"), pod("b", "100m"), pending];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        // Value targets: (current, target, usage) -> replicas, over 2 ready pods.
+        let cases = [
+            ((3, 1000, 1050), 3), // within the tolerance
+            ((3, 1000, 3000), 6), // 3x the target times 2 ready pods
+            ((3, 1000, 500), 1),
+            ((0, 1000, 2500), 3), // from zero: the ratio alone
+            ((0, 1000, 0), 0),
+        ];
+        for ((current, target, usage), want) in cases {
+            assert_eq!(
+                value_replicas(&calc(), current, target, usage, &refs),
+                Ok(want),
+                "{current} {target} {usage}"
+            );
+        }
+        assert_eq!(
+            value_replicas(&calc(), 2, 1000, 3000, &[]),
+            Err("unable to calculate ready pods: no pods returned by selector while calculating replica count".into())
+        );
+        // AverageValue targets: (status replicas, target per pod, usage) ->
+        // (replicas, usage per pod).
+        let cases = [
+            ((2, 1000, 2100), (2, 1050)), // within the tolerance
+            ((2, 1000, 5000), (5, 2500)),
+            ((4, 500, 1000), (2, 250)),
+            ((3, 1000, 1000), (1, 334)),
+        ];
+        for ((status, target, usage), want) in cases {
+            assert_eq!(
+                per_pod_replicas(&calc(), status, target, usage),
+                want,
+                "{status} {target} {usage}"
+            );
+        }
+    }
+
+    fn with_metrics(h: &HorizontalPodAutoscaler, specs: Value) -> HorizontalPodAutoscaler {
+        let mut h = h.clone();
+        h.spec.as_mut().unwrap().metrics = Some(serde_json::from_value(specs).unwrap());
+        h
+    }
+
+    fn answers(
+        resource: Fetched,
+        specs: &[(usize, std::result::Result<Value, String>)],
+    ) -> Fetched {
+        Fetched {
+            resource: resource.resource,
+            specs: specs.iter().cloned().collect(),
+        }
+    }
+
+    #[test]
+    fn custom_and_external_metrics_propose_and_report_status() {
+        let cfg = HpaConfig::default();
+        let pods = [pod("a", "100m"), pod("b", "100m")];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let h = with_metrics(
+            &hpa(1, 10, None),
+            json!([
+                {"type": "Pods", "pods": {"metric": {"name": "qps"},
+                    "target": {"type": "AverageValue", "averageValue": "10"}}},
+                {"type": "Object", "object": {"metric": {"name": "hits"},
+                    "describedObject": {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "name": "main"},
+                    "target": {"type": "Value", "value": "100"}}},
+                {"type": "External", "external": {
+                    "metric": {"name": "queue", "selector": {"matchLabels": {"q": "jobs"}}},
+                    "target": {"type": "AverageValue", "averageValue": "5"}}}
+            ]),
+        );
+        let item = |name: &str, v: &str| json!({"describedObject": {"kind": "Pod", "name": name}, "value": v, "timestamp": NOW});
+        let fetched = answers(
+            Fetched::default(),
+            &[
+                (0, Ok(json!({"items": [item("a", "15"), item("b", "15")]}))),
+                (1, Ok(json!({"items": [item("main", "100")]}))),
+                (2, Ok(json!({"items": [{"value": "12"}, {"value": "8"}]}))),
+            ],
+        );
+        // qps 15 of 10 -> 3; hits at the target -> 2; queue 20 / 5 -> 4: 4 wins.
+        let d = decide(
+            &h,
+            &scale(2),
+            &refs,
+            &fetched,
+            &mut Memory::default(),
+            &cfg,
+            now(),
+        );
+        assert_eq!((d.rescale, d.desired), (true, 4));
+        let name = "external metric queue(&LabelSelector{MatchLabels:map[string]string{q: jobs,},MatchExpressions:[]LabelSelectorRequirement{},})";
+        assert_eq!(d.reason, format!("{name} above target"));
+        assert_eq!(
+            condition(&d.status, "ScalingActive").unwrap().2,
+            format!("the HPA was able to successfully calculate a replica count from {name}")
+        );
+        let st = d.metrics.clone().unwrap();
+        let p = st[0].pods.as_ref().unwrap();
+        assert_eq!(
+            (st[0].type_.as_str(), p.metric.name.as_str()),
+            ("Pods", "qps")
+        );
+        assert_eq!(p.current.average_value, Some(Quantity("15".into())));
+        let o = st[1].object.as_ref().unwrap();
+        assert_eq!(st[1].type_, "Object");
+        assert_eq!(
+            (
+                o.described_object.kind.as_str(),
+                o.described_object.name.as_str()
+            ),
+            ("Ingress", "main")
+        );
+        assert_eq!(o.current.value, Some(Quantity("100".into())));
+        let e = st[2].external.as_ref().unwrap();
+        assert_eq!(st[2].type_, "External");
+        assert_eq!(e.current.average_value, Some(Quantity("10".into())));
+        assert_eq!(
+            e.metric
+                .selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone()),
+            Some([("q".to_string(), "jobs".to_string())].into())
+        );
+
+        // The Pods metric alone: 15 of 10 on two pods -> 3.
+        let only_pods = with_metrics(
+            &h,
+            json!([h.spec.as_ref().unwrap().metrics.as_ref().unwrap()[0]]),
+        );
+        let d = decide(
+            &only_pods,
+            &scale(2),
+            &refs,
+            &fetched,
+            &mut Memory::default(),
+            &cfg,
+            now(),
+        );
+        assert_eq!(
+            (d.desired, d.reason.as_str()),
+            (3, "pods metric qps above target")
+        );
+    }
+
+    #[test]
+    fn custom_and_external_metric_failures_report_upstreams_messages() {
+        let cfg = HpaConfig::default();
+        let pods = [pod("a", "100m"), pod("b", "100m")];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let fetch_err = "unable to fetch metrics from custom metrics API: no custom metrics API (custom.metrics.k8s.io) registered";
+        let ext_err = "unable to fetch metrics from external metrics API: the server could not find the requested resource (get queue.external.metrics.k8s.io)";
+        // (spec, answer) -> (reason, condition message, returned error)
+        let cases = [
+            (
+                json!({"type": "Pods", "pods": {"metric": {"name": "qps"},
+                    "target": {"type": "AverageValue", "averageValue": "10"}}}),
+                Err(fetch_err.to_string()),
+                "FailedGetPodsMetric",
+                format!("unable to get metric qps: {fetch_err}"),
+                format!("failed to get pods metric value: unable to get metric qps: {fetch_err}"),
+            ),
+            (
+                json!({"type": "Object", "object": {"metric": {"name": "hits"},
+                    "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "svc"},
+                    "target": {"type": "Value", "value": "100"}}}),
+                Err(fetch_err.to_string()),
+                "FailedGetObjectMetric",
+                format!("unable to get metric hits: Service on ns svc/{fetch_err}"),
+                format!("failed to get object metric value: unable to get metric hits: Service on ns svc/{fetch_err}"),
+            ),
+            (
+                json!({"type": "Object", "object": {"metric": {"name": "hits"},
+                    "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "svc"},
+                    "target": {"type": "AverageValue", "averageValue": "100"}}}),
+                Err(fetch_err.to_string()),
+                "FailedGetObjectMetric",
+                format!("unable to get metric hits: Service on ns svc/{fetch_err}"),
+                format!("failed to get object metric value: failed to get hits object metric: unable to get metric hits: Service on ns svc/{fetch_err}"),
+            ),
+            (
+                json!({"type": "External", "external": {"metric": {"name": "queue"},
+                    "target": {"type": "Value", "value": "10"}}}),
+                Err(ext_err.to_string()),
+                "FailedGetExternalMetric",
+                format!("unable to get external metric ns/queue/nil: {ext_err}"),
+                format!("failed to get queue external metric value: failed to get external metric queue: unable to get external metric ns/queue/nil: {ext_err}"),
+            ),
+            (
+                json!({"type": "External", "external": {"metric": {"name": "queue"},
+                    "target": {"type": "Utilization", "averageUtilization": 10}}}),
+                Ok(json!({"items": [{"value": "1"}]})),
+                "FailedGetExternalMetric",
+                "invalid external metric source: neither a value target nor an average value target was set".to_string(),
+                "failed to get queue external metric value: invalid external metric source: neither a value target nor an average value target was set".to_string(),
+            ),
+        ];
+        for (spec, answer, reason, message, error) in cases {
+            let h = with_metrics(&hpa(1, 10, None), json!([spec]));
+            let fetched = answers(Fetched::default(), &[(0, answer)]);
+            let mut m = Memory::default();
+            let d = decide(&h, &scale(2), &refs, &fetched, &mut m, &cfg, now());
+            assert!(!d.rescale, "{reason}");
+            assert_eq!(
+                condition(&d.status, "ScalingActive").unwrap(),
+                (
+                    "False",
+                    reason,
+                    format!("the HPA was unable to compute the replica count: {message}").as_str()
+                )
+            );
+            assert_eq!(d.events[0].reason, reason);
+            assert_eq!(d.events[0].note, message);
+            assert_eq!(
+                d.failed,
+                Some(format!(
+                    "invalid metrics (1 invalid out of 1), first error is: {error}"
+                ))
+            );
+        }
+        // A failed custom metric next to a working cpu one that scales up: the cpu
+        // proposal stands.
+        let h = with_metrics(
+            &hpa(1, 10, None),
+            json!([
+                {"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 100}}},
+                {"type": "Pods", "pods": {"metric": {"name": "qps"},
+                    "target": {"type": "AverageValue", "averageValue": "10"}}}
+            ]),
+        );
+        let fetched = answers(
+            list(&[("a", "200m"), ("b", "200m")]),
+            &[(1, Err(fetch_err.to_string()))],
+        );
+        let d = decide(
+            &h,
+            &scale(2),
+            &refs,
+            &fetched,
+            &mut Memory::default(),
+            &cfg,
+            now(),
+        );
+        assert_eq!((d.rescale, d.desired), (true, 4));
+        assert_eq!(d.events[0].reason, "FailedGetPodsMetric");
+        assert_eq!(d.metrics.as_ref().unwrap()[1], MetricStatus::default());
     }
 
     #[test]

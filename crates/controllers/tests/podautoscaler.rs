@@ -2,7 +2,9 @@
 //! their bounds through the scale subresource without any metrics, the failure to
 //! read metrics reported in the status, and a Deployment scaled on the cpu
 //! utilization served by a small `metrics.k8s.io` extension apiserver behind the
-//! apiserver's aggregation layer. Every wait is bounded in time.
+//! apiserver's aggregation layer, and by `Pods`, `Object` and `External` metrics served
+//! by a fake `custom.metrics.k8s.io` / `external.metrics.k8s.io` server the same way.
+//! Every wait is bounded in time.
 
 mod support;
 
@@ -243,11 +245,10 @@ async fn targets_are_brought_into_bounds_and_missing_metrics_are_reported() -> a
 
 const GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
 
-/// A `metrics.k8s.io/v1beta1` server over HTTPS for `metrics.kube-system.svc`: every
-/// pod in `pods` uses `usage` cpu. Returns its port and CA (PEM).
-async fn metrics_server(
-    pods: Arc<Mutex<Vec<String>>>,
-    usage: &'static str,
+/// Serves `respond` over HTTPS for `metrics.kube-system.svc` until `cancel`. Returns
+/// its port and CA (PEM).
+async fn serve_tls(
+    respond: ferrokube_client::serving::Respond,
     cancel: CancellationToken,
 ) -> anyhow::Result<(u16, String)> {
     let ca = ferrokube_pki::CertificateAuthority::generate("metrics-ca")?;
@@ -266,6 +267,20 @@ async fn metrics_server(
     let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port();
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    tokio::spawn(ferrokube_client::serving::serve(
+        addr, tls, respond, None, cancel,
+    ));
+    Ok((port, ca.cert_pem().to_string()))
+}
+
+/// A `metrics.k8s.io/v1beta1` server over HTTPS for `metrics.kube-system.svc`: every
+/// pod in `pods` uses `usage` cpu. Returns its port and CA (PEM).
+async fn metrics_server(
+    pods: Arc<Mutex<Vec<String>>>,
+    usage: &'static str,
+    cancel: CancellationToken,
+) -> anyhow::Result<(u16, String)> {
     let respond: ferrokube_client::serving::Respond = Arc::new(move |path| match path {
         "/apis/metrics.k8s.io/v1beta1" => (
             200,
@@ -294,26 +309,35 @@ async fn metrics_server(
         }
         _ => (404, "404 page not found".into()),
     });
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    tokio::spawn(ferrokube_client::serving::serve(
-        addr, tls, respond, None, cancel,
-    ));
-    Ok((port, ca.cert_pem().to_string()))
+    serve_tls(respond, cancel).await
 }
 
 /// Registers the metrics server as `v1beta1.metrics.k8s.io` behind a Service and its
 /// EndpointSlice, and waits for the APIService to be available.
 async fn register_metrics_api(c: &Client, port: u16, ca: &str) -> anyhow::Result<()> {
+    register_api_services(c, port, ca, &[("metrics.k8s.io", "v1beta1")]).await
+}
+
+/// Registers the server at `port` as the APIService of each (group, version) behind
+/// one Service and its EndpointSlice, and waits for every APIService to be available.
+async fn register_api_services(
+    c: &Client,
+    port: u16,
+    ca: &str,
+    apis: &[(&str, &str)],
+) -> anyhow::Result<()> {
     let ca_bundle = serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))?;
+    for (group, version) in apis {
+        let body = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{version}.{group}")},
+            "spec": {"group": group, "version": version,
+                "service": {"namespace": "kube-system", "name": "metrics", "port": 443},
+                "caBundle": ca_bundle, "groupPriorityMinimum": 100, "versionPriority": 100}});
+        let path = "/apis/apiregistration.k8s.io/v1/apiservices";
+        let (code, _, answer) = TestApiServer::send_json(c, "POST", path, &body).await?;
+        anyhow::ensure!(code == 201, "POST {path}: {code} {answer}");
+    }
     for (path, body) in [
-        (
-            "/apis/apiregistration.k8s.io/v1/apiservices",
-            json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-                "metadata": {"name": "v1beta1.metrics.k8s.io"},
-                "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
-                    "service": {"namespace": "kube-system", "name": "metrics", "port": 443},
-                    "caBundle": ca_bundle, "groupPriorityMinimum": 100, "versionPriority": 100}}),
-        ),
         (
             "/api/v1/namespaces/kube-system/services",
             json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "metrics"},
@@ -332,23 +356,26 @@ async fn register_metrics_api(c: &Client, port: u16, ca: &str) -> anyhow::Result
         let (code, _, answer) = TestApiServer::send_json(c, "POST", path, &body).await?;
         anyhow::ensure!(code == 201, "POST {path}: {code} {answer}");
     }
-    wait_for(30, "the metrics APIService available", || async {
-        let (code, _, svc) = TestApiServer::send_json(
-            c,
-            "GET",
-            "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io",
-            &Value::Null,
+    for (group, version) in apis {
+        let path = format!("/apis/apiregistration.k8s.io/v1/apiservices/{version}.{group}");
+        wait_for(
+            30,
+            &format!("the APIService {version}.{group} available"),
+            || async {
+                let (code, _, svc) =
+                    TestApiServer::send_json(c, "GET", &path, &Value::Null).await?;
+                let available = code == 200
+                    && svc["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Available" && c["status"] == "True");
+                Ok(available.then_some(()))
+            },
         )
         .await?;
-        let available = code == 200
-            && svc["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Available" && c["status"] == "True");
-        Ok(available.then_some(()))
-    })
-    .await
+    }
+    Ok(())
 }
 
 /// A stand-in kubelet for the `app=web` pods: each reported Running and Ready, started
@@ -468,6 +495,299 @@ async fn cpu_utilization_from_the_metrics_api_doubles_the_replicas() -> anyhow::
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(running_pods(&c).await?.len(), 4);
+
+    cancel.cancel();
+    manager.wait().await;
+    Ok(())
+}
+
+/// What the fake custom and external metrics server reports.
+#[derive(Default)]
+struct Reported {
+    /// Pods reporting the `qps` custom metric (each at 20).
+    qps_pods: Vec<String>,
+    /// The values of the external metric `queue` (summed by the autoscaler).
+    queue: Vec<&'static str>,
+}
+
+/// A server for `custom.metrics.k8s.io/v1beta2` and `external.metrics.k8s.io/v1beta1`:
+/// the `qps` metric of the pods in `reported`, `hits` = 100 on the Service `front`,
+/// the external `queue` values.
+async fn custom_metrics_server(
+    reported: Arc<Mutex<Reported>>,
+    cancel: CancellationToken,
+) -> anyhow::Result<(u16, String)> {
+    const CUSTOM: &str = "custom.metrics.k8s.io/v1beta2";
+    const EXTERNAL: &str = "external.metrics.k8s.io/v1beta1";
+    let respond: ferrokube_client::serving::Respond = Arc::new(move |path| {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let pod_value = |kind: &str, name: &str, metric: &str, value: &str| {
+            json!({"describedObject": {"kind": kind, "namespace": "default", "name": name,
+                    "apiVersion": "/v1"},
+                "metric": {"name": metric}, "timestamp": now, "windowSeconds": 30,
+                "value": value})
+        };
+        let list = |kind: &str, group_version: &str, items: Vec<Value>| {
+            (
+                200,
+                json!({"kind": kind, "apiVersion": group_version, "metadata": {},
+                    "items": items})
+                .to_string(),
+            )
+        };
+        match path {
+            "/apis/custom.metrics.k8s.io/v1beta2" => (
+                200,
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": CUSTOM,
+                    "resources": [{"name": "pods/qps", "singularName": "", "namespaced": true,
+                        "kind": "MetricValueList", "verbs": ["get"]},
+                        {"name": "services/hits", "singularName": "", "namespaced": true,
+                        "kind": "MetricValueList", "verbs": ["get"]}]})
+                .to_string(),
+            ),
+            "/apis/external.metrics.k8s.io/v1beta1" => (
+                200,
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": EXTERNAL,
+                    "resources": [{"name": "queue", "singularName": "", "namespaced": true,
+                        "kind": "ExternalMetricValueList", "verbs": ["get"]}]})
+                .to_string(),
+            ),
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/qps" => {
+                let items = reported
+                    .lock()
+                    .qps_pods
+                    .iter()
+                    .map(|name| pod_value("Pod", name, "qps", "20"))
+                    .collect();
+                list("MetricValueList", CUSTOM, items)
+            }
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/services/front/hits" => list(
+                "MetricValueList",
+                CUSTOM,
+                vec![pod_value("Service", "front", "hits", "100")],
+            ),
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue" => {
+                let items = reported
+                    .lock()
+                    .queue
+                    .iter()
+                    .map(|v| {
+                        json!({"metricName": "queue", "metricLabels": {"queue": "jobs"},
+                            "timestamp": now, "value": v})
+                    })
+                    .collect();
+                list("ExternalMetricValueList", EXTERNAL, items)
+            }
+            _ => (404, "404 page not found".into()),
+        }
+    });
+    serve_tls(respond, cancel).await
+}
+
+async fn create_hpa_with(c: &Client, name: &str, max: i32, metrics: Value) -> anyhow::Result<()> {
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(c.clone(), "default");
+    hpas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"minReplicas": 1, "maxReplicas": max,
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "metrics": metrics}
+        }))?,
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn custom_and_external_metrics_scale_a_deployment() -> anyhow::Result<()> {
+    let srv = TestApiServer::start_with(ferrokube_testing::with_aggregator).await?;
+    let c = srv.client.clone();
+    let cancel = CancellationToken::new();
+
+    let reported = Arc::new(Mutex::new(Reported::default()));
+    let (port, ca) = custom_metrics_server(reported.clone(), cancel.clone()).await?;
+    register_api_services(
+        &c,
+        port,
+        &ca,
+        &[
+            ("custom.metrics.k8s.io", "v1beta2"),
+            ("external.metrics.k8s.io", "v1beta1"),
+        ],
+    )
+    .await?;
+
+    tokio::spawn(run_pods(c.clone(), cancel.clone()));
+    let manager = start_manager(&c, cancel.clone()).await?;
+    create_deployment(&c, "web", 2).await?;
+    let first = wait_for(30, "two running pods", || async {
+        let pods = running_pods(&c).await?;
+        Ok((pods.len() == 2).then_some(pods))
+    })
+    .await?;
+    // Only these two report qps (20 each, twice the target): the pods added later have
+    // no metric, which a scale-up counts as idle, so the count settles at four.
+    reported.lock().qps_pods = first;
+
+    // A Pods metric with an averageValue target.
+    create_hpa_with(
+        &c,
+        "qps",
+        10,
+        json!([{"type": "Pods", "pods": {"metric": {"name": "qps"},
+            "target": {"type": "AverageValue", "averageValue": "10"}}}]),
+    )
+    .await?;
+    wait_for(30, "the deployment doubled on qps", || async {
+        Ok((deployment_replicas(&c, "web").await? == Some(4)).then_some(()))
+    })
+    .await?;
+    let st = wait_status(&c, "qps", "desired 4 with qps at 20", |st| {
+        st.desired_replicas == 4
+            && st
+                .current_metrics
+                .as_ref()
+                .and_then(|m| m.first())
+                .and_then(|m| m.pods.as_ref())
+                .is_some_and(|p| {
+                    p.current.average_value.as_ref().map(|q| q.0.as_str()) == Some("20")
+                })
+    })
+    .await?;
+    let metric = &st.current_metrics.as_ref().unwrap()[0];
+    assert_eq!(metric.type_, "Pods");
+    assert_eq!(metric.pods.as_ref().unwrap().metric.name, "qps");
+    let (active, reason, message) = condition(&st, "ScalingActive").unwrap();
+    assert_eq!(
+        (active.as_str(), reason.as_str(), message.as_str()),
+        (
+            "True",
+            "ValidMetricFound",
+            "the HPA was able to successfully calculate a replica count from pods metric qps"
+        )
+    );
+    let notes = wait_for(20, "the qps SuccessfulRescale event", || async {
+        let notes = event_notes(&c, "qps", "SuccessfulRescale").await?;
+        Ok((!notes.is_empty()).then_some(notes))
+    })
+    .await?;
+    assert_eq!(
+        notes,
+        vec!["New size: 4; reason: pods metric qps above target"]
+    );
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(deployment_replicas(&c, "web").await?, Some(4));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Another autoscaler takes over: an External metric (30 in all, 5 a pod: six
+    // pods) next to an Object metric at its target (no change on its own).
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(c.clone(), "default");
+    hpas.delete("qps", &Default::default()).await?;
+    reported.lock().queue = vec!["20", "10"];
+    create_hpa_with(
+        &c,
+        "queue",
+        10,
+        json!([
+            {"type": "Object", "object": {"metric": {"name": "hits"},
+                "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "front"},
+                "target": {"type": "Value", "value": "100"}}},
+            {"type": "External", "external": {
+                "metric": {"name": "queue", "selector": {"matchLabels": {"queue": "jobs"}}},
+                "target": {"type": "AverageValue", "averageValue": "5"}}}
+        ]),
+    )
+    .await?;
+    wait_for(30, "the deployment at six on the queue", || async {
+        Ok((deployment_replicas(&c, "web").await? == Some(6)).then_some(()))
+    })
+    .await?;
+    let st = wait_status(&c, "queue", "desired 6 with both metrics", |st| {
+        st.desired_replicas == 6
+            && st
+                .current_metrics
+                .as_ref()
+                .is_some_and(|m| m.len() == 2 && m[0].object.is_some() && m[1].external.is_some())
+    })
+    .await?;
+    let metrics = st.current_metrics.as_ref().unwrap();
+    let object = metrics[0].object.as_ref().unwrap();
+    assert_eq!(metrics[0].type_, "Object");
+    assert_eq!(
+        (
+            object.described_object.kind.as_str(),
+            object.described_object.name.as_str(),
+            object.metric.name.as_str()
+        ),
+        ("Service", "front", "hits")
+    );
+    assert_eq!(
+        object.current.value.as_ref().map(|q| q.0.as_str()),
+        Some("100")
+    );
+    let external = metrics[1].external.as_ref().unwrap();
+    assert_eq!(metrics[1].type_, "External");
+    assert_eq!(external.metric.name, "queue");
+    // 30 over the scale's status.replicas at the time.
+    assert!(external.current.average_value.is_some());
+    let selector = "&LabelSelector{MatchLabels:map[string]string{queue: jobs,},\
+                    MatchExpressions:[]LabelSelectorRequirement{},}";
+    let notes = wait_for(20, "the queue SuccessfulRescale event", || async {
+        let notes = event_notes(&c, "queue", "SuccessfulRescale").await?;
+        Ok((!notes.is_empty()).then_some(notes))
+    })
+    .await?;
+    assert_eq!(
+        notes,
+        vec![format!(
+            "New size: 6; reason: external metric queue({selector}) above target"
+        )]
+    );
+    // At six the queue is at its target per pod: the count holds, now 5 a pod.
+    let st = wait_status(&c, "queue", "the queue at 5 a pod", |st| {
+        st.current_metrics
+            .as_ref()
+            .and_then(|m| m.get(1))
+            .and_then(|m| m.external.as_ref())
+            .and_then(|e| e.current.average_value.as_ref())
+            .is_some_and(|q| q.0 == "5")
+    })
+    .await?;
+    assert_eq!(st.desired_replicas, 6);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(deployment_replicas(&c, "web").await?, Some(6));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // A metric the server does not have: FailedGetObjectMetric with upstream's
+    // message, and the autoscaler stops scaling.
+    create_hpa_with(
+        &c,
+        "missing",
+        10,
+        json!([{"type": "Object", "object": {"metric": {"name": "misses"},
+            "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "front"},
+            "target": {"type": "Value", "value": "1"}}}]),
+    )
+    .await?;
+    let st = wait_status(&c, "missing", "FailedGetObjectMetric", |st| {
+        condition(st, "ScalingActive").is_some_and(|(s, _, _)| s == "False")
+    })
+    .await?;
+    let (_, reason, message) = condition(&st, "ScalingActive").unwrap();
+    assert_eq!(reason, "FailedGetObjectMetric");
+    assert!(
+        message.starts_with(
+            "the HPA was unable to compute the replica count: unable to get metric misses: \
+             Service on default front/unable to fetch metrics from custom metrics API: "
+        ),
+        "{message}"
+    );
+    hpas.delete("missing", &Default::default()).await?;
 
     cancel.cancel();
     manager.wait().await;
