@@ -273,8 +273,8 @@ impl ListOptions {
             fields: FieldSelector::everything(),
             watch: false,
         };
-        for (k, v) in form_pairs(query.unwrap_or_default()) {
-            match k.as_str() {
+        for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            match k.as_ref() {
                 "labelSelector" => {
                     opts.labels =
                         Selector::parse(&v).map_err(|e| ApiError::bad_request(e.to_string()))?
@@ -297,40 +297,6 @@ impl ListOptions {
         }
         self.labels.matches(&m.labels) && self.fields.matches_map(&fields)
     }
-}
-
-/// `application/x-www-form-urlencoded` pairs, percent- and plus-decoded.
-fn form_pairs(q: &str) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' => match s
-                    .get(i + 1..i + 3)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
-                    Some(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                },
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
 }
 
 /// The answer to a `GET` of a metrics target: status code and JSON body. `nodes` and

@@ -221,16 +221,7 @@ pub fn cpu_quantity(nanocores: u64) -> String {
 /// Memory in bytes as a BinarySI quantity prints it: `"12Ki"`, `"3Mi"`, and DecimalSI
 /// under 1024 (`"1k"`, `"512"`).
 pub fn memory_quantity(bytes: u64) -> String {
-    if bytes < 1024 {
-        return decimal_si(bytes, 0);
-    }
-    let (mut v, mut e) = (bytes, 0);
-    while v % 1024 == 0 && e < 6 {
-        v /= 1024;
-        e += 1;
-    }
-    let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][e];
-    format!("{v}{suffix}")
+    ferrokube_apimachinery::quantity::format_milli(i128::from(bytes) * 1000, true)
 }
 
 /// A duration as Go's `time.Duration.String` writes it (`metav1.Duration` in JSON):
