@@ -114,6 +114,20 @@ pub fn with_aggregator(opts: &mut Options) {
     }
 }
 
+/// `--admission-control-config-file` with `yaml` as the file: written to a temporary
+/// file (named after this process and `name`), read into `opts`, removed again. Panics
+/// on a configuration the reader refuses, so a test states only valid ones here.
+pub fn with_admission_config(opts: &mut Options, name: &str, yaml: &str) {
+    let file = std::env::temp_dir().join(format!(
+        "ferrokube-admission-{}-{name}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&file, yaml).expect("writing the AdmissionConfiguration");
+    let read = opts.admission_plugins.read_config_file(&file);
+    let _ = std::fs::remove_file(&file);
+    read.expect("reading the AdmissionConfiguration");
+}
+
 /// [`with_aggregator`] plus request-header authentication with hack/up.sh's (kubeadm's)
 /// flags: the test PKI's front-proxy CA, allowed name `front-proxy-client`,
 /// `X-Remote-User`/`X-Remote-Group`/`X-Remote-Extra-`. The apiserver then publishes

@@ -225,12 +225,9 @@ fn with_cluster_configuration(o: &mut ferrokube_apiserver::Options) {
     o.admission_plugins
         .set("PodTolerationRestriction", true)
         .expect("a known plugin");
-    let file = std::env::temp_dir().join(format!(
-        "ferrokube-namespace-scheduling-{}.yaml",
-        std::process::id()
-    ));
-    std::fs::write(
-        &file,
+    ferrokube_testing::with_admission_config(
+        o,
+        "namespace-scheduling",
         r#"apiVersion: apiserver.config.k8s.io/v1
 kind: AdmissionConfiguration
 plugins:
@@ -251,11 +248,7 @@ plugins:
     - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute}
     - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute}
 "#,
-    )
-    .unwrap();
-    let read = o.admission_plugins.read_config_file(&file);
-    let _ = std::fs::remove_file(&file);
-    read.unwrap();
+    );
 }
 
 #[tokio::test]

@@ -6,18 +6,11 @@
 use ferrokube_testing::TestApiServer;
 use serde_json::{Value, json};
 
-fn admission_config(o: &mut ferrokube_apiserver::Options, name: &str, text: &str) {
+fn admission_config(o: &mut ferrokube_apiserver::Options, name: &str, yaml: &str) {
     o.admission_plugins
         .set("EventRateLimit", true)
         .expect("a known plugin");
-    let file = std::env::temp_dir().join(format!(
-        "ferrokube-event-rate-limit-{}-{name}.yaml",
-        std::process::id()
-    ));
-    std::fs::write(&file, text).unwrap();
-    let read = o.admission_plugins.read_config_file(&file);
-    let _ = std::fs::remove_file(&file);
-    read.unwrap();
+    ferrokube_testing::with_admission_config(o, &format!("event-rate-limit-{name}"), yaml);
 }
 
 /// A namespace may create five events at once, then one a second.

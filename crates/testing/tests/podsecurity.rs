@@ -192,27 +192,14 @@ async fn namespace_labels_enforce_warn_and_spare_pod_controllers() {
     server.stop().await;
 }
 
-/// Writes an AdmissionConfiguration for this test process and reads it, as
-/// `--admission-control-config-file` does.
-fn admission_config(o: &mut ferrokube_apiserver::Options, name: &str, text: &str) {
-    let file = std::env::temp_dir().join(format!(
-        "ferrokube-podsecurity-{}-{name}.yaml",
-        std::process::id()
-    ));
-    std::fs::write(&file, text).unwrap();
-    let read = o.admission_plugins.read_config_file(&file);
-    let _ = std::fs::remove_file(&file);
-    read.unwrap();
-}
-
 fn with_pod_security_config(o: &mut ferrokube_apiserver::Options) {
-    admission_config(o, "valid", POD_SECURITY_CONFIG);
+    ferrokube_testing::with_admission_config(o, "podsecurity-valid", POD_SECURITY_CONFIG);
 }
 
 fn with_invalid_pod_security_config(o: &mut ferrokube_apiserver::Options) {
-    admission_config(
+    ferrokube_testing::with_admission_config(
         o,
-        "invalid",
+        "podsecurity-invalid",
         &POD_SECURITY_CONFIG.replace("enforce: baseline", "enforce: strict"),
     );
 }
