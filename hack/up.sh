@@ -421,63 +421,57 @@ if [[ " ${STARTED[*]} " == *" kube-proxy "* ]]; then
     || { check_alive kube-proxy "$PROXY"; fk::die "kube-proxy wrote no rules in 30 s (log: $FK_LOG_DIR/kube-proxy.log)"; }
 fi
 
-# ---------------------------------------------------------------- 6. cluster DNS addon
-# deploy/addons/dns.yaml (the kube-dns Service at $FK_CLUSTER_DNS and its Deployment),
-# with the image built from the release binary and pushed to the mirror (only when the
-# binary changed) and pinned to its content tag, so a rebuilt binary rolls the pod.
-DNS_BIN=$BIN_DIR/kube-dns
-DNS_MANIFEST=$REPO/deploy/addons/dns.yaml
-dns_ready() {
-  [ "$(fk::kubectl -n kube-system get deployment kube-dns \
+# ------------------------------------------------------------- 6. and 7. the addons
+# Each addon's manifest under deploy/addons, with its image built from the release
+# binary and pushed to the mirror (only when the binary changed) and pinned to its
+# content tag, so a rebuilt binary rolls the pod.
+#
+# deploy_addon IMAGE DEPLOYMENT BIN MANIFEST READY_FN TITLE PORT...: build and push the
+# image, apply the manifest, then wait (bounded) for READY_FN; a missing binary or
+# manifest skips the addon.
+deploy_addon() {
+  local image=$1 deployment=$2 bin=$3 manifest=$4 ready_fn=$5 title=$6
+  shift 6
+  [ $ready -eq 1 ] && [ -x "$bin" ] && [ -f "$manifest" ] || return 0
+  step "$title: image, ${manifest#"$REPO"/}"
+  local version tag
+  version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
+  tag=$(bash "$REPO/hack/images/build-addon.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
+    "$image" "$bin" "$version" "$@") || fk::die "building the $image image failed"
+  sed "s|registry.k8s.io/ferrokube/$image:v$version\$|registry.k8s.io/ferrokube/$image:$tag|" \
+    "$manifest" | fk::kubectl apply -f - | sed 's/^/  /' >&2 ||
+    fk::die "kubectl apply -f $manifest failed"
+  if fk::wait_for 120 0.5 "$ready_fn"; then
+    fk::log "  $deployment ready (image $tag)"
+  else
+    fk::log "  warning: $deployment not ready after 60 s:"
+    fk::kubectl -n kube-system get pods -l "k8s-app=$deployment" -o wide >&2 || true
+  fi
+}
+deployment_ready() { # NAME: its one replica ready and updated
+  [ "$(fk::kubectl -n kube-system get deployment "$1" \
     -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}' 2>/dev/null)" = 1/1 ]
 }
-if [ $ready -eq 1 ] && [ -x "$DNS_BIN" ] && [ -f "$DNS_MANIFEST" ]; then
-  step "cluster DNS: image, deploy/addons/dns.yaml (kube-dns at $FK_CLUSTER_DNS)"
-  dns_version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
-  dns_tag=$(bash "$REPO/hack/images/build-addon.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
-    dns "$DNS_BIN" "$dns_version" 53/udp 53/tcp 9153/tcp) || fk::die "building the DNS image failed"
-  # Earlier versions ran the addon on the host network with a client certificate there.
-  fk::kubectl -n kube-system delete secret kube-dns-kubeconfig --ignore-not-found >/dev/null || true
-  sed "s|registry.k8s.io/ferrokube/dns:v$dns_version\$|registry.k8s.io/ferrokube/dns:$dns_tag|" \
-    "$DNS_MANIFEST" | fk::kubectl apply -f - | sed 's/^/  /' >&2 ||
-    fk::die "kubectl apply -f $DNS_MANIFEST failed"
-  if fk::wait_for 120 0.5 dns_ready; then
-    fk::log "  kube-dns ready (image $dns_tag)"
-  else
-    fk::log "  warning: kube-dns not ready after 60 s:"
-    fk::kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide >&2 || true
-  fi
-fi
 
-# ---------------------------------------------------------------- 7. metrics-server addon
-# deploy/addons/metrics-server.yaml (the metrics-server Deployment and Service and the
-# v1beta1.metrics.k8s.io APIService: kubectl top, HPAs on cpu/memory), the image built as
-# the DNS one. Ready once the APIService is Available; the first metrics follow one
-# --metric-resolution (15 s) later.
-MS_BIN=$BIN_DIR/metrics-server
-MS_MANIFEST=$REPO/deploy/addons/metrics-server.yaml
+# 6. Cluster DNS: the kube-dns Service at $FK_CLUSTER_DNS and its Deployment.
+dns_ready() { deployment_ready kube-dns; }
+# Earlier versions ran the addon on the host network with a client certificate there.
+if [ $ready -eq 1 ]; then
+  fk::kubectl -n kube-system delete secret kube-dns-kubeconfig --ignore-not-found >/dev/null || true
+fi
+deploy_addon dns kube-dns "$BIN_DIR/kube-dns" "$REPO/deploy/addons/dns.yaml" dns_ready \
+  "cluster DNS (kube-dns at $FK_CLUSTER_DNS)" 53/udp 53/tcp 9153/tcp
+
+# 7. metrics-server: its Deployment and Service and the v1beta1.metrics.k8s.io APIService
+# (kubectl top, HPAs on cpu/memory). Ready once the APIService is Available; the first
+# metrics follow one --metric-resolution (15 s) later.
 metrics_ready() {
-  [ "$(fk::kubectl -n kube-system get deployment metrics-server \
-    -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}' 2>/dev/null)" = 1/1 ] &&
+  deployment_ready metrics-server &&
     [ "$(fk::kubectl get apiservice v1beta1.metrics.k8s.io \
       -o 'jsonpath={.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" = True ]
 }
-if [ $ready -eq 1 ] && [ -x "$MS_BIN" ] && [ -f "$MS_MANIFEST" ]; then
-  step "metrics-server: image, deploy/addons/metrics-server.yaml (kubectl top)"
-  ms_version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n 1)
-  ms_tag=$(bash "$REPO/hack/images/build-addon.sh" "$RT_REGISTRY_ADDR" "$RT_IMAGE_DIR" \
-    metrics-server "$MS_BIN" "$ms_version" 4443/tcp) || fk::die "building the metrics-server image failed"
-  sed "s|registry.k8s.io/ferrokube/metrics-server:v$ms_version\$|registry.k8s.io/ferrokube/metrics-server:$ms_tag|" \
-    "$MS_MANIFEST" | fk::kubectl apply -f - | sed 's/^/  /' >&2 ||
-    fk::die "kubectl apply -f $MS_MANIFEST failed"
-  if fk::wait_for 120 0.5 metrics_ready; then
-    fk::log "  metrics-server ready, v1beta1.metrics.k8s.io Available (image $ms_tag)"
-  else
-    fk::log "  warning: metrics-server not ready after 60 s:"
-    fk::kubectl -n kube-system get pods -l k8s-app=metrics-server -o wide >&2 || true
-    fk::kubectl get apiservice v1beta1.metrics.k8s.io >&2 || true
-  fi
-fi
+deploy_addon metrics-server metrics-server "$BIN_DIR/metrics-server" \
+  "$REPO/deploy/addons/metrics-server.yaml" metrics_ready "metrics-server (kubectl top)" 4443/tcp
 
 T_END=$(date +%s.%N)
 echo
