@@ -20,6 +20,7 @@ declare -A packages=(
   [git]=git
   [curl]=curl
   [dig]=dnsutils               # e2e/single-node.d/50-dns.sh asks the cluster DNS
+  [htpasswd]=apache2-utils     # e2e/single-node.d/22-pull-secrets.sh: a registry's bcrypt users
 )
 missing=()
 for cmd in "${!packages[@]}"; do

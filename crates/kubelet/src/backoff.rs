@@ -64,6 +64,17 @@ impl Backoff {
         (since < e.backoff).then_some(e.backoff)
     }
 
+    /// Whether `key` must still wait at `now`, counting from its last [`Backoff::next`]
+    /// (upstream `IsInBackOffSinceUpdate`, what image pulls use); `Some(delay)` then.
+    pub fn in_backoff_since_update(&self, key: &str, now: SystemTime) -> Option<Duration> {
+        let e = self.entries.get(key)?;
+        if has_expired(now, e.last_update, self.max) {
+            return None;
+        }
+        let since = now.duration_since(e.last_update).unwrap_or_default();
+        (since < e.backoff).then_some(e.backoff)
+    }
+
     /// Records a restart of `key` at `now` after an exit at `event`: the first (or first after
     /// expiry) gets the initial delay, later ones double it up to the maximum.
     pub fn next(&mut self, key: &str, event: SystemTime, now: SystemTime) {
@@ -147,6 +158,23 @@ mod tests {
         assert!(b.in_backoff_since("k", t(12), t(31)).is_some());
         assert!(b.in_backoff_since("k", t(12), t(32)).is_none());
         assert!(b.in_backoff_since("other", t(12), t(13)).is_none());
+    }
+
+    #[test]
+    fn image_pulls_wait_from_the_last_failure() {
+        let mut b = Backoff::default();
+        assert_eq!(b.in_backoff_since_update("img", t(0)), None);
+        b.next("img", t(0), t(0));
+        assert_eq!(
+            b.in_backoff_since_update("img", t(9)),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(b.in_backoff_since_update("img", t(10)), None);
+        b.next("img", t(11), t(11));
+        assert!(b.in_backoff_since_update("img", t(30)).is_some());
+        assert!(b.in_backoff_since_update("img", t(31)).is_none());
+        // Untouched for more than twice the maximum: forgotten.
+        assert_eq!(b.in_backoff_since_update("img", t(11 + 601)), None);
     }
 
     #[test]

@@ -40,6 +40,26 @@ pub enum CriError {
         call: &'static str,
         what: &'static str,
     },
+    /// Every attempt of a pull with several credentials failed: the errors in the order of
+    /// the attempts, shown like upstream's `utilerrors.NewAggregate` (distinct texts joined
+    /// by `, ` in brackets; one distinct text alone). Never holds fewer than two errors.
+    #[error("{}", aggregate_text(.0, |e| e.to_string()))]
+    Aggregate(Vec<CriError>),
+}
+
+/// The text of an aggregate of errors, each shown by `text`, as Go's aggregate `Error()`.
+fn aggregate_text(errors: &[CriError], text: impl Fn(&CriError) -> String) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for e in errors {
+        let t = text(e);
+        if !seen.contains(&t) {
+            seen.push(t);
+        }
+    }
+    match &seen[..] {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
 }
 
 impl CriError {
@@ -54,6 +74,33 @@ impl CriError {
                 code,
                 message: s.message().to_owned(),
             },
+        }
+    }
+
+    /// The error as upstream's kubelet quotes a gRPC error in a status or an event
+    /// (Go's `status.Error` text): `rpc error: code = NotFound desc = ...`.
+    pub fn rpc_error_text(&self) -> String {
+        let (code, message) = match self {
+            CriError::NotFound { message, .. } => ("NotFound".to_owned(), message),
+            // Go spells this one code with one l.
+            CriError::Rpc {
+                code: tonic::Code::Cancelled,
+                message,
+                ..
+            } => ("Canceled".to_owned(), message),
+            CriError::Rpc { code, message, .. } => (format!("{code:?}"), message),
+            CriError::Aggregate(errors) => return aggregate_text(errors, Self::rpc_error_text),
+            other => return other.to_string(),
+        };
+        format!("rpc error: code = {code} desc = {message}")
+    }
+
+    /// What the runtime said, without the call and code (upstream's `status.Message()`).
+    pub fn runtime_message(&self) -> String {
+        match self {
+            CriError::NotFound { message, .. } | CriError::Rpc { message, .. } => message.clone(),
+            CriError::Aggregate(errors) => aggregate_text(errors, Self::runtime_message),
+            other => other.to_string(),
         }
     }
 
@@ -330,18 +377,58 @@ impl CriClient {
         Ok(r.image.filter(|i| !i.id.is_empty()))
     }
 
-    /// Pulls the image; returns its reference (the image ID) as the runtime names it.
+    /// Pulls the image without credentials; returns its reference (the image ID) as the
+    /// runtime names it.
     pub async fn pull_image(
         &self,
         image: &str,
         sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> Result<String> {
+        self.pull_image_with_auth(image, sandbox_config, &[]).await
+    }
+
+    /// Pulls the image as upstream's `kuberuntime_image.go` `PullImage` does: with no
+    /// credentials, one pull without auth; otherwise one pull per credential, in order
+    /// ([`crate::credentials::pull_credentials`]), until one succeeds. When every attempt
+    /// fails: the one error, or [`CriError::Aggregate`] of all of them.
+    pub async fn pull_image_with_auth(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+        creds: &[cri::AuthConfig],
+    ) -> Result<String> {
+        if creds.is_empty() {
+            return self.pull_once(image, sandbox_config, None).await;
+        }
+        let mut errors = Vec::new();
+        for auth in creds {
+            match self
+                .pull_once(image, sandbox_config.clone(), Some(auth.clone()))
+                .await
+            {
+                Ok(image_ref) => return Ok(image_ref),
+                Err(e) => errors.push(e),
+            }
+        }
+        Err(if errors.len() == 1 {
+            errors.remove(0)
+        } else {
+            CriError::Aggregate(errors)
+        })
+    }
+
+    async fn pull_once(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+        auth: Option<cri::AuthConfig>,
     ) -> Result<String> {
         let r = rpc!(self.images.pull_image(cri::PullImageRequest {
             image: Some(cri::ImageSpec {
                 image: image.to_owned(),
                 ..Default::default()
             }),
-            auth: None,
+            auth,
             sandbox_config,
         }))?;
         Ok(r.image_ref)
@@ -401,6 +488,159 @@ mod tests {
             socket_path("relative.sock"),
             Err(CriError::Endpoint(_))
         ));
+    }
+
+    /// An image service that lets only `u`/`p` pull, and records every attempt's auth.
+    #[derive(Default)]
+    struct FakeImages {
+        attempts: std::sync::Mutex<Vec<Option<cri::AuthConfig>>>,
+    }
+
+    #[tonic::async_trait]
+    impl k8s_cri::v1::image_service_server::ImageService for FakeImages {
+        async fn list_images(
+            &self,
+            _: tonic::Request<cri::ListImagesRequest>,
+        ) -> Result<tonic::Response<cri::ListImagesResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("list"))
+        }
+        async fn image_status(
+            &self,
+            _: tonic::Request<cri::ImageStatusRequest>,
+        ) -> Result<tonic::Response<cri::ImageStatusResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("status"))
+        }
+        async fn pull_image(
+            &self,
+            r: tonic::Request<cri::PullImageRequest>,
+        ) -> Result<tonic::Response<cri::PullImageResponse>, tonic::Status> {
+            let auth = r.into_inner().auth;
+            self.attempts.lock().unwrap().push(auth.clone());
+            match auth {
+                Some(a) if a.username == "u" && a.password == "p" => {
+                    Ok(tonic::Response::new(cri::PullImageResponse {
+                        image_ref: "sha256:abc".into(),
+                    }))
+                }
+                Some(a) => Err(tonic::Status::unknown(format!(
+                    "401 Unauthorized ({})",
+                    a.username
+                ))),
+                None => Err(tonic::Status::unknown("401 Unauthorized (anonymous)")),
+            }
+        }
+        async fn remove_image(
+            &self,
+            _: tonic::Request<cri::RemoveImageRequest>,
+        ) -> Result<tonic::Response<cri::RemoveImageResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("remove"))
+        }
+        async fn image_fs_info(
+            &self,
+            _: tonic::Request<cri::ImageFsInfoRequest>,
+        ) -> Result<tonic::Response<cri::ImageFsInfoResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("fs"))
+        }
+    }
+
+    #[tokio::test]
+    async fn pulls_try_each_credential_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("cri.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let fake = Arc::new(FakeImages::default());
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    k8s_cri::v1::image_service_server::ImageServiceServer::from_arc(fake.clone()),
+                )
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+        );
+        let client = CriClient::connect(sock.to_str().unwrap(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        let cred = |u: &str, p: &str| cri::AuthConfig {
+            username: u.into(),
+            password: p.into(),
+            ..Default::default()
+        };
+        let image = "127.0.0.1:5001/private/busybox:latest";
+
+        // No credentials: one pull without auth (pull_image is that).
+        let e = client.pull_image(image, None).await.unwrap_err();
+        assert_eq!(e.runtime_message(), "401 Unauthorized (anonymous)");
+        // Each credential in turn until one works; the rest are not tried.
+        let got = client
+            .pull_image_with_auth(
+                image,
+                None,
+                &[cred("bad", "x"), cred("u", "p"), cred("never", "x")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(got, "sha256:abc");
+        // One credential that fails: its own error.
+        let e = client
+            .pull_image_with_auth(image, None, &[cred("a", "x")])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.rpc_error_text(),
+            "rpc error: code = Unknown desc = 401 Unauthorized (a)"
+        );
+        // All fail: every error, in order.
+        let e = client
+            .pull_image_with_auth(image, None, &[cred("a", "x"), cred("b", "x")])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, CriError::Aggregate(v) if v.len() == 2),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.runtime_message(),
+            "[401 Unauthorized (a), 401 Unauthorized (b)]"
+        );
+
+        let attempts: Vec<Option<String>> = fake
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_ref().map(|a| a.username.clone()))
+            .collect();
+        let want = [
+            None,
+            Some("bad"),
+            Some("u"),
+            Some("a"),
+            Some("a"),
+            Some("b"),
+        ];
+        assert_eq!(attempts, want.map(|w| w.map(str::to_owned)));
+        server.abort();
+    }
+
+    #[test]
+    fn aggregate_errors_read_like_upstream() {
+        let rpc = |m: &str| CriError::from_status("pull_image", tonic::Status::unknown(m));
+        let two = CriError::Aggregate(vec![rpc("401 Unauthorized"), rpc("403 Forbidden")]);
+        assert_eq!(
+            two.rpc_error_text(),
+            "[rpc error: code = Unknown desc = 401 Unauthorized, rpc error: code = Unknown desc = 403 Forbidden]"
+        );
+        assert_eq!(two.runtime_message(), "[401 Unauthorized, 403 Forbidden]");
+        assert_eq!(
+            two.to_string(),
+            "[CRI pull_image: Unknown: 401 Unauthorized, CRI pull_image: Unknown: 403 Forbidden]"
+        );
+        // The same text twice reads as one error, as Go's aggregate dedupes.
+        let same = CriError::Aggregate(vec![rpc("401 Unauthorized"), rpc("401 Unauthorized")]);
+        assert_eq!(
+            same.rpc_error_text(),
+            "rpc error: code = Unknown desc = 401 Unauthorized"
+        );
+        assert!(!same.is_not_found());
     }
 
     #[test]

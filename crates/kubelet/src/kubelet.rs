@@ -11,8 +11,8 @@ use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerImage, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim, Pod,
-    Secret, Service, ServiceAccount, Taint,
+    ConfigMap, ContainerImage, Node, NodeStatus, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount, Taint,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -30,8 +30,9 @@ use crate::lifecycle::{
     DEADLINE_MESSAGE, DEADLINE_REASON, past_active_deadline, until_active_deadline,
 };
 use crate::node::{
-    EvictionThresholds, NodeInputs, Pressures, Reserved, RuntimeHealth, go_arch, initial_node,
-    node_conditions, node_labels, node_resources, node_status, node_status_needs_update,
+    EvictionThresholds, NodeInputs, Pressures, Reserved, RuntimeHealth, condition_events, go_arch,
+    initial_node, node_conditions, node_labels, node_resources, node_status,
+    node_status_needs_update,
 };
 use crate::pleg::GenericPleg;
 use crate::probe_manager::ProbeManager;
@@ -378,10 +379,13 @@ impl Kubelet {
     async fn register(&self, inputs: &NodeInputs, now: &Time) -> Result<Node, kube::Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let health = self.runtime_health().await;
-        let node = initial_node(
-            inputs,
-            node_conditions(&health, Pressures::default(), &[], now),
-        );
+        let conditions = node_conditions(&health, Pressures::default(), &[], now);
+        // Upstream builds the node it registers with the status setters, so every
+        // registration attempt reports the conditions (`NodeHasSufficientMemory`, ...).
+        for reason in condition_events(&[], &conditions) {
+            self.node_status_event(reason);
+        }
+        let node = initial_node(inputs, conditions);
         match nodes.create(&PostParams::default(), &node).await {
             Ok(n) => {
                 tracing::info!(node = %self.config.node_name, "successfully registered node");
@@ -401,7 +405,28 @@ impl Kubelet {
         }
     }
 
+    /// Records an event about this node as upstream's kubelet does: the reference's UID
+    /// is the node's name (kubectl's node describer looks for both UIDs).
+    fn node_event(&self, type_: EventType, reason: &str, note: &str) {
+        if let Some(rec) = self.runtime.events().get() {
+            let node_ref = ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(self.config.node_name.clone()),
+                uid: Some(self.config.node_name.clone()),
+                ..Default::default()
+            };
+            rec.event(&node_ref, None, type_, reason, reason, note);
+        }
+    }
+
+    /// Upstream's `recordNodeStatusEvent`.
+    fn node_status_event(&self, reason: &str) {
+        let note = format!("Node {} status is now: {reason}", self.config.node_name);
+        self.node_event(EventType::Normal, reason, &note);
+    }
+
     async fn node_status_loop(self: Arc<Self>, cancel: CancellationToken) {
+        self.node_event(EventType::Normal, "Starting", "Starting kubelet.");
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut backoff = Duration::from_millis(100);
         let registered = loop {
@@ -429,10 +454,11 @@ impl Kubelet {
                 .as_ref()
                 .and_then(|s| s.conditions.clone())
                 .unwrap_or_default();
-            let new = node_status(
-                &inputs,
-                node_conditions(&health, *self.pressures.read(), &old_conds, &now()),
-            );
+            let conditions = node_conditions(&health, *self.pressures.read(), &old_conds, &now());
+            for reason in condition_events(&old_conds, &conditions) {
+                self.node_status_event(reason);
+            }
+            let new = node_status(&inputs, conditions);
             if first || node_status_needs_update(last.as_ref(), &new, last_report.elapsed()) {
                 let patch = serde_json::json!({ "status": new });
                 match nodes
@@ -1092,14 +1118,14 @@ impl Kubelet {
         let mut deleted = false;
         let mut retry = Duration::from_millis(500);
         let first_seen = Instant::now();
-        let mut volumes_pending = false;
+        let mut retry_soon = false;
         loop {
             let finished = if deleted {
                 self.terminate(&pod, true).await
             } else if pod.metadata.deletion_timestamp.is_some() {
                 self.terminate(&pod, false).await
             } else {
-                volumes_pending = self.sync(&pod, first_seen).await;
+                retry_soon = self.sync(&pod, first_seen).await;
                 false
             };
             if finished {
@@ -1115,10 +1141,10 @@ impl Kubelet {
                     .filter(|_| !matches!(phase, Some("Succeeded") | Some("Failed")));
                 // Pods with configMap/secret volumes resync more often, so updates reach
                 // their files within VOLUME_RESYNC (upstream: about a minute); so do pods
-                // whose volumes could not be set up (a claim not bound yet, ...), as
-                // upstream's pod worker retries a failed sync after its back-off period.
+                // whose sync failed (volumes not ready, a container that could not start),
+                // as upstream's pod worker retries a failed sync after its back-off period.
                 let (cms, secrets) = crate::volume::volume_references(&pod);
-                let base = if cms.is_empty() && secrets.is_empty() && !volumes_pending {
+                let base = if cms.is_empty() && secrets.is_empty() && !retry_soon {
                     self.config.sync_frequency
                 } else {
                     self.config.sync_frequency.min(VOLUME_RESYNC)
@@ -1185,6 +1211,12 @@ impl Kubelet {
         let (volume_cms, volume_secrets) = crate::volume::volume_references(pod);
         cms.extend(volume_cms);
         secrets.extend(volume_secrets);
+        secrets.extend(
+            s.image_pull_secrets
+                .iter()
+                .flatten()
+                .map(|r| r.name.clone()),
+        );
         let mut out = EnvSources::default();
         let cm_api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace(pod));
         for n in cms {
@@ -1324,7 +1356,8 @@ impl Kubelet {
         Ok(status.token)
     }
 
-    /// One sync of a live pod; true when its volumes could not be set up (retry soon).
+    /// One sync of a live pod; true when it failed (volumes not set up, a container not
+    /// started: retry soon).
     async fn sync(&self, pod: &Arc<Pod>, first_seen: Instant) -> bool {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
@@ -1371,11 +1404,13 @@ impl Kubelet {
         }
         self.probes.add_pod(pod);
         let sources = self.env_sources(pod).await;
-        let mut volumes_pending = false;
-        if let Err(e) = self.runtime.sync_pod(pod, &sources).await {
-            volumes_pending = matches!(e, crate::runtime::SyncError::Volume(_));
-            tracing::warn!(pod = name(pod), namespace = namespace(pod), error = %e, "error syncing pod");
-        }
+        let retry_soon = match self.runtime.sync_pod(pod, &sources).await {
+            Ok(result) => !result.failed.is_empty(),
+            Err(e) => {
+                tracing::warn!(pod = name(pod), namespace = namespace(pod), error = %e, "error syncing pod");
+                true
+            }
+        };
         match self.runtime.pod_status(pod).await {
             Ok(st) => {
                 if st.phase.as_deref() == Some("Running") {
@@ -1391,7 +1426,7 @@ impl Kubelet {
             }
             Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
         }
-        volumes_pending
+        retry_soon
     }
 
     /// Writes the pod's status, to its mirror pod for a static pod (skipped until the

@@ -6,6 +6,8 @@
 //!
 //! Map:
 //! - [`cri`]: the CRI client over a unix socket (tonic).
+//! - [`credentials`]: image pull credentials from `imagePullSecrets` (upstream's docker
+//!   keyring: registry keys, glob/port/path matching, image name normalisation).
 //! - Pure computations, table-tested: [`qos`] (QoS class, shares/quota, oom_score_adj,
 //!   pod cgroup resources), [`sandbox`] (sandbox config, DNS, port mappings),
 //!   [`container`] (container config, spec hash, pull decision), [`env`] (environment
@@ -42,6 +44,7 @@ pub mod backoff;
 pub mod cgroup;
 pub mod config;
 pub mod container;
+pub mod credentials;
 pub mod cri;
 pub mod env;
 pub mod eviction;

@@ -439,6 +439,51 @@ pub fn node_conditions(
     ]
 }
 
+/// The events upstream's node status setters record about the kubelet-owned conditions
+/// going from `old` to `new`: each pressure condition when its status changes (a missing
+/// one counts as Unknown, so the first status reports them all), Ready only when it
+/// changes from a status it had (`NodeReady`/`NodeNotReady`).
+pub fn condition_events(old: &[NodeCondition], new: &[NodeCondition]) -> Vec<&'static str> {
+    let status = |conds: &[NodeCondition], type_: &str| {
+        conds
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    let mut events = vec![];
+    for (type_, when_true, when_false) in [
+        (
+            "MemoryPressure",
+            "NodeHasInsufficientMemory",
+            "NodeHasSufficientMemory",
+        ),
+        (
+            "DiskPressure",
+            "NodeHasDiskPressure",
+            "NodeHasNoDiskPressure",
+        ),
+        (
+            "PIDPressure",
+            "NodeHasInsufficientPID",
+            "NodeHasSufficientPID",
+        ),
+        ("Ready", "NodeReady", "NodeNotReady"),
+    ] {
+        let Some(now) = status(new, type_) else {
+            continue;
+        };
+        let before = status(old, type_);
+        let changed = match before {
+            None => type_ != "Ready",
+            Some(before) => before != now,
+        };
+        if changed {
+            events.push(if now == "True" { when_true } else { when_false });
+        }
+    }
+    events
+}
+
 /// Everything the node object is built from.
 #[derive(Debug, Clone, Default)]
 pub struct NodeInputs {
@@ -832,6 +877,38 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .contains("connection refused")
+        );
+    }
+
+    #[test]
+    fn condition_events_on_registration_and_transitions() {
+        let healthy_now = node_conditions(&healthy(), Pressures::default(), &[], &t(1));
+        assert_eq!(
+            condition_events(&[], &healthy_now),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID"
+            ],
+            "a new Ready condition is no transition"
+        );
+        let same = node_conditions(&healthy(), Pressures::default(), &healthy_now, &t(11));
+        assert!(condition_events(&healthy_now, &same).is_empty());
+        let mut sick = healthy();
+        sick.runtime_ready = false;
+        let pressed = Pressures {
+            memory: true,
+            ..Default::default()
+        };
+        let bad = node_conditions(&sick, pressed, &same, &t(21));
+        assert_eq!(
+            condition_events(&same, &bad),
+            ["NodeHasInsufficientMemory", "NodeNotReady"]
+        );
+        let good = node_conditions(&healthy(), Pressures::default(), &bad, &t(31));
+        assert_eq!(
+            condition_events(&bad, &good),
+            ["NodeHasSufficientMemory", "NodeReady"]
         );
     }
 

@@ -21,6 +21,7 @@ use crate::container::{
     TERMINATION_MESSAGE_POLICY_ANNOTATION, container_config, container_hash, ephemeral_container,
     pull_decision,
 };
+use crate::credentials::pull_credentials;
 use crate::cri::{CriClient, CriError};
 use crate::env::{EnvSources, container_env};
 use crate::lifecycle::{
@@ -38,6 +39,7 @@ use crate::status::{
 };
 use crate::volume::{VolumeError, container_mounts};
 use crate::volume_manager::{PodVolumes, VolumeManager};
+use ferrokube_apimachinery::duration::go_duration;
 
 /// Errors that stop a sync (per-container failures are reported in [`SyncResult`]).
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +86,8 @@ pub struct RuntimeManager {
     node: NodeConfig,
     cgroups: CgroupManager,
     backoff: Mutex<Backoff>,
+    /// Failed image pulls: back-off per pod and image, and the last error.
+    image_pulls: Mutex<ImagePulls>,
     reasons: Mutex<HashMap<String, HashMap<String, WaitingReason>>>,
     /// Probe results, written by the probe workers ([`crate::probe_manager`]).
     probe_results: Arc<ProbeResults>,
@@ -91,6 +95,20 @@ pub struct RuntimeManager {
     events: Arc<OnceLock<EventRecorder>>,
     /// Pod volumes under the kubelet root dir.
     volumes: VolumeManager,
+}
+
+/// Upstream's image manager state: a pull that failed is not retried for the pod until
+/// its back-off (10 s doubling to 5 min) has passed, and the container waits in
+/// `ImagePullBackOff` with the failure that caused it.
+#[derive(Debug, Default)]
+struct ImagePulls {
+    backoff: Backoff,
+    last_error: HashMap<String, String>,
+}
+
+/// The image back-off key upstream uses: `<pod uid>_<image>`.
+fn image_pull_key(pod: &Pod, image: &str) -> String {
+    format!("{}_{image}", uid(pod))
 }
 
 fn reason(reason: &str, message: impl Into<String>) -> WaitingReason {
@@ -112,6 +130,7 @@ impl RuntimeManager {
             node,
             cgroups,
             backoff: Mutex::new(Backoff::default()),
+            image_pulls: Mutex::new(ImagePulls::default()),
             reasons: Mutex::new(HashMap::new()),
             probe_results: Arc::new(ProbeResults::default()),
             events: Arc::new(OnceLock::new()),
@@ -346,6 +365,14 @@ impl RuntimeManager {
         };
 
         if actions.kill_pod {
+            if actions.create_sandbox && actions.attempt > 0 {
+                self.pod_event(
+                    pod,
+                    EventType::Normal,
+                    "SandboxChanged",
+                    "Pod sandbox changed, it will be killed and re-created.",
+                );
+            }
             self.stop_pod(pod, &rt, None).await?;
             result.killed_pod = true;
             if !actions.create_sandbox {
@@ -394,10 +421,18 @@ impl RuntimeManager {
                     return Err(SyncError::RuntimeClass(why.clone()));
                 }
             };
-            let id = self
+            let id = match self
                 .cri
                 .run_pod_sandbox(sandbox_cfg.clone(), &handler)
-                .await?;
+                .await
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    let message = format!("Failed to create pod sandbox: {}", e.rpc_error_text());
+                    self.pod_event(pod, EventType::Warning, "FailedCreatePodSandBox", &message);
+                    return Err(e.into());
+                }
+            };
             result.created_sandbox = true;
             let st = self.cri.pod_sandbox_status(&id).await?;
             let ips = crate::status::RuntimeSandbox::from_cri(&st).ips;
@@ -474,34 +509,139 @@ impl RuntimeManager {
         Ok(result)
     }
 
-    /// Pulls or finds the image; returns the image reference to create the container with.
+    /// Pulls or finds the image; returns the image reference to create the container with
+    /// (upstream's image manager `EnsureImageExists`, with its events about the container).
     async fn ensure_image(
         &self,
+        pod: &Pod,
         c: &Container,
         sandbox_cfg: &cri::PodSandboxConfig,
+        sources: &EnvSources,
     ) -> Result<String, WaitingReason> {
         let image = c.image.clone().unwrap_or_default();
         if image.is_empty() {
             return Err(reason("InvalidImageName", "container has no image"));
         }
+        let event = |type_: EventType, why: &str, note: &str| {
+            self.container_event(pod, &c.name, type_, why, note);
+        };
         // ImageStatus first: a present image never makes the runtime contact a registry
         // unless the pull policy asks for it.
-        let present = self
-            .cri
-            .image_status(&image)
-            .await
-            .map_err(|e| reason("ErrImagePull", e.to_string()))?;
+        let present = match self.cri.image_status(&image).await {
+            Ok(present) => present,
+            Err(e) => {
+                let msg = format!(
+                    "Failed to inspect image \"{image}\": {}",
+                    e.rpc_error_text()
+                );
+                event(EventType::Warning, "InspectFailed", &msg);
+                return Err(reason("ImageInspectError", msg));
+            }
+        };
         match pull_decision(c, present.is_some()) {
-            PullDecision::UsePresent => Ok(present.map(|i| i.id).unwrap_or(image)),
-            PullDecision::NeverPullAbsent => Err(reason(
-                "ErrImageNeverPull",
-                format!("Container image \"{image}\" is not present with pull policy of Never"),
-            )),
-            PullDecision::Pull => self
-                .cri
-                .pull_image(&image, Some(sandbox_cfg.clone()))
-                .await
-                .map_err(|e| reason("ErrImagePull", e.to_string())),
+            PullDecision::UsePresent => {
+                let msg = format!("Container image \"{image}\" already present on machine");
+                event(EventType::Normal, "Pulled", &msg);
+                Ok(present.map(|i| i.id).unwrap_or(image))
+            }
+            PullDecision::NeverPullAbsent => {
+                let msg =
+                    format!("Container image \"{image}\" is not present with pull policy of Never");
+                event(EventType::Warning, "ErrImageNeverPull", &msg);
+                Err(reason("ErrImageNeverPull", msg))
+            }
+            PullDecision::Pull => {
+                let key = image_pull_key(pod, &image);
+                {
+                    let mut pulls = self
+                        .image_pulls
+                        .lock()
+                        .map_err(|_| reason("ErrImagePull", "image pull state poisoned"))?;
+                    if pulls
+                        .backoff
+                        .in_backoff_since_update(&key, SystemTime::now())
+                        .is_some()
+                    {
+                        let mut msg = format!("Back-off pulling image \"{image}\"");
+                        event(EventType::Normal, "BackOff", &msg);
+                        if let Some(last) = pulls.last_error.get(&key) {
+                            msg = format!("{msg}: {last}");
+                        }
+                        return Err(reason("ImagePullBackOff", msg));
+                    }
+                    pulls.last_error.remove(&key);
+                }
+                event(
+                    EventType::Normal,
+                    "Pulling",
+                    &format!("Pulling image \"{image}\""),
+                );
+                let started = std::time::Instant::now();
+                // The pod's imagePullSecrets that exist; upstream warns about the others
+                // and pulls without them.
+                let (found, missing): (Vec<_>, Vec<_>) = spec(pod)
+                    .image_pull_secrets
+                    .iter()
+                    .flatten()
+                    .map(|r| (r.name.as_str(), sources.secrets.get(&r.name)))
+                    .partition(|(_, secret)| secret.is_some());
+                if !missing.is_empty() {
+                    let names: Vec<_> = missing.iter().map(|(name, _)| *name).collect();
+                    self.pod_event(
+                        pod,
+                        EventType::Warning,
+                        "FailedToRetrieveImagePullSecret",
+                        &format!(
+                            "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                            names.join(", ")
+                        ),
+                    );
+                }
+                let pull_secrets: Vec<_> =
+                    found.into_iter().filter_map(|(_, s)| s.cloned()).collect();
+                let credentials = pull_credentials(&image, &pull_secrets);
+                let pulled = self
+                    .cri
+                    .pull_image_with_auth(&image, Some(sandbox_cfg.clone()), &credentials)
+                    .await;
+                let took = started.elapsed();
+                let image_ref = {
+                    let mut pulls = self
+                        .image_pulls
+                        .lock()
+                        .map_err(|_| reason("ErrImagePull", "image pull state poisoned"))?;
+                    let now = SystemTime::now();
+                    match pulled {
+                        Ok(image_ref) => {
+                            pulls.backoff.gc(now);
+                            image_ref
+                        }
+                        Err(e) => {
+                            let msg = e.rpc_error_text();
+                            let note = format!("Failed to pull image \"{image}\": {msg}");
+                            event(EventType::Warning, "Failed", &note);
+                            pulls.backoff.next(&key, now, now);
+                            pulls.last_error.insert(key, format!("ErrImagePull: {msg}"));
+                            return Err(reason("ErrImagePull", msg));
+                        }
+                    }
+                };
+                let size = match self.cri.image_status(&image_ref).await {
+                    Ok(Some(i)) => i.size,
+                    _ => 0,
+                };
+                // Pulls are not queued here, so both durations upstream reports are the
+                // pull's own.
+                let took = go_duration(took.as_millis() as i64 * 1_000_000);
+                event(
+                    EventType::Normal,
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."
+                    ),
+                );
+                Ok(image_ref)
+            }
         }
     }
 
@@ -537,27 +677,49 @@ impl RuntimeManager {
                 .lock()
                 .map_err(|_| reason("RunContainerError", "back-off state poisoned"))?;
             if let Some(delay) = b.in_backoff_since(&key, finished, now) {
+                let pod_name = format!("{}_{}({})", name(pod), namespace(pod), uid(pod));
+                self.container_event(
+                    pod,
+                    &c.name,
+                    EventType::Warning,
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {pod_name}",
+                        c.name
+                    ),
+                );
                 return Err(reason(
                     "CrashLoopBackOff",
                     format!(
-                        "back-off {}s restarting failed container={} pod={}_{}({})",
-                        delay.as_secs(),
+                        "back-off {} restarting failed container={} pod={pod_name}",
+                        go_duration(delay.as_nanos() as i64),
                         c.name,
-                        name(pod),
-                        namespace(pod),
-                        uid(pod)
                     ),
                 ));
             }
             b.next(&key, finished, now);
         }
-        let image_ref = self.ensure_image(c, sandbox_cfg).await?;
+        // Upstream's `Failed` event for each step that keeps the container from starting.
+        let failed_event = |what: &str| {
+            let note = format!("Error: {what}");
+            self.container_event(pod, &c.name, EventType::Warning, "Failed", &note);
+        };
+        let failed = |why: &str, message: String| {
+            failed_event(&message);
+            reason(why, message)
+        };
+        // The image manager's own events carry the message; this one names the error.
+        let image_ref = self
+            .ensure_image(pod, c, sandbox_cfg, sources)
+            .await
+            .inspect_err(|r| failed_event(&r.reason))?;
         let restart_count = match latest {
             Some(l) => l.restart_count.saturating_add(1).max(0) as u32,
             None => self.restart_count_from_logs(pod, &c.name),
         };
-        let env = container_env(pod, c, &self.node, sources)
-            .map_err(|e| reason("CreateContainerConfigError", e.to_string()))?;
+        let config_err =
+            |e: &dyn std::fmt::Display| failed("CreateContainerConfigError", e.to_string());
+        let env = container_env(pod, c, &self.node, sources).map_err(|e| config_err(&e))?;
         let input = ContainerInputs {
             container: c,
             restart_count,
@@ -566,13 +728,12 @@ impl RuntimeManager {
             kind,
             pid_target,
         };
-        let mut cfg = container_config(&self.node, pod, &input)
-            .map_err(|e| reason("CreateContainerConfigError", e.to_string()))?;
-        let config_err = |e: VolumeError| reason("CreateContainerConfigError", e.to_string());
-        let (mut mounts, sub_paths) = container_mounts(c, &volumes.volumes).map_err(config_err)?;
+        let mut cfg = container_config(&self.node, pod, &input).map_err(|e| config_err(&e))?;
+        let (mut mounts, sub_paths) =
+            container_mounts(c, &volumes.volumes).map_err(|e| config_err(&e))?;
         self.volumes
             .make_sub_paths(&sub_paths)
-            .map_err(config_err)?;
+            .map_err(|e| config_err(&e))?;
         let message_path = c
             .termination_message_path
             .clone()
@@ -581,7 +742,7 @@ impl RuntimeManager {
             let host = self
                 .volumes
                 .termination_message_file(uid(pod), &c.name, restart_count)
-                .map_err(config_err)?;
+                .map_err(|e| config_err(&e))?;
             mounts.push(cri::Mount {
                 container_path: message_path,
                 host_path: host.to_string_lossy().into_owned(),
@@ -593,11 +754,25 @@ impl RuntimeManager {
             .cri
             .create_container(sandbox_id, cfg, sandbox_cfg.clone())
             .await
-            .map_err(|e| reason("CreateContainerError", e.to_string()))?;
+            .map_err(|e| failed("CreateContainerError", e.runtime_message()))?;
+        self.container_event(
+            pod,
+            &c.name,
+            EventType::Normal,
+            "Created",
+            &format!("Created container: {}", c.name),
+        );
         self.cri
             .start_container(&id)
             .await
-            .map_err(|e| reason("RunContainerError", e.to_string()))?;
+            .map_err(|e| failed("RunContainerError", e.runtime_message()))?;
+        self.container_event(
+            pod,
+            &c.name,
+            EventType::Normal,
+            "Started",
+            &format!("Started container {}", c.name),
+        );
         if let Some(handler) = Hook::PostStart.of(c) {
             let timeout = Duration::from_secs(self.grace(pod, None) as u64);
             let ip = sources.pod_ips.first().map(String::as_str);
@@ -777,6 +952,11 @@ impl RuntimeManager {
         }
         if let Ok(mut b) = self.backoff.lock() {
             b.reset_prefix(&format!("{}_{}_{}_", name(pod), namespace(pod), uid(pod)));
+        }
+        if let Ok(mut pulls) = self.image_pulls.lock() {
+            let prefix = format!("{}_", uid(pod));
+            pulls.backoff.reset_prefix(&prefix);
+            pulls.last_error.retain(|k, _| !k.starts_with(&prefix));
         }
         Ok(())
     }

@@ -13,10 +13,10 @@ use common::{Running, start_kubelet_with, stop_kubelet, wait_for};
 use ferrokube_kubelet::sandbox::pod_log_dir;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Event, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 
 /// A kubelet of this test with the shared test defaults.
 async fn start_kubelet(client: kube::Client, node_name: &str, root: &std::path::Path) -> Running {
@@ -31,6 +31,19 @@ fn http_get(ip: &str) -> Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+/// The (reason, message) of the core events about the object named `name`.
+async fn events_about(client: &kube::Client, name: &str) -> Result<Vec<(String, String)>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let fields = format!("involvedObject.name={name}");
+    Ok(events
+        .list(&ListParams::default().fields(&fields))
+        .await?
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect())
 }
 
 fn condition(pod: &Pod, type_: &str) -> Option<String> {
@@ -72,6 +85,27 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
         status: None,
     };
     let mut created: Option<Pod> = None;
+    // An image no registry serves: its pulls fail at once (nothing listens on port 1).
+    const UNPULLABLE: &str = "127.0.0.1:1/ferrokube/unpullable:v1";
+    let unpullable = Pod {
+        metadata: ObjectMeta {
+            name: Some("unpullable".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node_name.clone()),
+            termination_grace_period_seconds: Some(1),
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some(UNPULLABLE.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let mut created_unpullable = false;
 
     let result = async {
         // ---- node registration, status and lease
@@ -159,6 +193,33 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
             "lease owned by the node"
         );
 
+        // ---- the kubelet's events about its node, as upstream's (the UID is the name)
+        let about_node = wait_for("node events", Duration::from_secs(20), || async {
+            let got = events_about(&client, &node_name).await?;
+            let has = |r: &str| got.iter().any(|(reason, _)| reason == r);
+            Ok([
+                "Starting",
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+            ]
+            .iter()
+            .all(|r| has(r))
+            .then_some(got))
+        })
+        .await?;
+        ensure!(
+            about_node.contains(&(
+                "NodeHasSufficientMemory".into(),
+                format!("Node {node_name} status is now: NodeHasSufficientMemory")
+            )),
+            "{about_node:?}"
+        );
+
+        // ---- an image that cannot be pulled: ErrImagePull, then ImagePullBackOff
+        pods.create(&PostParams::default(), &unpullable).await?;
+        created_unpullable = true;
+
         // ---- a pod bound to the node runs and serves
         let p = pods.create(&PostParams::default(), &pod).await?;
         created = Some(p.clone());
@@ -202,6 +263,68 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
         })
         .await?;
         ensure!(body.contains("nginx"), "{body}");
+        let about_nginx = wait_for(
+            "nginx's container events",
+            Duration::from_secs(20),
+            || async {
+                let got = events_about(&client, "nginx").await?;
+                Ok((got.len() >= 3).then_some(got))
+            },
+        )
+        .await?;
+        for expected in [
+            (
+                "Pulled",
+                "Container image \"docker.io/library/nginx:latest\" already present on machine",
+            ),
+            ("Created", "Created container: nginx"),
+            ("Started", "Started container nginx"),
+        ] {
+            ensure!(
+                about_nginx.contains(&(expected.0.into(), expected.1.into())),
+                "{expected:?} in {about_nginx:?}"
+            );
+        }
+
+        // The unpullable pod has failed a pull and now waits out its back-off.
+        let waiting = wait_for("ImagePullBackOff", Duration::from_secs(60), || async {
+            let p = pods.get("unpullable").await?;
+            let waiting = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|cs| cs.into_iter().next())
+                .and_then(|c| c.state)
+                .and_then(|s| s.waiting);
+            Ok(waiting.filter(|w| w.reason.as_deref() == Some("ImagePullBackOff")))
+        })
+        .await?;
+        let message = waiting.message.unwrap_or_default();
+        ensure!(
+            message.starts_with(&format!(
+                "Back-off pulling image \"{UNPULLABLE}\": ErrImagePull: rpc error: code = "
+            )),
+            "{message}"
+        );
+        let about_unpullable = events_about(&client, "unpullable").await?;
+        let has = |reason: &str, prefix: &str| {
+            about_unpullable
+                .iter()
+                .any(|(r, m)| r == reason && m.starts_with(prefix))
+        };
+        ensure!(
+            has("Pulling", &format!("Pulling image \"{UNPULLABLE}\""))
+                && has(
+                    "Failed",
+                    &format!("Failed to pull image \"{UNPULLABLE}\": rpc error: ")
+                )
+                && has("Failed", "Error: ErrImagePull")
+                && has(
+                    "BackOff",
+                    &format!("Back-off pulling image \"{UNPULLABLE}\"")
+                )
+                && has("Failed", "Error: ImagePullBackOff"),
+            "{about_unpullable:?}"
+        );
 
         // ---- restart: the new kubelet adopts the running container
         stop_kubelet(kubelet.take().context("kubelet")?).await;
@@ -265,10 +388,13 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
     }
     .await;
 
-    // Cleanup whatever happened: the pod on the node, then the kubelet and the apiserver.
+    // Cleanup whatever happened: the pods on the node, then the kubelet and the apiserver.
     if let Some(r) = kubelet.take() {
         if let Some(p) = &created {
             let _ = r.kubelet.runtime().kill_pod(p, Some(2)).await;
+        }
+        if created_unpullable && let Ok(p) = pods.get("unpullable").await {
+            let _ = r.kubelet.runtime().kill_pod(&p, Some(1)).await;
         }
         stop_kubelet(r).await;
     }

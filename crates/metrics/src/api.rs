@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::decode::PodRef;
-use crate::storage::{Storage, Usage, cpu_quantity, go_duration, memory_quantity};
+use crate::storage::{Storage, Usage, cpu_quantity, memory_quantity};
+use ferrokube_apimachinery::duration::go_duration;
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERSION: &str = "v1beta1";

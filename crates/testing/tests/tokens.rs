@@ -359,5 +359,51 @@ async fn service_account_admission_when_enabled() {
         v["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
         "/var/run/secrets/kubernetes.io/serviceaccount"
     );
+    assert!(v["spec"]["imagePullSecrets"].is_null(), "{v}");
+
+    // A pod without pull secrets gets its account's; one with its own keeps them.
+    let (code, v) = call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(json!({"metadata": {"name": "puller"},
+            "imagePullSecrets": [{"name": "regcred"}, {"name": "other"}]})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let puller_pod = |name: &str, secrets: Value| {
+        json!({"metadata": {"name": name}, "spec": {"serviceAccountName": "puller",
+            "imagePullSecrets": secrets,
+            "containers": [{"name": "c", "image": "127.0.0.1:5001/private/busybox"}]}})
+    };
+    let mut created = (0, Value::Null);
+    for _ in 0..100 {
+        created = call(
+            &admin,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            Some(puller_pod("pulls", json!([]))),
+        )
+        .await;
+        if created.0 == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, v) = created;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(
+        v["spec"]["imagePullSecrets"],
+        json!([{"name": "regcred"}, {"name": "other"}])
+    );
+    let (code, v) = call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(puller_pod("own", json!([{"name": "mine"}]))),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["spec"]["imagePullSecrets"], json!([{"name": "mine"}]));
     server.stop().await;
 }

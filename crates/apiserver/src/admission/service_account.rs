@@ -89,12 +89,20 @@ pub(crate) fn admit_pod(
     let spec = &mut pod["spec"];
     spec["serviceAccountName"] = Value::String(name.clone());
     spec["serviceAccount"] = Value::String(name);
+    // Upstream copies the references' names into a pod that names no pull secret, whether
+    // or not the token is mounted.
     if spec["imagePullSecrets"]
         .as_array()
         .is_none_or(|a| a.is_empty())
         && let Some(secrets) = sa["imagePullSecrets"].as_array().filter(|a| !a.is_empty())
     {
-        spec["imagePullSecrets"] = Value::Array(secrets.clone());
+        spec["imagePullSecrets"] = secrets
+            .iter()
+            .map(|r| match &r["name"] {
+                Value::String(n) if !n.is_empty() => serde_json::json!({ "name": n }),
+                _ => serde_json::json!({}),
+            })
+            .collect();
     }
     let automount = spec["automountServiceAccountToken"]
         .as_bool()
@@ -208,5 +216,50 @@ mod tests {
             json!({"metadata": {"annotations": {MIRROR_POD_ANNOTATION: "x"}}, "spec": {}});
         admit_pod(&a, &mut mirror, |_| None, "x").unwrap();
         assert!(mirror["spec"]["serviceAccountName"].is_null());
+    }
+
+    #[test]
+    fn service_account_plugin_copies_image_pull_secrets_into_pods_without_any() {
+        let a = attrs();
+        let sa = |automount: bool| {
+            move |n: &str| {
+                (n == "puller").then(|| {
+                    json!({"metadata": {"name": "puller"},
+                        "automountServiceAccountToken": automount,
+                        "imagePullSecrets": [{"name": "regcred"}, {"name": "other"}, {}]})
+                })
+            }
+        };
+        let pod = |extra: Value| {
+            let mut p = json!({"metadata": {"name": "p"}, "spec": {"serviceAccountName": "puller",
+                "containers": [{"name": "c", "image": "127.0.0.1:5001/private/busybox"}]}});
+            for (k, v) in extra.as_object().unwrap() {
+                p["spec"][k] = v.clone();
+            }
+            p
+        };
+        let copied = json!([{"name": "regcred"}, {"name": "other"}, {}]);
+        // None named: the account's, in its order, whether or not the token is mounted.
+        for automount in [true, false] {
+            let mut p = pod(json!({}));
+            admit_pod(&a, &mut p, sa(automount), "x").unwrap();
+            assert_eq!(
+                p["spec"]["imagePullSecrets"], copied,
+                "automount {automount}"
+            );
+            assert_eq!(p["spec"]["volumes"].is_array(), automount);
+        }
+        // An empty list counts as none.
+        let mut p = pod(json!({"imagePullSecrets": []}));
+        admit_pod(&a, &mut p, sa(true), "x").unwrap();
+        assert_eq!(p["spec"]["imagePullSecrets"], copied);
+        // The pod's own are kept, not merged.
+        let mut p = pod(json!({"imagePullSecrets": [{"name": "mine"}]}));
+        admit_pod(&a, &mut p, sa(true), "x").unwrap();
+        assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "mine"}]));
+        // An account without pull secrets adds none.
+        let mut p = pod(json!({}));
+        admit_pod(&a, &mut p, |_| Some(json!({"imagePullSecrets": []})), "x").unwrap();
+        assert!(p["spec"]["imagePullSecrets"].is_null());
     }
 }
