@@ -373,6 +373,10 @@ impl Manager {
                         &factory,
                         client.clone(),
                         cfg.node_lifecycle.clone(),
+                        // The components upstream's node lifecycle and taint eviction
+                        // controllers report as.
+                        Arc::new(broadcaster.new_recorder("node-controller")),
+                        Arc::new(broadcaster.new_recorder("taint-eviction-controller")),
                     ),
                     1,
                 ),

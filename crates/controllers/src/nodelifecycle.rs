@@ -12,6 +12,11 @@
 //! disrupted). Pods on a node with NoExecute taints are deleted after their
 //! `tolerationSeconds` (at once if they do not tolerate the taint).
 //!
+//! Events as upstream's `node-controller`: `RegisteredNode` for each node it starts
+//! watching and `RemovingNode` when one is deleted, `NodeNotReady` about a node that
+//! stopped heartbeating and about each of its pods marked not ready,
+//! `TaintManagerEviction` (as `taint-eviction-controller`) about each pod it deletes.
+//!
 //! Pure part: [`last_heartbeat`], [`unknown_conditions`], [`desired_taints`],
 //! [`zone_state`], [`zone_rate`], [`eviction_due`].
 
@@ -31,6 +36,7 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key
 use ferrokube_client::ratelimit::TokenBucket;
 use ferrokube_client::workqueue::WorkQueue;
 
+use crate::events::{EventSink, EventType, emit};
 use crate::replicaset::is_not_found;
 use crate::util::{pod_condition, pod_node};
 use crate::{Action, Controller, Result, enqueue_live};
@@ -338,6 +344,17 @@ pub struct NodeLifecycleController {
     pods: Store<Pod>,
     cfg: NodeLifecycleConfig,
     limiters: Mutex<HashMap<String, (f32, Arc<TokenBucket>)>>,
+    events: Arc<dyn EventSink>,
+    /// Upstream runs taint-based eviction as a controller of its own, which reports as
+    /// `taint-eviction-controller`.
+    eviction_events: Arc<dyn EventSink>,
+    /// The nodes seen so far by name, with their UIDs (upstream's `knownNodeSet`).
+    known: Mutex<HashMap<String, String>>,
+}
+
+/// Upstream's `RecordNodeEvent` note.
+fn node_event_note(node: &str, event: &str) -> String {
+    format!("Node {node} event: {event}")
 }
 
 impl NodeLifecycleController {
@@ -345,6 +362,8 @@ impl NodeLifecycleController {
         factory: &SharedInformerFactory,
         client: kube::Client,
         cfg: NodeLifecycleConfig,
+        events: Arc<dyn EventSink>,
+        eviction_events: Arc<dyn EventSink>,
     ) -> Arc<Self> {
         Arc::new(NodeLifecycleController {
             client,
@@ -355,7 +374,26 @@ impl NodeLifecycleController {
             pods: factory.informer::<Pod>().store(),
             cfg,
             limiters: Mutex::new(HashMap::new()),
+            events,
+            eviction_events,
+            known: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// An event about the node `name` (`uid`) itself.
+    fn node_event(&self, name: &str, uid: &str, type_: EventType, reason: &str, note: String) {
+        self.events.publish(crate::events::Event {
+            regarding: k8s_openapi::api::core::v1::ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            type_,
+            reason: reason.into(),
+            action: reason.into(),
+            note,
+        });
     }
 
     fn zone_of(n: &Node) -> String {
@@ -411,6 +449,22 @@ impl Controller for NodeLifecycleController {
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
         enqueue_live(factory, queue, |_: &Node| true);
+        let this = self.clone();
+        factory.informer::<Node>().add_event_handler(
+            move |n: Notification<Node>| {
+                if let Notification::Deleted { obj, .. } = &n {
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    if let Some(uid) = this.known.lock().remove(&name) {
+                        let note = node_event_note(
+                            &name,
+                            &format!("Removing Node {name} from Controller"),
+                        );
+                        this.node_event(&name, &uid, EventType::Normal, "RemovingNode", note);
+                    }
+                }
+            },
+            None,
+        );
         // Pods landing on a tainted node are checked against its taints.
         let q = queue.clone();
         factory.informer::<Pod>().add_event_handler(
@@ -438,11 +492,22 @@ impl Controller for NodeLifecycleController {
             .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0));
         let mut node = (*node).clone();
         let mut next = self.cfg.monitor_period;
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        if self
+            .known
+            .lock()
+            .insert(key.to_owned(), uid.clone())
+            .is_none()
+        {
+            let note = node_event_note(key, &format!("Registered Node {key} in Controller"));
+            self.node_event(key, &uid, EventType::Normal, "RegisteredNode", note);
+        }
 
         // 1. Health.
         if is_stale(&node, lease, now, &self.cfg)
             && let Some(conds) = unknown_conditions(&node, now)
         {
+            let was_ready = ready_status(&node) == "True";
             let patch = json!({"status": {"conditions": conds}});
             node = match api
                 .patch_status(key, &PatchParams::default(), &Patch::Merge(patch))
@@ -452,6 +517,11 @@ impl Controller for NodeLifecycleController {
                 Err(e) if is_not_found(&e) => return Ok(Action::Done),
                 Err(e) => return Err(e.into()),
             };
+            if was_ready {
+                // Upstream's RecordNodeStatusChange.
+                let note = format!("Node {key} status is now: NodeNotReady");
+                self.node_event(key, &uid, EventType::Normal, "NodeNotReady", note);
+            }
             // Upstream MarkPodsNotReady.
             for p in self.pods.list() {
                 if pod_node(&p) != Some(key)
@@ -484,6 +554,13 @@ impl Controller for NodeLifecycleController {
                 {
                     return Err(e.into());
                 }
+                emit(
+                    &*self.events,
+                    &*p,
+                    EventType::Warning,
+                    "NodeNotReady",
+                    "Node is not ready".into(),
+                );
             }
         }
 
@@ -539,6 +616,17 @@ impl Controller for NodeLifecycleController {
                     p.metadata.namespace.as_deref().unwrap_or_default(),
                 );
                 let name = p.metadata.name.clone().unwrap_or_default();
+                let note = format!(
+                    "Marking for deletion Pod {}/{name}",
+                    p.metadata.namespace.as_deref().unwrap_or_default()
+                );
+                emit(
+                    &*self.eviction_events,
+                    &*p,
+                    EventType::Normal,
+                    "TaintManagerEviction",
+                    note,
+                );
                 let patch = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
                     "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint"}]}});
                 let _ = pods

@@ -12,7 +12,7 @@ use ferrokube_controllers::nodelifecycle::{NodeLifecycleConfig, TAINT_UNREACHABL
 use ferrokube_scheduler::KubeSchedulerConfiguration;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -29,6 +29,36 @@ fn ready(p: &Pod) -> bool {
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// (source component, reason, message) of the core events about the object `name`.
+async fn events_about(c: &Client, name: &str) -> anyhow::Result<Vec<(String, String, String)>> {
+    let events: Api<Event> = Api::namespaced(c.clone(), "default");
+    let fields = format!("involvedObject.name={name}");
+    Ok(events
+        .list(&ListParams::default().fields(&fields))
+        .await?
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.source.and_then(|s| s.component).unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+fn has_event(
+    events: &[(String, String, String)],
+    component: &str,
+    reason: &str,
+    message: &str,
+) -> bool {
+    events
+        .iter()
+        .any(|(c, r, m)| c == component && r == reason && m == message)
 }
 
 async fn web_pods(c: &Client) -> anyhow::Result<Vec<Pod>> {
@@ -143,6 +173,44 @@ async fn a_silent_node_has_its_pods_evicted_and_recreated_elsewhere() -> anyhow:
         Ok((unknown && tainted).then_some(()))
     })
     .await?;
+
+    // The node controller's events: each node registered, the silent one not ready, and
+    // its pods marked not ready and evicted.
+    for node in ["node-a", "node-b"] {
+        let message = format!("Node {node} event: Registered Node {node} in Controller");
+        wait_for(20, "RegisteredNode events", || async {
+            let got = events_about(&c, node).await?;
+            Ok(has_event(&got, "node-controller", "RegisteredNode", &message).then_some(()))
+        })
+        .await?;
+    }
+    let not_ready = format!("Node {} status is now: NodeNotReady", victim.name);
+    wait_for(20, "NodeNotReady event about the node", || async {
+        let got = events_about(&c, &victim.name).await?;
+        Ok(has_event(&got, "node-controller", "NodeNotReady", &not_ready).then_some(()))
+    })
+    .await?;
+    for pod in &doomed {
+        let evicted = format!("Marking for deletion Pod default/{pod}");
+        wait_for(
+            60,
+            "NodeNotReady and TaintManagerEviction events about its pods",
+            || async {
+                let got = events_about(&c, pod).await?;
+                Ok(
+                    (has_event(&got, "node-controller", "NodeNotReady", "Node is not ready")
+                        && has_event(
+                            &got,
+                            "taint-eviction-controller",
+                            "TaintManagerEviction",
+                            &evicted,
+                        ))
+                    .then_some(()),
+                )
+            },
+        )
+        .await?;
+    }
 
     // Its pods are evicted (they stay terminating: no kubelet finishes them) and the
     // Deployment is whole again on the other node.
