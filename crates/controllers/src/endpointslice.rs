@@ -33,13 +33,14 @@ pub const CONTROLLER_NAME: &str = "endpointslice-controller.k8s.io";
 pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
-/// The selector of a Service that endpoints are managed for (`None`: no selector).
+/// The selector of a Service that endpoints are managed for (`None`: no selector, or an
+/// ExternalName Service, which upstream's controllers give no endpoints either).
 pub fn service_selector(svc: &Service) -> Option<&BTreeMap<String, String>> {
-    svc.spec
-        .as_ref()?
-        .selector
-        .as_ref()
-        .filter(|s| !s.is_empty())
+    let spec = svc.spec.as_ref()?;
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return None;
+    }
+    spec.selector.as_ref().filter(|s| !s.is_empty())
 }
 
 /// Whether the Service selects the pod.
@@ -639,6 +640,19 @@ pub(crate) mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[test]
+    fn only_selecting_services_other_than_external_name_get_endpoints() {
+        let s = svc(false);
+        let p = pod("a", "10.0.0.1", true, 8080);
+        assert!(service_selector(&s).is_some() && selects(&s, &p));
+        let mut external = s.clone();
+        external.spec.as_mut().unwrap().type_ = Some("ExternalName".into());
+        assert!(service_selector(&external).is_none() && !selects(&external, &p));
+        let mut no_selector = s.clone();
+        no_selector.spec.as_mut().unwrap().selector = Some(Default::default());
+        assert!(service_selector(&no_selector).is_none());
     }
 
     #[test]
