@@ -190,7 +190,10 @@ fn init_and_regular_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) 
                     actions.containers_to_kill.push(ToKill {
                         id: l.id.clone(),
                         name: c.name.clone(),
-                        reason: format!("Container {} definition changed", c.name),
+                        reason: format!(
+                            "Container {} definition changed, will be restarted",
+                            c.name
+                        ),
                         grace: None,
                     });
                     actions.containers_to_start.push(i);

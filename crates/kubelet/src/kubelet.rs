@@ -1403,6 +1403,23 @@ impl Kubelet {
             return false;
         }
         self.probes.add_pod(pod);
+        // Upstream writes the status before each sync, so a pod whose images are still
+        // being pulled shows its containers as ContainerCreating meanwhile. Later syncs
+        // start from the status the previous one wrote, so only a pod this kubelet has
+        // not written yet needs it.
+        if self
+            .status_target(pod)
+            .is_some_and(|target| !self.status.has_written(uid(&target)))
+        {
+            match self.runtime.pod_status(pod).await {
+                Ok(st) => {
+                    if let Err(e) = self.write_status(pod, st).await {
+                        tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
+                    }
+                }
+                Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
+            }
+        }
         let sources = self.env_sources(pod).await;
         let retry_soon = match self.runtime.sync_pod(pod, &sources).await {
             Ok(result) => !result.failed.is_empty(),

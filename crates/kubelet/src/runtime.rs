@@ -868,6 +868,8 @@ impl RuntimeManager {
         let mut tasks = tokio::task::JoinSet::new();
         let pod_ip = rt.ips().first().cloned();
         for c in running {
+            let note = format!("Stopping container {}", c.name);
+            self.container_event(pod, &c.name, EventType::Normal, "Killing", &note);
             let cri = self.cri.clone();
             let id = c.id.clone();
             let spec_c = (c.kind == ContainerType::Regular)

@@ -13,7 +13,9 @@ use common::{Running, start_kubelet_with, stop_kubelet, wait_for};
 use ferrokube_kubelet::sandbox::pod_log_dir;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, Event, Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Event, ExecAction, Lifecycle, LifecycleHandler, Node, Pod, PodSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -106,6 +108,7 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
         status: None,
     };
     let mut created_unpullable = false;
+    let mut created_hooked = false;
 
     let result = async {
         // ---- node registration, status and lease
@@ -219,6 +222,39 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
         // ---- an image that cannot be pulled: ErrImagePull, then ImagePullBackOff
         pods.create(&PostParams::default(), &unpullable).await?;
         created_unpullable = true;
+
+        // ---- a first sync that takes long (a postStart hook that sleeps): meanwhile the
+        // pod shows its container as ContainerCreating, as upstream's status written
+        // before the sync.
+        let mut hooked = pod.clone();
+        hooked.metadata.name = Some("hooked".into());
+        hooked.spec.as_mut().context("spec")?.containers[0].lifecycle = Some(Lifecycle {
+            post_start: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(vec!["sleep".into(), "15".into()]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        pods.create(&PostParams::default(), &hooked).await?;
+        created_hooked = true;
+        let creating = wait_for(
+            "ContainerCreating while the postStart hook runs",
+            Duration::from_secs(12),
+            || async {
+                let st = pods.get("hooked").await?.status.unwrap_or_default();
+                let reason = st
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .next()
+                    .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone());
+                Ok((reason.as_deref() == Some("ContainerCreating")).then_some(st))
+            },
+        )
+        .await?;
+        ensure!(creating.phase.as_deref() == Some("Pending"), "{creating:?}");
 
         // ---- a pod bound to the node runs and serves
         let p = pods.create(&PostParams::default(), &pod).await?;
@@ -369,6 +405,12 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
             Ok(pods.get_opt("nginx").await?.is_none().then_some(()))
         })
         .await?;
+        let stopping = ("Killing".to_owned(), "Stopping container nginx".to_owned());
+        wait_for("Killing event", Duration::from_secs(20), || async {
+            let got = events_about(&client, "nginx").await?;
+            Ok(got.contains(&stopping).then_some(()))
+        })
+        .await?;
         let rt = k
             .runtime()
             .runtime_pod(&p.metadata.uid.clone().unwrap_or_default())
@@ -393,8 +435,13 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
         if let Some(p) = &created {
             let _ = r.kubelet.runtime().kill_pod(p, Some(2)).await;
         }
-        if created_unpullable && let Ok(p) = pods.get("unpullable").await {
-            let _ = r.kubelet.runtime().kill_pod(&p, Some(1)).await;
+        for (created, name) in [
+            (created_unpullable, "unpullable"),
+            (created_hooked, "hooked"),
+        ] {
+            if created && let Ok(p) = pods.get(name).await {
+                let _ = r.kubelet.runtime().kill_pod(&p, Some(1)).await;
+            }
         }
         stop_kubelet(r).await;
     }
