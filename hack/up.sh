@@ -448,9 +448,10 @@ deploy_addon() {
     fk::kubectl -n kube-system get pods -l "k8s-app=$deployment" -o wide >&2 || true
   fi
 }
-deployment_ready() { # NAME: its one replica ready and updated
+deployment_ready() { # NAME: its one replica updated and ready, and no old pod left
   [ "$(fk::kubectl -n kube-system get deployment "$1" \
-    -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}' 2>/dev/null)" = 1/1 ]
+    -o 'jsonpath={.status.updatedReplicas}/{.status.readyReplicas}/{.status.replicas}' \
+    2>/dev/null)" = 1/1/1 ]
 }
 
 # 6. Cluster DNS: the kube-dns Service at $FK_CLUSTER_DNS and its Deployment.
