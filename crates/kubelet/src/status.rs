@@ -356,6 +356,19 @@ fn container_statuses(
                 }),
                 ..Default::default()
             };
+            if latest.is_none()
+                && let Some(old) = old_status(pod, kind, &c.name)
+            {
+                // No instance in the runtime (removed while the kubelet was down, or the
+                // pod is finished): upstream keeps a terminated status as it was, and
+                // the restart count and last state of any other.
+                if old.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
+                    st = old.clone();
+                } else {
+                    st.restart_count = old.restart_count;
+                    st.last_state = old.last_state.clone();
+                }
+            }
             if let Some(l) = latest {
                 st.container_id = Some(format!("containerd://{}", l.id));
                 st.image_id = l.image_ref.clone();
@@ -391,6 +404,17 @@ fn container_statuses(
             st
         })
         .collect()
+}
+
+/// The container's status in the pod's current API status.
+fn old_status<'a>(pod: &'a Pod, kind: ContainerType, name: &str) -> Option<&'a ContainerStatus> {
+    let st = pod.status.as_ref()?;
+    let list = match kind {
+        ContainerType::Regular => &st.container_statuses,
+        ContainerType::Init => &st.init_container_statuses,
+        ContainerType::Ephemeral => &st.ephemeral_container_statuses,
+    };
+    list.iter().flatten().find(|c| c.name == name)
 }
 
 /// Whether the container will be started (again), so a waiting reason of the last sync
@@ -1166,6 +1190,54 @@ mod tests {
         assert!(!should_restart("OnFailure", Some(&c(Exited, 0))));
         assert!(!should_restart("Never", Some(&c(Exited, 1))));
         assert!(should_restart("Never", Some(&c(Created, 0))));
+    }
+
+    #[test]
+    fn statuses_of_containers_gone_from_the_runtime_are_kept() {
+        let mut p = pod(&["done", "waiting"], &[], "Never");
+        let finished = pod_status(
+            &p,
+            &rt(vec![
+                rc("done", Exited, 0, 10, 0, false),
+                rc("waiting", Exited, 1, 11, 0, false),
+            ]),
+            &StatusInputs::default(),
+        );
+        assert_eq!(finished.phase.as_deref(), Some("Failed"));
+        // The runtime forgot both containers (removed while the kubelet was down).
+        let mut old = finished.clone();
+        let statuses = old.container_statuses.as_mut().unwrap();
+        statuses[1].state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+        statuses[1].restart_count = 4;
+        p.status = Some(old.clone());
+        let again = pod_status(&p, &rt(vec![]), &StatusInputs::default());
+        let cs = again.container_statuses.unwrap();
+        assert_eq!(
+            cs[0],
+            old.container_statuses.as_ref().unwrap()[0],
+            "terminated: kept"
+        );
+        assert_eq!(
+            cs[1]
+                .state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("ContainerCreating"),
+            "not terminated: the default state"
+        );
+        assert_eq!(cs[1].restart_count, 4, "with its restart count");
+        assert_eq!(again.phase.as_deref(), Some("Failed"));
     }
 
     #[test]
