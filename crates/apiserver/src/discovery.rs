@@ -12,22 +12,46 @@ pub const AGGREGATED_V2: &str =
 pub const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-pub fn version() -> Value {
-    json!({
-        "major": "1",
-        "minor": "33",
-        "emulationMajor": "1",
-        "emulationMinor": "33",
-        "minCompatibilityMajor": "1",
-        "minCompatibilityMinor": "32",
-        "gitVersion": "v1.33.0",
-        "gitCommit": "ferrokube",
-        "gitTreeState": "clean",
-        "buildDate": "2025-04-23T00:00:00Z",
-        "goVersion": "go1.24.2",
-        "compiler": "gc",
-        "platform": "linux/amd64"
-    })
+/// `/version` (upstream's `version.Info`), its fields in upstream's order.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionInfo {
+    major: &'static str,
+    minor: &'static str,
+    emulation_major: &'static str,
+    emulation_minor: &'static str,
+    min_compatibility_major: &'static str,
+    min_compatibility_minor: &'static str,
+    git_version: &'static str,
+    git_commit: &'static str,
+    git_tree_state: &'static str,
+    build_date: &'static str,
+    go_version: &'static str,
+    compiler: &'static str,
+    platform: &'static str,
+}
+
+pub fn version() -> VersionInfo {
+    VersionInfo {
+        major: "1",
+        minor: "33",
+        emulation_major: "1",
+        emulation_minor: "33",
+        min_compatibility_major: "1",
+        min_compatibility_minor: "32",
+        git_version: "v1.33.0",
+        git_commit: "ferrokube",
+        git_tree_state: "clean",
+        build_date: "2025-04-23T00:00:00Z",
+        go_version: "go1.24.2",
+        compiler: "gc",
+        platform: "linux/amd64",
+    }
+}
+
+/// The `/version` body as upstream writes it: indented JSON.
+pub fn version_document() -> Vec<u8> {
+    serde_json::to_vec_pretty(&version()).unwrap_or_default()
 }
 
 /// Which aggregated discovery version the client asked for, if any, in its order.

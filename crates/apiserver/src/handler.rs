@@ -288,7 +288,11 @@ async fn handle(
         };
     }
     if let "/version" | "/version/" = path.as_str() {
-        return json_response(StatusCode::OK, &discovery::version());
+        return respond(
+            StatusCode::OK,
+            "application/json",
+            discovery::version_document(),
+        );
     }
     if req.method() == Method::GET
         && let Some(r) = state

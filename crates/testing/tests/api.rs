@@ -445,6 +445,15 @@ async fn field_validation_and_http_edges() {
     // Discovery.
     let v = c.apiserver_version().await.unwrap();
     assert_eq!((v.major.as_str(), v.minor.as_str()), ("1", "33"));
+    // Upstream writes /version as indented JSON, its fields in version.Info's order.
+    let text = c
+        .request_text(http::Request::get("/version").body(vec![]).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        text.starts_with("{\n  \"major\": \"1\",\n  \"minor\": \"33\",\n  \"emulationMajor\""),
+        "{text}"
+    );
     let groups = c.list_api_groups().await.unwrap();
     assert!(groups.groups.iter().any(|g| g.name == "apps"));
     let core = c.list_core_api_resources("v1").await.unwrap();
