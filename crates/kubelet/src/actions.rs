@@ -1,11 +1,11 @@
 //! What one sync of a pod must do, from its spec and the runtime's view (upstream
-//! `kuberuntime_manager.go` `computePodActions`, regular init containers only, and
-//! ephemeral containers). Pure.
+//! `kuberuntime_manager.go` `computePodActions`, with sidecars (restartable init
+//! containers, upstream's `computeInitContainerActions`) and ephemeral containers). Pure.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::container::{ContainerType, container_hash};
-use crate::probe::{ProbeSnapshot, probe_kill_reason};
+use crate::container::{ContainerType, container_hash, is_sidecar};
+use crate::probe::{ProbeKind, ProbeResult, ProbeSnapshot, probe_kill_reason};
 use crate::sandbox::spec;
 use crate::status::{RuntimePod, RuntimeState, should_restart};
 
@@ -39,8 +39,9 @@ pub struct PodActions {
     pub attempt: u32,
     /// The ready sandbox to use when none is created.
     pub sandbox_id: Option<String>,
-    /// Index of the init container to start next.
-    pub next_init_container: Option<usize>,
+    /// Init containers to start, in spec order: the next one, and sidecars to (re)start.
+    /// Starting stops after a regular init container (it must finish first).
+    pub init_containers_to_start: Vec<usize>,
     /// Indexes of regular containers to start.
     pub containers_to_start: Vec<usize>,
     /// Running containers to stop (spec changed).
@@ -148,37 +149,16 @@ fn init_and_regular_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) 
             return actions;
         }
         if !inits.is_empty() {
-            actions.next_init_container = Some(0);
+            actions.init_containers_to_start = vec![0];
         } else {
             actions.containers_to_start = to_start;
         }
         return actions;
     }
 
-    // Init containers, in order: wait for a running one, restart a failed one.
-    for (i, c) in inits.iter().enumerate() {
-        match rt.latest(&c.name, ContainerType::Init) {
-            None => {
-                actions.next_init_container = Some(i);
-                return actions;
-            }
-            Some(l) => match l.state {
-                RuntimeState::Running => return actions,
-                RuntimeState::Exited if l.exit_code == 0 => continue,
-                RuntimeState::Exited => {
-                    if policy == "Never" {
-                        actions.kill_pod = true;
-                    } else {
-                        actions.next_init_container = Some(i);
-                    }
-                    return actions;
-                }
-                RuntimeState::Created | RuntimeState::Unknown => {
-                    actions.next_init_container = Some(i);
-                    return actions;
-                }
-            },
-        }
+    if !init_actions(pod, rt, probes, &mut actions) || actions.kill_pod {
+        // Initialization failed or still in progress: regular containers wait.
+        return actions;
     }
 
     let mut keep = 0;
@@ -224,10 +204,142 @@ fn init_and_regular_actions(pod: &Pod, rt: &RuntimePod, probes: &ProbeSnapshot) 
         }
     }
     if keep == 0 && actions.containers_to_start.is_empty() {
-        // Every container is done and none restarts: stop the sandbox.
+        // Every container is done and none restarts: stop the sandbox. Sidecars do not
+        // keep a pod alive, so they are not restarted either.
         actions.kill_pod = true;
+        actions.init_containers_to_start.clear();
     }
     actions
+}
+
+/// Upstream's `computeInitContainerActions`: walks the init containers from the last,
+/// starting the next one once the one before is done (a regular init container exited
+/// 0, a sidecar running and past its startup probe), restarting sidecars that stopped
+/// or failed a probe, and a failed regular one unless the policy is Never (then the pod
+/// is killed). Returns whether the pod has initialized.
+fn init_actions(
+    pod: &Pod,
+    rt: &RuntimePod,
+    probes: &ProbeSnapshot,
+    actions: &mut PodActions,
+) -> bool {
+    let s = spec(pod);
+    let inits = s.init_containers.as_deref().unwrap_or_default();
+    if inits.is_empty() {
+        return true;
+    }
+    let restart_on_failure = s.restart_policy.as_deref().unwrap_or("Always") != "Never";
+    // A regular container that runs (or was created) means initialization happened
+    // before, even if the init containers are gone from the runtime now.
+    let mut initialized = s.containers.iter().any(|c| {
+        rt.latest(&c.name, ContainerType::Regular)
+            .is_some_and(|l| matches!(l.state, RuntimeState::Running | RuntimeState::Created))
+    });
+    let mut previously_initialized = initialized;
+    let mut to_start = vec![];
+    let kill = |actions: &mut PodActions, id: &str, name: &str, reason: String| {
+        actions.containers_to_kill.push(ToKill {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            reason,
+            grace: None,
+        });
+    };
+    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_sidecar(c);
+        let Some(l) = rt.latest(&c.name, ContainerType::Init) else {
+            if previously_initialized && sidecar {
+                to_start.push(i);
+            }
+            continue;
+        };
+        // After initialization only sidecars are looked after.
+        if !previously_initialized || sidecar {
+            match l.state {
+                RuntimeState::Created => to_start.push(i),
+                RuntimeState::Running if sidecar => {
+                    let startup = probes.get(&(l.id.clone(), ProbeKind::Startup));
+                    let started =
+                        c.startup_probe.is_none() || startup == Some(&ProbeResult::Success);
+                    if !started {
+                        if startup == Some(&ProbeResult::Failure) {
+                            kill(
+                                actions,
+                                &l.id,
+                                &c.name,
+                                format!("Init container {} failed startup probe", c.name),
+                            );
+                            to_start.push(i);
+                        }
+                    } else {
+                        if i == inits.len() - 1 {
+                            initialized = true;
+                        } else if !previously_initialized {
+                            to_start.push(i + 1);
+                        }
+                        if !l.hash.is_empty() && l.hash != container_hash(c) {
+                            kill(
+                                actions,
+                                &l.id,
+                                &c.name,
+                                format!("Init container {} definition changed", c.name),
+                            );
+                            to_start.push(i);
+                        } else if let Some((why, grace)) = probe_kill_reason(c, &l.id, probes) {
+                            actions.containers_to_kill.push(ToKill {
+                                id: l.id.clone(),
+                                name: c.name.clone(),
+                                reason: why.replacen("Container", "Init container", 1),
+                                grace,
+                            });
+                            to_start.push(i);
+                        }
+                    }
+                }
+                // A regular init container still running: wait for it.
+                RuntimeState::Running => {}
+                RuntimeState::Exited if sidecar => to_start.push(i),
+                RuntimeState::Exited if l.exit_code != 0 => {
+                    if !restart_on_failure {
+                        actions.kill_pod = true;
+                        actions.init_containers_to_start.clear();
+                        return false;
+                    }
+                    to_start.push(i);
+                }
+                RuntimeState::Exited => {
+                    if i == inits.len() - 1 {
+                        initialized = true;
+                    } else {
+                        to_start.push(i + 1);
+                    }
+                }
+                RuntimeState::Unknown => {
+                    if !sidecar && !restart_on_failure {
+                        actions.kill_pod = true;
+                        actions.init_containers_to_start.clear();
+                        return false;
+                    }
+                    kill(
+                        actions,
+                        &l.id,
+                        &c.name,
+                        "Init container is in \"unknown\" state, try killing it before restart"
+                            .to_owned(),
+                    );
+                    to_start.push(i);
+                }
+            }
+        }
+        previously_initialized = true;
+    }
+    if !previously_initialized {
+        to_start.push(0);
+    }
+    to_start.reverse();
+    to_start.dedup();
+    actions.init_containers_to_start = to_start;
+    initialized
 }
 
 #[cfg(test)]
@@ -344,8 +456,11 @@ mod tests {
         let p = pod(&["a"], &["i"], "Always");
         let a = actions_of(&p, &RuntimePod::default());
         assert_eq!(
-            (a.next_init_container, a.containers_to_start.len()),
-            (Some(0), 0)
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.len()
+            ),
+            (vec![0], 0)
         );
     }
 
@@ -421,12 +536,15 @@ mod tests {
         let s = || vec![sb("s1", true, 0, 1)];
         let a = actions_of(&p, &rt(s(), vec![c(&p, "i1", Running, 0, 5, true)]));
         assert_eq!(
-            (a.next_init_container, a.containers_to_start.len()),
-            (None, 0),
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.len()
+            ),
+            (vec![], 0),
             "wait for i1"
         );
         let a = actions_of(&p, &rt(s(), vec![c(&p, "i1", Exited, 0, 5, true)]));
-        assert_eq!(a.next_init_container, Some(1));
+        assert_eq!(a.init_containers_to_start, vec![1]);
         let a = actions_of(
             &p,
             &rt(
@@ -438,8 +556,8 @@ mod tests {
             ),
         );
         assert_eq!(
-            a.next_init_container,
-            Some(1),
+            a.init_containers_to_start,
+            vec![1],
             "failed init container restarts"
         );
         let a = actions_of(
@@ -453,12 +571,137 @@ mod tests {
             ),
         );
         assert_eq!(
-            (a.next_init_container, a.containers_to_start.clone()),
-            (None, vec![0])
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.clone()
+            ),
+            (vec![], vec![0])
         );
         let never = pod(&["a"], &["i1"], "Never");
         let a = actions_of(&never, &rt(s(), vec![c(&never, "i1", Exited, 1, 5, true)]));
-        assert!(a.kill_pod && a.next_init_container.is_none());
+        assert!(a.kill_pod && a.init_containers_to_start.is_empty());
+    }
+
+    /// `pod(...)` whose init containers named in `sidecars` are sidecars.
+    fn with_sidecars(mut p: Pod, sidecars: &[&str]) -> Pod {
+        for c in p
+            .spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .iter_mut()
+            .flatten()
+        {
+            if sidecars.contains(&c.name.as_str()) {
+                c.restart_policy = Some("Always".into());
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn sidecars_start_in_order_and_keep_running() {
+        let p = with_sidecars(pod(&["a"], &["i1", "side", "i2"], "Never"), &["side"]);
+        let s = || vec![sb("s1", true, 0, 1)];
+        let i1_done = || c(&p, "i1", Exited, 0, 5, true);
+        let side = |state, created| c(&p, "side", state, 0, created, true);
+        // i1 done: the sidecar starts; running: i2 starts, the sidecar is left alone.
+        let a = actions_of(&p, &rt(s(), vec![i1_done()]));
+        assert_eq!(a.init_containers_to_start, vec![1]);
+        let a = actions_of(&p, &rt(s(), vec![i1_done(), side(Running, 6)]));
+        assert_eq!(
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.len()
+            ),
+            (vec![2], 0)
+        );
+        // i2 done: the regular container starts beside the running sidecar.
+        let i2_done = || c(&p, "i2", Exited, 0, 7, true);
+        let a = actions_of(&p, &rt(s(), vec![i1_done(), side(Running, 6), i2_done()]));
+        assert_eq!(
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.clone()
+            ),
+            (vec![], vec![0])
+        );
+        // A sidecar that stopped restarts, whatever the pod's restart policy, and the
+        // regular containers keep running.
+        let running = || c(&p, "a", Running, 0, 8, false);
+        let a = actions_of(
+            &p,
+            &rt(s(), vec![i1_done(), side(Exited, 6), i2_done(), running()]),
+        );
+        assert_eq!(
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.len(),
+                a.kill_pod
+            ),
+            (vec![1], 0, false)
+        );
+        // Even gone from the runtime, the sidecar of an initialized pod restarts; the
+        // regular init containers do not run again.
+        let a = actions_of(&p, &rt(s(), vec![running()]));
+        assert_eq!(a.init_containers_to_start, vec![1]);
+        // The regular container finished (policy Never): the pod is done, the sidecar
+        // does not keep it alive.
+        let a = actions_of(
+            &p,
+            &rt(
+                s(),
+                vec![
+                    i1_done(),
+                    side(Running, 6),
+                    i2_done(),
+                    c(&p, "a", Exited, 0, 8, false),
+                ],
+            ),
+        );
+        assert!(a.kill_pod && a.init_containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn sidecars_wait_for_their_startup_probe_and_restart_on_failed_probes() {
+        use k8s_openapi::api::core::v1::Probe;
+        let mut p = with_sidecars(pod(&["a"], &["side"], "Always"), &["side"]);
+        let init = &mut p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0];
+        init.startup_probe = Some(Probe::default());
+        init.liveness_probe = Some(Probe::default());
+        let s = || vec![sb("s1", true, 0, 1)];
+        let side = c(&p, "side", Running, 0, 6, true);
+        let r = rt(s(), vec![side.clone()]);
+        let with = |kind, result| ProbeSnapshot::from([((side.id.clone(), kind), result)]);
+        let a = compute_pod_actions(&p, &r, &ProbeSnapshot::new());
+        assert_eq!(
+            (
+                a.init_containers_to_start.len(),
+                a.containers_to_start.len()
+            ),
+            (0, 0),
+            "startup probe not run yet"
+        );
+        let a = compute_pod_actions(&p, &r, &with(ProbeKind::Startup, ProbeResult::Success));
+        assert_eq!(
+            a.containers_to_start,
+            vec![0],
+            "started: the pod is initialized"
+        );
+        let a = compute_pod_actions(&p, &r, &with(ProbeKind::Startup, ProbeResult::Failure));
+        assert_eq!(
+            a.containers_to_kill[0].reason,
+            "Init container side failed startup probe"
+        );
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        let mut failed_liveness = with(ProbeKind::Startup, ProbeResult::Success);
+        failed_liveness.insert((side.id.clone(), ProbeKind::Liveness), ProbeResult::Failure);
+        let a = compute_pod_actions(&p, &r, &failed_liveness);
+        assert_eq!(
+            a.containers_to_kill[0].reason,
+            "Init container side failed liveness probe"
+        );
+        assert_eq!(a.init_containers_to_start, vec![0]);
     }
 
     #[test]
@@ -572,7 +815,7 @@ mod tests {
             ),
         );
         assert_eq!(a.ephemeral_containers_to_start, vec![start(0, None)]);
-        assert_eq!(a.next_init_container, None);
+        assert!(a.init_containers_to_start.is_empty());
     }
 
     #[test]

@@ -58,6 +58,12 @@ impl ContainerType {
     }
 }
 
+/// A sidecar: an init container with `restartPolicy: Always` (upstream's restartable init
+/// container), started in order with the others but kept running beside the regular ones.
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
 /// An ephemeral container as the container it runs as (upstream converts its
 /// `EphemeralContainerCommon`): no ports, probes, lifecycle hooks, resources or restart
 /// policy, whatever the object says.

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use ferrokube_client::events::{EventRecorder, EventType};
 
+use crate::container::is_sidecar;
 use crate::cri::CriClient;
 use crate::probe::{
     ContainerView, PodView, ProbeKind, ProbeResult, ProbeResults, ProbeTiming, ProbeWorker,
@@ -113,7 +114,10 @@ impl ProbeManager {
             status: pod.status.clone(),
         });
         let cancel = CancellationToken::new();
-        for c in &spec(pod).containers {
+        let s = spec(pod);
+        // Sidecars are probed like regular containers.
+        let sidecars = s.init_containers.iter().flatten().filter(|c| is_sidecar(c));
+        for c in s.containers.iter().chain(sidecars) {
             for kind in ProbeKind::ALL {
                 let Some(p) = kind.of(c) else { continue };
                 let worker = ProbeWorker::new(kind, ProbeTiming::of(kind, p));
@@ -151,13 +155,26 @@ impl ProbeManager {
 fn view(state: &PodState, container: &str) -> PodView {
     let status = state.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref());
+    let s = spec(&state.pod);
+    let sidecar = s
+        .init_containers
+        .iter()
+        .flatten()
+        .any(|c| c.name == container && is_sidecar(c));
     PodView {
         terminal: matches!(phase, Some("Succeeded") | Some("Failed")),
         deleting: state.pod.metadata.deletion_timestamp.is_some(),
-        restart_never: spec(&state.pod).restart_policy.as_deref() == Some("Never"),
+        // Sidecars restart whatever the pod's policy.
+        restart_never: !sidecar && s.restart_policy.as_deref() == Some("Never"),
         container: status
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == container))
+            .and_then(|s| {
+                let list = if sidecar {
+                    &s.init_container_statuses
+                } else {
+                    &s.container_statuses
+                };
+                list.iter().flatten().find(|c| c.name == container)
+            })
             .and_then(ContainerView::from_status),
     }
 }

@@ -339,7 +339,7 @@ impl RuntimeManager {
         // failure blocks only starting containers (running ones keep their mounts).
         let finished = actions.kill_pod && !actions.create_sandbox;
         let starts_something = actions.create_sandbox
-            || actions.next_init_container.is_some()
+            || !actions.init_containers_to_start.is_empty()
             || !actions.containers_to_start.is_empty()
             || !actions.ephemeral_containers_to_start.is_empty();
         let volumes = if finished {
@@ -382,7 +382,12 @@ impl RuntimeManager {
             for k in &actions.containers_to_kill {
                 tracing::info!(pod = name(pod), container = %k.name, reason = %k.reason, "killing container");
                 self.container_event(pod, &k.name, EventType::Normal, "Killing", &k.reason);
-                let c = spec(pod).containers.iter().find(|c| c.name == k.name);
+                let s = spec(pod);
+                let c = s
+                    .containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .find(|c| c.name == k.name);
                 self.kill_container(
                     pod,
                     c,
@@ -453,7 +458,8 @@ impl RuntimeManager {
         };
         // A fresh sandbox has no containers: look only at what the old ones did for counts.
         // Ephemeral containers first (upstream: so a failing init container can be
-        // debugged), then the next init container or the regular ones.
+        // debugged), then init containers (the next one, sidecars to restart), then the
+        // regular ones (listed only once the pod has initialized).
         let s = spec(pod);
         let mut starts: Vec<(std::borrow::Cow<'_, Container>, ContainerType, Option<&str>)> =
             vec![];
@@ -466,18 +472,17 @@ impl RuntimeManager {
                 ));
             }
         }
-        if let Some(i) = actions.next_init_container {
+        for &i in &actions.init_containers_to_start {
             if let Some(c) = s.init_containers.as_ref().and_then(|v| v.get(i)) {
                 starts.push((std::borrow::Cow::Borrowed(c), ContainerType::Init, None));
             }
-        } else {
-            for &i in &actions.containers_to_start {
-                starts.push((
-                    std::borrow::Cow::Borrowed(&s.containers[i]),
-                    ContainerType::Regular,
-                    None,
-                ));
-            }
+        }
+        for &i in &actions.containers_to_start {
+            starts.push((
+                std::borrow::Cow::Borrowed(&s.containers[i]),
+                ContainerType::Regular,
+                None,
+            ));
         }
         for (c, kind, pid_target) in starts {
             let c = c.as_ref();
@@ -865,46 +870,55 @@ impl RuntimeManager {
                 )
             })
             .collect();
-        let mut tasks = tokio::task::JoinSet::new();
         let pod_ip = rt.ips().first().cloned();
-        for c in running {
-            let note = format!("Stopping container {}", c.name);
-            self.container_event(pod, &c.name, EventType::Normal, "Killing", &note);
-            let cri = self.cri.clone();
-            let id = c.id.clone();
-            let spec_c = (c.kind == ContainerType::Regular)
-                .then(|| {
-                    spec(pod)
-                        .containers
+        // Upstream stops the regular (and ephemeral) containers first, then the sidecars,
+        // so the sidecars serve them to the end.
+        let (sidecars, others): (Vec<_>, Vec<_>) = running
+            .into_iter()
+            .partition(|c| c.kind == ContainerType::Init);
+        for group in [others, sidecars] {
+            let mut tasks = tokio::task::JoinSet::new();
+            for c in group {
+                let note = format!("Stopping container {}", c.name);
+                self.container_event(pod, &c.name, EventType::Normal, "Killing", &note);
+                let cri = self.cri.clone();
+                let id = c.id.clone();
+                let s = spec(pod);
+                let spec_c = match c.kind {
+                    ContainerType::Regular => s.containers.iter().find(|s| s.name == c.name),
+                    ContainerType::Init => s
+                        .init_containers
                         .iter()
-                        .find(|s| s.name == c.name)
-                        .cloned()
-                })
-                .flatten();
-            let pod = pod.clone();
-            let pod_ip = pod_ip.clone();
-            let events = self.events.clone();
-            tasks.spawn(async move {
-                kill_with_pre_stop(
-                    &cri,
-                    &events,
-                    &pod,
-                    spec_c.as_ref(),
-                    &id,
-                    grace,
-                    pod_ip.as_deref(),
-                )
-                .await
-            });
-        }
-        let mut first_err = None;
-        while let Some(r) = tasks.join_next().await {
-            if let Ok(Err(e)) = r {
-                first_err.get_or_insert(e);
+                        .flatten()
+                        .find(|s| s.name == c.name),
+                    ContainerType::Ephemeral => None,
+                }
+                .cloned();
+                let pod = pod.clone();
+                let pod_ip = pod_ip.clone();
+                let events = self.events.clone();
+                tasks.spawn(async move {
+                    kill_with_pre_stop(
+                        &cri,
+                        &events,
+                        &pod,
+                        spec_c.as_ref(),
+                        &id,
+                        grace,
+                        pod_ip.as_deref(),
+                    )
+                    .await
+                });
             }
-        }
-        if let Some(e) = first_err {
-            return Err(e);
+            let mut first_err = None;
+            while let Some(r) = tasks.join_next().await {
+                if let Ok(Err(e)) = r {
+                    first_err.get_or_insert(e);
+                }
+            }
+            if let Some(e) = first_err {
+                return Err(e);
+            }
         }
         for s in &rt.sandboxes {
             match self.cri.stop_pod_sandbox(&s.id).await {

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::container::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_RESTART_COUNT_ANNOTATION, CONTAINER_TYPE_ANNOTATION,
-    ContainerType, ephemeral_container,
+    ContainerType, ephemeral_container, is_sidecar,
 };
 use crate::probe::{ProbeSnapshot, started_and_ready};
 use crate::qos::pod_qos;
@@ -375,12 +375,13 @@ fn container_statuses(
                 st.restart_count = l.restart_count;
                 st.state = Some(api_state(l));
                 let running = l.state == RuntimeState::Running;
-                if kind == ContainerType::Regular {
+                if kind == ContainerType::Regular || (kind == ContainerType::Init && is_sidecar(c))
+                {
                     let (started, ready) = started_and_ready(c, &l.id, running, probes);
                     st.ready = ready;
                     st.started = Some(started);
                 } else {
-                    // Init and ephemeral containers are never ready.
+                    // Other init containers and ephemeral ones are never ready.
                     st.ready = false;
                     st.started = Some(running);
                 }
@@ -388,7 +389,7 @@ fn container_statuses(
                     st.last_state = Some(api_state(p));
                 }
             }
-            let restarting = will_start(kind, policy, latest);
+            let restarting = will_start(kind, is_sidecar(c), policy, latest);
             if let Some(r) = reasons.get(&c.name).filter(|_| restarting) {
                 if st.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
                     st.last_state = st.state.take();
@@ -419,8 +420,15 @@ fn old_status<'a>(pod: &'a Pod, kind: ContainerType, name: &str) -> Option<&'a C
 
 /// Whether the container will be started (again), so a waiting reason of the last sync
 /// is what its status shows.
-fn will_start(kind: ContainerType, policy: &str, latest: Option<&RuntimeContainer>) -> bool {
+fn will_start(
+    kind: ContainerType,
+    sidecar: bool,
+    policy: &str,
+    latest: Option<&RuntimeContainer>,
+) -> bool {
     match kind {
+        // Sidecars run again whenever they stop.
+        ContainerType::Init if sidecar => latest.is_none_or(|c| c.state != RuntimeState::Running),
         // Init containers run again after a failure unless the policy is Never.
         ContainerType::Init => match latest {
             None => true,
@@ -433,7 +441,9 @@ fn will_start(kind: ContainerType, policy: &str, latest: Option<&RuntimeContaine
     }
 }
 
-/// The pod phase from container statuses (`getPhase`, init containers without sidecars).
+/// The pod phase from container statuses (upstream `getPhase`): sidecars count as
+/// running containers and keep the pod Pending only until they have started, before
+/// any regular container has.
 pub fn pod_phase(
     pod: &Pod,
     init_statuses: &[ContainerStatus],
@@ -443,7 +453,12 @@ pub fn pod_phase(
     let policy = s.restart_policy.as_deref().unwrap_or("Always");
     let mut pending_init = 0;
     let mut failed_init = 0;
-    for c in s.init_containers.iter().flatten() {
+    for c in s
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| !is_sidecar(c))
+    {
         let Some(st) = init_statuses.iter().find(|s| s.name == c.name) else {
             pending_init += 1;
             continue;
@@ -466,6 +481,44 @@ pub fn pod_phase(
         }
     }
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut pending_sidecars = 0;
+    for c in s.init_containers.iter().flatten().filter(|c| is_sidecar(c)) {
+        let Some(st) = init_statuses.iter().find(|s| s.name == c.name) else {
+            unknown += 1;
+            continue;
+        };
+        let state = st.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            if st.started != Some(true) {
+                pending_sidecars += 1;
+            }
+            running += 1;
+        } else if state.terminated.is_some() {
+            // A stopped sidecar counts for nothing.
+        } else if state.waiting.is_some() {
+            if st
+                .last_state
+                .as_ref()
+                .is_none_or(|l| l.terminated.is_none())
+            {
+                pending_sidecars += 1;
+                waiting += 1;
+            }
+        } else {
+            pending_sidecars += 1;
+            unknown += 1;
+        }
+    }
+    // Whether a regular container has run (upstream `HasAnyActiveRegularContainerStarted`).
+    let regular_started = statuses.iter().any(|st| {
+        st.state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+            || st
+                .last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+    });
     for c in &s.containers {
         let Some(st) = statuses.iter().find(|s| s.name == c.name) else {
             unknown += 1;
@@ -496,7 +549,11 @@ pub fn pod_phase(
     if failed_init > 0 && policy == "Never" {
         return "Failed";
     }
-    if pending_init > 0 || (failed_init > 0 && running == 0 && stopped == 0) || waiting > 0 {
+    if pending_init > 0
+        || (pending_sidecars > 0 && !regular_started)
+        || (failed_init > 0 && running == 0 && stopped == 0)
+        || waiting > 0
+    {
         return "Pending";
     }
     if running > 0 && unknown == 0 {
@@ -565,15 +622,6 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
     let old = pod.status.as_ref();
     let now = Time(inputs.now.unwrap_or(Timestamp::UNIX_EPOCH));
     let inits = s.init_containers.clone().unwrap_or_default();
-    let init_done = inits.iter().all(|c| {
-        rt.latest(&c.name, ContainerType::Init)
-            .is_some_and(|l| l.state == RuntimeState::Exited && l.exit_code == 0)
-    });
-    let default_waiting = if inits.is_empty() || init_done {
-        "ContainerCreating"
-    } else {
-        "PodInitializing"
-    };
     let init_statuses = container_statuses(
         pod,
         &inits,
@@ -583,6 +631,27 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
         "PodInitializing",
         &inputs.probes,
     );
+    // Initialized (upstream `GeneratePodInitializedCondition`): a regular container has
+    // run, or every init container is done: exited 0, or for a sidecar, started.
+    let regular_ran = s.containers.iter().any(|c| {
+        rt.latest(&c.name, ContainerType::Regular)
+            .is_some_and(|l| l.state != RuntimeState::Created)
+    });
+    let init_done = regular_ran
+        || inits.iter().all(|c| {
+            if is_sidecar(c) {
+                return init_statuses
+                    .iter()
+                    .any(|st| st.name == c.name && st.started == Some(true));
+            }
+            rt.latest(&c.name, ContainerType::Init)
+                .is_some_and(|l| l.state == RuntimeState::Exited && l.exit_code == 0)
+        });
+    let default_waiting = if inits.is_empty() || init_done {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
     let statuses = container_statuses(
         pod,
         &s.containers,
@@ -630,7 +699,13 @@ pub fn pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) -> PodStatu
         _ => (pod_phase(pod, &init_statuses, &statuses), None, None),
     };
     let sandbox_ready = rt.sandboxes.first().is_some_and(|sb| sb.ready);
-    let containers_ready = !statuses.is_empty() && statuses.iter().all(|c| c.ready);
+    // Sidecars count for readiness too (upstream `GenerateContainersReadyCondition`).
+    let sidecars_ready = inits
+        .iter()
+        .filter(|c| is_sidecar(c))
+        .all(|c| init_statuses.iter().any(|st| st.name == c.name && st.ready));
+    let containers_ready =
+        !statuses.is_empty() && statuses.iter().all(|c| c.ready) && sidecars_ready;
     let terminal = phase == "Succeeded" || phase == "Failed";
     let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox_ready, None, old, &now),

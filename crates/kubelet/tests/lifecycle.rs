@@ -32,6 +32,9 @@ fn pod(name: &str, node: &str, spec: serde_json::Value) -> Result<Pod> {
     for c in spec["containers"].as_array_mut().context("containers")? {
         c["imagePullPolicy"] = json!("IfNotPresent");
     }
+    for c in spec["initContainers"].as_array_mut().into_iter().flatten() {
+        c["imagePullPolicy"] = json!("IfNotPresent");
+    }
     Ok(serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -140,6 +143,25 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
                 {"name": "logs", "image": BUSYBOX, "command": ["sh", "-c", "echo from-logs; exit 1"],
                  "terminationMessagePolicy": "FallbackToLogsOnError"},
             ]}))?,
+            // A sidecar (an init container that always restarts) between two steps: it
+            // starts in order, keeps running beside the app, and counts for readiness.
+            pod("sidecar", n, json!({
+                "initContainers": [
+                    sh("first", "echo first"),
+                    {"name": "side", "image": BUSYBOX, "restartPolicy": "Always",
+                     "command": ["sh", "-c", "touch /tmp/up; sleep 3600"],
+                     "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/up"]}, "periodSeconds": 1}},
+                ],
+                "containers": [{"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"]}],
+            }))?,
+            // A finished app ends the pod although its sidecar would run on.
+            pod("sidecar-job", n, json!({
+                "restartPolicy": "Never",
+                "initContainers": [
+                    {"name": "side", "image": BUSYBOX, "restartPolicy": "Always", "command": ["sleep", "3600"]},
+                ],
+                "containers": [sh("app", "sleep 1; echo done")],
+            }))?,
         ];
         // The projected token comes from TokenRequest for the pod's service account.
         let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
@@ -196,6 +218,43 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
         for p in &specs {
             created.push(pods.create(&PostParams::default(), p).await?);
         }
+
+        // ---- sidecars
+        let init_status = |p: &Pod, name: &str| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.init_container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == name).cloned())
+        };
+        let with_sidecar = wait_pod(&pods, "sidecar", "Running, Ready, Initialized", Duration::from_secs(60), |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && condition(p, "Ready").as_deref() == Some("True")
+                && condition(p, "Initialized").as_deref() == Some("True")
+        })
+        .await?;
+        let first = init_status(&with_sidecar, "first").context("first's status")?;
+        ensure!(
+            first.state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code) == Some(0),
+            "{first:?}"
+        );
+        let side = init_status(&with_sidecar, "side").context("side's status")?;
+        ensure!(
+            side.state.as_ref().is_some_and(|s| s.running.is_some())
+                && side.started == Some(true)
+                && side.ready,
+            "{side:?}"
+        );
+        let app = status_of(&with_sidecar, "app").context("app's status")?;
+        ensure!(app.ready && app.state.as_ref().is_some_and(|s| s.running.is_some()), "{app:?}");
+        let job = wait_pod(&pods, "sidecar-job", "Succeeded", Duration::from_secs(60), |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+        })
+        .await?;
+        let side = init_status(&job, "side").context("the job's sidecar status")?;
+        ensure!(
+            side.state.as_ref().is_some_and(|s| s.terminated.is_some()),
+            "the sidecar is stopped once the app is done: {side:?}"
+        );
 
         let restarted = wait_pod(&pods, "liveness", "restartCount >= 1", Duration::from_secs(60), |p| {
             status_of(p, "c").is_some_and(|c| c.restart_count >= 1)
