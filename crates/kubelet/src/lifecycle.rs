@@ -43,10 +43,11 @@ pub fn until_active_deadline(pod: &Pod, now: Timestamp) -> Option<Duration> {
 /// The smallest grace a container gets (upstream `minimumGracePeriodInSeconds`).
 pub const MIN_GRACE_SECONDS: i64 = 2;
 
-/// The grace left to stop a container after its preStop hook took `hook` of `grace`
-/// seconds, never below the minimum.
-pub fn grace_after_pre_stop(grace: i64, hook: Duration) -> i64 {
-    (grace - hook.as_secs() as i64).max(MIN_GRACE_SECONDS)
+/// The grace left of `grace` seconds once `used` has gone (by a container's preStop
+/// hook, or by the regular containers' stop before the sidecars'), never below the
+/// minimum.
+pub fn grace_left(grace: i64, used: Duration) -> i64 {
+    (grace - used.as_secs() as i64).max(MIN_GRACE_SECONDS)
 }
 
 /// The grace left for a pod being deleted: until its `deletionTimestamp` (the apiserver sets
@@ -274,8 +275,8 @@ mod tests {
 
     #[test]
     fn grace_left_after_pre_stop() {
-        assert_eq!(grace_after_pre_stop(30, Duration::from_secs(10)), 20);
-        assert_eq!(grace_after_pre_stop(30, Duration::from_secs(29)), 2);
-        assert_eq!(grace_after_pre_stop(5, Duration::from_secs(60)), 2);
+        assert_eq!(grace_left(30, Duration::from_secs(10)), 20);
+        assert_eq!(grace_left(30, Duration::from_secs(29)), 2);
+        assert_eq!(grace_left(5, Duration::from_secs(60)), 2);
     }
 }

@@ -25,8 +25,7 @@ use crate::credentials::pull_credentials;
 use crate::cri::{CriClient, CriError};
 use crate::env::{EnvSources, container_env};
 use crate::lifecycle::{
-    Hook, MAX_TERMINATION_MESSAGE, MIN_GRACE_SECONDS, grace_after_pre_stop, last_log_message,
-    run_hook,
+    Hook, MAX_TERMINATION_MESSAGE, MIN_GRACE_SECONDS, grace_left, last_log_message, run_hook,
 };
 use crate::probe::ProbeResults;
 use crate::probe_manager::container_ref;
@@ -876,7 +875,14 @@ impl RuntimeManager {
         let (sidecars, others): (Vec<_>, Vec<_>) = running
             .into_iter()
             .partition(|c| c.kind == ContainerType::Init);
-        for group in [others, sidecars] {
+        let stopping = std::time::Instant::now();
+        for (group, sidecars) in [(others, false), (sidecars, true)] {
+            // The sidecars get what is left of the grace period.
+            let grace = if sidecars {
+                grace_left(grace, stopping.elapsed())
+            } else {
+                grace
+            };
             let mut tasks = tokio::task::JoinSet::new();
             for c in group {
                 let note = format!("Stopping container {}", c.name);
@@ -1006,7 +1012,7 @@ async fn kill_with_pre_stop(
                 );
             }
         }
-        grace = grace_after_pre_stop(grace, started.elapsed());
+        grace = grace_left(grace, started.elapsed());
     }
     match cri.stop_container(id, grace).await {
         Err(e) if e.is_not_found() => Ok(()),
