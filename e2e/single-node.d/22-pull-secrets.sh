@@ -29,7 +29,11 @@ PS_AUTH_ERROR='401 Unauthorized|[Uu]nauthori[sz]ed|authorization failed|no basic
 
 ps_cleanup() {
   k delete namespace "$PS_NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  "${PS_CTR[@]}" images rm "$PS_IMAGE" >/dev/null 2>&1 || true
+  # Every reference the pulls made: the tag and the repo digest (containerd would
+  # otherwise report the private registry's digest as other busybox pods' imageID).
+  local refs=()
+  mapfile -t refs < <("${PS_CTR[@]}" images ls -q 2>/dev/null | grep -F "$PS_ADDR/" || true)
+  [ ${#refs[@]} -eq 0 ] || "${PS_CTR[@]}" images rm "${refs[@]}" >/dev/null 2>&1 || true
   if [ -n "$PS_TMP" ]; then
     rt::stop_pidfile "$PS_TMP/registry.pid" docker-registry 2>/dev/null || true
     rm -rf "$PS_TMP"
