@@ -278,6 +278,9 @@ if have_component "$KCM" --kubeconfig; then
   flag --cluster-signing-key-file "$FK_PKI_DIR/ca.key"
   flag --cluster-cidr "$FK_CLUSTER_CIDR"
   flag --service-cluster-ip-range "$RT_SERVICE_CIDR"
+  # The single node's spec.podCIDR (its first block is what the node's CNI config uses);
+  # the kind-style nodes have fixed pod CIDRs of their own (hack/lib/nodes.sh).
+  [ "$nodes" -ne 0 ] || flag --allocate-node-cidrs true
   # Nodes that fail are noticed in 20 s, not 50 (the kubelets renew their Lease every 5 s).
   [ "$nodes" -eq 0 ] || flag --node-monitor-grace-period 20s
   report_dropped kube-controller-manager

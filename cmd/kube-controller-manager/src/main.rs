@@ -14,6 +14,7 @@ use ferrokube_client::leaderelection::{
 };
 use ferrokube_controllers::csrsigning::{CsrSigningConfig, SignerCa};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use ferrokube_controllers::nodeipam::NodeIpamConfig;
 use ferrokube_controllers::nodelifecycle::NodeLifecycleConfig;
 use ferrokube_controllers::podautoscaler::HpaConfig;
 use tokio_util::sync::CancellationToken;
@@ -64,6 +65,25 @@ struct Options {
     concurrent_namespace_syncs: usize,
     #[arg(long = "concurrent-serviceaccount-token-syncs", default_value_t = 5)]
     concurrent_serviceaccount_syncs: usize,
+    /// Should CIDRs for Pods be allocated and set on the cloud provider.
+    #[arg(
+        long = "allocate-node-cidrs",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    allocate_node_cidrs: bool,
+    /// CIDR Range for Pods in cluster. Requires --allocate-node-cidrs to be true.
+    #[arg(long = "cluster-cidr")]
+    cluster_cidr: Option<ipnet::IpNet>,
+    /// Mask size for node cidr in cluster. Default is 24 for IPv4 and 64 for IPv6.
+    #[arg(long = "node-cidr-mask-size")]
+    node_cidr_mask_size: Option<u8>,
+    /// CIDR Range for Services in cluster; node pod CIDRs never overlap it.
+    #[arg(long = "service-cluster-ip-range")]
+    service_cluster_ip_range: Option<ipnet::IpNet>,
     /// Amount of time which we allow running Node to be unresponsive before marking it unhealthy.
     #[arg(long = "node-monitor-grace-period", default_value = "50s", value_parser = dur)]
     node_monitor_grace_period: Duration,
@@ -306,6 +326,12 @@ impl Options {
                 large_cluster_threshold: self.large_cluster_size_threshold,
                 unhealthy_zone_threshold: self.unhealthy_zone_threshold,
             },
+            node_ipam: NodeIpamConfig {
+                allocate_node_cidrs: self.allocate_node_cidrs,
+                cluster_cidr: self.cluster_cidr,
+                node_cidr_mask_size: self.node_cidr_mask_size,
+                service_cidr: self.service_cluster_ip_range,
+            },
             informer_sync_timeout: Duration::from_secs(120),
             root_ca: None,
             service_account_credentials: None,
@@ -397,6 +423,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let opts = Options::parse();
     let mut cfg = opts.manager_config();
+    cfg.node_ipam.validate().map_err(anyhow::Error::msg)?;
     if let Some(path) = &opts.root_ca_file {
         let pem = std::fs::read_to_string(path)
             .with_context(|| format!("reading --root-ca-file {}", path.display()))?;

@@ -53,6 +53,7 @@ pub mod garbagecollector;
 pub mod job;
 pub mod manager;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod podautoscaler;

@@ -29,6 +29,7 @@ use crate::events::EventSink;
 use crate::garbagecollector::GarbageCollector;
 use crate::job::JobController;
 use crate::namespace::NamespaceController;
+use crate::nodeipam::{NodeIpamConfig, NodeIpamController};
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::persistentvolume::PersistentVolumeController;
 use crate::podautoscaler::{HorizontalController, HpaConfig};
@@ -60,6 +61,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "endpointslicemirroring",
     ),
     ("node-lifecycle-controller", "nodelifecycle"),
+    ("node-ipam-controller", "nodeipam"),
     ("pod-garbage-collector-controller", "podgc"),
     ("resourcequota-controller", "resourcequota"),
     (
@@ -109,7 +111,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "service-cidr-controller",
     "storageversion-garbage-collector-controller",
     "taint-eviction-controller",
-    "node-ipam-controller",
     "node-route-controller",
     "service-lb-controller",
     "cloud-node-lifecycle-controller",
@@ -132,7 +133,7 @@ pub fn service_account_name(controller: &str) -> &str {
         "endpoints-controller" => "endpoint-controller",
         "endpointslice-controller" => "endpointslice-controller",
         "endpointslice-mirroring-controller" => "endpointslicemirroring-controller",
-        "node-lifecycle-controller" => "node-controller",
+        "node-lifecycle-controller" | "node-ipam-controller" => "node-controller",
         "pod-garbage-collector-controller" => "pod-garbage-collector",
         "resourcequota-controller" => "resourcequota-controller",
         "root-ca-certificate-publisher-controller" => "root-ca-cert-publisher",
@@ -216,6 +217,7 @@ pub struct ManagerConfig {
     pub concurrent_statefulset_syncs: usize,
     pub terminated_pod_gc_threshold: usize,
     pub node_lifecycle: NodeLifecycleConfig,
+    pub node_ipam: NodeIpamConfig,
     pub informer_sync_timeout: Duration,
     /// The cluster CA bundle (PEM) the root CA publisher puts in every namespace and
     /// the tokens controller in each token Secret (`--root-ca-file`, else the CA the
@@ -258,6 +260,7 @@ impl Default for ManagerConfig {
             concurrent_serviceaccount_syncs: 5,
             terminated_pod_gc_threshold: crate::podgc::DEFAULT_THRESHOLD,
             node_lifecycle: NodeLifecycleConfig::default(),
+            node_ipam: NodeIpamConfig::default(),
             informer_sync_timeout: Duration::from_secs(60),
             root_ca: None,
             service_account_credentials: None,
@@ -377,6 +380,16 @@ impl Manager {
                         // controllers report as.
                         Arc::new(broadcaster.new_recorder("node-controller")),
                         Arc::new(broadcaster.new_recorder("taint-eviction-controller")),
+                    ),
+                    1,
+                ),
+                "node-ipam-controller" => (
+                    NodeIpamController::new(
+                        &factory,
+                        client.clone(),
+                        cfg.node_ipam.clone(),
+                        // The component upstream's range allocator reports as.
+                        Arc::new(broadcaster.new_recorder("cidrAllocator")),
                     ),
                     1,
                 ),
