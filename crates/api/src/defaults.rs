@@ -96,130 +96,8 @@ fn default_labels_from(
     }
 }
 
-/// Whether an image reference pulls `:latest` (an explicit `latest` tag, or neither tag
-/// nor digest), as upstream's `parsers.ParseImageName` decides it. References that do
-/// not parse count as not `latest`, like upstream (which ignores the parse error).
-pub fn image_is_latest(image: &str) -> bool {
-    match parse_image_tag(image) {
-        Some((tag, digest)) => tag == Some("latest") || (tag.is_none() && !digest),
-        None => false,
-    }
-}
-
-/// Splits a docker reference into (tag, has_digest); `None` when it is not a valid
-/// reference.
-fn parse_image_tag(image: &str) -> Option<(Option<&str>, bool)> {
-    if image.is_empty() || image.len() > 4096 {
-        return None;
-    }
-    let (name_tag, digest) = match image.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (image, None),
-    };
-    if let Some(d) = digest {
-        let (alg, hex) = d.split_once(':')?;
-        let alg_ok = !alg.is_empty()
-            && alg.starts_with(|c: char| c.is_ascii_alphabetic())
-            && alg
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '.'));
-        if !alg_ok || hex.len() < 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return None;
-        }
-    }
-    let last_slash = name_tag.rfind('/').map_or(0, |i| i + 1);
-    let (name, tag) = match name_tag[last_slash..].rfind(':') {
-        Some(i) => (
-            &name_tag[..last_slash + i],
-            Some(&name_tag[last_slash + i + 1..]),
-        ),
-        None => (name_tag, None),
-    };
-    if let Some(t) = tag {
-        let ok = !t.is_empty()
-            && t.len() <= 128
-            && t.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-        if !ok {
-            return None;
-        }
-    }
-    if name.is_empty() || name.len() > 255 {
-        return None;
-    }
-    // Domain: the first component if it looks like a host (has '.' or ':', is
-    // localhost, or has upper case letters).
-    let (domain, path) = match name.split_once('/') {
-        Some((first, rest))
-            if first.contains(['.', ':'])
-                || first == "localhost"
-                || first.chars().any(|c| c.is_ascii_uppercase()) =>
-        {
-            (Some(first), rest)
-        }
-        _ => (None, name),
-    };
-    if let Some(d) = domain {
-        let (host, port) = match d.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (d, None),
-        };
-        if host.is_empty()
-            || !host.split('.').all(|c| {
-                !c.is_empty()
-                    && !c.starts_with('-')
-                    && !c.ends_with('-')
-                    && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
-            })
-        {
-            return None;
-        }
-        if let Some(p) = port
-            && (p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()))
-        {
-            return None;
-        }
-    }
-    for component in path.split('/') {
-        if !path_component_ok(component) {
-            return None;
-        }
-    }
-    Some((tag, digest.is_some()))
-}
-
-/// `[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*`
-fn path_component_ok(c: &str) -> bool {
-    let b = c.as_bytes();
-    if b.is_empty() {
-        return false;
-    }
-    let alnum = |x: u8| x.is_ascii_lowercase() || x.is_ascii_digit();
-    if !alnum(b[0]) || !alnum(b[b.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < b.len() {
-        if alnum(b[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && !alnum(b[i]) {
-            i += 1;
-        }
-        let sep = &c[start..i];
-        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-');
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
 fn pull_policy_for(image: Option<&str>) -> &'static str {
-    if image_is_latest(image.unwrap_or_default()) {
+    if crate::image::is_latest(image.unwrap_or_default()) {
         "Always"
     } else {
         "IfNotPresent"
@@ -1290,7 +1168,7 @@ mod tests {
             ("nginx@sha256:short", false),
         ];
         for (image, latest) in cases {
-            assert_eq!(image_is_latest(image), latest, "image {image:?}");
+            assert_eq!(crate::image::is_latest(image), latest, "image {image:?}");
         }
     }
 

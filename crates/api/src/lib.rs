@@ -3,7 +3,7 @@
 //! Layer: the bottom of both the server and the client side, next to `apimachinery`.
 //! Types are k8s-openapi's (never hand-written); this crate adds what the type
 //! definitions do not carry: the static table of served resources ([`resources`]) and
-//! upstream's defaulting ([`defaults`]), conversions between kinds two groups
+//! upstream's defaulting ([`defaults`]), container image references ([`image`]), conversions between kinds two groups
 //! serve from one stored form ([`conversion`]), server-side Table printing ([`printers`]),
 //! the PodDisruptionBudget condition helpers that the eviction subresource and the
 //! disruption controller share ([`pdb`]), node selector matching ([`nodeaffinity`]: the
@@ -16,6 +16,7 @@
 
 pub mod conversion;
 pub mod defaults;
+pub mod image;
 pub mod nodeaffinity;
 pub mod pdb;
 pub mod persistentvolume;
