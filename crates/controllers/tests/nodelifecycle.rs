@@ -12,7 +12,7 @@ use ferrokube_controllers::nodelifecycle::{NodeLifecycleConfig, TAINT_UNREACHABL
 use ferrokube_scheduler::KubeSchedulerConfiguration;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -33,12 +33,8 @@ fn ready(p: &Pod) -> bool {
 
 /// (source component, reason, message) of the core events about the object `name`.
 async fn events_about(c: &Client, name: &str) -> anyhow::Result<Vec<(String, String, String)>> {
-    let events: Api<Event> = Api::namespaced(c.clone(), "default");
-    let fields = format!("involvedObject.name={name}");
-    Ok(events
-        .list(&ListParams::default().fields(&fields))
+    Ok(ferrokube_testing::core_events_about(c, name)
         .await?
-        .items
         .into_iter()
         .map(|e| {
             (

@@ -14,11 +14,11 @@ use ferrokube_kubelet::sandbox::pod_log_dir;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    Container, Event, ExecAction, Lifecycle, LifecycleHandler, Node, Pod, PodSpec,
+    Container, ExecAction, Lifecycle, LifecycleHandler, Node, Pod, PodSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 
 /// A kubelet of this test with the shared test defaults.
 async fn start_kubelet(client: kube::Client, node_name: &str, root: &std::path::Path) -> Running {
@@ -37,12 +37,8 @@ fn http_get(ip: &str) -> Result<String> {
 
 /// The (reason, message) of the core events about the object named `name`.
 async fn events_about(client: &kube::Client, name: &str) -> Result<Vec<(String, String)>> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let fields = format!("involvedObject.name={name}");
-    Ok(events
-        .list(&ListParams::default().fields(&fields))
+    Ok(ferrokube_testing::core_events_about(client, name)
         .await?
-        .items
         .into_iter()
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect())

@@ -410,3 +410,18 @@ pub async fn crd_established(client: &kube::Client, name: &str) -> bool {
         .iter()
         .any(|c| c.type_ == "Established" && c.status == "True")
 }
+
+/// The core v1 Events in `default` about the object named `name` (what kubelets and the
+/// controller-manager write, and where cluster-scoped objects' events go).
+pub async fn core_events_about(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Vec<k8s_openapi::api::core::v1::Event>, kube::Error> {
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), "default");
+    let fields = format!("involvedObject.name={name}");
+    Ok(events
+        .list(&kube::api::ListParams::default().fields(&fields))
+        .await?
+        .items)
+}
