@@ -102,6 +102,11 @@ mod tests {
 
     use super::*;
 
+    /// Taken by every test here: a trimmer test's `malloc_trim` trims every arena, so run
+    /// beside `trim_returns_pages_that_free_could_not` it would trim that test's heap
+    /// between its `free` and its measurement.
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     /// Polls `f` every 5 ms, at most 1,000 times (5 s).
     async fn eventually(f: impl Fn() -> bool) -> bool {
         for _ in 0..1000 {
@@ -126,6 +131,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn trim_returns_pages_that_free_could_not() {
+        let _serial = SERIAL.blocking_lock();
         // 16 MiB in 1 KiB blocks (below the mmap threshold, so on the heap), each touched,
         // then one more block above them so `free` cannot shrink the heap from its top.
         let blocks: Vec<Vec<u8>> = (0..16 * 1024).map(|i| vec![i as u8; 1024]).collect();
@@ -144,6 +150,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_of_requests_is_one_trim() {
+        let _serial = SERIAL.lock().await;
         let trimmer = Arc::new(HeapTrimmer::new(
             Duration::from_secs(3600),
             Duration::from_millis(10),
@@ -166,6 +173,7 @@ mod tests {
 
     #[tokio::test]
     async fn trims_every_period_without_requests() {
+        let _serial = SERIAL.lock().await;
         let trimmer = Arc::new(HeapTrimmer::new(
             Duration::from_millis(10),
             Duration::from_secs(3600),
@@ -180,6 +188,7 @@ mod tests {
 
     #[tokio::test]
     async fn steady_requests_still_trim_within_a_period() {
+        let _serial = SERIAL.lock().await;
         // A request every 2 ms never leaves 1 s of quiet; the period (50 ms) bounds the wait.
         let trimmer = Arc::new(HeapTrimmer::new(
             Duration::from_millis(50),
