@@ -12,7 +12,8 @@ pub const AGGREGATED_V2: &str =
 pub const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-/// `/version` (upstream's `version.Info`), its fields in upstream's order.
+/// `/version` (upstream's `version.Info`), its fields in upstream's order: k8s-openapi's
+/// `version::Info` serializes them alphabetically.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VersionInfo {

@@ -151,6 +151,11 @@ impl Controller for NodeIpamController {
         let nodes = self.nodes.list();
         let used: Vec<IpNet> = {
             let mut given = self.given.lock();
+            if let Some(block) = given.get(key) {
+                // Given before but not seen yet: the patch is on its way.
+                tracing::debug!(node = key, %block, "pod CIDR already given");
+                return Ok(Action::Done);
+            }
             // A deleted node's block is free again.
             given.retain(|name, _| nodes.iter().any(|n| n.metadata.name.as_ref() == Some(name)));
             nodes
@@ -159,11 +164,6 @@ impl Controller for NodeIpamController {
                 .chain(given.values().copied())
                 .collect()
         };
-        if let Some(block) = self.given.lock().get(key).copied() {
-            // Given before but not seen yet: the patch is on its way.
-            tracing::debug!(node = key, %block, "pod CIDR already given");
-            return Ok(Action::Done);
-        }
         let Some(block) = next_free_block(cluster, mask, &used, self.cfg.service_cidr) else {
             emit(
                 &*self.events,
