@@ -21,7 +21,8 @@
 #      when no containerd is left that could still start pods.
 #
 # Packages stay installed. --purge also deletes the cluster's data (embedded store, etcd
-# data, kubelet root dir), the PKI and kubeconfigs in /etc/ferrokube/pki, and the logs.
+# data, kubelet root dir, the hostPath provisioner's volumes in /tmp/hostpath_pv), the PKI
+# and kubeconfigs in /etc/ferrokube/pki, and the logs.
 # Idempotent: with nothing up, it does nothing and exits 0.
 set -euo pipefail
 
@@ -132,8 +133,9 @@ fi
 if [ $purge -eq 1 ]; then
   # Volume tmpfs a killed kubelet left mounted would make rm fail (its kubelet is stopped).
   fk::umount_under "$FK_KUBELET_ROOT"
+  # The store that knew the provisioned volumes is gone, so their directories go too.
   rm -rf "$FK_APISERVER_DATA" "$FK_ETCD_DATA" "$FK_KUBELET_ROOT" "$FK_PKI_DIR" "$FK_ETC/manifests" \
-    "$FK_NODES_DATA" "$FK_NODES_ETC"
+    "$FK_NODES_DATA" "$FK_NODES_ETC" /tmp/hostpath_pv
   rm -f "$FK_LOG_DIR/$FK_NODE_PREFIX"*.log "$FK_LOG_DIR/registry-nodes.log"
   for name in "${FK_COMPONENTS[@]}"; do rm -f "$FK_LOG_DIR/$name.log"; done
   fk::log "purged $FK_APISERVER_DATA $FK_ETCD_DATA $FK_KUBELET_ROOT $FK_PKI_DIR and the component logs"

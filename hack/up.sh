@@ -14,10 +14,12 @@
 #      fk-br0, 172.18.0.1, never the uplink), kube-controller-manager,
 #      kube-scheduler, kubelet, kube-proxy; waits (bounded) for /readyz, then for the node
 #      to be Ready and kube-proxy's first nftables sync,
-#   5. the cluster DNS addon (deploy/addons/dns.yaml: the kube-dns Service at 10.96.0.10 and
-#      its Deployment; image built from the release binary when it changed), then the
-#      metrics-server addon (deploy/addons/metrics-server.yaml: kubectl top, HPAs; built
-#      the same way),
+#   5. the default StorageClass `standard` (deploy/addons/storage-class.yaml: hostPath
+#      volumes under /tmp/hostpath_pv from kube-controller-manager's
+#      --enable-hostpath-provisioner), the cluster DNS addon (deploy/addons/dns.yaml: the
+#      kube-dns Service at 10.96.0.10 and its Deployment; image built from the release
+#      binary when it changed), then the metrics-server addon
+#      (deploy/addons/metrics-server.yaml: kubectl top, HPAs; built the same way),
 #   6. prints `export KUBECONFIG=...` and a first command to try.
 #
 # --etcd     store in a local etcd (loopback, data in /var/lib/ferrokube/etcd) instead of
@@ -283,6 +285,10 @@ if have_component "$KCM" --kubeconfig; then
   [ "$nodes" -ne 0 ] || flag --allocate-node-cidrs true
   # Nodes that fail are noticed in 20 s, not 50 (the kubelets renew their Lease every 5 s).
   [ "$nodes" -eq 0 ] || flag --node-monitor-grace-period 20s
+  # Volumes for the default StorageClass `standard` (deploy/addons/storage-class.yaml): a
+  # directory under /tmp/hostpath_pv per claim, as upstream's local-up-cluster.sh. Every
+  # node here, the kind-style ones too, shares this machine's filesystem.
+  flag --enable-hostpath-provisioner true
   report_dropped kube-controller-manager
   start_component kube-controller-manager "$KCM" "${ARGS[@]}"
   STARTED+=(kube-controller-manager)
@@ -424,7 +430,15 @@ if [[ " ${STARTED[*]} " == *" kube-proxy "* ]]; then
     || { check_alive kube-proxy "$PROXY"; fk::die "kube-proxy wrote no rules in 30 s (log: $FK_LOG_DIR/kube-proxy.log)"; }
 fi
 
-# ------------------------------------------------------------- 6. and 7. the addons
+# ------------------------------------------------------------- 6. to 8. the addons
+# 6. The default StorageClass `standard` (kubernetes.io/host-path): claims that name no
+# class get a hostPath volume from the controller manager. Needs no node.
+if [ -f "$REPO/deploy/addons/storage-class.yaml" ]; then
+  step "default StorageClass: standard (hostPath volumes under /tmp/hostpath_pv)"
+  fk::kubectl apply -f "$REPO/deploy/addons/storage-class.yaml" | sed 's/^/  /' >&2 ||
+    fk::die "kubectl apply -f deploy/addons/storage-class.yaml failed"
+fi
+
 # Each addon's manifest under deploy/addons, with its image built from the release
 # binary and pushed to the mirror (only when the binary changed) and pinned to its
 # content tag, so a rebuilt binary rolls the pod.
@@ -457,7 +471,7 @@ deployment_ready() { # NAME: its one replica updated and ready, and no old pod l
     2>/dev/null)" = 1/1/1 ]
 }
 
-# 6. Cluster DNS: the kube-dns Service at $FK_CLUSTER_DNS and its Deployment.
+# 7. Cluster DNS: the kube-dns Service at $FK_CLUSTER_DNS and its Deployment.
 dns_ready() { deployment_ready kube-dns; }
 # Earlier versions ran the addon on the host network with a client certificate there.
 if [ $ready -eq 1 ]; then
@@ -466,7 +480,7 @@ fi
 deploy_addon dns kube-dns "$BIN_DIR/kube-dns" "$REPO/deploy/addons/dns.yaml" dns_ready \
   "cluster DNS (kube-dns at $FK_CLUSTER_DNS)" 53/udp 53/tcp 9153/tcp
 
-# 7. metrics-server: its Deployment and Service and the v1beta1.metrics.k8s.io APIService
+# 8. metrics-server: its Deployment and Service and the v1beta1.metrics.k8s.io APIService
 # (kubectl top, HPAs on cpu/memory). Ready once the APIService is Available; the first
 # metrics follow one --metric-resolution (15 s) later.
 metrics_ready() {

@@ -117,6 +117,19 @@ struct Options {
     /// The period for syncing persistent volumes and persistent volume claims.
     #[arg(long = "pvclaimbinder-sync-period", default_value = "15s", value_parser = dur)]
     pvclaimbinder_sync_period: Duration,
+    /// Enable HostPath PV provisioning when running without a cloud provider. This
+    /// allows testing and development of provisioning features. HostPath provisioning
+    /// is not supported in any way, won't work in a multi-node cluster, and should not
+    /// be used for anything other than testing or development.
+    #[arg(
+        long = "enable-hostpath-provisioner",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    enable_hostpath_provisioner: bool,
     /// The period for syncing the number of pods in horizontal pod autoscaler.
     #[arg(long = "horizontal-pod-autoscaler-sync-period", default_value = "15s", value_parser = dur)]
     horizontal_pod_autoscaler_sync_period: Duration,
@@ -347,6 +360,7 @@ impl Options {
                 initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
             },
             pv_claim_binder_sync_period: self.pvclaimbinder_sync_period,
+            enable_hostpath_provisioner: self.enable_hostpath_provisioner,
         }
     }
 }
@@ -521,6 +535,21 @@ mod tests {
         assert_eq!(cfg.hpa.downscale_stabilization, Duration::from_secs(300));
         assert_eq!(cfg.concurrent_horizontal_pod_autoscaler_syncs, 5);
         assert_eq!(cfg.pv_claim_binder_sync_period, Duration::from_secs(15));
+        assert!(!cfg.enable_hostpath_provisioner);
+        for on in [
+            &["kube-controller-manager", "--enable-hostpath-provisioner"][..],
+            &[
+                "kube-controller-manager",
+                "--enable-hostpath-provisioner=true",
+            ],
+        ] {
+            assert!(
+                Options::try_parse_from(on)
+                    .unwrap()
+                    .manager_config()
+                    .enable_hostpath_provisioner
+            );
+        }
         let opts =
             Options::try_parse_from(["kube-controller-manager", "--pvclaimbinder-sync-period=2s"])
                 .unwrap();

@@ -50,6 +50,7 @@ pub mod endpointslicemirroring;
 pub mod events;
 pub mod expectations;
 pub mod garbagecollector;
+pub mod hostpath;
 pub mod job;
 pub mod manager;
 pub mod namespace;

@@ -27,11 +27,12 @@ use crate::endpointslice::EndpointSliceController;
 use crate::endpointslicemirroring::EndpointSliceMirroringController;
 use crate::events::EventSink;
 use crate::garbagecollector::GarbageCollector;
+use crate::hostpath::HostPathPlugin;
 use crate::job::JobController;
 use crate::namespace::NamespaceController;
 use crate::nodeipam::{NodeIpamConfig, NodeIpamController};
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
-use crate::persistentvolume::PersistentVolumeController;
+use crate::persistentvolume::{PersistentVolumeController, PersistentVolumeOptions};
 use crate::podautoscaler::{HorizontalController, HpaConfig};
 use crate::podgc::PodGcController;
 use crate::pvcprotection::PvcProtectionController;
@@ -240,6 +241,9 @@ pub struct ManagerConfig {
     pub hpa: HpaConfig,
     /// `--pvclaimbinder-sync-period`: how often every claim and volume is synced again.
     pub pv_claim_binder_sync_period: Duration,
+    /// `--enable-hostpath-provisioner`: the binder provisions `kubernetes.io/host-path`
+    /// claims (crate::hostpath).
+    pub enable_hostpath_provisioner: bool,
 }
 
 impl Default for ManagerConfig {
@@ -269,6 +273,7 @@ impl Default for ManagerConfig {
             concurrent_horizontal_pod_autoscaler_syncs: 5,
             hpa: HpaConfig::default(),
             pv_claim_binder_sync_period: crate::persistentvolume::DEFAULT_SYNC_PERIOD,
+            enable_hostpath_provisioner: false,
         }
     }
 }
@@ -485,11 +490,14 @@ impl Manager {
                 // One worker: upstream's claim sync is not reentrant. Its events come from
                 // component `persistentvolume-controller`.
                 "persistentvolume-binder-controller" => (
-                    PersistentVolumeController::with_sync_period(
+                    PersistentVolumeController::with_options(
                         &factory,
                         client.clone(),
                         Arc::new(broadcaster.new_recorder("persistentvolume-controller")),
-                        cfg.pv_claim_binder_sync_period,
+                        PersistentVolumeOptions {
+                            sync_period: cfg.pv_claim_binder_sync_period,
+                            hostpath: HostPathPlugin::new(cfg.enable_hostpath_provisioner),
+                        },
                     )?,
                     1,
                 ),

@@ -23,7 +23,7 @@
 //! deletion its claim, as upstream's handlers.
 //!
 //! Pure part: [`plan_claim`] (syncUnboundClaim / syncBoundClaim), [`plan_volume`]
-//! (syncVolume), [`reclaim_plan`] and [`delete_error`] (reclaimVolume and its
+//! (syncVolume), [`reclaim_plan`] and [`find_deleter`] (reclaimVolume and its
 //! deleter lookup), [`is_volume_released`], and the object edits of `bind`:
 //! [`bind_volume_to_claim`], [`bind_claim_to_volume`], [`volume_with_phase`],
 //! [`claim_with_status`], [`unbind_volume`], [`claim_with_provisioner`]. Matching
@@ -37,14 +37,21 @@
 //! re-reads the object and plans again from the fresh copy (twice, then the key is
 //! retried with back-off).
 //!
-//! Deviations: there are no in-tree volume plugins. A claim whose class names a
+//! In-tree plugins: only hostPath ([`crate::hostpath`]), as upstream's controller
+//! manager has it: its provisioner (`kubernetes.io/host-path`, with
+//! `--enable-hostpath-provisioner`) and its deleter (released `Delete` hostPath volumes
+//! under `/tmp`). Volumes it provisions with the `Delete` policy carry upstream's
+//! `kubernetes.io/pv-controller` finalizer (HonorPVReclaimPolicy, GA in 1.33) until
+//! their directory is gone.
+//!
+//! Deviations: no other in-tree volume plugin. A claim whose class names another
 //! `kubernetes.io/` provisioner gets upstream's `ProvisioningFailed` "no volume plugin
 //! matched name" (CSI migration of in-tree provisioners is not done); a released
-//! `Delete` volume not provisioned by an external provisioner is `Failed` with
-//! `VolumeFailedDelete` (also hostPath volumes under /tmp, which upstream's hostPath
-//! deleter would remove); `Recycle` volumes are `Failed` with upstream's "No recycler
-//! plugin found for the volume!". The controller sets `status.lastPhaseTransitionTime`
-//! itself (upstream's apiserver does).
+//! `Delete` volume that neither an external provisioner nor the hostPath deleter
+//! deletes is `Failed` with `VolumeFailedDelete`; `Recycle` volumes are `Failed` with
+//! upstream's "No recycler plugin found for the volume!" (upstream recycles hostPath
+//! and NFS volumes with a scrubber pod). The controller sets
+//! `status.lastPhaseTransitionTime` itself (upstream's apiserver does).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -57,7 +64,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use parking_lot::Mutex;
 
 use ferrokube_api::persistentvolume::{
@@ -71,6 +78,7 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::events::{EventSink, EventType, emit};
+use crate::hostpath::{self, HostPathPlugin, ProvisionError};
 use crate::pvcprotection::{POD_CLAIM_INDEX, index_pods_by_claim};
 use crate::replicaset::is_conflict;
 use crate::{Action, Controller, Error, Result};
@@ -82,6 +90,10 @@ pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(15);
 pub const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
 /// On a volume: the size before an offline resize, what a binding claim reports.
 pub const ANN_PRE_RESIZE_CAPACITY: &str = "volume.alpha.kubernetes.io/pre-resize-capacity";
+
+/// Upstream `PVDeletionInTreeProtectionFinalizer`: on a volume an in-tree plugin
+/// provisioned with the `Delete` policy, until the plugin has deleted its storage.
+pub const PV_IN_TREE_PROTECTION_FINALIZER: &str = "kubernetes.io/pv-controller";
 
 const CLAIM_PREFIX: &str = "claim:";
 const VOLUME_PREFIX: &str = "volume:";
@@ -112,8 +124,9 @@ pub enum ClaimPlan {
     Bind(String),
     /// The claim Pending without capacity or access modes, after the event.
     Pending(Option<PlannedEvent>),
-    /// An external provisioner is asked for a volume: the provisioner annotations,
-    /// then `ExternalProvisioning`.
+    /// A provisioner is asked for a volume: the provisioner annotations, then the
+    /// hostPath plugin provisions it (for [`hostpath::PLUGIN_NAME`]) or
+    /// `ExternalProvisioning` says who is expected to.
     Provision(String),
     /// Only the event (provisioning cannot start; upstream leaves the status alone).
     Event(PlannedEvent),
@@ -146,7 +159,7 @@ pub enum ReclaimPlan {
     Nothing,
     /// Recycle: no recycler is known (after upstream's in-use check).
     Recycle,
-    /// Delete: [`delete_error`] says whether an external deleter does it.
+    /// Delete: [`find_deleter`] says who deletes it.
     Delete,
     /// An unknown policy: Failed with this event.
     Fail(PlannedEvent),
@@ -396,7 +409,8 @@ fn wait_for_consumer_event(unscheduled_pods: &[String]) -> PlannedEvent {
     }
 }
 
-/// Upstream `provisionClaim` / `findProvisionablePlugin` without in-tree plugins.
+/// Upstream `provisionClaim` / `findProvisionablePlugin`, with hostPath the only
+/// in-tree plugin, and `provisionClaimOperation`'s data source check.
 fn provision_plan(claim: &PersistentVolumeClaim, class: Option<&StorageClass>) -> ClaimPlan {
     let Some(class) = class else {
         return ClaimPlan::Event(event(
@@ -408,7 +422,18 @@ fn provision_plan(claim: &PersistentVolumeClaim, class: Option<&StorageClass>) -
             ),
         ));
     };
-    if class.provisioner.starts_with("kubernetes.io/") {
+    if class.provisioner == hostpath::PLUGIN_NAME {
+        if claim.spec.as_ref().is_some_and(|s| s.data_source.is_some()) {
+            return ClaimPlan::Event(event(
+                EventType::Warning,
+                "ProvisioningFailed",
+                format!(
+                    "plugin {:?} is not a CSI plugin. Only CSI plugin can provision a claim with a datasource",
+                    hostpath::PLUGIN_NAME
+                ),
+            ));
+        }
+    } else if class.provisioner.starts_with("kubernetes.io/") {
         return ClaimPlan::Event(event(
             EventType::Warning,
             "ProvisioningFailed",
@@ -490,27 +515,124 @@ pub fn reclaim_plan(volume: &PersistentVolume) -> ReclaimPlan {
     }
 }
 
-/// Upstream `findDeletablePlugin` without in-tree plugins: `None` when an external
-/// provisioner (named in `pv.kubernetes.io/provisioned-by`) deletes the volume, else
-/// the error the volume is Failed with.
-pub fn delete_error(volume: &PersistentVolume) -> Option<String> {
+/// Who deletes a released `Delete` volume (upstream `findDeletablePlugin`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleter {
+    /// The external provisioner named in `pv.kubernetes.io/provisioned-by`.
+    External,
+    /// The hostPath plugin: this directory, then the object.
+    HostPath(String),
+    /// Nobody: the volume is Failed with this message.
+    Missing(String),
+}
+
+/// Upstream `findDeletablePlugin` (then `NewDeleter`), with hostPath the only in-tree
+/// plugin: by the provisioner's name first, else by the volume's source.
+pub fn find_deleter(volume: &PersistentVolume) -> Deleter {
+    let name = volume.metadata.name.as_deref().unwrap_or("");
+    let host_path = volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_path.as_ref())
+        .map(|h| h.path.clone());
     if let Some(p) = annotation(&volume.metadata, ANN_DYNAMICALLY_PROVISIONED)
         && !p.is_empty()
     {
-        if p.starts_with("kubernetes.io/") {
-            return Some(format!("no volume plugin matched name: {p}"));
+        if p == hostpath::PLUGIN_NAME {
+            return match host_path {
+                Some(path) => Deleter::HostPath(path),
+                None => Deleter::Missing(format!(
+                    "failed to create deleter for volume {name:?}: spec.PersistentVolumeSource.HostPath is nil"
+                )),
+            };
         }
-        return None;
+        if p.starts_with("kubernetes.io/") {
+            return Deleter::Missing(format!("no volume plugin matched name: {p}"));
+        }
+        return Deleter::External;
     }
-    let name = volume.metadata.name.as_deref().unwrap_or("");
+    if let Some(path) = host_path {
+        return Deleter::HostPath(path);
+    }
     let why = if volume.spec.as_ref().is_some_and(|s| s.csi.is_some()) {
         "no deletable volume plugin matched"
     } else {
         "no volume plugin matched"
     };
-    Some(format!(
+    Deleter::Missing(format!(
         "error getting deleter volume plugin for volume {name:?}: {why}"
     ))
+}
+
+/// Upstream `modifyDeletionFinalizers` for the volumes the hostPath plugin provisioned:
+/// [`PV_IN_TREE_PROTECTION_FINALIZER`] while the policy is `Delete`, not with `Retain`
+/// or `Recycle`. `None` when the finalizers are right, or when the volume is being
+/// deleted (a finalizer cannot be added then).
+pub fn volume_with_deletion_finalizer(volume: &PersistentVolume) -> Option<PersistentVolume> {
+    if volume.metadata.deletion_timestamp.is_some()
+        || annotation(&volume.metadata, ANN_DYNAMICALLY_PROVISIONED) != Some(hostpath::PLUGIN_NAME)
+    {
+        return None;
+    }
+    let finalizers = volume.metadata.finalizers.as_deref().unwrap_or_default();
+    let has = finalizers
+        .iter()
+        .any(|f| f == PV_IN_TREE_PROTECTION_FINALIZER);
+    let mut new = volume.clone();
+    match reclaim_policy(volume) {
+        "Delete" if !has => new
+            .metadata
+            .finalizers
+            .get_or_insert_default()
+            .push(PV_IN_TREE_PROTECTION_FINALIZER.to_string()),
+        "Retain" | "Recycle" if has => {
+            new.metadata.finalizers = Some(without_in_tree_finalizer(finalizers));
+        }
+        _ => return None,
+    }
+    Some(new)
+}
+
+fn without_in_tree_finalizer(finalizers: &[String]) -> Vec<String> {
+    finalizers
+        .iter()
+        .filter(|f| *f != PV_IN_TREE_PROTECTION_FINALIZER)
+        .cloned()
+        .collect()
+}
+
+/// The object the hostPath plugin provisioned for `claim`, bound to it as upstream's
+/// `provisionClaimOperation` saves it.
+pub fn bound_provisioned_volume(
+    mut volume: PersistentVolume,
+    claim: &PersistentVolumeClaim,
+) -> PersistentVolume {
+    let spec = volume.spec.get_or_insert_default();
+    spec.claim_ref = Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: claim.metadata.namespace.clone(),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    });
+    spec.storage_class_name = Some(claim_class(claim).to_string());
+    let delete = spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete");
+    set_annotation(&mut volume.metadata, ANN_BOUND_BY_CONTROLLER, "yes");
+    set_annotation(
+        &mut volume.metadata,
+        ANN_DYNAMICALLY_PROVISIONED,
+        hostpath::PLUGIN_NAME,
+    );
+    if delete {
+        volume.metadata.finalizers = Some(vec![PV_IN_TREE_PROTECTION_FINALIZER.to_string()]);
+    }
+    volume.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+        phase: Some("Bound".into()),
+        ..Default::default()
+    });
+    volume
 }
 
 /// Upstream `isVolumeReleased`: the volume's claim (as cached) is gone, replaced, or
@@ -823,7 +945,26 @@ pub struct PersistentVolumeController {
     written_volumes: Written<PersistentVolume>,
     written_claims: Written<PersistentVolumeClaim>,
     sync_period: Duration,
+    hostpath: HostPathPlugin,
     queue: OnceLock<WorkQueue<String>>,
+}
+
+/// How kube-controller-manager configures the controller.
+#[derive(Debug, Clone)]
+pub struct PersistentVolumeOptions {
+    /// `--pvclaimbinder-sync-period`.
+    pub sync_period: Duration,
+    /// The hostPath plugin (`--enable-hostpath-provisioner`).
+    pub hostpath: HostPathPlugin,
+}
+
+impl Default for PersistentVolumeOptions {
+    fn default() -> Self {
+        PersistentVolumeOptions {
+            sync_period: DEFAULT_SYNC_PERIOD,
+            hostpath: HostPathPlugin::new(false),
+        }
+    }
 }
 
 impl PersistentVolumeController {
@@ -834,7 +975,12 @@ impl PersistentVolumeController {
         client: kube::Client,
         recorder: Arc<dyn EventSink>,
     ) -> Result<Arc<Self>> {
-        Self::with_sync_period(factory, client, recorder, DEFAULT_SYNC_PERIOD)
+        Self::with_options(
+            factory,
+            client,
+            recorder,
+            PersistentVolumeOptions::default(),
+        )
     }
 
     /// [`Self::new`] with `--pvclaimbinder-sync-period`.
@@ -843,6 +989,20 @@ impl PersistentVolumeController {
         client: kube::Client,
         recorder: Arc<dyn EventSink>,
         sync_period: Duration,
+    ) -> Result<Arc<Self>> {
+        let options = PersistentVolumeOptions {
+            sync_period,
+            ..Default::default()
+        };
+        Self::with_options(factory, client, recorder, options)
+    }
+
+    /// [`Self::new`] as the flags configure it.
+    pub fn with_options(
+        factory: &SharedInformerFactory,
+        client: kube::Client,
+        recorder: Arc<dyn EventSink>,
+        options: PersistentVolumeOptions,
     ) -> Result<Arc<Self>> {
         let pods = factory.informer::<Pod>();
         index_pods_by_claim(&pods)?;
@@ -855,7 +1015,8 @@ impl PersistentVolumeController {
             pods: pods.store(),
             written_volumes: Written::new(),
             written_claims: Written::new(),
-            sync_period,
+            sync_period: options.sync_period,
+            hostpath: options.hostpath,
             queue: OnceLock::new(),
         }))
     }
@@ -1077,14 +1238,19 @@ impl PersistentVolumeController {
                         }
                     }
                 }
-                self.emit_planned(
-                    &claim,
-                    event(
-                        EventType::Normal,
-                        "ExternalProvisioning",
-                        external_provisioning_message(&provisioner),
+                match class.as_deref() {
+                    Some(class) if provisioner == hostpath::PLUGIN_NAME => {
+                        self.provision_host_path(&claim, class).await?;
+                    }
+                    _ => self.emit_planned(
+                        &claim,
+                        event(
+                            EventType::Normal,
+                            "ExternalProvisioning",
+                            external_provisioning_message(&provisioner),
+                        ),
                     ),
-                );
+                }
             }
             ClaimPlan::Event(e) => self.emit_planned(&*claim, e),
             ClaimPlan::Lost(e) => {
@@ -1131,9 +1297,12 @@ impl PersistentVolumeController {
     }
 
     async fn sync_volume(&self, name: &str) -> Sync<Action> {
-        let Some(volume) = self.volume(name) else {
+        let Some(mut volume) = self.volume(name) else {
             return Ok(Action::Done);
         };
+        if let Some(new) = volume_with_deletion_finalizer(&volume) {
+            volume = Arc::new(self.write_volume(&new, false).await?);
+        }
         let claim = match claim_ref(&volume) {
             Some(r) if !r.uid.as_deref().unwrap_or("").is_empty() => {
                 self.claim_of_volume(&volume, r).await?
@@ -1192,17 +1361,15 @@ impl PersistentVolumeController {
     /// the volume and check it is still released first.
     async fn reclaim(&self, volume: &PersistentVolume) -> Sync<()> {
         let plan = reclaim_plan(volume);
-        let (recycle, fail) = match plan {
+        let recycle = match plan {
             ReclaimPlan::Nothing => return Ok(()),
             ReclaimPlan::Fail(e) => {
                 return self.set_volume_phase_with_event(volume, "Failed", e).await;
             }
-            ReclaimPlan::Recycle => (true, None),
-            ReclaimPlan::Delete => match delete_error(volume) {
-                // An external deleter's job.
-                None => return Ok(()),
-                Some(why) => (false, Some(why)),
-            },
+            ReclaimPlan::Recycle => true,
+            // An external deleter's job.
+            ReclaimPlan::Delete if find_deleter(volume) == Deleter::External => return Ok(()),
+            ReclaimPlan::Delete => false,
         };
         let name = volume.metadata.name.clone().unwrap_or_default();
         let Some(fresh) = self.volumes_api().get_opt(&name).await? else {
@@ -1248,13 +1415,166 @@ impl PersistentVolumeController {
                 )
                 .await;
         }
-        let why = fail.unwrap_or_default();
-        self.set_volume_phase_with_event(
-            &fresh,
-            "Failed",
-            event(EventType::Warning, "VolumeFailedDelete", why),
-        )
-        .await
+        match find_deleter(&fresh) {
+            Deleter::External => Ok(()),
+            Deleter::HostPath(path) => self.delete_host_path(&fresh, path).await,
+            Deleter::Missing(why) => {
+                self.set_volume_phase_with_event(
+                    &fresh,
+                    "Failed",
+                    event(EventType::Warning, "VolumeFailedDelete", why),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Upstream `deleteVolumeOperation` with the hostPath deleter: the directory, the
+    /// in-tree finalizer, then the object.
+    async fn delete_host_path(&self, volume: &PersistentVolume, path: String) -> Sync<()> {
+        let deleted = tokio::task::spawn_blocking(move || hostpath::delete(&path))
+            .await
+            .map_err(|e| Error::Invalid(format!("the hostPath deleter panicked: {e}")))?;
+        if let Err(why) = deleted {
+            return self
+                .set_volume_phase_with_event(
+                    volume,
+                    "Failed",
+                    event(EventType::Warning, "VolumeFailedDelete", why),
+                )
+                .await;
+        }
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        let finalizers = volume.metadata.finalizers.as_deref().unwrap_or_default();
+        if finalizers
+            .iter()
+            .any(|f| f == PV_IN_TREE_PROTECTION_FINALIZER)
+        {
+            let mut new = volume.clone();
+            new.metadata.finalizers = Some(without_in_tree_finalizer(finalizers));
+            self.write_volume(&new, false).await?;
+        }
+        tracing::info!(volume = name, "hostPath volume deleted");
+        match self
+            .volumes_api()
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Upstream `provisionClaimOperation` with the hostPath plugin, once the claim names
+    /// its provisioner: the directory, then the volume bound to the claim. A volume
+    /// saved before (its name is the claim's UID) ends it.
+    async fn provision_host_path(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+    ) -> Sync<()> {
+        let class_name = class.metadata.name.clone().unwrap_or_default();
+        let failed = |message: String| event(EventType::Warning, "ProvisioningFailed", message);
+        let pv_name = format!("pvc-{}", uid(&claim.metadata));
+        if self.volumes_api().get_opt(&pv_name).await?.is_some() {
+            return Ok(());
+        }
+        if let Some(options) = class.mount_options.as_ref().filter(|o| !o.is_empty()) {
+            self.emit_planned(
+                claim,
+                failed(format!(
+                    "Mount options are not supported by the provisioner but StorageClass {class_name:?} has mount options [{}]",
+                    options.join(" ")
+                )),
+            );
+            return Err(Error::Invalid(format!(
+                "provisioner {:?} doesn't support mount options",
+                hostpath::PLUGIN_NAME
+            ))
+            .into());
+        }
+        let reclaim = class
+            .reclaim_policy
+            .clone()
+            .unwrap_or_else(|| "Delete".into());
+        let plugin = self.hostpath.clone();
+        let for_claim = claim.clone();
+        let provisioned =
+            tokio::task::spawn_blocking(move || plugin.provision(&for_claim, &pv_name, &reclaim))
+                .await
+                .map_err(|e| Error::Invalid(format!("the hostPath provisioner panicked: {e}")))?;
+        let volume = match provisioned {
+            Ok(v) => bound_provisioned_volume(v, claim),
+            Err(e) => {
+                let message = match e {
+                    ProvisionError::Provisioner(e) => format!("Failed to create provisioner: {e}"),
+                    ProvisionError::Provision(e) => {
+                        format!("Failed to provision volume with StorageClass {class_name:?}: {e}")
+                    }
+                };
+                self.emit_planned(claim, failed(message.clone()));
+                return Err(Error::Invalid(message).into());
+            }
+        };
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        match self
+            .volumes_api()
+            .create(&PostParams::default(), &volume)
+            .await
+        {
+            Ok(new) => {
+                self.written_volumes.note(name.clone(), new);
+                self.emit_planned(
+                    claim,
+                    event(
+                        EventType::Normal,
+                        "ProvisioningSucceeded",
+                        format!(
+                            "Successfully provisioned volume {name} using {}",
+                            hostpath::PLUGIN_NAME
+                        ),
+                    ),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                // The directory has no object: it goes again (also when another sync
+                // saved the volume first, with a directory of its own).
+                let path = volume
+                    .spec
+                    .and_then(|s| s.host_path)
+                    .map(|h| h.path)
+                    .unwrap_or_default();
+                let exists = matches!(&e, kube::Error::Api(s) if s.code == 409);
+                if !exists {
+                    self.emit_planned(
+                        claim,
+                        failed(format!(
+                            "Error creating provisioned PV object for claim {}: {e}. Deleting the volume.",
+                            claim_key(claim)
+                        )),
+                    );
+                }
+                let cleaned = tokio::task::spawn_blocking(move || hostpath::delete(&path))
+                    .await
+                    .map_err(|e| Error::Invalid(format!("the hostPath deleter panicked: {e}")))?;
+                if let Err(why) = cleaned {
+                    self.emit_planned(
+                        claim,
+                        event(
+                            EventType::Warning,
+                            "ProvisioningCleanupFailed",
+                            format!(
+                                "Error cleaning provisioned volume for claim {}: {why}. Please delete manually.",
+                                claim_key(claim)
+                            ),
+                        ),
+                    );
+                }
+                if exists { Ok(()) } else { Err(e.into()) }
+            }
+        }
     }
 }
 
@@ -1524,6 +1844,7 @@ mod tests {
         let late = class("late", "example.com/late", Some("WaitForFirstConsumer"));
         let now = class("now", "example.com/now", Some("Immediate"));
         let intree = class("old", "kubernetes.io/no-provisioner", Some("Immediate"));
+        let host_path = class("standard", hostpath::PLUGIN_NAME, Some("Immediate"));
         let unset = class("unset", "example.com/x", None);
         let vs = [volume(
             "late-pv",
@@ -1612,6 +1933,26 @@ mod tests {
                     EventType::Warning,
                     "ProvisioningFailed",
                     "no volume plugin matched name: kubernetes.io/no-provisioner",
+                )),
+            ),
+            (
+                "the in-tree hostPath provisioner",
+                run(&c("standard", json!({})), &[], Some(&host_path), &[]),
+                ClaimPlan::Provision(hostpath::PLUGIN_NAME.into()),
+            ),
+            (
+                "the hostPath provisioner and a data source",
+                run(
+                    &claim(json!({"spec": {"storageClassName": "standard",
+                        "dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}})),
+                    &[],
+                    Some(&host_path),
+                    &[],
+                ),
+                ClaimPlan::Event(event(
+                    EventType::Warning,
+                    "ProvisioningFailed",
+                    "plugin \"kubernetes.io/host-path\" is not a CSI plugin. Only CSI plugin can provision a claim with a datasource",
                 )),
             ),
             (
@@ -1852,26 +2193,124 @@ mod tests {
                 "Volume has unrecognized PersistentVolumeReclaimPolicy"
             ))
         );
-        // External provisioners delete their volumes; nothing else can.
+        // External provisioners delete their volumes; of the in-tree plugins only
+        // hostPath's deleter is there, found by the provisioner's name or the source.
+        let local = json!({"hostPath": null, "local": {"path": "/mnt/v"}});
+        let with_source = |ann: Value, source: Value| {
+            let mut extra = json!({"metadata": {"annotations": ann},
+                "spec": {"persistentVolumeReclaimPolicy": "Delete"}});
+            for (k, v) in source.as_object().into_iter().flatten() {
+                extra["spec"][k] = v.clone();
+            }
+            volume("v", "1Gi", extra)
+        };
+        let cases = [
+            (json!({ANN_DYNAMICALLY_PROVISIONED: "rancher.io/local-path"}), json!({}), Deleter::External),
+            (json!({ANN_DYNAMICALLY_PROVISIONED: "kubernetes.io/host-path"}), json!({}), Deleter::HostPath("/data/v".into())),
+            (json!({}), json!({}), Deleter::HostPath("/data/v".into())),
+            (
+                json!({ANN_DYNAMICALLY_PROVISIONED: "kubernetes.io/host-path"}),
+                local.clone(),
+                Deleter::Missing("failed to create deleter for volume \"v\": spec.PersistentVolumeSource.HostPath is nil".into()),
+            ),
+            (
+                json!({ANN_DYNAMICALLY_PROVISIONED: "kubernetes.io/aws-ebs"}),
+                json!({}),
+                Deleter::Missing("no volume plugin matched name: kubernetes.io/aws-ebs".into()),
+            ),
+            (
+                json!({}),
+                local,
+                Deleter::Missing("error getting deleter volume plugin for volume \"v\": no volume plugin matched".into()),
+            ),
+        ];
+        for (ann, source, want) in cases {
+            assert_eq!(
+                find_deleter(&with_source(ann.clone(), source.clone())),
+                want,
+                "{ann} {source}"
+            );
+        }
+    }
+
+    #[test]
+    fn in_tree_volumes_keep_the_finalizer_while_their_policy_is_delete() {
+        let provisioned = |policy: &str, finalizers: Value| {
+            volume(
+                "v",
+                "1Gi",
+                json!({"metadata": {"annotations": {ANN_DYNAMICALLY_PROVISIONED: hostpath::PLUGIN_NAME},
+                                    "finalizers": finalizers},
+                       "spec": {"persistentVolumeReclaimPolicy": policy}}),
+            )
+        };
+        let finalizers =
+            |v: Option<PersistentVolume>| v.map(|v| v.metadata.finalizers.unwrap_or_default());
+        let protection = "kubernetes.io/pv-protection".to_string();
+        let in_tree = PV_IN_TREE_PROTECTION_FINALIZER.to_string();
         assert_eq!(
-            delete_error(&with(
+            finalizers(volume_with_deletion_finalizer(&provisioned(
                 "Delete",
-                json!({ANN_DYNAMICALLY_PROVISIONED: "rancher.io/local-path"})
-            )),
+                json!([protection])
+            ))),
+            Some(vec![protection.clone(), in_tree.clone()])
+        );
+        assert_eq!(
+            volume_with_deletion_finalizer(&provisioned("Delete", json!([protection, in_tree]))),
             None
         );
         assert_eq!(
-            delete_error(&with(
-                "Delete",
-                json!({ANN_DYNAMICALLY_PROVISIONED: "kubernetes.io/host-path"})
-            ))
-            .as_deref(),
-            Some("no volume plugin matched name: kubernetes.io/host-path")
+            finalizers(volume_with_deletion_finalizer(&provisioned(
+                "Retain",
+                json!([in_tree, protection])
+            ))),
+            Some(vec![protection.clone()])
         );
         assert_eq!(
-            delete_error(&with("Delete", json!({}))).as_deref(),
-            Some("error getting deleter volume plugin for volume \"v\": no volume plugin matched")
+            volume_with_deletion_finalizer(&provisioned("Retain", json!([]))),
+            None
         );
+        // Being deleted: nothing is added.
+        let mut deleting = provisioned("Delete", json!([]));
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert_eq!(volume_with_deletion_finalizer(&deleting), None);
+        // Not provisioned in-tree: left alone.
+        let external = volume(
+            "v",
+            "1Gi",
+            json!({"metadata": {"annotations": {ANN_DYNAMICALLY_PROVISIONED: "example.com/p"}},
+                   "spec": {"persistentVolumeReclaimPolicy": "Delete"}}),
+        );
+        assert_eq!(volume_with_deletion_finalizer(&external), None);
+    }
+
+    #[test]
+    fn a_provisioned_volume_is_saved_bound_to_its_claim() {
+        let c = claim(json!({"spec": {"storageClassName": "standard"}}));
+        let made = hostpath::provisioned_volume(&c, "pvc-c-uid", "/tmp/hostpath_pv/x", "Delete");
+        let v = bound_provisioned_volume(made, &c);
+        assert_eq!(
+            serde_json::to_value(&v).unwrap(),
+            json!({"apiVersion": "v1", "kind": "PersistentVolume",
+                   "metadata": {"name": "pvc-c-uid",
+                    "annotations": {"kubernetes.io/createdby": "hostpath-dynamic-provisioner",
+                                    "pv.kubernetes.io/bound-by-controller": "yes",
+                                    "pv.kubernetes.io/provisioned-by": "kubernetes.io/host-path"},
+                    "finalizers": ["kubernetes.io/pv-controller"]},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+                            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                         "namespace": "ns", "name": "data", "uid": "c-uid",
+                                         "resourceVersion": "7"},
+                            "hostPath": {"path": "/tmp/hostpath_pv/x"},
+                            "persistentVolumeReclaimPolicy": "Delete",
+                            "storageClassName": "standard"},
+                   "status": {"phase": "Bound"}})
+        );
+        let retained = bound_provisioned_volume(
+            hostpath::provisioned_volume(&c, "pvc-c-uid", "/tmp/hostpath_pv/x", "Retain"),
+            &c,
+        );
+        assert_eq!(retained.metadata.finalizers, None);
     }
 
     #[test]

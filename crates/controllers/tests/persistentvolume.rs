@@ -16,7 +16,10 @@ use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::WorkQueue;
 use ferrokube_controllers::clientbuilder::ServiceAccountClients;
 use ferrokube_controllers::events::EventSink;
-use ferrokube_controllers::persistentvolume::PersistentVolumeController;
+use ferrokube_controllers::hostpath::HostPathPlugin;
+use ferrokube_controllers::persistentvolume::{
+    PersistentVolumeController, PersistentVolumeOptions,
+};
 use ferrokube_controllers::pvcprotection::PvcProtectionController;
 use ferrokube_controllers::{Controller, run_controller};
 use ferrokube_testing::TestApiServer;
@@ -41,6 +44,10 @@ struct Running {
 
 impl Running {
     async fn start(srv: &TestApiServer) -> anyhow::Result<Running> {
+        Self::start_with(srv, HostPathPlugin::new(false)).await
+    }
+
+    async fn start_with(srv: &TestApiServer, hostpath: HostPathPlugin) -> anyhow::Result<Running> {
         let manager = srv.client_as("system:kube-controller-manager", &[]).await?;
         let accounts = ServiceAccountClients::new(srv.kube_config().await?, manager.clone());
         let factory = SharedInformerFactory::new(manager.clone());
@@ -53,11 +60,14 @@ impl Running {
         );
         let recorder: Arc<dyn EventSink> =
             Arc::new(broadcaster.new_recorder("persistentvolume-controller"));
-        let binder = PersistentVolumeController::with_sync_period(
+        let binder = PersistentVolumeController::with_options(
             &factory,
             accounts.client("persistent-volume-binder").await?,
             recorder,
-            SYNC,
+            PersistentVolumeOptions {
+                sync_period: SYNC,
+                hostpath,
+            },
         )?;
         let protection = PvcProtectionController::new(
             &factory,
@@ -646,16 +656,18 @@ async fn released_volumes_without_a_deleter_or_recycler_fail() -> anyhow::Result
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
     let volumes: Api<PersistentVolume> = Api::all(c.clone());
     let pp = PostParams::default();
-    for (name, policy) in [("del", "Delete"), ("rec", "Recycle")] {
+    // A local volume has no deleter in the controller manager (a hostPath one has).
+    let local = json!({"hostPath": null, "local": {"path": "/mnt/del"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]}]}}});
+    for (name, policy, source) in [("del", "Delete", local), ("rec", "Recycle", json!({}))] {
+        let mut spec = json!({"persistentVolumeReclaimPolicy": policy});
+        // Inserted, not merged: the null has to reach `volume`'s merge to drop hostPath.
+        for (k, v) in source.as_object().into_iter().flatten() {
+            spec[k] = v.clone();
+        }
         volumes
-            .create(
-                &pp,
-                &volume(
-                    name,
-                    "1Gi",
-                    json!({"spec": {"persistentVolumeReclaimPolicy": policy}}),
-                )?,
-            )
+            .create(&pp, &volume(name, "1Gi", json!({ "spec": spec }))?)
             .await?;
         let claim_name = format!("c-{name}");
         claims
@@ -734,6 +746,194 @@ async fn many_claims_and_volumes_pair_up_one_to_one() -> anyhow::Result<()> {
         assert_eq!(r.name, claim.metadata.name);
         assert_eq!(r.uid, claim.metadata.uid);
     }
+
+    running.stop().await;
+    srv.stop().await;
+    Ok(())
+}
+
+/// `--enable-hostpath-provisioner`: a claim of a `kubernetes.io/host-path` class gets a
+/// directory under /tmp and a volume bound to it; deleting the claim deletes both
+/// (the `Delete` policy), the in-tree finalizer going with the directory.
+#[tokio::test]
+async fn the_hostpath_provisioner_makes_and_deletes_volumes() -> anyhow::Result<()> {
+    let srv = TestApiServer::start().await?;
+    let c = srv.client.clone();
+    let base = format!("ferrokube-pv-hostpath-test-{}", std::process::id());
+    let running = Running::start_with(&srv, HostPathPlugin::new(true).with_base(&base)).await?;
+    let classes: Api<StorageClass> = Api::all(c.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+    let volumes: Api<PersistentVolume> = Api::all(c.clone());
+    let pp = PostParams::default();
+    classes
+        .create(
+            &pp,
+            &serde_json::from_value(
+                json!({"metadata": {"name": "standard"}, "provisioner": "kubernetes.io/host-path"}),
+            )?,
+        )
+        .await?;
+    let created = claims
+        .create(
+            &pp,
+            &claim(
+                "data",
+                "2Gi",
+                json!({"spec": {"storageClassName": "standard"}}),
+            )?,
+        )
+        .await?;
+    let bound = wait_claim(&claims, "data", "Bound").await?;
+    let name = format!("pvc-{}", created.metadata.uid.unwrap_or_default());
+    assert_eq!(
+        bound.spec.as_ref().and_then(|s| s.volume_name.as_deref()),
+        Some(name.as_str())
+    );
+    assert_eq!(
+        annotation(&bound, "volume.kubernetes.io/storage-provisioner"),
+        Some("kubernetes.io/host-path")
+    );
+    wait_event(
+        &c,
+        "data",
+        "ProvisioningSucceeded",
+        &format!("Successfully provisioned volume {name} using kubernetes.io/host-path"),
+    )
+    .await?;
+    let v = wait_volume(&volumes, &name, "Bound").await?;
+    assert_eq!(
+        annotation(&v, "pv.kubernetes.io/provisioned-by"),
+        Some("kubernetes.io/host-path")
+    );
+    assert_eq!(
+        annotation(&v, "kubernetes.io/createdby"),
+        Some("hostpath-dynamic-provisioner")
+    );
+    let finalizers = v.metadata.finalizers.clone().unwrap_or_default();
+    assert!(
+        finalizers.contains(&"kubernetes.io/pv-controller".to_string()),
+        "{finalizers:?}"
+    );
+    let spec = v.spec.clone().unwrap_or_default();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
+    assert_eq!(
+        spec.capacity
+            .and_then(|c| c.get("storage").cloned())
+            .map(|q| q.0),
+        Some("2Gi".to_string())
+    );
+    let path = spec.host_path.map(|h| h.path).unwrap_or_default();
+    assert!(path.starts_with(&format!("/tmp/{base}/")), "{path}");
+    assert!(std::path::Path::new(&path).is_dir(), "{path} was not made");
+    std::fs::write(format!("{path}/data"), b"written by a pod")?;
+
+    // The claim goes: the directory, the in-tree finalizer, then the object (which
+    // only the pv-protection finalizer the admission plugin added keeps here).
+    claims.delete("data", &DeleteParams::default()).await?;
+    let deleting = wait_for(30, "the provisioned volume deleted", || async {
+        let v = volumes.get(&name).await?;
+        Ok(v.metadata.deletion_timestamp.is_some().then_some(v))
+    })
+    .await?;
+    assert_eq!(
+        deleting.metadata.finalizers,
+        Some(vec!["kubernetes.io/pv-protection".to_string()])
+    );
+    assert!(
+        !std::path::Path::new(&path).exists(),
+        "{path} is still there"
+    );
+    unprotect(&volumes, &name).await?;
+    wait_for(30, "the volume gone", || async {
+        Ok(volumes.get_opt(&name).await?.is_none().then_some(()))
+    })
+    .await?;
+
+    // A Retain class: the directory stays with the Released volume, no finalizer.
+    classes
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "kept"},
+                "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Retain"}))?,
+        )
+        .await?;
+    let kept = claims
+        .create(
+            &pp,
+            &claim("kept", "1Gi", json!({"spec": {"storageClassName": "kept"}}))?,
+        )
+        .await?;
+    wait_claim(&claims, "kept", "Bound").await?;
+    let kept_name = format!("pvc-{}", kept.metadata.uid.unwrap_or_default());
+    claims.delete("kept", &DeleteParams::default()).await?;
+    let released = wait_volume(&volumes, &kept_name, "Released").await?;
+    assert_eq!(
+        released.metadata.finalizers,
+        Some(vec!["kubernetes.io/pv-protection".to_string()])
+    );
+    let kept_path = released
+        .spec
+        .and_then(|s| s.host_path)
+        .map(|h| h.path)
+        .unwrap_or_default();
+    assert!(
+        std::path::Path::new(&kept_path).is_dir(),
+        "{kept_path} went"
+    );
+
+    running.stop().await;
+    srv.stop().await;
+    std::fs::remove_dir_all(format!("/tmp/{base}"))?;
+    Ok(())
+}
+
+/// Without `--enable-hostpath-provisioner` the claim names its provisioner and stays
+/// Pending, with upstream's event.
+#[tokio::test]
+async fn the_hostpath_provisioner_is_off_by_default() -> anyhow::Result<()> {
+    let srv = TestApiServer::start().await?;
+    let c = srv.client.clone();
+    let running = Running::start(&srv).await?;
+    let classes: Api<StorageClass> = Api::all(c.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+    let pp = PostParams::default();
+    classes
+        .create(
+            &pp,
+            &serde_json::from_value(
+                json!({"metadata": {"name": "standard"}, "provisioner": "kubernetes.io/host-path"}),
+            )?,
+        )
+        .await?;
+    claims
+        .create(
+            &pp,
+            &claim(
+                "data",
+                "1Gi",
+                json!({"spec": {"storageClassName": "standard"}}),
+            )?,
+        )
+        .await?;
+    wait_event(
+        &c,
+        "data",
+        "ProvisioningFailed",
+        "Failed to create provisioner: provisioning in volume plugin \"kubernetes.io/host-path\" is disabled",
+    )
+    .await?;
+    let pending = claims.get("data").await?;
+    assert_eq!(claim_phase(&pending), "Pending");
+    assert_eq!(
+        annotation(&pending, "volume.kubernetes.io/storage-provisioner"),
+        Some("kubernetes.io/host-path")
+    );
+    let volumes: Api<PersistentVolume> = Api::all(c.clone());
+    assert!(volumes.list(&ListParams::default()).await?.items.is_empty());
 
     running.stop().await;
     srv.stop().await;
