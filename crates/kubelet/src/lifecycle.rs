@@ -1,13 +1,16 @@
 //! Pod lifecycle rules that are pure (upstream `kubelet_pods.go`, `kuberuntime_container.go`,
 //! `active_deadline.go`): `activeDeadlineSeconds`, the grace left for a container after its
 //! preStop hook, and running a container lifecycle hook (postStart/preStop: exec, httpGet,
-//! sleep) with its error message in upstream's words. The hook IO is small and lives here
+//! sleep) with its error message in upstream's words, and the order in which a pod's
+//! sidecars stop (upstream `terminationOrdering`). The hook IO is small and lives here
 //! next to its message rules.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
+use tokio_util::sync::CancellationToken;
 
 use crate::cri::CriClient;
 use crate::probe::http_target;
@@ -42,13 +45,6 @@ pub fn until_active_deadline(pod: &Pod, now: Timestamp) -> Option<Duration> {
 
 /// The smallest grace a container gets (upstream `minimumGracePeriodInSeconds`).
 pub const MIN_GRACE_SECONDS: i64 = 2;
-
-/// The grace left of `grace` seconds once `used` has gone (by a container's preStop
-/// hook, or by the regular containers' stop before the sidecars'), never below the
-/// minimum.
-pub fn grace_left(grace: i64, used: Duration) -> i64 {
-    (grace - used.as_secs() as i64).max(MIN_GRACE_SECONDS)
-}
 
 /// The grace left for a pod being deleted: until its `deletionTimestamp` (the apiserver sets
 /// it to the DELETE's time plus the grace), never more than `deletionGracePeriodSeconds`.
@@ -194,6 +190,76 @@ pub async fn run_hook(
     ))
 }
 
+/// Upstream `terminationOrdering`: when a pod with sidecars stops, every container runs
+/// its preStop hook at once, but a sidecar is stopped only once the regular containers
+/// and every sidecar after it in the spec have stopped (or its grace ran out), so each
+/// sidecar serves the containers started after it to their end.
+#[derive(Debug, Default)]
+pub struct TerminationOrdering {
+    /// Cancelled once the container of that name has stopped (at once when it was not
+    /// running).
+    terminated: HashMap<String, CancellationToken>,
+    /// What each sidecar waits for.
+    prereqs: HashMap<String, Vec<CancellationToken>>,
+}
+
+impl TerminationOrdering {
+    /// The ordering for a pod with sidecars (`None` without: nothing waits), given the
+    /// names of its running containers.
+    pub fn for_pod(spec: &PodSpec, running: &[&str]) -> Option<Self> {
+        let inits = spec.init_containers.as_deref().unwrap_or_default();
+        if !inits.iter().any(crate::container::is_sidecar) {
+            return None;
+        }
+        let mut ordering = TerminationOrdering::default();
+        let mut token = |name: &str| {
+            let t = CancellationToken::new();
+            if !running.contains(&name) {
+                t.cancel();
+            }
+            ordering.terminated.insert(name.to_string(), t.clone());
+            t
+        };
+        let regular: Vec<CancellationToken> =
+            spec.containers.iter().map(|c| token(&c.name)).collect();
+        let mut later_sidecar: Option<CancellationToken> = None;
+        let mut prereqs = HashMap::new();
+        for c in inits.iter().rev() {
+            let stopped = token(&c.name);
+            if crate::container::is_sidecar(c) {
+                let mut waits = regular.clone();
+                waits.extend(later_sidecar.replace(stopped));
+                prereqs.insert(c.name.clone(), waits);
+            }
+        }
+        ordering.prereqs = prereqs;
+        Some(ordering)
+    }
+
+    /// Waits until `name` may stop, for at most `grace` seconds (not at all without a
+    /// grace); returns how long it waited.
+    pub async fn wait_for_turn(&self, name: &str, grace: i64) -> Duration {
+        let started = tokio::time::Instant::now();
+        if grace <= 0 {
+            return Duration::ZERO;
+        }
+        let all = async {
+            for t in self.prereqs.get(name).into_iter().flatten() {
+                t.cancelled().await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(grace as u64), all).await;
+        started.elapsed()
+    }
+
+    /// Marks `name` stopped: the sidecars waiting for it may go.
+    pub fn container_terminated(&self, name: &str) {
+        if let Some(t) = self.terminated.get(name) {
+            t.cancel();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,10 +339,55 @@ mod tests {
         assert_eq!(last_log_message(&long).len(), FALLBACK_LOG_BYTES);
     }
 
+    fn sidecar_pod() -> PodSpec {
+        serde_json::from_value(serde_json::json!({
+            "initContainers": [
+                {"name": "first", "restartPolicy": "Always"},
+                {"name": "setup"},
+                {"name": "second", "restartPolicy": "Always"}],
+            "containers": [{"name": "app"}, {"name": "done"}]}))
+        .unwrap()
+    }
+
     #[test]
-    fn grace_left_after_pre_stop() {
-        assert_eq!(grace_left(30, Duration::from_secs(10)), 20);
-        assert_eq!(grace_left(30, Duration::from_secs(29)), 2);
-        assert_eq!(grace_left(5, Duration::from_secs(60)), 2);
+    fn only_pods_with_sidecars_order_their_stop() {
+        let plain: PodSpec =
+            serde_json::from_value(serde_json::json!({"containers": [{"name": "app"}]})).unwrap();
+        assert!(TerminationOrdering::for_pod(&plain, &["app"]).is_none());
+        assert!(TerminationOrdering::for_pod(&sidecar_pod(), &["app"]).is_some());
+    }
+
+    #[tokio::test]
+    async fn sidecars_stop_after_the_regular_containers_in_reverse_order() {
+        let ordering = std::sync::Arc::new(
+            TerminationOrdering::for_pod(&sidecar_pod(), &["first", "second", "app"]).unwrap(),
+        );
+        // Regular containers do not wait; a container not running has stopped already.
+        assert!(ordering.wait_for_turn("app", 30).await < Duration::from_secs(1));
+        let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut tasks = tokio::task::JoinSet::new();
+        for name in ["first", "second"] {
+            let (ordering, order) = (ordering.clone(), order.clone());
+            tasks.spawn(async move {
+                ordering.wait_for_turn(name, 30).await;
+                order.lock().push(name);
+                ordering.container_terminated(name);
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(order.lock().is_empty(), "the sidecars went before app");
+        ordering.container_terminated("app");
+        while tasks.join_next().await.is_some() {}
+        assert_eq!(*order.lock(), ["second", "first"]);
+    }
+
+    #[tokio::test]
+    async fn a_sidecar_waits_no_longer_than_its_grace() {
+        let ordering =
+            TerminationOrdering::for_pod(&sidecar_pod(), &["first", "second", "app"]).unwrap();
+        let waited = ordering.wait_for_turn("first", 1).await;
+        assert!(waited >= Duration::from_secs(1), "{waited:?}");
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        assert_eq!(ordering.wait_for_turn("first", 0).await, Duration::ZERO);
     }
 }

@@ -25,7 +25,8 @@ use crate::credentials::pull_credentials;
 use crate::cri::{CriClient, CriError};
 use crate::env::{EnvSources, container_env};
 use crate::lifecycle::{
-    Hook, MAX_TERMINATION_MESSAGE, MIN_GRACE_SECONDS, grace_left, last_log_message, run_hook,
+    Hook, MAX_TERMINATION_MESSAGE, MIN_GRACE_SECONDS, TerminationOrdering, last_log_message,
+    run_hook,
 };
 use crate::probe::ProbeResults;
 use crate::probe_manager::container_ref;
@@ -840,7 +841,7 @@ impl RuntimeManager {
         grace: i64,
         pod_ip: Option<&str>,
     ) -> Result<(), CriError> {
-        kill_with_pre_stop(&self.cri, &self.events, pod, c, id, grace, pod_ip).await
+        kill_with_pre_stop(&self.cri, &self.events, pod, c, id, grace, pod_ip, None).await
     }
 
     async fn stop_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
@@ -870,61 +871,55 @@ impl RuntimeManager {
             })
             .collect();
         let pod_ip = rt.ips().first().cloned();
-        // Upstream stops the regular (and ephemeral) containers first, then the sidecars,
-        // so the sidecars serve them to the end.
-        let (sidecars, others): (Vec<_>, Vec<_>) = running
-            .into_iter()
-            .partition(|c| c.kind == ContainerType::Init);
-        let stopping = std::time::Instant::now();
-        for (group, sidecars) in [(others, false), (sidecars, true)] {
-            // The sidecars get what is left of the grace period.
-            let grace = if sidecars {
-                grace_left(grace, stopping.elapsed())
-            } else {
-                grace
-            };
-            let mut tasks = tokio::task::JoinSet::new();
-            for c in group {
-                let note = format!("Stopping container {}", c.name);
-                self.container_event(pod, &c.name, EventType::Normal, "Killing", &note);
-                let cri = self.cri.clone();
-                let id = c.id.clone();
-                let s = spec(pod);
-                let spec_c = match c.kind {
-                    ContainerType::Regular => s.containers.iter().find(|s| s.name == c.name),
-                    ContainerType::Init => s
-                        .init_containers
-                        .iter()
-                        .flatten()
-                        .find(|s| s.name == c.name),
-                    ContainerType::Ephemeral => None,
-                }
-                .cloned();
-                let pod = pod.clone();
-                let pod_ip = pod_ip.clone();
-                let events = self.events.clone();
-                tasks.spawn(async move {
-                    kill_with_pre_stop(
-                        &cri,
-                        &events,
-                        &pod,
-                        spec_c.as_ref(),
-                        &id,
-                        grace,
-                        pod_ip.as_deref(),
-                    )
-                    .await
-                });
+        // Every container runs its preStop hook at once; with sidecars, the regular (and
+        // ephemeral) containers stop first, then the sidecars in reverse order, so each
+        // serves the containers after it to the end (upstream `terminationOrdering`).
+        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+        let ordering = TerminationOrdering::for_pod(spec(pod), &names).map(Arc::new);
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in running {
+            let note = format!("Stopping container {}", c.name);
+            self.container_event(pod, &c.name, EventType::Normal, "Killing", &note);
+            let cri = self.cri.clone();
+            let id = c.id.clone();
+            let name = c.name.clone();
+            let s = spec(pod);
+            let spec_c = match c.kind {
+                ContainerType::Regular => s.containers.iter().find(|s| s.name == c.name),
+                ContainerType::Init => s
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .find(|s| s.name == c.name),
+                ContainerType::Ephemeral => None,
             }
-            let mut first_err = None;
-            while let Some(r) = tasks.join_next().await {
-                if let Ok(Err(e)) = r {
-                    first_err.get_or_insert(e);
-                }
+            .cloned();
+            let pod = pod.clone();
+            let pod_ip = pod_ip.clone();
+            let events = self.events.clone();
+            let ordering = ordering.clone();
+            tasks.spawn(async move {
+                kill_with_pre_stop(
+                    &cri,
+                    &events,
+                    &pod,
+                    spec_c.as_ref(),
+                    &id,
+                    grace,
+                    pod_ip.as_deref(),
+                    ordering.as_deref().map(|o| (o, name.as_str())),
+                )
+                .await
+            });
+        }
+        let mut first_err = None;
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Err(e)) = r {
+                first_err.get_or_insert(e);
             }
-            if let Some(e) = first_err {
-                return Err(e);
-            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
         }
         for s in &rt.sandboxes {
             match self.cri.stop_pod_sandbox(&s.id).await {
@@ -985,7 +980,9 @@ impl RuntimeManager {
 }
 
 /// Runs the container's preStop hook bounded by `grace` (a failure is an event, not a stop),
-/// then stops the container with the grace left (upstream `killContainer`).
+/// waits for the container's turn when the pod's stop is ordered, then stops the container
+/// with the grace left (upstream `killContainer`).
+#[allow(clippy::too_many_arguments)]
 async fn kill_with_pre_stop(
     cri: &CriClient,
     events: &OnceLock<EventRecorder>,
@@ -994,6 +991,7 @@ async fn kill_with_pre_stop(
     id: &str,
     grace: i64,
     pod_ip: Option<&str>,
+    ordering: Option<(&TerminationOrdering, &str)>,
 ) -> Result<(), CriError> {
     let mut grace = grace;
     if let Some((c, handler)) = c.and_then(|c| Hook::PreStop.of(c).map(|h| (c, h))) {
@@ -1012,12 +1010,21 @@ async fn kill_with_pre_stop(
                 );
             }
         }
-        grace = grace_left(grace, started.elapsed());
+        grace -= started.elapsed().as_secs() as i64;
     }
-    match cri.stop_container(id, grace).await {
+    if let Some((ordering, name)) = ordering
+        && grace > 0
+    {
+        grace -= ordering.wait_for_turn(name, grace).await.as_secs() as i64;
+    }
+    let stopped = match cri.stop_container(id, grace.max(MIN_GRACE_SECONDS)).await {
         Err(e) if e.is_not_found() => Ok(()),
         r => r,
+    };
+    if let Some((ordering, name)) = ordering {
+        ordering.container_terminated(name);
     }
+    stopped
 }
 
 /// Adds the container's termination message to an exited container's status message

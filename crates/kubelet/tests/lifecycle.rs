@@ -100,6 +100,7 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
 
     let result = async {
         let n = &node_name;
+        let order_dir = root.path().join("sidecar-order");
         let specs = vec![
             // Liveness fails at once: the container is killed and started again.
             pod("liveness", n, json!({"containers": [{
@@ -145,14 +146,24 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
             ]}))?,
             // A sidecar (an init container that always restarts) between two steps: it
             // starts in order, keeps running beside the app, and counts for readiness.
+            // On delete each container notes when SIGTERM reached it: the app first,
+            // then the sidecars in reverse order (side2 takes its time; side would
+            // come first if both had SIGTERM at once).
             pod("sidecar", n, json!({
+                "volumes": [{"name": "order", "hostPath": {"path": order_dir.display().to_string(), "type": "DirectoryOrCreate"}}],
                 "initContainers": [
                     sh("first", "echo first"),
                     {"name": "side", "image": BUSYBOX, "restartPolicy": "Always",
-                     "command": ["sh", "-c", "touch /tmp/up; sleep 3600"],
+                     "command": ["sh", "-c", "trap 'echo side >> /order/log; exit 0' TERM; touch /tmp/up; while true; do sleep 0.2; done"],
+                     "volumeMounts": [{"name": "order", "mountPath": "/order"}],
                      "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/up"]}, "periodSeconds": 1}},
+                    {"name": "side2", "image": BUSYBOX, "restartPolicy": "Always",
+                     "command": ["sh", "-c", "trap 'sleep 0.5; echo side2 >> /order/log; exit 0' TERM; while true; do sleep 0.2; done"],
+                     "volumeMounts": [{"name": "order", "mountPath": "/order"}]},
                 ],
-                "containers": [{"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"]}],
+                "containers": [{"name": "app", "image": BUSYBOX,
+                    "command": ["sh", "-c", "trap 'sleep 1; echo app >> /order/log; exit 0' TERM; while true; do sleep 0.2; done"],
+                    "volumeMounts": [{"name": "order", "mountPath": "/order"}]}],
             }))?,
             // A finished app ends the pod although its sidecar would run on.
             pod("sidecar-job", n, json!({
@@ -392,6 +403,16 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
             }
         })
         .await?;
+
+        // Deleting a pod with sidecars stops the app, then the sidecars in reverse order
+        // (late in the test: the checks above watch pods in time windows).
+        pods.delete("sidecar", &DeleteParams::default()).await?;
+        wait_for("sidecar pod gone", Duration::from_secs(40), || async {
+            Ok(pods.get_opt("sidecar").await?.is_none().then_some(()))
+        })
+        .await?;
+        let order = std::fs::read_to_string(order_dir.join("log"))?;
+        ensure!(order == "app\nside2\nside\n", "stop order: {order:?}");
 
         // Deleting the pod runs the preStop hook and removes its volumes (tmpfs unmounted).
         pods.delete("volumes", &DeleteParams::default()).await?;
