@@ -201,6 +201,43 @@ impl Validate for apps::ReplicaSet {
     }
 }
 
+/// The template as the StatefulSet controller makes its pods: each claim template is a
+/// persistentVolumeClaim volume of that name (in place of a template volume of the same
+/// name). Upstream leaves the template's pod spec unvalidated for want of this union
+/// (its TODO in `ValidatePodTemplateSpecForStatefulSet`); checking the pods the
+/// controller would make keeps the template's mounts of claim templates valid.
+fn template_with_claim_volumes(spec: &apps::StatefulSetSpec) -> core::PodTemplateSpec {
+    let mut template = spec.template.clone();
+    let claims = spec.volume_claim_templates.as_deref().unwrap_or_default();
+    if claims.is_empty() {
+        return template;
+    }
+    let volumes = template
+        .spec
+        .get_or_insert_default()
+        .volumes
+        .get_or_insert_default();
+    for claim in claims {
+        let name = s(&claim.metadata.name);
+        if name.is_empty() {
+            continue;
+        }
+        let volume = core::Volume {
+            name: name.to_string(),
+            persistent_volume_claim: Some(core::PersistentVolumeClaimVolumeSource {
+                claim_name: name.to_string(),
+                read_only: None,
+            }),
+            ..Default::default()
+        };
+        match volumes.iter_mut().find(|v| v.name == name) {
+            Some(existing) => *existing = volume,
+            None => volumes.push(volume),
+        }
+    }
+    template
+}
+
 impl Validate for apps::StatefulSet {
     fn validate_create(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
@@ -293,7 +330,7 @@ impl Validate for apps::StatefulSet {
         }
         validate_selector(&spec.selector, &sp.child("selector"), &mut errs);
         validate_workload_template(
-            &spec.template,
+            &template_with_claim_volumes(spec),
             &spec.selector,
             &sp.child("template"),
             "StatefulSet",

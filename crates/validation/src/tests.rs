@@ -522,6 +522,32 @@ fn replicaset_statefulset_daemonset() {
             ),
             vec!["spec.volumeClaimTemplates[0].spec.resources[storage]: Required value"],
         ),
+        (
+            "a container mounts a claim template",
+            workload(json!({"selector": sel,
+                "template": {"metadata": {"labels": {"app": "a"}}, "spec": {
+                    "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [{"name": "c", "image": "nginx", "imagePullPolicy": "Always",
+                        "terminationMessagePolicy": "File",
+                        "volumeMounts": [{"name": "www", "mountPath": "/www"}]}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "www"}, "spec": {
+                    "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]})),
+            vec![],
+        ),
+        (
+            "a mount of neither a volume nor a claim template",
+            workload(json!({"selector": sel,
+                "template": {"metadata": {"labels": {"app": "a"}}, "spec": {
+                    "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [{"name": "c", "image": "nginx", "imagePullPolicy": "Always",
+                        "terminationMessagePolicy": "File",
+                        "volumeMounts": [{"name": "other", "mountPath": "/www"}]}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "www"}, "spec": {
+                    "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]})),
+            vec!["spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"other\""],
+        ),
     ]);
     check_update::<apps::StatefulSet>(vec![
         (
