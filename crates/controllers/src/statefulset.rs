@@ -32,8 +32,8 @@
 //! `persistentVolumeClaimRetentionPolicy`: `Retain` (the default) leaves claims alone.
 //! `whenDeleted: Delete` gives a claim an ownerReference to the set when the controller
 //! creates it; `whenScaled: Delete` gives the claims of a pod removed by a scale-down an
-//! ownerReference to that pod just before it is deleted; the garbage collector then
-//! deletes them. A pod is not created on a claim that is being deleted or still owned
+//! ownerReference to that pod (instead of the set) just before it is deleted; the
+//! garbage collector then deletes them. A pod is not created on a claim that is being deleted or still owned
 //! by an earlier pod (upstream `PodClaimIsStale`); claims are not watched, so that case
 //! is polled. Deviation: unlike upstream (`ClaimsMatchRetentionPolicy`), claims that
 //! already exist are not re-owned when the policy changes later, and scaling back up
@@ -731,7 +731,8 @@ impl StatefulSetController {
     }
 
     /// With `whenScaled: Delete`, the claims of a pod removed by a scale-down get the
-    /// pod as owner, so the garbage collector deletes them after it.
+    /// pod as owner in place of the set (upstream `updateClaimOwnerRefForSetAndPod`), so
+    /// the garbage collector deletes them after the pod, whatever `whenDeleted` says.
     async fn release_claims_on_scale_down(&self, set: &StatefulSet, pod: &Pod) -> Result<()> {
         let when_scaled = set
             .spec
@@ -753,13 +754,17 @@ impl StatefulSetController {
                 .metadata
                 .owner_references
                 .get_or_insert_with(Vec::new);
-            if refs
+            let before = refs.len();
+            refs.retain(|r| Some(&r.uid) != set.metadata.uid.as_ref());
+            let owned_by_pod = refs
                 .iter()
-                .any(|r| Some(&r.uid) == pod.metadata.uid.as_ref())
-            {
+                .any(|r| Some(&r.uid) == pod.metadata.uid.as_ref());
+            if owned_by_pod && refs.len() == before {
                 continue;
             }
-            refs.push(plain_ref("v1", "Pod", &pod.metadata));
+            if !owned_by_pod {
+                refs.push(plain_ref("v1", "Pod", &pod.metadata));
+            }
             match api.replace(&cname, &PostParams::default(), &existing).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {}

@@ -380,7 +380,7 @@ async fn parallel_sets_partitions_orphans_and_claim_retention() -> anyhow::Resul
     }
     let extra = json!({
         "podManagementPolicy": "Parallel",
-        "persistentVolumeClaimRetentionPolicy": {"whenScaled": "Delete", "whenDeleted": "Retain"}
+        "persistentVolumeClaimRetentionPolicy": {"whenScaled": "Delete", "whenDeleted": "Delete"}
     });
     sets.create(&PostParams::default(), &set("par", 3, extra)?)
         .await?;
@@ -458,8 +458,9 @@ async fn parallel_sets_partitions_orphans_and_claim_retention() -> anyhow::Resul
     .await?;
     wait_ready(&pods, &["par-0", "par-1", "par-2", "par-3"]).await?;
 
-    // whenScaled: Delete: the claims of removed pods are handed to those pods (for the
-    // garbage collector); the remaining pod's claim is left alone.
+    // whenScaled: Delete: the claims of removed pods are handed from the set to those
+    // pods (for the garbage collector); the remaining pod's claim stays the set's
+    // (whenDeleted: Delete).
     sets.patch(
         "par",
         &PatchParams::default(),
@@ -474,18 +475,26 @@ async fn parallel_sets_partitions_orphans_and_claim_retention() -> anyhow::Resul
     for i in 1..3 {
         let pvc = claims.get(&format!("data-par-{i}")).await?;
         let refs = pvc.metadata.owner_references.unwrap_or_default();
-        let to_pod = refs
+        let owners: Vec<(&str, &str)> = refs
             .iter()
-            .any(|r| r.kind == "Pod" && r.name == format!("par-{i}"));
-        assert!(to_pod, "data-par-{i} owned by its pod: {refs:?}");
+            .map(|r| (r.kind.as_str(), r.name.as_str()))
+            .collect();
+        let pod = format!("par-{i}");
+        assert_eq!(
+            owners,
+            [("Pod", pod.as_str())],
+            "data-par-{i} owned by its pod only"
+        );
     }
     let kept = claims.get("data-par-0").await?;
-    assert!(
-        kept.metadata
-            .owner_references
-            .unwrap_or_default()
-            .is_empty()
-    );
+    let owners: Vec<String> = kept
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| format!("{}/{}", r.kind, r.name))
+        .collect();
+    assert_eq!(owners, ["StatefulSet/par"]);
 
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;
