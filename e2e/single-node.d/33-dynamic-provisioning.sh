@@ -3,8 +3,9 @@
 # class gets the default StorageClass `standard` (DefaultStorageClass admission), the
 # controller manager's hostPath provisioner (--enable-hostpath-provisioner) makes a
 # volume bound to it, a pod writes to it, and deleting the claim deletes the volume and
-# its directory (the class's Delete policy). Sourced by e2e/single-node.sh; uses its
-# step/ok/fail/k helpers.
+# its directory (the class's Delete policy). A StatefulSet's volumeClaimTemplates get
+# their claims the same way, deleted on scale-down with whenScaled: Delete. Sourced by
+# e2e/single-node.sh; uses its step/ok/fail/k helpers and KUBECTL.
 
 dyn_cleanup() {
   k delete pod e2e-dyn-writer --ignore-not-found --wait=true >/dev/null 2>&1 || true
@@ -87,3 +88,52 @@ done
 [ $gone -eq 1 ] || fail "PV $pv is still there 30 s after its claim went: $(k get pv "$pv" 2>&1)"
 [ ! -e "$dir" ] || fail "$dir is still there after its volume was deleted"
 ok "PV $pv and $dir deleted"
+
+step "dynamic provisioning: a StatefulSet's volumeClaimTemplates; whenScaled Delete on scale-down"
+k delete statefulset e2e-sts --ignore-not-found --wait=true >/dev/null 2>&1 || true
+out=$(k apply -f - 2>&1 <<'EOF_YAML'
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: e2e-sts}
+spec:
+  serviceName: e2e-sts
+  replicas: 1
+  selector: {matchLabels: {app: e2e-sts}}
+  persistentVolumeClaimRetentionPolicy: {whenDeleted: Delete, whenScaled: Delete}
+  template:
+    metadata: {labels: {app: e2e-sts}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: [sh, -c, "echo kept > /data/hello; sleep 3600"]
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 10Mi}}
+EOF_YAML
+) || fail "kubectl apply: $out"
+timeout 90 "$KUBECTL" rollout status statefulset/e2e-sts --timeout=80s >/dev/null 2>&1 ||
+  { k describe pod e2e-sts-0 2>&1 | tail -n 20 || true; fail "statefulset e2e-sts not rolled out in 80 s"; }
+claim=$(k get pvc data-e2e-sts-0 -o 'jsonpath={.status.phase}/{.spec.storageClassName}/{.spec.volumeName}') ||
+  fail "get pvc data-e2e-sts-0"
+pv=${claim##*/}
+[[ $claim == Bound/standard/pvc-* ]] || fail "claim data-e2e-sts-0 is '$claim' (expected Bound/standard/pvc-...)"
+got=$(k exec e2e-sts-0 -- cat /data/hello 2>&1) || fail "kubectl exec: $got"
+[ "$got" = kept ] || fail "/data/hello in e2e-sts-0 holds '$got'"
+k scale statefulset e2e-sts --replicas=0 >/dev/null || fail "kubectl scale"
+gone=0
+for ((i = 0; i < 90; i++)); do
+  if ! out=$(k get pv "$pv" -o name 2>&1); then
+    grep -q NotFound <<<"$out" && ! k get pvc data-e2e-sts-0 -o name >/dev/null 2>&1 && { gone=1; break; }
+  fi
+  sleep 0.5
+done
+[ $gone -eq 1 ] ||
+  fail "claim data-e2e-sts-0 or $pv still there 45 s after the scale-down: $(k get pvc,pv 2>&1)"
+k delete statefulset e2e-sts --wait=true >/dev/null 2>&1 || fail "delete statefulset"
+ok "data-e2e-sts-0 Bound to $pv and mounted; claim and volume deleted on scale-down"
