@@ -212,7 +212,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("", "v1", "Pod", "pods", "pod", &["po"], ALL, true, ALL_VERBS,
         &[sub("attach", "PodAttachOptions", CONNECT), sub("binding", "Binding", CREATE_ONLY), sub("ephemeralcontainers", "Pod", GET_PATCH_UPDATE), sub_gv("eviction", "Eviction", "policy", "v1", CREATE_ONLY),
           sub("exec", "PodExecOptions", CONNECT), sub("log", "Pod", GET_ONLY), sub("portforward", "PodPortForwardOptions", CONNECT),
-          sub("proxy", "PodProxyOptions", PROXY), status!("Pod")],
+          sub("proxy", "PodProxyOptions", PROXY), sub("resize", "Pod", GET_PATCH_UPDATE), status!("Pod")],
         "/registry/pods"),
     res("", "v1", "PodTemplate", "podtemplates", "podtemplate", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/podtemplates"),
     res("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", &["rc"], ALL, true, ALL_VERBS,

@@ -873,7 +873,11 @@ async fn resource_request(
                 body.boxed_unsync(),
             ))
         }
-        (Method::GET, Some(name), None | Some("status" | "approval" | "ephemeralcontainers")) => {
+        (
+            Method::GET,
+            Some(name),
+            None | Some("status" | "approval" | "ephemeralcontainers" | "resize"),
+        ) => {
             let obj = store.get(ns, name).await?;
             Ok(encoded(target, printed, StatusCode::OK, &obj))
         }
@@ -974,6 +978,11 @@ async fn resource_request(
                             Part::EphemeralContainers,
                             &opts,
                         )
+                        .await?
+                }
+                Some("resize") => {
+                    store
+                        .update(ns, name, UpdateInput::Replace(obj), Part::Resize, &opts)
                         .await?
                 }
                 Some("approval") => {
@@ -1089,6 +1098,7 @@ async fn resource_request(
                 Some("status") => Part::Status,
                 Some("approval") => Part::Approval,
                 Some("ephemeralcontainers") => Part::EphemeralContainers,
+                Some("resize") => Part::Resize,
                 Some("scale") => {
                     let current = store.get(ns, name).await?;
                     let paths = ScalePaths::of(state, info);

@@ -15,7 +15,7 @@ use ferrokube_api::defaults::ApplyDefaults;
 use ferrokube_api::resources::ResourceInfo;
 use ferrokube_apimachinery::validation::{
     ValidateNameFn, name_is_dns_label, name_is_dns_subdomain, name_is_dns1035_label,
-    validate_path_segment_name,
+    validate_object_meta_update, validate_path_segment_name,
 };
 use ferrokube_validation::Validate;
 use k8s_openapi::api;
@@ -434,6 +434,71 @@ fn pod_prepare_create(pod: &mut Value, now: &str) {
             );
         }
     }
+}
+
+/// Upstream `dropNonResizeUpdates` (`pods/<name>/resize`): the stored pod with each
+/// container's and init container's `resources` and `resizePolicy` taken from `new`,
+/// matched by name (a reordered list is left to validation).
+pub(crate) fn pod_resize(new: &Value, old: &Value) -> Value {
+    let mut fin = old.clone();
+    for list in ["containers", "initContainers"] {
+        let Some(containers) = fin["spec"][list].as_array_mut() else {
+            continue;
+        };
+        for c in containers {
+            let name = c["name"].clone();
+            let Some(from) = new["spec"][list]
+                .as_array()
+                .and_then(|n| n.iter().find(|n| n["name"] == name))
+            else {
+                continue;
+            };
+            for field in ["resources", "resizePolicy"] {
+                match from.get(field) {
+                    Some(v) => c[field] = v.clone(),
+                    None => {
+                        if let Some(o) = c.as_object_mut() {
+                            o.remove(field);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    fin
+}
+
+/// Upstream's resize strategy `ValidateUpdate`: metadata, then
+/// [`ferrokube_validation::validate_pod_resize`], and the QoS class kept.
+pub(crate) fn validate_pod_resize(
+    new: &Value,
+    old: &Value,
+) -> Vec<ferrokube_validation::FieldError> {
+    use ferrokube_validation::{FieldError, FieldPath};
+    let typed = |v: &Value| serde_json::from_value::<api::core::v1::Pod>(v.clone());
+    let (Ok(n), Ok(o)) = (typed(new), typed(old)) else {
+        return vec![FieldError::invalid(
+            &FieldPath::new("spec"),
+            Value::Null,
+            "the pod does not decode as a Pod",
+        )];
+    };
+    let mut errs =
+        validate_object_meta_update(&n.metadata, &o.metadata, &FieldPath::new("metadata"));
+    errs.extend(ferrokube_validation::validate_pod_resize(&n, &o));
+    let old_qos = old["status"]["qosClass"]
+        .as_str()
+        .filter(|q| !q.is_empty())
+        .unwrap_or_else(|| pod_qos_class(old));
+    let new_qos = pod_qos_class(new);
+    if old_qos != new_qos {
+        errs.push(FieldError::invalid(
+            &FieldPath::new("spec"),
+            json!(new["status"]["qosClass"].as_str().unwrap_or_default()),
+            "Pod QOS Class may not change as a result of resizing",
+        ));
+    }
+    errs
 }
 
 /// A quantity's value (enough to compare and to tell zero from positive).

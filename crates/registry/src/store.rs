@@ -154,6 +154,9 @@ pub enum Part {
     Approval,
     /// `pods/<name>/ephemeralcontainers`: only `spec.ephemeralContainers`.
     EphemeralContainers,
+    /// `pods/<name>/resize`: only the containers' (and init containers') `resources`
+    /// and `resizePolicy` (upstream `podResizeStrategy`).
+    Resize,
 }
 
 /// A written object and the warnings for the response.
@@ -1170,6 +1173,14 @@ impl Store {
                 meta::set_member(&mut fin, "spec", "ephemeralContainers", ephemeral);
                 fin
             }
+            Part::Resize => {
+                let mut fin = crate::kinds::pod_resize(&new, &old);
+                if fin["spec"] != old["spec"] {
+                    let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
+                    meta::set_meta(&mut fin, "generation", json!(g + 1));
+                }
+                fin
+            }
             Part::Finalize => {
                 let mut fin = old.clone();
                 let fins = new["spec"]["finalizers"].clone();
@@ -1191,7 +1202,10 @@ impl Store {
             "resourceVersion",
             json!(current.mod_revision.to_string()),
         );
-        let errs = self.strategy.validate_update(&fin, &old);
+        let errs = match part {
+            Part::Resize => crate::kinds::validate_pod_resize(&fin, &old),
+            _ => self.strategy.validate_update(&fin, &old),
+        };
         if !errs.is_empty() {
             return Err(ApiError::invalid(
                 self.info.group,
@@ -1223,6 +1237,7 @@ impl Store {
             Part::Finalize => ("finalize", Scope::Object),
             Part::Approval => ("approval", Scope::Object),
             Part::EphemeralContainers => ("ephemeralcontainers", Scope::Object),
+            Part::Resize => ("resize", Scope::Object),
         };
         Writer {
             manager: opts.field_manager.as_deref().unwrap_or(""),

@@ -790,3 +790,123 @@ async fn ephemeral_containers_only_through_their_subresource() {
     );
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn pod_resources_change_only_through_resize() {
+    let srv = TestApiServer::start().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(srv.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {
+            "initContainers": [{"name": "init", "image": "busybox",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                              "limits": {"cpu": "100m", "memory": "64Mi"}}}],
+            "containers": [{"name": "app", "image": "nginx",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                              "limits": {"cpu": "200m", "memory": "128Mi"}}}]}
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = |e: kube::Error| match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("not an API error: {other:?}"),
+    };
+    let resize = |patch: serde_json::Value| {
+        let pods = pods.clone();
+        async move {
+            pods.patch_subresource(
+                "resize",
+                "p",
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        }
+    };
+
+    // The main resource refuses a change of resources.
+    let more_cpu = json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"cpu": "150m"}, "limits": {"cpu": "300m"}}}]}});
+    let e = status(
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(more_cpu.clone()),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 422, "{}", e.message);
+
+    // The subresource takes it (kubectl patch --subresource resize), and bumps the
+    // generation; the rest of the spec stays.
+    let p = resize(more_cpu).await.unwrap();
+    let spec = p.spec.clone().unwrap();
+    let res = spec.containers[0].resources.clone().unwrap();
+    assert_eq!(res.requests.unwrap()["cpu"].0, "150m");
+    assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "300m");
+    assert_eq!(res.limits.unwrap()["memory"].0, "128Mi");
+    assert_eq!(spec.containers[0].image.as_deref(), Some("nginx"));
+    assert_eq!(
+        p.metadata.generation,
+        created.metadata.generation.map(|g| g + 1)
+    );
+    let got: Pod = pods.get_subresource("resize", "p").await.unwrap();
+    assert_eq!(got.metadata.resource_version, p.metadata.resource_version);
+
+    // Only cpu and memory, no removal, no lower memory limit without a restart, the
+    // same QoS class, and no init container but sidecars.
+    let cases = [
+        (
+            json!({"spec": {"containers": [{"name": "app",
+                "resources": {"limits": {"ephemeral-storage": "1Gi"}}}]}}),
+            "spec: Forbidden: only cpu and memory resources are mutable",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "app",
+                "resources": {"limits": {"memory": "100Mi"}}}]}}),
+            "spec.containers[0].resources.limits[memory]: Forbidden: memory limits cannot be decreased unless resizePolicy is RestartContainer",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "app",
+                "resources": {"limits": {"cpu": null, "memory": null}}}]}}),
+            "spec.containers[0].resources.limits: Forbidden: resource limits cannot be removed",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "app", "resources": {
+                "requests": {"cpu": "300m", "memory": "128Mi"}}}]}}),
+            "Pod QOS Class may not change as a result of resizing",
+        ),
+        (
+            json!({"spec": {"initContainers": [{"name": "init",
+                "resources": {"requests": {"cpu": "200m"}, "limits": {"cpu": "200m"}}}]}}),
+            "spec: Forbidden: resources for non-sidecar init containers are immutable",
+        ),
+    ];
+    for (patch, want) in cases {
+        let e = status(resize(patch.clone()).await.unwrap_err());
+        assert_eq!(e.code, 422, "{patch}: {}", e.message);
+        assert!(e.message.contains(want), "{patch}: {}", e.message);
+    }
+    // Other changes are dropped, as upstream's dropNonResizeUpdates does.
+    let p = resize(json!({"spec": {"containers": [{"name": "app", "image": "nginx:1.22"}]}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.spec.unwrap().containers[0].image.as_deref(),
+        Some("nginx")
+    );
+    // resizePolicy is set when the pod is made: a resize may not change it.
+    let p = resize(json!({"spec": {"containers": [{"name": "app",
+        "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}],
+        "resources": {"limits": {"memory": "100Mi"}}}]}}))
+    .await;
+    let e = status(p.unwrap_err());
+    assert!(
+        e.message
+            .contains("only cpu and memory resources are mutable"),
+        "{}",
+        e.message
+    );
+    srv.stop().await;
+}

@@ -2212,3 +2212,209 @@ impl Validate for core::PersistentVolumeClaim {
         errs
     }
 }
+
+/// Upstream `ValidatePodResize` (`pods/<name>/resize`), but for the QoS class rule (the
+/// registry checks it, where the class is computed): `new` differs from `old` only in
+/// the containers' `resources` and `resizePolicy`.
+pub fn validate_pod_resize(new: &core::Pod, old: &core::Pod) -> Vec<FieldError> {
+    let mut errs = new.validate_create();
+    let default = core::PodSpec::default();
+    let new_spec = new.spec.as_ref().unwrap_or(&default);
+    let old_spec = old.spec.as_ref().unwrap_or(&default);
+    let root = FieldPath::new("[]");
+    let pod_level = |s: &core::PodSpec| {
+        s.resources.as_ref().is_some_and(|r| {
+            r.requests.as_ref().map_or(0, BTreeMap::len)
+                + r.limits.as_ref().map_or(0, BTreeMap::len)
+                > 0
+        })
+    };
+    if pod_level(old_spec) || pod_level(new_spec) {
+        return vec![FieldError::forbidden(
+            &root,
+            "pods with pod-level resources cannot be resized",
+        )];
+    }
+    let mirror = old
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    if mirror {
+        return vec![FieldError::forbidden(
+            &root,
+            "static pods cannot be resized",
+        )];
+    }
+    if old_spec.os.as_ref().is_some_and(|o| o.name == "windows") {
+        return vec![FieldError::forbidden(
+            &root,
+            "windows pods cannot be resized",
+        )];
+    }
+    let sp = p("spec");
+    if !resize_supported_by_node(old) {
+        errs.push(FieldError::forbidden(
+            &sp,
+            "Pod running on node without support for resize",
+        ));
+    }
+    let old_inits = old_spec.init_containers.as_deref().unwrap_or_default();
+    let new_inits = new_spec.init_containers.as_deref().unwrap_or_default();
+    for (i, o) in old_inits.iter().enumerate() {
+        if o.restart_policy.as_deref() == Some("Always")
+            && let Some(n) = new_inits.get(i)
+        {
+            let path = sp.child("initContainers").index(i).child("resources");
+            validate_container_resize(n, o, &path, &mut errs);
+        }
+    }
+    for (i, o) in old_spec.containers.iter().enumerate() {
+        if let Some(n) = new_spec.containers.get(i) {
+            let path = sp.child("containers").index(i).child("resources");
+            validate_container_resize(n, o, &path, &mut errs);
+        }
+    }
+    // Only cpu and memory may change: with theirs put back, the spec must be the old one.
+    let mut munged = new_spec.clone();
+    for (i, c) in munged.containers.iter_mut().enumerate() {
+        if let Some(o) = old_spec.containers.get(i) {
+            restore_cpu_memory(c, o);
+            if c != o {
+                errs.push(FieldError::forbidden(
+                    &sp,
+                    "only cpu and memory resources are mutable",
+                ));
+            }
+        }
+    }
+    for (i, c) in munged.init_containers.iter_mut().flatten().enumerate() {
+        let Some(o) = old_inits.get(i) else { continue };
+        if o.restart_policy.as_deref() == Some("Always") {
+            restore_cpu_memory(c, o);
+            if c != o {
+                errs.push(FieldError::forbidden(
+                    &sp,
+                    "only cpu and memory resources for sidecar containers are mutable",
+                ));
+            }
+        } else if c != o {
+            errs.push(FieldError::forbidden(
+                &sp,
+                "resources for non-sidecar init containers are immutable",
+            ));
+        }
+    }
+    if errs.is_empty() && munged != *old_spec {
+        errs.push(FieldError::forbidden(
+            &sp,
+            "only cpu and memory resources are mutable",
+        ));
+    }
+    errs
+}
+
+/// Upstream `isPodResizeRequestSupported`: a node that resizes reports the resources of
+/// its running containers (`status.containerStatuses[*].resources`).
+fn resize_supported_by_node(pod: &core::Pod) -> bool {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    match statuses
+        .into_iter()
+        .flatten()
+        .find(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    {
+        Some(running) => running.resources.is_some(),
+        None => true,
+    }
+}
+
+/// Upstream `validateContainerResize`: requests and limits are not removed, and without
+/// a restart a memory limit is neither lowered nor added.
+fn validate_container_resize(
+    new: &core::Container,
+    old: &core::Container,
+    path: &FieldPath,
+    errs: &mut Errs,
+) {
+    let empty = core::ResourceRequirements::default();
+    let (n, o) = (
+        new.resources.as_ref().unwrap_or(&empty),
+        old.resources.as_ref().unwrap_or(&empty),
+    );
+    let removed = |new: &Option<BTreeMap<String, Quantity>>,
+                   old: &Option<BTreeMap<String, Quantity>>| {
+        let new = new.as_ref();
+        old.iter()
+            .flatten()
+            .any(|(k, _)| !new.is_some_and(|n| n.contains_key(k)))
+    };
+    if removed(&n.requests, &o.requests) {
+        errs.push(FieldError::forbidden(
+            &path.child("requests"),
+            "resource requests cannot be removed",
+        ));
+    }
+    if removed(&n.limits, &o.limits) {
+        errs.push(FieldError::forbidden(
+            &path.child("limits"),
+            "resource limits cannot be removed",
+        ));
+    }
+    let memory_policy = new
+        .resize_policy
+        .iter()
+        .flatten()
+        .find(|p| p.resource_name == "memory")
+        .map(|p| p.restart_policy.as_str())
+        .unwrap_or("");
+    if memory_policy == "NotRequired" || memory_policy.is_empty() {
+        let limit = |r: &core::ResourceRequirements| {
+            r.limits
+                .as_ref()
+                .and_then(|l| l.get("memory"))
+                .map(|q| ferrokube_apimachinery::quantity::milli(&q.0))
+        };
+        let mp = path.child("limits").key("memory");
+        match (limit(n), limit(o)) {
+            (Some(new), Some(old)) if new < old => errs.push(FieldError::forbidden(
+                &mp,
+                "memory limits cannot be decreased unless resizePolicy is RestartContainer",
+            )),
+            (Some(_), None) => errs.push(FieldError::forbidden(
+                &mp,
+                "memory limits cannot be added unless resizePolicy is RestartContainer",
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Upstream `dropCPUMemoryResourcesFromContainer`: `c`'s cpu and memory requests and
+/// limits as `old` has them, its other resources left as they are.
+fn restore_cpu_memory(c: &mut core::Container, old: &core::Container) {
+    let empty = core::ResourceRequirements::default();
+    let o = old.resources.as_ref().unwrap_or(&empty);
+    let restore = |list: &Option<BTreeMap<String, Quantity>>,
+                   old: &Option<BTreeMap<String, Quantity>>| {
+        let old = old.as_ref()?;
+        let mut m = list.clone().unwrap_or_default();
+        for k in ["cpu", "memory"] {
+            m.remove(k);
+            if let Some(q) = old.get(k) {
+                m.insert(k.to_string(), q.clone());
+            }
+        }
+        Some(m)
+    };
+    let r = c.resources.clone().unwrap_or_default();
+    let limits = restore(&r.limits, &o.limits);
+    let requests = restore(&r.requests, &o.requests);
+    c.resources = old.resources.as_ref().map(|o| core::ResourceRequirements {
+        limits,
+        requests,
+        ..o.clone()
+    });
+}

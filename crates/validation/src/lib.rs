@@ -27,6 +27,7 @@ mod node;
 mod other;
 mod util;
 
+pub use core::validate_pod_resize;
 pub use cron::parse_cron_schedule;
 
 /// Upstream `ValidateTolerations` on a list outside a pod (e.g. an admission plugin's
