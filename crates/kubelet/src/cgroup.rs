@@ -112,6 +112,26 @@ impl CgroupManager {
         Ok(())
     }
 
+    /// The cpu shares, CFS quota and memory limit `cgroup` has (`None`: it does not
+    /// exist, or a file is unreadable).
+    pub fn values(&self, cgroup: &str) -> Option<crate::resize::CgroupValues> {
+        let number = |controller: &str, file: &str| -> Option<i64> {
+            self.read(controller, cgroup, file)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let quota = number("cpu", "cpu.cfs_quota_us")?;
+        let memory = number("memory", "memory.limit_in_bytes")?;
+        Some(crate::resize::CgroupValues {
+            cpu_shares: number("cpu", "cpu.shares")?,
+            cpu_quota: (quota > 0).then_some(quota),
+            // cgroup v1 reads an unlimited memory limit as the largest page multiple.
+            memory_limit: (memory > 0 && memory < 1 << 62).then_some(memory),
+        })
+    }
+
     /// Reads a control file of `cgroup` in the hierarchy of `controller`.
     pub fn read(&self, controller: &str, cgroup: &str, file: &str) -> io::Result<String> {
         let h = self.hierarchy(controller).ok_or_else(|| {

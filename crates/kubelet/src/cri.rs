@@ -291,6 +291,23 @@ impl CriClient {
         .map(drop)
     }
 
+    /// Changes a running container's cgroup resources (in-place pod resize).
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<()> {
+        rpc!(
+            self.runtime
+                .update_container_resources(cri::UpdateContainerResourcesRequest {
+                    container_id: id.to_owned(),
+                    linux: Some(linux),
+                    ..Default::default()
+                })
+        )
+        .map(drop)
+    }
+
     /// Asks the runtime to reopen the container's log file (after log rotation renamed it).
     pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
         rpc!(

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount, Taint,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -1420,6 +1421,8 @@ impl Kubelet {
                 Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
             }
         }
+        self.runtime
+            .allocate(pod, |wanted| self.decide_resize(wanted));
         let sources = self.env_sources(pod).await;
         let retry_soon = match self.runtime.sync_pod(pod, &sources).await {
             Ok(result) => !result.failed.is_empty(),
@@ -1444,6 +1447,41 @@ impl Kubelet {
             Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
         }
         retry_soon
+    }
+
+    /// Upstream `canResizePod`: whether `wanted` (a pod with the resources its spec now
+    /// asks for) fits the node's allocatable cpu and memory next to the other active
+    /// pods' allocations.
+    fn decide_resize(&self, wanted: &Pod) -> crate::resize::Decision {
+        use crate::resize::{decide, pod_requests};
+        let machine = crate::machine::read_machine_info(&self.config.root_dir).unwrap_or_default();
+        let resources = node_resources(
+            &machine,
+            self.config.max_pods,
+            &self.config.kube_reserved,
+            &self.config.system_reserved,
+            &self.config.eviction_hard,
+        );
+        let allocatable = |name: &str, f: fn(&Quantity) -> Option<i64>| {
+            resources.allocatable.get(name).and_then(f).unwrap_or(0)
+        };
+        let used = self
+            .pods()
+            .iter()
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                uid(p) != uid(wanted) && !matches!(phase, Some("Succeeded" | "Failed"))
+            })
+            .map(|p| pod_requests(&self.runtime.allocated_pod(p)))
+            .fold((0, 0), |(c, m), (pc, pm)| (c + pc, m + pm));
+        decide(
+            wanted,
+            used,
+            (
+                allocatable("cpu", crate::quantity::milli_value),
+                allocatable("memory", crate::quantity::value),
+            ),
+        )
     }
 
     /// Writes the pod's status, to its mirror pod for a static pod (skipped until the

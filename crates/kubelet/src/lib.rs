@@ -14,7 +14,9 @@
 //!   and `$(VAR)` expansion), [`status`] (container statuses, phase, conditions),
 //!   [`backoff`] (CrashLoopBackOff), [`actions`] (what a sync must do), [`quantity`],
 //!   [`probe`] (probe timing, the probe worker's decisions, started/ready, targets),
-//!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs),
+//!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs;
+//!   the sidecars' stop order), [`resize`] (in-place pod resize: allocations, whether a
+//!   resize fits, which cgroup values change),
 //!   [`volume`] (volume paths, configMap/secret/downwardAPI/projected payloads, hostPath
 //!   checks, persistentVolumeClaim volumes resolved to hostPath/local PVs, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout).
 //! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
@@ -63,6 +65,7 @@ pub mod probe_manager;
 pub mod prober;
 pub mod qos;
 pub mod quantity;
+pub mod resize;
 pub mod resource_metrics;
 pub mod runtime;
 pub mod sandbox;

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::actions::compute_pod_actions;
 use ferrokube_client::events::{EventRecorder, EventType};
@@ -19,7 +20,7 @@ use crate::config::NodeConfig;
 use crate::container::{
     ContainerInputs, ContainerType, PullDecision, TERMINATION_MESSAGE_PATH_ANNOTATION,
     TERMINATION_MESSAGE_POLICY_ANNOTATION, container_config, container_hash, ephemeral_container,
-    pull_decision,
+    is_sidecar, pull_decision,
 };
 use crate::credentials::pull_credentials;
 use crate::cri::{CriClient, CriError};
@@ -30,7 +31,11 @@ use crate::lifecycle::{
 };
 use crate::probe::ProbeResults;
 use crate::probe_manager::container_ref;
-use crate::qos::{pod_cgroup_resources, qos_of};
+use crate::qos::{container_resources, pod_cgroup_resources, qos_of};
+use crate::resize::{
+    Allocation, CgroupValues, Decision, RESIZE_IN_PROGRESS, RESIZE_PENDING, changed_resources,
+    restarts_for, spec_allocation, widened, with_allocation,
+};
 use crate::sandbox::{
     POD_UID_LABEL, name, namespace, pod_cgroup_parent, pod_log_dir, sandbox_config, spec, uid,
 };
@@ -95,6 +100,18 @@ pub struct RuntimeManager {
     events: Arc<OnceLock<EventRecorder>>,
     /// Pod volumes under the kubelet root dir.
     volumes: VolumeManager,
+    /// In-place resize: what each pod's containers are allocated, and why a resize
+    /// waits or failed, by pod UID.
+    allocations: Mutex<HashMap<String, Allocation>>,
+    resizes: Mutex<HashMap<String, ResizeState>>,
+}
+
+/// A resize that is not done: it waits for room (`PodResizePending`), or updating a
+/// container failed (`PodResizeInProgress`, reason `Error`).
+#[derive(Debug, Clone, Default)]
+struct ResizeState {
+    pending: Option<(&'static str, String)>,
+    error: Option<String>,
 }
 
 /// Upstream's image manager state: a pull that failed is not retried for the pod until
@@ -135,7 +152,117 @@ impl RuntimeManager {
             probe_results: Arc::new(ProbeResults::default()),
             events: Arc::new(OnceLock::new()),
             volumes: VolumeManager::new("/var/lib/kubelet"),
+            allocations: Mutex::new(HashMap::new()),
+            resizes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Upstream's allocation manager: a pod is allocated what its spec asks for when the
+    /// kubelet first syncs it; a later change of its containers' resources (a resize) is
+    /// allocated once `decide` (given the pod as the spec has it) admits it, else the
+    /// pod shows `PodResizePending`.
+    pub fn allocate(&self, pod: &Pod, decide: impl FnOnce(&Pod) -> Decision) {
+        let wanted = spec_allocation(pod);
+        // Not locked while `decide` runs: it reads the other pods' allocations.
+        let current = self
+            .allocations
+            .lock()
+            .ok()
+            .and_then(|a| a.get(uid(pod)).cloned());
+        let pending = match current {
+            Some(current) if current != wanted => match decide(pod) {
+                Decision::Admit => None,
+                Decision::Pending { reason, message } => Some((reason, message)),
+            },
+            _ => None,
+        };
+        if pending.is_none()
+            && let Ok(mut all) = self.allocations.lock()
+        {
+            all.insert(uid(pod).to_owned(), wanted);
+        }
+        if let Ok(mut r) = self.resizes.lock() {
+            r.entry(uid(pod).to_owned()).or_default().pending = pending;
+        }
+    }
+
+    /// `pod` with its containers' resources as allocated (the spec's before its first
+    /// allocation).
+    pub fn allocated_pod(&self, pod: &Pod) -> Pod {
+        match self
+            .allocations
+            .lock()
+            .ok()
+            .and_then(|a| a.get(uid(pod)).cloned())
+        {
+            Some(alloc) => with_allocation(pod, &alloc),
+            None => pod.clone(),
+        }
+    }
+
+    /// Forgets a pod's allocation (it is gone from the node).
+    pub fn forget_allocation(&self, pod_uid: &str) {
+        if let Ok(mut a) = self.allocations.lock() {
+            a.remove(pod_uid);
+        }
+        if let Ok(mut r) = self.resizes.lock() {
+            r.remove(pod_uid);
+        }
+    }
+
+    /// Upstream `doPodResizeAction`: running containers whose cgroup does not match
+    /// their allocation are updated through the CRI, or restarted when their
+    /// `resizePolicy` asks for it (then the next sync starts them with the new sizes).
+    async fn actuate_resize(&self, pod: &Pod, rt: &RuntimePod) -> Result<(), CriError> {
+        let cgroup = self.pod_cgroup(pod);
+        let qos = qos_of(pod);
+        let s = spec(pod);
+        let mut failed = None;
+        for c in rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RuntimeState::Running)
+        {
+            let spec_c = match c.kind {
+                ContainerType::Regular => s.containers.iter().find(|s| s.name == c.name),
+                ContainerType::Init => s
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .find(|s| s.name == c.name && is_sidecar(s)),
+                ContainerType::Ephemeral => None,
+            };
+            let Some(spec_c) = spec_c else { continue };
+            let Some(actual) = self.cgroups.values(&format!("{cgroup}/{}", c.id)) else {
+                continue;
+            };
+            let resources = container_resources(qos, spec_c, self.node.memory_capacity);
+            let changed = changed_resources(&actual, &CgroupValues::of(&resources));
+            if changed.is_empty() {
+                continue;
+            }
+            if changed.iter().any(|r| restarts_for(spec_c, r)) {
+                let note = format!("Container {} resize requires restart", c.name);
+                self.container_event(pod, &c.name, EventType::Normal, "Killing", &note);
+                self.kill_container(
+                    pod,
+                    Some(spec_c),
+                    &c.id,
+                    self.grace(pod, None),
+                    rt.ips().first().map(String::as_str),
+                )
+                .await?;
+                continue;
+            }
+            tracing::info!(pod = name(pod), container = %c.name, ?changed, "resizing container");
+            if let Err(e) = self.cri.update_container_resources(&c.id, resources).await {
+                failed.get_or_insert(e.rpc_error_text());
+            }
+        }
+        if let Ok(mut r) = self.resizes.lock() {
+            r.entry(uid(pod).to_owned()).or_default().error = failed;
+        }
+        Ok(())
     }
 
     /// Puts pod volumes under `root` (`--root-dir`; `/var/lib/kubelet` by default).
@@ -306,7 +433,62 @@ impl RuntimeManager {
             )
             .ok(),
         };
-        pod_status(pod, rt, &inputs)
+        let mut status = pod_status(pod, rt, &inputs);
+        self.add_resize_status(pod, &mut status, inputs.now.map(Time));
+        status
+    }
+
+    /// Upstream's resize status: the allocated resources of every regular container and
+    /// sidecar (`resources`; the apiserver accepts resizes of running pods only from a
+    /// node that reports them), and `PodResizePending` / `PodResizeInProgress` while a
+    /// resize waits or its update failed.
+    fn add_resize_status(&self, pod: &Pod, status: &mut PodStatus, now: Option<Time>) {
+        let alloc = self
+            .allocations
+            .lock()
+            .ok()
+            .and_then(|a| a.get(uid(pod)).cloned())
+            .unwrap_or_else(|| spec_allocation(pod));
+        let statuses = status
+            .container_statuses
+            .iter_mut()
+            .flatten()
+            .chain(status.init_container_statuses.iter_mut().flatten());
+        for cs in statuses {
+            if let Some(r) = alloc.get(&cs.name) {
+                cs.resources = Some(r.clone());
+            }
+        }
+        let state = self
+            .resizes
+            .lock()
+            .ok()
+            .and_then(|r| r.get(uid(pod)).cloned())
+            .unwrap_or_default();
+        let old = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+        let mut add = |type_: &str, reason: &str, message: &str| {
+            let since = old
+                .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == "True"))
+                .and_then(|c| c.last_transition_time.clone())
+                .or_else(|| now.clone());
+            status
+                .conditions
+                .get_or_insert_default()
+                .push(PodCondition {
+                    type_: type_.to_owned(),
+                    status: "True".into(),
+                    reason: Some(reason.to_owned()),
+                    message: Some(message.to_owned()),
+                    last_transition_time: since,
+                    ..Default::default()
+                });
+        };
+        if let Some((reason, message)) = &state.pending {
+            add(RESIZE_PENDING, reason, message);
+        }
+        if let Some(message) = &state.error {
+            add(RESIZE_IN_PROGRESS, "Error", message);
+        }
     }
 
     fn set_reason(&self, pod: &Pod, container: &str, r: Option<WaitingReason>) {
@@ -331,6 +513,9 @@ impl RuntimeManager {
             return Err(SyncError::NoUid(name(pod).to_owned()));
         }
         let rt = self.runtime_pod(pod_uid).await?;
+        // Containers get what they are allocated, which a pending resize has not changed.
+        let allocated = self.allocated_pod(pod);
+        let pod = &allocated;
         let actions = compute_pod_actions(pod, &rt, &self.probe_results.snapshot());
         let mut result = SyncResult::default();
         tracing::debug!(pod = name(pod), ?actions, "sync");
@@ -401,12 +586,28 @@ impl RuntimeManager {
         }
 
         let cgroup = self.pod_cgroup(pod);
-        self.cgroups
-            .create(&cgroup, &pod_cgroup_resources(pod))
-            .map_err(|source| SyncError::Cgroup {
-                cgroup: cgroup.clone(),
-                source,
-            })?;
+        let sizes = pod_cgroup_resources(pod);
+        // A resize that shrinks shrinks the containers before the pod: widen, update the
+        // containers, then narrow.
+        let first = match self.cgroups.values(&cgroup) {
+            Some(current) => widened(&sizes, &current),
+            None => sizes.clone(),
+        };
+        let size_pod = |res| {
+            self.cgroups
+                .create(&cgroup, res)
+                .map_err(|source| SyncError::Cgroup {
+                    cgroup: cgroup.clone(),
+                    source,
+                })
+        };
+        size_pod(&first)?;
+        if !actions.create_sandbox && !actions.kill_pod {
+            self.actuate_resize(pod, &rt).await?;
+        }
+        if first != sizes {
+            size_pod(&sizes)?;
+        }
 
         let sandbox_cfg = sandbox_config(&self.node, pod, actions.attempt);
         let (sandbox_id, ips) = if actions.create_sandbox {
@@ -967,6 +1168,7 @@ impl RuntimeManager {
         if let Ok(mut r) = self.reasons.lock() {
             r.remove(uid(pod));
         }
+        self.forget_allocation(uid(pod));
         if let Ok(mut b) = self.backoff.lock() {
             b.reset_prefix(&format!("{}_{}_{}_", name(pod), namespace(pod), uid(pod)));
         }

@@ -18,6 +18,8 @@ pub const KUBELET_CONDITIONS: &[&str] = &[
     "Ready",
     "ContainersReady",
     "PodScheduled",
+    crate::resize::RESIZE_PENDING,
+    crate::resize::RESIZE_IN_PROGRESS,
 ];
 
 /// The status to write: `new` (from the runtime) plus the conditions of `old` the kubelet

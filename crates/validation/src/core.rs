@@ -742,6 +742,17 @@ pub fn validate_pod_spec(spec: &core::PodSpec, path: &FieldPath, errs: &mut Errs
     if spec.containers.is_empty() {
         errs.push(FieldError::required(&path.child("containers"), ""));
     }
+    let pod_restart = spec.restart_policy.as_deref().unwrap_or("Always");
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        if c.restart_policy.as_deref() == Some("Always") {
+            let rp = path.child("initContainers").index(i).child("resizePolicy");
+            validate_resize_policy(c.resize_policy.as_deref(), pod_restart, &rp, errs);
+        }
+    }
+    for (i, c) in spec.containers.iter().enumerate() {
+        let rp = path.child("containers").index(i).child("resizePolicy");
+        validate_resize_policy(c.resize_policy.as_deref(), pod_restart, &rp, errs);
+    }
     for (i, c) in spec.containers.iter().enumerate() {
         let v = view!(c);
         validate_container(
@@ -2417,4 +2428,44 @@ fn restore_cpu_memory(c: &mut core::Container, old: &core::Container) {
         requests,
         ..o.clone()
     });
+}
+
+/// Upstream `validateResizePolicy`: cpu and memory once each, `NotRequired` or
+/// `RestartContainer`, and only `NotRequired` in a pod that never restarts.
+fn validate_resize_policy(
+    policies: Option<&[core::ContainerResizePolicy]>,
+    pod_restart: &str,
+    path: &FieldPath,
+    errs: &mut Errs,
+) {
+    let mut seen = BTreeSet::new();
+    for (i, p) in policies.unwrap_or_default().iter().enumerate() {
+        if !seen.insert(p.resource_name.as_str()) {
+            errs.push(FieldError::duplicate(
+                &path.index(i),
+                p.resource_name.as_str(),
+            ));
+        }
+        match p.resource_name.as_str() {
+            "cpu" | "memory" => {}
+            "" => errs.push(FieldError::required(path, "")),
+            other => errs.push(FieldError::not_supported(path, other, &["cpu", "memory"])),
+        }
+        match p.restart_policy.as_str() {
+            "NotRequired" | "RestartContainer" => {}
+            "" => errs.push(FieldError::required(path, "")),
+            other => errs.push(FieldError::not_supported(
+                path,
+                other,
+                &["NotRequired", "RestartContainer"],
+            )),
+        }
+        if pod_restart == "Never" && p.restart_policy != "NotRequired" {
+            errs.push(FieldError::invalid(
+                path,
+                p.restart_policy.as_str(),
+                "must be 'NotRequired' when `restartPolicy` is 'Never'",
+            ));
+        }
+    }
 }

@@ -88,6 +88,20 @@ fn pod_create() {
     check_create::<core::Pod>(vec![
         ("valid", json!({"spec": pod_spec()}), vec![]),
         (
+            "resize policies",
+            json!({"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i",
+                "resizePolicy": [
+                    {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                    {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+                    {"resourceName": "cpu", "restartPolicy": "Sometimes"}]}]}}),
+            vec![
+                "spec.containers[0].resizePolicy: Invalid value: \"RestartContainer\": must be 'NotRequired' when `restartPolicy` is 'Never'",
+                "spec.containers[0].resizePolicy[2]: Duplicate value: \"cpu\"",
+                "spec.containers[0].resizePolicy: Unsupported value: \"Sometimes\": supported values: \"NotRequired\", \"RestartContainer\"",
+                "spec.containers[0].resizePolicy: Invalid value: \"Sometimes\": must be 'NotRequired' when `restartPolicy` is 'Never'",
+            ],
+        ),
+        (
             "no containers",
             json!({"spec": {"containers": []}}),
             vec!["spec.containers: Required value"],
