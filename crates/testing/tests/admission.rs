@@ -192,6 +192,35 @@ async fn resource_quota_charges_and_refuses_with_upstream_messages() {
         ),
         "pods \"b\" is forbidden: exceeded quota: compute, requested: requests.cpu=500m, used: requests.cpu=600m, limited: requests.cpu=1"
     );
+    // An in-place resize is charged for what it adds.
+    let resize = |cpu: &str| {
+        let patch = json!({"spec": {"containers": [{"name": "c",
+            "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}});
+        let pods = pods.clone();
+        async move {
+            pods.patch_subresource(
+                "resize",
+                "a",
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        forbidden(resize("1200m").await),
+        "pods \"a\" is forbidden: exceeded quota: compute, requested: requests.cpu=600m, used: requests.cpu=600m, limited: requests.cpu=1"
+    );
+    resize("900m").await.unwrap();
+    let used = quotas
+        .get_status("compute")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .used
+        .unwrap();
+    assert_eq!(used["requests.cpu"].0, "900m");
     let bare = pod("bare", json!({}));
     assert_eq!(
         forbidden(pods.create(&PostParams::default(), &bare).await),

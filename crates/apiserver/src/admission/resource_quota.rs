@@ -119,10 +119,15 @@ impl Plugin for ResourceQuota {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
+        // Upstream's pod evaluator also charges what an in-place resize adds.
+        let resize =
+            a.operation == Operation::Update && a.is_core("pods") && a.subresource == "resize";
         !a.namespace.is_empty()
-            && a.subresource.is_empty()
-            && (a.operation == Operation::Create
-                || (a.operation == Operation::Update && a.is_core("persistentvolumeclaims")))
+            && (resize
+                || (a.subresource.is_empty()
+                    && (a.operation == Operation::Create
+                        || (a.operation == Operation::Update
+                            && a.is_core("persistentvolumeclaims")))))
     }
 
     async fn validate(
