@@ -99,6 +99,26 @@ async fn limit_ranger_defaults_and_enforces() {
         "pods \"big\" is forbidden: [maximum cpu usage per Container is 1, but limit is 2, \
          maximum memory usage per Pod is 1Gi, but limit is 2Gi]"
     );
+    // An in-place resize is held to the same limits.
+    let resize = |cpu: &str| {
+        let patch = json!({"spec": {"containers": [{"name": "c",
+            "resources": {"limits": {"cpu": cpu}}}]}});
+        let pods = pods.clone();
+        async move {
+            pods.patch_subresource(
+                "resize",
+                "bare",
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        forbidden(resize("2").await),
+        "pods \"bare\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
+    );
+    resize("800m").await.unwrap();
 
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
     let claim: PersistentVolumeClaim = typed(json!({"metadata": {"name": "data"}, "spec": {

@@ -1,6 +1,6 @@
 //! LimitRanger (upstream `plugin/pkg/admission/limitranger`), mutating and
 //! validating, with the LimitRanges of the request's namespace:
-//! - pod creation: containers and init containers get the `Container` items'
+//! - pod creation (and in-place resize, `pods/resize`): containers and init containers get the `Container` items'
 //!   `default` limits and `defaultRequest` requests they lack (recorded in the
 //!   `kubernetes.io/limit-ranger` annotation), then `min`, `max` and
 //!   `maxLimitRequestRatio` are enforced per container (`Container`) and on the
@@ -51,11 +51,14 @@ impl Plugin for LimitRanger {
     }
 
     fn handles(&self, a: &Attributes) -> bool {
-        // Pod resources cannot change after creation, so pod updates are skipped.
-        a.subresource.is_empty()
-            && ((a.is_core("pods") && a.operation == Operation::Create)
-                || (a.is_core("persistentvolumeclaims")
-                    && matches!(a.operation, Operation::Create | Operation::Update)))
+        // Pod resources change after creation only through an in-place resize.
+        let resize =
+            a.is_core("pods") && a.operation == Operation::Update && a.subresource == "resize";
+        resize
+            || (a.subresource.is_empty()
+                && ((a.is_core("pods") && a.operation == Operation::Create)
+                    || (a.is_core("persistentvolumeclaims")
+                        && matches!(a.operation, Operation::Create | Operation::Update))))
     }
 
     async fn admit(
