@@ -193,6 +193,19 @@ fn claim_ref(volume: &PersistentVolume) -> Option<&ObjectReference> {
     volume.spec.as_ref()?.claim_ref.as_ref()
 }
 
+/// A volume's claimRef to `claim` (upstream `ref.GetReference`).
+fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: claim.metadata.namespace.clone(),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
 /// `namespace/name` of the claim a claimRef names.
 fn claim_ref_key(r: &ObjectReference) -> String {
     key_of(r.namespace.as_deref(), r.name.as_deref().unwrap_or(""))
@@ -608,15 +621,7 @@ pub fn bound_provisioned_volume(
     claim: &PersistentVolumeClaim,
 ) -> PersistentVolume {
     let spec = volume.spec.get_or_insert_default();
-    spec.claim_ref = Some(ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        namespace: claim.metadata.namespace.clone(),
-        name: claim.metadata.name.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
-    });
+    spec.claim_ref = Some(claim_reference(claim));
     spec.storage_class_name = Some(claim_class(claim).to_string());
     let delete = spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete");
     set_annotation(&mut volume.metadata, ANN_BOUND_BY_CONTROLLER, "yes");
@@ -672,15 +677,7 @@ pub fn bind_volume_to_claim(
             && r.uid.as_deref().unwrap_or("") == uid(&claim.metadata)
     });
     if !same {
-        new.spec.get_or_insert_with(Default::default).claim_ref = Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolumeClaim".into()),
-            namespace: claim.metadata.namespace.clone(),
-            name: claim.metadata.name.clone(),
-            uid: claim.metadata.uid.clone(),
-            resource_version: claim.metadata.resource_version.clone(),
-            field_path: None,
-        });
+        new.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_reference(claim));
         dirty = true;
     }
     if by_controller && !has_annotation(&new.metadata, ANN_BOUND_BY_CONTROLLER) {

@@ -332,7 +332,8 @@ impl Kubelet {
         }
     }
 
-    async fn node_inputs(&self) -> NodeInputs {
+    /// The machine as it is now, and the node's capacity and allocatable from it.
+    fn machine_and_resources(&self) -> (crate::node::MachineInfo, crate::node::Resources) {
         let machine = crate::machine::read_machine_info(&self.config.root_dir)
             .map_err(|e| tracing::warn!(error = %e, "reading machine info"))
             .unwrap_or_default();
@@ -343,6 +344,11 @@ impl Kubelet {
             &self.config.system_reserved,
             &self.config.eviction_hard,
         );
+        (machine, resources)
+    }
+
+    async fn node_inputs(&self) -> NodeInputs {
+        let (machine, resources) = self.machine_and_resources();
         let container_runtime_version = match self.runtime.cri().version().await {
             Ok(v) => format!("{}://{}", v.runtime_name, v.runtime_version),
             Err(_) => String::new(),
@@ -1454,14 +1460,7 @@ impl Kubelet {
     /// pods' allocations.
     fn decide_resize(&self, wanted: &Pod) -> crate::resize::Decision {
         use crate::resize::{decide, pod_requests};
-        let machine = crate::machine::read_machine_info(&self.config.root_dir).unwrap_or_default();
-        let resources = node_resources(
-            &machine,
-            self.config.max_pods,
-            &self.config.kube_reserved,
-            &self.config.system_reserved,
-            &self.config.eviction_hard,
-        );
+        let (_, resources) = self.machine_and_resources();
         let allocatable = |name: &str, f: fn(&Quantity) -> Option<i64>| {
             resources.allocatable.get(name).and_then(f).unwrap_or(0)
         };

@@ -216,22 +216,14 @@ impl RuntimeManager {
     async fn actuate_resize(&self, pod: &Pod, rt: &RuntimePod) -> Result<(), CriError> {
         let cgroup = self.pod_cgroup(pod);
         let qos = qos_of(pod);
-        let s = spec(pod);
         let mut failed = None;
         for c in rt
             .containers
             .iter()
             .filter(|c| c.state == RuntimeState::Running)
         {
-            let spec_c = match c.kind {
-                ContainerType::Regular => s.containers.iter().find(|s| s.name == c.name),
-                ContainerType::Init => s
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .find(|s| s.name == c.name && is_sidecar(s)),
-                ContainerType::Ephemeral => None,
-            };
+            let spec_c = spec_container(pod, c.kind, &c.name)
+                .filter(|sc| c.kind == ContainerType::Regular || is_sidecar(sc));
             let Some(spec_c) = spec_c else { continue };
             let Some(actual) = self.cgroups.values(&format!("{cgroup}/{}", c.id)) else {
                 continue;
@@ -1084,17 +1076,7 @@ impl RuntimeManager {
             let cri = self.cri.clone();
             let id = c.id.clone();
             let name = c.name.clone();
-            let s = spec(pod);
-            let spec_c = match c.kind {
-                ContainerType::Regular => s.containers.iter().find(|s| s.name == c.name),
-                ContainerType::Init => s
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .find(|s| s.name == c.name),
-                ContainerType::Ephemeral => None,
-            }
-            .cloned();
+            let spec_c = spec_container(pod, c.kind, &c.name).cloned();
             let pod = pod.clone();
             let pod_ip = pod_ip.clone();
             let events = self.events.clone();
@@ -1178,6 +1160,17 @@ impl RuntimeManager {
             pulls.last_error.retain(|k, _| !k.starts_with(&prefix));
         }
         Ok(())
+    }
+}
+
+/// The spec of a runtime container of `pod` (`None` for ephemeral containers, which
+/// have no hooks or resources of their own).
+fn spec_container<'a>(pod: &'a Pod, kind: ContainerType, name: &str) -> Option<&'a Container> {
+    let s = spec(pod);
+    match kind {
+        ContainerType::Regular => s.containers.iter().find(|c| c.name == name),
+        ContainerType::Init => s.init_containers.iter().flatten().find(|c| c.name == name),
+        ContainerType::Ephemeral => None,
     }
 }
 
