@@ -31,6 +31,11 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# The e2e's cluster keeps its store apart from the one hack/up.sh gives a user
+# (/var/lib/ferrokube) and starts it empty: objects left there by earlier use of the
+# cluster (a second PodDisruptionBudget on app=web once) must not change what the checks
+# see, and the e2e must not touch a user's objects.
+export FK_DATA_DIR=${FK_E2E_DATA_DIR:-/var/lib/ferrokube-e2e}
 # shellcheck source=hack/lib/runtime.sh
 source "$REPO/hack/lib/runtime.sh"
 # shellcheck source=hack/lib/cluster.sh
@@ -41,6 +46,7 @@ source "$REPO/hack/lib/nodes.sh"
 KUBECTL=/usr/bin/kubectl
 [ -x "$KUBECTL" ] || fk::die "the real kubectl is expected at $KUBECTL"
 [ "$(id -u)" -eq 0 ] || fk::die "e2e/multi-node.sh must run as root"
+fk::e2e_fresh_store "$REPO"
 export KUBECONFIG=$FK_ADMIN_KUBECONFIG
 N=3
 NODES=(fk-node1 fk-node2 fk-node3)

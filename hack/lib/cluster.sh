@@ -66,6 +66,21 @@ fk::target_dir() {
   fi
 }
 
+# For the e2e: no cluster of ours running (one on another store would keep its
+# controllers' caches and the kubelet's pods across the apiserver's restart) and an empty
+# store in $FK_DATA_DIR.
+fk::e2e_fresh_store() { # repo
+  local name
+  for name in "${FK_COMPONENTS[@]}"; do
+    if [ -f "$(fk::pidfile "$name")" ]; then
+      fk::log "a cluster is up: hack/down.sh first"
+      bash "$1/hack/down.sh" >&2
+      break
+    fi
+  done
+  rm -rf "$FK_APISERVER_DATA" "$FK_ETCD_DATA"
+}
+
 fk::node_name() { hostname | tr '[:upper:]' '[:lower:]'; }
 
 fk::pidfile() { printf '%s/%s.pid\n' "$FK_RUN_DIR" "$1"; }

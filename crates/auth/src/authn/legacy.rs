@@ -11,7 +11,7 @@
 //! A successful authentication calls [`BoundObjects::legacy_token_used`], where the
 //! apiserver sets upstream's [`LAST_USED_LABEL`] on the Secret.
 
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use jsonwebtoken::EncodingKey;
 use serde::{Deserialize, Serialize};
 
 use super::AuthError;
@@ -119,10 +119,12 @@ impl LegacyTokenSigner {
 
     /// Signs `claims` (upstream `JWTTokenGenerator(LegacyIssuer, key).GenerateToken`).
     pub fn sign(&self, claims: &LegacyClaims) -> Result<String, TokenError> {
-        let mut header = Header::new(Algorithm::ES256);
-        header.kid = Some(self.kid.clone());
-        jsonwebtoken::encode(&header, claims, &self.key)
-            .map_err(|e| TokenError::Sign(e.to_string()))
+        jsonwebtoken::encode(
+            &super::serviceaccount::signing_header(&self.kid),
+            claims,
+            &self.key,
+        )
+        .map_err(|e| TokenError::Sign(e.to_string()))
     }
 }
 

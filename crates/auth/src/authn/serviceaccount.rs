@@ -180,11 +180,18 @@ impl TokenIssuer {
     /// Signs `claims` (their `iss` is set to this issuer).
     pub fn sign(&self, mut claims: Claims) -> Result<String, TokenError> {
         claims.iss = self.issuer.clone();
-        let mut header = Header::new(Algorithm::ES256);
-        header.kid = Some(self.kid.clone());
-        jsonwebtoken::encode(&header, &claims, &self.key)
+        jsonwebtoken::encode(&signing_header(&self.kid), &claims, &self.key)
             .map_err(|e| TokenError::Sign(e.to_string()))
     }
+}
+
+/// The JOSE header of the tokens this apiserver signs: `alg` and `kid` only, as
+/// upstream's (go-jose adds no `typ`; jsonwebtoken would add `"typ": "JWT"`).
+pub(crate) fn signing_header(kid: &str) -> Header {
+    let mut header = Header::new(Algorithm::ES256);
+    header.typ = None;
+    header.kid = Some(kid.to_owned());
+    header
 }
 
 /// The current state of the objects a token names, looked up at authentication.
@@ -461,6 +468,30 @@ mod tests {
             nbf: now,
             sub: "system:serviceaccount:default:default".into(),
         }
+    }
+
+    #[test]
+    fn token_headers_carry_alg_and_kid_only() {
+        use base64::Engine as _;
+        let (private, public) = keys();
+        let issuer = TokenIssuer::new(&private, &public, ISS).unwrap();
+        let token = issuer.sign(claims(3600, None)).unwrap();
+        let header = token.split('.').next().unwrap();
+        let header: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(header)
+                .unwrap(),
+        )
+        .unwrap();
+        let mut keys: Vec<&str> = header
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["alg", "kid"]);
+        assert_eq!(header["alg"], "ES256");
     }
 
     #[test]
