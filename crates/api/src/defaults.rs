@@ -950,6 +950,60 @@ impl ApplyDefaults for storage::StorageClass {
     }
 }
 
+/// `SetDefaults_CSIDriver` at 1.33's gates (`SELinuxMountReadWriteOncePod` on, so
+/// `seLinuxMount` is defaulted). Only unset pointers are filled: an explicit `""`
+/// fsGroupPolicy stays (and is refused by validation), as upstream.
+impl ApplyDefaults for storage::CSIDriver {
+    fn apply_defaults(&mut self) {
+        let spec = &mut self.spec;
+        default_opt(&mut spec.attach_required, true);
+        default_opt(&mut spec.pod_info_on_mount, false);
+        default_opt(&mut spec.storage_capacity, false);
+        default_opt(
+            &mut spec.fs_group_policy,
+            "ReadWriteOnceWithFSType".to_owned(),
+        );
+        if spec
+            .volume_lifecycle_modes
+            .as_ref()
+            .is_none_or(Vec::is_empty)
+        {
+            spec.volume_lifecycle_modes = Some(vec!["Persistent".to_owned()]);
+        }
+        default_opt(&mut spec.requires_republish, false);
+        default_opt(&mut spec.se_linux_mount, false);
+    }
+}
+
+impl ApplyDefaults for storage::CSINode {}
+impl ApplyDefaults for storage::CSIStorageCapacity {}
+
+/// `SetObjectDefaults_VolumeAttachment`: the volume-source defaults of an inline
+/// persistent volume spec (not `SetDefaults_PersistentVolume`'s reclaim policy and
+/// volume mode, which belong to the PersistentVolume object).
+impl ApplyDefaults for storage::VolumeAttachment {
+    fn apply_defaults(&mut self) {
+        let Some(spec) = &mut self.spec.source.inline_volume_spec else {
+            return;
+        };
+        if let Some(h) = &mut spec.host_path {
+            default_host_path(h);
+        }
+        if let Some(r) = &mut spec.rbd {
+            default_rbd!(r);
+        }
+        if let Some(i) = &mut spec.iscsi {
+            default_str(&mut i.iscsi_interface, "default");
+        }
+        if let Some(a) = &mut spec.azure_disk {
+            default_azure_disk(a);
+        }
+        if let Some(s) = &mut spec.scale_io {
+            default_scale_io!(s);
+        }
+    }
+}
+
 impl ApplyDefaults for networking::NetworkPolicy {
     fn apply_defaults(&mut self) {
         let spec = self.spec.get_or_insert_with(Default::default);

@@ -918,6 +918,116 @@ const STORAGE_CLASS: &[Col] = &[
     AGE,
 ];
 
+const CSI_DRIVER: &[Col] = &[
+    NAME,
+    (
+        "AttachRequired",
+        "boolean",
+        "",
+        0,
+        "attachRequired indicates this CSI volume driver requires an attach operation (because it implements the CSI ControllerPublishVolume() method), and that the Kubernetes attach detach controller should call the attach volume interface which checks the volumeattachment status and waits until the volume is attached before proceeding to mounting.",
+    ),
+    (
+        "PodInfoOnMount",
+        "boolean",
+        "",
+        0,
+        "podInfoOnMount indicates this CSI volume driver requires additional pod information (like podName, podUID, etc.) during mount operations, if set to true. If set to false, pod information will not be passed on mount. Default is false.",
+    ),
+    (
+        "StorageCapacity",
+        "boolean",
+        "",
+        0,
+        "storageCapacity indicates that the CSI volume driver wants pod scheduling to consider the storage capacity that the driver deployment will report by creating CSIStorageCapacity objects with capacity information, if set to true.",
+    ),
+    (
+        "TokenRequests",
+        "string",
+        "",
+        0,
+        "tokenRequests indicates the CSI driver needs pods' service account tokens it is mounting volume for to do necessary authentication.",
+    ),
+    (
+        "RequiresRepublish",
+        "boolean",
+        "",
+        0,
+        "requiresRepublish indicates the CSI driver wants `NodePublishVolume` being periodically called to reflect any possible change in the mounted volume. This field defaults to false.",
+    ),
+    (
+        "Modes",
+        "string",
+        "",
+        0,
+        "volumeLifecycleModes defines what kind of volumes this CSI volume driver supports. The default if the list is empty is \"Persistent\", which is the usage defined by the CSI specification and implemented in Kubernetes via the usual PV/PVC mechanism.",
+    ),
+    AGE,
+];
+
+const CSI_NODE: &[Col] = &[
+    NAME,
+    (
+        "Drivers",
+        "integer",
+        "",
+        0,
+        "Drivers indicates the number of CSI drivers registered on the node",
+    ),
+    AGE,
+];
+
+const CSI_STORAGE_CAPACITY: &[Col] = &[
+    NAME,
+    (
+        "StorageClassName",
+        "string",
+        "",
+        0,
+        "storageClassName represents the name of the StorageClass that the reported capacity applies to. It must meet the same requirements as the name of a StorageClass object (non-empty, DNS subdomain). If that object no longer exists, the CSIStorageCapacity object is obsolete and should be removed by its creator. This field is immutable.",
+    ),
+    (
+        "Capacity",
+        "string",
+        "",
+        0,
+        "capacity is the value reported by the CSI driver in its GetCapacityResponse for a GetCapacityRequest with topology and parameters that match the previous fields.",
+    ),
+];
+
+const VOLUME_ATTACHMENT: &[Col] = &[
+    NAME,
+    (
+        "Attacher",
+        "string",
+        "name",
+        0,
+        "attacher indicates the name of the volume driver that MUST handle this request. This is the name returned by GetPluginName().",
+    ),
+    (
+        "PV",
+        "string",
+        "",
+        0,
+        "persistentVolumeName represents the name of the persistent volume to attach.",
+    ),
+    (
+        "Node",
+        "string",
+        "",
+        0,
+        "nodeName represents the node that the volume should be attached to.",
+    ),
+    (
+        "Attached",
+        "boolean",
+        "",
+        0,
+        "attached indicates the volume is successfully attached. This field must only be set by the entity completing the attach operation, i.e. the external-attacher.",
+    ),
+    AGE,
+];
+
 const NAME_CREATED_AT: &[Col] = &[NAME, CREATED_AT];
 
 const ROLE_BINDING: &[Col] = &[
@@ -1083,6 +1193,10 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("node.k8s.io", "RuntimeClass") => RUNTIME_CLASS,
         ("scheduling.k8s.io", "PriorityClass") => PRIORITY_CLASS,
         ("storage.k8s.io", "StorageClass") => STORAGE_CLASS,
+        ("storage.k8s.io", "CSIDriver") => CSI_DRIVER,
+        ("storage.k8s.io", "CSINode") => CSI_NODE,
+        ("storage.k8s.io", "CSIStorageCapacity") => CSI_STORAGE_CAPACITY,
+        ("storage.k8s.io", "VolumeAttachment") => VOLUME_ATTACHMENT,
         // Role, ClusterRole and LimitRange print Name and Created At upstream, which is
         // also the default table convertor's layout for every kind without a printer.
         _ => NAME_CREATED_AT,
@@ -1211,6 +1325,37 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => p.role_binding(),
         ("scheduling.k8s.io", "PriorityClass") => p.priority_class(),
         ("storage.k8s.io", "StorageClass") => p.storage_class(),
+        ("storage.k8s.io", "CSIDriver") => p.csi_driver(),
+        ("storage.k8s.io", "CSINode") => vec![
+            p.name(),
+            json!(
+                p.get(&["spec", "drivers"])
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+            ),
+            p.age(),
+        ],
+        ("storage.k8s.io", "CSIStorageCapacity") => vec![
+            p.name(),
+            str_cell(p.s(&["storageClassName"])),
+            str_cell(
+                p.get(&["capacity"])
+                    .and_then(Value::as_str)
+                    .unwrap_or("<unset>"),
+            ),
+        ],
+        ("storage.k8s.io", "VolumeAttachment") => vec![
+            p.name(),
+            str_cell(p.s(&["spec", "attacher"])),
+            str_cell(p.s(&["spec", "source", "persistentVolumeName"])),
+            str_cell(p.s(&["spec", "nodeName"])),
+            json!(
+                p.get(&["status", "attached"])
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
+            p.age(),
+        ],
         _ => vec![p.name(), p.created_at()],
     }
 }
@@ -2502,6 +2647,48 @@ impl<'a> Printer<'a> {
                     .unwrap_or(false)
             ),
             str_cell(&unset(self.s(&["preemptionPolicy"]))),
+            self.age(),
+        ]
+    }
+
+    fn csi_driver(&self) -> Vec<Value> {
+        let flag = |field: &str, default: bool| {
+            json!(
+                self.get(&["spec", field])
+                    .and_then(Value::as_bool)
+                    .unwrap_or(default)
+            )
+        };
+        let token_requests = match self
+            .get(&["spec", "tokenRequests"])
+            .and_then(Value::as_array)
+        {
+            Some(requests) => requests
+                .iter()
+                .map(|r| r.get("audience").and_then(Value::as_str).unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join(","),
+            None => "<unset>".to_owned(),
+        };
+        let modes = self
+            .get(&["spec", "volumeLifecycleModes"])
+            .and_then(Value::as_array)
+            .map(|m| {
+                m.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "<none>".to_owned());
+        vec![
+            self.name(),
+            flag("attachRequired", true),
+            flag("podInfoOnMount", false),
+            flag("storageCapacity", false),
+            str_cell(&token_requests),
+            flag("requiresRepublish", false),
+            str_cell(&modes),
             self.age(),
         ]
     }

@@ -297,8 +297,15 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", &["pc"], NONE, false, ALL_VERBS, NO_SUBS,
         "/registry/priorityclasses"),
     // ---- storage.k8s.io/v1
+    res("storage.k8s.io", "v1", "CSIDriver", "csidrivers", "csidriver", NONE, NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/csidrivers"),
+    res("storage.k8s.io", "v1", "CSINode", "csinodes", "csinode", NONE, NONE, false, ALL_VERBS, NO_SUBS, "/registry/csinodes"),
+    res("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", "csistoragecapacity", NONE, NONE, true, ALL_VERBS,
+        NO_SUBS, "/registry/csistoragecapacities"),
     res("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], NONE, false, ALL_VERBS, NO_SUBS,
         "/registry/storageclasses"),
+    res("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", "volumeattachment", NONE, NONE, false, ALL_VERBS,
+        &[status!("VolumeAttachment")], "/registry/volumeattachments"),
 ];
 
 /// Verbs of a collection served read-only.

@@ -94,7 +94,11 @@ kinds! {
     "rbac.authorization.k8s.io" "v1" RoleBinding => rbac::v1::RoleBinding, true;
     "rbac.authorization.k8s.io" "v1" Role => rbac::v1::Role, true;
     "scheduling.k8s.io" "v1" PriorityClass => scheduling::v1::PriorityClass, true;
+    "storage.k8s.io" "v1" CSIDriver => storage::v1::CSIDriver, true;
+    "storage.k8s.io" "v1" CSINode => storage::v1::CSINode, true;
+    "storage.k8s.io" "v1" CSIStorageCapacity => storage::v1::CSIStorageCapacity, true;
     "storage.k8s.io" "v1" StorageClass => storage::v1::StorageClass, true;
+    "storage.k8s.io" "v1" VolumeAttachment => storage::v1::VolumeAttachment, true;
     "authentication.k8s.io" "v1" SelfSubjectReview => authentication::v1::SelfSubjectReview, false;
     "authentication.k8s.io" "v1" TokenReview => authentication::v1::TokenReview, false;
     "authorization.k8s.io" "v1" LocalSubjectAccessReview => authorization::v1::LocalSubjectAccessReview, false;

@@ -191,6 +191,13 @@ const STATUS_ONLY: Hooks = Hooks {
     ..Hooks::PLAIN
 };
 
+/// Created with an empty status (`attached` is not optional), set by the attacher only
+/// through the status subresource.
+const VOLUME_ATTACHMENT: Hooks = Hooks {
+    initial_status: Some(|| json!({"attached": false})),
+    ..Hooks::PLAIN
+};
+
 const SERVICE: Hooks = Hooks {
     initial_status: Some(|| json!({"loadBalancer": {}})),
     fields: &[
@@ -336,6 +343,14 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("rbac.authorization.k8s.io", "Role") => typed!(rbac::Role, Hooks::PLAIN),
         ("scheduling.k8s.io", "PriorityClass") => typed!(scheduling::PriorityClass, Hooks::PLAIN),
         ("storage.k8s.io", "StorageClass") => typed!(storage::StorageClass, Hooks::PLAIN),
+        ("storage.k8s.io", "CSIDriver") => typed!(storage::CSIDriver, GENERATION),
+        ("storage.k8s.io", "CSINode") => typed!(storage::CSINode, Hooks::PLAIN),
+        ("storage.k8s.io", "CSIStorageCapacity") => {
+            typed!(storage::CSIStorageCapacity, Hooks::PLAIN)
+        }
+        ("storage.k8s.io", "VolumeAttachment") => {
+            typed!(storage::VolumeAttachment, VOLUME_ATTACHMENT)
+        }
         (crate::custom::GROUP, "CustomResourceDefinition") => {
             use ferrokube_apiextensions::crd;
             Arc::new(

@@ -25,6 +25,7 @@ mod core;
 pub mod cron;
 mod node;
 mod other;
+mod storage_csi;
 mod util;
 
 pub use core::validate_pod_resize;

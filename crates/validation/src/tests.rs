@@ -1311,3 +1311,5 @@ fn no_panics_on_odd_input() {
     );
     assert!(!cj.validate_create().is_empty());
 }
+
+mod storage_csi;
