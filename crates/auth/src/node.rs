@@ -214,6 +214,26 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
         }
         Decision::Allow
     }
+
+    /// Upstream `authorizeCSINode`: the CSINode named after the node (the name of a
+    /// create is checked by NodeRestriction, the authorizer does not see it).
+    fn csi_node(&self, node: &str, attrs: &Attributes) -> Decision {
+        if !matches!(
+            attrs.verb.as_str(),
+            "get" | "create" | "update" | "patch" | "delete"
+        ) {
+            return no_opinion("can only get, create, update, patch, or delete a CSINode".into());
+        }
+        if !attrs.subresource.is_empty() {
+            return no_opinion("cannot authorize CSINode subresources".into());
+        }
+        if attrs.verb != "create" && attrs.name != node {
+            return no_opinion(
+                "can only access CSINode with the same name as the requesting node".into(),
+            );
+        }
+        Decision::Allow
+    }
 }
 
 /// Upstream answers "no opinion" with a reason where it refuses, so a later
@@ -258,6 +278,7 @@ impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
                     return self.path_decision(node, Referenced::ServiceAccount, attrs);
                 }
                 ("coordination.k8s.io", "leases") => return self.lease(node, attrs),
+                ("storage.k8s.io", "csinodes") => return self.csi_node(node, attrs),
                 _ => {}
             }
         }
@@ -394,5 +415,21 @@ mod tests {
         lease.name = "a".into();
         lease.namespace = "default".into();
         assert_eq!(authz.authorize(&lease), Decision::NoOpinion);
+    }
+
+    #[test]
+    fn node_csinodes() {
+        let authz = NodeAuthorizer::new(graph(), node_rules());
+        let mut csinode = node_attrs("a", "patch", "csinodes", "a");
+        csinode.api_group = "storage.k8s.io".into();
+        csinode.namespace = String::new();
+        assert_eq!(authz.authorize(&csinode), Decision::Allow);
+        csinode.name = "b".into();
+        assert_eq!(authz.authorize(&csinode), Decision::NoOpinion);
+        // The name of a create is NodeRestriction's to check.
+        csinode.verb = "create".into();
+        assert_eq!(authz.authorize(&csinode), Decision::Allow);
+        csinode.verb = "list".into();
+        assert_eq!(authz.authorize(&csinode), Decision::NoOpinion);
     }
 }

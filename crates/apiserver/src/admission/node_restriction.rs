@@ -2,7 +2,8 @@
 //! (`system:node:<name>` in `system:nodes`) may create only mirror pods bound to
 //! itself, update only the status of its own pods, delete or evict only its own
 //! pods, and modify only its own Node, without changing its taints or the
-//! `node-restriction.kubernetes.io/` labels. Evictions reach it as a CREATE of
+//! `node-restriction.kubernetes.io/` labels, and write only its own Lease (in
+//! `kube-node-lease`) and its own CSINode. Evictions reach it as a CREATE of
 //! `pods/eviction` with the Eviction object; it reads the pod to check its node.
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use serde_json::Value;
 use super::{Attributes, MIRROR_POD_ANNOTATION, Operation, Plugin, PluginInit, name_of};
 
 pub(crate) const NAME: &str = "NodeRestriction";
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const NODE_RESTRICTION_LABEL_PREFIX: &str = "node-restriction.kubernetes.io/";
 
 pub(crate) struct NodeRestriction {
@@ -48,8 +50,9 @@ impl Plugin for NodeRestriction {
 
     fn handles(&self, a: &Attributes) -> bool {
         node_of(&a.user).is_some()
-            && a.resource.group.is_empty()
-            && matches!(a.resource.plural, "pods" | "nodes")
+            && (a.resource.group.is_empty() && matches!(a.resource.plural, "pods" | "nodes")
+                || a.is("coordination.k8s.io", "leases")
+                || a.is("storage.k8s.io", "csinodes"))
             && a.operation != Operation::Connect
     }
 
@@ -59,6 +62,9 @@ impl Plugin for NodeRestriction {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        if a.is("coordination.k8s.io", "leases") || a.is("storage.k8s.io", "csinodes") {
+            return check_own_object(a, object.or(old));
+        }
         match (object, old) {
             (Some(eviction), None) if a.is_core("pods") && a.subresource == "eviction" => {
                 self.check_eviction(a, eviction).await
@@ -147,6 +153,35 @@ fn check_write(a: &Attributes, new: &Value, old: Option<&Value>) -> Result<(), A
         }
         _ => Ok(()),
     }
+}
+
+/// Upstream `admitLease` and `admitCSINode`: whatever the operation, a node touches
+/// only the Lease (in `kube-node-lease`) and the CSINode named after it.
+fn check_own_object(a: &Attributes, object: Option<&Value>) -> Result<(), ApiError> {
+    let Some(node) = node_of(&a.user) else {
+        return Ok(());
+    };
+    let name = object.map_or(a.name.as_str(), name_of);
+    if a.is("coordination.k8s.io", "leases") {
+        if a.namespace != NODE_LEASE_NAMESPACE {
+            return Err(a.forbidden_named(
+                name,
+                format!("can only access leases in the {NODE_LEASE_NAMESPACE:?} system namespace"),
+            ));
+        }
+        if name != node {
+            return Err(a.forbidden_named(
+                name,
+                "can only access node lease with the same name as the requesting node",
+            ));
+        }
+    } else if name != node {
+        return Err(a.forbidden_named(
+            name,
+            "can only access CSINode with the same name as the requesting node",
+        ));
+    }
+    Ok(())
 }
 
 /// Deletes and evictions: a node deletes only pods bound to it and only its own
@@ -284,5 +319,65 @@ mod tests {
         );
         let b = json!({"metadata": {"name": "b"}});
         assert!(NR.validate(&node_create, Some(&b), None).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn node_writes_only_its_own_lease_and_csinode() {
+        let node_a = UserInfo::new("system:node:a", ["system:nodes"]);
+        let request = |group: &str, plural: &str, ns: &str, op: Operation| {
+            let info = ferrokube_api::resources::lookup(group, "v1", plural).unwrap();
+            Attributes::new(node_a.clone(), op, info).in_namespace(Some(ns))
+        };
+        let named = |name: &str| json!({"metadata": {"name": name}});
+        let lease = request(
+            "coordination.k8s.io",
+            "leases",
+            NODE_LEASE_NAMESPACE,
+            Operation::Create,
+        );
+        assert!(NR.handles(&lease));
+        NR.validate(&lease, Some(&named("a")), None).await.unwrap();
+        let e = NR
+            .validate(&lease, Some(&named("b")), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "leases.coordination.k8s.io \"b\" is forbidden: can only access node lease with the same name as the requesting node"
+        );
+        let elsewhere = request(
+            "coordination.k8s.io",
+            "leases",
+            "default",
+            Operation::Update,
+        );
+        let e = NR
+            .validate(&elsewhere, Some(&named("a")), Some(&named("a")))
+            .await
+            .unwrap_err();
+        assert!(
+            e.message
+                .ends_with("can only access leases in the \"kube-node-lease\" system namespace"),
+            "{}",
+            e.message
+        );
+
+        let csinode = request("storage.k8s.io", "csinodes", "", Operation::Delete);
+        assert!(NR.handles(&csinode));
+        NR.validate(&csinode, None, Some(&named("a")))
+            .await
+            .unwrap();
+        let e = NR
+            .validate(&csinode, None, Some(&named("b")))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "csinodes.storage.k8s.io \"b\" is forbidden: can only access CSINode with the same name as the requesting node"
+        );
+        // Anybody else is not this plugin's business.
+        let alice = UserInfo::new("alice", ["x"]);
+        let info = ferrokube_api::resources::lookup("storage.k8s.io", "v1", "csinodes").unwrap();
+        assert!(!NR.handles(&Attributes::new(alice, Operation::Create, info)));
     }
 }
