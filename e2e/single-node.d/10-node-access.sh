@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Node access through the apiserver and the kubelet's HTTPS API (:10250): kubectl logs
-# (plain, -f, --previous, --tail, --timestamps), exec (WebSocket v5, SPDY fallback, stdin
+# (plain, -f, --previous, --tail, --timestamps, in CrashLoopBackOff), exec (WebSocket v5, SPDY fallback, stdin
 # with its end, exit codes) and port-forward (WebSocket-tunnelled SPDY and plain SPDY),
 # with kubectl 1.32 and 1.33 where installed (/usr/bin/kubectl may dispatch to a version
 # matching the server's, so the versioned binaries are named). Sourced by
@@ -169,6 +169,23 @@ out=$(k logs --previous --tail=1 --timestamps node-access 2>&1) || fail "logs --
 [[ $out =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z\ tick-5$ ]] ||
   fail "expected an RFC 3339 timestamp before tick-5, got: $out"
 ok "previous instance's log, --tail and --timestamps"
+
+step "kubectl logs and logs --previous of node-access in CrashLoopBackOff"
+# While the next run waits out its back-off, both read the run that just failed (upstream's
+# validateContainerLogStatus), not an older one the kubelet may already have removed.
+reason=""
+for ((i = 0; i < 120; i++)); do
+  reason=$(k get pod node-access -o 'jsonpath={.status.containerStatuses[0].state.waiting.reason}' 2>/dev/null || true)
+  [ "$reason" = CrashLoopBackOff ] && break
+  sleep 0.5
+done
+[ "$reason" = CrashLoopBackOff ] || fail "node-access not in CrashLoopBackOff within 60 s (waiting: '$reason')"
+for flag in "" --previous; do
+  # shellcheck disable=SC2086 # an empty $flag is no argument
+  out=$(k logs $flag --tail=1 node-access 2>&1) || fail "logs $flag in CrashLoopBackOff: $out"
+  [ "$out" = tick-5 ] || fail "logs $flag in CrashLoopBackOff: expected tick-5, got: $out"
+done
+ok "both read the failed run"
 
 step "kubectl delete pod node-access"
 k delete pod node-access --wait=false >/dev/null 2>&1 || fail "deleting node-access"

@@ -1,15 +1,18 @@
 //! kubelet: upstream's flags over `ferrokube-kubelet`. A `--config` KubeletConfiguration
-//! file is read first; flags given on the command line override it.
+//! file is read first; flags given on the command line override it. The result, with
+//! the defaults filled in, is what the kubelet API serves on `/configz`.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use ferrokube_kubelet::auth::{AuthSettings, KubeletAuth};
 use ferrokube_kubelet::eviction::EvictionSettings;
-use ferrokube_kubelet::kubeletconfig::{KubeletConfiguration, parse_go_duration};
+use ferrokube_kubelet::kubeletconfig::{
+    KubeletConfiguration, effective_configuration, flag_map, parse_go_duration,
+};
 use ferrokube_kubelet::node::{EvictionThresholds, Reserved, parse_labels, parse_taints};
 use ferrokube_kubelet::server::Endpoints;
 use ferrokube_kubelet::{CriClient, HostDns, Kubelet, KubeletConfig, NodeConfig, RuntimeManager};
@@ -105,11 +108,11 @@ struct Opts {
     /// in the node's daemonEndpoints [default: 10250].
     #[arg(long = "port")]
     port: Option<i32>,
-    /// The serving certificate of --port (PEM, chain allowed); without it a self-signed
-    /// one is made in <root-dir>/pki.
+    /// The serving certificate of --port (PEM, chain allowed) (tlsCertFile); without it
+    /// a self-signed one is made in <root-dir>/pki.
     #[arg(long = "tls-cert-file")]
     tls_cert_file: Option<PathBuf>,
-    /// The key of --tls-cert-file.
+    /// The key of --tls-cert-file (tlsPrivateKeyFile).
     #[arg(long = "tls-private-key-file")]
     tls_private_key_file: Option<PathBuf>,
     /// The port of the plain-HTTP /healthz endpoint (0 disables).
@@ -121,9 +124,9 @@ struct Opts {
     /// The read-only port (/healthz, /pods) without authentication (0 disables).
     #[arg(long = "read-only-port")]
     read_only_port: Option<u16>,
-    /// The address of the HTTPS port and the read-only port.
-    #[arg(long = "address", default_value = "0.0.0.0")]
-    address: IpAddr,
+    /// The address of the HTTPS port and the read-only port [default: 0.0.0.0].
+    #[arg(long = "address")]
+    address: Option<IpAddr>,
     /// The sandbox image (containerd's `sandbox_image` runs it); image GC never removes
     /// it [default: registry.k8s.io/pause:3.10].
     #[arg(long = "pod-infra-container-image")]
@@ -227,7 +230,7 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .or(file.image_service_endpoint.clone())
         .filter(|e| !e.is_empty());
-    if let Some(ie) = image_endpoint.filter(|ie| *ie != endpoint) {
+    if let Some(ie) = image_endpoint.as_ref().filter(|ie| **ie != endpoint) {
         bail!("--image-service-endpoint={ie}: a separate image service is not supported yet");
     }
 
@@ -433,6 +436,74 @@ async fn main() -> anyhow::Result<()> {
         node.memory_capacity = m.memory_bytes;
         node.cpu_capacity_milli = m.num_cpus * 1000;
     }
+    if file.enable_system_log_handler == Some(false) {
+        cfg.system_log_dir = None;
+    }
+
+    // The servers' settings: flags, then the file, then the defaults.
+    let healthz_port = opts.healthz_port.or(file.healthz_port).unwrap_or(10248);
+    let healthz_bind = opts
+        .healthz_bind_address
+        .or(file
+            .healthz_bind_address
+            .as_deref()
+            .and_then(|a| a.parse().ok()))
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    let read_only_port = opts.read_only_port.or(file.read_only_port).unwrap_or(0);
+    let address = match (opts.address, file.address.as_deref()) {
+        (Some(a), _) => a,
+        (None, Some(a)) if !a.is_empty() => a
+            .parse()
+            .with_context(|| format!("address {a:?} in the config file"))?,
+        _ => IpAddr::from([0, 0, 0, 0]),
+    };
+    // The config file's paths are relative to the file.
+    let config_dir = opts.config.as_deref().and_then(Path::parent);
+    let from_file = |p: &Option<String>| {
+        p.as_deref()
+            .filter(|p| !p.is_empty())
+            .map(|p| match config_dir {
+                Some(dir) if Path::new(p).is_relative() => dir.join(p),
+                _ => PathBuf::from(p),
+            })
+    };
+    let tls_files = if cfg_port == 0 {
+        None
+    } else {
+        let cert = opts
+            .tls_cert_file
+            .clone()
+            .or_else(|| from_file(&file.tls_cert_file));
+        let key = opts
+            .tls_private_key_file
+            .clone()
+            .or_else(|| from_file(&file.tls_private_key_file));
+        Some(match (cert, key) {
+            (Some(c), Some(k)) => (c, k),
+            (None, None) => {
+                let ips: Vec<IpAddr> = node_ips_for_cert
+                    .iter()
+                    .filter_map(|i| i.parse().ok())
+                    .collect();
+                ferrokube_kubelet::server::ensure_self_signed(&opts.root_dir, &hostname, &ips)?
+            }
+            _ => bail!(
+                "--tls-cert-file and --tls-private-key-file (tlsCertFile, tlsPrivateKeyFile) go together"
+            ),
+        })
+    };
+
+    let mut given = given_configuration(&opts, &file);
+    given.address = Some(address.to_string());
+    given.read_only_port = Some(read_only_port);
+    given.healthz_port = Some(healthz_port);
+    given.healthz_bind_address = Some(healthz_bind.to_string());
+    given.tls_cert_file = tls_files.as_ref().map(|(c, _)| c.display().to_string());
+    given.tls_private_key_file = tls_files.as_ref().map(|(_, k)| k.display().to_string());
+    given.resolv_conf = Some(resolv.clone());
+    given.container_runtime_endpoint = Some(endpoint.clone());
+    given.image_service_endpoint = image_endpoint.clone();
+    cfg.configz = effective_configuration(&given, &cfg, &node, &auth_settings).to_value();
 
     let kcfg = match &opts.kubeconfig {
         Some(p) => {
@@ -453,17 +524,9 @@ async fn main() -> anyhow::Result<()> {
     let cancel =
         ferrokube_client::process::cancel_on_termination("shutting down, containers keep running");
     let mut servers = vec![];
-    let healthz_port = opts.healthz_port.or(file.healthz_port).unwrap_or(10248);
     if healthz_port != 0 {
-        let bind = opts
-            .healthz_bind_address
-            .or(file
-                .healthz_bind_address
-                .as_deref()
-                .and_then(|a| a.parse().ok()))
-            .unwrap_or(IpAddr::from([127, 0, 0, 1]));
         let (addr, t) = ferrokube_kubelet::server::bind(
-            SocketAddr::new(bind, healthz_port),
+            SocketAddr::new(healthz_bind, healthz_port),
             kubelet.clone(),
             Endpoints::Healthz,
             cancel.clone(),
@@ -473,19 +536,8 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%addr, "serving /healthz");
         servers.push(t);
     }
-    if cfg_port != 0 {
+    if let Some((cert, key)) = &tls_files {
         let port = u16::try_from(cfg_port).with_context(|| format!("--port={cfg_port}"))?;
-        let (cert, key) = match (&opts.tls_cert_file, &opts.tls_private_key_file) {
-            (Some(c), Some(k)) => (c.clone(), k.clone()),
-            (None, None) => {
-                let ips: Vec<IpAddr> = node_ips_for_cert
-                    .iter()
-                    .filter_map(|i| i.parse().ok())
-                    .collect();
-                ferrokube_kubelet::server::ensure_self_signed(&opts.root_dir, &hostname, &ips)?
-            }
-            _ => bail!("--tls-cert-file and --tls-private-key-file go together"),
-        };
         let read = |p: &PathBuf| {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
         };
@@ -510,13 +562,10 @@ async fn main() -> anyhow::Result<()> {
             &auth_settings,
             review_client.clone(),
         ));
-        let tls = ferrokube_kubelet::server::tls_config(
-            &read(&cert)?,
-            &read(&key)?,
-            client_ca.as_deref(),
-        )?;
+        let tls =
+            ferrokube_kubelet::server::tls_config(&read(cert)?, &read(key)?, client_ca.as_deref())?;
         let (addr, t) = ferrokube_kubelet::server::bind_tls(
-            SocketAddr::new(opts.address, port),
+            SocketAddr::new(address, port),
             kubelet.clone(),
             tls,
             auth,
@@ -527,10 +576,9 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%addr, "serving the kubelet API (HTTPS)");
         servers.push(t);
     }
-    let ro = opts.read_only_port.or(file.read_only_port).unwrap_or(0);
-    if ro != 0 {
+    if read_only_port != 0 {
         let (addr, t) = ferrokube_kubelet::server::bind(
-            SocketAddr::new(opts.address, ro),
+            SocketAddr::new(address, read_only_port),
             kubelet.clone(),
             Endpoints::ReadOnly,
             cancel.clone(),
@@ -581,6 +629,38 @@ fn auth_settings(opts: &Opts, file: Option<&KubeletConfiguration>) -> anyhow::Re
         s.unauthorized_ttl = parse_go_duration(d)?;
     }
     Ok(s)
+}
+
+/// The config file with the flags given on the command line over it, map flags in the
+/// file's form (`a<b,c<d` and `a=b,c=d` as maps): the strings `/configz` reports for the
+/// maps and `containerLogMaxSize`, as the kubelet parsed them. The binary sets the
+/// resolved ports, addresses, files and endpoints itself.
+fn given_configuration(opts: &Opts, file: &KubeletConfiguration) -> KubeletConfiguration {
+    let mut g = file.clone();
+    for (flag, sep, field) in [
+        (&opts.kube_reserved, '=', &mut g.kube_reserved),
+        (&opts.system_reserved, '=', &mut g.system_reserved),
+        (&opts.eviction_hard, '<', &mut g.eviction_hard),
+        (&opts.eviction_soft, '<', &mut g.eviction_soft),
+        (
+            &opts.eviction_soft_grace_period,
+            '=',
+            &mut g.eviction_soft_grace_period,
+        ),
+        (
+            &opts.eviction_minimum_reclaim,
+            '=',
+            &mut g.eviction_minimum_reclaim,
+        ),
+    ] {
+        if let Some(s) = flag {
+            *field = Some(flag_map(s, sep));
+        }
+    }
+    if let Some(s) = &opts.container_log_max_size {
+        g.container_log_max_size = Some(s.clone());
+    }
+    g
 }
 
 /// A config file's `signal: value` map as the flags' `signal=value,...`.

@@ -85,6 +85,13 @@ pub struct KubeletConfig {
     pub sandbox_image: String,
     /// `--container-log-max-size` / `--container-log-max-files`.
     pub container_log: crate::log_rotation::LogRotationPolicy,
+    /// The directory `/logs/` serves on the kubelet API (upstream: `/var/log`); `None`
+    /// when `enableSystemLogHandler` is false.
+    pub system_log_dir: Option<std::path::PathBuf>,
+    /// The effective configuration served on `/configz` (under `kubeletconfig`): the
+    /// binary fills it with [`crate::kubeletconfig::effective_configuration`]; an empty
+    /// object by default.
+    pub configz: serde_json::Value,
 }
 
 impl KubeletConfig {
@@ -114,6 +121,8 @@ impl KubeletConfig {
             image_gc: Default::default(),
             sandbox_image: DEFAULT_SANDBOX_IMAGE.into(),
             container_log: Default::default(),
+            system_log_dir: Some("/var/log".into()),
+            configz: serde_json::Value::Object(Default::default()),
         }
     }
 }
@@ -451,6 +460,11 @@ impl Kubelet {
             }
         };
         self.node_uid.send_replace(registered.metadata.uid.clone());
+        tokio::spawn(publish_csi_node(
+            self.client.clone(),
+            registered.clone(),
+            cancel.clone(),
+        ));
         let mut last: Option<NodeStatus> = registered.status.clone();
         let mut last_report = Instant::now();
         let mut first = true;
@@ -1608,5 +1622,23 @@ impl crate::eviction::NodeReclaimer for NodeReclaimer<'_> {
     async fn observe(&self) -> crate::eviction::Observations {
         let summary = crate::stats::summary(self.kubelet, self.cpu_rate).await;
         crate::eviction::observations(&summary, self.memory, pid_usage())
+    }
+}
+
+/// Publishes the node's CSINode, retrying with a backoff until it is there (upstream
+/// keeps the node from reporting Ready until then; this kubelet does not wait for it,
+/// having no CSI driver that could need it).
+async fn publish_csi_node(client: kube::Client, node: Node, cancel: CancellationToken) {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match crate::csi_node::ensure(&client, &node).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = %e, "failed to publish CSINode; retrying"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(60));
     }
 }

@@ -48,6 +48,7 @@ pub mod config;
 pub mod container;
 pub mod credentials;
 pub mod cri;
+pub mod csi_node;
 pub mod env;
 pub mod eviction;
 pub mod gc;
@@ -75,6 +76,7 @@ pub mod stats;
 pub mod status;
 pub mod status_manager;
 pub mod streaming;
+pub mod system_logs;
 pub mod volume;
 pub mod volume_manager;
 

@@ -17,6 +17,8 @@ use jiff::Timestamp;
 use tokio::io::{AsyncBufReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
+use k8s_openapi::api::core::v1::PodStatus;
+
 /// Which stream a CRI log line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogStream {
@@ -448,6 +450,78 @@ where
     }
 }
 
+/// The runtime id of the container instance whose log a request reads, chosen from the
+/// pod's status as upstream's `validateContainerLogStatus`: with `previous`, the last
+/// terminated instance; else the running one, the terminated one, or the last terminated
+/// one while the next waits (so in CrashLoopBackOff both read the instance that just
+/// failed). The error is the message the kubelet answers (400) with.
+pub fn log_container_id(
+    status: Option<&PodStatus>,
+    pod_name: &str,
+    container: &str,
+    previous: bool,
+) -> Result<String, String> {
+    let not_available =
+        || format!("container \"{container}\" in pod \"{pod_name}\" is not available");
+    let status = status.ok_or_else(not_available)?;
+    let cs = [
+        &status.container_statuses,
+        &status.init_container_statuses,
+        &status.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|c| c.name == container)
+    .ok_or_else(not_available)?;
+    let state = cs.state.clone().unwrap_or_default();
+    let last_terminated = cs
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.container_id.clone())
+        .filter(|id| !id.is_empty());
+    let terminated = || format!("container \"{container}\" in pod \"{pod_name}\" is terminated");
+    let id = if previous {
+        last_terminated.ok_or_else(|| {
+            format!("previous terminated container \"{container}\" in pod \"{pod_name}\" not found")
+        })?
+    } else if state.running.is_some() {
+        cs.container_id.clone().unwrap_or_default()
+    } else if let Some(t) = &state.terminated {
+        match t.container_id.clone().filter(|id| !id.is_empty()) {
+            Some(id) => id,
+            // The next instance did not start: the last one's log.
+            None => last_terminated.ok_or_else(terminated)?,
+        }
+    } else if cs
+        .last_state
+        .as_ref()
+        .is_some_and(|s| s.terminated.is_some())
+    {
+        last_terminated.ok_or_else(terminated)?
+    } else if let Some(w) = &state.waiting {
+        let reason = w.reason.clone().unwrap_or_default();
+        let why = match reason.as_str() {
+            "ErrImagePull" => "image can't be pulled".to_owned(),
+            "ImagePullBackOff" => "trying and failing to pull image".to_owned(),
+            _ => reason,
+        };
+        return Err(format!(
+            "container \"{container}\" in pod \"{pod_name}\" is waiting to start: {why}"
+        ));
+    } else {
+        return Err(format!(
+            "container \"{container}\" in pod \"{pod_name}\" is waiting to start - no logs yet"
+        ));
+    };
+    // `containerd://<id>`: the runtime knows the id alone.
+    Ok(id
+        .split_once("://")
+        .map_or(id.as_str(), |(_, id)| id)
+        .to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,6 +529,56 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    fn status_of(cs: serde_json::Value) -> PodStatus {
+        serde_json::from_value(serde_json::json!({ "containerStatuses": [cs] })).unwrap()
+    }
+
+    #[test]
+    fn log_instance_follows_upstreams_choice() {
+        let pick = |cs: serde_json::Value, previous| {
+            log_container_id(Some(&status_of(cs)), "p", "c", previous)
+        };
+        // CrashLoopBackOff: both read the instance that just failed.
+        let crashing = serde_json::json!({
+            "name": "c", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+            "containerID": "containerd://old",
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "containerID": "containerd://old"}},
+        });
+        assert_eq!(pick(crashing.clone(), true).unwrap(), "old");
+        assert_eq!(pick(crashing, false).unwrap(), "old");
+        // Running after a restart: the current one, and the previous one.
+        let running = serde_json::json!({
+            "name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 2,
+            "containerID": "containerd://new",
+            "state": {"running": {}},
+            "lastState": {"terminated": {"exitCode": 1, "containerID": "containerd://old"}},
+        });
+        assert_eq!(pick(running.clone(), false).unwrap(), "new");
+        assert_eq!(pick(running, true).unwrap(), "old");
+        // Never restarted: no previous instance.
+        let first = serde_json::json!({
+            "name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+            "containerID": "containerd://first", "state": {"running": {}},
+        });
+        assert_eq!(
+            pick(first, true).unwrap_err(),
+            "previous terminated container \"c\" in pod \"p\" not found"
+        );
+        let pulling = serde_json::json!({
+            "name": "c", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff"}},
+        });
+        assert_eq!(
+            pick(pulling, false).unwrap_err(),
+            "container \"c\" in pod \"p\" is waiting to start: trying and failing to pull image"
+        );
+        assert_eq!(
+            log_container_id(Some(&PodStatus::default()), "p", "c", false).unwrap_err(),
+            "container \"c\" in pod \"p\" is not available"
+        );
     }
 
     #[test]

@@ -5,13 +5,18 @@
 //!   [`crate::resource_metrics`]) and `/stats/summary`;
 //! - `--port` (HTTPS, 10250): the read-only paths, `/containerLogs/{ns}/{pod}/{container}`
 //!   (see [`crate::logs`]), `/exec/...`, `/attach/...` and `/portForward/...` (see
-//!   [`crate::streaming`]); every request authenticated and authorized by
+//!   [`crate::streaming`]), and upstream's debugging handlers: `/configz` (the effective
+//!   `KubeletConfiguration`, see [`crate::kubeletconfig::effective_configuration`]),
+//!   `/runningpods/` (a PodList of what the runtime runs, see [`running_pod_list`]) and
+//!   `/logs/` (the node's `/var/log`, see [`crate::system_logs`]); every request authenticated and authorized by
 //!   [`crate::auth::KubeletAuth`] (client certificates verified against
 //!   `--client-ca-file` when a client sends one; bearer tokens; anonymous).
 //!
 //! The apiserver reaches the HTTPS port for `pods/log`, `pods/exec`, `pods/attach` and
-//! `pods/portforward` with its `--kubelet-client-certificate`.
+//! `pods/portforward` with its `--kubelet-client-certificate`, and for
+//! `nodes/<node>/proxy/...` (`kubectl get --raw /api/v1/nodes/<node>/proxy/configz`).
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -21,16 +26,17 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KubeletAuth;
 use crate::kubelet::Kubelet;
 use crate::logs::{LogOptions, stream_log_file};
 use crate::sandbox::{name, namespace, pod_log_dir, spec, uid};
-use crate::status::{RuntimeContainer, RuntimeState};
+use crate::status::{RuntimeContainer, RuntimePod, RuntimeState};
 use crate::streaming::{
     Body, CHANNEL_V4, CHANNEL_V5, is_upgrade, is_websocket, offered_subprotocols, proxy_to_runtime,
     text,
@@ -44,7 +50,8 @@ pub enum Endpoints {
     /// `/healthz`, `/pods` (a PodList of the pods bound to this node), `/metrics`,
     /// `/metrics/cadvisor`, `/metrics/resource` and `/stats/summary`.
     ReadOnly,
-    /// The kubelet API: read-only paths plus logs, exec, attach and port-forward.
+    /// The kubelet API: read-only paths plus container logs, exec, attach and
+    /// port-forward, and the debugging handlers `/configz`, `/runningpods/` and `/logs/`.
     Api,
 }
 
@@ -137,7 +144,7 @@ fn json(code: StatusCode, v: &serde_json::Value) -> Response<Body> {
     r
 }
 
-fn not_found() -> Response<Body> {
+pub(crate) fn not_found() -> Response<Body> {
     text(StatusCode::NOT_FOUND, "404 page not found\n")
 }
 
@@ -204,6 +211,21 @@ async fn handle(kubelet: Arc<Kubelet>, which: Endpoints, req: Request<Incoming>)
             let (ns, pod) = (ns.to_string(), pod.to_string());
             port_forward(&kubelet, req, &ns, &pod).await
         }
+        // Upstream's `configz.InstallHandler`: exactly `/configz`, any method.
+        ["configz"] if api && path == "/configz" => configz(&kubelet),
+        ["runningpods"] if api => {
+            if req.method() != Method::GET {
+                return method_not_allowed();
+            }
+            match kubelet.runtime().runtime_pods().await {
+                Ok(pods) => json(StatusCode::OK, &running_pod_list(&pods)),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            }
+        }
+        ["logs", ..] if api => {
+            let dir = kubelet.config().system_log_dir.clone();
+            crate::system_logs::system_logs(dir, req.method(), &path, req.uri().query()).await
+        }
         _ => not_found(),
     }
 }
@@ -239,6 +261,89 @@ async fn gauges(kubelet: &Kubelet) -> crate::metrics::KubeletGauges {
         }
     }
     g
+}
+
+/// 405 for a method other than GET on a read-only debugging handler (upstream's
+/// `GETOnlyRestfulFilter`).
+pub(crate) fn method_not_allowed() -> Response<Body> {
+    let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET"));
+    r
+}
+
+/// `/configz`: `{"kubeletconfig": <the effective KubeletConfiguration>}` (upstream
+/// `component-base/configz`).
+fn configz(kubelet: &Kubelet) -> Response<Body> {
+    let body = serde_json::json!({ "kubeletconfig": kubelet.config().configz });
+    let mut r = json(StatusCode::OK, &body);
+    r.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+/// `/runningpods/`: the pods the runtime runs, as upstream's `GetRunningPods` gives them
+/// (the runtime cache's pods, i.e. ready sandboxes and running containers, each through
+/// `kubecontainer.Pod.ToAPIPod`): a `v1` PodList whose items have only name, namespace,
+/// UID and their running containers' names and images. A pod is listed while it has a
+/// ready sandbox or a running container; pods with the newest ready sandbox come first
+/// (upstream sorts by the sandboxes' creation time). Like upstream's items, they carry
+/// no `apiVersion`/`kind`.
+pub fn running_pod_list(pods: &BTreeMap<String, RuntimePod>) -> serde_json::Value {
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let mut running: Vec<(i64, Pod)> = vec![];
+    for rp in pods.values() {
+        let containers: Vec<Container> = rp
+            .containers
+            .iter()
+            .filter(|c| c.state == RuntimeState::Running)
+            .map(|c| Container {
+                name: c.name.clone(),
+                image: non_empty(&c.image),
+                // Go writes the empty struct.
+                resources: Some(ResourceRequirements::default()),
+                ..Default::default()
+            })
+            .collect();
+        let newest_ready = rp
+            .sandboxes
+            .iter()
+            .filter(|s| s.ready)
+            .map(|s| s.created_at)
+            .max();
+        if newest_ready.is_none() && containers.is_empty() {
+            continue;
+        }
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: non_empty(&rp.name),
+                namespace: non_empty(&rp.namespace),
+                uid: non_empty(&rp.uid),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            status: Some(PodStatus::default()),
+        };
+        running.push((newest_ready.unwrap_or(0), pod));
+    }
+    running.sort_by_key(|(created, _)| std::cmp::Reverse(*created));
+    let list = k8s_openapi::List::<Pod> {
+        metadata: ListMeta::default(),
+        items: running.into_iter().map(|(_, p)| p).collect(),
+    };
+    let mut v = serde_json::to_value(&list).unwrap_or_default();
+    if let Some(items) = v.get_mut("items").and_then(|i| i.as_array_mut()) {
+        for item in items.iter_mut().filter_map(|i| i.as_object_mut()) {
+            item.remove("apiVersion");
+            item.remove("kind");
+        }
+    }
+    v
 }
 
 fn find_pod(kubelet: &Kubelet, ns: &str, pod_name: &str) -> Option<Pod> {
@@ -315,30 +420,22 @@ async fn container_logs(
         Ok(i) => i,
         Err(r) => return r,
     };
-    let instance = if opts.previous {
-        match found.get(1) {
-            Some(i) => i,
-            None => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "previous terminated container \"{container}\" in pod \"{pod_name}\" not found"
-                    ),
-                );
-            }
-        }
-    } else {
-        match found.first() {
-            Some(i) => i,
-            None => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "container \"{container}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating"
-                    ),
-                );
-            }
-        }
+    // Which instance: chosen from the pod's status as upstream does, so a container in
+    // CrashLoopBackOff shows the run that just failed, with or without `previous`.
+    let id = match crate::logs::log_container_id(
+        pod.status.as_ref(),
+        pod_name,
+        container,
+        opts.previous,
+    ) {
+        Ok(id) => id,
+        Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
+    };
+    let Some(instance) = found.iter().find(|i| i.id == id) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("failed to get container status {id:?}: not found"),
+        );
     };
     let cri_client = kubelet.runtime().cri().clone();
     let path = match cri_client.container_status(&instance.id).await {
@@ -745,5 +842,117 @@ mod tests {
         let info = ferrokube_pki::CertInfo::from_pem(&cert_pem).unwrap();
         assert!(info.dns_sans.contains(&"node-a".to_string()));
         assert!(info.ip_sans.contains(&ips[0]));
+    }
+
+    fn container(name: &str, image: &str, state: RuntimeState) -> RuntimeContainer {
+        RuntimeContainer {
+            id: format!("id-{name}"),
+            name: name.into(),
+            state,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            image: image.into(),
+            image_ref: format!("sha256:{name}"),
+            restart_count: 0,
+            hash: String::new(),
+            kind: crate::container::ContainerType::Regular,
+            sandbox_id: String::new(),
+        }
+    }
+
+    fn sandbox(ready: bool, created_at: i64) -> crate::status::RuntimeSandbox {
+        crate::status::RuntimeSandbox {
+            id: format!("sb-{created_at}"),
+            ready,
+            created_at,
+            attempt: 0,
+            ips: vec![],
+            host_network: false,
+        }
+    }
+
+    #[test]
+    fn running_pods_as_upstream_lists_them() {
+        let pod = |uid: &str, sandboxes, containers| RuntimePod {
+            uid: uid.into(),
+            name: format!("pod-{uid}"),
+            namespace: "default".into(),
+            sandboxes,
+            containers,
+        };
+        let pods = BTreeMap::from([
+            (
+                "u1".to_string(),
+                pod(
+                    "u1",
+                    vec![sandbox(true, 100), sandbox(false, 50)],
+                    vec![
+                        container("web", "nginx:1.27", RuntimeState::Running),
+                        container("init", "busybox", RuntimeState::Exited),
+                        container("side", "envoy", RuntimeState::Created),
+                    ],
+                ),
+            ),
+            // Only a ready sandbox: listed, without containers.
+            (
+                "u2".to_string(),
+                pod("u2", vec![sandbox(true, 300)], vec![]),
+            ),
+            // Nothing running: not listed.
+            (
+                "u3".to_string(),
+                pod(
+                    "u3",
+                    vec![sandbox(false, 400)],
+                    vec![container("done", "busybox", RuntimeState::Exited)],
+                ),
+            ),
+            // A running container whose sandbox is not ready: listed, last.
+            (
+                "u4".to_string(),
+                pod(
+                    "u4",
+                    vec![sandbox(false, 500)],
+                    vec![container("c", "img", RuntimeState::Running)],
+                ),
+            ),
+        ]);
+        assert_eq!(
+            running_pod_list(&pods),
+            serde_json::json!({
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": [
+                    {
+                        "metadata": {"name": "pod-u2", "namespace": "default", "uid": "u2"},
+                        "spec": {"containers": []},
+                        "status": {},
+                    },
+                    {
+                        "metadata": {"name": "pod-u1", "namespace": "default", "uid": "u1"},
+                        "spec": {"containers": [
+                            {"name": "web", "image": "nginx:1.27", "resources": {}},
+                        ]},
+                        "status": {},
+                    },
+                    {
+                        "metadata": {"name": "pod-u4", "namespace": "default", "uid": "u4"},
+                        "spec": {"containers": [
+                            {"name": "c", "image": "img", "resources": {}},
+                        ]},
+                        "status": {},
+                    },
+                ],
+            })
+        );
+        assert_eq!(
+            running_pod_list(&BTreeMap::new()),
+            serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
+        );
     }
 }
