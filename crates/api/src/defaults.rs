@@ -29,6 +29,7 @@ use k8s_openapi::api::coordination::v1 as coordination;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::api::flowcontrol::v1 as flowcontrol;
 use k8s_openapi::api::networking::v1 as networking;
 use k8s_openapi::api::node::v1 as node;
 use k8s_openapi::api::policy::v1 as policy;
@@ -1000,6 +1001,73 @@ impl ApplyDefaults for storage::VolumeAttachment {
         }
         if let Some(s) = &mut spec.scale_io {
             default_scale_io!(s);
+        }
+    }
+}
+
+/// `flowcontrol/v1.FlowSchemaDefaultMatchingPrecedence`.
+pub const FLOW_SCHEMA_DEFAULT_MATCHING_PRECEDENCE: i32 = 1000;
+/// `flowcontrol/v1.PriorityLevelConfigurationDefaultNominalConcurrencyShares`.
+pub const PRIORITY_LEVEL_DEFAULT_NOMINAL_CONCURRENCY_SHARES: i32 = 30;
+/// `flowcontrol/v1.PriorityLevelConfigurationDefaultQueues`.
+pub const PRIORITY_LEVEL_DEFAULT_QUEUES: i32 = 64;
+/// `flowcontrol/v1.PriorityLevelConfigurationDefaultHandSize`.
+pub const PRIORITY_LEVEL_DEFAULT_HAND_SIZE: i32 = 8;
+/// `flowcontrol/v1.PriorityLevelConfigurationDefaultQueueLengthLimit`.
+pub const PRIORITY_LEVEL_DEFAULT_QUEUE_LENGTH_LIMIT: i32 = 50;
+
+/// An `int32` Go defaults when it is zero (unset and `0` alike).
+fn default_nonzero(o: &mut Option<i32>, value: i32) {
+    if o.is_none_or(|v| v == 0) {
+        *o = Some(value);
+    }
+}
+
+/// `SetDefaults_FlowSchemaSpec`: a zero (or absent) `matchingPrecedence` becomes 1000.
+/// The spec is a struct upstream, never absent, so it is created when missing.
+impl ApplyDefaults for flowcontrol::FlowSchema {
+    fn apply_defaults(&mut self) {
+        let spec = self.spec.get_or_insert_with(Default::default);
+        default_nonzero(
+            &mut spec.matching_precedence,
+            FLOW_SCHEMA_DEFAULT_MATCHING_PRECEDENCE,
+        );
+    }
+}
+
+/// `SetObjectDefaults_PriorityLevelConfiguration` (v1): `limited` gets
+/// `nominalConcurrencyShares: 30` when unset (an explicit 0 stays, as v1's field is a
+/// pointer) and `lendablePercent: 0`; a present `limitResponse.queuing` gets
+/// `queues: 64`, `handSize: 8` and `queueLengthLimit: 50` for zero fields (an absent
+/// `queuing` stays absent, and validation asks for it when the type is `Queue`);
+/// `exempt` gets `nominalConcurrencyShares: 0` and `lendablePercent: 0`.
+impl ApplyDefaults for flowcontrol::PriorityLevelConfiguration {
+    fn apply_defaults(&mut self) {
+        let Some(spec) = &mut self.spec else {
+            return;
+        };
+        if let Some(limited) = &mut spec.limited {
+            default_opt(
+                &mut limited.nominal_concurrency_shares,
+                PRIORITY_LEVEL_DEFAULT_NOMINAL_CONCURRENCY_SHARES,
+            );
+            default_opt(&mut limited.lendable_percent, 0);
+            if let Some(q) = limited
+                .limit_response
+                .as_mut()
+                .and_then(|r| r.queuing.as_mut())
+            {
+                default_nonzero(&mut q.hand_size, PRIORITY_LEVEL_DEFAULT_HAND_SIZE);
+                default_nonzero(&mut q.queues, PRIORITY_LEVEL_DEFAULT_QUEUES);
+                default_nonzero(
+                    &mut q.queue_length_limit,
+                    PRIORITY_LEVEL_DEFAULT_QUEUE_LENGTH_LIMIT,
+                );
+            }
+        }
+        if let Some(exempt) = &mut spec.exempt {
+            default_opt(&mut exempt.nominal_concurrency_shares, 0);
+            default_opt(&mut exempt.lendable_percent, 0);
         }
     }
 }

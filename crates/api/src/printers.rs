@@ -9,6 +9,7 @@
 //! As upstream's apiserver, rows always carry the wide (priority 1) cells; kubectl
 //! hides those columns unless asked for `-o wide`.
 
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -1028,6 +1029,79 @@ const VOLUME_ATTACHMENT: &[Col] = &[
     AGE,
 ];
 
+const FLOW_SCHEMA: &[Col] = &[
+    NAME,
+    (
+        "PriorityLevel",
+        "string",
+        "",
+        0,
+        "`name` is the name of the priority level configuration being referenced Required.",
+    ),
+    (
+        "MatchingPrecedence",
+        "string",
+        "",
+        0,
+        "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request. The chosen FlowSchema is among those with the numerically lowest (which we take to be logically highest) MatchingPrecedence.  Each MatchingPrecedence value must be ranged in [1,10000]. Note that if the precedence is not specified, it will be set to 1000 as default.",
+    ),
+    (
+        "DistinguisherMethod",
+        "string",
+        "",
+        0,
+        "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema. `nil` specifies that the distinguisher is disabled and thus will always be the empty string.",
+    ),
+    AGE,
+    (
+        "MissingPL",
+        "string",
+        "",
+        0,
+        "references a broken or non-existent PriorityLevelConfiguration",
+    ),
+];
+
+const PRIORITY_LEVEL_CONFIGURATION: &[Col] = &[
+    NAME,
+    (
+        "Type",
+        "string",
+        "",
+        0,
+        "`type` indicates whether this priority level is subject to limitation on request execution.  A value of `\"Exempt\"` means that requests of this priority level are not subject to a limit (and thus are never queued) and do not detract from the capacity made available to other priority levels.  A value of `\"Limited\"` means that (a) requests of this priority level _are_ subject to limits and (b) some of the server's limited capacity is made available exclusively to this priority level. Required.",
+    ),
+    (
+        "NominalConcurrencyShares",
+        "string",
+        "",
+        0,
+        "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level. This is the number of execution seats available at this priority level. This is used both for requests dispatched from this priority level as well as requests dispatched from other priority levels borrowing seats from this level. The server's concurrency limit (ServerCL) is divided among the Limited priority levels in proportion to their NCS values:\n\nNominalCL(i)  = ceil( ServerCL * NCS(i) / sum_ncs ) sum_ncs = sum[priority level k] NCS(k)\n\nBigger numbers mean a larger nominal concurrency limit, at the expense of every other priority level.\n\nIf not specified, this field defaults to a value of 30.\n\nSetting this field to zero supports the construction of a \"jail\" for this priority level that is used to hold some request(s)",
+    ),
+    (
+        "Queues",
+        "string",
+        "",
+        0,
+        "`queues` is the number of queues for this priority level. The queues exist independently at each apiserver. The value must be positive.  Setting it to 1 effectively precludes shufflesharding and thus makes the distinguisher method of associated flow schemas irrelevant.  This field has a default value of 64.",
+    ),
+    (
+        "HandSize",
+        "string",
+        "",
+        0,
+        "`handSize` is a small positive number that configures the shuffle sharding of requests into queues.  When enqueuing a request at this priority level the request's flow identifier (a string pair) is hashed and the hash value is used to shuffle the list of queues and deal a hand of the size specified here.  The request is put into one of the shortest queues in that hand. `handSize` must be no larger than `queues`, and should be significantly smaller (so that a few heavy flows do not saturate most of the queues).  See the user-facing documentation for more extensive guidance on setting this field.  This field has a default value of 8.",
+    ),
+    (
+        "QueueLengthLimit",
+        "string",
+        "",
+        0,
+        "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time; excess requests are rejected.  This value must be positive.  If not specified, it will be defaulted to 50.",
+    ),
+    AGE,
+];
+
 const NAME_CREATED_AT: &[Col] = &[NAME, CREATED_AT];
 
 const ROLE_BINDING: &[Col] = &[
@@ -1184,6 +1258,10 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("autoscaling", "HorizontalPodAutoscaler") => HPA,
         ("certificates.k8s.io", "CertificateSigningRequest") => CSR,
         ("coordination.k8s.io", "Lease") => LEASE,
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => FLOW_SCHEMA,
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            PRIORITY_LEVEL_CONFIGURATION
+        }
         ("discovery.k8s.io", "EndpointSlice") => ENDPOINT_SLICE,
         ("networking.k8s.io", "Ingress") => INGRESS,
         ("networking.k8s.io", "IngressClass") => INGRESS_CLASS,
@@ -1313,6 +1391,8 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
             ]
         }
         ("discovery.k8s.io", "EndpointSlice") => p.endpoint_slice(),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => p.flow_schema(),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => p.priority_level(),
         ("networking.k8s.io", "Ingress") => p.ingress(),
         ("networking.k8s.io", "IngressClass") => p.ingress_class(),
         ("networking.k8s.io", "NetworkPolicy") => vec![
@@ -1357,6 +1437,24 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
             p.age(),
         ],
         _ => vec![p.name(), p.created_at()],
+    }
+}
+
+/// The order upstream's list printer gives the rows when it is not the list's own:
+/// FlowSchemas by matching precedence, then by name (`printFlowSchemaList` sorts a
+/// `FlowSchemaSequence`). `None`: the rows follow the list.
+pub fn table_row_order(group: &str, kind: &str) -> Option<fn(&Value, &Value) -> Ordering> {
+    match (group, kind) {
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => Some(|a, b| {
+            let key = |o: &Value| {
+                (
+                    i_of(o, &["spec", "matchingPrecedence"]),
+                    s_of(o, &["metadata", "name"]).to_string(),
+                )
+            };
+            key(a).cmp(&key(b))
+        }),
+        _ => None,
     }
 }
 
@@ -2647,6 +2745,56 @@ impl<'a> Printer<'a> {
                     .unwrap_or(false)
             ),
             str_cell(&unset(self.s(&["preemptionPolicy"]))),
+            self.age(),
+        ]
+    }
+
+    /// Upstream's `printFlowSchema`: the precedence as a number, `<none>` without a
+    /// distinguisher method, and MissingPL the `Dangling` condition's status (`?`
+    /// before the APF controller has set one).
+    fn flow_schema(&self) -> Vec<Value> {
+        let distinguisher = match self.get(&["spec", "distinguisherMethod"]) {
+            Some(m) if m.is_object() => m["type"].as_str().unwrap_or(""),
+            _ => "<none>",
+        };
+        let dangling = self
+            .get(&["status", "conditions"])
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Dangling")
+            .map_or("?", |c| c["status"].as_str().unwrap_or(""));
+        vec![
+            self.name(),
+            str_cell(self.s(&["spec", "priorityLevelConfiguration", "name"])),
+            json!(self.i(&["spec", "matchingPrecedence"])),
+            str_cell(distinguisher),
+            self.age(),
+            str_cell(dangling),
+        ]
+    }
+
+    /// Upstream's `printPriorityLevelConfiguration`: the shares of a Limited level and
+    /// its queuing parameters when it queues, `<none>` otherwise.
+    fn priority_level(&self) -> Vec<Value> {
+        let none = || str_cell("<none>");
+        let (mut shares, mut queues, mut hand_size, mut queue_length_limit) =
+            (none(), none(), none(), none());
+        if let Some(limited) = self.get(&["spec", "limited"]).filter(|l| l.is_object()) {
+            shares = json!(i_of(limited, &["nominalConcurrencyShares"]));
+            if let Some(q) = get(limited, &["limitResponse", "queuing"]).filter(|q| q.is_object()) {
+                queues = json!(i_of(q, &["queues"]));
+                hand_size = json!(i_of(q, &["handSize"]));
+                queue_length_limit = json!(i_of(q, &["queueLengthLimit"]));
+            }
+        }
+        vec![
+            self.name(),
+            str_cell(self.s(&["spec", "type"])),
+            shares,
+            queues,
+            hand_size,
+            queue_length_limit,
             self.age(),
         ]
     }

@@ -272,6 +272,12 @@ pub static RESOURCES: &[ResourceInfo] = &[
     // ---- events.k8s.io/v1 (stored apart from core events until the two views convert)
     // Stored with core v1 Events (one resource, as upstream; the registry converts).
     res("events.k8s.io", "v1", "Event", "events", "event", &["ev"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/events"),
+    // ---- flowcontrol.apiserver.k8s.io/v1
+    res("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", "flowschema", NONE, NONE, false, ALL_VERBS,
+        &[status!("FlowSchema")], "/registry/flowschemas"),
+    res("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration", "prioritylevelconfigurations",
+        "prioritylevelconfiguration", NONE, NONE, false, ALL_VERBS, &[status!("PriorityLevelConfiguration")],
+        "/registry/prioritylevelconfigurations"),
     // ---- networking.k8s.io/v1
     res("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", NONE, NONE, false, ALL_VERBS, NO_SUBS,
         "/registry/ingressclasses"),

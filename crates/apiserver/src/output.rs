@@ -341,8 +341,15 @@ pub fn table(
         Some(c) => c.headers().to_vec(),
         None => printers::table_columns(info.group, info.kind),
     };
-    let rows: Vec<Value> = items
-        .iter()
+    // Some built-in printers order their rows (FlowSchemas by matching precedence).
+    let mut ordered: Vec<&Arc<Value>> = items.iter().collect();
+    if printed.columns.is_none()
+        && let Some(order) = printers::table_row_order(info.group, info.kind)
+    {
+        ordered.sort_by(|a, b| order(a, b));
+    }
+    let rows: Vec<Value> = ordered
+        .into_iter()
         .map(|o| {
             let mut row = match printed.columns {
                 Some(c) => json!({"cells": c.cells(o, now)}),

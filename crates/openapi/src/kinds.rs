@@ -5,7 +5,8 @@
 
 use k8s_openapi::api::{
     admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
-    coordination, core, discovery, events, networking, node, policy, rbac, scheduling, storage,
+    coordination, core, discovery, events, flowcontrol, networking, node, policy, rbac, scheduling,
+    storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -83,6 +84,8 @@ kinds! {
     "coordination.k8s.io" "v1" Lease => coordination::v1::Lease, true;
     "discovery.k8s.io" "v1" EndpointSlice => discovery::v1::EndpointSlice, true;
     "events.k8s.io" "v1" Event => events::v1::Event, true;
+    "flowcontrol.apiserver.k8s.io" "v1" FlowSchema => flowcontrol::v1::FlowSchema, true;
+    "flowcontrol.apiserver.k8s.io" "v1" PriorityLevelConfiguration => flowcontrol::v1::PriorityLevelConfiguration, true;
     "networking.k8s.io" "v1" IngressClass => networking::v1::IngressClass, true;
     "networking.k8s.io" "v1" Ingress => networking::v1::Ingress, true;
     "networking.k8s.io" "v1" NetworkPolicy => networking::v1::NetworkPolicy, true;

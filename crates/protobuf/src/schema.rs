@@ -26,6 +26,7 @@ pub static GROUP_VERSIONS: &[(&str, &str)] = &[
     ("coordination.k8s.io/v1", "k8s.io.api.coordination.v1"),
     ("discovery.k8s.io/v1", "k8s.io.api.discovery.v1"),
     ("events.k8s.io/v1", "k8s.io.api.events.v1"),
+    ("flowcontrol.apiserver.k8s.io/v1", "k8s.io.api.flowcontrol.v1"),
     ("networking.k8s.io/v1", "k8s.io.api.networking.v1"),
     ("node.k8s.io/v1", "k8s.io.api.node.v1"),
     ("policy/v1", "k8s.io.api.policy.v1"),
@@ -54,8 +55,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 3
     Message { name: "k8s.io.api.admissionregistration.v1.MatchResources", array: false, fields: &[
-        f(1, "namespaceSelector", M(476), 0),
-        f(2, "objectSelector", M(476), 0),
+        f(1, "namespaceSelector", M(499), 0),
+        f(2, "objectSelector", M(499), 0),
         f(3, "resourceRules", M(7), REPEATED),
         f(4, "excludeResourceRules", M(7), REPEATED),
         f(7, "matchPolicy", S, NULLABLE),
@@ -66,23 +67,23 @@ pub static MESSAGES: &[Message] = &[
         f(2, "clientConfig", M(26), 0),
         f(3, "rules", M(11), REPEATED),
         f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(476), 0),
+        f(5, "namespaceSelector", M(499), 0),
         f(6, "sideEffects", S, NULLABLE),
         f(7, "timeoutSeconds", I32, NULLABLE),
         f(8, "admissionReviewVersions", S, REPEATED),
         f(9, "matchPolicy", S, NULLABLE),
         f(10, "reinvocationPolicy", S, NULLABLE),
-        f(11, "objectSelector", M(476), 0),
+        f(11, "objectSelector", M(499), 0),
         f(12, "matchConditions", M(2), REPEATED),
     ] },
     // 5
     Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "webhooks", M(4), REPEATED),
     ] },
     // 6
     Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(5), REPEATED),
     ] },
     // 7
@@ -99,7 +100,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.admissionregistration.v1.ParamRef", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "namespace", S, OMITEMPTY),
-        f(3, "selector", M(476), 0),
+        f(3, "selector", M(499), 0),
         f(4, "parameterNotFoundAction", S, NULLABLE),
     ] },
     // 10
@@ -127,18 +128,18 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 14
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicy", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(19), 0),
         f(3, "status", M(20), 0),
     ] },
     // 15
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(17), 0),
     ] },
     // 16
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(15), REPEATED),
     ] },
     // 17
@@ -150,7 +151,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 18
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(14), REPEATED),
     ] },
     // 19
@@ -167,7 +168,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, OMITEMPTY),
         f(2, "typeChecking", M(13), 0),
-        f(3, "conditions", M(463), REPEATED),
+        f(3, "conditions", M(486), REPEATED),
     ] },
     // 21
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook", array: false, fields: &[
@@ -175,22 +176,22 @@ pub static MESSAGES: &[Message] = &[
         f(2, "clientConfig", M(26), 0),
         f(3, "rules", M(11), REPEATED),
         f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(476), 0),
+        f(5, "namespaceSelector", M(499), 0),
         f(6, "sideEffects", S, NULLABLE),
         f(7, "timeoutSeconds", I32, NULLABLE),
         f(8, "admissionReviewVersions", S, REPEATED),
         f(9, "matchPolicy", S, NULLABLE),
-        f(10, "objectSelector", M(476), 0),
+        f(10, "objectSelector", M(499), 0),
         f(11, "matchConditions", M(2), REPEATED),
     ] },
     // 22
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "webhooks", M(21), REPEATED),
     ] },
     // 23
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(22), REPEATED),
     ] },
     // 24
@@ -213,18 +214,18 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 27
     Message { name: "k8s.io.api.apps.v1.ControllerRevision", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "data", M(501), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "data", M(524), 0),
         f(3, "revision", I64, 0),
     ] },
     // 28
     Message { name: "k8s.io.api.apps.v1.ControllerRevisionList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(27), REPEATED),
     ] },
     // 29
     Message { name: "k8s.io.api.apps.v1.DaemonSet", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(32), 0),
         f(3, "status", M(33), 0),
     ] },
@@ -232,18 +233,18 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.DaemonSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(495), 0),
+        f(3, "lastTransitionTime", M(518), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 31
     Message { name: "k8s.io.api.apps.v1.DaemonSetList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(29), REPEATED),
     ] },
     // 32
     Message { name: "k8s.io.api.apps.v1.DaemonSetSpec", array: false, fields: &[
-        f(1, "selector", M(476), 0),
+        f(1, "selector", M(499), 0),
         f(2, "template", M(290), 0),
         f(3, "updateStrategy", M(34), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
@@ -269,7 +270,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 35
     Message { name: "k8s.io.api.apps.v1.Deployment", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(38), 0),
         f(3, "status", M(39), 0),
     ] },
@@ -279,18 +280,18 @@ pub static MESSAGES: &[Message] = &[
         f(2, "status", S, 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
-        f(6, "lastUpdateTime", M(495), 0),
-        f(7, "lastTransitionTime", M(495), 0),
+        f(6, "lastUpdateTime", M(518), 0),
+        f(7, "lastTransitionTime", M(518), 0),
     ] },
     // 37
     Message { name: "k8s.io.api.apps.v1.DeploymentList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(35), REPEATED),
     ] },
     // 38
     Message { name: "k8s.io.api.apps.v1.DeploymentSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(476), 0),
+        f(2, "selector", M(499), 0),
         f(3, "template", M(290), 0),
         f(4, "strategy", M(40), 0),
         f(5, "minReadySeconds", I32, OMITEMPTY),
@@ -317,7 +318,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 41
     Message { name: "k8s.io.api.apps.v1.ReplicaSet", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(44), 0),
         f(3, "status", M(45), 0),
     ] },
@@ -325,19 +326,19 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.ReplicaSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(495), 0),
+        f(3, "lastTransitionTime", M(518), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 43
     Message { name: "k8s.io.api.apps.v1.ReplicaSetList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(41), REPEATED),
     ] },
     // 44
     Message { name: "k8s.io.api.apps.v1.ReplicaSetSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(476), 0),
+        f(2, "selector", M(499), 0),
         f(3, "template", M(290), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
     ] },
@@ -353,22 +354,22 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 46
     Message { name: "k8s.io.api.apps.v1.RollingUpdateDaemonSet", array: false, fields: &[
-        f(1, "maxUnavailable", M(502), 0),
-        f(2, "maxSurge", M(502), 0),
+        f(1, "maxUnavailable", M(525), 0),
+        f(2, "maxSurge", M(525), 0),
     ] },
     // 47
     Message { name: "k8s.io.api.apps.v1.RollingUpdateDeployment", array: false, fields: &[
-        f(1, "maxUnavailable", M(502), 0),
-        f(2, "maxSurge", M(502), 0),
+        f(1, "maxUnavailable", M(525), 0),
+        f(2, "maxSurge", M(525), 0),
     ] },
     // 48
     Message { name: "k8s.io.api.apps.v1.RollingUpdateStatefulSetStrategy", array: false, fields: &[
         f(1, "partition", I32, NULLABLE),
-        f(2, "maxUnavailable", M(502), 0),
+        f(2, "maxUnavailable", M(525), 0),
     ] },
     // 49
     Message { name: "k8s.io.api.apps.v1.StatefulSet", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(54), 0),
         f(3, "status", M(55), 0),
     ] },
@@ -376,13 +377,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.StatefulSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(495), 0),
+        f(3, "lastTransitionTime", M(518), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 51
     Message { name: "k8s.io.api.apps.v1.StatefulSetList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(49), REPEATED),
     ] },
     // 52
@@ -397,7 +398,7 @@ pub static MESSAGES: &[Message] = &[
     // 54
     Message { name: "k8s.io.api.apps.v1.StatefulSetSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(476), 0),
+        f(2, "selector", M(499), 0),
         f(3, "template", M(290), 0),
         f(4, "volumeClaimTemplates", M(250), REPEATED),
         f(5, "serviceName", S, 0),
@@ -430,14 +431,14 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(456), 0),
+        f(3, "targetAverageValue", M(479), 0),
         f(5, "container", S, 0),
     ] },
     // 58
     Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(456), 0),
+        f(3, "currentAverageValue", M(479), 0),
         f(4, "container", S, 0),
     ] },
     // 59
@@ -449,20 +450,20 @@ pub static MESSAGES: &[Message] = &[
     // 60
     Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricSource", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(476), 0),
-        f(3, "targetValue", M(456), 0),
-        f(4, "targetAverageValue", M(456), 0),
+        f(2, "metricSelector", M(499), 0),
+        f(3, "targetValue", M(479), 0),
+        f(4, "targetAverageValue", M(479), 0),
     ] },
     // 61
     Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricStatus", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(476), 0),
-        f(3, "currentValue", M(456), 0),
-        f(4, "currentAverageValue", M(456), 0),
+        f(2, "metricSelector", M(499), 0),
+        f(3, "currentValue", M(479), 0),
+        f(4, "currentAverageValue", M(479), 0),
     ] },
     // 62
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(65), 0),
         f(3, "status", M(66), 0),
     ] },
@@ -470,13 +471,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(495), 0),
+        f(3, "lastTransitionTime", M(518), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 64
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(62), REPEATED),
     ] },
     // 65
@@ -489,7 +490,7 @@ pub static MESSAGES: &[Message] = &[
     // 66
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(495), 0),
+        f(2, "lastScaleTime", M(518), 0),
         f(3, "currentReplicas", I32, 0),
         f(4, "desiredReplicas", I32, 0),
         f(5, "currentCPUUtilizationPercentage", I32, NULLABLE),
@@ -516,45 +517,45 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricSource", array: false, fields: &[
         f(1, "target", M(59), 0),
         f(2, "metricName", S, 0),
-        f(3, "targetValue", M(456), 0),
-        f(4, "selector", M(476), 0),
-        f(5, "averageValue", M(456), 0),
+        f(3, "targetValue", M(479), 0),
+        f(4, "selector", M(499), 0),
+        f(5, "averageValue", M(479), 0),
     ] },
     // 70
     Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricStatus", array: false, fields: &[
         f(1, "target", M(59), 0),
         f(2, "metricName", S, 0),
-        f(3, "currentValue", M(456), 0),
-        f(4, "selector", M(476), 0),
-        f(5, "averageValue", M(456), 0),
+        f(3, "currentValue", M(479), 0),
+        f(4, "selector", M(499), 0),
+        f(5, "averageValue", M(479), 0),
     ] },
     // 71
     Message { name: "k8s.io.api.autoscaling.v1.PodsMetricSource", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "targetAverageValue", M(456), 0),
-        f(3, "selector", M(476), 0),
+        f(2, "targetAverageValue", M(479), 0),
+        f(3, "selector", M(499), 0),
     ] },
     // 72
     Message { name: "k8s.io.api.autoscaling.v1.PodsMetricStatus", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "currentAverageValue", M(456), 0),
-        f(3, "selector", M(476), 0),
+        f(2, "currentAverageValue", M(479), 0),
+        f(3, "selector", M(499), 0),
     ] },
     // 73
     Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(456), 0),
+        f(3, "targetAverageValue", M(479), 0),
     ] },
     // 74
     Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(456), 0),
+        f(3, "currentAverageValue", M(479), 0),
     ] },
     // 75
     Message { name: "k8s.io.api.autoscaling.v1.Scale", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(76), 0),
         f(3, "status", M(77), 0),
     ] },
@@ -597,7 +598,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 83
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(87), 0),
         f(3, "status", M(88), 0),
     ] },
@@ -610,13 +611,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(495), 0),
+        f(3, "lastTransitionTime", M(518), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 86
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(83), REPEATED),
     ] },
     // 87
@@ -630,7 +631,7 @@ pub static MESSAGES: &[Message] = &[
     // 88
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(495), 0),
+        f(2, "lastScaleTime", M(518), 0),
         f(3, "currentReplicas", I32, OMITEMPTY),
         f(4, "desiredReplicas", I32, 0),
         f(5, "currentMetrics", M(93), REPEATED),
@@ -647,12 +648,12 @@ pub static MESSAGES: &[Message] = &[
         f(1, "selectPolicy", S, NULLABLE),
         f(2, "policies", M(89), REPEATED),
         f(3, "stabilizationWindowSeconds", I32, NULLABLE),
-        f(4, "tolerance", M(456), 0),
+        f(4, "tolerance", M(479), 0),
     ] },
     // 91
     Message { name: "k8s.io.api.autoscaling.v2.MetricIdentifier", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "selector", M(476), 0),
+        f(2, "selector", M(499), 0),
     ] },
     // 92
     Message { name: "k8s.io.api.autoscaling.v2.MetricSpec", array: false, fields: &[
@@ -675,14 +676,14 @@ pub static MESSAGES: &[Message] = &[
     // 94
     Message { name: "k8s.io.api.autoscaling.v2.MetricTarget", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "value", M(456), 0),
-        f(3, "averageValue", M(456), 0),
+        f(2, "value", M(479), 0),
+        f(3, "averageValue", M(479), 0),
         f(4, "averageUtilization", I32, NULLABLE),
     ] },
     // 95
     Message { name: "k8s.io.api.autoscaling.v2.MetricValueStatus", array: false, fields: &[
-        f(1, "value", M(456), 0),
-        f(2, "averageValue", M(456), 0),
+        f(1, "value", M(479), 0),
+        f(2, "averageValue", M(479), 0),
         f(3, "averageUtilization", I32, NULLABLE),
     ] },
     // 96
@@ -719,13 +720,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 102
     Message { name: "k8s.io.api.batch.v1.CronJob", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(104), 0),
         f(3, "status", M(105), 0),
     ] },
     // 103
     Message { name: "k8s.io.api.batch.v1.CronJobList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(102), REPEATED),
     ] },
     // 104
@@ -742,12 +743,12 @@ pub static MESSAGES: &[Message] = &[
     // 105
     Message { name: "k8s.io.api.batch.v1.CronJobStatus", array: false, fields: &[
         f(1, "active", M(248), REPEATED),
-        f(4, "lastScheduleTime", M(495), 0),
-        f(5, "lastSuccessfulTime", M(495), 0),
+        f(4, "lastScheduleTime", M(518), 0),
+        f(5, "lastSuccessfulTime", M(518), 0),
     ] },
     // 106
     Message { name: "k8s.io.api.batch.v1.Job", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(109), 0),
         f(3, "status", M(110), 0),
     ] },
@@ -755,14 +756,14 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.batch.v1.JobCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(495), 0),
-        f(4, "lastTransitionTime", M(495), 0),
+        f(3, "lastProbeTime", M(518), 0),
+        f(4, "lastTransitionTime", M(518), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
     // 108
     Message { name: "k8s.io.api.batch.v1.JobList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(106), REPEATED),
     ] },
     // 109
@@ -770,7 +771,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "parallelism", I32, NULLABLE),
         f(2, "completions", I32, NULLABLE),
         f(3, "activeDeadlineSeconds", I64, NULLABLE),
-        f(4, "selector", M(476), 0),
+        f(4, "selector", M(499), 0),
         f(5, "manualSelector", Bool, NULLABLE),
         f(6, "template", M(290), 0),
         f(7, "backoffLimit", I32, NULLABLE),
@@ -787,8 +788,8 @@ pub static MESSAGES: &[Message] = &[
     // 110
     Message { name: "k8s.io.api.batch.v1.JobStatus", array: false, fields: &[
         f(1, "conditions", M(107), REPEATED),
-        f(2, "startTime", M(495), 0),
-        f(3, "completionTime", M(495), 0),
+        f(2, "startTime", M(518), 0),
+        f(3, "completionTime", M(518), 0),
         f(4, "active", I32, OMITEMPTY),
         f(5, "succeeded", I32, OMITEMPTY),
         f(6, "failed", I32, OMITEMPTY),
@@ -800,7 +801,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 111
     Message { name: "k8s.io.api.batch.v1.JobTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(109), 0),
     ] },
     // 112
@@ -840,7 +841,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 119
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequest", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(122), 0),
         f(3, "status", M(123), 0),
     ] },
@@ -849,13 +850,13 @@ pub static MESSAGES: &[Message] = &[
         f(1, "type", S, 0),
         f(2, "reason", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
-        f(4, "lastUpdateTime", M(495), 0),
-        f(5, "lastTransitionTime", M(495), 0),
+        f(4, "lastUpdateTime", M(518), 0),
+        f(5, "lastTransitionTime", M(518), 0),
         f(6, "status", S, 0),
     ] },
     // 121
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(119), REPEATED),
     ] },
     // 122
@@ -880,20 +881,20 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 125
     Message { name: "k8s.io.api.coordination.v1.Lease", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(127), 0),
     ] },
     // 126
     Message { name: "k8s.io.api.coordination.v1.LeaseList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(125), REPEATED),
     ] },
     // 127
     Message { name: "k8s.io.api.coordination.v1.LeaseSpec", array: false, fields: &[
         f(1, "holderIdentity", S, NULLABLE),
         f(2, "leaseDurationSeconds", I32, NULLABLE),
-        f(3, "acquireTime", M(482), 0),
-        f(4, "renewTime", M(482), 0),
+        f(3, "acquireTime", M(505), 0),
+        f(4, "renewTime", M(505), 0),
         f(5, "leaseTransitions", I32, NULLABLE),
         f(6, "strategy", S, NULLABLE),
         f(7, "preferredHolder", S, NULLABLE),
@@ -949,7 +950,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 136
     Message { name: "k8s.io.api.core.v1.Binding", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "target", M(248), 0),
     ] },
     // 137
@@ -1018,7 +1019,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ClusterTrustBundleProjection", array: false, fields: &[
         f(1, "name", S, NULLABLE),
         f(2, "signerName", S, NULLABLE),
-        f(3, "labelSelector", M(476), 0),
+        f(3, "labelSelector", M(499), 0),
         f(4, "path", S, 0),
         f(5, "optional", Bool, NULLABLE),
     ] },
@@ -1031,17 +1032,17 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 147
     Message { name: "k8s.io.api.core.v1.ComponentStatus", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "conditions", M(146), REPEATED),
     ] },
     // 148
     Message { name: "k8s.io.api.core.v1.ComponentStatusList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(147), REPEATED),
     ] },
     // 149
     Message { name: "k8s.io.api.core.v1.ConfigMap", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "data", MapS, 0),
         f(3, "binaryData", MapB, 0),
         f(4, "immutable", Bool, NULLABLE),
@@ -1059,7 +1060,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 152
     Message { name: "k8s.io.api.core.v1.ConfigMapList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(149), REPEATED),
     ] },
     // 153
@@ -1153,7 +1154,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 164
     Message { name: "k8s.io.api.core.v1.ContainerStateRunning", array: false, fields: &[
-        f(1, "startedAt", M(495), 0),
+        f(1, "startedAt", M(518), 0),
     ] },
     // 165
     Message { name: "k8s.io.api.core.v1.ContainerStateTerminated", array: false, fields: &[
@@ -1161,8 +1162,8 @@ pub static MESSAGES: &[Message] = &[
         f(2, "signal", I32, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
-        f(5, "startedAt", M(495), 0),
-        f(6, "finishedAt", M(495), 0),
+        f(5, "startedAt", M(518), 0),
+        f(6, "finishedAt", M(518), 0),
         f(7, "containerID", S, OMITEMPTY),
     ] },
     // 166
@@ -1181,7 +1182,7 @@ pub static MESSAGES: &[Message] = &[
         f(7, "imageID", S, 0),
         f(8, "containerID", S, OMITEMPTY),
         f(9, "started", Bool, NULLABLE),
-        f(10, "allocatedResources", MapM(456), 0),
+        f(10, "allocatedResources", MapM(479), 0),
         f(11, "resources", M(315), 0),
         f(12, "volumeMounts", M(357), REPEATED),
         f(13, "user", M(168), 0),
@@ -1215,7 +1216,7 @@ pub static MESSAGES: &[Message] = &[
     // 173
     Message { name: "k8s.io.api.core.v1.EmptyDirVolumeSource", array: false, fields: &[
         f(1, "medium", S, OMITEMPTY),
-        f(2, "sizeLimit", M(456), 0),
+        f(2, "sizeLimit", M(479), 0),
     ] },
     // 174
     Message { name: "k8s.io.api.core.v1.EndpointAddress", array: false, fields: &[
@@ -1239,12 +1240,12 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 177
     Message { name: "k8s.io.api.core.v1.Endpoints", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "subsets", M(176), REPEATED),
     ] },
     // 178
     Message { name: "k8s.io.api.core.v1.EndpointsList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(177), REPEATED),
     ] },
     // 179
@@ -1306,16 +1307,16 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 185
     Message { name: "k8s.io.api.core.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "involvedObject", M(248), 0),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
         f(5, "source", M(188), 0),
-        f(6, "firstTimestamp", M(495), 0),
-        f(7, "lastTimestamp", M(495), 0),
+        f(6, "firstTimestamp", M(518), 0),
+        f(7, "lastTimestamp", M(518), 0),
         f(8, "count", I32, OMITEMPTY),
         f(9, "type", S, OMITEMPTY),
-        f(10, "eventTime", M(482), 0),
+        f(10, "eventTime", M(505), 0),
         f(11, "series", M(187), 0),
         f(12, "action", S, OMITEMPTY),
         f(13, "related", M(248), 0),
@@ -1324,13 +1325,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 186
     Message { name: "k8s.io.api.core.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(185), REPEATED),
     ] },
     // 187
     Message { name: "k8s.io.api.core.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, OMITEMPTY),
-        f(2, "lastObservedTime", M(482), 0),
+        f(2, "lastObservedTime", M(505), 0),
     ] },
     // 188
     Message { name: "k8s.io.api.core.v1.EventSource", array: false, fields: &[
@@ -1425,7 +1426,7 @@ pub static MESSAGES: &[Message] = &[
     // 203
     Message { name: "k8s.io.api.core.v1.HttpGetAction", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
-        f(2, "port", M(502), 0),
+        f(2, "port", M(525), 0),
         f(3, "host", S, OMITEMPTY),
         f(4, "scheme", S, OMITEMPTY),
         f(5, "httpHeaders", M(204), REPEATED),
@@ -1489,21 +1490,21 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 211
     Message { name: "k8s.io.api.core.v1.LimitRange", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(214), 0),
     ] },
     // 212
     Message { name: "k8s.io.api.core.v1.LimitRangeItem", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "max", MapM(456), 0),
-        f(3, "min", MapM(456), 0),
-        f(4, "default", MapM(456), 0),
-        f(5, "defaultRequest", MapM(456), 0),
-        f(6, "maxLimitRequestRatio", MapM(456), 0),
+        f(2, "max", MapM(479), 0),
+        f(3, "min", MapM(479), 0),
+        f(4, "default", MapM(479), 0),
+        f(5, "defaultRequest", MapM(479), 0),
+        f(6, "maxLimitRequestRatio", MapM(479), 0),
     ] },
     // 213
     Message { name: "k8s.io.api.core.v1.LimitRangeList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(211), REPEATED),
     ] },
     // 214
@@ -1518,8 +1519,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 216
     Message { name: "k8s.io.api.core.v1.List", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(501), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(524), REPEATED),
     ] },
     // 217
     Message { name: "k8s.io.api.core.v1.LoadBalancerIngress", array: false, fields: &[
@@ -1548,7 +1549,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 222
     Message { name: "k8s.io.api.core.v1.Namespace", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(225), 0),
         f(3, "status", M(226), 0),
     ] },
@@ -1556,13 +1557,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.NamespaceCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(4, "lastTransitionTime", M(495), 0),
+        f(4, "lastTransitionTime", M(518), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
     // 224
     Message { name: "k8s.io.api.core.v1.NamespaceList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(222), REPEATED),
     ] },
     // 225
@@ -1582,7 +1583,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 228
     Message { name: "k8s.io.api.core.v1.Node", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(243), 0),
         f(3, "status", M(244), 0),
     ] },
@@ -1600,8 +1601,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.NodeCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastHeartbeatTime", M(495), 0),
-        f(4, "lastTransitionTime", M(495), 0),
+        f(3, "lastHeartbeatTime", M(518), 0),
+        f(4, "lastTransitionTime", M(518), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
@@ -1626,7 +1627,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 236
     Message { name: "k8s.io.api.core.v1.NodeList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(228), REPEATED),
     ] },
     // 237
@@ -1670,8 +1671,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 244
     Message { name: "k8s.io.api.core.v1.NodeStatus", array: false, fields: &[
-        f(1, "capacity", MapM(456), 0),
-        f(2, "allocatable", MapM(456), 0),
+        f(1, "capacity", MapM(479), 0),
+        f(2, "allocatable", MapM(479), 0),
         f(3, "phase", S, OMITEMPTY),
         f(4, "conditions", M(231), REPEATED),
         f(5, "addresses", M(229), REPEATED),
@@ -1720,13 +1721,13 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 249
     Message { name: "k8s.io.api.core.v1.PersistentVolume", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(259), 0),
         f(3, "status", M(260), 0),
     ] },
     // 250
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaim", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(253), 0),
         f(3, "status", M(254), 0),
     ] },
@@ -1734,14 +1735,14 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(495), 0),
-        f(4, "lastTransitionTime", M(495), 0),
+        f(3, "lastProbeTime", M(518), 0),
+        f(4, "lastTransitionTime", M(518), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
     // 252
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(250), REPEATED),
     ] },
     // 253
@@ -1749,7 +1750,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "accessModes", S, REPEATED),
         f(2, "resources", M(360), 0),
         f(3, "volumeName", S, OMITEMPTY),
-        f(4, "selector", M(476), 0),
+        f(4, "selector", M(499), 0),
         f(5, "storageClassName", S, NULLABLE),
         f(6, "volumeMode", S, NULLABLE),
         f(7, "dataSource", M(352), 0),
@@ -1760,16 +1761,16 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimStatus", array: false, fields: &[
         f(1, "phase", S, OMITEMPTY),
         f(2, "accessModes", S, REPEATED),
-        f(3, "capacity", MapM(456), 0),
+        f(3, "capacity", MapM(479), 0),
         f(4, "conditions", M(251), REPEATED),
-        f(5, "allocatedResources", MapM(456), 0),
+        f(5, "allocatedResources", MapM(479), 0),
         f(7, "allocatedResourceStatuses", MapS, 0),
         f(8, "currentVolumeAttributesClassName", S, NULLABLE),
         f(9, "modifyVolumeStatus", M(221), 0),
     ] },
     // 255
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(253), 0),
     ] },
     // 256
@@ -1779,7 +1780,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 257
     Message { name: "k8s.io.api.core.v1.PersistentVolumeList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(249), REPEATED),
     ] },
     // 258
@@ -1809,7 +1810,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 259
     Message { name: "k8s.io.api.core.v1.PersistentVolumeSpec", array: false, fields: &[
-        f(1, "capacity", MapM(456), 0),
+        f(1, "capacity", MapM(479), 0),
         f(2, "", M(258), INLINE),
         f(3, "accessModes", S, REPEATED),
         f(4, "claimRef", M(248), 0),
@@ -1825,7 +1826,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "phase", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
-        f(4, "lastPhaseTransitionTime", M(495), 0),
+        f(4, "lastPhaseTransitionTime", M(518), 0),
     ] },
     // 261
     Message { name: "k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource", array: false, fields: &[
@@ -1834,7 +1835,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 262
     Message { name: "k8s.io.api.core.v1.Pod", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(285), 0),
         f(3, "status", M(286), 0),
     ] },
@@ -1845,10 +1846,10 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 264
     Message { name: "k8s.io.api.core.v1.PodAffinityTerm", array: false, fields: &[
-        f(1, "labelSelector", M(476), 0),
+        f(1, "labelSelector", M(499), 0),
         f(2, "namespaces", S, REPEATED),
         f(3, "topologyKey", S, 0),
-        f(4, "namespaceSelector", M(476), 0),
+        f(4, "namespaceSelector", M(499), 0),
         f(5, "matchLabelKeys", S, REPEATED),
         f(6, "mismatchLabelKeys", S, REPEATED),
     ] },
@@ -1879,8 +1880,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PodCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(495), 0),
-        f(4, "lastTransitionTime", M(495), 0),
+        f(3, "lastProbeTime", M(518), 0),
+        f(4, "lastTransitionTime", M(518), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
         f(7, "observedGeneration", I64, OMITEMPTY),
@@ -1916,7 +1917,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 274
     Message { name: "k8s.io.api.core.v1.PodList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(262), REPEATED),
     ] },
     // 275
@@ -1925,7 +1926,7 @@ pub static MESSAGES: &[Message] = &[
         f(2, "follow", Bool, OMITEMPTY),
         f(3, "previous", Bool, OMITEMPTY),
         f(4, "sinceSeconds", I64, NULLABLE),
-        f(5, "sinceTime", M(495), 0),
+        f(5, "sinceTime", M(518), 0),
         f(6, "timestamps", Bool, OMITEMPTY),
         f(7, "tailLines", I64, NULLABLE),
         f(8, "limitBytes", I64, NULLABLE),
@@ -1981,7 +1982,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 284
     Message { name: "k8s.io.api.core.v1.PodSignature", array: false, fields: &[
-        f(1, "podController", M(484), 0),
+        f(1, "podController", M(507), 0),
     ] },
     // 285
     Message { name: "k8s.io.api.core.v1.PodSpec", array: false, fields: &[
@@ -2016,7 +2017,7 @@ pub static MESSAGES: &[Message] = &[
         f(29, "runtimeClassName", S, NULLABLE),
         f(30, "enableServiceLinks", Bool, NULLABLE),
         f(31, "preemptionPolicy", S, NULLABLE),
-        f(32, "overhead", MapM(456), 0),
+        f(32, "overhead", MapM(479), 0),
         f(33, "topologySpreadConstraints", M(351), REPEATED),
         f(34, "ephemeralContainers", M(182), REPEATED),
         f(35, "setHostnameAsFQDN", Bool, NULLABLE),
@@ -2036,7 +2037,7 @@ pub static MESSAGES: &[Message] = &[
         f(4, "reason", S, OMITEMPTY),
         f(5, "hostIP", S, OMITEMPTY),
         f(6, "podIP", S, OMITEMPTY),
-        f(7, "startTime", M(495), 0),
+        f(7, "startTime", M(518), 0),
         f(8, "containerStatuses", M(167), REPEATED),
         f(9, "qosClass", S, OMITEMPTY),
         f(10, "initContainerStatuses", M(167), REPEATED),
@@ -2048,27 +2049,27 @@ pub static MESSAGES: &[Message] = &[
         f(16, "hostIPs", M(201), REPEATED),
         f(17, "observedGeneration", I64, OMITEMPTY),
         f(18, "extendedResourceClaimStatus", M(272), 0),
-        f(19, "allocatedResources", MapM(456), 0),
+        f(19, "allocatedResources", MapM(479), 0),
         f(20, "resources", M(315), 0),
     ] },
     // 287
     Message { name: "k8s.io.api.core.v1.PodStatusResult", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "status", M(286), 0),
     ] },
     // 288
     Message { name: "k8s.io.api.core.v1.PodTemplate", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "template", M(290), 0),
     ] },
     // 289
     Message { name: "k8s.io.api.core.v1.PodTemplateList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(288), REPEATED),
     ] },
     // 290
     Message { name: "k8s.io.api.core.v1.PodTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(285), 0),
     ] },
     // 291
@@ -2090,7 +2091,7 @@ pub static MESSAGES: &[Message] = &[
     // 294
     Message { name: "k8s.io.api.core.v1.PreferAvoidPodsEntry", array: false, fields: &[
         f(1, "podSignature", M(284), 0),
-        f(2, "evictionTime", M(495), 0),
+        f(2, "evictionTime", M(518), 0),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
     ] },
@@ -2132,7 +2133,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 300
     Message { name: "k8s.io.api.core.v1.RangeAllocation", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "range", S, 0),
         f(3, "data", B, 0),
     ] },
@@ -2160,7 +2161,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 303
     Message { name: "k8s.io.api.core.v1.ReplicationController", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(306), 0),
         f(3, "status", M(307), 0),
     ] },
@@ -2168,13 +2169,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ReplicationControllerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(495), 0),
+        f(3, "lastTransitionTime", M(518), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 305
     Message { name: "k8s.io.api.core.v1.ReplicationControllerList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(303), REPEATED),
     ] },
     // 306
@@ -2202,7 +2203,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ResourceFieldSelector", array: false, fields: &[
         f(1, "containerName", S, OMITEMPTY),
         f(2, "resource", S, 0),
-        f(3, "divisor", M(456), 0),
+        f(3, "divisor", M(479), 0),
     ] },
     // 310
     Message { name: "k8s.io.api.core.v1.ResourceHealth", array: false, fields: &[
@@ -2211,30 +2212,30 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 311
     Message { name: "k8s.io.api.core.v1.ResourceQuota", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(313), 0),
         f(3, "status", M(314), 0),
     ] },
     // 312
     Message { name: "k8s.io.api.core.v1.ResourceQuotaList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(311), REPEATED),
     ] },
     // 313
     Message { name: "k8s.io.api.core.v1.ResourceQuotaSpec", array: false, fields: &[
-        f(1, "hard", MapM(456), 0),
+        f(1, "hard", MapM(479), 0),
         f(2, "scopes", S, REPEATED),
         f(3, "scopeSelector", M(319), 0),
     ] },
     // 314
     Message { name: "k8s.io.api.core.v1.ResourceQuotaStatus", array: false, fields: &[
-        f(1, "hard", MapM(456), 0),
-        f(2, "used", MapM(456), 0),
+        f(1, "hard", MapM(479), 0),
+        f(2, "used", MapM(479), 0),
     ] },
     // 315
     Message { name: "k8s.io.api.core.v1.ResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(456), 0),
-        f(2, "requests", MapM(456), 0),
+        f(1, "limits", MapM(479), 0),
+        f(2, "requests", MapM(479), 0),
         f(3, "claims", M(308), REPEATED),
     ] },
     // 316
@@ -2292,7 +2293,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 323
     Message { name: "k8s.io.api.core.v1.Secret", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "data", MapB, 0),
         f(3, "type", S, OMITEMPTY),
         f(4, "stringData", MapS, 0),
@@ -2311,7 +2312,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 326
     Message { name: "k8s.io.api.core.v1.SecretList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(323), REPEATED),
     ] },
     // 327
@@ -2353,20 +2354,20 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 332
     Message { name: "k8s.io.api.core.v1.Service", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "spec", M(339), 0),
         f(3, "status", M(340), 0),
     ] },
     // 333
     Message { name: "k8s.io.api.core.v1.ServiceAccount", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "secrets", M(248), REPEATED),
         f(3, "imagePullSecrets", M(219), REPEATED),
         f(4, "automountServiceAccountToken", Bool, NULLABLE),
     ] },
     // 334
     Message { name: "k8s.io.api.core.v1.ServiceAccountList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(333), REPEATED),
     ] },
     // 335
@@ -2377,7 +2378,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 336
     Message { name: "k8s.io.api.core.v1.ServiceList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(332), REPEATED),
     ] },
     // 337
@@ -2385,7 +2386,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "name", S, OMITEMPTY),
         f(2, "protocol", S, OMITEMPTY),
         f(3, "port", I32, 0),
-        f(4, "targetPort", M(502), 0),
+        f(4, "targetPort", M(525), 0),
         f(5, "nodePort", I32, OMITEMPTY),
         f(6, "appProtocol", S, NULLABLE),
     ] },
@@ -2419,7 +2420,7 @@ pub static MESSAGES: &[Message] = &[
     // 340
     Message { name: "k8s.io.api.core.v1.ServiceStatus", array: false, fields: &[
         f(1, "loadBalancer", M(218), 0),
-        f(2, "conditions", M(463), REPEATED),
+        f(2, "conditions", M(486), REPEATED),
     ] },
     // 341
     Message { name: "k8s.io.api.core.v1.SessionAffinityConfig", array: false, fields: &[
@@ -2455,11 +2456,11 @@ pub static MESSAGES: &[Message] = &[
         f(1, "key", S, 0),
         f(2, "value", S, OMITEMPTY),
         f(3, "effect", S, 0),
-        f(4, "timeAdded", M(495), 0),
+        f(4, "timeAdded", M(518), 0),
     ] },
     // 347
     Message { name: "k8s.io.api.core.v1.TcpSocketAction", array: false, fields: &[
-        f(1, "port", M(502), 0),
+        f(1, "port", M(525), 0),
         f(2, "host", S, OMITEMPTY),
     ] },
     // 348
@@ -2484,7 +2485,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "maxSkew", I32, 0),
         f(2, "topologyKey", S, 0),
         f(3, "whenUnsatisfiable", S, 0),
-        f(4, "labelSelector", M(476), 0),
+        f(4, "labelSelector", M(499), 0),
         f(5, "minDomains", I32, NULLABLE),
         f(6, "nodeAffinityPolicy", S, NULLABLE),
         f(7, "nodeTaintsPolicy", S, NULLABLE),
@@ -2545,8 +2546,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 360
     Message { name: "k8s.io.api.core.v1.VolumeResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(456), 0),
-        f(2, "requests", MapM(456), 0),
+        f(1, "limits", MapM(479), 0),
+        f(2, "requests", MapM(479), 0),
     ] },
     // 361
     Message { name: "k8s.io.api.core.v1.VolumeSource", array: false, fields: &[
@@ -2637,14 +2638,14 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 370
     Message { name: "k8s.io.api.discovery.v1.EndpointSlice", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "endpoints", M(366), REPEATED),
         f(3, "ports", M(369), REPEATED),
         f(4, "addressType", S, 0),
     ] },
     // 371
     Message { name: "k8s.io.api.discovery.v1.EndpointSliceList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(370), REPEATED),
     ] },
     // 372
@@ -2657,8 +2658,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 374
     Message { name: "k8s.io.api.events.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "eventTime", M(482), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "eventTime", M(505), 0),
         f(3, "series", M(376), 0),
         f(4, "reportingController", S, OMITEMPTY),
         f(5, "reportingInstance", S, OMITEMPTY),
@@ -2669,66 +2670,195 @@ pub static MESSAGES: &[Message] = &[
         f(10, "note", S, OMITEMPTY),
         f(11, "type", S, OMITEMPTY),
         f(12, "deprecatedSource", M(188), 0),
-        f(13, "deprecatedFirstTimestamp", M(495), 0),
-        f(14, "deprecatedLastTimestamp", M(495), 0),
+        f(13, "deprecatedFirstTimestamp", M(518), 0),
+        f(14, "deprecatedLastTimestamp", M(518), 0),
         f(15, "deprecatedCount", I32, OMITEMPTY),
     ] },
     // 375
     Message { name: "k8s.io.api.events.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "items", M(374), REPEATED),
     ] },
     // 376
     Message { name: "k8s.io.api.events.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, 0),
-        f(2, "lastObservedTime", M(482), 0),
+        f(2, "lastObservedTime", M(505), 0),
     ] },
     // 377
-    Message { name: "k8s.io.api.networking.v1.HttpIngressPath", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-        f(2, "backend", M(383), 0),
-        f(3, "pathType", S, NULLABLE),
+    Message { name: "k8s.io.api.flowcontrol.v1.ExemptPriorityLevelConfiguration", array: false, fields: &[
+        f(1, "nominalConcurrencyShares", I32, NULLABLE),
+        f(2, "lendablePercent", I32, NULLABLE),
     ] },
     // 378
-    Message { name: "k8s.io.api.networking.v1.HttpIngressRuleValue", array: false, fields: &[
-        f(1, "paths", M(377), REPEATED),
+    Message { name: "k8s.io.api.flowcontrol.v1.FlowDistinguisherMethod", array: false, fields: &[
+        f(1, "type", S, 0),
     ] },
     // 379
-    Message { name: "k8s.io.api.networking.v1.IPAddress", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(381), 0),
+    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchema", array: false, fields: &[
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(382), 0),
+        f(3, "status", M(383), 0),
     ] },
     // 380
-    Message { name: "k8s.io.api.networking.v1.IPAddressList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(379), REPEATED),
+    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaCondition", array: false, fields: &[
+        f(1, "type", S, OMITEMPTY),
+        f(2, "status", S, OMITEMPTY),
+        f(3, "lastTransitionTime", M(518), 0),
+        f(4, "reason", S, OMITEMPTY),
+        f(5, "message", S, OMITEMPTY),
     ] },
     // 381
-    Message { name: "k8s.io.api.networking.v1.IPAddressSpec", array: false, fields: &[
-        f(1, "parentRef", M(406), 0),
+    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaList", array: false, fields: &[
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(379), REPEATED),
     ] },
     // 382
-    Message { name: "k8s.io.api.networking.v1.Ingress", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(395), 0),
-        f(3, "status", M(396), 0),
+    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaSpec", array: false, fields: &[
+        f(1, "priorityLevelConfiguration", M(392), 0),
+        f(2, "matchingPrecedence", I32, 0),
+        f(3, "distinguisherMethod", M(378), 0),
+        f(4, "rules", M(388), REPEATED),
     ] },
     // 383
-    Message { name: "k8s.io.api.networking.v1.IngressBackend", array: false, fields: &[
-        f(3, "resource", M(352), 0),
-        f(4, "service", M(394), 0),
+    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaStatus", array: false, fields: &[
+        f(1, "conditions", M(380), REPEATED),
     ] },
     // 384
-    Message { name: "k8s.io.api.networking.v1.IngressClass", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(387), 0),
+    Message { name: "k8s.io.api.flowcontrol.v1.GroupSubject", array: false, fields: &[
+        f(1, "name", S, 0),
     ] },
     // 385
-    Message { name: "k8s.io.api.networking.v1.IngressClassList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(384), REPEATED),
+    Message { name: "k8s.io.api.flowcontrol.v1.LimitResponse", array: false, fields: &[
+        f(1, "type", S, 0),
+        f(2, "queuing", M(395), 0),
     ] },
     // 386
+    Message { name: "k8s.io.api.flowcontrol.v1.LimitedPriorityLevelConfiguration", array: false, fields: &[
+        f(1, "nominalConcurrencyShares", I32, NULLABLE),
+        f(2, "limitResponse", M(385), 0),
+        f(3, "lendablePercent", I32, NULLABLE),
+        f(4, "borrowingLimitPercent", I32, NULLABLE),
+    ] },
+    // 387
+    Message { name: "k8s.io.api.flowcontrol.v1.NonResourcePolicyRule", array: false, fields: &[
+        f(1, "verbs", S, REPEATED),
+        f(6, "nonResourceURLs", S, REPEATED),
+    ] },
+    // 388
+    Message { name: "k8s.io.api.flowcontrol.v1.PolicyRulesWithSubjects", array: false, fields: &[
+        f(1, "subjects", M(398), REPEATED),
+        f(2, "resourceRules", M(396), REPEATED),
+        f(3, "nonResourceRules", M(387), REPEATED),
+    ] },
+    // 389
+    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfiguration", array: false, fields: &[
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(393), 0),
+        f(3, "status", M(394), 0),
+    ] },
+    // 390
+    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationCondition", array: false, fields: &[
+        f(1, "type", S, OMITEMPTY),
+        f(2, "status", S, OMITEMPTY),
+        f(3, "lastTransitionTime", M(518), 0),
+        f(4, "reason", S, OMITEMPTY),
+        f(5, "message", S, OMITEMPTY),
+    ] },
+    // 391
+    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationList", array: false, fields: &[
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(389), REPEATED),
+    ] },
+    // 392
+    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationReference", array: false, fields: &[
+        f(1, "name", S, 0),
+    ] },
+    // 393
+    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationSpec", array: false, fields: &[
+        f(1, "type", S, 0),
+        f(2, "limited", M(386), 0),
+        f(3, "exempt", M(377), 0),
+    ] },
+    // 394
+    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationStatus", array: false, fields: &[
+        f(1, "conditions", M(390), REPEATED),
+    ] },
+    // 395
+    Message { name: "k8s.io.api.flowcontrol.v1.QueuingConfiguration", array: false, fields: &[
+        f(1, "queues", I32, 0),
+        f(2, "handSize", I32, 0),
+        f(3, "queueLengthLimit", I32, 0),
+    ] },
+    // 396
+    Message { name: "k8s.io.api.flowcontrol.v1.ResourcePolicyRule", array: false, fields: &[
+        f(1, "verbs", S, REPEATED),
+        f(2, "apiGroups", S, REPEATED),
+        f(3, "resources", S, REPEATED),
+        f(4, "clusterScope", Bool, OMITEMPTY),
+        f(5, "namespaces", S, REPEATED),
+    ] },
+    // 397
+    Message { name: "k8s.io.api.flowcontrol.v1.ServiceAccountSubject", array: false, fields: &[
+        f(1, "namespace", S, 0),
+        f(2, "name", S, 0),
+    ] },
+    // 398
+    Message { name: "k8s.io.api.flowcontrol.v1.Subject", array: false, fields: &[
+        f(1, "kind", S, 0),
+        f(2, "user", M(399), 0),
+        f(3, "group", M(384), 0),
+        f(4, "serviceAccount", M(397), 0),
+    ] },
+    // 399
+    Message { name: "k8s.io.api.flowcontrol.v1.UserSubject", array: false, fields: &[
+        f(1, "name", S, 0),
+    ] },
+    // 400
+    Message { name: "k8s.io.api.networking.v1.HttpIngressPath", array: false, fields: &[
+        f(1, "path", S, OMITEMPTY),
+        f(2, "backend", M(406), 0),
+        f(3, "pathType", S, NULLABLE),
+    ] },
+    // 401
+    Message { name: "k8s.io.api.networking.v1.HttpIngressRuleValue", array: false, fields: &[
+        f(1, "paths", M(400), REPEATED),
+    ] },
+    // 402
+    Message { name: "k8s.io.api.networking.v1.IPAddress", array: false, fields: &[
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(404), 0),
+    ] },
+    // 403
+    Message { name: "k8s.io.api.networking.v1.IPAddressList", array: false, fields: &[
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(402), REPEATED),
+    ] },
+    // 404
+    Message { name: "k8s.io.api.networking.v1.IPAddressSpec", array: false, fields: &[
+        f(1, "parentRef", M(429), 0),
+    ] },
+    // 405
+    Message { name: "k8s.io.api.networking.v1.Ingress", array: false, fields: &[
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(418), 0),
+        f(3, "status", M(419), 0),
+    ] },
+    // 406
+    Message { name: "k8s.io.api.networking.v1.IngressBackend", array: false, fields: &[
+        f(3, "resource", M(352), 0),
+        f(4, "service", M(417), 0),
+    ] },
+    // 407
+    Message { name: "k8s.io.api.networking.v1.IngressClass", array: false, fields: &[
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(410), 0),
+    ] },
+    // 408
+    Message { name: "k8s.io.api.networking.v1.IngressClassList", array: false, fields: &[
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(407), REPEATED),
+    ] },
+    // 409
     Message { name: "k8s.io.api.networking.v1.IngressClassParametersReference", array: false, fields: &[
         f(1, "apiGroup", S, NULLABLE),
         f(2, "kind", S, 0),
@@ -2736,218 +2866,218 @@ pub static MESSAGES: &[Message] = &[
         f(4, "scope", S, NULLABLE),
         f(5, "namespace", S, NULLABLE),
     ] },
-    // 387
+    // 410
     Message { name: "k8s.io.api.networking.v1.IngressClassSpec", array: false, fields: &[
         f(1, "controller", S, OMITEMPTY),
-        f(2, "parameters", M(386), 0),
+        f(2, "parameters", M(409), 0),
     ] },
-    // 388
+    // 411
     Message { name: "k8s.io.api.networking.v1.IngressList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(382), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(405), REPEATED),
     ] },
-    // 389
+    // 412
     Message { name: "k8s.io.api.networking.v1.IngressLoadBalancerIngress", array: false, fields: &[
         f(1, "ip", S, OMITEMPTY),
         f(2, "hostname", S, OMITEMPTY),
-        f(4, "ports", M(391), REPEATED),
+        f(4, "ports", M(414), REPEATED),
     ] },
-    // 390
+    // 413
     Message { name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus", array: false, fields: &[
-        f(1, "ingress", M(389), REPEATED),
+        f(1, "ingress", M(412), REPEATED),
     ] },
-    // 391
+    // 414
     Message { name: "k8s.io.api.networking.v1.IngressPortStatus", array: false, fields: &[
         f(1, "port", I32, 0),
         f(2, "protocol", S, 0),
         f(3, "error", S, NULLABLE),
     ] },
-    // 392
+    // 415
     Message { name: "k8s.io.api.networking.v1.IngressRule", array: false, fields: &[
         f(1, "host", S, OMITEMPTY),
-        f(2, "", M(393), INLINE),
+        f(2, "", M(416), INLINE),
     ] },
-    // 393
+    // 416
     Message { name: "k8s.io.api.networking.v1.IngressRuleValue", array: false, fields: &[
-        f(1, "http", M(378), 0),
+        f(1, "http", M(401), 0),
     ] },
-    // 394
+    // 417
     Message { name: "k8s.io.api.networking.v1.IngressServiceBackend", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "port", M(407), 0),
+        f(2, "port", M(430), 0),
     ] },
-    // 395
+    // 418
     Message { name: "k8s.io.api.networking.v1.IngressSpec", array: false, fields: &[
-        f(1, "defaultBackend", M(383), 0),
-        f(2, "tls", M(397), REPEATED),
-        f(3, "rules", M(392), REPEATED),
+        f(1, "defaultBackend", M(406), 0),
+        f(2, "tls", M(420), REPEATED),
+        f(3, "rules", M(415), REPEATED),
         f(4, "ingressClassName", S, NULLABLE),
     ] },
-    // 396
+    // 419
     Message { name: "k8s.io.api.networking.v1.IngressStatus", array: false, fields: &[
-        f(1, "loadBalancer", M(390), 0),
+        f(1, "loadBalancer", M(413), 0),
     ] },
-    // 397
+    // 420
     Message { name: "k8s.io.api.networking.v1.IngressTls", array: false, fields: &[
         f(1, "hosts", S, REPEATED),
         f(2, "secretName", S, OMITEMPTY),
     ] },
-    // 398
+    // 421
     Message { name: "k8s.io.api.networking.v1.IpBlock", array: false, fields: &[
         f(1, "cidr", S, 0),
         f(2, "except", S, REPEATED),
     ] },
-    // 399
+    // 422
     Message { name: "k8s.io.api.networking.v1.NetworkPolicy", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(405), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(428), 0),
     ] },
-    // 400
+    // 423
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule", array: false, fields: &[
-        f(1, "ports", M(404), REPEATED),
-        f(2, "to", M(403), REPEATED),
+        f(1, "ports", M(427), REPEATED),
+        f(2, "to", M(426), REPEATED),
     ] },
-    // 401
+    // 424
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule", array: false, fields: &[
-        f(1, "ports", M(404), REPEATED),
-        f(2, "from", M(403), REPEATED),
+        f(1, "ports", M(427), REPEATED),
+        f(2, "from", M(426), REPEATED),
     ] },
-    // 402
+    // 425
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(399), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(422), REPEATED),
     ] },
-    // 403
+    // 426
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyPeer", array: false, fields: &[
-        f(1, "podSelector", M(476), 0),
-        f(2, "namespaceSelector", M(476), 0),
-        f(3, "ipBlock", M(398), 0),
+        f(1, "podSelector", M(499), 0),
+        f(2, "namespaceSelector", M(499), 0),
+        f(3, "ipBlock", M(421), 0),
     ] },
-    // 404
+    // 427
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyPort", array: false, fields: &[
         f(1, "protocol", S, NULLABLE),
-        f(2, "port", M(502), 0),
+        f(2, "port", M(525), 0),
         f(3, "endPort", I32, NULLABLE),
     ] },
-    // 405
+    // 428
     Message { name: "k8s.io.api.networking.v1.NetworkPolicySpec", array: false, fields: &[
-        f(1, "podSelector", M(476), 0),
-        f(2, "ingress", M(401), REPEATED),
-        f(3, "egress", M(400), REPEATED),
+        f(1, "podSelector", M(499), 0),
+        f(2, "ingress", M(424), REPEATED),
+        f(3, "egress", M(423), REPEATED),
         f(4, "policyTypes", S, REPEATED),
     ] },
-    // 406
+    // 429
     Message { name: "k8s.io.api.networking.v1.ParentReference", array: false, fields: &[
         f(1, "group", S, OMITEMPTY),
         f(2, "resource", S, OMITEMPTY),
         f(3, "namespace", S, OMITEMPTY),
         f(4, "name", S, OMITEMPTY),
     ] },
-    // 407
+    // 430
     Message { name: "k8s.io.api.networking.v1.ServiceBackendPort", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "number", I32, OMITEMPTY),
     ] },
-    // 408
+    // 431
     Message { name: "k8s.io.api.networking.v1.ServiceCIDR", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(410), 0),
-        f(3, "status", M(411), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(433), 0),
+        f(3, "status", M(434), 0),
     ] },
-    // 409
+    // 432
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(408), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(431), REPEATED),
     ] },
-    // 410
+    // 433
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRSpec", array: false, fields: &[
         f(1, "cidrs", S, REPEATED),
     ] },
-    // 411
+    // 434
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRStatus", array: false, fields: &[
-        f(1, "conditions", M(463), REPEATED),
+        f(1, "conditions", M(486), REPEATED),
     ] },
-    // 412
+    // 435
     Message { name: "k8s.io.api.node.v1.Overhead", array: false, fields: &[
-        f(1, "podFixed", MapM(456), 0),
+        f(1, "podFixed", MapM(479), 0),
     ] },
-    // 413
+    // 436
     Message { name: "k8s.io.api.node.v1.RuntimeClass", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "handler", S, 0),
-        f(3, "overhead", M(412), 0),
-        f(4, "scheduling", M(415), 0),
+        f(3, "overhead", M(435), 0),
+        f(4, "scheduling", M(438), 0),
     ] },
-    // 414
+    // 437
     Message { name: "k8s.io.api.node.v1.RuntimeClassList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(413), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(436), REPEATED),
     ] },
-    // 415
+    // 438
     Message { name: "k8s.io.api.node.v1.Scheduling", array: false, fields: &[
         f(1, "nodeSelector", MapS, 0),
         f(2, "tolerations", M(348), REPEATED),
     ] },
-    // 416
+    // 439
     Message { name: "k8s.io.api.policy.v1.Eviction", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "deleteOptions", M(465), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "deleteOptions", M(488), 0),
     ] },
-    // 417
+    // 440
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudget", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(419), 0),
-        f(3, "status", M(420), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(442), 0),
+        f(3, "status", M(443), 0),
     ] },
-    // 418
+    // 441
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(417), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(440), REPEATED),
     ] },
-    // 419
+    // 442
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec", array: false, fields: &[
-        f(1, "minAvailable", M(502), 0),
-        f(2, "selector", M(476), 0),
-        f(3, "maxUnavailable", M(502), 0),
+        f(1, "minAvailable", M(525), 0),
+        f(2, "selector", M(499), 0),
+        f(3, "maxUnavailable", M(525), 0),
         f(4, "unhealthyPodEvictionPolicy", S, NULLABLE),
     ] },
-    // 420
+    // 443
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "disruptedPods", MapM(495), 0),
+        f(2, "disruptedPods", MapM(518), 0),
         f(3, "disruptionsAllowed", I32, 0),
         f(4, "currentHealthy", I32, 0),
         f(5, "desiredHealthy", I32, 0),
         f(6, "expectedPods", I32, 0),
-        f(7, "conditions", M(463), REPEATED),
+        f(7, "conditions", M(486), REPEATED),
     ] },
-    // 421
+    // 444
     Message { name: "k8s.io.api.rbac.v1.AggregationRule", array: false, fields: &[
-        f(1, "clusterRoleSelectors", M(476), REPEATED),
+        f(1, "clusterRoleSelectors", M(499), REPEATED),
     ] },
-    // 422
+    // 445
     Message { name: "k8s.io.api.rbac.v1.ClusterRole", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "rules", M(426), REPEATED),
-        f(3, "aggregationRule", M(421), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "rules", M(449), REPEATED),
+        f(3, "aggregationRule", M(444), 0),
     ] },
-    // 423
+    // 446
     Message { name: "k8s.io.api.rbac.v1.ClusterRoleBinding", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "subjects", M(432), REPEATED),
-        f(3, "roleRef", M(431), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "subjects", M(455), REPEATED),
+        f(3, "roleRef", M(454), 0),
     ] },
-    // 424
+    // 447
     Message { name: "k8s.io.api.rbac.v1.ClusterRoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(423), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(446), REPEATED),
     ] },
-    // 425
+    // 448
     Message { name: "k8s.io.api.rbac.v1.ClusterRoleList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(422), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(445), REPEATED),
     ] },
-    // 426
+    // 449
     Message { name: "k8s.io.api.rbac.v1.PolicyRule", array: false, fields: &[
         f(1, "verbs", S, REPEATED),
         f(2, "apiGroups", S, REPEATED),
@@ -2955,113 +3085,113 @@ pub static MESSAGES: &[Message] = &[
         f(4, "resourceNames", S, REPEATED),
         f(5, "nonResourceURLs", S, REPEATED),
     ] },
-    // 427
+    // 450
     Message { name: "k8s.io.api.rbac.v1.Role", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "rules", M(426), REPEATED),
+        f(1, "metadata", M(506), 0),
+        f(2, "rules", M(449), REPEATED),
     ] },
-    // 428
+    // 451
     Message { name: "k8s.io.api.rbac.v1.RoleBinding", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "subjects", M(432), REPEATED),
-        f(3, "roleRef", M(431), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "subjects", M(455), REPEATED),
+        f(3, "roleRef", M(454), 0),
     ] },
-    // 429
+    // 452
     Message { name: "k8s.io.api.rbac.v1.RoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(428), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(451), REPEATED),
     ] },
-    // 430
+    // 453
     Message { name: "k8s.io.api.rbac.v1.RoleList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(427), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(450), REPEATED),
     ] },
-    // 431
+    // 454
     Message { name: "k8s.io.api.rbac.v1.RoleRef", array: false, fields: &[
         f(1, "apiGroup", S, 0),
         f(2, "kind", S, 0),
         f(3, "name", S, 0),
     ] },
-    // 432
+    // 455
     Message { name: "k8s.io.api.rbac.v1.Subject", array: false, fields: &[
         f(1, "kind", S, 0),
         f(2, "apiGroup", S, OMITEMPTY),
         f(3, "name", S, 0),
         f(4, "namespace", S, OMITEMPTY),
     ] },
-    // 433
+    // 456
     Message { name: "k8s.io.api.scheduling.v1.PriorityClass", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "value", I32, 0),
         f(3, "globalDefault", Bool, OMITEMPTY),
         f(4, "description", S, OMITEMPTY),
         f(5, "preemptionPolicy", S, NULLABLE),
     ] },
-    // 434
+    // 457
     Message { name: "k8s.io.api.scheduling.v1.PriorityClassList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(433), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(456), REPEATED),
     ] },
-    // 435
+    // 458
     Message { name: "k8s.io.api.storage.v1.CSIDriver", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(437), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(460), 0),
     ] },
-    // 436
+    // 459
     Message { name: "k8s.io.api.storage.v1.CSIDriverList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(435), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(458), REPEATED),
     ] },
-    // 437
+    // 460
     Message { name: "k8s.io.api.storage.v1.CSIDriverSpec", array: false, fields: &[
         f(1, "attachRequired", Bool, NULLABLE),
         f(2, "podInfoOnMount", Bool, NULLABLE),
         f(3, "volumeLifecycleModes", S, REPEATED),
         f(4, "storageCapacity", Bool, NULLABLE),
         f(5, "fsGroupPolicy", S, NULLABLE),
-        f(6, "tokenRequests", M(446), REPEATED),
+        f(6, "tokenRequests", M(469), REPEATED),
         f(7, "requiresRepublish", Bool, NULLABLE),
         f(8, "seLinuxMount", Bool, NULLABLE),
         f(9, "nodeAllocatableUpdatePeriodSeconds", I64, NULLABLE),
         f(10, "serviceAccountTokenInSecrets", Bool, NULLABLE),
     ] },
-    // 438
+    // 461
     Message { name: "k8s.io.api.storage.v1.CSINode", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(441), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(464), 0),
     ] },
-    // 439
+    // 462
     Message { name: "k8s.io.api.storage.v1.CSINodeDriver", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "nodeID", S, 0),
         f(3, "topologyKeys", S, REPEATED),
-        f(4, "allocatable", M(455), 0),
+        f(4, "allocatable", M(478), 0),
     ] },
-    // 440
+    // 463
     Message { name: "k8s.io.api.storage.v1.CSINodeList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(438), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(461), REPEATED),
     ] },
-    // 441
+    // 464
     Message { name: "k8s.io.api.storage.v1.CSINodeSpec", array: false, fields: &[
-        f(1, "drivers", M(439), REPEATED),
+        f(1, "drivers", M(462), REPEATED),
     ] },
-    // 442
+    // 465
     Message { name: "k8s.io.api.storage.v1.CSIStorageCapacity", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "nodeTopology", M(476), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "nodeTopology", M(499), 0),
         f(3, "storageClassName", S, 0),
-        f(4, "capacity", M(456), 0),
-        f(5, "maximumVolumeSize", M(456), 0),
+        f(4, "capacity", M(479), 0),
+        f(5, "maximumVolumeSize", M(479), 0),
     ] },
-    // 443
+    // 466
     Message { name: "k8s.io.api.storage.v1.CSIStorageCapacityList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(442), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(465), REPEATED),
     ] },
-    // 444
+    // 467
     Message { name: "k8s.io.api.storage.v1.StorageClass", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "provisioner", S, 0),
         f(3, "parameters", MapS, 0),
         f(4, "reclaimPolicy", S, NULLABLE),
@@ -3070,87 +3200,87 @@ pub static MESSAGES: &[Message] = &[
         f(7, "volumeBindingMode", S, NULLABLE),
         f(8, "allowedTopologies", M(350), REPEATED),
     ] },
-    // 445
+    // 468
     Message { name: "k8s.io.api.storage.v1.StorageClassList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(444), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(467), REPEATED),
     ] },
-    // 446
+    // 469
     Message { name: "k8s.io.api.storage.v1.TokenRequest", array: false, fields: &[
         f(1, "audience", S, 0),
         f(2, "expirationSeconds", I64, NULLABLE),
     ] },
-    // 447
+    // 470
     Message { name: "k8s.io.api.storage.v1.VolumeAttachment", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
-        f(2, "spec", M(450), 0),
-        f(3, "status", M(451), 0),
+        f(1, "metadata", M(506), 0),
+        f(2, "spec", M(473), 0),
+        f(3, "status", M(474), 0),
     ] },
-    // 448
+    // 471
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(447), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(470), REPEATED),
     ] },
-    // 449
+    // 472
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSource", array: false, fields: &[
         f(1, "persistentVolumeName", S, NULLABLE),
         f(2, "inlineVolumeSpec", M(259), 0),
     ] },
-    // 450
+    // 473
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSpec", array: false, fields: &[
         f(1, "attacher", S, 0),
-        f(2, "source", M(449), 0),
+        f(2, "source", M(472), 0),
         f(3, "nodeName", S, 0),
     ] },
-    // 451
+    // 474
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentStatus", array: false, fields: &[
         f(1, "attached", Bool, 0),
         f(2, "attachmentMetadata", MapS, 0),
-        f(3, "attachError", M(454), 0),
-        f(4, "detachError", M(454), 0),
+        f(3, "attachError", M(477), 0),
+        f(4, "detachError", M(477), 0),
     ] },
-    // 452
+    // 475
     Message { name: "k8s.io.api.storage.v1.VolumeAttributesClass", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
         f(2, "driverName", S, 0),
         f(3, "parameters", MapS, 0),
     ] },
-    // 453
+    // 476
     Message { name: "k8s.io.api.storage.v1.VolumeAttributesClassList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(452), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(475), REPEATED),
     ] },
-    // 454
+    // 477
     Message { name: "k8s.io.api.storage.v1.VolumeError", array: false, fields: &[
-        f(1, "time", M(495), 0),
+        f(1, "time", M(518), 0),
         f(2, "message", S, OMITEMPTY),
         f(3, "errorCode", I32, NULLABLE),
     ] },
-    // 455
+    // 478
     Message { name: "k8s.io.api.storage.v1.VolumeNodeResources", array: false, fields: &[
         f(1, "count", I32, NULLABLE),
     ] },
-    // 456
+    // 479
     Message { name: "k8s.io.apimachinery.pkg.api.resource.Quantity", array: false, fields: &[
         f(1, "string", S, 0),
     ] },
-    // 457
+    // 480
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroup", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "versions", M(473), REPEATED),
-        f(3, "preferredVersion", M(473), 0),
-        f(4, "serverAddressByClientCIDRs", M(490), REPEATED),
+        f(2, "versions", M(496), REPEATED),
+        f(3, "preferredVersion", M(496), 0),
+        f(4, "serverAddressByClientCIDRs", M(513), REPEATED),
     ] },
-    // 458
+    // 481
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroupList", array: false, fields: &[
-        f(1, "groups", M(457), REPEATED),
+        f(1, "groups", M(480), REPEATED),
     ] },
-    // 459
+    // 482
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "namespaced", Bool, 0),
         f(3, "kind", S, 0),
-        f(4, "verbs", M(499), 0),
+        f(4, "verbs", M(522), 0),
         f(5, "shortNames", S, REPEATED),
         f(6, "singularName", S, 0),
         f(7, "categories", S, REPEATED),
@@ -3158,120 +3288,120 @@ pub static MESSAGES: &[Message] = &[
         f(9, "version", S, OMITEMPTY),
         f(10, "storageVersionHash", S, OMITEMPTY),
     ] },
-    // 460
+    // 483
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResourceList", array: false, fields: &[
         f(1, "groupVersion", S, 0),
-        f(2, "resources", M(459), REPEATED),
+        f(2, "resources", M(482), REPEATED),
     ] },
-    // 461
+    // 484
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIVersions", array: false, fields: &[
         f(1, "versions", S, REPEATED),
-        f(2, "serverAddressByClientCIDRs", M(490), REPEATED),
+        f(2, "serverAddressByClientCIDRs", M(513), REPEATED),
     ] },
-    // 462
+    // 485
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ApplyOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "force", Bool, 0),
         f(3, "fieldManager", S, 0),
     ] },
-    // 463
+    // 486
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Condition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
         f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "lastTransitionTime", M(495), 0),
+        f(4, "lastTransitionTime", M(518), 0),
         f(5, "reason", S, 0),
         f(6, "message", S, 0),
     ] },
-    // 464
+    // 487
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.CreateOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(3, "fieldManager", S, OMITEMPTY),
         f(4, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 465
+    // 488
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions", array: false, fields: &[
         f(1, "gracePeriodSeconds", I64, NULLABLE),
-        f(2, "preconditions", M(488), 0),
+        f(2, "preconditions", M(511), 0),
         f(3, "orphanDependents", Bool, NULLABLE),
         f(4, "propagationPolicy", S, NULLABLE),
         f(5, "dryRun", S, REPEATED),
         f(6, "ignoreStoreReadErrorWithClusterBreakingPotential", Bool, NULLABLE),
     ] },
-    // 466
+    // 489
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Duration", array: false, fields: &[
         f(1, "duration", I64, 0),
     ] },
-    // 467
+    // 490
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 468
+    // 491
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1", array: false, fields: &[
         f(1, "raw", B, 0),
     ] },
-    // 469
+    // 492
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GetOptions", array: false, fields: &[
         f(1, "resourceVersion", S, OMITEMPTY),
     ] },
-    // 470
+    // 493
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupKind", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "kind", S, 0),
     ] },
-    // 471
+    // 494
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupResource", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "resource", S, 0),
     ] },
-    // 472
+    // 495
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersion", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
     ] },
-    // 473
+    // 496
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery", array: false, fields: &[
         f(1, "groupVersion", S, 0),
         f(2, "version", S, 0),
     ] },
-    // 474
+    // 497
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionKind", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
         f(3, "kind", S, 0),
     ] },
-    // 475
+    // 498
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionResource", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
         f(3, "resource", S, 0),
     ] },
-    // 476
+    // 499
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector", array: false, fields: &[
         f(1, "matchLabels", MapS, 0),
-        f(2, "matchExpressions", M(477), REPEATED),
+        f(2, "matchExpressions", M(500), REPEATED),
     ] },
-    // 477
+    // 500
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 478
+    // 501
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.List", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(501), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(524), REPEATED),
     ] },
-    // 479
+    // 502
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta", array: false, fields: &[
         f(1, "selfLink", S, OMITEMPTY),
         f(2, "resourceVersion", S, OMITEMPTY),
         f(3, "continue", S, OMITEMPTY),
         f(4, "remainingItemCount", I64, NULLABLE),
     ] },
-    // 480
+    // 503
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListOptions", array: false, fields: &[
         f(1, "labelSelector", S, OMITEMPTY),
         f(2, "fieldSelector", S, OMITEMPTY),
@@ -3284,22 +3414,22 @@ pub static MESSAGES: &[Message] = &[
         f(10, "resourceVersionMatch", S, OMITEMPTY),
         f(11, "sendInitialEvents", Bool, NULLABLE),
     ] },
-    // 481
+    // 504
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry", array: false, fields: &[
         f(1, "manager", S, OMITEMPTY),
         f(2, "operation", S, OMITEMPTY),
         f(3, "apiVersion", S, OMITEMPTY),
-        f(4, "time", M(495), 0),
+        f(4, "time", M(518), 0),
         f(6, "fieldsType", S, OMITEMPTY),
-        f(7, "fieldsV1", M(468), 0),
+        f(7, "fieldsV1", M(491), 0),
         f(8, "subresource", S, OMITEMPTY),
     ] },
-    // 482
+    // 505
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 483
+    // 506
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "generateName", S, OMITEMPTY),
@@ -3308,16 +3438,16 @@ pub static MESSAGES: &[Message] = &[
         f(5, "uid", S, OMITEMPTY),
         f(6, "resourceVersion", S, OMITEMPTY),
         f(7, "generation", I64, OMITEMPTY),
-        f(8, "creationTimestamp", M(495), 0),
-        f(9, "deletionTimestamp", M(495), 0),
+        f(8, "creationTimestamp", M(518), 0),
+        f(9, "deletionTimestamp", M(518), 0),
         f(10, "deletionGracePeriodSeconds", I64, NULLABLE),
         f(11, "labels", MapS, 0),
         f(12, "annotations", MapS, 0),
-        f(13, "ownerReferences", M(484), REPEATED),
+        f(13, "ownerReferences", M(507), REPEATED),
         f(14, "finalizers", S, REPEATED),
-        f(17, "managedFields", M(481), REPEATED),
+        f(17, "managedFields", M(504), REPEATED),
     ] },
-    // 484
+    // 507
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference", array: false, fields: &[
         f(1, "kind", S, 0),
         f(3, "name", S, 0),
@@ -3326,99 +3456,99 @@ pub static MESSAGES: &[Message] = &[
         f(6, "controller", Bool, NULLABLE),
         f(7, "blockOwnerDeletion", Bool, NULLABLE),
     ] },
-    // 485
+    // 508
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata", array: false, fields: &[
-        f(1, "metadata", M(483), 0),
+        f(1, "metadata", M(506), 0),
     ] },
-    // 486
+    // 509
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
-        f(2, "items", M(485), REPEATED),
+        f(1, "metadata", M(502), 0),
+        f(2, "items", M(508), REPEATED),
     ] },
-    // 487
+    // 510
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PatchOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "force", Bool, NULLABLE),
         f(3, "fieldManager", S, OMITEMPTY),
         f(4, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 488
+    // 511
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions", array: false, fields: &[
         f(1, "uid", S, NULLABLE),
         f(2, "resourceVersion", S, NULLABLE),
     ] },
-    // 489
+    // 512
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.RootPaths", array: false, fields: &[
         f(1, "paths", S, REPEATED),
     ] },
-    // 490
+    // 513
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR", array: false, fields: &[
         f(1, "clientCIDR", S, 0),
         f(2, "serverAddress", S, 0),
     ] },
-    // 491
+    // 514
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Status", array: false, fields: &[
-        f(1, "metadata", M(479), 0),
+        f(1, "metadata", M(502), 0),
         f(2, "status", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
         f(4, "reason", S, OMITEMPTY),
-        f(5, "details", M(493), 0),
+        f(5, "details", M(516), 0),
         f(6, "code", I32, OMITEMPTY),
     ] },
-    // 492
+    // 515
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusCause", array: false, fields: &[
         f(1, "reason", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
         f(3, "field", S, OMITEMPTY),
     ] },
-    // 493
+    // 516
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusDetails", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "group", S, OMITEMPTY),
         f(3, "kind", S, OMITEMPTY),
-        f(4, "causes", M(492), REPEATED),
+        f(4, "causes", M(515), REPEATED),
         f(5, "retryAfterSeconds", I32, OMITEMPTY),
         f(6, "uid", S, OMITEMPTY),
     ] },
-    // 494
+    // 517
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TableOptions", array: false, fields: &[
         f(1, "includeObject", S, OMITEMPTY),
     ] },
-    // 495
+    // 518
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Time", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 496
+    // 519
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Timestamp", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 497
+    // 520
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TypeMeta", array: false, fields: &[
         f(1, "kind", S, OMITEMPTY),
         f(2, "apiVersion", S, OMITEMPTY),
     ] },
-    // 498
+    // 521
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.UpdateOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "fieldManager", S, OMITEMPTY),
         f(3, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 499
+    // 522
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Verbs", array: true, fields: &[
         f(1, "items", S, REPEATED),
     ] },
-    // 500
+    // 523
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(501), 0),
+        f(2, "object", M(524), 0),
     ] },
-    // 501
+    // 524
     Message { name: "k8s.io.apimachinery.pkg.runtime.RawExtension", array: false, fields: &[
         f(1, "raw", B, 0),
     ] },
-    // 502
+    // 525
     Message { name: "k8s.io.apimachinery.pkg.util.intstr.IntOrString", array: false, fields: &[
         f(1, "type", I64, 0),
         f(2, "intVal", I32, 0),

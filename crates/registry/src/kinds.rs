@@ -254,8 +254,9 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         admissionregistration::v1 as admissionregistration, apps::v1 as apps,
         autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
         coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-        events::v1 as events, networking::v1 as networking, node::v1 as node, policy::v1 as policy,
-        rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+        events::v1 as events, flowcontrol::v1 as flowcontrol, networking::v1 as networking,
+        node::v1 as node, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+        storage::v1 as storage,
     };
     macro_rules! typed {
         ($t:ty, $hooks:expr) => {
@@ -330,6 +331,15 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("coordination.k8s.io", "Lease") => typed!(coordination::Lease, Hooks::PLAIN),
         ("discovery.k8s.io", "EndpointSlice") => typed!(discovery::EndpointSlice, Hooks::PLAIN),
         ("events.k8s.io", "Event") => typed!(events::Event, EVENTS_V1),
+        // Upstream's flowcontrol strategies: created with an empty status and
+        // generation 1, generation bumped on spec changes, status written only through
+        // the status subresource (which keeps the spec).
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => {
+            typed!(flowcontrol::FlowSchema, GENERATION_STATUS)
+        }
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            typed!(flowcontrol::PriorityLevelConfiguration, GENERATION_STATUS)
+        }
         ("networking.k8s.io", "IngressClass") => typed!(networking::IngressClass, Hooks::PLAIN),
         ("networking.k8s.io", "Ingress") => typed!(networking::Ingress, GENERATION_STATUS),
         ("networking.k8s.io", "NetworkPolicy") => typed!(networking::NetworkPolicy, GENERATION),

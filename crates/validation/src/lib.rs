@@ -23,6 +23,7 @@ mod apps;
 mod batch;
 mod core;
 pub mod cron;
+mod flowcontrol;
 mod node;
 mod other;
 mod storage_csi;

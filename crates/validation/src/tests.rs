@@ -1312,4 +1312,5 @@ fn no_panics_on_odd_input() {
     assert!(!cj.validate_create().is_empty());
 }
 
+mod flowcontrol;
 mod storage_csi;

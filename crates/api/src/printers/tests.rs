@@ -1093,3 +1093,147 @@ fn api_service_columns_follow_kube_aggregator() {
     );
     assert_eq!(row(remote, json!({}))[2], json!("Unknown"));
 }
+
+#[test]
+fn flow_control_kinds_print_upstreams_columns() {
+    const G: &str = "flowcontrol.apiserver.k8s.io";
+    let names = |kind: &str| -> Vec<String> {
+        table_columns(G, kind)
+            .into_iter()
+            .map(|c| {
+                // Upstream types every column but Name's format as a plain string.
+                assert_eq!(c.type_, "string", "{kind} {}", c.name);
+                assert_eq!(c.priority, 0);
+                c.name
+            })
+            .collect()
+    };
+    assert_eq!(
+        names("FlowSchema"),
+        [
+            "Name",
+            "PriorityLevel",
+            "MatchingPrecedence",
+            "DistinguisherMethod",
+            "Age",
+            "MissingPL"
+        ]
+    );
+    assert_eq!(
+        names("PriorityLevelConfiguration"),
+        [
+            "Name",
+            "Type",
+            "NominalConcurrencyShares",
+            "Queues",
+            "HandSize",
+            "QueueLengthLimit",
+            "Age"
+        ]
+    );
+    let meta = json!({"name": "o", "creationTimestamp": "2025-01-01T11:00:00Z"});
+
+    let fs = |spec: Value, status: Value| {
+        cells(
+            G,
+            "FlowSchema",
+            &json!({"metadata": meta, "spec": spec, "status": status}),
+        )
+    };
+    let spec = json!({"priorityLevelConfiguration": {"name": "workload-low"},
+        "matchingPrecedence": 9000, "distinguisherMethod": {"type": "ByUser"}});
+    assert_eq!(
+        fs(spec.clone(), json!({})),
+        [
+            json!("o"),
+            json!("workload-low"),
+            json!(9000),
+            json!("ByUser"),
+            json!("60m"),
+            json!("?")
+        ]
+    );
+    // No distinguisher; the Dangling condition's status, the first one found.
+    let dangling = json!({"conditions": [
+        {"type": "Other", "status": "True"},
+        {"type": "Dangling", "status": "False"},
+        {"type": "Dangling", "status": "True"}]});
+    let row = fs(
+        json!({"priorityLevelConfiguration": {"name": "p"}, "matchingPrecedence": 1000}),
+        dangling,
+    );
+    assert_eq!(row[3], json!("<none>"));
+    assert_eq!(row[5], json!("False"));
+
+    let pl = |spec: Value| {
+        cells(
+            G,
+            "PriorityLevelConfiguration",
+            &json!({"metadata": meta, "spec": spec}),
+        )
+    };
+    assert_eq!(
+        pl(
+            json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 30,
+            "limitResponse": {"type": "Queue",
+                "queuing": {"queues": 64, "handSize": 6, "queueLengthLimit": 50}}}})
+        ),
+        [
+            json!("o"),
+            json!("Limited"),
+            json!(30),
+            json!(64),
+            json!(6),
+            json!(50),
+            json!("60m")
+        ]
+    );
+    let none = json!("<none>");
+    assert_eq!(
+        pl(
+            json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 5,
+            "limitResponse": {"type": "Reject"}}})
+        )[2..6],
+        [json!(5), none.clone(), none.clone(), none.clone()]
+    );
+    assert_eq!(
+        pl(json!({"type": "Exempt", "exempt": {"nominalConcurrencyShares": 0}}))[1..6],
+        [
+            json!("Exempt"),
+            none.clone(),
+            none.clone(),
+            none.clone(),
+            none
+        ]
+    );
+}
+
+#[test]
+fn flow_schema_rows_sort_by_precedence_then_name() {
+    let fs = |name: &str, precedence: i64| json!({"metadata": {"name": name}, "spec": {"matchingPrecedence": precedence}});
+    let mut items = [
+        fs("service-accounts", 9000),
+        fs("kube-scheduler", 800),
+        fs("exempt", 1),
+        fs("kube-controller-manager", 800),
+    ];
+    let order = table_row_order("flowcontrol.apiserver.k8s.io", "FlowSchema").unwrap();
+    items.sort_by(order);
+    let names: Vec<&str> = items
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "exempt",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "service-accounts"
+        ]
+    );
+    assert!(
+        table_row_order("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration").is_none()
+    );
+    assert!(table_row_order("", "Pod").is_none());
+}
