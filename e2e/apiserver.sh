@@ -1201,6 +1201,18 @@ YAML
 # RuntimeClass: the resource through kubectl (create -f, get's NAME/HANDLER/AGE table,
 # explain, 422 on a bad handler) and the admission plugin (a pod naming the class gets
 # its overhead and node selector; an unknown class is 403).
+s_flow_control() {
+  k get flowschemas
+  has '^NAME +PRIORITYLEVEL +MATCHINGPRECEDENCE +DISTINGUISHERMETHOD +AGE +MISSINGPL'
+  has '^exempt +exempt +1 +<none> +[0-9]+[sm] +False'
+  has '^catch-all +catch-all +10000 +ByUser +[0-9]+[sm] +False'
+  k get prioritylevelconfigurations
+  has '^NAME +TYPE +NOMINALCONCURRENCYSHARES +QUEUES +HANDSIZE +QUEUELENGTHLIMIT +AGE'
+  has '^workload-low +Limited +100 +128 +6 +50 +'
+  k get --raw /api -v=8
+  has 'X-Kubernetes-Pf-Flowschema-Uid'
+}
+
 s_runtime_class() {
   local rc=sandbox-$NS
   cat >"$MAN/runtimeclass.yaml" <<YAML
@@ -1330,6 +1342,7 @@ suite() {
   step "ValidatingAdmissionPolicy: the replicas example denies, compile errors 422" s_admission_policy
   step "StorageObjectInUseProtection: a new PVC gets its finalizer, delete waits on it" s_storage_protection
   step "RuntimeClass: create, get, explain, 422, apply twice; a pod gets overhead and nodeSelector, unknown class 403" s_runtime_class
+  step "flow control: the bootstrap FlowSchemas and priority levels, classified responses" s_flow_control
   step "audit log: configmap create in full, secret at Metadata, no secret value" s_audit_log
 }
 

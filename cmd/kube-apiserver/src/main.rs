@@ -172,6 +172,10 @@ struct Args {
     /// Turns on aggregator routing requests to endpoints IP rather than cluster IP.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     enable_aggregator_routing: bool,
+    /// If true, replace the max-in-flight handler with an enhanced one that queues and
+    /// dispatches with priority and fairness.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_priority_and_fairness: bool,
 }
 
 /// Whole seconds of a Go duration made of `h`, `m` and `s` parts (`24h`, `1h30m`,
@@ -339,6 +343,7 @@ async fn main() -> anyhow::Result<()> {
     opts.proxy_client_cert_file = args.proxy_client_cert_file;
     opts.proxy_client_key_file = args.proxy_client_key_file;
     opts.enable_aggregator_routing = args.enable_aggregator_routing;
+    opts.enable_priority_and_fairness = args.enable_priority_and_fairness;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");
@@ -405,14 +410,17 @@ mod tests {
         assert!(args.requestheader_username_headers.is_empty());
         assert!(args.requestheader_allowed_names.is_empty());
         assert!(!args.enable_aggregator_routing);
+        assert!(args.enable_priority_and_fairness);
         let args = Args::try_parse_from([
             "kube-apiserver",
             "--tls-cert-file=c",
             "--tls-private-key-file=k",
             "--enable-aggregator-routing=false",
+            "--enable-priority-and-fairness=false",
         ])
         .unwrap();
         assert!(!args.enable_aggregator_routing);
+        assert!(!args.enable_priority_and_fairness);
     }
 
     #[test]

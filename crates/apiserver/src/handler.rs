@@ -54,6 +54,8 @@ pub(crate) struct State {
     pub audit: Option<Arc<crate::audit::Auditor>>,
     /// Remote APIServices: proxied group-versions and their discovery.
     pub aggregator: Arc<crate::aggregator::Aggregator>,
+    /// API Priority and Fairness (None: off).
+    pub flow_control: Option<Arc<crate::flowcontrol::Apf>>,
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
@@ -261,8 +263,63 @@ async fn handle(
         Ok(None) => user,
         Err(e) => return error_response(&e),
     };
-    // Authorization.
     attrs.user = user;
+    // Priority and fairness, between authentication and authorization as upstream's
+    // filter chain has it: the request waits here for a seat of its priority level,
+    // which it holds until its response starts.
+    let (flow_headers, _seat) = match &state.flow_control {
+        None => (None, None),
+        Some(apf) => {
+            let long_running = crate::audit::is_long_running(&attrs);
+            match apf.admit(&attrs, long_running).await {
+                crate::flowcontrol::Admission::Unlimited => (None, None),
+                crate::flowcontrol::Admission::Admitted {
+                    flow_schema_uid,
+                    priority_level_uid,
+                    seat,
+                } => (Some((flow_schema_uid, priority_level_uid)), seat),
+                crate::flowcontrol::Admission::Rejected {
+                    flow_schema_uid,
+                    priority_level_uid,
+                } => {
+                    let mut r = error_response(&crate::flowcontrol::too_many_requests());
+                    flow_control_headers(&mut r, &flow_schema_uid, &priority_level_uid);
+                    return r;
+                }
+            }
+        }
+    };
+    let mut response = authorized(state, req, attrs, path, &q, audit).await;
+    if let Some((fs, pl)) = &flow_headers {
+        flow_control_headers(&mut response, fs, pl);
+    }
+    response
+}
+
+/// Upstream's `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`.
+fn flow_control_headers(r: &mut Response<Body>, flow_schema_uid: &str, priority_level_uid: &str) {
+    for (name, value) in [
+        (crate::flowcontrol::FLOW_SCHEMA_UID_HEADER, flow_schema_uid),
+        (
+            crate::flowcontrol::PRIORITY_LEVEL_UID_HEADER,
+            priority_level_uid,
+        ),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            r.headers_mut().insert(name, v);
+        }
+    }
+}
+
+/// Authorization and then the request itself.
+async fn authorized(
+    state: &State,
+    mut req: Request<Incoming>,
+    attrs: ferrokube_auth::Attributes,
+    path: String,
+    q: &HashMap<String, String>,
+    audit: &crate::audit::RequestAudit,
+) -> Response<Body> {
     let decision = state.authorizer.authorize(&attrs);
     // Upstream's `authorization.k8s.io/decision` and `/reason` annotations.
     let (verdict, reason) = match &decision {
@@ -302,7 +359,7 @@ async fn handle(
     {
         return r.unwrap_or_else(|e| error_response(&e));
     }
-    match route(state, req, &path, &q).await {
+    match route(state, req, &path, q).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }

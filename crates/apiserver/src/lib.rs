@@ -17,6 +17,7 @@ mod conversion;
 mod discovery;
 mod dupes;
 mod eviction;
+mod flowcontrol;
 mod handler;
 mod health;
 mod metrics;
@@ -87,6 +88,8 @@ pub struct Config {
     pub(crate) metrics: Arc<Metrics>,
     /// How requests for remote APIServices reach extension apiservers.
     pub aggregator: AggregatorConfig,
+    /// API Priority and Fairness (None: `--enable-priority-and-fairness=false`).
+    pub(crate) flow_control: Option<Arc<flowcontrol::Apf>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -162,6 +165,12 @@ impl Server {
                 shutdown_rx.clone(),
             )));
         }
+        if let Some(apf) = &config.flow_control {
+            background.push(tokio::spawn(flowcontrol::run_status_writer(
+                apf.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         let aggregator = Arc::new(aggregator::Aggregator::new(config.aggregator));
         background.push(tokio::spawn(aggregator::run(
             aggregator.clone(),
@@ -184,6 +193,7 @@ impl Server {
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
             audit: config.audit,
+            flow_control: config.flow_control,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
         let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
@@ -334,6 +344,9 @@ pub struct Options {
     pub requestheader_group_headers: Vec<String>,
     /// `--requestheader-extra-headers-prefix` (kubeadm: `X-Remote-Extra-`).
     pub requestheader_extra_headers_prefix: Vec<String>,
+    /// `--enable-priority-and-fairness` (default true): requests are classified by
+    /// the FlowSchemas and limited by their priority levels.
+    pub enable_priority_and_fairness: bool,
 }
 
 impl Options {
@@ -373,6 +386,7 @@ impl Options {
             requestheader_uid_headers: Vec::new(),
             requestheader_group_headers: Vec::new(),
             requestheader_extra_headers_prefix: Vec::new(),
+            enable_priority_and_fairness: true,
         }
     }
 
@@ -460,6 +474,16 @@ impl Options {
         security::reconcile_bootstrap_policy(&registry)
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap RBAC policy: {e}")))?;
+        // Upstream's priority-and-fairness-config-producer: whether or not the filter
+        // is on, the API serves the bootstrap configuration.
+        flowcontrol::bootstrap::ensure(&registry)
+            .await
+            .map_err(|e| ConfigError::Registry(format!("bootstrap flow control: {e}")))?;
+        let flow_control = if self.enable_priority_and_fairness {
+            Some(flowcontrol::Apf::new(&registry).map_err(ConfigError::Registry)?)
+        } else {
+            None
+        };
         authentication_info::publish(
             &registry,
             &authentication_info::AuthenticationInfo {
@@ -554,6 +578,7 @@ impl Options {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
             },
+            flow_control,
         })
     }
 }

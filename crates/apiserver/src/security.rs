@@ -193,7 +193,7 @@ pub(crate) fn authorizer_chain(
     chain
 }
 
-fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, ApiError> {
+pub(crate) fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, ApiError> {
     serde_json::to_value(t).map_err(|e| ApiError::internal(e.to_string()))
 }
 
@@ -306,7 +306,9 @@ fn object_key(obj: &Value) -> (String, String) {
 
 /// The objects a store holds now, by [`object_key`]: one consistent LIST instead of a
 /// read per bootstrap object.
-async fn existing_objects(store: &Store) -> Result<HashMap<(String, String), Value>, ApiError> {
+pub(crate) async fn existing_objects(
+    store: &Store,
+) -> Result<HashMap<(String, String), Value>, ApiError> {
     let listed = store.list(None, &ListParams::default()).await?;
     Ok(listed
         .items

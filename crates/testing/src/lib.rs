@@ -316,6 +316,17 @@ impl TestApiServer {
         user: &str,
         groups: &[&str],
     ) -> Result<kube::Client, TestServerError> {
+        let cfg = self.config_as(user, groups).await?;
+        kube::Client::try_from(cfg).map_err(|e| TestServerError::Client(e.to_string()))
+    }
+
+    /// The client configuration [`Self::client_as`] uses (to build clients with other
+    /// settings, e.g. without kube-rs's retries of 429 answers).
+    pub async fn config_as(
+        &self,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<kube::Config, TestServerError> {
         let pki = self.dir.path().join("pki");
         let read = |f: &str| std::fs::read_to_string(pki.join(f));
         let ca_pem = read("ca.crt")?;
@@ -333,7 +344,7 @@ impl TestApiServer {
             &issued.cert_pem,
             &issued.key_pem,
         );
-        self.client_from_kubeconfig(&yaml).await
+        Self::config_from_kubeconfig(&yaml).await
     }
 
     /// A client with no credentials at all (the anonymous user, if allowed).
@@ -361,13 +372,16 @@ impl TestApiServer {
     }
 
     async fn client_from_kubeconfig(&self, yaml: &str) -> Result<kube::Client, TestServerError> {
+        let cfg = Self::config_from_kubeconfig(yaml).await?;
+        kube::Client::try_from(cfg).map_err(|e| TestServerError::Client(e.to_string()))
+    }
+
+    async fn config_from_kubeconfig(yaml: &str) -> Result<kube::Config, TestServerError> {
         let kc = kube::config::Kubeconfig::from_yaml(yaml)
             .map_err(|e| TestServerError::Client(e.to_string()))?;
-        let cfg =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| TestServerError::Client(e.to_string()))?;
-        kube::Client::try_from(cfg).map_err(|e| TestServerError::Client(e.to_string()))
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| TestServerError::Client(e.to_string()))
     }
 
     /// The directory holding the PKI and the store.

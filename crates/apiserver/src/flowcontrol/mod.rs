@@ -1,0 +1,854 @@
+//! API Priority and Fairness (upstream `k8s.io/apiserver/pkg/util/flowcontrol` and
+//! `server/filters/priority-and-fairness.go`): every request is classified by the
+//! FlowSchemas (lowest `matchingPrecedence` first, then by name) into a priority level;
+//! an `Exempt` level runs everything at once, a `Limited` one runs as many requests as
+//! its share of the server's concurrency limit and queues the rest (shuffle-sharded by
+//! flow: the schema and the user or namespace) or rejects them with 429. Responses name
+//! the schema and the level in `X-Kubernetes-PF-FlowSchema-UID` and
+//! `X-Kubernetes-PF-PriorityLevel-UID`.
+//!
+//! The configuration is read from the FlowSchema and PriorityLevelConfiguration watch
+//! caches, and digested again when one of their objects changes; the mandatory objects
+//! ([`bootstrap`]) stand in while theirs are missing, as upstream. [`run_status_writer`]
+//! keeps each FlowSchema's `Dangling` condition.
+//!
+//! Deviations: one seat per request (no work estimation for lists and watches); no
+//! borrowing between levels; the queues of a level are served round-robin, not by
+//! upstream's virtual-time fair queuing; long-running requests other than watches are
+//! not limited (as upstream), and a watch holds its seat until its response starts.
+
+pub(crate) mod bootstrap;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_auth::Attributes;
+use ferrokube_registry::Store;
+use k8s_openapi::api::flowcontrol::v1::{
+    FlowSchema, PolicyRulesWithSubjects, PriorityLevelConfiguration, Subject,
+};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// Upstream's `--max-requests-inflight` + `--max-mutating-requests-inflight` defaults
+/// (400 + 200): the concurrency the levels' shares divide.
+pub(crate) const SERVER_CONCURRENCY_LIMIT: u32 = 600;
+/// How long a queued request waits for a seat (upstream: a quarter of the default
+/// 60 s request timeout).
+const QUEUE_WAIT_LIMIT: Duration = Duration::from_secs(15);
+pub(crate) const FLOW_SCHEMA_UID_HEADER: &str = "X-Kubernetes-PF-FlowSchema-UID";
+pub(crate) const PRIORITY_LEVEL_UID_HEADER: &str = "X-Kubernetes-PF-PriorityLevel-UID";
+const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+
+/// The digested configuration.
+struct Config {
+    /// Flow schemas whose level exists, in matching order.
+    schemas: Vec<Schema>,
+    levels: HashMap<String, LevelSpec>,
+}
+
+struct Schema {
+    name: String,
+    uid: String,
+    level: String,
+    /// `ByUser` / `ByNamespace`; `None` puts every request of the schema in one flow.
+    distinguisher: Option<String>,
+    rules: Vec<PolicyRulesWithSubjects>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct LevelSpec {
+    uid: String,
+    /// `None`: exempt.
+    limit: Option<u32>,
+    queuing: Option<Queuing>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Queuing {
+    queues: usize,
+    hand_size: usize,
+    queue_length_limit: usize,
+}
+
+/// A limited level at run time: its seats in use and its queues. Kept across
+/// configuration changes while the level exists with the same queue count.
+struct Level {
+    spec: LevelSpec,
+    executing: u32,
+    queues: Vec<VecDeque<(u64, oneshot::Sender<()>)>>,
+    /// The queue the next freed seat is offered to first.
+    next_queue: usize,
+}
+
+impl Level {
+    fn new(spec: LevelSpec) -> Level {
+        let queues = spec.queuing.map_or(0, |q| q.queues);
+        Level {
+            spec,
+            executing: 0,
+            queues: (0..queues).map(|_| VecDeque::new()).collect(),
+            next_queue: 0,
+        }
+    }
+
+    /// Hands free seats to waiting requests, queues in turn.
+    fn dispatch(&mut self) {
+        let limit = self.spec.limit.unwrap_or(u32::MAX);
+        while self.executing < limit {
+            let n = self.queues.len();
+            let Some(q) = (0..n)
+                .map(|i| (self.next_queue + i) % n.max(1))
+                .find(|&q| !self.queues[q].is_empty())
+            else {
+                return;
+            };
+            self.next_queue = (q + 1) % n;
+            let (_, waiter) = self.queues[q].pop_front().expect("a non-empty queue");
+            // A waiter that gave up has dropped its receiver: the seat goes to the next.
+            if waiter.send(()).is_ok() {
+                self.executing += 1;
+            }
+        }
+    }
+}
+
+/// What the filter decided for a request.
+pub(crate) enum Admission {
+    /// Not classified: long-running requests other than watches.
+    Unlimited,
+    /// Run now; the seat (if any) is given back when this is dropped.
+    Admitted {
+        flow_schema_uid: String,
+        priority_level_uid: String,
+        seat: Option<Seat>,
+    },
+    Rejected {
+        flow_schema_uid: String,
+        priority_level_uid: String,
+    },
+}
+
+/// A seat of a limited level, given back on drop.
+pub(crate) struct Seat {
+    apf: Arc<Apf>,
+    level: String,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut levels = self.apf.levels.lock();
+        if let Some(level) = levels.get_mut(&self.level) {
+            level.executing = level.executing.saturating_sub(1);
+            level.dispatch();
+        }
+    }
+}
+
+/// The cached FlowSchemas and PriorityLevelConfigurations a digest was made from
+/// (compared by pointer: the cache replaces an object's `Arc` when it changes), and
+/// the digest.
+type Digested = (Vec<Arc<Value>>, Vec<Arc<Value>>, Arc<Config>);
+
+/// The filter's state: the configuration's sources, its digest and the levels.
+pub(crate) struct Apf {
+    flow_schemas: Arc<Store>,
+    priority_levels: Arc<Store>,
+    digested: Mutex<Digested>,
+    levels: Mutex<HashMap<String, Level>>,
+    next_waiter: AtomicU64,
+}
+
+impl Apf {
+    pub(crate) fn new(registry: &ferrokube_registry::Registry) -> Result<Arc<Apf>, String> {
+        let store = |plural: &str| {
+            registry
+                .store(GROUP, "v1", plural)
+                .cloned()
+                .ok_or_else(|| format!("no store for {plural}"))
+        };
+        Ok(Arc::new(Apf {
+            flow_schemas: store("flowschemas")?,
+            priority_levels: store("prioritylevelconfigurations")?,
+            digested: Mutex::new((Vec::new(), Vec::new(), Arc::new(digest(&[], &[])))),
+            levels: Mutex::new(HashMap::new()),
+            next_waiter: AtomicU64::new(0),
+        }))
+    }
+
+    /// The configuration as the caches have it now, digested again when it changed.
+    fn config(&self) -> Arc<Config> {
+        let (schemas, _) = self.flow_schemas.cache().snapshot("");
+        let (levels, _) = self.priority_levels.cache().snapshot("");
+        let mut digested = self.digested.lock();
+        let same = |a: &[Arc<Value>], b: &[Arc<Value>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+        };
+        if same(&digested.0, &schemas) && same(&digested.1, &levels) && !digested.0.is_empty() {
+            return digested.2.clone();
+        }
+        let config = Arc::new(digest(&schemas, &levels));
+        self.apply_levels(&config);
+        *digested = (schemas, levels, config.clone());
+        config
+    }
+
+    /// Keeps the run-time levels in step with the configuration: new levels added,
+    /// changed ones resized (their waiters kept when the queue count is the same,
+    /// else sent on to be served at once), removed ones dropped.
+    fn apply_levels(&self, config: &Config) {
+        let mut levels = self.levels.lock();
+        levels.retain(|name, _| config.levels.contains_key(name));
+        for (name, spec) in &config.levels {
+            match levels.get_mut(name) {
+                Some(level) if level.spec == *spec => {}
+                Some(level) => {
+                    let same_queues =
+                        level.spec.queuing.map(|q| q.queues) == spec.queuing.map(|q| q.queues);
+                    level.spec = spec.clone();
+                    if !same_queues {
+                        let waiting: Vec<_> = level.queues.drain(..).flatten().collect();
+                        level.queues = (0..spec.queuing.map_or(0, |q| q.queues))
+                            .map(|_| VecDeque::new())
+                            .collect();
+                        for (_, w) in waiting {
+                            if w.send(()).is_ok() {
+                                level.executing += 1;
+                            }
+                        }
+                    }
+                    level.dispatch();
+                }
+                None => {
+                    levels.insert(name.clone(), Level::new(spec.clone()));
+                }
+            }
+        }
+    }
+
+    /// Classifies the request and waits for a seat of its level (or refuses it).
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        attrs: &Attributes,
+        long_running: bool,
+    ) -> Admission {
+        if long_running && attrs.verb != "watch" {
+            return Admission::Unlimited;
+        }
+        let config = self.config();
+        let Some(schema) = config.schemas.iter().find(|s| matches_schema(s, attrs)) else {
+            // The mandatory catch-all matches everything; nothing matching means the
+            // configuration has none, which the digest does not allow.
+            return Admission::Unlimited;
+        };
+        let spec = &config.levels[&schema.level];
+        let (flow_schema_uid, priority_level_uid) = (schema.uid.clone(), spec.uid.clone());
+        if spec.limit.is_none() {
+            return Admission::Admitted {
+                flow_schema_uid,
+                priority_level_uid,
+                seat: None,
+            };
+        }
+        let seat = || Seat {
+            apf: self.clone(),
+            level: schema.level.clone(),
+        };
+        let (id, rx) = {
+            let mut levels = self.levels.lock();
+            let Some(level) = levels.get_mut(&schema.level) else {
+                return Admission::Unlimited;
+            };
+            let limit = level.spec.limit.unwrap_or(u32::MAX);
+            if level.executing < limit && level.queues.iter().all(VecDeque::is_empty) {
+                level.executing += 1;
+                return Admission::Admitted {
+                    flow_schema_uid,
+                    priority_level_uid,
+                    seat: Some(seat()),
+                };
+            }
+            let Some(queuing) = level.spec.queuing else {
+                return Admission::Rejected {
+                    flow_schema_uid,
+                    priority_level_uid,
+                };
+            };
+            let flow = flow_key(schema, attrs);
+            let hand = deal_hand(hash(&flow), queuing.queues, queuing.hand_size);
+            let q = hand
+                .into_iter()
+                .min_by_key(|&q| level.queues[q].len())
+                .expect("a hand of at least one queue");
+            if level.queues[q].len() >= queuing.queue_length_limit {
+                return Admission::Rejected {
+                    flow_schema_uid,
+                    priority_level_uid,
+                };
+            }
+            let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            level.queues[q].push_back((id, tx));
+            (id, rx)
+        };
+        // The seat travels with the request from here: a cancelled request (the
+        // client went away) gives a granted seat back through the guard.
+        let granted = tokio::time::timeout(QUEUE_WAIT_LIMIT, rx).await;
+        let admitted = match granted {
+            Ok(Ok(())) => true,
+            Ok(Err(_)) => false,
+            Err(_) => {
+                // Timed out: leave the queue, unless the seat came meanwhile.
+                let mut levels = self.levels.lock();
+                let still_queued = levels.get_mut(&schema.level).is_some_and(|level| {
+                    level.queues.iter_mut().any(|queue| {
+                        let before = queue.len();
+                        queue.retain(|(waiter, _)| *waiter != id);
+                        queue.len() != before
+                    })
+                });
+                !still_queued
+            }
+        };
+        if admitted {
+            Admission::Admitted {
+                flow_schema_uid,
+                priority_level_uid,
+                seat: Some(seat()),
+            }
+        } else {
+            Admission::Rejected {
+                flow_schema_uid,
+                priority_level_uid,
+            }
+        }
+    }
+}
+
+/// The 429 of a refused request (upstream's message).
+pub(crate) fn too_many_requests() -> ApiError {
+    ApiError::too_many_requests("Too many requests, please try again later.", 1)
+}
+
+/// The configuration from the cached objects, the mandatory objects standing in for
+/// missing ones; flow schemas naming a missing level are left out (dangling).
+fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>]) -> Config {
+    let mut level_objects: Vec<PriorityLevelConfiguration> = levels
+        .iter()
+        .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+        .collect();
+    for mandatory in bootstrap::mandatory_priority_levels() {
+        if !level_objects
+            .iter()
+            .any(|l| l.metadata.name == mandatory.metadata.name)
+        {
+            level_objects.push(mandatory);
+        }
+    }
+    let mut schema_objects: Vec<FlowSchema> = schemas
+        .iter()
+        .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+        .collect();
+    for mandatory in bootstrap::mandatory_flow_schemas() {
+        if !schema_objects
+            .iter()
+            .any(|s| s.metadata.name == mandatory.metadata.name)
+        {
+            schema_objects.push(mandatory);
+        }
+    }
+    let shares = |l: &PriorityLevelConfiguration| -> u32 {
+        let spec = l.spec.as_ref();
+        let limited = spec.and_then(|s| s.limited.as_ref());
+        let exempt = spec.and_then(|s| s.exempt.as_ref());
+        let shares = match (limited, exempt) {
+            (Some(l), _) => l.nominal_concurrency_shares.unwrap_or(30),
+            (None, Some(e)) => e.nominal_concurrency_shares.unwrap_or(0),
+            _ => 0,
+        };
+        u32::try_from(shares).unwrap_or(0)
+    };
+    let total_shares: u32 = level_objects.iter().map(shares).sum::<u32>().max(1);
+    let levels: HashMap<String, LevelSpec> = level_objects
+        .iter()
+        .map(|l| {
+            let name = l.metadata.name.clone().unwrap_or_default();
+            let uid = l.metadata.uid.clone().unwrap_or_default();
+            let limited = l.spec.as_ref().and_then(|s| s.limited.as_ref());
+            let spec = match limited {
+                None => LevelSpec {
+                    uid,
+                    limit: None,
+                    queuing: None,
+                },
+                Some(limited) => {
+                    let limit = (u64::from(SERVER_CONCURRENCY_LIMIT) * u64::from(shares(l)))
+                        .div_ceil(u64::from(total_shares));
+                    let response = limited.limit_response.as_ref();
+                    let queuing = response.filter(|r| r.type_ == "Queue").map(|r| {
+                        let q = r.queuing.clone().unwrap_or_default();
+                        let positive = |v: Option<i32>, default: usize| {
+                            v.and_then(|v| usize::try_from(v).ok())
+                                .filter(|v| *v > 0)
+                                .unwrap_or(default)
+                        };
+                        let queues = positive(q.queues, 64);
+                        Queuing {
+                            queues,
+                            hand_size: positive(q.hand_size, 8).min(queues),
+                            queue_length_limit: positive(q.queue_length_limit, 50),
+                        }
+                    });
+                    LevelSpec {
+                        uid,
+                        // A level always runs at least one request at a time.
+                        limit: Some(u32::try_from(limit).unwrap_or(u32::MAX).max(1)),
+                        queuing,
+                    }
+                }
+            };
+            (name, spec)
+        })
+        .collect();
+    let mut schemas: Vec<(i32, Schema)> = schema_objects
+        .into_iter()
+        .filter_map(|s| {
+            let spec = s.spec?;
+            let level = spec.priority_level_configuration.name;
+            levels.contains_key(&level).then(|| {
+                (
+                    spec.matching_precedence.unwrap_or(1000),
+                    Schema {
+                        name: s.metadata.name.unwrap_or_default(),
+                        uid: s.metadata.uid.unwrap_or_default(),
+                        level,
+                        distinguisher: spec.distinguisher_method.map(|d| d.type_),
+                        rules: spec.rules.unwrap_or_default(),
+                    },
+                )
+            })
+        })
+        .collect();
+    schemas.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    Config {
+        schemas: schemas.into_iter().map(|(_, s)| s).collect(),
+        levels,
+    }
+}
+
+/// The flow a request belongs to within its schema.
+fn flow_key(schema: &Schema, attrs: &Attributes) -> (String, String) {
+    let distinguisher = match schema.distinguisher.as_deref() {
+        Some("ByUser") => attrs.user.name.clone(),
+        Some("ByNamespace") => attrs.namespace.clone(),
+        _ => String::new(),
+    };
+    (schema.name.clone(), distinguisher)
+}
+
+fn hash(flow: &(String, String)) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    flow.hash(&mut h);
+    h.finish()
+}
+
+/// Shuffle sharding (upstream `shufflesharding.Dealer`): `hand_size` distinct queues
+/// of `deck_size` picked by the bits of `hash`, so that flows rarely share their whole
+/// hand.
+fn deal_hand(mut hash: u64, deck_size: usize, hand_size: usize) -> Vec<usize> {
+    let mut deck: Vec<usize> = (0..deck_size).collect();
+    let mut hand = Vec::with_capacity(hand_size);
+    for i in 0..hand_size.min(deck_size) {
+        let remaining = (deck_size - i) as u64;
+        let pick = i + (hash % remaining) as usize;
+        hash /= remaining;
+        deck.swap(i, pick);
+        hand.push(deck[i]);
+    }
+    hand
+}
+
+/// Upstream `matchesFlowSchema`.
+fn matches_schema(schema: &Schema, attrs: &Attributes) -> bool {
+    schema.rules.iter().any(|rule| matches_rule(rule, attrs))
+}
+
+fn matches_rule(rule: &PolicyRulesWithSubjects, attrs: &Attributes) -> bool {
+    if !rule.subjects.iter().any(|s| matches_subject(s, attrs)) {
+        return false;
+    }
+    if attrs.resource_request {
+        rule.resource_rules.iter().flatten().any(|r| {
+            contains(&attrs.verb, &r.verbs, "*")
+                && contains(
+                    &join_resource(&attrs.resource, &attrs.subresource),
+                    &r.resources,
+                    "*",
+                )
+                && contains(&attrs.api_group, &r.api_groups, "*")
+                && if attrs.namespace.is_empty() {
+                    r.cluster_scope.unwrap_or(false)
+                } else {
+                    contains(
+                        &attrs.namespace,
+                        r.namespaces.as_deref().unwrap_or_default(),
+                        "*",
+                    )
+                }
+        })
+    } else {
+        rule.non_resource_rules.iter().flatten().any(|r| {
+            contains(&attrs.verb, &r.verbs, "*")
+                && r.non_resource_urls
+                    .iter()
+                    .any(|url| matches_non_resource_url(url, &attrs.path))
+        })
+    }
+}
+
+fn join_resource(resource: &str, subresource: &str) -> String {
+    if subresource.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}/{subresource}")
+    }
+}
+
+/// Upstream `containsString`: a list of just the wildcard matches everything.
+fn contains(x: &str, list: &[String], wildcard: &str) -> bool {
+    (list.len() == 1 && list[0] == wildcard) || list.iter().any(|y| y == x)
+}
+
+/// Upstream `matchPolicyRuleNonResourceURL`: `*`, the path itself, or a prefix rule
+/// (`/healthz/*`, and a rule's path as the parent of longer paths).
+fn matches_non_resource_url(rule: &str, path: &str) -> bool {
+    if rule == "*" || rule == path {
+        return true;
+    }
+    let mut prefix = rule.strip_suffix('*').unwrap_or(rule).to_owned();
+    if !prefix.ends_with('/') {
+        prefix.push('/');
+    }
+    path.starts_with(&prefix)
+}
+
+/// Upstream `matchesSubject`.
+fn matches_subject(subject: &Subject, attrs: &Attributes) -> bool {
+    let user = &attrs.user;
+    match subject.kind.as_str() {
+        "User" => subject
+            .user
+            .as_ref()
+            .is_some_and(|u| u.name == "*" || u.name == user.name),
+        "Group" => subject
+            .group
+            .as_ref()
+            .is_some_and(|g| g.name == "*" || user.groups.contains(&g.name)),
+        "ServiceAccount" => subject.service_account.as_ref().is_some_and(|sa| {
+            let Some(rest) = user.name.strip_prefix("system:serviceaccount:") else {
+                return false;
+            };
+            match rest.split_once(':') {
+                Some((ns, name)) if !name.contains(':') => {
+                    ns == sa.namespace && (sa.name == "*" || sa.name == name)
+                }
+                _ => false,
+            }
+        }),
+        _ => false,
+    }
+}
+
+/// The `Dangling` condition a FlowSchema should carry (upstream's config consumer):
+/// whether its level exists.
+fn dangling_condition(level: &str, exists: bool, now: &str) -> Value {
+    let (status, reason, message) = if exists {
+        (
+            "False",
+            "Found",
+            format!(
+                "This FlowSchema references the PriorityLevelConfiguration object named {level:?} and it exists"
+            ),
+        )
+    } else {
+        (
+            "True",
+            "NotFound",
+            format!(
+                "This FlowSchema references the PriorityLevelConfiguration object named {level:?} but there is no such object"
+            ),
+        )
+    };
+    serde_json::json!({
+        "type": "Dangling",
+        "status": status,
+        "lastTransitionTime": now,
+        "reason": reason,
+        "message": message,
+    })
+}
+
+/// Keeps every FlowSchema's `Dangling` condition true to whether its level exists,
+/// writing only the schemas whose condition is missing or differs (its transition
+/// time kept when only the message changed). Runs until `shutdown`.
+pub(crate) async fn run_status_writer(
+    apf: Arc<Apf>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut seen: (Vec<Arc<Value>>, Vec<Arc<Value>>) = (Vec::new(), Vec::new());
+    loop {
+        let (schemas, _) = apf.flow_schemas.cache().snapshot("");
+        let (levels, _) = apf.priority_levels.cache().snapshot("");
+        let same = |a: &[Arc<Value>], b: &[Arc<Value>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+        };
+        if !(same(&seen.0, &schemas) && same(&seen.1, &levels)) {
+            write_dangling_conditions(&apf.flow_schemas, &schemas, &levels).await;
+            seen = (schemas, levels);
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+async fn write_dangling_conditions(store: &Store, schemas: &[Arc<Value>], levels: &[Arc<Value>]) {
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string();
+    for schema in schemas {
+        let level = schema["spec"]["priorityLevelConfiguration"]["name"]
+            .as_str()
+            .unwrap_or("");
+        let exists = levels.iter().any(|l| l["metadata"]["name"] == level);
+        let want = dangling_condition(level, exists, &now);
+        let conditions = schema["status"]["conditions"].as_array();
+        let current = conditions.and_then(|c| c.iter().find(|c| c["type"] == "Dangling"));
+        let unchanged = current.is_some_and(|c| {
+            c["status"] == want["status"]
+                && c["reason"] == want["reason"]
+                && c["message"] == want["message"]
+        });
+        if unchanged {
+            continue;
+        }
+        let mut condition = want;
+        if let Some(c) = current.filter(|c| c["status"] == condition["status"]) {
+            condition["lastTransitionTime"] = c["lastTransitionTime"].clone();
+        }
+        let mut others: Vec<Value> = conditions
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"] != "Dangling")
+            .cloned()
+            .collect();
+        others.push(condition);
+        let mut updated = (**schema).clone();
+        updated["status"] = serde_json::json!({ "conditions": others });
+        let name = schema["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if let Err(e) = store
+            .update(
+                None,
+                &name,
+                ferrokube_registry::UpdateInput::Replace(updated),
+                ferrokube_registry::Part::Status,
+                &Default::default(),
+            )
+            .await
+        {
+            // A conflict means the schema changed meanwhile: the next pass sees it.
+            tracing::debug!(flow_schema = %name, error = %e, "writing the Dangling condition");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrokube_auth::UserInfo;
+    use serde_json::json;
+
+    fn attrs(user: &str, groups: &[&str], verb: &str, ns: &str, resource: &str) -> Attributes {
+        Attributes {
+            user: UserInfo::new(user, groups.iter().copied()),
+            verb: verb.into(),
+            namespace: ns.into(),
+            resource: resource.into(),
+            resource_request: !resource.is_empty(),
+            path: if resource.is_empty() {
+                "/healthz".into()
+            } else {
+                format!("/api/v1/namespaces/{ns}/{resource}")
+            },
+            ..Attributes::default()
+        }
+    }
+
+    fn level(name: &str, shares: i32, queuing: Option<Value>) -> Arc<Value> {
+        let response = match queuing {
+            Some(q) => json!({"type": "Queue", "queuing": q}),
+            None => json!({"type": "Reject"}),
+        };
+        Arc::new(json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": shares,
+                "lendablePercent": 0, "limitResponse": response}},
+        }))
+    }
+
+    fn schema(name: &str, precedence: i32, level: &str, rules: Value) -> Arc<Value> {
+        Arc::new(json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "spec": {"matchingPrecedence": precedence, "priorityLevelConfiguration": {"name": level},
+                "distinguisherMethod": {"type": "ByUser"}, "rules": rules},
+        }))
+    }
+
+    #[test]
+    fn requests_take_the_first_matching_schema_by_precedence_then_name() {
+        let everything = json!([{"subjects": [{"kind": "Group", "group": {"name": "system:authenticated"}}],
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                "namespaces": ["*"], "clusterScope": true}]}]);
+        let pods_of_alice = json!([{"subjects": [{"kind": "User", "user": {"name": "alice"}}],
+            "resourceRules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"],
+                "namespaces": ["team"]}]}]);
+        let config = digest(
+            &[
+                schema("b-wide", 500, "low", everything.clone()),
+                schema("a-wide", 500, "low", everything),
+                schema("alice", 100, "high", pods_of_alice),
+                schema("dangling", 1, "missing", json!([])),
+            ],
+            &[level("low", 10, None), level("high", 30, None)],
+        );
+        let names: Vec<&str> = config.schemas.iter().map(|s| s.name.as_str()).collect();
+        // The mandatory exempt (precedence 1) and catch-all (10000) stand in; the
+        // dangling schema is left out.
+        assert_eq!(names, ["exempt", "alice", "a-wide", "b-wide", "catch-all"]);
+        let pick = |a: &Attributes| {
+            config
+                .schemas
+                .iter()
+                .find(|s| matches_schema(s, a))
+                .map(|s| s.name.clone())
+        };
+        let alice = attrs("alice", &["system:authenticated"], "list", "team", "pods");
+        assert_eq!(pick(&alice).as_deref(), Some("alice"));
+        let elsewhere = attrs("alice", &["system:authenticated"], "list", "other", "pods");
+        assert_eq!(pick(&elsewhere).as_deref(), Some("a-wide"));
+        let admin = attrs(
+            "admin",
+            &["system:masters", "system:authenticated"],
+            "get",
+            "x",
+            "pods",
+        );
+        assert_eq!(pick(&admin).as_deref(), Some("exempt"));
+        let anonymous = attrs(
+            "system:anonymous",
+            &["system:unauthenticated"],
+            "get",
+            "",
+            "",
+        );
+        assert_eq!(pick(&anonymous).as_deref(), Some("catch-all"));
+    }
+
+    #[test]
+    fn levels_share_the_server_limit_by_their_shares() {
+        let config = digest(&[], &[level("low", 10, None), level("high", 30, None)]);
+        // With the mandatory exempt (0 shares) and catch-all (5): 45 shares in all.
+        assert_eq!(config.levels["high"].limit, Some(400));
+        assert_eq!(config.levels["low"].limit, Some(134));
+        assert_eq!(config.levels["catch-all"].limit, Some(67));
+        assert_eq!(config.levels["exempt"].limit, None);
+    }
+
+    #[test]
+    fn subjects_and_urls_match_as_upstream() {
+        let sa = Subject {
+            kind: "ServiceAccount".into(),
+            service_account: Some(k8s_openapi::api::flowcontrol::v1::ServiceAccountSubject {
+                namespace: "kube-system".into(),
+                name: "*".into(),
+            }),
+            ..Subject::default()
+        };
+        let user = |name: &str| attrs(name, &[], "get", "", "");
+        assert!(matches_subject(
+            &sa,
+            &user("system:serviceaccount:kube-system:x")
+        ));
+        assert!(!matches_subject(
+            &sa,
+            &user("system:serviceaccount:default:x")
+        ));
+        assert!(!matches_subject(&sa, &user("kube-system:x")));
+        assert!(matches_non_resource_url("/healthz/*", "/healthz/etcd"));
+        assert!(matches_non_resource_url("/healthz", "/healthz"));
+        assert!(!matches_non_resource_url("/healthz", "/healthzx"));
+        assert!(matches_non_resource_url("*", "/version"));
+    }
+
+    #[test]
+    fn hands_are_distinct_queues_of_the_deck() {
+        for h in [0u64, 1, 12345, u64::MAX] {
+            let mut hand = deal_hand(h, 64, 8);
+            assert_eq!(hand.len(), 8);
+            assert!(hand.iter().all(|&q| q < 64));
+            hand.sort_unstable();
+            hand.dedup();
+            assert_eq!(hand.len(), 8);
+        }
+        assert_ne!(deal_hand(1, 64, 8), deal_hand(2, 64, 8));
+    }
+
+    #[test]
+    fn dangling_condition_names_the_level() {
+        let c = dangling_condition("gone", false, "2026-01-01T00:00:00Z");
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["reason"], "NotFound");
+        assert_eq!(
+            c["message"],
+            "This FlowSchema references the PriorityLevelConfiguration object named \"gone\" but there is no such object"
+        );
+        assert_eq!(dangling_condition("x", true, "t")["reason"], "Found");
+    }
+
+    #[tokio::test]
+    async fn a_full_level_queues_then_rejects() {
+        // One seat (1 share of 600 would be 1 with 600 others), one queue of one.
+        let mut level = Level::new(LevelSpec {
+            uid: "u".into(),
+            limit: Some(1),
+            queuing: Some(Queuing {
+                queues: 1,
+                hand_size: 1,
+                queue_length_limit: 1,
+            }),
+        });
+        level.executing = 1;
+        let (tx, mut rx) = oneshot::channel();
+        level.queues[0].push_back((0, tx));
+        level.dispatch();
+        assert!(rx.try_recv().is_err(), "no seat is free yet");
+        level.executing = 0;
+        level.dispatch();
+        assert!(rx.try_recv().is_ok(), "the freed seat goes to the waiter");
+        assert_eq!(level.executing, 1);
+        // A waiter that gave up is skipped.
+        let (gone, dropped) = oneshot::channel::<()>();
+        drop(dropped);
+        level.queues[0].push_back((1, gone));
+        level.executing = 0;
+        level.dispatch();
+        assert_eq!(level.executing, 0);
+    }
+}
