@@ -287,6 +287,26 @@ fn default_host_path(h: &mut core::HostPathVolumeSource) {
     default_opt(&mut h.type_, String::new());
 }
 
+/// The defaults of a PersistentVolumeSpec's volume sources, in a PersistentVolume or
+/// inline in a VolumeAttachment.
+fn default_persistent_volume_sources(spec: &mut core::PersistentVolumeSpec) {
+    if let Some(h) = &mut spec.host_path {
+        default_host_path(h);
+    }
+    if let Some(r) = &mut spec.rbd {
+        default_rbd!(r);
+    }
+    if let Some(i) = &mut spec.iscsi {
+        default_str(&mut i.iscsi_interface, "default");
+    }
+    if let Some(a) = &mut spec.azure_disk {
+        default_azure_disk(a);
+    }
+    if let Some(s) = &mut spec.scale_io {
+        default_scale_io!(s);
+    }
+}
+
 /// `SetDefaults_Volume` plus the defaults of every volume source.
 pub fn default_volume(v: &mut core::Volume) {
     if !volume_has_source(v) {
@@ -631,21 +651,7 @@ impl ApplyDefaults for core::PersistentVolume {
         let spec = self.spec.get_or_insert_with(Default::default);
         default_str(&mut spec.persistent_volume_reclaim_policy, "Retain");
         default_str(&mut spec.volume_mode, "Filesystem");
-        if let Some(h) = &mut spec.host_path {
-            default_host_path(h);
-        }
-        if let Some(r) = &mut spec.rbd {
-            default_rbd!(r);
-        }
-        if let Some(i) = &mut spec.iscsi {
-            default_str(&mut i.iscsi_interface, "default");
-        }
-        if let Some(a) = &mut spec.azure_disk {
-            default_azure_disk(a);
-        }
-        if let Some(s) = &mut spec.scale_io {
-            default_scale_io!(s);
-        }
+        default_persistent_volume_sources(spec);
     }
 }
 
@@ -987,21 +993,7 @@ impl ApplyDefaults for storage::VolumeAttachment {
         let Some(spec) = &mut self.spec.source.inline_volume_spec else {
             return;
         };
-        if let Some(h) = &mut spec.host_path {
-            default_host_path(h);
-        }
-        if let Some(r) = &mut spec.rbd {
-            default_rbd!(r);
-        }
-        if let Some(i) = &mut spec.iscsi {
-            default_str(&mut i.iscsi_interface, "default");
-        }
-        if let Some(a) = &mut spec.azure_disk {
-            default_azure_disk(a);
-        }
-        if let Some(s) = &mut spec.scale_io {
-            default_scale_io!(s);
-        }
+        default_persistent_volume_sources(spec);
     }
 }
 
