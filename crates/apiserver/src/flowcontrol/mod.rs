@@ -186,10 +186,10 @@ impl Apf {
         let (schemas, _) = self.flow_schemas.cache().snapshot("");
         let (levels, _) = self.priority_levels.cache().snapshot("");
         let mut digested = self.digested.lock();
-        let same = |a: &[Arc<Value>], b: &[Arc<Value>]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
-        };
-        if same(&digested.0, &schemas) && same(&digested.1, &levels) && !digested.0.is_empty() {
+        if same_objects(&digested.0, &schemas)
+            && same_objects(&digested.1, &levels)
+            && !digested.0.is_empty()
+        {
             return digested.2.clone();
         }
         let config = Arc::new(digest(&schemas, &levels));
@@ -328,6 +328,12 @@ impl Apf {
             }
         }
     }
+}
+
+/// Whether two snapshots of a watch cache hold the same objects (the cache replaces an
+/// object's `Arc` when the object changes).
+fn same_objects(a: &[Arc<Value>], b: &[Arc<Value>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
 }
 
 /// The 429 of a refused request (upstream's message).
@@ -604,10 +610,7 @@ pub(crate) async fn run_status_writer(
     loop {
         let (schemas, _) = apf.flow_schemas.cache().snapshot("");
         let (levels, _) = apf.priority_levels.cache().snapshot("");
-        let same = |a: &[Arc<Value>], b: &[Arc<Value>]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
-        };
-        if !(same(&seen.0, &schemas) && same(&seen.1, &levels)) {
+        if !(same_objects(&seen.0, &schemas) && same_objects(&seen.1, &levels)) {
             write_dangling_conditions(&apf.flow_schemas, &schemas, &levels).await;
             seen = (schemas, levels);
         }
