@@ -1098,6 +1098,11 @@ impl ApplyDefaults for networking::IngressClass {
     }
 }
 
+/// Upstream's networking/v1 defaults have no `SetDefaults_IPAddress` or
+/// `SetDefaults_ServiceCIDR`.
+impl ApplyDefaults for networking::IPAddress {}
+impl ApplyDefaults for networking::ServiceCIDR {}
+
 /// kube-aggregator's `SetDefaults_ServiceReference`: an extension apiserver's Service
 /// is reached on port 443 unless told otherwise.
 impl ApplyDefaults for apiregistration::APIService {

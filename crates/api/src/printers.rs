@@ -1102,6 +1102,31 @@ const PRIORITY_LEVEL_CONFIGURATION: &[Col] = &[
     AGE,
 ];
 
+/// Upstream's `ipAddressColumnDefinitions`: no Age column, though `printIPAddress`
+/// appends the age as a third cell (kubectl prints the two columns).
+const IP_ADDRESS: &[Col] = &[
+    NAME,
+    (
+        "ParentRef",
+        "string",
+        "",
+        0,
+        "ParentRef references the resource that an IPAddress is attached to. An IPAddress must reference a parent object.",
+    ),
+];
+
+const SERVICE_CIDR: &[Col] = &[
+    NAME,
+    (
+        "CIDRs",
+        "string",
+        "",
+        0,
+        "CIDRs defines the IP blocks in CIDR notation (e.g. \"192.168.0.0/24\" or \"2001:db8::/64\") from which to assign service cluster IPs. Max of two CIDRs is allowed, one of each IP family. This field is immutable.",
+    ),
+    AGE,
+];
+
 const NAME_CREATED_AT: &[Col] = &[NAME, CREATED_AT];
 
 const ROLE_BINDING: &[Col] = &[
@@ -1265,7 +1290,9 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("discovery.k8s.io", "EndpointSlice") => ENDPOINT_SLICE,
         ("networking.k8s.io", "Ingress") => INGRESS,
         ("networking.k8s.io", "IngressClass") => INGRESS_CLASS,
+        ("networking.k8s.io", "IPAddress") => IP_ADDRESS,
         ("networking.k8s.io", "NetworkPolicy") => NETWORK_POLICY,
+        ("networking.k8s.io", "ServiceCIDR") => SERVICE_CIDR,
         ("policy", "PodDisruptionBudget") => PDB,
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
         ("node.k8s.io", "RuntimeClass") => RUNTIME_CLASS,
@@ -1395,11 +1422,20 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
         ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => p.priority_level(),
         ("networking.k8s.io", "Ingress") => p.ingress(),
         ("networking.k8s.io", "IngressClass") => p.ingress_class(),
+        ("networking.k8s.io", "IPAddress") => vec![p.name(), str_cell(&p.parent_ref()), p.age()],
         ("networking.k8s.io", "NetworkPolicy") => vec![
             p.name(),
             str_cell(&format_label_selector(p.get(&["spec", "podSelector"]))),
             p.age(),
         ],
+        ("networking.k8s.io", "ServiceCIDR") => {
+            let cidrs: Vec<&str> = p
+                .arr(&["spec", "cidrs"])
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            vec![p.name(), str_cell(&cidrs.join(",")), p.age()]
+        }
         ("node.k8s.io", "RuntimeClass") => vec![p.name(), str_cell(p.s(&["handler"])), p.age()],
         ("policy", "PodDisruptionBudget") => p.pdb(),
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => p.role_binding(),
@@ -2797,6 +2833,28 @@ impl<'a> Printer<'a> {
             queue_length_limit,
             self.age(),
         ]
+    }
+
+    /// `printIPAddress`'s ParentRef cell: `<resource>[.<group>][/<namespace>]/<name>`
+    /// in lower case (the group-resource part), `<none>` without a parent reference.
+    fn parent_ref(&self) -> String {
+        let Some(r) = self.get(&["spec", "parentRef"]).filter(|r| r.is_object()) else {
+            return "<none>".to_owned();
+        };
+        let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+        let mut out = match field("group") {
+            "" => field("resource").to_owned(),
+            g => format!("{}.{g}", field("resource")),
+        }
+        .to_lowercase();
+        let ns = field("namespace");
+        if !ns.is_empty() {
+            out.push('/');
+            out.push_str(ns);
+        }
+        out.push('/');
+        out.push_str(field("name"));
+        out
     }
 
     fn csi_driver(&self) -> Vec<Value> {

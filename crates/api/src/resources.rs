@@ -283,8 +283,12 @@ pub static RESOURCES: &[ResourceInfo] = &[
         "/registry/ingressclasses"),
     res("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", &["ing"], NONE, true, ALL_VERBS, &[status!("Ingress")],
         "/registry/ingress"),
+    res("networking.k8s.io", "v1", "IPAddress", "ipaddresses", "ipaddress", NONE, NONE, false, ALL_VERBS, NO_SUBS,
+        "/registry/ipaddresses"),
     res("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", &["netpol"], NONE, true, ALL_VERBS, NO_SUBS,
         "/registry/networkpolicies"),
+    res("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", "servicecidr", NONE, NONE, false, ALL_VERBS,
+        &[status!("ServiceCIDR")], "/registry/servicecidrs"),
     // ---- node.k8s.io/v1
     res("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", NONE, NONE, false, ALL_VERBS, NO_SUBS,
         "/registry/runtimeclasses"),

@@ -88,7 +88,9 @@ kinds! {
     "flowcontrol.apiserver.k8s.io" "v1" PriorityLevelConfiguration => flowcontrol::v1::PriorityLevelConfiguration, true;
     "networking.k8s.io" "v1" IngressClass => networking::v1::IngressClass, true;
     "networking.k8s.io" "v1" Ingress => networking::v1::Ingress, true;
+    "networking.k8s.io" "v1" IPAddress => networking::v1::IPAddress, true;
     "networking.k8s.io" "v1" NetworkPolicy => networking::v1::NetworkPolicy, true;
+    "networking.k8s.io" "v1" ServiceCIDR => networking::v1::ServiceCIDR, true;
     "node.k8s.io" "v1" RuntimeClass => node::v1::RuntimeClass, true;
     "policy" "v1" PodDisruptionBudget => policy::v1::PodDisruptionBudget, true;
     "policy" "v1" Eviction => policy::v1::Eviction, false;

@@ -343,6 +343,13 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("networking.k8s.io", "IngressClass") => typed!(networking::IngressClass, Hooks::PLAIN),
         ("networking.k8s.io", "Ingress") => typed!(networking::Ingress, GENERATION_STATUS),
         ("networking.k8s.io", "NetworkPolicy") => typed!(networking::NetworkPolicy, GENERATION),
+        // Upstream's ipaddress strategy: no status, no generation; the name is the
+        // address (`name_rule`).
+        ("networking.k8s.io", "IPAddress") => typed!(networking::IPAddress, Hooks::PLAIN),
+        // Upstream's servicecidr strategies: the status (`{}` until the ServiceCIDR
+        // controller writes conditions) through the status subresource, which keeps
+        // the spec.
+        ("networking.k8s.io", "ServiceCIDR") => typed!(networking::ServiceCIDR, STATUS_ONLY),
         ("node.k8s.io", "RuntimeClass") => typed!(node::RuntimeClass, Hooks::PLAIN),
         ("policy", "PodDisruptionBudget") => typed!(policy::PodDisruptionBudget, WORKLOAD),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
@@ -387,6 +394,8 @@ fn name_rule(info: &ResourceInfo) -> ValidateNameFn {
         // name and the generateName prefix alike, then `<version>.<group>` (the
         // validation crate's part, as it needs the spec).
         ("apiregistration.k8s.io", _) => |name, _| validate_path_segment_name(name, false),
+        // `ValidateIPAddressName`: the address in canonical form.
+        ("networking.k8s.io", "IPAddress") => ferrokube_validation::validate_ip_address_name,
         _ => name_is_dns_subdomain,
     }
 }

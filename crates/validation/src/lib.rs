@@ -24,6 +24,7 @@ mod batch;
 mod core;
 pub mod cron;
 mod flowcontrol;
+mod networking_ip;
 mod node;
 mod other;
 mod storage_csi;
@@ -31,6 +32,7 @@ mod util;
 
 pub use core::validate_pod_resize;
 pub use cron::parse_cron_schedule;
+pub use networking_ip::validate_ip_address_name;
 
 /// Upstream `ValidateTolerations` on a list outside a pod (e.g. an admission plugin's
 /// configuration), its errors under `path`.

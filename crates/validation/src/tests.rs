@@ -1313,4 +1313,5 @@ fn no_panics_on_odd_input() {
 }
 
 mod flowcontrol;
+mod networking_ip;
 mod storage_csi;
