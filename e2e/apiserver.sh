@@ -1213,6 +1213,45 @@ s_flow_control() {
   has 'X-Kubernetes-Pf-Flowschema-Uid'
 }
 
+s_service_cidrs() {
+  k get servicecidrs
+  has '^NAME +CIDRS +AGE'
+  has '^kubernetes +10\.96\.0\.0/12 +[0-9]+[sm]'
+  k get servicecidr kubernetes -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
+  has '^True$'
+  k create service clusterip "ips-$NS" -n "$NS" --tcp=80:8080
+  local ip
+  k get service "ips-$NS" -n "$NS" -o 'jsonpath={.spec.clusterIP}'
+  ip=$(cat "$TMP/out")
+  k get ipaddresses
+  has '^NAME +PARENTREF'
+  has '^10\.96\.0\.1 +services/default/kubernetes$'
+  has "^${ip//./\\.} +services/$NS/ips-$NS\$"
+  k get ipaddress "$ip" -o 'jsonpath={.metadata.labels.ipaddress\.kubernetes\.io/managed-by}'
+  has '^ipallocator\.k8s\.io$'
+  # An address someone else recorded is taken.
+  cat >"$MAN/ipaddress.yaml" <<YAML
+apiVersion: networking.k8s.io/v1
+kind: IPAddress
+metadata:
+  name: 10.96.200.7
+spec:
+  parentRef:
+    group: gateway.networking.k8s.io
+    resource: gateways
+    namespace: $NS
+    name: gw
+YAML
+  k create -f "$MAN/ipaddress.yaml"
+  has 'ipaddress.networking.k8s.io/10.96.200.7 created'
+  if k create service clusterip "taken-$NS" -n "$NS" --tcp=80 --clusterip=10.96.200.7; then return 1; fi
+  has 'failed to allocate IP 10.96.200.7: provided IP is already allocated'
+  k delete ipaddress 10.96.200.7
+  k delete service "ips-$NS" -n "$NS"
+  k get ipaddresses
+  lacks "services/$NS/ips-$NS"
+}
+
 s_runtime_class() {
   local rc=sandbox-$NS
   cat >"$MAN/runtimeclass.yaml" <<YAML
@@ -1343,6 +1382,7 @@ suite() {
   step "StorageObjectInUseProtection: a new PVC gets its finalizer, delete waits on it" s_storage_protection
   step "RuntimeClass: create, get, explain, 422, apply twice; a pod gets overhead and nodeSelector, unknown class 403" s_runtime_class
   step "flow control: the bootstrap FlowSchemas and priority levels, classified responses" s_flow_control
+  step "ServiceCIDRs and IPAddresses: the default range, a Service's address recorded and given back" s_service_cidrs
   step "audit log: configmap create in full, secret at Metadata, no secret value" s_audit_log
 }
 

@@ -1,9 +1,11 @@
 //! ClusterIP and NodePort allocation for Services.
 //!
 //! One allocator per registry, behind a mutex: an address or port is handed out at
-//! most once, whatever the concurrency. It is rebuilt from the stored Services at
-//! start. (With several apiservers on one etcd this must move into storage, as
-//! upstream's IPAddress objects; one apiserver per store for now.)
+//! most once by this process, whatever the concurrency. It is rebuilt from the stored
+//! Services at start. Cluster IPs are also claimed in storage as IPAddress objects
+//! (`crate::service_ips`), so apiservers sharing an etcd never hand out one twice;
+//! node ports are not (upstream keeps them in a bitmap in storage: with several
+//! apiservers on one etcd two may still pick the same node port).
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -43,18 +45,42 @@ impl Cidr {
         })
     }
 
-    fn size(&self) -> u32 {
-        1u32 << (32 - self.bits)
+    /// The CIDR of an IPv4 ServiceCIDR's `spec.cidrs` entry; `None` for IPv6 or a
+    /// malformed one (validation keeps those out of the store).
+    pub fn parse_any(s: &str) -> Option<Cidr> {
+        let (ip, bits) = s.split_once('/')?;
+        let ip: Ipv4Addr = ip.parse().ok()?;
+        let bits: u8 = bits.parse().ok().filter(|b| *b <= 32)?;
+        let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
+        Some(Cidr {
+            base: u32::from(ip) & mask,
+            bits,
+        })
+    }
+
+    fn size(&self) -> u64 {
+        1u64 << (32 - u32::from(self.bits))
+    }
+
+    /// The broadcast address (the last one), as a number.
+    fn last(&self) -> u32 {
+        (u64::from(self.base) + self.size() - 1) as u32
     }
 
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         let ip = u32::from(ip);
-        ip >= self.base && ip - self.base < self.size()
+        ip >= self.base && u64::from(ip - self.base) < self.size()
     }
 
     /// The first usable address (the `kubernetes` Service's).
     pub fn first(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.base + 1)
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", Ipv4Addr::from(self.base), self.bits)
     }
 }
 
@@ -71,14 +97,22 @@ pub fn parse_port_range(s: &str) -> Result<(u16, u16), RangeError> {
 
 #[derive(Debug)]
 struct State {
+    /// Cluster IPs known to be held (as `u32`): by this process's Services, or by
+    /// IPAddress objects of other writers (learnt from the store).
     ips: HashSet<u32>,
+    /// Where the next dynamic search of the default range starts (an offset into it).
     next_ip: u32,
     ports: HashSet<u16>,
     next_port: u16,
 }
 
+/// Reserves cluster IPs and node ports in memory, so that two requests of one
+/// apiserver never get the same one. Cluster IPs are also recorded as IPAddress
+/// objects (`crate::service_ips`), which is what makes them unique across apiservers;
+/// this set is the fast first check.
 #[derive(Debug)]
 pub struct ServiceAllocator {
+    /// `--service-cluster-ip-range`: the default ServiceCIDR's range, searched first.
     cidr: Cidr,
     ports: (u16, u16),
     state: Mutex<State>,
@@ -94,6 +128,24 @@ fn wants_node_ports(spec: &Value) -> bool {
         spec.get("type").and_then(Value::as_str),
         Some("NodePort") | Some("LoadBalancer")
     )
+}
+
+/// The IPv4 cluster IP a Service holds, if any.
+pub fn cluster_ip(svc: &Value) -> Option<Ipv4Addr> {
+    svc["spec"]
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .and_then(|ip| ip.parse().ok())
+}
+
+/// The cluster IP a request names (`spec.clusterIP`, else `spec.clusterIPs[0]`), if
+/// it names one rather than leaving it to the allocator.
+pub fn requested_cluster_ip(svc: &Value) -> Option<&str> {
+    let spec = &svc["spec"];
+    spec.get("clusterIP")
+        .and_then(Value::as_str)
+        .or_else(|| spec["clusterIPs"].get(0).and_then(Value::as_str))
+        .filter(|s| !s.is_empty() && *s != "None")
 }
 
 impl ServiceAllocator {
@@ -116,25 +168,30 @@ impl ServiceAllocator {
 
     /// Marks what an existing Service holds as taken (at start).
     pub fn restore(&self, svc: &Value) {
+        let held = self.holdings(svc);
         let mut st = self.state.lock();
-        let spec = &svc["spec"];
-        if let Some(ip) = spec.get("clusterIP").and_then(Value::as_str)
-            && let Ok(ip) = ip.parse::<Ipv4Addr>()
-            && self.cidr.contains(ip)
-        {
-            st.ips.insert(u32::from(ip) - self.cidr.base);
-        }
-        for p in spec["ports"].as_array().into_iter().flatten() {
-            if let Some(n) = p.get("nodePort").and_then(Value::as_u64) {
-                st.ports.insert(n as u16);
-            }
-        }
+        st.ips.extend(held.ips);
+        st.ports.extend(held.ports);
+    }
+
+    /// Marks an address another writer holds (an IPAddress object found in the store).
+    pub fn mark_taken(&self, ip: Ipv4Addr) {
+        self.state.lock().ips.insert(u32::from(ip));
+    }
+
+    /// Replaces the cluster IPs known to be held by `held` (the store's Services and
+    /// IPAddress objects), forgetting addresses given back by other apiservers. One
+    /// being reserved right now and missing from `held` can only be handed out twice
+    /// in memory: its IPAddress object still goes to one of the two.
+    pub fn resync(&self, held: impl IntoIterator<Item = Ipv4Addr>) {
+        self.state.lock().ips = held.into_iter().map(u32::from).collect();
     }
 
     /// Fills in and reserves `spec.clusterIP(s)` and node ports of a new Service.
-    pub fn allocate(&self, svc: &mut Value) -> Result<(), Vec<FieldError>> {
+    /// `extra`: the ranges of the other ServiceCIDRs, searched after the default one.
+    pub fn allocate(&self, svc: &mut Value, extra: &[Cidr]) -> Result<Reserved, Vec<FieldError>> {
         let mut st = self.state.lock();
-        self.allocate_locked(&mut st, svc).map(|_| ())
+        self.allocate_locked(&mut st, svc, extra)
     }
 
     /// On update: reserves what `new` holds beyond `old` (a node port for a Service
@@ -146,6 +203,7 @@ impl ServiceAllocator {
         &self,
         new: &mut Value,
         old: &Value,
+        extra: &[Cidr],
     ) -> Result<Reserved, Vec<FieldError>> {
         let mut st = self.state.lock();
         let held = self.holdings(old);
@@ -155,7 +213,7 @@ impl ServiceAllocator {
         for p in &held.ports {
             st.ports.remove(p);
         }
-        let result = self.allocate_locked(&mut st, new);
+        let result = self.allocate_locked(&mut st, new, extra);
         for ip in &held.ips {
             st.ips.insert(*ip);
         }
@@ -176,17 +234,20 @@ impl ServiceAllocator {
         })
     }
 
-    /// After an update committed: gives back what `old` held and `new` does not.
-    pub fn finish_update(&self, new: &Value, old: &Value) {
+    /// After an update committed: gives back what `old` held and `new` does not, and
+    /// returns it.
+    pub fn finish_update(&self, new: &Value, old: &Value) -> Reserved {
         let (n, o) = (self.holdings(new), self.holdings(old));
-        self.release_reserved(&Reserved {
+        let dropped = Reserved {
             ips: o.ips.into_iter().filter(|i| !n.ips.contains(i)).collect(),
             ports: o
                 .ports
                 .into_iter()
                 .filter(|p| !n.ports.contains(p))
                 .collect(),
-        });
+        };
+        self.release_reserved(&dropped);
+        dropped
     }
 
     /// Gives back a reservation.
@@ -200,17 +261,10 @@ impl ServiceAllocator {
         }
     }
 
-    /// The cluster IP (as an offset) and node ports a stored Service holds.
+    /// The cluster IP and node ports a stored Service holds.
     fn holdings(&self, svc: &Value) -> Reserved {
         let spec = &svc["spec"];
-        let ips = spec
-            .get("clusterIP")
-            .and_then(Value::as_str)
-            .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
-            .filter(|ip| self.cidr.contains(*ip))
-            .map(|ip| u32::from(ip) - self.cidr.base)
-            .into_iter()
-            .collect();
+        let ips = cluster_ip(svc).map(u32::from).into_iter().collect();
         let ports = spec["ports"]
             .as_array()
             .into_iter()
@@ -221,81 +275,100 @@ impl ServiceAllocator {
         Reserved { ips, ports }
     }
 
+    /// A free address of `cidr` other than its network and broadcast addresses
+    /// (and, in the default range, the `kubernetes` Service's first address, which
+    /// is only ever requested), searched from `start`.
+    fn free_in(&self, st: &State, cidr: Cidr, start: u32) -> Option<u32> {
+        let first: u64 = if cidr == self.cidr { 2 } else { 1 };
+        let usable = cidr.size().checked_sub(first + 1).filter(|n| *n > 0)?;
+        let start = u64::from(start.saturating_sub(cidr.base)).saturating_sub(first);
+        (0..usable)
+            .map(|i| (u64::from(cidr.base) + first + (start + i) % usable) as u32)
+            .find(|ip| !st.ips.contains(ip))
+    }
+
     fn allocate_locked(
         &self,
         st: &mut State,
         svc: &mut Value,
+        extra: &[Cidr],
     ) -> Result<Reserved, Vec<FieldError>> {
         let spec_path = FieldPath::new("spec");
         let mut taken_ips = Vec::new();
         let mut taken_ports = Vec::new();
         let mut errs = Vec::new();
+        let requested = requested_cluster_ip(svc).map(str::to_string);
         let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
             return Ok(Reserved::default());
         };
         let spec_v = Value::Object(spec.clone());
         if !is_headless_or_external(&spec_v) {
-            let requested = spec_v
-                .get("clusterIP")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string);
             let ip = match requested {
                 Some(req) => {
-                    match req.parse::<Ipv4Addr>() {
-                        Ok(ip) if self.cidr.contains(ip) => {
-                            let off = u32::from(ip) - self.cidr.base;
-                            if st.ips.contains(&off) {
-                                errs.push(FieldError::invalid(
-                                &spec_path.child("clusterIPs").index(0),
-                                req.clone(),
-                                format!("failed to allocate IP {req}: provided IP is already allocated"),
-                            ));
+                    let failed = |why: String| {
+                        FieldError::invalid(
+                            &spec_path.child("clusterIPs").index(0),
+                            req.clone(),
+                            format!("failed to allocate IP {req}: {why}"),
+                        )
+                    };
+                    let ip = req.parse::<Ipv4Addr>().ok();
+                    // Upstream's MetaAllocator: the widest range holding the address.
+                    let range = ip.and_then(|ip| {
+                        std::iter::once(self.cidr)
+                            .chain(extra.iter().copied())
+                            .filter(|c| c.contains(ip))
+                            .min_by_key(|c| c.bits)
+                    });
+                    match (ip, range) {
+                        (Some(ip), Some(range)) => {
+                            let n = u32::from(ip);
+                            if n == range.base || n == range.last() {
+                                errs.push(failed(format!(
+                                    "the provided IP ({req}) is not in the valid range. The range of valid IPs is {}",
+                                    range
+                                )));
+                                None
+                            } else if st.ips.contains(&n) {
+                                errs.push(failed("provided IP is already allocated".into()));
                                 None
                             } else {
-                                Some(off)
+                                Some(n)
                             }
                         }
                         _ => {
-                            errs.push(FieldError::invalid(
-                            &spec_path.child("clusterIPs").index(0),
-                            req.clone(),
-                            format!(
-                                "failed to allocate IP {req}: the provided IP ({req}) is not in the valid range. The range of valid IPs is {}/{}",
-                                Ipv4Addr::from(self.cidr.base),
-                                self.cidr.bits
-                            ),
-                        ));
+                            errs.push(failed(
+                                "the provided network does not match the current range".into(),
+                            ));
                             None
                         }
                     }
                 }
                 None => {
-                    let size = self.cidr.size();
-                    // Offsets 0 (network), 1 (kubernetes, requested explicitly) and the
-                    // broadcast address are never handed out dynamically.
-                    let mut found = None;
-                    for i in 0..size {
-                        let off = 2 + (st.next_ip - 2 + i) % (size - 3);
-                        if !st.ips.contains(&off) {
-                            found = Some(off);
-                            break;
-                        }
-                    }
+                    let found = self
+                        .free_in(st, self.cidr, self.cidr.base + st.next_ip)
+                        .or_else(|| {
+                            extra
+                                .iter()
+                                .filter(|c| **c != self.cidr)
+                                .find_map(|c| self.free_in(st, *c, c.base))
+                        });
                     if found.is_none() {
                         errs.push(FieldError::internal(
                             &spec_path.child("clusterIPs"),
                             "range is full",
                         ));
                     }
+                    if let Some(n) = found.filter(|n| self.cidr.contains(Ipv4Addr::from(*n))) {
+                        st.next_ip = n - self.cidr.base + 1;
+                    }
                     found
                 }
             };
-            if let Some(off) = ip {
-                st.ips.insert(off);
-                st.next_ip = off + 1;
-                taken_ips.push(off);
-                let s = Ipv4Addr::from(self.cidr.base + off).to_string();
+            if let Some(n) = ip {
+                st.ips.insert(n);
+                taken_ips.push(n);
+                let s = Ipv4Addr::from(n).to_string();
                 spec.insert("clusterIP".into(), json!(s));
                 spec.insert("clusterIPs".into(), json!([s]));
                 spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
@@ -363,8 +436,8 @@ impl ServiceAllocator {
                 ports: taken_ports,
             })
         } else {
-            for off in taken_ips {
-                st.ips.remove(&off);
+            for ip in taken_ips {
+                st.ips.remove(&ip);
             }
             for p in taken_ports {
                 st.ports.remove(&p);
@@ -373,21 +446,11 @@ impl ServiceAllocator {
         }
     }
 
-    /// Gives back what a Service held.
-    pub fn release(&self, svc: &Value) {
-        let mut st = self.state.lock();
-        let spec = &svc["spec"];
-        if let Some(ip) = spec.get("clusterIP").and_then(Value::as_str)
-            && let Ok(ip) = ip.parse::<Ipv4Addr>()
-            && self.cidr.contains(ip)
-        {
-            st.ips.remove(&(u32::from(ip) - self.cidr.base));
-        }
-        for p in spec["ports"].as_array().into_iter().flatten() {
-            if let Some(n) = p.get("nodePort").and_then(Value::as_u64) {
-                st.ports.remove(&(n as u16));
-            }
-        }
+    /// Gives back what a Service held, and returns it.
+    pub fn release(&self, svc: &Value) -> Reserved {
+        let held = self.holdings(svc);
+        self.release_reserved(&held);
+        held
     }
 }
 
@@ -396,6 +459,21 @@ impl ServiceAllocator {
 pub struct Reserved {
     ips: Vec<u32>,
     ports: Vec<u16>,
+}
+
+impl Reserved {
+    /// A reservation of one cluster IP and no ports.
+    pub fn of_ip(ip: Ipv4Addr) -> Reserved {
+        Reserved {
+            ips: vec![u32::from(ip)],
+            ports: Vec::new(),
+        }
+    }
+
+    /// The cluster IPs.
+    pub fn ips(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.ips.iter().map(|n| Ipv4Addr::from(*n))
+    }
 }
 
 /// `spec.ipFamilyPolicy`, `ipFamilies` and (headless) `clusterIPs` of a single-stack
@@ -565,17 +643,17 @@ mod tests {
         // /28: 16 addresses, minus network, .1 and broadcast = 13 dynamic.
         for _ in 0..13 {
             let mut s = json!({"spec": {"type": "ClusterIP"}});
-            a.allocate(&mut s).unwrap();
+            a.allocate(&mut s, &[]).unwrap();
             let ip = s["spec"]["clusterIP"].as_str().unwrap().to_string();
             assert_ne!(ip, "10.96.0.1");
             assert_ne!(ip, "10.96.0.15");
             assert!(seen.insert(ip));
         }
         let mut s = json!({"spec": {}});
-        assert!(a.allocate(&mut s).is_err());
+        assert!(a.allocate(&mut s, &[]).is_err());
         a.release(&json!({"spec": {"clusterIP": "10.96.0.5"}}));
         let mut s = json!({"spec": {}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["clusterIP"], "10.96.0.5");
     }
 
@@ -583,20 +661,20 @@ mod tests {
     fn requested_ip_and_ports() {
         let a = alloc();
         let mut s = json!({"spec": {"clusterIP": "10.96.0.1"}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         let mut s = json!({"spec": {"clusterIP": "10.96.0.1"}});
-        let errs = a.allocate(&mut s).unwrap_err();
+        let errs = a.allocate(&mut s, &[]).unwrap_err();
         assert!(errs[0].detail.contains("already allocated"));
         let mut s = json!({"spec": {"clusterIP": "10.1.0.1"}});
-        assert!(a.allocate(&mut s).is_err());
+        assert!(a.allocate(&mut s, &[]).is_err());
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81, "nodePort": 30002}]}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["ports"][0]["nodePort"], 30000);
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81}]}});
         // Only 30001 is left: the second port fails and the first is given back.
-        assert!(a.allocate(&mut s).is_err());
+        assert!(a.allocate(&mut s, &[]).is_err());
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["ports"][0]["nodePort"], 30001);
     }
 
@@ -604,7 +682,7 @@ mod tests {
     fn headless_gets_nothing() {
         let a = alloc();
         let mut s = json!({"spec": {"clusterIP": "None"}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["clusterIP"], "None");
     }
 
@@ -633,12 +711,12 @@ mod tests {
     fn update_to_node_port_allocates_and_releases() {
         let a = alloc();
         let mut old = json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80}]}});
-        a.allocate(&mut old).unwrap();
+        a.allocate(&mut old, &[]).unwrap();
         assert_eq!(old["spec"]["ipFamilies"], json!(["IPv4"]));
         assert_eq!(old["spec"]["ipFamilyPolicy"], "SingleStack");
         let mut new = old.clone();
         new["spec"]["type"] = json!("NodePort");
-        let r = a.allocate_update(&mut new, &old).unwrap();
+        let r = a.allocate_update(&mut new, &old, &[]).unwrap();
         assert_eq!(new["spec"]["ports"][0]["nodePort"], 30000);
         assert_eq!(new["spec"]["clusterIP"], old["spec"]["clusterIP"]);
         a.finish_update(&new, &old);
@@ -646,12 +724,12 @@ mod tests {
         let mut back = new.clone();
         back["spec"]["type"] = json!("ClusterIP");
         keep_allocated(&mut back, &new);
-        let r2 = a.allocate_update(&mut back, &new).unwrap();
+        let r2 = a.allocate_update(&mut back, &new, &[]).unwrap();
         assert_eq!(r2, Reserved::default());
         a.finish_update(&back, &new);
         let mut other =
             json!({"spec": {"type": "NodePort", "ports": [{"port": 1, "nodePort": 30000}]}});
-        a.allocate(&mut other).unwrap();
+        a.allocate(&mut other, &[]).unwrap();
         // A failed write gives back its reservation.
         a.release_reserved(&r);
     }
@@ -660,14 +738,14 @@ mod tests {
     fn headless_ip_families() {
         let a = alloc();
         let mut s = json!({"spec": {"clusterIP": "None", "selector": {"a": "b"}}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["clusterIPs"], json!(["None"]));
         assert_eq!(s["spec"]["ipFamilyPolicy"], "SingleStack");
         let mut s = json!({"spec": {"clusterIP": "None"}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["ipFamilyPolicy"], "RequireDualStack");
         let mut s = json!({"spec": {"type": "ExternalName", "externalName": "x.example"}});
-        a.allocate(&mut s).unwrap();
+        a.allocate(&mut s, &[]).unwrap();
         assert!(s["spec"].get("ipFamilies").is_none());
     }
 }

@@ -18,6 +18,7 @@ pub mod custom;
 pub mod errors;
 pub mod kinds;
 pub mod meta;
+pub mod service_ips;
 pub mod store;
 pub mod stored_json;
 pub mod strategy;
@@ -123,6 +124,8 @@ pub struct Registry {
     tasks: Vec<JoinHandle<()>>,
     /// The resources CustomResourceDefinitions declare.
     custom: Arc<custom::CustomResources>,
+    /// Services' cluster IPs and node ports.
+    service_ips: Arc<service_ips::ServiceIps>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -150,7 +153,10 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let cidr = Cidr::parse(&config.service_cluster_ip_range)?;
         let ports = allocator::parse_port_range(&config.service_node_port_range)?;
-        let services = Arc::new(ServiceAllocator::new(cidr, ports));
+        let services = Arc::new(service_ips::ServiceIps::new(
+            ServiceAllocator::new(cidr, ports),
+            config.clock.clone(),
+        ));
         // One cache per storage prefix (resources served from another's storage
         // share its cache).
         let mut prefixes: Vec<String> = Vec::new();
@@ -187,7 +193,7 @@ impl Registry {
             if is_service {
                 let (items, _) = cache.snapshot(&format!("{}/", info.storage_prefix));
                 for s in items {
-                    services.restore(&s);
+                    services.allocator().restore(&s);
                 }
             }
             // Through WriteTracking, so admission can read its own writes from the cache.
@@ -241,16 +247,41 @@ impl Registry {
             definitions,
             custom.clone(),
         )));
-        let reg = Registry {
+        let mut reg = Registry {
             stores,
             storage,
             tasks,
             custom,
+            service_ips: services.clone(),
         };
+        let service_store = reg
+            .core("services")
+            .map_err(RegistryError::Bootstrap)?
+            .clone();
+        if let Some(addresses) = reg.store("networking.k8s.io", "v1", "ipaddresses") {
+            let cidrs = reg
+                .store("networking.k8s.io", "v1", "servicecidrs")
+                .cloned();
+            services.record_in(addresses.clone(), cidrs);
+        }
         reg.bootstrap(&config, cidr)
             .await
             .map_err(RegistryError::Bootstrap)?;
+        services
+            .reconcile(&service_store)
+            .await
+            .map_err(RegistryError::Bootstrap)?;
+        reg.tasks.push(tokio::spawn(service_ips::repair_loop(
+            services,
+            service_store,
+        )));
         Ok(reg)
+    }
+
+    /// One pass of the repair of Services' cluster IP records and the default
+    /// ServiceCIDR (run every [`service_ips::REPAIR_INTERVAL`] anyway).
+    pub async fn repair_service_ips(&self) -> Result<(), ApiError> {
+        self.service_ips.reconcile(self.core("services")?).await
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {

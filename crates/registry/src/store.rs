@@ -16,10 +16,11 @@ use ferrokube_storage::{
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::allocator::{self, ServiceAllocator};
+use crate::allocator;
 use crate::cache::{CachedObject, Filter, ResourceCache, WatchItem, decode_stored};
 use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
+use crate::service_ips::ServiceIps;
 use crate::stored_json::RevisionSlot;
 use crate::strategy::Strategy;
 
@@ -275,7 +276,7 @@ pub struct Store {
     storage: Arc<dyn Storage>,
     cache: Arc<ResourceCache>,
     clock: Arc<dyn Clock>,
-    services: Option<Arc<ServiceAllocator>>,
+    services: Option<Arc<ServiceIps>>,
     patch: PatchFn,
     bookmark_interval: Duration,
     namespace_prefix: &'static str,
@@ -370,7 +371,7 @@ impl Store {
         storage: Arc<dyn Storage>,
         cache: Arc<ResourceCache>,
         clock: Arc<dyn Clock>,
-        services: Option<Arc<ServiceAllocator>>,
+        services: Option<Arc<ServiceIps>>,
         patch: PatchFn,
         bookmark_interval: Duration,
         namespace_prefix: &'static str,
@@ -702,11 +703,10 @@ impl Store {
         }
         let key = self.key(ns, &name);
         let services = self.services.as_ref().filter(|_| !opts.dry_run);
-        if let Some(alloc) = services {
-            alloc
-                .allocate(&mut obj)
-                .map_err(|errs| allocator::invalid_service(&name, errs))?;
-        }
+        let claimed = match services {
+            Some(ips) => Some(ips.allocate(&mut obj).await?),
+            None => None,
+        };
         if opts.dry_run {
             return match self.storage.get(&key, None).await {
                 Ok(_) => Err(ApiError::already_exists(
@@ -733,10 +733,18 @@ impl Store {
             RevisionSlot::encode(&mut obj)
         };
         let bytes = match &slot {
-            Some(slot) => slot.stored(),
-            None => self.encode_stored(&obj).await?,
+            Some(slot) => Ok(slot.stored()),
+            None => self.encode_stored(&obj).await,
         };
-        match self.storage.create(&key, bytes).await {
+        let stored = match bytes {
+            Ok(bytes) => self
+                .storage
+                .create(&key, bytes)
+                .await
+                .map_err(|e| self.err(&name, e)),
+            Err(e) => Err(e),
+        };
+        match stored {
             Ok(rev) => {
                 meta::set_meta(&mut obj, "resourceVersion", json!(rev.to_string()));
                 Ok(Written {
@@ -747,10 +755,10 @@ impl Store {
                 })
             }
             Err(e) => {
-                if let Some(alloc) = services {
-                    alloc.release(&obj);
+                if let (Some(ips), Some(claimed)) = (services, &claimed) {
+                    ips.rollback(claimed, &obj).await;
                 }
-                Err(self.err(&name, e))
+                Err(e)
             }
         }
     }
@@ -1312,14 +1320,18 @@ impl Store {
                 created: false,
             });
         }
-        // Service allocation of the current attempt, and the object it replaced.
+        // Service allocation of the current attempt (with the object that holds it),
+        // given back when the attempt's write does not happen.
         let alloc = self.services.as_ref().filter(|_| part == Part::Main);
-        let mut reserved: Option<allocator::Reserved> = None;
-        let release = |reserved: &mut Option<allocator::Reserved>| {
-            if let (Some(a), Some(r)) = (alloc, reserved.take()) {
-                a.release_reserved(&r);
+        let mut reserved: Option<(allocator::Reserved, Value)> = None;
+        async fn release(
+            alloc: Option<&Arc<ServiceIps>>,
+            reserved: &mut Option<(allocator::Reserved, Value)>,
+        ) {
+            if let (Some(ips), Some((r, svc))) = (alloc, reserved.take()) {
+                ips.rollback(&r, &svc).await;
             }
-        };
+        }
         // Read-modify-write, as storage's guaranteed update, but with the (async)
         // admission inside every attempt: a write that lost the race starts over from
         // the new current object, so admission always saw what is replaced.
@@ -1328,7 +1340,7 @@ impl Store {
         let mut written = Value::Null;
         let (kv, warnings, replaced) = loop {
             attempt += 1;
-            release(&mut reserved);
+            release(alloc, &mut reserved).await;
             let current = self
                 .storage
                 .get(&key, None)
@@ -1340,16 +1352,14 @@ impl Store {
             if fin == old {
                 break (current, warnings, None);
             }
-            if let Some(a) = alloc {
-                reserved = Some(
-                    a.allocate_update(&mut fin, &old)
-                        .map_err(|errs| allocator::invalid_service(name, errs))?,
-                );
+            if let Some(ips) = alloc {
+                let r = ips.allocate_update(&mut fin, &old).await?;
+                reserved = Some((r, fin.clone()));
             }
             let bytes = match self.encode_stored(&fin).await {
                 Ok(b) => b,
                 Err(e) => {
-                    release(&mut reserved);
+                    release(alloc, &mut reserved).await;
                     return Err(e);
                 }
             };
@@ -1364,7 +1374,7 @@ impl Store {
                 }
                 Err(StorageError::Conflict { .. }) if attempt < MAX_UPDATE_ATTEMPTS => continue,
                 Err(e) => {
-                    release(&mut reserved);
+                    release(alloc, &mut reserved).await;
                     return Err(self.err(name, e));
                 }
             }
@@ -1374,10 +1384,10 @@ impl Store {
             Some(_) => self.written_served(&written, &kv).await?,
             None => self.decode_served(&kv.value, kv.mod_revision).await?,
         };
-        if let (Some(a), Some(old)) = (alloc, &replaced)
+        if let (Some(ips), Some(old)) = (alloc, &replaced)
             && !unchanged
         {
-            a.finish_update(&object, old);
+            ips.finish_update(&object, old).await;
         }
         if !unchanged && self.is_finished_deleting(&object) {
             return self
@@ -1429,9 +1439,9 @@ impl Store {
             .await
         {
             Ok(d) => {
-                if let Some(alloc) = &self.services {
-                    alloc
-                        .release(&decode_stored(&d.previous.value, d.revision).unwrap_or_default());
+                if let Some(ips) = &self.services {
+                    ips.release(&decode_stored(&d.previous.value, d.revision).unwrap_or_default())
+                        .await;
                 }
                 self.decode_served(&d.previous.value, d.previous.mod_revision)
                     .await
