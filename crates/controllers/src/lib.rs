@@ -27,7 +27,8 @@
 //! shared checks in [`csr`]), [`podautoscaler`] (HorizontalPodAutoscalers: targets
 //! scaled through their scale subresource from resource metrics), [`persistentvolume`]
 //! (PersistentVolumeClaims bound to PersistentVolumes, reclaim policies, external
-//! provisioners asked for volumes).
+//! provisioners asked for volumes), [`servicecidrs`] (the ServiceCIDR finalizer and
+//! Ready condition; a deletion held while it would orphan a Service's cluster IP).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -66,6 +67,7 @@ pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod serviceaccounttoken;
+pub mod servicecidrs;
 pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod util;

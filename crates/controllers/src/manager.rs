@@ -42,6 +42,7 @@ use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::RootCaCertPublisher;
 use crate::serviceaccount::ServiceAccountController;
 use crate::serviceaccounttoken::{ServiceAccountTokenController, token_secrets_factory};
+use crate::servicecidrs::ServiceCidrController;
 use crate::statefulset::StatefulSetController;
 use crate::ttlafterfinished::TtlAfterFinishedController;
 use crate::vapstatus::VapStatusController;
@@ -99,6 +100,8 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "persistentvolume-binder-controller",
         "persistentvolume-binder",
     ),
+    // Upstream has no older alias for it.
+    ("service-cidr-controller", "service-cidr-controller"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -109,7 +112,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "bootstrap-signer-controller",
     "token-cleaner-controller",
     "clusterrole-aggregation-controller",
-    "service-cidr-controller",
     "storageversion-garbage-collector-controller",
     "taint-eviction-controller",
     "node-route-controller",
@@ -148,6 +150,7 @@ pub fn service_account_name(controller: &str) -> &str {
         | "certificatesigningrequest-cleaner-controller" => "certificate-controller",
         "horizontal-pod-autoscaler-controller" => "horizontal-pod-autoscaler",
         "persistentvolume-binder-controller" => "persistent-volume-binder",
+        "service-cidr-controller" => "service-cidrs-controller",
         other => other,
     }
 }
@@ -501,6 +504,10 @@ impl Manager {
                     )?,
                     1,
                 ),
+                // Upstream runs 5 workers (no flag).
+                "service-cidr-controller" => {
+                    (ServiceCidrController::new(&factory, client.clone(), rec), 5)
+                }
                 // Upstream runs one worker (`--concurrent-disruption-syncs` is not a flag).
                 "disruption-controller" => {
                     (DisruptionController::new(&factory, client.clone(), rec), 1)
@@ -623,6 +630,47 @@ mod tests {
         );
         assert!(enabled_controllers(&s(&["nonsense"])).is_err());
         assert!(enabled_controllers(&s(&["*", "-job-controller"])).is_ok());
+    }
+
+    #[test]
+    fn the_service_cidr_controller_is_on_by_default_under_its_role() {
+        assert!(
+            enabled_controllers(&s(&["*"]))
+                .unwrap()
+                .contains(&"service-cidr-controller")
+        );
+        assert!(!NOT_IMPLEMENTED.contains(&"service-cidr-controller"));
+        assert_eq!(
+            service_account_name("service-cidr-controller"),
+            "service-cidrs-controller"
+        );
+        let role = ferrokube_auth::bootstrap::controller_roles()
+            .into_iter()
+            .find(|r| {
+                r.metadata.name.as_deref() == Some("system:controller:service-cidrs-controller")
+            })
+            .expect("the service-cidrs controller's role");
+        let rules = role.rules.unwrap_or_default();
+        let allows = |verb: &str, resource: &str| {
+            rules.iter().any(|r| {
+                r.api_groups
+                    .iter()
+                    .flatten()
+                    .any(|g| g == "networking.k8s.io")
+                    && r.resources.iter().flatten().any(|x| x == resource)
+                    && r.verbs.iter().any(|v| v == verb)
+            })
+        };
+        for (verb, resource) in [
+            ("list", "servicecidrs"),
+            ("watch", "servicecidrs"),
+            ("patch", "servicecidrs"),
+            ("patch", "servicecidrs/status"),
+            ("list", "ipaddresses"),
+            ("watch", "ipaddresses"),
+        ] {
+            assert!(allows(verb, resource), "{verb} {resource}");
+        }
     }
 
     #[test]
