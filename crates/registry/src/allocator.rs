@@ -2,10 +2,8 @@
 //!
 //! One allocator per registry, behind a mutex: an address or port is handed out at
 //! most once by this process, whatever the concurrency. It is rebuilt from the stored
-//! Services at start. Cluster IPs are also claimed in storage as IPAddress objects
-//! (`crate::service_ips`), so apiservers sharing an etcd never hand out one twice;
-//! node ports are not (upstream keeps them in a bitmap in storage: with several
-//! apiservers on one etcd two may still pick the same node port).
+//! Services at start. Each cluster IP and node port is also claimed in storage
+//! (`crate::service_ips`), so apiservers sharing an etcd never hand out one twice.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -174,17 +172,28 @@ impl ServiceAllocator {
         st.ports.extend(held.ports);
     }
 
-    /// Marks an address another writer holds (an IPAddress object found in the store).
-    pub fn mark_taken(&self, ip: Ipv4Addr) {
+    /// Marks an address another writer holds (its claim found in the store).
+    pub fn mark_ip_taken(&self, ip: Ipv4Addr) {
         self.state.lock().ips.insert(u32::from(ip));
     }
 
-    /// Replaces the cluster IPs known to be held by `held` (the store's Services and
-    /// IPAddress objects), forgetting addresses given back by other apiservers. One
-    /// being reserved right now and missing from `held` can only be handed out twice
-    /// in memory: its IPAddress object still goes to one of the two.
-    pub fn resync(&self, held: impl IntoIterator<Item = Ipv4Addr>) {
-        self.state.lock().ips = held.into_iter().map(u32::from).collect();
+    /// Marks a node port another writer holds (its claim found in the store).
+    pub fn mark_port_taken(&self, port: u16) {
+        self.state.lock().ports.insert(port);
+    }
+
+    /// Replaces the cluster IPs and node ports known to be held by what the store's
+    /// Services and claims hold, forgetting those given back by other apiservers. One
+    /// being reserved right now and missing here can only be handed out twice in
+    /// memory: its claim in the store still goes to one of the two.
+    pub fn resync(
+        &self,
+        ips: impl IntoIterator<Item = Ipv4Addr>,
+        ports: impl IntoIterator<Item = u16>,
+    ) {
+        let mut st = self.state.lock();
+        st.ips = ips.into_iter().map(u32::from).collect();
+        st.ports = ports.into_iter().collect();
     }
 
     /// Fills in and reserves `spec.clusterIP(s)` and node ports of a new Service.
@@ -262,7 +271,7 @@ impl ServiceAllocator {
     }
 
     /// The cluster IP and node ports a stored Service holds.
-    fn holdings(&self, svc: &Value) -> Reserved {
+    pub fn holdings(&self, svc: &Value) -> Reserved {
         let spec = &svc["spec"];
         let ips = cluster_ip(svc).map(u32::from).into_iter().collect();
         let ports = spec["ports"]
@@ -462,17 +471,17 @@ pub struct Reserved {
 }
 
 impl Reserved {
-    /// A reservation of one cluster IP and no ports.
-    pub fn of_ip(ip: Ipv4Addr) -> Reserved {
-        Reserved {
-            ips: vec![u32::from(ip)],
-            ports: Vec::new(),
-        }
-    }
-
     /// The cluster IPs.
     pub fn ips(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
         self.ips.iter().map(|n| Ipv4Addr::from(*n))
+    }
+
+    /// The node ports, each once (a Service may use one for TCP and UDP).
+    pub fn ports(&self) -> Vec<u16> {
+        let mut ports = self.ports.clone();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
     }
 }
 

@@ -18,7 +18,7 @@ pub mod custom;
 pub mod errors;
 pub mod kinds;
 pub mod meta;
-pub mod service_ips;
+pub mod service_claims;
 pub mod store;
 pub mod stored_json;
 pub mod strategy;
@@ -125,7 +125,7 @@ pub struct Registry {
     /// The resources CustomResourceDefinitions declare.
     custom: Arc<custom::CustomResources>,
     /// Services' cluster IPs and node ports.
-    service_ips: Arc<service_ips::ServiceIps>,
+    service_claims: Arc<service_claims::ServiceClaims>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -153,7 +153,7 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let cidr = Cidr::parse(&config.service_cluster_ip_range)?;
         let ports = allocator::parse_port_range(&config.service_node_port_range)?;
-        let services = Arc::new(service_ips::ServiceIps::new(
+        let services = Arc::new(service_claims::ServiceClaims::new(
             ServiceAllocator::new(cidr, ports),
             config.clock.clone(),
         ));
@@ -252,7 +252,7 @@ impl Registry {
             storage,
             tasks,
             custom,
-            service_ips: services.clone(),
+            service_claims: services.clone(),
         };
         let service_store = reg
             .core("services")
@@ -262,7 +262,7 @@ impl Registry {
             let cidrs = reg
                 .store("networking.k8s.io", "v1", "servicecidrs")
                 .cloned();
-            services.record_in(addresses.clone(), cidrs);
+            services.claim_in(addresses.clone(), cidrs, reg.storage.clone());
         }
         reg.bootstrap(&config, cidr)
             .await
@@ -271,17 +271,17 @@ impl Registry {
             .reconcile(&service_store)
             .await
             .map_err(RegistryError::Bootstrap)?;
-        reg.tasks.push(tokio::spawn(service_ips::repair_loop(
+        reg.tasks.push(tokio::spawn(service_claims::repair_loop(
             services,
             service_store,
         )));
         Ok(reg)
     }
 
-    /// One pass of the repair of Services' cluster IP records and the default
-    /// ServiceCIDR (run every [`service_ips::REPAIR_INTERVAL`] anyway).
-    pub async fn repair_service_ips(&self) -> Result<(), ApiError> {
-        self.service_ips.reconcile(self.core("services")?).await
+    /// One pass of the repair of Services' cluster IP and node port claims and the
+    /// default ServiceCIDR (run every [`service_claims::REPAIR_INTERVAL`] anyway).
+    pub async fn repair_service_claims(&self) -> Result<(), ApiError> {
+        self.service_claims.reconcile(self.core("services")?).await
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {

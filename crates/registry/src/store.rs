@@ -20,7 +20,7 @@ use crate::allocator;
 use crate::cache::{CachedObject, Filter, ResourceCache, WatchItem, decode_stored};
 use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
-use crate::service_ips::ServiceIps;
+use crate::service_claims::ServiceClaims;
 use crate::stored_json::RevisionSlot;
 use crate::strategy::Strategy;
 
@@ -276,7 +276,7 @@ pub struct Store {
     storage: Arc<dyn Storage>,
     cache: Arc<ResourceCache>,
     clock: Arc<dyn Clock>,
-    services: Option<Arc<ServiceIps>>,
+    services: Option<Arc<ServiceClaims>>,
     patch: PatchFn,
     bookmark_interval: Duration,
     namespace_prefix: &'static str,
@@ -371,7 +371,7 @@ impl Store {
         storage: Arc<dyn Storage>,
         cache: Arc<ResourceCache>,
         clock: Arc<dyn Clock>,
-        services: Option<Arc<ServiceIps>>,
+        services: Option<Arc<ServiceClaims>>,
         patch: PatchFn,
         bookmark_interval: Duration,
         namespace_prefix: &'static str,
@@ -1325,7 +1325,7 @@ impl Store {
         let alloc = self.services.as_ref().filter(|_| part == Part::Main);
         let mut reserved: Option<(allocator::Reserved, Value)> = None;
         async fn release(
-            alloc: Option<&Arc<ServiceIps>>,
+            alloc: Option<&Arc<ServiceClaims>>,
             reserved: &mut Option<(allocator::Reserved, Value)>,
         ) {
             if let (Some(ips), Some((r, svc))) = (alloc, reserved.take()) {

@@ -25,6 +25,43 @@ fn open(dir: &tempfile::TempDir) -> Arc<SqliteStorage> {
     Arc::new(SqliteStorage::open(&dir.path().join("db.sqlite"), SqliteOptions::default()).unwrap())
 }
 
+async fn registry_with_ports(
+    storage: Arc<SqliteStorage>,
+    ports: &str,
+    clock: Arc<ShiftedClock>,
+) -> Registry {
+    let config = RegistryConfig {
+        service_node_port_range: ports.into(),
+        clock,
+        ..RegistryConfig::default()
+    };
+    Registry::new(storage, config).await.unwrap()
+}
+
+/// Who holds a node port's claim in storage (`namespace/name`), if anyone.
+async fn port_claim(reg: &Registry, port: u64) -> Option<String> {
+    let key = format!(
+        "{}{port}",
+        ferrokube_registry::service_claims::NODE_PORT_CLAIMS
+    );
+    match reg.storage().get(&key, None).await {
+        Ok(kv) => {
+            let claim: Value = serde_json::from_slice(&kv.value).unwrap();
+            Some(format!(
+                "{}/{}",
+                claim["parentRef"]["namespace"].as_str().unwrap(),
+                claim["parentRef"]["name"].as_str().unwrap()
+            ))
+        }
+        Err(ferrokube_storage::StorageError::NotFound { .. }) => None,
+        Err(e) => panic!("get node port claim {port}: {e:?}"),
+    }
+}
+
+fn node_port(svc: &Value) -> u64 {
+    svc["spec"]["ports"][0]["nodePort"].as_u64().unwrap()
+}
+
 async fn registry_over(
     storage: Arc<SqliteStorage>,
     range: &str,
@@ -332,7 +369,7 @@ async fn repair_records_missing_addresses_and_deletes_leaked_ones() {
         .await
         .unwrap();
 
-    reg.repair_service_ips().await.unwrap();
+    reg.repair_service_claims().await.unwrap();
     assert!(
         address(&reg, &ip).await.is_some(),
         "the missing record was not made"
@@ -343,7 +380,7 @@ async fn repair_records_missing_addresses_and_deletes_leaked_ones() {
     );
 
     clock.0.store(61, Ordering::SeqCst);
-    reg.repair_service_ips().await.unwrap();
+    reg.repair_service_claims().await.unwrap();
     assert!(
         address(&reg, "10.96.0.77").await.is_none(),
         "the leaked record stays"
@@ -366,7 +403,7 @@ async fn the_default_service_cidr_is_recreated_and_never_changed() {
         .delete(None, "kubernetes", &DeleteOptions::default())
         .await
         .unwrap();
-    reg.repair_service_ips().await.unwrap();
+    reg.repair_service_claims().await.unwrap();
     let again = cidrs(&reg).get(None, "kubernetes").await.unwrap();
     assert_eq!(again["spec"]["cidrs"], json!(["10.96.0.0/24"]));
     drop(reg);
@@ -374,4 +411,145 @@ async fn the_default_service_cidr_is_recreated_and_never_changed() {
     let other = registry_over(storage, "10.97.0.0/24", Arc::default()).await;
     let kept = cidrs(&other).get(None, "kubernetes").await.unwrap();
     assert_eq!(kept["spec"]["cidrs"], json!(["10.96.0.0/24"]));
+}
+
+#[tokio::test]
+async fn node_ports_are_claimed_and_given_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry_with_ports(open(&dir), "30000-30099", Arc::default()).await;
+    let svc = create_service(&reg, "np", json!({"type": "NodePort"}))
+        .await
+        .unwrap();
+    let port = node_port(&svc);
+    assert_eq!(port_claim(&reg, port).await.as_deref(), Some("default/np"));
+    // To ClusterIP: the port goes, its claim too.
+    services(&reg)
+        .update(
+            Some("default"),
+            "np",
+            UpdateInput::Patch(
+                ferrokube_registry::PatchType::Merge,
+                json!({"spec": {"type": "ClusterIP"}}),
+            ),
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(port_claim(&reg, port).await, None);
+    let asked = services(&reg)
+        .create(
+            Some("default"),
+            json!({"metadata": {"name": "asked2"}, "spec": {"type": "NodePort",
+                "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30042}]}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap()
+        .object;
+    assert_eq!(node_port(&asked), 30042);
+    assert_eq!(
+        port_claim(&reg, 30042).await.as_deref(),
+        Some("default/asked2")
+    );
+    services(&reg)
+        .delete(Some("default"), "asked2", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(port_claim(&reg, 30042).await, None);
+}
+
+#[tokio::test]
+async fn two_apiservers_on_one_store_never_hand_out_one_node_port_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(&dir);
+    let a = registry_with_ports(storage.clone(), "30000-30009", Arc::default()).await;
+    let b = registry_with_ports(storage, "30000-30009", Arc::default()).await;
+    let names: Vec<String> = (0..12).map(|i| format!("np{i}")).collect();
+    let creates = names.iter().enumerate().map(|(i, name)| {
+        let reg = if i % 2 == 0 { &a } else { &b };
+        create_service(reg, name, json!({"type": "NodePort"}))
+    });
+    let results = futures::future::join_all(creates).await;
+    let mut ports: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(node_port)
+        .collect();
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(ports.len(), 10, "failures: {failed:?}");
+    for e in &failed {
+        assert!(
+            e.message.contains("range is full") || e.message.contains("taken meanwhile"),
+            "{}",
+            e.message
+        );
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(
+        ports,
+        (30000..30010).collect::<Vec<u64>>(),
+        "a node port was handed out twice"
+    );
+    // A port another apiserver holds is taken when asked for.
+    let err = services(&a)
+        .create(
+            Some("default"),
+            json!({"metadata": {"name": "late"}, "spec": {"type": "NodePort",
+                "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30003}]}}),
+            &WriteOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message.contains("provided port is already allocated"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn repair_claims_missing_node_ports_and_deletes_leaked_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ShiftedClock::default());
+    let reg = registry_with_ports(open(&dir), "30000-30099", clock.clone()).await;
+    let svc = create_service(&reg, "np", json!({"type": "NodePort"}))
+        .await
+        .unwrap();
+    let port = node_port(&svc);
+    let key = |p: u64| {
+        format!(
+            "{}{p}",
+            ferrokube_registry::service_claims::NODE_PORT_CLAIMS
+        )
+    };
+    // A store from before claims: the Service's is missing.
+    reg.storage()
+        .delete(&key(port), &ferrokube_storage::Preconditions::default())
+        .await
+        .unwrap();
+    // A claim whose Service never got stored.
+    let leaked = json!({"metadata": {"name": "30077",
+            "creationTimestamp": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()},
+        "parentRef": {"namespace": "default", "name": "gone"}});
+    reg.storage()
+        .create(&key(30077), leaked.to_string().into())
+        .await
+        .unwrap();
+    reg.repair_service_claims().await.unwrap();
+    assert_eq!(port_claim(&reg, port).await.as_deref(), Some("default/np"));
+    assert!(
+        port_claim(&reg, 30077).await.is_some(),
+        "deleted within the grace period"
+    );
+    clock.0.store(61, Ordering::SeqCst);
+    reg.repair_service_claims().await.unwrap();
+    assert_eq!(
+        port_claim(&reg, 30077).await,
+        None,
+        "the leaked claim stays"
+    );
+    assert_eq!(port_claim(&reg, port).await.as_deref(), Some("default/np"));
 }
