@@ -171,6 +171,10 @@ impl Server {
                 shutdown_rx.clone(),
             )));
         }
+        background.push(tokio::spawn(run_endpoint_lease(
+            config.registry.clone(),
+            shutdown_rx.clone(),
+        )));
         let aggregator = Arc::new(aggregator::Aggregator::new(config.aggregator));
         background.push(tokio::spawn(aggregator::run(
             aggregator.clone(),
@@ -221,6 +225,31 @@ impl Server {
         let _ = tokio::time::timeout(grace, self.task).await;
         for task in self.background {
             let _ = tokio::time::timeout(grace, task).await;
+        }
+    }
+}
+
+/// Keeps this apiserver in the `kubernetes` Service's endpoints while it runs (its
+/// lease renewed every interval) and takes it out when it shuts down, before the
+/// listener stops, so in-cluster clients move to the other apiservers at once.
+async fn run_endpoint_lease(registry: Arc<Registry>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(ferrokube_registry::api_endpoints::ENDPOINT_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The registry reconciled at start.
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                if let Err(e) = registry.reconcile_api_endpoints().await {
+                    tracing::warn!(error = %e, "reconciling the kubernetes Service's endpoints failed");
+                }
+            }
+            _ = shutdown.changed() => {
+                if let Err(e) = registry.remove_api_endpoint().await {
+                    tracing::warn!(error = %e, "removing this apiserver from the kubernetes Service's endpoints failed");
+                }
+                return;
+            }
         }
     }
 }

@@ -12,6 +12,7 @@
 //! backend: the caller hands one in.
 
 pub mod allocator;
+pub mod api_endpoints;
 pub mod cache;
 pub mod conversion;
 pub mod custom;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use ferrokube_api::resources::{RESOURCES, ResourceInfo};
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_storage::Storage;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::task::JoinHandle;
 
 pub use allocator::{Cidr, ServiceAllocator};
@@ -126,6 +127,8 @@ pub struct Registry {
     custom: Arc<custom::CustomResources>,
     /// Services' cluster IPs and node ports.
     service_claims: Arc<service_claims::ServiceClaims>,
+    /// This apiserver in the `kubernetes` Service's endpoints.
+    api_endpoint: api_endpoints::ApiEndpoint,
 }
 
 impl std::fmt::Debug for Registry {
@@ -253,6 +256,11 @@ impl Registry {
             tasks,
             custom,
             service_claims: services.clone(),
+            api_endpoint: api_endpoints::ApiEndpoint {
+                ip: config.advertise_address,
+                port: config.secure_port,
+                clock: config.clock.clone(),
+            },
         };
         let service_store = reg
             .core("services")
@@ -282,6 +290,35 @@ impl Registry {
     /// default ServiceCIDR (run every [`service_claims::REPAIR_INTERVAL`] anyway).
     pub async fn repair_service_claims(&self) -> Result<(), ApiError> {
         self.service_claims.reconcile(self.core("services")?).await
+    }
+
+    /// Renews this apiserver's lease and points the `kubernetes` Service's Endpoints
+    /// and EndpointSlice at every live apiserver; run every
+    /// [`api_endpoints::ENDPOINT_INTERVAL`] by the apiserver.
+    pub async fn reconcile_api_endpoints(&self) -> Result<(), ApiError> {
+        self.api_endpoint
+            .reconcile(
+                self.storage.as_ref(),
+                self.core("endpoints")?,
+                self.store("discovery.k8s.io", "v1", "endpointslices")
+                    .map(AsRef::as_ref),
+                false,
+            )
+            .await
+    }
+
+    /// Takes this apiserver out of the `kubernetes` Service's endpoints (a graceful
+    /// shutdown).
+    pub async fn remove_api_endpoint(&self) -> Result<(), ApiError> {
+        self.api_endpoint
+            .reconcile(
+                self.storage.as_ref(),
+                self.core("endpoints")?,
+                self.store("discovery.k8s.io", "v1", "endpointslices")
+                    .map(AsRef::as_ref),
+                true,
+            )
+            .await
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
@@ -360,7 +397,7 @@ impl Registry {
             }),
         )
         .await?;
-        self.reconcile_api_endpoints(config).await?;
+        self.reconcile_api_endpoints().await?;
         // Upstream's `scheduling/bootstrap-system-priority-classes` hook
         // (`scheduling.SystemPriorityClasses()`); existing ones are left as they are.
         if let Some(pc) = self.store("scheduling.k8s.io", "v1", "priorityclasses") {
@@ -389,74 +426,6 @@ impl Registry {
         }
         Ok(())
     }
-}
-
-impl Registry {
-    /// The `kubernetes` Service's Endpoints and EndpointSlice, pointing at this
-    /// apiserver's advertise address (upstream's endpoint reconciler and
-    /// `EndpointsAdapter`). Reconciled, not just created: a restart with another
-    /// `--advertise-address` or port moves them, or pods would dial the old address.
-    async fn reconcile_api_endpoints(&self, config: &RegistryConfig) -> Result<(), ApiError> {
-        let ip = config.advertise_address.to_string();
-        let port = config.secure_port;
-        let subsets = json!([{
-            "addresses": [{"ip": ip}],
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]
-        }]);
-        let endpoints = self.core("endpoints")?;
-        let labels = json!({"endpointslice.kubernetes.io/skip-mirror": "true"});
-        let desired = json!({
-            "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
-            "subsets": subsets,
-        });
-        ensure_matches(endpoints, desired, &["subsets"]).await?;
-
-        let Some(slices) = self.store("discovery.k8s.io", "v1", "endpointslices") else {
-            return Ok(());
-        };
-        let address_type = if config.advertise_address.is_ipv6() {
-            "IPv6"
-        } else {
-            "IPv4"
-        };
-        let desired = json!({
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                "labels": {"kubernetes.io/service-name": "kubernetes"}},
-            "addressType": address_type,
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-        });
-        ensure_matches(slices, desired, &["addressType", "endpoints", "ports"]).await
-    }
-}
-
-/// Creates `desired` in the default namespace, or merge-patches the `fields` of the
-/// stored object that differ from it.
-async fn ensure_matches(store: &Store, desired: Value, fields: &[&str]) -> Result<(), ApiError> {
-    let name = desired["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    store.ensure(Some("default"), desired.clone()).await?;
-    let current = store.get(Some("default"), &name).await?;
-    let patch: serde_json::Map<String, Value> = fields
-        .iter()
-        .filter(|f| current[**f] != desired[**f])
-        .map(|f| (f.to_string(), desired[*f].clone()))
-        .collect();
-    if patch.is_empty() {
-        return Ok(());
-    }
-    store
-        .update(
-            Some("default"),
-            &name,
-            UpdateInput::Patch(PatchType::Merge, Value::Object(patch)),
-            Part::Main,
-            &WriteOptions::default(),
-        )
-        .await
-        .map(drop)
 }
 
 /// Compacts storage history every `interval` to the revision seen one interval ago,

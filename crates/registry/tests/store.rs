@@ -195,6 +195,7 @@ async fn watch_from_revision_and_gone() {
 
 /// The `kubernetes` Service's Endpoints and EndpointSlice follow the advertise address
 /// across restarts, so kube-proxy never routes pods to an old apiserver address.
+/// (Several apiservers: `tests/api_endpoints.rs`.)
 #[tokio::test]
 async fn api_endpoints_follow_the_advertise_address() {
     let dir = tempfile::tempdir().unwrap();
@@ -241,6 +242,12 @@ async fn api_endpoints_follow_the_advertise_address() {
     let reg = open([127, 0, 0, 1], 6443).await;
     let (_, slice) = endpoints_of(&reg).await;
     assert_eq!(slice["metadata"]["resourceVersion"], slice_rv);
+    // A graceful shutdown takes the address out (a crashed apiserver's goes when its
+    // lease expires).
+    reg.remove_api_endpoint().await.unwrap();
+    let (ep, slice) = endpoints_of(&reg).await;
+    assert!(ep.get("subsets").is_none(), "{ep}");
+    assert_eq!(slice["endpoints"], json!([]));
     drop(reg);
 
     let reg = open([172, 18, 0, 1], 7443).await;
