@@ -210,7 +210,7 @@ start_etcd() {
 # start_apiserver DIR [EXTRA FLAGS...]: PKI + kube-apiserver on a free loopback port;
 # waits (at most 60 s) for /readyz. Sets APISERVER_PID and KUBECONFIG.
 start_apiserver() {
-  local dir=$1 port i
+  local dir=$1 port
   shift
   port=$(free_port)
   mkdir -p "$dir"
@@ -226,11 +226,23 @@ rules:
   - level: RequestResponse
     resources: [{group: "", resources: ["configmaps"]}]
 POLICY
+  export KUBECONFIG=$dir/pki/admin.kubeconfig
+  API_URL=https://127.0.0.1:$port
+  API_CA=$dir/pki/ca.crt
+  launch_apiserver "$dir" "$port" 127.0.0.1 --audit-policy-file "$dir/audit-policy.yaml" \
+    --audit-log-path "$dir/audit.log" --data-dir "$dir/data" "$@" || return 1
+  APISERVER_PID=$LAUNCHED_PID
+}
+
+# launch_apiserver DIR PORT ADVERTISE_ADDRESS ARGS...: a kube-apiserver with the PKI
+# under DIR (log DIR/apiserver-PORT.log); waits for /readyz and sets LAUNCHED_PID.
+launch_apiserver() {
+  local dir=$1 port=$2 advertise=$3 i
+  shift 3
   "$BIN/kube-apiserver" --secure-port "$port" --bind-address 127.0.0.1 \
-    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
-    --advertise-address 127.0.0.1 \
+    --advertise-address "$advertise" \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
-    --client-ca-file "$dir/pki/ca.crt" --data-dir "$dir/data" \
+    --client-ca-file "$dir/pki/ca.crt" \
     --requestheader-client-ca-file "$dir/pki/front-proxy-ca.crt" \
     --requestheader-allowed-names front-proxy-client --requestheader-username-headers X-Remote-User \
     --requestheader-group-headers X-Remote-Group --requestheader-extra-headers-prefix X-Remote-Extra- \
@@ -238,22 +250,19 @@ POLICY
     --proxy-client-key-file "$dir/pki/front-proxy-client.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" "$@" \
-    >"$dir/apiserver.log" 2>&1 &
-  APISERVER_PID=$!
-  PIDS+=("$APISERVER_PID")
-  export KUBECONFIG=$dir/pki/admin.kubeconfig
-  API_URL=https://127.0.0.1:$port
-  API_CA=$dir/pki/ca.crt
+    >"$dir/apiserver-$port.log" 2>&1 &
+  LAUNCHED_PID=$!
+  PIDS+=("$LAUNCHED_PID")
   for ((i = 0; i < 600; i++)); do # 60 s
     if [ "$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/readyz")" = 200 ]; then
-      echo "kube-apiserver pid $APISERVER_PID on https://127.0.0.1:$port" >&2
+      echo "kube-apiserver pid $LAUNCHED_PID on https://127.0.0.1:$port" >&2
       return 0
     fi
-    kill -0 "$APISERVER_PID" 2>/dev/null || break
+    kill -0 "$LAUNCHED_PID" 2>/dev/null || break
     sleep 0.1
   done
   echo "kube-apiserver did not become ready; log:" >&2
-  tail -n 30 "$dir/apiserver.log" >&2
+  tail -n 30 "$dir/apiserver-$port.log" >&2
   return 1
 }
 
@@ -1252,6 +1261,48 @@ YAML
   lacks "services/$NS/ips-$NS"
 }
 
+# A second kube-apiserver on the run's etcd (advertising 127.0.0.2): both are the
+# kubernetes Service's endpoints; Services created through both at once get distinct
+# cluster IPs and node ports; stopped, it leaves the endpoints at once.
+s_two_apiservers() {
+  local port pid i n=8 second
+  port=$(free_port)
+  launch_apiserver "$RUN_DIR" "$port" 127.0.0.2 --etcd-servers "$ETCD_URL" "${ETCD_TLS[@]}"
+  pid=$LAUNCHED_PID
+  # The step runs in a subshell: stop it there whatever happens.
+  SECOND_APISERVER_PID=$pid
+  trap 'stop_pid "$SECOND_APISERVER_PID"' EXIT
+  second=(--server "https://127.0.0.1:$port")
+  k get endpoints kubernetes -n default -o 'jsonpath={.subsets[0].addresses[*].ip}'
+  is "127.0.0.1 127.0.0.2"
+  k "${second[@]}" get endpointslice kubernetes -n default -o 'jsonpath={.endpoints[*].addresses[0]}'
+  is "127.0.0.1 127.0.0.2"
+  local creates=() rc=0
+  for ((i = 0; i < n; i++)); do
+    if ((i % 2)); then
+      timeout "$CMD_TIMEOUT" "$KUBECTL" "${second[@]}" create service nodeport "ha-$i" -n "$NS" --tcp=80 >"$TMP/ha-$i.out" 2>&1 &
+    else
+      timeout "$CMD_TIMEOUT" "$KUBECTL" create service nodeport "ha-$i" -n "$NS" --tcp=80 >"$TMP/ha-$i.out" 2>&1 &
+    fi
+    creates+=($!)
+  done
+  # Only the creates: the second apiserver is a job of this shell too.
+  for i in "${creates[@]}"; do wait "$i" || rc=1; done
+  cat "$TMP"/ha-*.out
+  [ "$rc" -eq 0 ]
+  k get services -n "$NS" -o 'jsonpath={range .items[*]}{.metadata.name} {.spec.clusterIP} {.spec.ports[0].nodePort}{"\n"}{end}'
+  grep '^ha-' "$TMP/out" >"$TMP/ha.txt"
+  [ "$(wc -l <"$TMP/ha.txt")" -eq "$n" ] || { echo "expected $n ha-* Services"; return 1; }
+  [ "$(cut -d' ' -f2 "$TMP/ha.txt" | sort -u | wc -l)" -eq "$n" ] || { echo "a cluster IP was handed out twice"; return 1; }
+  [ "$(cut -d' ' -f3 "$TMP/ha.txt" | sort -u | wc -l)" -eq "$n" ] || { echo "a node port was handed out twice"; return 1; }
+  k get ipaddresses
+  for ip in $(cut -d' ' -f2 "$TMP/ha.txt"); do has "^${ip//./\\.} +services/$NS/ha-"; done
+  stop_pid "$pid"
+  k get endpoints kubernetes -n default -o 'jsonpath={.subsets[0].addresses[*].ip}'
+  is "127.0.0.1"
+  for ((i = 0; i < n; i++)); do k delete service "ha-$i" -n "$NS"; done
+}
+
 s_runtime_class() {
   local rc=sandbox-$NS
   cat >"$MAN/runtimeclass.yaml" <<YAML
@@ -1415,6 +1466,7 @@ for backend in ${BACKENDS//,/ }; do
     if start_etcd "$RUN_DIR/pki" &&
       start_apiserver "$RUN_DIR" --etcd-servers "$ETCD_URL" "${ETCD_TLS[@]}"; then
       suite "etcd" "$KUBECTL_DEFAULT"
+      step "two apiservers on one etcd: both endpoints, distinct cluster IPs and node ports from concurrent creates, a stopped one leaves" s_two_apiservers
     else
       FAILED+=("etcd: etcd or kube-apiserver start")
     fi
