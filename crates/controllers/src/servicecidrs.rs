@@ -28,7 +28,9 @@
 //! [`condition_apply`].
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,12 +77,9 @@ pub const READY_MESSAGE: &str = "Kubernetes Service CIDR is ready";
 pub const TERMINATING_MESSAGE: &str = "There are still IPAddresses referencing the ServiceCIDR, please remove them or create a new ServiceCIDR";
 
 /// An IP prefix: an address and a prefix length (upstream `netip.Prefix`, kept
-/// unmasked as parsed; comparisons mask).
+/// unmasked as parsed; comparisons mask). The arithmetic is `ipnet`'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prefix {
-    addr: IpAddr,
-    bits: u8,
-}
+pub struct Prefix(IpNet);
 
 impl Prefix {
     /// Upstream `netip.ParsePrefix`: `<address>/<bits>`, the length decimal without
@@ -95,59 +94,45 @@ impl Prefix {
         }
         let bits: u8 = bits.parse().ok()?;
         let addr: IpAddr = addr.parse().ok()?;
-        (bits <= width(addr)).then_some(Prefix { addr, bits })
+        IpNet::new(addr, bits).ok().map(Prefix)
     }
 
     /// The address as parsed.
     pub fn addr(&self) -> IpAddr {
-        self.addr
+        self.0.addr()
     }
 
     /// The prefix length.
     pub fn bits(&self) -> u8 {
-        self.bits
-    }
-
-    /// The first `bits` bits of the address (a right-aligned integer of the family's
-    /// width).
-    fn masked_value(&self, bits: u8) -> u128 {
-        value(self.addr) & mask(bits, width(self.addr))
+        self.0.prefix_len()
     }
 
     /// Upstream `Prefix.Masked().Addr()`: the network address.
     pub fn network(&self) -> IpAddr {
-        from_value(self.addr, self.masked_value(self.bits))
+        self.0.network()
     }
 
     /// The last address of the prefix (all host bits set; upstream's
     /// `broadcastAddress`).
     pub fn last(&self) -> IpAddr {
-        let w = width(self.addr);
-        from_value(
-            self.addr,
-            self.masked_value(self.bits) | (full(w) & !mask(self.bits, w)),
-        )
+        self.0.broadcast()
     }
 
-    /// Upstream `Prefix.Overlaps`: same family, and equal over the shorter prefix.
+    /// Upstream `Prefix.Overlaps`: same family, and equal over the shorter prefix
+    /// (so one holds the other's network address).
     pub fn overlaps(&self, other: &Prefix) -> bool {
-        if self.addr.is_ipv4() != other.addr.is_ipv4() {
-            return false;
-        }
-        let bits = self.bits.min(other.bits);
-        self.masked_value(bits) == other.masked_value(bits)
+        self.0.contains(&other.network()) || other.0.contains(&self.network())
     }
 
     /// Upstream `servicecidr.ContainsPrefix`'s test: `other` lies within this prefix
     /// (overlapping, and this one no longer).
     pub fn contains_prefix(&self, other: &Prefix) -> bool {
-        self.overlaps(other) && self.bits <= other.bits
+        self.overlaps(other) && self.bits() <= other.bits()
     }
 
     /// Upstream `netip.Prefix.Contains`: `ip` is of the family and in the prefix.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.addr.is_ipv4()
-            && (value(ip) & mask(self.bits, width(ip))) == self.masked_value(self.bits)
+        self.0.contains(&ip)
     }
 
     /// Upstream `servicecidr.PrefixContainsIP`: in the prefix, and neither its network
@@ -163,43 +148,7 @@ impl Prefix {
 
 impl std::fmt::Display for Prefix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.bits)
-    }
-}
-
-fn width(addr: IpAddr) -> u8 {
-    if addr.is_ipv4() { 32 } else { 128 }
-}
-
-fn value(addr: IpAddr) -> u128 {
-    match addr {
-        IpAddr::V4(a) => u32::from(a) as u128,
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-fn from_value(family: IpAddr, v: u128) -> IpAddr {
-    match family {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(v as u32)),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(v)),
-    }
-}
-
-/// All ones over `width` bits.
-fn full(width: u8) -> u128 {
-    if width >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << width) - 1
-    }
-}
-
-/// The first `bits` of `width` bits set.
-fn mask(bits: u8, width: u8) -> u128 {
-    if bits == 0 {
-        0
-    } else {
-        full(width) & !(full(width - bits.min(width)))
+        self.0.fmt(f)
     }
 }
 
@@ -282,7 +231,7 @@ pub fn orphaned_address(
     }
     ips.iter()
         .filter_map(|ip| allocated_address(ip))
-        .filter(|a| own.iter().any(|p| p.addr.is_ipv4() == a.is_ipv4()))
+        .filter(|a| own.iter().any(|p| p.addr().is_ipv4() == a.is_ipv4()))
         .find(|a| {
             let names = containing_address(all, *a);
             names.len() == 1 && names.contains(&name)
