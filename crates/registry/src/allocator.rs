@@ -196,6 +196,23 @@ impl ServiceAllocator {
         st.ports = ports.into_iter().collect();
     }
 
+    /// Whether allocating for `svc` may look past the default range: it wants a
+    /// cluster IP and does not ask for an ordinary address of the default range (a
+    /// request there gets the same answer whatever other ranges exist). Only then are
+    /// the other ServiceCIDRs worth reading.
+    pub fn may_use_other_ranges(&self, svc: &Value) -> bool {
+        if is_headless_or_external(&svc["spec"]) {
+            return false;
+        }
+        match requested_cluster_ip(svc).and_then(|r| r.parse::<Ipv4Addr>().ok()) {
+            Some(ip) => {
+                let n = u32::from(ip);
+                !self.cidr.contains(ip) || n == self.cidr.base || n == self.cidr.last()
+            }
+            None => true,
+        }
+    }
+
     /// Fills in and reserves `spec.clusterIP(s)` and node ports of a new Service.
     /// `extra`: the ranges of the other ServiceCIDRs, searched after the default one.
     pub fn allocate(&self, svc: &mut Value, extra: &[Cidr]) -> Result<Reserved, Vec<FieldError>> {
@@ -685,6 +702,29 @@ mod tests {
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
         a.allocate(&mut s, &[]).unwrap();
         assert_eq!(s["spec"]["ports"][0]["nodePort"], 30001);
+    }
+
+    #[test]
+    fn only_some_services_need_the_other_ranges() {
+        let a = alloc();
+        for (spec, may) in [
+            (json!({"type": "ClusterIP"}), true),
+            (json!({"clusterIP": "10.96.0.5"}), false),
+            (json!({"clusterIP": "10.96.0.0"}), true),
+            (json!({"clusterIP": "10.96.0.15"}), true),
+            (json!({"clusterIP": "10.200.0.5"}), true),
+            (json!({"clusterIP": "None"}), false),
+            (
+                json!({"type": "ExternalName", "externalName": "x.example"}),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                a.may_use_other_ranges(&json!({"spec": spec})),
+                may,
+                "{spec}"
+            );
+        }
     }
 
     #[test]

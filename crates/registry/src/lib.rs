@@ -296,27 +296,23 @@ impl Registry {
     /// and EndpointSlice at every live apiserver; run every
     /// [`api_endpoints::ENDPOINT_INTERVAL`] by the apiserver.
     pub async fn reconcile_api_endpoints(&self) -> Result<(), ApiError> {
-        self.api_endpoint
-            .reconcile(
-                self.storage.as_ref(),
-                self.core("endpoints")?,
-                self.store("discovery.k8s.io", "v1", "endpointslices")
-                    .map(AsRef::as_ref),
-                false,
-            )
-            .await
+        self.api_endpoints_round(false).await
     }
 
     /// Takes this apiserver out of the `kubernetes` Service's endpoints (a graceful
     /// shutdown).
     pub async fn remove_api_endpoint(&self) -> Result<(), ApiError> {
+        self.api_endpoints_round(true).await
+    }
+
+    async fn api_endpoints_round(&self, leaving: bool) -> Result<(), ApiError> {
+        let slices = self.store("discovery.k8s.io", "v1", "endpointslices");
         self.api_endpoint
             .reconcile(
                 self.storage.as_ref(),
                 self.core("endpoints")?,
-                self.store("discovery.k8s.io", "v1", "endpointslices")
-                    .map(AsRef::as_ref),
-                true,
+                slices.map(AsRef::as_ref),
+                leaving,
             )
             .await
     }

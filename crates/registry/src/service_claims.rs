@@ -206,7 +206,13 @@ impl ServiceClaims {
 
     async fn claim(&self, svc: &mut Value, old: Option<&Value>) -> Result<Reserved, ApiError> {
         let (ns, name) = service_ref(svc);
-        let extra = self.extra_ranges().await?;
+        // A storage read, so only for a Service that may need it (not, for example,
+        // an update keeping its address).
+        let extra = if self.allocator.may_use_other_ranges(svc) {
+            self.extra_ranges().await?
+        } else {
+            Vec::new()
+        };
         for _ in 0..MAX_ATTEMPTS {
             let mut candidate = svc.clone();
             let reserved = match old {
