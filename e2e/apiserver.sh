@@ -249,7 +249,9 @@ launch_apiserver() {
     --proxy-client-cert-file "$dir/pki/front-proxy-client.crt" \
     --proxy-client-key-file "$dir/pki/front-proxy-client.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" "$@" \
+    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+    --allow-privileged=true --enable-bootstrap-token-auth=true \
+    --kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname "$@" \
     >"$dir/apiserver-$port.log" 2>&1 &
   LAUNCHED_PID=$!
   PIDS+=("$LAUNCHED_PID")

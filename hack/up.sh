@@ -245,6 +245,12 @@ flag --proxy-client-key-file "$FK_PKI_DIR/front-proxy-client.key"
 # --nodes the control plane is no node and runs no kube-proxy, so a cluster IP would not
 # be reachable from here (upstream's advice for apiservers without kube-proxy).
 flag --enable-aggregator-routing true
+# The rest of kubeadm's flags: privileged containers allowed (upstream's default is
+# false), bootstrap tokens authenticate, and kubelets are dialled at their InternalIP
+# (the nodes' names resolve nowhere here; upstream's default tries Hostname first).
+flag --allow-privileged true
+flag --enable-bootstrap-token-auth true
+flag --kubelet-preferred-address-types InternalIP,ExternalIP,Hostname
 if [ $use_etcd -eq 1 ]; then
   flag --etcd-servers "$FK_ETCD_CLIENT_URL"
 else

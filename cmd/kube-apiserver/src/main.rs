@@ -176,6 +176,53 @@ struct Args {
     /// dispatches with priority and fairness.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     enable_priority_and_fairness: bool,
+    /// This and --max-mutating-requests-inflight are summed to determine the server's
+    /// total concurrency limit (with priority and fairness). Otherwise the maximum
+    /// number of non-mutating requests in flight at a given time.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: u32,
+    /// With priority and fairness, summed with --max-requests-inflight into the total
+    /// concurrency limit. Otherwise the maximum number of mutating requests in flight
+    /// at a given time.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: u32,
+    /// If true, allow privileged containers.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    allow_privileged: bool,
+    /// Enable to allow secrets of type 'bootstrap.kubernetes.io/token' in the
+    /// 'kube-system' namespace to be used for TLS bootstrapping authentication.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_bootstrap_token_auth: bool,
+    /// List of the preferred NodeAddressTypes to use for kubelet connections.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
+    )]
+    kubelet_preferred_address_types: Vec<String>,
+    /// Amount of time to retain events (Go duration).
+    #[arg(long, default_value = "1h0m0s")]
+    event_ttl: String,
+    /// Number for the log level verbosity (as the other components: 0-1 info, 2-4
+    /// debug, 5 and more trace). RUST_LOG, when set, wins.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
+}
+
+/// Upstream's NodeAddressTypes.
+const NODE_ADDRESS_TYPES: [&str; 5] = [
+    "Hostname",
+    "InternalIP",
+    "ExternalIP",
+    "InternalDNS",
+    "ExternalDNS",
+];
+
+/// A Go duration of `h`, `m` and `s` parts (`1h0m0s`, `90m`); whole seconds only.
+fn go_duration(s: &str) -> Option<Duration> {
+    go_duration_seconds(s)
+        .and_then(|n| u64::try_from(n).ok())
+        .map(Duration::from_secs)
 }
 
 /// Whole seconds of a Go duration made of `h`, `m` and `s` parts (`24h`, `1h30m`,
@@ -257,13 +304,18 @@ fn etcd_tls(args: &Args) -> anyhow::Result<Option<ferrokube_storage_etcd::EtcdTl
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let level = match args.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
-    let args = Args::parse();
     let storage: Arc<dyn Storage> = if args.etcd_servers.is_empty() {
         let path = args.data_dir.join("state.db");
         Arc::new(
@@ -344,6 +396,30 @@ async fn main() -> anyhow::Result<()> {
     opts.proxy_client_key_file = args.proxy_client_key_file;
     opts.enable_aggregator_routing = args.enable_aggregator_routing;
     opts.enable_priority_and_fairness = args.enable_priority_and_fairness;
+    if args.max_requests_inflight + args.max_mutating_requests_inflight == 0
+        && args.enable_priority_and_fairness
+    {
+        anyhow::bail!(
+            "--max-requests-inflight and --max-mutating-requests-inflight may not both be 0 with priority and fairness"
+        );
+    }
+    opts.max_requests_inflight = args.max_requests_inflight;
+    opts.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
+    opts.allow_privileged = args.allow_privileged;
+    opts.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
+    if let Some(bad) = args
+        .kubelet_preferred_address_types
+        .iter()
+        .find(|t| !NODE_ADDRESS_TYPES.contains(&t.as_str()))
+    {
+        anyhow::bail!(
+            "--kubelet-preferred-address-types: unsupported address type {bad:?}, must be one of {}",
+            NODE_ADDRESS_TYPES.join(", ")
+        );
+    }
+    opts.kubelet_preferred_address_types = args.kubelet_preferred_address_types;
+    opts.event_ttl = go_duration(&args.event_ttl)
+        .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");
@@ -366,8 +442,9 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Args, go_duration_seconds};
+    use super::{Args, go_duration, go_duration_seconds};
     use clap::Parser as _;
+    use std::time::Duration;
 
     #[test]
     fn front_proxy_flags_as_kubeadm_passes_them() {
@@ -421,6 +498,85 @@ mod tests {
         .unwrap();
         assert!(!args.enable_aggregator_routing);
         assert!(!args.enable_priority_and_fairness);
+    }
+
+    /// The command kubeadm 1.33 writes into kube-apiserver's static pod manifest (its
+    /// `getAPIServerCommand` with an external etcd): every flag parses, with
+    /// kubeadm's values.
+    #[test]
+    fn kubeadm_command_line() {
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--advertise-address=192.168.0.10",
+            "--allow-privileged=true",
+            "--authorization-mode=Node,RBAC",
+            "--client-ca-file=/etc/kubernetes/pki/ca.crt",
+            "--enable-admission-plugins=NodeRestriction",
+            "--enable-bootstrap-token-auth=true",
+            "--etcd-cafile=/etc/kubernetes/pki/etcd/ca.crt",
+            "--etcd-certfile=/etc/kubernetes/pki/apiserver-etcd-client.crt",
+            "--etcd-keyfile=/etc/kubernetes/pki/apiserver-etcd-client.key",
+            "--etcd-servers=https://127.0.0.1:2379",
+            "--kubelet-client-certificate=/etc/kubernetes/pki/apiserver-kubelet-client.crt",
+            "--kubelet-client-key=/etc/kubernetes/pki/apiserver-kubelet-client.key",
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            "--proxy-client-cert-file=/etc/kubernetes/pki/front-proxy-client.crt",
+            "--proxy-client-key-file=/etc/kubernetes/pki/front-proxy-client.key",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-username-headers=X-Remote-User",
+            "--secure-port=6443",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file=/etc/kubernetes/pki/sa.pub",
+            "--service-account-signing-key-file=/etc/kubernetes/pki/sa.key",
+            "--service-cluster-ip-range=10.96.0.0/12",
+            "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
+            "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key",
+        ])
+        .unwrap();
+        assert!(args.allow_privileged);
+        assert!(args.enable_bootstrap_token_auth);
+        assert_eq!(
+            args.kubelet_preferred_address_types,
+            ["InternalIP", "ExternalIP", "Hostname"]
+        );
+        assert_eq!(args.etcd_servers, ["https://127.0.0.1:2379"]);
+        // Upstream's defaults for the flags kubeadm leaves out.
+        assert_eq!(args.max_requests_inflight, 400);
+        assert_eq!(args.max_mutating_requests_inflight, 200);
+        assert_eq!(
+            go_duration(&args.event_ttl),
+            Some(Duration::from_secs(3600))
+        );
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "-v=2",
+            "--event-ttl=30m",
+            "--max-requests-inflight=0",
+        ])
+        .unwrap();
+        assert!(!args.allow_privileged);
+        assert!(!args.enable_bootstrap_token_auth);
+        assert_eq!(
+            args.kubelet_preferred_address_types,
+            [
+                "Hostname",
+                "InternalDNS",
+                "InternalIP",
+                "ExternalDNS",
+                "ExternalIP"
+            ]
+        );
+        assert_eq!(args.verbosity, 2);
+        assert_eq!(
+            go_duration(&args.event_ttl),
+            Some(Duration::from_secs(1800))
+        );
+        assert_eq!(args.max_requests_inflight, 0);
     }
 
     #[test]

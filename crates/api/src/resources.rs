@@ -464,6 +464,19 @@ fn interned<T: ?Sized + Hash + Eq>(
     leaked
 }
 
+/// Where a resource keeps its pod template (`None`: not a pod controller), for the
+/// resources upstream validates as pod templates (and PodSecurity warns about).
+pub fn pod_template_path(group: &str, resource: &str) -> Option<&'static [&'static str]> {
+    match (group, resource) {
+        ("", "podtemplates") => Some(&["template"]),
+        ("", "replicationcontrollers")
+        | ("apps", "replicasets" | "deployments" | "statefulsets" | "daemonsets")
+        | ("batch", "jobs") => Some(&["spec", "template"]),
+        ("batch", "cronjobs") => Some(&["spec", "jobTemplate", "spec", "template"]),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,5 +603,18 @@ mod tests {
             apiservices.storage_prefix,
             "/registry/apiregistration.k8s.io/apiservices"
         );
+    }
+
+    #[test]
+    fn pod_templates() {
+        assert_eq!(
+            pod_template_path("apps", "deployments"),
+            Some(&["spec", "template"][..])
+        );
+        assert_eq!(
+            pod_template_path("batch", "cronjobs"),
+            Some(&["spec", "jobTemplate", "spec", "template"][..])
+        );
+        assert_eq!(pod_template_path("", "pods"), None);
     }
 }

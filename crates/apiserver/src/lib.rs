@@ -376,7 +376,33 @@ pub struct Options {
     /// `--enable-priority-and-fairness` (default true): requests are classified by
     /// the FlowSchemas and limited by their priority levels.
     pub enable_priority_and_fairness: bool,
+    /// `--max-requests-inflight` (default 400) and `--max-mutating-requests-inflight`
+    /// (default 200): with priority and fairness, their sum is the server's
+    /// concurrency limit shared by the priority levels; without it, the limits of
+    /// read-only and mutating requests in flight, beyond which requests get 429.
+    pub max_requests_inflight: u32,
+    pub max_mutating_requests_inflight: u32,
+    /// `--allow-privileged` (default false, as upstream; kubeadm passes true): whether
+    /// a pod (or a pod template) may have a privileged container.
+    pub allow_privileged: bool,
+    /// `--enable-bootstrap-token-auth`: bearer tokens of `bootstrap.kubernetes.io/token`
+    /// Secrets in kube-system authenticate as `system:bootstrap:<token id>`.
+    pub enable_bootstrap_token_auth: bool,
+    /// `--kubelet-preferred-address-types`: the Node address types tried, in order,
+    /// to reach a kubelet (logs, exec, port-forward, proxy).
+    pub kubelet_preferred_address_types: Vec<String>,
+    /// `--event-ttl` (default 1h): how long an Event is kept after its last write.
+    pub event_ttl: Duration,
 }
+
+/// Upstream's default `--kubelet-preferred-address-types`.
+pub const DEFAULT_KUBELET_PREFERRED_ADDRESS_TYPES: [&str; 5] = [
+    "Hostname",
+    "InternalDNS",
+    "InternalIP",
+    "ExternalDNS",
+    "ExternalIP",
+];
 
 impl Options {
     pub fn new(
@@ -416,6 +442,14 @@ impl Options {
             requestheader_group_headers: Vec::new(),
             requestheader_extra_headers_prefix: Vec::new(),
             enable_priority_and_fairness: true,
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            allow_privileged: false,
+            enable_bootstrap_token_auth: false,
+            kubelet_preferred_address_types: DEFAULT_KUBELET_PREFERRED_ADDRESS_TYPES
+                .map(String::from)
+                .to_vec(),
+            event_ttl: Duration::from_secs(3600),
         }
     }
 
@@ -495,6 +529,8 @@ impl Options {
                 advertise_address: advertise_ip,
                 secure_port: self.secure_port,
                 patch: ferrokube_registry::store::builtin_patch,
+                allow_privileged: self.allow_privileged,
+                event_ttl: self.event_ttl,
                 ..Default::default()
             },
         )
@@ -573,7 +609,8 @@ impl Options {
                 .map(|(c, k)| (c.as_str(), k.as_str())),
             kubelet_ca.as_deref(),
         )
-        .map_err(|e| ConfigError::Kubelet(e.to_string()))?;
+        .map_err(|e| ConfigError::Kubelet(e.to_string()))?
+        .with_preferred_address_types(self.kubelet_preferred_address_types.clone());
         let proxy_client = match (&self.proxy_client_cert_file, &self.proxy_client_key_file) {
             (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
             (None, None) => None,

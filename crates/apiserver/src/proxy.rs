@@ -16,11 +16,11 @@
 //!   each message's payload goes to it as raw bytes (and its bytes come back as binary
 //!   messages), as upstream's `TunnelingHandler`.
 //!
-//! The kubelet is reached over TLS at the node's InternalIP (then ExternalIP, then
-//! Hostname) and `status.daemonEndpoints.kubeletEndpoint.Port`, with
+//! The kubelet is reached over TLS at the node's first address of the types
+//! `--kubelet-preferred-address-types` lists (upstream's default puts Hostname first;
+//! kubeadm passes `InternalIP,ExternalIP,Hostname`) and
+//! `status.daemonEndpoints.kubeletEndpoint.Port`, with
 //! `--kubelet-client-certificate/-key` and `--kubelet-certificate-authority`.
-//! Deviation: upstream's default address order puts Hostname first; a node's hostname
-//! need not resolve on the apiserver's machine, its InternalIP always works here.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -52,6 +52,8 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How the apiserver connects to kubelets.
 pub struct KubeletClient {
     tls: Arc<rustls::ClientConfig>,
+    /// `--kubelet-preferred-address-types`, in order.
+    preferred_address_types: Vec<String>,
 }
 
 impl std::fmt::Debug for KubeletClient {
@@ -79,7 +81,40 @@ impl KubeletClient {
             None => ServerRoots::Any,
         };
         let tls = client_tls(client_cert_key, &roots).map_err(KubeletClientError)?;
-        Ok(KubeletClient { tls })
+        Ok(KubeletClient {
+            tls,
+            preferred_address_types: crate::DEFAULT_KUBELET_PREFERRED_ADDRESS_TYPES
+                .map(String::from)
+                .to_vec(),
+        })
+    }
+
+    /// Tries the Node address types in this order (`--kubelet-preferred-address-types`).
+    pub fn with_preferred_address_types(mut self, types: Vec<String>) -> Self {
+        self.preferred_address_types = types;
+        self
+    }
+
+    /// The kubelet's `host:port` on `node`, or a 503 naming the addresses it has.
+    fn address_of(&self, node_name: &str, node: &Value) -> Result<(String, u16), ApiError> {
+        kubelet_address(node, &self.preferred_address_types).ok_or_else(|| {
+            let known: Vec<String> = node["status"]["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| {
+                    Some(format!(
+                        "{}: {}",
+                        a["type"].as_str()?,
+                        a["address"].as_str()?
+                    ))
+                })
+                .collect();
+            ApiError::service_unavailable(format!(
+                "node {node_name}: no preferred addresses found; known addresses: [{}]",
+                known.join(" ")
+            ))
+        })
     }
 }
 
@@ -304,23 +339,23 @@ pub fn kubelet_path(
     }
 }
 
-/// The kubelet's `host:port` from the Node: address by type preference, port from
+/// The kubelet's `host:port` from the Node: the first address of the first type in
+/// `preferred` the node has (upstream's `GetPreferredNodeAddress`: for Hostname, the
+/// `kubernetes.io/hostname` label when no such address is reported), port from
 /// `daemonEndpoints` (10250 when unset).
-pub fn kubelet_address(node: &Value) -> Option<(String, u16)> {
-    let addrs = node["status"]["addresses"].as_array()?;
-    let host = [
-        "InternalIP",
-        "ExternalIP",
-        "Hostname",
-        "InternalDNS",
-        "ExternalDNS",
-    ]
-    .iter()
-    .find_map(|t| {
+pub fn kubelet_address(node: &Value, preferred: &[String]) -> Option<(String, u16)> {
+    let addrs = node["status"]["addresses"].as_array();
+    let host = preferred.iter().find_map(|t| {
         addrs
-            .iter()
-            .find(|a| a["type"] == *t)
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == t.as_str())
             .and_then(|a| a["address"].as_str())
+            .or_else(|| {
+                (t == "Hostname")
+                    .then(|| node["metadata"]["labels"]["kubernetes.io/hostname"].as_str())
+                    .flatten()
+            })
             .filter(|a| !a.is_empty())
     })?;
     let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
@@ -504,8 +539,10 @@ pub(crate) async fn insecure_get(
     port: u16,
     path: &str,
 ) -> Result<(u16, Vec<u8>), String> {
+    // Dialled by host: the address types are never consulted.
     let client = KubeletClient {
         tls: insecure_tls()?,
+        preferred_address_types: Vec::new(),
     };
     let mut sender = dial(&client, host, port).await?;
     let req = Request::get(path)
@@ -617,11 +654,7 @@ pub(crate) async fn pod_subresource(
             e
         }
     })?;
-    let (host, port) = kubelet_address(&node).ok_or_else(|| {
-        ApiError::service_unavailable(format!(
-            "node {node_name} has no address to reach its kubelet at"
-        ))
-    })?;
+    let (host, port) = state.kubelet.address_of(node_name, &node)?;
     let path = kubelet_path(kind, ns, name, &container, &query);
     let url = format!("https://{host}:{port}{path}");
     let unreachable = |e: String| {
@@ -995,11 +1028,7 @@ async fn node_proxy(
         .and_then(|i| state.registry.store_for(i))
         .ok_or_else(|| ApiError::internal("no store for nodes"))?;
     let node = nodes.get(None, node_name).await?;
-    let (host, port) = kubelet_address(&node).ok_or_else(|| {
-        ApiError::service_unavailable(format!(
-            "node {node_name} has no address to reach its kubelet at"
-        ))
-    })?;
+    let (host, port) = state.kubelet.address_of(node_name, &node)?;
     let unreachable = |e: String| {
         ApiError::service_unavailable(format!(
             "error dialing the kubelet of node {node_name} at https://{host}:{port}: {e}"
@@ -1121,10 +1150,36 @@ mod tests {
             "addresses": [{"type": "Hostname", "address": "node-a"}, {"type": "InternalIP", "address": "10.0.0.5"}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10251}},
         }});
-        assert_eq!(kubelet_address(&node), Some(("10.0.0.5".into(), 10251)));
+        let kubeadm: Vec<String> = ["InternalIP", "ExternalIP", "Hostname"]
+            .map(String::from)
+            .to_vec();
+        let upstream_default = crate::DEFAULT_KUBELET_PREFERRED_ADDRESS_TYPES
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            kubelet_address(&node, &kubeadm),
+            Some(("10.0.0.5".into(), 10251))
+        );
+        assert_eq!(
+            kubelet_address(&node, &upstream_default),
+            Some(("node-a".into(), 10251))
+        );
         let node = json!({"status": {"addresses": [{"type": "Hostname", "address": "node-a"}]}});
-        assert_eq!(kubelet_address(&node), Some(("node-a".into(), 10250)));
-        assert_eq!(kubelet_address(&json!({"status": {}})), None);
+        assert_eq!(
+            kubelet_address(&node, &kubeadm),
+            Some(("node-a".into(), 10250))
+        );
+        assert_eq!(kubelet_address(&node, &["InternalIP".to_string()]), None);
+        // No Hostname address: the hostname label stands in, as upstream.
+        let node = json!({
+            "metadata": {"labels": {"kubernetes.io/hostname": "host-b"}},
+            "status": {"addresses": [{"type": "ExternalIP", "address": "192.0.2.7"}]},
+        });
+        assert_eq!(
+            kubelet_address(&node, &upstream_default),
+            Some(("host-b".into(), 10250))
+        );
+        assert_eq!(kubelet_address(&json!({"status": {}}), &kubeadm), None);
     }
 
     #[test]

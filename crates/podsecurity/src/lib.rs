@@ -431,19 +431,6 @@ pub fn namespace_update_warnings(
     warnings
 }
 
-/// Where a resource keeps its pod template (`None`: not a pod controller), for the
-/// resources upstream's plugin warns about.
-pub fn pod_template_path(group: &str, resource: &str) -> Option<&'static [&'static str]> {
-    match (group, resource) {
-        ("", "podtemplates") => Some(&["template"]),
-        ("", "replicationcontrollers")
-        | ("apps", "replicasets" | "deployments" | "statefulsets" | "daemonsets")
-        | ("batch", "jobs") => Some(&["spec", "template"]),
-        ("batch", "cronjobs") => Some(&["spec", "jobTemplate", "spec", "template"]),
-        _ => None,
-    }
-}
-
 /// Upstream's `isSignificantPodUpdate`: an update is evaluated only when it changes a
 /// container image, the number of (ephemeral) containers or a seccomp annotation;
 /// other pod updates (labels, status, ...) are admitted without a check.

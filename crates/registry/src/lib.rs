@@ -79,6 +79,11 @@ pub struct RegistryConfig {
     /// patch with the built-in types' patch metadata).
     pub patch: PatchFn,
     pub clock: Arc<dyn Clock>,
+    /// `--allow-privileged`: false refuses privileged containers in pods and pod
+    /// templates ("disallowed by cluster policy").
+    pub allow_privileged: bool,
+    /// `--event-ttl`: how long an Event is kept after its last write.
+    pub event_ttl: Duration,
 }
 
 impl std::fmt::Debug for RegistryConfig {
@@ -103,6 +108,8 @@ impl Default for RegistryConfig {
             compaction_interval: Duration::from_secs(300),
             patch: store::builtin_patch,
             clock: Arc::new(SystemClock),
+            allow_privileged: false,
+            event_ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -212,6 +219,7 @@ impl Registry {
                 config.bookmark_interval,
                 ns_prefix,
                 ns_cache.clone(),
+                config.allow_privileged,
             )));
         }
         tasks.push(tokio::spawn(compactor(
@@ -237,6 +245,8 @@ impl Registry {
                     config.bookmark_interval,
                     ns_prefix,
                     ns_cache.clone(),
+                    // Custom resources carry no pod spec the policy knows of.
+                    true,
                 )
             }))
         };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferrokube_api::resources::ResourceInfo;
-use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_apimachinery::fields::FieldSelector;
 use ferrokube_apimachinery::labels::Selector;
 use ferrokube_apimachinery::managedfields::{self, Schema, Scope, Writer};
@@ -282,6 +282,9 @@ pub struct Store {
     namespace_prefix: &'static str,
     /// The namespaces' watch cache, for the namespace check of every create.
     namespaces: Arc<ResourceCache>,
+    /// `--allow-privileged`; false refuses privileged containers in this resource's
+    /// pod spec or pod template, if it has one.
+    allow_privileged: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -376,6 +379,7 @@ impl Store {
         bookmark_interval: Duration,
         namespace_prefix: &'static str,
         namespaces: Arc<ResourceCache>,
+        allow_privileged: bool,
     ) -> Self {
         Store {
             info: strategy.info(),
@@ -388,6 +392,37 @@ impl Store {
             bookmark_interval,
             namespace_prefix,
             namespaces,
+            allow_privileged,
+        }
+    }
+
+    /// The cluster's policy on what a valid object may hold beyond its kind's rules:
+    /// with `--allow-privileged=false`, no privileged container in a pod or a pod
+    /// template (upstream checks it in the same validation, so it is a 422 too).
+    fn cluster_policy_errors(&self, obj: &Value) -> Vec<FieldError> {
+        if self.allow_privileged {
+            return Vec::new();
+        }
+        let template: &[&str] = if self.info.group.is_empty() && self.info.plural == "pods" {
+            &[]
+        } else {
+            match ferrokube_api::resources::pod_template_path(self.info.group, self.info.plural) {
+                Some(path) => path,
+                None => return Vec::new(),
+            }
+        };
+        let mut path: Option<FieldPath> = None;
+        let mut spec = obj;
+        for part in template.iter().chain(&["spec"]) {
+            path = Some(match path {
+                None => FieldPath::new(part),
+                Some(p) => p.child(part),
+            });
+            spec = &spec[*part];
+        }
+        match path {
+            Some(path) => ferrokube_validation::forbid_privileged(spec, &path),
+            None => Vec::new(),
         }
     }
 
@@ -686,7 +721,8 @@ impl Store {
         self.prepare_for_create(&mut obj);
         managedfields::drop_invalid(&mut obj);
         let name = meta::name(&obj).to_string();
-        let errs = self.strategy.validate_create(&obj);
+        let mut errs = self.strategy.validate_create(&obj);
+        errs.extend(self.cluster_policy_errors(&obj));
         if !errs.is_empty() {
             return Err(ApiError::invalid(
                 self.info.group,
@@ -1210,10 +1246,22 @@ impl Store {
             "resourceVersion",
             json!(current.mod_revision.to_string()),
         );
-        let errs = match part {
+        let mut errs = match part {
             Part::Resize => crate::kinds::validate_pod_resize(&fin, &old),
             _ => self.strategy.validate_update(&fin, &old),
         };
+        // Upstream validates the spec's containers on the main resource, and only the
+        // ephemeral containers on their subresource; status and resize writes are not
+        // held to it.
+        match part {
+            Part::Main => errs.extend(self.cluster_policy_errors(&fin)),
+            Part::EphemeralContainers => errs.extend(
+                self.cluster_policy_errors(&fin)
+                    .into_iter()
+                    .filter(|e| e.field.starts_with("spec.ephemeralContainers")),
+            ),
+            _ => {}
+        }
         if !errs.is_empty() {
             return Err(ApiError::invalid(
                 self.info.group,

@@ -87,6 +87,11 @@ async fn serve(
     opts.admission_plugins
         .set("ServiceAccount", false)
         .map_err(|e| TestServerError::Config(ferrokube_apiserver::ConfigError::Admission(e)))?;
+    // As kubeadm starts kube-apiserver (and our cluster scripts do).
+    opts.allow_privileged = true;
+    opts.kubelet_preferred_address_types = ["InternalIP", "ExternalIP", "Hostname"]
+        .map(String::from)
+        .to_vec();
     (boot.configure)(&mut opts);
     let config = opts.into_config(storage.clone()).await?;
     let server = Server::start(config).await?;

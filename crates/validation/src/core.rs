@@ -2469,3 +2469,26 @@ fn validate_resize_policy(
         }
     }
 }
+
+/// Upstream's `--allow-privileged=false` check (`ValidateSecurityContext` with
+/// `capabilities.AllowPrivileged` off): every privileged container of the pod spec at
+/// `path` (`spec`, `spec.template.spec`, ...) is refused. It reads the stored JSON, so
+/// the store can run it on any kind that carries a pod spec.
+pub fn forbid_privileged(spec: &serde_json::Value, path: &FieldPath) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
+            if c["securityContext"]["privileged"] == serde_json::Value::Bool(true) {
+                errs.push(FieldError::forbidden(
+                    &path
+                        .child(list)
+                        .index(i)
+                        .child("securityContext")
+                        .child("privileged"),
+                    "disallowed by cluster policy",
+                ));
+            }
+        }
+    }
+    errs
+}

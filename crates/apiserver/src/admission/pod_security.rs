@@ -165,7 +165,9 @@ fn pod_of(object: &Value, a: &Attributes) -> Result<Option<(ObjectMeta, PodSpec)
     let (meta, spec) = if a.is_core("pods") {
         (&object["metadata"], &object["spec"])
     } else {
-        let Some(path) = pss::pod_template_path(a.resource.group, a.resource.plural) else {
+        let Some(path) =
+            ferrokube_api::resources::pod_template_path(a.resource.group, a.resource.plural)
+        else {
             return Ok(None);
         };
         let template = path.iter().fold(object, |v, k| &v[*k]);
@@ -203,7 +205,8 @@ impl Plugin for PodSecurity {
             return a.subresource.is_empty() || a.subresource == "ephemeralcontainers";
         }
         a.subresource.is_empty()
-            && pss::pod_template_path(a.resource.group, a.resource.plural).is_some()
+            && ferrokube_api::resources::pod_template_path(a.resource.group, a.resource.plural)
+                .is_some()
     }
 
     async fn validate(
