@@ -1009,6 +1009,24 @@ s_create_token() {
   k delete serviceaccount default -n "$NS"
 }
 
+s_bootstrap_token() {
+  # kubeadm's token format: a Secret bootstrap-token-<id> in kube-system, used as the
+  # bearer token <id>.<secret> (--enable-bootstrap-token-auth).
+  k create secret generic bootstrap-token-e2e0ab -n kube-system \
+    --type=bootstrap.kubernetes.io/token --from-literal=token-id=e2e0ab \
+    --from-literal=token-secret=0123456789abcdef --from-literal=usage-bootstrap-authentication=true \
+    --from-literal=auth-extra-groups=system:bootstrappers:kubeadm:default-node-token
+  local as_token=(--kubeconfig=/dev/null --server="$API_URL" --certificate-authority="$API_CA")
+  k "${as_token[@]}" --token=e2e0ab.0123456789abcdef auth whoami
+  has '^Username +system:bootstrap:e2e0ab$'
+  has '^Groups +\[system:bootstrappers system:bootstrappers:kubeadm:default-node-token system:authenticated\]$'
+  if k "${as_token[@]}" --token=e2e0ab.0123456789abcdee auth whoami; then return 1; fi
+  has 'Unauthorized'
+  k delete secret bootstrap-token-e2e0ab -n kube-system
+  if k "${as_token[@]}" --token=e2e0ab.0123456789abcdef auth whoami; then return 1; fi
+  has 'Unauthorized'
+}
+
 s_certificate_approve() {
   # kubectl certificate approve PUTs the approval subresource; get shows the condition.
   local name="e2e-$NS"
@@ -1427,6 +1445,7 @@ suite() {
   step "auth whoami (--as, --as-group)" s_auth_whoami
   step "auth can-i (--list, --as a service account, after a RoleBinding)" s_auth_can_i
   step "create token default (a bound JWT that authenticates, RBAC applies)" s_create_token
+  step "bootstrap token: a kube-system token Secret authenticates as system:bootstrap:<id>, not after its deletion" s_bootstrap_token
   step "certificate approve (the CSR approval subresource), signed by kube-controller-manager, the certificate logs in" s_certificate_approve
   step "anonymous: version yes, pods 403, a bad token 401" s_anonymous
   step "PodSecurity: enforce, warn, relabel warnings, invalid label" s_pod_security

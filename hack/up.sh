@@ -282,6 +282,8 @@ if have_component "$KCM" --kubeconfig; then
   flag --root-ca-file "$FK_PKI_DIR/ca.crt"
   # As kubeadm: each controller runs as its ServiceAccount kube-system/<controller>.
   flag --use-service-account-credentials true
+  # As kubeadm: the bootstrap-token controllers (off by default upstream) on as well.
+  flag --controllers '*,bootstrapsigner,tokencleaner'
   flag --cluster-signing-cert-file "$FK_PKI_DIR/ca.crt"
   flag --cluster-signing-key-file "$FK_PKI_DIR/ca.key"
   flag --cluster-cidr "$FK_CLUSTER_CIDR"

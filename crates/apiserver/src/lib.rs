@@ -12,6 +12,7 @@ mod admission;
 mod aggregator;
 mod audit;
 mod authentication_info;
+mod bootstrap_token;
 mod componentstatus;
 mod conversion;
 mod discovery;
@@ -589,6 +590,12 @@ impl Options {
         let tokens = self.service_account_tokens(&registry, &advertise_ip)?;
         if let Some(t) = &tokens {
             authenticators.push(Box::new(t.authenticator.clone()));
+        }
+        if self.enable_bootstrap_token_auth {
+            authenticators.push(Box::new(
+                bootstrap_token::BootstrapTokenAuthenticator::new(&registry)
+                    .ok_or_else(|| ConfigError::Registry("no store for secrets".into()))?,
+            ));
         }
         let kubelet_cert_key = match (&self.kubelet_client_certificate, &self.kubelet_client_key) {
             (Some(c), Some(k)) => Some((read(c)?, read(k)?)),

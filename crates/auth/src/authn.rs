@@ -13,7 +13,7 @@ mod x509;
 
 pub use request_header::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use serviceaccount::ServiceAccountTokenAuthenticator;
-pub use token::TokenFileAuthenticator;
+pub use token::{Bearer, TokenFileAuthenticator, bearer_token};
 pub use x509::{X509Authenticator, client_cert_verifier};
 
 use http::HeaderMap;

@@ -28,7 +28,9 @@
 //! scaled through their scale subresource from resource metrics), [`persistentvolume`]
 //! (PersistentVolumeClaims bound to PersistentVolumes, reclaim policies, external
 //! provisioners asked for volumes), [`servicecidrs`] (the ServiceCIDR finalizer and
-//! Ready condition; a deletion held while it would orphan a Service's cluster IP).
+//! Ready condition; a deletion held while it would orphan a Service's cluster IP),
+//! [`bootstrap`] (bootstrap token Secrets deleted once expired, and `cluster-info`
+//! signed with the signing tokens; both off unless named in `--controllers`).
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -36,6 +38,7 @@
 //! k8s-openapi. It must not depend on storage*, registry, admission or apiserver;
 //! `ferrokube-testing` is a dev-dependency only.
 
+pub mod bootstrap;
 pub mod clientbuilder;
 pub mod cronjob;
 pub mod csr;

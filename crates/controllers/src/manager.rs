@@ -14,6 +14,7 @@ use ferrokube_client::events::{EventApi, EventBroadcaster, EventBroadcasterOptio
 use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
 
+use crate::bootstrap::{BootstrapSignerController, TokenCleanerController};
 use crate::clientbuilder::{ControllerClients, ServiceAccountClients};
 use crate::cronjob::CronJobController;
 use crate::csrapproving::CsrApprovingController;
@@ -102,6 +103,9 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ),
     // Upstream has no older alias for it.
     ("service-cidr-controller", "service-cidr-controller"),
+    // Both in DISABLED_BY_DEFAULT.
+    ("bootstrap-signer-controller", "bootstrapsigner"),
+    ("token-cleaner-controller", "tokencleaner"),
 ];
 
 /// Upstream names this manager knows but does not run (accepted in `--controllers`).
@@ -109,8 +113,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "persistentvolume-attach-detach-controller",
     "persistentvolume-expander-controller",
     "ttl-controller",
-    "bootstrap-signer-controller",
-    "token-cleaner-controller",
     "clusterrole-aggregation-controller",
     "storageversion-garbage-collector-controller",
     "taint-eviction-controller",
@@ -151,6 +153,8 @@ pub fn service_account_name(controller: &str) -> &str {
         "horizontal-pod-autoscaler-controller" => "horizontal-pod-autoscaler",
         "persistentvolume-binder-controller" => "persistent-volume-binder",
         "service-cidr-controller" => "service-cidrs-controller",
+        "bootstrap-signer-controller" => "bootstrap-signer",
+        "token-cleaner-controller" => "token-cleaner",
         other => other,
     }
 }
@@ -512,6 +516,13 @@ impl Manager {
                 "disruption-controller" => {
                     (DisruptionController::new(&factory, client.clone(), rec), 1)
                 }
+                // Upstream runs one worker for each.
+                "bootstrap-signer-controller" => {
+                    (BootstrapSignerController::new(&factory, client.clone()), 1)
+                }
+                "token-cleaner-controller" => {
+                    (TokenCleanerController::new(&factory, client.clone()), 1)
+                }
                 "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
                     // Upstream runs one worker.
                     Some(ca) => (
@@ -611,7 +622,7 @@ mod tests {
     fn controllers_flag() {
         assert_eq!(
             enabled_controllers(&s(&["*"])).unwrap().len(),
-            CONTROLLERS.len()
+            CONTROLLERS.len() - DISABLED_BY_DEFAULT.len()
         );
         let e = enabled_controllers(&s(&["*", "-garbagecollector", "-podgc"])).unwrap();
         assert!(!e.contains(&"garbage-collector-controller"));
@@ -630,6 +641,61 @@ mod tests {
         );
         assert!(enabled_controllers(&s(&["nonsense"])).is_err());
         assert!(enabled_controllers(&s(&["*", "-job-controller"])).is_ok());
+    }
+
+    #[test]
+    fn the_bootstrap_controllers_run_only_when_named() {
+        let star = enabled_controllers(&s(&["*"])).unwrap();
+        assert!(!star.contains(&"bootstrap-signer-controller"));
+        assert!(!star.contains(&"token-cleaner-controller"));
+        // kubeadm's --controllers.
+        let kubeadm = enabled_controllers(&s(&["*", "bootstrapsigner", "tokencleaner"])).unwrap();
+        assert!(kubeadm.contains(&"bootstrap-signer-controller"));
+        assert!(kubeadm.contains(&"token-cleaner-controller"));
+        assert_eq!(kubeadm.len(), CONTROLLERS.len());
+        for c in DISABLED_BY_DEFAULT {
+            assert!(!NOT_IMPLEMENTED.contains(c));
+        }
+        assert_eq!(
+            service_account_name("bootstrap-signer-controller"),
+            "bootstrap-signer"
+        );
+        assert_eq!(
+            service_account_name("token-cleaner-controller"),
+            "token-cleaner"
+        );
+        // Their writes, as their namespaced roles grant them (the informers use the
+        // manager's own credentials).
+        let grants = |ns: &str, role: &str, verb: &str, resource: &str, name: &str| {
+            ferrokube_auth::bootstrap::namespace_roles()
+                .into_iter()
+                .any(|r| {
+                    r.metadata.namespace.as_deref() == Some(ns)
+                        && r.metadata.name.as_deref() == Some(role)
+                        && r.rules.iter().flatten().any(|rule| {
+                            rule.verbs.iter().any(|v| v == verb)
+                                && rule.resources.iter().flatten().any(|x| x == resource)
+                                && rule
+                                    .resource_names
+                                    .as_ref()
+                                    .is_none_or(|n| n.iter().any(|x| x == name))
+                        })
+                })
+        };
+        assert!(grants(
+            "kube-system",
+            "system:controller:token-cleaner",
+            "delete",
+            "secrets",
+            "bootstrap-token-abcdef"
+        ));
+        assert!(grants(
+            "kube-public",
+            "system:controller:bootstrap-signer",
+            "update",
+            "configmaps",
+            "cluster-info"
+        ));
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl TokenFileAuthenticator {
 
 /// What the `Authorization` header says about bearer tokens.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Bearer<'a> {
+pub enum Bearer<'a> {
     /// No bearer credential: no header, another scheme, or an empty token.
     None,
     Token(&'a str),
@@ -119,7 +119,7 @@ pub(crate) enum Bearer<'a> {
 /// Upstream's extraction: the first `Authorization` value, trimmed; split on single
 /// spaces; the scheme compared case-insensitively to `bearer`; the token is the second
 /// part; an empty token (e.g. `Bearer  x` with two spaces) counts as no credential.
-pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Bearer<'_> {
+pub fn bearer_token(headers: &http::HeaderMap) -> Bearer<'_> {
     let Some(value) = headers.get(AUTHORIZATION) else {
         return Bearer::None;
     };
