@@ -17,6 +17,7 @@ pub mod cache;
 pub mod conversion;
 pub mod custom;
 pub mod errors;
+mod event_ttl;
 pub mod kinds;
 pub mod meta;
 pub mod service_claims;
@@ -136,6 +137,8 @@ pub struct Registry {
     service_claims: Arc<service_claims::ServiceClaims>,
     /// This apiserver in the `kubernetes` Service's endpoints.
     api_endpoint: api_endpoints::ApiEndpoint,
+    /// The expiry of Events (`--event-ttl`); `None` when they are kept forever.
+    event_ttl: Option<event_ttl::EventTtl>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -226,6 +229,12 @@ impl Registry {
             storage.clone(),
             config.compaction_interval,
         )));
+        let event_ttl = event_ttl::EventTtl::start(&stores, storage.clone(), &config).map(
+            |(handle, expiry)| {
+                tasks.push(tokio::spawn(expiry));
+                handle
+            },
+        );
         let custom_cache = hub
             .cache(CUSTOM_RESOURCES_CACHE)
             .ok_or(RegistryError::CacheStart)?;
@@ -271,6 +280,7 @@ impl Registry {
                 port: config.secure_port,
                 clock: config.clock.clone(),
             },
+            event_ttl,
         };
         let service_store = reg
             .core("services")
@@ -300,6 +310,16 @@ impl Registry {
     /// default ServiceCIDR (run every [`service_claims::REPAIR_INTERVAL`] anyway).
     pub async fn repair_service_claims(&self) -> Result<(), ApiError> {
         self.service_claims.reconcile(self.core("services")?).await
+    }
+
+    /// One expiry pass over Events now (run every `min(--event-ttl / 20, 60 s)`
+    /// anyway): deletes those last written longer than `--event-ttl` ago and returns
+    /// how many; 0 when the TTL is 0 (events are kept).
+    pub async fn expire_events(&self) -> Result<usize, ApiError> {
+        match &self.event_ttl {
+            Some(expiry) => expiry.expire_now().await,
+            None => Ok(0),
+        }
     }
 
     /// Renews this apiserver's lease and points the `kubernetes` Service's Endpoints
