@@ -396,7 +396,8 @@ async fn main() -> anyhow::Result<()> {
     opts.proxy_client_key_file = args.proxy_client_key_file;
     opts.enable_aggregator_routing = args.enable_aggregator_routing;
     opts.enable_priority_and_fairness = args.enable_priority_and_fairness;
-    if args.max_requests_inflight + args.max_mutating_requests_inflight == 0
+    if args.max_requests_inflight == 0
+        && args.max_mutating_requests_inflight == 0
         && args.enable_priority_and_fairness
     {
         anyhow::bail!(

@@ -2,8 +2,8 @@
 //!
 //! Pipeline, outermost first: panic recovery (a panic answers 500, the process
 //! lives), metrics and the audit record -> request info -> authentication (401) ->
-//! audit policy -> impersonation -> authorization (403) -> body limit (413) ->
-//! routing -> registry call -> encoding.
+//! audit policy -> impersonation -> priority and fairness or max-in-flight (429) ->
+//! authorization (403) -> body limit (413) -> routing -> registry call -> encoding.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -56,6 +56,9 @@ pub(crate) struct State {
     pub aggregator: Arc<crate::aggregator::Aggregator>,
     /// API Priority and Fairness (None: off).
     pub flow_control: Option<Arc<crate::flowcontrol::Apf>>,
+    /// The max-in-flight limits, used instead when priority and fairness is off (None:
+    /// it is on, or both limits are 0).
+    pub max_in_flight: Option<crate::maxinflight::MaxInFlight>,
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
@@ -264,31 +267,46 @@ async fn handle(
         Err(e) => return error_response(&e),
     };
     attrs.user = user;
-    // Priority and fairness, between authentication and authorization as upstream's
-    // filter chain has it: the request waits here for a seat of its priority level,
-    // which it holds until its response starts.
-    let (flow_headers, _seat) = match &state.flow_control {
-        None => (None, None),
-        Some(apf) => {
-            let long_running = crate::audit::is_long_running(&attrs);
-            match apf.admit(&attrs, long_running).await {
-                crate::flowcontrol::Admission::Unlimited => (None, None),
-                crate::flowcontrol::Admission::Admitted {
-                    flow_schema_uid,
-                    priority_level_uid,
-                    seat,
-                } => (Some((flow_schema_uid, priority_level_uid)), seat),
-                crate::flowcontrol::Admission::Rejected {
-                    flow_schema_uid,
-                    priority_level_uid,
-                } => {
-                    let mut r = error_response(&crate::flowcontrol::too_many_requests());
-                    flow_control_headers(&mut r, &flow_schema_uid, &priority_level_uid);
-                    return r;
-                }
+    // Priority and fairness, or else max-in-flight, between authentication and
+    // authorization as upstream's filter chain has them: the request waits here for a
+    // seat of its priority level (or takes a slot of its kind), which it holds until
+    // its response starts.
+    let long_running = crate::audit::is_long_running(&attrs);
+    let (flow_headers, _seat, _slot) = if let Some(apf) = &state.flow_control {
+        match apf.admit(&attrs, long_running).await {
+            crate::flowcontrol::Admission::Unlimited => (None, None, None),
+            crate::flowcontrol::Admission::Admitted {
+                flow_schema_uid,
+                priority_level_uid,
+                seat,
+            } => (Some((flow_schema_uid, priority_level_uid)), seat, None),
+            crate::flowcontrol::Admission::Rejected {
+                flow_schema_uid,
+                priority_level_uid,
+            } => {
+                let mut r = error_response(&crate::flowcontrol::too_many_requests());
+                flow_control_headers(&mut r, &flow_schema_uid, &priority_level_uid);
+                return r;
             }
         }
+    } else if let Some(limits) = &state.max_in_flight {
+        match limits.admit(&attrs, long_running) {
+            crate::maxinflight::Admission::Unlimited => (None, None, None),
+            crate::maxinflight::Admission::Admitted(slot) => (None, None, slot),
+            // Upstream's max-in-flight and priority-and-fairness filters answer a
+            // refused request alike.
+            crate::maxinflight::Admission::Rejected => {
+                return error_response(&crate::flowcontrol::too_many_requests());
+            }
+        }
+    } else {
+        (None, None, None)
     };
+    let _executing = (!long_running).then(|| {
+        state
+            .metrics
+            .executing(crate::maxinflight::is_mutating(&attrs.verb))
+    });
     let mut response = authorized(state, req, attrs, path, &q, audit).await;
     if let Some((fs, pl)) = &flow_headers {
         flow_control_headers(&mut response, fs, pl);

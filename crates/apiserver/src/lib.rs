@@ -21,6 +21,7 @@ mod eviction;
 mod flowcontrol;
 mod handler;
 mod health;
+mod maxinflight;
 mod metrics;
 mod openapi;
 mod output;
@@ -91,6 +92,9 @@ pub struct Config {
     pub aggregator: AggregatorConfig,
     /// API Priority and Fairness (None: `--enable-priority-and-fairness=false`).
     pub(crate) flow_control: Option<Arc<flowcontrol::Apf>>,
+    /// `--max-requests-inflight` / `--max-mutating-requests-inflight` limits, when
+    /// priority and fairness is off (None: it is on, or both limits are 0).
+    pub(crate) max_in_flight: Option<maxinflight::MaxInFlight>,
 }
 
 impl std::fmt::Debug for Config {
@@ -199,6 +203,7 @@ impl Server {
             shutdown: shutdown_rx.clone(),
             audit: config.audit,
             flow_control: config.flow_control,
+            max_in_flight: config.max_in_flight,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
         let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
@@ -545,10 +550,20 @@ impl Options {
         flowcontrol::bootstrap::ensure(&registry)
             .await
             .map_err(|e| ConfigError::Registry(format!("bootstrap flow control: {e}")))?;
-        let flow_control = if self.enable_priority_and_fairness {
-            Some(flowcontrol::Apf::new(&registry).map_err(ConfigError::Registry)?)
+        let (flow_control, max_in_flight) = if self.enable_priority_and_fairness {
+            // As upstream: the two limits together are what the priority levels share.
+            let server_limit = self
+                .max_requests_inflight
+                .saturating_add(self.max_mutating_requests_inflight);
+            let apf =
+                flowcontrol::Apf::new(&registry, server_limit).map_err(ConfigError::Registry)?;
+            (Some(apf), None)
         } else {
-            None
+            let limits = maxinflight::MaxInFlight::new(
+                self.max_requests_inflight,
+                self.max_mutating_requests_inflight,
+            );
+            (None, limits)
         };
         authentication_info::publish(
             &registry,
@@ -652,6 +667,7 @@ impl Options {
                 route_to_endpoints: self.enable_aggregator_routing,
             },
             flow_control,
+            max_in_flight,
         })
     }
 }

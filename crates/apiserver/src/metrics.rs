@@ -121,6 +121,94 @@ impl Histogram {
     }
 }
 
+/// Upstream's `apiserver_current_inflight_requests`: not the count at the scrape but
+/// the highest count of the last whole second, so that short bursts show. Tracked in
+/// one-second periods since `start`; a period in which nothing started or ended held
+/// the count throughout.
+struct Inflight {
+    start: Instant,
+    /// Executing now: `[readOnly, mutating]`.
+    current: [AtomicI64; 2],
+    periods: Mutex<Periods>,
+}
+
+#[derive(Default)]
+struct Periods {
+    /// The period (seconds since `start`) `this` is the high mark of.
+    period: u64,
+    this: [i64; 2],
+    /// The high mark of the period before `period`.
+    last: [i64; 2],
+}
+
+impl Inflight {
+    fn new() -> Inflight {
+        Inflight {
+            start: Instant::now(),
+            current: [AtomicI64::new(0), AtomicI64::new(0)],
+            periods: Mutex::default(),
+        }
+    }
+
+    fn now_period(&self) -> u64 {
+        self.start.elapsed().as_secs()
+    }
+
+    fn current(&self) -> [i64; 2] {
+        self.current
+            .each_ref()
+            .map(|c| c.load(Ordering::Relaxed).max(0))
+    }
+
+    /// Moves `periods` on to `now`, the count unchanged since the last call standing
+    /// for the periods skipped.
+    fn roll(&self, periods: &mut Periods, now: u64) {
+        if now <= periods.period {
+            return;
+        }
+        let current = self.current();
+        periods.last = if now == periods.period + 1 {
+            periods.this
+        } else {
+            current
+        };
+        periods.this = current;
+        periods.period = now;
+    }
+
+    fn add(&self, kind: usize, delta: i64) {
+        self.add_at(kind, delta, self.now_period());
+    }
+
+    fn add_at(&self, kind: usize, delta: i64, now: u64) {
+        let mut periods = self.periods.lock();
+        // Rolled before the change and counted under the lock: the count a new period
+        // starts at is the one before this request came or went.
+        self.roll(&mut periods, now);
+        let count = self.current[kind].fetch_add(delta, Ordering::Relaxed) + delta;
+        periods.this[kind] = periods.this[kind].max(count);
+    }
+
+    /// The high marks of the last whole period before `now`.
+    fn last_period(&self, now: u64) -> [i64; 2] {
+        let mut periods = self.periods.lock();
+        self.roll(&mut periods, now);
+        periods.last
+    }
+}
+
+/// A request counted in `apiserver_current_inflight_requests` until dropped.
+pub(crate) struct Executing<'a> {
+    inflight: &'a Inflight,
+    kind: usize,
+}
+
+impl Drop for Executing<'_> {
+    fn drop(&mut self) {
+        self.inflight.add(self.kind, -1);
+    }
+}
+
 /// Counters of one server; no process-global state.
 pub struct Metrics {
     /// verb → resource → code → count.
@@ -128,6 +216,7 @@ pub struct Metrics {
     request_latency: Histogram,
     storage_latency: Histogram,
     watchers: AtomicI64,
+    inflight: Inflight,
 }
 
 impl Default for Metrics {
@@ -147,6 +236,7 @@ impl Default for Metrics {
                 STORAGE_BUCKETS,
             ),
             watchers: AtomicI64::new(0),
+            inflight: Inflight::new(),
         }
     }
 }
@@ -173,6 +263,17 @@ impl Metrics {
         self.watchers.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Counts a request that is not long-running as executing (in upstream's
+    /// `readOnly` or `mutating` kind) while the guard lives.
+    pub(crate) fn executing(&self, mutating: bool) -> Executing<'_> {
+        let kind = usize::from(mutating);
+        self.inflight.add(kind, 1);
+        Executing {
+            inflight: &self.inflight,
+            kind,
+        }
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");
@@ -192,6 +293,11 @@ impl Metrics {
             out,
             "# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests.\n# TYPE apiserver_longrunning_requests gauge\napiserver_longrunning_requests{{verb=\"WATCH\"}} {}",
             self.watchers.load(Ordering::Relaxed)
+        );
+        let [read_only, mutating] = self.inflight.last_period(self.inflight.now_period());
+        let _ = writeln!(
+            out,
+            "# HELP apiserver_current_inflight_requests Maximal number of currently used inflight request limit of this apiserver per request kind in last second.\n# TYPE apiserver_current_inflight_requests gauge\napiserver_current_inflight_requests{{request_kind=\"mutating\"}} {mutating}\napiserver_current_inflight_requests{{request_kind=\"readOnly\"}} {read_only}"
         );
         out
     }
@@ -344,6 +450,34 @@ mod tests {
             "apiserver_request_duration_seconds_count{verb=\"GET\",resource=\"pods\"} 3"
         ));
         assert!(t.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
+    }
+
+    #[test]
+    fn inflight_reports_the_high_mark_of_the_last_second() {
+        let m = Metrics::default();
+        let t = m.render();
+        assert!(t.contains("apiserver_current_inflight_requests{request_kind=\"mutating\"} 0"));
+        assert!(t.contains("apiserver_current_inflight_requests{request_kind=\"readOnly\"} 0"));
+        {
+            let _a = m.executing(true);
+            let _b = m.executing(false);
+            assert_eq!(m.inflight.current(), [1, 1]);
+        }
+        assert_eq!(m.inflight.current(), [0, 0]);
+
+        // Periods given by hand rather than waited for (period 0 may be under way).
+        let f = Inflight::new();
+        let (read_only, mutating) = (0, 1);
+        f.add_at(mutating, 1, 10);
+        f.add_at(mutating, 1, 10);
+        f.add_at(read_only, 1, 10);
+        f.add_at(mutating, -1, 10);
+        assert_eq!(f.last_period(10), [0, 0], "period 10 is not over");
+        assert_eq!(f.last_period(11), [1, 2], "the high marks of period 10");
+        f.add_at(mutating, -1, 11);
+        assert_eq!(f.last_period(12), [1, 1], "period 11 started at the count");
+        assert_eq!(f.last_period(20), [1, 0], "quiet periods held the count");
+        assert_eq!(f.current(), [1, 0]);
     }
 
     #[test]

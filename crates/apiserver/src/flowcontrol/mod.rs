@@ -2,8 +2,9 @@
 //! `server/filters/priority-and-fairness.go`): every request is classified by the
 //! FlowSchemas (lowest `matchingPrecedence` first, then by name) into a priority level;
 //! an `Exempt` level runs everything at once, a `Limited` one runs as many requests as
-//! its share of the server's concurrency limit and queues the rest (shuffle-sharded by
-//! flow: the schema and the user or namespace) or rejects them with 429. Responses name
+//! its share of the server's concurrency limit (`--max-requests-inflight` +
+//! `--max-mutating-requests-inflight`) and queues the rest (shuffle-sharded by flow:
+//! the schema and the user or namespace) or rejects them with 429. Responses name
 //! the schema and the level in `X-Kubernetes-PF-FlowSchema-UID` and
 //! `X-Kubernetes-PF-PriorityLevel-UID`.
 //!
@@ -35,9 +36,6 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-/// Upstream's `--max-requests-inflight` + `--max-mutating-requests-inflight` defaults
-/// (400 + 200): the concurrency the levels' shares divide.
-pub(crate) const SERVER_CONCURRENCY_LIMIT: u32 = 600;
 /// How long a queued request waits for a seat (upstream: a quarter of the default
 /// 60 s request timeout).
 const QUEUE_WAIT_LIMIT: Duration = Duration::from_secs(15);
@@ -157,6 +155,9 @@ type Digested = (Vec<Arc<Value>>, Vec<Arc<Value>>, Arc<Config>);
 
 /// The filter's state: the configuration's sources, its digest and the levels.
 pub(crate) struct Apf {
+    /// `--max-requests-inflight` + `--max-mutating-requests-inflight` (upstream's
+    /// `serverConcurrencyLimit`): the concurrency the levels' shares divide.
+    server_limit: u32,
     flow_schemas: Arc<Store>,
     priority_levels: Arc<Store>,
     digested: Mutex<Digested>,
@@ -165,7 +166,12 @@ pub(crate) struct Apf {
 }
 
 impl Apf {
-    pub(crate) fn new(registry: &ferrokube_registry::Registry) -> Result<Arc<Apf>, String> {
+    /// `server_limit`: the concurrency the limited levels share (upstream passes
+    /// `MaxRequestsInFlight + MaxMutatingRequestsInFlight`).
+    pub(crate) fn new(
+        registry: &ferrokube_registry::Registry,
+        server_limit: u32,
+    ) -> Result<Arc<Apf>, String> {
         let store = |plural: &str| {
             registry
                 .store(GROUP, "v1", plural)
@@ -173,9 +179,14 @@ impl Apf {
                 .ok_or_else(|| format!("no store for {plural}"))
         };
         Ok(Arc::new(Apf {
+            server_limit,
             flow_schemas: store("flowschemas")?,
             priority_levels: store("prioritylevelconfigurations")?,
-            digested: Mutex::new((Vec::new(), Vec::new(), Arc::new(digest(&[], &[])))),
+            digested: Mutex::new((
+                Vec::new(),
+                Vec::new(),
+                Arc::new(digest(&[], &[], server_limit)),
+            )),
             levels: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(0),
         }))
@@ -192,7 +203,7 @@ impl Apf {
         {
             return digested.2.clone();
         }
-        let config = Arc::new(digest(&schemas, &levels));
+        let config = Arc::new(digest(&schemas, &levels, self.server_limit));
         self.apply_levels(&config);
         *digested = (schemas, levels, config.clone());
         config
@@ -342,8 +353,10 @@ pub(crate) fn too_many_requests() -> ApiError {
 }
 
 /// The configuration from the cached objects, the mandatory objects standing in for
-/// missing ones; flow schemas naming a missing level are left out (dangling).
-fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>]) -> Config {
+/// missing ones; flow schemas naming a missing level are left out (dangling). Each
+/// limited level's nominal limit is upstream's `ceil(server_limit * shares /
+/// sum of all levels' shares)`.
+fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> Config {
     let mut level_objects: Vec<PriorityLevelConfiguration> = levels
         .iter()
         .filter_map(|v| serde_json::from_value((**v).clone()).ok())
@@ -393,7 +406,7 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>]) -> Config {
                     queuing: None,
                 },
                 Some(limited) => {
-                    let limit = (u64::from(SERVER_CONCURRENCY_LIMIT) * u64::from(shares(l)))
+                    let limit = (u64::from(server_limit) * u64::from(shares(l)))
                         .div_ceil(u64::from(total_shares));
                     let response = limited.limit_response.as_ref();
                     let queuing = response.filter(|r| r.type_ == "Queue").map(|r| {
@@ -730,6 +743,7 @@ mod tests {
                 schema("dangling", 1, "missing", json!([])),
             ],
             &[level("low", 10, None), level("high", 30, None)],
+            600,
         );
         let names: Vec<&str> = config.schemas.iter().map(|s| s.name.as_str()).collect();
         // The mandatory exempt (precedence 1) and catch-all (10000) stand in; the
@@ -766,12 +780,24 @@ mod tests {
 
     #[test]
     fn levels_share_the_server_limit_by_their_shares() {
-        let config = digest(&[], &[level("low", 10, None), level("high", 30, None)]);
-        // With the mandatory exempt (0 shares) and catch-all (5): 45 shares in all.
+        let levels = [level("low", 10, None), level("high", 30, None)];
+        // The flags' defaults, 400 + 200. With the mandatory exempt (0 shares) and
+        // catch-all (5): 45 shares in all.
+        let config = digest(&[], &levels, 600);
         assert_eq!(config.levels["high"].limit, Some(400));
         assert_eq!(config.levels["low"].limit, Some(134));
         assert_eq!(config.levels["catch-all"].limit, Some(67));
         assert_eq!(config.levels["exempt"].limit, None);
+        // Another configured limit divides the same way (ceil(90 * 10 / 45) = 20).
+        let config = digest(&[], &levels, 90);
+        assert_eq!(config.levels["high"].limit, Some(60));
+        assert_eq!(config.levels["low"].limit, Some(20));
+        assert_eq!(config.levels["catch-all"].limit, Some(10));
+        // Rounding up, and never below one seat: ceil(2 * 5 / 45) = 1.
+        let config = digest(&[], &levels, 2);
+        assert_eq!(config.levels["high"].limit, Some(2));
+        assert_eq!(config.levels["low"].limit, Some(1));
+        assert_eq!(config.levels["catch-all"].limit, Some(1));
     }
 
     #[test]
