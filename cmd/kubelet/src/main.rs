@@ -27,6 +27,13 @@ struct Opts {
     /// Path to a kubeconfig file with the API server's location and credentials.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// A kubeconfig whose (bootstrap token) credentials request a client certificate
+    /// when --kubeconfig has no valid one; --kubeconfig is then written to use it.
+    #[arg(long = "bootstrap-kubeconfig")]
+    bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the certificates and keys of --bootstrap-kubeconfig's bootstrap are kept.
+    #[arg(long = "cert-dir", default_value = ferrokube_kubelet::bootstrap::DEFAULT_CERT_DIR)]
+    cert_dir: PathBuf,
     /// A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -505,6 +512,27 @@ async fn main() -> anyhow::Result<()> {
     given.image_service_endpoint = image_endpoint.clone();
     cfg.configz = effective_configuration(&given, &cfg, &node, &auth_settings).to_value();
 
+    // Upstream bootstraps before it reads --kubeconfig, and treats an empty flag as unset.
+    if let Some(bootstrap) = opts
+        .bootstrap_kubeconfig
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        let Some(kubeconfig) = opts.kubeconfig.as_ref() else {
+            bail!(
+                "--bootstrap-kubeconfig needs --kubeconfig, where the bootstrapped kubeconfig is written"
+            );
+        };
+        let bootstrap_opts = ferrokube_kubelet::bootstrap::BootstrapOptions::new(
+            kubeconfig,
+            bootstrap,
+            &opts.cert_dir,
+            &node_name,
+        );
+        ferrokube_kubelet::bootstrap::load_client_cert(&bootstrap_opts)
+            .await
+            .context("failed to run the kubelet TLS bootstrap")?;
+    }
     let kcfg = match &opts.kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)

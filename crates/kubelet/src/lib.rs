@@ -35,6 +35,8 @@
 //!   eviction manager's decisions), [`streaming`] (exec,
 //!   attach and port-forward handed to the runtime's streaming server), [`static_pods`]
 //!   (`--pod-manifest-path` manifests, upstream's naming and hash, mirror pods),
+//!   [`bootstrap`] (TLS bootstrapping: `--bootstrap-kubeconfig`, a node client
+//!   certificate requested through a CertificateSigningRequest),
 //!   [`stats`] (`/stats/summary` and its collection), [`metrics`] (`/metrics`,
 //!   `/metrics/cadvisor`), [`resource_metrics`] (`/metrics/resource`, pure rendering of
 //!   the summary's CPU and memory for metrics-server).
@@ -43,6 +45,7 @@ pub mod actions;
 pub mod atomic_writer;
 pub mod auth;
 pub mod backoff;
+pub mod bootstrap;
 pub mod cgroup;
 pub mod config;
 pub mod container;
