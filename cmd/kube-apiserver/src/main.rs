@@ -12,6 +12,8 @@ use clap::Parser;
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage::Storage;
 
+mod runtime_config;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kube-apiserver",
@@ -200,6 +202,12 @@ struct Args {
         default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
     )]
     kubelet_preferred_address_types: Vec<String>,
+    /// A set of key=value pairs that enable or disable built-in APIs (api/all,
+    /// api/ga, api/beta, api/alpha, api/legacy, <group>/<version>). Ferrokube serves
+    /// one GA version of each built-in group: turning those on is accepted, naming a
+    /// version it does not serve or turning one off stops the start.
+    #[arg(long, default_value = "")]
+    runtime_config: String,
     /// Amount of time to retain events (Go duration).
     #[arg(long, default_value = "1h0m0s")]
     event_ttl: String,
@@ -419,6 +427,11 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     opts.kubelet_preferred_address_types = args.kubelet_preferred_address_types;
+    for warning in runtime_config::check(&args.runtime_config)
+        .map_err(|e| anyhow::anyhow!("--runtime-config: {e}"))?
+    {
+        tracing::warn!("{warning}");
+    }
     opts.event_ttl = go_duration(&args.event_ttl)
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     let config = opts.into_config(storage).await?;
