@@ -55,6 +55,10 @@ struct Opts {
     /// Taints to register the node with (key=value:Effect,...).
     #[arg(long = "register-with-taints")]
     register_with_taints: Option<String>,
+    /// Register the node with the apiserver (else it must exist already; the kubelet
+    /// then only keeps its status). Default true, or the config file's registerNode.
+    #[arg(long = "register-node", num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    register_node: Option<bool>,
     /// DNS server addresses for ClusterFirst pods, comma separated.
     #[arg(long = "cluster-dns")]
     cluster_dns: Option<String>,
@@ -264,6 +268,7 @@ async fn main() -> anyhow::Result<()> {
     cfg.hostname = node_name.clone();
     cfg.node_ips = node_ips.clone();
     cfg.node_labels = parse_labels(&opts.node_labels)?;
+    cfg.register_node = opts.register_node.or(file.register_node).unwrap_or(true);
     cfg.register_with_taints = match (&opts.register_with_taints, &file.register_with_taints) {
         (Some(s), _) => parse_taints(s)?,
         (None, Some(ts)) => ts

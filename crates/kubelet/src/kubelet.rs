@@ -53,6 +53,9 @@ pub struct KubeletConfig {
     pub node_ips: Vec<String>,
     pub node_labels: BTreeMap<String, String>,
     pub register_with_taints: Vec<Taint>,
+    /// `--register-node` (default true): whether the kubelet creates its Node; when
+    /// false it waits for someone else to, and then keeps its status as usual.
+    pub register_node: bool,
     pub root_dir: std::path::PathBuf,
     pub kube_reserved: Reserved,
     pub system_reserved: Reserved,
@@ -103,6 +106,7 @@ impl KubeletConfig {
             node_ips: vec![],
             node_labels: BTreeMap::new(),
             register_with_taints: vec![],
+            register_node: true,
             root_dir: "/var/lib/kubelet".into(),
             kube_reserved: Reserved::default(),
             system_reserved: Reserved::default(),
@@ -394,6 +398,11 @@ impl Kubelet {
     /// `tryRegisterWithAPIServer` + `reconcileDefaultLabels`).
     async fn register(&self, inputs: &NodeInputs, now: &Time) -> Result<Node, kube::Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
+        if !self.config.register_node {
+            // Upstream's registerNode=false: the Node is made by someone else; until it
+            // exists, this is retried like a failed registration.
+            return nodes.get(&self.config.node_name).await;
+        }
         let health = self.runtime_health().await;
         let conditions = node_conditions(&health, Pressures::default(), &[], now);
         // Upstream builds the node it registers with the status setters, so every

@@ -214,8 +214,8 @@ pub struct KubeletConfiguration {
     pub enable_system_log_handler: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub register_with_taints: Option<Vec<ConfigTaint>>,
-    /// The kubelet registers its Node (reported: always).
-    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    /// Whether the kubelet creates its Node (`--register-node` wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub register_node: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_runtime_endpoint: Option<String>,
@@ -419,7 +419,7 @@ pub fn effective_configuration(
                 .collect::<Vec<_>>(),
         )
         .filter(|t| !t.is_empty()),
-        register_node: Some(true),
+        register_node: Some(cfg.register_node),
         container_runtime_endpoint: non_empty(&given.container_runtime_endpoint)
             .or_else(|| Some(crate::cri::DEFAULT_ENDPOINT.into())),
         image_service_endpoint: non_empty(&given.image_service_endpoint),
@@ -556,14 +556,18 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.to_value(), serde_json::json!({"port": 10250}));
+        let c = KubeletConfiguration::from_yaml(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nregisterNode: false\n",
+        )
+        .unwrap();
+        assert_eq!(c.register_node, Some(false));
         // Reported-only fields are not read from a file.
         let c = KubeletConfiguration::from_yaml(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             registerNode: false\nenableServer: false\naddress: 127.0.0.1\n\
+             enableServer: false\naddress: 127.0.0.1\n\
              tlsCertFile: a.crt\nenableSystemLogHandler: false\n",
         )
         .unwrap();
-        assert_eq!(c.register_node, None);
         assert_eq!(c.enable_server, None);
         assert_eq!(c.address.as_deref(), Some("127.0.0.1"));
         assert_eq!(c.tls_cert_file.as_deref(), Some("a.crt"));
