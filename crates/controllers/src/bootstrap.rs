@@ -27,12 +27,12 @@ use std::time::Duration;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, PostParams};
 
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::replicaset::{is_conflict, is_not_found};
+use crate::replicaset::{delete_exactly, is_conflict, is_not_found};
 use crate::{Action, Controller, Error, Result, enqueue_live, split_key};
 
 /// Upstream `api.SecretTypeBootstrapToken`.
@@ -213,19 +213,8 @@ impl Controller for TokenCleanerController {
                 tracing::info!(secret = key, "deleting an expired bootstrap token secret");
                 let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
                 // Only the Secret judged expired: one recreated under its name stays.
-                let dp = DeleteParams {
-                    preconditions: secret.metadata.uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match api.delete(name, &dp).await {
-                    Ok(_) => Ok(Action::Done),
-                    // Gone already, or replaced (the UID precondition failed).
-                    Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(Action::Done),
-                    Err(e) => Err(e.into()),
-                }
+                delete_exactly(&api, name, secret.metadata.uid.clone()).await?;
+                Ok(Action::Done)
             }
         }
     }

@@ -14,13 +14,13 @@ use std::time::{Duration, SystemTime};
 use ferrokube_pki::CertInfo;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::Api;
 
 use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::csr::{APPROVED, DENIED, FAILED, is_issued};
-use crate::replicaset::{is_conflict, is_not_found};
+use crate::replicaset::delete_exactly;
 use crate::{Action, Controller, Result, enqueue_live};
 
 /// Upstream `approvedExpiration`.
@@ -114,19 +114,8 @@ impl Controller for CsrCleanerController {
             Some(_) => {
                 tracing::info!(csr = key, "cleaning up a finished, expired or stale CSR");
                 let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
-                // Only the object judged: a recreated CSR of that name is left alone.
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: csr.metadata.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match api.delete(key, &dp).await {
-                    Ok(_) => Ok(Action::Done),
-                    Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(Action::Done),
-                    Err(e) => Err(e.into()),
-                }
+                delete_exactly(&api, key, csr.metadata.uid.clone()).await?;
+                Ok(Action::Done)
             }
         }
     }

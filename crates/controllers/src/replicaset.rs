@@ -815,6 +815,27 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// Deletes `name` only while it is the object with `uid` (the one a controller judged;
+/// one recreated under that name is left alone). Gone already, or replaced (the UID
+/// precondition failed), counts as done.
+pub async fn delete_exactly<K>(api: &Api<K>, name: &str, uid: Option<String>) -> kube::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 impl<K: ReplicaOwner> ReplicaSetController<K> {
     async fn manage(&self, rs: &RsView, key: &str, active: &[&Pod], now: Timestamp) -> Result<()> {
         let ns = rs.namespace();

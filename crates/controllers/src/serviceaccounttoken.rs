@@ -26,7 +26,7 @@ use std::sync::Arc;
 use ferrokube_auth::authn::legacy::{LegacyClaims, LegacyTokenSigner};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, PostParams};
 
 use ferrokube_client::informer::{
     InformerConfig, Notification, SharedIndexInformer, SharedInformerFactory, Store, key_of,
@@ -35,7 +35,7 @@ use ferrokube_client::informer::{
 use ferrokube_client::workqueue::WorkQueue;
 use parking_lot::Mutex;
 
-use crate::replicaset::{is_conflict, is_not_found};
+use crate::replicaset::{delete_exactly, is_conflict, is_not_found};
 use crate::{Action, Controller, Error, Result, split_key};
 
 /// Upstream `v1.SecretTypeServiceAccountToken`.
@@ -185,19 +185,8 @@ impl ServiceAccountTokenController {
     /// Deletes the token Secret (upstream `deleteToken`, with a UID precondition).
     async fn delete_secret(&self, secret: &Secret, ns: &str, name: &str) -> Result<Action> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: secret.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(name, &dp).await {
-            Ok(_) => Ok(Action::Done),
-            // Gone already, or another Secret of that name now.
-            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(Action::Done),
-            Err(e) => Err(e.into()),
-        }
+        delete_exactly(&api, name, secret.metadata.uid.clone()).await?;
+        Ok(Action::Done)
     }
 
     /// Upstream `removeSecretReference`: the account named `sa_name` (when its uid is
