@@ -8,6 +8,9 @@ use std::time::Duration;
 use ferrokube_testing::{TestApiServer, WebhookServer};
 use serde_json::{Value, json};
 
+#[path = "support/hold.rs"]
+mod hold;
+
 const FS: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas";
 const PL: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations";
 /// How long the webhook holds each create of the slow user.
@@ -171,25 +174,7 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
     })
     .await
     .unwrap();
-    let (code, v) = send(&admin, "POST",
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "hold"},
-            "webhooks": [{"name": "hold.example.com",
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/hold", hooks.port),
-                    "caBundle": hooks.ca_bundle()},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                    "resources": ["configmaps"]}],
-                "objectSelector": {"matchLabels": {"hold": "yes"}},
-                "failurePolicy": "Fail", "sideEffects": "None",
-                "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}]})).await;
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = send(&admin, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "slow-user-admin"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "slow-user"}]})).await;
-    assert_eq!(code, 201, "{v}");
+    hold::hold_labelled_configmap_creates(&admin, &hooks, "slow-user").await;
     // A client (and connection) per request, so that nothing on the client's side
     // orders them, and without kube-rs's retries of a 429.
     let mut clients = Vec::new();

@@ -12,6 +12,9 @@ use ferrokube_testing::{TestApiServer, WebhookServer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+#[path = "support/hold.rs"]
+mod hold;
+
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 /// Bound of every wait of the tests (the webhook's own timeout is 10 s).
 const WAIT: Duration = Duration::from_secs(15);
@@ -45,30 +48,6 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Value) -> (
         .await
         .unwrap();
     (code, v)
-}
-
-/// Holds configmap creates labelled `hold: yes` on the webhook, and lets `user` do
-/// anything (RBAC).
-async fn set_up(admin: &kube::Client, hooks: &WebhookServer, user: &str) {
-    let (code, v) = send(admin, "POST",
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "hold"},
-            "webhooks": [{"name": "hold.example.com",
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/hold", hooks.port),
-                    "caBundle": hooks.ca_bundle()},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                    "resources": ["configmaps"]}],
-                "objectSelector": {"matchLabels": {"hold": "yes"}},
-                "failurePolicy": "Fail", "sideEffects": "None",
-                "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}]})).await;
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = send(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": format!("{user}-admin")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})).await;
-    assert_eq!(code, 201, "{v}");
 }
 
 /// A client of `user` on a connection of its own, without kube-rs's retries of a 429.
@@ -162,7 +141,7 @@ async fn without_priority_and_fairness_a_mutating_request_beyond_the_limit_is_re
     .unwrap();
     let admin = srv.client.clone();
     let (hooks, mut arrived, release) = holding_webhook().await;
-    set_up(&admin, &hooks, "limited-user").await;
+    hold::hold_labelled_configmap_creates(&admin, &hooks, "limited-user").await;
     let (first, second) = (
         client_of(&srv, "limited-user").await,
         client_of(&srv, "limited-user").await,
@@ -248,7 +227,7 @@ async fn one_share_level(admin: &kube::Client, user: &str) -> String {
 async fn second_create_beside_a_held_one(srv: &TestApiServer) -> (u16, Option<String>, Value) {
     let admin = srv.client.clone();
     let (hooks, mut arrived, release) = holding_webhook().await;
-    set_up(&admin, &hooks, "one-share-user").await;
+    hold::hold_labelled_configmap_creates(&admin, &hooks, "one-share-user").await;
     let level_uid = one_share_level(&admin, "one-share-user").await;
     let (first, second) = (
         client_of(srv, "one-share-user").await,
