@@ -33,6 +33,13 @@ struct Options {
     /// Path to kubeconfig file with authorization and master location information.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// The instance prefix for the cluster. Upstream names cloud resources with it
+    /// (used by cloud controllers, which Ferrokube does not have): accepted and logged.
+    #[arg(long = "cluster-name", default_value = "kubernetes")]
+    cluster_name: String,
+    /// Log level verbosity.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
     /// A list of controllers to enable. '*' enables all on-by-default controllers,
     /// 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
     #[arg(long, value_delimiter = ',', default_value = "*")]
@@ -430,12 +437,9 @@ async fn run_controllers(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let opts = Options::parse();
+    ferrokube_client::process::init_logging(opts.verbosity);
+    tracing::info!(cluster_name = %opts.cluster_name, "starting kube-controller-manager");
     let mut cfg = opts.manager_config();
     cfg.node_ipam.validate().map_err(anyhow::Error::msg)?;
     if let Some(path) = &opts.root_ca_file {

@@ -3,8 +3,17 @@
 //! for kube-scheduler and kube-controller-manager: the apiserver says who a bearer token
 //! belongs to (TokenReview) and whether that user may do what it asks (a
 //! SubjectAccessReview of the non-resource path), both cached for a short while. A
-//! client certificate signed by `--client-ca-file` names its user directly. Paths in
+//! client certificate signed by `--client-ca-file` names its user directly. A client
+//! certificate signed by `--requestheader-client-ca-file` (a front proxy: the
+//! apiserver's aggregator, kubeadm's `front-proxy-client`) is no user itself: the
+//! request is the user its `X-Remote-*` headers name. Paths in
 //! `--authorization-always-allow-paths` (the health checks) need nothing.
+//!
+//! As upstream's `DelegatingAuthenticatorConfig`, authenticators are tried in order
+//! (front proxy, client certificate, bearer token); the first that names a user wins,
+//! and a request that one of them refused and none accepted is a 401 rather than
+//! anonymous. The TLS layer accepts certificates of both CAs, so each check verifies
+//! the chain against its own CA ([`ClientCertificates`]).
 //!
 //! The kubelet uses the same gate for its API (upstream's `authentication.webhook` and
 //! `authorization.mode: Webhook`): [`Gate::authenticate`], then
@@ -16,12 +25,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokube_apimachinery::ApiError;
+use http::HeaderMap;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
 
 /// Upstream's delegated authentication and authorization flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -48,6 +60,8 @@ pub struct DelegatedAuthOptions {
     /// Organizations).
     #[arg(long = "client-ca-file")]
     pub client_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub request_header: RequestHeaderOptions,
 }
 
 impl Default for DelegatedAuthOptions {
@@ -57,7 +71,401 @@ impl Default for DelegatedAuthOptions {
             authorization_kubeconfig: None,
             always_allow_paths: vec!["/healthz".into(), "/readyz".into(), "/livez".into()],
             client_ca_file: None,
+            request_header: RequestHeaderOptions::default(),
         }
+    }
+}
+
+/// Upstream's `RequestHeaderAuthenticationOptions` with the defaults of
+/// `NewDelegatingAuthenticationOptions` (the headers the apiserver's aggregator sends;
+/// no uid header, as upstream 1.33). Each argument has its own id: clap's default, the
+/// field name, would clash with `--client-ca-file`'s.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RequestHeaderOptions {
+    /// Root certificate bundle to use to verify client certificates on incoming
+    /// requests before trusting usernames in headers specified by
+    /// --requestheader-username-headers. Without it, no front proxy is trusted.
+    #[arg(
+        long = "requestheader-client-ca-file",
+        id = "requestheader-client-ca-file"
+    )]
+    pub client_ca_file: Option<PathBuf>,
+    /// List of client certificate common names to allow to provide usernames in
+    /// headers specified by --requestheader-username-headers. If empty, any client
+    /// certificate validated by the authorities in --requestheader-client-ca-file is
+    /// allowed.
+    #[arg(
+        long = "requestheader-allowed-names",
+        id = "requestheader-allowed-names",
+        value_delimiter = ','
+    )]
+    pub allowed_names: Vec<String>,
+    /// List of request headers to inspect for usernames. X-Remote-User is common.
+    #[arg(
+        long = "requestheader-username-headers",
+        id = "requestheader-username-headers",
+        value_delimiter = ',',
+        default_value = "x-remote-user"
+    )]
+    pub username_headers: Vec<String>,
+    /// List of request headers to inspect for UIDs. X-Remote-Uid is suggested.
+    #[arg(
+        long = "requestheader-uid-headers",
+        id = "requestheader-uid-headers",
+        value_delimiter = ','
+    )]
+    pub uid_headers: Vec<String>,
+    /// List of request headers to inspect for groups. X-Remote-Group is suggested.
+    #[arg(
+        long = "requestheader-group-headers",
+        id = "requestheader-group-headers",
+        value_delimiter = ',',
+        default_value = "x-remote-group"
+    )]
+    pub group_headers: Vec<String>,
+    /// List of request header prefixes to inspect. X-Remote-Extra- is suggested.
+    #[arg(
+        long = "requestheader-extra-headers-prefix",
+        id = "requestheader-extra-headers-prefix",
+        value_delimiter = ',',
+        default_value = "x-remote-extra-"
+    )]
+    pub extra_headers_prefix: Vec<String>,
+}
+
+impl Default for RequestHeaderOptions {
+    fn default() -> Self {
+        RequestHeaderOptions {
+            client_ca_file: None,
+            allowed_names: Vec::new(),
+            username_headers: vec!["x-remote-user".into()],
+            uid_headers: Vec::new(),
+            group_headers: vec!["x-remote-group".into()],
+            extra_headers_prefix: vec!["x-remote-extra-".into()],
+        }
+    }
+}
+
+impl RequestHeaderOptions {
+    /// The header settings, checked as upstream's `Validate` (no blank names; a
+    /// warning when a list leaves out the header the aggregator sends).
+    pub fn config(&self) -> Result<RequestHeaderConfig, String> {
+        // pflag reads `--flag=` as an empty list; clap gives one empty value.
+        let list = |v: &[String]| -> Vec<String> {
+            match v {
+                [only] if only.is_empty() => Vec::new(),
+                _ => v.to_vec(),
+            }
+        };
+        let config = RequestHeaderConfig {
+            username_headers: list(&self.username_headers),
+            uid_headers: list(&self.uid_headers),
+            group_headers: list(&self.group_headers),
+            extra_header_prefixes: list(&self.extra_headers_prefix),
+            allowed_names: list(&self.allowed_names),
+        };
+        config.validate()?;
+        for (flag, values, standard) in [
+            (
+                "username-headers",
+                &config.username_headers,
+                "X-Remote-User",
+            ),
+            ("uid-headers", &config.uid_headers, "X-Remote-Uid"),
+            ("group-headers", &config.group_headers, "X-Remote-Group"),
+            (
+                "extra-headers-prefix",
+                &config.extra_header_prefixes,
+                "X-Remote-Extra-",
+            ),
+        ] {
+            if !values.is_empty() && !values.iter().any(|v| v.eq_ignore_ascii_case(standard)) {
+                tracing::warn!(
+                    "--requestheader-{flag} is set without specifying the standard {standard} header - API aggregation will not work"
+                );
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The request-header settings but the CA (upstream's
+/// `authenticatorfactory.RequestHeaderConfig`). Header names are matched without
+/// regard to case.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestHeaderConfig {
+    pub username_headers: Vec<String>,
+    pub uid_headers: Vec<String>,
+    pub group_headers: Vec<String>,
+    pub extra_header_prefixes: Vec<String>,
+    /// Common names a front proxy's certificate may have; empty allows every
+    /// certificate of the request-header CA.
+    pub allowed_names: Vec<String>,
+}
+
+impl RequestHeaderConfig {
+    /// No name in any list may be blank (upstream's `checkForWhiteSpaceOnly`).
+    pub fn validate(&self) -> Result<(), String> {
+        for (flag, values) in [
+            ("requestheader-username-headers", &self.username_headers),
+            ("requestheader-uid-headers", &self.uid_headers),
+            ("requestheader-group-headers", &self.group_headers),
+            (
+                "requestheader-extra-headers-prefix",
+                &self.extra_header_prefixes,
+            ),
+            ("requestheader-allowed-names", &self.allowed_names),
+        ] {
+            if values.iter().any(|v| v.trim().is_empty()) {
+                return Err(format!("empty value in {flag:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The user the headers name (upstream's `headerrequest`): the first non-empty
+    /// username header, else `None`; uid likewise; every non-empty group value; extra
+    /// from each prefixed header, keyed by the rest of its name lower-cased and
+    /// %-unescaped.
+    pub fn user_from_headers(&self, headers: &HeaderMap) -> Option<User> {
+        let name = first_value(headers, &self.username_headers)?;
+        let uid = first_value(headers, &self.uid_headers).unwrap_or_default();
+        let groups = self
+            .group_headers
+            .iter()
+            .flat_map(|h| headers.get_all(h.trim()).iter())
+            .map(header_string)
+            .filter(|v| !v.is_empty())
+            .collect();
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        // Prefixes in their order, so that a key's values keep it (as upstream).
+        for prefix in &self.extra_header_prefixes {
+            let prefix = prefix.trim();
+            for (header, value) in headers {
+                // http's header names are lower case already.
+                let Some(rest) = strip_prefix_ignore_case(header.as_str(), prefix) else {
+                    continue;
+                };
+                extra
+                    .entry(path_unescape(rest))
+                    .or_default()
+                    .push(header_string(value));
+            }
+        }
+        Some(User {
+            name,
+            uid,
+            groups,
+            extra,
+        })
+    }
+}
+
+/// Go's `Header.Get` over several names: the first non-empty first value.
+fn first_value(headers: &HeaderMap, names: &[String]) -> Option<String> {
+    names
+        .iter()
+        .filter_map(|n| headers.get(n.trim()))
+        .map(header_string)
+        .find(|v| !v.is_empty())
+}
+
+fn header_string(value: &http::HeaderValue) -> String {
+    String::from_utf8_lossy(value.as_bytes()).into_owned()
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// Go's `url.PathUnescape`, or the input as it is when an escape is malformed
+/// (upstream's `unescapeExtraKey`).
+fn path_unescape(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b != b'%' {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let digit = |at: usize| bytes.get(at).and_then(|&d| char::from(d).to_digit(16));
+        match (digit(i + 1), digit(i + 2)) {
+            (Some(hi), Some(lo)) => {
+                out.extend(u8::try_from(hi * 16 + lo).ok());
+                i += 3;
+            }
+            _ => return s.to_string(),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A CA bundle and the verifier of client certificates against it alone.
+#[derive(Clone)]
+struct CaPool {
+    pem: String,
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl CaPool {
+    fn new(pem: &str) -> Result<CaPool, String> {
+        Ok(CaPool {
+            pem: pem.to_string(),
+            verifier: optional_client_verifier(pem)?,
+        })
+    }
+
+    /// Whether `chain` (leaf first) chains to this bundle now, for client
+    /// authentication.
+    fn verify(&self, chain: &[CertificateDer<'_>]) -> Result<(), String> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Err("no certificate".into());
+        };
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What client certificates mean on an endpoint: `--client-ca-file` names users,
+/// `--requestheader-client-ca-file` names front proxies. The TLS layer accepts both
+/// ([`ClientCertificates::tls_client_cas`]), so each is verified here against its own
+/// bundle: a front proxy's certificate is never a user, and a user's certificate never
+/// makes its headers count.
+#[derive(Clone, Default)]
+pub struct ClientCertificates {
+    client_ca: Option<CaPool>,
+    request_header: Option<(CaPool, RequestHeaderConfig)>,
+}
+
+impl std::fmt::Debug for ClientCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCertificates")
+            .field("client_ca", &self.client_ca.is_some())
+            .field(
+                "request_header",
+                &self.request_header.as_ref().map(|(_, c)| c),
+            )
+            .finish()
+    }
+}
+
+impl ClientCertificates {
+    /// From the PEM bundles of `--client-ca-file` and `--requestheader-client-ca-file`
+    /// (with its header settings).
+    pub fn new(
+        client_ca_pem: Option<&str>,
+        request_header: Option<(&str, RequestHeaderConfig)>,
+    ) -> Result<ClientCertificates, String> {
+        let client_ca = client_ca_pem
+            .map(CaPool::new)
+            .transpose()
+            .map_err(|e| format!("--client-ca-file: {e}"))?;
+        let request_header = match request_header {
+            Some((pem, config)) => {
+                config.validate()?;
+                let pool =
+                    CaPool::new(pem).map_err(|e| format!("--requestheader-client-ca-file: {e}"))?;
+                let trim = |v: &[String]| v.iter().map(|s| s.trim().to_string()).collect();
+                let config = RequestHeaderConfig {
+                    username_headers: trim(&config.username_headers),
+                    uid_headers: trim(&config.uid_headers),
+                    group_headers: trim(&config.group_headers),
+                    extra_header_prefixes: trim(&config.extra_header_prefixes),
+                    allowed_names: config.allowed_names,
+                };
+                Some((pool, config))
+            }
+            None => None,
+        };
+        Ok(ClientCertificates {
+            client_ca,
+            request_header,
+        })
+    }
+
+    /// The CA files the flags name, read now.
+    pub fn from_options(opts: &DelegatedAuthOptions) -> Result<ClientCertificates, crate::Error> {
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read_to_string(path).map_err(|e| {
+                crate::Error::Config(format!("reading --{flag} {}: {e}", path.display()))
+            })
+        };
+        let client_ca = opts
+            .client_ca_file
+            .as_ref()
+            .map(|p| read("client-ca-file", p))
+            .transpose()?;
+        let request_header = match &opts.request_header.client_ca_file {
+            Some(p) => Some((
+                read("requestheader-client-ca-file", p)?,
+                opts.request_header.config().map_err(crate::Error::Config)?,
+            )),
+            None => None,
+        };
+        ClientCertificates::new(
+            client_ca.as_deref(),
+            request_header
+                .as_ref()
+                .map(|(pem, c)| (pem.as_str(), c.clone())),
+        )
+        .map_err(crate::Error::Config)
+    }
+
+    /// The bundle the TLS layer verifies client certificates against: both CAs, as
+    /// upstream's serving pool; `None` when neither is set (no certificate asked for).
+    pub fn tls_client_cas(&self) -> Option<String> {
+        let pems: Vec<&str> = self
+            .client_ca
+            .iter()
+            .chain(self.request_header.as_ref().map(|(pool, _)| pool))
+            .map(|pool| pool.pem.as_str())
+            .collect();
+        (!pems.is_empty()).then(|| pems.join("\n"))
+    }
+
+    /// The front-proxy check (upstream's request-header authenticator behind its CA
+    /// verifier): `Err` for a certificate that does not chain to the request-header CA
+    /// or whose CN is not allowed, `Ok(None)` without a certificate or a username
+    /// header.
+    fn front_proxy_user(
+        &self,
+        chain: &[CertificateDer<'_>],
+        headers: &HeaderMap,
+    ) -> Result<Option<User>, String> {
+        let (Some((pool, config)), Some(leaf)) = (&self.request_header, chain.first()) else {
+            return Ok(None);
+        };
+        pool.verify(chain)
+            .map_err(|e| format!("front-proxy certificate: {e}"))?;
+        if !config.allowed_names.is_empty() {
+            let cn = ferrokube_pki::CertInfo::from_der(leaf)
+                .ok()
+                .and_then(|info| info.common_name)
+                .unwrap_or_default();
+            if !config.allowed_names.iter().any(|n| *n == cn) {
+                return Err(format!(
+                    "x509: subject with cn={cn} is not in the allowed list"
+                ));
+            }
+        }
+        Ok(config.user_from_headers(headers))
+    }
+
+    /// The client-certificate check: `Err` for a certificate that does not chain to
+    /// the client CA, `Ok(None)` without one (or without a CN, as upstream).
+    fn certificate_user(&self, chain: &[CertificateDer<'_>]) -> Result<Option<User>, String> {
+        let (Some(pool), Some(leaf)) = (&self.client_ca, chain.first()) else {
+            return Ok(None);
+        };
+        pool.verify(chain)
+            .map_err(|e| format!("client certificate: {e}"))?;
+        Ok(certificate_user(leaf))
     }
 }
 
@@ -151,6 +559,9 @@ pub struct Gate {
     ttl: CacheTtl,
     tokens: Expiring<Option<User>>,
     decisions: Expiring<Decision>,
+    /// `None`: the TLS layer verified client certificates against the client CA alone,
+    /// so a presented certificate is its user ([`Gate::new`], the kubelet).
+    certificates: Option<ClientCertificates>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -160,6 +571,7 @@ impl std::fmt::Debug for Gate {
             .field("anonymous", &self.anonymous)
             .field("authn", &self.authn.is_some())
             .field("authz", &self.authz.is_some())
+            .field("certificates", &self.certificates)
             .finish_non_exhaustive()
     }
 }
@@ -177,9 +589,17 @@ async fn client_from(path: &std::path::Path) -> Result<kube::Client, crate::Erro
 }
 
 impl Gate {
-    /// The gate the flags describe (kubeconfigs loaded now; a missing one only warns,
-    /// as upstream's optional remote kubeconfigs do).
+    /// The gate the flags describe (kubeconfigs and CA files loaded now; a missing
+    /// kubeconfig only warns, as upstream's optional remote kubeconfigs do).
     pub async fn from_options(opts: &DelegatedAuthOptions) -> Result<Gate, crate::Error> {
+        let certificates = ClientCertificates::from_options(opts)?;
+        Ok(Gate::reviewing(opts)
+            .await?
+            .with_client_certificates(certificates))
+    }
+
+    /// The gate of the flags' kubeconfigs, without client certificates.
+    pub(crate) async fn reviewing(opts: &DelegatedAuthOptions) -> Result<Gate, crate::Error> {
         let authn = match &opts.authentication_kubeconfig {
             Some(p) => Some(client_from(p).await?),
             None => {
@@ -221,7 +641,15 @@ impl Gate {
             ttl,
             tokens: Mutex::default(),
             decisions: Mutex::default(),
+            certificates: None,
         }
+    }
+
+    /// Client certificates judged by [`Gate::authenticate_request`] against their own
+    /// CAs, the TLS layer accepting [`ClientCertificates::tls_client_cas`].
+    pub fn with_client_certificates(mut self, certificates: ClientCertificates) -> Gate {
+        self.certificates = Some(certificates);
+        self
     }
 
     /// Whether requests without credentials are `system:anonymous` (the default, as
@@ -252,6 +680,76 @@ impl Gate {
             return Ok(());
         }
         let user = self.authenticate(bearer, certificate_user).await?;
+        self.authorize_path(&user, verb, path).await
+    }
+
+    /// [`Gate::check`] of an HTTP request: its bearer token, the client certificate
+    /// chain its connection presented (leaf first) and its headers.
+    pub async fn check_request(
+        &self,
+        verb: &str,
+        path: &str,
+        bearer: Option<&str>,
+        peer_certificates: &[CertificateDer<'_>],
+        headers: &HeaderMap,
+    ) -> Result<(), ApiError> {
+        if self.always_allowed(path) {
+            return Ok(());
+        }
+        let user = self
+            .authenticate_request(bearer, peer_certificates, headers)
+            .await?;
+        self.authorize_path(&user, verb, path).await
+    }
+
+    /// Who an HTTP request is, as upstream's delegating authenticator union: a front
+    /// proxy's named user, else the client certificate's, else the bearer token's;
+    /// 401 when one of them refused the request and none accepted it, else anonymous
+    /// (when enabled). Authenticated users are in `system:authenticated`. Without
+    /// [`Gate::with_client_certificates`], the certificate is trusted as verified by
+    /// the TLS layer ([`Gate::authenticate`]).
+    pub async fn authenticate_request(
+        &self,
+        bearer: Option<&str>,
+        peer_certificates: &[CertificateDer<'_>],
+        headers: &HeaderMap,
+    ) -> Result<User, ApiError> {
+        let Some(certificates) = &self.certificates else {
+            let user = peer_certificates
+                .first()
+                .and_then(|leaf| certificate_user(leaf));
+            return self.authenticate(bearer, user).await;
+        };
+        let mut refusals = Vec::new();
+        for found in [
+            certificates.front_proxy_user(peer_certificates, headers),
+            certificates.certificate_user(peer_certificates),
+        ] {
+            match found {
+                Ok(Some(user)) => return Ok(with_authenticated_group(user)),
+                Ok(None) => {}
+                Err(reason) => refusals.push(reason),
+            }
+        }
+        if let Some(token) = bearer.filter(|_| self.authn.is_some()) {
+            match self.review_token(token).await {
+                Ok(user) => return Ok(with_authenticated_group(user)),
+                Err(_) => refusals.push("invalid bearer token".into()),
+            }
+        }
+        match (refusals.is_empty(), self.anonymous) {
+            (true, true) => Ok(User::anonymous()),
+            (true, false) => Err(unauthorized()),
+            (false, _) => {
+                tracing::warn!(reasons = ?refusals, "unable to authenticate the request");
+                Err(unauthorized())
+            }
+        }
+    }
+
+    /// Whether `user` may `verb` the non-resource `path` (403 with upstream's message
+    /// otherwise).
+    async fn authorize_path(&self, user: &User, verb: &str, path: &str) -> Result<(), ApiError> {
         // Upstream's message for a non-resource path, and the authorizer's reason.
         let forbidden = |reason: &str| {
             let mut err = format!("User {:?} cannot {verb} path {path:?}", user.name);
@@ -265,7 +763,7 @@ impl Gate {
             verb: verb.to_string(),
             path: path.to_string(),
         };
-        match self.authorize(&user, &attrs).await {
+        match self.authorize(user, &attrs).await {
             Ok(Decision::Allow) => Ok(()),
             Ok(Decision::Deny(reason)) => Err(forbidden(&reason)),
             Err(_) => Err(forbidden("the authorization check failed")),
@@ -434,6 +932,20 @@ fn remember<T>(cache: &Expiring<T>, key: &str, value: T, ttl: Duration) {
     cache.insert(key.to_string(), (Instant::now() + ttl, value));
 }
 
+/// Upstream's `AuthenticatedGroupAdder`: every authenticated user is in
+/// `system:authenticated`.
+fn with_authenticated_group(mut user: User) -> User {
+    if user.name != "system:anonymous"
+        && !user
+            .groups
+            .iter()
+            .any(|g| g == "system:authenticated" || g == "system:unauthenticated")
+    {
+        user.groups.push("system:authenticated".into());
+    }
+    user
+}
+
 /// The user a verified client certificate names: CN, and O as groups.
 pub fn certificate_user(der: &[u8]) -> Option<User> {
     let info = ferrokube_pki::CertInfo::from_der(der).ok()?;
@@ -464,4 +976,220 @@ pub fn optional_client_verifier(
         .allow_unauthenticated()
         .build()
         .map_err(|e| format!("client CA: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use ferrokube_pki::{CertificateAuthority, Validity};
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        auth: DelegatedAuthOptions,
+    }
+
+    fn flags(args: &[&str]) -> DelegatedAuthOptions {
+        Flags::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+            .unwrap()
+            .auth
+    }
+
+    #[test]
+    fn request_header_flags_default_as_upstream_delegating_options() {
+        let defaults = flags(&[]).request_header;
+        assert_eq!(defaults.username_headers, ["x-remote-user"]);
+        assert_eq!(defaults.group_headers, ["x-remote-group"]);
+        assert_eq!(defaults.extra_headers_prefix, ["x-remote-extra-"]);
+        assert!(defaults.uid_headers.is_empty() && defaults.allowed_names.is_empty());
+        assert!(defaults.client_ca_file.is_none());
+        let default_impl = RequestHeaderOptions::default();
+        assert_eq!(default_impl.config(), defaults.config());
+
+        let set = flags(&[
+            "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+            "--requestheader-allowed-names=front-proxy-client,aggregator",
+            "--requestheader-uid-headers=X-Remote-Uid",
+            "--requestheader-username-headers=X-Remote-User",
+        ])
+        .request_header;
+        let config = set.config().unwrap();
+        assert_eq!(config.allowed_names, ["front-proxy-client", "aggregator"]);
+        assert_eq!(config.uid_headers, ["X-Remote-Uid"]);
+        assert_eq!(config.username_headers, ["X-Remote-User"]);
+        // `--flag=` is an empty list, as pflag reads it; a blank name is an error.
+        let empty = flags(&["--requestheader-allowed-names="]).request_header;
+        assert!(empty.config().unwrap().allowed_names.is_empty());
+        let blank = flags(&["--requestheader-group-headers=a, "]).request_header;
+        assert_eq!(
+            blank.config().unwrap_err(),
+            r#"empty value in "requestheader-group-headers""#
+        );
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn the_headers_name_the_user() {
+        let config = RequestHeaderConfig {
+            username_headers: vec!["X-First".into(), "X-Remote-User".into()],
+            uid_headers: vec!["X-Remote-Uid".into()],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_header_prefixes: vec!["X-Remote-Extra-".into()],
+            allowed_names: vec![],
+        };
+        let user = config
+            .user_from_headers(&headers(&[
+                ("x-first", ""),
+                ("x-remote-user", "alice"),
+                ("x-remote-uid", "u-1"),
+                ("x-remote-group", "dev"),
+                ("x-remote-group", ""),
+                ("x-remote-group", "ops"),
+                ("x-remote-extra-scopes", "a"),
+                ("x-remote-extra-scopes", "b"),
+                ("X-Remote-Extra-Acme.com%2Fproject", "p"),
+                ("x-remote-extra-bad%zz", "v"),
+            ]))
+            .unwrap();
+        assert_eq!(user.name, "alice");
+        assert_eq!(user.uid, "u-1");
+        assert_eq!(user.groups, ["dev", "ops"]);
+        let extra: Vec<(&str, Vec<&str>)> = user
+            .extra
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            extra,
+            [
+                ("acme.com/project", vec!["p"]),
+                ("bad%zz", vec!["v"]),
+                ("scopes", vec!["a", "b"]),
+            ]
+        );
+        // No username: no user, whatever else is there.
+        assert!(
+            config
+                .user_from_headers(&headers(&[("x-remote-group", "system:masters")]))
+                .is_none()
+        );
+        assert_eq!(path_unescape("%e2%9c%93"), "\u{2713}");
+        assert_eq!(path_unescape("100%"), "100%");
+    }
+
+    struct Pki {
+        client_ca: CertificateAuthority,
+        proxy_ca: CertificateAuthority,
+    }
+
+    impl Pki {
+        fn new() -> Pki {
+            Pki {
+                client_ca: CertificateAuthority::generate("kubernetes").unwrap(),
+                proxy_ca: CertificateAuthority::generate("front-proxy-ca").unwrap(),
+            }
+        }
+
+        fn chain(
+            ca: &CertificateAuthority,
+            cn: &str,
+            groups: &[&str],
+        ) -> Vec<CertificateDer<'static>> {
+            let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+            let issued = ca
+                .issue_client_cert(cn, &groups, Validity::leaf_default())
+                .unwrap();
+            vec![ferrokube_pki::pem::parse_cert_pem(&issued.cert_pem).unwrap()]
+        }
+
+        fn gate(&self) -> Gate {
+            let config = RequestHeaderOptions {
+                allowed_names: vec!["front-proxy-client".into()],
+                ..Default::default()
+            }
+            .config()
+            .unwrap();
+            let certificates = ClientCertificates::new(
+                Some(self.client_ca.cert_pem()),
+                Some((self.proxy_ca.cert_pem(), config)),
+            )
+            .unwrap();
+            let pool = certificates.tls_client_cas().unwrap();
+            assert!(pool.contains(self.client_ca.cert_pem().trim()));
+            assert!(pool.contains(self.proxy_ca.cert_pem().trim()));
+            Gate::new(vec![], None, None, CacheTtl::default())
+                .with_client_certificates(certificates)
+        }
+    }
+
+    #[tokio::test]
+    async fn each_certificate_is_judged_against_its_own_ca() {
+        let pki = Pki::new();
+        let gate = pki.gate();
+        let alice = headers(&[("x-remote-user", "alice"), ("x-remote-group", "dev")]);
+        let proxy = Pki::chain(&pki.proxy_ca, "front-proxy-client", &[]);
+
+        let user = gate
+            .authenticate_request(None, &proxy, &alice)
+            .await
+            .unwrap();
+        assert_eq!(user.name, "alice");
+        assert_eq!(user.groups, ["dev", "system:authenticated"]);
+        // The proxy's certificate alone is no user: the client CA refuses it.
+        let err = gate
+            .authenticate_request(None, &proxy, &HeaderMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, 401);
+        // A front proxy whose name is not allowed.
+        let other = Pki::chain(&pki.proxy_ca, "someone-else", &[]);
+        assert_eq!(
+            gate.authenticate_request(None, &other, &alice)
+                .await
+                .unwrap_err()
+                .code,
+            401
+        );
+        // A client certificate's headers do not count: it is its own CN.
+        let bob = Pki::chain(&pki.client_ca, "bob", &["ops"]);
+        let user = gate.authenticate_request(None, &bob, &alice).await.unwrap();
+        assert_eq!(user.name, "bob");
+        assert_eq!(user.groups, ["ops", "system:authenticated"]);
+        // Nothing presented: anonymous.
+        let user = gate.authenticate_request(None, &[], &alice).await.unwrap();
+        assert_eq!(user, User::anonymous());
+        // Without client certificates set, the TLS layer's verification is trusted.
+        let trusting = Gate::new(vec![], None, None, CacheTtl::default());
+        let user = trusting
+            .authenticate_request(None, &bob, &alice)
+            .await
+            .unwrap();
+        assert_eq!((user.name.as_str(), user.groups.len()), ("bob", 1));
+    }
+
+    #[test]
+    fn without_a_request_header_ca_no_front_proxy_is_trusted() {
+        let pki = Pki::new();
+        let certificates = ClientCertificates::new(Some(pki.client_ca.cert_pem()), None).unwrap();
+        assert_eq!(
+            certificates.tls_client_cas().as_deref(),
+            Some(pki.client_ca.cert_pem())
+        );
+        let proxy = Pki::chain(&pki.proxy_ca, "front-proxy-client", &[]);
+        let alice = headers(&[("x-remote-user", "alice")]);
+        assert_eq!(certificates.front_proxy_user(&proxy, &alice), Ok(None));
+        assert!(ClientCertificates::default().tls_client_cas().is_none());
+        assert!(ClientCertificates::new(None, Some(("", RequestHeaderConfig::default()))).is_err());
+    }
 }

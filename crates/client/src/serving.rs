@@ -12,7 +12,7 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use crate::delegated::Gate;
+use crate::delegated::{ClientCertificates, Gate};
 
 /// Upstream's secure serving flags (the certificate part).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -49,8 +49,8 @@ pub type Respond = Arc<dyn Fn(&str) -> (u16, String) + Send + Sync>;
 impl SecureServingOptions {
     /// The TLS configuration: the given pair, or a fresh self-signed one for
     /// `localhost`, the bind address and loopback (named `component` in its subject).
-    /// `client_ca_pem` (`--client-ca-file`): client certificates it signs are verified
-    /// and name their user; clients without one are still served.
+    /// `client_ca_pem`: the bundle client certificates must chain to (clients without
+    /// one are still served); which user a certificate names is the gate's decision.
     pub fn tls_config(
         &self,
         component: &str,
@@ -84,11 +84,13 @@ pub async fn endpoint(
     component: &str,
     bind: IpAddr,
 ) -> Result<(Arc<rustls::ServerConfig>, Arc<Gate>), ServingError> {
-    let client_ca = auth.client_ca_file.as_ref().map(read).transpose()?;
-    let tls = serving.tls_config(component, bind, client_ca.as_deref())?;
-    let gate = Gate::from_options(auth)
+    let certificates =
+        ClientCertificates::from_options(auth).map_err(|e| ServingError::Auth(e.to_string()))?;
+    let tls = serving.tls_config(component, bind, certificates.tls_client_cas().as_deref())?;
+    let gate = Gate::reviewing(auth)
         .await
-        .map_err(|e| ServingError::Auth(e.to_string()))?;
+        .map_err(|e| ServingError::Auth(e.to_string()))?
+        .with_client_certificates(certificates);
     Ok((tls, Arc::new(gate)))
 }
 
@@ -144,17 +146,17 @@ pub async fn serve(
             else {
                 return;
             };
-            // The TLS handshake verified it against --client-ca-file.
-            let certificate_user = stream
+            // The gate verifies the chain against each CA; the handshake only checked
+            // it chains to one of them.
+            let peer: Arc<[rustls::pki_types::CertificateDer<'static>]> = stream
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(|leaf| crate::delegated::certificate_user(leaf));
+                .map(Arc::from)
+                .unwrap_or_else(|| Arc::from(Vec::new()));
             let svc =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (respond, gate, certificate_user) =
-                        (respond.clone(), gate.clone(), certificate_user.clone());
+                    let (respond, gate, peer) = (respond.clone(), gate.clone(), peer.clone());
                     async move {
                         let path = req.uri().path().to_string();
                         let allowed = match &gate {
@@ -167,7 +169,8 @@ pub async fn serve(
                                     .and_then(|v| v.strip_prefix("Bearer "))
                                     .map(str::trim);
                                 let verb = req.method().as_str().to_ascii_lowercase();
-                                gate.check(&verb, &path, bearer, certificate_user).await
+                                gate.check_request(&verb, &path, bearer, &peer, req.headers())
+                                    .await
                             }
                         };
                         let (code, body, content_type) = match allowed {
