@@ -103,6 +103,10 @@ struct Args {
     /// SSL key file used to secure etcd communication.
     #[arg(long)]
     etcd_keyfile: Option<PathBuf>,
+    /// The file containing configuration for encryption providers to be used for
+    /// storing secrets in etcd (aescbc, aesgcm, secretbox, identity; no kms).
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     /// Directory of the embedded store (when --etcd-servers is unset).
     #[arg(long, default_value = "/var/lib/ferrokube/apiserver")]
     data_dir: PathBuf,
@@ -324,6 +328,14 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
+    // Read before any store opens: a bad file stops the start at once.
+    let encryption = match &args.encryption_provider_config {
+        Some(path) => Some(
+            ferrokube_storage_encryption::Encryption::load(path)
+                .map_err(|e| anyhow::anyhow!("--encryption-provider-config: {e}"))?,
+        ),
+        None => None,
+    };
     let storage: Arc<dyn Storage> = if args.etcd_servers.is_empty() {
         let path = args.data_dir.join("state.db");
         Arc::new(
@@ -341,6 +353,23 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("connecting to etcd")?,
         )
+    };
+    let storage: Arc<dyn Storage> = match encryption {
+        Some(encryption) => {
+            for warning in encryption.warnings() {
+                tracing::warn!("--encryption-provider-config: {warning}");
+            }
+            // AES-GCM authenticates the full etcd key, --etcd-prefix included.
+            let prefix = if args.etcd_servers.is_empty() {
+                ""
+            } else {
+                args.etcd_prefix.as_str()
+            };
+            Arc::new(ferrokube_storage_encryption::EncryptedStorage::new(
+                storage, encryption, prefix,
+            ))
+        }
+        None => storage,
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
     opts.bind_address = args.bind_address;

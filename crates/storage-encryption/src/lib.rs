@@ -1,0 +1,85 @@
+//! Encryption at rest: kube-apiserver's `--encryption-provider-config`.
+//!
+//! An `EncryptionConfiguration` (`apiserver.config.k8s.io/v1`, YAML or JSON) names
+//! resources (`secrets`, `<resource>.<group>`, `*.<group>`, `*.`, `*.*`) and, for each
+//! rule, a list of providers: the first encrypts every write, all of them are tried on
+//! reads. [`Encryption`] is such a file decoded, validated and compiled;
+//! [`EncryptedStorage`] applies it to every value that passes.
+//!
+//! Layer: a [`ferrokube_storage::Storage`] decorator between the registry and the
+//! backend (SQLite or etcd); the registry, its watch cache and everything above see
+//! plain values only. It depends on `ferrokube-storage` (the contract) and
+//! `ferrokube-api` (the built-in resources' storage prefixes) and must depend on no
+//! other Ferrokube crate; the apiserver binary chooses to wrap its backend with it.
+//!
+//! # Wire format (upstream's, so either apiserver reads what the other wrote)
+//! * `aescbc`: `k8s:enc:aescbc:v1:<key name>:` + 16-byte random IV + AES-CBC
+//!   ciphertext with PKCS#7 padding. No integrity: upstream's own docs advise against
+//!   it for new setups, but it reads and writes the same bytes.
+//! * `aesgcm`: `k8s:enc:aesgcm:v1:<key name>:` + 12-byte random nonce + AES-GCM
+//!   ciphertext and tag. The additional authenticated data is the full etcd key: the
+//!   backend's prefix (`--etcd-prefix`) followed by the key (`/registry/secrets/ns/n`).
+//!   Upstream's etcd3 store passes `authenticatedDataString(preparedKey)`, and
+//!   `prepareKey` joins the path prefix with the key, i.e. the very etcd key; its list
+//!   uses `kv.Key` as read from etcd, the same bytes. With Ferrokube's default empty
+//!   `--etcd-prefix` and keys under `/registry/`, that is upstream's default key.
+//! * `secretbox`: `k8s:enc:secretbox:v1:<key name>:` + 24-byte random nonce + NaCl
+//!   secretbox (XSalsa20-Poly1305, tag first).
+//! * `identity`: the value as it is. Reading, it takes any value that does not start
+//!   with `k8s:enc:`; keys no rule covers are read the same way, so encrypted data
+//!   under a rule that was removed is an error, not garbage.
+//!
+//! A value that no provider can read is an internal error naming its key ("no
+//! matching prefix found" when no prefix matched, as upstream) on get and in the
+//! update and delete paths; nothing panics. In lists and watch events it is logged
+//! as an error and handed on empty, so the registry's watch cache skips it as
+//! undecodable. Deviation: upstream fails every list of that resource (its cacher
+//! does not start); here the one watch cache of all resources must keep going, so
+//! the object is missing from lists and watches until the configuration can read
+//! it again, and a get of it fails.
+//!
+//! # Behaviour worth knowing
+//! * A value read by any provider but the first, or any key but the first, is stale:
+//!   a guaranteed update that keeps it unchanged still writes it back, re-encrypted,
+//!   as upstream (that is what rewriting objects after a key rotation relies on).
+//!   The registry's PUT and PATCH, though, read and compare-and-swap and skip a
+//!   write that changes nothing, so `kubectl replace` of unchanged objects does not
+//!   re-encrypt them as it does upstream; an actual change (a label, an annotation)
+//!   does.
+//! * The uid precondition is checked here on the plain value (the backend would see
+//!   ciphertext); the backend still checks the revision.
+//! * Events are one storage in core and `events.k8s.io`: the core rule applies (and,
+//!   as upstream, `*.events.k8s.io` is refused). Custom resources
+//!   (`/registry/<group>/<plural>/`) follow `<plural>.<group>`, `*.<group>` and `*.*`.
+//!   Keys of no resource (allocator ranges, the apiserver endpoints' leases) are never
+//!   encrypted.
+//!
+//! # Upstream sources followed
+//! `staging/src/k8s.io/apiserver/pkg/storage/value/transformer.go` (prefix
+//! transformers, stale reads), `.../value/encrypt/{aes,secretbox,identity}`,
+//! `.../server/options/encryptionconfig/config.go` (rule building, masking, resource
+//! lookup), `.../apis/apiserver/validation/validation_encryption.go` (validation, same
+//! error texts) and `.../storage/etcd3/store.go` (authenticated data).
+//!
+//! # Left out
+//! * KMS providers (v1 and v2): refused at start with "kms providers are not supported".
+//! * `--encryption-provider-config-automatic-reload` and the `kms-providers` health
+//!   checks: the file is read once at start.
+//! * The encryption metrics (`apiserver_storage_transformation_*`).
+//! * Upstream's `AllowUnsafeMalformedObjectDeletion` for undecryptable objects.
+
+mod config;
+mod providers;
+mod resources;
+mod storage;
+
+pub use config::{
+    API_VERSION, AesConfiguration, ConfigError, Encryption, EncryptionConfiguration,
+    IdentityConfiguration, KIND, Key, ProviderConfiguration, ResourceConfiguration,
+    SecretboxConfiguration,
+};
+pub use providers::TransformError;
+pub use storage::EncryptedStorage;
+
+#[cfg(test)]
+mod tests;

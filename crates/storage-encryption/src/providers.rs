@@ -1,0 +1,471 @@
+//! The providers and their chains: upstream's `value.PrefixTransformer` lists, with
+//! upstream's stored layouts byte for byte (see the crate docs for each layout).
+
+use std::fmt;
+use std::sync::Arc;
+
+use aes::cipher::block_padding::{NoPadding, Pkcs7};
+use aes::cipher::{BlockCipher, BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
+use aes::{Aes128, Aes192, Aes256};
+use aes_gcm::aead::consts::U12;
+use aes_gcm::aead::{Aead, Payload};
+use aes_gcm::{Aes128Gcm, Aes256Gcm, AesGcm, Nonce};
+use bytes::Bytes;
+use crypto_secretbox::XSalsa20Poly1305;
+
+pub(crate) const AESCBC_PREFIX: &str = "k8s:enc:aescbc:v1:";
+pub(crate) const AESGCM_PREFIX: &str = "k8s:enc:aesgcm:v1:";
+pub(crate) const SECRETBOX_PREFIX: &str = "k8s:enc:secretbox:v1:";
+/// Reserved for encrypted values: JSON starts with `{` and protobuf with `k8s\0`, so
+/// a value with this prefix is never plain data.
+pub(crate) const ENCRYPTED_PREFIX: &[u8] = b"k8s:enc:";
+
+const AES_BLOCK: usize = 16;
+const GCM_NONCE: usize = 12;
+const SECRETBOX_NONCE: usize = 24;
+const SECRETBOX_OVERHEAD: usize = 16;
+
+type Aes192Gcm = AesGcm<Aes192, U12>;
+
+/// Why a value could not be transformed. The texts are upstream's, so an error reads
+/// the same whichever apiserver wrote the data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransformError(String);
+
+impl TransformError {
+    fn new(message: impl Into<String>) -> Self {
+        TransformError(message.into())
+    }
+
+    fn short() -> Self {
+        TransformError::new("the stored data was shorter than the required size")
+    }
+
+    fn random() -> Self {
+        TransformError::new("unable to read sufficient random bytes")
+    }
+}
+
+impl fmt::Display for TransformError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TransformError {}
+
+/// Upstream's `errors.Reduce(errors.NewAggregate(errs))`: one error stays itself,
+/// several read `[a, b]` with repeats dropped; none is `fallback`.
+fn aggregate(errors: Vec<TransformError>, fallback: &str) -> TransformError {
+    let mut messages: Vec<String> = Vec::new();
+    for e in errors {
+        if !messages.contains(&e.0) {
+            messages.push(e.0);
+        }
+    }
+    match messages.len() {
+        0 => TransformError::new(fallback),
+        1 => TransformError(messages.remove(0)),
+        _ => TransformError(format!("[{}]", messages.join(", "))),
+    }
+}
+
+/// Where a value is stored: AES-GCM authenticates it, so a value copied under another
+/// key does not decrypt. Upstream's `authenticatedDataString` is the full etcd key,
+/// `--etcd-prefix` included, hence the backend's prefix here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Location<'a> {
+    pub backend_prefix: &'a str,
+    pub key: &'a str,
+}
+
+impl Location<'_> {
+    fn authenticated_data(&self) -> Vec<u8> {
+        let mut aad = Vec::with_capacity(self.backend_prefix.len() + self.key.len());
+        aad.extend_from_slice(self.backend_prefix.as_bytes());
+        aad.extend_from_slice(self.key.as_bytes());
+        aad
+    }
+}
+
+fn random<const N: usize>() -> Result<[u8; N], TransformError> {
+    let mut bytes = [0u8; N];
+    getrandom::getrandom(&mut bytes).map_err(|_| TransformError::random())?;
+    Ok(bytes)
+}
+
+/// An AES key for CBC, by size (upstream takes 16, 24 or 32 bytes).
+enum AesKey {
+    A128(Box<Aes128>),
+    A192(Box<Aes192>),
+    A256(Box<Aes256>),
+}
+
+/// An AES-GCM key, by size.
+enum GcmKey {
+    A128(Box<Aes128Gcm>),
+    A192(Box<Aes192Gcm>),
+    A256(Box<Aes256Gcm>),
+}
+
+enum Cipher {
+    Cbc(AesKey),
+    Gcm(GcmKey),
+    Secretbox(Box<XSalsa20Poly1305>),
+}
+
+fn key_size_error(len: usize) -> String {
+    format!("invalid key size {len}")
+}
+
+impl AesKey {
+    fn new(secret: &[u8]) -> Result<Self, String> {
+        let err = |_| key_size_error(secret.len());
+        Ok(match secret.len() {
+            16 => AesKey::A128(Box::new(Aes128::new_from_slice(secret).map_err(err)?)),
+            24 => AesKey::A192(Box::new(Aes192::new_from_slice(secret).map_err(err)?)),
+            32 => AesKey::A256(Box::new(Aes256::new_from_slice(secret).map_err(err)?)),
+            n => return Err(key_size_error(n)),
+        })
+    }
+}
+
+impl GcmKey {
+    fn new(secret: &[u8]) -> Result<Self, String> {
+        let err = |_| key_size_error(secret.len());
+        Ok(match secret.len() {
+            16 => GcmKey::A128(Box::new(Aes128Gcm::new_from_slice(secret).map_err(err)?)),
+            24 => GcmKey::A192(Box::new(Aes192Gcm::new_from_slice(secret).map_err(err)?)),
+            32 => GcmKey::A256(Box::new(Aes256Gcm::new_from_slice(secret).map_err(err)?)),
+            n => return Err(key_size_error(n)),
+        })
+    }
+
+    fn seal(&self, nonce: &[u8], payload: Payload<'_, '_>) -> Result<Vec<u8>, aes_gcm::Error> {
+        let nonce = Nonce::<U12>::from_slice(nonce);
+        match self {
+            GcmKey::A128(c) => c.encrypt(nonce, payload),
+            GcmKey::A192(c) => c.encrypt(nonce, payload),
+            GcmKey::A256(c) => c.encrypt(nonce, payload),
+        }
+    }
+
+    fn open(&self, nonce: &[u8], payload: Payload<'_, '_>) -> Result<Vec<u8>, aes_gcm::Error> {
+        let nonce = Nonce::<U12>::from_slice(nonce);
+        match self {
+            GcmKey::A128(c) => c.decrypt(nonce, payload),
+            GcmKey::A192(c) => c.decrypt(nonce, payload),
+            GcmKey::A256(c) => c.decrypt(nonce, payload),
+        }
+    }
+}
+
+fn cbc_encrypt<C>(cipher: &C, iv: &[u8], plain: &[u8]) -> Result<Vec<u8>, TransformError>
+where
+    C: BlockEncryptMut + BlockCipher + Clone,
+{
+    let mode = cbc::Encryptor::<C>::inner_iv_slice_init(cipher.clone(), iv)
+        .map_err(|_| TransformError::new("invalid IV size"))?;
+    Ok(mode.encrypt_padded_vec_mut::<Pkcs7>(plain))
+}
+
+fn cbc_decrypt<C>(cipher: &C, iv: &[u8], data: &[u8]) -> Result<Vec<u8>, TransformError>
+where
+    C: BlockDecryptMut + BlockCipher + Clone,
+{
+    let mode = cbc::Decryptor::<C>::inner_iv_slice_init(cipher.clone(), iv)
+        .map_err(|_| TransformError::new("invalid IV size"))?;
+    mode.decrypt_padded_vec_mut::<NoPadding>(data)
+        .map_err(|_| TransformError::new("the stored data is not a multiple of the block size"))
+}
+
+impl Cipher {
+    /// The value after the key name: nonce or IV, then the ciphertext.
+    fn seal(&self, plain: &[u8], location: Location<'_>) -> Result<Vec<u8>, TransformError> {
+        match self {
+            Cipher::Cbc(key) => {
+                let iv = random::<AES_BLOCK>()?;
+                let body = match key {
+                    AesKey::A128(c) => cbc_encrypt(c.as_ref(), &iv, plain)?,
+                    AesKey::A192(c) => cbc_encrypt(c.as_ref(), &iv, plain)?,
+                    AesKey::A256(c) => cbc_encrypt(c.as_ref(), &iv, plain)?,
+                };
+                Ok([&iv[..], &body].concat())
+            }
+            Cipher::Gcm(key) => {
+                let nonce = random::<GCM_NONCE>()?;
+                let aad = location.authenticated_data();
+                let payload = Payload {
+                    msg: plain,
+                    aad: &aad,
+                };
+                let body = key
+                    .seal(&nonce, payload)
+                    .map_err(|_| TransformError::new("AES-GCM encryption failed"))?;
+                Ok([&nonce[..], &body].concat())
+            }
+            Cipher::Secretbox(key) => {
+                let nonce = random::<SECRETBOX_NONCE>()?;
+                // Tag first, then ciphertext: NaCl's (and Go's) secretbox layout.
+                let body = key
+                    .encrypt(crypto_secretbox::Nonce::from_slice(&nonce), plain)
+                    .map_err(|_| TransformError::new("secretbox encryption failed"))?;
+                Ok([&nonce[..], &body].concat())
+            }
+        }
+    }
+
+    fn open(&self, data: &[u8], location: Location<'_>) -> Result<Vec<u8>, TransformError> {
+        match self {
+            Cipher::Cbc(key) => {
+                if data.len() < AES_BLOCK {
+                    return Err(TransformError::short());
+                }
+                let (iv, body) = data.split_at(AES_BLOCK);
+                if body.len() % AES_BLOCK != 0 {
+                    return Err(TransformError::new(
+                        "the stored data is not a multiple of the block size",
+                    ));
+                }
+                let mut result = match key {
+                    AesKey::A128(c) => cbc_decrypt(c.as_ref(), iv, body)?,
+                    AesKey::A192(c) => cbc_decrypt(c.as_ref(), iv, body)?,
+                    AesKey::A256(c) => cbc_decrypt(c.as_ref(), iv, body)?,
+                };
+                // Upstream's PKCS#7 check, which also takes padding longer than a block.
+                let pad = result.last().copied().unwrap_or(0);
+                let pad_len = usize::from(pad);
+                if pad_len == 0 || pad_len > result.len() {
+                    return Err(TransformError::new(
+                        "invalid PKCS7 data (empty or not padded)",
+                    ));
+                }
+                let size = result.len() - pad_len;
+                if result[size..].iter().any(|&b| b != pad) {
+                    return Err(TransformError::new("invalid padding on input"));
+                }
+                result.truncate(size);
+                Ok(result)
+            }
+            Cipher::Gcm(key) => {
+                if data.len() < GCM_NONCE {
+                    return Err(TransformError::short());
+                }
+                let (nonce, body) = data.split_at(GCM_NONCE);
+                let aad = location.authenticated_data();
+                let payload = Payload {
+                    msg: body,
+                    aad: &aad,
+                };
+                key.open(nonce, payload)
+                    .map_err(|_| TransformError::new("cipher: message authentication failed"))
+            }
+            Cipher::Secretbox(key) => {
+                if data.len() < SECRETBOX_OVERHEAD + SECRETBOX_NONCE {
+                    return Err(TransformError::short());
+                }
+                let (nonce, body) = data.split_at(SECRETBOX_NONCE);
+                key.decrypt(crypto_secretbox::Nonce::from_slice(nonce), body)
+                    // Upstream's text for a box that does not open.
+                    .map_err(|_| {
+                        TransformError::new("output array was not large enough for encryption")
+                    })
+            }
+        }
+    }
+}
+
+/// One key of a provider; values carry `<name>:` after the provider's prefix.
+pub(crate) struct NamedKey {
+    name: String,
+    prefix: Vec<u8>,
+    cipher: Cipher,
+}
+
+/// The kinds of keyed provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AesCbc,
+    AesGcm,
+    Secretbox,
+}
+
+impl Kind {
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::AesCbc => AESCBC_PREFIX,
+            Kind::AesGcm => AESGCM_PREFIX,
+            Kind::Secretbox => SECRETBOX_PREFIX,
+        }
+    }
+
+    fn no_key(self) -> &'static str {
+        match self {
+            Kind::AesCbc | Kind::AesGcm => {
+                "no matching key was found for the provided AES transformer"
+            }
+            Kind::Secretbox => "no matching key was found for the provided Secretbox transformer",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::AesCbc => "aescbc",
+            Kind::AesGcm => "aesgcm",
+            Kind::Secretbox => "secretbox",
+        }
+    }
+}
+
+/// One entry of a `providers` list.
+pub(crate) enum Provider {
+    /// Stores values as they are; reads any value without the encrypted prefix.
+    Identity,
+    /// Writes with its first key; reads with any key whose name the value carries.
+    Keyed { kind: Kind, keys: Vec<NamedKey> },
+}
+
+impl fmt::Debug for Provider {
+    /// Names only: secrets never reach a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Provider::Identity => f.write_str("identity"),
+            Provider::Keyed { kind, keys } => f
+                .debug_struct(kind.name())
+                .field(
+                    "keys",
+                    &keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+                )
+                .finish(),
+        }
+    }
+}
+
+impl Provider {
+    /// A keyed provider from `(name, secret)` pairs in config order; the secrets are
+    /// already decoded and of a valid size (validation checked both).
+    pub(crate) fn keyed(kind: Kind, keys: &[(String, Vec<u8>)]) -> Result<Provider, String> {
+        if keys.is_empty() {
+            return Err(format!("{} provider has no valid keys", kind.name()));
+        }
+        let mut named = Vec::with_capacity(keys.len());
+        for (name, secret) in keys {
+            let cipher = match kind {
+                Kind::AesCbc => AesKey::new(secret).map(Cipher::Cbc),
+                Kind::AesGcm => GcmKey::new(secret).map(Cipher::Gcm),
+                Kind::Secretbox => XSalsa20Poly1305::new_from_slice(secret)
+                    .map(|c| Cipher::Secretbox(Box::new(c)))
+                    .map_err(|_| {
+                        format!(
+                            "expected key size 32 for secretbox provider, got {}",
+                            secret.len()
+                        )
+                    }),
+            }
+            .map_err(|e| format!("error while creating cipher for named key {name}: {e}"))?;
+            named.push(NamedKey {
+                name: name.clone(),
+                prefix: format!("{name}:").into_bytes(),
+                cipher,
+            });
+        }
+        Ok(Provider::Keyed { kind, keys: named })
+    }
+
+    fn is_identity(&self) -> bool {
+        matches!(self, Provider::Identity)
+    }
+}
+
+/// The providers one resource is configured with: the first writes, all read.
+#[derive(Debug)]
+pub(crate) struct Chain {
+    providers: Vec<Arc<Provider>>,
+}
+
+impl Chain {
+    pub(crate) fn new(providers: Vec<Arc<Provider>>) -> Chain {
+        Chain { providers }
+    }
+
+    /// Whether stored values may differ from plain ones (any provider encrypts).
+    pub(crate) fn transforms(&self) -> bool {
+        self.providers.iter().any(|p| !p.is_identity())
+    }
+
+    /// The stored form of `plain`, by the first provider (and its first key).
+    pub(crate) fn encrypt(
+        &self,
+        plain: &Bytes,
+        location: Location<'_>,
+    ) -> Result<Bytes, TransformError> {
+        match self.providers.first().map(Arc::as_ref) {
+            None => Err(TransformError::new("no provider is configured")),
+            Some(Provider::Identity) => Ok(plain.clone()),
+            Some(Provider::Keyed { kind, keys }) => {
+                let key = keys
+                    .first()
+                    .ok_or_else(|| TransformError::new(kind.no_key()))?;
+                let body = key.cipher.seal(plain, location)?;
+                let prefix = kind.prefix().as_bytes();
+                let mut out = Vec::with_capacity(prefix.len() + key.prefix.len() + body.len());
+                out.extend_from_slice(prefix);
+                out.extend_from_slice(&key.prefix);
+                out.extend_from_slice(&body);
+                Ok(Bytes::from(out))
+            }
+        }
+    }
+
+    /// The plain form of a stored value and whether it is stale (read by anything but
+    /// the first provider and key, so a write should store it anew), as upstream's
+    /// prefix transformers: every provider whose prefix the value carries is tried in
+    /// order, a failure does not stop the search, and identity reads what carries no
+    /// encrypted prefix.
+    pub(crate) fn decrypt(
+        &self,
+        stored: &Bytes,
+        location: Location<'_>,
+    ) -> Result<(Bytes, bool), TransformError> {
+        let mut errors = Vec::new();
+        for (i, provider) in self.providers.iter().enumerate() {
+            match provider.as_ref() {
+                Provider::Identity => {
+                    if !stored.starts_with(ENCRYPTED_PREFIX) {
+                        return Ok((stored.clone(), i != 0));
+                    }
+                    // Upstream drops identity's own error so that an encrypting
+                    // provider further down still gets its turn.
+                }
+                Provider::Keyed { kind, keys } => {
+                    let Some(rest) = stored.strip_prefix(kind.prefix().as_bytes()) else {
+                        continue;
+                    };
+                    let mut key_errors = Vec::new();
+                    for (j, key) in keys.iter().enumerate() {
+                        let Some(data) = rest.strip_prefix(key.prefix.as_slice()) else {
+                            continue;
+                        };
+                        match key.cipher.open(data, location) {
+                            Ok(plain) => return Ok((Bytes::from(plain), i != 0 || j != 0)),
+                            Err(e) => key_errors.push(e),
+                        }
+                    }
+                    errors.push(aggregate(key_errors, kind.no_key()));
+                }
+            }
+        }
+        Err(aggregate(errors, "no matching prefix found"))
+    }
+}
+
+/// Reads of keys no rule covers: values as stored, but never encrypted ones (upstream
+/// falls back to the identity transformer, which refuses them).
+pub(crate) fn check_unencrypted(stored: &[u8]) -> Result<(), TransformError> {
+    if stored.starts_with(ENCRYPTED_PREFIX) {
+        return Err(TransformError::new(
+            "identity transformer tried to read encrypted data",
+        ));
+    }
+    Ok(())
+}
