@@ -215,6 +215,49 @@ struct Args {
     /// Amount of time to retain events (Go duration).
     #[arg(long, default_value = "1h0m0s")]
     event_ttl: String,
+    /// The URL of the OpenID issuer, only HTTPS scheme will be accepted. If set, it
+    /// will be used to verify the OIDC JSON Web Token (JWT).
+    #[arg(long, default_value = "")]
+    oidc_issuer_url: String,
+    /// The client ID for the OpenID Connect client, must be set if oidc-issuer-url is
+    /// set.
+    #[arg(long, default_value = "")]
+    oidc_client_id: String,
+    /// If set, the OpenID server's certificate will be verified by one of the
+    /// authorities in the oidc-ca-file, otherwise the host's root CA set will be used.
+    #[arg(long)]
+    oidc_ca_file: Option<PathBuf>,
+    /// The OpenID claim to use as the user name. Note that claims other than the
+    /// default ('sub') is not guaranteed to be unique and immutable. This flag is
+    /// experimental, please see the authentication documentation for further details.
+    #[arg(long, default_value = "sub")]
+    oidc_username_claim: String,
+    /// If provided, all usernames will be prefixed with this value. If not provided,
+    /// username claims other than 'email' are prefixed by the issuer URL to avoid
+    /// clashes. To skip any prefixing, provide the value '-'.
+    #[arg(long, default_value = "")]
+    oidc_username_prefix: String,
+    /// If provided, the name of a custom OpenID Connect claim for specifying user
+    /// groups. The claim value is expected to be a string or array of strings. This
+    /// flag is experimental, please see the authentication documentation for further
+    /// details.
+    #[arg(long, default_value = "")]
+    oidc_groups_claim: String,
+    /// If provided, all groups will be prefixed with this value to prevent conflicts
+    /// with other authentication strategies.
+    #[arg(long, default_value = "")]
+    oidc_groups_prefix: String,
+    /// Comma-separated list of allowed JOSE asymmetric signing algorithms. JWTs with a
+    /// supported 'alg' header values are: RS256, RS384, RS512, ES256, ES384, ES512,
+    /// PS256, PS384, PS512. Values are defined by RFC 7518
+    /// https://tools.ietf.org/html/rfc7518#section-3.1.
+    #[arg(long, value_delimiter = ',', default_value = "RS256")]
+    oidc_signing_algs: Vec<String>,
+    /// A key=value pair that describes a required claim in the ID Token. If set, the
+    /// claim is verified to be present in the ID Token with a matching value. Repeat
+    /// this flag to specify multiple claims.
+    #[arg(long)]
+    oidc_required_claim: Vec<String>,
     /// Number for the log level verbosity (as the other components: 0-1 info, 2-4
     /// debug, 5 and more trace). RUST_LOG, when set, wins.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
@@ -314,9 +357,32 @@ fn etcd_tls(args: &Args) -> anyhow::Result<Option<ferrokube_storage_etcd::EtcdTl
     }
 }
 
+/// The `--oidc-*` flags but the CA file; the apiserver checks them at start.
+fn oidc_config(args: &Args) -> anyhow::Result<ferrokube_apiserver::OidcConfig> {
+    let mut required_claims = std::collections::BTreeMap::new();
+    for pair in &args.oidc_required_claim {
+        // Upstream's MapStringStringNoSplit: one pair per flag, split at the first '='.
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!("--oidc-required-claim {pair:?}: malformed pair, expect string=string")
+        })?;
+        required_claims.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(ferrokube_apiserver::OidcConfig {
+        issuer_url: args.oidc_issuer_url.clone(),
+        client_id: args.oidc_client_id.clone(),
+        username_claim: args.oidc_username_claim.clone(),
+        username_prefix: args.oidc_username_prefix.clone(),
+        groups_claim: args.oidc_groups_claim.clone(),
+        groups_prefix: args.oidc_groups_prefix.clone(),
+        required_claims,
+        signing_algs: args.oidc_signing_algs.clone(),
+    })
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let oidc = oidc_config(&args)?;
     let level = match args.verbosity {
         0..=1 => "info",
         2..=4 => "debug",
@@ -463,6 +529,8 @@ async fn main() -> anyhow::Result<()> {
     }
     opts.event_ttl = go_duration(&args.event_ttl)
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
+    opts.oidc = oidc;
+    opts.oidc_ca_file = args.oidc_ca_file;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");
@@ -620,6 +688,51 @@ mod tests {
             Some(Duration::from_secs(1800))
         );
         assert_eq!(args.max_requests_inflight, 0);
+    }
+
+    #[test]
+    fn oidc_flags() {
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--oidc-issuer-url=https://dex.example.com",
+            "--oidc-client-id=kubernetes",
+            "--oidc-username-claim=email",
+            "--oidc-groups-claim=groups",
+            "--oidc-groups-prefix=oidc:",
+            "--oidc-signing-algs=RS256,ES256",
+            "--oidc-required-claim=hd=example.com",
+            "--oidc-required-claim=tier=a=b",
+            "--oidc-ca-file=/pki/dex-ca.crt",
+        ])
+        .unwrap();
+        let c = super::oidc_config(&args).unwrap();
+        assert_eq!(c.issuer_url, "https://dex.example.com");
+        assert_eq!(c.username_claim, "email");
+        assert_eq!(c.signing_algs, ["RS256", "ES256"]);
+        assert_eq!(c.required_claims["hd"], "example.com");
+        assert_eq!(c.required_claims["tier"], "a=b");
+        assert!(args.oidc_ca_file.is_some());
+        // Upstream's defaults.
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+        ])
+        .unwrap();
+        assert_eq!(
+            super::oidc_config(&args).unwrap(),
+            ferrokube_apiserver::OidcConfig::default()
+        );
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--oidc-required-claim=novalue",
+        ])
+        .unwrap();
+        assert!(super::oidc_config(&args).is_err());
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod handler;
 mod health;
 mod maxinflight;
 mod metrics;
+mod oidc;
 mod openapi;
 mod output;
 mod proxy;
@@ -49,6 +50,7 @@ pub use admission::AdmissionPlugins;
 pub use aggregator::AggregatorConfig;
 pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
 pub use ferrokube_auth::AuthorizationMode;
+pub use ferrokube_auth::OidcConfig;
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
 
@@ -95,6 +97,9 @@ pub struct Config {
     /// `--max-requests-inflight` / `--max-mutating-requests-inflight` limits, when
     /// priority and fairness is off (None: it is on, or both limits are 0).
     pub(crate) max_in_flight: Option<maxinflight::MaxInFlight>,
+    /// Fetches the `--oidc-issuer-url` issuer's keys into its authenticator (None:
+    /// no OIDC issuer).
+    pub(crate) oidc: Option<oidc::KeyFetcher>,
 }
 
 impl std::fmt::Debug for Config {
@@ -175,6 +180,9 @@ impl Server {
                 apf.clone(),
                 shutdown_rx.clone(),
             )));
+        }
+        if let Some(fetcher) = config.oidc {
+            background.push(tokio::spawn(oidc::run(fetcher, shutdown_rx.clone())));
         }
         background.push(tokio::spawn(run_endpoint_lease(
             config.registry.clone(),
@@ -399,6 +407,14 @@ pub struct Options {
     pub kubelet_preferred_address_types: Vec<String>,
     /// `--event-ttl` (default 1h): how long an Event is kept after its last write.
     pub event_ttl: Duration,
+    /// `--oidc-issuer-url`, `--oidc-client-id`, `--oidc-username-claim`,
+    /// `--oidc-username-prefix`, `--oidc-groups-claim`, `--oidc-groups-prefix`,
+    /// `--oidc-required-claim`, `--oidc-signing-algs`: ID tokens of an OpenID Connect
+    /// issuer authenticate (off while the issuer URL is empty).
+    pub oidc: OidcConfig,
+    /// `--oidc-ca-file`: the CA of the issuer's serving certificate (unset: the
+    /// host's roots).
+    pub oidc_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -456,6 +472,8 @@ impl Options {
                 .map(String::from)
                 .to_vec(),
             event_ttl: Duration::from_secs(3600),
+            oidc: OidcConfig::default(),
+            oidc_ca_file: None,
         }
     }
 
@@ -612,6 +630,15 @@ impl Options {
                     .ok_or_else(|| ConfigError::Registry("no store for secrets".into()))?,
             ));
         }
+        // After the bootstrap tokens, as upstream's token authenticator order.
+        let oidc = oidc::build(
+            &self.oidc,
+            self.oidc_ca_file.as_deref(),
+            &self.service_account_issuers,
+        )?;
+        if let Some(fetcher) = &oidc {
+            authenticators.push(Box::new(fetcher.authenticator()));
+        }
         let kubelet_cert_key = match (&self.kubelet_client_certificate, &self.kubelet_client_key) {
             (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
             (None, None) => None,
@@ -668,6 +695,7 @@ impl Options {
             },
             flow_control,
             max_in_flight,
+            oidc,
         })
     }
 }

@@ -6,11 +6,13 @@
 //! answers 401 to `Ok(None)` and `Err(_)` from its top-level authenticator.
 
 pub mod legacy;
+pub mod oidc;
 mod request_header;
 pub mod serviceaccount;
 mod token;
 mod x509;
 
+pub use oidc::{OidcAuthenticator, OidcConfig};
 pub use request_header::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use serviceaccount::ServiceAccountTokenAuthenticator;
 pub use token::{Bearer, TokenFileAuthenticator, bearer_token};
@@ -49,6 +51,10 @@ pub enum AuthError {
     /// not list (upstream's message).
     #[error("x509: subject with cn={0} is not in the allowed list")]
     ProxyNotAllowed(String),
+    /// An OpenID Connect ID token of the configured issuer that does not verify, or
+    /// that arrived before the issuer's keys (upstream's `oidc: ...` messages).
+    #[error("{0}")]
+    Oidc(String),
     /// Bad configuration (CA bundle, token file).
     #[error("authentication configuration: {0}")]
     Config(String),

@@ -13,7 +13,9 @@
 //!   account JWTs, ES256 via jsonwebtoken, with [`authn::serviceaccount::TokenIssuer`]),
 //!   [`RequestHeaderAuthenticator`] (front proxies: a client certificate of
 //!   `--requestheader-client-ca-file` with an allowed CN, then the user named by the
-//!   `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` headers); plus [`client_cert_verifier`]
+//!   `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` headers), [`OidcAuthenticator`]
+//!   (`--oidc-*`: ID tokens of an OpenID Connect issuer, its keys supplied by the
+//!   apiserver, which fetches them); plus [`client_cert_verifier`]
 //!   for the apiserver's rustls `ServerConfig`.
 //! * [`authz`]: the [`Authorizer`] trait over [`Attributes`], [`Decision`], and
 //!   always-allow, always-deny, authenticated-only, privileged-groups and union
@@ -52,9 +54,9 @@ pub mod user;
 mod csv;
 
 pub use authn::{
-    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, RequestHeaderAuthenticator,
-    RequestHeaderConfig, ServiceAccountTokenAuthenticator, TokenFileAuthenticator,
-    UnionAuthenticator, X509Authenticator, client_cert_verifier,
+    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, OidcAuthenticator, OidcConfig,
+    RequestHeaderAuthenticator, RequestHeaderConfig, ServiceAccountTokenAuthenticator,
+    TokenFileAuthenticator, UnionAuthenticator, X509Authenticator, client_cert_verifier,
 };
 pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,
