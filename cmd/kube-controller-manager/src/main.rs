@@ -585,6 +585,67 @@ mod tests {
         Options::command().debug_assert();
     }
 
+    /// kubeadm 1.33's static pod command line, with the hard way's `--v=2`.
+    #[test]
+    fn kubeadm_command_line_parses() {
+        let opts = Options::try_parse_from([
+            "kube-controller-manager",
+            "--allocate-node-cidrs=true",
+            "--authentication-kubeconfig=/etc/kubernetes/controller-manager.conf",
+            "--authorization-kubeconfig=/etc/kubernetes/controller-manager.conf",
+            "--bind-address=127.0.0.1",
+            "--client-ca-file=/etc/kubernetes/pki/ca.crt",
+            "--cluster-cidr=10.244.0.0/16",
+            "--cluster-name=kubernetes",
+            "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt",
+            "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key",
+            "--controllers=*,bootstrapsigner,tokencleaner",
+            "--kubeconfig=/etc/kubernetes/controller-manager.conf",
+            "--leader-elect=true",
+            "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+            "--root-ca-file=/etc/kubernetes/pki/ca.crt",
+            "--service-account-private-key-file=/etc/kubernetes/pki/sa.key",
+            "--service-cluster-ip-range=10.96.0.0/12",
+            "--use-service-account-credentials=true",
+            "--v=2",
+        ])
+        .unwrap();
+        assert_eq!(opts.cluster_name, "kubernetes");
+        assert_eq!(opts.verbosity, 2);
+        assert_eq!(opts.controllers, ["*", "bootstrapsigner", "tokencleaner"]);
+        assert!(opts.leader_election.leader_elect);
+        assert!(opts.use_service_account_credentials);
+        assert_eq!(opts.bind_address, IpAddr::from([127, 0, 0, 1]));
+        let rh = &opts.auth.request_header;
+        assert_eq!(
+            rh.client_ca_file.as_deref(),
+            Some(std::path::Path::new(
+                "/etc/kubernetes/pki/front-proxy-ca.crt"
+            ))
+        );
+        // The delegating defaults fill in the headers kubeadm leaves out.
+        assert_eq!(rh.username_headers, ["x-remote-user"]);
+        assert_eq!(rh.group_headers, ["x-remote-group"]);
+        assert_eq!(rh.extra_headers_prefix, ["x-remote-extra-"]);
+        assert_eq!(
+            opts.auth.client_ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/kubernetes/pki/ca.crt"))
+        );
+        let cfg = opts.manager_config();
+        assert!(cfg.node_ipam.allocate_node_cidrs);
+        assert_eq!(
+            cfg.node_ipam.cluster_cidr,
+            Some("10.244.0.0/16".parse().unwrap())
+        );
+        assert_eq!(opts.csr_signing.signer_files().unwrap().len(), 4);
+        // The short form, and the defaults.
+        let opts = Options::try_parse_from(["kube-controller-manager", "-v", "4"]).unwrap();
+        assert_eq!(
+            (opts.verbosity, opts.cluster_name.as_str()),
+            (4, "kubernetes")
+        );
+    }
+
     fn files(args: &[&str]) -> anyhow::Result<Vec<(&'static str, PathBuf, PathBuf)>> {
         let opts = Options::try_parse_from(
             std::iter::once("kube-controller-manager").chain(args.iter().copied()),

@@ -137,4 +137,44 @@ mod tests {
         .unwrap();
         assert_eq!(opts.auth.always_allow_paths, ["/healthz", "/metrics"]);
     }
+
+    /// kubeadm 1.33's static pod command line, with the hard way's `--v=2`.
+    #[test]
+    fn kubeadm_command_line_parses() {
+        let opts = Opts::try_parse_from([
+            "kube-scheduler",
+            "--authentication-kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--authorization-kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--bind-address=127.0.0.1",
+            "--kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--leader-elect=true",
+            "--v=2",
+        ])
+        .unwrap();
+        assert_eq!(opts.bind_address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(opts.secure_port, 10259);
+        assert_eq!(opts.verbosity, 2);
+        assert!(opts.leader_election.leader_elect);
+        assert_eq!(
+            opts.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/etc/kubernetes/scheduler.conf"))
+        );
+        assert_eq!(
+            opts.auth.authentication_kubeconfig,
+            opts.auth.authorization_kubeconfig
+        );
+        // No front proxy without its CA; the delegating header defaults are there.
+        assert!(opts.auth.request_header.client_ca_file.is_none());
+        assert_eq!(opts.auth.request_header.username_headers, ["x-remote-user"]);
+        let opts = Opts::try_parse_from([
+            "kube-scheduler",
+            "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+            "--requestheader-allowed-names=front-proxy-client",
+        ])
+        .unwrap();
+        assert_eq!(
+            opts.auth.request_header.allowed_names,
+            ["front-proxy-client"]
+        );
+    }
 }

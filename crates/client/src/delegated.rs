@@ -448,7 +448,7 @@ impl ClientCertificates {
                 .ok()
                 .and_then(|info| info.common_name)
                 .unwrap_or_default();
-            if !config.allowed_names.iter().any(|n| *n == cn) {
+            if !config.allowed_names.contains(&cn) {
                 return Err(format!(
                     "x509: subject with cn={cn} is not in the allowed list"
                 ));
