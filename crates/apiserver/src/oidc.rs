@@ -292,16 +292,8 @@ async fn get_once(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Vec<u8>,
         .trim_end_matches(']')
         .to_string();
     let port = authority.port_u16().unwrap_or(443);
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {}: {e}", authority.as_str()))?;
-    let _ = tcp.set_nodelay(true);
-    let name = rustls_pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| format!("server name {host:?}: {e}"))?;
-    let stream = tokio_rustls::TlsConnector::from(tls.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
+    let (tcp, addr) = crate::proxy::connect_tcp(&host, port).await?;
+    let stream = crate::proxy::connect_tls(tls.clone(), &host, &addr, tcp).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
