@@ -92,12 +92,23 @@ ok "3 pods on nginx:1.22.1 (a new imageID), one ReplicaSet with replicas, the Se
 
 step "services: scale to 0 -> the ClusterIP refuses at once"
 out=$(k scale deployment web --replicas=0 2>&1) || fail "scale: $out"
-for ((i = 0; i < 60; i++)); do
-  svc_curl "http://$cip/"
-  [ "$SVC_RC" = 7 ] && break
-  sleep 1
+# Wait (bounded) until kube-proxy has put the ClusterIP in its no-endpoint-services map
+# (reject); then one request must be refused at once. Before that a request may still be
+# sent to a pod whose sandbox is gone: the SYN's ARP fails and curl also exits 7 ("no
+# route to host"), but only after seconds, which is not what this step checks.
+# (Captured first: under pipefail, `nft | grep -q` fails when grep stops reading early.)
+rejected() {
+  local map
+  map=$(nft list map ip kube-proxy no-endpoint-services 2>/dev/null) || return 1
+  grep -qF "$cip . tcp . 80 " <<<"$map"
+}
+for ((i = 0; i < 120; i++)); do
+  rejected && break
+  sleep 0.5
 done
-[ "$SVC_RC" = 7 ] || fail "http://$cip/ not refused 60 s after scaling to 0 (curl exit $SVC_RC after $SVC_SECS s)"
+rejected || fail "kube-proxy did not put $cip in no-endpoint-services within 60 s: $(nft list map ip kube-proxy no-endpoint-services 2>&1 | tail -n 5)"
+svc_curl "http://$cip/"
+[ "$SVC_RC" = 7 ] || fail "http://$cip/ with no endpoints: curl exit $SVC_RC after $SVC_SECS s, want 7 (refused)"
 secs=$SVC_SECS
 awk -v s="$secs" 'BEGIN { exit !(s < 2) }' || fail "refusal took $secs s (a hang, not a reject)"
 svc_curl "http://$nip:$nport/"
