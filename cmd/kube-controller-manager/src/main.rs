@@ -493,6 +493,8 @@ async fn main() -> anyhow::Result<()> {
             &opts.auth,
             "kube-controller-manager",
             opts.bind_address,
+            // Upstream's TolerateInClusterLookupFailure for this component.
+            ferrokube_client::extension_authentication::LookupFailure::Fatal,
         )
         .await?;
         let serving = ferrokube_client::serving::serve(

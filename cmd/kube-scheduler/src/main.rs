@@ -73,6 +73,8 @@ async fn main() -> anyhow::Result<()> {
             &opts.auth,
             "kube-scheduler",
             opts.bind_address,
+            // Upstream's TolerateInClusterLookupFailure for this component.
+            ferrokube_client::extension_authentication::LookupFailure::Tolerate,
         )
         .await?;
         let responder = ferrokube_scheduler::run::health_responder(

@@ -177,7 +177,6 @@ async fn main() -> anyhow::Result<()> {
         serving_cert: serving_pair(&opts)?,
         resolution: opts.metric_resolution,
         kubelet,
-        auth: None,
     };
 
     let cancel = ferrokube_client::process::cancel_on_termination("shutting down");

@@ -62,6 +62,15 @@ pub struct DelegatedAuthOptions {
     pub client_ca_file: Option<PathBuf>,
     #[command(flatten)]
     pub request_header: RequestHeaderOptions,
+    /// If false, the authentication-kubeconfig will be used to lookup missing
+    /// authentication configuration from the cluster.
+    #[arg(long = "authentication-skip-lookup", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub skip_lookup: bool,
+    /// If true, failures to look up missing authentication configuration from the
+    /// cluster are not considered fatal. Note that this can result in authentication
+    /// that treats all requests as anonymous. [default: the component's]
+    #[arg(long = "authentication-tolerate-lookup-failure", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub tolerate_lookup_failure: Option<bool>,
 }
 
 impl Default for DelegatedAuthOptions {
@@ -72,6 +81,8 @@ impl Default for DelegatedAuthOptions {
             always_allow_paths: vec!["/healthz".into(), "/readyz".into(), "/livez".into()],
             client_ca_file: None,
             request_header: RequestHeaderOptions::default(),
+            skip_lookup: false,
+            tolerate_lookup_failure: None,
         }
     }
 }
@@ -332,6 +343,42 @@ impl CaPool {
     }
 }
 
+/// The PEM bundles client certificates are judged by: `--client-ca-file`'s, and
+/// `--requestheader-client-ca-file`'s with its header settings; from files or from
+/// the apiserver's ConfigMap ([`crate::extension_authentication`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaBundles {
+    pub client_ca: Option<String>,
+    pub request_header: Option<(String, RequestHeaderConfig)>,
+}
+
+impl CaBundles {
+    /// The files the flags name (those set), read now.
+    pub fn from_flag_files(opts: &DelegatedAuthOptions) -> Result<CaBundles, crate::Error> {
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read_to_string(path).map_err(|e| {
+                crate::Error::Config(format!("reading --{flag} {}: {e}", path.display()))
+            })
+        };
+        let client_ca = opts
+            .client_ca_file
+            .as_ref()
+            .map(|p| read("client-ca-file", p))
+            .transpose()?;
+        let request_header = match &opts.request_header.client_ca_file {
+            Some(p) => Some((
+                read("requestheader-client-ca-file", p)?,
+                opts.request_header.config().map_err(crate::Error::Config)?,
+            )),
+            None => None,
+        };
+        Ok(CaBundles {
+            client_ca,
+            request_header,
+        })
+    }
+}
+
 /// What client certificates mean on an endpoint: `--client-ca-file` names users,
 /// `--requestheader-client-ca-file` names front proxies. The TLS layer accepts both
 /// ([`ClientCertificates::tls_client_cas`]), so each is verified here against its own
@@ -341,6 +388,8 @@ impl CaPool {
 pub struct ClientCertificates {
     client_ca: Option<CaPool>,
     request_header: Option<(CaPool, RequestHeaderConfig)>,
+    /// The TLS layer's check: chains to either bundle ([`Self::tls_client_cas`]).
+    tls: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 impl std::fmt::Debug for ClientCertificates {
@@ -383,38 +432,44 @@ impl ClientCertificates {
             }
             None => None,
         };
-        Ok(ClientCertificates {
+        let mut certificates = ClientCertificates {
             client_ca,
             request_header,
-        })
+            tls: None,
+        };
+        certificates.tls = certificates
+            .tls_client_cas()
+            .map(|pem| optional_client_verifier(&pem))
+            .transpose()?;
+        Ok(certificates)
+    }
+
+    /// The client CA bundle, if any.
+    pub fn client_ca_pem(&self) -> Option<&str> {
+        self.client_ca.as_ref().map(|pool| pool.pem.as_str())
+    }
+
+    /// The request-header bundle and settings, if any.
+    pub fn request_header(&self) -> Option<(&str, &RequestHeaderConfig)> {
+        self.request_header
+            .as_ref()
+            .map(|(pool, config)| (pool.pem.as_str(), config))
     }
 
     /// The CA files the flags name, read now.
     pub fn from_options(opts: &DelegatedAuthOptions) -> Result<ClientCertificates, crate::Error> {
-        let read = |flag: &str, path: &PathBuf| {
-            std::fs::read_to_string(path).map_err(|e| {
-                crate::Error::Config(format!("reading --{flag} {}: {e}", path.display()))
-            })
-        };
-        let client_ca = opts
-            .client_ca_file
-            .as_ref()
-            .map(|p| read("client-ca-file", p))
-            .transpose()?;
-        let request_header = match &opts.request_header.client_ca_file {
-            Some(p) => Some((
-                read("requestheader-client-ca-file", p)?,
-                opts.request_header.config().map_err(crate::Error::Config)?,
-            )),
-            None => None,
-        };
+        ClientCertificates::from_bundles(&CaBundles::from_flag_files(opts)?)
+            .map_err(crate::Error::Config)
+    }
+
+    pub fn from_bundles(bundles: &CaBundles) -> Result<ClientCertificates, String> {
         ClientCertificates::new(
-            client_ca.as_deref(),
-            request_header
+            bundles.client_ca.as_deref(),
+            bundles
+                .request_header
                 .as_ref()
                 .map(|(pem, c)| (pem.as_str(), c.clone())),
         )
-        .map_err(crate::Error::Config)
     }
 
     /// The bundle the TLS layer verifies client certificates against: both CAs, as
@@ -466,6 +521,101 @@ impl ClientCertificates {
         pool.verify(chain)
             .map_err(|e| format!("client certificate: {e}"))?;
         Ok(certificate_user(leaf))
+    }
+}
+
+/// [`ClientCertificates`] that may change while the endpoint runs (the request-header
+/// part followed in the apiserver's ConfigMap, as upstream's dynamic request-header
+/// controller): the gate and the TLS layer ([`LiveClientCertificates::tls_verifier`])
+/// both read the current value at each use.
+#[derive(Debug, Clone, Default)]
+pub struct LiveClientCertificates(Arc<parking_lot::RwLock<ClientCertificates>>);
+
+impl LiveClientCertificates {
+    pub fn new(certificates: ClientCertificates) -> LiveClientCertificates {
+        LiveClientCertificates(Arc::new(parking_lot::RwLock::new(certificates)))
+    }
+
+    /// A copy of the current value.
+    pub fn current(&self) -> ClientCertificates {
+        self.0.read().clone()
+    }
+
+    pub fn replace(&self, certificates: ClientCertificates) {
+        *self.0.write() = certificates;
+    }
+
+    /// The TLS layer's client-certificate check, always against the current bundles:
+    /// a certificate is asked for only while there is a CA, and clients without one
+    /// are served (to the token and anonymous checks).
+    pub fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::new(CurrentClientVerifier(self.clone()))
+    }
+}
+
+/// See [`LiveClientCertificates::tls_verifier`]. It sends no CA names in its
+/// certificate request, as the bundles may change between handshakes; clients then
+/// offer their certificate whatever its issuer (Go's, curl's and rustls's clients do).
+#[derive(Debug)]
+struct CurrentClientVerifier(LiveClientCertificates);
+
+impl CurrentClientVerifier {
+    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.0.0.read().tls.clone()
+    }
+}
+
+fn signature_algorithms() -> rustls::crypto::WebPkiSupportedAlgorithms {
+    rustls::crypto::ring::default_provider().signature_verification_algorithms
+}
+
+impl ClientCertVerifier for CurrentClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.current().is_some()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        match self.current() {
+            Some(verifier) => verifier.verify_client_cert(end_entity, intermediates, now),
+            None => Err(rustls::Error::General(
+                "no client CA: client certificates are not accepted".into(),
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &signature_algorithms())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &signature_algorithms())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        signature_algorithms().supported_schemes()
     }
 }
 
@@ -561,7 +711,7 @@ pub struct Gate {
     decisions: Expiring<Decision>,
     /// `None`: the TLS layer verified client certificates against the client CA alone,
     /// so a presented certificate is its user ([`Gate::new`], the kubelet).
-    certificates: Option<ClientCertificates>,
+    certificates: Option<LiveClientCertificates>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -647,9 +797,20 @@ impl Gate {
 
     /// Client certificates judged by [`Gate::authenticate_request`] against their own
     /// CAs, the TLS layer accepting [`ClientCertificates::tls_client_cas`].
-    pub fn with_client_certificates(mut self, certificates: ClientCertificates) -> Gate {
+    pub fn with_client_certificates(self, certificates: ClientCertificates) -> Gate {
+        self.with_live_client_certificates(LiveClientCertificates::new(certificates))
+    }
+
+    /// [`Gate::with_client_certificates`] of a value that may change (the TLS layer
+    /// verifying with [`LiveClientCertificates::tls_verifier`]).
+    pub fn with_live_client_certificates(mut self, certificates: LiveClientCertificates) -> Gate {
         self.certificates = Some(certificates);
         self
+    }
+
+    /// The client that reviews tokens (`--authentication-kubeconfig`'s), if any.
+    pub fn authentication_client(&self) -> Option<&kube::Client> {
+        self.authn.as_ref()
     }
 
     /// Whether requests without credentials are `system:anonymous` (the default, as
@@ -720,11 +881,15 @@ impl Gate {
                 .and_then(|leaf| certificate_user(leaf));
             return self.authenticate(bearer, user).await;
         };
+        let found = {
+            let current = certificates.0.read();
+            [
+                current.front_proxy_user(peer_certificates, headers),
+                current.certificate_user(peer_certificates),
+            ]
+        };
         let mut refusals = Vec::new();
-        for found in [
-            certificates.front_proxy_user(peer_certificates, headers),
-            certificates.certificate_user(peer_certificates),
-        ] {
+        for found in found {
             match found {
                 Ok(Some(user)) => return Ok(with_authenticated_group(user)),
                 Ok(None) => {}
@@ -946,6 +1111,15 @@ fn with_authenticated_group(mut user: User) -> User {
     user
 }
 
+/// The bearer token of a request's `Authorization` header, if it has one.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
 /// The user a verified client certificate names: CN, and O as groups.
 pub fn certificate_user(der: &[u8]) -> Option<User> {
     let info = ferrokube_pki::CertInfo::from_der(der).ok()?;
@@ -1025,6 +1199,24 @@ mod tests {
         assert_eq!(
             blank.config().unwrap_err(),
             r#"empty value in "requestheader-group-headers""#
+        );
+    }
+
+    #[test]
+    fn lookup_flags_are_pflag_bools() {
+        let defaults = flags(&[]);
+        assert!(!defaults.skip_lookup);
+        assert_eq!(defaults.tolerate_lookup_failure, None);
+        let set = flags(&[
+            "--authentication-skip-lookup",
+            "--authentication-tolerate-lookup-failure=false",
+        ]);
+        assert!(set.skip_lookup);
+        assert_eq!(set.tolerate_lookup_failure, Some(false));
+        assert!(!flags(&["--authentication-skip-lookup=false"]).skip_lookup);
+        assert_eq!(
+            flags(&["--authentication-tolerate-lookup-failure"]).tolerate_lookup_failure,
+            Some(true)
         );
     }
 

@@ -17,7 +17,9 @@
 //! * [`serving`]: the HTTPS `--secure-port` endpoint (health and metrics) of the
 //!   scheduler and the controller manager, with a self-signed certificate by default;
 //!   [`delegated`]: its authentication and authorization, delegated to the apiserver
-//!   (TokenReview, SubjectAccessReview) as upstream's components do.
+//!   (TokenReview, SubjectAccessReview) as upstream's components do, with the client
+//!   CAs its flags leave out read from the apiserver's ConfigMap
+//!   ([`extension_authentication`]).
 //! * [`process`]: logging at the `-v` verbosity and a cancellation token for SIGTERM,
 //!   shared by the client-side binaries.
 //! * [`config`]: kubeconfig / in-cluster loading (`--kubeconfig`, `KUBECONFIG`) and
@@ -31,6 +33,7 @@
 pub mod config;
 pub mod delegated;
 pub mod events;
+pub mod extension_authentication;
 pub mod informer;
 pub mod leaderelection;
 pub mod process;

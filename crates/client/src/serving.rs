@@ -12,7 +12,8 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use crate::delegated::{ClientCertificates, Gate};
+use crate::delegated::Gate;
+use crate::extension_authentication::{LookupFailure, client_certificates};
 
 /// Upstream's secure serving flags (the certificate part).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -49,23 +50,19 @@ pub type Respond = Arc<dyn Fn(&str) -> (u16, String) + Send + Sync>;
 impl SecureServingOptions {
     /// The TLS configuration: the given pair, or a fresh self-signed one for
     /// `localhost`, the bind address and loopback (named `component` in its subject).
-    /// `client_ca_pem`: the bundle client certificates must chain to (clients without
-    /// one are still served); which user a certificate names is the gate's decision.
+    /// `client_verifier`: what client certificates must chain to (clients without one
+    /// are still served); which user a certificate names is the gate's decision.
     pub fn tls_config(
         &self,
         component: &str,
         bind: IpAddr,
-        client_ca_pem: Option<&str>,
+        verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
     ) -> Result<Arc<rustls::ServerConfig>, ServingError> {
         let (cert_pem, key_pem) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(c), Some(k)) => (read(c)?, read(k)?),
             (None, None) => self_signed(component, bind)?,
             _ => return Err(ServingError::HalfPair),
         };
-        let verifier = client_ca_pem
-            .map(crate::delegated::optional_client_verifier)
-            .transpose()
-            .map_err(ServingError::Tls)?;
         ferrokube_pki::serving::server_config(
             &cert_pem,
             &key_pem,
@@ -77,21 +74,26 @@ impl SecureServingOptions {
 }
 
 /// The TLS configuration and the gate of a component's endpoint, from its serving and
-/// delegated-auth flags.
+/// delegated-auth flags; CAs the flags leave out are looked up in the cluster
+/// ([`crate::extension_authentication`]), a failed lookup handled as `failure` says
+/// unless the flag does.
 pub async fn endpoint(
     serving: &SecureServingOptions,
     auth: &crate::delegated::DelegatedAuthOptions,
     component: &str,
     bind: IpAddr,
+    failure: LookupFailure,
 ) -> Result<(Arc<rustls::ServerConfig>, Arc<Gate>), ServingError> {
-    let certificates =
-        ClientCertificates::from_options(auth).map_err(|e| ServingError::Auth(e.to_string()))?;
-    let tls = serving.tls_config(component, bind, certificates.tls_client_cas().as_deref())?;
-    let gate = Gate::reviewing(auth)
+    let auth_error = |e: crate::Error| ServingError::Auth(e.to_string());
+    let gate = Gate::reviewing(auth).await.map_err(auth_error)?;
+    let certificates = client_certificates(auth, gate.authentication_client(), failure)
         .await
-        .map_err(|e| ServingError::Auth(e.to_string()))?
-        .with_client_certificates(certificates);
-    Ok((tls, Arc::new(gate)))
+        .map_err(auth_error)?;
+    let tls = serving.tls_config(component, bind, Some(certificates.tls_verifier()))?;
+    Ok((
+        tls,
+        Arc::new(gate.with_live_client_certificates(certificates)),
+    ))
 }
 
 fn read(path: &PathBuf) -> Result<String, ServingError> {
@@ -162,12 +164,7 @@ pub async fn serve(
                         let allowed = match &gate {
                             None => Ok(()),
                             Some(gate) => {
-                                let bearer = req
-                                    .headers()
-                                    .get(hyper::header::AUTHORIZATION)
-                                    .and_then(|v| v.to_str().ok())
-                                    .and_then(|v| v.strip_prefix("Bearer "))
-                                    .map(str::trim);
+                                let bearer = crate::delegated::bearer_token(req.headers());
                                 let verb = req.method().as_str().to_ascii_lowercase();
                                 gate.check_request(&verb, &path, bearer, &peer, req.headers())
                                     .await

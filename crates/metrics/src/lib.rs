@@ -11,13 +11,14 @@
 //! * [`api`]: the metrics.k8s.io types, discovery, get/list with selectors (pure);
 //! * [`scraper`]: kubelet HTTPS client (address choice, credentials, timeouts);
 //! * [`server`]: the HTTPS endpoint with upstream's delegated authentication
-//!   (request-header front proxy, client certificates, TokenReview) and authorization
+//!   (request-header front proxy, client certificates, TokenReview: the client crate's
+//!   gate, with the CAs the apiserver publishes) and authorization
 //!   (SubjectAccessReview), and the health checks;
 //! * [`run`]: informers, the collection loop and the endpoint together.
 //!
 //! Layer: client side, a cluster add-on. It talks to the API only through kube-rs and
-//! `ferrokube-client` (plus the pure `ferrokube-apimachinery`, `ferrokube-auth` and
-//! `ferrokube-pki` libraries); it must never depend on storage*, registry or apiserver.
+//! `ferrokube-client` (plus the pure `ferrokube-apimachinery` and `ferrokube-pki`
+//! libraries); it must never depend on storage*, registry or apiserver.
 //! `ferrokube-testing` is a dev-dependency only.
 
 pub mod api;

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrokube_client::delegated::DelegatedAuthOptions;
+use ferrokube_client::extension_authentication::{LookupFailure, client_certificates};
 use ferrokube_client::informer::{InformerConfig, SharedIndexInformer};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -16,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Meta;
 use crate::decode::Batch;
 use crate::scraper::KubeletClient;
-use crate::server::{Auth, AuthConfig, State};
+use crate::server::{Auth, State};
 use crate::storage::Storage;
 
 /// Upstream's default `--metric-resolution`.
@@ -32,15 +34,10 @@ pub struct RunConfig {
     /// `--metric-resolution`.
     pub resolution: Duration,
     pub kubelet: KubeletClient,
-    /// How callers are authenticated; `None`: read from the ConfigMap
-    /// `kube-system/extension-apiserver-authentication` at start, as upstream.
-    pub auth: Option<AuthConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("reading kube-system/extension-apiserver-authentication: {0}")]
-    AuthConfig(kube::Error),
     #[error("authentication: {0}")]
     Auth(String),
     #[error("serving certificate: {0}")]
@@ -74,25 +71,19 @@ pub async fn start(
     cfg: RunConfig,
     cancel: CancellationToken,
 ) -> Result<Running, RunError> {
-    let auth_config = match cfg.auth {
-        Some(a) => a,
-        None => AuthConfig::from_cluster(&client)
-            .await
-            .map_err(RunError::AuthConfig)?,
-    };
-    if auth_config.request_header.is_none() {
-        tracing::warn!(
-            "no requestheader-client-ca-file: requests through the aggregator cannot be authenticated"
-        );
-    }
-    let auth = Arc::new(Auth::new(&auth_config, Some(client.clone())).map_err(RunError::Auth)?);
+    // As upstream's metrics-server, how callers are authenticated is what the
+    // apiserver publishes in kube-system/extension-apiserver-authentication.
+    let certificates = client_certificates(
+        &DelegatedAuthOptions::default(),
+        Some(&client),
+        LookupFailure::Fatal,
+    )
+    .await
+    .map_err(|e| RunError::Auth(e.to_string()))?;
+    let auth = Arc::new(Auth::new(certificates.clone(), Some(client.clone())));
     // Client certificates of either CA are asked for (and verified again by the
     // authenticators, each against its own CA); clients without one are served too.
-    let verifier = auth_config
-        .client_cas_pem()
-        .map(|pem| ferrokube_auth::client_cert_verifier(&pem))
-        .transpose()
-        .map_err(|e| RunError::Auth(e.to_string()))?;
+    let verifier = Some(certificates.tls_verifier());
     let tls = ferrokube_pki::serving::server_config(
         &cfg.serving_cert.0,
         &cfg.serving_cert.1,

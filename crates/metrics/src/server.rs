@@ -12,16 +12,14 @@
 //! `system:masters` needs none), cached briefly; a denial is a 403 Status. Health
 //! paths need neither.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_auth::{
-    AuthRequest, Authenticator, RequestHeaderAuthenticator, RequestHeaderConfig, X509Authenticator,
+use ferrokube_client::delegated::{
+    Attributes, Decision, Gate, LiveClientCertificates, ResourceRequest, User, bearer_token,
 };
-use ferrokube_client::delegated::{Attributes, Decision, Gate, ResourceRequest, User};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -31,114 +29,21 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, GROUP, Meta, Target, VERSION};
 use crate::storage::Storage;
 
-/// How extension apiservers authenticate callers: the ConfigMap
-/// `kube-system/extension-apiserver-authentication`'s data.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AuthConfig {
-    /// `requestheader-client-ca-file` and the `requestheader-*` lists.
-    pub request_header: Option<(String, RequestHeaderConfig)>,
-    /// `client-ca-file`.
-    pub client_ca: Option<String>,
-}
-
-impl AuthConfig {
-    /// From the ConfigMap's data (lists are JSON arrays of strings).
-    pub fn from_configmap_data(data: &BTreeMap<String, String>) -> AuthConfig {
-        let list = |key: &str| -> Vec<String> {
-            data.get(key)
-                .and_then(|v| serde_json::from_str(v).ok())
-                .unwrap_or_default()
-        };
-        let request_header = data
-            .get("requestheader-client-ca-file")
-            .filter(|ca| !ca.trim().is_empty())
-            .map(|ca| {
-                (
-                    ca.clone(),
-                    RequestHeaderConfig {
-                        username_headers: list("requestheader-username-headers"),
-                        uid_headers: list("requestheader-uid-headers"),
-                        group_headers: list("requestheader-group-headers"),
-                        extra_header_prefixes: list("requestheader-extra-headers-prefix"),
-                        allowed_names: list("requestheader-allowed-names"),
-                    },
-                )
-            });
-        AuthConfig {
-            request_header,
-            client_ca: data
-                .get("client-ca-file")
-                .filter(|ca| !ca.trim().is_empty())
-                .cloned(),
-        }
-    }
-
-    /// Reads the ConfigMap through the API (the `extension-apiserver-authentication-reader`
-    /// Role lets the ServiceAccount do so).
-    pub async fn from_cluster(client: &kube::Client) -> Result<AuthConfig, kube::Error> {
-        let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-            kube::Api::namespaced(client.clone(), "kube-system");
-        let cm = cms.get("extension-apiserver-authentication").await?;
-        Ok(AuthConfig::from_configmap_data(
-            &cm.data.unwrap_or_default(),
-        ))
-    }
-
-    /// Every CA whose client certificates the TLS layer should ask for (verified again
-    /// by the authenticators).
-    pub fn client_cas_pem(&self) -> Option<String> {
-        let mut pem = String::new();
-        for ca in self
-            .request_header
-            .as_ref()
-            .map(|(ca, _)| ca)
-            .into_iter()
-            .chain(self.client_ca.as_ref())
-        {
-            pem.push_str(ca.trim_end());
-            pem.push('\n');
-        }
-        (!pem.is_empty()).then_some(pem)
-    }
-}
-
 /// Who a request is and whether it may proceed.
+#[derive(Debug)]
 pub struct Auth {
-    request_header: Option<RequestHeaderAuthenticator>,
-    x509: Option<X509Authenticator>,
     gate: Gate,
 }
 
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth")
-            .field("request_header", &self.request_header.is_some())
-            .field("x509", &self.x509.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
 impl Auth {
-    /// `config`'s authenticators; tokens are reviewed and requests authorized with
-    /// `client` (the server's own credentials, as upstream's in-cluster delegation).
-    pub fn new(config: &AuthConfig, client: Option<kube::Client>) -> Result<Auth, String> {
-        let request_header = config
-            .request_header
-            .as_ref()
-            .map(|(ca, c)| RequestHeaderAuthenticator::new(ca, c.clone()))
-            .transpose()
-            .map_err(|e| format!("request-header authentication: {e}"))?;
-        let x509 = config
-            .client_ca
-            .as_deref()
-            .map(X509Authenticator::new)
-            .transpose()
-            .map_err(|e| format!("client-ca-file: {e}"))?;
-        Ok(Auth {
-            request_header,
-            x509,
-            gate: Gate::new(vec![], client.clone(), client, Default::default()),
-        })
+    /// Client certificates judged by `certificates`; tokens are reviewed and requests
+    /// authorized with `client` (the server's own credentials, as upstream's in-cluster
+    /// delegation).
+    pub fn new(certificates: LiveClientCertificates, client: Option<kube::Client>) -> Auth {
+        Auth {
+            gate: Gate::new(vec![], client.clone(), client, Default::default())
+                .with_live_client_certificates(certificates),
+        }
     }
 
     /// The request's user, or 401.
@@ -147,49 +52,9 @@ impl Auth {
         headers: &http::HeaderMap,
         peer: &[rustls_pki_types::CertificateDer<'static>],
     ) -> Result<User, ApiError> {
-        let request = AuthRequest {
-            headers,
-            peer_certificates: peer,
-        };
-        let unauthorized = |e: &dyn std::fmt::Display| {
-            tracing::debug!(error = %e, "authentication failed");
-            ApiError::unauthorized("Unauthorized")
-        };
-        // A union, as upstream's: the first authenticator that knows the request wins;
-        // an error counts only when none does (a cluster client certificate sent with
-        // X-Remote-* headers is its own user, not the headers').
-        let mut failure = None;
-        for authn in [
-            self.request_header
-                .as_ref()
-                .map(|a| a as &dyn Authenticator),
-            self.x509.as_ref().map(|a| a as &dyn Authenticator),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            match authn.authenticate(&request) {
-                Ok(Some(u)) => {
-                    return Ok(User {
-                        name: u.name,
-                        uid: u.uid,
-                        groups: u.groups,
-                        extra: u.extra,
-                    });
-                }
-                Ok(None) => {}
-                Err(e) => failure = Some(e),
-            }
-        }
-        if let Some(e) = failure {
-            return Err(unauthorized(&e));
-        }
-        let bearer = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        self.gate.authenticate(bearer, None).await
+        self.gate
+            .authenticate_request(bearer_token(headers), peer, headers)
+            .await
     }
 
     /// Whether `user` may `GET` `target` (`path` for discovery), or 403.
@@ -437,43 +302,6 @@ pub async fn serve(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_configmap_names_the_request_header_settings() {
-        let data = BTreeMap::from([
-            ("client-ca-file".to_string(), "CLIENT".to_string()),
-            ("requestheader-client-ca-file".into(), "RH".into()),
-            (
-                "requestheader-username-headers".into(),
-                r#"["X-Remote-User"]"#.into(),
-            ),
-            (
-                "requestheader-group-headers".into(),
-                r#"["X-Remote-Group"]"#.into(),
-            ),
-            (
-                "requestheader-extra-headers-prefix".into(),
-                r#"["X-Remote-Extra-"]"#.into(),
-            ),
-            (
-                "requestheader-allowed-names".into(),
-                r#"["front-proxy-client"]"#.into(),
-            ),
-            ("requestheader-uid-headers".into(), "[]".into()),
-        ]);
-        let cfg = AuthConfig::from_configmap_data(&data);
-        let (ca, rh) = cfg.request_header.clone().unwrap();
-        assert_eq!(ca, "RH");
-        assert_eq!(rh.username_headers, vec!["X-Remote-User"]);
-        assert_eq!(rh.group_headers, vec!["X-Remote-Group"]);
-        assert_eq!(rh.allowed_names, vec!["front-proxy-client"]);
-        assert!(rh.uid_headers.is_empty());
-        assert_eq!(cfg.client_ca.as_deref(), Some("CLIENT"));
-        assert_eq!(cfg.client_cas_pem().unwrap(), "RH\nCLIENT\n");
-        let empty = AuthConfig::from_configmap_data(&BTreeMap::new());
-        assert_eq!(empty, AuthConfig::default());
-        assert_eq!(empty.client_cas_pem(), None);
-    }
-
     fn state() -> State {
         State {
             storage: RwLock::new(Storage::new(Duration::from_secs(15))),
@@ -487,7 +315,7 @@ mod tests {
 
     #[tokio::test]
     async fn health_needs_no_credentials_and_the_api_needs_them() {
-        let auth = Auth::new(&AuthConfig::default(), None).unwrap();
+        let auth = Auth::new(LiveClientCertificates::default(), None);
         let st = state();
         let get = |path: &str| -> http::Uri { path.parse().unwrap() };
         let headers = http::HeaderMap::new();

@@ -287,7 +287,6 @@ async fn node_and_pod_metrics_through_the_aggregator() -> anyhow::Result<()> {
             serving_cert: (serving.cert_pem, serving.key_pem),
             resolution: Duration::from_millis(500),
             kubelet,
-            auth: None,
         },
         cancel.clone(),
     )
