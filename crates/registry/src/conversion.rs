@@ -26,6 +26,8 @@ use ferrokube_apimachinery::validation::{validate_annotations, validate_labels};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Map, Value, json};
 
+use crate::custom::StoredSchemas;
+
 /// One ConversionReview round trip to a definition's conversion webhook.
 #[async_trait::async_trait]
 pub trait ConversionWebhook: Send + Sync {
@@ -70,6 +72,8 @@ pub(crate) struct WebhookConversion {
     /// what the webhook answers.
     pub(crate) served_schema: Option<StructuralSchema>,
     pub(crate) stored_schema: Option<StructuralSchema>,
+    /// Every version's schema, which read a stored object before it is converted.
+    pub(crate) stored_schemas: StoredSchemas,
 }
 
 /// Go's `schema.GroupVersionKind.String()` of an object's apiVersion and kind.
@@ -297,7 +301,11 @@ impl FallibleConversion for WebhookConversion {
     async fn served_form(&self, objects: Vec<Value>, list: bool) -> Result<Vec<Value>, ApiError> {
         let objects = objects
             .into_iter()
-            .map(|o| self.typed(o, &self.stored))
+            .map(|o| {
+                let mut o = self.typed(o, &self.stored);
+                self.stored_schemas.read(&mut o);
+                o
+            })
             .collect();
         self.convert(objects, &self.served, self.served_schema.as_ref(), list)
             .await
@@ -375,6 +383,7 @@ mod tests {
                 webhook: slot,
                 served_schema: Some(schema("b")),
                 stored_schema: Some(schema("a")),
+                stored_schemas: StoredSchemas::default(),
             },
             fake,
         )

@@ -291,10 +291,12 @@ pub struct CustomResourceStrategy {
 }
 
 /// The `None` conversion: objects stored in the storage version are served in another
-/// by their `apiVersion` alone.
+/// by their `apiVersion` alone, once read as upstream's storage codec reads them
+/// ([`StoredSchemas::read`]).
 struct ApiVersionConversion {
     served: String,
     stored: String,
+    schemas: StoredSchemas,
 }
 
 impl StorageConversion for ApiVersionConversion {
@@ -304,8 +306,51 @@ impl StorageConversion for ApiVersionConversion {
     }
 
     fn served_form(&self, mut obj: Value) -> Value {
+        self.schemas.read(&mut obj);
         obj["apiVersion"] = json!(self.served);
         obj
+    }
+}
+
+/// The structural schema of each version of a definition, by `apiVersion`, to read
+/// stored objects as upstream's storage codec decodes them: pruned and defaulted by the
+/// schema of the version they are stored in before anything else. So a default added
+/// to the schema shows on objects written before it, and a field the schema no longer
+/// has is not served, though neither is written back until the object is.
+#[derive(Clone, Default)]
+pub(crate) struct StoredSchemas(Arc<HashMap<String, StructuralSchema>>);
+
+impl StoredSchemas {
+    fn new(crd: &CustomResourceDefinition) -> StoredSchemas {
+        let schemas = crd
+            .spec
+            .versions
+            .iter()
+            .filter_map(|v| {
+                let props = v.schema.as_ref()?.open_api_v3_schema.as_ref()?;
+                Some((
+                    format!("{}/{}", crd.spec.group, v.name),
+                    StructuralSchema::new(props),
+                ))
+            })
+            .collect();
+        StoredSchemas(Arc::new(schemas))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Prunes and defaults a stored object by its own version's schema (none: as it is).
+    pub(crate) fn read(&self, obj: &mut Value) {
+        let schema = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| self.0.get(v));
+        if let Some(schema) = schema {
+            schema.prune(obj);
+            schema.apply_defaults(obj);
+        }
     }
 }
 
@@ -387,6 +432,7 @@ impl CustomResourceStrategy {
             .is_some_and(|c| c.strategy == "Webhook");
         let served = format!("{}/{}", spec.group, version.name);
         let stored = format!("{}/{}", spec.group, storage_version);
+        let stored_schemas = StoredSchemas::new(crd);
         let webhook = by_webhook.then(|| WebhookConversion {
             definition: crd.clone(),
             kind: names.kind.clone(),
@@ -395,9 +441,17 @@ impl CustomResourceStrategy {
             webhook: webhook.clone(),
             served_schema: schema.clone(),
             stored_schema: spec.versions.iter().find(|v| v.storage).and_then(schema_of),
+            stored_schemas: stored_schemas.clone(),
         });
-        let conversion = (!by_webhook && storage_version != version.name)
-            .then_some(ApiVersionConversion { served, stored });
+        // Objects are read through the conversion even in their own version when a
+        // schema may prune or default them.
+        let conversion = (!by_webhook
+            && (storage_version != version.name || !stored_schemas.is_empty()))
+        .then_some(ApiVersionConversion {
+            served,
+            stored,
+            schemas: stored_schemas,
+        });
         // `selectableFields` (`.spec.color`) are field selectors (`spec.color`).
         let fields: Vec<(&'static str, &'static str)> = version
             .selectable_fields

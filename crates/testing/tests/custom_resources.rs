@@ -489,3 +489,97 @@ async fn a_webhook_conversion_serves_other_versions_through_the_webhook() {
     );
     server.stop().await;
 }
+
+/// Upstream's storage codec prunes and defaults an object by its stored version's
+/// schema whenever it is read: a default added to the schema later shows on objects
+/// written before it (get, list, watch, in every served version), a property the schema
+/// dropped is no longer served, and nothing is written back until the object is.
+#[tokio::test]
+async fn stored_objects_are_read_with_the_current_schema() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut definition = crontab_definition();
+    crds.create(&PostParams::default(), &definition)
+        .await
+        .unwrap();
+    assert!(
+        eventually(|| crd_established(&client, CRD_NAME)).await,
+        "never established"
+    );
+    let v1 = crontabs(&client, "v1");
+    let created = v1
+        .create(
+            &PostParams::default(),
+            &crontab("old", json!({"cronSpec": "* * * * */5", "image": "cron:1"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"]["replicas"], 1);
+    assert!(created.data["spec"].get("selector").is_none());
+    let rv = created.metadata.resource_version.clone().unwrap();
+
+    // The schema changes: `image` is dropped, `selector` gets a default (in both
+    // versions, so that they stay identical).
+    let current = crds.get(CRD_NAME).await.unwrap();
+    definition.metadata.resource_version = current.metadata.resource_version;
+    for version in &mut definition.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut())
+            .unwrap();
+        spec.remove("image");
+        spec.insert(
+            "selector".into(),
+            serde_json::from_value(json!({"type": "string", "default": "app=cron"})).unwrap(),
+        );
+    }
+    crds.replace(CRD_NAME, &PostParams::default(), &definition)
+        .await
+        .unwrap();
+    let want = json!({"cronSpec": "* * * * */5", "replicas": 1, "selector": "app=cron"});
+    let mut served = Value::Null;
+    for _ in 0..100 {
+        served = v1.get("old").await.unwrap().data["spec"].clone();
+        if served == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        served, want,
+        "get did not follow the new schema within 10 s"
+    );
+
+    let got = v1.get("old").await.unwrap();
+    assert_eq!(got.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    let listed = v1.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].data["spec"], want);
+    // The other served version reads it through the same stored-version schema.
+    let beta = crontabs(&client, "v1beta1").get("old").await.unwrap();
+    assert_eq!(beta.data["spec"], want);
+    assert_eq!(
+        beta.types.unwrap().api_version,
+        "stable.example.com/v1beta1"
+    );
+    // A watch from "0" starts with the object, read the same way.
+    let mut events = v1
+        .watch(&WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("no watch event within 10 s")
+        .unwrap()
+        .unwrap();
+    match first {
+        WatchEvent::Added(obj) => assert_eq!(obj.data["spec"], want),
+        other => panic!("want the object's ADDED event, got {other:?}"),
+    }
+}
