@@ -3,7 +3,8 @@
 #
 #   e2e/multi-node.sh [more up.sh arguments, e.g. --no-build]
 #
-#   1. hack/up.sh --nodes 3          -> fk-node1..3 Ready at 172.18.0.11-13
+#   1. hack/up.sh --nodes 3          -> fk-node1..3 Ready at 172.18.0.11-13, each kubelet
+#      joined as `kubeadm join` does (a bootstrap token, its own approved and issued CSR)
 #   2. kubectl create deployment web --image=nginx --replicas=6   -> spread over >= 2 nodes
 #   3. kubectl expose deployment web --port=80; a busybox pod pinned on each node resolves
 #      `web` and `web.default.svc.cluster.local` to the ClusterIP, which serves nginx; from
@@ -144,6 +145,22 @@ for ((i = 1; i <= N; i++)); do
 done
 [ "$(grep -c Ready <<<"$out")" -eq $N ] || fail "expected exactly $N nodes"
 ok "$N nodes Ready"
+
+step "the nodes joined as kubeadm join does: a bootstrap token, an approved and issued CSR each"
+token_id=$(cut -d. -f1 "$FK_PKI_DIR/bootstrap-token") || fail "no bootstrap token in $FK_PKI_DIR"
+csrs=$(k get csr -o 'jsonpath={range .items[*]}{.metadata.name} {.spec.username} {.spec.signerName} {.status.conditions[0].type} {.status.certificate}{"\n"}{end}' 2>&1) ||
+  fail "kubectl get csr: $csrs"
+for n in "${NODES[@]}"; do
+  # Its kubeconfig names the pair the CSR issued (and the node is Ready with it).
+  conf=$FK_DATA_DIR/nodes/$n/kubelet.conf
+  grep -q "client-certificate: .*/kubelet/pki/kubelet-client-current.pem" "$conf" 2>/dev/null ||
+    fail "$n: $conf does not name the bootstrapped certificate: $(cat "$conf" 2>&1 | grep -v -- '-data:')"
+done
+approved=$(awk -v u="system:bootstrap:$token_id" '$1 ~ /^node-csr-/ && $2 == u && $3 == "kubernetes.io/kube-apiserver-client-kubelet" && $4 == "Approved" && $5 != ""' <<<"$csrs" | grep -c . || true)
+# One request per node: node-csr-..., by the token's user, for the kubelet client signer,
+# approved, with a certificate.
+[ "$approved" -eq $N ] || fail "want $N approved and issued node-csr-* requests by system:bootstrap:$token_id, got $approved: $(cut -c1-160 <<<"$csrs")"
+ok "$N approved node-csr-* requests by system:bootstrap:$token_id; each kubeconfig names kubelet-client-current.pem"
 
 step "kubectl create deployment web --image=nginx --replicas=6: spread over the nodes"
 mn_cleanup

@@ -79,6 +79,10 @@ fk::e2e_fresh_store() { # repo
     fi
   done
   rm -rf "$FK_APISERVER_DATA" "$FK_ETCD_DATA"
+  # A new store is a new cluster: multi-node kubelets join it again (with a CSR) rather
+  # than log in with certificates bootstrapped into the last one.
+  rm -rf "$FK_DATA_DIR"/nodes/*/kubelet.conf "$FK_DATA_DIR"/nodes/*/kubelet/pki \
+    "$FK_DATA_DIR"/nodes/*/kubelet-ca.sum
 }
 
 fk::node_name() { hostname | tr '[:upper:]' '[:lower:]'; }

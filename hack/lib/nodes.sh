@@ -239,6 +239,123 @@ fk::node_pki() { # i bin_dir
     --advertise-address "$FK_API_ADDR" >/dev/null || fk::die "ferrokube-pki init for $name failed"
 }
 
+# ---------------------------------------------------------------- joining
+# Nodes join as `kubeadm join` has them do: their kubelets start with a bootstrap token,
+# ask for a client certificate through a CertificateSigningRequest (approved and signed by
+# kube-controller-manager's csrapproving and csrsigning controllers) and write their own
+# kubeconfig. The token (kubeadm's format, hex) is kept in the PKI dir so re-runs reuse it.
+fk::bootstrap_token() {
+  local f=$FK_PKI_DIR/bootstrap-token hex
+  if [ ! -s "$f" ]; then
+    hex=$(od -An -N11 -tx1 /dev/urandom | tr -d ' \n')
+    (umask 077 && printf '%s.%s\n' "${hex:0:6}" "${hex:6:16}" >"$f")
+  fi
+  cat "$f"
+}
+
+# The token's Secret (valid 24 h from now, as kubeadm's default TTL) and kubeadm's three
+# ClusterRoleBindings: the token's group may create CSRs and gets them approved; nodes
+# get their renewals approved.
+fk::bootstrap_token_up() {
+  local token id secret expiration group=system:bootstrappers:kubeadm:default-node-token
+  token=$(fk::bootstrap_token)
+  id=${token%%.*}
+  secret=${token#*.}
+  expiration=$(date -u -d '+24 hours' +%Y-%m-%dT%H:%M:%SZ)
+  fk::kubectl apply -f - >/dev/null <<YAML || fk::die "creating the nodes' bootstrap token failed"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-$id
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  description: "hack/lib/nodes.sh: the nodes' kubelets join with it"
+  token-id: "$id"
+  token-secret: "$secret"
+  expiration: "$expiration"
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: "$group"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:kubelet-bootstrap
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:node-bootstrapper
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: $group
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-bootstrap
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:nodeclient
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: $group
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-certificate-rotation
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:nodes
+YAML
+}
+
+# Node i's bootstrap kubeconfig (kubeadm's bootstrap-kubelet.conf).
+fk::node_bootstrap_kubeconfig() { # i
+  local name
+  name=$(fk::node_name_of "$1")
+  cat <<YAML
+# Written by hack/lib/nodes.sh for node $name: its kubelet joins with the bootstrap token.
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster:
+    server: $FK_API_URL
+    certificate-authority: $FK_PKI_DIR/nodes/$name/ca.crt
+users:
+- name: tls-bootstrap-token-user
+  user:
+    token: $(fk::bootstrap_token)
+contexts:
+- name: tls-bootstrap-token-user@kubernetes
+  context:
+    cluster: kubernetes
+    user: tls-bootstrap-token-user
+current-context: tls-bootstrap-token-user@kubernetes
+YAML
+}
+
+# Where node i's kubelet keeps what it bootstrapped: its kubeconfig and --cert-dir.
+fk::node_kubelet_kubeconfig() { printf '%s/%s/kubelet.conf\n' "$FK_NODES_DATA" "$(fk::node_name_of "$1")"; }
+fk::node_kubelet_cert_dir() { printf '%s/%s/kubelet/pki\n' "$FK_NODES_DATA" "$(fk::node_name_of "$1")"; }
+
+# Forgets what node i's kubelet bootstrapped (it joins again at its next start): for a
+# new store (a new cluster) or a new CA.
+fk::node_forget_credentials() { # i
+  rm -rf "$(fk::node_kubelet_kubeconfig "$1")" "$(fk::node_kubelet_cert_dir "$1")" \
+    "$FK_NODES_DATA/$(fk::node_name_of "$1")/kubelet-ca.sum"
+}
+
 # ---------------------------------------------------------------- processes
 # Starts (or keeps) a process inside node i's netns: kept when alive with the same command
 # line and certificates ($FK_NODE_PKI_SUM) and its binary not replaced, like up.sh's
@@ -305,8 +422,19 @@ fk::node_components_up() { # i bin_dir
   pki=$FK_PKI_DIR/nodes/$name
   sock=unix://$(fk::node_sock_of "$i")
   FK_NODE_PKI_SUM=$(fk::node_pki_sum "$i")
+  # A certificate bootstrapped under another CA would never authenticate: join again.
+  local ca_sum ca_sum_file=$FK_NODES_DATA/$name/kubelet-ca.sum
+  ca_sum=$(sha256sum <"$pki/ca.crt" | cut -c1-16)
+  if [ "$(cat "$ca_sum_file" 2>/dev/null)" != "$ca_sum" ]; then
+    fk::node_forget_credentials "$i"
+    printf '%s\n' "$ca_sum" >"$ca_sum_file"
+  fi
+  rt::write_if_changed "$pki/bootstrap-kubelet.conf" "$(fk::node_bootstrap_kubeconfig "$i")" || true
+  chmod 0600 "$pki/bootstrap-kubelet.conf"
   fk::node_start "$i" kubelet "$bin_dir/kubelet" \
-    --kubeconfig="$pki/kubelet.kubeconfig" --config="$FK_NODES_ETC/$name/kubelet.yaml" \
+    --bootstrap-kubeconfig="$pki/bootstrap-kubelet.conf" \
+    --kubeconfig="$(fk::node_kubelet_kubeconfig "$i")" \
+    --cert-dir="$(fk::node_kubelet_cert_dir "$i")" --config="$FK_NODES_ETC/$name/kubelet.yaml" \
     --container-runtime-endpoint="$sock" --image-service-endpoint="$sock" \
     --hostname-override="$name" --node-ip="$ip" --address="$ip" \
     --healthz-bind-address=127.0.0.1 --read-only-port=0 \
@@ -356,6 +484,7 @@ fk::nodes_up() { # N bin_dir
     fk::node_net_up "$i"
   done
   fk::nodes_routes "$n"
+  fk::bootstrap_token_up
   for ((i = 1; i <= n; i++)); do
     fk::node_pki "$i" "$bin_dir"
     fk::node_containerd_up "$i" "$bin_dir"
