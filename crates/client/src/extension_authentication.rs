@@ -8,18 +8,22 @@
 //! As upstream: the client CA is read once at start (upstream copies it to a file it
 //! never rewrites); the request-header part is followed as the ConfigMap changes
 //! (upstream's dynamic request-header controller), so a rotated front-proxy CA is taken
-//! without a restart. A ConfigMap that does not exist leaves the missing CAs unset
+//! without a restart. CA files the flags name are read again as they change too
+//! (upstream's dynamic CA file content; here every [`FILE_CHECK_INTERVAL`]). A ConfigMap that does not exist leaves the missing CAs unset
 //! (with a warning); a lookup that fails (forbidden, unreachable, malformed) stops the
 //! start unless the component tolerates it (kube-scheduler does by default,
 //! kube-controller-manager and metrics-server do not; `--authentication-tolerate-lookup-failure`
 //! overrides).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
+use parking_lot::Mutex;
 
 use crate::delegated::{
     CaBundles, ClientCertificates, DelegatedAuthOptions, LiveClientCertificates,
@@ -154,15 +158,89 @@ pub async fn client_certificates(
     let live = LiveClientCertificates::new(
         ClientCertificates::from_bundles(&bundles).map_err(crate::Error::Config)?,
     );
+    let followed = Followed {
+        bundles: Arc::new(Mutex::new(bundles)),
+        live: live.clone(),
+    };
     if let Some(client) = follow {
-        tokio::spawn(follow_request_header(
-            client,
-            live.clone(),
-            bundles.client_ca.clone(),
-            bundles.request_header.clone(),
-        ));
+        tokio::spawn(follow_request_header(client, followed.clone()));
+    }
+    if opts.client_ca_file.is_some() || opts.request_header.client_ca_file.is_some() {
+        tokio::spawn(follow_files(opts.clone(), followed));
     }
     Ok(live)
+}
+
+/// How often the CA files the flags name are read again. Upstream watches them (and
+/// reads them again every minute); a poll this short takes a replaced bundle about as
+/// soon, for two small reads.
+pub const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The bundles behind an endpoint's [`LiveClientCertificates`], changed part by part
+/// by the followers of the ConfigMap and of the files.
+#[derive(Clone)]
+struct Followed {
+    bundles: Arc<Mutex<CaBundles>>,
+    live: LiveClientCertificates,
+}
+
+impl Followed {
+    /// Applies `change`: the endpoint takes the result when it loads, else keeps what it
+    /// has (a bundle caught half-written is taken at the next look).
+    fn update(&self, what: &str, change: impl FnOnce(&mut CaBundles)) {
+        let mut bundles = self.bundles.lock();
+        let mut next = bundles.clone();
+        change(&mut next);
+        if next == *bundles {
+            return;
+        }
+        match ClientCertificates::from_bundles(&next) {
+            Ok(certificates) => {
+                self.live.replace(certificates);
+                *bundles = next;
+                tracing::info!("{what} changed; client certificates are checked against it now");
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = e,
+                    "{what} changed but does not load; keeping the last one"
+                )
+            }
+        }
+    }
+}
+
+/// Reads the flags' CA files every [`FILE_CHECK_INTERVAL`] (upstream's dynamic CA file
+/// content).
+async fn follow_files(opts: DelegatedAuthOptions, followed: Followed) {
+    loop {
+        tokio::time::sleep(FILE_CHECK_INTERVAL).await;
+        if let Some(path) = &opts.client_ca_file {
+            match tokio::fs::read_to_string(path).await {
+                Ok(pem) => followed.update(&format!("--client-ca-file {}", path.display()), |b| {
+                    b.client_ca = Some(pem)
+                }),
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %path.display(), "reading --client-ca-file")
+                }
+            }
+        }
+        if let Some(path) = &opts.request_header.client_ca_file {
+            match tokio::fs::read_to_string(path).await {
+                Ok(pem) => followed.update(
+                    &format!("--requestheader-client-ca-file {}", path.display()),
+                    |b| {
+                        if let Some((ca, _)) = &mut b.request_header {
+                            *ca = pem;
+                        }
+                    },
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %path.display(), "reading --requestheader-client-ca-file")
+                }
+            }
+        }
+    }
 }
 
 fn warn_unprovided(client_ca: bool, request_header: bool, why: &str) {
@@ -178,15 +256,10 @@ fn warn_unprovided(client_ca: bool, request_header: bool, why: &str) {
     }
 }
 
-/// Takes each new request-header part of the ConfigMap into `live` (the client CA
-/// stays `client_ca`). A value that does not load is logged and the last good one
-/// kept; so is a deleted ConfigMap (the apiserver writes it again).
-async fn follow_request_header(
-    client: kube::Client,
-    live: LiveClientCertificates,
-    client_ca: Option<String>,
-    mut current: Option<(String, RequestHeaderConfig)>,
-) {
+/// Takes each new request-header part of the ConfigMap. A value that does not parse is
+/// logged and the last good one kept; so is a deleted ConfigMap (the apiserver writes it
+/// again).
+async fn follow_request_header(client: kube::Client, followed: Followed) {
     let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
     let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
     let mut changes = watcher(api, config)
@@ -201,32 +274,11 @@ async fn follow_request_header(
                 continue;
             }
         };
-        let request_header = match published(&cm.data.unwrap_or_default()) {
-            Ok(found) => found.request_header,
-            Err(e) => {
-                tracing::error!(
-                    error = e,
-                    "configmap/{NAME} in {NAMESPACE}: keeping the last request-header configuration"
-                );
-                continue;
-            }
-        };
-        if request_header == current {
-            continue;
-        }
-        let bundles = CaBundles {
-            client_ca: client_ca.clone(),
-            request_header: request_header.clone(),
-        };
-        match ClientCertificates::from_bundles(&bundles) {
-            Ok(certificates) => {
-                live.replace(certificates);
-                tracing::info!(
-                    present = request_header.is_some(),
-                    "request-header client CA and settings changed in configmap/{NAME}"
-                );
-                current = request_header;
-            }
+        match published(&cm.data.unwrap_or_default()) {
+            Ok(found) => followed.update(
+                &format!("the request-header configuration in configmap/{NAME}"),
+                |b| b.request_header = found.request_header,
+            ),
             Err(e) => tracing::error!(
                 error = e,
                 "configmap/{NAME} in {NAMESPACE}: keeping the last request-header configuration"

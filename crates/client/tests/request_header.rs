@@ -2,7 +2,8 @@
 //! kube-controller-manager and kube-scheduler wire it from kubeadm's flags: the port
 //! accepts client certificates of both CAs; a front-proxy certificate with an allowed
 //! CN is the user its X-Remote-* headers name, one with another CN is refused, and an
-//! ordinary client certificate is its own CN whatever headers it sends.
+//! ordinary client certificate is its own CN whatever headers it sends. A replaced CA
+//! file is taken without a restart.
 
 mod support;
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use ferrokube_client::delegated::DelegatedAuthOptions;
-use ferrokube_client::extension_authentication::LookupFailure;
+use ferrokube_client::extension_authentication::{FILE_CHECK_INTERVAL, LookupFailure};
 use ferrokube_client::serving::{Respond, SecureServingOptions, endpoint, serve};
 use ferrokube_pki::CertificateAuthority;
 use support::{TempDir, client_cert, free_addr, get, message};
@@ -132,6 +133,30 @@ async fn front_proxy_users_on_the_secure_port() {
         get(addr, "/metrics", Some(&stranger), &as_alice_admin)
             .await
             .is_err()
+    );
+
+    // The client CA file is replaced (a CA rotation): within a few checks of the file,
+    // the new CA's certificates name their users and the old CA's are refused.
+    let new_ca = CertificateAuthority::generate("kubernetes-2").unwrap();
+    dir.write("ca.crt", new_ca.cert_pem());
+    let carol = client_cert(&new_ca, "carol", &[]);
+    let mut rotated = false;
+    for _ in 0..(3 * FILE_CHECK_INTERVAL.as_millis() / 100) {
+        let by_carol = get(addr, "/metrics", Some(&carol), &[]).await;
+        if by_carol
+            .is_ok_and(|(code, body)| code == 403 && message(&body).contains(r#"User "carol""#))
+        {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(rotated, "the new --client-ca-file was not taken");
+    assert!(get(addr, "/metrics", Some(&bob), &[]).await.is_err());
+    // The front proxy's CA file did not change: it still names its users.
+    assert_eq!(
+        get(addr, "/metrics", Some(&proxy), &as_alice_admin).await,
+        Ok((200, "up 1\n".into()))
     );
 
     cancel.cancel();
