@@ -31,9 +31,19 @@ struct Opts {
     /// when --kubeconfig has no valid one; --kubeconfig is then written to use it.
     #[arg(long = "bootstrap-kubeconfig")]
     bootstrap_kubeconfig: Option<PathBuf>,
-    /// Where the certificates and keys of --bootstrap-kubeconfig's bootstrap are kept.
+    /// Where the client certificates and keys of --bootstrap-kubeconfig's bootstrap and
+    /// of --rotate-certificates are kept.
     #[arg(long = "cert-dir", default_value = ferrokube_kubelet::bootstrap::DEFAULT_CERT_DIR)]
     cert_dir: PathBuf,
+    /// Renew the client certificate through the certificates API before it expires
+    /// (rotateCertificates) [default: false].
+    #[arg(
+        long = "rotate-certificates",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    rotate_certificates: Option<bool>,
     /// A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -515,6 +525,11 @@ async fn main() -> anyhow::Result<()> {
     given.resolv_conf = Some(resolv.clone());
     given.container_runtime_endpoint = Some(endpoint.clone());
     given.image_service_endpoint = image_endpoint.clone();
+    let rotate_certificates = opts
+        .rotate_certificates
+        .or(file.rotate_certificates)
+        .unwrap_or(false);
+    given.rotate_certificates = Some(rotate_certificates);
     cfg.configz = effective_configuration(&given, &cfg, &node, &auth_settings).to_value();
 
     // Upstream bootstraps before it reads --kubeconfig, and treats an empty flag as unset.
@@ -547,7 +562,36 @@ async fn main() -> anyhow::Result<()> {
         }
         None => kube::Config::infer().await?,
     };
-    let client = kube::Client::try_from(kcfg)?;
+    let cert_manager = match (&opts.kubeconfig, rotate_certificates) {
+        (Some(kubeconfig), true) => {
+            let mut rotation = ferrokube_kubelet::cert_rotation::RotationOptions::new(
+                kubeconfig,
+                &opts.cert_dir,
+                &node_name,
+            );
+            rotation.bootstrap_kubeconfig = opts
+                .bootstrap_kubeconfig
+                .clone()
+                .filter(|p| !p.as_os_str().is_empty());
+            match ferrokube_kubelet::cert_rotation::ClientCertManager::new(&kcfg, rotation) {
+                Ok(m) => Some(m),
+                Err(e @ ferrokube_kubelet::cert_rotation::RotationError::NoCertificate) => {
+                    tracing::warn!("{e}; using the kubeconfig's credentials as they are");
+                    None
+                }
+                Err(e) => return Err(e).context("client certificate rotation"),
+            }
+        }
+        (None, true) => {
+            tracing::warn!("--rotate-certificates needs --kubeconfig; not rotating");
+            None
+        }
+        (_, false) => None,
+    };
+    let client = match &cert_manager {
+        Some(m) => m.client(),
+        None => kube::Client::try_from(kcfg)?,
+    };
     let review_client = client.clone();
     let cri = CriClient::connect(&endpoint, Duration::from_secs(10)).await?;
     let v = cri.version().await?;
@@ -556,6 +600,18 @@ async fn main() -> anyhow::Result<()> {
 
     let cancel =
         ferrokube_client::process::cancel_on_termination("shutting down, containers keep running");
+    if let Some(m) = cert_manager {
+        tokio::spawn(m.clone().run(cancel.clone()));
+        // Upstream exits so that its supervisor restarts it into the bootstrap.
+        tokio::spawn(async move {
+            m.wait_unusable(
+                ferrokube_kubelet::cert_rotation::EXIT_AFTER,
+                Duration::from_secs(10),
+            )
+            .await;
+            std::process::exit(1);
+        });
+    }
     let mut servers = vec![];
     if healthz_port != 0 {
         let (addr, t) = ferrokube_kubelet::server::bind(

@@ -31,10 +31,13 @@
 //!   the current pem, under upstream's names (`default-cluster`, `default-auth`,
 //!   `default-context`, namespace `default`).
 //!
-//! Left out: certificate rotation (`--rotate-certificates`, upstream's certificate
-//! manager renewing the client certificate before it expires, and the serving
-//! certificate requests of `serverTLSBootstrap`): the certificate obtained here is used
-//! until it expires, and a restart after that bootstraps again. Keys found on disk are
+//! Renewing the certificate before it expires (`rotateCertificates`,
+//! `--rotate-certificates`) is [`crate::cert_rotation`], which reuses this module's
+//! request, wait and file store; without it the certificate obtained here is used until
+//! it expires, and a restart after that bootstraps again.
+//!
+//! Left out: the serving certificate requests of `serverTLSBootstrap` (the kubelet
+//! serves with `tlsCertFile` or a self-signed pair). Keys found on disk are
 //! reused only as PKCS#8 (`PRIVATE KEY`), the only form `ring` signs with; an upstream
 //! kubelet's SEC1 (`EC PRIVATE KEY`) or RSA key is replaced by a new P-256 key, and an
 //! unreadable temporary key is replaced rather than being the error upstream makes it.
@@ -179,7 +182,7 @@ pub enum BootstrapError {
     NoNodeName,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootstrapError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootstrapError + '_ {
     move |source| BootstrapError::Io {
         path: path.to_path_buf(),
         source,
@@ -214,8 +217,14 @@ pub async fn load_client_cert(opts: &BootstrapOptions) -> Result<Outcome, Bootst
 
     wait_for_server(&client, opts.server_wait).await;
 
-    let (csr_name, cert_pem) =
-        request_node_certificate(&client, &key_pem, &opts.node_name, opts.certificate_wait).await?;
+    let (csr_name, cert_pem) = request_certificate(
+        &client,
+        &key_pem,
+        &opts.node_name,
+        CsrName::Digested,
+        opts.certificate_wait,
+    )
+    .await?;
     let now = jiff::Zoned::now();
     let pem_file = store_update(&cert_dir, &cert_pem, &key_pem, &timestamp(&now))?;
     if let Err(e) = std::fs::remove_file(&tmp_key)
@@ -435,7 +444,50 @@ fn client_certificate_problem(path: &Path, now: SystemTime) -> Option<String> {
     })
 }
 
-fn rfc3339(t: SystemTime) -> String {
+/// The current user's client credentials in a kubeconfig, as client-go's rest config
+/// holds them: the `client-certificate`/`client-key` files (read, relative to the
+/// kubeconfig's directory) and the inline `*-data`, each only when both halves are set.
+#[derive(Default)]
+pub(crate) struct KubeconfigClientCert {
+    /// The files' contents, or why they could not be read.
+    pub files: Option<Result<PemPair, String>>,
+    pub data: Option<PemPair>,
+}
+
+/// A certificate (chain) and its key, PEM.
+pub(crate) type PemPair = (Vec<u8>, Vec<u8>);
+
+/// Reads [`KubeconfigClientCert`] from the kubeconfig at `path`.
+pub(crate) fn kubeconfig_client_cert(path: &Path) -> Result<KubeconfigClientCert, String> {
+    let kc = KubeconfigFile::read(path)?;
+    let user = kc.user()?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let set = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).is_some();
+    let files = (set(&user.client_certificate) && set(&user.client_key)).then(|| {
+        let read = |f: &Option<String>| load_data_or_file(None, f.as_deref(), dir);
+        match (read(&user.client_certificate), read(&user.client_key)) {
+            (Ok(Some(c)), Ok(Some(k))) => Ok((c, k)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            _ => Err("no client certificate and key".into()),
+        }
+    });
+    let data = if set(&user.client_certificate_data) && set(&user.client_key_data) {
+        let decode = |d: &Option<String>| load_data_or_file(d.as_deref(), None, dir);
+        match (
+            decode(&user.client_certificate_data),
+            decode(&user.client_key_data),
+        ) {
+            (Ok(Some(c)), Ok(Some(k))) => Some((c, k)),
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Ok(KubeconfigClientCert { files, data })
+}
+
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     jiff::Timestamp::try_from(t)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| format!("{t:?}"))
@@ -443,7 +495,18 @@ fn rfc3339(t: SystemTime) -> String {
 
 /// Go's `tls.X509KeyPair`: at least one certificate, a private key, and the key the
 /// first certificate's. Returns the certificates.
-fn check_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn check_pair(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, String> {
+    certified_key(cert_pem, key_pem).map(|k| k.cert)
+}
+
+/// [`check_pair`]'s pair, ready for TLS handshakes.
+pub(crate) fn certified_key(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<rustls::sign::CertifiedKey, String> {
     let certs = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("unable to parse the certificates: {e}"))?;
@@ -453,9 +516,8 @@ fn check_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Vec<CertificateDer<'sta
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| format!("unable to parse the private key: {e}"))?;
     let provider = rustls::crypto::ring::default_provider();
-    rustls::sign::CertifiedKey::from_der(certs.clone(), key, &provider)
-        .map_err(|e| format!("the certificate and key do not form a pair: {e}"))?;
-    Ok(certs)
+    rustls::sign::CertifiedKey::from_der(certs, key, &provider)
+        .map_err(|e| format!("the certificate and key do not form a pair: {e}"))
 }
 
 /// The bootstrap kubeconfig's cluster, CA paths made absolute.
@@ -506,7 +568,7 @@ pub fn bootstrap_cluster(path: &Path) -> Result<BootstrapCluster, BootstrapError
     })
 }
 
-async fn bootstrap_client(path: &Path) -> Result<kube::Client, BootstrapError> {
+pub(crate) async fn bootstrap_client(path: &Path) -> Result<kube::Client, BootstrapError> {
     let bad = |message: String| BootstrapError::BootstrapKubeconfig {
         path: path.to_path_buf(),
         message,
@@ -733,7 +795,7 @@ fn current_pair_key(cert_dir: &Path) -> Option<String> {
 }
 
 /// The first private-key block of a PEM document, re-encoded.
-fn first_key_block(pem: &[u8]) -> Option<String> {
+pub(crate) fn first_key_block(pem: &[u8]) -> Option<String> {
     let mut reader = std::io::Cursor::new(pem);
     while let Ok(Some((kind, der))) = rustls_pki_types::pem::from_buf(&mut reader) {
         let label = match kind {
@@ -869,24 +931,46 @@ pub fn csr_state(csr: &CertificateSigningRequest) -> CsrState {
     }
 }
 
-/// Upstream `requestNodeCertificate` with `csr.RequestCertificate` and
+/// How a request is named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CsrName {
+    /// The bootstrap's [`digested_name`], so asking again finds the same request.
+    Digested,
+    /// `generateName: csr-`: the certificate manager's renewals, each with a new key.
+    Generated,
+}
+
+/// Upstream `requestNodeCertificate` (or, with [`CsrName::Generated`], the
+/// certificate manager's request) with `csr.RequestCertificate` and
 /// `csr.WaitForCertificate`: the request's name and the issued certificate (PEM).
-async fn request_node_certificate(
+pub(crate) async fn request_certificate(
     client: &kube::Client,
     key_pem: &str,
     node_name: &str,
+    naming: CsrName,
     wait: Duration,
 ) -> Result<(String, Vec<u8>), BootstrapError> {
     let key = KeyPair::from_pem(key_pem).map_err(|e| BootstrapError::Key(e.to_string()))?;
     let request_pem = make_csr_pem(&key, node_name)?;
     let spki = key.subject_public_key_info();
     let (cn, orgs) = node_subject(node_name);
-    let name = digested_name(&spki, &cn, &orgs, &CLIENT_USAGES);
-    let wanted = csr_object(&name, &request_pem);
+    let mut wanted = csr_object("", &request_pem);
+    match naming {
+        CsrName::Digested => {
+            wanted.metadata.name = Some(digested_name(&spki, &cn, &orgs, &CLIENT_USAGES));
+        }
+        CsrName::Generated => {
+            wanted.metadata.name = None;
+            wanted.metadata.generate_name = Some("csr-".into());
+        }
+    }
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     let req = match api.create(&PostParams::default(), &wanted).await {
         Ok(created) => created,
-        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+        Err(kube::Error::Api(s))
+            if s.code == 409 && s.reason == "AlreadyExists" && naming == CsrName::Digested =>
+        {
+            let name = wanted.metadata.name.clone().unwrap_or_default();
             tracing::info!(csr = %name, "csr for this node already exists, reusing");
             let existing = api.get(&name).await.map_err(BootstrapError::Get)?;
             ensure_compatible(&existing, &wanted, &spki, SystemTime::now())?;
@@ -894,6 +978,7 @@ async fn request_node_certificate(
         }
         Err(e) => return Err(BootstrapError::Create(e)),
     };
+    let name = req.metadata.name.clone().unwrap_or_default();
     let uid = req.metadata.uid.clone().unwrap_or_default();
     tracing::info!(csr = %name, "waiting for the client certificate to be issued");
     let cert = tokio::time::timeout(wait, wait_for_certificate(&api, &name, &uid))
@@ -1018,7 +1103,7 @@ pub fn pair_pem(cert_pem: &[u8], key_pem: &str) -> Result<String, BootstrapError
 
 /// Writes `<cert_dir>/kubelet-client-<ts>.pem` and points `kubelet-client-current.pem`
 /// at it; returns the pair file.
-fn store_update(
+pub(crate) fn store_update(
     cert_dir: &Path,
     cert_pem: &[u8],
     key_pem: &str,
@@ -1033,7 +1118,7 @@ fn store_update(
 
 /// Upstream `fileStore.recover`: a switch interrupted between creating
 /// `kubelet-client-updated.pem` and renaming it finishes now.
-fn recover_store(cert_dir: &Path) -> Result<(), BootstrapError> {
+pub(crate) fn recover_store(cert_dir: &Path) -> Result<(), BootstrapError> {
     let current = cert_dir.join(current_file_name());
     if current.exists() {
         return Ok(());

@@ -126,6 +126,9 @@ pub struct KubeletConfiguration {
     pub tls_cert_file: Option<String>,
     #[serde(rename = "tlsPrivateKeyFile", skip_serializing_if = "Option::is_none")]
     pub tls_private_key_file: Option<String>,
+    /// Renew the client certificate before it expires (`--rotate-certificates` wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotate_certificates: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authentication: Option<KubeletAuthentication>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -342,6 +345,8 @@ pub fn effective_configuration(
         read_only_port: given.read_only_port.filter(|p| *p != 0),
         tls_cert_file: non_empty(&given.tls_cert_file),
         tls_private_key_file: non_empty(&given.tls_private_key_file),
+        // A plain bool with omitempty upstream: shown only when on.
+        rotate_certificates: given.rotate_certificates.filter(|r| *r),
         authentication: Some(KubeletAuthentication {
             x509: KubeletX509Authentication {
                 client_ca_file: auth.client_ca_file.as_deref().and_then(path),
@@ -452,6 +457,12 @@ mod tests {
         assert_eq!(c.register_with_taints.unwrap()[0].effect, "NoSchedule");
         assert_eq!(c.authentication.unwrap().anonymous.enabled, Some(false));
         assert_eq!(c.authorization, None);
+        assert_eq!(c.rotate_certificates, None);
+        let c = KubeletConfiguration::from_yaml(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nrotateCertificates: true\n",
+        )
+        .unwrap();
+        assert_eq!(c.rotate_certificates, Some(true));
         assert!(KubeletConfiguration::from_yaml("apiVersion: v1\nkind: Pod\n").is_err());
         assert!(KubeletConfiguration::from_yaml("apiVersion: [").is_err());
     }
@@ -679,6 +690,7 @@ mod tests {
             address: Some("10.0.0.5".into()),
             tls_cert_file: Some("/var/lib/kubelet/pki/kubelet.crt".into()),
             tls_private_key_file: Some("/var/lib/kubelet/pki/kubelet.key".into()),
+            rotate_certificates: Some(true),
             eviction_hard: Some(BTreeMap::new()),
             eviction_soft: Some(flag_map("memory.available<1Gi", '<')),
             eviction_soft_grace_period: Some(flag_map("memory.available=1m30s", '=')),
@@ -708,6 +720,15 @@ mod tests {
         assert_eq!(v["address"], "10.0.0.5");
         assert_eq!(v["tlsCertFile"], "/var/lib/kubelet/pki/kubelet.crt");
         assert_eq!(v["tlsPrivateKeyFile"], "/var/lib/kubelet/pki/kubelet.key");
+        assert_eq!(v["rotateCertificates"], true);
+        let text =
+            serde_json::to_string(&effective_configuration(&given, &cfg, &node, &auth)).unwrap();
+        let at = |k: &str| text.find(&format!("\"{k}\"")).unwrap();
+        assert!(
+            at("tlsPrivateKeyFile") < at("rotateCertificates")
+                && at("rotateCertificates") < at("authentication"),
+            "upstream's field order: {text}"
+        );
         assert_eq!(v["syncFrequency"], "1m30s");
         assert_eq!(v["nodeStatusUpdateFrequency"], "4s");
         assert_eq!(v["maxPods"], 50);

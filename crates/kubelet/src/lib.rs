@@ -36,7 +36,10 @@
 //!   attach and port-forward handed to the runtime's streaming server), [`static_pods`]
 //!   (`--pod-manifest-path` manifests, upstream's naming and hash, mirror pods),
 //!   [`bootstrap`] (TLS bootstrapping: `--bootstrap-kubeconfig`, a node client
-//!   certificate requested through a CertificateSigningRequest),
+//!   certificate requested through a CertificateSigningRequest), [`cert_rotation`]
+//!   (`rotateCertificates`: that certificate renewed before it expires) over
+//!   [`rotating_transport`] (the API client presenting the current certificate, its
+//!   connections closed when it changes),
 //!   [`stats`] (`/stats/summary` and its collection), [`metrics`] (`/metrics`,
 //!   `/metrics/cadvisor`), [`resource_metrics`] (`/metrics/resource`, pure rendering of
 //!   the summary's CPU and memory for metrics-server).
@@ -46,6 +49,7 @@ pub mod atomic_writer;
 pub mod auth;
 pub mod backoff;
 pub mod bootstrap;
+pub mod cert_rotation;
 pub mod cgroup;
 pub mod config;
 pub mod container;
@@ -71,6 +75,7 @@ pub mod qos;
 pub mod quantity;
 pub mod resize;
 pub mod resource_metrics;
+pub mod rotating_transport;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
