@@ -191,6 +191,8 @@ cgroupRoot: /$name
 podLogsDir: $FK_NODES_DATA/$name/pod-logs
 nodeLeaseDurationSeconds: $FK_NODE_LEASE_SECONDS
 nodeStatusUpdateFrequency: 5s
+# As kubeadm's: the client certificate the node joined with is renewed before it expires.
+rotateCertificates: true
 # As kind does: every node shares this machine's disk with the others and with whatever
 # else runs here, so disk pressure is not a node's to act on (0% disables a signal);
 # memory keeps upstream's default.
