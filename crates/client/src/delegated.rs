@@ -13,7 +13,10 @@
 //! (front proxy, client certificate, bearer token); the first that names a user wins,
 //! and a request that one of them refused and none accepted is a 401 rather than
 //! anonymous. The TLS layer accepts certificates of both CAs, so each check verifies
-//! the chain against its own CA ([`ClientCertificates`]).
+//! the chain against its own CA ([`ClientCertificates`]). The bundles may change while
+//! the endpoint runs ([`LiveClientCertificates`]): CAs the flags leave out come from the
+//! apiserver's ConfigMap (its request-header part followed there), and CA files are
+//! read again ([`crate::extension_authentication`]).
 //!
 //! The kubelet uses the same gate for its API (upstream's `authentication.webhook` and
 //! `authorization.mode: Webhook`): [`Gate::authenticate`], then
