@@ -489,6 +489,7 @@ async fn main() -> anyhow::Result<()> {
                 _ => PathBuf::from(p),
             })
     };
+    let server_tls_bootstrap = file.server_tls_bootstrap.unwrap_or(false);
     let tls_files = if cfg_port == 0 {
         None
     } else {
@@ -500,20 +501,32 @@ async fn main() -> anyhow::Result<()> {
             .tls_private_key_file
             .clone()
             .or_else(|| from_file(&file.tls_private_key_file));
-        Some(match (cert, key) {
-            (Some(c), Some(k)) => (c, k),
+        match (cert, key) {
+            (Some(c), Some(k)) => {
+                if server_tls_bootstrap {
+                    tracing::info!("tlsCertFile is set: serverTLSBootstrap is not used");
+                }
+                Some((c, k))
+            }
+            // Upstream makes no self-signed pair when the certificates API will serve one.
+            (None, None) if server_tls_bootstrap => None,
             (None, None) => {
                 let ips: Vec<IpAddr> = node_ips_for_cert
                     .iter()
                     .filter_map(|i| i.parse().ok())
                     .collect();
-                ferrokube_kubelet::server::ensure_self_signed(&opts.root_dir, &hostname, &ips)?
+                Some(ferrokube_kubelet::server::ensure_self_signed(
+                    &opts.root_dir,
+                    &hostname,
+                    &ips,
+                )?)
             }
             _ => bail!(
                 "--tls-cert-file and --tls-private-key-file (tlsCertFile, tlsPrivateKeyFile) go together"
             ),
-        })
+        }
     };
+    let serving_bootstrap = cfg_port != 0 && tls_files.is_none() && server_tls_bootstrap;
 
     let mut given = given_configuration(&opts, &file);
     given.address = Some(address.to_string());
@@ -593,6 +606,20 @@ async fn main() -> anyhow::Result<()> {
         None => kube::Client::try_from(kcfg)?,
     };
     let review_client = client.clone();
+    let serving_manager = if serving_bootstrap {
+        // The addresses the node status reports (its hostname is the node name).
+        let addresses = ferrokube_kubelet::node::node_addresses(&node_name, &node_ips_for_cert);
+        let m = ferrokube_kubelet::cert_rotation::ServingCertManager::new(
+            client.clone(),
+            &opts.cert_dir,
+            &node_name,
+            std::sync::Arc::new(move || addresses.clone()),
+        )
+        .context("serving certificate bootstrap")?;
+        Some(std::sync::Arc::new(m))
+    } else {
+        None
+    };
     let cri = CriClient::connect(&endpoint, Duration::from_secs(10)).await?;
     let v = cri.version().await?;
     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, node = %node_name, "connected to the container runtime");
@@ -612,6 +639,9 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         });
     }
+    if let Some(m) = &serving_manager {
+        tokio::spawn(m.clone().run(cancel.clone()));
+    }
     let mut servers = vec![];
     if healthz_port != 0 {
         let (addr, t) = ferrokube_kubelet::server::bind(
@@ -625,7 +655,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%addr, "serving /healthz");
         servers.push(t);
     }
-    if let Some((cert, key)) = &tls_files {
+    if tls_files.is_some() || serving_manager.is_some() {
         let port = u16::try_from(cfg_port).with_context(|| format!("--port={cfg_port}"))?;
         let read = |p: &PathBuf| {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
@@ -651,8 +681,19 @@ async fn main() -> anyhow::Result<()> {
             &auth_settings,
             review_client.clone(),
         ));
-        let tls =
-            ferrokube_kubelet::server::tls_config(&read(cert)?, &read(key)?, client_ca.as_deref())?;
+        let tls = match (&tls_files, &serving_manager) {
+            (Some((cert, key)), _) => ferrokube_kubelet::server::tls_config(
+                &read(cert)?,
+                &read(key)?,
+                client_ca.as_deref(),
+            )?,
+            (None, Some(m)) => ferrokube_kubelet::server::tls_config_resolving(
+                m.slot().clone(),
+                client_ca.as_deref(),
+            )?,
+            // Not reached (the `if` above), but an error rather than a panic if it were.
+            (None, None) => bail!("the kubelet API has no serving certificate"),
+        };
         let (addr, t) = ferrokube_kubelet::server::bind_tls(
             SocketAddr::new(address, port),
             kubelet.clone(),

@@ -36,8 +36,11 @@
 //! request, wait and file store; without it the certificate obtained here is used until
 //! it expires, and a restart after that bootstraps again.
 //!
-//! Left out: the serving certificate requests of `serverTLSBootstrap` (the kubelet
-//! serves with `tlsCertFile` or a self-signed pair). Keys found on disk are
+//! The request, its wait and the file store take a [`CsrTemplate`], so the serving
+//! certificate of `serverTLSBootstrap` ([`crate::cert_rotation::ServingCertManager`])
+//! goes through the same code with its own signer, usages, SANs and store prefix.
+//!
+//! Left out: keys found on disk are
 //! reused only as PKCS#8 (`PRIVATE KEY`), the only form `ring` signs with; an upstream
 //! kubelet's SEC1 (`EC PRIVATE KEY`) or RSA key is replaced by a new P-256 key, and an
 //! unreadable temporary key is replaced rather than being the error upstream makes it.
@@ -82,6 +85,71 @@ pub const CLIENT_USAGES: [&str; 2] = ["digital signature", "client auth"];
 
 /// The nodes' group.
 pub const NODES_GROUP: &str = "system:nodes";
+
+/// The serving certificate store's pair prefix (`serverTLSBootstrap`):
+/// `kubelet-server-current.pem`.
+pub const SERVING_PAIR_PREFIX: &str = "kubelet-server";
+
+/// The signer of kubelet serving certificates; kube-controller-manager never approves
+/// these by itself, so an administrator must.
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// The serving usages requested for an ECDSA key (an RSA key would add `key
+/// encipherment`, but this module only makes P-256 keys).
+pub const SERVING_USAGES: [&str; 2] = ["digital signature", "server auth"];
+
+/// What a request asks for and which store keeps the answer: upstream's
+/// `x509.CertificateRequest` template together with the manager's signer, usages and
+/// file-store prefix, so the client and serving managers differ only in this value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsrTemplate {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+    pub dns_names: Vec<String>,
+    pub ips: Vec<std::net::IpAddr>,
+    pub signer_name: String,
+    pub usages: Vec<String>,
+    pub store_prefix: String,
+}
+
+impl CsrTemplate {
+    /// Upstream `NewKubeletClientCertificateManager`'s template.
+    pub fn client(node_name: &str) -> Self {
+        let (common_name, organizations) = node_subject(node_name);
+        CsrTemplate {
+            common_name,
+            organizations,
+            dns_names: Vec::new(),
+            ips: Vec::new(),
+            signer_name: KUBELET_CLIENT_SIGNER.into(),
+            usages: CLIENT_USAGES.iter().map(|u| u.to_string()).collect(),
+            store_prefix: PAIR_PREFIX.into(),
+        }
+    }
+
+    /// Upstream `newGetTemplateFn`: `None` without an IP address, as upstream then
+    /// requests nothing (a DNS-only request needs the `AllowDNSOnlyNodeCSR` gate, off
+    /// by default and not offered here).
+    pub fn serving(
+        node_name: &str,
+        dns_names: Vec<String>,
+        ips: Vec<std::net::IpAddr>,
+    ) -> Option<Self> {
+        if ips.is_empty() {
+            return None;
+        }
+        let (common_name, organizations) = node_subject(node_name);
+        Some(CsrTemplate {
+            common_name,
+            organizations,
+            dns_names,
+            ips,
+            signer_name: KUBELET_SERVING_SIGNER.into(),
+            usages: SERVING_USAGES.iter().map(|u| u.to_string()).collect(),
+            store_prefix: SERVING_PAIR_PREFIX.into(),
+        })
+    }
+}
 
 /// How long upstream waits for the request to be approved and issued.
 pub const CERTIFICATE_WAIT: Duration = Duration::from_secs(3600);
@@ -220,7 +288,7 @@ pub async fn load_client_cert(opts: &BootstrapOptions) -> Result<Outcome, Bootst
     let (csr_name, cert_pem) = request_certificate(
         &client,
         &key_pem,
-        &opts.node_name,
+        &CsrTemplate::client(&opts.node_name),
         CsrName::Digested,
         opts.certificate_wait,
     )
@@ -709,15 +777,35 @@ pub fn generate_key() -> Result<String, BootstrapError> {
 /// Upstream `certutil.MakeCSR` for a node: a PKCS#10 request, PEM, with the subject
 /// `O=system:nodes, CN=system:node:<node_name>` and no extensions.
 pub fn make_csr_pem(key: &KeyPair, node_name: &str) -> Result<String, BootstrapError> {
-    let (cn, orgs) = node_subject(node_name);
+    make_request_pem(key, &CsrTemplate::client(node_name))
+}
+
+/// Upstream `x509.CreateCertificateRequest` of a template: its subject and, when it
+/// has any, a subjectAltName extension with its DNS names and IP addresses.
+pub fn make_request_pem(key: &KeyPair, template: &CsrTemplate) -> Result<String, BootstrapError> {
+    let (cn, orgs) = (&template.common_name, &template.organizations);
     let mut params = CertificateParams::default();
+    for d in &template.dns_names {
+        let name = d
+            .as_str()
+            .try_into()
+            .map_err(|e: rcgen::Error| BootstrapError::Request(e.to_string()))?;
+        params.subject_alt_names.push(rcgen::SanType::DnsName(name));
+    }
+    for ip in &template.ips {
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress(*ip));
+    }
     params.distinguished_name = DistinguishedName::new();
-    for o in &orgs {
+    for o in orgs {
         params
             .distinguished_name
             .push(DnType::OrganizationName, o.as_str());
     }
-    params.distinguished_name.push(DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, cn.as_str());
     params
         .serialize_request(key)
         .and_then(|csr| csr.pem())
@@ -748,6 +836,16 @@ pub fn digested_name(spki_der: &[u8], cn: &str, orgs: &[String], usages: &[&str]
 
 /// The CertificateSigningRequest object for `request_pem`.
 pub fn csr_object(name: &str, request_pem: &str) -> CertificateSigningRequest {
+    template_csr_object(name, request_pem, &CsrTemplate::client(""))
+}
+
+/// The CertificateSigningRequest object for `request_pem` with the template's signer
+/// and usages.
+pub fn template_csr_object(
+    name: &str,
+    request_pem: &str,
+    template: &CsrTemplate,
+) -> CertificateSigningRequest {
     CertificateSigningRequest {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -755,8 +853,8 @@ pub fn csr_object(name: &str, request_pem: &str) -> CertificateSigningRequest {
         },
         spec: CertificateSigningRequestSpec {
             request: ByteString(request_pem.as_bytes().to_vec()),
-            signer_name: KUBELET_CLIENT_SIGNER.to_string(),
-            usages: Some(CLIENT_USAGES.iter().map(|u| u.to_string()).collect()),
+            signer_name: template.signer_name.clone(),
+            usages: Some(template.usages.clone()),
             expiration_seconds: None,
             ..Default::default()
         },
@@ -946,18 +1044,19 @@ pub(crate) enum CsrName {
 pub(crate) async fn request_certificate(
     client: &kube::Client,
     key_pem: &str,
-    node_name: &str,
+    template: &CsrTemplate,
     naming: CsrName,
     wait: Duration,
 ) -> Result<(String, Vec<u8>), BootstrapError> {
     let key = KeyPair::from_pem(key_pem).map_err(|e| BootstrapError::Key(e.to_string()))?;
-    let request_pem = make_csr_pem(&key, node_name)?;
+    let request_pem = make_request_pem(&key, template)?;
     let spki = key.subject_public_key_info();
-    let (cn, orgs) = node_subject(node_name);
-    let mut wanted = csr_object("", &request_pem);
+    let (cn, orgs) = (&template.common_name, &template.organizations);
+    let mut wanted = template_csr_object("", &request_pem, template);
     match naming {
         CsrName::Digested => {
-            wanted.metadata.name = Some(digested_name(&spki, &cn, &orgs, &CLIENT_USAGES));
+            let usages: Vec<&str> = template.usages.iter().map(String::as_str).collect();
+            wanted.metadata.name = Some(digested_name(&spki, cn, orgs, &usages));
         }
         CsrName::Generated => {
             wanted.metadata.name = None;
@@ -980,7 +1079,7 @@ pub(crate) async fn request_certificate(
     };
     let name = req.metadata.name.clone().unwrap_or_default();
     let uid = req.metadata.uid.clone().unwrap_or_default();
-    tracing::info!(csr = %name, "waiting for the client certificate to be issued");
+    tracing::info!(csr = %name, signer = %template.signer_name, "waiting for the certificate to be issued");
     let cert = tokio::time::timeout(wait, wait_for_certificate(&api, &name, &uid))
         .await
         .map_err(|_| BootstrapError::Timeout {
@@ -1079,7 +1178,12 @@ pub fn current_file_name() -> String {
 
 /// `kubelet-client-<qualifier>.pem` (upstream `fileStore.filename`).
 pub fn pair_file_name(qualifier: &str) -> String {
-    format!("{PAIR_PREFIX}-{qualifier}.pem")
+    prefixed_file_name(PAIR_PREFIX, qualifier)
+}
+
+/// `<prefix>-<qualifier>.pem`, the file store of any pair prefix.
+pub fn prefixed_file_name(prefix: &str, qualifier: &str) -> String {
+    format!("{prefix}-{qualifier}.pem")
 }
 
 /// Go's `2006-01-02-15-04-05` layout of a local time, the pair files' qualifier.
@@ -1109,21 +1213,37 @@ pub(crate) fn store_update(
     key_pem: &str,
     ts: &str,
 ) -> Result<PathBuf, BootstrapError> {
+    store_update_prefixed(cert_dir, PAIR_PREFIX, cert_pem, key_pem, ts)
+}
+
+/// [`store_update`] for the store of `prefix`.
+pub(crate) fn store_update_prefixed(
+    cert_dir: &Path,
+    prefix: &str,
+    cert_pem: &[u8],
+    key_pem: &str,
+    ts: &str,
+) -> Result<PathBuf, BootstrapError> {
     let content = pair_pem(cert_pem, key_pem)?;
-    let pem_file = cert_dir.join(pair_file_name(ts));
+    let pem_file = cert_dir.join(prefixed_file_name(prefix, ts));
     write_file(&pem_file, content.as_bytes(), 0o600)?;
-    update_symlink(cert_dir, &pem_file)?;
+    update_symlink(cert_dir, prefix, &pem_file)?;
     Ok(pem_file)
 }
 
 /// Upstream `fileStore.recover`: a switch interrupted between creating
 /// `kubelet-client-updated.pem` and renaming it finishes now.
 pub(crate) fn recover_store(cert_dir: &Path) -> Result<(), BootstrapError> {
-    let current = cert_dir.join(current_file_name());
+    recover_store_prefixed(cert_dir, PAIR_PREFIX)
+}
+
+/// [`recover_store`] for the store of `prefix`.
+pub(crate) fn recover_store_prefixed(cert_dir: &Path, prefix: &str) -> Result<(), BootstrapError> {
+    let current = cert_dir.join(prefixed_file_name(prefix, "current"));
     if current.exists() {
         return Ok(());
     }
-    let updated = cert_dir.join(pair_file_name("updated"));
+    let updated = cert_dir.join(prefixed_file_name(prefix, "updated"));
     match std::fs::symlink_metadata(&updated) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(BootstrapError::Io {
@@ -1140,9 +1260,9 @@ pub(crate) fn recover_store(cert_dir: &Path) -> Result<(), BootstrapError> {
 
 /// Upstream `fileStore.updateSymlink`: `updated` is made to point at `target`, then
 /// renamed over `current`, so `current` always names a whole pair.
-fn update_symlink(cert_dir: &Path, target: &Path) -> Result<(), BootstrapError> {
-    let current = cert_dir.join(current_file_name());
-    let updated = cert_dir.join(pair_file_name("updated"));
+fn update_symlink(cert_dir: &Path, prefix: &str, target: &Path) -> Result<(), BootstrapError> {
+    let current = cert_dir.join(prefixed_file_name(prefix, "current"));
+    let updated = cert_dir.join(prefixed_file_name(prefix, "updated"));
     for link in [&current, &updated] {
         match std::fs::symlink_metadata(link) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

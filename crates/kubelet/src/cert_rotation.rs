@@ -37,24 +37,49 @@
 //!   certificate for 5 minutes while the server answers, and the kubelet exits so its
 //!   supervisor restarts it into the bootstrap.
 //!
-//! Left out: the serving certificate (`serverTLSBootstrap`, the `kubelet-server-*`
-//! pairs), the template-change interrupt of a dynamic template (the client template
-//! never changes), the rotation metrics, requesting `expirationSeconds`, and
-//! rotation without any client certificate or bootstrap kubeconfig (upstream then
+//! The serving certificate (`serverTLSBootstrap`, upstream
+//! `NewKubeletServerCertificateManager`) is [`ServingCertManager`], driven by the same
+//! loop (`Rotation`) with the same request, wait and file store, through a
+//! [`CsrTemplate`]:
+//!
+//! - Subject `CN=system:node:<nodeName>, O=system:nodes`, signer
+//!   `kubernetes.io/kubelet-serving`, usages `digital signature` and `server auth`
+//!   (the key is P-256, so no `key encipherment`), SANs from the node's addresses as
+//!   upstream's `addressesToHostnamesAndIPs`; nothing is requested without an IP.
+//! - kube-controller-manager does not approve these requests; until an administrator
+//!   does (`kubectl certificate approve`) the slot is empty and the HTTPS server's
+//!   handshakes fail. The pair is stored as `<cert-dir>/kubelet-server-<ts>.pem` with
+//!   the `kubelet-server-current.pem` symlink, and installed in the
+//!   [`ServingCertSlot`] that the server resolves at each handshake.
+//! - The deadline is the client's (70–90 % of the lifetime), or now when the
+//!   certificate lacks a name, address or O the template asks for; while waiting, a
+//!   changed template (new addresses) rotates at once, as upstream's dynamic template.
+//!
+//! Left out: the rotation metrics, requesting `expirationSeconds`, the serving
+//! store's `tlsCertFile`/`tlsPrivateKeyFile` fallback (those files disable the
+//! bootstrap instead), addresses read from the node's last status (the kubelet
+//! binary passes the addresses its node status reports: `--node-ip` or the default
+//! IP, and the hostname), and rotation without any client certificate or bootstrap kubeconfig (upstream then
 //! asks with the kubeconfig's other credentials; here the kubelet keeps its plain
 //! client). With rotation on, upstream runs the bootstrap itself in the background;
 //! here [`crate::bootstrap::load_client_cert`] still runs before, in the foreground.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ferrokube_pki::CertInfo;
+use k8s_openapi::api::core::v1::NodeAddress;
 use tokio_util::sync::CancellationToken;
 
-use crate::bootstrap::{self, BootstrapError, CsrName, current_file_name, kubeconfig_client_cert};
-use crate::rotating_transport::{ClientCertSlot, ClientPair, TransportError, rotating_client};
+use crate::bootstrap::{
+    self, BootstrapError, CsrName, CsrTemplate, SERVING_PAIR_PREFIX, current_file_name,
+    kubeconfig_client_cert, prefixed_file_name,
+};
+use crate::rotating_transport::{CertifiedPair, ClientCertSlot, TransportError, rotating_client};
+use crate::server::ServingCertSlot;
 
 /// How long one attempt waits for its request to be approved and issued (upstream's
 /// `certificateWaitTimeout`).
@@ -120,6 +145,8 @@ pub enum RotationError {
     Bootstrap(#[from] BootstrapError),
     #[error("unable to load kubeconfig {path}: {message}")]
     Kubeconfig { path: PathBuf, message: String },
+    #[error("unable to create a csr, no template available")]
+    NoTemplate,
     #[error(
         "client certificate rotation needs a client certificate (in the cert dir or the kubeconfig) or a bootstrap kubeconfig"
     )]
@@ -238,7 +265,7 @@ impl ClientCertManager {
         let requested = bootstrap::request_certificate(
             &client,
             &key_pem,
-            &self.opts.node_name,
+            &CsrTemplate::client(&self.opts.node_name),
             CsrName::Generated,
             self.opts.certificate_wait,
         )
@@ -252,7 +279,7 @@ impl ClientCertManager {
             }
             Err(e) => return Err(e.into()),
         };
-        let pair = ClientPair::from_pem(&cert_pem, key_pem.as_bytes())?;
+        let pair = CertifiedPair::from_pem(&cert_pem, key_pem.as_bytes())?;
         let ts = bootstrap::timestamp(&jiff::Zoned::now());
         let file = bootstrap::store_update(&self.opts.cert_dir, &cert_pem, &key_pem, &ts)?;
         self.server_healthy.store(true, Ordering::Relaxed);
@@ -274,7 +301,7 @@ impl ClientCertManager {
     }
 
     /// One attempt, its failure logged.
-    async fn attempt(&self) -> bool {
+    async fn attempt_once(&self) -> bool {
         match self.rotate().await {
             Ok(_) => true,
             Err(e) => {
@@ -287,65 +314,7 @@ impl ClientCertManager {
     /// Upstream `Start`'s loop: waits for each deadline and rotates, retrying as
     /// upstream does, until `cancel`.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
-        let sleep = |d: Duration| {
-            let cancel = cancel.clone();
-            async move {
-                tokio::select! {
-                    _ = cancel.cancelled() => false,
-                    _ = tokio::time::sleep(d) => true,
-                }
-            }
-        };
-        loop {
-            let now = SystemTime::now();
-            let wait = self
-                .next_rotation_deadline(now)
-                .duration_since(now)
-                .unwrap_or_default();
-            if !wait.is_zero() {
-                tracing::info!(wait = ?wait, "waiting for the next kubelet client certificate rotation");
-                if !sleep(wait).await {
-                    return;
-                }
-            }
-            let mut rotated = false;
-            let mut delays = backoff_delays();
-            for _ in 0..BACKOFF_STEPS {
-                let attempt = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    ok = self.attempt() => ok,
-                };
-                if attempt {
-                    rotated = true;
-                    break;
-                }
-                if let Some(delay) = delays.next()
-                    && !sleep(jitter(delay, BACKOFF_JITTER, random_unit())).await
-                {
-                    return;
-                }
-            }
-            if !rotated {
-                tracing::error!(
-                    "reached the backoff limit, still unable to rotate the kubelet client certificate"
-                );
-                loop {
-                    if !sleep(RETRY_PERIOD).await {
-                        return;
-                    }
-                    let attempt = tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        ok = self.attempt() => ok,
-                    };
-                    if attempt {
-                        break;
-                    }
-                }
-            }
-            if !sleep(LOOP_PERIOD).await {
-                return;
-            }
-        }
+        run_rotation(&*self, cancel).await
     }
 
     /// Upstream `UpdateTransport`'s `exitAfter` check, every `period`: resolves once no
@@ -375,12 +344,355 @@ impl ClientCertManager {
     }
 }
 
+/// One certificate manager as the rotation loop drives it: the client and serving
+/// managers differ in their template, store and what holds the pair, not in when
+/// and how often they ask.
+pub(crate) trait Rotation: Sync {
+    /// Which certificate, for the logs.
+    fn what(&self) -> &'static str;
+    /// Upstream `nextRotationDeadline`.
+    fn next_rotation_deadline(&self, now: SystemTime) -> SystemTime;
+    /// One `rotateCerts` attempt, its failure logged.
+    fn attempt(&self) -> impl std::future::Future<Output = bool> + Send;
+    /// Upstream's dynamic-template check (`Start`'s `templateChanged`): the template
+    /// now asks for more than the certificate holds and differs from the last request.
+    fn template_changed(&self) -> bool {
+        false
+    }
+}
+
+/// Waits `wait`, checking the template every [`LOOP_PERIOD`]; false when cancelled.
+async fn wait_deadline(r: &impl Rotation, wait: Duration, cancel: &CancellationToken) -> bool {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return true;
+        }
+        let step = (until - now).min(LOOP_PERIOD);
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(step) => {}
+        }
+        if r.template_changed() {
+            tracing::info!("the {} template changed, rotating now", r.what());
+            return true;
+        }
+    }
+}
+
+/// Upstream `Start`'s loop for any manager.
+pub(crate) async fn run_rotation(r: &impl Rotation, cancel: CancellationToken) {
+    let sleep = |d: Duration| {
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                _ = cancel.cancelled() => false,
+                _ = tokio::time::sleep(d) => true,
+            }
+        }
+    };
+    loop {
+        let now = SystemTime::now();
+        let wait = r
+            .next_rotation_deadline(now)
+            .duration_since(now)
+            .unwrap_or_default();
+        if !wait.is_zero() {
+            tracing::info!(wait = ?wait, "waiting for the next {} rotation", r.what());
+            if !wait_deadline(r, wait, &cancel).await {
+                return;
+            }
+        }
+        let mut rotated = false;
+        let mut delays = backoff_delays();
+        for _ in 0..BACKOFF_STEPS {
+            let attempt = tokio::select! {
+                _ = cancel.cancelled() => return,
+                ok = r.attempt() => ok,
+            };
+            if attempt {
+                rotated = true;
+                break;
+            }
+            if let Some(delay) = delays.next()
+                && !sleep(jitter(delay, BACKOFF_JITTER, random_unit())).await
+            {
+                return;
+            }
+        }
+        if !rotated {
+            tracing::error!(
+                "reached the backoff limit, still unable to rotate the {}",
+                r.what()
+            );
+            loop {
+                if !sleep(RETRY_PERIOD).await {
+                    return;
+                }
+                let attempt = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    ok = r.attempt() => ok,
+                };
+                if attempt {
+                    break;
+                }
+            }
+        }
+        if !sleep(LOOP_PERIOD).await {
+            return;
+        }
+    }
+}
+
+/// The addresses the serving certificate is for (upstream's `getAddresses`: the
+/// addresses of the node's last status).
+pub type AddressSource = Arc<dyn Fn() -> Vec<NodeAddress> + Send + Sync>;
+
+/// The kubelet's serving certificate manager (`serverTLSBootstrap`, upstream
+/// `NewKubeletServerCertificateManager`): the same rotation as the client's, with
+/// the serving template, the `kubelet-server` store and the HTTPS server's slot.
+pub struct ServingCertManager {
+    client: kube::Client,
+    cert_dir: PathBuf,
+    node_name: String,
+    addresses: AddressSource,
+    slot: Arc<ServingCertSlot>,
+    certificate_wait: Duration,
+    last_request: parking_lot::Mutex<Option<CsrTemplate>>,
+}
+
+impl std::fmt::Debug for ServingCertManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCertManager")
+            .field("cert_dir", &self.cert_dir)
+            .field("node_name", &self.node_name)
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServingCertManager {
+    /// Loads `<cert_dir>/kubelet-server-current.pem` when there is one (a pair that
+    /// does not load is an error, as upstream's store) into a new slot; requests are
+    /// made with `client` (the node's own credentials) from [`Self::run`] on.
+    pub fn new(
+        client: kube::Client,
+        cert_dir: impl Into<PathBuf>,
+        node_name: impl Into<String>,
+        addresses: AddressSource,
+    ) -> Result<Self, RotationError> {
+        let cert_dir = cert_dir.into();
+        let cert_dir = std::path::absolute(&cert_dir).map_err(bootstrap::io_err(&cert_dir))?;
+        bootstrap::recover_store_prefixed(&cert_dir, SERVING_PAIR_PREFIX)?;
+        let current = cert_dir.join(prefixed_file_name(SERVING_PAIR_PREFIX, "current"));
+        let pair = match std::fs::read(&current) {
+            Ok(pem) => Some(CertifiedPair::from_pem(&pem, &pem)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => {
+                return Err(BootstrapError::Io {
+                    path: current,
+                    source,
+                }
+                .into());
+            }
+        };
+        tracing::info!(
+            stored = pair.is_some(),
+            "kubelet serving certificate bootstrap is enabled"
+        );
+        Ok(ServingCertManager {
+            client,
+            cert_dir,
+            node_name: node_name.into(),
+            addresses,
+            slot: ServingCertSlot::new(pair),
+            certificate_wait: CERTIFICATE_WAIT,
+            last_request: parking_lot::Mutex::new(None),
+        })
+    }
+
+    /// Bounds one attempt's wait ([`CERTIFICATE_WAIT`] by default).
+    pub fn set_certificate_wait(&mut self, wait: Duration) {
+        self.certificate_wait = wait;
+    }
+
+    /// The slot the HTTPS server resolves its certificate from.
+    pub fn slot(&self) -> &Arc<ServingCertSlot> {
+        &self.slot
+    }
+
+    /// The template for the node's current addresses (`None` without an IP).
+    pub fn template(&self) -> Option<CsrTemplate> {
+        let (dns, ips) = addresses_to_hostnames_and_ips(&(self.addresses)());
+        CsrTemplate::serving(&self.node_name, dns, ips)
+    }
+
+    /// Upstream `certSatisfiesTemplateLocked` with the current template.
+    fn satisfied(&self) -> Result<(), String> {
+        let Some(pair) = self.slot.get() else {
+            return Err("no serving certificate".into());
+        };
+        match self.template() {
+            Some(t) => satisfies(&pair.info, &t),
+            None => Ok(()),
+        }
+    }
+
+    /// Upstream `rotateCerts`, one attempt: a new key, a request for the current
+    /// template, the issued pair stored and served. Returns the pair file written.
+    pub async fn rotate(&self) -> Result<PathBuf, RotationError> {
+        let template = self.template();
+        *self.last_request.lock() = template.clone();
+        let Some(template) = template else {
+            return Err(RotationError::NoTemplate);
+        };
+        tracing::info!(dns = ?template.dns_names, ips = ?template.ips, "requesting a kubelet serving certificate");
+        let key_pem = bootstrap::generate_key()?;
+        let (csr, cert_pem) = bootstrap::request_certificate(
+            &self.client,
+            &key_pem,
+            &template,
+            CsrName::Generated,
+            self.certificate_wait,
+        )
+        .await?;
+        let pair = CertifiedPair::from_pem(&cert_pem, key_pem.as_bytes())?;
+        let ts = bootstrap::timestamp(&jiff::Zoned::now());
+        let file = bootstrap::store_update_prefixed(
+            &self.cert_dir,
+            SERVING_PAIR_PREFIX,
+            &cert_pem,
+            &key_pem,
+            &ts,
+        )?;
+        self.slot.set(pair);
+        tracing::info!(csr = %csr, certificate = %file.display(), "kubelet serving certificate rotated");
+        Ok(file)
+    }
+
+    /// Waits for each deadline and rotates, as [`ClientCertManager::run`].
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        run_rotation(&*self, cancel).await
+    }
+}
+
+impl Rotation for ServingCertManager {
+    fn what(&self) -> &'static str {
+        "kubelet serving certificate"
+    }
+
+    fn next_rotation_deadline(&self, now: SystemTime) -> SystemTime {
+        let Some(pair) = self.slot.get() else {
+            return now;
+        };
+        if let Err(why) = self.satisfied() {
+            tracing::info!("kubelet serving certificate: {why}");
+            return now;
+        }
+        rotation_deadline(pair.info.not_before, pair.info.not_after, random_unit())
+    }
+
+    async fn attempt(&self) -> bool {
+        match self.rotate().await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "failed to rotate the kubelet serving certificate");
+                false
+            }
+        }
+    }
+
+    fn template_changed(&self) -> bool {
+        self.satisfied().is_err() && *self.last_request.lock() != self.template()
+    }
+}
+
+/// Upstream `addressesToHostnamesAndIPs`: hostname and DNS addresses as names (a
+/// hostname that parses as an IP as an IP), internal and external IPs as IPs, empty
+/// ones skipped; each set deduplicated and sorted (IPs by their text, as upstream).
+pub fn addresses_to_hostnames_and_ips(addresses: &[NodeAddress]) -> (Vec<String>, Vec<IpAddr>) {
+    let mut names = std::collections::BTreeSet::new();
+    let mut ips = std::collections::BTreeMap::new();
+    for a in addresses.iter().filter(|a| !a.address.is_empty()) {
+        let ip = a.address.parse::<IpAddr>().ok();
+        match (a.type_.as_str(), ip) {
+            ("Hostname", Some(ip)) | ("InternalIP" | "ExternalIP", Some(ip)) => {
+                ips.insert(ip.to_string(), ip);
+            }
+            ("Hostname", None) | ("InternalDNS" | "ExternalDNS", _) => {
+                names.insert(a.address.clone());
+            }
+            _ => {}
+        }
+    }
+    (names.into_iter().collect(), ips.into_values().collect())
+}
+
+/// Upstream `certSatisfiesTemplateLocked`: the CN is the template's and the
+/// certificate holds every DNS name, IP address and O the template asks for (more
+/// are fine).
+pub fn satisfies(info: &CertInfo, template: &CsrTemplate) -> Result<(), String> {
+    let cn = &template.common_name;
+    let have = info.common_name.as_deref().unwrap_or_default();
+    if have != cn {
+        return Err(format!(
+            "current certificate CN ({have}) does not match requested CN ({cn})"
+        ));
+    }
+    let missing: Vec<&String> = template
+        .dns_names
+        .iter()
+        .filter(|d| !info.dns_sans.contains(*d))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "current certificate is missing requested DNS names {missing:?}"
+        ));
+    }
+    let missing: Vec<&IpAddr> = template
+        .ips
+        .iter()
+        .filter(|ip| !info.ip_sans.contains(*ip))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "current certificate is missing requested IP addresses {missing:?}"
+        ));
+    }
+    let missing: Vec<&String> = template
+        .organizations
+        .iter()
+        .filter(|o| !info.organizations.contains(*o))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "current certificate is missing requested orgs {missing:?}"
+        ));
+    }
+    Ok(())
+}
+
+impl Rotation for ClientCertManager {
+    fn what(&self) -> &'static str {
+        "kubelet client certificate"
+    }
+
+    fn next_rotation_deadline(&self, now: SystemTime) -> SystemTime {
+        ClientCertManager::next_rotation_deadline(self, now)
+    }
+
+    async fn attempt(&self) -> bool {
+        self.attempt_once().await
+    }
+}
+
 /// Upstream `getCurrentCertificateOrBootstrap` over the kubelet's file store: the
 /// first certificate (`None` when there is no valid one) and where it came from.
 fn initial_pair(
     opts: &RotationOptions,
     now: SystemTime,
-) -> Result<(Option<ClientPair>, InitialSource), RotationError> {
+) -> Result<(Option<CertifiedPair>, InitialSource), RotationError> {
     let cert_dir = &opts.cert_dir;
     bootstrap::recover_store(cert_dir)?;
     let kubeconfig =
@@ -390,7 +702,7 @@ fn initial_pair(
         });
     let current = cert_dir.join(current_file_name());
     let stored = match std::fs::read(&current) {
-        Ok(pem) => Some((ClientPair::from_pem(&pem, &pem)?, InitialSource::Store)),
+        Ok(pem) => Some((CertifiedPair::from_pem(&pem, &pem)?, InitialSource::Store)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(source) => {
             return Err(BootstrapError::Io {
@@ -404,7 +716,7 @@ fn initial_pair(
         Some(s) => Some(s),
         None => match kubeconfig.as_ref().ok().and_then(|k| k.files.as_ref()) {
             Some(Ok((cert, key))) => Some((
-                ClientPair::from_pem(cert, key)?,
+                CertifiedPair::from_pem(cert, key)?,
                 InitialSource::KubeconfigFiles,
             )),
             Some(Err(e)) => {
@@ -433,7 +745,7 @@ fn initial_pair(
     let Some((cert, key)) = data else {
         return Ok((None, InitialSource::None));
     };
-    let pair = ClientPair::from_pem(&cert, &key)?;
+    let pair = CertifiedPair::from_pem(&cert, &key)?;
     let key_pem = String::from_utf8_lossy(&key);
     let ts = bootstrap::timestamp(&jiff::Zoned::now());
     if let Err(e) = bootstrap::store_update(cert_dir, &cert, &key_pem, &ts) {
@@ -445,23 +757,7 @@ fn initial_pair(
 /// Upstream `certSatisfiesTemplateLocked` for the kubelet's client template: the CN is
 /// the node's and the O attributes include `system:nodes` (more are fine).
 pub fn satisfies_template(info: &CertInfo, node_name: &str) -> Result<(), String> {
-    let (cn, orgs) = bootstrap::node_subject(node_name);
-    let have = info.common_name.as_deref().unwrap_or_default();
-    if have != cn {
-        return Err(format!(
-            "current certificate CN ({have}) does not match requested CN ({cn})"
-        ));
-    }
-    let missing: Vec<&String> = orgs
-        .iter()
-        .filter(|o| !info.organizations.contains(*o))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "current certificate is missing requested orgs {missing:?}"
-        ));
-    }
-    Ok(())
+    satisfies(info, &CsrTemplate::client(node_name))
 }
 
 /// Upstream `jitteryDuration` from notBefore: `wait.Jitter(total, 0.2) - 0.3·total`,
@@ -690,6 +986,210 @@ mod tests {
         )
         .unwrap();
         assert!(initial_pair(&opts(kc), now).is_err());
+    }
+
+    fn addr(type_: &str, a: &str) -> NodeAddress {
+        NodeAddress {
+            type_: type_.into(),
+            address: a.into(),
+        }
+    }
+
+    #[test]
+    fn serving_names_and_ips_are_upstreams() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let (dns, ips) = addresses_to_hostnames_and_ips(&[
+            addr("InternalIP", "10.0.0.9"),
+            addr("ExternalIP", "192.168.1.1"),
+            addr("InternalIP", "not-an-ip"),
+            addr("Hostname", "node-b"),
+            addr("Hostname", "10.0.0.10"),
+            addr("InternalDNS", "node-b.internal"),
+            addr("ExternalDNS", "a.example.com"),
+            addr("InternalIP", "10.0.0.9"),
+            addr("InternalIP", "fd00::1"),
+            addr("Hostname", ""),
+            addr("Something", "node-c"),
+        ]);
+        assert_eq!(dns, ["a.example.com", "node-b", "node-b.internal"]);
+        // Sorted by their text as upstream, not numerically: "10.0.0.10" < "10.0.0.9".
+        assert_eq!(
+            ips,
+            [
+                ip("10.0.0.10"),
+                ip("10.0.0.9"),
+                ip("192.168.1.1"),
+                ip("fd00::1")
+            ]
+        );
+        let (dns, ips) = addresses_to_hostnames_and_ips(&crate::node::node_addresses(
+            "node-a",
+            &["10.1.1.1".into(), "fd00::2".into()],
+        ));
+        assert_eq!(dns, ["node-a"]);
+        assert_eq!(ips, [ip("10.1.1.1"), ip("fd00::2")]);
+    }
+
+    #[test]
+    fn the_serving_template_needs_an_ip() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        assert_eq!(CsrTemplate::serving("a", vec!["a".into()], vec![]), None);
+        let t = CsrTemplate::serving("a", vec!["a".into()], vec![ip]).unwrap();
+        assert_eq!(t.common_name, "system:node:a");
+        assert_eq!(t.organizations, [NODES_GROUP]);
+        assert_eq!(t.signer_name, "kubernetes.io/kubelet-serving");
+        assert_eq!(t.usages, ["digital signature", "server auth"]);
+        assert_eq!(t.store_prefix, "kubelet-server");
+        let c = CsrTemplate::client("a");
+        assert_eq!(c.signer_name, "kubernetes.io/kube-apiserver-client-kubelet");
+        assert_eq!(c.usages, ["digital signature", "client auth"]);
+        assert_eq!(c.store_prefix, "kubelet-client");
+        assert!(c.dns_names.is_empty() && c.ips.is_empty());
+    }
+
+    #[test]
+    fn the_serving_request_carries_the_sans() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let t =
+            CsrTemplate::serving("a", vec!["a".into(), "a.example.com".into()], vec![ip]).unwrap();
+        let key = rcgen::KeyPair::from_pem(&bootstrap::generate_key().unwrap()).unwrap();
+        let pem = bootstrap::make_request_pem(&key, &t).unwrap();
+        let req = ferrokube_pki::csr::parse_request_pem(pem.as_bytes()).unwrap();
+        assert_eq!(req.common_name, "system:node:a");
+        assert_eq!(req.organizations, [NODES_GROUP]);
+        assert_eq!(req.dns_names, ["a", "a.example.com"]);
+        assert_eq!(req.ip_addresses, [ip]);
+        let obj = bootstrap::template_csr_object("", &pem, &t);
+        assert_eq!(obj.spec.signer_name, "kubernetes.io/kubelet-serving");
+        assert_eq!(
+            obj.spec.usages.unwrap(),
+            ["digital signature", "server auth"]
+        );
+        // The client request is unchanged: no SANs at all.
+        let client = bootstrap::make_csr_pem(&key, "a").unwrap();
+        let req = ferrokube_pki::csr::parse_request_pem(client.as_bytes()).unwrap();
+        assert!(req.dns_names.is_empty() && req.ip_addresses.is_empty());
+    }
+
+    #[test]
+    fn a_serving_certificate_must_hold_the_templates_sans() {
+        let ca = CertificateAuthority::generate("test-ca").unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let issued = ca
+            .issue_serving_cert(
+                "system:node:a",
+                &["a".into(), "extra".into()],
+                &[ip("10.0.0.1")],
+                Validity::leaf_default(),
+            )
+            .unwrap();
+        let info = CertInfo::from_pem(&issued.cert_pem).unwrap();
+        let mut t = CsrTemplate::serving("a", vec!["a".into()], vec![ip("10.0.0.1")]).unwrap();
+        // issue_serving_cert sets no O: drop it from the template for the SAN checks.
+        t.organizations.clear();
+        satisfies(&info, &t).unwrap();
+        t.ips.push(ip("10.0.0.2"));
+        let e = satisfies(&info, &t).unwrap_err();
+        assert!(e.contains("missing requested IP addresses"), "{e}");
+        t.ips.pop();
+        t.dns_names.push("b".into());
+        let e = satisfies(&info, &t).unwrap_err();
+        assert!(e.contains("missing requested DNS names"), "{e}");
+        t.dns_names.pop();
+        t.organizations.push(NODES_GROUP.into());
+        let e = satisfies(&info, &t).unwrap_err();
+        assert!(e.contains("missing requested orgs"), "{e}");
+    }
+
+    #[test]
+    fn the_serving_store_has_its_own_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca = CertificateAuthority::generate("test-ca").unwrap();
+        let issued = ca
+            .issue_serving_cert(
+                "system:node:a",
+                &["a".into()],
+                &["10.0.0.1".parse().unwrap()],
+                Validity::leaf_default(),
+            )
+            .unwrap();
+        let file = bootstrap::store_update_prefixed(
+            d,
+            SERVING_PAIR_PREFIX,
+            issued.cert_pem.as_bytes(),
+            &issued.key_pem,
+            "2024-01-01-00-00-00",
+        )
+        .unwrap();
+        assert_eq!(file, d.join("kubelet-server-2024-01-01-00-00-00.pem"));
+        assert_eq!(
+            std::fs::read_link(d.join("kubelet-server-current.pem")).unwrap(),
+            file
+        );
+        assert!(
+            !d.join(current_file_name()).exists(),
+            "the client store is untouched"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_serving_deadline_follows_the_stored_pair_and_the_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca = CertificateAuthority::generate("test-ca").unwrap();
+        let now = SystemTime::now();
+        let validity = Validity {
+            not_before: now - HOUR,
+            not_after: now + 99 * HOUR,
+        };
+        // A serving pair as the signer issues it: the node's subject and its SANs.
+        let params = {
+            let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+            let t = CsrTemplate::serving("a", vec!["a".into()], vec!["10.0.0.1".parse().unwrap()])
+                .unwrap();
+            let req = bootstrap::make_request_pem(&key, &t).unwrap();
+            let parsed = ferrokube_pki::csr::parse_request_pem(req.as_bytes()).unwrap();
+            (key, parsed)
+        };
+        let usages: Vec<String> = bootstrap::SERVING_USAGES.map(String::from).to_vec();
+        let cert = ca
+            .sign_request(&params.1, &usages, validity.not_before, validity.not_after)
+            .unwrap();
+        bootstrap::store_update_prefixed(
+            d,
+            SERVING_PAIR_PREFIX,
+            cert.as_bytes(),
+            &params.0.serialize_pem(),
+            "2024-01-01-00-00-00",
+        )
+        .unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let addresses = Arc::new(parking_lot::Mutex::new(crate::node::node_addresses(
+            "a",
+            &["10.0.0.1".into()],
+        )));
+        let source = addresses.clone();
+        let m = ServingCertManager::new(client, d, "a", Arc::new(move || source.lock().clone()))
+            .unwrap();
+        assert!(m.slot().get().is_some(), "the stored pair is loaded");
+        let deadline = Rotation::next_rotation_deadline(&m, now);
+        let after = deadline.duration_since(now - HOUR).unwrap();
+        assert!(
+            after >= 70 * HOUR - Duration::from_secs(2) && after <= 90 * HOUR,
+            "{after:?}"
+        );
+        assert!(!m.template_changed());
+        // A new address the certificate lacks: due now, and the wait is interrupted.
+        addresses.lock().insert(0, addr("InternalIP", "10.0.0.2"));
+        assert_eq!(Rotation::next_rotation_deadline(&m, now), now);
+        assert!(m.template_changed());
+        // Without any IP there is no template: nothing to request.
+        addresses.lock().clear();
+        assert_eq!(m.template(), None);
+        assert!(matches!(m.rotate().await, Err(RotationError::NoTemplate)));
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub struct KubeletConfiguration {
     /// Renew the client certificate before it expires (`--rotate-certificates` wins).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotate_certificates: Option<bool>,
+    /// Ask the certificates API for the serving certificate of `port`
+    /// (`kubernetes.io/kubelet-serving`); `tlsCertFile` wins when set.
+    #[serde(rename = "serverTLSBootstrap", skip_serializing_if = "Option::is_none")]
+    pub server_tls_bootstrap: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authentication: Option<KubeletAuthentication>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -347,6 +351,7 @@ pub fn effective_configuration(
         tls_private_key_file: non_empty(&given.tls_private_key_file),
         // A plain bool with omitempty upstream: shown only when on.
         rotate_certificates: given.rotate_certificates.filter(|r| *r),
+        server_tls_bootstrap: given.server_tls_bootstrap.filter(|r| *r),
         authentication: Some(KubeletAuthentication {
             x509: KubeletX509Authentication {
                 client_ca_file: auth.client_ca_file.as_deref().and_then(path),

@@ -528,10 +528,10 @@ pub fn node_labels(i: &NodeInputs) -> BTreeMap<String, String> {
     l
 }
 
-/// The node's status (without conditions), as the setters produce it.
-pub fn node_status(i: &NodeInputs, conditions: Vec<NodeCondition>) -> NodeStatus {
-    let mut addresses: Vec<NodeAddress> = i
-        .node_ips
+/// Upstream's node address setter without a cloud provider: an `InternalIP` for each
+/// node IP, then the `Hostname` (also the serving certificate's names and IPs).
+pub fn node_addresses(hostname: &str, node_ips: &[String]) -> Vec<NodeAddress> {
+    let mut addresses: Vec<NodeAddress> = node_ips
         .iter()
         .map(|ip| NodeAddress {
             type_: "InternalIP".into(),
@@ -540,8 +540,14 @@ pub fn node_status(i: &NodeInputs, conditions: Vec<NodeCondition>) -> NodeStatus
         .collect();
     addresses.push(NodeAddress {
         type_: "Hostname".into(),
-        address: i.hostname.clone(),
+        address: hostname.to_owned(),
     });
+    addresses
+}
+
+/// The node's status (without conditions), as the setters produce it.
+pub fn node_status(i: &NodeInputs, conditions: Vec<NodeCondition>) -> NodeStatus {
+    let addresses = node_addresses(&i.hostname, &i.node_ips);
     let m = &i.machine;
     NodeStatus {
         addresses: Some(addresses),

@@ -64,17 +64,17 @@ pub enum TransportError {
     Certificate(String),
 }
 
-/// A client certificate (with its chain) and key ready for handshakes, and the leaf's
-/// fields the rotation reads.
+/// A certificate (with its chain) and key ready for handshakes (the client's or the
+/// serving one), and the leaf's fields the rotation reads.
 #[derive(Clone)]
-pub struct ClientPair {
+pub struct CertifiedPair {
     pub certified: Arc<CertifiedKey>,
     pub info: Arc<CertInfo>,
 }
 
-impl std::fmt::Debug for ClientPair {
+impl std::fmt::Debug for CertifiedPair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientPair")
+        f.debug_struct("CertifiedPair")
             .field("common_name", &self.info.common_name)
             .field("organizations", &self.info.organizations)
             .field("not_before", &self.info.not_before)
@@ -83,7 +83,7 @@ impl std::fmt::Debug for ClientPair {
     }
 }
 
-impl ClientPair {
+impl CertifiedPair {
     /// The pair from PEM: the certificates of `cert_pem`, the first key of `key_pem`
     /// (the two may be one combined file), which must be the first certificate's.
     pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, TransportError> {
@@ -96,7 +96,7 @@ impl ClientPair {
             .and_then(|c| {
                 CertInfo::from_der(c).map_err(|e| TransportError::Certificate(e.to_string()))
             })?;
-        Ok(ClientPair {
+        Ok(CertifiedPair {
             certified: Arc::new(certified),
             info: Arc::new(info),
         })
@@ -111,7 +111,7 @@ impl ClientPair {
 /// The certificate the client presents, shared by its handshakes and whoever rotates
 /// it, and the close token of the connections dialed since it was last changed.
 pub struct ClientCertSlot {
-    current: RwLock<Option<ClientPair>>,
+    current: RwLock<Option<CertifiedPair>>,
     connections: Mutex<CancellationToken>,
 }
 
@@ -124,7 +124,7 @@ impl std::fmt::Debug for ClientCertSlot {
 }
 
 impl ClientCertSlot {
-    pub fn new(pair: Option<ClientPair>) -> Arc<Self> {
+    pub fn new(pair: Option<CertifiedPair>) -> Arc<Self> {
         Arc::new(ClientCertSlot {
             current: RwLock::new(pair),
             connections: Mutex::new(CancellationToken::new()),
@@ -132,18 +132,18 @@ impl ClientCertSlot {
     }
 
     /// The pair as installed, expired or not.
-    pub fn get(&self) -> Option<ClientPair> {
+    pub fn get(&self) -> Option<CertifiedPair> {
         self.current.read().clone()
     }
 
     /// Upstream's manager `Current()`: the pair unless it has expired at `now`.
-    pub fn current(&self, now: SystemTime) -> Option<ClientPair> {
+    pub fn current(&self, now: SystemTime) -> Option<CertifiedPair> {
         self.get().filter(|p| !p.expired(now))
     }
 
     /// Installs `pair`, then closes every connection dialed before, so none keeps
     /// the identity of the old certificate.
-    pub fn set(&self, pair: ClientPair) {
+    pub fn set(&self, pair: CertifiedPair) {
         *self.current.write() = Some(pair);
         tracing::info!(
             "certificate rotation detected, shutting down client connections to start using new credentials"
@@ -363,12 +363,12 @@ mod tests {
     use super::*;
     use ferrokube_pki::{CertificateAuthority, Validity};
 
-    fn pair(cn: &str, validity: Validity) -> ClientPair {
+    fn pair(cn: &str, validity: Validity) -> CertifiedPair {
         let ca = CertificateAuthority::generate("test-ca").unwrap();
         let issued = ca
             .issue_client_cert(cn, &["system:nodes".into()], validity)
             .unwrap();
-        ClientPair::from_pem(issued.cert_pem.as_bytes(), issued.key_pem.as_bytes()).unwrap()
+        CertifiedPair::from_pem(issued.cert_pem.as_bytes(), issued.key_pem.as_bytes()).unwrap()
     }
 
     #[test]
@@ -422,9 +422,9 @@ mod tests {
         let b = ca
             .issue_client_cert("b", &[], Validity::leaf_default())
             .unwrap();
-        assert!(ClientPair::from_pem(a.cert_pem.as_bytes(), b.key_pem.as_bytes()).is_err());
+        assert!(CertifiedPair::from_pem(a.cert_pem.as_bytes(), b.key_pem.as_bytes()).is_err());
         let combined = format!("{}{}", a.cert_pem, a.key_pem);
-        let p = ClientPair::from_pem(combined.as_bytes(), combined.as_bytes()).unwrap();
+        let p = CertifiedPair::from_pem(combined.as_bytes(), combined.as_bytes()).unwrap();
         assert_eq!(p.info.common_name.as_deref(), Some("a"));
     }
 

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::KubeletAuth;
 use crate::kubelet::Kubelet;
 use crate::logs::{LogOptions, stream_log_file};
+use crate::rotating_transport::CertifiedPair;
 use crate::sandbox::{name, namespace, pod_log_dir, spec, uid};
 use crate::status::{RuntimeContainer, RuntimePod, RuntimeState};
 use crate::streaming::{
@@ -91,6 +92,84 @@ pub fn tls_config(
         ferrokube_pki::serving::ALPN_HTTP1,
     )
     .map_err(|e| tls(&e))
+}
+
+/// The serving pair of `serverTLSBootstrap`, shared by the certificate manager that
+/// installs each issued certificate and the HTTPS server that resolves it at every
+/// handshake, so a new certificate is served without a restart.
+pub struct ServingCertSlot {
+    current: parking_lot::RwLock<Option<CertifiedPair>>,
+}
+
+impl std::fmt::Debug for ServingCertSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCertSlot")
+            .field("current", &*self.current.read())
+            .finish()
+    }
+}
+
+impl ServingCertSlot {
+    pub fn new(pair: Option<CertifiedPair>) -> Arc<Self> {
+        Arc::new(ServingCertSlot {
+            current: parking_lot::RwLock::new(pair),
+        })
+    }
+
+    /// The pair as installed, expired or not.
+    pub fn get(&self) -> Option<CertifiedPair> {
+        self.current.read().clone()
+    }
+
+    /// Upstream's manager `Current()`: the pair unless it has expired at `now`.
+    pub fn current(&self, now: std::time::SystemTime) -> Option<CertifiedPair> {
+        self.get().filter(|p| !p.expired(now))
+    }
+
+    pub fn set(&self, pair: CertifiedPair) {
+        *self.current.write() = Some(pair);
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ServingCertSlot {
+    /// Upstream's `GetCertificate`: without a valid certificate the handshake fails
+    /// ("no serving certificate available for the kubelet").
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let pair = self.current(std::time::SystemTime::now());
+        if pair.is_none() {
+            tracing::debug!("no serving certificate available for the kubelet");
+        }
+        pair.map(|p| p.certified)
+    }
+}
+
+/// [`tls_config`] whose certificate is resolved from `slot` at each handshake.
+pub fn tls_config_resolving(
+    slot: Arc<ServingCertSlot>,
+    client_ca_pem: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
+    let verifier = client_ca_pem
+        .map(ferrokube_client::delegated::optional_client_verifier)
+        .transpose()
+        .map_err(|e| tls(&e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?;
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_cert_resolver(slot);
+    cfg.alpn_protocols = ferrokube_pki::serving::ALPN_HTTP1
+        .iter()
+        .map(|p| p.to_vec())
+        .collect();
+    Ok(Arc::new(cfg))
 }
 
 /// Upstream's fallback when no `--tls-cert-file` is given: a self-signed CA and a
