@@ -12,13 +12,14 @@
 //! stored and rotated at once; a renewal nobody approves yet is retried. Every wait is
 //! bounded.
 
+mod csr;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail, ensure};
 use base64::Engine as _;
-use ferrokube_controllers::csrsigning::{CsrSigningConfig, SIGNERS, SignerCa};
-use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use csr::start_csr_controllers;
 use ferrokube_kubelet::bootstrap::{
     BootstrapCluster, CLIENT_USAGES, KUBELET_CLIENT_SIGNER, NODES_GROUP, current_file_name,
     kubeconfig_yaml, pair_pem,
@@ -74,33 +75,6 @@ async fn allow_renewals(srv: &TestApiServer) -> anyhow::Result<()> {
         .create(&PostParams::default(), &binding)
         .await?;
     Ok(())
-}
-
-/// kube-controller-manager with the CSR approving and signing controllers, every
-/// signer on the test cluster CA.
-async fn start_csr_controllers(
-    srv: &TestApiServer,
-    cancel: &CancellationToken,
-) -> anyhow::Result<Manager> {
-    let pki = srv.dir().join("pki");
-    let ca = SignerCa {
-        cert_pem: std::fs::read_to_string(pki.join("ca.crt"))?,
-        key_pem: std::fs::read_to_string(pki.join("ca.key"))?,
-    };
-    let cfg = ManagerConfig {
-        controllers: vec!["csrsigning".into(), "csrapproving".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
-        csr_signing: CsrSigningConfig {
-            signers: SIGNERS
-                .iter()
-                .map(|s| (s.to_string(), ca.clone()))
-                .collect(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let client = srv.client_as("system:kube-controller-manager", &[]).await?;
-    Ok(Manager::start(client, &cfg, cancel.clone()).await?)
 }
 
 fn test_ca(srv: &TestApiServer) -> anyhow::Result<CertificateAuthority> {

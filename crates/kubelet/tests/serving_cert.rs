@@ -9,14 +9,15 @@
 //! `kubelet-server-current.pem` and the running server presents it to a client that
 //! trusts the cluster CA, without a restart. Every wait is bounded.
 
+mod csr;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use ferrokube_controllers::csrsigning::{CsrSigningConfig, SIGNERS, SignerCa};
-use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use csr::start_csr_controllers;
 use ferrokube_kubelet::bootstrap::{KUBELET_SERVING_SIGNER, NODES_GROUP, SERVING_USAGES};
 use ferrokube_kubelet::cert_rotation::ServingCertManager;
 use ferrokube_kubelet::server::{ServingCertSlot, tls_config_resolving};
@@ -51,33 +52,6 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// kube-controller-manager with the CSR approving and signing controllers, every
-/// signer on the test cluster CA.
-async fn start_csr_controllers(
-    srv: &TestApiServer,
-    cancel: &CancellationToken,
-) -> anyhow::Result<Manager> {
-    let pki = srv.dir().join("pki");
-    let ca = SignerCa {
-        cert_pem: std::fs::read_to_string(pki.join("ca.crt"))?,
-        key_pem: std::fs::read_to_string(pki.join("ca.key"))?,
-    };
-    let cfg = ManagerConfig {
-        controllers: vec!["csrsigning".into(), "csrapproving".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
-        csr_signing: CsrSigningConfig {
-            signers: SIGNERS
-                .iter()
-                .map(|s| (s.to_string(), ca.clone()))
-                .collect(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let client = srv.client_as("system:kube-controller-manager", &[]).await?;
-    Ok(Manager::start(client, &cfg, cancel.clone()).await?)
 }
 
 fn address(type_: &str, a: &str) -> NodeAddress {

@@ -8,12 +8,13 @@
 //! asks for nothing; a Denied request is an error with its reason. Every wait is
 //! bounded.
 
+mod csr;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use ferrokube_controllers::csrsigning::{CsrSigningConfig, SIGNERS, SignerCa};
-use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use csr::start_csr_controllers;
 use ferrokube_kubelet::bootstrap::{
     BootstrapOptions, CLIENT_USAGES, KUBELET_CLIENT_SIGNER, Outcome, TMP_PRIVATE_KEY_FILE,
     load_client_cert,
@@ -116,33 +117,6 @@ fn write_bootstrap_kubeconfig(srv: &TestApiServer, dir: &Path) -> anyhow::Result
     let path = dir.join("bootstrap-kubelet.conf");
     std::fs::write(&path, yaml)?;
     Ok(path)
-}
-
-/// kube-controller-manager with the CSR approving and signing controllers, every
-/// signer on the test cluster CA, the controllers writing as their ServiceAccounts.
-async fn start_csr_controllers(
-    srv: &TestApiServer,
-    cancel: &CancellationToken,
-) -> anyhow::Result<Manager> {
-    let pki = srv.dir().join("pki");
-    let ca = SignerCa {
-        cert_pem: std::fs::read_to_string(pki.join("ca.crt"))?,
-        key_pem: std::fs::read_to_string(pki.join("ca.key"))?,
-    };
-    let cfg = ManagerConfig {
-        controllers: vec!["csrsigning".into(), "csrapproving".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
-        csr_signing: CsrSigningConfig {
-            signers: SIGNERS
-                .iter()
-                .map(|s| (s.to_string(), ca.clone()))
-                .collect(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let client = srv.client_as("system:kube-controller-manager", &[]).await?;
-    Ok(Manager::start(client, &cfg, cancel.clone()).await?)
 }
 
 async fn csr_names(srv: &TestApiServer) -> anyhow::Result<Vec<String>> {
