@@ -640,37 +640,22 @@ pub fn satisfies(info: &CertInfo, template: &CsrTemplate) -> Result<(), String> 
             "current certificate CN ({have}) does not match requested CN ({cn})"
         ));
     }
-    let missing: Vec<&String> = template
-        .dns_names
-        .iter()
-        .filter(|d| !info.dns_sans.contains(*d))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "current certificate is missing requested DNS names {missing:?}"
-        ));
+    fn all_in<T: PartialEq + std::fmt::Debug>(
+        what: &str,
+        want: &[T],
+        have: &[T],
+    ) -> Result<(), String> {
+        let missing: Vec<&T> = want.iter().filter(|w| !have.contains(w)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "current certificate is missing requested {what} {missing:?}"
+        ))
     }
-    let missing: Vec<&IpAddr> = template
-        .ips
-        .iter()
-        .filter(|ip| !info.ip_sans.contains(*ip))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "current certificate is missing requested IP addresses {missing:?}"
-        ));
-    }
-    let missing: Vec<&String> = template
-        .organizations
-        .iter()
-        .filter(|o| !info.organizations.contains(*o))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "current certificate is missing requested orgs {missing:?}"
-        ));
-    }
-    Ok(())
+    all_in("DNS names", &template.dns_names, &info.dns_sans)?;
+    all_in("IP addresses", &template.ips, &info.ip_sans)?;
+    all_in("orgs", &template.organizations, &info.organizations)
 }
 
 impl Rotation for ClientCertManager {
