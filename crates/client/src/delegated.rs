@@ -447,18 +447,6 @@ impl ClientCertificates {
         Ok(certificates)
     }
 
-    /// The client CA bundle, if any.
-    pub fn client_ca_pem(&self) -> Option<&str> {
-        self.client_ca.as_ref().map(|pool| pool.pem.as_str())
-    }
-
-    /// The request-header bundle and settings, if any.
-    pub fn request_header(&self) -> Option<(&str, &RequestHeaderConfig)> {
-        self.request_header
-            .as_ref()
-            .map(|(pool, config)| (pool.pem.as_str(), config))
-    }
-
     /// The CA files the flags name, read now.
     pub fn from_options(opts: &DelegatedAuthOptions) -> Result<ClientCertificates, crate::Error> {
         ClientCertificates::from_bundles(&CaBundles::from_flag_files(opts)?)
@@ -537,11 +525,6 @@ pub struct LiveClientCertificates(Arc<parking_lot::RwLock<ClientCertificates>>);
 impl LiveClientCertificates {
     pub fn new(certificates: ClientCertificates) -> LiveClientCertificates {
         LiveClientCertificates(Arc::new(parking_lot::RwLock::new(certificates)))
-    }
-
-    /// A copy of the current value.
-    pub fn current(&self) -> ClientCertificates {
-        self.0.read().clone()
     }
 
     pub fn replace(&self, certificates: ClientCertificates) {
