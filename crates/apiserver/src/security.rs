@@ -37,7 +37,12 @@ const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 /// The objects under one resource in the watch cache, with a cheap identity: the
 /// cache hands out the same `Arc` for an object until it changes.
 pub(crate) fn cached(store: &Store, sub_prefix: &str) -> Vec<Arc<Value>> {
-    let prefix = format!("{}/{sub_prefix}", store.info().storage_prefix);
+    // Called by admission and authorization on every request: no `format!`.
+    let base = store.info().storage_prefix;
+    let mut prefix = String::with_capacity(base.len() + 1 + sub_prefix.len());
+    prefix.push_str(base);
+    prefix.push('/');
+    prefix.push_str(sub_prefix);
     store.cache().snapshot(&prefix).0
 }
 

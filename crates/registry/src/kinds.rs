@@ -549,41 +549,44 @@ fn quantity(q: &Value) -> Option<f64> {
 /// `Guaranteed` when every container limits cpu and memory and requests equal
 /// limits, `Burstable` otherwise.
 pub fn pod_qos_class(pod: &Value) -> &'static str {
-    use std::collections::BTreeMap;
-    let mut requests: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut limits: BTreeMap<&str, f64> = BTreeMap::new();
+    // Sums of cpu and memory (in that order) over the containers that set them; every
+    // create of a pod computes this, so fixed arrays rather than maps.
+    const RESOURCES: [&str; 2] = ["cpu", "memory"];
+    let mut requests: [Option<f64>; 2] = [None; 2];
+    let mut limits: [Option<f64>; 2] = [None; 2];
     let mut guaranteed = true;
+    let spec = &pod["spec"];
     let containers = ["containers", "initContainers"]
         .into_iter()
-        .flat_map(|k| pod["spec"][k].as_array().into_iter().flatten());
+        .flat_map(|k| spec[k].as_array().into_iter().flatten());
     for c in containers {
         let res = &c["resources"];
         for (sum, key) in [(&mut requests, "requests"), (&mut limits, "limits")] {
-            let mut found = Vec::new();
-            for name in ["cpu", "memory"] {
-                if let Some(q) = res[key].get(name).and_then(quantity)
+            let set = &res[key];
+            let mut found = 0;
+            for (total, name) in sum.iter_mut().zip(RESOURCES) {
+                if let Some(q) = set.get(name).and_then(quantity)
                     && q > 0.0
                 {
-                    *sum.entry(name).or_insert(0.0) += q;
-                    found.push(name);
+                    *total.get_or_insert(0.0) += q;
+                    found += 1;
                 }
             }
-            if key == "limits" && found.len() < 2 {
+            if key == "limits" && found < RESOURCES.len() {
                 guaranteed = false;
             }
         }
     }
-    if requests.is_empty() && limits.is_empty() {
+    if requests.iter().chain(&limits).all(Option::is_none) {
         return "BestEffort";
     }
-    if guaranteed
-        && requests.len() == limits.len()
-        && requests.iter().all(|(k, r)| {
-            limits
-                .get(k)
-                .is_some_and(|l| (l - r).abs() <= f64::EPSILON * l.abs().max(1.0))
-        })
-    {
+    // Guaranteed: the same resources requested as limited, each request its limit.
+    let requests_equal_limits = requests.iter().zip(&limits).all(|(r, l)| match (r, l) {
+        (Some(r), Some(l)) => (l - r).abs() <= f64::EPSILON * l.abs().max(1.0),
+        (None, None) => true,
+        _ => false,
+    });
+    if guaranteed && requests_equal_limits {
         return "Guaranteed";
     }
     "Burstable"

@@ -299,11 +299,15 @@ impl RevisionSlot {
     pub fn encode(obj: &mut serde_json::Value) -> Option<RevisionSlot> {
         // Random per process, so no string in an object can be taken for the slot; the
         // member as serialized (the needle) is made once, not on every create.
-        static PLACEHOLDER: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+        static PLACEHOLDER: std::sync::OnceLock<(String, memchr::memmem::Finder<'static>)> =
+            std::sync::OnceLock::new();
         let (placeholder, needle) = PLACEHOLDER.get_or_init(|| {
             let placeholder = format!("ferrokube-rv-slot-{}", uuid::Uuid::new_v4());
             let needle = format!("{RV_MEMBER_KEY}\"{placeholder}\"");
-            (placeholder, needle)
+            (
+                placeholder,
+                memchr::memmem::Finder::new(needle.as_bytes()).into_owned(),
+            )
         });
         let metadata = obj.get_mut("metadata")?.as_object_mut()?;
         if metadata.contains_key("resourceVersion") {
@@ -318,9 +322,9 @@ impl RevisionSlot {
             m.remove("resourceVersion");
         }
         let json = json.ok()?;
-        let start = json.find(needle.as_str())?;
-        let end = start + needle.len();
-        if json[end..].contains(needle.as_str()) {
+        let start = needle.find(json.as_bytes())?;
+        let end = start + needle.needle().len();
+        if needle.find(&json.as_bytes()[end..]).is_some() {
             return None;
         }
         let bytes = json.as_bytes();
