@@ -14,7 +14,8 @@
 //! union in order without duplicates, CA bundles the union of their certificates
 //! (by DER, re-encoded as PEM) without the ones that expired more than five minutes
 //! ago; the data is then replaced by that merge. Deviation: upstream's controller
-//! keeps re-asserting the ConfigMap from a watch; here it is written once at start.
+//! keeps re-asserting the ConfigMap from a watch; here it is written at start and
+//! again when a CA file changes (cert_reload.rs).
 //! A stored value that does not parse is replaced instead of stopping the sync for
 //! good (upstream's sync fails on it until someone repairs the ConfigMap).
 

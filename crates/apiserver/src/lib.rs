@@ -13,6 +13,7 @@ mod aggregator;
 mod audit;
 mod authentication_info;
 mod bootstrap_token;
+mod cert_reload;
 mod componentstatus;
 mod conversion;
 mod discovery;
@@ -100,6 +101,9 @@ pub struct Config {
     /// Fetches the `--oidc-issuer-url` issuer's keys into its authenticator (None:
     /// no OIDC issuer).
     pub(crate) oidc: Option<oidc::KeyFetcher>,
+    /// The serving certificate and client CA files, followed while the server runs
+    /// (`tls` resolves the certificate and verifies clients through them).
+    pub(crate) certificate_files: cert_reload::CertificateFiles,
 }
 
 impl std::fmt::Debug for Config {
@@ -184,6 +188,11 @@ impl Server {
         if let Some(fetcher) = config.oidc {
             background.push(tokio::spawn(oidc::run(fetcher, shutdown_rx.clone())));
         }
+        background.push(tokio::spawn(cert_reload::run(
+            config.certificate_files,
+            config.registry.clone(),
+            shutdown_rx.clone(),
+        )));
         background.push(tokio::spawn(run_endpoint_lease(
             config.registry.clone(),
             shutdown_rx.clone(),
@@ -505,32 +514,72 @@ impl Options {
             )),
             None => None,
         };
+        // Each bundle may be replaced while the server runs (cert_reload.rs); the TLS
+        // layer and the authenticators all verify against the one installed then.
+        let client_ca_file = match (&self.client_ca_file, &ca) {
+            (Some(path), Some(pem)) => Some(
+                cert_reload::CaFile::new("--client-ca-file", path.clone(), pem)
+                    .map_err(|e| ConfigError::Auth(format!("--client-ca-file: {e}")))?,
+            ),
+            _ => None,
+        };
+        let request_header_file = match (&self.requestheader_client_ca_file, &request_header) {
+            (Some(path), Some((pem, config))) => Some((
+                cert_reload::CaFile::new("--requestheader-client-ca-file", path.clone(), pem)
+                    .map_err(|e| {
+                        ConfigError::Auth(format!("--requestheader-client-ca-file: {e}"))
+                    })?,
+                config.clone(),
+            )),
+            _ => None,
+        };
+        let client_ca = client_ca_file.as_ref().map(|f| f.ca().clone());
+        let request_header_ca = request_header_file.as_ref().map(|(f, _)| f.ca().clone());
         // The TLS layer accepts client certificates of both CAs (upstream's union of
         // the client CA and request-header CA pools); each authenticator verifies the
         // chain again against its own CA only.
-        let tls_client_cas = match (&ca, &request_header) {
-            (Some(client), Some((front_proxy, _))) => Some(format!("{client}\n{front_proxy}")),
-            (Some(client), None) => Some(client.clone()),
-            (None, Some((front_proxy, _))) => Some(front_proxy.clone()),
-            (None, None) => None,
-        };
-        let tls = tls_config(&cert, &key, tls_client_cas.as_deref())?;
+        let tls_client_cas: Vec<_> = client_ca
+            .iter()
+            .chain(request_header_ca.iter())
+            .cloned()
+            .collect();
+        let tls_client_verifier = (!tls_client_cas.is_empty())
+            .then(|| ferrokube_auth::dynamic_client_cert_verifier(tls_client_cas));
+        let serving = ferrokube_pki::serving::ServingCertificate::new(&cert, &key)
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+        let tls = ferrokube_pki::serving::server_config_with_resolver(
+            serving.clone(),
+            tls_client_verifier,
+            ferrokube_pki::serving::ALPN_H2_HTTP1,
+        )
+        .map_err(|e| ServerError::Tls(e.to_string()))?;
+        let certificate_files = cert_reload::CertificateFiles::new(
+            cert_reload::ServingFiles::new(
+                (self.tls_cert_file.clone(), &cert),
+                (self.tls_private_key_file.clone(), &key),
+                serving,
+            ),
+            client_ca_file,
+            request_header_file,
+        );
         // The policy is checked before the store is touched: a bad file stops the start.
         let audit = audit::Auditor::new(self.audit_policy_file.as_deref(), &self.audit_log)
             .map_err(ConfigError::Audit)?;
         let mut authenticators: Vec<Box<dyn Authenticator>> = Vec::new();
         // First, as upstream: a front proxy's request is the user its headers name.
-        if let Some((front_proxy_ca, config)) = &request_header {
+        if let (Some(front_proxy_ca), Some((_, config))) = (&request_header_ca, &request_header) {
             authenticators.push(Box::new(
-                ferrokube_auth::RequestHeaderAuthenticator::new(front_proxy_ca, config.clone())
-                    .map_err(|e| ConfigError::Auth(format!("--requestheader-*: {e}")))?,
+                ferrokube_auth::RequestHeaderAuthenticator::with_ca(
+                    front_proxy_ca.clone(),
+                    config.clone(),
+                )
+                .map_err(|e| ConfigError::Auth(format!("--requestheader-*: {e}")))?,
             ));
         }
-        if let Some(ca) = &ca {
-            authenticators.push(Box::new(
-                ferrokube_auth::X509Authenticator::new(ca)
-                    .map_err(|e| ConfigError::Auth(e.to_string()))?,
-            ));
+        if let Some(client_ca) = &client_ca {
+            authenticators.push(Box::new(ferrokube_auth::X509Authenticator::with_ca(
+                client_ca.clone(),
+            )));
         }
         if let Some(p) = &self.token_auth_file {
             authenticators.push(Box::new(
@@ -696,6 +745,7 @@ impl Options {
             flow_control,
             max_in_flight,
             oidc,
+            certificate_files,
         })
     }
 }

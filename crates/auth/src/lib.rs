@@ -16,7 +16,9 @@
 //!   `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` headers), [`OidcAuthenticator`]
 //!   (`--oidc-*`: ID tokens of an OpenID Connect issuer, its keys supplied by the
 //!   apiserver, which fetches them); plus [`client_cert_verifier`]
-//!   for the apiserver's rustls `ServerConfig`.
+//!   for the apiserver's rustls `ServerConfig`, and [`ClientCa`], a CA bundle that
+//!   may be replaced while it is in use, with [`dynamic_client_cert_verifier`] over
+//!   such bundles.
 //! * [`authz`]: the [`Authorizer`] trait over [`Attributes`], [`Decision`], and
 //!   always-allow, always-deny, authenticated-only, privileged-groups and union
 //!   authorizers (`--authorization-mode` chain semantics), [`AuthorizationMode`].
@@ -54,9 +56,10 @@ pub mod user;
 mod csv;
 
 pub use authn::{
-    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, OidcAuthenticator, OidcConfig,
-    RequestHeaderAuthenticator, RequestHeaderConfig, ServiceAccountTokenAuthenticator,
+    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, ClientCa, OidcAuthenticator,
+    OidcConfig, RequestHeaderAuthenticator, RequestHeaderConfig, ServiceAccountTokenAuthenticator,
     TokenFileAuthenticator, UnionAuthenticator, X509Authenticator, client_cert_verifier,
+    dynamic_client_cert_verifier,
 };
 pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,

@@ -17,7 +17,8 @@
 //! * [`insecure`]: [`insecure::AcceptAnyServerCert`], the rustls verifier for the places
 //!   upstream skips server verification (kubelet dialing without a CA, HTTPS probes).
 //! * [`serving`]: the rustls server configuration of an HTTPS port from PEM, and
-//!   upstream's self-signed serving pair, for every component that serves TLS.
+//!   upstream's self-signed serving pair, for every component that serves TLS;
+//!   [`serving::ServingCertificate`], a serving pair replaced while the port serves.
 //!
 //! Layer: server side and tooling. The apiserver uses it (serving certs, client CA);
 //! `cmd/ferrokube-pki` and the hack/cluster scripts use it to lay out a cluster. It does

@@ -2,11 +2,18 @@
 //! upstream's self-signed serving pair for a server started without one. The
 //! apiserver, the kubelet, the scheduler and the controller manager all build their
 //! serving TLS here; they differ only in how clients are verified and in ALPN.
+//!
+//! [`ServingCertificate`] is the replaceable serving pair (upstream's
+//! `DynamicServingCertificateController`): a port configured with
+//! [`server_config_with_resolver`] over it serves whatever pair was last installed,
+//! so a renewed certificate is taken at the next handshake without a restart.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -47,6 +54,97 @@ pub fn server_config(
         .map_err(|e| PkiError::Certificate(e.to_string()))?;
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(cfg))
+}
+
+/// [`server_config`] with the certificate chosen by `resolver` at each handshake
+/// (e.g. a [`ServingCertificate`]), for ports whose certificate changes while they
+/// serve.
+pub fn server_config_with_resolver(
+    resolver: Arc<dyn ResolvesServerCert>,
+    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
+    alpn: &[&[u8]],
+) -> Result<Arc<rustls::ServerConfig>> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| PkiError::InvalidOption(e.to_string()))?;
+    let builder = match client_verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_cert_resolver(resolver);
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(cfg))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A serving certificate (PEM, chain allowed) and its key as rustls signs with them.
+/// Fails unless both parse and the key is the certificate's (upstream's
+/// `tls.X509KeyPair` check), so a half-replaced pair is never served.
+pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| PkiError::Pem(format!("certificate: {e}")))?;
+    if certs.is_empty() {
+        return Err(PkiError::Pem("no certificate in the PEM".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| PkiError::Pem(format!("private key: {e}")))?;
+    let signing_key = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| PkiError::Certificate(format!("private key: {e}")))?;
+    let certified = CertifiedKey::new(certs, signing_key);
+    match certified.keys_match() {
+        Ok(()) => Ok(certified),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(PkiError::KeyMismatch)
+        }
+        Err(e) => Err(PkiError::Certificate(e.to_string())),
+    }
+}
+
+/// The serving pair of a port whose certificate may be replaced while it serves; it
+/// resolves every handshake to the pair installed last. Connections already made
+/// keep the certificate they were made with.
+pub struct ServingCertificate {
+    current: parking_lot::RwLock<Arc<CertifiedKey>>,
+}
+
+impl std::fmt::Debug for ServingCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCertificate").finish_non_exhaustive()
+    }
+}
+
+impl ServingCertificate {
+    /// From the first pair; an error when it does not load (see [`certified_key`]).
+    pub fn new(cert_pem: &str, key_pem: &str) -> Result<Arc<Self>> {
+        Ok(Arc::new(ServingCertificate {
+            current: parking_lot::RwLock::new(Arc::new(certified_key(cert_pem, key_pem)?)),
+        }))
+    }
+
+    /// Serves `cert_pem`/`key_pem` from the next handshake on. When the pair does not
+    /// load, the error is returned and the pair served so far stays.
+    pub fn replace(&self, cert_pem: &str, key_pem: &str) -> Result<()> {
+        let next = Arc::new(certified_key(cert_pem, key_pem)?);
+        *self.current.write() = next;
+        Ok(())
+    }
+
+    /// The pair served now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.read().clone()
+    }
+}
+
+impl ResolvesServerCert for ServingCertificate {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
 }
 
 /// Upstream's `GenerateSelfSignedCertKey`: a CA made for the purpose
@@ -99,5 +197,69 @@ mod tests {
             Err(PkiError::Pem(_))
         ));
         assert!(server_config(&pair.cert_pem, "junk", None, ALPN_HTTP1).is_err());
+    }
+
+    fn serving_pair(ca_name: &str) -> Issued {
+        CertificateAuthority::generate(ca_name)
+            .unwrap()
+            .issue_serving_cert(
+                "kube-apiserver",
+                &["localhost".into()],
+                &[IpAddr::from([127, 0, 0, 1])],
+                Validity::leaf_default(),
+            )
+            .unwrap()
+    }
+
+    fn served_leaf(serving: &ServingCertificate) -> Vec<u8> {
+        serving
+            .current()
+            .end_entity_cert()
+            .unwrap()
+            .as_ref()
+            .to_vec()
+    }
+
+    fn leaf_der(pair: &Issued) -> Vec<u8> {
+        crate::pem::parse_cert_pem(&pair.cert_pem).unwrap().to_vec()
+    }
+
+    #[test]
+    fn a_replaced_pair_is_served_and_a_bad_one_keeps_the_old() {
+        let first = serving_pair("first-ca");
+        let second = serving_pair("second-ca");
+        let serving = ServingCertificate::new(&first.cert_pem, &first.key_pem).unwrap();
+        assert_eq!(served_leaf(&serving), leaf_der(&first));
+
+        for (what, cert, key) in [
+            ("garbage certificate", "garbage", first.key_pem.as_str()),
+            ("garbage key", first.cert_pem.as_str(), "garbage"),
+            ("empty certificate", "", first.key_pem.as_str()),
+            // A certificate with another pair's key: a half-replaced pair.
+            (
+                "mismatched key",
+                second.cert_pem.as_str(),
+                first.key_pem.as_str(),
+            ),
+        ] {
+            assert!(serving.replace(cert, key).is_err(), "{what}");
+            assert_eq!(served_leaf(&serving), leaf_der(&first), "{what}");
+        }
+        assert!(matches!(
+            serving.replace(&second.cert_pem, &first.key_pem),
+            Err(PkiError::KeyMismatch)
+        ));
+
+        serving.replace(&second.cert_pem, &second.key_pem).unwrap();
+        assert_eq!(served_leaf(&serving), leaf_der(&second));
+        assert!(ServingCertificate::new("garbage", &second.key_pem).is_err());
+    }
+
+    #[test]
+    fn a_resolver_config_offers_the_alpn_asked_for() {
+        let pair = serving_pair("ca");
+        let serving = ServingCertificate::new(&pair.cert_pem, &pair.key_pem).unwrap();
+        let cfg = server_config_with_resolver(serving, None, ALPN_H2_HTTP1).unwrap();
+        assert_eq!(cfg.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
     }
 }

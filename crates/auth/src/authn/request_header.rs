@@ -27,11 +27,10 @@
 use std::sync::Arc;
 
 use http::HeaderMap;
-use rustls::server::danger::ClientCertVerifier;
 use rustls_pki_types::UnixTime;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
-use super::x509::{VerifiedChains, chain_digest, client_cert_verifier, verify_chain};
+use super::x509::{ClientCa, VerifiedChains, chain_digest, verify_chain};
 use super::{AuthError, AuthRequest, Authenticator};
 use crate::user::UserInfo;
 
@@ -184,9 +183,10 @@ fn path_unescape(s: &str) -> String {
 /// Authenticates requests from a front proxy (the aggregator of another apiserver, an
 /// authenticating proxy) by the user they name in headers; see the module docs.
 pub struct RequestHeaderAuthenticator {
-    verifier: Arc<dyn ClientCertVerifier>,
+    ca: Arc<ClientCa>,
     config: RequestHeaderConfig,
-    /// Chains that verified and whose CN is allowed.
+    /// Chains that verified and whose CN is allowed (forgotten when `ca` is
+    /// replaced).
     verified: VerifiedChains<()>,
 }
 
@@ -203,6 +203,13 @@ impl RequestHeaderAuthenticator {
     /// (header names trimmed, as upstream's `trimHeaders`).
     pub fn new(client_ca_pem: &str, config: RequestHeaderConfig) -> Result<Self, AuthError> {
         config.validate()?;
+        Self::with_ca(ClientCa::new(client_ca_pem)?, config)
+    }
+
+    /// [`RequestHeaderAuthenticator::new`] over a request-header CA bundle that may be
+    /// replaced while this authenticator is in use.
+    pub fn with_ca(ca: Arc<ClientCa>, config: RequestHeaderConfig) -> Result<Self, AuthError> {
+        config.validate()?;
         let trim = |v: &[String]| v.iter().map(|s| s.trim().to_string()).collect();
         let config = RequestHeaderConfig {
             username_headers: trim(&config.username_headers),
@@ -212,7 +219,7 @@ impl RequestHeaderAuthenticator {
             allowed_names: config.allowed_names,
         };
         Ok(RequestHeaderAuthenticator {
-            verifier: client_cert_verifier(client_ca_pem)?,
+            ca,
             config,
             verified: VerifiedChains::new(),
         })
@@ -235,11 +242,16 @@ impl RequestHeaderAuthenticator {
         let Some(user) = self.config.user_from_headers(request.headers) else {
             return Ok(None);
         };
+        let ca = self.ca.current();
         let digest = chain_digest(chain);
-        if self.verified.get(&digest, now.as_secs()).is_none() {
-            verify_chain(self.verifier.as_ref(), chain, now)?;
+        if self
+            .verified
+            .get(&digest, now.as_secs(), ca.generation)
+            .is_none()
+        {
+            verify_chain(ca.verifier.as_ref(), chain, now)?;
             self.verify_subject(leaf)?;
-            self.verified.insert(chain, digest, ());
+            self.verified.insert(chain, digest, (), ca.generation);
         }
         Ok(Some(user))
     }
@@ -500,6 +512,30 @@ mod tests {
             a.authenticate_at(&req, later),
             Err(AuthError::X509Verification { .. })
         ));
+    }
+
+    #[test]
+    fn a_replaced_request_header_ca_no_longer_admits_the_old_proxy() {
+        let p = pki();
+        let ca = ClientCa::new(p.proxy_ca.cert_pem()).unwrap();
+        let a = RequestHeaderAuthenticator::with_ca(ca.clone(), kubeadm()).unwrap();
+        let h = headers(&[("x-remote-user", "alice")]);
+        let old_proxy = std::slice::from_ref(&p.proxy);
+        // Remembered once it verified.
+        assert!(auth(&a, old_proxy, &h).unwrap().is_some());
+        assert!(auth(&a, old_proxy, &h).unwrap().is_some());
+
+        let new_proxy_ca = CertificateAuthority::generate("new-front-proxy-ca").unwrap();
+        let new_proxy = new_proxy_ca
+            .issue_client_cert("front-proxy-client", &[], Validity::leaf_default())
+            .unwrap();
+        assert!(ca.replace(new_proxy_ca.cert_pem()).unwrap());
+        assert!(matches!(
+            auth(&a, old_proxy, &h),
+            Err(AuthError::X509Verification { .. })
+        ));
+        let user = auth(&a, &[der(&new_proxy.cert_pem)], &h).unwrap().unwrap();
+        assert_eq!(user.name, "alice");
     }
 
     /// The apiserver's chain: request-header first, then x509 against the client CA

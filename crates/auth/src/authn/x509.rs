@@ -3,7 +3,7 @@
 //! name, each O → a group (upstream's `CommonNameUserConversion`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
@@ -50,6 +50,165 @@ pub fn client_cert_verifier(client_ca_pem: &str) -> Result<Arc<dyn ClientCertVer
         .map_err(|e| AuthError::Config(format!("client certificate verifier: {e}")))
 }
 
+/// A client CA bundle that may be replaced while the server runs (upstream's
+/// `DynamicFileCAContent`): the authenticators and the TLS verifier built over it
+/// check every new chain against the bundle installed last.
+pub struct ClientCa {
+    current: RwLock<Arc<CaBundle>>,
+}
+
+/// One installed bundle. `generation` grows with every replacement, so what was
+/// remembered about chains verified against an earlier bundle can be told apart.
+pub(super) struct CaBundle {
+    pem: String,
+    pub(super) verifier: Arc<dyn ClientCertVerifier>,
+    pub(super) generation: u64,
+}
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCa")
+            .field("generation", &self.current().generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientCa {
+    /// From a PEM bundle of one or more CA certificates.
+    pub fn new(pem: &str) -> Result<Arc<Self>, AuthError> {
+        Ok(Arc::new(ClientCa {
+            current: RwLock::new(Arc::new(CaBundle {
+                pem: pem.to_string(),
+                verifier: client_cert_verifier(pem)?,
+                generation: 0,
+            })),
+        }))
+    }
+
+    /// Installs `pem` for the chains verified from now on: `Ok(true)` when it differs
+    /// from the bundle installed, `Ok(false)` when it is the same. A bundle that does
+    /// not load is an error and the installed one stays.
+    pub fn replace(&self, pem: &str) -> Result<bool, AuthError> {
+        if self.current().pem == pem {
+            return Ok(false);
+        }
+        let verifier = client_cert_verifier(pem)?;
+        let mut current = self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let generation = current.generation + 1;
+        *current = Arc::new(CaBundle {
+            pem: pem.to_string(),
+            verifier,
+            generation,
+        });
+        Ok(true)
+    }
+
+    /// The bundle installed, as PEM.
+    pub fn pem(&self) -> String {
+        self.current().pem.clone()
+    }
+
+    pub(super) fn current(&self) -> Arc<CaBundle> {
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// The TLS layer's client-certificate check over bundles that may be replaced: a
+/// presented chain is accepted when it verifies against the bundle installed now in
+/// any of `cas` (the union of their pools), and clients without a certificate are
+/// admitted, as [`client_cert_verifier`].
+///
+/// Its certificate requests name no CAs: the names would have to outlive a bundle's
+/// replacement. Clients then offer their certificate whatever its issuer, which is
+/// what Go's, rustls's and OpenSSL's clients do with one configured certificate.
+pub fn dynamic_client_cert_verifier(cas: Vec<Arc<ClientCa>>) -> Arc<dyn ClientCertVerifier> {
+    Arc::new(CurrentCaVerifier {
+        cas,
+        algorithms: provider().signature_verification_algorithms,
+    })
+}
+
+struct CurrentCaVerifier {
+    cas: Vec<Arc<ClientCa>>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl std::fmt::Debug for CurrentCaVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CurrentCaVerifier")
+            .field("cas", &self.cas)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientCertVerifier for CurrentCaVerifier {
+    fn offer_client_auth(&self) -> bool {
+        !self.cas.is_empty()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let mut failure = None;
+        for ca in &self.cas {
+            match ca
+                .current()
+                .verifier
+                .verify_client_cert(end_entity, intermediates, now)
+            {
+                Ok(verified) => return Ok(verified),
+                // Another bundle's "unknown issuer" says less than, say, "expired"
+                // from the bundle that issued it.
+                Err(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer))
+                    if failure.is_some() => {}
+                Err(e) => failure = Some(e),
+            }
+        }
+        Err(failure.unwrap_or_else(|| {
+            rustls::Error::General("no client CA: client certificates are not accepted".into())
+        }))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
 /// Authenticates by TLS client certificate against `--client-ca-file`.
 ///
 /// The chain in [`AuthRequest::peer_certificates`] is verified here (not assumed
@@ -60,9 +219,11 @@ pub fn client_cert_verifier(client_ca_pem: &str) -> Result<Arc<dyn ClientCertVer
 /// A chain that verified is remembered with the time window in which every one of
 /// its certificates is valid, so the next requests on the connection (the same chain)
 /// skip the signature checks (an ECDSA verification per request was about 6 % of the
-/// apiserver's CPU under pod creates) but still fail outside that window.
+/// apiserver's CPU under pod creates) but still fail outside that window. Over a
+/// [`ClientCa`] that is replaced, what was remembered is forgotten, so a chain of a
+/// CA no longer in the bundle is not admitted again.
 pub struct X509Authenticator {
-    verifier: Arc<dyn ClientCertVerifier>,
+    ca: Arc<ClientCa>,
     verified: VerifiedChains<Option<UserInfo>>,
 }
 
@@ -81,38 +242,78 @@ struct VerifiedChain<T> {
 /// Chains that verified against one CA bundle, each with what was derived from it and
 /// the time window in which every one of its certificates is valid (see
 /// [`X509Authenticator`]). Shared with the request-header authenticator.
+///
+/// Everything remembered belongs to one generation of the bundle; asking with a
+/// later generation forgets it all, and a chain verified against an earlier one
+/// (a replacement raced the verification) is not remembered.
 pub(super) struct VerifiedChains<T> {
-    chains: Mutex<HashMap<[u8; 32], VerifiedChain<T>>>,
+    remembered: Mutex<Remembered<T>>,
+}
+
+struct Remembered<T> {
+    generation: u64,
+    chains: HashMap<[u8; 32], VerifiedChain<T>>,
+}
+
+impl<T> Remembered<T> {
+    /// Whether what is remembered was verified against `generation`, forgetting it
+    /// all when `generation` is newer.
+    fn is_generation(&mut self, generation: u64) -> bool {
+        if generation > self.generation {
+            self.chains.clear();
+            self.generation = generation;
+        }
+        generation == self.generation
+    }
 }
 
 impl<T: Clone> VerifiedChains<T> {
     pub(super) fn new() -> Self {
         VerifiedChains {
-            chains: Mutex::new(HashMap::new()),
+            remembered: Mutex::new(Remembered {
+                generation: 0,
+                chains: HashMap::new(),
+            }),
         }
     }
 
-    /// What was remembered for the chain of `digest`, if `now_secs` is inside its
-    /// window.
-    pub(super) fn get(&self, digest: &[u8; 32], now_secs: u64) -> Option<T> {
-        self.chains
+    /// What was remembered for the chain of `digest` under the bundle's `generation`,
+    /// if `now_secs` is inside its window.
+    pub(super) fn get(&self, digest: &[u8; 32], now_secs: u64, generation: u64) -> Option<T> {
+        let mut remembered = self
+            .remembered
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !remembered.is_generation(generation) {
+            return None;
+        }
+        remembered
+            .chains
             .get(digest)
             .filter(|v| (v.valid_from..=v.valid_until).contains(&now_secs))
             .map(|v| v.value.clone())
     }
 
-    /// Remembers `value` for a chain that just verified (nothing when a certificate
-    /// of it does not parse).
-    pub(super) fn insert(&self, chain: &[CertificateDer<'_>], digest: [u8; 32], value: T) {
+    /// Remembers `value` for a chain that just verified against the bundle's
+    /// `generation` (nothing when a certificate of it does not parse).
+    pub(super) fn insert(
+        &self,
+        chain: &[CertificateDer<'_>],
+        digest: [u8; 32],
+        value: T,
+        generation: u64,
+    ) {
         let Some((valid_from, valid_until)) = validity_window(chain) else {
             return;
         };
-        let mut chains = self
-            .chains
+        let mut remembered = self
+            .remembered
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !remembered.is_generation(generation) {
+            return;
+        }
+        let chains = &mut remembered.chains;
         if chains.len() >= VERIFIED_CHAINS {
             chains.clear();
         }
@@ -184,10 +385,15 @@ impl std::fmt::Debug for X509Authenticator {
 impl X509Authenticator {
     /// From a PEM bundle of one or more CA certificates.
     pub fn new(client_ca_pem: &str) -> Result<Self, AuthError> {
-        Ok(X509Authenticator {
-            verifier: client_cert_verifier(client_ca_pem)?,
+        Ok(Self::with_ca(ClientCa::new(client_ca_pem)?))
+    }
+
+    /// Over a bundle that may be replaced while this authenticator is in use.
+    pub fn with_ca(ca: Arc<ClientCa>) -> Self {
+        X509Authenticator {
+            ca,
             verified: VerifiedChains::new(),
-        })
+        }
     }
 
     /// [`Authenticator::authenticate`] at a given time (tests, clock injection).
@@ -200,15 +406,17 @@ impl X509Authenticator {
         let Some(leaf) = chain.first() else {
             return Ok(None);
         };
+        let ca = self.ca.current();
         let digest = chain_digest(chain);
-        if let Some(user) = self.verified.get(&digest, now.as_secs()) {
+        if let Some(user) = self.verified.get(&digest, now.as_secs(), ca.generation) {
             return Ok(user);
         }
         // Outside the remembered window (or never seen): the full verification, which
         // also gives the precise error.
-        verify_chain(self.verifier.as_ref(), chain, now)?;
+        verify_chain(ca.verifier.as_ref(), chain, now)?;
         let user = user_from_leaf(leaf)?;
-        self.verified.insert(chain, digest, user.clone());
+        self.verified
+            .insert(chain, digest, user.clone(), ca.generation);
         Ok(user)
     }
 }
@@ -328,5 +536,75 @@ mod tests {
             assert!(X509Authenticator::new(bad).is_err(), "{bad:?}");
             assert!(client_cert_verifier(bad).is_err(), "{bad:?}");
         }
+    }
+
+    use ferrokube_pki::{CertificateAuthority, Validity};
+
+    fn client_cert(ca: &CertificateAuthority, user: &str) -> CertificateDer<'static> {
+        let issued = ca
+            .issue_client_cert(user, &[], Validity::leaf_default())
+            .unwrap();
+        CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap()
+    }
+
+    fn user_of(a: &X509Authenticator, cert: &CertificateDer<'static>) -> Option<String> {
+        let headers = http::HeaderMap::new();
+        a.authenticate(&AuthRequest {
+            headers: &headers,
+            peer_certificates: std::slice::from_ref(cert),
+        })
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+    }
+
+    #[test]
+    fn a_replaced_bundle_forgets_the_chains_of_the_old_one() {
+        let old = CertificateAuthority::generate("old-ca").unwrap();
+        let new = CertificateAuthority::generate("new-ca").unwrap();
+        let ca = ClientCa::new(old.cert_pem()).unwrap();
+        let a = X509Authenticator::with_ca(ca.clone());
+        let alice = client_cert(&old, "alice");
+        let bob = client_cert(&new, "bob");
+        // alice's chain is now remembered.
+        assert_eq!(user_of(&a, &alice).as_deref(), Some("alice"));
+        assert_eq!(user_of(&a, &alice).as_deref(), Some("alice"));
+        assert_eq!(user_of(&a, &bob), None);
+
+        assert!(!ca.replace(old.cert_pem()).unwrap(), "the same bundle");
+        assert!(ca.replace(new.cert_pem()).unwrap());
+        assert_eq!(ca.pem(), new.cert_pem());
+        assert_eq!(user_of(&a, &alice), None);
+        assert_eq!(user_of(&a, &bob).as_deref(), Some("bob"));
+
+        // A bundle that does not load leaves the installed one in use.
+        assert!(ca.replace("garbage").is_err());
+        assert_eq!(ca.pem(), new.cert_pem());
+        assert_eq!(user_of(&a, &bob).as_deref(), Some("bob"));
+        assert_eq!(user_of(&a, &alice), None);
+    }
+
+    #[test]
+    fn the_dynamic_verifier_accepts_any_current_bundle() {
+        let client = CertificateAuthority::generate("client-ca").unwrap();
+        let proxy = CertificateAuthority::generate("proxy-ca").unwrap();
+        let replacement = CertificateAuthority::generate("replacement-ca").unwrap();
+        let client_ca = ClientCa::new(client.cert_pem()).unwrap();
+        let proxy_ca = ClientCa::new(proxy.cert_pem()).unwrap();
+        let verifier = dynamic_client_cert_verifier(vec![client_ca.clone(), proxy_ca]);
+        assert!(verifier.offer_client_auth() && !verifier.client_auth_mandatory());
+        let verifies = |cert: &CertificateDer<'static>| {
+            verifier
+                .verify_client_cert(cert, &[], UnixTime::now())
+                .is_ok()
+        };
+        let (alice, proxied, carol) = (
+            client_cert(&client, "alice"),
+            client_cert(&proxy, "front-proxy-client"),
+            client_cert(&replacement, "carol"),
+        );
+        assert!(verifies(&alice) && verifies(&proxied) && !verifies(&carol));
+        client_ca.replace(replacement.cert_pem()).unwrap();
+        assert!(!verifies(&alice) && verifies(&proxied) && verifies(&carol));
     }
 }
