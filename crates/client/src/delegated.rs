@@ -535,73 +535,17 @@ impl LiveClientCertificates {
     /// a certificate is asked for only while there is a CA, and clients without one
     /// are served (to the token and anonymous checks).
     pub fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
-        Arc::new(CurrentClientVerifier(self.clone()))
+        ferrokube_pki::serving::CurrentClientVerifier::new(CurrentTlsBundle(self.clone()))
     }
 }
 
-/// See [`LiveClientCertificates::tls_verifier`]. It sends no CA names in its
-/// certificate request, as the bundles may change between handshakes; clients then
-/// offer their certificate whatever its issuer (Go's, curl's and rustls's clients do).
+/// The check [`LiveClientCertificates::tls_verifier`] builds over.
 #[derive(Debug)]
-struct CurrentClientVerifier(LiveClientCertificates);
+struct CurrentTlsBundle(LiveClientCertificates);
 
-impl CurrentClientVerifier {
-    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
-        self.0.0.read().tls.clone()
-    }
-}
-
-fn signature_algorithms() -> rustls::crypto::WebPkiSupportedAlgorithms {
-    rustls::crypto::ring::default_provider().signature_verification_algorithms
-}
-
-impl ClientCertVerifier for CurrentClientVerifier {
-    fn offer_client_auth(&self) -> bool {
-        self.current().is_some()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        match self.current() {
-            Some(verifier) => verifier.verify_client_cert(end_entity, intermediates, now),
-            None => Err(rustls::Error::General(
-                "no client CA: client certificates are not accepted".into(),
-            )),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &signature_algorithms())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &signature_algorithms())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        signature_algorithms().supported_schemes()
+impl ferrokube_pki::serving::ClientVerifierSource for CurrentTlsBundle {
+    fn current(&self) -> Vec<Arc<dyn ClientCertVerifier>> {
+        self.0.0.read().tls.iter().cloned().collect()
     }
 }
 

@@ -33,27 +33,11 @@ pub fn server_config(
     client_verifier: Option<Arc<dyn ClientCertVerifier>>,
     alpn: &[&[u8]],
 ) -> Result<Arc<rustls::ServerConfig>> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| PkiError::Pem(format!("certificate: {e}")))?;
-    if certs.is_empty() {
-        return Err(PkiError::Pem("no certificate in the PEM".into()));
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| PkiError::Pem(format!("private key: {e}")))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| PkiError::InvalidOption(e.to_string()))?;
-    let builder = match client_verifier {
-        Some(v) => builder.with_client_cert_verifier(v),
-        None => builder.with_no_client_auth(),
-    };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| PkiError::Certificate(e.to_string()))?;
-    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(Arc::new(cfg))
+    server_config_with_resolver(
+        ServingCertificate::new(cert_pem, key_pem)?,
+        client_verifier,
+        alpn,
+    )
 }
 
 /// [`server_config`] with the certificate chosen by `resolver` at each handshake
@@ -98,7 +82,11 @@ pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey> {
         .map_err(|e| PkiError::Certificate(format!("private key: {e}")))?;
     let certified = CertifiedKey::new(certs, signing_key);
     match certified.keys_match() {
-        Ok(()) => Ok(certified),
+        // Unknown: the key cannot give its public half; rustls's own
+        // `with_single_cert` accepts such a pair too.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+            Ok(certified)
+        }
         Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
             Err(PkiError::KeyMismatch)
         }
@@ -144,6 +132,94 @@ impl ServingCertificate {
 impl ResolvesServerCert for ServingCertificate {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
+    }
+}
+
+/// Where a [`CurrentClientVerifier`] finds the client-certificate checks in force at
+/// a handshake (bundles a server replaces while it serves).
+pub trait ClientVerifierSource: Send + Sync + std::fmt::Debug {
+    /// The checks in force now; a chain is accepted when one of them accepts it.
+    /// Empty: no client CA, so no client certificate is asked for.
+    fn current(&self) -> Vec<Arc<dyn ClientCertVerifier>>;
+}
+
+/// The TLS layer's client-certificate check over CA bundles that may be replaced
+/// between handshakes: each handshake uses what `source` has then. Clients without a
+/// certificate are admitted (authentication decides what they may do).
+///
+/// Its certificate requests name no CAs: the names would have to outlive a bundle's
+/// replacement. Clients then offer their certificate whatever its issuer, which is
+/// what Go's, curl's and rustls's clients do with one configured certificate.
+#[derive(Debug)]
+pub struct CurrentClientVerifier<S> {
+    source: S,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl<S: ClientVerifierSource> CurrentClientVerifier<S> {
+    pub fn new(source: S) -> Arc<Self> {
+        Arc::new(CurrentClientVerifier {
+            source,
+            algorithms: provider().signature_verification_algorithms,
+        })
+    }
+}
+
+impl<S: ClientVerifierSource> ClientCertVerifier for CurrentClientVerifier<S> {
+    fn offer_client_auth(&self) -> bool {
+        !self.source.current().is_empty()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls_pki_types::UnixTime,
+    ) -> std::result::Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let mut failure = None;
+        for verifier in self.source.current() {
+            match verifier.verify_client_cert(end_entity, intermediates, now) {
+                Ok(verified) => return Ok(verified),
+                // Another bundle's "unknown issuer" says less than, say, "expired"
+                // from the bundle that issued it.
+                Err(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer))
+                    if failure.is_some() => {}
+                Err(e) => failure = Some(e),
+            }
+        }
+        Err(failure.unwrap_or_else(|| {
+            rustls::Error::General("no client CA: client certificates are not accepted".into())
+        }))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
     }
 }
 

@@ -128,84 +128,18 @@ impl ClientCa {
 /// replacement. Clients then offer their certificate whatever its issuer, which is
 /// what Go's, rustls's and OpenSSL's clients do with one configured certificate.
 pub fn dynamic_client_cert_verifier(cas: Vec<Arc<ClientCa>>) -> Arc<dyn ClientCertVerifier> {
-    Arc::new(CurrentCaVerifier {
-        cas,
-        algorithms: provider().signature_verification_algorithms,
-    })
+    ferrokube_pki::serving::CurrentClientVerifier::new(CurrentBundles(cas))
 }
 
-struct CurrentCaVerifier {
-    cas: Vec<Arc<ClientCa>>,
-    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
-}
+#[derive(Debug)]
+struct CurrentBundles(Vec<Arc<ClientCa>>);
 
-impl std::fmt::Debug for CurrentCaVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CurrentCaVerifier")
-            .field("cas", &self.cas)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ClientCertVerifier for CurrentCaVerifier {
-    fn offer_client_auth(&self) -> bool {
-        !self.cas.is_empty()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        let mut failure = None;
-        for ca in &self.cas {
-            match ca
-                .current()
-                .verifier
-                .verify_client_cert(end_entity, intermediates, now)
-            {
-                Ok(verified) => return Ok(verified),
-                // Another bundle's "unknown issuer" says less than, say, "expired"
-                // from the bundle that issued it.
-                Err(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer))
-                    if failure.is_some() => {}
-                Err(e) => failure = Some(e),
-            }
-        }
-        Err(failure.unwrap_or_else(|| {
-            rustls::Error::General("no client CA: client certificates are not accepted".into())
-        }))
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms.supported_schemes()
+impl ferrokube_pki::serving::ClientVerifierSource for CurrentBundles {
+    fn current(&self) -> Vec<Arc<dyn ClientCertVerifier>> {
+        self.0
+            .iter()
+            .map(|ca| ca.current().verifier.clone())
+            .collect()
     }
 }
 
