@@ -21,6 +21,10 @@ const DEADLINE: Duration = Duration::from_secs(15);
 /// Longer than one check interval: a change written before it has been looked at.
 const ONE_CHECK: Duration = Duration::from_secs(7);
 
+#[path = "support/front_proxy.rs"]
+mod front_proxy;
+use front_proxy::front_proxy;
+
 const WHOAMI: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
 fn pki_file(server: &TestApiServer, file: &str) -> PathBuf {
@@ -134,19 +138,6 @@ async fn whoami(client: &kube::Client) -> Result<String, String> {
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| format!("no user name in {v}"))
-}
-
-/// kubeadm's front-proxy flags over the test PKI.
-fn front_proxy(o: &mut ferrokube_apiserver::Options) {
-    let pki = o
-        .client_ca_file
-        .as_ref()
-        .and_then(|ca| ca.parent())
-        .expect("the test server has a client CA in its PKI directory")
-        .to_path_buf();
-    o.requestheader_client_ca_file = Some(pki.join("front-proxy-ca.crt"));
-    o.requestheader_allowed_names = vec!["front-proxy-client".into()];
-    o.requestheader_username_headers = vec!["X-Remote-User".into()];
 }
 
 /// The user a SelfSubjectReview reports when `proxy` names `user` in its headers.
