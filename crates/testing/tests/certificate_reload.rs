@@ -23,7 +23,7 @@ const ONE_CHECK: Duration = Duration::from_secs(7);
 
 #[path = "support/front_proxy.rs"]
 mod front_proxy;
-use front_proxy::front_proxy;
+use front_proxy::{front_proxy, published_data};
 
 const WHOAMI: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
@@ -162,18 +162,10 @@ async fn proxied_whoami(proxy: &kube::Client, user: &str) -> Result<String, Stri
 }
 
 async fn published(client: &kube::Client, key: &str) -> String {
-    let (code, _, body) = TestApiServer::raw(
-        client,
-        "GET",
-        "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
-    assert_eq!(code, 200);
-    let v: Value = serde_json::from_slice(&body).unwrap();
-    v["data"][key].as_str().unwrap_or_default().to_string()
+    published_data(client).await[key]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 async fn published_client_ca(client: &kube::Client) -> String {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 #[path = "support/front_proxy.rs"]
 mod front_proxy;
-use front_proxy::front_proxy;
+use front_proxy::{front_proxy, published_data};
 
 const WHOAMI: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
@@ -41,21 +41,6 @@ async fn whoami(client: &kube::Client, headers: &[(&str, &str)]) -> (u16, Value)
         .await
         .unwrap();
     (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
-async fn configmap_data(server: &TestApiServer) -> serde_json::Map<String, Value> {
-    let (code, _, body) = TestApiServer::raw(
-        &server.client,
-        "GET",
-        "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
-    assert_eq!(code, 200);
-    let v: Value = serde_json::from_slice(&body).unwrap();
-    v["data"].as_object().unwrap().clone()
 }
 
 #[tokio::test]
@@ -159,7 +144,7 @@ async fn a_front_proxy_names_the_user_in_headers() {
     assert_eq!(code, 401);
 
     // What extension apiservers are told.
-    let data = configmap_data(&server).await;
+    let data = published_data(&server.client).await;
     assert_eq!(data["client-ca-file"], read(&server, "ca.crt"));
     assert_eq!(
         data["requestheader-client-ca-file"],
@@ -186,9 +171,9 @@ async fn a_front_proxy_names_the_user_in_headers() {
 #[tokio::test]
 async fn the_configmap_is_kept_across_restarts_and_readable_by_its_role() {
     let mut server = TestApiServer::start_with(front_proxy).await.unwrap();
-    let before = configmap_data(&server).await;
+    let before = published_data(&server.client).await;
     server.restart().await.unwrap();
-    assert_eq!(configmap_data(&server).await, before);
+    assert_eq!(published_data(&server.client).await, before);
 
     // kube-controller-manager and kube-scheduler read it through
     // extension-apiserver-authentication-reader; others may not.
@@ -217,7 +202,7 @@ async fn the_configmap_is_kept_across_restarts_and_readable_by_its_role() {
 #[tokio::test]
 async fn without_request_header_flags_only_the_client_ca_is_published() {
     let server = TestApiServer::start().await.unwrap();
-    let data = configmap_data(&server).await;
+    let data = published_data(&server.client).await;
     assert_eq!(
         data.keys().map(String::as_str).collect::<Vec<_>>(),
         vec!["client-ca-file"]

@@ -1,6 +1,9 @@
-//! kubeadm's front-proxy (request-header) flags over the test server's PKI.
+//! kubeadm's front-proxy (request-header) flags over the test server's PKI, and what
+//! the apiserver publishes of them.
 
 use ferrokube_apiserver::Options;
+use ferrokube_testing::TestApiServer;
+use serde_json::Value;
 
 /// kubeadm's flags (plus the UID header), with the test PKI's front-proxy CA.
 pub fn front_proxy(o: &mut Options) {
@@ -18,4 +21,20 @@ pub fn front_proxy(o: &mut Options) {
     o.requestheader_extra_headers_prefix = vec!["X-Remote-Extra-".into()];
     o.proxy_client_cert_file = Some(pki.join("front-proxy-client.crt"));
     o.proxy_client_key_file = Some(pki.join("front-proxy-client.key"));
+}
+
+/// The data of `kube-system/extension-apiserver-authentication`.
+pub async fn published_data(client: &kube::Client) -> serde_json::Map<String, Value> {
+    let (code, _, body) = TestApiServer::raw(
+        client,
+        "GET",
+        "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    v["data"].as_object().unwrap().clone()
 }
