@@ -657,11 +657,22 @@ async fn main() -> anyhow::Result<()> {
     }
     if tls_files.is_some() || serving_manager.is_some() {
         let port = u16::try_from(cfg_port).with_context(|| format!("--port={cfg_port}"))?;
-        let read = |p: &PathBuf| {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-        };
-        let client_ca = match &auth_settings.client_ca_file {
-            Some(p) => Some(read(p)?),
+        // The client CA file is read again as it changes (upstream's dynamic CA file
+        // content): new handshakes verify against the bundle in force then.
+        let client_certificates = match &auth_settings.client_ca_file {
+            Some(p) => Some(
+                ferrokube_client::extension_authentication::client_certificates(
+                    &ferrokube_client::delegated::DelegatedAuthOptions {
+                        client_ca_file: Some(p.clone()),
+                        skip_lookup: true,
+                        ..Default::default()
+                    },
+                    None,
+                    ferrokube_client::extension_authentication::LookupFailure::Tolerate,
+                )
+                .await
+                .with_context(|| format!("--client-ca-file {}", p.display()))?,
+            ),
             None => {
                 tracing::warn!(
                     "no --client-ca-file: client certificates to the kubelet API are not accepted"
@@ -681,19 +692,21 @@ async fn main() -> anyhow::Result<()> {
             &auth_settings,
             review_client.clone(),
         ));
-        let tls = match (&tls_files, &serving_manager) {
-            (Some((cert, key)), _) => ferrokube_kubelet::server::tls_config(
-                &read(cert)?,
-                &read(key)?,
-                client_ca.as_deref(),
-            )?,
-            (None, Some(m)) => ferrokube_kubelet::server::tls_config_resolving(
-                m.slot().clone(),
-                client_ca.as_deref(),
-            )?,
-            // Not reached (the `if` above), but an error rather than a panic if it were.
-            (None, None) => bail!("the kubelet API has no serving certificate"),
-        };
+        let certificate: ferrokube_kubelet::server::CertificateResolver =
+            match (&tls_files, &serving_manager) {
+                (Some((cert, key)), _) => ferrokube_kubelet::server::followed_serving_certificate(
+                    cert,
+                    key,
+                    cancel.clone(),
+                )?,
+                (None, Some(m)) => m.slot().clone(),
+                // Not reached (the `if` above), but an error rather than a panic if it were.
+                (None, None) => bail!("the kubelet API has no serving certificate"),
+            };
+        let tls = ferrokube_kubelet::server::tls_config_resolving(
+            certificate,
+            client_certificates.as_ref().map(|c| c.tls_verifier()),
+        )?;
         let (addr, t) = ferrokube_kubelet::server::bind_tls(
             SocketAddr::new(address, port),
             kubelet.clone(),

@@ -554,7 +554,7 @@ impl Options {
         )
         .map_err(|e| ServerError::Tls(e.to_string()))?;
         let certificate_files = cert_reload::CertificateFiles::new(
-            cert_reload::ServingFiles::new(
+            ferrokube_pki::reload::ServingFiles::new(
                 (self.tls_cert_file.clone(), &cert),
                 (self.tls_private_key_file.clone(), &key),
                 serving,

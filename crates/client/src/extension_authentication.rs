@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrokube_pki::reload::FollowedFiles;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
@@ -159,14 +160,14 @@ pub async fn client_certificates(
         ClientCertificates::from_bundles(&bundles).map_err(crate::Error::Config)?,
     );
     let followed = Followed {
-        bundles: Arc::new(Mutex::new(bundles)),
+        bundles: Arc::new(Mutex::new(bundles.clone())),
         live: live.clone(),
     };
     if let Some(client) = follow {
         tokio::spawn(follow_request_header(client, followed.clone()));
     }
     if opts.client_ca_file.is_some() || opts.request_header.client_ca_file.is_some() {
-        tokio::spawn(follow_files(opts.clone(), followed));
+        tokio::spawn(follow_files(opts.clone(), followed, bundles));
     }
     Ok(live)
 }
@@ -174,7 +175,7 @@ pub async fn client_certificates(
 /// How often the CA files the flags name are read again. Upstream watches them (and
 /// reads them again every minute); a poll this short takes a replaced bundle about as
 /// soon, for two small reads.
-pub const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+pub const FILE_CHECK_INTERVAL: Duration = ferrokube_pki::reload::CHECK_INTERVAL;
 
 /// The bundles behind an endpoint's [`LiveClientCertificates`], changed part by part
 /// by the followers of the ConfigMap and of the files.
@@ -186,20 +187,26 @@ struct Followed {
 
 impl Followed {
     /// Applies `change`: the endpoint takes the result when it loads, else keeps what it
-    /// has (a bundle caught half-written is taken at the next look).
-    fn update(&self, what: &str, change: impl FnOnce(&mut CaBundles)) {
+    /// has. Answers whether the bundles in use changed.
+    fn apply(&self, change: impl FnOnce(&mut CaBundles)) -> Result<bool, String> {
         let mut bundles = self.bundles.lock();
         let mut next = bundles.clone();
         change(&mut next);
         if next == *bundles {
-            return;
+            return Ok(false);
         }
-        match ClientCertificates::from_bundles(&next) {
-            Ok(certificates) => {
-                self.live.replace(certificates);
-                *bundles = next;
-                tracing::info!("{what} changed; client certificates are checked against it now");
+        self.live.replace(ClientCertificates::from_bundles(&next)?);
+        *bundles = next;
+        Ok(true)
+    }
+
+    /// [`Followed::apply`], logged as a change of `what`.
+    fn update(&self, what: &str, change: impl FnOnce(&mut CaBundles)) {
+        match self.apply(change) {
+            Ok(true) => {
+                tracing::info!("{what} changed; client certificates are checked against it now")
             }
+            Ok(false) => {}
             Err(e) => {
                 tracing::error!(
                     error = e,
@@ -211,34 +218,33 @@ impl Followed {
 }
 
 /// Reads the flags' CA files every [`FILE_CHECK_INTERVAL`] (upstream's dynamic CA file
-/// content).
-async fn follow_files(opts: DelegatedAuthOptions, followed: Followed) {
+/// content). `bundles` are what was installed at start.
+async fn follow_files(opts: DelegatedAuthOptions, followed: Followed, bundles: CaBundles) {
+    let follow = |flag: &'static str, path: &Option<std::path::PathBuf>, pem: Option<String>| {
+        Some(FollowedFiles::new(
+            flag,
+            [(flag, path.clone()?, pem.unwrap_or_default())],
+        ))
+    };
+    let mut client_ca = follow("--client-ca-file", &opts.client_ca_file, bundles.client_ca);
+    let mut request_header = follow(
+        "--requestheader-client-ca-file",
+        &opts.request_header.client_ca_file,
+        bundles.request_header.map(|(pem, _)| pem),
+    );
     loop {
         tokio::time::sleep(FILE_CHECK_INTERVAL).await;
-        if let Some(path) = &opts.client_ca_file {
-            match tokio::fs::read_to_string(path).await {
-                Ok(pem) => followed.update(&format!("--client-ca-file {}", path.display()), |b| {
-                    b.client_ca = Some(pem)
-                }),
-                Err(e) => {
-                    tracing::warn!(error = %e, path = %path.display(), "reading --client-ca-file")
-                }
-            }
+        if let Some(file) = &mut client_ca {
+            file.check(|pem| followed.apply(|b| b.client_ca = Some(pem[0].to_string())));
         }
-        if let Some(path) = &opts.request_header.client_ca_file {
-            match tokio::fs::read_to_string(path).await {
-                Ok(pem) => followed.update(
-                    &format!("--requestheader-client-ca-file {}", path.display()),
-                    |b| {
-                        if let Some((ca, _)) = &mut b.request_header {
-                            *ca = pem;
-                        }
-                    },
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, path = %path.display(), "reading --requestheader-client-ca-file")
-                }
-            }
+        if let Some(file) = &mut request_header {
+            file.check(|pem| {
+                followed.apply(|b| {
+                    if let Some((ca, _)) = &mut b.request_header {
+                        *ca = pem[0].to_string();
+                    }
+                })
+            });
         }
     }
 }

@@ -80,18 +80,67 @@ pub fn tls_config(
     key_pem: &str,
     client_ca_pem: Option<&str>,
 ) -> Result<Arc<rustls::ServerConfig>, ServerError> {
-    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
     let verifier = client_ca_pem
         .map(ferrokube_client::delegated::optional_client_verifier)
         .transpose()
-        .map_err(|e| tls(&e))?;
-    ferrokube_pki::serving::server_config(
-        cert_pem,
-        key_pem,
-        verifier,
+        .map_err(ServerError::Tls)?;
+    let certificate = ferrokube_pki::serving::ServingCertificate::new(cert_pem, key_pem)
+        .map_err(|e| ServerError::Tls(e.to_string()))?;
+    tls_config_resolving(certificate, verifier)
+}
+
+/// Where the HTTPS port finds its certificate at each handshake.
+pub type CertificateResolver = Arc<dyn rustls::server::ResolvesServerCert>;
+
+/// [`tls_config`] whose certificate is resolved at each handshake (a pair followed in
+/// its files, or `serverTLSBootstrap`'s [`ServingCertSlot`]) and whose client
+/// certificates are checked by `client_verifier` (the client CA followed in its file),
+/// so either can change while the port serves.
+pub fn tls_config_resolving(
+    certificate: CertificateResolver,
+    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    ferrokube_pki::serving::server_config_with_resolver(
+        certificate,
+        client_verifier,
         ferrokube_pki::serving::ALPN_HTTP1,
     )
-    .map_err(|e| tls(&e))
+    .map_err(|e| ServerError::Tls(e.to_string()))
+}
+
+/// The HTTPS port's certificate from `--tls-cert-file` and `--tls-private-key-file`,
+/// read again every [`ferrokube_pki::reload::CHECK_INTERVAL`] until `cancel`, as
+/// upstream's `ReloadKubeletServerCertificateFile` (beta, on since 1.31): a pair
+/// rewritten in its files is served from the next handshake on.
+pub fn followed_serving_certificate(
+    cert: &Path,
+    key: &Path,
+    cancel: CancellationToken,
+) -> Result<CertificateResolver, ServerError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| ServerError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+    let certificate = ferrokube_pki::serving::ServingCertificate::new(&cert_pem, &key_pem)
+        .map_err(|e| ServerError::Tls(format!("{}: {e}", cert.display())))?;
+    let mut files = ferrokube_pki::reload::ServingFiles::new(
+        (cert.to_path_buf(), &cert_pem),
+        (key.to_path_buf(), &key_pem),
+        certificate.clone(),
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(ferrokube_pki::reload::CHECK_INTERVAL) => {}
+                _ = cancel.cancelled() => return,
+            }
+            files.check();
+        }
+    });
+    Ok(certificate)
 }
 
 /// The serving pair of `serverTLSBootstrap`, shared by the certificate manager that
@@ -144,32 +193,6 @@ impl rustls::server::ResolvesServerCert for ServingCertSlot {
         }
         pair.map(|p| p.certified)
     }
-}
-
-/// [`tls_config`] whose certificate is resolved from `slot` at each handshake.
-pub fn tls_config_resolving(
-    slot: Arc<ServingCertSlot>,
-    client_ca_pem: Option<&str>,
-) -> Result<Arc<rustls::ServerConfig>, ServerError> {
-    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
-    let verifier = client_ca_pem
-        .map(ferrokube_client::delegated::optional_client_verifier)
-        .transpose()
-        .map_err(|e| tls(&e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?;
-    let builder = match verifier {
-        Some(v) => builder.with_client_cert_verifier(v),
-        None => builder.with_no_client_auth(),
-    };
-    let mut cfg = builder.with_cert_resolver(slot);
-    cfg.alpn_protocols = ferrokube_pki::serving::ALPN_HTTP1
-        .iter()
-        .map(|p| p.to_vec())
-        .collect();
-    Ok(Arc::new(cfg))
 }
 
 /// Upstream's fallback when no `--tls-cert-file` is given: a self-signed CA and a

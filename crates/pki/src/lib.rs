@@ -19,10 +19,12 @@
 //! * [`serving`]: the rustls server configuration of an HTTPS port from PEM, and
 //!   upstream's self-signed serving pair, for every component that serves TLS;
 //!   [`serving::ServingCertificate`], a serving pair replaced while the port serves.
+//! * [`reload`]: [`reload::FollowedFiles`], certificate and CA files read again while a
+//!   server runs and installed when their content changes (apiserver, kubelet).
 //!
 //! Layer: server side and tooling. The apiserver uses it (serving certs, client CA);
 //! `cmd/ferrokube-pki` and the hack/cluster scripts use it to lay out a cluster. It does
-//! file IO only in [`cluster`]. It must not depend on storage, registry, admission,
+//! file IO only in [`cluster`] and [`reload`]. It must not depend on storage, registry, admission,
 //! apiserver or any client crate, and knows nothing about HTTP (only rustls's configuration
 //! and certificate-verifier interfaces).
 //!
@@ -37,6 +39,7 @@ mod der;
 pub mod insecure;
 pub mod kubeconfig;
 pub mod pem;
+pub mod reload;
 pub mod serving;
 
 use std::net::IpAddr;

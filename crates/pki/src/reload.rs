@@ -1,0 +1,212 @@
+//! Certificate and CA files followed while a server runs (upstream's
+//! `dynamiccertificates` file controllers), so rotating them needs no restart.
+//!
+//! A [`FollowedFiles`] is read again at each [`FollowedFiles::check`] and compared by
+//! content (an atomic rename, or a rewrite within the same second, changes no mtime
+//! one can rely on). Changed content is handed to the caller's install step only when
+//! every file reads; what the step refuses is not tried again until it changes, so a
+//! half-written pair is retried as soon as its other half lands, and a bad file does
+//! not log a warning at every check. What is installed stays in use until a good
+//! replacement loads.
+//!
+//! The files are read with blocking IO: they are a few KiB, read every few seconds.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::serving::ServingCertificate;
+
+/// How often servers read their files again (upstream re-reads them every minute and
+/// on file events; a short poll of a few small files does without the events).
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// One followed file: the flag that names it (for log messages) and its path.
+#[derive(Debug, Clone)]
+struct Followed {
+    flag: &'static str,
+    path: PathBuf,
+}
+
+/// Files installed together (a certificate and its key, or a CA bundle), with the
+/// contents last tried.
+#[derive(Debug)]
+pub struct FollowedFiles {
+    /// What the files are, for log messages ("serving certificate", "--client-ca-file").
+    what: &'static str,
+    files: Vec<Followed>,
+    tried: Vec<Vec<u8>>,
+}
+
+impl FollowedFiles {
+    /// `files` as `(flag, path, content installed at start)`.
+    pub fn new(
+        what: &'static str,
+        files: impl IntoIterator<Item = (&'static str, PathBuf, String)>,
+    ) -> Self {
+        let (files, tried) = files
+            .into_iter()
+            .map(|(flag, path, content)| (Followed { flag, path }, content.into_bytes()))
+            .unzip();
+        FollowedFiles { what, files, tried }
+    }
+
+    /// Reads the files again. When every one reads as UTF-8 and one of them differs
+    /// from what was last tried, `install` gets their contents (in the order given to
+    /// [`FollowedFiles::new`]) and answers whether what is in use changed; a refusal
+    /// keeps what is in use. Returns whether it changed.
+    pub fn check(&mut self, install: impl FnOnce(&[&str]) -> Result<bool, String>) -> bool {
+        let mut contents = Vec::with_capacity(self.files.len());
+        for file in &self.files {
+            match std::fs::read(&file.path) {
+                Ok(content) => contents.push(content),
+                Err(e) => {
+                    tracing::warn!(path = %file.path.display(), error = %e, "reading {}", file.flag);
+                    return false;
+                }
+            }
+        }
+        if contents == self.tried {
+            return false;
+        }
+        let installed = match contents
+            .iter()
+            .map(|c| std::str::from_utf8(c))
+            .collect::<Result<Vec<&str>, _>>()
+        {
+            Ok(texts) => install(&texts),
+            Err(e) => Err(e.to_string()),
+        };
+        self.tried = contents;
+        match installed {
+            Ok(changed) => {
+                if changed {
+                    tracing::info!(files = %self.paths(), "{} changed; new connections use it", self.what);
+                }
+                changed
+            }
+            Err(e) => {
+                tracing::warn!(
+                    files = %self.paths(),
+                    error = %e,
+                    "{} changed but does not load; keeping the one in use",
+                    self.what
+                );
+                false
+            }
+        }
+    }
+
+    /// The first file's path.
+    pub fn path(&self) -> &Path {
+        self.files.first().map_or(Path::new(""), |f| &f.path)
+    }
+
+    fn paths(&self) -> String {
+        self.files
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A [`ServingCertificate`] followed in its files (`--tls-cert-file` and
+/// `--tls-private-key-file`): a new pair is served once both files load and the key is
+/// the certificate's.
+#[derive(Debug)]
+pub struct ServingFiles {
+    files: FollowedFiles,
+    certificate: Arc<ServingCertificate>,
+}
+
+impl ServingFiles {
+    /// `cert_pem` and `key_pem` are what `certificate` was built from at start.
+    pub fn new(
+        (cert, cert_pem): (PathBuf, &str),
+        (key, key_pem): (PathBuf, &str),
+        certificate: Arc<ServingCertificate>,
+    ) -> Self {
+        ServingFiles {
+            files: FollowedFiles::new(
+                "serving certificate",
+                [
+                    ("--tls-cert-file", cert, cert_pem.to_string()),
+                    ("--tls-private-key-file", key, key_pem.to_string()),
+                ],
+            ),
+            certificate,
+        }
+    }
+
+    /// Serves the files' pair from the next handshake on if it changed and loads:
+    /// whether it did.
+    pub fn check(&mut self) -> bool {
+        let certificate = &self.certificate;
+        self.files.check(|pair| {
+            certificate
+                .replace(pair[0], pair[1])
+                .map(|()| true)
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn followed(dir: &Path) -> FollowedFiles {
+        std::fs::write(dir.join("a"), "a1").unwrap();
+        std::fs::write(dir.join("b"), "b1").unwrap();
+        FollowedFiles::new(
+            "pair",
+            [
+                ("--a", dir.join("a"), "a1".to_string()),
+                ("--b", dir.join("b"), "b1".to_string()),
+            ],
+        )
+    }
+
+    #[test]
+    fn unchanged_files_are_not_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = followed(dir.path());
+        assert!(!files.check(|_| panic!("nothing changed")));
+    }
+
+    #[test]
+    fn changed_files_are_installed_together_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = followed(dir.path());
+        std::fs::write(dir.path().join("b"), "b2").unwrap();
+        let mut seen = vec![];
+        assert!(files.check(|c| {
+            seen = c.iter().map(|s| s.to_string()).collect();
+            Ok(true)
+        }));
+        assert_eq!(seen, ["a1", "b2"]);
+        assert!(!files.check(|_| panic!("installed already")));
+    }
+
+    #[test]
+    fn a_refused_content_is_not_retried_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = followed(dir.path());
+        std::fs::write(dir.path().join("a"), "a2").unwrap();
+        assert!(!files.check(|_| Err("key does not match".into())));
+        assert!(!files.check(|_| panic!("the same refused content")));
+        std::fs::write(dir.path().join("b"), "b2").unwrap();
+        assert!(files.check(|c| Ok(c == ["a2", "b2"])));
+    }
+
+    #[test]
+    fn a_missing_file_keeps_what_is_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = followed(dir.path());
+        std::fs::remove_file(dir.path().join("b")).unwrap();
+        assert!(!files.check(|_| panic!("a file is missing")));
+        std::fs::write(dir.path().join("b"), "b1").unwrap();
+        assert!(!files.check(|_| panic!("back as it was")));
+    }
+}
