@@ -21,11 +21,26 @@
 //!   spliced as `pods/proxy` does. An unavailable one answers 503 `service
 //!   unavailable`;
 //! - `/apis` and aggregated discovery list the remote groups (their resources as the
-//!   extension apiserver's discovery document names them).
+//!   extension apiserver's discovery document names them);
+//! - the OpenAPI v3 document of an available remote APIService's group-version is
+//!   the extension apiserver's (upstream's v3 aggregation controller): its
+//!   `/openapi/v3` index is read, then the document the index's entry for
+//!   `apis/<group>/<version>` names (not again while that entry, and so the
+//!   extension's hash, is unchanged; with `If-None-Match` otherwise), as
+//!   `system:aggregator` over the connection requests are proxied on, when the
+//!   APIService appears or changes and every minute after. [`crate::openapi`] serves it
+//!   at `/openapi/v3/apis/<group>/<version>` as the built-in documents (its hash in the
+//!   index, `ETag`, 301 for a stale `?hash=`); it goes when the APIService is deleted
+//!   or becomes unavailable. A failed download keeps the document there was.
 //!
-//! Deviations: the OpenAPI documents do not include the extension apiservers' schemas; availability
-//! is checked when an APIService changes and every few seconds while remote ones
-//! exist, not on Service and EndpointSlice events.
+//! Deviations: `/openapi/v2` does not include the extension apiservers' paths and
+//! definitions (upstream downloads and merges their v2 documents); an extension
+//! apiserver that serves no `/openapi/v3` (404) is not listed in the v3 index
+//! (upstream converts its v2 document), and only the APIService's own group-version
+//! is taken from an extension's index (upstream lists every path the extension's
+//! index has); a failed OpenAPI download is retried after a minute, not with
+//! upstream's growing backoff. Availability is checked when an APIService changes and
+//! every few seconds while remote ones exist, not on Service and EndpointSlice events.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +50,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo, SubresourceInfo};
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_openapi::Served;
 use ferrokube_registry::custom::version_priority;
 use ferrokube_registry::store::{
     ListParams, Part, PatchType, UpdateInput, WatchParams, WriteOptions,
@@ -49,6 +65,7 @@ use tokio::sync::watch;
 
 use crate::discovery::Group;
 use crate::handler::Body;
+use crate::openapi::RemoteDocuments;
 use crate::proxy::{connect_tcp, connect_tls};
 
 /// How the apiserver reaches extension apiservers.
@@ -71,6 +88,15 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 const RECHECK: Duration = Duration::from_secs(5);
 /// Largest discovery document read from an extension apiserver.
 const MAX_DISCOVERY: usize = 4 * 1024 * 1024;
+/// The identity OpenAPI documents are downloaded as (upstream's `aggregatorUser`).
+const OPENAPI_USER: &str = "system:aggregator";
+/// Upstream's `specDownloadTimeout`.
+const OPENAPI_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often an extension apiserver's OpenAPI documents are downloaded again
+/// (upstream's `successfulUpdateDelay`); also the wait after a failed download.
+const OPENAPI_REFRESH: Duration = Duration::from_secs(60);
+/// Largest OpenAPI document read from an extension apiserver.
+const MAX_OPENAPI: usize = 64 * 1024 * 1024;
 
 /// Upstream's `DefaultGenericAPIServicePriorities`/`apiVersionPriorities` for the
 /// group-versions this server has: (groupPriorityMinimum, versionPriority).
@@ -128,6 +154,9 @@ pub(crate) struct Remote {
     tls: Result<Arc<rustls::ClientConfig>, String>,
     /// The resources its discovery document listed at the last check.
     resources: Vec<&'static ResourceInfo>,
+    /// Its APIService's spec (serialized): OpenAPI documents are downloaded again
+    /// when it changes.
+    spec: String,
 }
 
 /// Remote APIServices by (group, version).
@@ -139,6 +168,10 @@ pub(crate) struct Aggregator {
     remotes: RwLock<Arc<Remotes>>,
     /// Whether any remote APIService exists: the one check every request pays.
     any_remote: AtomicBool,
+    /// Woken at every publication of the remotes (the OpenAPI downloads follow them).
+    published: tokio::sync::Notify,
+    /// The extension apiservers' OpenAPI documents, for [`crate::openapi::OpenApi`].
+    openapi: watch::Sender<Arc<RemoteDocuments>>,
 }
 
 impl Aggregator {
@@ -147,7 +180,14 @@ impl Aggregator {
             config,
             remotes: RwLock::new(Arc::default()),
             any_remote: AtomicBool::new(false),
+            published: tokio::sync::Notify::new(),
+            openapi: watch::Sender::new(Arc::default()),
         }
+    }
+
+    /// The extension apiservers' OpenAPI documents, replaced whenever they change.
+    pub fn openapi_documents(&self) -> watch::Receiver<Arc<RemoteDocuments>> {
+        self.openapi.subscribe()
     }
 
     /// The remote APIService serving `group/version`, if one does.
@@ -172,6 +212,7 @@ impl Aggregator {
         self.any_remote
             .store(!remotes.is_empty(), Ordering::Release);
         *self.remotes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(remotes);
+        self.published.notify_one();
     }
 
     /// The remote groups for discovery, each with its versions in upstream's order
@@ -583,11 +624,66 @@ async fn discovery_get(
     port: u16,
     path: &str,
 ) -> Result<Value, String> {
+    let user = ferrokube_auth::UserInfo {
+        name: CHECK_USER.into(),
+        groups: vec![ferrokube_auth::user::SYSTEM_PRIVILEGED_GROUP.into()],
+        ..Default::default()
+    };
+    let target = RemoteTarget {
+        tls,
+        svc,
+        host,
+        port,
+    };
+    let got = remote_get(&target, path, &user, None, MAX_DISCOVERY, CHECK_TIMEOUT).await?;
+    let code = got.status;
+    if !(code.is_success() || code.is_redirection()) {
+        return Err(format!(
+            "failing or missing response from https://{}{path}: bad status from https://{}{path}: {}",
+            got.addr,
+            got.addr,
+            code.as_u16()
+        ));
+    }
+    Ok(serde_json::from_slice(&got.body).unwrap_or(Value::Null))
+}
+
+/// Where an extension apiserver is reached: the APIService's TLS client, its
+/// Service (the name its certificate is checked for) and the address dialled.
+struct RemoteTarget<'a> {
+    tls: Arc<rustls::ClientConfig>,
+    svc: &'a ServiceRef,
+    host: &'a str,
+    port: u16,
+}
+
+/// An extension apiserver's answer to a [`remote_get`].
+struct RemoteResponse {
+    /// The address dialled (`host:port`).
+    addr: String,
+    status: StatusCode,
+    etag: Option<String>,
+    body: Bytes,
+}
+
+/// `GET path` on an extension apiserver as `user` (front-proxy headers, the proxy
+/// client certificate, the caBundle checked for `<service>.<namespace>.svc`, as
+/// requests are proxied), with `If-None-Match: if_none_match`; the body read up to
+/// `limit` bytes, the whole exchange bounded by `timeout`.
+async fn remote_get(
+    target: &RemoteTarget<'_>,
+    path: &str,
+    user: &ferrokube_auth::UserInfo,
+    if_none_match: Option<&str>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<RemoteResponse, String> {
+    let (host, port) = (target.host, target.port);
     let attempt = async {
         let (tcp, addr) = connect_tcp(host, port).await?;
         let url = format!("https://{addr}{path}");
         let failing = |e: String| format!("failing or missing response from {url}: {e}");
-        let stream = connect_tls(tls, &server_name(svc), &addr, tcp)
+        let stream = connect_tls(target.tls.clone(), &server_name(target.svc), &addr, tcp)
             .await
             .map_err(failing)?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -601,30 +697,33 @@ async fn discovery_get(
             .header(header::ACCEPT, "application/json")
             .body(Empty::<Bytes>::new())
             .map_err(|e| failing(e.to_string()))?;
-        set_identity(
-            req.headers_mut(),
-            &ferrokube_auth::UserInfo {
-                name: CHECK_USER.into(),
-                groups: vec![ferrokube_auth::user::SYSTEM_PRIVILEGED_GROUP.into()],
-                ..Default::default()
-            },
-        );
+        if let Some(tag) = if_none_match.and_then(|t| HeaderValue::from_str(t).ok()) {
+            req.headers_mut().insert(header::IF_NONE_MATCH, tag);
+        }
+        set_identity(req.headers_mut(), user);
         let resp = sender
             .send_request(req)
             .await
             .map_err(|e| failing(e.to_string()))?;
-        let code = resp.status();
-        if !(code.is_success() || code.is_redirection()) {
-            return Err(failing(format!("bad status from {url}: {}", code.as_u16())));
-        }
-        let body = http_body_util::Limited::new(resp.into_body(), MAX_DISCOVERY)
+        let status = resp.status();
+        let etag = resp
+            .headers()
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = http_body_util::Limited::new(resp.into_body(), limit)
             .collect()
             .await
             .map_err(|e| failing(e.to_string()))?
             .to_bytes();
-        Ok(serde_json::from_slice(&body).unwrap_or(Value::Null))
+        Ok(RemoteResponse {
+            addr,
+            status,
+            etag,
+            body,
+        })
     };
-    tokio::time::timeout(CHECK_TIMEOUT, attempt)
+    tokio::time::timeout(timeout, attempt)
         .await
         .unwrap_or_else(|_| Err(format!("timed out waiting for https://{host}:{port}{path}")))
 }
@@ -741,6 +840,11 @@ pub(crate) async fn run(
     .flatten()
     .cloned()
     .collect();
+    tokio::spawn(run_openapi(
+        aggregator.clone(),
+        registry.clone(),
+        shutdown.clone(),
+    ));
     let mut served = registry.custom().subscribe();
     'watching: loop {
         let mut watches = Vec::new();
@@ -801,6 +905,200 @@ pub(crate) async fn run(
     }
 }
 
+/// An extension apiserver's OpenAPI v3 document of its group-version, as last
+/// downloaded.
+#[derive(Clone)]
+struct V3Download {
+    /// Its `serverRelativeURL` in the extension apiserver's `/openapi/v3` index (with
+    /// the extension's own `?hash=`): unchanged, the document is not downloaded again.
+    url: String,
+    /// The extension apiserver's `ETag` for it (`If-None-Match` next time).
+    etag: Option<String>,
+    doc: Served,
+}
+
+/// What is known of one remote APIService's OpenAPI documents.
+struct OpenApiState {
+    /// The APIService spec they were downloaded for.
+    spec: String,
+    /// When they were last downloaded (or tried).
+    at: tokio::time::Instant,
+    v3: Option<V3Download>,
+}
+
+/// Upstream's OpenAPI v3 aggregation controller: the v3 document of every available
+/// remote APIService's group-version, downloaded from the extension apiserver when
+/// the APIService appears or changes and every [`OPENAPI_REFRESH`] after, dropped
+/// when it goes or becomes unavailable, and published to the OpenAPI handler.
+async fn run_openapi(
+    aggregator: Arc<Aggregator>,
+    registry: Arc<Registry>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut known: HashMap<(String, String), OpenApiState> = HashMap::new();
+    loop {
+        let remotes = aggregator.snapshot();
+        let before = known.len();
+        known.retain(|k, _| remotes.get(k).is_some_and(|r| r.available));
+        let mut changed = known.len() != before;
+        for (key, remote) in remotes.iter().filter(|(_, r)| r.available) {
+            let previous = known.get(key);
+            if previous.is_some_and(|p| p.spec == remote.spec && p.at.elapsed() < OPENAPI_REFRESH) {
+                continue;
+            }
+            // A changed APIService may point elsewhere: nothing of before is reused.
+            let reusable = previous
+                .filter(|p| p.spec == remote.spec)
+                .and_then(|p| p.v3.clone());
+            let v3 = match download_v3(&aggregator, &registry, remote, reusable.as_ref()).await {
+                Ok(v3) => v3,
+                Err(e) => {
+                    tracing::warn!(
+                        apiservice = service_name(&remote.group, &remote.version),
+                        error = %e,
+                        "downloading the OpenAPI v3 document of an APIService failed"
+                    );
+                    // Kept as it was (upstream keeps the last document it had).
+                    previous.and_then(|p| p.v3.clone())
+                }
+            };
+            let hash = |v: Option<&V3Download>| v.map(|d| d.doc.hash.clone());
+            changed |= hash(v3.as_ref()) != hash(previous.and_then(|p| p.v3.as_ref()));
+            known.insert(
+                key.clone(),
+                OpenApiState {
+                    spec: remote.spec.clone(),
+                    at: tokio::time::Instant::now(),
+                    v3,
+                },
+            );
+        }
+        if changed {
+            let v3 = known
+                .iter()
+                .filter_map(|((g, v), s)| {
+                    let d = s.v3.as_ref()?;
+                    Some((ferrokube_openapi::gv_path(g, v), d.doc.clone()))
+                })
+                .collect();
+            aggregator
+                .openapi
+                .send_replace(Arc::new(RemoteDocuments { v3 }));
+        }
+        let next = known
+            .values()
+            .map(|s| s.at + OPENAPI_REFRESH)
+            .min()
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = aggregator.published.notified() => {}
+            _ = tokio::time::sleep_until(next) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Upstream's v3 downloader for one APIService: the extension apiserver's
+/// `/openapi/v3` index, then the document its entry for the APIService's
+/// group-version names (not again when the entry and so its hash did not change; with
+/// `If-None-Match` otherwise). `None` when the extension serves no v3 document for it.
+async fn download_v3(
+    aggregator: &Aggregator,
+    registry: &Registry,
+    remote: &Remote,
+    previous: Option<&V3Download>,
+) -> Result<Option<V3Download>, String> {
+    let tls = remote.tls.clone()?;
+    let (host, port) = aggregator.resolve(registry, &remote.service).await?;
+    let target = RemoteTarget {
+        tls,
+        svc: &remote.service,
+        host: &host,
+        port,
+    };
+    let user = ferrokube_auth::UserInfo {
+        name: OPENAPI_USER.into(),
+        ..Default::default()
+    };
+    let get = |path: String, tag: Option<String>| {
+        let (target, user) = (&target, &user);
+        async move {
+            remote_get(
+                target,
+                &path,
+                user,
+                tag.as_deref(),
+                MAX_OPENAPI,
+                OPENAPI_TIMEOUT,
+            )
+            .await
+        }
+    };
+    let index = get("/openapi/v3".into(), None).await?;
+    if index.status == StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if !index.status.is_success() {
+        return Err(format!(
+            "GET https://{}/openapi/v3: status {}",
+            index.addr,
+            index.status.as_u16()
+        ));
+    }
+    let index: Value = serde_json::from_slice(&index.body)
+        .map_err(|e| format!("the /openapi/v3 index is not JSON: {e}"))?;
+    let gv = ferrokube_openapi::gv_path(&remote.group, &remote.version);
+    let Some(url) = remote_v3_url(&index, &gv) else {
+        return Ok(None);
+    };
+    if let Some(p) = previous
+        && p.url == url
+    {
+        return Ok(Some(p.clone()));
+    }
+    let got = get(url.clone(), previous.and_then(|p| p.etag.clone())).await?;
+    match got.status {
+        StatusCode::NOT_FOUND => Ok(None),
+        StatusCode::NOT_MODIFIED => match previous {
+            Some(p) => Ok(Some(V3Download { url, ..p.clone() })),
+            None => Err(format!(
+                "GET https://{}{url}: 304 without a document",
+                got.addr
+            )),
+        },
+        s if s.is_success() => {
+            let doc: Value = serde_json::from_slice(&got.body)
+                .map_err(|e| format!("the OpenAPI document of {gv} is not JSON: {e}"))?;
+            if !doc.is_object() {
+                return Err(format!("the OpenAPI document of {gv} is not an object"));
+            }
+            Ok(Some(V3Download {
+                url,
+                etag: got.etag,
+                doc: Served::new(got.body.to_vec()),
+            }))
+        }
+        s => Err(format!(
+            "GET https://{}{url}: status {}",
+            got.addr,
+            s.as_u16()
+        )),
+    }
+}
+
+/// Where an extension apiserver's `/openapi/v3` index says the document of `gv`
+/// (`apis/<group>/<version>`) is: its `serverRelativeURL`, or `/openapi/v3/<gv>`
+/// when that names no path under `/openapi/v3/`.
+fn remote_v3_url(index: &Value, gv: &str) -> Option<String> {
+    let entry = index["paths"].get(gv)?;
+    let url = entry["serverRelativeURL"]
+        .as_str()
+        .filter(|u| u.starts_with("/openapi/v3/"))
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("/openapi/v3/{gv}"));
+    Some(url)
+}
+
 /// One pass; `true` when remote APIServices exist (to be checked again soon).
 async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bool {
     let listed = match store.list(None, &ListParams::default()).await {
@@ -856,6 +1154,7 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
                     available: availability.0 == "True",
                     tls,
                     resources,
+                    spec: spec.to_string(),
                 };
                 remotes.insert((group, version), Arc::new(remote));
                 availability
@@ -1006,6 +1305,35 @@ mod tests {
         assert_eq!(rs[1].subresources.len(), 1);
         assert_eq!(rs[1].subresources[0].name, "status");
         assert_eq!(rs[1].group, "metrics.k8s.io");
+    }
+
+    #[test]
+    fn v3_documents_are_found_through_the_extensions_index() {
+        let index = json!({"paths": {
+            "apis/metrics.k8s.io/v1beta1": {
+                "serverRelativeURL": "/openapi/v3/apis/metrics.k8s.io/v1beta1?hash=AB"
+            },
+            "apis/other.io/v1": {"serverRelativeURL": "https://elsewhere/x"},
+            "apis/bare.io/v1": {},
+        }});
+        assert_eq!(
+            remote_v3_url(&index, "apis/metrics.k8s.io/v1beta1").as_deref(),
+            Some("/openapi/v3/apis/metrics.k8s.io/v1beta1?hash=AB")
+        );
+        // Only paths under /openapi/v3/ are followed.
+        assert_eq!(
+            remote_v3_url(&index, "apis/other.io/v1").as_deref(),
+            Some("/openapi/v3/apis/other.io/v1")
+        );
+        assert_eq!(
+            remote_v3_url(&index, "apis/bare.io/v1").as_deref(),
+            Some("/openapi/v3/apis/bare.io/v1")
+        );
+        assert_eq!(remote_v3_url(&index, "apis/missing.io/v1"), None);
+        assert_eq!(
+            remote_v3_url(&json!({}), "apis/metrics.k8s.io/v1beta1"),
+            None
+        );
     }
 
     #[test]

@@ -204,8 +204,11 @@ impl Server {
             shutdown_rx.clone(),
         )));
         let state = Arc::new(handler::State {
+            openapi: openapi::OpenApi::start(
+                config.registry.custom().clone(),
+                aggregator.openapi_documents(),
+            ),
             aggregator,
-            openapi: openapi::OpenApi::start(config.registry.custom().clone()),
             registry: config.registry,
             authenticator: config.authenticator,
             authorizer: config.authorizer,

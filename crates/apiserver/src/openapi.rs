@@ -11,11 +11,16 @@
 //! none of them; requests wait for the build. They include the served custom
 //! resources (as apiextensions-apiserver's OpenAPI controller merges them): when the
 //! served set changes, the next OpenAPI request builds them again, reusing the built-in
-//! documents (built once) and adding only the custom part. Only their gzip form is held (about a
+//! documents (built once) and adding only the custom part. The v3 documents of remote
+//! APIServices' group-versions, which the aggregator downloads from the extension
+//! apiservers ([`crate::aggregator`]), are served and indexed next to them the same
+//! way (their hash is this server's, of the bytes the extension sent); `/openapi/v2`
+//! does not include the extension apiservers' definitions yet. Only their gzip form is held (about a
 //! tenth of the JSON): a client that accepts gzip (kubectl, client-go) gets those bytes
 //! as they are (`Content-Encoding: gzip`), any other gets them inflated on the fly in
 //! 64 KiB chunks, so no request holds a whole uncompressed copy.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,10 +38,24 @@ use tokio::sync::watch;
 use crate::handler::{Body, accepts_gzip, respond};
 use crate::output::parse_accept;
 
+/// The extension apiservers' OpenAPI documents (the aggregator downloads them; see
+/// [`crate::aggregator`]), served next to the local ones.
+#[derive(Default, Debug)]
+pub(crate) struct RemoteDocuments {
+    /// The v3 documents of remote APIServices' group-versions, keyed as
+    /// [`ferrokube_openapi::gv_path`].
+    pub v3: BTreeMap<String, Served>,
+}
+
 /// The documents served now, and what they were built from.
 struct Current {
     /// The generation of the served custom resources they include.
     generation: u64,
+    /// The built-in and custom resources' documents of that generation.
+    local: Arc<Documents>,
+    /// The extension apiservers' documents they include.
+    remote: Arc<RemoteDocuments>,
+    /// `local` with `remote` added: what is served.
     docs: Arc<Documents>,
     /// Their `Last-Modified`.
     last_modified: String,
@@ -49,6 +68,8 @@ pub(crate) struct OpenApi {
     custom: Arc<CustomResources>,
     /// Changes whenever the served custom resources do.
     generation: watch::Receiver<u64>,
+    /// The extension apiservers' documents, replaced when they change.
+    remote: watch::Receiver<Arc<RemoteDocuments>>,
     /// The built-in documents, built once (on the first request) and kept: a rebuild
     /// only adds the custom resources to them.
     built_in: Arc<std::sync::Mutex<Option<Arc<Documents>>>>,
@@ -65,10 +86,15 @@ const V2_PROTOBUF_ACCEPT: [&str; 2] = [
 ];
 
 impl OpenApi {
-    /// Serves the documents of the built-in types and of `custom`, built on first use.
-    pub(crate) fn start(custom: Arc<CustomResources>) -> OpenApi {
+    /// Serves the documents of the built-in types and of `custom`, built on first use,
+    /// and the extension apiservers' documents `remote` has.
+    pub(crate) fn start(
+        custom: Arc<CustomResources>,
+        remote: watch::Receiver<Arc<RemoteDocuments>>,
+    ) -> OpenApi {
         OpenApi {
             generation: custom.subscribe(),
+            remote,
             custom,
             built_in: Arc::new(std::sync::Mutex::new(None)),
             current: Arc::new(tokio::sync::Mutex::new(None)),
@@ -77,42 +103,58 @@ impl OpenApi {
     }
 
     /// The documents for what is served now, with their `Last-Modified`: the ones
-    /// built before when the custom resources did not change since, else built again
-    /// on a thread of their own (the built-in part once, the custom part each time).
+    /// built before when neither the custom resources nor the extension apiservers'
+    /// documents changed since, else built again on a thread of their own (the
+    /// built-in part once, the custom part when it changed, the extensions' part
+    /// each time).
     async fn documents(&self) -> Result<(Arc<Documents>, String), ApiError> {
         let mut current = self.current.lock().await;
         // Read before the snapshot: a change after it is seen by the next request.
         let generation = *self.generation.borrow();
+        let remote = self.remote.borrow().clone();
         if let Some(c) = current.as_ref()
             && c.generation == generation
+            && Arc::ptr_eq(&c.remote, &remote)
         {
             return Ok((c.docs.clone(), c.last_modified.clone()));
         }
+        let local = current
+            .as_ref()
+            .filter(|c| c.generation == generation)
+            .map(|c| c.local.clone());
         let served = self.custom.served();
         let built_in = self.built_in.clone();
+        let extensions = remote.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("openapi-build".into())
             .spawn(move || {
-                // Kept even when the request that started the build went away.
-                let base = {
-                    let mut b = built_in.lock().unwrap_or_else(|p| p.into_inner());
-                    b.get_or_insert_with(|| Arc::new(Documents::build()))
-                        .clone()
-                };
-                let resources: Vec<CustomResourceVersion<'_>> = served
-                    .all()
-                    .map(|r| CustomResourceVersion {
-                        info: r.info,
-                        definition: &r.definition,
-                    })
-                    .collect();
-                let docs = if resources.is_empty() {
-                    base
+                let local = local.unwrap_or_else(|| {
+                    // Kept even when the request that started the build went away.
+                    let base = {
+                        let mut b = built_in.lock().unwrap_or_else(|p| p.into_inner());
+                        b.get_or_insert_with(|| Arc::new(Documents::build()))
+                            .clone()
+                    };
+                    let resources: Vec<CustomResourceVersion<'_>> = served
+                        .all()
+                        .map(|r| CustomResourceVersion {
+                            info: r.info,
+                            definition: &r.definition,
+                        })
+                        .collect();
+                    if resources.is_empty() {
+                        base
+                    } else {
+                        Arc::new(base.with_custom(&resources))
+                    }
+                });
+                let docs = if extensions.v3.is_empty() {
+                    local.clone()
                 } else {
-                    Arc::new(base.with_custom(&resources))
+                    Arc::new(local.with_v3_documents(&extensions.v3))
                 };
-                let _ = tx.send(docs);
+                let _ = tx.send((local, docs));
             });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the OpenAPI build thread");
@@ -120,7 +162,7 @@ impl OpenApi {
                 "the OpenAPI documents could not be built",
             ));
         }
-        let docs = rx
+        let (local, docs) = rx
             .await
             .map_err(|_| ApiError::internal("the OpenAPI documents could not be built"))?;
         let last_modified = match current.as_ref() {
@@ -128,11 +170,13 @@ impl OpenApi {
                 c.last_modified.clone()
             }
             Some(_) => http_date(jiff::Timestamp::now()),
-            None if generation == 0 => self.started.clone(),
+            None if generation == 0 && remote.v3.is_empty() => self.started.clone(),
             None => http_date(jiff::Timestamp::now()),
         };
         *current = Some(Current {
             generation,
+            local,
+            remote,
             docs: docs.clone(),
             last_modified: last_modified.clone(),
         });

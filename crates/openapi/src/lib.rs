@@ -214,7 +214,9 @@ pub struct Served {
 const GZIP_LEVEL: u32 = 9;
 
 impl Served {
-    fn new(bytes: Vec<u8>) -> Served {
+    /// `bytes` (a whole document) hashed and compressed; the uncompressed copy is
+    /// dropped.
+    pub fn new(bytes: Vec<u8>) -> Served {
         use std::io::Write;
         let hash = content_hash(&bytes);
         let mut encoder = flate2::write::GzEncoder::new(
@@ -340,6 +342,25 @@ impl Documents {
         Documents {
             v2_json,
             v2_protobuf,
+            v3_index,
+            v3,
+        }
+    }
+
+    /// These documents with `extra` v3 documents added (an extension apiserver's,
+    /// keyed as [`gv_path`]; one replaces a document of the same key) and listed in
+    /// the index. Nothing is serialized again but the index; the other documents'
+    /// bytes are shared.
+    pub fn with_v3_documents(&self, extra: &BTreeMap<String, Served>) -> Documents {
+        if extra.is_empty() {
+            return self.clone();
+        }
+        let mut v3 = self.v3.clone();
+        v3.extend(extra.iter().map(|(k, s)| (k.clone(), s.clone())));
+        let v3_index = served_index(&v3);
+        Documents {
+            v2_json: self.v2_json.clone(),
+            v2_protobuf: self.v2_protobuf.clone(),
             v3_index,
             v3,
         }

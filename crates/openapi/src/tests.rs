@@ -667,3 +667,34 @@ fn custom_resources_are_added() {
         .collect();
     assert!(params.contains(&"fieldValidation") && params.contains(&"dryRun"));
 }
+
+#[test]
+fn extension_v3_documents_are_added_to_the_index() {
+    let doc = |s: &str| Served::new(s.as_bytes().to_vec());
+    let base = Documents {
+        v2_json: doc("{}"),
+        v2_protobuf: doc(""),
+        v3_index: doc("{}"),
+        v3: BTreeMap::from([("api/v1".to_string(), doc(r#"{"openapi":"3.0.0"}"#))]),
+    };
+    let remote = doc(r#"{"openapi":"3.0.0","info":{"title":"metrics"}}"#);
+    let extra = BTreeMap::from([("apis/metrics.k8s.io/v1beta1".to_string(), remote.clone())]);
+    let docs = base.with_v3_documents(&extra);
+    assert_eq!(docs.v3("apis/metrics.k8s.io/v1beta1"), Some(&remote));
+    assert_eq!(docs.v3("api/v1"), base.v3("api/v1"));
+    assert_eq!(docs.v2_json, base.v2_json);
+    let index: Value = serde_json::from_slice(&docs.v3_index.decompressed().unwrap()).unwrap();
+    assert_eq!(
+        index["paths"]["apis/metrics.k8s.io/v1beta1"]["serverRelativeURL"],
+        format!(
+            "/openapi/v3/apis/metrics.k8s.io/v1beta1?hash={}",
+            remote.hash
+        )
+    );
+    assert!(index["paths"]["api/v1"].is_object());
+    // Nothing added: the same documents.
+    assert_eq!(
+        base.with_v3_documents(&BTreeMap::new()).v3_index,
+        base.v3_index
+    );
+}

@@ -2,10 +2,11 @@
 //! the test (HTTPS with a test CA, reached through a Service's EndpointSlice with
 //! `--enable-aggregator-routing`): local APIServices for the built-in groups, the
 //! availability conditions of a remote one as its Service appears, requests proxied
-//! with the caller's identity in front-proxy headers, and the remote group in
-//! discovery.
+//! with the caller's identity in front-proxy headers, the remote group in
+//! discovery, and the extension's OpenAPI v3 document served in `/openapi/v3`.
 
 use std::convert::Infallible;
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +32,28 @@ struct Seen {
     groups: Vec<String>,
     authorization: bool,
     client_certificate: bool,
+    /// Who asked for the OpenAPI documents.
+    openapi_user: Option<String>,
+}
+
+/// The extension's `/openapi/v3` index: its group-version, under its own hash.
+fn openapi_index() -> Value {
+    json!({"paths": {
+        "apis/metrics.k8s.io/v1beta1": {
+            "serverRelativeURL": "/openapi/v3/apis/metrics.k8s.io/v1beta1?hash=EXTENSIONHASH"
+        },
+        "version": {"serverRelativeURL": "/openapi/v3/version?hash=X"},
+    }})
+}
+
+/// The extension's OpenAPI v3 document of metrics.k8s.io/v1beta1.
+fn openapi_document() -> Value {
+    json!({"openapi": "3.0.0", "info": {"title": "Test metrics server", "version": "v0.7.2"},
+    "paths": {"/apis/metrics.k8s.io/v1beta1/nodes": {"get": {"operationId": "listNodeMetrics"}}},
+    "components": {"schemas": {"io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics": {
+        "type": "object",
+        "x-kubernetes-group-version-kind": [{"group": "metrics.k8s.io", "kind": "NodeMetrics", "version": "v1beta1"}],
+    }}}})
 }
 
 fn discovery() -> Value {
@@ -99,13 +122,18 @@ async fn extension_server(seen: Arc<Mutex<Seen>>) -> (u16, String) {
                         };
                         let body = match req.uri().path() {
                             "/apis/metrics.k8s.io/v1beta1" => discovery(),
+                            "/openapi/v3" => openapi_index(),
+                            "/openapi/v3/apis/metrics.k8s.io/v1beta1" => {
+                                seen.lock().unwrap().openapi_user =
+                                    header("x-remote-user").first().cloned();
+                                openapi_document()
+                            }
                             "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods" => {
-                                *seen.lock().unwrap() = Seen {
-                                    user: header("x-remote-user").first().cloned(),
-                                    groups: header("x-remote-group"),
-                                    authorization: req.headers().contains_key("authorization"),
-                                    client_certificate,
-                                };
+                                let mut seen = seen.lock().unwrap();
+                                seen.user = header("x-remote-user").first().cloned();
+                                seen.groups = header("x-remote-group");
+                                seen.authorization = req.headers().contains_key("authorization");
+                                seen.client_certificate = client_certificate;
                                 json!({"kind": "PodMetricsList", "apiVersion": GROUP_VERSION,
                                     "metadata": {}, "items": [{"metadata": {"name": "p", "namespace": "default"},
                                     "timestamp": "2026-01-01T00:00:00Z", "window": "10s",
@@ -192,6 +220,53 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Value) -> (
         .await
         .unwrap();
     (code, v)
+}
+
+/// An OpenAPI document: the status, the `ETag` and `Cache-Control` headers and the
+/// JSON body (gzip undone; `Null` when there is none), or the `Location` of a redirect
+/// in the body's place.
+async fn openapi_get(
+    client: &kube::Client,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String, Value) {
+    let (code, h, body) = TestApiServer::raw(client, "GET", path, headers, Vec::new())
+        .await
+        .unwrap();
+    let header = |n: &str| {
+        h.get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    if code == 301 {
+        return (
+            code,
+            header("etag"),
+            header("cache-control"),
+            json!(header("location")),
+        );
+    }
+    let body = if body.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    } else {
+        body
+    };
+    let doc = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    (code, header("etag"), header("cache-control"), doc)
+}
+
+/// The `serverRelativeURL` of `gv` in the `/openapi/v3` index, if it is listed.
+async fn v3_entry(client: &kube::Client, gv: &str) -> Option<String> {
+    let (code, _, _, index) = openapi_get(client, "/openapi/v3", &[]).await;
+    assert_eq!(code, 200, "{index}");
+    index["paths"][gv]["serverRelativeURL"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// The Available condition of an APIService: (status, reason, message).
@@ -326,6 +401,45 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
         "all checks passed"
     );
 
+    // The OpenAPI v3 index lists the extension's group-version under a hash of this
+    // server's, next to the built-in ones, and serves the extension's document for it,
+    // downloaded as upstream's aggregator user.
+    const V3_GV: &str = "apis/metrics.k8s.io/v1beta1";
+    assert!(
+        eventually(|| async { v3_entry(&client, V3_GV).await.is_some() }).await,
+        "{V3_GV} never listed in /openapi/v3"
+    );
+    assert!(v3_entry(&client, "api/v1").await.is_some());
+    assert!(v3_entry(&client, "version").await.is_none());
+    let url = v3_entry(&client, V3_GV).await.unwrap();
+    let hash = url
+        .strip_prefix(&format!("/openapi/v3/{V3_GV}?hash="))
+        .unwrap_or_else(|| panic!("{url}"))
+        .to_string();
+    assert!(!hash.is_empty() && hash != "EXTENSIONHASH", "{url}");
+    let (code, etag, cache, doc) = openapi_get(&client, &url, &[]).await;
+    assert_eq!(code, 200, "{doc}");
+    assert_eq!(doc, openapi_document());
+    assert_eq!(etag, format!("\"{hash}\""));
+    assert_eq!(cache, "public, immutable");
+    assert_eq!(
+        seen.lock().unwrap().openapi_user.as_deref(),
+        Some("system:aggregator")
+    );
+    // Served as the built-in documents are: 304 for the same ETag, a stale hash
+    // redirected to the current one.
+    let (code, _, _, _) = openapi_get(
+        &client,
+        &format!("/openapi/v3/{V3_GV}"),
+        &[("if-none-match", &etag)],
+    )
+    .await;
+    assert_eq!(code, 304);
+    let (code, _, _, location) =
+        openapi_get(&client, &format!("/openapi/v3/{V3_GV}?hash=0BAD"), &[]).await;
+    assert_eq!(code, 301);
+    assert_eq!(location, json!(url));
+
     // A connection upgrade reaches the extension apiserver and is spliced.
     let out = websocket_round_trip(&client, "/apis/metrics.k8s.io/v1beta1/ws/x", "hi")
         .await
@@ -427,6 +541,13 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     assert!(
         eventually(|| async { send(&client, "GET", pods_path, Value::Null).await.0 == 404 }).await
     );
+    // ... and so is its OpenAPI document.
+    assert!(
+        eventually(|| async { v3_entry(&client, V3_GV).await.is_none() }).await,
+        "{V3_GV} still listed in /openapi/v3"
+    );
+    let (code, _, _, _) = openapi_get(&client, &format!("/openapi/v3/{V3_GV}"), &[]).await;
+    assert_eq!(code, 404);
     server.stop().await;
 }
 
