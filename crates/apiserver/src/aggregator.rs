@@ -26,21 +26,26 @@
 //!   the extension apiserver's (upstream's v3 aggregation controller): its
 //!   `/openapi/v3` index is read, then the document the index's entry for
 //!   `apis/<group>/<version>` names (not again while that entry, and so the
-//!   extension's hash, is unchanged; with `If-None-Match` otherwise), as
-//!   `system:aggregator` over the connection requests are proxied on, when the
-//!   APIService appears or changes and every minute after. [`crate::openapi`] serves it
-//!   at `/openapi/v3/apis/<group>/<version>` as the built-in documents (its hash in the
-//!   index, `ETag`, 301 for a stale `?hash=`); it goes when the APIService is deleted
-//!   or becomes unavailable. A failed download keeps the document there was.
+//!   extension's hash, is unchanged; with `If-None-Match` otherwise). [`crate::openapi`]
+//!   serves it at `/openapi/v3/apis/<group>/<version>` as the built-in documents (its
+//!   hash in the index, `ETag`, 301 for a stale `?hash=`);
+//! - the extension apiserver's `/openapi/v2` (with `If-None-Match`) is merged into the
+//!   served `/openapi/v2`, JSON and protobuf (upstream's v2 aggregation controller):
+//!   its paths under `/apis/` and the definitions they reach, in APIService priority
+//!   order, a path or definition already there kept (see `ferrokube_openapi::merge_v2`);
+//! - both are downloaded as `system:aggregator` over the connection requests are
+//!   proxied on, when the APIService appears or changes and every minute after; a
+//!   failed download keeps the document there was; they go when the APIService is
+//!   deleted or becomes unavailable.
 //!
-//! Deviations: `/openapi/v2` does not include the extension apiservers' paths and
-//! definitions (upstream downloads and merges their v2 documents); an extension
-//! apiserver that serves no `/openapi/v3` (404) is not listed in the v3 index
-//! (upstream converts its v2 document), and only the APIService's own group-version
-//! is taken from an extension's index (upstream lists every path the extension's
-//! index has); a failed OpenAPI download is retried after a minute, not with
-//! upstream's growing backoff. Availability is checked when an APIService changes and
-//! every few seconds while remote ones exist, not on Service and EndpointSlice events.
+//! Deviations: an extension apiserver that serves no `/openapi/v3` (404) is not
+//! listed in the v3 index (upstream converts its v2 document to v3), and only the
+//! APIService's own group-version is taken from an extension's v3 index (upstream
+//! lists every path the extension's index has); a v2 definition name both have keeps
+//! the local definition (upstream renames the extension's when they differ); a failed
+//! OpenAPI download is retried after a minute, not with upstream's growing backoff.
+//! Availability is checked when an APIService changes and every few seconds while
+//! remote ones exist, not on Service and EndpointSlice events.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -917,6 +922,14 @@ struct V3Download {
     doc: Served,
 }
 
+/// An extension apiserver's `/openapi/v2` document, as last downloaded.
+#[derive(Clone)]
+struct V2Download {
+    /// The extension apiserver's `ETag` for it (`If-None-Match` next time).
+    etag: Option<String>,
+    doc: Served,
+}
+
 /// What is known of one remote APIService's OpenAPI documents.
 struct OpenApiState {
     /// The APIService spec they were downloaded for.
@@ -924,12 +937,14 @@ struct OpenApiState {
     /// When they were last downloaded (or tried).
     at: tokio::time::Instant,
     v3: Option<V3Download>,
+    v2: Option<V2Download>,
 }
 
-/// Upstream's OpenAPI v3 aggregation controller: the v3 document of every available
-/// remote APIService's group-version, downloaded from the extension apiserver when
-/// the APIService appears or changes and every [`OPENAPI_REFRESH`] after, dropped
-/// when it goes or becomes unavailable, and published to the OpenAPI handler.
+/// Upstream's OpenAPI aggregation controllers (v3 and v2): the v3 document of every
+/// available remote APIService's group-version and its server's v2 document,
+/// downloaded from the extension apiserver when the APIService appears or changes
+/// and every [`OPENAPI_REFRESH`] after, dropped when it goes or becomes unavailable,
+/// and published to the OpenAPI handler.
 async fn run_openapi(
     aggregator: Arc<Aggregator>,
     registry: Arc<Registry>,
@@ -947,43 +962,44 @@ async fn run_openapi(
                 continue;
             }
             // A changed APIService may point elsewhere: nothing of before is reused.
-            let reusable = previous
-                .filter(|p| p.spec == remote.spec)
-                .and_then(|p| p.v3.clone());
-            let v3 = match download_v3(&aggregator, &registry, remote, reusable.as_ref()).await {
-                Ok(v3) => v3,
-                Err(e) => {
-                    tracing::warn!(
-                        apiservice = service_name(&remote.group, &remote.version),
-                        error = %e,
-                        "downloading the OpenAPI v3 document of an APIService failed"
-                    );
-                    // Kept as it was (upstream keeps the last document it had).
-                    previous.and_then(|p| p.v3.clone())
-                }
+            let reusable = previous.filter(|p| p.spec == remote.spec);
+            let (v3, v2) = download(&aggregator, &registry, remote, reusable).await;
+            let failed = |what: &str, e: &str| {
+                tracing::warn!(
+                    apiservice = service_name(&remote.group, &remote.version),
+                    error = %e,
+                    "downloading the OpenAPI {what} document of an APIService failed"
+                );
             };
-            let hash = |v: Option<&V3Download>| v.map(|d| d.doc.hash.clone());
-            changed |= hash(v3.as_ref()) != hash(previous.and_then(|p| p.v3.as_ref()));
+            // A failed download keeps what there was (upstream keeps the last
+            // document it had).
+            let v3 = v3.unwrap_or_else(|e| {
+                failed("v3", &e);
+                previous.and_then(|p| p.v3.clone())
+            });
+            let v2 = v2.unwrap_or_else(|e| {
+                failed("v2", &e);
+                previous.and_then(|p| p.v2.clone())
+            });
+            let hash = |d: Option<&Served>| d.map(|d| d.hash.clone());
+            changed |= hash(v3.as_ref().map(|d| &d.doc))
+                != hash(previous.and_then(|p| p.v3.as_ref()).map(|d| &d.doc));
+            changed |= hash(v2.as_ref().map(|d| &d.doc))
+                != hash(previous.and_then(|p| p.v2.as_ref()).map(|d| &d.doc));
             known.insert(
                 key.clone(),
                 OpenApiState {
                     spec: remote.spec.clone(),
                     at: tokio::time::Instant::now(),
                     v3,
+                    v2,
                 },
             );
         }
         if changed {
-            let v3 = known
-                .iter()
-                .filter_map(|((g, v), s)| {
-                    let d = s.v3.as_ref()?;
-                    Some((ferrokube_openapi::gv_path(g, v), d.doc.clone()))
-                })
-                .collect();
             aggregator
                 .openapi
-                .send_replace(Arc::new(RemoteDocuments { v3 }));
+                .send_replace(Arc::new(remote_documents(&remotes, &known)));
         }
         let next = known
             .values()
@@ -998,43 +1014,100 @@ async fn run_openapi(
     }
 }
 
-/// Upstream's v3 downloader for one APIService: the extension apiserver's
-/// `/openapi/v3` index, then the document its entry for the APIService's
-/// group-version names (not again when the entry and so its hash did not change; with
-/// `If-None-Match` otherwise). `None` when the extension serves no v3 document for it.
-async fn download_v3(
+/// The documents the OpenAPI handler serves: the v3 ones by group-version, the v2
+/// ones in upstream's APIService priority order (group priority, then version
+/// priority, highest first; then by name), which decides whose path or definition
+/// is kept when two extensions name the same one.
+fn remote_documents(
+    remotes: &Remotes,
+    known: &HashMap<(String, String), OpenApiState>,
+) -> RemoteDocuments {
+    let v3 = known
+        .iter()
+        .filter_map(|((g, v), s)| {
+            let d = s.v3.as_ref()?;
+            Some((ferrokube_openapi::gv_path(g, v), d.doc.clone()))
+        })
+        .collect();
+    let mut v2: Vec<(&Remote, &Served)> = known
+        .iter()
+        .filter_map(|(k, s)| Some((remotes.get(k)?.as_ref(), &s.v2.as_ref()?.doc)))
+        .collect();
+    v2.sort_by(|(a, _), (b, _)| {
+        b.group_priority
+            .cmp(&a.group_priority)
+            .then(b.version_priority.cmp(&a.version_priority))
+            .then_with(|| {
+                service_name(&a.group, &a.version).cmp(&service_name(&b.group, &b.version))
+            })
+    });
+    RemoteDocuments {
+        v3,
+        v2: v2.into_iter().map(|(_, d)| d.clone()).collect(),
+    }
+}
+
+/// Downloads a remote APIService's OpenAPI documents ([`download_v3`],
+/// [`download_v2`]) over the connection requests for it are proxied on.
+async fn download(
     aggregator: &Aggregator,
     registry: &Registry,
     remote: &Remote,
-    previous: Option<&V3Download>,
-) -> Result<Option<V3Download>, String> {
-    let tls = remote.tls.clone()?;
-    let (host, port) = aggregator.resolve(registry, &remote.service).await?;
+    previous: Option<&OpenApiState>,
+) -> (
+    Result<Option<V3Download>, String>,
+    Result<Option<V2Download>, String>,
+) {
+    let tls = match remote.tls.clone() {
+        Ok(tls) => tls,
+        Err(e) => return (Err(e.clone()), Err(e)),
+    };
+    let (host, port) = match aggregator.resolve(registry, &remote.service).await {
+        Ok(a) => a,
+        Err(e) => return (Err(e.clone()), Err(e)),
+    };
     let target = RemoteTarget {
         tls,
         svc: &remote.service,
         host: &host,
         port,
     };
+    let v3 = download_v3(&target, remote, previous.and_then(|p| p.v3.as_ref())).await;
+    let v2 = download_v2(&target, previous.and_then(|p| p.v2.as_ref())).await;
+    (v3, v2)
+}
+
+/// `GET path` for an OpenAPI document, as upstream's downloaders ask.
+async fn openapi_get(
+    target: &RemoteTarget<'_>,
+    path: &str,
+    if_none_match: Option<&str>,
+) -> Result<RemoteResponse, String> {
     let user = ferrokube_auth::UserInfo {
         name: OPENAPI_USER.into(),
         ..Default::default()
     };
-    let get = |path: String, tag: Option<String>| {
-        let (target, user) = (&target, &user);
-        async move {
-            remote_get(
-                target,
-                &path,
-                user,
-                tag.as_deref(),
-                MAX_OPENAPI,
-                OPENAPI_TIMEOUT,
-            )
-            .await
-        }
-    };
-    let index = get("/openapi/v3".into(), None).await?;
+    remote_get(
+        target,
+        path,
+        &user,
+        if_none_match,
+        MAX_OPENAPI,
+        OPENAPI_TIMEOUT,
+    )
+    .await
+}
+
+/// Upstream's v3 downloader for one APIService: the extension apiserver's
+/// `/openapi/v3` index, then the document its entry for the APIService's
+/// group-version names (not again when the entry and so its hash did not change; with
+/// `If-None-Match` otherwise). `None` when the extension serves no v3 document for it.
+async fn download_v3(
+    target: &RemoteTarget<'_>,
+    remote: &Remote,
+    previous: Option<&V3Download>,
+) -> Result<Option<V3Download>, String> {
+    let index = openapi_get(target, "/openapi/v3", None).await?;
     if index.status == StatusCode::NOT_FOUND {
         return Ok(None);
     }
@@ -1056,7 +1129,7 @@ async fn download_v3(
     {
         return Ok(Some(p.clone()));
     }
-    let got = get(url.clone(), previous.and_then(|p| p.etag.clone())).await?;
+    let got = openapi_get(target, &url, previous.and_then(|p| p.etag.as_deref())).await?;
     match got.status {
         StatusCode::NOT_FOUND => Ok(None),
         StatusCode::NOT_MODIFIED => match previous {
@@ -1066,24 +1139,60 @@ async fn download_v3(
                 got.addr
             )),
         },
-        s if s.is_success() => {
-            let doc: Value = serde_json::from_slice(&got.body)
-                .map_err(|e| format!("the OpenAPI document of {gv} is not JSON: {e}"))?;
-            if !doc.is_object() {
-                return Err(format!("the OpenAPI document of {gv} is not an object"));
-            }
-            Ok(Some(V3Download {
-                url,
-                etag: got.etag,
-                doc: Served::new(got.body.to_vec()),
-            }))
-        }
+        s if s.is_success() => Ok(Some(V3Download {
+            url,
+            etag: got.etag,
+            doc: json_document(got.body, &gv)?,
+        })),
         s => Err(format!(
             "GET https://{}{url}: status {}",
             got.addr,
             s.as_u16()
         )),
     }
+}
+
+/// Upstream's v2 downloader: the extension apiserver's `/openapi/v2` (JSON), with
+/// `If-None-Match`; `None` when it serves none (404).
+async fn download_v2(
+    target: &RemoteTarget<'_>,
+    previous: Option<&V2Download>,
+) -> Result<Option<V2Download>, String> {
+    let got = openapi_get(
+        target,
+        "/openapi/v2",
+        previous.and_then(|p| p.etag.as_deref()),
+    )
+    .await?;
+    match got.status {
+        StatusCode::NOT_FOUND => Ok(None),
+        StatusCode::NOT_MODIFIED => match previous {
+            Some(p) => Ok(Some(p.clone())),
+            None => Err(format!(
+                "GET https://{}/openapi/v2: 304 without a document",
+                got.addr
+            )),
+        },
+        s if s.is_success() => Ok(Some(V2Download {
+            etag: got.etag,
+            doc: json_document(got.body, "/openapi/v2")?,
+        })),
+        s => Err(format!(
+            "GET https://{}/openapi/v2: status {}",
+            got.addr,
+            s.as_u16()
+        )),
+    }
+}
+
+/// A downloaded OpenAPI document, checked to be a JSON object, held as served.
+fn json_document(body: Bytes, what: &str) -> Result<Served, String> {
+    let doc: Value = serde_json::from_slice(&body)
+        .map_err(|e| format!("the OpenAPI document of {what} is not JSON: {e}"))?;
+    if !doc.is_object() {
+        return Err(format!("the OpenAPI document of {what} is not an object"));
+    }
+    Ok(Served::new(body.to_vec()))
 }
 
 /// Where an extension apiserver's `/openapi/v3` index says the document of `gv`

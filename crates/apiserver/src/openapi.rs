@@ -11,11 +11,12 @@
 //! none of them; requests wait for the build. They include the served custom
 //! resources (as apiextensions-apiserver's OpenAPI controller merges them): when the
 //! served set changes, the next OpenAPI request builds them again, reusing the built-in
-//! documents (built once) and adding only the custom part. The v3 documents of remote
-//! APIServices' group-versions, which the aggregator downloads from the extension
-//! apiservers ([`crate::aggregator`]), are served and indexed next to them the same
-//! way (their hash is this server's, of the bytes the extension sent); `/openapi/v2`
-//! does not include the extension apiservers' definitions yet. Only their gzip form is held (about a
+//! documents (built once) and adding only the custom part. The extension apiservers'
+//! documents, which the aggregator downloads ([`crate::aggregator`]), are added on each
+//! build: the v3 documents of remote APIServices' group-versions served and indexed
+//! next to the others the same way (their hash is this server's, of the bytes the
+//! extension sent), their `/openapi/v2` paths and definitions merged into
+//! `/openapi/v2` (JSON and protobuf) as upstream's aggregator merges them. Only their gzip form is held (about a
 //! tenth of the JSON): a client that accepts gzip (kubectl, client-go) gets those bytes
 //! as they are (`Content-Encoding: gzip`), any other gets them inflated on the fly in
 //! 64 KiB chunks, so no request holds a whole uncompressed copy.
@@ -45,6 +46,9 @@ pub(crate) struct RemoteDocuments {
     /// The v3 documents of remote APIServices' group-versions, keyed as
     /// [`ferrokube_openapi::gv_path`].
     pub v3: BTreeMap<String, Served>,
+    /// The `/openapi/v2` documents of the remote APIServices' servers, merged into
+    /// the served one in this order.
+    pub v2: Vec<Served>,
 }
 
 /// The documents served now, and what they were built from.
@@ -149,10 +153,14 @@ impl OpenApi {
                         Arc::new(base.with_custom(&resources))
                     }
                 });
-                let docs = if extensions.v3.is_empty() {
+                let docs = if extensions.v3.is_empty() && extensions.v2.is_empty() {
                     local.clone()
                 } else {
-                    Arc::new(local.with_v3_documents(&extensions.v3))
+                    Arc::new(
+                        local
+                            .with_v3_documents(&extensions.v3)
+                            .with_v2_documents(&extensions.v2),
+                    )
                 };
                 let _ = tx.send((local, docs));
             });
@@ -170,7 +178,9 @@ impl OpenApi {
                 c.last_modified.clone()
             }
             Some(_) => http_date(jiff::Timestamp::now()),
-            None if generation == 0 && remote.v3.is_empty() => self.started.clone(),
+            None if generation == 0 && remote.v3.is_empty() && remote.v2.is_empty() => {
+                self.started.clone()
+            }
             None => http_date(jiff::Timestamp::now()),
         };
         *current = Some(Current {

@@ -26,6 +26,7 @@
 mod custom;
 mod definitions;
 mod kinds;
+mod merge;
 mod paths;
 pub mod proto;
 mod v3;
@@ -35,6 +36,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 pub use custom::{CustomResourceVersion, definition_name};
+pub use merge::merge_v2;
 
 /// The media type clients ask `/openapi/v2` for (in `Accept`) to get the protobuf
 /// document.
@@ -363,6 +365,41 @@ impl Documents {
             v2_protobuf: self.v2_protobuf.clone(),
             v3_index,
             v3,
+        }
+    }
+
+    /// These documents with extension apiservers' Swagger 2.0 documents (`remote`)
+    /// merged into `/openapi/v2` ([`merge_v2`], in order: an earlier one's paths and
+    /// definitions are kept). Only the v2 documents are made again; one that is not
+    /// JSON is skipped.
+    pub fn with_v2_documents(&self, remote: &[Served]) -> Documents {
+        if remote.is_empty() {
+            return self.clone();
+        }
+        let Some(mut v2) = self
+            .v2_json
+            .decompressed()
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
+            return self.clone();
+        };
+        for r in remote {
+            if let Some(doc) = r
+                .decompressed()
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            {
+                merge_v2(&mut v2, &doc);
+            }
+        }
+        let v2_protobuf = Served::new(proto::encode(&v2));
+        let v2_json = Served::new(serde_json::to_vec(&v2).unwrap_or_default());
+        Documents {
+            v2_json,
+            v2_protobuf,
+            v3_index: self.v3_index.clone(),
+            v3: self.v3.clone(),
         }
     }
 

@@ -698,3 +698,43 @@ fn extension_v3_documents_are_added_to_the_index() {
         base.v3_index
     );
 }
+
+#[test]
+fn extension_v2_documents_are_merged_into_both_forms() {
+    let doc = |v: Value| Served::new(serde_json::to_vec(&v).unwrap());
+    let local = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": {"/api/v1/pods": {"get": {"operationId": "listCoreV1PodForAllNamespaces"}}},
+        "definitions": {}});
+    let base = Documents {
+        v2_json: doc(local.clone()),
+        v2_protobuf: Served::new(proto::encode(&local)),
+        v3_index: doc(json!({"paths": {}})),
+        v3: BTreeMap::new(),
+    };
+    let first = doc(
+        json!({"paths": {"/apis/a.io/v1/xs": {"get": {"operationId": "listX",
+        "responses": {"200": {"description": "OK", "schema": {"$ref": "#/definitions/io.a.X"}}}}}},
+        "definitions": {"io.a.X": {"type": "object", "description": "first"}}}),
+    );
+    let second = doc(
+        json!({"paths": {"/apis/b.io/v1/ys": {"get": {"operationId": "listY",
+        "responses": {"200": {"description": "OK", "schema": {"$ref": "#/definitions/io.a.X"}}}}}},
+        "definitions": {"io.a.X": {"type": "object", "description": "second"}}}),
+    );
+    let docs = base.with_v2_documents(&[first, second, doc(json!("not a document"))]);
+    let v2: Value = serde_json::from_slice(&docs.v2_json.decompressed().unwrap()).unwrap();
+    assert!(v2["paths"]["/api/v1/pods"].is_object());
+    assert_eq!(
+        v2["paths"]["/apis/a.io/v1/xs"]["get"]["operationId"],
+        "listX"
+    );
+    assert_eq!(
+        v2["paths"]["/apis/b.io/v1/ys"]["get"]["operationId"],
+        "listY"
+    );
+    // The earlier document's definition is kept.
+    assert_eq!(v2["definitions"]["io.a.X"]["description"], "first");
+    assert_eq!(docs.v2_protobuf, Served::new(proto::encode(&v2)));
+    assert_eq!(docs.v3_index, base.v3_index);
+    assert_eq!(base.with_v2_documents(&[]).v2_json, base.v2_json);
+}

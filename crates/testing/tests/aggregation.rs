@@ -46,6 +46,36 @@ fn openapi_index() -> Value {
     }})
 }
 
+/// The extension's `/openapi/v2`: a path of its group-version with its definitions
+/// (one a shared parameter and one a definition the apiserver has too), and paths
+/// outside `/apis/` with a definition only they use.
+fn openapi_v2() -> Value {
+    json!({"swagger": "2.0", "info": {"title": "Test metrics server", "version": "v0.7.2"},
+    "paths": {
+        "/apis/metrics.k8s.io/v1beta1/nodes": {
+            "parameters": [{"$ref": "#/parameters/pretty-nN7o5FEq"}],
+            "get": {"operationId": "listMetricsV1beta1NodeMetrics",
+                "produces": ["application/json"],
+                "responses": {"200": {"description": "OK",
+                    "schema": {"$ref": "#/definitions/io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetricsList"}}}},
+        },
+        "/extension-only/": {"get": {"operationId": "getExtensionOnly",
+            "responses": {"200": {"description": "OK",
+                "schema": {"$ref": "#/definitions/io.k8s.example.ExtensionOnly"}}}}},
+    },
+    "parameters": {"pretty-nN7o5FEq": {"name": "pretty", "in": "query", "type": "string", "uniqueItems": true}},
+    "definitions": {
+        "io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetricsList": {"type": "object",
+            "properties": {
+                "items": {"type": "array", "items": {"$ref": "#/definitions/io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics"}},
+                "metadata": {"$ref": "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"}}},
+        "io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics": {"type": "object",
+            "x-kubernetes-group-version-kind": [{"group": "metrics.k8s.io", "kind": "NodeMetrics", "version": "v1beta1"}]},
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta": {"type": "object", "description": "the extension's"},
+        "io.k8s.example.ExtensionOnly": {"type": "object"},
+    }})
+}
+
 /// The extension's OpenAPI v3 document of metrics.k8s.io/v1beta1.
 fn openapi_document() -> Value {
     json!({"openapi": "3.0.0", "info": {"title": "Test metrics server", "version": "v0.7.2"},
@@ -123,6 +153,7 @@ async fn extension_server(seen: Arc<Mutex<Seen>>) -> (u16, String) {
                         let body = match req.uri().path() {
                             "/apis/metrics.k8s.io/v1beta1" => discovery(),
                             "/openapi/v3" => openapi_index(),
+                            "/openapi/v2" => openapi_v2(),
                             "/openapi/v3/apis/metrics.k8s.io/v1beta1" => {
                                 seen.lock().unwrap().openapi_user =
                                     header("x-remote-user").first().cloned();
@@ -258,6 +289,32 @@ async fn openapi_get(
     };
     let doc = serde_json::from_slice(&body).unwrap_or(Value::Null);
     (code, header("etag"), header("cache-control"), doc)
+}
+
+/// The served `/openapi/v2` as protobuf (gzip undone).
+async fn v2_protobuf(client: &kube::Client) -> Vec<u8> {
+    let (code, _, body) = TestApiServer::raw(
+        client,
+        "GET",
+        "/openapi/v2",
+        &[(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    if body.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    } else {
+        body
+    }
 }
 
 /// The `serverRelativeURL` of `gv` in the `/openapi/v3` index, if it is listed.
@@ -440,6 +497,51 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     assert_eq!(code, 301);
     assert_eq!(location, json!(url));
 
+    // /openapi/v2 has the extension's paths under /apis/ and the definitions they
+    // reach (shared parameters written into the path), the apiserver's own where both
+    // have one; nothing outside /apis/.
+    const NODES: &str = "/apis/metrics.k8s.io/v1beta1/nodes";
+    const NODE_METRICS: &str = "io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics";
+    assert!(
+        eventually(|| async {
+            let (_, _, _, v2) = openapi_get(&client, "/openapi/v2", &[]).await;
+            v2["paths"].get(NODES).is_some()
+        })
+        .await,
+        "{NODES} never in /openapi/v2"
+    );
+    let (code, _, _, v2) = openapi_get(&client, "/openapi/v2", &[]).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        v2["paths"][NODES]["get"]["operationId"],
+        "listMetricsV1beta1NodeMetrics"
+    );
+    assert_eq!(v2["paths"][NODES]["parameters"][0]["name"], "pretty");
+    assert_eq!(
+        v2["definitions"][NODE_METRICS]["x-kubernetes-group-version-kind"][0]["kind"],
+        "NodeMetrics"
+    );
+    assert!(v2["definitions"][format!("{NODE_METRICS}List")].is_object());
+    assert_ne!(
+        v2["definitions"]["io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"]["description"],
+        "the extension's"
+    );
+    assert!(v2["paths"].get("/extension-only/").is_none());
+    assert!(
+        v2["definitions"]
+            .get("io.k8s.example.ExtensionOnly")
+            .is_none()
+    );
+    assert!(
+        v2["paths"]
+            .get("/api/v1/namespaces/{namespace}/pods")
+            .is_some()
+    );
+    // The protobuf form (kubectl's) has it too.
+    let proto = v2_protobuf(&client).await;
+    let has = |needle: &str| proto.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(has("listMetricsV1beta1NodeMetrics"));
+
     // A connection upgrade reaches the extension apiserver and is spliced.
     let out = websocket_round_trip(&client, "/apis/metrics.k8s.io/v1beta1/ws/x", "hi")
         .await
@@ -548,6 +650,20 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     );
     let (code, _, _, _) = openapi_get(&client, &format!("/openapi/v3/{V3_GV}"), &[]).await;
     assert_eq!(code, 404);
+    assert!(
+        eventually(|| async {
+            let (_, _, _, v2) = openapi_get(&client, "/openapi/v2", &[]).await;
+            v2["paths"].get(NODES).is_none() && v2["definitions"].get(NODE_METRICS).is_none()
+        })
+        .await,
+        "{NODES} still in /openapi/v2"
+    );
+    let proto = v2_protobuf(&client).await;
+    assert!(
+        !proto
+            .windows(NODE_METRICS.len())
+            .any(|w| w == NODE_METRICS.as_bytes())
+    );
     server.stop().await;
 }
 
