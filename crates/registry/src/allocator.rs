@@ -3,7 +3,11 @@
 //! One allocator per registry, behind a mutex: an address or port is handed out at
 //! most once by this process, whatever the concurrency. It is rebuilt from the stored
 //! Services at start. Each cluster IP and node port is also claimed in storage
-//! (`crate::service_ips`), so apiservers sharing an etcd never hand out one twice.
+//! (`crate::service_claims`), so apiservers sharing an etcd never hand out one twice.
+//!
+//! As upstream's allocators, a value is picked at random, above the range's static
+//! band first ([`static_band`]): kube-dns's `10.96.0.10` and other addresses or node
+//! ports that manifests ask for stay free while the rest of the range has room.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -98,15 +102,48 @@ struct State {
     /// Cluster IPs known to be held (as `u32`): by this process's Services, or by
     /// IPAddress objects of other writers (learnt from the store).
     ips: HashSet<u32>,
-    /// Where the next dynamic search of the default range starts (an offset into it).
-    next_ip: u32,
     ports: HashSet<u16>,
-    next_port: u16,
+}
+
+/// Upstream's static band (KEP-3070 for cluster IPs, KEP-3668 for node ports): the
+/// first `min(max(16, size / step), max)` values of a range are left to Services that
+/// ask for a value (kube-dns's `10.96.0.10`), and handed out dynamically only once the
+/// rest of the range is full. Ranges of 16 values or fewer have none.
+fn static_band(size: u64, step: u64, max: u64) -> u64 {
+    const MIN: u64 = 16;
+    if size <= MIN {
+        0
+    } else {
+        (size / step).clamp(MIN, max)
+    }
+}
+
+/// A value of `lo..hi` that is not `taken`, as upstream's allocators pick one: from
+/// a random place in the range above the static band `lo..lo + band`, wrapping
+/// around, then likewise in the band.
+fn pick_free(lo: u64, hi: u64, band: u64, taken: impl Fn(u64) -> bool) -> Option<u64> {
+    let scan = |lo: u64, hi: u64| {
+        let n = hi.checked_sub(lo).filter(|n| *n > 0)?;
+        let start = random_below(n);
+        (0..n).map(|i| lo + (start + i) % n).find(|v| !taken(*v))
+    };
+    let split = lo.saturating_add(band).min(hi);
+    scan(split, hi).or_else(|| scan(lo, split))
+}
+
+/// A uniformly random value below `n` (> 0), from a v4 UUID's random bytes (the
+/// registry's one source of randomness).
+fn random_below(n: u64) -> u64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[..8]);
+    // The modulo bias over 2^64 is far below anything a range of addresses shows.
+    u64::from_le_bytes(word) % n
 }
 
 /// Reserves cluster IPs and node ports in memory, so that two requests of one
 /// apiserver never get the same one. Cluster IPs are also recorded as IPAddress
-/// objects (`crate::service_ips`), which is what makes them unique across apiservers;
+/// objects (`crate::service_claims`), which is what makes them unique across apiservers;
 /// this set is the fast first check.
 #[derive(Debug)]
 pub struct ServiceAllocator {
@@ -153,9 +190,7 @@ impl ServiceAllocator {
             ports,
             state: Mutex::new(State {
                 ips: HashSet::new(),
-                next_ip: 2,
                 ports: HashSet::new(),
-                next_port: 0,
             }),
         }
     }
@@ -303,14 +338,15 @@ impl ServiceAllocator {
 
     /// A free address of `cidr` other than its network and broadcast addresses
     /// (and, in the default range, the `kubernetes` Service's first address, which
-    /// is only ever requested), searched from `start`.
-    fn free_in(&self, st: &State, cidr: Cidr, start: u32) -> Option<u32> {
-        let first: u64 = if cidr == self.cidr { 2 } else { 1 };
-        let usable = cidr.size().checked_sub(first + 1).filter(|n| *n > 0)?;
-        let start = u64::from(start.saturating_sub(cidr.base)).saturating_sub(first);
-        (0..usable)
-            .map(|i| (u64::from(cidr.base) + first + (start + i) % usable) as u32)
-            .find(|ip| !st.ips.contains(ip))
+    /// is only ever requested), above the static band while that has room.
+    fn free_in(&self, st: &State, cidr: Cidr) -> Option<u32> {
+        let reserved = if cidr == self.cidr { 2 } else { 1 };
+        let (first, end) = (u64::from(cidr.base) + 1, u64::from(cidr.last()));
+        let band = static_band(cidr.size(), 16, 256);
+        pick_free(first, end, band, |ip| {
+            ip < u64::from(cidr.base) + reserved || st.ips.contains(&(ip as u32))
+        })
+        .map(|ip| ip as u32)
     }
 
     fn allocate_locked(
@@ -371,22 +407,17 @@ impl ServiceAllocator {
                     }
                 }
                 None => {
-                    let found = self
-                        .free_in(st, self.cidr, self.cidr.base + st.next_ip)
-                        .or_else(|| {
-                            extra
-                                .iter()
-                                .filter(|c| **c != self.cidr)
-                                .find_map(|c| self.free_in(st, *c, c.base))
-                        });
+                    let found = self.free_in(st, self.cidr).or_else(|| {
+                        extra
+                            .iter()
+                            .filter(|c| **c != self.cidr)
+                            .find_map(|c| self.free_in(st, *c))
+                    });
                     if found.is_none() {
                         errs.push(FieldError::internal(
                             &spec_path.child("clusterIPs"),
                             "range is full",
                         ));
-                    }
-                    if let Some(n) = found.filter(|n| self.cidr.contains(Ipv4Addr::from(*n))) {
-                        st.next_ip = n - self.cidr.base + 1;
                     }
                     found
                 }
@@ -405,7 +436,13 @@ impl ServiceAllocator {
         if wants_node_ports(&spec_v)
             && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut)
         {
-            let span = u32::from(self.ports.1 - self.ports.0) + 1;
+            let (lo, hi) = (u64::from(self.ports.0), u64::from(self.ports.1) + 1);
+            let band = static_band(hi - lo, 32, 128);
+            // A dynamic pick never takes a port a later entry of this Service asks for.
+            let requested: HashSet<u64> = ports
+                .iter()
+                .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+                .collect();
             for (i, p) in ports.iter_mut().enumerate() {
                 let path = spec_path.child("ports").index(i).child("nodePort");
                 match p.get("nodePort").and_then(Value::as_u64) {
@@ -432,18 +469,12 @@ impl ServiceAllocator {
                         }
                     }
                     _ => {
-                        let mut found = None;
-                        for k in 0..span {
-                            let cand = self.ports.0 + ((u32::from(st.next_port) + k) % span) as u16;
-                            if !st.ports.contains(&cand) {
-                                found = Some(cand);
-                                break;
-                            }
-                        }
-                        match found {
+                        let found = pick_free(lo, hi, band, |n| {
+                            requested.contains(&n) || st.ports.contains(&(n as u16))
+                        });
+                        match found.map(|n| n as u16) {
                             Some(n) => {
                                 st.ports.insert(n);
-                                st.next_port = n - self.ports.0 + 1;
                                 taken_ports.push(n);
                                 if let Some(o) = p.as_object_mut() {
                                     o.insert("nodePort".into(), json!(n));
@@ -695,13 +726,84 @@ mod tests {
         assert!(a.allocate(&mut s, &[]).is_err());
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81, "nodePort": 30002}]}});
         a.allocate(&mut s, &[]).unwrap();
-        assert_eq!(s["spec"]["ports"][0]["nodePort"], 30000);
+        let first = s["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        assert!(first == 30000 || first == 30001, "{first}");
+        let left = 30001 - (first - 30000);
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81}]}});
-        // Only 30001 is left: the second port fails and the first is given back.
+        // One port is left: the second port fails and the first is given back.
         assert!(a.allocate(&mut s, &[]).is_err());
         let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
         a.allocate(&mut s, &[]).unwrap();
-        assert_eq!(s["spec"]["ports"][0]["nodePort"], 30001);
+        assert_eq!(s["spec"]["ports"][0]["nodePort"], left);
+    }
+
+    #[test]
+    fn static_band_sizes_are_upstreams() {
+        // Cluster IPs: min(max(16, size / 16), 256); none for 16 addresses or fewer.
+        assert_eq!(static_band(16, 16, 256), 0);
+        assert_eq!(static_band(256, 16, 256), 16);
+        assert_eq!(static_band(1024, 16, 256), 64);
+        assert_eq!(static_band(1 << 20, 16, 256), 256);
+        // Node ports: min(max(16, size / 32), 128); 30000-32767 keeps 86.
+        assert_eq!(static_band(2768, 32, 128), 86);
+        assert_eq!(static_band(100, 32, 128), 16);
+        assert_eq!(static_band(10, 32, 128), 0);
+    }
+
+    #[test]
+    fn dynamic_cluster_ips_leave_the_static_band_until_the_rest_is_full() {
+        // /24: addresses .1 to .254; .1 is the kubernetes Service's, .1 to .16 the
+        // static band, so .17 to .254 (238) go first.
+        let a = ServiceAllocator::new(Cidr::parse("10.96.0.0/24").unwrap(), (30000, 30002));
+        let last_octet = |s: &Value| {
+            s["spec"]["clusterIP"]
+                .as_str()
+                .unwrap()
+                .parse::<Ipv4Addr>()
+                .unwrap()
+                .octets()[3]
+        };
+        let mut seen = HashSet::new();
+        for _ in 0..238 {
+            let mut s = json!({"spec": {"type": "ClusterIP"}});
+            a.allocate(&mut s, &[]).unwrap();
+            let octet = last_octet(&s);
+            assert!((17..=254).contains(&octet), "{octet} is in the static band");
+            assert!(seen.insert(octet));
+        }
+        // kube-dns's usual address is still free to ask for.
+        let mut dns = json!({"spec": {"clusterIP": "10.96.0.10"}});
+        a.allocate(&mut dns, &[]).unwrap();
+        // The upper range is full: the band's other addresses are handed out, never .1.
+        for _ in 0..14 {
+            let mut s = json!({"spec": {"type": "ClusterIP"}});
+            a.allocate(&mut s, &[]).unwrap();
+            let octet = last_octet(&s);
+            assert!((2..=16).contains(&octet) && octet != 10, "{octet}");
+            assert!(seen.insert(octet));
+        }
+        assert!(a.allocate(&mut json!({"spec": {}}), &[]).is_err());
+    }
+
+    #[test]
+    fn dynamic_node_ports_leave_the_static_band_until_the_rest_is_full() {
+        // 30000-30099: 100 ports, the first 16 kept for Services that ask for one.
+        let a = ServiceAllocator::new(Cidr::parse("10.96.0.0/24").unwrap(), (30000, 30099));
+        let mut ports = HashSet::new();
+        for _ in 0..84 {
+            let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+            a.allocate(&mut s, &[]).unwrap();
+            let port = s["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+            assert!(
+                (30016..=30099).contains(&port),
+                "{port} is in the static band"
+            );
+            assert!(ports.insert(port));
+        }
+        let mut s = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        a.allocate(&mut s, &[]).unwrap();
+        let port = s["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        assert!((30000..30016).contains(&port), "{port}");
     }
 
     #[test]
@@ -766,7 +868,8 @@ mod tests {
         let mut new = old.clone();
         new["spec"]["type"] = json!("NodePort");
         let r = a.allocate_update(&mut new, &old, &[]).unwrap();
-        assert_eq!(new["spec"]["ports"][0]["nodePort"], 30000);
+        let port = new["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        assert!((30000..=30002).contains(&port), "{port}");
         assert_eq!(new["spec"]["clusterIP"], old["spec"]["clusterIP"]);
         a.finish_update(&new, &old);
         // Back to ClusterIP: the port is given back after the commit.
@@ -777,7 +880,7 @@ mod tests {
         assert_eq!(r2, Reserved::default());
         a.finish_update(&back, &new);
         let mut other =
-            json!({"spec": {"type": "NodePort", "ports": [{"port": 1, "nodePort": 30000}]}});
+            json!({"spec": {"type": "NodePort", "ports": [{"port": 1, "nodePort": port}]}});
         a.allocate(&mut other, &[]).unwrap();
         // A failed write gives back its reservation.
         a.release_reserved(&r);
