@@ -5,6 +5,8 @@
 //! presented and a replaced client CA is the one client certificates are checked
 //! against, from the next handshake on, without a restart. Every wait is bounded.
 
+mod tls_answer;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use ferrokube_pki::reload::CHECK_INTERVAL;
 use ferrokube_pki::{CertificateAuthority, Issued, Validity};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncReadExt as _;
 use tokio_util::sync::CancellationToken;
 
 fn serving(ca: &CertificateAuthority) -> Issued {
@@ -47,37 +49,6 @@ fn der(pem: &str) -> Vec<u8> {
         .expect("a certificate")
         .expect("PEM")
         .to_vec()
-}
-
-/// A server on the kubelet's TLS configuration that answers a completed handshake
-/// with one byte.
-async fn serve(tls: Arc<rustls::ServerConfig>, cancel: CancellationToken) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    tokio::spawn(async move {
-        loop {
-            let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => return,
-                },
-                _ = cancel.cancelled() => return,
-            };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let accepted =
-                    tokio::time::timeout(Duration::from_secs(5), acceptor.accept(stream)).await;
-                if let Ok(Ok(mut tls)) = accepted {
-                    let _ = tls.write_all(b"k").await;
-                    let _ = tls.shutdown().await;
-                }
-            });
-        }
-    });
-    addr
 }
 
 /// What a client trusting `server_ca` and presenting `certificate` gets: the leaf the
@@ -115,7 +86,10 @@ async fn connect(
     let read = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut answer))
         .await
         .context("no answer and no alert")?;
-    Ok((leaf, matches!(read, Ok(1)) && answer == *b"k"))
+    Ok((
+        leaf,
+        matches!(read, Ok(1)) && answer == [tls_answer::ANSWER],
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,7 +124,7 @@ async fn rewritten_certificate_files_are_used_without_a_restart() -> anyhow::Res
     )
     .await?;
     let tls = tls_config_resolving(certificate, Some(clients.tls_verifier()))?;
-    let addr = serve(tls, cancel.clone()).await;
+    let addr = tls_answer::serve(tls, cancel.clone()).await?;
 
     let server_ca_pem = server_ca.cert_pem().to_string();
     assert_eq!(

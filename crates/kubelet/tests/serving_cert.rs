@@ -10,6 +10,7 @@
 //! trusts the cluster CA, without a restart. Every wait is bounded.
 
 mod csr;
+mod tls_answer;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -20,7 +21,7 @@ use anyhow::{Context as _, bail, ensure};
 use csr::start_csr_controllers;
 use ferrokube_kubelet::bootstrap::{KUBELET_SERVING_SIGNER, NODES_GROUP, SERVING_USAGES};
 use ferrokube_kubelet::cert_rotation::ServingCertManager;
-use ferrokube_kubelet::server::{ServingCertSlot, tls_config_resolving};
+use ferrokube_kubelet::server::tls_config_resolving;
 use ferrokube_pki::CertInfo;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -59,39 +60,6 @@ fn address(type_: &str, a: &str) -> NodeAddress {
         type_: type_.into(),
         address: a.into(),
     }
-}
-
-/// An HTTPS server as the kubelet's: every handshake resolves its certificate from
-/// `slot`; a completed one is answered with a byte so the client sees it finish.
-async fn serve(
-    slot: Arc<ServingCertSlot>,
-    cancel: CancellationToken,
-) -> anyhow::Result<std::net::SocketAddr> {
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-    let addr = listener.local_addr()?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls_config_resolving(slot, None)?);
-    tokio::spawn(async move {
-        loop {
-            let stream = tokio::select! {
-                _ = cancel.cancelled() => return,
-                s = listener.accept() => match s {
-                    Ok((s, _)) => s,
-                    Err(_) => continue,
-                },
-            };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt as _;
-                let accepted =
-                    tokio::time::timeout(Duration::from_secs(5), acceptor.accept(stream)).await;
-                if let Ok(Ok(mut tls)) = accepted {
-                    let _ = tls.write_all(b"k").await;
-                    let _ = tls.shutdown().await;
-                }
-            });
-        }
-    });
-    Ok(addr)
 }
 
 /// A TLS handshake with `addr` as 127.0.0.1, trusting only `ca_pem`: the leaf the
@@ -162,7 +130,7 @@ async fn the_serving_certificate_is_served_once_an_administrator_approves_it() -
     let manager = Arc::new(manager);
     let slot = manager.slot().clone();
     assert!(slot.get().is_none(), "nothing is stored yet");
-    let addr = serve(slot.clone(), cancel.clone()).await?;
+    let addr = tls_answer::serve(tls_config_resolving(slot.clone(), None)?, cancel.clone()).await?;
     tokio::spawn(manager.clone().run(cancel.clone()));
 
     // The request: the node's subject, the serving signer and usages, its addresses.
