@@ -542,6 +542,37 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     let has = |needle: &str| proto.windows(needle.len()).any(|w| w == needle.as_bytes());
     assert!(has("listMetricsV1beta1NodeMetrics"));
 
+    // Unavailable (no endpoints), the extension's documents are not served; available
+    // again, they are.
+    let slice_path = "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices/metrics-abc";
+    let (code, _) = send(&client, "DELETE", slice_path, Value::Null).await;
+    assert_eq!(code, 200);
+    assert!(becomes(&client, APISERVICE, "False", "EndpointsNotFound").await);
+    assert!(
+        eventually(|| async { v3_entry(&client, V3_GV).await.is_none() }).await,
+        "{V3_GV} still listed in /openapi/v3 while unavailable"
+    );
+    let (_, _, _, v2) = openapi_get(&client, "/openapi/v2", &[]).await;
+    assert!(v2["paths"].get(NODES).is_none());
+    let (code, slice) = send(
+        &client,
+        "POST",
+        "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "metrics-abc", "labels": {"kubernetes.io/service-name": "metrics"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}),
+    )
+    .await;
+    assert_eq!(code, 201, "{slice}");
+    assert!(becomes(&client, APISERVICE, "True", "Passed").await);
+    assert!(
+        eventually(|| async { v3_entry(&client, V3_GV).await.as_deref() == Some(url.as_str()) })
+            .await,
+        "{V3_GV} not listed again once available"
+    );
+
     // A connection upgrade reaches the extension apiserver and is spliced.
     let out = websocket_round_trip(&client, "/apis/metrics.k8s.io/v1beta1/ws/x", "hi")
         .await
