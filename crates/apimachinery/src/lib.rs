@@ -13,6 +13,7 @@
 //! * [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic
 //!   merge patch; [`patch::meta`] holds the built-in types' patch strategies, merge
 //!   keys, list types and field type graph (v1.33), also meant for OpenAPI output.
+//! * [`request_header`]: the front-proxy headers' settings and the user they name.
 //! * [`managedfields`]: server-side apply over the same tables: field sets
 //!   (`FieldsV1`), merge, prune, conflicts, and ownership taken by other writes.
 //!
@@ -28,6 +29,7 @@ pub mod managedfields;
 pub mod patch;
 pub mod quantity;
 pub mod quota;
+pub mod request_header;
 pub mod resource_version;
 pub mod validation;
 

@@ -34,150 +34,16 @@ use super::x509::{ClientCa, VerifiedChains, chain_digest, verify_chain};
 use super::{AuthError, AuthRequest, Authenticator};
 use crate::user::UserInfo;
 
-/// The request-header settings (`--requestheader-*` but the CA file), as upstream's
-/// `authenticatorfactory.RequestHeaderConfig`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestHeaderConfig {
-    /// `--requestheader-username-headers`.
-    pub username_headers: Vec<String>,
-    /// `--requestheader-uid-headers`.
-    pub uid_headers: Vec<String>,
-    /// `--requestheader-group-headers`.
-    pub group_headers: Vec<String>,
-    /// `--requestheader-extra-headers-prefix`.
-    pub extra_header_prefixes: Vec<String>,
-    /// `--requestheader-allowed-names`: common names a front proxy's certificate may
-    /// have; empty allows every certificate of the request-header CA.
-    pub allowed_names: Vec<String>,
-}
+pub use ferrokube_apimachinery::request_header::RequestHeaderConfig;
 
-impl RequestHeaderConfig {
-    /// Upstream's `RequestHeaderAuthenticationOptions.Validate`: no name in any list
-    /// may be empty or only white space.
-    pub fn validate(&self) -> Result<(), AuthError> {
-        for (flag, values) in [
-            ("requestheader-username-headers", &self.username_headers),
-            ("requestheader-uid-headers", &self.uid_headers),
-            ("requestheader-group-headers", &self.group_headers),
-            (
-                "requestheader-extra-headers-prefix",
-                &self.extra_header_prefixes,
-            ),
-            ("requestheader-allowed-names", &self.allowed_names),
-        ] {
-            if values.iter().any(|v| v.trim().is_empty()) {
-                return Err(AuthError::Config(format!("empty value in \"{flag}\"")));
-            }
-        }
-        Ok(())
-    }
-
-    /// Removes the headers this configuration reads (upstream's
-    /// `ClearAuthenticationHeaders`), so they are not passed on by proxies.
-    pub fn clear_headers(&self, headers: &mut HeaderMap) {
-        for name in self
-            .username_headers
-            .iter()
-            .chain(&self.uid_headers)
-            .chain(&self.group_headers)
-        {
-            headers.remove(name.trim().to_ascii_lowercase().as_str());
-        }
-        let matching: Vec<http::HeaderName> = headers
-            .keys()
-            .filter(|name| {
-                self.extra_header_prefixes
-                    .iter()
-                    .any(|prefix| has_prefix_ignore_case(name.as_str(), prefix.trim()))
-            })
-            .cloned()
-            .collect();
-        for name in matching {
-            headers.remove(name);
-        }
-    }
-
-    /// The user the headers name, or `None` without a username header.
-    pub fn user_from_headers(&self, headers: &HeaderMap) -> Option<UserInfo> {
-        let name = first_value(headers, &self.username_headers)?;
-        let uid = first_value(headers, &self.uid_headers).unwrap_or_default();
-        let groups = self
-            .group_headers
-            .iter()
-            .flat_map(|h| headers.get_all(h.trim()).iter())
-            .map(header_string)
-            .filter(|v| !v.is_empty())
-            .collect();
-        let mut user = UserInfo {
-            name,
-            uid,
-            groups,
-            extra: Default::default(),
-        };
-        // Prefixes first, so that values keep the prefixes' order (as upstream).
-        for prefix in &self.extra_header_prefixes {
-            let prefix = prefix.trim();
-            for (name, value) in headers {
-                if !has_prefix_ignore_case(name.as_str(), prefix) {
-                    continue;
-                }
-                // Header names are already lower case here.
-                let key = path_unescape(&name.as_str()[prefix.len()..]);
-                user.extra
-                    .entry(key)
-                    .or_default()
-                    .push(header_string(value));
-            }
-        }
-        Some(user)
-    }
-}
-
-/// The first value of the first of `names` whose first value is non-empty (Go's
-/// `Header.Get` in a loop).
-fn first_value(headers: &HeaderMap, names: &[String]) -> Option<String> {
-    names
-        .iter()
-        .filter_map(|n| headers.get(n.trim()))
-        .map(header_string)
-        .find(|v| !v.is_empty())
-}
-
-/// A header value as Go sees it: its bytes (not valid UTF-8 ones replaced).
-fn header_string(value: &http::HeaderValue) -> String {
-    String::from_utf8_lossy(value.as_bytes()).into_owned()
-}
-
-fn has_prefix_ignore_case(s: &str, prefix: &str) -> bool {
-    s.len() >= prefix.len() && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
-}
-
-/// Go's `url.PathUnescape`, falling back to the input when it is malformed (a `%` not
-/// followed by two hex digits), as upstream's `unescapeExtraKey`.
-fn path_unescape(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = |b: u8| char::from(b).to_digit(16);
-            match (
-                bytes.get(i + 1).and_then(|&b| hex(b)),
-                bytes.get(i + 2).and_then(|&b| hex(b)),
-            ) {
-                (Some(hi), Some(lo)) => {
-                    // Two hex digits are at most 0xff.
-                    out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
-                    i += 3;
-                }
-                _ => return s.to_string(),
-            }
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// The user `config` finds in `headers`, or `None` without a username header.
+fn user_from_headers(config: &RequestHeaderConfig, headers: &HeaderMap) -> Option<UserInfo> {
+    config.user_from_headers(headers).map(|u| UserInfo {
+        name: u.name,
+        uid: u.uid,
+        groups: u.groups,
+        extra: u.extra,
+    })
 }
 
 /// Authenticates requests from a front proxy (the aggregator of another apiserver, an
@@ -202,14 +68,14 @@ impl RequestHeaderAuthenticator {
     /// From the PEM bundle of `--requestheader-client-ca-file` and the header settings
     /// (header names trimmed, as upstream's `trimHeaders`).
     pub fn new(client_ca_pem: &str, config: RequestHeaderConfig) -> Result<Self, AuthError> {
-        config.validate()?;
+        config.validate().map_err(AuthError::Config)?;
         Self::with_ca(ClientCa::new(client_ca_pem)?, config)
     }
 
     /// [`RequestHeaderAuthenticator::new`] over a request-header CA bundle that may be
     /// replaced while this authenticator is in use.
     pub fn with_ca(ca: Arc<ClientCa>, config: RequestHeaderConfig) -> Result<Self, AuthError> {
-        config.validate()?;
+        config.validate().map_err(AuthError::Config)?;
         let trim = |v: &[String]| v.iter().map(|s| s.trim().to_string()).collect();
         let config = RequestHeaderConfig {
             username_headers: trim(&config.username_headers),
@@ -239,7 +105,7 @@ impl RequestHeaderAuthenticator {
         let Some(leaf) = chain.first() else {
             return Ok(None);
         };
-        let Some(user) = self.config.user_from_headers(request.headers) else {
+        let Some(user) = user_from_headers(&self.config, request.headers) else {
             return Ok(None);
         };
         let ca = self.ca.current();
@@ -594,14 +460,5 @@ mod tests {
         kubeadm().clear_headers(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("accept"));
-    }
-
-    #[test]
-    fn unescaping() {
-        assert_eq!(path_unescape("a%2Fb"), "a/b");
-        assert_eq!(path_unescape("a+b"), "a+b");
-        assert_eq!(path_unescape("100%"), "100%");
-        assert_eq!(path_unescape("%4"), "%4");
-        assert_eq!(path_unescape("%e2%9c%93"), "\u{2713}");
     }
 }
