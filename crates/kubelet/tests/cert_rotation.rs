@@ -472,12 +472,15 @@ async fn a_renewal_nobody_approves_is_retried() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let controllers = start_csr_controllers(&srv, &cancel).await?;
     let dir = tempfile::tempdir()?;
+    // Issued an hour ago, expiring in 3 min: its rotation deadline (70-90 % of the
+    // lifetime, at most 56.7 min in) has passed whatever the jitter. With 10 min left,
+    // the deadline could still be up to 3 min away and no attempt came in time.
     let now = SystemTime::now();
     let first = first_certificate(
         &srv,
         Validity {
             not_before: now - Duration::from_secs(3600),
-            not_after: now + Duration::from_secs(600),
+            not_after: now + Duration::from_secs(180),
         },
     )?;
     let (kubeconfig, first_file) = bootstrapped_node(&srv, dir.path(), &first)?;
