@@ -11,7 +11,7 @@
 //!
 //! The files are read with blocking IO: they are a few KiB, read every few seconds.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,11 +97,6 @@ impl FollowedFiles {
         }
     }
 
-    /// The first file's path.
-    pub fn path(&self) -> &Path {
-        self.files.first().map_or(Path::new(""), |f| &f.path)
-    }
-
     fn paths(&self) -> String {
         self.files
             .iter()
@@ -154,6 +149,8 @@ impl ServingFiles {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn followed(dir: &Path) -> FollowedFiles {
