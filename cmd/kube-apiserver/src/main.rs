@@ -32,6 +32,8 @@ struct Args {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long)]
     tls_private_key_file: PathBuf,
+    #[command(flatten)]
+    tls: ferrokube_pki::tls_options::TlsFlags,
     /// Client certificates signed by this CA authenticate with their CommonName.
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
@@ -438,6 +440,7 @@ async fn main() -> anyhow::Result<()> {
         None => storage,
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
+    opts.tls = args.tls.options_logged()?;
     opts.bind_address = args.bind_address;
     opts.secure_port = args.secure_port;
     opts.client_ca_file = args.client_ca_file;

@@ -136,6 +136,14 @@ struct Opts {
     /// The key of --tls-cert-file (tlsPrivateKeyFile).
     #[arg(long = "tls-private-key-file")]
     tls_private_key_file: Option<PathBuf>,
+    /// Minimum TLS version of --port (tlsMinVersion): VersionTLS10, VersionTLS11,
+    /// VersionTLS12, VersionTLS13 (TLS 1.0 and 1.1 are never served).
+    #[arg(long = "tls-min-version")]
+    tls_min_version: Option<String>,
+    /// Comma-separated cipher suites of --port, Go's names (tlsCipherSuites); unset:
+    /// rustls's defaults.
+    #[arg(long = "tls-cipher-suites", value_delimiter = ',')]
+    tls_cipher_suites: Option<Vec<String>>,
     /// The port of the plain-HTTP /healthz endpoint (0 disables).
     #[arg(long = "healthz-port")]
     healthz_port: Option<u16>,
@@ -529,6 +537,12 @@ async fn main() -> anyhow::Result<()> {
     let serving_bootstrap = cfg_port != 0 && tls_files.is_none() && server_tls_bootstrap;
 
     let mut given = given_configuration(&opts, &file);
+    let serving_tls = ferrokube_pki::tls_options::TlsFlags {
+        tls_min_version: given.tls_min_version.clone().unwrap_or_default(),
+        tls_cipher_suites: given.tls_cipher_suites.clone().unwrap_or_default(),
+    }
+    .options_logged()
+    .context("--tls-min-version, --tls-cipher-suites (tlsMinVersion, tlsCipherSuites)")?;
     given.address = Some(address.to_string());
     given.read_only_port = Some(read_only_port);
     given.healthz_port = Some(healthz_port);
@@ -706,6 +720,7 @@ async fn main() -> anyhow::Result<()> {
         let tls = ferrokube_kubelet::server::tls_config_resolving(
             certificate,
             client_certificates.as_ref().map(|c| c.tls_verifier()),
+            &serving_tls,
         )?;
         let (addr, t) = ferrokube_kubelet::server::bind_tls(
             SocketAddr::new(address, port),
@@ -802,6 +817,12 @@ fn given_configuration(opts: &Opts, file: &KubeletConfiguration) -> KubeletConfi
     }
     if let Some(s) = &opts.container_log_max_size {
         g.container_log_max_size = Some(s.clone());
+    }
+    if let Some(v) = &opts.tls_min_version {
+        g.tls_min_version = Some(v.clone());
+    }
+    if let Some(v) = &opts.tls_cipher_suites {
+        g.tls_cipher_suites = Some(v.clone());
     }
     g
 }

@@ -38,6 +38,8 @@ struct Opts {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long = "tls-private-key-file")]
     tls_private_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: ferrokube_pki::tls_options::TlsFlags,
     /// The resolution at which metrics-server will retain metrics (Go duration: 15s,
     /// 1m, 500ms).
     #[arg(long = "metric-resolution", default_value = "15s", value_parser = parse_duration)]
@@ -175,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
     let cfg = RunConfig {
         addr: SocketAddr::new(opts.bind_address, opts.secure_port),
         serving_cert: serving_pair(&opts)?,
+        tls: opts.tls.options_logged()?,
         resolution: opts.metric_resolution,
         kubelet,
     };

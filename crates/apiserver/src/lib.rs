@@ -131,6 +131,7 @@ pub fn tls_config(
         key_pem,
         verifier,
         ferrokube_pki::serving::ALPN_H2_HTTP1,
+        &Default::default(),
     )
     .map_err(|e| ServerError::Tls(e.to_string()))
 }
@@ -343,6 +344,8 @@ pub struct Options {
     pub secure_port: u16,
     pub tls_cert_file: std::path::PathBuf,
     pub tls_private_key_file: std::path::PathBuf,
+    /// `--tls-min-version` and `--tls-cipher-suites`: what the port may negotiate.
+    pub tls: ferrokube_pki::tls_options::TlsOptions,
     pub client_ca_file: Option<std::path::PathBuf>,
     pub token_auth_file: Option<std::path::PathBuf>,
     /// `--kubelet-client-certificate` / `--kubelet-client-key`: how the apiserver
@@ -448,6 +451,7 @@ impl Options {
             secure_port: 6443,
             tls_cert_file,
             tls_private_key_file,
+            tls: Default::default(),
             client_ca_file: None,
             token_auth_file: None,
             kubelet_client_certificate: None,
@@ -554,6 +558,7 @@ impl Options {
             serving.clone(),
             tls_client_verifier,
             ferrokube_pki::serving::ALPN_H2_HTTP1,
+            &self.tls,
         )
         .map_err(|e| ServerError::Tls(e.to_string()))?;
         let certificate_files = cert_reload::CertificateFiles::new(

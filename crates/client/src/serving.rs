@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::delegated::Gate;
 use crate::extension_authentication::{LookupFailure, client_certificates};
 
-/// Upstream's secure serving flags (the certificate part).
+/// Upstream's secure serving flags (the certificate and TLS parts).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SecureServingOptions {
     /// File containing the default x509 certificate for HTTPS (CA cert, if any,
@@ -26,6 +26,8 @@ pub struct SecureServingOptions {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long = "tls-private-key-file")]
     pub tls_private_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ferrokube_pki::tls_options::TlsFlags,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,11 +65,16 @@ impl SecureServingOptions {
             (None, None) => self_signed(component, bind)?,
             _ => return Err(ServingError::HalfPair),
         };
+        let tls = self
+            .tls
+            .options_logged()
+            .map_err(|e| ServingError::Tls(e.to_string()))?;
         ferrokube_pki::serving::server_config(
             &cert_pem,
             &key_pem,
             verifier,
             ferrokube_pki::serving::ALPN_H2_HTTP1,
+            &tls,
         )
         .map_err(|e| ServingError::Tls(e.to_string()))
     }
@@ -204,7 +211,7 @@ mod tests {
     fn a_half_pair_is_refused_and_none_is_self_signed() {
         let half = SecureServingOptions {
             tls_cert_file: Some("/nonexistent.crt".into()),
-            tls_private_key_file: None,
+            ..Default::default()
         };
         assert!(matches!(
             half.tls_config("kube-scheduler", IpAddr::from([0, 0, 0, 0]), None),
@@ -214,6 +221,26 @@ mod tests {
             .tls_config("kube-scheduler", IpAddr::from([127, 0, 0, 1]), None)
             .unwrap();
         assert_eq!(cfg.alpn_protocols[1], b"http/1.1");
+    }
+
+    #[test]
+    fn the_tls_flags_are_checked() {
+        let mut opts = SecureServingOptions::default();
+        opts.tls.tls_min_version = "VersionTLS14".into();
+        let err = opts
+            .tls_config("kube-scheduler", IpAddr::from([127, 0, 0, 1]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown tls version \"VersionTLS14\""),
+            "{err}"
+        );
+        opts.tls.tls_min_version = "VersionTLS13".into();
+        opts.tls.tls_cipher_suites = vec!["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into()];
+        assert!(
+            opts.tls_config("kube-scheduler", IpAddr::from([127, 0, 0, 1]), None)
+                .is_ok()
+        );
     }
 
     #[tokio::test]

@@ -263,6 +263,7 @@ async fn serve_tls(
         &issued.key_pem,
         None,
         ferrokube_pki::serving::ALPN_HTTP1,
+        &Default::default(),
     )?;
     let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?

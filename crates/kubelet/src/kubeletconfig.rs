@@ -126,6 +126,12 @@ pub struct KubeletConfiguration {
     pub tls_cert_file: Option<String>,
     #[serde(rename = "tlsPrivateKeyFile", skip_serializing_if = "Option::is_none")]
     pub tls_private_key_file: Option<String>,
+    /// The versions and suites `port` negotiates (Go's names; see
+    /// `ferrokube_pki::tls_options`).
+    #[serde(rename = "tlsMinVersion", skip_serializing_if = "Option::is_none")]
+    pub tls_min_version: Option<String>,
+    #[serde(rename = "tlsCipherSuites", skip_serializing_if = "Option::is_none")]
+    pub tls_cipher_suites: Option<Vec<String>>,
     /// Renew the client certificate before it expires (`--rotate-certificates` wins).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotate_certificates: Option<bool>,
@@ -349,6 +355,8 @@ pub fn effective_configuration(
         read_only_port: given.read_only_port.filter(|p| *p != 0),
         tls_cert_file: non_empty(&given.tls_cert_file),
         tls_private_key_file: non_empty(&given.tls_private_key_file),
+        tls_min_version: non_empty(&given.tls_min_version),
+        tls_cipher_suites: given.tls_cipher_suites.clone().filter(|s| !s.is_empty()),
         // A plain bool with omitempty upstream: shown only when on.
         rotate_certificates: given.rotate_certificates.filter(|r| *r),
         server_tls_bootstrap: given.server_tls_bootstrap.filter(|r| *r),
@@ -581,9 +589,15 @@ mod tests {
         let c = KubeletConfiguration::from_yaml(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              enableServer: false\naddress: 127.0.0.1\n\
-             tlsCertFile: a.crt\nenableSystemLogHandler: false\n",
+             tlsCertFile: a.crt\nenableSystemLogHandler: false\n\
+             tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
         )
         .unwrap();
+        assert_eq!(c.tls_min_version.as_deref(), Some("VersionTLS13"));
+        assert_eq!(
+            c.tls_cipher_suites.as_deref(),
+            Some(&["TLS_AES_128_GCM_SHA256".to_string()][..])
+        );
         assert_eq!(c.enable_server, None);
         assert_eq!(c.address.as_deref(), Some("127.0.0.1"));
         assert_eq!(c.tls_cert_file.as_deref(), Some("a.crt"));

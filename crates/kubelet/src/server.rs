@@ -86,7 +86,7 @@ pub fn tls_config(
         .map_err(ServerError::Tls)?;
     let certificate = ferrokube_pki::serving::ServingCertificate::new(cert_pem, key_pem)
         .map_err(|e| ServerError::Tls(e.to_string()))?;
-    tls_config_resolving(certificate, verifier)
+    tls_config_resolving(certificate, verifier, &Default::default())
 }
 
 /// Where the HTTPS port finds its certificate at each handshake.
@@ -95,15 +95,18 @@ pub type CertificateResolver = Arc<dyn rustls::server::ResolvesServerCert>;
 /// [`tls_config`] whose certificate is resolved at each handshake (a pair followed in
 /// its files, or `serverTLSBootstrap`'s [`ServingCertSlot`]) and whose client
 /// certificates are checked by `client_verifier` (the client CA followed in its file),
-/// so either can change while the port serves.
+/// so either can change while the port serves; `tls`: `tlsMinVersion` and
+/// `tlsCipherSuites`.
 pub fn tls_config_resolving(
     certificate: CertificateResolver,
     client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    tls: &ferrokube_pki::tls_options::TlsOptions,
 ) -> Result<Arc<rustls::ServerConfig>, ServerError> {
     ferrokube_pki::serving::server_config_with_resolver(
         certificate,
         client_verifier,
         ferrokube_pki::serving::ALPN_HTTP1,
+        tls,
     )
     .map_err(|e| ServerError::Tls(e.to_string()))
 }

@@ -123,7 +123,11 @@ async fn rewritten_certificate_files_are_used_without_a_restart() -> anyhow::Res
         LookupFailure::Tolerate,
     )
     .await?;
-    let tls = tls_config_resolving(certificate, Some(clients.tls_verifier()))?;
+    let tls = tls_config_resolving(
+        certificate,
+        Some(clients.tls_verifier()),
+        &Default::default(),
+    )?;
     let addr = tls_answer::serve(tls, cancel.clone()).await?;
 
     let server_ca_pem = server_ca.cert_pem().to_string();

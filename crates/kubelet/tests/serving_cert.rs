@@ -130,7 +130,11 @@ async fn the_serving_certificate_is_served_once_an_administrator_approves_it() -
     let manager = Arc::new(manager);
     let slot = manager.slot().clone();
     assert!(slot.get().is_none(), "nothing is stored yet");
-    let addr = tls_answer::serve(tls_config_resolving(slot.clone(), None)?, cancel.clone()).await?;
+    let addr = tls_answer::serve(
+        tls_config_resolving(slot.clone(), None, &Default::default())?,
+        cancel.clone(),
+    )
+    .await?;
     tokio::spawn(manager.clone().run(cancel.clone()));
 
     // The request: the node's subject, the serving signer and usages, its addresses.

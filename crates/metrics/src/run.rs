@@ -31,6 +31,8 @@ pub struct RunConfig {
     pub addr: SocketAddr,
     /// The serving certificate (chain) and key, PEM.
     pub serving_cert: (String, String),
+    /// `--tls-min-version`, `--tls-cipher-suites`.
+    pub tls: ferrokube_pki::tls_options::TlsOptions,
     /// `--metric-resolution`.
     pub resolution: Duration,
     pub kubelet: KubeletClient,
@@ -89,6 +91,7 @@ pub async fn start(
         &cfg.serving_cert.1,
         verifier,
         ferrokube_pki::serving::ALPN_H2_HTTP1,
+        &cfg.tls,
     )
     .map_err(|e| RunError::Tls(e.to_string()))?;
 

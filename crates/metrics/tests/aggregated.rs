@@ -285,6 +285,7 @@ async fn node_and_pod_metrics_through_the_aggregator() -> anyhow::Result<()> {
         RunConfig {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             serving_cert: (serving.cert_pem, serving.key_pem),
+            tls: Default::default(),
             resolution: Duration::from_millis(500),
             kubelet,
         },

@@ -19,6 +19,8 @@
 //! * [`serving`]: the rustls server configuration of an HTTPS port from PEM, and
 //!   upstream's self-signed serving pair, for every component that serves TLS;
 //!   [`serving::ServingCertificate`], a serving pair replaced while the port serves.
+//! * [`tls_options`]: upstream's `--tls-min-version` and `--tls-cipher-suites`, the
+//!   versions and suites [`serving`] lets a port negotiate.
 //! * [`reload`]: [`reload::FollowedFiles`], certificate and CA files read again while a
 //!   server runs and installed when their content changes (apiserver, kubelet).
 //!
@@ -41,6 +43,7 @@ pub mod kubeconfig;
 pub mod pem;
 pub mod reload;
 pub mod serving;
+pub mod tls_options;
 
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};

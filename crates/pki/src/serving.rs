@@ -17,6 +17,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::tls_options::TlsOptions;
 use crate::{CertificateAuthority, Issued, PkiError, Result, Validity};
 
 /// ALPN for a port that serves HTTP/2 and HTTP/1.1.
@@ -26,17 +27,20 @@ pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
 
 /// The rustls configuration of an HTTPS port: the serving certificate (PEM, chain
 /// allowed) and its key, the client verification (`None`: no client certificates
-/// asked for) and the ALPN protocols offered.
+/// asked for), the ALPN protocols offered and the versions and suites allowed
+/// (`--tls-min-version`, `--tls-cipher-suites`).
 pub fn server_config(
     cert_pem: &str,
     key_pem: &str,
     client_verifier: Option<Arc<dyn ClientCertVerifier>>,
     alpn: &[&[u8]],
+    tls: &TlsOptions,
 ) -> Result<Arc<rustls::ServerConfig>> {
     server_config_with_resolver(
         ServingCertificate::new(cert_pem, key_pem)?,
         client_verifier,
         alpn,
+        tls,
     )
 }
 
@@ -47,9 +51,11 @@ pub fn server_config_with_resolver(
     resolver: Arc<dyn ResolvesServerCert>,
     client_verifier: Option<Arc<dyn ClientCertVerifier>>,
     alpn: &[&[u8]],
+    tls: &TlsOptions,
 ) -> Result<Arc<rustls::ServerConfig>> {
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
+    let (provider, versions) = tls.provider_and_versions();
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
         .map_err(|e| PkiError::InvalidOption(e.to_string()))?;
     let builder = match client_verifier {
         Some(v) => builder.with_client_cert_verifier(v),
@@ -264,15 +270,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pair.cert_pem.matches("BEGIN CERTIFICATE").count(), 2);
-        let cfg = server_config(&pair.cert_pem, &pair.key_pem, None, ALPN_HTTP1).unwrap();
+        let cfg = server_config(
+            &pair.cert_pem,
+            &pair.key_pem,
+            None,
+            ALPN_HTTP1,
+            &TlsOptions::default(),
+        )
+        .unwrap();
         assert_eq!(cfg.alpn_protocols, [b"http/1.1".to_vec()]);
-        let cfg = server_config(&pair.cert_pem, &pair.key_pem, None, ALPN_H2_HTTP1).unwrap();
+        let cfg = server_config(
+            &pair.cert_pem,
+            &pair.key_pem,
+            None,
+            ALPN_H2_HTTP1,
+            &TlsOptions::default(),
+        )
+        .unwrap();
         assert_eq!(cfg.alpn_protocols.len(), 2);
         assert!(matches!(
-            server_config("", &pair.key_pem, None, ALPN_HTTP1),
+            server_config("", &pair.key_pem, None, ALPN_HTTP1, &TlsOptions::default()),
             Err(PkiError::Pem(_))
         ));
-        assert!(server_config(&pair.cert_pem, "junk", None, ALPN_HTTP1).is_err());
+        assert!(
+            server_config(
+                &pair.cert_pem,
+                "junk",
+                None,
+                ALPN_HTTP1,
+                &TlsOptions::default()
+            )
+            .is_err()
+        );
     }
 
     fn serving_pair(ca_name: &str) -> Issued {
@@ -335,7 +364,94 @@ mod tests {
     fn a_resolver_config_offers_the_alpn_asked_for() {
         let pair = serving_pair("ca");
         let serving = ServingCertificate::new(&pair.cert_pem, &pair.key_pem).unwrap();
-        let cfg = server_config_with_resolver(serving, None, ALPN_H2_HTTP1).unwrap();
+        let cfg = server_config_with_resolver(serving, None, ALPN_H2_HTTP1, &TlsOptions::default())
+            .unwrap();
         assert_eq!(cfg.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+    }
+
+    /// Drives a handshake between `server` and a client limited to `versions` and
+    /// `suites`, in memory; what it negotiated, or the error that ended it.
+    fn handshake(
+        server: Arc<rustls::ServerConfig>,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        suites: &[rustls::SupportedCipherSuite],
+    ) -> std::result::Result<(rustls::ProtocolVersion, rustls::CipherSuite), rustls::Error> {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = suites.to_vec();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::insecure::AcceptAnyServerCert(
+                Arc::new(rustls::crypto::ring::default_provider()),
+            )))
+            .with_no_client_auth();
+        let mut c =
+            rustls::ClientConnection::new(Arc::new(client), "localhost".try_into().unwrap())
+                .unwrap();
+        let mut s = rustls::ServerConnection::new(server).unwrap();
+        for _ in 0..10 {
+            let mut buf = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut buf).unwrap();
+            }
+            s.read_tls(&mut buf.as_slice()).unwrap();
+            s.process_new_packets()?;
+            let mut buf = Vec::new();
+            while s.wants_write() {
+                s.write_tls(&mut buf).unwrap();
+            }
+            c.read_tls(&mut buf.as_slice()).unwrap();
+            c.process_new_packets()?;
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return Ok((
+                    c.protocol_version().unwrap(),
+                    c.negotiated_cipher_suite().unwrap().suite(),
+                ));
+            }
+        }
+        panic!("the handshake did not finish");
+    }
+
+    #[test]
+    fn a_port_negotiates_only_the_versions_and_suites_allowed() {
+        use rustls::crypto::ring::cipher_suite as cs;
+        use rustls::version::{TLS12, TLS13};
+        let pair = serving_pair("ca");
+        let config = |min: &str, suites: &[&str]| {
+            let suites: Vec<String> = suites.iter().map(|s| s.to_string()).collect();
+            let (tls, _) = TlsOptions::parse(min, &suites).unwrap();
+            server_config(&pair.cert_pem, &pair.key_pem, None, ALPN_HTTP1, &tls).unwrap()
+        };
+        let all = rustls::crypto::ring::DEFAULT_CIPHER_SUITES;
+        let gcm128 = cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
+        let gcm256 = cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384;
+
+        // Defaults: TLS 1.3 when the client has it, TLS 1.2 otherwise.
+        assert_eq!(
+            handshake(config("", &[]), &[&TLS13, &TLS12], all)
+                .unwrap()
+                .0,
+            rustls::ProtocolVersion::TLSv1_3
+        );
+        assert_eq!(
+            handshake(config("", &[]), &[&TLS12], all).unwrap().0,
+            rustls::ProtocolVersion::TLSv1_2
+        );
+
+        // VersionTLS13: a TLS 1.2 client is refused.
+        assert!(handshake(config("VersionTLS13", &[]), &[&TLS12], all).is_err());
+
+        // A suite list: a TLS 1.2 client gets a listed suite, or nothing.
+        let listed = config("", &["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]);
+        assert_eq!(
+            handshake(listed.clone(), &[&TLS12], &[gcm128, gcm256])
+                .unwrap()
+                .1,
+            rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+        );
+        assert!(handshake(listed.clone(), &[&TLS12], &[gcm128]).is_err());
+        // TLS 1.3's suites stay as they are.
+        assert!(handshake(listed, &[&TLS13], all).is_ok());
     }
 }
