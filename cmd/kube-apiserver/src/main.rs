@@ -217,6 +217,16 @@ struct Args {
     /// Amount of time to retain events (Go duration).
     #[arg(long, default_value = "1h0m0s")]
     event_ttl: String,
+    /// How long a request that is not long-running (not a watch, exec, attach,
+    /// port-forward, log stream or proxy) may take before it is answered 504 (Go
+    /// duration; 0: no limit). A shorter `?timeout=` on the request wins.
+    #[arg(long, default_value = "1m0s")]
+    request_timeout: String,
+    /// Seconds a watch without timeoutSeconds is kept open at least; it ends after a
+    /// random time between this and twice this, to spread out the load of reconnects
+    /// (0: never).
+    #[arg(long, default_value_t = 1800)]
+    min_request_timeout: u64,
     /// The URL of the OpenID issuer, only HTTPS scheme will be accepted. If set, it
     /// will be used to verify the OIDC JSON Web Token (JWT).
     #[arg(long, default_value = "")]
@@ -275,33 +285,9 @@ const NODE_ADDRESS_TYPES: [&str; 5] = [
     "ExternalDNS",
 ];
 
-/// A Go duration of `h`, `m` and `s` parts (`1h0m0s`, `90m`); whole seconds only.
+/// A Go duration flag's value (`1h0m0s`, `90m`, `500ms`).
 fn go_duration(s: &str) -> Option<Duration> {
-    go_duration_seconds(s)
-        .and_then(|n| u64::try_from(n).ok())
-        .map(Duration::from_secs)
-}
-
-/// Whole seconds of a Go duration made of `h`, `m` and `s` parts (`24h`, `1h30m`,
-/// `3600s`).
-fn go_duration_seconds(s: &str) -> Option<i64> {
-    let mut total = 0i64;
-    let mut number = String::new();
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let n: i64 = number.parse().ok()?;
-        number.clear();
-        total += n * match c {
-            'h' => 3600,
-            'm' => 60,
-            's' => 1,
-            _ => return None,
-        };
-    }
-    (number.is_empty() && !s.is_empty()).then_some(total)
+    ferrokube_apimachinery::duration::parse_go_duration(s).ok()
 }
 
 // jemalloc instead of glibc's malloc: with glibc, malloc and free took 17-23 % of the
@@ -472,9 +458,15 @@ async fn main() -> anyhow::Result<()> {
     opts.service_account_signing_key_file = args.service_account_signing_key_file;
     opts.api_audiences = args.api_audiences;
     opts.service_account_max_token_expiration = match &args.service_account_max_token_expiration {
-        Some(d) => Some(go_duration_seconds(d).ok_or_else(|| {
-            anyhow::anyhow!("--service-account-max-token-expiration: invalid duration {d:?}")
-        })?),
+        Some(d) => Some(
+            go_duration(d)
+                .and_then(|d| i64::try_from(d.as_secs()).ok())
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--service-account-max-token-expiration: invalid duration {d:?}"
+                    )
+                })?,
+        ),
         None => None,
     };
     opts.service_cluster_ip_range = args.service_cluster_ip_range;
@@ -530,6 +522,13 @@ async fn main() -> anyhow::Result<()> {
     {
         tracing::warn!("{warning}");
     }
+    opts.request_timeout = go_duration(&args.request_timeout).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--request-timeout: invalid duration {:?}",
+            args.request_timeout
+        )
+    })?;
+    opts.min_request_timeout = Duration::from_secs(args.min_request_timeout);
     opts.event_ttl = go_duration(&args.event_ttl)
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     opts.oidc = oidc;
@@ -556,7 +555,7 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Args, go_duration, go_duration_seconds};
+    use super::{Args, go_duration};
     use clap::Parser as _;
     use std::time::Duration;
 
@@ -740,10 +739,11 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(go_duration_seconds("24h"), Some(86400));
-        assert_eq!(go_duration_seconds("1h30m10s"), Some(5410));
-        assert_eq!(go_duration_seconds("10"), None);
-        assert_eq!(go_duration_seconds(""), None);
-        assert_eq!(go_duration_seconds("5d"), None);
+        let secs = |s| go_duration(s).map(|d| d.as_secs());
+        assert_eq!(secs("24h"), Some(86400));
+        assert_eq!(secs("1h30m10s"), Some(5410));
+        assert_eq!(secs("10"), None);
+        assert_eq!(secs(""), None);
+        assert_eq!(secs("5d"), None);
     }
 }

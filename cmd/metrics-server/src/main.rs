@@ -70,37 +70,9 @@ struct Opts {
     verbosity: u8,
 }
 
-/// A Go duration of one unit or several (`15s`, `1m30s`, `500ms`).
+/// A Go duration (`15s`, `1m30s`, `500ms`).
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
-        let value: f64 = rest[..n]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let secs = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            unit => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
-        };
-        total += Duration::from_secs_f64(value * secs);
-        rest = &rest[u..];
-    }
-    Ok(total)
+    ferrokube_client::leaderelection::parse_go_duration(s)
 }
 
 /// The serving pair: the given files, else the one kept in `cert_dir`, else a fresh
@@ -190,15 +162,6 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_as_go() {
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("15").is_err());
-        assert!(parse_duration("1d").is_err());
-    }
 
     #[test]
     fn flags_default_as_upstream() {

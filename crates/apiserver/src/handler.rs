@@ -46,7 +46,8 @@ pub(crate) struct State {
     pub tokens: Option<Arc<crate::tokens::Tokens>>,
     pub advertise: String,
     pub max_body: usize,
-    pub max_watch: Duration,
+    pub request_timeout: Duration,
+    pub min_request_timeout: Duration,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
     pub openapi: crate::openapi::OpenApi,
@@ -126,12 +127,29 @@ pub(crate) async fn serve(
     };
     let resource = attrs.resource.clone();
     let accepts_gzip = accepts_gzip(req.headers());
-    let resp = match AssertUnwindSafe(handle(&state, &peer_certs, req, attrs, &audit))
-        .catch_unwind()
-        .await
-    {
-        Ok(r) => audit.finish(r, long_running, None).await,
-        Err(panic) => {
+    let deadline = if long_running {
+        Ok(None)
+    } else {
+        request_timeout(req.uri().query(), state.request_timeout)
+    };
+    let handled = async {
+        let deadline = deadline?;
+        let handled =
+            AssertUnwindSafe(handle(&state, &peer_certs, req, attrs, &audit)).catch_unwind();
+        match deadline {
+            Some(timeout) => tokio::time::timeout(timeout, handled).await.map_err(|_| {
+                ApiError::timeout(
+                    "request did not complete within requested timeout - context deadline exceeded",
+                    0,
+                )
+            }),
+            None => Ok(handled.await),
+        }
+    };
+    let resp = match handled.await {
+        Err(e) => audit.finish(error_response(&e), long_running, None).await,
+        Ok(Ok(r)) => audit.finish(r, long_running, None).await,
+        Ok(Err(panic)) => {
             let msg = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -218,6 +236,56 @@ async fn gzip_response(resp: Response<Body>) -> Response<Body> {
             let mut r = error_response(&ApiError::internal("compressing the response failed"));
             *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
             r
+        }
+    }
+}
+
+/// How long a request that is not long-running may take: `?timeout=` (a Go duration)
+/// when it is positive and shorter than `--request-timeout`, else `--request-timeout`
+/// (upstream's `WithRequestDeadline`); `None`: no limit (both zero). A malformed
+/// `?timeout=` is a 400.
+fn request_timeout(query: Option<&str>, server: Duration) -> Result<Option<Duration>, ApiError> {
+    let Some(value) = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "timeout")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok(Some(server).filter(|t| !t.is_zero()));
+    };
+    // Go reads a negative duration too; it asks for no timeout of the client's own.
+    let negative = value.starts_with('-');
+    let asked = ferrokube_apimachinery::duration::parse_go_duration(
+        value.strip_prefix('-').unwrap_or(&value),
+    )
+    .map_err(|e| {
+        ApiError::bad_request(format!(
+            "invalid timeout specified in the request URL - time: {e}"
+        ))
+    })?;
+    let asked = Some(asked).filter(|t| !negative && !t.is_zero());
+    Ok(match asked {
+        Some(asked) if server.is_zero() || asked < server => Some(asked),
+        _ => Some(server).filter(|t| !t.is_zero()),
+    })
+}
+
+/// How long a watch runs: `timeoutSeconds` when positive, else a random time between
+/// `--min-request-timeout` and twice that, so that watches begun together do not all
+/// end together (upstream's `GetTimeoutForWatch`); `None` when both are zero.
+pub(crate) fn watch_timeout(
+    q: &HashMap<String, String>,
+    min_request_timeout: Duration,
+) -> Option<Duration> {
+    match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
+        Some(t) if t > 0 => Some(Duration::from_secs(t)),
+        _ if min_request_timeout.is_zero() => None,
+        _ => {
+            use std::hash::{BuildHasher, Hasher};
+            let random = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish();
+            let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
+            Some(min_request_timeout.mul_f64(1.0 + fraction))
         }
     }
 }
@@ -1458,7 +1526,7 @@ fn watch_content_type(target: Target) -> &'static str {
 }
 
 /// Streams what `rx` receives as watch events until the watch's timeout
-/// (`timeoutSeconds`, at most the server's limit), the server's shutdown, or the end
+/// ([`watch_timeout`]), the server's shutdown, or the end
 /// of `rx`. `hold_open` keeps a source with nothing to send from ending the stream at
 /// once (its sender lives as long as the stream).
 pub(crate) fn watch_response(
@@ -1470,14 +1538,11 @@ pub(crate) fn watch_response(
     rx: tokio::sync::mpsc::Receiver<WatchItem>,
     hold_open: Option<tokio::sync::mpsc::Sender<WatchItem>>,
 ) -> Response<Body> {
-    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
-        Some(t) if t > 0 => Duration::from_secs(t).min(state.max_watch),
-        _ => state.max_watch,
-    };
+    let timeout = watch_timeout(q, state.min_request_timeout);
     let ct = watch_content_type(target);
     state.metrics.watch_started();
     let metrics = state.metrics.clone();
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let shutdown = state.shutdown.clone();
     struct Guard(Arc<Metrics>);
     impl Drop for Guard {
@@ -1504,7 +1569,12 @@ pub(crate) fn watch_response(
                         let line = item_line(printed, target, &item);
                         Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shutdown, guard)))
                     }
-                    _ = tokio::time::sleep_until(deadline) => None,
+                    _ = async {
+                        match deadline {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => None,
                     _ = shutdown.changed() => None,
                 }
             }
@@ -1519,6 +1589,54 @@ pub(crate) fn watch_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_timeouts_as_upstream() {
+        let minute = Duration::from_secs(60);
+        let t = |q: &str| request_timeout(Some(q), minute);
+        assert_eq!(t(""), Ok(Some(minute)));
+        assert_eq!(t("timeout=10s"), Ok(Some(Duration::from_secs(10))));
+        assert_eq!(t("timeout=1h"), Ok(Some(minute)), "held to the server's");
+        assert_eq!(t("timeout=0s"), Ok(Some(minute)));
+        assert_eq!(t("timeout=-5s"), Ok(Some(minute)));
+        let err = t("timeout=5").unwrap_err();
+        assert_eq!(err.code, 400);
+        assert!(
+            err.message.contains("time: missing unit in duration \"5\""),
+            "{}",
+            err.message
+        );
+        // --request-timeout=0: only the client's own limit.
+        assert_eq!(request_timeout(Some(""), Duration::ZERO), Ok(None));
+        assert_eq!(
+            request_timeout(Some("timeout=3s"), Duration::ZERO),
+            Ok(Some(Duration::from_secs(3)))
+        );
+    }
+
+    #[test]
+    fn watch_timeouts_are_spread_above_the_minimum() {
+        let min = Duration::from_secs(1800);
+        let q = |s: &str| query_map(Some(s));
+        assert_eq!(
+            watch_timeout(&q("timeoutSeconds=5"), min),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            watch_timeout(&q("timeoutSeconds=7200"), min),
+            Some(Duration::from_secs(7200)),
+            "not capped"
+        );
+        let drawn: Vec<Duration> = (0..50)
+            .map(|_| watch_timeout(&q(""), min).unwrap())
+            .collect();
+        assert!(drawn.iter().all(|d| *d >= min && *d < 2 * min), "{drawn:?}");
+        assert!(
+            drawn.iter().any(|d| *d != drawn[0]),
+            "not spread: {drawn:?}"
+        );
+        assert_eq!(watch_timeout(&q("timeoutSeconds=0"), Duration::ZERO), None);
+    }
 
     #[test]
     fn resource_paths() {

@@ -79,8 +79,12 @@ pub struct Config {
     pub advertise: String,
     /// Largest request body (upstream: 3 MiB).
     pub max_body_bytes: usize,
-    /// Upper bound of a watch's duration when the client gives no timeoutSeconds.
-    pub max_watch: Duration,
+    /// `--request-timeout`: the longest a request that is not long-running may take
+    /// (a shorter `?timeout=` wins) before it is answered 504.
+    pub request_timeout: Duration,
+    /// `--min-request-timeout`: a watch without `timeoutSeconds` ends after a random
+    /// time between this and twice this (zero: never).
+    pub min_request_timeout: Duration,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -219,7 +223,8 @@ impl Server {
             tokens: config.tokens,
             advertise: config.advertise,
             max_body: config.max_body_bytes,
-            max_watch: config.max_watch,
+            request_timeout: config.request_timeout,
+            min_request_timeout: config.min_request_timeout,
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
             audit: config.audit,
@@ -430,6 +435,10 @@ pub struct Options {
     /// `--oidc-ca-file`: the CA of the issuer's serving certificate (unset: the
     /// host's roots).
     pub oidc_ca_file: Option<std::path::PathBuf>,
+    /// `--request-timeout` (default 1m0s): see [`Config::request_timeout`].
+    pub request_timeout: Duration,
+    /// `--min-request-timeout` (default 1800 s): see [`Config::min_request_timeout`].
+    pub min_request_timeout: Duration,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -490,6 +499,8 @@ impl Options {
             event_ttl: Duration::from_secs(3600),
             oidc: OidcConfig::default(),
             oidc_ca_file: None,
+            request_timeout: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
         }
     }
 
@@ -745,7 +756,8 @@ impl Options {
             metrics,
             advertise: SocketAddr::new(advertise_ip, self.secure_port).to_string(),
             max_body_bytes: 3 * 1024 * 1024,
-            max_watch: Duration::from_secs(1800),
+            request_timeout: self.request_timeout,
+            min_request_timeout: self.min_request_timeout,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,

@@ -32,42 +32,7 @@ use crate::{Error, Result};
 /// Upstream's jitter factor for the acquire loop.
 pub const JITTER_FACTOR: f64 = 1.2;
 
-/// Parses a Go duration (`15s`, `1m30s`, `500ms`, `1.5h`, `0`).
-pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    let mut total = 0f64;
-    let mut rest = s.trim_start_matches('+');
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
-        let n: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("unknown unit {u:?} in duration {s:?}")),
-        };
-        rest = &rest[unit_end..];
-        total += n * unit;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| format!("invalid duration {s:?}"))
-}
+pub use ferrokube_apimachinery::duration::parse_go_duration;
 
 fn go_duration_arg(s: &str) -> std::result::Result<Duration, String> {
     parse_go_duration(s)
@@ -674,19 +639,6 @@ mod tests {
     struct Cmd {
         #[command(flatten)]
         le: LeaderElectionOptions,
-    }
-
-    #[test]
-    fn go_durations() {
-        let ok = |s: &str| parse_go_duration(s).unwrap();
-        assert_eq!(ok("15s"), Duration::from_secs(15));
-        assert_eq!(ok("1m30s"), Duration::from_secs(90));
-        assert_eq!(ok("500ms"), Duration::from_millis(500));
-        assert_eq!(ok("1.5h"), Duration::from_secs(5400));
-        assert_eq!(ok("0"), Duration::ZERO);
-        for bad in ["", "15", "-1s", "1x", "s"] {
-            assert!(parse_go_duration(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]
