@@ -150,35 +150,9 @@ fn parse_time_ms(v: &Value) -> i64 {
 
 /// A Go duration (`10s`, `1m30s`, `500ms`) in milliseconds; 0 when unparsable.
 fn parse_go_duration_ms(s: &str) -> i64 {
-    let mut total = 0f64;
-    let mut num = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let mut unit = c.to_string();
-        while let Some(&n) = chars.peek() {
-            if n.is_ascii_digit() || n == '.' {
-                break;
-            }
-            unit.push(n);
-            chars.next();
-        }
-        let n: f64 = num.parse().unwrap_or(0.0);
-        num.clear();
-        total += n * match unit.as_str() {
-            "ns" => 1e-6,
-            "us" | "µs" => 1e-3,
-            "ms" => 1.0,
-            "s" => 1e3,
-            "m" => 6e4,
-            "h" => 3.6e6,
-            _ => 0.0,
-        };
-    }
-    total as i64
+    ferrokube_apimachinery::duration::parse_go_duration(s)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// Upstream `getPodMetrics` / `getContainerMetrics` over a `PodMetricsList`: each

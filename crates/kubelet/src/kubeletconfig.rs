@@ -260,43 +260,9 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, ConfigFileError> {
 }
 
 /// Formats a duration as Go's `time.Duration.String()` does (how upstream writes
-/// durations in JSON): `0s`, `100ms`, `1.5s`, `10s`, `1m0s`, `5m0s`, `1h30m0s`; below a
-/// second `ns`, `µs` or `ms` with a fraction.
+/// durations in JSON): `0s`, `100ms`, `1.5s`, `10s`, `1m0s`, `5m0s`, `1h30m0s`.
 pub fn format_go_duration(d: Duration) -> String {
-    /// `n / unit` with the remainder as a decimal fraction, trailing zeros dropped.
-    fn fraction(n: u128, unit: u128, digits: usize) -> String {
-        let (whole, rest) = (n / unit, n % unit);
-        if rest == 0 {
-            return whole.to_string();
-        }
-        let frac = format!("{rest:0digits$}");
-        format!("{whole}.{}", frac.trim_end_matches('0'))
-    }
-    let n = d.as_nanos();
-    if n == 0 {
-        return "0s".into();
-    }
-    if n < 1_000 {
-        return format!("{n}ns");
-    }
-    if n < 1_000_000 {
-        return format!("{}µs", fraction(n, 1_000, 3));
-    }
-    if n < 1_000_000_000 {
-        return format!("{}ms", fraction(n, 1_000_000, 6));
-    }
-    let secs = n / 1_000_000_000;
-    let (h, m) = (secs / 3600, secs % 3600 / 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if h > 0 || m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    out.push_str(&fraction(n % 60_000_000_000, 1_000_000_000, 9));
-    out.push('s');
-    out
+    ferrokube_apimachinery::duration::go_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// A map flag as the config file's map: `key=value,...` (`--kube-reserved`,
