@@ -42,7 +42,7 @@ struct Opts {
     tls: ferrokube_pki::tls_options::TlsFlags,
     /// The resolution at which metrics-server will retain metrics (Go duration: 15s,
     /// 1m, 500ms).
-    #[arg(long = "metric-resolution", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long = "metric-resolution", default_value = "15s", value_parser = ferrokube_client::leaderelection::parse_go_duration)]
     metric_resolution: Duration,
     /// The port to use to connect to Kubelets.
     #[arg(long = "kubelet-port", default_value_t = 10250)]
@@ -63,16 +63,11 @@ struct Opts {
     #[arg(long = "kubelet-certificate-authority")]
     kubelet_certificate_authority: Option<PathBuf>,
     /// The length of time to wait before giving up on a single request to Kubelet.
-    #[arg(long = "kubelet-request-timeout", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long = "kubelet-request-timeout", default_value = "10s", value_parser = ferrokube_client::leaderelection::parse_go_duration)]
     kubelet_request_timeout: Duration,
     /// Log level verbosity.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     verbosity: u8,
-}
-
-/// A Go duration (`15s`, `1m30s`, `500ms`).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    ferrokube_client::leaderelection::parse_go_duration(s)
 }
 
 /// The serving pair: the given files, else the one kept in `cert_dir`, else a fresh

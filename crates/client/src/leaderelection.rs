@@ -34,10 +34,6 @@ pub const JITTER_FACTOR: f64 = 1.2;
 
 pub use ferrokube_apimachinery::duration::parse_go_duration;
 
-fn go_duration_arg(s: &str) -> std::result::Result<Duration, String> {
-    parse_go_duration(s)
-}
-
 /// Upstream's leader election flags (component-base `LeaderElectionConfiguration`).
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct LeaderElectionOptions {
@@ -54,15 +50,15 @@ pub struct LeaderElectionOptions {
     pub leader_elect: bool,
     /// The duration that non-leader candidates will wait after observing a leadership
     /// renewal until attempting to acquire leadership of a led but unrenewed leader slot.
-    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = go_duration_arg)]
+    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = parse_go_duration)]
     pub lease_duration: Duration,
     /// The interval between attempts by the acting master to renew a leadership slot
     /// before it stops leading. Must be less than the lease duration.
-    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = go_duration_arg)]
+    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = parse_go_duration)]
     pub renew_deadline: Duration,
     /// The duration the clients should wait between attempting acquisition and
     /// renewal of a leadership.
-    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = go_duration_arg)]
+    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = parse_go_duration)]
     pub retry_period: Duration,
     /// The type of resource object that is used for locking during leader election.
     /// Supported options are 'leases'.

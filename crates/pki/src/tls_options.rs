@@ -163,16 +163,14 @@ impl TlsOptions {
                 }
             }
         }
-        let tls13_only = if tls12.is_empty() && !tls13_only {
+        let mut tls13_only = tls13_only;
+        if tls12.is_empty() && !tls13_only {
             warnings.push(
                 "--tls-cipher-suites names no TLS 1.2 suite this server implements: only TLS 1.3 is served"
                     .into(),
             );
-            true
-        } else {
-            tls13_only
-        };
-        if tls13_only && !tls12.is_empty() && min_version == "VersionTLS13" {
+            tls13_only = true;
+        } else if tls13_only && !tls12.is_empty() {
             warnings.push(
                 "--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13 (TLS 1.3's suites are not configurable)"
                     .into(),
