@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use ferrokube_apimachinery::duration::parse_go_duration;
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage::Storage;
 
@@ -227,6 +228,66 @@ struct Args {
     /// (0: never).
     #[arg(long, default_value_t = 1800)]
     min_request_timeout: u64,
+    /// Time to delay the termination. During that time the server keeps serving
+    /// requests normally, while /readyz fails and this apiserver has left the
+    /// kubernetes Service's endpoints, so load balancers can stop sending it traffic.
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    shutdown_delay_duration: Duration,
+    /// If true, the HTTP server keeps listening until all requests in flight that are
+    /// not long-running have drained; during that window new requests are answered 429
+    /// with a Retry-After header and `Connection: close`.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    shutdown_send_retry_after: bool,
+    /// The longest the apiserver waits for its watches to end during a graceful
+    /// shutdown.
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    shutdown_watch_termination_grace_period: Duration,
+    /// Directives for the Strict-Transport-Security response header, comma-separated
+    /// (e.g. 'max-age=31536000,includeSubDomains,preload'); unset: no header.
+    #[arg(long, value_delimiter = ',')]
+    strict_transport_security_directives: Vec<String>,
+    /// The interval of compaction requests (Go duration). If 0, the apiserver never
+    /// compacts the store's history (on either backend).
+    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration)]
+    etcd_compaction_interval: Duration,
+    /// If true, SO_REUSEPORT is used when binding the port, which allows more than one
+    /// instance to bind on the same address and port.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    permit_port_sharing: bool,
+    /// If true, SO_REUSEADDR is used when binding the port (Ferrokube always sets
+    /// it, as Go's listeners do).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    permit_address_sharing: bool,
+    /// Use an endpoint reconciler (master-count, lease, none): who keeps the
+    /// kubernetes Service's endpoints. master-count is deprecated.
+    #[arg(long, default_value = "lease")]
+    endpoint_reconciler_type: String,
+    /// The number of apiservers running in the cluster, for
+    /// --endpoint-reconciler-type=master-count (deprecated).
+    #[arg(long, default_value_t = 1)]
+    apiserver_count: usize,
+    /// Enable the watch cache. Ferrokube serves every resource's lists and watches
+    /// from its watch cache whatever this says; false only logs a warning.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    watch_cache: bool,
+    /// Watch cache size settings for some resources, comma-separated:
+    /// resource[.group]#size. Checked as upstream does; only 0 (no cache for that
+    /// resource) means anything upstream, and Ferrokube keeps its cache (a warning).
+    #[arg(long, value_delimiter = ',')]
+    watch_cache_sizes: Vec<String>,
+    /// Default watch cache size (upstream: 0 disables the cache of resources without
+    /// a size of their own; Ferrokube keeps its cache, with a warning).
+    #[arg(long, default_value_t = 100)]
+    default_watch_cache_size: i64,
+    /// Upstream serves Go's profiler under /debug/pprof when true (its default).
+    /// Ferrokube has no such endpoint whatever the value: it behaves as
+    /// --profiling=false (profile it with perf instead).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    profiling: bool,
+    /// Upstream's lock-contention profiling with --profiling; no effect here (see
+    /// --profiling).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    contention_profiling: bool,
     /// The URL of the OpenID issuer, only HTTPS scheme will be accepted. If set, it
     /// will be used to verify the OIDC JSON Web Token (JWT).
     #[arg(long, default_value = "")]
@@ -284,6 +345,43 @@ const NODE_ADDRESS_TYPES: [&str; 5] = [
     "InternalDNS",
     "ExternalDNS",
 ];
+
+/// Checks `--watch-cache`, `--watch-cache-sizes` and `--default-watch-cache-size` as
+/// upstream parses them; what they would turn off is a warning, since every list and
+/// watch here is served from the cache.
+fn watch_cache_warnings(
+    watch_cache: bool,
+    default_size: i64,
+    sizes: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    for setting in sizes {
+        let Some((resource, size)) = setting.split_once('#').filter(|(_, s)| !s.contains('#'))
+        else {
+            anyhow::bail!("invalid value of watch cache size: {setting}");
+        };
+        let size: i64 = size
+            .parse()
+            .map_err(|_| anyhow::anyhow!("invalid size of watch cache size: {setting}"))?;
+        if size < 0 {
+            anyhow::bail!("watch cache size cannot be negative: {setting}");
+        }
+        if size == 0 {
+            warnings.push(format!(
+                "--watch-cache-sizes: {resource} is served from the watch cache all the same"
+            ));
+        }
+    }
+    if !watch_cache {
+        warnings.push(
+            "--watch-cache=false: every resource is served from the watch cache all the same"
+                .into(),
+        );
+    } else if default_size == 0 {
+        warnings.push("--default-watch-cache-size=0: every resource is served from the watch cache all the same".into());
+    }
+    Ok(warnings)
+}
 
 /// A Go duration flag's value (`1h0m0s`, `90m`, `500ms`).
 fn go_duration(s: &str) -> Option<Duration> {
@@ -529,10 +627,45 @@ async fn main() -> anyhow::Result<()> {
         )
     })?;
     opts.min_request_timeout = Duration::from_secs(args.min_request_timeout);
+    opts.shutdown = ferrokube_apiserver::ShutdownOptions {
+        delay: args.shutdown_delay_duration,
+        send_retry_after: args.shutdown_send_retry_after,
+        watch_termination_grace_period: args.shutdown_watch_termination_grace_period,
+    };
+    opts.strict_transport_security_directives = args.strict_transport_security_directives;
+    opts.compaction_interval = args.etcd_compaction_interval;
+    opts.permit_port_sharing = args.permit_port_sharing;
+    tracing::debug!(
+        permit_address_sharing = args.permit_address_sharing,
+        "the listener has SO_REUSEADDR whatever --permit-address-sharing says"
+    );
+    for warning in watch_cache_warnings(
+        args.watch_cache,
+        args.default_watch_cache_size,
+        &args.watch_cache_sizes,
+    )? {
+        tracing::warn!("{warning}");
+    }
+    if std::env::args().any(|a| a == "--apiserver-count" || a.starts_with("--apiserver-count=")) {
+        tracing::warn!(
+            "Flag --apiserver-count has been deprecated, apiserver-count is deprecated and will be removed in a future version."
+        );
+    }
+    opts.endpoint_reconciler = ferrokube_apiserver::EndpointReconciler::parse(
+        &args.endpoint_reconciler_type,
+        args.apiserver_count,
+    )
+    .map_err(|e| anyhow::anyhow!("--endpoint-reconciler-type: {e}"))?;
+    tracing::debug!(
+        profiling = args.profiling,
+        contention_profiling = args.contention_profiling,
+        "no /debug/pprof endpoints are served whatever --profiling says"
+    );
     opts.event_ttl = go_duration(&args.event_ttl)
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     opts.oidc = oidc;
     opts.oidc_ca_file = args.oidc_ca_file;
+    let shutdown_timeout = opts.request_timeout;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;
     tracing::info!(addr = %server.local_addr(), "serving");
@@ -549,13 +682,14 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("shutting down");
-    server.shutdown(Duration::from_secs(30)).await;
+    // Upstream's ShutdownTimeout: requests in flight get as long as any request may take.
+    server.shutdown(shutdown_timeout).await;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Args, go_duration};
+    use super::{Args, go_duration, watch_cache_warnings};
     use clap::Parser as _;
     use std::time::Duration;
 
@@ -611,6 +745,29 @@ mod tests {
         .unwrap();
         assert!(!args.enable_aggregator_routing);
         assert!(!args.enable_priority_and_fairness);
+    }
+
+    #[test]
+    fn watch_cache_flags_parse_as_upstream() {
+        let sizes = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(
+            watch_cache_warnings(true, 100, &sizes(&["pods#1000", "deployments.apps#500"]))
+                .unwrap()
+                .is_empty()
+        );
+        let w = watch_cache_warnings(true, 100, &sizes(&["events#0"])).unwrap();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("events"));
+        assert_eq!(watch_cache_warnings(false, 100, &[]).unwrap().len(), 1);
+        for (bad, message) in [
+            ("pods", "invalid value of watch cache size: pods"),
+            ("pods#1#2", "invalid value of watch cache size: pods#1#2"),
+            ("pods#x", "invalid size of watch cache size: pods#x"),
+            ("pods#-1", "watch cache size cannot be negative: pods#-1"),
+        ] {
+            let err = watch_cache_warnings(true, 100, &sizes(&[bad])).unwrap_err();
+            assert_eq!(err.to_string(), message);
+        }
     }
 
     /// The command kubeadm 1.33 writes into kube-apiserver's static pod manifest (its

@@ -49,7 +49,13 @@ pub(crate) struct State {
     pub request_timeout: Duration,
     pub min_request_timeout: Duration,
     pub metrics: Arc<Metrics>,
+    /// Turns true when the server is told to stop: watches end.
     pub shutdown: watch::Receiver<bool>,
+    /// Turns true on SIGTERM, before the shutdown delay: `/readyz` fails.
+    pub shutdown_initiated: watch::Receiver<bool>,
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
+    /// `--strict-transport-security-directives` as a header value (None: no header).
+    pub strict_transport_security: Option<HeaderValue>,
     pub openapi: crate::openapi::OpenApi,
     /// The audit policy and log (None: no audit events).
     pub audit: Option<Arc<crate::audit::Auditor>>,
@@ -109,6 +115,13 @@ pub(crate) async fn serve(
     peer_certs: Arc<Vec<CertificateDer<'static>>>,
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    if let Some(refused) = state.lifecycle.refusal(req.uri().path(), user_agent) {
+        return Ok(with_hsts(&state, refused));
+    }
     let start = Instant::now();
     let attrs = request_attributes(req.method().as_str(), req.uri().path(), req.uri().query());
     let audit = crate::audit::RequestAudit::begin(
@@ -173,7 +186,16 @@ pub(crate) async fn serve(
         resp.status().as_u16(),
         start.elapsed().as_secs_f64(),
     );
-    Ok(resp)
+    Ok(with_hsts(&state, resp))
+}
+
+/// `--strict-transport-security-directives` on every answer, as upstream's `WithHSTS`.
+fn with_hsts(state: &State, mut resp: Response<Body>) -> Response<Body> {
+    if let Some(v) = &state.strict_transport_security {
+        resp.headers_mut()
+            .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
+    }
+    resp
 }
 
 /// Upstream compresses responses of at least 128 KiB when the client accepts gzip

@@ -109,7 +109,7 @@ pub(crate) async fn serve(
     query: Option<&str>,
 ) -> Option<Response<Body>> {
     let storage_ok = state.registry.storage().current_revision().await.is_ok();
-    let shutting_down = *state.shutdown.borrow();
+    let shutting_down = *state.shutdown_initiated.borrow();
     let (code, body) = answer(path, query, |endpoint| {
         checks(endpoint, storage_ok, shutting_down)
     })?;

@@ -22,6 +22,7 @@ mod eviction;
 mod flowcontrol;
 mod handler;
 mod health;
+mod lifecycle;
 mod maxinflight;
 mod metrics;
 mod oidc;
@@ -52,6 +53,8 @@ pub use aggregator::AggregatorConfig;
 pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
+pub use ferrokube_registry::api_endpoints::EndpointReconciler;
+pub use lifecycle::{ShutdownOptions, strict_transport_security};
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
 
@@ -69,6 +72,8 @@ pub enum ServerError {
 /// Everything the server needs, built by the caller (cmd or testing).
 pub struct Config {
     pub bind: SocketAddr,
+    /// `--permit-port-sharing`: SO_REUSEPORT on the listener.
+    pub permit_port_sharing: bool,
     pub registry: Arc<Registry>,
     pub tls: Arc<rustls::ServerConfig>,
     pub authenticator: Arc<dyn Authenticator>,
@@ -85,6 +90,10 @@ pub struct Config {
     /// `--min-request-timeout`: a watch without `timeoutSeconds` ends after a random
     /// time between this and twice this (zero: never).
     pub min_request_timeout: Duration,
+    /// How the server shuts down (`--shutdown-*`).
+    pub shutdown: ShutdownOptions,
+    /// `Strict-Transport-Security` on every response (None: not sent).
+    pub strict_transport_security: Option<http::HeaderValue>,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -143,6 +152,11 @@ pub fn tls_config(
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
+    /// ShutdownInitiated: `/readyz` fails, the endpoint lease is given up.
+    initiated: watch::Sender<bool>,
+    lifecycle: Arc<lifecycle::Lifecycle>,
+    shutdown_options: ShutdownOptions,
+    /// Stop listening, end watches and the loops in `background`.
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
     /// Loops that write through the registry (ClusterRole aggregation); they end
@@ -160,18 +174,19 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Binds and starts serving.
     pub async fn start(config: Config) -> Result<Server, ServerError> {
-        let listener =
-            TcpListener::bind(config.bind)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.bind,
-                    source,
-                })?;
+        let listener = listen(config.bind, config.permit_port_sharing).map_err(|source| {
+            ServerError::Bind {
+                addr: config.bind,
+                source,
+            }
+        })?;
         let addr = listener.local_addr().map_err(|source| ServerError::Bind {
             addr: config.bind,
             source,
         })?;
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let (initiated, initiated_rx) = watch::channel(false);
+        let lifecycle = Arc::new(lifecycle::Lifecycle::default());
         let metrics = config.metrics;
         let mut background = Vec::new();
         if let Some(cluster_roles) =
@@ -200,7 +215,7 @@ impl Server {
         )));
         background.push(tokio::spawn(run_endpoint_lease(
             config.registry.clone(),
-            shutdown_rx.clone(),
+            initiated_rx.clone(),
         )));
         let aggregator = Arc::new(aggregator::Aggregator::new(config.aggregator));
         background.push(tokio::spawn(aggregator::run(
@@ -227,6 +242,9 @@ impl Server {
             min_request_timeout: config.min_request_timeout,
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
+            shutdown_initiated: initiated_rx,
+            lifecycle: lifecycle.clone(),
+            strict_transport_security: config.strict_transport_security,
             audit: config.audit,
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
@@ -235,6 +253,9 @@ impl Server {
         let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
         Ok(Server {
             addr,
+            initiated,
+            lifecycle,
+            shutdown_options: config.shutdown,
             shutdown,
             task,
             background,
@@ -250,10 +271,30 @@ impl Server {
         &self.metrics
     }
 
-    /// Stops accepting, ends watches, waits for in-flight requests (at most
-    /// `grace`).
+    /// Shuts down as upstream does (see [`lifecycle`]): `/readyz` fails at once; after
+    /// the shutdown delay the server stops accepting, ends watches and waits for the
+    /// requests in flight, at most `grace` (with `--shutdown-send-retry-after`, it
+    /// refuses new requests while those in flight drain, at most `grace`, first).
     pub async fn shutdown(self, grace: Duration) {
+        let _ = self.initiated.send(true);
+        let options = self.shutdown_options;
+        tokio::time::sleep(options.delay).await;
+        if options.send_retry_after {
+            self.lifecycle.stop_accepting();
+            let drained = async {
+                while self.metrics.executing_now() > 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            let _ = tokio::time::timeout(grace, drained).await;
+        }
         let _ = self.shutdown.send(true);
+        let watches_ended = async {
+            while self.metrics.watches_now() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let _ = tokio::time::timeout(options.watch_termination_grace_period, watches_ended).await;
         let _ = tokio::time::timeout(grace, self.task).await;
         for task in self.background {
             let _ = tokio::time::timeout(grace, task).await;
@@ -261,9 +302,26 @@ impl Server {
     }
 }
 
+/// The listening socket: SO_REUSEADDR as Go's listeners (and `--permit-address-sharing`)
+/// have it, SO_REUSEPORT with `--permit-port-sharing`, so that several apiservers can
+/// share a port.
+fn listen(addr: SocketAddr, permit_port_sharing: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(permit_port_sharing)?;
+    socket.bind(addr)?;
+    // Go's listen backlog: the kernel's somaxconn.
+    socket.listen(4096)
+}
+
 /// Keeps this apiserver in the `kubernetes` Service's endpoints while it runs (its
-/// lease renewed every interval) and takes it out when it shuts down, before the
-/// listener stops, so in-cluster clients move to the other apiservers at once.
+/// lease renewed every interval) and takes it out as its shutdown begins, before the
+/// shutdown delay and the listener's stop, so in-cluster clients move to the other
+/// apiservers at once.
 async fn run_endpoint_lease(registry: Arc<Registry>, mut shutdown: watch::Receiver<bool>) {
     let mut ticker = tokio::time::interval(ferrokube_registry::api_endpoints::ENDPOINT_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -439,6 +497,19 @@ pub struct Options {
     pub request_timeout: Duration,
     /// `--min-request-timeout` (default 1800 s): see [`Config::min_request_timeout`].
     pub min_request_timeout: Duration,
+    /// `--shutdown-delay-duration`, `--shutdown-send-retry-after`,
+    /// `--shutdown-watch-termination-grace-period`.
+    pub shutdown: ShutdownOptions,
+    /// `--strict-transport-security-directives` (empty: no header).
+    pub strict_transport_security_directives: Vec<String>,
+    /// `--endpoint-reconciler-type` (with `--apiserver-count`): who keeps the
+    /// `kubernetes` Service's endpoints.
+    pub endpoint_reconciler: EndpointReconciler,
+    /// `--etcd-compaction-interval` (default 5m; zero: never): how often the store's
+    /// history is compacted, on either backend.
+    pub compaction_interval: Duration,
+    /// `--permit-port-sharing`: see [`Config::permit_port_sharing`].
+    pub permit_port_sharing: bool,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -501,6 +572,11 @@ impl Options {
             oidc_ca_file: None,
             request_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
+            shutdown: ShutdownOptions::default(),
+            strict_transport_security_directives: Vec::new(),
+            endpoint_reconciler: EndpointReconciler::Lease,
+            compaction_interval: Duration::from_secs(300),
+            permit_port_sharing: false,
         }
     }
 
@@ -623,6 +699,8 @@ impl Options {
                 patch: ferrokube_registry::store::builtin_patch,
                 allow_privileged: self.allow_privileged,
                 event_ttl: self.event_ttl,
+                endpoint_reconciler: self.endpoint_reconciler,
+                compaction_interval: self.compaction_interval,
                 ..Default::default()
             },
         )
@@ -739,6 +817,7 @@ impl Options {
         };
         Ok(Config {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
+            permit_port_sharing: self.permit_port_sharing,
             registry,
             tls,
             authenticator: Arc::new(if self.anonymous_auth {
@@ -758,6 +837,11 @@ impl Options {
             max_body_bytes: 3 * 1024 * 1024,
             request_timeout: self.request_timeout,
             min_request_timeout: self.min_request_timeout,
+            shutdown: self.shutdown,
+            strict_transport_security: strict_transport_security(
+                &self.strict_transport_security_directives,
+            )
+            .map_err(ConfigError::Flag)?,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
@@ -869,4 +953,7 @@ pub enum ConfigError {
     Audit(String),
     #[error("{0}")]
     Aggregator(String),
+    /// A flag's value that does not parse (the message names the flag).
+    #[error("{0}")]
+    Flag(String),
 }

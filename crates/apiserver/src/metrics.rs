@@ -274,6 +274,16 @@ impl Metrics {
         }
     }
 
+    /// Requests that are not long-running, executing now.
+    pub(crate) fn executing_now(&self) -> i64 {
+        self.inflight.current().iter().sum()
+    }
+
+    /// Watches open now.
+    pub(crate) fn watches_now(&self) -> i64 {
+        self.watchers.load(Ordering::Relaxed)
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");

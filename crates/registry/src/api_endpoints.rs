@@ -1,6 +1,7 @@
 //! The `kubernetes` Service's Endpoints and EndpointSlice: every live apiserver's
-//! advertise address (upstream's lease endpoint reconciler,
-//! `--endpoint-reconciler-type=lease`, the default).
+//! advertise address, kept by one of upstream's `--endpoint-reconciler-type`s:
+//! `lease` (the default, below), `master-count` (each apiserver adds itself and trims
+//! the list to `--apiserver-count`) or `none` (nobody writes them).
 //!
 //! Each apiserver keeps a lease under [`MASTER_LEASES`] named after its advertise
 //! address and renews it every [`ENDPOINT_INTERVAL`]; the Endpoints list the addresses
@@ -30,11 +31,42 @@ pub const MASTER_LEASE_TTL: Duration = Duration::from_secs(15);
 /// `DefaultEndpointReconcilerInterval`).
 pub const ENDPOINT_INTERVAL: Duration = Duration::from_secs(10);
 
+/// `--endpoint-reconciler-type`, with `--apiserver-count` for `master-count`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EndpointReconciler {
+    /// Each apiserver renews a lease; the endpoints list the live leases.
+    #[default]
+    Lease,
+    /// Each apiserver adds its address and trims the list to this many.
+    MasterCount(usize),
+    /// The endpoints are not written.
+    None,
+}
+
+impl EndpointReconciler {
+    /// Upstream's flag values, with `--apiserver-count`'s.
+    pub fn parse(kind: &str, apiserver_count: usize) -> Result<Self, String> {
+        match kind {
+            "lease" => Ok(EndpointReconciler::Lease),
+            "master-count" if apiserver_count == 0 => Err(
+                "--apiserver-count must be at least 1 with --endpoint-reconciler-type=master-count"
+                    .into(),
+            ),
+            "master-count" => Ok(EndpointReconciler::MasterCount(apiserver_count)),
+            "none" => Ok(EndpointReconciler::None),
+            other => Err(format!(
+                "unknown endpoint reconciler type {other:?}: valid values are master-count, lease, none"
+            )),
+        }
+    }
+}
+
 /// This apiserver's place in the `kubernetes` Service's endpoints.
 pub(crate) struct ApiEndpoint {
     pub ip: IpAddr,
     pub port: u16,
     pub clock: Arc<dyn Clock>,
+    pub reconciler: EndpointReconciler,
 }
 
 impl ApiEndpoint {
@@ -110,19 +142,18 @@ impl ApiEndpoint {
         slices: Option<&Store>,
         leaving: bool,
     ) -> Result<(), ApiError> {
-        let storage_err = |e: StorageError| ApiError::internal(format!("apiserver leases: {e}"));
-        if leaving {
-            match storage
-                .delete(&self.lease_key(), &Preconditions::default())
-                .await
-            {
-                Ok(_) | Err(StorageError::NotFound { .. }) => {}
-                Err(e) => return Err(storage_err(e)),
+        let ips = match self.reconciler {
+            EndpointReconciler::None => return Ok(()),
+            EndpointReconciler::Lease => self.leased_addresses(storage, leaving).await?,
+            EndpointReconciler::MasterCount(count) => {
+                let current = match endpoints.get(Some("default"), "kubernetes").await {
+                    Ok(ep) => listed_addresses(&ep),
+                    Err(e) if e.code == 404 => Vec::new(),
+                    Err(e) => return Err(e),
+                };
+                counted_addresses(current, &self.ip.to_string(), count, leaving)
             }
-        } else {
-            self.renew(storage).await.map_err(storage_err)?;
-        }
-        let ips = self.live_addresses(storage).await.map_err(storage_err)?;
+        };
         let port = self.port;
         // No address at all (the last apiserver leaving): no subsets, as upstream.
         let subsets = if ips.is_empty() {
@@ -160,6 +191,68 @@ impl ApiEndpoint {
     }
 }
 
+impl ApiEndpoint {
+    /// Renews this apiserver's lease (or, `leaving`, deletes it); the live leases'
+    /// addresses.
+    async fn leased_addresses(
+        &self,
+        storage: &dyn Storage,
+        leaving: bool,
+    ) -> Result<Vec<String>, ApiError> {
+        let storage_err = |e: StorageError| ApiError::internal(format!("apiserver leases: {e}"));
+        if leaving {
+            match storage
+                .delete(&self.lease_key(), &Preconditions::default())
+                .await
+            {
+                Ok(_) | Err(StorageError::NotFound { .. }) => {}
+                Err(e) => return Err(storage_err(e)),
+            }
+        } else {
+            self.renew(storage).await.map_err(storage_err)?;
+        }
+        self.live_addresses(storage).await.map_err(storage_err)
+    }
+}
+
+/// The addresses of Endpoints in the form the reconcilers write (one subset); any
+/// other form starts over.
+fn listed_addresses(endpoints: &Value) -> Vec<String> {
+    match endpoints["subsets"].as_array().map(Vec::as_slice) {
+        Some([subset]) => subset["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["ip"].as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Upstream's master-count reconciler: an apiserver that is missing adds itself
+/// (sorted) and, when that makes the list longer than `count`, removes the addresses
+/// after its own (wrapping around), so that apiservers that disagree converge; one
+/// that leaves removes itself.
+fn counted_addresses(mut ips: Vec<String>, own: &str, count: usize, leaving: bool) -> Vec<String> {
+    if leaving {
+        ips.retain(|ip| ip != own);
+        return ips;
+    }
+    if ips.iter().any(|ip| ip == own) {
+        return ips;
+    }
+    ips.push(own.to_string());
+    ips.sort();
+    ips.dedup();
+    if let Some(at) = ips.iter().position(|ip| ip == own) {
+        while ips.len() > count {
+            let remove = (at + 1) % ips.len();
+            ips.remove(remove);
+        }
+    }
+    ips
+}
+
 /// Creates `desired` in the default namespace, or merge-patches the `fields` of the
 /// stored object that differ from it.
 pub(crate) async fn ensure_matches(
@@ -191,4 +284,63 @@ pub(crate) async fn ensure_matches(
         )
         .await
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(ips: &[&str]) -> Vec<String> {
+        ips.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn master_count_adds_itself_and_trims_after_itself() {
+        assert_eq!(
+            counted_addresses(vec![], "10.0.0.2", 1, false),
+            v(&["10.0.0.2"])
+        );
+        // Present: left alone, even when there are more than the count.
+        let three = v(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        assert_eq!(
+            counted_addresses(three.clone(), "10.0.0.2", 2, false),
+            three
+        );
+        // Missing: added, then the ones after it go.
+        assert_eq!(
+            counted_addresses(v(&["10.0.0.1", "10.0.0.3"]), "10.0.0.2", 2, false),
+            v(&["10.0.0.1", "10.0.0.2"])
+        );
+        // Last in order: the removal wraps around to the first.
+        assert_eq!(
+            counted_addresses(v(&["10.0.0.1", "10.0.0.2"]), "10.0.0.9", 2, false),
+            v(&["10.0.0.2", "10.0.0.9"])
+        );
+        assert_eq!(
+            counted_addresses(three, "10.0.0.2", 3, true),
+            v(&["10.0.0.1", "10.0.0.3"])
+        );
+    }
+
+    #[test]
+    fn reconciler_flags() {
+        assert_eq!(
+            EndpointReconciler::parse("lease", 1),
+            Ok(EndpointReconciler::Lease)
+        );
+        assert_eq!(
+            EndpointReconciler::parse("master-count", 3),
+            Ok(EndpointReconciler::MasterCount(3))
+        );
+        assert_eq!(
+            EndpointReconciler::parse("none", 1),
+            Ok(EndpointReconciler::None)
+        );
+        assert!(EndpointReconciler::parse("master-count", 0).is_err());
+        assert!(
+            EndpointReconciler::parse("leases", 1)
+                .unwrap_err()
+                .contains("valid values are master-count, lease, none")
+        );
+    }
 }

@@ -74,7 +74,8 @@ pub struct RegistryConfig {
     pub secure_port: u16,
     /// How often an idle watch with `allowWatchBookmarks` gets a bookmark.
     pub bookmark_interval: Duration,
-    /// How often storage history is compacted (to the revision of the previous run).
+    /// How often storage history is compacted (to the revision of the previous run;
+    /// zero: never).
     pub compaction_interval: Duration,
     /// The patch engines ([`store::builtin_patch`]: JSON, merge and strategic merge
     /// patch with the built-in types' patch metadata).
@@ -85,6 +86,8 @@ pub struct RegistryConfig {
     pub allow_privileged: bool,
     /// `--event-ttl`: how long an Event is kept after its last write.
     pub event_ttl: Duration,
+    /// `--endpoint-reconciler-type` (and `--apiserver-count`).
+    pub endpoint_reconciler: api_endpoints::EndpointReconciler,
 }
 
 impl std::fmt::Debug for RegistryConfig {
@@ -111,6 +114,7 @@ impl Default for RegistryConfig {
             clock: Arc::new(SystemClock),
             allow_privileged: false,
             event_ttl: Duration::from_secs(3600),
+            endpoint_reconciler: Default::default(),
         }
     }
 }
@@ -279,6 +283,7 @@ impl Registry {
                 ip: config.advertise_address,
                 port: config.secure_port,
                 clock: config.clock.clone(),
+                reconciler: config.endpoint_reconciler,
             },
             event_ttl,
         };
@@ -457,6 +462,10 @@ impl Registry {
 /// Compacts storage history every `interval` to the revision seen one interval ago,
 /// as upstream's apiserver does for etcd.
 async fn compactor(storage: Arc<dyn Storage>, interval: Duration) {
+    // `--etcd-compaction-interval=0`: this apiserver never compacts.
+    if interval.is_zero() {
+        return;
+    }
     let mut previous = 0;
     let mut ticker = tokio::time::interval(interval);
     ticker.tick().await;

@@ -258,6 +258,83 @@ async fn api_endpoints_follow_the_advertise_address() {
     assert_eq!(slice["ports"][0]["port"], 7443);
 }
 
+/// `--endpoint-reconciler-type=master-count`: each apiserver adds itself, the list is
+/// trimmed to `--apiserver-count`, a leaving one takes itself out; `none` writes
+/// nothing, though the `kubernetes` Service is there.
+#[tokio::test]
+async fn master_count_and_none_endpoint_reconcilers() {
+    use ferrokube_registry::api_endpoints::EndpointReconciler;
+    let dir = tempfile::tempdir().unwrap();
+    let open = |ip: [u8; 4], reconciler: EndpointReconciler| {
+        let path = dir.path().join("db.sqlite");
+        async move {
+            let storage = SqliteStorage::open(&path, SqliteOptions::default()).unwrap();
+            let config = RegistryConfig {
+                advertise_address: ip.into(),
+                endpoint_reconciler: reconciler,
+                ..RegistryConfig::default()
+            };
+            Registry::new(Arc::new(storage), config).await.unwrap()
+        }
+    };
+    let addresses = |reg: &Registry| {
+        let eps = reg.store("", "v1", "endpoints").unwrap().clone();
+        async move {
+            let ep = eps.get(Some("default"), "kubernetes").await.unwrap();
+            ep["subsets"][0]["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| a["ip"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+
+    // One apiserver at a time over the same store: each start reconciles.
+    let two = EndpointReconciler::MasterCount(2);
+    let a = open([10, 0, 0, 2], two).await;
+    assert_eq!(addresses(&a).await, ["10.0.0.2"]);
+    drop(a);
+    let b = open([10, 0, 0, 1], two).await;
+    assert_eq!(addresses(&b).await, ["10.0.0.1", "10.0.0.2"]);
+    drop(b);
+    // A third apiserver while the count says two: it replaces the one after it.
+    let c = open([10, 0, 0, 3], two).await;
+    assert_eq!(addresses(&c).await, ["10.0.0.2", "10.0.0.3"]);
+    c.remove_api_endpoint().await.unwrap();
+    assert_eq!(addresses(&c).await, ["10.0.0.2"]);
+    drop(c);
+    // An apiserver already listed leaves the list alone.
+    let a = open([10, 0, 0, 2], two).await;
+    a.reconcile_api_endpoints().await.unwrap();
+    assert_eq!(addresses(&a).await, ["10.0.0.2"]);
+    drop(a);
+
+    let dir = tempfile::tempdir().unwrap();
+    let storage =
+        SqliteStorage::open(&dir.path().join("db.sqlite"), SqliteOptions::default()).unwrap();
+    let reg = Registry::new(
+        Arc::new(storage),
+        RegistryConfig {
+            endpoint_reconciler: EndpointReconciler::None,
+            ..RegistryConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    reg.reconcile_api_endpoints().await.unwrap();
+    let svc = reg.store("", "v1", "services").unwrap();
+    assert!(svc.get(Some("default"), "kubernetes").await.is_ok());
+    let eps = reg.store("", "v1", "endpoints").unwrap();
+    assert_eq!(
+        eps.get(Some("default"), "kubernetes")
+            .await
+            .unwrap_err()
+            .code,
+        404
+    );
+}
+
 /// Lists without a resourceVersion are consistent (they see every acknowledged write)
 /// and, on a backend whose every revision the watch cache sees, served from the cache:
 /// an object version is serialized once and that JSON is shared by every list and by

@@ -1,0 +1,181 @@
+//! Graceful termination as upstream's: `--shutdown-delay-duration` keeps serving while
+//! `/readyz` fails; `--shutdown-send-retry-after` answers new requests 429 while those
+//! in flight drain; without it the listener stops after the delay and requests in
+//! flight still finish. `--strict-transport-security-directives` sets the header.
+
+use std::time::{Duration, Instant};
+
+use ferrokube_apiserver::ShutdownOptions;
+use ferrokube_testing::{TestApiServer, webhook_server::WebhookServer};
+use serde_json::{Value, json};
+
+/// How long the webhook holds a ConfigMap create in flight.
+const WEBHOOK_DELAY: Duration = Duration::from_secs(5);
+
+/// A client that sees every answer as it is (kube-rs retries 429s by default).
+async fn client_without_retries(server: &TestApiServer) -> kube::Client {
+    let mut config = server.kube_config().await.unwrap();
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Makes ConfigMap creates wait [`WEBHOOK_DELAY`] for a webhook.
+async fn slow_configmap_creates(c: &kube::Client, hook: &WebhookServer) {
+    let (code, _, v) = TestApiServer::send_json(c, "POST",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "slow"},
+            "webhooks": [{
+                "name": "slow.example.com",
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/slow", hook.port), "caBundle": hook.ca_bundle()},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+                "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 15,
+            }]}))
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{v}");
+}
+
+async fn slow_hook() -> WebhookServer {
+    WebhookServer::start(|_path: String, review: Value| async move {
+        tokio::time::sleep(WEBHOOK_DELAY).await;
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": true}})
+    })
+    .await
+    .unwrap()
+}
+
+/// A ConfigMap create, sent at once and answered after the webhook's delay.
+fn create_in_flight(c: &kube::Client) -> tokio::task::JoinHandle<u16> {
+    let c = c.clone();
+    tokio::spawn(async move {
+        let cm =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "in-flight"}});
+        let (code, _, _) =
+            TestApiServer::send_json(&c, "POST", "/api/v1/namespaces/default/configmaps", &cm)
+                .await
+                .unwrap();
+        code
+    })
+}
+
+async fn get(c: &kube::Client, path: &str) -> (u16, http::HeaderMap, String) {
+    let (code, headers, body) = TestApiServer::raw(c, "GET", path, &[], Vec::new())
+        .await
+        .unwrap();
+    (code, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn retry_after_while_requests_in_flight_drain() {
+    let hook = slow_hook().await;
+    let server = TestApiServer::start_with(|o| {
+        o.shutdown = ShutdownOptions {
+            delay: Duration::from_secs(2),
+            send_retry_after: true,
+            watch_termination_grace_period: Duration::ZERO,
+        };
+        o.strict_transport_security_directives =
+            vec!["max-age=31536000".into(), "includeSubDomains".into()];
+    })
+    .await
+    .unwrap();
+    let c = client_without_retries(&server).await;
+    let (code, headers, _) = get(&c, "/api/v1/namespaces/default").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        headers["strict-transport-security"],
+        "max-age=31536000; includeSubDomains"
+    );
+    slow_configmap_creates(&c, &hook).await;
+
+    let initiated = Instant::now();
+    let stopping = tokio::spawn(server.stop());
+    let in_flight = create_in_flight(&c);
+    // ShutdownInitiated: not ready, but serving.
+    let (code, _, body) = get(&c, "/readyz?verbose").await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("[-]shutdown failed"), "{body}");
+    assert!(body.contains("[+]etcd ok"), "{body}");
+    let (code, _, _) = get(&c, "/api/v1/namespaces/default").await;
+    assert_eq!(code, 200, "served during the shutdown delay");
+    assert!(
+        initiated.elapsed() < Duration::from_secs(2),
+        "the checks above must run inside the delay"
+    );
+
+    // After the delay, while the create is in flight: new requests are refused.
+    tokio::time::sleep_until((initiated + Duration::from_millis(2500)).into()).await;
+    let (code, headers, body) = get(&c, "/api/v1/namespaces/default").await;
+    assert_eq!(code, 429, "{body}");
+    assert_eq!(headers["retry-after"], "5");
+    assert_eq!(
+        body,
+        "The apiserver is shutting down, please try again later.\n"
+    );
+    assert_eq!(
+        headers["strict-transport-security"],
+        "max-age=31536000; includeSubDomains"
+    );
+    // Health probes are still answered.
+    let (code, _, body) = get(&c, "/readyz").await;
+    assert_eq!(code, 500, "{body}");
+    let (code, _, _) = get(&c, "/livez").await;
+    assert_eq!(code, 200);
+    assert!(
+        !in_flight.is_finished(),
+        "the checks above must run while the create is in flight"
+    );
+
+    // The request in flight finishes; then the listener stops.
+    assert_eq!(in_flight.await.unwrap(), 201);
+    tokio::time::timeout(Duration::from_secs(20), stopping)
+        .await
+        .expect("the server stops once the requests in flight are done")
+        .unwrap();
+    assert!(
+        TestApiServer::raw(&c, "GET", "/livez", &[], Vec::new())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn without_retry_after_the_listener_stops_after_the_delay() {
+    let hook = slow_hook().await;
+    let server = TestApiServer::start_with(|o| {
+        o.shutdown = ShutdownOptions {
+            delay: Duration::from_secs(1),
+            ..Default::default()
+        };
+    })
+    .await
+    .unwrap();
+    let c = client_without_retries(&server).await;
+    let (_, headers, _) = get(&c, "/api/v1/namespaces/default").await;
+    assert!(!headers.contains_key("strict-transport-security"));
+    slow_configmap_creates(&c, &hook).await;
+    let config = server.kube_config().await.unwrap();
+
+    let initiated = Instant::now();
+    let stopping = tokio::spawn(server.stop());
+    let in_flight = create_in_flight(&c);
+    let (code, _, _) = get(&c, "/readyz").await;
+    assert_eq!(code, 500);
+    assert!(initiated.elapsed() < Duration::from_secs(1));
+
+    // After the delay a new connection is refused, while the create in flight is
+    // still answered.
+    tokio::time::sleep_until((initiated + Duration::from_millis(1500)).into()).await;
+    let fresh = kube::Client::try_from(config).unwrap();
+    let refused = TestApiServer::raw(&fresh, "GET", "/livez", &[], Vec::new()).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(!in_flight.is_finished());
+    assert_eq!(in_flight.await.unwrap(), 201);
+    tokio::time::timeout(Duration::from_secs(20), stopping)
+        .await
+        .expect("the server stops once the request in flight is done")
+        .unwrap();
+}
