@@ -258,6 +258,10 @@ struct Args {
     /// it, as Go's listeners do).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     permit_address_sharing: bool,
+    /// The limit that the server gives to clients for the maximum number of streams in
+    /// an HTTP/2 connection. Zero means upstream's default (100).
+    #[arg(long, default_value_t = 0)]
+    http2_max_streams_per_connection: u32,
     /// Use an endpoint reconciler (master-count, lease, none): who keeps the
     /// kubernetes Service's endpoints. master-count is deprecated.
     #[arg(long, default_value = "lease")]
@@ -635,6 +639,7 @@ async fn main() -> anyhow::Result<()> {
     opts.strict_transport_security_directives = args.strict_transport_security_directives;
     opts.compaction_interval = args.etcd_compaction_interval;
     opts.permit_port_sharing = args.permit_port_sharing;
+    opts.http2_max_streams_per_connection = args.http2_max_streams_per_connection;
     tracing::debug!(
         permit_address_sharing = args.permit_address_sharing,
         "the listener has SO_REUSEADDR whatever --permit-address-sharing says"

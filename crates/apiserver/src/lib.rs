@@ -74,6 +74,8 @@ pub struct Config {
     pub bind: SocketAddr,
     /// `--permit-port-sharing`: SO_REUSEPORT on the listener.
     pub permit_port_sharing: bool,
+    /// `--http2-max-streams-per-connection` (0: upstream's 100).
+    pub http2_max_streams_per_connection: u32,
     pub registry: Arc<Registry>,
     pub tls: Arc<rustls::ServerConfig>,
     pub authenticator: Arc<dyn Authenticator>,
@@ -250,7 +252,13 @@ impl Server {
             max_in_flight: config.max_in_flight,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
-        let task = tokio::spawn(accept_loop(listener, acceptor, state, shutdown_rx));
+        let task = tokio::spawn(accept_loop(
+            listener,
+            acceptor,
+            state,
+            shutdown_rx,
+            config.http2_max_streams_per_connection,
+        ));
         Ok(Server {
             addr,
             initiated,
@@ -344,12 +352,21 @@ async fn run_endpoint_lease(registry: Arc<Registry>, mut shutdown: watch::Receiv
     }
 }
 
+/// Upstream's SETTINGS_MAX_CONCURRENT_STREAMS when the flag is 0 (Go's HTTP/2 clients'
+/// own limit, so that a client cannot open more streams than it would use).
+const DEFAULT_HTTP2_MAX_STREAMS: u32 = 100;
+
 async fn accept_loop(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     state: Arc<handler::State>,
     mut shutdown: watch::Receiver<bool>,
+    http2_max_streams: u32,
 ) {
+    let http2_max_streams = match http2_max_streams {
+        0 => DEFAULT_HTTP2_MAX_STREAMS,
+        n => n,
+    };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (tcp, peer) = tokio::select! {
@@ -387,7 +404,8 @@ async fn accept_loop(
             let service = hyper::service::service_fn(move |req| {
                 handler::serve(state.clone(), peer, peer_certs.clone(), req)
             });
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(http2_max_streams);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
             let conn = watcher.watch(conn.into_owned());
             if let Err(e) = conn.await {
@@ -510,6 +528,9 @@ pub struct Options {
     pub compaction_interval: Duration,
     /// `--permit-port-sharing`: see [`Config::permit_port_sharing`].
     pub permit_port_sharing: bool,
+    /// `--http2-max-streams-per-connection`: see
+    /// [`Config::http2_max_streams_per_connection`].
+    pub http2_max_streams_per_connection: u32,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -577,6 +598,7 @@ impl Options {
             endpoint_reconciler: EndpointReconciler::Lease,
             compaction_interval: Duration::from_secs(300),
             permit_port_sharing: false,
+            http2_max_streams_per_connection: 0,
         }
     }
 
@@ -818,6 +840,7 @@ impl Options {
         Ok(Config {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             permit_port_sharing: self.permit_port_sharing,
+            http2_max_streams_per_connection: self.http2_max_streams_per_connection,
             registry,
             tls,
             authenticator: Arc::new(if self.anonymous_auth {

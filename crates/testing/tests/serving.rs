@@ -1,8 +1,11 @@
-//! Graceful termination as upstream's: `--shutdown-delay-duration` keeps serving while
-//! `/readyz` fails; `--shutdown-send-retry-after` answers new requests 429 while those
-//! in flight drain; without it the listener stops after the delay and requests in
-//! flight still finish. `--strict-transport-security-directives` sets the header.
+//! How the apiserver's port serves. Graceful termination as upstream's:
+//! `--shutdown-delay-duration` keeps serving while `/readyz` fails;
+//! `--shutdown-send-retry-after` answers new requests 429 while those in flight drain;
+//! without it the listener stops after the delay and requests in flight still finish.
+//! `--strict-transport-security-directives` sets the header;
+//! `--http2-max-streams-per-connection` the HTTP/2 stream limit.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokube_apiserver::ShutdownOptions;
@@ -178,4 +181,53 @@ async fn without_retry_after_the_listener_stops_after_the_delay() {
         .await
         .expect("the server stops once the request in flight is done")
         .unwrap();
+}
+
+/// The SETTINGS_MAX_CONCURRENT_STREAMS an HTTP/2 client is given.
+async fn http2_stream_limit(server: &TestApiServer) -> usize {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(ferrokube_pki::insecure::AcceptAnyServerCert(
+            provider,
+        )))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.url.trim_start_matches("https://"))
+        .await
+        .unwrap();
+    let name = rustls_pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut send, mut connection) = h2::client::handshake(tls).await.unwrap();
+    let request = http::Request::get(format!("{}/livez", server.url))
+        .body(())
+        .unwrap();
+    let (response, _) = send.send_request(request, true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            r = response => r.unwrap(),
+            r = &mut connection => panic!("the connection ended: {r:?}"),
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    connection.max_concurrent_send_streams()
+}
+
+#[tokio::test]
+async fn http2_stream_limit_as_upstream() {
+    let server = TestApiServer::start().await.unwrap();
+    assert_eq!(http2_stream_limit(&server).await, 100);
+    server.stop().await;
+    let server = TestApiServer::start_with(|o| o.http2_max_streams_per_connection = 1000)
+        .await
+        .unwrap();
+    assert_eq!(http2_stream_limit(&server).await, 1000);
+    server.stop().await;
 }
