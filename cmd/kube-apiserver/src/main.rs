@@ -262,6 +262,23 @@ struct Args {
     /// an HTTP/2 connection. Zero means upstream's default (100).
     #[arg(long, default_value_t = 0)]
     http2_max_streams_per_connection: u32,
+    /// List of allowed origins for CORS, comma separated: regular expressions that
+    /// must pin the host's start ('^' or '//') and end ('$' or ':'), e.g.
+    /// '//example\.com(:|$)'. Empty: CORS off.
+    #[arg(long, value_delimiter = ',')]
+    cors_allowed_origins: Vec<String>,
+    /// Overrides the URI for the JSON Web Key Set in the discovery doc served at
+    /// /.well-known/openid-configuration (https only).
+    #[arg(long)]
+    service_account_jwks_uri: Option<String>,
+    /// The hostname to use when generating externalized URLs for this apiserver (the
+    /// service account issuer's JWKS URI); unset: the advertise address.
+    #[arg(long)]
+    external_hostname: Option<String>,
+    /// Upstream's time in which /livez passes while post-start hooks run. Ferrokube's
+    /// start-up work is done before the port opens, so it has no effect.
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    livez_grace_period: Duration,
     /// Use an endpoint reconciler (master-count, lease, none): who keeps the
     /// kubernetes Service's endpoints. master-count is deprecated.
     #[arg(long, default_value = "lease")]
@@ -640,6 +657,13 @@ async fn main() -> anyhow::Result<()> {
     opts.compaction_interval = args.etcd_compaction_interval;
     opts.permit_port_sharing = args.permit_port_sharing;
     opts.http2_max_streams_per_connection = args.http2_max_streams_per_connection;
+    opts.cors_allowed_origins = args.cors_allowed_origins;
+    opts.service_account_jwks_uri = args.service_account_jwks_uri;
+    opts.external_hostname = args.external_hostname;
+    tracing::debug!(
+        livez_grace_period = ?args.livez_grace_period,
+        "start-up work is done before the port opens: no /livez grace is needed"
+    );
     tracing::debug!(
         permit_address_sharing = args.permit_address_sharing,
         "the listener has SO_REUSEADDR whatever --permit-address-sharing says"

@@ -56,6 +56,8 @@ pub(crate) struct State {
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// `--strict-transport-security-directives` as a header value (None: no header).
     pub strict_transport_security: Option<HeaderValue>,
+    /// `--cors-allowed-origins`.
+    pub cors: crate::cors::CorsOrigins,
     pub openapi: crate::openapi::OpenApi,
     /// The audit policy and log (None: no audit events).
     pub audit: Option<Arc<crate::audit::Auditor>>,
@@ -122,6 +124,13 @@ pub(crate) async fn serve(
     if let Some(refused) = state.lifecycle.refusal(req.uri().path(), user_agent) {
         return Ok(with_hsts(&state, refused));
     }
+    let cors = state.cors.headers_for(req.headers());
+    if let Some(answer) = cors
+        .as_ref()
+        .and_then(|h| crate::cors::preflight(req.method(), h))
+    {
+        return Ok(with_hsts(&state, answer));
+    }
     let start = Instant::now();
     let attrs = request_attributes(req.method().as_str(), req.uri().path(), req.uri().query());
     let audit = crate::audit::RequestAudit::begin(
@@ -186,7 +195,11 @@ pub(crate) async fn serve(
         resp.status().as_u16(),
         start.elapsed().as_secs_f64(),
     );
-    Ok(with_hsts(&state, resp))
+    let mut resp = with_hsts(&state, resp);
+    if let Some(cors) = cors {
+        resp.headers_mut().extend(cors);
+    }
+    Ok(resp)
 }
 
 /// `--strict-transport-security-directives` on every answer, as upstream's `WithHSTS`.

@@ -16,6 +16,7 @@ mod bootstrap_token;
 mod cert_reload;
 mod componentstatus;
 mod conversion;
+mod cors;
 mod discovery;
 mod dupes;
 mod eviction;
@@ -51,6 +52,7 @@ use tokio::task::JoinHandle;
 pub use admission::AdmissionPlugins;
 pub use aggregator::AggregatorConfig;
 pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
+pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
 pub use ferrokube_registry::api_endpoints::EndpointReconciler;
@@ -96,6 +98,8 @@ pub struct Config {
     pub shutdown: ShutdownOptions,
     /// `Strict-Transport-Security` on every response (None: not sent).
     pub strict_transport_security: Option<http::HeaderValue>,
+    /// Origins whose cross-origin requests are allowed (`--cors-allowed-origins`).
+    pub cors: CorsOrigins,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -247,6 +251,7 @@ impl Server {
             shutdown_initiated: initiated_rx,
             lifecycle: lifecycle.clone(),
             strict_transport_security: config.strict_transport_security,
+            cors: config.cors,
             audit: config.audit,
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
@@ -531,6 +536,14 @@ pub struct Options {
     /// `--http2-max-streams-per-connection`: see
     /// [`Config::http2_max_streams_per_connection`].
     pub http2_max_streams_per_connection: u32,
+    /// `--cors-allowed-origins`: regular expressions of the origins allowed.
+    pub cors_allowed_origins: Vec<String>,
+    /// `--service-account-jwks-uri`: the `jwks_uri` of the issuer's discovery
+    /// document (unset: `https://<external address>/openid/v1/jwks`).
+    pub service_account_jwks_uri: Option<String>,
+    /// `--external-hostname`: the host in URLs this apiserver hands out (unset: the
+    /// advertise address).
+    pub external_hostname: Option<String>,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -599,6 +612,9 @@ impl Options {
             compaction_interval: Duration::from_secs(300),
             permit_port_sharing: false,
             http2_max_streams_per_connection: 0,
+            cors_allowed_origins: Vec::new(),
+            service_account_jwks_uri: None,
+            external_hostname: None,
         }
     }
 
@@ -865,6 +881,7 @@ impl Options {
                 &self.strict_transport_security_directives,
             )
             .map_err(ConfigError::Flag)?,
+            cors: CorsOrigins::parse(&self.cors_allowed_origins).map_err(ConfigError::Flag)?,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
@@ -878,6 +895,33 @@ impl Options {
 }
 
 impl Options {
+    /// `--service-account-jwks-uri` (an https URL), or this apiserver's own
+    /// `/openid/v1/jwks` at `--external-hostname` or the advertise address.
+    fn jwks_uri(&self, advertise_ip: &std::net::IpAddr) -> Result<String, ConfigError> {
+        if let Some(uri) = &self.service_account_jwks_uri {
+            return match uri.parse::<http::Uri>() {
+                Ok(parsed) if parsed.scheme_str() == Some("https") && parsed.host().is_some() => {
+                    Ok(uri.clone())
+                }
+                _ => Err(ConfigError::Flag(format!(
+                    "service-account-jwks-uri requires https scheme, parsed as: {uri}"
+                ))),
+            };
+        }
+        let host = match &self.external_hostname {
+            Some(host) if !host.is_empty() => {
+                // An IPv6 literal is bracketed, as Go's JoinHostPort does.
+                if host.contains(':') && !host.starts_with('[') {
+                    format!("[{host}]:{}", self.secure_port)
+                } else {
+                    format!("{host}:{}", self.secure_port)
+                }
+            }
+            _ => SocketAddr::new(*advertise_ip, self.secure_port).to_string(),
+        };
+        Ok(format!("https://{host}/openid/v1/jwks"))
+    }
+
     /// The service account token authenticator and issuer, when an issuer and keys
     /// are configured (upstream requires both for the TokenRequest API).
     fn service_account_tokens(
@@ -946,10 +990,7 @@ impl Options {
             authenticator: Arc::new(authenticator),
             api_audiences: audiences,
             max_expiration: self.service_account_max_token_expiration,
-            jwks_uri: format!(
-                "https://{}/openid/v1/jwks",
-                SocketAddr::new(*advertise_ip, self.secure_port)
-            ),
+            jwks_uri: self.jwks_uri(advertise_ip)?,
             service_accounts: store("", "serviceaccounts")?,
             pods: store("", "pods")?,
             secrets: store("", "secrets")?,

@@ -3,7 +3,8 @@
 //! `--shutdown-send-retry-after` answers new requests 429 while those in flight drain;
 //! without it the listener stops after the delay and requests in flight still finish.
 //! `--strict-transport-security-directives` sets the header;
-//! `--http2-max-streams-per-connection` the HTTP/2 stream limit.
+//! `--http2-max-streams-per-connection` the HTTP/2 stream limit;
+//! `--cors-allowed-origins` answers browsers' cross-origin requests.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -229,5 +230,76 @@ async fn http2_stream_limit_as_upstream() {
         .await
         .unwrap();
     assert_eq!(http2_stream_limit(&server).await, 1000);
+    server.stop().await;
+}
+
+/// `--cors-allowed-origins`: an allowed origin's preflight is answered 204 without
+/// credentials, its requests carry the CORS headers; other origins get none.
+#[tokio::test]
+async fn cors_for_allowed_origins_only() {
+    let server = TestApiServer::start_with(|o| {
+        o.cors_allowed_origins = vec![r"//dashboard\.example(:|$)".into()];
+        o.external_hostname = Some("api.example".into());
+    })
+    .await
+    .unwrap();
+    let anonymous = server.anonymous_client().await.unwrap();
+    let origin = [("Origin", "https://dashboard.example")];
+    let (code, headers, _) = TestApiServer::raw(
+        &anonymous,
+        "OPTIONS",
+        "/api/v1/namespaces",
+        &origin,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 204);
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://dashboard.example"
+    );
+    assert_eq!(headers["access-control-allow-credentials"], "true");
+    assert!(
+        headers["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("PATCH")
+    );
+    let (code, headers, _) = TestApiServer::raw(
+        &server.client,
+        "GET",
+        "/api/v1/namespaces",
+        &origin,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://dashboard.example"
+    );
+    let other = [("Origin", "https://dashboard.example.evil.test")];
+    let (code, headers, _) = TestApiServer::raw(
+        &server.client,
+        "GET",
+        "/api/v1/namespaces",
+        &other,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert!(!headers.contains_key("access-control-allow-origin"));
+    // --external-hostname names the issuer's key set.
+    let (code, _, body) = get(&server.client, "/.well-known/openid-configuration").await;
+    assert_eq!(code, 200, "{body}");
+    let discovery: Value = serde_json::from_str(&body).unwrap();
+    let port = server.url.rsplit(':').next().unwrap();
+    assert_eq!(
+        discovery["jwks_uri"],
+        format!("https://api.example:{port}/openid/v1/jwks")
+    );
     server.stop().await;
 }
