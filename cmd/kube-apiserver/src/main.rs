@@ -279,6 +279,22 @@ struct Args {
     /// start-up work is done before the port opens, so it has no effect.
     #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
     livez_grace_period: Duration,
+    /// The timeout to use when checking the storage's health (/healthz, /livez), on
+    /// either backend.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration)]
+    etcd_healthcheck_timeout: Duration,
+    /// The timeout to use when checking the storage's readiness (/readyz), on either
+    /// backend.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration)]
+    etcd_readycheck_timeout: Duration,
+    /// The storage backend for persistence: only etcd3 (upstream's one value) is
+    /// accepted; without --etcd-servers the embedded store serves it.
+    #[arg(long, default_value = "")]
+    storage_backend: String,
+    /// The media type objects are stored with upstream. Ferrokube stores JSON
+    /// whatever this says (the value is checked as upstream checks it).
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    storage_media_type: String,
     /// Use an endpoint reconciler (master-count, lease, none): who keeps the
     /// kubernetes Service's endpoints. master-count is deprecated.
     #[arg(long, default_value = "lease")]
@@ -490,6 +506,21 @@ fn oidc_config(args: &Args) -> anyhow::Result<ferrokube_apiserver::OidcConfig> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let oidc = oidc_config(&args)?;
+    // Checked before any store opens.
+    if !matches!(args.storage_backend.as_str(), "" | "etcd3") {
+        anyhow::bail!(
+            "--storage-backend invalid, allowed values: etcd3. If not specified, it will default to 'etcd3'"
+        );
+    }
+    if !matches!(
+        args.storage_media_type.as_str(),
+        "application/json" | "application/yaml" | "application/vnd.kubernetes.protobuf"
+    ) {
+        anyhow::bail!(
+            "--storage-media-type {:?} invalid, allowed values: application/json, application/vnd.kubernetes.protobuf, application/yaml",
+            args.storage_media_type
+        );
+    }
     let level = match args.verbosity {
         0..=1 => "info",
         2..=4 => "debug",
@@ -501,6 +532,13 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
+    for warning in watch_cache_warnings(
+        args.watch_cache,
+        args.default_watch_cache_size,
+        &args.watch_cache_sizes,
+    )? {
+        tracing::warn!("{warning}");
+    }
     // Read before any store opens: a bad file stops the start at once.
     let encryption = match &args.encryption_provider_config {
         Some(path) => Some(
@@ -658,6 +696,10 @@ async fn main() -> anyhow::Result<()> {
     opts.permit_port_sharing = args.permit_port_sharing;
     opts.http2_max_streams_per_connection = args.http2_max_streams_per_connection;
     opts.cors_allowed_origins = args.cors_allowed_origins;
+    opts.storage_check_timeouts = ferrokube_apiserver::StorageCheckTimeouts {
+        health: args.etcd_healthcheck_timeout,
+        ready: args.etcd_readycheck_timeout,
+    };
     opts.service_account_jwks_uri = args.service_account_jwks_uri;
     opts.external_hostname = args.external_hostname;
     tracing::debug!(
@@ -668,13 +710,6 @@ async fn main() -> anyhow::Result<()> {
         permit_address_sharing = args.permit_address_sharing,
         "the listener has SO_REUSEADDR whatever --permit-address-sharing says"
     );
-    for warning in watch_cache_warnings(
-        args.watch_cache,
-        args.default_watch_cache_size,
-        &args.watch_cache_sizes,
-    )? {
-        tracing::warn!("{warning}");
-    }
     if std::env::args().any(|a| a == "--apiserver-count" || a.starts_with("--apiserver-count=")) {
         tracing::warn!(
             "Flag --apiserver-count has been deprecated, apiserver-count is deprecated and will be removed in a future version."

@@ -58,6 +58,7 @@ pub(crate) struct State {
     pub strict_transport_security: Option<HeaderValue>,
     /// `--cors-allowed-origins`.
     pub cors: crate::cors::CorsOrigins,
+    pub storage_check_timeouts: crate::health::StorageCheckTimeouts,
     pub openapi: crate::openapi::OpenApi,
     /// The audit policy and log (None: no audit events).
     pub audit: Option<Arc<crate::audit::Auditor>>,

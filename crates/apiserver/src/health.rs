@@ -3,6 +3,8 @@
 //! `?exclude=<check>` skips one), `/<endpoint>/<check>` runs one, and a failure is a 500
 //! whose body always lists every check.
 
+use std::time::Duration;
+
 use http::{Response, StatusCode};
 
 use crate::handler::{Body, State, respond};
@@ -103,12 +105,43 @@ pub(crate) fn is_health_path(path: &str) -> bool {
         .any(|e| path == *e || path.strip_prefix(e).is_some_and(|r| r.starts_with('/')))
 }
 
+/// `--etcd-healthcheck-timeout` (for `/healthz` and `/livez`) and
+/// `--etcd-readycheck-timeout` (for `/readyz`), upstream's defaults 2 s each: a
+/// storage that does not answer in time fails the check instead of holding the probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StorageCheckTimeouts {
+    pub health: Duration,
+    pub ready: Duration,
+}
+
+impl Default for StorageCheckTimeouts {
+    fn default() -> Self {
+        StorageCheckTimeouts {
+            health: Duration::from_secs(2),
+            ready: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Whether the storage answered within `timeout`.
+async fn storage_answers<T, E>(
+    answer: impl std::future::Future<Output = Result<T, E>>,
+    timeout: Duration,
+) -> bool {
+    matches!(tokio::time::timeout(timeout, answer).await, Ok(Ok(_)))
+}
+
 pub(crate) async fn serve(
     state: &State,
     path: &str,
     query: Option<&str>,
 ) -> Option<Response<Body>> {
-    let storage_ok = state.registry.storage().current_revision().await.is_ok();
+    let timeout = if path.starts_with("/readyz") {
+        state.storage_check_timeouts.ready
+    } else {
+        state.storage_check_timeouts.health
+    };
+    let storage_ok = storage_answers(state.registry.storage().current_revision(), timeout).await;
     let shutting_down = *state.shutdown_initiated.borrow();
     let (code, body) = answer(path, query, |endpoint| {
         checks(endpoint, storage_ok, shutting_down)
@@ -127,6 +160,14 @@ mod tests {
 
     fn run(path: &str, query: Option<&str>, storage_ok: bool) -> Option<(u16, String)> {
         answer(path, query, |e| checks(e, storage_ok, false)).map(|(c, b)| (c.as_u16(), b))
+    }
+
+    #[tokio::test]
+    async fn a_storage_that_does_not_answer_fails_the_check() {
+        let t = Duration::from_millis(50);
+        assert!(storage_answers(async { Ok::<_, ()>(1) }, t).await);
+        assert!(!storage_answers(async { Err::<(), _>(()) }, t).await);
+        assert!(!storage_answers(std::future::pending::<Result<(), ()>>(), t).await);
     }
 
     #[test]

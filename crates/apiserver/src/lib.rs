@@ -56,6 +56,7 @@ pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
 pub use ferrokube_registry::api_endpoints::EndpointReconciler;
+pub use health::StorageCheckTimeouts;
 pub use lifecycle::{ShutdownOptions, strict_transport_security};
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
@@ -100,6 +101,8 @@ pub struct Config {
     pub strict_transport_security: Option<http::HeaderValue>,
     /// Origins whose cross-origin requests are allowed (`--cors-allowed-origins`).
     pub cors: CorsOrigins,
+    /// How long the health checks wait for the storage.
+    pub storage_check_timeouts: StorageCheckTimeouts,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -252,6 +255,7 @@ impl Server {
             lifecycle: lifecycle.clone(),
             strict_transport_security: config.strict_transport_security,
             cors: config.cors,
+            storage_check_timeouts: config.storage_check_timeouts,
             audit: config.audit,
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
@@ -544,6 +548,8 @@ pub struct Options {
     /// `--external-hostname`: the host in URLs this apiserver hands out (unset: the
     /// advertise address).
     pub external_hostname: Option<String>,
+    /// `--etcd-healthcheck-timeout` and `--etcd-readycheck-timeout`.
+    pub storage_check_timeouts: StorageCheckTimeouts,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -615,6 +621,7 @@ impl Options {
             cors_allowed_origins: Vec::new(),
             service_account_jwks_uri: None,
             external_hostname: None,
+            storage_check_timeouts: StorageCheckTimeouts::default(),
         }
     }
 
@@ -882,6 +889,7 @@ impl Options {
             )
             .map_err(ConfigError::Flag)?,
             cors: CorsOrigins::parse(&self.cors_allowed_origins).map_err(ConfigError::Flag)?,
+            storage_check_timeouts: self.storage_check_timeouts,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
