@@ -258,6 +258,14 @@ impl TestApiServer {
             .map_err(|e| TestServerError::Client(e.to_string()))
     }
 
+    /// An admin client that sees every answer as it is: kube-rs retries 429, 503 and
+    /// 504 answers by default.
+    pub async fn client_without_retries(&self) -> Result<kube::Client, TestServerError> {
+        let mut config = self.kube_config().await?;
+        config.default_retry = false;
+        kube::Client::try_from(config).map_err(|e| TestServerError::Client(e.to_string()))
+    }
+
     /// One request through `client` with the response's status, headers and raw
     /// (not decompressed unless the client does it) body.
     pub async fn raw(

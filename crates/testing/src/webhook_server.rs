@@ -100,6 +100,45 @@ impl WebhookServer {
         base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
     }
 
+    /// A validating webhook that allows every ConfigMap create after `delay`,
+    /// registered through `client`: it holds such a create in flight for that long
+    /// (request timeouts, graceful shutdown). It answers while the server lives.
+    pub async fn holding_configmap_creates(
+        client: &kube::Client,
+        delay: std::time::Duration,
+    ) -> Result<WebhookServer, TestServerError> {
+        let hook = WebhookServer::start(move |_path: String, review: Value| async move {
+            tokio::time::sleep(delay).await;
+            serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": true}})
+        })
+        .await?;
+        let config = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "hold-configmap-creates"},
+        "webhooks": [{
+            "name": "hold.example.com",
+            "clientConfig": {"url": hook.url("/hold"), "caBundle": hook.ca_bundle()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["configmaps"]}],
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 30,
+        }]});
+        let (code, _, v) = crate::TestApiServer::send_json(
+            client,
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            &config,
+        )
+        .await?;
+        if code != 201 {
+            return Err(TestServerError::Client(format!(
+                "registering the webhook: {code} {v}"
+            )));
+        }
+        Ok(hook)
+    }
+
     /// `https://127.0.0.1:<port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.port)

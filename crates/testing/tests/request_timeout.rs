@@ -16,34 +16,13 @@ fn configmap(name: &str) -> Value {
 
 #[tokio::test]
 async fn slow_requests_are_answered_504_and_bad_timeouts_400() {
-    let hook = WebhookServer::start(|_path: String, review: Value| async move {
-        tokio::time::sleep(WEBHOOK_DELAY).await;
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": review["request"]["uid"], "allowed": true}})
-    })
-    .await
-    .unwrap();
     let server = TestApiServer::start_with(|o| o.request_timeout = Duration::from_secs(2))
         .await
         .unwrap();
-    // kube-rs retries 504s by default; this client must see the first answer.
-    let mut config = server.kube_config().await.unwrap();
-    config.default_retry = false;
-    let c = kube::Client::try_from(config).unwrap();
-    let (code, _, v) = TestApiServer::send_json(&c, "POST",
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "slow"},
-            "webhooks": [{
-                "name": "slow.example.com",
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/slow", hook.port), "caBundle": hook.ca_bundle()},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
-                "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }]}))
-    .await
-    .unwrap();
-    assert_eq!(code, 201, "{v}");
+    let c = server.client_without_retries().await.unwrap();
+    let _hook = WebhookServer::holding_configmap_creates(&c, WEBHOOK_DELAY)
+        .await
+        .unwrap();
 
     // --request-timeout (2 s) ends a create the webhook holds for 4 s.
     let path = "/api/v1/namespaces/default/configmaps";

@@ -16,41 +16,6 @@ use serde_json::{Value, json};
 /// How long the webhook holds a ConfigMap create in flight.
 const WEBHOOK_DELAY: Duration = Duration::from_secs(5);
 
-/// A client that sees every answer as it is (kube-rs retries 429s by default).
-async fn client_without_retries(server: &TestApiServer) -> kube::Client {
-    let mut config = server.kube_config().await.unwrap();
-    config.default_retry = false;
-    kube::Client::try_from(config).unwrap()
-}
-
-/// Makes ConfigMap creates wait [`WEBHOOK_DELAY`] for a webhook.
-async fn slow_configmap_creates(c: &kube::Client, hook: &WebhookServer) {
-    let (code, _, v) = TestApiServer::send_json(c, "POST",
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "slow"},
-            "webhooks": [{
-                "name": "slow.example.com",
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/slow", hook.port), "caBundle": hook.ca_bundle()},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
-                "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 15,
-            }]}))
-    .await
-    .unwrap();
-    assert_eq!(code, 201, "{v}");
-}
-
-async fn slow_hook() -> WebhookServer {
-    WebhookServer::start(|_path: String, review: Value| async move {
-        tokio::time::sleep(WEBHOOK_DELAY).await;
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": review["request"]["uid"], "allowed": true}})
-    })
-    .await
-    .unwrap()
-}
-
 /// A ConfigMap create, sent at once and answered after the webhook's delay.
 fn create_in_flight(c: &kube::Client) -> tokio::task::JoinHandle<u16> {
     let c = c.clone();
@@ -74,7 +39,6 @@ async fn get(c: &kube::Client, path: &str) -> (u16, http::HeaderMap, String) {
 
 #[tokio::test]
 async fn retry_after_while_requests_in_flight_drain() {
-    let hook = slow_hook().await;
     let server = TestApiServer::start_with(|o| {
         o.shutdown = ShutdownOptions {
             delay: Duration::from_secs(2),
@@ -86,14 +50,16 @@ async fn retry_after_while_requests_in_flight_drain() {
     })
     .await
     .unwrap();
-    let c = client_without_retries(&server).await;
+    let c = server.client_without_retries().await.unwrap();
     let (code, headers, _) = get(&c, "/api/v1/namespaces/default").await;
     assert_eq!(code, 200);
     assert_eq!(
         headers["strict-transport-security"],
         "max-age=31536000; includeSubDomains"
     );
-    slow_configmap_creates(&c, &hook).await;
+    let _hook = WebhookServer::holding_configmap_creates(&c, WEBHOOK_DELAY)
+        .await
+        .unwrap();
 
     let initiated = Instant::now();
     let stopping = tokio::spawn(server.stop());
@@ -148,7 +114,6 @@ async fn retry_after_while_requests_in_flight_drain() {
 
 #[tokio::test]
 async fn without_retry_after_the_listener_stops_after_the_delay() {
-    let hook = slow_hook().await;
     let server = TestApiServer::start_with(|o| {
         o.shutdown = ShutdownOptions {
             delay: Duration::from_secs(1),
@@ -157,10 +122,12 @@ async fn without_retry_after_the_listener_stops_after_the_delay() {
     })
     .await
     .unwrap();
-    let c = client_without_retries(&server).await;
+    let c = server.client_without_retries().await.unwrap();
     let (_, headers, _) = get(&c, "/api/v1/namespaces/default").await;
     assert!(!headers.contains_key("strict-transport-security"));
-    slow_configmap_creates(&c, &hook).await;
+    let _hook = WebhookServer::holding_configmap_creates(&c, WEBHOOK_DELAY)
+        .await
+        .unwrap();
     let config = server.kube_config().await.unwrap();
 
     let initiated = Instant::now();
