@@ -35,15 +35,7 @@ async fn token_of(srv: &TestApiServer, sa: &str) -> String {
 
 /// GET `path` over HTTPS (any server certificate), with an optional bearer token.
 async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(ferrokube_pki::insecure::AcceptAnyServerCert(
-            provider,
-        )))
-        .with_no_client_auth();
+    let cfg = ferrokube_pki::insecure::client_config_builder().with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
     for _ in 0..50 {
         let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrokube_pki::insecure::AcceptAnyServerCert;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -239,28 +238,7 @@ fn insecure_tls_config() -> Arc<rustls::ClientConfig> {
     static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .map(|b| {
-                    b.dangerous()
-                        .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider)))
-                        .with_no_client_auth()
-                });
-            // The ring provider supports the default versions; fall back to its defaults
-            // rather than panic if that ever changes.
-            Arc::new(cfg.unwrap_or_else(|_| {
-                rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_protocol_versions(&[&rustls::version::TLS13])
-                .expect("TLS 1.3 with ring")
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))))
-                .with_no_client_auth()
-            }))
+            Arc::new(ferrokube_pki::insecure::client_config_builder().with_no_client_auth())
         })
         .clone()
 }

@@ -221,13 +221,7 @@ async fn direct_get(
     identity: Option<(&str, &str)>,
     headers: &[(&str, &str)],
 ) -> anyhow::Result<(u16, Value)> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(ferrokube_pki::insecure::AcceptAnyServerCert(
-            provider,
-        )));
+    let builder = ferrokube_pki::insecure::client_config_builder();
     let cfg = match identity {
         Some((cert, key)) => builder.with_client_auth_cert(
             CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>()?,

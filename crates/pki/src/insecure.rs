@@ -11,6 +11,18 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
+/// A client configuration (ring, TLS 1.2 and 1.3) that accepts any server
+/// certificate, up to the choice of a client certificate.
+pub fn client_config_builder()
+-> rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(rustls::DEFAULT_VERSIONS)
+        .expect("ring implements TLS 1.2 and 1.3")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider)))
+}
+
 /// Accepts any server certificate; verifies handshake signatures with `provider`.
 #[derive(Debug)]
 pub struct AcceptAnyServerCert(pub Arc<CryptoProvider>);

@@ -153,15 +153,7 @@ async fn without_retry_after_the_listener_stops_after_the_delay() {
 
 /// The SETTINGS_MAX_CONCURRENT_STREAMS an HTTP/2 client is given.
 async fn http2_stream_limit(server: &TestApiServer) -> usize {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(ferrokube_pki::insecure::AcceptAnyServerCert(
-            provider,
-        )))
-        .with_no_client_auth();
+    let mut config = ferrokube_pki::insecure::client_config_builder().with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = tokio::net::TcpStream::connect(server.url.trim_start_matches("https://"))
         .await

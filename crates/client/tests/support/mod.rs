@@ -68,14 +68,7 @@ pub async fn get(
     identity: Option<&Issued>,
     headers: &[(&str, &str)],
 ) -> Result<(u16, String), String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(ferrokube_pki::insecure::AcceptAnyServerCert(
-            provider,
-        )));
+    let builder = ferrokube_pki::insecure::client_config_builder();
     let cfg = match identity {
         Some(issued) => {
             let chain = vec![CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap()];
