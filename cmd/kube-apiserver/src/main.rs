@@ -300,9 +300,9 @@ struct Args {
     #[arg(long, default_value = "lease")]
     endpoint_reconciler_type: String,
     /// The number of apiservers running in the cluster, for
-    /// --endpoint-reconciler-type=master-count (deprecated).
-    #[arg(long, default_value_t = 1)]
-    apiserver_count: usize,
+    /// --endpoint-reconciler-type=master-count (deprecated; default 1).
+    #[arg(long)]
+    apiserver_count: Option<usize>,
     /// Enable the watch cache. Ferrokube serves every resource's lists and watches
     /// from its watch cache whatever this says; false only logs a warning.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -702,29 +702,24 @@ async fn main() -> anyhow::Result<()> {
     };
     opts.service_account_jwks_uri = args.service_account_jwks_uri;
     opts.external_hostname = args.external_hostname;
+    // Accepted for upstream's units; their behaviour is fixed here (docs/install.md).
     tracing::debug!(
         livez_grace_period = ?args.livez_grace_period,
-        "start-up work is done before the port opens: no /livez grace is needed"
-    );
-    tracing::debug!(
         permit_address_sharing = args.permit_address_sharing,
-        "the listener has SO_REUSEADDR whatever --permit-address-sharing says"
+        profiling = args.profiling,
+        contention_profiling = args.contention_profiling,
+        "flags without effect: start-up work ends before the port opens, SO_REUSEADDR is always set, no /debug/pprof"
     );
-    if std::env::args().any(|a| a == "--apiserver-count" || a.starts_with("--apiserver-count=")) {
+    if args.apiserver_count.is_some() {
         tracing::warn!(
             "Flag --apiserver-count has been deprecated, apiserver-count is deprecated and will be removed in a future version."
         );
     }
     opts.endpoint_reconciler = ferrokube_apiserver::EndpointReconciler::parse(
         &args.endpoint_reconciler_type,
-        args.apiserver_count,
+        args.apiserver_count.unwrap_or(1),
     )
     .map_err(|e| anyhow::anyhow!("--endpoint-reconciler-type: {e}"))?;
-    tracing::debug!(
-        profiling = args.profiling,
-        contention_profiling = args.contention_profiling,
-        "no /debug/pprof endpoints are served whatever --profiling says"
-    );
     opts.event_ttl = go_duration(&args.event_ttl)
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     opts.oidc = oidc;

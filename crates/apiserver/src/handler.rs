@@ -118,11 +118,7 @@ pub(crate) async fn serve(
     peer_certs: Arc<Vec<CertificateDer<'static>>>,
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let user_agent = req
-        .headers()
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok());
-    if let Some(refused) = state.lifecycle.refusal(req.uri().path(), user_agent) {
+    if let Some(refused) = state.lifecycle.refusal(req.uri().path(), req.headers()) {
         return Ok(with_hsts(&state, refused));
     }
     let cors = state.cors.headers_for(req.headers());

@@ -298,25 +298,29 @@ impl Server {
         tokio::time::sleep(options.delay).await;
         if options.send_retry_after {
             self.lifecycle.stop_accepting();
-            let drained = async {
-                while self.metrics.executing_now() > 0 {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            };
-            let _ = tokio::time::timeout(grace, drained).await;
+            until_none_left(|| self.metrics.executing_now(), grace).await;
         }
         let _ = self.shutdown.send(true);
-        let watches_ended = async {
-            while self.metrics.watches_now() > 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        let _ = tokio::time::timeout(options.watch_termination_grace_period, watches_ended).await;
+        until_none_left(
+            || self.metrics.watches_now(),
+            options.watch_termination_grace_period,
+        )
+        .await;
         let _ = tokio::time::timeout(grace, self.task).await;
         for task in self.background {
             let _ = tokio::time::timeout(grace, task).await;
         }
     }
+}
+
+/// Waits until `count` reads zero, at most `limit`.
+async fn until_none_left(count: impl Fn() -> i64, limit: Duration) {
+    let none_left = async {
+        while count() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let _ = tokio::time::timeout(limit, none_left).await;
 }
 
 /// The listening socket: SO_REUSEADDR as Go's listeners (and `--permit-address-sharing`)
@@ -331,7 +335,8 @@ fn listen(addr: SocketAddr, permit_port_sharing: bool) -> std::io::Result<TcpLis
     socket.set_reuseaddr(true)?;
     socket.set_reuseport(permit_port_sharing)?;
     socket.bind(addr)?;
-    // Go's listen backlog: the kernel's somaxconn.
+    // Go asks for the kernel's somaxconn; 4096 is Linux's default, and the kernel
+    // caps the backlog at somaxconn anyway.
     socket.listen(4096)
 }
 

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use crate::handler::{Body, respond};
 
@@ -46,9 +46,14 @@ impl Lifecycle {
 
     /// The answer to a request that arrives once new requests are refused (None:
     /// serve it). Upstream's `WithRetryAfter`: a plain-text 429.
-    pub(crate) fn refusal(&self, path: &str, user_agent: Option<&str>) -> Option<Response<Body>> {
-        if !self.not_accepting.load(Ordering::Relaxed) || exempt_from_retry_after(path, user_agent)
-        {
+    pub(crate) fn refusal(&self, path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
+        if !self.not_accepting.load(Ordering::Relaxed) {
+            return None;
+        }
+        let user_agent = headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
+        if exempt_from_retry_after(path, user_agent) {
             return None;
         }
         let mut r = respond(
@@ -103,20 +108,29 @@ pub fn strict_transport_security(directives: &[String]) -> Result<Option<HeaderV
 mod tests {
     use super::*;
 
+    fn user_agent(ua: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::USER_AGENT, HeaderValue::from_str(ua).unwrap());
+        h
+    }
+
     #[test]
     fn new_requests_are_refused_only_after_stop_accepting() {
         let l = Lifecycle::default();
-        assert!(l.refusal("/api/v1/pods", None).is_none());
+        let none = HeaderMap::new();
+        assert!(l.refusal("/api/v1/pods", &none).is_none());
         l.stop_accepting();
-        let r = l.refusal("/api/v1/pods", Some("kubectl/v1.33")).unwrap();
+        let r = l
+            .refusal("/api/v1/pods", &user_agent("kubectl/v1.33"))
+            .unwrap();
         assert_eq!(r.status(), 429);
         assert_eq!(r.headers()[header::RETRY_AFTER], "5");
         assert_eq!(r.headers()[header::CONNECTION], "close");
         for exempt in ["/readyz", "/livez/ping", "/healthz", "/metrics"] {
-            assert!(l.refusal(exempt, None).is_none(), "{exempt}");
+            assert!(l.refusal(exempt, &none).is_none(), "{exempt}");
         }
         assert!(
-            l.refusal("/api/v1/pods", Some("kube-apiserver/v1.33.0"))
+            l.refusal("/api/v1/pods", &user_agent("kube-apiserver/v1.33.0"))
                 .is_none()
         );
     }

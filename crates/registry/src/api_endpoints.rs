@@ -74,6 +74,28 @@ impl ApiEndpoint {
         format!("{MASTER_LEASES}{}", self.ip)
     }
 
+    /// Renews this apiserver's lease (or, `leaving`, deletes it); the live leases'
+    /// addresses.
+    async fn leased_addresses(
+        &self,
+        storage: &dyn Storage,
+        leaving: bool,
+    ) -> Result<Vec<String>, ApiError> {
+        let storage_err = |e: StorageError| ApiError::internal(format!("apiserver leases: {e}"));
+        if leaving {
+            match storage
+                .delete(&self.lease_key(), &Preconditions::default())
+                .await
+            {
+                Ok(_) | Err(StorageError::NotFound { .. }) => {}
+                Err(e) => return Err(storage_err(e)),
+            }
+        } else {
+            self.renew(storage).await.map_err(storage_err)?;
+        }
+        self.live_addresses(storage).await.map_err(storage_err)
+    }
+
     /// Creates or renews this apiserver's lease.
     async fn renew(&self, storage: &dyn Storage) -> Result<(), StorageError> {
         let key = self.lease_key();
@@ -188,30 +210,6 @@ impl ApiEndpoint {
             "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         });
         ensure_matches(slices, desired, &["addressType", "endpoints", "ports"]).await
-    }
-}
-
-impl ApiEndpoint {
-    /// Renews this apiserver's lease (or, `leaving`, deletes it); the live leases'
-    /// addresses.
-    async fn leased_addresses(
-        &self,
-        storage: &dyn Storage,
-        leaving: bool,
-    ) -> Result<Vec<String>, ApiError> {
-        let storage_err = |e: StorageError| ApiError::internal(format!("apiserver leases: {e}"));
-        if leaving {
-            match storage
-                .delete(&self.lease_key(), &Preconditions::default())
-                .await
-            {
-                Ok(_) | Err(StorageError::NotFound { .. }) => {}
-                Err(e) => return Err(storage_err(e)),
-            }
-        } else {
-            self.renew(storage).await.map_err(storage_err)?;
-        }
-        self.live_addresses(storage).await.map_err(storage_err)
     }
 }
 
