@@ -33,6 +33,15 @@ struct Args {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long)]
     tls_private_key_file: PathBuf,
+    /// A pair of x509 certificate and private key file paths, optionally suffixed
+    /// with a list of domain patterns which are fully qualified domain names,
+    /// possibly with prefixed wildcard segments. If no domain patterns are provided,
+    /// the names of the certificate are extracted. Non-wildcard matches trump over
+    /// wildcard matches, explicit domain patterns trump over extracted names. For
+    /// multiple key/certificate pairs, use the --tls-sni-cert-key multiple times.
+    /// Examples: "example.crt,example.key" or "foo.crt,foo.key:*.foo.com,foo.com".
+    #[arg(long)]
+    tls_sni_cert_key: Vec<ferrokube_pki::serving::NamedCertKey>,
     #[command(flatten)]
     tls: ferrokube_pki::tls_options::TlsFlags,
     /// Client certificates signed by this CA authenticate with their CommonName.
@@ -87,6 +96,17 @@ struct Args {
     /// Upper bound of requested token lifetimes (Go duration, e.g. 24h).
     #[arg(long)]
     service_account_max_token_expiration: Option<String>,
+    /// If true, validate ServiceAccount tokens exist in etcd as part of
+    /// authentication (legacy secret-based tokens; bound tokens are always checked).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    service_account_lookup: bool,
+    /// Turns on projected service account expiration extension during token
+    /// generation, which helps safe transition from legacy token to bound service
+    /// account token feature. If this flag is enabled, admission injected tokens would
+    /// be extended up to 1 year to prevent unexpected failure during transition,
+    /// ignoring value of service-account-max-token-expiration.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    service_account_extend_token_expiration: bool,
     /// Audiences of the API; tokens must name one (default: the issuers).
     #[arg(long, value_delimiter = ',')]
     api_audiences: Vec<String>,
@@ -262,6 +282,16 @@ struct Args {
     /// an HTTP/2 connection. Zero means upstream's default (100).
     #[arg(long, default_value_t = 0)]
     http2_max_streams_per_connection: u32,
+    /// To prevent HTTP/2 clients from getting stuck on a single apiserver, randomly
+    /// close a connection (GOAWAY). The client's other in-flight requests won't be
+    /// affected, and the client will reconnect, likely landing on a different
+    /// apiserver after going through the load balancer again. This argument sets the
+    /// fraction of requests that will be sent a GOAWAY. Clusters with single
+    /// apiservers, or which don't use a load balancer, should NOT enable this. Min is
+    /// 0 (off), Max is .02 (1/50 requests); .001 (1/1000) is a recommended starting
+    /// point.
+    #[arg(long, default_value_t = 0.0)]
+    goaway_chance: f64,
     /// List of allowed origins for CORS, comma separated: regular expressions that
     /// must pin the host's start ('^' or '//') and end ('$' or ':'), e.g.
     /// '//example\.com(:|$)'. Empty: CORS off.
@@ -275,6 +305,11 @@ struct Args {
     /// service account issuer's JWKS URI); unset: the advertise address.
     #[arg(long)]
     external_hostname: Option<String>,
+    /// Timeout for kubelet operations. Upstream keeps the value (HTTPTimeout) but its
+    /// kubelet transports never use it; so neither does Ferrokube: logs, exec and
+    /// proxy requests to kubelets last as long as their client keeps them.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    kubelet_timeout: Duration,
     /// Upstream's time in which /livez passes while post-start hooks run. Ferrokube's
     /// start-up work is done before the port opens, so it has no effect.
     #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
@@ -368,10 +403,8 @@ struct Args {
     /// this flag to specify multiple claims.
     #[arg(long)]
     oidc_required_claim: Vec<String>,
-    /// Number for the log level verbosity (as the other components: 0-1 info, 2-4
-    /// debug, 5 and more trace). RUST_LOG, when set, wins.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    component: ferrokube_component_base::ComponentFlags,
 }
 
 /// Upstream's NodeAddressTypes.
@@ -521,17 +554,14 @@ async fn main() -> anyhow::Result<()> {
             args.storage_media_type
         );
     }
-    let level = match args.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .init();
+    // Upstream's check, NaN included.
+    if !(0.0..=0.02).contains(&args.goaway_chance) {
+        anyhow::bail!("--goaway-chance can not be less than 0 or greater than 0.02");
+    }
+    let _feature_gates = args
+        .component
+        .init(&Default::default(), &[])
+        .map_err(anyhow::Error::msg)?;
     for warning in watch_cache_warnings(
         args.watch_cache,
         args.default_watch_cache_size,
@@ -607,10 +637,13 @@ async fn main() -> anyhow::Result<()> {
     opts.kubelet_client_certificate = args.kubelet_client_certificate;
     opts.kubelet_client_key = args.kubelet_client_key;
     opts.kubelet_certificate_authority = args.kubelet_certificate_authority;
+    opts.tls_sni_cert_keys = args.tls_sni_cert_key;
     opts.authorization_modes =
         ferrokube_apiserver::AuthorizationMode::parse_list(&args.authorization_mode)
             .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
     opts.service_account_issuers = args.service_account_issuer;
+    opts.service_account_lookup = args.service_account_lookup;
+    opts.service_account_extend_token_expiration = args.service_account_extend_token_expiration;
     opts.service_account_key_files = args.service_account_key_file;
     opts.service_account_signing_key_file = args.service_account_signing_key_file;
     opts.api_audiences = args.api_audiences;
@@ -695,6 +728,7 @@ async fn main() -> anyhow::Result<()> {
     opts.compaction_interval = args.etcd_compaction_interval;
     opts.permit_port_sharing = args.permit_port_sharing;
     opts.http2_max_streams_per_connection = args.http2_max_streams_per_connection;
+    opts.goaway_chance = args.goaway_chance;
     opts.cors_allowed_origins = args.cors_allowed_origins;
     opts.storage_check_timeouts = ferrokube_apiserver::StorageCheckTimeouts {
         health: args.etcd_healthcheck_timeout,
@@ -708,7 +742,8 @@ async fn main() -> anyhow::Result<()> {
         permit_address_sharing = args.permit_address_sharing,
         profiling = args.profiling,
         contention_profiling = args.contention_profiling,
-        "flags without effect: start-up work ends before the port opens, SO_REUSEADDR is always set, no /debug/pprof"
+        kubelet_timeout = ?args.kubelet_timeout,
+        "flags without effect: start-up work ends before the port opens, SO_REUSEADDR is always set, no /debug/pprof, and upstream's kubelet client uses no timeout either"
     );
     if args.apiserver_count.is_some() {
         tracing::warn!(
@@ -751,6 +786,35 @@ mod tests {
     use super::{Args, go_duration, watch_cache_warnings};
     use clap::Parser as _;
     use std::time::Duration;
+
+    #[test]
+    fn component_base_flags_as_a_hardened_unit_passes_them() {
+        let args = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--service-account-lookup=true",
+            "--feature-gates=InPlacePodVerticalScaling=true,SidecarContainers=true",
+            "--logging-format=json",
+            "--log-flush-frequency=10s",
+        ])
+        .unwrap();
+        assert!(args.service_account_lookup);
+        assert_eq!(args.component.logging.logging_format, "json");
+        assert_eq!(args.component.feature_gates.len(), 1);
+        // A gate upstream does not know, or a locked one changed, stops the start.
+        for gates in ["NoSuchGate=true", "SidecarContainers=false"] {
+            let err = Args::try_parse_from([
+                "kube-apiserver",
+                "--tls-cert-file=c",
+                "--tls-private-key-file=k",
+                &format!("--feature-gates={gates}"),
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("feature gate"), "{err}");
+        }
+    }
 
     #[test]
     fn front_proxy_flags_as_kubeadm_passes_them() {
@@ -900,7 +964,8 @@ mod tests {
                 "ExternalIP"
             ]
         );
-        assert_eq!(args.verbosity, 2);
+        assert_eq!(args.component.logging.verbosity, 2);
+        assert!(args.service_account_lookup);
         assert_eq!(
             go_duration(&args.event_ttl),
             Some(Duration::from_secs(1800))

@@ -37,9 +37,8 @@ struct Options {
     /// (used by cloud controllers, which Ferrokube does not have): accepted and logged.
     #[arg(long = "cluster-name", default_value = "kubernetes")]
     cluster_name: String,
-    /// Log level verbosity.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    component: ferrokube_component_base::ComponentFlags,
     /// A list of controllers to enable. '*' enables all on-by-default controllers,
     /// 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
     #[arg(long, value_delimiter = ',', default_value = "*")]
@@ -438,7 +437,10 @@ async fn run_controllers(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
-    ferrokube_client::process::init_logging(opts.verbosity);
+    let _feature_gates = opts
+        .component
+        .init(&Default::default(), &[])
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(cluster_name = %opts.cluster_name, "starting kube-controller-manager");
     let mut cfg = opts.manager_config();
     cfg.node_ipam.validate().map_err(anyhow::Error::msg)?;
@@ -613,7 +615,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(opts.cluster_name, "kubernetes");
-        assert_eq!(opts.verbosity, 2);
+        assert_eq!(opts.component.logging.verbosity, 2);
         assert_eq!(opts.controllers, ["*", "bootstrapsigner", "tokencleaner"]);
         assert!(opts.leader_election.leader_elect);
         assert!(opts.use_service_account_credentials);
@@ -643,7 +645,7 @@ mod tests {
         // The short form, and the defaults.
         let opts = Options::try_parse_from(["kube-controller-manager", "-v", "4"]).unwrap();
         assert_eq!(
-            (opts.verbosity, opts.cluster_name.as_str()),
+            (opts.component.logging.verbosity, opts.cluster_name.as_str()),
             (4, "kubernetes")
         );
     }

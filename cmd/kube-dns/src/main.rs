@@ -44,9 +44,8 @@ struct Opts {
     /// status.podIP): ns.dns.<domain> answers the Service that selects them.
     #[arg(long = "pod-ip", env = "POD_IP", default_value = "")]
     pod_ip: String,
-    /// Log level verbosity.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    logging: ferrokube_component_base::logs::LoggingFlags,
 }
 
 fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> anyhow::Result<Vec<T>>
@@ -66,7 +65,9 @@ where
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    ferrokube_client::process::init_logging(opts.verbosity);
+    opts.logging
+        .init_with_default_gates()
+        .map_err(anyhow::Error::msg)?;
 
     let dns_addrs: Vec<SocketAddr> = parse_list("dns-bind-address", &opts.dns_bind_address)?;
     if dns_addrs.is_empty() {

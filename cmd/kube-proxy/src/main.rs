@@ -64,9 +64,8 @@ struct Opts {
     /// Delete kube-proxy's nftables tables and exit.
     #[arg(long)]
     cleanup: bool,
-    /// Log level verbosity.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    component: ferrokube_component_base::ComponentFlags,
 }
 
 fn bind_address(s: &str, default_port: u16) -> anyhow::Result<Option<SocketAddr>> {
@@ -95,15 +94,6 @@ fn node_name(overridden: &str) -> anyhow::Result<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    ferrokube_client::process::init_logging(opts.verbosity);
-
-    let nft = Nft::default();
-    if opts.cleanup {
-        let deleted = nft.cleanup().await.context("--cleanup")?;
-        tracing::info!(tables = ?deleted.iter().map(|f| f.nft()).collect::<Vec<_>>(), "deleted kube-proxy's nftables tables");
-        return Ok(());
-    }
-
     let mut file = match &opts.config {
         Some(p) => KubeProxyConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -111,6 +101,18 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("{}", p.display()))?,
         None => KubeProxyConfiguration::default(),
     };
+    // The file's featureGates, with --feature-gates over them, as upstream merges them.
+    let _feature_gates = opts
+        .component
+        .init(&file.feature_gates, &[])
+        .map_err(|e| anyhow::anyhow!("featureGates, --feature-gates: {e}"))?;
+
+    let nft = Nft::default();
+    if opts.cleanup {
+        let deleted = nft.cleanup().await.context("--cleanup")?;
+        tracing::info!(tables = ?deleted.iter().map(|f| f.nft()).collect::<Vec<_>>(), "deleted kube-proxy's nftables tables");
+        return Ok(());
+    }
     // Flags given on the command line win over the file.
     if let Some(v) = &opts.proxy_mode {
         file.mode = v.clone();

@@ -28,9 +28,8 @@ struct Opts {
     /// The IP address on which to listen for the --secure-port port.
     #[arg(long = "bind-address", default_value = "0.0.0.0")]
     bind_address: IpAddr,
-    /// Log level verbosity.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    component: ferrokube_component_base::ComponentFlags,
     #[command(flatten)]
     leader_election: LeaderElectionOptions,
     #[command(flatten)]
@@ -42,7 +41,10 @@ struct Opts {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    ferrokube_client::process::init_logging(opts.verbosity);
+    let _feature_gates = opts
+        .component
+        .init(&Default::default(), &[])
+        .map_err(anyhow::Error::msg)?;
     let config = match &opts.config {
         Some(p) => KubeSchedulerConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -155,7 +157,7 @@ mod tests {
         .unwrap();
         assert_eq!(opts.bind_address, IpAddr::from([127, 0, 0, 1]));
         assert_eq!(opts.secure_port, 10259);
-        assert_eq!(opts.verbosity, 2);
+        assert_eq!(opts.component.logging.verbosity, 2);
         assert!(opts.leader_election.leader_elect);
         assert_eq!(
             opts.kubeconfig.as_deref(),

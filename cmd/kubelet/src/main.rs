@@ -216,9 +216,8 @@ struct Opts {
     /// Accepted for compatibility: swap is not checked.
     #[arg(long = "fail-swap-on")]
     fail_swap_on: Option<bool>,
-    /// Log level verbosity.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    component: ferrokube_component_base::ComponentFlags,
 }
 
 fn split_list(s: &str) -> Vec<String> {
@@ -232,13 +231,17 @@ fn split_list(s: &str) -> Vec<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    ferrokube_client::process::init_logging(opts.verbosity);
     let file = match &opts.config {
         Some(p) => KubeletConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         )?,
         None => KubeletConfiguration::default(),
     };
+    // The file's featureGates, with --feature-gates over them, as upstream merges them.
+    let feature_gates = opts
+        .component
+        .init(&file.feature_gates, &[])
+        .map_err(|e| anyhow::anyhow!("featureGates, --feature-gates: {e}"))?;
     let auth_settings = auth_settings(&opts, opts.config.is_some().then_some(&file))?;
 
     let driver = opts
@@ -552,6 +555,10 @@ async fn main() -> anyhow::Result<()> {
     given.resolv_conf = Some(resolv.clone());
     given.container_runtime_endpoint = Some(endpoint.clone());
     given.image_service_endpoint = image_endpoint.clone();
+    given.feature_gates = feature_gates
+        .explicitly_set()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect();
     let rotate_certificates = opts
         .rotate_certificates
         .or(file.rotate_certificates)

@@ -65,9 +65,8 @@ struct Opts {
     /// The length of time to wait before giving up on a single request to Kubelet.
     #[arg(long = "kubelet-request-timeout", default_value = "10s", value_parser = ferrokube_client::leaderelection::parse_go_duration)]
     kubelet_request_timeout: Duration,
-    /// Log level verbosity.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+    #[command(flatten)]
+    logging: ferrokube_component_base::logs::LoggingFlags,
 }
 
 /// The serving pair: the given files, else the one kept in `cert_dir`, else a fresh
@@ -109,7 +108,9 @@ fn serving_pair(opts: &Opts) -> anyhow::Result<(String, String)> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    ferrokube_client::process::init_logging(opts.verbosity);
+    opts.logging
+        .init_with_default_gates()
+        .map_err(anyhow::Error::msg)?;
     anyhow::ensure!(
         !opts.metric_resolution.is_zero(),
         "--metric-resolution must be positive"

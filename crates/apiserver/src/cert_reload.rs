@@ -27,6 +27,8 @@ use crate::authentication_info::{self, AuthenticationInfo};
 /// installed from them.
 pub(crate) struct CertificateFiles {
     serving: ServingFiles,
+    /// The `--tls-sni-cert-key` pairs.
+    sni: Vec<ServingFiles>,
     client_ca: Option<CaFile>,
     request_header: Option<(CaFile, RequestHeaderConfig)>,
 }
@@ -67,11 +69,13 @@ impl CaFile {
 impl CertificateFiles {
     pub(crate) fn new(
         serving: ServingFiles,
+        sni: Vec<ServingFiles>,
         client_ca: Option<CaFile>,
         request_header: Option<(CaFile, RequestHeaderConfig)>,
     ) -> Self {
         CertificateFiles {
             serving,
+            sni,
             client_ca,
             request_header,
         }
@@ -80,6 +84,9 @@ impl CertificateFiles {
     /// Installs what changed: whether a CA bundle in use changed.
     fn check(&mut self) -> bool {
         self.serving.check();
+        for pair in &mut self.sni {
+            pair.check();
+        }
         let mut ca_changed = false;
         if let Some(ca) = &mut self.client_ca {
             ca_changed |= ca.check();

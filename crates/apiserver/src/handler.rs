@@ -311,15 +311,18 @@ pub(crate) fn watch_timeout(
     match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
         Some(t) if t > 0 => Some(Duration::from_secs(t)),
         _ if min_request_timeout.is_zero() => None,
-        _ => {
-            use std::hash::{BuildHasher, Hasher};
-            let random = std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish();
-            let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
-            Some(min_request_timeout.mul_f64(1.0 + fraction))
-        }
+        _ => Some(min_request_timeout.mul_f64(1.0 + random_fraction())),
     }
+}
+
+/// A random number in [0, 1), from std's per-process hash keys (no RNG crate for the
+/// few draws the server makes: watch timeouts, `--goaway-chance`).
+pub(crate) fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (random >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn query_map(q: Option<&str>) -> HashMap<String, String> {

@@ -79,6 +79,9 @@ pub struct Config {
     pub permit_port_sharing: bool,
     /// `--http2-max-streams-per-connection` (0: upstream's 100).
     pub http2_max_streams_per_connection: u32,
+    /// `--goaway-chance`: the fraction of HTTP/2 requests after which their connection
+    /// is sent a GOAWAY (0 to 0.02).
+    pub goaway_chance: f64,
     pub registry: Arc<Registry>,
     pub tls: Arc<rustls::ServerConfig>,
     pub authenticator: Arc<dyn Authenticator>,
@@ -267,6 +270,7 @@ impl Server {
             state,
             shutdown_rx,
             config.http2_max_streams_per_connection,
+            config.goaway_chance,
         ));
         Ok(Server {
             addr,
@@ -376,12 +380,15 @@ async fn accept_loop(
     state: Arc<handler::State>,
     mut shutdown: watch::Receiver<bool>,
     http2_max_streams: u32,
+    goaway_chance: f64,
 ) {
     let http2_max_streams = match http2_max_streams {
         0 => DEFAULT_HTTP2_MAX_STREAMS,
         n => n,
     };
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Every connection task holds a sender; once the listener stops, the receiver
+    // sees the channel close when the last connection has ended.
+    let (connection_alive, mut connections_ended) = tokio::sync::mpsc::channel::<()>(1);
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -397,8 +404,10 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let state = state.clone();
-        let watcher = graceful.watcher();
+        let alive = connection_alive.clone();
+        let mut server_shutdown = shutdown.clone();
         tokio::spawn(async move {
+            let _alive = alive;
             let tls =
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => tls,
@@ -415,20 +424,46 @@ async fn accept_loop(
                     .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                     .unwrap_or_default(),
             );
-            let service = hyper::service::service_fn(move |req| {
+            // `--goaway-chance`: an HTTP/2 request may ask for its connection's GOAWAY,
+            // so the client's next requests open a new connection, which a load
+            // balancer may send to another apiserver. Streams in flight finish.
+            let goaway = Arc::new(tokio::sync::Notify::new());
+            let decide_goaway = goaway.clone();
+            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                if goaway_chance > 0.0
+                    && req.version() == http::Version::HTTP_2
+                    && handler::random_fraction() < goaway_chance
+                {
+                    decide_goaway.notify_one();
+                }
                 handler::serve(state.clone(), peer, peer_certs.clone(), req)
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http2().max_concurrent_streams(http2_max_streams);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            let conn = watcher.watch(conn.into_owned());
-            if let Err(e) = conn.await {
+            let mut conn = std::pin::pin!(conn);
+            let mut closing = false;
+            let ended = loop {
+                tokio::select! {
+                    ended = conn.as_mut() => break ended,
+                    _ = server_shutdown.changed(), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    _ = goaway.notified(), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await;
+    drop(connection_alive);
+    let _ = tokio::time::timeout(Duration::from_secs(30), connections_ended.recv()).await;
 }
 
 /// The apiserver's options, named as upstream's flags. [`Options::into_config`]
@@ -438,6 +473,8 @@ pub struct Options {
     pub bind_address: std::net::IpAddr,
     pub secure_port: u16,
     pub tls_cert_file: std::path::PathBuf,
+    /// `--tls-sni-cert-key`: serving pairs chosen by the server name a client asks for.
+    pub tls_sni_cert_keys: Vec<ferrokube_pki::serving::NamedCertKey>,
     pub tls_private_key_file: std::path::PathBuf,
     /// `--tls-min-version` and `--tls-cipher-suites`: what the port may negotiate.
     pub tls: ferrokube_pki::tls_options::TlsOptions,
@@ -465,6 +502,11 @@ pub struct Options {
     pub service_account_signing_key_file: Option<std::path::PathBuf>,
     /// `--service-account-max-token-expiration` in seconds.
     pub service_account_max_token_expiration: Option<i64>,
+    /// `--service-account-lookup`: legacy tokens need their Secret and ServiceAccount.
+    pub service_account_lookup: bool,
+    /// `--service-account-extend-token-expiration`: the kubelet's 1h7s pod tokens are
+    /// valid for a year, with a `warnafter` claim at the hour.
+    pub service_account_extend_token_expiration: bool,
     /// `--api-audiences` (default: the issuers).
     pub api_audiences: Vec<String>,
     pub service_cluster_ip_range: String,
@@ -545,6 +587,8 @@ pub struct Options {
     /// `--http2-max-streams-per-connection`: see
     /// [`Config::http2_max_streams_per_connection`].
     pub http2_max_streams_per_connection: u32,
+    /// `--goaway-chance`: see [`Config::goaway_chance`].
+    pub goaway_chance: f64,
     /// `--cors-allowed-origins`: regular expressions of the origins allowed.
     pub cors_allowed_origins: Vec<String>,
     /// `--service-account-jwks-uri`: the `jwks_uri` of the issuer's discovery
@@ -575,6 +619,7 @@ impl Options {
             bind_address: std::net::IpAddr::from([0, 0, 0, 0]),
             secure_port: 6443,
             tls_cert_file,
+            tls_sni_cert_keys: Vec::new(),
             tls_private_key_file,
             tls: Default::default(),
             client_ca_file: None,
@@ -589,6 +634,8 @@ impl Options {
             service_account_key_files: Vec::new(),
             service_account_signing_key_file: None,
             service_account_max_token_expiration: None,
+            service_account_lookup: true,
+            service_account_extend_token_expiration: true,
             api_audiences: Vec::new(),
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
@@ -623,6 +670,7 @@ impl Options {
             compaction_interval: Duration::from_secs(300),
             permit_port_sharing: false,
             http2_max_streams_per_connection: 0,
+            goaway_chance: 0.0,
             cors_allowed_origins: Vec::new(),
             service_account_jwks_uri: None,
             external_hostname: None,
@@ -691,8 +739,32 @@ impl Options {
             .then(|| ferrokube_auth::dynamic_client_cert_verifier(tls_client_cas));
         let serving = ferrokube_pki::serving::ServingCertificate::new(&cert, &key)
             .map_err(|e| ServerError::Tls(e.to_string()))?;
+        let mut sni_pairs = Vec::new();
+        let mut sni_files = Vec::new();
+        for (i, named) in self.tls_sni_cert_keys.iter().enumerate() {
+            let (cert, key) = (read(&named.cert_file)?, read(&named.key_file)?);
+            let pair =
+                ferrokube_pki::serving::ServingCertificate::new(&cert, &key).map_err(|e| {
+                    ServerError::Tls(format!(
+                        "invalid SNI cert keypair [{i}/\"{},{}\"]: {e}",
+                        named.cert_file.display(),
+                        named.key_file.display()
+                    ))
+                })?;
+            sni_files.push(ferrokube_pki::reload::ServingFiles::sni(
+                (named.cert_file.clone(), &cert),
+                (named.key_file.clone(), &key),
+                pair.clone(),
+            ));
+            sni_pairs.push((pair, named.names.clone()));
+        }
+        let resolver: Arc<dyn rustls::server::ResolvesServerCert> = if sni_pairs.is_empty() {
+            serving.clone()
+        } else {
+            ferrokube_pki::serving::SniCertificates::new(serving.clone(), sni_pairs)
+        };
         let tls = ferrokube_pki::serving::server_config_with_resolver(
-            serving.clone(),
+            resolver,
             tls_client_verifier,
             ferrokube_pki::serving::ALPN_H2_HTTP1,
             &self.tls,
@@ -704,6 +776,7 @@ impl Options {
                 (self.tls_private_key_file.clone(), &key),
                 serving,
             ),
+            sni_files,
             client_ca_file,
             request_header_file,
         );
@@ -869,6 +942,7 @@ impl Options {
             bind: SocketAddr::new(self.bind_address, self.secure_port),
             permit_port_sharing: self.permit_port_sharing,
             http2_max_streams_per_connection: self.http2_max_streams_per_connection,
+            goaway_chance: self.goaway_chance,
             registry,
             tls,
             authenticator: Arc::new(if self.anonymous_auth {
@@ -997,12 +1071,14 @@ impl Options {
             audiences.clone(),
             objects,
         )
-        .map_err(sa_err)?;
+        .map_err(sa_err)?
+        .with_legacy_lookup(self.service_account_lookup);
         Ok(Some(Arc::new(tokens::Tokens {
             issuer,
             authenticator: Arc::new(authenticator),
             api_audiences: audiences,
             max_expiration: self.service_account_max_token_expiration,
+            extend_expiration: self.service_account_extend_token_expiration,
             jwks_uri: self.jwks_uri(advertise_ip)?,
             service_accounts: store("", "serviceaccounts")?,
             pods: store("", "pods")?,

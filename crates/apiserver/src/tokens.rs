@@ -21,6 +21,12 @@ use serde_json::{Value, json};
 const DEFAULT_EXPIRATION: i64 = 3600;
 const MIN_EXPIRATION: i64 = 600;
 const MAX_EXPIRATION: i64 = 1 << 32;
+/// The expiration the kubelet asks for (1h7s), which upstream's
+/// `--service-account-extend-token-expiration` recognises: such a pod-bound token is
+/// valid for a year, with a `warnafter` at the hour asked for, so clients that never
+/// read their projected token again keep working while the stale use is noticed.
+const WARN_ONLY_EXPIRATION: i64 = 60 * 60 + 7;
+const EXTENDED_EXPIRATION: i64 = 24 * 365 * 60 * 60;
 
 /// What the TokenRequest API and the discovery endpoints need.
 pub(crate) struct Tokens {
@@ -30,6 +36,8 @@ pub(crate) struct Tokens {
     pub api_audiences: Vec<String>,
     /// `--service-account-max-token-expiration`.
     pub max_expiration: Option<i64>,
+    /// `--service-account-extend-token-expiration`.
+    pub extend_expiration: bool,
     /// `--service-account-jwks-uri` or `https://<advertise>/openid/v1/jwks`.
     pub jwks_uri: String,
     pub service_accounts: Arc<Store>,
@@ -290,9 +298,18 @@ pub(crate) async fn create(
         }
     }
     let now = now_unix();
+    let mut valid_for = expiration;
+    if tokens.extend_expiration
+        && claim.pod.is_some()
+        && expiration == WARN_ONLY_EXPIRATION
+        && audiences.iter().all(|a| tokens.api_audiences.contains(a))
+    {
+        claim.warnafter = Some(now + expiration);
+        valid_for = EXTENDED_EXPIRATION;
+    }
     let claims = Claims {
         aud: audiences.clone(),
-        exp: now + expiration,
+        exp: now + valid_for,
         iat: now,
         iss: String::new(),
         jti: new_jti(),
@@ -300,11 +317,11 @@ pub(crate) async fn create(
         nbf: now,
         sub: ferrokube_auth::rbac::service_account_user(ns, name),
     };
-    let exp = claims.exp;
     let token = issuer
         .sign(claims)
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let expiration_timestamp = jiff::Timestamp::from_second(exp)
+    // The status shows the expiration asked for, also for an extended token.
+    let expiration_timestamp = jiff::Timestamp::from_second(now + expiration)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default();
     let mut out_spec = json!({"audiences": audiences, "expirationSeconds": expiration,

@@ -20,7 +20,7 @@
 //!   (TokenReview, SubjectAccessReview) as upstream's components do, with the client
 //!   CAs its flags leave out read from the apiserver's ConfigMap
 //!   ([`extension_authentication`]).
-//! * [`process`]: logging at the `-v` verbosity and a cancellation token for SIGTERM,
+//! * [`process`]: a cancellation token for SIGTERM or Ctrl-C,
 //!   shared by the client-side binaries.
 //! * [`config`]: kubeconfig / in-cluster loading (`--kubeconfig`, `KUBECONFIG`) and
 //!   client-side QPS/burst limiting as a tower layer (`--kube-api-qps`/`--kube-api-burst`).

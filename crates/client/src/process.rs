@@ -1,22 +1,7 @@
-//! What every client-side binary does on start and stop: logs at the `-v` verbosity
-//! upstream components take, and one cancellation token for SIGTERM or Ctrl-C.
+//! What every client-side binary does to stop: one cancellation token for SIGTERM or
+//! Ctrl-C. (Logging is component-base's `ComponentFlags`.)
 
 use tokio_util::sync::CancellationToken;
-
-/// Logs to stderr at klog's verbosity levels: `-v` 0–1 info, 2–4 debug, 5 and more
-/// trace. `RUST_LOG`, when set, wins.
-pub fn init_logging(verbosity: u8) {
-    let level = match verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
-}
 
 /// A token cancelled on the first SIGTERM or Ctrl-C, with `what` logged (e.g.
 /// "shutting down"). Needs a running tokio runtime.

@@ -234,6 +234,9 @@ pub struct KubeletConfiguration {
     pub container_runtime_endpoint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_service_endpoint: Option<String>,
+    /// Gates merged under `--feature-gates` (component-base checks them).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub feature_gates: std::collections::BTreeMap<String, bool>,
 }
 
 impl KubeletConfiguration {
@@ -407,6 +410,7 @@ pub fn effective_configuration(
         container_runtime_endpoint: non_empty(&given.container_runtime_endpoint)
             .or_else(|| Some(crate::cri::DEFAULT_ENDPOINT.into())),
         image_service_endpoint: non_empty(&given.image_service_endpoint),
+        feature_gates: given.feature_gates.clone(),
     }
 }
 

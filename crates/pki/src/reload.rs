@@ -118,6 +118,35 @@ pub struct ServingFiles {
 impl ServingFiles {
     /// `cert_pem` and `key_pem` are what `certificate` was built from at start.
     pub fn new(
+        cert: (PathBuf, &str),
+        key: (PathBuf, &str),
+        certificate: Arc<ServingCertificate>,
+    ) -> Self {
+        Self::named_by(
+            ["--tls-cert-file", "--tls-private-key-file"],
+            cert,
+            key,
+            certificate,
+        )
+    }
+
+    /// A pair of `--tls-sni-cert-key`, as [`ServingFiles::new`].
+    pub fn sni(
+        cert: (PathBuf, &str),
+        key: (PathBuf, &str),
+        certificate: Arc<ServingCertificate>,
+    ) -> Self {
+        Self::named_by(
+            ["--tls-sni-cert-key", "--tls-sni-cert-key"],
+            cert,
+            key,
+            certificate,
+        )
+    }
+
+    /// `flags`: how the warnings name the certificate's and the key's file.
+    fn named_by(
+        [cert_flag, key_flag]: [&'static str; 2],
         (cert, cert_pem): (PathBuf, &str),
         (key, key_pem): (PathBuf, &str),
         certificate: Arc<ServingCertificate>,
@@ -126,8 +155,8 @@ impl ServingFiles {
             files: FollowedFiles::new(
                 "serving certificate",
                 [
-                    ("--tls-cert-file", cert, cert_pem.to_string()),
-                    ("--tls-private-key-file", key, key_pem.to_string()),
+                    (cert_flag, cert, cert_pem.to_string()),
+                    (key_flag, key, key_pem.to_string()),
                 ],
             ),
             certificate,

@@ -7,6 +7,8 @@
 //! `DynamicServingCertificateController`): a port configured with
 //! [`server_config_with_resolver`] over it serves whatever pair was last installed,
 //! so a renewed certificate is taken at the next handshake without a restart.
+//! [`SniCertificates`] chooses among several such pairs by the server name a client
+//! asks for (`--tls-sni-cert-key`).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -139,6 +141,156 @@ impl ResolvesServerCert for ServingCertificate {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
     }
+}
+
+/// One `--tls-sni-cert-key` value: a serving pair's files and the server names it is
+/// chosen for (empty: the names in the certificate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedCertKey {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    pub names: Vec<String>,
+}
+
+impl std::str::FromStr for NamedCertKey {
+    type Err = String;
+
+    /// Upstream's syntax and errors: `cert,key` or `cert,key:name1,name2`.
+    fn from_str(value: &str) -> std::result::Result<Self, String> {
+        let (files, names) = match value.split_once(':') {
+            Some((files, names)) => {
+                let names = names.trim();
+                if names.is_empty() {
+                    return Err("empty names list is not allowed".into());
+                }
+                (
+                    files,
+                    names.split(',').map(|n| n.trim().to_string()).collect(),
+                )
+            }
+            None => (value, Vec::new()),
+        };
+        match files.trim().split(',').collect::<Vec<_>>()[..] {
+            [cert, key] => Ok(NamedCertKey {
+                cert_file: cert.trim().into(),
+                key_file: key.trim().into(),
+                names,
+            }),
+            _ => Err("expected comma separated certificate and key file paths".into()),
+        }
+    }
+}
+
+/// The serving pairs of a port with `--tls-sni-cert-key` values: a handshake that
+/// names a server (SNI) gets the first pair with that name, else the first with the
+/// wildcard of its parent domain (`*.example.com` for `api.example.com`), else the
+/// default pair. Names given with a pair count before names read from certificates;
+/// a pair given names is chosen only for those. Each pair may be replaced while the
+/// port serves (see [`ServingCertificate`]), its certificate's names with it.
+///
+/// Upstream also matches a pair named by an IP address to a client that sent no
+/// name, by the address the connection came in on; rustls's hello does not carry
+/// that address, so here such a client gets the default pair.
+#[derive(Debug)]
+pub struct SniCertificates {
+    default: Arc<ServingCertificate>,
+    named: Vec<(Arc<ServingCertificate>, Vec<String>)>,
+}
+
+impl SniCertificates {
+    /// `named`: each pair with the names given for it, in flag order.
+    pub fn new(
+        default: Arc<ServingCertificate>,
+        named: Vec<(Arc<ServingCertificate>, Vec<String>)>,
+    ) -> Arc<Self> {
+        let named = named
+            .into_iter()
+            .map(|(pair, names)| (pair, names.iter().map(|n| n.to_ascii_lowercase()).collect()))
+            .collect();
+        Arc::new(SniCertificates { default, named })
+    }
+
+    /// The pair for a handshake naming `server_name`.
+    pub fn choose(&self, server_name: Option<&str>) -> Arc<CertifiedKey> {
+        let Some(name) = server_name.map(str::to_ascii_lowercase) else {
+            return self.default.current();
+        };
+        // Go's: the first label replaced by `*` (a single label becomes `*`).
+        let wildcard = match name.split_once('.') {
+            Some((_, parent)) => format!("*.{parent}"),
+            None => "*".to_string(),
+        };
+        for wanted in [&name, &wildcard] {
+            let given = self
+                .named
+                .iter()
+                .find(|(_, names)| names.contains(wanted))
+                .map(|(pair, _)| pair.current());
+            let read = || {
+                self.named
+                    .iter()
+                    .filter(|(_, names)| names.is_empty())
+                    .map(|(pair, _)| pair.current())
+                    .find(|key| certificate_names(key).contains(wanted))
+            };
+            if let Some(key) = given.or_else(read) {
+                return key;
+            }
+        }
+        self.default.current()
+    }
+}
+
+impl ResolvesServerCert for SniCertificates {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.choose(client_hello.server_name()))
+    }
+}
+
+/// Upstream's `getCertificateNames`: the subject's common name when it is a DNS name
+/// (a wildcard allowed) and not an IP address, then the DNS subject alternative names,
+/// lower-cased. IP addresses are left out: SNI never carries one.
+fn certificate_names(key: &CertifiedKey) -> Vec<String> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let Some(Ok((_, cert))) = key
+        .end_entity_cert()
+        .ok()
+        .map(|der| X509Certificate::from_der(der.as_ref()))
+    else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Some(cn) = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+    {
+        let domain = cn.strip_prefix("*.").unwrap_or(cn);
+        let is_dns_subdomain = cn == "*"
+            || (!domain.is_empty()
+                && domain.len() <= 253
+                && domain.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                }));
+        if cn.parse::<IpAddr>().is_err() && is_dns_subdomain {
+            names.push(cn.to_string());
+        }
+    }
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let GeneralName::DNSName(dns) = name {
+                names.push(dns.to_ascii_lowercase());
+            }
+        }
+    }
+    names
 }
 
 /// Where a [`CurrentClientVerifier`] finds the client-certificate checks in force at
@@ -358,6 +510,91 @@ mod tests {
         serving.replace(&second.cert_pem, &second.key_pem).unwrap();
         assert_eq!(served_leaf(&serving), leaf_der(&second));
         assert!(ServingCertificate::new("garbage", &second.key_pem).is_err());
+    }
+
+    fn named_pair(ca_name: &str, common_name: &str, dns: &[&str]) -> Issued {
+        CertificateAuthority::generate(ca_name)
+            .unwrap()
+            .issue_serving_cert(
+                common_name,
+                &dns.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+                &[IpAddr::from([10, 0, 0, 1])],
+                Validity::leaf_default(),
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn sni_cert_key_values_parse_as_upstream() {
+        let parsed: NamedCertKey = "foo.crt, foo.key : *.foo.com, Foo.com".parse().unwrap();
+        assert_eq!(
+            parsed,
+            NamedCertKey {
+                cert_file: "foo.crt".into(),
+                key_file: "foo.key".into(),
+                names: vec!["*.foo.com".into(), "Foo.com".into()],
+            }
+        );
+        let bare: NamedCertKey = "example.crt,example.key".parse().unwrap();
+        assert!(bare.names.is_empty());
+        assert_eq!(
+            "a.crt,a.key:".parse::<NamedCertKey>().unwrap_err(),
+            "empty names list is not allowed"
+        );
+        assert_eq!(
+            "a.crt".parse::<NamedCertKey>().unwrap_err(),
+            "expected comma separated certificate and key file paths"
+        );
+    }
+
+    #[test]
+    fn a_server_name_chooses_its_pair_exact_before_wildcard_given_before_read() {
+        let leaf = |key: Arc<CertifiedKey>| key.end_entity_cert().unwrap().as_ref().to_vec();
+        let serving =
+            |pair: &Issued| ServingCertificate::new(&pair.cert_pem, &pair.key_pem).unwrap();
+        let default = serving_pair("default-ca");
+        // Names read from the certificate: its CN (a DNS name) and DNS SANs.
+        let read = named_pair(
+            "read-ca",
+            "api.example.com",
+            &["Other.Example.com", "*.apps.example.com"],
+        );
+        // Names given on the flag: only those count for this pair.
+        let given = named_pair("given-ca", "ignored.example.com", &["ignored.example.com"]);
+        let wildcard = named_pair("wild-ca", "10.0.0.9", &["*.example.com"]);
+        let sni = SniCertificates::new(
+            serving(&default),
+            vec![
+                (serving(&read), vec![]),
+                (
+                    serving(&given),
+                    vec!["API.example.com".into(), "given.example.com".into()],
+                ),
+                (serving(&wildcard), vec![]),
+            ],
+        );
+        let chosen = |name: Option<&str>| leaf(sni.choose(name));
+        assert_eq!(chosen(None), leaf_der(&default));
+        assert_eq!(chosen(Some("elsewhere.org")), leaf_der(&default));
+        // A name both given and read: the given one wins.
+        assert_eq!(chosen(Some("api.example.com")), leaf_der(&given));
+        assert_eq!(chosen(Some("GIVEN.example.com")), leaf_der(&given));
+        assert_eq!(chosen(Some("other.example.com")), leaf_der(&read));
+        assert_eq!(chosen(Some("shop.apps.example.com")), leaf_der(&read));
+        // A given pair is not chosen for the names in its certificate.
+        assert_eq!(chosen(Some("ignored.example.com")), leaf_der(&wildcard));
+        assert_eq!(chosen(Some("db.example.com")), leaf_der(&wildcard));
+        // An IP common name is not a name; nor is a name two labels down.
+        assert_eq!(chosen(Some("a.b.example.com")), leaf_der(&default));
+
+        // A replaced pair is chosen by its new certificate's names.
+        let renamed = named_pair("read-ca-2", "renamed.example.org", &[]);
+        sni.named[0]
+            .0
+            .replace(&renamed.cert_pem, &renamed.key_pem)
+            .unwrap();
+        assert_eq!(chosen(Some("renamed.example.org")), leaf_der(&renamed));
+        assert_eq!(chosen(Some("other.example.com")), leaf_der(&wildcard));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub struct KubeProxyConfiguration {
     /// win when both are set.
     pub sync_period: Option<String>,
     pub min_sync_period: Option<String>,
+    /// Gates merged under `--feature-gates` (component-base checks them).
+    pub feature_gates: std::collections::BTreeMap<String, bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -90,6 +92,7 @@ impl Default for KubeProxyConfiguration {
             iptables: IptablesConfig::default(),
             sync_period: None,
             min_sync_period: None,
+            feature_gates: Default::default(),
         }
     }
 }

@@ -4,7 +4,9 @@
 //! without it the listener stops after the delay and requests in flight still finish.
 //! `--strict-transport-security-directives` sets the header;
 //! `--http2-max-streams-per-connection` the HTTP/2 stream limit;
-//! `--cors-allowed-origins` answers browsers' cross-origin requests.
+//! `--cors-allowed-origins` answers browsers' cross-origin requests;
+//! `--tls-sni-cert-key` serves another certificate to clients that ask for its name;
+//! `--goaway-chance` sends HTTP/2 connections a GOAWAY after some requests.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,6 +182,73 @@ async fn http2_stream_limit(server: &TestApiServer) -> usize {
     connection.max_concurrent_send_streams()
 }
 
+/// `--goaway-chance=0.02`: on one HTTP/2 connection, some request is followed by the
+/// connection's GOAWAY (the chance that 2,000 requests all miss it is below 1e-17);
+/// the request that drew it, and every one before, is answered.
+#[tokio::test]
+async fn goaway_chance_ends_http2_connections_after_a_request() {
+    let server = TestApiServer::start_with(|o| o.goaway_chance = 0.02)
+        .await
+        .unwrap();
+    let mut config = ferrokube_pki::insecure::client_config_builder().with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.url.trim_start_matches("https://"))
+        .await
+        .unwrap();
+    let name = rustls_pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut send, connection) = h2::client::handshake(tls).await.unwrap();
+    let mut connection = tokio::spawn(connection);
+    let mut answered = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let goaway = loop {
+        assert!(
+            answered < 2000 && Instant::now() < deadline,
+            "no GOAWAY after {answered} requests"
+        );
+        let Ok(ready) = send.clone().ready().await else {
+            break true;
+        };
+        send = ready;
+        let request = http::Request::get(format!("{}/livez", server.url))
+            .body(())
+            .unwrap();
+        let Ok((response, _)) = send.send_request(request, true) else {
+            break true;
+        };
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .expect("a request in flight is answered");
+        match response {
+            Ok(response) => {
+                assert_eq!(response.status(), 200);
+                answered += 1;
+            }
+            // A stream refused after the GOAWAY's last stream id.
+            Err(e) if e.is_go_away() || e.is_remote() => break true,
+            Err(e) => panic!("request {answered}: {e}"),
+        }
+        if connection.is_finished() {
+            break true;
+        }
+    };
+    assert!(goaway);
+    assert!(answered >= 1);
+    // The connection closes once its streams are done.
+    tokio::time::timeout(Duration::from_secs(10), &mut connection)
+        .await
+        .expect("the connection ends after its GOAWAY")
+        .unwrap()
+        .ok();
+    // A new connection is served as usual.
+    let (code, _, _) = get(&server.client, "/livez").await;
+    assert_eq!(code, 200);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn http2_stream_limit_as_upstream() {
     let server = TestApiServer::start().await.unwrap();
@@ -260,5 +329,85 @@ async fn cors_for_allowed_origins_only() {
         discovery["jwks_uri"],
         format!("https://api.example:{port}/openid/v1/jwks")
     );
+    server.stop().await;
+}
+
+/// The `--tls-sni-cert-key` pair of [`sni_chooses_the_certificate_by_server_name`]:
+/// written before the server starts, read by its (non-capturing) configure function.
+static SNI_PAIR: std::sync::OnceLock<(std::path::PathBuf, std::path::PathBuf)> =
+    std::sync::OnceLock::new();
+
+/// The leaf certificate the server presents to a client asking for `name`.
+async fn served_certificate(
+    server: &TestApiServer,
+    name: rustls_pki_types::ServerName<'static>,
+) -> Vec<u8> {
+    let config = ferrokube_pki::insecure::client_config_builder().with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(server.url.trim_start_matches("https://"))
+        .await
+        .unwrap();
+    let tls = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0]
+        .as_ref()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn sni_chooses_the_certificate_by_server_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = ferrokube_pki::CertificateAuthority::generate("sni-ca")
+        .unwrap()
+        .issue_serving_cert(
+            "api.sni.test",
+            &["kubernetes.sni.test".into()],
+            &[],
+            ferrokube_pki::Validity::leaf_default(),
+        )
+        .unwrap();
+    let (cert, key) = (dir.path().join("sni.crt"), dir.path().join("sni.key"));
+    std::fs::write(&cert, &pair.cert_pem).unwrap();
+    std::fs::write(&key, &pair.key_pem).unwrap();
+    SNI_PAIR.set((cert, key)).unwrap();
+    let server = TestApiServer::start_with(|o| {
+        let (cert, key) = SNI_PAIR.get().unwrap().clone();
+        o.tls_sni_cert_keys = vec![ferrokube_pki::serving::NamedCertKey {
+            cert_file: cert,
+            key_file: key,
+            names: Vec::new(),
+        }];
+    })
+    .await
+    .unwrap();
+    let sni_leaf = ferrokube_pki::pem::parse_cert_pem(&pair.cert_pem)
+        .unwrap()
+        .to_vec();
+    let dns = |name: &str| rustls_pki_types::ServerName::try_from(name.to_string()).unwrap();
+    // The names in the certificate: its common name and its DNS names.
+    assert_eq!(
+        served_certificate(&server, dns("api.sni.test")).await,
+        sni_leaf
+    );
+    assert_eq!(
+        served_certificate(&server, dns("KUBERNETES.sni.test")).await,
+        sni_leaf
+    );
+    // Any other name, and a client that sends none (an address), get the default pair.
+    let default = served_certificate(&server, dns("localhost")).await;
+    assert_ne!(default, sni_leaf);
+    let by_address = served_certificate(
+        &server,
+        rustls_pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
+    )
+    .await;
+    assert_eq!(by_address, default);
+    // The API itself answers on either certificate.
+    let (code, _, _) = get(&server.client, "/livez").await;
+    assert_eq!(code, 200);
     server.stop().await;
 }

@@ -38,6 +38,18 @@ async fn token_for(admin: &kube::Client, sa: &str, spec: Value) -> (u16, Value) 
     .await
 }
 
+/// A JWT's claims, unverified.
+fn token_claims(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
 async fn whoami(server: &TestApiServer, token: &str) -> (u16, Value) {
     let client = server.client_with_token(token).await.unwrap();
     call(
@@ -152,6 +164,42 @@ async fn token_requests_issue_bound_tokens_that_authenticate_until_unbound() {
         me["status"]["userInfo"]["extra"]["authentication.kubernetes.io/pod-name"],
         json!(["p"])
     );
+    // The kubelet's 1h7s asks for upstream's --service-account-extend-token-expiration
+    // (on by default): valid for a year, warned about after the hour. The status
+    // shows the hour asked for.
+    for (seconds, bound_to_pod, extended) in [
+        (3607, true, true),
+        (3600, true, false),
+        (3607, false, false),
+    ] {
+        let mut spec = json!({"expirationSeconds": seconds});
+        if bound_to_pod {
+            spec["boundObjectRef"] =
+                json!({"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": uid});
+        }
+        let (code, v) = token_for(&admin, "robot", spec).await;
+        assert_eq!(code, 201, "{v}");
+        let claims = token_claims(v["status"]["token"].as_str().unwrap());
+        let valid_for = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+        let expires: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time =
+            serde_json::from_value(v["status"]["expirationTimestamp"].clone()).unwrap();
+        let shown = expires.0.as_second() - claims["iat"].as_i64().unwrap();
+        assert!((shown - seconds).abs() <= 1, "{v}");
+        if extended {
+            assert_eq!(valid_for, 365 * 24 * 3600, "{claims}");
+            assert_eq!(
+                claims["kubernetes.io"]["warnafter"].as_i64().unwrap()
+                    - claims["iat"].as_i64().unwrap(),
+                3607
+            );
+        } else {
+            assert_eq!(valid_for, seconds, "{claims}");
+            assert!(
+                claims["kubernetes.io"].get("warnafter").is_none(),
+                "{claims}"
+            );
+        }
+    }
     let (code, v) = token_for(
         &admin,
         "robot",

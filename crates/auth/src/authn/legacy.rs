@@ -132,15 +132,16 @@ fn invalid(msg: impl Into<String>) -> AuthError {
     AuthError::InvalidServiceAccountToken(msg.into())
 }
 
-/// Upstream's legacy validator over verified `claims`: every claim present, the
-/// Secret still there, not being deleted or invalidated and holding this very
-/// `token`, and the ServiceAccount there with the claimed uid. The user is the
-/// ServiceAccount's, as for bound tokens (`system:authenticated` is added by the
-/// union).
+/// Upstream's legacy validator over verified `claims`: every claim present and, with
+/// `lookup` (`--service-account-lookup`), the Secret still there, not being deleted
+/// or invalidated and holding this very `token`, and the ServiceAccount there with
+/// the claimed uid. The user is the ServiceAccount's, as for bound tokens
+/// (`system:authenticated` is added by the union).
 pub fn validate(
     claims: &LegacyClaims,
     token: &str,
     objects: &dyn BoundObjects,
+    lookup: bool,
 ) -> Result<UserInfo, AuthError> {
     for (value, claim) in [
         (&claims.service_account_name, "serviceAccountName"),
@@ -156,6 +157,18 @@ pub fn validate(
     let name = &claims.service_account_name;
     if claims.sub != service_account_user(ns, name) {
         return Err(invalid("subject does not match the service account"));
+    }
+    let user = |uid: String| UserInfo {
+        name: claims.sub.clone(),
+        uid,
+        groups: vec![
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{ns}"),
+        ],
+        ..UserInfo::default()
+    };
+    if !lookup {
+        return Ok(user(claims.service_account_uid.clone()));
     }
     let Some(secret) = objects.legacy_token_secret(ns, &claims.secret_name) else {
         return Err(invalid("Token has been invalidated"));
@@ -174,15 +187,7 @@ pub fn validate(
         ))),
         Some(uid) => {
             objects.legacy_token_used(ns, &claims.secret_name);
-            Ok(UserInfo {
-                name: claims.sub.clone(),
-                uid,
-                groups: vec![
-                    "system:serviceaccounts".to_string(),
-                    format!("system:serviceaccounts:{ns}"),
-                ],
-                ..UserInfo::default()
-            })
+            Ok(user(uid))
         }
     }
 }
@@ -307,6 +312,39 @@ mod tests {
             .authenticate_token(&signer.sign(&partial).unwrap())
             .unwrap_err();
         assert!(e.to_string().contains("secretName claim is missing"), "{e}");
+    }
+
+    #[test]
+    fn without_lookup_a_legacy_token_stands_on_its_claims() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let signer = LegacyTokenSigner::new(&key.serialize_pem()).unwrap();
+        let token = signer
+            .sign(&LegacyClaims::new(
+                "ci",
+                "builder",
+                "sa-uid",
+                "builder-token",
+            ))
+            .unwrap();
+        // Neither the Secret nor the ServiceAccount exists.
+        let no_lookup =
+            authenticator(&key.public_key_pem(), Objects::default()).with_legacy_lookup(false);
+        let user = no_lookup.authenticate_token(&token).unwrap().unwrap();
+        assert_eq!(user.name, "system:serviceaccount:ci:builder");
+        assert_eq!(user.uid, "sa-uid");
+        // The claims are still checked.
+        let mut partial = LegacyClaims::new("ci", "builder", "sa-uid", "builder-token");
+        partial.namespace.clear();
+        let e = no_lookup
+            .authenticate_token(&signer.sign(&partial).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("namespace claim is missing"), "{e}");
+        // With lookup (the default) the same token is refused.
+        assert!(
+            authenticator(&key.public_key_pem(), Objects::default())
+                .authenticate_token(&token)
+                .is_err()
+        );
     }
 
     #[test]

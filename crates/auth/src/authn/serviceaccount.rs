@@ -226,6 +226,9 @@ pub struct ServiceAccountTokenAuthenticator<B> {
     /// `--api-audiences` (default: the issuers): a token must name one of them.
     audiences: Vec<String>,
     objects: B,
+    /// `--service-account-lookup`: legacy tokens are checked against their Secret and
+    /// ServiceAccount (bound tokens always are, as upstream).
+    legacy_lookup: bool,
 }
 
 impl<B> std::fmt::Debug for ServiceAccountTokenAuthenticator<B> {
@@ -253,7 +256,15 @@ impl<B: BoundObjects> ServiceAccountTokenAuthenticator<B> {
             issuers,
             audiences,
             objects,
+            legacy_lookup: true,
         })
+    }
+
+    /// `--service-account-lookup=false`: a legacy token is valid on its signature and
+    /// claims alone, without its Secret or ServiceAccount (upstream's default is true).
+    pub fn with_legacy_lookup(mut self, lookup: bool) -> Self {
+        self.legacy_lookup = lookup;
+        self
     }
 
     /// The JWKS of the verification keys (`/openid/v1/jwks`).
@@ -313,7 +324,7 @@ impl<B: BoundObjects> ServiceAccountTokenAuthenticator<B> {
         validation.validate_exp = false;
         validation.validate_aud = false;
         let claims: LegacyClaims = self.verify(token, &validation)?;
-        super::legacy::validate(&claims, token, &self.objects).map(Some)
+        super::legacy::validate(&claims, token, &self.objects, self.legacy_lookup).map(Some)
     }
 
     /// Verifies `token` and returns its user, as upstream's JWT authenticator and

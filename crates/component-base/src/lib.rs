@@ -1,0 +1,21 @@
+//! What every Ferrokube binary shares with upstream's `k8s.io/component-base`: the
+//! flags that each upstream component takes the same way, with the same names,
+//! defaults and errors.
+//!
+//! * [`logs`]: `-v`, `--vmodule`, `--logging-format` (text or upstream's JSON
+//!   records), `--log-flush-frequency`, and the subscriber they configure.
+//! * [`featuregate`]: `--feature-gates` and the kubelet config's `featureGates`,
+//!   resolved against Kubernetes v1.33's known gates as upstream resolves them.
+//! * [`flags`]: [`ComponentFlags`], both of the above as one set of flags with one
+//!   start-up step (check, install the logger, warn about gates nothing acts on).
+//!
+//! Layer: under the binaries in `cmd/`, which flatten its flags into theirs. It
+//! depends only on apimachinery (Go durations, quantities) and must not depend on any
+//! other ferrokube crate.
+
+pub mod featuregate;
+pub mod flags;
+pub mod logs;
+
+pub use featuregate::FeatureGates;
+pub use flags::ComponentFlags;

@@ -1,0 +1,563 @@
+//! Upstream's logging flags (`k8s.io/component-base/logs/api/v1`), taken by every
+//! binary with the same names, defaults and errors, and the `tracing` subscriber they
+//! configure.
+//!
+//! * `-v`/`--v N` and `--vmodule pattern=N,...`: klog's verbosity. tracing has levels,
+//!   not numbers: 0–1 is info, 2–4 debug, 5 and more trace, as everywhere in
+//!   Ferrokube. A `--vmodule` pattern names a Rust module path (`ferrokube_registry`,
+//!   `ferrokube_kubelet::pleg`), matched as a prefix, where klog's names a Go file:
+//!   there are no Go files here to name. `RUST_LOG`, when set, wins over both.
+//! * `--logging-format text|json`: `json` writes upstream's records (zapr through
+//!   component-base's encoder config): `{"ts":<ms since the epoch>,"caller":"dir/file.rs:N",
+//!   "msg":"...","v":N, ...}`, with `"err"` for errors, so log pipelines that parse an
+//!   upstream component's JSON parse ours.
+//! * `--log-flush-frequency`: checked as a Go duration. Every record is written straight
+//!   to its stream, so no record waits for a flush.
+//! * `--log-json-split-stream`, `--log-json-info-buffer-size` (alpha, behind the
+//!   `LoggingAlphaOptions` gate as upstream): info records to stdout, errors to stderr.
+//!   The buffer size is checked; info records are not buffered.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::featuregate::go_quote;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::writer::MakeWriterExt;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The gate upstream puts the JSON format behind (beta, on by default in 1.33).
+pub const LOGGING_BETA_OPTIONS: &str = "LoggingBetaOptions";
+/// The gate upstream puts the split streams and the info buffer behind (alpha).
+pub const LOGGING_ALPHA_OPTIONS: &str = "LoggingAlphaOptions";
+
+/// The logging flags every upstream component registers (`logsapi.AddFlags`).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LoggingFlags {
+    /// number for the log level verbosity (0-1 info, 2-4 debug, 5 and more trace)
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=i64::from(i32::MAX)))]
+    pub verbosity: u32,
+    /// comma-separated list of pattern=N settings for module-filtered logging (only
+    /// works for text log format); a pattern is a Rust module path prefix, such as
+    /// ferrokube_registry::store
+    #[arg(long)]
+    pub vmodule: Vec<String>,
+    /// Sets the log format. Permitted formats: "json" (gated by LoggingBetaOptions),
+    /// "text".
+    #[arg(long, default_value = "text")]
+    pub logging_format: String,
+    /// Maximum number of seconds between log flushes (records are written unbuffered)
+    #[arg(long, default_value = "5s", value_parser = ferrokube_apimachinery::duration::parse_go_duration)]
+    pub log_flush_frequency: Duration,
+    /// [Alpha] In JSON format, write error messages to stderr and info messages to
+    /// stdout. The default is to write a single stream to stderr. Enable the
+    /// LoggingAlphaOptions feature gate to use this.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub log_json_split_stream: bool,
+    /// [Alpha] In JSON format with split output streams, the info messages can be
+    /// buffered for a while to increase performance (a quantity of bytes; 0 disables
+    /// buffering). Enable the LoggingAlphaOptions feature gate to use this.
+    #[arg(long, default_value = "0")]
+    pub log_json_info_buffer_size: String,
+}
+
+impl Default for LoggingFlags {
+    fn default() -> Self {
+        LoggingFlags {
+            verbosity: 0,
+            vmodule: Vec::new(),
+            logging_format: "text".into(),
+            log_flush_frequency: Duration::from_secs(5),
+            log_json_split_stream: false,
+            log_json_info_buffer_size: "0".into(),
+        }
+    }
+}
+
+/// Whether the logs are upstream's JSON records or tracing's text lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The checked flags: what [`LoggingFlags::init`] installs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggingConfig {
+    pub format: LogFormat,
+    /// `EnvFilter` directives: the `-v` level, then one per `--vmodule` pattern.
+    pub directives: String,
+    pub split_stream: bool,
+}
+
+impl LoggingFlags {
+    /// The flags as a single `-v` gives them: for binaries and tests with no flags.
+    pub fn with_verbosity(verbosity: u32) -> Self {
+        LoggingFlags {
+            verbosity,
+            ..LoggingFlags::default()
+        }
+    }
+
+    /// Checks the flags as upstream's `logsapi.Validate` does, against the feature
+    /// gates `gate_enabled` answers for. The error lists every problem in upstream's
+    /// field-error form (`format: Invalid value: "xml": Unsupported log format`).
+    pub fn validate(&self, gate_enabled: &dyn Fn(&str) -> bool) -> Result<LoggingConfig, String> {
+        let mut errors = Vec::new();
+        let format = match self.logging_format.as_str() {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            other => {
+                errors.push(format!(
+                    "format: Invalid value: {}: Unsupported log format",
+                    go_quote(other)
+                ));
+                None
+            }
+        };
+        if format == Some(LogFormat::Json) && !gate_enabled(LOGGING_BETA_OPTIONS) {
+            errors.push(format!(
+                "format: Forbidden: Log format json is disabled, see {LOGGING_BETA_OPTIONS} feature"
+            ));
+        }
+        let mut directives = vec![level_name(self.verbosity).to_string()];
+        let vmodule = match parse_vmodule(&self.vmodule) {
+            Ok(items) => items,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        };
+        if !vmodule.is_empty() && format.is_some_and(|f| f != LogFormat::Text) {
+            errors.push("vmodule: Forbidden: Only supported for text log format".into());
+        }
+        for (pattern, verbosity) in &vmodule {
+            directives.push(format!("{pattern}={}", level_name(*verbosity)));
+        }
+        if self.log_json_split_stream && !gate_enabled(LOGGING_ALPHA_OPTIONS) {
+            errors.push(format!(
+                "options.json.splitStream: Forbidden: Feature {LOGGING_ALPHA_OPTIONS} is disabled"
+            ));
+        }
+        match ferrokube_apimachinery::quantity::value(&self.log_json_info_buffer_size) {
+            None => errors.push(format!(
+                "invalid argument {} for \"--log-json-info-buffer-size\" flag: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                go_quote(&self.log_json_info_buffer_size)
+            )),
+            Some(0) => {}
+            Some(_) if !gate_enabled(LOGGING_ALPHA_OPTIONS) => errors.push(format!(
+                "options.json.infoBufferSize: Forbidden: Feature {LOGGING_ALPHA_OPTIONS} is disabled"
+            )),
+            Some(_) => {}
+        }
+        match (errors.len(), format) {
+            (0, Some(format)) => Ok(LoggingConfig {
+                format,
+                directives: directives.join(","),
+                split_stream: self.log_json_split_stream,
+            }),
+            (1, _) => Err(errors.remove(0)),
+            _ => Err(format!("[{}]", errors.join(", "))),
+        }
+    }
+
+    /// [`LoggingFlags::init`] with v1.33's default gates, for binaries that take no
+    /// `--feature-gates` (kube-dns, metrics-server).
+    pub fn init_with_default_gates(&self) -> Result<(), String> {
+        let gates = crate::FeatureGates::new();
+        self.init(&|gate| gates.enabled(gate))
+    }
+
+    /// Checks the flags and installs the process's subscriber. `RUST_LOG`, when set,
+    /// replaces the `-v`/`--vmodule` filter.
+    pub fn init(&self, gate_enabled: &dyn Fn(&str) -> bool) -> Result<(), String> {
+        let config = self.validate(gate_enabled)?;
+        let filter = EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| EnvFilter::new(&config.directives));
+        let builder = tracing_subscriber::fmt().with_env_filter(filter);
+        // Upstream writes everything to stderr unless the streams are split.
+        let result = match (config.format, config.split_stream) {
+            (LogFormat::Text, _) => builder.with_writer(std::io::stderr).try_init(),
+            (LogFormat::Json, false) => builder
+                .event_format(UpstreamJson)
+                .with_writer(std::io::stderr)
+                .try_init(),
+            (LogFormat::Json, true) => builder
+                .event_format(UpstreamJson)
+                .with_writer(
+                    std::io::stderr
+                        .with_max_level(Level::ERROR)
+                        .or_else(std::io::stdout),
+                )
+                .try_init(),
+        };
+        result.map_err(|e| format!("installing the logger: {e}"))
+    }
+}
+
+/// klog's verbosity as tracing's level, the one mapping Ferrokube logs by.
+fn level_name(verbosity: u32) -> &'static str {
+    match verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    }
+}
+
+/// Upstream's `--vmodule` parser: each repetition of the flag adds its items; empty
+/// items (a trailing comma) are skipped.
+fn parse_vmodule(values: &[String]) -> Result<Vec<(String, u32)>, String> {
+    let mut items = Vec::new();
+    for item in values.iter().flat_map(|v| v.split(',')) {
+        if item.is_empty() {
+            continue;
+        }
+        let parts: Vec<&str> = item.split('=').collect();
+        let [pattern, level] = parts[..] else {
+            return Err(format!(
+                "{} does not have the pattern=N format",
+                go_quote(item)
+            ));
+        };
+        if pattern.is_empty() || level.is_empty() {
+            return Err(format!(
+                "{} does not have the pattern=N format",
+                go_quote(item)
+            ));
+        }
+        // Upstream parses a uint of 31 bits so that it fits an int32.
+        let verbosity = level
+            .parse::<u32>()
+            .ok()
+            .filter(|v| *v <= i32::MAX as u32)
+            .ok_or_else(|| {
+                format!(
+                    "parsing verbosity in {}: strconv.ParseUint: parsing {}: invalid syntax",
+                    go_quote(item),
+                    go_quote(level)
+                )
+            })?;
+        // A tracing target is matched as a prefix, which is what klog's trailing `*`
+        // asks for; other glob characters have no module-path meaning.
+        let pattern = pattern.strip_suffix('*').unwrap_or(pattern);
+        if pattern.is_empty()
+            || !pattern
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '-')
+        {
+            return Err(format!(
+                "{}: a pattern here is a Rust module path prefix, such as ferrokube_registry::store",
+                go_quote(item)
+            ));
+        }
+        items.push((pattern.replace('-', "_"), verbosity));
+    }
+    Ok(items)
+}
+
+/// Upstream's JSON records: zap's JSON encoder with component-base's config (`ts` in
+/// milliseconds since the epoch, `caller` as the last directory and the file, `msg`),
+/// then zapr's `v` for info records or nothing for errors, then the fields.
+struct UpstreamJson;
+
+impl<S, N> FormatEvent<S, N> for UpstreamJson
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        writer.write_str(&json_record(now, event))
+    }
+}
+
+/// One record, newline included.
+fn json_record(now: Duration, event: &Event<'_>) -> String {
+    let metadata = event.metadata();
+    let mut fields = JsonFields::default();
+    event.record(&mut fields);
+    let mut line = String::with_capacity(128);
+    let _ = write!(line, "{{\"ts\":{}", now.as_nanos() as f64 / 1e6);
+    if let Some(file) = metadata.file() {
+        let caller = format!("{}:{}", short_caller(file), metadata.line().unwrap_or(0));
+        let _ = write!(line, ",\"caller\":{}", serde_json::Value::from(caller));
+    }
+    let _ = write!(line, ",\"msg\":{}", serde_json::Value::from(fields.message));
+    if let Some(v) = verbosity_of(*metadata.level()) {
+        let _ = write!(line, ",\"v\":{v}");
+    }
+    for (name, value) in fields.values {
+        let _ = write!(line, ",{}:{value}", serde_json::Value::from(name));
+    }
+    line.push_str("}\n");
+    line
+}
+
+/// zapr's `v` of an info record at this level; errors carry none.
+fn verbosity_of(level: Level) -> Option<u32> {
+    match level {
+        Level::ERROR => None,
+        Level::WARN | Level::INFO => Some(0),
+        Level::DEBUG => Some(2),
+        Level::TRACE => Some(5),
+    }
+}
+
+/// zap's ShortCallerEncoder: the file's directory's last element and its name.
+fn short_caller(file: &str) -> &str {
+    let mut slashes = file.rmatch_indices('/').map(|(i, _)| i);
+    match (slashes.next(), slashes.next()) {
+        (Some(_), Some(before)) => &file[before + 1..],
+        _ => file,
+    }
+}
+
+/// An event's message and fields as JSON, `error` named `err` as zapr names it.
+#[derive(Default)]
+struct JsonFields {
+    message: String,
+    values: Vec<(&'static str, serde_json::Value)>,
+}
+
+impl JsonFields {
+    fn push(&mut self, field: &Field, value: serde_json::Value) {
+        let name = match field.name() {
+            "error" => "err",
+            name => name,
+        };
+        self.values.push((name, value));
+    }
+}
+
+impl Visit for JsonFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_string();
+        } else {
+            self.push(field, value.into());
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field, value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field, value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.push(field, value.into());
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.push(field, value.to_string().into());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.push(field, format!("{value:?}").into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        logging: LoggingFlags,
+    }
+
+    fn flags(args: &[&str]) -> LoggingFlags {
+        let mut argv = vec!["component"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).unwrap().logging
+    }
+
+    fn defaults(gate: &str) -> bool {
+        gate == LOGGING_BETA_OPTIONS
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let f = flags(&[]);
+        assert_eq!(f, LoggingFlags::default());
+        let config = f.validate(&defaults).unwrap();
+        assert_eq!(config.format, LogFormat::Text);
+        assert_eq!(config.directives, "info");
+        assert!(!config.split_stream);
+    }
+
+    #[test]
+    fn verbosity_and_vmodule_become_directives() {
+        let f = flags(&[
+            "-v",
+            "3",
+            "--vmodule",
+            "ferrokube_registry::store=5,ferrokube_kubelet*=1,",
+            "--vmodule=kube-proxy=2",
+        ]);
+        assert_eq!(
+            f.validate(&defaults).unwrap().directives,
+            "debug,ferrokube_registry::store=trace,ferrokube_kubelet=info,kube_proxy=debug"
+        );
+        assert_eq!(flags(&["--v=7"]).verbosity, 7);
+        assert!(Cli::try_parse_from(["c", "--v=-1"]).is_err());
+    }
+
+    #[test]
+    fn bad_vmodule_items_get_upstreams_errors() {
+        let check = |value: &str| {
+            flags(&["--vmodule", value])
+                .validate(&defaults)
+                .unwrap_err()
+        };
+        assert_eq!(
+            check("store"),
+            "\"store\" does not have the pattern=N format"
+        );
+        assert_eq!(
+            check("a=b=1"),
+            "\"a=b=1\" does not have the pattern=N format"
+        );
+        assert_eq!(check("=1"), "\"=1\" does not have the pattern=N format");
+        assert_eq!(
+            check("store=x"),
+            "parsing verbosity in \"store=x\": strconv.ParseUint: parsing \"x\": invalid syntax"
+        );
+        assert!(check("sto?re=1").contains("Rust module path prefix"));
+    }
+
+    #[test]
+    fn formats_and_gates_are_checked_as_upstream() {
+        assert_eq!(
+            flags(&["--logging-format", "xml"])
+                .validate(&defaults)
+                .unwrap_err(),
+            "format: Invalid value: \"xml\": Unsupported log format"
+        );
+        let json = flags(&["--logging-format=json"]);
+        assert_eq!(json.validate(&defaults).unwrap().format, LogFormat::Json);
+        assert_eq!(
+            json.validate(&|_| false).unwrap_err(),
+            "format: Forbidden: Log format json is disabled, see LoggingBetaOptions feature"
+        );
+        assert_eq!(
+            flags(&["--logging-format=json", "--vmodule=a=1"])
+                .validate(&defaults)
+                .unwrap_err(),
+            "vmodule: Forbidden: Only supported for text log format"
+        );
+        let split = flags(&[
+            "--logging-format=json",
+            "--log-json-split-stream",
+            "--log-json-info-buffer-size=1Mi",
+        ]);
+        assert_eq!(
+            split.validate(&defaults).unwrap_err(),
+            "[options.json.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled, options.json.infoBufferSize: Forbidden: Feature LoggingAlphaOptions is disabled]"
+        );
+        assert!(split.validate(&|_| true).unwrap().split_stream);
+        assert!(
+            flags(&["--log-json-info-buffer-size=lots"])
+                .validate(&defaults)
+                .unwrap_err()
+                .contains("--log-json-info-buffer-size")
+        );
+        assert_eq!(
+            flags(&["--log-flush-frequency=250ms"]).log_flush_frequency,
+            Duration::from_millis(250)
+        );
+        assert!(Cli::try_parse_from(["c", "--log-flush-frequency=soon"]).is_err());
+    }
+
+    /// Every record the subscriber writes, through the JSON formatter.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn json_records_have_upstreams_keys_in_upstreams_order() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .event_format(UpstreamJson)
+                .with_writer(move || writer.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(pod = "default/web", restarts = 3u64, "Pod started");
+            tracing::debug!(ready = true, "probe");
+            tracing::error!(error = %"connection refused", "Sync failed");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert!(
+            first["ts"].as_f64().unwrap() > 1.6e12,
+            "milliseconds: {first}"
+        );
+        assert!(
+            lines[0].contains("\"caller\":\"src/logs.rs:"),
+            "{}",
+            lines[0]
+        );
+        let after_ts = &lines[0][lines[0].find(",\"caller\"").unwrap()..];
+        assert!(
+            after_ts.contains(
+                ",\"msg\":\"Pod started\",\"v\":0,\"pod\":\"default/web\",\"restarts\":3}"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].ends_with(",\"msg\":\"probe\",\"v\":2,\"ready\":true}"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].ends_with(",\"msg\":\"Sync failed\",\"err\":\"connection refused\"}"),
+            "{}",
+            lines[2]
+        );
+    }
+
+    #[test]
+    fn the_caller_is_the_last_directory_and_the_file() {
+        assert_eq!(short_caller("crates/kubelet/src/pleg.rs"), "src/pleg.rs");
+        assert_eq!(short_caller("src/main.rs"), "src/main.rs");
+        assert_eq!(short_caller("main.rs"), "main.rs");
+    }
+}
