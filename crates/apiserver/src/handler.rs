@@ -153,8 +153,10 @@ pub(crate) async fn serve(
     };
     let handled = async {
         let deadline = deadline?;
-        let handled =
-            AssertUnwindSafe(handle(&state, &peer_certs, req, attrs, &audit)).catch_unwind();
+        // Boxed once: the request's state machine is large (every route's futures), and
+        // each wrapper below would otherwise copy it whole as it moves it.
+        let handled = AssertUnwindSafe(Box::pin(handle(&state, &peer_certs, req, attrs, &audit)))
+            .catch_unwind();
         match deadline {
             Some(timeout) => tokio::time::timeout(timeout, handled).await.map_err(|_| {
                 ApiError::timeout(

@@ -57,6 +57,13 @@ mod cpu;
 mod direct;
 mod floor;
 
+// The driver's clients share the two cores with the apiserver; on glibc's malloc their
+// allocations (kube-rs, hyper, serde of each pod) took about a tenth of the driver's
+// CPU. jemalloc, as in kube-apiserver, leaves more of the machine to the server
+// measured; the raw baseline's writers run on it as well.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser, Debug, Clone)]
 struct Args {
     /// Backends to measure, comma separated: sqlite, etcd.
