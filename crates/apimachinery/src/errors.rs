@@ -369,7 +369,8 @@ pub fn go_quote(s: &str) -> String {
             c if (c as u32) < 0x20 || c as u32 == 0x7f => {
                 out.push_str(&format!("\\x{:02x}", c as u32));
             }
-            c if c.is_control() => {
+            // Go prints only graphic runes and the ASCII space literally.
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
                 let n = c as u32;
                 if n <= 0xffff {
                     out.push_str(&format!("\\u{n:04x}"));
@@ -828,6 +829,13 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_quote_escapes_like_strconv() {
+        assert_eq!(go_quote("a\tb\\c\u{1}é"), "\"a\\tb\\\\c\\x01é\"");
+        assert_eq!(go_quote("\u{85}"), "\"\\u0085\"");
+        assert_eq!(go_quote("a\u{a0}b c"), "\"a\\u00a0b c\"");
+    }
 
     #[test]
     fn field_paths_render_like_upstream() {

@@ -14,6 +14,8 @@
 //! taken in byte order instead.
 
 use std::collections::BTreeMap;
+
+use ferrokube_apimachinery::errors::go_quote;
 use std::fmt;
 
 mod known_1_33;
@@ -280,37 +282,6 @@ fn parse_go_bool(s: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
-}
-
-/// Go's `strconv.Quote`, as far as a `&str` can need it: the error text quotes
-/// the bad value this way.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x80 && c.is_control() => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            // Go prints only graphic runes and the ASCII space literally.
-            c if c.is_control() || (c.is_whitespace() && c != ' ') => match c as u32 {
-                n @ ..=0xffff => out.push_str(&format!("\\u{n:04x}")),
-                n => out.push_str(&format!("\\U{n:08x}")),
-            },
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// `k8s.io/apimachinery/pkg/util/errors.NewAggregate(...).Error()`.
@@ -640,12 +611,5 @@ mod tests {
             value_parser("Bogus=true").unwrap_err(),
             "unrecognized feature gate: Bogus"
         );
-    }
-
-    #[test]
-    fn go_quote_escapes_like_strconv() {
-        assert_eq!(go_quote("a\tb\\c\u{1}é"), "\"a\\tb\\\\c\\x01é\"");
-        assert_eq!(go_quote("\u{85}"), "\"\\u0085\"");
-        assert_eq!(go_quote("a\u{a0}b c"), "\"a\\u00a0b c\"");
     }
 }

@@ -153,8 +153,13 @@ async fn without_retry_after_the_listener_stops_after_the_delay() {
         .unwrap();
 }
 
-/// The SETTINGS_MAX_CONCURRENT_STREAMS an HTTP/2 client is given.
-async fn http2_stream_limit(server: &TestApiServer) -> usize {
+/// An HTTP/2 connection to the server (TLS, ALPN h2, any server certificate).
+async fn h2_connection(
+    server: &TestApiServer,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    h2::client::Connection<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, bytes::Bytes>,
+) {
     let mut config = ferrokube_pki::insecure::client_config_builder().with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = tokio::net::TcpStream::connect(server.url.trim_start_matches("https://"))
@@ -165,7 +170,12 @@ async fn http2_stream_limit(server: &TestApiServer) -> usize {
         .connect(name, tcp)
         .await
         .unwrap();
-    let (mut send, mut connection) = h2::client::handshake(tls).await.unwrap();
+    h2::client::handshake(tls).await.unwrap()
+}
+
+/// The SETTINGS_MAX_CONCURRENT_STREAMS an HTTP/2 client is given.
+async fn http2_stream_limit(server: &TestApiServer) -> usize {
+    let (mut send, mut connection) = h2_connection(server).await;
     let request = http::Request::get(format!("{}/livez", server.url))
         .body(())
         .unwrap();
@@ -190,17 +200,7 @@ async fn goaway_chance_ends_http2_connections_after_a_request() {
     let server = TestApiServer::start_with(|o| o.goaway_chance = 0.02)
         .await
         .unwrap();
-    let mut config = ferrokube_pki::insecure::client_config_builder().with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(server.url.trim_start_matches("https://"))
-        .await
-        .unwrap();
-    let name = rustls_pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    let (mut send, connection) = h2::client::handshake(tls).await.unwrap();
+    let (mut send, connection) = h2_connection(&server).await;
     let mut connection = tokio::spawn(connection);
     let mut answered = 0;
     let deadline = Instant::now() + Duration::from_secs(60);

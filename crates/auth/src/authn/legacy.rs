@@ -226,8 +226,9 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn legacy_tokens_live_as_long_as_their_secret_and_account() {
+    /// A signing key, its signer and a token of `ci/builder` held by Secret
+    /// `builder-token`.
+    fn builder_token() -> (rcgen::KeyPair, LegacyTokenSigner, String) {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let signer = LegacyTokenSigner::new(&key.serialize_pem()).unwrap();
         let token = signer
@@ -238,6 +239,12 @@ mod tests {
                 "builder-token",
             ))
             .unwrap();
+        (key, signer, token)
+    }
+
+    #[test]
+    fn legacy_tokens_live_as_long_as_their_secret_and_account() {
+        let (key, signer, token) = builder_token();
         let secret = LegacySecret {
             token: token.clone().into_bytes(),
             ..LegacySecret::default()
@@ -316,16 +323,7 @@ mod tests {
 
     #[test]
     fn without_lookup_a_legacy_token_stands_on_its_claims() {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let signer = LegacyTokenSigner::new(&key.serialize_pem()).unwrap();
-        let token = signer
-            .sign(&LegacyClaims::new(
-                "ci",
-                "builder",
-                "sa-uid",
-                "builder-token",
-            ))
-            .unwrap();
+        let (key, signer, token) = builder_token();
         // Neither the Secret nor the ServiceAccount exists.
         let no_lookup =
             authenticator(&key.public_key_pem(), Objects::default()).with_legacy_lookup(false);
