@@ -326,11 +326,16 @@ impl std::error::Error for FieldError {}
 /// Upstream's `ErrorList.ToAggregate().Error()`: one message as is, several
 /// deduplicated and joined as `[a, b]`; `None` for an empty list.
 pub fn aggregate_message(errs: &[FieldError]) -> Option<String> {
+    aggregate_texts(errs.iter().map(ToString::to_string))
+}
+
+/// Go's `utilerrors.NewAggregate(errs).Error()` over error texts: one text as is,
+/// several deduplicated and joined as `[a, b]`; `None` when there are none.
+pub fn aggregate_texts(texts: impl IntoIterator<Item = String>) -> Option<String> {
     let mut seen: Vec<String> = Vec::new();
-    for e in errs {
-        let m = e.to_string();
-        if !seen.contains(&m) {
-            seen.push(m);
+    for t in texts {
+        if !seen.contains(&t) {
+            seen.push(t);
         }
     }
     match seen.len() {

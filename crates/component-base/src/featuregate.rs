@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrokube_apimachinery::errors::go_quote;
+use ferrokube_apimachinery::errors::{aggregate_texts, go_quote};
 use std::fmt;
 
 mod known_1_33;
@@ -186,7 +186,7 @@ impl FeatureGates {
             }
         }
         if !errors.is_empty() {
-            return Err(aggregate(errors));
+            return Err(aggregate_texts(errors).unwrap_or_default());
         }
         self.raw = raw;
         self.enabled = enabled;
@@ -281,21 +281,6 @@ fn parse_go_bool(s: &str) -> Option<bool> {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
-    }
-}
-
-/// `k8s.io/apimachinery/pkg/util/errors.NewAggregate(...).Error()`.
-fn aggregate(errors: Vec<String>) -> String {
-    let mut seen: Vec<String> = Vec::new();
-    for e in errors {
-        if !seen.contains(&e) {
-            seen.push(e);
-        }
-    }
-    if seen.len() == 1 {
-        seen.remove(0)
-    } else {
-        format!("[{}]", seen.join(", "))
     }
 }
 

@@ -20,14 +20,6 @@ pub struct ComponentFlags {
 }
 
 impl ComponentFlags {
-    /// The flags as a single `-v` gives them: for binaries and tests with no flags.
-    pub fn with_verbosity(verbosity: u32) -> Self {
-        ComponentFlags {
-            logging: LoggingFlags::with_verbosity(verbosity),
-            feature_gates: Vec::new(),
-        }
-    }
-
     /// Resolves the gates (`--feature-gates` over `from_config`, a config file's
     /// `featureGates`, as the kubelet merges them), installs the logger and logs the
     /// gates' warnings. `acts_on` names the gates this binary's behaviour follows

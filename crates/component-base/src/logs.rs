@@ -20,7 +20,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ferrokube_apimachinery::errors::go_quote;
+use ferrokube_apimachinery::errors::{aggregate_texts, go_quote};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -94,14 +94,6 @@ pub struct LoggingConfig {
 }
 
 impl LoggingFlags {
-    /// The flags as a single `-v` gives them: for binaries and tests with no flags.
-    pub fn with_verbosity(verbosity: u32) -> Self {
-        LoggingFlags {
-            verbosity,
-            ..LoggingFlags::default()
-        }
-    }
-
     /// Checks the flags as upstream's `logsapi.Validate` does, against the feature
     /// gates `gate_enabled` answers for. The error lists every problem in upstream's
     /// field-error form (`format: Invalid value: "xml": Unsupported log format`).
@@ -153,14 +145,14 @@ impl LoggingFlags {
             )),
             Some(_) => {}
         }
-        match (errors.len(), format) {
-            (0, Some(format)) => Ok(LoggingConfig {
+        match (aggregate_texts(errors), format) {
+            (None, Some(format)) => Ok(LoggingConfig {
                 format,
                 directives: directives.join(","),
                 split_stream: self.log_json_split_stream,
             }),
-            (1, _) => Err(errors.remove(0)),
-            _ => Err(format!("[{}]", errors.join(", "))),
+            // An unknown format always left an error.
+            (message, _) => Err(message.unwrap_or_default()),
         }
     }
 
@@ -215,19 +207,15 @@ fn parse_vmodule(values: &[String]) -> Result<Vec<(String, u32)>, String> {
         if item.is_empty() {
             continue;
         }
-        let parts: Vec<&str> = item.split('=').collect();
-        let [pattern, level] = parts[..] else {
-            return Err(format!(
-                "{} does not have the pattern=N format",
-                go_quote(item)
-            ));
+        let (pattern, level) = match item.split('=').collect::<Vec<_>>()[..] {
+            [pattern, level] if !pattern.is_empty() && !level.is_empty() => (pattern, level),
+            _ => {
+                return Err(format!(
+                    "{} does not have the pattern=N format",
+                    go_quote(item)
+                ));
+            }
         };
-        if pattern.is_empty() || level.is_empty() {
-            return Err(format!(
-                "{} does not have the pattern=N format",
-                go_quote(item)
-            ));
-        }
         // Upstream parses a uint of 31 bits so that it fits an int32.
         let verbosity = level
             .parse::<u32>()

@@ -106,7 +106,26 @@ pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey> {
 /// resolves every handshake to the pair installed last. Connections already made
 /// keep the certificate they were made with.
 pub struct ServingCertificate {
-    current: parking_lot::RwLock<Arc<CertifiedKey>>,
+    current: parking_lot::RwLock<Installed>,
+}
+
+/// A pair as served, with the names its certificate is chosen by under SNI, read
+/// once when the pair is installed rather than at each handshake.
+#[derive(Clone)]
+struct Installed {
+    key: Arc<CertifiedKey>,
+    names: Arc<[String]>,
+}
+
+impl Installed {
+    fn load(cert_pem: &str, key_pem: &str) -> Result<Self> {
+        let key = certified_key(cert_pem, key_pem)?;
+        let names = certificate_names(&key).into();
+        Ok(Installed {
+            key: Arc::new(key),
+            names,
+        })
+    }
 }
 
 impl std::fmt::Debug for ServingCertificate {
@@ -119,21 +138,27 @@ impl ServingCertificate {
     /// From the first pair; an error when it does not load (see [`certified_key`]).
     pub fn new(cert_pem: &str, key_pem: &str) -> Result<Arc<Self>> {
         Ok(Arc::new(ServingCertificate {
-            current: parking_lot::RwLock::new(Arc::new(certified_key(cert_pem, key_pem)?)),
+            current: parking_lot::RwLock::new(Installed::load(cert_pem, key_pem)?),
         }))
     }
 
     /// Serves `cert_pem`/`key_pem` from the next handshake on. When the pair does not
     /// load, the error is returned and the pair served so far stays.
     pub fn replace(&self, cert_pem: &str, key_pem: &str) -> Result<()> {
-        let next = Arc::new(certified_key(cert_pem, key_pem)?);
+        let next = Installed::load(cert_pem, key_pem)?;
         *self.current.write() = next;
         Ok(())
     }
 
     /// The pair served now.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        self.current.read().clone()
+        self.current.read().key.clone()
+    }
+
+    /// The pair served now and its certificate's names (see [`certificate_names`]).
+    fn current_with_names(&self) -> (Arc<CertifiedKey>, Arc<[String]>) {
+        let installed = self.current.read();
+        (installed.key.clone(), installed.names.clone())
     }
 }
 
@@ -230,8 +255,9 @@ impl SniCertificates {
                 self.named
                     .iter()
                     .filter(|(_, names)| names.is_empty())
-                    .map(|(pair, _)| pair.current())
-                    .find(|key| certificate_names(key).contains(wanted))
+                    .map(|(pair, _)| pair.current_with_names())
+                    .find(|(_, names)| names.contains(wanted))
+                    .map(|(key, _)| key)
             };
             if let Some(key) = given.or_else(read) {
                 return key;
@@ -266,19 +292,11 @@ fn certificate_names(key: &CertifiedKey) -> Vec<String> {
         .next()
         .and_then(|cn| cn.as_str().ok())
     {
-        let domain = cn.strip_prefix("*.").unwrap_or(cn);
         let is_dns_subdomain = cn == "*"
-            || (!domain.is_empty()
-                && domain.len() <= 253
-                && domain.split('.').all(|label| {
-                    !label.is_empty()
-                        && label.len() <= 63
-                        && label
-                            .bytes()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                        && !label.starts_with('-')
-                        && !label.ends_with('-')
-                }));
+            || ferrokube_apimachinery::validation::is_dns1123_subdomain(
+                cn.strip_prefix("*.").unwrap_or(cn),
+            )
+            .is_empty();
         if cn.parse::<IpAddr>().is_err() && is_dns_subdomain {
             names.push(cn.to_string());
         }
