@@ -14,6 +14,9 @@
 //!   SQLite file / the same etcd under another prefix) with the same concurrency, the
 //!   same number of objects and values of the size the apiserver stores for a pod
 //!   (driven both from one task and from a task per writer; the faster counts);
+//! * on the embedded store, for reference only, the typed client's creates against the
+//!   storage issue's raw SQLite baseline (raw rusqlite inserts with the store's
+//!   durability, one commit per insert; `bench_storage::raw_sqlite_inserts`);
 //! * the transport floor (`floor.rs`): the pre-encoded client against a server that
 //!   only stores each body, showing how much of the gap to the raw baseline is HTTPS
 //!   and the clients, and how much the apiserver's own work;
@@ -106,6 +109,11 @@ struct Args {
     /// then hand requests to each other without waking another thread.
     #[arg(long)]
     current_thread: bool,
+    /// Rows inserted by each of the two runs of the storage issue's raw SQLite baseline
+    /// (raw rusqlite, one commit per insert), shown for reference next to the API's
+    /// creates on the embedded store; 0 leaves it out.
+    #[arg(long, default_value_t = 4_000)]
+    sqlite_reference_inserts: usize,
     #[command(flatten)]
     floor: floor::FloorArgs,
 }
@@ -555,6 +563,15 @@ async fn bench_backend(
             ratio: format!("{:.1} %", 100.0 * rate / raw_rate),
         });
     }
+    if matches!(backend, Backend::Sqlite) && args.sqlite_reference_inserts > 0 {
+        rows.extend(sqlite_reference_rows(
+            name,
+            args,
+            &dir.join("reference"),
+            &value,
+            typed_rate,
+        )?);
+    }
     // Where each phase's CPU went, per create: the gap between the API and the raw
     // store is the apiserver's and the client's CPU on the same two cores; the floor
     // server's share is what HTTPS and storing cost a server that does nothing else.
@@ -754,6 +771,44 @@ where
         }
     }
     Ok(phase_creates(args) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The storage issue's raw SQLite baseline (raw rusqlite inserts with the store's
+/// durability, one commit per insert; the faster of one writer and `--concurrency`
+/// writers) and the typed client's creates against it. Shown for reference only: the
+/// apiserver's target is measured against `Storage::create`, whose group commit makes
+/// it several times faster than this.
+fn sqlite_reference_rows(
+    name: &'static str,
+    args: &Args,
+    dir: &Path,
+    value: &Bytes,
+    typed_rate: f64,
+) -> Result<Vec<Row>> {
+    std::fs::create_dir_all(dir)?;
+    let n = args.sqlite_reference_inserts;
+    let single = bench_storage::raw_sqlite_inserts(&dir.join("one.db"), 1, n, value)?;
+    let concurrent =
+        bench_storage::raw_sqlite_inserts(&dir.join("many.db"), args.concurrency, n, value)?;
+    eprintln!(
+        "  reference, raw rusqlite inserts: {single:.0}/s (1 writer), {concurrent:.0}/s ({} writers)",
+        args.concurrency
+    );
+    let reference = single.max(concurrent);
+    let what = format!(
+        "{reference:.0}/s (raw rusqlite inserts, WAL + synchronous=FULL, one commit per insert, {}-byte values; the faster of 1 and {} writers)",
+        value.len(),
+        args.concurrency
+    );
+    Ok(vec![Row {
+        backend: name,
+        measure: format!(
+            "reference only: pod creates through the API, kube-rs typed client, against the storage issue's raw SQLite baseline ({n} inserts per run)"
+        ),
+        result: format!("{typed_rate:.0}/s"),
+        baseline: what,
+        ratio: format!("{:.1} %", 100.0 * typed_rate / reference),
+    }])
 }
 
 /// The creates a phase makes: `pods` spread evenly over the writers (`main` refuses a

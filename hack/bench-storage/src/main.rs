@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use bench_storage::raw_sqlite_inserts;
 use bytes::Bytes;
 use clap::Parser;
 use ferrokube_storage::{Preconditions, Storage, Update, WatchEvent};
@@ -125,8 +126,14 @@ fn compared(backend: &'static str, measure: &str, ours: f64, baseline: f64, what
 }
 
 async fn bench_sqlite(args: &Args, base: &Path) -> Result<Vec<Row>> {
-    let raw_single = raw_sqlite_inserts(&base.join("raw1.db"), 1, args)?;
-    let raw_concurrent = raw_sqlite_inserts(&base.join("rawn.db"), args.concurrency, args)?;
+    let payload = value(args.value_size);
+    let raw_single = raw_sqlite_inserts(&base.join("raw1.db"), 1, args.creates, &payload)?;
+    let raw_concurrent = raw_sqlite_inserts(
+        &base.join("rawn.db"),
+        args.concurrency,
+        args.creates,
+        &payload,
+    )?;
     eprintln!(
         "raw sqlite: {raw_single:.0}/s (1 writer), {raw_concurrent:.0}/s ({} writers)",
         args.concurrency
@@ -207,39 +214,6 @@ async fn bench_etcd(args: &Args) -> Result<Vec<Row>> {
 
 fn value(size: usize) -> Bytes {
     Bytes::from(vec![b'v'; size])
-}
-
-fn raw_sqlite_inserts(path: &Path, writers: usize, args: &Args) -> Result<f64> {
-    {
-        let conn = rusqlite::Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.execute_batch("CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL)")?;
-    }
-    let per_writer = args.creates / writers;
-    let payload = value(args.value_size);
-    let start = Instant::now();
-    std::thread::scope(|scope| -> Result<()> {
-        let handles: Vec<_> = (0..writers)
-            .map(|w| {
-                let payload = payload.clone();
-                scope.spawn(move || -> Result<()> {
-                    let conn = rusqlite::Connection::open(path)?;
-                    conn.pragma_update(None, "synchronous", "FULL")?;
-                    conn.busy_timeout(Duration::from_secs(30))?;
-                    let mut insert = conn.prepare("INSERT INTO kv (key, value) VALUES (?1, ?2)")?;
-                    for i in 0..per_writer {
-                        insert.execute((format!("/bench/raw/{w}/{i}"), &payload[..]))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for handle in handles {
-            handle.join().expect("raw writer panicked")?;
-        }
-        Ok(())
-    })?;
-    Ok((per_writer * writers) as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn raw_etcd_puts(endpoint: &str, args: &Args) -> Result<f64> {
