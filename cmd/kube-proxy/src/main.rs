@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use ferrokube_client::config::ClientOptions;
 use ferrokube_proxy::config::{KubeProxyConfiguration, parse_proxy_mode};
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
@@ -93,7 +93,8 @@ fn node_name(overridden: &str) -> anyhow::Result<String> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let opts = Opts::parse();
+    let matches = Opts::command().get_matches();
+    let mut opts = Opts::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let mut file = match &opts.config {
         Some(p) => KubeProxyConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -101,11 +102,12 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("{}", p.display()))?,
         None => KubeProxyConfiguration::default(),
     };
-    // The file's featureGates, with --feature-gates over them, as upstream merges them.
+    // The file's featureGates and logging, with the flags over them, as upstream
+    // merges them.
     let _feature_gates = opts
         .component
-        .init(&file.feature_gates, &[])
-        .map_err(|e| anyhow::anyhow!("featureGates, --feature-gates: {e}"))?;
+        .init_with_config(&matches, &file.logging, &file.feature_gates, &[])
+        .map_err(|e| anyhow::anyhow!("logging, featureGates, flags: {e}"))?;
 
     let nft = Nft::default();
     if opts.cleanup {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use ferrokube_kubelet::auth::{AuthSettings, KubeletAuth};
 use ferrokube_kubelet::eviction::EvictionSettings;
 use ferrokube_kubelet::kubeletconfig::{
@@ -230,18 +230,20 @@ fn split_list(s: &str) -> Vec<String> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let opts = Opts::parse();
+    let matches = Opts::command().get_matches();
+    let mut opts = Opts::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let file = match &opts.config {
         Some(p) => KubeletConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         )?,
         None => KubeletConfiguration::default(),
     };
-    // The file's featureGates, with --feature-gates over them, as upstream merges them.
+    // The file's featureGates and logging, with the flags over them, as upstream
+    // merges them.
     let feature_gates = opts
         .component
-        .init(&file.feature_gates, &[])
-        .map_err(|e| anyhow::anyhow!("featureGates, --feature-gates: {e}"))?;
+        .init_with_config(&matches, &file.logging, &file.feature_gates, &[])
+        .map_err(|e| anyhow::anyhow!("logging, featureGates, flags: {e}"))?;
     let auth_settings = auth_settings(&opts, opts.config.is_some().then_some(&file))?;
 
     let driver = opts

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use crate::featuregate::FeatureGates;
-use crate::logs::{LOGGING_ALPHA_OPTIONS, LOGGING_BETA_OPTIONS, LoggingFlags};
+use crate::logs::{
+    LOGGING_ALPHA_OPTIONS, LOGGING_BETA_OPTIONS, LoggingConfiguration, LoggingFlags,
+};
 
 /// `--feature-gates` and the logging flags.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq)]
@@ -46,6 +48,37 @@ impl ComponentFlags {
             );
         }
         Ok(gates)
+    }
+}
+
+impl ComponentFlags {
+    /// [`ComponentFlags::init`] for a component with a configuration file: the file's
+    /// `logging` section under the logging flags given on the command line
+    /// (`matches`), and its `featureGates` under `--feature-gates`.
+    pub fn init_with_config(
+        &mut self,
+        matches: &clap::ArgMatches,
+        logging: &LoggingConfiguration,
+        feature_gates: &BTreeMap<String, bool>,
+        acts_on: &[&str],
+    ) -> Result<FeatureGates, String> {
+        let warnings = self.merge_file_logging(matches, logging)?;
+        let gates = self.init(feature_gates, acts_on)?;
+        for warning in warnings {
+            tracing::warn!("{warning}");
+        }
+        Ok(gates)
+    }
+
+    /// The file's `logging` under the logging flags `matches` got on the command line.
+    fn merge_file_logging(
+        &mut self,
+        matches: &clap::ArgMatches,
+        logging: &LoggingConfiguration,
+    ) -> Result<Vec<String>, String> {
+        let on_command_line =
+            |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        self.logging.merge_config(logging, &on_command_line)
     }
 }
 
@@ -97,6 +130,104 @@ mod tests {
             err.contains("unrecognized feature gate: NoSuchGate"),
             "{err}"
         );
+    }
+
+    /// A kubeadm-written `logging` section, and one that sets everything.
+    fn file_logging(json: serde_json::Value) -> LoggingConfiguration {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn merged(args: &[&str], file: &LoggingConfiguration) -> (ComponentFlags, Vec<String>) {
+        use clap::{CommandFactory, FromArgMatches};
+        let mut argv = vec!["component"];
+        argv.extend_from_slice(args);
+        let matches = Cli::command().try_get_matches_from(argv).unwrap();
+        let mut flags = Cli::from_arg_matches(&matches).unwrap().component;
+        let warnings = flags.merge_file_logging(&matches, file).unwrap();
+        (flags, warnings)
+    }
+
+    #[test]
+    fn the_config_files_logging_applies_under_the_command_line() {
+        let kubeadm = file_logging(serde_json::json!({
+            "flushFrequency": 0, "verbosity": 0,
+            "options": {"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}}}));
+        let (flags, warnings) = merged(&["--v=3"], &kubeadm);
+        assert_eq!(flags.logging.verbosity, 3);
+        assert_eq!(flags.logging.log_flush_frequency, std::time::Duration::ZERO);
+        assert_eq!(flags.logging.log_json_info_buffer_size, "0");
+        assert!(warnings.is_empty(), "{warnings:?}");
+
+        let full = file_logging(serde_json::json!({
+            "format": "json", "flushFrequency": "10s", "verbosity": 4,
+            "vmodule": [{"filePattern": "ferrokube_kubelet", "verbosity": 6}],
+            "options": {"json": {"splitStream": true, "infoBufferSize": "1Mi"},
+                        "text": {"splitStream": true}}}));
+        let (flags, warnings) = merged(&[], &full);
+        assert_eq!(flags.logging.logging_format, "json");
+        assert_eq!(
+            flags.logging.log_flush_frequency,
+            std::time::Duration::from_secs(10)
+        );
+        assert_eq!(flags.logging.verbosity, 4);
+        assert_eq!(flags.logging.vmodule, ["ferrokube_kubelet=6"]);
+        assert!(flags.logging.log_json_split_stream);
+        assert_eq!(flags.logging.log_json_info_buffer_size, "1Mi");
+        assert_eq!(
+            warnings.len(),
+            1,
+            "text options change nothing: {warnings:?}"
+        );
+
+        // Every flag given on the command line wins, even at its default value.
+        let (flags, _) = merged(
+            &[
+                "--logging-format=text",
+                "-v",
+                "0",
+                "--vmodule=x=1",
+                "--log-flush-frequency=5s",
+                "--log-json-split-stream=false",
+                "--log-json-info-buffer-size=0",
+            ],
+            &full,
+        );
+        assert_eq!(flags.logging, parse(&["--vmodule=x=1"]).unwrap().logging);
+    }
+
+    #[test]
+    fn a_bad_logging_section_is_an_error() {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().try_get_matches_from(["c"]).unwrap();
+        let mut flags = Cli::from_arg_matches(&matches).unwrap().component;
+        for (file, want) in [
+            (
+                serde_json::json!({"flushFrequency": "soon"}),
+                "logging.flushFrequency",
+            ),
+            (
+                serde_json::json!({"flushFrequency": -1}),
+                "logging.flushFrequency",
+            ),
+            (
+                serde_json::json!({"options": {"json": {"infoBufferSize": true}}}),
+                "logging.options.json.infoBufferSize",
+            ),
+        ] {
+            let err = flags
+                .merge_file_logging(&matches, &file_logging(file))
+                .unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+        // A format the file names is checked as the flag's is.
+        flags
+            .merge_file_logging(
+                &matches,
+                &file_logging(serde_json::json!({"format": "xml"})),
+            )
+            .unwrap();
+        let err = flags.logging.validate(&|_| true).unwrap_err();
+        assert!(err.contains("Unsupported log format"), "{err}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrokube_apimachinery::errors::{aggregate_texts, go_quote};
+use serde::Deserialize;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -74,6 +75,128 @@ impl Default for LoggingFlags {
             log_json_split_stream: false,
             log_json_info_buffer_size: "0".into(),
         }
+    }
+}
+
+/// The `logging` section of a component's configuration file (the kubelet's, kube-proxy's):
+/// upstream's `LoggingConfiguration` of `k8s.io/component-base/logs/api/v1`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggingConfiguration {
+    pub format: Option<String>,
+    /// Nanoseconds as a number, or a Go duration string (upstream's
+    /// `TimeOrMetaDuration`).
+    pub flush_frequency: Option<serde_json::Value>,
+    pub verbosity: Option<u32>,
+    #[serde(default)]
+    pub vmodule: Vec<VModuleItem>,
+    #[serde(default)]
+    pub options: FormatOptions,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VModuleItem {
+    pub file_pattern: String,
+    pub verbosity: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct FormatOptions {
+    #[serde(default)]
+    pub json: StreamOptions,
+    #[serde(default)]
+    pub text: StreamOptions,
+}
+
+/// `options.json` and `options.text`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamOptions {
+    pub split_stream: Option<bool>,
+    /// A quantity, as a string or a number.
+    pub info_buffer_size: Option<serde_json::Value>,
+}
+
+impl LoggingFlags {
+    /// Takes the configuration file's `logging` settings for every flag not given on
+    /// the command line (`on_command_line` answers by the flag's field name), as
+    /// upstream's components let flags override their configuration file. Returns
+    /// warnings to log once logging is set up.
+    pub fn merge_config(
+        &mut self,
+        file: &LoggingConfiguration,
+        on_command_line: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<String>, String> {
+        let from_file = |name: &str| !on_command_line(name);
+        if let Some(format) = file.format.as_ref().filter(|_| from_file("logging_format")) {
+            self.logging_format = format.clone();
+        }
+        if let Some(v) = file.verbosity.filter(|_| from_file("verbosity")) {
+            self.verbosity = v;
+        }
+        if !file.vmodule.is_empty() && from_file("vmodule") {
+            self.vmodule = file
+                .vmodule
+                .iter()
+                .map(|item| format!("{}={}", item.file_pattern, item.verbosity))
+                .collect();
+        }
+        if let Some(f) = file
+            .flush_frequency
+            .as_ref()
+            .filter(|_| from_file("log_flush_frequency"))
+        {
+            self.log_flush_frequency = match f {
+                serde_json::Value::Number(n) => n
+                    .as_u64()
+                    .map(Duration::from_nanos)
+                    .ok_or_else(|| format!("logging.flushFrequency: invalid value {n}"))?,
+                serde_json::Value::String(s) => {
+                    ferrokube_apimachinery::duration::parse_go_duration(s)
+                        .map_err(|e| format!("logging.flushFrequency: {e}"))?
+                }
+                other => return Err(format!("logging.flushFrequency: invalid value {other}")),
+            };
+        }
+        let json = &file.options.json;
+        if let Some(split) = json
+            .split_stream
+            .filter(|_| from_file("log_json_split_stream"))
+        {
+            self.log_json_split_stream = split;
+        }
+        if let Some(size) = json
+            .info_buffer_size
+            .as_ref()
+            .filter(|_| from_file("log_json_info_buffer_size"))
+        {
+            self.log_json_info_buffer_size = quantity_text(size, "json")?;
+        }
+        let text = &file.options.text;
+        let text_buffer = match &text.info_buffer_size {
+            Some(size) => ferrokube_apimachinery::quantity::value(&quantity_text(size, "text")?),
+            None => Some(0),
+        };
+        let mut warnings = Vec::new();
+        if text.split_stream == Some(true) || text_buffer != Some(0) {
+            warnings.push(
+                "logging.options.text: Ferrokube writes text logs to one unbuffered stream; splitStream and infoBufferSize change nothing"
+                    .to_string(),
+            );
+        }
+        Ok(warnings)
+    }
+}
+
+/// An `infoBufferSize` quantity as the flag's text.
+fn quantity_text(size: &serde_json::Value, format: &str) -> Result<String, String> {
+    match size {
+        serde_json::Value::String(s) => Ok(s.clone()),
+        serde_json::Value::Number(n) => Ok(n.to_string()),
+        other => Err(format!(
+            "logging.options.{format}.infoBufferSize: invalid value {other}"
+        )),
     }
 }
 

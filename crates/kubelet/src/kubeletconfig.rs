@@ -237,6 +237,10 @@ pub struct KubeletConfiguration {
     /// Gates merged under `--feature-gates` (component-base checks them).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub feature_gates: std::collections::BTreeMap<String, bool>,
+    /// Merged under the logging flags (`-v`, `--logging-format`, ...); not shown in
+    /// `/configz`.
+    #[serde(skip_serializing)]
+    pub logging: ferrokube_component_base::logs::LoggingConfiguration,
 }
 
 impl KubeletConfiguration {
@@ -411,6 +415,7 @@ pub fn effective_configuration(
             .or_else(|| Some(crate::cri::DEFAULT_ENDPOINT.into())),
         image_service_endpoint: non_empty(&given.image_service_endpoint),
         feature_gates: given.feature_gates.clone(),
+        logging: Default::default(),
     }
 }
 
@@ -426,9 +431,16 @@ mod tests {
              kubeReserved: {cpu: 100m, memory: 100Mi}\nevictionHard: {memory.available: 200Mi}\n\
              nodeStatusUpdateFrequency: 5s\nmaxPods: 50\ncgroupDriver: cgroupfs\n\
              registerWithTaints: [{key: a, value: b, effect: NoSchedule}]\n\
-             authentication: {anonymous: {enabled: false}}\n",
+             authentication: {anonymous: {enabled: false}}\n\
+             logging: {flushFrequency: 0, verbosity: 4, format: text,\n\
+               vmodule: [{filePattern: ferrokube_kubelet, verbosity: 5}],\n\
+               options: {json: {infoBufferSize: \"0\"}, text: {infoBufferSize: \"0\"}}}\n",
         )
         .unwrap();
+        assert_eq!(c.logging.verbosity, Some(4));
+        assert_eq!(c.logging.format.as_deref(), Some("text"));
+        assert_eq!(c.logging.vmodule[0].file_pattern, "ferrokube_kubelet");
+        assert_eq!(c.logging.vmodule[0].verbosity, 5);
         assert_eq!(
             c.cluster_dns.as_deref(),
             Some(&["10.96.0.10".to_string()][..])

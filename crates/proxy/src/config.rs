@@ -31,6 +31,8 @@ pub struct KubeProxyConfiguration {
     pub min_sync_period: Option<String>,
     /// Gates merged under `--feature-gates` (component-base checks them).
     pub feature_gates: std::collections::BTreeMap<String, bool>,
+    /// Merged under the logging flags (`-v`, `--logging-format`, ...).
+    pub logging: ferrokube_component_base::logs::LoggingConfiguration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -93,6 +95,7 @@ impl Default for KubeProxyConfiguration {
             sync_period: None,
             min_sync_period: None,
             feature_gates: Default::default(),
+            logging: Default::default(),
         }
     }
 }
@@ -199,9 +202,23 @@ nftables:
   syncPeriod: 1m0s
   minSyncPeriod: 500ms
 nodePortAddresses: [primary]
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+    text:
+      infoBufferSize: \"0\"
+  verbosity: 2
 ",
         )
         .unwrap();
+        assert_eq!(cfg.logging.verbosity, Some(2));
+        assert_eq!(cfg.logging.flush_frequency, Some(serde_json::json!(0)));
+        assert_eq!(
+            cfg.logging.options.json.info_buffer_size,
+            Some(serde_json::json!("0"))
+        );
         assert_eq!(cfg.cluster_cidr, "10.244.0.0/16");
         assert_eq!(cfg.client_connection.kubeconfig, "/etc/kp.kubeconfig");
         assert_eq!(cfg.nftables.masquerade_bit, 13);
