@@ -49,9 +49,7 @@ impl ComponentFlags {
         }
         Ok(gates)
     }
-}
 
-impl ComponentFlags {
     /// [`ComponentFlags::init`] for a component with a configuration file: the file's
     /// `logging` section under the logging flags given on the command line
     /// (`matches`), and its `featureGates` under `--feature-gates`.
