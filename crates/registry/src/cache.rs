@@ -21,7 +21,7 @@ use ferrokube_storage::{
     StorageStats, UpdateFn, WatchEvent, WatchStream,
 };
 use futures::StreamExt;
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
@@ -215,7 +215,12 @@ struct State {
     revision: Revision,
     /// Watches from a revision `>= oldest` can be served from `events`.
     oldest: Revision,
-    tx: broadcast::Sender<Arc<CachedEvent>>,
+    /// Live events for the open watchers; made by the first watcher and dropped with
+    /// the event after the last one leaves. The channel's ring is allocated and written
+    /// in full when it is made (about 160 KiB), and most of the caches have no watcher
+    /// at all on an apiserver without controllers: one per cache was most of the idle
+    /// heap (docs/benchmarks.md, session 37).
+    tx: Option<broadcast::Sender<Arc<CachedEvent>>>,
 }
 
 impl State {
@@ -262,7 +267,6 @@ pub fn decode_stored(value: &[u8], revision: Revision) -> Option<Value> {
 
 impl ResourceCache {
     fn new(prefix: String, revision_tx: Arc<tokio::sync::watch::Sender<Revision>>) -> Self {
-        let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
         ResourceCache {
             prefix,
             state: RwLock::new(State {
@@ -270,7 +274,7 @@ impl ResourceCache {
                 events: VecDeque::new(),
                 revision: 0,
                 oldest: 0,
-                tx,
+                tx: None,
             }),
             revision_tx,
             last_write: AtomicI64::new(0),
@@ -328,7 +332,8 @@ impl ResourceCache {
         st.events.clear();
         st.revision = revision;
         st.oldest = revision;
-        st.tx = broadcast::channel(CHANNEL_CAPACITY).0;
+        // Dropping the sender ends every open watcher's stream.
+        st.tx = None;
     }
 
     /// Marks everything up to `revision` applied. Waiters are told by the hub, once
@@ -394,8 +399,12 @@ impl ResourceCache {
         }
         st.events.push_back(event.clone());
         st.revision = revision;
-        // No receivers is fine.
-        let _ = st.tx.send(event);
+        if let Some(tx) = &st.tx
+            && tx.send(event).is_err()
+        {
+            // The last watcher has gone: give the ring back until the next one comes.
+            st.tx = None;
+        }
     }
 
     /// Waits until the cache has applied `revision` (at most `timeout`).
@@ -453,8 +462,20 @@ impl ResourceCache {
         // The backlog is taken under the lock and filtered after it: a selector decodes
         // objects on first use, which must not hold up the cache's writer.
         let (objects, events, mut rx, start_rev) = {
-            let st = self.state.read();
-            let rx = st.tx.subscribe();
+            let st = self.state.upgradable_read();
+            let (st, rx) = match &st.tx {
+                Some(tx) => {
+                    let rx = tx.subscribe();
+                    (RwLockUpgradableReadGuard::downgrade(st), rx)
+                }
+                None => {
+                    let mut st = RwLockUpgradableReadGuard::upgrade(st);
+                    let tx = broadcast::channel(CHANNEL_CAPACITY).0;
+                    let rx = tx.subscribe();
+                    st.tx = Some(tx);
+                    (RwLockWriteGuard::downgrade(st), rx)
+                }
+            };
             match from {
                 None => (st.objects_under(&prefix), Vec::new(), rx, st.revision),
                 Some(rv) => {
@@ -865,5 +886,67 @@ mod tests {
         assert_eq!(items.len(), 1);
         assert_eq!(items[0]["metadata"]["resourceVersion"], "6");
         assert!(cache.get("/registry/pods/ns/bad").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_live_event_channel_exists_only_while_someone_watches() {
+        let revisions = Arc::new(tokio::sync::watch::channel(0).0);
+        // Every revision the test watches from counts as applied by the hub.
+        revisions.send_replace(Revision::MAX);
+        let cache = Arc::new(ResourceCache::new("/registry/pods/".into(), revisions));
+        let has_channel = |cache: &ResourceCache| cache.state.read().tx.is_some();
+        let pod = |name: &str| format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}}}}"#);
+        cache.apply(&added("/registry/pods/ns/a", pod("a").as_bytes(), 2));
+        assert!(!has_channel(&cache), "no watcher, no channel");
+
+        let all: Filter = Arc::new(|_| true);
+        let from = |rv| {
+            cache.watch(
+                "/registry/pods/".into(),
+                Some(rv),
+                false,
+                all.clone(),
+                false,
+                Duration::from_secs(60),
+            )
+        };
+        let mut first = from(2).await.unwrap();
+        assert!(has_channel(&cache));
+        cache.apply(&added("/registry/pods/ns/b", pod("b").as_bytes(), 3));
+        let Some(WatchItem::Event(ev)) = first.recv().await else {
+            panic!("the watcher should get the event at 3");
+        };
+        assert_eq!(ev.revision, 3);
+
+        // The watcher's task ends once its receiver is gone; the next event finds no
+        // receiver and drops the channel.
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while cache
+                .state
+                .read()
+                .tx
+                .as_ref()
+                .is_some_and(|tx| tx.receiver_count() > 0)
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the watch task should end when its receiver is dropped");
+        cache.apply(&added("/registry/pods/ns/c", pod("c").as_bytes(), 4));
+        assert!(!has_channel(&cache));
+
+        // A later watcher gets a new channel and the events after its revision.
+        let mut second = from(2).await.unwrap();
+        cache.apply(&added("/registry/pods/ns/d", pod("d").as_bytes(), 5));
+        let mut revisions_seen = Vec::new();
+        while revisions_seen.len() < 3 {
+            match tokio::time::timeout(Duration::from_secs(5), second.recv()).await {
+                Ok(Some(WatchItem::Event(ev))) => revisions_seen.push(ev.revision),
+                other => panic!("expected an event, got {:?}", other.map(|o| o.is_some())),
+            }
+        }
+        assert_eq!(revisions_seen, [3, 4, 5]);
     }
 }
