@@ -11,17 +11,31 @@ use crate::patch::meta;
 /// Structs upstream marks `+structType=atomic`: owned and replaced as one value.
 const ATOMIC_STRUCTS: &[&str] = &[
     "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
+    "io.k8s.api.admissionregistration.v1.MatchResources",
+    "io.k8s.api.admissionregistration.v1.NamedRuleWithOperations",
+    "io.k8s.api.admissionregistration.v1.ParamKind",
+    "io.k8s.api.admissionregistration.v1.ParamRef",
+    "io.k8s.api.admissionregistration.v1.Variable",
+    "io.k8s.api.autoscaling.v1.CrossVersionObjectReference",
+    "io.k8s.api.core.v1.ConfigMapKeySelector",
+    "io.k8s.api.core.v1.EndpointAddress",
+    "io.k8s.api.core.v1.EndpointPort",
+    "io.k8s.api.core.v1.LocalObjectReference",
     "io.k8s.api.core.v1.NodeSelector",
     "io.k8s.api.core.v1.NodeSelectorTerm",
-    "io.k8s.api.core.v1.TopologySelectorTerm",
-    "io.k8s.api.core.v1.LocalObjectReference",
-    "io.k8s.api.core.v1.ObjectReference",
-    "io.k8s.api.core.v1.TypedLocalObjectReference",
-    "io.k8s.api.core.v1.SecretReference",
-    "io.k8s.api.core.v1.ConfigMapKeySelector",
-    "io.k8s.api.core.v1.SecretKeySelector",
     "io.k8s.api.core.v1.ObjectFieldSelector",
+    "io.k8s.api.core.v1.ObjectReference",
     "io.k8s.api.core.v1.ResourceFieldSelector",
+    "io.k8s.api.core.v1.ScopeSelector",
+    "io.k8s.api.core.v1.SecretKeySelector",
+    "io.k8s.api.core.v1.SecretReference",
+    "io.k8s.api.core.v1.TopologySelectorTerm",
+    "io.k8s.api.core.v1.TypedLocalObjectReference",
+    "io.k8s.api.discovery.v1.EndpointPort",
+    "io.k8s.api.networking.v1.ServiceBackendPort",
+    "io.k8s.api.rbac.v1.RoleRef",
+    "io.k8s.api.rbac.v1.Subject",
 ];
 
 /// A position in the type graph: the OpenAPI definition of the object at hand, if
@@ -124,6 +138,8 @@ fn index_items<'a>(kind: &ListKind, list: &'a [Value]) -> Option<Vec<(String, &'
 enum Shape<'a> {
     Leaf,
     Map(&'a Map<String, Value>),
+    /// The named items, and whether each item is one leaf (a set's value, or a keyed
+    /// item of an atomic struct type such as `OwnerReference`) rather than walked into.
     List(Vec<(String, &'a Value)>, bool),
 }
 
@@ -131,7 +147,10 @@ fn shape<'a>(v: &'a Value, schema: Schema, list: &ListKind) -> Shape<'a> {
     match v {
         Value::Object(m) if !schema.atomic_struct() => Shape::Map(m),
         Value::Array(items) => match index_items(list, items) {
-            Some(named) => Shape::List(named, matches!(list, ListKind::Set)),
+            Some(named) => Shape::List(
+                named,
+                matches!(list, ListKind::Set) || schema.atomic_struct(),
+            ),
             None => Shape::Leaf,
         },
         _ => Shape::Leaf,
@@ -166,11 +185,11 @@ fn walk_value(
 ) {
     match shape(v, schema, list) {
         Shape::Map(m) if !m.is_empty() => walk_map(m, schema, path, set),
-        Shape::List(items, is_set) if !items.is_empty() => {
+        Shape::List(items, whole_items) if !items.is_empty() => {
             for (e, item) in items {
                 path.push(e);
                 set.insert(path);
-                if !is_set && let Value::Object(m) = item {
+                if !whole_items && let Value::Object(m) = item {
                     walk_map(m, schema, path, set);
                 }
                 path.pop();
@@ -276,16 +295,16 @@ fn compare_values(
             c.removed.insert(path);
             compare_maps(Some(o), None, schema, path, c);
         }
-        (Some(Shape::List(o, is_set)), Some(Shape::List(n, _))) => {
-            compare_lists(&o, &n, is_set, schema, path, c)
+        (Some(Shape::List(o, whole_items)), Some(Shape::List(n, _))) => {
+            compare_lists(&o, &n, whole_items, schema, path, c)
         }
-        (None, Some(Shape::List(n, is_set))) => {
+        (None, Some(Shape::List(n, whole_items))) => {
             c.added.insert(path);
-            compare_lists(&[], &n, is_set, schema, path, c);
+            compare_lists(&[], &n, whole_items, schema, path, c);
         }
-        (Some(Shape::List(o, is_set)), None) => {
+        (Some(Shape::List(o, whole_items)), None) => {
             c.removed.insert(path);
-            compare_lists(&o, &[], is_set, schema, path, c);
+            compare_lists(&o, &[], whole_items, schema, path, c);
         }
         _ => compare_leaf(old, new, path, c),
     }
@@ -298,7 +317,7 @@ fn find_item<'a>(items: &[(String, &'a Value)], e: &str) -> Option<&'a Value> {
 fn compare_lists(
     old: &[(String, &Value)],
     new: &[(String, &Value)],
-    is_set: bool,
+    whole_items: bool,
     schema: Schema,
     path: &mut Vec<String>,
     c: &mut Comparison,
@@ -312,7 +331,7 @@ fn compare_lists(
     for e in elements {
         path.push(e.clone());
         let (o, n) = (find_item(old, e), find_item(new, e));
-        if is_set {
+        if whole_items {
             compare_leaf(o, n, path, c);
         } else {
             match (o, n) {
@@ -435,14 +454,14 @@ fn remove_below(v: &Value, node: &FieldSet, schema: Schema, list: &ListKind) -> 
             let kept = remove_from_map(m, node, schema);
             (!kept.is_empty() || m.is_empty()).then_some(Value::Object(kept))
         }
-        Shape::List(items, is_set) => {
+        Shape::List(items, whole_items) => {
             let mut kept = Vec::with_capacity(items.len());
             for (e, item) in &items {
                 match node.child(e) {
                     None => kept.push((*item).clone()),
                     Some(n) if n.is_member() => {}
                     Some(n) => match item {
-                        Value::Object(im) if !is_set => {
+                        Value::Object(im) if !whole_items => {
                             kept.push(Value::Object(remove_from_map(im, n, schema)))
                         }
                         _ => kept.push((*item).clone()),
@@ -492,6 +511,30 @@ mod tests {
         // LabelSelector is an atomic struct.
         assert_eq!(fv1["f:spec"]["f:selector"], json!({}));
         assert_eq!(fv1["f:metadata"]["f:labels"], json!({"f:app": {}}));
+    }
+
+    #[test]
+    fn atomic_struct_items_are_owned_whole() {
+        // OwnerReference (apimachinery) and RoleRef/Subject (rbac) are
+        // +structType=atomic upstream: an item or field of theirs is one leaf.
+        let binding = json!({
+            "metadata": {"name": "b", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u1"}
+            ]},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "User", "name": "alice"}]
+        });
+        let set = to_field_set(
+            &binding,
+            Schema::for_kind("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+        );
+        let fv1 = set.to_fields_v1();
+        assert_eq!(
+            fv1["f:metadata"]["f:ownerReferences"],
+            json!({r#"k:{"uid":"u1"}"#: {}})
+        );
+        assert_eq!(fv1["f:roleRef"], json!({}));
+        assert_eq!(fv1["f:subjects"], json!({}));
     }
 
     #[test]
