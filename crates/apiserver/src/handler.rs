@@ -1019,9 +1019,10 @@ async fn resource_request(
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
         field_manager: o.field_manager.or_else(|| {
-            let ua = user_agent.as_ref()?.to_str().ok()?;
+            let ua = user_agent.as_ref().and_then(|ua| ua.to_str().ok());
             Some(
-                ua.split('/')
+                ua.unwrap_or("")
+                    .split('/')
                     .next()
                     .unwrap_or("")
                     .chars()

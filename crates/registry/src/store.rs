@@ -705,8 +705,28 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
+        self.insert(ns, obj, opts, true).await
+    }
+
+    /// A create; `track`: the writer takes the fields it set (every create but an
+    /// apply's, whose object already records its applier).
+    async fn insert(
+        &self,
+        ns: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+        track: bool,
+    ) -> Result<Written, ApiError> {
         let (mut obj, warnings) = self.decode(obj, opts)?;
         self.check_namespace(ns, &mut obj)?;
+        if track {
+            // As upstream's field manager: on the defaulted object, before admission.
+            let (now, api_version) = (self.now(), self.info.api_version());
+            obj = managedfields::track_create(
+                obj,
+                &self.field_writer(Part::Main, opts, &now, &api_version),
+            );
+        }
         if let Some(admit) = &opts.admit {
             admit.0.mutate(&mut obj, None).await?;
             // A mutating plugin may not move the object elsewhere.
@@ -719,7 +739,6 @@ impl Store {
             meta::set_meta(&mut obj, "name", json!(name));
         }
         self.prepare_for_create(&mut obj);
-        managedfields::drop_invalid(&mut obj);
         let name = meta::name(&obj).to_string();
         let mut errs = self.strategy.validate_create(&obj);
         errs.extend(self.cluster_policy_errors(&obj));
@@ -1296,7 +1315,9 @@ impl Store {
             Part::Resize => ("resize", Scope::Object),
         };
         Writer {
-            manager: opts.field_manager.as_deref().unwrap_or(""),
+            // A write the apiserver makes itself; upstream makes those through its
+            // loopback client, whose User-Agent names it.
+            manager: opts.field_manager.as_deref().unwrap_or("kube-apiserver"),
             api_version,
             subresource: opts.via_subresource.unwrap_or(subresource),
             now,
@@ -1335,7 +1356,7 @@ impl Store {
                     (self.info.group, self.info.plural, name),
                 )?;
                 meta::set_meta(&mut obj, "name", json!(name));
-                self.create(ns, obj, opts).await
+                self.insert(ns, obj, opts, false).await
             }
             other => other,
         }

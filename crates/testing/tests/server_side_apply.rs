@@ -210,7 +210,7 @@ async fn apply_owns_fields_and_conflicts() {
 }
 
 #[tokio::test]
-async fn status_apply_and_untracked_objects() {
+async fn status_apply_and_tracked_creates() {
     let srv = TestApiServer::start().await.unwrap();
     let deps: Api<Deployment> = Api::namespaced(srv.client.clone(), "default");
     let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
@@ -236,23 +236,57 @@ async fn status_apply_and_untracked_objects() {
     assert_eq!(d.spec.as_ref().unwrap().replicas, Some(1));
     assert!(managers(&d).contains(&entry("ctl", "Apply", "status")));
 
-    // An object written without apply is untracked; its fields meet the first apply
-    // as before-first-apply's.
+    // A create is tracked, as upstream's: its writer owns what it set, with operation
+    // Update, and an apply changing one of those fields meets it.
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "plain"}, "data": {"a": "1"}})).unwrap();
-    let created = cms.create(&PostParams::default(), &cm).await.unwrap();
-    assert!(created.metadata.managed_fields.is_none());
+    let created = cms
+        .create(
+            &PostParams {
+                field_manager: Some("creator".into()),
+                ..PostParams::default()
+            },
+            &cm,
+        )
+        .await
+        .unwrap();
+    let fields = &created.metadata.managed_fields.as_ref().unwrap()[..];
+    assert_eq!(fields.len(), 1);
+    assert_eq!(fields[0].manager.as_deref(), Some("creator"));
+    assert_eq!(fields[0].operation.as_deref(), Some("Update"));
+    assert_eq!(
+        fields[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {".": {}, "f:a": {}}})
+    );
     let config = |v: &str| {
         Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "plain"}, "data": {"a": v}}))
     };
-    let e = api_error(
-        cms.patch("plain", &PatchParams::apply("ci"), &config("2"))
-            .await
-            .unwrap_err(),
-    );
+    let conflict = |e| api_error(e).message;
     assert_eq!(
-        e.message,
+        conflict(
+            cms.patch("plain", &PatchParams::apply("ci"), &config("2"))
+                .await
+                .unwrap_err()
+        ),
+        r#"Apply failed with 1 conflict: conflict with "creator" using v1: .data.a"#
+    );
+
+    // Once its managed fields are cleared, an object is untracked; its fields meet the
+    // next apply as before-first-apply's.
+    cms.patch(
+        "plain",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"managedFields": [{}]}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        conflict(
+            cms.patch("plain", &PatchParams::apply("ci"), &config("2"))
+                .await
+                .unwrap_err()
+        ),
         r#"Apply failed with 1 conflict: conflict with "before-first-apply" using v1: .data.a"#
     );
     let cm = cms

@@ -9,19 +9,20 @@
 //! field it would change that another manager owns, unless forced. Other writes to an
 //! object that has managed fields take ownership of what they change.
 //!
-//! Objects without `managedFields` are not tracked until their first apply, which
-//! gives every field already set to the manager `before-first-apply`, as upstream does
-//! for an object whose managed fields were cleared.
+//! Every create is tracked: its writer owns what it set. An object whose managed fields
+//! were cleared (`[{}]`) is not tracked again until its next apply, which gives every
+//! field already set to the manager `before-first-apply`, as upstream does.
 
 mod set;
 mod typed;
+mod zero;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 use serde_json::{Map, Value, json};
 
 pub use set::{FieldSet, path_string};
 pub use typed::Schema;
-use typed::{compare, merge, remove_items, to_field_set};
+use typed::{compare, created_fields, merge, remove_items, to_field_set};
 
 use crate::errors::{ApiError, cause, reason};
 
@@ -258,7 +259,10 @@ impl Writer<'_> {
         if self.scope == Scope::AllButStatus {
             out.remove_subtree(&["f:status"]);
         }
-        out
+        // Nobody owns `metadata` itself either, only what is in it.
+        let mut metadata = FieldSet::new();
+        metadata.insert(&["f:metadata"]);
+        out.difference(&metadata)
     }
 }
 
@@ -502,15 +506,28 @@ pub fn track_update(old: &Value, new: Value, who: &Writer<'_>) -> Result<Value, 
     Ok(with_managed_fields(new_plain, &managed))
 }
 
-/// Drops `metadata.managedFields` that do not parse, as upstream resets them, so a
-/// created object never carries entries later writes cannot read.
-pub fn drop_invalid(obj: &mut Value) {
-    if obj["metadata"].get("managedFields").is_some()
-        && Managed::of(obj).is_err()
-        && let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut)
-    {
+/// The `managedFields` of an object a write that is not an apply creates. Upstream
+/// tracks every create: the writer owns, with operation `Update`, every field the
+/// request set once defaulted (admission's additions are nobody's). Managers the body
+/// names in its own `managedFields` keep only what the writer did not set, as an
+/// update takes over what it adds; entries that do not parse are dropped, as upstream
+/// resets them.
+pub fn track_create(mut new: Value, who: &Writer<'_>) -> Value {
+    let mut managed = Managed::of(&new).unwrap_or_default();
+    if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("managedFields");
     }
+    let fields = who.ownable(&created_fields(&new, who.schema));
+    let mut mine = FieldSet::new();
+    for e in &mut managed.entries {
+        if e.is(who.manager, Operation::Update, who.subresource) {
+            mine = std::mem::take(&mut e.fields);
+        } else {
+            e.fields = e.fields.difference(&fields);
+        }
+    }
+    managed.set(who, Operation::Update, mine.union(&fields));
+    with_managed_fields(new, &managed)
 }
 
 /// The 409 of an apply with conflicts (upstream's `NewConflictError`).

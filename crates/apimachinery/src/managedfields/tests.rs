@@ -280,15 +280,189 @@ fn kubectl_takes_over_from_client_side_apply() {
     );
 }
 
+/// A writer of `group/version` `kind` objects (a kind with a status subresource).
+fn kind_writer<'a>(manager: &'a str, group: &str, api_version: &'a str, kind: &str) -> Writer<'a> {
+    let version = api_version.rsplit('/').next().unwrap();
+    Writer {
+        manager,
+        api_version,
+        subresource: "",
+        now: "t",
+        schema: Schema::for_kind(group, version, kind),
+        scope: Scope::AllButStatus,
+    }
+}
+
+fn created_fields_v1(obj: Value, who: &Writer<'_>) -> Value {
+    let obj = track_create(obj, who);
+    let entries = obj["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["manager"], who.manager);
+    assert_eq!(entries[0]["operation"], "Update");
+    entries[0]["fieldsV1"].clone()
+}
+
+/// What upstream stored for `kubectl run nginx --image=nginx` (an etcd dump of v1.2x):
+/// fields the zero value of a Pod already has (`spec`, `containers`) are not members,
+/// maps and list items the create added are (`"."`), and neither admission's additions
+/// nor the object's identity are anyone's.
 #[test]
-fn unreadable_entries_are_dropped() {
-    let mut obj = json!({"metadata": {"name": "x", "managedFields": [
-        {"manager": "m", "operation": "Sideways", "fieldsV1": {}}]}});
-    drop_invalid(&mut obj);
-    assert!(obj["metadata"].get("managedFields").is_none());
-    let mut ok = json!({"metadata": {"name": "x", "managedFields": [
-        {"manager": "m", "operation": "Update", "apiVersion": "v1",
-         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}}]}});
-    drop_invalid(&mut ok);
-    assert_eq!(ok["metadata"]["managedFields"][0]["manager"], "m");
+fn a_created_pod_is_owned_as_upstream_records_it() {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nginx", "namespace": "default", "labels": {"run": "nginx"},
+                     "creationTimestamp": null},
+        "spec": {
+            "containers": [{"name": "nginx", "image": "nginx", "imagePullPolicy": "Always",
+                "resources": {}, "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File"}],
+            "dnsPolicy": "ClusterFirst", "enableServiceLinks": true, "restartPolicy": "Always",
+            "schedulerName": "default-scheduler", "securityContext": {},
+            "terminationGracePeriodSeconds": 30},
+        "status": {}
+    });
+    let want: Value = serde_json::from_str(
+        r#"{"f:metadata":{"f:labels":{".":{},"f:run":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"nginx\"}":{".":{},"f:image":{},"f:imagePullPolicy":{},"f:name":{},"f:resources":{},"f:terminationMessagePath":{},"f:terminationMessagePolicy":{}}},"f:dnsPolicy":{},"f:enableServiceLinks":{},"f:restartPolicy":{},"f:schedulerName":{},"f:securityContext":{},"f:terminationGracePeriodSeconds":{}}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        created_fields_v1(pod, &kind_writer("kubectl-run", "", "v1", "Pod")),
+        want
+    );
+}
+
+/// Upstream's record of a Pod made by `kubectl apply` (client-side): a list inside an
+/// added item is added, with its items.
+#[test]
+fn lists_a_create_adds_are_members() {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nginx", "namespace": "default", "annotations": {
+            "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+        "spec": {
+            "containers": [{"name": "nginx", "image": "nginx:1.14.2",
+                "imagePullPolicy": "IfNotPresent",
+                "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "resources": {}, "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File"}],
+            "dnsPolicy": "ClusterFirst", "enableServiceLinks": true, "restartPolicy": "Always",
+            "schedulerName": "default-scheduler", "securityContext": {},
+            "terminationGracePeriodSeconds": 30}
+    });
+    let got = created_fields_v1(
+        pod,
+        &kind_writer("kubectl-client-side-apply", "", "v1", "Pod"),
+    );
+    assert_eq!(
+        got["f:metadata"],
+        json!({"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}})
+    );
+    assert_eq!(
+        got["f:spec"]["f:containers"]["k:{\"name\":\"nginx\"}"]["f:ports"],
+        json!({".": {}, "k:{\"containerPort\":80,\"protocol\":\"TCP\"}":
+            {".": {}, "f:containerPort": {}, "f:protocol": {}}})
+    );
+}
+
+/// Upstream's record of a Job a generated client created: the pod template is a
+/// struct the zero value holds (no `"."`), its empty metadata is nobody's, and
+/// `suspend: false` is owned (a pointer, absent from the zero value).
+#[test]
+fn structs_of_the_zero_value_are_not_members() {
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "pi-933950"},
+        "spec": {
+            "backoffLimit": 6, "completionMode": "NonIndexed", "completions": 1,
+            "parallelism": 1, "suspend": false,
+            "template": {"metadata": {"creationTimestamp": null}, "spec": {
+                "containers": [{"name": "pi", "image": "perl", "command": ["perl"],
+                    "imagePullPolicy": "IfNotPresent", "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File"}],
+                "dnsPolicy": "ClusterFirst", "restartPolicy": "Never",
+                "schedulerName": "default-scheduler", "securityContext": {},
+                "terminationGracePeriodSeconds": 30}}}
+    });
+    let want: Value = serde_json::from_str(
+        r#"{"f:spec":{"f:backoffLimit":{},"f:completionMode":{},"f:completions":{},"f:parallelism":{},"f:suspend":{},"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"pi\"}":{".":{},"f:command":{},"f:image":{},"f:imagePullPolicy":{},"f:name":{},"f:resources":{},"f:terminationMessagePath":{},"f:terminationMessagePolicy":{}}},"f:dnsPolicy":{},"f:restartPolicy":{},"f:schedulerName":{},"f:securityContext":{},"f:terminationGracePeriodSeconds":{}}}}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        created_fields_v1(
+            job,
+            &kind_writer("OpenAPI-Generator", "batch", "batch/v1", "Job")
+        ),
+        want
+    );
+}
+
+#[test]
+fn the_zero_value_table_is_sorted() {
+    let rows = super::zero::ZERO_FIELDS;
+    assert!(rows.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+}
+
+#[test]
+fn a_create_is_tracked_under_its_writer() {
+    let mut body = config(2, json!({"a": "1"}));
+    body["status"] = json!({"replicas": 9});
+    let obj = track_create(body, &writer("kubectl-create", "t1"));
+    assert_eq!(
+        managers(&obj),
+        [("kubectl-create".to_string(), "Update".to_string())]
+    );
+    let e = &obj["metadata"]["managedFields"][0];
+    assert_eq!(e["apiVersion"], "apps/v1");
+    assert_eq!(e["time"], "t1");
+    assert_eq!(e["fieldsType"], "FieldsV1");
+    // What the request set, less the object's identity and the status subresource's part.
+    assert_eq!(
+        e["fieldsV1"],
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:a": {}}},
+            "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}
+        })
+    );
+    // The created object then meets an apply as its creator's.
+    let err = apply(
+        Some(&obj),
+        &config(3, json!({"a": "1"})),
+        &writer("kubectl", "t2"),
+        false,
+        RESOURCE,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"kubectl-create\" using apps/v1: .spec.replicas"
+    );
+}
+
+#[test]
+fn a_create_takes_what_it_sets_from_the_managers_the_body_names() {
+    let mut body = config(1, json!({}));
+    body["metadata"]["managedFields"] = json!([
+        {"manager": "other", "operation": "Apply", "apiVersion": "apps/v1",
+         "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:spec": {"f:replicas": {}, "f:paused": {}}}}]);
+    let obj = track_create(body, &writer("ci", "t"));
+    let entries = obj["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(
+        managers(&obj),
+        [
+            ("other".to_string(), "Apply".to_string()),
+            ("ci".to_string(), "Update".to_string())
+        ]
+    );
+    assert_eq!(entries[0]["fieldsV1"], json!({"f:spec": {"f:paused": {}}}));
+    assert!(entries[1]["fieldsV1"]["f:spec"].get("f:replicas").is_some());
+
+    // Entries that do not parse are dropped, as upstream resets them.
+    let mut bad = config(1, json!({}));
+    bad["metadata"]["managedFields"] =
+        json!([{"manager": "m", "operation": "Sideways", "fieldsV1": {}}]);
+    let obj = track_create(bad, &writer("ci", "t"));
+    assert_eq!(managers(&obj), [("ci".to_string(), "Update".to_string())]);
 }

@@ -199,6 +199,114 @@ fn walk_value(
     }
 }
 
+/// What a Go zero value of a type holds at one of its fields (`zero.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zero {
+    /// A non-pointer struct of this definition, itself a zero value.
+    Struct(&'static str),
+    /// A pointer, slice or map without `omitempty`, or a type that encodes its zero
+    /// value as null.
+    Null,
+    EmptyString,
+    Number,
+    False,
+}
+
+impl Zero {
+    /// Whether `v` is this zero value, so a create setting it changes nothing.
+    fn is(&self, v: &Value) -> bool {
+        match self {
+            Zero::Struct(_) => v.as_object().is_some_and(Map::is_empty),
+            Zero::Null => v.is_null(),
+            Zero::EmptyString => v.as_str() == Some(""),
+            Zero::Number => v.as_f64() == Some(0.0),
+            Zero::False => *v == Value::Bool(false),
+        }
+    }
+}
+
+/// What the zero value of `definition` holds at `field`, if anything.
+fn zero_field(definition: &str, field: &str) -> Option<Zero> {
+    let rows = super::zero::ZERO_FIELDS;
+    let start = rows.partition_point(|r| (r.0, r.1) < (definition, field));
+    rows.get(start)
+        .filter(|r| r.0 == definition && r.1 == field)
+        .map(|r| r.2)
+}
+
+/// The fields a create sets, as upstream's field manager finds them: `obj` compared
+/// with its kind's Go zero value (structured-merge-diff's `Compare`). Every leaf that
+/// differs from the zero value, and every map, list and list item the zero value does
+/// not have, which `FieldsV1` shows as `"."` when it also has children. An untyped
+/// object's zero value is empty.
+pub fn created_fields(obj: &Value, schema: Schema) -> FieldSet {
+    let mut set = FieldSet::new();
+    if let Value::Object(m) = obj {
+        walk_created_map(m, schema, schema.definition, &mut Vec::new(), &mut set);
+    }
+    set
+}
+
+/// `zero`: the definition whose zero value holds this map, if one does.
+fn walk_created_map(
+    m: &Map<String, Value>,
+    schema: Schema,
+    zero: Option<&str>,
+    path: &mut Vec<String>,
+    set: &mut FieldSet,
+) {
+    for (k, v) in m {
+        let field_zero = zero.and_then(|d| zero_field(d, k));
+        path.push(format!("f:{k}"));
+        walk_created_value(
+            v,
+            schema.field(k),
+            &schema.list_kind(k),
+            field_zero,
+            path,
+            set,
+        );
+        path.pop();
+    }
+}
+
+fn walk_created_value(
+    v: &Value,
+    schema: Schema,
+    list: &ListKind,
+    zero: Option<Zero>,
+    path: &mut Vec<String>,
+    set: &mut FieldSet,
+) {
+    match shape(v, schema, list) {
+        Shape::Map(m) if !m.is_empty() => {
+            if zero.is_none() {
+                set.insert(path);
+            }
+            let inner = match zero {
+                Some(Zero::Struct(d)) => Some(d),
+                _ => None,
+            };
+            walk_created_map(m, schema, inner, path, set);
+        }
+        Shape::List(items, whole_items) if !items.is_empty() => {
+            if zero.is_none() {
+                set.insert(path);
+            }
+            for (e, item) in items {
+                path.push(e);
+                set.insert(path);
+                if !whole_items && let Value::Object(m) = item {
+                    walk_created_map(m, schema, None, path, set);
+                }
+                path.pop();
+            }
+        }
+        _ if zero.is_some_and(|z| z.is(v)) => {}
+        _ => set.insert(path),
+    }
+}
+
 /// What changed between two objects (upstream's `Comparison`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Comparison {
