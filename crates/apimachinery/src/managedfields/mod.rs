@@ -260,9 +260,8 @@ impl Writer<'_> {
             out.remove_subtree(&["f:status"]);
         }
         // Nobody owns `metadata` itself either, only what is in it.
-        let mut metadata = FieldSet::new();
-        metadata.insert(&["f:metadata"]);
-        out.difference(&metadata)
+        out.remove(&["f:metadata"]);
+        out
     }
 }
 

@@ -105,6 +105,23 @@ impl FieldSet {
         out
     }
 
+    /// Removes `path` itself, keeping what is below it.
+    pub fn remove(&mut self, path: &[&str]) {
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        if let Some(c) = self.children.get_mut(*first) {
+            if rest.is_empty() {
+                c.member = false;
+            } else {
+                c.remove(rest);
+            }
+            if c.is_empty() {
+                self.children.remove(*first);
+            }
+        }
+    }
+
     /// Removes `path` and everything below it.
     pub fn remove_subtree(&mut self, path: &[&str]) {
         let Some((first, rest)) = path.split_first() else {
