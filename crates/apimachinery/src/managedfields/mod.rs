@@ -145,10 +145,10 @@ impl Managed {
 
     /// The `managedFields` list, in upstream's order (`Apply` before `Update`, then by
     /// time, manager, apiVersion, subresource); managers owning nothing are dropped.
-    pub fn to_value(&self) -> Value {
-        let mut entries: Vec<&Entry> = self
+    pub fn into_value(self) -> Value {
+        let mut entries: Vec<Entry> = self
             .entries
-            .iter()
+            .into_iter()
             .filter(|e| !e.fields.is_empty())
             .collect();
         entries.sort_by(|a, b| {
@@ -179,7 +179,7 @@ impl Managed {
                         m.insert("time".into(), json!(t));
                     }
                     m.insert("fieldsType".into(), json!("FieldsV1"));
-                    m.insert("fieldsV1".into(), e.fields.to_fields_v1());
+                    m.insert("fieldsV1".into(), e.fields.into_fields_v1());
                     if !e.subresource.is_empty() {
                         m.insert("subresource".into(), json!(e.subresource));
                     }
@@ -245,12 +245,12 @@ pub struct Writer<'a> {
 
 impl Writer<'_> {
     /// `fields` without what no one owns and what this write may not touch.
-    fn ownable(&self, fields: &FieldSet) -> FieldSet {
+    fn ownable(&self, fields: FieldSet) -> FieldSet {
         if self.scope == Scope::StatusOnly {
             // Only `status`, which holds none of the fields nobody owns.
             return fields.only_subtree(&["f:status"]);
         }
-        let mut out = fields.clone();
+        let mut out = fields;
         out.remove_subtree(&["f:apiVersion"]);
         out.remove_subtree(&["f:kind"]);
         for m in STRIPPED_METADATA {
@@ -274,8 +274,8 @@ fn without_managed_fields(obj: &Value) -> Value {
     o
 }
 
-fn with_managed_fields(mut obj: Value, managed: &Managed) -> Value {
-    let list = managed.to_value();
+fn with_managed_fields(mut obj: Value, managed: Managed) -> Value {
+    let list = managed.into_value();
     let empty = list.as_array().is_some_and(Vec::is_empty);
     if let Some(o) = obj.as_object_mut() {
         if empty {
@@ -337,7 +337,7 @@ pub fn apply(
             scope: Scope::Object,
             ..*who
         }
-        .ownable(&to_field_set(&live_plain, who.schema));
+        .ownable(to_field_set(&live_plain, who.schema));
         if !all.is_empty() {
             let before = Writer {
                 manager: BEFORE_FIRST_APPLY,
@@ -350,7 +350,7 @@ pub fn apply(
     }
     let config = scoped_config(&without_managed_fields(config), who.scope);
     let merged = merge(&live_plain, &config, who.schema);
-    let config_set = who.ownable(&to_field_set(&config, who.schema));
+    let config_set = who.ownable(to_field_set(&config, who.schema));
     let last = managed
         .position(who.manager, Operation::Apply, who.subresource)
         .map(|i| managed.entries[i].fields.clone());
@@ -404,7 +404,7 @@ pub fn apply(
         }
         e.fields = fields;
     }
-    let mut out = with_managed_fields(pruned, &managed);
+    let mut out = with_managed_fields(pruned, managed);
     // kubectl's server-side apply keeps a client-side apply annotation in step, so a
     // later client-side apply starts from this configuration (`lastAppliedUpdater`).
     if who.manager == KUBECTL
@@ -472,20 +472,20 @@ pub fn track_update(old: &Value, new: Value, who: &Writer<'_>) -> Result<Value, 
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().all(|e| e.as_object().is_some_and(Map::is_empty)));
         if cleared {
-            return Ok(with_managed_fields(new, &Managed::default()));
+            return Ok(with_managed_fields(new, Managed::default()));
         }
         let managed = Managed::of(&new)
             .map_err(|e| ApiError::bad_request(format!("invalid managedFields: {e}")))?;
-        return Ok(with_managed_fields(new, &managed));
+        return Ok(with_managed_fields(new, managed));
     }
     let mut managed = Managed::of(old).unwrap_or_default();
     if managed.is_empty() {
         // Untracked, the common case: nothing to compute, nothing to copy.
-        return Ok(with_managed_fields(new, &managed));
+        return Ok(with_managed_fields(new, managed));
     }
     let new_plain = without_managed_fields(&new);
     let changes = compare(&without_managed_fields(old), &new_plain, who.schema);
-    let changed = who.ownable(&changes.modified.union(&changes.added));
+    let changed = who.ownable(changes.modified.union(&changes.added));
     let mut mine = FieldSet::new();
     for e in &mut managed.entries {
         let fields = e.fields.difference(&changes.removed);
@@ -502,7 +502,7 @@ pub fn track_update(old: &Value, new: Value, who: &Writer<'_>) -> Result<Value, 
     if known || !fields.is_empty() {
         managed.set(who, Operation::Update, fields);
     }
-    Ok(with_managed_fields(new_plain, &managed))
+    Ok(with_managed_fields(new_plain, managed))
 }
 
 /// The `managedFields` of an object a write that is not an apply creates. Upstream
@@ -516,7 +516,7 @@ pub fn track_create(mut new: Value, who: &Writer<'_>) -> Value {
     if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("managedFields");
     }
-    let fields = who.ownable(&created_fields(&new, who.schema));
+    let fields = who.ownable(created_fields(&new, who.schema));
     let mut mine = FieldSet::new();
     for e in &mut managed.entries {
         if e.is(who.manager, Operation::Update, who.subresource) {
@@ -525,8 +525,13 @@ pub fn track_create(mut new: Value, who: &Writer<'_>) -> Value {
             e.fields = e.fields.difference(&fields);
         }
     }
-    managed.set(who, Operation::Update, mine.union(&fields));
-    with_managed_fields(new, &managed)
+    let fields = if mine.is_empty() {
+        fields
+    } else {
+        mine.union(&fields)
+    };
+    managed.set(who, Operation::Update, fields);
+    with_managed_fields(new, managed)
 }
 
 /// The 409 of an apply with conflicts (upstream's `NewConflictError`).

@@ -57,6 +57,18 @@ impl FieldSet {
         self.member
     }
 
+    /// Makes the path to this node a member.
+    pub(super) fn mark_member(&mut self) {
+        self.member = true;
+    }
+
+    /// Adds `child` below `element`, unless it is empty; a walk building a set bottom-up.
+    pub(super) fn insert_child(&mut self, element: String, child: FieldSet) {
+        if !child.is_empty() {
+            self.children.insert(element, child);
+        }
+    }
+
     pub fn union(&self, other: &FieldSet) -> FieldSet {
         let mut out = self.clone();
         out.union_with(other);
@@ -172,12 +184,16 @@ impl FieldSet {
 
     /// The `FieldsV1` JSON of the set.
     pub fn to_fields_v1(&self) -> Value {
+        self.clone().into_fields_v1()
+    }
+
+    pub fn into_fields_v1(self) -> Value {
         let mut m = Map::new();
         if self.member && !self.children.is_empty() {
             m.insert(".".into(), Value::Object(Map::new()));
         }
-        for (e, c) in &self.children {
-            m.insert(e.clone(), c.to_fields_v1());
+        for (e, c) in self.children {
+            m.insert(e, c.into_fields_v1());
         }
         Value::Object(m)
     }

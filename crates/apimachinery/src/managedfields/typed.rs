@@ -45,11 +45,11 @@ pub struct Schema {
     definition: Option<&'static str>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ListKind {
     Atomic,
     Set,
-    Keyed(Vec<&'static str>),
+    Keyed(&'static [&'static str]),
 }
 
 impl Schema {
@@ -65,30 +65,39 @@ impl Schema {
         Schema { definition: None }
     }
 
-    fn field(&self, name: &str) -> Schema {
-        Schema {
-            definition: self.definition.and_then(|d| meta::field_type(d, name)),
-        }
+    /// The schemas of this map's fields.
+    fn members(&self) -> Members {
+        Members(self.definition.map(meta::Fields::of).unwrap_or_default())
     }
 
     fn atomic_struct(&self) -> bool {
         self.definition.is_some_and(|d| ATOMIC_STRUCTS.contains(&d))
     }
+}
+
+/// The fields of the map a [`Schema`] describes. Walks find a definition's rows once
+/// per map and then look its fields up by name; the tables hold thousands of rows.
+#[derive(Clone, Copy)]
+struct Members(meta::Fields);
+
+impl Members {
+    fn field(&self, name: &str) -> Schema {
+        Schema {
+            definition: self.0.field_type(name),
+        }
+    }
 
     fn list_kind(&self, name: &str) -> ListKind {
-        let Some(d) = self.definition else {
-            return ListKind::Atomic;
-        };
-        if let Some((ty, keys)) = meta::list_type(d, name) {
+        if let Some((ty, keys)) = self.0.list_type(name) {
             return match ty {
                 "set" => ListKind::Set,
-                "map" if !keys.is_empty() => ListKind::Keyed(keys.to_vec()),
+                "map" if !keys.is_empty() => ListKind::Keyed(keys),
                 _ => ListKind::Atomic,
             };
         }
-        match meta::lookup(d, name) {
-            Some((s, Some(key))) if s.merges() => ListKind::Keyed(vec![key]),
-            Some((s, None)) if s.merges() => ListKind::Set,
+        match self.0.patch_keys(name) {
+            Some((s, [])) if s.merges() => ListKind::Set,
+            Some((s, keys)) if s.merges() => ListKind::Keyed(keys),
             _ => ListKind::Atomic,
         }
     }
@@ -96,7 +105,7 @@ impl Schema {
 
 /// The element naming one item of a list of `kind`, or `None` for an atomic list or an
 /// item that cannot be named (a keyed item that is not an object).
-fn item_element(kind: &ListKind, item: &Value) -> Option<String> {
+fn item_element(kind: ListKind, item: &Value) -> Option<String> {
     match kind {
         ListKind::Atomic => None,
         ListKind::Set => Some(format!("v:{item}")),
@@ -122,7 +131,7 @@ fn item_element(kind: &ListKind, item: &Value) -> Option<String> {
 
 /// Items of a non-atomic list by their elements, in list order; `None` when an item
 /// cannot be named or two items share a name (such a list is treated as atomic).
-fn index_items<'a>(kind: &ListKind, list: &'a [Value]) -> Option<Vec<(String, &'a Value)>> {
+fn index_items(kind: ListKind, list: &[Value]) -> Option<Vec<(String, &Value)>> {
     let mut out: Vec<(String, &Value)> = Vec::with_capacity(list.len());
     for item in list {
         let e = item_element(kind, item)?;
@@ -143,7 +152,7 @@ enum Shape<'a> {
     List(Vec<(String, &'a Value)>, bool),
 }
 
-fn shape<'a>(v: &'a Value, schema: Schema, list: &ListKind) -> Shape<'a> {
+fn shape<'a>(v: &'a Value, schema: Schema, list: ListKind) -> Shape<'a> {
     match v {
         Value::Object(m) if !schema.atomic_struct() => Shape::Map(m),
         Value::Array(items) => match index_items(list, items) {
@@ -160,42 +169,86 @@ fn shape<'a>(v: &'a Value, schema: Schema, list: &ListKind) -> Shape<'a> {
 /// The fields `obj` sets, as an applier owns them (upstream's `ToFieldSet`): every
 /// leaf, every item of a set or keyed list, and empty maps and lists as leaves.
 pub fn to_field_set(obj: &Value, schema: Schema) -> FieldSet {
-    let mut set = FieldSet::new();
-    if let Value::Object(m) = obj {
-        let mut path = Vec::new();
-        walk_map(m, schema, &mut path, &mut set);
+    match obj {
+        Value::Object(m) => fields_of_map(m, schema, None, Collect::Set),
+        _ => FieldSet::new(),
     }
-    set
 }
 
-fn walk_map(m: &Map<String, Value>, schema: Schema, path: &mut Vec<String>, set: &mut FieldSet) {
+/// What a walk collects: every field set, or (for a create) what differs from the
+/// zero value, with the maps, lists and items it adds as members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Collect {
+    Set,
+    Created,
+}
+
+/// The fields of map `m`, as the children of the returned node. `zero`: the
+/// definition whose zero value holds this map, if one does.
+fn fields_of_map(
+    m: &Map<String, Value>,
+    schema: Schema,
+    zero: Option<&'static str>,
+    collect: Collect,
+) -> FieldSet {
+    let members = schema.members();
+    let zeros = zero.map(zero_fields).unwrap_or_default();
+    let mut node = FieldSet::new();
     for (k, v) in m {
-        path.push(format!("f:{k}"));
-        walk_value(v, schema.field(k), &schema.list_kind(k), path, set);
-        path.pop();
+        let field_zero = zeros.iter().find(|r| r.1 == k.as_str()).map(|r| r.2);
+        let field = fields_of_value(
+            v,
+            members.field(k),
+            members.list_kind(k),
+            field_zero,
+            collect,
+        );
+        node.insert_child(format!("f:{k}"), field);
     }
+    node
 }
 
-fn walk_value(
+fn fields_of_value(
     v: &Value,
     schema: Schema,
-    list: &ListKind,
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-) {
+    list: ListKind,
+    zero: Option<Zero>,
+    collect: Collect,
+) -> FieldSet {
+    let added = collect == Collect::Created && zero.is_none();
     match shape(v, schema, list) {
-        Shape::Map(m) if !m.is_empty() => walk_map(m, schema, path, set),
-        Shape::List(items, whole_items) if !items.is_empty() => {
-            for (e, item) in items {
-                path.push(e);
-                set.insert(path);
-                if !whole_items && let Value::Object(m) = item {
-                    walk_map(m, schema, path, set);
-                }
-                path.pop();
+        Shape::Map(m) if !m.is_empty() => {
+            let inner = match zero {
+                Some(Zero::Struct(d)) => Some(d),
+                _ => None,
+            };
+            let mut node = fields_of_map(m, schema, inner, collect);
+            if added {
+                node.mark_member();
             }
+            node
         }
-        _ => set.insert(path),
+        Shape::List(items, whole_items) if !items.is_empty() => {
+            let mut node = FieldSet::new();
+            if added {
+                node.mark_member();
+            }
+            for (e, item) in items {
+                let mut child = match item {
+                    Value::Object(m) if !whole_items => fields_of_map(m, schema, None, collect),
+                    _ => FieldSet::new(),
+                };
+                child.mark_member();
+                node.insert_child(e, child);
+            }
+            node
+        }
+        _ if zero.is_some_and(|z| z.is(v)) => FieldSet::new(),
+        _ => {
+            let mut leaf = FieldSet::new();
+            leaf.mark_member();
+            leaf
+        }
     }
 }
 
@@ -225,13 +278,9 @@ impl Zero {
     }
 }
 
-/// What the zero value of `definition` holds at `field`, if anything.
-fn zero_field(definition: &str, field: &str) -> Option<Zero> {
-    let rows = super::zero::ZERO_FIELDS;
-    let start = rows.partition_point(|r| (r.0, r.1) < (definition, field));
-    rows.get(start)
-        .filter(|r| r.0 == definition && r.1 == field)
-        .map(|r| r.2)
+/// The rows of `definition` in the zero-value table.
+fn zero_fields(definition: &str) -> &'static [(&'static str, &'static str, Zero)] {
+    meta::rows(super::zero::ZERO_FIELDS, definition, |r| r.0)
 }
 
 /// The fields a create sets, as upstream's field manager finds them: `obj` compared
@@ -240,70 +289,9 @@ fn zero_field(definition: &str, field: &str) -> Option<Zero> {
 /// not have, which `FieldsV1` shows as `"."` when it also has children. An untyped
 /// object's zero value is empty.
 pub fn created_fields(obj: &Value, schema: Schema) -> FieldSet {
-    let mut set = FieldSet::new();
-    if let Value::Object(m) = obj {
-        walk_created_map(m, schema, schema.definition, &mut Vec::new(), &mut set);
-    }
-    set
-}
-
-/// `zero`: the definition whose zero value holds this map, if one does.
-fn walk_created_map(
-    m: &Map<String, Value>,
-    schema: Schema,
-    zero: Option<&str>,
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-) {
-    for (k, v) in m {
-        let field_zero = zero.and_then(|d| zero_field(d, k));
-        path.push(format!("f:{k}"));
-        walk_created_value(
-            v,
-            schema.field(k),
-            &schema.list_kind(k),
-            field_zero,
-            path,
-            set,
-        );
-        path.pop();
-    }
-}
-
-fn walk_created_value(
-    v: &Value,
-    schema: Schema,
-    list: &ListKind,
-    zero: Option<Zero>,
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-) {
-    match shape(v, schema, list) {
-        Shape::Map(m) if !m.is_empty() => {
-            if zero.is_none() {
-                set.insert(path);
-            }
-            let inner = match zero {
-                Some(Zero::Struct(d)) => Some(d),
-                _ => None,
-            };
-            walk_created_map(m, schema, inner, path, set);
-        }
-        Shape::List(items, whole_items) if !items.is_empty() => {
-            if zero.is_none() {
-                set.insert(path);
-            }
-            for (e, item) in items {
-                path.push(e);
-                set.insert(path);
-                if !whole_items && let Value::Object(m) = item {
-                    walk_created_map(m, schema, None, path, set);
-                }
-                path.pop();
-            }
-        }
-        _ if zero.is_some_and(|z| z.is(v)) => {}
-        _ => set.insert(path),
+    match obj {
+        Value::Object(m) => fields_of_map(m, schema, schema.definition, Collect::Created),
+        _ => FieldSet::new(),
     }
 }
 
@@ -333,13 +321,14 @@ fn compare_maps(
 ) {
     let empty = Map::new();
     let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+    let members = schema.members();
     for (k, ov) in o {
         path.push(format!("f:{k}"));
         compare_values(
             Some(ov),
             n.get(k),
-            schema.field(k),
-            &schema.list_kind(k),
+            members.field(k),
+            members.list_kind(k),
             path,
             c,
         );
@@ -353,8 +342,8 @@ fn compare_maps(
         compare_values(
             None,
             Some(nv),
-            schema.field(k),
-            &schema.list_kind(k),
+            members.field(k),
+            members.list_kind(k),
             path,
             c,
         );
@@ -375,7 +364,7 @@ fn compare_values(
     old: Option<&Value>,
     new: Option<&Value>,
     schema: Schema,
-    list: &ListKind,
+    list: ListKind,
     path: &mut Vec<String>,
     c: &mut Comparison,
 ) {
@@ -467,9 +456,10 @@ pub fn merge(live: &Value, config: &Value, schema: Schema) -> Value {
     match (live, config) {
         (Value::Object(l), Value::Object(c)) if !schema.atomic_struct() => {
             let mut out = l.clone();
+            let members = schema.members();
             for (k, cv) in c {
                 let merged = match l.get(k) {
-                    Some(lv) => merge_field(lv, cv, schema.field(k), &schema.list_kind(k)),
+                    Some(lv) => merge_field(lv, cv, members.field(k), members.list_kind(k)),
                     None => cv.clone(),
                 };
                 out.insert(k.clone(), merged);
@@ -480,7 +470,7 @@ pub fn merge(live: &Value, config: &Value, schema: Schema) -> Value {
     }
 }
 
-fn merge_field(live: &Value, config: &Value, schema: Schema, list: &ListKind) -> Value {
+fn merge_field(live: &Value, config: &Value, schema: Schema, list: ListKind) -> Value {
     match (live, config) {
         (Value::Array(l), Value::Array(c)) => {
             let (Some(li), Some(ci)) = (index_items(list, l), index_items(list, c)) else {
@@ -539,6 +529,7 @@ fn remove_from_map(
     schema: Schema,
 ) -> Map<String, Value> {
     let mut out = Map::new();
+    let members = schema.members();
     for (k, v) in m {
         let Some(node) = remove.child(&format!("f:{k}")) else {
             out.insert(k.clone(), v.clone());
@@ -547,7 +538,7 @@ fn remove_from_map(
         if node.is_member() {
             continue;
         }
-        let kept = remove_below(v, node, schema.field(k), &schema.list_kind(k));
+        let kept = remove_below(v, node, members.field(k), members.list_kind(k));
         if let Some(kept) = kept {
             out.insert(k.clone(), kept);
         }
@@ -556,7 +547,7 @@ fn remove_from_map(
 }
 
 /// The value without what `node` names below it; `None` when a removal left it empty.
-fn remove_below(v: &Value, node: &FieldSet, schema: Schema, list: &ListKind) -> Option<Value> {
+fn remove_below(v: &Value, node: &FieldSet, schema: Schema, list: ListKind) -> Option<Value> {
     match shape(v, schema, list) {
         Shape::Map(m) => {
             let kept = remove_from_map(m, node, schema);

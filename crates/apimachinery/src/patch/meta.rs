@@ -8,8 +8,21 @@
 use super::table::{GROUP_PACKAGES, LIST_TYPES, PATCH_META, TYPE_GRAPH};
 use super::{FieldPatchMeta, PatchSchema, Strategy};
 
+type PatchRow = (&'static str, &'static str, Strategy, Option<&'static str>);
+type TypeRow = (&'static str, &'static str, &'static str);
+type ListRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
+
 /// Rows of `table` whose first column is `definition` (tables are grouped by definition).
-fn rows<'a, T>(table: &'a [T], definition: &str, def_of: impl Fn(&T) -> &str) -> &'a [T] {
+pub(crate) fn rows<'a, T>(
+    table: &'a [T],
+    definition: &str,
+    def_of: impl Fn(&T) -> &str,
+) -> &'a [T] {
     let start = table.partition_point(|r| def_of(r) < definition);
     let end = start + table[start..].partition_point(|r| def_of(r) == definition);
     &table[start..end]
@@ -17,10 +30,12 @@ fn rows<'a, T>(table: &'a [T], definition: &str, def_of: impl Fn(&T) -> &str) ->
 
 /// The patch strategy and merge key of `definition.field`, if it has one.
 pub fn lookup(definition: &str, field: &str) -> Option<(Strategy, Option<&'static str>)> {
-    rows(PATCH_META, definition, |r| r.0)
-        .iter()
-        .find(|r| r.1 == field)
-        .map(|r| (r.2, r.3))
+    let patch = rows(PATCH_META, definition, |r| r.0);
+    Fields {
+        patch,
+        ..Fields::default()
+    }
+    .lookup(field)
 }
 
 /// Every `(definition, field, strategy, merge key)` row.
@@ -32,18 +47,66 @@ pub fn iter()
 /// The definition of a field's object type (for lists and maps: of its items/values),
 /// when that type is a struct.
 pub fn field_type(definition: &str, field: &str) -> Option<&'static str> {
-    rows(TYPE_GRAPH, definition, |r| r.0)
-        .iter()
-        .find(|r| r.1 == field)
-        .map(|r| r.2)
+    let types = rows(TYPE_GRAPH, definition, |r| r.0);
+    Fields {
+        types,
+        ..Fields::default()
+    }
+    .field_type(field)
 }
 
 /// `x-kubernetes-list-type` (`atomic`, `set`, `map`) and `x-kubernetes-list-map-keys`.
 pub fn list_type(definition: &str, field: &str) -> Option<(&'static str, &'static [&'static str])> {
-    rows(LIST_TYPES, definition, |r| r.0)
-        .iter()
-        .find(|r| r.1 == field)
-        .map(|r| (r.2, r.3))
+    let lists = rows(LIST_TYPES, definition, |r| r.0);
+    Fields {
+        lists,
+        ..Fields::default()
+    }
+    .list_type(field)
+}
+
+/// What every table says about the fields of one definition. A walk over an object
+/// finds a definition's rows once per map, then only compares field names.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fields {
+    patch: &'static [PatchRow],
+    types: &'static [TypeRow],
+    lists: &'static [ListRow],
+}
+
+impl Fields {
+    pub fn of(definition: &str) -> Fields {
+        Fields {
+            patch: rows(PATCH_META, definition, |r| r.0),
+            types: rows(TYPE_GRAPH, definition, |r| r.0),
+            lists: rows(LIST_TYPES, definition, |r| r.0),
+        }
+    }
+
+    /// The patch strategy and merge key of a field, if it has one.
+    pub fn lookup(&self, field: &str) -> Option<(Strategy, Option<&'static str>)> {
+        self.patch_row(field).map(|r| (r.2, r.3))
+    }
+
+    /// The patch strategy of a field and its merge key as a list of keys (empty without
+    /// one), as list-map keys are.
+    pub fn patch_keys(&self, field: &str) -> Option<(Strategy, &'static [&'static str])> {
+        self.patch_row(field).map(|r| (r.2, r.3.as_slice()))
+    }
+
+    fn patch_row(&self, field: &str) -> Option<&'static PatchRow> {
+        self.patch.iter().find(|r| r.1 == field)
+    }
+
+    /// The definition of a field's object type, when that type is a struct.
+    pub fn field_type(&self, field: &str) -> Option<&'static str> {
+        self.types.iter().find(|r| r.1 == field).map(|r| r.2)
+    }
+
+    /// A field's `x-kubernetes-list-type` and `x-kubernetes-list-map-keys`.
+    pub fn list_type(&self, field: &str) -> Option<(&'static str, &'static [&'static str])> {
+        self.lists.iter().find(|r| r.1 == field).map(|r| (r.2, r.3))
+    }
 }
 
 /// Every `(definition, field, list type, map keys)` row.
