@@ -143,6 +143,15 @@ fn index_items(kind: ListKind, list: &[Value]) -> Option<Vec<(String, &Value)>> 
     Some(out)
 }
 
+/// The element naming field `name` (`f:name`), without the formatting machinery: a
+/// walk makes one per field.
+fn field_element(name: &str) -> String {
+    let mut e = String::with_capacity(name.len() + 2);
+    e.push_str("f:");
+    e.push_str(name);
+    e
+}
+
 /// How a value is walked.
 enum Shape<'a> {
     Leaf,
@@ -203,7 +212,7 @@ fn fields_of_map(
             field_zero,
             collect,
         );
-        node.insert_child(format!("f:{k}"), field);
+        node.insert_child(field_element(k), field);
     }
     node
 }
@@ -323,7 +332,7 @@ fn compare_maps(
     let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
     let members = schema.members();
     for (k, ov) in o {
-        path.push(format!("f:{k}"));
+        path.push(field_element(k));
         compare_values(
             Some(ov),
             n.get(k),
@@ -338,7 +347,7 @@ fn compare_maps(
         if o.contains_key(k) {
             continue;
         }
-        path.push(format!("f:{k}"));
+        path.push(field_element(k));
         compare_values(
             None,
             Some(nv),
@@ -531,7 +540,7 @@ fn remove_from_map(
     let mut out = Map::new();
     let members = schema.members();
     for (k, v) in m {
-        let Some(node) = remove.child(&format!("f:{k}")) else {
+        let Some(node) = remove.child(&field_element(k)) else {
             out.insert(k.clone(), v.clone());
             continue;
         };

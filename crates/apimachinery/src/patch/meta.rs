@@ -5,6 +5,9 @@
 //! `x-kubernetes-patch-merge-key`, `x-kubernetes-list-type` and
 //! `x-kubernetes-list-map-keys` extensions.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use super::table::{GROUP_PACKAGES, LIST_TYPES, PATCH_META, TYPE_GRAPH};
 use super::{FieldPatchMeta, PatchSchema, Strategy};
 
@@ -30,12 +33,7 @@ pub(crate) fn rows<'a, T>(
 
 /// The patch strategy and merge key of `definition.field`, if it has one.
 pub fn lookup(definition: &str, field: &str) -> Option<(Strategy, Option<&'static str>)> {
-    let patch = rows(PATCH_META, definition, |r| r.0);
-    Fields {
-        patch,
-        ..Fields::default()
-    }
-    .lookup(field)
+    Fields::of(definition).lookup(field)
 }
 
 /// Every `(definition, field, strategy, merge key)` row.
@@ -47,22 +45,12 @@ pub fn iter()
 /// The definition of a field's object type (for lists and maps: of its items/values),
 /// when that type is a struct.
 pub fn field_type(definition: &str, field: &str) -> Option<&'static str> {
-    let types = rows(TYPE_GRAPH, definition, |r| r.0);
-    Fields {
-        types,
-        ..Fields::default()
-    }
-    .field_type(field)
+    Fields::of(definition).field_type(field)
 }
 
 /// `x-kubernetes-list-type` (`atomic`, `set`, `map`) and `x-kubernetes-list-map-keys`.
 pub fn list_type(definition: &str, field: &str) -> Option<(&'static str, &'static [&'static str])> {
-    let lists = rows(LIST_TYPES, definition, |r| r.0);
-    Fields {
-        lists,
-        ..Fields::default()
-    }
-    .list_type(field)
+    Fields::of(definition).list_type(field)
 }
 
 /// What every table says about the fields of one definition. A walk over an object
@@ -75,12 +63,29 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// The rows of `definition`; none for an unknown name.
     pub fn of(definition: &str) -> Fields {
-        Fields {
-            patch: rows(PATCH_META, definition, |r| r.0),
-            types: rows(TYPE_GRAPH, definition, |r| r.0),
-            lists: rows(LIST_TYPES, definition, |r| r.0),
-        }
+        Fields::index().get(definition).copied().unwrap_or_default()
+    }
+
+    /// Every definition's rows by name, grouped once. Binary searches of the tables
+    /// were most of the cost of tracking a create: the definition names share long
+    /// prefixes (`io.k8s.api.core.v1.`), so each step compares many bytes.
+    fn index() -> &'static HashMap<&'static str, Fields> {
+        static INDEX: OnceLock<HashMap<&'static str, Fields>> = OnceLock::new();
+        INDEX.get_or_init(|| {
+            let mut index: HashMap<&'static str, Fields> = HashMap::new();
+            for rows in PATCH_META.chunk_by(|a, b| a.0 == b.0) {
+                index.entry(rows[0].0).or_default().patch = rows;
+            }
+            for rows in TYPE_GRAPH.chunk_by(|a, b| a.0 == b.0) {
+                index.entry(rows[0].0).or_default().types = rows;
+            }
+            for rows in LIST_TYPES.chunk_by(|a, b| a.0 == b.0) {
+                index.entry(rows[0].0).or_default().lists = rows;
+            }
+            index
+        })
     }
 
     /// The patch strategy and merge key of a field, if it has one.
