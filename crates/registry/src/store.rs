@@ -285,6 +285,30 @@ pub struct Store {
     /// `--allow-privileged`; false refuses privileged containers in this resource's
     /// pod spec or pod template, if it has one.
     allow_privileged: bool,
+    /// The kind's type, which steers field ownership in `managedFields`.
+    field_schema: Schema,
+}
+
+/// `f` on `obj` with the field sets (`fieldsV1`) of its `managedFields` entries lifted
+/// out for the call. Validation checks each entry's manager, operation and fields type,
+/// never its field set, and its typed decode would otherwise copy every set.
+fn without_field_sets<R>(obj: &mut Value, f: impl FnOnce(&Value) -> R) -> R {
+    fn entries(obj: &mut Value) -> impl Iterator<Item = &mut Map<String, Value>> {
+        obj.get_mut("metadata")
+            .and_then(|m| m.get_mut("managedFields"))
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+    }
+    let lifted: Vec<Option<Value>> = entries(obj).map(|e| e.remove("fieldsV1")).collect();
+    let result = f(obj);
+    for (entry, set) in entries(obj).zip(lifted) {
+        if let Some(set) = set {
+            entry.insert("fieldsV1".into(), set);
+        }
+    }
+    result
 }
 
 impl std::fmt::Debug for Store {
@@ -381,8 +405,10 @@ impl Store {
         namespaces: Arc<ResourceCache>,
         allow_privileged: bool,
     ) -> Self {
+        let info = strategy.info();
         Store {
-            info: strategy.info(),
+            info,
+            field_schema: Schema::for_kind(info.group, info.version, info.kind),
             strategy,
             storage,
             cache,
@@ -740,7 +766,7 @@ impl Store {
         }
         self.prepare_for_create(&mut obj);
         let name = meta::name(&obj).to_string();
-        let mut errs = self.strategy.validate_create(&obj);
+        let mut errs = without_field_sets(&mut obj, |obj| self.strategy.validate_create(obj));
         errs.extend(self.cluster_policy_errors(&obj));
         if !errs.is_empty() {
             return Err(ApiError::invalid(
@@ -1267,7 +1293,7 @@ impl Store {
         );
         let mut errs = match part {
             Part::Resize => crate::kinds::validate_pod_resize(&fin, &old),
-            _ => self.strategy.validate_update(&fin, &old),
+            _ => without_field_sets(&mut fin, |fin| self.strategy.validate_update(fin, &old)),
         };
         // Upstream validates the spec's containers on the main resource, and only the
         // ephemeral containers on their subresource; status and resize writes are not
@@ -1321,7 +1347,7 @@ impl Store {
             api_version,
             subresource: opts.via_subresource.unwrap_or(subresource),
             now,
-            schema: Schema::for_kind(self.info.group, self.info.version, self.info.kind),
+            schema: self.field_schema,
             scope,
         }
     }
@@ -1828,4 +1854,25 @@ pub enum UpdateInput {
 /// An empty object of the store's kind (for patches that create nothing).
 pub fn empty_object() -> Value {
     Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_sees_managed_fields_without_their_field_sets() {
+        let mut obj = json!({"metadata": {"name": "a", "managedFields": [
+            {"manager": "m", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:data": {"f:k": {}}}},
+            {"manager": "n", "operation": "Apply"},
+        ]}});
+        let before = obj.clone();
+        let seen = without_field_sets(&mut obj, Value::clone);
+        let entries = seen["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0]["manager"], "m");
+        assert!(entries.iter().all(|e| e.get("fieldsV1").is_none()));
+        assert_eq!(obj, before, "the sets are back after the call");
+    }
 }
