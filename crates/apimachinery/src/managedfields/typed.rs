@@ -75,8 +75,8 @@ impl Schema {
     }
 }
 
-/// The fields of the map a [`Schema`] describes. Walks find a definition's rows once
-/// per map and then look its fields up by name; the tables hold thousands of rows.
+/// The fields of the map a [`Schema`] describes: walks find a definition's rows once
+/// per map, then look each field up among them by name.
 #[derive(Clone, Copy)]
 struct Members(meta::Fields);
 
