@@ -104,6 +104,11 @@ pub(crate) fn build() -> Map<String, Value> {
             }
         }
     }
+    for definition in meta::atomic_structs() {
+        if let Some(Value::Object(d)) = defs.get_mut(definition) {
+            d.insert("x-kubernetes-map-type".into(), json!("atomic"));
+        }
+    }
     defs
 }
 

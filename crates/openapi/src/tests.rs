@@ -43,6 +43,23 @@ fn pod_definition_has_gvk_and_patch_metadata() {
         ports["x-kubernetes-list-map-keys"],
         json!(["containerPort", "protocol"])
     );
+    // `+structType=atomic` types, as upstream's documents mark them.
+    for atomic in [
+        "io.k8s.api.core.v1.LocalObjectReference",
+        "io.k8s.api.core.v1.NodeSelector",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+    ] {
+        assert_eq!(
+            def(&doc, atomic)["x-kubernetes-map-type"],
+            "atomic",
+            "{atomic}"
+        );
+    }
+    assert_eq!(
+        def(&doc, "io.k8s.api.core.v1.PodSpec").get("x-kubernetes-map-type"),
+        None
+    );
     let finalizers =
         &def(&doc, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")["properties"]["finalizers"];
     assert_eq!(finalizers["x-kubernetes-patch-strategy"], "merge");

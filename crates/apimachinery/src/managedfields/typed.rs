@@ -8,36 +8,6 @@ use serde_json::{Map, Value};
 use super::set::FieldSet;
 use crate::patch::meta;
 
-/// Structs upstream marks `+structType=atomic`: owned and replaced as one value.
-const ATOMIC_STRUCTS: &[&str] = &[
-    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
-    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
-    "io.k8s.api.admissionregistration.v1.MatchResources",
-    "io.k8s.api.admissionregistration.v1.NamedRuleWithOperations",
-    "io.k8s.api.admissionregistration.v1.ParamKind",
-    "io.k8s.api.admissionregistration.v1.ParamRef",
-    "io.k8s.api.admissionregistration.v1.Variable",
-    "io.k8s.api.autoscaling.v1.CrossVersionObjectReference",
-    "io.k8s.api.core.v1.ConfigMapKeySelector",
-    "io.k8s.api.core.v1.EndpointAddress",
-    "io.k8s.api.core.v1.EndpointPort",
-    "io.k8s.api.core.v1.LocalObjectReference",
-    "io.k8s.api.core.v1.NodeSelector",
-    "io.k8s.api.core.v1.NodeSelectorTerm",
-    "io.k8s.api.core.v1.ObjectFieldSelector",
-    "io.k8s.api.core.v1.ObjectReference",
-    "io.k8s.api.core.v1.ResourceFieldSelector",
-    "io.k8s.api.core.v1.ScopeSelector",
-    "io.k8s.api.core.v1.SecretKeySelector",
-    "io.k8s.api.core.v1.SecretReference",
-    "io.k8s.api.core.v1.TopologySelectorTerm",
-    "io.k8s.api.core.v1.TypedLocalObjectReference",
-    "io.k8s.api.discovery.v1.EndpointPort",
-    "io.k8s.api.networking.v1.ServiceBackendPort",
-    "io.k8s.api.rbac.v1.RoleRef",
-    "io.k8s.api.rbac.v1.Subject",
-];
-
 /// A position in the type graph: the OpenAPI definition of the object at hand, if
 /// known. Unknown objects are maps whose every key is a field; unknown lists atomic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +41,7 @@ impl Schema {
     }
 
     fn atomic_struct(&self) -> bool {
-        self.definition.is_some_and(|d| ATOMIC_STRUCTS.contains(&d))
+        self.definition.is_some_and(meta::is_atomic_struct)
     }
 }
 

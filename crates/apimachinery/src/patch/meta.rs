@@ -114,6 +114,47 @@ impl Fields {
     }
 }
 
+/// Structs upstream marks `+structType=atomic`: owned and replaced as one value in
+/// server-side apply, `x-kubernetes-map-type: atomic` in the OpenAPI documents.
+const ATOMIC_STRUCTS: &[&str] = &[
+    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
+    "io.k8s.api.admissionregistration.v1.MatchResources",
+    "io.k8s.api.admissionregistration.v1.NamedRuleWithOperations",
+    "io.k8s.api.admissionregistration.v1.ParamKind",
+    "io.k8s.api.admissionregistration.v1.ParamRef",
+    "io.k8s.api.admissionregistration.v1.Variable",
+    "io.k8s.api.autoscaling.v1.CrossVersionObjectReference",
+    "io.k8s.api.core.v1.ConfigMapKeySelector",
+    "io.k8s.api.core.v1.EndpointAddress",
+    "io.k8s.api.core.v1.EndpointPort",
+    "io.k8s.api.core.v1.LocalObjectReference",
+    "io.k8s.api.core.v1.NodeSelector",
+    "io.k8s.api.core.v1.NodeSelectorTerm",
+    "io.k8s.api.core.v1.ObjectFieldSelector",
+    "io.k8s.api.core.v1.ObjectReference",
+    "io.k8s.api.core.v1.ResourceFieldSelector",
+    "io.k8s.api.core.v1.ScopeSelector",
+    "io.k8s.api.core.v1.SecretKeySelector",
+    "io.k8s.api.core.v1.SecretReference",
+    "io.k8s.api.core.v1.TopologySelectorTerm",
+    "io.k8s.api.core.v1.TypedLocalObjectReference",
+    "io.k8s.api.discovery.v1.EndpointPort",
+    "io.k8s.api.networking.v1.ServiceBackendPort",
+    "io.k8s.api.rbac.v1.RoleRef",
+    "io.k8s.api.rbac.v1.Subject",
+];
+
+/// Whether upstream marks `definition` `+structType=atomic`.
+pub fn is_atomic_struct(definition: &str) -> bool {
+    ATOMIC_STRUCTS.contains(&definition)
+}
+
+/// Every definition upstream marks `+structType=atomic`.
+pub fn atomic_structs() -> impl Iterator<Item = &'static str> {
+    ATOMIC_STRUCTS.iter().copied()
+}
+
 /// Every `(definition, field, list type, map keys)` row.
 pub fn list_types() -> impl Iterator<
     Item = &'static (
