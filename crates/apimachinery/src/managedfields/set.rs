@@ -187,6 +187,7 @@ impl FieldSet {
         self.clone().into_fields_v1()
     }
 
+    /// The `FieldsV1` JSON of the set, which it is moved into.
     pub fn into_fields_v1(self) -> Value {
         let mut m = Map::new();
         if self.member && !self.children.is_empty() {
