@@ -226,12 +226,13 @@ impl PatchSchema for BuiltinPatchSchema {
         let Some(def) = self.definition else {
             return FieldPatchMeta::default();
         };
-        let (strategy, merge_key) = match lookup(def, field) {
+        let fields = Fields::of(def);
+        let (strategy, merge_key) = match fields.lookup(field) {
             Some((s, k)) => (Some(s), k.map(str::to_string)),
             None => (None, None),
         };
         let child = BuiltinPatchSchema {
-            definition: field_type(def, field),
+            definition: fields.field_type(field),
         };
         FieldPatchMeta {
             strategy,
