@@ -42,28 +42,60 @@ impl CpuSample {
         })
     }
 
-    /// What was used between `earlier` and `self`, divided over `ops` operations.
-    pub fn since(&self, earlier: &CpuSample, ops: usize) -> CpuPerOp {
-        let (earlier, later) = (earlier, self);
+    /// What was used between `earlier` and `self`.
+    pub fn since(&self, earlier: &CpuSample) -> CpuUsed {
+        let later = self;
+        CpuUsed {
+            server: match (earlier.server, later.server) {
+                (Some((_, a)), Some((name, b))) => Some((name, b.saturating_sub(a))),
+                _ => None,
+            },
+            driver: later.driver.saturating_sub(earlier.driver),
+            machine_busy: later.machine_busy.saturating_sub(earlier.machine_busy),
+            machine_idle: later.machine_idle.saturating_sub(earlier.machine_idle),
+        }
+    }
+}
+
+/// The CPU used over one span of time, or over several added together (a phase run in
+/// rounds).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuUsed {
+    server: Option<(&'static str, Duration)>,
+    driver: Duration,
+    machine_busy: Duration,
+    machine_idle: Duration,
+}
+
+impl std::ops::AddAssign for CpuUsed {
+    fn add_assign(&mut self, other: CpuUsed) {
+        self.server = match (self.server, other.server) {
+            (Some((name, a)), Some((_, b))) => Some((name, a + b)),
+            (a, b) => a.or(b),
+        };
+        self.driver += other.driver;
+        self.machine_busy += other.machine_busy;
+        self.machine_idle += other.machine_idle;
+    }
+}
+
+impl CpuUsed {
+    /// Divided over `ops` operations.
+    pub fn per_op(&self, ops: usize) -> CpuPerOp {
         let ops = ops.max(1) as f64;
         let us = |d: Duration| d.as_secs_f64() * 1e6 / ops;
-        let server = match (earlier.server, later.server) {
-            (Some((_, a)), Some((name, b))) => Some((name, b.saturating_sub(a))),
-            _ => None,
-        };
-        let driver = later.driver.saturating_sub(earlier.driver);
-        let busy = later.machine_busy.saturating_sub(earlier.machine_busy);
-        let idle = later.machine_idle.saturating_sub(earlier.machine_idle);
-        let other = busy
-            .saturating_sub(driver)
-            .saturating_sub(server.map(|(_, used)| used).unwrap_or_default());
-        let total = (busy + idle).as_secs_f64();
+        let server = self.server.map(|(_, used)| used).unwrap_or_default();
+        let other = self
+            .machine_busy
+            .saturating_sub(self.driver)
+            .saturating_sub(server);
+        let total = (self.machine_busy + self.machine_idle).as_secs_f64();
         CpuPerOp {
-            server_us: server.map(|(name, used)| (name, us(used))),
-            driver_us: us(driver),
+            server_us: self.server.map(|(name, used)| (name, us(used))),
+            driver_us: us(self.driver),
             other_us: us(other),
             idle_percent: if total > 0.0 {
-                100.0 * idle.as_secs_f64() / total
+                100.0 * self.machine_idle.as_secs_f64() / total
             } else {
                 0.0
             },
@@ -78,9 +110,18 @@ pub async fn measure<T>(
     ops: usize,
     phase: impl std::future::Future<Output = Result<T>>,
 ) -> Result<(T, CpuPerOp)> {
+    let (out, used) = measure_used(server, phase).await?;
+    Ok((out, used.per_op(ops)))
+}
+
+/// Runs `phase` and returns its result with the CPU it used.
+pub async fn measure_used<T>(
+    server: Option<(u32, &'static str)>,
+    phase: impl std::future::Future<Output = Result<T>>,
+) -> Result<(T, CpuUsed)> {
     let before = CpuSample::take(server)?;
     let out = phase.await?;
-    Ok((out, CpuSample::take(server)?.since(&before, ops)))
+    Ok((out, CpuSample::take(server)?.since(&before)))
 }
 
 impl std::fmt::Display for CpuPerOp {
@@ -167,7 +208,7 @@ mod tests {
         }
         std::hint::black_box(x);
         let after = CpuSample::take(None).unwrap();
-        let used = after.since(&before, 4);
+        let used = after.since(&before).per_op(4);
         assert!(
             used.driver_us >= 25_000.0,
             "driver {} µs per op",
@@ -175,5 +216,23 @@ mod tests {
         );
         assert!(used.server_us.is_none());
         assert!((0.0..=100.0).contains(&used.idle_percent));
+    }
+
+    #[test]
+    fn spans_added_together_are_divided_as_one() {
+        let span = |server_ms, driver_ms, busy_ms, idle_ms| CpuUsed {
+            server: Some(("apiserver", Duration::from_millis(server_ms))),
+            driver: Duration::from_millis(driver_ms),
+            machine_busy: Duration::from_millis(busy_ms),
+            machine_idle: Duration::from_millis(idle_ms),
+        };
+        let mut used = span(300, 100, 500, 500);
+        used += span(100, 100, 300, 100);
+        let per_op = used.per_op(200);
+        assert_eq!(per_op.server_us, Some(("apiserver", 2_000.0)));
+        assert_eq!(per_op.driver_us, 1_000.0);
+        // 800 ms busy, of which 400 the server's and 200 the driver's.
+        assert_eq!(per_op.other_us, 1_000.0);
+        assert!((per_op.idle_percent - 100.0 * 600.0 / 1_400.0).abs() < 1e-9);
     }
 }

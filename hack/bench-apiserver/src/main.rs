@@ -39,6 +39,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::net::TcpListener;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -114,6 +115,12 @@ struct Args {
     /// creates on the embedded store; 0 leaves it out.
     #[arg(long, default_value_t = 4_000)]
     sqlite_reference_inserts: usize,
+    /// The raw baseline and the typed client's creates alternate in this many rounds,
+    /// each making its share of the pods, so that a change in the machine's speed during
+    /// the run (this VM's disk and CPU change from one minute to the next) falls on both
+    /// sides of the ratio.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
     #[command(flatten)]
     floor: floor::FloorArgs,
 }
@@ -127,6 +134,13 @@ fn main() -> Result<()> {
             "--pods ({}) must be a multiple of --concurrency ({})",
             args.pods,
             args.concurrency
+        );
+    }
+    if args.rounds == 0 || args.rounds > args.pods / args.concurrency {
+        bail!(
+            "--rounds ({}) must be between 1 and the creates of each client (--pods / --concurrency = {})",
+            args.rounds,
+            args.pods / args.concurrency
         );
     }
     let mut runtime = if args.current_thread {
@@ -508,9 +522,14 @@ async fn bench_backend(
     // Raw storage baseline: Storage::create on the same backend type.
     let raw = open_store(&backend, &dir.join("raw/state.db"), "/bench-raw").await?;
     let creates = phase_creates(args);
-    // Two phases: one task, and a task per writer.
-    let (raw_rate, raw_cpu) =
-        cpu::measure(None, 2 * creates, raw_creates(raw, &value, args)).await?;
+    let apiserver = Some((server.pid(), "apiserver"));
+    let paired = paired_creates(args, raw, &value, &pods, apiserver).await?;
+    let (raw_rate, typed_rate) = (paired.raw_rate(), paired.typed_rate());
+    let (raw_cpu, typed_cpu) = (
+        paired.raw_cpu.per_op(2 * creates),
+        paired.typed_cpu.per_op(creates),
+    );
+    eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
 
     // Pod creates through the API, with each client.
     let baseline = format!(
@@ -518,10 +537,6 @@ async fn bench_backend(
         args.concurrency,
         value.len()
     );
-    let apiserver = Some((server.pid(), "apiserver"));
-    let (typed_rate, typed_cpu) =
-        cpu::measure(apiserver, creates, typed_creates(&pods, args)).await?;
-    eprintln!("  api creates, kube-rs typed client: {typed_rate:.0}/s");
     let (preencoded_rate, preencoded_cpu) = cpu::measure(
         apiserver,
         creates,
@@ -563,6 +578,14 @@ async fn bench_backend(
             ratio: format!("{:.1} %", 100.0 * rate / raw_rate),
         });
     }
+    rows.push(row(
+        name,
+        format!(
+            "typed creates / raw baseline in each of the {} rounds (they alternate, raw first)",
+            paired.rounds.len()
+        ),
+        paired.per_round(),
+    ));
     if matches!(backend, Backend::Sqlite) && args.sqlite_reference_inserts > 0 {
         rows.extend(sqlite_reference_rows(
             name,
@@ -738,19 +761,24 @@ enum Drive {
     TaskPerWriter,
 }
 
-/// Runs `args.concurrency` writers, each doing `args.pods / concurrency` creates in a row
+/// Runs `args.concurrency` writers, each doing the creates `items` numbers in a row
 /// (`create(writer, i)`); returns creates per second over all of them. Every create
-/// phase (raw storage and both API clients) has this one shape.
-async fn creates_per_second<F, Fut>(args: &Args, drive: Drive, create: F) -> Result<f64>
+/// phase (raw storage and the API's clients) has this one shape.
+async fn creates_per_second<F, Fut>(
+    args: &Args,
+    items: Range<usize>,
+    drive: Drive,
+    create: F,
+) -> Result<f64>
 where
     F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send,
 {
-    let per_writer = args.pods / args.concurrency;
+    let creates = items.len() * args.concurrency;
     let writer = |w: usize| {
-        let create = create.clone();
+        let (create, items) = (create.clone(), items.clone());
         async move {
-            for i in 0..per_writer {
+            for i in items {
                 create(w, i).await?;
             }
             Ok::<(), anyhow::Error>(())
@@ -770,7 +798,7 @@ where
             }
         }
     }
-    Ok(phase_creates(args) as f64 / start.elapsed().as_secs_f64())
+    Ok(creates as f64 / start.elapsed().as_secs_f64())
 }
 
 /// The storage issue's raw SQLite baseline (raw rusqlite inserts with the store's
@@ -811,20 +839,103 @@ fn sqlite_reference_rows(
     }])
 }
 
+/// Each writer's creates in a whole phase.
+fn per_writer(args: &Args) -> usize {
+    args.pods / args.concurrency
+}
+
 /// The creates a phase makes: `pods` spread evenly over the writers (`main` refuses a
 /// remainder).
 fn phase_creates(args: &Args) -> usize {
     (args.pods / args.concurrency) * args.concurrency
 }
 
+/// The raw baseline's and the typed client's creates, alternating in rounds.
+struct Paired {
+    /// Each round's creates (on each side), raw baseline rate and typed rate.
+    rounds: Vec<(usize, f64, f64)>,
+    raw_cpu: cpu::CpuUsed,
+    typed_cpu: cpu::CpuUsed,
+}
+
+impl Paired {
+    /// The raw baseline over all rounds: every create over the time they all took.
+    fn raw_rate(&self) -> f64 {
+        overall_rate(self.rounds.iter().map(|r| (r.0, r.1)))
+    }
+
+    /// The typed client's creates over all rounds.
+    fn typed_rate(&self) -> f64 {
+        overall_rate(self.rounds.iter().map(|r| (r.0, r.2)))
+    }
+
+    /// Each round's ratio, then their median.
+    fn per_round(&self) -> String {
+        let mut ratios: Vec<f64> = self.rounds.iter().map(|r| 100.0 * r.2 / r.1).collect();
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.1} %")).collect();
+        ratios.sort_by(f64::total_cmp);
+        let mid = ratios.len() / 2;
+        let median = if ratios.len() % 2 == 1 {
+            ratios[mid]
+        } else {
+            (ratios[mid - 1] + ratios[mid]) / 2.0
+        };
+        format!("{} (median {median:.1} %)", each.join(", "))
+    }
+}
+
+/// Creates per second over spans of `(creates, rate)`: all the creates over the sum of
+/// the spans' times.
+fn overall_rate(spans: impl Iterator<Item = (usize, f64)>) -> f64 {
+    let (creates, secs) = spans.fold((0.0, 0.0), |(n, t), (creates, rate)| {
+        (n + creates as f64, t + creates as f64 / rate)
+    });
+    creates / secs
+}
+
+/// The raw baseline and the typed client's creates in `args.rounds` alternating rounds,
+/// each round making its share of every writer's creates. The typed creates go to
+/// `pods`' namespace, `pod-{writer}-{i}` as in one phase.
+async fn paired_creates(
+    args: &Args,
+    raw: Arc<dyn Storage>,
+    value: &Bytes,
+    pods: &Api<Pod>,
+    apiserver: Option<(u32, &'static str)>,
+) -> Result<Paired> {
+    let per_writer = per_writer(args);
+    let mut paired = Paired {
+        rounds: Vec::with_capacity(args.rounds),
+        raw_cpu: cpu::CpuUsed::default(),
+        typed_cpu: cpu::CpuUsed::default(),
+    };
+    for round in 0..args.rounds {
+        let items = per_writer * round / args.rounds..per_writer * (round + 1) / args.rounds;
+        let creates = items.len() * args.concurrency;
+        let (raw_rate, raw_cpu) =
+            cpu::measure_used(None, raw_creates(raw.clone(), value, args, items.clone())).await?;
+        let (typed_rate, typed_cpu) =
+            cpu::measure_used(apiserver, typed_creates(pods, args, items)).await?;
+        paired.raw_cpu += raw_cpu;
+        paired.typed_cpu += typed_cpu;
+        paired.rounds.push((creates, raw_rate, typed_rate));
+    }
+    Ok(paired)
+}
+
 /// The raw baseline, measured in both ways a caller could drive the store. The faster
 /// one is the baseline, so the API is never compared with a handicapped store.
-async fn raw_creates(store: Arc<dyn Storage>, value: &Bytes, args: &Args) -> Result<f64> {
+async fn raw_creates(
+    store: Arc<dyn Storage>,
+    value: &Bytes,
+    args: &Args,
+    items: Range<usize>,
+) -> Result<f64> {
     let mut rates = Vec::new();
     for (drive, prefix) in [(Drive::Joined, "raw-joined"), (Drive::TaskPerWriter, "raw")] {
         let (store, value) = (store.clone(), value.clone());
         rates.push(
-            creates_per_second(args, drive, move |w, i| {
+            creates_per_second(args, items.clone(), drive, move |w, i| {
                 let (store, value) = (store.clone(), value.clone());
                 async move {
                     store
@@ -845,9 +956,9 @@ async fn raw_creates(store: Arc<dyn Storage>, value: &Bytes, args: &Args) -> Res
 
 /// Creates through kube-rs's typed API: the client serializes each `Pod` and
 /// deserializes each answer into one, work that shares the machine with the server.
-async fn typed_creates(pods: &Api<Pod>, args: &Args) -> Result<f64> {
+async fn typed_creates(pods: &Api<Pod>, args: &Args, items: Range<usize>) -> Result<f64> {
     let pods = pods.clone();
-    creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
+    creates_per_second(args, items, Drive::TaskPerWriter, move |w, i| {
         let pods = pods.clone();
         async move {
             pods.create(&PostParams::default(), &pod(&format!("pod-{w}-{i}")))
@@ -896,17 +1007,22 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
     let pod_json = PodJson::new()?;
     let path = format!("/api/v1/namespaces/{ns}/pods");
     let client = client.clone();
-    creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
-        let body = pod_json.named(w, i);
-        let (client, path) = (client.clone(), path.clone());
-        async move {
-            let req = http::Request::post(path)
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json")
-                .body(kube::client::Body::from(body))?;
-            expect_created(client.send(req).await?).await
-        }
-    })
+    creates_per_second(
+        args,
+        0..per_writer(args),
+        Drive::TaskPerWriter,
+        move |w, i| {
+            let body = pod_json.named(w, i);
+            let (client, path) = (client.clone(), path.clone());
+            async move {
+                let req = http::Request::post(path)
+                    .header("Content-Type", "application/json")
+                    .header("Accept", "application/json")
+                    .body(kube::client::Body::from(body))?;
+                expect_created(client.send(req).await?).await
+            }
+        },
+    )
     .await
 }
 
@@ -921,15 +1037,20 @@ async fn direct_creates(connector: &direct::Connector, ns: &str, args: &Args) ->
         senders.push(tokio::sync::Mutex::new(connector.connect().await?));
     }
     let senders = Arc::new(senders);
-    creates_per_second(args, Drive::TaskPerWriter, move |w, i| {
-        let body = pod_json.named(w, i);
-        let (senders, path) = (senders.clone(), path.clone());
-        async move {
-            // Each writer only ever locks its own sender: never contended.
-            let mut sender = senders[w].lock().await;
-            direct::post_created(&mut sender, &path, body).await
-        }
-    })
+    creates_per_second(
+        args,
+        0..per_writer(args),
+        Drive::TaskPerWriter,
+        move |w, i| {
+            let body = pod_json.named(w, i);
+            let (senders, path) = (senders.clone(), path.clone());
+            async move {
+                // Each writer only ever locks its own sender: never contended.
+                let mut sender = senders[w].lock().await;
+                direct::post_created(&mut sender, &path, body).await
+            }
+        },
+    )
     .await
 }
 
@@ -1096,4 +1217,34 @@ async fn watch_fanout(name: &'static str, client: &kube::Client, args: &Args) ->
             pcts(&h)
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paired(rounds: &[(usize, f64, f64)]) -> Paired {
+        Paired {
+            rounds: rounds.to_vec(),
+            raw_cpu: cpu::CpuUsed::default(),
+            typed_cpu: cpu::CpuUsed::default(),
+        }
+    }
+
+    #[test]
+    fn the_rate_over_rounds_is_every_create_over_the_time_they_all_took() {
+        // 1,000 creates in 1 s, then 1,000 in 0.25 s: 2,000 in 1.25 s, not the mean rate.
+        let p = paired(&[(1_000, 1_000.0, 500.0), (1_000, 4_000.0, 1_000.0)]);
+        assert!((p.raw_rate() - 1_600.0).abs() < 1e-9, "{}", p.raw_rate());
+        // 2 s and 1 s.
+        assert!((p.typed_rate() - 2_000.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn each_rounds_ratio_is_shown_with_their_median() {
+        let odd = paired(&[(10, 100.0, 40.0), (10, 100.0, 55.0), (10, 200.0, 90.0)]);
+        assert_eq!(odd.per_round(), "40.0 %, 55.0 %, 45.0 % (median 45.0 %)");
+        let even = paired(&[(10, 100.0, 40.0), (10, 100.0, 50.0)]);
+        assert_eq!(even.per_round(), "40.0 %, 50.0 % (median 45.0 %)");
+    }
 }
