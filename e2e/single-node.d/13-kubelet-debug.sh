@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # The kubelet's debugging handlers through the apiserver's nodes/proxy, as an admin reads
-# them with the real kubectl: /configz (the effective KubeletConfiguration), /runningpods/
-# (what the runtime runs: nginx), /logs/ (the node's /var/log); and the node's CSINode,
-# owned by its Node. Sourced by e2e/single-node.sh with the nginx pod Running; uses its
-# step/ok/fail/k helpers and NODE.
+# them with the real kubectl: /configz (the effective KubeletConfiguration, its logging
+# included), /runningpods/ (what the runtime runs: nginx), /logs/ (the node's /var/log);
+# and the node's CSINode, owned by its Node. Sourced by e2e/single-node.sh with the nginx
+# pod Running; uses its step/ok/fail/k helpers and NODE.
 
 step "kubectl get --raw /api/v1/nodes/$NODE/proxy/configz"
 out=$(k get --raw "/api/v1/nodes/$NODE/proxy/configz" 2>&1) || fail "configz: $out"
@@ -17,8 +17,11 @@ assert c["clusterDNS"], c.get("clusterDNS")
 assert c["authentication"]["webhook"]["enabled"] is True, c["authentication"]
 assert c["authorization"]["mode"] == "Webhook", c["authorization"]
 assert "kind" not in c and "apiVersion" not in c
+l = c["logging"]
+assert l["format"] == "text" and l["flushFrequency"] == "5s", l
+assert isinstance(l["verbosity"], int) and l["options"]["json"]["infoBufferSize"] == "0", l
 PY
-ok "kubeletconfig with the running port, cgroup driver, cadence, DNS and auth modes"
+ok "kubeletconfig with the running port, cgroup driver, cadence, DNS, auth modes and logging"
 
 step "kubectl get --raw /api/v1/nodes/$NODE/proxy/runningpods/"
 out=$(k get --raw "/api/v1/nodes/$NODE/proxy/runningpods/" 2>&1) || fail "runningpods: $out"

@@ -567,6 +567,8 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or(false);
     given.rotate_certificates = Some(rotate_certificates);
     cfg.configz = effective_configuration(&given, &cfg, &node, &auth_settings).to_value();
+    // The logging in effect: the file's, with the logging flags over it.
+    cfg.configz["logging"] = opts.component.logging.effective_configuration();
 
     // Upstream bootstraps before it reads --kubeconfig, and treats an empty flag as unset.
     if let Some(bootstrap) = opts

@@ -217,6 +217,46 @@ pub struct LoggingConfig {
 }
 
 impl LoggingFlags {
+    /// The logging configuration in effect (the file's `logging` with the flags over
+    /// it), as upstream serializes a `LoggingConfiguration`: the kubelet's `/configz`
+    /// shows it under `kubeletconfig.logging`. `flushFrequency` is a Go duration, as
+    /// upstream's defaulting leaves it; text logs are one unbuffered stream here, so
+    /// `options.text` shows what is in effect whatever the file asked for.
+    pub fn effective_configuration(&self) -> serde_json::Value {
+        let flush_nanos = i64::try_from(self.log_flush_frequency.as_nanos()).unwrap_or(i64::MAX);
+        let mut json_options = serde_json::Map::new();
+        if self.log_json_split_stream {
+            json_options.insert("splitStream".into(), true.into());
+        }
+        let buffer = self.log_json_info_buffer_size.trim();
+        json_options.insert(
+            "infoBufferSize".into(),
+            if buffer.is_empty() { "0" } else { buffer }.into(),
+        );
+        let mut logging = serde_json::json!({
+            "format": self.logging_format,
+            "flushFrequency": ferrokube_apimachinery::duration::go_duration(flush_nanos),
+            "verbosity": self.verbosity,
+            "options": {
+                "text": {"infoBufferSize": "0"},
+                "json": json_options,
+            },
+        });
+        // Checked at start-up; an item that does not parse was refused there.
+        let vmodule = parse_vmodule(&self.vmodule).unwrap_or_default();
+        if !vmodule.is_empty() {
+            logging["vmodule"] = vmodule
+                .into_iter()
+                .map(|(pattern, verbosity)| {
+                    serde_json::json!({"filePattern": pattern, "verbosity": verbosity})
+                })
+                .collect();
+        }
+        logging
+    }
+}
+
+impl LoggingFlags {
     /// Checks the flags as upstream's `logsapi.Validate` does, against the feature
     /// gates `gate_enabled` answers for. The error lists every problem in upstream's
     /// field-error form (`format: Invalid value: "xml": Unsupported log format`).
@@ -536,6 +576,44 @@ mod tests {
         );
         assert_eq!(flags(&["--v=7"]).verbosity, 7);
         assert!(Cli::try_parse_from(["c", "--v=-1"]).is_err());
+    }
+
+    #[test]
+    fn the_effective_configuration_is_serialized_as_upstreams() {
+        assert_eq!(
+            flags(&[]).effective_configuration(),
+            serde_json::json!({
+                "format": "text",
+                "flushFrequency": "5s",
+                "verbosity": 0,
+                "options": {
+                    "text": {"infoBufferSize": "0"},
+                    "json": {"infoBufferSize": "0"},
+                },
+            })
+        );
+        let f = flags(&[
+            "--logging-format=json",
+            "--log-flush-frequency=1m30s",
+            "-v",
+            "2",
+            "--vmodule=ferrokube_registry::store=5",
+            "--log-json-split-stream",
+            "--log-json-info-buffer-size=5Mi",
+        ]);
+        assert_eq!(
+            f.effective_configuration(),
+            serde_json::json!({
+                "format": "json",
+                "flushFrequency": "1m30s",
+                "verbosity": 2,
+                "vmodule": [{"filePattern": "ferrokube_registry::store", "verbosity": 5}],
+                "options": {
+                    "text": {"infoBufferSize": "0"},
+                    "json": {"splitStream": true, "infoBufferSize": "5Mi"},
+                },
+            })
+        );
     }
 
     #[test]

@@ -237,8 +237,8 @@ pub struct KubeletConfiguration {
     /// Gates merged under `--feature-gates` (component-base checks them).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub feature_gates: std::collections::BTreeMap<String, bool>,
-    /// Merged under the logging flags (`-v`, `--logging-format`, ...); not shown in
-    /// `/configz`.
+    /// Merged under the logging flags (`-v`, `--logging-format`, ...). `/configz`
+    /// shows the result (`LoggingFlags::effective_configuration`), not this.
     #[serde(skip_serializing)]
     pub logging: ferrokube_component_base::logs::LoggingConfiguration,
 }
