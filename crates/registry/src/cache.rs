@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Deref;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -244,6 +244,8 @@ pub struct ResourceCache {
     revision_tx: Arc<tokio::sync::watch::Sender<Revision>>,
     /// The newest revision this process wrote under the prefix (see [`WriteTracking`]).
     last_write: AtomicI64,
+    /// Bumped after every change to the objects, under the state's write lock.
+    changes: AtomicU64,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -278,7 +280,16 @@ impl ResourceCache {
             }),
             revision_tx,
             last_write: AtomicI64::new(0),
+            changes: AtomicU64::new(0),
         }
+    }
+
+    /// How many times the objects have changed (each event applied, each relist). A
+    /// reader that digests them (API Priority and Fairness, on every request) compares
+    /// this instead of taking a snapshot: a snapshot taken after reading a count has at
+    /// least the changes it counts.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Records that this process wrote under the prefix at `revision`.
@@ -334,6 +345,7 @@ impl ResourceCache {
         st.oldest = revision;
         // Dropping the sender ends every open watcher's stream.
         st.tx = None;
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     /// Marks everything up to `revision` applied. Waiters are told by the hub, once
@@ -399,6 +411,7 @@ impl ResourceCache {
         }
         st.events.push_back(event.clone());
         st.revision = revision;
+        self.changes.fetch_add(1, Ordering::Release);
         if let Some(tx) = &st.tx
             && tx.send(event).is_err()
         {
@@ -869,6 +882,23 @@ mod tests {
         let filled = ResourceCache::new("/registry/b/".into(), revisions);
         filled.apply(&added("/registry/b/x", br#"{"metadata":{"name":"x"}}"#, 4));
         assert!(!filled.is_known_empty());
+    }
+
+    #[test]
+    fn every_change_to_the_objects_is_counted_and_nothing_else() {
+        let revisions = Arc::new(tokio::sync::watch::channel(0).0);
+        let cache = ResourceCache::new("/registry/a/".into(), revisions);
+        assert_eq!(cache.changes(), 0);
+        cache.apply(&added("/registry/a/x", br#"{"metadata":{"name":"x"}}"#, 4));
+        assert_eq!(cache.changes(), 1);
+        // Progress, an event the cache has already applied and an undecodable value
+        // leave the objects as they were.
+        cache.apply(&WatchEvent::Progress(9));
+        cache.apply(&added("/registry/a/y", br#"{"metadata":{"name":"y"}}"#, 8));
+        cache.apply(&added("/registry/a/z", b"{", 10));
+        assert_eq!(cache.changes(), 1);
+        cache.reset(Vec::new(), 11);
+        assert_eq!(cache.changes(), 2);
     }
 
     #[test]

@@ -148,10 +148,9 @@ impl Drop for Seat {
     }
 }
 
-/// The cached FlowSchemas and PriorityLevelConfigurations a digest was made from
-/// (compared by pointer: the cache replaces an object's `Arc` when it changes), and
-/// the digest.
-type Digested = (Vec<Arc<Value>>, Vec<Arc<Value>>, Arc<Config>);
+/// The change counts of the FlowSchema and PriorityLevelConfiguration caches a digest
+/// was made at (none before the first), and the digest.
+type Digested = (Option<(u64, u64)>, Arc<Config>);
 
 /// The filter's state: the configuration's sources, its digest and the levels.
 pub(crate) struct Apf {
@@ -182,11 +181,7 @@ impl Apf {
             server_limit,
             flow_schemas: store("flowschemas")?,
             priority_levels: store("prioritylevelconfigurations")?,
-            digested: Mutex::new((
-                Vec::new(),
-                Vec::new(),
-                Arc::new(digest(&[], &[], server_limit)),
-            )),
+            digested: Mutex::new((None, Arc::new(digest(&[], &[], server_limit)))),
             levels: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(0),
         }))
@@ -194,18 +189,19 @@ impl Apf {
 
     /// The configuration as the caches have it now, digested again when it changed.
     fn config(&self) -> Arc<Config> {
-        let (schemas, _) = self.flow_schemas.cache().snapshot("");
-        let (levels, _) = self.priority_levels.cache().snapshot("");
+        // Every request asks; the objects seldom change. Counts read before the
+        // snapshots: a change made between the two is digested again next time.
+        let (schema_cache, level_cache) = (self.flow_schemas.cache(), self.priority_levels.cache());
+        let changes = (schema_cache.changes(), level_cache.changes());
         let mut digested = self.digested.lock();
-        if same_objects(&digested.0, &schemas)
-            && same_objects(&digested.1, &levels)
-            && !digested.0.is_empty()
-        {
-            return digested.2.clone();
+        if digested.0 == Some(changes) {
+            return digested.1.clone();
         }
+        let (schemas, _) = schema_cache.snapshot("");
+        let (levels, _) = level_cache.snapshot("");
         let config = Arc::new(digest(&schemas, &levels, self.server_limit));
         self.apply_levels(&config);
-        *digested = (schemas, levels, config.clone());
+        *digested = (Some(changes), config.clone());
         config
     }
 
