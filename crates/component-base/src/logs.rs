@@ -254,9 +254,7 @@ impl LoggingFlags {
         }
         logging
     }
-}
 
-impl LoggingFlags {
     /// Checks the flags as upstream's `logsapi.Validate` does, against the feature
     /// gates `gate_enabled` answers for. The error lists every problem in upstream's
     /// field-error form (`format: Invalid value: "xml": Unsupported log format`).
