@@ -1007,22 +1007,18 @@ async fn preencoded_creates(client: &kube::Client, ns: &str, args: &Args) -> Res
     let pod_json = PodJson::new()?;
     let path = format!("/api/v1/namespaces/{ns}/pods");
     let client = client.clone();
-    creates_per_second(
-        args,
-        0..per_writer(args),
-        Drive::TaskPerWriter,
-        move |w, i| {
-            let body = pod_json.named(w, i);
-            let (client, path) = (client.clone(), path.clone());
-            async move {
-                let req = http::Request::post(path)
-                    .header("Content-Type", "application/json")
-                    .header("Accept", "application/json")
-                    .body(kube::client::Body::from(body))?;
-                expect_created(client.send(req).await?).await
-            }
-        },
-    )
+    let all = 0..per_writer(args);
+    creates_per_second(args, all, Drive::TaskPerWriter, move |w, i| {
+        let body = pod_json.named(w, i);
+        let (client, path) = (client.clone(), path.clone());
+        async move {
+            let req = http::Request::post(path)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json")
+                .body(kube::client::Body::from(body))?;
+            expect_created(client.send(req).await?).await
+        }
+    })
     .await
 }
 
@@ -1037,20 +1033,16 @@ async fn direct_creates(connector: &direct::Connector, ns: &str, args: &Args) ->
         senders.push(tokio::sync::Mutex::new(connector.connect().await?));
     }
     let senders = Arc::new(senders);
-    creates_per_second(
-        args,
-        0..per_writer(args),
-        Drive::TaskPerWriter,
-        move |w, i| {
-            let body = pod_json.named(w, i);
-            let (senders, path) = (senders.clone(), path.clone());
-            async move {
-                // Each writer only ever locks its own sender: never contended.
-                let mut sender = senders[w].lock().await;
-                direct::post_created(&mut sender, &path, body).await
-            }
-        },
-    )
+    let all = 0..per_writer(args);
+    creates_per_second(args, all, Drive::TaskPerWriter, move |w, i| {
+        let body = pod_json.named(w, i);
+        let (senders, path) = (senders.clone(), path.clone());
+        async move {
+            // Each writer only ever locks its own sender: never contended.
+            let mut sender = senders[w].lock().await;
+            direct::post_created(&mut sender, &path, body).await
+        }
+    })
     .await
 }
 
