@@ -847,7 +847,7 @@ fn per_writer(args: &Args) -> usize {
 /// The creates a phase makes: `pods` spread evenly over the writers (`main` refuses a
 /// remainder).
 fn phase_creates(args: &Args) -> usize {
-    (args.pods / args.concurrency) * args.concurrency
+    per_writer(args) * args.concurrency
 }
 
 /// The raw baseline's and the typed client's creates, alternating in rounds.

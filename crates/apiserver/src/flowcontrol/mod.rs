@@ -187,18 +187,26 @@ impl Apf {
         }))
     }
 
+    /// How many times the FlowSchema and PriorityLevelConfiguration caches have
+    /// changed: the configuration's sources are as they were while these are.
+    fn changes(&self) -> (u64, u64) {
+        (
+            self.flow_schemas.cache().changes(),
+            self.priority_levels.cache().changes(),
+        )
+    }
+
     /// The configuration as the caches have it now, digested again when it changed.
     fn config(&self) -> Arc<Config> {
         // Every request asks; the objects seldom change. Counts read before the
         // snapshots: a change made between the two is digested again next time.
-        let (schema_cache, level_cache) = (self.flow_schemas.cache(), self.priority_levels.cache());
-        let changes = (schema_cache.changes(), level_cache.changes());
+        let changes = self.changes();
         let mut digested = self.digested.lock();
         if digested.0 == Some(changes) {
             return digested.1.clone();
         }
-        let (schemas, _) = schema_cache.snapshot("");
-        let (levels, _) = level_cache.snapshot("");
+        let (schemas, _) = self.flow_schemas.cache().snapshot("");
+        let (levels, _) = self.priority_levels.cache().snapshot("");
         let config = Arc::new(digest(&schemas, &levels, self.server_limit));
         self.apply_levels(&config);
         *digested = (Some(changes), config.clone());
@@ -335,12 +343,6 @@ impl Apf {
             }
         }
     }
-}
-
-/// Whether two snapshots of a watch cache hold the same objects (the cache replaces an
-/// object's `Arc` when the object changes).
-fn same_objects(a: &[Arc<Value>], b: &[Arc<Value>]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
 }
 
 /// The 429 of a refused request (upstream's message).
@@ -615,13 +617,14 @@ pub(crate) async fn run_status_writer(
     apf: Arc<Apf>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut seen: (Vec<Arc<Value>>, Vec<Arc<Value>>) = (Vec::new(), Vec::new());
+    let mut seen = None;
     loop {
-        let (schemas, _) = apf.flow_schemas.cache().snapshot("");
-        let (levels, _) = apf.priority_levels.cache().snapshot("");
-        if !(same_objects(&seen.0, &schemas) && same_objects(&seen.1, &levels)) {
+        let changes = apf.changes();
+        if seen != Some(changes) {
+            let (schemas, _) = apf.flow_schemas.cache().snapshot("");
+            let (levels, _) = apf.priority_levels.cache().snapshot("");
             write_dangling_conditions(&apf.flow_schemas, &schemas, &levels).await;
-            seen = (schemas, levels);
+            seen = Some(changes);
         }
         tokio::select! {
             _ = shutdown.changed() => return,
