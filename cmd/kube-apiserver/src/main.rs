@@ -403,6 +403,18 @@ struct Args {
     /// this flag to specify multiple claims.
     #[arg(long)]
     oidc_required_claim: Vec<String>,
+    /// File with webhook configuration for token authentication in kubeconfig format.
+    /// The API server will query the remote service to determine authentication for
+    /// bearer tokens.
+    #[arg(long)]
+    authentication_token_webhook_config_file: Option<PathBuf>,
+    /// The duration to cache responses from the webhook token authenticator.
+    #[arg(long, default_value = "2m0s", value_parser = parse_go_duration)]
+    authentication_token_webhook_cache_ttl: Duration,
+    /// The API version of the authentication.k8s.io TokenReview to send to and expect
+    /// from the webhook.
+    #[arg(long, default_value = "v1beta1")]
+    authentication_token_webhook_version: ferrokube_apiserver::TokenReviewVersion,
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
 }
@@ -759,6 +771,9 @@ async fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     opts.oidc = oidc;
     opts.oidc_ca_file = args.oidc_ca_file;
+    opts.authentication_token_webhook_config_file = args.authentication_token_webhook_config_file;
+    opts.authentication_token_webhook_cache_ttl = args.authentication_token_webhook_cache_ttl;
+    opts.authentication_token_webhook_version = args.authentication_token_webhook_version;
     let shutdown_timeout = opts.request_timeout;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;

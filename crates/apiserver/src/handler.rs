@@ -39,6 +39,8 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 pub(crate) struct State {
     pub registry: Arc<Registry>,
     pub authenticator: Arc<dyn Authenticator>,
+    /// `--authentication-token-webhook-config-file`, asked after `authenticator`.
+    pub token_webhook: Option<Arc<crate::token_webhook::TokenWebhook>>,
     pub authorizer: Arc<dyn Authorizer>,
     pub kubelet: Arc<crate::proxy::KubeletClient>,
     pub security: Arc<crate::security::ClusterState>,
@@ -69,6 +71,21 @@ pub(crate) struct State {
     /// The max-in-flight limits, used instead when priority and fairness is off (None:
     /// it is on, or both limits are 0).
     pub max_in_flight: Option<crate::maxinflight::MaxInFlight>,
+}
+
+impl State {
+    /// Who made a request: the authenticator chain, then the token webhook.
+    pub(crate) async fn authenticate(
+        &self,
+        request: &AuthRequest<'_>,
+    ) -> Result<Option<ferrokube_auth::UserInfo>, ferrokube_auth::AuthError> {
+        crate::token_webhook::authenticate(
+            self.authenticator.as_ref(),
+            self.token_webhook.as_ref(),
+            request,
+        )
+        .await
+    }
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
@@ -346,10 +363,13 @@ async fn handle(
     let q = query_map(req.uri().query());
     // Authentication (anonymous requests, when allowed, are authorized like any
     // other: RBAC grants health and version through system:public-info-viewer).
-    let user = match state.authenticator.authenticate(&AuthRequest {
-        headers: req.headers(),
-        peer_certificates: peer_certs,
-    }) {
+    let user = match state
+        .authenticate(&AuthRequest {
+            headers: req.headers(),
+            peer_certificates: peer_certs,
+        })
+        .await
+    {
         Ok(Some(u)) => u,
         Ok(None) | Err(_) => {
             audit.authentication_failed();
@@ -648,7 +668,7 @@ async fn review(
         .unwrap_or_default();
     let headers = req.headers().clone();
     let (body, _) = read_body(state, req).await?;
-    let answer = crate::reviews::answer(state, kind, group, ns, &user, &headers, &body)?;
+    let answer = crate::reviews::answer(state, kind, group, ns, &user, &headers, &body).await?;
     Ok(json_response(StatusCode::CREATED, &answer))
 }
 

@@ -33,6 +33,7 @@ mod proxy;
 mod reviews;
 mod reviews_protobuf;
 mod security;
+mod token_webhook;
 mod tokens;
 mod webhook_client;
 mod workload_proxy;
@@ -60,6 +61,7 @@ pub use health::StorageCheckTimeouts;
 pub use lifecycle::{ShutdownOptions, strict_transport_security};
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
+pub use token_webhook::TokenReviewVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -126,6 +128,8 @@ pub struct Config {
     /// Fetches the `--oidc-issuer-url` issuer's keys into its authenticator (None:
     /// no OIDC issuer).
     pub(crate) oidc: Option<oidc::KeyFetcher>,
+    /// `--authentication-token-webhook-config-file`'s authenticator (None: unset).
+    pub(crate) token_webhook: Option<Arc<token_webhook::TokenWebhook>>,
     /// The serving certificate and client CA files, followed while the server runs
     /// (`tls` resolves the certificate and verifies clients through them).
     pub(crate) certificate_files: cert_reload::CertificateFiles,
@@ -243,6 +247,7 @@ impl Server {
             aggregator,
             registry: config.registry,
             authenticator: config.authenticator,
+            token_webhook: config.token_webhook,
             authorizer: config.authorizer,
             kubelet: config.kubelet,
             security: config.security,
@@ -567,6 +572,13 @@ pub struct Options {
     /// `--oidc-ca-file`: the CA of the issuer's serving certificate (unset: the
     /// host's roots).
     pub oidc_ca_file: Option<std::path::PathBuf>,
+    /// `--authentication-token-webhook-config-file`: a kubeconfig naming the service
+    /// that bearer tokens no other authenticator knows are sent to as TokenReviews.
+    pub authentication_token_webhook_config_file: Option<std::path::PathBuf>,
+    /// `--authentication-token-webhook-cache-ttl` (default 2m0s).
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// `--authentication-token-webhook-version` (default v1beta1).
+    pub authentication_token_webhook_version: TokenReviewVersion,
     /// `--request-timeout` (default 1m0s): see [`Config::request_timeout`].
     pub request_timeout: Duration,
     /// `--min-request-timeout` (default 1800 s): see [`Config::min_request_timeout`].
@@ -662,6 +674,9 @@ impl Options {
             event_ttl: Duration::from_secs(3600),
             oidc: OidcConfig::default(),
             oidc_ca_file: None,
+            authentication_token_webhook_config_file: None,
+            authentication_token_webhook_cache_ttl: Duration::from_secs(120),
+            authentication_token_webhook_version: TokenReviewVersion::V1beta1,
             request_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
             shutdown: ShutdownOptions::default(),
@@ -908,6 +923,25 @@ impl Options {
         if let Some(fetcher) = &oidc {
             authenticators.push(Box::new(fetcher.authenticator()));
         }
+        // Last of the token authenticators, as upstream orders them.
+        let token_webhook = match &self.authentication_token_webhook_config_file {
+            Some(path) => Some(Arc::new(
+                token_webhook::TokenWebhook::from_file(
+                    path,
+                    self.authentication_token_webhook_version,
+                    match &tokens {
+                        Some(t) => t.api_audiences.clone(),
+                        None => self.api_audiences.clone(),
+                    },
+                    self.authentication_token_webhook_cache_ttl,
+                )
+                .await
+                .map_err(|e| {
+                    ConfigError::Auth(format!("--authentication-token-webhook-config-file: {e}"))
+                })?,
+            )),
+            None => None,
+        };
         let kubelet_cert_key = match (&self.kubelet_client_certificate, &self.kubelet_client_key) {
             (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
             (None, None) => None,
@@ -976,6 +1010,7 @@ impl Options {
             flow_control,
             max_in_flight,
             oidc,
+            token_webhook,
             certificate_files,
         })
     }

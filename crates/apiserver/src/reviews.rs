@@ -214,7 +214,7 @@ pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError>
 }
 
 /// Answers a review; `user` is the (possibly impersonated) requester.
-pub(crate) fn answer(
+pub(crate) async fn answer(
     state: &State,
     kind: &str,
     group: &str,
@@ -282,20 +282,21 @@ pub(crate) fn answer(
             let token = spec["token"].as_str().unwrap_or("");
             let mut h = HeaderMap::new();
             let value = format!("Bearer {token}");
-            let user = http::HeaderValue::from_str(&value)
-                .ok()
-                .and_then(|v| {
+            let user = match http::HeaderValue::from_str(&value) {
+                Ok(v) => {
                     h.insert(http::header::AUTHORIZATION, v);
                     state
-                        .authenticator
                         .authenticate(&AuthRequest {
                             headers: &h,
                             peer_certificates: &[],
                         })
+                        .await
                         .ok()
                         .flatten()
-                })
-                .filter(|u| u.name != ANONYMOUS);
+                }
+                Err(_) => None,
+            }
+            .filter(|u| u.name != ANONYMOUS);
             match user {
                 Some(u) => json!({"authenticated": true, "user": user_json(&u),
                     "audiences": spec["audiences"].as_array().cloned().unwrap_or_default()}),

@@ -7,6 +7,10 @@
 //! within a timeout, which the URL carries as `?timeout=<n>s` as upstream's REST
 //! client does. Without a caBundle nothing is trusted, so such calls fail (upstream
 //! falls back to the system roots).
+//!
+//! The authentication token webhook is reached as upstream's `GenericWebhook` reaches
+//! it: through a kubeconfig file ([`KubeconfigWebhook`]), whose cluster gives the URL
+//! and CA and whose user the client certificate or bearer token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,11 +124,9 @@ impl WebhookClient {
         body: Vec<u8>,
     ) -> Result<Vec<u8>, String> {
         let target = self.target(config).await?;
-        let url = target.url(timeout);
-        tokio::time::timeout(timeout, post(&target, &url, body))
+        post_within(&target, timeout, body)
             .await
-            .map_err(|_| format!("Post {url:?}: context deadline exceeded"))?
-            .map_err(|e| format!("Post {url:?}: {e}"))
+            .map_err(|e| e.to_string())
     }
 
     /// Where a webhook is reached: `url`, or the first ready endpoint of `service`.
@@ -147,6 +149,7 @@ impl WebhookClient {
                 port: uri.port_u16().unwrap_or(443),
                 path: uri.path().to_string(),
                 roots,
+                client_auth: None,
             });
         }
         let Some(svc) = &config.service else {
@@ -201,6 +204,7 @@ impl WebhookClient {
             port: target_port,
             path: svc.path.unwrap_or("/").to_string(),
             roots,
+            client_auth: None,
         })
     }
 }
@@ -216,6 +220,168 @@ struct Target {
     url_host: String,
     path: String,
     roots: rustls::RootCertStore,
+    client_auth: Option<ClientAuth>,
+}
+
+/// Who the apiserver is to a webhook a kubeconfig names: its user's client
+/// certificate, or bearer token, or both.
+#[derive(Default)]
+struct ClientAuth {
+    cert: Option<(
+        Vec<rustls_pki_types::CertificateDer<'static>>,
+        rustls_pki_types::PrivateKeyDer<'static>,
+    )>,
+    bearer_token: Option<String>,
+}
+
+/// Why a webhook call failed; Display is upstream's REST client error.
+#[derive(Debug)]
+pub(crate) struct PostError {
+    url: String,
+    /// The answer's status code, when the webhook answered.
+    pub status: Option<u16>,
+    why: String,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Post {:?}: {}", self.url, self.why)
+    }
+}
+
+/// One POST to `target` within `timeout`.
+async fn post_within(
+    target: &Target,
+    timeout: Duration,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, PostError> {
+    let url = target.url(timeout);
+    let failed = |status, why| PostError {
+        url: url.clone(),
+        status,
+        why,
+    };
+    match tokio::time::timeout(timeout, post(target, &url, body)).await {
+        Err(_) => Err(failed(None, "context deadline exceeded".into())),
+        Ok(Err((status, why))) => Err(failed(status, why)),
+        Ok(Ok(body)) => Ok(body),
+    }
+}
+
+/// A webhook a kubeconfig file describes (upstream `GenericWebhook`): its current
+/// context's cluster (`server`, `certificate-authority[-data]`, `tls-server-name`)
+/// and user (`client-certificate[-data]` with `client-key[-data]`, `token` or
+/// `tokenFile`). The request goes to the exact URL of `server`.
+pub(crate) struct KubeconfigWebhook {
+    target: Target,
+}
+
+impl KubeconfigWebhook {
+    pub(crate) async fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        use secrecy::ExposeSecret;
+        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let uri = &config.cluster_url;
+        if uri.scheme_str() != Some("https") {
+            return Err(format!("server {uri}: only https webhooks are supported"));
+        }
+        let host = uri
+            .host()
+            .ok_or_else(|| format!("server {uri} has no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let mut roots = rustls::RootCertStore::empty();
+        for der in config.root_cert.iter().flatten() {
+            roots
+                .add(rustls_pki_types::CertificateDer::from(der.clone()))
+                .map_err(|e| format!("certificate-authority: {e}"))?;
+        }
+        if roots.is_empty() {
+            return Err("the cluster has no certificate-authority[-data]".into());
+        }
+        let user = &config.auth_info;
+        let load = |data: Option<&str>,
+                    file: &Option<String>,
+                    what: &str|
+         -> Result<Option<Vec<u8>>, String> {
+            use base64::Engine;
+            match (data, file) {
+                (Some(data), _) => base64::engine::general_purpose::STANDARD
+                    .decode(data.trim())
+                    .map(Some)
+                    .map_err(|e| format!("{what}-data: {e}")),
+                (None, Some(file)) => std::fs::read(file)
+                    .map(Some)
+                    .map_err(|e| format!("{what} {file}: {e}")),
+                (None, None) => Ok(None),
+            }
+        };
+        let cert = load(
+            user.client_certificate_data.as_deref(),
+            &user.client_certificate,
+            "client-certificate",
+        )?;
+        let key = load(
+            user.client_key_data.as_ref().map(|k| k.expose_secret()),
+            &user.client_key,
+            "client-key",
+        )?;
+        let cert = match (cert, key) {
+            (Some(cert), Some(key)) => {
+                use rustls_pki_types::pem::PemObject;
+                let certs = rustls_pki_types::CertificateDer::pem_slice_iter(&cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("client-certificate: {e}"))?;
+                let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(&key)
+                    .map_err(|e| format!("client-key: {e}"))?;
+                Some((certs, key))
+            }
+            (None, None) => None,
+            _ => return Err("client-certificate and client-key go together".into()),
+        };
+        let bearer_token = match (&user.token, &user.token_file) {
+            (Some(token), _) => Some(token.expose_secret().to_string()),
+            (None, Some(file)) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| format!("tokenFile {file}: {e}"))?
+                    .trim()
+                    .to_string(),
+            ),
+            (None, None) => None,
+        };
+        Ok(KubeconfigWebhook {
+            target: Target {
+                server_name: config
+                    .tls_server_name
+                    .clone()
+                    .unwrap_or_else(|| host.clone()),
+                url_host: uri
+                    .authority()
+                    .map(|a| a.to_string())
+                    .unwrap_or(host.clone()),
+                host,
+                port: uri.port_u16().unwrap_or(443),
+                path: uri.path().to_string(),
+                roots,
+                client_auth: Some(ClientAuth { cert, bearer_token }),
+            },
+        })
+    }
+
+    /// POSTs `body` (JSON) within `timeout`; the 200 answer's body.
+    pub(crate) async fn post_json(
+        &self,
+        timeout: Duration,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, PostError> {
+        post_within(&self.target, timeout, body).await
+    }
 }
 
 impl Target {
@@ -243,14 +409,40 @@ fn roots(ca_bundle: Option<&[u8]>) -> Result<rustls::RootCertStore, String> {
     Ok(roots)
 }
 
-/// POSTs the body over HTTPS and returns the 200 response's body.
-async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
+#[cfg(test)]
+impl KubeconfigWebhook {
+    /// A webhook on a port nothing listens on, for tests that never call it.
+    pub(crate) fn unreachable_for_tests() -> Self {
+        KubeconfigWebhook {
+            target: Target {
+                server_name: "localhost".into(),
+                host: "127.0.0.1".into(),
+                port: 1,
+                url_host: "127.0.0.1:1".into(),
+                path: "/".into(),
+                roots: rustls::RootCertStore::empty(),
+                client_auth: None,
+            },
+        }
+    }
+}
+
+/// POSTs the body over HTTPS and returns the 200 response's body; an error carries
+/// the answer's status code when there was one.
+async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, (Option<u16>, String)> {
+    let transport = |e: String| (None, e);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(target.roots.clone())
-        .with_no_client_auth();
+        .map_err(|e| transport(e.to_string()))?
+        .with_root_certificates(target.roots.clone());
+    let client_cert = target.client_auth.as_ref().and_then(|a| a.cert.as_ref());
+    let tls = match client_cert {
+        Some((certs, key)) => tls
+            .with_client_auth_cert(certs.clone(), key.clone_key())
+            .map_err(|e| transport(format!("client certificate: {e}")))?,
+        None => tls.with_no_client_auth(),
+    };
     let addr = if target.host.contains(':') {
         format!("[{}]:{}", target.host, target.port)
     } else {
@@ -258,16 +450,16 @@ async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, Stri
     };
     let tcp = tokio::net::TcpStream::connect(&addr)
         .await
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+        .map_err(|e| transport(format!("dial tcp {addr}: {e}")))?;
     let name = rustls_pki_types::ServerName::try_from(target.server_name.clone())
-        .map_err(|e| format!("server name {:?}: {e}", target.server_name))?;
+        .map_err(|e| transport(format!("server name {:?}: {e}", target.server_name)))?;
     let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("tls: {e}"))?;
+        .map_err(|e| transport(format!("tls: {e}")))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| transport(e.to_string()))?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -275,27 +467,41 @@ async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, Stri
         .strip_prefix("https://")
         .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
         .unwrap_or("/");
-    let req = http::Request::post(path_and_query)
+    let mut req = http::Request::post(path_and_query)
         .header(http::header::HOST, &target.url_host)
         .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
+        .header(http::header::ACCEPT, "application/json");
+    if let Some(token) = target
+        .client_auth
+        .as_ref()
+        .and_then(|a| a.bearer_token.as_ref())
+    {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let req = req
         .body(Full::new(Bytes::from(body)))
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        .map_err(|e| transport(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| transport(e.to_string()))?;
     let status = resp.status();
     let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
         .collect()
         .await
-        .map_err(|e| format!("reading the response: {e}"))?
+        .map_err(|e| transport(format!("reading the response: {e}")))?
         .to_bytes();
     if !status.is_success() {
-        return Err(format!(
-            "the server responded with the status code {} ({})",
-            status.as_u16(),
-            String::from_utf8_lossy(&body)
-                .chars()
-                .take(200)
-                .collect::<String>()
+        return Err((
+            Some(status.as_u16()),
+            format!(
+                "the server responded with the status code {} ({})",
+                status.as_u16(),
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
         ));
     }
     Ok(body.to_vec())

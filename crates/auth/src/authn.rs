@@ -55,6 +55,9 @@ pub enum AuthError {
     /// that arrived before the issuer's keys (upstream's `oidc: ...` messages).
     #[error("{0}")]
     Oidc(String),
+    /// The token webhook failed, or answered with an error (upstream's message).
+    #[error("{0}")]
+    Webhook(String),
     /// Bad configuration (CA bundle, token file).
     #[error("authentication configuration: {0}")]
     Config(String),

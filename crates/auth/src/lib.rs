@@ -56,10 +56,10 @@ pub mod user;
 mod csv;
 
 pub use authn::{
-    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, ClientCa, OidcAuthenticator,
-    OidcConfig, RequestHeaderAuthenticator, RequestHeaderConfig, ServiceAccountTokenAuthenticator,
-    TokenFileAuthenticator, UnionAuthenticator, X509Authenticator, client_cert_verifier,
-    dynamic_client_cert_verifier,
+    AnonymousAuthenticator, AuthError, AuthRequest, Authenticator, Bearer, ClientCa,
+    OidcAuthenticator, OidcConfig, RequestHeaderAuthenticator, RequestHeaderConfig,
+    ServiceAccountTokenAuthenticator, TokenFileAuthenticator, UnionAuthenticator,
+    X509Authenticator, bearer_token, client_cert_verifier, dynamic_client_cert_verifier,
 };
 pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::TestServerError;
 
 type Answer = Pin<Box<dyn Future<Output = Value> + Send>>;
-type Handler = Arc<dyn Fn(String, Value) -> Answer + Send + Sync>;
+type Handler = Arc<dyn Fn(String, http::HeaderMap, Value) -> Answer + Send + Sync>;
 
 /// A running webhook server.
 pub struct WebhookServer {
@@ -43,6 +43,16 @@ impl WebhookServer {
     pub async fn start<F, Fut>(handler: F) -> Result<WebhookServer, TestServerError>
     where
         F: Fn(String, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Value> + Send + 'static,
+    {
+        WebhookServer::start_with_headers(move |path, _headers, body| handler(path, body)).await
+    }
+
+    /// As [`WebhookServer::start`], the handler also seeing the request's headers
+    /// (the credentials a caller presents).
+    pub async fn start_with_headers<F, Fut>(handler: F) -> Result<WebhookServer, TestServerError>
+    where
+        F: Fn(String, http::HeaderMap, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Value> + Send + 'static,
     {
         use rustls_pki_types::pem::PemObject;
@@ -72,7 +82,8 @@ impl WebhookServer {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let port = listener.local_addr()?.port();
-        let handler: Handler = Arc::new(move |path, body| Box::pin(handler(path, body)));
+        let handler: Handler =
+            Arc::new(move |path, headers, body| Box::pin(handler(path, headers, body)));
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, handler) = (acceptor.clone(), handler.clone());
@@ -163,6 +174,7 @@ async fn serve(
     handler: Handler,
 ) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
+    let headers = req.headers().clone();
     let body = req
         .into_body()
         .collect()
@@ -170,7 +182,7 @@ async fn serve(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let answer = handler(path, body).await;
+    let answer = handler(path, headers, body).await;
     let out = serde_json::to_vec(&answer).unwrap_or_default();
     Ok(hyper::Response::builder()
         .header("content-type", "application/json")
