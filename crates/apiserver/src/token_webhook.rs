@@ -200,22 +200,23 @@ pub(crate) async fn authenticate(
     request: &AuthRequest<'_>,
 ) -> Result<Option<UserInfo>, AuthError> {
     let first = chain.authenticate(request);
-    let (Some(webhook), Err(chain_error), Bearer::Token(token)) =
-        (webhook, &first, bearer_token(request.headers))
-    else {
+    let (Some(webhook), Bearer::Token(token)) = (webhook, bearer_token(request.headers)) else {
         return first;
+    };
+    let chain_error = match first {
+        Ok(user) => return Ok(user),
+        Err(e) => e,
     };
     match webhook.authenticate_token(token).await {
         Ok(Some(user)) => Ok(Some(user.with_authenticated_group())),
-        Ok(None) => first,
-        Err(webhook_error) => Err(match first {
-            Err(AuthError::InvalidBearerToken) => webhook_error,
-            Err(AuthError::Aggregate(mut errors)) => {
+        Ok(None) => Err(chain_error),
+        Err(webhook_error) => Err(match chain_error {
+            AuthError::InvalidBearerToken => webhook_error,
+            AuthError::Aggregate(mut errors) => {
                 errors.push(webhook_error);
                 AuthError::Aggregate(errors)
             }
-            Err(other) => AuthError::Aggregate(vec![other, webhook_error]),
-            Ok(_) => unreachable!("matched Err above: {chain_error}"),
+            other => AuthError::Aggregate(vec![other, webhook_error]),
         }),
     }
 }
