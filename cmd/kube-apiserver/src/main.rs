@@ -80,7 +80,7 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     default_unreachable_toleration_seconds: i64,
     /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
-    /// RBAC. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
+    /// RBAC, Webhook. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
     #[arg(long, default_value = "Node,RBAC")]
     authorization_mode: String,
     /// Identifier of the service account token issuer (`iss`); repeat to accept
@@ -415,6 +415,21 @@ struct Args {
     /// from the webhook.
     #[arg(long, default_value = "v1beta1")]
     authentication_token_webhook_version: ferrokube_apiserver::TokenReviewVersion,
+    /// File with webhook configuration in kubeconfig format, used with
+    /// --authorization-mode=Webhook. The API server will query the remote service to
+    /// determine access on the API server's secure port.
+    #[arg(long)]
+    authorization_webhook_config_file: Option<PathBuf>,
+    /// The API version of the authorization.k8s.io SubjectAccessReview to send to and
+    /// expect from the webhook.
+    #[arg(long, default_value = "v1beta1")]
+    authorization_webhook_version: ferrokube_apiserver::SubjectAccessReviewVersion,
+    /// The duration to cache 'authorized' responses from the webhook authorizer.
+    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration)]
+    authorization_webhook_cache_authorized_ttl: Duration,
+    /// The duration to cache 'unauthorized' responses from the webhook authorizer.
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
+    authorization_webhook_cache_unauthorized_ttl: Duration,
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
 }
@@ -774,6 +789,12 @@ async fn main() -> anyhow::Result<()> {
     opts.authentication_token_webhook_config_file = args.authentication_token_webhook_config_file;
     opts.authentication_token_webhook_cache_ttl = args.authentication_token_webhook_cache_ttl;
     opts.authentication_token_webhook_version = args.authentication_token_webhook_version;
+    opts.authorization_webhook = ferrokube_apiserver::AuthorizationWebhookOptions {
+        config_file: args.authorization_webhook_config_file,
+        version: args.authorization_webhook_version,
+        authorized_ttl: args.authorization_webhook_cache_authorized_ttl,
+        unauthorized_ttl: args.authorization_webhook_cache_unauthorized_ttl,
+    };
     let shutdown_timeout = opts.request_timeout;
     let config = opts.into_config(storage).await?;
     let server = Server::start(config).await?;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
-use ferrokube_auth::{AuthRequest, Authenticator, Authorizer, request_attributes};
+use ferrokube_auth::{AuthRequest, Authenticator, request_attributes};
 use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::custom::CustomResource;
 use ferrokube_registry::{
@@ -41,7 +41,7 @@ pub(crate) struct State {
     pub authenticator: Arc<dyn Authenticator>,
     /// `--authentication-token-webhook-config-file`, asked after `authenticator`.
     pub token_webhook: Option<Arc<crate::token_webhook::TokenWebhook>>,
-    pub authorizer: Arc<dyn Authorizer>,
+    pub authorizer: Arc<crate::authz_webhook::Authorization>,
     pub kubelet: Arc<crate::proxy::KubeletClient>,
     pub security: Arc<crate::security::ClusterState>,
     pub admission: Arc<crate::admission::Chain>,
@@ -383,7 +383,7 @@ async fn handle(
     // The policy sees the authenticated user, as upstream's audit filter runs before
     // impersonation.
     audit.authenticated(&user).await;
-    let user = match crate::reviews::impersonate(state.authorizer.as_ref(), req.headers(), &user) {
+    let user = match crate::reviews::impersonate(&state.authorizer, req.headers(), &user).await {
         Ok(Some(impersonated)) => {
             audit.impersonated(&impersonated);
             impersonated
@@ -463,7 +463,7 @@ async fn authorized(
     q: &HashMap<String, String>,
     audit: &crate::audit::RequestAudit,
 ) -> Response<Body> {
-    let decision = state.authorizer.authorize(&attrs);
+    let decision = state.authorizer.decide(&attrs).await;
     // Upstream's `authorization.k8s.io/decision` and `/reason` annotations.
     let (verdict, reason) = match &decision {
         ferrokube_auth::Decision::Allow => ("allow", ""),

@@ -12,6 +12,7 @@ mod admission;
 mod aggregator;
 mod audit;
 mod authentication_info;
+mod authz_webhook;
 mod bootstrap_token;
 mod cert_reload;
 mod componentstatus;
@@ -53,6 +54,7 @@ use tokio::task::JoinHandle;
 pub use admission::AdmissionPlugins;
 pub use aggregator::AggregatorConfig;
 pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
+pub use authz_webhook::{AuthorizationWebhookOptions, SubjectAccessReviewVersion};
 pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
@@ -87,7 +89,8 @@ pub struct Config {
     pub registry: Arc<Registry>,
     pub tls: Arc<rustls::ServerConfig>,
     pub authenticator: Arc<dyn Authenticator>,
-    pub authorizer: Arc<dyn Authorizer>,
+    /// The `--authorization-mode` chain.
+    pub(crate) authorizer: Arc<authz_webhook::Authorization>,
     /// How pods/log, exec, attach and portforward reach kubelets.
     pub kubelet: Arc<KubeletClient>,
     /// `host:port` clients are told in `/api`'s serverAddressByClientCIDRs.
@@ -579,6 +582,8 @@ pub struct Options {
     pub authentication_token_webhook_cache_ttl: Duration,
     /// `--authentication-token-webhook-version` (default v1beta1).
     pub authentication_token_webhook_version: TokenReviewVersion,
+    /// `--authorization-webhook-*`: the service the `Webhook` authorization mode asks.
+    pub authorization_webhook: AuthorizationWebhookOptions,
     /// `--request-timeout` (default 1m0s): see [`Config::request_timeout`].
     pub request_timeout: Duration,
     /// `--min-request-timeout` (default 1800 s): see [`Config::min_request_timeout`].
@@ -677,6 +682,7 @@ impl Options {
             authentication_token_webhook_config_file: None,
             authentication_token_webhook_cache_ttl: Duration::from_secs(120),
             authentication_token_webhook_version: TokenReviewVersion::V1beta1,
+            authorization_webhook: AuthorizationWebhookOptions::default(),
             request_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
             shutdown: ShutdownOptions::default(),
@@ -886,10 +892,37 @@ impl Options {
             security::ClusterState::new(&registry, self.authorization_modes.clone())
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
-        let authorizer: Arc<dyn Authorizer> = Arc::new(security::authorizer_chain(
+        let has_webhook_mode = self
+            .authorization_modes
+            .contains(&AuthorizationMode::Webhook);
+        let webhook_authorizer = match (&self.authorization_webhook.config_file, has_webhook_mode) {
+            (Some(path), true) => Some(Arc::new(
+                authz_webhook::WebhookAuthorizer::from_file(path, &self.authorization_webhook)
+                    .await
+                    .map_err(|e| {
+                        ConfigError::Auth(format!("--authorization-webhook-config-file: {e}"))
+                    })?,
+            )),
+            (None, false) => None,
+            // Upstream's messages.
+            (None, true) => {
+                return Err(ConfigError::Auth(
+                    "authorization-mode Webhook's authorization config file not passed".into(),
+                ));
+            }
+            (Some(_), false) => {
+                return Err(ConfigError::Auth(
+                    "cannot specify --authorization-webhook-config-file without mode Webhook"
+                        .into(),
+                ));
+            }
+        };
+        let authorizer = Arc::new(security::authorizer_chain(
             &self.authorization_modes,
             &state,
+            webhook_authorizer,
         ));
+        let sync_authorizer: Arc<dyn Authorizer> = authorizer.clone();
         let registry = Arc::new(registry);
         // Custom resources with a conversion webhook convert through this client.
         registry
@@ -899,7 +932,7 @@ impl Options {
             )));
         let admission = admission::Chain::new(&admission::PluginInit {
             registry: &registry,
-            authorizer: &authorizer,
+            authorizer: &sync_authorizer,
             security: &state,
             options: &self.admission_plugins,
         })

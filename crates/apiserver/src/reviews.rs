@@ -16,7 +16,9 @@ use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX};
 use ferrokube_auth::user::{
     ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, SYSTEM_PRIVILEGED_GROUP,
 };
-use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Authorizer, Decision, UserInfo};
+use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Decision, UserInfo};
+
+use crate::authz_webhook::Authorization;
 use http::HeaderMap;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{Value, json};
@@ -195,6 +197,8 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule>
             AuthorizationMode::Rbac => {
                 rules.extend(state.security.snapshot().rules_for(user, namespace));
             }
+            // Its rules are the remote service's; the answer says it is incomplete.
+            AuthorizationMode::Webhook => {}
         }
     }
     rules
@@ -237,7 +241,7 @@ pub(crate) async fn answer(
     let status = match kind {
         "SelfSubjectAccessReview" => {
             let attrs = spec_attributes(kind, &spec, user.clone())?;
-            access_status(&state.authorizer.authorize(&attrs))
+            access_status(&state.authorizer.decide(&attrs).await)
         }
         "SubjectAccessReview" | "LocalSubjectAccessReview" => {
             let name = spec["user"].as_str().unwrap_or("").to_string();
@@ -270,12 +274,20 @@ pub(crate) async fn answer(
                     )));
                 }
             }
-            access_status(&state.authorizer.authorize(&attrs))
+            access_status(&state.authorizer.decide(&attrs).await)
         }
         "SelfSubjectRulesReview" => {
             let ns = spec["namespace"].as_str().unwrap_or("");
             let (resource, non_resource) = split_rules(&rules_for(state, user, ns));
-            json!({"resourceRules": resource, "nonResourceRules": non_resource, "incomplete": false})
+            let mut status = json!({"resourceRules": resource, "nonResourceRules": non_resource,
+                "incomplete": false});
+            if state.authorizer.has_webhook() {
+                // Upstream's webhook authorizer's RulesFor.
+                status["incomplete"] = json!(true);
+                status["evaluationError"] =
+                    json!("webhook authorizer does not support user rule resolution");
+            }
+            status
         }
         "SelfSubjectReview" => json!({"userInfo": user_json(user)}),
         "TokenReview" => {
@@ -337,8 +349,8 @@ fn impersonate_attrs(
 /// Upstream `WithImpersonation`: `Ok(None)` without impersonation headers; the
 /// impersonated user when every part is allowed; 403 for the first part that is not,
 /// 400 for impersonation headers without `Impersonate-User`.
-pub(crate) fn impersonate(
-    authorizer: &dyn Authorizer,
+pub(crate) async fn impersonate(
+    authorizer: &Authorization,
     headers: &HeaderMap,
     requester: &UserInfo,
 ) -> Result<Option<UserInfo>, ApiError> {
@@ -376,19 +388,13 @@ pub(crate) fn impersonate(
         }
         return Ok(None);
     };
-    let check = |attrs: Attributes| -> Result<(), ApiError> {
-        let decision = authorizer.authorize(&attrs);
-        if decision.is_allowed() {
-            Ok(())
-        } else {
-            Err(crate::security::forbidden(&attrs, &decision))
-        }
-    };
+    // Every impersonated attribute needs its own permission, checked in this order.
+    let mut checks = Vec::new();
     let mut groups_out = groups.clone();
     if let Some(rest) = name.strip_prefix(SERVICE_ACCOUNT_USER_PREFIX)
         && let Some((ns, sa)) = rest.split_once(':')
     {
-        check(impersonate_attrs(requester, "serviceaccounts", "", ns, sa))?;
+        checks.push(impersonate_attrs(requester, "serviceaccounts", "", ns, sa));
         if groups.is_empty() {
             groups_out = vec![
                 "system:serviceaccounts".to_string(),
@@ -396,23 +402,29 @@ pub(crate) fn impersonate(
             ];
         }
     } else {
-        check(impersonate_attrs(requester, "users", "", "", &name))?;
+        checks.push(impersonate_attrs(requester, "users", "", "", &name));
     }
     for g in &groups {
-        check(impersonate_attrs(requester, "groups", "", "", g))?;
+        checks.push(impersonate_attrs(requester, "groups", "", "", g));
     }
     if let Some(uid) = &uid {
-        check(impersonate_attrs(requester, "uids", AUTHN_GROUP, "", uid))?;
+        checks.push(impersonate_attrs(requester, "uids", AUTHN_GROUP, "", uid));
     }
     for (k, vs) in &extra {
         for v in vs {
-            check(impersonate_attrs(
+            checks.push(impersonate_attrs(
                 requester,
                 &format!("userextras/{k}"),
                 AUTHN_GROUP,
                 "",
                 v,
-            ))?;
+            ));
+        }
+    }
+    for attrs in checks {
+        let decision = authorizer.decide(&attrs).await;
+        if !decision.is_allowed() {
+            return Err(crate::security::forbidden(&attrs, &decision));
         }
     }
     if name == ANONYMOUS {
@@ -454,17 +466,22 @@ mod tests {
     use super::*;
     use ferrokube_auth::PrivilegedGroupsAuthorizer;
 
-    #[test]
-    fn impersonation_needs_the_verb() {
+    #[tokio::test]
+    async fn impersonation_needs_the_verb() {
         let mut h = HeaderMap::new();
-        let masters = PrivilegedGroupsAuthorizer::system_masters();
+        // The chain of no mode: only system:masters' privilege.
+        let masters = Authorization::new(
+            ferrokube_auth::UnionAuthorizer::default()
+                .push(PrivilegedGroupsAuthorizer::system_masters()),
+            None,
+        );
         let admin = UserInfo::new("admin", [SYSTEM_PRIVILEGED_GROUP]);
-        assert_eq!(impersonate(&masters, &h, &admin).unwrap(), None);
+        assert_eq!(impersonate(&masters, &h, &admin).await.unwrap(), None);
         h.insert(
             "impersonate-user",
             "system:serviceaccount:default:default".parse().unwrap(),
         );
-        let u = impersonate(&masters, &h, &admin).unwrap().unwrap();
+        let u = impersonate(&masters, &h, &admin).await.unwrap().unwrap();
         assert_eq!(u.name, "system:serviceaccount:default:default");
         assert_eq!(
             u.groups,
@@ -475,7 +492,7 @@ mod tests {
             ]
         );
         let alice = UserInfo::new("alice", [ALL_AUTHENTICATED]);
-        let e = impersonate(&masters, &h, &alice).unwrap_err();
+        let e = impersonate(&masters, &h, &alice).await.unwrap_err();
         assert_eq!(e.code, 403);
         assert_eq!(
             e.message,
@@ -484,7 +501,10 @@ mod tests {
         let mut only_group = HeaderMap::new();
         only_group.insert("impersonate-group", "g".parse().unwrap());
         assert_eq!(
-            impersonate(&masters, &only_group, &admin).unwrap_err().code,
+            impersonate(&masters, &only_group, &admin)
+                .await
+                .unwrap_err()
+                .code,
             400
         );
         assert_eq!(percent_decode("a%2Fb"), "a/b");

@@ -32,6 +32,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::authz_webhook::{Authorization, WebhookAuthorizer};
+
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The objects under one resource in the watch cache, with a cheap identity: the
@@ -178,24 +180,29 @@ impl NodeGraph for Shared {
 }
 
 /// The authorizer chain: `system:masters` first (upstream's privileged group), then
-/// the modes in the order given.
+/// the modes in the order given, `webhook` in the place of the `Webhook` mode.
 pub(crate) fn authorizer_chain(
     modes: &[AuthorizationMode],
     state: &Arc<ClusterState>,
-) -> UnionAuthorizer {
-    let mut chain = UnionAuthorizer::default().push(PrivilegedGroupsAuthorizer::system_masters());
-    for mode in modes {
-        chain = match mode {
-            AuthorizationMode::AlwaysAllow => chain.push(AlwaysAllowAuthorizer),
-            AuthorizationMode::AlwaysDeny => chain.push(AlwaysDenyAuthorizer),
-            AuthorizationMode::Node => chain.push(NodeAuthorizer::new(
-                Shared(state.clone()),
-                bootstrap::node_rules(),
-            )),
-            AuthorizationMode::Rbac => chain.push(RbacAuthorizer::new(Shared(state.clone()))),
-        };
-    }
-    chain
+    webhook: Option<Arc<WebhookAuthorizer>>,
+) -> Authorization {
+    let add = |chain: UnionAuthorizer, mode: &AuthorizationMode| match mode {
+        AuthorizationMode::AlwaysAllow => chain.push(AlwaysAllowAuthorizer),
+        AuthorizationMode::AlwaysDeny => chain.push(AlwaysDenyAuthorizer),
+        AuthorizationMode::Node => chain.push(NodeAuthorizer::new(
+            Shared(state.clone()),
+            bootstrap::node_rules(),
+        )),
+        AuthorizationMode::Rbac => chain.push(RbacAuthorizer::new(Shared(state.clone()))),
+        AuthorizationMode::Webhook => chain,
+    };
+    let (before_modes, after_modes) = crate::authz_webhook::around_webhook(modes);
+    let before = before_modes.iter().fold(
+        UnionAuthorizer::default().push(PrivilegedGroupsAuthorizer::system_masters()),
+        add,
+    );
+    let after = after_modes.map(|m| m.iter().fold(UnionAuthorizer::default(), add));
+    Authorization::new(before, webhook.zip(after))
 }
 
 pub(crate) fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, ApiError> {

@@ -12,8 +12,8 @@
 //!   service account issuer); an answer naming audiences must share one with them.
 //! - Answers (authenticated or not) are cached for the TTL under an HMAC of the token,
 //!   never the token itself. Failed calls are not cached.
-//! - A call answered 429, 500 or 504, or whose connection was reset, is retried with
-//!   upstream's backoff (0.5 s, ×1.5, five tries).
+//! - Calls are retried as upstream retries them
+//!   ([`KubeconfigWebhook::post_json_retrying`]).
 //!
 //! Left out: the cache's per-audience keys when a request carries its own audiences
 //! (only the API audiences exist here), and the egress selector.
@@ -34,10 +34,6 @@ use crate::webhook_client::KubeconfigWebhook;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upstream's token cache holds this many tokens.
 const CACHE_SIZE: usize = 4096;
-/// Upstream's `webhook.WithExponentialBackoff` for authentication webhooks.
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const BACKOFF_FACTOR: f64 = 1.5;
-const TRIES: u32 = 5;
 
 /// `--authentication-token-webhook-version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,19 +135,11 @@ impl TokenWebhook {
         })
         .to_string()
         .into_bytes();
-        let mut backoff = FIRST_BACKOFF;
-        let mut tries = 0;
-        let answer = loop {
-            tries += 1;
-            match self.webhook.post_json(CALL_TIMEOUT, body.clone()).await {
-                Ok(answer) => break answer,
-                Err(e) if tries < TRIES && retryable(&e) => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = backoff.mul_f64(BACKOFF_FACTOR);
-                }
-                Err(e) => return Err(AuthError::Webhook(e.to_string())),
-            }
-        };
+        let answer = self
+            .webhook
+            .post_json_retrying(CALL_TIMEOUT, body)
+            .await
+            .map_err(|e| AuthError::Webhook(e.to_string()))?;
         let review: serde_json::Value = serde_json::from_slice(&answer)
             .map_err(|e| AuthError::Webhook(format!("decoding the TokenReview: {e}")))?;
         serde_json::from_value(review["status"].clone())
@@ -180,14 +168,6 @@ impl TokenWebhook {
             groups: user.groups.unwrap_or_default(),
             extra: user.extra.unwrap_or_default().into_iter().collect(),
         }))
-    }
-}
-
-/// Upstream's `DefaultShouldRetry`: a reset connection, or an answer of 429, 500 or 504.
-fn retryable(e: &crate::webhook_client::PostError) -> bool {
-    match e.status {
-        Some(code) => matches!(code, 429 | 500 | 504),
-        None => e.to_string().contains("reset"),
     }
 }
 

@@ -239,8 +239,18 @@ struct ClientAuth {
 pub(crate) struct PostError {
     url: String,
     /// The answer's status code, when the webhook answered.
-    pub status: Option<u16>,
+    status: Option<u16>,
     why: String,
+}
+
+impl PostError {
+    /// Upstream's `DefaultShouldRetry`: a reset connection, or 429, 500 or 504.
+    fn retryable(&self) -> bool {
+        match self.status {
+            Some(code) => matches!(code, 429 | 500 | 504),
+            None => self.why.contains("reset"),
+        }
+    }
 }
 
 impl std::fmt::Display for PostError {
@@ -374,13 +384,28 @@ impl KubeconfigWebhook {
         })
     }
 
-    /// POSTs `body` (JSON) within `timeout`; the 200 answer's body.
-    pub(crate) async fn post_json(
+    /// POSTs `body` (JSON), each try within `timeout`; the 200 answer's body. As
+    /// upstream's `WithExponentialBackoff` with `DefaultShouldRetry`: a call answered
+    /// 429, 500 or 504, or whose connection was reset, is tried again after 0.5 s,
+    /// then 1.5 times longer each time, five tries in all.
+    pub(crate) async fn post_json_retrying(
         &self,
         timeout: Duration,
         body: Vec<u8>,
     ) -> Result<Vec<u8>, PostError> {
-        post_within(&self.target, timeout, body).await
+        const TRIES: u32 = 5;
+        let mut backoff = Duration::from_millis(500);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match post_within(&self.target, timeout, body.clone()).await {
+                Err(e) if tries < TRIES && e.retryable() => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = backoff.mul_f64(1.5);
+                }
+                answer => return answer,
+            }
+        }
     }
 }
 

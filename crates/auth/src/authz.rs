@@ -155,6 +155,9 @@ pub enum AuthorizationMode {
     AlwaysDeny,
     Node,
     Rbac,
+    /// `Webhook`: a remote service answers SubjectAccessReviews
+    /// (`--authorization-webhook-config-file`).
+    Webhook,
 }
 
 impl AuthorizationMode {
@@ -168,12 +171,13 @@ impl AuthorizationMode {
                 "AlwaysDeny" => AuthorizationMode::AlwaysDeny,
                 "Node" => AuthorizationMode::Node,
                 "RBAC" => AuthorizationMode::Rbac,
-                "ABAC" | "Webhook" => {
+                "Webhook" => AuthorizationMode::Webhook,
+                "ABAC" => {
                     return Err(format!("authorization-mode {m:?} is not supported"));
                 }
                 other => {
                     return Err(format!(
-                        "authorization-mode {other:?} is not a valid mode; valid modes: AlwaysAllow, AlwaysDeny, Node, RBAC"
+                        "authorization-mode {other:?} is not a valid mode; valid modes: AlwaysAllow, AlwaysDeny, Node, RBAC, Webhook"
                     ));
                 }
             };

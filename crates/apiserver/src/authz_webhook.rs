@@ -1,0 +1,409 @@
+//! `--authorization-mode=...,Webhook,...` with `--authorization-webhook-config-file`:
+//! a remote service answers SubjectAccessReviews (upstream
+//! `k8s.io/apiserver/plugin/pkg/authorizer/webhook`), and [`Authorization`], the
+//! `--authorization-mode` chain with the webhook in its place.
+//!
+//! - The review carries the request's attributes (resource or non-resource), the
+//!   user, groups, uid and extra; `status.allowed` is Allow, `status.denied` Deny with
+//!   `status.reason`, anything else no opinion.
+//! - Answers are cached by the whole review (`--authorization-webhook-cache-authorized-ttl`,
+//!   default 5m, for allowed; `--authorization-webhook-cache-unauthorized-ttl`, default
+//!   30s, for the rest). Failed calls are not cached and count as no opinion, as
+//!   upstream's `decisionOnError`.
+//! - Calls are retried as upstream retries them
+//!   ([`KubeconfigWebhook::post_json_retrying`]).
+//!
+//! The authorizer traits are synchronous; the webhook is not. Requests, impersonation
+//! and the SubjectAccessReview APIs ask the chain asynchronously
+//! ([`Authorization::authorize`]). The checks that run inside admission (RBAC
+//! escalation, CSR approval and signing, owner references) and CEL's `authorizer`
+//! use the synchronous [`Authorizer`] face of the chain, in which the webhook gives
+//! the answer it gave before for the same review while that is cached, and no
+//! opinion otherwise.
+//!
+//! Left out: `--authorization-config` (structured authorization: several webhooks,
+//! match conditions, failure policies), the egress selector, and the webhook's rules
+//! in SelfSubjectRulesReviews (upstream's webhook has none either and marks the
+//! answer incomplete, as here).
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrokube_auth::{Attributes, AuthorizationMode, Authorizer, Decision, UnionAuthorizer};
+use k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::webhook_client::KubeconfigWebhook;
+
+/// How long one review call may take (upstream's webhook request timeout).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Reviews whose answers are kept at most.
+const CACHE_SIZE: usize = 8192;
+
+/// `--authorization-webhook-version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectAccessReviewVersion {
+    V1,
+    V1beta1,
+}
+
+impl std::str::FromStr for SubjectAccessReviewVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "v1" => Ok(SubjectAccessReviewVersion::V1),
+            "v1beta1" => Ok(SubjectAccessReviewVersion::V1beta1),
+            other => Err(format!(
+                "unsupported authorization webhook version {other:?}, supported versions are \"v1\", \"v1beta1\""
+            )),
+        }
+    }
+}
+
+/// `--authorization-webhook-*`.
+#[derive(Debug, Clone)]
+pub struct AuthorizationWebhookOptions {
+    /// `--authorization-webhook-config-file` (required with the `Webhook` mode).
+    pub config_file: Option<std::path::PathBuf>,
+    /// `--authorization-webhook-version` (default v1beta1).
+    pub version: SubjectAccessReviewVersion,
+    /// `--authorization-webhook-cache-authorized-ttl` (default 5m0s).
+    pub authorized_ttl: Duration,
+    /// `--authorization-webhook-cache-unauthorized-ttl` (default 30s).
+    pub unauthorized_ttl: Duration,
+}
+
+impl Default for AuthorizationWebhookOptions {
+    fn default() -> Self {
+        AuthorizationWebhookOptions {
+            config_file: None,
+            version: SubjectAccessReviewVersion::V1beta1,
+            authorized_ttl: Duration::from_secs(300),
+            unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The webhook authorizer with its cache.
+pub(crate) struct WebhookAuthorizer {
+    webhook: KubeconfigWebhook,
+    version: SubjectAccessReviewVersion,
+    authorized_ttl: Duration,
+    unauthorized_ttl: Duration,
+    /// The review's spec (JSON) → when the answer expires, and the answer.
+    cache: Mutex<lru::LruCache<String, (Instant, Decision)>>,
+}
+
+impl WebhookAuthorizer {
+    pub(crate) async fn from_file(
+        path: &Path,
+        options: &AuthorizationWebhookOptions,
+    ) -> Result<WebhookAuthorizer, String> {
+        Ok(WebhookAuthorizer {
+            webhook: KubeconfigWebhook::from_file(path)
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+            version: options.version,
+            authorized_ttl: options.authorized_ttl,
+            unauthorized_ttl: options.unauthorized_ttl,
+            cache: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(CACHE_SIZE).expect("nonzero"),
+            )),
+        })
+    }
+
+    fn spec(&self, attrs: &Attributes) -> String {
+        review_spec(attrs, self.version).to_string()
+    }
+
+    /// The answer cached for this review, if any.
+    fn cached(&self, spec: &str) -> Option<Decision> {
+        match self.cache.lock().get(spec) {
+            Some((expires, decision)) if *expires > Instant::now() => Some(decision.clone()),
+            _ => None,
+        }
+    }
+
+    async fn authorize(&self, attrs: &Attributes) -> Decision {
+        let spec = self.spec(attrs);
+        if let Some(decision) = self.cached(&spec) {
+            return decision;
+        }
+        let decision = match self.review(&spec).await {
+            Ok(status) => decision_of(status),
+            Err(e) => {
+                tracing::error!(error = %e, "authorization webhook failed");
+                return Decision::NoOpinion;
+            }
+        };
+        let ttl = if decision.is_allowed() {
+            self.authorized_ttl
+        } else {
+            self.unauthorized_ttl
+        };
+        if !ttl.is_zero() {
+            self.cache
+                .lock()
+                .put(spec, (Instant::now() + ttl, decision.clone()));
+        }
+        decision
+    }
+
+    /// One SubjectAccessReview, retried as upstream retries webhook calls.
+    async fn review(&self, spec: &str) -> Result<SubjectAccessReviewStatus, String> {
+        let api_version = match self.version {
+            SubjectAccessReviewVersion::V1 => "authorization.k8s.io/v1",
+            SubjectAccessReviewVersion::V1beta1 => "authorization.k8s.io/v1beta1",
+        };
+        let body = format!(
+            r#"{{"apiVersion":"{api_version}","kind":"SubjectAccessReview","metadata":{{"creationTimestamp":null}},"spec":{spec},"status":{{"allowed":false}}}}"#
+        )
+        .into_bytes();
+        let answer = self
+            .webhook
+            .post_json_retrying(CALL_TIMEOUT, body)
+            .await
+            .map_err(|e| e.to_string())?;
+        let review: Value = serde_json::from_slice(&answer)
+            .map_err(|e| format!("decoding the SubjectAccessReview: {e}"))?;
+        serde_json::from_value(review["status"].clone())
+            .map_err(|e| format!("decoding the SubjectAccessReview status: {e}"))
+    }
+}
+
+/// The review's spec for `attrs`. The versions name every field alike but the
+/// groups: `groups` in v1, `group` in v1beta1.
+fn review_spec(attrs: &Attributes, version: SubjectAccessReviewVersion) -> Value {
+    let groups = match version {
+        SubjectAccessReviewVersion::V1 => "groups",
+        SubjectAccessReviewVersion::V1beta1 => "group",
+    };
+    let mut spec = json!({"user": attrs.user.name});
+    spec[groups] = json!(attrs.user.groups);
+    if !attrs.user.uid.is_empty() {
+        spec["uid"] = json!(attrs.user.uid);
+    }
+    if !attrs.user.extra.is_empty() {
+        spec["extra"] = json!(attrs.user.extra);
+    }
+    if attrs.resource_request {
+        spec["resourceAttributes"] = json!({
+            "namespace": attrs.namespace,
+            "verb": attrs.verb,
+            "group": attrs.api_group,
+            "version": attrs.api_version,
+            "resource": attrs.resource,
+            "subresource": attrs.subresource,
+            "name": attrs.name,
+        });
+    } else {
+        spec["nonResourceAttributes"] = json!({"path": attrs.path, "verb": attrs.verb});
+    }
+    spec
+}
+
+/// Upstream's reading of an answer.
+fn decision_of(status: SubjectAccessReviewStatus) -> Decision {
+    if status.allowed {
+        Decision::Allow
+    } else if status.denied.unwrap_or(false) {
+        Decision::Deny(status.reason.unwrap_or_default())
+    } else {
+        Decision::NoOpinion
+    }
+}
+
+/// The modes before `Webhook` and, if it is there, the modes after it.
+pub(crate) fn around_webhook(
+    modes: &[AuthorizationMode],
+) -> (&[AuthorizationMode], Option<&[AuthorizationMode]>) {
+    match modes.iter().position(|m| *m == AuthorizationMode::Webhook) {
+        Some(i) => (&modes[..i], Some(&modes[i + 1..])),
+        None => (modes, None),
+    }
+}
+
+/// One stretch of the `--authorization-mode` chain.
+enum Step {
+    /// Synchronous authorizers, asked in order.
+    Chain(UnionAuthorizer),
+    Webhook(Arc<WebhookAuthorizer>),
+}
+
+/// The `--authorization-mode` chain: `system:masters` first, then the modes in order,
+/// the webhook (if any) in its place. The first Allow or Deny is the answer.
+pub(crate) struct Authorization {
+    steps: Vec<Step>,
+}
+
+impl Authorization {
+    /// `before` is the synchronous stretch before the webhook (all of the chain
+    /// without one), `after` the stretch after it.
+    pub(crate) fn new(
+        before: UnionAuthorizer,
+        webhook: Option<(Arc<WebhookAuthorizer>, UnionAuthorizer)>,
+    ) -> Authorization {
+        let mut steps = vec![Step::Chain(before)];
+        if let Some((webhook, after)) = webhook {
+            steps.push(Step::Webhook(webhook));
+            steps.push(Step::Chain(after));
+        }
+        Authorization { steps }
+    }
+
+    /// The chain's answer, the webhook asked if the chain gets to it.
+    pub(crate) async fn decide(&self, attrs: &Attributes) -> Decision {
+        for step in &self.steps {
+            let decision = match step {
+                Step::Chain(chain) => chain.authorize(attrs),
+                Step::Webhook(webhook) => webhook.authorize(attrs).await,
+            };
+            if decision != Decision::NoOpinion {
+                return decision;
+            }
+        }
+        Decision::NoOpinion
+    }
+
+    /// Whether the chain has a webhook (whose rules no one can list).
+    pub(crate) fn has_webhook(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Webhook(_)))
+    }
+}
+
+/// The chain without waiting: the webhook's cached answer, or no opinion.
+impl Authorizer for Authorization {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        for step in &self.steps {
+            let decision = match step {
+                Step::Chain(chain) => chain.authorize(attrs),
+                Step::Webhook(webhook) => webhook
+                    .cached(&webhook.spec(attrs))
+                    .unwrap_or(Decision::NoOpinion),
+            };
+            if decision != Decision::NoOpinion {
+                return decision;
+            }
+        }
+        Decision::NoOpinion
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrokube_auth::UserInfo;
+
+    fn attrs() -> Attributes {
+        Attributes {
+            user: UserInfo::new("jane", ["devs"]),
+            verb: "get".into(),
+            namespace: "default".into(),
+            api_group: "apps".into(),
+            api_version: "v1".into(),
+            resource: "deployments".into(),
+            subresource: "scale".into(),
+            name: "web".into(),
+            resource_request: true,
+            path: "/apis/apps/v1/namespaces/default/deployments/web/scale".into(),
+        }
+    }
+
+    #[test]
+    fn a_resource_request_is_reviewed_with_its_attributes_and_user() {
+        let spec = review_spec(&attrs(), SubjectAccessReviewVersion::V1);
+        assert_eq!(spec["user"], "jane");
+        assert_eq!(spec["groups"], json!(["devs"]));
+        assert_eq!(
+            spec["resourceAttributes"],
+            json!({"namespace": "default", "verb": "get", "group": "apps", "version": "v1",
+                "resource": "deployments", "subresource": "scale", "name": "web"})
+        );
+        assert!(spec.get("nonResourceAttributes").is_none());
+        assert!(spec.get("uid").is_none());
+    }
+
+    #[test]
+    fn a_non_resource_request_is_reviewed_by_path() {
+        let mut a = attrs();
+        a.resource_request = false;
+        a.path = "/healthz".into();
+        let spec = review_spec(&a, SubjectAccessReviewVersion::V1beta1);
+        assert_eq!(
+            spec["nonResourceAttributes"],
+            json!({"path": "/healthz", "verb": "get"})
+        );
+        assert!(spec.get("resourceAttributes").is_none());
+        // v1beta1 names the groups `group`.
+        assert_eq!(spec["group"], json!(["devs"]));
+        assert!(spec.get("groups").is_none());
+    }
+
+    #[test]
+    fn allowed_denied_and_neither() {
+        let status = |allowed, denied: Option<bool>, reason: &str| SubjectAccessReviewStatus {
+            allowed,
+            denied,
+            reason: Some(reason.into()),
+            evaluation_error: None,
+        };
+        assert_eq!(decision_of(status(true, None, "")), Decision::Allow);
+        assert_eq!(
+            decision_of(status(false, Some(true), "no way")),
+            Decision::Deny("no way".into())
+        );
+        assert_eq!(decision_of(status(false, None, "")), Decision::NoOpinion);
+    }
+
+    #[test]
+    fn the_webhook_takes_its_place_in_the_mode_order() {
+        use AuthorizationMode::*;
+        assert_eq!(around_webhook(&[Node, Rbac]), (&[Node, Rbac][..], None));
+        assert_eq!(
+            around_webhook(&[Node, Webhook, Rbac]),
+            (&[Node][..], Some(&[Rbac][..]))
+        );
+        assert_eq!(around_webhook(&[Webhook]), (&[][..], Some(&[][..])));
+    }
+
+    struct Fixed(Decision);
+
+    impl Authorizer for Fixed {
+        fn authorize(&self, _: &Attributes) -> Decision {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn without_a_webhook_the_chain_is_its_authorizers() {
+        let chain = |d: Decision| {
+            Authorization::new(
+                UnionAuthorizer::default()
+                    .push(Fixed(Decision::NoOpinion))
+                    .push(Fixed(d)),
+                None,
+            )
+        };
+        assert_eq!(chain(Decision::Allow).authorize(&attrs()), Decision::Allow);
+        assert_eq!(
+            chain(Decision::NoOpinion).authorize(&attrs()),
+            Decision::NoOpinion
+        );
+        assert!(!chain(Decision::Allow).has_webhook());
+    }
+
+    #[test]
+    fn the_version_flag_takes_upstreams_values_only() {
+        assert_eq!("v1".parse(), Ok(SubjectAccessReviewVersion::V1));
+        assert_eq!("v1beta1".parse(), Ok(SubjectAccessReviewVersion::V1beta1));
+        assert!(
+            "v2".parse::<SubjectAccessReviewVersion>()
+                .unwrap_err()
+                .contains("v2")
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! `--authorization-mode=RBAC,Webhook` with `--authorization-webhook-config-file` end
+//! to end: a fake policy service served by the test over HTTPS on loopback, named by
+//! a kubeconfig (its CA, and a bearer token the apiserver presents to it). What RBAC
+//! allows never reaches it; what RBAC does not allow is its decision (allowed,
+//! denied with a reason, or no opinion); answers are cached; it decides
+//! impersonation and SubjectAccessReviews too; rules reviews say they are
+//! incomplete. A Webhook mode without a config file stops the start.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ferrokube_apiserver::{AuthorizationMode, Options, SubjectAccessReviewVersion};
+use ferrokube_testing::{TestApiServer, WebhookServer};
+use serde_json::{Value, json};
+
+/// What the apiserver presents to the policy service (the kubeconfig's user).
+const CALLER_TOKEN: &str = "apiserver-to-policy";
+
+static CONFIG: OnceLock<PathBuf> = OnceLock::new();
+
+fn with_webhook(o: &mut Options) {
+    if let Some(path) = CONFIG.get() {
+        o.authorization_modes = vec![AuthorizationMode::Rbac, AuthorizationMode::Webhook];
+        o.authorization_webhook.config_file = Some(path.clone());
+        o.authorization_webhook.version = SubjectAccessReviewVersion::V1;
+    }
+}
+
+/// The fake policy service: `jane` may list configmaps and impersonate `bob`;
+/// secrets are denied to her with a reason; everything else gets no opinion.
+struct PolicyService {
+    server: WebhookServer,
+    reviews: Arc<Mutex<Vec<(String, Value)>>>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl PolicyService {
+    async fn start() -> PolicyService {
+        let reviews = Arc::new(Mutex::new(Vec::new()));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (seen, count) = (reviews.clone(), calls.clone());
+        let server =
+            WebhookServer::start_with_headers(move |_path, headers: http::HeaderMap, review| {
+                count.fetch_add(1, Ordering::SeqCst);
+                let caller = headers
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                seen.lock().unwrap().push((caller, review.clone()));
+                let spec = &review["spec"];
+                let ra = &spec["resourceAttributes"];
+                let status = match (
+                    spec["user"].as_str(),
+                    ra["verb"].as_str(),
+                    ra["resource"].as_str(),
+                    ra["name"].as_str(),
+                ) {
+                    (Some("jane"), Some("list"), Some("configmaps"), _) => {
+                        json!({"allowed": true})
+                    }
+                    (Some("jane"), Some("impersonate"), Some("users"), Some("bob")) => {
+                        json!({"allowed": true})
+                    }
+                    (Some("jane"), _, Some("secrets"), _) => {
+                        json!({"allowed": false, "denied": true, "reason": "secrets are off limits"})
+                    }
+                    _ => json!({"allowed": false}),
+                };
+                let answer = json!({"apiVersion": review["apiVersion"],
+                    "kind": "SubjectAccessReview", "status": status});
+                async move { answer }
+            })
+            .await
+            .unwrap();
+        PolicyService {
+            server,
+            reviews,
+            calls,
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+async fn get(client: &kube::Client, path: &str) -> (u16, Value) {
+    let req = http::Request::get(path).body(Vec::new()).unwrap();
+    match client.request_text(req).await {
+        Ok(body) => (200, serde_json::from_str(&body).unwrap_or(Value::Null)),
+        Err(kube::Error::Api(status)) => (status.code, json!({"message": status.message})),
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn what_rbac_does_not_allow_the_webhook_decides() {
+    let policy = PolicyService::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("authz-webhook.kubeconfig");
+    std::fs::write(
+        &config,
+        ferrokube_pki::kubeconfig_token_yaml(
+            "policy-service",
+            &policy.server.url("/authorize"),
+            &policy.server.ca_pem,
+            "kube-apiserver",
+            CALLER_TOKEN,
+        ),
+    )
+    .unwrap();
+    CONFIG.set(config).unwrap();
+    let server = TestApiServer::start_with(with_webhook).await.unwrap();
+    let jane = server.client_as("jane", &["devs"]).await.unwrap();
+
+    // RBAC lets every authenticated user discover the API: no call for that.
+    let (code, _) = get(&jane, "/version").await;
+    assert_eq!(code, 200);
+    assert_eq!(policy.calls(), 0);
+
+    // RBAC has nothing for jane on configmaps: the webhook allows the list.
+    let (code, body) = get(&jane, "/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["kind"], "ConfigMapList");
+    assert_eq!(policy.calls(), 1);
+    {
+        let reviews = policy.reviews.lock().unwrap();
+        let (caller, sent) = &reviews[0];
+        assert_eq!(caller, &format!("Bearer {CALLER_TOKEN}"));
+        assert_eq!(sent["apiVersion"], "authorization.k8s.io/v1");
+        assert_eq!(sent["spec"]["user"], "jane");
+        assert_eq!(
+            sent["spec"]["groups"],
+            json!(["devs", "system:authenticated"])
+        );
+        assert_eq!(
+            sent["spec"]["resourceAttributes"],
+            json!({"namespace": "default", "verb": "list", "group": "", "version": "v1",
+                "resource": "configmaps", "subresource": "", "name": ""})
+        );
+    }
+    // The allowed answer is cached.
+    let (code, _) = get(&jane, "/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(code, 200);
+    assert_eq!(policy.calls(), 1);
+
+    // Denied with a reason, and no opinion: both 403.
+    let (code, body) = get(&jane, "/api/v1/namespaces/default/secrets").await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("secrets are off limits"),
+        "{body}"
+    );
+    let (code, _) = get(&jane, "/api/v1/namespaces/default/pods").await;
+    assert_eq!(code, 403);
+
+    // Impersonation is asked of the whole chain.
+    let mut cfg = server.config_as("jane", &["devs"]).await.unwrap();
+    cfg.auth_info.impersonate = Some("bob".into());
+    let as_bob = kube::Client::try_from(cfg).unwrap();
+    let (code, body) = TestApiServer::send_json(
+        &as_bob,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+    )
+    .await
+    .map(|(code, _, body)| (code, body))
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["status"]["userInfo"]["username"], "bob");
+
+    // A SubjectAccessReview by the admin gets the webhook's answer.
+    let (code, _, review) = TestApiServer::send_json(
+        &server.client,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "jane", "groups": ["devs"], "resourceAttributes":
+                {"namespace": "default", "verb": "get", "resource": "secrets", "name": "x"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(review["status"]["allowed"], false);
+    assert_eq!(review["status"]["denied"], true);
+
+    // Rules reviews cannot list the webhook's rules.
+    let (code, _, rules) = TestApiServer::send_json(
+        &jane,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": "default"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{rules}");
+    assert_eq!(rules["status"]["incomplete"], true);
+
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_webhook_mode_without_a_config_file_stops_the_start() {
+    let err = TestApiServer::start_with(|o| {
+        o.authorization_modes = vec![AuthorizationMode::Rbac, AuthorizationMode::Webhook];
+    })
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("authorization-mode Webhook's authorization config file not passed"),
+        "{err}"
+    );
+}
