@@ -167,6 +167,31 @@ struct Args {
     /// Events buffered between requests and the audit log writer.
     #[arg(long, default_value_t = 10000)]
     audit_log_batch_buffer_size: usize,
+    /// Path to a kubeconfig formatted file that defines the audit webhook
+    /// configuration.
+    #[arg(long)]
+    audit_webhook_config_file: Option<PathBuf>,
+    /// Strategy for sending audit events. blocking: requests wait when the sender is
+    /// behind, no event is lost; batch: requests never wait, events are dropped when
+    /// the buffer is full.
+    #[arg(long, default_value = "batch")]
+    audit_webhook_mode: String,
+    /// The size of the buffer to store events before batching and writing.
+    #[arg(long, default_value_t = 10000)]
+    audit_webhook_batch_buffer_size: usize,
+    /// The maximum size of a batch.
+    #[arg(long, default_value_t = 400)]
+    audit_webhook_batch_max_size: usize,
+    /// The amount of time to wait before force writing the batch that hadn't reached
+    /// the max size.
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
+    audit_webhook_batch_max_wait: Duration,
+    /// The amount of time to wait before retrying the first failed request.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    audit_webhook_initial_backoff: Duration,
+    /// API group and version used for serializing audit events written to webhook.
+    #[arg(long, default_value = "audit.k8s.io/v1")]
+    audit_webhook_version: String,
     /// Root certificate bundle to use to verify client certificates on incoming
     /// requests before trusting usernames in headers specified by
     /// --requestheader-username-headers.
@@ -700,6 +725,24 @@ async fn main() -> anyhow::Result<()> {
         mode: ferrokube_apiserver::AuditLogMode::parse(&args.audit_log_mode)
             .map_err(anyhow::Error::msg)?,
         buffer_size: args.audit_log_batch_buffer_size,
+    };
+    if args.audit_webhook_version != "audit.k8s.io/v1" {
+        anyhow::bail!(
+            "--audit-webhook-version: {:?} is not supported; supported: audit.k8s.io/v1",
+            args.audit_webhook_version
+        );
+    }
+    opts.audit_webhook = ferrokube_apiserver::AuditWebhookOptions {
+        config_file: args.audit_webhook_config_file,
+        mode: ferrokube_apiserver::AuditLogMode::parse_flag(
+            "--audit-webhook-mode",
+            &args.audit_webhook_mode,
+        )
+        .map_err(anyhow::Error::msg)?,
+        buffer_size: args.audit_webhook_batch_buffer_size,
+        max_batch_size: args.audit_webhook_batch_max_size,
+        max_batch_wait: args.audit_webhook_batch_max_wait,
+        initial_backoff: args.audit_webhook_initial_backoff,
     };
     opts.requestheader_client_ca_file = args.requestheader_client_ca_file;
     opts.requestheader_allowed_names = args.requestheader_allowed_names;

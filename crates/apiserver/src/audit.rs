@@ -6,26 +6,29 @@
 //!
 //! Every request gets an audit ID (the client's `Audit-ID` header, else a new UUID),
 //! sent back in the `Audit-Id` response header whether or not auditing is on. With
-//! `--audit-policy-file` and `--audit-log-path`, the policy ([`policy`]) decides each
+//! `--audit-policy-file` and a backend (`--audit-log-path`, `--audit-webhook-config-file`
+//! or both), the policy ([`policy`]) decides each
 //! request's level after authentication, and the request's [`RequestAudit`] writes one
 //! event per stage it does not omit ([`event`]): `RequestReceived` once authenticated,
 //! `ResponseStarted` when a long-running request (watch, proxy, exec, attach,
 //! portforward, log) answers, `ResponseComplete` when its answer ends, `Panic` instead
 //! when the handler panicked; a request that fails authentication gets one
-//! `ResponseStarted` event. Events leave the request path through the log backend's
-//! bounded channel ([`log`]); bodies are decoded by its writer thread.
+//! `ResponseStarted` event. Events leave the request path through each backend's
+//! bounded queue: the log's writer thread ([`log`]) writes JSON lines, the webhook's
+//! task ([`webhook`]) POSTs EventLists.
 //!
 //! Deviations: the `authorization.k8s.io/reason` of an allowed request is empty
 //! (this apiserver's authorizers give no reason for an allow, which upstream's
 //! system:masters check does not either, but RBAC does); an upgraded request (exec,
 //! attach, portforward) gets its ResponseComplete when the 101 answer is sent, not
-//! when the stream ends; the webhook backend, `--audit-log-compress`,
-//! `--audit-log-truncate-*` and the batch tuning flags other than the buffer size are
-//! not offered.
+//! when the stream ends; `--audit-log-compress`, `--audit-log-truncate-*` and the
+//! log's batch tuning flags other than the buffer size are not offered (the
+//! webhook's are, but for its throttle and truncation).
 
 mod event;
 mod log;
 mod policy;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +39,7 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::BodyExt;
 
 pub use log::{AuditLogMode, AuditLogOptions, check_format};
+pub use webhook::AuditWebhookOptions;
 
 use event::{Event, ObjectRef, RawBody, RequestFacts};
 use policy::{Level, Policy, RequestAuditConfig, Stage};
@@ -65,19 +69,26 @@ impl AuditAnnotations {
     }
 }
 
-/// The policy and the backend: auditing is on when both are configured.
+/// The policy and the backends: auditing is on when the policy and at least one
+/// backend are configured.
 #[derive(Debug)]
 pub(crate) struct Auditor {
     policy: Policy,
-    backend: log::LogBackend,
+    /// The log's and the webhook's, each with its own queue.
+    backends: Vec<log::Backend>,
 }
 
 impl Auditor {
-    /// Reads and validates the policy file and opens the log (upstream: no policy
-    /// file, or no log path, means no audit events). The error says what is wrong.
+    /// Reads and validates the policy file and opens the log and the webhook
+    /// (upstream: no policy file, or no backend, means no audit events). The error
+    /// says what is wrong.
     pub(crate) fn new(
         policy_file: Option<&std::path::Path>,
         log: &AuditLogOptions,
+        webhook: Option<(
+            &AuditWebhookOptions,
+            crate::webhook_client::KubeconfigWebhook,
+        )>,
     ) -> Result<Option<Arc<Auditor>>, String> {
         let policy = match policy_file {
             Some(p) => {
@@ -90,14 +101,43 @@ impl Auditor {
             }
             None => None,
         };
-        let (Some(policy), Some(path)) = (policy, log.path.as_deref()) else {
-            if log.path.is_some() {
+        let Some(policy) = policy else {
+            if log.path.is_some() || webhook.is_some() {
                 tracing::info!("no --audit-policy-file: no audit events will be recorded");
             }
             return Ok(None);
         };
-        let backend = log::LogBackend::start(log, path)?;
-        Ok(Some(Arc::new(Auditor { policy, backend })))
+        let mut backends = Vec::new();
+        if let Some(path) = log.path.as_deref() {
+            backends.push(log::start(log, path)?);
+        }
+        if let Some((opts, webhook)) = webhook {
+            backends.push(webhook::start(opts, webhook));
+        }
+        if backends.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Auditor { policy, backends })))
+    }
+
+    /// Hands `event` to every backend, as its mode says.
+    async fn emit(&self, event: Event) {
+        if let Some((last, others)) = self.backends.split_last() {
+            for backend in others {
+                backend.emit(event.clone()).await;
+            }
+            last.emit(event).await;
+        }
+    }
+
+    /// [`Auditor::emit`] from code that cannot wait.
+    fn emit_detached(&self, event: Event) {
+        if let Some((last, others)) = self.backends.split_last() {
+            for backend in others {
+                backend.emit_detached(event.clone());
+            }
+            last.emit_detached(event);
+        }
     }
 }
 
@@ -317,7 +357,7 @@ impl RequestAudit {
             }
         };
         if let (Some(event), Some(auditor)) = (event, &self.0.auditor) {
-            auditor.backend.emit(event).await;
+            auditor.emit(event).await;
         }
     }
 
@@ -415,7 +455,7 @@ impl RequestAudit {
             // Upstream's failed-authentication event ignores omitStages.
             if let Some(mut e) = base(Stage::ResponseStarted) {
                 e.status = Some(serde_json::json!({ "message": message }));
-                auditor.backend.emit(e).await;
+                auditor.emit(e).await;
             }
             return resp;
         }
@@ -429,7 +469,7 @@ impl RequestAudit {
                     "reason": "InternalError",
                     "message": format!("APIServer panic'd: {message}"),
                 }));
-                auditor.backend.emit(e).await;
+                auditor.emit(e).await;
             }
             return resp;
         }
@@ -437,7 +477,7 @@ impl RequestAudit {
             if config.records(Stage::ResponseStarted)
                 && let Some(e) = base(Stage::ResponseStarted)
             {
-                auditor.backend.emit(e).await;
+                auditor.emit(e).await;
             }
             if !config.records(Stage::ResponseComplete) {
                 return resp;
@@ -483,7 +523,7 @@ impl RequestAudit {
             });
             resp = Response::from_parts(parts, http_body_util::Full::new(bytes).boxed_unsync());
         }
-        auditor.backend.emit(e).await;
+        auditor.emit(e).await;
         resp
     }
 }
@@ -500,7 +540,7 @@ impl Drop for CompleteOnDrop {
         if let Some(mut e) = self.event.take() {
             e.stage_timestamp = jiff::Timestamp::now();
             if tokio::runtime::Handle::try_current().is_ok() {
-                self.auditor.backend.emit_detached(e);
+                self.auditor.emit_detached(e);
             }
         }
     }
@@ -568,7 +608,7 @@ mod tests {
             path: Some(log.clone()),
             ..Default::default()
         };
-        let auditor = Auditor::new(Some(&policy), &options).unwrap().unwrap();
+        let auditor = Auditor::new(Some(&policy), &options, None).unwrap().unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let alice = UserInfo::new("alice", ["devs".to_string()]);
         let body = || http_body_util::Full::new(Bytes::from_static(b"{}")).boxed_unsync();

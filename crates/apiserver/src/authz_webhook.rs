@@ -38,6 +38,8 @@ use serde_json::{Value, json};
 
 use crate::webhook_client::KubeconfigWebhook;
 
+/// Upstream's first backoff for this webhook's retries.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// How long one review call may take (upstream's webhook request timeout).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reviews whose answers are kept at most.
@@ -165,7 +167,7 @@ impl WebhookAuthorizer {
         .into_bytes();
         let answer = self
             .webhook
-            .post_json_retrying(CALL_TIMEOUT, body)
+            .post_json_retrying(CALL_TIMEOUT, FIRST_BACKOFF, body)
             .await
             .map_err(|e| e.to_string())?;
         let review: Value = serde_json::from_slice(&answer)

@@ -53,7 +53,9 @@ use tokio::task::JoinHandle;
 
 pub use admission::AdmissionPlugins;
 pub use aggregator::AggregatorConfig;
-pub use audit::{AuditLogMode, AuditLogOptions, check_format as check_audit_log_format};
+pub use audit::{
+    AuditLogMode, AuditLogOptions, AuditWebhookOptions, check_format as check_audit_log_format,
+};
 pub use authz_webhook::{AuthorizationWebhookOptions, SubjectAccessReviewVersion};
 pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
@@ -524,6 +526,8 @@ pub struct Options {
     pub audit_policy_file: Option<std::path::PathBuf>,
     /// `--audit-log-*`: where and how audit events are written.
     pub audit_log: AuditLogOptions,
+    /// `--audit-webhook-*`: the webhook backend (off without a config file).
+    pub audit_webhook: AuditWebhookOptions,
     /// `--proxy-client-cert-file` / `--proxy-client-key-file`: the client certificate
     /// the aggregator presents to extension apiservers.
     pub proxy_client_cert_file: Option<std::path::PathBuf>,
@@ -659,6 +663,7 @@ impl Options {
             advertise_address: None,
             audit_policy_file: None,
             audit_log: AuditLogOptions::default(),
+            audit_webhook: AuditWebhookOptions::default(),
             proxy_client_cert_file: None,
             proxy_client_key_file: None,
             enable_aggregator_routing: false,
@@ -802,8 +807,26 @@ impl Options {
             request_header_file,
         );
         // The policy is checked before the store is touched: a bad file stops the start.
-        let audit = audit::Auditor::new(self.audit_policy_file.as_deref(), &self.audit_log)
-            .map_err(ConfigError::Audit)?;
+        let audit_webhook = match &self.audit_webhook.config_file {
+            Some(path) => Some((
+                &self.audit_webhook,
+                webhook_client::KubeconfigWebhook::from_file(path)
+                    .await
+                    .map_err(|e| {
+                        ConfigError::Audit(format!(
+                            "--audit-webhook-config-file {}: {e}",
+                            path.display()
+                        ))
+                    })?,
+            )),
+            None => None,
+        };
+        let audit = audit::Auditor::new(
+            self.audit_policy_file.as_deref(),
+            &self.audit_log,
+            audit_webhook,
+        )
+        .map_err(ConfigError::Audit)?;
         let mut authenticators: Vec<Box<dyn Authenticator>> = Vec::new();
         // First, as upstream: a front proxy's request is the user its headers name.
         if let (Some(front_proxy_ca), Some((_, config))) = (&request_header_ca, &request_header) {

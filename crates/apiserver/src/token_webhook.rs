@@ -30,6 +30,8 @@ use serde_json::json;
 
 use crate::webhook_client::KubeconfigWebhook;
 
+/// Upstream's first backoff for this webhook's retries.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// How long one TokenReview call may take (upstream's webhook request timeout).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upstream's token cache holds this many tokens.
@@ -137,7 +139,7 @@ impl TokenWebhook {
         .into_bytes();
         let answer = self
             .webhook
-            .post_json_retrying(CALL_TIMEOUT, body)
+            .post_json_retrying(CALL_TIMEOUT, FIRST_BACKOFF, body)
             .await
             .map_err(|e| AuthError::Webhook(e.to_string()))?;
         let review: serde_json::Value = serde_json::from_slice(&answer)

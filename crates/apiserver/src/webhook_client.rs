@@ -8,9 +8,10 @@
 //! client does. Without a caBundle nothing is trusted, so such calls fail (upstream
 //! falls back to the system roots).
 //!
-//! The authentication token webhook is reached as upstream's `GenericWebhook` reaches
-//! it: through a kubeconfig file ([`KubeconfigWebhook`]), whose cluster gives the URL
-//! and CA and whose user the client certificate or bearer token.
+//! The token authentication, authorization and audit webhooks are reached as
+//! upstream's `GenericWebhook` reaches them: through a kubeconfig file
+//! ([`KubeconfigWebhook`]), whose cluster gives the URL and CA and whose user the
+//! client certificate or bearer token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -386,15 +387,17 @@ impl KubeconfigWebhook {
 
     /// POSTs `body` (JSON), each try within `timeout`; the 200 answer's body. As
     /// upstream's `WithExponentialBackoff` with `DefaultShouldRetry`: a call answered
-    /// 429, 500 or 504, or whose connection was reset, is tried again after 0.5 s,
+    /// 429, 500 or 504, or whose connection was reset, is tried again after
+    /// `first_backoff` (upstream's authentication and authorization webhooks: 0.5 s),
     /// then 1.5 times longer each time, five tries in all.
     pub(crate) async fn post_json_retrying(
         &self,
         timeout: Duration,
+        first_backoff: Duration,
         body: Vec<u8>,
     ) -> Result<Vec<u8>, PostError> {
         const TRIES: u32 = 5;
-        let mut backoff = Duration::from_millis(500);
+        let mut backoff = first_backoff;
         let mut tries = 0;
         loop {
             tries += 1;

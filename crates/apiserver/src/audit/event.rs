@@ -59,7 +59,7 @@ pub(crate) struct RawBody {
 }
 
 /// What one stage adds to the request's facts.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Event {
     pub facts: Arc<RequestFacts>,
     pub stage: Stage,

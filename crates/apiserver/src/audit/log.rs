@@ -33,17 +33,22 @@ pub enum AuditLogMode {
 }
 
 impl AuditLogMode {
+    /// `--audit-log-mode`.
     pub fn parse(s: &str) -> Result<AuditLogMode, String> {
+        AuditLogMode::parse_flag("--audit-log-mode", s)
+    }
+
+    /// The mode flag `flag` of a backend (`--audit-log-mode`, `--audit-webhook-mode`).
+    pub fn parse_flag(flag: &str, s: &str) -> Result<AuditLogMode, String> {
         match s {
             "blocking" => Ok(AuditLogMode::Blocking),
             "batch" => Ok(AuditLogMode::Batch),
-            "blocking-strict" => Err(
-                "--audit-log-mode: \"blocking-strict\" is not supported; use \"blocking\" (no \
-                 event is lost; requests wait for the writer) or \"batch\""
-                    .into(),
-            ),
+            "blocking-strict" => Err(format!(
+                "{flag}: \"blocking-strict\" is not supported; use \"blocking\" (no event is \
+                 lost; requests wait for the backend) or \"batch\""
+            )),
             o => Err(format!(
-                "--audit-log-mode: invalid value {o:?}: supported values: \"batch\", \"blocking\""
+                "{flag}: invalid value {o:?}: supported values: \"batch\", \"blocking\""
             )),
         }
     }
@@ -91,32 +96,47 @@ pub fn check_format(format: &str) -> Result<(), String> {
     }
 }
 
-/// The request path's end of the log.
+/// The request path's end of a backend (the log's or the webhook's): a bounded
+/// queue that the backend's sender empties, filled as the backend's mode says.
 #[derive(Debug)]
-pub(crate) struct LogBackend {
+pub(crate) struct Backend {
     tx: mpsc::Sender<Event>,
     mode: AuditLogMode,
     dropped: Arc<AtomicU64>,
+    /// The mode flag, for the message about dropped events.
+    mode_flag: &'static str,
 }
 
-impl LogBackend {
-    /// Opens (creating, mode 0600) the file and starts the writer thread.
-    pub(crate) fn start(opts: &AuditLogOptions, path: &Path) -> Result<LogBackend, String> {
-        let out = if path == Path::new("-") {
-            Output::Stdout
-        } else {
-            Output::File(RotatingFile::open(path, opts)?)
-        };
-        let (tx, rx) = mpsc::channel(opts.buffer_size.max(1));
-        std::thread::Builder::new()
-            .name("audit-log".into())
-            .spawn(move || write_loop(rx, out))
-            .map_err(|e| format!("starting the audit log writer: {e}"))?;
-        Ok(LogBackend {
+/// Opens (creating, mode 0600) the file and starts the writer thread.
+pub(crate) fn start(opts: &AuditLogOptions, path: &Path) -> Result<Backend, String> {
+    let out = if path == Path::new("-") {
+        Output::Stdout
+    } else {
+        Output::File(RotatingFile::open(path, opts)?)
+    };
+    let (backend, rx) = Backend::new(opts.buffer_size, opts.mode, "--audit-log-mode");
+    std::thread::Builder::new()
+        .name("audit-log".into())
+        .spawn(move || write_loop(rx, out))
+        .map_err(|e| format!("starting the audit log writer: {e}"))?;
+    Ok(backend)
+}
+
+impl Backend {
+    /// The queue (`buffer_size` events) and the receiving end for the sender.
+    pub(crate) fn new(
+        buffer_size: usize,
+        mode: AuditLogMode,
+        mode_flag: &'static str,
+    ) -> (Backend, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel(buffer_size.max(1));
+        let backend = Backend {
             tx,
-            mode: opts.mode,
+            mode,
             dropped: Arc::default(),
-        })
+            mode_flag,
+        };
+        (backend, rx)
     }
 
     /// Queues an event (see the module's modes).
@@ -153,7 +173,8 @@ impl LogBackend {
                 tracing::error!(
                     audit_id = %event.facts.audit_id,
                     dropped = n,
-                    "audit buffer full: event dropped (--audit-log-mode=batch)"
+                    flag = self.mode_flag,
+                    "audit buffer full: event dropped (batch mode)"
                 );
             }
         }
