@@ -608,7 +608,9 @@ mod tests {
             path: Some(log.clone()),
             ..Default::default()
         };
-        let auditor = Auditor::new(Some(&policy), &options, None).unwrap().unwrap();
+        let auditor = Auditor::new(Some(&policy), &options, None)
+            .unwrap()
+            .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let alice = UserInfo::new("alice", ["devs".to_string()]);
         let body = || http_body_util::Full::new(Bytes::from_static(b"{}")).boxed_unsync();

@@ -90,6 +90,9 @@ pub struct Config {
     pub goaway_chance: f64,
     pub registry: Arc<Registry>,
     pub tls: Arc<rustls::ServerConfig>,
+    /// The TLS configuration for a client that sends no server name, by the address
+    /// it reached: each `--tls-sni-cert-key` pair named by an IP address.
+    pub tls_by_local_ip: Vec<(std::net::IpAddr, Arc<rustls::ServerConfig>)>,
     pub authenticator: Arc<dyn Authenticator>,
     /// The `--authorization-mode` chain.
     pub(crate) authorizer: Arc<authz_webhook::Authorization>,
@@ -273,7 +276,10 @@ impl Server {
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
         });
-        let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
+        let acceptor = Handshake {
+            config: config.tls,
+            by_local_ip: Arc::new(config.tls_by_local_ip),
+        };
         let task = tokio::spawn(accept_loop(
             listener,
             acceptor,
@@ -384,9 +390,45 @@ async fn run_endpoint_lease(registry: Arc<Registry>, mut shutdown: watch::Receiv
 /// own limit, so that a client cannot open more streams than it would use).
 const DEFAULT_HTTP2_MAX_STREAMS: u32 = 100;
 
+/// The TLS handshake of a connection: the server's configuration, or, for a client
+/// that sends no server name to an address a `--tls-sni-cert-key` pair is named by,
+/// that pair's (upstream's `GetConfigForClient`).
+#[derive(Clone)]
+struct Handshake {
+    config: Arc<rustls::ServerConfig>,
+    by_local_ip: Arc<Vec<(std::net::IpAddr, Arc<rustls::ServerConfig>)>>,
+}
+
+impl Handshake {
+    async fn accept(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        if self.by_local_ip.is_empty() {
+            return tokio_rustls::TlsAcceptor::from(self.config.clone())
+                .accept(tcp)
+                .await;
+        }
+        let local = tcp.local_addr()?.ip().to_canonical();
+        let start =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
+        let config = match start.client_hello().server_name() {
+            Some(_) => None,
+            None => self
+                .by_local_ip
+                .iter()
+                .find(|(ip, _)| *ip == local)
+                .map(|(_, config)| config.clone()),
+        };
+        start
+            .into_stream(config.unwrap_or_else(|| self.config.clone()))
+            .await
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
+    acceptor: Handshake,
     state: Arc<handler::State>,
     mut shutdown: watch::Receiver<bool>,
     http2_max_streams: u32,
@@ -784,6 +826,20 @@ impl Options {
             ));
             sni_pairs.push((pair, named.names.clone()));
         }
+        // Pairs named by an address: upstream serves them to clients that send no
+        // server name and reach the apiserver on that address.
+        let by_local_ip: Vec<(
+            std::net::IpAddr,
+            Arc<ferrokube_pki::serving::ServingCertificate>,
+        )> = sni_pairs
+            .iter()
+            .flat_map(|(pair, names): &(Arc<_>, Vec<String>)| {
+                names
+                    .iter()
+                    .filter_map(|n| n.parse::<std::net::IpAddr>().ok())
+                    .map(move |ip| (ip.to_canonical(), pair.clone()))
+            })
+            .collect();
         let resolver: Arc<dyn rustls::server::ResolvesServerCert> = if sni_pairs.is_empty() {
             serving.clone()
         } else {
@@ -796,6 +852,14 @@ impl Options {
             &self.tls,
         )
         .map_err(|e| ServerError::Tls(e.to_string()))?;
+        let tls_by_local_ip = by_local_ip
+            .into_iter()
+            .map(|(ip, pair)| {
+                let mut config = (*tls).clone();
+                config.cert_resolver = pair;
+                (ip, Arc::new(config))
+            })
+            .collect();
         let certificate_files = cert_reload::CertificateFiles::new(
             ferrokube_pki::reload::ServingFiles::new(
                 (self.tls_cert_file.clone(), &cert),
@@ -1035,6 +1099,7 @@ impl Options {
             goaway_chance: self.goaway_chance,
             registry,
             tls,
+            tls_by_local_ip,
             authenticator: Arc::new(if self.anonymous_auth {
                 ferrokube_auth::UnionAuthenticator::new(authenticators)
                     .with_anonymous(ferrokube_auth::AnonymousAuthenticator)

@@ -213,9 +213,10 @@ impl std::str::FromStr for NamedCertKey {
 /// a pair given names is chosen only for those. Each pair may be replaced while the
 /// port serves (see [`ServingCertificate`]), its certificate's names with it.
 ///
-/// Upstream also matches a pair named by an IP address to a client that sent no
-/// name, by the address the connection came in on; rustls's hello does not carry
-/// that address, so here such a client gets the default pair.
+/// A pair named by an IP address is for a client that sends no name and reaches the
+/// server on that address; rustls's hello does not carry the address, so the server
+/// chooses that pair before the handshake (ferrokube-apiserver's `Handshake`), and
+/// here such a client gets the default pair.
 #[derive(Debug)]
 pub struct SniCertificates {
     default: Arc<ServingCertificate>,

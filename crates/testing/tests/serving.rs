@@ -411,3 +411,58 @@ async fn sni_chooses_the_certificate_by_server_name() {
     assert_eq!(code, 200);
     server.stop().await;
 }
+
+/// The `--tls-sni-cert-key` pair of
+/// [`a_pair_named_by_an_address_serves_clients_that_send_no_name_there`].
+static IP_PAIR: std::sync::OnceLock<(std::path::PathBuf, std::path::PathBuf)> =
+    std::sync::OnceLock::new();
+
+#[tokio::test]
+async fn a_pair_named_by_an_address_serves_clients_that_send_no_name_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = ferrokube_pki::CertificateAuthority::generate("ip-ca")
+        .unwrap()
+        .issue_serving_cert(
+            "loopback",
+            &[],
+            &[std::net::Ipv4Addr::LOCALHOST.into()],
+            ferrokube_pki::Validity::leaf_default(),
+        )
+        .unwrap();
+    let (cert, key) = (dir.path().join("ip.crt"), dir.path().join("ip.key"));
+    std::fs::write(&cert, &pair.cert_pem).unwrap();
+    std::fs::write(&key, &pair.key_pem).unwrap();
+    IP_PAIR.set((cert, key)).unwrap();
+    let server = TestApiServer::start_with(|o| {
+        let (cert, key) = IP_PAIR.get().unwrap().clone();
+        // `--tls-sni-cert-key=ip.crt,ip.key:127.0.0.1`
+        o.tls_sni_cert_keys = vec![ferrokube_pki::serving::NamedCertKey {
+            cert_file: cert,
+            key_file: key,
+            names: vec!["127.0.0.1".into()],
+        }];
+    })
+    .await
+    .unwrap();
+    let ip_leaf = ferrokube_pki::pem::parse_cert_pem(&pair.cert_pem)
+        .unwrap()
+        .to_vec();
+    // The test server listens on 127.0.0.1; a client dialling the address sends no
+    // server name.
+    let by_address = served_certificate(
+        &server,
+        rustls_pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
+    )
+    .await;
+    assert_eq!(by_address, ip_leaf);
+    // A client that names a server gets the name's pair (here the default one).
+    let named = served_certificate(
+        &server,
+        rustls_pki_types::ServerName::try_from("localhost").unwrap(),
+    )
+    .await;
+    assert_ne!(named, ip_leaf);
+    // (The test's own clients dial 127.0.0.1 too, and now meet a certificate of
+    // another CA: no API request here.)
+    server.stop().await;
+}
