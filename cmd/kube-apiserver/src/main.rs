@@ -438,8 +438,8 @@ struct Args {
     authentication_token_webhook_cache_ttl: Duration,
     /// The API version of the authentication.k8s.io TokenReview to send to and expect
     /// from the webhook.
-    #[arg(long, default_value = "v1beta1")]
-    authentication_token_webhook_version: ferrokube_apiserver::TokenReviewVersion,
+    #[arg(long, default_value = "v1beta1", value_parser = |s: &str| ferrokube_apiserver::ReviewVersion::parse("authentication", s))]
+    authentication_token_webhook_version: ferrokube_apiserver::ReviewVersion,
     /// File with webhook configuration in kubeconfig format, used with
     /// --authorization-mode=Webhook. The API server will query the remote service to
     /// determine access on the API server's secure port.
@@ -447,8 +447,8 @@ struct Args {
     authorization_webhook_config_file: Option<PathBuf>,
     /// The API version of the authorization.k8s.io SubjectAccessReview to send to and
     /// expect from the webhook.
-    #[arg(long, default_value = "v1beta1")]
-    authorization_webhook_version: ferrokube_apiserver::SubjectAccessReviewVersion,
+    #[arg(long, default_value = "v1beta1", value_parser = |s: &str| ferrokube_apiserver::ReviewVersion::parse("authorization", s))]
+    authorization_webhook_version: ferrokube_apiserver::ReviewVersion,
     /// The duration to cache 'authorized' responses from the webhook authorizer.
     #[arg(long, default_value = "5m0s", value_parser = parse_go_duration)]
     authorization_webhook_cache_authorized_ttl: Duration,

@@ -56,7 +56,7 @@ pub use aggregator::AggregatorConfig;
 pub use audit::{
     AuditLogMode, AuditLogOptions, AuditWebhookOptions, check_format as check_audit_log_format,
 };
-pub use authz_webhook::{AuthorizationWebhookOptions, SubjectAccessReviewVersion};
+pub use authz_webhook::AuthorizationWebhookOptions;
 pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
@@ -65,7 +65,7 @@ pub use health::StorageCheckTimeouts;
 pub use lifecycle::{ShutdownOptions, strict_transport_security};
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
-pub use token_webhook::TokenReviewVersion;
+pub use webhook_client::ReviewVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -627,7 +627,7 @@ pub struct Options {
     /// `--authentication-token-webhook-cache-ttl` (default 2m0s).
     pub authentication_token_webhook_cache_ttl: Duration,
     /// `--authentication-token-webhook-version` (default v1beta1).
-    pub authentication_token_webhook_version: TokenReviewVersion,
+    pub authentication_token_webhook_version: ReviewVersion,
     /// `--authorization-webhook-*`: the service the `Webhook` authorization mode asks.
     pub authorization_webhook: AuthorizationWebhookOptions,
     /// `--request-timeout` (default 1m0s): see [`Config::request_timeout`].
@@ -728,7 +728,7 @@ impl Options {
             oidc_ca_file: None,
             authentication_token_webhook_config_file: None,
             authentication_token_webhook_cache_ttl: Duration::from_secs(120),
-            authentication_token_webhook_version: TokenReviewVersion::V1beta1,
+            authentication_token_webhook_version: ReviewVersion::V1beta1,
             authorization_webhook: AuthorizationWebhookOptions::default(),
             request_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),

@@ -28,7 +28,7 @@ use k8s_openapi::api::authentication::v1::TokenReviewStatus;
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::webhook_client::KubeconfigWebhook;
+use crate::webhook_client::{KubeconfigWebhook, ReviewVersion};
 
 /// Upstream's first backoff for this webhook's retries.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -36,36 +36,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upstream's token cache holds this many tokens.
 const CACHE_SIZE: usize = 4096;
-
-/// `--authentication-token-webhook-version`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenReviewVersion {
-    V1,
-    V1beta1,
-}
-
-impl std::str::FromStr for TokenReviewVersion {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "v1" => Ok(TokenReviewVersion::V1),
-            "v1beta1" => Ok(TokenReviewVersion::V1beta1),
-            other => Err(format!(
-                "unsupported authentication webhook version {other:?}, supported versions are \"v1\", \"v1beta1\""
-            )),
-        }
-    }
-}
-
-impl TokenReviewVersion {
-    fn api_version(self) -> &'static str {
-        match self {
-            TokenReviewVersion::V1 => "authentication.k8s.io/v1",
-            TokenReviewVersion::V1beta1 => "authentication.k8s.io/v1beta1",
-        }
-    }
-}
 
 /// A token's HMAC under the cache's random key.
 type TokenKey = [u8; 32];
@@ -75,7 +45,7 @@ type CachedAnswer = (Instant, Option<UserInfo>);
 /// The webhook token authenticator with its cache.
 pub(crate) struct TokenWebhook {
     webhook: KubeconfigWebhook,
-    version: TokenReviewVersion,
+    version: ReviewVersion,
     audiences: Vec<String>,
     ttl: Duration,
     cache_key: ring::hmac::Key,
@@ -85,7 +55,7 @@ pub(crate) struct TokenWebhook {
 impl TokenWebhook {
     pub(crate) async fn from_file(
         path: &Path,
-        version: TokenReviewVersion,
+        version: ReviewVersion,
         audiences: Vec<String>,
         ttl: Duration,
     ) -> Result<TokenWebhook, String> {
@@ -129,7 +99,7 @@ impl TokenWebhook {
     /// One TokenReview, retried as upstream retries webhook calls.
     async fn review(&self, token: &str) -> Result<TokenReviewStatus, AuthError> {
         let body = json!({
-            "apiVersion": self.version.api_version(),
+            "apiVersion": self.version.api_version("authentication.k8s.io"),
             "kind": "TokenReview",
             "metadata": {"creationTimestamp": null},
             "spec": {"token": token, "audiences": self.audiences},
@@ -213,7 +183,7 @@ mod tests {
         let rng = ring::rand::SystemRandom::new();
         TokenWebhook {
             webhook: KubeconfigWebhook::unreachable_for_tests(),
-            version: TokenReviewVersion::V1,
+            version: ReviewVersion::V1,
             audiences: audiences.iter().map(|a| a.to_string()).collect(),
             ttl: Duration::from_secs(120),
             cache_key: ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap(),
@@ -278,12 +248,14 @@ mod tests {
 
     #[test]
     fn the_version_flag_takes_upstreams_values_only() {
-        assert_eq!("v1".parse(), Ok(TokenReviewVersion::V1));
-        assert_eq!("v1beta1".parse(), Ok(TokenReviewVersion::V1beta1));
-        assert!(
-            "v2".parse::<TokenReviewVersion>()
-                .unwrap_err()
-                .contains("v2")
+        assert_eq!(
+            ReviewVersion::parse("authentication", "v1beta1"),
+            Ok(ReviewVersion::V1beta1)
+        );
+        let err = ReviewVersion::parse("authentication", "v2").unwrap_err();
+        assert_eq!(
+            err,
+            "unsupported authentication webhook version \"v2\", supported versions are \"v1\", \"v1beta1\""
         );
     }
 }

@@ -279,6 +279,36 @@ async fn post_within(
     }
 }
 
+/// The version of the review API a kubeconfig webhook speaks
+/// (`--authentication-token-webhook-version`, `--authorization-webhook-version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewVersion {
+    V1,
+    V1beta1,
+}
+
+impl ReviewVersion {
+    /// Upstream's parsing, `webhook` naming it in the message (`authentication`,
+    /// `authorization`).
+    pub fn parse(webhook: &str, s: &str) -> Result<ReviewVersion, String> {
+        match s {
+            "v1" => Ok(ReviewVersion::V1),
+            "v1beta1" => Ok(ReviewVersion::V1beta1),
+            other => Err(format!(
+                "unsupported {webhook} webhook version {other:?}, supported versions are \"v1\", \"v1beta1\""
+            )),
+        }
+    }
+
+    /// The review's `apiVersion` in `group`.
+    pub(crate) fn api_version(self, group: &str) -> String {
+        match self {
+            ReviewVersion::V1 => format!("{group}/v1"),
+            ReviewVersion::V1beta1 => format!("{group}/v1beta1"),
+        }
+    }
+}
+
 /// A webhook a kubeconfig file describes (upstream `GenericWebhook`): its current
 /// context's cluster (`server`, `certificate-authority[-data]`, `tls-server-name`)
 /// and user (`client-certificate[-data]` with `client-key[-data]`, `token` or

@@ -14,7 +14,7 @@ use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 
 pub mod webhook_server;
-pub use webhook_server::WebhookServer;
+pub use webhook_server::{RecordingWebhook, WebhookServer};
 
 /// The service account token issuer of test servers.
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -382,6 +382,23 @@ impl TestApiServer {
         let ca_pem = std::fs::read_to_string(self.dir.path().join("pki/ca.crt"))?;
         let yaml = ferrokube_pki::kubeconfig_token_yaml("test", &self.url, &ca_pem, "token", token);
         self.client_from_kubeconfig(&yaml).await
+    }
+
+    /// A SelfSubjectReview sent with `token` as the bearer token: the status code and
+    /// the body (who the apiserver takes the token for, or the 401's Status).
+    pub async fn review_self_with_token(
+        &self,
+        token: &str,
+    ) -> Result<(u16, serde_json::Value), TestServerError> {
+        let client = self.client_with_token(token).await?;
+        let (code, _, body) = Self::send_json(
+            &client,
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await?;
+        Ok((code, body))
     }
 
     async fn client_from_kubeconfig(&self, yaml: &str) -> Result<kube::Client, TestServerError> {

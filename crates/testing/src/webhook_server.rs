@@ -163,6 +163,71 @@ impl WebhookServer {
     }
 }
 
+/// A webhook server that records what it is sent: each request's `Authorization`
+/// header and JSON body, answered by the test's function of the body. For the
+/// webhooks the apiserver reaches through a kubeconfig (token authentication,
+/// authorization, audit).
+pub struct RecordingWebhook {
+    pub server: WebhookServer,
+    requests: Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+}
+
+impl RecordingWebhook {
+    pub async fn start<F>(answer: F) -> Result<RecordingWebhook, TestServerError>
+    where
+        F: Fn(&Value) -> Value + Send + Sync + 'static,
+    {
+        let requests: Arc<std::sync::Mutex<Vec<(String, Value)>>> = Arc::default();
+        let seen = requests.clone();
+        let server = WebhookServer::start_with_headers(move |_path, headers, body| {
+            let caller = headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let reply = answer(&body);
+            if let Ok(mut seen) = seen.lock() {
+                seen.push((caller, body));
+            }
+            async move { reply }
+        })
+        .await?;
+        Ok(RecordingWebhook { server, requests })
+    }
+
+    /// The requests so far: the caller's `Authorization` header and the body.
+    pub fn requests(&self) -> Vec<(String, Value)> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// How many requests arrived.
+    pub fn calls(&self) -> usize {
+        self.requests.lock().map(|r| r.len()).unwrap_or_default()
+    }
+
+    /// Writes a kubeconfig naming the server at `path` (its CA, and `token` as the
+    /// bearer token the apiserver presents) into `dir`; returns the file.
+    pub fn write_kubeconfig(
+        &self,
+        dir: &std::path::Path,
+        path: &str,
+        token: &str,
+    ) -> Result<std::path::PathBuf, TestServerError> {
+        let file = dir.join("webhook.kubeconfig");
+        std::fs::write(
+            &file,
+            ferrokube_pki::kubeconfig_token_yaml(
+                "webhook",
+                &self.server.url(path),
+                &self.server.ca_pem,
+                "kube-apiserver",
+                token,
+            ),
+        )?;
+        Ok(file)
+    }
+}
+
 impl Drop for WebhookServer {
     fn drop(&mut self) {
         self.task.abort();

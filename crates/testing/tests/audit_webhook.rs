@@ -5,10 +5,10 @@
 //! on as well, each event goes to both.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use ferrokube_testing::{TestApiServer, WebhookServer};
+use ferrokube_testing::{RecordingWebhook, TestApiServer};
 use serde_json::{Value, json};
 
 const CALLER_TOKEN: &str = "apiserver-to-audit-sink";
@@ -41,32 +41,11 @@ fn with_audit_webhook(o: &mut ferrokube_apiserver::Options) {
 
 #[tokio::test]
 async fn recorded_events_reach_the_webhook_as_event_lists() {
-    let batches: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
-    let seen = batches.clone();
-    let sink = WebhookServer::start_with_headers(move |_path, headers: http::HeaderMap, list| {
-        let caller = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        seen.lock().unwrap().push((caller, list));
-        async { json!({}) }
-    })
-    .await
-    .unwrap();
+    let sink = RecordingWebhook::start(|_| json!({})).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("audit-webhook.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        ferrokube_pki::kubeconfig_token_yaml(
-            "audit-sink",
-            &sink.url("/events"),
-            &sink.ca_pem,
-            "kube-apiserver",
-            CALLER_TOKEN,
-        ),
-    )
-    .unwrap();
+    let kubeconfig = sink
+        .write_kubeconfig(dir.path(), "/events", CALLER_TOKEN)
+        .unwrap();
     FILES.set((kubeconfig, dir.path().to_path_buf())).unwrap();
     let server = TestApiServer::start_with(with_audit_webhook).await.unwrap();
 
@@ -87,7 +66,7 @@ async fn recorded_events_reach_the_webhook_as_event_lists() {
     };
     let deadline = tokio::time::Instant::now() + DEADLINE;
     let (caller, list, event) = loop {
-        let found = batches.lock().unwrap().iter().find_map(|(caller, list)| {
+        let found = sink.requests().into_iter().find_map(|(caller, list)| {
             list["items"]
                 .as_array()
                 .and_then(|items| items.iter().find(|e| is_the_create(e)))
@@ -99,7 +78,7 @@ async fn recorded_events_reach_the_webhook_as_event_lists() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no event for the create reached the sink: {:?}",
-            batches.lock().unwrap()
+            sink.requests()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -110,7 +89,7 @@ async fn recorded_events_reach_the_webhook_as_event_lists() {
     assert_eq!(event["stage"], "ResponseComplete");
     assert_eq!(event["responseStatus"]["code"], 201);
     // Nothing the policy leaves at None is sent.
-    for (_, list) in batches.lock().unwrap().iter() {
+    for (_, list) in sink.requests() {
         for e in list["items"].as_array().unwrap() {
             assert_eq!(e["objectRef"]["resource"], "configmaps", "{e}");
         }

@@ -7,11 +7,10 @@
 //! incomplete. A Webhook mode without a config file stops the start.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use ferrokube_apiserver::{AuthorizationMode, Options, SubjectAccessReviewVersion};
-use ferrokube_testing::{TestApiServer, WebhookServer};
+use ferrokube_apiserver::{AuthorizationMode, Options, ReviewVersion};
+use ferrokube_testing::{RecordingWebhook, TestApiServer};
 use serde_json::{Value, json};
 
 /// What the apiserver presents to the policy service (the kubeconfig's user).
@@ -23,67 +22,31 @@ fn with_webhook(o: &mut Options) {
     if let Some(path) = CONFIG.get() {
         o.authorization_modes = vec![AuthorizationMode::Rbac, AuthorizationMode::Webhook];
         o.authorization_webhook.config_file = Some(path.clone());
-        o.authorization_webhook.version = SubjectAccessReviewVersion::V1;
+        o.authorization_webhook.version = ReviewVersion::V1;
     }
 }
 
-/// The fake policy service: `jane` may list configmaps and impersonate `bob`;
-/// secrets are denied to her with a reason; everything else gets no opinion.
-struct PolicyService {
-    server: WebhookServer,
-    reviews: Arc<Mutex<Vec<(String, Value)>>>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl PolicyService {
-    async fn start() -> PolicyService {
-        let reviews = Arc::new(Mutex::new(Vec::new()));
-        let calls = Arc::new(AtomicUsize::new(0));
-        let (seen, count) = (reviews.clone(), calls.clone());
-        let server =
-            WebhookServer::start_with_headers(move |_path, headers: http::HeaderMap, review| {
-                count.fetch_add(1, Ordering::SeqCst);
-                let caller = headers
-                    .get(http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                seen.lock().unwrap().push((caller, review.clone()));
-                let spec = &review["spec"];
-                let ra = &spec["resourceAttributes"];
-                let status = match (
-                    spec["user"].as_str(),
-                    ra["verb"].as_str(),
-                    ra["resource"].as_str(),
-                    ra["name"].as_str(),
-                ) {
-                    (Some("jane"), Some("list"), Some("configmaps"), _) => {
-                        json!({"allowed": true})
-                    }
-                    (Some("jane"), Some("impersonate"), Some("users"), Some("bob")) => {
-                        json!({"allowed": true})
-                    }
-                    (Some("jane"), _, Some("secrets"), _) => {
-                        json!({"allowed": false, "denied": true, "reason": "secrets are off limits"})
-                    }
-                    _ => json!({"allowed": false}),
-                };
-                let answer = json!({"apiVersion": review["apiVersion"],
-                    "kind": "SubjectAccessReview", "status": status});
-                async move { answer }
-            })
-            .await
-            .unwrap();
-        PolicyService {
-            server,
-            reviews,
-            calls,
+/// The fake policy service's answer: `jane` may list configmaps and impersonate
+/// `bob`; secrets are denied to her with a reason; everything else gets no opinion.
+fn policy_service(review: &Value) -> Value {
+    let spec = &review["spec"];
+    let ra = &spec["resourceAttributes"];
+    let status = match (
+        spec["user"].as_str(),
+        ra["verb"].as_str(),
+        ra["resource"].as_str(),
+        ra["name"].as_str(),
+    ) {
+        (Some("jane"), Some("list"), Some("configmaps"), _) => json!({"allowed": true}),
+        (Some("jane"), Some("impersonate"), Some("users"), Some("bob")) => {
+            json!({"allowed": true})
         }
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
+        (Some("jane"), _, Some("secrets"), _) => {
+            json!({"allowed": false, "denied": true, "reason": "secrets are off limits"})
+        }
+        _ => json!({"allowed": false}),
+    };
+    json!({"apiVersion": review["apiVersion"], "kind": "SubjectAccessReview", "status": status})
 }
 
 async fn get(client: &kube::Client, path: &str) -> (u16, Value) {
@@ -97,20 +60,11 @@ async fn get(client: &kube::Client, path: &str) -> (u16, Value) {
 
 #[tokio::test]
 async fn what_rbac_does_not_allow_the_webhook_decides() {
-    let policy = PolicyService::start().await;
+    let policy = RecordingWebhook::start(policy_service).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("authz-webhook.kubeconfig");
-    std::fs::write(
-        &config,
-        ferrokube_pki::kubeconfig_token_yaml(
-            "policy-service",
-            &policy.server.url("/authorize"),
-            &policy.server.ca_pem,
-            "kube-apiserver",
-            CALLER_TOKEN,
-        ),
-    )
-    .unwrap();
+    let config = policy
+        .write_kubeconfig(dir.path(), "/authorize", CALLER_TOKEN)
+        .unwrap();
     CONFIG.set(config).unwrap();
     let server = TestApiServer::start_with(with_webhook).await.unwrap();
     let jane = server.client_as("jane", &["devs"]).await.unwrap();
@@ -126,7 +80,7 @@ async fn what_rbac_does_not_allow_the_webhook_decides() {
     assert_eq!(body["kind"], "ConfigMapList");
     assert_eq!(policy.calls(), 1);
     {
-        let reviews = policy.reviews.lock().unwrap();
+        let reviews = policy.requests();
         let (caller, sent) = &reviews[0];
         assert_eq!(caller, &format!("Bearer {CALLER_TOKEN}"));
         assert_eq!(sent["apiVersion"], "authorization.k8s.io/v1");

@@ -10,7 +10,6 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-const WHOAMI: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 const EXTRA_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 
 /// Creates `bootstrap-token-<id>` in kube-system with `string_data` (written as
@@ -31,16 +30,7 @@ async fn create_token_secret(client: &kube::Client, id: &str, string_data: Value
 
 /// A SelfSubjectReview with `token`: the status code and the body.
 async fn whoami(server: &TestApiServer, token: &str) -> (u16, Value) {
-    let client = server.client_with_token(token).await.unwrap();
-    let (code, _, body) = TestApiServer::send_json(
-        &client,
-        "POST",
-        WHOAMI,
-        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
-    )
-    .await
-    .unwrap();
-    (code, body)
+    server.review_self_with_token(token).await.unwrap()
 }
 
 fn in_future() -> String {

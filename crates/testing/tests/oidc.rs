@@ -171,16 +171,7 @@ impl FakeIssuer {
 
 /// A SelfSubjectReview with `token`: the status code and the body.
 async fn whoami(server: &TestApiServer, token: &str) -> (u16, Value) {
-    let client = server.client_with_token(token).await.unwrap();
-    let (code, _, body) = TestApiServer::send_json(
-        &client,
-        "POST",
-        WHOAMI,
-        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
-    )
-    .await
-    .unwrap();
-    (code, body)
+    server.review_self_with_token(token).await.unwrap()
 }
 
 /// Retries the review until it is a 201 or [`KEYS_DEADLINE`] passes.

@@ -7,14 +7,12 @@
 //! read stops the start.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use ferrokube_apiserver::{Options, TokenReviewVersion};
-use ferrokube_testing::{TestApiServer, WebhookServer};
+use ferrokube_apiserver::{Options, ReviewVersion};
+use ferrokube_testing::{RecordingWebhook, TestApiServer};
 use serde_json::{Value, json};
 
-const WHOAMI: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 /// What the apiserver presents to the token service (the kubeconfig's user).
 const CALLER_TOKEN: &str = "apiserver-to-webhook";
@@ -25,91 +23,36 @@ static CONFIG: OnceLock<PathBuf> = OnceLock::new();
 fn with_webhook(o: &mut Options) {
     if let Some(path) = CONFIG.get() {
         o.authentication_token_webhook_config_file = Some(path.clone());
-        o.authentication_token_webhook_version = TokenReviewVersion::V1;
+        o.authentication_token_webhook_version = ReviewVersion::V1;
     }
 }
 
-/// The fake token service: the reviews it was sent (with the caller's
-/// `Authorization` header) and its answers.
-struct TokenService {
-    server: WebhookServer,
-    reviews: Arc<Mutex<Vec<(String, Value)>>>,
-    calls: Arc<AtomicUsize>,
+/// The fake token service's answer to a review: `jane-token` is jane,
+/// `expired-token` is refused with an error, anything else is refused.
+fn token_service(review: &Value) -> Value {
+    let status = match review["spec"]["token"].as_str() {
+        Some("jane-token") => json!({
+            "authenticated": true,
+            "user": {"username": "jane", "uid": "42", "groups": ["devs"],
+                "extra": {"team": ["storage"]}},
+        }),
+        Some("expired-token") => json!({"authenticated": false, "error": "token expired"}),
+        _ => json!({"authenticated": false}),
+    };
+    json!({"apiVersion": review["apiVersion"], "kind": "TokenReview", "status": status})
 }
 
-impl TokenService {
-    async fn start() -> TokenService {
-        let reviews = Arc::new(Mutex::new(Vec::new()));
-        let calls = Arc::new(AtomicUsize::new(0));
-        let (seen, count) = (reviews.clone(), calls.clone());
-        let server =
-            WebhookServer::start_with_headers(move |_path, headers: http::HeaderMap, review| {
-                count.fetch_add(1, Ordering::SeqCst);
-                let caller = headers
-                    .get(http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                seen.lock().unwrap().push((caller, review.clone()));
-                let status = match review["spec"]["token"].as_str() {
-                    Some("jane-token") => json!({
-                        "authenticated": true,
-                        "user": {"username": "jane", "uid": "42", "groups": ["devs"],
-                            "extra": {"team": ["storage"]}},
-                    }),
-                    Some("expired-token") => {
-                        json!({"authenticated": false, "error": "token expired"})
-                    }
-                    _ => json!({"authenticated": false}),
-                };
-                let answer = json!({"apiVersion": review["apiVersion"], "kind": "TokenReview",
-                    "status": status});
-                async move { answer }
-            })
-            .await
-            .unwrap();
-        TokenService {
-            server,
-            reviews,
-            calls,
-        }
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-/// A SelfSubjectReview with `token`: the status code and the body.
 async fn whoami(server: &TestApiServer, token: &str) -> (u16, Value) {
-    let client = server.client_with_token(token).await.unwrap();
-    let (code, _, body) = TestApiServer::send_json(
-        &client,
-        "POST",
-        WHOAMI,
-        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
-    )
-    .await
-    .unwrap();
-    (code, body)
+    server.review_self_with_token(token).await.unwrap()
 }
 
 #[tokio::test]
 async fn tokens_the_webhook_accepts_authenticate_and_its_answers_are_cached() {
-    let service = TokenService::start().await;
+    let service = RecordingWebhook::start(token_service).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("token-webhook.kubeconfig");
-    std::fs::write(
-        &config,
-        ferrokube_pki::kubeconfig_token_yaml(
-            "token-service",
-            &service.server.url("/authenticate"),
-            &service.server.ca_pem,
-            "kube-apiserver",
-            CALLER_TOKEN,
-        ),
-    )
-    .unwrap();
+    let config = service
+        .write_kubeconfig(dir.path(), "/authenticate", CALLER_TOKEN)
+        .unwrap();
     CONFIG.set(config).unwrap();
     let server = TestApiServer::start_with(with_webhook).await.unwrap();
 
@@ -122,7 +65,7 @@ async fn tokens_the_webhook_accepts_authenticate_and_its_answers_are_cached() {
     assert_eq!(user["extra"], json!({"team": ["storage"]}));
     assert_eq!(service.calls(), 1);
     {
-        let reviews = service.reviews.lock().unwrap();
+        let reviews = service.requests();
         let (caller, sent) = &reviews[0];
         assert_eq!(caller, &format!("Bearer {CALLER_TOKEN}"));
         assert_eq!(sent["apiVersion"], "authentication.k8s.io/v1");
@@ -170,7 +113,7 @@ async fn tokens_the_webhook_accepts_authenticate_and_its_answers_are_cached() {
         let (code, _, body) = TestApiServer::send_json(
             &server.client,
             "POST",
-            WHOAMI,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
             &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
         )
         .await
