@@ -896,6 +896,87 @@ mod tests {
     }
 
     #[test]
+    fn webhook_flags_with_upstreams_defaults_and_values() {
+        use ferrokube_apiserver::ReviewVersion;
+        let defaults = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+        ])
+        .unwrap();
+        assert_eq!(
+            defaults.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            defaults.authentication_token_webhook_version,
+            ReviewVersion::V1beta1
+        );
+        assert_eq!(
+            defaults.authorization_webhook_version,
+            ReviewVersion::V1beta1
+        );
+        assert_eq!(
+            defaults.authorization_webhook_cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            defaults.authorization_webhook_cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
+        assert_eq!(defaults.audit_webhook_mode, "batch");
+        assert_eq!(defaults.audit_webhook_batch_max_size, 400);
+        assert_eq!(
+            defaults.audit_webhook_batch_max_wait,
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            defaults.audit_webhook_initial_backoff,
+            Duration::from_secs(10)
+        );
+        let set = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--authentication-token-webhook-config-file=/etc/authn.kubeconfig",
+            "--authentication-token-webhook-cache-ttl=10s",
+            "--authentication-token-webhook-version=v1",
+            "--authorization-mode=Node,Webhook,RBAC",
+            "--authorization-webhook-config-file=/etc/authz.kubeconfig",
+            "--authorization-webhook-version=v1",
+            "--authorization-webhook-cache-authorized-ttl=1m",
+            "--audit-webhook-config-file=/etc/audit.kubeconfig",
+            "--audit-webhook-batch-max-wait=5s",
+        ])
+        .unwrap();
+        assert_eq!(
+            set.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(10)
+        );
+        assert_eq!(set.authentication_token_webhook_version, ReviewVersion::V1);
+        assert_eq!(set.authorization_webhook_version, ReviewVersion::V1);
+        assert_eq!(
+            set.authorization_webhook_cache_authorized_ttl,
+            Duration::from_secs(60)
+        );
+        assert_eq!(set.audit_webhook_batch_max_wait, Duration::from_secs(5));
+        assert!(set.authorization_webhook_config_file.is_some());
+        assert!(set.audit_webhook_config_file.is_some());
+        let err = Args::try_parse_from([
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--authorization-webhook-version=v2",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("unsupported authorization webhook version \"v2\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn front_proxy_flags_as_kubeadm_passes_them() {
         let args = Args::try_parse_from([
             "kube-apiserver",
