@@ -152,7 +152,10 @@ pub(crate) async fn authenticate(
     request: &AuthRequest<'_>,
 ) -> Result<Option<UserInfo>, AuthError> {
     let first = chain.authenticate(request);
-    let (Some(webhook), Bearer::Token(token)) = (webhook, bearer_token(request.headers)) else {
+    let Some(webhook) = webhook else {
+        return first;
+    };
+    let Bearer::Token(token) = bearer_token(request.headers) else {
         return first;
     };
     let chain_error = match first {
