@@ -15,7 +15,7 @@
 //!
 //! The authorizer traits are synchronous; the webhook is not. Requests, impersonation
 //! and the SubjectAccessReview APIs ask the chain asynchronously
-//! ([`Authorization::authorize`]). The checks that run inside admission (RBAC
+//! ([`Authorization::decide`]). The checks that run inside admission (RBAC
 //! escalation, CSR approval and signing, owner references) and CEL's `authorizer`
 //! use the synchronous [`Authorizer`] face of the chain, in which the webhook gives
 //! the answer it gave before for the same review while that is cached, and no

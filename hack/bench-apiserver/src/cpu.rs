@@ -1,7 +1,8 @@
 //! Where a create phase's CPU went: the server process (the apiserver, or the floor
 //! server), this driver (the clients, or for the raw baseline the store itself),
-//! everything else on the machine (etcd, the kernel's own threads), and how much of the
-//! two cores stayed idle. The ratio of API to raw creates only says how far apart they
+//! everything else on the machine (etcd, the kernel's own threads), how much of the
+//! two cores stayed idle, and how much of their time the hypervisor gave to others
+//! (steal: this VM's speed changes from minute to minute with it). The ratio of API to raw creates only says how far apart they
 //! are; this says which side of the machine the gap is on. Read from `/proc` in clock
 //! ticks (10 ms), so it is meant for phases of seconds, not milliseconds.
 
@@ -16,22 +17,28 @@ pub struct CpuSample {
     driver: Duration,
     machine_busy: Duration,
     machine_idle: Duration,
+    machine_stolen: Duration,
 }
 
-/// The CPU a phase used per operation (µs) and the machine's idle share.
+/// The CPU a phase used per operation (µs), the machine's idle share and the share
+/// of its time stolen.
 pub struct CpuPerOp {
     /// The server process's name in the report, and its CPU per operation.
     pub server_us: Option<(&'static str, f64)>,
     pub driver_us: f64,
     pub other_us: f64,
+    /// Idle over the time the cores were ours (busy and idle), as before steal was
+    /// shown, so that figures of earlier sessions compare.
     pub idle_percent: f64,
+    /// Stolen over all the cores' time.
+    pub stolen_percent: f64,
 }
 
 impl CpuSample {
     /// Now, for `server` (the server process's pid and name, if the phase has one) and
     /// this process.
     pub fn take(server: Option<(u32, &'static str)>) -> Result<CpuSample> {
-        let (machine_busy, machine_idle) = machine_times()?;
+        let (machine_busy, machine_idle, machine_stolen) = machine_times()?;
         Ok(CpuSample {
             server: server
                 .map(|(pid, name)| process_time(pid).map(|used| (name, used)))
@@ -39,6 +46,7 @@ impl CpuSample {
             driver: process_time(std::process::id())?,
             machine_busy,
             machine_idle,
+            machine_stolen,
         })
     }
 
@@ -53,6 +61,7 @@ impl CpuSample {
             driver: later.driver.saturating_sub(earlier.driver),
             machine_busy: later.machine_busy.saturating_sub(earlier.machine_busy),
             machine_idle: later.machine_idle.saturating_sub(earlier.machine_idle),
+            machine_stolen: later.machine_stolen.saturating_sub(earlier.machine_stolen),
         }
     }
 }
@@ -65,6 +74,7 @@ pub struct CpuUsed {
     driver: Duration,
     machine_busy: Duration,
     machine_idle: Duration,
+    machine_stolen: Duration,
 }
 
 impl std::ops::AddAssign for CpuUsed {
@@ -76,6 +86,7 @@ impl std::ops::AddAssign for CpuUsed {
         self.driver += other.driver;
         self.machine_busy += other.machine_busy;
         self.machine_idle += other.machine_idle;
+        self.machine_stolen += other.machine_stolen;
     }
 }
 
@@ -89,16 +100,21 @@ impl CpuUsed {
             .machine_busy
             .saturating_sub(self.driver)
             .saturating_sub(server);
-        let total = (self.machine_busy + self.machine_idle).as_secs_f64();
+        let ours = (self.machine_busy + self.machine_idle).as_secs_f64();
+        let all = ours + self.machine_stolen.as_secs_f64();
+        let percent = |part: Duration, of: f64| {
+            if of > 0.0 {
+                100.0 * part.as_secs_f64() / of
+            } else {
+                0.0
+            }
+        };
         CpuPerOp {
             server_us: self.server.map(|(name, used)| (name, us(used))),
             driver_us: us(self.driver),
             other_us: us(other),
-            idle_percent: if total > 0.0 {
-                100.0 * self.machine_idle.as_secs_f64() / total
-            } else {
-                0.0
-            },
+            idle_percent: percent(self.machine_idle, ours),
+            stolen_percent: percent(self.machine_stolen, all),
         }
     }
 }
@@ -131,8 +147,8 @@ impl std::fmt::Display for CpuPerOp {
         }
         write!(
             f,
-            "driver {:.0} µs, other processes {:.0} µs; machine idle {:.0} %",
-            self.driver_us, self.other_us, self.idle_percent
+            "driver {:.0} µs, other processes {:.0} µs; machine idle {:.0} %, stolen {:.0} %",
+            self.driver_us, self.other_us, self.idle_percent, self.stolen_percent
         )
     }
 }
@@ -167,9 +183,9 @@ fn process_time(pid: u32) -> Result<Duration> {
     Ok(ticks(field(14)? + field(15)?))
 }
 
-/// The machine's busy and idle time over all CPUs (the `cpu` line of `/proc/stat`;
-/// iowait counts as idle, steal as busy elsewhere, so neither is ours).
-fn machine_times() -> Result<(Duration, Duration)> {
+/// The machine's busy, idle and stolen time over all CPUs (the `cpu` line of
+/// `/proc/stat`; iowait counts as idle; steal is time the hypervisor ran others).
+fn machine_times() -> Result<(Duration, Duration, Duration)> {
     let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
     let line = stat
         .lines()
@@ -184,7 +200,7 @@ fn machine_times() -> Result<(Duration, Duration)> {
     // user nice system idle iowait irq softirq steal
     let busy = get(0) + get(1) + get(2) + get(5) + get(6);
     let idle = get(3) + get(4);
-    Ok((ticks(busy), ticks(idle)))
+    Ok((ticks(busy), ticks(idle), ticks(get(7))))
 }
 
 #[cfg(test)]
@@ -216,23 +232,27 @@ mod tests {
         );
         assert!(used.server_us.is_none());
         assert!((0.0..=100.0).contains(&used.idle_percent));
+        assert!((0.0..=100.0).contains(&used.stolen_percent));
     }
 
     #[test]
     fn spans_added_together_are_divided_as_one() {
-        let span = |server_ms, driver_ms, busy_ms, idle_ms| CpuUsed {
+        let span = |server_ms, driver_ms, busy_ms, idle_ms, stolen_ms| CpuUsed {
             server: Some(("apiserver", Duration::from_millis(server_ms))),
             driver: Duration::from_millis(driver_ms),
             machine_busy: Duration::from_millis(busy_ms),
             machine_idle: Duration::from_millis(idle_ms),
+            machine_stolen: Duration::from_millis(stolen_ms),
         };
-        let mut used = span(300, 100, 500, 500);
-        used += span(100, 100, 300, 100);
+        let mut used = span(300, 100, 500, 500, 0);
+        used += span(100, 100, 300, 100, 600);
         let per_op = used.per_op(200);
         assert_eq!(per_op.server_us, Some(("apiserver", 2_000.0)));
         assert_eq!(per_op.driver_us, 1_000.0);
         // 800 ms busy, of which 400 the server's and 200 the driver's.
         assert_eq!(per_op.other_us, 1_000.0);
+        // Idle over the time that was ours; stolen over all of it.
         assert!((per_op.idle_percent - 100.0 * 600.0 / 1_400.0).abs() < 1e-9);
+        assert!((per_op.stolen_percent - 100.0 * 600.0 / 2_000.0).abs() < 1e-9);
     }
 }
