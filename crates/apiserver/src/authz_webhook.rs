@@ -43,7 +43,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// How long one review call may take (upstream's webhook request timeout).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reviews whose answers are kept at most.
-const CACHE_SIZE: usize = 8192;
+const CACHE_SIZE: NonZeroUsize = NonZeroUsize::new(8192).unwrap();
 
 /// `--authorization-webhook-*`.
 #[derive(Debug, Clone)]
@@ -91,9 +91,7 @@ impl WebhookAuthorizer {
             version: options.version,
             authorized_ttl: options.authorized_ttl,
             unauthorized_ttl: options.unauthorized_ttl,
-            cache: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(CACHE_SIZE).expect("nonzero"),
-            )),
+            cache: Mutex::new(lru::LruCache::new(CACHE_SIZE)),
         })
     }
 

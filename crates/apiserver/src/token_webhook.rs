@@ -35,7 +35,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// How long one TokenReview call may take (upstream's webhook request timeout).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upstream's token cache holds this many tokens.
-const CACHE_SIZE: usize = 4096;
+const CACHE_SIZE: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
 
 /// A token's HMAC under the cache's random key.
 type TokenKey = [u8; 32];
@@ -71,9 +71,7 @@ impl TokenWebhook {
             audiences,
             ttl,
             cache_key,
-            cache: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(CACHE_SIZE).expect("nonzero"),
-            )),
+            cache: Mutex::new(lru::LruCache::new(CACHE_SIZE)),
         })
     }
 
