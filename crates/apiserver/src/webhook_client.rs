@@ -137,21 +137,8 @@ impl WebhookClient {
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| format!("invalid webhook URL {url:?}: {e}"))?;
-            let host = uri
-                .host()
-                .ok_or_else(|| format!("webhook URL {url:?} has no host"))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            return Ok(Target {
-                server_name: host.clone(),
-                host: host.clone(),
-                url_host: uri.authority().map(|a| a.to_string()).unwrap_or(host),
-                port: uri.port_u16().unwrap_or(443),
-                path: uri.path().to_string(),
-                roots,
-                client_auth: None,
-            });
+            return Target::at(&uri, roots)
+                .ok_or_else(|| format!("webhook URL {url:?} has no host"));
         }
         let Some(svc) = &config.service else {
             return Err("webhook has neither url nor service".into());
@@ -331,12 +318,6 @@ impl KubeconfigWebhook {
         if uri.scheme_str() != Some("https") {
             return Err(format!("server {uri}: only https webhooks are supported"));
         }
-        let host = uri
-            .host()
-            .ok_or_else(|| format!("server {uri} has no host"))?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
         let mut roots = rustls::RootCertStore::empty();
         for der in config.root_cert.iter().flatten() {
             roots
@@ -396,23 +377,13 @@ impl KubeconfigWebhook {
             ),
             (None, None) => None,
         };
-        Ok(KubeconfigWebhook {
-            target: Target {
-                server_name: config
-                    .tls_server_name
-                    .clone()
-                    .unwrap_or_else(|| host.clone()),
-                url_host: uri
-                    .authority()
-                    .map(|a| a.to_string())
-                    .unwrap_or(host.clone()),
-                host,
-                port: uri.port_u16().unwrap_or(443),
-                path: uri.path().to_string(),
-                roots,
-                client_auth: Some(ClientAuth { cert, bearer_token }),
-            },
-        })
+        let mut target =
+            Target::at(uri, roots).ok_or_else(|| format!("server {uri} has no host"))?;
+        if let Some(name) = &config.tls_server_name {
+            target.server_name = name.clone();
+        }
+        target.client_auth = Some(ClientAuth { cert, bearer_token });
+        Ok(KubeconfigWebhook { target })
     }
 
     /// POSTs `body` (JSON), each try within `timeout`; the 200 answer's body. As
@@ -443,6 +414,28 @@ impl KubeconfigWebhook {
 }
 
 impl Target {
+    /// The target an https URL names, its host the name the certificate must carry
+    /// (None: the URL has no host).
+    fn at(uri: &http::Uri, roots: rustls::RootCertStore) -> Option<Target> {
+        let host = uri
+            .host()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        Some(Target {
+            server_name: host.clone(),
+            url_host: uri
+                .authority()
+                .map(|a| a.to_string())
+                .unwrap_or(host.clone()),
+            host,
+            port: uri.port_u16().unwrap_or(443),
+            path: uri.path().to_string(),
+            roots,
+            client_auth: None,
+        })
+    }
+
     /// As upstream, the URL carries the timeout for the webhook's own use.
     fn url(&self, timeout: Duration) -> String {
         format!(
