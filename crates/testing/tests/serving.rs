@@ -358,21 +358,46 @@ async fn served_certificate(
         .to_vec()
 }
 
-#[tokio::test]
-async fn sni_chooses_the_certificate_by_server_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let pair = ferrokube_pki::CertificateAuthority::generate("sni-ca")
+/// A serving pair of a fresh CA for `common_name`, `dns` and `ips`, written to
+/// `<name>.crt` and `<name>.key` in `dir`: the two files and the leaf's DER.
+fn write_serving_pair(
+    dir: &std::path::Path,
+    name: &str,
+    common_name: &str,
+    dns: &[String],
+    ips: &[std::net::IpAddr],
+) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let pair = ferrokube_pki::CertificateAuthority::generate(&format!("{name}-ca"))
         .unwrap()
         .issue_serving_cert(
-            "api.sni.test",
-            &["kubernetes.sni.test".into()],
-            &[],
+            common_name,
+            dns,
+            ips,
             ferrokube_pki::Validity::leaf_default(),
         )
         .unwrap();
-    let (cert, key) = (dir.path().join("sni.crt"), dir.path().join("sni.key"));
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
     std::fs::write(&cert, &pair.cert_pem).unwrap();
     std::fs::write(&key, &pair.key_pem).unwrap();
+    let leaf = ferrokube_pki::pem::parse_cert_pem(&pair.cert_pem)
+        .unwrap()
+        .to_vec();
+    (cert, key, leaf)
+}
+
+#[tokio::test]
+async fn sni_chooses_the_certificate_by_server_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, sni_leaf) = write_serving_pair(
+        dir.path(),
+        "sni",
+        "api.sni.test",
+        &["kubernetes.sni.test".into()],
+        &[],
+    );
     SNI_PAIR.set((cert, key)).unwrap();
     let server = TestApiServer::start_with(|o| {
         let (cert, key) = SNI_PAIR.get().unwrap().clone();
@@ -384,9 +409,6 @@ async fn sni_chooses_the_certificate_by_server_name() {
     })
     .await
     .unwrap();
-    let sni_leaf = ferrokube_pki::pem::parse_cert_pem(&pair.cert_pem)
-        .unwrap()
-        .to_vec();
     let dns = |name: &str| rustls_pki_types::ServerName::try_from(name.to_string()).unwrap();
     // The names in the certificate: its common name and its DNS names.
     assert_eq!(
@@ -420,18 +442,13 @@ static IP_PAIR: std::sync::OnceLock<(std::path::PathBuf, std::path::PathBuf)> =
 #[tokio::test]
 async fn a_pair_named_by_an_address_serves_clients_that_send_no_name_there() {
     let dir = tempfile::tempdir().unwrap();
-    let pair = ferrokube_pki::CertificateAuthority::generate("ip-ca")
-        .unwrap()
-        .issue_serving_cert(
-            "loopback",
-            &[],
-            &[std::net::Ipv4Addr::LOCALHOST.into()],
-            ferrokube_pki::Validity::leaf_default(),
-        )
-        .unwrap();
-    let (cert, key) = (dir.path().join("ip.crt"), dir.path().join("ip.key"));
-    std::fs::write(&cert, &pair.cert_pem).unwrap();
-    std::fs::write(&key, &pair.key_pem).unwrap();
+    let (cert, key, ip_leaf) = write_serving_pair(
+        dir.path(),
+        "ip",
+        "loopback",
+        &[],
+        &[std::net::Ipv4Addr::LOCALHOST.into()],
+    );
     IP_PAIR.set((cert, key)).unwrap();
     let server = TestApiServer::start_with(|o| {
         let (cert, key) = IP_PAIR.get().unwrap().clone();
@@ -444,9 +461,6 @@ async fn a_pair_named_by_an_address_serves_clients_that_send_no_name_there() {
     })
     .await
     .unwrap();
-    let ip_leaf = ferrokube_pki::pem::parse_cert_pem(&pair.cert_pem)
-        .unwrap()
-        .to_vec();
     // The test server listens on 127.0.0.1; a client dialling the address sends no
     // server name.
     let by_address = served_certificate(
