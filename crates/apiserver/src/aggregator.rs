@@ -48,6 +48,7 @@
 //! remote ones exist, not on Service and EndpointSlice events.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -62,16 +63,15 @@ use ferrokube_registry::store::{
 };
 use ferrokube_registry::{Registry, Store};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::discovery::Group;
 use crate::handler::Body;
+use crate::https_pool::{HttpsPool, HttpsPools, address, empty_body, streamed_body};
 use crate::openapi::RemoteDocuments;
-use crate::proxy::{connect_tcp, connect_tls};
 
 /// How the apiserver reaches extension apiservers.
 #[derive(Clone, Debug, Default)]
@@ -154,9 +154,9 @@ pub(crate) struct Remote {
     version_priority: i64,
     service: ServiceRef,
     available: bool,
-    /// The TLS client for this APIService (its CA bundle, the proxy client
-    /// certificate), or why none could be built.
-    tls: Result<Arc<rustls::ClientConfig>, String>,
+    /// The connections to this APIService's server (its CA bundle, the proxy client
+    /// certificate), or why no TLS client could be built.
+    client: Result<HttpsPool, String>,
     /// The resources its discovery document listed at the last check.
     resources: Vec<&'static ResourceInfo>,
     /// Its APIService's spec (serialized): OpenAPI documents are downloaded again
@@ -177,7 +177,13 @@ pub(crate) struct Aggregator {
     published: tokio::sync::Notify,
     /// The extension apiservers' OpenAPI documents, for [`crate::openapi::OpenApi`].
     openapi: watch::Sender<Arc<RemoteDocuments>>,
+    /// The connections to extension apiservers, kept across the passes that rebuild
+    /// the remotes.
+    pools: HttpsPools,
 }
+
+/// Remote APIService configurations whose connections are kept at once.
+const REMOTE_POOLS: NonZeroUsize = NonZeroUsize::new(64).unwrap();
 
 impl Aggregator {
     pub fn new(config: AggregatorConfig) -> Self {
@@ -187,6 +193,7 @@ impl Aggregator {
             any_remote: AtomicBool::new(false),
             published: tokio::sync::Notify::new(),
             openapi: watch::Sender::new(Arc::default()),
+            pools: HttpsPools::new(REMOTE_POOLS),
         }
     }
 
@@ -272,8 +279,8 @@ impl Aggregator {
                 "service unavailable\n",
             ));
         }
-        let tls = match &remote.tls {
-            Ok(tls) => tls.clone(),
+        let client = match &remote.client {
+            Ok(client) => client.clone(),
             Err(e) => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n"))),
         };
         let user = req
@@ -304,22 +311,15 @@ impl Aggregator {
             }
         }
         set_identity(out.headers_mut(), &user);
-        let server_name = server_name(&remote.service);
-        let (tcp, addr) = connect_tcp(&host, port).await.map_err(|e| {
-            ApiError::service_unavailable(format!("error trying to reach service: {e}"))
-        })?;
-        if let Ok(h) = HeaderValue::from_str(&addr) {
+        if let Ok(h) = HeaderValue::from_str(&address(&host, port)) {
             out.headers_mut().insert(header::HOST, h);
         }
-        let unavailable = |e: String| {
-            ApiError::service_unavailable(format!("error trying to reach service: {e}"))
-        };
-        let stream = connect_tls(tls, &server_name, &addr, tcp)
+        let send = |out: Request<Incoming>| client.send(&host, port, out.map(streamed_body));
+        crate::workload_proxy::exchange(out, upgrade, send)
             .await
-            .map_err(unavailable)?;
-        crate::workload_proxy::exchange(TokioIo::new(stream), out, upgrade)
-            .await
-            .map_err(unavailable)
+            .map_err(|e| {
+                ApiError::service_unavailable(format!("error trying to reach service: {e}"))
+            })
     }
 
     /// Where a Service is dialled: its cluster IP and port (an ExternalName's name),
@@ -505,28 +505,41 @@ fn ready_endpoints(slices: &[Value], port_name: &str) -> Vec<(String, u16)> {
     out
 }
 
-/// The TLS client for an APIService: its CA bundle (none: nothing is trusted; with
-/// `insecureSkipTLSVerify` nothing is checked) and the proxy client certificate.
-fn client_tls(
+/// The connections to an APIService's server: verified against its CA bundle (none:
+/// nothing is trusted; with `insecureSkipTLSVerify` nothing is checked) for the name
+/// `<service>.<namespace>.svc`, presenting the proxy client certificate.
+fn remote_client(
+    aggregator: &Aggregator,
     spec: &Value,
-    proxy_client: Option<&(String, String)>,
-) -> Result<Arc<rustls::ClientConfig>, String> {
-    let roots = if spec["insecureSkipTLSVerify"].as_bool() == Some(true) {
-        crate::proxy::ServerRoots::Any
-    } else {
-        let pem = spec["caBundle"]
-            .as_str()
-            .map(|b| {
-                use base64::Engine;
-                base64::engine::general_purpose::STANDARD
-                    .decode(b)
-                    .map_err(|e| format!("caBundle: {e}"))
-            })
-            .transpose()?
-            .unwrap_or_default();
-        crate::proxy::ServerRoots::Pem(String::from_utf8_lossy(&pem).into_owned())
-    };
-    crate::proxy::client_tls(proxy_client.map(|(c, k)| (c.as_str(), k.as_str())), &roots)
+    svc: &ServiceRef,
+) -> Result<HttpsPool, String> {
+    let insecure = spec["insecureSkipTLSVerify"].as_bool() == Some(true);
+    let ca_bundle = spec["caBundle"].as_str().unwrap_or_default();
+    let proxy_client = aggregator.config.proxy_client.as_ref();
+    let (cert, key) = proxy_client
+        .map(|(c, k)| (c.as_str(), k.as_str()))
+        .unwrap_or_default();
+    let server_name = server_name(svc);
+    let source: [&[u8]; 5] = [
+        &[u8::from(insecure)],
+        ca_bundle.as_bytes(),
+        cert.as_bytes(),
+        key.as_bytes(),
+        server_name.as_bytes(),
+    ];
+    aggregator.pools.get_or_build(&source, || {
+        let roots = if insecure {
+            crate::proxy::ServerRoots::Any
+        } else {
+            use base64::Engine;
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(ca_bundle)
+                .map_err(|e| format!("caBundle: {e}"))?;
+            crate::proxy::ServerRoots::Pem(String::from_utf8_lossy(&pem).into_owned())
+        };
+        let tls = crate::proxy::client_tls(proxy_client.map(|_| (cert, key)), &roots)?;
+        Ok(HttpsPool::new(tls, &server_name))
+    })
 }
 
 /// The Available condition an APIService should have: (status, reason, message).
@@ -548,7 +561,7 @@ async fn check_remote(
     group: &str,
     version: &str,
     svc: &ServiceRef,
-    tls: &Result<Arc<rustls::ClientConfig>, String>,
+    client: &Result<HttpsPool, String>,
 ) -> (Availability, Vec<&'static ResourceInfo>) {
     let false_ = |reason, message| (("False", reason, message), Vec::new());
     let Some(service) = get(registry, "services", Some(&svc.namespace), &svc.name).await else {
@@ -605,8 +618,8 @@ async fn check_remote(
         format!("/apis/{group}/{version}")
     };
     let fetched = match aggregator.address(svc, &service, &slices) {
-        Ok((host, port)) => match tls {
-            Ok(tls) => discovery_get(tls.clone(), svc, &host, port, &path).await,
+        Ok((host, port)) => match client {
+            Ok(client) => discovery_get(client.clone(), &host, port, &path).await,
             Err(e) => Err(e.clone()),
         },
         Err(e) => Err(e),
@@ -623,8 +636,7 @@ async fn check_remote(
 /// `GET path` on an extension apiserver as `system:kube-aggregator`, bounded in
 /// time and size: its discovery document.
 async fn discovery_get(
-    tls: Arc<rustls::ClientConfig>,
-    svc: &ServiceRef,
+    client: HttpsPool,
     host: &str,
     port: u16,
     path: &str,
@@ -634,12 +646,7 @@ async fn discovery_get(
         groups: vec![ferrokube_auth::user::SYSTEM_PRIVILEGED_GROUP.into()],
         ..Default::default()
     };
-    let target = RemoteTarget {
-        tls,
-        svc,
-        host,
-        port,
-    };
+    let target = RemoteTarget { client, host, port };
     let got = remote_get(&target, path, &user, None, MAX_DISCOVERY, CHECK_TIMEOUT).await?;
     let code = got.status;
     if !(code.is_success() || code.is_redirection()) {
@@ -653,11 +660,10 @@ async fn discovery_get(
     Ok(serde_json::from_slice(&got.body).unwrap_or(Value::Null))
 }
 
-/// Where an extension apiserver is reached: the APIService's TLS client, its
-/// Service (the name its certificate is checked for) and the address dialled.
+/// Where an extension apiserver is reached: the APIService's connections and the
+/// address dialled.
 struct RemoteTarget<'a> {
-    tls: Arc<rustls::ClientConfig>,
-    svc: &'a ServiceRef,
+    client: HttpsPool,
     host: &'a str,
     port: u16,
 }
@@ -671,10 +677,9 @@ struct RemoteResponse {
     body: Bytes,
 }
 
-/// `GET path` on an extension apiserver as `user` (front-proxy headers, the proxy
-/// client certificate, the caBundle checked for `<service>.<namespace>.svc`, as
-/// requests are proxied), with `If-None-Match: if_none_match`; the body read up to
-/// `limit` bytes, the whole exchange bounded by `timeout`.
+/// `GET path` on an extension apiserver as `user` (front-proxy headers, over the
+/// connections requests are proxied on), with `If-None-Match: if_none_match`; the
+/// body read up to `limit` bytes, the whole exchange bounded by `timeout`.
 async fn remote_get(
     target: &RemoteTarget<'_>,
     path: &str,
@@ -685,31 +690,19 @@ async fn remote_get(
 ) -> Result<RemoteResponse, String> {
     let (host, port) = (target.host, target.port);
     let attempt = async {
-        let (tcp, addr) = connect_tcp(host, port).await?;
+        let addr = address(host, port);
         let url = format!("https://{addr}{path}");
         let failing = |e: String| format!("failing or missing response from {url}: {e}");
-        let stream = connect_tls(target.tls.clone(), &server_name(target.svc), &addr, tcp)
-            .await
-            .map_err(failing)?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| failing(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let mut req = Request::get(path)
             .header(header::HOST, &addr)
             .header(header::ACCEPT, "application/json")
-            .body(Empty::<Bytes>::new())
+            .body(empty_body())
             .map_err(|e| failing(e.to_string()))?;
         if let Some(tag) = if_none_match.and_then(|t| HeaderValue::from_str(t).ok()) {
             req.headers_mut().insert(header::IF_NONE_MATCH, tag);
         }
         set_identity(req.headers_mut(), user);
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| failing(e.to_string()))?;
+        let resp = target.client.send(host, port, req).await.map_err(failing)?;
         let status = resp.status();
         let etag = resp
             .headers()
@@ -1058,8 +1051,8 @@ async fn download(
     Result<Option<V3Download>, String>,
     Result<Option<V2Download>, String>,
 ) {
-    let tls = match remote.tls.clone() {
-        Ok(tls) => tls,
+    let client = match remote.client.clone() {
+        Ok(client) => client,
         Err(e) => return (Err(e.clone()), Err(e)),
     };
     let (host, port) = match aggregator.resolve(registry, &remote.service).await {
@@ -1067,8 +1060,7 @@ async fn download(
         Err(e) => return (Err(e.clone()), Err(e)),
     };
     let target = RemoteTarget {
-        tls,
-        svc: &remote.service,
+        client,
         host: &host,
         port,
     };
@@ -1251,9 +1243,9 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
         let availability = match service_ref(spec) {
             None => local_availability(),
             Some(svc) => {
-                let tls = client_tls(spec, aggregator.config.proxy_client.as_ref());
+                let client = remote_client(aggregator, spec, &svc);
                 let (availability, resources) =
-                    check_remote(aggregator, registry, &group, &version, &svc, &tls).await;
+                    check_remote(aggregator, registry, &group, &version, &svc, &client).await;
                 let remote = Remote {
                     group: group.clone(),
                     version: version.clone(),
@@ -1261,7 +1253,7 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
                     version_priority: spec["versionPriority"].as_i64().unwrap_or(0),
                     service: svc,
                     available: availability.0 == "True",
-                    tls,
+                    client,
                     resources,
                     spec: spec.to_string(),
                 };

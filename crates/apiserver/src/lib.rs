@@ -24,6 +24,7 @@ mod eviction;
 mod flowcontrol;
 mod handler;
 mod health;
+mod https_pool;
 mod lifecycle;
 mod maxinflight;
 mod metrics;

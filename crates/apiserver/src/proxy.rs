@@ -464,11 +464,7 @@ pub(crate) async fn connect_tcp(
     host: &str,
     port: u16,
 ) -> Result<(tokio::net::TcpStream, String), String> {
-    let addr = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let addr = crate::https_pool::address(host, port);
     let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(&addr))
         .await
         .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?

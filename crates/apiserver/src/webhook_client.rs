@@ -12,18 +12,22 @@
 //! upstream's `GenericWebhook` reaches them: through a kubeconfig file
 //! ([`KubeconfigWebhook`]), whose cluster gives the URL and CA and whose user the
 //! client certificate or bearer token.
+//!
+//! Connections are kept between calls ([`crate::https_pool`]), as upstream's clients
+//! keep theirs.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_registry::{Registry, Store};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
+use http_body_util::{BodyExt, Limited};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
 use serde_json::Value;
+
+use crate::https_pool::{HttpsPool, HttpsPools, full_body};
 
 /// Largest response read from a webhook.
 const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
@@ -100,7 +104,12 @@ pub(crate) async fn fresh_get(
 pub(crate) struct WebhookClient {
     services: Arc<Store>,
     endpoints: Arc<Store>,
+    /// A pool per (caBundle, server name).
+    pools: HttpsPools,
 }
+
+/// Webhook configurations whose connections are kept at once.
+const WEBHOOK_POOLS: NonZeroUsize = NonZeroUsize::new(64).unwrap();
 
 impl WebhookClient {
     pub(crate) fn new(registry: &Registry) -> Result<Self, String> {
@@ -113,6 +122,7 @@ impl WebhookClient {
         Ok(WebhookClient {
             services: store("services")?,
             endpoints: store("endpoints")?,
+            pools: HttpsPools::new(WEBHOOK_POOLS),
         })
     }
 
@@ -132,13 +142,22 @@ impl WebhookClient {
 
     /// Where a webhook is reached: `url`, or the first ready endpoint of `service`.
     async fn target(&self, config: &ClientConfig<'_>) -> Result<Target, String> {
-        let roots = roots(config.ca_bundle)?;
+        let pool = |server_name: &str| {
+            let ca_bundle = config.ca_bundle.unwrap_or_default();
+            self.pools
+                .get_or_build(&[ca_bundle, server_name.as_bytes()], || {
+                    Ok(HttpsPool::new(
+                        tls(roots(Some(ca_bundle))?, None)?,
+                        server_name,
+                    ))
+                })
+        };
         if let Some(url) = config.url {
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| format!("invalid webhook URL {url:?}: {e}"))?;
-            return Target::at(&uri, roots)
-                .ok_or_else(|| format!("webhook URL {url:?} has no host"));
+            let host = host_of(&uri).ok_or_else(|| format!("webhook URL {url:?} has no host"))?;
+            return Ok(Target::at(&uri, host, pool(host)?));
         }
         let Some(svc) = &config.service else {
             return Err("webhook has neither url nor service".into());
@@ -186,41 +205,36 @@ impl WebhookClient {
             })
             .ok_or_else(|| format!("no ready endpoints for service {server_name}"))?;
         Ok(Target {
-            server_name: server_name.clone(),
+            pool: pool(&server_name)?,
             host: ip,
             url_host: format!("{server_name}:{port}"),
             port: target_port,
             path: svc.path.unwrap_or("/").to_string(),
-            roots,
-            client_auth: None,
+            bearer_token: None,
         })
     }
 }
 
 /// The resolved address of one webhook call.
 struct Target {
-    /// The name the serving certificate must carry.
-    server_name: String,
+    /// The connections, verifying the name the serving certificate must carry (and
+    /// presenting a kubeconfig user's client certificate).
+    pool: HttpsPool,
     /// Where to connect.
     host: String,
     port: u16,
-    /// `host[:port]` for the URL in messages.
+    /// `host[:port]` for the URL in messages and the `Host` header.
     url_host: String,
     path: String,
-    roots: rustls::RootCertStore,
-    client_auth: Option<ClientAuth>,
-}
-
-/// Who the apiserver is to a webhook a kubeconfig names: its user's client
-/// certificate, or bearer token, or both.
-#[derive(Default)]
-struct ClientAuth {
-    cert: Option<(
-        Vec<rustls_pki_types::CertificateDer<'static>>,
-        rustls_pki_types::PrivateKeyDer<'static>,
-    )>,
+    /// A kubeconfig user's bearer token.
     bearer_token: Option<String>,
 }
+
+/// A client certificate and its key.
+type ClientCert = (
+    Vec<rustls_pki_types::CertificateDer<'static>>,
+    rustls_pki_types::PrivateKeyDer<'static>,
+);
 
 /// Why a webhook call failed; Display is upstream's REST client error.
 #[derive(Debug)]
@@ -377,12 +391,11 @@ impl KubeconfigWebhook {
             ),
             (None, None) => None,
         };
-        let mut target =
-            Target::at(uri, roots).ok_or_else(|| format!("server {uri} has no host"))?;
-        if let Some(name) = &config.tls_server_name {
-            target.server_name = name.clone();
-        }
-        target.client_auth = Some(ClientAuth { cert, bearer_token });
+        let host = host_of(uri).ok_or_else(|| format!("server {uri} has no host"))?;
+        let server_name = config.tls_server_name.as_deref().unwrap_or(host);
+        let pool = HttpsPool::new(tls(roots, cert)?, server_name);
+        let mut target = Target::at(uri, host, pool);
+        target.bearer_token = bearer_token;
         Ok(KubeconfigWebhook { target })
     }
 
@@ -413,27 +426,25 @@ impl KubeconfigWebhook {
     }
 }
 
+/// An https URL's host, without an IPv6 address's brackets.
+fn host_of(uri: &http::Uri) -> Option<&str> {
+    Some(uri.host()?.trim_start_matches('[').trim_end_matches(']'))
+}
+
 impl Target {
-    /// The target an https URL names, its host the name the certificate must carry
-    /// (None: the URL has no host).
-    fn at(uri: &http::Uri, roots: rustls::RootCertStore) -> Option<Target> {
-        let host = uri
-            .host()?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        Some(Target {
-            server_name: host.clone(),
+    /// The target an https URL names: `host` (its [`host_of`]) through `pool`.
+    fn at(uri: &http::Uri, host: &str, pool: HttpsPool) -> Target {
+        Target {
+            pool,
             url_host: uri
                 .authority()
                 .map(|a| a.to_string())
-                .unwrap_or(host.clone()),
-            host,
+                .unwrap_or(host.to_string()),
+            host: host.to_string(),
             port: uri.port_u16().unwrap_or(443),
             path: uri.path().to_string(),
-            roots,
-            client_auth: None,
-        })
+            bearer_token: None,
+        }
     }
 
     /// As upstream, the URL carries the timeout for the webhook's own use.
@@ -466,54 +477,43 @@ impl KubeconfigWebhook {
     pub(crate) fn unreachable_for_tests() -> Self {
         KubeconfigWebhook {
             target: Target {
-                server_name: "localhost".into(),
+                pool: HttpsPool::new(
+                    tls(rustls::RootCertStore::empty(), None).expect("a TLS client without roots"),
+                    "localhost",
+                ),
                 host: "127.0.0.1".into(),
                 port: 1,
                 url_host: "127.0.0.1:1".into(),
                 path: "/".into(),
-                roots: rustls::RootCertStore::empty(),
-                client_auth: None,
+                bearer_token: None,
             },
         }
     }
+}
+
+/// The TLS client of a webhook: `roots` trusted, `client_cert` presented.
+fn tls(
+    roots: rustls::RootCertStore,
+    client_cert: Option<ClientCert>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let tls = match client_cert {
+        Some((certs, key)) => tls
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| format!("client certificate: {e}"))?,
+        None => tls.with_no_client_auth(),
+    };
+    Ok(Arc::new(tls))
 }
 
 /// POSTs the body over HTTPS and returns the 200 response's body; an error carries
 /// the answer's status code when there was one.
 async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, (Option<u16>, String)> {
     let transport = |e: String| (None, e);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| transport(e.to_string()))?
-        .with_root_certificates(target.roots.clone());
-    let client_cert = target.client_auth.as_ref().and_then(|a| a.cert.as_ref());
-    let tls = match client_cert {
-        Some((certs, key)) => tls
-            .with_client_auth_cert(certs.clone(), key.clone_key())
-            .map_err(|e| transport(format!("client certificate: {e}")))?,
-        None => tls.with_no_client_auth(),
-    };
-    let addr = if target.host.contains(':') {
-        format!("[{}]:{}", target.host, target.port)
-    } else {
-        format!("{}:{}", target.host, target.port)
-    };
-    let tcp = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|e| transport(format!("dial tcp {addr}: {e}")))?;
-    let name = rustls_pki_types::ServerName::try_from(target.server_name.clone())
-        .map_err(|e| transport(format!("server name {:?}: {e}", target.server_name)))?;
-    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| transport(format!("tls: {e}")))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| transport(e.to_string()))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
     let path_and_query = url
         .strip_prefix("https://")
         .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
@@ -522,20 +522,17 @@ async fn post(target: &Target, url: &str, body: Vec<u8>) -> Result<Vec<u8>, (Opt
         .header(http::header::HOST, &target.url_host)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json");
-    if let Some(token) = target
-        .client_auth
-        .as_ref()
-        .and_then(|a| a.bearer_token.as_ref())
-    {
+    if let Some(token) = &target.bearer_token {
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
     let req = req
-        .body(Full::new(Bytes::from(body)))
+        .body(full_body(body))
         .map_err(|e| transport(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
+    let resp = target
+        .pool
+        .send(&target.host, target.port, req)
         .await
-        .map_err(|e| transport(e.to_string()))?;
+        .map_err(transport)?;
     let status = resp.status();
     let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
         .collect()

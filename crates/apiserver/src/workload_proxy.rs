@@ -310,9 +310,9 @@ async fn forward(
         let tls = connect_tls(insecure_tls().map_err(&unavailable)?, host, &addr, tcp)
             .await
             .map_err(&unavailable)?;
-        exchange(TokioIo::new(tls), out, upgrade).await
+        exchange(out, upgrade, |out| send(TokioIo::new(tls), out)).await
     } else {
-        exchange(TokioIo::new(tcp), out, upgrade).await
+        exchange(out, upgrade, |out| send(TokioIo::new(tcp), out)).await
     }
     .map_err(unavailable)
 }
@@ -334,24 +334,25 @@ pub(crate) fn take_upgrade(parts: &mut http::request::Parts) -> Option<ClientUpg
     Some(ClientUpgrade { pending, protocol })
 }
 
-/// Sends a proxied request over `io` and hands back the answer. For an upgrade, the
-/// target is asked for the client's protocol and, when it answers 101, the two
+/// Sends a proxied request with `send` and hands back the answer. For an upgrade,
+/// the target is asked for the client's protocol and, when it answers 101, the two
 /// connections are spliced until either side ends (upstream's
 /// `UpgradeAwareHandler`); any other answer comes back as it is.
-pub(crate) async fn exchange<T>(
-    io: T,
+pub(crate) async fn exchange<F, Fut>(
     mut out: Request<Incoming>,
     upgrade: Option<ClientUpgrade>,
+    send: F,
 ) -> Result<Response<Body>, String>
 where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    F: FnOnce(Request<Incoming>) -> Fut,
+    Fut: std::future::Future<Output = Result<Response<Incoming>, String>>,
 {
     if let Some(upgrade) = &upgrade {
         let h = out.headers_mut();
         h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
         h.insert(header::UPGRADE, upgrade.protocol.clone());
     }
-    let mut resp = send(io, out).await?;
+    let mut resp = send(out).await?;
     match upgrade {
         Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let target = hyper::upgrade::on(&mut resp);

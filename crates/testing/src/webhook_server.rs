@@ -1,7 +1,9 @@
 //! A small HTTPS webhook server for tests (admission and conversion webhooks): a
 //! serving certificate from a fresh test CA for `127.0.0.1` and `webhook.default.svc`,
 //! each POSTed JSON body answered by the test's handler with the request path.
-//! Stopped (connections refused) by [`WebhookServer::stop`] or on drop.
+//! Stopped (its connections closed, new ones refused) by [`WebhookServer::stop`] or
+//! on drop. It counts the connections it accepted: callers that keep theirs open
+//! make fewer than they make calls.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -26,6 +28,8 @@ pub struct WebhookServer {
     pub port: u16,
     /// The test CA's certificate (PEM) the serving certificate chains to.
     pub ca_pem: String,
+    /// The TLS connections accepted so far.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -84,13 +88,20 @@ impl WebhookServer {
         let port = listener.local_addr()?.port();
         let handler: Handler =
             Arc::new(move |path, headers, body| Box::pin(handler(path, headers, body)));
+        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
+            // Owned by the accepting task, so that stopping it ends every connection.
+            let mut open = tokio::task::JoinSet::new();
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, handler) = (acceptor.clone(), handler.clone());
-                tokio::spawn(async move {
+                let accepted = accepted.clone();
+                while open.try_join_next().is_some() {}
+                open.spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let service =
                         hyper::service::service_fn(move |req| serve(req, handler.clone()));
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -102,6 +113,7 @@ impl WebhookServer {
         Ok(WebhookServer {
             port,
             ca_pem: ca.cert_pem().to_string(),
+            connections,
             task,
         })
     }
@@ -155,8 +167,13 @@ impl WebhookServer {
         format!("https://127.0.0.1:{}{path}", self.port)
     }
 
-    /// Stops accepting connections: calls fail with "connection refused" once this
-    /// returns (the listener is closed).
+    /// How many TLS connections the server has accepted.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Stops: its connections are closed and new calls fail with "connection
+    /// refused" once this returns (the listener is closed).
     pub async fn stop(&mut self) {
         self.task.abort();
         let _ = (&mut self.task).await;

@@ -92,6 +92,8 @@ async fn tokens_the_webhook_accepts_authenticate_and_its_answers_are_cached() {
         assert_eq!(body["reason"], "Unauthorized", "{token}");
     }
     assert_eq!(service.calls(), 3);
+    // The three calls, one after another, shared one kept connection.
+    assert_eq!(service.server.connections(), 1);
 
     // A TokenReview through the API asks the same chain.
     let (code, _, review) = TestApiServer::send_json(

@@ -308,3 +308,39 @@ async fn match_conditions_choose_webhooks_and_must_compile() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn webhook_connections_are_kept_between_calls() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let hooks = WebhookServer::start(move |path: String, review: Value| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move { answer(&path, &review) }
+    })
+    .await
+    .unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    let client_config = json!({"url": hooks.url("/allow"), "caBundle": hooks.ca_bundle()});
+    let (code, _, v) = send(&c, "POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "allow"},
+            "webhooks": [hook("allow.example.com", "allow", client_config, "Fail", 10)]})).await;
+    assert_eq!(code, 201, "{v}");
+
+    // Sequential creates, each admitted by the webhook: one connection carries them
+    // all, as upstream's webhook client keeps its connections.
+    for i in 0..5 {
+        let (code, _, v) = send(
+            &c,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            configmap(&format!("kept-{i}"), "allow"),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(hooks.connections(), 1);
+    server.stop().await;
+}
