@@ -95,6 +95,10 @@ struct Args {
     /// Pod creates while the watchers listen.
     #[arg(long, default_value_t = 200)]
     watch_events: usize,
+    /// Sequential ConfigMap creates that a validating admission webhook (an HTTPS
+    /// server in this driver) admits; 0 leaves the phase out.
+    #[arg(long, default_value_t = 500)]
+    webhook_creates: usize,
     /// Seconds to stay idle before reading the RSS.
     #[arg(long, default_value_t = 5)]
     idle_secs: u64,
@@ -673,6 +677,10 @@ async fn bench_backend(
         pcts(&h),
     ));
 
+    if args.webhook_creates > 0 {
+        rows.push(webhook_creates(name, &client, args.webhook_creates).await?);
+    }
+
     // LIST latency: a namespace of 100 pods (the probe + 99), consistent read.
     futures::stream::iter(1..100)
         .map(|i| {
@@ -750,6 +758,55 @@ async fn bench_backend(
     ));
     server.stop();
     Ok(rows)
+}
+
+/// Sequential ConfigMap creates, each admitted by a validating webhook: their
+/// latency, and how many connections the webhook accepted for them.
+async fn webhook_creates(name: &'static str, client: &kube::Client, creates: usize) -> Result<Row> {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let hook = ferrokube_testing::WebhookServer::start(|_path, review: serde_json::Value| async move {
+        serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": true}})
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("webhook server: {e}"))?;
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "bench-allow"},
+        "webhooks": [{
+            "name": "allow.bench.example.com",
+            "clientConfig": {"url": hook.url("/allow"), "caBundle": hook.ca_bundle()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["configmaps"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "bench"}},
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+        }]
+    }))?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &config)
+        .await?;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");
+    let mut h = hist();
+    for i in 0..creates {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("hooked-{i}")}, "data": {"a": "b"}
+        }))?;
+        let t = Instant::now();
+        configmaps.create(&PostParams::default(), &cm).await?;
+        h.record(t.elapsed().as_micros() as u64)?;
+    }
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete("bench-allow", &Default::default())
+        .await?;
+    Ok(row(
+        name,
+        format!("ConfigMap create through a validating webhook, sequential, {creates}×"),
+        format!(
+            "{}; the webhook accepted {} connection(s)",
+            pcts(&h),
+            hook.connections()
+        ),
+    ))
 }
 
 /// How the writers of a create phase are driven.
