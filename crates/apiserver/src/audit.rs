@@ -130,6 +130,15 @@ impl Auditor {
         }
     }
 
+    /// Writes and sends what every backend has queued, waiting at most `limit`: at
+    /// shutdown, once no request is left, so that its last events are not lost.
+    pub(crate) async fn flush(&self, limit: std::time::Duration) {
+        let all = futures::future::join_all(self.backends.iter().map(log::Backend::flush));
+        if tokio::time::timeout(limit, all).await.is_err() {
+            tracing::warn!(?limit, "audit events still unsent at shutdown");
+        }
+    }
+
     /// [`Auditor::emit`] from code that cannot wait.
     fn emit_detached(&self, event: Event) {
         if let Some((last, others)) = self.backends.split_last() {

@@ -188,6 +188,8 @@ pub struct Server {
     /// on shutdown and are waited for, so no write follows a shutdown.
     background: Vec<JoinHandle<()>>,
     metrics: Arc<Metrics>,
+    /// Flushed last, after the requests in flight.
+    audit: Option<Arc<audit::Auditor>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -273,7 +275,7 @@ impl Server {
             strict_transport_security: config.strict_transport_security,
             cors: config.cors,
             storage_check_timeouts: config.storage_check_timeouts,
-            audit: config.audit,
+            audit: config.audit.clone(),
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
         });
@@ -298,6 +300,7 @@ impl Server {
             task,
             background,
             metrics,
+            audit: config.audit,
         })
     }
 
@@ -330,6 +333,9 @@ impl Server {
         let _ = tokio::time::timeout(grace, self.task).await;
         for task in self.background {
             let _ = tokio::time::timeout(grace, task).await;
+        }
+        if let Some(audit) = &self.audit {
+            audit.flush(grace).await;
         }
     }
 }

@@ -116,3 +116,56 @@ async fn recorded_events_reach_the_webhook_as_event_lists() {
 
     server.stop().await;
 }
+
+/// The sink's kubeconfig for the shutdown test.
+static FLUSH_KUBECONFIG: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+
+/// The webhook backend alone, waiting upstream's 30 s for a batch to fill.
+fn with_slow_batches(o: &mut ferrokube_apiserver::Options) {
+    let Some((kubeconfig, dir)) = FLUSH_KUBECONFIG.get() else {
+        return;
+    };
+    std::fs::write(dir.join("policy.yaml"), POLICY).unwrap();
+    o.audit_policy_file = Some(dir.join("policy.yaml"));
+    o.audit_webhook.config_file = Some(kubeconfig.clone());
+    o.audit_webhook.max_batch_wait = Duration::from_secs(30);
+}
+
+#[tokio::test]
+async fn queued_events_are_sent_at_shutdown() {
+    let sink = RecordingWebhook::start(|_| json!({})).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = sink
+        .write_kubeconfig(dir.path(), "/events", CALLER_TOKEN)
+        .unwrap();
+    FLUSH_KUBECONFIG
+        .set((kubeconfig, dir.path().to_path_buf()))
+        .unwrap();
+    let server = TestApiServer::start_with(with_slow_batches).await.unwrap();
+    let (code, _, _) = TestApiServer::send_json(
+        &server.client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "last-words"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    // The batch is far from full and its 30 s are far from over.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sink.calls(), 0);
+
+    // Shutting down sends it before the server is gone.
+    server.stop().await;
+    let sent: Vec<Value> = sink
+        .requests()
+        .into_iter()
+        .flat_map(|(_, list)| list["items"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(
+        sent.iter().any(|e| e["verb"] == "create"
+            && e["objectRef"]["name"] == "last-words"
+            && e["stage"] == "ResponseComplete"),
+        "{sent:?}"
+    );
+}

@@ -765,12 +765,13 @@ async fn bench_backend(
 async fn webhook_creates(name: &'static str, client: &kube::Client, creates: usize) -> Result<Row> {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::ConfigMap;
-    let hook = ferrokube_testing::WebhookServer::start(|_path, review: serde_json::Value| async move {
-        serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    let hook =
+        ferrokube_testing::WebhookServer::start(|_path, review: serde_json::Value| async move {
+            serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "response": {"uid": review["request"]["uid"], "allowed": true}})
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("webhook server: {e}"))?;
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("webhook server: {e}"))?;
     let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "bench-allow"},
         "webhooks": [{

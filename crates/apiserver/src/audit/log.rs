@@ -96,11 +96,23 @@ pub fn check_format(format: &str) -> Result<(), String> {
     }
 }
 
+/// What a backend's queue carries: events, and at shutdown a request to write or
+/// send at once everything queued before it.
+// Events go by value: boxing them would cost an allocation per event to spare the
+// flush, sent once per shutdown, the unused room.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Queued {
+    Event(Event),
+    /// Answered once what came before is written (or sent, or given up on).
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
 /// The request path's end of a backend (the log's or the webhook's): a bounded
 /// queue that the backend's sender empties, filled as the backend's mode says.
 #[derive(Debug)]
 pub(crate) struct Backend {
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<Queued>,
     mode: AuditLogMode,
     dropped: Arc<AtomicU64>,
     /// The mode flag, for the message about dropped events.
@@ -128,7 +140,7 @@ impl Backend {
         buffer_size: usize,
         mode: AuditLogMode,
         mode_flag: &'static str,
-    ) -> (Backend, mpsc::Receiver<Event>) {
+    ) -> (Backend, mpsc::Receiver<Queued>) {
         let (tx, rx) = mpsc::channel(buffer_size.max(1));
         let backend = Backend {
             tx,
@@ -143,7 +155,7 @@ impl Backend {
     pub(crate) async fn emit(&self, event: Event) {
         match self.mode {
             AuditLogMode::Blocking => {
-                let _ = self.tx.send(event).await;
+                let _ = self.tx.send(Queued::Event(event)).await;
             }
             AuditLogMode::Batch => self.emit_now(event),
         }
@@ -155,7 +167,9 @@ impl Backend {
         match self.mode {
             AuditLogMode::Batch => self.emit_now(event),
             AuditLogMode::Blocking => {
-                if let Err(mpsc::error::TrySendError::Full(event)) = self.tx.try_send(event) {
+                if let Err(mpsc::error::TrySendError::Full(event)) =
+                    self.tx.try_send(Queued::Event(event))
+                {
                     let tx = self.tx.clone();
                     tokio::spawn(async move {
                         let _ = tx.send(event).await;
@@ -165,8 +179,19 @@ impl Backend {
         }
     }
 
+    /// Waits until every event queued so far is written or sent (upstream's
+    /// `Shutdown` of a buffered backend).
+    pub(crate) async fn flush(&self) {
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        if self.tx.send(Queued::Flush(done)).await.is_ok() {
+            let _ = flushed.await;
+        }
+    }
+
     fn emit_now(&self, event: Event) {
-        if let Err(mpsc::error::TrySendError::Full(event)) = self.tx.try_send(event) {
+        if let Err(mpsc::error::TrySendError::Full(Queued::Event(event))) =
+            self.tx.try_send(Queued::Event(event))
+        {
             let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             // Upstream logs each drop; once per thousand keeps a flood readable.
             if n % 1000 == 1 {
@@ -186,29 +211,49 @@ enum Output {
     File(RotatingFile),
 }
 
-fn write_loop(mut rx: mpsc::Receiver<Event>, mut out: Output) {
+fn write_loop(mut rx: mpsc::Receiver<Queued>, mut out: Output) {
     let mut buf = Vec::with_capacity(64 * 1024);
     while let Some(first) = rx.blocking_recv() {
         buf.clear();
-        buf.extend_from_slice(&first.to_json_line());
-        let mut n = 1;
-        while n < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(e) => buf.extend_from_slice(&e.to_json_line()),
-                Err(_) => break,
+        let mut n = 0;
+        let mut flush = None;
+        let mut next = Some(first);
+        // A batch ends at a flush request, so that it is answered after the write.
+        while let Some(queued) = next.take() {
+            match queued {
+                Queued::Event(e) => {
+                    buf.extend_from_slice(&e.to_json_line());
+                    n += 1;
+                }
+                Queued::Flush(done) => {
+                    flush = Some(done);
+                    break;
+                }
             }
-            n += 1;
-        }
-        let result = match &mut out {
-            Output::Stdout => {
-                let mut stdout = std::io::stdout().lock();
-                stdout.write_all(&buf).and_then(|_| stdout.flush())
+            if n < MAX_BATCH {
+                next = rx.try_recv().ok();
             }
-            Output::File(f) => f.write_batch(&buf),
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, events = n, "writing the audit log failed");
         }
+        if n > 0 {
+            write_batch(&mut out, &buf, n);
+        }
+        if let Some(done) = flush {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Writes `n` events' lines at once.
+fn write_batch(out: &mut Output, buf: &[u8], n: usize) {
+    let result = match out {
+        Output::Stdout => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(buf).and_then(|_| stdout.flush())
+        }
+        Output::File(f) => f.write_batch(buf),
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, events = n, "writing the audit log failed");
     }
 }
 

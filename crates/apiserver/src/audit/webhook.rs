@@ -8,7 +8,8 @@
 //! default; a full buffer drops events) and not at all in `blocking` mode (requests
 //! wait for room in the buffer; nothing is dropped). A failed batch is retried as
 //! upstream retries webhook calls, from `--audit-webhook-initial-backoff` (10s), and
-//! then dropped with an error in the log.
+//! then dropped with an error in the log. At shutdown what is queued is sent at once
+//! ([`Backend::flush`]).
 //!
 //! Left out: the batch throttle (`--audit-webhook-batch-throttle-*`), truncation
 //! (`--audit-webhook-truncate-*`), `blocking-strict`, and sending each event on its
@@ -20,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::event::Event;
-use super::log::{AuditLogMode, Backend};
+use super::log::{AuditLogMode, Backend, Queued};
 use crate::webhook_client::KubeconfigWebhook;
 
 /// How long one batch's POST may take (upstream's webhook request timeout).
@@ -75,7 +76,7 @@ pub(crate) fn start(opts: &AuditWebhookOptions, webhook: KubeconfigWebhook) -> B
 }
 
 async fn send_loop(
-    mut rx: mpsc::Receiver<Event>,
+    mut rx: mpsc::Receiver<Queued>,
     webhook: KubeconfigWebhook,
     max_batch: usize,
     max_wait: Duration,
@@ -84,10 +85,25 @@ async fn send_loop(
     let mut open = true;
     while open {
         let Some(first) = rx.recv().await else { break };
-        let mut batch = vec![first];
+        let mut batch = Vec::new();
+        let mut flush = None;
+        let mut next = Some(first);
         let deadline = tokio::time::Instant::now() + max_wait;
-        while batch.len() < max_batch {
-            let next = if max_wait.is_zero() {
+        // A batch ends when full, at its deadline, or at a flush request (answered
+        // once the batch is sent).
+        loop {
+            match next.take() {
+                Some(Queued::Event(event)) => batch.push(event),
+                Some(Queued::Flush(done)) => {
+                    flush = Some(done);
+                    break;
+                }
+                None => break,
+            }
+            if batch.len() >= max_batch {
+                break;
+            }
+            next = if max_wait.is_zero() {
                 rx.try_recv().ok()
             } else {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
@@ -99,17 +115,17 @@ async fn send_loop(
                     Err(_) => None,
                 }
             };
-            match next {
-                Some(event) => batch.push(event),
-                None => break,
-            }
         }
         let events = batch.len();
-        if let Err(e) = webhook
-            .post_json_retrying(CALL_TIMEOUT, initial_backoff, event_list(&batch))
-            .await
+        if events > 0
+            && let Err(e) = webhook
+                .post_json_retrying(CALL_TIMEOUT, initial_backoff, event_list(&batch))
+                .await
         {
             tracing::error!(error = %e, events, "sending audit events to the webhook failed");
+        }
+        if let Some(done) = flush {
+            let _ = done.send(());
         }
     }
 }
