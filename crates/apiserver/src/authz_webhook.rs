@@ -13,12 +13,12 @@
 //! - Calls are retried as upstream retries them
 //!   ([`KubeconfigWebhook::post_json_retrying`]).
 //!
-//! The authorizer traits are synchronous; the webhook is not. Requests, impersonation
-//! and the SubjectAccessReview APIs ask the chain asynchronously
-//! ([`Authorization::decide`]). The checks that run inside admission (RBAC
-//! escalation, CSR approval and signing, owner references) and CEL's `authorizer`
-//! use the synchronous [`Authorizer`] face of the chain, in which the webhook gives
-//! the answer it gave before for the same review while that is cached, and no
+//! The authorizer traits are synchronous; the webhook is not. Requests,
+//! impersonation, the SubjectAccessReview APIs and the checks that run inside
+//! admission (RBAC escalation, CSR approval and signing, owner references) ask the
+//! chain asynchronously ([`Authorization::decide`]). CEL's `authorizer`, evaluated
+//! synchronously, uses the [`Authorizer`] face of the chain, in which the webhook
+//! gives the answer it gave before for the same review while that is cached, and no
 //! opinion otherwise.
 //!
 //! Left out: `--authorization-config` (structured authorization: several webhooks,
@@ -243,6 +243,12 @@ impl Authorization {
             }
         }
         Decision::NoOpinion
+    }
+
+    /// A chain of one synchronous authorizer.
+    #[cfg(test)]
+    pub(crate) fn of(authorizer: impl Authorizer + 'static) -> Authorization {
+        Authorization::new(UnionAuthorizer::default().push(authorizer), None)
     }
 
     /// Whether the chain has a webhook (whose rules no one can list).

@@ -44,7 +44,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrokube_auth::{Authenticator, Authorizer};
+use ferrokube_auth::Authenticator;
 use ferrokube_registry::Registry;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -1016,7 +1016,6 @@ impl Options {
             &state,
             webhook_authorizer,
         ));
-        let sync_authorizer: Arc<dyn Authorizer> = authorizer.clone();
         let registry = Arc::new(registry);
         // Custom resources with a conversion webhook convert through this client.
         registry
@@ -1026,7 +1025,7 @@ impl Options {
             )));
         let admission = admission::Chain::new(&admission::PluginInit {
             registry: &registry,
-            authorizer: &sync_authorizer,
+            authorizer: &authorizer,
             security: &state,
             options: &self.admission_plugins,
         })

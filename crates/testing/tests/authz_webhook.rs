@@ -26,8 +26,9 @@ fn with_webhook(o: &mut Options) {
     }
 }
 
-/// The fake policy service's answer: `jane` may list configmaps and impersonate
-/// `bob`; secrets are denied to her with a reason; everything else gets no opinion.
+/// The fake policy service's answer: `jane` may list configmaps, impersonate `bob`,
+/// create rolebindings and bind the `admin` ClusterRole; secrets are denied to her
+/// with a reason; everything else gets no opinion.
 fn policy_service(review: &Value) -> Value {
     let spec = &review["spec"];
     let ra = &spec["resourceAttributes"];
@@ -38,7 +39,9 @@ fn policy_service(review: &Value) -> Value {
         ra["name"].as_str(),
     ) {
         (Some("jane"), Some("list"), Some("configmaps"), _) => json!({"allowed": true}),
-        (Some("jane"), Some("impersonate"), Some("users"), Some("bob")) => {
+        (Some("jane"), Some("impersonate"), Some("users"), Some("bob"))
+        | (Some("jane"), Some("create"), Some("rolebindings"), _)
+        | (Some("jane"), Some("bind"), Some("clusterroles"), Some("admin")) => {
             json!({"allowed": true})
         }
         (Some("jane"), _, Some("secrets"), _) => {
@@ -156,6 +159,37 @@ async fn what_rbac_does_not_allow_the_webhook_decides() {
     .unwrap();
     assert_eq!(code, 201, "{rules}");
     assert_eq!(rules["status"]["incomplete"], true);
+
+    // RBAC's escalation check asks the webhook too (not only its cache): jane may
+    // bind `admin`, which she does not hold, and not `cluster-admin`.
+    let binding = |name: &str, role: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}]})
+    };
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+    let (code, _, body) =
+        TestApiServer::send_json(&jane, "POST", bindings, &binding("bob-admin", "admin"))
+            .await
+            .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let (code, _, body) = TestApiServer::send_json(
+        &jane,
+        "POST",
+        bindings,
+        &binding("bob-cluster-admin", "cluster-admin"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("attempting to grant RBAC permissions not currently held"),
+        "{body}"
+    );
 
     server.stop().await;
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_auth::{Attributes as AuthzAttributes, Authorizer, UserInfo};
+use ferrokube_auth::{Attributes as AuthzAttributes, UserInfo};
+
+use crate::authz_webhook::Authorization;
 use serde_json::Value;
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::prelude::FromDer as _;
@@ -28,29 +30,31 @@ const MASTERS_GROUP: &str = "system:masters";
 
 /// Upstream `certauthorization.IsAuthorizedForSignerName`: `verb` on the signer by
 /// name, else on the wildcard of its domain (`example.com/*`).
-pub(crate) fn authorized_for_signer(
-    authorizer: &dyn Authorizer,
+pub(crate) async fn authorized_for_signer(
+    authorizer: &Authorization,
     user: &UserInfo,
     verb: &str,
     signer: &str,
 ) -> bool {
     let domain = signer.split('/').next().unwrap_or("");
-    [signer.to_string(), format!("{domain}/*")]
-        .into_iter()
-        .any(|name| {
-            authorizer
-                .authorize(&AuthzAttributes {
-                    user: user.clone(),
-                    verb: verb.into(),
-                    api_group: GROUP.into(),
-                    api_version: "*".into(),
-                    resource: "signers".into(),
-                    name,
-                    resource_request: true,
-                    ..AuthzAttributes::default()
-                })
-                .is_allowed()
-        })
+    for name in [signer.to_string(), format!("{domain}/*")] {
+        let decision = authorizer
+            .decide(&AuthzAttributes {
+                user: user.clone(),
+                verb: verb.into(),
+                api_group: GROUP.into(),
+                api_version: "*".into(),
+                resource: "signers".into(),
+                name,
+                resource_request: true,
+                ..AuthzAttributes::default()
+            })
+            .await;
+        if decision.is_allowed() {
+            return true;
+        }
+    }
+    false
 }
 
 fn signer_of(csr: &Value) -> &str {
@@ -63,7 +67,7 @@ fn handles_csr(a: &Attributes, operation: Operation, subresource: &str) -> bool 
         && a.subresource == subresource
 }
 
-pub(crate) struct CertificateApproval(Arc<dyn Authorizer>);
+pub(crate) struct CertificateApproval(Arc<Authorization>);
 
 pub(crate) fn new_approval(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(CertificateApproval(init.authorizer.clone())))
@@ -87,7 +91,7 @@ impl Plugin for CertificateApproval {
     ) -> Result<(), ApiError> {
         let Some(csr) = csr else { return Ok(()) };
         let signer = signer_of(csr);
-        if !authorized_for_signer(self.0.as_ref(), &a.user, "approve", signer) {
+        if !authorized_for_signer(&self.0, &a.user, "approve", signer).await {
             return Err(a.forbidden(format!(
                 "user not permitted to approve requests with signerName {signer:?}"
             )));
@@ -96,7 +100,7 @@ impl Plugin for CertificateApproval {
     }
 }
 
-pub(crate) struct CertificateSigning(Arc<dyn Authorizer>);
+pub(crate) struct CertificateSigning(Arc<Authorization>);
 
 pub(crate) fn new_signing(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(CertificateSigning(init.authorizer.clone())))
@@ -133,7 +137,7 @@ impl Plugin for CertificateSigning {
             return Ok(());
         }
         let signer = signer_of(old);
-        if !authorized_for_signer(self.0.as_ref(), &a.user, "sign", signer) {
+        if !authorized_for_signer(&self.0, &a.user, "sign", signer).await {
             return Err(a.forbidden(format!(
                 "user not permitted to sign requests with signerName {signer:?}"
             )));
@@ -232,7 +236,7 @@ stIZMi6+/XELTMt0Cmj7NCheMWmGlKK1
     /// Allows `verb` on the signers named in the list, nothing else.
     struct SignerGrants(Vec<(&'static str, &'static str)>);
 
-    impl Authorizer for SignerGrants {
+    impl ferrokube_auth::Authorizer for SignerGrants {
         fn authorize(&self, attrs: &AuthzAttributes) -> ferrokube_auth::Decision {
             let granted = attrs.resource == "signers"
                 && attrs.api_group == GROUP
@@ -256,7 +260,7 @@ stIZMi6+/XELTMt0Cmj7NCheMWmGlKK1
             Attributes::new(UserInfo::new("bob", ["dev"]), Operation::Update, info).named("c");
         a.subresource = "approval".into();
         let csr = serde_json::json!({"spec": {"signerName": "example.com/issuer"}});
-        let none = CertificateApproval(Arc::new(SignerGrants(vec![])));
+        let none = CertificateApproval(Arc::new(Authorization::of(SignerGrants(vec![]))));
         let e = none.validate(&a, Some(&csr), Some(&csr)).await.unwrap_err();
         assert_eq!(
             e.message,
@@ -264,14 +268,19 @@ stIZMi6+/XELTMt0Cmj7NCheMWmGlKK1
              permitted to approve requests with signerName \"example.com/issuer\""
         );
         for grant in ["example.com/issuer", "example.com/*"] {
-            CertificateApproval(Arc::new(SignerGrants(vec![("approve", grant)])))
-                .validate(&a, Some(&csr), Some(&csr))
-                .await
-                .unwrap();
+            CertificateApproval(Arc::new(Authorization::of(SignerGrants(vec![(
+                "approve", grant,
+            )]))))
+            .validate(&a, Some(&csr), Some(&csr))
+            .await
+            .unwrap();
         }
         // Signing: only a changed certificate or conditions need `sign`.
         a.subresource = "status".into();
-        let signer = CertificateSigning(Arc::new(SignerGrants(vec![("approve", "example.com/*")])));
+        let signer = CertificateSigning(Arc::new(Authorization::of(SignerGrants(vec![(
+            "approve",
+            "example.com/*",
+        )]))));
         signer.validate(&a, Some(&csr), Some(&csr)).await.unwrap();
         let mut signed = csr.clone();
         signed["status"]["certificate"] = serde_json::json!("Y2VydA==");
@@ -286,10 +295,13 @@ stIZMi6+/XELTMt0Cmj7NCheMWmGlKK1
             "{}",
             e.message
         );
-        CertificateSigning(Arc::new(SignerGrants(vec![("sign", "example.com/issuer")])))
-            .validate(&a, Some(&signed), Some(&csr))
-            .await
-            .unwrap();
+        CertificateSigning(Arc::new(Authorization::of(SignerGrants(vec![(
+            "sign",
+            "example.com/issuer",
+        )]))))
+        .validate(&a, Some(&signed), Some(&csr))
+        .await
+        .unwrap();
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! validating plugins.
 
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_auth::Attributes as AuthzAttributes;
 use ferrokube_auth::rbac::{self, RbacSource};
 use ferrokube_auth::user::SYSTEM_PRIVILEGED_GROUP;
-use ferrokube_auth::{Attributes as AuthzAttributes, Authorizer};
+
+use crate::authz_webhook::Authorization;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef};
 use serde_json::Value;
 
@@ -26,15 +28,15 @@ pub(crate) fn applies(a: &Attributes) -> bool {
 
 /// Whether the user may do `verb` on a role resource by name (the `escalate` and
 /// `bind` verbs).
-fn may(
-    authorizer: &dyn Authorizer,
+async fn may(
+    authorizer: &Authorization,
     a: &Attributes,
     verb: &str,
     resource: &str,
     name: &str,
 ) -> bool {
     authorizer
-        .authorize(&AuthzAttributes {
+        .decide(&AuthzAttributes {
             user: a.user.as_ref().clone(),
             verb: verb.into(),
             namespace: a.namespace.clone(),
@@ -45,6 +47,7 @@ fn may(
             resource_request: true,
             ..AuthzAttributes::default()
         })
+        .await
         .is_allowed()
 }
 
@@ -55,8 +58,8 @@ fn rules_of(v: &Value) -> Vec<PolicyRule> {
 }
 
 /// The check on the final object of a create (`old` None) or update.
-pub(crate) fn check(
-    authorizer: &dyn Authorizer,
+pub(crate) async fn check(
+    authorizer: &Authorization,
     state: &ClusterState,
     a: &Attributes,
     new: &Value,
@@ -75,7 +78,7 @@ pub(crate) fn check(
             {
                 return Ok(());
             }
-            if may(authorizer, a, "escalate", a.resource.plural, name) {
+            if may(authorizer, a, "escalate", a.resource.plural, name).await {
                 return Ok(());
             }
             let aggregation = &new["aggregationRule"];
@@ -100,7 +103,7 @@ pub(crate) fn check(
                 "Role" => "roles",
                 _ => "clusterroles",
             };
-            if may(authorizer, a, "bind", resource, &role_ref.name) {
+            if may(authorizer, a, "bind", resource, &role_ref.name).await {
                 return Ok(());
             }
             let snapshot = state.snapshot();

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ferrokube_api::resources::ResourceInfo;
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_auth::{Authorizer, UserInfo};
+use ferrokube_auth::UserInfo;
+
+use crate::authz_webhook::Authorization;
 use ferrokube_registry::{Admission, Admit, Registry};
 use serde_json::Value;
 
@@ -226,7 +228,7 @@ pub(crate) trait Plugin: Send + Sync {
 /// authorizer chain, the authorizers' cluster view and the admission options.
 pub(crate) struct PluginInit<'a> {
     pub registry: &'a Arc<Registry>,
-    pub authorizer: &'a Arc<dyn Authorizer>,
+    pub authorizer: &'a Arc<Authorization>,
     pub security: &'a Arc<ClusterState>,
     pub options: &'a AdmissionPlugins,
 }
@@ -408,7 +410,7 @@ impl AdmissionPlugins {
 /// The enabled plugins in order, and the always-on RBAC escalation check.
 pub(crate) struct Chain {
     plugins: Vec<Arc<dyn Plugin>>,
-    authorizer: Arc<dyn Authorizer>,
+    authorizer: Arc<Authorization>,
     security: Arc<ClusterState>,
 }
 
@@ -464,7 +466,7 @@ impl Chain {
         if let Some(new) = object
             && escalation::applies(a)
         {
-            escalation::check(self.authorizer.as_ref(), &self.security, a, new, old)?;
+            escalation::check(&self.authorizer, &self.security, a, new, old).await?;
         }
         for p in self.plugins.iter().filter(|p| p.handles(a)) {
             p.validate(a, object, old).await?;

@@ -13,16 +13,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ferrokube_api::resources::{RESOURCES, ResourceInfo};
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_auth::{Attributes as AuthzAttributes, Authorizer, Decision};
+use ferrokube_auth::{Attributes as AuthzAttributes, Decision};
 use ferrokube_registry::Registry;
 use serde_json::Value;
 
 use super::{Attributes, Operation, Plugin, PluginInit};
+use crate::authz_webhook::Authorization;
 
 pub(crate) const NAME: &str = "OwnerReferencesPermissionEnforcement";
 
 pub(crate) struct OwnerReferences {
-    authorizer: Arc<dyn Authorizer>,
+    authorizer: Arc<Authorization>,
     registry: Arc<Registry>,
 }
 
@@ -126,12 +127,14 @@ impl OwnerReferences {
         Ok(found)
     }
 
-    fn authorize(&self, a: &Attributes, attrs: AuthzAttributes) -> Decision {
-        self.authorizer.authorize(&AuthzAttributes {
-            user: a.user.as_ref().clone(),
-            resource_request: true,
-            ..attrs
-        })
+    async fn authorize(&self, a: &Attributes, attrs: AuthzAttributes) -> Decision {
+        self.authorizer
+            .decide(&AuthzAttributes {
+                user: a.user.as_ref().clone(),
+                resource_request: true,
+                ..attrs
+            })
+            .await
     }
 }
 
@@ -157,19 +160,21 @@ impl Plugin for OwnerReferences {
             return Ok(());
         }
         if a.operation != Operation::Create {
-            let d = self.authorize(
-                a,
-                AuthzAttributes {
-                    verb: "delete".into(),
-                    namespace: a.namespace.clone(),
-                    api_group: a.resource.group.into(),
-                    api_version: a.resource.version.into(),
-                    resource: a.resource.plural.into(),
-                    subresource: a.subresource.clone(),
-                    name: a.name.clone(),
-                    ..AuthzAttributes::default()
-                },
-            );
+            let d = self
+                .authorize(
+                    a,
+                    AuthzAttributes {
+                        verb: "delete".into(),
+                        namespace: a.namespace.clone(),
+                        api_group: a.resource.group.into(),
+                        api_version: a.resource.version.into(),
+                        resource: a.resource.plural.into(),
+                        subresource: a.subresource.clone(),
+                        name: a.name.clone(),
+                        ..AuthzAttributes::default()
+                    },
+                )
+                .await;
             if !d.is_allowed() {
                 return Err(a.forbidden(format!(
                     "cannot set an ownerRef on a resource you can't delete: {}",
@@ -186,23 +191,25 @@ impl Plugin for OwnerReferences {
                 ))
             })?;
             for m in mappings {
-                let d = self.authorize(
-                    a,
-                    AuthzAttributes {
-                        verb: "update".into(),
-                        namespace: if m.namespaced {
-                            a.namespace.clone()
-                        } else {
-                            String::new()
+                let d = self
+                    .authorize(
+                        a,
+                        AuthzAttributes {
+                            verb: "update".into(),
+                            namespace: if m.namespaced {
+                                a.namespace.clone()
+                            } else {
+                                String::new()
+                            },
+                            api_group: m.group.into(),
+                            api_version: m.version.into(),
+                            resource: m.plural.into(),
+                            subresource: "finalizers".into(),
+                            name: r["name"].as_str().unwrap_or("").into(),
+                            ..AuthzAttributes::default()
                         },
-                        api_group: m.group.into(),
-                        api_version: m.version.into(),
-                        resource: m.plural.into(),
-                        subresource: "finalizers".into(),
-                        name: r["name"].as_str().unwrap_or("").into(),
-                        ..AuthzAttributes::default()
-                    },
-                );
+                    )
+                    .await;
                 if !d.is_allowed() {
                     return Err(a.forbidden(format!(
                         "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: {}",
