@@ -3,7 +3,7 @@
 //! `ferrokube_apiserver` until SIGTERM/SIGINT.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,9 +80,15 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     default_unreachable_toleration_seconds: i64,
     /// Ordered list of authorizers after system:masters: AlwaysAllow, AlwaysDeny, Node,
-    /// RBAC, Webhook. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow).
-    #[arg(long, default_value = "Node,RBAC")]
-    authorization_mode: String,
+    /// RBAC, Webhook. Ferrokube defaults to Node,RBAC (upstream: AlwaysAllow). Not
+    /// with --authorization-config.
+    #[arg(long)]
+    authorization_mode: Option<String>,
+    /// File with an AuthorizationConfiguration (apiserver.config.k8s.io/v1): the
+    /// authorizer chain, with any number of webhooks, their match conditions and
+    /// failure policies. Replaces --authorization-mode and --authorization-webhook-*.
+    #[arg(long)]
+    authorization_config: Option<PathBuf>,
     /// Identifier of the service account token issuer (`iss`); repeat to accept
     /// more (the first issues new tokens).
     #[arg(long)]
@@ -459,6 +465,21 @@ struct Args {
     component: ferrokube_component_base::ComponentFlags,
 }
 
+/// `--authorization-mode` (Ferrokube's default Node,RBAC), which
+/// `--authorization-config` replaces.
+fn authorization_modes(
+    mode_flag: Option<&str>,
+    config_flag: Option<&Path>,
+) -> anyhow::Result<Vec<ferrokube_apiserver::AuthorizationMode>> {
+    if config_flag.is_some() && mode_flag.is_some() {
+        anyhow::bail!(
+            "--authorization-mode cannot be used with --authorization-config: the file lists the authorizers"
+        );
+    }
+    ferrokube_apiserver::AuthorizationMode::parse_list(mode_flag.unwrap_or("Node,RBAC"))
+        .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))
+}
+
 /// Upstream's NodeAddressTypes.
 const NODE_ADDRESS_TYPES: [&str; 5] = [
     "Hostname",
@@ -690,9 +711,11 @@ async fn main() -> anyhow::Result<()> {
     opts.kubelet_client_key = args.kubelet_client_key;
     opts.kubelet_certificate_authority = args.kubelet_certificate_authority;
     opts.tls_sni_cert_keys = args.tls_sni_cert_key;
-    opts.authorization_modes =
-        ferrokube_apiserver::AuthorizationMode::parse_list(&args.authorization_mode)
-            .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
+    opts.authorization_modes = authorization_modes(
+        args.authorization_mode.as_deref(),
+        args.authorization_config.as_deref(),
+    )?;
+    opts.authorization_config_file = args.authorization_config;
     opts.service_account_issuers = args.service_account_issuer;
     opts.service_account_lookup = args.service_account_lookup;
     opts.service_account_extend_token_expiration = args.service_account_extend_token_expiration;
@@ -893,6 +916,43 @@ mod tests {
             .to_string();
             assert!(err.contains("feature gate"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_authorization_config_replaces_the_mode_flag() {
+        use ferrokube_apiserver::AuthorizationMode;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "kube-apiserver",
+                "--tls-cert-file=c",
+                "--tls-private-key-file=k",
+            ];
+            argv.extend_from_slice(extra);
+            let args = Args::try_parse_from(argv).unwrap();
+            super::authorization_modes(
+                args.authorization_mode.as_deref(),
+                args.authorization_config.as_deref(),
+            )
+        };
+        assert_eq!(
+            parse(&[]).unwrap(),
+            [AuthorizationMode::Node, AuthorizationMode::Rbac]
+        );
+        assert_eq!(
+            parse(&["--authorization-mode=RBAC"]).unwrap(),
+            [AuthorizationMode::Rbac]
+        );
+        assert!(parse(&["--authorization-config=/etc/authz.yaml"]).is_ok());
+        let e = parse(&[
+            "--authorization-config=/etc/authz.yaml",
+            "--authorization-mode=RBAC",
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("cannot be used with --authorization-config"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -21,17 +21,21 @@
 //! gives the answer it gave before for the same review while that is cached, and no
 //! opinion otherwise.
 //!
-//! Left out: `--authorization-config` (structured authorization: several webhooks,
-//! match conditions, failure policies), the egress selector, and the webhook's rules
-//! in SelfSubjectRulesReviews (upstream's webhook has none either and marks the
-//! answer incomplete, as here).
+//! `--authorization-config` ([`crate::authz_config`]) builds the same chain with any
+//! number of webhooks, each with its own timeout, failure policy and match
+//! conditions ([`WebhookSettings`]).
+//!
+//! Left out: the egress selector, and the webhook's rules in SelfSubjectRulesReviews
+//! (upstream's webhook has none either and marks the answer incomplete, as here). A
+//! failed call under `failurePolicy: Deny` is a 403 with the failure as the reason,
+//! where upstream's chain answers 500.
 
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrokube_auth::{Attributes, AuthorizationMode, Authorizer, Decision, UnionAuthorizer};
+use ferrokube_auth::{Attributes, Authorizer, Decision, UnionAuthorizer};
 use k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -58,6 +62,21 @@ pub struct AuthorizationWebhookOptions {
     pub unauthorized_ttl: Duration,
 }
 
+impl AuthorizationWebhookOptions {
+    /// How the flags' webhook is asked: upstream's timeout, no opinion on failure.
+    pub(crate) fn settings(&self) -> WebhookSettings {
+        WebhookSettings {
+            name: "webhook".into(),
+            version: self.version,
+            timeout: CALL_TIMEOUT,
+            authorized_ttl: self.authorized_ttl,
+            unauthorized_ttl: self.unauthorized_ttl,
+            failure_policy: FailurePolicy::NoOpinion,
+            match_conditions: Vec::new(),
+        }
+    }
+}
+
 impl Default for AuthorizationWebhookOptions {
     fn default() -> Self {
         AuthorizationWebhookOptions {
@@ -69,34 +88,56 @@ impl Default for AuthorizationWebhookOptions {
     }
 }
 
+/// What a webhook's answer is when its call fails or its match conditions cannot be
+/// evaluated (`failurePolicy`; the flags' webhook has no opinion then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FailurePolicy {
+    NoOpinion,
+    Deny,
+}
+
+/// How one authorization webhook is asked: the flags' settings, or an
+/// `--authorization-config` entry's.
+pub(crate) struct WebhookSettings {
+    /// The authorizer's name, in logs and in the reason of a Deny on failure.
+    pub name: String,
+    pub version: ReviewVersion,
+    /// One call's limit.
+    pub timeout: Duration,
+    /// How long answers are kept (zero: not kept).
+    pub authorized_ttl: Duration,
+    pub unauthorized_ttl: Duration,
+    pub failure_policy: FailurePolicy,
+    /// CEL over the v1 review's spec (`request`): the webhook is only asked when all
+    /// are true.
+    pub match_conditions: Vec<(String, ferrokube_cel::Program)>,
+}
+
 /// The webhook authorizer with its cache.
 pub(crate) struct WebhookAuthorizer {
     webhook: KubeconfigWebhook,
-    version: ReviewVersion,
-    authorized_ttl: Duration,
-    unauthorized_ttl: Duration,
+    settings: WebhookSettings,
     /// The review's spec (JSON) → when the answer expires, and the answer.
     cache: Mutex<lru::LruCache<String, (Instant, Decision)>>,
 }
 
 impl WebhookAuthorizer {
-    pub(crate) async fn from_file(
+    /// The webhook the kubeconfig at `path` names, asked as `settings` say.
+    pub(crate) async fn connect(
         path: &Path,
-        options: &AuthorizationWebhookOptions,
+        settings: WebhookSettings,
     ) -> Result<WebhookAuthorizer, String> {
         Ok(WebhookAuthorizer {
             webhook: KubeconfigWebhook::from_file(path)
                 .await
                 .map_err(|e| format!("{}: {e}", path.display()))?,
-            version: options.version,
-            authorized_ttl: options.authorized_ttl,
-            unauthorized_ttl: options.unauthorized_ttl,
+            settings,
             cache: Mutex::new(lru::LruCache::new(CACHE_SIZE)),
         })
     }
 
     fn spec(&self, attrs: &Attributes) -> String {
-        review_spec(attrs, self.version).to_string()
+        review_spec(attrs, self.settings.version).to_string()
     }
 
     /// The answer cached for this review, if any.
@@ -107,22 +148,58 @@ impl WebhookAuthorizer {
         }
     }
 
+    /// Whether the request is for this webhook (upstream's rule: any false condition
+    /// skips it; otherwise an error is a failure).
+    fn matches(&self, attrs: &Attributes) -> Result<bool, String> {
+        if self.settings.match_conditions.is_empty() {
+            return Ok(true);
+        }
+        let mut activation = ferrokube_cel::Activation::new();
+        activation.bind_json("request", &review_spec(attrs, ReviewVersion::V1));
+        ferrokube_cel::match_conditions(&self.settings.match_conditions, &activation)
+    }
+
+    /// The failure policy's answer to a failed call or condition.
+    fn failed(&self, error: &str) -> Decision {
+        let name = &self.settings.name;
+        tracing::error!(authorizer = %name, %error, "authorization webhook failed");
+        match self.settings.failure_policy {
+            FailurePolicy::NoOpinion => Decision::NoOpinion,
+            FailurePolicy::Deny => {
+                Decision::Deny(format!("authorization webhook {name:?} failed: {error}"))
+            }
+        }
+    }
+
+    /// The answer without waiting: the cached one, or no opinion.
+    fn answer_now(&self, attrs: &Attributes) -> Decision {
+        match self.matches(attrs) {
+            Ok(true) => self
+                .cached(&self.spec(attrs))
+                .unwrap_or(Decision::NoOpinion),
+            Ok(false) => Decision::NoOpinion,
+            Err(e) => self.failed(&e),
+        }
+    }
+
     async fn authorize(&self, attrs: &Attributes) -> Decision {
+        match self.matches(attrs) {
+            Ok(true) => {}
+            Ok(false) => return Decision::NoOpinion,
+            Err(e) => return self.failed(&e),
+        }
         let spec = self.spec(attrs);
         if let Some(decision) = self.cached(&spec) {
             return decision;
         }
         let decision = match self.review(&spec).await {
             Ok(status) => decision_of(status),
-            Err(e) => {
-                tracing::error!(error = %e, "authorization webhook failed");
-                return Decision::NoOpinion;
-            }
+            Err(e) => return self.failed(&e),
         };
         let ttl = if decision.is_allowed() {
-            self.authorized_ttl
+            self.settings.authorized_ttl
         } else {
-            self.unauthorized_ttl
+            self.settings.unauthorized_ttl
         };
         if !ttl.is_zero() {
             self.cache
@@ -134,14 +211,14 @@ impl WebhookAuthorizer {
 
     /// One SubjectAccessReview, retried as upstream retries webhook calls.
     async fn review(&self, spec: &str) -> Result<SubjectAccessReviewStatus, String> {
-        let api_version = self.version.api_version("authorization.k8s.io");
+        let api_version = self.settings.version.api_version("authorization.k8s.io");
         let body = format!(
             r#"{{"apiVersion":"{api_version}","kind":"SubjectAccessReview","metadata":{{"creationTimestamp":null}},"spec":{spec},"status":{{"allowed":false}}}}"#
         )
         .into_bytes();
         let answer = self
             .webhook
-            .post_json_retrying(CALL_TIMEOUT, FIRST_BACKOFF, body)
+            .post_json_retrying(self.settings.timeout, FIRST_BACKOFF, body)
             .await
             .map_err(|e| e.to_string())?;
         let review: Value = serde_json::from_slice(&answer)
@@ -193,41 +270,41 @@ fn decision_of(status: SubjectAccessReviewStatus) -> Decision {
     }
 }
 
-/// The modes before `Webhook` and, if it is there, the modes after it.
-pub(crate) fn around_webhook(
-    modes: &[AuthorizationMode],
-) -> (&[AuthorizationMode], Option<&[AuthorizationMode]>) {
-    match modes.iter().position(|m| *m == AuthorizationMode::Webhook) {
-        Some(i) => (&modes[..i], Some(&modes[i + 1..])),
-        None => (modes, None),
-    }
+/// One authorizer of the chain, as configured.
+pub(crate) enum Link {
+    Sync(Box<dyn Authorizer>),
+    Webhook(Arc<WebhookAuthorizer>),
 }
 
-/// One stretch of the `--authorization-mode` chain.
+/// One stretch of the chain.
 enum Step {
     /// Synchronous authorizers, asked in order.
     Chain(UnionAuthorizer),
     Webhook(Arc<WebhookAuthorizer>),
 }
 
-/// The `--authorization-mode` chain: `system:masters` first, then the modes in order,
-/// the webhook (if any) in its place. The first Allow or Deny is the answer.
+/// The authorizer chain (`--authorization-mode` or `--authorization-config`):
+/// `system:masters` first, then the authorizers in order, each webhook in its place.
+/// The first Allow or Deny is the answer.
 pub(crate) struct Authorization {
     steps: Vec<Step>,
 }
 
 impl Authorization {
-    /// `before` is the synchronous stretch before the webhook (all of the chain
-    /// without one), `after` the stretch after it.
-    pub(crate) fn new(
-        before: UnionAuthorizer,
-        webhook: Option<(Arc<WebhookAuthorizer>, UnionAuthorizer)>,
-    ) -> Authorization {
-        let mut steps = vec![Step::Chain(before)];
-        if let Some((webhook, after)) = webhook {
-            steps.push(Step::Webhook(webhook));
-            steps.push(Step::Chain(after));
+    /// `first` (the chain's start), then `links` in order.
+    pub(crate) fn new(first: UnionAuthorizer, links: Vec<Link>) -> Authorization {
+        let mut steps = Vec::new();
+        let mut stretch = first;
+        for link in links {
+            match link {
+                Link::Sync(authorizer) => stretch = stretch.push(authorizer),
+                Link::Webhook(webhook) => {
+                    steps.push(Step::Chain(std::mem::take(&mut stretch)));
+                    steps.push(Step::Webhook(webhook));
+                }
+            }
         }
+        steps.push(Step::Chain(stretch));
         Authorization { steps }
     }
 
@@ -248,7 +325,7 @@ impl Authorization {
     /// A chain of one synchronous authorizer.
     #[cfg(test)]
     pub(crate) fn of(authorizer: impl Authorizer + 'static) -> Authorization {
-        Authorization::new(UnionAuthorizer::default().push(authorizer), None)
+        Authorization::new(UnionAuthorizer::default().push(authorizer), Vec::new())
     }
 
     /// Whether the chain has a webhook (whose rules no one can list).
@@ -263,9 +340,7 @@ impl Authorizer for Authorization {
         for step in &self.steps {
             let decision = match step {
                 Step::Chain(chain) => chain.authorize(attrs),
-                Step::Webhook(webhook) => webhook
-                    .cached(&webhook.spec(attrs))
-                    .unwrap_or(Decision::NoOpinion),
+                Step::Webhook(webhook) => webhook.answer_now(attrs),
             };
             if decision != Decision::NoOpinion {
                 return decision;
@@ -342,14 +417,36 @@ mod tests {
     }
 
     #[test]
-    fn the_webhook_takes_its_place_in_the_mode_order() {
-        use AuthorizationMode::*;
-        assert_eq!(around_webhook(&[Node, Rbac]), (&[Node, Rbac][..], None));
-        assert_eq!(
-            around_webhook(&[Node, Webhook, Rbac]),
-            (&[Node][..], Some(&[Rbac][..]))
-        );
-        assert_eq!(around_webhook(&[Webhook]), (&[][..], Some(&[][..])));
+    fn webhooks_split_the_chain_in_their_places() {
+        let webhook = || {
+            Link::Webhook(Arc::new(WebhookAuthorizer {
+                webhook: KubeconfigWebhook::unreachable_for_tests(),
+                settings: WebhookSettings {
+                    name: "w".into(),
+                    version: ReviewVersion::V1,
+                    timeout: CALL_TIMEOUT,
+                    authorized_ttl: Duration::ZERO,
+                    unauthorized_ttl: Duration::ZERO,
+                    failure_policy: FailurePolicy::NoOpinion,
+                    match_conditions: Vec::new(),
+                },
+                cache: Mutex::new(lru::LruCache::new(CACHE_SIZE)),
+            }))
+        };
+        let sync = || Link::Sync(Box::new(Fixed(Decision::NoOpinion)));
+        let shape = |links: Vec<Link>| {
+            Authorization::new(UnionAuthorizer::default(), links)
+                .steps
+                .iter()
+                .map(|s| match s {
+                    Step::Chain(_) => 'c',
+                    Step::Webhook(_) => 'w',
+                })
+                .collect::<String>()
+        };
+        assert_eq!(shape(vec![sync(), sync()]), "c");
+        assert_eq!(shape(vec![sync(), webhook(), sync()]), "cwc");
+        assert_eq!(shape(vec![webhook(), webhook()]), "cwcwc");
     }
 
     struct Fixed(Decision);
@@ -367,7 +464,7 @@ mod tests {
                 UnionAuthorizer::default()
                     .push(Fixed(Decision::NoOpinion))
                     .push(Fixed(d)),
-                None,
+                Vec::new(),
             )
         };
         assert_eq!(chain(Decision::Allow).authorize(&attrs()), Decision::Allow);

@@ -12,6 +12,7 @@ mod admission;
 mod aggregator;
 mod audit;
 mod authentication_info;
+mod authz_config;
 mod authz_webhook;
 mod bootstrap_token;
 mod cert_reload;
@@ -637,6 +638,9 @@ pub struct Options {
     pub authentication_token_webhook_version: ReviewVersion,
     /// `--authorization-webhook-*`: the service the `Webhook` authorization mode asks.
     pub authorization_webhook: AuthorizationWebhookOptions,
+    /// `--authorization-config`: the structured authorizer chain, instead of
+    /// `authorization_modes` and `authorization_webhook` (see [`authz_config`]).
+    pub authorization_config_file: Option<std::path::PathBuf>,
     /// `--request-timeout` (default 1m0s): see [`Config::request_timeout`].
     pub request_timeout: Duration,
     /// `--min-request-timeout` (default 1800 s): see [`Config::min_request_timeout`].
@@ -681,6 +685,56 @@ pub const DEFAULT_KUBELET_PREFERRED_ADDRESS_TYPES: [&str; 5] = [
 ];
 
 impl Options {
+    /// The authorizer chain as configured: `--authorization-config`, or
+    /// `--authorization-mode` with the `--authorization-webhook-*` flags.
+    fn configured_authorizers(
+        &self,
+    ) -> Result<Vec<authz_config::ConfiguredAuthorizer>, ConfigError> {
+        use authz_config::ConfiguredAuthorizer;
+        if let Some(path) = &self.authorization_config_file {
+            if self.authorization_webhook.config_file.is_some() {
+                return Err(ConfigError::Auth(
+                    "--authorization-config cannot be used with --authorization-webhook-config-file: the file configures the webhooks"
+                        .into(),
+                ));
+            }
+            return authz_config::load(path).map_err(ConfigError::Auth);
+        }
+        let has_webhook_mode = self
+            .authorization_modes
+            .contains(&AuthorizationMode::Webhook);
+        match (&self.authorization_webhook.config_file, has_webhook_mode) {
+            (Some(_), true) | (None, false) => {}
+            // Upstream's messages.
+            (None, true) => {
+                return Err(ConfigError::Auth(
+                    "authorization-mode Webhook's authorization config file not passed".into(),
+                ));
+            }
+            (Some(_), false) => {
+                return Err(ConfigError::Auth(
+                    "cannot specify --authorization-webhook-config-file without mode Webhook"
+                        .into(),
+                ));
+            }
+        }
+        Ok(self
+            .authorization_modes
+            .iter()
+            .map(
+                |&mode| match (&self.authorization_webhook.config_file, mode) {
+                    (Some(kubeconfig), AuthorizationMode::Webhook) => {
+                        ConfiguredAuthorizer::Webhook {
+                            kubeconfig: kubeconfig.clone(),
+                            settings: self.authorization_webhook.settings(),
+                        }
+                    }
+                    _ => ConfiguredAuthorizer::Mode(mode),
+                },
+            )
+            .collect())
+    }
+
     pub fn new(
         tls_cert_file: std::path::PathBuf,
         tls_private_key_file: std::path::PathBuf,
@@ -737,6 +791,7 @@ impl Options {
             authentication_token_webhook_cache_ttl: Duration::from_secs(120),
             authentication_token_webhook_version: ReviewVersion::V1beta1,
             authorization_webhook: AuthorizationWebhookOptions::default(),
+            authorization_config_file: None,
             request_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
             shutdown: ShutdownOptions::default(),
@@ -982,40 +1037,37 @@ impl Options {
                 authentication_info::NAME
             ))
         })?;
+        let configured = self.configured_authorizers()?;
         let state = Arc::new(
-            security::ClusterState::new(&registry, self.authorization_modes.clone())
+            security::ClusterState::new(&registry, configured.iter().map(|c| c.mode()).collect())
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
-        let has_webhook_mode = self
-            .authorization_modes
-            .contains(&AuthorizationMode::Webhook);
-        let webhook_authorizer = match (&self.authorization_webhook.config_file, has_webhook_mode) {
-            (Some(path), true) => Some(Arc::new(
-                authz_webhook::WebhookAuthorizer::from_file(path, &self.authorization_webhook)
-                    .await
-                    .map_err(|e| {
-                        ConfigError::Auth(format!("--authorization-webhook-config-file: {e}"))
-                    })?,
-            )),
-            (None, false) => None,
-            // Upstream's messages.
-            (None, true) => {
-                return Err(ConfigError::Auth(
-                    "authorization-mode Webhook's authorization config file not passed".into(),
-                ));
+        let mut links = Vec::new();
+        for c in configured {
+            match c {
+                authz_config::ConfiguredAuthorizer::Mode(mode) => {
+                    links.extend(
+                        security::mode_authorizer(mode, &state).map(authz_webhook::Link::Sync),
+                    );
+                }
+                authz_config::ConfiguredAuthorizer::Webhook {
+                    kubeconfig,
+                    settings,
+                } => {
+                    let flag = match &self.authorization_config_file {
+                        Some(_) => {
+                            format!("--authorization-config: authorizer {:?}", settings.name)
+                        }
+                        None => "--authorization-webhook-config-file".into(),
+                    };
+                    let webhook = authz_webhook::WebhookAuthorizer::connect(&kubeconfig, settings)
+                        .await
+                        .map_err(|e| ConfigError::Auth(format!("{flag}: {e}")))?;
+                    links.push(authz_webhook::Link::Webhook(Arc::new(webhook)));
+                }
             }
-            (Some(_), false) => {
-                return Err(ConfigError::Auth(
-                    "cannot specify --authorization-webhook-config-file without mode Webhook"
-                        .into(),
-                ));
-            }
-        };
-        let authorizer = Arc::new(security::authorizer_chain(
-            &self.authorization_modes,
-            &state,
-            webhook_authorizer,
-        ));
+        }
+        let authorizer = Arc::new(security::authorizer_chain(links));
         let registry = Arc::new(registry);
         // Custom resources with a conversion webhook convert through this client.
         registry

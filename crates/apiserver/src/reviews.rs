@@ -473,7 +473,7 @@ mod tests {
         let masters = Authorization::new(
             ferrokube_auth::UnionAuthorizer::default()
                 .push(PrivilegedGroupsAuthorizer::system_masters()),
-            None,
+            Vec::new(),
         );
         let admin = UserInfo::new("admin", [SYSTEM_PRIVILEGED_GROUP]);
         assert_eq!(impersonate(&masters, &h, &admin).await.unwrap(), None);

@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::authz_webhook::{Authorization, WebhookAuthorizer};
+use crate::authz_webhook::{Authorization, Link};
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -179,30 +179,30 @@ impl NodeGraph for Shared {
     }
 }
 
-/// The authorizer chain: `system:masters` first (upstream's privileged group), then
-/// the modes in the order given, `webhook` in the place of the `Webhook` mode.
-pub(crate) fn authorizer_chain(
-    modes: &[AuthorizationMode],
+/// The synchronous authorizer of an authorization mode (None for `Webhook`, which
+/// the caller builds from its configuration).
+pub(crate) fn mode_authorizer(
+    mode: AuthorizationMode,
     state: &Arc<ClusterState>,
-    webhook: Option<Arc<WebhookAuthorizer>>,
-) -> Authorization {
-    let add = |chain: UnionAuthorizer, mode: &AuthorizationMode| match mode {
-        AuthorizationMode::AlwaysAllow => chain.push(AlwaysAllowAuthorizer),
-        AuthorizationMode::AlwaysDeny => chain.push(AlwaysDenyAuthorizer),
-        AuthorizationMode::Node => chain.push(NodeAuthorizer::new(
+) -> Option<Box<dyn ferrokube_auth::Authorizer>> {
+    match mode {
+        AuthorizationMode::AlwaysAllow => Some(Box::new(AlwaysAllowAuthorizer)),
+        AuthorizationMode::AlwaysDeny => Some(Box::new(AlwaysDenyAuthorizer)),
+        AuthorizationMode::Node => Some(Box::new(NodeAuthorizer::new(
             Shared(state.clone()),
             bootstrap::node_rules(),
-        )),
-        AuthorizationMode::Rbac => chain.push(RbacAuthorizer::new(Shared(state.clone()))),
-        AuthorizationMode::Webhook => chain,
-    };
-    let (before_modes, after_modes) = crate::authz_webhook::around_webhook(modes);
-    let before = before_modes.iter().fold(
+        ))),
+        AuthorizationMode::Rbac => Some(Box::new(RbacAuthorizer::new(Shared(state.clone())))),
+        AuthorizationMode::Webhook => None,
+    }
+}
+
+/// The chain: `system:masters` first, then `links` in order.
+pub(crate) fn authorizer_chain(links: Vec<Link>) -> Authorization {
+    Authorization::new(
         UnionAuthorizer::default().push(PrivilegedGroupsAuthorizer::system_masters()),
-        add,
-    );
-    let after = after_modes.map(|m| m.iter().fold(UnionAuthorizer::default(), add));
-    Authorization::new(before, webhook.zip(after))
+        links,
+    )
 }
 
 pub(crate) fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, ApiError> {
