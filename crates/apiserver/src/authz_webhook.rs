@@ -8,8 +8,8 @@
 //!   `status.reason`, anything else no opinion.
 //! - Answers are cached by the whole review (`--authorization-webhook-cache-authorized-ttl`,
 //!   default 5m, for allowed; `--authorization-webhook-cache-unauthorized-ttl`, default
-//!   30s, for the rest). Failed calls are not cached and count as no opinion, as
-//!   upstream's `decisionOnError`.
+//!   30s, for the rest). Failed calls are not cached; they count as the failure
+//!   policy says (the flags' webhook: no opinion), as upstream's `decisionOnError`.
 //! - Calls are retried as upstream retries them
 //!   ([`KubeconfigWebhook::post_json_retrying`]).
 //!
@@ -26,9 +26,11 @@
 //! conditions ([`WebhookSettings`]).
 //!
 //! Left out: the egress selector, and the webhook's rules in SelfSubjectRulesReviews
-//! (upstream's webhook has none either and marks the answer incomplete, as here). A
-//! failed call under `failurePolicy: Deny` is a 403 with the failure as the reason,
-//! where upstream's chain answers 500.
+//! (upstream's webhook has none either and marks the answer incomplete, as here).
+//!
+//! A failed call or condition is the failure policy's decision, and the failure goes
+//! with it ([`Verdict`]): a request nothing allowed then answers 500 with it, and an
+//! access review shows it as `evaluationError`, as upstream's chain does.
 
 use std::num::NonZeroUsize;
 use std::path::Path;
@@ -159,16 +161,15 @@ impl WebhookAuthorizer {
         ferrokube_cel::match_conditions(&self.settings.match_conditions, &activation)
     }
 
-    /// The failure policy's answer to a failed call or condition.
-    fn failed(&self, error: &str) -> Decision {
-        let name = &self.settings.name;
-        tracing::error!(authorizer = %name, %error, "authorization webhook failed");
-        match self.settings.failure_policy {
+    /// The failure policy's answer to a failed call or condition (upstream's
+    /// `decisionOnError`, with no reason), and the failure.
+    fn failed(&self, error: String) -> (Decision, Option<String>) {
+        tracing::error!(authorizer = %self.settings.name, %error, "authorization webhook failed");
+        let decision = match self.settings.failure_policy {
             FailurePolicy::NoOpinion => Decision::NoOpinion,
-            FailurePolicy::Deny => {
-                Decision::Deny(format!("authorization webhook {name:?} failed: {error}"))
-            }
-        }
+            FailurePolicy::Deny => Decision::Deny(String::new()),
+        };
+        (decision, Some(error))
     }
 
     /// The answer without waiting: the cached one, or no opinion.
@@ -178,23 +179,24 @@ impl WebhookAuthorizer {
                 .cached(&self.spec(attrs))
                 .unwrap_or(Decision::NoOpinion),
             Ok(false) => Decision::NoOpinion,
-            Err(e) => self.failed(&e),
+            Err(e) => self.failed(e).0,
         }
     }
 
-    async fn authorize(&self, attrs: &Attributes) -> Decision {
+    /// The webhook's answer, and why it failed when it did.
+    async fn authorize(&self, attrs: &Attributes) -> (Decision, Option<String>) {
         match self.matches(attrs) {
             Ok(true) => {}
-            Ok(false) => return Decision::NoOpinion,
-            Err(e) => return self.failed(&e),
+            Ok(false) => return (Decision::NoOpinion, None),
+            Err(e) => return self.failed(e),
         }
         let spec = self.spec(attrs);
         if let Some(decision) = self.cached(&spec) {
-            return decision;
+            return (decision, None);
         }
         let decision = match self.review(&spec).await {
             Ok(status) => decision_of(status),
-            Err(e) => return self.failed(&e),
+            Err(e) => return self.failed(e),
         };
         let ttl = if decision.is_allowed() {
             self.settings.authorized_ttl
@@ -206,7 +208,7 @@ impl WebhookAuthorizer {
                 .lock()
                 .put(spec, (Instant::now() + ttl, decision.clone()));
         }
-        decision
+        (decision, None)
     }
 
     /// One SubjectAccessReview, retried as upstream retries webhook calls.
@@ -270,6 +272,12 @@ fn decision_of(status: SubjectAccessReviewStatus) -> Decision {
     }
 }
 
+/// What the chain answered, and why an authorizer on the way failed, if one did.
+pub(crate) struct Verdict {
+    pub decision: Decision,
+    pub error: Option<String>,
+}
+
 /// One authorizer of the chain, as configured.
 pub(crate) enum Link {
     Sync(Box<dyn Authorizer>),
@@ -308,18 +316,36 @@ impl Authorization {
         Authorization { steps }
     }
 
-    /// The chain's answer, the webhook asked if the chain gets to it.
+    /// The chain's answer, each webhook asked if the chain gets to it.
     pub(crate) async fn decide(&self, attrs: &Attributes) -> Decision {
+        self.verdict(attrs).await.decision
+    }
+
+    /// The chain's answer with the failures met on the way (upstream's union
+    /// authorizer): the deciding authorizer's own, or at the end of a chain without
+    /// opinion, all of them.
+    pub(crate) async fn verdict(&self, attrs: &Attributes) -> Verdict {
+        let mut errors = Vec::new();
         for step in &self.steps {
-            let decision = match step {
-                Step::Chain(chain) => chain.authorize(attrs),
+            let (decision, error) = match step {
+                Step::Chain(chain) => (chain.authorize(attrs), None),
                 Step::Webhook(webhook) => webhook.authorize(attrs).await,
             };
             if decision != Decision::NoOpinion {
-                return decision;
+                return Verdict { decision, error };
             }
+            errors.extend(error);
         }
-        Decision::NoOpinion
+        let error = match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            // Go's error aggregate.
+            _ => Some(format!("[{}]", errors.join(", "))),
+        };
+        Verdict {
+            decision: Decision::NoOpinion,
+            error,
+        }
     }
 
     /// A chain of one synchronous authorizer.

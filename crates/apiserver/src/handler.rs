@@ -463,7 +463,14 @@ async fn authorized(
     q: &HashMap<String, String>,
     audit: &crate::audit::RequestAudit,
 ) -> Response<Body> {
-    let decision = state.authorizer.decide(&attrs).await;
+    let crate::authz_webhook::Verdict { decision, error } = state.authorizer.verdict(&attrs).await;
+    // A failure on the way and nothing that allowed: 500, as upstream's filter.
+    if let Some(error) = error.filter(|_| !decision.is_allowed()) {
+        audit
+            .annotations()
+            .add("authorization.k8s.io/reason", "internal error");
+        return error_response(&ApiError::internal(error));
+    }
     // Upstream's `authorization.k8s.io/decision` and `/reason` annotations.
     let (verdict, reason) = match &decision {
         ferrokube_auth::Decision::Allow => ("allow", ""),

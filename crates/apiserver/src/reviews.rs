@@ -18,7 +18,7 @@ use ferrokube_auth::user::{
 };
 use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Decision, UserInfo};
 
-use crate::authz_webhook::Authorization;
+use crate::authz_webhook::{Authorization, Verdict};
 use http::HeaderMap;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{Value, json};
@@ -135,12 +135,16 @@ fn spec_attributes(kind: &str, spec: &Value, user: UserInfo) -> Result<Attribute
     }
 }
 
-fn access_status(decision: &Decision) -> Value {
-    match decision {
+fn access_status(verdict: &Verdict) -> Value {
+    let mut status = match &verdict.decision {
         Decision::Allow => json!({"allowed": true}),
         Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
         Decision::NoOpinion => json!({"allowed": false}),
+    };
+    if let Some(error) = &verdict.error {
+        status["evaluationError"] = json!(error);
     }
+    status
 }
 
 /// A policy rule as a review's ResourceRule / NonResourceRule.
@@ -241,7 +245,7 @@ pub(crate) async fn answer(
     let status = match kind {
         "SelfSubjectAccessReview" => {
             let attrs = spec_attributes(kind, &spec, user.clone())?;
-            access_status(&state.authorizer.decide(&attrs).await)
+            access_status(&state.authorizer.verdict(&attrs).await)
         }
         "SubjectAccessReview" | "LocalSubjectAccessReview" => {
             let name = spec["user"].as_str().unwrap_or("").to_string();
@@ -274,7 +278,7 @@ pub(crate) async fn answer(
                     )));
                 }
             }
-            access_status(&state.authorizer.decide(&attrs).await)
+            access_status(&state.authorizer.verdict(&attrs).await)
         }
         "SelfSubjectRulesReview" => {
             let ns = spec["namespace"].as_str().unwrap_or("");

@@ -1,8 +1,9 @@
 //! `--authorization-config` end to end: an AuthorizationConfiguration chaining RBAC
 //! and three webhooks served by the test over HTTPS on loopback. Match conditions
 //! choose which webhooks a request reaches; a webhook that denies ends the chain; a
-//! webhook that cannot be reached denies under `failurePolicy: Deny`. A file with
-//! mistakes stops the start with every one of them named.
+//! webhook that cannot be reached denies under `failurePolicy: Deny`, and the
+//! failure makes the request's answer a 500 (an access review's evaluation error).
+//! A file with mistakes stops the start with every one of them named.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -111,14 +112,37 @@ async fn match_conditions_and_failure_policies_shape_the_chain() {
         "restricted"
     );
 
-    // In `broken`: the webhook that cannot be reached denies (failurePolicy Deny).
+    // In `broken`: the webhook that cannot be reached denies (failurePolicy Deny)
+    // and, as upstream's chain, the failure makes the answer a 500.
     let (code, message) = list(&jane, "broken").await;
-    assert_eq!(code, 403, "{message}");
+    assert_eq!(code, 500, "{message}");
     assert!(
-        message.contains("authorization webhook \"broken\" failed"),
+        message.starts_with("Internal error occurred: Post \"https://127.0.0.1:")
+            && message.contains("dial tcp"),
         "{message}"
     );
     assert_eq!(allow.calls(), 1);
+    // An access review shows the failure as its evaluation error.
+    let (code, _, review) = TestApiServer::send_json(
+        &server.client,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "jane", "groups": ["devs"], "resourceAttributes":
+                {"namespace": "broken", "verb": "list", "resource": "configmaps"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(review["status"]["allowed"], false);
+    assert_eq!(review["status"]["denied"], true);
+    assert!(
+        review["status"]["evaluationError"]
+            .as_str()
+            .unwrap_or("")
+            .contains("dial tcp"),
+        "{review}"
+    );
 
     // What RBAC allows reaches no webhook.
     let (code, _) = list(&server.client, "restricted").await;
