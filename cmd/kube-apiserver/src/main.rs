@@ -403,6 +403,11 @@ struct Args {
     /// authorities in the oidc-ca-file, otherwise the host's root CA set will be used.
     #[arg(long)]
     oidc_ca_file: Option<PathBuf>,
+    /// File with an AuthenticationConfiguration (apiserver.config.k8s.io/v1beta1):
+    /// JWT issuers with their audiences, claim validation rules and claim mappings
+    /// (CEL allowed), and anonymous.enabled. Not with the --oidc-* flags.
+    #[arg(long)]
+    authentication_config: Option<PathBuf>,
     /// The OpenID claim to use as the user name. Note that claims other than the
     /// default ('sub') is not guaranteed to be unique and immutable. This flag is
     /// experimental, please see the authentication documentation for further details.
@@ -852,6 +857,7 @@ async fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("--event-ttl: invalid duration {:?}", args.event_ttl))?;
     opts.oidc = oidc;
     opts.oidc_ca_file = args.oidc_ca_file;
+    opts.authentication_config_file = args.authentication_config;
     opts.authentication_token_webhook_config_file = args.authentication_token_webhook_config_file;
     opts.authentication_token_webhook_cache_ttl = args.authentication_token_webhook_cache_ttl;
     opts.authentication_token_webhook_version = args.authentication_token_webhook_version;

@@ -20,6 +20,7 @@ use ferrokube_auth::AuthorizationMode;
 use serde::Deserialize;
 
 use crate::authz_webhook::{FailurePolicy, WebhookSettings};
+use crate::config_errors::FieldErrors;
 use crate::webhook_client::ReviewVersion;
 
 /// The `apiVersion`s the file may have.
@@ -108,38 +109,6 @@ struct MatchCondition {
     expression: String,
 }
 
-/// Upstream's field errors, collected.
-#[derive(Default)]
-struct FieldErrors(Vec<String>);
-
-impl FieldErrors {
-    fn required(&mut self, field: &str, detail: &str) {
-        let detail = if detail.is_empty() {
-            String::new()
-        } else {
-            format!(": {detail}")
-        };
-        self.0.push(format!("{field}: Required value{detail}"));
-    }
-
-    fn invalid(&mut self, field: &str, value: &str, detail: &str) {
-        self.0
-            .push(format!("{field}: Invalid value: {value:?}: {detail}"));
-    }
-
-    fn unsupported(&mut self, field: &str, value: &str, supported: &[&str]) {
-        let supported: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
-        self.0.push(format!(
-            "{field}: Unsupported value: {value:?}: supported values: {}",
-            supported.join(", ")
-        ));
-    }
-
-    fn duplicate(&mut self, field: &str, value: &str) {
-        self.0.push(format!("{field}: Duplicate value: {value:?}"));
-    }
-}
-
 /// Reads and validates the file; the error names the file and every problem.
 pub(crate) fn load(path: &Path) -> Result<Vec<ConfiguredAuthorizer>, String> {
     let text = std::fs::read_to_string(path)
@@ -224,11 +193,7 @@ fn parse(text: &str) -> Result<Vec<ConfiguredAuthorizer>, String> {
             (mode, None) => out.push(ConfiguredAuthorizer::Mode(mode)),
         }
     }
-    if errors.0.is_empty() {
-        Ok(out)
-    } else {
-        Err(format!("[{}]", errors.0.join(", ")))
-    }
+    errors.into_result().map(|()| out)
 }
 
 /// A duration field: `default` when absent; it must be over zero.
@@ -264,7 +229,7 @@ fn webhook(
     field: &str,
     errors: &mut FieldErrors,
 ) -> Option<ConfiguredAuthorizer> {
-    let before = errors.0.len();
+    let before = errors.len();
     let f = |sub: &str| format!("{field}.{sub}");
     let timeout = duration(w.timeout.as_deref(), None, &f("timeout"), errors);
     if timeout > Duration::from_secs(30) {
@@ -396,7 +361,7 @@ fn webhook(
         }
     };
     let match_conditions = conditions(&w.match_conditions, &f("matchConditions"), errors);
-    if errors.0.len() > before {
+    if errors.len() > before {
         return None;
     }
     Some(ConfiguredAuthorizer::Webhook {
@@ -421,7 +386,7 @@ fn conditions(
     errors: &mut FieldErrors,
 ) -> Vec<(String, ferrokube_cel::Program)> {
     if conditions.len() > MAX_MATCH_CONDITIONS {
-        errors.0.push(format!(
+        errors.push(format!(
             "{field}: Too many: {}: must have at most {MAX_MATCH_CONDITIONS} items",
             conditions.len()
         ));

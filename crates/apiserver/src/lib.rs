@@ -12,11 +12,13 @@ mod admission;
 mod aggregator;
 mod audit;
 mod authentication_info;
+mod authn_config;
 mod authz_config;
 mod authz_webhook;
 mod bootstrap_token;
 mod cert_reload;
 mod componentstatus;
+mod config_errors;
 mod conversion;
 mod cors;
 mod discovery;
@@ -135,9 +137,9 @@ pub struct Config {
     /// `--max-requests-inflight` / `--max-mutating-requests-inflight` limits, when
     /// priority and fairness is off (None: it is on, or both limits are 0).
     pub(crate) max_in_flight: Option<maxinflight::MaxInFlight>,
-    /// Fetches the `--oidc-issuer-url` issuer's keys into its authenticator (None:
-    /// no OIDC issuer).
-    pub(crate) oidc: Option<oidc::KeyFetcher>,
+    /// Fetch the JWT issuers' keys into their authenticators (`--oidc-issuer-url`'s,
+    /// or `--authentication-config`'s; none without an issuer).
+    pub(crate) oidc: Vec<oidc::KeyFetcher>,
     /// `--authentication-token-webhook-config-file`'s authenticator (None: unset).
     pub(crate) token_webhook: Option<Arc<token_webhook::TokenWebhook>>,
     /// The serving certificate and client CA files, followed while the server runs
@@ -233,7 +235,7 @@ impl Server {
                 shutdown_rx.clone(),
             )));
         }
-        if let Some(fetcher) = config.oidc {
+        for fetcher in config.oidc {
             background.push(tokio::spawn(oidc::run(fetcher, shutdown_rx.clone())));
         }
         background.push(tokio::spawn(cert_reload::run(
@@ -626,6 +628,10 @@ pub struct Options {
     /// `--oidc-required-claim`, `--oidc-signing-algs`: ID tokens of an OpenID Connect
     /// issuer authenticate (off while the issuer URL is empty).
     pub oidc: OidcConfig,
+    /// `--authentication-config`: structured authentication (JWT issuers with claim
+    /// rules and mappings, `anonymous.enabled`), instead of the `--oidc-*` flags
+    /// (see [`authn_config`]).
+    pub authentication_config_file: Option<std::path::PathBuf>,
     /// `--oidc-ca-file`: the CA of the issuer's serving certificate (unset: the
     /// host's roots).
     pub oidc_ca_file: Option<std::path::PathBuf>,
@@ -787,6 +793,7 @@ impl Options {
             event_ttl: Duration::from_secs(3600),
             oidc: OidcConfig::default(),
             oidc_ca_file: None,
+            authentication_config_file: None,
             authentication_token_webhook_config_file: None,
             authentication_token_webhook_cache_ttl: Duration::from_secs(120),
             authentication_token_webhook_version: ReviewVersion::V1beta1,
@@ -1093,12 +1100,31 @@ impl Options {
             ));
         }
         // After the bootstrap tokens, as upstream's token authenticator order.
-        let oidc = oidc::build(
-            &self.oidc,
-            self.oidc_ca_file.as_deref(),
-            &self.service_account_issuers,
-        )?;
-        if let Some(fetcher) = &oidc {
+        let mut anonymous = self.anonymous_auth;
+        let oidc = match &self.authentication_config_file {
+            Some(path) => {
+                if self.oidc.any_set() || self.oidc_ca_file.is_some() {
+                    return Err(ConfigError::Auth(
+                        "authentication-config file and oidc-* flags are mutually exclusive".into(),
+                    ));
+                }
+                let file = authn_config::load(path, &self.service_account_issuers)
+                    .map_err(ConfigError::Auth)?;
+                anonymous = file.anonymous.unwrap_or(anonymous);
+                file.jwt
+                    .into_iter()
+                    .map(oidc::build_jwt)
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            None => oidc::build(
+                &self.oidc,
+                self.oidc_ca_file.as_deref(),
+                &self.service_account_issuers,
+            )?
+            .into_iter()
+            .collect(),
+        };
+        for fetcher in &oidc {
             authenticators.push(Box::new(fetcher.authenticator()));
         }
         // Last of the token authenticators, as upstream orders them.
@@ -1158,7 +1184,7 @@ impl Options {
             registry,
             tls,
             tls_by_local_ip,
-            authenticator: Arc::new(if self.anonymous_auth {
+            authenticator: Arc::new(if anonymous {
                 ferrokube_auth::UnionAuthenticator::new(authenticators)
                     .with_anonymous(ferrokube_auth::AnonymousAuthenticator)
             } else {

@@ -17,9 +17,12 @@
 //! [`REFRESH_INTERVAL`] so a key the issuer dropped stops verifying; a key set that
 //! fails to arrive keeps the previous one, and the discovery document is read again.
 //!
-//! Left out: `--authentication-config` (several issuers, discovery URL override, CA
-//! reloading, egress selection), distributed claims, HTTP proxies from the
-//! environment, redirects, the authenticator's health check and metrics.
+//! The JWT authenticators of `--authentication-config` ([`crate::authn_config`]) are
+//! fetched for the same way ([`build_jwt`]), each with its own CA and, when given, its
+//! discovery URL.
+//!
+//! Left out: CA reloading, egress selection, distributed claims, HTTP proxies from
+//! the environment, redirects, the authenticator's health check and metrics.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -64,6 +67,8 @@ pub(crate) struct KeyFetcher {
     tls: Arc<rustls::ClientConfig>,
     /// Signalled by the authenticator when a token verifies with none of its keys.
     wanted: Arc<Notify>,
+    /// Where the discovery document is, when not below the issuer URL.
+    discovery_url: Option<String>,
 }
 
 impl KeyFetcher {
@@ -117,7 +122,34 @@ pub(crate) fn build(
         authenticator: Arc::new(authenticator),
         tls: client_tls(roots)?,
         wanted,
+        discovery_url: None,
     }))
+}
+
+/// The authenticator and its fetcher for one `jwt` entry of `--authentication-config`.
+pub(crate) fn build_jwt(
+    jwt: crate::authn_config::JwtAuthenticator,
+) -> Result<KeyFetcher, ConfigError> {
+    let roots = match &jwt.certificate_authority {
+        Some(pem) => ca_file_roots(pem.as_bytes()).map_err(|e| {
+            ConfigError::Auth(format!(
+                "--authentication-config: issuer {}: certificateAuthority: {e}",
+                jwt.issuer
+            ))
+        })?,
+        None => system_roots(),
+    };
+    let wanted = Arc::new(Notify::new());
+    let hook = wanted.clone();
+    let authenticator =
+        OidcAuthenticator::structured(&jwt.issuer, jwt.audiences, Box::new(jwt.mapper))
+            .with_refresh_hook(move || hook.notify_one());
+    Ok(KeyFetcher {
+        authenticator: Arc::new(authenticator),
+        tls: client_tls(roots)?,
+        wanted,
+        discovery_url: jwt.discovery_url,
+    })
 }
 
 fn together() -> ConfigError {
@@ -257,7 +289,10 @@ impl KeyFetcher {
 
     /// go-oidc's `NewProvider`: the discovery document's `jwks_uri`.
     async fn discover(&self) -> Result<String, String> {
-        let url = format!("{}{WELL_KNOWN_PATH}", self.issuer().trim_end_matches('/'));
+        let url = match &self.discovery_url {
+            Some(url) => url.clone(),
+            None => format!("{}{WELL_KNOWN_PATH}", self.issuer().trim_end_matches('/')),
+        };
         let body = get(&self.tls, &url).await?;
         jwks_uri_from_discovery(self.issuer(), &body)
     }

@@ -6,7 +6,8 @@
 //! rotated in after the apiserver fetched the keys passes once the apiserver has
 //! fetched them again. Also: the apiserver starts while the issuer is down (tokens
 //! of the issuer are refused meanwhile), and an issuer URL without a client id stops
-//! the start, as upstream.
+//! the start, as upstream. `--authentication-config`: two issuers, each with its CA
+//! and audiences, their claims validated and mapped by CEL expressions and claims.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -298,6 +299,100 @@ async fn an_issuer_without_a_client_id_stops_the_start() {
     .unwrap_err();
     assert!(
         err.to_string().contains("URL scheme must be https"),
+        "{err}"
+    );
+}
+
+/// The `--authentication-config` file of the structured test.
+static AUTHENTICATION_CONFIG: OnceLock<PathBuf> = OnceLock::new();
+
+fn with_authentication_config(o: &mut Options) {
+    if let Some(path) = AUTHENTICATION_CONFIG.get() {
+        o.authentication_config_file = Some(path.clone());
+    }
+}
+
+#[tokio::test]
+async fn an_authentication_config_maps_the_claims_of_several_issuers() {
+    let first_key = IssuerKey::generate("first-key");
+    let first = FakeIssuer::start(&[&first_key]).await;
+    let second_key = IssuerKey::generate("second-key");
+    let second = FakeIssuer::start(&[&second_key]).await;
+    let config = json!({
+    "apiVersion": "apiserver.config.k8s.io/v1beta1", "kind": "AuthenticationConfiguration",
+    "jwt": [
+        {"issuer": {"url": first.url, "certificateAuthority": first.server.ca_pem,
+                "audiences": [CLIENT_ID, "other"], "audienceMatchPolicy": "MatchAny"},
+         "claimValidationRules": [
+            {"expression": "claims.sub != 'mallory'", "message": "mallory is banned"}],
+         "claimMappings": {
+            "username": {"expression": "'first:' + claims.sub"},
+            "groups": {"claim": "groups", "prefix": "first:"},
+            "uid": {"claim": "sub"},
+            "extra": [{"key": "example.com/tenant", "valueExpression": "claims.tenant"}]}},
+        {"issuer": {"url": second.url, "certificateAuthority": second.server.ca_pem,
+                "discoveryURL": format!("{}/.well-known/openid-configuration", second.url),
+                "audiences": ["second"]},
+         "claimMappings": {"username": {"claim": "email", "prefix": ""}}},
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("authn.yaml");
+    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+    AUTHENTICATION_CONFIG.set(path).unwrap();
+    let server = TestApiServer::start_with(with_authentication_config)
+        .await
+        .unwrap();
+
+    // The first issuer: any of its audiences, the user mapped by the expressions.
+    let mut claims = id_token_claims(&first.url, "alice");
+    claims["aud"] = json!("other");
+    claims["groups"] = json!(["dev"]);
+    claims["tenant"] = json!("acme");
+    let (code, review) = whoami_eventually(&server, &first_key.sign(&claims)).await;
+    assert_eq!(code, 201, "{review}");
+    let user = &review["status"]["userInfo"];
+    assert_eq!(user["username"], "first:alice");
+    assert_eq!(user["uid"], "alice");
+    assert_eq!(user["groups"], json!(["first:dev", "system:authenticated"]));
+    assert_eq!(user["extra"]["example.com/tenant"], json!(["acme"]));
+    // A claim validation rule refuses mallory.
+    let mut mallory = claims.clone();
+    mallory["sub"] = json!("mallory");
+    let (code, body) = whoami(&server, &first_key.sign(&mallory)).await;
+    assert_eq!(code, 401, "{body}");
+
+    // The second issuer: the verified email is the username, no prefix.
+    let mut claims = id_token_claims(&second.url, "x");
+    claims["aud"] = json!("second");
+    claims["email"] = json!("bob@example.com");
+    claims["email_verified"] = json!(true);
+    let (code, review) = whoami_eventually(&server, &second_key.sign(&claims)).await;
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(review["status"]["userInfo"]["username"], "bob@example.com");
+    claims["email_verified"] = json!(false);
+    let (code, body) = whoami(&server, &second_key.sign(&claims)).await;
+    assert_eq!(code, 401, "{body}");
+    // A token of the first issuer for the second's audience only: refused.
+    let mut wrong = id_token_claims(&first.url, "alice");
+    wrong["aud"] = json!("second");
+    let (code, body) = whoami(&server, &first_key.sign(&wrong)).await;
+    assert_eq!(code, 401, "{body}");
+
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_authentication_config_and_the_oidc_flags_exclude_each_other() {
+    let err = TestApiServer::start_with(|o| {
+        o.oidc.issuer_url = "https://issuer.example".into();
+        o.oidc.client_id = CLIENT_ID.into();
+        o.authentication_config_file = Some("/nonexistent/authn.yaml".into());
+    })
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("authentication-config file and oidc-* flags are mutually exclusive"),
         "{err}"
     );
 }

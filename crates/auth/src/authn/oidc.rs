@@ -19,12 +19,15 @@
 //! URL; anything else is `Ok(None)` so the other token authenticators may try. Ours
 //! and failing any check is an error (401), never anonymous.
 //!
-//! Left out: `--authentication-config` (structured authentication: several issuers,
-//! several audiences, discovery URL override, CEL claim mappings and validation
-//! rules, user validation rules, the `uid` and `extra` mappings), distributed claims
-//! (`_claim_names` / `_claim_sources`), the token cache in front of the authenticator,
-//! the health check and metrics, and ES512 (P-521 is not in `ring`; the flag accepts
-//! it as upstream does, tokens signed with it are refused).
+//! `--authentication-config`'s JWT authenticators ([`OidcAuthenticator::structured`])
+//! verify tokens the same way, against any of several audiences, and leave the
+//! claims to a [`ClaimMapper`] (the apiserver's, which evaluates CEL; this crate
+//! stays below the CEL crate).
+//!
+//! Left out: distributed claims (`_claim_names` / `_claim_sources`), the token cache
+//! in front of the authenticator, the health check and metrics, and ES512 (P-521 is
+//! not in `ring`; the flag accepts it as upstream does, tokens signed with it are
+//! refused).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -259,15 +262,33 @@ pub fn jwks_uri_from_discovery(issuer_url: &str, body: &[u8]) -> Result<String, 
     }
 }
 
+/// How a structured configuration's JWT authenticator (`--authentication-config`)
+/// turns verified claims into a user: its claim validation rules, claim mappings
+/// and user validation rules, which may be CEL expressions the caller evaluates.
+/// The error is the reason the token is refused.
+pub trait ClaimMapper: Send + Sync {
+    fn user(&self, claims: &Map<String, Value>) -> Result<UserInfo, String>;
+}
+
+/// How verified claims become the user.
+enum Mapping {
+    /// The `--oidc-*` flags' claims and prefixes.
+    Flags {
+        username_claim: String,
+        username_prefix: String,
+        groups_claim: Option<String>,
+        groups_prefix: String,
+        required_claims: BTreeMap<String, String>,
+    },
+    Structured(Box<dyn ClaimMapper>),
+}
+
 /// Authenticates ID tokens of one issuer.
 pub struct OidcAuthenticator {
     issuer: String,
-    client_id: String,
-    username_claim: String,
-    username_prefix: String,
-    groups_claim: Option<String>,
-    groups_prefix: String,
-    required_claims: BTreeMap<String, String>,
+    /// A token must carry one of these.
+    audiences: Vec<String>,
+    mapping: Mapping,
     signing_algs: Vec<String>,
     /// `None` until the first key set arrives. Read on every token of the issuer, so
     /// readers only clone the `Arc` under the lock.
@@ -279,7 +300,7 @@ impl std::fmt::Debug for OidcAuthenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OidcAuthenticator")
             .field("issuer", &self.issuer)
-            .field("client_id", &self.client_id)
+            .field("audiences", &self.audiences)
             .finish()
     }
 }
@@ -294,11 +315,12 @@ fn quoted_list<S: AsRef<str>>(items: &[S]) -> String {
     format!("[{}]", quoted.join(" "))
 }
 
-/// Upstream's `validateURL` of `jwt[0].issuer.url`, error messages included.
-fn issuer_url_errors(url: &str, disallowed: &[String]) -> Vec<String> {
-    let invalid = |why: &str| format!("jwt[0].issuer.url: Invalid value: {url:?}: {why}");
+/// Upstream's `validateURL` of an issuer URL (`field`, e.g. `jwt[0].issuer.url`),
+/// error messages included. `disallowed`: the service account issuers.
+pub fn issuer_url_errors(field: &str, url: &str, disallowed: &[String]) -> Vec<String> {
+    let invalid = |why: &str| format!("{field}: Invalid value: {url:?}: {why}");
     if url.is_empty() {
-        return vec!["jwt[0].issuer.url: Required value".into()];
+        return vec![format!("{field}: Required value")];
     }
     let mut errors = Vec::new();
     if disallowed.iter().any(|d| d == url) {
@@ -449,7 +471,8 @@ impl OidcAuthenticator {
     /// username claim; the signing algorithms) and builds an authenticator without
     /// keys.
     pub fn new(config: &OidcConfig, disallowed_issuers: &[String]) -> Result<Self, AuthError> {
-        let mut errors = issuer_url_errors(&config.issuer_url, disallowed_issuers);
+        let mut errors =
+            issuer_url_errors("jwt[0].issuer.url", &config.issuer_url, disallowed_issuers);
         if config.client_id.is_empty() {
             errors.push("jwt[0].issuer.audiences[0]: Required value".into());
         }
@@ -491,16 +514,37 @@ impl OidcAuthenticator {
         }
         Ok(OidcAuthenticator {
             issuer: config.issuer_url.clone(),
-            client_id: config.client_id.clone(),
-            username_claim: config.username_claim.clone(),
-            username_prefix: config.effective_username_prefix(),
-            groups_claim: (!config.groups_claim.is_empty()).then(|| config.groups_claim.clone()),
-            groups_prefix: config.groups_prefix.clone(),
-            required_claims: config.required_claims.clone(),
+            audiences: vec![config.client_id.clone()],
+            mapping: Mapping::Flags {
+                username_claim: config.username_claim.clone(),
+                username_prefix: config.effective_username_prefix(),
+                groups_claim: (!config.groups_claim.is_empty())
+                    .then(|| config.groups_claim.clone()),
+                groups_prefix: config.groups_prefix.clone(),
+                required_claims: config.required_claims.clone(),
+            },
             signing_algs,
             keys: RwLock::new(None),
             refresh: None,
         })
+    }
+
+    /// A structured configuration's JWT authenticator: tokens of `issuer` for any of
+    /// `audiences`, signed with any algorithm upstream accepts, their claims turned
+    /// into the user by `mapper`. The caller has validated the configuration.
+    pub fn structured(
+        issuer: &str,
+        audiences: Vec<String>,
+        mapper: Box<dyn ClaimMapper>,
+    ) -> OidcAuthenticator {
+        OidcAuthenticator {
+            issuer: issuer.to_string(),
+            audiences,
+            mapping: Mapping::Structured(mapper),
+            signing_algs: ALLOWED_SIGNING_ALGS.iter().map(|a| a.to_string()).collect(),
+            keys: RwLock::new(None),
+            refresh: None,
+        }
     }
 
     /// `hook` is called (from the request path, so it must not block) whenever a
@@ -587,12 +631,15 @@ impl OidcAuthenticator {
             ));
         }
         let aud = audience(&claims)?;
-        if !aud.contains(&self.client_id) {
-            return Err(format!(
-                "oidc: expected audience {:?} got {}",
-                self.client_id,
-                quoted_list(&aud)
-            ));
+        if !self.audiences.iter().any(|a| aud.contains(a)) {
+            return Err(match self.audiences.as_slice() {
+                [one] => format!("oidc: expected audience {one:?} got {}", quoted_list(&aud)),
+                all => format!(
+                    "oidc: expected audience in {} got {}",
+                    quoted_list(all),
+                    quoted_list(&aud)
+                ),
+            });
         }
         time_claim(&claims, "iat")?;
         // A token without `exp` has Go's zero expiry: expired.
@@ -655,10 +702,59 @@ impl OidcAuthenticator {
         })
     }
 
-    /// The user of verified claims: username, groups, extra, then the required
-    /// claims, in upstream's order.
+    /// The user of verified claims, with the token's id as its credential id.
     fn user(&self, claims: &Map<String, Value>) -> Result<UserInfo, AuthError> {
-        let claim = &self.username_claim;
+        let mut user = match &self.mapping {
+            Mapping::Flags {
+                username_claim,
+                username_prefix,
+                groups_claim,
+                groups_prefix,
+                required_claims,
+            } => flags_user(
+                claims,
+                username_claim,
+                username_prefix,
+                groups_claim.as_deref(),
+                groups_prefix,
+                required_claims,
+            )?,
+            Mapping::Structured(mapper) => mapper.user(claims).map_err(oidc_error)?,
+        };
+        if let Some(Value::String(jti)) = claims.get("jti") {
+            user.extra
+                .insert(CREDENTIAL_ID_KEY.into(), vec![format!("JTI={jti}")]);
+        }
+        Ok(user)
+    }
+}
+
+/// Upstream's `email_verified` rule for a username taken from the `email` claim: an
+/// address the provider has not verified must not name a user (OpenID Connect
+/// Core's standard claims).
+pub fn check_email_verified(claims: &Map<String, Value>) -> Result<(), String> {
+    match claims.get("email_verified") {
+        None | Some(Value::Bool(true)) => Ok(()),
+        Some(Value::Bool(false) | Value::Null) => Err("oidc: email not verified".into()),
+        Some(other) => Err(format!(
+            "oidc: parse 'email_verified' claim: json: cannot unmarshal {} into Go value of type bool",
+            json_kind(other)
+        )),
+    }
+}
+
+/// The flags' user of verified claims: username, groups, then the required claims,
+/// in upstream's order.
+fn flags_user(
+    claims: &Map<String, Value>,
+    username_claim: &str,
+    username_prefix: &str,
+    groups_claim: Option<&str>,
+    groups_prefix: &str,
+    required_claims: &BTreeMap<String, String>,
+) -> Result<UserInfo, AuthError> {
+    {
+        let claim = username_claim;
         let username = match claims.get(claim) {
             None => {
                 return Err(oidc_error(format!(
@@ -669,27 +765,13 @@ impl OidcAuthenticator {
                 .map_err(|e| oidc_error(format!("oidc: parse username claims {claim:?}: {e}")))?,
         };
         if claim == "email" {
-            // OpenID Connect Core's standard claims: an address the provider has not
-            // verified must not name a user.
-            match claims.get("email_verified") {
-                None => {}
-                Some(Value::Bool(true)) => {}
-                Some(Value::Bool(false) | Value::Null) => {
-                    return Err(oidc_error("oidc: email not verified"));
-                }
-                Some(other) => {
-                    return Err(oidc_error(format!(
-                        "oidc: parse 'email_verified' claim: json: cannot unmarshal {} into Go value of type bool",
-                        json_kind(other)
-                    )));
-                }
-            }
+            check_email_verified(claims).map_err(oidc_error)?;
         }
         let mut user = UserInfo {
-            name: format!("{}{username}", self.username_prefix),
+            name: format!("{username_prefix}{username}"),
             ..UserInfo::default()
         };
-        if let Some(groups_claim) = &self.groups_claim
+        if let Some(groups_claim) = groups_claim
             && let Some(value) = claims.get(groups_claim)
         {
             // A single string is accepted as one group (kubernetes#33290).
@@ -709,14 +791,10 @@ impl OidcAuthenticator {
             };
             user.groups = groups
                 .into_iter()
-                .map(|g| format!("{}{g}", self.groups_prefix))
+                .map(|g| format!("{groups_prefix}{g}"))
                 .collect();
         }
-        if let Some(Value::String(jti)) = claims.get("jti") {
-            user.extra
-                .insert(CREDENTIAL_ID_KEY.into(), vec![format!("JTI={jti}")]);
-        }
-        for (name, want) in &self.required_claims {
+        for (name, want) in required_claims {
             let Some(value) = claims.get(name) else {
                 return Err(oidc_error(format!(
                     "oidc: required claim {name} not present in ID token"
