@@ -31,14 +31,7 @@ use ferrokube_cel::Program;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::config_errors::FieldErrors;
-
-/// The `apiVersion`s the file may have.
-const API_VERSIONS: [&str; 3] = [
-    "apiserver.config.k8s.io/v1",
-    "apiserver.config.k8s.io/v1beta1",
-    "apiserver.config.k8s.io/v1alpha1",
-];
+use crate::config_file::FieldErrors;
 
 /// The file, validated.
 pub(crate) struct AuthenticationConfig {
@@ -60,10 +53,11 @@ pub(crate) struct JwtAuthenticator {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FileConfig {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
+    // Checked by `config_file::decode`; here so that strict decoding accepts them.
+    #[serde(default, rename = "apiVersion")]
+    _api_version: String,
+    #[serde(default, rename = "kind")]
+    _kind: String,
     #[serde(default)]
     jwt: Vec<FileJwt>,
     anonymous: Option<FileAnonymous>,
@@ -193,24 +187,13 @@ pub(crate) fn load(
     path: &Path,
     service_account_issuers: &[String],
 ) -> Result<AuthenticationConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--authentication-config: reading {}: {e}", path.display()))?;
-    parse(&text, service_account_issuers)
-        .map_err(|e| format!("--authentication-config {}: {e}", path.display()))
+    crate::config_file::load("--authentication-config", path, |text| {
+        parse(text, service_account_issuers)
+    })
 }
 
 fn parse(text: &str, service_account_issuers: &[String]) -> Result<AuthenticationConfig, String> {
-    let config: FileConfig =
-        serde_yaml_ng::from_str(text).map_err(|e| format!("strict decoding error: {e}"))?;
-    if config.kind != "AuthenticationConfiguration" || !API_VERSIONS.contains(&&*config.api_version)
-    {
-        return Err(format!(
-            "no kind {:?} is registered for version {:?}: want kind AuthenticationConfiguration in {}",
-            config.kind,
-            config.api_version,
-            API_VERSIONS.join(", ")
-        ));
-    }
+    let config: FileConfig = crate::config_file::decode(text, "AuthenticationConfiguration")?;
     let mut errors = FieldErrors::default();
     let mut jwt = Vec::new();
     let mut seen_issuers: Vec<&str> = Vec::new();

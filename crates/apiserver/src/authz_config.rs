@@ -20,15 +20,9 @@ use ferrokube_auth::AuthorizationMode;
 use serde::Deserialize;
 
 use crate::authz_webhook::{FailurePolicy, WebhookSettings};
-use crate::config_errors::FieldErrors;
+use crate::config_file::FieldErrors;
 use crate::webhook_client::ReviewVersion;
 
-/// The `apiVersion`s the file may have.
-const API_VERSIONS: [&str; 3] = [
-    "apiserver.config.k8s.io/v1",
-    "apiserver.config.k8s.io/v1beta1",
-    "apiserver.config.k8s.io/v1alpha1",
-];
 /// Upstream's limit on a webhook's `matchConditions`.
 const MAX_MATCH_CONDITIONS: usize = 64;
 
@@ -54,10 +48,11 @@ impl ConfiguredAuthorizer {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct AuthorizationConfiguration {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
+    // Checked by `config_file::decode`; here so that strict decoding accepts them.
+    #[serde(default, rename = "apiVersion")]
+    _api_version: String,
+    #[serde(default, rename = "kind")]
+    _kind: String,
     #[serde(default)]
     authorizers: Vec<AuthorizerConfiguration>,
 }
@@ -111,23 +106,12 @@ struct MatchCondition {
 
 /// Reads and validates the file; the error names the file and every problem.
 pub(crate) fn load(path: &Path) -> Result<Vec<ConfiguredAuthorizer>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--authorization-config: reading {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("--authorization-config {}: {e}", path.display()))
+    crate::config_file::load("--authorization-config", path, parse)
 }
 
 fn parse(text: &str) -> Result<Vec<ConfiguredAuthorizer>, String> {
     let config: AuthorizationConfiguration =
-        serde_yaml_ng::from_str(text).map_err(|e| format!("strict decoding error: {e}"))?;
-    if config.kind != "AuthorizationConfiguration" || !API_VERSIONS.contains(&&*config.api_version)
-    {
-        return Err(format!(
-            "no kind {:?} is registered for version {:?}: want kind AuthorizationConfiguration in {}",
-            config.kind,
-            config.api_version,
-            API_VERSIONS.join(", ")
-        ));
-    }
+        crate::config_file::decode(text, "AuthorizationConfiguration")?;
     let mut errors = FieldErrors::default();
     if config.authorizers.is_empty() {
         errors.required(

@@ -18,7 +18,7 @@ mod authz_webhook;
 mod bootstrap_token;
 mod cert_reload;
 mod componentstatus;
-mod config_errors;
+mod config_file;
 mod conversion;
 mod cors;
 mod discovery;
