@@ -44,8 +44,9 @@ pub(crate) struct AuthenticationConfig {
 pub(crate) struct JwtAuthenticator {
     pub issuer: String,
     pub discovery_url: Option<String>,
-    /// `certificateAuthority` (PEM): the roots the issuer's certificate must chain to.
-    pub certificate_authority: Option<String>,
+    /// `certificateAuthority`'s certificates: the roots the issuer's certificate must
+    /// chain to (None: the host's).
+    pub certificate_authority: Option<rustls::RootCertStore>,
     pub audiences: Vec<String>,
     pub mapper: JwtClaims,
 }
@@ -250,18 +251,20 @@ fn jwt_authenticator(
             errors.invalid(&f, discovery, "discoveryURL must be different from URL");
         }
     }
-    if let Some(pem) = &issuer.certificate_authority {
-        use rustls_pki_types::CertificateDer;
-        use rustls_pki_types::pem::PemObject;
-        let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
-        if !matches!(certs, Ok(c) if !c.is_empty()) {
-            errors.invalid(
-                &format!("{field}.issuer.certificateAuthority"),
-                "<omitted>",
-                "data does not contain any valid RSA or ECDSA certificates",
-            );
-        }
-    }
+    let certificate_authority = match &issuer.certificate_authority {
+        Some(pem) => match crate::oidc::ca_file_roots(pem.as_bytes()) {
+            Ok(roots) => Some(roots),
+            Err(e) => {
+                errors.invalid(
+                    &format!("{field}.issuer.certificateAuthority"),
+                    "<omitted>",
+                    &e,
+                );
+                None
+            }
+        },
+        None => None,
+    };
     let audiences_field = format!("{field}.issuer.audiences");
     if issuer.audiences.is_empty() {
         errors.required(
@@ -387,7 +390,7 @@ fn jwt_authenticator(
     Some(JwtAuthenticator {
         issuer: issuer.url.clone(),
         discovery_url: issuer.discovery_url.clone(),
-        certificate_authority: issuer.certificate_authority.clone(),
+        certificate_authority,
         audiences: issuer.audiences.clone(),
         mapper: JwtClaims {
             claim_rules,

@@ -130,15 +130,7 @@ pub(crate) fn build(
 pub(crate) fn build_jwt(
     jwt: crate::authn_config::JwtAuthenticator,
 ) -> Result<KeyFetcher, ConfigError> {
-    let roots = match &jwt.certificate_authority {
-        Some(pem) => ca_file_roots(pem.as_bytes()).map_err(|e| {
-            ConfigError::Auth(format!(
-                "--authentication-config: issuer {}: certificateAuthority: {e}",
-                jwt.issuer
-            ))
-        })?,
-        None => system_roots(),
-    };
+    let roots = jwt.certificate_authority.unwrap_or_else(system_roots);
     let wanted = Arc::new(Notify::new());
     let hook = wanted.clone();
     let authenticator =
@@ -159,9 +151,10 @@ fn together() -> ConfigError {
     )
 }
 
-/// The certificates of `--oidc-ca-file`: every one must parse, and there must be
+/// The certificates of `--oidc-ca-file` (or of a JWT issuer's `certificateAuthority`):
+/// every one must parse, and there must be
 /// one (upstream's `certutil.NewPoolFromBytes`).
-fn ca_file_roots(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
+pub(crate) fn ca_file_roots(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();

@@ -146,10 +146,7 @@ impl WebhookClient {
             let ca_bundle = config.ca_bundle.unwrap_or_default();
             self.pools
                 .get_or_build(&[ca_bundle, server_name.as_bytes()], || {
-                    Ok(HttpsPool::new(
-                        tls(roots(Some(ca_bundle))?, None)?,
-                        server_name,
-                    ))
+                    Ok(HttpsPool::new(tls(roots(ca_bundle)?, None)?, server_name))
                 })
         };
         if let Some(url) = config.url {
@@ -460,11 +457,11 @@ impl Target {
 
 /// The CA bundle's certificates (none: nothing verifies, so every call fails, which
 /// beats trusting anything).
-fn roots(ca_bundle: Option<&[u8]>) -> Result<rustls::RootCertStore, String> {
+fn roots(ca_bundle: &[u8]) -> Result<rustls::RootCertStore, String> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_bundle.unwrap_or_default()) {
+    for c in CertificateDer::pem_slice_iter(ca_bundle) {
         let c = c.map_err(|e| format!("invalid caBundle: {e}"))?;
         roots.add(c).map_err(|e| format!("invalid caBundle: {e}"))?;
     }
