@@ -61,8 +61,9 @@ struct Args {
     kubelet_certificate_authority: Option<PathBuf>,
     /// Requests without credentials are system:anonymous (authorized by RBAC like
     /// any other) instead of 401.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    anonymous_auth: bool,
+    /// [default: true]
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    anonymous_auth: Option<bool>,
     /// Admission plugins to enable beyond the default set.
     #[arg(long, value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
@@ -405,7 +406,8 @@ struct Args {
     oidc_ca_file: Option<PathBuf>,
     /// File with an AuthenticationConfiguration (apiserver.config.k8s.io/v1beta1):
     /// JWT issuers with their audiences, claim validation rules and claim mappings
-    /// (CEL allowed), and anonymous.enabled. Not with the --oidc-* flags.
+    /// (CEL allowed), and anonymous (enabled, and the paths it is limited to). Not with
+    /// the --oidc-* flags, nor (when it sets anonymous) with --anonymous-auth.
     #[arg(long)]
     authentication_config: Option<PathBuf>,
     /// The OpenID claim to use as the user name. Note that claims other than the

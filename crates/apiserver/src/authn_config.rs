@@ -16,11 +16,13 @@
 //! - `userValidationRules`: CEL over the mapped `user` that must be true.
 //!
 //! `anonymous.enabled` turns anonymous requests on or off (it replaces
-//! `--anonymous-auth`). The file is validated as upstream validates it, every
-//! problem named by its field; it cannot be combined with the `--oidc-*` flags.
+//! `--anonymous-auth`, which may then not be given), and `anonymous.conditions`
+//! limits them to the listed paths (e.g. `/livez` and `/readyz` only). The file is
+//! validated as upstream validates it, every problem named by its field; it cannot
+//! be combined with the `--oidc-*` flags.
 //!
-//! Left out: reloading the file when it changes, `anonymous.conditions` (anonymous
-//! requests limited to some paths), distributed claims and the egress selector.
+//! Left out: reloading the file when it changes, distributed claims and the egress
+//! selector.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,8 +38,16 @@ use crate::config_file::FieldErrors;
 /// The file, validated.
 pub(crate) struct AuthenticationConfig {
     pub jwt: Vec<JwtAuthenticator>,
-    /// `anonymous.enabled`, when the file says.
-    pub anonymous: Option<bool>,
+    /// `anonymous`, when the file says.
+    pub anonymous: Option<Anonymous>,
+}
+
+/// The file's `anonymous`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Anonymous {
+    pub enabled: bool,
+    /// `conditions`' paths: anonymous requests on these paths only (empty: any path).
+    pub paths: Vec<String>,
 }
 
 /// One `jwt` entry, ready to build.
@@ -70,7 +80,14 @@ struct FileAnonymous {
     #[serde(default)]
     enabled: bool,
     #[serde(default)]
-    conditions: Vec<Value>,
+    conditions: Vec<FileAnonymousCondition>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileAnonymousCondition {
+    #[serde(default)]
+    path: String,
 }
 
 #[derive(Deserialize)]
@@ -211,18 +228,31 @@ fn parse(text: &str, service_account_issuers: &[String]) -> Result<Authenticatio
             jwt.push(authenticator);
         }
     }
-    let anonymous = match &config.anonymous {
-        Some(a) if !a.conditions.is_empty() => {
+    let anonymous = config.anonymous.as_ref().map(|a| {
+        if !a.enabled && !a.conditions.is_empty() {
+            let paths: Vec<&str> = a.conditions.iter().map(|c| c.path.as_str()).collect();
             errors.invalid(
                 "anonymous.conditions",
-                "[...]",
-                "anonymous requests limited to some paths are not supported by this server",
+                &format!("{paths:?}"),
+                "enabled should be set to true when conditions are defined",
             );
-            None
         }
-        Some(a) => Some(a.enabled),
-        None => None,
-    };
+        let mut paths: Vec<String> = Vec::new();
+        for (i, condition) in a.conditions.iter().enumerate() {
+            let field = format!("anonymous.conditions[{i}].path");
+            if condition.path.is_empty() {
+                errors.required(&field, "path is required");
+            } else if paths.contains(&condition.path) {
+                errors.duplicate(&field, &condition.path);
+            } else {
+                paths.push(condition.path.clone());
+            }
+        }
+        Anonymous {
+            enabled: a.enabled,
+            paths,
+        }
+    });
     errors.into_result()?;
     Ok(AuthenticationConfig { jwt, anonymous })
 }
@@ -721,7 +751,13 @@ anonymous: {enabled: false}
     #[test]
     fn claims_become_the_user_through_rules_and_mappings() {
         let config = parse(GOOD, &[]).unwrap();
-        assert_eq!(config.anonymous, Some(false));
+        assert_eq!(
+            config.anonymous,
+            Some(Anonymous {
+                enabled: false,
+                paths: vec![]
+            })
+        );
         let jwt = &config.jwt[0];
         assert_eq!(jwt.audiences, ["kubernetes", "other"]);
         let user = jwt
@@ -746,6 +782,26 @@ anonymous: {enabled: false}
         assert!(
             refused(json!({"sub": "system:x", "hd": "example.com", "tenant": "acme"}))
                 .contains("no system users")
+        );
+    }
+
+    #[test]
+    fn anonymous_conditions_are_its_paths() {
+        let text = r#"
+apiVersion: apiserver.config.k8s.io/v1beta1
+kind: AuthenticationConfiguration
+anonymous:
+  enabled: true
+  conditions: [{path: /livez}, {path: /readyz}]
+"#;
+        let config = parse(text, &[]).unwrap();
+        assert!(config.jwt.is_empty());
+        assert_eq!(
+            config.anonymous,
+            Some(Anonymous {
+                enabled: true,
+                paths: vec!["/livez".into(), "/readyz".into()]
+            })
         );
     }
 
@@ -796,7 +852,7 @@ jwt:
       username: {expression: "claims.sub +"}
   - issuer: {url: "https://kubernetes.default.svc", audiences: [k]}
     claimMappings: {}
-anonymous: {enabled: true, conditions: [{path: /livez}]}
+anonymous: {enabled: false, conditions: [{path: /livez}, {path: ""}, {path: /livez}]}
 "#;
         let e = parse(text, &["https://kubernetes.default.svc".into()])
             .err()
@@ -812,7 +868,9 @@ anonymous: {enabled: true, conditions: [{path: /livez}]}
             r#"jwt[1].claimMappings.username.expression: Invalid value: "claims.sub +": compilation failed"#,
             r#"jwt[2].issuer.url: Duplicate value: "https://kubernetes.default.svc""#,
             "jwt[2].claimMappings.username: Required value: claim or expression is required",
-            "anonymous.conditions: Invalid value",
+            r#"anonymous.conditions: Invalid value: "[\"/livez\", \"\", \"/livez\"]": enabled should be set to true when conditions are defined"#,
+            "anonymous.conditions[1].path: Required value: path is required",
+            r#"anonymous.conditions[2].path: Duplicate value: "/livez""#,
         ] {
             assert!(e.contains(want), "{want}\nnot in\n{e}");
         }

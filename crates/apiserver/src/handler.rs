@@ -367,6 +367,7 @@ async fn handle(
         .authenticate(&AuthRequest {
             headers: req.headers(),
             peer_certificates: peer_certs,
+            path: &path,
         })
         .await
     {

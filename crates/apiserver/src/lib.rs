@@ -551,9 +551,10 @@ pub struct Options {
     pub kubelet_certificate_authority: Option<std::path::PathBuf>,
     /// `--enable-admission-plugins` / `--disable-admission-plugins` applied.
     pub admission_plugins: AdmissionPlugins,
-    /// `--anonymous-auth`: requests without credentials are `system:anonymous`
-    /// (and then authorized like any other) instead of 401.
-    pub anonymous_auth: bool,
+    /// `--anonymous-auth` (None: not given, which means true): requests without
+    /// credentials are `system:anonymous` (and then authorized like any other)
+    /// instead of 401.
+    pub anonymous_auth: Option<bool>,
     /// `--authorization-mode`: the authorizer chain after `system:masters`, in order.
     pub authorization_modes: Vec<AuthorizationMode>,
     /// `--service-account-issuer`: the first issues tokens, all are accepted.
@@ -629,7 +630,7 @@ pub struct Options {
     /// issuer authenticate (off while the issuer URL is empty).
     pub oidc: OidcConfig,
     /// `--authentication-config`: structured authentication (JWT issuers with claim
-    /// rules and mappings, `anonymous.enabled`), instead of the `--oidc-*` flags
+    /// rules and mappings, `anonymous` with its conditions), instead of the `--oidc-*` flags
     /// (see [`authn_config`]).
     pub authentication_config_file: Option<std::path::PathBuf>,
     /// `--oidc-ca-file`: the CA of the issuer's serving certificate (unset: the
@@ -758,7 +759,7 @@ impl Options {
             kubelet_client_key: None,
             kubelet_certificate_authority: None,
             admission_plugins: AdmissionPlugins::default(),
-            anonymous_auth: true,
+            anonymous_auth: None,
             authorization_modes: vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             service_account_issuers: Vec::new(),
             service_account_key_files: Vec::new(),
@@ -1100,7 +1101,8 @@ impl Options {
             ));
         }
         // After the bootstrap tokens, as upstream's token authenticator order.
-        let mut anonymous = self.anonymous_auth;
+        let mut anonymous = ferrokube_auth::AnonymousAuthenticator::everywhere();
+        let mut anonymous_enabled = self.anonymous_auth.unwrap_or(true);
         let oidc = match &self.authentication_config_file {
             Some(path) => {
                 if self.oidc.any_set() || self.oidc_ca_file.is_some() {
@@ -1110,7 +1112,16 @@ impl Options {
                 }
                 let file = authn_config::load(path, &self.service_account_issuers)
                     .map_err(ConfigError::Auth)?;
-                anonymous = file.anonymous.unwrap_or(anonymous);
+                if let Some(a) = file.anonymous {
+                    if self.anonymous_auth.is_some() {
+                        // Upstream's message, with its spelling.
+                        return Err(ConfigError::Auth(
+                            "anonymous: Forbidden: --anonynous-auth flag cannot be set when anonymous field is configured in authentication configuration file".into(),
+                        ));
+                    }
+                    anonymous_enabled = a.enabled;
+                    anonymous = ferrokube_auth::AnonymousAuthenticator::on_paths(a.paths);
+                }
                 file.jwt
                     .into_iter()
                     .map(oidc::build_jwt)
@@ -1184,9 +1195,8 @@ impl Options {
             registry,
             tls,
             tls_by_local_ip,
-            authenticator: Arc::new(if anonymous {
-                ferrokube_auth::UnionAuthenticator::new(authenticators)
-                    .with_anonymous(ferrokube_auth::AnonymousAuthenticator)
+            authenticator: Arc::new(if anonymous_enabled {
+                ferrokube_auth::UnionAuthenticator::new(authenticators).with_anonymous(anonymous)
             } else {
                 ferrokube_auth::UnionAuthenticator::new(authenticators)
             }),

@@ -305,6 +305,7 @@ pub(crate) async fn answer(
                         .authenticate(&AuthRequest {
                             headers: &h,
                             peer_certificates: &[],
+                            path: "",
                         })
                         .await
                         .ok()

@@ -30,6 +30,9 @@ pub struct AuthRequest<'a> {
     /// The TLS peer chain as presented: leaf first, then intermediates. Empty for
     /// plain HTTP or when the client sent no certificate.
     pub peer_certificates: &'a [CertificateDer<'static>],
+    /// The request's URL path, without the query ("" when the credential did not
+    /// come with a request, as a TokenReview's token).
+    pub path: &'a str,
 }
 
 /// Authentication errors.
@@ -96,14 +99,37 @@ impl<T: Authenticator + ?Sized> Authenticator for std::sync::Arc<T> {
     }
 }
 
-/// Always the anonymous user (`system:anonymous`, group `system:unauthenticated`).
+/// The anonymous user (`system:anonymous`, group `system:unauthenticated`), on every
+/// path or only on some.
 /// Put it in the chain only when anonymous auth is enabled
-/// (`--anonymous-auth`), via [`UnionAuthenticator::with_anonymous`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AnonymousAuthenticator;
+/// (`--anonymous-auth`, or `anonymous` in an AuthenticationConfiguration), via
+/// [`UnionAuthenticator::with_anonymous`].
+#[derive(Debug, Clone, Default)]
+pub struct AnonymousAuthenticator {
+    /// `anonymous.conditions`' paths: when some are given, a request on any other path
+    /// is not anonymous (upstream compares the whole path, with no prefix or pattern).
+    allowed_paths: Vec<String>,
+}
+
+impl AnonymousAuthenticator {
+    /// Anonymous on every path (`--anonymous-auth=true`).
+    pub fn everywhere() -> Self {
+        Self::default()
+    }
+
+    /// Anonymous only on these exact paths (an empty list: every path).
+    pub fn on_paths(paths: impl IntoIterator<Item = String>) -> Self {
+        AnonymousAuthenticator {
+            allowed_paths: paths.into_iter().collect(),
+        }
+    }
+}
 
 impl Authenticator for AnonymousAuthenticator {
-    fn authenticate(&self, _request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+    fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+        if !self.allowed_paths.is_empty() && !self.allowed_paths.iter().any(|p| p == request.path) {
+            return Ok(None);
+        }
         Ok(Some(UserInfo::anonymous()))
     }
 }
@@ -210,6 +236,7 @@ mod tests {
         AuthRequest {
             headers,
             peer_certificates: &[],
+            path: "",
         }
     }
 
@@ -246,13 +273,13 @@ mod tests {
             Box::new(Fixed(Err("bad token"))),
             Box::new(Fixed(Ok(None))),
         ])
-        .with_anonymous(AnonymousAuthenticator);
+        .with_anonymous(AnonymousAuthenticator::everywhere());
         let err = u.authenticate(&req(&h)).unwrap_err();
         assert_eq!(err.to_string(), "authentication configuration: bad token");
 
         let two =
             UnionAuthenticator::new(vec![Box::new(Fixed(Err("x"))), Box::new(Fixed(Err("y")))])
-                .with_anonymous(AnonymousAuthenticator);
+                .with_anonymous(AnonymousAuthenticator::everywhere());
         match two.authenticate(&req(&h)) {
             Err(AuthError::Aggregate(v)) => assert_eq!(v.len(), 2),
             other => panic!("{other:?}"),
@@ -267,7 +294,7 @@ mod tests {
             "Bearer nobody-knows-me".parse().unwrap(),
         );
         let u = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))])
-            .with_anonymous(AnonymousAuthenticator);
+            .with_anonymous(AnonymousAuthenticator::everywhere());
         assert!(matches!(
             u.authenticate(&req(&h)),
             Err(AuthError::InvalidBearerToken)
@@ -282,7 +309,7 @@ mod tests {
         let off = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))]);
         assert!(off.authenticate(&req(&h)).unwrap().is_none());
         let on = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))])
-            .with_anonymous(AnonymousAuthenticator);
+            .with_anonymous(AnonymousAuthenticator::everywhere());
         let anon = on.authenticate(&req(&h)).unwrap().unwrap();
         assert_eq!(anon.name, ANONYMOUS);
         assert_eq!(anon.groups, vec![ALL_UNAUTHENTICATED]);
@@ -292,5 +319,21 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn anonymous_on_paths_is_anonymous_on_those_paths_only() {
+        let h = HeaderMap::new();
+        let on = UnionAuthenticator::new(vec![Box::new(Fixed(Ok(None)))]).with_anonymous(
+            AnonymousAuthenticator::on_paths(["/livez".to_string(), "/readyz".into()]),
+        );
+        let at = |path| on.authenticate(&AuthRequest { path, ..req(&h) });
+        assert_eq!(at("/livez").unwrap().unwrap().name, ANONYMOUS);
+        assert_eq!(at("/readyz").unwrap().unwrap().name, ANONYMOUS);
+        // The whole path, not a prefix of it.
+        assert!(at("/livez/ping").unwrap().is_none());
+        assert!(at("/healthz").unwrap().is_none());
+        assert!(at("/api/v1/pods").unwrap().is_none());
+        assert!(at("").unwrap().is_none());
     }
 }

@@ -116,7 +116,7 @@ proptest! {
             }
         }
         let certs: Vec<CertificateDer<'static>> = certs.into_iter().map(CertificateDer::from).collect();
-        let result = chain.authenticate(&AuthRequest { headers: &headers, peer_certificates: &certs });
+        let result = chain.authenticate(&AuthRequest { headers: &headers, peer_certificates: &certs, path: "" });
         prop_assert!(!matches!(result, Ok(Some(_))), "authenticated: {:?}", result);
     }
 }

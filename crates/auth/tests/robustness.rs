@@ -46,7 +46,7 @@ fn authenticators(ca_pem: &str) -> Vec<(&'static str, Box<dyn Authenticator>)> {
                     Box::new(X509Authenticator::new(ca_pem).unwrap()),
                     Box::new(tokens()),
                 ])
-                .with_anonymous(AnonymousAuthenticator),
+                .with_anonymous(AnonymousAuthenticator::everywhere()),
             ),
         ),
     ]
@@ -64,6 +64,7 @@ fn assert_not_authenticated(
         let result = auth.authenticate(&AuthRequest {
             headers,
             peer_certificates: certs,
+            path: "",
         });
         if let Ok(Some(user)) = result {
             assert_eq!(user.name, "system:anonymous", "{name} authenticated {what}");
@@ -150,6 +151,7 @@ fn nasty_headers_never_authenticate() {
         .authenticate(&AuthRequest {
             headers: &headers,
             peer_certificates: &[],
+            path: "",
         })
         .unwrap()
         .unwrap();
@@ -183,6 +185,7 @@ fn random_and_mutated_certificates_never_authenticate() {
     let ok = auths[1].1.authenticate(&AuthRequest {
         headers: &headers,
         peer_certificates: std::slice::from_ref(&good_der),
+        path: "",
     });
     assert_eq!(ok.unwrap().unwrap().name, "alice");
 

@@ -26,6 +26,7 @@ fn authenticate(
     auth.authenticate(&AuthRequest {
         headers: &headers,
         peer_certificates: chain,
+        path: "",
     })
 }
 
@@ -130,7 +131,7 @@ fn rejects_other_ca_expired_not_yet_valid_and_serving_certs() {
     let union = UnionAuthenticator::new(vec![Box::new(
         X509Authenticator::new(ca.cert_pem()).unwrap(),
     )])
-    .with_anonymous(AnonymousAuthenticator);
+    .with_anonymous(AnonymousAuthenticator::everywhere());
     assert!(authenticate(&union, &[der(&foreign.cert_pem)]).is_err());
     let union = union.push(tokens);
     let mut headers = HeaderMap::new();
@@ -140,6 +141,7 @@ fn rejects_other_ca_expired_not_yet_valid_and_serving_certs() {
         .authenticate(&AuthRequest {
             headers: &headers,
             peer_certificates: &chain,
+            path: "",
         })
         .unwrap()
         .unwrap();
@@ -167,6 +169,7 @@ fn a_verified_chain_is_remembered_only_within_its_validity() {
     let request = AuthRequest {
         headers: &headers,
         peer_certificates: &chain,
+        path: "",
     };
     let at = |t: SystemTime| {
         auth.authenticate_at(

@@ -1252,6 +1252,7 @@ mod tests {
         let req = AuthRequest {
             headers: &headers,
             peer_certificates: &[],
+            path: "",
         };
         assert_eq!(
             a.authenticate(&req).unwrap().unwrap().name,
@@ -1263,6 +1264,7 @@ mod tests {
                 .authenticate(&AuthRequest {
                     headers: &http::HeaderMap::new(),
                     peer_certificates: &[],
+                    path: "",
                 })
                 .unwrap()
                 .is_none()

@@ -221,6 +221,7 @@ mod tests {
         a.authenticate(&AuthRequest {
             headers: h,
             peer_certificates: chain,
+            path: "",
         })
     }
 
@@ -369,6 +370,7 @@ mod tests {
         let req = AuthRequest {
             headers: &h,
             peer_certificates: &chain,
+            path: "",
         };
         assert!(a.authenticate(&req).unwrap().is_some());
         let later = UnixTime::since_unix_epoch(Duration::from_secs(
@@ -414,7 +416,7 @@ mod tests {
             Box::new(RequestHeaderAuthenticator::new(p.proxy_ca.cert_pem(), kubeadm()).unwrap()),
             Box::new(X509Authenticator::new(p.client_ca.cert_pem()).unwrap()),
         ])
-        .with_anonymous(AnonymousAuthenticator);
+        .with_anonymous(AnonymousAuthenticator::everywhere());
         let as_alice = headers(&[("x-remote-user", "alice"), ("x-remote-group", "dev")]);
         let proxied = auth(&union, std::slice::from_ref(&p.proxy), &as_alice)
             .unwrap()

@@ -249,6 +249,7 @@ token1,user1b,uid1b
             a.authenticate(&AuthRequest {
                 headers: h,
                 peer_certificates: &peer,
+                path: "",
             })
         };
         assert_eq!(

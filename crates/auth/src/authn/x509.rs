@@ -486,6 +486,7 @@ mod tests {
         a.authenticate(&AuthRequest {
             headers: &headers,
             peer_certificates: std::slice::from_ref(cert),
+            path: "",
         })
         .ok()
         .flatten()
