@@ -88,6 +88,7 @@ struct Args {
     /// File with an AuthorizationConfiguration (apiserver.config.k8s.io/v1): the
     /// authorizer chain, with any number of webhooks, their match conditions and
     /// failure policies. Replaces --authorization-mode and --authorization-webhook-*.
+    /// Read again when it changes.
     #[arg(long)]
     authorization_config: Option<PathBuf>,
     /// Identifier of the service account token issuer (`iss`); repeat to accept
@@ -407,7 +408,8 @@ struct Args {
     /// File with an AuthenticationConfiguration (apiserver.config.k8s.io/v1beta1):
     /// JWT issuers with their audiences, claim validation rules and claim mappings
     /// (CEL allowed), and anonymous (enabled, and the paths it is limited to). Not with
-    /// the --oidc-* flags, nor (when it sets anonymous) with --anonymous-auth.
+    /// the --oidc-* flags, nor (when it sets anonymous) with --anonymous-auth. Read
+    /// again when it changes (anonymous excepted).
     #[arg(long)]
     authentication_config: Option<PathBuf>,
     /// The OpenID claim to use as the user name. Note that claims other than the

@@ -21,8 +21,10 @@
 //! validated as upstream validates it, every problem named by its field; it cannot
 //! be combined with the `--oidc-*` flags.
 //!
-//! Left out: reloading the file when it changes, distributed claims and the egress
-//! selector.
+//! The file is followed while the server runs ([`crate::config_reload`]): a changed
+//! file's JWT authenticators replace the ones in use; `anonymous` is set at start.
+//!
+//! Left out: distributed claims and the egress selector.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -204,13 +206,16 @@ pub(crate) struct JwtClaims {
 pub(crate) fn load(
     path: &Path,
     service_account_issuers: &[String],
-) -> Result<AuthenticationConfig, String> {
+) -> Result<crate::config_file::Loaded<AuthenticationConfig>, String> {
     crate::config_file::load("--authentication-config", path, |text| {
         parse(text, service_account_issuers)
     })
 }
 
-fn parse(text: &str, service_account_issuers: &[String]) -> Result<AuthenticationConfig, String> {
+pub(crate) fn parse(
+    text: &str,
+    service_account_issuers: &[String],
+) -> Result<AuthenticationConfig, String> {
     let config: FileConfig = crate::config_file::decode(text, "AuthenticationConfiguration")?;
     let mut errors = FieldErrors::default();
     let mut jwt = Vec::new();

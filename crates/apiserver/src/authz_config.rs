@@ -10,17 +10,25 @@
 //! every problem named by its field; it replaces `--authorization-mode` and the
 //! `--authorization-webhook-*` flags.
 //!
-//! Left out: reloading the file when it changes (upstream re-reads it), the
-//! `InClusterConfig` connection (upstream refuses it in kube-apiserver too), and ABAC.
+//! The file is followed while the server runs ([`crate::config_reload`]): a changed
+//! file that validates, keeps the non-webhook authorizers it started with and whose
+//! webhooks connect replaces the chain ([`check_reload`]).
+//!
+//! Left out: the `InClusterConfig` connection (upstream refuses it in kube-apiserver
+//! too), and ABAC.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferrokube_auth::AuthorizationMode;
 use serde::Deserialize;
 
-use crate::authz_webhook::{FailurePolicy, WebhookSettings};
+use crate::authz_webhook::{
+    Authorization, FailurePolicy, Link, WebhookAuthorizer, WebhookSettings,
+};
 use crate::config_file::FieldErrors;
+use crate::security::{self, ClusterState};
 use crate::webhook_client::ReviewVersion;
 
 /// Upstream's limit on a webhook's `matchConditions`.
@@ -104,12 +112,74 @@ struct MatchCondition {
     expression: String,
 }
 
+/// The chain of `configured` (`system:masters` first), over the cluster's state.
+/// `from_file`: configured by `--authorization-config` (for the errors' wording).
+pub(crate) async fn build(
+    configured: Vec<ConfiguredAuthorizer>,
+    state: &Arc<ClusterState>,
+    from_file: bool,
+) -> Result<Authorization, String> {
+    let modes = configured.iter().map(ConfiguredAuthorizer::mode).collect();
+    let mut links = Vec::new();
+    for c in configured {
+        match c {
+            ConfiguredAuthorizer::Mode(mode) => {
+                links.extend(security::mode_authorizer(mode, state).map(Link::Sync));
+            }
+            ConfiguredAuthorizer::Webhook {
+                kubeconfig,
+                settings,
+            } => {
+                let flag = if from_file {
+                    format!("--authorization-config: authorizer {:?}", settings.name)
+                } else {
+                    "--authorization-webhook-config-file".into()
+                };
+                let webhook = WebhookAuthorizer::connect(&kubeconfig, settings)
+                    .await
+                    .map_err(|e| format!("{flag}: {e}"))?;
+                links.push(Link::Webhook(Arc::new(webhook)));
+            }
+        }
+    }
+    Ok(security::authorizer_chain(links, modes))
+}
+
+/// What a changed file may not do that the first could (upstream's reload rules):
+/// leave out a non-webhook authorizer it had, or bring in Node or RBAC, whose state
+/// is set up at start.
+pub(crate) fn check_reload(
+    started_with: &[AuthorizationMode],
+    configured: &[ConfiguredAuthorizer],
+) -> Result<(), String> {
+    let modes: Vec<AuthorizationMode> = configured.iter().map(ConfiguredAuthorizer::mode).collect();
+    let missing: Vec<&str> = started_with
+        .iter()
+        .filter(|m| **m != AuthorizationMode::Webhook && !modes.contains(m))
+        .map(|m| m.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("missing required types: [{}]", missing.join(" ")));
+    }
+    for mode in [AuthorizationMode::Node, AuthorizationMode::Rbac] {
+        if modes.contains(&mode) && !started_with.contains(&mode) {
+            return Err(format!(
+                "authorizer type {} is not allowed if it was not enabled at initial server startup",
+                mode.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reads and validates the file; the error names the file and every problem.
-pub(crate) fn load(path: &Path) -> Result<Vec<ConfiguredAuthorizer>, String> {
+pub(crate) fn load(
+    path: &Path,
+) -> Result<crate::config_file::Loaded<Vec<ConfiguredAuthorizer>>, String> {
     crate::config_file::load("--authorization-config", path, parse)
 }
 
-fn parse(text: &str) -> Result<Vec<ConfiguredAuthorizer>, String> {
+pub(crate) fn parse(text: &str) -> Result<Vec<ConfiguredAuthorizer>, String> {
     let config: AuthorizationConfiguration =
         crate::config_file::decode(text, "AuthorizationConfiguration")?;
     let mut errors = FieldErrors::default();
@@ -402,6 +472,32 @@ fn conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reload_keeps_the_authorizers_the_server_started_with() {
+        use AuthorizationMode::*;
+        let modes = |m: &[AuthorizationMode]| -> Vec<ConfiguredAuthorizer> {
+            m.iter().map(|m| ConfiguredAuthorizer::Mode(*m)).collect()
+        };
+        let started = [Node, Rbac, Webhook];
+        assert_eq!(check_reload(&started, &modes(&[Node, Rbac])), Ok(()));
+        assert_eq!(
+            check_reload(&started, &modes(&[Rbac, AlwaysAllow])).unwrap_err(),
+            "missing required types: [Node]"
+        );
+        assert_eq!(
+            check_reload(&started, &modes(&[AlwaysDeny])).unwrap_err(),
+            "missing required types: [Node RBAC]"
+        );
+        assert_eq!(
+            check_reload(&[AlwaysAllow], &modes(&[AlwaysAllow, Rbac])).unwrap_err(),
+            "authorizer type RBAC is not allowed if it was not enabled at initial server startup"
+        );
+        assert_eq!(
+            check_reload(&[AlwaysAllow], &modes(&[AlwaysDeny, AlwaysAllow])),
+            Ok(())
+        );
+    }
 
     fn kinds(authorizers: &[ConfiguredAuthorizer]) -> Vec<String> {
         authorizers

@@ -37,9 +37,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrokube_auth::{Attributes, Authorizer, Decision, UnionAuthorizer};
+use ferrokube_auth::{Attributes, AuthorizationMode, Authorizer, Decision, UnionAuthorizer};
 use k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
 
 use crate::webhook_client::{KubeconfigWebhook, ReviewVersion};
@@ -294,13 +294,26 @@ enum Step {
 /// The authorizer chain (`--authorization-mode` or `--authorization-config`):
 /// `system:masters` first, then the authorizers in order, each webhook in its place.
 /// The first Allow or Deny is the answer.
+///
+/// The chain is replaced whole when `--authorization-config` changes
+/// ([`Authorization::replace`]); a request is decided by the chain it found.
 pub(crate) struct Authorization {
+    current: RwLock<Arc<Chain>>,
+}
+
+struct Chain {
     steps: Vec<Step>,
+    /// The modes the chain was configured with, for rules reviews.
+    modes: Vec<AuthorizationMode>,
 }
 
 impl Authorization {
-    /// `first` (the chain's start), then `links` in order.
-    pub(crate) fn new(first: UnionAuthorizer, links: Vec<Link>) -> Authorization {
+    /// `first` (the chain's start), then `links` in order, configured as `modes`.
+    pub(crate) fn new(
+        first: UnionAuthorizer,
+        links: Vec<Link>,
+        modes: Vec<AuthorizationMode>,
+    ) -> Authorization {
         let mut steps = Vec::new();
         let mut stretch = first;
         for link in links {
@@ -313,7 +326,23 @@ impl Authorization {
             }
         }
         steps.push(Step::Chain(stretch));
-        Authorization { steps }
+        Authorization {
+            current: RwLock::new(Arc::new(Chain { steps, modes })),
+        }
+    }
+
+    /// Puts `other`'s chain in place of this one, for the requests that come next.
+    pub(crate) fn replace(&self, other: Authorization) {
+        *self.current.write() = other.current.into_inner();
+    }
+
+    /// The modes of the chain in use (`Webhook` once for each webhook).
+    pub(crate) fn modes(&self) -> Vec<AuthorizationMode> {
+        self.chain().modes.clone()
+    }
+
+    fn chain(&self) -> Arc<Chain> {
+        self.current.read().clone()
     }
 
     /// The chain's answer, each webhook asked if the chain gets to it.
@@ -326,7 +355,7 @@ impl Authorization {
     /// opinion, all of them.
     pub(crate) async fn verdict(&self, attrs: &Attributes) -> Verdict {
         let mut errors = Vec::new();
-        for step in &self.steps {
+        for step in &self.chain().steps {
             let (decision, error) = match step {
                 Step::Chain(chain) => (chain.authorize(attrs), None),
                 Step::Webhook(webhook) => webhook.authorize(attrs).await,
@@ -351,19 +380,26 @@ impl Authorization {
     /// A chain of one synchronous authorizer.
     #[cfg(test)]
     pub(crate) fn of(authorizer: impl Authorizer + 'static) -> Authorization {
-        Authorization::new(UnionAuthorizer::default().push(authorizer), Vec::new())
+        Authorization::new(
+            UnionAuthorizer::default().push(authorizer),
+            Vec::new(),
+            Vec::new(),
+        )
     }
 
     /// Whether the chain has a webhook (whose rules no one can list).
     pub(crate) fn has_webhook(&self) -> bool {
-        self.steps.iter().any(|s| matches!(s, Step::Webhook(_)))
+        self.chain()
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Webhook(_)))
     }
 }
 
 /// The chain without waiting: the webhook's cached answer, or no opinion.
 impl Authorizer for Authorization {
     fn authorize(&self, attrs: &Attributes) -> Decision {
-        for step in &self.steps {
+        for step in &self.chain().steps {
             let decision = match step {
                 Step::Chain(chain) => chain.authorize(attrs),
                 Step::Webhook(webhook) => webhook.answer_now(attrs),
@@ -461,7 +497,8 @@ mod tests {
         };
         let sync = || Link::Sync(Box::new(Fixed(Decision::NoOpinion)));
         let shape = |links: Vec<Link>| {
-            Authorization::new(UnionAuthorizer::default(), links)
+            Authorization::new(UnionAuthorizer::default(), links, Vec::new())
+                .chain()
                 .steps
                 .iter()
                 .map(|s| match s {
@@ -490,6 +527,7 @@ mod tests {
                 UnionAuthorizer::default()
                     .push(Fixed(Decision::NoOpinion))
                     .push(Fixed(d)),
+                Vec::new(),
                 Vec::new(),
             )
         };

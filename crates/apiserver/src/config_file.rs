@@ -15,16 +15,25 @@ const API_VERSIONS: [&str; 3] = [
     "apiserver.config.k8s.io/v1alpha1",
 ];
 
+/// A file as read, and what it configures.
+pub(crate) struct Loaded<T> {
+    pub config: T,
+    /// The text it was decoded from, for following the file
+    /// ([`crate::config_reload`]).
+    pub text: String,
+}
+
 /// Reads the file `flag` names and decodes it with `parse`; the error names the flag,
 /// the file and what is wrong.
 pub(crate) fn load<T>(
     flag: &str,
     path: &Path,
     parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<T, String> {
+) -> Result<Loaded<T>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{flag}: reading {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{flag} {}: {e}", path.display()))
+    let config = parse(&text).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    Ok(Loaded { config, text })
 }
 
 /// A file's `apiVersion` and `kind`.

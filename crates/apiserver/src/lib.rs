@@ -19,6 +19,7 @@ mod bootstrap_token;
 mod cert_reload;
 mod componentstatus;
 mod config_file;
+mod config_reload;
 mod conversion;
 mod cors;
 mod discovery;
@@ -145,6 +146,10 @@ pub struct Config {
     /// The serving certificate and client CA files, followed while the server runs
     /// (`tls` resolves the certificate and verifies clients through them).
     pub(crate) certificate_files: cert_reload::CertificateFiles,
+    /// `--authentication-config`, followed while the server runs (None: unset).
+    pub(crate) authn_reload: Option<config_reload::Followed<config_reload::Authentication>>,
+    /// `--authorization-config`, followed while the server runs (None: unset).
+    pub(crate) authz_reload: Option<config_reload::Followed<config_reload::Authorizers>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -237,6 +242,20 @@ impl Server {
         }
         for fetcher in config.oidc {
             background.push(tokio::spawn(oidc::run(fetcher, shutdown_rx.clone())));
+        }
+        if let Some(followed) = config.authn_reload {
+            background.push(tokio::spawn(config_reload::run(
+                followed,
+                metrics.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+        if let Some(followed) = config.authz_reload {
+            background.push(tokio::spawn(config_reload::run(
+                followed,
+                metrics.clone(),
+                shutdown_rx.clone(),
+            )));
         }
         background.push(tokio::spawn(cert_reload::run(
             config.certificate_files,
@@ -692,11 +711,11 @@ pub const DEFAULT_KUBELET_PREFERRED_ADDRESS_TYPES: [&str; 5] = [
 ];
 
 impl Options {
-    /// The authorizer chain as configured: `--authorization-config`, or
-    /// `--authorization-mode` with the `--authorization-webhook-*` flags.
+    /// The authorizer chain as configured: `--authorization-config` (with the file's
+    /// text), or `--authorization-mode` with the `--authorization-webhook-*` flags.
     fn configured_authorizers(
         &self,
-    ) -> Result<Vec<authz_config::ConfiguredAuthorizer>, ConfigError> {
+    ) -> Result<(Vec<authz_config::ConfiguredAuthorizer>, Option<String>), ConfigError> {
         use authz_config::ConfiguredAuthorizer;
         if let Some(path) = &self.authorization_config_file {
             if self.authorization_webhook.config_file.is_some() {
@@ -705,7 +724,8 @@ impl Options {
                         .into(),
                 ));
             }
-            return authz_config::load(path).map_err(ConfigError::Auth);
+            let loaded = authz_config::load(path).map_err(ConfigError::Auth)?;
+            return Ok((loaded.config, Some(loaded.text)));
         }
         let has_webhook_mode = self
             .authorization_modes
@@ -725,7 +745,7 @@ impl Options {
                 ));
             }
         }
-        Ok(self
+        let configured = self
             .authorization_modes
             .iter()
             .map(
@@ -739,7 +759,8 @@ impl Options {
                     _ => ConfiguredAuthorizer::Mode(mode),
                 },
             )
-            .collect())
+            .collect();
+        Ok((configured, None))
     }
 
     pub fn new(
@@ -1045,37 +1066,25 @@ impl Options {
                 authentication_info::NAME
             ))
         })?;
-        let configured = self.configured_authorizers()?;
+        let (configured, authorization_config_text) = self.configured_authorizers()?;
         let state = Arc::new(
-            security::ClusterState::new(&registry, configured.iter().map(|c| c.mode()).collect())
+            security::ClusterState::new(&registry)
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
-        let mut links = Vec::new();
-        for c in configured {
-            match c {
-                authz_config::ConfiguredAuthorizer::Mode(mode) => {
-                    links.extend(
-                        security::mode_authorizer(mode, &state).map(authz_webhook::Link::Sync),
-                    );
-                }
-                authz_config::ConfiguredAuthorizer::Webhook {
-                    kubeconfig,
-                    settings,
-                } => {
-                    let flag = match &self.authorization_config_file {
-                        Some(_) => {
-                            format!("--authorization-config: authorizer {:?}", settings.name)
-                        }
-                        None => "--authorization-webhook-config-file".into(),
-                    };
-                    let webhook = authz_webhook::WebhookAuthorizer::connect(&kubeconfig, settings)
-                        .await
-                        .map_err(|e| ConfigError::Auth(format!("{flag}: {e}")))?;
-                    links.push(authz_webhook::Link::Webhook(Arc::new(webhook)));
-                }
-            }
-        }
-        let authorizer = Arc::new(security::authorizer_chain(links));
+        let started_with: Vec<AuthorizationMode> = configured.iter().map(|c| c.mode()).collect();
+        let authorizer = Arc::new(
+            authz_config::build(configured, &state, authorization_config_text.is_some())
+                .await
+                .map_err(ConfigError::Auth)?,
+        );
+        let authz_reload = match (&self.authorization_config_file, authorization_config_text) {
+            (Some(path), Some(text)) => Some(config_reload::Followed::new(
+                path.clone(),
+                text,
+                config_reload::Authorizers::new(authorizer.clone(), state.clone(), started_with),
+            )),
+            _ => None,
+        };
         let registry = Arc::new(registry);
         // Custom resources with a conversion webhook convert through this client.
         registry
@@ -1103,6 +1112,7 @@ impl Options {
         // After the bootstrap tokens, as upstream's token authenticator order.
         let mut anonymous = ferrokube_auth::AnonymousAuthenticator::everywhere();
         let mut anonymous_enabled = self.anonymous_auth.unwrap_or(true);
+        let mut authn_reload = None;
         let oidc = match &self.authentication_config_file {
             Some(path) => {
                 if self.oidc.any_set() || self.oidc_ca_file.is_some() {
@@ -1110,9 +1120,10 @@ impl Options {
                         "authentication-config file and oidc-* flags are mutually exclusive".into(),
                     ));
                 }
-                let file = authn_config::load(path, &self.service_account_issuers)
+                let loaded = authn_config::load(path, &self.service_account_issuers)
                     .map_err(ConfigError::Auth)?;
-                if let Some(a) = file.anonymous {
+                let file = loaded.config;
+                if let Some(a) = &file.anonymous {
                     if self.anonymous_auth.is_some() {
                         // Upstream's message, with its spelling.
                         return Err(ConfigError::Auth(
@@ -1120,12 +1131,33 @@ impl Options {
                         ));
                     }
                     anonymous_enabled = a.enabled;
-                    anonymous = ferrokube_auth::AnonymousAuthenticator::on_paths(a.paths);
+                    anonymous = ferrokube_auth::AnonymousAuthenticator::on_paths(a.paths.clone());
                 }
-                file.jwt
+                let fetchers = file
+                    .jwt
                     .into_iter()
                     .map(oidc::build_jwt)
-                    .collect::<Result<Vec<_>, _>>()?
+                    .collect::<Result<Vec<_>, _>>()?;
+                // One place in the chain, whose authenticators a changed file replaces;
+                // their fetchers run under the file's follower.
+                let jwt = Arc::new(oidc::JwtAuthenticators::new(
+                    fetchers
+                        .iter()
+                        .map(oidc::KeyFetcher::authenticator)
+                        .collect(),
+                ));
+                authenticators.push(Box::new(jwt.clone()));
+                authn_reload = Some(config_reload::Followed::new(
+                    path.clone(),
+                    loaded.text,
+                    config_reload::Authentication::new(
+                        jwt,
+                        fetchers,
+                        self.service_account_issuers.clone(),
+                        file.anonymous,
+                    ),
+                ));
+                Vec::new()
             }
             None => oidc::build(
                 &self.oidc,
@@ -1227,6 +1259,8 @@ impl Options {
             oidc,
             token_webhook,
             certificate_files,
+            authn_reload,
+            authz_reload,
         })
     }
 }

@@ -217,6 +217,84 @@ pub struct Metrics {
     storage_latency: Histogram,
     watchers: AtomicI64,
     inflight: Inflight,
+    /// Automatic reloads of the authentication and authorization configuration files.
+    config_reloads: ConfigReloads,
+}
+
+/// Which configuration file a reload was of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ReloadedConfig {
+    Authentication,
+    Authorization,
+}
+
+impl ReloadedConfig {
+    fn name(self) -> &'static str {
+        match self {
+            ReloadedConfig::Authentication => "authentication",
+            ReloadedConfig::Authorization => "authorization",
+        }
+    }
+}
+
+/// `apiserver_{authentication,authorization}_config_controller_automatic_reload*`.
+struct ConfigReloads {
+    /// Upstream labels the series with a digest of the apiserver's identity
+    /// (`apiserver-<uuid>`), so that they can be told apart and not linked to a host.
+    apiserver_id_hash: String,
+    /// (file, succeeded) → (count, Unix time of the last).
+    by_outcome: Mutex<BTreeMap<(ReloadedConfig, bool), (u64, f64)>>,
+}
+
+impl ConfigReloads {
+    fn new() -> ConfigReloads {
+        let id = format!("apiserver-{}", ferrokube_registry::meta::new_uid());
+        let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        ConfigReloads {
+            apiserver_id_hash: format!("sha256:{hex}"),
+            by_outcome: Mutex::default(),
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        let by_outcome = self.by_outcome.lock();
+        for config in [
+            ReloadedConfig::Authentication,
+            ReloadedConfig::Authorization,
+        ] {
+            let series: Vec<_> = by_outcome
+                .iter()
+                .filter(|((c, _), _)| *c == config)
+                .map(|((_, ok), v)| (if *ok { "success" } else { "failure" }, *v))
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            let (name, id) = (config.name(), &self.apiserver_id_hash);
+            let prefix = format!("apiserver_{name}_config_controller_automatic_reload");
+            let _ = writeln!(
+                out,
+                "# HELP {prefix}s_total [BETA] Total number of automatic reloads of {name} configuration split by status and apiserver identity.\n# TYPE {prefix}s_total counter"
+            );
+            for (status, (count, _)) in &series {
+                let _ = writeln!(
+                    out,
+                    "{prefix}s_total{{apiserver_id_hash=\"{id}\",status=\"{status}\"}} {count}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP {prefix}_last_timestamp_seconds [BETA] Timestamp of the last automatic reload of {name} configuration split by status and apiserver identity.\n# TYPE {prefix}_last_timestamp_seconds gauge"
+            );
+            for (status, (_, at)) in &series {
+                let _ = writeln!(
+                    out,
+                    "{prefix}_last_timestamp_seconds{{apiserver_id_hash=\"{id}\",status=\"{status}\"}} {at}"
+                );
+            }
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -237,6 +315,7 @@ impl Default for Metrics {
             ),
             watchers: AtomicI64::new(0),
             inflight: Inflight::new(),
+            config_reloads: ConfigReloads::new(),
         }
     }
 }
@@ -279,6 +358,17 @@ impl Metrics {
         self.inflight.current().iter().sum()
     }
 
+    /// Counts an automatic reload of `config`'s file, which `succeeded` or not.
+    pub(crate) fn config_reloaded(&self, config: ReloadedConfig, succeeded: bool) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut by_outcome = self.config_reloads.by_outcome.lock();
+        let entry = by_outcome.entry((config, succeeded)).or_default();
+        entry.0 += 1;
+        entry.1 = now;
+    }
+
     /// Watches open now.
     pub(crate) fn watches_now(&self) -> i64 {
         self.watchers.load(Ordering::Relaxed)
@@ -309,6 +399,7 @@ impl Metrics {
             out,
             "# HELP apiserver_current_inflight_requests Maximal number of currently used inflight request limit of this apiserver per request kind in last second.\n# TYPE apiserver_current_inflight_requests gauge\napiserver_current_inflight_requests{{request_kind=\"mutating\"}} {mutating}\napiserver_current_inflight_requests{{request_kind=\"readOnly\"}} {read_only}"
         );
+        self.config_reloads.render(&mut out);
         out
     }
 }
@@ -460,6 +551,28 @@ mod tests {
             "apiserver_request_duration_seconds_count{verb=\"GET\",resource=\"pods\"} 3"
         ));
         assert!(t.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
+    }
+
+    #[test]
+    fn config_reloads_are_counted_by_file_and_outcome() {
+        let m = Metrics::default();
+        assert!(!m.render().contains("config_controller"));
+        m.config_reloaded(ReloadedConfig::Authorization, true);
+        m.config_reloaded(ReloadedConfig::Authorization, true);
+        m.config_reloaded(ReloadedConfig::Authorization, false);
+        let t = m.render();
+        let id = &m.config_reloads.apiserver_id_hash;
+        assert!(id.starts_with("sha256:") && id.len() == 7 + 64, "{id}");
+        assert!(t.contains(&format!(
+            "apiserver_authorization_config_controller_automatic_reloads_total{{apiserver_id_hash=\"{id}\",status=\"success\"}} 2"
+        )), "{t}");
+        assert!(t.contains(&format!(
+            "apiserver_authorization_config_controller_automatic_reloads_total{{apiserver_id_hash=\"{id}\",status=\"failure\"}} 1"
+        )));
+        assert!(t.contains(
+            "# TYPE apiserver_authorization_config_controller_automatic_reload_last_timestamp_seconds gauge"
+        ));
+        assert!(!t.contains("apiserver_authentication_config_controller"));
     }
 
     #[test]

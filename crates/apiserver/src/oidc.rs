@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferrokube_auth::authn::oidc::{KeySet, WELL_KNOWN_PATH, jwks_uri_from_discovery};
-use ferrokube_auth::{OidcAuthenticator, OidcConfig};
+use ferrokube_auth::{
+    AuthError, AuthRequest, Authenticator, OidcAuthenticator, OidcConfig, UserInfo,
+};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
 use tokio::sync::{Notify, watch};
@@ -352,6 +354,47 @@ async fn get_once(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Vec<u8>,
         ));
     }
     Ok(body.to_vec())
+}
+
+/// The JWT authenticators of `--authentication-config`, in the authenticator chain as
+/// one, so that a changed file replaces them all at once ([`JwtAuthenticators::replace`]).
+/// The first to know a token answers; failures are kept only when none does.
+#[derive(Default)]
+pub(crate) struct JwtAuthenticators {
+    current: parking_lot::RwLock<Arc<Vec<Arc<OidcAuthenticator>>>>,
+}
+
+impl JwtAuthenticators {
+    pub(crate) fn new(authenticators: Vec<Arc<OidcAuthenticator>>) -> JwtAuthenticators {
+        JwtAuthenticators {
+            current: parking_lot::RwLock::new(Arc::new(authenticators)),
+        }
+    }
+
+    /// Puts `authenticators` in place of the ones in use, for the requests that come
+    /// next.
+    pub(crate) fn replace(&self, authenticators: Vec<Arc<OidcAuthenticator>>) {
+        *self.current.write() = Arc::new(authenticators);
+    }
+}
+
+impl Authenticator for JwtAuthenticators {
+    fn authenticate(&self, request: &AuthRequest<'_>) -> Result<Option<UserInfo>, AuthError> {
+        let current = self.current.read().clone();
+        let mut errors = Vec::new();
+        for authenticator in current.iter() {
+            match authenticator.authenticate(request) {
+                Ok(Some(user)) => return Ok(Some(user)),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.len() {
+            0 => Ok(None),
+            1 => Err(errors.remove(0)),
+            _ => Err(AuthError::Aggregate(errors)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule>
     if user.in_group(SYSTEM_PRIVILEGED_GROUP) {
         rules.extend(everything());
     }
-    for mode in state.security.modes() {
+    for mode in state.authorizer.modes() {
         match mode {
             AuthorizationMode::AlwaysAllow => rules.extend(everything()),
             AuthorizationMode::AlwaysDeny => {}
@@ -478,6 +478,7 @@ mod tests {
         let masters = Authorization::new(
             ferrokube_auth::UnionAuthorizer::default()
                 .push(PrivilegedGroupsAuthorizer::system_masters()),
+            Vec::new(),
             Vec::new(),
         );
         let admin = UserInfo::new("admin", [SYSTEM_PRIVILEGED_GROUP]);

@@ -56,18 +56,13 @@ pub(crate) struct ClusterState {
     role_bindings: Arc<Store>,
     pods: Arc<Store>,
     claims: Arc<Store>,
-    /// `--authorization-mode`, for rules reviews.
-    modes: Vec<AuthorizationMode>,
     service_accounts: Arc<Store>,
     /// The last snapshot and the object pointers it was built from.
     rbac: Mutex<Option<(Vec<usize>, Arc<RbacSnapshot>)>>,
 }
 
 impl ClusterState {
-    pub(crate) fn new(
-        registry: &Registry,
-        modes: Vec<AuthorizationMode>,
-    ) -> Result<Self, ApiError> {
+    pub(crate) fn new(registry: &Registry) -> Result<Self, ApiError> {
         let store = |group: &str, plural: &str| {
             registry
                 .store(group, "v1", plural)
@@ -81,14 +76,9 @@ impl ClusterState {
             role_bindings: store(RBAC_GROUP, "rolebindings")?,
             pods: store("", "pods")?,
             claims: store("", "persistentvolumeclaims")?,
-            modes,
             service_accounts: store("", "serviceaccounts")?,
             rbac: Mutex::new(None),
         })
-    }
-
-    pub(crate) fn modes(&self) -> &[AuthorizationMode] {
-        &self.modes
     }
 
     /// A service account from the watch cache.
@@ -197,11 +187,12 @@ pub(crate) fn mode_authorizer(
     }
 }
 
-/// The chain: `system:masters` first, then `links` in order.
-pub(crate) fn authorizer_chain(links: Vec<Link>) -> Authorization {
+/// The chain: `system:masters` first, then `links` in order (configured as `modes`).
+pub(crate) fn authorizer_chain(links: Vec<Link>, modes: Vec<AuthorizationMode>) -> Authorization {
     Authorization::new(
         UnionAuthorizer::default().push(PrivilegedGroupsAuthorizer::system_masters()),
         links,
+        modes,
     )
 }
 

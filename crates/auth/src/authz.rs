@@ -161,6 +161,17 @@ pub enum AuthorizationMode {
 }
 
 impl AuthorizationMode {
+    /// The mode's name in flags and files (`RBAC`, `Node`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+            AuthorizationMode::AlwaysDeny => "AlwaysDeny",
+            AuthorizationMode::Node => "Node",
+            AuthorizationMode::Rbac => "RBAC",
+            AuthorizationMode::Webhook => "Webhook",
+        }
+    }
+
     /// Parses a comma-separated list in order; unknown and repeated modes are errors,
     /// with upstream's messages.
     pub fn parse_list(s: &str) -> Result<Vec<AuthorizationMode>, String> {

@@ -56,28 +56,11 @@ impl FollowedFiles {
     /// [`FollowedFiles::new`]) and answers whether what is in use changed; a refusal
     /// keeps what is in use. Returns whether it changed.
     pub fn check(&mut self, install: impl FnOnce(&[&str]) -> Result<bool, String>) -> bool {
-        let mut contents = Vec::with_capacity(self.files.len());
-        for file in &self.files {
-            match std::fs::read(&file.path) {
-                Ok(content) => contents.push(content),
-                Err(e) => {
-                    tracing::warn!(path = %file.path.display(), error = %e, "reading {}", file.flag);
-                    return false;
-                }
-            }
-        }
-        if contents == self.tried {
+        let Some(contents) = self.changed() else {
             return false;
-        }
-        let installed = match contents
-            .iter()
-            .map(|c| std::str::from_utf8(c))
-            .collect::<Result<Vec<&str>, _>>()
-        {
-            Ok(texts) => install(&texts),
-            Err(e) => Err(e.to_string()),
         };
-        self.tried = contents;
+        let installed = contents
+            .and_then(|texts| install(&texts.iter().map(String::as_str).collect::<Vec<_>>()));
         match installed {
             Ok(changed) => {
                 if changed {
@@ -95,6 +78,32 @@ impl FollowedFiles {
                 false
             }
         }
+    }
+
+    /// Reads the files again: None when one cannot be read (a warning names it) or
+    /// none differs from what was last tried; else their contents, now the last
+    /// tried, or why they are not text. For callers that install in steps of their
+    /// own (an asynchronous build, their own log lines).
+    pub fn changed(&mut self) -> Option<Result<Vec<String>, String>> {
+        let mut contents = Vec::with_capacity(self.files.len());
+        for file in &self.files {
+            match std::fs::read(&file.path) {
+                Ok(content) => contents.push(content),
+                Err(e) => {
+                    tracing::warn!(path = %file.path.display(), error = %e, "reading {}", file.flag);
+                    return None;
+                }
+            }
+        }
+        if contents == self.tried {
+            return None;
+        }
+        let texts = contents
+            .iter()
+            .map(|c| String::from_utf8(c.clone()).map_err(|e| e.to_string()))
+            .collect();
+        self.tried = contents;
+        Some(texts)
     }
 
     fn paths(&self) -> String {
@@ -234,5 +243,18 @@ mod tests {
         assert!(!files.check(|_| panic!("a file is missing")));
         std::fs::write(dir.path().join("b"), "b1").unwrap();
         assert!(!files.check(|_| panic!("back as it was")));
+    }
+
+    #[test]
+    fn changed_contents_are_handed_over_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = followed(dir.path());
+        assert!(files.changed().is_none());
+        std::fs::write(dir.path().join("a"), "a2").unwrap();
+        assert_eq!(files.changed(), Some(Ok(vec!["a2".into(), "b1".into()])));
+        assert!(files.changed().is_none());
+        std::fs::write(dir.path().join("a"), [0xff, 0xfe]).unwrap();
+        assert!(matches!(files.changed(), Some(Err(_))));
+        assert!(files.changed().is_none());
     }
 }

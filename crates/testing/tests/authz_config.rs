@@ -174,3 +174,81 @@ async fn a_file_with_mistakes_stops_the_start() {
         "{err}"
     );
 }
+
+static RELOADED_CONFIG: OnceLock<PathBuf> = OnceLock::new();
+
+fn with_reloaded_config(o: &mut ferrokube_apiserver::Options) {
+    o.authorization_config_file = RELOADED_CONFIG.get().cloned();
+}
+
+/// The server's `/metrics` line for reloads of the authorization file with `status`.
+async fn reloads(server: &TestApiServer, status: &str) -> Option<String> {
+    let (code, _, body) = TestApiServer::raw(&server.client, "GET", "/metrics", &[], vec![])
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    String::from_utf8(body).unwrap().lines().find_map(|l| {
+        (l.starts_with("apiserver_authorization_config_controller_automatic_reloads_total{")
+            && l.contains(&format!("status=\"{status}\"")))
+        .then(|| l.rsplit(' ').next().unwrap_or_default().to_string())
+    })
+}
+
+#[tokio::test]
+async fn a_changed_file_replaces_the_chain_while_the_server_runs() {
+    // The file is read again every 5 s; each wait below allows several reads.
+    const DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+    let file = |authorizers: &str| {
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\n\
+             authorizers:\n{authorizers}"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("authz.yaml");
+    std::fs::write(
+        &path,
+        file("- {type: Node, name: node}\n- {type: RBAC, name: rbac}\n"),
+    )
+    .unwrap();
+    RELOADED_CONFIG.set(path.clone()).unwrap();
+    let server = TestApiServer::start_with(with_reloaded_config)
+        .await
+        .unwrap();
+    let alice = server.client_as("alice", &[]).await.unwrap();
+    assert_eq!(list(&alice, "default").await.0, 403);
+
+    // AlwaysAllow after RBAC: alice may list, once the server has read the file.
+    std::fs::write(
+        &path,
+        file(
+            "- {type: Node, name: node}\n- {type: RBAC, name: rbac}\n\
+             - {type: AlwaysAllow, name: alwaysallow}\n",
+        ),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while list(&alice, "default").await.0 != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the changed file was not put in use"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(reloads(&server, "success").await.as_deref(), Some("1"));
+
+    // A file without the authorizers the server started with is refused, and the
+    // chain in use stays.
+    std::fs::write(&path, file("- {type: AlwaysDeny, name: alwaysdeny}\n")).unwrap();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while reloads(&server, "failure").await.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refused file was not tried"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(list(&alice, "default").await.0, 200);
+    assert_eq!(reloads(&server, "success").await.as_deref(), Some("1"));
+    server.stop().await;
+}

@@ -396,3 +396,81 @@ async fn the_authentication_config_and_the_oidc_flags_exclude_each_other() {
         "{err}"
     );
 }
+
+/// The `--authentication-config` file of the reload test.
+static RELOADED_AUTHENTICATION_CONFIG: OnceLock<PathBuf> = OnceLock::new();
+
+fn with_reloaded_authentication_config(o: &mut Options) {
+    o.authentication_config_file = RELOADED_AUTHENTICATION_CONFIG.get().cloned();
+}
+
+#[tokio::test]
+async fn a_changed_authentication_config_replaces_the_issuers_while_the_server_runs() {
+    let first_key = IssuerKey::generate("first-key");
+    let first = FakeIssuer::start(&[&first_key]).await;
+    let second_key = IssuerKey::generate("second-key");
+    let second = FakeIssuer::start(&[&second_key]).await;
+    let config = |issuer: &FakeIssuer, prefix: &str| {
+        json!({
+        "apiVersion": "apiserver.config.k8s.io/v1beta1", "kind": "AuthenticationConfiguration",
+        "jwt": [{"issuer": {"url": issuer.url, "certificateAuthority": issuer.server.ca_pem,
+                    "audiences": [CLIENT_ID]},
+                 "claimMappings": {"username": {"claim": "sub", "prefix": prefix}}}]})
+        .to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("authn.yaml");
+    std::fs::write(&path, config(&first, "first:")).unwrap();
+    RELOADED_AUTHENTICATION_CONFIG.set(path.clone()).unwrap();
+    let server = TestApiServer::start_with(with_reloaded_authentication_config)
+        .await
+        .unwrap();
+    let first_token = first_key.sign(&id_token_claims(&first.url, "alice"));
+    let second_token = second_key.sign(&id_token_claims(&second.url, "bob"));
+    let (code, review) = whoami_eventually(&server, &first_token).await;
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(review["status"]["userInfo"]["username"], "first:alice");
+    assert_eq!(whoami(&server, &second_token).await.0, 401);
+
+    // The second issuer in place of the first, once the file is read again (every
+    // 5 s) and the second issuer's keys are fetched.
+    std::fs::write(&path, config(&second, "second:")).unwrap();
+    let (code, review) = whoami_eventually(&server, &second_token).await;
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(review["status"]["userInfo"]["username"], "second:bob");
+    assert_eq!(whoami(&server, &first_token).await.0, 401);
+
+    // A file that does not validate leaves the second issuer in use.
+    std::fs::write(
+        &path,
+        "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: Nonsense\n",
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + KEYS_DEADLINE;
+    loop {
+        let (code, _, body) = TestApiServer::raw(&server.client, "GET", "/metrics", &[], vec![])
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        let metrics = String::from_utf8(body).unwrap();
+        let count = |status: &str| {
+            metrics.lines().find_map(|l| {
+                (l.starts_with(
+                    "apiserver_authentication_config_controller_automatic_reloads_total{",
+                ) && l.contains(&format!("status=\"{status}\"")))
+                .then(|| l.rsplit(' ').next().unwrap_or_default().to_string())
+            })
+        };
+        if count("failure").is_some() {
+            assert_eq!(count("success").as_deref(), Some("1"));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bad file was not tried"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(whoami(&server, &second_token).await.0, 201);
+    server.stop().await;
+}
