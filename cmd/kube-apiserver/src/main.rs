@@ -200,6 +200,29 @@ struct Args {
     /// API group and version used for serializing audit events written to webhook.
     #[arg(long, default_value = "audit.k8s.io/v1")]
     audit_webhook_version: String,
+    /// Whether batching throttling is enabled. Only used in batch mode.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    audit_webhook_batch_throttle_enable: bool,
+    /// Maximum average number of batches per second. Only used in batch mode.
+    #[arg(long, default_value_t = 10.0)]
+    audit_webhook_batch_throttle_qps: f64,
+    /// Maximum number of requests sent at the same moment if ThrottleQPS was not
+    /// utilized before. Only used in batch mode.
+    #[arg(long, default_value_t = 15)]
+    audit_webhook_batch_throttle_burst: u32,
+    /// Whether event and batch truncating is enabled.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    audit_webhook_truncate_enabled: bool,
+    /// Maximum size of the batch sent to the underlying backend. Actual serialized size
+    /// can be several hundreds of bytes greater. If a batch exceeds this limit, it is
+    /// split into several batches of smaller size.
+    #[arg(long, default_value_t = 10485760)]
+    audit_webhook_truncate_max_batch_size: usize,
+    /// Maximum size of the audit event sent to the underlying backend. If the size of
+    /// an event is greater than this number, first request and response are removed,
+    /// and if this doesn't reduce the size enough, event is discarded.
+    #[arg(long, default_value_t = 102400)]
+    audit_webhook_truncate_max_event_size: usize,
     /// Root certificate bundle to use to verify client certificates on incoming
     /// requests before trusting usernames in headers specified by
     /// --requestheader-username-headers.
@@ -775,6 +798,18 @@ async fn main() -> anyhow::Result<()> {
         max_batch_size: args.audit_webhook_batch_max_size,
         max_batch_wait: args.audit_webhook_batch_max_wait,
         initial_backoff: args.audit_webhook_initial_backoff,
+        throttle: args.audit_webhook_batch_throttle_enable.then_some(
+            ferrokube_apiserver::AuditWebhookThrottle {
+                qps: args.audit_webhook_batch_throttle_qps,
+                burst: args.audit_webhook_batch_throttle_burst,
+            },
+        ),
+        truncate: args.audit_webhook_truncate_enabled.then_some(
+            ferrokube_apiserver::AuditWebhookTruncate {
+                max_batch_size: args.audit_webhook_truncate_max_batch_size,
+                max_event_size: args.audit_webhook_truncate_max_event_size,
+            },
+        ),
     };
     opts.requestheader_client_ca_file = args.requestheader_client_ca_file;
     opts.requestheader_allowed_names = args.requestheader_allowed_names;
@@ -1004,6 +1039,22 @@ mod tests {
             defaults.audit_webhook_initial_backoff,
             Duration::from_secs(10)
         );
+        assert!(defaults.audit_webhook_batch_throttle_enable);
+        assert_eq!(
+            (
+                defaults.audit_webhook_batch_throttle_qps,
+                defaults.audit_webhook_batch_throttle_burst
+            ),
+            (10.0, 15)
+        );
+        assert!(!defaults.audit_webhook_truncate_enabled);
+        assert_eq!(
+            (
+                defaults.audit_webhook_truncate_max_batch_size,
+                defaults.audit_webhook_truncate_max_event_size
+            ),
+            (10 * 1024 * 1024, 100 * 1024)
+        );
         let set = Args::try_parse_from([
             "kube-apiserver",
             "--tls-cert-file=c",
@@ -1017,6 +1068,8 @@ mod tests {
             "--authorization-webhook-cache-authorized-ttl=1m",
             "--audit-webhook-config-file=/etc/audit.kubeconfig",
             "--audit-webhook-batch-max-wait=5s",
+            "--audit-webhook-batch-throttle-enable=false",
+            "--audit-webhook-truncate-enabled",
         ])
         .unwrap();
         assert_eq!(
@@ -1030,6 +1083,8 @@ mod tests {
             Duration::from_secs(60)
         );
         assert_eq!(set.audit_webhook_batch_max_wait, Duration::from_secs(5));
+        assert!(!set.audit_webhook_batch_throttle_enable);
+        assert!(set.audit_webhook_truncate_enabled);
         assert!(set.authorization_webhook_config_file.is_some());
         assert!(set.audit_webhook_config_file.is_some());
         let err = Args::try_parse_from([

@@ -39,7 +39,9 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::BodyExt;
 
 pub use log::{AuditLogMode, AuditLogOptions, check_format};
-pub use webhook::AuditWebhookOptions;
+pub use webhook::{
+    AuditWebhookOptions, Throttle as AuditWebhookThrottle, Truncate as AuditWebhookTruncate,
+};
 
 use event::{Event, ObjectRef, RawBody, RequestFacts};
 use policy::{Level, Policy, RequestAuditConfig, Stage};

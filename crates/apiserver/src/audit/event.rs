@@ -132,6 +132,9 @@ struct EventJson<'a> {
     annotations: Map<String, Value>,
 }
 
+/// The annotation of an event whose objects were left out for its size.
+pub(crate) const TRUNCATED_ANNOTATION: &str = "audit.k8s.io/truncated";
+
 /// RFC 3339 with microseconds in UTC (upstream `metav1.MicroTime`).
 pub(crate) fn micro_time(t: jiff::Timestamp) -> String {
     format!(
@@ -207,6 +210,16 @@ fn strip_managed_fields(v: &mut Value) {
 impl Event {
     /// The event's JSON line (with its newline).
     pub(crate) fn to_json_line(&self) -> Vec<u8> {
+        self.json_line(false)
+    }
+
+    /// The event's JSON line without its request and response objects, marked
+    /// `audit.k8s.io/truncated` (upstream's truncating backend).
+    pub(crate) fn to_truncated_json_line(&self) -> Vec<u8> {
+        self.json_line(true)
+    }
+
+    fn json_line(&self, truncated: bool) -> Vec<u8> {
         let facts = &self.facts;
         let mut object_ref = facts.object_ref.clone();
         // Upstream `LogRequestObject`: the request's object completes objectRef at
@@ -261,6 +274,17 @@ impl Event {
             status
         });
         let response_object = keep(response, Level::RequestResponse);
+        let mut annotations: Map<String, Value> = self
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        let (request_object, response_object) = if truncated {
+            annotations.insert(TRUNCATED_ANNOTATION.into(), Value::String("true".into()));
+            (None, None)
+        } else {
+            (request_object, response_object)
+        };
         let event = EventJson {
             kind: "Event",
             api_version: "audit.k8s.io/v1",
@@ -279,11 +303,7 @@ impl Event {
             response_object,
             request_received_timestamp: micro_time(facts.received),
             stage_timestamp: micro_time(self.stage_timestamp),
-            annotations: self
-                .annotations
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                .collect(),
+            annotations,
         };
         let mut line = serde_json::to_vec(&event).unwrap_or_default();
         line.push(b'\n');
@@ -291,8 +311,9 @@ impl Event {
     }
 }
 
+/// Events to test the writers with.
 #[cfg(test)]
-mod tests {
+pub(crate) mod samples {
     use super::*;
 
     fn facts(level: Level) -> Arc<RequestFacts> {
@@ -315,7 +336,7 @@ mod tests {
         })
     }
 
-    fn event(level: Level) -> Event {
+    pub(crate) fn event(level: Level) -> Event {
         Event {
             facts: facts(level),
             stage: Stage::ResponseComplete,
@@ -340,9 +361,32 @@ mod tests {
             annotations: vec![("authorization.k8s.io/decision".into(), "allow".into())],
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::samples::event;
+    use super::*;
 
     fn line(e: &Event) -> Value {
         serde_json::from_slice(&e.to_json_line()).unwrap()
+    }
+
+    #[test]
+    fn a_truncated_event_keeps_all_but_its_objects() {
+        let e = event(Level::RequestResponse);
+        let full = line(&e);
+        assert_eq!(full["requestObject"]["data"]["a"], "b");
+        let truncated: Value = serde_json::from_slice(&e.to_truncated_json_line()).unwrap();
+        assert!(truncated.get("requestObject").is_none());
+        assert!(truncated.get("responseObject").is_none());
+        assert_eq!(truncated["annotations"][TRUNCATED_ANNOTATION], "true");
+        assert_eq!(
+            truncated["annotations"]["authorization.k8s.io/decision"],
+            "allow"
+        );
+        assert_eq!(truncated["objectRef"], full["objectRef"]);
+        assert_eq!(truncated["responseStatus"], full["responseStatus"]);
     }
 
     #[test]
