@@ -94,7 +94,9 @@ async fn create_service(
     spec: Value,
 ) -> Result<Value, ferrokube_apimachinery::errors::ApiError> {
     let mut spec = spec;
-    spec["ports"] = json!([{"port": 80, "protocol": "TCP"}]);
+    if spec.get("ports").is_none() {
+        spec["ports"] = json!([{"port": 80, "protocol": "TCP"}]);
+    }
     services(reg)
         .create(
             Some("default"),
@@ -347,7 +349,10 @@ async fn repair_records_missing_addresses_and_deletes_leaked_ones() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ShiftedClock::default());
     let reg = registry_over(open(&dir), "10.96.0.0/24", clock.clone()).await;
-    let svc = create_service(&reg, "web", json!({})).await.unwrap();
+    // Asked for: a random address could be one of the records made below.
+    let svc = create_service(&reg, "web", json!({"clusterIP": "10.96.0.10"}))
+        .await
+        .unwrap();
     let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
     // A store from before IPAddresses: the Service's record is missing.
     addresses(&reg)
@@ -517,9 +522,14 @@ async fn repair_claims_missing_node_ports_and_deletes_leaked_ones() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ShiftedClock::default());
     let reg = registry_with_ports(open(&dir), "30000-30099", clock.clone()).await;
-    let svc = create_service(&reg, "np", json!({"type": "NodePort"}))
-        .await
-        .unwrap();
+    // Asked for: a random port could be the leaked claim made below.
+    let svc = create_service(
+        &reg,
+        "np",
+        json!({"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30010}]}),
+    )
+    .await
+    .unwrap();
     let port = node_port(&svc);
     let key = |p: u64| {
         format!(
