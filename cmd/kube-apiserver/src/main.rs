@@ -172,9 +172,46 @@ struct Args {
     /// requests never wait, events are dropped when the buffer is full.
     #[arg(long, default_value = "blocking")]
     audit_log_mode: String,
-    /// Events buffered between requests and the audit log writer.
+    /// The size of the buffer to store events before batching and writing. Only used
+    /// in batch mode.
     #[arg(long, default_value_t = 10000)]
     audit_log_batch_buffer_size: usize,
+    /// The maximum size of a batch. Only used in batch mode.
+    #[arg(long, default_value_t = 1)]
+    audit_log_batch_max_size: usize,
+    /// The amount of time to wait before force writing the batch that hadn't reached
+    /// the max size. Only used in batch mode.
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    audit_log_batch_max_wait: Duration,
+    /// Whether batching throttling is enabled. Only used in batch mode.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    audit_log_batch_throttle_enable: bool,
+    /// Maximum average number of batches per second. Only used in batch mode.
+    #[arg(long, default_value_t = 0.0)]
+    audit_log_batch_throttle_qps: f64,
+    /// Maximum number of requests sent at the same moment if ThrottleQPS was not
+    /// utilized before. Only used in batch mode.
+    #[arg(long, default_value_t = 0)]
+    audit_log_batch_throttle_burst: u32,
+    /// Whether event and batch truncating is enabled.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    audit_log_truncate_enabled: bool,
+    /// Maximum size of the batch sent to the underlying backend. Actual serialized size
+    /// can be several hundreds of bytes greater. If a batch exceeds this limit, it is
+    /// split into several batches of smaller size.
+    #[arg(long, default_value_t = 10485760)]
+    audit_log_truncate_max_batch_size: usize,
+    /// Maximum size of the audit event sent to the underlying backend. If the size of
+    /// an event is greater than this number, first request and response are removed,
+    /// and if this doesn't reduce the size enough, event is discarded.
+    #[arg(long, default_value_t = 102400)]
+    audit_log_truncate_max_event_size: usize,
+    /// If set, the rotated log files will be compressed using gzip.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    audit_log_compress: bool,
+    /// API group and version used for serializing audit events written to log.
+    #[arg(long, default_value = "audit.k8s.io/v1")]
+    audit_log_version: String,
     /// Path to a kubeconfig formatted file that defines the audit webhook
     /// configuration.
     #[arg(long)]
@@ -587,6 +624,39 @@ unsafe impl Sync for MallocConf {}
 static MALLOC_CONF: MallocConf =
     MallocConf(c"background_thread:true,narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
 
+/// A backend's `--audit-<plugin>-mode` and `-batch-*` flags, `batch` holding all but
+/// the mode; checked as upstream checks them when the backend is `on`.
+fn audit_batch_options(
+    plugin: &str,
+    on: bool,
+    mode: &str,
+    batch: ferrokube_apiserver::AuditBatchOptions,
+) -> anyhow::Result<ferrokube_apiserver::AuditBatchOptions> {
+    let batch = ferrokube_apiserver::AuditBatchOptions {
+        mode: ferrokube_apiserver::AuditMode::parse_flag(&format!("--audit-{plugin}-mode"), mode)
+            .map_err(anyhow::Error::msg)?,
+        ..batch
+    };
+    if on {
+        batch.validate(plugin).map_err(anyhow::Error::msg)?;
+    }
+    Ok(batch)
+}
+
+/// A backend's `--audit-<plugin>-truncate-*` flags: None when not enabled; the sizes
+/// are checked, as upstream checks them, whenever the backend is `on`.
+fn audit_truncate_options(
+    plugin: &str,
+    on: bool,
+    enabled: bool,
+    sizes: ferrokube_apiserver::AuditTruncate,
+) -> anyhow::Result<Option<ferrokube_apiserver::AuditTruncate>> {
+    if on {
+        sizes.validate(plugin).map_err(anyhow::Error::msg)?;
+    }
+    Ok(enabled.then_some(sizes))
+}
+
 /// TLS towards etcd from `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`.
 /// https:// servers need the CA (no system roots are consulted); a client
 /// certificate comes with its key.
@@ -770,47 +840,88 @@ async fn main() -> anyhow::Result<()> {
     opts.service_node_port_range = args.service_node_port_range;
     opts.advertise_address = args.advertise_address;
     opts.audit_policy_file = args.audit_policy_file;
-    ferrokube_apiserver::check_audit_log_format(&args.audit_log_format)
-        .map_err(anyhow::Error::msg)?;
+    // As upstream, a backend's flags are checked only when the backend is on.
+    let audit_log_on = args.audit_log_path.is_some();
+    if audit_log_on {
+        ferrokube_apiserver::check_audit_log_format(&args.audit_log_format)
+            .map_err(anyhow::Error::msg)?;
+    }
     opts.audit_log = ferrokube_apiserver::AuditLogOptions {
         path: args.audit_log_path,
         max_age_days: args.audit_log_maxage,
         max_backups: args.audit_log_maxbackup,
         max_size_mb: args.audit_log_maxsize,
-        mode: ferrokube_apiserver::AuditLogMode::parse(&args.audit_log_mode)
-            .map_err(anyhow::Error::msg)?,
-        buffer_size: args.audit_log_batch_buffer_size,
+        compress: args.audit_log_compress,
+        batch: audit_batch_options(
+            "log",
+            audit_log_on,
+            &args.audit_log_mode,
+            ferrokube_apiserver::AuditBatchOptions {
+                mode: ferrokube_apiserver::AuditMode::Blocking,
+                buffer_size: args.audit_log_batch_buffer_size,
+                max_batch_size: args.audit_log_batch_max_size,
+                max_batch_wait: args.audit_log_batch_max_wait,
+                throttle: args.audit_log_batch_throttle_enable.then_some(
+                    ferrokube_apiserver::AuditThrottle {
+                        qps: args.audit_log_batch_throttle_qps,
+                        burst: args.audit_log_batch_throttle_burst,
+                    },
+                ),
+            },
+        )?,
+        truncate: audit_truncate_options(
+            "log",
+            audit_log_on,
+            args.audit_log_truncate_enabled,
+            ferrokube_apiserver::AuditTruncate {
+                max_batch_size: args.audit_log_truncate_max_batch_size,
+                max_event_size: args.audit_log_truncate_max_event_size,
+            },
+        )?,
     };
-    if args.audit_webhook_version != "audit.k8s.io/v1" {
-        anyhow::bail!(
-            "--audit-webhook-version: {:?} is not supported; supported: audit.k8s.io/v1",
-            args.audit_webhook_version
-        );
-    }
+    let audit_webhook_on = args.audit_webhook_config_file.is_some();
     opts.audit_webhook = ferrokube_apiserver::AuditWebhookOptions {
         config_file: args.audit_webhook_config_file,
-        mode: ferrokube_apiserver::AuditLogMode::parse_flag(
-            "--audit-webhook-mode",
-            &args.audit_webhook_mode,
-        )
-        .map_err(anyhow::Error::msg)?,
-        buffer_size: args.audit_webhook_batch_buffer_size,
-        max_batch_size: args.audit_webhook_batch_max_size,
-        max_batch_wait: args.audit_webhook_batch_max_wait,
         initial_backoff: args.audit_webhook_initial_backoff,
-        throttle: args.audit_webhook_batch_throttle_enable.then_some(
-            ferrokube_apiserver::AuditWebhookThrottle {
-                qps: args.audit_webhook_batch_throttle_qps,
-                burst: args.audit_webhook_batch_throttle_burst,
+        batch: audit_batch_options(
+            "webhook",
+            audit_webhook_on,
+            &args.audit_webhook_mode,
+            ferrokube_apiserver::AuditBatchOptions {
+                mode: ferrokube_apiserver::AuditMode::Batch,
+                buffer_size: args.audit_webhook_batch_buffer_size,
+                max_batch_size: args.audit_webhook_batch_max_size,
+                max_batch_wait: args.audit_webhook_batch_max_wait,
+                throttle: args.audit_webhook_batch_throttle_enable.then_some(
+                    ferrokube_apiserver::AuditThrottle {
+                        qps: args.audit_webhook_batch_throttle_qps,
+                        burst: args.audit_webhook_batch_throttle_burst,
+                    },
+                ),
             },
-        ),
-        truncate: args.audit_webhook_truncate_enabled.then_some(
-            ferrokube_apiserver::AuditWebhookTruncate {
+        )?,
+        truncate: audit_truncate_options(
+            "webhook",
+            audit_webhook_on,
+            args.audit_webhook_truncate_enabled,
+            ferrokube_apiserver::AuditTruncate {
                 max_batch_size: args.audit_webhook_truncate_max_batch_size,
                 max_event_size: args.audit_webhook_truncate_max_event_size,
             },
-        ),
+        )?,
     };
+    for (on, flag, version) in [
+        (audit_log_on, "--audit-log-version", &args.audit_log_version),
+        (
+            audit_webhook_on,
+            "--audit-webhook-version",
+            &args.audit_webhook_version,
+        ),
+    ] {
+        if on && version != "audit.k8s.io/v1" {
+            anyhow::bail!("{flag}: {version:?} is not supported; supported: audit.k8s.io/v1");
+        }
+    }
     opts.requestheader_client_ca_file = args.requestheader_client_ca_file;
     opts.requestheader_allowed_names = args.requestheader_allowed_names;
     opts.requestheader_username_headers = args.requestheader_username_headers;
@@ -930,7 +1041,9 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Args, go_duration, watch_cache_warnings};
+    use super::{
+        Args, audit_batch_options, audit_truncate_options, go_duration, watch_cache_warnings,
+    };
     use clap::Parser as _;
     use std::time::Duration;
 
@@ -997,6 +1110,106 @@ mod tests {
             e.to_string()
                 .contains("cannot be used with --authorization-config"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn audit_log_flags_with_upstreams_defaults_and_checks() {
+        let base = [
+            "kube-apiserver",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+        ];
+        let d = Args::try_parse_from(base).unwrap();
+        assert_eq!(d.audit_log_mode, "blocking");
+        assert_eq!(
+            (d.audit_log_batch_buffer_size, d.audit_log_batch_max_size),
+            (10000, 1)
+        );
+        assert_eq!(d.audit_log_batch_max_wait, Duration::ZERO);
+        assert!(!d.audit_log_batch_throttle_enable);
+        assert!(!d.audit_log_truncate_enabled && !d.audit_log_compress);
+        assert_eq!(d.audit_log_version, "audit.k8s.io/v1");
+
+        let set = Args::try_parse_from(base.into_iter().chain([
+            "--audit-log-path=/var/log/audit.log",
+            "--audit-log-mode=batch",
+            "--audit-log-batch-max-size=100",
+            "--audit-log-batch-max-wait=2s",
+            "--audit-log-batch-throttle-enable",
+            "--audit-log-batch-throttle-qps=5",
+            "--audit-log-batch-throttle-burst=7",
+            "--audit-log-truncate-enabled",
+            "--audit-log-truncate-max-event-size=2048",
+            "--audit-log-compress",
+        ]))
+        .unwrap();
+        let batch = audit_batch_options(
+            "log",
+            true,
+            &set.audit_log_mode,
+            ferrokube_apiserver::AuditBatchOptions {
+                mode: ferrokube_apiserver::AuditMode::Blocking,
+                buffer_size: set.audit_log_batch_buffer_size,
+                max_batch_size: set.audit_log_batch_max_size,
+                max_batch_wait: set.audit_log_batch_max_wait,
+                throttle: set.audit_log_batch_throttle_enable.then_some(
+                    ferrokube_apiserver::AuditThrottle {
+                        qps: set.audit_log_batch_throttle_qps,
+                        burst: set.audit_log_batch_throttle_burst,
+                    },
+                ),
+            },
+        )
+        .unwrap();
+        assert_eq!(batch.mode, ferrokube_apiserver::AuditMode::Batch);
+        assert_eq!(
+            (batch.max_batch_size, batch.max_batch_wait),
+            (100, Duration::from_secs(2))
+        );
+        assert_eq!(
+            batch.throttle,
+            Some(ferrokube_apiserver::AuditThrottle { qps: 5.0, burst: 7 })
+        );
+        assert!(set.audit_log_compress);
+
+        // Upstream's checks, made only when the backend is on.
+        let no_qps = ferrokube_apiserver::AuditBatchOptions {
+            throttle: Some(ferrokube_apiserver::AuditThrottle { qps: 0.0, burst: 0 }),
+            ..ferrokube_apiserver::AuditBatchOptions::log_default()
+        };
+        assert!(audit_batch_options("log", false, "batch", no_qps.clone()).is_ok());
+        assert_eq!(
+            audit_batch_options("log", true, "batch", no_qps)
+                .unwrap_err()
+                .to_string(),
+            "invalid audit batch log throttle QPS 0, must be a positive number"
+        );
+        assert!(
+            audit_batch_options(
+                "webhook",
+                true,
+                "blocking-strict",
+                ferrokube_apiserver::AuditBatchOptions::webhook_default()
+            )
+            .unwrap_err()
+            .to_string()
+            .starts_with("--audit-webhook-mode: \"blocking-strict\" is not supported")
+        );
+        let sizes = ferrokube_apiserver::AuditTruncate {
+            max_batch_size: 1024,
+            max_event_size: set.audit_log_truncate_max_event_size,
+        };
+        assert_eq!(
+            audit_truncate_options("log", true, true, sizes)
+                .unwrap_err()
+                .to_string(),
+            "invalid audit truncate log max batch size 1024, must be greater than max event \
+             size (2048)"
+        );
+        assert_eq!(
+            audit_truncate_options("log", false, false, sizes).unwrap(),
+            None
         );
     }
 

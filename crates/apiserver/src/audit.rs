@@ -14,17 +14,17 @@
 //! portforward, log) answers, `ResponseComplete` when its answer ends, `Panic` instead
 //! when the handler panicked; a request that fails authentication gets one
 //! `ResponseStarted` event. Events leave the request path through each backend's
-//! bounded queue: the log's writer thread ([`log`]) writes JSON lines, the webhook's
-//! task ([`webhook`]) POSTs EventLists.
+//! bounded queue and task ([`buffered`]), which batches, throttles and truncates them
+//! as the backend's flags say: the log ([`log`]) writes JSON lines, the webhook
+//! ([`webhook`]) POSTs EventLists.
 //!
 //! Deviations: the `authorization.k8s.io/reason` of an allowed request is empty
 //! (this apiserver's authorizers give no reason for an allow, which upstream's
 //! system:masters check does not either, but RBAC does); an upgraded request (exec,
 //! attach, portforward) gets its ResponseComplete when the 101 answer is sent, not
-//! when the stream ends; `--audit-log-compress`, `--audit-log-truncate-*` and the
-//! log's batch tuning flags other than the buffer size are not offered (the
-//! webhook's are, but for its throttle and truncation).
+//! when the stream ends; `blocking-strict` mode is refused.
 
+mod buffered;
 mod event;
 mod log;
 mod policy;
@@ -38,10 +38,11 @@ use ferrokube_auth::{Attributes, UserInfo};
 use http::{HeaderValue, Request, Response};
 use http_body_util::BodyExt;
 
-pub use log::{AuditLogMode, AuditLogOptions, check_format};
-pub use webhook::{
-    AuditWebhookOptions, Throttle as AuditWebhookThrottle, Truncate as AuditWebhookTruncate,
+pub use buffered::{
+    AuditBatchOptions, AuditMode, Throttle as AuditThrottle, Truncate as AuditTruncate,
 };
+pub use log::{AuditLogOptions, check_format};
+pub use webhook::AuditWebhookOptions;
 
 use event::{Event, ObjectRef, RawBody, RequestFacts};
 use policy::{Level, Policy, RequestAuditConfig, Stage};
@@ -77,7 +78,7 @@ impl AuditAnnotations {
 pub(crate) struct Auditor {
     policy: Policy,
     /// The log's and the webhook's, each with its own queue.
-    backends: Vec<log::Backend>,
+    backends: Vec<buffered::Backend>,
 }
 
 impl Auditor {
@@ -135,7 +136,7 @@ impl Auditor {
     /// Writes and sends what every backend has queued, waiting at most `limit`: at
     /// shutdown, once no request is left, so that its last events are not lost.
     pub(crate) async fn flush(&self, limit: std::time::Duration) {
-        let all = futures::future::join_all(self.backends.iter().map(log::Backend::flush));
+        let all = futures::future::join_all(self.backends.iter().map(buffered::Backend::flush));
         if tokio::time::timeout(limit, all).await.is_err() {
             tracing::warn!(?limit, "audit events still unsent at shutdown");
         }

@@ -59,8 +59,8 @@ use tokio::task::JoinHandle;
 pub use admission::AdmissionPlugins;
 pub use aggregator::AggregatorConfig;
 pub use audit::{
-    AuditLogMode, AuditLogOptions, AuditWebhookOptions, AuditWebhookThrottle, AuditWebhookTruncate,
-    check_format as check_audit_log_format,
+    AuditBatchOptions, AuditLogOptions, AuditMode, AuditThrottle, AuditTruncate,
+    AuditWebhookOptions, check_format as check_audit_log_format,
 };
 pub use authz_webhook::AuthorizationWebhookOptions;
 pub use cors::CorsOrigins;

@@ -381,3 +381,74 @@ async fn a_malformed_policy_stops_the_start() {
     );
     let _ = std::fs::remove_dir_all(dir("bad"));
 }
+
+fn with_truncating_batch_log(o: &mut ferrokube_apiserver::Options) {
+    let d = dir("truncate");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("policy.yaml"), POLICY).unwrap();
+    o.audit_policy_file = Some(d.join("policy.yaml"));
+    o.audit_log.path = Some(d.join("audit.log"));
+    o.audit_log.batch = ferrokube_apiserver::AuditBatchOptions {
+        mode: ferrokube_apiserver::AuditMode::Batch,
+        max_batch_size: 50,
+        max_batch_wait: Duration::from_millis(100),
+        ..ferrokube_apiserver::AuditBatchOptions::log_default()
+    };
+    o.audit_log.truncate = Some(ferrokube_apiserver::AuditTruncate {
+        max_event_size: 8 * 1024,
+        max_batch_size: 64 * 1024,
+    });
+}
+
+#[tokio::test]
+async fn the_log_in_batch_mode_truncates_events_over_the_limit() {
+    let _ = std::fs::remove_dir_all(dir("truncate"));
+    let server = TestApiServer::start_with(with_truncating_batch_log)
+        .await
+        .unwrap();
+    let c = server.client.clone();
+    let log = dir("truncate").join("audit.log");
+
+    // RequestResponse for configmaps: 20 KiB of data twice (request and response)
+    // is over 8 KiB, so the event loses both objects.
+    let big = "x".repeat(20 * 1024);
+    let (code, v) = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+            "data": {"k": big}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let small = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "small"},
+        "data": {"k": "v"}});
+    let (code, v) = send(&c, "POST", "/api/v1/namespaces/default/configmaps", small).await;
+    assert_eq!(code, 201, "{v}");
+
+    let e = wait_for(&log, |e| {
+        e["objectRef"]["name"] == "big" && e["stage"] == "ResponseComplete"
+    })
+    .await;
+    assert_eq!(e["annotations"]["audit.k8s.io/truncated"], "true", "{e}");
+    assert!(e.get("requestObject").is_none() && e.get("responseObject").is_none());
+    assert_eq!(e["responseStatus"]["code"], 201);
+    // One under the limit is whole.
+    let e = wait_for(&log, |e| {
+        e["objectRef"]["name"] == "small" && e["stage"] == "ResponseComplete"
+    })
+    .await;
+    assert!(
+        e["annotations"].get("audit.k8s.io/truncated").is_none(),
+        "{e}"
+    );
+    assert_eq!(e["requestObject"]["data"]["k"], "v");
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .all(|l| l.len() <= 8 * 1024),
+        "an event over the limit was written"
+    );
+    let _ = std::fs::remove_dir_all(dir("truncate"));
+}

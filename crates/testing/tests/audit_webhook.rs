@@ -36,7 +36,7 @@ fn with_audit_webhook(o: &mut ferrokube_apiserver::Options) {
     o.audit_policy_file = Some(dir.join("policy.yaml"));
     o.audit_log.path = Some(dir.join("audit.log"));
     o.audit_webhook.config_file = Some(kubeconfig.clone());
-    o.audit_webhook.max_batch_wait = Duration::from_millis(200);
+    o.audit_webhook.batch.max_batch_wait = Duration::from_millis(200);
 }
 
 #[tokio::test]
@@ -128,7 +128,7 @@ fn with_slow_batches(o: &mut ferrokube_apiserver::Options) {
     std::fs::write(dir.join("policy.yaml"), POLICY).unwrap();
     o.audit_policy_file = Some(dir.join("policy.yaml"));
     o.audit_webhook.config_file = Some(kubeconfig.clone());
-    o.audit_webhook.max_batch_wait = Duration::from_secs(30);
+    o.audit_webhook.batch.max_batch_wait = Duration::from_secs(30);
 }
 
 #[tokio::test]

@@ -1,58 +1,20 @@
-//! The log backend (upstream `plugin/pkg/audit/log` over lumberjack): events go from
-//! the request path through a bounded channel to one writer thread, which turns them
-//! into JSON lines and writes each batch with one `write` call, rotating the file as
-//! lumberjack does (`--audit-log-maxsize` MiB, `--audit-log-maxbackup` files kept,
-//! `--audit-log-maxage` days kept; backups named `<name>-<UTC time>.<ext>` beside it).
+//! The log backend (upstream `plugin/pkg/audit/log` over lumberjack): events become
+//! JSON lines, and each batch [`buffered`](super::buffered) makes is written with one
+//! `write` call on a blocking thread, rotating the file as lumberjack does
+//! (`--audit-log-maxsize` MiB, `--audit-log-maxbackup` files kept, `--audit-log-maxage`
+//! days kept; backups named `<name>-<UTC time>.<ext>` beside it, gzipped to
+//! `<backup>.gz` off the write path with `--audit-log-compress`).
 //!
-//! Modes (`--audit-log-mode`), as upstream: `blocking` (the default for the log
-//! backend) never drops an event: a request whose event finds the channel full waits
-//! for room, so a slow disk slows requests down; `batch` never makes a request wait:
-//! when the buffer (`--audit-log-batch-buffer-size`, default 10000) is full the event
-//! is dropped and counted, as upstream's buffered backend does. `blocking-strict`
-//! (fail the request when its event cannot be written) is refused.
+//! Its mode is `blocking` by default (requests wait when the writer is behind; no
+//! event is lost); in `batch` mode the `--audit-log-batch-*` flags apply, with
+//! upstream's defaults of one event per write and no throttle.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc;
-
-use super::event::Event;
-
-/// Events written in one `write` at most.
-const MAX_BATCH: usize = 512;
-
-/// `--audit-log-mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuditLogMode {
-    Blocking,
-    Batch,
-}
-
-impl AuditLogMode {
-    /// `--audit-log-mode`.
-    pub fn parse(s: &str) -> Result<AuditLogMode, String> {
-        AuditLogMode::parse_flag("--audit-log-mode", s)
-    }
-
-    /// The mode flag `flag` of a backend (`--audit-log-mode`, `--audit-webhook-mode`).
-    pub fn parse_flag(flag: &str, s: &str) -> Result<AuditLogMode, String> {
-        match s {
-            "blocking" => Ok(AuditLogMode::Blocking),
-            "batch" => Ok(AuditLogMode::Batch),
-            "blocking-strict" => Err(format!(
-                "{flag}: \"blocking-strict\" is not supported; use \"blocking\" (no event is \
-                 lost; requests wait for the backend) or \"batch\""
-            )),
-            o => Err(format!(
-                "{flag}: invalid value {o:?}: supported values: \"batch\", \"blocking\""
-            )),
-        }
-    }
-}
+use super::buffered::{self, AuditBatchOptions, Backend, Sink, Truncate};
 
 /// Where and how the log is written (upstream `AuditLogOptions`).
 #[derive(Clone, Debug)]
@@ -65,9 +27,12 @@ pub struct AuditLogOptions {
     pub max_backups: usize,
     /// `--audit-log-maxsize`: MiB before rotation (0: lumberjack's 100).
     pub max_size_mb: u64,
-    pub mode: AuditLogMode,
-    /// `--audit-log-batch-buffer-size`: the channel's capacity.
-    pub buffer_size: usize,
+    /// `--audit-log-compress`: backups gzipped.
+    pub compress: bool,
+    /// `--audit-log-mode` and `--audit-log-batch-*`.
+    pub batch: AuditBatchOptions,
+    /// `--audit-log-truncate-*` (None: `-enabled=false`, the default).
+    pub truncate: Option<Truncate>,
 }
 
 impl Default for AuditLogOptions {
@@ -77,8 +42,9 @@ impl Default for AuditLogOptions {
             max_age_days: 0,
             max_backups: 0,
             max_size_mb: 0,
-            mode: AuditLogMode::Blocking,
-            buffer_size: 10_000,
+            compress: false,
+            batch: AuditBatchOptions::log_default(),
+            truncate: None,
         }
     }
 }
@@ -96,114 +62,22 @@ pub fn check_format(format: &str) -> Result<(), String> {
     }
 }
 
-/// What a backend's queue carries: events, and at shutdown a request to write or
-/// send at once everything queued before it.
-// Events go by value: boxing them would cost an allocation per event to spare the
-// flush, sent once per shutdown, the unused room.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub(crate) enum Queued {
-    Event(Event),
-    /// Answered once what came before is written (or sent, or given up on).
-    Flush(tokio::sync::oneshot::Sender<()>),
-}
-
-/// The request path's end of a backend (the log's or the webhook's): a bounded
-/// queue that the backend's sender empties, filled as the backend's mode says.
-#[derive(Debug)]
-pub(crate) struct Backend {
-    tx: mpsc::Sender<Queued>,
-    mode: AuditLogMode,
-    dropped: Arc<AtomicU64>,
-    /// The mode flag, for the message about dropped events.
-    mode_flag: &'static str,
-}
-
-/// Opens (creating, mode 0600) the file and starts the writer thread.
+/// Opens (creating, mode 0600) the file and starts the writing task.
 pub(crate) fn start(opts: &AuditLogOptions, path: &Path) -> Result<Backend, String> {
     let out = if path == Path::new("-") {
         Output::Stdout
     } else {
         Output::File(RotatingFile::open(path, opts)?)
     };
-    let (backend, rx) = Backend::new(opts.buffer_size, opts.mode, "--audit-log-mode");
-    std::thread::Builder::new()
-        .name("audit-log".into())
-        .spawn(move || write_loop(rx, out))
-        .map_err(|e| format!("starting the audit log writer: {e}"))?;
-    Ok(backend)
-}
-
-impl Backend {
-    /// The queue (`buffer_size` events) and the receiving end for the sender.
-    pub(crate) fn new(
-        buffer_size: usize,
-        mode: AuditLogMode,
-        mode_flag: &'static str,
-    ) -> (Backend, mpsc::Receiver<Queued>) {
-        let (tx, rx) = mpsc::channel(buffer_size.max(1));
-        let backend = Backend {
-            tx,
-            mode,
-            dropped: Arc::default(),
-            mode_flag,
-        };
-        (backend, rx)
-    }
-
-    /// Queues an event (see the module's modes).
-    pub(crate) async fn emit(&self, event: Event) {
-        match self.mode {
-            AuditLogMode::Blocking => {
-                let _ = self.tx.send(Queued::Event(event)).await;
-            }
-            AuditLogMode::Batch => self.emit_now(event),
-        }
-    }
-
-    /// Queues an event from code that cannot wait (a response body's end): in blocking
-    /// mode a full channel hands the event to a task that waits for room.
-    pub(crate) fn emit_detached(&self, event: Event) {
-        match self.mode {
-            AuditLogMode::Batch => self.emit_now(event),
-            AuditLogMode::Blocking => {
-                if let Err(mpsc::error::TrySendError::Full(event)) =
-                    self.tx.try_send(Queued::Event(event))
-                {
-                    let tx = self.tx.clone();
-                    tokio::spawn(async move {
-                        let _ = tx.send(event).await;
-                    });
-                }
-            }
-        }
-    }
-
-    /// Waits until every event queued so far is written or sent (upstream's
-    /// `Shutdown` of a buffered backend).
-    pub(crate) async fn flush(&self) {
-        let (done, flushed) = tokio::sync::oneshot::channel();
-        if self.tx.send(Queued::Flush(done)).await.is_ok() {
-            let _ = flushed.await;
-        }
-    }
-
-    fn emit_now(&self, event: Event) {
-        if let Err(mpsc::error::TrySendError::Full(Queued::Event(event))) =
-            self.tx.try_send(Queued::Event(event))
-        {
-            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            // Upstream logs each drop; once per thousand keeps a flood readable.
-            if n % 1000 == 1 {
-                tracing::error!(
-                    audit_id = %event.facts.audit_id,
-                    dropped = n,
-                    flag = self.mode_flag,
-                    "audit buffer full: event dropped (batch mode)"
-                );
-            }
-        }
-    }
+    Ok(buffered::start(
+        &opts.batch,
+        opts.truncate,
+        "--audit-log-mode",
+        Writing {
+            out: Some(out),
+            buf: Vec::with_capacity(64 * 1024),
+        },
+    ))
 }
 
 enum Output {
@@ -211,34 +85,37 @@ enum Output {
     File(RotatingFile),
 }
 
-fn write_loop(mut rx: mpsc::Receiver<Queued>, mut out: Output) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(first) = rx.blocking_recv() {
+/// The output and a reused buffer, lent to a blocking thread for each write.
+struct Writing {
+    /// None only while a write is under way, or after one panicked.
+    out: Option<Output>,
+    buf: Vec<u8>,
+}
+
+impl Sink for Writing {
+    async fn deliver(&mut self, lines: Vec<Vec<u8>>) {
+        let Some(mut out) = self.out.take() else {
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        let mut n = 0;
-        let mut flush = None;
-        let mut next = Some(first);
-        // A batch ends at a flush request, so that it is answered after the write.
-        while let Some(queued) = next.take() {
-            match queued {
-                Queued::Event(e) => {
-                    buf.extend_from_slice(&e.to_json_line());
-                    n += 1;
-                }
-                Queued::Flush(done) => {
-                    flush = Some(done);
-                    break;
-                }
-            }
-            if n < MAX_BATCH {
-                next = rx.try_recv().ok();
-            }
+        for line in &lines {
+            buf.extend_from_slice(line);
         }
-        if n > 0 {
+        let n = lines.len();
+        let written = tokio::task::spawn_blocking(move || {
             write_batch(&mut out, &buf, n);
-        }
-        if let Some(done) = flush {
-            let _ = done.send(());
+            (out, buf)
+        })
+        .await;
+        match written {
+            Ok((out, buf)) => {
+                self.out = Some(out);
+                self.buf = buf;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the audit log writer failed; no more events will be written")
+            }
         }
     }
 }
@@ -263,8 +140,18 @@ struct RotatingFile {
     file: File,
     size: u64,
     max_size: u64,
+    mill: Mill,
+}
+
+/// lumberjack's `mill`: what happens to the backups after each rotation.
+#[derive(Clone)]
+struct Mill {
+    path: PathBuf,
     max_backups: usize,
     max_age: Option<Duration>,
+    compress: bool,
+    /// One run at a time: a run compressing a backup must not race the next.
+    running: std::sync::Arc<parking_lot::Mutex<()>>,
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -295,9 +182,14 @@ impl RotatingFile {
             file,
             size,
             max_size: max_size_mb * 1024 * 1024,
-            max_backups: opts.max_backups,
-            max_age: (opts.max_age_days > 0)
-                .then(|| Duration::from_secs(opts.max_age_days * 24 * 3600)),
+            mill: Mill {
+                path: path.to_path_buf(),
+                max_backups: opts.max_backups,
+                max_age: (opts.max_age_days > 0)
+                    .then(|| Duration::from_secs(opts.max_age_days * 24 * 3600)),
+                compress: opts.compress,
+                running: Default::default(),
+            },
         })
     }
 
@@ -315,13 +207,24 @@ impl RotatingFile {
         std::fs::rename(&self.path, &backup)?;
         self.file = open_append(&self.path)?;
         self.size = 0;
-        self.remove_old_backups();
+        if self.mill.compress {
+            // Compressing a whole backup takes long enough to hold up the log.
+            let mill = self.mill.clone();
+            let _ = std::thread::Builder::new()
+                .name("audit-log-mill".into())
+                .spawn(move || mill.run());
+        } else {
+            self.mill.run();
+        }
         Ok(())
     }
+}
 
-    /// lumberjack's `millRunOnce`: keep the newest `max_backups`, none older than
-    /// `max_age`.
-    fn remove_old_backups(&self) {
+impl Mill {
+    /// lumberjack's `millRunOnce`: keep the newest `max_backups` (a backup and its
+    /// `.gz` counting once), none older than `max_age`, and gzip the rest if asked.
+    fn run(&self) {
+        let _one_at_a_time = self.running.lock();
         let (Some(dir), Some(stem), ext) = (
             self.path.parent(),
             self.path.file_stem().and_then(|s| s.to_str()),
@@ -339,23 +242,31 @@ impl RotatingFile {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
-        // Backup names sort by their time.
+        let is_backup = |name: &str| {
+            let name = name.strip_suffix(".gz").unwrap_or(name);
+            name.starts_with(&prefix)
+                && name.ends_with(&suffix)
+                && name.len() == prefix.len() + BACKUP_TIME_LEN + suffix.len()
+        };
+        // Backup names sort by their time; a backup's `.gz` sorts next to it.
         let mut backups: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                    n.starts_with(&prefix)
-                        && n.ends_with(&suffix)
-                        && n.len() == prefix.len() + BACKUP_TIME_LEN + suffix.len()
-                })
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(is_backup)
             })
             .collect();
         backups.sort();
         backups.reverse();
         let now = SystemTime::now();
-        for (i, p) in backups.iter().enumerate() {
-            let too_many = self.max_backups > 0 && i >= self.max_backups;
+        let mut kept = std::collections::HashSet::new();
+        for p in &backups {
+            let name = p.to_string_lossy();
+            let backup = name.strip_suffix(".gz").unwrap_or(&name).to_owned();
+            let too_many =
+                self.max_backups > 0 && !kept.contains(&backup) && kept.len() >= self.max_backups;
             let too_old = self.max_age.is_some_and(|age| {
                 std::fs::metadata(p)
                     .and_then(|m| m.modified())
@@ -365,7 +276,43 @@ impl RotatingFile {
             });
             if too_many || too_old {
                 let _ = std::fs::remove_file(p);
+                continue;
             }
+            kept.insert(backup);
+            if self.compress
+                && !name.ends_with(".gz")
+                && let Err(e) = compress(p)
+            {
+                tracing::error!(backup = %p.display(), error = %e, "compressing an audit log backup failed");
+            }
+        }
+    }
+}
+
+/// lumberjack's `compressLogFile`: `p` gzipped to `p.gz` (mode 0600, as the log), then
+/// removed; a failed compression leaves `p` and no `.gz`.
+fn compress(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut gz_name = p.as_os_str().to_owned();
+    gz_name.push(".gz");
+    let gz_path = PathBuf::from(gz_name);
+    let written = (|| {
+        let mut src = File::open(p)?;
+        let dst = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&gz_path)?;
+        let mut encoder = flate2::write::GzEncoder::new(dst, flate2::Compression::default());
+        std::io::copy(&mut src, &mut encoder)?;
+        encoder.finish()?.sync_all()
+    })();
+    match written {
+        Ok(()) => std::fs::remove_file(p),
+        Err(e) => {
+            let _ = std::fs::remove_file(&gz_path);
+            Err(e)
         }
     }
 }
@@ -442,14 +389,56 @@ mod tests {
     }
 
     #[test]
-    fn modes_and_formats() {
-        assert_eq!(AuditLogMode::parse("batch"), Ok(AuditLogMode::Batch));
-        assert!(
-            AuditLogMode::parse("blocking-strict")
-                .unwrap_err()
-                .contains("not supported")
-        );
+    fn formats() {
         assert!(check_format("json").is_ok());
         assert!(check_format("legacy").unwrap_err().contains("use \"json\""));
+    }
+
+    #[test]
+    fn compressed_backups_count_once_and_are_kept_to_max_backups() {
+        let dir = std::env::temp_dir().join(format!("ferrokube-audit-gz-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("audit.log");
+        let opts = AuditLogOptions {
+            max_size_mb: 1,
+            max_backups: 2,
+            compress: true,
+            ..Default::default()
+        };
+        let mut f = RotatingFile::open(&path, &opts).unwrap();
+        let chunk = vec![b'x'; 700 * 1024];
+        for _ in 0..5 {
+            f.write_batch(&chunk).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        // The last mill runs on its own thread: wait (at most 10 s) for it.
+        let names = || {
+            let mut names: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        for _ in 0..200 {
+            if names().len() == 3 && names()[..2].iter().all(|n| n.ends_with(".log.gz")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let names = names();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(
+            names[..2].iter().all(|n| n.ends_with(".log.gz")),
+            "{names:?}"
+        );
+        assert_eq!(names[2], "audit.log");
+        // A backup's whole content, gzipped.
+        let gz = std::fs::read(dir.join(&names[1])).unwrap();
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut content)
+            .unwrap();
+        assert_eq!(content, chunk);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
