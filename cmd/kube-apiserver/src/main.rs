@@ -168,8 +168,10 @@ struct Args {
     /// Format of the audit log: json (legacy is refused).
     #[arg(long, default_value = "json")]
     audit_log_format: String,
-    /// blocking: requests wait when the writer is behind, no event is lost; batch:
-    /// requests never wait, events are dropped when the buffer is full.
+    /// Strategy for writing audit events. blocking: requests wait when the writer is
+    /// behind, no event is lost; blocking-strict: as blocking, and a request whose
+    /// first event cannot be written fails; batch: requests never wait, events are
+    /// dropped when the buffer is full.
     #[arg(long, default_value = "blocking")]
     audit_log_mode: String,
     /// The size of the buffer to store events before batching and writing. Only used
@@ -217,8 +219,9 @@ struct Args {
     #[arg(long)]
     audit_webhook_config_file: Option<PathBuf>,
     /// Strategy for sending audit events. blocking: requests wait when the sender is
-    /// behind, no event is lost; batch: requests never wait, events are dropped when
-    /// the buffer is full.
+    /// behind, no event is lost; blocking-strict: as blocking, and a request whose
+    /// first event cannot be sent fails; batch: requests never wait, events are
+    /// dropped when the buffer is full.
     #[arg(long, default_value = "batch")]
     audit_webhook_mode: String,
     /// The size of the buffer to store events before batching and writing.
@@ -1189,12 +1192,12 @@ mod tests {
             audit_batch_options(
                 "webhook",
                 true,
-                "blocking-strict",
+                "strict",
                 ferrokube_apiserver::AuditBatchOptions::webhook_default()
             )
             .unwrap_err()
             .to_string()
-            .starts_with("--audit-webhook-mode: \"blocking-strict\" is not supported")
+            .starts_with("invalid audit webhook mode strict, allowed modes are")
         );
         let sizes = ferrokube_apiserver::AuditTruncate {
             max_batch_size: 1024,

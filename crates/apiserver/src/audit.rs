@@ -22,7 +22,7 @@
 //! (this apiserver's authorizers give no reason for an allow, which upstream's
 //! system:masters check does not either, but RBAC does); an upgraded request (exec,
 //! attach, portforward) gets its ResponseComplete when the 101 answer is sent, not
-//! when the stream ends; `blocking-strict` mode is refused.
+//! when the stream ends.
 
 mod buffered;
 mod event;
@@ -123,14 +123,17 @@ impl Auditor {
         Ok(Some(Arc::new(Auditor { policy, backends })))
     }
 
-    /// Hands `event` to every backend, as its mode says.
-    async fn emit(&self, event: Event) {
+    /// Hands `event` to every backend, as its mode says. False: a blocking-strict
+    /// backend could not store it.
+    async fn emit(&self, event: Event) -> bool {
+        let mut stored = true;
         if let Some((last, others)) = self.backends.split_last() {
             for backend in others {
-                backend.emit(event.clone()).await;
+                stored &= backend.emit(event.clone()).await;
             }
-            last.emit(event).await;
+            stored &= last.emit(event).await;
         }
+        stored
     }
 
     /// Writes and sends what every backend has queued, waiting at most `limit`: at
@@ -352,10 +355,12 @@ impl RequestAudit {
     }
 
     /// Upstream `WithAudit` after authentication: the policy's level for `user`, and
-    /// the `RequestReceived` event.
-    pub(crate) async fn authenticated(&self, user: &UserInfo) {
+    /// the `RequestReceived` event. False: a blocking-strict backend could not store
+    /// that event, and the request must fail.
+    #[must_use]
+    pub(crate) async fn authenticated(&self, user: &UserInfo) -> bool {
         let Some((facts, config)) = self.facts_for(user) else {
-            return;
+            return true;
         };
         let event = {
             let mut p = self.0.progress.lock();
@@ -368,8 +373,9 @@ impl RequestAudit {
                 None
             }
         };
-        if let (Some(event), Some(auditor)) = (event, &self.0.auditor) {
-            auditor.emit(event).await;
+        match (event, &self.0.auditor) {
+            (Some(event), Some(auditor)) => auditor.emit(event).await,
+            _ => true,
         }
     }
 
@@ -640,7 +646,7 @@ mod tests {
             Some("watch=true"),
         );
         let watch = RequestAudit::begin(Some(&auditor), &req, &attrs, peer, false);
-        watch.authenticated(&alice).await;
+        assert!(watch.authenticated(&alice).await);
         let resp = watch.finish(Response::new(body()), true, None).await;
         assert_eq!(resp.headers()[AUDIT_ID_HEADER], "client-chosen-id");
         let events = logged(&log, 2).await;
@@ -656,7 +662,7 @@ mod tests {
         let req = Request::builder().uri("/api/v1/pods").body(()).unwrap();
         let attrs = ferrokube_auth::request_attributes("GET", "/api/v1/pods", None);
         let panicked = RequestAudit::begin(Some(&auditor), &req, &attrs, peer, false);
-        panicked.authenticated(&alice).await;
+        assert!(panicked.authenticated(&alice).await);
         let mut resp = Response::new(body());
         *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
         let resp = panicked.finish(resp, false, Some("boom")).await;

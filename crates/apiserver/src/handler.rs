@@ -383,7 +383,11 @@ async fn handle(
     req.headers_mut().remove(header::AUTHORIZATION);
     // The policy sees the authenticated user, as upstream's audit filter runs before
     // impersonation.
-    audit.authenticated(&user).await;
+    if !audit.authenticated(&user).await {
+        // Upstream's error when a blocking-strict backend fails the first stage, as a
+        // Status.
+        return error_response(&ApiError::internal("failed to store audit event"));
+    }
     let user = match crate::reviews::impersonate(&state.authorizer, req.headers(), &user).await {
         Ok(Some(impersonated)) => {
             audit.impersonated(&impersonated);

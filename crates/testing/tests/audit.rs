@@ -452,3 +452,48 @@ async fn the_log_in_batch_mode_truncates_events_over_the_limit() {
     );
     let _ = std::fs::remove_dir_all(dir("truncate"));
 }
+
+fn with_strict_log_on_a_full_disk(o: &mut ferrokube_apiserver::Options) {
+    let d = dir("strict");
+    std::fs::create_dir_all(&d).unwrap();
+    // RequestReceived recorded: the stage whose failure fails the request.
+    let policy = POLICY.replace("omitStages: [\"RequestReceived\"]\n", "");
+    std::fs::write(d.join("policy.yaml"), policy).unwrap();
+    o.audit_policy_file = Some(d.join("policy.yaml"));
+    // Every write to /dev/full fails with ENOSPC.
+    o.audit_log.path = Some("/dev/full".into());
+    o.audit_log.batch.mode = ferrokube_apiserver::AuditMode::BlockingStrict;
+}
+
+fn with_blocking_log_on_a_full_disk(o: &mut ferrokube_apiserver::Options) {
+    with_strict_log_on_a_full_disk(o);
+    o.audit_log.batch.mode = ferrokube_apiserver::AuditMode::Blocking;
+}
+
+#[tokio::test]
+async fn blocking_strict_fails_a_request_whose_event_cannot_be_written() {
+    let strict: fn(&mut ferrokube_apiserver::Options) = with_strict_log_on_a_full_disk;
+    let blocking: fn(&mut ferrokube_apiserver::Options) = with_blocking_log_on_a_full_disk;
+    for (options, want) in [(strict, 500), (blocking, 200)] {
+        let server = TestApiServer::start_with(options).await.unwrap();
+        let (code, v) = send(
+            &server.client,
+            "GET",
+            "/api/v1/namespaces/default/pods",
+            Value::Null,
+        )
+        .await;
+        assert_eq!(code, want, "{v}");
+        if want == 500 {
+            assert_eq!(v["kind"], "Status");
+            assert_eq!(
+                v["message"],
+                "Internal error occurred: failed to store audit event"
+            );
+        }
+        // A request the policy does not audit is served either way.
+        let (code, _) = send(&server.client, "GET", "/version", Value::Null).await;
+        assert_eq!(code, 200);
+    }
+    let _ = std::fs::remove_dir_all(dir("strict"));
+}

@@ -11,8 +11,9 @@
 //! (`-batch-buffer-size`) is full the event is dropped and counted, and the task makes
 //! batches of up to `-batch-max-size` events, waiting up to `-batch-max-wait` for one
 //! to fill, at most `-batch-throttle-qps` a second when `-batch-throttle-enable` is
-//! set. `blocking-strict` (fail the request when its event cannot be written) is
-//! refused.
+//! set. `blocking-strict` is `blocking` with each event waiting until it is written
+//! or sent, so that a request whose `RequestReceived` event could not be fails (as
+//! upstream's unbuffered strict backend).
 //!
 //! With `-truncate-enabled`, an event over `-truncate-max-event-size` loses its request
 //! and response objects (and is marked `audit.k8s.io/truncated`), one still over it is
@@ -36,6 +37,7 @@ const BLOCKING_MAX_BATCH: usize = 512;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuditMode {
     Blocking,
+    BlockingStrict,
     Batch,
 }
 
@@ -44,14 +46,17 @@ impl AuditMode {
     pub fn parse_flag(flag: &str, s: &str) -> Result<AuditMode, String> {
         match s {
             "blocking" => Ok(AuditMode::Blocking),
+            "blocking-strict" => Ok(AuditMode::BlockingStrict),
             "batch" => Ok(AuditMode::Batch),
-            "blocking-strict" => Err(format!(
-                "{flag}: \"blocking-strict\" is not supported; use \"blocking\" (no event is \
-                 lost; requests wait for the backend) or \"batch\""
-            )),
-            o => Err(format!(
-                "{flag}: invalid value {o:?}: supported values: \"batch\", \"blocking\""
-            )),
+            // Upstream's `validateBackendMode`.
+            o => {
+                let plugin = flag
+                    .trim_start_matches("--audit-")
+                    .trim_end_matches("-mode");
+                Err(format!(
+                    "invalid audit {plugin} mode {o}, allowed modes are \"batch,blocking,blocking-strict\""
+                ))
+            }
         }
     }
 }
@@ -176,9 +181,9 @@ impl Truncate {
 }
 
 /// Where a backend's batches go: each call gets one batch's JSON lines (each with its
-/// newline), and returns once they are written or sent (or given up on).
+/// newline), and returns once they are written or sent (true) or given up on (false).
 pub(crate) trait Sink: Send + 'static {
-    fn deliver(&mut self, lines: Vec<Vec<u8>>) -> impl Future<Output = ()> + Send;
+    fn deliver(&mut self, lines: Vec<Vec<u8>>) -> impl Future<Output = bool> + Send;
 }
 
 /// What a backend's queue carries: events, and at shutdown a request to write or
@@ -188,7 +193,8 @@ pub(crate) trait Sink: Send + 'static {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Queued {
-    Event(Event),
+    /// In blocking-strict mode with where to say whether it was stored.
+    Event(Event, Option<tokio::sync::oneshot::Sender<bool>>),
     /// Answered once what came before is written (or sent, or given up on).
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -219,7 +225,7 @@ pub(crate) fn start(
             throttle: batch.throttle.map(TokenBucket::new),
             truncate,
         },
-        AuditMode::Blocking => Batching {
+        AuditMode::Blocking | AuditMode::BlockingStrict => Batching {
             max_batch: BLOCKING_MAX_BATCH,
             max_wait: Duration::ZERO,
             throttle: None,
@@ -236,13 +242,26 @@ pub(crate) fn start(
 }
 
 impl Backend {
-    /// Queues an event (see the module's modes).
-    pub(crate) async fn emit(&self, event: Event) {
+    /// Queues an event (see the module's modes). False: in blocking-strict mode, the
+    /// event could not be written or sent.
+    pub(crate) async fn emit(&self, event: Event) -> bool {
         match self.mode {
             AuditMode::Blocking => {
-                let _ = self.tx.send(Queued::Event(event)).await;
+                let _ = self.tx.send(Queued::Event(event, None)).await;
+                true
             }
-            AuditMode::Batch => self.emit_now(event),
+            AuditMode::BlockingStrict => {
+                let (stored, outcome) = tokio::sync::oneshot::channel();
+                self.tx
+                    .send(Queued::Event(event, Some(stored)))
+                    .await
+                    .is_ok()
+                    && outcome.await.unwrap_or(false)
+            }
+            AuditMode::Batch => {
+                self.emit_now(event);
+                true
+            }
         }
     }
 
@@ -251,9 +270,9 @@ impl Backend {
     pub(crate) fn emit_detached(&self, event: Event) {
         match self.mode {
             AuditMode::Batch => self.emit_now(event),
-            AuditMode::Blocking => {
+            AuditMode::Blocking | AuditMode::BlockingStrict => {
                 if let Err(mpsc::error::TrySendError::Full(event)) =
-                    self.tx.try_send(Queued::Event(event))
+                    self.tx.try_send(Queued::Event(event, None))
                 {
                     let tx = self.tx.clone();
                     tokio::spawn(async move {
@@ -274,8 +293,8 @@ impl Backend {
     }
 
     fn emit_now(&self, event: Event) {
-        if let Err(mpsc::error::TrySendError::Full(Queued::Event(event))) =
-            self.tx.try_send(Queued::Event(event))
+        if let Err(mpsc::error::TrySendError::Full(Queued::Event(event, _))) =
+            self.tx.try_send(Queued::Event(event, None))
         {
             let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             // Upstream logs each drop; once per thousand keeps a flood readable.
@@ -306,6 +325,7 @@ async fn run(mut rx: mpsc::Receiver<Queued>, mut batching: Batching, mut sink: i
     while open {
         let Some(first) = rx.recv().await else { break };
         let mut batch = Vec::new();
+        let mut waiting = Vec::new();
         let mut flush = None;
         let mut next = Some(first);
         let deadline = tokio::time::Instant::now() + max_wait;
@@ -313,7 +333,10 @@ async fn run(mut rx: mpsc::Receiver<Queued>, mut batching: Batching, mut sink: i
         // once the batch is delivered).
         loop {
             match next.take() {
-                Some(Queued::Event(event)) => batch.push(event),
+                Some(Queued::Event(event, stored)) => {
+                    batch.push(event);
+                    waiting.extend(stored);
+                }
                 Some(Queued::Flush(done)) => {
                     flush = Some(done);
                     break;
@@ -336,11 +359,15 @@ async fn run(mut rx: mpsc::Receiver<Queued>, mut batching: Batching, mut sink: i
                 }
             };
         }
+        let mut delivered = true;
         for lines in event_lines(&batch, batching.truncate) {
             if let Some(bucket) = &mut batching.throttle {
                 tokio::time::sleep(bucket.take(tokio::time::Instant::now())).await;
             }
-            sink.deliver(lines).await;
+            delivered &= sink.deliver(lines).await;
+        }
+        for stored in waiting {
+            let _ = stored.send(delivered);
         }
         if let Some(done) = flush {
             let _ = done.send(());
@@ -504,10 +531,13 @@ mod tests {
             AuditMode::parse_flag("--audit-log-mode", "batch"),
             Ok(AuditMode::Batch)
         );
-        assert!(
-            AuditMode::parse_flag("--audit-log-mode", "blocking-strict")
-                .unwrap_err()
-                .contains("not supported")
+        assert_eq!(
+            AuditMode::parse_flag("--audit-log-mode", "blocking-strict"),
+            Ok(AuditMode::BlockingStrict)
+        );
+        assert_eq!(
+            AuditMode::parse_flag("--audit-webhook-mode", "async").unwrap_err(),
+            "invalid audit webhook mode async, allowed modes are \"batch,blocking,blocking-strict\""
         );
         assert!(AuditBatchOptions::log_default().validate("log").is_ok());
         assert!(
@@ -553,9 +583,48 @@ mod tests {
     struct Kept(Arc<parking_lot::Mutex<Vec<Vec<Vec<u8>>>>>);
 
     impl Sink for Kept {
-        async fn deliver(&mut self, lines: Vec<Vec<u8>>) {
+        async fn deliver(&mut self, lines: Vec<Vec<u8>>) -> bool {
             self.0.lock().push(lines);
+            true
         }
+    }
+
+    /// A sink that fails every batch.
+    struct Failing;
+
+    impl Sink for Failing {
+        async fn deliver(&mut self, _: Vec<Vec<u8>>) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test]
+    async fn only_blocking_strict_mode_reports_a_failed_delivery() {
+        for (mode, reported) in [
+            (AuditMode::BlockingStrict, false),
+            (AuditMode::Blocking, true),
+            (AuditMode::Batch, true),
+        ] {
+            let options = AuditBatchOptions {
+                mode,
+                ..AuditBatchOptions::log_default()
+            };
+            let backend = start(&options, None, "--audit-log-mode", Failing);
+            assert_eq!(
+                backend.emit(event(Level::Metadata)).await,
+                reported,
+                "{mode:?}"
+            );
+        }
+        let options = AuditBatchOptions {
+            mode: AuditMode::BlockingStrict,
+            ..AuditBatchOptions::log_default()
+        };
+        let kept = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let backend = start(&options, None, "--audit-log-mode", Kept(kept.clone()));
+        assert!(backend.emit(event(Level::Metadata)).await);
+        // Delivered before the answer.
+        assert_eq!(kept.lock().len(), 1);
     }
 
     /// Waits (at most 5 s) until the sink holds batches of `sizes`.

@@ -6,7 +6,8 @@
 //! `<backup>.gz` off the write path with `--audit-log-compress`).
 //!
 //! Its mode is `blocking` by default (requests wait when the writer is behind; no
-//! event is lost); in `batch` mode the `--audit-log-batch-*` flags apply, with
+//! event is lost; `blocking-strict` also fails a request whose first event could not
+//! be written); in `batch` mode the `--audit-log-batch-*` flags apply, with
 //! upstream's defaults of one event per write and no throttle.
 
 use std::fs::{File, OpenOptions};
@@ -93,9 +94,9 @@ struct Writing {
 }
 
 impl Sink for Writing {
-    async fn deliver(&mut self, lines: Vec<Vec<u8>>) {
+    async fn deliver(&mut self, lines: Vec<Vec<u8>>) -> bool {
         let Some(mut out) = self.out.take() else {
-            return;
+            return false;
         };
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
@@ -104,24 +105,26 @@ impl Sink for Writing {
         }
         let n = lines.len();
         let written = tokio::task::spawn_blocking(move || {
-            write_batch(&mut out, &buf, n);
-            (out, buf)
+            let ok = write_batch(&mut out, &buf, n);
+            (out, buf, ok)
         })
         .await;
         match written {
-            Ok((out, buf)) => {
+            Ok((out, buf, ok)) => {
                 self.out = Some(out);
                 self.buf = buf;
+                ok
             }
             Err(e) => {
-                tracing::error!(error = %e, "the audit log writer failed; no more events will be written")
+                tracing::error!(error = %e, "the audit log writer failed; no more events will be written");
+                false
             }
         }
     }
 }
 
-/// Writes `n` events' lines at once.
-fn write_batch(out: &mut Output, buf: &[u8], n: usize) {
+/// Writes `n` events' lines at once; false when that failed.
+fn write_batch(out: &mut Output, buf: &[u8], n: usize) -> bool {
     let result = match out {
         Output::Stdout => {
             let mut stdout = std::io::stdout().lock();
@@ -129,9 +132,10 @@ fn write_batch(out: &mut Output, buf: &[u8], n: usize) {
         }
         Output::File(f) => f.write_batch(buf),
     };
-    if let Err(e) = result {
+    if let Err(e) = &result {
         tracing::error!(error = %e, events = n, "writing the audit log failed");
     }
+    result.is_ok()
 }
 
 /// lumberjack's file: rotated before a write that would pass the size limit.

@@ -6,8 +6,8 @@
 //! webhook calls, from `--audit-webhook-initial-backoff` (10s), and then dropped with
 //! an error in the log. At shutdown what is queued is sent at once.
 //!
-//! Left out: sending each event on its own in `blocking` mode (upstream's unbuffered
-//! backend; here blocking mode sends what is queued at once).
+//! Left out: sending each event on its own in the blocking modes (upstream's
+//! unbuffered backend; here they send what is queued at once).
 
 use std::time::Duration;
 
@@ -62,14 +62,18 @@ struct Posting {
 }
 
 impl Sink for Posting {
-    async fn deliver(&mut self, lines: Vec<Vec<u8>>) {
+    async fn deliver(&mut self, lines: Vec<Vec<u8>>) -> bool {
         let events = lines.len();
-        if let Err(e) = self
+        match self
             .webhook
             .post_json_retrying(CALL_TIMEOUT, self.initial_backoff, event_list(&lines))
             .await
         {
-            tracing::error!(error = %e, events, "sending audit events to the webhook failed");
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, events, "sending audit events to the webhook failed");
+                false
+            }
         }
     }
 }
