@@ -358,32 +358,48 @@ mod tests {
         );
     }
 
-    #[test]
-    fn rotates_and_keeps_max_backups() {
+    /// The size of each write in [`write_five_times`].
+    const CHUNK: usize = 700 * 1024;
+
+    /// `audit.log` in a new directory named by `test`, written five times with
+    /// [`CHUNK`] bytes at 1 MiB rotation and two backups kept (four rotations).
+    fn write_five_times(test: &str, compress: bool) -> PathBuf {
         let dir =
-            std::env::temp_dir().join(format!("ferrokube-audit-rotate-{}", std::process::id()));
+            std::env::temp_dir().join(format!("ferrokube-audit-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("audit.log");
         let opts = AuditLogOptions {
             max_size_mb: 1,
             max_backups: 2,
+            compress,
             ..Default::default()
         };
-        let mut f = RotatingFile::open(&path, &opts).unwrap();
-        let chunk = vec![b'x'; 700 * 1024];
+        let mut f = RotatingFile::open(&dir.join("audit.log"), &opts).unwrap();
         for _ in 0..5 {
-            f.write_batch(&chunk).unwrap();
+            f.write_batch(&vec![b'x'; CHUNK]).unwrap();
             // Distinct backup names (millisecond resolution).
             std::thread::sleep(Duration::from_millis(3));
         }
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
+        dir
+    }
+
+    /// The names in `dir`, sorted.
+    fn sorted_names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         names.sort();
+        names
+    }
+
+    #[test]
+    fn rotates_and_keeps_max_backups() {
+        let dir = write_five_times("rotate", false);
+        let path = dir.join("audit.log");
+        let names = sorted_names(&dir);
         assert_eq!(names.len(), 3, "{names:?}");
         assert_eq!(names.last().map(String::as_str), Some("audit.log"));
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 700 * 1024);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), CHUNK as u64);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
@@ -400,30 +416,9 @@ mod tests {
 
     #[test]
     fn compressed_backups_count_once_and_are_kept_to_max_backups() {
-        let dir = std::env::temp_dir().join(format!("ferrokube-audit-gz-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("audit.log");
-        let opts = AuditLogOptions {
-            max_size_mb: 1,
-            max_backups: 2,
-            compress: true,
-            ..Default::default()
-        };
-        let mut f = RotatingFile::open(&path, &opts).unwrap();
-        let chunk = vec![b'x'; 700 * 1024];
-        for _ in 0..5 {
-            f.write_batch(&chunk).unwrap();
-            std::thread::sleep(Duration::from_millis(3));
-        }
+        let dir = write_five_times("gz", true);
         // The last mill runs on its own thread: wait (at most 10 s) for it.
-        let names = || {
-            let mut names: Vec<String> = std::fs::read_dir(&dir)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect();
-            names.sort();
-            names
-        };
+        let names = || sorted_names(&dir);
         for _ in 0..200 {
             if names().len() == 3 && names()[..2].iter().all(|n| n.ends_with(".log.gz")) {
                 break;
@@ -442,7 +437,7 @@ mod tests {
         let mut content = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut content)
             .unwrap();
-        assert_eq!(content, chunk);
+        assert_eq!(content, vec![b'x'; CHUNK]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
