@@ -6,9 +6,13 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use base64::Engine as _;
+use ferrokube_apimachinery::duration::{go_duration, parse_go_duration};
 use serde::Deserialize;
 
+use crate::kms::{KmsHealth, KmsTimings, KmsV2};
 use crate::providers::{Kind, Provider};
 use crate::resources::{GroupResource, Resolver, Rules};
 
@@ -57,9 +61,165 @@ pub struct ProviderConfiguration {
     pub secretbox: Option<SecretboxConfiguration>,
     #[serde(default)]
     pub identity: Option<IdentityConfiguration>,
-    /// Decoded so a KMS entry is recognised (and refused), never used.
     #[serde(default)]
-    pub kms: Option<serde_json::Value>,
+    pub kms: Option<KmsConfiguration>,
+}
+
+/// A `kms` provider: envelope encryption by an external plugin. Only API version v2
+/// is implemented (upstream's v1 is deprecated and off by default since 1.29).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KmsConfiguration {
+    /// `v1` when empty, as upstream defaults it.
+    #[serde(default)]
+    pub api_version: String,
+    /// Part of every stored value's prefix: it must not change while data uses it.
+    #[serde(default)]
+    pub name: String,
+    /// v1 only.
+    #[serde(default, rename = "cachesize")]
+    pub cache_size: Option<i32>,
+    /// `unix:///path/to/socket` (or `unix:///@name`, an abstract socket).
+    #[serde(default)]
+    pub endpoint: String,
+    /// Per plugin call, a Go duration; 3s when unset.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// Upstream's default `timeout` of a KMS provider.
+const KMS_DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl KmsConfiguration {
+    fn api_version(&self) -> &str {
+        if self.api_version.is_empty() {
+            "v1"
+        } else {
+            &self.api_version
+        }
+    }
+
+    /// The timeout in nanoseconds (negative allowed, to report it), or Go's parse
+    /// error.
+    fn timeout_nanos(&self) -> Result<i64, String> {
+        let Some(text) = self.timeout.as_deref() else {
+            return Ok(KMS_DEFAULT_TIMEOUT.as_nanos() as i64);
+        };
+        let (negative, magnitude) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let parsed =
+            parse_go_duration(magnitude).map_err(|_| format!("time: invalid duration {text:?}"))?;
+        let nanos = i64::try_from(parsed.as_nanos()).unwrap_or(i64::MAX);
+        Ok(if negative { -nanos } else { nanos })
+    }
+}
+
+/// The scheme of a URL as Go's `url.Parse` finds it (empty when there is none).
+fn url_scheme(endpoint: &str) -> &str {
+    match endpoint.split_once(':') {
+        Some((scheme, _))
+            if scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) =>
+        {
+            scheme
+        }
+        _ => "",
+    }
+}
+
+/// Upstream's `validateKMSConfiguration`, in its order.
+fn validate_kms(
+    kms: &KmsConfiguration,
+    path: &str,
+    names: &mut Vec<String>,
+    errs: &mut Vec<FieldError>,
+) {
+    let version = kms.api_version();
+    let name_path = format!("{path}.name");
+    if kms.name.is_empty() {
+        errs.push(FieldError::required(
+            &name_path,
+            "name is a mandatory field for a provider",
+        ));
+    }
+    if version != "v1" && kms.name.contains(':') {
+        errs.push(FieldError::invalid(
+            &name_path,
+            quoted(&kms.name),
+            format!(
+                "invalid KMS provider name {}, must not contain ':'",
+                kms.name
+            ),
+        ));
+    }
+    if version != "v1" && names.contains(&kms.name) {
+        errs.push(FieldError::invalid(
+            &name_path,
+            quoted(&kms.name),
+            format!(
+                "duplicate KMS provider name {}, names must be unique",
+                kms.name
+            ),
+        ));
+    }
+    match kms.timeout_nanos() {
+        Err(e) => errs.push(FieldError::invalid(
+            format!("{path}.timeout"),
+            quoted(kms.timeout.as_deref().unwrap_or("")),
+            e,
+        )),
+        Ok(nanos) if nanos <= 0 => errs.push(FieldError::invalid(
+            format!("{path}.timeout"),
+            go_duration(nanos),
+            "timeout should be a positive value",
+        )),
+        Ok(_) => {}
+    }
+    let endpoint_path = format!("{path}.endpoint");
+    if kms.endpoint.is_empty() {
+        errs.push(FieldError::invalid(
+            &endpoint_path,
+            quoted(""),
+            "endpoint is a mandatory field for a kms",
+        ));
+    } else if url_scheme(&kms.endpoint) != "unix" {
+        errs.push(FieldError::invalid(
+            &endpoint_path,
+            quoted(&kms.endpoint),
+            format!(
+                "unsupported scheme {:?} for KMS provider, only unix is supported",
+                url_scheme(&kms.endpoint)
+            ),
+        ));
+    }
+    if let Some(size) = kms.cache_size {
+        if version != "v1" {
+            errs.push(FieldError::invalid(
+                format!("{path}.cachesize"),
+                size.to_string(),
+                "cachesize is not supported in v2",
+            ));
+        } else if size == 0 {
+            errs.push(FieldError::invalid(
+                format!("{path}.cachesize"),
+                size.to_string(),
+                "cachesize should be a positive value, or negative to disable",
+            ));
+        }
+    }
+    if version != "v1" && version != "v2" {
+        // Upstream formats its message with the field's name, not its value.
+        errs.push(FieldError::invalid(
+            format!("{path}.apiVersion"),
+            quoted(version),
+            "unsupported apiVersion apiVersion for KMS provider, only v1 and v2 are supported",
+        ));
+    }
+    names.push(kms.name.clone());
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -214,8 +374,7 @@ impl EncryptionConfiguration {
         Ok(config)
     }
 
-    /// Upstream's `ValidateEncryptionConfiguration` (without reload), plus the refusal
-    /// of KMS providers, which Ferrokube does not implement.
+    /// Upstream's `ValidateEncryptionConfiguration` (without reload).
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
         if self.resources.is_empty() {
@@ -225,6 +384,7 @@ impl EncryptionConfiguration {
             ));
             return errs;
         }
+        let mut kms_names = Vec::new();
         for (i, conf) in self.resources.iter().enumerate() {
             let r = format!("resources[{i}].resources");
             let p = format!("resources[{i}].providers");
@@ -246,12 +406,7 @@ impl EncryptionConfiguration {
                 let path = format!("{p}[{j}]");
                 validate_single(provider, &path, &mut errs);
                 if let Some(kms) = &provider.kms {
-                    let name = kms.get("name").and_then(|n| n.as_str()).unwrap_or("");
-                    errs.push(FieldError::invalid(
-                        format!("{path}.kms"),
-                        quoted(name),
-                        "kms providers are not supported",
-                    ));
+                    validate_kms(kms, &format!("{path}.kms"), &mut kms_names, &mut errs);
                 } else if let Some(aes) = &provider.aesgcm {
                     validate_keys(
                         &aes.keys,
@@ -465,6 +620,7 @@ fn go_int_list(items: &[usize]) -> String {
 pub struct Encryption {
     pub(crate) resolver: Resolver,
     warnings: Vec<String>,
+    kms: Vec<Arc<KmsV2>>,
 }
 
 impl Encryption {
@@ -488,6 +644,7 @@ impl Encryption {
             return Err(ConfigError::Invalid(aggregate(&errs)));
         }
         let mut entries = Vec::with_capacity(config.resources.len());
+        let mut kms = Vec::new();
         for conf in &config.resources {
             let providers = conf
                 .providers
@@ -495,6 +652,10 @@ impl Encryption {
                 .map(build_provider)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(ConfigError::Build)?;
+            kms.extend(providers.iter().filter_map(|p| match p.as_ref() {
+                Provider::KmsV2(k) => Some(k.clone()),
+                _ => None,
+            }));
             let resources = conf
                 .resources
                 .iter()
@@ -506,7 +667,24 @@ impl Encryption {
         Ok(Encryption {
             resolver: Resolver::new(rules),
             warnings: config.warnings(),
+            kms,
         })
+    }
+
+    /// Starts the KMS v2 providers: each connects to its plugin, asks it once for its
+    /// status and a seed (a plugin that does not answer is logged and retried in the
+    /// background; until it answers, that provider fails reads and writes), and then
+    /// polls it for as long as this configuration lives. Call it once, in a Tokio
+    /// runtime, before the storage serves requests.
+    pub async fn start_kms(&self, timings: KmsTimings) {
+        for kms in &self.kms {
+            kms.start(timings).await;
+        }
+    }
+
+    /// The `kms-providers` health check, when any provider is KMS v2.
+    pub fn kms_health(&self) -> Option<KmsHealth> {
+        KmsHealth::new(self.kms.clone())
     }
 
     /// Accepted oddities worth a log line at start (see upstream's leniency above).
@@ -524,8 +702,28 @@ fn build_provider(provider: &ProviderConfiguration) -> Result<Arc<Provider>, Str
         (Kind::Secretbox, &sb.keys)
     } else if provider.identity.is_some() {
         return Ok(Arc::new(Provider::Identity));
+    } else if let Some(kms) = &provider.kms {
+        if kms.api_version() != "v2" {
+            return Err(format!(
+                "could not configure KMS plugin {:?}: KMSv1 is deprecated and will only receive security updates going forward. Use KMSv2 instead. Ferrokube implements KMSv2 only",
+                kms.name
+            ));
+        }
+        let timeout = kms
+            .timeout_nanos()
+            .ok()
+            .and_then(|n| u64::try_from(n).ok())
+            .map_or(KMS_DEFAULT_TIMEOUT, Duration::from_nanos);
+        return Ok(Arc::new(Provider::KmsV2(Arc::new(KmsV2::new(
+            &kms.name,
+            &kms.endpoint,
+            timeout,
+        )))));
     } else {
-        return Err("kms providers are not supported".to_string());
+        return Err(
+            "provider does not contain any of the expected providers: KMS, AESGCM, AESCBC, Secretbox, Identity"
+                .to_string(),
+        );
     };
     let decoded = keys
         .iter()

@@ -69,15 +69,19 @@
 //! * Upstream's `AllowUnsafeMalformedObjectDeletion` for undecryptable objects.
 
 mod config;
+mod kms;
 mod providers;
 mod resources;
 mod storage;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::{
     API_VERSION, AesConfiguration, ConfigError, Encryption, EncryptionConfiguration,
-    IdentityConfiguration, KIND, Key, ProviderConfiguration, ResourceConfiguration,
-    SecretboxConfiguration,
+    IdentityConfiguration, KIND, Key, KmsConfiguration, ProviderConfiguration,
+    ResourceConfiguration, SecretboxConfiguration,
 };
+pub use kms::{KMS_HEALTH_CHECK, KmsHealth, KmsTimings};
 pub use providers::TransformError;
 pub use storage::EncryptedStorage;
 

@@ -13,6 +13,8 @@ use aes_gcm::{Aes128Gcm, Aes256Gcm, AesGcm, Nonce};
 use bytes::Bytes;
 use crypto_secretbox::XSalsa20Poly1305;
 
+use crate::kms::{DekRequest, KmsV2};
+
 pub(crate) const AESCBC_PREFIX: &str = "k8s:enc:aescbc:v1:";
 pub(crate) const AESGCM_PREFIX: &str = "k8s:enc:aesgcm:v1:";
 pub(crate) const SECRETBOX_PREFIX: &str = "k8s:enc:secretbox:v1:";
@@ -33,11 +35,11 @@ type Aes192Gcm = AesGcm<Aes192, U12>;
 pub struct TransformError(String);
 
 impl TransformError {
-    fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         TransformError(message.into())
     }
 
-    fn short() -> Self {
+    pub(crate) fn short() -> Self {
         TransformError::new("the stored data was shorter than the required size")
     }
 
@@ -53,6 +55,22 @@ impl fmt::Display for TransformError {
 }
 
 impl std::error::Error for TransformError {}
+
+/// Why a stored value could not be read yet.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// No provider could read it.
+    Failed(TransformError),
+    /// A KMS provider needs its plugin to decrypt the value's seed first; the
+    /// decorator runs the request and reads again.
+    MissingDek(DekRequest),
+}
+
+impl From<TransformError> for ReadError {
+    fn from(e: TransformError) -> Self {
+        ReadError::Failed(e)
+    }
+}
 
 /// Upstream's `errors.Reduce(errors.NewAggregate(errs))`: one error stays itself,
 /// several read `[a, b]` with repeats dropped; none is `fallback`.
@@ -80,7 +98,7 @@ pub(crate) struct Location<'a> {
 }
 
 impl Location<'_> {
-    fn authenticated_data(&self) -> Vec<u8> {
+    pub(crate) fn authenticated_data(&self) -> Vec<u8> {
         let mut aad = Vec::with_capacity(self.backend_prefix.len() + self.key.len());
         aad.extend_from_slice(self.backend_prefix.as_bytes());
         aad.extend_from_slice(self.key.as_bytes());
@@ -88,7 +106,7 @@ impl Location<'_> {
     }
 }
 
-fn random<const N: usize>() -> Result<[u8; N], TransformError> {
+pub(crate) fn random<const N: usize>() -> Result<[u8; N], TransformError> {
     let mut bytes = [0u8; N];
     getrandom::getrandom(&mut bytes).map_err(|_| TransformError::random())?;
     Ok(bytes)
@@ -102,7 +120,7 @@ enum AesKey {
 }
 
 /// An AES-GCM key, by size.
-enum GcmKey {
+pub(crate) enum GcmKey {
     A128(Box<Aes128Gcm>),
     A192(Box<Aes192Gcm>),
     A256(Box<Aes256Gcm>),
@@ -131,7 +149,7 @@ impl AesKey {
 }
 
 impl GcmKey {
-    fn new(secret: &[u8]) -> Result<Self, String> {
+    pub(crate) fn new(secret: &[u8]) -> Result<Self, String> {
         let err = |_| key_size_error(secret.len());
         Ok(match secret.len() {
             16 => GcmKey::A128(Box::new(Aes128Gcm::new_from_slice(secret).map_err(err)?)),
@@ -158,6 +176,43 @@ impl GcmKey {
             GcmKey::A256(c) => c.decrypt(nonce, payload),
         }
     }
+}
+
+/// Upstream's GCM transformer: a random 12-byte nonce, then the sealed value with the
+/// location as authenticated data.
+pub(crate) fn gcm_seal(
+    key: &GcmKey,
+    plain: &[u8],
+    location: Location<'_>,
+) -> Result<Vec<u8>, TransformError> {
+    let nonce = random::<GCM_NONCE>()?;
+    let aad = location.authenticated_data();
+    let payload = Payload {
+        msg: plain,
+        aad: &aad,
+    };
+    let body = key
+        .seal(&nonce, payload)
+        .map_err(|_| TransformError::new("AES-GCM encryption failed"))?;
+    Ok([&nonce[..], &body].concat())
+}
+
+pub(crate) fn gcm_open(
+    key: &GcmKey,
+    data: &[u8],
+    location: Location<'_>,
+) -> Result<Vec<u8>, TransformError> {
+    if data.len() < GCM_NONCE {
+        return Err(TransformError::short());
+    }
+    let (nonce, body) = data.split_at(GCM_NONCE);
+    let aad = location.authenticated_data();
+    let payload = Payload {
+        msg: body,
+        aad: &aad,
+    };
+    key.open(nonce, payload)
+        .map_err(|_| TransformError::new("cipher: message authentication failed"))
 }
 
 fn cbc_encrypt<C>(cipher: &C, iv: &[u8], plain: &[u8]) -> Result<Vec<u8>, TransformError>
@@ -192,18 +247,7 @@ impl Cipher {
                 };
                 Ok([&iv[..], &body].concat())
             }
-            Cipher::Gcm(key) => {
-                let nonce = random::<GCM_NONCE>()?;
-                let aad = location.authenticated_data();
-                let payload = Payload {
-                    msg: plain,
-                    aad: &aad,
-                };
-                let body = key
-                    .seal(&nonce, payload)
-                    .map_err(|_| TransformError::new("AES-GCM encryption failed"))?;
-                Ok([&nonce[..], &body].concat())
-            }
+            Cipher::Gcm(key) => gcm_seal(key, plain, location),
             Cipher::Secretbox(key) => {
                 let nonce = random::<SECRETBOX_NONCE>()?;
                 // Tag first, then ciphertext: NaCl's (and Go's) secretbox layout.
@@ -247,19 +291,7 @@ impl Cipher {
                 result.truncate(size);
                 Ok(result)
             }
-            Cipher::Gcm(key) => {
-                if data.len() < GCM_NONCE {
-                    return Err(TransformError::short());
-                }
-                let (nonce, body) = data.split_at(GCM_NONCE);
-                let aad = location.authenticated_data();
-                let payload = Payload {
-                    msg: body,
-                    aad: &aad,
-                };
-                key.open(nonce, payload)
-                    .map_err(|_| TransformError::new("cipher: message authentication failed"))
-            }
+            Cipher::Gcm(key) => gcm_open(key, data, location),
             Cipher::Secretbox(key) => {
                 if data.len() < SECRETBOX_OVERHEAD + SECRETBOX_NONCE {
                     return Err(TransformError::short());
@@ -323,6 +355,8 @@ pub(crate) enum Provider {
     Identity,
     /// Writes with its first key; reads with any key whose name the value carries.
     Keyed { kind: Kind, keys: Vec<NamedKey> },
+    /// Envelope encryption through a KMS v2 plugin.
+    KmsV2(Arc<KmsV2>),
 }
 
 impl fmt::Debug for Provider {
@@ -337,6 +371,7 @@ impl fmt::Debug for Provider {
                     &keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
                 )
                 .finish(),
+            Provider::KmsV2(kms) => kms.fmt(f),
         }
     }
 }
@@ -402,6 +437,10 @@ impl Chain {
         match self.providers.first().map(Arc::as_ref) {
             None => Err(TransformError::new("no provider is configured")),
             Some(Provider::Identity) => Ok(plain.clone()),
+            Some(Provider::KmsV2(kms)) => {
+                let body = kms.encrypt(plain, location)?;
+                Ok(Bytes::from([kms.prefix(), &body].concat()))
+            }
             Some(Provider::Keyed { kind, keys }) => {
                 let key = keys
                     .first()
@@ -426,7 +465,7 @@ impl Chain {
         &self,
         stored: &Bytes,
         location: Location<'_>,
-    ) -> Result<(Bytes, bool), TransformError> {
+    ) -> Result<(Bytes, bool), ReadError> {
         let mut errors = Vec::new();
         for (i, provider) in self.providers.iter().enumerate() {
             match provider.as_ref() {
@@ -436,6 +475,16 @@ impl Chain {
                     }
                     // Upstream drops identity's own error so that an encrypting
                     // provider further down still gets its turn.
+                }
+                Provider::KmsV2(kms) => {
+                    let Some(rest) = stored.strip_prefix(kms.prefix()) else {
+                        continue;
+                    };
+                    match kms.decrypt(rest, location) {
+                        Ok((plain, stale)) => return Ok((Bytes::from(plain), stale || i != 0)),
+                        Err(ReadError::Failed(e)) => errors.push(e),
+                        Err(missing) => return Err(missing),
+                    }
                 }
                 Provider::Keyed { kind, keys } => {
                     let Some(rest) = stored.strip_prefix(kind.prefix().as_bytes()) else {
@@ -455,7 +504,7 @@ impl Chain {
                 }
             }
         }
-        Err(aggregate(errors, "no matching prefix found"))
+        Err(aggregate(errors, "no matching prefix found").into())
     }
 }
 

@@ -11,7 +11,12 @@ use ferrokube_storage::{
 use futures::StreamExt;
 
 use crate::config::Encryption;
-use crate::providers::{Chain, Location, TransformError, check_unencrypted};
+use crate::kms::DekRequest;
+use crate::providers::{Chain, Location, ReadError, TransformError, check_unencrypted};
+
+/// How many times a read asks a KMS plugin for a seed before giving up: one fetch
+/// is enough unless the cache lost the seed in between.
+const DEK_FETCHES: usize = 3;
 
 /// A [`Storage`] that encrypts the values of configured resources on every write and
 /// decrypts them on every read, list and watch event; other keys pass as they are.
@@ -81,21 +86,41 @@ impl Shared {
         }
     }
 
-    /// The plain value and whether it is stale (see [`Chain::decrypt`]).
-    fn decrypt(&self, key: &str, stored: &Bytes) -> Result<(Bytes, bool)> {
+    /// The plain value and whether it is stale (see [`Chain::decrypt`]), with what
+    /// this server holds: a KMS seed it has not seen is a [`ReadError::MissingDek`].
+    fn decrypt_held(
+        &self,
+        key: &str,
+        stored: &Bytes,
+    ) -> std::result::Result<(Bytes, bool), ReadError> {
         match self.chain(key) {
-            Some(chain) => chain
-                .decrypt(stored, self.location(key))
-                .map_err(|e| transform_error(key, e)),
+            Some(chain) => chain.decrypt(stored, self.location(key)),
             None => {
-                check_unencrypted(stored).map_err(|e| transform_error(key, e))?;
+                check_unencrypted(stored)?;
                 Ok((stored.clone(), false))
             }
         }
     }
 
-    fn read(&self, mut kv: KeyValue) -> Result<KeyValue> {
-        kv.value = self.decrypt(&kv.key, &kv.value)?.0;
+    /// [`Self::decrypt_held`], asking KMS plugins for the seeds it lacks.
+    async fn decrypt(&self, key: &str, stored: &Bytes) -> Result<(Bytes, bool)> {
+        for _ in 0..DEK_FETCHES {
+            match self.decrypt_held(key, stored) {
+                Ok(plain) => return Ok(plain),
+                Err(ReadError::Failed(e)) => return Err(transform_error(key, e)),
+                Err(ReadError::MissingDek(request)) => {
+                    request.fetch().await.map_err(|e| transform_error(key, e))?
+                }
+            }
+        }
+        Err(transform_error(
+            key,
+            TransformError::new("the KMS plugin's DEK was not kept"),
+        ))
+    }
+
+    async fn read(&self, mut kv: KeyValue) -> Result<KeyValue> {
+        kv.value = self.decrypt(&kv.key, &kv.value).await?.0;
         Ok(kv)
     }
 
@@ -105,8 +130,8 @@ impl Shared {
     /// the whole list or watch instead would stop the cache of every resource, not
     /// only this object's (upstream fails only that resource's cacher); a get of the
     /// object itself still fails with the error.
-    fn read_or_skip(&self, mut kv: KeyValue) -> KeyValue {
-        match self.decrypt(&kv.key, &kv.value) {
+    async fn read_or_skip(&self, mut kv: KeyValue) -> KeyValue {
+        match self.decrypt(&kv.key, &kv.value).await {
             Ok((plain, _)) => kv.value = plain,
             Err(err) => {
                 tracing::error!(error = %err, "stored value left out: it cannot be decrypted");
@@ -116,15 +141,15 @@ impl Shared {
         kv
     }
 
-    fn read_event(&self, event: WatchEvent) -> WatchEvent {
+    async fn read_event(&self, event: WatchEvent) -> WatchEvent {
         match event {
-            WatchEvent::Added(kv) => WatchEvent::Added(self.read_or_skip(kv)),
+            WatchEvent::Added(kv) => WatchEvent::Added(self.read_or_skip(kv).await),
             WatchEvent::Modified { current, previous } => WatchEvent::Modified {
-                current: self.read_or_skip(current),
-                previous: self.read_or_skip(previous),
+                current: self.read_or_skip(current).await,
+                previous: self.read_or_skip(previous).await,
             },
             WatchEvent::Deleted { previous, revision } => WatchEvent::Deleted {
-                previous: self.read_or_skip(previous),
+                previous: self.read_or_skip(previous).await,
                 revision,
             },
             WatchEvent::Progress(revision) => WatchEvent::Progress(revision),
@@ -149,51 +174,43 @@ fn pass(err: StorageError) -> AbortError {
     Box::new(Passthrough(err))
 }
 
-#[async_trait]
-impl Storage for EncryptedStorage {
-    async fn create(&self, key: &str, value: Bytes) -> Result<Revision> {
-        let stored = self.shared.encrypt(key, value)?;
-        self.inner.create(key, stored).await
-    }
+/// A current value sealed with a KMS seed the update function could not wait for:
+/// the update is run again once the plugin has decrypted it.
+#[derive(Debug)]
+struct NeedsDek(DekRequest);
 
-    async fn get(&self, key: &str, revision: Option<Revision>) -> Result<KeyValue> {
-        self.shared.read(self.inner.get(key, revision).await?)
+impl std::fmt::Display for NeedsDek {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.0)
     }
+}
 
-    async fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
-        let mut listed = self.inner.list(prefix, options).await?;
-        listed.items = listed
-            .items
-            .into_iter()
-            .map(|kv| self.shared.read_or_skip(kv))
-            .collect();
-        Ok(listed)
-    }
+impl std::error::Error for NeedsDek {}
 
-    async fn guaranteed_update(
+impl EncryptedStorage {
+    /// One backend update with the KMS seeds this server holds; a current value whose
+    /// seed it lacks aborts with [`NeedsDek`] for the caller to fetch and retry.
+    async fn update_with_held_deks(
         &self,
         key: &str,
         preconditions: &Preconditions,
+        backend_preconditions: &Preconditions,
+        own_uid: bool,
         update: &mut UpdateFn<'_>,
     ) -> Result<KeyValue> {
         let shared = self.shared.as_ref();
-        // The backend would compare the uid with the encrypted value: check it here,
-        // on the plain one, and leave only the revision to the backend.
-        let own_uid = preconditions.uid.is_some() && shared.transforms(key);
-        let backend_preconditions = if own_uid {
-            Preconditions {
-                revision: preconditions.revision,
-                uid: None,
-            }
-        } else {
-            preconditions.clone()
-        };
         // The stored and plain form of the last value handed to the backend.
         let mut written: Option<(Bytes, Bytes)> = None;
         let mut wrapped = |current: Option<&KeyValue>| -> std::result::Result<Update, AbortError> {
             let plain = match current {
                 Some(kv) => {
-                    let (value, stale) = shared.decrypt(&kv.key, &kv.value).map_err(pass)?;
+                    let (value, stale) = match shared.decrypt_held(&kv.key, &kv.value) {
+                        Ok(plain) => plain,
+                        Err(ReadError::Failed(e)) => return Err(pass(transform_error(key, e))),
+                        Err(ReadError::MissingDek(request)) => {
+                            return Err(Box::new(NeedsDek(request)));
+                        }
+                    };
                     Some((
                         KeyValue {
                             value,
@@ -229,7 +246,7 @@ impl Storage for EncryptedStorage {
         };
         let result = self
             .inner
-            .guaranteed_update(key, &backend_preconditions, &mut wrapped)
+            .guaranteed_update(key, backend_preconditions, &mut wrapped)
             .await;
         match result {
             Ok(mut kv) => match written {
@@ -237,7 +254,7 @@ impl Storage for EncryptedStorage {
                     kv.value = plain;
                     Ok(kv)
                 }
-                _ => shared.read(kv),
+                _ => shared.read(kv).await,
             },
             Err(StorageError::Aborted(err)) => Err(match err.downcast::<Passthrough>() {
                 Ok(passed) => passed.0,
@@ -245,6 +262,64 @@ impl Storage for EncryptedStorage {
             }),
             Err(err) => Err(err),
         }
+    }
+}
+
+#[async_trait]
+impl Storage for EncryptedStorage {
+    async fn create(&self, key: &str, value: Bytes) -> Result<Revision> {
+        let stored = self.shared.encrypt(key, value)?;
+        self.inner.create(key, stored).await
+    }
+
+    async fn get(&self, key: &str, revision: Option<Revision>) -> Result<KeyValue> {
+        self.shared.read(self.inner.get(key, revision).await?).await
+    }
+
+    async fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
+        let mut listed = self.inner.list(prefix, options).await?;
+        let mut items = Vec::with_capacity(listed.items.len());
+        for kv in listed.items {
+            items.push(self.shared.read_or_skip(kv).await);
+        }
+        listed.items = items;
+        Ok(listed)
+    }
+
+    async fn guaranteed_update(
+        &self,
+        key: &str,
+        preconditions: &Preconditions,
+        update: &mut UpdateFn<'_>,
+    ) -> Result<KeyValue> {
+        let shared = self.shared.as_ref();
+        // The backend would compare the uid with the encrypted value: check it here,
+        // on the plain one, and leave only the revision to the backend.
+        let own_uid = preconditions.uid.is_some() && shared.transforms(key);
+        let backend_preconditions = if own_uid {
+            Preconditions {
+                revision: preconditions.revision,
+                uid: None,
+            }
+        } else {
+            preconditions.clone()
+        };
+        for _ in 0..DEK_FETCHES {
+            match self
+                .update_with_held_deks(key, preconditions, &backend_preconditions, own_uid, update)
+                .await
+            {
+                Err(StorageError::Aborted(err)) => match err.downcast::<NeedsDek>() {
+                    Ok(needs) => needs.0.fetch().await.map_err(|e| transform_error(key, e))?,
+                    Err(err) => return Err(StorageError::Aborted(err)),
+                },
+                other => return other,
+            }
+        }
+        Err(transform_error(
+            key,
+            TransformError::new("the KMS plugin's DEK was not kept"),
+        ))
     }
 
     async fn compare_and_swap(
@@ -267,13 +342,13 @@ impl Storage for EncryptedStorage {
             // An undecryptable previous value is an error although the key is gone;
             // the registry reads (so decrypts) an object before it deletes it.
             let mut deleted = self.inner.delete(key, preconditions).await?;
-            deleted.previous = self.shared.read(deleted.previous)?;
+            deleted.previous = self.shared.read(deleted.previous).await?;
             return Ok(deleted);
         }
         // The uid is inside the encrypted value: check it on the plain value, then
         // delete only if the key has not changed since.
         loop {
-            let current = self.shared.read(self.inner.get(key, None).await?)?;
+            let current = self.shared.read(self.inner.get(key, None).await?).await?;
             preconditions.check(&current)?;
             let exact = Preconditions::revision(current.mod_revision);
             match self.inner.delete(key, &exact).await {
@@ -293,7 +368,15 @@ impl Storage for EncryptedStorage {
         let events = self.inner.watch(prefix, from_revision).await?;
         let shared = self.shared.clone();
         Ok(events
-            .map(move |item| item.map(|event| shared.read_event(event)))
+            .then(move |item| {
+                let shared = shared.clone();
+                async move {
+                    match item {
+                        Ok(event) => Ok(shared.read_event(event).await),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
             .boxed())
     }
 

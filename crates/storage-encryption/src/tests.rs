@@ -263,9 +263,55 @@ fn validation_follows_upstream() {
         (
             yaml(
                 "secrets",
-                "{kms: {apiVersion: v2, name: vault, endpoint: 'unix:///tmp/kms.sock'}}",
+                "{kms: {apiVersion: v2, endpoint: 'unix:///tmp/kms.sock'}}",
             ),
-            r#"resources[0].providers[0].kms: Invalid value: "vault": kms providers are not supported"#,
+            "resources[0].providers[0].kms.name: Required value: name is a mandatory field for a provider",
+        ),
+        (
+            yaml(
+                "secrets",
+                "{kms: {apiVersion: v2, name: 'a:b', endpoint: 'unix:///tmp/kms.sock'}}",
+            ),
+            r#"resources[0].providers[0].kms.name: Invalid value: "a:b": invalid KMS provider name a:b, must not contain ':'"#,
+        ),
+        (
+            yaml(
+                "secrets",
+                "{kms: {apiVersion: v2, name: k, endpoint: 'unix:///a'}}, {kms: {apiVersion: v2, name: k, endpoint: 'unix:///b'}}",
+            ),
+            r#"resources[0].providers[1].kms.name: Invalid value: "k": duplicate KMS provider name k, names must be unique"#,
+        ),
+        (
+            yaml("secrets", "{kms: {apiVersion: v2, name: k}}"),
+            r#"resources[0].providers[0].kms.endpoint: Invalid value: "": endpoint is a mandatory field for a kms"#,
+        ),
+        (
+            yaml(
+                "secrets",
+                "{kms: {apiVersion: v2, name: k, endpoint: 'tcp://127.0.0.1:1'}}",
+            ),
+            r#"resources[0].providers[0].kms.endpoint: Invalid value: "tcp://127.0.0.1:1": unsupported scheme "tcp" for KMS provider, only unix is supported"#,
+        ),
+        (
+            yaml(
+                "secrets",
+                "{kms: {apiVersion: v2, name: k, endpoint: 'unix:///a', timeout: -1s}}",
+            ),
+            "resources[0].providers[0].kms.timeout: Invalid value: -1s: timeout should be a positive value",
+        ),
+        (
+            yaml(
+                "secrets",
+                "{kms: {apiVersion: v2, name: k, endpoint: 'unix:///a', cachesize: 10}}",
+            ),
+            "resources[0].providers[0].kms.cachesize: Invalid value: 10: cachesize is not supported in v2",
+        ),
+        (
+            yaml(
+                "secrets",
+                "{kms: {apiVersion: v3, name: k, endpoint: 'unix:///a'}}",
+            ),
+            r#"resources[0].providers[0].kms.apiVersion: Invalid value: "v3": unsupported apiVersion apiVersion for KMS provider, only v1 and v2 are supported"#,
         ),
     ];
     for (text, want) in cases {
@@ -1109,4 +1155,25 @@ fn hex(s: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
         .collect()
+}
+
+#[test]
+fn kms_v1_is_refused_and_v2_accepted() {
+    let err = invalid(&yaml(
+        "secrets",
+        "{kms: {name: old, endpoint: 'unix:///tmp/kms.sock'}}",
+    ));
+    assert!(
+        err.contains("could not configure KMS plugin \"old\": KMSv1 is deprecated"),
+        "{err}"
+    );
+    let encryption = compile(&yaml(
+        "secrets",
+        "{kms: {apiVersion: v2, name: vault, endpoint: 'unix:///tmp/kms.sock', timeout: 1s}}",
+    ))
+    .expect("a v2 provider is accepted");
+    assert_eq!(
+        encryption.kms_health().map(|h| h.name()),
+        Some("kms-providers")
+    );
 }
