@@ -773,11 +773,16 @@ async fn main() -> anyhow::Result<()> {
                 .context("connecting to etcd")?,
         )
     };
+    let mut kms_health = None;
     let storage: Arc<dyn Storage> = match encryption {
         Some(encryption) => {
             for warning in encryption.warnings() {
                 tracing::warn!("--encryption-provider-config: {warning}");
             }
+            // KMS v2 plugins are asked for a seed before the first request, as upstream
+            // primes them; one that does not answer is retried in the background.
+            encryption.start_kms(Default::default()).await;
+            kms_health = encryption.kms_health();
             // AES-GCM authenticates the full etcd key, --etcd-prefix included.
             let prefix = if args.etcd_servers.is_empty() {
                 ""
@@ -791,6 +796,9 @@ async fn main() -> anyhow::Result<()> {
         None => storage,
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
+    if let Some(health) = kms_health {
+        opts.health_checks.push(Arc::new(KmsProvidersCheck(health)));
+    }
     opts.tls = args.tls.options_logged()?;
     opts.bind_address = args.bind_address;
     opts.secure_port = args.secure_port;
@@ -1040,6 +1048,21 @@ async fn main() -> anyhow::Result<()> {
     // Upstream's ShutdownTimeout: requests in flight get as long as any request may take.
     server.shutdown(shutdown_timeout).await;
     Ok(())
+}
+
+/// Encryption at rest's `kms-providers` check on `/healthz` and `/readyz`.
+#[derive(Debug)]
+struct KmsProvidersCheck(ferrokube_storage_encryption::KmsHealth);
+
+#[async_trait::async_trait]
+impl ferrokube_apiserver::HealthCheck for KmsProvidersCheck {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    async fn check(&self) -> Result<(), String> {
+        self.0.check().await
+    }
 }
 
 #[cfg(test)]

@@ -61,6 +61,8 @@ pub(crate) struct State {
     /// `--cors-allowed-origins`.
     pub cors: crate::cors::CorsOrigins,
     pub storage_check_timeouts: crate::health::StorageCheckTimeouts,
+    /// Health checks added by the binary (`kms-providers`).
+    pub health_checks: Vec<Arc<dyn crate::health::HealthCheck>>,
     pub openapi: crate::openapi::OpenApi,
     /// The audit policy and log (None: no audit events).
     pub audit: Option<Arc<crate::audit::Auditor>>,

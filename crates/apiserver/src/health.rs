@@ -3,23 +3,70 @@
 //! `?exclude=<check>` skips one), `/<endpoint>/<check>` runs one, and a failure is a 500
 //! whose body always lists every check.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Response, StatusCode};
 
 use crate::handler::{Body, State, respond};
 
+/// A check that a part outside this crate adds to the health endpoints (upstream's
+/// `healthz.HealthChecker`), e.g. encryption at rest's `kms-providers`.
+#[async_trait::async_trait]
+pub trait HealthCheck: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> &str;
+    /// Whether `/livez` runs it as well as `/healthz` and `/readyz`. Upstream keeps
+    /// checks of outside services (KMS plugins) off `/livez`: a restart would not
+    /// mend them.
+    fn on_livez(&self) -> bool {
+        false
+    }
+    /// The reason is logged, never served: these endpoints are public.
+    async fn check(&self) -> Result<(), String>;
+}
+
+/// The results of the added checks, by name, with where each applies.
+struct Added {
+    name: String,
+    on_livez: bool,
+    ok: bool,
+}
+
 /// The checks `endpoint` runs, in upstream's order, with their results.
-fn checks(endpoint: &str, storage_ok: bool, shutting_down: bool) -> Vec<(&'static str, bool)> {
-    let mut checks = vec![
-        ("ping", true),
-        ("etcd", storage_ok),
-        ("poststarthook/start-watch-cache", true),
-    ];
+fn checks(
+    endpoint: &str,
+    storage_ok: bool,
+    shutting_down: bool,
+    added: &[Added],
+) -> Vec<(String, bool)> {
+    let mut checks = vec![("ping".to_string(), true), ("etcd".to_string(), storage_ok)];
+    checks.extend(
+        added
+            .iter()
+            .filter(|a| endpoint != "livez" || a.on_livez)
+            .map(|a| (a.name.clone(), a.ok)),
+    );
+    checks.push(("poststarthook/start-watch-cache".to_string(), true));
     if endpoint == "readyz" {
-        checks.push(("shutdown", !shutting_down));
+        checks.push(("shutdown".to_string(), !shutting_down));
     }
     checks
+}
+
+async fn run_added(added: &[Arc<dyn HealthCheck>]) -> Vec<Added> {
+    let mut results = Vec::with_capacity(added.len());
+    for check in added {
+        let result = check.check().await;
+        if let Err(reason) = &result {
+            tracing::warn!(check = check.name(), %reason, "health check failed");
+        }
+        results.push(Added {
+            name: check.name().to_string(),
+            on_livez: check.on_livez(),
+            ok: result.is_ok(),
+        });
+    }
+    results
 }
 
 /// The excluded check names of a query: every `exclude` parameter, comma lists split.
@@ -41,7 +88,7 @@ fn excluded(query: Option<&str>) -> Vec<String> {
 fn answer(
     path: &str,
     query: Option<&str>,
-    results: impl Fn(&str) -> Vec<(&'static str, bool)>,
+    results: impl Fn(&str) -> Vec<(String, bool)>,
 ) -> Option<(StatusCode, String)> {
     let path = path.trim_start_matches('/');
     let (endpoint, check) = match path.split_once('/') {
@@ -143,8 +190,9 @@ pub(crate) async fn serve(
     };
     let storage_ok = storage_answers(state.registry.storage().current_revision(), timeout).await;
     let shutting_down = *state.shutdown_initiated.borrow();
+    let added = run_added(&state.health_checks).await;
     let (code, body) = answer(path, query, |endpoint| {
-        checks(endpoint, storage_ok, shutting_down)
+        checks(endpoint, storage_ok, shutting_down, &added)
     })?;
     let mut r = respond(code, "text/plain; charset=utf-8", body);
     r.headers_mut().insert(
@@ -159,7 +207,46 @@ mod tests {
     use super::*;
 
     fn run(path: &str, query: Option<&str>, storage_ok: bool) -> Option<(u16, String)> {
-        answer(path, query, |e| checks(e, storage_ok, false)).map(|(c, b)| (c.as_u16(), b))
+        answer(path, query, |e| checks(e, storage_ok, false, &[])).map(|(c, b)| (c.as_u16(), b))
+    }
+
+    #[derive(Debug)]
+    struct Fixed(Result<(), String>);
+
+    #[async_trait::async_trait]
+    impl HealthCheck for Fixed {
+        fn name(&self) -> &str {
+            "kms-providers"
+        }
+        async fn check(&self) -> Result<(), String> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn added_checks_run_on_healthz_and_readyz_only() {
+        let failing: Vec<Arc<dyn HealthCheck>> = vec![Arc::new(Fixed(Err("plugin down".into())))];
+        let added = run_added(&failing).await;
+        let run = |path: &str| answer(path, None, |e| checks(e, true, false, &added)).unwrap();
+        let (code, body) = run("/readyz");
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body,
+            "[+]ping ok\n[+]etcd ok\n[-]kms-providers failed: reason withheld\n[+]poststarthook/start-watch-cache ok\n[+]shutdown ok\nreadyz check failed\n"
+        );
+        assert_eq!(run("/healthz").0, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(run("/livez").0, StatusCode::OK);
+        assert_eq!(
+            run("/healthz/kms-providers"),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: kms-providers check failed\n".to_string()
+            )
+        );
+        let passing: Vec<Arc<dyn HealthCheck>> = vec![Arc::new(Fixed(Ok(())))];
+        let added = run_added(&passing).await;
+        let (code, _) = answer("/readyz", None, |e| checks(e, true, false, &added)).unwrap();
+        assert_eq!(code, StatusCode::OK);
     }
 
     #[tokio::test]

@@ -67,7 +67,7 @@ pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
 pub use ferrokube_registry::api_endpoints::EndpointReconciler;
-pub use health::StorageCheckTimeouts;
+pub use health::{HealthCheck, StorageCheckTimeouts};
 pub use lifecycle::{ShutdownOptions, strict_transport_security};
 pub use metrics::Metrics;
 pub use proxy::{KubeletClient, KubeletClientError};
@@ -122,6 +122,8 @@ pub struct Config {
     pub cors: CorsOrigins,
     /// How long the health checks wait for the storage.
     pub storage_check_timeouts: StorageCheckTimeouts,
+    /// Health checks added by the binary.
+    pub health_checks: Vec<Arc<dyn HealthCheck>>,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -298,6 +300,7 @@ impl Server {
             strict_transport_security: config.strict_transport_security,
             cors: config.cors,
             storage_check_timeouts: config.storage_check_timeouts,
+            health_checks: config.health_checks.clone(),
             audit: config.audit.clone(),
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
@@ -700,6 +703,9 @@ pub struct Options {
     pub external_hostname: Option<String>,
     /// `--etcd-healthcheck-timeout` and `--etcd-readycheck-timeout`.
     pub storage_check_timeouts: StorageCheckTimeouts,
+    /// Checks `/healthz`, `/readyz` (and, if they ask, `/livez`) run besides the
+    /// server's own, e.g. the KMS plugins' `kms-providers`.
+    pub health_checks: Vec<Arc<dyn HealthCheck>>,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -835,6 +841,7 @@ impl Options {
             service_account_jwks_uri: None,
             external_hostname: None,
             storage_check_timeouts: StorageCheckTimeouts::default(),
+            health_checks: Vec::new(),
         }
     }
 
@@ -1251,6 +1258,7 @@ impl Options {
             .map_err(ConfigError::Flag)?,
             cors: CorsOrigins::parse(&self.cors_allowed_origins).map_err(ConfigError::Flag)?,
             storage_check_timeouts: self.storage_check_timeouts,
+            health_checks: self.health_checks,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,

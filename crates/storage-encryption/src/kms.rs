@@ -127,6 +127,9 @@ impl Dek {
     }
 }
 
+/// Decrypted seeds and keys by upstream's cache key, with their last use.
+type DekCache = HashMap<Vec<u8>, (Arc<Dek>, Instant)>;
+
 /// What writes use: the current seed and the fields every value it seals carries.
 struct WriteState {
     seed: Arc<Dek>,
@@ -154,8 +157,7 @@ pub(crate) struct KmsV2 {
     client: OnceLock<KeyManagementServiceClient<Channel>>,
     timings: OnceLock<KmsTimings>,
     write: RwLock<Option<Arc<WriteState>>>,
-    /// Decrypted seeds and keys by upstream's cache key, with their last use.
-    deks: Mutex<HashMap<Vec<u8>, (Arc<Dek>, Instant)>>,
+    deks: Mutex<DekCache>,
     probe: tokio::sync::Mutex<Probe>,
 }
 
@@ -480,14 +482,14 @@ impl KmsV2 {
             .ok_or_else(|| TransformError::new("got unexpected nil transformer"))?;
         let key = cache_key(&object);
         let Some(dek) = self.cached(&key) else {
-            return Err(ReadError::MissingDek(DekRequest {
+            return Err(ReadError::MissingDek(Box::new(DekRequest {
                 kms: self.clone(),
                 cache_key: key,
                 object: proto::EncryptedObject {
                     encrypted_data: Vec::new(),
                     ..object
                 },
-            }));
+            })));
         };
         let plain = dek.open(&object.encrypted_data, location)?;
         let stale = object.key_id != state.key_id

@@ -8,9 +8,12 @@
 //!
 //! Layer: a [`ferrokube_storage::Storage`] decorator between the registry and the
 //! backend (SQLite or etcd); the registry, its watch cache and everything above see
-//! plain values only. It depends on `ferrokube-storage` (the contract) and
-//! `ferrokube-api` (the built-in resources' storage prefixes) and must depend on no
-//! other Ferrokube crate; the apiserver binary chooses to wrap its backend with it.
+//! plain values only. It depends on `ferrokube-storage` (the contract),
+//! `ferrokube-api` (the built-in resources' storage prefixes) and
+//! `ferrokube-apimachinery` (Go durations) and must depend on no other Ferrokube
+//! crate; the apiserver binary chooses to wrap its backend with it, starts the KMS
+//! plugins' polling ([`Encryption::start_kms`]) and serves their health check
+//! ([`Encryption::kms_health`]).
 //!
 //! # Wire format (upstream's, so either apiserver reads what the other wrote)
 //! * `aescbc`: `k8s:enc:aescbc:v1:<key name>:` + 16-byte random IV + AES-CBC
@@ -25,6 +28,10 @@
 //!   `--etcd-prefix` and keys under `/registry/`, that is upstream's default key.
 //! * `secretbox`: `k8s:enc:secretbox:v1:<key name>:` + 24-byte random nonce + NaCl
 //!   secretbox (XSalsa20-Poly1305, tag first).
+//! * `kms` (`apiVersion: v2`): `k8s:enc:kms:v2:<provider name>:` + upstream's protobuf
+//!   `EncryptedObject`: a key derived from a seed the KMS plugin encrypted
+//!   (HKDF-SHA256, 32 bytes of info first in the data) seals the value with AES-GCM,
+//!   the full etcd key authenticated as for `aesgcm`. See the `kms` module.
 //! * `identity`: the value as it is. Reading, it takes any value that does not start
 //!   with `k8s:enc:`; keys no rule covers are read the same way, so encrypted data
 //!   under a rule that was removed is an error, not garbage.
@@ -62,10 +69,10 @@
 //! error texts) and `.../storage/etcd3/store.go` (authenticated data).
 //!
 //! # Left out
-//! * KMS providers (v1 and v2): refused at start with "kms providers are not supported".
-//! * `--encryption-provider-config-automatic-reload` and the `kms-providers` health
-//!   checks: the file is read once at start.
-//! * The encryption metrics (`apiserver_storage_transformation_*`).
+//! * KMS v1 (deprecated upstream and off by default since 1.29): refused at start.
+//! * `--encryption-provider-config-automatic-reload`: the file is read once at start.
+//! * The encryption and KMS metrics (`apiserver_storage_transformation_*`,
+//!   `apiserver_envelope_encryption_*`).
 //! * Upstream's `AllowUnsafeMalformedObjectDeletion` for undecryptable objects.
 
 mod config;

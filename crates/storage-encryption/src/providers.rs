@@ -63,7 +63,7 @@ pub(crate) enum ReadError {
     Failed(TransformError),
     /// A KMS provider needs its plugin to decrypt the value's seed first; the
     /// decorator runs the request and reads again.
-    MissingDek(DekRequest),
+    MissingDek(Box<DekRequest>),
 }
 
 impl From<TransformError> for ReadError {

@@ -177,7 +177,7 @@ fn pass(err: StorageError) -> AbortError {
 /// A current value sealed with a KMS seed the update function could not wait for:
 /// the update is run again once the plugin has decrypted it.
 #[derive(Debug)]
-struct NeedsDek(DekRequest);
+struct NeedsDek(Box<DekRequest>);
 
 impl std::fmt::Display for NeedsDek {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -19,6 +19,9 @@ use crate::kms::proto::key_management_service_server::{
 pub const ANNOTATION: &str = "key-id.kms.ferrokube.test";
 
 struct State {
+    /// False once the plugin is dropped: the server's connection tasks outlive the
+    /// accept loop, so calls on a kept connection are refused here.
+    serving: std::sync::atomic::AtomicBool,
     key_id: Mutex<String>,
     healthz: Mutex<String>,
     encrypt_calls: AtomicUsize,
@@ -38,12 +41,23 @@ fn kek(key_id: &str) -> Aes256Gcm {
 #[derive(Clone)]
 struct Service(Arc<State>);
 
+impl Service {
+    fn serving(&self) -> Result<(), Status> {
+        if self.0.serving.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Status::unavailable("the plugin has stopped"))
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl KeyManagementService for Service {
     async fn status(
         &self,
         _: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
+        self.serving()?;
         Ok(Response::new(proto::StatusResponse {
             version: "v2".into(),
             healthz: self.0.healthz.lock().unwrap().clone(),
@@ -55,6 +69,7 @@ impl KeyManagementService for Service {
         &self,
         request: Request<proto::DecryptRequest>,
     ) -> Result<Response<proto::DecryptResponse>, Status> {
+        self.serving()?;
         self.0.decrypt_calls.fetch_add(1, Ordering::SeqCst);
         let request = request.into_inner();
         if request.annotations.get(ANNOTATION).map(Vec::as_slice) != Some(request.key_id.as_bytes())
@@ -77,6 +92,7 @@ impl KeyManagementService for Service {
         &self,
         request: Request<proto::EncryptRequest>,
     ) -> Result<Response<proto::EncryptResponse>, Status> {
+        self.serving()?;
         self.0.encrypt_calls.fetch_add(1, Ordering::SeqCst);
         let key_id = self.0.key_id.lock().unwrap().clone();
         let mut nonce = [0u8; 12];
@@ -95,11 +111,19 @@ impl KeyManagementService for Service {
     }
 }
 
-/// A running plugin; dropping it stops serving (the socket file stays).
+/// A running plugin; dropping it stops serving at once, open connections included
+/// (the socket file stays).
 pub struct TestKmsPlugin {
     socket: PathBuf,
     state: Arc<State>,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestKmsPlugin {
+    fn drop(&mut self) {
+        self.state.serving.store(false, Ordering::SeqCst);
+        self.server.abort();
+    }
 }
 
 impl TestKmsPlugin {
@@ -107,23 +131,21 @@ impl TestKmsPlugin {
     pub fn start(socket: &Path, key_id: &str) -> std::io::Result<TestKmsPlugin> {
         let listener = tokio::net::UnixListener::bind(socket)?;
         let state = Arc::new(State {
+            serving: std::sync::atomic::AtomicBool::new(true),
             key_id: Mutex::new(key_id.to_string()),
             healthz: Mutex::new("ok".into()),
             encrypt_calls: AtomicUsize::new(0),
             decrypt_calls: AtomicUsize::new(0),
         });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming = futures::stream::unfold(listener, |listener| async move {
             let accepted = listener.accept().await.map(|(stream, _)| stream);
             Some((accepted, listener))
         });
         let service = KeyManagementServiceServer::new(Service(state.clone()));
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
+                .serve_with_incoming(incoming)
                 .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "test KMS plugin stopped");
@@ -132,7 +154,7 @@ impl TestKmsPlugin {
         Ok(TestKmsPlugin {
             socket: socket.to_path_buf(),
             state,
-            _stop: stop,
+            server,
         })
     }
 
@@ -158,4 +180,15 @@ impl TestKmsPlugin {
     pub fn decrypt_calls(&self) -> usize {
         self.state.decrypt_calls.load(Ordering::SeqCst)
     }
+}
+
+/// The key ID a stored value of KMS v2 provider `provider` was sealed under, and
+/// whether it was sealed with a derived key (`None`: not such a value).
+pub fn sealed_under(stored: &[u8], provider: &str) -> Option<(String, bool)> {
+    use prost::Message as _;
+    let prefix = format!("{}{provider}:", crate::kms::KMS_V2_PREFIX);
+    let object = proto::EncryptedObject::decode(stored.strip_prefix(prefix.as_bytes())?).ok()?;
+    let derived = object.encrypted_dek_source_type
+        == proto::EncryptedDekSourceType::HkdfSha256XnonceAesGcmSeed as i32;
+    Some((object.key_id, derived))
 }

@@ -1,119 +1,19 @@
-//! Encryption at rest end to end: an in-process apiserver (the production Options ->
-//! Config -> Server path, as `cmd/kube-apiserver` wires it) over SQLite wrapped by
-//! [`EncryptedStorage`], with secrets configured for aescbc. The test reads the raw
-//! store underneath: secrets are ciphertext there, while GET, LIST and WATCH through
-//! the API return them plain; ConfigMaps, not configured, are stored plain.
-//!
-//! The server is built here rather than with `ferrokube-testing`'s `TestApiServer`,
-//! which opens its own store and has no place to put a decorator in between.
+//! Encryption at rest end to end (see `common`), with secrets configured for aescbc.
+//! The test reads the raw store underneath: secrets are ciphertext there, while GET,
+//! LIST and WATCH through the API return them plain; ConfigMaps, not configured, are
+//! stored plain.
+
+mod common;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use ferrokube_apiserver::{Options, Server};
-use ferrokube_storage::Storage;
-use ferrokube_storage_encryption::{EncryptedStorage, Encryption};
-use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
+use common::{PASSWORD, contains, password, secret, start};
+use ferrokube_storage::Storage as _;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
-
-const PASSWORD: &str = "correct-horse-battery-staple";
-
-struct Running {
-    server: Server,
-    client: kube::Client,
-    raw: Arc<SqliteStorage>,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(config: &str) -> Running {
-    // A concurrent test can take the port between our probe and the bind: retry.
-    let mut last = String::new();
-    for _ in 0..5 {
-        match try_start(config).await {
-            Ok(running) => return running,
-            Err(e) => last = e,
-        }
-    }
-    panic!("apiserver did not start: {last}");
-}
-
-async fn try_start(config: &str) -> Result<Running, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let url = format!("https://127.0.0.1:{port}");
-    let mut pki_opts = ferrokube_pki::ClusterPkiOptions::new(url);
-    pki_opts.advertise_address = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    pki_opts.node_name = "test-node".into();
-    let pki_dir = dir.path().join("pki");
-    let pki = ferrokube_pki::write_cluster_pki(&pki_dir, &pki_opts).map_err(|e| e.to_string())?;
-
-    let config_file = dir.path().join("encryption.yaml");
-    std::fs::write(&config_file, config).map_err(|e| e.to_string())?;
-    let encryption = Encryption::load(&config_file).map_err(|e| e.to_string())?;
-    let raw = Arc::new(
-        SqliteStorage::open(&dir.path().join("data/state.db"), SqliteOptions::default())
-            .map_err(|e| e.to_string())?,
-    );
-    let storage: Arc<dyn Storage> = Arc::new(EncryptedStorage::new(raw.clone(), encryption, ""));
-
-    let mut opts = Options::new(pki.apiserver_cert.clone(), pki.apiserver_key.clone());
-    opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    opts.secure_port = port;
-    opts.client_ca_file = Some(pki.ca_cert.clone());
-    opts.service_account_issuers = vec!["https://kubernetes.default.svc.cluster.local".into()];
-    opts.service_account_key_files = vec![pki_dir.join("sa.pub")];
-    opts.service_account_signing_key_file = Some(pki_dir.join("sa.key"));
-    opts.admission_plugins.set("ServiceAccount", false)?;
-    let config = opts.into_config(storage).await.map_err(|e| e.to_string())?;
-    let server = Server::start(config).await.map_err(|e| e.to_string())?;
-
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(&pki.admin_kubeconfig).map_err(|e| e.to_string())?;
-    let client_config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let client = kube::Client::try_from(client_config).map_err(|e| e.to_string())?;
-    Ok(Running {
-        server,
-        client,
-        raw,
-        _dir: dir,
-    })
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-fn secret(name: &str) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            "password".to_string(),
-            ByteString(PASSWORD.as_bytes().to_vec()),
-        )])),
-        ..Default::default()
-    }
-}
-
-fn password(s: &Secret) -> Option<&[u8]> {
-    s.data.as_ref()?.get("password").map(|b| b.0.as_slice())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn secrets_are_encrypted_in_storage_and_plain_through_the_api() {
@@ -131,7 +31,8 @@ resources:
       - identity: {{}}
 "
     );
-    let running = start(&config).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let running = start(dir.path(), &config, Default::default()).await;
     let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
 
     secrets

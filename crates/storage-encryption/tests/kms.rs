@@ -1,0 +1,291 @@
+//! The `kms` provider (API version v2) end to end: an in-process apiserver (see
+//! `common`) whose secrets are sealed through a KMS v2 plugin served on a unix socket
+//! (`testing::TestKmsPlugin`, gRPC as a real plugin speaks it).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{PASSWORD, Running, contains, password, secret, start};
+use ferrokube_storage::Storage as _;
+use ferrokube_storage_encryption::KmsTimings;
+use ferrokube_storage_encryption::testing::{TestKmsPlugin, sealed_under};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+
+const PROVIDER: &str = "test-kms";
+
+fn config(plugin_socket: &Path) -> String {
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [secrets]
+    providers:
+      - kms:
+          apiVersion: v2
+          name: {PROVIDER}
+          endpoint: unix://{}
+          timeout: 2s
+      - identity: {{}}
+",
+        plugin_socket.display()
+    )
+}
+
+/// Quick polls and no reuse of health answers, so that a test sees a change at once.
+fn timings(write_seed_ttl: Duration) -> KmsTimings {
+    KmsTimings {
+        healthy_poll: Duration::from_millis(100),
+        unhealthy_poll: Duration::from_millis(50),
+        write_seed_ttl,
+        healthy_answer_ttl: Duration::ZERO,
+        unhealthy_answer_ttl: Duration::ZERO,
+    }
+}
+
+async fn stored(running: &Running, name: &str) -> Vec<u8> {
+    running
+        .raw
+        .get(&format!("/registry/secrets/default/{name}"), None)
+        .await
+        .expect("raw read")
+        .value
+        .to_vec()
+}
+
+/// Waits (at most 10 s) for `done` to hold.
+async fn eventually<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// The status and body of a GET of `path`.
+async fn get_text(client: &kube::Client, path: &str) -> (u16, String) {
+    let request = http::Request::get(path).body(Vec::new()).expect("request");
+    let response = client.send(request.map(Into::into)).await.expect("send");
+    let status = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn api_error_code(err: kube::Error) -> (u16, String) {
+    match err {
+        kube::Error::Api(status) => (status.code, status.message),
+        other => panic!("not an API error: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_are_sealed_by_the_plugin_and_read_after_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("kms.sock");
+    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
+    let running = start(
+        dir.path(),
+        &config(&socket),
+        timings(Duration::from_secs(180)),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    for name in ["s1", "s2", "s3"] {
+        secrets
+            .create(&PostParams::default(), &secret(name))
+            .await
+            .expect("create");
+    }
+    let raw = stored(&running, "s1").await;
+    assert!(
+        raw.starts_with(b"k8s:enc:kms:v2:test-kms:"),
+        "stored as {:?}",
+        String::from_utf8_lossy(&raw[..raw.len().min(40)])
+    );
+    assert!(!contains(&raw, PASSWORD.as_bytes()));
+    assert_eq!(sealed_under(&raw, PROVIDER), Some(("key-1".into(), true)));
+    // One seed for every write: the plugin encrypted it once, at start.
+    assert_eq!(plugin.encrypt_calls(), 1);
+    assert_eq!(plugin.decrypt_calls(), 0);
+    let got = secrets.get("s2").await.expect("get");
+    assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
+    let Running { server, raw, .. } = running;
+    server.shutdown(Duration::from_secs(5)).await;
+    // The store is opened anew by the next server.
+    drop(raw);
+
+    // A new server has a new seed, and asks the plugin for the old one once.
+    let running = start(
+        dir.path(),
+        &config(&socket),
+        timings(Duration::from_secs(180)),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    assert_eq!(plugin.encrypt_calls(), 2);
+    let listed = secrets.list(&ListParams::default()).await.expect("list");
+    assert_eq!(listed.items.len(), 3);
+    for s in &listed.items {
+        assert_eq!(password(s), Some(PASSWORD.as_bytes()));
+    }
+    for name in ["s1", "s2", "s3"] {
+        let got = secrets.get(name).await.expect("get after restart");
+        assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
+    }
+    assert_eq!(plugin.decrypt_calls(), 1, "the old seed is decrypted once");
+    running.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_key_id_rotates_the_seed_and_rewrites_move_data_to_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("kms.sock");
+    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
+    let running = start(
+        dir.path(),
+        &config(&socket),
+        timings(Duration::from_secs(180)),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    secrets
+        .create(&PostParams::default(), &secret("old"))
+        .await
+        .expect("create");
+
+    plugin.set_key_id("key-2");
+    eventually("the seed to rotate", || async {
+        plugin.encrypt_calls() == 2
+    })
+    .await;
+    secrets
+        .create(&PostParams::default(), &secret("new"))
+        .await
+        .expect("create after rotation");
+    assert_eq!(
+        sealed_under(&stored(&running, "new").await, PROVIDER),
+        Some(("key-2".into(), true))
+    );
+    // The old secret still reads, and a change rewrites it under the new key ID.
+    assert_eq!(
+        sealed_under(&stored(&running, "old").await, PROVIDER),
+        Some(("key-1".into(), true))
+    );
+    let patch = serde_json::json!({"metadata": {"labels": {"migrated": "yes"}}});
+    let patched = secrets
+        .patch("old", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    assert_eq!(password(&patched), Some(PASSWORD.as_bytes()));
+    assert_eq!(
+        sealed_under(&stored(&running, "old").await, PROVIDER),
+        Some(("key-2".into(), true))
+    );
+    running.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unhealthy_plugin_fails_readiness_and_a_gone_one_fails_writes_once_the_seed_expires() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("kms.sock");
+    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
+    let running = start(
+        dir.path(),
+        &config(&socket),
+        timings(Duration::from_secs(2)),
+    )
+    .await;
+    let client = running.client.clone();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    secrets
+        .create(&PostParams::default(), &secret("kept"))
+        .await
+        .expect("create");
+    assert_eq!(get_text(&client, "/readyz/kms-providers").await.0, 200);
+
+    plugin.set_healthz("disk on fire");
+    let (code, body) = get_text(&client, "/readyz?verbose").await;
+    assert_eq!(code, 500);
+    assert!(
+        body.contains("[-]kms-providers failed: reason withheld"),
+        "{body}"
+    );
+    let (code, _) = get_text(&client, "/healthz").await;
+    assert_eq!(code, 500);
+    // A plugin outside the server is no reason to restart it.
+    assert_eq!(get_text(&client, "/livez").await.0, 200);
+    plugin.set_healthz("ok");
+    assert_eq!(get_text(&client, "/readyz").await.0, 200);
+
+    // The plugin goes away: reads of the cached seed go on; writes stop once the seed
+    // outlives its time since the last good poll.
+    drop(plugin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut attempt = 0;
+    let refused = loop {
+        assert!(Instant::now() < deadline, "writes still accepted");
+        attempt += 1;
+        let name = format!("late-{attempt}");
+        match secrets.create(&PostParams::default(), &secret(&name)).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(err) => break api_error_code(err),
+        }
+    };
+    let (code, message) = refused;
+    assert_eq!(code, 500, "{message}");
+    assert!(message.contains("expired at"), "{message}");
+    let got = secrets
+        .get("kept")
+        .await
+        .expect("a cached seed still reads");
+    assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
+    running.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_that_comes_up_after_the_server_is_used_once_it_answers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("kms.sock");
+    let running = start(
+        dir.path(),
+        &config(&socket),
+        timings(Duration::from_secs(180)),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    let err = secrets
+        .create(&PostParams::default(), &secret("early"))
+        .await
+        .expect_err("no plugin yet");
+    let (code, message) = api_error_code(err);
+    assert_eq!(code, 500, "{message}");
+    assert!(
+        message.contains("got unexpected nil transformer"),
+        "{message}"
+    );
+    assert_eq!(get_text(&running.client, "/readyz").await.0, 500);
+
+    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
+    eventually("the server to be primed", || async {
+        secrets
+            .create(&PostParams::default(), &secret("late"))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert_eq!(plugin.encrypt_calls(), 1);
+    assert_eq!(get_text(&running.client, "/readyz").await.0, 200);
+    running.server.shutdown(Duration::from_secs(5)).await;
+}
