@@ -45,6 +45,37 @@ fn timings(write_seed_ttl: Duration) -> KmsTimings {
     }
 }
 
+/// A directory with the store and the plugin's socket.
+struct Setup {
+    dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("kms.sock");
+        Setup { dir, socket }
+    }
+
+    fn plugin(&self) -> TestKmsPlugin {
+        TestKmsPlugin::start(&self.socket, "key-1").expect("plugin")
+    }
+
+    /// A server whose write seed lasts `write_seed_ttl` after the last good poll, and
+    /// its secrets in `default`.
+    async fn server(&self, write_seed_ttl: Duration) -> (Running, Api<Secret>) {
+        let running = start(
+            self.dir.path(),
+            &config(&self.socket),
+            timings(write_seed_ttl),
+        )
+        .await;
+        let secrets = Api::namespaced(running.client.clone(), "default");
+        (running, secrets)
+    }
+}
+
 async fn stored(running: &Running, name: &str) -> Vec<u8> {
     running
         .raw
@@ -92,16 +123,9 @@ fn api_error_code(err: kube::Error) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn secrets_are_sealed_by_the_plugin_and_read_after_a_restart() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("kms.sock");
-    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
-    let running = start(
-        dir.path(),
-        &config(&socket),
-        timings(Duration::from_secs(180)),
-    )
-    .await;
-    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    let setup = Setup::new();
+    let plugin = setup.plugin();
+    let (running, secrets) = setup.server(Duration::from_secs(180)).await;
     for name in ["s1", "s2", "s3"] {
         secrets
             .create(&PostParams::default(), &secret(name))
@@ -127,13 +151,7 @@ async fn secrets_are_sealed_by_the_plugin_and_read_after_a_restart() {
     drop(raw);
 
     // A new server has a new seed, and asks the plugin for the old one once.
-    let running = start(
-        dir.path(),
-        &config(&socket),
-        timings(Duration::from_secs(180)),
-    )
-    .await;
-    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    let (running, secrets) = setup.server(Duration::from_secs(180)).await;
     assert_eq!(plugin.encrypt_calls(), 2);
     let listed = secrets.list(&ListParams::default()).await.expect("list");
     assert_eq!(listed.items.len(), 3);
@@ -150,16 +168,9 @@ async fn secrets_are_sealed_by_the_plugin_and_read_after_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_key_id_rotates_the_seed_and_rewrites_move_data_to_it() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("kms.sock");
-    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
-    let running = start(
-        dir.path(),
-        &config(&socket),
-        timings(Duration::from_secs(180)),
-    )
-    .await;
-    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    let setup = Setup::new();
+    let plugin = setup.plugin();
+    let (running, secrets) = setup.server(Duration::from_secs(180)).await;
     secrets
         .create(&PostParams::default(), &secret("old"))
         .await
@@ -198,17 +209,10 @@ async fn a_new_key_id_rotates_the_seed_and_rewrites_move_data_to_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unhealthy_plugin_fails_readiness_and_a_gone_one_fails_writes_once_the_seed_expires() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("kms.sock");
-    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
-    let running = start(
-        dir.path(),
-        &config(&socket),
-        timings(Duration::from_secs(2)),
-    )
-    .await;
+    let setup = Setup::new();
+    let plugin = setup.plugin();
+    let (running, secrets) = setup.server(Duration::from_secs(2)).await;
     let client = running.client.clone();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     secrets
         .create(&PostParams::default(), &secret("kept"))
         .await
@@ -256,15 +260,8 @@ async fn an_unhealthy_plugin_fails_readiness_and_a_gone_one_fails_writes_once_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_plugin_that_comes_up_after_the_server_is_used_once_it_answers() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("kms.sock");
-    let running = start(
-        dir.path(),
-        &config(&socket),
-        timings(Duration::from_secs(180)),
-    )
-    .await;
-    let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
+    let setup = Setup::new();
+    let (running, secrets) = setup.server(Duration::from_secs(180)).await;
     let err = secrets
         .create(&PostParams::default(), &secret("early"))
         .await
@@ -277,7 +274,7 @@ async fn a_plugin_that_comes_up_after_the_server_is_used_once_it_answers() {
     );
     assert_eq!(get_text(&running.client, "/readyz").await.0, 500);
 
-    let plugin = TestKmsPlugin::start(&socket, "key-1").expect("plugin");
+    let plugin = setup.plugin();
     eventually("the server to be primed", || async {
         secrets
             .create(&PostParams::default(), &secret("late"))
