@@ -135,9 +135,14 @@ struct Args {
     #[arg(long)]
     etcd_keyfile: Option<PathBuf>,
     /// The file containing configuration for encryption providers to be used for
-    /// storing secrets in etcd (aescbc, aesgcm, secretbox, identity; no kms).
+    /// storing secrets in etcd (aescbc, aesgcm, secretbox, identity, kms v2).
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// Determines if the file set by --encryption-provider-config should be
+    /// automatically reloaded if the disk contents change. The KMS plugins then share
+    /// one health check, kms-providers.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    encryption_provider_config_automatic_reload: bool,
     /// Directory of the embedded store (when --etcd-servers is unset).
     #[arg(long, default_value = "/var/lib/ferrokube/apiserver")]
     data_dir: PathBuf,
@@ -747,6 +752,7 @@ async fn main() -> anyhow::Result<()> {
     )? {
         tracing::warn!("{warning}");
     }
+    check_encryption_flags(&args)?;
     // Read before any store opens: a bad file stops the start at once.
     let encryption = match &args.encryption_provider_config {
         Some(path) => Some(
@@ -754,6 +760,13 @@ async fn main() -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("--encryption-provider-config: {e}"))?,
         ),
         None => None,
+    };
+    // The text the configuration was built from, for the reload to compare with.
+    let encryption_text = match (&args.encryption_provider_config, &encryption) {
+        (Some(path), Some(_)) if args.encryption_provider_config_automatic_reload => {
+            Some(std::fs::read_to_string(path).unwrap_or_default())
+        }
+        _ => None,
     };
     let storage: Arc<dyn Storage> = if args.etcd_servers.is_empty() {
         let path = args.data_dir.join("state.db");
@@ -774,6 +787,7 @@ async fn main() -> anyhow::Result<()> {
         )
     };
     let mut kms_health = None;
+    let mut encryption_in_use = None;
     let storage: Arc<dyn Storage> = match encryption {
         Some(encryption) => {
             for warning in encryption.warnings() {
@@ -782,22 +796,41 @@ async fn main() -> anyhow::Result<()> {
             // KMS v2 plugins are asked for a seed before the first request, as upstream
             // primes them; one that does not answer is retried in the background.
             encryption.start_kms(Default::default()).await;
-            kms_health = encryption.kms_health();
+            kms_health = encryption.kms_health().map(KmsProvidersCheck::Fixed);
             // AES-GCM authenticates the full etcd key, --etcd-prefix included.
             let prefix = if args.etcd_servers.is_empty() {
                 ""
             } else {
                 args.etcd_prefix.as_str()
             };
-            Arc::new(ferrokube_storage_encryption::EncryptedStorage::new(
-                storage, encryption, prefix,
-            ))
+            let encrypted =
+                ferrokube_storage_encryption::EncryptedStorage::new(storage, encryption, prefix);
+            encryption_in_use = Some(encrypted.in_use());
+            Arc::new(encrypted)
         }
         None => storage,
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
-    if let Some(health) = kms_health {
-        opts.health_checks.push(Arc::new(KmsProvidersCheck(health)));
+    match (
+        encryption_in_use,
+        encryption_text,
+        &args.encryption_provider_config,
+    ) {
+        (Some(in_use), Some(text), Some(path)) => {
+            // With reload, one kms-providers check follows whatever is in use, as upstream.
+            opts.health_checks
+                .push(Arc::new(KmsProvidersCheck::InUse(in_use.clone())));
+            opts.encryption_config_reload = Some(ferrokube_apiserver::FollowedConfig {
+                path: path.clone(),
+                text,
+                apply: Arc::new(ReloadEncryption(in_use)),
+            });
+        }
+        _ => {
+            if let Some(health) = kms_health {
+                opts.health_checks.push(Arc::new(health));
+            }
+        }
     }
     opts.tls = args.tls.options_logged()?;
     opts.bind_address = args.bind_address;
@@ -1050,25 +1083,56 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Encryption at rest's `kms-providers` check on `/healthz` and `/readyz`.
+/// Upstream's check of the encryption at rest flags.
+fn check_encryption_flags(args: &Args) -> anyhow::Result<()> {
+    if args.encryption_provider_config_automatic_reload && args.encryption_provider_config.is_none()
+    {
+        anyhow::bail!(
+            "--encryption-provider-config-automatic-reload must be set with --encryption-provider-config"
+        );
+    }
+    Ok(())
+}
+
+/// Encryption at rest's `kms-providers` check on `/healthz` and `/readyz`: of the
+/// configuration read at start, or, with automatic reload, of the one in use (and
+/// then served even without KMS providers, as upstream).
 #[derive(Debug)]
-struct KmsProvidersCheck(ferrokube_storage_encryption::KmsHealth);
+enum KmsProvidersCheck {
+    Fixed(ferrokube_storage_encryption::KmsHealth),
+    InUse(ferrokube_storage_encryption::EncryptionInUse),
+}
 
 #[async_trait::async_trait]
 impl ferrokube_apiserver::HealthCheck for KmsProvidersCheck {
     fn name(&self) -> &str {
-        self.0.name()
+        ferrokube_storage_encryption::KMS_HEALTH_CHECK
     }
 
     async fn check(&self) -> Result<(), String> {
-        self.0.check().await
+        match self {
+            KmsProvidersCheck::Fixed(health) => health.check().await,
+            KmsProvidersCheck::InUse(in_use) => in_use.check_kms().await,
+        }
+    }
+}
+
+/// `--encryption-provider-config-automatic-reload`: a changed file replaces the
+/// configuration in use once it loads and its KMS plugins are healthy.
+struct ReloadEncryption(ferrokube_storage_encryption::EncryptionInUse);
+
+#[async_trait::async_trait]
+impl ferrokube_apiserver::ApplyConfig for ReloadEncryption {
+    async fn apply(&self, text: String) -> Result<(), String> {
+        self.0.replace(&text, Default::default()).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::{
-        Args, audit_batch_options, audit_truncate_options, go_duration, watch_cache_warnings,
+        Args, audit_batch_options, audit_truncate_options, check_encryption_flags, go_duration,
+        watch_cache_warnings,
     };
     use clap::Parser as _;
     use std::time::Duration;
@@ -1392,6 +1456,33 @@ mod tests {
         .unwrap();
         assert!(!args.enable_aggregator_routing);
         assert!(!args.enable_priority_and_fairness);
+    }
+
+    #[test]
+    fn automatic_reload_needs_an_encryption_config() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "kube-apiserver",
+                "--tls-cert-file=/pki/apiserver.crt",
+                "--tls-private-key-file=/pki/apiserver.key",
+            ];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).expect("flags parse")
+        };
+        let err =
+            check_encryption_flags(&parse(&["--encryption-provider-config-automatic-reload"]))
+                .expect_err("no file to reload");
+        assert_eq!(
+            err.to_string(),
+            "--encryption-provider-config-automatic-reload must be set with --encryption-provider-config"
+        );
+        let args = parse(&[
+            "--encryption-provider-config=/etc/kubernetes/enc.yaml",
+            "--encryption-provider-config-automatic-reload=true",
+        ]);
+        assert!(args.encryption_provider_config_automatic_reload);
+        assert!(check_encryption_flags(&args).is_ok());
+        assert!(!parse(&[]).encryption_provider_config_automatic_reload);
     }
 
     #[test]

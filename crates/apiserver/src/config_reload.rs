@@ -197,6 +197,49 @@ impl Reloadable for Authentication {
     }
 }
 
+/// What puts a new version of a configuration file that the binary owns in use (e.g.
+/// `--encryption-provider-config`, whose configuration the storage decorator holds).
+#[async_trait::async_trait]
+pub trait ApplyConfig: Send + Sync {
+    /// Puts the file's new `text` in use, or says why not (what is in use stays).
+    async fn apply(&self, text: String) -> Result<(), String>;
+}
+
+/// A file to follow: its path, its text as the binary read it at start, and what
+/// applies a change.
+#[derive(Clone)]
+pub struct FollowedConfig {
+    pub path: PathBuf,
+    pub text: String,
+    pub apply: Arc<dyn ApplyConfig>,
+}
+
+impl std::fmt::Debug for FollowedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FollowedConfig")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `--encryption-provider-config` with `--encryption-provider-config-automatic-reload`.
+pub(crate) struct Encryption(Arc<dyn ApplyConfig>);
+
+impl Encryption {
+    pub(crate) fn new(apply: Arc<dyn ApplyConfig>) -> Self {
+        Encryption(apply)
+    }
+}
+
+impl Reloadable for Encryption {
+    const CONFIG: ReloadedConfig = ReloadedConfig::Encryption;
+    const FLAG: &'static str = "--encryption-provider-config";
+
+    async fn apply(&mut self, text: String) -> Result<(), String> {
+        self.0.apply(text).await
+    }
+}
+
 /// The authorizer chain of `--authorization-config`.
 pub(crate) struct Authorizers {
     authorization: Arc<Authorization>,

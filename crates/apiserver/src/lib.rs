@@ -63,6 +63,7 @@ pub use audit::{
     AuditWebhookOptions, check_format as check_audit_log_format,
 };
 pub use authz_webhook::AuthorizationWebhookOptions;
+pub use config_reload::{ApplyConfig, FollowedConfig};
 pub use cors::CorsOrigins;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
@@ -153,6 +154,8 @@ pub struct Config {
     pub(crate) authn_reload: Option<config_reload::Followed<config_reload::Authentication>>,
     /// `--authorization-config`, followed while the server runs (None: unset).
     pub(crate) authz_reload: Option<config_reload::Followed<config_reload::Authorizers>>,
+    /// `--encryption-provider-config` with automatic reload (None: not followed).
+    pub(crate) encryption_reload: Option<config_reload::Followed<config_reload::Encryption>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -254,6 +257,13 @@ impl Server {
             )));
         }
         if let Some(followed) = config.authz_reload {
+            background.push(tokio::spawn(config_reload::run(
+                followed,
+                metrics.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+        if let Some(followed) = config.encryption_reload {
             background.push(tokio::spawn(config_reload::run(
                 followed,
                 metrics.clone(),
@@ -706,6 +716,9 @@ pub struct Options {
     /// Checks `/healthz`, `/readyz` (and, if they ask, `/livez`) run besides the
     /// server's own, e.g. the KMS plugins' `kms-providers`.
     pub health_checks: Vec<Arc<dyn HealthCheck>>,
+    /// `--encryption-provider-config` when `--encryption-provider-config-automatic-reload`
+    /// is set: the binary built the storage from it; the server follows the file.
+    pub encryption_config_reload: Option<FollowedConfig>,
 }
 
 /// Upstream's default `--kubelet-preferred-address-types`.
@@ -842,6 +855,7 @@ impl Options {
             external_hostname: None,
             storage_check_timeouts: StorageCheckTimeouts::default(),
             health_checks: Vec::new(),
+            encryption_config_reload: None,
         }
     }
 
@@ -1270,6 +1284,13 @@ impl Options {
             certificate_files,
             authn_reload,
             authz_reload,
+            encryption_reload: self.encryption_config_reload.map(|followed| {
+                config_reload::Followed::new(
+                    followed.path,
+                    followed.text,
+                    config_reload::Encryption::new(followed.apply),
+                )
+            }),
         })
     }
 }

@@ -226,13 +226,36 @@ pub struct Metrics {
 pub(crate) enum ReloadedConfig {
     Authentication,
     Authorization,
+    Encryption,
 }
 
 impl ReloadedConfig {
+    const ALL: [ReloadedConfig; 3] = [
+        ReloadedConfig::Authentication,
+        ReloadedConfig::Authorization,
+        ReloadedConfig::Encryption,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             ReloadedConfig::Authentication => "authentication",
             ReloadedConfig::Authorization => "authorization",
+            ReloadedConfig::Encryption => "encryption",
+        }
+    }
+
+    /// Upstream's help texts of the count and of the last time.
+    fn help(self) -> (String, String) {
+        let name = self.name();
+        match self {
+            ReloadedConfig::Encryption => (
+                "[ALPHA] Total number of reload successes and failures of encryption configuration split by apiserver identity.".into(),
+                "[ALPHA] Timestamp of the last successful or failed automatic reload of encryption configuration split by apiserver identity.".into(),
+            ),
+            _ => (
+                format!("[BETA] Total number of automatic reloads of {name} configuration split by status and apiserver identity."),
+                format!("[BETA] Timestamp of the last automatic reload of {name} configuration split by status and apiserver identity."),
+            ),
         }
     }
 }
@@ -259,10 +282,7 @@ impl ConfigReloads {
 
     fn render(&self, out: &mut String) {
         let by_outcome = self.by_outcome.lock();
-        for config in [
-            ReloadedConfig::Authentication,
-            ReloadedConfig::Authorization,
-        ] {
+        for config in ReloadedConfig::ALL {
             let series: Vec<_> = by_outcome
                 .iter()
                 .filter(|((c, _), _)| *c == config)
@@ -272,10 +292,11 @@ impl ConfigReloads {
                 continue;
             }
             let (name, id) = (config.name(), &self.apiserver_id_hash);
+            let (count_help, time_help) = config.help();
             let prefix = format!("apiserver_{name}_config_controller_automatic_reload");
             let _ = writeln!(
                 out,
-                "# HELP {prefix}s_total [BETA] Total number of automatic reloads of {name} configuration split by status and apiserver identity.\n# TYPE {prefix}s_total counter"
+                "# HELP {prefix}s_total {count_help}\n# TYPE {prefix}s_total counter"
             );
             for (status, (count, _)) in &series {
                 let _ = writeln!(
@@ -285,7 +306,7 @@ impl ConfigReloads {
             }
             let _ = writeln!(
                 out,
-                "# HELP {prefix}_last_timestamp_seconds [BETA] Timestamp of the last automatic reload of {name} configuration split by status and apiserver identity.\n# TYPE {prefix}_last_timestamp_seconds gauge"
+                "# HELP {prefix}_last_timestamp_seconds {time_help}\n# TYPE {prefix}_last_timestamp_seconds gauge"
             );
             for (status, (_, at)) in &series {
                 let _ = writeln!(

@@ -682,6 +682,16 @@ impl Encryption {
         }
     }
 
+    /// The KMS providers' call timeouts added up (upstream's `kmsTimeoutSum`).
+    pub(crate) fn kms_timeout_sum(&self) -> Duration {
+        self.kms.iter().map(|k| k.timeout()).sum()
+    }
+
+    /// One receiver per KMS provider, changed when its plugin becomes healthy.
+    pub(crate) fn kms_recoveries(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
+        self.kms.iter().map(|k| k.recoveries()).collect()
+    }
+
     /// The `kms-providers` health check, when any provider is KMS v2.
     pub fn kms_health(&self) -> Option<KmsHealth> {
         KmsHealth::new(self.kms.clone())

@@ -159,6 +159,12 @@ pub(crate) struct KmsV2 {
     write: RwLock<Option<Arc<WriteState>>>,
     deks: Mutex<DekCache>,
     probe: tokio::sync::Mutex<Probe>,
+    /// Counts the checks that passed after a failure (or first): values this provider
+    /// could not read before may be readable now.
+    recoveries: tokio::sync::watch::Sender<u64>,
+    /// A seed could not be decrypted since the last check: the next check that
+    /// passes counts as a recovery too.
+    fetch_failed: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for KmsV2 {
@@ -362,6 +368,9 @@ impl DekRequest {
             .decrypt(request)
             .await
             .map_err(|s| {
+                self.kms
+                    .fetch_failed
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 TransformError::new(format!("failed to decrypt DEK, error: {}", grpc_error(&s)))
             })?
             .into_inner()
@@ -400,7 +409,17 @@ impl KmsV2 {
                 answer: Ok(()),
                 version: None,
             }),
+            recoveries: tokio::sync::watch::Sender::new(0),
+            fetch_failed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn recoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.recoveries.subscribe()
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     pub(crate) fn prefix(&self) -> &[u8] {
@@ -537,7 +556,14 @@ impl KmsV2 {
         {
             return probe.answer.clone();
         }
+        let was_healthy = probe.answered.is_some() && probe.answer.is_ok();
         let answer = self.status_and_rotate(&mut probe.version).await;
+        let fetch_failed = self
+            .fetch_failed
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        if answer.is_ok() && (!was_healthy || fetch_failed) {
+            self.recoveries.send_modify(|n| *n += 1);
+        }
         let timings = self.timings();
         probe.reuse_for = if answer.is_ok() {
             timings.healthy_answer_ttl

@@ -41,9 +41,12 @@
 //! update and delete paths; nothing panics. In lists and watch events it is logged
 //! as an error and handed on empty, so the registry's watch cache skips it as
 //! undecodable. Deviation: upstream fails every list of that resource (its cacher
-//! does not start); here the one watch cache of all resources must keep going, so
-//! the object is missing from lists and watches until the configuration can read
-//! it again, and a get of it fails.
+//! does not start, and retries); here the one watch cache of all resources must keep
+//! going, so the object is missing from lists and watches until it can be read
+//! again. After such a value was left out, the watch under the cache ends when a
+//! KMS plugin becomes healthy or the configuration is replaced (automatic reload),
+//! and the cache lists everything again: a KMS plugin that starts after the
+//! apiserver, as upstream allows, leaves no secret out for good.
 //!
 //! # Behaviour worth knowing
 //! * A value read by any provider but the first, or any key but the first, is stale:
@@ -61,6 +64,11 @@
 //!   Keys of no resource (allocator ranges, the apiserver endpoints' leases) are never
 //!   encrypted.
 //!
+//! * With `--encryption-provider-config-automatic-reload`, [`EncryptionInUse::replace`]
+//!   puts a changed file in use whole, once it validates and its KMS plugins are
+//!   healthy; operations under way finish with the configuration they resolved. One
+//!   `kms-providers` check then follows the configuration in use.
+//!
 //! # Upstream sources followed
 //! `staging/src/k8s.io/apiserver/pkg/storage/value/transformer.go` (prefix
 //! transformers, stale reads), `.../value/encrypt/{aes,secretbox,identity}`,
@@ -70,7 +78,6 @@
 //!
 //! # Left out
 //! * KMS v1 (deprecated upstream and off by default since 1.29): refused at start.
-//! * `--encryption-provider-config-automatic-reload`: the file is read once at start.
 //! * The encryption and KMS metrics (`apiserver_storage_transformation_*`,
 //!   `apiserver_envelope_encryption_*`).
 //! * Upstream's `AllowUnsafeMalformedObjectDeletion` for undecryptable objects.
@@ -90,7 +97,7 @@ pub use config::{
 };
 pub use kms::{KMS_HEALTH_CHECK, KmsHealth, KmsTimings};
 pub use providers::TransformError;
-pub use storage::EncryptedStorage;
+pub use storage::{EncryptedStorage, EncryptionInUse};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,9 @@
 //! [`EncryptedStorage`]: the decorator itself.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -9,10 +12,14 @@ use ferrokube_storage::{
     Revision, Storage, StorageError, StorageStats, Update, UpdateFn, WatchEvent, WatchStream,
 };
 use futures::StreamExt;
+use tokio_stream::wrappers::WatchStream as WatchChanges;
 
-use crate::config::Encryption;
-use crate::kms::DekRequest;
+use crate::config::{Encryption, EncryptionConfiguration};
+use crate::kms::{DekRequest, KmsTimings};
 use crate::providers::{Chain, Location, ReadError, TransformError, check_unencrypted};
+
+/// What every value a KMS provider wrote starts with, whatever its version.
+const KMS_PREFIX: &str = "k8s:enc:kms:";
 
 /// How many times a read asks a KMS plugin for a seed before giving up: one fetch
 /// is enough unless the cache lost the seed in between.
@@ -27,8 +34,18 @@ pub struct EncryptedStorage {
 
 /// What the decorator and its watch streams share.
 struct Shared {
-    encryption: Encryption,
+    /// Replaced whole when `--encryption-provider-config-automatic-reload` sees the
+    /// file change; each operation resolves its chain once.
+    encryption: RwLock<Arc<Encryption>>,
     backend_prefix: String,
+    /// Bumped when the configuration in use is replaced.
+    replaced: tokio::sync::watch::Sender<u64>,
+    /// The keys lists and watches left out because their values could not be
+    /// decrypted, each with `1 +` the [`Shared::epoch`] at the time; a key leaves
+    /// when a list or watch reads it.
+    skipped: Mutex<HashMap<String, u64>>,
+    /// How many keys `skipped` holds, so that reads look at it only when needed.
+    skipped_count: AtomicUsize,
 }
 
 impl std::fmt::Debug for EncryptedStorage {
@@ -48,11 +65,109 @@ impl EncryptedStorage {
         EncryptedStorage {
             inner,
             shared: Arc::new(Shared {
-                encryption,
+                encryption: RwLock::new(Arc::new(encryption)),
                 backend_prefix: backend_prefix.to_string(),
+                replaced: tokio::sync::watch::Sender::new(0),
+                skipped: Mutex::new(HashMap::new()),
+                skipped_count: AtomicUsize::new(0),
             }),
         }
     }
+
+    /// How many keys are recorded as left out of lists and watches.
+    #[cfg(test)]
+    pub(crate) fn left_out(&self) -> usize {
+        self.shared.skipped_count.load(Ordering::SeqCst)
+    }
+
+    /// The configuration in use: to check its KMS plugins and to replace it when its
+    /// file changes.
+    pub fn in_use(&self) -> EncryptionInUse {
+        EncryptionInUse {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Upstream's floor for how long a reloaded configuration's KMS plugins may take to
+/// become healthy (`validateNewTransformersHealth`).
+const RELOAD_HEALTH_TIMEOUT_MIN: Duration = Duration::from_secs(10);
+const RELOAD_HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// The configuration an [`EncryptedStorage`] uses (see [`EncryptedStorage::in_use`]).
+#[derive(Clone)]
+pub struct EncryptionInUse {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EncryptionInUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.current().fmt(f)
+    }
+}
+
+impl EncryptionInUse {
+    pub fn current(&self) -> Arc<Encryption> {
+        self.shared.current()
+    }
+
+    /// The `kms-providers` check of the configuration in use (healthy without KMS
+    /// providers): with automatic reload the check is always served, as upstream.
+    pub async fn check_kms(&self) -> Result<(), String> {
+        match self.current().kms_health() {
+            Some(health) => health.check().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Upstream's automatic reload of a changed file: the new configuration is
+    /// decoded, validated and built, its KMS plugins started and given until they
+    /// are healthy (twice their timeouts, at least 10 s), and only then put in use.
+    /// Reads and writes under way finish with the configuration they started with.
+    /// On any failure the configuration in use stays.
+    pub async fn replace(
+        &self,
+        text: &str,
+        timings: KmsTimings,
+    ) -> std::result::Result<(), String> {
+        if text.is_empty() {
+            return Err("encryption provider configuration file is empty".into());
+        }
+        let config = EncryptionConfiguration::parse(text.as_bytes()).map_err(|e| e.to_string())?;
+        let encryption = Encryption::new(&config).map_err(|e| e.to_string())?;
+        for warning in encryption.warnings() {
+            tracing::warn!("--encryption-provider-config: {warning}");
+        }
+        encryption.start_kms(timings).await;
+        if let Some(health) = encryption.kms_health() {
+            let timeout = (2 * encryption.kms_timeout_sum()).max(RELOAD_HEALTH_TIMEOUT_MIN);
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                let checked = health.check().await;
+                match checked {
+                    Ok(()) => break,
+                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                        return Err(format!("health check for new transformers failed: {e}"));
+                    }
+                    Err(_) => tokio::time::sleep(RELOAD_HEALTH_POLL).await,
+                }
+            }
+        }
+        *self
+            .shared
+            .encryption
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(encryption);
+        self.shared.replaced.send_modify(|n| *n += 1);
+        Ok(())
+    }
+}
+
+/// Ends a watch so that its consumer lists again (see [`Shared::relist_when_readable`]).
+fn relist_error() -> StorageError {
+    StorageError::Internal(
+        "encryption at rest: values left out may be readable now; list again".into(),
+    )
 }
 
 fn transform_error(key: &str, err: TransformError) -> StorageError {
@@ -67,14 +182,103 @@ impl Shared {
         }
     }
 
-    fn chain(&self, key: &str) -> Option<&Chain> {
-        self.encryption.resolver.resolve(key).map(Arc::as_ref)
+    fn current(&self) -> Arc<Encryption> {
+        self.encryption
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How many times the configuration was replaced or a KMS plugin of the one in
+    /// use became healthy: when it grows, values left out before may read now.
+    fn epoch(&self) -> u64 {
+        *self.replaced.borrow()
+            + self
+                .current()
+                .kms_recoveries()
+                .iter()
+                .map(|r| *r.borrow())
+                .sum::<u64>()
+    }
+
+    fn skip(&self, key: &str, epoch: u64) {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        if skipped.insert(key.to_string(), epoch + 1).is_none() {
+            self.skipped_count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn readable_again(&self, key: &str) {
+        if self.skipped_count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut skipped = self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        if skipped.remove(key).is_some() {
+            self.skipped_count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a value left out under `prefix` may read now (the epoch grew since).
+    /// `claim` marks those values as left out at this epoch, so that a key that is
+    /// gone (and so never read again) makes one list again, not one per watch.
+    fn may_read_under(&self, prefix: &str, claim: bool) -> bool {
+        if self.skipped_count.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let epoch = self.epoch();
+        let mut skipped = self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found = false;
+        for (key, at) in skipped.iter_mut() {
+            if key.starts_with(prefix) && epoch >= *at {
+                found = true;
+                if claim {
+                    *at = epoch + 1;
+                }
+            }
+        }
+        found
+    }
+
+    /// A stream that fails, once, when values this watch's prefix left out of lists
+    /// and watches may have become readable: the registry's cache then lists
+    /// everything again (upstream's cacher of the resource retries its list the same
+    /// way) and reads them. A replaced configuration always fails it, so that the
+    /// next watch follows the new configuration's plugins.
+    fn relist_when_readable(self: &Arc<Self>, prefix: &str) -> WatchStream {
+        // Readable already: a plugin recovered between the list and this watch.
+        if self.may_read_under(prefix, true) {
+            return futures::stream::once(std::future::ready(Err(relist_error()))).boxed();
+        }
+        let mut signals: Vec<futures::stream::BoxStream<'static, bool>> = self
+            .current()
+            .kms_recoveries()
+            .into_iter()
+            .map(|r| WatchChanges::from_changes(r).map(|_| false).boxed())
+            .collect();
+        signals.push(
+            WatchChanges::from_changes(self.replaced.subscribe())
+                .map(|_| true)
+                .boxed(),
+        );
+        let shared = self.clone();
+        let prefix = prefix.to_string();
+        futures::stream::select_all(signals)
+            .filter_map(move |replaced| {
+                let relist = replaced || shared.may_read_under(&prefix, false);
+                std::future::ready(relist.then(|| Err(relist_error())))
+            })
+            .take(1)
+            .boxed()
+    }
+
+    fn chain(&self, key: &str) -> Option<Arc<Chain>> {
+        self.current().resolver.resolve(key).cloned()
     }
 
     /// Whether stored values of `key` may be encrypted, so that the backend cannot
     /// look inside them (for the uid precondition).
     fn transforms(&self, key: &str) -> bool {
-        self.chain(key).is_some_and(Chain::transforms)
+        self.chain(key).is_some_and(|c| c.transforms())
     }
 
     fn encrypt(&self, key: &str, plain: Bytes) -> Result<Bytes> {
@@ -131,9 +335,20 @@ impl Shared {
     /// only this object's (upstream fails only that resource's cacher); a get of the
     /// object itself still fails with the error.
     async fn read_or_skip(&self, mut kv: KeyValue) -> KeyValue {
+        // A KMS plugin may recover while its value is being read: take the epoch
+        // first (only for such values, as it costs a lock and an allocation).
+        let epoch_before = kv
+            .value
+            .starts_with(KMS_PREFIX.as_bytes())
+            .then(|| self.epoch());
         match self.decrypt(&kv.key, &kv.value).await {
-            Ok((plain, _)) => kv.value = plain,
+            Ok((plain, _)) => {
+                self.readable_again(&kv.key);
+                kv.value = plain;
+            }
             Err(err) => {
+                let epoch = epoch_before.unwrap_or_else(|| self.epoch());
+                self.skip(&kv.key, epoch);
                 tracing::error!(error = %err, "stored value left out: it cannot be decrypted");
                 kv.value = Bytes::new();
             }
@@ -148,10 +363,12 @@ impl Shared {
                 current: self.read_or_skip(current).await,
                 previous: self.read_or_skip(previous).await,
             },
-            WatchEvent::Deleted { previous, revision } => WatchEvent::Deleted {
-                previous: self.read_or_skip(previous).await,
-                revision,
-            },
+            WatchEvent::Deleted { previous, revision } => {
+                let previous = self.read_or_skip(previous).await;
+                // Gone: nothing is left out any more, readable or not.
+                self.readable_again(&previous.key);
+                WatchEvent::Deleted { previous, revision }
+            }
             WatchEvent::Progress(revision) => WatchEvent::Progress(revision),
         }
     }
@@ -367,7 +584,7 @@ impl Storage for EncryptedStorage {
     async fn watch(&self, prefix: &str, from_revision: Revision) -> Result<WatchStream> {
         let events = self.inner.watch(prefix, from_revision).await?;
         let shared = self.shared.clone();
-        Ok(events
+        let events = events
             .then(move |item| {
                 let shared = shared.clone();
                 async move {
@@ -377,7 +594,17 @@ impl Storage for EncryptedStorage {
                     }
                 }
             })
-            .boxed())
+            .boxed();
+        let mut events = events;
+        let mut relist = self.shared.relist_when_readable(prefix);
+        // Ends with the backend's watch; the relist signal only interrupts it.
+        Ok(futures::stream::poll_fn(move |cx| {
+            if let std::task::Poll::Ready(Some(relist)) = relist.poll_next_unpin(cx) {
+                return std::task::Poll::Ready(Some(relist));
+            }
+            events.poll_next_unpin(cx)
+        })
+        .boxed())
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

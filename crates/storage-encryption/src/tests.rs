@@ -1177,3 +1177,95 @@ fn kms_v1_is_refused_and_v2_accepted() {
         Some("kms-providers")
     );
 }
+
+// ---- the configuration replaced while in use
+
+#[tokio::test]
+async fn a_replaced_configuration_reads_what_the_old_one_left_out_after_one_relist() {
+    let f = Fixture::new();
+    // Written under key2, which the first configuration does not have.
+    f.with(&yaml("secrets", &aescbc("k2", &KEY2)))
+        .create(SECRET_KEY, Bytes::from_static(PLAIN))
+        .await
+        .expect("create");
+    let s = f.with(&yaml("secrets", &aescbc("k1", &KEY1)));
+    let listed = s
+        .list("/registry/", &Default::default())
+        .await
+        .expect("list");
+    let item = listed
+        .items
+        .iter()
+        .find(|kv| kv.key == SECRET_KEY)
+        .expect("listed");
+    assert!(item.value.is_empty(), "left out");
+    let mut watch = s.watch("/registry/", listed.revision).await.expect("watch");
+
+    let in_use = s.in_use();
+    let both = yaml(
+        "secrets",
+        &format!("{}, {}", aescbc("k1", &KEY1), aescbc("k2", &KEY2)),
+    );
+    in_use
+        .replace(&both, Default::default())
+        .await
+        .expect("replace");
+    // The watch ends, so that its consumer lists again, and then reads the value.
+    let ended = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("the watch ends in time");
+    assert!(matches!(ended, Some(Err(_))), "{ended:?}");
+    let listed = s
+        .list("/registry/", &Default::default())
+        .await
+        .expect("list");
+    let item = listed
+        .items
+        .iter()
+        .find(|kv| kv.key == SECRET_KEY)
+        .expect("listed");
+    assert_eq!(&item.value[..], PLAIN);
+    // Nothing is left out any more: the next watch carries on.
+    let mut watch = s.watch("/registry/", listed.revision).await.expect("watch");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), watch.next())
+            .await
+            .is_err(),
+        "a watch with nothing left out does not end"
+    );
+    // A reload that does not load changes nothing.
+    assert!(
+        in_use
+            .replace("kind: Nope\n", Default::default())
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        &s.get(SECRET_KEY, None).await.expect("get").value[..],
+        PLAIN
+    );
+}
+
+#[tokio::test]
+async fn a_value_left_out_and_then_deleted_makes_no_relists() {
+    let f = Fixture::new();
+    f.with(&yaml("secrets", &aescbc("k2", &KEY2)))
+        .create(SECRET_KEY, Bytes::from_static(PLAIN))
+        .await
+        .expect("create");
+    let s = f.with(&yaml("secrets", &aescbc("k1", &KEY1)));
+    let listed = s
+        .list("/registry/", &Default::default())
+        .await
+        .expect("list");
+    let mut watch = s.watch("/registry/", listed.revision).await.expect("watch");
+    f.raw
+        .delete(SECRET_KEY, &Preconditions::default())
+        .await
+        .expect("delete underneath");
+    match tokio::time::timeout(Duration::from_secs(5), watch.next()).await {
+        Ok(Some(Ok(WatchEvent::Deleted { previous, .. }))) => assert_eq!(previous.key, SECRET_KEY),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.left_out(), 0);
+}

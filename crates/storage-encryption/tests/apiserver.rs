@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{PASSWORD, contains, password, secret, start};
+use common::{Follow, PASSWORD, contains, password, secret, start};
 use ferrokube_storage::Storage as _;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -32,7 +32,7 @@ resources:
 "
     );
     let dir = tempfile::tempdir().expect("temp dir");
-    let running = start(dir.path(), &config, Default::default()).await;
+    let running = start(dir.path(), &config, Default::default(), Follow::No).await;
     let secrets: Api<Secret> = Api::namespaced(running.client.clone(), "default");
 
     secrets

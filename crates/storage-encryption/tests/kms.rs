@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{PASSWORD, Running, contains, password, secret, start};
+use common::{Follow, PASSWORD, Running, contains, password, secret, start};
 use ferrokube_storage::Storage as _;
 use ferrokube_storage_encryption::KmsTimings;
 use ferrokube_storage_encryption::testing::{TestKmsPlugin, sealed_under};
@@ -58,7 +58,9 @@ impl Setup {
         Setup { dir, socket }
     }
 
+    /// A plugin on the socket (one that was dropped leaves its socket file behind).
     fn plugin(&self) -> TestKmsPlugin {
+        let _ = std::fs::remove_file(&self.socket);
         TestKmsPlugin::start(&self.socket, "key-1").expect("plugin")
     }
 
@@ -69,6 +71,7 @@ impl Setup {
             self.dir.path(),
             &config(&self.socket),
             timings(write_seed_ttl),
+            Follow::No,
         )
         .await;
         let secrets = Api::namespaced(running.client.clone(), "default");
@@ -261,6 +264,18 @@ async fn an_unhealthy_plugin_fails_readiness_and_a_gone_one_fails_writes_once_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_plugin_that_comes_up_after_the_server_is_used_once_it_answers() {
     let setup = Setup::new();
+    // Data sealed by an earlier server, whose plugin then went away.
+    let plugin = setup.plugin();
+    let (running, secrets) = setup.server(Duration::from_secs(180)).await;
+    secrets
+        .create(&PostParams::default(), &secret("kept"))
+        .await
+        .expect("create");
+    let Running { server, raw, .. } = running;
+    server.shutdown(Duration::from_secs(5)).await;
+    drop(raw);
+    drop(plugin);
+
     let (running, secrets) = setup.server(Duration::from_secs(180)).await;
     let err = secrets
         .create(&PostParams::default(), &secret("early"))
@@ -273,6 +288,21 @@ async fn a_plugin_that_comes_up_after_the_server_is_used_once_it_answers() {
         "{message}"
     );
     assert_eq!(get_text(&running.client, "/readyz").await.0, 500);
+    // The old secret cannot be read: a get fails, and lists (from the cache) leave
+    // it out for now.
+    let (code, message) = api_error_code(secrets.get("kept").await.expect_err("unreadable"));
+    assert_eq!(code, 500, "{message}");
+    let listed = |secrets: Api<Secret>| async move {
+        secrets
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect::<Vec<String>>()
+    };
+    assert!(listed(secrets.clone()).await.is_empty());
 
     let plugin = setup.plugin();
     eventually("the server to be primed", || async {
@@ -284,5 +314,106 @@ async fn a_plugin_that_comes_up_after_the_server_is_used_once_it_answers() {
     .await;
     assert_eq!(plugin.encrypt_calls(), 1);
     assert_eq!(get_text(&running.client, "/readyz").await.0, 200);
+    let kept = secrets.get("kept").await.expect("get");
+    assert_eq!(password(&kept), Some(PASSWORD.as_bytes()));
+    // Once the plugin answers, the cache lists again and finds the old secret.
+    eventually("the old secret to be listed again", || async {
+        listed(secrets.clone()).await.contains(&"kept".to_string())
+    })
+    .await;
+    running.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_automatic_reload_a_changed_file_is_put_in_use_once_it_loads() {
+    let setup = Setup::new();
+    let plugin = setup.plugin();
+    let aescbc =
+        "{aescbc: {keys: [{name: key1, secret: 'KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio='}]}}";
+    let header = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n";
+    let first = format!("{header}      - {aescbc}\n");
+    let running = start(
+        setup.dir.path(),
+        &first,
+        timings(Duration::from_secs(180)),
+        Follow::AutomaticReload,
+    )
+    .await;
+    let client = running.client.clone();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    secrets
+        .create(&PostParams::default(), &secret("before"))
+        .await
+        .expect("create");
+    assert!(
+        stored(&running, "before")
+            .await
+            .starts_with(b"k8s:enc:aescbc:v1:key1:")
+    );
+    // The one kms-providers check is there even without a KMS provider.
+    assert_eq!(get_text(&client, "/readyz/kms-providers").await.0, 200);
+
+    // KMS first, aescbc still there to read what it wrote.
+    let second = format!(
+        "{header}      - {{kms: {{apiVersion: v2, name: {PROVIDER}, endpoint: '{}'}}}}\n      - {aescbc}\n",
+        plugin.endpoint()
+    );
+    std::fs::write(setup.dir.path().join("encryption.yaml"), &second).expect("write config");
+    let mut attempt = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        attempt += 1;
+        let name = format!("after-{attempt}");
+        secrets
+            .create(&PostParams::default(), &secret(&name))
+            .await
+            .expect("create during the reload");
+        if sealed_under(&stored(&running, &name).await, PROVIDER).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new configuration was not put in use"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let got = secrets.get("before").await.expect("read under the old key");
+    assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
+    let (_, metrics) = get_text(&client, "/metrics").await;
+    let reloads: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_encryption_config_controller_automatic_reloads_total{")
+        })
+        .collect();
+    assert_eq!(reloads.len(), 1, "{reloads:?}");
+    assert!(reloads[0].ends_with("status=\"success\"} 1"), "{reloads:?}");
+
+    // The check follows the configuration in use: its plugin now.
+    plugin.set_healthz("sick");
+    assert_eq!(get_text(&client, "/readyz/kms-providers").await.0, 500);
+    plugin.set_healthz("ok");
+
+    // A file that does not load is counted and leaves the configuration in use.
+    std::fs::write(setup.dir.path().join("encryption.yaml"), "kind: Nonsense\n")
+        .expect("write config");
+    eventually("the failed reload to be counted", || {
+        let client = client.clone();
+        async move {
+            get_text(&client, "/metrics").await.1.lines().any(|l| {
+                l.starts_with("apiserver_encryption_config_controller_automatic_reloads_total{")
+                    && l.ends_with("status=\"failure\"} 1")
+            })
+        }
+    })
+    .await;
+    secrets
+        .create(&PostParams::default(), &secret("still-kms"))
+        .await
+        .expect("create");
+    assert_eq!(
+        sealed_under(&stored(&running, "still-kms").await, PROVIDER),
+        Some(("key-1".into(), true))
+    );
     running.server.shutdown(Duration::from_secs(5)).await;
 }

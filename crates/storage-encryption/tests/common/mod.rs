@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage::Storage;
-use ferrokube_storage_encryption::{EncryptedStorage, Encryption, KmsHealth, KmsTimings};
+use ferrokube_storage_encryption::{
+    EncryptedStorage, Encryption, EncryptionInUse, KmsHealth, KmsTimings,
+};
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -27,28 +29,52 @@ pub struct Running {
     pub raw: Arc<SqliteStorage>,
 }
 
-/// Encryption's `kms-providers` check, as the binary adds it.
+/// Encryption's `kms-providers` check, as the binary adds it: of the configuration
+/// read at start, or of the one in use when the file is followed.
 #[derive(Debug)]
-struct KmsCheck(KmsHealth);
+enum KmsCheck {
+    Fixed(KmsHealth),
+    InUse(EncryptionInUse),
+}
 
 #[async_trait::async_trait]
 impl ferrokube_apiserver::HealthCheck for KmsCheck {
     fn name(&self) -> &str {
-        self.0.name()
+        ferrokube_storage_encryption::KMS_HEALTH_CHECK
     }
 
     async fn check(&self) -> Result<(), String> {
-        self.0.check().await
+        match self {
+            KmsCheck::Fixed(health) => health.check().await,
+            KmsCheck::InUse(in_use) => in_use.check_kms().await,
+        }
     }
+}
+
+/// `--encryption-provider-config-automatic-reload`, as the binary wires it.
+struct Reload(EncryptionInUse, KmsTimings);
+
+#[async_trait::async_trait]
+impl ferrokube_apiserver::ApplyConfig for Reload {
+    async fn apply(&self, text: String) -> Result<(), String> {
+        self.0.replace(&text, self.1).await
+    }
+}
+
+/// Whether the server follows the encryption configuration file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    No,
+    AutomaticReload,
 }
 
 /// Starts a server with the encryption configuration `config`, its store under `dir`
 /// (a second start on the same `dir` finds the first one's data).
-pub async fn start(dir: &Path, config: &str, kms: KmsTimings) -> Running {
+pub async fn start(dir: &Path, config: &str, kms: KmsTimings, follow: Follow) -> Running {
     // A concurrent test can take the port between our probe and the bind: retry.
     let mut last = String::new();
     for _ in 0..5 {
-        match try_start(dir, config, kms).await {
+        match try_start(dir, config, kms, follow).await {
             Ok(running) => return running,
             Err(e) => last = e,
         }
@@ -56,7 +82,12 @@ pub async fn start(dir: &Path, config: &str, kms: KmsTimings) -> Running {
     panic!("apiserver did not start: {last}");
 }
 
-async fn try_start(dir: &Path, config: &str, kms: KmsTimings) -> Result<Running, String> {
+async fn try_start(
+    dir: &Path,
+    config: &str,
+    kms: KmsTimings,
+    follow: Follow,
+) -> Result<Running, String> {
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
@@ -77,7 +108,9 @@ async fn try_start(dir: &Path, config: &str, kms: KmsTimings) -> Result<Running,
         SqliteStorage::open(&dir.join("data/state.db"), SqliteOptions::default())
             .map_err(|e| e.to_string())?,
     );
-    let storage: Arc<dyn Storage> = Arc::new(EncryptedStorage::new(raw.clone(), encryption, ""));
+    let encrypted = EncryptedStorage::new(raw.clone(), encryption, "");
+    let in_use = encrypted.in_use();
+    let storage: Arc<dyn Storage> = Arc::new(encrypted);
 
     let mut opts = Options::new(pki.apiserver_cert.clone(), pki.apiserver_key.clone());
     opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -87,8 +120,16 @@ async fn try_start(dir: &Path, config: &str, kms: KmsTimings) -> Result<Running,
     opts.service_account_key_files = vec![pki_dir.join("sa.pub")];
     opts.service_account_signing_key_file = Some(pki_dir.join("sa.key"));
     opts.admission_plugins.set("ServiceAccount", false)?;
-    if let Some(health) = kms_health {
-        opts.health_checks.push(Arc::new(KmsCheck(health)));
+    if follow == Follow::AutomaticReload {
+        opts.health_checks
+            .push(Arc::new(KmsCheck::InUse(in_use.clone())));
+        opts.encryption_config_reload = Some(ferrokube_apiserver::FollowedConfig {
+            path: config_file.clone(),
+            text: config.to_string(),
+            apply: Arc::new(Reload(in_use, kms)),
+        });
+    } else if let Some(health) = kms_health {
+        opts.health_checks.push(Arc::new(KmsCheck::Fixed(health)));
     }
     let config = opts.into_config(storage).await.map_err(|e| e.to_string())?;
     let server = Server::start(config).await.map_err(|e| e.to_string())?;
