@@ -1269,3 +1269,49 @@ async fn a_value_left_out_and_then_deleted_makes_no_relists() {
     }
     assert_eq!(s.left_out(), 0);
 }
+
+// ---- kms
+
+#[tokio::test]
+async fn an_update_of_a_value_sealed_with_an_unknown_seed_asks_the_plugin_then_rewrites_it() {
+    let f = Fixture::new();
+    let socket = f._dir.path().join("kms.sock");
+    let plugin = crate::testing::TestKmsPlugin::start(&socket, "key-1").expect("plugin");
+    let config = yaml(
+        "secrets",
+        &format!(
+            "{{kms: {{apiVersion: v2, name: vault, endpoint: '{}'}}}}",
+            plugin.endpoint()
+        ),
+    );
+    let first = encryption(&config);
+    first.start_kms(Default::default()).await;
+    let first = EncryptedStorage::new(f.raw.clone(), first, "");
+    first
+        .create(SECRET_KEY, Bytes::from_static(PLAIN))
+        .await
+        .expect("create");
+    // Another server: its own seed, and no copy of the first one's.
+    let second = encryption(&config);
+    second.start_kms(Default::default()).await;
+    let second = EncryptedStorage::new(f.raw.clone(), second, "");
+    assert_eq!(plugin.encrypt_calls(), 2);
+    let mut seen = None;
+    let updated = second
+        .guaranteed_update(SECRET_KEY, &Preconditions::default(), &mut |current| {
+            seen = current.map(|kv| kv.value.clone());
+            Ok(Update::Write(Bytes::from_static(b"{\"v\":2}")))
+        })
+        .await
+        .expect("update");
+    assert_eq!(seen.as_deref(), Some(PLAIN));
+    assert_eq!(&updated.value[..], b"{\"v\":2}");
+    assert_eq!(plugin.decrypt_calls(), 1, "the first seed, decrypted once");
+    // Stored anew under the second server's seed: the first reads it only through
+    // the plugin too.
+    assert_eq!(
+        &first.get(SECRET_KEY, None).await.expect("get").value[..],
+        b"{\"v\":2}"
+    );
+    assert_eq!(plugin.decrypt_calls(), 2);
+}
