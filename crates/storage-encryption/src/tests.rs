@@ -1180,10 +1180,10 @@ fn kms_v1_is_refused_and_v2_accepted() {
 
 // ---- the configuration replaced while in use
 
-#[tokio::test]
-async fn a_replaced_configuration_reads_what_the_old_one_left_out_after_one_relist() {
+/// A secret written under key2, then listed (and so left out) by a decorator that
+/// has only key1.
+async fn left_out_by_a_list() -> (Fixture, EncryptedStorage, ferrokube_storage::ListResult) {
     let f = Fixture::new();
-    // Written under key2, which the first configuration does not have.
     f.with(&yaml("secrets", &aescbc("k2", &KEY2)))
         .create(SECRET_KEY, Bytes::from_static(PLAIN))
         .await
@@ -1193,6 +1193,12 @@ async fn a_replaced_configuration_reads_what_the_old_one_left_out_after_one_reli
         .list("/registry/", &Default::default())
         .await
         .expect("list");
+    (f, s, listed)
+}
+
+#[tokio::test]
+async fn a_replaced_configuration_reads_what_the_old_one_left_out_after_one_relist() {
+    let (_store, s, listed) = left_out_by_a_list().await;
     let item = listed
         .items
         .iter()
@@ -1248,16 +1254,7 @@ async fn a_replaced_configuration_reads_what_the_old_one_left_out_after_one_reli
 
 #[tokio::test]
 async fn a_value_left_out_and_then_deleted_makes_no_relists() {
-    let f = Fixture::new();
-    f.with(&yaml("secrets", &aescbc("k2", &KEY2)))
-        .create(SECRET_KEY, Bytes::from_static(PLAIN))
-        .await
-        .expect("create");
-    let s = f.with(&yaml("secrets", &aescbc("k1", &KEY1)));
-    let listed = s
-        .list("/registry/", &Default::default())
-        .await
-        .expect("list");
+    let (f, s, listed) = left_out_by_a_list().await;
     let mut watch = s.watch("/registry/", listed.revision).await.expect("watch");
     f.raw
         .delete(SECRET_KEY, &Preconditions::default())
