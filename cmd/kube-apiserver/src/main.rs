@@ -786,7 +786,6 @@ async fn main() -> anyhow::Result<()> {
                 .context("connecting to etcd")?,
         )
     };
-    let mut kms_health = None;
     let mut encryption_in_use = None;
     let storage: Arc<dyn Storage> = match encryption {
         Some(encryption) => {
@@ -796,7 +795,6 @@ async fn main() -> anyhow::Result<()> {
             // KMS v2 plugins are asked for a seed before the first request, as upstream
             // primes them; one that does not answer is retried in the background.
             encryption.start_kms(Default::default()).await;
-            kms_health = encryption.kms_health().map(KmsProvidersCheck::Fixed);
             // AES-GCM authenticates the full etcd key, --etcd-prefix included.
             let prefix = if args.etcd_servers.is_empty() {
                 ""
@@ -811,25 +809,18 @@ async fn main() -> anyhow::Result<()> {
         None => storage,
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
-    match (
-        encryption_in_use,
-        encryption_text,
-        &args.encryption_provider_config,
-    ) {
-        (Some(in_use), Some(text), Some(path)) => {
-            // With reload, one kms-providers check follows whatever is in use, as upstream.
+    if let Some(in_use) = encryption_in_use {
+        // Upstream serves kms-providers when KMS is configured, and always with reload.
+        if encryption_text.is_some() || in_use.current().kms_health().is_some() {
             opts.health_checks
-                .push(Arc::new(KmsProvidersCheck::InUse(in_use.clone())));
+                .push(Arc::new(KmsProvidersCheck(in_use.clone())));
+        }
+        if let (Some(text), Some(path)) = (encryption_text, &args.encryption_provider_config) {
             opts.encryption_config_reload = Some(ferrokube_apiserver::FollowedConfig {
                 path: path.clone(),
                 text,
                 apply: Arc::new(ReloadEncryption(in_use)),
             });
-        }
-        _ => {
-            if let Some(health) = kms_health {
-                opts.health_checks.push(Arc::new(health));
-            }
         }
     }
     opts.tls = args.tls.options_logged()?;
@@ -1094,14 +1085,10 @@ fn check_encryption_flags(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Encryption at rest's `kms-providers` check on `/healthz` and `/readyz`: of the
-/// configuration read at start, or, with automatic reload, of the one in use (and
-/// then served even without KMS providers, as upstream).
+/// Encryption at rest's `kms-providers` check on `/healthz` and `/readyz`, of the
+/// configuration in use (which only automatic reload replaces).
 #[derive(Debug)]
-enum KmsProvidersCheck {
-    Fixed(ferrokube_storage_encryption::KmsHealth),
-    InUse(ferrokube_storage_encryption::EncryptionInUse),
-}
+struct KmsProvidersCheck(ferrokube_storage_encryption::EncryptionInUse);
 
 #[async_trait::async_trait]
 impl ferrokube_apiserver::HealthCheck for KmsProvidersCheck {
@@ -1110,10 +1097,7 @@ impl ferrokube_apiserver::HealthCheck for KmsProvidersCheck {
     }
 
     async fn check(&self) -> Result<(), String> {
-        match self {
-            KmsProvidersCheck::Fixed(health) => health.check().await,
-            KmsProvidersCheck::InUse(in_use) => in_use.check_kms().await,
-        }
+        self.0.check_kms().await
     }
 }
 

@@ -13,9 +13,7 @@ use std::sync::Arc;
 
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage::Storage;
-use ferrokube_storage_encryption::{
-    EncryptedStorage, Encryption, EncryptionInUse, KmsHealth, KmsTimings,
-};
+use ferrokube_storage_encryption::{EncryptedStorage, Encryption, EncryptionInUse, KmsTimings};
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -29,13 +27,9 @@ pub struct Running {
     pub raw: Arc<SqliteStorage>,
 }
 
-/// Encryption's `kms-providers` check, as the binary adds it: of the configuration
-/// read at start, or of the one in use when the file is followed.
+/// Encryption's `kms-providers` check, as the binary adds it.
 #[derive(Debug)]
-enum KmsCheck {
-    Fixed(KmsHealth),
-    InUse(EncryptionInUse),
-}
+struct KmsCheck(EncryptionInUse);
 
 #[async_trait::async_trait]
 impl ferrokube_apiserver::HealthCheck for KmsCheck {
@@ -44,10 +38,7 @@ impl ferrokube_apiserver::HealthCheck for KmsCheck {
     }
 
     async fn check(&self) -> Result<(), String> {
-        match self {
-            KmsCheck::Fixed(health) => health.check().await,
-            KmsCheck::InUse(in_use) => in_use.check_kms().await,
-        }
+        self.0.check_kms().await
     }
 }
 
@@ -103,7 +94,7 @@ async fn try_start(
     std::fs::write(&config_file, config).map_err(|e| e.to_string())?;
     let encryption = Encryption::load(&config_file).map_err(|e| e.to_string())?;
     encryption.start_kms(kms).await;
-    let kms_health = encryption.kms_health();
+    let has_kms = encryption.kms_health().is_some();
     let raw = Arc::new(
         SqliteStorage::open(&dir.join("data/state.db"), SqliteOptions::default())
             .map_err(|e| e.to_string())?,
@@ -120,16 +111,15 @@ async fn try_start(
     opts.service_account_key_files = vec![pki_dir.join("sa.pub")];
     opts.service_account_signing_key_file = Some(pki_dir.join("sa.key"));
     opts.admission_plugins.set("ServiceAccount", false)?;
+    if follow == Follow::AutomaticReload || has_kms {
+        opts.health_checks.push(Arc::new(KmsCheck(in_use.clone())));
+    }
     if follow == Follow::AutomaticReload {
-        opts.health_checks
-            .push(Arc::new(KmsCheck::InUse(in_use.clone())));
         opts.encryption_config_reload = Some(ferrokube_apiserver::FollowedConfig {
             path: config_file.clone(),
             text: config.to_string(),
             apply: Arc::new(Reload(in_use, kms)),
         });
-    } else if let Some(health) = kms_health {
-        opts.health_checks.push(Arc::new(KmsCheck::Fixed(health)));
     }
     let config = opts.into_config(storage).await.map_err(|e| e.to_string())?;
     let server = Server::start(config).await.map_err(|e| e.to_string())?;
