@@ -753,20 +753,24 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     check_encryption_flags(&args)?;
-    // Read before any store opens: a bad file stops the start at once.
+    // Read before any store opens: a bad file stops the start at once. The file is
+    // read once: with reload, the follower compares changes with this very text.
+    let mut encryption_text = None;
     let encryption = match &args.encryption_provider_config {
-        Some(path) => Some(
-            ferrokube_storage_encryption::Encryption::load(path)
-                .map_err(|e| anyhow::anyhow!("--encryption-provider-config: {e}"))?,
-        ),
-        None => None,
-    };
-    // The text the configuration was built from, for the reload to compare with.
-    let encryption_text = match (&args.encryption_provider_config, &encryption) {
-        (Some(path), Some(_)) if args.encryption_provider_config_automatic_reload => {
-            Some(std::fs::read_to_string(path).unwrap_or_default())
+        Some(path) => {
+            let data = std::fs::read(path).with_context(|| {
+                format!("--encryption-provider-config: reading {}", path.display())
+            })?;
+            let encryption =
+                ferrokube_storage_encryption::Encryption::from_file_content(path, &data)
+                    .map_err(|e| anyhow::anyhow!("--encryption-provider-config: {e}"))?;
+            if args.encryption_provider_config_automatic_reload {
+                // UTF-8: the configuration decoded.
+                encryption_text = Some(String::from_utf8_lossy(&data).into_owned());
+            }
+            Some(encryption)
         }
-        _ => None,
+        None => None,
     };
     let storage: Arc<dyn Storage> = if args.etcd_servers.is_empty() {
         let path = args.data_dir.join("state.db");

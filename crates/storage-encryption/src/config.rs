@@ -626,15 +626,19 @@ pub struct Encryption {
 impl Encryption {
     /// Reads, decodes, validates and compiles the file of `--encryption-provider-config`.
     pub fn load(path: &Path) -> Result<Encryption, ConfigError> {
-        let shown = path.display().to_string();
         let data = std::fs::read(path).map_err(|source| ConfigError::Read {
-            path: shown.clone(),
+            path: path.display().to_string(),
             source,
         })?;
+        Encryption::from_file_content(path, &data)
+    }
+
+    /// [`Encryption::load`] of a file already read (`data`, from `path`).
+    pub fn from_file_content(path: &Path, data: &[u8]) -> Result<Encryption, ConfigError> {
         if data.is_empty() {
-            return Err(ConfigError::Empty(shown));
+            return Err(ConfigError::Empty(path.display().to_string()));
         }
-        Encryption::new(&EncryptionConfiguration::parse(&data)?)
+        Encryption::new(&EncryptionConfiguration::parse(data)?)
     }
 
     /// Validates and compiles a decoded configuration.

@@ -170,6 +170,14 @@ fn relist_error() -> StorageError {
     )
 }
 
+/// A read that fetched a KMS seed [`DEK_FETCHES`] times and still found none cached.
+fn dek_not_kept(key: &str) -> StorageError {
+    transform_error(
+        key,
+        TransformError::new("the KMS plugin's DEK was not kept"),
+    )
+}
+
 fn transform_error(key: &str, err: TransformError) -> StorageError {
     StorageError::Internal(format!("unable to transform key {key:?}: {err}"))
 }
@@ -317,10 +325,7 @@ impl Shared {
                 }
             }
         }
-        Err(transform_error(
-            key,
-            TransformError::new("the KMS plugin's DEK was not kept"),
-        ))
+        Err(dek_not_kept(key))
     }
 
     async fn read(&self, mut kv: KeyValue) -> Result<KeyValue> {
@@ -533,10 +538,7 @@ impl Storage for EncryptedStorage {
                 other => return other,
             }
         }
-        Err(transform_error(
-            key,
-            TransformError::new("the KMS plugin's DEK was not kept"),
-        ))
+        Err(dek_not_kept(key))
     }
 
     async fn compare_and_swap(
