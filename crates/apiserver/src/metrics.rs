@@ -1,6 +1,5 @@
 //! Request and storage metrics in Prometheus text format (upstream's metric names).
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::future::Future;
 use std::sync::Arc;
@@ -9,6 +8,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use ferrokube_component_base::metrics::{CounterVec, GaugeVec, HistogramVec, unix_now};
 use ferrokube_storage::{
     Deleted, KeyValue, ListOptions, ListResult, Preconditions, Revision, Storage, StorageStats,
     UpdateFn, WatchStream,
@@ -25,101 +25,6 @@ const REQUEST_BUCKETS: &[f64] = &[
 const STORAGE_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
 ];
-
-struct Series {
-    count: u64,
-    sum: f64,
-    /// Cumulative, one per bound.
-    buckets: Vec<u64>,
-}
-
-impl Series {
-    fn new(bounds: &[f64]) -> Series {
-        Series {
-            count: 0,
-            sum: 0.0,
-            buckets: vec![0; bounds.len()],
-        }
-    }
-
-    fn observe(&mut self, bounds: &[f64], seconds: f64) {
-        self.count += 1;
-        self.sum += seconds;
-        for (bucket, bound) in self.buckets.iter_mut().zip(bounds) {
-            if seconds <= *bound {
-                *bucket += 1;
-            }
-        }
-    }
-}
-
-/// Values keyed by two label values. Nested maps so that an observation looks its
-/// series up by `&str` and allocates only for a series never seen before: this runs
-/// on every request.
-type ByTwoLabels<V> = BTreeMap<String, BTreeMap<String, V>>;
-
-fn entry<'m, V>(
-    map: &'m mut ByTwoLabels<V>,
-    a: &str,
-    b: &str,
-    new: impl FnOnce() -> V,
-) -> &'m mut V {
-    if !map.contains_key(a) {
-        map.insert(a.to_string(), BTreeMap::new());
-    }
-    let inner = map.get_mut(a).expect("inserted above");
-    if !inner.contains_key(b) {
-        inner.insert(b.to_string(), new());
-    }
-    inner.get_mut(b).expect("inserted above")
-}
-
-/// One histogram family with two labels.
-struct Histogram {
-    name: &'static str,
-    help: &'static str,
-    labels: [&'static str; 2],
-    bounds: &'static [f64],
-    series: Mutex<ByTwoLabels<Series>>,
-}
-
-impl Histogram {
-    fn new(
-        name: &'static str,
-        help: &'static str,
-        labels: [&'static str; 2],
-        bounds: &'static [f64],
-    ) -> Histogram {
-        Histogram {
-            name,
-            help,
-            labels,
-            bounds,
-            series: Mutex::default(),
-        }
-    }
-
-    fn observe(&self, a: &str, b: &str, seconds: f64) {
-        let mut series = self.series.lock();
-        entry(&mut series, a, b, || Series::new(self.bounds)).observe(self.bounds, seconds);
-    }
-
-    fn render(&self, out: &mut String) {
-        let (name, [la, lb]) = (self.name, self.labels);
-        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} histogram", self.help);
-        for (a, inner) in self.series.lock().iter() {
-            for (b, s) in inner {
-                let labels = format!("{la}=\"{a}\",{lb}=\"{b}\"");
-                for (bound, n) in self.bounds.iter().zip(&s.buckets) {
-                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
-                }
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", s.count);
-                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", s.sum);
-                let _ = writeln!(out, "{name}_count{{{labels}}} {}", s.count);
-            }
-        }
-    }
-}
 
 /// Upstream's `apiserver_current_inflight_requests`: not the count at the scrape but
 /// the highest count of the last whole second, so that short bursts show. Tracked in
@@ -211,10 +116,9 @@ impl Drop for Executing<'_> {
 
 /// Counters of one server; no process-global state.
 pub struct Metrics {
-    /// verb → resource → code → count.
-    requests: Mutex<ByTwoLabels<BTreeMap<u16, u64>>>,
-    request_latency: Histogram,
-    storage_latency: Histogram,
+    requests: CounterVec<3>,
+    request_latency: HistogramVec<2>,
+    storage_latency: HistogramVec<2>,
     watchers: AtomicI64,
     inflight: Inflight,
     /// Automatic reloads of the authentication and authorization configuration files.
@@ -236,37 +140,43 @@ impl ReloadedConfig {
         ReloadedConfig::Encryption,
     ];
 
-    fn name(self) -> &'static str {
-        match self {
-            ReloadedConfig::Authentication => "authentication",
-            ReloadedConfig::Authorization => "authorization",
-            ReloadedConfig::Encryption => "encryption",
-        }
-    }
-
-    /// Upstream's help texts of the count and of the last time.
-    fn help(self) -> (String, String) {
-        let name = self.name();
-        match self {
+    /// The count's and the last time's families, with upstream's names and help.
+    fn families(self) -> (CounterVec<2>, GaugeVec<2>) {
+        const LABELS: [&str; 2] = ["apiserver_id_hash", "status"];
+        let (count, count_help, time, time_help) = match self {
+            ReloadedConfig::Authentication => (
+                "apiserver_authentication_config_controller_automatic_reloads_total",
+                "[BETA] Total number of automatic reloads of authentication configuration split by status and apiserver identity.",
+                "apiserver_authentication_config_controller_automatic_reload_last_timestamp_seconds",
+                "[BETA] Timestamp of the last automatic reload of authentication configuration split by status and apiserver identity.",
+            ),
+            ReloadedConfig::Authorization => (
+                "apiserver_authorization_config_controller_automatic_reloads_total",
+                "[BETA] Total number of automatic reloads of authorization configuration split by status and apiserver identity.",
+                "apiserver_authorization_config_controller_automatic_reload_last_timestamp_seconds",
+                "[BETA] Timestamp of the last automatic reload of authorization configuration split by status and apiserver identity.",
+            ),
             ReloadedConfig::Encryption => (
-                "[ALPHA] Total number of reload successes and failures of encryption configuration split by apiserver identity.".into(),
-                "[ALPHA] Timestamp of the last successful or failed automatic reload of encryption configuration split by apiserver identity.".into(),
+                "apiserver_encryption_config_controller_automatic_reloads_total",
+                "[ALPHA] Total number of reload successes and failures of encryption configuration split by apiserver identity.",
+                "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds",
+                "[ALPHA] Timestamp of the last successful or failed automatic reload of encryption configuration split by apiserver identity.",
             ),
-            _ => (
-                format!("[BETA] Total number of automatic reloads of {name} configuration split by status and apiserver identity."),
-                format!("[BETA] Timestamp of the last automatic reload of {name} configuration split by status and apiserver identity."),
-            ),
-        }
+        };
+        (
+            CounterVec::new(count, count_help, LABELS),
+            GaugeVec::new(time, time_help, LABELS),
+        )
     }
 }
 
-/// `apiserver_{authentication,authorization}_config_controller_automatic_reload*`.
+/// `apiserver_{authentication,authorization,encryption}_config_controller_automatic_reload*`.
 struct ConfigReloads {
     /// Upstream labels the series with a digest of the apiserver's identity
     /// (`apiserver-<uuid>`), so that they can be told apart and not linked to a host.
     apiserver_id_hash: String,
-    /// (file, succeeded) → (count, Unix time of the last).
-    by_outcome: Mutex<BTreeMap<(ReloadedConfig, bool), (u64, f64)>>,
+    /// Per [`ReloadedConfig::ALL`]: reloads by status, and the last one's Unix time.
+    families: [(CounterVec<2>, GaugeVec<2>); 3],
 }
 
 impl ConfigReloads {
@@ -276,44 +186,24 @@ impl ConfigReloads {
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         ConfigReloads {
             apiserver_id_hash: format!("sha256:{hex}"),
-            by_outcome: Mutex::default(),
+            families: ReloadedConfig::ALL.map(ReloadedConfig::families),
         }
     }
 
+    fn reloaded(&self, config: ReloadedConfig, succeeded: bool) {
+        let (count, last) = &self.families[config as usize];
+        let labels = [
+            self.apiserver_id_hash.as_str(),
+            if succeeded { "success" } else { "failure" },
+        ];
+        count.inc(labels);
+        last.set(labels, unix_now());
+    }
+
     fn render(&self, out: &mut String) {
-        let by_outcome = self.by_outcome.lock();
-        for config in ReloadedConfig::ALL {
-            let series: Vec<_> = by_outcome
-                .iter()
-                .filter(|((c, _), _)| *c == config)
-                .map(|((_, ok), v)| (if *ok { "success" } else { "failure" }, *v))
-                .collect();
-            if series.is_empty() {
-                continue;
-            }
-            let (name, id) = (config.name(), &self.apiserver_id_hash);
-            let (count_help, time_help) = config.help();
-            let prefix = format!("apiserver_{name}_config_controller_automatic_reload");
-            let _ = writeln!(
-                out,
-                "# HELP {prefix}s_total {count_help}\n# TYPE {prefix}s_total counter"
-            );
-            for (status, (count, _)) in &series {
-                let _ = writeln!(
-                    out,
-                    "{prefix}s_total{{apiserver_id_hash=\"{id}\",status=\"{status}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# HELP {prefix}_last_timestamp_seconds {time_help}\n# TYPE {prefix}_last_timestamp_seconds gauge"
-            );
-            for (status, (_, at)) in &series {
-                let _ = writeln!(
-                    out,
-                    "{prefix}_last_timestamp_seconds{{apiserver_id_hash=\"{id}\",status=\"{status}\"}} {at}"
-                );
-            }
+        for (count, last) in &self.families {
+            count.render(out);
+            last.render(out);
         }
     }
 }
@@ -321,14 +211,18 @@ impl ConfigReloads {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics {
-            requests: Mutex::default(),
-            request_latency: Histogram::new(
+            requests: CounterVec::new(
+                "apiserver_request_total",
+                "Counter of apiserver requests broken out for each verb, resource and HTTP response code.",
+                ["code", "resource", "verb"],
+            ),
+            request_latency: HistogramVec::histogram(
                 "apiserver_request_duration_seconds",
                 "Response latency distribution in seconds for each verb and resource.",
                 ["verb", "resource"],
                 REQUEST_BUCKETS,
             ),
-            storage_latency: Histogram::new(
+            storage_latency: HistogramVec::histogram(
                 "etcd_request_duration_seconds",
                 "Storage request latency in seconds for each operation and object type (the embedded store's as well as etcd's).",
                 ["operation", "type"],
@@ -349,10 +243,10 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
-        *entry(&mut self.requests.lock(), verb, resource, BTreeMap::new)
-            .entry(code)
-            .or_default() += 1;
-        self.request_latency.observe(verb, resource, seconds);
+        let mut digits = [0; 5];
+        self.requests
+            .inc([decimal(code, &mut digits), resource, verb]);
+        self.request_latency.observe([verb, resource], seconds);
     }
 
     pub fn watch_started(&self) {
@@ -381,13 +275,7 @@ impl Metrics {
 
     /// Counts an automatic reload of `config`'s file, which `succeeded` or not.
     pub(crate) fn config_reloaded(&self, config: ReloadedConfig, succeeded: bool) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        let mut by_outcome = self.config_reloads.by_outcome.lock();
-        let entry = by_outcome.entry((config, succeeded)).or_default();
-        entry.0 += 1;
-        entry.1 = now;
+        self.config_reloads.reloaded(config, succeeded);
     }
 
     /// Watches open now.
@@ -397,17 +285,7 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");
-        for (verb, by_resource) in self.requests.lock().iter() {
-            for (resource, by_code) in by_resource {
-                for (code, n) in by_code {
-                    let _ = writeln!(
-                        out,
-                        "apiserver_request_total{{code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}"
-                    );
-                }
-            }
-        }
+        self.requests.render(&mut out);
         self.request_latency.render(&mut out);
         self.storage_latency.render(&mut out);
         let _ = writeln!(
@@ -441,13 +319,26 @@ impl MeteredStorage {
     async fn timed<T>(&self, operation: &str, key: &str, request: impl Future<Output = T>) -> T {
         let start = Instant::now();
         let result = request.await;
-        self.metrics.storage_latency.observe(
-            operation,
-            object_type(key),
-            start.elapsed().as_secs_f64(),
-        );
+        self.metrics
+            .storage_latency
+            .observe([operation, object_type(key)], start.elapsed().as_secs_f64());
         result
     }
+}
+
+/// `n` in decimal, written into `digits`: a status code as a label value without
+/// allocating.
+fn decimal(mut n: u16, digits: &mut [u8; 5]) -> &str {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[start..]).expect("ASCII digits")
 }
 
 /// Upstream's `type` label: the resource's key prefix, e.g. `/registry/pods/` for
@@ -622,6 +513,14 @@ mod tests {
         assert_eq!(f.last_period(12), [1, 1], "period 11 started at the count");
         assert_eq!(f.last_period(20), [1, 0], "quiet periods held the count");
         assert_eq!(f.current(), [1, 0]);
+    }
+
+    #[test]
+    fn status_codes_are_written_in_decimal() {
+        let mut digits = [0; 5];
+        assert_eq!(decimal(200, &mut digits), "200");
+        assert_eq!(decimal(0, &mut digits), "0");
+        assert_eq!(decimal(u16::MAX, &mut digits), "65535");
     }
 
     #[test]

@@ -16,12 +16,14 @@
 //! Time is tokio's clock, so tests may pause it.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::fmt::Write as _;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ferrokube_component_base::metrics::{
+    CounterVec, GaugeVec, Histogram, HistogramVec, exponential_buckets,
+};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -216,57 +218,29 @@ where
 
 /// Bucket bounds (seconds) of the latency histograms: upstream's
 /// `ExponentialBuckets(10e-9, 10, 10)`.
-pub const LATENCY_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+pub const LATENCY_BUCKETS: [f64; 10] = exponential_buckets(1e-8, 10.0);
 
-/// A fixed-bucket histogram of seconds.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    counts: [AtomicU64; 10],
-    count: AtomicU64,
-    /// Sum in nanoseconds.
-    sum_nanos: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
-            if s <= *b {
-                self.counts[i].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        HistogramSnapshot {
-            buckets: std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed)),
-            count: self.count.load(Ordering::Relaxed),
-            sum_seconds: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-        }
-    }
-}
-
-/// Cumulative bucket counts (per [`LATENCY_BUCKETS`]), count and sum.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct HistogramSnapshot {
-    pub buckets: [u64; 10],
-    pub count: u64,
-    pub sum_seconds: f64,
-}
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     adds: AtomicU64,
     retries: AtomicU64,
-    queue_latency: Histogram,
-    work_duration: Histogram,
+    queue_latency: Mutex<Histogram>,
+    work_duration: Mutex<Histogram>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            adds: AtomicU64::default(),
+            retries: AtomicU64::default(),
+            queue_latency: Mutex::new(Histogram::new(&LATENCY_BUCKETS)),
+            work_duration: Mutex::new(Histogram::new(&LATENCY_BUCKETS)),
+        }
+    }
 }
 
 /// Upstream's workqueue metrics at one moment.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueMetrics {
     pub name: String,
     /// `workqueue_depth`: items waiting in the queue (not delayed, not processing).
@@ -276,9 +250,9 @@ pub struct QueueMetrics {
     /// `workqueue_retries_total`: delayed / rate-limited adds.
     pub retries: u64,
     /// `workqueue_queue_duration_seconds`: time from add to `get`.
-    pub queue_latency: HistogramSnapshot,
+    pub queue_latency: Histogram,
     /// `workqueue_work_duration_seconds`: time from `get` to `done`.
-    pub work_duration: HistogramSnapshot,
+    pub work_duration: Histogram,
     /// `workqueue_unfinished_work_seconds`: summed age of the items in processing.
     pub unfinished_work_seconds: f64,
     /// `workqueue_longest_running_processor_seconds`.
@@ -288,49 +262,66 @@ pub struct QueueMetrics {
 impl QueueMetrics {
     /// Prometheus text exposition with upstream's metric names, labelled `name`.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let n = &self.name;
-        let _ = writeln!(
-            out,
-            "# TYPE workqueue_depth gauge\nworkqueue_depth{{name=\"{n}\"}} {}",
-            self.depth
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE workqueue_adds_total counter\nworkqueue_adds_total{{name=\"{n}\"}} {}",
-            self.adds
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE workqueue_retries_total counter\nworkqueue_retries_total{{name=\"{n}\"}} {}",
-            self.retries
-        );
-        for (metric, h) in [
-            ("workqueue_queue_duration_seconds", &self.queue_latency),
-            ("workqueue_work_duration_seconds", &self.work_duration),
-        ] {
-            let _ = writeln!(out, "# TYPE {metric} histogram");
-            for (b, c) in LATENCY_BUCKETS.iter().zip(h.buckets) {
-                let _ = writeln!(out, "{metric}_bucket{{name=\"{n}\",le=\"{b:e}\"}} {c}");
-            }
-            let _ = writeln!(
-                out,
-                "{metric}_bucket{{name=\"{n}\",le=\"+Inf\"}} {}\n{metric}_sum{{name=\"{n}\"}} {}\n{metric}_count{{name=\"{n}\"}} {}",
-                h.count, h.sum_seconds, h.count
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# TYPE workqueue_unfinished_work_seconds gauge\nworkqueue_unfinished_work_seconds{{name=\"{n}\"}} {}",
-            self.unfinished_work_seconds
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE workqueue_longest_running_processor_seconds gauge\nworkqueue_longest_running_processor_seconds{{name=\"{n}\"}} {}",
-            self.longest_running_processor_seconds
-        );
-        out
+        render_queues([self])
     }
+}
+
+/// The metrics of several queues as one page: each of upstream's metrics once, with a
+/// series per queue (labelled `name`).
+pub fn render_queues<'a>(queues: impl IntoIterator<Item = &'a QueueMetrics>) -> String {
+    const NAME: [&str; 1] = ["name"];
+    let depth = GaugeVec::new("workqueue_depth", "[BETA] Current depth of workqueue", NAME);
+    let adds = CounterVec::new(
+        "workqueue_adds_total",
+        "[BETA] Total number of adds handled by workqueue",
+        NAME,
+    );
+    let retries = CounterVec::new(
+        "workqueue_retries_total",
+        "[BETA] Total number of retries handled by workqueue",
+        NAME,
+    );
+    let queue_duration = HistogramVec::histogram(
+        "workqueue_queue_duration_seconds",
+        "[BETA] How long in seconds an item stays in workqueue before being requested.",
+        NAME,
+        &LATENCY_BUCKETS,
+    );
+    let work_duration = HistogramVec::histogram(
+        "workqueue_work_duration_seconds",
+        "[BETA] How long in seconds processing an item from workqueue takes.",
+        NAME,
+        &LATENCY_BUCKETS,
+    );
+    let unfinished = GaugeVec::new(
+        "workqueue_unfinished_work_seconds",
+        "[BETA] How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+        NAME,
+    );
+    let longest = GaugeVec::new(
+        "workqueue_longest_running_processor_seconds",
+        "[BETA] How many seconds has the longest running processor for workqueue been running.",
+        NAME,
+    );
+    for q in queues {
+        let name = [q.name.as_str()];
+        depth.set(name, q.depth as f64);
+        adds.add(name, q.adds);
+        retries.add(name, q.retries);
+        queue_duration.with(name, |h| *h = q.queue_latency.clone());
+        work_duration.with(name, |h| *h = q.work_duration.clone());
+        unfinished.set(name, q.unfinished_work_seconds);
+        longest.set(name, q.longest_running_processor_seconds);
+    }
+    let mut out = String::new();
+    depth.render(&mut out);
+    adds.render(&mut out);
+    retries.render(&mut out);
+    queue_duration.render(&mut out);
+    work_duration.render(&mut out);
+    unfinished.render(&mut out);
+    longest.render(&mut out);
+    out
 }
 
 struct State<T> {
@@ -526,7 +517,8 @@ where
                         self.inner
                             .counters
                             .queue_latency
-                            .observe(now.saturating_duration_since(added));
+                            .lock()
+                            .observe(now.saturating_duration_since(added).as_secs_f64());
                     }
                     st.processing.insert(item.clone(), now);
                     return Some(item);
@@ -552,7 +544,11 @@ where
     pub fn done(&self, item: &T) {
         let mut st = self.inner.state.lock();
         if let Some(started) = st.processing.remove(item) {
-            self.inner.counters.work_duration.observe(started.elapsed());
+            self.inner
+                .counters
+                .work_duration
+                .lock()
+                .observe(started.elapsed().as_secs_f64());
         }
         if st.dirty.contains(item) {
             st.queue.push_back(item.clone());
@@ -614,8 +610,8 @@ where
             depth,
             adds: c.adds.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
-            queue_latency: c.queue_latency.snapshot(),
-            work_duration: c.work_duration.snapshot(),
+            queue_latency: c.queue_latency.lock().clone(),
+            work_duration: c.work_duration.lock().clone(),
             unfinished_work_seconds: unfinished,
             longest_running_processor_seconds: longest,
         }
@@ -655,7 +651,7 @@ mod tests {
         let m = q.metrics();
         assert_eq!(m.adds, 4);
         assert_eq!(m.depth, 0);
-        assert_eq!(m.queue_latency.count, 2);
+        assert_eq!(m.queue_latency.count(), 2);
     }
 
     #[tokio::test]
@@ -675,7 +671,7 @@ mod tests {
         q.done(&"a");
         assert!(q.is_empty());
         let m = q.metrics();
-        assert_eq!(m.work_duration.count, 2);
+        assert_eq!(m.work_duration.count(), 2);
         assert_eq!(m.depth, 0);
     }
 
@@ -905,5 +901,23 @@ mod tests {
         assert!(text.contains("workqueue_retries_total{name=\"t\"} 1"));
         assert!(text.contains("workqueue_queue_duration_seconds_count{name=\"t\"} 0"));
         assert!(text.contains("workqueue_work_duration_seconds_bucket{name=\"t\",le=\"+Inf\"} 0"));
+    }
+
+    #[tokio::test]
+    async fn several_queues_share_each_metric_s_header() {
+        let (a, b) = (WorkQueue::<u32>::new("a"), WorkQueue::<u32>::new("b"));
+        a.add(1);
+        let text = render_queues([&a.metrics(), &b.metrics()]);
+        assert_eq!(
+            text.matches("# TYPE workqueue_depth gauge").count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("# TYPE workqueue_queue_duration_seconds histogram")
+                .count(),
+            1
+        );
+        assert!(text.contains("workqueue_depth{name=\"a\"} 1\nworkqueue_depth{name=\"b\"} 0\n"));
     }
 }

@@ -8,14 +8,17 @@
 //!   resolved against Kubernetes v1.33's known gates as upstream resolves them.
 //! * [`flags`]: [`ComponentFlags`], both of the above as one set of flags with one
 //!   start-up step (check, install the logger, warn about gates nothing acts on).
+//! * [`metrics`]: counters, gauges and histograms, alone or in label-keyed families,
+//!   in the Prometheus text format (upstream's `component-base/metrics`).
 //!
-//! Layer: under the binaries in `cmd/`, which flatten its flags into theirs. It
-//! depends only on apimachinery (Go durations, quantities) and must not depend on any
+//! Layer: under the binaries in `cmd/`, which flatten its flags into theirs, and under
+//! every crate that records metrics. It depends only on apimachinery (Go durations, quantities) and must not depend on any
 //! other ferrokube crate.
 
 pub mod featuregate;
 pub mod flags;
 pub mod logs;
+pub mod metrics;
 
 pub use featuregate::FeatureGates;
 pub use flags::ComponentFlags;

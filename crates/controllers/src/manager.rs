@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use ferrokube_client::events::{EventApi, EventBroadcaster, EventBroadcasterOptions};
 use ferrokube_client::informer::SharedInformerFactory;
-use ferrokube_client::workqueue::{QueueMetrics, WorkQueue};
+use ferrokube_client::workqueue::{QueueMetrics, WorkQueue, render_queues};
 
 use crate::bootstrap::{BootstrapSignerController, TokenCleanerController};
 use crate::clientbuilder::{ControllerClients, ServiceAccountClients};
@@ -576,11 +576,8 @@ impl Manager {
 
     /// Workqueue metrics of every controller, in Prometheus text format.
     pub fn metrics(&self) -> String {
-        self.queues
-            .iter()
-            .map(|q| q.metrics())
-            .map(|m: QueueMetrics| m.render())
-            .collect()
+        let queues: Vec<QueueMetrics> = self.queues.iter().map(|q| q.metrics()).collect();
+        render_queues(&queues)
     }
 
     /// Queue depths by controller (tests, debugging).

@@ -1,98 +1,33 @@
 //! The kubelet's own metrics (`/metrics`) and the container metrics cAdvisor would give
 //! (`/metrics/cadvisor`, here from CRI stats), in the Prometheus text format with
-//! upstream's metric names. Recording is a few atomic-free counters under one mutex per
-//! family; rendering is pure and table-tested.
+//! upstream's metric names. The kubelet's own are component-base's metric families;
+//! the cAdvisor page is rendered from a sample of CRI stats, pure and table-tested.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 use std::time::Duration;
 
+use ferrokube_component_base::metrics::{
+    CounterVec, DEFAULT_BUCKETS, HistogramVec, exponential_buckets,
+};
 use parking_lot::Mutex;
 
-/// Upstream's `metrics.DefBuckets` (runtime operation durations).
-const DEFAULT_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-/// `kubelet_pleg_relist_duration_seconds` buckets (upstream: 0.005 doubling, 10 of them).
-const PLEG_BUCKETS: &[f64] = &[0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56];
+/// `kubelet_pleg_relist_duration_seconds` buckets (upstream's).
+const PLEG_BUCKETS: &[f64] = &exponential_buckets::<10>(0.005, 2.0);
 /// `kubelet_pod_start_duration_seconds` buckets (upstream's).
 const POD_START_BUCKETS: &[f64] = &[
     0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
     300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 ];
 
-/// A Prometheus histogram with fixed bucket bounds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// Non-cumulative counts per bucket; rendering makes them cumulative.
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    pub fn observe(&mut self, seconds: f64) {
-        self.sum += seconds;
-        self.count += 1;
-        if let Some(i) = self.bounds.iter().position(|b| seconds <= *b) {
-            self.counts[i] += 1;
-        }
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
-    /// The `_bucket`, `_sum` and `_count` lines, with `labels` (already rendered, without
-    /// braces; may be empty).
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            cumulative += c;
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
-        }
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
-            self.count
-        );
-        let braces = |l: &str| {
-            if l.is_empty() {
-                String::new()
-            } else {
-                format!("{{{l}}}")
-            }
-        };
-        let _ = writeln!(out, "{name}_sum{} {}", braces(labels), self.sum);
-        let _ = writeln!(out, "{name}_count{} {}", braces(labels), self.count);
-    }
-}
-
-/// Counts and durations of one CRI operation type.
-#[derive(Debug, Clone)]
-struct Operation {
-    total: u64,
-    errors: u64,
-    duration: Histogram,
-}
-
 /// What the kubelet records while it runs (one per kubelet; no process-global state).
 #[derive(Debug)]
 pub struct KubeletMetrics {
-    operations: Mutex<BTreeMap<String, Operation>>,
-    pleg_relist: Mutex<Histogram>,
-    pod_start: Mutex<Histogram>,
+    operations: CounterVec<1>,
+    operation_errors: CounterVec<1>,
+    operation_duration: HistogramVec<1>,
+    pleg_relist: HistogramVec<0>,
+    pod_start: HistogramVec<0>,
     /// Pods whose start was already observed (by UID).
     started: Mutex<HashSet<String>>,
 }
@@ -100,9 +35,34 @@ pub struct KubeletMetrics {
 impl Default for KubeletMetrics {
     fn default() -> Self {
         KubeletMetrics {
-            operations: Mutex::new(BTreeMap::new()),
-            pleg_relist: Mutex::new(Histogram::new(PLEG_BUCKETS)),
-            pod_start: Mutex::new(Histogram::new(POD_START_BUCKETS)),
+            operations: CounterVec::new(
+                "kubelet_runtime_operations_total",
+                "[ALPHA] Cumulative number of runtime operations by operation type.",
+                ["operation_type"],
+            ),
+            operation_errors: CounterVec::new(
+                "kubelet_runtime_operations_errors_total",
+                "[ALPHA] Cumulative number of runtime operation errors by operation type.",
+                ["operation_type"],
+            ),
+            operation_duration: HistogramVec::histogram(
+                "kubelet_runtime_operations_duration_seconds",
+                "[ALPHA] Duration in seconds of runtime operations. Broken down by operation type.",
+                ["operation_type"],
+                &DEFAULT_BUCKETS,
+            ),
+            pleg_relist: HistogramVec::histogram(
+                "kubelet_pleg_relist_duration_seconds",
+                "[ALPHA] Duration in seconds for relisting pods in PLEG.",
+                [],
+                PLEG_BUCKETS,
+            ),
+            pod_start: HistogramVec::histogram(
+                "kubelet_pod_start_duration_seconds",
+                "[ALPHA] Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+                [],
+                POD_START_BUCKETS,
+            ),
             started: Mutex::new(HashSet::new()),
         }
     }
@@ -126,29 +86,22 @@ pub struct KubeletGauges {
 impl KubeletMetrics {
     /// Records one CRI call of `method` that took `took` and failed or not.
     pub fn observe_operation(&self, method: &str, took: Duration, failed: bool) {
-        let mut ops = self.operations.lock();
-        let op = ops
-            .entry(operation_type(method))
-            .or_insert_with(|| Operation {
-                total: 0,
-                errors: 0,
-                duration: Histogram::new(DEFAULT_BUCKETS),
-            });
-        op.total += 1;
-        if failed {
-            op.errors += 1;
-        }
-        op.duration.observe(took.as_secs_f64());
+        let operation = operation_type(method);
+        let labels = [operation.as_str()];
+        self.operations.inc(labels);
+        // Counted at 0 too, so that every operation type has an errors series.
+        self.operation_errors.add(labels, u64::from(failed));
+        self.operation_duration.observe(labels, took.as_secs_f64());
     }
 
     pub fn observe_relist(&self, took: Duration) {
-        self.pleg_relist.lock().observe(took.as_secs_f64());
+        self.pleg_relist.observe([], took.as_secs_f64());
     }
 
     /// Records a pod's start (first seen to Running) once per pod UID.
     pub fn observe_pod_start(&self, pod_uid: &str, took: Duration) {
         if self.started.lock().insert(pod_uid.to_owned()) {
-            self.pod_start.lock().observe(took.as_secs_f64());
+            self.pod_start.observe([], took.as_secs_f64());
         }
     }
 
@@ -179,64 +132,11 @@ impl KubeletMetrics {
                 "kubelet_running_containers{{container_state=\"{state}\"}} {n}"
             );
         }
-        family(
-            &mut out,
-            "kubelet_pod_start_duration_seconds",
-            "histogram",
-            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
-        );
-        self.pod_start
-            .lock()
-            .render(&mut out, "kubelet_pod_start_duration_seconds", "");
-        family(
-            &mut out,
-            "kubelet_pleg_relist_duration_seconds",
-            "histogram",
-            "Duration in seconds for relisting pods in PLEG.",
-        );
-        self.pleg_relist
-            .lock()
-            .render(&mut out, "kubelet_pleg_relist_duration_seconds", "");
-        let ops = self.operations.lock().clone();
-        family(
-            &mut out,
-            "kubelet_runtime_operations_total",
-            "counter",
-            "Cumulative number of runtime operations by operation type.",
-        );
-        for (t, op) in &ops {
-            let _ = writeln!(
-                out,
-                "kubelet_runtime_operations_total{{operation_type=\"{t}\"}} {}",
-                op.total
-            );
-        }
-        family(
-            &mut out,
-            "kubelet_runtime_operations_errors_total",
-            "counter",
-            "Cumulative number of runtime operation errors by operation type.",
-        );
-        for (t, op) in &ops {
-            let _ = writeln!(
-                out,
-                "kubelet_runtime_operations_errors_total{{operation_type=\"{t}\"}} {}",
-                op.errors
-            );
-        }
-        family(
-            &mut out,
-            "kubelet_runtime_operations_duration_seconds",
-            "histogram",
-            "Duration in seconds of runtime operations. Broken down by operation type.",
-        );
-        for (t, op) in &ops {
-            op.duration.render(
-                &mut out,
-                "kubelet_runtime_operations_duration_seconds",
-                &format!("operation_type=\"{t}\""),
-            );
-        }
+        self.pod_start.render(&mut out);
+        self.pleg_relist.render(&mut out);
+        self.operations.render(&mut out);
+        self.operation_errors.render(&mut out);
+        self.operation_duration.render(&mut out);
         out
     }
 }
@@ -381,27 +281,6 @@ pub fn format_float(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histograms_are_cumulative_with_inf_sum_and_count() {
-        let mut h = Histogram::new(&[0.1, 1.0]);
-        for v in [0.05, 0.5, 0.7, 3.0] {
-            h.observe(v);
-        }
-        let mut out = String::new();
-        h.render(&mut out, "x", "a=\"b\"");
-        assert_eq!(
-            out,
-            "x_bucket{a=\"b\",le=\"0.1\"} 1\nx_bucket{a=\"b\",le=\"1\"} 3\nx_bucket{a=\"b\",le=\"+Inf\"} 4\n\
-             x_sum{a=\"b\"} 4.25\nx_count{a=\"b\"} 4\n"
-        );
-        let mut out = String::new();
-        Histogram::new(&[1.0]).render(&mut out, "y", "");
-        assert_eq!(
-            out,
-            "y_bucket{le=\"1\"} 0\ny_bucket{le=\"+Inf\"} 0\ny_sum 0\ny_count 0\n"
-        );
-    }
 
     #[test]
     fn kubelet_page_has_upstream_names() {

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 use std::time::{Duration, Instant, SystemTime};
 
+use ferrokube_component_base::metrics::{Histogram, Metric, exponential_buckets, write_header};
 use k8s_openapi::api::core::v1::Node;
 
 /// The taint the cluster autoscaler puts on a node it is about to delete.
@@ -139,7 +140,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 /// Sync latency histograms and counters (upstream's kubeproxy_sync_proxy_rules_*).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SyncMetrics {
     all: Histogram,
     full: Histogram,
@@ -150,37 +151,18 @@ pub struct SyncMetrics {
 }
 
 /// Upstream's buckets: exponential from 1 ms, factor 2, 15 buckets.
-const BUCKETS: [f64; 15] = [
-    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
-    8.192, 16.384,
-];
+const BUCKETS: [f64; 15] = exponential_buckets(0.001, 2.0);
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    counts: [u64; 15],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, v: f64) {
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if v <= *b {
-                self.counts[i] += 1;
-            }
+impl Default for SyncMetrics {
+    fn default() -> Self {
+        SyncMetrics {
+            all: Histogram::new(&BUCKETS),
+            full: Histogram::new(&BUCKETS),
+            partial: Histogram::new(&BUCKETS),
+            failures: 0,
+            last_timestamp: 0.0,
+            last_services: 0,
         }
-        self.count += 1;
-        self.sum += v;
-    }
-
-    fn write(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
     }
 }
 
@@ -213,21 +195,26 @@ impl SyncMetrics {
 
     /// Prometheus text format.
     pub fn write(&self, out: &mut String) {
-        self.all.write(
-            out,
-            "kubeproxy_sync_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds",
-        );
-        self.full.write(
-            out,
-            "kubeproxy_sync_full_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for full resyncs",
-        );
-        self.partial.write(
-            out,
-            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs",
-        );
+        for (histogram, name, help) in [
+            (
+                &self.all,
+                "kubeproxy_sync_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds",
+            ),
+            (
+                &self.full,
+                "kubeproxy_sync_full_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for full resyncs",
+            ),
+            (
+                &self.partial,
+                "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for partial resyncs",
+            ),
+        ] {
+            write_header(out, name, help, Histogram::TYPE);
+            histogram.write_samples(out, name, "");
+        }
         let _ = writeln!(
             out,
             "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds {}",
