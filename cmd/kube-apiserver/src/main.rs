@@ -756,14 +756,22 @@ async fn main() -> anyhow::Result<()> {
     // Read before any store opens: a bad file stops the start at once. The file is
     // read once: with reload, the follower compares changes with this very text.
     let mut encryption_text = None;
+    let apiserver_id = ferrokube_apiserver::new_apiserver_id();
+    // Shown whether or not encryption is configured: upstream registers these always.
+    let encryption_metrics = Arc::new(ferrokube_storage_encryption::EncryptionMetrics::new(
+        &apiserver_id,
+    ));
     let encryption = match &args.encryption_provider_config {
         Some(path) => {
             let data = std::fs::read(path).with_context(|| {
                 format!("--encryption-provider-config: reading {}", path.display())
             })?;
-            let encryption =
-                ferrokube_storage_encryption::Encryption::from_file_content(path, &data)
-                    .map_err(|e| anyhow::anyhow!("--encryption-provider-config: {e}"))?;
+            let encryption = ferrokube_storage_encryption::Encryption::from_file_content(
+                path,
+                &data,
+                encryption_metrics.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!("--encryption-provider-config: {e}"))?;
             if args.encryption_provider_config_automatic_reload {
                 // UTF-8: the configuration decoded.
                 encryption_text = Some(String::from_utf8_lossy(&data).into_owned());
@@ -813,6 +821,8 @@ async fn main() -> anyhow::Result<()> {
         None => storage,
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
+    opts.apiserver_id = apiserver_id;
+    opts.metrics_collectors.push(encryption_metrics);
     if let Some(in_use) = encryption_in_use {
         // Upstream serves kms-providers when KMS is configured, and always with reload.
         if encryption_text.is_some() || in_use.current().kms_health().is_some() {

@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrokube_auth::Authenticator;
+use ferrokube_component_base::metrics::Collector;
 use ferrokube_registry::Registry;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -70,7 +71,7 @@ pub use ferrokube_auth::OidcConfig;
 pub use ferrokube_registry::api_endpoints::EndpointReconciler;
 pub use health::{HealthCheck, StorageCheckTimeouts};
 pub use lifecycle::{ShutdownOptions, strict_transport_security};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, new_apiserver_id};
 pub use proxy::{KubeletClient, KubeletClientError};
 pub use webhook_client::ReviewVersion;
 
@@ -716,6 +717,11 @@ pub struct Options {
     /// Checks `/healthz`, `/readyz` (and, if they ask, `/livez`) run besides the
     /// server's own, e.g. the KMS plugins' `kms-providers`.
     pub health_checks: Vec<Arc<dyn HealthCheck>>,
+    /// Metrics `/metrics` shows besides the server's own, e.g. encryption at rest's.
+    pub metrics_collectors: Vec<Arc<dyn Collector>>,
+    /// This apiserver's identity (upstream's `apiserver-<uuid>`): metrics label their
+    /// series with its hash. Give the same one to anything else that labels with it.
+    pub apiserver_id: String,
     /// `--encryption-provider-config` when `--encryption-provider-config-automatic-reload`
     /// is set: the binary built the storage from it; the server follows the file.
     pub encryption_config_reload: Option<FollowedConfig>,
@@ -855,6 +861,8 @@ impl Options {
             external_hostname: None,
             storage_check_timeouts: StorageCheckTimeouts::default(),
             health_checks: Vec::new(),
+            metrics_collectors: Vec::new(),
+            apiserver_id: new_apiserver_id(),
             encryption_config_reload: None,
         }
     }
@@ -1030,7 +1038,10 @@ impl Options {
             ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
             ip => ip,
         });
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(Metrics::new(
+            &self.apiserver_id,
+            self.metrics_collectors.clone(),
+        ));
         let storage: Arc<dyn ferrokube_storage::Storage> =
             Arc::new(metrics::MeteredStorage::new(storage, metrics.clone()));
         let registry = Registry::new(

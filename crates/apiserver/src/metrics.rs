@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ferrokube_component_base::metrics::{CounterVec, GaugeVec, HistogramVec, unix_now};
+use ferrokube_component_base::metrics::{Collector, CounterVec, GaugeVec, HistogramVec, unix_now};
 use ferrokube_storage::{
     Deleted, KeyValue, ListOptions, ListResult, Preconditions, Revision, Storage, StorageStats,
     UpdateFn, WatchStream,
@@ -123,6 +123,8 @@ pub struct Metrics {
     inflight: Inflight,
     /// Automatic reloads of the authentication and authorization configuration files.
     config_reloads: ConfigReloads,
+    /// What the binary added (`Options::metrics_collectors`).
+    collectors: Vec<Arc<dyn Collector>>,
 }
 
 /// Which configuration file a reload was of.
@@ -179,10 +181,14 @@ struct ConfigReloads {
     families: [(CounterVec<2>, GaugeVec<2>); 3],
 }
 
+/// A new apiserver identity, as upstream's `apiserver-<uuid>`.
+pub fn new_apiserver_id() -> String {
+    format!("apiserver-{}", ferrokube_registry::meta::new_uid())
+}
+
 impl ConfigReloads {
-    fn new() -> ConfigReloads {
-        let id = format!("apiserver-{}", ferrokube_registry::meta::new_uid());
-        let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
+    fn new(apiserver_id: &str) -> ConfigReloads {
+        let digest = ring::digest::digest(&ring::digest::SHA256, apiserver_id.as_bytes());
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         ConfigReloads {
             apiserver_id_hash: format!("sha256:{hex}"),
@@ -210,6 +216,13 @@ impl ConfigReloads {
 
 impl Default for Metrics {
     fn default() -> Metrics {
+        Metrics::new(&new_apiserver_id(), Vec::new())
+    }
+}
+
+impl Metrics {
+    /// The metrics of the apiserver `apiserver_id`, with what `collectors` add.
+    pub fn new(apiserver_id: &str, collectors: Vec<Arc<dyn Collector>>) -> Metrics {
         Metrics {
             requests: CounterVec::new(
                 "apiserver_request_total",
@@ -230,7 +243,8 @@ impl Default for Metrics {
             ),
             watchers: AtomicI64::new(0),
             inflight: Inflight::new(),
-            config_reloads: ConfigReloads::new(),
+            config_reloads: ConfigReloads::new(apiserver_id),
+            collectors,
         }
     }
 }
@@ -299,6 +313,9 @@ impl Metrics {
             "# HELP apiserver_current_inflight_requests Maximal number of currently used inflight request limit of this apiserver per request kind in last second.\n# TYPE apiserver_current_inflight_requests gauge\napiserver_current_inflight_requests{{request_kind=\"mutating\"}} {mutating}\napiserver_current_inflight_requests{{request_kind=\"readOnly\"}} {read_only}"
         );
         self.config_reloads.render(&mut out);
+        for collector in &self.collectors {
+            collector.collect(&mut out);
+        }
         out
     }
 }

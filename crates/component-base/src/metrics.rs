@@ -41,6 +41,13 @@ pub fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Metrics one part of a process keeps, written into the page of the process that
+/// serves them (e.g. the encryption metrics on kube-apiserver's `/metrics`).
+pub trait Collector: Send + Sync + std::fmt::Debug {
+    /// Appends its families in the text format.
+    fn collect(&self, out: &mut String);
+}
+
 /// One series' value, and how it is written.
 pub trait Metric: Clone + Send {
     /// The `# TYPE` word.

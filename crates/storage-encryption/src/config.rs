@@ -13,6 +13,7 @@ use ferrokube_apimachinery::duration::{go_duration, parse_go_duration};
 use serde::Deserialize;
 
 use crate::kms::{KmsHealth, KmsTimings, KmsV2};
+use crate::metrics::EncryptionMetrics;
 use crate::providers::{Kind, Provider};
 use crate::resources::{GroupResource, Resolver, Rules};
 
@@ -621,28 +622,42 @@ pub struct Encryption {
     pub(crate) resolver: Resolver,
     warnings: Vec<String>,
     kms: Vec<Arc<KmsV2>>,
+    pub(crate) metrics: Arc<EncryptionMetrics>,
 }
 
 impl Encryption {
-    /// Reads, decodes, validates and compiles the file of `--encryption-provider-config`.
-    pub fn load(path: &Path) -> Result<Encryption, ConfigError> {
+    /// Reads, decodes, validates and compiles the file of `--encryption-provider-config`,
+    /// recording into `metrics`.
+    pub fn load(path: &Path, metrics: Arc<EncryptionMetrics>) -> Result<Encryption, ConfigError> {
         let data = std::fs::read(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Encryption::from_file_content(path, &data)
+        Encryption::from_file_content(path, &data, metrics)
     }
 
     /// [`Encryption::load`] of a file already read (`data`, from `path`).
-    pub fn from_file_content(path: &Path, data: &[u8]) -> Result<Encryption, ConfigError> {
+    pub fn from_file_content(
+        path: &Path,
+        data: &[u8],
+        metrics: Arc<EncryptionMetrics>,
+    ) -> Result<Encryption, ConfigError> {
         if data.is_empty() {
             return Err(ConfigError::Empty(path.display().to_string()));
         }
-        Encryption::new(&EncryptionConfiguration::parse(data)?)
+        Encryption::with_metrics(&EncryptionConfiguration::parse(data)?, metrics)
     }
 
-    /// Validates and compiles a decoded configuration.
+    /// Validates and compiles a decoded configuration, with metrics of its own.
     pub fn new(config: &EncryptionConfiguration) -> Result<Encryption, ConfigError> {
+        Encryption::with_metrics(config, Arc::default())
+    }
+
+    /// Validates and compiles a decoded configuration that records into `metrics`.
+    pub fn with_metrics(
+        config: &EncryptionConfiguration,
+        metrics: Arc<EncryptionMetrics>,
+    ) -> Result<Encryption, ConfigError> {
         let errs = config.validate();
         if !errs.is_empty() {
             return Err(ConfigError::Invalid(aggregate(&errs)));
@@ -653,7 +668,7 @@ impl Encryption {
             let providers = conf
                 .providers
                 .iter()
-                .map(build_provider)
+                .map(|provider| build_provider(provider, &metrics))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(ConfigError::Build)?;
             kms.extend(providers.iter().filter_map(|p| match p.as_ref() {
@@ -672,6 +687,7 @@ impl Encryption {
             resolver: Resolver::new(rules),
             warnings: config.warnings(),
             kms,
+            metrics,
         })
     }
 
@@ -701,13 +717,21 @@ impl Encryption {
         KmsHealth::new(self.kms.clone())
     }
 
+    /// What its transformations and KMS plugins record into.
+    pub fn metrics(&self) -> &Arc<EncryptionMetrics> {
+        &self.metrics
+    }
+
     /// Accepted oddities worth a log line at start (see upstream's leniency above).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
 }
 
-fn build_provider(provider: &ProviderConfiguration) -> Result<Arc<Provider>, String> {
+fn build_provider(
+    provider: &ProviderConfiguration,
+    metrics: &Arc<EncryptionMetrics>,
+) -> Result<Arc<Provider>, String> {
     let (kind, keys) = if let Some(aes) = &provider.aesgcm {
         (Kind::AesGcm, &aes.keys)
     } else if let Some(aes) = &provider.aescbc {
@@ -732,6 +756,7 @@ fn build_provider(provider: &ProviderConfiguration) -> Result<Arc<Provider>, Str
             &kms.name,
             &kms.endpoint,
             timeout,
+            metrics.clone(),
         )))));
     } else {
         return Err(

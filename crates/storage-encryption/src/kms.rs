@@ -30,6 +30,7 @@ use hyper_util::rt::TokioIo;
 use prost::Message as _;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::metrics::{Direction, EncryptionMetrics, grpc_code_name, sha256_label};
 use crate::providers::{GcmKey, Location, ReadError, TransformError, gcm_open, gcm_seal, random};
 
 pub(crate) mod proto {
@@ -134,6 +135,8 @@ type DekCache = HashMap<Vec<u8>, (Arc<Dek>, Instant)>;
 struct WriteState {
     seed: Arc<Dek>,
     key_id: String,
+    /// Its hash, as logs and metrics show key IDs.
+    key_id_hash: String,
     encrypted_seed: Vec<u8>,
     annotations: HashMap<String, Vec<u8>>,
     expires: SystemTime,
@@ -152,6 +155,9 @@ struct Probe {
 pub(crate) struct KmsV2 {
     name: String,
     prefix: Vec<u8>,
+    /// `prefix` as text: the `transformer_prefix` label.
+    label: String,
+    metrics: Arc<EncryptionMetrics>,
     endpoint: String,
     timeout: Duration,
     client: OnceLock<KeyManagementServiceClient<Channel>>,
@@ -180,21 +186,21 @@ impl fmt::Debug for KmsV2 {
 /// Go's gRPC error text, as upstream's messages embed it.
 fn grpc_error(status: &tonic::Status) -> String {
     format!(
-        "rpc error: code = {:?} desc = {}",
-        status.code(),
+        "rpc error: code = {} desc = {}",
+        grpc_code_name(status.code()),
         status.message()
     )
 }
 
 /// Upstream's `GetHashIfNotEmpty`: key IDs are logged and reported hashed.
 fn key_id_hash(key_id: &str) -> String {
-    if key_id.is_empty() {
-        return String::new();
-    }
-    let digest = ring::digest::digest(&ring::digest::SHA256, key_id.as_bytes());
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    sha256_label(key_id)
 }
+
+/// The plugin API's full method names, as upstream's metrics label its calls.
+const STATUS_METHOD: &str = "/v2.KeyManagementService/Status";
+const ENCRYPT_METHOD: &str = "/v2.KeyManagementService/Encrypt";
+const DECRYPT_METHOD: &str = "/v2.KeyManagementService/Decrypt";
 
 fn rfc3339(t: SystemTime) -> String {
     jiff::Timestamp::try_from(t)
@@ -202,14 +208,19 @@ fn rfc3339(t: SystemTime) -> String {
         .unwrap_or_default()
 }
 
-fn validate_key_id(key_id: &str) -> Result<(), String> {
+/// Upstream's `ValidateKeyID`; an error carries upstream's code (`empty`, `too_long`)
+/// for `apiserver_envelope_encryption_invalid_key_id_from_status_total`.
+fn validate_key_id(key_id: &str) -> Result<(), (&'static str, String)> {
     if key_id.is_empty() {
-        return Err("keyID is empty".into());
+        return Err(("empty", "keyID is empty".into()));
     }
     if key_id.len() > KEY_ID_MAX {
-        return Err(format!(
-            "keyID is {} bytes, which exceeds the max size of {KEY_ID_MAX}",
-            key_id.len()
+        return Err((
+            "too_long",
+            format!(
+                "keyID is {} bytes, which exceeds the max size of {KEY_ID_MAX}",
+                key_id.len()
+            ),
         ));
     }
     Ok(())
@@ -265,7 +276,7 @@ fn validate_object(object: &proto::EncryptedObject) -> Result<(), String> {
             object.encrypted_dek_source.len()
         ));
     }
-    validate_key_id(&object.key_id).map_err(|e| format!("failed to validate key id: {e}"))?;
+    validate_key_id(&object.key_id).map_err(|(_, e)| format!("failed to validate key id: {e}"))?;
     let mut errors = Vec::new();
     let mut total = 0;
     let mut keys: Vec<&String> = object.annotations.keys().collect();
@@ -364,16 +375,25 @@ impl DekRequest {
             key_id: self.object.key_id.clone(),
             annotations: self.object.annotations.clone(),
         };
-        let plain = client
-            .decrypt(request)
+        let start = Instant::now();
+        let plain = self
+            .kms
+            .timed(DECRYPT_METHOD, client.decrypt(request))
             .await
             .map_err(|s| {
                 self.kms
                     .fetch_failed
                     .store(true, std::sync::atomic::Ordering::SeqCst);
+                // The read's transformation failed with the plugin's code, as upstream
+                // counts a read whose decrypt call failed.
+                self.kms.metrics.transformation(
+                    Direction::FromStorage,
+                    &self.kms.label,
+                    start.elapsed(),
+                    grpc_code_name(s.code()),
+                );
                 TransformError::new(format!("failed to decrypt DEK, error: {}", grpc_error(&s)))
             })?
-            .into_inner()
             .plaintext;
         let dek = match SourceType::try_from(self.object.encrypted_dek_source_type) {
             Ok(SourceType::HkdfSha256XnonceAesGcmSeed) => {
@@ -393,10 +413,18 @@ impl DekRequest {
 }
 
 impl KmsV2 {
-    pub(crate) fn new(name: &str, endpoint: &str, timeout: Duration) -> KmsV2 {
+    pub(crate) fn new(
+        name: &str,
+        endpoint: &str,
+        timeout: Duration,
+        metrics: Arc<EncryptionMetrics>,
+    ) -> KmsV2 {
+        let label = format!("{KMS_V2_PREFIX}{name}:");
         KmsV2 {
             name: name.to_string(),
-            prefix: format!("{KMS_V2_PREFIX}{name}:").into_bytes(),
+            prefix: label.clone().into_bytes(),
+            label,
+            metrics,
             endpoint: endpoint.to_string(),
             timeout,
             client: OnceLock::new(),
@@ -426,6 +454,27 @@ impl KmsV2 {
         &self.prefix
     }
 
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// A call to the plugin, timed and counted by its outcome.
+    async fn timed<T>(
+        &self,
+        method: &str,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, tonic::Status> {
+        let start = Instant::now();
+        let result = call.await;
+        let code = match &result {
+            Ok(_) => grpc_code_name(tonic::Code::Ok),
+            Err(status) => grpc_code_name(status.code()),
+        };
+        self.metrics
+            .kms_call(&self.name, method, start.elapsed(), code);
+        result.map(tonic::Response::into_inner)
+    }
+
     fn timings(&self) -> KmsTimings {
         self.timings.get().copied().unwrap_or_default()
     }
@@ -441,6 +490,7 @@ impl KmsV2 {
         let mut deks = self.deks.lock().unwrap_or_else(|e| e.into_inner());
         deks.retain(|_, (_, used)| now.duration_since(*used) < DEK_CACHE_TTL);
         deks.insert(cache_key, (dek, now));
+        self.metrics.dek_source_cache_size(&self.name, deks.len());
     }
 
     fn cached(&self, cache_key: &[u8]) -> Option<Arc<Dek>> {
@@ -474,8 +524,11 @@ impl KmsV2 {
                 rfc3339(now)
             )));
         }
+        let encrypted_data = state.seed.seal(plain, location)?;
+        self.metrics
+            .key_id_used(Direction::ToStorage, &self.name, &state.key_id_hash);
         let object = proto::EncryptedObject {
-            encrypted_data: state.seed.seal(plain, location)?,
+            encrypted_data,
             key_id: state.key_id.clone(),
             encrypted_dek_source: state.encrypted_seed.clone(),
             annotations: state.annotations.clone(),
@@ -501,6 +554,7 @@ impl KmsV2 {
             .ok_or_else(|| TransformError::new("got unexpected nil transformer"))?;
         let key = cache_key(&object);
         let Some(dek) = self.cached(&key) else {
+            self.metrics.cache_miss();
             return Err(ReadError::MissingDek(Box::new(DekRequest {
                 kms: self.clone(),
                 cache_key: key,
@@ -510,6 +564,11 @@ impl KmsV2 {
                 },
             })));
         };
+        self.metrics.key_id_used(
+            Direction::FromStorage,
+            &self.name,
+            &key_id_hash(&object.key_id),
+        );
         let plain = dek.open(&object.encrypted_data, location)?;
         let stale = object.key_id != state.key_id
             || object.encrypted_dek_source_type != SourceType::HkdfSha256XnonceAesGcmSeed as i32;
@@ -577,8 +636,8 @@ impl KmsV2 {
 
     async fn status_and_rotate(&self, version: &mut Option<String>) -> Result<(), String> {
         let mut client = self.client().map_err(|e| e.to_string())?;
-        let status = client
-            .status(proto::StatusRequest {})
+        let status = self
+            .timed(STATUS_METHOD, client.status(proto::StatusRequest {}))
             .await
             .map_err(|s| {
                 format!(
@@ -586,8 +645,7 @@ impl KmsV2 {
                     self.name,
                     grpc_error(&s)
                 )
-            })?
-            .into_inner();
+            })?;
         let mut errors = Vec::new();
         if status.healthz != "ok" {
             errors.push(format!("got unexpected healthz status: {}", status.healthz));
@@ -607,11 +665,16 @@ impl KmsV2 {
             }
         }
         match validate_key_id(&status.key_id) {
-            Err(e) => errors.push(format!(
-                "got invalid KMSv2 KeyID hash {:?}: {e}",
-                key_id_hash(&status.key_id)
-            )),
+            Err((code, e)) => {
+                self.metrics.invalid_key_id_from_status(&self.name, code);
+                errors.push(format!(
+                    "got invalid KMSv2 KeyID hash {:?}: {e}",
+                    key_id_hash(&status.key_id)
+                ));
+            }
             Ok(()) => {
+                self.metrics
+                    .key_id_from_status(&self.name, &key_id_hash(&status.key_id));
                 if let Err(e) = self
                     .rotate_on_key_id_change(&mut client, &status.key_id)
                     .await
@@ -649,6 +712,7 @@ impl KmsV2 {
             let extended = WriteState {
                 seed: state.seed.clone(),
                 key_id: state.key_id.clone(),
+                key_id_hash: state.key_id_hash.clone(),
                 encrypted_seed: state.encrypted_seed.clone(),
                 annotations: state.annotations.clone(),
                 expires,
@@ -657,7 +721,10 @@ impl KmsV2 {
             return Ok(());
         }
         let uid = uuid::Uuid::new_v4().to_string();
-        let seed = random::<SEED_SIZE>().map_err(|e| e.to_string())?.to_vec();
+        let generation = Instant::now();
+        let generated = self.generate_seed(client, &uid).await;
+        self.metrics
+            .data_key_generated(generated.as_ref().ok().map(|_| generation.elapsed()));
         let failed = |why: String| {
             format!(
                 "failed to rotate DEK uid={uid:?}, statusKeyIDHash={:?}, stateKeyIDHash={:?}: {why}",
@@ -665,23 +732,7 @@ impl KmsV2 {
                 key_id_hash(current.as_ref().map_or("", |s| s.key_id.as_str())),
             )
         };
-        let response = client
-            .encrypt(proto::EncryptRequest {
-                plaintext: seed.clone(),
-                uid: uid.clone(),
-            })
-            .await
-            .map_err(|s| failed(format!("failed to encrypt DEK, error: {}", grpc_error(&s))))?
-            .into_inner();
-        let object = proto::EncryptedObject {
-            // Any non-empty value passes the check of the other fields.
-            encrypted_data: vec![0],
-            key_id: response.key_id,
-            encrypted_dek_source: response.ciphertext,
-            annotations: response.annotations,
-            encrypted_dek_source_type: SourceType::HkdfSha256XnonceAesGcmSeed as i32,
-        };
-        validate_object(&object).map_err(failed)?;
+        let (seed, object) = generated.map_err(failed)?;
         if object.key_id != status_key_id {
             return Err(failed(format!(
                 "the plugin encrypted with keyID hash {:?}",
@@ -693,6 +744,7 @@ impl KmsV2 {
         self.remember(cache_key(&object), seed.clone());
         *self.write.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(WriteState {
             seed,
+            key_id_hash: key_id_hash(&object.key_id),
             key_id: object.key_id,
             encrypted_seed: object.encrypted_dek_source,
             annotations: object.annotations,
@@ -705,6 +757,34 @@ impl KmsV2 {
             "KMS v2 DEK seed rotated"
         );
         Ok(())
+    }
+
+    /// Upstream's `GenerateTransformer`: a random seed, encrypted by the plugin, and
+    /// the fields values sealed with it carry (checked as stored objects are).
+    async fn generate_seed(
+        &self,
+        client: &mut KeyManagementServiceClient<Channel>,
+        uid: &str,
+    ) -> Result<(Vec<u8>, proto::EncryptedObject), String> {
+        let seed = random::<SEED_SIZE>().map_err(|e| e.to_string())?.to_vec();
+        let request = proto::EncryptRequest {
+            plaintext: seed.clone(),
+            uid: uid.to_string(),
+        };
+        let response = self
+            .timed(ENCRYPT_METHOD, client.encrypt(request))
+            .await
+            .map_err(|s| format!("failed to encrypt DEK, error: {}", grpc_error(&s)))?;
+        let object = proto::EncryptedObject {
+            // Any non-empty value passes the check of the other fields.
+            encrypted_data: vec![0],
+            key_id: response.key_id,
+            encrypted_dek_source: response.ciphertext,
+            annotations: response.annotations,
+            encrypted_dek_source_type: SourceType::HkdfSha256XnonceAesGcmSeed as i32,
+        };
+        validate_object(&object)?;
+        Ok((seed, object))
     }
 }
 
@@ -803,6 +883,7 @@ mod tests {
         *kms.write.write().unwrap() = Some(Arc::new(WriteState {
             seed,
             key_id: key_id.into(),
+            key_id_hash: key_id_hash(key_id),
             encrypted_seed: object.encrypted_dek_source,
             annotations: object.annotations,
             expires: SystemTime::now() + Duration::from_secs(60),
@@ -828,6 +909,7 @@ mod tests {
             "vault",
             "unix:///tmp/k.sock",
             Duration::from_secs(3),
+            Arc::default(),
         ));
         primed(&kms, "key-1");
         let stored = kms.encrypt(b"{\"kind\":\"Secret\"}", location()).unwrap();
@@ -860,6 +942,7 @@ mod tests {
             "vault",
             "unix:///tmp/k.sock",
             Duration::from_secs(3),
+            Arc::default(),
         ));
         primed(&kms, "key-1");
         let stored = kms.encrypt(b"x", location()).unwrap();
@@ -880,7 +963,12 @@ mod tests {
 
     #[test]
     fn writes_fail_without_a_seed_or_after_it_expired() {
-        let kms = KmsV2::new("vault", "unix:///tmp/k.sock", Duration::from_secs(3));
+        let kms = KmsV2::new(
+            "vault",
+            "unix:///tmp/k.sock",
+            Duration::from_secs(3),
+            Arc::default(),
+        );
         assert_eq!(
             kms.encrypt(b"x", location()).unwrap_err().to_string(),
             "got unexpected nil transformer"
@@ -890,6 +978,7 @@ mod tests {
         *kms.write.write().unwrap() = Some(Arc::new(WriteState {
             seed: state.seed.clone(),
             key_id: state.key_id.clone(),
+            key_id_hash: state.key_id_hash.clone(),
             encrypted_seed: state.encrypted_seed.clone(),
             annotations: state.annotations.clone(),
             expires: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),

@@ -9,11 +9,12 @@
 //! Layer: a [`ferrokube_storage::Storage`] decorator between the registry and the
 //! backend (SQLite or etcd); the registry, its watch cache and everything above see
 //! plain values only. It depends on `ferrokube-storage` (the contract),
-//! `ferrokube-api` (the built-in resources' storage prefixes) and
-//! `ferrokube-apimachinery` (Go durations) and must depend on no other Ferrokube
-//! crate; the apiserver binary chooses to wrap its backend with it, starts the KMS
-//! plugins' polling ([`Encryption::start_kms`]) and serves their health check
-//! ([`Encryption::kms_health`]).
+//! `ferrokube-api` (the built-in resources' storage prefixes),
+//! `ferrokube-apimachinery` (Go durations) and `ferrokube-component-base` (metric
+//! kinds) and must depend on no other Ferrokube crate; the apiserver binary chooses
+//! to wrap its backend with it, starts the KMS plugins' polling
+//! ([`Encryption::start_kms`]), serves their health check ([`Encryption::kms_health`])
+//! and renders [`EncryptionMetrics`] on `/metrics`.
 //!
 //! # Wire format (upstream's, so either apiserver reads what the other wrote)
 //! * `aescbc`: `k8s:enc:aescbc:v1:<key name>:` + 16-byte random IV + AES-CBC
@@ -64,6 +65,12 @@
 //!   Keys of no resource (allocator ranges, the apiserver endpoints' leases) are never
 //!   encrypted.
 //!
+//! * Upstream's metrics ([`EncryptionMetrics`]) count every transformation, by
+//!   provider prefix and, inside AES and secretbox providers, by key (`<name>:`), as
+//!   upstream's nested prefix transformers do. A read that needs a KMS plugin to
+//!   decrypt its seed is counted once, after the seed came: its time leaves out the
+//!   plugin's call, which `..._kms_operations_latency_seconds` times instead.
+//!
 //! * With `--encryption-provider-config-automatic-reload`, [`EncryptionInUse::replace`]
 //!   puts a changed file in use whole, once it validates and its KMS plugins are
 //!   healthy; operations under way finish with the configuration they resolved. One
@@ -78,12 +85,13 @@
 //!
 //! # Left out
 //! * KMS v1 (deprecated upstream and off by default since 1.29): refused at start.
-//! * The encryption and KMS metrics (`apiserver_storage_transformation_*`,
-//!   `apiserver_envelope_encryption_*`).
+//! * KMS v1's metrics (`apiserver_envelope_encryption_dek_cache_fill_percent`,
+//!   `..._dek_cache_inter_arrival_time_seconds`).
 //! * Upstream's `AllowUnsafeMalformedObjectDeletion` for undecryptable objects.
 
 mod config;
 mod kms;
+mod metrics;
 mod providers;
 mod resources;
 mod storage;
@@ -96,6 +104,7 @@ pub use config::{
     ResourceConfiguration, SecretboxConfiguration,
 };
 pub use kms::{KMS_HEALTH_CHECK, KmsHealth, KmsTimings};
+pub use metrics::EncryptionMetrics;
 pub use providers::TransformError;
 pub use storage::{EncryptedStorage, EncryptionInUse};
 

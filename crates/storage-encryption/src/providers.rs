@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use aes::cipher::block_padding::{NoPadding, Pkcs7};
 use aes::cipher::{BlockCipher, BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
@@ -14,6 +15,7 @@ use bytes::Bytes;
 use crypto_secretbox::XSalsa20Poly1305;
 
 use crate::kms::{DekRequest, KmsV2};
+use crate::metrics::{Direction, EncryptionMetrics, NOT_GRPC, OK};
 
 pub(crate) const AESCBC_PREFIX: &str = "k8s:enc:aescbc:v1:";
 pub(crate) const AESGCM_PREFIX: &str = "k8s:enc:aesgcm:v1:";
@@ -311,6 +313,8 @@ impl Cipher {
 pub(crate) struct NamedKey {
     name: String,
     prefix: Vec<u8>,
+    /// `prefix` as text: the key's `transformer_prefix` label.
+    label: String,
     cipher: Cipher,
 }
 
@@ -401,6 +405,7 @@ impl Provider {
             named.push(NamedKey {
                 name: name.clone(),
                 prefix: format!("{name}:").into_bytes(),
+                label: format!("{name}:"),
                 cipher,
             });
         }
@@ -409,6 +414,16 @@ impl Provider {
 
     fn is_identity(&self) -> bool {
         matches!(self, Provider::Identity)
+    }
+
+    /// Upstream's `transformer_prefix` label of a read: the stored prefix, and
+    /// `identity` for identity.
+    fn label(&self) -> &str {
+        match self {
+            Provider::Identity => "identity",
+            Provider::Keyed { kind, .. } => kind.prefix(),
+            Provider::KmsV2(kms) => kms.label(),
+        }
     }
 }
 
@@ -433,27 +448,49 @@ impl Chain {
         &self,
         plain: &Bytes,
         location: Location<'_>,
+        metrics: &EncryptionMetrics,
     ) -> Result<Bytes, TransformError> {
-        match self.providers.first().map(Arc::as_ref) {
-            None => Err(TransformError::new("no provider is configured")),
-            Some(Provider::Identity) => Ok(plain.clone()),
-            Some(Provider::KmsV2(kms)) => {
-                let body = kms.encrypt(plain, location)?;
-                Ok(Bytes::from([kms.prefix(), &body].concat()))
-            }
-            Some(Provider::Keyed { kind, keys }) => {
-                let key = keys
-                    .first()
-                    .ok_or_else(|| TransformError::new(kind.no_key()))?;
-                let body = key.cipher.seal(plain, location)?;
-                let prefix = kind.prefix().as_bytes();
-                let mut out = Vec::with_capacity(prefix.len() + key.prefix.len() + body.len());
-                out.extend_from_slice(prefix);
-                out.extend_from_slice(&key.prefix);
-                out.extend_from_slice(&body);
-                Ok(Bytes::from(out))
-            }
-        }
+        let start = Instant::now();
+        let provider = self
+            .providers
+            .first()
+            .ok_or_else(|| TransformError::new("no provider is configured"))?;
+        let sealed = match provider.as_ref() {
+            Provider::Identity => Ok(plain.clone()),
+            Provider::KmsV2(kms) => kms
+                .encrypt(plain, location)
+                .map(|body| Bytes::from([kms.prefix(), &body].concat())),
+            Provider::Keyed { kind, keys } => match keys.first() {
+                None => Err(TransformError::new(kind.no_key())),
+                Some(key) => {
+                    let body = key.cipher.seal(plain, location);
+                    record(metrics, Direction::ToStorage, &key.label, start, &body);
+                    body.map(|body| {
+                        let prefix = kind.prefix().as_bytes();
+                        let mut out =
+                            Vec::with_capacity(prefix.len() + key.prefix.len() + body.len());
+                        out.extend_from_slice(prefix);
+                        out.extend_from_slice(&key.prefix);
+                        out.extend_from_slice(&body);
+                        Bytes::from(out)
+                    })
+                }
+            },
+        };
+        // A write's label is the prefix written, empty for identity.
+        let written_prefix = if provider.is_identity() {
+            ""
+        } else {
+            provider.label()
+        };
+        record(
+            metrics,
+            Direction::ToStorage,
+            written_prefix,
+            start,
+            &sealed,
+        );
+        sealed
     }
 
     /// The plain form of a stored value and whether it is stale (read by anything but
@@ -465,24 +502,28 @@ impl Chain {
         &self,
         stored: &Bytes,
         location: Location<'_>,
+        metrics: &EncryptionMetrics,
     ) -> Result<(Bytes, bool), ReadError> {
+        let start = Instant::now();
         let mut errors = Vec::new();
         for (i, provider) in self.providers.iter().enumerate() {
-            match provider.as_ref() {
+            let opened = match provider.as_ref() {
                 Provider::Identity => {
-                    if !stored.starts_with(ENCRYPTED_PREFIX) {
-                        return Ok((stored.clone(), i != 0));
+                    if stored.starts_with(ENCRYPTED_PREFIX) {
+                        // Upstream drops identity's own error so that an encrypting
+                        // provider further down still gets its turn.
+                        continue;
                     }
-                    // Upstream drops identity's own error so that an encrypting
-                    // provider further down still gets its turn.
+                    Ok((stored.clone(), false))
                 }
                 Provider::KmsV2(kms) => {
                     let Some(rest) = stored.strip_prefix(kms.prefix()) else {
                         continue;
                     };
                     match kms.decrypt(rest, location) {
-                        Ok((plain, stale)) => return Ok((Bytes::from(plain), stale || i != 0)),
-                        Err(ReadError::Failed(e)) => errors.push(e),
+                        Ok((plain, stale)) => Ok((Bytes::from(plain), stale)),
+                        Err(ReadError::Failed(e)) => Err(e),
+                        // Counted once the seed came and the read is tried again.
                         Err(missing) => return Err(missing),
                     }
                 }
@@ -490,22 +531,66 @@ impl Chain {
                     let Some(rest) = stored.strip_prefix(kind.prefix().as_bytes()) else {
                         continue;
                     };
-                    let mut key_errors = Vec::new();
-                    for (j, key) in keys.iter().enumerate() {
-                        let Some(data) = rest.strip_prefix(key.prefix.as_slice()) else {
-                            continue;
-                        };
-                        match key.cipher.open(data, location) {
-                            Ok(plain) => return Ok((Bytes::from(plain), i != 0 || j != 0)),
-                            Err(e) => key_errors.push(e),
-                        }
-                    }
-                    errors.push(aggregate(key_errors, kind.no_key()));
+                    open_with_keys(kind, keys, rest, location, metrics)
                 }
+            };
+            record(
+                metrics,
+                Direction::FromStorage,
+                provider.label(),
+                start,
+                &opened,
+            );
+            match opened {
+                Ok((plain, stale)) => return Ok((plain, stale || i != 0)),
+                Err(e) => errors.push(e),
             }
+        }
+        if errors.is_empty() {
+            metrics.transformation(Direction::FromStorage, "unknown", start.elapsed(), NOT_GRPC);
         }
         Err(aggregate(errors, "no matching prefix found").into())
     }
+}
+
+/// A keyed provider's read of `data` (after its prefix): each key whose `<name>:` the
+/// value carries is tried, in order, and counted as upstream's inner prefix
+/// transformers count. Stale when read by any key but the first.
+fn open_with_keys(
+    kind: &Kind,
+    keys: &[NamedKey],
+    data: &[u8],
+    location: Location<'_>,
+    metrics: &EncryptionMetrics,
+) -> Result<(Bytes, bool), TransformError> {
+    let start = Instant::now();
+    let mut errors = Vec::new();
+    for (j, key) in keys.iter().enumerate() {
+        let Some(sealed) = data.strip_prefix(key.prefix.as_slice()) else {
+            continue;
+        };
+        let opened = key.cipher.open(sealed, location);
+        record(metrics, Direction::FromStorage, &key.label, start, &opened);
+        match opened {
+            Ok(plain) => return Ok((Bytes::from(plain), j != 0)),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(aggregate(errors, kind.no_key()))
+}
+
+/// Counts a transformation by `prefix`, timed from `start` when it succeeded. Errors
+/// here are never a gRPC call's: a KMS plugin's failures surface where its seed is
+/// fetched.
+fn record<T>(
+    metrics: &EncryptionMetrics,
+    direction: Direction,
+    prefix: &str,
+    start: Instant,
+    outcome: &Result<T, TransformError>,
+) {
+    let status = if outcome.is_ok() { OK } else { NOT_GRPC };
+    metrics.transformation(direction, prefix, start.elapsed(), status);
 }
 
 /// Reads of keys no rule covers: values as stored, but never encrypted ones (upstream

@@ -134,7 +134,8 @@ impl EncryptionInUse {
             return Err("encryption provider configuration file is empty".into());
         }
         let config = EncryptionConfiguration::parse(text.as_bytes()).map_err(|e| e.to_string())?;
-        let encryption = Encryption::new(&config).map_err(|e| e.to_string())?;
+        let metrics = self.current().metrics.clone();
+        let encryption = Encryption::with_metrics(&config, metrics).map_err(|e| e.to_string())?;
         for warning in encryption.warnings() {
             tracing::warn!("--encryption-provider-config: {warning}");
         }
@@ -290,9 +291,10 @@ impl Shared {
     }
 
     fn encrypt(&self, key: &str, plain: Bytes) -> Result<Bytes> {
-        match self.chain(key) {
+        let encryption = self.current();
+        match encryption.resolver.resolve(key) {
             Some(chain) => chain
-                .encrypt(&plain, self.location(key))
+                .encrypt(&plain, self.location(key), &encryption.metrics)
                 .map_err(|e| transform_error(key, e)),
             None => Ok(plain),
         }
@@ -305,8 +307,9 @@ impl Shared {
         key: &str,
         stored: &Bytes,
     ) -> std::result::Result<(Bytes, bool), ReadError> {
-        match self.chain(key) {
-            Some(chain) => chain.decrypt(stored, self.location(key)),
+        let encryption = self.current();
+        match encryption.resolver.resolve(key) {
+            Some(chain) => chain.decrypt(stored, self.location(key), &encryption.metrics),
             None => {
                 check_unencrypted(stored)?;
                 Ok((stored.clone(), false))

@@ -15,6 +15,7 @@ use ferrokube_storage::{Preconditions, Storage, StorageError, Update, WatchEvent
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 use futures::StreamExt;
 
+use crate::metrics::Direction;
 use crate::{ConfigError, EncryptedStorage, Encryption, EncryptionConfiguration};
 
 const KEY1: [u8; 32] = [1; 32];
@@ -156,15 +157,16 @@ fn decoding_is_strict() {
 #[test]
 fn load_reports_missing_and_empty_files() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let missing = Encryption::load(&dir.path().join("nope.yaml")).expect_err("missing");
+    let missing =
+        Encryption::load(&dir.path().join("nope.yaml"), Arc::default()).expect_err("missing");
     assert!(matches!(missing, ConfigError::Read { .. }), "{missing}");
     let empty = dir.path().join("empty.yaml");
     std::fs::write(&empty, "").expect("write");
-    let err = Encryption::load(&empty).expect_err("empty");
+    let err = Encryption::load(&empty, Arc::default()).expect_err("empty");
     assert!(err.to_string().contains("is empty"), "{err}");
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, yaml("secrets", &aescbc("key1", &KEY1))).expect("write");
-    Encryption::load(&good).expect("valid file");
+    Encryption::load(&good, Arc::default()).expect("valid file");
 }
 
 #[test]
@@ -433,9 +435,18 @@ fn aescbc_matches_the_nist_vector() {
         backend_prefix: "",
         key: SECRET_KEY,
     };
-    let (plain, stale) = chain.decrypt(&stored, location).expect("decrypts");
+    let (plain, stale) = chain
+        .decrypt(&stored, location, &e.metrics)
+        .expect("decrypts");
     assert_eq!(plain, block);
     assert!(!stale);
+    // Counted as upstream's nested prefix transformers count: the provider's prefix
+    // and, inside it, the key's.
+    let read = |prefix| {
+        e.metrics
+            .transformations(Direction::FromStorage, prefix, "OK")
+    };
+    assert_eq!((read("k8s:enc:aescbc:v1:"), read("nist:")), (1, 1));
 }
 
 #[tokio::test]
@@ -1311,4 +1322,55 @@ async fn an_update_of_a_value_sealed_with_an_unknown_seed_asks_the_plugin_then_r
         b"{\"v\":2}"
     );
     assert_eq!(plugin.decrypt_calls(), 2);
+}
+
+// ---- metrics
+
+#[tokio::test]
+async fn transformations_are_counted_by_prefix_and_outcome() {
+    use Direction::{FromStorage, ToStorage};
+    let f = Fixture::new();
+    let gcm = f.with(&yaml("secrets", &aesgcm("key1", &KEY1)));
+    gcm.create(SECRET_KEY, Bytes::from_static(PLAIN))
+        .await
+        .expect("create");
+    gcm.get(SECRET_KEY, None).await.expect("get");
+    let metrics = gcm.in_use().current().metrics().clone();
+    let count = |direction, prefix, status| metrics.transformations(direction, prefix, status);
+    assert_eq!(count(ToStorage, "k8s:enc:aesgcm:v1:", "OK"), 1);
+    assert_eq!(count(ToStorage, "key1:", "OK"), 1);
+    assert_eq!(count(FromStorage, "k8s:enc:aesgcm:v1:", "OK"), 1);
+    assert_eq!(count(FromStorage, "key1:", "OK"), 1);
+
+    // Identity first: its writes carry the empty prefix, its reads `identity`.
+    let plain_first = f.with(&yaml(
+        "secrets",
+        &format!("{IDENTITY}, {}", aesgcm("key1", &KEY1)),
+    ));
+    let plain_key = "/registry/secrets/default/s2";
+    plain_first
+        .create(plain_key, Bytes::from_static(PLAIN))
+        .await
+        .expect("create");
+    plain_first.get(plain_key, None).await.expect("get");
+    plain_first.get(SECRET_KEY, None).await.expect("get");
+    let metrics = plain_first.in_use().current().metrics().clone();
+    let count = |direction, prefix, status| metrics.transformations(direction, prefix, status);
+    assert_eq!(count(ToStorage, "", "OK"), 1);
+    assert_eq!(count(FromStorage, "identity", "OK"), 1);
+    assert_eq!(count(FromStorage, "k8s:enc:aesgcm:v1:", "OK"), 1);
+
+    // A provider whose prefix matches but which cannot read fails under its prefix;
+    // a value no provider's prefix matches is `unknown`.
+    let other = f.with(&yaml("secrets", &aesgcm("key2", &KEY2)));
+    other.get(SECRET_KEY, None).await.expect_err("other key");
+    other.get(plain_key, None).await.expect_err("not encrypted");
+    let metrics = other.in_use().current().metrics().clone();
+    let count = |direction, prefix, status| metrics.transformations(direction, prefix, status);
+    assert_eq!(
+        count(FromStorage, "k8s:enc:aesgcm:v1:", "unknown-non-grpc"),
+        1
+    );
+    assert_eq!(count(FromStorage, "unknown", "unknown-non-grpc"), 1);
+    assert_eq!(count(FromStorage, "k8s:enc:aesgcm:v1:", "OK"), 0);
 }

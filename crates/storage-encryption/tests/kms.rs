@@ -117,6 +117,18 @@ async fn get_text(client: &kube::Client, path: &str) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// The value of the one series in `page` whose line starts with `series` (name and
+/// the leading labels); None when there is none.
+fn metric(page: &str, series: &str) -> Option<f64> {
+    let mut values = page
+        .lines()
+        .filter(|line| line.starts_with(series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok());
+    let value = values.next();
+    assert!(values.next().is_none(), "more than one series {series}");
+    value
+}
+
 fn api_error_code(err: kube::Error) -> (u16, String) {
     match err {
         kube::Error::Api(status) => (status.code, status.message),
@@ -148,6 +160,51 @@ async fn secrets_are_sealed_by_the_plugin_and_read_after_a_restart() {
     assert_eq!(plugin.decrypt_calls(), 0);
     let got = secrets.get("s2").await.expect("get");
     assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
+    // Upstream's metrics: one seed made, three values sealed under key-1's hash.
+    let (code, page) = get_text(&running.client, "/metrics").await;
+    assert_eq!(code, 200);
+    let kms_calls = |method: &str| {
+        metric(
+            &page,
+            &format!(
+                "apiserver_envelope_encryption_kms_operations_latency_seconds_count{{provider_name=\"{PROVIDER}\",method_name=\"/v2.KeyManagementService/{method}\",grpc_status_code=\"OK\"}}"
+            ),
+        )
+    };
+    assert_eq!(kms_calls("Encrypt"), Some(1.0), "{page}");
+    assert!(kms_calls("Status").is_some_and(|n| n >= 1.0));
+    assert_eq!(
+        metric(
+            &page,
+            "apiserver_storage_data_key_generation_duration_seconds_count"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &page,
+            &format!(
+                "apiserver_storage_transformation_operations_total{{transformation_type=\"to_storage\",transformer_prefix=\"k8s:enc:kms:v2:{PROVIDER}:\",status=\"OK\"}}"
+            )
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(
+            &page,
+            &format!(
+                "apiserver_envelope_encryption_key_id_hash_total{{transformation_type=\"to_storage\",provider_name=\"{PROVIDER}\",key_id_hash=\"sha256:"
+            )
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(
+            &page,
+            "apiserver_storage_envelope_transformation_cache_misses_total"
+        ),
+        Some(0.0)
+    );
     let Running { server, raw, .. } = running;
     server.shutdown(Duration::from_secs(5)).await;
     // The store is opened anew by the next server.
@@ -166,6 +223,25 @@ async fn secrets_are_sealed_by_the_plugin_and_read_after_a_restart() {
         assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
     }
     assert_eq!(plugin.decrypt_calls(), 1, "the old seed is decrypted once");
+    let (_, page) = get_text(&running.client, "/metrics").await;
+    assert_eq!(
+        metric(
+            &page,
+            "apiserver_storage_envelope_transformation_cache_misses_total"
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    // Its own seed and the first server's.
+    assert_eq!(
+        metric(
+            &page,
+            &format!(
+                "apiserver_envelope_encryption_dek_source_cache_size{{provider_name=\"{PROVIDER}\"}}"
+            )
+        ),
+        Some(2.0)
+    );
     running.server.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -258,6 +334,27 @@ async fn an_unhealthy_plugin_fails_readiness_and_a_gone_one_fails_writes_once_th
         .await
         .expect("a cached seed still reads");
     assert_eq!(password(&got), Some(PASSWORD.as_bytes()));
+    // The refused write counted under the provider's prefix, and the status calls to
+    // the gone plugin by their gRPC code.
+    let (_, page) = get_text(&client, "/metrics").await;
+    assert_eq!(
+        metric(
+            &page,
+            &format!(
+                "apiserver_storage_transformation_operations_total{{transformation_type=\"to_storage\",transformer_prefix=\"k8s:enc:kms:v2:{PROVIDER}:\",status=\"unknown-non-grpc\"}}"
+            )
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    let failed_status_call = format!(
+        "apiserver_envelope_encryption_kms_operations_latency_seconds_count{{provider_name=\"{PROVIDER}\",method_name=\"/v2.KeyManagementService/Status\",grpc_status_code=\""
+    );
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with(&failed_status_call) && !l.contains("\"OK\"")),
+        "{page}"
+    );
     running.server.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage::Storage;
-use ferrokube_storage_encryption::{EncryptedStorage, Encryption, EncryptionInUse, KmsTimings};
+use ferrokube_storage_encryption::{
+    EncryptedStorage, Encryption, EncryptionInUse, EncryptionMetrics, KmsTimings,
+};
 use ferrokube_storage_sqlite::{SqliteOptions, SqliteStorage};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -92,7 +94,9 @@ async fn try_start(
 
     let config_file = dir.join("encryption.yaml");
     std::fs::write(&config_file, config).map_err(|e| e.to_string())?;
-    let encryption = Encryption::load(&config_file).map_err(|e| e.to_string())?;
+    let apiserver_id = ferrokube_apiserver::new_apiserver_id();
+    let metrics = Arc::new(EncryptionMetrics::new(&apiserver_id));
+    let encryption = Encryption::load(&config_file, metrics.clone()).map_err(|e| e.to_string())?;
     encryption.start_kms(kms).await;
     let has_kms = encryption.kms_health().is_some();
     let raw = Arc::new(
@@ -104,6 +108,8 @@ async fn try_start(
     let storage: Arc<dyn Storage> = Arc::new(encrypted);
 
     let mut opts = Options::new(pki.apiserver_cert.clone(), pki.apiserver_key.clone());
+    opts.apiserver_id = apiserver_id;
+    opts.metrics_collectors.push(metrics);
     opts.bind_address = IpAddr::V4(Ipv4Addr::LOCALHOST);
     opts.secure_port = port;
     opts.client_ca_file = Some(pki.ca_cert.clone());
