@@ -17,6 +17,22 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     meta.as_object_mut().expect("metadata object")
 }
 
+/// Drops the `metadata` maps and lists that are empty: upstream's `ObjectMeta` has
+/// them `omitempty`, so Go's encoding leaves them out and an empty one (e.g. the
+/// `"annotations": {}` of `kubectl diff`'s patch) is neither stored nor served.
+pub fn omit_empty_metadata(obj: &mut Value) {
+    let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    m.retain(|field, value| match field.as_str() {
+        "labels" | "annotations" => !value.as_object().is_some_and(Map::is_empty),
+        "finalizers" | "ownerReferences" | "managedFields" => {
+            !value.as_array().is_some_and(Vec::is_empty)
+        }
+        _ => true,
+    });
+}
+
 pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata")?.as_object()
 }
@@ -182,6 +198,19 @@ pub fn new_uid() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn empty_omitempty_metadata_is_dropped_and_the_rest_kept() {
+        let mut obj = serde_json::json!({"metadata": {
+            "name": "a", "labels": {}, "annotations": {"k": "v"}, "finalizers": [],
+            "ownerReferences": [], "managedFields": [], "generateName": ""
+        }, "data": {}});
+        super::omit_empty_metadata(&mut obj);
+        assert_eq!(
+            obj,
+            serde_json::json!({"metadata": {"name": "a", "annotations": {"k": "v"}, "generateName": ""}, "data": {}})
+        );
+    }
+
     use super::*;
     use serde_json::json;
 

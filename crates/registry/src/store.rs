@@ -703,6 +703,7 @@ impl Store {
         // One reading of the clock: the hook's times (a pod's conditions) are the
         // creation time.
         let now = self.now();
+        meta::omit_empty_metadata(obj);
         meta::set_meta(obj, "uid", json!(meta::new_uid()));
         meta::set_meta(obj, "creationTimestamp", json!(now));
         if hooks.tracks_generation {
@@ -1286,6 +1287,7 @@ impl Store {
                 &self.field_writer(part, opts, &now, &api_version),
             )?;
         }
+        meta::omit_empty_metadata(&mut fin);
         meta::set_meta(
             &mut fin,
             "resourceVersion",

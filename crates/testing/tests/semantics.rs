@@ -402,3 +402,64 @@ async fn bad_input_statuses() {
         e => panic!("{e:?}"),
     }
 }
+
+/// Upstream's `ObjectMeta` maps and lists are `omitempty`: an empty one is neither
+/// stored nor served, so `kubectl diff`'s patch (`"annotations": {}`) of an unchanged
+/// object changes nothing.
+#[tokio::test]
+async fn empty_metadata_maps_and_lists_are_left_out() {
+    use kube::api::{Patch, PatchParams};
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "e", "annotations": {},
+                "finalizers": [], "labels": {"a": "b"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.annotations, None);
+    assert_eq!(created.metadata.finalizers, None);
+    let rv = created.metadata.resource_version.clone();
+
+    let diff_patch = json!({"metadata": {"annotations": {}}});
+    let dry = cms
+        .patch(
+            "e",
+            &PatchParams::default().dry_run(),
+            &Patch::Strategic(&diff_patch),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dry.metadata.annotations, None);
+    let patched = cms
+        .patch("e", &PatchParams::default(), &Patch::Strategic(&diff_patch))
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.annotations, None);
+    assert_eq!(patched.metadata.resource_version, rv, "nothing changed");
+
+    // Emptied by a patch: gone, not `{}`.
+    let emptied = cms
+        .patch(
+            "e",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": null}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(emptied.metadata.labels, None);
+    let (_, _, body) = TestApiServer::raw(
+        &srv.client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/e",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    let served: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(served["metadata"].get("labels"), None, "{served}");
+}
