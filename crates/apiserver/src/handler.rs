@@ -597,11 +597,9 @@ async fn route(
     let get = req.method() == Method::GET;
     match segs.as_slice() {
         ["metrics"] if get => {
-            return Ok(respond(
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                state.metrics.render(),
-            ));
+            let mut page = state.metrics.render();
+            crate::metrics::render_storage_objects(&state.registry, &mut page);
+            return Ok(respond(StatusCode::OK, "text/plain; version=0.0.4", page));
         }
         ["api"] if get => {
             return Ok(match discovery::wants_aggregated(accept.as_deref()) {

@@ -9,6 +9,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use ferrokube_component_base::metrics::{Collector, CounterVec, GaugeVec, HistogramVec, unix_now};
+use ferrokube_registry::Registry;
 use ferrokube_storage::{
     Deleted, KeyValue, ListOptions, ListResult, Preconditions, Revision, Storage, StorageStats,
     UpdateFn, WatchStream,
@@ -318,6 +319,32 @@ impl Metrics {
         }
         out
     }
+}
+
+/// Upstream's `apiserver_storage_objects`: the objects of each resource (built-in and
+/// custom), counted in its watch cache when scraped, with upstream's `resource` label
+/// (`pods`, `deployments.apps`).
+pub(crate) fn render_storage_objects(registry: &Registry, out: &mut String) {
+    let objects = GaugeVec::new(
+        "apiserver_storage_objects",
+        "[STABLE] Number of stored objects at the time of last check split by kind. In case of a fetching error, the value will be -1.",
+        ["resource"],
+    );
+    let custom = registry.custom().served();
+    let stores = registry
+        .stores()
+        .iter()
+        .chain(custom.all().map(|resource| &resource.store));
+    for store in stores {
+        let info = store.info();
+        let resource = if info.group.is_empty() {
+            info.plural.to_string()
+        } else {
+            format!("{}.{}", info.plural, info.group)
+        };
+        objects.set([&resource], store.cache().object_count() as f64);
+    }
+    objects.render(out);
 }
 
 /// The storage the registry uses, timing every request into

@@ -331,6 +331,12 @@ impl ResourceCache {
         &self.prefix
     }
 
+    /// How many objects the cache holds: every object under its prefix once the
+    /// cache has listed them.
+    pub fn object_count(&self) -> usize {
+        self.state.read().objects.len()
+    }
+
     pub fn revision(&self) -> Revision {
         self.state.read().revision
     }

@@ -547,6 +547,40 @@ async fn metrics_report_request_and_storage_latency() {
     assert!(text.contains(
         r#"etcd_request_duration_seconds_bucket{operation="create",type="/registry/configmaps/",le="+Inf"}"#
     ));
+    // Objects per resource, upstream's `resource` label: the four namespaces and two
+    // priority classes made at start, and every ConfigMap (the watch cache counts
+    // them, so the new one may take a moment).
+    assert_eq!(
+        count(r#"apiserver_storage_objects{resource="namespaces"}"#),
+        4
+    );
+    assert_eq!(
+        count(r#"apiserver_storage_objects{resource="priorityclasses.scheduling.k8s.io"}"#),
+        2
+    );
+    let all_cms: Api<ConfigMap> = Api::all(client.clone());
+    let stored = all_cms.list(&Default::default()).await.unwrap().items.len() as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = client
+            .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+            .await
+            .unwrap();
+        let counted = text.lines().find_map(|l| {
+            l.strip_prefix(r#"apiserver_storage_objects{resource="configmaps"}"#)?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        });
+        if counted == Some(stored) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "configmaps counted {counted:?}, stored {stored}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     srv.stop().await;
 }
 
