@@ -389,13 +389,14 @@ async fn client_config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Con
 fn health_responder(metrics: Shared) -> ferrokube_client::serving::Respond {
     Arc::new(move |path| match path {
         "/healthz" | "/livez" | "/readyz" => (200, "ok".to_string()),
-        "/metrics" => (
-            200,
-            metrics
+        "/metrics" => {
+            let mut page = metrics
                 .lock()
                 .map(|m| m.clone().unwrap_or_default())
-                .unwrap_or_default(),
-        ),
+                .unwrap_or_default();
+            ferrokube_component_base::metrics::process::write_process_metrics(&mut page);
+            (200, page)
+        }
         _ => (404, "404 page not found".to_string()),
     })
 }

@@ -317,6 +317,7 @@ impl Metrics {
         for collector in &self.collectors {
             collector.collect(&mut out);
         }
+        ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
         out
     }
 }

@@ -11,6 +11,8 @@ use std::fmt::Write;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod process;
+
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 use parking_lot::Mutex;

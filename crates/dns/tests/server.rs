@@ -294,6 +294,10 @@ async fn answers_from_the_api() -> anyhow::Result<()> {
         text.contains("coredns_dns_requests_total{proto=\"tcp\"} 1"),
         "{text}"
     );
+    assert!(
+        text.contains("# TYPE process_resident_memory_bytes gauge\n"),
+        "{text}"
+    );
 
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(10), running.wait())

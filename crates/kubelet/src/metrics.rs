@@ -137,6 +137,7 @@ impl KubeletMetrics {
         self.operations.render(&mut out);
         self.operation_errors.render(&mut out);
         self.operation_duration.render(&mut out);
+        ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
         out
     }
 }

@@ -112,6 +112,7 @@ pub async fn run(
                         let mut out = String::new();
                         s.metrics.lock().write(&mut out);
                         s.health.lock().metrics(&mut out);
+                        ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
                         (200, "text/plain; version=0.0.4", out)
                     }
                     "/healthz" => (200, "text/plain", "ok".into()),

@@ -107,6 +107,7 @@ impl Metrics {
             "# TYPE scheduler_preemption_victims_total counter\nscheduler_preemption_victims_total {}",
             self.preemption_victims.load(Ordering::Relaxed)
         );
+        ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
         out
     }
 }

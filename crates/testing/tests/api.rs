@@ -547,6 +547,10 @@ async fn metrics_report_request_and_storage_latency() {
     assert!(text.contains(
         r#"etcd_request_duration_seconds_bucket{operation="create",type="/registry/configmaps/",le="+Inf"}"#
     ));
+    // The process collector every upstream component serves: this test process has
+    // file descriptors open and memory resident.
+    assert!(count("process_open_fds") >= 1);
+    assert!(count("process_resident_memory_bytes") >= 1);
     // Objects per resource, upstream's `resource` label: the four namespaces and two
     // priority classes made at start, and every ConfigMap (the watch cache counts
     // them, so the new one may take a moment).
