@@ -13,8 +13,6 @@ use ferrokube_apimachinery::duration::parse_go_duration;
 use ferrokube_apiserver::{Options, Server};
 use ferrokube_storage::Storage;
 
-mod runtime_config;
-
 #[derive(Parser, Debug)]
 #[command(
     name = "kube-apiserver",
@@ -330,10 +328,12 @@ struct Args {
         default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
     )]
     kubelet_preferred_address_types: Vec<String>,
-    /// A set of key=value pairs that enable or disable built-in APIs (api/all,
-    /// api/ga, api/beta, api/alpha, api/legacy, <group>/<version>). Ferrokube serves
-    /// one GA version of each built-in group: turning those on is accepted, naming a
-    /// version it does not serve or turning one off stops the start.
+    /// A set of key=value pairs that enable or disable built-in APIs: v1=true|false
+    /// for the core API group, <group>/<version>=true|false for a group-version (e.g.
+    /// apps/v1=true), <group>/<version>/<resource>=true|false for one resource,
+    /// api/all=true|false for every version, api/ga, api/beta and api/alpha for the
+    /// versions of that class. Ferrokube serves one GA version of each built-in group;
+    /// asking for a version it does not serve stops the start.
     #[arg(long, default_value = "")]
     runtime_config: String,
     /// Amount of time to retain events (Go duration).
@@ -1004,11 +1004,13 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     opts.kubelet_preferred_address_types = args.kubelet_preferred_address_types;
-    for warning in runtime_config::check(&args.runtime_config)
-        .map_err(|e| anyhow::anyhow!("--runtime-config: {e}"))?
-    {
+    let (api_enablement, warnings) =
+        ferrokube_apiserver::ApiEnablement::parse(&args.runtime_config)
+            .map_err(|e| anyhow::anyhow!("--runtime-config: {e}"))?;
+    for warning in warnings {
         tracing::warn!("{warning}");
     }
+    opts.api_enablement = api_enablement;
     opts.request_timeout = go_duration(&args.request_timeout).ok_or_else(|| {
         anyhow::anyhow!(
             "--request-timeout: invalid duration {:?}",

@@ -82,6 +82,8 @@ pub struct AggregatorConfig {
     /// `--enable-aggregator-routing`: dial the Service's endpoints instead of its
     /// cluster IP.
     pub route_to_endpoints: bool,
+    /// `--runtime-config`: the built-in group-versions that get a local APIService.
+    pub enablement: Arc<crate::ApiEnablement>,
 }
 
 pub const GROUP: &str = "apiregistration.k8s.io";
@@ -785,9 +787,12 @@ fn remote_resources(group: &str, version: &str, doc: &Value) -> Vec<&'static Res
 
 /// The local APIServices that should exist: every built-in group-version and every
 /// served custom resource version, with their `automanaged` label.
-fn desired_local(registry: &Registry) -> HashMap<String, Value> {
+fn desired_local(enabled: &crate::ApiEnablement, registry: &Registry) -> HashMap<String, Value> {
     let mut out = HashMap::new();
-    for (g, v) in resources::groups() {
+    for (g, v) in resources::groups()
+        .into_iter()
+        .filter(|(g, v)| enabled.serves_group_version(g, v))
+    {
         let (gp, vp) = builtin_priority(g, v);
         out.insert(service_name(g, v), local_service(g, v, gp, vp, "onstart"));
     }
@@ -1214,7 +1219,7 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
         .iter()
         .map(|o| ferrokube_registry::meta::name(o).to_string())
         .collect();
-    let desired = desired_local(registry);
+    let desired = desired_local(&aggregator.config.enablement, registry);
     for (name, obj) in &desired {
         if !existing.contains(name)
             && let Err(e) = store

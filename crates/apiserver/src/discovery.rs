@@ -5,6 +5,7 @@ use ferrokube_api::resources::{self, ResourceInfo};
 use ferrokube_registry::custom::Served;
 use serde_json::{Value, json};
 
+use crate::ApiEnablement;
 use crate::output::parse_accept;
 
 pub const AGGREGATED_V2: &str =
@@ -100,12 +101,13 @@ const CUSTOM_GROUP_PRIORITY: i64 = 1000;
 /// built-in groups, 1000 for custom resources', the APIService's for remote ones),
 /// highest first, then by name. A custom or remote version of a served group joins
 /// that group, after its own versions.
-fn catalog(custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
+fn catalog(enabled: &ApiEnablement, custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
     let mut groups: Vec<(i64, Group)> = resources::groups()
         .into_iter()
+        .filter(|(g, v)| enabled.serves_group_version(g, v))
         .map(|(g, v)| {
             let priority = i64::from(crate::aggregator::builtin_priority(g, v).0);
-            let versions = vec![(v.to_string(), resources::resources_of(g, v).collect())];
+            let versions = vec![(v.to_string(), builtin_resources(enabled, g, v).collect())];
             (
                 priority,
                 Group {
@@ -169,8 +171,22 @@ fn group_json(group: &Group) -> Value {
     })
 }
 
-pub(crate) fn api_group_list(custom: &Served, remote: &RemoteGroups) -> Value {
-    let groups: Vec<Value> = catalog(custom, remote)
+/// The served built-in resources of a group-version.
+fn builtin_resources<'a>(
+    enabled: &'a ApiEnablement,
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
+    resources::resources_of(group, version)
+        .filter(|r| enabled.serves_resource(r.group, r.version, r.plural))
+}
+
+pub(crate) fn api_group_list(
+    enabled: &ApiEnablement,
+    custom: &Served,
+    remote: &RemoteGroups,
+) -> Value {
+    let groups: Vec<Value> = catalog(enabled, custom, remote)
         .iter()
         .filter(|g| !g.name.is_empty())
         .map(group_json)
@@ -178,8 +194,13 @@ pub(crate) fn api_group_list(custom: &Served, remote: &RemoteGroups) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub(crate) fn api_group(group: &str, custom: &Served, remote: &RemoteGroups) -> Option<Value> {
-    let groups = catalog(custom, remote);
+pub(crate) fn api_group(
+    enabled: &ApiEnablement,
+    group: &str,
+    custom: &Served,
+    remote: &RemoteGroups,
+) -> Option<Value> {
+    let groups = catalog(enabled, custom, remote);
     let g = groups
         .iter()
         .find(|g| g.name == group && !g.name.is_empty())?;
@@ -189,9 +210,14 @@ pub(crate) fn api_group(group: &str, custom: &Served, remote: &RemoteGroups) -> 
     Some(out)
 }
 
-pub fn resource_list(group: &str, version: &str, custom: &Served) -> Option<Value> {
+pub(crate) fn resource_list(
+    enabled: &ApiEnablement,
+    group: &str,
+    version: &str,
+    custom: &Served,
+) -> Option<Value> {
     let mut res = Vec::new();
-    let infos: Vec<&'static ResourceInfo> = resources::resources_of(group, version)
+    let infos: Vec<&'static ResourceInfo> = builtin_resources(enabled, group, version)
         .chain(
             custom
                 .resources_of(group, version)
@@ -280,12 +306,13 @@ fn discovery_resource(r: &ResourceInfo) -> Value {
 /// Aggregated discovery: the core group for `/api` (`legacy`), the named groups
 /// for `/apis`.
 pub(crate) fn aggregated(
+    enabled: &ApiEnablement,
     legacy: bool,
     version: &str,
     custom: &Served,
     remote: &RemoteGroups,
 ) -> Value {
-    let items: Vec<Value> = catalog(custom, remote)
+    let items: Vec<Value> = catalog(enabled, custom, remote)
         .into_iter()
         .filter(|g| g.name.is_empty() == legacy)
         .map(|g| {
@@ -316,13 +343,17 @@ pub(crate) fn aggregated(
 mod tests {
     use super::*;
 
+    fn all() -> ApiEnablement {
+        ApiEnablement::default()
+    }
+
     fn none() -> Served {
         Served::default()
     }
 
     #[test]
     fn groups_are_in_upstream_priority_order() {
-        let list = api_group_list(&none(), &[]);
+        let list = api_group_list(&all(), &none(), &[]);
         let names: Vec<&str> = list["groups"]
             .as_array()
             .unwrap()
@@ -366,7 +397,7 @@ mod tests {
                 versions: vec![("v1beta1".into(), vec![])],
             },
         )];
-        let list = api_group_list(&none(), &remote);
+        let list = api_group_list(&all(), &none(), &remote);
         let names: Vec<&str> = list["groups"]
             .as_array()
             .unwrap()
@@ -397,7 +428,7 @@ mod tests {
 
     #[test]
     fn lists() {
-        let core = resource_list("", "v1", &none()).unwrap();
+        let core = resource_list(&all(), "", "v1", &none()).unwrap();
         assert_eq!(core["groupVersion"], "v1");
         assert!(
             core["resources"]
@@ -406,10 +437,10 @@ mod tests {
                 .iter()
                 .any(|r| r["name"] == "pods/status")
         );
-        let apps = resource_list("apps", "v1", &none()).unwrap();
+        let apps = resource_list(&all(), "apps", "v1", &none()).unwrap();
         assert_eq!(listed(&apps, "deployments/scale")["group"], "autoscaling");
-        assert!(resource_list("nope", "v1", &none()).is_none());
-        let agg = aggregated(false, "v2", &none(), &[]);
+        assert!(resource_list(&all(), "nope", "v1", &none()).is_none());
+        let agg = aggregated(&all(), false, "v2", &none(), &[]);
         assert!(
             agg["items"]
                 .as_array()
@@ -418,7 +449,7 @@ mod tests {
                 .any(|g| g["metadata"]["name"] == "apps")
         );
         assert_eq!(
-            aggregated(true, "v2", &none(), &[])["items"]
+            aggregated(&all(), true, "v2", &none(), &[])["items"]
                 .as_array()
                 .unwrap()
                 .len(),
@@ -430,7 +461,7 @@ mod tests {
     /// `kind: SubjectAccessReview` in a file.
     #[test]
     fn unstored_resources_are_discovered() {
-        let authz = resource_list("authorization.k8s.io", "v1", &none()).unwrap();
+        let authz = resource_list(&all(), "authorization.k8s.io", "v1", &none()).unwrap();
         let sar = listed(&authz, "subjectaccessreviews");
         assert_eq!(sar["kind"], "SubjectAccessReview");
         assert_eq!(sar["verbs"], json!(["create"]));
@@ -438,7 +469,7 @@ mod tests {
             listed(&authz, "localsubjectaccessreviews")["namespaced"],
             true
         );
-        let agg = aggregated(false, "v2", &none(), &[]);
+        let agg = aggregated(&all(), false, "v2", &none(), &[]);
         let crds = agg["items"]
             .as_array()
             .unwrap()
@@ -462,7 +493,7 @@ mod tests {
         );
         assert_eq!(crd["shortNames"], json!(["crd", "crds"]));
         assert!(
-            api_group_list(&none(), &[])["groups"]
+            api_group_list(&all(), &none(), &[])["groups"]
                 .as_array()
                 .unwrap()
                 .iter()

@@ -73,6 +73,8 @@ pub(crate) struct State {
     /// The max-in-flight limits, used instead when priority and fairness is off (None:
     /// it is on, or both limits are 0).
     pub max_in_flight: Option<crate::maxinflight::MaxInFlight>,
+    /// `--runtime-config`: the built-in APIs served.
+    pub enablement: Arc<crate::ApiEnablement>,
 }
 
 impl State {
@@ -544,12 +546,18 @@ async fn route(
         return state.aggregator.proxy(&state.registry, &remote, req).await;
     }
     if let Some((ns, name, kind)) = crate::proxy::proxied_pod_subresource(&segs) {
+        if !state.enablement.serves_resource("", "v1", "pods") {
+            return Err(not_found_path(path));
+        }
         return crate::proxy::pod_subresource(state, req, ns, name, kind).await;
     }
     if let Some((group, kind, ns)) = crate::reviews::review_path(&segs) {
+        let plural = segs.last().copied().unwrap_or_default();
+        if !state.enablement.serves_resource(group, "v1", plural) {
+            return Err(not_found_path(path));
+        }
         if req.method() != Method::POST {
             // Discovery lists the reviews as create-only; upstream answers 405.
-            let plural = segs.last().copied().unwrap_or_default();
             return Err(ApiError::method_not_supported(
                 group,
                 plural,
@@ -558,11 +566,19 @@ async fn route(
         }
         return review(state, req, group, kind, ns).await;
     }
-    if let Some(name) = crate::componentstatus::componentstatus_path(&segs) {
+    if let Some(name) = crate::componentstatus::componentstatus_path(&segs)
+        && state
+            .enablement
+            .serves_resource("", "v1", "componentstatuses")
+    {
         let verb = request_verb(&req);
         return crate::componentstatus::serve(state, &verb, name, q, accept.as_deref()).await;
     }
-    if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs) {
+    if let Some((ns, name)) = crate::tokens::token_request_path(req.method(), &segs)
+        && state
+            .enablement
+            .serves_resource("", "v1", "serviceaccounts")
+    {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
         let headers = req.headers().clone();
         let user = req
@@ -613,6 +629,7 @@ async fn route(
                 None => json_response(
                     StatusCode::OK,
                     &discovery::api_group_list(
+                        &state.enablement,
                         &state.registry.custom().served(),
                         &state.aggregator.discovery_groups(true),
                     ),
@@ -620,20 +637,35 @@ async fn route(
             });
         }
         ["api", "v1"] if get => {
-            return discovery::resource_list("", "v1", &state.registry.custom().served())
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(|| not_found_path(path));
+            return discovery::resource_list(
+                &state.enablement,
+                "",
+                "v1",
+                &state.registry.custom().served(),
+            )
+            .map(|v| json_response(StatusCode::OK, &v))
+            .ok_or_else(|| not_found_path(path));
         }
         ["apis", g] if get => {
             let remote = state.aggregator.discovery_groups(true);
-            return discovery::api_group(g, &state.registry.custom().served(), &remote)
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(|| not_found_path(path));
+            return discovery::api_group(
+                &state.enablement,
+                g,
+                &state.registry.custom().served(),
+                &remote,
+            )
+            .map(|v| json_response(StatusCode::OK, &v))
+            .ok_or_else(|| not_found_path(path));
         }
         ["apis", g, v] if get => {
-            return discovery::resource_list(g, v, &state.registry.custom().served())
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(|| not_found_path(path));
+            return discovery::resource_list(
+                &state.enablement,
+                g,
+                v,
+                &state.registry.custom().served(),
+            )
+            .map(|v| json_response(StatusCode::OK, &v))
+            .ok_or_else(|| not_found_path(path));
         }
         ["api", "v1", rest @ ..] => {
             let r = parse_resource_path("", "v1", rest, |g, v, p| resolve_info(state, g, v, p))
@@ -657,8 +689,13 @@ fn resolve_info(
     version: &str,
     plural: &str,
 ) -> Option<&'static ResourceInfo> {
-    resources::lookup(group, version, plural)
-        .or_else(|| Some(state.registry.resolve(group, version, plural)?.info))
+    match resources::lookup(group, version, plural) {
+        Some(builtin) => state
+            .enablement
+            .serves_resource(group, version, plural)
+            .then_some(builtin),
+        None => Some(state.registry.resolve(group, version, plural)?.info),
+    }
 }
 
 /// The request's verb as authorization saw it (`list`, `watch`, `deletecollection`...).
@@ -693,6 +730,7 @@ fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
     let mut r = json_response(
         StatusCode::OK,
         &discovery::aggregated(
+            &state.enablement,
             legacy,
             version,
             &state.registry.custom().served(),

@@ -24,6 +24,7 @@ mod conversion;
 mod cors;
 mod discovery;
 mod dupes;
+mod enablement;
 mod eviction;
 mod flowcontrol;
 mod handler;
@@ -66,6 +67,7 @@ pub use audit::{
 pub use authz_webhook::AuthorizationWebhookOptions;
 pub use config_reload::{ApplyConfig, FollowedConfig};
 pub use cors::CorsOrigins;
+pub use enablement::ApiEnablement;
 pub use ferrokube_auth::AuthorizationMode;
 pub use ferrokube_auth::OidcConfig;
 pub use ferrokube_registry::api_endpoints::EndpointReconciler;
@@ -280,6 +282,7 @@ impl Server {
             config.registry.clone(),
             initiated_rx.clone(),
         )));
+        let enablement = config.aggregator.enablement.clone();
         let aggregator = Arc::new(aggregator::Aggregator::new(config.aggregator));
         background.push(tokio::spawn(aggregator::run(
             aggregator.clone(),
@@ -290,6 +293,7 @@ impl Server {
             openapi: openapi::OpenApi::start(
                 config.registry.custom().clone(),
                 aggregator.openapi_documents(),
+                &enablement,
             ),
             aggregator,
             registry: config.registry,
@@ -315,6 +319,7 @@ impl Server {
             audit: config.audit.clone(),
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
+            enablement,
         });
         let acceptor = Handshake {
             config: config.tls,
@@ -719,6 +724,8 @@ pub struct Options {
     pub health_checks: Vec<Arc<dyn HealthCheck>>,
     /// Metrics `/metrics` shows besides the server's own, e.g. encryption at rest's.
     pub metrics_collectors: Vec<Arc<dyn Collector>>,
+    /// `--runtime-config`: the built-in APIs served.
+    pub api_enablement: ApiEnablement,
     /// This apiserver's identity (upstream's `apiserver-<uuid>`): metrics label their
     /// series with its hash. Give the same one to anything else that labels with it.
     pub apiserver_id: String,
@@ -862,6 +869,7 @@ impl Options {
             storage_check_timeouts: StorageCheckTimeouts::default(),
             health_checks: Vec::new(),
             metrics_collectors: Vec::new(),
+            api_enablement: ApiEnablement::default(),
             apiserver_id: new_apiserver_id(),
             encryption_config_reload: None,
         }
@@ -1287,6 +1295,7 @@ impl Options {
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
+                enablement: Arc::new(self.api_enablement),
             },
             flow_control,
             max_in_flight,

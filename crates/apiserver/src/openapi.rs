@@ -74,6 +74,9 @@ pub(crate) struct OpenApi {
     generation: watch::Receiver<u64>,
     /// The extension apiservers' documents, replaced when they change.
     remote: watch::Receiver<Arc<RemoteDocuments>>,
+    /// The built-in group-versions `--runtime-config` turns off (as
+    /// [`ferrokube_openapi::gv_path`]): left out of the documents.
+    turned_off: Arc<Vec<String>>,
     /// The built-in documents, built once (on the first request) and kept: a rebuild
     /// only adds the custom resources to them.
     built_in: Arc<std::sync::Mutex<Option<Arc<Documents>>>>,
@@ -95,8 +98,15 @@ impl OpenApi {
     pub(crate) fn start(
         custom: Arc<CustomResources>,
         remote: watch::Receiver<Arc<RemoteDocuments>>,
+        enablement: &crate::ApiEnablement,
     ) -> OpenApi {
+        let turned_off = ferrokube_api::resources::groups()
+            .into_iter()
+            .filter(|(g, v)| !enablement.serves_group_version(g, v))
+            .map(|(g, v)| ferrokube_openapi::gv_path(g, v))
+            .collect();
         OpenApi {
+            turned_off: Arc::new(turned_off),
             generation: custom.subscribe(),
             remote,
             custom,
@@ -128,6 +138,7 @@ impl OpenApi {
             .map(|c| c.local.clone());
         let served = self.custom.served();
         let built_in = self.built_in.clone();
+        let turned_off = self.turned_off.clone();
         let extensions = remote.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
@@ -137,8 +148,10 @@ impl OpenApi {
                     // Kept even when the request that started the build went away.
                     let base = {
                         let mut b = built_in.lock().unwrap_or_else(|p| p.into_inner());
-                        b.get_or_insert_with(|| Arc::new(Documents::build()))
-                            .clone()
+                        b.get_or_insert_with(|| {
+                            Arc::new(Documents::build().without_group_versions(&turned_off))
+                        })
+                        .clone()
                     };
                     let resources: Vec<CustomResourceVersion<'_>> = served
                         .all()

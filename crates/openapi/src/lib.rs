@@ -349,6 +349,37 @@ impl Documents {
         }
     }
 
+    /// These documents without some group-versions (keyed as [`gv_path`]; those
+    /// `--runtime-config` turns off): no v3 document, no index entry, and none of
+    /// their paths in `/openapi/v2` (the definitions stay: other kinds may refer to
+    /// them).
+    pub fn without_group_versions(&self, removed: &[String]) -> Documents {
+        if removed.is_empty() {
+            return self.clone();
+        }
+        let mut v3 = self.v3.clone();
+        v3.retain(|gv, _| !removed.contains(gv));
+        let v3_index = served_index(&v3);
+        let Some(mut v2) = self
+            .v2_json
+            .decompressed()
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
+            return self.clone();
+        };
+        let prefixes: Vec<String> = removed.iter().map(|gv| format!("/{gv}/")).collect();
+        if let Value::Object(paths) = &mut v2["paths"] {
+            paths.retain(|path, _| !prefixes.iter().any(|p| path.starts_with(p)));
+        }
+        Documents {
+            v2_protobuf: Served::new(proto::encode(&v2)),
+            v2_json: Served::new(serde_json::to_vec(&v2).unwrap_or_default()),
+            v3_index,
+            v3,
+        }
+    }
+
     /// These documents with `extra` v3 documents added (an extension apiserver's,
     /// keyed as [`gv_path`]; one replaces a document of the same key) and listed in
     /// the index. Nothing is serialized again but the index; the other documents'

@@ -401,6 +401,38 @@ fn documents_are_hashed_and_indexed() {
 }
 
 #[test]
+fn group_versions_turned_off_are_left_out() {
+    let docs = Documents::build();
+    let without = docs.without_group_versions(&["apis/batch/v1".to_string()]);
+    assert!(without.v3("apis/batch/v1").is_none());
+    assert_eq!(without.v3("apis/apps/v1"), docs.v3("apis/apps/v1"));
+    let index: Value = serde_json::from_slice(&without.v3_index.decompressed().unwrap()).unwrap();
+    assert!(index["paths"].get("apis/batch/v1").is_none());
+    assert!(index["paths"].get("apis/apps/v1").is_some());
+    let v2: Value = serde_json::from_slice(&without.v2_json.decompressed().unwrap()).unwrap();
+    let paths = v2["paths"].as_object().unwrap();
+    assert!(paths.keys().all(|p| !p.starts_with("/apis/batch/v1/")));
+    assert!(paths.contains_key("/apis/apps/v1/namespaces/{namespace}/deployments"));
+    // Kinds of other groups may refer to a removed group's definitions.
+    assert!(
+        v2["definitions"]
+            .get("io.k8s.api.batch.v1.JobSpec")
+            .is_some()
+    );
+    let protobuf =
+        proto::Document::decode(without.v2_protobuf.decompressed().unwrap().as_slice()).unwrap();
+    assert!(
+        protobuf
+            .paths
+            .unwrap()
+            .path
+            .iter()
+            .all(|p| !p.name.starts_with("/apis/batch/v1/"))
+    );
+    assert_eq!(docs.without_group_versions(&[]).v2_json, docs.v2_json);
+}
+
+#[test]
 fn documents_are_held_gzip_compressed() {
     let docs = Documents::build();
     let every = [&docs.v2_json, &docs.v2_protobuf, &docs.v3_index]
