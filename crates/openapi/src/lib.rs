@@ -244,6 +244,11 @@ impl Served {
         flate2::read::GzDecoder::new(&self.gzip[..]).read_to_end(&mut out)?;
         Ok(out)
     }
+
+    /// The document parsed, or `None` when it is not JSON.
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.decompressed().ok()?).ok()
+    }
 }
 
 /// Every OpenAPI document, serialized and compressed once: build on first use, serve
@@ -298,12 +303,7 @@ impl Documents {
             return self.clone();
         }
         let custom = custom::CustomModel::build(resources);
-        let mut v2: Value = self
-            .v2_json
-            .decompressed()
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_else(|| json!({}));
+        let mut v2 = self.v2_json.json().unwrap_or_else(|| json!({}));
         if !v2["definitions"].is_object() {
             v2["definitions"] = json!({});
         }
@@ -360,12 +360,7 @@ impl Documents {
         let mut v3 = self.v3.clone();
         v3.retain(|gv, _| !removed.contains(gv));
         let v3_index = served_index(&v3);
-        let Some(mut v2) = self
-            .v2_json
-            .decompressed()
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        else {
+        let Some(mut v2) = self.v2_json.json() else {
             return self.clone();
         };
         let prefixes: Vec<String> = removed.iter().map(|gv| format!("/{gv}/")).collect();
@@ -407,20 +402,11 @@ impl Documents {
         if remote.is_empty() {
             return self.clone();
         }
-        let Some(mut v2) = self
-            .v2_json
-            .decompressed()
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        else {
+        let Some(mut v2) = self.v2_json.json() else {
             return self.clone();
         };
         for r in remote {
-            if let Some(doc) = r
-                .decompressed()
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            {
+            if let Some(doc) = r.json() {
                 merge_v2(&mut v2, &doc);
             }
         }
