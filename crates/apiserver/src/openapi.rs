@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_openapi::{CustomResourceVersion, Documents, Served};
+use ferrokube_openapi::{CustomResourceVersion, Documents, Served, TurnedOff};
 use ferrokube_registry::custom::CustomResources;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use http_body_util::BodyExt;
@@ -74,9 +74,8 @@ pub(crate) struct OpenApi {
     generation: watch::Receiver<u64>,
     /// The extension apiservers' documents, replaced when they change.
     remote: watch::Receiver<Arc<RemoteDocuments>>,
-    /// The built-in group-versions `--runtime-config` turns off (as
-    /// [`ferrokube_openapi::gv_path`]): left out of the documents.
-    turned_off: Arc<Vec<String>>,
+    /// What `--runtime-config` turns off: left out of the documents.
+    turned_off: Arc<TurnedOff>,
     /// The built-in documents, built once (on the first request) and kept: a rebuild
     /// only adds the custom resources to them.
     built_in: Arc<std::sync::Mutex<Option<Arc<Documents>>>>,
@@ -100,11 +99,21 @@ impl OpenApi {
         remote: watch::Receiver<Arc<RemoteDocuments>>,
         enablement: &crate::ApiEnablement,
     ) -> OpenApi {
-        let turned_off = ferrokube_api::resources::groups()
-            .into_iter()
-            .filter(|(g, v)| !enablement.serves_group_version(g, v))
-            .map(|(g, v)| ferrokube_openapi::gv_path(g, v))
-            .collect();
+        let mut turned_off = TurnedOff::default();
+        for (g, v) in ferrokube_api::resources::groups() {
+            let gv = ferrokube_openapi::gv_path(g, v);
+            if !enablement.serves_group_version(g, v) {
+                turned_off.group_versions.push(gv);
+                continue;
+            }
+            for r in ferrokube_api::resources::resources_of(g, v) {
+                if !enablement.serves_resource(g, v, r.plural) {
+                    turned_off
+                        .resources
+                        .push((gv.clone(), r.plural.to_string()));
+                }
+            }
+        }
         OpenApi {
             turned_off: Arc::new(turned_off),
             generation: custom.subscribe(),
@@ -148,10 +157,8 @@ impl OpenApi {
                     // Kept even when the request that started the build went away.
                     let base = {
                         let mut b = built_in.lock().unwrap_or_else(|p| p.into_inner());
-                        b.get_or_insert_with(|| {
-                            Arc::new(Documents::build().without_group_versions(&turned_off))
-                        })
-                        .clone()
+                        b.get_or_insert_with(|| Arc::new(Documents::build().without(&turned_off)))
+                            .clone()
                     };
                     let resources: Vec<CustomResourceVersion<'_>> = served
                         .all()

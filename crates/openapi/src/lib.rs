@@ -144,6 +144,36 @@ fn v3_document_of(
     })
 }
 
+/// The built-in APIs `--runtime-config` turns off, left out by [`Documents::without`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnedOff {
+    /// Whole group-versions, keyed as [`gv_path`].
+    pub group_versions: Vec<String>,
+    /// Resources of group-versions otherwise served: the group-version (as
+    /// [`gv_path`]) and the resource's plural.
+    pub resources: Vec<(String, String)>,
+}
+
+impl TurnedOff {
+    /// Whether an API path (`/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}`)
+    /// is one of what is turned off: under a group-version, or a resource's
+    /// collection, item, subresource or watch path, namespaced or not.
+    fn covers(&self, path: &str) -> bool {
+        let Some(path) = path.strip_prefix('/') else {
+            return false;
+        };
+        let under = |gv: &str| path.strip_prefix(gv).and_then(|p| p.strip_prefix('/'));
+        self.group_versions.iter().any(|gv| under(gv).is_some())
+            || self.resources.iter().any(|(gv, resource)| {
+                under(gv).is_some_and(|rest| {
+                    let rest = rest.strip_prefix("watch/").unwrap_or(rest);
+                    let rest = rest.strip_prefix("namespaces/{namespace}/").unwrap_or(rest);
+                    rest.split('/').next() == Some(resource.as_str())
+                })
+            })
+    }
+}
+
 /// `api/v1` for the core group, `apis/<group>/<version>` otherwise: the key of a
 /// group-version under `/openapi/v3/`.
 pub fn gv_path(group: &str, version: &str) -> String {
@@ -349,28 +379,39 @@ impl Documents {
         }
     }
 
-    /// These documents without some group-versions (keyed as [`gv_path`]; those
-    /// `--runtime-config` turns off): no v3 document, no index entry, and none of
-    /// their paths in `/openapi/v2` (the definitions stay: other kinds may refer to
-    /// them).
-    pub fn without_group_versions(&self, removed: &[String]) -> Documents {
-        if removed.is_empty() {
+    /// These documents without what `--runtime-config` turns off: a group-version
+    /// loses its v3 document, its index entry and its paths in `/openapi/v2`; a
+    /// resource its paths in both. Definitions stay: other kinds may
+    /// refer to them.
+    pub fn without(&self, off: &TurnedOff) -> Documents {
+        if off.group_versions.is_empty() && off.resources.is_empty() {
             return self.clone();
         }
-        let mut v3 = self.v3.clone();
-        v3.retain(|gv, _| !removed.contains(gv));
-        let v3_index = served_index(&v3);
         let Some(mut v2) = self.v2_json.json() else {
             return self.clone();
         };
-        let prefixes: Vec<String> = removed.iter().map(|gv| format!("/{gv}/")).collect();
+        let removed = |path: &str| off.covers(path);
         if let Value::Object(paths) = &mut v2["paths"] {
-            paths.retain(|path, _| !prefixes.iter().any(|p| path.starts_with(p)));
+            paths.retain(|path, _| !removed(path));
+        }
+        let mut v3 = self.v3.clone();
+        v3.retain(|gv, _| !off.group_versions.contains(gv));
+        for (gv, _) in &off.resources {
+            let Some(mut doc) = v3.get(gv).and_then(Served::json) else {
+                continue;
+            };
+            if let Value::Object(paths) = &mut doc["paths"] {
+                paths.retain(|path, _| !removed(path));
+            }
+            v3.insert(
+                gv.clone(),
+                Served::new(serde_json::to_vec(&doc).unwrap_or_default()),
+            );
         }
         Documents {
             v2_protobuf: Served::new(proto::encode(&v2)),
             v2_json: Served::new(serde_json::to_vec(&v2).unwrap_or_default()),
-            v3_index,
+            v3_index: served_index(&v3),
             v3,
         }
     }

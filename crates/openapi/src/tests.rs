@@ -401,24 +401,67 @@ fn documents_are_hashed_and_indexed() {
 }
 
 #[test]
-fn group_versions_turned_off_are_left_out() {
+fn apis_turned_off_are_left_out() {
     let docs = Documents::build();
-    let without = docs.without_group_versions(&["apis/batch/v1".to_string()]);
+    let off = TurnedOff {
+        group_versions: vec!["apis/batch/v1".to_string()],
+        resources: vec![
+            ("apis/apps/v1".to_string(), "daemonsets".to_string()),
+            ("api/v1".to_string(), "namespaces".to_string()),
+        ],
+    };
+    let without = docs.without(&off);
     assert!(without.v3("apis/batch/v1").is_none());
-    assert_eq!(without.v3("apis/apps/v1"), docs.v3("apis/apps/v1"));
-    let index: Value = serde_json::from_slice(&without.v3_index.decompressed().unwrap()).unwrap();
+    assert_eq!(
+        without.v3("apis/rbac.authorization.k8s.io/v1"),
+        docs.v3("apis/rbac.authorization.k8s.io/v1")
+    );
+    let index: Value = without.v3_index.json().unwrap();
     assert!(index["paths"].get("apis/batch/v1").is_none());
     assert!(index["paths"].get("apis/apps/v1").is_some());
-    let v2: Value = serde_json::from_slice(&without.v2_json.decompressed().unwrap()).unwrap();
-    let paths = v2["paths"].as_object().unwrap();
-    assert!(paths.keys().all(|p| !p.starts_with("/apis/batch/v1/")));
-    assert!(paths.contains_key("/apis/apps/v1/namespaces/{namespace}/deployments"));
+
+    let paths = |doc: &Value| -> Vec<String> {
+        doc["paths"].as_object().unwrap().keys().cloned().collect()
+    };
+    let v2 = without.v2_json.json().unwrap();
+    let v2_paths = paths(&v2);
+    assert!(
+        v2_paths.iter().all(|p| !p.starts_with("/apis/batch/")),
+        "{v2_paths:?}"
+    );
+    assert!(
+        v2_paths.iter().all(|p| !p.contains("daemonsets")),
+        "{v2_paths:?}"
+    );
+    assert!(v2_paths.contains(&"/apis/apps/v1/namespaces/{namespace}/deployments".to_string()));
+    assert!(v2_paths.contains(&"/apis/apps/v1/watch/statefulsets".to_string()));
+    // The core group's namespaces go; what is namespaced under them stays.
+    let all_paths = paths(&docs.v2_json.json().unwrap());
+    for gone in [
+        "/api/v1/namespaces/{name}/finalize",
+        "/api/v1/watch/namespaces",
+        "/apis/apps/v1/watch/namespaces/{namespace}/daemonsets/{name}",
+    ] {
+        assert!(
+            all_paths.contains(&gone.to_string()),
+            "{gone} is served by default"
+        );
+        assert!(
+            !v2_paths.contains(&gone.to_string()),
+            "{gone} is turned off"
+        );
+    }
+    assert!(v2_paths.contains(&"/api/v1/namespaces/{namespace}/pods".to_string()));
+    assert!(v2_paths.contains(&"/api/v1/watch/namespaces/{namespace}/pods/{name}".to_string()));
     // Kinds of other groups may refer to a removed group's definitions.
     assert!(
         v2["definitions"]
             .get("io.k8s.api.batch.v1.JobSpec")
             .is_some()
     );
+    let apps = paths(&without.v3("apis/apps/v1").unwrap().json().unwrap());
+    assert!(apps.iter().all(|p| !p.contains("daemonsets")), "{apps:?}");
+    assert!(apps.contains(&"/apis/apps/v1/deployments".to_string()));
     let protobuf =
         proto::Document::decode(without.v2_protobuf.decompressed().unwrap().as_slice()).unwrap();
     assert!(
@@ -427,9 +470,9 @@ fn group_versions_turned_off_are_left_out() {
             .unwrap()
             .path
             .iter()
-            .all(|p| !p.name.starts_with("/apis/batch/v1/"))
+            .all(|p| !p.name.starts_with("/apis/batch/"))
     );
-    assert_eq!(docs.without_group_versions(&[]).v2_json, docs.v2_json);
+    assert_eq!(docs.without(&TurnedOff::default()).v2_json, docs.v2_json);
 }
 
 #[test]

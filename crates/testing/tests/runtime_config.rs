@@ -1,6 +1,6 @@
 //! `--runtime-config`: a disabled group-version or resource is answered 404 and left
-//! out of discovery (legacy and aggregated) and of the local APIServices, a disabled
-//! group-version also out of OpenAPI, while the rest is served as before.
+//! out of discovery (legacy and aggregated), of the local APIServices and of OpenAPI,
+//! while the rest is served as before.
 
 use ferrokube_apiserver::ApiEnablement;
 use ferrokube_testing::{TestApiServer, eventually};
@@ -115,6 +115,7 @@ async fn disabled_apis_are_neither_served_nor_discovered() {
     let paths = v2["paths"].as_object().expect("v2 paths");
     assert!(paths.keys().all(|p| !p.starts_with("/apis/batch/v1/")));
     assert!(paths.keys().any(|p| p.starts_with("/apis/apps/v1/")));
+    assert!(paths.keys().all(|p| !p.contains("/daemonsets")));
 
     // The aggregator keeps local APIServices for what is served only.
     let apiservices = "/apis/apiregistration.k8s.io/v1/apiservices";
