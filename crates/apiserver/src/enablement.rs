@@ -5,7 +5,7 @@
 //! keys one resource, each more specific setting winning over the broader ones.
 //!
 //! A disabled resource is answered 404 and left out of discovery (legacy and
-//! aggregated) and of the local APIServices; its storage and the server's own use of
+//! aggregated), of the local APIServices and of OpenAPI; its storage and the server's own use of
 //! it stay (the built-in controllers of this process reach the registry directly).
 //! Custom resources are not affected, as upstream's flag only covers built-in APIs.
 //!
@@ -63,6 +63,7 @@ impl ApiEnablement {
             return Err("invalid key with only api/all=false".into());
         }
 
+        let served = resources::groups();
         let mut enablement = ApiEnablement::default();
         let mut warnings = Vec::new();
         let mut unknown_groups = BTreeSet::new();
@@ -100,19 +101,16 @@ impl ApiEnablement {
                 }
                 Key::Version(group, version) | Key::Resource(group, version, _) => {
                     let on = parse_bool(key, setting)?;
-                    if !resources::groups().iter().any(|(g, _)| *g == group) {
+                    if !served.iter().any(|(g, _)| *g == group) {
                         unknown_groups.insert(group);
                         continue;
                     }
-                    if !resources::groups()
-                        .iter()
-                        .any(|(g, v)| *g == group && *v == version)
-                    {
+                    if !served.iter().any(|(g, v)| *g == group && *v == version) {
                         let gv = group_version(group, version);
                         if on {
                             return Err(format!(
                                 "group version {gv} is not served by Ferrokube (it serves {})",
-                                served_versions(group)
+                                served_versions(&served, group)
                             ));
                         }
                         warnings.push(format!(
@@ -233,8 +231,8 @@ fn group_version(group: &str, version: &str) -> String {
     }
 }
 
-fn served_versions(group: &str) -> String {
-    resources::groups()
+fn served_versions(served: &[(&str, &str)], group: &str) -> String {
+    served
         .iter()
         .filter(|(g, _)| *g == group)
         .map(|(g, v)| group_version(g, v))
