@@ -617,6 +617,11 @@ async fn route(
             crate::metrics::render_storage_objects(&state.registry, &mut page);
             return Ok(respond(StatusCode::OK, "text/plain; version=0.0.4", page));
         }
+        // Upstream installs `/api` only with the core group, so turning core/v1 off
+        // through --runtime-config leaves nothing there.
+        ["api"] if get && !state.enablement.serves_group_version("", "v1") => {
+            return Err(not_found_path(path));
+        }
         ["api"] if get => {
             return Ok(match discovery::wants_aggregated(accept.as_deref()) {
                 Some(v) => aggregated(state, true, v),

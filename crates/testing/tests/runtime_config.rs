@@ -141,3 +141,26 @@ async fn disabled_apis_are_neither_served_nor_discovered() {
     assert!(!services.contains(&"v1.batch"), "{services:?}");
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn core_turned_off_leaves_nothing_at_api() {
+    let srv = TestApiServer::start_with(|opts| {
+        opts.api_enablement = ApiEnablement::parse("v1=false").expect("valid").0;
+    })
+    .await
+    .unwrap();
+    let json_accept = "application/json";
+    let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    for accept in [json_accept, aggregated] {
+        let (code, status) = get(&srv, "/api", accept).await;
+        assert_eq!(code, 404, "{accept}: {status}");
+        assert_eq!(status["kind"], "Status", "{accept}");
+    }
+    assert_eq!(get(&srv, "/api/v1", json_accept).await.0, 404);
+    assert_eq!(get(&srv, "/api/v1/namespaces", json_accept).await.0, 404);
+    // The groups are still there.
+    let (code, groups) = get(&srv, "/apis", json_accept).await;
+    assert_eq!(code, 200);
+    assert!(names(&groups, "groups", "name").contains(&"apps".to_string()));
+    srv.stop().await;
+}
