@@ -26,8 +26,11 @@ for cs_port in 10259 10257; do
     -H "Authorization: Bearer $cs_token" "https://127.0.0.1:$cs_port/metrics") || cs_code=none
   [ "$cs_code" = 200 ] && grep -q '^# TYPE ' /tmp/fk-cs-metrics.$$ ||
     fail ":$cs_port/metrics with a system:monitoring token answered $cs_code: $(head -c 300 /tmp/fk-cs-metrics.$$)"
+  # client-go's metrics of the component's own API requests (its watches, at least).
+  grep -Eq '^rest_client_requests_total\{code="200",host="[^"]+",method="GET"\} [1-9]' /tmp/fk-cs-metrics.$$ ||
+    fail ":$cs_port/metrics has no rest_client_requests_total for its GETs: $(grep -m3 rest_client /tmp/fk-cs-metrics.$$)"
 done
 rm -f /tmp/fk-cs-metrics.$$
 k delete clusterrolebinding metrics-reader >/dev/null || fail "delete clusterrolebinding"
 k delete serviceaccount metrics-reader -n default >/dev/null || fail "delete serviceaccount"
-ok "anonymous /metrics refused (403); a system:monitoring service account token reads both"
+ok "anonymous /metrics refused (403); a system:monitoring service account token reads both, with their rest_client_* metrics"

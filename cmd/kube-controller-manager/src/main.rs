@@ -395,6 +395,7 @@ fn health_responder(metrics: Shared) -> ferrokube_client::serving::Respond {
                 .map(|m| m.clone().unwrap_or_default())
                 .unwrap_or_default();
             ferrokube_component_base::metrics::process::write_process_metrics(&mut page);
+            ferrokube_client::metrics::write_rest_client_metrics(&mut page);
             (200, page)
         }
         _ => (404, "404 page not found".to_string()),
@@ -476,7 +477,7 @@ async fn main() -> anyhow::Result<()> {
         // As upstream: without --root-ca-file, the CA the manager's kubeconfig trusts.
         cfg.root_ca = ferrokube_controllers::rootcacertpublisher::bundle_of(&config);
     }
-    let client = kube::Client::try_from(config.clone())?;
+    let client = ferrokube_client::config::build_client(config.clone())?;
     if opts.use_service_account_credentials {
         cfg.service_account_credentials = Some(config);
     }

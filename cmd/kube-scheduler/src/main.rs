@@ -64,7 +64,7 @@ async fn main() -> anyhow::Result<()> {
         }
         None => kube::Config::infer().await?,
     };
-    let client = kube::Client::try_from(kcfg)?;
+    let client = ferrokube_client::config::build_client(kcfg)?;
     let running = ferrokube_scheduler::run::build(client.clone(), &config)?;
     let cancel = CancellationToken::new();
     // As upstream, --secure-port=0 serves nothing.

@@ -628,7 +628,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let client = match &cert_manager {
         Some(m) => m.client(),
-        None => kube::Client::try_from(kcfg)?,
+        None => ferrokube_client::config::build_client(kcfg)?,
     };
     let review_client = client.clone();
     let serving_manager = if serving_bootstrap {

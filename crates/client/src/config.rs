@@ -14,6 +14,7 @@ use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{Layer, Service};
 
+use crate::metrics::RequestMetricsLayer;
 use crate::ratelimit::TokenBucket;
 use crate::{Error, Result};
 
@@ -94,8 +95,21 @@ impl ClientOptions {
 pub fn client_with_limits(config: kube::Config, qps: f32, burst: u32) -> Result<Client> {
     let qps = if qps == 0.0 { DEFAULT_QPS } else { qps };
     let burst = if burst == 0 { DEFAULT_BURST } else { burst };
+    let metrics = RequestMetricsLayer::for_config(&config);
     let builder = ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
+    Ok(builder
+        .with_layer(&RateLimitLayer::new(qps, burst))
+        .with_layer(&metrics)
+        .build())
+}
+
+/// A `kube::Client` over `config` without a rate limit, its requests recorded in the
+/// process's `rest_client_*` metrics as every client's are.
+pub fn build_client(config: kube::Config) -> Result<Client> {
+    let metrics = RequestMetricsLayer::for_config(&config);
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&metrics)
+        .build())
 }
 
 /// A tower layer limiting requests with a token bucket; clones share the bucket.

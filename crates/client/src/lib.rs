@@ -36,6 +36,7 @@ pub mod events;
 pub mod extension_authentication;
 pub mod informer;
 pub mod leaderelection;
+pub mod metrics;
 pub mod process;
 pub mod ratelimit;
 pub mod serving;

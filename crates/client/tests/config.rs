@@ -1,8 +1,10 @@
-//! Kubeconfig loading and client-side QPS limits against the real apiserver.
+//! Kubeconfig loading, client-side QPS limits and the client's request metrics
+//! against the real apiserver.
 
 use std::time::{Duration, Instant};
 
-use ferrokube_client::config::{ClientOptions, client_with_limits};
+use ferrokube_client::config::{ClientOptions, build_client, client_with_limits};
+use ferrokube_client::metrics::{rest_client_metrics, write_rest_client_metrics};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
@@ -43,5 +45,37 @@ async fn kubeconfig_flag_and_qps_burst() {
     };
     let ns: Api<Namespace> = Api::all(bad.client().await.unwrap());
     assert!(ns.get("default").await.is_err());
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn requests_are_recorded_by_code_method_and_host() {
+    let srv = TestApiServer::start().await.unwrap();
+    let opts = ClientOptions {
+        kubeconfig: Some(srv.kubeconfig.clone()),
+        ..Default::default()
+    };
+    let config = opts.load_config().await.unwrap();
+    let host = config.cluster_url.authority().unwrap().to_string();
+    let ns: Api<Namespace> = Api::all(build_client(config).unwrap());
+    for _ in 0..3 {
+        ns.get("default").await.unwrap();
+    }
+    assert!(ns.get("no-such-namespace").await.is_err());
+
+    let metrics = rest_client_metrics();
+    assert_eq!(metrics.requests.value(["200", &host, "GET"]), 3);
+    assert_eq!(metrics.requests.value(["404", &host, "GET"]), 1);
+    let latency = metrics.request_duration.get([&host, "GET"]).unwrap();
+    assert_eq!(latency.count(), 4);
+    // A namespace's JSON is some hundreds of bytes.
+    let sizes = metrics.response_size.get([&host, "GET"]).unwrap();
+    assert!(sizes.sum() > 4.0 * 64.0, "{}", sizes.sum());
+
+    let mut page = String::new();
+    write_rest_client_metrics(&mut page);
+    let line =
+        format!("rest_client_requests_total{{code=\"200\",host=\"{host}\",method=\"GET\"}} 3");
+    assert!(page.lines().any(|l| l == line), "{page}");
     srv.stop().await;
 }

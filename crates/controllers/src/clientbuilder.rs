@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use ferrokube_client::metrics::RequestMetricsLayer;
 use http::{HeaderValue, Request, Response};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -119,8 +120,12 @@ impl ServiceAccountClients {
                 })
             })
             .clone();
+        let metrics = RequestMetricsLayer::for_config(&self.config);
         let builder = ClientBuilder::try_from(self.config.clone())?;
-        Ok(builder.with_layer(&BearerTokenLayer { source }).build())
+        Ok(builder
+            .with_layer(&BearerTokenLayer { source })
+            .with_layer(&metrics)
+            .build())
     }
 }
 

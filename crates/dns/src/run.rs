@@ -113,6 +113,7 @@ pub async fn start(
                         "# HELP ferrokube_dns_indexed_objects Services and EndpointSlices in the DNS index.\n# TYPE ferrokube_dns_indexed_objects gauge\nferrokube_dns_indexed_objects{{kind=\"service\"}} {services}\nferrokube_dns_indexed_objects{{kind=\"endpointslice\"}} {slices}\n"
                     ));
                     ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
+                    ferrokube_client::metrics::write_rest_client_metrics(&mut out);
                     (200, out)
                 }
                 _ => (404, "404 page not found\n".into()),

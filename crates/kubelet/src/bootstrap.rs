@@ -645,7 +645,7 @@ pub(crate) async fn bootstrap_client(path: &Path) -> Result<kube::Client, Bootst
     let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    kube::Client::try_from(cfg).map_err(|e| BootstrapError::Client(e.to_string()))
+    ferrokube_client::config::build_client(cfg).map_err(|e| BootstrapError::Client(e.to_string()))
 }
 
 /// The kubeconfig written after bootstrapping (clientcmd's v1 `Config`, its fields in

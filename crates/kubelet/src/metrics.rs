@@ -138,6 +138,7 @@ impl KubeletMetrics {
         self.operation_errors.render(&mut out);
         self.operation_duration.render(&mut out);
         ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
+        ferrokube_client::metrics::write_rest_client_metrics(&mut out);
         out
     }
 }

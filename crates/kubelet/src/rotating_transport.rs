@@ -232,7 +232,13 @@ pub fn rotating_client(
         }))
         .map_err(BoxError::from)
         .service(hyper_client);
-    Ok(kube::client::ClientBuilder::new(service, config.default_namespace.clone()).build())
+    Ok(
+        kube::client::ClientBuilder::new(service, config.default_namespace.clone())
+            .with_layer(&ferrokube_client::metrics::RequestMetricsLayer::for_config(
+                config,
+            ))
+            .build(),
+    )
 }
 
 /// Dials TCP, then TLS with the slot's certificate, under the slot's close token.

@@ -113,6 +113,7 @@ pub async fn run(
                         s.metrics.lock().write(&mut out);
                         s.health.lock().metrics(&mut out);
                         ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
+                        ferrokube_client::metrics::write_rest_client_metrics(&mut out);
                         (200, "text/plain; version=0.0.4", out)
                     }
                     "/healthz" => (200, "text/plain", "ok".into()),

@@ -108,6 +108,7 @@ impl Metrics {
             self.preemption_victims.load(Ordering::Relaxed)
         );
         ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
+        ferrokube_client::metrics::write_rest_client_metrics(&mut out);
         out
     }
 }
