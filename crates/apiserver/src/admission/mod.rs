@@ -40,6 +40,7 @@ mod direct;
 mod escalation;
 mod event_rate_limit;
 mod extended_resource_toleration;
+mod image_policy;
 mod limit_ranger;
 mod node_restriction;
 mod owner_references;
@@ -279,7 +280,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
         taint_nodes_by_condition::new,
     ),
     plugin(always_pull_images::NAME, false, always_pull_images::new),
-    known("ImagePolicyWebhook", false),
+    plugin(image_policy::NAME, false, image_policy::new),
     plugin(pod_security::NAME, true, pod_security::new),
     plugin(pod_node_selector::NAME, false, pod_node_selector::new),
     plugin(priority::NAME, true, priority::new),
