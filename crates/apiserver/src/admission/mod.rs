@@ -28,7 +28,9 @@ use serde_json::Value;
 
 use crate::security::ClusterState;
 
+mod always_deny;
 mod always_pull_images;
+mod anti_affinity;
 mod certificates;
 mod config;
 mod csr_strategy;
@@ -42,6 +44,7 @@ mod event_rate_limit;
 mod extended_resource_toleration;
 mod image_policy;
 mod limit_ranger;
+mod namespace_autoprovision;
 mod node_restriction;
 mod owner_references;
 mod pod_node_selector;
@@ -267,10 +270,14 @@ const fn plugin(name: &'static str, default_on: bool, new: Factory) -> Registrat
 /// identities from the start. NamespaceLifecycle is enforced by the store itself.
 pub(crate) const PLUGINS: &[Registration] = &[
     known("AlwaysAdmit", false),
-    known("NamespaceAutoProvision", false),
+    plugin(
+        namespace_autoprovision::NAME,
+        false,
+        namespace_autoprovision::new,
+    ),
     known("NamespaceLifecycle", true),
     known("NamespaceExists", false),
-    known("LimitPodHardAntiAffinityTopology", false),
+    plugin(anti_affinity::NAME, false, anti_affinity::new),
     plugin(limit_ranger::NAME, true, limit_ranger::new),
     plugin(service_account::NAME, true, service_account::new),
     plugin(node_restriction::NAME, true, node_restriction::new),
@@ -329,7 +336,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
     plugin(validating_policy::NAME, true, validating_policy::new),
     plugin(webhook::VALIDATING, true, webhook::new_validating),
     plugin(resource_quota::NAME, true, resource_quota::new),
-    known("AlwaysDeny", false),
+    plugin(always_deny::NAME, false, always_deny::new),
 ];
 
 /// The admission options: which plugins are on (`--enable-admission-plugins`,
