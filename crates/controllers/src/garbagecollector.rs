@@ -307,12 +307,20 @@ impl GarbageCollector {
 
     fn forget(graph: &Mutex<Graph>, queue: &WorkQueue<String>, uid: &str) {
         let mut g = graph.lock();
-        g.remove(uid);
+        let removed = g.remove(uid);
         for d in g.dependents_of(uid) {
             queue.add(d.uid);
         }
-        // Owners waiting in the foreground re-check their blocking dependents.
-        queue.add(uid.to_string());
+        // Owners waiting in the foreground re-check their blocking dependents now,
+        // as upstream's graph builder does: the last one gone lets them go.
+        for owner in removed.iter().flat_map(|n| &n.owners) {
+            if g.nodes
+                .get(&owner.uid)
+                .is_some_and(GcNode::deleting_dependents)
+            {
+                queue.add(owner.uid.clone());
+            }
+        }
     }
 
     async fn discover(client: &kube::Client) -> Result<Vec<Res>> {
@@ -806,5 +814,25 @@ mod tests {
         assert_eq!(g.dependents_of("p").len(), 1);
         g.remove("d1");
         assert!(g.dependents_of("o").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_dependent_gone_wakes_its_owner_waiting_in_the_foreground() {
+        let graph = Mutex::new(Graph::default());
+        let queue: WorkQueue<String> = WorkQueue::new("gc-test");
+        GarbageCollector::observe(&graph, &queue, node("waiting", &[], &[FOREGROUND], true));
+        GarbageCollector::observe(&graph, &queue, node("kept", &[], &[], false));
+        GarbageCollector::observe(
+            &graph,
+            &queue,
+            node("d", &[("waiting", true), ("kept", true)], &[], false),
+        );
+        while !queue.is_empty() {
+            let item = queue.get().await.expect("queued");
+            queue.done(&item);
+        }
+        GarbageCollector::forget(&graph, &queue, "d");
+        assert_eq!(queue.len(), 1);
+        assert_eq!(queue.get().await.as_deref(), Some("waiting"));
     }
 }
