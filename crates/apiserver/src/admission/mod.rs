@@ -428,7 +428,12 @@ impl Chain {
         for p in PLUGINS.iter().filter(|p| init.options.is_enabled(p.name)) {
             match p.new {
                 Some(new) => plugins.push(new(init).map_err(|e| format!("{}: {e}", p.name))?),
-                None if p.name == "NamespaceLifecycle" => {}
+                // What these check, the store enforces itself (a write into a missing
+                // or terminating namespace is refused); AlwaysAdmit checks nothing.
+                None if matches!(
+                    p.name,
+                    "NamespaceLifecycle" | "NamespaceExists" | "AlwaysAdmit"
+                ) => {}
                 None => tracing::warn!(
                     plugin = p.name,
                     "admission plugin enabled but not implemented by Ferrokube; it does nothing"
