@@ -28,6 +28,14 @@ struct Opts {
     /// The IP address on which to listen for the --secure-port port.
     #[arg(long = "bind-address", default_value = "0.0.0.0")]
     bind_address: IpAddr,
+    /// DEPRECATED: QPS to use while talking with kubernetes apiserver. This parameter
+    /// is ignored if a config file is specified in --config.
+    #[arg(long = "kube-api-qps", allow_negative_numbers = true)]
+    kube_api_qps: Option<f32>,
+    /// DEPRECATED: burst to use while talking with kubernetes apiserver. This
+    /// parameter is ignored if a config file is specified in --config.
+    #[arg(long = "kube-api-burst", allow_negative_numbers = true)]
+    kube_api_burst: Option<i32>,
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
     #[command(flatten)]
@@ -36,6 +44,23 @@ struct Opts {
     serving: ferrokube_client::serving::SecureServingOptions,
     #[command(flatten)]
     auth: ferrokube_client::delegated::DelegatedAuthOptions,
+}
+
+impl Opts {
+    /// The configuration without --config: upstream's defaults and the deprecated
+    /// flags that stand in for its fields.
+    fn flag_config(&self) -> anyhow::Result<KubeSchedulerConfiguration> {
+        let mut config = KubeSchedulerConfiguration::default_config();
+        if let Some(qps) = self.kube_api_qps {
+            config.client_connection.qps = Some(qps);
+        }
+        if let Some(burst) = self.kube_api_burst {
+            config.client_connection.burst = Some(burst);
+        }
+        config.set_defaults();
+        config.validate()?;
+        Ok(config)
+    }
 }
 
 #[tokio::main]
@@ -49,7 +74,7 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => KubeSchedulerConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         )?,
-        None => KubeSchedulerConfiguration::default_config(),
+        None => opts.flag_config()?,
     };
     let kubeconfig = opts.kubeconfig.clone().or_else(|| {
         (!config.client_connection.kubeconfig.is_empty())
@@ -64,8 +89,17 @@ async fn main() -> anyhow::Result<()> {
         }
         None => kube::Config::infer().await?,
     };
-    let client = ferrokube_client::config::build_client(kcfg)?;
-    let running = ferrokube_scheduler::run::build(client.clone(), &config)?;
+    // As upstream: the scheduling client, the events client and the leader
+    // election client each have a bucket of clientConnection's qps and burst, so
+    // neither events nor lease renewals wait behind bindings.
+    let (qps, burst) = config.client_limits();
+    let limited = |cfg: kube::Config| {
+        ferrokube_client::config::client_with_limits(cfg, qps, burst)
+            .context("building a client of --kubeconfig")
+    };
+    let client = limited(kcfg.clone())?;
+    let running =
+        ferrokube_scheduler::run::build_with_event_client(client, limited(kcfg.clone())?, &config)?;
     let cancel = CancellationToken::new();
     // As upstream, --secure-port=0 serves nothing.
     let health = if opts.secure_port != 0 {
@@ -102,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if opts.leader_election.leader_elect {
         let elector = Arc::new(opts.leader_election.build(
-            client,
+            limited(kcfg)?,
             "kube-scheduler",
             default_identity(),
         )?);
@@ -140,6 +174,21 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(opts.auth.always_allow_paths, ["/healthz", "/metrics"]);
+    }
+
+    #[test]
+    fn deprecated_client_flags_stand_in_without_a_config_file() {
+        let opts = Opts::try_parse_from(["kube-scheduler"]).unwrap();
+        assert_eq!(opts.flag_config().unwrap().client_limits(), (50.0, 100));
+        let opts = Opts::try_parse_from([
+            "kube-scheduler",
+            "--kube-api-qps=500",
+            "--kube-api-burst=1000",
+        ])
+        .unwrap();
+        assert_eq!(opts.flag_config().unwrap().client_limits(), (500.0, 1000));
+        let opts = Opts::try_parse_from(["kube-scheduler", "--kube-api-burst=-3"]).unwrap();
+        assert!(opts.flag_config().is_err());
     }
 
     /// kubeadm 1.33's static pod command line, with the hard way's `--v=2`.

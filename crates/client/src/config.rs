@@ -8,13 +8,14 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use kube::Client;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{Layer, Service};
 
-use crate::metrics::RequestMetricsLayer;
+use crate::metrics::{RequestMetricsLayer, host_label, rest_client_metrics};
 use crate::ratelimit::TokenBucket;
 use crate::{Error, Result};
 
@@ -93,14 +94,10 @@ impl ClientOptions {
 /// pass a token bucket of `qps`/`burst`. `qps == 0` means client-go's default 5 (and
 /// burst 0 its 10); a negative `qps` disables the limit.
 pub fn client_with_limits(config: kube::Config, qps: f32, burst: u32) -> Result<Client> {
-    let qps = if qps == 0.0 { DEFAULT_QPS } else { qps };
-    let burst = if burst == 0 { DEFAULT_BURST } else { burst };
+    let limit = RateLimitLayer::for_config(&config, qps, burst);
     let metrics = RequestMetricsLayer::for_config(&config);
     let builder = ClientBuilder::try_from(config)?;
-    Ok(builder
-        .with_layer(&RateLimitLayer::new(qps, burst))
-        .with_layer(&metrics)
-        .build())
+    Ok(builder.with_layer(&limit).with_layer(&metrics).build())
 }
 
 /// A `kube::Client` over `config` without a rate limit, its requests recorded in the
@@ -112,17 +109,37 @@ pub fn build_client(config: kube::Config) -> Result<Client> {
         .build())
 }
 
+/// client-go's QPS and burst defaulting: 0 means 5 and 10.
+pub fn defaulted_limits(qps: f32, burst: u32) -> (f32, u32) {
+    let qps = if qps == 0.0 { DEFAULT_QPS } else { qps };
+    let burst = if burst == 0 { DEFAULT_BURST } else { burst };
+    (qps, burst)
+}
+
+/// A throttle wait client-go logs at its default verbosity.
+const LONG_THROTTLE: Duration = Duration::from_secs(1);
+
 /// A tower layer limiting requests with a token bucket; clones share the bucket.
+/// Each request's wait is recorded in `rest_client_rate_limiter_duration_seconds`.
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
     bucket: Arc<TokenBucket>,
+    host: Arc<str>,
 }
 
 impl RateLimitLayer {
-    pub fn new(qps: f32, burst: u32) -> Self {
+    /// `qps` and `burst` as given (see [`defaulted_limits`]); `host` labels the wait.
+    pub fn new(qps: f32, burst: u32, host: &str) -> Self {
         RateLimitLayer {
             bucket: Arc::new(TokenBucket::new(qps, burst)),
+            host: host.into(),
         }
+    }
+
+    /// For a client of `config`, with client-go's defaulting of `qps` and `burst`.
+    pub fn for_config(config: &kube::Config, qps: f32, burst: u32) -> Self {
+        let (qps, burst) = defaulted_limits(qps, burst);
+        Self::new(qps, burst, &host_label(config))
     }
 }
 
@@ -133,8 +150,9 @@ impl<S> Layer<S> for RateLimitLayer {
         RateLimit {
             inner,
             bucket: self.bucket.clone(),
+            host: self.host.clone(),
             sleep: None,
-            permit: false,
+            permit: None,
         }
     }
 }
@@ -144,8 +162,10 @@ impl<S> Layer<S> for RateLimitLayer {
 pub struct RateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    permit: bool,
+    host: Arc<str>,
+    sleep: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
+    /// A token is held for the next call; how long it was waited for.
+    permit: Option<Duration>,
 }
 
 impl<S> std::fmt::Debug for RateLimit<S> {
@@ -156,37 +176,50 @@ impl<S> std::fmt::Debug for RateLimit<S> {
     }
 }
 
-impl<S, Req> Service<Req> for RateLimit<S>
+impl<S, B> Service<http::Request<B>> for RateLimit<S>
 where
-    S: Service<Req>,
+    S: Service<http::Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
     type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        if !self.permit {
+        if self.permit.is_none() {
             if self.sleep.is_none() {
                 let wait = self.bucket.reserve();
                 if wait.is_zero() {
-                    self.permit = true;
+                    self.permit = Some(wait);
                 } else {
-                    self.sleep = Some(Box::pin(tokio::time::sleep(wait)));
+                    self.sleep = Some((Box::pin(tokio::time::sleep(wait)), wait));
                 }
             }
-            if let Some(s) = self.sleep.as_mut() {
-                if s.as_mut().poll(cx).is_pending() {
+            if let Some((sleep, wait)) = self.sleep.as_mut() {
+                if sleep.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
+                self.permit = Some(*wait);
                 self.sleep = None;
-                self.permit = true;
             }
         }
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Req) -> S::Future {
-        self.permit = false;
+    fn call(&mut self, req: http::Request<B>) -> S::Future {
+        // The limiter is outside the request: the verb is known only here, so the
+        // wait that won this call's token is recorded now.
+        let waited = self.permit.take().unwrap_or_default();
+        let verb = req.method().as_str();
+        rest_client_metrics()
+            .rate_limiter_duration
+            .observe([&self.host, verb], waited.as_secs_f64());
+        if waited >= LONG_THROTTLE {
+            tracing::info!(
+                "Waited for {:.3}s due to client-side throttling, not priority and fairness, request: {verb}:{}",
+                waited.as_secs_f64(),
+                req.uri()
+            );
+        }
         self.inner.call(req)
     }
 }
@@ -235,15 +268,26 @@ mod tests {
     #[tokio::test]
     async fn layer_spaces_calls_by_qps() {
         use tower::ServiceExt;
-        let svc = tower::service_fn(|x: u32| async move { Ok::<_, std::convert::Infallible>(x) });
-        let mut svc = RateLimitLayer::new(20.0, 2).layer(svc);
+        let svc = tower::service_fn(|r: http::Request<u32>| async move {
+            Ok::<_, std::convert::Infallible>(*r.body())
+        });
+        let mut svc = RateLimitLayer::new(20.0, 2, "limited.test:6443").layer(svc);
         let t = tokio::time::Instant::now();
         for i in 0..6 {
-            assert_eq!(svc.ready().await.unwrap().call(i).await.unwrap(), i);
+            let req = http::Request::builder().method("PATCH").body(i).unwrap();
+            assert_eq!(svc.ready().await.unwrap().call(req).await.unwrap(), i);
         }
         // Two from the burst, four at 50 ms each.
         let e = t.elapsed();
         assert!(e >= std::time::Duration::from_millis(190), "{e:?}");
         assert!(e < std::time::Duration::from_secs(2), "{e:?}");
+        // Every call's wait is recorded under its verb, the burst's as zero.
+        let waits = rest_client_metrics()
+            .rate_limiter_duration
+            .get(["limited.test:6443", "PATCH"])
+            .expect("the waits are recorded");
+        assert_eq!(waits.count(), 6);
+        assert!(waits.sum() >= 0.19 && waits.sum() < 2.0, "{}", waits.sum());
+        assert_eq!(waits.cumulative().next(), Some((0.005, 2)));
     }
 }

@@ -32,6 +32,7 @@ const NO_RESPONSE_CODE: &str = "<error>";
 
 /// The families, their label names sorted as client_golang prints them.
 pub struct RestClientMetrics {
+    pub rate_limiter_duration: HistogramVec<2>,
     pub request_duration: HistogramVec<2>,
     pub request_size: HistogramVec<2>,
     pub response_size: HistogramVec<2>,
@@ -41,6 +42,12 @@ pub struct RestClientMetrics {
 impl RestClientMetrics {
     fn new() -> Self {
         RestClientMetrics {
+            rate_limiter_duration: HistogramVec::histogram(
+                "rest_client_rate_limiter_duration_seconds",
+                "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+                ["host", "verb"],
+                &LATENCY_BUCKETS,
+            ),
             request_duration: HistogramVec::histogram(
                 "rest_client_request_duration_seconds",
                 "Request latency in seconds. Broken down by verb, and host.",
@@ -68,6 +75,7 @@ impl RestClientMetrics {
     }
 
     pub fn render(&self, out: &mut String) {
+        self.rate_limiter_duration.render(out);
         self.request_duration.render(out);
         self.request_size.render(out);
         self.requests.render(out);
@@ -101,13 +109,17 @@ impl RequestMetricsLayer {
     }
 
     pub fn for_config(config: &kube::Config) -> Self {
-        let host = config
-            .cluster_url
-            .authority()
-            .map(|a| a.as_str())
-            .unwrap_or_default();
-        Self::new(host)
+        Self::new(&host_label(config))
     }
+}
+
+/// The `host` label of a client's metrics: the server URL's host and port.
+pub fn host_label(config: &kube::Config) -> String {
+    config
+        .cluster_url
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_default()
 }
 
 impl<S> Layer<S> for RequestMetricsLayer {

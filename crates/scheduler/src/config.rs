@@ -255,8 +255,10 @@ impl KubeSchedulerConfiguration {
             .get_or_insert_with(|| "kube-scheduler".into());
         le.resource_namespace
             .get_or_insert_with(|| "kube-system".into());
-        self.client_connection.qps.get_or_insert(50.0);
-        self.client_connection.burst.get_or_insert(100);
+        // Upstream defaults a zero as unset.
+        let cc = &mut self.client_connection;
+        cc.qps = Some(cc.qps.filter(|q| *q != 0.0).unwrap_or(50.0));
+        cc.burst = Some(cc.burst.filter(|b| *b != 0).unwrap_or(100));
         if self.profiles.is_empty() {
             self.profiles.push(Profile::default());
         }
@@ -264,6 +266,14 @@ impl KubeSchedulerConfiguration {
             p.scheduler_name
                 .get_or_insert_with(|| DEFAULT_SCHEDULER_NAME.into());
         }
+    }
+
+    /// `clientConnection.qps` and `burst` after defaulting (50 and 100): the limit on
+    /// each of the scheduler's clients, as client-go's token bucket applies them.
+    pub fn client_limits(&self) -> (f32, u32) {
+        let qps = self.client_connection.qps.unwrap_or(50.0);
+        let burst = self.client_connection.burst.unwrap_or(100).max(0) as u32;
+        (qps, burst)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -288,6 +298,13 @@ impl KubeSchedulerConfiguration {
         {
             return Err(ConfigError::Invalid(format!(
                 "percentageOfNodesToScore: Invalid value: {pct}: not in valid range [0-100]"
+            )));
+        }
+        if let Some(burst) = self.client_connection.burst
+            && burst < 0
+        {
+            return Err(ConfigError::Invalid(format!(
+                "clientConnection.burst: Invalid value: {burst}: must be non-negative"
             )));
         }
         if self.pod_initial_backoff_seconds.unwrap_or(1) <= 0 {
@@ -425,5 +442,26 @@ profiles:
         let pct = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 101\n";
         assert!(KubeSchedulerConfiguration::from_yaml(pct).is_err());
         assert!(KubeSchedulerConfiguration::from_yaml("{{{").is_err());
+        let burst = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  burst: -1\n";
+        assert_eq!(
+            KubeSchedulerConfiguration::from_yaml(burst)
+                .unwrap_err()
+                .to_string(),
+            ConfigError::Invalid(
+                "clientConnection.burst: Invalid value: -1: must be non-negative".into()
+            )
+            .to_string()
+        );
+    }
+
+    #[test]
+    fn client_limits_default_as_upstream() {
+        let c = KubeSchedulerConfiguration::default_config();
+        assert_eq!(c.client_limits(), (50.0, 100));
+        let c = KubeSchedulerConfiguration::from_yaml(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  qps: 2000\n  burst: 4000\n",
+        )
+        .unwrap();
+        assert_eq!(c.client_limits(), (2000.0, 4000));
     }
 }

@@ -351,6 +351,16 @@ pub fn build(
     client: kube::Client,
     config: &KubeSchedulerConfiguration,
 ) -> Result<Running, RunError> {
+    build_with_event_client(client.clone(), client, config)
+}
+
+/// [`build`], with events written through `event_client`: upstream gives them a client
+/// (and so a rate limit) of their own, so that events never delay a binding.
+pub fn build_with_event_client(
+    client: kube::Client,
+    event_client: kube::Client,
+    config: &KubeSchedulerConfiguration,
+) -> Result<Running, RunError> {
     let factory = SharedInformerFactory::new(client.clone());
     let listers = Arc::new(Listers {
         pdbs: factory.informer::<PodDisruptionBudget>().store(),
@@ -364,7 +374,7 @@ pub fn build(
         sss: factory.informer::<StatefulSet>().store(),
     });
     let events = Arc::new(EventBroadcaster::new(
-        client.clone(),
+        event_client,
         EventBroadcasterOptions::default(),
     ));
     let recorders = profile_recorders(&events, config.profiles.iter().map(|p| p.name()));
