@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use ferrokube_client::config::{ClientLimits, client_with_limits};
 use ferrokube_client::leaderelection::{
     LeaderElectionOptions, default_identity, parse_go_duration,
 };
@@ -33,6 +34,17 @@ struct Options {
     /// Path to kubeconfig file with authorization and master location information.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// QPS to use while talking with kubernetes apiserver: each controller's client,
+    /// the informers' and the manager's own have a bucket of their own.
+    #[arg(
+        long = "kube-api-qps",
+        default_value_t = 20.0,
+        allow_negative_numbers = true
+    )]
+    kube_api_qps: f32,
+    /// Burst to use while talking with kubernetes apiserver.
+    #[arg(long = "kube-api-burst", default_value_t = 30)]
+    kube_api_burst: u32,
     /// The instance prefix for the cluster. Upstream names cloud resources with it
     /// (used by cloud controllers, which Ferrokube does not have): accepted and logged.
     #[arg(long = "cluster-name", default_value = "kubernetes")]
@@ -353,7 +365,13 @@ impl Options {
             },
             informer_sync_timeout: Duration::from_secs(120),
             root_ca: None,
-            service_account_credentials: None,
+            // The kubeconfig, once loaded.
+            connection: None,
+            use_service_account_credentials: self.use_service_account_credentials,
+            client_limits: Some(ClientLimits {
+                qps: self.kube_api_qps,
+                burst: self.kube_api_burst,
+            }),
             service_account_private_key: None,
             csr_signing: CsrSigningConfig::default(),
             concurrent_horizontal_pod_autoscaler_syncs: self
@@ -477,10 +495,12 @@ async fn main() -> anyhow::Result<()> {
         // As upstream: without --root-ca-file, the CA the manager's kubeconfig trusts.
         cfg.root_ca = ferrokube_controllers::rootcacertpublisher::bundle_of(&config);
     }
-    let client = ferrokube_client::config::build_client(config.clone())?;
-    if opts.use_service_account_credentials {
-        cfg.service_account_credentials = Some(config);
-    }
+    // The manager's own client (events, ServiceAccounts and their tokens); leader
+    // election has one of its own, so that renewals never wait behind the rest.
+    let (qps, burst) = (opts.kube_api_qps, opts.kube_api_burst);
+    let client = client_with_limits(config.clone(), qps, burst)?;
+    let election_client = client_with_limits(config.clone(), qps, burst)?;
+    cfg.connection = Some(config);
     let cancel = CancellationToken::new();
     {
         let c = cancel.clone();
@@ -516,7 +536,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if opts.leader_election.leader_elect {
         let elector = Arc::new(opts.leader_election.build(
-            client.clone(),
+            election_client,
             "kube-controller-manager",
             default_identity(),
         )?);
@@ -535,6 +555,20 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_flags_default_as_upstream() {
+        let opts = Options::try_parse_from(["kube-controller-manager"]).unwrap();
+        assert_eq!((opts.kube_api_qps, opts.kube_api_burst), (20.0, 30));
+        let opts = Options::try_parse_from([
+            "kube-controller-manager",
+            "--kube-api-qps=100",
+            "--kube-api-burst",
+            "200",
+        ])
+        .unwrap();
+        assert_eq!((opts.kube_api_qps, opts.kube_api_burst), (100.0, 200));
+    }
 
     #[test]
     fn horizontal_pod_autoscaler_flags_default_as_upstream() {

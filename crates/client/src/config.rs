@@ -109,6 +109,20 @@ pub fn build_client(config: kube::Config) -> Result<Client> {
         .build())
 }
 
+/// A client's QPS and burst, as client-go's `rest.Config` carries them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClientLimits {
+    pub qps: f32,
+    pub burst: u32,
+}
+
+impl ClientLimits {
+    /// A layer with a bucket of its own for a client of `config`.
+    pub fn layer(&self, config: &kube::Config) -> RateLimitLayer {
+        RateLimitLayer::for_config(config, self.qps, self.burst)
+    }
+}
+
 /// client-go's QPS and burst defaulting: 0 means 5 and 10.
 pub fn defaulted_limits(qps: f32, burst: u32) -> (f32, u32) {
     let qps = if qps == 0.0 { DEFAULT_QPS } else { qps };

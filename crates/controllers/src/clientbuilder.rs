@@ -1,8 +1,10 @@
-//! The clients controllers write through: the manager's own
-//! ([`ControllerClients::Shared`], upstream's `SimpleControllerClientBuilder`), or,
-//! with `--use-service-account-credentials`, one client per controller authenticated
-//! as the ServiceAccount `kube-system/<controller>` (upstream's
-//! `DynamicControllerClientBuilder`).
+//! The clients controllers write through: one per controller with the manager's
+//! credentials ([`ControllerClients::PerController`], upstream's
+//! `SimpleControllerClientBuilder`), or, with `--use-service-account-credentials`, one
+//! per controller authenticated as the ServiceAccount `kube-system/<controller>`
+//! (upstream's `DynamicControllerClientBuilder`). Either way each controller's client
+//! has a `--kube-api-qps`/`--kube-api-burst` bucket of its own, as each client-go
+//! clientset has, so one busy controller does not hold back the others.
 //!
 //! A per-controller client carries no credentials of the manager (upstream's
 //! `AnonymousClientConfig`): a [`BearerTokenLayer`] on its kube-rs service stack puts
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use ferrokube_client::config::ClientLimits;
 use ferrokube_client::metrics::RequestMetricsLayer;
 use http::{HeaderValue, Request, Response};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -26,6 +29,7 @@ use kube::api::{Api, PostParams};
 use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 use parking_lot::Mutex;
+use tower::util::option_layer;
 use tower::{BoxError, Layer, Service};
 
 use crate::{Error, Result};
@@ -44,9 +48,15 @@ const TOKEN_FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Where each controller's client comes from.
 #[derive(Clone)]
 pub enum ControllerClients {
-    /// Every controller uses the manager's client (the default; upstream without
-    /// `--use-service-account-credentials`).
+    /// Every controller uses this client, and so its limit (tests, which build
+    /// no configuration).
     Shared(Client),
+    /// Each controller gets a client of its own over the manager's configuration
+    /// (upstream without `--use-service-account-credentials`).
+    PerController {
+        config: Box<Config>,
+        limits: Option<ClientLimits>,
+    },
     /// Each controller uses its own ServiceAccount's tokens.
     ServiceAccounts(Arc<ServiceAccountClients>),
 }
@@ -55,6 +65,10 @@ impl std::fmt::Debug for ControllerClients {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ControllerClients::Shared(_) => f.write_str("Shared"),
+            ControllerClients::PerController { limits, .. } => f
+                .debug_struct("PerController")
+                .field("limits", limits)
+                .finish(),
             ControllerClients::ServiceAccounts(b) => f
                 .debug_tuple("ServiceAccounts")
                 .field(&b.namespace)
@@ -68,15 +82,30 @@ impl ControllerClients {
     pub async fn client(&self, service_account: &str) -> Result<Client> {
         match self {
             ControllerClients::Shared(c) => Ok(c.clone()),
+            ControllerClients::PerController { config, limits } => {
+                client_of_its_own(config, *limits)
+            }
             ControllerClients::ServiceAccounts(b) => b.client(service_account).await,
         }
     }
+}
+
+/// A client over `config` with a bucket of `limits` that no other client shares.
+pub fn client_of_its_own(config: &Config, limits: Option<ClientLimits>) -> Result<Client> {
+    let limit = limits.map(|l| l.layer(config));
+    let metrics = RequestMetricsLayer::for_config(config);
+    Ok(ClientBuilder::try_from(config.clone())?
+        .with_layer(&option_layer(limit))
+        .with_layer(&metrics)
+        .build())
 }
 
 /// Upstream `DynamicControllerClientBuilder`.
 pub struct ServiceAccountClients {
     /// Server and CA of the manager's configuration, without its credentials.
     config: Config,
+    /// Each controller's bucket (`--kube-api-qps`, `--kube-api-burst`); `None`: none.
+    limits: Option<ClientLimits>,
     /// The manager's own client: creates the ServiceAccounts, requests the tokens.
     core: Client,
     namespace: String,
@@ -89,10 +118,11 @@ pub struct ServiceAccountClients {
 impl ServiceAccountClients {
     /// Clients over `config`'s server and CA (its credentials are dropped), with
     /// ServiceAccounts in `kube-system` provisioned through `core`.
-    pub fn new(mut config: Config, core: Client) -> Self {
+    pub fn new(mut config: Config, core: Client, limits: Option<ClientLimits>) -> Self {
         config.auth_info = Default::default();
         ServiceAccountClients {
             config,
+            limits,
             core,
             namespace: "kube-system".to_string(),
             expiration_seconds: DEFAULT_EXPIRATION_SECONDS,
@@ -120,10 +150,12 @@ impl ServiceAccountClients {
                 })
             })
             .clone();
+        let limit = self.limits.map(|l| l.layer(&self.config));
         let metrics = RequestMetricsLayer::for_config(&self.config);
         let builder = ClientBuilder::try_from(self.config.clone())?;
         Ok(builder
             .with_layer(&BearerTokenLayer { source })
+            .with_layer(&option_layer(limit))
             .with_layer(&metrics)
             .build())
     }

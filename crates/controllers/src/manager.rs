@@ -10,12 +10,13 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::ReplicationController;
 use tokio_util::sync::CancellationToken;
 
+use ferrokube_client::config::ClientLimits;
 use ferrokube_client::events::{EventApi, EventBroadcaster, EventBroadcasterOptions};
 use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::{QueueMetrics, WorkQueue, render_queues};
 
 use crate::bootstrap::{BootstrapSignerController, TokenCleanerController};
-use crate::clientbuilder::{ControllerClients, ServiceAccountClients};
+use crate::clientbuilder::{ControllerClients, ServiceAccountClients, client_of_its_own};
 use crate::cronjob::CronJobController;
 use crate::csrapproving::CsrApprovingController;
 use crate::csrcleaner::CsrCleanerController;
@@ -231,11 +232,18 @@ pub struct ManagerConfig {
     /// the tokens controller in each token Secret (`--root-ca-file`, else the CA the
     /// manager's kubeconfig trusts); without one the publisher does not run.
     pub root_ca: Option<String>,
-    /// `--use-service-account-credentials`: the manager's connection settings, from
-    /// which each controller gets a client of its own ServiceAccount (credentials
-    /// dropped, tokens from TokenRequest). `None`: every controller writes with the
-    /// manager's client. Informers always use the manager's client, as upstream.
-    pub service_account_credentials: Option<kube::Config>,
+    /// The manager's connection settings (its kubeconfig). With them each controller
+    /// gets a client of its own, and the informers one more, each with a bucket of
+    /// [`ManagerConfig::client_limits`], as upstream's client builders give each
+    /// clientset its own. `None` (tests): everything uses the client `start` is given.
+    pub connection: Option<kube::Config>,
+    /// `--use-service-account-credentials`: each controller's client authenticates as
+    /// its own ServiceAccount (the connection's credentials dropped, tokens from
+    /// TokenRequest) instead of with the manager's credentials. Needs `connection`.
+    pub use_service_account_credentials: bool,
+    /// `--kube-api-qps`, `--kube-api-burst` of each client built from `connection`;
+    /// `None`: not limited.
+    pub client_limits: Option<ClientLimits>,
     /// `--service-account-private-key-file` (PEM): the key the tokens controller
     /// signs legacy Secret tokens with; without it that controller does not run.
     pub service_account_private_key: Option<String>,
@@ -274,7 +282,9 @@ impl Default for ManagerConfig {
             node_ipam: NodeIpamConfig::default(),
             informer_sync_timeout: Duration::from_secs(60),
             root_ca: None,
-            service_account_credentials: None,
+            connection: None,
+            use_service_account_credentials: false,
+            client_limits: None,
             service_account_private_key: None,
             csr_signing: CsrSigningConfig::default(),
             concurrent_horizontal_pod_autoscaler_syncs: 5,
@@ -313,8 +323,14 @@ impl Manager {
         cancel: CancellationToken,
     ) -> Result<Manager> {
         let enabled = enabled_controllers(&cfg.controllers)?;
-        let factory = SharedInformerFactory::new(client.clone());
-        let token_secrets = token_secrets_factory(client.clone());
+        // Upstream's "shared-informers" client: the manager's credentials and a bucket
+        // of its own, so that lists and watches do not wait behind events.
+        let informer_client = match &cfg.connection {
+            Some(config) => client_of_its_own(config, cfg.client_limits)?,
+            None => client.clone(),
+        };
+        let factory = SharedInformerFactory::new(informer_client.clone());
+        let token_secrets = token_secrets_factory(informer_client);
         // Upstream's controller manager records through client-go's legacy
         // `tools/record`: core v1 Events with source, count and first/lastTimestamp,
         // which `kubectl get events --sort-by=.lastTimestamp` sorts on.
@@ -325,10 +341,19 @@ impl Manager {
                 ..Default::default()
             },
         );
-        let clients = match &cfg.service_account_credentials {
-            Some(config) => ControllerClients::ServiceAccounts(Arc::new(
-                ServiceAccountClients::new(config.clone(), client.clone()),
-            )),
+        let limits = cfg.client_limits;
+        let clients = match &cfg.connection {
+            Some(config) if cfg.use_service_account_credentials => {
+                ControllerClients::ServiceAccounts(Arc::new(ServiceAccountClients::new(
+                    config.clone(),
+                    client.clone(),
+                    limits,
+                )))
+            }
+            Some(config) => ControllerClients::PerController {
+                config: Box::new(config.clone()),
+                limits,
+            },
             None => ControllerClients::Shared(client.clone()),
         };
         let mut built: Vec<(Arc<dyn Controller>, usize)> = Vec::new();

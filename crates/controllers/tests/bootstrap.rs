@@ -68,7 +68,8 @@ async fn start(
 ) -> anyhow::Result<(Manager, CancellationToken)> {
     let cfg = ManagerConfig {
         controllers: controllers.iter().map(|c| c.to_string()).collect(),
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

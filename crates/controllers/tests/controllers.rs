@@ -64,7 +64,8 @@ impl Env {
         // checks that the controller's bootstrap role allows what it does.
         let cfg = ManagerConfig {
             controllers: controllers.iter().map(|s| s.to_string()).collect(),
-            service_account_credentials: Some(srv.kube_config().await?),
+            connection: Some(srv.kube_config().await?),
+            use_service_account_credentials: true,
             ..Default::default()
         };
         let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

@@ -58,7 +58,8 @@ async fn owned_jobs(jobs: &Api<Job>, uid: &str) -> anyhow::Result<Vec<Job>> {
 async fn start(srv: &TestApiServer, cancel: &CancellationToken) -> anyhow::Result<Manager> {
     let cfg = ManagerConfig {
         controllers: vec!["cronjob".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

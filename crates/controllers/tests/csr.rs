@@ -119,7 +119,8 @@ async fn start_manager(
             "csrapproving".into(),
             "csrcleaner".into(),
         ],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         csr_signing: CsrSigningConfig {
             signers: SIGNERS
                 .iter()

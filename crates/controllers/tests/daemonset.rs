@@ -179,7 +179,8 @@ async fn daemon_pods_follow_nodes_and_roll_to_a_new_template() -> anyhow::Result
     tokio::spawn(scheduler.run(cancel.clone()));
     let cfg = ManagerConfig {
         controllers: vec!["daemonset".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

@@ -72,7 +72,8 @@ async fn custom_endpoints_are_mirrored_into_slices() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
         controllers: vec!["endpointslicemirroring".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

@@ -73,7 +73,8 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
         controllers: vec!["job".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

@@ -49,7 +49,7 @@ impl Running {
 
     async fn start_with(srv: &TestApiServer, hostpath: HostPathPlugin) -> anyhow::Result<Running> {
         let manager = srv.client_as("system:kube-controller-manager", &[]).await?;
-        let accounts = ServiceAccountClients::new(srv.kube_config().await?, manager.clone());
+        let accounts = ServiceAccountClients::new(srv.kube_config().await?, manager.clone(), None);
         let factory = SharedInformerFactory::new(manager.clone());
         let broadcaster = EventBroadcaster::new(
             manager.clone(),

@@ -53,7 +53,8 @@ async fn controllers_write_as_their_service_accounts() -> anyhow::Result<()> {
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;
     let cfg = ManagerConfig {
         controllers: vec!["deployment".into(), "replicaset".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager = Manager::start(manager_client, &cfg, cancel.clone()).await?;
@@ -122,5 +123,63 @@ async fn controllers_write_as_their_service_accounts() -> anyhow::Result<()> {
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;
     srv.stop().await;
+    Ok(())
+}
+
+/// `--kube-api-qps`/`--kube-api-burst`: each controller's client has a bucket of its
+/// own, with the manager's credentials and with ServiceAccount ones alike. One client
+/// that has spent its burst waits; another, asked for at the same time, does not.
+#[tokio::test]
+async fn each_controller_client_has_a_rate_limit_of_its_own() -> anyhow::Result<()> {
+    use ferrokube_client::config::ClientLimits;
+    use ferrokube_controllers::clientbuilder::{ControllerClients, ServiceAccountClients};
+    use k8s_openapi::api::core::v1::Namespace;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let srv = TestApiServer::start().await?;
+    let config = srv.kube_config().await?;
+    // One request at once, then one every two seconds.
+    let limits = Some(ClientLimits { qps: 0.5, burst: 1 });
+    let builders = [
+        ControllerClients::PerController {
+            config: Box::new(config.clone()),
+            limits,
+        },
+        ControllerClients::ServiceAccounts(Arc::new(ServiceAccountClients::new(
+            config,
+            srv.client.clone(),
+            limits,
+        ))),
+    ];
+    for builder in builders {
+        let first = builder.client("deployment-controller").await?;
+        let second = builder.client("replicaset-controller").await?;
+        // Any answer of the apiserver will do: a controller's ServiceAccount may be
+        // refused the read, but the request went through its client's bucket.
+        let get = |c: &kube::Client| {
+            let api: Api<Namespace> = Api::all(c.clone());
+            async move {
+                match api.get("default").await {
+                    Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        get(&first).await?;
+        let start = Instant::now();
+        get(&second).await?;
+        let unthrottled = start.elapsed();
+        get(&first).await?;
+        let throttled = start.elapsed();
+        assert!(
+            unthrottled < Duration::from_millis(1500),
+            "{builder:?}: the second client's first request waited {unthrottled:?}"
+        );
+        assert!(
+            throttled >= Duration::from_millis(1500),
+            "{builder:?}: the first client's second request came after {throttled:?}"
+        );
+    }
     Ok(())
 }

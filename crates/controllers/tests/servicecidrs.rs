@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 async fn start(srv: &TestApiServer, cancel: &CancellationToken) -> anyhow::Result<Manager> {
     let cfg = ManagerConfig {
         controllers: vec!["service-cidr-controller".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

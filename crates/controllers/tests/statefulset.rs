@@ -124,7 +124,8 @@ async fn statefulsets_are_ordered_stable_and_rolled() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
         controllers: vec!["statefulset".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;
@@ -364,7 +365,8 @@ async fn parallel_sets_partitions_orphans_and_claim_retention() -> anyhow::Resul
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
         controllers: vec!["statefulset".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

@@ -48,7 +48,8 @@ async fn finished_jobs_go_after_their_ttl() -> anyhow::Result<()> {
     let cfg = ManagerConfig {
         // The garbage collector finishes the foreground deletion.
         controllers: vec!["ttl-after-finished".into(), "garbagecollector".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;

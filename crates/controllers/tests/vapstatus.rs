@@ -21,7 +21,8 @@ async fn type_checking_warnings_follow_the_policy() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
         controllers: vec!["validatingadmissionpolicy-status".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         ..Default::default()
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;
