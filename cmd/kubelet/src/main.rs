@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{CommandFactory, FromArgMatches, Parser};
+use ferrokube_client::config::{ClientLimits, client_with_limits};
 use ferrokube_kubelet::auth::{AuthSettings, KubeletAuth};
 use ferrokube_kubelet::eviction::EvictionSettings;
+use ferrokube_kubelet::kubelet::KubeletClients;
 use ferrokube_kubelet::kubeletconfig::{
     KubeletConfiguration, effective_configuration, flag_map, parse_go_duration,
 };
@@ -122,6 +124,18 @@ struct Opts {
     /// Maximum number of pods on this node.
     #[arg(long = "max-pods")]
     max_pods: Option<i64>,
+    /// QPS to use while talking with kubernetes apiserver [default: 50].
+    #[arg(long = "kube-api-qps", allow_negative_numbers = true)]
+    kube_api_qps: Option<i32>,
+    /// Burst to use while talking with kubernetes apiserver [default: 100].
+    #[arg(long = "kube-api-burst", allow_negative_numbers = true)]
+    kube_api_burst: Option<i32>,
+    /// Events the kubelet may create a second (0: client-go's default 5) [default: 50].
+    #[arg(long = "event-qps", allow_negative_numbers = true)]
+    event_qps: Option<i32>,
+    /// How many events may be created at once, above --event-qps [default: 100].
+    #[arg(long = "event-burst", allow_negative_numbers = true)]
+    event_burst: Option<i32>,
     /// How often the node status is computed (Go duration).
     #[arg(long = "node-status-update-frequency")]
     node_status_update_frequency: Option<String>,
@@ -374,6 +388,30 @@ async fn main() -> anyhow::Result<()> {
     if let Some(d) = &file.container_log_monitor_interval {
         cfg.container_log.monitor_interval = parse_go_duration(d)?;
     }
+    let limits = &mut cfg.client_limits;
+    for (flag, field, value) in [
+        (
+            opts.kube_api_qps,
+            file.kube_api_qps,
+            &mut limits.kube_api_qps,
+        ),
+        (
+            opts.kube_api_burst,
+            file.kube_api_burst,
+            &mut limits.kube_api_burst,
+        ),
+        (
+            opts.event_qps,
+            file.event_record_qps,
+            &mut limits.event_record_qps,
+        ),
+        (opts.event_burst, file.event_burst, &mut limits.event_burst),
+    ] {
+        if let Some(v) = flag.or(field) {
+            *value = v;
+        }
+    }
+    limits.validate().map_err(anyhow::Error::msg)?;
     if let Some(m) = opts.max_pods.or(file.max_pods) {
         cfg.max_pods = m;
     }
@@ -626,10 +664,25 @@ async fn main() -> anyhow::Result<()> {
         }
         (_, false) => None,
     };
-    let client = match &cert_manager {
-        Some(m) => m.client(),
-        None => ferrokube_client::config::build_client(kcfg)?,
+    // As upstream: the API client and the events client each have a bucket, the
+    // heartbeat client (node status, Lease) none.
+    let (api_limits, event_limits) = (cfg.client_limits.api(), cfg.client_limits.events());
+    let clients = match &cert_manager {
+        Some(m) => KubeletClients {
+            api: m.client_with_limits(api_limits)?,
+            heartbeat: m.client(),
+            events: m.client_with_limits(event_limits)?,
+        },
+        None => {
+            let limited = |l: ClientLimits| client_with_limits(kcfg.clone(), l.qps, l.burst);
+            KubeletClients {
+                api: limited(api_limits)?,
+                heartbeat: ferrokube_client::config::build_client(kcfg.clone())?,
+                events: limited(event_limits)?,
+            }
+        }
     };
+    let client = clients.api.clone();
     let review_client = client.clone();
     let serving_manager = if serving_bootstrap {
         // The addresses the node status reports (its hostname is the node name).
@@ -648,7 +701,7 @@ async fn main() -> anyhow::Result<()> {
     let cri = CriClient::connect(&endpoint, Duration::from_secs(10)).await?;
     let v = cri.version().await?;
     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, node = %node_name, "connected to the container runtime");
-    let kubelet = Kubelet::new(client, RuntimeManager::new(cri, node), cfg);
+    let kubelet = Kubelet::with_clients(clients, RuntimeManager::new(cri, node), cfg);
 
     let cancel =
         ferrokube_client::process::cancel_on_termination("shutting down, containers keep running");

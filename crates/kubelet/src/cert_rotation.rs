@@ -78,6 +78,8 @@ use crate::bootstrap::{
     self, BootstrapError, CsrName, CsrTemplate, SERVING_PAIR_PREFIX, current_file_name,
     kubeconfig_client_cert, prefixed_file_name,
 };
+use ferrokube_client::config::ClientLimits;
+
 use crate::rotating_transport::{CertifiedPair, ClientCertSlot, TransportError, rotating_client};
 use crate::server::ServingCertSlot;
 
@@ -171,6 +173,8 @@ pub struct ClientCertManager {
     opts: RotationOptions,
     slot: Arc<ClientCertSlot>,
     client: kube::Client,
+    /// The kubeconfig's server and TLS settings, for more clients on the slot.
+    config: kube::Config,
     source: InitialSource,
     force: AtomicBool,
     server_healthy: AtomicBool,
@@ -201,12 +205,13 @@ impl ClientCertManager {
         }
         let force = matches!(source, InitialSource::KubeconfigData | InitialSource::None);
         let slot = ClientCertSlot::new(pair);
-        let client = rotating_client(config, slot.clone())?;
+        let client = rotating_client(config, slot.clone(), None)?;
         tracing::info!(source = ?source, "client certificate rotation is enabled");
         Ok(Arc::new(ClientCertManager {
             opts,
             slot,
             client,
+            config: config.clone(),
             source,
             force: AtomicBool::new(force),
             server_healthy: AtomicBool::new(false),
@@ -216,6 +221,16 @@ impl ClientCertManager {
     /// The client presenting the current certificate.
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// Another client presenting the current certificate, with a bucket of `limits`
+    /// of its own.
+    pub fn client_with_limits(&self, limits: ClientLimits) -> Result<kube::Client, RotationError> {
+        Ok(rotating_client(
+            &self.config,
+            self.slot.clone(),
+            Some(limits),
+        )?)
     }
 
     /// The certificate the client presents.

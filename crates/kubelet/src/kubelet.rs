@@ -23,6 +23,7 @@ use parking_lot::RwLock;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use ferrokube_client::config::ClientLimits;
 use ferrokube_client::events::{EventBroadcaster, EventType};
 use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
 
@@ -64,6 +65,8 @@ pub struct KubeletConfig {
     /// period and the monitoring interval of the eviction manager.
     pub eviction: crate::eviction::EvictionSettings,
     pub max_pods: i64,
+    /// The buckets of the kubelet's clients ([`KubeletClients`]).
+    pub client_limits: ClientLimitSettings,
     /// `nodeStatusUpdateFrequency` (10 s).
     pub node_status_update_frequency: Duration,
     /// `nodeLeaseDurationSeconds` (40); the lease is renewed every quarter of it.
@@ -114,6 +117,7 @@ impl KubeletConfig {
                 .unwrap_or_default(),
             eviction: Default::default(),
             max_pods: crate::node::DEFAULT_MAX_PODS,
+            client_limits: ClientLimitSettings::default(),
             node_status_update_frequency: Duration::from_secs(10),
             node_lease_duration_seconds: 40,
             kubelet_port: 10250,
@@ -169,9 +173,91 @@ struct Worker {
     tx: mpsc::UnboundedSender<WorkerMsg>,
 }
 
+/// `kubeAPIQPS`, `kubeAPIBurst`, `eventRecordQPS` and `eventBurst`, integers as in
+/// the configuration file. Zero is client-go's default (5 a second, burst 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimitSettings {
+    pub kube_api_qps: i32,
+    pub kube_api_burst: i32,
+    pub event_record_qps: i32,
+    pub event_burst: i32,
+}
+
+impl Default for ClientLimitSettings {
+    /// Upstream's defaults.
+    fn default() -> Self {
+        ClientLimitSettings {
+            kube_api_qps: 50,
+            kube_api_burst: 100,
+            event_record_qps: 50,
+            event_burst: 100,
+        }
+    }
+}
+
+impl ClientLimitSettings {
+    /// Upstream's validation: none may be negative.
+    pub fn validate(&self) -> Result<(), String> {
+        for (value, field, flag) in [
+            (self.event_record_qps, "eventRecordQPS", "--event-qps"),
+            (self.event_burst, "eventBurst", "--event-burst"),
+            (self.kube_api_qps, "kubeAPIQPS", "--kube-api-qps"),
+            (self.kube_api_burst, "kubeAPIBurst", "--kube-api-burst"),
+        ] {
+            if value < 0 {
+                return Err(format!(
+                    "invalid configuration: {field} ({flag}) {value} must not be a negative number"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The API client's bucket.
+    pub fn api(&self) -> ClientLimits {
+        limits(self.kube_api_qps, self.kube_api_burst)
+    }
+
+    /// The events client's bucket.
+    pub fn events(&self) -> ClientLimits {
+        limits(self.event_record_qps, self.event_burst)
+    }
+}
+
+fn limits(qps: i32, burst: i32) -> ClientLimits {
+    let (qps, burst) = ferrokube_client::config::defaulted_limits(qps as f32, burst.max(0) as u32);
+    ClientLimits { qps, burst }
+}
+
+/// The kubelet's API clients, split as upstream's: each has a bucket of its own.
+#[derive(Clone)]
+pub struct KubeletClients {
+    /// Pods, their volumes' sources, registration and the rest (`kubeAPIQPS`,
+    /// `kubeAPIBurst`).
+    pub api: kube::Client,
+    /// The node status and the node Lease: never limited, so that throttling cannot
+    /// make a live node look dead.
+    pub heartbeat: kube::Client,
+    /// Events (`eventRecordQPS`, `eventBurst`).
+    pub events: kube::Client,
+}
+
+impl KubeletClients {
+    /// One client for everything (tests).
+    pub fn shared(client: kube::Client) -> Self {
+        KubeletClients {
+            api: client.clone(),
+            heartbeat: client.clone(),
+            events: client,
+        }
+    }
+}
+
 /// The kubelet of one node.
 pub struct Kubelet {
     client: kube::Client,
+    heartbeat_client: kube::Client,
+    event_client: kube::Client,
     /// Every Service, for the containers' service link variables (`KUBERNETES_SERVICE_HOST`
     /// is how in-cluster clients find the API).
     services: SharedIndexInformer<Service>,
@@ -218,6 +304,15 @@ pub struct Kubelet {
 
 impl Kubelet {
     pub fn new(client: kube::Client, runtime: RuntimeManager, config: KubeletConfig) -> Arc<Self> {
+        Self::with_clients(KubeletClients::shared(client), runtime, config)
+    }
+
+    pub fn with_clients(
+        clients: KubeletClients,
+        runtime: RuntimeManager,
+        config: KubeletConfig,
+    ) -> Arc<Self> {
+        let client = clients.api;
         let mut runtime = runtime;
         runtime.set_root_dir(&config.root_dir);
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
@@ -234,6 +329,8 @@ impl Kubelet {
             tokens: parking_lot::Mutex::new(HashMap::new()),
             status: StatusManager::new(client.clone()),
             client,
+            heartbeat_client: clients.heartbeat,
+            event_client: clients.events,
             runtime: Arc::new(runtime),
             pods: RwLock::new(BTreeMap::new()),
             node_uid: tokio::sync::watch::channel(None).0,
@@ -289,7 +386,7 @@ impl Kubelet {
         })?;
         // Core v1 events, as upstream's kubelet: the Node authorizer lets it write no others.
         let broadcaster = EventBroadcaster::new(
-            self.client.clone(),
+            self.event_client.clone(),
             ferrokube_client::events::EventBroadcasterOptions {
                 api: ferrokube_client::events::EventApi::CoreV1,
                 ..Default::default()
@@ -452,7 +549,7 @@ impl Kubelet {
 
     async fn node_status_loop(self: Arc<Self>, cancel: CancellationToken) {
         self.node_event(EventType::Normal, "Starting", "Starting kubelet.");
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.heartbeat_client.clone());
         let mut backoff = Duration::from_millis(100);
         let registered = loop {
             let inputs = self.node_inputs().await;
@@ -745,7 +842,7 @@ impl Kubelet {
     }
 
     async fn renew_lease(&self) -> Result<(), kube::Error> {
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let leases: Api<Lease> = Api::namespaced(self.heartbeat_client.clone(), "kube-node-lease");
         match leases.get_opt(&self.config.node_name).await? {
             None => {
                 leases
@@ -1649,5 +1746,54 @@ async fn publish_csi_node(client: kube::Client, node: Node, cancel: Cancellation
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+}
+
+#[cfg(test)]
+mod client_limit_tests {
+    use super::*;
+
+    #[test]
+    fn client_limits_default_and_validate_as_upstream() {
+        let d = ClientLimitSettings::default();
+        assert_eq!(
+            d.api(),
+            ClientLimits {
+                qps: 50.0,
+                burst: 100
+            }
+        );
+        assert_eq!(
+            d.events(),
+            ClientLimits {
+                qps: 50.0,
+                burst: 100
+            }
+        );
+        assert_eq!(d.validate(), Ok(()));
+        // Zero is client-go's default, not "unlimited".
+        let zero = ClientLimitSettings {
+            event_record_qps: 0,
+            event_burst: 0,
+            ..d
+        };
+        assert_eq!(
+            zero.events(),
+            ClientLimits {
+                qps: 5.0,
+                burst: 10
+            }
+        );
+        let negative = ClientLimitSettings {
+            kube_api_burst: -1,
+            ..d
+        };
+        assert_eq!(
+            negative.validate(),
+            Err(
+                "invalid configuration: kubeAPIBurst (--kube-api-burst) -1 must not be a negative number"
+                    .into()
+            )
+        );
     }
 }

@@ -143,6 +143,10 @@ pub struct KubeletConfiguration {
     pub authentication: Option<KubeletAuthentication>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<KubeletAuthorization>,
+    #[serde(rename = "eventRecordQPS", skip_serializing_if = "Option::is_none")]
+    pub event_record_qps: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_burst: Option<i32>,
     /// Logs, exec, attach and port-forward on the kubelet API (reported: always on).
     #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub enable_debugging_handlers: Option<bool>,
@@ -200,6 +204,10 @@ pub struct KubeletConfiguration {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_cfs_quota_period: Option<String>,
+    #[serde(rename = "kubeAPIQPS", skip_serializing_if = "Option::is_none")]
+    pub kube_api_qps: Option<i32>,
+    #[serde(rename = "kubeAPIBurst", skip_serializing_if = "Option::is_none")]
+    pub kube_api_burst: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eviction_hard: Option<BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -358,6 +366,8 @@ pub fn effective_configuration(
                 cache_unauthorized_ttl: d(auth.unauthorized_ttl),
             },
         }),
+        event_record_qps: Some(cfg.client_limits.event_record_qps),
+        event_burst: Some(cfg.client_limits.event_burst),
         enable_debugging_handlers: Some(true),
         healthz_port: Some(given.healthz_port.unwrap_or(10248)),
         healthz_bind_address: non_empty(&given.healthz_bind_address)
@@ -383,6 +393,8 @@ pub fn effective_configuration(
         cpu_cfs_quota_period: d(Duration::from_micros(
             crate::qos::QUOTA_PERIOD.unsigned_abs(),
         )),
+        kube_api_qps: Some(cfg.client_limits.kube_api_qps),
+        kube_api_burst: Some(cfg.client_limits.kube_api_burst),
         eviction_hard: match &given.eviction_hard {
             Some(_) => map(&given.eviction_hard),
             None => Some(flag_map(crate::node::DEFAULT_EVICTION_HARD, '<')),
@@ -431,12 +443,22 @@ mod tests {
              kubeReserved: {cpu: 100m, memory: 100Mi}\nevictionHard: {memory.available: 200Mi}\n\
              nodeStatusUpdateFrequency: 5s\nmaxPods: 50\ncgroupDriver: cgroupfs\n\
              registerWithTaints: [{key: a, value: b, effect: NoSchedule}]\n\
+             kubeAPIQPS: 25\nkubeAPIBurst: 40\neventRecordQPS: 7\neventBurst: 9\n\
              authentication: {anonymous: {enabled: false}}\n\
              logging: {flushFrequency: 0, verbosity: 4, format: text,\n\
                vmodule: [{filePattern: ferrokube_kubelet, verbosity: 5}],\n\
                options: {json: {infoBufferSize: \"0\"}, text: {infoBufferSize: \"0\"}}}\n",
         )
         .unwrap();
+        assert_eq!(
+            (
+                c.kube_api_qps,
+                c.kube_api_burst,
+                c.event_record_qps,
+                c.event_burst
+            ),
+            (Some(25), Some(40), Some(7), Some(9))
+        );
         assert_eq!(c.logging.verbosity, Some(4));
         assert_eq!(c.logging.format.as_deref(), Some("text"));
         assert_eq!(c.logging.vmodule[0].file_pattern, "ferrokube_kubelet");
@@ -616,6 +638,8 @@ mod tests {
                     "mode": "Webhook",
                     "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"},
                 },
+                "eventRecordQPS": 50,
+                "eventBurst": 100,
                 "enableDebuggingHandlers": true,
                 "healthzPort": 10248,
                 "healthzBindAddress": "127.0.0.1",
@@ -634,6 +658,8 @@ mod tests {
                 "resolvConf": "/etc/resolv.conf",
                 "cpuCFSQuota": true,
                 "cpuCFSQuotaPeriod": "100ms",
+                "kubeAPIQPS": 50,
+                "kubeAPIBurst": 100,
                 "evictionHard": {
                     "memory.available": "100Mi",
                     "nodefs.available": "10%",

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+use ferrokube_client::config::ClientLimits;
 use ferrokube_pki::CertInfo;
 use hyper::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -187,10 +188,12 @@ impl ResolvesClientCert for SlotResolver {
 }
 
 /// A kube client whose TLS client certificate is `slot`'s, on `config`'s server, CA and
-/// TLS settings (its credentials are ignored).
+/// TLS settings (its credentials are ignored), with a bucket of `limits` of its own if
+/// given.
 pub fn rotating_client(
     config: &kube::Config,
     slot: Arc<ClientCertSlot>,
+    limits: Option<ClientLimits>,
 ) -> Result<kube::Client, TransportError> {
     if config.cluster_url.scheme() != Some(&hyper::http::uri::Scheme::HTTPS) {
         return Err(TransportError::NotHttps(config.cluster_url.to_string()));
@@ -234,6 +237,7 @@ pub fn rotating_client(
         .service(hyper_client);
     Ok(
         kube::client::ClientBuilder::new(service, config.default_namespace.clone())
+            .with_layer(&tower::util::option_layer(limits.map(|l| l.layer(config))))
             .with_layer(&ferrokube_client::metrics::RequestMetricsLayer::for_config(
                 config,
             ))

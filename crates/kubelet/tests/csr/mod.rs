@@ -19,7 +19,8 @@ pub async fn start_csr_controllers(
     };
     let cfg = ManagerConfig {
         controllers: vec!["csrsigning".into(), "csrapproving".into()],
-        service_account_credentials: Some(srv.kube_config().await?),
+        connection: Some(srv.kube_config().await?),
+        use_service_account_credentials: true,
         csr_signing: CsrSigningConfig {
             signers: SIGNERS
                 .iter()
