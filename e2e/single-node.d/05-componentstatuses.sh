@@ -29,8 +29,11 @@ for cs_port in 10259 10257; do
   # client-go's metrics of the component's own API requests (its watches, at least).
   grep -Eq '^rest_client_requests_total\{code="200",host="[^"]+",method="GET"\} [1-9]' /tmp/fk-cs-metrics.$$ ||
     fail ":$cs_port/metrics has no rest_client_requests_total for its GETs: $(grep -m3 rest_client /tmp/fk-cs-metrics.$$)"
+  # Its clients are throttled (upstream's QPS and burst): every GET passed a bucket.
+  grep -Eq '^rest_client_rate_limiter_duration_seconds_count\{host="[^"]+",verb="GET"\} [1-9]' /tmp/fk-cs-metrics.$$ ||
+    fail ":$cs_port/metrics has no rest_client_rate_limiter_duration_seconds for its GETs: $(grep -m3 rate_limiter /tmp/fk-cs-metrics.$$)"
 done
 rm -f /tmp/fk-cs-metrics.$$
 k delete clusterrolebinding metrics-reader >/dev/null || fail "delete clusterrolebinding"
 k delete serviceaccount metrics-reader -n default >/dev/null || fail "delete serviceaccount"
-ok "anonymous /metrics refused (403); a system:monitoring service account token reads both, with their rest_client_* metrics"
+ok "anonymous /metrics refused (403); a system:monitoring service account token reads both, with their rest_client_* metrics, throttled GETs included"

@@ -15,7 +15,7 @@ use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{Layer, Service};
 
-use crate::metrics::{RequestMetricsLayer, host_label, rest_client_metrics};
+use crate::metrics::{RequestMetricsLayer, ThrottleWait, host_label, rest_client_metrics};
 use crate::ratelimit::TokenBucket;
 use crate::{Error, Result};
 
@@ -97,7 +97,9 @@ pub fn client_with_limits(config: kube::Config, qps: f32, burst: u32) -> Result<
     let limit = RateLimitLayer::for_config(&config, qps, burst);
     let metrics = RequestMetricsLayer::for_config(&config);
     let builder = ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(&limit).with_layer(&metrics).build())
+    // The limit outside the metrics, which add the wait it hands them to the
+    // request's latency, as client-go counts its throttling in that latency.
+    Ok(builder.with_layer(&metrics).with_layer(&limit).build())
 }
 
 /// A `kube::Client` over `config` without a rate limit, its requests recorded in the
@@ -219,10 +221,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> S::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> S::Future {
         // The limiter is outside the request: the verb is known only here, so the
         // wait that won this call's token is recorded now.
         let waited = self.permit.take().unwrap_or_default();
+        req.extensions_mut().insert(ThrottleWait(waited));
         let verb = req.method().as_str();
         rest_client_metrics()
             .rate_limiter_duration

@@ -95,6 +95,11 @@ pub fn write_rest_client_metrics(out: &mut String) {
     REST_CLIENT.render(out);
 }
 
+/// How long a request waited for its client's rate limiter, put on the request by
+/// [`crate::config::RateLimit`] so that its latency includes the wait, as client-go's.
+#[derive(Clone, Copy, Debug)]
+pub struct ThrottleWait(pub std::time::Duration);
+
 /// A tower layer recording each request in [`rest_client_metrics`]. It sits outside
 /// kube's stack, where a request's URI is still a path, so it is told the host.
 #[derive(Clone, Debug)]
@@ -173,6 +178,10 @@ where
         metrics
             .request_size
             .observe([&host, method.as_str()], request_size as f64);
+        let throttled = req
+            .extensions()
+            .get::<ThrottleWait>()
+            .map_or(std::time::Duration::ZERO, |w| w.0);
         let start = Instant::now();
         let response = self.inner.call(req);
         Box::pin(async move {
@@ -190,7 +199,7 @@ where
             if !watch {
                 metrics
                     .request_duration
-                    .observe([&host, verb], start.elapsed().as_secs_f64());
+                    .observe([&host, verb], (throttled + start.elapsed()).as_secs_f64());
             }
             result
         })
@@ -257,6 +266,19 @@ mod tests {
         // The watch is counted but its latency is not observed.
         let latency = m.request_duration.get([host, "GET"]).expect("GET latency");
         assert_eq!(latency.count(), 2);
+        // A request that waited for its rate limiter counts the wait in its latency.
+        let mut delete = http::Request::delete("/api/v1/namespaces/a/pods/b")
+            .body(Full::default())
+            .unwrap();
+        delete
+            .extensions_mut()
+            .insert(ThrottleWait(std::time::Duration::from_secs(2)));
+        svc.clone().oneshot(delete).await.unwrap();
+        let latency = m
+            .request_duration
+            .get([host, "DELETE"])
+            .expect("DELETE latency");
+        assert!((2.0..3.0).contains(&latency.sum()), "{}", latency.sum());
 
         let mut page = String::new();
         write_rest_client_metrics(&mut page);

@@ -95,8 +95,8 @@ pub fn client_of_its_own(config: &Config, limits: Option<ClientLimits>) -> Resul
     let limit = limits.map(|l| l.layer(config));
     let metrics = RequestMetricsLayer::for_config(config);
     Ok(ClientBuilder::try_from(config.clone())?
-        .with_layer(&option_layer(limit))
         .with_layer(&metrics)
+        .with_layer(&option_layer(limit))
         .build())
 }
 
@@ -155,8 +155,8 @@ impl ServiceAccountClients {
         let builder = ClientBuilder::try_from(self.config.clone())?;
         Ok(builder
             .with_layer(&BearerTokenLayer { source })
-            .with_layer(&option_layer(limit))
             .with_layer(&metrics)
+            .with_layer(&option_layer(limit))
             .build())
     }
 }

@@ -237,10 +237,10 @@ pub fn rotating_client(
         .service(hyper_client);
     Ok(
         kube::client::ClientBuilder::new(service, config.default_namespace.clone())
-            .with_layer(&tower::util::option_layer(limits.map(|l| l.layer(config))))
             .with_layer(&ferrokube_client::metrics::RequestMetricsLayer::for_config(
                 config,
             ))
+            .with_layer(&tower::util::option_layer(limits.map(|l| l.layer(config))))
             .build(),
     )
 }
