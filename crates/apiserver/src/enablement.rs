@@ -14,7 +14,7 @@
 //! operator asked for an API that will not be there) and a warning when it turns it
 //! off (nothing to do).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use ferrokube_api::resources;
 
@@ -34,6 +34,9 @@ pub struct ApiEnablement {
     versions: HashMap<(String, String), bool>,
     /// `<group>/<version>/<resource>` settings.
     resources: HashMap<(String, String, String), bool>,
+    /// The built-in resources the settings turn off, worked out once at parse: every
+    /// request asks, and the default (an empty set) answers without a lookup.
+    disabled: HashSet<(&'static str, &'static str, &'static str)>,
 }
 
 /// What a key names.
@@ -144,27 +147,33 @@ impl ApiEnablement {
             let names: Vec<&str> = unknown_groups.into_iter().collect();
             return Err(format!("unknown api groups {}", names.join(",")));
         }
+        enablement.disabled = resources::served()
+            .filter(|r| !enablement.setting_serves(r.group, r.version, r.plural))
+            .map(|r| (r.group, r.version, r.plural))
+            .collect();
         Ok((enablement, warnings))
     }
 
     /// Whether a built-in group-version's resource is served.
     pub fn serves_resource(&self, group: &str, version: &str, resource: &str) -> bool {
-        if self.is_default() {
-            return true;
-        }
-        let key = (group.to_string(), version.to_string(), resource.to_string());
-        match self.resources.get(&key) {
-            Some(&on) => on,
-            None => self.version_on(group, version),
-        }
+        self.disabled.is_empty() || !self.disabled.contains(&(group, version, resource))
     }
 
     /// Whether any resource of a built-in group-version is served (it is then listed
     /// in discovery and has its local APIService).
     pub fn serves_group_version(&self, group: &str, version: &str) -> bool {
-        self.is_default()
+        self.disabled.is_empty()
             || resources::resources_of(group, version)
                 .any(|r| self.serves_resource(group, version, r.plural))
+    }
+
+    /// What the settings say of one resource: its own setting, else its version's.
+    fn setting_serves(&self, group: &str, version: &str, resource: &str) -> bool {
+        let key = (group.to_string(), version.to_string(), resource.to_string());
+        match self.resources.get(&key) {
+            Some(&on) => on,
+            None => self.version_on(group, version),
+        }
     }
 
     fn version_on(&self, group: &str, version: &str) -> bool {
@@ -175,11 +184,6 @@ impl ApiEnablement {
             .unwrap_or(true)
     }
 
-    fn is_default(&self) -> bool {
-        self.all_versions != Some(false)
-            && self.versions.values().all(|&on| on)
-            && self.resources.values().all(|&on| on)
-    }
 }
 
 fn parse_key(key: &str) -> Result<Key<'_>, String> {
