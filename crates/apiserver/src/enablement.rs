@@ -183,7 +183,6 @@ impl ApiEnablement {
             .or(self.all_versions)
             .unwrap_or(true)
     }
-
 }
 
 fn parse_key(key: &str) -> Result<Key<'_>, String> {
