@@ -83,7 +83,9 @@ pub trait Admission: Send + Sync {
     async fn mutate(&self, _new: &mut Value, _old: Option<&Value>) -> Result<(), ApiError> {
         Ok(())
     }
-    async fn validate(&self, _new: &Value, _old: Option<&Value>) -> Result<(), ApiError> {
+    /// May still change `new`, as upstream's validating plugins may (ImagePolicyWebhook
+    /// marks a pod it admitted without an answer); the store keeps what it returns.
+    async fn validate(&self, _new: &mut Value, _old: Option<&Value>) -> Result<(), ApiError> {
         Ok(())
     }
     async fn validate_delete(&self, _current: &Value) -> Result<(), ApiError> {
@@ -778,7 +780,7 @@ impl Store {
             ));
         }
         if let Some(admit) = &opts.admit {
-            admit.0.validate(&obj, None).await?;
+            admit.0.validate(&mut obj, None).await?;
         }
         if let Some(ns) = ns.filter(|_| self.info.namespaced) {
             self.namespace_admits(ns, &name).await?;
@@ -1320,7 +1322,7 @@ impl Store {
         if let Some(admit) = &opts.admit
             && fin != old
         {
-            admit.0.validate(&fin, Some(&old)).await?;
+            admit.0.validate(&mut fin, Some(&old)).await?;
         }
         Ok((fin, warnings, old))
     }

@@ -55,7 +55,7 @@ impl Admission for Labeller {
         Ok(())
     }
 
-    async fn validate(&self, new: &Value, _old: Option<&Value>) -> Result<(), ApiError> {
+    async fn validate(&self, new: &mut Value, _old: Option<&Value>) -> Result<(), ApiError> {
         // Validation sees the object the strategy prepared (uid set on create).
         assert!(new["metadata"]["uid"].is_string());
         if new["metadata"]["labels"]["deny"].is_string() {

@@ -2,7 +2,8 @@
 //! served by the test over HTTPS on loopback, named by the kubeconfig the plugin's
 //! AdmissionConfiguration entry points at. Pods whose images it allows are created;
 //! the others are refused with its reason; answers are cached; a webhook that cannot
-//! be reached refuses pods unless `defaultAllow` says otherwise.
+//! be reached refuses pods unless `defaultAllow` says otherwise, in which case they are
+//! marked `alpha.image-policy.k8s.io/failed-open`.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -153,6 +154,70 @@ async fn the_webhook_decides_which_images_pods_may_run() {
         message.starts_with("pods \"unreviewed\" is forbidden: Post \"https://127.0.0.1:"),
         "{message}"
     );
+    server.stop().await;
+}
+
+/// The configuration of the fail-open test, whose webhook is gone.
+static FAIL_OPEN_CONFIG: OnceLock<String> = OnceLock::new();
+
+fn with_failing_open_policy(o: &mut Options) {
+    o.admission_plugins
+        .set("ImagePolicyWebhook", true)
+        .expect("a known plugin");
+    let yaml = FAIL_OPEN_CONFIG
+        .get()
+        .expect("the test wrote its configuration");
+    ferrokube_testing::with_admission_config(o, "image-policy-fail-open", yaml);
+}
+
+#[tokio::test]
+async fn a_pod_admitted_without_an_answer_is_marked_failed_open() {
+    let mut policy = RecordingWebhook::start(image_policy).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig: PathBuf = policy
+        .write_kubeconfig(dir.path(), "/imagereview", "apiserver-to-policy")
+        .unwrap();
+    policy.server.stop().await;
+    FAIL_OPEN_CONFIG
+        .set(admission_config(&kubeconfig, true))
+        .unwrap();
+    let server = TestApiServer::start_with(with_failing_open_policy)
+        .await
+        .unwrap();
+
+    // defaultAllow admits the pod, marks it as upstream does, and keeps the
+    // annotations it came with.
+    let (code, created) = create(&server, &pod("unreviewed", "docker.io/library/nginx")).await;
+    assert_eq!(code, 201, "{created}");
+    let annotations = &created["metadata"]["annotations"];
+    assert_eq!(annotations["alpha.image-policy.k8s.io/failed-open"], "true");
+    assert_eq!(annotations["team.image-policy.k8s.io/ticket"], "42");
+    let (code, _, stored) = TestApiServer::raw(
+        &server.client,
+        "GET",
+        "/api/v1/namespaces/default/pods/unreviewed",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let stored: Value = serde_json::from_slice(&stored).unwrap();
+    assert_eq!(
+        stored["metadata"]["annotations"]["alpha.image-policy.k8s.io/failed-open"],
+        "true"
+    );
+    // Resources the plugin does not review are not marked.
+    let (code, _, cm) = TestApiServer::send_json(
+        &server.client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    assert!(cm["metadata"]["annotations"].is_null(), "{cm}");
     server.stop().await;
 }
 

@@ -12,10 +12,9 @@
 //! default 500) and whether a webhook that cannot be reached admits
 //! (`defaultAllow`).
 //!
-//! Deviation: when the webhook fails and `defaultAllow` admits, upstream also marks
-//! the pod itself with `alpha.image-policy.k8s.io/failed-open: "true"` from its
-//! validation step; validation cannot change the object here, so only the audit
-//! annotation says so.
+//! When the webhook fails and `defaultAllow` admits, the pod is marked
+//! `alpha.image-policy.k8s.io/failed-open: "true"` and the audit event
+//! `imagepolicywebhook.image-policy.k8s.io/failed-open: "true"`, as upstream.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -36,6 +35,8 @@ pub(crate) const NAME: &str = "ImagePolicyWebhook";
 
 /// The prefix of the audit annotations the plugin adds (upstream `AuditKeyPrefix`).
 const AUDIT_PREFIX: &str = "imagepolicywebhook.image-policy.k8s.io/";
+/// Upstream `api.ImagePolicyFailedOpenKey`: the mark on a pod admitted without an answer.
+const FAILED_OPEN_ANNOTATION: &str = "alpha.image-policy.k8s.io/failed-open";
 /// Upstream's answer cache (`cache.NewLRUExpireCache(1024)`).
 const CACHE_SIZE: NonZeroUsize = NonZeroUsize::new(1024).unwrap();
 /// Each call's timeout, as upstream's generic webhook.
@@ -229,6 +230,7 @@ impl ImagePolicyWebhook {
             tracing::info!(error = %err, "image policy webhook failed; admitting (defaultAllow)");
             a.audit_annotations
                 .add(format!("{AUDIT_PREFIX}failed-open"), "true");
+            a.object_annotations.add(FAILED_OPEN_ANNOTATION, "true");
             return Ok(());
         }
         Err(a.forbidden(err))

@@ -105,6 +105,36 @@ pub(crate) struct Attributes {
     /// Audit annotations for the request's audit event (upstream
     /// `Attributes.AddAnnotation`), shared with the request's audit record.
     pub audit_annotations: crate::audit::AuditAnnotations,
+    /// Annotations a validating plugin puts on the object. Upstream's validating
+    /// plugins may still change the object (ImagePolicyWebhook marks a pod it admitted
+    /// without an answer); here validation sees it read-only, and these are set on it
+    /// once the chain has admitted it.
+    pub object_annotations: ObjectAnnotations,
+}
+
+/// See [`Attributes::object_annotations`]; shared by every call of a request's chain.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ObjectAnnotations(Arc<parking_lot::Mutex<Vec<(String, String)>>>);
+
+impl ObjectAnnotations {
+    pub(crate) fn add(&self, key: &str, value: &str) {
+        self.0.lock().push((key.to_owned(), value.to_owned()));
+    }
+
+    /// Sets the annotations added since the last call on `object`.
+    fn apply(&self, object: &mut Value) {
+        let added = std::mem::take(&mut *self.0.lock());
+        if added.is_empty() {
+            return;
+        }
+        let meta = &mut object["metadata"];
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = Value::Object(Default::default());
+        }
+        for (key, value) in added {
+            meta["annotations"][key] = Value::String(value);
+        }
+    }
 }
 
 /// The warnings plugins add to a response (upstream `warning.AddWarning`); identical
@@ -141,6 +171,7 @@ impl Attributes {
             dry_run: false,
             warnings: Warnings::default(),
             audit_annotations: Default::default(),
+            object_annotations: Default::default(),
         }
     }
 
@@ -529,9 +560,11 @@ impl Admission for RequestAdmission {
         self.chain.admit(&a, new, old).await
     }
 
-    async fn validate(&self, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    async fn validate(&self, new: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
         let a = self.attributes(write_operation(old), new);
-        self.chain.validate(&a, Some(new), old).await
+        self.chain.validate(&a, Some(new), old).await?;
+        a.object_annotations.apply(new);
+        Ok(())
     }
 
     async fn validate_delete(&self, current: &Value) -> Result<(), ApiError> {
