@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use ferrokube_client::config::ClientLimits;
+use ferrokube_client::config::{ClientLimits, build_client, client_with_limits};
 use ferrokube_client::metrics::RequestMetricsLayer;
 use http::{HeaderValue, Request, Response};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -92,12 +92,10 @@ impl ControllerClients {
 
 /// A client over `config` with a bucket of `limits` that no other client shares.
 pub fn client_of_its_own(config: &Config, limits: Option<ClientLimits>) -> Result<Client> {
-    let limit = limits.map(|l| l.layer(config));
-    let metrics = RequestMetricsLayer::for_config(config);
-    Ok(ClientBuilder::try_from(config.clone())?
-        .with_layer(&metrics)
-        .with_layer(&option_layer(limit))
-        .build())
+    Ok(match limits {
+        Some(l) => client_with_limits(config.clone(), l.qps, l.burst)?,
+        None => build_client(config.clone())?,
+    })
 }
 
 /// Upstream `DynamicControllerClientBuilder`.

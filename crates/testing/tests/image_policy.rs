@@ -15,14 +15,17 @@ use serde_json::{Value, json};
 /// The AdmissionConfiguration of the test, written once its webhook has a port.
 static ADMISSION_CONFIG: OnceLock<String> = OnceLock::new();
 
-fn with_image_policy(o: &mut Options) {
+/// The plugin on, configured by `config` once its test has written it.
+fn enable_image_policy(o: &mut Options, name: &str, config: &OnceLock<String>) {
     o.admission_plugins
         .set("ImagePolicyWebhook", true)
         .expect("a known plugin");
-    let yaml = ADMISSION_CONFIG
-        .get()
-        .expect("the test wrote its configuration");
-    ferrokube_testing::with_admission_config(o, "image-policy", yaml);
+    let yaml = config.get().expect("the test wrote its configuration");
+    ferrokube_testing::with_admission_config(o, name, yaml);
+}
+
+fn with_image_policy(o: &mut Options) {
+    enable_image_policy(o, "image-policy", &ADMISSION_CONFIG);
 }
 
 fn admission_config(kubeconfig: &std::path::Path, default_allow: bool) -> String {
@@ -161,13 +164,7 @@ async fn the_webhook_decides_which_images_pods_may_run() {
 static FAIL_OPEN_CONFIG: OnceLock<String> = OnceLock::new();
 
 fn with_failing_open_policy(o: &mut Options) {
-    o.admission_plugins
-        .set("ImagePolicyWebhook", true)
-        .expect("a known plugin");
-    let yaml = FAIL_OPEN_CONFIG
-        .get()
-        .expect("the test wrote its configuration");
-    ferrokube_testing::with_admission_config(o, "image-policy-fail-open", yaml);
+    enable_image_policy(o, "image-policy-fail-open", &FAIL_OPEN_CONFIG);
 }
 
 #[tokio::test]
