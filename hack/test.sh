@@ -62,16 +62,22 @@ fi
 step "cargo test"
 cargo test --workspace --locked --no-fail-fast
 
+step "build the components for the e2e tiers (debug)"
+# One build for every e2e tier: each `cargo build` of another package set unifies
+# features differently and would compile the workspace's crates again. Debug binaries
+# keep CI from a release build.
+cargo build --locked --bins -p kube-apiserver -p kube-scheduler -p kube-controller-manager \
+  -p kubelet -p kube-proxy -p kube-dns -p metrics-server -p ferrokube-pki-cli -p ferrokube-kubelet
+bin_dir="${CARGO_TARGET_DIR:-$PWD/target}/debug"
+
 step "e2e: kubectl against kube-apiserver (embedded store and etcd)"
-bash e2e/apiserver.sh
+E2E_BIN_DIR=$bin_dir bash e2e/apiserver.sh
 
 step "e2e: single-node cluster (hack/up.sh, kubectl run nginx, curl the pod IP, hack/down.sh)"
 # Runs after the kubelet's tests: the cluster's kubelet removes pods on the shared
-# containerd that it does not own. Debug binaries keep CI from a release build.
+# containerd that it does not own.
 if [ "$(id -u)" -eq 0 ]; then
-  cargo build --locked --bins -p kube-apiserver -p kube-scheduler -p kube-controller-manager \
-    -p kubelet -p kube-proxy -p kube-dns -p metrics-server -p ferrokube-pki-cli -p ferrokube-kubelet
-  FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash e2e/single-node.sh
+  FK_BIN_DIR=$bin_dir bash e2e/single-node.sh
   step "e2e: 3-node cluster (hack/up.sh --nodes 3: Services, DNS, NodePorts across nodes, drain with a PodDisruptionBudget, node failure, hack/down.sh)"
   # Same binaries; under the lock the other cluster tests take (same ports, same runtime),
   # unless this run holds it already (`flock /run/ferrokube-e2e.lock hack/test.sh` hands
@@ -80,7 +86,7 @@ if [ "$(id -u)" -eq 0 ]; then
   for fd in "/proc/$$/fd/"*; do
     if [ "$(readlink "$fd")" = /run/ferrokube-e2e.lock ]; then lock=(); fi
   done
-  FK_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug" "${lock[@]}" bash e2e/multi-node.sh
+  FK_BIN_DIR=$bin_dir "${lock[@]}" bash e2e/multi-node.sh
 else
   echo "not root: the single-node and 3-node cluster e2e need root" >&2
   exit 1

@@ -37,7 +37,8 @@ use crate::resize::{
     restarts_for, spec_allocation, widened, with_allocation,
 };
 use crate::sandbox::{
-    POD_UID_LABEL, name, namespace, pod_cgroup_parent, pod_log_dir, sandbox_config, spec, uid,
+    ETC_HOSTS_PATH, POD_UID_LABEL, hosts_file, name, namespace, pod_cgroup_parent, pod_log_dir,
+    sandbox_config, spec, uid,
 };
 use crate::status::{
     RuntimePod, RuntimeState, StatusInputs, WaitingReason, group_by_pod, pod_status,
@@ -843,6 +844,43 @@ impl RuntimeManager {
         }
     }
 
+    /// The mount of the pod's managed hosts file at `/etc/hosts` (upstream
+    /// `makeHostsMount`), for a container that mounts nothing there itself, once the pod
+    /// has IPs. Without it the runtime would give the container a copy of the node's file,
+    /// in which the pod's own hostname and its hostAliases are missing.
+    fn etc_hosts_mount(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Option<cri::Mount>, String> {
+        let mounts_own = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == ETC_HOSTS_PATH);
+        if pod_ips.is_empty() || mounts_own {
+            return Ok(None);
+        }
+        let node_hosts = if spec(pod).host_network == Some(true) {
+            std::fs::read_to_string(ETC_HOSTS_PATH)
+                .map_err(|e| format!("reading {ETC_HOSTS_PATH}: {e}"))?
+        } else {
+            String::new()
+        };
+        let content = hosts_file(pod, pod_ips, &self.node.cluster_domain, &node_hosts);
+        let host = self
+            .volumes
+            .etc_hosts_file(uid(pod), &content)
+            .map_err(|e| e.to_string())?;
+        Ok(Some(cri::Mount {
+            container_path: ETC_HOSTS_PATH.into(),
+            host_path: host.to_string_lossy().into_owned(),
+            selinux_relabel: true,
+            ..Default::default()
+        }))
+    }
+
     /// Starts one instance of `c`; `kind` says which list it is from, and for an
     /// ephemeral container with a target, the target's runtime ID.
     #[allow(clippy::too_many_arguments)]
@@ -946,6 +984,12 @@ impl RuntimeManager {
                 host_path: host.to_string_lossy().into_owned(),
                 ..Default::default()
             });
+        }
+        if let Some(hosts) = self
+            .etc_hosts_mount(pod, c, &sources.pod_ips)
+            .map_err(|e| config_err(&e))?
+        {
+            mounts.push(hosts);
         }
         cfg.mounts = mounts;
         let id = self

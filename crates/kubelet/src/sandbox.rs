@@ -81,6 +81,49 @@ pub fn pod_hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, Stri
     (hostname, domain)
 }
 
+/// Where a container sees the hosts file the kubelet manages for its pod.
+pub const ETC_HOSTS_PATH: &str = "/etc/hosts";
+
+/// The pod's hosts file (upstream `ensureHostsFile`). A pod on the node's network gets
+/// the node's own file (`node_hosts`) under a header; any other pod gets localhost and
+/// its IPs under its hostname (and its FQDN when it has a subdomain), so the pod
+/// resolves its own name without DNS. The pod's `hostAliases` come last.
+pub fn hosts_file(pod: &Pod, pod_ips: &[String], cluster_domain: &str, node_hosts: &str) -> String {
+    use std::fmt::Write as _;
+    let s = spec(pod);
+    let mut out = String::new();
+    if s.host_network == Some(true) {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts);
+    } else {
+        out.push_str(concat!(
+            "# Kubernetes-managed hosts file.\n",
+            "127.0.0.1\tlocalhost\n",
+            "::1\tlocalhost ip6-localhost ip6-loopback\n",
+            "fe00::0\tip6-localnet\n",
+            "fe00::0\tip6-mcastprefix\n",
+            "fe00::1\tip6-allnodes\n",
+            "fe00::2\tip6-allrouters\n",
+        ));
+        let (hostname, domain) = pod_hostname_and_domain(pod, cluster_domain);
+        for ip in pod_ips {
+            let _ = if domain.is_empty() {
+                writeln!(out, "{ip}\t{hostname}")
+            } else {
+                writeln!(out, "{ip}\t{hostname}.{domain}\t{hostname}")
+            };
+        }
+    }
+    if let Some(aliases) = s.host_aliases.as_ref().filter(|a| !a.is_empty()) {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for alias in aliases {
+            let names = alias.hostnames.as_deref().unwrap_or_default().join("\t");
+            let _ = writeln!(out, "{}\t{names}", alias.ip);
+        }
+    }
+    out
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum DnsType {
     Cluster,
@@ -364,7 +407,7 @@ pub fn sandbox_config(node: &NodeConfig, pod: &Pod, attempt: u32) -> cri::PodSan
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        Container, ContainerPort, PodDNSConfig, PodDNSConfigOption, PodSecurityContext,
+        Container, ContainerPort, HostAlias, PodDNSConfig, PodDNSConfigOption, PodSecurityContext,
         SecurityContext,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -535,6 +578,59 @@ mod tests {
         let (h, d) = pod_hostname_and_domain(&p, "cluster.local");
         assert_eq!(h, "a".repeat(61));
         assert_eq!(d, "db.prod.svc.cluster.local");
+    }
+
+    #[test]
+    fn hosts_file_names_the_pod_and_its_aliases() {
+        let ips = ["10.244.0.7".to_string(), "fd00::7".to_string()];
+        let plain = hosts_file(&pod(|_| {}), &ips[..1], "cluster.local", "ignored");
+        assert_eq!(
+            plain,
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n\
+             fe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+             10.244.0.7\tweb-0\n"
+        );
+        let p = pod(|s| {
+            s.subdomain = Some("db".into());
+            s.host_aliases = Some(vec![
+                HostAlias {
+                    ip: "10.1.2.3".into(),
+                    hostnames: Some(vec!["foo.local".into(), "bar.local".into()]),
+                },
+                HostAlias {
+                    ip: "127.0.0.1".into(),
+                    hostnames: None,
+                },
+            ]);
+        });
+        let full = hosts_file(&p, &ips, "cluster.local", "ignored");
+        assert!(
+            full.ends_with(
+                "fe00::2\tip6-allrouters\n\
+                 10.244.0.7\tweb-0.db.prod.svc.cluster.local\tweb-0\n\
+                 fd00::7\tweb-0.db.prod.svc.cluster.local\tweb-0\n\
+                 \n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar.local\n127.0.0.1\t\n"
+            ),
+            "{full}"
+        );
+    }
+
+    #[test]
+    fn a_host_network_pod_gets_the_nodes_hosts_file_and_its_aliases() {
+        let p = pod(|s| {
+            s.host_network = Some(true);
+            s.host_aliases = Some(vec![HostAlias {
+                ip: "10.1.2.3".into(),
+                hostnames: Some(vec!["foo.local".into()]),
+            }]);
+        });
+        let node = "127.0.0.1 localhost\n192.168.1.5 vm\n";
+        assert_eq!(
+            hosts_file(&p, &["192.168.1.5".into()], "cluster.local", node),
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n\
+             192.168.1.5 vm\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\n"
+        );
     }
 
     #[test]

@@ -333,6 +333,18 @@ impl VolumeManager {
         Ok(f)
     }
 
+    /// Writes the pod's hosts file (`content`) where its containers' `/etc/hosts` mount
+    /// reads it (upstream's `<pod dir>/etc-hosts`), rewritten for every container start.
+    pub fn etc_hosts_file(&self, pod_uid: &str, content: &str) -> Result<PathBuf, VolumeError> {
+        let dir = pod_dir(&self.root, pod_uid);
+        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        let f = dir.join("etc-hosts");
+        std::fs::write(&f, content).map_err(io("writing", &f))?;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644))
+            .map_err(io("chmod", &f))?;
+        Ok(f)
+    }
+
     /// Unmounts everything under the pod's directory (deepest first), then removes it.
     pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
         self.owned.lock().retain(|(uid, _)| uid != pod_uid);

@@ -13,7 +13,7 @@ use ferrokube_kubelet::cri::{CriClient, DEFAULT_ENDPOINT};
 use ferrokube_kubelet::env::EnvSources;
 use ferrokube_kubelet::{NodeConfig, RuntimeManager};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapKeySelector, Container, ContainerStatus, EnvVar, EnvVarSource,
+    ConfigMap, ConfigMapKeySelector, Container, ContainerStatus, EnvVar, EnvVarSource, HostAlias,
     ObjectFieldSelector, Pod, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -320,7 +320,13 @@ async fn init_container_env_and_command() {
         },
     ]);
     let mut p = pod("envpod", "Always", vec![app]);
-    p.spec.as_mut().unwrap().init_containers = Some(vec![busybox("setup", "echo init-ran")]);
+    let spec = p.spec.as_mut().unwrap();
+    spec.init_containers = Some(vec![busybox("setup", "echo init-ran")]);
+    spec.subdomain = Some("grp".into());
+    spec.host_aliases = Some(vec![HostAlias {
+        ip: "10.1.2.3".into(),
+        hostnames: Some(vec!["foo.local".into(), "bar.local".into()]),
+    }]);
     let sources = EnvSources {
         config_maps: [(
             "settings".to_string(),
@@ -389,6 +395,28 @@ async fn init_container_env_and_command() {
         ensure!(
             out.exit_code == 0 && String::from_utf8_lossy(&out.stdout).trim() == "blue",
             "{out:?}"
+        );
+        // The kubelet's hosts file, not the node's: the pod's name (and FQDN, for its
+        // subdomain) at its IP, and its hostAliases.
+        let out = m
+            .cri()
+            .exec_sync(id, vec!["cat".into(), "/etc/hosts".into()], 5)
+            .await?;
+        let hosts = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"),
+            "{hosts}"
+        );
+        ensure!(
+            hosts
+                .lines()
+                .any(|l| l.starts_with(&format!("{ip}\t{pod_name}.grp."))
+                    && l.ends_with(&format!(".svc.cluster.local\t{pod_name}"))),
+            "no line for the pod at {ip}: {hosts}"
+        );
+        ensure!(
+            hosts.ends_with("# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar.local\n"),
+            "{hosts}"
         );
         Ok(())
     })
