@@ -18,6 +18,12 @@
 //! - the terminal conditions in two steps, as upstream since 1.31: `SuccessCriteriaMet`
 //!   or `FailureTarget` first (remaining active pods are then deleted), and `Complete`
 //!   (with `completionTime`) or `Failed` once no pod of the Job is left running;
+//! - `podFailurePolicy` (upstream `matchPodFailurePolicy`): the first rule a failed pod
+//!   matches, by a non-zero exit code of a container or init container (`In`/`NotIn`,
+//!   optionally one container) or by a pod condition, decides: `Ignore` (the failure is
+//!   not counted), `FailJob` (`FailureTarget`, then `Failed`, reason `PodFailurePolicy`
+//!   with upstream's message) or `Count`; `podReplacementPolicy: Failed` (the API's
+//!   default with a policy) replaces a pod being deleted only once it has gone;
 //! - `suspend`: active pods deleted, `Suspended` condition; resuming resets `startTime`;
 //! - status `active`, `ready`, `terminating`, `succeeded`, `failed`, `startTime`, and
 //!   events (`SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `BackoffLimitExceeded`,
@@ -26,7 +32,8 @@
 //! Not done (deviations): pods are counted from the pod cache, not with upstream's
 //! `batch.kubernetes.io/job-tracking` finalizer and `uncountedTerminatedPods`, so the
 //! counters never go down but a finished pod deleted before the controller saw it is
-//! not counted; no `podFailurePolicy`, `successPolicy`, `backoffLimitPerIndex`,
+//! not counted, and a pod deleted before it finished is counted as terminating, never
+//! as failed; no `successPolicy`, `backoffLimitPerIndex` (so no `FailIndex`: it counts),
 //! `managedBy`; no adoption of orphan pods by selector.
 //!
 //! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
@@ -36,7 +43,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, PodFailurePolicy};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -77,6 +84,91 @@ pub struct PodCounts {
     pub restarts: i32,
     /// When the newest failed pod finished.
     pub last_failure: Option<Timestamp>,
+    /// Completion indexes of the pods being deleted (Indexed mode).
+    pub terminating_indexes: BTreeSet<i32>,
+    /// Why the Job must fail: the message of the first failed pod a `FailJob` rule of
+    /// its `podFailurePolicy` matched.
+    pub fail_job: Option<String>,
+}
+
+/// What a Job's `podFailurePolicy` makes of one failed pod (upstream
+/// `matchPodFailurePolicy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyMatch {
+    /// An `Ignore` rule: the failure is not counted, against the backoff limit or at all.
+    Ignore,
+    /// A `FailJob` rule: the Job fails, with this message.
+    FailJob(String),
+    /// A `Count` rule (or `FailIndex`, which needs `backoffLimitPerIndex`), or no rule.
+    Count,
+}
+
+/// The first rule of `policy` that `pod` (failed) matches, in order: `onExitCodes` on a
+/// container (then an init container) that terminated with a non-zero code, or
+/// `onPodConditions` on one of the pod's conditions.
+pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) -> PolicyMatch {
+    let Some(policy) = policy else {
+        return PolicyMatch::Count;
+    };
+    let pod_ref = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
+    let status = pod.status.as_ref();
+    for (index, rule) in policy.rules.iter().enumerate() {
+        let matched = if let Some(req) = &rule.on_exit_codes {
+            let containers = status.and_then(|s| s.container_statuses.as_ref());
+            let inits = status.and_then(|s| s.init_container_statuses.as_ref());
+            containers
+                .into_iter()
+                .chain(inits)
+                .flatten()
+                .find_map(|c| {
+                    let code = c.state.as_ref()?.terminated.as_ref()?.exit_code;
+                    let named = req.container_name.as_ref().is_none_or(|n| *n == c.name);
+                    let listed = req.values.contains(&code);
+                    let operator = match req.operator.as_str() {
+                        "In" => listed,
+                        "NotIn" => !listed,
+                        _ => false,
+                    };
+                    (named && code != 0 && operator).then(|| {
+                        format!(
+                            "Container {} for pod {pod_ref} failed with exit code {code} matching {} rule at index {index}",
+                            c.name, rule.action
+                        )
+                    })
+                })
+        } else {
+            let conditions = status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten();
+            let patterns = rule.on_pod_conditions.as_deref().unwrap_or_default();
+            conditions
+                .filter(|c| {
+                    patterns
+                        .iter()
+                        .any(|p| p.type_ == c.type_ && p.status == c.status)
+                })
+                .map(|c| {
+                    format!(
+                        "Pod {pod_ref} has condition {} matching {} rule at index {index}",
+                        c.type_, rule.action
+                    )
+                })
+                .next()
+        };
+        let Some(message) = matched else { continue };
+        match rule.action.as_str() {
+            "Ignore" => return PolicyMatch::Ignore,
+            "FailJob" => return PolicyMatch::FailJob(message),
+            "Count" | "FailIndex" => return PolicyMatch::Count,
+            _ => {}
+        }
+    }
+    PolicyMatch::Count
 }
 
 fn index_of(pod: &Pod) -> Option<i32> {
@@ -112,8 +204,14 @@ fn finished_at(pod: &Pod) -> Option<Timestamp> {
         .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// Counts `pods` (the Job's own); `completions` bounds the indexes that count.
-pub fn count_pods(pods: &[&Pod], indexed: bool, completions: Option<i32>) -> PodCounts {
+/// Counts `pods` (the Job's own); `completions` bounds the indexes that count; failed
+/// pods count as `policy` says.
+pub fn count_pods(
+    pods: &[&Pod],
+    indexed: bool,
+    completions: Option<i32>,
+    policy: Option<&PodFailurePolicy>,
+) -> PodCounts {
     let mut c = PodCounts::default();
     let in_range = |i: i32| i >= 0 && completions.is_none_or(|n| i < n);
     for pod in pods {
@@ -124,11 +222,22 @@ pub fn count_pods(pods: &[&Pod], indexed: bool, completions: Option<i32>) -> Pod
                     c.succeeded_indexes.insert(i);
                 }
             }
-            "Failed" => {
-                c.failed += 1;
-                c.last_failure = c.last_failure.max(finished_at(pod));
+            "Failed" => match match_pod_failure_policy(policy, pod) {
+                PolicyMatch::Ignore => {}
+                matched => {
+                    if let PolicyMatch::FailJob(message) = matched {
+                        c.fail_job.get_or_insert(message);
+                    }
+                    c.failed += 1;
+                    c.last_failure = c.last_failure.max(finished_at(pod));
+                }
+            },
+            _ if pod.metadata.deletion_timestamp.is_some() => {
+                c.terminating += 1;
+                if let Some(i) = index_of(pod).filter(|_| indexed) {
+                    c.terminating_indexes.insert(i);
+                }
             }
-            _ if pod.metadata.deletion_timestamp.is_some() => c.terminating += 1,
             _ => {
                 c.active.push(pod.metadata.name.clone().unwrap_or_default());
                 if let Some(i) = index_of(pod).filter(|_| indexed) {
@@ -184,24 +293,28 @@ pub fn backoff_delay(failures: i32) -> Duration {
 }
 
 /// Why a Job fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
     BackoffLimitExceeded,
     DeadlineExceeded,
+    /// A `FailJob` rule matched a failed pod; the rule's message.
+    PodFailurePolicy(String),
 }
 
 impl Failure {
-    pub fn reason(self) -> &'static str {
+    pub fn reason(&self) -> &'static str {
         match self {
             Failure::BackoffLimitExceeded => "BackoffLimitExceeded",
             Failure::DeadlineExceeded => "DeadlineExceeded",
+            Failure::PodFailurePolicy(_) => "PodFailurePolicy",
         }
     }
 
-    pub fn message(self) -> &'static str {
+    pub fn message(&self) -> &str {
         match self {
             Failure::BackoffLimitExceeded => "Job has reached the specified backoff limit",
             Failure::DeadlineExceeded => "Job was active longer than specified deadline",
+            Failure::PodFailurePolicy(message) => message,
         }
     }
 }
@@ -265,10 +378,12 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
                 .find(|c| c.type_ == "FailureTarget" && c.status == "True")
         })
     {
-        p.failed = Some(if c.reason.as_deref() == Some("DeadlineExceeded") {
-            Failure::DeadlineExceeded
-        } else {
-            Failure::BackoffLimitExceeded
+        p.failed = Some(match c.reason.as_deref() {
+            Some("DeadlineExceeded") => Failure::DeadlineExceeded,
+            Some("PodFailurePolicy") => {
+                Failure::PodFailurePolicy(c.message.clone().unwrap_or_default())
+            }
+            _ => Failure::BackoffLimitExceeded,
         });
         delete_all(&mut p);
         return p;
@@ -292,6 +407,12 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     } else {
         counts.failed > backoff_limit
     };
+    // A FailJob rule decides before the backoff limit, as upstream.
+    if let Some(message) = &counts.fail_job {
+        p.failed = Some(Failure::PodFailurePolicy(message.clone()));
+        delete_all(&mut p);
+        return p;
+    }
     if past_backoff {
         p.failed = Some(Failure::BackoffLimitExceeded);
         delete_all(&mut p);
@@ -332,7 +453,13 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         p.delete = counts.active[wanted as usize..].to_vec();
         return p;
     }
-    let missing = ((wanted - active) as usize).min(MAX_POD_CREATE_DELETE_PER_SYNC);
+    // `podReplacementPolicy: Failed` (the default with a podFailurePolicy): a pod being
+    // deleted is replaced only once it has finished.
+    let only_failed = spec.pod_replacement_policy.as_deref() == Some("Failed")
+        || spec.pod_failure_policy.is_some();
+    let terminating = if only_failed { counts.terminating } else { 0 };
+    let missing =
+        ((wanted - active - terminating).max(0) as usize).min(MAX_POD_CREATE_DELETE_PER_SYNC);
     if missing == 0 {
         return p;
     }
@@ -352,7 +479,12 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     p.create = if indexed {
         let n = spec.completions.unwrap_or(0);
         (0..n)
-            .filter(|i| !counts.succeeded_indexes.contains(i) && !counts.active_indexes.contains(i))
+            .filter(|i| {
+                let taken = counts.succeeded_indexes.contains(i)
+                    || counts.active_indexes.contains(i)
+                    || (only_failed && counts.terminating_indexes.contains(i));
+                !taken
+            })
             .take(missing)
             .map(Some)
             .collect()
@@ -649,7 +781,12 @@ impl Controller for JobController {
             .collect();
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
-        let counts = count_pods(&owned, indexed, spec.completions);
+        let counts = count_pods(
+            &owned,
+            indexed,
+            spec.completions,
+            spec.pod_failure_policy.as_ref(),
+        );
         let now = Timestamp::now();
         let old = job.status.clone().unwrap_or_default();
         let mut status = old.clone();
@@ -755,7 +892,7 @@ impl Controller for JobController {
                 );
             }
         }
-        if let Some(f) = plan.failed {
+        if let Some(f) = &plan.failed {
             if !condition_true(&job, "FailureTarget") {
                 emit(
                     &*self.events,
@@ -828,7 +965,146 @@ mod tests {
     }
 
     fn counts(pods: &[Pod], indexed: bool, completions: Option<i32>) -> PodCounts {
-        count_pods(&pods.iter().collect::<Vec<_>>(), indexed, completions)
+        count_pods(&pods.iter().collect::<Vec<_>>(), indexed, completions, None)
+    }
+
+    /// A failed pod whose containers (`main`, then the init container `init`) exited
+    /// with these codes, with these pod conditions.
+    fn failed_pod(name: &str, main: i32, init: Option<i32>, conditions: &[&str]) -> Pod {
+        let term = |n: &str, code: i32| {
+            json!({"name": n, "ready": false, "restartCount": 0,
+            "image": "busybox", "imageID": "",
+            "state": {"terminated": {"exitCode": code}}})
+        };
+        let mut p = pod(name, "Failed", None);
+        let status = json!({"phase": "Failed",
+            "containerStatuses": [term("main", main)],
+            "initContainerStatuses": init.map(|c| vec![term("init", c)]).unwrap_or_default(),
+            "conditions": conditions.iter().map(|t| json!({"type": t, "status": "True"}))
+                .collect::<Vec<_>>()});
+        p.status = Some(serde_json::from_value(status).unwrap());
+        p
+    }
+
+    fn policy(rules: serde_json::Value) -> PodFailurePolicy {
+        serde_json::from_value(json!({ "rules": rules })).unwrap()
+    }
+
+    #[test]
+    fn pod_failure_policy_rules_match_in_order() {
+        let rules = policy(json!([
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+            {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [1, 2]}},
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}},
+        ]));
+        let m = |p: &Pod| match_pod_failure_policy(Some(&rules), p);
+        assert_eq!(
+            m(&failed_pod("a", 42, None, &["DisruptionTarget"])),
+            PolicyMatch::Ignore
+        );
+        assert_eq!(
+            m(&failed_pod("a", 42, None, &[])),
+            PolicyMatch::FailJob(
+                "Container main for pod ns/a failed with exit code 42 matching FailJob rule at index 1"
+                    .into()
+            )
+        );
+        assert_eq!(m(&failed_pod("a", 7, None, &[])), PolicyMatch::Count);
+        // The init container's code is looked at after the containers'.
+        assert_eq!(
+            m(&failed_pod("a", 2, Some(1), &[])),
+            PolicyMatch::FailJob(
+                "Container main for pod ns/a failed with exit code 2 matching FailJob rule at index 3"
+                    .replace("main", "init")
+                    .replace("code 2", "code 1")
+            )
+        );
+        // A zero exit code never matches, even for NotIn.
+        assert_eq!(m(&failed_pod("a", 0, None, &[])), PolicyMatch::Count);
+        assert_eq!(
+            match_pod_failure_policy(None, &failed_pod("a", 42, None, &[])),
+            PolicyMatch::Count
+        );
+        let on_condition = policy(json!([
+            {"action": "FailJob", "onPodConditions": [{"type": "ConfigIssue", "status": "True"}]},
+        ]));
+        assert_eq!(
+            match_pod_failure_policy(
+                Some(&on_condition),
+                &failed_pod("b", 1, None, &["ConfigIssue"])
+            ),
+            PolicyMatch::FailJob(
+                "Pod ns/b has condition ConfigIssue matching FailJob rule at index 0".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_fail_job_rule_fails_the_job_before_the_backoff_limit() {
+        let rules = policy(json!([
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+            {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}},
+        ]));
+        let spec = json!({"completions": 2, "parallelism": 2, "backoffLimit": 6,
+            "podFailurePolicy": rules});
+        let pods = [failed_pod("f", 42, None, &[]), pod("r", "Running", None)];
+        let c = count_pods(
+            &pods.iter().collect::<Vec<_>>(),
+            false,
+            Some(2),
+            Some(&rules),
+        );
+        assert_eq!(c.failed, 1);
+        let p = plan(&job(spec.clone()), &c, Some(ts(0)), ts(1));
+        let message =
+            "Container main for pod ns/f failed with exit code 42 matching FailJob rule at index 0";
+        assert_eq!(p.failed, Some(Failure::PodFailurePolicy(message.into())));
+        assert_eq!(p.failed.as_ref().unwrap().reason(), "PodFailurePolicy");
+        assert_eq!(p.delete, vec!["r".to_string()]);
+        // Once recorded as the FailureTarget, the decision and its message stand.
+        let mut decided = job(spec.clone());
+        decided.status = Some(
+            serde_json::from_value(json!({"conditions": [{"type": "FailureTarget",
+            "status": "True", "reason": "PodFailurePolicy", "message": message}]}))
+            .unwrap(),
+        );
+        let p = plan(
+            &decided,
+            &counts(&pods[1..], false, Some(2)),
+            Some(ts(0)),
+            ts(2),
+        );
+        assert_eq!(p.failed, Some(Failure::PodFailurePolicy(message.into())));
+        // Ignored failures are not counted: with backoffLimit 0 the Job goes on.
+        let ignored = [failed_pod("i", 137, None, &[])];
+        let c = count_pods(
+            &ignored.iter().collect::<Vec<_>>(),
+            false,
+            Some(1),
+            Some(&rules),
+        );
+        assert_eq!((c.failed, c.last_failure), (0, None));
+        let spec = json!({"completions": 1, "backoffLimit": 0, "podFailurePolicy": rules});
+        let p = plan(&job(spec), &c, Some(ts(0)), ts(1));
+        assert_eq!((p.failed, p.create.len()), (None, 1));
+    }
+
+    #[test]
+    fn with_pod_replacement_policy_failed_a_terminating_pod_is_not_replaced_yet() {
+        let mut going = pod("t", "Running", Some(0));
+        going.metadata.deletion_timestamp = Some(Time(ts(0)));
+        let c = counts(std::slice::from_ref(&going), true, Some(2));
+        let indexed = |policy: &str| {
+            job(
+                json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed",
+                "podReplacementPolicy": policy}),
+            )
+        };
+        let p = plan(&indexed("Failed"), &c, Some(ts(0)), ts(1));
+        assert_eq!(p.create, vec![Some(1)]);
+        let p = plan(&indexed("TerminatingOrFailed"), &c, Some(ts(0)), ts(1));
+        assert_eq!(p.create, vec![Some(0), Some(1)]);
     }
 
     #[test]

@@ -56,6 +56,13 @@ fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
 }
 
+fn condition_true_of(st: &k8s_openapi::api::batch::v1::JobStatus, type_: &str) -> bool {
+    st.conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
 async fn wait_condition(jobs: &Api<Job>, name: &str, type_: &str) -> anyhow::Result<Job> {
     wait_for(20, &format!("job {name} condition {type_}"), || async {
         let j = jobs.get(name).await?;
@@ -128,6 +135,71 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     assert_eq!(
         condition(&failed, "Failed"),
         Some(("True".into(), "BackoffLimitExceeded".into()))
+    );
+    assert_eq!(failed.status.unwrap().failed, Some(1));
+
+    // podFailurePolicy: an ignored failure is not counted (backoffLimit 0 would fail the
+    // Job otherwise) and the pod is replaced; a FailJob exit code fails the Job at once,
+    // with the rule's message, and the running pod is stopped.
+    let policy = json!({"backoffLimit": 0, "parallelism": 2, "completions": 2,
+        "podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "c", "operator": "In", "values": [42]}}]}});
+    jobs.create(&pp, &job("policy", policy)?).await?;
+    let first = pods_of(&pods, "policy", 2).await?;
+    let evicted = json!({"status": {"phase": "Failed", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}});
+    let evicted_name = first[0].metadata.name.as_deref().unwrap_or_default();
+    pods.patch_status(
+        evicted_name,
+        &PatchParams::default(),
+        &Patch::Merge(evicted),
+    )
+    .await?;
+    let replaced = pods_of(&pods, "policy", 3).await?;
+    let st = jobs.get("policy").await?.status.unwrap_or_default();
+    assert_eq!(
+        (st.failed, condition_true_of(&st, "Failed")),
+        (Some(0), false)
+    );
+    let fresh = replaced
+        .iter()
+        .find(|p| {
+            p.metadata.name != first[0].metadata.name && p.metadata.name != first[1].metadata.name
+        })
+        .expect("a replacement pod");
+    let exit_42 = json!({"status": {"phase": "Failed", "containerStatuses": [{"name": "c",
+        "ready": false, "restartCount": 0, "image": "busybox", "imageID": "",
+        "state": {"terminated": {"exitCode": 42, "reason": "Error"}}}]}});
+    let fresh_name = fresh.metadata.name.as_deref().unwrap_or_default();
+    pods.patch_status(fresh_name, &PatchParams::default(), &Patch::Merge(exit_42))
+        .await?;
+    let target = wait_condition(&jobs, "policy", "FailureTarget").await?;
+    let message = target
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "FailureTarget")
+        .and_then(|c| c.message.clone());
+    assert_eq!(
+        message.as_deref(),
+        Some(format!("Container c for pod default/{fresh_name} failed with exit code 42 matching FailJob rule at index 1").as_str())
+    );
+    // The pod still running is stopped (never scheduled, it goes at once); once it is
+    // gone the Job has failed.
+    let running = first[1].metadata.name.as_deref().unwrap_or_default();
+    wait_for(20, "the running pod of job policy deleted", || async {
+        Ok(pods.get_opt(running).await?.is_none().then_some(()))
+    })
+    .await?;
+    let failed = wait_condition(&jobs, "policy", "Failed").await?;
+    assert_eq!(
+        condition(&failed, "Failed"),
+        Some(("True".into(), "PodFailurePolicy".into()))
     );
     assert_eq!(failed.status.unwrap().failed, Some(1));
 
