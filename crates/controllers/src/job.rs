@@ -24,6 +24,10 @@
 //!   not counted), `FailJob` (`FailureTarget`, then `Failed`, reason `PodFailurePolicy`
 //!   with upstream's message) or `Count`; `podReplacementPolicy: Failed` (the API's
 //!   default with a policy) replaces a pod being deleted only once it has gone;
+//! - `successPolicy` of an Indexed Job (upstream `matchSuccessPolicy`): the first rule
+//!   its succeeded indexes meet (all of `succeededIndexes`, or `succeededCount` of them
+//!   or of any) gives `SuccessCriteriaMet` and then `Complete` with reason
+//!   `SuccessPolicy`, and the indexes still running are stopped;
 //! - `suspend`: active pods deleted, `Suspended` condition; resuming resets `startTime`;
 //! - status `active`, `ready`, `terminating`, `succeeded`, `failed`, `startTime`, and
 //!   events (`SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `BackoffLimitExceeded`,
@@ -33,7 +37,7 @@
 //! `batch.kubernetes.io/job-tracking` finalizer and `uncountedTerminatedPods`, so the
 //! counters never go down but a finished pod deleted before the controller saw it is
 //! not counted, and a pod deleted before it finished is counted as terminating, never
-//! as failed; no `successPolicy`, `backoffLimitPerIndex` (so no `FailIndex`: it counts),
+//! as failed; no `backoffLimitPerIndex` (so no `FailIndex`: it counts),
 //! `managedBy`; no adoption of orphan pods by selector.
 //!
 //! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
@@ -43,7 +47,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, PodFailurePolicy};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, PodFailurePolicy, SuccessPolicy};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -57,6 +61,7 @@ use crate::expectations::Expectations;
 use crate::replicaset::{is_not_found, slow_start_batch};
 use crate::util::{controller_of, is_pod_ready, new_controller_ref, pod_phase};
 use crate::{Action, Controller, Error, Result, replace_status_retrying, split_key};
+use ferrokube_validation::parse_index_intervals;
 
 /// The label and annotation holding an Indexed Job pod's completion index.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
@@ -319,6 +324,62 @@ impl Failure {
     }
 }
 
+/// Why a Job succeeds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Success {
+    CompletionsReached,
+    /// A rule of the Indexed Job's `successPolicy` is met; upstream's message.
+    SuccessPolicy(String),
+}
+
+impl Success {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Success::CompletionsReached => "CompletionsReached",
+            Success::SuccessPolicy(_) => "SuccessPolicy",
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Success::CompletionsReached => "Reached expected number of succeeded pods",
+            Success::SuccessPolicy(message) => message,
+        }
+    }
+}
+
+/// The first rule of an Indexed Job's `successPolicy` that its succeeded indexes meet
+/// (upstream `matchSuccessPolicy`): every index of `succeededIndexes`, or
+/// `succeededCount` of them, or `succeededCount` indexes of any.
+pub fn match_success_policy(
+    policy: Option<&SuccessPolicy>,
+    completions: i32,
+    succeeded: &BTreeSet<i32>,
+) -> Option<String> {
+    let policy = policy.filter(|_| !succeeded.is_empty())?;
+    policy.rules.iter().enumerate().find_map(|(index, rule)| {
+        let met = match (&rule.succeeded_indexes, rule.succeeded_count) {
+            (Some(list), count) => {
+                // A list that does not parse (validation refuses one) matches nothing.
+                let required = parse_index_intervals(list, completions).unwrap_or_default();
+                let size: usize = required.iter().map(|(a, b)| (b - a + 1) as usize).sum();
+                let done: usize = required
+                    .iter()
+                    .map(|(a, b)| succeeded.range(a..=b).count())
+                    .sum();
+                size > 0
+                    && match count {
+                        Some(n) => done >= usize::try_from(n).unwrap_or(usize::MAX),
+                        None => done == size,
+                    }
+            }
+            (None, Some(n)) => succeeded.len() >= usize::try_from(n).unwrap_or(usize::MAX),
+            (None, None) => false,
+        };
+        met.then(|| format!("Matched rules at index {index}"))
+    })
+}
+
 /// What one sync does.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
@@ -326,8 +387,8 @@ pub struct Plan {
     pub create: Vec<Option<i32>>,
     /// Active pods to delete, by name.
     pub delete: Vec<String>,
-    /// The success criteria are met (`SuccessCriteriaMet`).
-    pub succeeded: bool,
+    /// The success criteria are met (`SuccessCriteriaMet`), and why.
+    pub succeeded: Option<Success>,
     /// The Job failed (`FailureTarget`).
     pub failed: Option<Failure>,
     /// Reconcile again after this (deadline, back-off).
@@ -364,8 +425,19 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     let mut p = Plan::default();
     let delete_all = |p: &mut Plan| p.delete = counts.active.clone();
     // A decision taken earlier stands: only the remaining pods go.
-    if condition_true(job, "SuccessCriteriaMet") {
-        p.succeeded = true;
+    if let Some(c) = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "SuccessCriteriaMet" && c.status == "True")
+        })
+    {
+        p.succeeded = Some(match c.reason.as_deref() {
+            Some("SuccessPolicy") => Success::SuccessPolicy(c.message.clone().unwrap_or_default()),
+            _ => Success::CompletionsReached,
+        });
         delete_all(&mut p);
         return p;
     }
@@ -431,13 +503,19 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         p.requeue = Some(Duration::from_millis(left.unsigned_abs()));
     }
     let active = counts.active.len() as i32;
-    match (spec.completions, indexed) {
-        (Some(n), false) if counts.succeeded >= n => p.succeeded = true,
-        (Some(n), true) if counts.succeeded_indexes.len() as i32 >= n => p.succeeded = true,
-        (None, _) if counts.succeeded > 0 && active == 0 => p.succeeded = true,
-        _ => {}
-    }
-    if p.succeeded {
+    let completed = match (spec.completions, indexed) {
+        (Some(n), false) => counts.succeeded >= n,
+        (Some(n), true) => counts.succeeded_indexes.len() as i32 >= n,
+        (None, _) => counts.succeeded > 0 && active == 0,
+    };
+    let by_policy = spec.completions.filter(|_| indexed).and_then(|n| {
+        match_success_policy(spec.success_policy.as_ref(), n, &counts.succeeded_indexes)
+    });
+    p.succeeded = match by_policy {
+        Some(message) => Some(Success::SuccessPolicy(message)),
+        None => completed.then_some(Success::CompletionsReached),
+    };
+    if p.succeeded.is_some() {
         delete_all(&mut p);
         return p;
     }
@@ -864,13 +942,13 @@ impl Controller for JobController {
         status.uncounted_terminated_pods = Some(Default::default());
 
         let none_running = active <= 0 && counts.terminating + deleting == 0;
-        if plan.succeeded {
+        if let Some(success) = &plan.succeeded {
             set_condition(
                 &mut conditions,
                 "SuccessCriteriaMet",
                 "True",
-                "CompletionsReached",
-                "Reached expected number of succeeded pods",
+                success.reason(),
+                success.message(),
                 now,
             );
             if none_running {
@@ -878,8 +956,8 @@ impl Controller for JobController {
                     &mut conditions,
                     "Complete",
                     "True",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
+                    success.reason(),
+                    success.message(),
                     now,
                 );
                 status.completion_time = Some(Time(now));
@@ -1091,6 +1169,61 @@ mod tests {
     }
 
     #[test]
+    fn a_success_policy_rule_completes_an_indexed_job_early() {
+        let spec = json!({"completions": 5, "parallelism": 5, "completionMode": "Indexed",
+            "successPolicy": {"rules": [
+                {"succeededIndexes": "0-1"},
+                {"succeededIndexes": "2-4", "succeededCount": 2},
+                {"succeededCount": 4}]}});
+        let run = |done: &[i32]| {
+            let pods: Vec<Pod> = (0..5)
+                .map(|i| {
+                    let phase = if done.contains(&i) {
+                        "Succeeded"
+                    } else {
+                        "Running"
+                    };
+                    pod(&format!("p{i}"), phase, Some(i))
+                })
+                .collect();
+            plan(
+                &job(spec.clone()),
+                &counts(&pods, true, Some(5)),
+                Some(ts(0)),
+                ts(1),
+            )
+        };
+        assert_eq!(run(&[0, 2]).succeeded, None);
+        let p = run(&[0, 1]);
+        assert_eq!(
+            p.succeeded,
+            Some(Success::SuccessPolicy("Matched rules at index 0".into()))
+        );
+        assert_eq!(p.succeeded.as_ref().unwrap().reason(), "SuccessPolicy");
+        // The indexes still running are stopped.
+        assert_eq!(p.delete, vec!["p2", "p3", "p4"]);
+        assert_eq!(
+            run(&[3, 4]).succeeded,
+            Some(Success::SuccessPolicy("Matched rules at index 1".into()))
+        );
+        // Without a policy only all five would do.
+        let plain = json!({"completions": 5, "parallelism": 5, "completionMode": "Indexed"});
+        let pods: Vec<Pod> = (0..5)
+            .map(|i| pod(&format!("p{i}"), "Succeeded", Some(i)))
+            .collect();
+        let c = counts(&pods[..4], true, Some(5));
+        assert_eq!(plan(&job(plain), &c, Some(ts(0)), ts(1)).succeeded, None);
+        assert_eq!(
+            match_success_policy(
+                job(spec).spec.unwrap().success_policy.as_ref(),
+                5,
+                &[0, 2, 3, 4].into()
+            ),
+            Some("Matched rules at index 1".into())
+        );
+    }
+
+    #[test]
     fn with_pod_replacement_policy_failed_a_terminating_pod_is_not_replaced_yet() {
         let mut going = pod("t", "Running", Some(0));
         going.metadata.deletion_timestamp = Some(Time(ts(0)));
@@ -1160,7 +1293,7 @@ mod tests {
             ts(1),
         );
         assert_eq!(p.create.len(), 1);
-        assert!(!p.succeeded);
+        assert_eq!(p.succeeded, None);
     }
 
     #[test]
@@ -1176,19 +1309,23 @@ mod tests {
             Some(ts(0)),
             ts(1),
         );
-        assert!(p.succeeded);
+        assert_eq!(p.succeeded, Some(Success::CompletionsReached));
         assert_eq!(p.delete, vec!["b".to_string()]);
         assert!(p.create.is_empty());
         // A work queue (no completions) succeeds once one pod did and none runs.
         let c = counts(&[pod("a", "Succeeded", None)], false, None);
-        assert!(plan(&job(json!({"parallelism": 3})), &c, Some(ts(0)), ts(1)).succeeded);
+        assert!(
+            plan(&job(json!({"parallelism": 3})), &c, Some(ts(0)), ts(1))
+                .succeeded
+                .is_some()
+        );
         let c = counts(
             &[pod("a", "Succeeded", None), pod("b", "Running", None)],
             false,
             None,
         );
         let p = plan(&job(json!({"parallelism": 3})), &c, Some(ts(0)), ts(1));
-        assert!(!p.succeeded);
+        assert_eq!(p.succeeded, None);
         assert!(p.create.is_empty(), "no new pods once one succeeded: {p:?}");
     }
 
@@ -1264,7 +1401,7 @@ mod tests {
             true,
             Some(4),
         );
-        assert!(plan(&j, &done, Some(ts(0)), ts(1)).succeeded);
+        assert!(plan(&j, &done, Some(ts(0)), ts(1)).succeeded.is_some());
         assert_eq!(format_indexes(&done.succeeded_indexes), "0-3");
     }
 

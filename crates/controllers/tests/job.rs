@@ -238,6 +238,42 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
         Some("0-1")
     );
 
+    // successPolicy: index 0 succeeding meets the rule; the Job completes, with the
+    // rule's reason, once the other index's pod is gone.
+    let policy = json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed",
+        "successPolicy": {"rules": [{"succeededIndexes": "0"}]}});
+    jobs.create(&pp, &job("leader", policy)?).await?;
+    let mut both = pods_of(&pods, "leader", 2).await?;
+    both.sort_by_key(|p| p.metadata.annotations.as_ref().unwrap()[COMPLETION_INDEX].clone());
+    finish(&pods, &both[0], "Succeeded").await?;
+    let met = wait_condition(&jobs, "leader", "SuccessCriteriaMet").await?;
+    assert_eq!(
+        condition(&met, "SuccessCriteriaMet"),
+        Some(("True".into(), "SuccessPolicy".into()))
+    );
+    let done = wait_condition(&jobs, "leader", "Complete").await?;
+    let complete = done
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Complete")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (complete.reason.as_deref(), complete.message.as_deref()),
+        (Some("SuccessPolicy"), Some("Matched rules at index 0"))
+    );
+    assert_eq!(done.status.unwrap().completed_indexes.as_deref(), Some("0"));
+    let other = both[1].metadata.name.as_deref().unwrap_or_default();
+    assert!(
+        pods.get_opt(other).await?.is_none(),
+        "index 1's pod was left"
+    );
+
     // Suspending a running Job stops its pod.
     jobs.create(&pp, &job("paused", json!({}))?).await?;
     pods_of(&pods, "paused", 1).await?;

@@ -8,6 +8,130 @@ use crate::core::validate_pod_template_spec;
 use crate::cron::parse_cron_schedule;
 use crate::util::*;
 
+/// Upstream's limits on a Job's `successPolicy`.
+const MAX_SUCCESS_POLICY_RULES: usize = 20;
+const MAX_SUCCEEDED_INDEXES_LEN: usize = 64 * 1024;
+
+/// An index list (`1,3-5`) as increasing, non-overlapping intervals below
+/// `completions` (upstream `validateIndexesFormat`, with its messages).
+pub fn parse_index_intervals(list: &str, completions: i32) -> Result<Vec<(i32, i32)>, String> {
+    let mut out = Vec::new();
+    if list.is_empty() {
+        return Ok(out);
+    }
+    let mut last: Option<i32> = None;
+    for fragment in list.split(',') {
+        let limits: Vec<&str> = fragment.split('-').collect();
+        if limits.len() > 2 {
+            return Err(format!(
+                "the fragment {fragment:?} violates the requirement that an index interval can have at most two parts separated by '-'"
+            ));
+        }
+        let mut bounds = [0; 2];
+        for (bound, text) in bounds.iter_mut().zip(&limits) {
+            let x: i32 = text
+                .parse()
+                .map_err(|_| format!("cannot convert string to integer for index: {text:?}"))?;
+            if x >= completions {
+                return Err(format!("too large index: {text:?}"));
+            }
+            if let Some(prev) = last.filter(|prev| *prev >= x) {
+                return Err(format!(
+                    "non-increasing order, previous: {prev}, current: {x}"
+                ));
+            }
+            *bound = x;
+            last = Some(x);
+        }
+        let first = bounds[0];
+        out.push((first, if limits.len() == 2 { bounds[1] } else { first }));
+    }
+    Ok(out)
+}
+
+/// `validateSuccessPolicy`: only for Indexed Jobs; 1 to 20 rules, each with
+/// `succeededIndexes` in range, `succeededCount` (at most the completions and the
+/// indexes it counts among), or both.
+fn validate_success_policy(spec: &batch::JobSpec, path: &FieldPath, errs: &mut Errs) {
+    let Some(policy) = &spec.success_policy else {
+        return;
+    };
+    let path = path.child("successPolicy");
+    if s(&spec.completion_mode) != "Indexed" {
+        errs.push(FieldError::invalid(
+            &path,
+            json(policy),
+            "requires indexed completion mode",
+        ));
+    }
+    let rules_path = path.child("rules");
+    if policy.rules.is_empty() {
+        errs.push(FieldError::required(
+            &rules_path,
+            "at least one rules must be specified when the successPolicy is specified",
+        ));
+    }
+    if policy.rules.len() > MAX_SUCCESS_POLICY_RULES {
+        errs.push(FieldError::too_many(
+            &rules_path,
+            Some(policy.rules.len()),
+            Some(MAX_SUCCESS_POLICY_RULES),
+        ));
+    }
+    let completions = spec.completions.unwrap_or(0);
+    for (i, rule) in policy.rules.iter().enumerate() {
+        let rp = rules_path.index(i);
+        let mut total = 0i64;
+        if let Some(list) = &rule.succeeded_indexes {
+            let ip = rp.child("succeededIndexes");
+            if list.len() > MAX_SUCCEEDED_INDEXES_LEN {
+                errs.push(FieldError::too_long(&ip, Some(MAX_SUCCEEDED_INDEXES_LEN)));
+            }
+            match parse_index_intervals(list, completions) {
+                Ok(intervals) => {
+                    total = intervals
+                        .iter()
+                        .map(|(a, b)| i64::from(*b) - i64::from(*a) + 1)
+                        .sum()
+                }
+                Err(e) => errs.push(FieldError::invalid(
+                    &ip,
+                    json(list),
+                    format!("error parsing succeededIndexes: {e}"),
+                )),
+            }
+        }
+        if let Some(count) = rule.succeeded_count {
+            let cp = rp.child("succeededCount");
+            nonnegative(Some(i64::from(count)), &cp, errs);
+            if count > completions {
+                errs.push(FieldError::invalid(
+                    &cp,
+                    json(&count),
+                    format!(
+                        "must be less than or equal to {completions} (the number of specified completions)"
+                    ),
+                ));
+            }
+            if rule.succeeded_indexes.is_some() && i64::from(count) > total {
+                errs.push(FieldError::invalid(
+                    &cp,
+                    json(&count),
+                    format!(
+                        "must be less than or equal to {total} (the number of indexes in the specified succeededIndexes field)"
+                    ),
+                ));
+            }
+        }
+        if rule.succeeded_count.is_none() && rule.succeeded_indexes.is_none() {
+            errs.push(FieldError::required(
+                &rp,
+                "at least one of succeededCount or succeededIndexes must be specified",
+            ));
+        }
+    }
+}
+
 /// `validateJobSpec`; `require_selector` is false inside a CronJob's job template
 /// (the Job controller's selector is generated when the Job is created).
 fn validate_job_spec(
@@ -113,6 +237,7 @@ fn validate_job_spec(
             }
         }
     }
+    validate_success_policy(spec, path, errs);
     validate_pod_template_spec(&spec.template, &path.child("template"), errs);
     let rp = spec
         .template
@@ -160,6 +285,12 @@ impl Validate for batch::Job {
             &n.pod_failure_policy,
             &o.pod_failure_policy,
             &sp.child("podFailurePolicy"),
+            &mut errs,
+        );
+        immutable(
+            &n.success_policy,
+            &o.success_policy,
+            &sp.child("successPolicy"),
             &mut errs,
         );
         // Suspended jobs that never started may change scheduling directives; for

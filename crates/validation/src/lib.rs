@@ -30,6 +30,7 @@ mod other;
 mod storage_csi;
 mod util;
 
+pub use batch::parse_index_intervals;
 pub use core::{forbid_privileged, validate_pod_resize};
 pub use cron::parse_cron_schedule;
 pub use networking_ip::validate_ip_address_name;

@@ -639,13 +639,58 @@ fn jobs() {
                 "spec.backoffLimit: Invalid value",
             ],
         ),
+        (
+            "success policy",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 5, "successPolicy": {"rules": [
+                    {"succeededIndexes": "0,2-4", "succeededCount": 4}]}})),
+            vec![],
+        ),
+        (
+            "success policy rules checked",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 5, "successPolicy": {"rules": [
+                    {"succeededIndexes": "3,1"},
+                    {"succeededIndexes": "0-5"},
+                    {"succeededIndexes": "1-2", "succeededCount": 3},
+                    {"succeededCount": 6},
+                    {}]}})),
+            vec![
+                "spec.successPolicy.rules[0].succeededIndexes: Invalid value: \"3,1\": error parsing succeededIndexes: non-increasing order, previous: 3, current: 1",
+                "spec.successPolicy.rules[1].succeededIndexes: Invalid value: \"0-5\": error parsing succeededIndexes: too large index: \"5\"",
+                "spec.successPolicy.rules[2].succeededCount: Invalid value: 3: must be less than or equal to 2 (the number of indexes in the specified succeededIndexes field)",
+                "spec.successPolicy.rules[3].succeededCount: Invalid value: 6: must be less than or equal to 5 (the number of specified completions)",
+                "spec.successPolicy.rules[4]: Required value: at least one of succeededCount or succeededIndexes must be specified",
+            ],
+        ),
+        (
+            "success policy needs an indexed job and rules",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completions": 5, "successPolicy": {"rules": []}})),
+            vec![
+                "spec.successPolicy: Invalid value",
+                "spec.successPolicy.rules: Required value: at least one rules must be specified when the successPolicy is specified",
+            ],
+        ),
     ]);
-    check_update::<batch::Job>(vec![(
-        "template immutable",
-        workload(json!({"selector": sel, "template": job_template("OnFailure")})),
-        workload(json!({"selector": sel, "template": job_template("Never")})),
-        vec!["spec.template: Invalid value"],
-    )]);
+    let indexed = |rules: Value| {
+        workload(json!({"selector": sel, "template": job_template("Never"),
+            "completionMode": "Indexed", "completions": 3, "successPolicy": {"rules": rules}}))
+    };
+    check_update::<batch::Job>(vec![
+        (
+            "template immutable",
+            workload(json!({"selector": sel, "template": job_template("OnFailure")})),
+            workload(json!({"selector": sel, "template": job_template("Never")})),
+            vec!["spec.template: Invalid value"],
+        ),
+        (
+            "success policy immutable",
+            indexed(json!([{"succeededCount": 1}])),
+            indexed(json!([{"succeededCount": 2}])),
+            vec!["spec.successPolicy: Invalid value"],
+        ),
+    ]);
     let cron = |schedule: &str| json!({"spec": {"schedule": schedule, "jobTemplate": {"spec": {"template": job_template("OnFailure")}}}});
     check_create::<batch::CronJob>(vec![
         ("valid", cron("*/5 * * * *"), vec![]),
