@@ -28,6 +28,16 @@
 //!   its succeeded indexes meet (all of `succeededIndexes`, or `succeededCount` of them
 //!   or of any) gives `SuccessCriteriaMet` and then `Complete` with reason
 //!   `SuccessPolicy`, and the indexes still running are stopped;
+//! - `backoffLimitPerIndex` of an Indexed Job (upstream's per-index failure
+//!   tracking): each pod carries its index's failure counts
+//!   (`batch.kubernetes.io/job-index-failure-count`, and the `-ignored-` count for
+//!   failures an `Ignore` rule matched), an index fails for good past its limit or on
+//!   a `FailIndex` rule (`status.failedIndexes`, never re-run), a failed index is
+//!   retried after its own back-off, and the Job fails with `MaxFailedIndexesExceeded`
+//!   beyond `maxFailedIndexes`, or with `FailedIndexes` once every index succeeded or
+//!   failed;
+//! - `spec.managedBy` naming another controller: the Job is left to it (no pods, no
+//!   status);
 //! - `suspend`: active pods deleted, `Suspended` condition; resuming resets `startTime`;
 //! - status `active`, `ready`, `terminating`, `succeeded`, `failed`, `startTime`, and
 //!   events (`SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `BackoffLimitExceeded`,
@@ -37,13 +47,14 @@
 //! `batch.kubernetes.io/job-tracking` finalizer and `uncountedTerminatedPods`, so the
 //! counters never go down but a finished pod deleted before the controller saw it is
 //! not counted, and a pod deleted before it finished is counted as terminating, never
-//! as failed; no `backoffLimitPerIndex` (so no `FailIndex`: it counts),
-//! `managedBy`; no adoption of orphan pods by selector.
+//! as failed (upstream keeps a failed pod's finalizer until its index's next pod
+//! exists, so that pod inherits the count; here the count is read from the failed
+//! pods still cached); no adoption of orphan pods by selector.
 //!
 //! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
 //! [`pod_from_template`]. IO part: [`JobController`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +76,10 @@ use ferrokube_validation::parse_index_intervals;
 
 /// The label and annotation holding an Indexed Job pod's completion index.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// How many counted failures an index had before the pod (`backoffLimitPerIndex`).
+pub const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+/// How many failures an index had that its `podFailurePolicy` ignored.
+pub const INDEX_IGNORED_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-ignored-failure-count";
 /// Upstream's `DefaultJobPodFailureBackOff` and `MaxJobPodFailureBackOff`.
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(360);
@@ -94,6 +109,38 @@ pub struct PodCounts {
     /// Why the Job must fail: the message of the first failed pod a `FailJob` rule of
     /// its `podFailurePolicy` matched.
     pub fail_job: Option<String>,
+    /// With `backoffLimitPerIndex`: the indexes that failed for good (recorded in
+    /// `status.failedIndexes` before, or with a failed pod past the per-index limit or
+    /// matched by a `FailIndex` rule).
+    pub failed_indexes: BTreeSet<i32>,
+    /// With `backoffLimitPerIndex`: for each index to run again, what its next pod
+    /// inherits from the index's last failed pod.
+    pub index_retries: BTreeMap<i32, IndexRetry>,
+}
+
+/// An index of a Job with `backoffLimitPerIndex` whose last pod failed and which runs
+/// again (upstream `podsWithDelayedDeletionPerIndex`): the failure counts its next pod
+/// carries in its annotations, and when the failed pod finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexRetry {
+    /// `batch.kubernetes.io/job-index-failure-count` of the next pod.
+    pub failures: i32,
+    /// `batch.kubernetes.io/job-index-ignored-failure-count` of the next pod.
+    pub ignored_failures: i32,
+    pub finished: Option<Timestamp>,
+}
+
+impl IndexRetry {
+    /// How long after `now` the index's next pod may start: upstream's back-off for
+    /// all the index's failures, counted or ignored, since the last one finished.
+    pub fn remaining(&self, now: Timestamp) -> Duration {
+        let Some(finished) = self.finished else {
+            return Duration::ZERO;
+        };
+        let delay = backoff_delay(self.failures.saturating_add(self.ignored_failures));
+        let left = finished.as_millisecond() + delay.as_millis() as i64 - now.as_millisecond();
+        Duration::from_millis(left.max(0).unsigned_abs())
+    }
 }
 
 /// What a Job's `podFailurePolicy` makes of one failed pod (upstream
@@ -104,7 +151,9 @@ pub enum PolicyMatch {
     Ignore,
     /// A `FailJob` rule: the Job fails, with this message.
     FailJob(String),
-    /// A `Count` rule (or `FailIndex`, which needs `backoffLimitPerIndex`), or no rule.
+    /// A `FailIndex` rule: the pod's index fails (`backoffLimitPerIndex` only).
+    FailIndex,
+    /// A `Count` rule, or no rule.
     Count,
 }
 
@@ -169,7 +218,8 @@ pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) ->
         match rule.action.as_str() {
             "Ignore" => return PolicyMatch::Ignore,
             "FailJob" => return PolicyMatch::FailJob(message),
-            "Count" | "FailIndex" => return PolicyMatch::Count,
+            "FailIndex" => return PolicyMatch::FailIndex,
+            "Count" => return PolicyMatch::Count,
             _ => {}
         }
     }
@@ -209,16 +259,32 @@ fn finished_at(pod: &Pod) -> Option<Timestamp> {
         .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// Counts `pods` (the Job's own); `completions` bounds the indexes that count; failed
-/// pods count as `policy` says.
-pub fn count_pods(
-    pods: &[&Pod],
-    indexed: bool,
-    completions: Option<i32>,
-    policy: Option<&PodFailurePolicy>,
-) -> PodCounts {
+/// A count an annotation holds; a missing, malformed or negative one is 0, as upstream.
+fn annotation_count(pod: &Pod, key: &str) -> i32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|n| *n >= 0)
+        .unwrap_or(0)
+}
+
+/// Counts `pods` (the Job's own) as its spec says: `completions` bounds the indexes
+/// that count, the `podFailurePolicy` decides how a failed pod counts, and with
+/// `backoffLimitPerIndex` the failures are also counted per index.
+pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
+    let spec = job.spec.as_ref();
+    let indexed = spec.and_then(|s| s.completion_mode.as_deref()) == Some("Indexed");
+    let completions = spec.and_then(|s| s.completions);
+    let policy = spec.and_then(|s| s.pod_failure_policy.as_ref());
+    let per_index_limit = spec
+        .and_then(|s| s.backoff_limit_per_index)
+        .filter(|_| indexed);
     let mut c = PodCounts::default();
     let in_range = |i: i32| i >= 0 && completions.is_none_or(|n| i < n);
+    // Per index, its latest failed pod and whether that failure counted.
+    let mut last_failed: BTreeMap<i32, (&Pod, bool)> = BTreeMap::new();
     for pod in pods {
         match pod_phase(pod) {
             "Succeeded" => {
@@ -227,16 +293,36 @@ pub fn count_pods(
                     c.succeeded_indexes.insert(i);
                 }
             }
-            "Failed" => match match_pod_failure_policy(policy, pod) {
-                PolicyMatch::Ignore => {}
-                matched => {
-                    if let PolicyMatch::FailJob(message) = matched {
-                        c.fail_job.get_or_insert(message);
+            "Failed" => {
+                let matched = match_pod_failure_policy(policy, pod);
+                let counted = matched != PolicyMatch::Ignore;
+                if let (Some(limit), Some(i)) =
+                    (per_index_limit, index_of(pod).filter(|i| in_range(*i)))
+                {
+                    if matched == PolicyMatch::FailIndex
+                        || (counted && annotation_count(pod, INDEX_FAILURE_COUNT) >= limit)
+                    {
+                        c.failed_indexes.insert(i);
                     }
+                    let attempts = |p: &Pod| {
+                        annotation_count(p, INDEX_FAILURE_COUNT)
+                            + annotation_count(p, INDEX_IGNORED_FAILURE_COUNT)
+                    };
+                    let later = last_failed.get(&i).is_none_or(|(last, _)| {
+                        attempts(last) <= attempts(pod) && finished_at(pod) >= finished_at(last)
+                    });
+                    if later {
+                        last_failed.insert(i, (pod, counted));
+                    }
+                }
+                if let PolicyMatch::FailJob(message) = matched {
+                    c.fail_job.get_or_insert(message);
+                }
+                if counted {
                     c.failed += 1;
                     c.last_failure = c.last_failure.max(finished_at(pod));
                 }
-            },
+            }
             _ if pod.metadata.deletion_timestamp.is_some() => {
                 c.terminating += 1;
                 if let Some(i) = index_of(pod).filter(|_| indexed) {
@@ -266,10 +352,36 @@ pub fn count_pods(
         // Upstream counts an index once, however many of its pods succeeded.
         c.succeeded = c.succeeded_indexes.len() as i32;
     }
+    if per_index_limit.is_some() {
+        // An index recorded as failed stays failed, even once its pods are gone.
+        let recorded = job
+            .status
+            .as_ref()
+            .and_then(|s| s.failed_indexes.as_deref())
+            .unwrap_or_default();
+        let intervals =
+            parse_index_intervals(recorded, completions.unwrap_or(0)).unwrap_or_default();
+        c.failed_indexes
+            .extend(intervals.into_iter().flat_map(|(first, last)| first..=last));
+        for (i, (pod, counted)) in last_failed {
+            let settled = c.succeeded_indexes.contains(&i)
+                || c.failed_indexes.contains(&i)
+                || c.active_indexes.contains(&i);
+            if !settled {
+                let retry = IndexRetry {
+                    failures: annotation_count(pod, INDEX_FAILURE_COUNT) + i32::from(counted),
+                    ignored_failures: annotation_count(pod, INDEX_IGNORED_FAILURE_COUNT)
+                        + i32::from(!counted),
+                    finished: finished_at(pod),
+                };
+                c.index_retries.insert(i, retry);
+            }
+        }
+    }
     c
 }
 
-/// `1,3-5` (upstream's compressed index list).
+/// `1,3-5,7,8` (upstream's compressed index list).
 pub fn format_indexes(set: &BTreeSet<i32>) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut iter = set.iter().copied().peekable();
@@ -279,10 +391,11 @@ pub fn format_indexes(set: &BTreeSet<i32>) -> String {
             last += 1;
             iter.next();
         }
-        out.push(if first == last {
-            first.to_string()
-        } else {
-            format!("{first}-{last}")
+        // Upstream writes two neighbours as a list, three or more as a range.
+        out.push(match last - first {
+            0 => first.to_string(),
+            1 => format!("{first},{last}"),
+            _ => format!("{first}-{last}"),
         });
     }
     out.join(",")
@@ -304,6 +417,10 @@ pub enum Failure {
     DeadlineExceeded,
     /// A `FailJob` rule matched a failed pod; the rule's message.
     PodFailurePolicy(String),
+    /// More indexes failed than `maxFailedIndexes` allows.
+    MaxFailedIndexesExceeded,
+    /// Every index finished and some failed.
+    FailedIndexes,
 }
 
 impl Failure {
@@ -312,6 +429,8 @@ impl Failure {
             Failure::BackoffLimitExceeded => "BackoffLimitExceeded",
             Failure::DeadlineExceeded => "DeadlineExceeded",
             Failure::PodFailurePolicy(_) => "PodFailurePolicy",
+            Failure::MaxFailedIndexesExceeded => "MaxFailedIndexesExceeded",
+            Failure::FailedIndexes => "FailedIndexes",
         }
     }
 
@@ -320,6 +439,10 @@ impl Failure {
             Failure::BackoffLimitExceeded => "Job has reached the specified backoff limit",
             Failure::DeadlineExceeded => "Job was active longer than specified deadline",
             Failure::PodFailurePolicy(message) => message,
+            Failure::MaxFailedIndexesExceeded => {
+                "Job has exceeded the specified maximal number of failed indexes"
+            }
+            Failure::FailedIndexes => "Job has failed indexes",
         }
     }
 }
@@ -413,6 +536,18 @@ pub fn finished_condition(job: &Job) -> Option<&JobCondition> {
         .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
 }
 
+/// The `spec.managedBy` value meaning this controller (upstream
+/// `JobControllerName`); no value means it too.
+pub const JOB_CONTROLLER_NAME: &str = "kubernetes.io/job-controller";
+
+/// Whether this controller runs the Job: `spec.managedBy` unset or naming it.
+pub fn is_managed_by_job_controller(job: &Job) -> bool {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.managed_by.as_deref())
+        .is_none_or(|m| m == JOB_CONTROLLER_NAME)
+}
+
 /// Whether the Job reached `Complete` or `Failed`.
 pub fn is_finished(job: &Job) -> bool {
     finished_condition(job).is_some()
@@ -455,6 +590,8 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
             Some("PodFailurePolicy") => {
                 Failure::PodFailurePolicy(c.message.clone().unwrap_or_default())
             }
+            Some("MaxFailedIndexesExceeded") => Failure::MaxFailedIndexesExceeded,
+            Some("FailedIndexes") => Failure::FailedIndexes,
             _ => Failure::BackoffLimitExceeded,
         });
         delete_all(&mut p);
@@ -502,6 +639,24 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         }
         p.requeue = Some(Duration::from_millis(left.unsigned_abs()));
     }
+    let per_index = indexed && spec.backoff_limit_per_index.is_some();
+    if per_index {
+        let failed = counts.failed_indexes.len();
+        let settled = failed + counts.succeeded_indexes.len();
+        let over_max = spec
+            .max_failed_indexes
+            .is_some_and(|max| failed > usize::try_from(max).unwrap_or(0));
+        let all_settled = failed > 0 && settled >= spec.completions.unwrap_or(0).max(0) as usize;
+        if over_max || all_settled {
+            p.failed = Some(if over_max {
+                Failure::MaxFailedIndexesExceeded
+            } else {
+                Failure::FailedIndexes
+            });
+            delete_all(&mut p);
+            return p;
+        }
+    }
     let active = counts.active.len() as i32;
     let completed = match (spec.completions, indexed) {
         (Some(n), false) => counts.succeeded >= n,
@@ -541,8 +696,10 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     if missing == 0 {
         return p;
     }
-    // Failed pods are replaced only after the back-off since the last failure.
+    // Failed pods are replaced only after the back-off since the last failure (per
+    // index with `backoffLimitPerIndex`, below).
     if counts.failed > 0
+        && !per_index
         && let Some(last) = counts.last_failure
     {
         let delay = backoff_delay(counts.failed);
@@ -556,24 +713,38 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     }
     p.create = if indexed {
         let n = spec.completions.unwrap_or(0);
-        (0..n)
+        let pending = (0..n)
             .filter(|i| {
                 let taken = counts.succeeded_indexes.contains(i)
+                    || counts.failed_indexes.contains(i)
                     || counts.active_indexes.contains(i)
                     || (only_failed && counts.terminating_indexes.contains(i));
                 !taken
             })
-            .take(missing)
-            .map(Some)
-            .collect()
+            .take(missing);
+        // An index whose last pod failed runs again after its own back-off; when none
+        // is due, the soonest one sets the next sync (upstream
+        // `getPodCreationInfoForIndependentIndexes`).
+        let mut due = Vec::new();
+        for i in pending {
+            match counts.index_retries.get(&i).map(|r| r.remaining(now)) {
+                Some(wait) if !wait.is_zero() => {
+                    p.requeue = Some(p.requeue.map_or(wait, |r| r.min(wait)));
+                }
+                _ => due.push(Some(i)),
+            }
+        }
+        due
     } else {
         vec![None; missing]
     };
     p
 }
 
-/// A pod for `job` (upstream `GetPodFromTemplate` plus the Indexed additions).
-pub fn pod_from_template(job: &Job, index: Option<i32>) -> Pod {
+/// A pod for `job` (upstream `GetPodFromTemplate` plus the Indexed additions); with
+/// `backoffLimitPerIndex`, it carries its index's failure counts, inherited from
+/// `retry`, the index's last failed pod.
+pub fn pod_from_template(job: &Job, index: Option<i32>, retry: Option<&IndexRetry>) -> Pod {
     let name = job.metadata.name.clone().unwrap_or_default();
     let template = job
         .spec
@@ -589,6 +760,17 @@ pub fn pod_from_template(job: &Job, index: Option<i32>) -> Pod {
             labels.insert(COMPLETION_INDEX.into(), i.to_string());
             annotations.insert(COMPLETION_INDEX.into(), i.to_string());
             spec.hostname = Some(format!("{name}-{i}"));
+            let per_index = job
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.backoff_limit_per_index.is_some());
+            if per_index {
+                let failures = retry.map_or(0, |r| r.failures);
+                annotations.insert(INDEX_FAILURE_COUNT.into(), failures.to_string());
+                if let Some(ignored) = retry.map(|r| r.ignored_failures).filter(|n| *n > 0) {
+                    annotations.insert(INDEX_IGNORED_FAILURE_COUNT.into(), ignored.to_string());
+                }
+            }
             let env = EnvVar {
                 name: "JOB_COMPLETION_INDEX".into(),
                 value_from: Some(EnvVarSource {
@@ -699,7 +881,13 @@ impl JobController {
         (job.metadata.uid.as_deref() == Some(r.uid.as_str())).then(|| object_key(&*job))
     }
 
-    async fn create_pods(&self, job: &Job, key: &str, indexes: &[Option<i32>]) -> Result<()> {
+    async fn create_pods(
+        &self,
+        job: &Job,
+        key: &str,
+        indexes: &[Option<i32>],
+        retries: &BTreeMap<i32, IndexRetry>,
+    ) -> Result<()> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         self.expectations
@@ -710,7 +898,10 @@ impl JobController {
             let api = api.clone();
             async move {
                 match api
-                    .create(&PostParams::default(), &pod_from_template(job, index))
+                    .create(
+                        &PostParams::default(),
+                        &pod_from_template(job, index, index.and_then(|i| retries.get(&i))),
+                    )
                     .await
                 {
                     Ok(pod) => {
@@ -850,6 +1041,11 @@ impl Controller for JobController {
         if is_finished(&job) || job.metadata.deletion_timestamp.is_some() {
             return Ok(Action::Done);
         }
+        if !is_managed_by_job_controller(&job) {
+            // Another controller (named in spec.managedBy) runs this Job's pods and
+            // writes its status; upstream's controller leaves it alone.
+            return Ok(Action::Done);
+        }
         let uid = job.metadata.uid.as_deref().unwrap_or_default();
         let pods = self.pods.list_namespace(ns);
         let owned: Vec<&Pod> = pods
@@ -859,12 +1055,7 @@ impl Controller for JobController {
             .collect();
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
-        let counts = count_pods(
-            &owned,
-            indexed,
-            spec.completions,
-            spec.pod_failure_policy.as_ref(),
-        );
+        let counts = count_pods(&job, &owned);
         let now = Timestamp::now();
         let old = job.status.clone().unwrap_or_default();
         let mut status = old.clone();
@@ -917,7 +1108,10 @@ impl Controller for JobController {
             if !plan.delete.is_empty() {
                 sync_error = self.delete_pods(&job, key, &plan.delete).await.err();
             } else if !plan.create.is_empty() {
-                sync_error = self.create_pods(&job, key, &plan.create).await.err();
+                sync_error = self
+                    .create_pods(&job, key, &plan.create, &counts.index_retries)
+                    .await
+                    .err();
             }
         }
 
@@ -938,6 +1132,9 @@ impl Controller for JobController {
         if indexed {
             let done = format_indexes(&counts.succeeded_indexes);
             status.completed_indexes = (!done.is_empty()).then_some(done);
+            if spec.backoff_limit_per_index.is_some() {
+                status.failed_indexes = Some(format_indexes(&counts.failed_indexes));
+            }
         }
         status.uncounted_terminated_pods = Some(Default::default());
 
@@ -1043,7 +1240,15 @@ mod tests {
     }
 
     fn counts(pods: &[Pod], indexed: bool, completions: Option<i32>) -> PodCounts {
-        count_pods(&pods.iter().collect::<Vec<_>>(), indexed, completions, None)
+        let mode = if indexed { "Indexed" } else { "NonIndexed" };
+        counts_for(
+            &job(json!({"completionMode": mode, "completions": completions})),
+            pods,
+        )
+    }
+
+    fn counts_for(job: &Job, pods: &[Pod]) -> PodCounts {
+        count_pods(job, &pods.iter().collect::<Vec<_>>())
     }
 
     /// A failed pod whose containers (`main`, then the init container `init`) exited
@@ -1127,12 +1332,7 @@ mod tests {
         let spec = json!({"completions": 2, "parallelism": 2, "backoffLimit": 6,
             "podFailurePolicy": rules});
         let pods = [failed_pod("f", 42, None, &[]), pod("r", "Running", None)];
-        let c = count_pods(
-            &pods.iter().collect::<Vec<_>>(),
-            false,
-            Some(2),
-            Some(&rules),
-        );
+        let c = counts_for(&job(spec.clone()), &pods);
         assert_eq!(c.failed, 1);
         let p = plan(&job(spec.clone()), &c, Some(ts(0)), ts(1));
         let message =
@@ -1156,14 +1356,9 @@ mod tests {
         assert_eq!(p.failed, Some(Failure::PodFailurePolicy(message.into())));
         // Ignored failures are not counted: with backoffLimit 0 the Job goes on.
         let ignored = [failed_pod("i", 137, None, &[])];
-        let c = count_pods(
-            &ignored.iter().collect::<Vec<_>>(),
-            false,
-            Some(1),
-            Some(&rules),
-        );
-        assert_eq!((c.failed, c.last_failure), (0, None));
         let spec = json!({"completions": 1, "backoffLimit": 0, "podFailurePolicy": rules});
+        let c = counts_for(&job(spec.clone()), &ignored);
+        assert_eq!((c.failed, c.last_failure), (0, None));
         let p = plan(&job(spec), &c, Some(ts(0)), ts(1));
         assert_eq!((p.failed, p.create.len()), (None, 1));
     }
@@ -1240,12 +1435,148 @@ mod tests {
         assert_eq!(p.create, vec![Some(0), Some(1)]);
     }
 
+    /// A failed pod of `index` that exited with `code` at `finished`, its index having
+    /// failed `failures` times before.
+    fn failed_at_index(name: &str, index: i32, code: i32, failures: i32, finished: i64) -> Pod {
+        let mut p = failed_pod(name, code, None, &[]);
+        p.metadata.annotations = Some(
+            [
+                (COMPLETION_INDEX.to_string(), index.to_string()),
+                (INDEX_FAILURE_COUNT.to_string(), failures.to_string()),
+            ]
+            .into(),
+        );
+        p.metadata.creation_timestamp = Some(Time(ts(finished)));
+        p
+    }
+
+    #[test]
+    fn backoff_limit_per_index_retries_each_index_on_its_own() {
+        let spec = json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+            "backoffLimitPerIndex": 1, "backoffLimit": 2147483647});
+        let pods = [
+            failed_at_index("a", 0, 1, 0, 100),
+            failed_at_index("b", 1, 1, 0, 50),
+            failed_at_index("c", 1, 1, 1, 90),
+            pod("d", "Running", Some(2)),
+        ];
+        let j = job(spec.clone());
+        let c = counts_for(&j, &pods);
+        // Index 1 failed twice, past its limit of one retry; index 0 failed once.
+        assert_eq!(c.failed_indexes, [1].into());
+        assert_eq!(c.failed, 3);
+        let retry = IndexRetry {
+            failures: 1,
+            ignored_failures: 0,
+            finished: Some(ts(100)),
+        };
+        assert_eq!(c.index_retries, [(0, retry)].into());
+        // Index 0 waits for its own back-off (10 s after one failure), not the Job's.
+        let p = plan(&j, &c, Some(ts(0)), ts(104));
+        assert_eq!((p.create.clone(), p.failed.clone()), (vec![], None));
+        assert_eq!(p.requeue, Some(Duration::from_secs(6)));
+        let p = plan(&j, &c, Some(ts(0)), ts(110));
+        assert_eq!(p.create, vec![Some(0)]);
+        // Its next pod carries the index's failure count.
+        let next = pod_from_template(&j, Some(0), c.index_retries.get(&0));
+        let annotations = next.metadata.annotations.unwrap();
+        assert_eq!(annotations[INDEX_FAILURE_COUNT], "1");
+        assert!(!annotations.contains_key(INDEX_IGNORED_FAILURE_COUNT));
+        let first = pod_from_template(&j, Some(2), None);
+        assert_eq!(
+            first.metadata.annotations.unwrap()[INDEX_FAILURE_COUNT],
+            "0"
+        );
+        // Once every index succeeded or failed, the Job fails with FailedIndexes.
+        let settled = [
+            pods[1].clone(),
+            pods[2].clone(),
+            pod("s0", "Succeeded", Some(0)),
+            pod("s2", "Succeeded", Some(2)),
+        ];
+        let p = plan(&j, &counts_for(&j, &settled), Some(ts(0)), ts(200));
+        assert_eq!(p.failed, Some(Failure::FailedIndexes));
+        assert_eq!(p.failed.unwrap().message(), "Job has failed indexes");
+        // An index recorded as failed stays failed when its pods are gone.
+        let mut recorded = job(spec);
+        recorded.status = Some(serde_json::from_value(json!({"failedIndexes": "1"})).unwrap());
+        let c = counts_for(&recorded, &[pod("d", "Running", Some(2))]);
+        assert_eq!(c.failed_indexes, [1].into());
+        assert_eq!(
+            plan(&recorded, &c, Some(ts(0)), ts(1)).create,
+            vec![Some(0)]
+        );
+    }
+
+    #[test]
+    fn fail_index_rules_and_max_failed_indexes() {
+        let spec = json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+            "backoffLimitPerIndex": 3, "maxFailedIndexes": 1, "backoffLimit": 2147483647,
+            "podFailurePolicy": {"rules": [
+                {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [42]}},
+                {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}}]}});
+        let j = job(spec);
+        // FailIndex fails the index at its first failure; an ignored failure is
+        // counted apart and does not count against the index.
+        let pods = [
+            failed_at_index("a", 0, 42, 0, 10),
+            failed_at_index("b", 1, 137, 0, 10),
+            pod("c", "Running", Some(2)),
+            pod("d", "Running", Some(3)),
+        ];
+        let c = counts_for(&j, &pods);
+        assert_eq!(c.failed_indexes, [0].into());
+        assert_eq!(c.failed, 1);
+        assert_eq!(
+            c.index_retries[&1],
+            IndexRetry {
+                failures: 0,
+                ignored_failures: 1,
+                finished: Some(ts(10)),
+            }
+        );
+        let p = plan(&j, &c, Some(ts(0)), ts(30));
+        assert_eq!((p.failed, p.create), (None, vec![Some(1)]));
+        let annotations = pod_from_template(&j, Some(1), c.index_retries.get(&1))
+            .metadata
+            .annotations
+            .unwrap();
+        assert_eq!(
+            (
+                annotations[INDEX_FAILURE_COUNT].as_str(),
+                annotations[INDEX_IGNORED_FAILURE_COUNT].as_str()
+            ),
+            ("0", "1")
+        );
+        // A second failed index is one more than maxFailedIndexes allows.
+        let mut more = pods.to_vec();
+        more[2] = failed_at_index("c", 2, 42, 0, 20);
+        let p = plan(&j, &counts_for(&j, &more), Some(ts(0)), ts(30));
+        assert_eq!(p.failed, Some(Failure::MaxFailedIndexesExceeded));
+        assert_eq!(p.delete, vec!["d".to_string()]);
+        assert_eq!(
+            p.failed.unwrap().message(),
+            "Job has exceeded the specified maximal number of failed indexes"
+        );
+    }
+
+    #[test]
+    fn a_job_managed_by_another_controller_is_left_to_it() {
+        assert!(is_managed_by_job_controller(&job(json!({}))));
+        assert!(is_managed_by_job_controller(&job(
+            json!({"managedBy": JOB_CONTROLLER_NAME})
+        )));
+        assert!(!is_managed_by_job_controller(&job(
+            json!({"managedBy": "kueue.x-k8s.io/multikueue"})
+        )));
+    }
+
     #[test]
     fn indexes_compress_into_ranges() {
         let set = |v: &[i32]| v.iter().copied().collect::<BTreeSet<_>>();
         assert_eq!(format_indexes(&set(&[])), "");
         assert_eq!(format_indexes(&set(&[0])), "0");
-        assert_eq!(format_indexes(&set(&[1, 3, 4, 5, 7, 8])), "1,3-5,7-8");
+        assert_eq!(format_indexes(&set(&[1, 3, 4, 5, 7, 8])), "1,3-5,7,8");
     }
 
     #[test]
@@ -1421,7 +1752,7 @@ mod tests {
     #[test]
     fn indexed_pods_carry_their_index() {
         let j = job(json!({"completions": 2, "completionMode": "Indexed"}));
-        let p = pod_from_template(&j, Some(1));
+        let p = pod_from_template(&j, Some(1), None);
         assert_eq!(p.metadata.generate_name.as_deref(), Some("j-1-"));
         assert_eq!(p.metadata.labels.as_ref().unwrap()[COMPLETION_INDEX], "1");
         let spec = p.spec.unwrap();
@@ -1433,7 +1764,7 @@ mod tests {
             (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
             ("Job", "u1", Some(true))
         );
-        let plain = pod_from_template(&job(json!({})), None);
+        let plain = pod_from_template(&job(json!({})), None, None);
         assert_eq!(plain.metadata.generate_name.as_deref(), Some("j-"));
     }
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use ferrokube_controllers::job::COMPLETION_INDEX;
+use ferrokube_controllers::job::{COMPLETION_INDEX, INDEX_FAILURE_COUNT};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::batch::v1::Job;
@@ -274,6 +274,47 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
         "index 1's pod was left"
     );
 
+    // A Job managed by another controller gets no pods and no status from this one
+    // (checked below, after later Jobs have run).
+    let external = json!({"managedBy": "example.com/batch-controller"});
+    jobs.create(&pp, &job("external", external)?).await?;
+
+    // backoffLimitPerIndex 0: index 0's failure fails the index (and it is not run
+    // again); once index 1 succeeds every index is settled and the Job fails.
+    let per_index = json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed",
+        "backoffLimitPerIndex": 0});
+    jobs.create(&pp, &job("perindex", per_index)?).await?;
+    let mut both = pods_of(&pods, "perindex", 2).await?;
+    both.sort_by_key(|p| p.metadata.annotations.as_ref().unwrap()[COMPLETION_INDEX].clone());
+    for p in &both {
+        let annotations = p.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations[INDEX_FAILURE_COUNT], "0");
+    }
+    finish(&pods, &both[0], "Failed").await?;
+    wait_for(20, "index 0 failed", || async {
+        let st = jobs.get("perindex").await?.status.unwrap_or_default();
+        Ok((st.failed_indexes.as_deref() == Some("0")).then_some(st))
+    })
+    .await?;
+    finish(&pods, &both[1], "Succeeded").await?;
+    let failed = wait_condition(&jobs, "perindex", "Failed").await?;
+    assert_eq!(
+        condition(&failed, "Failed"),
+        Some(("True".into(), "FailedIndexes".into()))
+    );
+    let st = failed.status.unwrap();
+    assert_eq!(
+        (
+            st.failed_indexes.as_deref(),
+            st.completed_indexes.as_deref(),
+            st.failed
+        ),
+        (Some("0"), Some("1"), Some(1))
+    );
+    // No pod ran index 0 again.
+    let lp = ListParams::default().labels("batch.kubernetes.io/job-name=perindex");
+    assert_eq!(pods.list(&lp).await?.items.len(), 2);
+
     // Suspending a running Job stops its pod.
     jobs.create(&pp, &job("paused", json!({}))?).await?;
     pods_of(&pods, "paused", 1).await?;
@@ -290,6 +331,11 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
             .then_some(()))
     })
     .await?;
+
+    let lp = ListParams::default().labels("batch.kubernetes.io/job-name=external");
+    assert!(pods.list(&lp).await?.items.is_empty());
+    let untouched = jobs.get("external").await?.status.unwrap_or_default();
+    assert_eq!(untouched, Default::default());
 
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;

@@ -11,6 +11,8 @@ use crate::util::*;
 /// Upstream's limits on a Job's `successPolicy`.
 const MAX_SUCCESS_POLICY_RULES: usize = 20;
 const MAX_SUCCEEDED_INDEXES_LEN: usize = 64 * 1024;
+/// Upstream's `maxManagedByLength`.
+const MAX_MANAGED_BY_LEN: usize = 63;
 
 /// An index list (`1,3-5`) as increasing, non-overlapping intervals below
 /// `completions` (upstream `validateIndexesFormat`, with its messages).
@@ -134,6 +136,72 @@ fn validate_success_policy(spec: &batch::JobSpec, path: &FieldPath, errs: &mut E
 
 /// `validateJobSpec`; `require_selector` is false inside a CronJob's job template
 /// (the Job controller's selector is generated when the Job is created).
+/// Upstream's bounds for an Indexed Job (`maxParallelismForIndexedJob`,
+/// `maxFailedIndexesForIndexedJob`, and the limits above `completionsSoftLimit` when
+/// failures are tracked per index).
+fn validate_indexed_limits(spec: &batch::JobSpec, path: &FieldPath, errs: &mut Errs) {
+    const MAX_PARALLELISM: i32 = 100_000;
+    const MAX_FAILED_INDEXES: i32 = 100_000;
+    const COMPLETIONS_SOFT_LIMIT: i32 = 100_000;
+    const LIMIT_FOR_HIGH_COMPLETIONS: i32 = 10_000;
+    let Some(completions) = spec.completions else {
+        errs.push(FieldError::required(
+            &path.child("completions"),
+            "when completion mode is Indexed",
+        ));
+        return;
+    };
+    if let Some(parallelism) = spec.parallelism.filter(|p| *p > MAX_PARALLELISM) {
+        errs.push(FieldError::invalid(
+            &path.child("parallelism"),
+            parallelism,
+            &format!(
+                "must be less than or equal to {MAX_PARALLELISM} when completion mode is Indexed"
+            ),
+        ));
+    }
+    if let Some(max_failed) = spec.max_failed_indexes {
+        if max_failed > completions {
+            errs.push(FieldError::invalid(
+                &path.child("maxFailedIndexes"),
+                max_failed,
+                "must be less than or equal to completions",
+            ));
+        }
+        if max_failed > MAX_FAILED_INDEXES {
+            errs.push(FieldError::invalid(
+                &path.child("maxFailedIndexes"),
+                max_failed,
+                &format!("must be less than or equal to {MAX_FAILED_INDEXES}"),
+            ));
+        }
+    }
+    if completions > COMPLETIONS_SOFT_LIMIT && spec.backoff_limit_per_index.is_some() {
+        let high = format!(
+            "must be less than or equal to {LIMIT_FOR_HIGH_COMPLETIONS} when completions are above {COMPLETIONS_SOFT_LIMIT} and used with backoff limit per index"
+        );
+        match spec.max_failed_indexes {
+            None => errs.push(FieldError::required(
+                &path.child("maxFailedIndexes"),
+                &format!("must be specified when completions is above {COMPLETIONS_SOFT_LIMIT}"),
+            )),
+            Some(m) if m > LIMIT_FOR_HIGH_COMPLETIONS => errs.push(FieldError::invalid(
+                &path.child("maxFailedIndexes"),
+                m,
+                &high,
+            )),
+            Some(_) => {}
+        }
+        if let Some(parallelism) = spec.parallelism.filter(|p| *p > LIMIT_FOR_HIGH_COMPLETIONS) {
+            errs.push(FieldError::invalid(
+                &path.child("parallelism"),
+                parallelism,
+                &high,
+            ));
+        }
+    }
+}
+
 fn validate_job_spec(
     spec: &batch::JobSpec,
     require_selector: bool,
@@ -170,29 +238,48 @@ fn validate_job_spec(
             }
         }
     }
+    nonnegative(
+        spec.backoff_limit_per_index.map(i64::from),
+        &path.child("backoffLimitPerIndex"),
+        errs,
+    );
+    if let Some(max_failed) = spec.max_failed_indexes {
+        nonnegative(
+            Some(i64::from(max_failed)),
+            &path.child("maxFailedIndexes"),
+            errs,
+        );
+        if spec.backoff_limit_per_index.is_none() {
+            errs.push(FieldError::required(
+                &path.child("backoffLimitPerIndex"),
+                "when maxFailedIndexes is specified",
+            ));
+        }
+    }
+    if let Some(managed_by) = &spec.managed_by {
+        let mp = path.child("managedBy");
+        domain_prefixed_path(managed_by, &mp, errs);
+        if managed_by.len() > MAX_MANAGED_BY_LEN {
+            errs.push(FieldError::too_long(&mp, Some(MAX_MANAGED_BY_LEN)));
+        }
+    }
     let mode = s(&spec.completion_mode);
     match mode {
         "" | "NonIndexed" => {
-            if spec.backoff_limit_per_index.is_some() {
-                errs.push(FieldError::forbidden(
-                    &path.child("backoffLimitPerIndex"),
-                    "requires indexed completion mode",
-                ));
+            for (value, name) in [
+                (spec.backoff_limit_per_index, "backoffLimitPerIndex"),
+                (spec.max_failed_indexes, "maxFailedIndexes"),
+            ] {
+                if let Some(v) = value {
+                    errs.push(FieldError::invalid(
+                        &path.child(name),
+                        v,
+                        "requires indexed completion mode",
+                    ));
+                }
             }
         }
-        "Indexed" => {
-            if spec.completions.is_none() {
-                errs.push(FieldError::required(
-                    &path.child("completions"),
-                    "when completion mode is Indexed",
-                ));
-            }
-            nonnegative(
-                spec.backoff_limit_per_index.map(i64::from),
-                &path.child("backoffLimitPerIndex"),
-                errs,
-            );
-        }
+        "Indexed" => validate_indexed_limits(spec, path, errs),
         other => errs.push(FieldError::not_supported(
             &path.child("completionMode"),
             other,
@@ -222,6 +309,13 @@ fn validate_job_spec(
                 &rp.child("action"),
                 errs,
             );
+            if rule.action == "FailIndex" && spec.backoff_limit_per_index.is_none() {
+                errs.push(FieldError::invalid(
+                    &rp.child("action"),
+                    "FailIndex",
+                    "requires the backoffLimitPerIndex to be set",
+                ));
+            }
             match (&rule.on_exit_codes, &rule.on_pod_conditions) {
                 (Some(_), Some(c)) if !c.is_empty() => errs.push(FieldError::invalid(
                     &rp,
@@ -285,6 +379,18 @@ impl Validate for batch::Job {
             &n.pod_failure_policy,
             &o.pod_failure_policy,
             &sp.child("podFailurePolicy"),
+            &mut errs,
+        );
+        immutable(
+            &n.managed_by,
+            &o.managed_by,
+            &sp.child("managedBy"),
+            &mut errs,
+        );
+        immutable(
+            &n.backoff_limit_per_index,
+            &o.backoff_limit_per_index,
+            &sp.child("backoffLimitPerIndex"),
             &mut errs,
         );
         immutable(

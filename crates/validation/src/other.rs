@@ -906,16 +906,7 @@ impl Validate for networking::IngressClass {
         } else if controller.len() > 250 {
             errs.push(FieldError::too_long(&cp, Some(250)));
         } else {
-            match controller.split_once('/') {
-                Some((domain, _)) => {
-                    msgs_invalid(is_dns1123_subdomain(domain), controller, &cp, &mut errs)
-                }
-                None => errs.push(FieldError::invalid(
-                    &cp,
-                    controller,
-                    "must be a domain-prefixed path (such as \"acme.io/foo\")",
-                )),
-            }
+            domain_prefixed_path(controller, &cp, &mut errs);
         }
         if let Some(params) = &spec.parameters {
             let pp = sp.child("parameters");

@@ -664,6 +664,59 @@ fn jobs() {
             ],
         ),
         (
+            "backoff limit per index",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 4, "backoffLimitPerIndex": 1,
+                "maxFailedIndexes": 2, "podFailurePolicy": {"rules": [
+                    {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [42]}}]}})),
+            vec![],
+        ),
+        (
+            "per-index limits need an indexed job",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completions": 4, "backoffLimitPerIndex": 1, "maxFailedIndexes": 2})),
+            vec![
+                "spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode",
+                "spec.maxFailedIndexes: Invalid value: 2: requires indexed completion mode",
+            ],
+        ),
+        (
+            "max failed indexes bounds",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 4, "maxFailedIndexes": 5,
+                "podFailurePolicy": {"rules": [
+                    {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [42]}}]}})),
+            vec![
+                "spec.backoffLimitPerIndex: Required value: when maxFailedIndexes is specified",
+                "spec.maxFailedIndexes: Invalid value: 5: must be less than or equal to completions",
+                "spec.podFailurePolicy.rules[0].action: Invalid value: \"FailIndex\": requires the backoffLimitPerIndex to be set",
+            ],
+        ),
+        (
+            "many completions with per-index limits",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 200000, "parallelism": 20000,
+                "backoffLimitPerIndex": 1})),
+            vec![
+                "spec.maxFailedIndexes: Required value: must be specified when completions is above 100000",
+                "spec.parallelism: Invalid value: 20000: must be less than or equal to 10000 when completions are above 100000 and used with backoff limit per index",
+            ],
+        ),
+        (
+            "managed by another controller",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "managedBy": "kueue.x-k8s.io/multikueue"})),
+            vec![],
+        ),
+        (
+            "managed by must be a domain-prefixed path",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "managedBy": "kueue"})),
+            vec![
+                "spec.managedBy: Invalid value: \"kueue\": must be a domain-prefixed path (such as \"acme.io/foo\")",
+            ],
+        ),
+        (
             "success policy needs an indexed job and rules",
             workload(json!({"selector": sel, "template": job_template("Never"),
                 "completions": 5, "successPolicy": {"rules": []}})),
@@ -683,6 +736,24 @@ fn jobs() {
             workload(json!({"selector": sel, "template": job_template("OnFailure")})),
             workload(json!({"selector": sel, "template": job_template("Never")})),
             vec!["spec.template: Invalid value"],
+        ),
+        (
+            "backoff limit per index immutable, max failed indexes not",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 3, "backoffLimitPerIndex": 2,
+                "maxFailedIndexes": 2})),
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "completionMode": "Indexed", "completions": 3, "backoffLimitPerIndex": 1,
+                "maxFailedIndexes": 1})),
+            vec!["spec.backoffLimitPerIndex: Invalid value: 2: field is immutable"],
+        ),
+        (
+            "managed by immutable",
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "managedBy": "example.com/b"})),
+            workload(json!({"selector": sel, "template": job_template("Never"),
+                "managedBy": "example.com/a"})),
+            vec!["spec.managedBy: Invalid value: \"example.com/b\": field is immutable"],
         ),
         (
             "success policy immutable",

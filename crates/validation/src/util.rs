@@ -73,6 +73,35 @@ pub fn msgs_invalid(msgs: Vec<String>, value: &str, path: &FieldPath, errs: &mut
     );
 }
 
+/// A path under a DNS domain, such as `acme.io/foo` (upstream `IsDomainPrefixedPath`).
+pub fn domain_prefixed_path(value: &str, path: &FieldPath, errs: &mut Errs) {
+    const HTTP_PATH_FMT: &str = r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+";
+    if value.is_empty() {
+        errs.push(FieldError::required(path, ""));
+        return;
+    }
+    let Some((host, rest)) = value
+        .split_once('/')
+        .filter(|(h, r)| !h.is_empty() && !r.is_empty())
+    else {
+        errs.push(FieldError::invalid(
+            path,
+            value,
+            "must be a domain-prefixed path (such as \"acme.io/foo\")",
+        ));
+        return;
+    };
+    msgs_invalid(is_dns1123_subdomain(host), host, path, errs);
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "/-._~%!$&'()*+,;=:".contains(c);
+    if !rest.chars().all(path_char) {
+        errs.push(FieldError::invalid(
+            path,
+            rest,
+            regex_error("Invalid path", HTTP_PATH_FMT, &[]),
+        ));
+    }
+}
+
 pub fn dns_label(value: &str, path: &FieldPath, errs: &mut Errs) {
     msgs_invalid(is_dns1123_label(value), value, path, errs);
 }
