@@ -36,6 +36,8 @@
 //!   retried after its own back-off, and the Job fails with `MaxFailedIndexesExceeded`
 //!   beyond `maxFailedIndexes`, or with `FailedIndexes` once every index succeeded or
 //!   failed;
+//! - pods are the Job's by controllerRef and selector: matching orphans are adopted,
+//!   owned pods that stop matching are released (upstream `getPodsForJob`);
 //! - `spec.managedBy` naming another controller: the Job is left to it (no pods, no
 //!   status);
 //! - `suspend`: active pods deleted, `Suspended` condition; resuming resets `startTime`;
@@ -49,7 +51,7 @@
 //! not counted, and a pod deleted before it finished is counted as terminating, never
 //! as failed (upstream keeps a failed pod's finalizer until its index's next pod
 //! exists, so that pod inherits the count; here the count is read from the failed
-//! pods still cached); no adoption of orphan pods by selector.
+//! pods still cached).
 //!
 //! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
 //! [`pod_from_template`]. IO part: [`JobController`].
@@ -69,8 +71,11 @@ use ferrokube_client::workqueue::WorkQueue;
 
 use crate::events::{EventSink, EventType, emit};
 use crate::expectations::Expectations;
-use crate::replicaset::{is_not_found, slow_start_batch};
-use crate::util::{controller_of, is_pod_ready, new_controller_ref, pod_phase};
+use crate::replicaset::{ClaimingOwner, claim_pods, is_not_found, slow_start_batch};
+use crate::util::{
+    controller_of, is_pod_ready, labels, new_controller_ref, pod_phase, selector_is_empty,
+    selector_matches,
+};
 use crate::{Action, Controller, Error, Result, replace_status_retrying, split_key};
 use ferrokube_validation::parse_index_intervals;
 
@@ -548,6 +553,14 @@ pub fn is_managed_by_job_controller(job: &Job) -> bool {
         .is_none_or(|m| m == JOB_CONTROLLER_NAME)
 }
 
+/// Whether the Job's selector (never empty: the apiserver generates one) takes `pod`.
+fn selects_pod(job: &Job, pod: &Pod) -> bool {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|sel| !selector_is_empty(sel) && selector_matches(sel, &labels(&pod.metadata)))
+}
+
 /// Whether the Job reached `Complete` or `Failed`.
 pub fn is_finished(job: &Job) -> bool {
     finished_condition(job).is_some()
@@ -972,6 +985,22 @@ impl JobController {
         first_error.map_or(Ok(()), |e| Err(e.into()))
     }
 
+    /// The Job's pods (upstream `getPodsForJob`): its own by controllerRef, orphans its
+    /// selector matches adopted, and its pods the selector no longer matches released.
+    async fn claim_pods(&self, job: &Job) -> Result<Vec<Arc<Pod>>> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let owner = ClaimingOwner {
+            api_version: "batch/v1",
+            kind: "Job",
+            namespace: ns,
+            name: job.metadata.name.as_deref().unwrap_or_default(),
+            uid: job.metadata.uid.as_deref().unwrap_or_default(),
+            deleting: job.metadata.deletion_timestamp.is_some(),
+        };
+        let selects = |p: &Pod| selects_pod(job, p);
+        claim_pods::<Job>(&self.client, owner, self.pods.list_namespace(ns), selects).await
+    }
+
     async fn write_status(&self, job: &Job, status: JobStatus) -> Result<()> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
@@ -1006,6 +1035,17 @@ impl Controller for JobController {
             move |n: Notification<Pod>| {
                 let pod = n.object();
                 let Some(key) = Self::owner_key(&jobs, pod) else {
+                    // An orphan: every Job whose selector takes it may adopt it.
+                    if controller_of(&pod.metadata).is_none()
+                        && pod.metadata.deletion_timestamp.is_none()
+                    {
+                        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+                        for job in jobs.list_namespace(ns) {
+                            if selects_pod(&job, pod) {
+                                q.add(object_key(&*job));
+                            }
+                        }
+                    }
                     return;
                 };
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -1032,8 +1072,9 @@ impl Controller for JobController {
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {
-        let (ns, _) = split_key(key);
-        let ns = ns.ok_or_else(|| Error::Invalid(format!("key {key:?} has no namespace")))?;
+        if split_key(key).0.is_none() {
+            return Err(Error::Invalid(format!("key {key:?} has no namespace")));
+        }
         let Some(job) = self.jobs.get(key) else {
             self.expectations.delete(key);
             return Ok(Action::Done);
@@ -1046,13 +1087,8 @@ impl Controller for JobController {
             // writes its status; upstream's controller leaves it alone.
             return Ok(Action::Done);
         }
-        let uid = job.metadata.uid.as_deref().unwrap_or_default();
-        let pods = self.pods.list_namespace(ns);
-        let owned: Vec<&Pod> = pods
-            .iter()
-            .map(|p| &**p)
-            .filter(|p| controller_of(&p.metadata).is_some_and(|r| r.uid == uid))
-            .collect();
+        let pods = self.claim_pods(&job).await?;
+        let owned: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
         let counts = count_pods(&job, &owned);

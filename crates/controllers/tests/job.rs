@@ -235,7 +235,7 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     let done = wait_condition(&jobs, "indexed", "Complete").await?;
     assert_eq!(
         done.status.unwrap().completed_indexes.as_deref(),
-        Some("0-1")
+        Some("0,1")
     );
 
     // successPolicy: index 0 succeeding meets the rule; the Job completes, with the
@@ -273,6 +273,29 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
         pods.get_opt(other).await?.is_none(),
         "index 1's pod was left"
     );
+
+    // An orphan pod the Job's selector takes is adopted and counted: a pod that
+    // already succeeded completes the Job without a pod of its own.
+    let orphan: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "orphan", "labels": {"app": "adopt"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+    }))?;
+    pods.create(&pp, &orphan).await?;
+    finish(&pods, &orphan, "Succeeded").await?;
+    let adopting = json!({"manualSelector": true, "selector": {"matchLabels": {"app": "adopt"}},
+        "template": {"metadata": {"labels": {"app": "adopt"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}});
+    let adopter = jobs.create(&pp, &job("adopter", adopting)?).await?;
+    let done = wait_condition(&jobs, "adopter", "Complete").await?;
+    assert_eq!(done.status.unwrap().succeeded, Some(1));
+    let adopted = pods.get("orphan").await?;
+    let owner = &adopted.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("Job", adopter.metadata.uid.as_deref().unwrap(), Some(true))
+    );
+    let lp = ListParams::default().labels("app=adopt");
+    assert_eq!(pods.list(&lp).await?.items.len(), 1);
 
     // A Job managed by another controller gets no pods and no status from this one
     // (checked below, after later Jobs have run).

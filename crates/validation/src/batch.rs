@@ -155,7 +155,7 @@ fn validate_indexed_limits(spec: &batch::JobSpec, path: &FieldPath, errs: &mut E
         errs.push(FieldError::invalid(
             &path.child("parallelism"),
             parallelism,
-            &format!(
+            format!(
                 "must be less than or equal to {MAX_PARALLELISM} when completion mode is Indexed"
             ),
         ));
@@ -172,7 +172,7 @@ fn validate_indexed_limits(spec: &batch::JobSpec, path: &FieldPath, errs: &mut E
             errs.push(FieldError::invalid(
                 &path.child("maxFailedIndexes"),
                 max_failed,
-                &format!("must be less than or equal to {MAX_FAILED_INDEXES}"),
+                format!("must be less than or equal to {MAX_FAILED_INDEXES}"),
             ));
         }
     }
@@ -183,7 +183,7 @@ fn validate_indexed_limits(spec: &batch::JobSpec, path: &FieldPath, errs: &mut E
         match spec.max_failed_indexes {
             None => errs.push(FieldError::required(
                 &path.child("maxFailedIndexes"),
-                &format!("must be specified when completions is above {COMPLETIONS_SOFT_LIMIT}"),
+                format!("must be specified when completions is above {COMPLETIONS_SOFT_LIMIT}"),
             )),
             Some(m) if m > LIMIT_FOR_HIGH_COMPLETIONS => errs.push(FieldError::invalid(
                 &path.child("maxFailedIndexes"),
