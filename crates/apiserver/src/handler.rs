@@ -909,6 +909,7 @@ fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> 
         admit: None,
         field_manager: field_manager.cloned(),
         via_subresource: None,
+        warnings: None,
     })
 }
 
@@ -1010,7 +1011,8 @@ async fn resource(
 ) -> Result<Response<Body>, ApiError> {
     let warnings = crate::admission::Warnings::default();
     let result = resource_request(state, req, r, q, accept, &warnings).await;
-    // Admission warnings go out with the answer, a denial included (as upstream).
+    // Warnings (admission's, field validation's) go out with the answer, a denial
+    // included (as upstream).
     let warnings = warnings.take();
     if warnings.is_empty() {
         return result;
@@ -1093,6 +1095,7 @@ async fn resource_request(
     let user_agent = req.headers().get(header::USER_AGENT).cloned();
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
+        warnings: Some(warnings.clone()),
         field_manager: o.field_manager.or_else(|| {
             let ua = user_agent.as_ref().and_then(|ua| ua.to_str().ok());
             Some(

@@ -48,6 +48,25 @@ impl FieldValidation {
     }
 }
 
+/// The warnings for a request's response (upstream `warning.AddWarning`): shared by
+/// everything that handles the request, so they go out with an error too; identical
+/// texts are sent once, as upstream's recorder does.
+#[derive(Clone, Debug, Default)]
+pub struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub fn add(&self, text: String) {
+        let mut w = self.0.lock();
+        if !w.contains(&text) {
+            w.push(text);
+        }
+    }
+
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
 /// Options of create and update.
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
@@ -64,6 +83,10 @@ pub struct WriteOptions {
     /// The subresource a write of the main object came through (`scale`), named in
     /// its `managedFields` entry.
     pub via_subresource: Option<&'static str>,
+    /// Where `fieldValidation=Warn` problems go when the request collects its
+    /// warnings (so a write refused later still reports them); without it they are
+    /// [`Written::warnings`].
+    pub warnings: Option<Warnings>,
 }
 
 /// The admission of one request, as the store runs it (upstream's admission hooks
@@ -613,7 +636,13 @@ impl Store {
         );
         let warnings = match opts.field_validation {
             FieldValidation::Ignore => Vec::new(),
-            FieldValidation::Warn => problems,
+            FieldValidation::Warn => match &opts.warnings {
+                Some(sink) => {
+                    problems.into_iter().for_each(|p| sink.add(p));
+                    Vec::new()
+                }
+                None => problems,
+            },
             FieldValidation::Strict if problems.is_empty() => Vec::new(),
             FieldValidation::Strict => {
                 return Err(ApiError::bad_request(format!(

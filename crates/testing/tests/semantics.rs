@@ -247,6 +247,17 @@ async fn duplicate_fields_by_field_validation() {
         h.get("warning").unwrap(),
         "299 - \"duplicate field \\\"data.a\\\"\""
     );
+    // A write refused after decoding still reports what Warn found, as upstream's
+    // recorder does.
+    let invalid = br#"{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "Bad_Name"}, "bogus": 1}"#
+        .to_vec();
+    let (code, h, _) = post_as("application/json", invalid, "?fieldValidation=Warn").await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        h.get("warning").unwrap(),
+        "299 - \"unknown field \\\"bogus\\\"\""
+    );
 }
 
 #[tokio::test]

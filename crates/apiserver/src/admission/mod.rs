@@ -137,23 +137,9 @@ impl ObjectAnnotations {
     }
 }
 
-/// The warnings plugins add to a response (upstream `warning.AddWarning`); identical
-/// texts are sent once, as upstream's recorder does.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
-
-impl Warnings {
-    pub(crate) fn add(&self, text: String) {
-        let mut w = self.0.lock();
-        if !w.contains(&text) {
-            w.push(text);
-        }
-    }
-
-    pub(crate) fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock())
-    }
-}
+/// The warnings plugins add to a response: the request's one collection, which the
+/// store's field validation adds to as well.
+pub(crate) use ferrokube_registry::store::Warnings;
 
 impl Attributes {
     pub(crate) fn new(
