@@ -2,7 +2,9 @@
 # Jobs on the node: `kubectl create job` runs its pod to completion (the Job controller
 # creates it, the kubelet runs it), `kubectl wait --for=condition=complete` returns,
 # `kubectl logs job/...` prints what it wrote; a Job whose pod fails with backoffLimit 0
-# reaches Failed with reason BackoffLimitExceeded. Sourced by e2e/single-node.sh; uses
+# reaches Failed with reason BackoffLimitExceeded; an Indexed Job with
+# backoffLimitPerIndex and a FailIndex rule fails one index by its exit code and ends
+# Failed with reason FailedIndexes. Sourced by e2e/single-node.sh; uses
 # its step/ok/fail/k helpers.
 
 step "kubectl create job: the pod runs to completion, kubectl wait and logs job/ see it"
@@ -47,3 +49,40 @@ reason=$(k get job e2e-job-fails -o 'jsonpath={.status.conditions[?(@.type=="Fai
 k delete job e2e-job e2e-job-fails --wait=true >/dev/null 2>&1 ||
   fail "kubectl delete of the jobs failed"
 ok "job e2e-job-fails Failed with BackoffLimitExceeded; both jobs deleted"
+
+step "an Indexed Job with backoffLimitPerIndex: a FailIndex exit code fails that index only"
+out=$(k apply -f - 2>&1 <<'EOF'
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: e2e-job-indexes
+spec:
+  completionMode: Indexed
+  completions: 3
+  parallelism: 3
+  backoffLimitPerIndex: 1
+  podFailurePolicy:
+    rules:
+    - action: FailIndex
+      onExitCodes: {operator: In, values: [42]}
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: busybox
+        command: ["sh", "-c", "[ \"$JOB_COMPLETION_INDEX\" != 0 ] || exit 42"]
+EOF
+) || fail "kubectl apply of job e2e-job-indexes: $out"
+out=$(timeout 100 "$KUBECTL" wait --for=condition=failed job/e2e-job-indexes --timeout=90s 2>&1) || {
+  k get job e2e-job-indexes -o yaml >&2 || true
+  k get pods -l batch.kubernetes.io/job-name=e2e-job-indexes -o wide >&2 || true
+  fail "job e2e-job-indexes did not fail: $out"
+}
+st=$(k get job e2e-job-indexes -o 'jsonpath={.status.conditions[?(@.type=="Failed")].reason} {.status.failedIndexes} {.status.completedIndexes} {.status.failed}')
+[ "$st" = "FailedIndexes 0 1,2 1" ] ||
+  fail "reason, failedIndexes, completedIndexes, failed are '$st' (want 'FailedIndexes 0 1,2 1')"
+n=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-indexes -o name | wc -l)
+[ "$n" = 3 ] || fail "the job ran $n pods, want 3 (index 0 is not retried after FailIndex)"
+k delete job e2e-job-indexes --wait=true >/dev/null 2>&1 || fail "kubectl delete of job e2e-job-indexes failed"
+ok "job e2e-job-indexes Failed (FailedIndexes): index 0 failed by its exit code 42, indexes 1,2 completed"
