@@ -36,6 +36,9 @@
 //!   retried after its own back-off, and the Job fails with `MaxFailedIndexesExceeded`
 //!   beyond `maxFailedIndexes`, or with `FailedIndexes` once every index succeeded or
 //!   failed;
+//! - an Indexed Job's active pods without a valid index, with an index at or above
+//!   `completions` (lowered, elastic Indexed Jobs) or doubling another pod's index are
+//!   deleted (a ready one is kept);
 //! - pods are the Job's by controllerRef and selector: matching orphans are adopted,
 //!   owned pods that stop matching are released (upstream `getPodsForJob`);
 //! - `spec.managedBy` naming another controller: the Job is left to it (no pods, no
@@ -98,6 +101,10 @@ pub struct PodCounts {
     pub active: Vec<String>,
     /// Completion indexes of the active pods (Indexed mode).
     pub active_indexes: BTreeSet<i32>,
+    /// Active pods of an Indexed Job that must go (upstream
+    /// `appendDuplicatedIndexPodsForRemoval`): without a valid index, with an index
+    /// at or above `completions` (after it was lowered), or a second pod of an index.
+    pub surplus: Vec<String>,
     pub ready: i32,
     /// Pods being deleted that have not finished.
     pub terminating: i32,
@@ -290,6 +297,9 @@ pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
     let in_range = |i: i32| i >= 0 && completions.is_none_or(|n| i < n);
     // Per index, its latest failed pod and whether that failure counted.
     let mut last_failed: BTreeMap<i32, (&Pod, bool)> = BTreeMap::new();
+    // Per index, the active pod kept (a ready one before one that is not) and whether
+    // it is ready.
+    let mut kept: BTreeMap<i32, (String, bool)> = BTreeMap::new();
     for pod in pods {
         match pod_phase(pod) {
             "Succeeded" => {
@@ -335,11 +345,26 @@ pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
                 }
             }
             _ => {
-                c.active.push(pod.metadata.name.clone().unwrap_or_default());
-                if let Some(i) = index_of(pod).filter(|_| indexed) {
-                    c.active_indexes.insert(i);
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let ready = is_pod_ready(pod);
+                c.active.push(name.clone());
+                if indexed {
+                    match index_of(pod).filter(|i| in_range(*i)) {
+                        None => c.surplus.push(name),
+                        Some(i) => match kept.get_mut(&i) {
+                            None => {
+                                kept.insert(i, (name, ready));
+                                c.active_indexes.insert(i);
+                            }
+                            Some(first) if ready && !first.1 => {
+                                let replaced = std::mem::replace(first, (name, ready));
+                                c.surplus.push(replaced.0);
+                            }
+                            Some(_) => c.surplus.push(name),
+                        },
+                    }
                 }
-                if is_pod_ready(pod) {
+                if ready {
                     c.ready += 1;
                 }
                 let status = pod.status.as_ref();
@@ -694,9 +719,21 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         None if counts.succeeded > 0 => active.min(parallelism),
         None => parallelism,
     };
-    if active > wanted {
-        // Upstream deletes the surplus, newest indexes / last-listed first.
-        p.delete = counts.active[wanted as usize..].to_vec();
+    if active > wanted || !counts.surplus.is_empty() {
+        // The Indexed Job's surplus pods go first, then as many more as run beyond
+        // what is wanted, last-listed first; creates wait for the next sync (upstream
+        // never creates and deletes in one).
+        let mut delete = counts.surplus.clone();
+        let kept: Vec<&String> = counts
+            .active
+            .iter()
+            .filter(|n| !counts.surplus.contains(n))
+            .collect();
+        let more = ((active - wanted).max(0) as usize)
+            .saturating_sub(delete.len())
+            .min(kept.len());
+        delete.extend(kept[kept.len() - more..].iter().map(|n| (*n).clone()));
+        p.delete = delete;
         return p;
     }
     // `podReplacementPolicy: Failed` (the default with a podFailurePolicy): a pod being
@@ -1605,6 +1642,35 @@ mod tests {
         assert!(!is_managed_by_job_controller(&job(
             json!({"managedBy": "kueue.x-k8s.io/multikueue"})
         )));
+    }
+
+    #[test]
+    fn an_indexed_job_removes_duplicate_and_out_of_range_pods() {
+        let mut ready = pod("b", "Running", Some(1));
+        ready.status = Some(
+            serde_json::from_value(json!({"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}]}))
+            .unwrap(),
+        );
+        let pods = [
+            pod("a", "Running", Some(1)),
+            ready,
+            pod("c", "Running", Some(3)),
+            pod("d", "Running", None),
+            pod("e", "Running", Some(0)),
+        ];
+        // completions lowered from 4 to 2 (an elastic Indexed Job).
+        let spec = json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed"});
+        let j = job(spec);
+        let c = counts_for(&j, &pods);
+        // The ready pod of index 1 is kept; index 3 is out of range; d has no index.
+        assert_eq!(c.surplus, vec!["a", "c", "d"]);
+        assert_eq!(c.active_indexes, [0, 1].into());
+        let p = plan(&j, &c, Some(ts(0)), ts(1));
+        assert_eq!(
+            (p.delete, p.create),
+            (vec!["a".into(), "c".into(), "d".into()], vec![])
+        );
     }
 
     #[test]
