@@ -7,16 +7,23 @@
 # Failed with reason FailedIndexes. Sourced by e2e/single-node.sh; uses
 # its step/ok/fail/k helpers.
 
+# wait_job CONDITION JOB: kubectl wait (at most 90 s) for the Job's condition; when it
+# does not come, the Job and its pods are shown and the step fails.
+wait_job() {
+  local out
+  out=$(timeout 100 "$KUBECTL" wait --for=condition="$1" "job/$2" --timeout=90s 2>&1) || {
+    k get job "$2" -o yaml >&2 || true
+    k get pods -l "batch.kubernetes.io/job-name=$2" -o wide >&2 || true
+    fail "job $2 did not reach $1: $out"
+  }
+  grep -q 'condition met' <<<"$out" || fail "kubectl wait said: $out"
+}
+
 step "kubectl create job: the pod runs to completion, kubectl wait and logs job/ see it"
 k delete job e2e-job e2e-job-fails --ignore-not-found --wait=true >/dev/null 2>&1 || true
 out=$(k create job e2e-job --image=busybox -- sh -c 'echo job-ran-$((6 * 7))' 2>&1) ||
   fail "kubectl create job: $out"
-out=$(timeout 100 "$KUBECTL" wait --for=condition=complete job/e2e-job --timeout=90s 2>&1) || {
-  k get job e2e-job -o yaml >&2 || true
-  k get pods -l batch.kubernetes.io/job-name=e2e-job -o wide >&2 || true
-  fail "job e2e-job did not complete: $out"
-}
-grep -q 'condition met' <<<"$out" || fail "kubectl wait said: $out"
+wait_job complete e2e-job
 st=$(k get job e2e-job -o 'jsonpath={.status.succeeded}/{.status.active}/{.status.completionTime}')
 [[ $st == 1/0/20* ]] || fail "job status succeeded/active/completionTime is '$st'"
 out=$(k logs job/e2e-job 2>&1) || fail "kubectl logs job/e2e-job: $out"
@@ -40,10 +47,7 @@ spec:
         command: ["sh", "-c", "exit 3"]
 EOF
 ) || fail "kubectl apply of job e2e-job-fails: $out"
-out=$(timeout 100 "$KUBECTL" wait --for=condition=failed job/e2e-job-fails --timeout=90s 2>&1) || {
-  k get job e2e-job-fails -o yaml >&2 || true
-  fail "job e2e-job-fails did not fail: $out"
-}
+wait_job failed e2e-job-fails
 reason=$(k get job e2e-job-fails -o 'jsonpath={.status.conditions[?(@.type=="Failed")].reason}')
 [ "$reason" = BackoffLimitExceeded ] || fail "Failed condition reason is '$reason'"
 k delete job e2e-job e2e-job-fails --wait=true >/dev/null 2>&1 ||
@@ -74,11 +78,7 @@ spec:
         command: ["sh", "-c", "[ \"$JOB_COMPLETION_INDEX\" != 0 ] || exit 42"]
 EOF
 ) || fail "kubectl apply of job e2e-job-indexes: $out"
-out=$(timeout 100 "$KUBECTL" wait --for=condition=failed job/e2e-job-indexes --timeout=90s 2>&1) || {
-  k get job e2e-job-indexes -o yaml >&2 || true
-  k get pods -l batch.kubernetes.io/job-name=e2e-job-indexes -o wide >&2 || true
-  fail "job e2e-job-indexes did not fail: $out"
-}
+wait_job failed e2e-job-indexes
 st=$(k get job e2e-job-indexes -o 'jsonpath={.status.conditions[?(@.type=="Failed")].reason} {.status.failedIndexes} {.status.completedIndexes} {.status.failed}')
 [ "$st" = "FailedIndexes 0 1,2 1" ] ||
   fail "reason, failedIndexes, completedIndexes, failed are '$st' (want 'FailedIndexes 0 1,2 1')"

@@ -548,22 +548,24 @@ pub struct Plan {
     pub requeue: Option<Duration>,
 }
 
-fn condition_true(job: &Job, type_: &str) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
-}
-
-/// The Job's true `Complete` or `Failed` condition, once it finished (upstream
-/// `IsJobFinished` / `getFinishedStatus`).
-pub fn finished_condition(job: &Job) -> Option<&JobCondition> {
+/// The Job's condition of `type_`, if it is true.
+fn true_condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
     job.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+fn condition_true(job: &Job, type_: &str) -> bool {
+    true_condition(job, type_).is_some()
+}
+
+/// The Job's true `Complete` or `Failed` condition, once it finished (upstream
+/// `IsJobFinished` / `getFinishedStatus`).
+pub fn finished_condition(job: &Job) -> Option<&JobCondition> {
+    true_condition(job, "Complete").or_else(|| true_condition(job, "Failed"))
 }
 
 /// The `spec.managedBy` value meaning this controller (upstream
@@ -598,15 +600,7 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     let mut p = Plan::default();
     let delete_all = |p: &mut Plan| p.delete = counts.active.clone();
     // A decision taken earlier stands: only the remaining pods go.
-    if let Some(c) = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_ == "SuccessCriteriaMet" && c.status == "True")
-        })
-    {
+    if let Some(c) = true_condition(job, "SuccessCriteriaMet") {
         p.succeeded = Some(match c.reason.as_deref() {
             Some("SuccessPolicy") => Success::SuccessPolicy(c.message.clone().unwrap_or_default()),
             _ => Success::CompletionsReached,
@@ -614,15 +608,7 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         delete_all(&mut p);
         return p;
     }
-    if let Some(c) = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_ == "FailureTarget" && c.status == "True")
-        })
-    {
+    if let Some(c) = true_condition(job, "FailureTarget") {
         p.failed = Some(match c.reason.as_deref() {
             Some("DeadlineExceeded") => Failure::DeadlineExceeded,
             Some("PodFailurePolicy") => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ferrokube_controllers::job::{COMPLETION_INDEX, INDEX_FAILURE_COUNT};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_testing::TestApiServer;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobCondition};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -46,14 +46,19 @@ async fn finish(pods: &Api<Pod>, pod: &Pod, phase: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
+fn condition_of(job: &Job, type_: &str) -> Option<JobCondition> {
     job.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+        .cloned()
+}
+
+/// The status and reason of the Job's condition of `type_`.
+fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
+    condition_of(job, type_).map(|c| (c.status, c.reason.unwrap_or_default()))
 }
 
 fn condition_true_of(st: &k8s_openapi::api::batch::v1::JobStatus, type_: &str) -> bool {
@@ -175,16 +180,7 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     pods.patch_status(fresh_name, &PatchParams::default(), &Patch::Merge(exit_42))
         .await?;
     let target = wait_condition(&jobs, "policy", "FailureTarget").await?;
-    let message = target
-        .status
-        .as_ref()
-        .unwrap()
-        .conditions
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|c| c.type_ == "FailureTarget")
-        .and_then(|c| c.message.clone());
+    let message = condition_of(&target, "FailureTarget").and_then(|c| c.message);
     assert_eq!(
         message.as_deref(),
         Some(format!("Container c for pod default/{fresh_name} failed with exit code 42 matching FailJob rule at index 1").as_str())
@@ -252,17 +248,7 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
         Some(("True".into(), "SuccessPolicy".into()))
     );
     let done = wait_condition(&jobs, "leader", "Complete").await?;
-    let complete = done
-        .status
-        .as_ref()
-        .unwrap()
-        .conditions
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|c| c.type_ == "Complete")
-        .cloned()
-        .unwrap();
+    let complete = condition_of(&done, "Complete").unwrap();
     assert_eq!(
         (complete.reason.as_deref(), complete.message.as_deref()),
         (Some("SuccessPolicy"), Some("Matched rules at index 0"))
