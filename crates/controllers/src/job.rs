@@ -36,6 +36,9 @@
 //!   retried after its own back-off, and the Job fails with `MaxFailedIndexesExceeded`
 //!   beyond `maxFailedIndexes`, or with `FailedIndexes` once every index succeeded or
 //!   failed;
+//! - pods beyond what is wanted are deleted in upstream `ActivePods` order
+//!   (unscheduled, pending, not ready, ready for less time, more restarts, newer
+//!   first);
 //! - an Indexed Job's active pods without a valid index, with an index at or above
 //!   `completions` (lowered, elastic Indexed Jobs) or doubling another pod's index are
 //!   deleted (a ready one is kept);
@@ -74,7 +77,9 @@ use ferrokube_client::workqueue::WorkQueue;
 
 use crate::events::{EventSink, EventType, emit};
 use crate::expectations::Expectations;
-use crate::replicaset::{ClaimingOwner, claim_pods, is_not_found, slow_start_batch};
+use crate::replicaset::{
+    ClaimingOwner, claim_pods, is_not_found, rank_for_deletion, slow_start_batch,
+};
 use crate::util::{
     controller_of, is_pod_ready, labels, new_controller_ref, pod_phase, selector_is_empty,
     selector_matches,
@@ -97,7 +102,9 @@ const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 /// The Job's pods, counted as upstream's status fields count them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodCounts {
-    /// Names of the pods neither terminal nor being deleted.
+    /// Names of the pods neither terminal nor being deleted, the one to delete first
+    /// first (upstream `controller.ActivePods`: unscheduled, pending, not ready, ready
+    /// for less time, more restarts, newer).
     pub active: Vec<String>,
     /// Completion indexes of the active pods (Indexed mode).
     pub active_indexes: BTreeSet<i32>,
@@ -282,10 +289,10 @@ fn annotation_count(pod: &Pod, key: &str) -> i32 {
         .unwrap_or(0)
 }
 
-/// Counts `pods` (the Job's own) as its spec says: `completions` bounds the indexes
-/// that count, the `podFailurePolicy` decides how a failed pod counts, and with
-/// `backoffLimitPerIndex` the failures are also counted per index.
-pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
+/// Counts `pods` (the Job's own) at `now` as its spec says: `completions` bounds the
+/// indexes that count, the `podFailurePolicy` decides how a failed pod counts, and
+/// with `backoffLimitPerIndex` the failures are also counted per index.
+pub fn count_pods(job: &Job, pods: &[&Pod], now: Timestamp) -> PodCounts {
     let spec = job.spec.as_ref();
     let indexed = spec.and_then(|s| s.completion_mode.as_deref()) == Some("Indexed");
     let completions = spec.and_then(|s| s.completions);
@@ -300,6 +307,7 @@ pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
     // Per index, the active pod kept (a ready one before one that is not) and whether
     // it is ready.
     let mut kept: BTreeMap<i32, (String, bool)> = BTreeMap::new();
+    let mut active: Vec<&Pod> = Vec::new();
     for pod in pods {
         match pod_phase(pod) {
             "Succeeded" => {
@@ -347,7 +355,7 @@ pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
             _ => {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 let ready = is_pod_ready(pod);
-                c.active.push(name.clone());
+                active.push(pod);
                 if indexed {
                     match index_of(pod).filter(|i| in_range(*i)) {
                         None => c.surplus.push(name),
@@ -378,6 +386,10 @@ pub fn count_pods(job: &Job, pods: &[&Pod]) -> PodCounts {
             }
         }
     }
+    c.active = rank_for_deletion(&active, &[], now)
+        .into_iter()
+        .map(|i| active[i].metadata.name.clone().unwrap_or_default())
+        .collect();
     if indexed {
         // Upstream counts an index once, however many of its pods succeeded.
         c.succeeded = c.succeeded_indexes.len() as i32;
@@ -707,7 +719,7 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     };
     if active > wanted || !counts.surplus.is_empty() {
         // The Indexed Job's surplus pods go first, then as many more as run beyond
-        // what is wanted, last-listed first; creates wait for the next sync (upstream
+        // what is wanted, in deletion order; creates wait for the next sync (upstream
         // never creates and deletes in one).
         let mut delete = counts.surplus.clone();
         let kept: Vec<&String> = counts
@@ -718,7 +730,7 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         let more = ((active - wanted).max(0) as usize)
             .saturating_sub(delete.len())
             .min(kept.len());
-        delete.extend(kept[kept.len() - more..].iter().map(|n| (*n).clone()));
+        delete.extend(kept[..more].iter().map(|n| (*n).clone()));
         p.delete = delete;
         return p;
     }
@@ -1114,8 +1126,8 @@ impl Controller for JobController {
         let owned: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
-        let counts = count_pods(&job, &owned);
         let now = Timestamp::now();
+        let counts = count_pods(&job, &owned, now);
         let old = job.status.clone().unwrap_or_default();
         let mut status = old.clone();
         let mut conditions = old.conditions.clone().unwrap_or_default();
@@ -1307,7 +1319,7 @@ mod tests {
     }
 
     fn counts_for(job: &Job, pods: &[Pod]) -> PodCounts {
-        count_pods(job, &pods.iter().collect::<Vec<_>>())
+        count_pods(job, &pods.iter().collect::<Vec<_>>(), ts(0))
     }
 
     /// A failed pod whose containers (`main`, then the init container `init`) exited
@@ -1657,6 +1669,31 @@ mod tests {
             (p.delete, p.create),
             (vec!["a".into(), "c".into(), "d".into()], vec![])
         );
+    }
+
+    #[test]
+    fn lowering_parallelism_deletes_the_least_advanced_pods_first() {
+        let running = |name: &str| {
+            let mut p = pod(name, "Running", None);
+            p.spec = Some(
+                serde_json::from_value(json!({"nodeName": "n1",
+                "containers": [{"name": "c", "image": "busybox"}]}))
+                .unwrap(),
+            );
+            p.status = Some(
+                serde_json::from_value(json!({"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}]}))
+                .unwrap(),
+            );
+            p
+        };
+        // Listed first: two running, ready pods; then one not yet scheduled.
+        let pods = [running("a"), running("b"), pod("c", "Pending", None)];
+        let j = job(json!({"completions": 3, "parallelism": 2}));
+        let c = counts_for(&j, &pods);
+        assert_eq!(c.active[0], "c");
+        let p = plan(&j, &c, Some(ts(0)), ts(1));
+        assert_eq!((p.delete, p.create), (vec!["c".to_string()], vec![]));
     }
 
     #[test]
