@@ -36,9 +36,10 @@
 //!   retried after its own back-off, and the Job fails with `MaxFailedIndexesExceeded`
 //!   beyond `maxFailedIndexes`, or with `FailedIndexes` once every index succeeded or
 //!   failed;
-//! - pods beyond what is wanted are deleted in upstream `ActivePods` order
-//!   (unscheduled, pending, not ready, ready for less time, more restarts, newer
-//!   first);
+//! - pods beyond what is wanted are deleted unscheduled, pending, not ready, ready for
+//!   less time, more restarts and newer first (upstream `ActivePods`; the replica
+//!   set's ranking is used, which also weighs the pod-deletion-cost annotation and
+//!   compares times on a log scale);
 //! - an Indexed Job's active pods without a valid index, with an index at or above
 //!   `completions` (lowered, elastic Indexed Jobs) or doubling another pod's index are
 //!   deleted (a ready one is kept);
@@ -103,8 +104,7 @@ const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodCounts {
     /// Names of the pods neither terminal nor being deleted, the one to delete first
-    /// first (upstream `controller.ActivePods`: unscheduled, pending, not ready, ready
-    /// for less time, more restarts, newer).
+    /// first (see [`rank_for_deletion`]).
     pub active: Vec<String>,
     /// Completion indexes of the active pods (Indexed mode).
     pub active_indexes: BTreeSet<i32>,
