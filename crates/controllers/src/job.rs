@@ -153,12 +153,9 @@ impl IndexRetry {
     /// How long after `now` the index's next pod may start: upstream's back-off for
     /// all the index's failures, counted or ignored, since the last one finished.
     pub fn remaining(&self, now: Timestamp) -> Duration {
-        let Some(finished) = self.finished else {
-            return Duration::ZERO;
-        };
-        let delay = backoff_delay(self.failures.saturating_add(self.ignored_failures));
-        let left = finished.as_millisecond() + delay.as_millis() as i64 - now.as_millisecond();
-        Duration::from_millis(left.max(0).unsigned_abs())
+        let failures = self.failures.saturating_add(self.ignored_failures);
+        self.finished
+            .map_or(Duration::ZERO, |last| backoff_left(failures, last, now))
     }
 }
 
@@ -452,6 +449,12 @@ pub fn backoff_delay(failures: i32) -> Duration {
     BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_MAX)
 }
 
+/// What is left at `now` of the back-off after `failures` failures, the last at `last`.
+fn backoff_left(failures: i32, last: Timestamp, now: Timestamp) -> Duration {
+    let end = last.as_millisecond() + backoff_delay(failures).as_millis() as i64;
+    Duration::from_millis((end - now.as_millisecond()).max(0).unsigned_abs())
+}
+
 /// Why a Job fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -568,6 +571,13 @@ fn true_condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+impl Plan {
+    /// Reconcile again after `wait` at the latest.
+    fn requeue_within(&mut self, wait: Duration) {
+        self.requeue = Some(self.requeue.map_or(wait, |r| r.min(wait)));
+    }
 }
 
 fn condition_true(job: &Job, type_: &str) -> bool {
@@ -750,12 +760,9 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         && !per_index
         && let Some(last) = counts.last_failure
     {
-        let delay = backoff_delay(counts.failed);
-        let ready_at = last.as_millisecond() + delay.as_millis() as i64;
-        let left = ready_at - now.as_millisecond();
-        if left > 0 {
-            let d = Duration::from_millis(left.unsigned_abs());
-            p.requeue = Some(p.requeue.map_or(d, |r| r.min(d)));
+        let wait = backoff_left(counts.failed, last, now);
+        if !wait.is_zero() {
+            p.requeue_within(wait);
             return p;
         }
     }
@@ -776,9 +783,7 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
         let mut due = Vec::new();
         for i in pending {
             match counts.index_retries.get(&i).map(|r| r.remaining(now)) {
-                Some(wait) if !wait.is_zero() => {
-                    p.requeue = Some(p.requeue.map_or(wait, |r| r.min(wait)));
-                }
+                Some(wait) if !wait.is_zero() => p.requeue_within(wait),
                 _ => due.push(Some(i)),
             }
         }
