@@ -4,8 +4,9 @@
 # `kubectl logs job/...` prints what it wrote; a Job whose pod fails with backoffLimit 0
 # reaches Failed with reason BackoffLimitExceeded; an Indexed Job with
 # backoffLimitPerIndex and a FailIndex rule fails one index by its exit code and ends
-# Failed with reason FailedIndexes. Sourced by e2e/single-node.sh; uses
-# its step/ok/fail/k helpers.
+# Failed with reason FailedIndexes; a running Job pod deleted by hand counts as failed
+# (the batch.kubernetes.io/job-tracking finalizer), and a deleted Job's pods go.
+# Sourced by e2e/single-node.sh; uses its step/ok/fail/k helpers.
 
 # wait_job CONDITION JOB: kubectl wait (at most 90 s) for the Job's condition; when it
 # does not come, the Job and its pods are shown and the step fails.
@@ -28,7 +29,10 @@ st=$(k get job e2e-job -o 'jsonpath={.status.succeeded}/{.status.active}/{.statu
 [[ $st == 1/0/20* ]] || fail "job status succeeded/active/completionTime is '$st'"
 out=$(k logs job/e2e-job 2>&1) || fail "kubectl logs job/e2e-job: $out"
 grep -qx 'job-ran-42' <<<"$out" || fail "kubectl logs job/e2e-job printed: $out"
-ok "job e2e-job Complete (succeeded 1), its pod printed job-ran-42"
+fins=$(k get pods -l batch.kubernetes.io/job-name=e2e-job -o 'jsonpath={.items[*].metadata.finalizers}')
+! grep -q 'batch.kubernetes.io/job-tracking' <<<"$fins" ||
+  fail "the counted pod of job e2e-job still carries the tracking finalizer: $fins"
+ok "job e2e-job Complete (succeeded 1), its pod printed job-ran-42 and lost its tracking finalizer"
 
 step "a Job whose pod fails with backoffLimit 0 is Failed (BackoffLimitExceeded)"
 out=$(k apply -f - 2>&1 <<'EOF'
@@ -86,3 +90,51 @@ n=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-indexes -o name | wc -l)
 [ "$n" = 3 ] || fail "the job ran $n pods, want 3 (index 0 is not retried after FailIndex)"
 k delete job e2e-job-indexes --wait=true >/dev/null 2>&1 || fail "kubectl delete of job e2e-job-indexes failed"
 ok "job e2e-job-indexes Failed (FailedIndexes): index 0 failed by its exit code 42, indexes 1,2 completed"
+
+step "a running Job pod deleted by hand counts as failed; a deleted Job's pods let go of the tracking finalizer"
+# A short grace period: busybox's sleep ignores SIGTERM.
+out=$(k apply -f - 2>&1 <<'EOF'
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: e2e-job-deleted
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: sleep
+        image: busybox
+        command: ["sleep", "3600"]
+EOF
+) || fail "kubectl apply of job e2e-job-deleted: $out"
+pod=""
+for _ in $(seq 1 60); do
+  pod=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-deleted \
+    -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{end}' 2>/dev/null) || true
+  [ -n "$pod" ] && break
+  sleep 1
+done
+[ -n "$pod" ] || fail "the pod of job e2e-job-deleted is not Running after 60 s"
+fins=$(k get pod "$pod" -o 'jsonpath={.metadata.finalizers}')
+grep -q 'batch.kubernetes.io/job-tracking' <<<"$fins" ||
+  fail "pod $pod carries finalizers '$fins', without batch.kubernetes.io/job-tracking"
+out=$(timeout 100 "$KUBECTL" delete pod "$pod" --wait=true --timeout=90s 2>&1) ||
+  fail "kubectl delete pod $pod: $out"
+failed=""
+for _ in $(seq 1 30); do
+  failed=$(k get job e2e-job-deleted -o 'jsonpath={.status.failed}')
+  [ "$failed" = 1 ] && break
+  sleep 1
+done
+[ "$failed" = 1 ] || fail "job e2e-job-deleted counts $failed failed pods after its running pod was deleted, want 1"
+k delete job e2e-job-deleted --wait=true >/dev/null 2>&1 || fail "kubectl delete of job e2e-job-deleted failed"
+left=""
+for _ in $(seq 1 60); do
+  left=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-deleted -o name 2>/dev/null)
+  [ -z "$left" ] && break
+  sleep 1
+done
+[ -z "$left" ] || fail "pods of the deleted job e2e-job-deleted left after 60 s: $left"
+ok "pod $pod deleted while running: job e2e-job-deleted failed 1; the deleted Job's pods are gone"

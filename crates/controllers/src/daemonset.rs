@@ -964,6 +964,7 @@ impl DaemonSetController {
             name,
             uid,
             deleting: ds.metadata.deletion_timestamp.is_some(),
+            adopt_finalizers: &[],
         };
         claim_pods::<DaemonSet>(&self.client, owner, self.pods.list_namespace(ns), |p| {
             !selector_is_empty(&selector) && selector_matches(&selector, &labels(&p.metadata))

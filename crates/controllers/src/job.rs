@@ -50,15 +50,22 @@
 //! - `suspend`: active pods deleted, `Suspended` condition; resuming resets `startTime`;
 //! - status `active`, `ready`, `terminating`, `succeeded`, `failed`, `startTime`, and
 //!   events (`SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `BackoffLimitExceeded`,
-//!   `DeadlineExceeded`, `Suspended`, `Resumed`).
+//!   `DeadlineExceeded`, `Suspended`, `Resumed`);
+//! - counting as upstream with the `batch.kubernetes.io/job-tracking` finalizer on
+//!   every pod it makes (and adopts): a finished pod is recorded by UID in
+//!   `status.uncountedTerminatedPods`, then loses the finalizer, then moves into
+//!   `succeeded`/`failed` (Indexed Jobs count succeeded pods by `completedIndexes`), so
+//!   a pod deleted after that loses nothing; a pod deleted before it finished is a
+//!   failure (unless only failed pods are replaced); pods the controller deletes itself
+//!   lose the finalizer first and are not counted; a failing Job's unfinished pods
+//!   count as failed; the last failed pod of an index to retry keeps it until the next
+//!   pod exists; `Complete`/`Failed` wait until nothing is uncounted; a finished or
+//!   deleted Job's pods, and orphans, let go of it (upstream `syncOrphanPod`).
 //!
-//! Not done (deviations): pods are counted from the pod cache, not with upstream's
-//! `batch.kubernetes.io/job-tracking` finalizer and `uncountedTerminatedPods`, so the
-//! counters never go down but a finished pod deleted before the controller saw it is
-//! not counted, and a pod deleted before it finished is counted as terminating, never
-//! as failed (upstream keeps a failed pod's finalizer until its index's next pod
-//! exists, so that pod inherits the count; here the count is read from the failed
-//! pods still cached).
+//! Not done (deviations): upstream's cap of 500 uncounted pods per sync
+//! (`MaxUncountedPods`); removals are sent one after the other; a pod made by an
+//! older Ferrokube (without the finalizer) that finishes after an upgrade is taken as
+//! counted already.
 //!
 //! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
 //! [`pod_from_template`]. IO part: [`JobController`].
@@ -71,7 +78,7 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, PodFailurePolicy
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
@@ -79,7 +86,7 @@ use ferrokube_client::workqueue::WorkQueue;
 use crate::events::{EventSink, EventType, emit};
 use crate::expectations::Expectations;
 use crate::replicaset::{
-    ClaimingOwner, claim_pods, is_not_found, rank_for_deletion, slow_start_batch,
+    ClaimingOwner, claim_pods, is_conflict, is_not_found, rank_for_deletion, slow_start_batch,
 };
 use crate::util::{
     controller_of, is_pod_ready, labels, new_controller_ref, pod_phase, selector_is_empty,
@@ -94,6 +101,13 @@ pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 pub const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
 /// How many failures an index had that its `podFailurePolicy` ignored.
 pub const INDEX_IGNORED_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-ignored-failure-count";
+/// The finalizer on every pod this controller makes (upstream
+/// `batch.JobTrackingFinalizer`): a finished pod stays until the Job has counted it,
+/// so that deleting it (by hand, by pod garbage collection) never loses the count.
+pub const JOB_TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
+/// Queue keys of pods whose tracking finalizer may have to go with no Job to sync:
+/// this prefix, then `namespace/name`.
+const ORPHAN_POD_KEY: &str = "orphan-pod:";
 /// Upstream's `DefaultJobPodFailureBackOff` and `MaxJobPodFailureBackOff`.
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(360);
@@ -135,6 +149,29 @@ pub struct PodCounts {
     /// With `backoffLimitPerIndex`: for each index to run again, what its next pod
     /// inherits from the index's last failed pod.
     pub index_retries: BTreeMap<i32, IndexRetry>,
+    /// UIDs of succeeded pods not yet counted in the status (they still carry the
+    /// tracking finalizer and are not in `uncountedTerminatedPods`); NonIndexed mode,
+    /// where Indexed Jobs count `completedIndexes` instead.
+    pub new_succeeded: Vec<String>,
+    /// UIDs of failed pods (terminal, or being deleted where that counts as failed)
+    /// not yet counted in the status, as the `podFailurePolicy` counts them.
+    pub new_failed: Vec<String>,
+    /// Pods that still carry the tracking finalizer, by name, with their UID and
+    /// whether it may go now: once the pod finished or counts as failed, except the
+    /// last failed pod of an index that runs again (its failure counts pass to the
+    /// next pod first, upstream's delayed finalizer removal).
+    pub tracked: Vec<TrackedPod>,
+}
+
+/// A pod of the Job that still carries [`JOB_TRACKING_FINALIZER`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackedPod {
+    pub name: String,
+    pub uid: String,
+    /// Finished (or counted as failed) and not held back: its finalizer may go.
+    pub finished: bool,
+    /// Succeeded: when the Job fails, every other pod left counts as failed.
+    pub succeeded: bool,
 }
 
 /// An index of a Job with `backoffLimitPerIndex` whose last pod failed and which runs
@@ -286,11 +323,104 @@ fn annotation_count(pod: &Pod, key: &str) -> i32 {
         .unwrap_or(0)
 }
 
+fn has_tracking_finalizer(pod: &Pod) -> bool {
+    pod.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == JOB_TRACKING_FINALIZER))
+}
+
+/// `finalizers` with [`JOB_TRACKING_FINALIZER`] once.
+fn with_tracking_finalizer(mut finalizers: Vec<String>) -> Vec<String> {
+    if !finalizers.iter().any(|f| f == JOB_TRACKING_FINALIZER) {
+        finalizers.push(JOB_TRACKING_FINALIZER.to_string());
+    }
+    finalizers
+}
+
+/// Removes the tracking finalizer from pod `name` (upstream's strategic merge patch);
+/// a pod already gone has nothing to remove.
+async fn remove_tracking_finalizer(api: &Api<Pod>, name: &str) -> kube::Result<()> {
+    let patch = serde_json::json!({"metadata": {
+        "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER],
+    }});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `status.uncountedTerminatedPods` with these UIDs (empty lists left out, as upstream
+/// serializes them).
+fn uncounted_pods(
+    succeeded: &[String],
+    failed: &[String],
+) -> k8s_openapi::api::batch::v1::UncountedTerminatedPods {
+    k8s_openapi::api::batch::v1::UncountedTerminatedPods {
+        succeeded: (!succeeded.is_empty()).then(|| succeeded.to_vec()),
+        failed: (!failed.is_empty()).then(|| failed.to_vec()),
+    }
+}
+
+/// Upstream `onlyReplaceFailedPods`: `podReplacementPolicy: Failed`, the default with
+/// a `podFailurePolicy`.
+fn only_replaces_failed(job: &Job) -> bool {
+    let spec = job.spec.as_ref();
+    spec.and_then(|s| s.pod_replacement_policy.as_deref()) == Some("Failed")
+        || spec.is_some_and(|s| s.pod_failure_policy.is_some())
+}
+
+/// Upstream `isPodFailed`: failed, or deleted before it succeeded, when any pod being
+/// deleted is replaced (such a pod may never reach a terminal phase).
+fn counts_as_failed(pod: &Pod, replace_only_failed: bool) -> bool {
+    match pod_phase(pod) {
+        "Failed" => true,
+        "Succeeded" => false,
+        _ => !replace_only_failed && pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
 /// Counts `pods` (the Job's own) at `now` as its spec says: `completions` bounds the
 /// indexes that count, the `podFailurePolicy` decides how a failed pod counts, and
 /// with `backoffLimitPerIndex` the failures are also counted per index.
 pub fn count_pods(job: &Job, pods: &[&Pod], now: Timestamp) -> PodCounts {
+    count_pods_expecting(job, pods, now, &BTreeSet::new())
+}
+
+/// [`count_pods`] for a Job whose pods with these UIDs are losing their tracking
+/// finalizer (patches sent, not yet seen by the pod cache): the status counts them
+/// already, so they are neither counted again nor tracked.
+///
+/// As upstream counts with the tracking finalizer: the totals are the status's
+/// counters, plus the pods in its `uncountedTerminatedPods`, plus the finished pods
+/// that still carry the finalizer and are in neither. A finished pod without the
+/// finalizer was counted before, and a pod deleted since is still in the status.
+pub fn count_pods_expecting(
+    job: &Job,
+    pods: &[&Pod],
+    now: Timestamp,
+    finalizers_going: &BTreeSet<String>,
+) -> PodCounts {
     let spec = job.spec.as_ref();
+    let status = job.status.as_ref();
+    let uncounted = status.and_then(|s| s.uncounted_terminated_pods.as_ref());
+    let uncounted_succeeded: BTreeSet<&str> = uncounted
+        .and_then(|u| u.succeeded.as_ref())
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let uncounted_failed: BTreeSet<&str> = uncounted
+        .and_then(|u| u.failed.as_ref())
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let replace_only_failed = only_replaces_failed(job);
     let indexed = spec.and_then(|s| s.completion_mode.as_deref()) == Some("Indexed");
     let completions = spec.and_then(|s| s.completions);
     let policy = spec.and_then(|s| s.pod_failure_policy.as_ref());
@@ -306,9 +436,30 @@ pub fn count_pods(job: &Job, pods: &[&Pod], now: Timestamp) -> PodCounts {
     let mut kept: BTreeMap<i32, (String, bool)> = BTreeMap::new();
     let mut active: Vec<&Pod> = Vec::new();
     for pod in pods {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        // Counted by this sync unless the status has it already.
+        let uncounted_pod = has_tracking_finalizer(pod)
+            && !finalizers_going.contains(uid)
+            && !uncounted_succeeded.contains(uid)
+            && !uncounted_failed.contains(uid);
+        // Upstream counts only pods with a valid index as an Indexed Job's failures.
+        let counts_in_mode = !indexed || index_of(pod).is_some_and(in_range);
+        if has_tracking_finalizer(pod) && !finalizers_going.contains(uid) {
+            let phase = pod_phase(pod);
+            c.tracked.push(TrackedPod {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: uid.to_string(),
+                finished: phase == "Succeeded"
+                    || phase == "Failed"
+                    || counts_as_failed(pod, replace_only_failed),
+                succeeded: phase == "Succeeded",
+            });
+        }
         match pod_phase(pod) {
             "Succeeded" => {
-                c.succeeded += 1;
+                if uncounted_pod && !indexed {
+                    c.new_succeeded.push(uid.to_string());
+                }
                 if let Some(i) = index_of(pod).filter(|i| indexed && in_range(*i)) {
                     c.succeeded_indexes.insert(i);
                 }
@@ -339,11 +490,18 @@ pub fn count_pods(job: &Job, pods: &[&Pod], now: Timestamp) -> PodCounts {
                     c.fail_job.get_or_insert(message);
                 }
                 if counted {
-                    c.failed += 1;
+                    if uncounted_pod && counts_in_mode {
+                        c.new_failed.push(uid.to_string());
+                    }
                     c.last_failure = c.last_failure.max(finished_at(pod));
                 }
             }
             _ if pod.metadata.deletion_timestamp.is_some() => {
+                // Deleted before it finished: a failure, unless only failed pods are
+                // replaced (then it counts once its phase says so).
+                if counts_as_failed(pod, replace_only_failed) && uncounted_pod && counts_in_mode {
+                    c.new_failed.push(uid.to_string());
+                }
                 c.terminating += 1;
                 if let Some(i) = index_of(pod).filter(|_| indexed) {
                     c.terminating_indexes.insert(i);
@@ -387,9 +545,25 @@ pub fn count_pods(job: &Job, pods: &[&Pod], now: Timestamp) -> PodCounts {
         .into_iter()
         .map(|i| active[i].metadata.name.clone().unwrap_or_default())
         .collect();
+    let counter = |n: Option<i32>| n.unwrap_or(0).max(0);
+    c.failed = counter(status.and_then(|s| s.failed))
+        .saturating_add(uncounted_failed.len() as i32)
+        .saturating_add(c.new_failed.len() as i32);
     if indexed {
+        // Indexes recorded as completed stay completed, even once their pods are gone.
+        let recorded = status
+            .and_then(|s| s.completed_indexes.as_deref())
+            .unwrap_or_default();
+        let intervals =
+            parse_index_intervals(recorded, completions.unwrap_or(0)).unwrap_or_default();
+        c.succeeded_indexes
+            .extend(intervals.into_iter().flat_map(|(first, last)| first..=last));
         // Upstream counts an index once, however many of its pods succeeded.
         c.succeeded = c.succeeded_indexes.len() as i32;
+    } else {
+        c.succeeded = counter(status.and_then(|s| s.succeeded))
+            .saturating_add(uncounted_succeeded.len() as i32)
+            .saturating_add(c.new_succeeded.len() as i32);
     }
     if per_index_limit.is_some() {
         // An index recorded as failed stays failed, even once its pods are gone.
@@ -414,6 +588,10 @@ pub fn count_pods(job: &Job, pods: &[&Pod], now: Timestamp) -> PodCounts {
                     finished: finished_at(pod),
                 };
                 c.index_retries.insert(i, retry);
+                let held = pod.metadata.uid.as_deref().unwrap_or_default();
+                for t in c.tracked.iter_mut().filter(|t| t.uid == held) {
+                    t.finished = false;
+                }
             }
         }
     }
@@ -746,8 +924,7 @@ pub fn plan(job: &Job, counts: &PodCounts, start: Option<Timestamp>, now: Timest
     }
     // `podReplacementPolicy: Failed` (the default with a podFailurePolicy): a pod being
     // deleted is replaced only once it has finished.
-    let only_failed = spec.pod_replacement_policy.as_deref() == Some("Failed")
-        || spec.pod_failure_policy.is_some();
+    let only_failed = only_replaces_failed(job);
     let terminating = if only_failed { counts.terminating } else { 0 };
     let missing =
         ((wanted - active - terminating).max(0) as usize).min(MAX_POD_CREATE_DELETE_PER_SYNC);
@@ -852,7 +1029,7 @@ pub fn pod_from_template(job: &Job, index: Option<i32>, retry: Option<&IndexRetr
             namespace: job.metadata.namespace.clone(),
             labels: Some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
-            finalizers: tm.finalizers,
+            finalizers: Some(with_tracking_finalizer(tm.finalizers.unwrap_or_default())),
             owner_references: Some(vec![new_controller_ref(
                 "batch/v1",
                 "Job",
@@ -906,6 +1083,10 @@ pub struct JobController {
     jobs: Store<Job>,
     pods: Store<Pod>,
     expectations: Arc<Expectations>,
+    /// Per Job key, the UIDs of its pods whose tracking finalizer this controller
+    /// removed and the pod cache does not show yet (upstream `finalizerExpectations`):
+    /// counted already, they must not be counted again.
+    finalizers_going: Arc<parking_lot::Mutex<BTreeMap<String, BTreeSet<String>>>>,
     events: Arc<dyn EventSink>,
 }
 
@@ -920,6 +1101,7 @@ impl JobController {
             jobs: factory.informer::<Job>().store(),
             pods: factory.informer::<Pod>().store(),
             expectations: Arc::new(Expectations::new()),
+            finalizers_going: Default::default(),
             events,
         })
     }
@@ -994,18 +1176,31 @@ impl JobController {
     async fn delete_pods(&self, job: &Job, key: &str, names: &[String]) -> Result<()> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let uids: Vec<(String, String)> = names
+        let pods: Vec<Arc<Pod>> = names
             .iter()
-            .filter_map(|n| {
-                let pod = self.pods.get_by_name(Some(ns), n)?;
-                Some((n.clone(), pod.metadata.uid.clone().unwrap_or_default()))
+            .filter_map(|n| self.pods.get_by_name(Some(ns), n))
+            .collect();
+        let uids: Vec<(String, String)> = pods
+            .iter()
+            .map(|p| {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                (name, p.metadata.uid.clone().unwrap_or_default())
             })
             .collect();
         let expected: Vec<String> = uids.iter().map(|(_, u)| u.clone()).collect();
         self.expectations
             .expect_deletions(key, &expected, now_secs());
         let mut first_error = None;
-        for (name, uid) in &uids {
+        for ((name, uid), pod) in uids.iter().zip(&pods) {
+            // A pod this controller deletes is not a failure: its finalizer goes first
+            // (upstream `deleteJobPods`), so it is never counted.
+            if has_tracking_finalizer(pod)
+                && let Err(e) = remove_tracking_finalizer(&api, name).await
+            {
+                self.expectations.deletion_observed(key, uid);
+                first_error.get_or_insert(e);
+                continue;
+            }
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => emit(
                     &*self.events,
@@ -1036,15 +1231,116 @@ impl JobController {
             name: job.metadata.name.as_deref().unwrap_or_default(),
             uid: job.metadata.uid.as_deref().unwrap_or_default(),
             deleting: job.metadata.deletion_timestamp.is_some(),
+            adopt_finalizers: &[JOB_TRACKING_FINALIZER],
         };
         let selects = |p: &Pod| selects_pod(job, p);
         claim_pods::<Job>(&self.client, owner, self.pods.list_namespace(ns), selects).await
     }
 
-    async fn write_status(&self, job: &Job, status: JobStatus) -> Result<()> {
+    /// Writes `status`; the Job as written when the first try succeeds (a conflict
+    /// is retried on a fresh copy, and a Job gone needs no status).
+    async fn write_status(&self, job: &Job, status: JobStatus) -> Result<Option<Job>> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let name = job.metadata.name.as_deref().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
-        replace_status_retrying(&api, job, |j| j.status = Some(status.clone())).await
+        let mut updated = job.clone();
+        updated.status = Some(status.clone());
+        match api
+            .replace_status(name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(written) => Ok(Some(written)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) if is_conflict(&e) => {
+                replace_status_retrying(&api, job, |j| j.status = Some(status.clone())).await?;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Removes the tracking finalizer from `pods` (upstream
+    /// `removeTrackingFinalizerFromPods`), expecting each removal until the pod cache
+    /// shows it. Returns the UIDs whose finalizer is gone (a pod already deleted
+    /// counts as gone).
+    async fn release_pods(&self, key: &str, job: &Job, pods: &[&TrackedPod]) -> BTreeSet<String> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let mut gone = BTreeSet::new();
+        for pod in pods {
+            self.finalizers_going
+                .lock()
+                .entry(key.to_string())
+                .or_default()
+                .insert(pod.uid.clone());
+            match remove_tracking_finalizer(&api, &pod.name).await {
+                Ok(()) => {
+                    gone.insert(pod.uid.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(job = key, pod = %pod.name, "removing the tracking finalizer: {e}");
+                    self.finalizer_removal_seen(key, &pod.uid);
+                }
+            }
+        }
+        gone
+    }
+
+    /// The Job's expected finalizer removals still pending: a pod the cache shows
+    /// without the finalizer, or no longer has, is done.
+    fn finalizers_going_for(&self, key: &str, pods: &[&Pod]) -> BTreeSet<String> {
+        let mut going = self.finalizers_going.lock();
+        let Some(uids) = going.get_mut(key) else {
+            return BTreeSet::new();
+        };
+        uids.retain(|uid| {
+            pods.iter()
+                .any(|p| p.metadata.uid.as_deref() == Some(uid) && has_tracking_finalizer(p))
+        });
+        let pending = uids.clone();
+        if uids.is_empty() {
+            going.remove(key);
+        }
+        pending
+    }
+
+    fn finalizer_removal_seen(&self, key: &str, uid: &str) {
+        let mut going = self.finalizers_going.lock();
+        if let Some(uids) = going.get_mut(key) {
+            uids.remove(uid);
+            if uids.is_empty() {
+                going.remove(key);
+            }
+        }
+    }
+
+    /// The tracking finalizers of a finished or deleted Job's pods, or of a pod no Job
+    /// runs any more (upstream `syncOrphanPod`): nothing is left to count, so they go.
+    async fn release_orphan(&self, pod_key: &str) -> Result<Action> {
+        let Some(pod) = self.pods.get(pod_key) else {
+            return Ok(Action::Done);
+        };
+        if !has_tracking_finalizer(&pod) {
+            return Ok(Action::Done);
+        }
+        if let Some(r) = controller_of(&pod.metadata) {
+            if r.kind != "Job" || r.api_version != "batch/v1" {
+                return Ok(Action::Done);
+            }
+            let ns = pod.metadata.namespace.as_deref();
+            if let Some(job) = self.jobs.get_by_name(ns, &r.name)
+                && job.metadata.uid.as_deref() == Some(r.uid.as_str())
+                && (!is_managed_by_job_controller(&job)
+                    || !(is_finished(&job) || job.metadata.deletion_timestamp.is_some()))
+            {
+                // Its Job counts it, or another controller manages that Job.
+                return Ok(Action::Done);
+            }
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        remove_tracking_finalizer(&api, pod.metadata.name.as_deref().unwrap_or_default()).await?;
+        Ok(Action::Done)
     }
 }
 
@@ -1057,11 +1353,24 @@ impl Controller for JobController {
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
         let q = queue.clone();
         let exp = self.expectations.clone();
+        let pods = self.pods.clone();
         factory.informer::<Job>().add_event_handler(
             move |n: Notification<Job>| {
-                let key = object_key(&**n.object());
+                let job = n.object();
+                let key = object_key(&**job);
                 if let Notification::Deleted { .. } = n {
                     exp.delete(&key);
+                    // Its pods still holding the tracking finalizer let go (upstream
+                    // `cleanupPodFinalizers`).
+                    let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+                    for pod in pods.list_namespace(ns) {
+                        if has_tracking_finalizer(&pod)
+                            && controller_of(&pod.metadata).map(|r| r.uid.as_str())
+                                == job.metadata.uid.as_deref()
+                        {
+                            q.add(format!("{ORPHAN_POD_KEY}{}", object_key(&*pod)));
+                        }
+                    }
                     return;
                 }
                 q.add(key);
@@ -1070,11 +1379,19 @@ impl Controller for JobController {
         );
         let q = queue.clone();
         let exp = self.expectations.clone();
+        let going = self.finalizers_going.clone();
         let jobs = self.jobs.clone();
         factory.informer::<Pod>().add_event_handler(
             move |n: Notification<Pod>| {
                 let pod = n.object();
                 let Some(key) = Self::owner_key(&jobs, pod) else {
+                    // No Job of ours runs it: a tracking finalizer left has to go.
+                    if has_tracking_finalizer(pod)
+                        && controller_of(&pod.metadata)
+                            .is_none_or(|r| r.kind == "Job" && r.api_version == "batch/v1")
+                    {
+                        q.add(format!("{ORPHAN_POD_KEY}{}", object_key(&**pod)));
+                    }
                     // An orphan: every Job whose selector takes it may adopt it.
                     if controller_of(&pod.metadata).is_none()
                         && pod.metadata.deletion_timestamp.is_none()
@@ -1089,6 +1406,15 @@ impl Controller for JobController {
                     return;
                 };
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                if matches!(n, Notification::Deleted { .. }) || !has_tracking_finalizer(pod) {
+                    let mut going = going.lock();
+                    if let Some(uids) = going.get_mut(&key) {
+                        uids.remove(uid);
+                        if uids.is_empty() {
+                            going.remove(&key);
+                        }
+                    }
+                }
                 match &n {
                     Notification::Added { obj, .. }
                         if obj.metadata.deletion_timestamp.is_none() =>
@@ -1112,19 +1438,43 @@ impl Controller for JobController {
     }
 
     async fn reconcile(&self, key: &str) -> Result<Action> {
+        if let Some(pod_key) = key.strip_prefix(ORPHAN_POD_KEY) {
+            return self.release_orphan(pod_key).await;
+        }
         if split_key(key).0.is_none() {
             return Err(Error::Invalid(format!("key {key:?} has no namespace")));
         }
         let Some(job) = self.jobs.get(key) else {
             self.expectations.delete(key);
+            self.finalizers_going.lock().remove(key);
             return Ok(Action::Done);
         };
-        if is_finished(&job) || job.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::Done);
-        }
         if !is_managed_by_job_controller(&job) {
             // Another controller (named in spec.managedBy) runs this Job's pods and
             // writes its status; upstream's controller leaves it alone.
+            return Ok(Action::Done);
+        }
+        if is_finished(&job) || job.metadata.deletion_timestamp.is_some() {
+            // Nothing more to count: pods still holding the finalizer let go.
+            let uid = job.metadata.uid.as_deref();
+            let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+            let held: Vec<TrackedPod> = self
+                .pods
+                .list_namespace(ns)
+                .into_iter()
+                .filter(|p| {
+                    has_tracking_finalizer(p)
+                        && controller_of(&p.metadata).map(|r| r.uid.as_str()) == uid
+                })
+                .map(|p| TrackedPod {
+                    name: p.metadata.name.clone().unwrap_or_default(),
+                    uid: p.metadata.uid.clone().unwrap_or_default(),
+                    finished: true,
+                    succeeded: pod_phase(&p) == "Succeeded",
+                })
+                .collect();
+            self.release_pods(key, &job, &held.iter().collect::<Vec<_>>())
+                .await;
             return Ok(Action::Done);
         }
         let pods = self.claim_pods(&job).await?;
@@ -1132,7 +1482,8 @@ impl Controller for JobController {
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
         let now = Timestamp::now();
-        let counts = count_pods(&job, &owned, now);
+        let going = self.finalizers_going_for(key, &owned);
+        let counts = count_pods_expecting(&job, &owned, now, &going);
         let old = job.status.clone().unwrap_or_default();
         let mut status = old.clone();
         let mut conditions = old.conditions.clone().unwrap_or_default();
@@ -1202,9 +1553,41 @@ impl Controller for JobController {
         status.active = Some(active.max(0));
         status.ready = Some(counts.ready.min(active.max(0)));
         status.terminating = Some(counts.terminating + deleting);
-        // Counted from pods: never below what was recorded before.
-        status.succeeded = Some(counts.succeeded.max(old.succeeded.unwrap_or(0)));
-        status.failed = Some(counts.failed.max(old.failed.unwrap_or(0)));
+        // Upstream's tracking: finished pods are recorded in uncountedTerminatedPods
+        // first, then lose their finalizer, and only then move into the counters.
+        // Indexed Jobs count succeeded pods by index, so only failures go by UID.
+        let finishing = plan.succeeded.is_some() || plan.failed.is_some();
+        let release: Vec<&TrackedPod> = counts
+            .tracked
+            .iter()
+            .filter(|t| t.finished || finishing)
+            .collect();
+        let released = |uid: &String| release.iter().any(|t| &t.uid == uid);
+        let old_uncounted = old.uncounted_terminated_pods.clone().unwrap_or_default();
+        let mut uncounted_succeeded = old_uncounted.succeeded.unwrap_or_default();
+        let mut uncounted_failed = old_uncounted.failed.unwrap_or_default();
+        uncounted_succeeded.extend(counts.new_succeeded.iter().filter(|u| released(u)).cloned());
+        uncounted_failed.extend(counts.new_failed.iter().filter(|u| released(u)).cloned());
+        if plan.failed.is_some() {
+            // A failing Job's pods that had not finished count as failed (upstream).
+            for t in counts
+                .tracked
+                .iter()
+                .filter(|t| !t.finished && !t.succeeded)
+            {
+                if !uncounted_failed.contains(&t.uid) && !uncounted_succeeded.contains(&t.uid) {
+                    uncounted_failed.push(t.uid.clone());
+                }
+            }
+        }
+        status.succeeded = Some(if indexed {
+            counts.succeeded
+        } else {
+            old.succeeded.unwrap_or(0)
+        });
+        status.failed = Some(old.failed.unwrap_or(0));
+        status.uncounted_terminated_pods =
+            Some(uncounted_pods(&uncounted_succeeded, &uncounted_failed));
         if indexed {
             let done = format_indexes(&counts.succeeded_indexes);
             status.completed_indexes = (!done.is_empty()).then_some(done);
@@ -1212,9 +1595,28 @@ impl Controller for JobController {
                 status.failed_indexes = Some(format_indexes(&counts.failed_indexes));
             }
         }
-        status.uncounted_terminated_pods = Some(Default::default());
 
-        let none_running = active <= 0 && counts.terminating + deleting == 0;
+        // Flush the UIDs before any finalizer goes: a pod without it is never
+        // counted again, so its count must be in the status first.
+        let mut written = None;
+        if !release.is_empty() && status != old {
+            written = self.write_status(&job, status.clone()).await?;
+        }
+        let gone = self.release_pods(key, &job, &release).await;
+        let still_tracked =
+            |uid: &String| counts.tracked.iter().any(|t| &t.uid == uid) && !gone.contains(uid);
+        let (left_succeeded, counted_succeeded): (Vec<String>, Vec<String>) =
+            uncounted_succeeded.into_iter().partition(still_tracked);
+        let (left_failed, counted_failed): (Vec<String>, Vec<String>) =
+            uncounted_failed.into_iter().partition(still_tracked);
+        if !indexed {
+            status.succeeded = Some(old.succeeded.unwrap_or(0) + counted_succeeded.len() as i32);
+        }
+        status.failed = Some(old.failed.unwrap_or(0) + counted_failed.len() as i32);
+        status.uncounted_terminated_pods = Some(uncounted_pods(&left_succeeded, &left_failed));
+        let all_counted = left_succeeded.is_empty() && left_failed.is_empty();
+
+        let none_running = active <= 0 && counts.terminating + deleting == 0 && all_counted;
         if let Some(success) = &plan.succeeded {
             set_condition(
                 &mut conditions,
@@ -1273,8 +1675,15 @@ impl Controller for JobController {
             }
         }
         status.conditions = (!conditions.is_empty()).then_some(conditions);
-        if status != old {
-            self.write_status(&job, status).await?;
+        match written {
+            Some(latest) if latest.status.as_ref() != Some(&status) => {
+                self.write_status(&latest, status).await?;
+            }
+            Some(_) => {}
+            None if status != old => {
+                self.write_status(&job, status).await?;
+            }
+            None => {}
         }
         if let Some(e) = sync_error {
             return Err(e);
@@ -1306,7 +1715,10 @@ mod tests {
     }
 
     fn pod(name: &str, phase: &str, index: Option<i32>) -> Pod {
+        // Pods of this controller carry the tracking finalizer until counted.
         let mut v = json!({"metadata": {"name": name, "namespace": "ns",
+                           "uid": format!("uid-{name}"),
+                           "finalizers": [JOB_TRACKING_FINALIZER],
                            "creationTimestamp": "2020-01-01T00:00:00Z"},
                            "status": {"phase": phase}});
         if let Some(i) = index {
@@ -1509,6 +1921,129 @@ mod tests {
         assert_eq!(p.create, vec![Some(1)]);
         let p = plan(&indexed("TerminatingOrFailed"), &c, Some(ts(0)), ts(1));
         assert_eq!(p.create, vec![Some(0), Some(1)]);
+    }
+
+    /// A Job with these status counters and `uncountedTerminatedPods`.
+    fn job_with_status(spec: serde_json::Value, status: serde_json::Value) -> Job {
+        let mut j = job(spec);
+        j.status = Some(serde_json::from_value(status).unwrap());
+        j
+    }
+
+    fn untracked(mut p: Pod) -> Pod {
+        p.metadata.finalizers = None;
+        p
+    }
+
+    #[test]
+    fn counts_add_only_pods_the_status_does_not_hold_yet() {
+        let j = job_with_status(
+            json!({"completions": 5}),
+            json!({"succeeded": 2, "failed": 1,
+                   "uncountedTerminatedPods": {"succeeded": ["uid-b"], "failed": ["uid-x"]}}),
+        );
+        let pods = [
+            // Counted before: its finalizer is gone.
+            untracked(pod("a", "Succeeded", None)),
+            // Recorded by UID, not yet in the counters.
+            pod("b", "Succeeded", None),
+            pod("x", "Failed", None),
+            // New.
+            pod("c", "Succeeded", None),
+            pod("y", "Failed", None),
+        ];
+        let c = counts_for(&j, &pods);
+        assert_eq!((c.succeeded, c.failed), (2 + 1 + 1, 1 + 1 + 1));
+        assert_eq!(c.new_succeeded, vec!["uid-c".to_string()]);
+        assert_eq!(c.new_failed, vec!["uid-y".to_string()]);
+        // Every finished pod still holding the finalizer may let go of it.
+        let tracked: Vec<_> = c
+            .tracked
+            .iter()
+            .map(|t| (t.name.as_str(), t.finished))
+            .collect();
+        assert_eq!(
+            tracked,
+            [("b", true), ("x", true), ("c", true), ("y", true)]
+        );
+        // Pods the cache no longer has stay counted through the status.
+        let c = counts_for(&j, &[]);
+        assert_eq!((c.succeeded, c.failed), (3, 2));
+    }
+
+    #[test]
+    fn a_pod_whose_finalizer_is_going_is_not_counted_twice() {
+        let j = job_with_status(json!({"completions": 3}), json!({"succeeded": 1}));
+        let pods = [pod("a", "Succeeded", None)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let going = BTreeSet::from(["uid-a".to_string()]);
+        let c = count_pods_expecting(&j, &refs, ts(0), &going);
+        assert_eq!(c.succeeded, 1);
+        assert!(c.new_succeeded.is_empty() && c.tracked.is_empty());
+    }
+
+    #[test]
+    fn a_pod_deleted_while_running_counts_as_failed_unless_only_failed_pods_are_replaced() {
+        let mut deleted = pod("d", "Running", None);
+        deleted.metadata.deletion_timestamp = Some(Time(ts(0)));
+        let c = counts_for(&job(json!({})), std::slice::from_ref(&deleted));
+        assert_eq!((c.failed, c.terminating), (1, 1));
+        assert_eq!(c.new_failed, vec!["uid-d".to_string()]);
+        assert!(c.tracked[0].finished);
+        let c = counts_for(
+            &job(json!({"podReplacementPolicy": "Failed"})),
+            std::slice::from_ref(&deleted),
+        );
+        assert_eq!((c.failed, c.terminating), (0, 1));
+        assert!(!c.tracked[0].finished);
+    }
+
+    #[test]
+    fn completed_indexes_in_the_status_stay_completed_without_their_pods() {
+        let j = job_with_status(
+            json!({"completions": 4, "completionMode": "Indexed"}),
+            json!({"succeeded": 2, "completedIndexes": "0,2"}),
+        );
+        let c = counts_for(&j, &[pod("p3", "Succeeded", Some(3))]);
+        assert_eq!(c.succeeded_indexes, [0, 2, 3].into());
+        assert_eq!(c.succeeded, 3);
+        // Indexed Jobs count by index, not by UID.
+        assert!(c.new_succeeded.is_empty());
+    }
+
+    #[test]
+    fn the_last_failed_pod_of_an_index_to_retry_keeps_its_finalizer() {
+        let j = job(json!({"completions": 2, "completionMode": "Indexed",
+                            "backoffLimitPerIndex": 2}));
+        let c = counts_for(&j, &[failed_at_index("f", 1, 3, 0, 5)]);
+        assert!(c.index_retries.contains_key(&1));
+        assert_eq!(c.new_failed, vec!["uid-f".to_string()]);
+        assert!(!c.tracked[0].finished);
+    }
+
+    #[test]
+    fn pods_from_the_template_carry_the_tracking_finalizer_once() {
+        let mut j = job(json!({}));
+        j.spec.as_mut().unwrap().template.metadata = Some(ObjectMeta {
+            finalizers: Some(vec![
+                "example.com/keep".into(),
+                JOB_TRACKING_FINALIZER.into(),
+            ]),
+            ..Default::default()
+        });
+        let p = pod_from_template(&j, None, None);
+        assert_eq!(
+            p.metadata.finalizers,
+            Some(vec![
+                "example.com/keep".to_string(),
+                JOB_TRACKING_FINALIZER.to_string()
+            ])
+        );
+        let p = pod_from_template(&job(json!({})), None, None);
+        assert_eq!(
+            p.metadata.finalizers,
+            Some(vec![JOB_TRACKING_FINALIZER.to_string()])
+        );
     }
 
     /// A failed pod of `index` that exited with `code` at `finished`, its index having

@@ -188,6 +188,9 @@ pub struct ClaimingOwner<'a> {
     pub name: &'a str,
     pub uid: &'a str,
     pub deleting: bool,
+    /// Finalizers an adopted pod gets with the controllerRef (upstream adds the Job
+    /// controller's tracking finalizer this way).
+    pub adopt_finalizers: &'a [&'a str],
 }
 
 /// Upstream `PodControllerRefManager.ClaimPods`: of `candidates`, the pods that are
@@ -226,7 +229,11 @@ where
                     continue;
                 }
                 let r = new_controller_ref(owner.api_version, owner.kind, owner.name, owner.uid);
-                let patch = json!({"metadata": {"ownerReferences": [r], "uid": p.metadata.uid}});
+                let mut patch =
+                    json!({"metadata": {"ownerReferences": [r], "uid": p.metadata.uid}});
+                if !owner.adopt_finalizers.is_empty() {
+                    patch["metadata"]["finalizers"] = json!(owner.adopt_finalizers);
+                }
                 match pods_api
                     .patch(&pn, &PatchParams::default(), &Patch::Strategic(patch))
                     .await
@@ -737,6 +744,7 @@ impl<K: ReplicaOwner> Controller for ReplicaSetController<K> {
             name,
             uid: rs.uid(),
             deleting,
+            adopt_finalizers: &[],
         };
         let candidates = self
             .pods

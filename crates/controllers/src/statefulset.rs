@@ -914,6 +914,7 @@ impl StatefulSetController {
             name,
             uid,
             deleting: set.metadata.deletion_timestamp.is_some(),
+            adopt_finalizers: &[],
         };
         claim_pods::<StatefulSet>(&self.client, owner, self.pods.list_namespace(ns), |p| {
             may_claim(set, p)

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use ferrokube_controllers::job::{COMPLETION_INDEX, INDEX_FAILURE_COUNT};
+use ferrokube_controllers::job::{COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOB_TRACKING_FINALIZER};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::batch::v1::{Job, JobCondition};
@@ -78,10 +78,8 @@ async fn wait_condition(jobs: &Api<Job>, name: &str, type_: &str) -> anyhow::Res
     .await
 }
 
-#[tokio::test]
-async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
-    let srv = TestApiServer::start().await?;
-    let c = srv.client.clone();
+/// The Job controller alone, in a manager started as kube-controller-manager is.
+async fn start_job_controller(srv: &TestApiServer) -> anyhow::Result<(Manager, CancellationToken)> {
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
         controllers: vec!["job".into()],
@@ -91,6 +89,14 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     };
     let manager_client = srv.client_as("system:kube-controller-manager", &[]).await?;
     let manager = Manager::start(manager_client, &cfg, cancel.clone()).await?;
+    Ok((manager, cancel))
+}
+
+#[tokio::test]
+async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
+    let srv = TestApiServer::start().await?;
+    let c = srv.client.clone();
+    let (manager, cancel) = start_job_controller(&srv).await?;
     let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
@@ -197,7 +203,9 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
         condition(&failed, "Failed"),
         Some(("True".into(), "PodFailurePolicy".into()))
     );
-    assert_eq!(failed.status.unwrap().failed, Some(1));
+    // The exit-42 pod, and the pod stopped with the Job: a failing Job's pods that had
+    // not finished count as failed (upstream's tracking).
+    assert_eq!(failed.status.unwrap().failed, Some(2));
 
     // Indexed: one pod per index, each told its index.
     jobs.create(
@@ -345,6 +353,108 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     assert!(pods.list(&lp).await?.items.is_empty());
     let untouched = jobs.get("external").await?.status.unwrap_or_default();
     assert_eq!(untouched, Default::default());
+
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;
+    Ok(())
+}
+
+fn has_tracking_finalizer(pod: &Pod) -> bool {
+    pod.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == JOB_TRACKING_FINALIZER)
+}
+
+/// Upstream's tracking with the `batch.kubernetes.io/job-tracking` finalizer: a
+/// finished pod is counted once, before its finalizer goes, so deleting it loses
+/// nothing; a pod deleted by someone else before it finished is a failure; a pod the
+/// controller deletes itself is not; a deleted Job's pods let go of the finalizer.
+#[tokio::test]
+async fn finished_pods_are_counted_once_even_once_deleted() -> anyhow::Result<()> {
+    let srv = TestApiServer::start().await?;
+    let c = srv.client.clone();
+    let (manager, cancel) = start_job_controller(&srv).await?;
+    let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pp = PostParams::default();
+    let status_of = |name: &'static str| {
+        let jobs = jobs.clone();
+        async move { anyhow::Ok(jobs.get(name).await?.status.unwrap_or_default()) }
+    };
+
+    jobs.create(
+        &pp,
+        &job("tracked", json!({"completions": 2, "parallelism": 2}))?,
+    )
+    .await?;
+    let first = pods_of(&pods, "tracked", 2).await?;
+    assert!(first.iter().all(has_tracking_finalizer));
+
+    // A succeeded pod is counted, then lets go of the finalizer.
+    finish(&pods, &first[0], "Succeeded").await?;
+    let done = first[0].metadata.name.clone().unwrap_or_default();
+    wait_for(20, "the succeeded pod counted and released", || async {
+        let pod = pods.get(&done).await?;
+        let st = status_of("tracked").await?;
+        Ok((!has_tracking_finalizer(&pod) && st.succeeded == Some(1)).then_some(()))
+    })
+    .await?;
+    // Deleting it keeps the count, and no pod replaces a success.
+    pods.delete(&done, &Default::default()).await?;
+    wait_for(20, "the succeeded pod gone", || async {
+        Ok(pods.get_opt(&done).await?.is_none().then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(pods_of(&pods, "tracked", 1).await?.len(), 1);
+    assert_eq!(status_of("tracked").await?.succeeded, Some(1));
+
+    // A running pod deleted by someone else is a failure, and is replaced.
+    let running = first[1].metadata.name.clone().unwrap_or_default();
+    pods.delete(&running, &Default::default()).await?;
+    wait_for(20, "the deleted running pod counted as failed", || async {
+        let st = status_of("tracked").await?;
+        let gone = pods.get_opt(&running).await?.is_none();
+        Ok((gone && st.failed == Some(1)).then_some(()))
+    })
+    .await?;
+    let replacement = pods_of(&pods, "tracked", 1).await?;
+    assert_ne!(
+        replacement[0].metadata.name.as_deref(),
+        Some(running.as_str())
+    );
+    finish(&pods, &replacement[0], "Succeeded").await?;
+    let complete = wait_condition(&jobs, "tracked", "Complete").await?;
+    let st = complete.status.unwrap_or_default();
+    assert_eq!((st.succeeded, st.failed), (Some(2), Some(1)));
+    let uncounted = st.uncounted_terminated_pods.unwrap_or_default();
+    assert!(uncounted.succeeded.is_none() && uncounted.failed.is_none());
+
+    // Pods the controller deletes itself (here: suspending the Job) are not failures.
+    jobs.create(&pp, &job("paused", json!({"parallelism": 2}))?)
+        .await?;
+    pods_of(&pods, "paused", 2).await?;
+    let suspend = json!({"spec": {"suspend": true}});
+    jobs.patch("paused", &PatchParams::default(), &Patch::Merge(suspend))
+        .await?;
+    wait_condition(&jobs, "paused", "Suspended").await?;
+    pods_of(&pods, "paused", 0).await?;
+    assert_eq!(status_of("paused").await?.failed.unwrap_or(0), 0);
+
+    // A deleted Job's pods let go of the finalizer (no garbage collector runs here,
+    // so the pods stay, orphaned).
+    jobs.create(&pp, &job("dropped", json!({}))?).await?;
+    let left = pods_of(&pods, "dropped", 1).await?;
+    assert!(has_tracking_finalizer(&left[0]));
+    jobs.delete("dropped", &Default::default()).await?;
+    let orphan = left[0].metadata.name.clone().unwrap_or_default();
+    wait_for(20, "the deleted Job's pod released", || async {
+        let pod = pods.get(&orphan).await?;
+        Ok((!has_tracking_finalizer(&pod)).then_some(()))
+    })
+    .await?;
 
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;
