@@ -1718,7 +1718,14 @@ impl Store {
                     meta::set_meta(&mut marked, "generation", json!(g + 1));
                 }
             }
-        } else if !already {
+        } else if !already
+            || obj["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .is_some_and(|p| p > 0)
+        {
+            // A delete of grace 0 ends a pending graceful one (upstream's
+            // `BeforeDelete` only ever shortens it): the kubelet's last delete of a pod
+            // that still has finalizers, so the pod goes once they are removed.
             meta::set_meta(&mut marked, "deletionTimestamp", json!(self.now()));
             meta::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
         }

@@ -348,6 +348,30 @@ async fn finalizers_and_graceful_pods() {
     .await
     .unwrap();
     assert_eq!(status_code(&pods.get("running").await.unwrap_err()), 404);
+
+    // With a finalizer, the kubelet's last delete (grace 0) shortens the pending
+    // graceful one; the pod goes once the finalizer is removed.
+    let mut held = pod("held", Some("n1"));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    pods.create(&PostParams::default(), &held).await.unwrap();
+    pods.delete("held", &DeleteParams::default()).await.unwrap();
+    let p = pods.get("held").await.unwrap();
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(30));
+    let last = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("held", &last).await.unwrap();
+    let p = pods.get("held").await.unwrap();
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(0));
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_code(&pods.get("held").await.unwrap_err()), 404);
     srv.stop().await;
 }
 
