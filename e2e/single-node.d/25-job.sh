@@ -91,14 +91,19 @@ n=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-indexes -o name | wc -l)
 k delete job e2e-job-indexes --wait=true >/dev/null 2>&1 || fail "kubectl delete of job e2e-job-indexes failed"
 ok "job e2e-job-indexes Failed (FailedIndexes): index 0 failed by its exit code 42, indexes 1,2 completed"
 
-step "a running Job pod deleted by hand counts as failed; a deleted Job's pods let go of the tracking finalizer"
-# A short grace period: busybox's sleep ignores SIGTERM.
-out=$(k apply -f - 2>&1 <<'EOF'
+# deleted_pod_counts_as_failed JOB POLICY: a Job (podReplacementPolicy POLICY) whose
+# running pod is deleted with kubectl: the pod goes, the Job counts one failure, and
+# once the Job is deleted its pods go too.
+deleted_pod_counts_as_failed() {
+  local job=$1 policy=$2 out pod="" failed="" left=""
+  # A short grace period: busybox's sleep ignores SIGTERM.
+  out=$(k apply -f - 2>&1 <<EOF
 apiVersion: batch/v1
 kind: Job
 metadata:
-  name: e2e-job-deleted
+  name: $job
 spec:
+  podReplacementPolicy: $policy
   template:
     spec:
       restartPolicy: Never
@@ -108,33 +113,35 @@ spec:
         image: busybox
         command: ["sleep", "3600"]
 EOF
-) || fail "kubectl apply of job e2e-job-deleted: $out"
-pod=""
-for _ in $(seq 1 60); do
-  pod=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-deleted \
-    -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{end}' 2>/dev/null) || true
-  [ -n "$pod" ] && break
-  sleep 1
-done
-[ -n "$pod" ] || fail "the pod of job e2e-job-deleted is not Running after 60 s"
-fins=$(k get pod "$pod" -o 'jsonpath={.metadata.finalizers}')
-grep -q 'batch.kubernetes.io/job-tracking' <<<"$fins" ||
-  fail "pod $pod carries finalizers '$fins', without batch.kubernetes.io/job-tracking"
-out=$(timeout 100 "$KUBECTL" delete pod "$pod" --wait=true --timeout=90s 2>&1) ||
-  fail "kubectl delete pod $pod: $out"
-failed=""
-for _ in $(seq 1 30); do
-  failed=$(k get job e2e-job-deleted -o 'jsonpath={.status.failed}')
-  [ "$failed" = 1 ] && break
-  sleep 1
-done
-[ "$failed" = 1 ] || fail "job e2e-job-deleted counts $failed failed pods after its running pod was deleted, want 1"
-k delete job e2e-job-deleted --wait=true >/dev/null 2>&1 || fail "kubectl delete of job e2e-job-deleted failed"
-left=""
-for _ in $(seq 1 60); do
-  left=$(k get pods -l batch.kubernetes.io/job-name=e2e-job-deleted -o name 2>/dev/null)
-  [ -z "$left" ] && break
-  sleep 1
-done
-[ -z "$left" ] || fail "pods of the deleted job e2e-job-deleted left after 60 s: $left"
-ok "pod $pod deleted while running: job e2e-job-deleted failed 1; the deleted Job's pods are gone"
+  ) || fail "kubectl apply of job $job: $out"
+  for _ in $(seq 1 60); do
+    pod=$(k get pods -l "batch.kubernetes.io/job-name=$job" \
+      -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{end}' 2>/dev/null) || true
+    [ -n "$pod" ] && break
+    sleep 1
+  done
+  [ -n "$pod" ] || fail "the pod of job $job is not Running after 60 s"
+  out=$(k get pod "$pod" -o 'jsonpath={.metadata.finalizers}')
+  grep -q 'batch.kubernetes.io/job-tracking' <<<"$out" ||
+    fail "pod $pod carries finalizers '$out', without batch.kubernetes.io/job-tracking"
+  out=$(timeout 100 "$KUBECTL" delete pod "$pod" --wait=true --timeout=90s 2>&1) ||
+    fail "kubectl delete pod $pod (job $job): $out"
+  for _ in $(seq 1 30); do
+    failed=$(k get job "$job" -o 'jsonpath={.status.failed}')
+    [ "$failed" = 1 ] && break
+    sleep 1
+  done
+  [ "$failed" = 1 ] || fail "job $job counts '$failed' failed pods after its running pod was deleted, want 1"
+  k delete job "$job" --wait=true >/dev/null 2>&1 || fail "kubectl delete of job $job failed"
+  for _ in $(seq 1 60); do
+    left=$(k get pods -l "batch.kubernetes.io/job-name=$job" -o name 2>/dev/null)
+    [ -z "$left" ] && break
+    sleep 1
+  done
+  [ -z "$left" ] || fail "pods of the deleted job $job left after 60 s: $left"
+}
+
+step "a running Job pod deleted by hand counts as failed; a deleted Job's pods let go of the tracking finalizer"
+deleted_pod_counts_as_failed e2e-job-deleted TerminatingOrFailed
+deleted_pod_counts_as_failed e2e-job-replace-failed Failed
+ok "a deleted running pod: 1 failed for podReplacementPolicy TerminatingOrFailed and Failed; the deleted Jobs' pods are gone"

@@ -374,10 +374,28 @@ fn only_replaces_failed(job: &Job) -> bool {
         || spec.is_some_and(|s| s.pod_failure_policy.is_some())
 }
 
+/// The pod's phase as the Job counts it: a pod whose deletion was finished with a
+/// grace period of 0 (the kubelet's last delete after stopping its containers, pod
+/// garbage collection, or a pod never scheduled) and whose phase is not terminal is
+/// `Failed`. Upstream's kubelet and pod garbage collector write that phase before the
+/// last delete; this kubelet does not, and the tracking finalizer would otherwise keep
+/// such a pod, never finished, when only failed pods are replaced.
+fn job_pod_phase(pod: &Pod) -> &str {
+    match pod_phase(pod) {
+        phase @ ("Succeeded" | "Failed") => phase,
+        _ if pod.metadata.deletion_timestamp.is_some()
+            && pod.metadata.deletion_grace_period_seconds == Some(0) =>
+        {
+            "Failed"
+        }
+        phase => phase,
+    }
+}
+
 /// Upstream `isPodFailed`: failed, or deleted before it succeeded, when any pod being
 /// deleted is replaced (such a pod may never reach a terminal phase).
 fn counts_as_failed(pod: &Pod, replace_only_failed: bool) -> bool {
-    match pod_phase(pod) {
+    match job_pod_phase(pod) {
         "Failed" => true,
         "Succeeded" => false,
         _ => !replace_only_failed && pod.metadata.deletion_timestamp.is_some(),
@@ -445,7 +463,7 @@ pub fn count_pods_expecting(
         // Upstream counts only pods with a valid index as an Indexed Job's failures.
         let counts_in_mode = !indexed || index_of(pod).is_some_and(in_range);
         if has_tracking_finalizer(pod) && !finalizers_going.contains(uid) {
-            let phase = pod_phase(pod);
+            let phase = job_pod_phase(pod);
             c.tracked.push(TrackedPod {
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 uid: uid.to_string(),
@@ -455,7 +473,7 @@ pub fn count_pods_expecting(
                 succeeded: phase == "Succeeded",
             });
         }
-        match pod_phase(pod) {
+        match job_pod_phase(pod) {
             "Succeeded" => {
                 if uncounted_pod && !indexed {
                     c.new_succeeded.push(uid.to_string());
@@ -1996,6 +2014,21 @@ mod tests {
         );
         assert_eq!((c.failed, c.terminating), (0, 1));
         assert!(!c.tracked[0].finished);
+    }
+
+    #[test]
+    fn a_pod_whose_deletion_was_finished_counts_as_failed_when_only_failed_pods_are_replaced() {
+        let mut stopped = pod("s", "Running", None);
+        stopped.metadata.deletion_timestamp = Some(Time(ts(0)));
+        stopped.metadata.deletion_grace_period_seconds = Some(30);
+        let j = job(json!({"podReplacementPolicy": "Failed"}));
+        let c = counts_for(&j, std::slice::from_ref(&stopped));
+        assert_eq!((c.failed, c.terminating), (0, 1));
+        // The last delete (grace 0): its containers are stopped.
+        stopped.metadata.deletion_grace_period_seconds = Some(0);
+        let c = counts_for(&j, std::slice::from_ref(&stopped));
+        assert_eq!((c.failed, c.terminating), (1, 0));
+        assert!(c.tracked[0].finished);
     }
 
     #[test]
