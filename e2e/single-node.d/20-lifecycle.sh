@@ -2,7 +2,8 @@
 # Container lifecycle on the node: a failing liveness probe restarts the container
 # (restartCount rises, lastState terminated), a readiness probe drives Ready both ways, a
 # crashing container reaches CrashLoopBackOff, a postStart hook's effect is seen by the
-# container (through its termination message), activeDeadlineSeconds fails the pod.
+# container (through its termination message), activeDeadlineSeconds fails the pod, a
+# deleted pod held by a finalizer shows its terminal phase and goes once released.
 # Sourced by e2e/single-node.sh; uses its step/ok/fail/k helpers. No exec needed.
 
 LC_PODS=(lc-liveness lc-ready lc-crash lc-hook lc-deadline)
@@ -145,3 +146,32 @@ for ((i = 0; i < 120; i++)); do
 done
 [ "$left" = 0 ] || fail "$left lifecycle pods still exist 60 s after the delete"
 ok "gone"
+
+step "lifecycle: a deleted pod held by a finalizer ends Failed, and goes once released"
+out=$(k apply -f - 2>&1 <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: lc-held
+  finalizers: ["example.com/hold"]
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: sleep
+    image: busybox
+    command: ["sleep", "3600"]
+EOF
+) || fail "kubectl apply of pod lc-held: $out"
+lc_wait lc-held '{.status.phase}' Running 60
+k delete pod lc-held --wait=false >/dev/null 2>&1 || fail "kubectl delete pod lc-held failed"
+# The kubelet stops it and writes its terminal phase before its last delete.
+lc_wait lc-held '{.status.phase}' Failed 60
+out=$(k patch pod lc-held --type=merge -p '{"metadata":{"finalizers":null}}' 2>&1) ||
+  fail "removing the finalizer of lc-held: $out"
+gone=""
+for ((i = 0; i < 60; i++)); do
+  k get pod lc-held >/dev/null 2>&1 || { gone=1; break; }
+  sleep 0.5
+done
+[ -n "$gone" ] || fail "pod lc-held still exists 30 s after its finalizer was removed"
+ok "held pod Failed after its delete, gone once its finalizer was removed"

@@ -375,11 +375,11 @@ fn only_replaces_failed(job: &Job) -> bool {
 }
 
 /// The pod's phase as the Job counts it: a pod whose deletion was finished with a
-/// grace period of 0 (the kubelet's last delete after stopping its containers, pod
-/// garbage collection, or a pod never scheduled) and whose phase is not terminal is
-/// `Failed`. Upstream's kubelet and pod garbage collector write that phase before the
-/// last delete; this kubelet does not, and the tracking finalizer would otherwise keep
-/// such a pod, never finished, when only failed pods are replaced.
+/// grace period of 0 and whose phase is not terminal is `Failed`. The kubelet writes a
+/// terminal phase before its last delete, but a pod never scheduled, or force-deleted
+/// off a node that is gone, gets none here (upstream's pod garbage collector writes
+/// it); the tracking finalizer would otherwise keep such a pod, never finished, when
+/// only failed pods are replaced.
 fn job_pod_phase(pod: &Pod) -> &str {
     match pod_phase(pod) {
         phase @ ("Succeeded" | "Failed") => phase,

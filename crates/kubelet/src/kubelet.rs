@@ -1616,6 +1616,26 @@ impl Kubelet {
         }
     }
 
+    /// Stops the pod's containers and writes its terminal phase (upstream's kubelet
+    /// does so before its last delete), so that whatever keeps the pod by a finalizer,
+    /// the Job controller for one, sees how it ended. A failure here is left to
+    /// `kill_pod`, which stops the containers again and reports it.
+    async fn write_terminal_status(&self, pod: &Pod, grace: Option<i64>) {
+        let Ok(rt) = self.runtime.runtime_pod(uid(pod)).await else {
+            return;
+        };
+        if self.runtime.stop_pod(pod, &rt, grace).await.is_err() {
+            return;
+        }
+        let Ok(mut st) = self.runtime.pod_status(pod).await else {
+            return;
+        };
+        st.phase = Some(crate::status::terminal_phase(&st).to_owned());
+        if let Err(e) = self.write_status(pod, st).await {
+            tracing::warn!(pod = name(pod), error = %e, "error writing the terminal pod status");
+        }
+    }
+
     /// Kills the pod with its grace period, then finishes the API deletion (a DELETE with
     /// grace 0 and a UID precondition) unless the object is already gone. Returns whether
     /// the pod is done.
@@ -1635,6 +1655,9 @@ impl Kubelet {
             Ok(rt) => rt.containers.iter().map(|c| c.id.clone()).collect(),
             Err(_) => vec![],
         };
+        if !gone_from_api && !crate::static_pods::is_static_pod(pod) {
+            self.write_terminal_status(pod, grace).await;
+        }
         if let Err(e) = self.runtime.kill_pod(pod, grace).await {
             tracing::warn!(pod = name(pod), error = %e, "error killing pod; will retry");
             return false;

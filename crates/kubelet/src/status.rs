@@ -441,6 +441,29 @@ fn will_start(
     }
 }
 
+/// The phase of a pod this kubelet is deleting once its containers have stopped
+/// (upstream `getPhase` of a terminal pod): `Succeeded` when every container exited 0,
+/// else `Failed`; a terminal phase already in `status` stays.
+pub fn terminal_phase(status: &PodStatus) -> &'static str {
+    match status.phase.as_deref() {
+        Some("Succeeded") => return "Succeeded",
+        Some("Failed") => return "Failed",
+        _ => {}
+    }
+    let mut statuses = status.container_statuses.iter().flatten().peekable();
+    let exited_0 = |s: &ContainerStatus| {
+        s.state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    };
+    if statuses.peek().is_some() && statuses.all(exited_0) {
+        "Succeeded"
+    } else {
+        "Failed"
+    }
+}
+
 /// The pod phase from container statuses (upstream `getPhase`): sidecars count as
 /// running containers and keep the pod Pending only until they have started, before
 /// any regular container has.
@@ -1185,6 +1208,25 @@ mod tests {
         let later = pod_status(&p, &r, &StatusInputs::default());
         assert_eq!(later.reason.as_deref(), Some("Evicted"), "stays Evicted");
         assert_eq!(target(&later), want, "the condition stays");
+    }
+
+    #[test]
+    fn a_deleted_pod_ends_failed_unless_every_container_exited_0() {
+        let status = |phase: &str, codes: &[i32]| -> PodStatus {
+            serde_json::from_value(serde_json::json!({
+                "phase": phase,
+                "containerStatuses": codes.iter().enumerate().map(|(i, c)| serde_json::json!({
+                    "name": format!("c{i}"), "ready": false, "restartCount": 0,
+                    "image": "i", "imageID": "",
+                    "state": {"terminated": {"exitCode": c}}})).collect::<Vec<_>>(),
+            }))
+            .unwrap()
+        };
+        assert_eq!(terminal_phase(&status("Running", &[0, 0])), "Succeeded");
+        assert_eq!(terminal_phase(&status("Running", &[0, 137])), "Failed");
+        assert_eq!(terminal_phase(&status("Pending", &[])), "Failed");
+        // A phase written before stays.
+        assert_eq!(terminal_phase(&status("Succeeded", &[137])), "Succeeded");
     }
 
     #[test]
