@@ -376,10 +376,10 @@ fn only_replaces_failed(job: &Job) -> bool {
 
 /// The pod's phase as the Job counts it: a pod whose deletion was finished with a
 /// grace period of 0 and whose phase is not terminal is `Failed`. The kubelet writes a
-/// terminal phase before its last delete, but a pod never scheduled, or force-deleted
-/// off a node that is gone, gets none here (upstream's pod garbage collector writes
-/// it); the tracking finalizer would otherwise keep such a pod, never finished, when
-/// only failed pods are replaced.
+/// terminal phase before its last delete, and the pod garbage collector marks a
+/// deleted pod never scheduled (or off a node that is gone) `Failed` within its 20 s
+/// period; until then the tracking finalizer would keep such a pod, not finished, when
+/// only failed pods are replaced. A force delete (grace 0) counts at once.
 fn job_pod_phase(pod: &Pod) -> &str {
     match pod_phase(pod) {
         phase @ ("Succeeded" | "Failed") => phase,
