@@ -86,13 +86,13 @@ use ferrokube_client::workqueue::WorkQueue;
 use crate::events::{EventSink, EventType, emit};
 use crate::expectations::Expectations;
 use crate::replicaset::{
-    ClaimingOwner, claim_pods, is_conflict, is_not_found, rank_for_deletion, slow_start_batch,
+    ClaimingOwner, claim_pods, is_not_found, rank_for_deletion, slow_start_batch,
 };
 use crate::util::{
-    controller_of, is_pod_ready, labels, new_controller_ref, pod_phase, selector_is_empty,
-    selector_matches,
+    controller_of, has_finalizer, is_pod_ready, labels, new_controller_ref, pod_phase,
+    selector_is_empty, selector_matches,
 };
-use crate::{Action, Controller, Error, Result, replace_status_retrying, split_key};
+use crate::{Action, Controller, Error, Result, replace_status_written, split_key};
 use ferrokube_validation::parse_index_intervals;
 
 /// The label and annotation holding an Indexed Job pod's completion index.
@@ -324,10 +324,7 @@ fn annotation_count(pod: &Pod, key: &str) -> i32 {
 }
 
 fn has_tracking_finalizer(pod: &Pod) -> bool {
-    pod.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == JOB_TRACKING_FINALIZER))
+    has_finalizer(&pod.metadata, JOB_TRACKING_FINALIZER)
 }
 
 /// `finalizers` with [`JOB_TRACKING_FINALIZER`] once.
@@ -363,6 +360,38 @@ fn uncounted_pods(
     k8s_openapi::api::batch::v1::UncountedTerminatedPods {
         succeeded: (!succeeded.is_empty()).then(|| succeeded.to_vec()),
         failed: (!failed.is_empty()).then(|| failed.to_vec()),
+    }
+}
+
+fn uid_set(list: Option<&Vec<String>>) -> BTreeSet<&str> {
+    list.into_iter().flatten().map(String::as_str).collect()
+}
+
+/// The cached pods `job` controls that still hold the tracking finalizer.
+fn held_pods(pods: &Store<Pod>, job: &Job) -> Vec<Arc<Pod>> {
+    let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+    let uid = job.metadata.uid.as_deref();
+    pods.list_namespace(ns)
+        .into_iter()
+        .filter(|p| {
+            has_tracking_finalizer(p) && controller_of(&p.metadata).map(|r| r.uid.as_str()) == uid
+        })
+        .collect()
+}
+
+/// Forgets an expected finalizer removal of the Job `key`'s pod `uid`: seen by the pod
+/// cache, or never sent.
+fn removal_seen(
+    going: &parking_lot::Mutex<BTreeMap<String, BTreeSet<String>>>,
+    key: &str,
+    uid: &str,
+) {
+    let mut going = going.lock();
+    if let Some(uids) = going.get_mut(key) {
+        uids.remove(uid);
+        if uids.is_empty() {
+            going.remove(key);
+        }
     }
 }
 
@@ -426,18 +455,8 @@ pub fn count_pods_expecting(
     let spec = job.spec.as_ref();
     let status = job.status.as_ref();
     let uncounted = status.and_then(|s| s.uncounted_terminated_pods.as_ref());
-    let uncounted_succeeded: BTreeSet<&str> = uncounted
-        .and_then(|u| u.succeeded.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    let uncounted_failed: BTreeSet<&str> = uncounted
-        .and_then(|u| u.failed.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
+    let uncounted_succeeded = uid_set(uncounted.and_then(|u| u.succeeded.as_ref()));
+    let uncounted_failed = uid_set(uncounted.and_then(|u| u.failed.as_ref()));
     let replace_only_failed = only_replaces_failed(job);
     let indexed = spec.and_then(|s| s.completion_mode.as_deref()) == Some("Indexed");
     let completions = spec.and_then(|s| s.completions);
@@ -455,25 +474,22 @@ pub fn count_pods_expecting(
     let mut active: Vec<&Pod> = Vec::new();
     for pod in pods {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let phase = job_pod_phase(pod);
+        let tracked = has_tracking_finalizer(pod) && !finalizers_going.contains(uid);
         // Counted by this sync unless the status has it already.
-        let uncounted_pod = has_tracking_finalizer(pod)
-            && !finalizers_going.contains(uid)
-            && !uncounted_succeeded.contains(uid)
-            && !uncounted_failed.contains(uid);
+        let uncounted_pod =
+            tracked && !uncounted_succeeded.contains(uid) && !uncounted_failed.contains(uid);
         // Upstream counts only pods with a valid index as an Indexed Job's failures.
         let counts_in_mode = !indexed || index_of(pod).is_some_and(in_range);
-        if has_tracking_finalizer(pod) && !finalizers_going.contains(uid) {
-            let phase = job_pod_phase(pod);
+        if tracked {
             c.tracked.push(TrackedPod {
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 uid: uid.to_string(),
-                finished: phase == "Succeeded"
-                    || phase == "Failed"
-                    || counts_as_failed(pod, replace_only_failed),
+                finished: phase == "Succeeded" || counts_as_failed(pod, replace_only_failed),
                 succeeded: phase == "Succeeded",
             });
         }
-        match job_pod_phase(pod) {
+        match phase {
             "Succeeded" => {
                 if uncounted_pod && !indexed {
                     c.new_succeeded.push(uid.to_string());
@@ -1255,26 +1271,11 @@ impl JobController {
         claim_pods::<Job>(&self.client, owner, self.pods.list_namespace(ns), selects).await
     }
 
-    /// Writes `status`; the Job as written when the first try succeeds (a conflict
-    /// is retried on a fresh copy, and a Job gone needs no status).
+    /// Writes `status`; the Job as written (`None` once it is gone).
     async fn write_status(&self, job: &Job, status: JobStatus) -> Result<Option<Job>> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
-        let name = job.metadata.name.as_deref().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
-        let mut updated = job.clone();
-        updated.status = Some(status.clone());
-        match api
-            .replace_status(name, &PostParams::default(), &updated)
-            .await
-        {
-            Ok(written) => Ok(Some(written)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) if is_conflict(&e) => {
-                replace_status_retrying(&api, job, |j| j.status = Some(status.clone())).await?;
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
+        replace_status_written(&api, job, |j| j.status = Some(status.clone())).await
     }
 
     /// Removes the tracking finalizer from `pods` (upstream
@@ -1297,7 +1298,7 @@ impl JobController {
                 }
                 Err(e) => {
                     tracing::warn!(job = key, pod = %pod.name, "removing the tracking finalizer: {e}");
-                    self.finalizer_removal_seen(key, &pod.uid);
+                    removal_seen(&self.finalizers_going, key, &pod.uid);
                 }
             }
         }
@@ -1320,16 +1321,6 @@ impl JobController {
             going.remove(key);
         }
         pending
-    }
-
-    fn finalizer_removal_seen(&self, key: &str, uid: &str) {
-        let mut going = self.finalizers_going.lock();
-        if let Some(uids) = going.get_mut(key) {
-            uids.remove(uid);
-            if uids.is_empty() {
-                going.remove(key);
-            }
-        }
     }
 
     /// The tracking finalizers of a finished or deleted Job's pods, or of a pod no Job
@@ -1380,14 +1371,8 @@ impl Controller for JobController {
                     exp.delete(&key);
                     // Its pods still holding the tracking finalizer let go (upstream
                     // `cleanupPodFinalizers`).
-                    let ns = job.metadata.namespace.as_deref().unwrap_or_default();
-                    for pod in pods.list_namespace(ns) {
-                        if has_tracking_finalizer(&pod)
-                            && controller_of(&pod.metadata).map(|r| r.uid.as_str())
-                                == job.metadata.uid.as_deref()
-                        {
-                            q.add(format!("{ORPHAN_POD_KEY}{}", object_key(&*pod)));
-                        }
+                    for pod in held_pods(&pods, job) {
+                        q.add(format!("{ORPHAN_POD_KEY}{}", object_key(&*pod)));
                     }
                     return;
                 }
@@ -1425,13 +1410,7 @@ impl Controller for JobController {
                 };
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                 if matches!(n, Notification::Deleted { .. }) || !has_tracking_finalizer(pod) {
-                    let mut going = going.lock();
-                    if let Some(uids) = going.get_mut(&key) {
-                        uids.remove(uid);
-                        if uids.is_empty() {
-                            going.remove(&key);
-                        }
-                    }
+                    removal_seen(&going, &key, uid);
                 }
                 match &n {
                     Notification::Added { obj, .. }
@@ -1474,16 +1453,8 @@ impl Controller for JobController {
         }
         if is_finished(&job) || job.metadata.deletion_timestamp.is_some() {
             // Nothing more to count: pods still holding the finalizer let go.
-            let uid = job.metadata.uid.as_deref();
-            let ns = job.metadata.namespace.as_deref().unwrap_or_default();
-            let held: Vec<TrackedPod> = self
-                .pods
-                .list_namespace(ns)
+            let held: Vec<TrackedPod> = held_pods(&self.pods, &job)
                 .into_iter()
-                .filter(|p| {
-                    has_tracking_finalizer(p)
-                        && controller_of(&p.metadata).map(|r| r.uid.as_str()) == uid
-                })
                 .map(|p| TrackedPod {
                     name: p.metadata.name.clone().unwrap_or_default(),
                     uid: p.metadata.uid.clone().unwrap_or_default(),

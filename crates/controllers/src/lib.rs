@@ -139,6 +139,19 @@ pub async fn replace_status_retrying<K>(
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    replace_status_written(api, obj, set_status).await.map(drop)
+}
+
+/// [`replace_status_retrying`], returning the object as written (`None` when it is
+/// gone), for a controller that writes its status again in the same sync.
+pub async fn replace_status_written<K>(
+    api: &kube::Api<K>,
+    obj: &K,
+    set_status: impl Fn(&mut K),
+) -> Result<Option<K>>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let name = obj.meta().name.clone().unwrap_or_default();
     let mut current = obj.clone();
     for attempt in 0..2 {
@@ -147,15 +160,15 @@ where
             .replace_status(&name, &kube::api::PostParams::default(), &current)
             .await
         {
-            Ok(_) => return Ok(()),
-            Err(e) if replicaset::is_not_found(&e) => return Ok(()),
+            Ok(written) => return Ok(Some(written)),
+            Err(e) if replicaset::is_not_found(&e) => return Ok(None),
             Err(e) if attempt == 0 && replicaset::is_conflict(&e) => {
                 current = api.get(&name).await?
             }
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Queues the key of every added or updated `K` that `wanted` accepts: the watch of a

@@ -26,6 +26,7 @@ use kube::api::{Api, ListParams, PostParams};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
+use crate::util::has_finalizer;
 use crate::{Action, Controller, Error, Result, done_unless_failed, split_key};
 
 /// Upstream `volumeutil.PVCProtectionFinalizer`.
@@ -60,10 +61,6 @@ pub fn is_deletion_candidate(meta: &ObjectMeta, finalizer: &str) -> bool {
 /// `finalizer`.
 pub fn needs_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {
     meta.deletion_timestamp.is_none() && !has_finalizer(meta, finalizer)
-}
-
-fn has_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {
-    meta.finalizers.iter().flatten().any(|f| f == finalizer)
 }
 
 /// `meta` with `finalizer` added (`add`) or removed; the object to PUT back.

@@ -9,6 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::jiff::Timestamp;
 
+/// Whether the object still holds `finalizer`.
+pub fn has_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == finalizer)
+}
+
 /// Matches `labels` against a `metav1.LabelSelector` (matchLabels AND every
 /// matchExpression). An empty selector matches everything, as upstream's
 /// `LabelSelectorAsSelector`; callers that treat an empty selector as "nothing"

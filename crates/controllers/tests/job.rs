@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ferrokube_controllers::job::{COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOB_TRACKING_FINALIZER};
 use ferrokube_controllers::manager::{Manager, ManagerConfig};
+use ferrokube_controllers::util::has_finalizer;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::batch::v1::{Job, JobCondition};
 use k8s_openapi::api::core::v1::Pod;
@@ -360,11 +361,7 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
 }
 
 fn has_tracking_finalizer(pod: &Pod) -> bool {
-    pod.metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == JOB_TRACKING_FINALIZER)
+    has_finalizer(&pod.metadata, JOB_TRACKING_FINALIZER)
 }
 
 /// Upstream's tracking with the `batch.kubernetes.io/job-tracking` finalizer: a

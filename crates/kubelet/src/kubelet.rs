@@ -44,6 +44,7 @@ use crate::static_pods::{
     MirrorAction, StaticPodSource, StaticPods, is_mirror_pod, is_static_pod, mirror_pod,
     plan_mirrors,
 };
+use crate::status::RuntimePod;
 use crate::status_manager::StatusManager;
 
 /// Everything the kubelet is configured with besides the runtime's [`crate::NodeConfig`].
@@ -1620,11 +1621,8 @@ impl Kubelet {
     /// does so before its last delete), so that whatever keeps the pod by a finalizer,
     /// the Job controller for one, sees how it ended. A failure here is left to
     /// `kill_pod`, which stops the containers again and reports it.
-    async fn write_terminal_status(&self, pod: &Pod, grace: Option<i64>) {
-        let Ok(rt) = self.runtime.runtime_pod(uid(pod)).await else {
-            return;
-        };
-        if self.runtime.stop_pod(pod, &rt, grace).await.is_err() {
+    async fn write_terminal_status(&self, pod: &Pod, rt: &RuntimePod, grace: Option<i64>) {
+        if self.runtime.stop_pod(pod, rt, grace).await.is_err() {
             return;
         }
         let Ok(mut st) = self.runtime.pod_status(pod).await else {
@@ -1651,12 +1649,13 @@ impl Kubelet {
             ?grace,
             "killing pod"
         );
-        let container_ids: Vec<String> = match self.runtime.runtime_pod(uid(pod)).await {
-            Ok(rt) => rt.containers.iter().map(|c| c.id.clone()).collect(),
-            Err(_) => vec![],
-        };
-        if !gone_from_api && !crate::static_pods::is_static_pod(pod) {
-            self.write_terminal_status(pod, grace).await;
+        let rt = self.runtime.runtime_pod(uid(pod)).await.ok();
+        let container_ids: Vec<String> = rt
+            .iter()
+            .flat_map(|rt| rt.containers.iter().map(|c| c.id.clone()))
+            .collect();
+        if let Some(rt) = rt.filter(|_| !gone_from_api && !crate::static_pods::is_static_pod(pod)) {
+            self.write_terminal_status(pod, &rt, grace).await;
         }
         if let Err(e) = self.runtime.kill_pod(pod, grace).await {
             tracing::warn!(pod = name(pod), error = %e, "error killing pod; will retry");
