@@ -62,10 +62,14 @@
 //!   pod exists; `Complete`/`Failed` wait until nothing is uncounted; a finished or
 //!   deleted Job's pods, and orphans, let go of it (upstream `syncOrphanPod`).
 //!
-//! Not done (deviations): upstream's cap of 500 uncounted pods per sync
-//! (`MaxUncountedPods`); removals are sent one after the other; a pod made by an
-//! older Ferrokube (without the finalizer) that finishes after an upgrade is taken as
-//! counted already.
+//! A sync records at most [`MAX_UNCOUNTED_PODS`] pods in `uncountedTerminatedPods`
+//! (upstream `MaxUncountedPods`), so the status stays small and a big Job does not
+//! starve the others; the rest wait for the next sync, and the Job does not finish
+//! before. The finalizer removals of one sync are sent together, as upstream's
+//! goroutine per pod (the client's rate limiter paces them).
+//!
+//! Not done (deviation): a pod made by an older Ferrokube (without the finalizer)
+//! that finishes after an upgrade is taken as counted already.
 //!
 //! Pure part: [`count_pods`], [`plan`], [`format_indexes`], [`backoff_delay`],
 //! [`pod_from_template`]. IO part: [`JobController`].
@@ -105,6 +109,9 @@ pub const INDEX_IGNORED_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-ign
 /// `batch.JobTrackingFinalizer`): a finished pod stays until the Job has counted it,
 /// so that deleting it (by hand, by pod garbage collection) never loses the count.
 pub const JOB_TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
+/// At most this many pods in `status.uncountedTerminatedPods` after a sync
+/// (upstream `MaxUncountedPods`: their UIDs stay under 20 KB).
+pub const MAX_UNCOUNTED_PODS: usize = 500;
 /// Queue keys of pods whose tracking finalizer may have to go with no Job to sync:
 /// this prefix, then `namespace/name`.
 const ORPHAN_POD_KEY: &str = "orphan-pod:";
@@ -349,6 +356,26 @@ async fn remove_tracking_finalizer(api: &Api<Pod>, name: &str) -> kube::Result<(
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// The finished pods whose finalizer goes in this sync: those already in
+/// `uncountedTerminatedPods`, then new ones while the status has room for their UIDs
+/// (`cap` in all); and whether pods were left for a later sync (upstream
+/// `reachedMaxUncountedPods`).
+fn within_uncounted_cap<'a>(
+    finished: impl Iterator<Item = &'a TrackedPod>,
+    uncounted_succeeded: &BTreeSet<&str>,
+    uncounted_failed: &BTreeSet<&str>,
+    cap: usize,
+) -> (Vec<&'a TrackedPod>, bool) {
+    let (mut release, new): (Vec<&TrackedPod>, Vec<&TrackedPod>) = finished.partition(|pod| {
+        uncounted_succeeded.contains(pod.uid.as_str())
+            || uncounted_failed.contains(pod.uid.as_str())
+    });
+    let room = cap.saturating_sub(uncounted_succeeded.len() + uncounted_failed.len());
+    let left_out = new.len() > room;
+    release.extend(new.into_iter().take(room));
+    (release, left_out)
 }
 
 /// `status.uncountedTerminatedPods` with these UIDs (empty lists left out, as upstream
@@ -1285,24 +1312,26 @@ impl JobController {
     async fn release_pods(&self, key: &str, job: &Job, pods: &[&TrackedPod]) -> BTreeSet<String> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let mut gone = BTreeSet::new();
-        for pod in pods {
-            self.finalizers_going
-                .lock()
-                .entry(key.to_string())
-                .or_default()
-                .insert(pod.uid.clone());
+        self.finalizers_going
+            .lock()
+            .entry(key.to_string())
+            .or_default()
+            .extend(pods.iter().map(|pod| pod.uid.clone()));
+        let removals = pods.iter().map(|pod| async {
             match remove_tracking_finalizer(&api, &pod.name).await {
-                Ok(()) => {
-                    gone.insert(pod.uid.clone());
-                }
+                Ok(()) => Some(pod.uid.clone()),
                 Err(e) => {
                     tracing::warn!(job = key, pod = %pod.name, "removing the tracking finalizer: {e}");
                     removal_seen(&self.finalizers_going, key, &pod.uid);
+                    None
                 }
             }
-        }
-        gone
+        });
+        futures::future::join_all(removals)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// The Job's expected finalizer removals still pending: a pod the cache shows
@@ -1546,24 +1575,21 @@ impl Controller for JobController {
         // first, then lose their finalizer, and only then move into the counters.
         // Indexed Jobs count succeeded pods by index, so only failures go by UID.
         let finishing = plan.succeeded.is_some() || plan.failed.is_some();
-        let release: Vec<&TrackedPod> = counts
-            .tracked
-            .iter()
-            .filter(|t| t.finished || finishing)
-            .collect();
-        let released = |uid: &String| release.iter().any(|t| &t.uid == uid);
         let old_uncounted = old.uncounted_terminated_pods.clone().unwrap_or_default();
+        let (release, reached_max_uncounted) = within_uncounted_cap(
+            counts.tracked.iter().filter(|t| t.finished || finishing),
+            &uid_set(old_uncounted.succeeded.as_ref()),
+            &uid_set(old_uncounted.failed.as_ref()),
+            MAX_UNCOUNTED_PODS,
+        );
+        let released = |uid: &String| release.iter().any(|t| &t.uid == uid);
         let mut uncounted_succeeded = old_uncounted.succeeded.unwrap_or_default();
         let mut uncounted_failed = old_uncounted.failed.unwrap_or_default();
         uncounted_succeeded.extend(counts.new_succeeded.iter().filter(|u| released(u)).cloned());
         uncounted_failed.extend(counts.new_failed.iter().filter(|u| released(u)).cloned());
         if plan.failed.is_some() {
             // A failing Job's pods that had not finished count as failed (upstream).
-            for t in counts
-                .tracked
-                .iter()
-                .filter(|t| !t.finished && !t.succeeded)
-            {
+            for t in release.iter().filter(|t| !t.finished && !t.succeeded) {
                 if !uncounted_failed.contains(&t.uid) && !uncounted_succeeded.contains(&t.uid) {
                     uncounted_failed.push(t.uid.clone());
                 }
@@ -1605,7 +1631,11 @@ impl Controller for JobController {
         status.uncounted_terminated_pods = Some(uncounted_pods(&left_succeeded, &left_failed));
         let all_counted = left_succeeded.is_empty() && left_failed.is_empty();
 
-        let none_running = active <= 0 && counts.terminating + deleting == 0 && all_counted;
+        // Pods left out by the cap are counted in a later sync; the Job waits for them.
+        let none_running = active <= 0
+            && counts.terminating + deleting == 0
+            && all_counted
+            && !reached_max_uncounted;
         if let Some(success) = &plan.succeeded {
             set_condition(
                 &mut conditions,
@@ -1678,6 +1708,7 @@ impl Controller for JobController {
             return Err(e);
         }
         Ok(match plan.requeue {
+            _ if reached_max_uncounted => Action::RequeueAfter(Duration::ZERO),
             Some(d) => Action::RequeueAfter(d),
             None => Action::Done,
         })
@@ -2435,5 +2466,42 @@ mod tests {
         );
         let plain = pod_from_template(&job(json!({})), None, None);
         assert_eq!(plain.metadata.generate_name.as_deref(), Some("j-"));
+    }
+
+    /// Upstream's `MaxUncountedPods`: pods already in the status always go on; new
+    /// ones only while the status has room, and the rest wait for the next sync.
+    #[test]
+    fn uncounted_pods_stay_within_the_cap() {
+        let pods: Vec<TrackedPod> = (0..6)
+            .map(|i| TrackedPod {
+                name: format!("p{i}"),
+                uid: format!("u{i}"),
+                finished: true,
+                succeeded: i % 2 == 0,
+            })
+            .collect();
+        let names = |release: &[&TrackedPod]| -> Vec<String> {
+            release.iter().map(|p| p.name.clone()).collect()
+        };
+        let none = BTreeSet::new();
+        let (release, left_out) = within_uncounted_cap(pods.iter(), &none, &none, 10);
+        assert_eq!(release.len(), 6);
+        assert!(!left_out);
+        let (release, left_out) = within_uncounted_cap(pods.iter(), &none, &none, 6);
+        assert_eq!(release.len(), 6);
+        assert!(!left_out, "exactly filling the status leaves nobody out");
+        let succeeded: BTreeSet<&str> = ["u4", "x1"].into();
+        let failed: BTreeSet<&str> = ["u5"].into();
+        let (release, left_out) = within_uncounted_cap(pods.iter(), &succeeded, &failed, 5);
+        assert_eq!(names(&release), ["p4", "p5", "p0", "p1"]);
+        assert!(left_out);
+        let full: BTreeSet<&str> = ["a", "b", "c", "d", "e", "u1"].into();
+        let (release, left_out) = within_uncounted_cap(pods.iter(), &full, &none, 5);
+        assert_eq!(
+            names(&release),
+            ["p1"],
+            "a full status still lets its own pods go"
+        );
+        assert!(left_out);
     }
 }
