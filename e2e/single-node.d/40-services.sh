@@ -2,7 +2,8 @@
 # Available behind a ClusterIP that answers from the host, a NodePort answers on the node's
 # IP, a rolling update to another image completes and the Service still serves, scaling
 # to 0 makes the ClusterIP refuse at once (reject, not a hang), and deleting the Services
-# removes their rules. Sourced by e2e/single-node.sh (uses step/ok/fail/k, NODE).
+# removes their rules; kube-proxy's start shows as an event on the node. Sourced by
+# e2e/single-node.sh (uses step/ok/fail/k, NODE).
 
 # curl with a 3 s bound; sets SVC_RC (curl's exit code: 0 ok, 7 refused, 28 timed out),
 # SVC_SECS and SVC_BODY.
@@ -31,6 +32,14 @@ svc_cleanup() {
   k delete service web web-np --ignore-not-found --wait=false >/dev/null 2>&1 || true
   k delete deployment web --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
+
+step "kube-proxy's start on the node: a Normal Starting event (events.k8s.io, StartKubeProxy)"
+out=$(k get events.v1.events.k8s.io -n default -o \
+  'jsonpath={range .items[*]}{.reportingController}|{.reason}|{.action}|{.regarding.kind}|{.regarding.name}{"\n"}{end}' 2>&1) ||
+  fail "kubectl get events: $out"
+grep -qx "kube-proxy|Starting|StartKubeProxy|Node|$NODE" <<<"$out" ||
+  fail "no Starting event from kube-proxy about node $NODE; events: $out"
+ok "kube-proxy's Starting event is on node $NODE"
 
 step "services: kubectl create deployment web --image=nginx --replicas=3 -> Available"
 svc_cleanup

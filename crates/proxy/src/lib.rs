@@ -9,7 +9,9 @@
 //!   that rewrites only the chains and map elements of changed Services.
 //! * [`proxier`]: the per-family state (objects seen, desired rules, a model of what is
 //!   applied) that plans transactions; [`nft`] runs them (`nft -f -`, atomic).
-//! * [`run`]: informers -> proxiers -> sync loop with bounded frequency; [`health`]:
+//! * [`run`]: informers -> proxiers -> sync loop with bounded frequency, and
+//!   upstream's start-up events on the node (`Starting`, or why it could not start);
+//!   [`health`]:
 //!   upstream's `/healthz` semantics and the `/metrics` text; [`config`]:
 //!   `KubeProxyConfiguration` and `--proxy-mode`.
 //!

@@ -10,11 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use ferrokube_client::events::{
+    EventBroadcaster, EventBroadcasterOptions, EventType, hostname as host_name,
+};
 use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
 use futures::StreamExt;
 use http_body_util::Full;
 use hyper::body::Bytes;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, Client};
 use parking_lot::Mutex;
@@ -80,6 +83,90 @@ pub async fn run(
         changed: Notify::new(),
         initialized: AtomicBool::new(false),
     });
+    let events = EventBroadcaster::new(client.clone(), EventBroadcasterOptions::default());
+    let recorder =
+        events.new_recorder_with_instance("kube-proxy", &format!("kube-proxy-{}", host_name()));
+    let node = node_ref(&hostname);
+    let started = start_servers(&cfg, &shared, &cancel).await;
+    let servers = match started {
+        Ok(servers) => servers,
+        Err((reason, err)) => {
+            // As upstream: the node shows why this proxy did not come up.
+            recorder.event(
+                &node,
+                None,
+                EventType::Warning,
+                reason,
+                START_ACTION,
+                &err.to_string(),
+            );
+            events.shutdown().await;
+            return Err(err);
+        }
+    };
+
+    // Upstream's informer filters: Services another proxy implements are not ours.
+    let selector = InformerConfig {
+        label_selector: Some(format!("!{}", crate::model::SERVICE_PROXY_NAME_LABEL)),
+        ..InformerConfig::default()
+    };
+    let services: SharedIndexInformer<Service> =
+        SharedIndexInformer::new(Api::all(client.clone()), selector.clone());
+    let slices: SharedIndexInformer<EndpointSlice> =
+        SharedIndexInformer::new(Api::all(client.clone()), selector);
+    let nodes: SharedIndexInformer<Node> = SharedIndexInformer::new(
+        Api::all(client.clone()),
+        InformerConfig {
+            field_selector: Some(format!("metadata.name={hostname}")),
+            ..InformerConfig::default()
+        },
+    );
+    let dispatched = tokio::spawn(dispatch(
+        shared.clone(),
+        services.clone(),
+        slices.clone(),
+        nodes.clone(),
+        cancel.clone(),
+    ));
+    services.start();
+    slices.start();
+    nodes.start();
+    recorder.event(&node, None, EventType::Normal, "Starting", START_ACTION, "");
+
+    sync_loop(&shared, &cfg, &cancel).await;
+
+    services.stop().await;
+    slices.stop().await;
+    nodes.stop().await;
+    let _ = dispatched.await;
+    for s in servers {
+        let _ = s.await;
+    }
+    events.shutdown().await;
+    Ok(())
+}
+
+/// The action of upstream's start-up events (`birthCry` and its failures).
+const START_ACTION: &str = "StartKubeProxy";
+
+/// The node this proxy runs on, as upstream's `NodeRef` names it (its UID is the
+/// name).
+fn node_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(name.to_string()),
+        uid: Some(name.to_string()),
+        ..ObjectReference::default()
+    }
+}
+
+/// The healthz and metrics servers; a failure to bind comes with the reason of
+/// upstream's event for it.
+async fn start_servers(
+    cfg: &RunConfig,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, (&'static str, RunError)> {
     let mut servers = Vec::new();
     if let Some(addr) = cfg.healthz_addr {
         let s = shared.clone();
@@ -99,7 +186,8 @@ pub async fn run(
                 }),
                 cancel.clone(),
             )
-            .await?,
+            .await
+            .map_err(|e| ("FailedToStartProxierHealthcheck", e))?,
         );
     }
     if let Some(addr) = cfg.metrics_addr {
@@ -121,47 +209,11 @@ pub async fn run(
                 }),
                 cancel.clone(),
             )
-            .await?,
+            .await
+            .map_err(|e| ("FailedToStartMetricServer", e))?,
         );
     }
-
-    // Upstream's informer filters: Services another proxy implements are not ours.
-    let selector = InformerConfig {
-        label_selector: Some(format!("!{}", crate::model::SERVICE_PROXY_NAME_LABEL)),
-        ..InformerConfig::default()
-    };
-    let services: SharedIndexInformer<Service> =
-        SharedIndexInformer::new(Api::all(client.clone()), selector.clone());
-    let slices: SharedIndexInformer<EndpointSlice> =
-        SharedIndexInformer::new(Api::all(client.clone()), selector);
-    let nodes: SharedIndexInformer<Node> = SharedIndexInformer::new(
-        Api::all(client.clone()),
-        InformerConfig {
-            field_selector: Some(format!("metadata.name={hostname}")),
-            ..InformerConfig::default()
-        },
-    );
-    let events = tokio::spawn(dispatch(
-        shared.clone(),
-        services.clone(),
-        slices.clone(),
-        nodes.clone(),
-        cancel.clone(),
-    ));
-    services.start();
-    slices.start();
-    nodes.start();
-
-    sync_loop(&shared, &cfg, &cancel).await;
-
-    services.stop().await;
-    slices.stop().await;
-    nodes.stop().await;
-    let _ = events.await;
-    for s in servers {
-        let _ = s.await;
-    }
-    Ok(())
+    Ok(servers)
 }
 
 /// Feeds informer notifications into the proxiers and wakes the sync loop.

@@ -1,8 +1,9 @@
 //! The running proxy (`run::run`: informers -> proxier -> nft) against a real apiserver
 //! (TestApiServer), programming a table in a throwaway network namespace: a Service and
 //! its EndpointSlice become rules; deleting the slice turns them into a reject; a
-//! Service another proxy implements is ignored. Needs root for the namespace; without
-//! root it says so and checks nothing.
+//! Service another proxy implements is ignored; the node gets upstream's start-up
+//! events. Needs root for the namespace; without root it says so and checks nothing
+//! (the failed start needs no namespace and always runs).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use ferrokube_proxy::run::{RunConfig, run};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
@@ -33,6 +35,29 @@ fn not_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() != "0")
         .unwrap_or(true)
+}
+
+/// Polls the `default` namespace's events.k8s.io Events until one about node `node`
+/// has `reason` (at most 30 s; the recorder writes from a queue).
+async fn node_event(client: &kube::Client, node: &str, reason: &str) -> Event {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = events.list(&Default::default()).await.ok().and_then(|l| {
+            l.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+            })
+        });
+        if let Some(event) = found {
+            return event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} event about node {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Polls the table listing until `pred` holds (at most 30 s).
@@ -106,6 +131,15 @@ async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
         .and_then(|s| s.cluster_ip)
         .expect("allocated ClusterIP");
 
+    // Upstream's birth cry, once the informers run.
+    let started = node_event(&server.client, "node-a", "Starting").await;
+    assert_eq!(started.type_.as_deref(), Some("Normal"));
+    assert_eq!(started.action.as_deref(), Some("StartKubeProxy"));
+    assert_eq!(started.reporting_controller.as_deref(), Some("kube-proxy"));
+    let regarding = started.regarding.unwrap_or_default();
+    assert_eq!(regarding.kind.as_deref(), Some("Node"));
+    assert_eq!(regarding.uid.as_deref(), Some("node-a"));
+
     // No endpoints yet: rejected.
     let reject = format!("{ip} . tcp . 80 comment \"default/web:http\" : goto reject-chain");
     wait_for(&nft, "the reject element", |t| t.contains(&reject)).await;
@@ -141,5 +175,35 @@ async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
     nft.cleanup().await?;
     drop(ns);
     server.stop().await;
+    Ok(())
+}
+
+/// A healthz port that cannot be bound stops the proxy, and the node says why with
+/// upstream's warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_it_cannot_bind_is_reported_on_the_node() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        run(
+            server.client.clone(),
+            RunConfig {
+                proxies: vec![ProxyConfig::new(IpFamily::V4, "node-b")],
+                sync_period: Duration::from_secs(30),
+                min_sync_period: Duration::from_millis(100),
+                healthz_addr: Some(taken.local_addr()?),
+                metrics_addr: None,
+                nft: Nft::with_command(vec!["false".into()]),
+            },
+            CancellationToken::new(),
+        ),
+    )
+    .await?;
+    let err = result.expect_err("the healthz address is in use");
+    let event = node_event(&server.client, "node-b", "FailedToStartProxierHealthcheck").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.action.as_deref(), Some("StartKubeProxy"));
+    assert_eq!(event.note.as_deref(), Some(err.to_string().as_str()));
     Ok(())
 }
