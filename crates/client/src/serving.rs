@@ -203,6 +203,52 @@ pub async fn serve(
     }
 }
 
+/// What a plain-HTTP path answers: status code, content type and body.
+pub type PlainRespond = Arc<dyn Fn(&str) -> (u16, &'static str, String) + Send + Sync>;
+
+/// Binds `addr` (so a taken port fails the caller at once) and serves plain HTTP/1.1
+/// with `respond` by path until `cancel`: the unauthenticated `--healthz-bind-address`
+/// and `--metrics-bind-address` endpoints of kube-proxy and cluster DNS. Returns the
+/// bound address (a port 0 is chosen by the kernel) and the serving task.
+pub async fn serve_plain(
+    addr: SocketAddr,
+    respond: PlainRespond,
+    cancel: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                _ = cancel.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(_) => continue,
+                },
+            };
+            let respond = respond.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (code, content_type, body) = respond(req.uri().path());
+                        async move {
+                            hyper::Response::builder()
+                                .status(code)
+                                .header("content-type", content_type)
+                                .header("x-content-type-options", "nosniff")
+                                .body(Full::new(Bytes::from(body)))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok((bound, task))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

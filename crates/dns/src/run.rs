@@ -2,7 +2,6 @@
 //! [`DnsIndex`]; the DNS listeners answer from it; `/health`, `/ready` and
 //! `/metrics` report on it (CoreDNS's health, ready and prometheus plugins).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +9,6 @@ use std::time::Duration;
 
 use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
 use futures::StreamExt;
-use http_body_util::Full;
-use hyper::body::Bytes;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, Client, ResourceExt};
@@ -22,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 use crate::index::{DnsConfig, DnsIndex};
 use crate::model::{service_model, slice_model};
 use crate::server::{ClusterDnsHandler, DnsMetrics, ServeError, bind};
+use ferrokube_client::serving::{PlainRespond, serve_plain};
+
+/// The content type of the health and readiness answers.
+const TEXT: &str = "text/plain; charset=utf-8";
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -85,20 +86,20 @@ pub async fn start(
 
     let mut http = Vec::new();
     let mut http_addrs = Vec::new();
-    let routes: [(Option<SocketAddr>, Handler); 3] = [
+    let routes: [(Option<SocketAddr>, PlainRespond); 3] = [
         (
             cfg.health_addr,
             Arc::new(|path: &str| match path {
-                "/health" => (200, "OK".to_string()),
-                _ => (404, "404 page not found\n".into()),
+                "/health" => (200, TEXT, "OK".to_string()),
+                _ => (404, TEXT, "404 page not found\n".into()),
             }),
         ),
         (cfg.ready_addr, {
             let ready = ready.clone();
             Arc::new(move |path: &str| match path {
-                "/ready" if ready.load(Ordering::Acquire) => (200, "OK".into()),
-                "/ready" => (503, "kubernetes\n".into()),
-                _ => (404, "404 page not found\n".into()),
+                "/ready" if ready.load(Ordering::Acquire) => (200, TEXT, "OK".into()),
+                "/ready" => (503, TEXT, "kubernetes\n".into()),
+                _ => (404, TEXT, "404 page not found\n".into()),
             })
         }),
         (cfg.metrics_addr, {
@@ -114,15 +115,17 @@ pub async fn start(
                     ));
                     ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
                     ferrokube_client::metrics::write_rest_client_metrics(&mut out);
-                    (200, out)
+                    (200, "text/plain; version=0.0.4; charset=utf-8", out)
                 }
-                _ => (404, "404 page not found\n".into()),
+                _ => (404, TEXT, "404 page not found\n".into()),
             })
         }),
     ];
     for (addr, route) in routes {
         if let Some(addr) = addr {
-            let (bound, task) = serve_http(addr, route, cancel.clone()).await?;
+            let (bound, task) = serve_plain(addr, route, cancel.clone())
+                .await
+                .map_err(|e| RunError::Http(addr, e))?;
             http_addrs.push(bound);
             http.push(task);
         }
@@ -217,51 +220,4 @@ async fn dispatch(
             ready.store(true, Ordering::Release);
         }
     }
-}
-
-type Handler = Arc<dyn Fn(&str) -> (u16, String) + Send + Sync>;
-
-async fn serve_http(
-    addr: SocketAddr,
-    handler: Handler,
-    cancel: CancellationToken,
-) -> Result<(SocketAddr, JoinHandle<()>), RunError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| RunError::Http(addr, e))?;
-    let bound = listener.local_addr().map_err(|e| RunError::Http(addr, e))?;
-    Ok((
-        bound,
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    r = listener.accept() => match r {
-                        Ok(x) => x,
-                        Err(_) => continue,
-                    },
-                };
-                let h = handler.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let (code, body) = h(req.uri().path());
-                            async move {
-                                Ok::<_, Infallible>(
-                                    hyper::Response::builder()
-                                        .status(code)
-                                        .header("content-type", "text/plain; charset=utf-8")
-                                        .body(Full::new(Bytes::from(body)))
-                                        .unwrap_or_default(),
-                                )
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        }),
-    ))
 }

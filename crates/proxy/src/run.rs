@@ -4,7 +4,6 @@
 //! `sync_period`, a full resync every hour and after any failure); `/healthz`,
 //! `/livez` and `/metrics` report on it.
 
-use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,9 +13,8 @@ use ferrokube_client::events::{
     EventBroadcaster, EventBroadcasterOptions, EventType, hostname as host_name,
 };
 use ferrokube_client::informer::{InformerConfig, Notification, SharedIndexInformer};
+use ferrokube_client::serving::{PlainRespond, serve_plain};
 use futures::StreamExt;
-use http_body_util::Full;
-use hyper::body::Bytes;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, Client};
@@ -410,47 +408,14 @@ async fn host_addresses() -> Vec<IpAddr> {
         .collect()
 }
 
-type Handler = Arc<dyn Fn(&str) -> (u16, &'static str, String) + Send + Sync>;
-
 /// A plain-HTTP server answering by path until `cancel`.
 async fn serve(
     addr: SocketAddr,
-    handler: Handler,
+    respond: PlainRespond,
     cancel: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, RunError> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    serve_plain(addr, respond, cancel)
         .await
-        .map_err(|e| RunError::Bind(addr, e))?;
-    Ok(tokio::spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = listener.accept() => match r {
-                    Ok(x) => x,
-                    Err(_) => continue,
-                },
-            };
-            let h = handler.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (code, ct, body) = h(req.uri().path());
-                        async move {
-                            Ok::<_, Infallible>(
-                                hyper::Response::builder()
-                                    .status(code)
-                                    .header("content-type", ct)
-                                    .header("x-content-type-options", "nosniff")
-                                    .body(Full::new(Bytes::from(body)))
-                                    .unwrap_or_default(),
-                            )
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    }))
+        .map(|(_, task)| task)
+        .map_err(|e| RunError::Bind(addr, e))
 }
