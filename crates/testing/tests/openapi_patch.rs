@@ -323,7 +323,8 @@ async fn strategic_merge_patch_of_builtin_types() {
     assert_eq!(names(&d), want(&[("only", "x:1")]));
 
     // A directive of the wrong type: upstream's patch handler passes this engine
-    // error through as a 500 with Go's message, and so does this server.
+    // error through as a 500 with Go's message; the patch is what is wrong, so this
+    // server answers 400 with the same message.
     let e = deps
         .patch(
             "web",
@@ -337,7 +338,7 @@ async fn strategic_merge_patch_of_builtin_types() {
     match e {
         kube::Error::Api(s) => assert_eq!(
             (s.code, s.message.as_str()),
-            (500, "expected a []interface {}, but received a string")
+            (400, "expected a []interface {}, but received a string")
         ),
         other => panic!("{other:?}"),
     }

@@ -89,9 +89,11 @@ pub enum PatchError {
     /// lists are not supported`.
     #[error("{0}")]
     Unprocessable(String),
-    /// Any other strategic merge error (upstream surfaces these as 500).
+    /// Any other strategic merge error: a directive or value of the wrong type, a
+    /// list entry without its merge key. Upstream passes these through as a 500; the
+    /// patch is what is wrong, so this server answers 400 with Go's message.
     #[error("{0}")]
-    Internal(String),
+    Malformed(String),
 }
 
 impl PatchError {
@@ -108,14 +110,9 @@ impl PatchError {
                 message: "the server rejected our request due to an error in our request".into(),
                 details: Some(Box::default()),
             },
-            // Upstream returns these as plain errors, which the apiserver renders as
-            // a 500 with an empty (Unknown) reason and the error text as message.
-            PatchError::Internal(m) => ApiError {
-                code: 500,
-                reason: crate::errors::reason::UNKNOWN.into(),
-                message: m.clone(),
-                details: None,
-            },
+            // Upstream returns these as plain errors, which its apiserver renders as a
+            // 500; bad input never gets a 5xx here, so the same text comes as a 400.
+            PatchError::Malformed(m) => ApiError::bad_request(m.clone()),
         }
     }
 }

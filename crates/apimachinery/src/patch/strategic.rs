@@ -51,8 +51,8 @@ pub fn strategic_merge_patch(
     merge_map(original.clone(), patch.clone(), schema).map(Value::Object)
 }
 
-fn internal(msg: impl Into<String>) -> PatchError {
-    PatchError::Internal(msg.into())
+fn malformed(msg: impl Into<String>) -> PatchError {
+    PatchError::Malformed(msg.into())
 }
 
 /// Go's `%v` of a decoded JSON value.
@@ -91,7 +91,7 @@ fn go_type(v: &Value) -> &'static str {
 }
 
 fn err_bad_arg_type(expected: &str, actual: &Value) -> PatchError {
-    internal(format!(
+    malformed(format!(
         "expected a {expected}, but received a {}",
         go_type(actual)
     ))
@@ -101,14 +101,14 @@ const MAP_T: &str = "map[string]interface {}";
 const SLICE_T: &str = "[]interface {}";
 
 fn err_no_merge_key(m: &Map<String, Value>, key: &str) -> PatchError {
-    internal(format!(
+    malformed(format!(
         "map: {} does not contain declared merge key: {key}",
         go_fmt_map(m)
     ))
 }
 
 fn err_bad_patch_type(t: &Value, m: &Map<String, Value>) -> PatchError {
-    internal(format!(
+    malformed(format!(
         "unknown patch type: {} in map: {}",
         go_fmt(t),
         go_fmt_map(m)
@@ -296,7 +296,7 @@ fn slice_element_kind(slices: &[&[Value]]) -> Result<ElemKind, PatchError> {
                 None => prev = Some(t),
                 Some(p) if p != t => {
                     let all: Vec<Value> = slices.iter().map(|s| Value::Array(s.to_vec())).collect();
-                    return Err(internal(format!(
+                    return Err(malformed(format!(
                         "list element types are not identical: {}",
                         go_fmt(&Value::Array(all))
                     )));
@@ -306,7 +306,7 @@ fn slice_element_kind(slices: &[&[Value]]) -> Result<ElemKind, PatchError> {
         }
     }
     match prev {
-        None => Err(internal("no elements in any of the given slices")),
+        None => Err(malformed("no elements in any of the given slices")),
         Some(MAP_T) => Ok(ElemKind::Map),
         Some(_) => Ok(ElemKind::Scalar),
     }
@@ -350,7 +350,7 @@ fn merge_slice(
         (original, patch, deduplicate_scalars(both))
     } else {
         if merge_key.is_empty() {
-            return Err(internal(format!(
+            return Err(malformed(format!(
                 "cannot merge lists without merge key for {}",
                 schema.name()
             )));
@@ -409,7 +409,7 @@ fn find_by_key(
 ) -> Result<Option<usize>, PatchError> {
     for (i, v) in list.iter().enumerate() {
         let Value::Object(m) = v else {
-            return Err(internal(format!("value for key {i} is not a map")));
+            return Err(malformed(format!("value for key {i} is not a map")));
         };
         if m.get(merge_key) == Some(value) {
             return Ok(Some(i));
@@ -442,7 +442,7 @@ fn merge_slice_with_special_elements(
                 }
                 Some(REPLACE_DIRECTIVE) => replace = true,
                 Some(MERGE_DIRECTIVE) => {
-                    return Err(internal(
+                    return Err(malformed(
                         "merging lists cannot yet be specified in the patch",
                     ));
                 }
@@ -746,7 +746,7 @@ fn validate_patch_with_set_order_list(
         oi += 1;
     }
     if pi < non_delete.len() && oi >= order.len() {
-        return Err(internal(format!(
+        return Err(malformed(format!(
             "The order in patch list:\n{}\n doesn't match {SET_ELEMENT_ORDER_PREFIX} list:\n{}\n",
             go_fmt(&Value::Array(patch.to_vec())),
             go_fmt(&Value::Array(order.to_vec()))
@@ -933,7 +933,7 @@ mod tests {
             err.to_string().starts_with("The order in patch list:"),
             "{err}"
         );
-        assert_eq!(err.to_api_error().code, 500);
+        assert_eq!(err.to_api_error().code, 400);
         // Malformed directive key.
         let err = strategic_merge_patch(&doc, &json!({"spec": {"$setElementOrder": []}}), &pod())
             .unwrap_err();
@@ -1104,23 +1104,23 @@ mod tests {
         let cases: [(Value, PatchError); 6] = [
             (
                 json!({"spec": {"containers": [{"image": "y"}]}}),
-                PatchError::Internal(
+                PatchError::Malformed(
                     "map: map[image:y] does not contain declared merge key: name".into(),
                 ),
             ),
             (
                 json!({"spec": {"containers": [{"name": "a", "$patch": "merge"}]}}),
-                PatchError::Internal("merging lists cannot yet be specified in the patch".into()),
+                PatchError::Malformed("merging lists cannot yet be specified in the patch".into()),
             ),
             (
                 json!({"spec": {"containers": [{"name": "a", "$patch": "frob"}]}}),
-                PatchError::Internal(
+                PatchError::Malformed(
                     "unknown patch type: frob in map: map[$patch:frob name:a]".into(),
                 ),
             ),
             (
                 json!({"metadata": {"$patch": "frob"}}),
-                PatchError::Internal("unknown patch type: frob in map: map[$patch:frob]".into()),
+                PatchError::Malformed("unknown patch type: frob in map: map[$patch:frob]".into()),
             ),
             (
                 json!({"metadata": {"$deleteFromPrimitiveList": ["a"]}}),
@@ -1128,7 +1128,7 @@ mod tests {
             ),
             (
                 json!({"spec": {"containers": [["a"]]}}),
-                PatchError::Internal(
+                PatchError::Malformed(
                     "list element types are not identical: [[map[image:x name:a]] [[a]]]".into(),
                 ),
             ),
@@ -1155,10 +1155,10 @@ mod tests {
             strategic_merge_patch(&json!([]), &json!({}), &pod()).unwrap_err(),
             PatchError::BadRequest("invalid JSON document".into())
         );
-        let e = PatchError::Internal("boom".into()).to_api_error();
+        let e = PatchError::Malformed("boom".into()).to_api_error();
         assert_eq!(
             (e.code, e.reason.as_str(), e.message.as_str()),
-            (500, "", "boom")
+            (400, "BadRequest", "boom")
         );
     }
 
