@@ -222,7 +222,7 @@ pub(crate) fn list(
     // One row more than asked tells whether another page follows.
     let fetch: i64 = match options.limit {
         0 => -1,
-        limit => i64::try_from(limit).unwrap_or(i64::MAX - 1) + 1,
+        limit => i64::try_from(limit).map_or(i64::MAX, |limit| limit.saturating_add(1)),
     };
     let mut items = Vec::new();
     {

@@ -37,6 +37,7 @@ macro_rules! storage_conformance_tests {
             revisions_strictly_increase,
             get_at_old_revision,
             list_prefix_in_key_order,
+            list_limit_of_any_size_is_one_page,
             list_pagination_at_fixed_revision_while_writing,
             list_exact_and_not_older_than,
             list_bad_continue_token_is_invalid,
@@ -185,6 +186,23 @@ pub async fn list_prefix_in_key_order(s: Arc<dyn Storage>) {
     let empty = s.list("/r/none/", &ListOptions::default()).await.unwrap();
     assert!(empty.items.is_empty());
     assert_eq!(empty.revision, list.revision);
+}
+
+/// A limit larger than what is stored, up to the largest a client can send
+/// (`limit=9223372036854775807`) and beyond, is one whole page.
+pub async fn list_limit_of_any_size_is_one_page(s: Arc<dyn Storage>) {
+    for key in ["/r/pods/a", "/r/pods/b"] {
+        s.create(key, bytes(key)).await.unwrap();
+    }
+    for limit in [3, i64::MAX as usize - 1, i64::MAX as usize, usize::MAX] {
+        let options = ListOptions {
+            limit,
+            ..ListOptions::default()
+        };
+        let list = s.list("/r/pods/", &options).await.unwrap();
+        assert_eq!(list.items.len(), 2, "limit {limit}");
+        assert_eq!((list.continue_token, list.remaining), (None, 0));
+    }
 }
 
 pub async fn list_pagination_at_fixed_revision_while_writing(s: Arc<dyn Storage>) {
