@@ -1707,7 +1707,12 @@ impl Store {
         if grace > 0 {
             let prev = obj["metadata"]["deletionGracePeriodSeconds"].as_i64();
             if !already || prev.is_none_or(|p| grace < p) {
-                let at = self.clock.now() + jiff::SignedDuration::from_secs(grace);
+                // A grace period past year 9999 ends there (Go's arithmetic would wrap).
+                let at = self
+                    .clock
+                    .now()
+                    .checked_add(jiff::SignedDuration::from_secs(grace))
+                    .unwrap_or(jiff::Timestamp::MAX);
                 meta::set_meta(
                     &mut marked,
                     "deletionTimestamp",

@@ -372,6 +372,28 @@ async fn finalizers_and_graceful_pods() {
     .await
     .unwrap();
     assert_eq!(status_code(&pods.get("held").await.unwrap_err()), 404);
+
+    // The largest grace period a client can send ends the deletion in year 9999
+    // instead of overflowing the timestamp (it was a 500).
+    pods.create(&PostParams::default(), &pod("forever", Some("n1")))
+        .await
+        .unwrap();
+    let deleted = srv
+        .client
+        .request::<serde_json::Value>(
+            http::Request::delete("/api/v1/namespaces/default/pods/forever")
+                .header("Content-Type", "application/json")
+                .body(serde_json::to_vec(&json!({"gracePeriodSeconds": i64::MAX})).unwrap())
+                .unwrap(),
+        )
+        .await;
+    assert!(deleted.is_ok(), "{deleted:?}");
+    let p = pods.get("forever").await.unwrap();
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(i64::MAX));
+    let at = serde_json::to_value(p.metadata.deletion_timestamp).unwrap();
+    assert!(at.as_str().is_some_and(|t| t.starts_with("9999-")), "{at}");
+    pods.delete("forever", &last).await.unwrap();
+    assert_eq!(status_code(&pods.get("forever").await.unwrap_err()), 404);
     srv.stop().await;
 }
 
