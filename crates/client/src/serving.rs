@@ -139,16 +139,9 @@ pub async fn serve(
         .map_err(|e| ServingError::Bind(addr, e))?;
     tracing::info!(%addr, "serving /healthz, /livez, /readyz and /metrics over HTTPS");
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    loop {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-        };
+    accept_until(listener, cancel, move |stream| {
         let (acceptor, respond, gate) = (acceptor.clone(), respond.clone(), gate.clone());
-        tokio::spawn(async move {
+        async move {
             let Ok(Ok(stream)) =
                 tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream))
                     .await
@@ -199,7 +192,36 @@ pub async fn serve(
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                     .await;
-        });
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// Accepts connections on `listener` until `cancel`, each served by `handle` on a task
+/// of its own. A failed accept (out of file descriptors, most often) is retried after
+/// a short pause instead of at once, which would spin a core until descriptors free up.
+pub async fn accept_until<H, F>(
+    listener: tokio::net::TcpListener,
+    cancel: CancellationToken,
+    handle: H,
+) where
+    H: Fn(tokio::net::TcpStream) -> F,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        tokio::spawn(handle(stream));
     }
 }
 
@@ -217,35 +239,25 @@ pub async fn serve_plain(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        loop {
-            let stream = tokio::select! {
-                _ = cancel.cancelled() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => continue,
-                },
-            };
-            let respond = respond.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (code, content_type, body) = respond(req.uri().path());
-                        async move {
-                            hyper::Response::builder()
-                                .status(code)
-                                .header("content-type", content_type)
-                                .header("x-content-type-options", "nosniff")
-                                .body(Full::new(Bytes::from(body)))
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
+    let task = tokio::spawn(accept_until(listener, cancel, move |stream| {
+        let respond = respond.clone();
+        async move {
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (code, content_type, body) = respond(req.uri().path());
+                    async move {
+                        hyper::Response::builder()
+                            .status(code)
+                            .header("content-type", content_type)
+                            .header("x-content-type-options", "nosniff")
+                            .body(Full::new(Bytes::from(body)))
+                    }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
         }
-    });
+    }));
     Ok((bound, task))
 }
 

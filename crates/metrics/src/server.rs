@@ -20,6 +20,7 @@ use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_client::delegated::{
     Attributes, Decision, Gate, LiveClientCertificates, ResourceRequest, User, bearer_token,
 };
+use ferrokube_client::serving::accept_until;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -238,63 +239,46 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     tracing::info!(addr = %bound, "serving metrics.k8s.io/v1beta1 over HTTPS");
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let task = tokio::spawn(async move {
-        loop {
-            let stream = tokio::select! {
-                _ = cancel.cancelled() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => continue,
-                },
+    let task = tokio::spawn(accept_until(listener, cancel.clone(), move |stream| {
+        let (acceptor, auth, state) = (acceptor.clone(), auth.clone(), state.clone());
+        let cancel = cancel.clone();
+        async move {
+            let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
+            else {
+                return;
             };
-            let (acceptor, auth, state) = (acceptor.clone(), auth.clone(), state.clone());
-            let cancel = cancel.clone();
-            tokio::spawn(async move {
-                let Ok(Ok(stream)) =
-                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
-                else {
-                    return;
-                };
-                let peer: Arc<Vec<rustls_pki_types::CertificateDer<'static>>> = Arc::new(
-                    stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .map(|c| c.to_vec())
-                        .unwrap_or_default(),
-                );
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (auth, state, peer) = (auth.clone(), state.clone(), peer.clone());
-                        async move {
-                            let (code, content_type, body) = handle(
-                                &auth,
-                                &state,
-                                req.method(),
-                                req.uri(),
-                                req.headers(),
-                                &peer,
-                            )
-                            .await;
-                            hyper::Response::builder()
-                                .status(code)
-                                .header("content-type", content_type)
-                                .header("x-content-type-options", "nosniff")
-                                .body(Full::new(Bytes::from(body)))
-                        }
-                    },
-                );
-                let conn = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                );
-                let serving = conn.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-                tokio::select! {
-                    _ = serving => {}
-                    _ = cancel.cancelled() => {}
-                }
-            });
+            let peer: Arc<Vec<rustls_pki_types::CertificateDer<'static>>> = Arc::new(
+                stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.to_vec())
+                    .unwrap_or_default(),
+            );
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (auth, state, peer) = (auth.clone(), state.clone(), peer.clone());
+                    async move {
+                        let (code, content_type, body) =
+                            handle(&auth, &state, req.method(), req.uri(), req.headers(), &peer)
+                                .await;
+                        hyper::Response::builder()
+                            .status(code)
+                            .header("content-type", content_type)
+                            .header("x-content-type-options", "nosniff")
+                            .body(Full::new(Bytes::from(body)))
+                    }
+                });
+            let conn =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let serving = conn.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = serving => {}
+                _ = cancel.cancelled() => {}
+            }
         }
-    });
+    }));
     Ok((bound, task))
 }
 
