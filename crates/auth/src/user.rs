@@ -16,7 +16,7 @@ pub const NODES_GROUP: &str = "system:nodes";
 pub const CREDENTIAL_ID_KEY: &str = "authentication.kubernetes.io/credential-id";
 
 /// Who made a request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct UserInfo {
     pub name: String,
     pub uid: String,

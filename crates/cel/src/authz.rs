@@ -25,7 +25,7 @@ use kube_cel::cel::{Context, ExecutionError, ResolveResult};
 
 /// What a check asks (upstream `authorizer.AttributesRecord` as the library fills
 /// it: resource checks carry API version `*`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct AuthzCheck {
     /// A resource check; otherwise a non-resource `path` check.
     pub resource_request: bool,

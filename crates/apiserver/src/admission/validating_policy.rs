@@ -31,8 +31,8 @@
 //! and comprehension iteration, not upstream's per-function costs) and not estimated
 //! at create; match conditions are held to the per-call limit only.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
@@ -90,11 +90,17 @@ pub(crate) fn new(init: &PluginInit<'_>) -> Result<Arc<dyn Plugin>, String> {
     }))
 }
 
+/// The answers one request's CEL checks have had, by user and check (upstream's
+/// `NewCachingAuthorizer` around each admission dispatch): every expression that asks
+/// the same question gets the same answer, and a webhook authorizer is asked once.
+type AuthzAnswers = Arc<Mutex<HashMap<(UserInfo, AuthzCheck), AuthzDecision>>>;
+
 /// CEL's `authorizer`: the authorizer chain asked on behalf of one user (upstream
 /// `authorizerVal`).
 struct UserAuthorizer {
     chain: Arc<dyn Authorizer>,
     user: UserInfo,
+    answers: AuthzAnswers,
 }
 
 impl std::fmt::Debug for UserAuthorizer {
@@ -105,8 +111,13 @@ impl std::fmt::Debug for UserAuthorizer {
     }
 }
 
-impl CelAuthorizer for UserAuthorizer {
-    fn check(&self, check: &AuthzCheck) -> AuthzDecision {
+impl UserAuthorizer {
+    fn answers_held(&self) -> MutexGuard<'_, HashMap<(UserInfo, AuthzCheck), AuthzDecision>> {
+        // A poisoned map still holds whole answers: each insert is one call.
+        self.answers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn ask_chain(&self, check: &AuthzCheck) -> AuthzDecision {
         let attrs = AuthzAttributes {
             user: self.user.clone(),
             verb: check.verb.clone(),
@@ -137,6 +148,19 @@ impl CelAuthorizer for UserAuthorizer {
             Decision::NoOpinion => AuthzDecision::default(),
         }
     }
+}
+
+impl CelAuthorizer for UserAuthorizer {
+    fn check(&self, check: &AuthzCheck) -> AuthzDecision {
+        let key = (self.user.clone(), check.clone());
+        if let Some(known) = self.answers_held().get(&key) {
+            return known.clone();
+        }
+        // Not under the lock: the chain may call out (an authorization webhook).
+        let decision = self.ask_chain(check);
+        self.answers_held().insert(key, decision.clone());
+        decision
+    }
 
     /// Upstream `serviceaccount.ServiceAccountInfo.UserInfo`: the account's user
     /// name and its two groups; upstream's checks of the name and namespace.
@@ -154,6 +178,7 @@ impl CelAuthorizer for UserAuthorizer {
         }
         Ok(Arc::new(UserAuthorizer {
             chain: self.chain.clone(),
+            answers: self.answers.clone(),
             user: UserInfo::new(
                 ferrokube_auth::rbac::service_account_user(namespace, name),
                 [
@@ -173,6 +198,7 @@ pub(crate) fn cel_authorizer(
 ) -> ferrokube_cel::cel::Value {
     let authorizer = Arc::new(UserAuthorizer {
         chain: chain.clone(),
+        answers: AuthzAnswers::default(),
         user: UserInfo::clone(&a.user),
     });
     ferrokube_cel::authorizer_value(
@@ -879,5 +905,60 @@ mod tests {
         // With enough budget, all three run and pass.
         let d = evaluate_within(&c, false, &activation(object), None, "p", 3 * cost);
         assert!(d.failed.is_empty(), "{:?}", d.failed);
+    }
+    #[derive(Default)]
+    struct CountingChain {
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Authorizer for CountingChain {
+        fn authorize(&self, attrs: &AuthzAttributes) -> Decision {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if attrs.user.name == "alice" && attrs.verb == "get" {
+                Decision::Allow
+            } else {
+                Decision::Deny("not alice's".into())
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_asks_the_chain_once_per_user_and_check() {
+        let counting = Arc::new(CountingChain::default());
+        let chain: Arc<dyn Authorizer> = counting.clone();
+        let pods = "authorizer.group('').resource('pods').namespace('n')";
+        let sa_pods = "authorizer.serviceAccount('n', 'sa').group('').resource('pods')";
+        let s = spec(json!({"validations": [
+            {"expression": format!("{pods}.check('get').allowed()")},
+            {"expression": format!("{pods}.check('get').allowed()")},
+            {"expression": format!("!{sa_pods}.check('get').allowed()")},
+            {"expression": format!("{sa_pods}.check('get').reason() == 'not alice\\'s'")},
+            {"expression": format!("!{pods}.check('delete').allowed()")}]}));
+        let c = compile(&s).unwrap();
+        let request = || {
+            let mut a = activation(json!({}));
+            let alice = UserAuthorizer {
+                chain: chain.clone(),
+                user: UserInfo::new("alice", ["team"]),
+                answers: AuthzAnswers::default(),
+            };
+            a.bind(
+                "authorizer",
+                ferrokube_cel::authorizer_value(
+                    Arc::new(alice),
+                    &ferrokube_cel::RequestResource::default(),
+                ),
+            );
+            a
+        };
+        let calls = || counting.calls.load(std::sync::atomic::Ordering::SeqCst);
+        let d = evaluate(&c, false, &request(), None, "p");
+        assert!(d.failed.is_empty(), "{:?}", d.failed);
+        // alice get, the service account's get, alice delete.
+        assert_eq!(calls(), 3);
+        // The next request asks again: answers are kept for one request only.
+        let d = evaluate(&c, false, &request(), None, "p");
+        assert!(d.failed.is_empty(), "{:?}", d.failed);
+        assert_eq!(calls(), 6);
     }
 }
