@@ -217,7 +217,13 @@ pub(crate) fn start(
     mode_flag: &'static str,
     sink: impl Sink,
 ) -> Backend {
-    let (tx, rx) = mpsc::channel(batch.buffer_size.max(1));
+    // tokio's channel holds at most `MAX_PERMITS` (usize::MAX >> 3); a larger
+    // `--audit-*-batch-buffer-size` is as good as unbounded anyway.
+    let (tx, rx) = mpsc::channel(
+        batch
+            .buffer_size
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+    );
     let batching = match batch.mode {
         AuditMode::Batch => Batching {
             max_batch: batch.max_batch_size.max(1),
@@ -637,6 +643,21 @@ mod tests {
         }
         let held: Vec<_> = kept.lock().iter().map(Vec::len).collect();
         panic!("batches of {held:?}, not {sizes:?}");
+    }
+
+    #[tokio::test]
+    async fn the_largest_buffer_size_is_unbounded() {
+        let kept = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let options = AuditBatchOptions {
+            mode: AuditMode::Batch,
+            buffer_size: usize::MAX,
+            max_batch_size: 1,
+            max_batch_wait: Duration::from_millis(10),
+            throttle: None,
+        };
+        let backend = start(&options, None, "--audit-log-mode", Kept(kept.clone()));
+        assert!(backend.emit(event(Level::Metadata)).await);
+        wait_for_batches(&kept, &[1]).await;
     }
 
     #[tokio::test]

@@ -185,12 +185,13 @@ impl RotatingFile {
             path: path.to_path_buf(),
             file,
             size,
-            max_size: max_size_mb * 1024 * 1024,
+            // Flags up to u64::MAX: a size or age past what can happen means no limit.
+            max_size: max_size_mb.saturating_mul(1024 * 1024),
             mill: Mill {
                 path: path.to_path_buf(),
                 max_backups: opts.max_backups,
                 max_age: (opts.max_age_days > 0)
-                    .then(|| Duration::from_secs(opts.max_age_days * 24 * 3600)),
+                    .then(|| Duration::from_secs(opts.max_age_days.saturating_mul(24 * 3600))),
                 compress: opts.compress,
                 running: Default::default(),
             },
@@ -405,6 +406,22 @@ mod tests {
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_largest_size_and_age_flags_mean_no_limit() {
+        let dir = std::env::temp_dir().join(format!("ferrokube-audit-max-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let opts = AuditLogOptions {
+            max_size_mb: u64::MAX,
+            max_age_days: u64::MAX,
+            ..Default::default()
+        };
+        let mut f = RotatingFile::open(&dir.join("audit.log"), &opts).unwrap();
+        f.write_batch(&vec![b'x'; CHUNK]).unwrap();
+        f.write_batch(&vec![b'x'; CHUNK]).unwrap();
+        assert_eq!(sorted_names(&dir), ["audit.log"], "never rotated");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
