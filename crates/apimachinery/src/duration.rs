@@ -42,7 +42,13 @@ pub fn go_duration(nanos: i64) -> String {
     }
 }
 
-/// Parses a Go duration (`15s`, `1m30s`, `500ms`, `1.5h`, `0`).
+/// The longest Go duration: `time.Duration` is an int64 of nanoseconds
+/// (`2562047h47m16.854775807s`, about 292 years).
+const GO_MAX_SECS: f64 = i64::MAX as f64 / 1e9;
+
+/// Parses a Go duration (`15s`, `1m30s`, `500ms`, `1.5h`, `0`). Like Go, one longer
+/// than about 292 years is invalid, so a duration from a flag or a file always fits
+/// an `Instant` added to now.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s == "0" {
@@ -76,6 +82,9 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         rest = &rest[unit_end..];
         total += n * unit;
     }
+    if total > GO_MAX_SECS {
+        return Err(format!("invalid duration {s:?}"));
+    }
     Duration::try_from_secs_f64(total).map_err(|_| format!("invalid duration {s:?}"))
 }
 
@@ -104,7 +113,20 @@ mod tests {
         assert_eq!(ok("500ms"), Duration::from_millis(500));
         assert_eq!(ok("1.5h"), Duration::from_secs(5400));
         assert_eq!(ok("0"), Duration::ZERO);
-        for bad in ["", "15", "-1s", "1x", "s"] {
+        assert_eq!(
+            ok("2562047h47m16s"),
+            Duration::from_secs(2_562_047 * 3600 + 47 * 60 + 16)
+        );
+        for bad in [
+            "",
+            "15",
+            "-1s",
+            "1x",
+            "s",
+            "2562048h",
+            "9223372036854775807s",
+            "1e400s",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
     }
