@@ -59,7 +59,8 @@ impl TokenBucket {
         if b.tokens >= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(-b.tokens / self.qps)
+            // A tiny qps (`--kube-api-qps=1e-30`) makes a wait too long for a Duration.
+            Duration::try_from_secs_f64(-b.tokens / self.qps).unwrap_or(Duration::MAX)
         }
     }
 
@@ -102,6 +103,13 @@ mod tests {
         assert!(w1 > Duration::from_millis(90) && w1 <= Duration::from_millis(100));
         assert!(w2 > Duration::from_millis(190) && w2 <= Duration::from_millis(200));
         assert!(!b.try_acquire());
+    }
+
+    #[test]
+    fn a_tiny_qps_waits_for_ever_without_overflowing() {
+        let b = TokenBucket::new(1e-30, 1);
+        assert_eq!(b.reserve(), Duration::ZERO);
+        assert_eq!(b.reserve(), Duration::MAX);
     }
 
     #[test]

@@ -446,7 +446,11 @@ where
             }
             return;
         }
-        let at = now + delay;
+        // A delay past what an Instant holds (a rate limiter's Duration::MAX) is
+        // "not for decades", as tokio's own sleep takes it.
+        let at = now
+            .checked_add(delay)
+            .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
         if let Some(&(existing, seq)) = st.waiting_index.get(&item) {
             if existing <= at {
                 return;
@@ -635,6 +639,15 @@ mod tests {
             .await
             .ok()
             .flatten()
+    }
+
+    #[tokio::test]
+    async fn a_delay_past_any_instant_waits_without_overflowing() {
+        let q = plain::<&str>();
+        q.add_after("never", Duration::MAX);
+        q.add_after("soon", Duration::from_millis(10));
+        assert_eq!(get_now(&q).await, Some("soon"));
+        assert_eq!(get_now(&q).await, None);
     }
 
     #[tokio::test]

@@ -453,8 +453,8 @@ impl TokenBucket {
         if self.tokens >= 0.0 || self.qps <= 0.0 {
             return Duration::ZERO;
         }
-        // In debt: the wait until the token is earned.
-        Duration::from_secs_f64(-self.tokens / self.qps)
+        // In debt: the wait until the token is earned (for ever at a tiny qps).
+        Duration::try_from_secs_f64(-self.tokens / self.qps).unwrap_or(Duration::MAX)
     }
 }
 
@@ -529,6 +529,13 @@ mod tests {
             assert_eq!(bucket.take(t1), Duration::ZERO);
         }
         assert!(bucket.take(t1) > Duration::ZERO);
+        // A tiny qps waits for ever rather than overflowing the Duration.
+        let mut slow = TokenBucket::new(Throttle {
+            qps: 1e-300,
+            burst: 1,
+        });
+        assert_eq!(slow.take(t0), Duration::ZERO);
+        assert_eq!(slow.take(t0), Duration::MAX);
     }
 
     #[test]
