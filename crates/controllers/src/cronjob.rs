@@ -26,7 +26,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::tz::TimeZone;
-use k8s_openapi::jiff::{Timestamp, ToSpan};
+use k8s_openapi::jiff::{SignedDuration, Timestamp, ToSpan};
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
@@ -80,7 +80,11 @@ pub fn most_recent_schedule_time(
     let mut earliest = last.unwrap_or(created);
     if include_deadline && let Some(d) = deadline {
         // Nothing before the deadline is scheduled any more.
-        let sd = now.checked_sub(d.seconds()).unwrap_or(Timestamp::MIN);
+        // A SignedDuration, not a Span: a span of startingDeadlineSeconds past about
+        // 20,000 years panics, and the field takes any int64.
+        let sd = now
+            .checked_sub(SignedDuration::from_secs(d))
+            .unwrap_or(Timestamp::MIN);
         if sd > earliest {
             earliest = sd;
         }
@@ -166,7 +170,11 @@ pub fn next_schedule_delay(
 /// Whether `scheduled` is past its `startingDeadlineSeconds` at `now` (upstream's
 /// `tooLate`: a `MissSchedule` warning instead of a Job).
 pub fn too_late(scheduled: Timestamp, deadline: Option<i64>, now: Timestamp) -> bool {
-    deadline.is_some_and(|d| scheduled.checked_add(d.seconds()).is_ok_and(|t| t < now))
+    deadline.is_some_and(|d| {
+        scheduled
+            .checked_add(SignedDuration::from_secs(d))
+            .is_ok_and(|t| t < now)
+    })
 }
 
 /// The Job name for a nominal start time: `<cronjob>-<minutes since the epoch>`
@@ -912,6 +920,14 @@ mod tests {
                 Some("2026-01-01T13:00:00Z"),
                 Missed::Many,
             ),
+            // A deadline longer than any span is no deadline (it overflowed before).
+            (
+                None,
+                Some(i64::MAX),
+                "2026-01-01T13:00:00Z",
+                Some("2026-01-01T13:00:00Z"),
+                Missed::Many,
+            ),
             // The deadline moves the earliest time up: fewer missed.
             (
                 None,
@@ -984,6 +1000,8 @@ mod tests {
         assert!(too_late(t, Some(10), at(10_001)));
         assert!(too_late(t, Some(0), at(1)));
         assert!(!too_late(t, Some(0), at(0)));
+        // Any int64 deadline: the largest is never too late.
+        assert!(!too_late(t, Some(i64::MAX), at(10_000_000)));
     }
 
     fn cronjob(tz: Option<&str>) -> CronJob {

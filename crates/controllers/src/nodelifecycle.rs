@@ -322,14 +322,20 @@ pub fn eviction_due(pod: &Pod, taints: &[Taint], now: Timestamp) -> Option<i64> 
         if matching.is_empty() {
             return Some(now.as_second());
         }
-        let secs = matching.iter().filter_map(|t| t.toleration_seconds).min();
+        // Upstream's getMinTolerationTime starts from MaxInt64 and reads it back as
+        // "no limit", so tolerationSeconds 9223372036854775807 tolerates for ever.
+        let secs = matching
+            .iter()
+            .filter_map(|t| t.toleration_seconds)
+            .min()
+            .filter(|&s| s != i64::MAX);
         if let Some(s) = secs {
             let added = taint
                 .time_added
                 .as_ref()
                 .map(|t| t.0.as_second())
                 .unwrap_or(now.as_second());
-            let at = added + s.max(0);
+            let at = added.saturating_add(s.max(0));
             due = Some(due.map_or(at, |d| d.min(at)));
         }
     }
@@ -817,6 +823,25 @@ mod tests {
         assert_eq!(
             eviction_due(&pod(two), std::slice::from_ref(&unreachable), now),
             Some(105)
+        );
+        // The largest tolerationSeconds is upstream's "for ever"; the next one is due
+        // at the latest second there is, not at an overflowed one.
+        let largest = |s: i64| serde_json::json!([{"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": s}]);
+        assert_eq!(
+            eviction_due(
+                &pod(largest(i64::MAX)),
+                std::slice::from_ref(&unreachable),
+                now
+            ),
+            None
+        );
+        assert_eq!(
+            eviction_due(
+                &pod(largest(i64::MAX - 1)),
+                std::slice::from_ref(&unreachable),
+                now
+            ),
+            Some(i64::MAX)
         );
         let no_schedule_only = Taint {
             effect: "NoSchedule".into(),
