@@ -16,8 +16,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{Layer, Service};
 
 use crate::metrics::{RequestMetricsLayer, ThrottleWait, host_label, rest_client_metrics};
-use crate::ratelimit::TokenBucket;
 use crate::{Error, Result};
+use ferrokube_component_base::ratelimit::TokenBucket;
 
 /// client-go's default QPS (`rest.DefaultQPS`).
 pub const DEFAULT_QPS: f32 = 5.0;
@@ -147,7 +147,7 @@ impl RateLimitLayer {
     /// `qps` and `burst` as given (see [`defaulted_limits`]); `host` labels the wait.
     pub fn new(qps: f32, burst: u32, host: &str) -> Self {
         RateLimitLayer {
-            bucket: Arc::new(TokenBucket::new(qps, burst)),
+            bucket: Arc::new(TokenBucket::new(f64::from(qps), burst)),
             host: host.into(),
         }
     }

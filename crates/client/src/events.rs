@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use kube::runtime::events::EventType;
 
-use crate::ratelimit::TokenBucket;
+use ferrokube_component_base::ratelimit::TokenBucket;
 
 /// Upstream's limits on event fields.
 pub const MAX_NOTE_BYTES: usize = 1024;
@@ -399,7 +399,7 @@ impl Sink {
             }
             self.spam.insert(
                 key.clone(),
-                TokenBucket::new(self.options.spam_qps, self.options.spam_burst),
+                TokenBucket::new(f64::from(self.options.spam_qps), self.options.spam_burst),
             );
             self.spam_order.push_back(key.clone());
         }

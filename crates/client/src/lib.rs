@@ -38,7 +38,6 @@ pub mod informer;
 pub mod leaderelection;
 pub mod metrics;
 pub mod process;
-pub mod ratelimit;
 pub mod serving;
 pub mod workqueue;
 

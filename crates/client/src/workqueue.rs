@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::ratelimit::TokenBucket;
+use ferrokube_component_base::ratelimit::TokenBucket;
 
 /// Decides how long an item waits before it is re-added (client-go `RateLimiter`).
 pub trait RateLimiter<T>: Send + Sync {
@@ -131,7 +131,7 @@ pub struct BucketRateLimiter {
 impl BucketRateLimiter {
     pub fn new(qps: f32, burst: u32) -> Self {
         BucketRateLimiter {
-            bucket: TokenBucket::new(qps, burst),
+            bucket: TokenBucket::new(f64::from(qps), burst),
         }
     }
 }

@@ -10,15 +10,18 @@
 //!   start-up step (check, install the logger, warn about gates nothing acts on).
 //! * [`metrics`]: counters, gauges and histograms, alone or in label-keyed families,
 //!   in the Prometheus text format (upstream's `component-base/metrics`).
+//! * [`ratelimit`]: the token bucket of client-go's `flowcontrol`, which both sides
+//!   use (a client's qps and burst, an audit backend's batch throttle).
 //!
 //! Layer: under the binaries in `cmd/`, which flatten its flags into theirs, and under
-//! every crate that records metrics. It depends only on apimachinery (Go durations, quantities) and must not depend on any
+//! every crate that records metrics. It depends only on apimachinery (Go durations, quantities) and tokio (the bucket's clock) and must not depend on any
 //! other ferrokube crate.
 
 pub mod featuregate;
 pub mod flags;
 pub mod logs;
 pub mod metrics;
+pub mod ratelimit;
 
 pub use featuregate::FeatureGates;
 pub use flags::ComponentFlags;

@@ -33,8 +33,8 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
-use ferrokube_client::ratelimit::TokenBucket;
 use ferrokube_client::workqueue::WorkQueue;
+use ferrokube_component_base::ratelimit::TokenBucket;
 
 use crate::events::{EventSink, EventType, emit};
 use crate::replicaset::is_not_found;
@@ -439,9 +439,9 @@ impl NodeLifecycleController {
         let mut l = self.limiters.lock();
         let entry = l
             .entry(zone.to_string())
-            .or_insert_with(|| (rate, Arc::new(TokenBucket::new(rate, 1))));
+            .or_insert_with(|| (rate, Arc::new(TokenBucket::new(f64::from(rate), 1))));
         if entry.0 != rate {
-            *entry = (rate, Arc::new(TokenBucket::new(rate, 1)));
+            *entry = (rate, Arc::new(TokenBucket::new(f64::from(rate), 1)));
         }
         entry.1.try_acquire()
     }

@@ -9,12 +9,13 @@
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_component_base::ratelimit::TokenBucket;
 use parking_lot::Mutex;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::{Attributes, Operation, Plugin, PluginInit};
 
@@ -91,30 +92,18 @@ impl LimitType {
 struct Limit {
     kind: LimitType,
     qps: f64,
-    burst: f64,
-    buckets: Mutex<lru::LruCache<String, Bucket>>,
-}
-
-/// client-go's token bucket: starts full, refills at `qps` up to `burst`.
-#[derive(Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+    burst: u32,
+    buckets: Mutex<lru::LruCache<String, TokenBucket>>,
 }
 
 impl Limit {
     /// Takes a token from the request's bucket; `Err` names the limit reached.
     fn accept(&self, key: String, now: Instant) -> Result<(), String> {
         let mut buckets = self.buckets.lock();
-        let bucket = buckets.get_or_insert_mut(key.clone(), || Bucket {
-            tokens: self.burst,
-            at: now,
+        let bucket = buckets.get_or_insert(key.clone(), || {
+            TokenBucket::new_at(self.qps, self.burst, now)
         });
-        let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * self.qps).min(self.burst);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
+        if bucket.try_acquire_at(now) {
             Ok(())
         } else {
             Err(format!(
@@ -169,7 +158,8 @@ fn read_config(config: &Value) -> Result<Vec<Limit>, String> {
             }
         };
         let qps = positive("qps", &mut errors);
-        let burst = positive("burst", &mut errors);
+        // Upstream's burst is an int32; a float-to-int `as` saturates.
+        let burst = positive("burst", &mut errors) as u32;
         let cache_size = match &item["cacheSize"] {
             Value::Null => DEFAULT_CACHE_SIZE,
             v => match v.as_i64() {

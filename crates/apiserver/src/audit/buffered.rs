@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ferrokube_component_base::ratelimit::TokenBucket;
 use tokio::sync::mpsc;
 
 use super::event::Event;
@@ -228,7 +229,7 @@ pub(crate) fn start(
         AuditMode::Batch => Batching {
             max_batch: batch.max_batch_size.max(1),
             max_wait: batch.max_batch_wait,
-            throttle: batch.throttle.map(TokenBucket::new),
+            throttle: batch.throttle.map(|t| TokenBucket::new(t.qps, t.burst)),
             truncate,
         },
         AuditMode::Blocking | AuditMode::BlockingStrict => Batching {
@@ -325,7 +326,7 @@ struct Batching {
     truncate: Option<Truncate>,
 }
 
-async fn run(mut rx: mpsc::Receiver<Queued>, mut batching: Batching, mut sink: impl Sink) {
+async fn run(mut rx: mpsc::Receiver<Queued>, batching: Batching, mut sink: impl Sink) {
     let (max_batch, max_wait) = (batching.max_batch, batching.max_wait);
     let mut open = true;
     while open {
@@ -367,8 +368,8 @@ async fn run(mut rx: mpsc::Receiver<Queued>, mut batching: Batching, mut sink: i
         }
         let mut delivered = true;
         for lines in event_lines(&batch, batching.truncate) {
-            if let Some(bucket) = &mut batching.throttle {
-                tokio::time::sleep(bucket.take(tokio::time::Instant::now())).await;
+            if let Some(bucket) = &batching.throttle {
+                tokio::time::sleep(bucket.reserve()).await;
             }
             delivered &= sink.deliver(lines).await;
         }
@@ -422,42 +423,6 @@ fn event_lines(batch: &[Event], truncate: Option<Truncate>) -> Vec<Vec<Vec<u8>>>
     batches
 }
 
-/// A token bucket (client-go's `NewTokenBucketRateLimiter`): `burst` batches at once,
-/// then `qps` a second.
-struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Option<tokio::time::Instant>,
-}
-
-impl TokenBucket {
-    fn new(throttle: Throttle) -> TokenBucket {
-        let burst = f64::from(throttle.burst.max(1));
-        TokenBucket {
-            qps: throttle.qps,
-            burst,
-            tokens: burst,
-            last: None,
-        }
-    }
-
-    /// Takes a token at `now`: how long to wait before using it.
-    fn take(&mut self, now: tokio::time::Instant) -> Duration {
-        if let Some(last) = self.last {
-            let refill = now.saturating_duration_since(last).as_secs_f64() * self.qps;
-            self.tokens = (self.tokens + refill).min(self.burst);
-        }
-        self.last = Some(now);
-        self.tokens -= 1.0;
-        if self.tokens >= 0.0 || self.qps <= 0.0 {
-            return Duration::ZERO;
-        }
-        // In debt: the wait until the token is earned (for ever at a tiny qps).
-        Duration::try_from_secs_f64(-self.tokens / self.qps).unwrap_or(Duration::MAX)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,34 +473,6 @@ mod tests {
         let sent = event_lines(&batch, Some(Truncate::default()));
         assert_eq!(sent.len(), 1);
         assert!(sent[0].iter().all(|l| l.len() == full_size));
-    }
-
-    #[test]
-    fn the_bucket_gives_a_burst_then_its_rate() {
-        let mut bucket = TokenBucket::new(Throttle {
-            qps: 10.0,
-            burst: 3,
-        });
-        let t0 = tokio::time::Instant::now();
-        for _ in 0..3 {
-            assert_eq!(bucket.take(t0), Duration::ZERO);
-        }
-        // The fourth and fifth wait 100 and 200 ms for their tokens.
-        assert_eq!(bucket.take(t0).as_millis(), 100);
-        assert_eq!(bucket.take(t0).as_millis(), 200);
-        // A second later the bucket is full again (three, not ten).
-        let t1 = t0 + Duration::from_secs(1);
-        for _ in 0..3 {
-            assert_eq!(bucket.take(t1), Duration::ZERO);
-        }
-        assert!(bucket.take(t1) > Duration::ZERO);
-        // A tiny qps waits for ever rather than overflowing the Duration.
-        let mut slow = TokenBucket::new(Throttle {
-            qps: 1e-300,
-            burst: 1,
-        });
-        assert_eq!(slow.take(t0), Duration::ZERO);
-        assert_eq!(slow.take(t0), Duration::MAX);
     }
 
     #[test]

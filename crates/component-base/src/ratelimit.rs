@@ -1,6 +1,9 @@
 //! A token bucket with the semantics of Go's `golang.org/x/time/rate.Limiter` as
-//! client-go uses it: `qps` tokens a second, at most `burst` stored, the bucket starts
-//! full, and a reservation may drive the balance negative (the caller then waits).
+//! client-go's `flowcontrol.NewTokenBucketRateLimiter` uses it: `qps` tokens a second,
+//! at most `burst` stored, the bucket starts full, and a reservation may drive the
+//! balance negative (the caller then waits). One bucket for both sides, as upstream's
+//! clients (`--kube-api-qps`, event spam filtering, work queues) and the apiserver's
+//! audit backends (`--audit-*-batch-throttle-qps`) share client-go's.
 
 use std::time::Duration;
 
@@ -24,14 +27,19 @@ struct Bucket {
 impl TokenBucket {
     /// `qps` tokens a second, `burst` at most (at least 1). A `qps` that is not
     /// positive means no limit.
-    pub fn new(qps: f32, burst: u32) -> TokenBucket {
+    pub fn new(qps: f64, burst: u32) -> TokenBucket {
+        TokenBucket::new_at(qps, burst, Instant::now())
+    }
+
+    /// [`new`](Self::new), full at `now`, a clock read by the caller.
+    pub fn new_at(qps: f64, burst: u32, now: Instant) -> TokenBucket {
         let burst = f64::from(burst.max(1));
         TokenBucket {
-            qps: f64::from(qps),
+            qps,
             burst,
             state: Mutex::new(Bucket {
                 tokens: burst,
-                last: Instant::now(),
+                last: now,
             }),
         }
     }
@@ -50,11 +58,16 @@ impl TokenBucket {
     /// Takes one token now and returns how long the caller must wait before acting
     /// on it (zero when a token was available).
     pub fn reserve(&self) -> Duration {
+        self.reserve_at(Instant::now())
+    }
+
+    /// [`reserve`](Self::reserve) with the clock read by the caller.
+    pub fn reserve_at(&self, now: Instant) -> Duration {
         if self.is_unlimited() {
             return Duration::ZERO;
         }
         let mut b = self.state.lock();
-        self.refill(&mut b, Instant::now());
+        self.refill(&mut b, now);
         b.tokens -= 1.0;
         if b.tokens >= 0.0 {
             Duration::ZERO
@@ -66,11 +79,16 @@ impl TokenBucket {
 
     /// Takes a token only if one is available now.
     pub fn try_acquire(&self) -> bool {
+        self.try_acquire_at(Instant::now())
+    }
+
+    /// [`try_acquire`](Self::try_acquire) with the clock read by the caller.
+    pub fn try_acquire_at(&self, now: Instant) -> bool {
         if self.is_unlimited() {
             return true;
         }
         let mut b = self.state.lock();
-        self.refill(&mut b, Instant::now());
+        self.refill(&mut b, now);
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
             true
@@ -106,10 +124,32 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_then_its_rate_and_full_again_a_second_later() {
+        let b = TokenBucket::new(10.0, 3);
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(b.reserve_at(t0), Duration::ZERO);
+        }
+        // The fourth and fifth wait 100 and 200 ms for their tokens.
+        assert_eq!(b.reserve_at(t0).as_millis(), 100);
+        assert_eq!(b.reserve_at(t0).as_millis(), 200);
+        // A second later the debt is paid and the bucket full again (three, not ten).
+        let t1 = t0 + Duration::from_secs(1);
+        for _ in 0..3 {
+            assert_eq!(b.reserve_at(t1), Duration::ZERO);
+        }
+        assert!(b.reserve_at(t1) > Duration::ZERO);
+    }
+
+    #[test]
     fn a_tiny_qps_waits_for_ever_without_overflowing() {
-        let b = TokenBucket::new(1e-30, 1);
-        assert_eq!(b.reserve(), Duration::ZERO);
-        assert_eq!(b.reserve(), Duration::MAX);
+        // f64, not f32: an audit backend's 1e-300 must not round to 0 (no limit).
+        for qps in [1e-30, 1e-300] {
+            let b = TokenBucket::new(qps, 1);
+            assert!(!b.is_unlimited());
+            assert_eq!(b.reserve(), Duration::ZERO);
+            assert_eq!(b.reserve(), Duration::MAX);
+        }
     }
 
     #[test]
