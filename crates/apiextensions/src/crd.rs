@@ -11,8 +11,13 @@
 //! `spec.conversion.conversionReviewVersions`. The paths here follow the same rules so
 //! that messages read as upstream's.
 //!
-//! Not covered: CEL rule compilation and cost estimation (`x-kubernetes-validations`
-//! rules are only checked for shape), validation of `default` values against their
+//! `x-kubernetes-validations` rules are compiled against their node (a syntax error, a
+//! variable other than `self` and `oldSelf`, or a field the node's schema does not
+//! have is refused, as upstream's compile against the declared type refuses it), but
+//! not type-checked further: a wrong operand type or function overload, a rule that
+//! is not a bool and the cost estimate are found when an object is validated.
+//!
+//! Not covered: validation of `default` values against their
 //! schema, structural-schema completeness of `anyOf`/`allOf`/`oneOf`/`not`, regex
 //! syntax of `pattern`, the conversion webhook's `caBundle` PEM check, and resolving
 //! `selectableFields` paths in the schema.
@@ -29,6 +34,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionStatus,
     CustomResourceDefinitionVersion, CustomResourceSubresources, CustomResourceValidation,
     JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool, SelectableField,
+    ValidationRule,
 };
 use serde_json::json;
 
@@ -124,6 +130,8 @@ struct Opts {
     require_structural_schema: bool,
     require_atomic_set_type: bool,
     require_map_list_keys_map_set_validation: bool,
+    /// Compile `x-kubernetes-validations` rules and check their field references.
+    check_cel_rules: bool,
 }
 
 impl Opts {
@@ -136,6 +144,7 @@ impl Opts {
             require_structural_schema: true,
             require_atomic_set_type: true,
             require_map_list_keys_map_set_validation: true,
+            check_cel_rules: true,
         }
     }
 
@@ -180,6 +189,19 @@ impl Opts {
                 schema_has(s, &|s| {
                     !validate_map_list_keys_map_set(s, &FieldPath::new("")).is_empty()
                 })
+            }),
+            // A CRD stored before its rules were compiled at write time may hold one
+            // that does not compile; it must stay updatable.
+            check_cel_rules: !old_schemas().any(|root| {
+                let mut broken = false;
+                visit_rule_nodes(root, true, &mut |node, is_root| {
+                    broken |= node
+                        .x_kubernetes_validations
+                        .iter()
+                        .flatten()
+                        .any(|r| rule_errors(r, node, is_root) != (None, None));
+                });
+                broken
             }),
         }
     }
@@ -1345,8 +1367,12 @@ fn validate_schema(
             "nullable cannot be true at the root",
         ));
     }
+    let mut opts = opts;
     if opts.require_structural_schema {
-        local.extend(validate_structural(schema, &root));
+        let structural = validate_structural(schema, &root);
+        // Upstream compiles rules only against a structural schema's declared types.
+        opts.check_cel_rules &= structural.is_empty();
+        local.extend(structural);
     }
     let ssv = SpecValidator {
         allow_defaults: true,
@@ -1545,8 +1571,8 @@ impl SpecValidator {
     }
 }
 
-/// Upstream's `ValidateCustomResourceDefinitionOpenAPISchema` (the schema errors; CEL
-/// rules are checked for shape only).
+/// Upstream's `ValidateCustomResourceDefinitionOpenAPISchema` (the schema errors, and
+/// the rules' compilation without cost estimates).
 fn validate_openapi_schema(
     s: &JSONSchemaProps,
     path: &FieldPath,
@@ -1854,6 +1880,81 @@ fn validate_openapi_schema(
                 "must not contain line breaks",
             ));
         }
+        if opts.check_cel_rules && !trimmed_rule.is_empty() {
+            let (rule_error, message_expression_error) = rule_errors(rule, s, is_root);
+            // Upstream prints the whole rule as the bad value (Go's `%#v` of the
+            // struct); its JSON here.
+            let value = || serde_json::to_value(rule).unwrap_or_default();
+            if let Some(e) = rule_error {
+                errs.push(FieldError::invalid(&rp.child("rule"), value(), e));
+            }
+            if let Some(e) = message_expression_error {
+                errs.push(FieldError::invalid(
+                    &rp.child("messageExpression"),
+                    value(),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+/// A rule's compilation as upstream's `compileRule` reports it: the rule's error
+/// (`compilation failed: ...`, a syntax error, an undeclared variable or a field its
+/// node does not have), then its `messageExpression`'s, which is only compiled when
+/// the rule compiles. Both see `self` and `oldSelf` bound to `node`'s type; the root
+/// also has `apiVersion`, `kind` and `metadata`, as an embedded resource does.
+fn rule_errors(
+    rule: &ValidationRule,
+    node: &JSONSchemaProps,
+    is_root: bool,
+) -> (Option<String>, Option<String>) {
+    const VARIABLES: &[&str] = &["self", "oldSelf"];
+    if rule.rule.trim().is_empty() {
+        return (None, None);
+    }
+    let mut typed = serde_json::to_value(node).unwrap_or_default();
+    if is_root && let Some(map) = typed.as_object_mut() {
+        map.insert("x-kubernetes-embedded-resource".into(), true.into());
+    }
+    let compile = |source: &str| -> Result<(), String> {
+        let program = ferrokube_cel::compile(source, VARIABLES).map_err(|e| e.0)?;
+        let issues = ferrokube_cel::typecheck::check_rule_fields(&program, &typed);
+        if issues.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("compilation failed: {issues}"))
+        }
+    };
+    if let Err(e) = compile(&rule.rule) {
+        return (Some(e), None);
+    }
+    let message_expression = str_of(&rule.message_expression);
+    if message_expression.trim().is_empty() {
+        return (None, None);
+    }
+    match compile(message_expression) {
+        Ok(()) => (None, None),
+        Err(e) => (None, Some(format!("messageExpression {e}"))),
+    }
+}
+
+/// Calls `f` on every schema node that may carry rules (`properties`,
+/// `additionalProperties` and `items`, the structural ones), with whether it is the root.
+fn visit_rule_nodes(
+    s: &JSONSchemaProps,
+    is_root: bool,
+    f: &mut impl FnMut(&JSONSchemaProps, bool),
+) {
+    f(s, is_root);
+    for p in s.properties.iter().flat_map(BTreeMap::values) {
+        visit_rule_nodes(p, false, f);
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(a)) = &s.additional_properties {
+        visit_rule_nodes(a, false, f);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(i)) = &s.items {
+        visit_rule_nodes(i, false, f);
     }
 }
 

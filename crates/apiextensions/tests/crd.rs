@@ -616,3 +616,80 @@ fn deprecation_warning() {
     }));
     has(&errs, "must be <= 256 characters long");
 }
+
+/// Sets the rules of `spec` in the base CRD's schema.
+fn with_spec_rules(rules: Value) -> CustomResourceDefinition {
+    patched(|v| {
+        v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
+            rules;
+    })
+}
+
+#[test]
+fn rules_are_compiled_against_their_node() {
+    let good = with_spec_rules(json!([
+        {"rule": "self.replicas <= 10 && self.ports.all(p, p.name != '')"},
+        {"rule": "self.replicas >= oldSelf.replicas", "messageExpression": "'was ' + string(oldSelf.replicas)"},
+        {"rule": "self.extra.anything == 1 || has(self.ports)"},
+    ]));
+    assert_eq!(msgs(&validate_crd(&good)), Vec::<String>::new());
+
+    let bad = with_spec_rules(json!([
+        {"rule": "self.replicsa <= 10"},
+        {"rule": "self.replicas <="},
+        {"rule": "object.spec.replicas > 1"},
+        {"rule": "self.ports.exists(p, p.nmae == 'a')"},
+        {"rule": "self.replicas > 1", "messageExpression": "'too few: ' + self.replica"},
+    ]));
+    let errs = msgs(&validate_crd(&bad));
+    let rules = "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations";
+    assert_eq!(errs.len(), 5, "{errs:#?}");
+    assert_eq!(
+        errs[0],
+        format!(
+            "{rules}[0].rule: Invalid value: {{\"rule\":\"self.replicsa <= 10\"}}: compilation failed: \
+             ERROR: <input>:1:5: undefined field 'replicsa'\n | self.replicsa <= 10\n | ....^"
+        )
+    );
+    assert!(
+        errs[1].starts_with(&format!(
+            "{rules}[1].rule: Invalid value: {{\"rule\":\"self.replicas <=\"}}: compilation failed: \
+             ERROR: <input>:1:17: Syntax error: mismatched input '<EOF>' expecting"
+        )) && errs[1].ends_with("\n | self.replicas <=\n | ................^"),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[2].ends_with("compilation failed: ERROR: <input>:1:1: undeclared reference to 'object' (in container '')"),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[3].contains("[3].rule: Invalid value: ") && errs[3].contains("undefined field 'nmae'"),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[4].starts_with(&format!("{rules}[4].messageExpression: Invalid value: "))
+            && errs[4].contains(": messageExpression compilation failed: ERROR: <input>:1:19: undefined field 'replica'"),
+        "{errs:#?}"
+    );
+
+    // The root has the object's type and metadata whether the schema lists them or not.
+    let root = patched(|v| {
+        v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = json!([{"rule": "self.metadata.name.size() < 20 && self.kind == 'Widget' && has(self.spec)"}]);
+    });
+    assert_eq!(msgs(&validate_crd(&root)), Vec::<String>::new());
+}
+
+#[test]
+fn a_stored_rule_that_does_not_compile_keeps_the_crd_updatable() {
+    // As a Ferrokube before rules were compiled at write time could store it.
+    let old = with_rv(with_spec_rules(json!([{"rule": "self.replicsa <= 10"}])));
+    let mut new = old.clone();
+    new.spec.versions[0].deprecated = Some(true);
+    assert_eq!(msgs(&validate_crd_update(&new, &old)), Vec::<String>::new());
+    // From a CRD whose rules compile, a broken one is refused on update too.
+    let fine = with_rv(crd(base()));
+    has(
+        &validate_crd_update(&new, &fine),
+        "undefined field 'replicsa'",
+    );
+}

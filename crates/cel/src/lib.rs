@@ -12,14 +12,15 @@
 //!
 //! The `authorizer` variable and its library are in [`authz`]; the runtime cost limit
 //! (upstream's per-call limit and per-evaluation budget) in `cost.rs`; the check of
-//! field references against OpenAPI schemas (for a policy's `status.typeChecking`) in
-//! [`typecheck`].
+//! field references against OpenAPI schemas (for a policy's `status.typeChecking`, and
+//! for a CRD rule against its schema node when the CRD is written) in [`typecheck`].
 //!
 //! Deviations from upstream: expressions are parsed, and their free variables checked
 //! against the declared ones, but not type-checked (the `cel` crate has no checker), so
 //! a misspelt function or a wrong argument type is found when the expression runs (and
 //! handled by the caller's failure policy) instead of at create (field references are
-//! checked against schemas by [`typecheck`], as warnings, as upstream); the cost is metered at run time only
+//! checked against schemas by [`typecheck`]: as warnings for a policy, as upstream
+//! does, and as errors for a CRD's rules); the cost is metered at run time only
 //! (no estimate at create), per evaluated node and comprehension iteration. JSON objects
 //! become plain CEL maps, so field names are not escaped (`object.metadata.labels['a.b/c']`
 //! works as upstream; a field named after a CEL reserved word is also reachable as
@@ -166,10 +167,17 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
     let parsed = std::panic::catch_unwind(|| cel::Program::compile(source))
         .map_err(|_| CompileError("compilation failed: ERROR: <input>: Syntax error".into()))?;
     let program = parsed.map_err(|e| {
-        CompileError(format!(
-            "compilation failed: ERROR: <input>: Syntax error: {}",
-            e.to_string().replace('\n', "; ")
-        ))
+        // The parser's errors are cel-go's issues already (`ERROR: <input>:1:17:
+        // Syntax error: ...`, the source line and a caret), which upstream prints as
+        // they are; cel-go indents the source line and the caret by one space.
+        let issues = e.to_string().replace("\n| ", "\n | ");
+        if issues.starts_with("ERROR: ") {
+            CompileError(format!("compilation failed: {issues}"))
+        } else {
+            CompileError(format!(
+                "compilation failed: ERROR: <input>: Syntax error: {issues}"
+            ))
+        }
     })?;
     let mut free = BTreeSet::new();
     free_identifiers(program.expression(), &mut Vec::new(), &mut free);

@@ -1,7 +1,9 @@
 //! Field references checked against OpenAPI schemas: the part of upstream's
 //! ValidatingAdmissionPolicy type checking (`plugin/policy/validating/typechecking.go`,
-//! run by the validatingadmissionpolicy-status controller) that catches its common
-//! case, a misspelt or missing field such as `object.spec.replica`.
+//! run by the validatingadmissionpolicy-status controller) and of its compilation of
+//! a CRD's `x-kubernetes-validations` rules against their declared types
+//! ([`check_rule_fields`]) that catches the common case, a misspelt or missing field
+//! such as `object.spec.replica` or `self.replica`.
 //!
 //! The `cel` crate has no type checker, so this walks the parsed expression: selects
 //! (and `has()` tests) rooted at `object`, `oldObject` or `params`, list and map
@@ -32,6 +34,32 @@ pub struct Schemas<'a> {
     pub params: Option<&'a Value>,
     /// `components.schemas` of the documents the schemas come from.
     pub components: &'a serde_json::Map<String, Value>,
+}
+
+/// The field references of a CustomResourceDefinition's `x-kubernetes-validations`
+/// rule (or its `messageExpression`) checked against the schema node it sits on,
+/// bound to `self` and `oldSelf`: upstream compiles each rule against the node's
+/// declared type when the CRD is written, so `self.replicsa` is refused there, not
+/// found when an object is validated. As upstream's declared types do, an
+/// `x-kubernetes-int-or-string` value is dynamic (any selection compiles), and an
+/// embedded resource (and the root) has `apiVersion`, `kind` and `metadata` whether
+/// its schema lists them or not. Issues as [`check_fields`] gives them.
+pub fn check_rule_fields(program: &Program, node: &Value) -> String {
+    let components = serde_json::Map::new();
+    let schemas = Schemas {
+        object: None,
+        params: None,
+        components: &components,
+    };
+    let mut checker = Checker {
+        schemas: &schemas,
+        source: program.source(),
+        issues: Vec::new(),
+        bound: HashMap::new(),
+        rule_self: Some(node),
+    };
+    checker.schema_of(program.expression());
+    checker.issues.join("\n")
 }
 
 /// A bound on `$ref`/`allOf` hops while resolving one schema (recursive types).
@@ -70,6 +98,7 @@ pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
         source: program.source(),
         issues: Vec::new(),
         bound: HashMap::new(),
+        rule_self: None,
     };
     checker.schema_of(program.expression());
     checker.issues.join("\n")
@@ -81,6 +110,8 @@ struct Checker<'s, 'a> {
     issues: Vec<String>,
     /// Comprehension variables in scope, with their schema when known.
     bound: HashMap<String, Vec<Option<&'a Value>>>,
+    /// A CRD rule's node, bound to `self` and `oldSelf` ([`check_rule_fields`]).
+    rule_self: Option<&'a Value>,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -93,6 +124,7 @@ impl<'a> Checker<'_, 'a> {
                 None => match name.as_str() {
                     "object" | "oldObject" => self.schemas.object,
                     "params" => self.schemas.params,
+                    "self" | "oldSelf" => self.rule_self,
                     _ => None,
                 },
             },
@@ -205,11 +237,20 @@ impl<'a> Checker<'_, 'a> {
         {
             return None;
         }
+        let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
+        if flag("x-kubernetes-embedded-resource")
+            && matches!(field, "apiVersion" | "kind" | "metadata")
+            && schema.pointer(&format!("/properties/{field}")).is_none()
+        {
+            return None;
+        }
         if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
             if let Some(p) = properties.get(field) {
                 return Some(p);
             }
-            if schema.get("additionalProperties").is_none() {
+            // `__dash__`, `__dot__`, `__slash__`, `__underscores__` and `__keyword__`
+            // spell names that are not CEL identifiers; not worth a false alarm.
+            if schema.get("additionalProperties").is_none() && !field.contains("__") {
                 self.issue(field, &format!("undefined field '{field}'"));
             }
             return None;
@@ -217,11 +258,10 @@ impl<'a> Checker<'_, 'a> {
         if let Some(values) = schema.get("additionalProperties") {
             return values.is_object().then_some(values);
         }
-        if schema
-            .get("x-kubernetes-int-or-string")
-            .and_then(Value::as_bool)
-            == Some(true)
-        {
+        if flag("x-kubernetes-int-or-string") {
+            if self.rule_self.is_some() {
+                return None;
+            }
             self.issue(
                 field,
                 "type 'int-or-string' does not support field selection",
@@ -382,5 +422,64 @@ mod tests {
         };
         let program = crate::compile("object.whatever.x", crate::POLICY_VARIABLES).unwrap();
         assert_eq!(check_fields(&program, &schemas), "");
+    }
+
+    fn check_rule(rule: &str, node: &Value) -> String {
+        let program = crate::compile(rule, &["self", "oldSelf"]).unwrap();
+        check_rule_fields(&program, node)
+    }
+
+    #[test]
+    fn a_crd_rule_is_checked_against_its_node() {
+        let node = json!({"type": "object", "properties": {
+            "replicas": {"type": "integer"},
+            "port": {"x-kubernetes-int-or-string": true},
+            "foo-bar": {"type": "string"},
+            "items": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}}}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "raw": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "template": {"type": "object", "x-kubernetes-embedded-resource": true,
+                "properties": {"spec": {"type": "object"}}}}});
+        for rule in [
+            "self.replicas <= 5 && oldSelf.replicas >= 0",
+            "has(self.replicas)",
+            "self.items.all(i, i.name != '')",
+            "self.labels.x == 'y'",
+            "self.raw.anything.at.all",
+            // int-or-string is dynamic in a CRD's declared types.
+            "self.port.x == 1",
+            // An escaped property name is not second-guessed.
+            "self.foo__dash__bar == 'a'",
+            // An embedded resource always has its type and object meta.
+            "self.template.metadata.name == 'a' && self.template.kind == 'Pod'",
+        ] {
+            assert_eq!(check_rule(rule, &node), "", "{rule}");
+        }
+        assert_eq!(
+            check_rule("self.replicsa > 1", &node),
+            "ERROR: <input>:1:5: undefined field 'replicsa'\n | self.replicsa > 1\n | ....^"
+        );
+        assert_eq!(
+            check_rule("self.items.exists(i, i.nmae == 'a')", &node),
+            "ERROR: <input>:1:23: undefined field 'nmae'\n | self.items.exists(i, i.nmae == 'a')\n | ......................^"
+        );
+        assert_eq!(
+            check_rule("has(oldSelf.missing)", &node),
+            "ERROR: <input>:1:12: undefined field 'missing'\n | has(oldSelf.missing)\n | ...........^"
+        );
+        assert_eq!(
+            check_rule("self.replicas.value == 1", &node),
+            "ERROR: <input>:1:14: type 'int' does not support field selection\n | self.replicas.value == 1\n | .............^"
+        );
+        // A scalar node's own rule.
+        assert_eq!(
+            check_rule("self.size() > 1", &json!({"type": "string"})),
+            ""
+        );
+        assert!(
+            check_rule("self.x == 1", &json!({"type": "string"}))
+                .contains("type 'string' does not support field selection")
+        );
     }
 }

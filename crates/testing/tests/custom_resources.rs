@@ -418,6 +418,34 @@ async fn invalid_definitions_are_refused() {
     assert_eq!(status.code, 422, "{status:?}");
     assert!(status.message.contains("storage"), "{}", status.message);
 
+    // A rule is compiled against its node when the definition is written: a misspelt
+    // field is refused then, with cel-go's message, not when a CronTab is validated.
+    let mut crd = crontab_definition();
+    for version in &mut crd.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .unwrap();
+        spec.x_kubernetes_validations = Some(vec![
+            serde_json::from_value(json!({"rule": "self.replicsa <= 5"})).unwrap(),
+        ]);
+    }
+    let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
+    let status = api_error(err);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains(
+            "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: \
+             Invalid value: {\"rule\":\"self.replicsa <= 5\"}: compilation failed: \
+             ERROR: <input>:1:5: undefined field 'replicsa'"
+        ),
+        "{}",
+        status.message
+    );
+
     // A second definition with names another already took is not established.
     crds.create(&PostParams::default(), &crontab_definition())
         .await
