@@ -39,6 +39,8 @@ use crate::proxy::{connect_tcp, connect_tls, insecure_tls, is_upgrade, splice_up
 /// What a proxy path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyTarget {
+    /// The path's segment as given (`https:web:`), which upstream's errors name.
+    pub id: String,
     pub scheme: &'static str,
     pub name: String,
     pub port: Option<String>,
@@ -82,6 +84,7 @@ pub fn proxy_target(path: &str, plural: &str) -> Option<(String, ProxyTarget)> {
     Some((
         ns.to_string(),
         ProxyTarget {
+            id: id.to_string(),
             scheme,
             name: name.to_string(),
             port: port.map(str::to_string),
@@ -233,7 +236,7 @@ pub(crate) async fn serve(
         chosen.ok_or_else(|| {
             ApiError::service_unavailable(format!(
                 "no endpoints available for service {:?}",
-                target.name
+                target.id
             ))
         })?
     } else {
@@ -430,6 +433,7 @@ mod tests {
         assert_eq!(
             t,
             ProxyTarget {
+                id: "web:http".into(),
                 scheme: "http",
                 name: "web".into(),
                 port: Some("http".into()),

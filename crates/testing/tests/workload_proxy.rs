@@ -161,10 +161,21 @@ async fn pods_and_services_are_proxied() -> Result<(), Box<dyn std::error::Error
                 "ports": [{"port": 80, "targetPort": port}]}}))?,
         )
         .await?;
-    let err = get(&c, "/api/v1/namespaces/default/services/elsewhere/proxy/")
-        .await
-        .unwrap_err();
+    let err = get(
+        &c,
+        "/api/v1/namespaces/default/services/http:elsewhere:/proxy/",
+    )
+    .await
+    .unwrap_err();
     assert_eq!(code(&err), 503);
+    // Upstream names the service as the path gave it.
+    let kube::Error::Api(status) = &err else {
+        unreachable!()
+    };
+    assert_eq!(
+        status.message,
+        r#"no endpoints available for service "http:elsewhere:""#
+    );
 
     // Connection upgrades: a WebSocket through pods/proxy and services/proxy reaches
     // the workload, and its messages come back.
