@@ -11,11 +11,13 @@
 //! `spec.conversion.conversionReviewVersions`. The paths here follow the same rules so
 //! that messages read as upstream's.
 //!
-//! `x-kubernetes-validations` rules are compiled against their node (a syntax error, a
-//! variable other than `self` and `oldSelf`, or a field the node's schema does not
-//! have is refused, as upstream's compile against the declared type refuses it), but
-//! not type-checked further: a wrong operand type or function overload, a rule that
-//! is not a bool and the cost estimate are found when an object is validated.
+//! `x-kubernetes-validations` rules are compiled against their node: a syntax error, a
+//! variable other than `self` and `oldSelf`, a field the node's schema does not have,
+//! an operator none of whose overloads takes its operands' known types, a rule known
+//! not to be a bool and a `messageExpression` known not to be a string are refused,
+//! as upstream's compile against the declared type refuses them. What needs a full
+//! CEL type checker (function arguments, the types of function and macro results) and
+//! the cost estimate are left to when an object is validated.
 //!
 //! Not covered: validation of `default` values against their
 //! schema, structural-schema completeness of `anyOf`/`allOf`/`oneOf`/`not`, regex
@@ -1900,9 +1902,10 @@ fn validate_openapi_schema(
 }
 
 /// A rule's compilation as upstream's `compileRule` reports it: the rule's error
-/// (`compilation failed: ...`, a syntax error, an undeclared variable or a field its
-/// node does not have), then its `messageExpression`'s, which is only compiled when
-/// the rule compiles. Both see `self` and `oldSelf` bound to `node`'s type; the root
+/// (`compilation failed: ...`: a syntax error, an undeclared variable, a field its
+/// node does not have or an operator on operands of known types none of its overloads
+/// takes; or a rule known not to be a bool), then its `messageExpression`'s (which
+/// must be a string), which is only compiled when the rule compiles. Both see `self` and `oldSelf` bound to `node`'s type; the root
 /// also has `apiVersion`, `kind` and `metadata`, as an embedded resource does.
 fn rule_errors(
     rule: &ValidationRule,
@@ -1917,25 +1920,34 @@ fn rule_errors(
     if is_root && let Some(map) = typed.as_object_mut() {
         map.insert("x-kubernetes-embedded-resource".into(), true.into());
     }
-    let compile = |source: &str| -> Result<(), String> {
+    // The expression's type when known, or why it does not compile.
+    let compile = |source: &str| -> Result<Option<&'static str>, String> {
         let program = ferrokube_cel::compile(source, VARIABLES).map_err(|e| e.0)?;
-        let issues = ferrokube_cel::typecheck::check_rule_fields(&program, &typed);
-        if issues.is_empty() {
-            Ok(())
+        let check = ferrokube_cel::typecheck::check_rule_fields(&program, &typed);
+        if check.issues.is_empty() {
+            Ok(check.result)
         } else {
-            Err(format!("compilation failed: {issues}"))
+            Err(format!("compilation failed: {}", check.issues))
         }
     };
-    if let Err(e) = compile(&rule.rule) {
-        return (Some(e), None);
+    match compile(&rule.rule) {
+        Err(e) => return (Some(e), None),
+        Ok(Some(t)) if t != "bool" => {
+            return (Some("cel expression must evaluate to a bool".into()), None);
+        }
+        Ok(_) => {}
     }
     let message_expression = str_of(&rule.message_expression);
     if message_expression.trim().is_empty() {
         return (None, None);
     }
     match compile(message_expression) {
-        Ok(()) => (None, None),
         Err(e) => (None, Some(format!("messageExpression {e}"))),
+        Ok(Some(t)) if t != "string" => (
+            None,
+            Some("messageExpression must evaluate to a string".into()),
+        ),
+        Ok(_) => (None, None),
     }
 }
 

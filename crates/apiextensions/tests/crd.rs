@@ -672,6 +672,33 @@ fn rules_are_compiled_against_their_node() {
         "{errs:#?}"
     );
 
+    // Operators on operands of known types, and the rule's and message's own types.
+    let typed = with_spec_rules(json!([
+        {"rule": "self.replicas + 'x' == 'y'"},
+        {"rule": "self.replicas"},
+        {"rule": "self.replicas > 1", "messageExpression": "self.replicas"},
+        {"rule": "self.ports.all(p, p.port == 80)", "messageExpression": "'bad: ' + string(self.replicas)"},
+    ]));
+    let errs = msgs(&validate_crd(&typed));
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    assert!(
+        errs[0].starts_with(&format!("{rules}[0].rule: Invalid value: "))
+            && errs[0].contains(
+                ": compilation failed: ERROR: <input>:1:15: found no matching overload for '_+_' applied to '(int, string)'"
+            ),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[1].starts_with(&format!("{rules}[1].rule: Invalid value: "))
+            && errs[1].ends_with(": cel expression must evaluate to a bool"),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[2].starts_with(&format!("{rules}[2].messageExpression: Invalid value: "))
+            && errs[2].ends_with(": messageExpression must evaluate to a string"),
+        "{errs:#?}"
+    );
+
     // The root has the object's type and metadata whether the schema lists them or not.
     let root = patched(|v| {
         v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = json!([{"rule": "self.metadata.name.size() < 20 && self.kind == 'Widget' && has(self.spec)"}]);

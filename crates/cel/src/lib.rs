@@ -20,7 +20,8 @@
 //! a misspelt function or a wrong argument type is found when the expression runs (and
 //! handled by the caller's failure policy) instead of at create (field references are
 //! checked against schemas by [`typecheck`]: as warnings for a policy, as upstream
-//! does, and as errors for a CRD's rules); the cost is metered at run time only
+//! does, and as errors for a CRD's rules, with operators on operands of known types);
+//! the cost is metered at run time only
 //! (no estimate at create), per evaluated node and comprehension iteration. JSON objects
 //! become plain CEL maps, so field names are not escaped (`object.metadata.labels['a.b/c']`
 //! works as upstream; a field named after a CEL reserved word is also reachable as

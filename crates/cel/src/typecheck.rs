@@ -11,9 +11,12 @@
 //! `filter`, ... over a list bind its items' schema) are resolved through the
 //! schema's `properties`, `additionalProperties`, `items`, `$ref` and `allOf`.
 //! Reported, in cel-go's words: `undefined field 'f'` and `type 'string' does not
-//! support field selection`. Not checked: function overloads and argument types,
-//! the results of functions (other than indexing), `variables.*`, and anything
-//! under `x-kubernetes-preserve-unknown-fields` or a schema without a type. The
+//! support field selection`; for a CRD rule also `found no matching overload for
+//! '_+_' applied to '(int, string)'` where an operator's operands are of known scalar
+//! types (literals, schema fields, `size()` and the conversion functions) that none of
+//! its standard overloads takes. Not checked: function arguments, the results of
+//! other functions and of macros, `variables.*`, and anything under
+//! `x-kubernetes-preserve-unknown-fields` or a schema without a type. The
 //! position in each message is that of the first `.field` in the source (the parser
 //! keeps no positions), which is exact unless the field name repeats.
 
@@ -43,8 +46,10 @@ pub struct Schemas<'a> {
 /// found when an object is validated. As upstream's declared types do, an
 /// `x-kubernetes-int-or-string` value is dynamic (any selection compiles), and an
 /// embedded resource (and the root) has `apiVersion`, `kind` and `metadata` whether
-/// its schema lists them or not. Issues as [`check_fields`] gives them.
-pub fn check_rule_fields(program: &Program, node: &Value) -> String {
+/// its schema lists them or not. Issues as [`check_fields`] gives them, and cel-go's
+/// `found no matching overload` for an operator whose operands' types are known and
+/// fit none of its overloads (`self.replicas + 'a'`).
+pub fn check_rule_fields(program: &Program, node: &Value) -> RuleCheck {
     let components = serde_json::Map::new();
     let schemas = Schemas {
         object: None,
@@ -57,9 +62,152 @@ pub fn check_rule_fields(program: &Program, node: &Value) -> String {
         issues: Vec::new(),
         bound: HashMap::new(),
         rule_self: Some(node),
+        quiet: false,
     };
     checker.schema_of(program.expression());
-    checker.issues.join("\n")
+    let mut result = None;
+    if checker.issues.is_empty() {
+        checker.quiet = true;
+        result = checker.type_of(program.expression()).name();
+    }
+    RuleCheck {
+        issues: checker.issues.join("\n"),
+        result,
+    }
+}
+
+/// What [`check_rule_fields`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleCheck {
+    /// The issues, in cel-go's form, joined by newlines; empty when none.
+    pub issues: String,
+    /// cel-go's name of the expression's type when it is known to be a scalar
+    /// (`bool`, `string`, `int`, ...), for upstream's "must evaluate to" checks.
+    pub result: Option<&'static str>,
+}
+
+/// A CEL type as far as [`Checker::type_of`] knows it; `Dyn` when it does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    Int,
+    Uint,
+    Double,
+    String,
+    Bool,
+    Bytes,
+    Null,
+    Timestamp,
+    Duration,
+    List,
+    Map,
+    Dyn,
+}
+
+impl Ty {
+    /// cel-go's name of the type, for the scalar types issues are reported on.
+    fn name(self) -> Option<&'static str> {
+        Some(match self {
+            Ty::Int => "int",
+            Ty::Uint => "uint",
+            Ty::Double => "double",
+            Ty::String => "string",
+            Ty::Bool => "bool",
+            Ty::Bytes => "bytes",
+            Ty::Timestamp => "google.protobuf.Timestamp",
+            Ty::Duration => "google.protobuf.Duration",
+            Ty::Null | Ty::List | Ty::Map | Ty::Dyn => return None,
+        })
+    }
+
+    fn is_number(self) -> bool {
+        matches!(self, Ty::Int | Ty::Uint | Ty::Double)
+    }
+
+    /// The declared type of a value of `schema` (upstream's `SchemaDeclType`).
+    fn of_schema(schema: &Value) -> Ty {
+        let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
+        if flag("x-kubernetes-int-or-string") || flag("x-kubernetes-preserve-unknown-fields") {
+            return Ty::Dyn;
+        }
+        match schema.get("type").and_then(Value::as_str) {
+            Some("integer") => Ty::Int,
+            Some("number") => Ty::Double,
+            Some("boolean") => Ty::Bool,
+            Some("array") => Ty::List,
+            Some("object") => Ty::Map,
+            Some("string") => match schema.get("format").and_then(Value::as_str) {
+                Some("byte") => Ty::Bytes,
+                Some("duration") => Ty::Duration,
+                Some("date" | "date-time") => Ty::Timestamp,
+                _ => Ty::String,
+            },
+            _ => Ty::Dyn,
+        }
+    }
+}
+
+/// The result of binary operator `op` on `(a, b)`: `Some(Dyn)` when either is not
+/// known, `None` when no overload takes them (as cel-go's standard declarations, with
+/// the cross-type numeric comparisons Kubernetes enables).
+fn binary_result(op: &str, a: Ty, b: Ty) -> Option<Ty> {
+    use Ty::*;
+    if a == Dyn || b == Dyn || a == Null || b == Null {
+        return Some(match op {
+            "_+_" | "_-_" | "_*_" | "_/_" | "_%_" => Dyn,
+            _ => Bool,
+        });
+    }
+    match op {
+        "_+_" => match (a, b) {
+            (Int | Uint | Double | String | Bytes | List | Duration, _) if a == b => Some(a),
+            (Timestamp, Duration) | (Duration, Timestamp) => Some(Timestamp),
+            _ => None,
+        },
+        "_-_" => match (a, b) {
+            (Int | Uint | Double | Duration, _) if a == b => Some(a),
+            (Timestamp, Timestamp) => Some(Duration),
+            (Timestamp, Duration) => Some(Timestamp),
+            _ => None,
+        },
+        "_*_" | "_/_" => (a == b && a.is_number()).then_some(a),
+        "_%_" => (a == b && matches!(a, Int | Uint)).then_some(a),
+        "_<_" | "_<=_" | "_>_" | "_>=_" => {
+            let ordered = matches!(a, String | Bool | Bytes | Timestamp | Duration);
+            ((a == b && ordered) || (a.is_number() && b.is_number())).then_some(Bool)
+        }
+        // Equality is defined for any two values of one type; numbers of different
+        // types and aggregates are left alone.
+        "_==_" | "_!=_" => {
+            let comparable = a == b
+                || (a.is_number() && b.is_number())
+                || matches!(a, List | Map)
+                || matches!(b, List | Map);
+            comparable.then_some(Bool)
+        }
+        "_&&_" | "_||_" => (a == Bool && b == Bool).then_some(Bool),
+        _ => Some(Dyn),
+    }
+}
+
+/// The operator's token in the source, for the position of an issue about it.
+fn operator_token(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "_+_" => "+",
+        "_-_" => "-",
+        "_*_" => "*",
+        "_/_" => "/",
+        "_%_" => "%",
+        "_<_" => "<",
+        "_<=_" => "<=",
+        "_>_" => ">",
+        "_>=_" => ">=",
+        "_==_" => "==",
+        "_!=_" => "!=",
+        "_&&_" => "&&",
+        "_||_" => "||",
+        "!_" => "!",
+        _ => return None,
+    })
 }
 
 /// A bound on `$ref`/`allOf` hops while resolving one schema (recursive types).
@@ -99,6 +247,7 @@ pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
         issues: Vec::new(),
         bound: HashMap::new(),
         rule_self: None,
+        quiet: false,
     };
     checker.schema_of(program.expression());
     checker.issues.join("\n")
@@ -112,6 +261,8 @@ struct Checker<'s, 'a> {
     bound: HashMap<String, Vec<Option<&'a Value>>>,
     /// A CRD rule's node, bound to `self` and `oldSelf` ([`check_rule_fields`]).
     rule_self: Option<&'a Value>,
+    /// Set while [`Checker::type_of`] walks again what `schema_of` has reported on.
+    quiet: bool,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -287,8 +438,140 @@ impl<'a> Checker<'_, 'a> {
         }
     }
 
+    /// The type of `e` as far as the schema and CEL's standard declarations tell,
+    /// recording an issue for an operator no overload of which takes its operands.
+    fn type_of(&mut self, e: &IdedExpr) -> Ty {
+        match &e.expr {
+            Expr::Literal(l) => match l {
+                LiteralValue::Boolean(_) => Ty::Bool,
+                LiteralValue::Bytes(_) => Ty::Bytes,
+                LiteralValue::Double(_) => Ty::Double,
+                LiteralValue::Int(_) => Ty::Int,
+                LiteralValue::Null => Ty::Null,
+                LiteralValue::String(_) => Ty::String,
+                LiteralValue::UInt(_) => Ty::Uint,
+            },
+            Expr::Select(s) if s.test => {
+                self.type_of(&s.operand);
+                Ty::Bool
+            }
+            Expr::Ident(_) | Expr::Select(_) => self.schema_of(e).map_or(Ty::Dyn, Ty::of_schema),
+            Expr::List(l) => {
+                for x in &l.elements {
+                    self.type_of(x);
+                }
+                Ty::List
+            }
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let EntryExpr::MapEntry(m) = &entry.expr {
+                        self.type_of(&m.key);
+                        self.type_of(&m.value);
+                    }
+                }
+                Ty::Map
+            }
+            Expr::Unspecified | Expr::Struct(_) => Ty::Dyn,
+            Expr::Comprehension(c) => {
+                let range = self
+                    .schema_of(&c.iter_range)
+                    .map(|r| self.schemas.resolve(r));
+                let item = range.and_then(|r| r.get("items"));
+                self.bind(&c.iter_var, item);
+                if let Some(v2) = &c.iter_var2 {
+                    self.bind(v2, None);
+                }
+                self.bind(&c.accu_var, None);
+                self.type_of(&c.loop_step);
+                self.unbind(&c.accu_var);
+                if let Some(v2) = &c.iter_var2 {
+                    self.unbind(v2);
+                }
+                self.unbind(&c.iter_var);
+                Ty::Dyn
+            }
+            Expr::Call(call) => self.call_type(e, call),
+        }
+    }
+
+    fn call_type(&mut self, e: &IdedExpr, call: &kube_cel::cel::common::ast::CallExpr) -> Ty {
+        let target = call.target.as_deref().map(|t| self.type_of(t));
+        let args: Vec<Ty> = call.args.iter().map(|a| self.type_of(a)).collect();
+        let name = call.func_name.as_str();
+        match (name, target, args.as_slice()) {
+            ("_[_]", None, _) => self.schema_of(e).map_or(Ty::Dyn, Ty::of_schema),
+            ("_?_:_", None, [_, a, b]) => {
+                if a == b {
+                    *a
+                } else {
+                    Ty::Dyn
+                }
+            }
+            ("!_", None, [a]) => {
+                self.expect_bool(name, &[*a]);
+                Ty::Bool
+            }
+            ("-_", None, [a]) => {
+                if matches!(a, Ty::String | Ty::Bool | Ty::Bytes | Ty::Timestamp) {
+                    self.overload_issue("-", name, &[*a]);
+                }
+                *a
+            }
+            (_, None, [a, b]) if operator_token(name).is_some() => {
+                match binary_result(name, *a, *b) {
+                    Some(t) => t,
+                    None => {
+                        self.overload_issue(operator_token(name).unwrap_or(name), name, &[*a, *b]);
+                        Ty::Dyn
+                    }
+                }
+            }
+            ("size", _, _) => Ty::Int,
+            ("int", None, [_]) => Ty::Int,
+            ("uint", None, [_]) => Ty::Uint,
+            ("double", None, [_]) => Ty::Double,
+            ("string", None, [_]) => Ty::String,
+            ("bytes", None, [_]) => Ty::Bytes,
+            ("bool", None, [_]) => Ty::Bool,
+            ("@in" | "startsWith" | "endsWith" | "contains" | "matches", _, _) => Ty::Bool,
+            _ => Ty::Dyn,
+        }
+    }
+
+    /// `!` takes a bool only.
+    fn expect_bool(&mut self, op: &str, operands: &[Ty]) {
+        if operands
+            .iter()
+            .any(|t| t.name().is_some() && *t != Ty::Bool)
+        {
+            let token = operator_token(op).unwrap_or(op);
+            self.overload_issue(token, op, operands);
+        }
+    }
+
+    /// cel-go's `found no matching overload for '_+_' applied to '(int, string)'`,
+    /// only when every operand's type is known (a scalar).
+    fn overload_issue(&mut self, token: &str, op: &str, operands: &[Ty]) {
+        let Some(names) = operands
+            .iter()
+            .map(|t| t.name())
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let message = format!(
+            "found no matching overload for '{op}' applied to '({})'",
+            names.join(", ")
+        );
+        let at = outside_strings(self.source, token).unwrap_or(0);
+        self.issue_at(at, &message);
+    }
+
     /// Records `message` at the first `.field` of the source, as cel-go prints it.
     fn issue(&mut self, field: &str, message: &str) {
+        if self.quiet {
+            return;
+        }
         let needle = format!(".{field}");
         let at = self
             .source
@@ -301,6 +584,11 @@ impl<'a> Checker<'_, 'a> {
                     .is_some_and(|c| c.is_alphanumeric() || c == '_')
             })
             .unwrap_or(0);
+        self.issue_at(at, message);
+    }
+
+    /// Records `message` at byte offset `at` of the source, as cel-go prints it.
+    fn issue_at(&mut self, at: usize, message: &str) {
         let line_start = self.source[..at].rfind('\n').map_or(0, |i| i + 1);
         let line_no = self.source[..at].matches('\n').count() + 1;
         let column = self.source[line_start..at].chars().count();
@@ -311,6 +599,31 @@ impl<'a> Checker<'_, 'a> {
             ".".repeat(column)
         ));
     }
+}
+
+/// The byte offset of the first `token` in `source` outside string literals (the
+/// parser keeps no positions, so an issue about an operator is placed at its first
+/// occurrence, which is exact unless the operator repeats).
+fn outside_strings(source: &str, token: &str) -> Option<usize> {
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in source.char_indices() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if source[i..].starts_with(token) => return Some(i),
+            None => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -426,7 +739,12 @@ mod tests {
 
     fn check_rule(rule: &str, node: &Value) -> String {
         let program = crate::compile(rule, &["self", "oldSelf"]).unwrap();
-        check_rule_fields(&program, node)
+        check_rule_fields(&program, node).issues
+    }
+
+    fn rule_type(rule: &str, node: &Value) -> Option<&'static str> {
+        let program = crate::compile(rule, &["self", "oldSelf"]).unwrap();
+        check_rule_fields(&program, node).result
     }
 
     #[test]
@@ -481,5 +799,66 @@ mod tests {
             check_rule("self.x == 1", &json!({"type": "string"}))
                 .contains("type 'string' does not support field selection")
         );
+    }
+
+    #[test]
+    fn operators_on_known_types_are_checked_as_cel_go_does() {
+        let node = json!({"type": "object", "properties": {
+            "replicas": {"type": "integer"},
+            "ratio": {"type": "number"},
+            "name": {"type": "string"},
+            "on": {"type": "boolean"},
+            "since": {"type": "string", "format": "date-time"},
+            "ttl": {"type": "string", "format": "duration"},
+            "port": {"x-kubernetes-int-or-string": true},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "raw": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
+        for rule in [
+            "self.replicas + 1 > 2 && self.name + '-x' != 'a'",
+            // Kubernetes compares numbers across types.
+            "self.replicas < self.ratio && 1u <= self.replicas",
+            "self.since + self.ttl > self.since && self.since - self.since == self.ttl",
+            "self.tags + ['a'] == self.tags || size(self.tags) + 1 == 2",
+            "self.port + 1 == 2 && self.raw.x + 'a' == 'b'",
+            "!self.on ? self.replicas > 0 : self.name.startsWith('a')",
+            "int(self.name) + 1 > 0 && string(self.replicas) + 'x' != ''",
+            "'a+b' == self.name",
+        ] {
+            assert_eq!(check_rule(rule, &node), "", "{rule}");
+            assert_eq!(rule_type(rule, &node), Some("bool"), "{rule}");
+        }
+        assert_eq!(
+            check_rule("self.replicas + 'a' > 1", &node),
+            "ERROR: <input>:1:15: found no matching overload for '_+_' applied to '(int, string)'\n \
+             | self.replicas + 'a' > 1\n | ..............^"
+        );
+        assert_eq!(
+            check_rule("self.name == 'x' && self.replicas", &node),
+            "ERROR: <input>:1:18: found no matching overload for '_&&_' applied to '(bool, int)'\n \
+             | self.name == 'x' && self.replicas\n | .................^"
+        );
+        assert!(
+            check_rule("'a<b' != self.name && self.name < 3", &node)
+                .starts_with("ERROR: <input>:1:33: found no matching overload for '_<_' applied to '(string, int)'"),
+        );
+        assert!(
+            check_rule("self.since < '2024-01-01'", &node)
+                .contains("applied to '(google.protobuf.Timestamp, string)'")
+        );
+        assert!(check_rule("self.on == 1", &node).contains("'_==_' applied to '(bool, int)'"));
+        assert!(
+            check_rule("self.replicas % 2.0 == 0", &node)
+                .contains("'_%_' applied to '(int, double)'")
+        );
+        assert!(check_rule("!self.name", &node).contains("'!_' applied to '(string)'"));
+        // A comprehension's item has its list's item type; its result is not followed.
+        assert_eq!(check_rule("self.tags.all(t, t + '!' != 'x')", &node), "");
+        assert!(check_rule("self.tags.all(t, t + 1 != 'x')", &node).contains("'(string, int)'"));
+        assert_eq!(rule_type("self.tags.all(t, t != 'x')", &node), None);
+        // The rule's own type, for upstream's "must evaluate to a bool".
+        assert_eq!(rule_type("self.replicas + 1", &node), Some("int"));
+        assert_eq!(rule_type("self.name", &node), Some("string"));
+        assert_eq!(rule_type("self.port", &node), None);
+        assert_eq!(rule_type("self.tags.map(t, t)", &node), None);
     }
 }
