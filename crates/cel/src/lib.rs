@@ -15,9 +15,11 @@
 //! field references against OpenAPI schemas (for a policy's `status.typeChecking`, and
 //! for a CRD rule against its schema node when the CRD is written) in [`typecheck`].
 //!
-//! Deviations from upstream: expressions are parsed, and their free variables checked
-//! against the declared ones, but not type-checked (the `cel` crate has no checker), so
-//! a misspelt function or a wrong argument type is found when the expression runs (and
+//! Deviations from upstream: expressions are parsed, their free variables checked
+//! against the declared ones and their operators checked where the operands' types are
+//! known whatever the variables hold (`1 + 'a'`), but not fully type-checked (the
+//! `cel` crate has no checker), so a misspelt function or a wrong argument type is
+//! found when the expression runs (and
 //! handled by the caller's failure policy) instead of at create (field references are
 //! checked against schemas by [`typecheck`]: as warnings for a policy, as upstream
 //! does, and as errors for a CRD's rules, with operators on operands of known types);
@@ -189,6 +191,10 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
         return Err(CompileError(format!(
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
         )));
+    }
+    let issues = typecheck::operator_issues(program.expression(), source);
+    if !issues.is_empty() {
+        return Err(CompileError(format!("compilation failed: {issues}")));
     }
     let (metered, base_cost) = cost::meter(program.expression());
     Ok(Program {
@@ -514,6 +520,20 @@ mod tests {
         compile("object.items.all(i, i.x > 0)", VAP).unwrap();
         assert!(compile("params.x", &["object"]).is_err());
         assert!(compile("  ", VAP).is_err());
+        // Operands whose types are known whatever the variables hold.
+        assert_eq!(
+            compile("1 + 'a' == object.x", VAP).unwrap_err().0,
+            "compilation failed: ERROR: <input>:1:3: found no matching overload for '_+_' \
+             applied to '(int, string)'\n | 1 + 'a' == object.x\n | ..^"
+        );
+        assert!(
+            compile("size(object.items) > 'three'", VAP)
+                .unwrap_err()
+                .0
+                .contains("'_>_' applied to '(int, string)'")
+        );
+        // A variable's type is not known here.
+        compile("object.x + 'a' == 'b' && object.y + 1 > 2", VAP).unwrap();
     }
 
     #[test]

@@ -76,6 +76,28 @@ pub fn check_rule_fields(program: &Program, node: &Value) -> RuleCheck {
     }
 }
 
+/// Operators on operands of known types no overload of which takes them, in an
+/// expression whose variables are all of unknown type (`1 + 'a'`, `size(x) + 'a'`):
+/// what cel-go refuses whatever the variables hold. [`crate::compile`] runs it.
+pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
+    let components = serde_json::Map::new();
+    let schemas = Schemas {
+        object: None,
+        params: None,
+        components: &components,
+    };
+    let mut checker = Checker {
+        schemas: &schemas,
+        source,
+        issues: Vec::new(),
+        bound: HashMap::new(),
+        rule_self: None,
+        quiet: true,
+    };
+    checker.type_of(expression);
+    checker.issues.join("\n")
+}
+
 /// What [`check_rule_fields`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleCheck {
