@@ -865,6 +865,12 @@ YAML
   has "^customresourcedefinition.apiextensions.k8s.io/crontabs.$group created"
   k wait --for condition=established --timeout=20s "crd/crontabs.$group"
   has "condition met"
+  # A rule with a misspelt field is refused when the definition is written.
+  sed 's/^            required: \[cronSpec\]$/&\n            x-kubernetes-validations: [{rule: "self.replicsa >= 1"}]/' \
+    "$MAN/crd.yaml" >"$MAN/crd-bad-rule.yaml"
+  grep -q replicsa "$MAN/crd-bad-rule.yaml"
+  if k apply -f "$MAN/crd-bad-rule.yaml"; then echo "expected kubectl to fail"; return 1; fi
+  has "x-kubernetes-validations\[0\]\.rule: Invalid value: .*compilation failed: ERROR: <input>:1:5: undefined field 'replicsa'"
   k api-resources --api-group="$group"
   has "^crontabs +ct +$group/v1 +true +CronTab"
   k explain crontabs.spec
