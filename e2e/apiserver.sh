@@ -870,7 +870,7 @@ YAML
     "$MAN/crd.yaml" >"$MAN/crd-bad-rule.yaml"
   grep -q replicsa "$MAN/crd-bad-rule.yaml"
   if k apply -f "$MAN/crd-bad-rule.yaml"; then echo "expected kubectl to fail"; return 1; fi
-  has "x-kubernetes-validations\[0\]\.rule: Invalid value: .*compilation failed: ERROR: <input>:1:5: undefined field 'replicsa'"
+  has "x-kubernetes-validations\[0\]\.rule: Invalid value: apiextensions\.ValidationRule\{Rule:\"self\.replicsa >= 1\", Message:\"\", .*\}: compilation failed: ERROR: <input>:1:5: undefined field 'replicsa'"
   k api-resources --api-group="$group"
   has "^crontabs +ct +$group/v1 +true +CronTab"
   k explain crontabs.spec

@@ -1884,21 +1884,39 @@ fn validate_openapi_schema(
         }
         if opts.check_cel_rules && !trimmed_rule.is_empty() {
             let (rule_error, message_expression_error) = rule_errors(rule, s, is_root);
-            // Upstream prints the whole rule as the bad value (Go's `%#v` of the
-            // struct); its JSON here.
-            let value = || serde_json::to_value(rule).unwrap_or_default();
+            let printed = go_printed_rule(rule);
             if let Some(e) = rule_error {
-                errs.push(FieldError::invalid(&rp.child("rule"), value(), e));
+                errs.push(FieldError::invalid_printed(&rp.child("rule"), &printed, e));
             }
             if let Some(e) = message_expression_error {
-                errs.push(FieldError::invalid(
+                errs.push(FieldError::invalid_printed(
                     &rp.child("messageExpression"),
-                    value(),
+                    &printed,
                     e,
                 ));
             }
         }
     }
+}
+
+/// The rule as upstream's compile errors show it: Go's `%#v` of its internal
+/// `apiextensions.ValidationRule`, which users and tools match on. A set pointer
+/// prints as an address in Go; a fixed stand-in here, as no address is meaningful.
+fn go_printed_rule(rule: &ValidationRule) -> String {
+    use ferrokube_apimachinery::errors::go_quote;
+    let pointer = |ty: &str, set: bool| {
+        let target = if set { "0xc000010000" } else { "nil" };
+        format!("(*{ty})({target})")
+    };
+    format!(
+        "apiextensions.ValidationRule{{Rule:{}, Message:{}, MessageExpression:{}, Reason:{}, FieldPath:{}, OptionalOldSelf:{}}}",
+        go_quote(&rule.rule),
+        go_quote(str_of(&rule.message)),
+        go_quote(str_of(&rule.message_expression)),
+        pointer("apiextensions.FieldValueErrorReason", rule.reason.is_some()),
+        go_quote(str_of(&rule.field_path)),
+        pointer("bool", rule.optional_old_self.is_some()),
+    )
 }
 
 /// A rule's compilation as upstream's `compileRule` reports it: the rule's error

@@ -647,13 +647,17 @@ fn rules_are_compiled_against_their_node() {
     assert_eq!(
         errs[0],
         format!(
-            "{rules}[0].rule: Invalid value: {{\"rule\":\"self.replicsa <= 10\"}}: compilation failed: \
+            "{rules}[0].rule: Invalid value: apiextensions.ValidationRule{{Rule:\"self.replicsa <= 10\", \
+             Message:\"\", MessageExpression:\"\", Reason:(*apiextensions.FieldValueErrorReason)(nil), \
+             FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}}: compilation failed: \
              ERROR: <input>:1:5: undefined field 'replicsa'\n | self.replicsa <= 10\n | ....^"
         )
     );
     assert!(
         errs[1].starts_with(&format!(
-            "{rules}[1].rule: Invalid value: {{\"rule\":\"self.replicas <=\"}}: compilation failed: \
+            "{rules}[1].rule: Invalid value: apiextensions.ValidationRule{{Rule:\"self.replicas <=\", \
+             Message:\"\", MessageExpression:\"\", Reason:(*apiextensions.FieldValueErrorReason)(nil), \
+             FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}}: compilation failed: \
              ERROR: <input>:1:17: Syntax error: mismatched input '<EOF>' expecting"
         )) && errs[1].ends_with("\n | self.replicas <=\n | ................^"),
         "{errs:#?}"
@@ -667,8 +671,15 @@ fn rules_are_compiled_against_their_node() {
         "{errs:#?}"
     );
     assert!(
-        errs[4].starts_with(&format!("{rules}[4].messageExpression: Invalid value: "))
-            && errs[4].contains(": messageExpression compilation failed: ERROR: <input>:1:19: undefined field 'replica'"),
+        errs[4].starts_with(&format!(
+            "{rules}[4].messageExpression: Invalid value: apiextensions.ValidationRule{{\
+             Rule:\"self.replicas > 1\", Message:\"\", \
+             MessageExpression:\"'too few: ' + self.replica\", \
+             Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", \
+             OptionalOldSelf:(*bool)(nil)}}: messageExpression compilation failed:"
+        )) && errs[4].contains(
+            ": messageExpression compilation failed: ERROR: <input>:1:19: undefined field 'replica'"
+        ),
         "{errs:#?}"
     );
 

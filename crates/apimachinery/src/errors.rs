@@ -192,6 +192,21 @@ impl FieldError {
         )
     }
 
+    /// `field.Invalid` of a value upstream prints with Go's `%#v` (a struct such as
+    /// `apiextensions.ValidationRule{Rule:"...", ...}`): `printed` is that text, shown
+    /// as is, where a JSON value would be quoted or shown as JSON.
+    pub fn invalid_printed(path: &FieldPath, printed: &str, detail: impl Into<String>) -> Self {
+        // With no value, the body is the kind's text and the detail, so the printed
+        // value leads the detail.
+        let detail = detail.into();
+        let detail = if detail.is_empty() {
+            printed.to_string()
+        } else {
+            format!("{printed}: {detail}")
+        };
+        Self::new(FieldErrorKind::Invalid, path, None, detail)
+    }
+
     /// `field.TypeInvalid`.
     pub fn type_invalid(
         path: &FieldPath,
