@@ -14,7 +14,9 @@
 //! support field selection`; for a CRD rule also `found no matching overload for
 //! '_+_' applied to '(int, string)'` where an operator's operands are of known scalar
 //! types (literals, schema fields, `size()` and the conversion functions) that none of
-//! its standard overloads takes. Not checked: function arguments, the results of
+//! its standard overloads takes, and the same for the receiver and argument of the
+//! string functions (`startsWith`, `endsWith`, `contains`, `matches`: `'string.(int)'`)
+//! and `size()`'s operand. Not checked: other functions' arguments, the results of
 //! other functions and of macros, `variables.*`, and anything under
 //! `x-kubernetes-preserve-unknown-fields` or a schema without a type. The
 //! position in each message is that of the first `.field` in the source (the parser
@@ -548,7 +550,21 @@ impl<'a> Checker<'_, 'a> {
                     }
                 }
             }
-            ("size", _, _) => Ty::Int,
+            // The string functions take a string receiver and a string argument.
+            ("startsWith" | "endsWith" | "contains" | "matches", Some(receiver), [arg]) => {
+                if receiver != Ty::String || *arg != Ty::String {
+                    self.call_overload_issue(name, Some(receiver), &[*arg]);
+                }
+                Ty::Bool
+            }
+            // size() takes a string, bytes, a list or a map.
+            ("size", receiver, args) => {
+                let operand = receiver.or_else(|| args.first().copied());
+                if operand.is_some_and(|t| !matches!(t, Ty::String | Ty::Bytes)) {
+                    self.call_overload_issue(name, receiver, args);
+                }
+                Ty::Int
+            }
             ("int", None, [_]) => Ty::Int,
             ("uint", None, [_]) => Ty::Uint,
             ("double", None, [_]) => Ty::Double,
@@ -586,6 +602,34 @@ impl<'a> Checker<'_, 'a> {
             names.join(", ")
         );
         let at = outside_strings(self.source, token).unwrap_or(0);
+        self.issue_at(at, &message);
+    }
+
+    /// cel-go's `found no matching overload for 'startsWith' applied to 'int.(string)'`
+    /// for a function call, at its opening parenthesis as cel-go places it; only when
+    /// every type is known (a scalar).
+    fn call_overload_issue(&mut self, function: &str, receiver: Option<Ty>, args: &[Ty]) {
+        let name_of = |t: &Ty| t.name();
+        let Some(arg_names) = args.iter().map(name_of).collect::<Option<Vec<_>>>() else {
+            return;
+        };
+        let (signature, call) = match receiver {
+            Some(r) => match r.name() {
+                Some(r) => (
+                    format!("{r}.({})", arg_names.join(", ")),
+                    format!(".{function}("),
+                ),
+                None => return,
+            },
+            None => (
+                format!("({})", arg_names.join(", ")),
+                format!("{function}("),
+            ),
+        };
+        let message =
+            format!("found no matching overload for '{function}' applied to '{signature}'");
+        let at =
+            call_position(self.source, &call, receiver.is_none()).map_or(0, |i| i + call.len() - 1);
         self.issue_at(at, &message);
     }
 
@@ -644,6 +688,21 @@ fn outside_strings(source: &str, token: &str) -> Option<usize> {
             None if source[i..].starts_with(token) => return Some(i),
             None => {}
         }
+    }
+    None
+}
+
+/// The byte offset of the first call written `call` (`.startsWith(`, or `size(` for a
+/// global call, which must not be a member call or the tail of a longer name) outside
+/// string literals.
+fn call_position(source: &str, call: &str, global: bool) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = outside_strings(&source[from..], call).map(|i| i + from) {
+        let before = source[..i].chars().next_back();
+        if !global || !before.is_some_and(|c| c == '.' || c == '_' || c.is_alphanumeric()) {
+            return Some(i);
+        }
+        from = i + call.len();
     }
     None
 }
@@ -874,6 +933,33 @@ mod tests {
         );
         assert!(check_rule("!self.name", &node).contains("'!_' applied to '(string)'"));
         // A comprehension's item has its list's item type; its result is not followed.
+        // Functions' receivers and arguments.
+        assert_eq!(
+            check_rule("self.name.startsWith('a') && self.replicas > 0", &node),
+            ""
+        );
+        assert_eq!(
+            check_rule("self.name.startsWith(1)", &node),
+            "ERROR: <input>:1:21: found no matching overload for 'startsWith' applied to 'string.(int)'\n \
+             | self.name.startsWith(1)\n | ....................^"
+        );
+        assert!(
+            check_rule("self.replicas.endsWith('0')", &node)
+                .contains("'endsWith' applied to 'int.(string)'")
+        );
+        assert!(
+            check_rule("'size(' != self.name && size(self.replicas) > 1", &node).starts_with(
+                "ERROR: <input>:1:29: found no matching overload for 'size' applied to '(int)'"
+            )
+        );
+        assert!(check_rule("self.on.size() > 1", &node).contains("'size' applied to 'bool.()'"));
+        // Lists, maps and values of unknown type are not judged.
+        for rule in [
+            "size(self.tags) > 0 && self.tags.size() < 9 && size(self.raw) > 0",
+            "self.port.startsWith('a') && self.raw.x.contains(1) && sets.contains([1], [1])",
+        ] {
+            assert_eq!(check_rule(rule, &node), "", "{rule}");
+        }
         assert_eq!(check_rule("self.tags.all(t, t + '!' != 'x')", &node), "");
         assert!(check_rule("self.tags.all(t, t + 1 != 'x')", &node).contains("'(string, int)'"));
         assert_eq!(rule_type("self.tags.all(t, t != 'x')", &node), None);
