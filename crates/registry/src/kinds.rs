@@ -476,7 +476,11 @@ fn pod_prepare_create(pod: &mut Value, now: &str) {
 pub(crate) fn pod_resize(new: &Value, old: &Value) -> Value {
     let mut fin = old.clone();
     for list in ["containers", "initContainers"] {
-        let Some(containers) = fin["spec"][list].as_array_mut() else {
+        // `pointer_mut`, not indexing: an index would add `list: null` to the pod.
+        let Some(containers) = fin
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        else {
             continue;
         };
         for c in containers {
@@ -626,6 +630,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn pod_resize_takes_resources_and_adds_no_list() {
+        let old = json!({"spec": {"containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "1"}}}]}});
+        let new = json!({"spec": {"containers": [{"name": "c", "image": "y",
+            "resources": {"requests": {"cpu": "2"}}}]}});
+        assert_eq!(
+            pod_resize(&new, &old),
+            json!({"spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "2"}}}]}})
+        );
     }
 
     #[test]

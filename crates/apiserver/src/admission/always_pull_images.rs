@@ -65,7 +65,11 @@ impl Plugin for AlwaysPullImages {
             return Ok(());
         }
         for list in CONTAINER_LISTS {
-            if let Some(containers) = pod["spec"][list].as_array_mut() {
+            // `pointer_mut`, not indexing: an index would add `list: null` to the pod.
+            if let Some(containers) = pod
+                .pointer_mut(&format!("/spec/{list}"))
+                .and_then(Value::as_array_mut)
+            {
                 for c in containers.iter_mut().filter(|c| c.is_object()) {
                     c["imagePullPolicy"] = json!("Always");
                 }
@@ -118,5 +122,20 @@ mod tests {
         assert!(brings_new_image(&pod(&["a"]), None));
         assert!(!brings_new_image(&pod(&["a"]), Some(&pod(&["a", "b"]))));
         assert!(brings_new_image(&pod(&["a", "c"]), Some(&pod(&["a"]))));
+    }
+
+    #[tokio::test]
+    async fn every_container_pulls_always_and_absent_lists_stay_absent() {
+        let info = ferrokube_api::resources::lookup("", "v1", "pods").unwrap();
+        let user = ferrokube_auth::UserInfo::new("alice", ["x"]);
+        let a = Attributes::new(user, Operation::Create, info);
+        let mut pod = json!({"spec": {"containers": [
+            {"name": "c", "image": "x", "imagePullPolicy": "IfNotPresent"}]}});
+        AlwaysPullImages.admit(&a, &mut pod, None).await.unwrap();
+        assert_eq!(
+            pod,
+            json!({"spec": {"containers": [
+                {"name": "c", "image": "x", "imagePullPolicy": "Always"}]}})
+        );
     }
 }

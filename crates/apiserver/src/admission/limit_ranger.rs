@@ -153,7 +153,11 @@ pub(crate) fn default_pod(range: &Value, pod: &mut Value) {
         ("containers", "container"),
         ("initContainers", "init container"),
     ] {
-        for c in pod["spec"][kind].as_array_mut().into_iter().flatten() {
+        // `pointer_mut`, not indexing: an index would add `kind: null` to a pod without it.
+        let containers = pod
+            .pointer_mut(&format!("/spec/{kind}"))
+            .and_then(Value::as_array_mut);
+        for c in containers.into_iter().flatten() {
             let name = c["name"].as_str().unwrap_or("").to_string();
             let resources = &mut c["resources"];
             if !resources.is_object() {
@@ -472,6 +476,15 @@ mod tests {
              cpu, memory request for init container i; cpu, memory limit for init container i"
         );
         assert!(validate_pod(&range(), &pod).is_empty());
+    }
+
+    #[test]
+    fn a_pod_without_init_containers_gets_no_init_containers_member() {
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "a", "image": "x"}]}});
+        default_pod(&range(), &mut pod);
+        let spec = pod["spec"].as_object().unwrap();
+        assert_eq!(spec.keys().collect::<Vec<_>>(), ["containers"], "{pod}");
     }
 
     #[test]

@@ -114,7 +114,9 @@ pub(crate) fn admit_pod(
     let volume_name = format!("kube-api-access-{suffix}");
     let mut mounted = false;
     for kind in ["initContainers", "containers"] {
-        for c in spec[kind].as_array_mut().into_iter().flatten() {
+        // `get_mut`, not indexing: an index would add `kind: null` to a pod without it.
+        let containers = spec.get_mut(kind).and_then(Value::as_array_mut);
+        for c in containers.into_iter().flatten() {
             let has = c["volumeMounts"].as_array().is_some_and(|m| {
                 m.iter()
                     .any(|m| m["mountPath"] == SERVICE_ACCOUNT_MOUNT_PATH)
