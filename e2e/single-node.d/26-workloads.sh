@@ -63,6 +63,13 @@ node=$(k get pods -l app=e2e-ds -o 'jsonpath={range .items[*]}{.spec.nodeName}{"
 wl_rollout statefulset/e2e-sts
 names=$(k get pods -l app=e2e-sts -o 'jsonpath={range .items[*]}{.metadata.name}{" "}{end}')
 [ "$names" = "e2e-sts-0 e2e-sts-1 " ] || fail "StatefulSet pods are '$names'"
+# Each component's writes are recorded under its program's name, as upstream's are.
+managers=$(k get pod e2e-sts-1 --show-managed-fields \
+  -o 'jsonpath={range .metadata.managedFields[*]}{.manager}/{.subresource}{" "}{end}')
+for want in "kube-controller-manager/ " "kubelet/status "; do
+  [[ " $managers" == *" $want"* ]] || fail "e2e-sts-1's field managers are '$managers', expected $want"
+done
+[[ " $managers" != *" /"* ]] || fail "e2e-sts-1 has a field manager without a name: '$managers'"
 out=$(kx e2e-sts-1 -- cat /tmp/h) || fail "exec into e2e-sts-1: $out"
 [ "$out" = e2e-sts-1 ] || fail "e2e-sts-1's hostname is '$out'"
 uid=$(k get pod e2e-sts-0 -o 'jsonpath={.metadata.uid}')
@@ -72,4 +79,4 @@ new_uid=$(k get pod e2e-sts-0 -o 'jsonpath={.metadata.uid}')
 [ -n "$new_uid" ] && [ "$new_uid" != "$uid" ] || fail "e2e-sts-0 was not recreated (uid '$new_uid')"
 k delete daemonset e2e-ds --wait=true >/dev/null 2>&1 || fail "kubectl delete daemonset failed"
 k delete statefulset e2e-sts --wait=true >/dev/null 2>&1 || fail "kubectl delete statefulset failed"
-ok "DaemonSet pod on $NODE; StatefulSet pods e2e-sts-0, e2e-sts-1 (hostname kept), e2e-sts-0 recreated"
+ok "DaemonSet pod on $NODE; StatefulSet pods e2e-sts-0, e2e-sts-1 (hostname kept, written by kube-controller-manager and kubelet), e2e-sts-0 recreated"

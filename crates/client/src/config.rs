@@ -93,7 +93,8 @@ impl ClientOptions {
 /// A `kube::Client` over `config` whose requests (watches included, as in client-go)
 /// pass a token bucket of `qps`/`burst`. `qps == 0` means client-go's default 5 (and
 /// burst 0 its 10); a negative `qps` disables the limit.
-pub fn client_with_limits(config: kube::Config, qps: f32, burst: u32) -> Result<Client> {
+pub fn client_with_limits(mut config: kube::Config, qps: f32, burst: u32) -> Result<Client> {
+    add_default_user_agent(&mut config);
     let limit = RateLimitLayer::for_config(&config, qps, burst);
     let metrics = RequestMetricsLayer::for_config(&config);
     let builder = ClientBuilder::try_from(config)?;
@@ -104,11 +105,30 @@ pub fn client_with_limits(config: kube::Config, qps: f32, burst: u32) -> Result<
 
 /// A `kube::Client` over `config` without a rate limit, its requests recorded in the
 /// process's `rest_client_*` metrics as every client's are.
-pub fn build_client(config: kube::Config) -> Result<Client> {
+pub fn build_client(mut config: kube::Config) -> Result<Client> {
+    add_default_user_agent(&mut config);
     let metrics = RequestMetricsLayer::for_config(&config);
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&metrics)
         .build())
+}
+
+/// client-go's default `User-Agent` for this program (`kubelet/v1.33.0 (linux/amd64)
+/// kubernetes/...`) unless `config` sets one: the apiserver records a write without a
+/// field manager under the agent's program name, and kube-rs sends none of its own.
+pub fn add_default_user_agent(config: &mut kube::Config) {
+    let user_agent = http::header::USER_AGENT;
+    if config.headers.iter().any(|(name, _)| *name == user_agent) {
+        return;
+    }
+    let program = std::env::args_os()
+        .next()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let agent = ferrokube_component_base::version::default_user_agent(&program);
+    if let Ok(value) = http::HeaderValue::from_str(&agent) {
+        config.headers.push((user_agent, value));
+    }
 }
 
 /// A client's QPS and burst, as client-go's `rest.Config` carries them.

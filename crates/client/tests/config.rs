@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use ferrokube_client::config::{ClientOptions, build_client, client_with_limits};
 use ferrokube_client::metrics::{rest_client_metrics, write_rest_client_metrics};
 use ferrokube_testing::TestApiServer;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 #[tokio::test]
 async fn kubeconfig_flag_and_qps_burst() {
@@ -77,5 +77,63 @@ async fn requests_are_recorded_by_code_method_and_host() {
     let line =
         format!("rest_client_requests_total{{code=\"200\",host=\"{host}\",method=\"GET\"}} 3");
     assert!(page.lines().any(|l| l == line), "{page}");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn writes_are_recorded_under_the_program_name() {
+    let srv = TestApiServer::start().await.unwrap();
+    let opts = ClientOptions {
+        kubeconfig: Some(srv.kubeconfig.clone()),
+        ..Default::default()
+    };
+    let config = opts.load_config().await.unwrap();
+    // As client-go's, a component's client names its program and version, and the
+    // apiserver records its writes under the program's name.
+    let maps: Api<ConfigMap> = Api::namespaced(build_client(config).unwrap(), "default");
+    let created = maps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "agent"}, "data": {"x": "y"}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let program = std::env::current_exe().unwrap();
+    let program = program.file_name().unwrap().to_string_lossy();
+    let managers: Vec<_> = created
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| m.manager.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(managers, [program.to_string()]);
+
+    // A User-Agent of the configuration's own is kept.
+    let mut config = opts.load_config().await.unwrap();
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static("my-operator/v2"),
+    ));
+    let maps: Api<ConfigMap> = Api::namespaced(build_client(config).unwrap(), "default");
+    let patched = maps
+        .patch(
+            "agent",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"a": "1"}})),
+        )
+        .await
+        .unwrap();
+    let managers: Vec<_> = patched
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| m.manager.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(managers, [program.to_string(), "my-operator".to_string()]);
     srv.stop().await;
 }

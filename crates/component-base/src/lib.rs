@@ -12,6 +12,8 @@
 //!   in the Prometheus text format (upstream's `component-base/metrics`).
 //! * [`ratelimit`]: the token bucket of client-go's `flowcontrol`, which both sides
 //!   use (a client's qps and burst, an audit backend's batch throttle).
+//! * [`version`]: the version every binary reports, and client-go's default
+//!   `User-Agent` built from it.
 //!
 //! Layer: under the binaries in `cmd/`, which flatten its flags into theirs, and under
 //! every crate that records metrics. It depends only on apimachinery (Go durations, quantities) and tokio (the bucket's clock) and must not depend on any
@@ -22,6 +24,7 @@ pub mod flags;
 pub mod logs;
 pub mod metrics;
 pub mod ratelimit;
+pub mod version;
 
 pub use featuregate::FeatureGates;
 pub use flags::ComponentFlags;

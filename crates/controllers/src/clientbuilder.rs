@@ -150,7 +150,9 @@ impl ServiceAccountClients {
             .clone();
         let limit = self.limits.map(|l| l.layer(&self.config));
         let metrics = RequestMetricsLayer::for_config(&self.config);
-        let builder = ClientBuilder::try_from(self.config.clone())?;
+        let mut config = self.config.clone();
+        ferrokube_client::config::add_default_user_agent(&mut config);
+        let builder = ClientBuilder::try_from(config)?;
         Ok(builder
             .with_layer(&BearerTokenLayer { source })
             .with_layer(&metrics)

@@ -63,6 +63,8 @@ pub enum TransportError {
     Tls(String),
     #[error("invalid client certificate: {0}")]
     Certificate(String),
+    #[error("invalid request headers (impersonation, user agent): {0}")]
+    Headers(String),
 }
 
 /// A certificate (with its chain) and key ready for handshakes (the client's or the
@@ -228,8 +230,14 @@ pub fn rotating_client(
     };
     let hyper_client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build::<_, kube::client::Body>(connector);
+    let mut with_agent = config.clone();
+    ferrokube_client::config::add_default_user_agent(&mut with_agent);
+    let headers = with_agent
+        .extra_headers_layer()
+        .map_err(|e| TransportError::Headers(e.to_string()))?;
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
+        .layer(headers)
         .option_layer(config.default_retry.then(|| {
             tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
         }))
