@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use crate::quantity::{milli_value, value};
 
 /// The version the kubelet reports (`nodeInfo.kubeletVersion`).
-pub const KUBELET_VERSION: &str = "v1.33.0";
+pub const KUBELET_VERSION: &str = ferrokube_component_base::version::GIT_VERSION;
 /// Upstream's default `maxPods`.
 pub const DEFAULT_MAX_PODS: i64 = 110;
 /// Upstream's default `--eviction-hard` (Linux).
