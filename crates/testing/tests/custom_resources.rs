@@ -439,7 +439,9 @@ async fn invalid_definitions_are_refused() {
     assert!(
         status.message.contains(
             "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: \
-             Invalid value: {\"rule\":\"self.replicsa <= 5\"}: compilation failed: \
+             Invalid value: apiextensions.ValidationRule{Rule:\"self.replicsa <= 5\", \
+             Message:\"\", MessageExpression:\"\", Reason:(*apiextensions.FieldValueErrorReason)(nil), \
+             FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}: compilation failed: \
              ERROR: <input>:1:5: undefined field 'replicsa'"
         ),
         "{}",
