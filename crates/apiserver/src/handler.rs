@@ -3,7 +3,8 @@
 //! Pipeline, outermost first: panic recovery (a panic answers 500, the process
 //! lives), metrics and the audit record -> request info -> authentication (401) ->
 //! audit policy -> impersonation -> priority and fairness or max-in-flight (429) ->
-//! authorization (403) -> body limit (413) -> routing -> registry call -> encoding.
+//! authorization (403) -> body limit (413) -> routing -> registry call -> encoding
+//! (indented for `?pretty` and people's tools, then gzip from 128 KiB).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -167,6 +168,15 @@ pub(crate) async fn serve(
     };
     let resource = attrs.resource.clone();
     let accepts_gzip = accepts_gzip(req.headers());
+    // Streams (watches, logs, proxied connections) are never re-encoded.
+    let pretty_path = (!long_running
+        && output::wants_pretty(
+            req.uri().query(),
+            req.headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
+        ))
+    .then(|| req.uri().path().to_string());
     let deadline = if long_running {
         Ok(None)
     } else {
@@ -204,6 +214,10 @@ pub(crate) async fn serve(
             audit.finish(r, long_running, Some(&msg)).await
         }
     };
+    let resp = match &pretty_path {
+        Some(path) => pretty_response(resp, path).await,
+        None => resp,
+    };
     let resp = if accepts_gzip {
         gzip_response(resp).await
     } else {
@@ -229,6 +243,47 @@ fn with_hsts(state: &State, mut resp: Response<Body>) -> Response<Body> {
             .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
     }
     resp
+}
+
+/// Marks an answer relayed from another server (an aggregated API, a proxied service or
+/// pod): its body is passed on as it came, never re-encoded here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Relayed;
+
+/// Documents upstream writes as they are stored, pretty or not: the OpenAPI documents,
+/// the service-account issuer's discovery and keys, and `/version` (always indented).
+fn served_as_stored(path: &str) -> bool {
+    path.starts_with("/openapi/")
+        || path.starts_with("/.well-known/")
+        || path.starts_with("/openid/")
+        || path == "/version"
+        || path == "/version/"
+}
+
+/// This server's JSON answer indented for a person's tool ([`output::wants_pretty`]):
+/// objects, lists, tables, discovery and `Status` errors, as upstream's serializer
+/// does. A relayed or compressed body, and a document served as stored, stay as they
+/// are.
+async fn pretty_response(resp: Response<Body>, path: &str) -> Response<Body> {
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ct| ct.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if !json
+        || (resp.status().is_success() && served_as_stored(path))
+        || resp.extensions().get::<Relayed>().is_some()
+        || resp.headers().contains_key(header::CONTENT_ENCODING)
+    {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(collected) = body.collect().await;
+    let bytes = collected.to_bytes();
+    let body = output::indent_json(&bytes).map_or(bytes, Bytes::from);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, full(body))
 }
 
 /// Upstream compresses responses of at least 128 KiB when the client accepts gzip

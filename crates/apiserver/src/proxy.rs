@@ -718,6 +718,7 @@ pub(crate) fn streamed(body: Incoming) -> Body {
 fn stream_through(resp: Response<Incoming>) -> Response<Body> {
     let (parts, body) = resp.into_parts();
     let mut r = Response::new(streamed(body));
+    r.extensions_mut().insert(crate::handler::Relayed);
     let ct = parts
         .headers
         .get(header::CONTENT_TYPE)

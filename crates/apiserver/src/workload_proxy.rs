@@ -376,6 +376,7 @@ where
 pub(crate) fn passed_back(resp: Response<Incoming>) -> Response<Body> {
     let (parts, body) = resp.into_parts();
     let mut r = Response::new(streamed(body));
+    r.extensions_mut().insert(crate::handler::Relayed);
     *r.status_mut() = parts.status;
     for (k, v) in &parts.headers {
         if passed_on(k) && k != header::CONTENT_LENGTH {

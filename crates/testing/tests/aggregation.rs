@@ -596,6 +596,22 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     let listed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     assert_eq!(code, 200, "{listed}");
     assert_eq!(listed["kind"], "PodMetricsList");
+    // The extension's answer is passed on as it came, also to a person's tool that
+    // gets this server's own JSON indented.
+    let (code, _, for_curl) = TestApiServer::raw(
+        &client,
+        "GET",
+        pods_path,
+        &[("user-agent", "curl/8.5.0")],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&for_curl),
+        String::from_utf8_lossy(&body)
+    );
     let seen_now = seen.lock().unwrap().clone();
     let user = seen_now.user.clone().unwrap_or_default();
     assert!(!user.is_empty() && user != "mallory", "{seen_now:?}");

@@ -7,6 +7,8 @@
 //! `--cors-allowed-origins` answers browsers' cross-origin requests;
 //! `--tls-sni-cert-key` serves another certificate to clients that ask for its name;
 //! `--goaway-chance` sends HTTP/2 connections a GOAWAY after some requests.
+//! JSON answers are indented for `?pretty=true` and for people's tools (curl, Wget,
+//! browsers), as upstream's `isPrettyPrint`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -479,4 +481,129 @@ async fn a_pair_named_by_an_address_serves_clients_that_send_no_name_there() {
     // (The test's own clients dial 127.0.0.1 too, and now meet a certificate of
     // another CA: no API request here.)
     server.stop().await;
+}
+
+/// A GET with these headers: status, content type and body.
+async fn get_with(c: &kube::Client, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let (code, h, body) = TestApiServer::raw(c, "GET", path, headers, Vec::new())
+        .await
+        .unwrap();
+    let ct = h
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    (code, ct, String::from_utf8(body).unwrap())
+}
+
+#[tokio::test]
+async fn json_is_indented_for_people_and_for_pretty() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = &server.client;
+    let curl = [("user-agent", "curl/8.5.0")];
+    let path = "/api/v1/namespaces/default";
+    let (code, _, compact) = get_with(c, path, &[]).await;
+    assert_eq!(code, 200);
+    assert!(compact.starts_with("{\""), "{compact}");
+    let object: Value = serde_json::from_str(&compact).unwrap();
+
+    // Indented as Go's json.MarshalIndent(obj, "", "  "): the same members in the same
+    // order, two spaces a level, no newline at the end.
+    let (code, ct, pretty) = get_with(c, path, &curl).await;
+    assert_eq!((code, ct.as_str()), (200, "application/json"));
+    assert!(pretty.starts_with("{\n  \""), "{pretty}");
+    assert!(pretty.ends_with("\n}"), "{pretty}");
+    assert!(
+        pretty.contains("\n  \"kind\": \"Namespace\",\n"),
+        "{pretty}"
+    );
+    assert!(pretty.contains("\n    \"labels\": {\n      \""), "{pretty}");
+    assert_eq!(serde_json::from_str::<Value>(&pretty).unwrap(), object);
+    let squeezed: String = {
+        let mut in_string = false;
+        let mut escaped = false;
+        pretty
+            .chars()
+            .filter(|&ch| {
+                if in_string {
+                    in_string = escaped || ch != '"';
+                    escaped = !escaped && ch == '\\';
+                    true
+                } else {
+                    in_string = ch == '"';
+                    !ch.is_whitespace()
+                }
+            })
+            .collect()
+    };
+    assert_eq!(squeezed, compact.trim_end());
+
+    for (query, ua, indented) in [
+        ("?pretty=true", None, true),
+        ("?pretty=1", None, true),
+        ("?pretty=false", Some("curl/8.5.0"), false),
+        // Not a Go bool: not pretty, whoever asks.
+        ("?pretty=yes", Some("curl/8.5.0"), false),
+        // Empty: the User-Agent decides.
+        ("?pretty=", Some("Wget/1.21"), true),
+        ("", Some("Mozilla/5.0 (X11; Linux x86_64)"), true),
+        (
+            "",
+            Some("kubectl/v1.33.1 (linux/amd64) kubernetes/abcdef"),
+            false,
+        ),
+    ] {
+        let headers: Vec<(&str, &str)> = ua.map(|ua| ("user-agent", ua)).into_iter().collect();
+        let (code, _, body) = get_with(c, &format!("{path}{query}"), &headers).await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            body.starts_with("{\n  "),
+            indented,
+            "{query} {ua:?}: {body}"
+        );
+    }
+
+    // Lists, tables and errors too.
+    let (_, _, list) = get_with(c, "/api/v1/namespaces", &curl).await;
+    assert!(
+        list.starts_with("{\n  \"kind\": \"NamespaceList\""),
+        "{list}"
+    );
+    let table = [
+        curl[0],
+        ("accept", "application/json;as=Table;v=v1;g=meta.k8s.io"),
+    ];
+    let (_, ct, rows) = get_with(c, "/api/v1/namespaces", &table).await;
+    assert!(ct.contains("as=Table"), "{ct}");
+    assert!(rows.starts_with("{\n  \""), "{rows}");
+    let (code, _, missing) = get_with(c, "/api/v1/namespaces/nowhere", &curl).await;
+    assert_eq!(code, 404);
+    assert!(missing.starts_with("{\n  \""), "{missing}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&missing).unwrap()["reason"],
+        "NotFound"
+    );
+    // YAML is YAML.
+    let yaml = [curl[0], ("accept", "application/yaml")];
+    let (_, _, as_yaml) = get_with(c, path, &yaml).await;
+    assert!(as_yaml.starts_with("apiVersion: v1\n"), "{as_yaml}");
+
+    // A watch's events stay one per line.
+    let (code, _, events) = get_with(
+        c,
+        "/api/v1/namespaces?watch=true&timeoutSeconds=1&fieldSelector=metadata.name%3Ddefault",
+        &curl,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let lines: Vec<&str> = events.lines().collect();
+    assert_eq!(lines.len(), 1, "{events}");
+    let event: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(event["type"], "ADDED");
+
+    // Documents served as stored are left so, as upstream does.
+    let (code, _, openapi) = get_with(c, "/openapi/v3", &curl).await;
+    assert_eq!(code, 200);
+    let (_, _, openapi_plain) = get_with(c, "/openapi/v3", &[]).await;
+    assert_eq!(openapi, openapi_plain);
 }
