@@ -181,6 +181,26 @@ fn builtin_resources<'a>(
         .filter(|r| enabled.serves_resource(r.group, r.version, r.plural))
 }
 
+/// The discovery paths of every served group and version (`/api/v1`, `/apis/apps`,
+/// `/apis/apps/v1`), with `/apis` and `/apis/`, for the root's path list.
+pub(crate) fn api_paths(
+    enabled: &ApiEnablement,
+    custom: &Served,
+    remote: &RemoteGroups,
+) -> Vec<String> {
+    let mut paths = vec!["/apis".to_string(), "/apis/".to_string()];
+    for group in catalog(enabled, custom, remote) {
+        let prefix = if group.name.is_empty() {
+            "/api".to_string()
+        } else {
+            format!("/apis/{}", group.name)
+        };
+        paths.extend(group.versions.iter().map(|(v, _)| format!("{prefix}/{v}")));
+        paths.push(prefix);
+    }
+    paths
+}
+
 pub(crate) fn api_group_list(
     enabled: &ApiEnablement,
     custom: &Served,

@@ -245,6 +245,36 @@ fn with_hsts(state: &State, mut resp: Response<Body>) -> Response<Body> {
     resp
 }
 
+/// `/`: every path this server lists, sorted, as upstream's index (always indented,
+/// `WriteRawJSON`). Authorization decides who sees it: no default role grants `/`.
+fn root_paths(state: &State) -> Vec<u8> {
+    let mut paths = discovery::api_paths(
+        &state.enablement,
+        &state.registry.custom().served(),
+        &state.aggregator.discovery_groups(true),
+    );
+    paths.extend(crate::health::listed_paths(&state.health_checks));
+    paths.extend(
+        [
+            "/metrics",
+            "/openapi/v2",
+            "/openapi/v3",
+            "/openapi/v3/",
+            "/version",
+        ]
+        .map(String::from),
+    );
+    if let Some(tokens) = &state.tokens {
+        paths.push("/openid/v1/jwks".into());
+        if crate::tokens::openid_configuration(tokens).is_some() {
+            paths.push("/.well-known/openid-configuration".into());
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    serde_json::to_vec_pretty(&json!({ "paths": paths })).unwrap_or_default()
+}
+
 /// Marks an answer relayed from another server (an aggregated API, a proxied service or
 /// pod): its body is passed on as it came, never re-encoded here.
 #[derive(Clone, Copy, Debug)]
@@ -667,6 +697,13 @@ async fn route(
     }
     let get = req.method() == Method::GET;
     match segs.as_slice() {
+        [] | ["index.html"] if get => {
+            return Ok(respond(
+                StatusCode::OK,
+                "application/json",
+                root_paths(state),
+            ));
+        }
         ["metrics"] if get => {
             let mut page = state.metrics.render();
             crate::metrics::render_storage_objects(&state.registry, &mut page);

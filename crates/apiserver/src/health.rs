@@ -145,6 +145,29 @@ fn answer(
     Some((StatusCode::OK, out))
 }
 
+/// Every health endpoint and check path this server answers (`/readyz/etcd`), for the
+/// root's path list.
+pub(crate) fn listed_paths(added: &[Arc<dyn HealthCheck>]) -> Vec<String> {
+    let added: Vec<Added> = added
+        .iter()
+        .map(|c| Added {
+            name: c.name().to_string(),
+            on_livez: c.on_livez(),
+            ok: true,
+        })
+        .collect();
+    let mut paths = Vec::new();
+    for endpoint in ["healthz", "livez", "readyz"] {
+        paths.push(format!("/{endpoint}"));
+        paths.extend(
+            checks(endpoint, true, false, &added)
+                .into_iter()
+                .map(|(name, _)| format!("/{endpoint}/{name}")),
+        );
+    }
+    paths
+}
+
 /// Whether a request path is a health endpoint or one of its checks.
 pub(crate) fn is_health_path(path: &str) -> bool {
     ["/healthz", "/livez", "/readyz"]

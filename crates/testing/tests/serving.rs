@@ -607,3 +607,53 @@ async fn json_is_indented_for_people_and_for_pretty() {
     let (_, _, openapi_plain) = get_with(c, "/openapi/v3", &[]).await;
     assert_eq!(openapi, openapi_plain);
 }
+
+#[tokio::test]
+async fn the_root_lists_the_served_paths() {
+    let server = TestApiServer::start().await.unwrap();
+    let (code, ct, body) = get_with(&server.client, "/", &[]).await;
+    assert_eq!((code, ct.as_str()), (200, "application/json"));
+    // Upstream writes the index indented, whoever asks.
+    assert!(body.starts_with("{\n  \"paths\": [\n    \"/"), "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let paths: Vec<&str> = listed["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    let mut sorted = paths.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(paths, sorted);
+    for want in [
+        "/api",
+        "/api/v1",
+        "/apis",
+        "/apis/",
+        "/apis/apps",
+        "/apis/apps/v1",
+        "/apis/rbac.authorization.k8s.io/v1",
+        "/healthz",
+        "/healthz/etcd",
+        "/livez/ping",
+        "/readyz/shutdown",
+        "/metrics",
+        "/openapi/v2",
+        "/openapi/v3",
+        "/version",
+    ] {
+        assert!(paths.contains(&want), "{want} not in {paths:?}");
+    }
+    // Every listed path answers.
+    for path in &paths {
+        let (code, _, _) = get_with(&server.client, path, &[]).await;
+        assert_eq!(code, 200, "{path}");
+    }
+    let (code, _, same) = get_with(&server.client, "/index.html", &[]).await;
+    assert_eq!((code, same.as_str()), (200, body.as_str()));
+    // No default role grants it.
+    let nobody = server.client_as("nobody", &[]).await.unwrap();
+    let (code, _, _) = get_with(&nobody, "/", &[]).await;
+    assert_eq!(code, 403);
+}
