@@ -50,8 +50,9 @@ pub const V2_PROTOBUF_CONTENT_TYPE: &str =
 pub const V2_PROTOBUF_RESPONSE_CONTENT_TYPE: &str =
     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
-/// The Kubernetes version the documents describe (`info.version`).
-const INFO_VERSION: &str = "v1.33.0";
+/// The Kubernetes version the documents describe (`info.version`): the release this
+/// server reports.
+const INFO_VERSION: &str = ferrokube_component_base::version::GIT_VERSION;
 
 /// Definitions and per-group-version paths in Swagger 2.0 form, generated once and
 /// shared by every document.
