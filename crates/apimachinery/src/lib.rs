@@ -27,6 +27,7 @@ pub mod fields;
 pub mod labels;
 pub mod managedfields;
 pub mod patch;
+pub mod pretty;
 pub mod quantity;
 pub mod quota;
 pub mod request_header;

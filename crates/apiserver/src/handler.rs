@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
+use ferrokube_apimachinery::pretty;
 use ferrokube_auth::{AuthRequest, Authenticator, request_attributes};
 use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::custom::CustomResource;
@@ -170,7 +171,7 @@ pub(crate) async fn serve(
     let accepts_gzip = accepts_gzip(req.headers());
     // Streams (watches, logs, proxied connections) are never re-encoded.
     let pretty_path = (!long_running
-        && output::wants_pretty(
+        && pretty::wants_pretty(
             req.uri().query(),
             req.headers()
                 .get(header::USER_AGENT)
@@ -290,7 +291,7 @@ fn served_as_stored(path: &str) -> bool {
         || path == "/version/"
 }
 
-/// This server's JSON answer indented for a person's tool ([`output::wants_pretty`]):
+/// This server's JSON answer indented for a person's tool ([`pretty::wants_pretty`]):
 /// objects, lists, tables, discovery and `Status` errors, as upstream's serializer
 /// does. A relayed or compressed body, and a document served as stored, stay as they
 /// are.
@@ -311,7 +312,7 @@ async fn pretty_response(resp: Response<Body>, path: &str) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     let Ok(collected) = body.collect().await;
     let bytes = collected.to_bytes();
-    let body = output::indent_json(&bytes).map_or(bytes, Bytes::from);
+    let body = pretty::indent_json(&bytes).map_or(bytes, Bytes::from);
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, full(body))
 }

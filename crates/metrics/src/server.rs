@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::pretty;
 use ferrokube_client::delegated::{
     Attributes, Decision, Gate, LiveClientCertificates, ResourceRequest, User, bearer_token,
 };
@@ -174,8 +175,28 @@ fn status_body(e: &ApiError) -> (u16, &'static str, Vec<u8>) {
     )
 }
 
-/// One request's answer: status, content type and body.
+/// One request's answer: status, content type and body; JSON indented for `?pretty`
+/// and people's tools, as upstream's metrics-server (a generic API server) writes it.
 pub async fn handle(
+    auth: &Auth,
+    state: &State,
+    method: &http::Method,
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+    peer: &[rustls_pki_types::CertificateDer<'static>],
+) -> (u16, &'static str, Vec<u8>) {
+    let (code, content_type, body) = answer(auth, state, method, uri, headers, peer).await;
+    let user_agent = headers
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    if content_type == "application/json" && pretty::wants_pretty(uri.query(), user_agent) {
+        let body = pretty::indent_json(&body).unwrap_or(body);
+        return (code, content_type, body);
+    }
+    (code, content_type, body)
+}
+
+async fn answer(
     auth: &Auth,
     state: &State,
     method: &http::Method,
@@ -353,5 +374,19 @@ mod tests {
             status["message"],
             "nodes.metrics.k8s.io is forbidden: User \"system:anonymous\" cannot list resource \"nodes\" in API group \"metrics.k8s.io\" at the cluster scope"
         );
+        assert!(body.starts_with(b"{\""));
+        // The same answer indented for curl, and for ?pretty=true.
+        let mut curl = http::HeaderMap::new();
+        curl.insert(http::header::USER_AGENT, "curl/8.5.0".parse().unwrap());
+        for (path, headers) in [
+            ("/apis/metrics.k8s.io/v1beta1/nodes", &curl),
+            ("/apis/metrics.k8s.io/v1beta1/nodes?pretty=true", &headers),
+        ] {
+            let (code, _, pretty) =
+                handle(&auth, &st, &http::Method::GET, &get(path), headers, &[]).await;
+            assert_eq!(code, 403);
+            assert!(pretty.starts_with(b"{\n  \""), "{path}");
+            assert_eq!(serde_json::from_slice::<Value>(&pretty).unwrap(), status);
+        }
     }
 }
