@@ -1135,6 +1135,10 @@ s_anonymous() {
   cat "$TMP/out"
   [ "$code" = 403 ]
   has 'pods is forbidden: User \\"system:anonymous\\" cannot list resource \\"pods\\" in API group \\"\\" in the namespace'
+  # Indented for curl, as upstream's isPrettyPrint; compact when told otherwise.
+  has '^  "kind": "Status",$'
+  curl -sk -o "$TMP/out" "$API_URL/api/v1/namespaces/$NS/pods?pretty=false"
+  has '^\{"apiVersion":"v1",.*"kind":"Status"'
   code=$(curl -sk -o "$TMP/out" -w '%{http_code}' -H 'Authorization: Bearer nope' "$API_URL/healthz")
   [ "$code" = 401 ]
 }
