@@ -103,14 +103,15 @@ async fn writes_are_recorded_under_the_program_name() {
         .unwrap();
     let program = std::env::current_exe().unwrap();
     let program = program.file_name().unwrap().to_string_lossy();
-    let managers: Vec<_> = created
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .map(|m| m.manager.clone().unwrap_or_default())
-        .collect();
-    assert_eq!(managers, [program.to_string()]);
+    let managers = |map: &ConfigMap| -> Vec<String> {
+        map.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|m| m.manager.clone().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(managers(&created), [program.to_string()]);
 
     // A User-Agent of the configuration's own is kept.
     let mut config = opts.load_config().await.unwrap();
@@ -127,13 +128,9 @@ async fn writes_are_recorded_under_the_program_name() {
         )
         .await
         .unwrap();
-    let managers: Vec<_> = patched
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .map(|m| m.manager.clone().unwrap_or_default())
-        .collect();
-    assert_eq!(managers, [program.to_string(), "my-operator".to_string()]);
+    assert_eq!(
+        managers(&patched),
+        [program.to_string(), "my-operator".to_string()]
+    );
     srv.stop().await;
 }
