@@ -1230,11 +1230,13 @@ async fn resource_request(
             Some(name),
             None | Some("status" | "approval" | "ephemeralcontainers" | "resize"),
         ) => {
-            let obj = store.get(ns, name).await?;
+            let rv = q.get("resourceVersion").map(String::as_str);
+            let obj = store.get_at(ns, name, rv).await?;
             Ok(encoded(target, printed, StatusCode::OK, &obj))
         }
         (Method::GET, Some(name), Some("scale")) => {
-            let obj = store.get(ns, name).await?;
+            let rv = q.get("resourceVersion").map(String::as_str);
+            let obj = store.get_at(ns, name, rv).await?;
             let scale = ScalePaths::of(state, info).to_scale(&obj);
             Ok(json_response(StatusCode::OK, &scale))
         }

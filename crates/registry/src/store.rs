@@ -398,10 +398,7 @@ pub fn parse_selectors(
     supported: &[&str],
 ) -> Result<(Option<Selector>, Option<FieldSelector>), ApiError> {
     let labels = match label_selector.filter(|s| !s.is_empty()) {
-        Some(s) => Some(
-            Selector::parse(s)
-                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-        ),
+        Some(s) => Some(Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?),
         None => None,
     };
     let fields = match field_selector.filter(|s| !s.is_empty()) {
@@ -874,6 +871,23 @@ impl Store {
                 Err(e)
             }
         }
+    }
+
+    /// A GET with the request's `resourceVersion`, as api-concepts has it: unset or
+    /// `0`, the current object; any other, an object not older than that revision,
+    /// after waiting (at most 3 s, as upstream's watch cache) for the store to reach
+    /// it, then a 504 "Too large resource version".
+    pub async fn get_at(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let min = parse_rv(resource_version.filter(|rv| !rv.is_empty()).unwrap_or("0"))?;
+        if min > 0 {
+            self.cache.wait_for(min, Duration::from_secs(3)).await?;
+        }
+        self.get(ns, name).await
     }
 
     pub async fn get(&self, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
@@ -1919,5 +1933,31 @@ mod tests {
         assert_eq!(entries[0]["manager"], "m");
         assert!(entries.iter().all(|e| e.get("fieldsV1").is_none()));
         assert_eq!(obj, before, "the sets are back after the call");
+    }
+
+    #[test]
+    fn selector_errors_read_as_upstream() {
+        let message = |label: Option<&str>, field: Option<&str>| {
+            let e = parse_selectors(label, field, &["metadata.name"]).unwrap_err();
+            assert_eq!(e.code, 400);
+            e.message
+        };
+        // The parser's own prefix, once (it was doubled).
+        assert_eq!(
+            message(Some("a in ("), None),
+            "unable to parse requirement: found '', expected: ',', ')' or identifier"
+        );
+        assert_eq!(
+            message(None, Some("spec.nodeName=x")),
+            "field label not supported: spec.nodeName"
+        );
+        assert!(
+            parse_selectors(
+                Some("a in (b)"),
+                Some("metadata.name=x"),
+                &["metadata.name"]
+            )
+            .is_ok()
+        );
     }
 }

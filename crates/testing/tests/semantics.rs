@@ -474,3 +474,67 @@ async fn empty_metadata_maps_and_lists_are_left_out() {
     let served: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(served["metadata"].get("labels"), None, "{served}");
 }
+
+/// A GET's `resourceVersion` as api-concepts has it: unset and `0` any recent object,
+/// a reached revision the object, a revision the store has not reached a 504 after the
+/// watch cache's wait (upstream's "Too large resource version"), garbage a 400.
+#[tokio::test]
+async fn get_with_a_resource_version() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = &server.client;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let made = cms.create(&PostParams::default(), &cm("rv")).await.unwrap();
+    let rv: u64 = made.metadata.resource_version.unwrap().parse().unwrap();
+    let path = "/api/v1/namespaces/default/configmaps/rv";
+    for query in ["", "?resourceVersion=", "?resourceVersion=0"] {
+        let (code, _, body) = TestApiServer::raw(c, "GET", &format!("{path}{query}"), &[], vec![])
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{query}: {}", String::from_utf8_lossy(&body));
+    }
+    let (code, _, _) = TestApiServer::raw(
+        c,
+        "GET",
+        &format!("{path}?resourceVersion={rv}"),
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let ahead = rv + 1000;
+    // kube-rs would retry the 504.
+    let once = server.client_without_retries().await.unwrap();
+    let started = std::time::Instant::now();
+    let (code, headers, body) = TestApiServer::raw(
+        &once,
+        "GET",
+        &format!("{path}?resourceVersion={ahead}"),
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(code, 504, "{status}");
+    assert_eq!(status["reason"], "Timeout");
+    assert!(
+        status["message"].as_str().unwrap().starts_with(&format!(
+            "Timeout: Too large resource version: {ahead}, current: "
+        )),
+        "{status}"
+    );
+    assert_eq!(header(&headers, "retry-after"), "1");
+    // It waited for the store first.
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    let (code, _, _) = TestApiServer::raw(
+        c,
+        "GET",
+        &format!("{path}?resourceVersion=abc"),
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 400);
+}
