@@ -291,6 +291,10 @@ impl UnprocessablePatch for ApiError {
 /// revision before it reads storage instead (the cache is normally milliseconds behind).
 const CONSISTENT_READ_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a read that names a revision waits for the watch cache to reach it before
+/// a 504 "Too large resource version" (upstream's watch cache `blockTimeout`).
+const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
+
 /// Attempts of one update against concurrent writers before it answers 409.
 const MAX_UPDATE_ATTEMPTS: usize = 64;
 
@@ -883,11 +887,19 @@ impl Store {
         name: &str,
         resource_version: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let min = parse_rv(resource_version.filter(|rv| !rv.is_empty()).unwrap_or("0"))?;
-        if min > 0 {
-            self.cache.wait_for(min, Duration::from_secs(3)).await?;
-        }
+        self.wait_until_fresh(resource_version.unwrap_or(""))
+            .await?;
         self.get(ns, name).await
+    }
+
+    /// Waits until the cache has reached the revision `rv` names (`""` and `"0"` name
+    /// none), as upstream's `waitUntilFreshAndBlock`; a malformed `rv` is a 400.
+    async fn wait_until_fresh(&self, rv: &str) -> Result<(), ApiError> {
+        let min = parse_rv(if rv.is_empty() { "0" } else { rv })?;
+        if min > 0 {
+            self.cache.wait_for(min, FRESHNESS_WAIT).await?;
+        }
+        Ok(())
     }
 
     pub async fn get(&self, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
@@ -980,10 +992,7 @@ impl Store {
                 || rv_match == "NotOlderThan"
                 || (!rv.is_empty() && rv_match.is_empty() && p.limit <= 0));
         if from_cache {
-            let min = parse_rv(rv)?;
-            if min > 0 {
-                self.cache.wait_for(min, Duration::from_secs(3)).await?;
-            }
+            self.wait_until_fresh(rv).await?;
             return self.list_from_cache(&prefix, filter.as_ref()).await;
         }
         // A consistent read (no resourceVersion) of a whole list, from the cache once it
@@ -1157,10 +1166,7 @@ impl Store {
         }
         let prefix = self.prefix(ns);
         let (from, initial_end) = if send_initial {
-            if !rv.is_empty() && rv != "0" {
-                let min = parse_rv(rv)?;
-                self.cache.wait_for(min, Duration::from_secs(3)).await?;
-            }
+            self.wait_until_fresh(rv).await?;
             (None, true)
         } else if rv.is_empty() || rv == "0" {
             (None, false)
