@@ -432,7 +432,7 @@ impl RequestAudit {
         if p.facts.is_none() {
             return;
         }
-        let essence = content_type.split(';').next().unwrap_or("").trim();
+        let essence = crate::output::media_essence(content_type);
         p.request_body = Some(RawBody {
             bytes: bytes.clone(),
             content_type: content_type.to_string(),

@@ -300,8 +300,7 @@ async fn pretty_response(resp: Response<Body>, path: &str) -> Response<Body> {
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|ct| ct.split(';').next())
-        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+        .is_some_and(|ct| output::media_essence(ct).eq_ignore_ascii_case("application/json"));
     if !json
         || (resp.status().is_success() && served_as_stored(path))
         || resp.extensions().get::<Relayed>().is_some()
@@ -954,7 +953,7 @@ fn decode_body_noting_duplicates(
     content_type: &str,
     info: &ResourceInfo,
 ) -> Result<(Value, Vec<String>), ApiError> {
-    let essence = content_type.split(';').next().unwrap_or("").trim();
+    let essence = output::media_essence(content_type);
     match essence {
         "application/yaml" => crate::dupes::parse_yaml_noting_duplicates(body).map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))

@@ -127,6 +127,12 @@ pub fn negotiate(accept: Option<&str>) -> Result<Target, ApiError> {
     ]))
 }
 
+/// A media type without its parameters: `application/json` of
+/// `application/json; charset=utf-8`.
+pub fn media_essence(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or("").trim()
+}
+
 pub fn content_type(t: Target) -> &'static str {
     match t {
         Target::Yaml => "application/yaml",

@@ -189,10 +189,12 @@ pub async fn handle(
     let user_agent = headers
         .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
-    if content_type == "application/json" && pretty::wants_pretty(uri.query(), user_agent) {
-        let body = pretty::indent_json(&body).unwrap_or(body);
-        return (code, content_type, body);
-    }
+    let body =
+        if content_type == "application/json" && pretty::wants_pretty(uri.query(), user_agent) {
+            pretty::indent_json(&body).unwrap_or(body)
+        } else {
+            body
+        };
     (code, content_type, body)
 }
 

@@ -486,35 +486,25 @@ async fn get_with_a_resource_version() {
     let made = cms.create(&PostParams::default(), &cm("rv")).await.unwrap();
     let rv: u64 = made.metadata.resource_version.unwrap().parse().unwrap();
     let path = "/api/v1/namespaces/default/configmaps/rv";
+    let get = |client: &kube::Client, query: String| {
+        let client = client.clone();
+        async move {
+            TestApiServer::raw(&client, "GET", &format!("{path}{query}"), &[], vec![])
+                .await
+                .unwrap()
+        }
+    };
     for query in ["", "?resourceVersion=", "?resourceVersion=0"] {
-        let (code, _, body) = TestApiServer::raw(c, "GET", &format!("{path}{query}"), &[], vec![])
-            .await
-            .unwrap();
+        let (code, _, body) = get(c, query.to_string()).await;
         assert_eq!(code, 200, "{query}: {}", String::from_utf8_lossy(&body));
     }
-    let (code, _, _) = TestApiServer::raw(
-        c,
-        "GET",
-        &format!("{path}?resourceVersion={rv}"),
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
+    let (code, _, _) = get(c, format!("?resourceVersion={rv}")).await;
     assert_eq!(code, 200);
     let ahead = rv + 1000;
     // kube-rs would retry the 504.
     let once = server.client_without_retries().await.unwrap();
     let started = std::time::Instant::now();
-    let (code, headers, body) = TestApiServer::raw(
-        &once,
-        "GET",
-        &format!("{path}?resourceVersion={ahead}"),
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
+    let (code, headers, body) = get(&once, format!("?resourceVersion={ahead}")).await;
     let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(code, 504, "{status}");
     assert_eq!(status["reason"], "Timeout");
@@ -527,14 +517,6 @@ async fn get_with_a_resource_version() {
     assert_eq!(header(&headers, "retry-after"), "1");
     // It waited for the store first.
     assert!(started.elapsed() >= std::time::Duration::from_secs(2));
-    let (code, _, _) = TestApiServer::raw(
-        c,
-        "GET",
-        &format!("{path}?resourceVersion=abc"),
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
+    let (code, _, _) = get(c, "?resourceVersion=abc".to_string()).await;
     assert_eq!(code, 400);
 }

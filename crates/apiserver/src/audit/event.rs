@@ -146,7 +146,7 @@ pub(crate) fn micro_time(t: jiff::Timestamp) -> String {
 
 /// A body as JSON: JSON and YAML as they are, protobuf through the codec.
 fn decode(body: &RawBody) -> Option<Value> {
-    let essence = body.content_type.split(';').next().unwrap_or("").trim();
+    let essence = crate::output::media_essence(&body.content_type);
     if body.bytes.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
@@ -183,7 +183,7 @@ fn meta_of(v: &Value) -> Option<ObjectMetaRef> {
 /// Only the metadata of a body: JSON and YAML skip everything else unparsed (the cost
 /// of a Metadata-level event), protobuf is decoded whole.
 fn decode_meta(body: &RawBody) -> Option<ObjectMetaRef> {
-    let essence = body.content_type.split(';').next().unwrap_or("").trim();
+    let essence = crate::output::media_essence(&body.content_type);
     match essence {
         ferrokube_protobuf::MEDIA_TYPE => decode(body).as_ref().and_then(meta_of),
         e if e.ends_with("yaml") => serde_yaml_ng::from_slice::<Named>(&body.bytes)
