@@ -712,6 +712,35 @@ s_api_versions() {
   has '^batch/v1$'
   has '^rbac.authorization.k8s.io/v1$'
   has '^coordination.k8s.io/v1$'
+  has '^autoscaling/v1$'
+  has '^autoscaling/v2$'
+}
+
+# autoscaling/v1 and v2 are one resource: an old v1 manifest applies, and v2 (what
+# kubectl prefers) shows the same object.
+s_hpa_versions() {
+  cat >"$TMP/hpa-v1.yaml" <<EOF
+apiVersion: autoscaling/v1
+kind: HorizontalPodAutoscaler
+metadata: {name: hpa-v1, namespace: $NS}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 2
+  maxReplicas: 5
+  targetCPUUtilizationPercentage: 60
+EOF
+  k apply -f "$TMP/hpa-v1.yaml"
+  has 'horizontalpodautoscaler.autoscaling/hpa-v1 created'
+  k -n "$NS" get hpa hpa-v1 -o jsonpath='{.apiVersion} {.spec.metrics[0].resource.target.averageUtilization}'
+  is 'autoscaling/v2 60'
+  k -n "$NS" get hpa.v1.autoscaling hpa-v1 -o jsonpath='{.apiVersion} {.spec.targetCPUUtilizationPercentage}'
+  is 'autoscaling/v1 60'
+  k -n "$NS" get hpa hpa-v1
+  has '^hpa-v1 +Deployment/web +cpu: <unknown>/60% +2 +5 +0 '
+  k apply -f "$TMP/hpa-v1.yaml"
+  has 'horizontalpodautoscaler.autoscaling/hpa-v1 unchanged'
+  k -n "$NS" delete -f "$TMP/hpa-v1.yaml"
+  has 'deleted'
 }
 
 # Kinds without a PATCH operation make kubectl list CustomResourceDefinitions before it
@@ -1496,6 +1525,7 @@ suite() {
   step "api-resources" s_api_resources
   step "custom resources: CRD apply, wait established, explain, columns, defaults, validation, scale, delete" s_custom_resources
   step "api-versions" s_api_versions
+  step "autoscaling/v1 HPA applied, seen through v2" s_hpa_versions
   step "apiservices: local ones, a remote one without its Service (ServiceNotFound, 503), delete" s_apiservices
   step "create -f of reviews and a Binding (no PATCH: kubectl lists CRDs)" s_reviews_from_files
   step "create secret generic" s_secret_generic

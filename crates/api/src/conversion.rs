@@ -12,6 +12,9 @@
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
 
+/// `autoscaling/v1` HorizontalPodAutoscalers to and from the stored `autoscaling/v2` form.
+pub mod autoscaling;
+
 /// An `events.k8s.io/v1` Event in its core `v1` (stored) form.
 pub fn event_to_core(ev: events::Event) -> core::Event {
     core::Event {

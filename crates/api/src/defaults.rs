@@ -1169,6 +1169,15 @@ fn merge_hpa_rules(
     to
 }
 
+/// Upstream's v1 default; the CPU target v1 implies is added by the conversion, which
+/// sees the other metrics in the annotation.
+impl ApplyDefaults for k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler {
+    fn apply_defaults(&mut self) {
+        let spec = self.spec.get_or_insert_with(Default::default);
+        default_opt(&mut spec.min_replicas, 1);
+    }
+}
+
 impl ApplyDefaults for autoscaling::HorizontalPodAutoscaler {
     fn apply_defaults(&mut self) {
         let spec = self.spec.get_or_insert_with(Default::default);

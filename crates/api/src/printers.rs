@@ -2555,6 +2555,22 @@ impl<'a> Printer<'a> {
     }
 
     fn hpa(&self) -> Vec<Value> {
+        // Upstream prints every version from the internal object, which has v2's shape:
+        // a v1 HPA's other metrics (in an annotation) are in its TARGETS too.
+        if self.obj["apiVersion"] == "autoscaling/v1"
+            && let Ok(v1) = serde_json::from_value(self.obj.clone())
+            && let Ok(v2) = serde_json::to_value(crate::conversion::autoscaling::hpa_v1_to_v2(v1))
+        {
+            let as_v2 = Printer {
+                obj: &v2,
+                now: self.now,
+            };
+            return as_v2.hpa_v2();
+        }
+        self.hpa_v2()
+    }
+
+    fn hpa_v2(&self) -> Vec<Value> {
         let reference = format!(
             "{}/{}",
             self.s(&["spec", "scaleTargetRef", "kind"]),

@@ -256,6 +256,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
     // ---- autoscaling/v2
     res("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", &["hpa"], ALL, true,
         ALL_VERBS, &[status!("HorizontalPodAutoscaler")], "/registry/horizontalpodautoscalers"),
+    // ---- autoscaling/v1: the same objects, stored in the v2 form (the registry converts)
+    res("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", &["hpa"], ALL, true,
+        ALL_VERBS, &[status!("HorizontalPodAutoscaler")], "/registry/horizontalpodautoscalers"),
     // ---- batch/v1
     res("batch", "v1", "CronJob", "cronjobs", "cronjob", &["cj"], ALL, true, ALL_VERBS, &[status!("CronJob")], "/registry/cronjobs"),
     res("batch", "v1", "Job", "jobs", "job", NONE, ALL, true, ALL_VERBS, &[status!("Job")], "/registry/jobs"),
@@ -480,7 +483,7 @@ pub fn pod_template_path(group: &str, resource: &str) -> Option<&'static [&'stat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     #[test]
     fn every_resource_is_found_at_its_position() {
@@ -528,15 +531,18 @@ mod tests {
         );
     }
 
+    /// A short name names one resource: the versions of one resource share it, and
+    /// Events, served in two groups, share `ev`.
     #[test]
     fn short_names_unique_across_groups_except_events() {
-        let mut seen = HashSet::new();
+        let mut seen = HashMap::new();
         for r in served() {
             for s in r.short_names {
                 if *s == "ev" && r.group == "events.k8s.io" {
                     continue;
                 }
-                assert!(seen.insert(*s), "short name {s} used twice");
+                let owner = seen.entry(*s).or_insert((r.group, r.plural));
+                assert_eq!(*owner, (r.group, r.plural), "short name {s} used twice");
             }
         }
     }
@@ -556,18 +562,30 @@ mod tests {
         }
     }
 
-    /// Only one resource served in two groups shares storage: Events.
+    /// Storage is shared only by one resource's versions (HorizontalPodAutoscalers)
+    /// and by Events, the one resource served in two groups.
     #[test]
-    fn shared_storage_is_only_events() {
+    fn shared_storage_is_only_versions_and_events() {
+        let mut shared = Vec::new();
         for (i, a) in RESOURCES.iter().enumerate() {
             for b in &RESOURCES[i + 1..] {
                 if a.storage_prefix == b.storage_prefix {
-                    assert_eq!((a.kind, a.plural), ("Event", "events"));
-                    assert_eq!((b.kind, b.plural), ("Event", "events"));
-                    assert_eq!((a.group, b.group), ("", "events.k8s.io"));
+                    assert_eq!((a.kind, a.plural), (b.kind, b.plural));
+                    shared.push((a.api_version(), b.api_version(), a.kind));
                 }
             }
         }
+        assert_eq!(
+            shared,
+            [
+                ("v1".to_string(), "events.k8s.io/v1".to_string(), "Event"),
+                (
+                    "autoscaling/v2".to_string(),
+                    "autoscaling/v1".to_string(),
+                    "HorizontalPodAutoscaler"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -102,21 +102,24 @@ const CUSTOM_GROUP_PRIORITY: i64 = 1000;
 /// highest first, then by name. A custom or remote version of a served group joins
 /// that group, after its own versions.
 fn catalog(enabled: &ApiEnablement, custom: &Served, remote: &RemoteGroups) -> Vec<Group> {
-    let mut groups: Vec<(i64, Group)> = resources::groups()
-        .into_iter()
-        .filter(|(g, v)| enabled.serves_group_version(g, v))
-        .map(|(g, v)| {
-            let priority = i64::from(crate::aggregator::builtin_priority(g, v).0);
-            let versions = vec![(v.to_string(), builtin_resources(enabled, g, v).collect())];
-            (
-                priority,
+    let mut groups: Vec<(i64, Group)> = Vec::new();
+    let mut builtin = resources::groups();
+    builtin.retain(|(g, v)| enabled.serves_group_version(g, v));
+    // A group's versions by upstream's version priority, preferred (highest) first.
+    builtin.sort_by_key(|(g, v)| std::cmp::Reverse(crate::aggregator::builtin_priority(g, v).1));
+    for (g, v) in builtin {
+        let version = (v.to_string(), builtin_resources(enabled, g, v).collect());
+        match groups.iter_mut().find(|(_, e)| e.name == g) {
+            Some((_, existing)) => existing.versions.push(version),
+            None => groups.push((
+                i64::from(crate::aggregator::builtin_priority(g, v).0),
                 Group {
                     name: g.to_string(),
-                    versions,
+                    versions: vec![version],
                 },
-            )
-        })
-        .collect();
+            )),
+        }
+    }
     for (g, versions) in custom.group_versions() {
         let versions: Vec<(String, Vec<&'static ResourceInfo>)> = versions
             .iter()

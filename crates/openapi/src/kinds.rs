@@ -76,6 +76,7 @@ kinds! {
     "apps" "v1" Deployment => apps::v1::Deployment, true;
     "apps" "v1" ReplicaSet => apps::v1::ReplicaSet, true;
     "apps" "v1" StatefulSet => apps::v1::StatefulSet, true;
+    "autoscaling" "v1" HorizontalPodAutoscaler => autoscaling::v1::HorizontalPodAutoscaler, true;
     "autoscaling" "v1" Scale => autoscaling::v1::Scale, false;
     "autoscaling" "v2" HorizontalPodAutoscaler => autoscaling::v2::HorizontalPodAutoscaler, true;
     "batch" "v1" CronJob => batch::v1::CronJob, true;

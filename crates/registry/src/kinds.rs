@@ -50,6 +50,7 @@ const POD: Hooks = Hooks {
     }),
     normalize: None,
     storage_codec: None,
+    status_annotations: &[],
 };
 
 const NODE: Hooks = Hooks {
@@ -163,6 +164,50 @@ fn event_from_storage(obj: Value) -> Value {
     }
 }
 
+/// Upstream drops the annotations autoscaling/v1 keeps v2's fields in from every
+/// write of the v2 form, so that only conversion ever writes them.
+const HPA: Hooks = Hooks {
+    normalize: Some(|obj| {
+        use ferrokube_api::conversion::autoscaling::ROUND_TRIP_ANNOTATIONS;
+        meta::copy_annotations(obj, &Value::Null, &ROUND_TRIP_ANNOTATIONS);
+    }),
+    ..WORKLOAD
+};
+
+/// `autoscaling/v1` HorizontalPodAutoscalers are stored in the v2 form (one resource,
+/// as upstream); what v1 has no field for travels in annotations, the status ones with
+/// the status half of a write.
+const HPA_V1: Hooks = Hooks {
+    storage_codec: Some(StorageCodec {
+        to_storage: hpa_to_storage,
+        from_storage: hpa_from_storage,
+    }),
+    status_annotations: &ferrokube_api::conversion::autoscaling::STATUS_ANNOTATIONS,
+    ..WORKLOAD
+};
+
+/// Through the typed forms, as the Event codec; the stored form gets the v2 defaults
+/// upstream applies when it reads the v2 object back from storage.
+fn hpa_to_storage(obj: Value) -> Value {
+    use ferrokube_api::conversion::autoscaling::hpa_v1_to_v2;
+    match serde_json::from_value::<api::autoscaling::v1::HorizontalPodAutoscaler>(obj.clone()) {
+        Ok(hpa) => {
+            let mut stored = hpa_v1_to_v2(hpa);
+            stored.apply_defaults();
+            serde_json::to_value(stored).unwrap_or(obj)
+        }
+        Err(_) => obj,
+    }
+}
+
+fn hpa_from_storage(obj: Value) -> Value {
+    use ferrokube_api::conversion::autoscaling::hpa_v2_to_v1;
+    match serde_json::from_value::<api::autoscaling::v2::HorizontalPodAutoscaler>(obj.clone()) {
+        Ok(hpa) => serde_json::to_value(hpa_v2_to_v1(hpa)).unwrap_or(obj),
+        Err(_) => obj,
+    }
+}
+
 const REPLICAS: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({"replicas": 0})),
@@ -184,6 +229,7 @@ const JOB: Hooks = Hooks {
     prepare_update: None,
     normalize: None,
     storage_codec: None,
+    status_annotations: &[],
 };
 
 const STATUS_ONLY: Hooks = Hooks {
@@ -320,8 +366,11 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("apps", "Deployment") => typed!(apps::Deployment, WORKLOAD),
         ("apps", "ReplicaSet") => typed!(apps::ReplicaSet, REPLICAS),
         ("apps", "StatefulSet") => typed!(apps::StatefulSet, WORKLOAD),
+        ("autoscaling", "HorizontalPodAutoscaler") if info.version == "v1" => {
+            typed!(api::autoscaling::v1::HorizontalPodAutoscaler, HPA_V1)
+        }
         ("autoscaling", "HorizontalPodAutoscaler") => {
-            typed!(autoscaling::HorizontalPodAutoscaler, WORKLOAD)
+            typed!(autoscaling::HorizontalPodAutoscaler, HPA)
         }
         ("batch", "CronJob") => typed!(batch::CronJob, WORKLOAD),
         ("batch", "Job") => typed!(batch::Job, JOB),

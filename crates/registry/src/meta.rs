@@ -33,6 +33,34 @@ pub fn omit_empty_metadata(obj: &mut Value) {
     });
 }
 
+/// Sets each of `keys` in `to`'s annotations to its value in `from`'s, or removes it
+/// where `from` has none.
+pub fn copy_annotations(to: &mut Value, from: &Value, keys: &[&str]) {
+    if keys.is_empty() {
+        return;
+    }
+    let source = from["metadata"]["annotations"].as_object();
+    let m = meta_mut(to);
+    let target = m
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Some(target) = target.as_object_mut() else {
+        return;
+    };
+    for key in keys {
+        match source.and_then(|a| a.get(*key)) {
+            Some(v) => target.insert((*key).to_string(), v.clone()),
+            None => target.remove(*key),
+        };
+    }
+    if target.is_empty() {
+        m.remove("annotations");
+    }
+}
+
 pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata")?.as_object()
 }

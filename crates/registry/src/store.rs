@@ -576,6 +576,17 @@ impl Store {
         }
     }
 
+    /// What a read of `obj` shows once it is stored. A served form written in another
+    /// stored form may gain what that form defaults (an `autoscaling/v1` HPA's implied
+    /// CPU target), so a write answers with the round trip, as upstream answers with
+    /// the object decoded from storage.
+    fn as_read_back(&self, obj: Value) -> Value {
+        match self.strategy.storage_conversion() {
+            Some(c) => c.served_form(c.stored_form(obj)),
+            None => obj,
+        }
+    }
+
     /// The bytes stored for a served object.
     fn encode(&self, obj: &Value) -> Result<Bytes, ApiError> {
         match self.strategy.storage_conversion() {
@@ -741,6 +752,9 @@ impl Store {
         if hooks.tracks_generation {
             meta::set_meta(obj, "generation", json!(1));
         }
+        if self.info.has_subresource("status") {
+            meta::copy_annotations(obj, &Value::Null, hooks.status_annotations);
+        }
         if self.info.has_subresource("status")
             && let Some(o) = obj.as_object_mut()
         {
@@ -829,7 +843,7 @@ impl Store {
                     &name,
                 )),
                 Err(StorageError::NotFound { .. }) => Ok(Written {
-                    object: obj,
+                    object: self.as_read_back(obj),
                     json: None,
                     warnings,
                     created: true,
@@ -860,6 +874,7 @@ impl Store {
         };
         match stored {
             Ok(rev) => {
+                let mut obj = self.as_read_back(obj);
                 meta::set_meta(&mut obj, "resourceVersion", json!(rev.to_string()));
                 Ok(Written {
                     object: obj,
@@ -1263,13 +1278,15 @@ impl Store {
                 ] {
                     meta::set_meta(&mut fin, f, old_meta.get(f).cloned().unwrap_or(Value::Null));
                 }
-                if self.info.has_subresource("status")
-                    && let Some(o) = fin.as_object_mut()
-                {
-                    match old.get("status") {
-                        Some(s) => o.insert("status".into(), s.clone()),
-                        None => o.remove("status"),
-                    };
+                if self.info.has_subresource("status") {
+                    let status_annotations = self.strategy.hooks().status_annotations;
+                    meta::copy_annotations(&mut fin, &old, status_annotations);
+                    if let Some(o) = fin.as_object_mut() {
+                        match old.get("status") {
+                            Some(s) => o.insert("status".into(), s.clone()),
+                            None => o.remove("status"),
+                        };
+                    }
                 }
                 if self.services.is_some() {
                     allocator::keep_allocated(&mut fin, &old);
@@ -1279,7 +1296,8 @@ impl Store {
                 }
                 let status_apart = self.info.has_subresource("status");
                 if self.strategy.hooks().tracks_generation
-                    && generation_part(&fin, status_apart) != generation_part(&old, status_apart)
+                    && self.generation_part(&fin, status_apart)
+                        != self.generation_part(&old, status_apart)
                 {
                     let g = old_meta
                         .get("generation")
@@ -1291,6 +1309,8 @@ impl Store {
             }
             Part::Status => {
                 let mut fin = old.clone();
+                let status_annotations = self.strategy.hooks().status_annotations;
+                meta::copy_annotations(&mut fin, &new, status_annotations);
                 if let Some(o) = fin.as_object_mut() {
                     match new.get("status") {
                         Some(s) => o.insert("status".into(), s.clone()),
@@ -1374,6 +1394,16 @@ impl Store {
             admit.0.validate(&mut fin, Some(&old)).await?;
         }
         Ok((fin, warnings, old))
+    }
+
+    /// What a spec change is judged on, in the stored form: a served form may keep part
+    /// of the spec elsewhere (an `autoscaling/v1` HPA's other metrics and behavior are
+    /// annotations), which the stored form has in its spec.
+    fn generation_part(&self, obj: &Value, status_apart: bool) -> Value {
+        match self.strategy.storage_conversion() {
+            Some(c) => generation_part(&c.stored_form(obj.clone()), status_apart),
+            None => generation_part(obj, status_apart),
+        }
     }
 
     /// Who a write of `part` is in `metadata.managedFields`, and what it may own.
@@ -1462,7 +1492,7 @@ impl Store {
                 .compute_update(name, &current, &input, part, opts)
                 .await?;
             return Ok(Written {
-                object: fin,
+                object: self.as_read_back(fin),
                 json: None,
                 warnings,
                 created: false,

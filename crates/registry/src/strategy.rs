@@ -86,6 +86,10 @@ pub struct Hooks {
     /// For a resource stored in another resource's form (under that resource's
     /// storage prefix): the conversions between the two.
     pub storage_codec: Option<StorageCodec>,
+    /// Annotations that hold part of the status in this served form (an
+    /// `autoscaling/v1` HPA carries v2's conditions and metric statuses in them): they
+    /// move with the status half of a write, as `status` does.
+    pub status_annotations: &'static [&'static str],
 }
 
 /// How a resource served from another resource's storage converts: objects are
@@ -124,6 +128,7 @@ impl Hooks {
         prepare_update: None,
         normalize: None,
         storage_codec: None,
+        status_annotations: &[],
     };
 }
 

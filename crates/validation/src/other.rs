@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use ferrokube_api::conversion::autoscaling::hpa_v1_to_v2;
 use ferrokube_apimachinery::errors::{FieldError, FieldPath};
 use ferrokube_apimachinery::validation::{
     is_dns1035_label, is_dns1123_subdomain, is_qualified_name, validate_path_segment_name,
@@ -1120,6 +1121,19 @@ impl Validate for autoscaling::HorizontalPodAutoscaler {
     }
     fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
         self.validate_create()
+    }
+}
+
+/// Upstream validates the internal object, which has v2's shape: a v1 HPA is held to
+/// the same rules, with the same field paths, once converted (the other metrics and
+/// the behavior its annotations carry included).
+impl Validate for k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler {
+    fn validate_create(&self) -> Vec<FieldError> {
+        hpa_v1_to_v2(self.clone()).validate_create()
+    }
+
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        hpa_v1_to_v2(self.clone()).validate_update(&hpa_v1_to_v2(old.clone()))
     }
 }
 
