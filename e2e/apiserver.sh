@@ -733,7 +733,7 @@ EOF
   has 'horizontalpodautoscaler.autoscaling/hpa-v1 created'
   k -n "$NS" get hpa hpa-v1 -o jsonpath='{.apiVersion} {.spec.metrics[0].resource.target.averageUtilization}'
   is 'autoscaling/v2 60'
-  k -n "$NS" get hpa.v1.autoscaling hpa-v1 -o jsonpath='{.apiVersion} {.spec.targetCPUUtilizationPercentage}'
+  k -n "$NS" get horizontalpodautoscalers.v1.autoscaling hpa-v1 -o jsonpath='{.apiVersion} {.spec.targetCPUUtilizationPercentage}'
   is 'autoscaling/v1 60'
   k -n "$NS" get hpa hpa-v1
   has '^hpa-v1 +Deployment/web +cpu: <unknown>/60% +2 +5 +0 '
