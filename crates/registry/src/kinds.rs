@@ -169,7 +169,7 @@ fn event_from_storage(obj: Value) -> Value {
 const HPA: Hooks = Hooks {
     normalize: Some(|obj| {
         use ferrokube_api::conversion::autoscaling::ROUND_TRIP_ANNOTATIONS;
-        meta::copy_annotations(obj, &Value::Null, &ROUND_TRIP_ANNOTATIONS);
+        meta::remove_annotations(obj, &ROUND_TRIP_ANNOTATIONS);
     }),
     ..WORKLOAD
 };

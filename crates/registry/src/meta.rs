@@ -61,6 +61,11 @@ pub fn copy_annotations(to: &mut Value, from: &Value, keys: &[&str]) {
     }
 }
 
+/// Removes each of `keys` from `obj`'s annotations.
+pub fn remove_annotations(obj: &mut Value, keys: &[&str]) {
+    copy_annotations(obj, &Value::Null, keys);
+}
+
 pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata")?.as_object()
 }

@@ -753,17 +753,15 @@ impl Store {
             meta::set_meta(obj, "generation", json!(1));
         }
         if self.info.has_subresource("status") {
-            meta::copy_annotations(obj, &Value::Null, hooks.status_annotations);
-        }
-        if self.info.has_subresource("status")
-            && let Some(o) = obj.as_object_mut()
-        {
-            match hooks.initial_status {
-                Some(f) => {
-                    o.insert("status".into(), f());
-                }
-                None => {
-                    o.remove("status");
+            meta::remove_annotations(obj, hooks.status_annotations);
+            if let Some(o) = obj.as_object_mut() {
+                match hooks.initial_status {
+                    Some(f) => {
+                        o.insert("status".into(), f());
+                    }
+                    None => {
+                        o.remove("status");
+                    }
                 }
             }
         }
