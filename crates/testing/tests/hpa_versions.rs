@@ -283,3 +283,53 @@ async fn discovery_prefers_v2_and_tables_print_v1_from_every_metric() {
     assert_eq!(row[1], "Deployment/web");
     assert_eq!(row[2], "memory: <unknown>/100Mi, cpu: <unknown>/60%");
 }
+
+#[tokio::test]
+async fn a_v1_client_lists_and_watches_v2_writes_in_its_own_form() {
+    use futures::StreamExt;
+    use k8s_openapi::api::autoscaling::{v1, v2};
+    use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+
+    let srv = TestApiServer::start().await.unwrap();
+    let as_v1: Api<v1::HorizontalPodAutoscaler> = Api::namespaced(srv.client.clone(), "default");
+    let as_v2: Api<v2::HorizontalPodAutoscaler> = Api::namespaced(srv.client.clone(), "default");
+    let start = as_v1.list(&ListParams::default()).await.unwrap();
+    let rv = start.metadata.resource_version.unwrap();
+    let mut events = as_v1
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    let hpa: v2::HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"scaleTargetRef": target(), "maxReplicas": 4, "metrics": [
+            {"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": 70}}}]}
+    }))
+    .unwrap();
+    as_v2.create(&PostParams::default(), &hpa).await.unwrap();
+
+    let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+        .await
+        .expect("a watch event within 10 s")
+        .expect("the watch stays open")
+        .unwrap();
+    let WatchEvent::Added(added) = event else {
+        panic!("expected ADDED, got {event:?}");
+    };
+    let spec = added.spec.unwrap();
+    assert_eq!(spec.target_cpu_utilization_percentage, Some(70));
+    assert_eq!(spec.max_replicas, 4);
+
+    let listed = as_v1.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(
+        listed.items[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .target_cpu_utilization_percentage,
+        Some(70)
+    );
+}
