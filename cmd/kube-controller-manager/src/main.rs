@@ -498,8 +498,14 @@ async fn main() -> anyhow::Result<()> {
     // The manager's own client (events, ServiceAccounts and their tokens); leader
     // election has one of its own, so that renewals never wait behind the rest.
     let (qps, burst) = (opts.kube_api_qps, opts.kube_api_burst);
-    let client = client_with_limits(config.clone(), qps, burst)?;
-    let election_client = client_with_limits(config.clone(), qps, burst)?;
+    // Each names itself in the User-Agent as upstream's clients do.
+    let named = |name: &str| {
+        let mut config = config.clone();
+        ferrokube_client::config::add_user_agent(&mut config, name);
+        client_with_limits(config, qps, burst)
+    };
+    let client = named("kube-controller-manager")?;
+    let election_client = named("leader-election")?;
     cfg.connection = Some(config);
     let cancel = CancellationToken::new();
     {

@@ -97,7 +97,14 @@ async fn main() -> anyhow::Result<()> {
         ferrokube_client::config::client_with_limits(cfg, qps, burst)
             .context("building a client of --kubeconfig")
     };
-    let client = limited(kcfg.clone())?;
+    // Upstream names the scheduling and the leader election clients in their
+    // User-Agent; the events client keeps the program's.
+    let named = |name: &str| {
+        let mut cfg = kcfg.clone();
+        ferrokube_client::config::add_user_agent(&mut cfg, name);
+        limited(cfg)
+    };
+    let client = named("scheduler")?;
     let running =
         ferrokube_scheduler::run::build_with_event_client(client, limited(kcfg.clone())?, &config)?;
     let cancel = CancellationToken::new();
@@ -136,7 +143,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if opts.leader_election.leader_elect {
         let elector = Arc::new(opts.leader_election.build(
-            limited(kcfg)?,
+            named("leader-election")?,
             "kube-scheduler",
             default_identity(),
         )?);

@@ -121,11 +121,29 @@ pub fn add_default_user_agent(config: &mut kube::Config) {
     if config.headers.iter().any(|(name, _)| *name == user_agent) {
         return;
     }
+    set_user_agent(config, program_user_agent());
+}
+
+/// client-go's `rest.AddUserAgent`: this program's default agent followed by `/name`,
+/// replacing the agent `config` had. A controller manager's clients are told apart by
+/// it in audit records (`kube-controller-manager/v1.33.0 (linux/amd64)
+/// kubernetes/abcdef0/deployment-controller`); the field manager, the agent's first
+/// segment, stays the program's name.
+pub fn add_user_agent(config: &mut kube::Config, name: &str) {
+    set_user_agent(config, format!("{}/{name}", program_user_agent()));
+}
+
+fn program_user_agent() -> String {
     let program = std::env::args_os()
         .next()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let agent = ferrokube_component_base::version::default_user_agent(&program);
+    ferrokube_component_base::version::default_user_agent(&program)
+}
+
+fn set_user_agent(config: &mut kube::Config, agent: String) {
+    let user_agent = http::header::USER_AGENT;
+    config.headers.retain(|(name, _)| *name != user_agent);
     if let Ok(value) = http::HeaderValue::from_str(&agent) {
         config.headers.push((user_agent, value));
     }
@@ -326,5 +344,37 @@ mod tests {
         assert_eq!(waits.count(), 6);
         assert!(waits.sum() >= 0.19 && waits.sum() < 2.0, "{}", waits.sum());
         assert_eq!(waits.cumulative().next(), Some((0.005, 2)));
+    }
+
+    #[test]
+    fn a_named_agent_replaces_the_configured_one_and_ends_with_the_name() {
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static("my-operator/v2"),
+        ));
+        add_user_agent(&mut config, "deployment-controller");
+        let agents: Vec<&str> = config
+            .headers
+            .iter()
+            .filter(|(name, _)| *name == http::header::USER_AGENT)
+            .filter_map(|(_, value)| value.to_str().ok())
+            .collect();
+        assert_eq!(
+            agents,
+            [format!("{}/deployment-controller", program_user_agent())]
+        );
+        assert!(agents[0].contains(" kubernetes/"), "{}", agents[0]);
+
+        // The default agent does not replace one the configuration has.
+        add_default_user_agent(&mut config);
+        assert_eq!(config.headers.len(), 1);
+        assert!(
+            config.headers[0]
+                .1
+                .to_str()
+                .unwrap()
+                .ends_with("/deployment-controller")
+        );
     }
 }

@@ -4,7 +4,9 @@
 //! per controller authenticated as the ServiceAccount `kube-system/<controller>`
 //! (upstream's `DynamicControllerClientBuilder`). Either way each controller's client
 //! has a `--kube-api-qps`/`--kube-api-burst` bucket of its own, as each client-go
-//! clientset has, so one busy controller does not hold back the others.
+//! clientset has, so one busy controller does not hold back the others, and names
+//! itself at the end of its User-Agent (the controller, or the ServiceAccount's user
+//! name, as upstream's builders add with `rest.AddUserAgent`).
 //!
 //! A per-controller client carries no credentials of the manager (upstream's
 //! `AnonymousClientConfig`): a [`BearerTokenLayer`] on its kube-rs service stack puts
@@ -83,7 +85,11 @@ impl ControllerClients {
         match self {
             ControllerClients::Shared(c) => Ok(c.clone()),
             ControllerClients::PerController { config, limits } => {
-                client_of_its_own(config, *limits)
+                // Upstream's SimpleControllerClientBuilder names the controller in the
+                // User-Agent.
+                let mut config = (**config).clone();
+                ferrokube_client::config::add_user_agent(&mut config, service_account);
+                client_of_its_own(&config, *limits)
             }
             ControllerClients::ServiceAccounts(b) => b.client(service_account).await,
         }
@@ -151,7 +157,9 @@ impl ServiceAccountClients {
         let limit = self.limits.map(|l| l.layer(&self.config));
         let metrics = RequestMetricsLayer::for_config(&self.config);
         let mut config = self.config.clone();
-        ferrokube_client::config::add_default_user_agent(&mut config);
+        // Upstream's constructClient: the agent ends with the ServiceAccount's user name.
+        let user = format!("system:serviceaccount:{}:{name}", self.namespace);
+        ferrokube_client::config::add_user_agent(&mut config, &user);
         let builder = ClientBuilder::try_from(config)?;
         Ok(builder
             .with_layer(&BearerTokenLayer { source })

@@ -326,7 +326,11 @@ impl Manager {
         // Upstream's "shared-informers" client: the manager's credentials and a bucket
         // of its own, so that lists and watches do not wait behind events.
         let informer_client = match &cfg.connection {
-            Some(config) => client_of_its_own(config, cfg.client_limits)?,
+            Some(config) => {
+                let mut config = config.clone();
+                ferrokube_client::config::add_user_agent(&mut config, "shared-informers");
+                client_of_its_own(&config, cfg.client_limits)?
+            }
             None => client.clone(),
         };
         let factory = SharedInformerFactory::new(informer_client.clone());
