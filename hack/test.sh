@@ -17,8 +17,12 @@ fi
 export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 RUST_BACKTRACE=1
 
 # A shared cache keeps the artifacts of every tree it has built, so it only grows. Keep
-# the disk from filling: under 12 GiB free, drop the incremental state (rebuildable, not
-# used here), then, if still short, the whole cache (a full rebuild is slow, not wrong).
+# the disk from filling: a run from a fresh clone writes about 40 GiB (every workspace
+# crate and test executable under new hashes), so below NEED_GIB free, drop the
+# incremental state (rebuildable, not used here), then the libraries no build has read
+# for two days (other clones' workspace crates), then, if still short, the whole cache
+# (a full rebuild is slow, not wrong).
+NEED_GIB=48
 prune_build_cache() {
   local dir=$1
   free_gib() { df -P --block-size=1G "$dir" | awk 'NR == 2 { print $4 }'; }
@@ -28,10 +32,13 @@ prune_build_cache() {
   # is stale: this run relinks what it needs, and no clone reuses another's.
   [ -d "$dir/debug/deps" ] &&
     find "$dir/debug/deps" -maxdepth 1 -type f -perm -u+x ! -name '*.so' -mmin +60 -delete
-  [ "$(free_gib)" -ge 12 ] && return 0
+  [ "$(free_gib)" -ge "$NEED_GIB" ] && return 0
   rm -rf "$dir"/debug/incremental "$dir"/release/incremental
-  [ "$(free_gib)" -ge 12 ] && return 0
-  echo "less than 12 GiB free: emptying the build cache $dir" >&2
+  [ "$(free_gib)" -ge "$NEED_GIB" ] && return 0
+  # relatime updates a file's access time at least daily while builds read it.
+  [ -d "$dir/debug/deps" ] && find "$dir/debug/deps" -maxdepth 1 -type f -atime +2 -delete
+  [ "$(free_gib)" -ge "$NEED_GIB" ] && return 0
+  echo "less than $NEED_GIB GiB free: emptying the build cache $dir" >&2
   rm -rf "$dir"/debug "$dir"/release
 }
 if [ -n "${CARGO_TARGET_DIR:-}" ] && [ -d "$CARGO_TARGET_DIR" ]; then
