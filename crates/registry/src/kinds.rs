@@ -146,22 +146,25 @@ const EVENTS_V1: Hooks = Hooks {
     ..Hooks::PLAIN
 };
 
-/// Converts through the typed forms; a value that does not fit (never one the
-/// strategies wrote) passes unchanged.
-fn event_to_storage(obj: Value) -> Value {
-    match serde_json::from_value::<api::events::v1::Event>(obj.clone()) {
-        Ok(ev) => serde_json::to_value(ferrokube_api::conversion::event_to_core(ev)).unwrap_or(obj),
+/// `obj` converted through the typed forms `From` -> `To`; a value that does not fit
+/// (never one the strategies wrote) passes unchanged.
+fn through_typed<From, To>(obj: Value, convert: impl FnOnce(From) -> To) -> Value
+where
+    From: serde::de::DeserializeOwned,
+    To: serde::Serialize,
+{
+    match serde_json::from_value::<From>(obj.clone()) {
+        Ok(typed) => serde_json::to_value(convert(typed)).unwrap_or(obj),
         Err(_) => obj,
     }
 }
 
+fn event_to_storage(obj: Value) -> Value {
+    through_typed(obj, ferrokube_api::conversion::event_to_core)
+}
+
 fn event_from_storage(obj: Value) -> Value {
-    match serde_json::from_value::<api::core::v1::Event>(obj.clone()) {
-        Ok(ev) => {
-            serde_json::to_value(ferrokube_api::conversion::event_from_core(ev)).unwrap_or(obj)
-        }
-        Err(_) => obj,
-    }
+    through_typed(obj, ferrokube_api::conversion::event_from_core)
 }
 
 /// Upstream drops the annotations autoscaling/v1 keeps v2's fields in from every
@@ -186,26 +189,18 @@ const HPA_V1: Hooks = Hooks {
     ..WORKLOAD
 };
 
-/// Through the typed forms, as the Event codec; the stored form gets the v2 defaults
-/// upstream applies when it reads the v2 object back from storage.
+/// The stored form gets the v2 defaults upstream applies when it reads the v2 object
+/// back from storage.
 fn hpa_to_storage(obj: Value) -> Value {
-    use ferrokube_api::conversion::autoscaling::hpa_v1_to_v2;
-    match serde_json::from_value::<api::autoscaling::v1::HorizontalPodAutoscaler>(obj.clone()) {
-        Ok(hpa) => {
-            let mut stored = hpa_v1_to_v2(hpa);
-            stored.apply_defaults();
-            serde_json::to_value(stored).unwrap_or(obj)
-        }
-        Err(_) => obj,
-    }
+    through_typed(obj, |hpa| {
+        let mut stored = ferrokube_api::conversion::autoscaling::hpa_v1_to_v2(hpa);
+        stored.apply_defaults();
+        stored
+    })
 }
 
 fn hpa_from_storage(obj: Value) -> Value {
-    use ferrokube_api::conversion::autoscaling::hpa_v2_to_v1;
-    match serde_json::from_value::<api::autoscaling::v2::HorizontalPodAutoscaler>(obj.clone()) {
-        Ok(hpa) => serde_json::to_value(hpa_v2_to_v1(hpa)).unwrap_or(obj),
-        Err(_) => obj,
-    }
+    through_typed(obj, ferrokube_api::conversion::autoscaling::hpa_v2_to_v1)
 }
 
 const REPLICAS: Hooks = Hooks {

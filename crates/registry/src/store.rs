@@ -1277,14 +1277,7 @@ impl Store {
                     meta::set_meta(&mut fin, f, old_meta.get(f).cloned().unwrap_or(Value::Null));
                 }
                 if self.info.has_subresource("status") {
-                    let status_annotations = self.strategy.hooks().status_annotations;
-                    meta::copy_annotations(&mut fin, &old, status_annotations);
-                    if let Some(o) = fin.as_object_mut() {
-                        match old.get("status") {
-                            Some(s) => o.insert("status".into(), s.clone()),
-                            None => o.remove("status"),
-                        };
-                    }
+                    self.take_status_half(&mut fin, &old);
                 }
                 if self.services.is_some() {
                     allocator::keep_allocated(&mut fin, &old);
@@ -1307,14 +1300,7 @@ impl Store {
             }
             Part::Status => {
                 let mut fin = old.clone();
-                let status_annotations = self.strategy.hooks().status_annotations;
-                meta::copy_annotations(&mut fin, &new, status_annotations);
-                if let Some(o) = fin.as_object_mut() {
-                    match new.get("status") {
-                        Some(s) => o.insert("status".into(), s.clone()),
-                        None => o.remove("status"),
-                    };
-                }
+                self.take_status_half(&mut fin, &new);
                 if let Some(mf) = meta::meta(&new).and_then(|m| m.get("managedFields")) {
                     meta::set_meta(&mut fin, "managedFields", mf.clone());
                 }
@@ -1392,6 +1378,18 @@ impl Store {
             admit.0.validate(&mut fin, Some(&old)).await?;
         }
         Ok((fin, warnings, old))
+    }
+
+    /// Gives `to` the status half of `from`: its `status` and the annotations the
+    /// served form keeps status in.
+    fn take_status_half(&self, to: &mut Value, from: &Value) {
+        meta::copy_annotations(to, from, self.strategy.hooks().status_annotations);
+        if let Some(o) = to.as_object_mut() {
+            match from.get("status") {
+                Some(s) => o.insert("status".into(), s.clone()),
+                None => o.remove("status"),
+            };
+        }
     }
 
     /// What a spec change is judged on, in the stored form: a served form may keep part
