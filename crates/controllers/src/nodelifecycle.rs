@@ -17,7 +17,7 @@
 //! stopped heartbeating and about each of its pods marked not ready,
 //! `TaintManagerEviction` (as `taint-eviction-controller`) about each pod it deletes.
 //!
-//! Pure part: [`last_heartbeat`], [`unknown_conditions`], [`desired_taints`],
+//! Pure part: [`observe_health`], [`is_stale`], [`unknown_conditions`], [`desired_taints`],
 //! [`zone_state`], [`zone_rate`], [`eviction_due`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -95,34 +95,73 @@ pub fn ready_status(node: &Node) -> &str {
         .unwrap_or("Unknown")
 }
 
-/// The node's latest sign of life: the Ready heartbeat or the Lease renewal, whichever
-/// is later (creation time when neither exists, plus the startup grace).
-pub fn last_heartbeat(
-    node: &Node,
+/// What the controller last saw of a node's signs of life (upstream's `nodeHealthData`).
+/// `probed_at` is this controller's clock when it saw one change, so neither the node's
+/// clock nor a restart of the controller counts against the node: a node first seen
+/// gets a whole grace period from then, as upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeHealth {
+    /// The Ready condition's `lastHeartbeatTime` as last seen; `None` with
+    /// `has_ready` false when the node had no Ready condition.
+    ready_heartbeat: Option<Timestamp>,
+    has_ready: bool,
+    /// The latest Lease `renewTime` seen.
     lease_renew: Option<Timestamp>,
-    cfg: &NodeLifecycleConfig,
-) -> i64 {
-    let hb = node_condition(node, "Ready")
-        .and_then(|c| c.last_heartbeat_time.as_ref())
-        .map(|t| t.0.as_second());
-    let lease = lease_renew.map(|t| t.as_second());
-    match hb.max(lease) {
-        Some(t) => t,
-        None => {
-            crate::util::created_secs(&node.metadata) + cfg.startup_grace_period.as_secs() as i64
-                - cfg.grace_period.as_secs() as i64
-        }
-    }
+    /// When a sign of life was last observed.
+    pub probed_at: Timestamp,
 }
 
-/// Whether the node has been silent longer than the grace period.
-pub fn is_stale(
+/// The node's health after observing it and its Lease now (upstream
+/// `tryUpdateNodeHealth`'s bookkeeping): a changed Ready heartbeat or a later Lease
+/// renewal is a sign of life at `now`; a node seen for the first time without a Ready
+/// condition is judged from its creation (with the startup grace period, see
+/// [`is_stale`]).
+pub fn observe_health(
+    saved: Option<&NodeHealth>,
     node: &Node,
     lease_renew: Option<Timestamp>,
     now: Timestamp,
+) -> NodeHealth {
+    let ready = node_condition(node, "Ready");
+    let ready_heartbeat = ready
+        .and_then(|c| c.last_heartbeat_time.as_ref())
+        .map(|t| t.0);
+    let mut probed_at = match saved {
+        None if ready.is_none() => {
+            Timestamp::from_second(crate::util::created_secs(&node.metadata)).unwrap_or(now)
+        }
+        None => now,
+        Some(s) if s.has_ready != ready.is_some() || s.ready_heartbeat != ready_heartbeat => now,
+        Some(s) => s.probed_at,
+    };
+    let saved_lease = saved.and_then(|s| s.lease_renew);
+    if let Some(renewed) = lease_renew
+        && saved_lease.is_none_or(|s| s < renewed)
+    {
+        probed_at = now;
+    }
+    NodeHealth {
+        ready_heartbeat,
+        has_ready: ready.is_some(),
+        lease_renew: lease_renew.max(saved_lease),
+        probed_at,
+    }
+}
+
+/// Whether the node has shown no sign of life for longer than the grace period (the
+/// startup grace period while it has never posted a Ready condition).
+pub fn is_stale(
+    health: &NodeHealth,
+    node: &Node,
+    now: Timestamp,
     cfg: &NodeLifecycleConfig,
 ) -> bool {
-    now.as_second() - last_heartbeat(node, lease_renew, cfg) > cfg.grace_period.as_secs() as i64
+    let grace = if node_condition(node, "Ready").is_some() {
+        cfg.grace_period
+    } else {
+        cfg.startup_grace_period
+    };
+    now.as_second() - health.probed_at.as_second() > grace.as_secs() as i64
 }
 
 /// Upstream `tryUpdateNodeHealth` for a stale node: Ready and the pressure conditions
@@ -150,7 +189,7 @@ pub fn unknown_conditions(node: &Node, now: Timestamp) -> Option<Vec<NodeConditi
                     status: "Unknown".into(),
                     reason: Some("NodeStatusNeverUpdated".into()),
                     message: Some("Kubelet never posted node status.".into()),
-                    last_heartbeat_time: Some(Time(now)),
+                    last_heartbeat_time: node.metadata.creation_timestamp.clone(),
                     last_transition_time: Some(Time(now)),
                 });
                 changed = true;
@@ -356,6 +395,8 @@ pub struct NodeLifecycleController {
     eviction_events: Arc<dyn EventSink>,
     /// The nodes seen so far by name, with their UIDs (upstream's `knownNodeSet`).
     known: Mutex<HashMap<String, String>>,
+    /// Each node's signs of life as last observed (upstream's `nodeHealthMap`).
+    health: Mutex<HashMap<String, NodeHealth>>,
 }
 
 /// Upstream's `RecordNodeEvent` note.
@@ -383,6 +424,7 @@ impl NodeLifecycleController {
             events,
             eviction_events,
             known: Mutex::new(HashMap::new()),
+            health: Mutex::new(HashMap::new()),
         })
     }
 
@@ -460,6 +502,7 @@ impl Controller for NodeLifecycleController {
             move |n: Notification<Node>| {
                 if let Notification::Deleted { obj, .. } = &n {
                     let name = obj.metadata.name.clone().unwrap_or_default();
+                    this.health.lock().remove(&name);
                     if let Some(uid) = this.known.lock().remove(&name) {
                         let note = node_event_note(
                             &name,
@@ -510,11 +553,23 @@ impl Controller for NodeLifecycleController {
         }
 
         // 1. Health.
-        if is_stale(&node, lease, now, &self.cfg)
+        let health = {
+            let mut seen = self.health.lock();
+            let health = observe_health(seen.get(key), &node, lease, now);
+            seen.insert(key.to_owned(), health.clone());
+            health
+        };
+        if is_stale(&health, &node, now, &self.cfg)
             && let Some(conds) = unknown_conditions(&node, now)
         {
             let was_ready = ready_status(&node) == "True";
-            let patch = json!({"status": {"conditions": conds}});
+            // Written against the version judged (upstream's UpdateStatus), so a status
+            // the kubelet posted meanwhile is never overwritten: the conflict requeues,
+            // and the next look sees its heartbeat.
+            let patch = json!({
+                "metadata": {"resourceVersion": node.metadata.resource_version},
+                "status": {"conditions": conds},
+            });
             node = match api
                 .patch_status(key, &PatchParams::default(), &Patch::Merge(patch))
                 .await
@@ -523,6 +578,12 @@ impl Controller for NodeLifecycleController {
                 Err(e) if is_not_found(&e) => return Ok(Action::Done),
                 Err(e) => return Err(e.into()),
             };
+            // The controller's own write is no sign of life.
+            let written = NodeHealth {
+                probed_at: health.probed_at,
+                ..observe_health(Some(&health), &node, lease, now)
+            };
+            self.health.lock().insert(key.to_owned(), written);
             if was_ready {
                 // Upstream's RecordNodeStatusChange.
                 let note = format!("Node {key} status is now: NodeNotReady");
@@ -668,13 +729,36 @@ mod tests {
     }
 
     #[test]
-    fn staleness_uses_heartbeat_or_lease() {
+    fn staleness_counts_from_what_the_controller_saw() {
         let cfg = NodeLifecycleConfig::default();
+        // A heartbeat long before the controller started: the node still gets a whole
+        // grace period from its first observation.
         let n = node("True", 1000);
-        assert!(!is_stale(&n, None, ts(1050), &cfg));
-        assert!(is_stale(&n, None, ts(1051), &cfg));
-        // A fresh lease keeps the node healthy.
-        assert!(!is_stale(&n, Some(ts(1040)), ts(1080), &cfg));
+        let first = observe_health(None, &n, None, ts(5000));
+        assert!(!is_stale(&first, &n, ts(5050), &cfg));
+        assert!(is_stale(&first, &n, ts(5051), &cfg));
+        // Seeing the same heartbeat again is no sign of life; a new one is.
+        let again = observe_health(Some(&first), &n, None, ts(5040));
+        assert_eq!(again.probed_at, ts(5000));
+        let beat = observe_health(Some(&again), &node("True", 1010), None, ts(5045));
+        assert!(!is_stale(&beat, &n, ts(5090), &cfg));
+        // A Lease renewal keeps the node healthy; the same renewal seen again does not.
+        let leased = observe_health(Some(&first), &n, Some(ts(3)), ts(5040));
+        assert_eq!(leased.probed_at, ts(5040));
+        let same_lease = observe_health(Some(&leased), &n, Some(ts(3)), ts(5080));
+        assert_eq!(same_lease.probed_at, ts(5040));
+        assert!(is_stale(&same_lease, &n, ts(5091), &cfg));
+        let renewed = observe_health(Some(&same_lease), &n, Some(ts(4)), ts(5085));
+        assert_eq!(renewed.probed_at, ts(5085));
+        // A node that never posted a Ready condition: from its creation, with the
+        // startup grace period.
+        let mut fresh = n.clone();
+        fresh.status = None;
+        let unborn = observe_health(None, &fresh, None, ts(30));
+        assert_eq!(unborn.probed_at, ts(0));
+        assert!(!is_stale(&unborn, &fresh, ts(60), &cfg));
+        assert!(is_stale(&unborn, &fresh, ts(61), &cfg));
+
         let conds = unknown_conditions(&n, ts(2000)).unwrap();
         let r = conds.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(
@@ -682,6 +766,11 @@ mod tests {
             ("Unknown", Some("NodeStatusUnknown"))
         );
         assert_eq!(conds.len(), 4);
+        let never = conds.iter().find(|c| c.type_ == "DiskPressure").unwrap();
+        assert_eq!(
+            never.last_heartbeat_time, n.metadata.creation_timestamp,
+            "a condition never posted is dated from the node's creation"
+        );
         let mut u = n.clone();
         u.status.as_mut().unwrap().conditions = Some(conds);
         assert!(unknown_conditions(&u, ts(2001)).is_none());

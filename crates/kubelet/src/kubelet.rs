@@ -576,6 +576,15 @@ impl Kubelet {
         let mut last_report = Instant::now();
         let mut first = true;
         loop {
+            // As upstream's tryUpdateNodeStatus: the node as the apiserver has it now is
+            // what the new status is compared with (someone else may have changed it);
+            // when it cannot be read, the status this kubelet last saw.
+            if !first {
+                match nodes.get(&self.config.node_name).await {
+                    Ok(n) => last = n.status,
+                    Err(e) => tracing::warn!(error = %e, "error getting the node"),
+                }
+            }
             let inputs = self.node_inputs().await;
             let health = self.runtime_health().await;
             let old_conds = last

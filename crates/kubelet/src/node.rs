@@ -646,27 +646,52 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, ParseError> {
 }
 
 /// Whether a newly computed status must be written (upstream `tryUpdateNodeStatus`): when
-/// anything but heartbeat times changed, or when the last report is older than
-/// [`NODE_STATUS_REPORT_FREQUENCY`].
+/// patching it onto the server's `current` status would change anything but heartbeat
+/// times, or when the last report is older than [`NODE_STATUS_REPORT_FREQUENCY`].
+///
+/// `current` is the Node as the apiserver has it now, not what this kubelet last wrote,
+/// so a status someone else changed (the node lifecycle controller's `Unknown` after a
+/// restart) is corrected at the next sync instead of after the report period. Only what
+/// the kubelet sets is compared: fields and conditions others own do not count.
 pub fn node_status_needs_update(
-    old: Option<&NodeStatus>,
+    current: Option<&NodeStatus>,
     new: &NodeStatus,
     since_last_report: Duration,
 ) -> bool {
-    let Some(old) = old else {
+    let Some(current) = current else {
         return true;
     };
     if since_last_report >= NODE_STATUS_REPORT_FREQUENCY {
         return true;
     }
-    let strip = |s: &NodeStatus| {
-        let mut s = s.clone();
-        for c in s.conditions.iter_mut().flatten() {
-            c.last_heartbeat_time = None;
-        }
-        serde_json::to_value(&s).unwrap_or_default()
+    let (Ok(serde_json::Value::Object(current)), Ok(serde_json::Value::Object(new))) =
+        (serde_json::to_value(current), serde_json::to_value(new))
+    else {
+        return true;
     };
-    strip(old) != strip(new)
+    let without_heartbeat = |c: &serde_json::Value| {
+        let mut c = c.clone();
+        if let Some(o) = c.as_object_mut() {
+            o.remove("lastHeartbeatTime");
+        }
+        c
+    };
+    new.iter().any(|(field, value)| {
+        if field != "conditions" {
+            return current.get(field) != Some(value);
+        }
+        let current_conditions = current
+            .get(field)
+            .and_then(|c| c.as_array())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        value.as_array().into_iter().flatten().any(|c| {
+            current_conditions
+                .iter()
+                .find(|old| old.get("type") == c.get("type"))
+                .is_none_or(|old| without_heartbeat(old) != without_heartbeat(c))
+        })
+    })
 }
 
 /// `/etc/os-release` → PRETTY_NAME (upstream's OS image), "Linux" when absent.
@@ -952,6 +977,40 @@ mod tests {
         assert!(node_status_needs_update(
             Some(&s1),
             &s3,
+            Duration::from_secs(10)
+        ));
+        // The server's copy is what counts: a controller's Unknown is written over at the
+        // next sync, while what others own (another condition, volumesAttached) is not a
+        // change.
+        let mut marked_unknown = s1.clone();
+        for c in marked_unknown.conditions.iter_mut().flatten() {
+            c.status = "Unknown".into();
+        }
+        assert!(node_status_needs_update(
+            Some(&marked_unknown),
+            &s2,
+            Duration::from_secs(10)
+        ));
+        let mut with_others = s1.clone();
+        with_others
+            .conditions
+            .get_or_insert_default()
+            .push(NodeCondition {
+                type_: "NetworkUnavailable".into(),
+                status: "False".into(),
+                ..Default::default()
+            });
+        with_others.volumes_attached = Some(vec![]);
+        assert!(!node_status_needs_update(
+            Some(&with_others),
+            &s2,
+            Duration::from_secs(10)
+        ));
+        let mut condition_missing = s1.clone();
+        condition_missing.conditions.get_or_insert_default().pop();
+        assert!(node_status_needs_update(
+            Some(&condition_missing),
+            &s2,
             Duration::from_secs(10)
         ));
     }
