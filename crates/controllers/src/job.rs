@@ -96,7 +96,7 @@ use crate::util::{
     controller_of, has_finalizer, is_pod_ready, labels, new_controller_ref, pod_phase,
     selector_is_empty, selector_matches,
 };
-use crate::{Action, Controller, Error, Result, replace_status_written, split_key};
+use crate::{Action, Controller, Error, Result, split_key};
 use ferrokube_validation::parse_index_intervals;
 
 /// The label and annotation holding an Indexed Job pod's completion index.
@@ -1298,11 +1298,24 @@ impl JobController {
         claim_pods::<Job>(&self.client, owner, self.pods.list_namespace(ns), selects).await
     }
 
-    /// Writes `status`; the Job as written (`None` once it is gone).
+    /// Writes `status` against the version the sync read; the Job as written (`None`
+    /// once it is gone). As upstream's `updateJobStatus`, a conflict is not retried on a
+    /// fresh copy: a sync that worked from a stale Job must not overwrite what a newer
+    /// one wrote (its counts, its finish), so it fails and the Job is synced again.
     async fn write_status(&self, job: &Job, status: JobStatus) -> Result<Option<Job>> {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
-        replace_status_written(&api, job, |j| j.status = Some(status.clone())).await
+        let mut job = job.clone();
+        job.status = Some(status);
+        let name = job.metadata.name.clone().unwrap_or_default();
+        match api
+            .replace_status(&name, &PostParams::default(), &job)
+            .await
+        {
+            Ok(written) => Ok(Some(written)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Removes the tracking finalizer from `pods` (upstream
@@ -1503,6 +1516,8 @@ impl Controller for JobController {
         let going = self.finalizers_going_for(key, &owned);
         let counts = count_pods_expecting(&job, &owned, now, &going);
         let old = job.status.clone().unwrap_or_default();
+        // The events of a finish this sync records, sent once its status is written.
+        let mut finish_events: Vec<(EventType, &str, String)> = Vec::new();
         let mut status = old.clone();
         let mut conditions = old.conditions.clone().unwrap_or_default();
         let suspended = spec.suspend == Some(true);
@@ -1655,24 +1670,14 @@ impl Controller for JobController {
                     now,
                 );
                 status.completion_time = Some(Time(now));
-                emit(
-                    &*self.events,
-                    &*job,
-                    EventType::Normal,
-                    "Completed",
-                    "Job completed".into(),
-                );
+                if !condition_true(&job, "Complete") {
+                    finish_events.push((EventType::Normal, "Completed", "Job completed".into()));
+                }
             }
         }
         if let Some(f) = &plan.failed {
             if !condition_true(&job, "FailureTarget") {
-                emit(
-                    &*self.events,
-                    &*job,
-                    EventType::Warning,
-                    f.reason(),
-                    f.message().into(),
-                );
+                finish_events.push((EventType::Warning, f.reason(), f.message().into()));
             }
             set_condition(
                 &mut conditions,
@@ -1703,6 +1708,12 @@ impl Controller for JobController {
                 self.write_status(&job, status).await?;
             }
             None => {}
+        }
+        // Once the status that records the finish is stored (upstream's
+        // recordJobFinished after the update): a sync from a stale copy fails its
+        // write above and reports nothing.
+        for (type_, reason, note) in finish_events {
+            emit(&*self.events, &*job, type_, reason, note);
         }
         if let Some(e) = sync_error {
             return Err(e);

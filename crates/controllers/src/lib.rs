@@ -128,27 +128,15 @@ pub fn done_unless_failed<T>(result: kube::Result<T>) -> Result<Action> {
 }
 
 /// Writes a status through `/status` with `update` (what the controller roles grant,
-/// not `patch`), retried once on a fresh copy after a conflict, as upstream's status
-/// updates are: `set_status` puts the computed status on whichever copy is sent. An
-/// object gone meanwhile leaves nothing to write.
+/// not `patch`), retried once on a fresh copy after a conflict, as upstream's
+/// ReplicaSet, DaemonSet and StatefulSet status updates are: `set_status` puts the
+/// computed status on whichever copy is sent. An object gone meanwhile leaves nothing
+/// to write.
 pub async fn replace_status_retrying<K>(
     api: &kube::Api<K>,
     obj: &K,
     set_status: impl Fn(&mut K),
 ) -> Result<()>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    replace_status_written(api, obj, set_status).await.map(drop)
-}
-
-/// [`replace_status_retrying`], returning the object as written (`None` when it is
-/// gone), for a controller that writes its status again in the same sync.
-pub async fn replace_status_written<K>(
-    api: &kube::Api<K>,
-    obj: &K,
-    set_status: impl Fn(&mut K),
-) -> Result<Option<K>>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -160,15 +148,15 @@ where
             .replace_status(&name, &kube::api::PostParams::default(), &current)
             .await
         {
-            Ok(written) => return Ok(Some(written)),
-            Err(e) if replicaset::is_not_found(&e) => return Ok(None),
+            Ok(_) => return Ok(()),
+            Err(e) if replicaset::is_not_found(&e) => return Ok(()),
             Err(e) if attempt == 0 && replicaset::is_conflict(&e) => {
                 current = api.get(&name).await?
             }
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(None)
+    Ok(())
 }
 
 /// Queues the key of every added or updated `K` that `wanted` accepts: the watch of a

@@ -11,7 +11,7 @@ use ferrokube_controllers::manager::{Manager, ManagerConfig};
 use ferrokube_controllers::util::has_finalizer;
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::batch::v1::{Job, JobCondition};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::wait_for;
@@ -80,6 +80,21 @@ async fn wait_condition(jobs: &Api<Job>, name: &str, type_: &str) -> anyhow::Res
 }
 
 /// The Job controller alone, in a manager started as kube-controller-manager is.
+/// The reasons of the events about Job `name`, in any order.
+async fn event_reasons(c: &kube::Client, name: &str) -> anyhow::Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(c.clone(), "default");
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=Job,involvedObject.name={name}"
+    ));
+    Ok(events
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect())
+}
+
 async fn start_job_controller(srv: &TestApiServer) -> anyhow::Result<(Manager, CancellationToken)> {
     let cancel = CancellationToken::new();
     let cfg = ManagerConfig {
@@ -137,6 +152,30 @@ async fn jobs_run_to_completion_or_failure() -> anyhow::Result<()> {
     );
     // No pod beyond the completions was made.
     assert_eq!(pods_of(&pods, "two", 2).await?.len(), 2);
+
+    // One Completed event per Job, also for a single pod, whose finalizer's removal
+    // starts a sync while the Job's cache still lacks the finish: only the sync whose
+    // write records the finish reports it.
+    jobs.create(&pp, &job("one", json!({}))?).await?;
+    let p = pods_of(&pods, "one", 1).await?;
+    finish(&pods, &p[0], "Succeeded").await?;
+    wait_condition(&jobs, "one", "Complete").await?;
+    for name in ["two", "one"] {
+        wait_for(20, "a Completed event", || async {
+            let reasons = event_reasons(&c, name).await?;
+            Ok(reasons.iter().any(|r| r == "Completed").then_some(()))
+        })
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in ["two", "one"] {
+        let reasons = event_reasons(&c, name).await?;
+        assert_eq!(
+            reasons.iter().filter(|r| *r == "Completed").count(),
+            1,
+            "events about job {name}: {reasons:?}"
+        );
+    }
 
     // backoffLimit 0: the first failure fails the Job.
     jobs.create(&pp, &job("fails", json!({"backoffLimit": 0}))?)
