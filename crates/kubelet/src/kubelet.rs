@@ -3,7 +3,7 @@
 //! cleanup, and graceful deletion (upstream `kubelet.go`, `kubelet_node_status.go`,
 //! `nodelease`, `pod_workers.go`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -920,6 +920,11 @@ impl Kubelet {
             .take()
             .unwrap_or_else(|| mpsc::unbounded_channel().1);
         let mut workers: HashMap<String, Worker> = HashMap::new();
+        // Pods whose worker finished while the informer still has them (terminated and
+        // deleted through the API; the informer's last update and its deletion are yet to
+        // come): as upstream's pod workers keep a terminated pod's state until the pod
+        // leaves the config, their late events start no second termination.
+        let mut finished: HashSet<String> = HashSet::new();
         let workers_cancel = cancel.child_token();
         let (static_tx, mut static_rx) = tokio::sync::watch::channel(StaticPods::new());
         if let Some(path) = self.config.static_pod_path.clone() {
@@ -956,6 +961,12 @@ impl Kubelet {
                         self.pods.write().insert(pod_uid.clone(), pod.clone());
                     }
                     let msg = if deleted { WorkerMsg::Deleted(pod.clone()) } else { WorkerMsg::Update(pod.clone()) };
+                    if finished.contains(&pod_uid) {
+                        if deleted {
+                            finished.remove(&pod_uid);
+                        }
+                        continue;
+                    }
                     match workers.get(&pod_uid) {
                         Some(w) => { let _ = w.tx.send(msg); }
                         None if deleted => {
@@ -990,6 +1001,9 @@ impl Kubelet {
                 }
                 Some(done) = done_rx.recv() => {
                     workers.remove(&done);
+                    if self.pods.read().contains_key(&done) {
+                        finished.insert(done.clone());
+                    }
                     self.evictions.lock().remove(&done);
                     self.runtime.cri().metrics().forget_pod(&done);
                     self.status.forget(&done);

@@ -407,6 +407,23 @@ async fn node_pods_deletion_and_restart_on_real_containerd() {
             Ok(got.contains(&stopping).then_some(()))
         })
         .await?;
+        // The pod is terminated once: the informer's late events about the pod (its
+        // terminal status, its deletion) start no second termination, whose status write
+        // and delete would find the pod gone (this test's own GETs find it gone too).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let metrics = client
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await?;
+        let missed: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| l.contains("code=\"404\"") && l.contains("resource=\"pods\""))
+            .filter(|l| l.contains("verb=\"PATCH\"") || l.contains("verb=\"DELETE\""))
+            .collect();
+        ensure!(
+            missed.is_empty(),
+            "requests about a pod already gone: {missed:?}"
+        );
         let rt = k
             .runtime()
             .runtime_pod(&p.metadata.uid.clone().unwrap_or_default())
