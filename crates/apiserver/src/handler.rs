@@ -162,12 +162,14 @@ pub(crate) async fn serve(
     );
     req.extensions_mut().insert(audit.clone());
     let long_running = crate::audit::is_long_running(&attrs);
-    let verb = if attrs.resource_request {
-        attrs.verb.to_ascii_uppercase()
-    } else {
-        req.method().as_str().to_string()
-    };
-    let resource = attrs.resource.clone();
+    let labels = crate::metrics::RequestLabels::of(
+        &attrs,
+        req.method().as_str(),
+        req.headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+        req.uri().query(),
+    );
     let accepts_gzip = accepts_gzip(req.headers());
     // Streams (watches, logs, proxied connections) are never re-encoded.
     let pretty_path = (!long_running
@@ -225,8 +227,7 @@ pub(crate) async fn serve(
         resp
     };
     state.metrics.observe(
-        &verb,
-        &resource,
+        &labels,
         resp.status().as_u16(),
         start.elapsed().as_secs_f64(),
     );

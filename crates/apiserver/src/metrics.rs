@@ -16,10 +16,95 @@ use ferrokube_storage::{
 };
 use parking_lot::Mutex;
 
-/// Bounds in seconds of `apiserver_request_duration_seconds`.
+/// Bounds in seconds of `apiserver_request_duration_seconds` (upstream's).
 const REQUEST_BUCKETS: &[f64] = &[
-    0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
 ];
+
+/// What upstream's request metrics are broken out by (its `MonitorRequest` labels), so
+/// that dashboards and SLO rules written for upstream (`verb=~"POST|PUT|PATCH|DELETE"`,
+/// `scope="resource"`) read Ferrokube's figures as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestLabels {
+    /// Upstream's reported verb: the route's (`POST` for a create, `PUT` for an update,
+    /// `APPLY` for a server-side apply, `CONNECT` for exec, attach, port-forward and
+    /// proxy), with `LIST` and `WATCH` told from `GET`; the HTTP method otherwise.
+    pub verb: String,
+    /// The request's `dryRun` values, sorted and joined by commas.
+    pub dry_run: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    /// `resource` (one named object, or a create), `namespace`, `cluster`, or empty for a
+    /// request that is not about a resource.
+    pub scope: &'static str,
+    pub component: &'static str,
+}
+
+impl RequestLabels {
+    /// The labels of a request with these authorization attributes, HTTP method,
+    /// `Content-Type` and query.
+    pub fn of(
+        attrs: &ferrokube_auth::authz::Attributes,
+        method: &str,
+        content_type: Option<&str>,
+        query: Option<&str>,
+    ) -> RequestLabels {
+        if !attrs.resource_request {
+            return RequestLabels {
+                verb: method.to_ascii_uppercase(),
+                dry_run: String::new(),
+                group: String::new(),
+                version: String::new(),
+                resource: String::new(),
+                subresource: String::new(),
+                scope: "",
+                component: "apiserver",
+            };
+        }
+        let connects = matches!(
+            (attrs.resource.as_str(), attrs.subresource.as_str()),
+            ("pods", "exec" | "attach" | "portforward" | "proxy") | ("services" | "nodes", "proxy")
+        );
+        let verb = match attrs.verb.as_str() {
+            _ if connects => "CONNECT".to_string(),
+            "create" => "POST".to_string(),
+            "update" => "PUT".to_string(),
+            "patch"
+                if content_type.is_some_and(|t| {
+                    crate::output::media_essence(t) == "application/apply-patch+yaml"
+                }) =>
+            {
+                "APPLY".to_string()
+            }
+            other => other.to_ascii_uppercase(),
+        };
+        let mut dry_run: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .filter(|(k, _)| k == "dryRun")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+        dry_run.sort();
+        let scope = if !attrs.name.is_empty() || attrs.verb == "create" {
+            "resource"
+        } else if !attrs.namespace.is_empty() {
+            "namespace"
+        } else {
+            "cluster"
+        };
+        RequestLabels {
+            verb,
+            dry_run: dry_run.join(","),
+            group: attrs.api_group.clone(),
+            version: attrs.api_version.clone(),
+            resource: attrs.resource.clone(),
+            subresource: attrs.subresource.clone(),
+            scope,
+            component: "apiserver",
+        }
+    }
+}
 
 /// Bounds in seconds of `etcd_request_duration_seconds`. Finer than upstream's at the
 /// low end: a local store answers in well under upstream's first bound of 5 ms.
@@ -117,8 +202,8 @@ impl Drop for Executing<'_> {
 
 /// Counters of one server; no process-global state.
 pub struct Metrics {
-    requests: CounterVec<3>,
-    request_latency: HistogramVec<2>,
+    requests: CounterVec<9>,
+    request_latency: HistogramVec<8>,
     storage_latency: HistogramVec<2>,
     watchers: AtomicI64,
     inflight: Inflight,
@@ -227,13 +312,32 @@ impl Metrics {
         Metrics {
             requests: CounterVec::new(
                 "apiserver_request_total",
-                "Counter of apiserver requests broken out for each verb, resource and HTTP response code.",
-                ["code", "resource", "verb"],
+                "[STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
+                [
+                    "code",
+                    "component",
+                    "dry_run",
+                    "group",
+                    "resource",
+                    "scope",
+                    "subresource",
+                    "verb",
+                    "version",
+                ],
             ),
             request_latency: HistogramVec::histogram(
                 "apiserver_request_duration_seconds",
-                "Response latency distribution in seconds for each verb and resource.",
-                ["verb", "resource"],
+                "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
+                [
+                    "component",
+                    "dry_run",
+                    "group",
+                    "resource",
+                    "scope",
+                    "subresource",
+                    "verb",
+                    "version",
+                ],
                 REQUEST_BUCKETS,
             ),
             storage_latency: HistogramVec::histogram(
@@ -257,11 +361,41 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
+    pub fn observe(&self, labels: &RequestLabels, code: u16, seconds: f64) {
         let mut digits = [0; 5];
-        self.requests
-            .inc([decimal(code, &mut digits), resource, verb]);
-        self.request_latency.observe([verb, resource], seconds);
+        let l = labels;
+        let by = [
+            l.component,
+            &l.dry_run,
+            &l.group,
+            &l.resource,
+            l.scope,
+            &l.subresource,
+            &l.verb,
+            &l.version,
+        ];
+        let [
+            component,
+            dry_run,
+            group,
+            resource,
+            scope,
+            subresource,
+            verb,
+            version,
+        ] = by;
+        self.requests.inc([
+            decimal(code, &mut digits),
+            component,
+            dry_run,
+            group,
+            resource,
+            scope,
+            subresource,
+            verb,
+            version,
+        ]);
+        self.request_latency.observe(by, seconds);
     }
 
     pub fn watch_started(&self) {
@@ -484,29 +618,144 @@ impl Storage for MeteredStorage {
 mod tests {
     use super::*;
 
+    fn attrs(method: &str, path: &str, query: Option<&str>) -> ferrokube_auth::authz::Attributes {
+        ferrokube_auth::request_info::request_attributes(method, path, query)
+    }
+
+    #[test]
+    fn requests_carry_upstreams_labels() {
+        let of = |method: &str, path: &str, query: Option<&str>, content_type: Option<&str>| {
+            let l = RequestLabels::of(&attrs(method, path, query), method, content_type, query);
+            (
+                l.verb,
+                l.scope,
+                l.group,
+                l.version,
+                l.resource,
+                l.subresource,
+                l.dry_run,
+            )
+        };
+        let s = String::from;
+        assert_eq!(
+            of(
+                "POST",
+                "/api/v1/namespaces/d/pods",
+                Some("dryRun=All"),
+                None
+            ),
+            (
+                s("POST"),
+                "resource",
+                s(""),
+                s("v1"),
+                s("pods"),
+                s(""),
+                s("All")
+            )
+        );
+        assert_eq!(
+            of(
+                "PUT",
+                "/apis/apps/v1/namespaces/d/deployments/web/scale",
+                None,
+                None
+            ),
+            (
+                s("PUT"),
+                "resource",
+                s("apps"),
+                s("v1"),
+                s("deployments"),
+                s("scale"),
+                s("")
+            )
+        );
+        assert_eq!(
+            of(
+                "PATCH",
+                "/api/v1/nodes/n",
+                None,
+                Some("application/apply-patch+yaml; charset=utf-8")
+            )
+            .0,
+            "APPLY"
+        );
+        assert_eq!(
+            of(
+                "PATCH",
+                "/api/v1/nodes/n",
+                None,
+                Some("application/merge-patch+json")
+            )
+            .0,
+            "PATCH"
+        );
+        assert_eq!(
+            of("GET", "/api/v1/namespaces/d/pods", Some("watch=true"), None).0,
+            "WATCH"
+        );
+        assert_eq!(
+            of("GET", "/api/v1/namespaces/d/pods", None, None).1,
+            "namespace"
+        );
+        assert_eq!(of("GET", "/api/v1/pods", None, None).1, "cluster");
+        assert_eq!(
+            of(
+                "POST",
+                "/api/v1/namespaces/d/pods/p/exec",
+                Some("command=ls"),
+                None
+            )
+            .0,
+            "CONNECT"
+        );
+        assert_eq!(
+            of("DELETE", "/api/v1/namespaces/d/configmaps", None, None).0,
+            "DELETECOLLECTION"
+        );
+        assert_eq!(
+            of("GET", "/healthz", None, None),
+            (s("GET"), "", s(""), s(""), s(""), s(""), s(""))
+        );
+    }
+
     #[test]
     fn renders() {
         let m = Metrics::default();
-        m.observe("GET", "pods", 200, 0.01);
-        m.observe("GET", "pods", 200, 0.02);
-        m.observe("GET", "pods", 404, 0.001);
+        let get = RequestLabels::of(
+            &attrs("GET", "/api/v1/namespaces/d/pods/p", None),
+            "GET",
+            None,
+            None,
+        );
+        m.observe(&get, 200, 0.01);
+        m.observe(&get, 200, 0.02);
+        m.observe(&get, 404, 0.001);
         m.watch_started();
         let t = m.render();
+        let series = "component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"";
         assert!(
-            t.contains("apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"GET\"} 2")
+            t.contains(&format!(
+                "apiserver_request_total{{code=\"200\",{series}}} 2"
+            )),
+            "{t}"
         );
-        assert!(
-            t.contains("apiserver_request_total{code=\"404\",resource=\"pods\",verb=\"GET\"} 1")
-        );
-        assert!(t.contains(
-            "apiserver_request_duration_seconds_bucket{verb=\"GET\",resource=\"pods\",le=\"0.005\"} 1"
-        ));
-        assert!(t.contains(
-            "apiserver_request_duration_seconds_bucket{verb=\"GET\",resource=\"pods\",le=\"0.025\"} 3"
-        ));
-        assert!(t.contains(
-            "apiserver_request_duration_seconds_count{verb=\"GET\",resource=\"pods\"} 3"
-        ));
+        assert!(t.contains(&format!(
+            "apiserver_request_total{{code=\"404\",{series}}} 1"
+        )));
+        assert!(t.contains(&format!(
+            "apiserver_request_duration_seconds_bucket{{{series},le=\"0.005\"}} 1"
+        )));
+        assert!(t.contains(&format!(
+            "apiserver_request_duration_seconds_bucket{{{series},le=\"0.025\"}} 3"
+        )));
+        assert!(t.contains(&format!(
+            "apiserver_request_duration_seconds_bucket{{{series},le=\"45\"}} 3"
+        )));
+        assert!(t.contains(&format!(
+            "apiserver_request_duration_seconds_count{{{series}}} 3"
+        )));
         assert!(t.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
     }
 

@@ -580,9 +580,16 @@ async fn metrics_report_request_and_storage_latency() {
             .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     };
+    // Upstream's labels: a create is a POST on one object (scope "resource").
     assert!(
-        count(r#"apiserver_request_duration_seconds_count{verb="CREATE",resource="configmaps"}"#)
-            >= 1
+        count(
+            r#"apiserver_request_duration_seconds_count{component="apiserver",dry_run="",group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"}"#
+        ) >= 1
+    );
+    assert!(
+        count(
+            r#"apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"}"#
+        ) >= 1
     );
     // The create went to storage once, under the configmaps prefix.
     assert!(
