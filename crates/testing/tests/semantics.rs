@@ -288,6 +288,28 @@ async fn gone_for_old_watches_and_expired_continue_tokens() {
         }
         e => panic!("{e:?}"),
     }
+    // Tokens are unpadded URL-safe base64, as upstream's; one that is not a token is a
+    // 400 with upstream's message.
+    assert!(
+        token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+        "{token}"
+    );
+    match cms
+        .list(&ListParams::default().limit(1).continue_token("e30"))
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => assert_eq!(
+            (s.code, s.message.as_str()),
+            (
+                400,
+                "invalid continue token: continue key is not valid: server does not recognize this encoded version "
+            )
+        ),
+        e => panic!("{e:?}"),
+    }
 
     // After a restart the watch cache starts at the current revision: a watch from
     // before it ends with an ERROR event carrying a 410 Status.
