@@ -22,6 +22,31 @@ const REQUEST_BUCKETS: &[f64] = &[
     10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
 ];
 
+/// The labels of `apiserver_request_duration_seconds`, upstream's, in its (sorted) order.
+const REQUEST_LABELS: [&str; 8] = [
+    "component",
+    "dry_run",
+    "group",
+    "resource",
+    "scope",
+    "subresource",
+    "verb",
+    "version",
+];
+
+/// `apiserver_request_total`'s: `code`, then the duration's.
+const REQUEST_COUNT_LABELS: [&str; 9] = with_code("code", REQUEST_LABELS);
+
+const fn with_code<'a>(code: &'a str, labels: [&'a str; 8]) -> [&'a str; 9] {
+    let mut out = [code; 9];
+    let mut i = 0;
+    while i < labels.len() {
+        out[i + 1] = labels[i];
+        i += 1;
+    }
+    out
+}
+
 /// What upstream's request metrics are broken out by (its `MonitorRequest` labels), so
 /// that dashboards and SLO rules written for upstream (`verb=~"POST|PUT|PATCH|DELETE"`,
 /// `scope="resource"`) read Ferrokube's figures as they are.
@@ -313,31 +338,12 @@ impl Metrics {
             requests: CounterVec::new(
                 "apiserver_request_total",
                 "[STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
-                [
-                    "code",
-                    "component",
-                    "dry_run",
-                    "group",
-                    "resource",
-                    "scope",
-                    "subresource",
-                    "verb",
-                    "version",
-                ],
+                REQUEST_COUNT_LABELS,
             ),
             request_latency: HistogramVec::histogram(
                 "apiserver_request_duration_seconds",
                 "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
-                [
-                    "component",
-                    "dry_run",
-                    "group",
-                    "resource",
-                    "scope",
-                    "subresource",
-                    "verb",
-                    "version",
-                ],
+                REQUEST_LABELS,
                 REQUEST_BUCKETS,
             ),
             storage_latency: HistogramVec::histogram(
@@ -364,7 +370,8 @@ impl Metrics {
     pub fn observe(&self, labels: &RequestLabels, code: u16, seconds: f64) {
         let mut digits = [0; 5];
         let l = labels;
-        let by = [
+        // In REQUEST_LABELS' order.
+        let values = [
             l.component,
             &l.dry_run,
             &l.group,
@@ -374,28 +381,9 @@ impl Metrics {
             &l.verb,
             &l.version,
         ];
-        let [
-            component,
-            dry_run,
-            group,
-            resource,
-            scope,
-            subresource,
-            verb,
-            version,
-        ] = by;
-        self.requests.inc([
-            decimal(code, &mut digits),
-            component,
-            dry_run,
-            group,
-            resource,
-            scope,
-            subresource,
-            verb,
-            version,
-        ]);
-        self.request_latency.observe(by, seconds);
+        self.requests
+            .inc(with_code(decimal(code, &mut digits), values));
+        self.request_latency.observe(values, seconds);
     }
 
     pub fn watch_started(&self) {
