@@ -150,13 +150,8 @@ pub fn observe_health(
 
 /// Whether the node has shown no sign of life for longer than the grace period (the
 /// startup grace period while it has never posted a Ready condition).
-pub fn is_stale(
-    health: &NodeHealth,
-    node: &Node,
-    now: Timestamp,
-    cfg: &NodeLifecycleConfig,
-) -> bool {
-    let grace = if node_condition(node, "Ready").is_some() {
+pub fn is_stale(health: &NodeHealth, now: Timestamp, cfg: &NodeLifecycleConfig) -> bool {
+    let grace = if health.has_ready {
         cfg.grace_period
     } else {
         cfg.startup_grace_period
@@ -559,7 +554,7 @@ impl Controller for NodeLifecycleController {
             seen.insert(key.to_owned(), health.clone());
             health
         };
-        if is_stale(&health, &node, now, &self.cfg)
+        if is_stale(&health, now, &self.cfg)
             && let Some(conds) = unknown_conditions(&node, now)
         {
             let was_ready = ready_status(&node) == "True";
@@ -735,19 +730,19 @@ mod tests {
         // grace period from its first observation.
         let n = node("True", 1000);
         let first = observe_health(None, &n, None, ts(5000));
-        assert!(!is_stale(&first, &n, ts(5050), &cfg));
-        assert!(is_stale(&first, &n, ts(5051), &cfg));
+        assert!(!is_stale(&first, ts(5050), &cfg));
+        assert!(is_stale(&first, ts(5051), &cfg));
         // Seeing the same heartbeat again is no sign of life; a new one is.
         let again = observe_health(Some(&first), &n, None, ts(5040));
         assert_eq!(again.probed_at, ts(5000));
         let beat = observe_health(Some(&again), &node("True", 1010), None, ts(5045));
-        assert!(!is_stale(&beat, &n, ts(5090), &cfg));
+        assert!(!is_stale(&beat, ts(5090), &cfg));
         // A Lease renewal keeps the node healthy; the same renewal seen again does not.
         let leased = observe_health(Some(&first), &n, Some(ts(3)), ts(5040));
         assert_eq!(leased.probed_at, ts(5040));
         let same_lease = observe_health(Some(&leased), &n, Some(ts(3)), ts(5080));
         assert_eq!(same_lease.probed_at, ts(5040));
-        assert!(is_stale(&same_lease, &n, ts(5091), &cfg));
+        assert!(is_stale(&same_lease, ts(5091), &cfg));
         let renewed = observe_health(Some(&same_lease), &n, Some(ts(4)), ts(5085));
         assert_eq!(renewed.probed_at, ts(5085));
         // A node that never posted a Ready condition: from its creation, with the
@@ -756,8 +751,8 @@ mod tests {
         fresh.status = None;
         let unborn = observe_health(None, &fresh, None, ts(30));
         assert_eq!(unborn.probed_at, ts(0));
-        assert!(!is_stale(&unborn, &fresh, ts(60), &cfg));
-        assert!(is_stale(&unborn, &fresh, ts(61), &cfg));
+        assert!(!is_stale(&unborn, ts(60), &cfg));
+        assert!(is_stale(&unborn, ts(61), &cfg));
 
         let conds = unknown_conditions(&n, ts(2000)).unwrap();
         let r = conds.iter().find(|c| c.type_ == "Ready").unwrap();

@@ -960,13 +960,13 @@ impl Kubelet {
                     } else {
                         self.pods.write().insert(pod_uid.clone(), pod.clone());
                     }
-                    let msg = if deleted { WorkerMsg::Deleted(pod.clone()) } else { WorkerMsg::Update(pod.clone()) };
                     if finished.contains(&pod_uid) {
                         if deleted {
                             finished.remove(&pod_uid);
                         }
                         continue;
                     }
+                    let msg = if deleted { WorkerMsg::Deleted(pod.clone()) } else { WorkerMsg::Update(pod.clone()) };
                     match workers.get(&pod_uid) {
                         Some(w) => { let _ = w.tx.send(msg); }
                         None if deleted => {
