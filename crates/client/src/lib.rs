@@ -72,3 +72,43 @@ pub enum Error {
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What client-go's `err.Error()` says of a failed request: the apiserver's `Status`
+/// message alone for an API error (`pods "x" is forbidden: ...`), the transport's
+/// error otherwise. Events and condition messages that quote a failed request use it,
+/// as upstream's controllers quote `err`; kube-rs's own `Display` of an API error
+/// appends the whole `Status` in Rust's debug notation, which users should not read.
+pub fn error_message(error: &kube::Error) -> std::borrow::Cow<'_, str> {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            std::borrow::Cow::Borrowed(&status.message)
+        }
+        other => std::borrow::Cow::Owned(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_message;
+
+    #[test]
+    fn an_api_error_reads_as_its_status_message() {
+        let message = r#"pods "p" is forbidden: violates PodSecurity "restricted:latest""#;
+        let error = kube::Error::Api(
+            kube::core::Status::failure(message, "Forbidden")
+                .with_code(403)
+                .boxed(),
+        );
+        assert_eq!(error_message(&error), message);
+        // kube-rs's own rendering carries the Status's debug form.
+        assert!(error.to_string().contains("Status {"));
+    }
+
+    #[test]
+    fn an_api_error_without_a_message_and_other_errors_read_as_kube_rs_renders_them() {
+        let bare = kube::Error::Api(kube::core::Status::failure("", "InternalError").boxed());
+        assert_eq!(error_message(&bare), bare.to_string());
+        let other = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert_eq!(error_message(&other), other.to_string());
+    }
+}

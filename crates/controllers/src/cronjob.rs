@@ -19,6 +19,7 @@
 //! metric is not kept. As upstream, unset history limits keep every Job (the
 //! apiserver defaults them to 3 and 1).
 
+use ferrokube_client::error_message;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -337,7 +338,7 @@ impl CronJobController {
                     cj,
                     EventType::Warning,
                     "FailedDelete",
-                    format!("Deleted job: {e}"),
+                    format!("Deleted job: {}", error_message(&e)),
                 );
                 return false;
             }
@@ -572,7 +573,12 @@ impl CronJobController {
                 let job = match api.get(r.name.as_deref().unwrap_or("")).await {
                     Ok(j) => j,
                     Err(e) => {
-                        self.event(cj, EventType::Warning, "FailedGet", format!("Get job: {e}"));
+                        self.event(
+                            cj,
+                            EventType::Warning,
+                            "FailedGet",
+                            format!("Get job: {}", error_message(&e)),
+                        );
                         return (None, update, Err(e.into()));
                     }
                 };
@@ -625,7 +631,7 @@ impl CronJobController {
                         cj,
                         EventType::Warning,
                         "FailedCreate",
-                        format!("Error creating job: {e}"),
+                        format!("Error creating job: {}", error_message(&e)),
                     );
                 }
                 return (None, update, Err(e.into()));

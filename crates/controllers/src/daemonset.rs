@@ -69,9 +69,10 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, obj
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::deployment::compute_hash;
-use crate::events::{EventSink, EventType, emit};
+use crate::events::{EventSink, EventType, emit, reference_to};
 use crate::expectations::Expectations;
 use crate::nodelifecycle::tolerates;
+use crate::podcontrol::{create_pod, delete_pod};
 use crate::replicaset::{
     ClaimingOwner, SLOW_START_INITIAL_BATCH, claim_pods, is_conflict, is_not_found,
     slow_start_batch,
@@ -997,26 +998,17 @@ impl DaemonSetController {
         let mut first: Option<Error> = None;
         let mut failed = 0;
 
+        let owner = reference_to(ds);
         if !create_on.is_empty() {
             let next = std::sync::atomic::AtomicUsize::new(0);
             let (ok, err) = slow_start_batch(create_on.len(), SLOW_START_INITIAL_BATCH, || {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let pod = new_daemon_pod(ds, hash, &create_on[i]);
-                let api = pods_api.clone();
+                let (api, owner) = (&pods_api, &owner);
                 async move {
-                    match api.create(&PostParams::default(), &pod).await {
-                        Ok(p) => {
-                            emit(
-                                &*self.events,
-                                ds,
-                                EventType::Normal,
-                                "SuccessfulCreate",
-                                format!("Created pod: {}", pod_name(&p)),
-                            );
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    }
+                    create_pod(api, &pod, &*self.events, owner)
+                        .await
+                        .map(|_| ())
                 }
             })
             .await;
@@ -1025,45 +1017,23 @@ impl DaemonSetController {
                 self.creates.creation_observed(key);
             }
             if let Some(e) = err {
-                emit(
-                    &*self.events,
-                    ds,
-                    EventType::Warning,
-                    "FailedCreate",
-                    format!("Error creating: {e}"),
-                );
                 failed += create_on.len() - ok;
                 first = Some(e.into());
             }
         }
 
-        let results = futures::future::join_all(delete.iter().map(|n| {
-            let api = pods_api.clone();
-            async move { api.delete(n, &DeleteParams::default()).await }
-        }))
+        let results = futures::future::join_all(
+            delete
+                .iter()
+                .map(|n| delete_pod(&pods_api, n, &*self.events, &owner)),
+        )
         .await;
-        for ((r, n), uid) in results.into_iter().zip(delete).zip(&del_uids) {
-            match r {
-                Ok(_) => emit(
-                    &*self.events,
-                    ds,
-                    EventType::Normal,
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {n}"),
-                ),
-                Err(e) => {
-                    self.deletes.deletion_observed(key, uid);
-                    if !is_not_found(&e) {
-                        emit(
-                            &*self.events,
-                            ds,
-                            EventType::Warning,
-                            "FailedDelete",
-                            format!("Error deleting: {e}"),
-                        );
-                        failed += 1;
-                        first.get_or_insert(e.into());
-                    }
+        for (r, uid) in results.into_iter().zip(&del_uids) {
+            if let Err(e) = r {
+                self.deletes.deletion_observed(key, uid);
+                if !is_not_found(&e) {
+                    failed += 1;
+                    first.get_or_insert(e.into());
                 }
             }
         }

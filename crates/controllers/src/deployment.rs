@@ -9,6 +9,7 @@
 //! history cleanup ([`plan_cleanup`]), status and conditions ([`calculate_status`],
 //! [`rollout_conditions`]). IO part: [`DeploymentController`].
 
+use ferrokube_client::error_message;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -1338,7 +1339,11 @@ impl Io<'_> {
                     }
                 }
                 Err(e) => {
-                    let msg = format!("Failed to create new replica set {:?}: {e}", rs_name(&rs));
+                    let msg = format!(
+                        "Failed to create new replica set {:?}: {}",
+                        rs_name(&rs),
+                        error_message(&e)
+                    );
                     if progress_deadline(self.d).is_some() {
                         set_condition(
                             &mut st,

@@ -82,13 +82,14 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, PodFailurePolicy
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::events::{EventSink, EventType, emit};
+use crate::events::{EventSink, EventType, emit, reference_to};
 use crate::expectations::Expectations;
+use crate::podcontrol::{create_pod, delete_pod};
 use crate::replicaset::{
     ClaimingOwner, claim_pods, is_not_found, rank_for_deletion, slow_start_batch,
 };
@@ -1189,40 +1190,18 @@ impl JobController {
         self.expectations
             .expect_creations(key, indexes.len(), now_secs());
         let next = parking_lot::Mutex::new(indexes.iter());
+        let owner = reference_to(job);
         let (_, err) = slow_start_batch(indexes.len(), 1, || {
             let index = next.lock().next().copied().flatten();
             let api = api.clone();
+            let owner = &owner;
             async move {
-                match api
-                    .create(
-                        &PostParams::default(),
-                        &pod_from_template(job, index, index.and_then(|i| retries.get(&i))),
-                    )
-                    .await
-                {
-                    Ok(pod) => {
-                        let name = pod.metadata.name.unwrap_or_default();
-                        emit(
-                            &*self.events,
-                            job,
-                            EventType::Normal,
-                            "SuccessfulCreate",
-                            format!("Created pod: {name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) => {
-                        self.expectations.creation_observed(key);
-                        emit(
-                            &*self.events,
-                            job,
-                            EventType::Warning,
-                            "FailedCreate",
-                            format!("Error creating: {e}"),
-                        );
-                        Err(e)
-                    }
+                let pod = pod_from_template(job, index, index.and_then(|i| retries.get(&i)));
+                let created = create_pod(&api, &pod, &*self.events, owner).await;
+                if created.is_err() {
+                    self.expectations.creation_observed(key);
                 }
+                created.map(|_| ())
             }
         })
         .await;
@@ -1262,19 +1241,10 @@ impl JobController {
                 first_error.get_or_insert(e);
                 continue;
             }
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => emit(
-                    &*self.events,
-                    job,
-                    EventType::Normal,
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {name}"),
-                ),
-                Err(e) => {
-                    self.expectations.deletion_observed(key, uid);
-                    if !is_not_found(&e) && first_error.is_none() {
-                        first_error = Some(e);
-                    }
+            if let Err(e) = delete_pod(&api, name, &*self.events, &reference_to(job)).await {
+                self.expectations.deletion_observed(key, uid);
+                if !is_not_found(&e) && first_error.is_none() {
+                    first_error = Some(e);
                 }
             }
         }

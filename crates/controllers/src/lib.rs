@@ -31,6 +31,8 @@
 //! Ready condition; a deletion held while it would orphan a Service's cluster IP),
 //! [`bootstrap`] (bootstrap token Secrets deleted once expired, and `cluster-info`
 //! signed with the signing tokens; both off unless named in `--controllers`).
+//! [`podcontrol`] creates and deletes the pods of ReplicaSets, DaemonSets and Jobs with
+//! upstream's per-pod events.
 //! [`clientbuilder`] gives each controller its client: the manager's, or its own
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
@@ -62,6 +64,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod podautoscaler;
+pub mod podcontrol;
 pub mod podgc;
 pub mod pvcprotection;
 pub mod pvprotection;
@@ -88,8 +91,9 @@ use tokio_util::sync::CancellationToken;
 /// Errors of a reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A request to the apiserver failed.
-    #[error("api: {0}")]
+    /// A request to the apiserver failed. Reads as client-go's error does (the
+    /// Status message), since conditions quote it.
+    #[error("{}", ferrokube_client::error_message(.0))]
     Kube(#[from] kube::Error),
     /// The client library failed (informer sync, index lookups).
     #[error("client: {0}")]

@@ -9,6 +9,7 @@
 //!
 //! Pure part: [`deletion_conditions`] and [`remove_finalizer`].
 
+use ferrokube_client::error_message;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,7 +203,7 @@ impl NamespaceController {
         let disc = match Discovery::new(self.client.clone()).run().await {
             Ok(d) => d,
             Err(e) => {
-                report.discovery_errors.push(e.to_string());
+                report.discovery_errors.push(error_message(&e).into_owned());
                 return report;
             }
         };
@@ -225,7 +226,9 @@ impl NamespaceController {
                     if let Err(e) = api.delete_collection(&dp, &ListParams::default()).await
                         && !is_not_found(&e)
                     {
-                        report.delete_errors.push(format!("{label}: {e}"));
+                        report
+                            .delete_errors
+                            .push(format!("{label}: {}", error_message(&e)));
                     }
                 } else {
                     match api.list_metadata(&ListParams::default()).await {
@@ -235,11 +238,15 @@ impl NamespaceController {
                                 if let Err(e) = api.delete(&name, &dp).await
                                     && !is_not_found(&e)
                                 {
-                                    report.delete_errors.push(format!("{label}: {e}"));
+                                    report
+                                        .delete_errors
+                                        .push(format!("{label}: {}", error_message(&e)));
                                 }
                             }
                         }
-                        Err(e) => report.delete_errors.push(format!("{label}: {e}")),
+                        Err(e) => report
+                            .delete_errors
+                            .push(format!("{label}: {}", error_message(&e))),
                     }
                 }
                 let meta: Api<PartialObjectMeta<DynamicObject>> =
@@ -255,7 +262,9 @@ impl NamespaceController {
                     }
                     Ok(_) => {}
                     Err(e) if is_not_found(&e) => {}
-                    Err(e) => report.delete_errors.push(format!("{label}: {e}")),
+                    Err(e) => report
+                        .delete_errors
+                        .push(format!("{label}: {}", error_message(&e))),
                 }
             }
         }

@@ -1548,8 +1548,9 @@ impl PersistentVolumeController {
                     self.emit_planned(
                         claim,
                         failed(format!(
-                            "Error creating provisioned PV object for claim {}: {e}. Deleting the volume.",
-                            claim_key(claim)
+                            "Error creating provisioned PV object for claim {}: {}. Deleting the volume.",
+                            claim_key(claim),
+                            ferrokube_client::error_message(&e)
                         )),
                     );
                 }

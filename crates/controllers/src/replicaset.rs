@@ -24,8 +24,9 @@ use serde_json::json;
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
-use crate::events::{EventSink, EventType, emit_ref};
+use crate::events::EventSink;
 use crate::expectations::Expectations;
+use crate::podcontrol::{create_pod, delete_pod};
 use crate::util::{
     controller_of, created_secs, is_pod_active, is_pod_ready, labels, new_controller_ref, pod_node,
     pod_phase, seconds_until_available, selector_is_empty, selector_matches,
@@ -875,38 +876,16 @@ impl<K: ReplicaOwner> ReplicaSetController<K> {
             ReplicaPlan::Create(n) => {
                 self.expectations.expect_creations(key, n, now_secs());
                 let template = pod_from_template(rs);
+                let owner = owner_ref_for_events(rs);
                 let (ok, err) = slow_start_batch(n, SLOW_START_INITIAL_BATCH, || {
-                    let api = pods_api.clone();
-                    let pod = template.clone();
-                    async move { api.create(&PostParams::default(), &pod).await.map(|_| ()) }
+                    let (api, pod, owner) = (&pods_api, &template, &owner);
+                    async move { create_pod(api, pod, &*self.events, owner).await.map(|_| ()) }
                 })
                 .await;
                 for _ in ok..n {
                     self.expectations.creation_observed(key);
                 }
-                let owner = owner_ref_for_events(rs);
-                if ok > 0 {
-                    emit_ref(
-                        &*self.events,
-                        owner.clone(),
-                        EventType::Normal,
-                        "SuccessfulCreate",
-                        format!("Created {ok} pods"),
-                    );
-                }
-                match err {
-                    None => Ok(()),
-                    Some(e) => {
-                        emit_ref(
-                            &*self.events,
-                            owner.clone(),
-                            EventType::Warning,
-                            "FailedCreate",
-                            format!("Error creating: {e}"),
-                        );
-                        Err(e.into())
-                    }
-                }
+                err.map_or(Ok(()), |e| Err(e.into()))
             }
             ReplicaPlan::Delete(idx) => {
                 let victims: Vec<&Pod> = idx.iter().map(|&i| active[i]).collect();
@@ -915,35 +894,24 @@ impl<K: ReplicaOwner> ReplicaSetController<K> {
                     .map(|p| p.metadata.uid.clone().unwrap_or_default())
                     .collect();
                 self.expectations.expect_deletions(key, &uids, now_secs());
+                let owner = owner_ref_for_events(rs);
                 let results = futures::future::join_all(victims.iter().map(|p| {
-                    let api = pods_api.clone();
-                    let name = p.metadata.name.clone().unwrap_or_default();
-                    async move { api.delete(&name, &DeleteParams::default()).await }
+                    let name = p.metadata.name.as_deref().unwrap_or_default();
+                    delete_pod(&pods_api, name, &*self.events, &owner)
                 }))
                 .await;
+                // As upstream's, the first error that is not a pod already gone fails
+                // the sync; every failed delete is one the informer will not report.
                 let mut first = None;
-                let mut failed = 0;
                 for (r, uid) in results.into_iter().zip(&uids) {
                     if let Err(e) = r {
                         self.expectations.deletion_observed(key, uid);
                         if !is_not_found(&e) {
-                            failed += 1;
                             first.get_or_insert(e);
                         }
                     }
                 }
-                let owner = owner_ref_for_events(rs);
-                emit_ref(
-                    &*self.events,
-                    owner,
-                    EventType::Normal,
-                    "SuccessfulDelete",
-                    format!("Deleted {} pods", uids.len() - failed),
-                );
-                match first {
-                    None => Ok(()),
-                    Some(e) => Err(Error::Partial(failed, Box::new(e.into()))),
-                }
+                first.map_or(Ok(()), |e| Err(e.into()))
             }
         }
     }

@@ -51,6 +51,7 @@
 //! sync, per policy and strategy), [`compute_status`]. IO part:
 //! [`StatefulSetController`].
 
+use ferrokube_client::error_message;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -720,7 +721,8 @@ impl StatefulSetController {
                         EventType::Warning,
                         "FailedCreate",
                         format!(
-                            "create Claim {cname} for Pod {pod} in StatefulSet {set_name} failed error: {e}"
+                            "create Claim {cname} for Pod {pod} in StatefulSet {set_name} failed error: {}",
+                            error_message(&e)
                         ),
                     );
                     return Err(e.into());
@@ -805,7 +807,10 @@ impl StatefulSetController {
                     set,
                     EventType::Warning,
                     "FailedDelete",
-                    format!("delete Pod {name} in StatefulSet {set_name} failed error: {e}"),
+                    format!(
+                        "delete Pod {name} in StatefulSet {set_name} failed error: {}",
+                        error_message(&e)
+                    ),
                 );
                 Err(e.into())
             }
@@ -841,7 +846,10 @@ impl StatefulSetController {
                     set,
                     EventType::Warning,
                     "FailedCreate",
-                    format!("create Pod {name} in StatefulSet {set_name} failed error: {e}"),
+                    format!(
+                        "create Pod {name} in StatefulSet {set_name} failed error: {}",
+                        error_message(&e)
+                    ),
                 );
                 Err(e.into())
             }

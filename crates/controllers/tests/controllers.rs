@@ -598,3 +598,149 @@ async fn endpoints_and_slices_follow_pod_readiness() -> anyhow::Result<()> {
     env.stop().await;
     Ok(())
 }
+
+/// The `(reason, message)` of the core/v1 events about the ReplicaSet `name` in `ns`.
+async fn replica_set_events(
+    c: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(c.clone(), ns);
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=ReplicaSet,involvedObject.name={name}"
+    ));
+    Ok(events
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect())
+}
+
+fn replica_set(name: &str, replicas: i32) -> anyhow::Result<ReplicaSet> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"rs": name}},
+            "template": {
+                "metadata": {"labels": {"rs": name}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+            }
+        }
+    }))?)
+}
+
+/// As upstream's pod control: one `SuccessfulCreate` "Created pod: NAME" and one
+/// `SuccessfulDelete` "Deleted pod: NAME" per pod, and a refused create quoted as the
+/// apiserver's message (what client-go's error says), in the event and in the
+/// `ReplicaFailure` condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_set_names_each_pod_in_its_events_and_quotes_a_refusal_as_the_server_said_it()
+-> anyhow::Result<()> {
+    let env = Env::start(&["replicaset"]).await?;
+    let c = env.client();
+    let sets: Api<ReplicaSet> = Api::namespaced(c.clone(), "default");
+    sets.create(&PostParams::default(), &replica_set("two", 2)?)
+        .await?;
+    let created = wait_for(30, "two pods and their events", || async {
+        let pods = pods_named(&c, "default", "rs=two").await?;
+        let notes: Vec<String> = replica_set_events(&c, "default", "two")
+            .await?
+            .into_iter()
+            .filter(|(reason, _)| reason == "SuccessfulCreate")
+            .map(|(_, note)| note)
+            .collect();
+        Ok((pods.len() == 2 && notes.len() == 2).then_some((pods, notes)))
+    })
+    .await?;
+    let (pods, mut notes) = created;
+    let mut want: Vec<String> = pods.iter().map(|p| format!("Created pod: {p}")).collect();
+    notes.sort();
+    want.sort();
+    assert_eq!(notes, want);
+
+    sets.patch(
+        "two",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await?;
+    let deleted = wait_for(30, "a SuccessfulDelete event", || async {
+        let events = replica_set_events(&c, "default", "two").await?;
+        Ok(events
+            .into_iter()
+            .find(|(reason, _)| reason == "SuccessfulDelete")
+            .map(|(_, note)| note))
+    })
+    .await?;
+    let victim = deleted
+        .strip_prefix("Deleted pod: ")
+        .context(deleted.clone())?;
+    assert!(
+        pods.iter().any(|p| p == victim),
+        "{deleted} names none of {pods:?}"
+    );
+
+    // Pod Security admission refuses the pod in a `restricted` namespace.
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "strict", "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}}))?,
+        )
+        .await?;
+    let strict: Api<ReplicaSet> = Api::namespaced(c.clone(), "strict");
+    strict
+        .create(&PostParams::default(), &replica_set("refused", 1)?)
+        .await?;
+    let note = wait_for(30, "a FailedCreate event", || async {
+        let events = replica_set_events(&c, "strict", "refused").await?;
+        Ok(events
+            .into_iter()
+            .find(|(reason, _)| reason == "FailedCreate")
+            .map(|(_, note)| note))
+    })
+    .await?;
+    assert!(
+        note.starts_with("Error creating: pods \"refused-")
+            && note.contains("is forbidden: violates PodSecurity \"restricted:latest\": ")
+            && !note.contains("ApiError")
+            && !note.contains("Status {"),
+        "{note}"
+    );
+    let condition = wait_for(30, "the ReplicaFailure condition", || async {
+        let rs = strict.get("refused").await?;
+        Ok(rs
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "ReplicaFailure"))
+    })
+    .await?;
+    assert_eq!(condition.reason.as_deref(), Some("FailedCreate"));
+    let message = condition.message.unwrap_or_default();
+    assert!(
+        message.starts_with("pods \"refused-")
+            && message.contains("is forbidden: violates PodSecurity"),
+        "{message}"
+    );
+    env.stop().await;
+    Ok(())
+}
+
+/// The names of the pods in `ns` with the labels `selector`.
+async fn pods_named(c: &Client, ns: &str, selector: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<Pod> = Api::namespaced(c.clone(), ns);
+    Ok(api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect())
+}

@@ -1393,7 +1393,10 @@ impl Kubelet {
             out.runtime_handler = Some(match classes.get_opt(class).await {
                 Ok(Some(rc)) => Ok(rc.handler),
                 Ok(None) => Err(format!("runtimeclass.node.k8s.io {class:?} not found")),
-                Err(e) => Err(format!("failed to lookup RuntimeClass {class}: {e}")),
+                Err(e) => Err(format!(
+                    "failed to lookup RuntimeClass {class}: {}",
+                    ferrokube_client::error_message(&e)
+                )),
             });
         }
         out
@@ -1405,10 +1408,7 @@ impl Kubelet {
     /// bound claim names).
     async fn claims(&self, pod: &Pod) -> BTreeMap<String, crate::volume::ClaimLookup> {
         fn message(e: kube::Error) -> String {
-            match e {
-                kube::Error::Api(s) if !s.message.is_empty() => s.message,
-                e => e.to_string(),
-            }
+            ferrokube_client::error_message(&e).into_owned()
         }
         let mut out = BTreeMap::new();
         let names = crate::volume::claim_names(pod);

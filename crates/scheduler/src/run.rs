@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ferrokube_client::error_message;
 use ferrokube_client::events::{EventBroadcaster, EventBroadcasterOptions, EventRecorder};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store};
 use futures::StreamExt;
@@ -133,7 +134,7 @@ impl VolumeBinder for KubeApi {
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| error_message(&e).into_owned())
     }
 
     async fn select_node(&self, claim: &PersistentVolumeClaim, node: &str) -> Result<(), String> {
@@ -145,7 +146,7 @@ impl VolumeBinder for KubeApi {
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| error_message(&e).into_owned())
     }
 }
 
@@ -178,7 +179,7 @@ impl PodBinder for KubeApi {
         )
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| error_message(&e).into_owned())
     }
 }
 
@@ -214,7 +215,7 @@ impl SchedulerApi for KubeApi {
             )
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| error_message(&e).into_owned())
     }
 
     async fn delete_pod(&self, pod: &Pod) -> Result<(), String> {
@@ -230,7 +231,7 @@ impl SchedulerApi for KubeApi {
             .delete(&name, &dp)
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| error_message(&e).into_owned())
     }
 
     fn event(&self, profile: &str, ev: PodEvent<'_>) {
