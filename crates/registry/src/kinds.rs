@@ -139,6 +139,21 @@ const EVENT: Hooks = Hooks {
 /// `events.k8s.io/v1` Events are stored as core `v1` Events (one resource, as
 /// upstream): created through one API, they are seen through the other.
 const EVENTS_V1: Hooks = Hooks {
+    // Upstream's events.k8s.io field labels (its conversion to the core labels), as
+    // paths of the events.k8s.io form, in which lists are filtered.
+    fields: &[
+        ("regarding.kind", "regarding.kind"),
+        ("regarding.namespace", "regarding.namespace"),
+        ("regarding.name", "regarding.name"),
+        ("regarding.uid", "regarding.uid"),
+        ("regarding.apiVersion", "regarding.apiVersion"),
+        ("regarding.resourceVersion", "regarding.resourceVersion"),
+        ("regarding.fieldPath", "regarding.fieldPath"),
+        ("reason", "reason"),
+        ("reportingController", "reportingController"),
+        ("source", "deprecatedSource.component"),
+        ("type", "type"),
+    ],
     storage_codec: Some(StorageCodec {
         to_storage: event_to_storage,
         from_storage: event_from_storage,

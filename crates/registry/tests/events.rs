@@ -45,6 +45,32 @@ async fn watch_from(store: &Store, rv: &str) -> tokio::sync::mpsc::Receiver<Watc
         .unwrap()
 }
 
+/// The sorted names of the events `store` lists in `default` with `field_selector`.
+async fn names(store: &Store, field_selector: &str) -> Result<Vec<String>, String> {
+    let listed = store
+        .list(
+            Some("default"),
+            &ListParams {
+                field_selector: Some(field_selector.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut names: Vec<String> = listed
+        .items
+        .iter()
+        .map(|e| {
+            e["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 #[tokio::test]
 async fn an_events_v1_event_is_a_core_event() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,6 +185,37 @@ async fn an_events_v1_event_is_a_core_event() {
     assert_eq!(legacy["deprecatedCount"], 1);
     assert_eq!(legacy["deprecatedFirstTimestamp"], "2026-01-02T03:04:05Z");
     assert_eq!(legacy["deprecatedLastTimestamp"], "2026-01-02T03:04:05Z");
+    // events.k8s.io's own field labels select (upstream maps them to the core ones);
+    // the core spellings are not its labels.
+    assert_eq!(
+        names(new, "regarding.name=web,regarding.kind=Pod")
+            .await
+            .unwrap(),
+        ["web.1", "web.2"]
+    );
+    assert_eq!(
+        names(new, "reportingController=default-scheduler")
+            .await
+            .unwrap(),
+        ["web.1"]
+    );
+    assert_eq!(
+        names(new, "source=kubelet,reason=Pulling,type=Normal")
+            .await
+            .unwrap(),
+        ["web.2"]
+    );
+    assert_eq!(
+        names(new, "regarding.name!=web").await.unwrap(),
+        Vec::<String>::new()
+    );
+    let refused = names(new, "involvedObject.name=web").await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("field label not supported: involvedObject.name"),
+        "{refused}"
+    );
     let (_, obj) = next_object(&mut new_watch).await;
     assert_eq!(obj["note"], "Pulling image \"nginx\"");
     let (_, obj) = next_object(&mut core_watch).await;
