@@ -531,9 +531,10 @@ impl RuntimeManager {
                     v
                 }
                 Err(e) => {
-                    let msg = e.event_message();
-                    tracing::info!(pod = name(pod), error = %msg, "volumes not ready");
-                    self.pod_event(pod, EventType::Warning, "FailedMount", &msg);
+                    tracing::info!(pod = name(pod), error = %e, "volumes not ready");
+                    for msg in e.event_messages() {
+                        self.pod_event(pod, EventType::Warning, "FailedMount", &msg);
+                    }
                     if starts_something {
                         return Err(SyncError::Volume(e));
                     }

@@ -81,6 +81,9 @@ pub enum VolumeError {
         path: String,
         why: String,
     },
+    /// More than one volume failed, each with its own error.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<VolumeError>),
 }
 
 impl VolumeError {
@@ -89,11 +92,29 @@ impl VolumeError {
     /// operation, "MountVolume.SetUp failed: ..." otherwise.
     pub fn event_message(&self) -> String {
         match self {
+            VolumeError::Several(_) => self.event_messages().join("; "),
             VolumeError::NotProcessed { .. } => {
                 format!("Unable to attach or mount volumes: {self}")
             }
             VolumeError::Mount { .. } => self.to_string(),
             _ => format!("MountVolume.SetUp failed: {self}"),
+        }
+    }
+
+    /// The `FailedMount` events: one per failed volume, as upstream's reconciler reports
+    /// each volume's operation; pod volumes of one PersistentVolume fail as one.
+    pub fn event_messages(&self) -> Vec<String> {
+        match self {
+            VolumeError::Several(errors) => {
+                let mut messages: Vec<String> = vec![];
+                for m in errors.iter().flat_map(Self::event_messages) {
+                    if !messages.contains(&m) {
+                        messages.push(m);
+                    }
+                }
+                messages
+            }
+            _ => vec![self.event_message()],
         }
     }
 }

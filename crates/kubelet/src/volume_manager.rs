@@ -195,77 +195,107 @@ impl VolumeManager {
         // Volumes that could not be processed (claims not bound yet, ...): the others are
         // still set up, then the pod waits with all of these named.
         let mut not_processed: Vec<(String, String)> = vec![];
+        // Volumes whose mount failed: each is reported on its own, as upstream's
+        // reconciler mounts each volume in its own operation.
+        let mut failed: Vec<VolumeError> = vec![];
         for v in spec(pod).volumes.iter().flatten() {
             let mut kind = VolumeKind::of(v);
-            let path = match &mut kind {
-                VolumeKind::Unsupported => return Err(VolumeError::Unsupported(v.name.clone())),
-                VolumeKind::HostPath { path, type_ } => {
-                    let p = PathBuf::from(&*path);
-                    prepare_host_path(&p, host_path_action(path, type_, host_file_kind(&p))?)?;
-                    p
-                }
-                VolumeKind::PersistentVolumeClaim { claim, read_only } => {
-                    let resolved = match resolve_claim(pod, v, sources.claims.get(&*claim)) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            not_processed.push((v.name.clone(), e));
-                            continue;
-                        }
-                    };
-                    *read_only = resolved.read_only;
-                    self.setup_claim(pod_uid, &v.name, &resolved, fs_group, on_root_mismatch)?
-                }
-                _ => {
-                    let plugin = kind.plugin_dir().unwrap_or("kubernetes.io~unknown");
-                    let dir = volume_dir(&self.root, pod_uid, plugin, &v.name);
-                    let fresh = !dir.exists();
-                    std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
-                    if let Some(size) = kind.tmpfs()
-                        && !mounted.contains(&dir)
-                    {
-                        // An unbounded memory emptyDir is bounded by node memory.
-                        let bound = match kind {
-                            VolumeKind::EmptyDir { .. } => Some(node.memory_capacity),
-                            _ => None,
-                        };
-                        mount_tmpfs(&dir, size.or(bound))?;
+            let mut set_up = || -> Result<PathBuf, VolumeError> {
+                Ok(match &mut kind {
+                    VolumeKind::Unsupported => {
+                        return Err(VolumeError::Unsupported(v.name.clone()));
                     }
-                    if fresh && matches!(kind, VolumeKind::EmptyDir { .. }) {
-                        // emptyDir is world-writable as upstream makes it.
-                        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-                            .map_err(io("chmod", &dir))?;
-                        if let Some(g) = fs_group {
-                            set_volume_ownership(&dir, g, false, on_root_mismatch)?;
-                        }
+                    VolumeKind::HostPath { path, type_ } => {
+                        let p = PathBuf::from(&*path);
+                        prepare_host_path(&p, host_path_action(path, type_, host_file_kind(&p))?)?;
+                        p
                     }
-                    if let Some((payload, notes)) = volume_payload(v, pod, node, sources)? {
-                        out.notes.extend(notes);
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .unwrap_or_default()
-                            .as_nanos() as i128;
-                        let written = atomic_writer::write(&dir, &payload, now).map_err(|e| {
-                            VolumeError::Io {
-                                what: "writing volume",
-                                path: dir.display().to_string(),
-                                why: e.to_string(),
+                    VolumeKind::PersistentVolumeClaim { claim, read_only } => {
+                        let resolved = match resolve_claim(pod, v, sources.claims.get(&*claim)) {
+                            Ok(r) => r,
+                            Err(e) => {
+                                return Err(VolumeError::NotProcessed {
+                                    volumes: vec![v.name.clone()],
+                                    errors: vec![e],
+                                });
                             }
-                        })?;
-                        // Each write makes a new timestamped directory: own it again.
-                        // Upstream applies no change policy to these volumes.
-                        if let Some(g) = fs_group.filter(|_| written || fresh) {
-                            set_volume_ownership(&dir, g, true, false)?;
-                        }
+                        };
+                        *read_only = resolved.read_only;
+                        self.setup_claim(pod_uid, &v.name, &resolved, fs_group, on_root_mismatch)?
                     }
-                    dir
-                }
+                    _ => {
+                        let plugin = kind.plugin_dir().unwrap_or("kubernetes.io~unknown");
+                        let dir = volume_dir(&self.root, pod_uid, plugin, &v.name);
+                        let fresh = !dir.exists();
+                        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+                        if let Some(size) = kind.tmpfs()
+                            && !mounted.contains(&dir)
+                        {
+                            // An unbounded memory emptyDir is bounded by node memory.
+                            let bound = match kind {
+                                VolumeKind::EmptyDir { .. } => Some(node.memory_capacity),
+                                _ => None,
+                            };
+                            mount_tmpfs(&dir, size.or(bound))?;
+                        }
+                        if fresh && matches!(kind, VolumeKind::EmptyDir { .. }) {
+                            // emptyDir is world-writable as upstream makes it.
+                            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                                .map_err(io("chmod", &dir))?;
+                            if let Some(g) = fs_group {
+                                set_volume_ownership(&dir, g, false, on_root_mismatch)?;
+                            }
+                        }
+                        if let Some((payload, notes)) = volume_payload(v, pod, node, sources)? {
+                            out.notes.extend(notes);
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .unwrap_or_default()
+                                .as_nanos() as i128;
+                            let written =
+                                atomic_writer::write(&dir, &payload, now).map_err(|e| {
+                                    VolumeError::Io {
+                                        what: "writing volume",
+                                        path: dir.display().to_string(),
+                                        why: e.to_string(),
+                                    }
+                                })?;
+                            // Each write makes a new timestamped directory: own it again.
+                            // Upstream applies no change policy to these volumes.
+                            if let Some(g) = fs_group.filter(|_| written || fresh) {
+                                set_volume_ownership(&dir, g, true, false)?;
+                            }
+                        }
+                        dir
+                    }
+                })
             };
-            out.volumes.insert(v.name.clone(), (path, kind));
+            match set_up() {
+                Ok(path) => {
+                    out.volumes.insert(v.name.clone(), (path, kind));
+                }
+                Err(VolumeError::NotProcessed { volumes, errors }) => {
+                    not_processed.extend(volumes.into_iter().zip(errors));
+                }
+                Err(e @ (VolumeError::Mount { .. } | VolumeError::Unsupported(_))) => {
+                    failed.push(e)
+                }
+                Err(e) => failed.push(VolumeError::Mount {
+                    op: "MountVolume.SetUp",
+                    volume: v.name.clone(),
+                    why: e.to_string(),
+                }),
+            }
         }
         if !not_processed.is_empty() {
             not_processed.sort();
             let (volumes, errors) = not_processed.into_iter().unzip();
-            return Err(VolumeError::NotProcessed { volumes, errors });
+            failed.push(VolumeError::NotProcessed { volumes, errors });
+        }
+        match failed.len() {
+            0 => {}
+            1 => return Err(failed.remove(0)),
+            _ => return Err(VolumeError::Several(failed)),
         }
         Ok(out)
     }
@@ -501,7 +531,11 @@ mod tests {
         sources.config_maps.clear();
         assert_eq!(
             vm.setup(&pod, &node, &sources).unwrap_err(),
-            VolumeError::ConfigMapNotFound("cm".into())
+            VolumeError::Mount {
+                op: "MountVolume.SetUp",
+                volume: "cfg".into(),
+                why: VolumeError::ConfigMapNotFound("cm".into()).to_string(),
+            }
         );
         let f = vm.termination_message_file("u1", "c", 0).unwrap();
         assert!(f.starts_with(tmp.path().join("pods/u1/containers/c")));
@@ -509,6 +543,38 @@ mod tests {
         vm.teardown("u1").unwrap();
         assert!(!tmp.path().join("pods/u1").exists());
         assert!(host_dir.is_dir(), "hostPath contents are never removed");
+    }
+
+    #[test]
+    fn each_failed_volume_is_reported_with_its_name_and_the_others_are_set_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vm = VolumeManager::new(tmp.path());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "missing-cm"}},
+                    {"name": "scratch", "emptyDir": {}},
+                    {"name": "sec", "secret": {"secretName": "missing-secret"}},
+                ]
+            }
+        }))
+        .unwrap();
+        let e = vm
+            .setup(&pod, &NodeConfig::new("n"), &EnvSources::default())
+            .unwrap_err();
+        assert_eq!(
+            e.event_messages(),
+            [
+                "MountVolume.SetUp failed for volume \"cfg\" : configmap \"missing-cm\" not found",
+                "MountVolume.SetUp failed for volume \"sec\" : secret \"missing-secret\" not found",
+            ]
+        );
+        assert!(
+            volume_dir(tmp.path(), "u1", "kubernetes.io~empty-dir", "scratch").is_dir(),
+            "the emptyDir between the two failures is set up"
+        );
     }
 
     #[test]
