@@ -318,29 +318,49 @@ impl EventRecorder {
     }
 }
 
-/// Upstream's isomorphic-event key. `tools/events` (events.k8s.io) leaves the note out,
-/// so a changed message only bumps the series; the legacy `tools/record` that core
-/// events come from keys its series by the message too, so a new cause (a kubelet's
-/// next FailedMount reason) is written as an event of its own.
+/// Upstream's isomorphic-event key. `tools/events` (events.k8s.io) keys by the whole
+/// event but its note, so a changed message only bumps the series; the legacy
+/// `tools/record` that core events come from (`getEventKey`) keys by the message too,
+/// so a new cause (a kubelet's next FailedMount reason) is written as an event of its
+/// own, and not by the object's resourceVersion, so a pod that changed between two
+/// occurrences still counts them in one event.
 fn event_key(ev: &Event, api: EventApi) -> String {
-    let note = match api {
-        EventApi::EventsV1 => None,
-        EventApi::CoreV1 => ev.note.as_deref(),
-    };
-    json!([
-        ev.action,
-        ev.reason,
-        ev.reporting_controller,
-        ev.regarding,
-        ev.related,
-        note,
-    ])
+    match api {
+        EventApi::EventsV1 => json!([
+            ev.action,
+            ev.reason,
+            ev.reporting_controller,
+            ev.regarding,
+            ev.related,
+        ]),
+        EventApi::CoreV1 => {
+            let object = ev.regarding.clone().unwrap_or_default();
+            json!([
+                ev.reporting_controller,
+                ev.reporting_instance,
+                object.kind,
+                object.namespace,
+                object.name,
+                object.field_path,
+                object.uid,
+                object.api_version,
+                ev.type_,
+                ev.reason,
+                ev.note,
+            ])
+        }
+    }
     .to_string()
 }
 
-/// The spam filter's key: the object the event is about, and who reports it.
+/// The spam filter's key: the object the event is about (whichever version of it),
+/// and who reports it.
 fn spam_key(ev: &Event) -> String {
-    json!([ev.reporting_controller, ev.reporting_instance, ev.regarding]).to_string()
+    let object = ev.regarding.as_ref().map(|r| ObjectReference {
+        resource_version: None,
+        ..r.clone()
+    });
+    json!([ev.reporting_controller, ev.reporting_instance, object]).to_string()
 }
 
 struct Sink {
@@ -641,6 +661,14 @@ mod tests {
             event_key(&mk("R", "x"), core)
         );
         assert_eq!(spam_key(&mk("R", "x")), spam_key(&mk("S", "y")));
+        // The legacy key and the spam key ignore which version of the object it was.
+        let mut newer = mk("R", "x");
+        if let Some(r) = newer.regarding.as_mut() {
+            r.resource_version = Some("42".into());
+        }
+        assert_eq!(event_key(&mk("R", "x"), core), event_key(&newer, core));
+        assert_eq!(spam_key(&mk("R", "x")), spam_key(&newer));
+        assert_ne!(event_key(&mk("R", "x"), v1), event_key(&newer, v1));
     }
 
     fn recorded(series: Option<EventSeries>) -> Event {
