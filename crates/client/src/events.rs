@@ -353,14 +353,20 @@ fn event_key(ev: &Event, api: EventApi) -> String {
     .to_string()
 }
 
-/// The spam filter's key: the object the event is about (whichever version of it),
-/// and who reports it.
+/// The spam filter's key (upstream's `getSpamKey`): the object the event is about,
+/// whichever version and part of it, and who reports it.
 fn spam_key(ev: &Event) -> String {
-    let object = ev.regarding.as_ref().map(|r| ObjectReference {
-        resource_version: None,
-        ..r.clone()
-    });
-    json!([ev.reporting_controller, ev.reporting_instance, object]).to_string()
+    let object = ev.regarding.clone().unwrap_or_default();
+    json!([
+        ev.reporting_controller,
+        ev.reporting_instance,
+        object.kind,
+        object.namespace,
+        object.name,
+        object.uid,
+        object.api_version,
+    ])
+    .to_string()
 }
 
 struct Sink {
@@ -669,6 +675,13 @@ mod tests {
         assert_eq!(event_key(&mk("R", "x"), core), event_key(&newer, core));
         assert_eq!(spam_key(&mk("R", "x")), spam_key(&newer));
         assert_ne!(event_key(&mk("R", "x"), v1), event_key(&newer, v1));
+        // A container's events are their own series but share the pod's spam budget.
+        let mut container = mk("R", "x");
+        if let Some(r) = container.regarding.as_mut() {
+            r.field_path = Some("spec.containers{c}".into());
+        }
+        assert_ne!(event_key(&mk("R", "x"), core), event_key(&container, core));
+        assert_eq!(spam_key(&mk("R", "x")), spam_key(&container));
     }
 
     fn recorded(series: Option<EventSeries>) -> Event {

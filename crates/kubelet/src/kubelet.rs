@@ -1487,8 +1487,8 @@ impl Kubelet {
             .await
             .map_err(|e| {
                 format!(
-                    "requesting a token for service account {:?}: {e}",
-                    t.service_account
+                    "failed to fetch token: {}",
+                    ferrokube_client::error_message(&e)
                 )
             })?;
         let status = answer
