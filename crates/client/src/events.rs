@@ -334,20 +334,9 @@ fn event_key(ev: &Event, api: EventApi) -> String {
             ev.related,
         ]),
         EventApi::CoreV1 => {
-            let object = ev.regarding.clone().unwrap_or_default();
-            json!([
-                ev.reporting_controller,
-                ev.reporting_instance,
-                object.kind,
-                object.namespace,
-                object.name,
-                object.field_path,
-                object.uid,
-                object.api_version,
-                ev.type_,
-                ev.reason,
-                ev.note,
-            ])
+            // `getEventKey` is `getSpamKey`'s fields and these.
+            let field_path = ev.regarding.as_ref().and_then(|r| r.field_path.as_deref());
+            json!([spam_key(ev), field_path, ev.type_, ev.reason, ev.note])
         }
     }
     .to_string()
