@@ -277,6 +277,14 @@ impl LoggingFlags {
             ));
         }
         let mut directives = vec![level_name(self.verbosity).to_string()];
+        if self.verbosity <= 1 {
+            // kube-rs logs every failed request at ERROR without naming it (the request
+            // is in a span only debug shows); its callers log the same failure with what
+            // it was about (an informer's retry, a failed reconcile), so at the default
+            // verbosity these lines only add noise: dozens at each controller-manager
+            // start while an aggregated API is still unavailable.
+            directives.push(format!("{KUBE_RS_REQUEST_LOG}=off"));
+        }
         let vmodule = match parse_vmodule(&self.vmodule) {
             Ok(items) => items,
             Err(e) => {
@@ -352,6 +360,9 @@ impl LoggingFlags {
 }
 
 /// klog's verbosity as tracing's level, the one mapping Ferrokube logs by.
+/// The tracing target of kube-rs's per-request failure log.
+const KUBE_RS_REQUEST_LOG: &str = "kube_client::client::builder";
+
 fn level_name(verbosity: u32) -> &'static str {
     match verbosity {
         0..=1 => "info",
@@ -555,7 +566,7 @@ mod tests {
         assert_eq!(f, LoggingFlags::default());
         let config = f.validate(&defaults).unwrap();
         assert_eq!(config.format, LogFormat::Text);
-        assert_eq!(config.directives, "info");
+        assert_eq!(config.directives, "info,kube_client::client::builder=off");
         assert!(!config.split_stream);
     }
 
