@@ -19,7 +19,6 @@
 //! metric is not kept. As upstream, unset history limits keep every Job (the
 //! apiserver defaults them to 3 and 1).
 
-use ferrokube_client::error_message;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +29,7 @@ use k8s_openapi::jiff::tz::TimeZone;
 use k8s_openapi::jiff::{SignedDuration, Timestamp, ToSpan};
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 
+use ferrokube_client::error_message;
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of};
 use ferrokube_client::workqueue::WorkQueue;
 
@@ -624,9 +624,7 @@ impl CronJobController {
                 job
             }
             Err(e) => {
-                let terminating = matches!(&e, kube::Error::Api(s)
-                    if s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")));
-                if !terminating {
+                if !crate::podcontrol::is_namespace_terminating(&e) {
                     self.event(
                         cj,
                         EventType::Warning,

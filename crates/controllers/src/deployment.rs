@@ -9,7 +9,6 @@
 //! history cleanup ([`plan_cleanup`]), status and conditions ([`calculate_status`],
 //! [`rollout_conditions`]). IO part: [`DeploymentController`].
 
-use ferrokube_client::error_message;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use ferrokube_client::error_message;
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 

@@ -1230,6 +1230,7 @@ impl JobController {
         let expected: Vec<String> = uids.iter().map(|(_, u)| u.clone()).collect();
         self.expectations
             .expect_deletions(key, &expected, now_secs());
+        let owner = reference_to(job);
         let mut first_error = None;
         for ((name, uid), pod) in uids.iter().zip(&pods) {
             // A pod this controller deletes is not a failure: its finalizer goes first
@@ -1241,7 +1242,7 @@ impl JobController {
                 first_error.get_or_insert(e);
                 continue;
             }
-            if let Err(e) = delete_pod(&api, name, &*self.events, &reference_to(job)).await {
+            if let Err(e) = delete_pod(&api, name, &*self.events, &owner).await {
                 self.expectations.deletion_observed(key, uid);
                 if !is_not_found(&e) && first_error.is_none() {
                     first_error = Some(e);

@@ -9,7 +9,6 @@
 //!
 //! Pure part: [`deletion_conditions`] and [`remove_finalizer`].
 
-use ferrokube_client::error_message;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +20,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::discovery::{Discovery, Scope, verbs};
 
+use ferrokube_client::error_message;
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
