@@ -18,6 +18,7 @@
 //!   The buffer size is checked; info records are not buffered.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrokube_apimachinery::errors::{aggregate_texts, go_quote};
@@ -338,7 +339,17 @@ impl LoggingFlags {
         let config = self.validate(gate_enabled)?;
         let filter = EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| EnvFilter::new(&config.directives));
-        let builder = tracing_subscriber::fmt().with_env_filter(filter);
+        // klog never colours; tracing's text format does unless told not to, which put
+        // escape codes in every log file and `kubectl logs`. Colour only a terminal, and
+        // not even that under NO_COLOR (the https://no-color.org convention).
+        let colour = text_colour(
+            config.format,
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+        );
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(colour);
         // Upstream writes everything to stderr unless the streams are split.
         let result = match (config.format, config.split_stream) {
             (LogFormat::Text, _) => builder.with_writer(std::io::stderr).try_init(),
@@ -359,10 +370,15 @@ impl LoggingFlags {
     }
 }
 
-/// klog's verbosity as tracing's level, the one mapping Ferrokube logs by.
+/// Whether the text format may colour its records: only on a terminal, without NO_COLOR.
+fn text_colour(format: LogFormat, stderr_is_terminal: bool, no_color: bool) -> bool {
+    format == LogFormat::Text && stderr_is_terminal && !no_color
+}
+
 /// The tracing target of kube-rs's per-request failure log.
 const KUBE_RS_REQUEST_LOG: &str = "kube_client::client::builder";
 
+/// klog's verbosity as tracing's level, the one mapping Ferrokube logs by.
 fn level_name(verbosity: u32) -> &'static str {
     match verbosity {
         0..=1 => "info",
@@ -703,6 +719,36 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn text_records_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(text_colour(LogFormat::Text, true, false));
+        assert!(
+            !text_colour(LogFormat::Text, false, false),
+            "a file or pipe"
+        );
+        assert!(!text_colour(LogFormat::Text, true, true), "NO_COLOR");
+        assert!(!text_colour(LogFormat::Json, true, false));
+
+        // What a log file receives with colour off: the plain line, no escape codes.
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(text_colour(LogFormat::Text, false, false))
+                .with_writer(move || writer.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(addr = "127.0.0.1:10259", "serving");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains('\x1b'), "{text:?}");
+        assert!(text.contains(" WARN "), "{text:?}");
+        assert!(
+            text.contains("serving addr=\"127.0.0.1:10259\""),
+            "{text:?}"
+        );
     }
 
     #[test]
