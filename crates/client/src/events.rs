@@ -9,16 +9,25 @@
 //!
 //! [`EventRecorder::event`] never blocks and never fails the caller: the event goes
 //! into a bounded queue (upstream's 1000, dropped when full) that one task per
-//! [`EventBroadcaster`] drains to the API. Upstream's aggregation: events with the
-//! same (action, reason, reportingController, regarding, related) are isomorphic;
-//! the first is created, the second turns it into a series (count 2, patched at
-//! once), later ones only bump the cached count and lastObservedTime, which reach
-//! the API on the periodic refresh (30 min) or when the series ends (no repeat for
-//! 6 min). On top, a per-object token bucket (burst 25, one per 5 min, as the core
-//! event correlator's spam filter) bounds how many *new* events one object can
-//! cause, so a hot loop cannot flood the apiserver; its key cache is bounded.
+//! [`EventBroadcaster`] drains to the API. Each API keeps its upstream recorder's
+//! aggregation:
+//! - `events.k8s.io` (`tools/events`): events with the same (action, reason,
+//!   reportingController, regarding, related) are isomorphic; the first is created,
+//!   the second turns it into a series (count 2, patched at once), later ones only
+//!   bump the cached count and lastObservedTime, which reach the API on the periodic
+//!   refresh (30 min) or when the series ends (no repeat for 6 min). A per-object
+//!   token bucket (burst 25, one per 5 min) bounds how many *new* events one object
+//!   can cause.
+//! - core `v1` (`tools/record`'s `EventCorrelator`): an identical event (same object
+//!   part, type, reason and message) raises the count of the Event already written,
+//!   patched at once; the tenth distinct message of one object's reason within ten
+//!   minutes turns its events into one `(combined from similar events): ...` Event;
+//!   and the same per-object token bucket passes every write, repeats included, so a
+//!   hot loop cannot flood the apiserver.
+//!
+//! Every cache is bounded.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -201,6 +210,8 @@ impl EventBroadcaster {
             order: VecDeque::new(),
             spam: HashMap::new(),
             spam_order: VecDeque::new(),
+            similar: HashMap::new(),
+            similar_order: VecDeque::new(),
             options,
         };
         let stop = CancellationToken::new();
@@ -367,8 +378,23 @@ struct Sink {
     order: VecDeque<String>,
     spam: HashMap<String, TokenBucket>,
     spam_order: VecDeque<String>,
+    /// Core events only: the distinct messages of one object's reason (aggregate key).
+    similar: HashMap<String, SimilarEvents>,
+    similar_order: VecDeque<String>,
     options: EventBroadcasterOptions,
 }
+
+/// The legacy aggregator's record of one object's events of one type and reason.
+struct SimilarEvents {
+    messages: HashSet<String>,
+    last_seen: Timestamp,
+}
+
+/// The legacy aggregator's limits (upstream's `defaultAggregateMaxEvents` and
+/// `defaultAggregateIntervalInSeconds`) and the prefix of a combined event's message.
+const SIMILAR_EVENTS_COMBINED_AT: usize = 10;
+const SIMILAR_EVENTS_WINDOW: Duration = Duration::from_secs(600);
+const COMBINED_PREFIX: &str = "(combined from similar events): ";
 
 enum Write {
     Done,
@@ -388,8 +414,14 @@ impl Sink {
                     Some(ev) => self.record(ev).await,
                     None => break,
                 },
-                _ = refresh.tick() => self.refresh_series().await,
-                _ = finish.tick() => self.finish_series().await,
+                // The legacy correlator writes every repeat as it comes and keeps an
+                // Event's count for as long as it remembers the Event.
+                _ = refresh.tick(), if self.options.api == EventApi::EventsV1 => {
+                    self.refresh_series().await
+                }
+                _ = finish.tick(), if self.options.api == EventApi::EventsV1 => {
+                    self.finish_series().await
+                }
                 _ = stop.cancelled() => {
                     // Refuse new events, write the queued ones.
                     rx.close();
@@ -401,7 +433,9 @@ impl Sink {
             }
         }
         // Shutdown: write the counts of open series once more.
-        self.refresh_series().await;
+        if self.options.api == EventApi::EventsV1 {
+            self.refresh_series().await;
+        }
     }
 
     fn allow(&mut self, ev: &Event) -> bool {
@@ -422,6 +456,91 @@ impl Sink {
     }
 
     async fn record(&mut self, ev: Event) {
+        match self.options.api {
+            EventApi::EventsV1 => self.record_in_series(ev).await,
+            EventApi::CoreV1 => self.record_correlated(ev).await,
+        }
+    }
+
+    /// client-go's legacy `EventCorrelator`: aggregate, observe, spam-filter, write.
+    async fn record_correlated(&mut self, ev: Event) {
+        let (mut ev, key) = self.aggregate_similar(ev);
+        // Observe: a repeat is the Event already written, one more time.
+        match self.cache.get(&key) {
+            Some(seen) => {
+                let count = seen.series.as_ref().map_or(1, |s| s.count) + 1;
+                let now = ev.event_time.clone().unwrap_or(MicroTime(Timestamp::now()));
+                ev.metadata.name = seen.metadata.name.clone();
+                ev.event_time = seen.event_time.clone();
+                ev.series = Some(EventSeries {
+                    count,
+                    last_observed_time: now,
+                });
+            }
+            None => {
+                if self.cache.len() >= self.options.cache_size.max(1)
+                    && let Some(old) = self.order.pop_front()
+                {
+                    self.cache.remove(&old);
+                }
+                self.order.push_back(key.clone());
+            }
+        }
+        self.cache.insert(key, ev.clone());
+        // The count is remembered even when the filter drops this write: the next
+        // write that passes carries it.
+        if !self.allow(&ev) {
+            self.stats.dropped_spam.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.write(&ev).await;
+    }
+
+    /// Upstream's `EventAggregator`: once one object's events of one type and reason
+    /// have had ten distinct messages within ten minutes, each further one is written
+    /// as the single combined event of that reason (keyed without the message), so a
+    /// cause that words itself differently each time does not make Event after Event.
+    fn aggregate_similar(&mut self, mut ev: Event) -> (Event, String) {
+        let event_key = event_key(&ev, EventApi::CoreV1);
+        let aggregate_key = json!([spam_key(&ev), ev.type_, ev.reason]).to_string();
+        let now = Timestamp::now();
+        if !self.similar.contains_key(&aggregate_key) {
+            if self.similar.len() >= self.options.cache_size.max(1)
+                && let Some(old) = self.similar_order.pop_front()
+            {
+                self.similar.remove(&old);
+            }
+            self.similar_order.push_back(aggregate_key.clone());
+        }
+        let record = self
+            .similar
+            .entry(aggregate_key.clone())
+            .or_insert_with(|| SimilarEvents {
+                messages: HashSet::new(),
+                last_seen: now,
+            });
+        if now.duration_since(record.last_seen).unsigned_abs() > SIMILAR_EVENTS_WINDOW {
+            record.messages.clear();
+        }
+        record.last_seen = now;
+        let note = ev.note.clone().unwrap_or_default();
+        record.messages.insert(note.clone());
+        if record.messages.len() < SIMILAR_EVENTS_COMBINED_AT {
+            return (ev, event_key);
+        }
+        // Keep the set at its limit, as upstream's PopAny.
+        if let Some(any) = record.messages.iter().next().cloned() {
+            record.messages.remove(&any);
+        }
+        ev.note = Some(truncate(
+            &format!("{COMBINED_PREFIX}{note}"),
+            MAX_NOTE_BYTES,
+        ));
+        (ev, aggregate_key)
+    }
+
+    /// client-go's `tools/events`: isomorphic events become one series.
+    async fn record_in_series(&mut self, ev: Event) {
         let key = event_key(&ev, self.options.api);
         let now = Timestamp::now();
         if let Some(cached) = self.cache.get_mut(&key) {
@@ -537,9 +656,11 @@ impl Sink {
         let name = core_ev.metadata.name.as_deref().unwrap_or_default();
         let api: Api<core::Event> = Api::namespaced(self.client.clone(), ns);
         if ev.series.is_some() {
+            // A combined event's message is the latest of its kind.
             let patch = json!({
                 "count": core_ev.count,
                 "lastTimestamp": core_ev.last_timestamp,
+                "message": core_ev.message,
             });
             match api
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))

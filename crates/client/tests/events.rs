@@ -183,7 +183,6 @@ async fn core_v1_sink_writes_core_events() {
         c.clone(),
         EventBroadcasterOptions {
             api: EventApi::CoreV1,
-            refresh_interval: Duration::from_millis(700),
             ..Default::default()
         },
     );
@@ -224,7 +223,8 @@ async fn core_v1_sink_writes_core_events() {
             .starts_with("pod-like.")
     );
 
-    // Repeats fold into the same Event's count, as the legacy correlator's.
+    // Repeats fold into the same Event's count as they come (no periodic refresh),
+    // as the legacy correlator's.
     for _ in 0..4 {
         rec.event_for(
             &cm,
@@ -246,7 +246,78 @@ async fn core_v1_sink_writes_core_events() {
     assert!(evs[0].last_timestamp.as_ref().unwrap().0 >= first.first_timestamp.unwrap().0);
     assert_eq!(evs[0].first_timestamp, first.last_timestamp);
     let s = b.stats();
-    assert_eq!((s.created, s.failed), (1, 0), "{s:?}");
+    assert_eq!((s.created, s.patched, s.failed), (1, 4, 0), "{s:?}");
+    srv.stop().await;
+}
+
+/// The legacy correlator's two bounds: the tenth distinct message of one reason
+/// becomes a single "(combined from similar events)" Event, and the per-object spam
+/// filter counts repeats too (burst 25), remembering the count it did not write.
+#[tokio::test]
+async fn core_v1_sink_combines_similar_events_and_filters_repeats() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let cm = configmap(&c, "flaky").await;
+    let b = EventBroadcaster::new(
+        c.clone(),
+        EventBroadcasterOptions {
+            api: EventApi::CoreV1,
+            ..Default::default()
+        },
+    );
+    let rec = b.new_recorder_with_instance("kubelet", "node-a");
+    for i in 0..11 {
+        let note = format!("volume v{i} not found");
+        rec.event_for(&cm, EventType::Warning, "FailedMount", "Mount", &note);
+    }
+    for _ in 0..20 {
+        rec.event_for(&cm, EventType::Normal, "Pulling", "Pull", "Pulling image");
+    }
+    tokio::time::timeout(Duration::from_secs(20), b.shutdown())
+        .await
+        .unwrap();
+
+    let evs = core_events(&c).await;
+    let failed: Vec<_> = evs
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+        .collect();
+    // Nine events of their own, then one combined event counting the tenth and
+    // eleventh and showing the latest message.
+    assert_eq!(failed.len(), 10, "{failed:#?}");
+    let combined: Vec<_> = failed
+        .iter()
+        .filter(|e| e.count != Some(1))
+        .map(|e| (e.count, e.message.as_deref()))
+        .collect();
+    assert_eq!(
+        combined,
+        [(
+            Some(2),
+            Some("(combined from similar events): volume v10 not found")
+        )]
+    );
+    for i in 0..9 {
+        let note = format!("volume v{i} not found");
+        assert!(
+            failed.iter().any(|e| e.message.as_deref() == Some(&note)),
+            "{note}"
+        );
+    }
+    // 11 writes for FailedMount, then the first Pulling and 13 of its repeats make
+    // the object's 25; the other 6 repeats are counted but not written.
+    let pulling: Vec<_> = evs
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Pulling"))
+        .collect();
+    assert_eq!(pulling.len(), 1);
+    assert_eq!(pulling[0].count, Some(14), "{:?}", pulling[0]);
+    let s = b.stats();
+    assert_eq!(
+        (s.created, s.patched, s.dropped_spam, s.failed),
+        (11, 14, 6, 0),
+        "{s:?}"
+    );
     srv.stop().await;
 }
 
