@@ -165,6 +165,9 @@ const VOLUME_RESYNC: Duration = Duration::from_secs(10);
 
 enum WorkerMsg {
     Update(Arc<Pod>),
+    /// The pod as the API has it now, changed in nothing the worker syncs for (its
+    /// status, which is mostly the kubelet's own write): taken without a sync.
+    Refresh(Arc<Pod>),
     /// The pod is gone from the API (force-deleted or deleted while we were not looking).
     Deleted(Arc<Pod>),
     Kick,
@@ -945,10 +948,13 @@ impl Kubelet {
                 _ = cancel.cancelled() => break,
                 n = stream.next() => {
                     let Some(n) = n else { break };
-                    let (pod, deleted) = match n {
-                        Notification::Added { obj, .. } => (obj, false),
-                        Notification::Updated { new, .. } => (new, false),
-                        Notification::Deleted { obj, .. } => (obj, true),
+                    let (pod, deleted, needs_sync) = match n {
+                        Notification::Added { obj, .. } => (obj, false, true),
+                        Notification::Updated { old, new } => {
+                            let needs_sync = pod_needs_sync(&old, &new);
+                            (new, false, needs_sync)
+                        }
+                        Notification::Deleted { obj, .. } => (obj, true, true),
                     };
                     if is_mirror_pod(&pod) {
                         self.mirror_changed(pod, deleted, &workers);
@@ -966,7 +972,13 @@ impl Kubelet {
                         }
                         continue;
                     }
-                    let msg = if deleted { WorkerMsg::Deleted(pod.clone()) } else { WorkerMsg::Update(pod.clone()) };
+                    let msg = if deleted {
+                        WorkerMsg::Deleted(pod.clone())
+                    } else if needs_sync {
+                        WorkerMsg::Update(pod.clone())
+                    } else {
+                        WorkerMsg::Refresh(pod.clone())
+                    };
                     match workers.get(&pod_uid) {
                         Some(w) => { let _ = w.tx.send(msg); }
                         None if deleted => {
@@ -1302,23 +1314,35 @@ impl Kubelet {
                 };
                 until.map_or(base, |d| base.min(d + Duration::from_millis(100)))
             };
-            let first = tokio::select! {
-                _ = cancel.cancelled() => return,
-                m = rx.recv() => m,
-                _ = tokio::time::sleep(wait) => Some(WorkerMsg::Kick),
-            };
-            let Some(first) = first else { return };
+            let deadline = tokio::time::Instant::now() + wait;
             let mut apply = |m: WorkerMsg| match m {
-                WorkerMsg::Update(p) => pod = p,
+                WorkerMsg::Update(p) => {
+                    pod = p;
+                    true
+                }
+                WorkerMsg::Refresh(p) => {
+                    pod = p;
+                    false
+                }
                 WorkerMsg::Deleted(p) => {
                     pod = p;
                     deleted = true;
+                    true
                 }
-                WorkerMsg::Kick => {}
+                WorkerMsg::Kick => true,
             };
-            apply(first);
-            while let Ok(m) = rx.try_recv() {
-                apply(m);
+            let mut sync_now = false;
+            while !sync_now {
+                let next = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    m = rx.recv() => m,
+                    _ = tokio::time::sleep_until(deadline) => Some(WorkerMsg::Kick),
+                };
+                let Some(next) = next else { return };
+                sync_now = apply(next);
+                while let Ok(m) = rx.try_recv() {
+                    sync_now |= apply(m);
+                }
             }
         }
     }
@@ -1791,6 +1815,83 @@ async fn publish_csi_node(client: kube::Client, node: Node, cancel: Cancellation
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// Whether an update of a pod from the API is one its worker syncs for. As upstream's
+/// config source (`checkAndUpdatePod`), a change of the spec, labels, annotations or
+/// deletion is an update; a change of the status alone (mostly the kubelet's own
+/// write coming back) is a reconcile, which syncs only a pod with readiness gates,
+/// whose conditions other writers set (`NeedToReconcilePodReadiness`).
+fn pod_needs_sync(old: &Pod, new: &Pod) -> bool {
+    let (o, n) = (&old.metadata, &new.metadata);
+    let empty = BTreeMap::new();
+    let has_readiness_gates = new
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    old.spec != new.spec
+        || o.labels.as_ref().unwrap_or(&empty) != n.labels.as_ref().unwrap_or(&empty)
+        || o.annotations.as_ref().unwrap_or(&empty) != n.annotations.as_ref().unwrap_or(&empty)
+        || o.deletion_timestamp != n.deletion_timestamp
+        || o.deletion_grace_period_seconds != n.deletion_grace_period_seconds
+        || (has_readiness_gates && old.status != new.status)
+}
+
+#[cfg(test)]
+mod pod_update_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodReadinessGate, PodStatus};
+
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "uid": "u1", "resourceVersion": "5", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_status_write_is_not_a_sync_but_spec_metadata_and_deletion_are() {
+        let old = pod();
+        let mut status_only = pod();
+        status_only.metadata.resource_version = Some("6".into());
+        status_only.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        assert!(!pod_needs_sync(&old, &status_only));
+        assert!(!pod_needs_sync(&old, &old), "a resync");
+
+        let mut image = pod();
+        image.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+        assert!(pod_needs_sync(&old, &image));
+        let mut label = pod();
+        label.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+        assert!(pod_needs_sync(&old, &label));
+        let mut annotated = pod();
+        annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        assert!(pod_needs_sync(&old, &annotated));
+        let mut no_annotations = pod();
+        no_annotations.metadata.annotations = Some(BTreeMap::new());
+        assert!(
+            !pod_needs_sync(&old, &no_annotations),
+            "none and empty are equal"
+        );
+        let mut deleting = pod();
+        deleting.metadata.deletion_grace_period_seconds = Some(30);
+        assert!(pod_needs_sync(&old, &deleting));
+
+        // Another writer's condition for a readiness gate: the kubelet recomputes Ready.
+        let mut gated = pod();
+        gated.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+        let mut gate_set = gated.clone();
+        gate_set.status = status_only.status.clone();
+        assert!(pod_needs_sync(&gated, &gate_set));
     }
 }
 
