@@ -9,7 +9,7 @@
 //! band first ([`static_band`]): kube-dns's `10.96.0.10` and other addresses or node
 //! ports that manifests ask for stay free while the rest of the range has room.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
@@ -158,11 +158,37 @@ fn is_headless_or_external(spec: &Value) -> bool {
         || spec.get("clusterIP").and_then(Value::as_str) == Some("None")
 }
 
+/// Whether the Service's type may hold node ports (upstream's `needsNodePort`).
 fn wants_node_ports(spec: &Value) -> bool {
     matches!(
         spec.get("type").and_then(Value::as_str),
         Some("NodePort") | Some("LoadBalancer")
     )
+}
+
+/// Whether ports left without a node port get one (upstream's
+/// `shouldAllocateNodePorts`): a LoadBalancer with `allocateLoadBalancerNodePorts:
+/// false` only keeps the node ports it asks for.
+fn allocates_node_ports(spec: &Value) -> bool {
+    match spec.get("type").and_then(Value::as_str) {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => spec.get("allocateLoadBalancerNodePorts") != Some(&json!(false)),
+        _ => false,
+    }
+}
+
+/// Whether the Service needs a `healthCheckNodePort` (upstream's `needsHCNodePort`):
+/// a LoadBalancer that keeps external traffic on nodes with local endpoints, which
+/// the load balancer tells apart by that port.
+fn needs_health_check_node_port(spec: &Value) -> bool {
+    spec.get("type").and_then(Value::as_str) == Some("LoadBalancer")
+        && spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
+}
+
+fn health_check_node_port(spec: &Value) -> u64 {
+    spec.get("healthCheckNodePort")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
 }
 
 /// The IPv4 cluster IP a Service holds, if any.
@@ -322,7 +348,8 @@ impl ServiceAllocator {
         }
     }
 
-    /// The cluster IP and node ports a stored Service holds.
+    /// The cluster IP and node ports (its health check's included) a stored Service
+    /// holds.
     pub fn holdings(&self, svc: &Value) -> Reserved {
         let spec = &svc["spec"];
         let ips = cluster_ip(svc).map(u32::from).into_iter().collect();
@@ -331,6 +358,7 @@ impl ServiceAllocator {
             .into_iter()
             .flatten()
             .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+            .chain(Some(health_check_node_port(spec)).filter(|n| *n != 0))
             .filter_map(|n| u16::try_from(n).ok())
             .collect();
         Reserved { ips, ports }
@@ -436,54 +464,54 @@ impl ServiceAllocator {
         if wants_node_ports(&spec_v)
             && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut)
         {
-            let (lo, hi) = (u64::from(self.ports.0), u64::from(self.ports.1) + 1);
-            let band = static_band(hi - lo, 32, 128);
+            let allocate_all = allocates_node_ports(&spec_v);
+            let port_number = |p: &Value| p.get("port").and_then(Value::as_u64).unwrap_or(0);
+            let node_port = |p: &Value| p.get("nodePort").and_then(Value::as_u64).unwrap_or(0);
             // A dynamic pick never takes a port a later entry of this Service asks for.
-            let requested: HashSet<u64> = ports
+            let requested: HashSet<u64> = ports.iter().map(node_port).collect();
+            // As upstream's `initNodePorts`: the entries of one port number (53/UDP and
+            // 53/TCP) share one node port, the one any of them asks for if one does.
+            let mut by_port_number: HashMap<u64, u16> = HashMap::new();
+            let asked: Vec<(u64, u64)> = ports
                 .iter()
-                .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+                .map(|p| (port_number(p), node_port(p)))
                 .collect();
             for (i, p) in ports.iter_mut().enumerate() {
                 let path = spec_path.child("ports").index(i).child("nodePort");
-                match p.get("nodePort").and_then(Value::as_u64) {
-                    Some(n) if n != 0 => {
-                        let n16 = n as u16;
-                        if n > u64::from(u16::MAX) || n16 < self.ports.0 || n16 > self.ports.1 {
-                            errs.push(FieldError::invalid(
-                                &path,
-                                n,
-                                format!(
-                                    "provided port is not in the valid range. The range of valid ports is {}-{}",
-                                    self.ports.0, self.ports.1
-                                ),
-                            ));
-                        } else if st.ports.contains(&n16) || taken_ports.contains(&n16) {
-                            errs.push(FieldError::invalid(
-                                &path,
-                                n,
-                                "provided port is already allocated",
-                            ));
-                        } else {
-                            st.ports.insert(n16);
-                            taken_ports.push(n16);
-                        }
-                    }
-                    _ => {
-                        let found = pick_free(lo, hi, band, |n| {
-                            requested.contains(&n) || st.ports.contains(&(n as u16))
-                        });
-                        match found.map(|n| n as u16) {
-                            Some(n) => {
-                                st.ports.insert(n);
-                                taken_ports.push(n);
-                                if let Some(o) = p.as_object_mut() {
-                                    o.insert("nodePort".into(), json!(n));
-                                }
-                            }
-                            None => errs.push(FieldError::internal(&path, "range is full")),
-                        }
-                    }
+                let (number, own) = (port_number(p), node_port(p));
+                if own == 0 && !allocate_all {
+                    continue;
                 }
+                let shared = by_port_number.get(&number).copied();
+                let wanted = match shared {
+                    Some(n) if own == 0 || own == u64::from(n) => {
+                        set_node_port(p, n);
+                        continue;
+                    }
+                    Some(_) => own,
+                    None => asked
+                        .iter()
+                        .find(|(num, np)| *num == number && *np != 0)
+                        .map_or(0, |(_, np)| *np),
+                };
+                match self.take_node_port(st, &mut taken_ports, wanted, &requested, &path) {
+                    Ok(n) => {
+                        set_node_port(p, n);
+                        by_port_number.entry(number).or_insert(n);
+                    }
+                    Err(e) => errs.push(e),
+                }
+            }
+        }
+        // Upstream's `allocHealthCheckNodePort`.
+        if needs_health_check_node_port(&spec_v) {
+            let path = spec_path.child("healthCheckNodePort");
+            let wanted = health_check_node_port(&spec_v);
+            match self.take_node_port(st, &mut taken_ports, wanted, &HashSet::new(), &path) {
+                Ok(n) => {
+                    spec.insert("healthCheckNodePort".into(), json!(n));
+                }
+                Err(e) => errs.push(e),
             }
         }
         init_ip_families(spec);
@@ -501,6 +529,55 @@ impl ServiceAllocator {
             }
             Err(errs)
         }
+    }
+
+    /// Reserves node port `wanted`, or (0) a free one not in `requested`, adding it
+    /// to `taken`; the error is the one for `path`.
+    fn take_node_port(
+        &self,
+        st: &mut State,
+        taken: &mut Vec<u16>,
+        wanted: u64,
+        requested: &HashSet<u64>,
+        path: &FieldPath,
+    ) -> Result<u16, FieldError> {
+        if wanted == 0 {
+            let (lo, hi) = (u64::from(self.ports.0), u64::from(self.ports.1) + 1);
+            let band = static_band(hi - lo, 32, 128);
+            let found = pick_free(lo, hi, band, |n| {
+                requested.contains(&n) || st.ports.contains(&(n as u16))
+            })
+            .map(|n| n as u16);
+            let Some(n) = found else {
+                return Err(FieldError::internal(path, "range is full"));
+            };
+            st.ports.insert(n);
+            taken.push(n);
+            return Ok(n);
+        }
+        let n = u16::try_from(wanted)
+            .ok()
+            .filter(|n| (self.ports.0..=self.ports.1).contains(n));
+        let Some(n) = n else {
+            return Err(FieldError::invalid(
+                path,
+                wanted,
+                format!(
+                    "provided port is not in the valid range. The range of valid ports is {}-{}",
+                    self.ports.0, self.ports.1
+                ),
+            ));
+        };
+        if st.ports.contains(&n) {
+            return Err(FieldError::invalid(
+                path,
+                wanted,
+                "provided port is already allocated",
+            ));
+        }
+        st.ports.insert(n);
+        taken.push(n);
+        Ok(n)
     }
 
     /// Gives back what a Service held, and returns it.
@@ -530,6 +607,12 @@ impl Reserved {
         ports.sort_unstable();
         ports.dedup();
         ports
+    }
+}
+
+fn set_node_port(port: &mut Value, n: u16) {
+    if let Some(o) = port.as_object_mut() {
+        o.insert("nodePort".into(), json!(n));
     }
 }
 
@@ -616,6 +699,23 @@ pub fn keep_allocated(new: &mut Value, old: &Value) {
                 o.insert("nodePort".into(), json!(old_n));
             }
         }
+    }
+    let (old_hc, new_hc) = (
+        needs_health_check_node_port(old_spec),
+        needs_health_check_node_port(&new_spec),
+    );
+    if old_hc
+        && new_hc
+        && health_check_node_port(&new_spec) == 0
+        && let Some(v) = old_spec.get("healthCheckNodePort")
+    {
+        spec.insert("healthCheckNodePort".into(), v.clone());
+    }
+    if old_hc
+        && !new_hc
+        && new_spec.get("healthCheckNodePort") == old_spec.get("healthCheckNodePort")
+    {
+        spec.remove("healthCheckNodePort");
     }
     if old_ip && new_ip {
         for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
@@ -884,6 +984,94 @@ mod tests {
         a.allocate(&mut other, &[]).unwrap();
         // A failed write gives back its reservation.
         a.release_reserved(&r);
+    }
+
+    #[test]
+    fn one_port_number_shares_a_node_port_across_protocols() {
+        let a = ServiceAllocator::new(Cidr::parse("10.96.0.0/28").unwrap(), (30000, 30009));
+        let mut s = json!({"spec": {"type": "NodePort", "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+            {"name": "web", "port": 80, "protocol": "TCP"}]}});
+        let r = a.allocate(&mut s, &[]).unwrap();
+        let ports = &s["spec"]["ports"];
+        assert_eq!(ports[0]["nodePort"], ports[1]["nodePort"], "{s}");
+        assert_ne!(ports[0]["nodePort"], ports[2]["nodePort"], "{s}");
+        assert_eq!(r.ports().len(), 2);
+        // The one an entry asks for is the one its port number gets.
+        let mut asked = json!({"spec": {"type": "NodePort", "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30007}]}});
+        a.allocate(&mut asked, &[]).unwrap();
+        let ports = &asked["spec"]["ports"];
+        assert_eq!(
+            (ports[0]["nodePort"].clone(), ports[1]["nodePort"].clone()),
+            (json!(30007), json!(30007))
+        );
+    }
+
+    #[test]
+    fn a_load_balancer_without_node_port_allocation_keeps_only_those_asked_for() {
+        let a = ServiceAllocator::new(Cidr::parse("10.96.0.0/28").unwrap(), (30000, 30009));
+        let mut s = json!({"spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
+            "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81, "nodePort": 30005}]}});
+        let r = a.allocate(&mut s, &[]).unwrap();
+        assert!(s["spec"]["ports"][0].get("nodePort").is_none(), "{s}");
+        assert_eq!(s["spec"]["ports"][1]["nodePort"], 30005);
+        assert_eq!(r.ports(), [30005]);
+        let mut default = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+        a.allocate(&mut default, &[]).unwrap();
+        assert!(
+            default["spec"]["ports"][0]["nodePort"].is_u64(),
+            "{default}"
+        );
+    }
+
+    #[test]
+    fn a_local_load_balancer_holds_a_health_check_node_port() {
+        let a = ServiceAllocator::new(Cidr::parse("10.96.0.0/28").unwrap(), (30000, 30009));
+        let mut lb = json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+            "ports": [{"port": 80}]}});
+        let r = a.allocate(&mut lb, &[]).unwrap();
+        let hc = lb["spec"]["healthCheckNodePort"]
+            .as_u64()
+            .expect("allocated");
+        assert!((30000..=30009).contains(&hc));
+        assert_ne!(json!(hc), lb["spec"]["ports"][0]["nodePort"]);
+        assert_eq!(r.ports().len(), 2);
+        assert!(a.holdings(&lb).ports().contains(&(hc as u16)));
+        // Another Service cannot ask for it, nor for one outside the range.
+        let mut taken = json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": hc, "ports": [{"port": 80}]}});
+        let errs = a.allocate(&mut taken, &[]).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert!(
+            format!("{errs:?}").contains("provided port is already allocated"),
+            "{errs:?}"
+        );
+        assert!(
+            format!("{errs:?}").contains("healthCheckNodePort"),
+            "{errs:?}"
+        );
+        // Cluster traffic policy: the field is dropped and the port given back.
+        let mut cluster = lb.clone();
+        cluster["spec"]["externalTrafficPolicy"] = json!("Cluster");
+        keep_allocated(&mut cluster, &lb);
+        assert!(
+            cluster["spec"].get("healthCheckNodePort").is_none(),
+            "{cluster}"
+        );
+        a.allocate_update(&mut cluster, &lb, &[]).unwrap();
+        let dropped = a.finish_update(&cluster, &lb);
+        assert_eq!(dropped.ports(), [hc as u16]);
+        // An update that leaves it out keeps it while the Service still needs one.
+        let mut local = lb.clone();
+        local["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("healthCheckNodePort");
+        keep_allocated(&mut local, &lb);
+        assert_eq!(local["spec"]["healthCheckNodePort"], json!(hc));
     }
 
     #[test]
