@@ -29,7 +29,7 @@ svc_expect_nginx() { # url what
 }
 
 svc_cleanup() {
-  k delete service web web-np --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  k delete service web web-np web-lb --ignore-not-found --wait=false >/dev/null 2>&1 || true
   k delete deployment web --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 
@@ -73,6 +73,28 @@ nip=$(k get node "$NODE" -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")
 [ -n "$nport" ] && [ -n "$nip" ] || fail "no nodePort ('$nport') or node InternalIP ('$nip')"
 svc_expect_nginx "http://$nip:$nport/" "the NodePort"
 ok "http://$nip:$nport/ serves nginx"
+
+step "services: a LoadBalancer with externalTrafficPolicy Local: kube-proxy serves its healthCheckNodePort"
+out=$(k expose deployment web --name=web-lb --type=LoadBalancer --port=80 \
+  --overrides='{"spec":{"externalTrafficPolicy":"Local"}}' 2>&1) || fail "expose LoadBalancer: $out"
+hcport=$(k get service web-lb -o 'jsonpath={.spec.healthCheckNodePort}')
+[ -n "$hcport" ] && [ "$hcport" -ge 30000 ] && [ "$hcport" -le 32767 ] ||
+  fail "no healthCheckNodePort in the NodePort range: '$hcport'"
+# curl's status and body once kube-proxy has opened the port (bounded wait).
+hc_answer() {
+  local want=$1 got=""
+  for ((i = 0; i < 40; i++)); do
+    got=$(curl -s --max-time 2 -w ' %{http_code}' "http://$nip:$hcport/" 2>/dev/null) || got=""
+    [[ $got == *" $want" ]] && break
+    sleep 0.5
+  done
+  printf '%s' "$got"
+}
+hc=$(hc_answer 200)
+[[ $hc == *" 200" ]] || fail "http://$nip:$hcport/ did not answer 200: '$hc'"
+grep -q '"localEndpoints": 3' <<<"$hc" || fail "not the 3 local endpoints: $hc"
+grep -q '"name": "web-lb"' <<<"$hc" || fail "not the Service's name: $hc"
+ok "healthCheckNodePort $hcport answers 200 with localEndpoints 3"
 
 step "services: kubectl set image deployment/web nginx=nginx:1.22.1; the rollout completes"
 old_image_id=$(k get pods -l app=web -o 'jsonpath={.items[0].status.containerStatuses[0].imageID}')
@@ -122,10 +144,13 @@ secs=$SVC_SECS
 awk -v s="$secs" 'BEGIN { exit !(s < 2) }' || fail "refusal took $secs s (a hang, not a reject)"
 svc_curl "http://$nip:$nport/"
 [ "$SVC_RC" = 7 ] || fail "NodePort not refused without endpoints (curl exit $SVC_RC after $SVC_SECS s)"
-ok "connection refused in $secs s (ClusterIP and NodePort)"
+hc=$(hc_answer 503)
+[[ $hc == *" 503" ]] && grep -q '"localEndpoints": 0' <<<"$hc" ||
+  fail "the health check port with no local endpoint: '$hc', want 503 and localEndpoints 0"
+ok "connection refused in $secs s (ClusterIP and NodePort); the health check port answers 503"
 
 step "services: delete the Services and the Deployment; their rules go"
-out=$(k delete service web web-np 2>&1) || fail "delete services: $out"
+out=$(k delete service web web-np web-lb 2>&1) || fail "delete services: $out"
 out=$(k delete deployment web 2>&1) || fail "delete deployment: $out"
 gone=0
 for ((i = 0; i < 40; i++)); do
@@ -137,4 +162,9 @@ done
 [ $gone -eq 1 ] || fail "rules for $cip still in table ip kube-proxy 20 s after the delete"
 svc_curl "http://$cip/"
 [ "$SVC_RC" != 0 ] || fail "http://$cip/ still answers after the Service is gone"
-ok "Services, Deployment and their rules gone"
+for ((i = 0; i < 40; i++)); do
+  curl -s --max-time 2 -o /dev/null "http://$nip:$hcport/" || break
+  sleep 0.5
+done
+! curl -s --max-time 2 -o /dev/null "http://$nip:$hcport/" || fail "the health check port $hcport still answers"
+ok "Services, Deployment, their rules and the health check port gone"

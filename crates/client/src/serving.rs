@@ -228,6 +228,19 @@ pub async fn accept_until<H, F>(
 /// What a plain-HTTP path answers: status code, content type and body.
 pub type PlainRespond = Arc<dyn Fn(&str) -> (u16, &'static str, String) + Send + Sync>;
 
+/// A plain answer with headers of its own besides `content-type` and `nosniff`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlainReply {
+    pub code: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+/// [`PlainRespond`] for answers that carry headers (kube-proxy's service health
+/// checks).
+pub type PlainRespondWithHeaders = Arc<dyn Fn(&str) -> PlainReply + Send + Sync>;
+
 /// Binds `addr` (so a taken port fails the caller at once) and serves plain HTTP/1.1
 /// with `respond` by path until `cancel`: the unauthenticated `--healthz-bind-address`
 /// and `--metrics-bind-address` endpoints of kube-proxy and cluster DNS. Returns the
@@ -237,6 +250,24 @@ pub async fn serve_plain(
     respond: PlainRespond,
     cancel: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let with_headers: PlainRespondWithHeaders = Arc::new(move |path: &str| {
+        let (code, content_type, body) = respond(path);
+        PlainReply {
+            code,
+            content_type,
+            headers: Vec::new(),
+            body,
+        }
+    });
+    serve_plain_with_headers(addr, with_headers, cancel).await
+}
+
+/// [`serve_plain`] with the answer's own headers.
+pub async fn serve_plain_with_headers(
+    addr: SocketAddr,
+    respond: PlainRespondWithHeaders,
+    cancel: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(accept_until(listener, cancel, move |stream| {
@@ -244,13 +275,16 @@ pub async fn serve_plain(
         async move {
             let svc =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (code, content_type, body) = respond(req.uri().path());
+                    let reply = respond(req.uri().path());
                     async move {
-                        hyper::Response::builder()
-                            .status(code)
-                            .header("content-type", content_type)
-                            .header("x-content-type-options", "nosniff")
-                            .body(Full::new(Bytes::from(body)))
+                        let mut answer = hyper::Response::builder()
+                            .status(reply.code)
+                            .header("content-type", reply.content_type)
+                            .header("x-content-type-options", "nosniff");
+                        for (name, value) in reply.headers {
+                            answer = answer.header(name, value);
+                        }
+                        answer.body(Full::new(Bytes::from(reply.body)))
                     }
                 });
             let _ = hyper::server::conn::http1::Builder::new()

@@ -12,8 +12,10 @@
 //! * [`run`]: informers -> proxiers -> sync loop with bounded frequency, and
 //!   upstream's start-up events on the node (`Starting`, or why it could not start);
 //!   [`health`]:
-//!   upstream's `/healthz` semantics and the `/metrics` text; [`config`]:
-//!   `KubeProxyConfiguration` and `--proxy-mode`.
+//!   upstream's `/healthz` semantics and the `/metrics` text; [`service_health`]: the
+//!   `healthCheckNodePort` servers of LoadBalancer Services with
+//!   `externalTrafficPolicy: Local`; [`config`]: `KubeProxyConfiguration` and
+//!   `--proxy-mode`.
 //!
 //! Layer: client side (a component on `ferrokube-client`'s informers and kube-rs). It
 //! must not depend on the server side (storage*, registry, apiserver); `model`,
@@ -28,3 +30,4 @@ pub mod proxier;
 pub mod render;
 pub mod rules;
 pub mod run;
+pub mod service_health;

@@ -149,6 +149,58 @@ impl Proxier {
         self.applied = None;
     }
 
+    /// What the service health servers serve (upstream's `HealthCheckNodePorts` and
+    /// `LocalReadyEndpoints`): per `healthCheckNodePort`, its Service and the ready
+    /// endpoints of it on this node (counted per Service port, as upstream), and the
+    /// addresses to listen on (the family's unspecified address: every one).
+    pub fn service_health(&self) -> crate::service_health::HealthPlan {
+        let family = self.config.family;
+        let mut services = BTreeMap::new();
+        for (key, svc) in &self.services {
+            let Some(port) = svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.health_check_node_port)
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0)
+            else {
+                continue;
+            };
+            let slices: Vec<&EndpointSlice> = self
+                .slices
+                .get(key)
+                .into_iter()
+                .flat_map(|m| m.values().map(|s| s.as_ref()))
+                .collect();
+            let local_endpoints = crate::model::service_ports(svc, family)
+                .iter()
+                .map(|p| {
+                    crate::model::endpoints_for(p, &slices, family, &self.config.hostname)
+                        .iter()
+                        .filter(|e| e.local && e.ready)
+                        .count()
+                })
+                .sum();
+            services.insert(
+                port,
+                crate::service_health::ServedService {
+                    namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+                    name: svc.metadata.name.clone().unwrap_or_default(),
+                    local_endpoints,
+                },
+            );
+        }
+        let mut listen =
+            crate::rules::nodeport_ips(&self.config, self.node.as_deref(), &self.host_addresses);
+        if listen.is_empty() {
+            listen.push(match family {
+                crate::net::IpFamily::V4 => IpAddr::from([0u8; 4]),
+                crate::net::IpFamily::V6 => IpAddr::from([0u16; 8]),
+            });
+        }
+        crate::service_health::HealthPlan { listen, services }
+    }
+
     pub fn service_count(&self) -> usize {
         self.desired.services.len()
     }

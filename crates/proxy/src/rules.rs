@@ -141,7 +141,7 @@ pub struct Ruleset {
 
 /// The addresses that accept NodePort traffic, and whether loopback ones are among
 /// the node's addresses.
-fn nodeport_ips(
+pub(crate) fn nodeport_ips(
     config: &ProxyConfig,
     node: Option<&Node>,
     host_addresses: &[IpAddr],

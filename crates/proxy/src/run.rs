@@ -26,6 +26,7 @@ use crate::health::{ProxyHealth, SyncMetrics};
 use crate::nft::Nft;
 use crate::proxier::Proxier;
 use crate::rules::{NodePortAddresses, ProxyConfig};
+use crate::service_health::{ListenFailure, ServedService, ServiceHealthServers};
 
 /// Upstream's `FullSyncPeriod`: even without failures, rewrite everything hourly.
 const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
@@ -131,7 +132,37 @@ pub async fn run(
     nodes.start();
     recorder.event(&node, None, EventType::Normal, "Starting", START_ACTION, "");
 
-    sync_loop(&shared, &cfg, &cancel).await;
+    let health = shared.clone();
+    let mut service_health = ServiceHealthServers::new(Arc::new(move || {
+        health.health.lock().is_healthy(Instant::now())
+    }));
+    let mut report = |failure: &ListenFailure| {
+        let ServedService {
+            namespace, name, ..
+        } = &failure.service;
+        let message = format!(
+            "node {hostname} failed to start healthcheck \"{namespace}/{name}\" on port {}: {}",
+            failure.port, failure.error
+        );
+        tracing::error!(%message, "failed to start a service health check server");
+        let service = ObjectReference {
+            kind: Some("Service".into()),
+            namespace: Some(namespace.clone()),
+            name: Some(name.clone()),
+            uid: Some(format!("{namespace}/{name}")),
+            ..ObjectReference::default()
+        };
+        recorder.event(
+            &service,
+            None,
+            EventType::Warning,
+            "FailedToStartServiceHealthcheck",
+            "Listen",
+            &message,
+        );
+    };
+    sync_loop(&shared, &cfg, &mut service_health, &mut report, &cancel).await;
+    service_health.stop();
 
     services.stop().await;
     slices.stop().await;
@@ -278,7 +309,15 @@ async fn dispatch(
     }
 }
 
-async fn sync_loop(shared: &Shared, cfg: &RunConfig, cancel: &CancellationToken) {
+async fn sync_loop(
+    shared: &Shared,
+    cfg: &RunConfig,
+    service_health: &mut ServiceHealthServers,
+    report: &mut (dyn FnMut(&ListenFailure) + Send),
+    cancel: &CancellationToken,
+) {
+    // Ports whose listener failed: reported once, tried again at each sync.
+    let mut failed_ports = std::collections::HashSet::new();
     let mut last_sync: Option<Instant> = None;
     let mut last_full = Instant::now();
     let mut retry_after: Option<Instant> = None;
@@ -309,6 +348,14 @@ async fn sync_loop(shared: &Shared, cfg: &RunConfig, cancel: &CancellationToken)
         }
         last_sync = Some(Instant::now());
         let (ok, any_full) = sync_once(shared, &cfg.nft).await;
+        // The primary family's proxier says which health check ports to serve.
+        let plan = shared.proxiers.first().map(|p| p.lock().service_health());
+        let failures = service_health.sync(plan.unwrap_or_default()).await;
+        let now_failed: std::collections::HashSet<u16> = failures.iter().map(|f| f.port).collect();
+        for f in failures.iter().filter(|f| !failed_ports.contains(&f.port)) {
+            report(f);
+        }
+        failed_ports = now_failed;
         if any_full && ok {
             last_full = Instant::now();
         }
