@@ -172,6 +172,17 @@ async fn core_events(c: &kube::Client) -> Vec<core::Event> {
     v
 }
 
+/// A broadcaster writing core v1 Events with upstream's defaults (the kubelet's).
+fn core_v1_broadcaster(c: &kube::Client) -> EventBroadcaster {
+    EventBroadcaster::new(
+        c.clone(),
+        EventBroadcasterOptions {
+            api: EventApi::CoreV1,
+            ..Default::default()
+        },
+    )
+}
+
 /// The kubelet's sink: events land as core v1 Events (what `kubectl describe` and
 /// `kubectl get events` read), repeats raise `count` and `lastTimestamp`.
 #[tokio::test]
@@ -179,13 +190,7 @@ async fn core_v1_sink_writes_core_events() {
     let srv = TestApiServer::start().await.unwrap();
     let c = srv.client.clone();
     let cm = configmap(&c, "pod-like").await;
-    let b = EventBroadcaster::new(
-        c.clone(),
-        EventBroadcasterOptions {
-            api: EventApi::CoreV1,
-            ..Default::default()
-        },
-    );
+    let b = core_v1_broadcaster(&c);
     let rec = b.new_recorder_with_instance("kubelet", "node-a");
     rec.event_for(
         &cm,
@@ -258,13 +263,7 @@ async fn core_v1_sink_combines_similar_events_and_filters_repeats() {
     let srv = TestApiServer::start().await.unwrap();
     let c = srv.client.clone();
     let cm = configmap(&c, "flaky").await;
-    let b = EventBroadcaster::new(
-        c.clone(),
-        EventBroadcasterOptions {
-            api: EventApi::CoreV1,
-            ..Default::default()
-        },
-    );
+    let b = core_v1_broadcaster(&c);
     let rec = b.new_recorder_with_instance("kubelet", "node-a");
     for i in 0..11 {
         let note = format!("volume v{i} not found");
