@@ -472,6 +472,7 @@ impl ServiceAllocator {
             // As upstream's `initNodePorts`: the entries of one port number (53/UDP and
             // 53/TCP) share one node port, the one any of them asks for if one does.
             let mut by_port_number: HashMap<u64, u16> = HashMap::new();
+            let mut failed: HashSet<(u64, u64)> = HashSet::new();
             let asked: Vec<(u64, u64)> = ports
                 .iter()
                 .map(|p| (port_number(p), node_port(p)))
@@ -494,6 +495,10 @@ impl ServiceAllocator {
                         .find(|(num, np)| *num == number && *np != 0)
                         .map_or(0, |(_, np)| *np),
                 };
+                // The port one number failed to get is reported once, at its first entry.
+                if wanted != 0 && !failed.insert((number, wanted)) {
+                    continue;
+                }
                 match self.take_node_port(st, &mut taken_ports, wanted, &requested, &path) {
                     Ok(n) => {
                         set_node_port(p, n);
@@ -998,11 +1003,23 @@ mod tests {
         assert_eq!(ports[0]["nodePort"], ports[1]["nodePort"], "{s}");
         assert_ne!(ports[0]["nodePort"], ports[2]["nodePort"], "{s}");
         assert_eq!(r.ports().len(), 2);
-        // The one an entry asks for is the one its port number gets.
+        // The one an entry asks for is the one its port number gets (a fresh range:
+        // the picks above are random).
+        let b = ServiceAllocator::new(Cidr::parse("10.96.0.0/28").unwrap(), (30000, 30009));
         let mut asked = json!({"spec": {"type": "NodePort", "ports": [
             {"name": "dns", "port": 53, "protocol": "UDP"},
             {"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30007}]}});
-        a.allocate(&mut asked, &[]).unwrap();
+        b.allocate(&mut asked, &[]).unwrap();
+        // Asked for again by another Service: one error, at the first entry of 53.
+        let mut again = json!({"spec": {"type": "NodePort", "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30007}]}});
+        let errs = b.allocate(&mut again, &[]).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            format!("{errs:?}").contains("spec.ports[0].nodePort"),
+            "{errs:?}"
+        );
         let ports = &asked["spec"]["ports"];
         assert_eq!(
             (ports[0]["nodePort"].clone(), ports[1]["nodePort"].clone()),
