@@ -396,6 +396,16 @@ const SIMILAR_EVENTS_COMBINED_AT: usize = 10;
 const SIMILAR_EVENTS_WINDOW: Duration = Duration::from_secs(600);
 const COMBINED_PREFIX: &str = "(combined from similar events): ";
 
+/// Before a new key goes into `map` (at most `cap` entries; `order` holds its keys,
+/// oldest first): forgets the oldest entry if the map is full.
+fn make_room<V>(map: &mut HashMap<String, V>, order: &mut VecDeque<String>, cap: usize) {
+    if map.len() >= cap.max(1)
+        && let Some(old) = order.pop_front()
+    {
+        map.remove(&old);
+    }
+}
+
 enum Write {
     Done,
     /// Failed for good (invalid, forbidden, ...).
@@ -441,11 +451,11 @@ impl Sink {
     fn allow(&mut self, ev: &Event) -> bool {
         let key = spam_key(ev);
         if !self.spam.contains_key(&key) {
-            if self.spam.len() >= self.options.spam_cache_size.max(1)
-                && let Some(old) = self.spam_order.pop_front()
-            {
-                self.spam.remove(&old);
-            }
+            make_room(
+                &mut self.spam,
+                &mut self.spam_order,
+                self.options.spam_cache_size,
+            );
             self.spam.insert(
                 key.clone(),
                 TokenBucket::new(f64::from(self.options.spam_qps), self.options.spam_burst),
@@ -478,11 +488,7 @@ impl Sink {
                 });
             }
             None => {
-                if self.cache.len() >= self.options.cache_size.max(1)
-                    && let Some(old) = self.order.pop_front()
-                {
-                    self.cache.remove(&old);
-                }
+                make_room(&mut self.cache, &mut self.order, self.options.cache_size);
                 self.order.push_back(key.clone());
             }
         }
@@ -505,11 +511,11 @@ impl Sink {
         let aggregate_key = json!([spam_key(&ev), ev.type_, ev.reason]).to_string();
         let now = Timestamp::now();
         if !self.similar.contains_key(&aggregate_key) {
-            if self.similar.len() >= self.options.cache_size.max(1)
-                && let Some(old) = self.similar_order.pop_front()
-            {
-                self.similar.remove(&old);
-            }
+            make_room(
+                &mut self.similar,
+                &mut self.similar_order,
+                self.options.cache_size,
+            );
             self.similar_order.push_back(aggregate_key.clone());
         }
         let record = self
@@ -569,11 +575,7 @@ impl Sink {
         if let Write::Rejected = self.write(&ev).await {
             return;
         }
-        if self.cache.len() >= self.options.cache_size.max(1)
-            && let Some(old) = self.order.pop_front()
-        {
-            self.cache.remove(&old);
-        }
+        make_room(&mut self.cache, &mut self.order, self.options.cache_size);
         self.order.push_back(key.clone());
         self.cache.insert(key, ev);
     }

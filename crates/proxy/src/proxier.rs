@@ -149,6 +149,15 @@ impl Proxier {
         self.applied = None;
     }
 
+    /// The EndpointSlices filed under Service `key`.
+    fn slices_of(&self, key: &str) -> Vec<&EndpointSlice> {
+        self.slices
+            .get(key)
+            .into_iter()
+            .flat_map(|m| m.values().map(|s| s.as_ref()))
+            .collect()
+    }
+
     /// What the service health servers serve (upstream's `HealthCheckNodePorts` and
     /// `LocalReadyEndpoints`): per `healthCheckNodePort`, its Service and the ready
     /// endpoints of it on this node (counted per Service port, as upstream), and the
@@ -166,12 +175,7 @@ impl Proxier {
             else {
                 continue;
             };
-            let slices: Vec<&EndpointSlice> = self
-                .slices
-                .get(key)
-                .into_iter()
-                .flat_map(|m| m.values().map(|s| s.as_ref()))
-                .collect();
+            let slices = self.slices_of(key);
             let local_endpoints = crate::model::service_ports(svc, family)
                 .iter()
                 .map(|p| {
@@ -213,15 +217,10 @@ impl Proxier {
             self.base_dirty = false;
         }
         for key in std::mem::take(&mut self.dirty) {
-            let rules = self.services.get(&key).and_then(|svc| {
-                let slices: Vec<&EndpointSlice> = self
-                    .slices
-                    .get(&key)
-                    .into_iter()
-                    .flat_map(|m| m.values().map(|s| s.as_ref()))
-                    .collect();
-                service_rules(svc, &slices, &self.config)
-            });
+            let rules = self
+                .services
+                .get(&key)
+                .and_then(|svc| service_rules(svc, &self.slices_of(&key), &self.config));
             match rules {
                 Some(r) => {
                     self.desired.services.insert(key.clone(), r);
