@@ -93,6 +93,17 @@ struct Opts {
     /// Resources reserved for the OS (cpu=..,memory=..,ephemeral-storage=..).
     #[arg(long = "system-reserved")]
     system_reserved: Option<String>,
+    /// What the kubelet holds to its share [default: pods]: pods (kubepods gets the
+    /// node's allocatable), system-reserved and kube-reserved (their cgroups get the
+    /// reservation; -compressible: CPU only), or none.
+    #[arg(long = "enforce-node-allocatable", value_delimiter = ',')]
+    enforce_node_allocatable: Option<Vec<String>>,
+    /// The existing cgroup system-reserved enforcement limits (e.g. /system.slice).
+    #[arg(long = "system-reserved-cgroup")]
+    system_reserved_cgroup: Option<String>,
+    /// The existing cgroup kube-reserved enforcement limits.
+    #[arg(long = "kube-reserved-cgroup")]
+    kube_reserved_cgroup: Option<String>,
     /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,
     /// imagefs.available<15%,nodefs.inodesFree<5%]; a 0% threshold disables its signal.
     #[arg(long = "eviction-hard")]
@@ -330,6 +341,21 @@ async fn main() -> anyhow::Result<()> {
         (None, Some(m)) => Reserved::from_map("systemReserved", m)?,
         _ => Reserved::default(),
     };
+    cfg.enforce_node_allocatable = ferrokube_kubelet::node_allocatable::Enforcement::parse(
+        opts.enforce_node_allocatable
+            .as_deref()
+            .or(file.enforce_node_allocatable.as_deref())
+            .unwrap_or(&[ferrokube_kubelet::node_allocatable::PODS.to_owned()]),
+        opts.system_reserved_cgroup
+            .as_deref()
+            .or(file.system_reserved_cgroup.as_deref())
+            .unwrap_or_default(),
+        opts.kube_reserved_cgroup
+            .as_deref()
+            .or(file.kube_reserved_cgroup.as_deref())
+            .unwrap_or_default(),
+    )
+    .map_err(anyhow::Error::msg)?;
     if let Some(s) = &opts.eviction_hard {
         cfg.eviction_hard = EvictionThresholds::parse(s)?;
     } else if let Some(m) = &file.eviction_hard {
@@ -881,6 +907,12 @@ fn given_configuration(opts: &Opts, file: &KubeletConfiguration) -> KubeletConfi
     }
     if let Some(s) = &opts.container_log_max_size {
         g.container_log_max_size = Some(s.clone());
+    }
+    if let Some(s) = &opts.system_reserved_cgroup {
+        g.system_reserved_cgroup = Some(s.clone());
+    }
+    if let Some(s) = &opts.kube_reserved_cgroup {
+        g.kube_reserved_cgroup = Some(s.clone());
     }
     if let Some(v) = &opts.tls_min_version {
         g.tls_min_version = Some(v.clone());

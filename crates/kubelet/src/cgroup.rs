@@ -60,9 +60,10 @@ impl CgroupManager {
             .any(|h| h.join(cgroup.trim_start_matches('/')).is_dir())
     }
 
-    /// Creates `cgroup` (e.g. `/kubepods/burstable/pod<uid>`) in every hierarchy, with the
-    /// cpuset of each new level copied from its parent, then applies `res`. Idempotent.
-    pub fn create(&self, cgroup: &str, res: &PodCgroupResources) -> io::Result<()> {
+    /// Creates `cgroup` (e.g. `/kubepods/burstable/pod<uid>`) and its missing parents in
+    /// every hierarchy, with the cpuset of each new level copied from its parent.
+    /// Idempotent.
+    fn ensure(&self, cgroup: &str) -> io::Result<()> {
         let rel = cgroup.trim_start_matches('/');
         for h in self.hierarchies() {
             let is_cpuset = h.join("cpuset.cpus").exists();
@@ -93,6 +94,43 @@ impl CgroupManager {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Writes the limits that are set to `cgroup`'s control files. `create` makes the
+    /// cgroup first; otherwise a missing one is an error (upstream's reserved cgroups
+    /// must exist).
+    pub fn set_limits(
+        &self,
+        cgroup: &str,
+        limits: &crate::node_allocatable::CgroupLimits,
+        create: bool,
+    ) -> io::Result<()> {
+        if create {
+            self.ensure(cgroup)?;
+        } else if !self.exists(cgroup) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{cgroup:?} cgroup does not exist"),
+            ));
+        }
+        let rel = cgroup.trim_start_matches('/');
+        for (controller, file, value) in [
+            ("cpu", "cpu.shares", limits.cpu_shares),
+            ("memory", "memory.limit_in_bytes", limits.memory_limit),
+            ("pids", "pids.max", limits.pids_limit),
+        ] {
+            if let (Some(value), Some(h)) = (value, self.hierarchy(controller)) {
+                write(&h.join(rel).join(file), &value.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `cgroup` as [`Self::ensure`] does, then applies `res`. Idempotent.
+    pub fn create(&self, cgroup: &str, res: &PodCgroupResources) -> io::Result<()> {
+        self.ensure(cgroup)?;
+        let rel = cgroup.trim_start_matches('/');
         if let Some(cpu) = self.hierarchy("cpu") {
             let d = cpu.join(rel);
             write(&d.join("cpu.shares"), &res.cpu_shares.to_string())?;
@@ -202,6 +240,49 @@ mod tests {
         assert!(m.remove("/").is_err());
         assert!(m.remove("/kubepods/podx").is_ok());
         assert!(!m.exists("/kubepods/podx"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sets_the_limits_given_and_creates_only_when_asked() {
+        use crate::node_allocatable::CgroupLimits;
+        let dir = std::env::temp_dir().join(format!("fk-cg-limits-{}", std::process::id()));
+        for h in ["cpu,cpuacct", "memory", "pids"] {
+            std::fs::create_dir_all(dir.join(h)).unwrap();
+            std::fs::write(dir.join(h).join("cgroup.procs"), "").unwrap();
+        }
+        let m = CgroupManager::new(&dir);
+        let limits = CgroupLimits {
+            cpu_shares: Some(2048),
+            memory_limit: Some(1 << 30),
+            pids_limit: None,
+        };
+        let err = m.set_limits("/system.slice", &limits, false).unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        assert!(!m.exists("/system.slice"));
+
+        m.set_limits("/kubepods", &limits, true).unwrap();
+        assert_eq!(m.read("cpu", "/kubepods", "cpu.shares").unwrap(), "2048");
+        assert_eq!(
+            m.read("memory", "/kubepods", "memory.limit_in_bytes")
+                .unwrap(),
+            "1073741824"
+        );
+        assert!(
+            m.read("pids", "/kubepods", "pids.max").is_err(),
+            "left alone"
+        );
+        m.set_limits(
+            "/kubepods",
+            &CgroupLimits {
+                pids_limit: Some(1000),
+                ..Default::default()
+            },
+            false,
+        )
+        .unwrap();
+        assert_eq!(m.read("pids", "/kubepods", "pids.max").unwrap(), "1000");
+        assert_eq!(m.read("cpu", "/kubepods", "cpu.shares").unwrap(), "2048");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -36,6 +36,10 @@ use crate::node::{
     initial_node, node_conditions, node_labels, node_resources, node_status,
     node_status_needs_update,
 };
+use crate::node_allocatable::{
+    NodeCapacity, best_effort_cgroup_limits, burstable_cgroup_limits, pods_cgroup_limits,
+    reserved_cgroup_limits,
+};
 use crate::pleg::GenericPleg;
 use crate::probe_manager::ProbeManager;
 use crate::runtime::RuntimeManager;
@@ -61,6 +65,9 @@ pub struct KubeletConfig {
     pub root_dir: std::path::PathBuf,
     pub kube_reserved: Reserved,
     pub system_reserved: Reserved,
+    /// `--enforce-node-allocatable` with `--system-reserved-cgroup` and
+    /// `--kube-reserved-cgroup`: what `kubepods` and the reserved cgroups are held to.
+    pub enforce_node_allocatable: crate::node_allocatable::Enforcement,
     pub eviction_hard: EvictionThresholds,
     /// Soft thresholds, their grace periods, minimum reclaims, the pressure transition
     /// period and the monitoring interval of the eviction manager.
@@ -114,6 +121,7 @@ impl KubeletConfig {
             root_dir: "/var/lib/kubelet".into(),
             kube_reserved: Reserved::default(),
             system_reserved: Reserved::default(),
+            enforce_node_allocatable: Default::default(),
             eviction_hard: EvictionThresholds::parse(crate::node::DEFAULT_EVICTION_HARD)
                 .unwrap_or_default(),
             eviction: Default::default(),
@@ -157,7 +165,19 @@ pub enum KubeletError {
         #[source]
         source: std::io::Error,
     },
+    /// A reserved cgroup could not be held to its reservation (upstream fails the
+    /// container manager's start).
+    #[error("{0}")]
+    NodeAllocatable(String),
 }
+
+/// How often the QoS tiers' weights are brought up to date without a new pod, and a
+/// failed update of `kubepods` is tried again (upstream: a minute for both).
+const QOS_CGROUP_UPDATE_PERIOD: Duration = Duration::from_secs(60);
+
+/// The reasons of upstream's node allocatable events.
+const NODE_ALLOCATABLE_ENFORCED: &str = "NodeAllocatableEnforced";
+const FAILED_NODE_ALLOCATABLE_ENFORCEMENT: &str = "FailedNodeAllocatableEnforcement";
 
 /// How often a pod with configMap or secret volumes is re-synced at most, so content
 /// changes reach the mounted files.
@@ -400,7 +420,12 @@ impl Kubelet {
             .runtime
             .events()
             .set(broadcaster.new_recorder_with_instance("kubelet", &self.config.node_name));
+        if let Err(e) = self.enforce_reserved_cgroups() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), broadcaster.shutdown()).await;
+            return Err(e);
+        }
         let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(self.clone().node_allocatable_loop(cancel.clone()));
         tasks.spawn(self.clone().node_status_loop(cancel.clone()));
         tasks.spawn(self.clone().lease_loop(cancel.clone()));
         tasks.spawn(self.clone().pod_loop(cancel.clone()));
@@ -413,6 +438,134 @@ impl Kubelet {
         let _ = tokio::time::timeout(Duration::from_secs(2), broadcaster.shutdown()).await;
         tracing::info!("kubelet stopped; containers are left running");
         Ok(())
+    }
+
+    // ------------------------------------------------- node allocatable, QoS cgroups
+
+    /// The machine as `kubepods` is sized from it.
+    fn node_capacity(&self) -> NodeCapacity {
+        let (machine, _) = self.machine_and_resources();
+        NodeCapacity {
+            cpu_milli: machine.num_cpus * 1000,
+            memory: machine.memory_bytes,
+            max_pids: crate::node_allocatable::read_max_pids(),
+        }
+    }
+
+    /// Upstream's `enforceNodeAllocatableCgroups` for the reserved cgroups: each one
+    /// asked for is held to its reservation, or the kubelet does not start.
+    fn enforce_reserved_cgroups(&self) -> Result<(), KubeletError> {
+        let enforcement = &self.config.enforce_node_allocatable;
+        for (reserved_cgroup, reserved, what) in [
+            (
+                &enforcement.system_reserved,
+                &self.config.system_reserved,
+                ("System", "system"),
+            ),
+            (
+                &enforcement.kube_reserved,
+                &self.config.kube_reserved,
+                ("Kube", "kube"),
+            ),
+        ] {
+            let Some(rc) = reserved_cgroup else { continue };
+            let limits = reserved_cgroup_limits(reserved, rc.compressible_only);
+            match self
+                .runtime
+                .cgroups()
+                .set_limits(&rc.cgroup, &limits, false)
+            {
+                Ok(()) => self.node_event(
+                    EventType::Normal,
+                    NODE_ALLOCATABLE_ENFORCED,
+                    &format!("Updated limits on {} reserved cgroup {}", what.1, rc.cgroup),
+                ),
+                Err(e) => {
+                    let message = format!(
+                        "Failed to enforce {} Reserved Cgroup Limits on {:?}: {e}",
+                        what.0, rc.cgroup
+                    );
+                    self.node_event(
+                        EventType::Warning,
+                        FAILED_NODE_ALLOCATABLE_ENFORCEMENT,
+                        &message,
+                    );
+                    return Err(KubeletError::NodeAllocatable(message));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `kubepods` held to the node's allocatable (upstream retries every minute until
+    /// it takes: a lower memory limit fails while the pods use more, until evictions
+    /// bring them under it), then the QoS tiers' weights kept up every minute
+    /// (upstream's `periodicQOSCgroupUpdateInterval`).
+    async fn node_allocatable_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let mut pods_enforced = false;
+        let mut every = tokio::time::interval(QOS_CGROUP_UPDATE_PERIOD);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            if !pods_enforced {
+                pods_enforced = self.enforce_pods_cgroup();
+            }
+            self.update_qos_cgroups();
+        }
+    }
+
+    /// Upstream's update of `kubepods` to the node's allocatable; true once it took.
+    fn enforce_pods_cgroup(&self) -> bool {
+        let root = &self.runtime.node().cgroup_root;
+        let limits = pods_cgroup_limits(
+            &self.node_capacity(),
+            &self.config.system_reserved,
+            &self.config.kube_reserved,
+            &self.config.enforce_node_allocatable,
+        );
+        match self.runtime.cgroups().set_limits(root, &limits, true) {
+            Ok(()) => {
+                self.node_event(
+                    EventType::Normal,
+                    NODE_ALLOCATABLE_ENFORCED,
+                    "Updated Node Allocatable limit across pods",
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(cgroup = %root, error = %e, "updating node allocatable limits");
+                self.node_event(
+                    EventType::Warning,
+                    FAILED_NODE_ALLOCATABLE_ENFORCEMENT,
+                    &format!("Failed to update Node Allocatable Limits {root:?}: {e}"),
+                );
+                false
+            }
+        }
+    }
+
+    /// Upstream's `UpdateQOSCgroups`: `besteffort` at the minimum CPU weight, `burstable`
+    /// at the weight of its active pods' allocated CPU requests.
+    fn update_qos_cgroups(&self) {
+        let burstable_requests: Vec<i64> = self
+            .pods()
+            .iter()
+            .filter(|p| !is_terminal(p) && crate::qos::qos_of(p) == crate::qos::QosClass::Burstable)
+            .map(|p| crate::qos::pod_cpu_request_milli(&self.runtime.allocated_pod(p)))
+            .collect();
+        let root = self.runtime.node().cgroup_root.trim_end_matches('/');
+        for (tier, limits) in [
+            ("besteffort", best_effort_cgroup_limits()),
+            ("burstable", burstable_cgroup_limits(burstable_requests)),
+        ] {
+            let cgroup = format!("{root}/{tier}");
+            if let Err(e) = self.runtime.cgroups().set_limits(&cgroup, &limits, true) {
+                tracing::warn!(%cgroup, error = %e, "updating QoS cgroup");
+            }
+        }
     }
 
     // ---------------------------------------------------------------- node status
@@ -695,8 +848,7 @@ impl Kubelet {
                     .read()
                     .values()
                     .filter(|p| {
-                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                        !matches!(phase, Some("Succeeded" | "Failed"))
+                        !is_terminal(p)
                             && p.metadata.deletion_timestamp.is_none()
                             && !evicted.contains_key(uid(p))
                     })
@@ -948,13 +1100,14 @@ impl Kubelet {
                 _ = cancel.cancelled() => break,
                 n = stream.next() => {
                     let Some(n) = n else { break };
-                    let (pod, deleted, needs_sync) = match n {
-                        Notification::Added { obj, .. } => (obj, false, true),
+                    let (pod, deleted, needs_sync, finishing) = match n {
+                        Notification::Added { obj, .. } => (obj, false, true, false),
                         Notification::Updated { old, new } => {
                             let needs_sync = pod_needs_sync(&old, &new);
-                            (new, false, needs_sync)
+                            let finishing = !is_terminal(&old) && is_terminal(&new);
+                            (new, false, needs_sync, finishing)
                         }
-                        Notification::Deleted { obj, .. } => (obj, true, true),
+                        Notification::Deleted { obj, .. } => (obj, true, true, false),
                     };
                     if is_mirror_pod(&pod) {
                         self.mirror_changed(pod, deleted, &workers);
@@ -965,6 +1118,13 @@ impl Kubelet {
                         self.pods.write().remove(&pod_uid);
                     } else {
                         self.pods.write().insert(pod_uid.clone(), pod.clone());
+                    }
+                    // A Burstable pod that stops being active leaves its tier's weight now,
+                    // not at the next periodic update.
+                    if (deleted || finishing)
+                        && crate::qos::qos_of(&pod) == crate::qos::QosClass::Burstable
+                    {
+                        self.update_qos_cgroups();
                     }
                     if finished.contains(&pod_uid) {
                         if deleted {
@@ -1023,7 +1183,11 @@ impl Kubelet {
                 }
                 _ = housekeeping.tick() => {
                     if stream.has_synced() {
-                        self.pods_synced.store(true, std::sync::atomic::Ordering::SeqCst);
+                        if !self.pods_synced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                            // The pods already running count from the start, not from
+                            // the first periodic update.
+                            self.update_qos_cgroups();
+                        }
                         self.cleanup_orphans(&workers).await;
                         self.reconcile_mirrors().await;
                     }
@@ -1299,9 +1463,8 @@ impl Kubelet {
                 retry
             } else {
                 // Wake at the active deadline (a moment after, so it has passed).
-                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
                 let until = until_active_deadline(&pod, k8s_openapi::jiff::Timestamp::now())
-                    .filter(|_| !matches!(phase, Some("Succeeded") | Some("Failed")));
+                    .filter(|_| !is_terminal(&pod));
                 // Pods with configMap/secret volumes resync more often, so updates reach
                 // their files within VOLUME_RESYNC (upstream: about a minute); so do pods
                 // whose sync failed (volumes not ready, a container that could not start),
@@ -1534,8 +1697,7 @@ impl Kubelet {
     /// One sync of a live pod; true when it failed (volumes not set up, a container not
     /// started: retry soon).
     async fn sync(&self, pod: &Arc<Pod>, first_seen: Instant) -> bool {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
+        let terminal = is_terminal(pod);
         let deadline = !terminal && past_active_deadline(pod, k8s_openapi::jiff::Timestamp::now());
         let evicted = self.evictions.lock().get(uid(pod)).cloned();
         if terminal || deadline || evicted.is_some() {
@@ -1597,6 +1759,10 @@ impl Kubelet {
         }
         self.runtime
             .allocate(pod, |wanted| self.decide_resize(wanted));
+        // A new pod cgroup goes below QoS tiers that count it (upstream's syncPod).
+        if !self.runtime.cgroups().exists(&self.runtime.pod_cgroup(pod)) {
+            self.update_qos_cgroups();
+        }
         let sources = self.env_sources(pod).await;
         let retry_soon = match self.runtime.sync_pod(pod, &sources).await {
             Ok(result) => !result.failed.is_empty(),
@@ -1635,10 +1801,7 @@ impl Kubelet {
         let used = self
             .pods()
             .iter()
-            .filter(|p| {
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                uid(p) != uid(wanted) && !matches!(phase, Some("Succeeded" | "Failed"))
-            })
+            .filter(|p| uid(p) != uid(wanted) && !is_terminal(p))
             .map(|p| pod_requests(&self.runtime.allocated_pod(p)))
             .fold((0, 0), |(c, m), (pc, pm)| (c + pc, m + pm));
         decide(
@@ -1754,6 +1917,12 @@ fn pid_usage() -> Option<(i64, i64)> {
     Some((max, running))
 }
 
+/// Whether the pod's phase is Succeeded or Failed.
+fn is_terminal(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -1779,10 +1948,7 @@ impl crate::eviction::NodeReclaimer for NodeReclaimer<'_> {
                     .pods
                     .read()
                     .iter()
-                    .filter(|(_, p)| {
-                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                        !matches!(phase, Some("Succeeded" | "Failed"))
-                    })
+                    .filter(|(_, p)| !is_terminal(p))
                     .map(|(u, _)| u.clone())
                     .collect();
                 k.gc.delete_all_unused_containers(k.runtime.cri(), &rt, |u| !live.contains(u))

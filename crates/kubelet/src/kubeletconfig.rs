@@ -230,6 +230,12 @@ pub struct KubeletConfiguration {
     pub system_reserved: Option<BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kube_reserved: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_reserved_cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_reserved_cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforce_node_allocatable: Option<Vec<String>>,
     /// `/logs/` on the kubelet API serves the node's `/var/log`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enable_system_log_handler: Option<bool>,
@@ -410,6 +416,9 @@ pub fn effective_configuration(
         container_log_monitor_interval: d(cfg.container_log.monitor_interval),
         system_reserved: map(&given.system_reserved),
         kube_reserved: map(&given.kube_reserved),
+        system_reserved_cgroup: non_empty(&given.system_reserved_cgroup),
+        kube_reserved_cgroup: non_empty(&given.kube_reserved_cgroup),
+        enforce_node_allocatable: Some(cfg.enforce_node_allocatable.keys()),
         enable_system_log_handler: Some(cfg.system_log_dir.is_some()),
         register_with_taints: Some(
             cfg.register_with_taints
@@ -670,6 +679,7 @@ mod tests {
                 "containerLogMaxSize": "10Mi",
                 "containerLogMaxFiles": 5,
                 "containerLogMonitorInterval": "10s",
+                "enforceNodeAllocatable": ["pods"],
                 "enableSystemLogHandler": true,
                 "registerNode": true,
                 "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
@@ -699,6 +709,12 @@ mod tests {
         cfg.eviction.max_pod_grace_seconds = 30;
         cfg.eviction.pressure_transition = Duration::from_secs(60);
         cfg.system_log_dir = None;
+        cfg.enforce_node_allocatable = crate::node_allocatable::Enforcement::parse(
+            &["pods".into(), "kube-reserved".into()],
+            "",
+            "/kube.slice",
+        )
+        .unwrap();
         cfg.register_with_taints = vec![k8s_openapi::api::core::v1::Taint {
             key: "a".into(),
             value: None,
@@ -723,6 +739,8 @@ mod tests {
             eviction_soft_grace_period: Some(flag_map("memory.available=1m30s", '=')),
             kube_reserved: Some(flag_map("cpu=100m,memory=100Mi", '=')),
             system_reserved: Some(BTreeMap::new()),
+            kube_reserved_cgroup: Some("/kube.slice".into()),
+            system_reserved_cgroup: Some(String::new()),
             container_log_max_size: Some("5Mi".into()),
             cgroup_root: Some("/custom".into()),
             resolv_conf: Some(String::new()),
@@ -737,6 +755,7 @@ mod tests {
             "readOnlyPort",
             "evictionHard",
             "systemReserved",
+            "systemReservedCgroup",
             "clusterDNS",
             "evictionMinimumReclaim",
             "imageServiceEndpoint",
@@ -773,6 +792,11 @@ mod tests {
         assert_eq!(
             v["kubeReserved"],
             serde_json::json!({"cpu": "100m", "memory": "100Mi"})
+        );
+        assert_eq!(v["kubeReservedCgroup"], "/kube.slice");
+        assert_eq!(
+            v["enforceNodeAllocatable"],
+            serde_json::json!(["pods", "kube-reserved"])
         );
         assert_eq!(v["containerLogMaxSize"], "5Mi");
         assert_eq!(v["cgroupRoot"], "/custom");

@@ -18,8 +18,11 @@
 //!   the sidecars' stop order), [`resize`] (in-place pod resize: allocations, whether a
 //!   resize fits, which cgroup values change),
 //!   [`volume`] (volume paths, configMap/secret/downwardAPI/projected payloads, hostPath
-//!   checks, persistentVolumeClaim volumes resolved to hostPath/local PVs, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout).
-//! - IO, kept thin: [`cgroup`] (pod cgroups under the cgroupfs driver, cgroup v1),
+//!   checks, persistentVolumeClaim volumes resolved to hostPath/local PVs, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout),
+//!   [`node_allocatable`] (`--enforce-node-allocatable`: what `kubepods`, the reserved
+//!   cgroups and the QoS tiers are held to).
+//! - IO, kept thin: [`cgroup`] (pod, QoS and reserved cgroups under the cgroupfs driver,
+//!   cgroup v1),
 //!   [`runtime`] (the runtime manager: sync, status, kill), [`pleg`] (relisting),
 //!   [`prober`] (exec/httpGet/tcpSocket/grpc probes), [`probe_manager`] (probe workers),
 //!   [`volume_manager`] (volume dirs, tmpfs mounts, payload writes, teardown).
@@ -67,6 +70,7 @@ pub mod logs;
 pub mod machine;
 pub mod metrics;
 pub mod node;
+pub mod node_allocatable;
 pub mod pleg;
 pub mod probe;
 pub mod probe_manager;

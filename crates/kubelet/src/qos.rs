@@ -192,34 +192,42 @@ pub struct PodCgroupResources {
     pub memory_limit: Option<i64>,
 }
 
-/// Sums of the containers' requests and limits; for init containers, which run one at a
-/// time, the largest of each counts when it exceeds the sum of the regular containers.
-pub fn pod_cgroup_resources(pod: &Pod) -> PodCgroupResources {
+/// A pod's total of one resource's requests (`limits` false) or limits: the sum over the
+/// regular containers, or the largest init container's when that is more (init
+/// containers run one at a time). The flag says whether every container declares it.
+fn pod_total(pod: &Pod, limits: bool, name: &str, f: fn(&Quantity) -> Option<i64>) -> (i64, bool) {
     let spec = pod.spec.as_ref();
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
     let inits = spec
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
-    let sum = |limits: bool, name: &str, f: fn(&Quantity) -> Option<i64>| -> (i64, bool) {
-        let mut total = 0i64;
-        let mut all = true;
-        for c in containers {
-            match resource(c, limits, name).and_then(f) {
-                Some(v) if v > 0 => total = total.saturating_add(v),
-                _ => all = false,
-            }
+    let mut total = 0i64;
+    let mut all = true;
+    for c in containers {
+        match resource(c, limits, name).and_then(f) {
+            Some(v) if v > 0 => total = total.saturating_add(v),
+            _ => all = false,
         }
-        for c in inits {
-            match resource(c, limits, name).and_then(f) {
-                Some(v) if v > 0 => total = total.max(v),
-                _ => all = false,
-            }
+    }
+    for c in inits {
+        match resource(c, limits, name).and_then(f) {
+            Some(v) if v > 0 => total = total.max(v),
+            _ => all = false,
         }
-        (total, all)
-    };
-    let (cpu_requests, _) = sum(false, "cpu", milli_value);
-    let (cpu_limits, cpu_limits_declared) = sum(true, "cpu", milli_value);
-    let (memory_limits, memory_limits_declared) = sum(true, "memory", value);
+    }
+    (total, all)
+}
+
+/// The pod's CPU request in millicores (upstream `resource.PodRequests(pod)[cpu]`).
+pub fn pod_cpu_request_milli(pod: &Pod) -> i64 {
+    pod_total(pod, false, "cpu", milli_value).0
+}
+
+/// What the pod-level cgroup gets from its containers' requests and limits.
+pub fn pod_cgroup_resources(pod: &Pod) -> PodCgroupResources {
+    let cpu_requests = pod_cpu_request_milli(pod);
+    let (cpu_limits, cpu_limits_declared) = pod_total(pod, true, "cpu", milli_value);
+    let (memory_limits, memory_limits_declared) = pod_total(pod, true, "memory", value);
     match pod_qos(pod) {
         QosClass::BestEffort => PodCgroupResources {
             cpu_shares: MIN_SHARES,
