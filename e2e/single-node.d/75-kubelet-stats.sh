@@ -44,3 +44,22 @@ for ks_metric in container_cpu_usage_seconds_total container_memory_working_set_
 done
 grep -qE '^machine_memory_bytes [0-9]+' <<<"$ks_cadvisor" || fail "no machine_memory_bytes"
 ok "/metrics/cadvisor: CPU and working set of the nginx container"
+
+step "kubectl get --raw /api/v1/nodes/$NODE/proxy/metrics/probes"
+# kube-dns has a readiness and a liveness probe (httpGet /ready and /health, every 10 s).
+# Polled: the kubelet restart of 70-kubelet-restart.sh started its counts again.
+ks_dns=$(k -n kube-system get pod -l k8s-app=kube-dns -o 'jsonpath={.items[0].metadata.name}')
+ks_counted() {
+  grep -qE "^prober_probe_total\{probe_type=\"$1\",result=\"successful\",container=\"[^\"]+\",pod=\"$ks_dns\",namespace=\"kube-system\",pod_uid=\"[^\"]+\"\} [1-9][0-9]*$" <<<"$ks_probes"
+}
+for ((i = 0; i < 30; i++)); do
+  ks_probes=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics/probes") || fail "metrics/probes: $ks_probes"
+  ks_counted Readiness && ks_counted Liveness && break
+  sleep 1
+done
+for ks_type in Readiness Liveness; do
+  ks_counted $ks_type ||
+    fail "no successful $ks_type probe count for $ks_dns in /metrics/probes: $(grep -m4 '^prober_probe_total' <<<"$ks_probes")"
+done
+grep -qF '# TYPE prober_probe_duration_seconds histogram' <<<"$ks_probes" || fail "no prober_probe_duration_seconds in /metrics/probes"
+ok "/metrics/probes: kube-dns's readiness and liveness probes counted, with their durations"

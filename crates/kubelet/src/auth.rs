@@ -270,6 +270,7 @@ mod tests {
             ("/metrics", &["metrics"]),
             ("/metrics/cadvisor", &["metrics"]),
             ("/metrics/resource", &["metrics"]),
+            ("/metrics/probes", &["metrics"]),
             ("/logs/", &["log"]),
             ("/logs/syslog", &["log"]),
             ("/spec/", &["spec"]),

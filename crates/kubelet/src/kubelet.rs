@@ -385,6 +385,11 @@ impl Kubelet {
         &self.config
     }
 
+    /// The probe workers' metrics (`/metrics/probes`).
+    pub fn probe_metrics(&self) -> &crate::metrics::ProberMetrics {
+        self.probes.metrics()
+    }
+
     /// The node CPU sample `/stats/summary` computes its rate from.
     pub fn cpu_rate(&self) -> &crate::stats::CpuRate {
         &self.cpu_rate

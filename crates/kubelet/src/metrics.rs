@@ -143,6 +143,98 @@ impl KubeletMetrics {
     }
 }
 
+/// The probe workers' metrics, served on `/metrics/probes` (upstream's prober
+/// `ProberResults` and `ProberDuration`): every probe run counted by its result, and its
+/// duration. A worker's series go when the worker stops, as upstream deletes them.
+#[derive(Debug)]
+pub struct ProberMetrics {
+    /// probe_type, result, container, pod, namespace, pod_uid.
+    results: CounterVec<6>,
+    /// probe_type, container, pod, namespace.
+    duration: HistogramVec<4>,
+}
+
+impl Default for ProberMetrics {
+    fn default() -> Self {
+        ProberMetrics {
+            results: CounterVec::new(
+                "prober_probe_total",
+                "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+                [
+                    "probe_type",
+                    "result",
+                    "container",
+                    "pod",
+                    "namespace",
+                    "pod_uid",
+                ],
+            ),
+            duration: HistogramVec::histogram(
+                "prober_probe_duration_seconds",
+                "[ALPHA] Duration in seconds for a probe response.",
+                ["probe_type", "container", "pod", "namespace"],
+                &DEFAULT_BUCKETS,
+            ),
+        }
+    }
+}
+
+/// Which probe of which container a worker runs, as the prober metrics label it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeLabels {
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: &'static str,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: String,
+}
+
+/// The `result` label values.
+const PROBE_RESULTS: [&str; 3] = ["successful", "failed", "unknown"];
+
+impl ProberMetrics {
+    /// One probe run: its result (`successful`, `failed`, `unknown`) and how long it took.
+    pub fn observe(&self, l: &ProbeLabels, result: &str, took: Duration) {
+        self.results.inc([
+            l.probe_type,
+            result,
+            &l.container,
+            &l.pod,
+            &l.namespace,
+            &l.pod_uid,
+        ]);
+        self.duration.observe(
+            [l.probe_type, &l.container, &l.pod, &l.namespace],
+            took.as_secs_f64(),
+        );
+    }
+
+    /// Drops a stopped worker's series.
+    pub fn forget(&self, l: &ProbeLabels) {
+        for result in PROBE_RESULTS {
+            self.results.remove([
+                l.probe_type,
+                result,
+                &l.container,
+                &l.pod,
+                &l.namespace,
+                &l.pod_uid,
+            ]);
+        }
+        self.duration
+            .remove([l.probe_type, &l.container, &l.pod, &l.namespace]);
+    }
+
+    /// The `/metrics/probes` page.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        self.duration.render(&mut out);
+        self.results.render(&mut out);
+        out
+    }
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} [ALPHA] {help}\n# TYPE {name} {kind}");
 }
@@ -317,6 +409,42 @@ mod tests {
             m.render(&KubeletGauges::default())
                 .contains("kubelet_pod_start_duration_seconds_count 2")
         );
+    }
+
+    #[test]
+    fn probe_page_counts_results_and_forgets_stopped_workers() {
+        let m = ProberMetrics::default();
+        let web = ProbeLabels {
+            probe_type: "Readiness",
+            container: "web".into(),
+            pod: "p".into(),
+            namespace: "ns".into(),
+            pod_uid: "u1".into(),
+        };
+        let other = ProbeLabels {
+            probe_type: "Liveness",
+            ..web.clone()
+        };
+        m.observe(&web, "successful", Duration::from_millis(3));
+        m.observe(&web, "successful", Duration::from_millis(4));
+        m.observe(&web, "failed", Duration::from_millis(700));
+        m.observe(&other, "successful", Duration::from_millis(1));
+        let page = m.render();
+        for line in [
+            "# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            "# TYPE prober_probe_total counter",
+            "prober_probe_total{probe_type=\"Readiness\",result=\"successful\",container=\"web\",pod=\"p\",namespace=\"ns\",pod_uid=\"u1\"} 2",
+            "prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"ns\",pod_uid=\"u1\"} 1",
+            "# TYPE prober_probe_duration_seconds histogram",
+            "prober_probe_duration_seconds_bucket{probe_type=\"Readiness\",container=\"web\",pod=\"p\",namespace=\"ns\",le=\"0.005\"} 2",
+            "prober_probe_duration_seconds_count{probe_type=\"Readiness\",container=\"web\",pod=\"p\",namespace=\"ns\"} 3",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+        m.forget(&web);
+        let page = m.render();
+        assert!(!page.contains("Readiness"), "{page}");
+        assert!(page.contains("probe_type=\"Liveness\""), "{page}");
     }
 
     #[test]

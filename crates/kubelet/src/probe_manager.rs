@@ -17,6 +17,7 @@ use ferrokube_client::events::{EventRecorder, EventType};
 
 use crate::container::is_sidecar;
 use crate::cri::CriClient;
+use crate::metrics::{ProbeLabels, ProberMetrics};
 use crate::probe::{
     ContainerView, PodView, ProbeKind, ProbeResult, ProbeResults, ProbeTiming, ProbeWorker,
 };
@@ -42,6 +43,7 @@ pub struct ProbeManager {
     pods: Mutex<HashMap<String, PodProbes>>,
     changed: mpsc::UnboundedSender<String>,
     events: Arc<OnceLock<EventRecorder>>,
+    metrics: Arc<ProberMetrics>,
 }
 
 impl std::fmt::Debug for ProbeManager {
@@ -95,11 +97,17 @@ impl ProbeManager {
             pods: Mutex::new(HashMap::new()),
             changed,
             events,
+            metrics: Arc::default(),
         }
     }
 
     pub fn results(&self) -> &Arc<ProbeResults> {
         &self.results
+    }
+
+    /// What `/metrics/probes` serves.
+    pub fn metrics(&self) -> &ProberMetrics {
+        &self.metrics
     }
 
     /// Starts the workers of a new pod, or hands the workers the newer pod object.
@@ -121,6 +129,13 @@ impl ProbeManager {
             for kind in ProbeKind::ALL {
                 let Some(p) = kind.of(c) else { continue };
                 let worker = ProbeWorker::new(kind, ProbeTiming::of(kind, p));
+                let labels = ProbeLabels {
+                    probe_type: kind.as_str(),
+                    container: c.name.clone(),
+                    pod: name(pod).to_owned(),
+                    namespace: namespace(pod).to_owned(),
+                    pod_uid: uid(pod).to_owned(),
+                };
                 tokio::spawn(run_worker(
                     worker,
                     c.clone(),
@@ -130,6 +145,10 @@ impl ProbeManager {
                     self.results.clone(),
                     self.changed.clone(),
                     self.events.clone(),
+                    MetricsGuard {
+                        metrics: self.metrics.clone(),
+                        labels,
+                    },
                 ));
             }
         }
@@ -179,6 +198,30 @@ fn view(state: &PodState, container: &str) -> PodView {
     }
 }
 
+/// A worker's place in the prober metrics; its series go with the worker, however it
+/// ends.
+struct MetricsGuard {
+    metrics: Arc<ProberMetrics>,
+    labels: ProbeLabels,
+}
+
+impl MetricsGuard {
+    fn observe(&self, result: ProbeResult, took: std::time::Duration) {
+        let result = match result {
+            ProbeResult::Success => "successful",
+            ProbeResult::Failure => "failed",
+            ProbeResult::Unknown => "unknown",
+        };
+        self.metrics.observe(&self.labels, result, took);
+    }
+}
+
+impl Drop for MetricsGuard {
+    fn drop(&mut self) {
+        self.metrics.forget(&self.labels);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_worker(
     mut worker: ProbeWorker,
@@ -189,6 +232,7 @@ async fn run_worker(
     results: Arc<ProbeResults>,
     changed: mpsc::UnboundedSender<String>,
     events: Arc<OnceLock<EventRecorder>>,
+    metrics: MetricsGuard,
 ) {
     let kind = worker.kind;
     let Some(probe) = kind.of(&container).cloned() else {
@@ -216,11 +260,13 @@ async fn run_worker(
         if let Some(id) = probe_id {
             {
                 let pod_ip = snapshot.status.as_ref().and_then(|s| s.pod_ip.clone());
+                let started = std::time::Instant::now();
                 let outcome = tokio::select! {
                     _ = cancel.cancelled() => return,
                     o = run_probe(&cri, &probe, &container, &id, pod_ip.as_deref(), &env, worker.timing.timeout) => o,
                 };
                 if let Some(outcome) = outcome {
+                    metrics.observe(outcome.result, started.elapsed());
                     if outcome.result == ProbeResult::Failure {
                         tracing::info!(pod = name(&snapshot.pod), container = %container.name, probe = kind.as_str(), output = %outcome.output, "probe failed");
                         if let Some(rec) = events.get() {

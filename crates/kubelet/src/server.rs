@@ -1,7 +1,7 @@
 //! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`):
 //! - `--healthz-port` (plain HTTP): `/healthz`;
 //! - `--read-only-port` (plain HTTP, no authentication): `/healthz`, `/pods`,
-//!   `/metrics`, `/metrics/cadvisor`, `/metrics/resource` (see
+//!   `/metrics`, `/metrics/cadvisor`, `/metrics/probes`, `/metrics/resource` (see
 //!   [`crate::resource_metrics`]) and `/stats/summary`;
 //! - `--port` (HTTPS, 10250): the read-only paths, `/containerLogs/{ns}/{pod}/{container}`
 //!   (see [`crate::logs`]), `/exec/...`, `/attach/...` and `/portForward/...` (see
@@ -285,6 +285,9 @@ async fn handle(kubelet: Arc<Kubelet>, which: Endpoints, req: Request<Incoming>)
                 machine.num_cpus,
                 machine.memory_bytes,
             ))
+        }
+        ["metrics", "probes"] if which != Endpoints::Healthz => {
+            prometheus(kubelet.probe_metrics().render())
         }
         ["metrics", "resource"] if which != Endpoints::Healthz => {
             let stats = crate::stats::cpu_and_memory(&kubelet, kubelet.cpu_rate()).await;
