@@ -248,6 +248,13 @@ fn time(nanos: i64) -> Option<Time> {
         .map(Time)
 }
 
+/// `time.Unix(0, nanos)` as upstream's terminated state carries it: 0 is the epoch.
+fn epoch_time(nanos: i64) -> Option<Time> {
+    Timestamp::from_nanosecond(i128::from(nanos.max(0)))
+        .ok()
+        .map(Time)
+}
+
 /// A runtime instance as an API `ContainerState`.
 pub fn api_state(c: &RuntimeContainer) -> ContainerState {
     let id = Some(format!("containerd://{}", c.id));
@@ -272,8 +279,10 @@ pub fn api_state(c: &RuntimeContainer) -> ContainerState {
                     c.reason.clone()
                 }),
                 message: (!c.message.is_empty()).then(|| c.message.clone()),
-                started_at: time(c.started_at),
-                finished_at: time(c.finished_at),
+                // Upstream converts the runtime's nanoseconds as they are: a container
+                // that never started shows the epoch (1970-01-01T00:00:00Z), not nothing.
+                started_at: epoch_time(c.started_at),
+                finished_at: epoch_time(c.finished_at),
                 container_id: id,
                 ..Default::default()
             }),
@@ -855,6 +864,18 @@ mod tests {
             }),
             status: None,
         }
+    }
+
+    #[test]
+    fn a_container_that_never_started_shows_the_epoch_as_upstream() {
+        let mut c = rc("c", RuntimeState::Exited, 128, 5, 0, false);
+        c.started_at = 0;
+        c.reason = "StartError".into();
+        let t = api_state(&c).terminated.unwrap();
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["startedAt"], "1970-01-01T00:00:00Z");
+        assert_eq!(json["reason"], "StartError");
+        assert!(json["finishedAt"].as_str().is_some());
     }
 
     fn rc(
