@@ -31,10 +31,18 @@ for ks_line in 'kubelet_running_containers{container_state="running"}' \
   'kubelet_runtime_operations_total{operation_type="list_containers"}' \
   'kubelet_pleg_relist_duration_seconds_count' \
   'kubelet_pod_start_duration_seconds_count' \
-  '# TYPE kubelet_runtime_operations_duration_seconds histogram'; do
+  '# TYPE kubelet_runtime_operations_duration_seconds histogram' \
+  "kubelet_node_name{node=\"$NODE\"} 1" \
+  'kubelet_pod_worker_duration_seconds_count{operation_type="create"}' \
+  'kubelet_pleg_relist_interval_seconds_count' \
+  '# TYPE kubelet_pleg_last_seen_seconds gauge'; do
   grep -qF "$ks_line" <<<"$ks_metrics" || fail "no '$ks_line' in /metrics"
 done
-ok "/metrics: kubelet_running_pods $ks_running, running containers, runtime operations, PLEG relist and pod start histograms"
+# Counted since the kubelet's restart in 70-kubelet-restart.sh (which adopted the running
+# pods: their first syncs are "create"), so possibly 0.
+ks_started=$(awk '$1 == "kubelet_started_pods_total" { print $2 }' <<<"$ks_metrics")
+[ -n "$ks_started" ] || fail "no kubelet_started_pods_total in /metrics"
+ok "/metrics: kubelet_running_pods $ks_running, running containers, runtime operations, PLEG relist, pod start and pod worker histograms, $ks_started pods started"
 
 step "kubectl get --raw /api/v1/nodes/$NODE/proxy/metrics/cadvisor"
 ks_cadvisor=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics/cadvisor") || fail "metrics/cadvisor: $ks_cadvisor"
@@ -50,7 +58,7 @@ step "kubectl get --raw /api/v1/nodes/$NODE/proxy/metrics/probes"
 # Polled: the kubelet restart of 70-kubelet-restart.sh started its counts again.
 ks_dns=$(k -n kube-system get pod -l k8s-app=kube-dns -o 'jsonpath={.items[0].metadata.name}')
 ks_counted() {
-  grep -qE "^prober_probe_total\{probe_type=\"$1\",result=\"successful\",container=\"[^\"]+\",pod=\"$ks_dns\",namespace=\"kube-system\",pod_uid=\"[^\"]+\"\} [1-9][0-9]*$" <<<"$ks_probes"
+  grep -qE "^prober_probe_total\{container=\"[^\"]+\",namespace=\"kube-system\",pod=\"$ks_dns\",pod_uid=\"[^\"]+\",probe_type=\"$1\",result=\"successful\"\} [1-9][0-9]*$" <<<"$ks_probes"
 }
 for ((i = 0; i < 30; i++)); do
   ks_probes=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics/probes") || fail "metrics/probes: $ks_probes"

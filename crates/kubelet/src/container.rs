@@ -36,6 +36,15 @@ pub enum ContainerType {
 }
 
 impl ContainerType {
+    /// The `container_type` label of the kubelet's start metrics.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ContainerType::Regular => "container",
+            ContainerType::Init => "init_container",
+            ContainerType::Ephemeral => "ephemeral_container",
+        }
+    }
+
     /// The value of [`CONTAINER_TYPE_ANNOTATION`] (`init` as this kubelet has always
     /// written it, `EPHEMERAL` as upstream names the type); none for regular containers.
     pub fn annotation(self) -> Option<&'static str> {

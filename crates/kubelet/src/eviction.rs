@@ -281,9 +281,11 @@ impl ThresholdTracker {
 }
 
 /// Why a pod breaks its local storage limits, in upstream's words (checked before any
-/// threshold: upstream `localStorageEviction`): an emptyDir over its `sizeLimit`, the pod
-/// over the sum of its containers' `ephemeral-storage` limits, or a container over its own.
-pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
+/// threshold: upstream `localStorageEviction`), with the signal upstream counts the
+/// eviction under: an emptyDir over its `sizeLimit` (`emptydirfs.limit`), the pod over
+/// the sum of its containers' `ephemeral-storage` limits (`ephemeralpodfs.limit`), or a
+/// container over its own (`ephemeralcontainerfs.limit`).
+pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<(&'static str, String)> {
     let spec = pod.spec.as_ref()?;
     for v in spec.volumes.iter().flatten() {
         let Some(ed) = &v.empty_dir else { continue };
@@ -299,9 +301,12 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
             .find(|s| s.name == v.name)
             .and_then(|s| s.fs.used_bytes);
         if used.is_some_and(|u| u as i64 > limit_bytes) {
-            return Some(format!(
-                "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
-                v.name, limit.0
+            return Some((
+                "emptydirfs.limit",
+                format!(
+                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                    v.name, limit.0
+                ),
             ));
         }
     }
@@ -338,9 +343,12 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
             .sum::<i64>()
             + disk_volumes;
         if used > pod_limit {
-            return Some(format!(
-                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
-                format_bytes(pod_limit)
+            return Some((
+                "ephemeralpodfs.limit",
+                format!(
+                    "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                    format_bytes(pod_limit)
+                ),
             ));
         }
     }
@@ -348,10 +356,13 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
         if let Some(limit) = limit_of(c)
             && container_used(&c.name) > limit
         {
-            return Some(format!(
-                "Container {} exceeded its local ephemeral storage limit {:?}. ",
-                c.name,
-                format_bytes(limit)
+            return Some((
+                "ephemeralcontainerfs.limit",
+                format!(
+                    "Container {} exceeded its local ephemeral storage limit {:?}. ",
+                    c.name,
+                    format_bytes(limit)
+                ),
             ));
         }
     }
@@ -876,13 +887,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(local_storage_violation(&pod, &stats(1 << 20, 0)), None);
+        let violation = |emptydir, rootfs| {
+            local_storage_violation(&pod, &stats(emptydir, rootfs))
+                .map(|(signal, message)| format!("{signal}: {message}"))
+        };
         assert_eq!(
-            local_storage_violation(&pod, &stats(2 << 20, 0)).as_deref(),
-            Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ")
+            violation(2 << 20, 0).as_deref(),
+            Some(
+                "emptydirfs.limit: Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+            )
         );
         assert_eq!(
-            local_storage_violation(&pod, &stats(1 << 20, 4 << 20)).as_deref(),
-            Some("Pod ephemeral local storage usage exceeds the total limit of containers 4Mi. ")
+            violation(1 << 20, 4 << 20).as_deref(),
+            Some(
+                "ephemeralpodfs.limit: Pod ephemeral local storage usage exceeds the total limit of containers 4Mi. "
+            )
         );
     }
 

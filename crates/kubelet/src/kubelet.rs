@@ -867,11 +867,12 @@ impl Kubelet {
                 .collect();
             let mut evicted_for_storage = false;
             for p in &active {
-                if let Some(message) = stats
+                if let Some((signal, message)) = stats
                     .get(uid(p))
                     .and_then(|st| crate::eviction::local_storage_violation(p, st))
                 {
                     self.evict(p, message, Some(0));
+                    self.runtime.cri().metrics().observe_eviction(signal);
                     evicted_for_storage = true;
                 }
             }
@@ -940,6 +941,10 @@ impl Kubelet {
                 Some(if max > 0 { own.min(max) } else { own })
             };
             self.evict(pod, message, grace);
+            self.runtime
+                .cri()
+                .metrics()
+                .observe_eviction(&threshold.signal);
         }
     }
 
@@ -1451,15 +1456,25 @@ impl Kubelet {
         let mut retry = Duration::from_millis(500);
         let first_seen = Instant::now();
         let mut retry_soon = false;
+        // Upstream's sync types, the label of kubelet_pod_worker_duration_seconds.
+        let mut operation = "create";
         loop {
+            let started = Instant::now();
             let finished = if deleted {
+                operation = "kill";
                 self.terminate(&pod, true).await
             } else if pod.metadata.deletion_timestamp.is_some() {
+                operation = "kill";
                 self.terminate(&pod, false).await
             } else {
                 retry_soon = self.sync(&pod, first_seen).await;
                 false
             };
+            self.runtime
+                .cri()
+                .metrics()
+                .observe_pod_worker(operation, started.elapsed());
+            operation = "sync";
             if finished {
                 return;
             }
@@ -1486,6 +1501,7 @@ impl Kubelet {
             let mut apply = |m: WorkerMsg| match m {
                 WorkerMsg::Update(p) => {
                     pod = p;
+                    operation = "update";
                     true
                 }
                 WorkerMsg::Refresh(p) => {

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrokube_component_base::metrics::{
-    CounterVec, DEFAULT_BUCKETS, HistogramVec, exponential_buckets,
+    CounterVec, DEFAULT_BUCKETS, GaugeVec, HistogramVec, exponential_buckets, unix_now,
 };
 use parking_lot::Mutex;
 
@@ -27,7 +27,18 @@ pub struct KubeletMetrics {
     operation_errors: CounterVec<1>,
     operation_duration: HistogramVec<1>,
     pleg_relist: HistogramVec<0>,
+    pleg_relist_interval: HistogramVec<0>,
+    pleg_last_seen: GaugeVec<0>,
+    /// When the previous relist started (for the interval).
+    last_relist: Mutex<Option<Instant>>,
     pod_start: HistogramVec<0>,
+    pod_worker_duration: HistogramVec<1>,
+    started_pods: CounterVec<0>,
+    started_pods_errors: CounterVec<0>,
+    started_containers: CounterVec<1>,
+    /// code, container_type (the text format's order).
+    started_containers_errors: CounterVec<2>,
+    evictions: CounterVec<1>,
     /// Pods whose start was already observed (by UID).
     started: Mutex<HashSet<String>>,
 }
@@ -57,11 +68,54 @@ impl Default for KubeletMetrics {
                 [],
                 PLEG_BUCKETS,
             ),
+            pleg_relist_interval: HistogramVec::histogram(
+                "kubelet_pleg_relist_interval_seconds",
+                "[ALPHA] Interval in seconds between relisting in PLEG.",
+                [],
+                &DEFAULT_BUCKETS,
+            ),
+            pleg_last_seen: GaugeVec::new(
+                "kubelet_pleg_last_seen_seconds",
+                "[ALPHA] Timestamp in seconds when PLEG was last seen active.",
+                [],
+            ),
+            last_relist: Mutex::new(None),
             pod_start: HistogramVec::histogram(
                 "kubelet_pod_start_duration_seconds",
                 "[ALPHA] Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
                 [],
                 POD_START_BUCKETS,
+            ),
+            pod_worker_duration: HistogramVec::histogram(
+                "kubelet_pod_worker_duration_seconds",
+                "[ALPHA] Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                ["operation_type"],
+                &DEFAULT_BUCKETS,
+            ),
+            started_pods: CounterVec::new(
+                "kubelet_started_pods_total",
+                "[ALPHA] Cumulative number of pods started",
+                [],
+            ),
+            started_pods_errors: CounterVec::new(
+                "kubelet_started_pods_errors_total",
+                "[ALPHA] Cumulative number of errors when starting pods",
+                [],
+            ),
+            started_containers: CounterVec::new(
+                "kubelet_started_containers_total",
+                "[ALPHA] Cumulative number of containers started",
+                ["container_type"],
+            ),
+            started_containers_errors: CounterVec::new(
+                "kubelet_started_containers_errors_total",
+                "[ALPHA] Cumulative number of errors when starting containers",
+                ["code", "container_type"],
+            ),
+            evictions: CounterVec::new(
+                "kubelet_evictions",
+                "[ALPHA] Cumulative number of pod evictions by eviction signal",
+                ["eviction_signal"],
             ),
             started: Mutex::new(HashSet::new()),
         }
@@ -77,6 +131,8 @@ pub fn operation_type(method: &str) -> String {
 /// Gauges read at scrape time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KubeletGauges {
+    /// This kubelet's node (`kubelet_node_name`).
+    pub node_name: String,
     /// Pods with a running sandbox.
     pub running_pods: u64,
     /// Containers by CRI state label (`running`, `exited`, `created`, `unknown`).
@@ -94,8 +150,43 @@ impl KubeletMetrics {
         self.operation_duration.observe(labels, took.as_secs_f64());
     }
 
-    pub fn observe_relist(&self, took: Duration) {
+    /// A PLEG relist that started at `started` and took `took`: its duration, the
+    /// interval since the previous one started, and when PLEG was last active.
+    pub fn observe_relist(&self, started: Instant, took: Duration) {
         self.pleg_relist.observe([], took.as_secs_f64());
+        if let Some(previous) = self.last_relist.lock().replace(started) {
+            self.pleg_relist_interval
+                .observe([], started.duration_since(previous).as_secs_f64());
+        }
+        self.pleg_last_seen.set([], unix_now().floor());
+    }
+
+    /// One pod sync (`create`, `update`, `sync` or `kill`, upstream's sync types) and how
+    /// long it took.
+    pub fn observe_pod_worker(&self, operation: &str, took: Duration) {
+        self.pod_worker_duration
+            .observe([operation], took.as_secs_f64());
+    }
+
+    /// A pod sandbox the kubelet asked the runtime for, and whether that failed.
+    pub fn observe_pod_started(&self, failed: bool) {
+        self.started_pods.inc([]);
+        self.started_pods_errors.add([], u64::from(failed));
+    }
+
+    /// A container start the kubelet tried (`container`, `init_container` or
+    /// `ephemeral_container`), and the error code it failed with (upstream's
+    /// well-known reasons: `ErrImagePull`, `CreateContainerError`, ...).
+    pub fn observe_container_started(&self, container_type: &str, error: Option<&str>) {
+        self.started_containers.inc([container_type]);
+        if let Some(code) = error {
+            self.started_containers_errors.inc([code, container_type]);
+        }
+    }
+
+    /// A pod the eviction manager evicted, by the signal it acted on.
+    pub fn observe_eviction(&self, signal: &str) {
+        self.evictions.inc([signal]);
     }
 
     /// Records a pod's start (first seen to Running) once per pod UID.
@@ -113,6 +204,17 @@ impl KubeletMetrics {
     /// The `/metrics` page.
     pub fn render(&self, gauges: &KubeletGauges) -> String {
         let mut out = String::new();
+        family(
+            &mut out,
+            "kubelet_node_name",
+            "gauge",
+            "The node's name. The count is always 1.",
+        );
+        let _ = writeln!(
+            out,
+            "kubelet_node_name{{node=\"{}\"}} 1",
+            escape(&gauges.node_name)
+        );
         family(
             &mut out,
             "kubelet_running_pods",
@@ -133,7 +235,15 @@ impl KubeletMetrics {
             );
         }
         self.pod_start.render(&mut out);
+        self.pod_worker_duration.render(&mut out);
+        self.started_pods.render(&mut out);
+        self.started_pods_errors.render(&mut out);
+        self.started_containers.render(&mut out);
+        self.started_containers_errors.render(&mut out);
+        self.evictions.render(&mut out);
         self.pleg_relist.render(&mut out);
+        self.pleg_relist_interval.render(&mut out);
+        self.pleg_last_seen.render(&mut out);
         self.operations.render(&mut out);
         self.operation_errors.render(&mut out);
         self.operation_duration.render(&mut out);
@@ -146,11 +256,11 @@ impl KubeletMetrics {
 /// The probe workers' metrics, served on `/metrics/probes` (upstream's prober
 /// `ProberResults` and `ProberDuration`): every probe run counted by its result, and its
 /// duration. A worker's series go when the worker stops, as upstream deletes them.
+/// Labels are declared in the order the text format shows them (upstream's client sorts
+/// them by name).
 #[derive(Debug)]
 pub struct ProberMetrics {
-    /// probe_type, result, container, pod, namespace, pod_uid.
     results: CounterVec<6>,
-    /// probe_type, container, pod, namespace.
     duration: HistogramVec<4>,
 }
 
@@ -161,18 +271,18 @@ impl Default for ProberMetrics {
                 "prober_probe_total",
                 "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
                 [
+                    "container",
+                    "namespace",
+                    "pod",
+                    "pod_uid",
                     "probe_type",
                     "result",
-                    "container",
-                    "pod",
-                    "namespace",
-                    "pod_uid",
                 ],
             ),
             duration: HistogramVec::histogram(
                 "prober_probe_duration_seconds",
                 "[ALPHA] Duration in seconds for a probe response.",
-                ["probe_type", "container", "pod", "namespace"],
+                ["container", "namespace", "pod", "probe_type"],
                 &DEFAULT_BUCKETS,
             ),
         }
@@ -190,40 +300,39 @@ pub struct ProbeLabels {
     pub pod_uid: String,
 }
 
+impl ProbeLabels {
+    fn with_result<'a>(&'a self, result: &'a str) -> [&'a str; 6] {
+        [
+            &self.container,
+            &self.namespace,
+            &self.pod,
+            &self.pod_uid,
+            self.probe_type,
+            result,
+        ]
+    }
+
+    fn of_duration(&self) -> [&str; 4] {
+        [&self.container, &self.namespace, &self.pod, self.probe_type]
+    }
+}
+
 /// The `result` label values.
 const PROBE_RESULTS: [&str; 3] = ["successful", "failed", "unknown"];
 
 impl ProberMetrics {
     /// One probe run: its result (`successful`, `failed`, `unknown`) and how long it took.
     pub fn observe(&self, l: &ProbeLabels, result: &str, took: Duration) {
-        self.results.inc([
-            l.probe_type,
-            result,
-            &l.container,
-            &l.pod,
-            &l.namespace,
-            &l.pod_uid,
-        ]);
-        self.duration.observe(
-            [l.probe_type, &l.container, &l.pod, &l.namespace],
-            took.as_secs_f64(),
-        );
+        self.results.inc(l.with_result(result));
+        self.duration.observe(l.of_duration(), took.as_secs_f64());
     }
 
     /// Drops a stopped worker's series.
     pub fn forget(&self, l: &ProbeLabels) {
         for result in PROBE_RESULTS {
-            self.results.remove([
-                l.probe_type,
-                result,
-                &l.container,
-                &l.pod,
-                &l.namespace,
-                &l.pod_uid,
-            ]);
+            self.results.remove(l.with_result(result));
         }
-        self.duration
-            .remove([l.probe_type, &l.container, &l.pod, &l.namespace]);
+        self.duration.remove(l.of_duration());
     }
 
     /// The `/metrics/probes` page.
@@ -381,10 +490,23 @@ mod tests {
         let m = KubeletMetrics::default();
         m.observe_operation("run_pod_sandbox", Duration::from_millis(300), false);
         m.observe_operation("list_containers", Duration::from_millis(2), true);
-        m.observe_relist(Duration::from_millis(3));
+        let relisted = Instant::now();
+        m.observe_relist(relisted, Duration::from_millis(3));
+        m.observe_relist(
+            relisted + Duration::from_millis(1500),
+            Duration::from_millis(2),
+        );
         m.observe_pod_start("u1", Duration::from_millis(700));
         m.observe_pod_start("u1", Duration::from_secs(9));
+        m.observe_pod_worker("create", Duration::from_millis(40));
+        m.observe_pod_worker("sync", Duration::from_millis(2));
+        m.observe_pod_started(false);
+        m.observe_pod_started(true);
+        m.observe_container_started("container", None);
+        m.observe_container_started("init_container", Some("ErrImagePull"));
+        m.observe_eviction("memory.available");
         let page = m.render(&KubeletGauges {
+            node_name: "node-a".into(),
             running_pods: 2,
             containers_by_state: [("running".to_string(), 3), ("exited".to_string(), 1)].into(),
         });
@@ -395,7 +517,20 @@ mod tests {
             "kubelet_running_containers{container_state=\"exited\"} 1",
             "kubelet_pod_start_duration_seconds_count 1",
             "kubelet_pod_start_duration_seconds_bucket{le=\"1\"} 1",
-            "kubelet_pleg_relist_duration_seconds_count 1",
+            "kubelet_pleg_relist_duration_seconds_count 2",
+            "kubelet_pleg_relist_interval_seconds_count 1",
+            "kubelet_pleg_relist_interval_seconds_bucket{le=\"1\"} 0",
+            "kubelet_pleg_relist_interval_seconds_bucket{le=\"2.5\"} 1",
+            "# TYPE kubelet_pleg_last_seen_seconds gauge",
+            "kubelet_node_name{node=\"node-a\"} 1",
+            "kubelet_pod_worker_duration_seconds_count{operation_type=\"create\"} 1",
+            "kubelet_pod_worker_duration_seconds_count{operation_type=\"sync\"} 1",
+            "kubelet_started_pods_total 2",
+            "kubelet_started_pods_errors_total 1",
+            "kubelet_started_containers_total{container_type=\"container\"} 1",
+            "kubelet_started_containers_total{container_type=\"init_container\"} 1",
+            "kubelet_started_containers_errors_total{code=\"ErrImagePull\",container_type=\"init_container\"} 1",
+            "kubelet_evictions{eviction_signal=\"memory.available\"} 1",
             "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1",
             "kubelet_runtime_operations_errors_total{operation_type=\"list_containers\"} 1",
             "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 0",
@@ -433,11 +568,11 @@ mod tests {
         for line in [
             "# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
             "# TYPE prober_probe_total counter",
-            "prober_probe_total{probe_type=\"Readiness\",result=\"successful\",container=\"web\",pod=\"p\",namespace=\"ns\",pod_uid=\"u1\"} 2",
-            "prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"ns\",pod_uid=\"u1\"} 1",
+            "prober_probe_total{container=\"web\",namespace=\"ns\",pod=\"p\",pod_uid=\"u1\",probe_type=\"Readiness\",result=\"successful\"} 2",
+            "prober_probe_total{container=\"web\",namespace=\"ns\",pod=\"p\",pod_uid=\"u1\",probe_type=\"Readiness\",result=\"failed\"} 1",
             "# TYPE prober_probe_duration_seconds histogram",
-            "prober_probe_duration_seconds_bucket{probe_type=\"Readiness\",container=\"web\",pod=\"p\",namespace=\"ns\",le=\"0.005\"} 2",
-            "prober_probe_duration_seconds_count{probe_type=\"Readiness\",container=\"web\",pod=\"p\",namespace=\"ns\"} 3",
+            "prober_probe_duration_seconds_bucket{container=\"web\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\",le=\"0.005\"} 2",
+            "prober_probe_duration_seconds_count{container=\"web\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\"} 3",
         ] {
             assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
         }

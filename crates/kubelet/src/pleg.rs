@@ -155,7 +155,9 @@ impl GenericPleg {
             tick.tick().await;
             let started = std::time::Instant::now();
             let relisted = self.relist().await;
-            self.cri.metrics().observe_relist(started.elapsed());
+            self.cri
+                .metrics()
+                .observe_relist(started, started.elapsed());
             match relisted {
                 Ok(events) => {
                     for e in events {

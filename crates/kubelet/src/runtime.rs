@@ -621,11 +621,12 @@ impl RuntimeManager {
                     return Err(SyncError::RuntimeClass(why.clone()));
                 }
             };
-            let id = match self
+            let started = self
                 .cri
                 .run_pod_sandbox(sandbox_cfg.clone(), &handler)
-                .await
-            {
+                .await;
+            self.cri.metrics().observe_pod_started(started.is_err());
+            let id = match started {
                 Ok(id) => id,
                 Err(e) => {
                     let message = format!("Failed to create pod sandbox: {}", e.rpc_error_text());
@@ -696,10 +697,19 @@ impl RuntimeManager {
                 .await
             {
                 Ok(()) => {
+                    self.cri
+                        .metrics()
+                        .observe_container_started(kind.metric_label(), None);
                     self.set_reason(pod, &c.name, None);
                     result.started.push(c.name.clone());
                 }
                 Err(r) => {
+                    // A container waiting out its crash back-off was not tried.
+                    if r.reason != "CrashLoopBackOff" {
+                        self.cri
+                            .metrics()
+                            .observe_container_started(kind.metric_label(), Some(&r.reason));
+                    }
                     tracing::info!(pod = name(pod), container = %c.name, reason = %r.reason, message = %r.message, "container not started");
                     self.set_reason(pod, &c.name, Some(r.clone()));
                     result.failed.push((c.name.clone(), r));

@@ -350,7 +350,10 @@ fn prometheus(body: String) -> Response<Body> {
 
 /// The gauges of `/metrics`, read from the runtime at scrape time.
 async fn gauges(kubelet: &Kubelet) -> crate::metrics::KubeletGauges {
-    let mut g = crate::metrics::KubeletGauges::default();
+    let mut g = crate::metrics::KubeletGauges {
+        node_name: kubelet.config().node_name.clone(),
+        ..Default::default()
+    };
     let Ok(pods) = kubelet.runtime().runtime_pods().await else {
         return g;
     };
