@@ -414,6 +414,7 @@ fn health_responder(metrics: Shared) -> ferrokube_client::serving::Respond {
                 .unwrap_or_default();
             ferrokube_component_base::metrics::process::write_process_metrics(&mut page);
             ferrokube_client::metrics::write_rest_client_metrics(&mut page);
+            ferrokube_client::leaderelection::write_leader_election_metrics(&mut page);
             (200, page)
         }
         _ => (404, "404 page not found".to_string()),

@@ -14,8 +14,10 @@
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+
+use ferrokube_component_base::metrics::GaugeVec;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -28,6 +30,23 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result};
+
+/// `leader_election_master_status` (component-base's leader election metrics): 1 while
+/// this process holds the lease its elector is named for, 0 once it lost or released it;
+/// nothing before it first led. Process-wide, as upstream's.
+static MASTER_STATUS: LazyLock<GaugeVec<1>> = LazyLock::new(|| {
+    GaugeVec::new(
+        "leader_election_master_status",
+        "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+        ["name"],
+    )
+});
+
+/// Writes the leader election metrics of every elector in this process (for a
+/// component's `/metrics`).
+pub fn write_leader_election_metrics(out: &mut String) {
+    MASTER_STATUS.render(out);
+}
 
 /// Upstream's jitter factor for the acquire loop.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -529,6 +548,7 @@ impl LeaderElector {
         match self.lock.update(&lease, &rec).await {
             Ok(l) => {
                 self.set_observed(rec, l);
+                self.report_leading(false);
                 true
             }
             Err(e) => {
@@ -548,6 +568,7 @@ impl LeaderElector {
             };
             if ok {
                 tracing::info!(lease = %self.lock.describe(), "successfully acquired lease");
+                self.report_leading(true);
                 return true;
             }
             tokio::select! {
@@ -567,9 +588,17 @@ impl LeaderElector {
                 tokio::time::sleep(self.config.retry_period).await;
             }
         };
-        tokio::time::timeout(self.config.renew_deadline, attempt)
+        let renewed = tokio::time::timeout(self.config.renew_deadline, attempt)
             .await
-            .is_ok()
+            .is_ok();
+        if !renewed {
+            self.report_leading(false);
+        }
+        renewed
+    }
+
+    fn report_leading(&self, leading: bool) {
+        MASTER_STATUS.set([&self.config.name], if leading { 1.0 } else { 0.0 });
     }
 
     /// Campaigns until leading, then runs `work` (given a token cancelled when

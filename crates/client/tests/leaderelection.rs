@@ -238,3 +238,52 @@ async fn losing_the_lease_stops_work_and_reports_lost() {
         .unwrap_err();
     srv.stop().await;
 }
+
+/// The value `leader_election_master_status` reports for the elector named `name`.
+fn master_status(name: &str) -> Option<String> {
+    let mut page = String::new();
+    ferrokube_client::leaderelection::write_leader_election_metrics(&mut page);
+    let prefix = format!("leader_election_master_status{{name=\"{name}\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn master_status_follows_leadership() {
+    let srv = TestApiServer::start().await.unwrap();
+    let e = Arc::new(
+        LeaderElector::new(
+            LeaseLock::new(srv.client.clone(), "kube-system", "metrics-lock", "m"),
+            LeaderElectionConfig {
+                lease_duration: Duration::from_secs(2),
+                renew_deadline: Duration::from_secs(1),
+                retry_period: Duration::from_millis(200),
+                release_on_cancel: true,
+                name: "metrics-test".into(),
+            },
+        )
+        .unwrap(),
+    );
+    assert_eq!(master_status("metrics-test"), None, "nothing before it led");
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(e.clone().run(cancel.clone(), |stop: CancellationToken| {
+        Box::pin(async move { stop.cancelled().await }) as futures::future::BoxFuture<'static, ()>
+    }));
+    wait_for("the elector to lead", Duration::from_secs(5), || {
+        e.is_leader()
+    })
+    .await;
+    assert_eq!(master_status("metrics-test").as_deref(), Some("1"));
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        master_status("metrics-test").as_deref(),
+        Some("0"),
+        "released"
+    );
+}

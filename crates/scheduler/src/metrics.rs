@@ -109,6 +109,7 @@ impl Metrics {
         );
         ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
         ferrokube_client::metrics::write_rest_client_metrics(&mut out);
+        ferrokube_client::leaderelection::write_leader_election_metrics(&mut out);
         out
     }
 }
