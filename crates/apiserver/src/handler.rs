@@ -201,7 +201,8 @@ pub(crate) async fn serve(
             None => Ok(handled.await),
         }
     };
-    let resp = match handled.await {
+    let (handled, excluded) = crate::metrics::with_excluded_latency(handled).await;
+    let resp = match handled {
         Err(e) => audit.finish(error_response(&e), long_running, None).await,
         Ok(Ok(r)) => audit.finish(r, long_running, None).await,
         Ok(Err(panic)) => {
@@ -228,8 +229,12 @@ pub(crate) async fn serve(
     };
     state.metrics.observe(
         &labels,
-        resp.status().as_u16(),
-        start.elapsed().as_secs_f64(),
+        crate::metrics::RequestOutcome {
+            code: resp.status().as_u16(),
+            seconds: start.elapsed().as_secs_f64(),
+            excluded_seconds: excluded.as_secs_f64(),
+            response_bytes: hyper::body::Body::size_hint(resp.body()).exact(),
+        },
     );
     let mut resp = with_hsts(&state, resp);
     if let Some(cors) = cors {
@@ -493,7 +498,7 @@ async fn handle(
     // its response starts.
     let long_running = crate::audit::is_long_running(&attrs);
     let (flow_headers, _seat, _slot) = if let Some(apf) = &state.flow_control {
-        match apf.admit(&attrs, long_running).await {
+        match crate::metrics::exclude_from_sli(apf.admit(&attrs, long_running)).await {
             crate::flowcontrol::Admission::Unlimited => (None, None, None),
             crate::flowcontrol::Admission::Admitted {
                 flow_schema_uid,

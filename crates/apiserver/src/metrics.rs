@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -20,6 +20,27 @@ use parking_lot::Mutex;
 const REQUEST_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
     10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+/// Bounds in seconds of `apiserver_request_sli_duration_seconds` (upstream's).
+const SLI_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0,
+];
+
+/// Bounds in bytes of `apiserver_response_sizes`: 1 kB to 1 GB, by tens (upstream's).
+const RESPONSE_SIZE_BUCKETS: &[f64] = &[1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
+
+/// The labels of the SLI latency and the response sizes: the duration's without
+/// `dry_run`.
+const SLI_LABELS: [&str; 7] = [
+    "component",
+    "group",
+    "resource",
+    "scope",
+    "subresource",
+    "verb",
+    "version",
 ];
 
 /// The labels of `apiserver_request_duration_seconds`, upstream's, in its (sorted) order.
@@ -229,6 +250,8 @@ impl Drop for Executing<'_> {
 pub struct Metrics {
     requests: CounterVec<9>,
     request_latency: HistogramVec<8>,
+    sli_latency: HistogramVec<7>,
+    response_sizes: HistogramVec<7>,
     storage_latency: HistogramVec<2>,
     watchers: AtomicI64,
     inflight: Inflight,
@@ -346,6 +369,18 @@ impl Metrics {
                 REQUEST_LABELS,
                 REQUEST_BUCKETS,
             ),
+            sli_latency: HistogramVec::histogram(
+                "apiserver_request_sli_duration_seconds",
+                "[ALPHA] Response latency distribution (not counting webhook duration and priority & fairness queue wait times) in seconds for each verb, group, version, resource, subresource, scope and component.",
+                SLI_LABELS,
+                SLI_BUCKETS,
+            ),
+            response_sizes: HistogramVec::histogram(
+                "apiserver_response_sizes",
+                "[STABLE] Response size distribution in bytes for each group, version, verb, resource, subresource, scope and component.",
+                SLI_LABELS,
+                RESPONSE_SIZE_BUCKETS,
+            ),
             storage_latency: HistogramVec::histogram(
                 "etcd_request_duration_seconds",
                 "Storage request latency in seconds for each operation and object type (the embedded store's as well as etcd's).",
@@ -366,8 +401,21 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// One request's outcome, as the request metrics record it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestOutcome {
+    pub code: u16,
+    /// From the request's arrival to its response.
+    pub seconds: f64,
+    /// Of that, what its admission webhooks and its wait in an API Priority and Fairness
+    /// queue took (left out of the SLI latency).
+    pub excluded_seconds: f64,
+    /// The response body's length, when known before it is sent.
+    pub response_bytes: Option<u64>,
+}
+
 impl Metrics {
-    pub fn observe(&self, labels: &RequestLabels, code: u16, seconds: f64) {
+    pub fn observe(&self, labels: &RequestLabels, outcome: RequestOutcome) {
         let mut digits = [0; 5];
         let l = labels;
         // In REQUEST_LABELS' order.
@@ -382,8 +430,28 @@ impl Metrics {
             &l.version,
         ];
         self.requests
-            .inc(with_code(decimal(code, &mut digits), values));
-        self.request_latency.observe(values, seconds);
+            .inc(with_code(decimal(outcome.code, &mut digits), values));
+        self.request_latency.observe(values, outcome.seconds);
+        // In SLI_LABELS' order.
+        let without_dry_run = [
+            l.component,
+            &l.group,
+            &l.resource,
+            l.scope,
+            &l.subresource,
+            &l.verb,
+            &l.version,
+        ];
+        self.sli_latency.observe(
+            without_dry_run,
+            (outcome.seconds - outcome.excluded_seconds).max(0.0),
+        );
+        // Upstream measures the answers of reads only.
+        if let Some(bytes) = outcome.response_bytes
+            && matches!(l.verb.as_str(), "GET" | "LIST")
+        {
+            self.response_sizes.observe(without_dry_run, bytes as f64);
+        }
     }
 
     pub fn watch_started(&self) {
@@ -424,6 +492,8 @@ impl Metrics {
         let mut out = String::new();
         self.requests.render(&mut out);
         self.request_latency.render(&mut out);
+        self.sli_latency.render(&mut out);
+        self.response_sizes.render(&mut out);
         self.storage_latency.render(&mut out);
         let _ = writeln!(
             out,
@@ -442,6 +512,34 @@ impl Metrics {
         ferrokube_component_base::metrics::process::write_process_metrics(&mut out);
         out
     }
+}
+
+tokio::task_local! {
+    /// The current request's time outside the apiserver's own work, in nanoseconds.
+    static EXCLUDED_LATENCY: std::cell::Cell<u64>;
+}
+
+/// Runs a request's handling, returning its output and how long of it went to admission
+/// webhooks and API Priority and Fairness queues (upstream's `LatencyTrackers`), which
+/// [`exclude_from_sli`] counted while it ran.
+pub(crate) async fn with_excluded_latency<F: Future>(handling: F) -> (F::Output, Duration) {
+    EXCLUDED_LATENCY
+        .scope(std::cell::Cell::new(0), async {
+            let output = handling.await;
+            let excluded = EXCLUDED_LATENCY.with(std::cell::Cell::get);
+            (output, Duration::from_nanos(excluded))
+        })
+        .await
+}
+
+/// Runs `work` (calling admission webhooks, or waiting in a flow control queue) and counts
+/// its time against the current request's SLI latency; outside a request it only runs it.
+pub(crate) async fn exclude_from_sli<F: Future>(work: F) -> F::Output {
+    let started = Instant::now();
+    let output = work.await;
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let _ = EXCLUDED_LATENCY.try_with(|total| total.set(total.get().saturating_add(took)));
+    output
 }
 
 /// Upstream's `apiserver_storage_objects`: the objects of each resource (built-in and
@@ -717,9 +815,32 @@ mod tests {
             None,
             None,
         );
-        m.observe(&get, 200, 0.01);
-        m.observe(&get, 200, 0.02);
-        m.observe(&get, 404, 0.001);
+        let outcome = |code, seconds| RequestOutcome {
+            code,
+            seconds,
+            excluded_seconds: 0.0,
+            response_bytes: Some(2_500),
+        };
+        m.observe(&get, outcome(200, 0.01));
+        m.observe(&get, outcome(200, 0.02));
+        m.observe(&get, outcome(404, 0.001));
+        // A create that spent 70 ms of its 100 ms in webhooks: 30 ms for the SLI, and
+        // no response size (not a read).
+        let create = RequestLabels::of(
+            &attrs("POST", "/api/v1/namespaces/d/pods", None),
+            "POST",
+            None,
+            None,
+        );
+        m.observe(
+            &create,
+            RequestOutcome {
+                code: 201,
+                seconds: 0.1,
+                excluded_seconds: 0.07,
+                response_bytes: Some(900),
+            },
+        );
         m.watch_started();
         let t = m.render();
         let series = "component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"";
@@ -745,6 +866,54 @@ mod tests {
             "apiserver_request_duration_seconds_count{{{series}}} 3"
         )));
         assert!(t.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
+        let sli = "component=\"apiserver\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"";
+        assert!(t.contains(&format!(
+            "apiserver_request_sli_duration_seconds_count{{{sli}}} 3"
+        )));
+        assert!(
+            t.contains(&format!(
+                "apiserver_response_sizes_bucket{{{sli},le=\"1000\"}} 0"
+            )),
+            "{t}"
+        );
+        assert!(t.contains(&format!(
+            "apiserver_response_sizes_bucket{{{sli},le=\"10000\"}} 3"
+        )));
+        let post = sli.replace("verb=\"GET\"", "verb=\"POST\"");
+        assert!(
+            t.contains(&format!(
+                "apiserver_request_sli_duration_seconds_bucket{{{post},le=\"0.05\"}} 1"
+            )),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "apiserver_request_duration_seconds_bucket{{{},le=\"0.05\"}} 0",
+                post.replacen("group", "dry_run=\"\",group", 1)
+            )),
+            "{t}"
+        );
+        assert!(!t.contains(&format!("apiserver_response_sizes_count{{{post}}}")));
+    }
+
+    #[tokio::test]
+    async fn excluded_latency_is_counted_for_the_request_it_ran_in() {
+        let started = Instant::now();
+        let ((), excluded) = with_excluded_latency(async {
+            exclude_from_sli(tokio::time::sleep(Duration::from_millis(30))).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            exclude_from_sli(tokio::time::sleep(Duration::from_millis(20))).await;
+        })
+        .await;
+        // Both excluded waits, and not the 10 ms between them.
+        assert!(excluded >= Duration::from_millis(50), "{excluded:?}");
+        assert!(
+            excluded + Duration::from_millis(10) <= started.elapsed(),
+            "{excluded:?} of {:?}",
+            started.elapsed()
+        );
+        // Outside a request the work only runs.
+        assert_eq!(exclude_from_sli(async { 7 }).await, 7);
     }
 
     #[test]

@@ -591,6 +591,25 @@ async fn metrics_report_request_and_storage_latency() {
             r#"apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"}"#
         ) >= 1
     );
+    // The SLI latency of both, and the size of the read's answer (upstream measures reads
+    // only: the create has none).
+    let sli =
+        r#"component="apiserver",group="",resource="configmaps",scope="resource",subresource="""#;
+    for verb in ["POST", "GET"] {
+        assert!(
+            count(&format!(
+                r#"apiserver_request_sli_duration_seconds_count{{{sli},verb="{verb}",version="v1"}}"#
+            )) >= 1
+        );
+    }
+    assert!(
+        count(&format!(
+            r#"apiserver_response_sizes_count{{{sli},verb="GET",version="v1"}}"#
+        )) >= 1
+    );
+    assert!(!text.contains(&format!(
+        r#"apiserver_response_sizes_count{{{sli},verb="POST""#
+    )));
     // The create went to storage once, under the configmaps prefix.
     assert!(
         count(

@@ -162,6 +162,30 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
     let (code, _, v) = create("d", "slow-ignore").await;
     assert_eq!(code, 201, "{v}");
 
+    // Their waits for the webhook (1 s each, the timeout) are in the creates' latency
+    // and left out of the SLI latency, as upstream's apiserver_request_sli_duration_seconds.
+    let metrics = c
+        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+        .await
+        .unwrap();
+    let sum = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    };
+    let labels = r#"group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"}"#;
+    let latency = sum(&format!(
+        r#"apiserver_request_duration_seconds_sum{{component="apiserver",dry_run="",{labels}"#
+    ));
+    let sli = sum(&format!(
+        r#"apiserver_request_sli_duration_seconds_sum{{component="apiserver",{labels}"#
+    ));
+    assert!(
+        latency - sli >= 2.0,
+        "the webhooks' 2 s are not left out of the SLI: latency {latency}, SLI {sli}"
+    );
+
     // A namespace selector: only namespaces labelled webhooks=on see the webhook.
     for (ns, labels) in [("hooked", json!({"webhooks": "on"})), ("plain", json!({}))] {
         let (code, _, v) = send(&c, "POST", "/api/v1/namespaces",

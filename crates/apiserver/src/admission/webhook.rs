@@ -687,7 +687,8 @@ impl MutatingWebhook {
         object: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let Outcome::Verdict(v) = invoke(&self.0, hook, a, Some(&*object), old).await? else {
+        let called = invoke(&self.0, hook, a, Some(&*object), old);
+        let Outcome::Verdict(v) = crate::metrics::exclude_from_sli(called).await? else {
             return Ok(());
         };
         annotate(a, &hook.name, &v);
@@ -750,7 +751,9 @@ impl Plugin for ValidatingWebhook {
         let calls = chosen
             .iter()
             .map(|hook| invoke(&self.0, hook, a, object, old));
-        let outcomes = futures::future::join_all(calls).await;
+        // They run at once: the request waits for the slowest, which is what its SLI
+        // latency leaves out.
+        let outcomes = crate::metrics::exclude_from_sli(futures::future::join_all(calls)).await;
         let mut first_error = None;
         for (hook, outcome) in chosen.iter().zip(outcomes) {
             match outcome {
