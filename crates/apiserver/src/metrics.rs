@@ -506,6 +506,7 @@ impl Metrics {
             "# HELP apiserver_current_inflight_requests Maximal number of currently used inflight request limit of this apiserver per request kind in last second.\n# TYPE apiserver_current_inflight_requests gauge\napiserver_current_inflight_requests{{request_kind=\"mutating\"}} {mutating}\napiserver_current_inflight_requests{{request_kind=\"readOnly\"}} {read_only}"
         );
         self.config_reloads.render(&mut out);
+        ferrokube_auth::authn::write_client_certificate_metrics(&mut out);
         for collector in &self.collectors {
             collector.collect(&mut out);
         }

@@ -16,7 +16,10 @@ pub use oidc::{OidcAuthenticator, OidcConfig};
 pub use request_header::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use serviceaccount::ServiceAccountTokenAuthenticator;
 pub use token::{Bearer, TokenFileAuthenticator, bearer_token};
-pub use x509::{ClientCa, X509Authenticator, client_cert_verifier, dynamic_client_cert_verifier};
+pub use x509::{
+    ClientCa, X509Authenticator, client_cert_verifier, dynamic_client_cert_verifier,
+    write_client_certificate_metrics,
+};
 
 use http::HeaderMap;
 use rustls_pki_types::CertificateDer;

@@ -349,3 +349,48 @@ fn tls_verifier_allows_no_cert_accepts_good_cert_rejects_foreign_cert() {
     // Certificate from another CA: the handshake fails.
     assert!(handshake(&server_ca, client_ca.cert_pem(), Some(&foreign)).is_err());
 }
+
+/// The count of `apiserver_client_certificate_expiration_seconds_bucket{le=...}`.
+fn expiration_bucket(le: &str) -> u64 {
+    let mut page = String::new();
+    ferrokube_auth::authn::write_client_certificate_metrics(&mut page);
+    let prefix = format!("apiserver_client_certificate_expiration_seconds_bucket{{le=\"{le}\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn every_presented_certificate_has_its_remaining_lifetime_observed() {
+    // 90 minutes left: between the 1 h and 2 h buckets, where no other test's
+    // certificate falls (the others have a year, or days, or none).
+    let ca = CertificateAuthority::generate("client-ca").unwrap();
+    let issued = ca
+        .issue_client_cert(
+            "short",
+            &[],
+            Validity::starting_now(Duration::from_secs(90 * 60)),
+        )
+        .unwrap();
+    let foreign = CertificateAuthority::generate("other")
+        .unwrap()
+        .issue_client_cert(
+            "short",
+            &[],
+            Validity::starting_now(Duration::from_secs(90 * 60)),
+        )
+        .unwrap();
+    let auth = X509Authenticator::new(ca.cert_pem()).unwrap();
+    let in_range = || expiration_bucket("7200") - expiration_bucket("3600");
+    let before = in_range();
+    // Once verified, once from the remembered chain, and once for a certificate that
+    // does not verify (upstream observes before verifying).
+    authenticate(&auth, &[der(&issued.cert_pem)])
+        .unwrap()
+        .unwrap();
+    authenticate(&auth, &[der(&issued.cert_pem)])
+        .unwrap()
+        .unwrap();
+    assert!(authenticate(&auth, &[der(&foreign.cert_pem)]).is_err());
+    assert_eq!(in_range() - before, 3);
+}

@@ -610,6 +610,9 @@ async fn metrics_report_request_and_storage_latency() {
     assert!(!text.contains(&format!(
         r#"apiserver_response_sizes_count{{{sli},verb="POST""#
     )));
+    // The test client authenticates with a certificate: its remaining lifetime is
+    // observed (process-wide, as upstream's x509 authenticator does).
+    assert!(count("apiserver_client_certificate_expiration_seconds_count") >= 1);
     // The create went to storage once, under the configmaps prefix.
     assert!(
         count(

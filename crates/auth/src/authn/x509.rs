@@ -3,7 +3,9 @@
 //! name, each O → a group (upstream's `CommonNameUserConversion`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
+
+use ferrokube_component_base::metrics::HistogramVec;
 
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
@@ -15,6 +17,51 @@ use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use super::{AuthError, AuthRequest, Authenticator};
 use crate::user::{CREDENTIAL_ID_KEY, UserInfo};
+
+/// `apiserver_client_certificate_expiration_seconds` (upstream's x509 authenticator):
+/// the remaining lifetime of the leaf certificate of every request that presents one,
+/// before it is verified. Process-wide, as upstream's; the apiserver writes it on
+/// `/metrics` with [`write_client_certificate_metrics`].
+static CLIENT_CERTIFICATE_EXPIRATION: LazyLock<HistogramVec<0>> = LazyLock::new(|| {
+    HistogramVec::histogram(
+        "apiserver_client_certificate_expiration_seconds",
+        "[ALPHA] Distribution of the remaining lifetime on the certificate used to authenticate a request.",
+        [],
+        &[
+            0.0, 1800.0,     // 30 minutes
+            3600.0,     // 1 hour
+            7200.0,     // 2 hours
+            21600.0,    // 6 hours
+            43200.0,    // 12 hours
+            86400.0,    // 1 day
+            172800.0,   // 2 days
+            345600.0,   // 4 days
+            604800.0,   // 1 week
+            2592000.0,  // 1 month
+            7776000.0,  // 3 months
+            15552000.0, // 6 months
+            31104000.0, // 1 year
+        ],
+    )
+});
+
+/// Writes the client certificate metrics (for the apiserver's `/metrics`).
+pub fn write_client_certificate_metrics(out: &mut String) {
+    CLIENT_CERTIFICATE_EXPIRATION.render(out);
+}
+
+fn observe_remaining_lifetime(leaf_not_after: Option<i64>, now: UnixTime) {
+    if let Some(not_after) = leaf_not_after {
+        let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        CLIENT_CERTIFICATE_EXPIRATION.observe([], not_after.saturating_sub(now) as f64);
+    }
+}
+
+/// The leaf's notAfter, in seconds since the epoch (`None`: it does not parse).
+fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
+    let (_, cert) = X509Certificate::from_der(leaf.as_ref()).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -158,7 +205,8 @@ impl ferrokube_pki::serving::ClientVerifierSource for CurrentBundles {
 /// CA no longer in the bundle is not admitted again.
 pub struct X509Authenticator {
     ca: Arc<ClientCa>,
-    verified: VerifiedChains<Option<UserInfo>>,
+    /// The user of each remembered chain, and its leaf's notAfter.
+    verified: VerifiedChains<(Option<UserInfo>, Option<i64>)>,
 }
 
 /// Most chains remembered; the map is emptied when full (clients are few).
@@ -342,15 +390,20 @@ impl X509Authenticator {
         };
         let ca = self.ca.current();
         let digest = chain_digest(chain);
-        if let Some(user) = self.verified.get(&digest, now.as_secs(), ca.generation) {
+        if let Some((user, leaf_not_after)) =
+            self.verified.get(&digest, now.as_secs(), ca.generation)
+        {
+            observe_remaining_lifetime(leaf_not_after, now);
             return Ok(user);
         }
+        let leaf_not_after = not_after(leaf);
+        observe_remaining_lifetime(leaf_not_after, now);
         // Outside the remembered window (or never seen): the full verification, which
         // also gives the precise error.
         verify_chain(ca.verifier.as_ref(), chain, now)?;
         let user = user_from_leaf(leaf)?;
         self.verified
-            .insert(chain, digest, user.clone(), ca.generation);
+            .insert(chain, digest, (user.clone(), leaf_not_after), ca.generation);
         Ok(user)
     }
 }
