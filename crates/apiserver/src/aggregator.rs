@@ -56,6 +56,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo, SubresourceInfo};
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_component_base::metrics::{CounterVec, GaugeVec};
 use ferrokube_openapi::Served;
 use ferrokube_registry::custom::version_priority;
 use ferrokube_registry::store::{
@@ -182,6 +183,12 @@ pub(crate) struct Aggregator {
     /// The connections to extension apiservers, kept across the passes that rebuild
     /// the remotes.
     pools: HttpsPools,
+    /// `aggregator_unavailable_apiservice`: 1 for each APIService whose Available
+    /// condition is not True, 0 for the others.
+    unavailable: GaugeVec<1>,
+    /// `aggregator_unavailable_apiservice_total`: each time one became unavailable, by
+    /// the reason it was given.
+    became_unavailable: CounterVec<2>,
 }
 
 /// Remote APIService configurations whose connections are kept at once.
@@ -196,7 +203,23 @@ impl Aggregator {
             published: tokio::sync::Notify::new(),
             openapi: watch::Sender::new(Arc::default()),
             pools: HttpsPools::new(REMOTE_POOLS),
+            unavailable: GaugeVec::new(
+                "aggregator_unavailable_apiservice",
+                "[ALPHA] Gauge of APIServices which are marked as unavailable broken down by APIService name.",
+                ["name"],
+            ),
+            became_unavailable: CounterVec::new(
+                "aggregator_unavailable_apiservice_total",
+                "[ALPHA] Counter of APIServices which are marked as unavailable broken down by APIService name and reason.",
+                ["name", "reason"],
+            ),
         }
+    }
+
+    /// The availability metrics (upstream's kube-aggregator status controller's).
+    pub fn render_metrics(&self, out: &mut String) {
+        self.unavailable.render(out);
+        self.became_unavailable.render(out);
     }
 
     /// The extension apiservers' OpenAPI documents, replaced whenever they change.
@@ -1219,6 +1242,9 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
         .iter()
         .map(|o| ferrokube_registry::meta::name(o).to_string())
         .collect();
+    aggregator
+        .unavailable
+        .retain(|[name]| existing.contains(&**name));
     let desired = desired_local(&aggregator.config.enablement, registry);
     for (name, obj) in &desired {
         if !existing.contains(name)
@@ -1266,7 +1292,16 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
                 availability
             }
         };
-        set_available(store, o, availability).await;
+        let name = ferrokube_registry::meta::name(o);
+        let is_available = availability.0 == "True";
+        aggregator
+            .unavailable
+            .set([name], if is_available { 0.0 } else { 1.0 });
+        let reason = availability.1;
+        let was_available = available_condition(o).is_some_and(|c| c["status"] == "True");
+        if set_available(store, o, availability).await && was_available && !is_available {
+            aggregator.became_unavailable.inc([name, reason]);
+        }
     }
     let any = !remotes.is_empty();
     aggregator.publish(remotes);
@@ -1285,20 +1320,29 @@ fn service_ref(spec: &Value) -> Option<ServiceRef> {
     })
 }
 
-/// Writes the Available condition when it differs (the transition time moves only
-/// when the status does), as upstream's `updateAPIServiceStatus`.
-async fn set_available(store: &Store, obj: &Value, (status, reason, message): Availability) {
-    let current = obj["status"]["conditions"]
+/// The APIService's Available condition.
+fn available_condition(obj: &Value) -> Option<&Value> {
+    obj["status"]["conditions"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|c| c["type"] == "Available");
+        .find(|c| c["type"] == "Available")
+}
+
+/// Writes the Available condition when it differs (the transition time moves only
+/// when the status does), as upstream's `updateAPIServiceStatus`; whether it wrote it.
+async fn set_available(
+    store: &Store,
+    obj: &Value,
+    (status, reason, message): Availability,
+) -> bool {
+    let current = available_condition(obj);
     if let Some(c) = current
         && c["status"] == status
         && c["reason"] == reason
         && c["message"] == message.as_str()
     {
-        return;
+        return false;
     }
     let transition = match current {
         Some(c) if c["status"] == status => c["lastTransitionTime"].clone(),
@@ -1320,7 +1364,7 @@ async fn set_available(store: &Store, obj: &Value, (status, reason, message): Av
     }));
     let name = ferrokube_registry::meta::name(obj);
     let patch = json!({"status": {"conditions": conditions}});
-    if let Err(e) = store
+    match store
         .update(
             None,
             name,
@@ -1332,9 +1376,14 @@ async fn set_available(store: &Store, obj: &Value, (status, reason, message): Av
             },
         )
         .await
-        && !e.is_not_found()
     {
-        tracing::warn!(apiservice = name, error = %e, "updating an APIService's status failed");
+        Ok(_) => true,
+        Err(e) => {
+            if !e.is_not_found() {
+                tracing::warn!(apiservice = name, error = %e, "updating an APIService's status failed");
+            }
+            false
+        }
     }
 }
 

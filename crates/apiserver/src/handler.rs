@@ -713,6 +713,7 @@ async fn route(
         ["metrics"] if get => {
             let mut page = state.metrics.render();
             crate::metrics::render_storage_objects(&state.registry, &mut page);
+            state.aggregator.render_metrics(&mut page);
             return Ok(respond(StatusCode::OK, "text/plain; version=0.0.4", page));
         }
         // Upstream installs `/api` only with the core group, so turning core/v1 off

@@ -548,6 +548,40 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     let (code, _) = send(&client, "DELETE", slice_path, Value::Null).await;
     assert_eq!(code, 200);
     assert!(becomes(&client, APISERVICE, "False", "EndpointsNotFound").await);
+    // Upstream's availability metrics: this one unavailable, once since it was
+    // available, for that reason; the local ones available.
+    let metric = |series: String| {
+        let client = client.clone();
+        async move {
+            let page = client
+                .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+                .await
+                .unwrap();
+            page.lines()
+                .find_map(|l| l.strip_prefix(&series)?.trim().parse::<f64>().ok())
+        }
+    };
+    assert!(
+        eventually(|| async {
+            metric(format!(
+                r#"aggregator_unavailable_apiservice_total{{name="{APISERVICE}",reason="EndpointsNotFound"}}"#
+            ))
+            .await
+                == Some(1.0)
+        })
+        .await
+    );
+    assert_eq!(
+        metric(format!(
+            r#"aggregator_unavailable_apiservice{{name="{APISERVICE}"}}"#
+        ))
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(r#"aggregator_unavailable_apiservice{name="v1.apps"}"#.to_string()).await,
+        Some(0.0)
+    );
     assert!(
         eventually(|| async { v3_entry(&client, V3_GV).await.is_none() }).await,
         "{V3_GV} still listed in /openapi/v3 while unavailable"
@@ -567,6 +601,13 @@ async fn remote_apiservices_are_checked_proxied_and_discovered() {
     .await;
     assert_eq!(code, 201, "{slice}");
     assert!(becomes(&client, APISERVICE, "True", "Passed").await);
+    assert_eq!(
+        metric(format!(
+            r#"aggregator_unavailable_apiservice{{name="{APISERVICE}"}}"#
+        ))
+        .await,
+        Some(0.0)
+    );
     assert!(
         eventually(|| async { v3_entry(&client, V3_GV).await.as_deref() == Some(url.as_str()) })
             .await,
