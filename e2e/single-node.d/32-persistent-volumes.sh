@@ -107,7 +107,17 @@ pv=$(k get pv e2e-local-pv -o 'jsonpath={.status.phase}/{.spec.claimRef.name}') 
 [ "$(cat "$PV_DIR/hello" 2>/dev/null)" = persisted ] ||
   fail "$PV_DIR/hello on the node holds '$(cat "$PV_DIR/hello" 2>&1)' (expected 'persisted')"
 k get pvc e2e-claim
-ok "claim Bound to the local volume; the file is on the node"
+# The kubelet measures the local volume (upstream's local plugin does; hostPath does not)
+# while the pod has it: the filesystem its directory is on.
+pv_metrics=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics") || fail "kubelet metrics: $pv_metrics"
+pv_series='{namespace="default",persistentvolumeclaim="e2e-claim"}'
+pv_capacity=$(awk -v s="kubelet_volume_stats_capacity_bytes$pv_series" '$1 == s { print $2 }' <<<"$pv_metrics")
+pv_fs=$(df -B1 --output=size "$PV_DIR" | tail -1 | tr -d ' ')
+[ -n "$pv_capacity" ] && [ "$(printf '%.0f' "$pv_capacity")" = "$pv_fs" ] ||
+  fail "kubelet_volume_stats_capacity_bytes$pv_series is '$pv_capacity' (the filesystem of $PV_DIR has $pv_fs bytes): $(grep -m3 kubelet_volume_stats <<<"$pv_metrics")"
+grep -q "^kubelet_volume_stats_inodes_used$pv_series [0-9]" <<<"$pv_metrics" ||
+  fail "no kubelet_volume_stats_inodes_used$pv_series"
+ok "claim Bound to the local volume; the file is on the node; the kubelet reports the volume's capacity ($pv_capacity bytes) and inodes"
 
 step "persistent volumes: the claim deleted, the volume is Released and kept (Retain)"
 k delete pod e2e-pv-writer --wait=true >/dev/null 2>&1 || fail "delete pod"

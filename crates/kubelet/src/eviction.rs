@@ -332,8 +332,7 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<(&'static 
     if !limits.is_empty() {
         let pod_limit: i64 = limits.iter().sum();
         let disk_volumes: i64 = stats
-            .volume
-            .iter()
+            .ephemeral_volumes()
             .filter_map(|v| v.fs.used_bytes)
             .sum::<u64>() as i64;
         let used: i64 = spec
@@ -416,13 +415,11 @@ pub fn candidate(
     };
     let volumes: i64 = match (resource, stats) {
         ("ephemeral-storage", Some(st)) => st
-            .volume
-            .iter()
+            .ephemeral_volumes()
             .filter_map(|v| v.fs.used_bytes)
             .sum::<u64>() as i64,
         ("", Some(st)) if signal != "pid.available" => st
-            .volume
-            .iter()
+            .ephemeral_volumes()
             .filter_map(|v| v.fs.inodes_used)
             .sum::<u64>() as i64,
         _ => 0,
@@ -878,6 +875,7 @@ mod tests {
             volume: vec![VolumeStats {
                 fs: used(volume),
                 name: "scratch".into(),
+                pvc_ref: None,
             }],
             containers: vec![ContainerStats {
                 name: "c".into(),

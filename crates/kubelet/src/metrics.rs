@@ -133,6 +133,9 @@ pub fn operation_type(method: &str) -> String {
 pub struct KubeletGauges {
     /// This kubelet's node (`kubelet_node_name`).
     pub node_name: String,
+    /// The filesystem figures of the claimed volumes this kubelet measures, by
+    /// `(namespace, claim)` (`kubelet_volume_stats_*`).
+    pub volume_stats: BTreeMap<(String, String), crate::stats::FsStats>,
     /// Pods with a running sandbox.
     pub running_pods: u64,
     /// Containers by CRI state label (`running`, `exited`, `created`, `unknown`).
@@ -234,6 +237,7 @@ impl KubeletMetrics {
                 "kubelet_running_containers{{container_state=\"{state}\"}} {n}"
             );
         }
+        render_volume_stats(&mut out, &gauges.volume_stats);
         self.pod_start.render(&mut out);
         self.pod_worker_duration.render(&mut out);
         self.started_pods.render(&mut out);
@@ -341,6 +345,66 @@ impl ProberMetrics {
         self.duration.render(&mut out);
         self.results.render(&mut out);
         out
+    }
+}
+
+/// Upstream's volume stats collector: each claimed volume's bytes and inodes, labelled by
+/// its claim (a claim two pods use shows once).
+fn render_volume_stats(
+    out: &mut String,
+    volumes: &BTreeMap<(String, String), crate::stats::FsStats>,
+) {
+    type Pick = fn(&crate::stats::FsStats) -> Option<u64>;
+    let families: [(&str, &str, Pick); 6] = [
+        (
+            "kubelet_volume_stats_available_bytes",
+            "Number of available bytes in the volume",
+            |f| f.available_bytes,
+        ),
+        (
+            "kubelet_volume_stats_capacity_bytes",
+            "Capacity in bytes of the volume",
+            |f| f.capacity_bytes,
+        ),
+        (
+            "kubelet_volume_stats_inodes",
+            "Maximum number of inodes in the volume",
+            |f| f.inodes,
+        ),
+        (
+            "kubelet_volume_stats_inodes_free",
+            "Number of free inodes in the volume",
+            |f| f.inodes_free,
+        ),
+        (
+            "kubelet_volume_stats_inodes_used",
+            "Number of used inodes in the volume",
+            |f| f.inodes_used,
+        ),
+        (
+            "kubelet_volume_stats_used_bytes",
+            "Number of used bytes in the volume",
+            |f| f.used_bytes,
+        ),
+    ];
+    for (name, help, pick) in families {
+        let samples: Vec<_> = volumes
+            .iter()
+            .filter_map(|(claim, fs)| Some((claim, pick(fs)?)))
+            .collect();
+        if samples.is_empty() {
+            continue;
+        }
+        family(out, name, "gauge", help);
+        for ((namespace, claim), value) in samples {
+            let _ = writeln!(
+                out,
+                "{name}{{namespace=\"{}\",persistentvolumeclaim=\"{}\"}} {}",
+                escape(namespace),
+                escape(claim),
+                format_float(value as f64)
+            );
+        }
     }
 }
 
@@ -505,8 +569,14 @@ mod tests {
         m.observe_container_started("container", None);
         m.observe_container_started("init_container", Some("ErrImagePull"));
         m.observe_eviction("memory.available");
+        let volume = crate::stats::FsStats {
+            capacity_bytes: Some(270_553_174_016),
+            inodes_used: Some(12),
+            ..Default::default()
+        };
         let page = m.render(&KubeletGauges {
             node_name: "node-a".into(),
+            volume_stats: [(("ns".to_string(), "data".to_string()), volume)].into(),
             running_pods: 2,
             containers_by_state: [("running".to_string(), 3), ("exited".to_string(), 1)].into(),
         });
@@ -531,6 +601,9 @@ mod tests {
             "kubelet_started_containers_total{container_type=\"init_container\"} 1",
             "kubelet_started_containers_errors_total{code=\"ErrImagePull\",container_type=\"init_container\"} 1",
             "kubelet_evictions{eviction_signal=\"memory.available\"} 1",
+            "# HELP kubelet_volume_stats_capacity_bytes [ALPHA] Capacity in bytes of the volume",
+            "kubelet_volume_stats_capacity_bytes{namespace=\"ns\",persistentvolumeclaim=\"data\"} 2.70553174016e+11",
+            "kubelet_volume_stats_inodes_used{namespace=\"ns\",persistentvolumeclaim=\"data\"} 12",
             "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1",
             "kubelet_runtime_operations_errors_total{operation_type=\"list_containers\"} 1",
             "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 0",

@@ -350,8 +350,19 @@ fn prometheus(body: String) -> Response<Body> {
 
 /// The gauges of `/metrics`, read from the runtime at scrape time.
 async fn gauges(kubelet: &Kubelet) -> crate::metrics::KubeletGauges {
+    let now = crate::stats::StatsTime(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    let claims = kubelet.runtime().volumes().all_local_claims();
     let mut g = crate::metrics::KubeletGauges {
         node_name: kubelet.config().node_name.clone(),
+        volume_stats: crate::stats::local_claim_stats(&claims, &now)
+            .into_iter()
+            .filter_map(|v| {
+                let claim = v.pvc_ref?;
+                Some(((claim.namespace, claim.name), v.fs))
+            })
+            .collect(),
         ..Default::default()
     };
     let Ok(pods) = kubelet.runtime().runtime_pods().await else {

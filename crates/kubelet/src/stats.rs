@@ -172,6 +172,15 @@ pub struct VolumeStats {
     #[serde(flatten)]
     pub fs: FsStats,
     pub name: String,
+    /// The claim the volume is of, for a `persistentVolumeClaim` volume.
+    #[serde(rename = "pvcRef", skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PvcReference {
+    pub name: String,
+    pub namespace: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -191,6 +200,14 @@ pub struct PodStats {
     pub ephemeral_storage: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
+}
+
+impl PodStats {
+    /// The pod's ephemeral volumes (emptyDirs): its claimed volumes are not its
+    /// ephemeral storage.
+    pub fn ephemeral_volumes(&self) -> impl Iterator<Item = &VolumeStats> {
+        self.volume.iter().filter(|v| v.pvc_ref.is_none())
+    }
 }
 
 // ------------------------------------------------------------------ pure parts
@@ -686,14 +703,21 @@ pub async fn collect(
         .map(|p| {
             let mut containers = by_pod.remove(uid(p)).unwrap_or_default();
             containers.sort_by(|a, b| a.name.cmp(&b.name));
-            let volume = if full {
+            let mut volume = if full {
                 empty_dir_stats(&cfg.root_dir, p, &now)
             } else {
                 vec![]
             };
             let (cpu, memory) = pod_totals(&containers, &now);
+            // Only the ephemeral volumes count as the pod's ephemeral storage.
             let ephemeral =
                 full.then(|| ephemeral_storage(&containers, &volume, node_fs.as_ref(), &now));
+            if full {
+                volume.extend(local_claim_stats(
+                    &kubelet.runtime().volumes().local_claims(uid(p)),
+                    &now,
+                ));
+            }
             PodStats {
                 pod_ref: PodReference {
                     name: name(p).to_owned(),
@@ -731,6 +755,27 @@ fn image_fs_or(node: &NodeStats, now: &StatsTime) -> FsStats {
         })
 }
 
+/// The filesystem figures of claimed local volumes (upstream's local plugin measures the
+/// filesystem its path is on: `MetricsStatFS`).
+pub fn local_claim_stats(
+    claims: &[crate::volume_manager::LocalClaimVolume],
+    now: &StatsTime,
+) -> Vec<VolumeStats> {
+    claims
+        .iter()
+        .filter_map(|c| {
+            Some(VolumeStats {
+                fs: statvfs_stats(&c.path, now)?,
+                name: c.volume.clone(),
+                pvc_ref: Some(PvcReference {
+                    name: c.claim.clone(),
+                    namespace: c.namespace.clone(),
+                }),
+            })
+        })
+        .collect()
+}
+
 /// Usage of the pod's disk-backed emptyDir volumes (memory-backed ones are not
 /// ephemeral storage and are left out, as upstream's summary does for tmpfs).
 fn empty_dir_stats(root: &Path, pod: &Pod, now: &StatsTime) -> Vec<VolumeStats> {
@@ -754,6 +799,7 @@ fn empty_dir_stats(root: &Path, pod: &Pod, now: &StatsTime) -> Vec<VolumeStats> 
             Some(VolumeStats {
                 fs,
                 name: v.name.clone(),
+                pvc_ref: None,
             })
         })
         .collect()
@@ -809,6 +855,7 @@ mod tests {
                         ..Default::default()
                     },
                     name: "scratch".into(),
+                    pvc_ref: None,
                 }],
                 ephemeral_storage: Some(FsStats {
                     time: t(),
@@ -831,6 +878,35 @@ mod tests {
         assert_eq!(v["node"]["swap"]["swapUsageBytes"], 3);
         assert!(v["node"]["swap"].get("swapAvailableBytes").is_none());
         assert!(v["node"].get("cpu").is_none(), "absent stats are left out");
+        assert!(v["pods"][0]["volume"][0].get("pvcRef").is_none());
+    }
+
+    #[test]
+    fn claimed_local_volumes_are_measured_with_their_claim() {
+        let dir = std::env::temp_dir();
+        let claims = [crate::volume_manager::LocalClaimVolume {
+            volume: "data".into(),
+            claim: "db".into(),
+            namespace: "shop".into(),
+            path: dir.clone(),
+        }];
+        let stats = local_claim_stats(&claims, &t());
+        let v = serde_json::to_value(&stats).unwrap();
+        assert_eq!(v[0]["name"], "data");
+        assert_eq!(
+            v[0]["pvcRef"],
+            serde_json::json!({"name": "db", "namespace": "shop"})
+        );
+        assert_eq!(
+            stats[0].fs.capacity_bytes,
+            statvfs_stats(&dir, &t()).unwrap().capacity_bytes
+        );
+        // Not the pod's ephemeral storage.
+        let pod = PodStats {
+            volume: stats,
+            ..Default::default()
+        };
+        assert_eq!(pod.ephemeral_volumes().count(), 0);
     }
 
     #[test]
@@ -885,6 +961,7 @@ mod tests {
                 ..Default::default()
             },
             name: "v".into(),
+            pvc_ref: None,
         };
         let node = FsStats {
             time: t(),

@@ -15,11 +15,11 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::atomic_writer;
 use crate::config::NodeConfig;
 use crate::env::EnvSources;
-use crate::sandbox::{spec, uid};
+use crate::sandbox::{namespace, spec, uid};
 use crate::volume::{
-    HostFileKind, HostPathAction, ResolvedClaim, VolumeError, VolumeKind, claim_action,
-    container_dir, host_path_action, parse_mountinfo, pod_dir, resolve_claim, volume_dir,
-    volume_payload,
+    ClaimSource, HostFileKind, HostPathAction, ResolvedClaim, VolumeError, VolumeKind,
+    claim_action, container_dir, host_path_action, parse_mountinfo, pod_dir, resolve_claim,
+    volume_dir, volume_payload,
 };
 
 /// Upstream `SetVolumeOwnership` for a pod's `fsGroup`: every file and directory under
@@ -162,6 +162,22 @@ pub struct VolumeManager {
     /// `(pod UID, volume name)` of claimed local volumes the pod's fsGroup already owns:
     /// upstream sets a local volume's ownership when it mounts it, once, not on every sync.
     owned: Arc<parking_lot::Mutex<BTreeSet<(String, String)>>>,
+    /// The claimed local volumes each pod has set up, by pod UID: the volumes whose
+    /// usage the kubelet reports (upstream's local plugin measures its volumes; its
+    /// hostPath plugin does not).
+    local_claims: Arc<parking_lot::Mutex<BTreeMap<String, Vec<LocalClaimVolume>>>>,
+}
+
+/// A pod's volume of a claim bound to a `local` PersistentVolume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalClaimVolume {
+    /// The pod's volume name.
+    pub volume: String,
+    /// The PersistentVolumeClaim, in the pod's namespace.
+    pub claim: String,
+    pub namespace: String,
+    /// The local path mounted.
+    pub path: PathBuf,
 }
 
 impl VolumeManager {
@@ -169,6 +185,7 @@ impl VolumeManager {
         VolumeManager {
             root: root.into(),
             owned: Arc::default(),
+            local_claims: Arc::default(),
         }
     }
 
@@ -198,6 +215,7 @@ impl VolumeManager {
         // Volumes whose mount failed: each is reported on its own, as upstream's
         // reconciler mounts each volume in its own operation.
         let mut failed: Vec<VolumeError> = vec![];
+        let mut local_claims: Vec<LocalClaimVolume> = vec![];
         for v in spec(pod).volumes.iter().flatten() {
             let mut kind = VolumeKind::of(v);
             let mut set_up = || -> Result<PathBuf, VolumeError> {
@@ -221,7 +239,22 @@ impl VolumeManager {
                             }
                         };
                         *read_only = resolved.read_only;
-                        self.setup_claim(pod_uid, &v.name, &resolved, fs_group, on_root_mismatch)?
+                        let path = self.setup_claim(
+                            pod_uid,
+                            &v.name,
+                            &resolved,
+                            fs_group,
+                            on_root_mismatch,
+                        )?;
+                        if matches!(resolved.source, ClaimSource::Local { .. }) {
+                            local_claims.push(LocalClaimVolume {
+                                volume: v.name.clone(),
+                                claim: claim.clone(),
+                                namespace: namespace(pod).to_owned(),
+                                path: path.clone(),
+                            });
+                        }
+                        path
                     }
                     _ => {
                         let plugin = kind.plugin_dir().unwrap_or("kubernetes.io~unknown");
@@ -285,6 +318,14 @@ impl VolumeManager {
                     volume: v.name.clone(),
                     why: e.to_string(),
                 }),
+            }
+        }
+        {
+            let mut known = self.local_claims.lock();
+            if local_claims.is_empty() {
+                known.remove(pod_uid);
+            } else {
+                known.insert(pod_uid.to_owned(), local_claims);
             }
         }
         if !not_processed.is_empty() {
@@ -376,8 +417,28 @@ impl VolumeManager {
     }
 
     /// Unmounts everything under the pod's directory (deepest first), then removes it.
+    /// The claimed local volumes of the pod `pod_uid` (as its last setup found them).
+    pub fn local_claims(&self, pod_uid: &str) -> Vec<LocalClaimVolume> {
+        self.local_claims
+            .lock()
+            .get(pod_uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every pod's claimed local volumes.
+    pub fn all_local_claims(&self) -> Vec<LocalClaimVolume> {
+        self.local_claims
+            .lock()
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
         self.owned.lock().retain(|(uid, _)| uid != pod_uid);
+        self.local_claims.lock().remove(pod_uid);
         let dir = pod_dir(&self.root, pod_uid);
         if pod_uid.is_empty() || !dir.exists() {
             return Ok(());
