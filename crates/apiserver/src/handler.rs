@@ -168,6 +168,9 @@ pub(crate) async fn serve(
         req.headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok()),
+        req.headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
         req.uri().query(),
     );
     let accepts_gzip = accepts_gzip(req.headers());
@@ -227,15 +230,17 @@ pub(crate) async fn serve(
     } else {
         resp
     };
-    state.metrics.observe(
-        &labels,
-        crate::metrics::RequestOutcome {
-            code: resp.status().as_u16(),
-            seconds: start.elapsed().as_secs_f64(),
-            excluded_seconds: excluded.as_secs_f64(),
-            response_bytes: hyper::body::Body::size_hint(resp.body()).exact(),
-        },
-    );
+    if let Some(labels) = &labels {
+        state.metrics.observe(
+            labels,
+            crate::metrics::RequestOutcome {
+                code: resp.status().as_u16(),
+                seconds: start.elapsed().as_secs_f64(),
+                excluded_seconds: excluded.as_secs_f64(),
+                response_bytes: hyper::body::Body::size_hint(resp.body()).exact(),
+            },
+        );
+    }
     let mut resp = with_hsts(&state, resp);
     if let Some(cors) = cors {
         resp.headers_mut().extend(cors);

@@ -91,25 +91,52 @@ pub struct RequestLabels {
 
 impl RequestLabels {
     /// The labels of a request with these authorization attributes, HTTP method,
-    /// `Content-Type` and query.
+    /// `Content-Type`, `Accept` and query; `None` for a request upstream does not
+    /// instrument (non-resource paths other than its health checks, OpenAPI v3 and
+    /// aggregated discovery), which then counts in no request metric, as upstream.
     pub fn of(
         attrs: &ferrokube_auth::authz::Attributes,
         method: &str,
         content_type: Option<&str>,
+        accept: Option<&str>,
+        query: Option<&str>,
+    ) -> Option<RequestLabels> {
+        if !attrs.resource_request {
+            return Self::non_resource(&attrs.path, method, accept);
+        }
+        Some(Self::resource(attrs, content_type, query))
+    }
+
+    /// Upstream's instrumented non-resource handlers: each names its path in
+    /// `subresource` (the OpenAPI v3 ones without the leading slash), with the component
+    /// set only by aggregated discovery.
+    fn non_resource(path: &str, method: &str, accept: Option<&str>) -> Option<RequestLabels> {
+        let (subresource, component) = match path {
+            "/healthz" | "/livez" | "/readyz" => (path, ""),
+            "/openapi/v3" => ("openapi/v3", ""),
+            p if p.starts_with("/openapi/v3/") => ("openapi/v3/", ""),
+            "/api" | "/apis" if crate::discovery::wants_aggregated(accept).is_some() => {
+                (path, "apiserver")
+            }
+            _ => return None,
+        };
+        Some(RequestLabels {
+            verb: method.to_ascii_uppercase(),
+            dry_run: String::new(),
+            group: String::new(),
+            version: String::new(),
+            resource: String::new(),
+            subresource: subresource.to_string(),
+            scope: "",
+            component,
+        })
+    }
+
+    fn resource(
+        attrs: &ferrokube_auth::authz::Attributes,
+        content_type: Option<&str>,
         query: Option<&str>,
     ) -> RequestLabels {
-        if !attrs.resource_request {
-            return RequestLabels {
-                verb: method.to_ascii_uppercase(),
-                dry_run: String::new(),
-                group: String::new(),
-                version: String::new(),
-                resource: String::new(),
-                subresource: String::new(),
-                scope: "",
-                component: "apiserver",
-            };
-        }
         let connects = matches!(
             (attrs.resource.as_str(), attrs.subresource.as_str()),
             ("pods", "exec" | "attach" | "portforward" | "proxy") | ("services" | "nodes", "proxy")
@@ -712,7 +739,14 @@ mod tests {
     #[test]
     fn requests_carry_upstreams_labels() {
         let of = |method: &str, path: &str, query: Option<&str>, content_type: Option<&str>| {
-            let l = RequestLabels::of(&attrs(method, path, query), method, content_type, query);
+            let l = RequestLabels::of(
+                &attrs(method, path, query),
+                method,
+                content_type,
+                None,
+                query,
+            )
+            .expect("a resource request is instrumented");
             (
                 l.verb,
                 l.scope,
@@ -801,10 +835,43 @@ mod tests {
             of("DELETE", "/api/v1/namespaces/d/configmaps", None, None).0,
             "DELETECOLLECTION"
         );
+    }
+
+    #[test]
+    fn non_resource_requests_are_labelled_as_upstreams_instrumented_handlers() {
+        let of = |path: &str, accept: Option<&str>| {
+            RequestLabels::of(&attrs("GET", path, None), "GET", None, accept, None)
+                .map(|l| (l.verb, l.scope, l.subresource, l.component, l.resource))
+        };
+        let s = String::from;
+        for p in ["/healthz", "/livez", "/readyz"] {
+            assert_eq!(of(p, None), Some((s("GET"), "", s(p), "", s(""))));
+        }
+        assert_eq!(of("/openapi/v3", None).unwrap().2, "openapi/v3");
         assert_eq!(
-            of("GET", "/healthz", None, None),
-            (s("GET"), "", s(""), s(""), s(""), s(""), s(""))
+            of("/openapi/v3/apis/apps/v1", None).unwrap().2,
+            "openapi/v3/"
         );
+        let aggregated =
+            Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+        assert_eq!(
+            of("/apis", aggregated),
+            Some((s("GET"), "", s("/apis"), "apiserver", s("")))
+        );
+        assert_eq!(of("/api", aggregated).unwrap().2, "/api");
+        // Not instrumented upstream: no series at all (a slow /openapi/v2 with scope=""
+        // would land in the SLO rules' `scope=~"resource|"` reads).
+        for p in [
+            "/apis",
+            "/api",
+            "/version",
+            "/openapi/v2",
+            "/metrics",
+            "/healthz/etcd",
+            "/apis/apps/v1",
+        ] {
+            assert_eq!(of(p, None), None, "{p}");
+        }
     }
 
     #[test]
@@ -815,7 +882,9 @@ mod tests {
             "GET",
             None,
             None,
-        );
+            None,
+        )
+        .unwrap();
         let outcome = |code, seconds| RequestOutcome {
             code,
             seconds,
@@ -832,7 +901,9 @@ mod tests {
             "POST",
             None,
             None,
-        );
+            None,
+        )
+        .unwrap();
         m.observe(
             &create,
             RequestOutcome {

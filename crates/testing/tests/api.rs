@@ -571,6 +571,14 @@ async fn metrics_report_request_and_storage_latency() {
         .await
         .unwrap();
     cms.get("timed").await.unwrap();
+    // Non-resource requests: /readyz is one of upstream's instrumented handlers, /version
+    // is not and counts nowhere.
+    for path in ["/readyz", "/version"] {
+        client
+            .request_text(http::Request::get(path).body(vec![]).unwrap())
+            .await
+            .unwrap();
+    }
     let text = client
         .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
         .await
@@ -590,6 +598,16 @@ async fn metrics_report_request_and_storage_latency() {
         count(
             r#"apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"}"#
         ) >= 1
+    );
+    assert!(
+        count(
+            r#"apiserver_request_total{code="200",component="",dry_run="",group="",resource="",scope="",subresource="/readyz",verb="GET",version=""}"#
+        ) >= 1
+    );
+    assert!(
+        !text.contains(r#"subresource="/version""#)
+            && !text.contains(r#"subresource="",verb="GET",version=""}"#),
+        "{text}"
     );
     // The SLI latency of both, and the size of the read's answer (upstream measures reads
     // only: the create has none).
