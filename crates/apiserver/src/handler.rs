@@ -230,17 +230,32 @@ pub(crate) async fn serve(
     } else {
         resp
     };
-    if let Some(labels) = &labels {
-        state.metrics.observe(
-            labels,
-            crate::metrics::RequestOutcome {
-                code: resp.status().as_u16(),
-                seconds: start.elapsed().as_secs_f64(),
-                excluded_seconds: excluded.as_secs_f64(),
-                response_bytes: hyper::body::Body::size_hint(resp.body()).exact(),
-            },
-        );
-    }
+    let resp = match labels {
+        // Streams (watches, logs, connections) count when they end, with their whole
+        // duration, as upstream's handlers return only then.
+        Some(labels) if long_running => {
+            let end = crate::metrics::ObservedAtEnd::begin(
+                state.metrics.clone(),
+                labels,
+                start,
+                resp.status().as_u16(),
+            );
+            resp.map(|body| end.around(body))
+        }
+        Some(labels) => {
+            state.metrics.observe(
+                &labels,
+                crate::metrics::RequestOutcome {
+                    code: resp.status().as_u16(),
+                    seconds: start.elapsed().as_secs_f64(),
+                    excluded_seconds: excluded.as_secs_f64(),
+                    response_bytes: hyper::body::Body::size_hint(resp.body()).exact(),
+                },
+            );
+            resp
+        }
+        None => resp,
+    };
     let mut resp = with_hsts(&state, resp);
     if let Some(cors) = cors {
         resp.headers_mut().extend(cors);

@@ -179,6 +179,88 @@ impl RequestLabels {
     }
 }
 
+/// A long-running request's observation, made when its response body is dropped
+/// (sent to the end, or the client went away): upstream records watches and
+/// connections when their handler returns, with their whole duration.
+pub(crate) struct ObservedAtEnd {
+    metrics: Arc<Metrics>,
+    labels: RequestLabels,
+    start: Instant,
+    code: u16,
+    counted: bool,
+}
+
+impl ObservedAtEnd {
+    /// Counts the request in `apiserver_longrunning_requests` (watches and connections)
+    /// until the end.
+    pub(crate) fn begin(
+        metrics: Arc<Metrics>,
+        labels: RequestLabels,
+        start: Instant,
+        code: u16,
+    ) -> ObservedAtEnd {
+        let counted = labels.counted_as_long_running();
+        if counted {
+            metrics.long_running_started(&labels);
+        }
+        ObservedAtEnd {
+            metrics,
+            labels,
+            start,
+            code,
+            counted,
+        }
+    }
+
+    /// `body`, which makes the observation when it is dropped.
+    pub(crate) fn around(self, body: crate::handler::Body) -> crate::handler::Body {
+        http_body_util::combinators::UnsyncBoxBody::new(ObservedBody { body, end: self })
+    }
+}
+
+impl Drop for ObservedAtEnd {
+    fn drop(&mut self) {
+        if self.counted {
+            self.metrics.long_running_ended(&self.labels);
+        }
+        self.metrics.observe(
+            &self.labels,
+            RequestOutcome {
+                code: self.code,
+                seconds: self.start.elapsed().as_secs_f64(),
+                excluded_seconds: 0.0,
+                response_bytes: None,
+            },
+        );
+    }
+}
+
+struct ObservedBody {
+    body: crate::handler::Body,
+    #[allow(dead_code)] // held for its Drop
+    end: ObservedAtEnd,
+}
+
+impl hyper::body::Body for ObservedBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        hyper::body::Body::poll_frame(std::pin::Pin::new(&mut self.body), cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.body)
+    }
+}
+
 /// Bounds in seconds of `etcd_request_duration_seconds`. Finer than upstream's at the
 /// low end: a local store answers in well under upstream's first bound of 5 ms.
 const STORAGE_BUCKETS: &[f64] = &[
@@ -280,6 +362,9 @@ pub struct Metrics {
     sli_latency: HistogramVec<7>,
     response_sizes: HistogramVec<7>,
     storage_latency: HistogramVec<2>,
+    /// `apiserver_longrunning_requests`: watches and connections (exec, attach,
+    /// port-forward, proxy) open now, by the SLI labels.
+    longrunning: GaugeVec<7>,
     watchers: AtomicI64,
     inflight: Inflight,
     /// Automatic reloads of the authentication and authorization configuration files.
@@ -414,6 +499,11 @@ impl Metrics {
                 ["operation", "type"],
                 STORAGE_BUCKETS,
             ),
+            longrunning: GaugeVec::new(
+                "apiserver_longrunning_requests",
+                "[STABLE] Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way.",
+                SLI_LABELS,
+            ),
             watchers: AtomicI64::new(0),
             inflight: Inflight::new(),
             config_reloads: ConfigReloads::new(apiserver_id),
@@ -441,7 +531,39 @@ pub struct RequestOutcome {
     pub response_bytes: Option<u64>,
 }
 
+impl RequestLabels {
+    /// The values of the SLI latency's (and `apiserver_longrunning_requests`') labels,
+    /// in [`SLI_LABELS`]' order.
+    fn sli_values(&self) -> [&str; 7] {
+        [
+            self.component,
+            &self.group,
+            &self.resource,
+            self.scope,
+            &self.subresource,
+            &self.verb,
+            &self.version,
+        ]
+    }
+
+    /// Upstream counts watches and connections in `apiserver_longrunning_requests`
+    /// (its `RecordLongRunning` wraps those two handlers only).
+    pub fn counted_as_long_running(&self) -> bool {
+        matches!(self.verb.as_str(), "WATCH" | "CONNECT")
+    }
+}
+
 impl Metrics {
+    /// A long-running request with these labels started; [`Metrics::long_running_ended`]
+    /// when it ends.
+    pub fn long_running_started(&self, labels: &RequestLabels) {
+        self.longrunning.with(labels.sli_values(), |g| g.0 += 1.0);
+    }
+
+    pub fn long_running_ended(&self, labels: &RequestLabels) {
+        self.longrunning.with(labels.sli_values(), |g| g.0 -= 1.0);
+    }
+
     pub fn observe(&self, labels: &RequestLabels, outcome: RequestOutcome) {
         let mut digits = [0; 5];
         let l = labels;
@@ -459,16 +581,7 @@ impl Metrics {
         self.requests
             .inc(with_code(decimal(outcome.code, &mut digits), values));
         self.request_latency.observe(values, outcome.seconds);
-        // In SLI_LABELS' order.
-        let without_dry_run = [
-            l.component,
-            &l.group,
-            &l.resource,
-            l.scope,
-            &l.subresource,
-            &l.verb,
-            &l.version,
-        ];
+        let without_dry_run = l.sli_values();
         self.sli_latency.observe(
             without_dry_run,
             (outcome.seconds - outcome.excluded_seconds).max(0.0),
@@ -522,11 +635,7 @@ impl Metrics {
         self.sli_latency.render(&mut out);
         self.response_sizes.render(&mut out);
         self.storage_latency.render(&mut out);
-        let _ = writeln!(
-            out,
-            "# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests.\n# TYPE apiserver_longrunning_requests gauge\napiserver_longrunning_requests{{verb=\"WATCH\"}} {}",
-            self.watchers.load(Ordering::Relaxed)
-        );
+        self.longrunning.render(&mut out);
         let [read_only, mutating] = self.inflight.last_period(self.inflight.now_period());
         let _ = writeln!(
             out,
@@ -875,6 +984,52 @@ mod tests {
     }
 
     #[test]
+    fn a_long_running_request_counts_while_open_and_is_observed_when_it_ends() {
+        let m = Arc::new(Metrics::default());
+        let query = Some("watch=true");
+        let watch = RequestLabels::of(
+            &attrs("GET", "/api/v1/namespaces/d/pods", query),
+            "GET",
+            None,
+            None,
+            query,
+        )
+        .unwrap();
+        assert_eq!(watch.verb, "WATCH");
+        let series = "component=\"apiserver\",group=\"\",resource=\"pods\",scope=\"namespace\",subresource=\"\",verb=\"WATCH\",version=\"v1\"";
+        let start = Instant::now() - Duration::from_secs(90);
+        let body = ObservedAtEnd::begin(m.clone(), watch, start, 200).around(
+            http_body_util::combinators::UnsyncBoxBody::new(http_body_util::Empty::<Bytes>::new()),
+        );
+        let open = m.render();
+        assert!(
+            open.contains(&format!("apiserver_longrunning_requests{{{series}}} 1")),
+            "{open}"
+        );
+        assert!(
+            !open.contains("apiserver_request_total{code=\"200\""),
+            "{open}"
+        );
+        drop(body);
+        let ended = m.render();
+        assert!(
+            ended.contains(&format!("apiserver_longrunning_requests{{{series}}} 0")),
+            "{ended}"
+        );
+        let with_dry_run = "component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"namespace\",subresource=\"\",verb=\"WATCH\",version=\"v1\"";
+        assert!(ended.contains(&format!(
+            "apiserver_request_total{{code=\"200\",{with_dry_run}}} 1"
+        )));
+        // Its whole duration: past the 60 s bucket.
+        assert!(
+            ended.contains(&format!(
+                "apiserver_request_duration_seconds_bucket{{{with_dry_run},le=\"60\"}} 0"
+            )),
+            "{ended}"
+        );
+    }
+
+    #[test]
     fn renders() {
         let m = Metrics::default();
         let get = RequestLabels::of(
@@ -937,7 +1092,10 @@ mod tests {
         assert!(t.contains(&format!(
             "apiserver_request_duration_seconds_count{{{series}}} 3"
         )));
-        assert!(t.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
+        assert!(
+            !t.contains("apiserver_longrunning_requests"),
+            "no series yet: {t}"
+        );
         let sli = "component=\"apiserver\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"";
         assert!(t.contains(&format!(
             "apiserver_request_sli_duration_seconds_count{{{sli}}} 3"

@@ -563,6 +563,46 @@ async fn anonymous_requests_are_forbidden_but_health_is_public() {
 }
 
 #[tokio::test]
+async fn a_watch_is_a_long_running_request_until_it_ends_and_counted_then() {
+    let srv = TestApiServer::start().await.unwrap();
+    let client = srv.client.clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let metrics = || async {
+        client
+            .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+            .await
+            .unwrap()
+    };
+    let open = r#"apiserver_longrunning_requests{component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="WATCH",version="v1"}"#;
+    let counted = r#"apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="configmaps",scope="namespace",subresource="",verb="WATCH",version="v1"}"#;
+    let stream = cms
+        .watch(&WatchParams::default().timeout(2), "0")
+        .await
+        .unwrap();
+    let mut stream = Box::pin(stream);
+    let text = metrics().await;
+    assert!(text.contains(&format!("{open} 1")), "{text}");
+    assert!(!text.contains(counted), "{text}");
+    // The server ends the watch after its 2 s.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while stream.next().await.is_some() {}
+    })
+    .await
+    .expect("the watch ends at its timeout");
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = metrics().await;
+        if text.contains(&format!("{counted} 1")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(text.contains(&format!("{counted} 1")), "{text}");
+    assert!(text.contains(&format!("{open} 0")), "{text}");
+    srv.stop().await;
+}
+
+#[tokio::test]
 async fn metrics_report_request_and_storage_latency() {
     let srv = TestApiServer::start().await.unwrap();
     let client = srv.client.clone();
