@@ -17,7 +17,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use ferrokube_component_base::metrics::GaugeVec;
+use ferrokube_component_base::metrics::{CounterVec, GaugeVec};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -42,10 +42,21 @@ static MASTER_STATUS: LazyLock<GaugeVec<1>> = LazyLock::new(|| {
     )
 });
 
+/// `leader_election_slowpath_total`: renewals of a leader that found the lease changed
+/// since it last wrote it (its optimistic update failed), so it read it again first.
+static SLOWPATH: LazyLock<CounterVec<1>> = LazyLock::new(|| {
+    CounterVec::new(
+        "leader_election_slowpath_total",
+        "[ALPHA] Total number of slow paths exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+        ["name"],
+    )
+});
+
 /// Writes the leader election metrics of every elector in this process (for a
 /// component's `/metrics`).
 pub fn write_leader_election_metrics(out: &mut String) {
     MASTER_STATUS.render(out);
+    SLOWPATH.render(out);
 }
 
 /// Upstream's jitter factor for the acquire loop.
@@ -504,6 +515,7 @@ impl LeaderElector {
             if leader {
                 rec.acquire_time = old.acquire_time;
                 rec.leader_transitions = old.leader_transitions;
+                SLOWPATH.inc([&self.config.name]);
             } else {
                 rec.leader_transitions = old.leader_transitions + 1;
             }

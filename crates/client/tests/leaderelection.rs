@@ -239,14 +239,64 @@ async fn losing_the_lease_stops_work_and_reports_lost() {
     srv.stop().await;
 }
 
-/// The value `leader_election_master_status` reports for the elector named `name`.
-fn master_status(name: &str) -> Option<String> {
+/// The value `family` reports for the elector named `name`.
+fn leader_metric(family: &str, name: &str) -> Option<String> {
     let mut page = String::new();
     ferrokube_client::leaderelection::write_leader_election_metrics(&mut page);
-    let prefix = format!("leader_election_master_status{{name=\"{name}\"}} ");
+    let prefix = format!("{family}{{name=\"{name}\"}} ");
     page.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map(str::to_owned)
+}
+
+fn master_status(name: &str) -> Option<String> {
+    leader_metric("leader_election_master_status", name)
+}
+
+#[tokio::test]
+async fn a_leader_whose_lease_changed_renews_through_the_slow_path_and_counts_it() {
+    let srv = TestApiServer::start().await.unwrap();
+    let e = Arc::new(
+        LeaderElector::new(
+            LeaseLock::new(srv.client.clone(), "kube-system", "slow-lock", "s"),
+            LeaderElectionConfig {
+                lease_duration: Duration::from_secs(2),
+                renew_deadline: Duration::from_secs(1),
+                retry_period: Duration::from_millis(200),
+                release_on_cancel: true,
+                name: "slowpath-test".into(),
+            },
+        )
+        .unwrap(),
+    );
+    assert!(e.try_acquire_or_renew().await, "acquired");
+    assert!(e.try_acquire_or_renew().await, "renewed optimistically");
+    assert_eq!(
+        leader_metric("leader_election_slowpath_total", "slowpath-test"),
+        None
+    );
+    // Someone else writes the lease (a label): the leader's optimistic update
+    // conflicts, and it renews after reading the lease again.
+    let leases: Api<Lease> = Api::namespaced(srv.client.clone(), "kube-system");
+    let mut l = leases.get("slow-lock").await.unwrap();
+    l.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("touched".into(), "yes".into());
+    leases
+        .replace("slow-lock", &PostParams::default(), &l)
+        .await
+        .unwrap();
+    assert!(
+        e.try_acquire_or_renew().await,
+        "renewed through the slow path"
+    );
+    assert!(e.is_leader());
+    assert_eq!(
+        leader_metric("leader_election_slowpath_total", "slowpath-test").as_deref(),
+        Some("1")
+    );
+    srv.stop().await;
 }
 
 #[tokio::test]
