@@ -50,8 +50,11 @@ impl ServicePortInfo {
         self.node_port != 0 || !self.external_ips.is_empty() || !self.load_balancer_vips.is_empty()
     }
 
+    /// Upstream's `UsesClusterEndpoints`: internal traffic policy Cluster, or any
+    /// external traffic at all (even with `externalTrafficPolicy: Local`, pod and host
+    /// traffic to an external address is short-circuited to the Cluster endpoints).
     pub fn uses_cluster_endpoints(&self) -> bool {
-        !self.internal_policy_local || (self.externally_accessible() && !self.external_policy_local)
+        !self.internal_policy_local || self.externally_accessible()
     }
 
     pub fn uses_local_endpoints(&self) -> bool {

@@ -278,6 +278,37 @@ fn external_traffic_policy_local_uses_only_local_endpoints() {
 }
 
 #[test]
+fn both_traffic_policies_local_keep_the_service_chain() {
+    // The external chain short-circuits pod and host traffic to the service chain, so
+    // that chain must exist even with internalTrafficPolicy Local too (upstream's
+    // UsesClusterEndpoints); it used to be missing, which failed the transaction.
+    let svc = service(
+        "web",
+        "10.96.0.20",
+        json!({"type": "NodePort", "externalTrafficPolicy": "Local", "internalTrafficPolicy": "Local",
+               "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]}),
+    );
+    let sl = slice(
+        "web",
+        "web-abc",
+        &[ready("10.244.0.5", NODE), ready("10.244.1.7", "node-b")],
+    );
+    let got = service_part(&build(&[svc], &[sl], &config()));
+    assert!(
+        lines(&got).contains(&"add chain ip kube-proxy service-Y6QD5CCT-ns/web/tcp/http"),
+        "{got}"
+    );
+    assert!(
+        got.contains("service-Y6QD5CCT-ns/web/tcp/http numgen random mod 2"),
+        "{got}"
+    );
+    // The ClusterIP still uses only the local endpoint.
+    assert!(lines(&got).contains(
+        &"add element ip kube-proxy service-ips { 10.96.0.20 . tcp . 80 : goto local-Y6QD5CCT-ns/web/tcp/http }"
+    ));
+}
+
+#[test]
 fn internal_traffic_policy_local() {
     let svc = service(
         "web",
