@@ -25,8 +25,8 @@ pub struct KubeProxyConfiguration {
     pub node_port_addresses: Vec<String>,
     pub nftables: NftablesConfig,
     pub iptables: IptablesConfig,
-    /// Top-level `syncPeriod`/`minSyncPeriod` (newer releases); the `nftables` ones
-    /// win when both are set.
+    /// Top-level `syncPeriod`/`minSyncPeriod` (newer releases); the selected mode's
+    /// section (`nftables:` or `iptables:`) wins when both are set.
     pub sync_period: Option<String>,
     pub min_sync_period: Option<String>,
     /// Gates merged under `--feature-gates` (component-base checks them).
@@ -63,18 +63,35 @@ impl Default for NftablesConfig {
     }
 }
 
+/// `iptables:` (upstream's `KubeProxyIPTablesConfiguration`); `localhostNodePorts`
+/// also governs the nftables mode's loopback NodePorts here.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct IptablesConfig {
+    pub masquerade_all: bool,
+    pub masquerade_bit: u8,
     pub localhost_node_ports: bool,
+    pub sync_period: Option<String>,
+    pub min_sync_period: Option<String>,
 }
 
 impl Default for IptablesConfig {
     fn default() -> Self {
         IptablesConfig {
+            masquerade_all: false,
+            masquerade_bit: 14,
             localhost_node_ports: true,
+            sync_period: None,
+            min_sync_period: None,
         }
     }
+}
+
+/// The settings of the selected mode's section (`nftables:` or `iptables:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModeSettings {
+    pub masquerade_all: bool,
+    pub masquerade_bit: u8,
 }
 
 impl Default for KubeProxyConfiguration {
@@ -123,26 +140,40 @@ impl KubeProxyConfiguration {
         Ok(cfg)
     }
 
-    /// `nftables.syncPeriod` (or `syncPeriod`), default 30 s.
-    pub fn sync_period(&self) -> Result<Duration, ConfigError> {
+    /// The mode's `syncPeriod` (`nftables.syncPeriod` or `iptables.syncPeriod`), else
+    /// the top-level `syncPeriod`; default 30 s.
+    pub fn sync_period(&self, mode: ProxyMode) -> Result<Duration, ConfigError> {
+        let own = match mode {
+            ProxyMode::Nftables => self.nftables.sync_period.as_ref(),
+            ProxyMode::Iptables => self.iptables.sync_period.as_ref(),
+        };
+        duration_or(own.or(self.sync_period.as_ref()), Duration::from_secs(30))
+    }
+
+    /// The mode's `minSyncPeriod`, else the top-level one; default 1 s.
+    pub fn min_sync_period(&self, mode: ProxyMode) -> Result<Duration, ConfigError> {
+        let own = match mode {
+            ProxyMode::Nftables => self.nftables.min_sync_period.as_ref(),
+            ProxyMode::Iptables => self.iptables.min_sync_period.as_ref(),
+        };
         duration_or(
-            self.nftables
-                .sync_period
-                .as_ref()
-                .or(self.sync_period.as_ref()),
-            Duration::from_secs(30),
+            own.or(self.min_sync_period.as_ref()),
+            Duration::from_secs(1),
         )
     }
 
-    /// `nftables.minSyncPeriod` (or `minSyncPeriod`), default 1 s.
-    pub fn min_sync_period(&self) -> Result<Duration, ConfigError> {
-        duration_or(
-            self.nftables
-                .min_sync_period
-                .as_ref()
-                .or(self.min_sync_period.as_ref()),
-            Duration::from_secs(1),
-        )
+    /// The mode's masquerade settings (`masqueradeAll`, `masqueradeBit`).
+    pub fn mode_settings(&self, mode: ProxyMode) -> ModeSettings {
+        match mode {
+            ProxyMode::Nftables => ModeSettings {
+                masquerade_all: self.nftables.masquerade_all,
+                masquerade_bit: self.nftables.masquerade_bit,
+            },
+            ProxyMode::Iptables => ModeSettings {
+                masquerade_all: self.iptables.masquerade_all,
+                masquerade_bit: self.iptables.masquerade_bit,
+            },
+        }
     }
 }
 
@@ -157,21 +188,30 @@ fn duration_or(v: Option<&String>, default: Duration) -> Result<Duration, Config
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyMode {
     Nftables,
+    Iptables,
 }
 
-/// `--proxy-mode`: empty and `nftables` select nftables; `ipvs` and `iptables` are
-/// refused with the reason.
+impl ProxyMode {
+    /// `nftables` / `iptables`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Nftables => "nftables",
+            ProxyMode::Iptables => "iptables",
+        }
+    }
+}
+
+/// `--proxy-mode`: empty and `nftables` select nftables (this kube-proxy's default),
+/// `iptables` selects iptables; `ipvs` is refused with the reason.
 pub fn parse_proxy_mode(mode: &str) -> Result<ProxyMode, ConfigError> {
     match mode {
         "" | "nftables" => Ok(ProxyMode::Nftables),
+        "iptables" => Ok(ProxyMode::Iptables),
         "ipvs" => Err(ConfigError::Invalid(
-            "--proxy-mode=ipvs is not supported: this kernel has no IPVS (CONFIG_IP_VS); use --proxy-mode=nftables".into(),
-        )),
-        "iptables" => Err(ConfigError::Invalid(
-            "--proxy-mode=iptables is not implemented by this kube-proxy; use --proxy-mode=nftables".into(),
+            "--proxy-mode=ipvs is not supported: this kernel has no IPVS (CONFIG_IP_VS); use --proxy-mode=nftables or iptables".into(),
         )),
         other => Err(ConfigError::Invalid(format!(
-            "invalid --proxy-mode {other:?}: supported modes are \"nftables\""
+            "invalid --proxy-mode {other:?}: supported modes are \"nftables\" and \"iptables\""
         ))),
     }
 }
@@ -222,8 +262,21 @@ logging:
         assert_eq!(cfg.cluster_cidr, "10.244.0.0/16");
         assert_eq!(cfg.client_connection.kubeconfig, "/etc/kp.kubeconfig");
         assert_eq!(cfg.nftables.masquerade_bit, 13);
-        assert_eq!(cfg.sync_period().unwrap(), Duration::from_secs(60));
-        assert_eq!(cfg.min_sync_period().unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            cfg.sync_period(ProxyMode::Nftables).unwrap(),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            cfg.min_sync_period(ProxyMode::Nftables).unwrap(),
+            Duration::from_millis(500)
+        );
+        // The iptables section has its own (defaulted) periods and masquerade bit.
+        assert_eq!(
+            cfg.sync_period(ProxyMode::Iptables).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(cfg.mode_settings(ProxyMode::Iptables).masquerade_bit, 14);
+        assert_eq!(cfg.mode_settings(ProxyMode::Nftables).masquerade_bit, 13);
         assert_eq!(cfg.metrics_bind_address, "127.0.0.1:10249", "default kept");
         assert!(KubeProxyConfiguration::from_yaml("kind: Pod\napiVersion: v1\n").is_err());
         assert!(KubeProxyConfiguration::from_yaml("mode: [").is_err());
@@ -233,9 +286,51 @@ logging:
     fn proxy_modes() {
         assert_eq!(parse_proxy_mode("").unwrap(), ProxyMode::Nftables);
         assert_eq!(parse_proxy_mode("nftables").unwrap(), ProxyMode::Nftables);
+        assert_eq!(parse_proxy_mode("iptables").unwrap(), ProxyMode::Iptables);
         let e = parse_proxy_mode("ipvs").unwrap_err().to_string();
         assert!(e.contains("no IPVS"), "{e}");
+        assert!(e.contains("nftables or iptables"), "{e}");
         assert!(parse_proxy_mode("userspace").is_err());
+    }
+
+    #[test]
+    fn iptables_section() {
+        let cfg = KubeProxyConfiguration::from_yaml(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+syncPeriod: 45s
+iptables:
+  masqueradeAll: true
+  masqueradeBit: 12
+  localhostNodePorts: false
+  minSyncPeriod: 2s
+",
+        )
+        .unwrap();
+        assert_eq!(parse_proxy_mode(&cfg.mode).unwrap(), ProxyMode::Iptables);
+        assert_eq!(
+            cfg.mode_settings(ProxyMode::Iptables),
+            ModeSettings {
+                masquerade_all: true,
+                masquerade_bit: 12
+            }
+        );
+        assert!(!cfg.iptables.localhost_node_ports);
+        assert_eq!(
+            cfg.sync_period(ProxyMode::Iptables).unwrap(),
+            Duration::from_secs(45),
+            "top-level syncPeriod"
+        );
+        assert_eq!(
+            cfg.min_sync_period(ProxyMode::Iptables).unwrap(),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            cfg.min_sync_period(ProxyMode::Nftables).unwrap(),
+            Duration::from_secs(1)
+        );
+        assert!(!cfg.mode_settings(ProxyMode::Nftables).masquerade_all);
     }
 
     #[test]

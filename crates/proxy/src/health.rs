@@ -3,11 +3,16 @@
 //! health timeout (2 × syncPeriod), and, for `/healthz` only, while this node is not
 //! being deleted or tainted `ToBeDeletedByClusterAutoscaler`. Time is passed in.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 use ferrokube_component_base::metrics::{Histogram, Metric, exponential_buckets, write_header};
 use k8s_openapi::api::core::v1::Node;
+
+use crate::backend::IptablesCounts;
+use crate::config::ProxyMode;
+use crate::net::IpFamily;
 
 /// The taint the cluster autoscaler puts on a node it is about to delete.
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -139,15 +144,22 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
-/// Sync latency histograms and counters (upstream's kubeproxy_sync_proxy_rules_*).
+/// Sync latency histograms and counters (upstream's kubeproxy_sync_proxy_rules_*),
+/// and the mode's own: the nftables transaction failures, or iptables mode's restore
+/// failures and rule counts.
 #[derive(Debug)]
 pub struct SyncMetrics {
+    mode: ProxyMode,
     all: Histogram,
     full: Histogram,
     partial: Histogram,
     failures: u64,
     last_timestamp: f64,
     last_services: usize,
+    restore_failures: u64,
+    partial_restore_failures: u64,
+    /// Per family: the rule counts of its last successful restore.
+    iptables: BTreeMap<IpFamily, IptablesCounts>,
 }
 
 /// Upstream's buckets: exponential from 1 ms, factor 2, 15 buckets.
@@ -155,18 +167,45 @@ const BUCKETS: [f64; 15] = exponential_buckets(0.001, 2.0);
 
 impl Default for SyncMetrics {
     fn default() -> Self {
+        SyncMetrics::new(ProxyMode::Nftables)
+    }
+}
+
+impl SyncMetrics {
+    pub fn new(mode: ProxyMode) -> Self {
         SyncMetrics {
+            mode,
             all: Histogram::new(&BUCKETS),
             full: Histogram::new(&BUCKETS),
             partial: Histogram::new(&BUCKETS),
             failures: 0,
             last_timestamp: 0.0,
             last_services: 0,
+            restore_failures: 0,
+            partial_restore_failures: 0,
+            iptables: BTreeMap::new(),
         }
     }
-}
 
-impl SyncMetrics {
+    /// iptables mode: one family's sync (its restore failed, or the rules it left).
+    pub fn observe_iptables(
+        &mut self,
+        family: IpFamily,
+        full: bool,
+        restore_failed: bool,
+        counts: Option<IptablesCounts>,
+    ) {
+        if restore_failed {
+            self.restore_failures += 1;
+            if !full {
+                self.partial_restore_failures += 1;
+            }
+        }
+        if let Some(c) = counts {
+            self.iptables.insert(family, c);
+        }
+    }
+
     /// A sync finished (successfully or not) after `seconds`.
     pub fn observe(
         &mut self,
@@ -220,16 +259,57 @@ impl SyncMetrics {
             "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds {}",
             self.last_timestamp
         );
-        let _ = writeln!(
-            out,
-            "# HELP kubeproxy_sync_proxy_rules_nftables_failures_total Cumulative proxy nftables transaction failures\n# TYPE kubeproxy_sync_proxy_rules_nftables_failures_total counter\nkubeproxy_sync_proxy_rules_nftables_failures_total {}",
-            self.failures
-        );
+        match self.mode {
+            ProxyMode::Nftables => {
+                let _ = writeln!(
+                    out,
+                    "# HELP kubeproxy_sync_proxy_rules_nftables_failures_total Cumulative proxy nftables transaction failures\n# TYPE kubeproxy_sync_proxy_rules_nftables_failures_total counter\nkubeproxy_sync_proxy_rules_nftables_failures_total {}",
+                    self.failures
+                );
+            }
+            ProxyMode::Iptables => self.write_iptables(out),
+        }
         let _ = writeln!(
             out,
             "# HELP kubeproxy_sync_proxy_rules_services Services with rules after the last sync\n# TYPE kubeproxy_sync_proxy_rules_services gauge\nkubeproxy_sync_proxy_rules_services {}",
             self.last_services
         );
+    }
+}
+
+impl SyncMetrics {
+    fn write_iptables(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP kubeproxy_sync_proxy_rules_iptables_restore_failures_total Cumulative proxy iptables restore failures\n# TYPE kubeproxy_sync_proxy_rules_iptables_restore_failures_total counter\nkubeproxy_sync_proxy_rules_iptables_restore_failures_total {}",
+            self.restore_failures
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total Cumulative proxy iptables partial restore failures\n# TYPE kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total counter\nkubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total {}",
+            self.partial_restore_failures
+        );
+        // Summed over the families (upstream's gauges have no family label).
+        let sum = |f: fn(&IptablesCounts) -> usize| self.iptables.values().map(f).sum::<usize>();
+        for (name, help, filter, nat) in [
+            (
+                "kubeproxy_sync_proxy_rules_iptables_total",
+                "Total number of iptables rules owned by kube-proxy",
+                sum(|c| c.filter_total),
+                sum(|c| c.nat_total),
+            ),
+            (
+                "kubeproxy_sync_proxy_rules_iptables_last",
+                "Number of iptables rules written by kube-proxy in last sync",
+                sum(|c| c.filter_last),
+                sum(|c| c.nat_last),
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{table=\"filter\"}} {filter}\n{name}{{table=\"nat\"}} {nat}"
+            );
+        }
     }
 }
 
@@ -295,5 +375,33 @@ mod tests {
         assert!(out.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 2"));
         assert!(out.contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 1"));
         assert!(out.contains("kubeproxy_sync_proxy_rules_nftables_failures_total 1"));
+        assert!(!out.contains("iptables"), "{out}");
+    }
+
+    #[test]
+    fn iptables_mode_metrics() {
+        let mut m = SyncMetrics::new(ProxyMode::Iptables);
+        m.observe(0.003, true, true, SystemTime::UNIX_EPOCH, 2);
+        let counts = IptablesCounts {
+            filter_total: 5,
+            nat_total: 20,
+            filter_last: 5,
+            nat_last: 12,
+        };
+        m.observe_iptables(IpFamily::V4, true, false, Some(counts));
+        m.observe_iptables(IpFamily::V6, false, true, None);
+        let mut out = String::new();
+        m.write(&mut out);
+        for want in [
+            "kubeproxy_sync_proxy_rules_iptables_total{table=\"filter\"} 5\n",
+            "kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 20\n",
+            "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"} 12\n",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total 1\n",
+            "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total 1\n",
+            "kubeproxy_sync_proxy_rules_duration_seconds_count 1\n",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in\n{out}");
+        }
+        assert!(!out.contains("nftables"), "{out}");
     }
 }

@@ -25,10 +25,12 @@ pub struct SyncPlan {
     pub changed_services: Vec<String>,
 }
 
-/// One family's proxier state (upstream's `Proxier` minus the IO).
+/// The API objects one family's proxier has seen (Services, EndpointSlices, this Node,
+/// the host's addresses) and which Services changed since their rules were last
+/// computed. Both backends' proxiers ([`Proxier`] for nftables,
+/// [`crate::iptables_proxier::IptablesProxier`]) keep one; the informers feed it.
 #[derive(Debug)]
-pub struct Proxier {
-    config: ProxyConfig,
+pub struct ObjectCache {
     services: BTreeMap<String, Arc<Service>>,
     /// Service key -> slice name -> slice.
     slices: BTreeMap<String, BTreeMap<String, Arc<EndpointSlice>>>,
@@ -39,41 +41,24 @@ pub struct Proxier {
     /// Services whose desired rules must be recomputed.
     dirty: BTreeSet<String>,
     base_dirty: bool,
-    desired: Ruleset,
-    /// What the last successful transaction left in the kernel; `None` until the first
-    /// full sync and after a failure (the next sync is full).
-    applied: Option<Ruleset>,
-    /// Services recomputed since the last successful apply (what an incremental
-    /// transaction must look at).
-    pending: BTreeSet<String>,
 }
 
-impl Proxier {
-    pub fn new(config: ProxyConfig) -> Self {
-        let desired = Ruleset {
-            family: config.family,
-            base: base_rules(&config, None, &[]),
-            services: BTreeMap::new(),
-        };
-        Proxier {
-            config,
+impl Default for ObjectCache {
+    fn default() -> Self {
+        ObjectCache {
             services: BTreeMap::new(),
             slices: BTreeMap::new(),
             slice_owner: HashMap::new(),
             node: None,
             host_addresses: Vec::new(),
             dirty: BTreeSet::new(),
+            // The base rules are computed once before the first sync.
             base_dirty: true,
-            desired,
-            applied: None,
-            pending: BTreeSet::new(),
         }
     }
+}
 
-    pub fn config(&self) -> &ProxyConfig {
-        &self.config
-    }
-
+impl ObjectCache {
     /// A Service was added or changed.
     pub fn service_updated(&mut self, svc: Arc<Service>) {
         let key = service_key(&svc);
@@ -134,23 +119,21 @@ impl Proxier {
         }
     }
 
-    /// Whether the next sync must be a full one (first sync, after a failure, or when
-    /// the base changed); the caller then lists the table's objects for [`Self::plan`].
-    pub fn next_is_full(&mut self) -> bool {
-        self.recompute();
-        match &self.applied {
-            None => true,
-            Some(applied) => render::base_changed(applied, &self.desired),
-        }
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_deref()
     }
 
-    /// Forces the next sync to be full (periodic full resync).
-    pub fn invalidate(&mut self) {
-        self.applied = None;
+    pub fn host_addresses(&self) -> &[IpAddr] {
+        &self.host_addresses
+    }
+
+    /// The Service with key `namespace/name`, if seen.
+    pub fn service(&self, key: &str) -> Option<&Service> {
+        self.services.get(key).map(Arc::as_ref)
     }
 
     /// The EndpointSlices filed under Service `key`.
-    fn slices_of(&self, key: &str) -> Vec<&EndpointSlice> {
+    pub fn slices_of(&self, key: &str) -> Vec<&EndpointSlice> {
         self.slices
             .get(key)
             .into_iter()
@@ -158,12 +141,22 @@ impl Proxier {
             .collect()
     }
 
+    /// The Services changed since the last call (their rules must be recomputed).
+    pub fn take_dirty(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Whether the node or host addresses changed since the last call.
+    pub fn take_base_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.base_dirty)
+    }
+
     /// What the service health servers serve (upstream's `HealthCheckNodePorts` and
     /// `LocalReadyEndpoints`): per `healthCheckNodePort`, its Service and the ready
     /// endpoints of it on this node (counted per Service port, as upstream), and the
     /// addresses to listen on (the family's unspecified address: every one).
-    pub fn service_health(&self) -> crate::service_health::HealthPlan {
-        let family = self.config.family;
+    pub fn service_health(&self, config: &ProxyConfig) -> crate::service_health::HealthPlan {
+        let family = config.family;
         let mut services = BTreeMap::new();
         for (key, svc) in &self.services {
             let Some(port) = svc
@@ -179,7 +172,7 @@ impl Proxier {
             let local_endpoints = crate::model::service_ports(svc, family)
                 .iter()
                 .map(|p| {
-                    crate::model::endpoints_for(p, &slices, family, &self.config.hostname)
+                    crate::model::endpoints_for(p, &slices, family, &config.hostname)
                         .iter()
                         .filter(|e| e.local && e.ready)
                         .count()
@@ -195,7 +188,7 @@ impl Proxier {
             );
         }
         let mut listen =
-            crate::rules::nodeport_ips(&self.config, self.node.as_deref(), &self.host_addresses);
+            crate::rules::nodeport_ips(config, self.node.as_deref(), &self.host_addresses);
         if listen.is_empty() {
             listen.push(match family {
                 crate::net::IpFamily::V4 => IpAddr::from([0u8; 4]),
@@ -204,6 +197,94 @@ impl Proxier {
         }
         crate::service_health::HealthPlan { listen, services }
     }
+}
+
+/// One family's proxier state (upstream's `Proxier` minus the IO).
+#[derive(Debug)]
+pub struct Proxier {
+    config: ProxyConfig,
+    objects: ObjectCache,
+    desired: Ruleset,
+    /// What the last successful transaction left in the kernel; `None` until the first
+    /// full sync and after a failure (the next sync is full).
+    applied: Option<Ruleset>,
+    /// Services recomputed since the last successful apply (what an incremental
+    /// transaction must look at).
+    pending: BTreeSet<String>,
+}
+
+impl Proxier {
+    pub fn new(config: ProxyConfig) -> Self {
+        let desired = Ruleset {
+            family: config.family,
+            base: base_rules(&config, None, &[]),
+            services: BTreeMap::new(),
+        };
+        Proxier {
+            config,
+            objects: ObjectCache::default(),
+            desired,
+            applied: None,
+            pending: BTreeSet::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// The objects seen (what the informers feed).
+    pub fn objects_mut(&mut self) -> &mut ObjectCache {
+        &mut self.objects
+    }
+
+    /// A Service was added or changed.
+    pub fn service_updated(&mut self, svc: Arc<Service>) {
+        self.objects.service_updated(svc);
+    }
+
+    pub fn service_deleted(&mut self, svc: &Service) {
+        self.objects.service_deleted(svc);
+    }
+
+    /// An EndpointSlice was added or changed.
+    pub fn slice_updated(&mut self, slice: Arc<EndpointSlice>) {
+        self.objects.slice_updated(slice);
+    }
+
+    pub fn slice_deleted(&mut self, slice: &EndpointSlice) {
+        self.objects.slice_deleted(slice);
+    }
+
+    /// This node changed (or went away: `None`).
+    pub fn node_updated(&mut self, node: Option<Arc<Node>>) {
+        self.objects.node_updated(node);
+    }
+
+    /// The host's addresses (for `--nodeport-addresses` CIDRs).
+    pub fn set_host_addresses(&mut self, addrs: Vec<IpAddr>) {
+        self.objects.set_host_addresses(addrs);
+    }
+
+    /// Whether the next sync must be a full one (first sync, after a failure, or when
+    /// the base changed); the caller then lists the table's objects for [`Self::plan`].
+    pub fn next_is_full(&mut self) -> bool {
+        self.recompute();
+        match &self.applied {
+            None => true,
+            Some(applied) => render::base_changed(applied, &self.desired),
+        }
+    }
+
+    /// Forces the next sync to be full (periodic full resync).
+    pub fn invalidate(&mut self) {
+        self.applied = None;
+    }
+
+    /// What the service health servers serve (see [`ObjectCache::service_health`]).
+    pub fn service_health(&self) -> crate::service_health::HealthPlan {
+        self.objects.service_health(&self.config)
+    }
 
     pub fn service_count(&self) -> usize {
         self.desired.services.len()
@@ -211,16 +292,18 @@ impl Proxier {
 
     /// Recomputes the desired rules of every changed Service (and the base).
     fn recompute(&mut self) {
-        if self.base_dirty {
-            self.desired.base =
-                base_rules(&self.config, self.node.as_deref(), &self.host_addresses);
-            self.base_dirty = false;
+        if self.objects.take_base_dirty() {
+            self.desired.base = base_rules(
+                &self.config,
+                self.objects.node(),
+                self.objects.host_addresses(),
+            );
         }
-        for key in std::mem::take(&mut self.dirty) {
+        for key in self.objects.take_dirty() {
             let rules = self
-                .services
-                .get(&key)
-                .and_then(|svc| service_rules(svc, &self.slices_of(&key), &self.config));
+                .objects
+                .service(&key)
+                .and_then(|svc| service_rules(svc, &self.objects.slices_of(&key), &self.config));
             match rules {
                 Some(r) => {
                     self.desired.services.insert(key.clone(), r);

@@ -64,6 +64,9 @@ pub struct ProxyConfig {
     /// Serve NodePorts on loopback node addresses too (like iptables mode's
     /// `--iptables-localhost-nodeports`; the host needs `route_localnet=1`).
     pub localhost_nodeports: bool,
+    /// iptables mode only: `net.netfilter.nf_conntrack_tcp_be_liberal` is set, so (as
+    /// upstream) no rule drops conntrack-INVALID forwarded packets.
+    pub conntrack_tcp_liberal: bool,
 }
 
 impl ProxyConfig {
@@ -76,6 +79,7 @@ impl ProxyConfig {
             masquerade_bit: 14,
             node_port_addresses: NodePortAddresses::Primary,
             localhost_nodeports: true,
+            conntrack_tcp_liberal: false,
         }
     }
 
@@ -83,7 +87,7 @@ impl ProxyConfig {
         format!("{:#010x}", 1u32 << self.masquerade_bit.min(31))
     }
 
-    fn local_cidrs(&self) -> Vec<&Cidr> {
+    pub(crate) fn local_cidrs(&self) -> Vec<&Cidr> {
         self.cluster_cidrs
             .iter()
             .filter(|c| c.family() == self.family)

@@ -1,10 +1,11 @@
 //! The running kube-proxy: informers on Services, EndpointSlices and this Node feed
-//! one [`Proxier`] per IP family; a sync loop turns their plans into `nft -f`
-//! transactions (at most one per `min_sync_period`, at least one check per
+//! one [`FamilyProxier`] per IP family, of either backend ([`Backend`]: nftables or
+//! iptables); a sync loop turns their plans into `nft -f` transactions or
+//! `iptables-restore` inputs (at most one per `min_sync_period`, at least one check per
 //! `sync_period`, a full resync every hour and after any failure); `/healthz`,
 //! `/livez` and `/metrics` report on it.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -22,10 +23,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::{Backend, FamilyProxier};
 use crate::health::{ProxyHealth, SyncMetrics};
-use crate::nft::Nft;
-use crate::proxier::Proxier;
-use crate::rules::{NodePortAddresses, ProxyConfig};
+use crate::rules::ProxyConfig;
 use crate::service_health::{ListenFailure, ServedService, ServiceHealthServers};
 
 /// Upstream's `FullSyncPeriod`: even without failures, rewrite everything hourly.
@@ -40,7 +40,8 @@ pub struct RunConfig {
     pub min_sync_period: Duration,
     pub healthz_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
-    pub nft: Nft,
+    /// nftables or iptables.
+    pub backend: Backend,
 }
 
 /// Errors that stop the proxy.
@@ -51,7 +52,7 @@ pub enum RunError {
 }
 
 struct Shared {
-    proxiers: Vec<Mutex<Proxier>>,
+    proxiers: Vec<FamilyProxier>,
     health: Mutex<ProxyHealth>,
     metrics: Mutex<SyncMetrics>,
     changed: Notify,
@@ -75,10 +76,10 @@ pub async fn run(
             .proxies
             .iter()
             .cloned()
-            .map(|c| Mutex::new(Proxier::new(c)))
+            .map(|c| cfg.backend.proxier(c))
             .collect(),
         health: Mutex::new(ProxyHealth::new(cfg.sync_period * 2)),
-        metrics: Mutex::new(SyncMetrics::default()),
+        metrics: Mutex::new(SyncMetrics::new(cfg.backend.mode())),
         changed: Notify::new(),
         initialized: AtomicBool::new(false),
     });
@@ -264,21 +265,19 @@ async fn dispatch(
             _ = tick.tick() => false,
             Some(n) = svc_events.next() => {
                 for p in &shared.proxiers {
-                    let mut p = p.lock();
-                    match &n {
-                        Notification::Deleted { obj, .. } => p.service_deleted(obj),
-                        _ => p.service_updated(n.object().clone()),
-                    }
+                    p.objects(|o| match &n {
+                        Notification::Deleted { obj, .. } => o.service_deleted(obj),
+                        _ => o.service_updated(n.object().clone()),
+                    });
                 }
                 true
             }
             Some(n) = slice_events.next() => {
                 for p in &shared.proxiers {
-                    let mut p = p.lock();
-                    match &n {
-                        Notification::Deleted { obj, .. } => p.slice_deleted(obj),
-                        _ => p.slice_updated(n.object().clone()),
-                    }
+                    p.objects(|o| match &n {
+                        Notification::Deleted { obj, .. } => o.slice_deleted(obj),
+                        _ => o.slice_updated(n.object().clone()),
+                    });
                 }
                 true
             }
@@ -291,7 +290,7 @@ async fn dispatch(
                     shared.health.lock().sync_node(node);
                 }
                 for p in &shared.proxiers {
-                    p.lock().node_updated(node.clone());
+                    p.objects(|o| o.node_updated(node.clone()));
                 }
                 true
             }
@@ -343,13 +342,13 @@ async fn sync_loop(
         }
         if last_full.elapsed() >= FULL_SYNC_PERIOD {
             for p in &shared.proxiers {
-                p.lock().invalidate();
+                p.invalidate();
             }
         }
         last_sync = Some(Instant::now());
-        let (ok, any_full) = sync_once(shared, &cfg.nft).await;
+        let (ok, any_full) = sync_once(shared, cfg.sync_period).await;
         // The primary family's proxier says which health check ports to serve.
-        let plan = shared.proxiers.first().map(|p| p.lock().service_health());
+        let plan = shared.proxiers.first().map(FamilyProxier::service_health);
         let failures = service_health.sync(plan.unwrap_or_default()).await;
         let now_failed: std::collections::HashSet<u16> = failures.iter().map(|f| f.port).collect();
         for f in failures.iter().filter(|f| !failed_ports.contains(&f.port)) {
@@ -364,69 +363,26 @@ async fn sync_loop(
 }
 
 /// One sync of every family; returns (all succeeded, any was full).
-async fn sync_once(shared: &Shared, nft: &Nft) -> (bool, bool) {
+async fn sync_once(shared: &Shared, sync_period: Duration) -> (bool, bool) {
     let mut all_ok = true;
     let mut any_full = false;
     for proxier in &shared.proxiers {
-        let start = Instant::now();
-        let (family, full, cidr_mode) = {
-            let mut p = proxier.lock();
-            let cidr_mode = matches!(p.config().node_port_addresses, NodePortAddresses::Cidrs(_));
-            (p.config().family, p.next_is_full(), cidr_mode)
-        };
-        if cidr_mode {
-            let addrs = host_addresses().await;
-            proxier.lock().set_host_addresses(addrs);
+        let done = proxier.sync(sync_period).await;
+        any_full |= done.full;
+        all_ok &= done.ok;
+        if !done.counted {
+            continue;
         }
-        let existing = if full {
-            match nft.existing(family).await {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    tracing::error!(error = %e, "listing the nftables table failed");
-                    all_ok = false;
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        let plan = proxier.lock().plan(existing.as_ref());
-        let result = if plan.transaction.is_empty() {
-            Ok(())
-        } else {
-            nft.apply(&plan.transaction).await
-        };
-        let elapsed = start.elapsed();
-        let mut p = proxier.lock();
-        let ok = match result {
-            Ok(()) => {
-                p.applied(&plan);
-                if !plan.transaction.is_empty() {
-                    tracing::info!(
-                        family = family.nft(),
-                        full = plan.full,
-                        services = plan.changed_services.len(),
-                        elapsed_ms = elapsed.as_secs_f64() * 1e3,
-                        "synced nftables rules"
-                    );
-                }
-                true
-            }
-            Err(e) => {
-                tracing::error!(error = %e, full = plan.full, "nftables sync failed; will resync fully");
-                p.failed();
-                false
-            }
-        };
-        any_full |= plan.full;
-        all_ok &= ok;
-        shared.metrics.lock().observe(
-            elapsed.as_secs_f64(),
-            plan.full,
-            ok,
+        let family = proxier.family();
+        let mut metrics = shared.metrics.lock();
+        metrics.observe(
+            done.elapsed.as_secs_f64(),
+            done.full,
+            done.ok,
             SystemTime::now(),
-            p.service_count(),
+            done.services,
         );
+        metrics.observe_iptables(family, done.full, done.restore_failed, done.iptables);
     }
     if all_ok {
         shared
@@ -435,24 +391,6 @@ async fn sync_once(shared: &Shared, nft: &Nft) -> (bool, bool) {
             .updated(Instant::now(), SystemTime::now());
     }
     (all_ok, any_full)
-}
-
-/// The host's addresses (`ip -j addr`), for `--nodeport-addresses` CIDRs.
-async fn host_addresses() -> Vec<IpAddr> {
-    let Ok(out) = tokio::process::Command::new("ip")
-        .args(["-j", "addr", "show"])
-        .output()
-        .await
-    else {
-        return Vec::new();
-    };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a["local"].as_str().and_then(|s| s.parse().ok()))
-        .collect()
 }
 
 /// A plain-HTTP server answering by path until `cancel`.

@@ -1,16 +1,22 @@
-//! The running proxy (`run::run`: informers -> proxier -> nft) against a real apiserver
-//! (TestApiServer), programming a table in a throwaway network namespace: a Service and
-//! its EndpointSlice become rules; deleting the slice turns them into a reject; a
-//! Service another proxy implements is ignored; the node gets upstream's start-up
-//! events. Needs root for the namespace; without root it says so and checks nothing
-//! (the failed start needs no namespace and always runs).
+//! The running proxy (`run::run`: informers -> proxier -> nft, or iptables) against a
+//! real apiserver (TestApiServer), programming a table in a throwaway network namespace:
+//! a Service and its EndpointSlice become rules; deleting the slice turns them into a
+//! reject; a Service another proxy implements is ignored; the node gets upstream's
+//! start-up events; iptables mode does the same through iptables-restore. Needs root
+//! for the namespace; without root it says so and checks nothing (the failed start
+//! needs no namespace and always runs).
+
+mod common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{Netns, not_root};
+use ferrokube_proxy::backend::Backend;
+use ferrokube_proxy::iptables::Iptables;
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::nft::Nft;
-use ferrokube_proxy::rules::ProxyConfig;
+use ferrokube_proxy::rules::{NodePortAddresses, ProxyConfig};
 use ferrokube_proxy::run::{RunConfig, run};
 use ferrokube_testing::TestApiServer;
 use k8s_openapi::api::core::v1::Service;
@@ -20,22 +26,6 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn not_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() != "0")
-        .unwrap_or(true)
-}
 
 /// Polls the `default` namespace's events.k8s.io Events until one about node `node`
 /// has `reason` (at most 30 s; the recorder writes from a queue).
@@ -105,7 +95,7 @@ async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
             min_sync_period: Duration::from_millis(100),
             healthz_addr: None,
             metrics_addr: None,
-            nft: nft.clone(),
+            backend: Backend::Nftables(nft.clone()),
         },
         cancel.clone(),
     ));
@@ -178,6 +168,123 @@ async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Polls `iptables-save -t <table>` in the namespace until `pred` holds (at most 30 s).
+async fn wait_for_iptables(
+    ns: &str,
+    table: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = common::ns_output(ns, &["iptables-save", "-t", table]);
+        if pred(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}; {table} table:\n{last}");
+}
+
+/// The same runner in iptables mode: a Service without endpoints is rejected in the
+/// filter table, its endpoints become KUBE-SVC-/KUBE-SEP- chains, and its deletion
+/// removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iptables_mode_from_the_api() -> anyhow::Result<()> {
+    if not_root() {
+        eprintln!("not root: network namespaces unavailable, nothing checked");
+        return Ok(());
+    }
+    let server = TestApiServer::start().await?;
+    let ns = Netns(format!("fkp-informers-ipt-{}", std::process::id()));
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &ns.0])
+            .status()?
+            .success()
+    );
+    let ipt = Iptables::with_prefix(common::in_netns(&ns.0));
+    let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
+    cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").map_err(anyhow::Error::msg)?;
+    cfg.node_port_addresses = NodePortAddresses::MatchAll;
+    let cancel = CancellationToken::new();
+    let proxy = tokio::spawn(run(
+        server.client.clone(),
+        RunConfig {
+            proxies: vec![cfg],
+            sync_period: Duration::from_secs(30),
+            min_sync_period: Duration::from_millis(100),
+            healthz_addr: None,
+            metrics_addr: None,
+            backend: Backend::Iptables(ipt.clone()),
+        },
+        cancel.clone(),
+    ));
+
+    let services: Api<Service> = Api::namespaced(server.client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(server.client.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }))?;
+    let svc = services.create(&PostParams::default(), &svc).await?;
+    let ip = svc
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("allocated ClusterIP");
+
+    // No endpoints yet: rejected by the filter table.
+    let reject = format!(
+        "-A KUBE-SERVICES -d {ip}/32 -p tcp -m comment --comment \"default/web:http has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"
+    );
+    wait_for_iptables(&ns.0, "filter", "the REJECT rule", |t| t.contains(&reject)).await;
+
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a", "conditions": {"ready": true}}],
+    }))?;
+    slices.create(&PostParams::default(), &slice).await?;
+    let nat = wait_for_iptables(&ns.0, "nat", "the service chain", |t| {
+        t.contains(&format!("-d {ip}/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-"))
+    })
+    .await;
+    assert!(
+        nat.contains("-j DNAT --to-destination 10.244.0.5:8080"),
+        "{nat}"
+    );
+    assert!(
+        !common::ns_output(&ns.0, &["iptables-save", "-t", "filter"]).contains(&reject),
+        "no REJECT with an endpoint"
+    );
+
+    services.delete("web", &DeleteParams::default()).await?;
+    // (The apiserver's own default/kubernetes Service keeps its chains.)
+    let web_chains: std::collections::BTreeSet<String> = nat
+        .lines()
+        .filter(|l| l.contains("default/web:http"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|c| c.starts_with("KUBE-SVC-") || c.starts_with("KUBE-SEP-"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(web_chains.len(), 2, "{nat}");
+    wait_for_iptables(&ns.0, "nat", "the Service's chains to go", |t| {
+        !t.contains(&ip)
+            && !t.contains("default/web")
+            && web_chains.iter().all(|c| !t.contains(c.as_str()))
+    })
+    .await;
+
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(30), proxy).await???;
+    ipt.cleanup().await?;
+    drop(ns);
+    server.stop().await;
+    Ok(())
+}
+
 /// A healthz port that cannot be bound stops the proxy, and the node says why with
 /// upstream's warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +301,7 @@ async fn a_port_it_cannot_bind_is_reported_on_the_node() -> anyhow::Result<()> {
                 min_sync_period: Duration::from_millis(100),
                 healthz_addr: Some(taken.local_addr()?),
                 metrics_addr: None,
-                nft: Nft::with_command(vec!["false".into()]),
+                backend: Backend::Nftables(Nft::with_command(vec!["false".into()])),
             },
             CancellationToken::new(),
         ),

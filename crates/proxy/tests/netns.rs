@@ -5,10 +5,12 @@
 //! incremental transactions keep it right. Needs root, `ip`, `nft`, busybox and curl
 //! (all on the project's machines); without root it says so and checks nothing.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{curl, in_netns, not_root, setup, start_server};
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::nft::Nft;
 use ferrokube_proxy::proxier::Proxier;
@@ -16,131 +18,6 @@ use ferrokube_proxy::rules::ProxyConfig;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
-
-struct Namespaces {
-    host: String,
-    pod: String,
-    dir: std::path::PathBuf,
-    server: Option<Child>,
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.server.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for ns in [&self.host, &self.pod] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn setup() -> Namespaces {
-    let id = std::process::id();
-    let ns = Namespaces {
-        host: format!("fkp-host-{id}"),
-        pod: format!("fkp-pod-{id}"),
-        dir: std::env::temp_dir().join(format!("fkp-www-{id}")),
-        server: None,
-    };
-    let (h, p) = (ns.host.as_str(), ns.pod.as_str());
-    sh(&["ip", "netns", "add", h]);
-    sh(&["ip", "netns", "add", p]);
-    let veth_h = format!("fkh{id}");
-    let veth_p = format!("fkp{id}");
-    let (vh, vp) = (
-        &veth_h[..veth_h.len().min(15)],
-        &veth_p[..veth_p.len().min(15)],
-    );
-    sh(&[
-        "ip", "-n", h, "link", "add", vh, "type", "veth", "peer", "name", vp, "netns", p,
-    ]);
-    sh(&["ip", "-n", h, "addr", "add", "10.244.0.1/24", "dev", vh]);
-    sh(&["ip", "-n", h, "link", "set", vh, "up"]);
-    sh(&["ip", "-n", h, "link", "set", "lo", "up"]);
-    sh(&["ip", "-n", p, "addr", "add", "10.244.0.5/24", "dev", vp]);
-    sh(&["ip", "-n", p, "link", "set", vp, "up"]);
-    sh(&["ip", "-n", p, "link", "set", "lo", "up"]);
-    sh(&[
-        "ip",
-        "-n",
-        p,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.244.0.1",
-    ]);
-    // As hack/lib/runtime.sh: the Service CIDR routed into an empty bridge, so an
-    // un-NATed Service packet has a route (and dies there).
-    sh(&["ip", "-n", h, "link", "add", "kube-svc0", "type", "bridge"]);
-    sh(&["ip", "-n", h, "link", "set", "kube-svc0", "up"]);
-    sh(&[
-        "ip",
-        "-n",
-        h,
-        "route",
-        "add",
-        "10.96.0.0/12",
-        "dev",
-        "kube-svc0",
-    ]);
-    for sysctl in [
-        "net.ipv4.ip_forward=1",
-        "net.ipv4.conf.all.route_localnet=1",
-    ] {
-        sh(&["ip", "netns", "exec", h, "sysctl", "-qw", sysctl]);
-    }
-    ns
-}
-
-fn start_server(ns: &mut Namespaces) {
-    std::fs::create_dir_all(&ns.dir).unwrap();
-    std::fs::write(ns.dir.join("index.html"), "hello from the pod\n").unwrap();
-    let child = Command::new("timeout")
-        .args([
-            "120", "ip", "netns", "exec", &ns.pod, "busybox", "httpd", "-f", "-p",
-        ])
-        .arg("10.244.0.5:8080")
-        .arg("-h")
-        .arg(&ns.dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    ns.server = Some(child);
-    // Bounded wait until it answers directly.
-    for _ in 0..50 {
-        if curl(&ns.host, "http://10.244.0.5:8080/").0 == 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("busybox httpd did not come up in the pod namespace");
-}
-
-/// curl from the host namespace: (exit code, body). Exit 7 = connection refused.
-fn curl(ns: &str, url: &str) -> (i32, String) {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "curl", "-s", "--max-time", "3", url])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
 
 fn service() -> Arc<Service> {
     Arc::new(
@@ -189,14 +66,11 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
         eprintln!("not root: network namespaces unavailable, nothing checked");
         return;
     }
-    let mut ns = setup();
+    let mut ns = setup('n');
     start_server(&mut ns);
-    let nft = Nft::with_command(
-        ["ip", "netns", "exec", &ns.host, "nft"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    );
+    let mut argv = in_netns(&ns.host);
+    argv.push("nft".into());
+    let nft = Nft::with_command(argv);
     let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
     cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").unwrap();
     let mut p = Proxier::new(cfg);
@@ -281,13 +155,4 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
     assert_eq!(nft.cleanup().await.unwrap(), [IpFamily::V4]);
     assert!(!nft.existing(IpFamily::V4).await.unwrap().table);
     drop(ns);
-}
-
-/// Root check through `id -u` (no libc call, no unsafe).
-fn not_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() != "0")
-        .unwrap_or(true)
 }
