@@ -4,13 +4,20 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
+use crate::metrics::KubeletMetrics;
 use crate::qos::PodCgroupResources;
 
 /// Creates, sizes and removes cgroups below a cgroup v1 mount root (`/sys/fs/cgroup`).
+/// Each write is timed into `kubelet_cgroup_manager_duration_seconds` by upstream's
+/// method: `create` when the cgroup was missing, `update` when it existed and had its
+/// values written, `destroy` when one was removed.
 #[derive(Debug, Clone)]
 pub struct CgroupManager {
     mount: PathBuf,
+    metrics: Arc<KubeletMetrics>,
 }
 
 fn write(path: &Path, value: &str) -> io::Result<()> {
@@ -26,7 +33,29 @@ impl CgroupManager {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
         CgroupManager {
             mount: mount.into(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Records its operations in `metrics` (the kubelet's).
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Runs `write` as the operation that makes or changes `cgroup`, timed as `create`
+    /// when the cgroup did not exist before, else `update`.
+    fn timed_write(&self, cgroup: &str, write: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let operation = if self.exists(cgroup) {
+            "update"
+        } else {
+            "create"
+        };
+        let started = Instant::now();
+        let result = write();
+        self.metrics
+            .observe_cgroup_operation(operation, started.elapsed());
+        result
     }
 
     /// The mounted hierarchies (each directory with a `cgroup.procs`; the cgroup2 `unified`
@@ -106,14 +135,25 @@ impl CgroupManager {
         limits: &crate::node_allocatable::CgroupLimits,
         create: bool,
     ) -> io::Result<()> {
-        if create {
-            self.ensure(cgroup)?;
-        } else if !self.exists(cgroup) {
+        if !create && !self.exists(cgroup) {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("{cgroup:?} cgroup does not exist"),
             ));
         }
+        self.timed_write(cgroup, || {
+            if create {
+                self.ensure(cgroup)?;
+            }
+            self.write_limits(cgroup, limits)
+        })
+    }
+
+    fn write_limits(
+        &self,
+        cgroup: &str,
+        limits: &crate::node_allocatable::CgroupLimits,
+    ) -> io::Result<()> {
         let rel = cgroup.trim_start_matches('/');
         for (controller, file, value) in [
             ("cpu", "cpu.shares", limits.cpu_shares),
@@ -129,6 +169,10 @@ impl CgroupManager {
 
     /// Creates `cgroup` as [`Self::ensure`] does, then applies `res`. Idempotent.
     pub fn create(&self, cgroup: &str, res: &PodCgroupResources) -> io::Result<()> {
+        self.timed_write(cgroup, || self.create_untimed(cgroup, res))
+    }
+
+    fn create_untimed(&self, cgroup: &str, res: &PodCgroupResources) -> io::Result<()> {
         self.ensure(cgroup)?;
         let rel = cgroup.trim_start_matches('/');
         if let Some(cpu) = self.hierarchy("cpu") {
@@ -197,18 +241,27 @@ impl CgroupManager {
         if unified.is_dir() {
             roots.push(unified);
         }
+        let dirs: Vec<PathBuf> = roots
+            .iter()
+            .map(|h| h.join(rel))
+            .filter(|d| d.is_dir())
+            .collect();
+        if dirs.is_empty() {
+            // Nothing to destroy: no operation.
+            return Ok(());
+        }
+        let started = Instant::now();
         let mut first_err = None;
-        for h in roots {
-            let dir = h.join(rel);
-            if dir.is_dir()
-                && let Err(e) = remove_tree(&dir)
-            {
+        for dir in dirs {
+            if let Err(e) = remove_tree(&dir) {
                 first_err.get_or_insert(io::Error::new(
                     e.kind(),
                     format!("removing {}: {e}", dir.display()),
                 ));
             }
         }
+        self.metrics
+            .observe_cgroup_operation("destroy", started.elapsed());
         first_err.map_or(Ok(()), Err)
     }
 }
@@ -240,6 +293,58 @@ mod tests {
         assert!(m.remove("/").is_err());
         assert!(m.remove("/kubepods/podx").is_ok());
         assert!(!m.exists("/kubepods/podx"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn operations_are_timed_by_upstreams_method() {
+        let dir = std::env::temp_dir().join(format!("fk-cg-metrics-{}", std::process::id()));
+        for h in ["cpu,cpuacct", "memory"] {
+            std::fs::create_dir_all(dir.join(h)).unwrap();
+            std::fs::write(dir.join(h).join("cgroup.procs"), "").unwrap();
+        }
+        let metrics = Arc::new(KubeletMetrics::default());
+        let m = CgroupManager::new(&dir).with_metrics(metrics.clone());
+        let counts =
+            || ["create", "update", "destroy"].map(|op| metrics.cgroup_operation_count(op));
+        let res = PodCgroupResources {
+            cpu_shares: 2,
+            cpu_quota: None,
+            cpu_period: 100_000,
+            memory_limit: Some(1 << 20),
+        };
+        m.create("/kubepods/podu1", &res).unwrap();
+        assert_eq!(counts(), [1, 0, 0], "a missing cgroup is created");
+        m.create("/kubepods/podu1", &res).unwrap();
+        assert_eq!(counts(), [1, 1, 0], "an existing one is updated");
+        let limits = crate::node_allocatable::CgroupLimits {
+            cpu_shares: Some(1024),
+            ..Default::default()
+        };
+        m.set_limits("/kubepods", &limits, true).unwrap();
+        m.set_limits("/reserved", &limits, true).unwrap();
+        assert_eq!(counts(), [2, 2, 0]);
+        assert!(m.set_limits("/missing", &limits, false).is_err());
+        assert_eq!(counts(), [2, 2, 0], "a missing cgroup is not updated");
+        // Outside a cgroupfs the control files are files: rmdir fails, as with
+        // processes left in a cgroup, and the attempt is timed all the same.
+        assert!(m.remove("/kubepods/podu1").is_err());
+        assert_eq!(counts(), [2, 2, 1]);
+        m.remove("/kubepods/podx").unwrap();
+        assert_eq!(counts(), [2, 2, 1], "nothing to destroy");
+        let page = metrics.render(&crate::metrics::KubeletGauges::default());
+        assert!(
+            page.contains(
+                "# HELP kubelet_cgroup_manager_duration_seconds [ALPHA] Duration in seconds for cgroup manager operations. Broken down by method.\n# TYPE kubelet_cgroup_manager_duration_seconds histogram\n"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "kubelet_cgroup_manager_duration_seconds_count{operation_type=\"create\"} 2\n"
+            ),
+            "{page}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -20,6 +20,23 @@ const POD_START_BUCKETS: &[f64] = &[
     300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 ];
 
+/// `storage_operation_duration_seconds` buckets (upstream's `pkg/volume/util`).
+const STORAGE_OPERATION_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+/// The `state` values of `volume_manager_total_volumes`: the volumes the kubelet wants
+/// mounted for its pods, and the ones that are.
+pub const DESIRED_STATE_OF_WORLD: &str = "desired_state_of_world";
+pub const ACTUAL_STATE_OF_WORLD: &str = "actual_state_of_world";
+
+/// The `operation_name` values of `storage_operation_duration_seconds` for what this
+/// kubelet's volume manager does (upstream's operation generator): a volume's SetUp,
+/// its TearDown, and the fsGroup ownership walk of a SetUp.
+pub const VOLUME_MOUNT: &str = "volume_mount";
+pub const VOLUME_UNMOUNT: &str = "volume_unmount";
+pub const VOLUME_APPLY_ACCESS_CONTROL: &str = "volume_apply_access_control";
+
 /// What the kubelet records while it runs (one per kubelet; no process-global state).
 #[derive(Debug)]
 pub struct KubeletMetrics {
@@ -39,6 +56,9 @@ pub struct KubeletMetrics {
     /// code, container_type (the text format's order).
     started_containers_errors: CounterVec<2>,
     evictions: CounterVec<1>,
+    cgroup_manager: HistogramVec<1>,
+    /// migrated, operation_name, status, volume_plugin (the text format's order).
+    storage_operations: HistogramVec<4>,
     /// Pods whose start was already observed (by UID).
     started: Mutex<HashSet<String>>,
 }
@@ -117,6 +137,18 @@ impl Default for KubeletMetrics {
                 "[ALPHA] Cumulative number of pod evictions by eviction signal",
                 ["eviction_signal"],
             ),
+            cgroup_manager: HistogramVec::histogram(
+                "kubelet_cgroup_manager_duration_seconds",
+                "[ALPHA] Duration in seconds for cgroup manager operations. Broken down by method.",
+                ["operation_type"],
+                &DEFAULT_BUCKETS,
+            ),
+            storage_operations: HistogramVec::histogram(
+                "storage_operation_duration_seconds",
+                "[ALPHA] Storage operation duration",
+                ["migrated", "operation_name", "status", "volume_plugin"],
+                STORAGE_OPERATION_BUCKETS,
+            ),
             started: Mutex::new(HashSet::new()),
         }
     }
@@ -140,6 +172,9 @@ pub struct KubeletGauges {
     pub running_pods: u64,
     /// Containers by CRI state label (`running`, `exited`, `created`, `unknown`).
     pub containers_by_state: BTreeMap<String, u64>,
+    /// The volume manager's pod volumes by `(plugin_name, state)`
+    /// (`volume_manager_total_volumes`; a pair with none is left out, as upstream's).
+    pub volumes: BTreeMap<(String, String), u64>,
 }
 
 impl KubeletMetrics {
@@ -192,6 +227,43 @@ impl KubeletMetrics {
         self.evictions.inc([signal]);
     }
 
+    /// One cgroup manager operation (`create`, `update` or `destroy`, upstream's
+    /// methods) and how long it took, whatever its outcome (as upstream's deferred
+    /// observation).
+    pub fn observe_cgroup_operation(&self, operation: &str, took: Duration) {
+        self.cgroup_manager.observe([operation], took.as_secs_f64());
+    }
+
+    /// One volume operation (`volume_mount`, ...) of a plugin, whether it succeeded
+    /// (`status` `success`, else `fail-unknown`) and how long it took. No volume this
+    /// kubelet mounts is migrated to CSI.
+    pub fn observe_storage_operation(
+        &self,
+        plugin: &str,
+        operation: &str,
+        succeeded: bool,
+        took: Duration,
+    ) {
+        let status = if succeeded { "success" } else { "fail-unknown" };
+        self.storage_operations
+            .observe(["false", operation, status, plugin], took.as_secs_f64());
+    }
+
+    /// The count of one storage operation series so far (0 if never recorded).
+    pub fn storage_operation_count(&self, plugin: &str, operation: &str, succeeded: bool) -> u64 {
+        let status = if succeeded { "success" } else { "fail-unknown" };
+        self.storage_operations
+            .get(["false", operation, status, plugin])
+            .map_or(0, |h| h.count())
+    }
+
+    /// The count of one cgroup manager operation so far.
+    pub fn cgroup_operation_count(&self, operation: &str) -> u64 {
+        self.cgroup_manager
+            .get([operation])
+            .map_or(0, |h| h.count())
+    }
+
     /// Records a pod's start (first seen to Running) once per pod UID.
     pub fn observe_pod_start(&self, pod_uid: &str, took: Duration) {
         if self.started.lock().insert(pod_uid.to_owned()) {
@@ -238,6 +310,24 @@ impl KubeletMetrics {
             );
         }
         render_volume_stats(&mut out, &gauges.volume_stats);
+        if !gauges.volumes.is_empty() {
+            family(
+                &mut out,
+                "volume_manager_total_volumes",
+                "gauge",
+                "Number of volumes in Volume Manager",
+            );
+            for ((plugin, state), n) in &gauges.volumes {
+                let _ = writeln!(
+                    out,
+                    "volume_manager_total_volumes{{plugin_name=\"{}\",state=\"{}\"}} {n}",
+                    escape(plugin),
+                    escape(state)
+                );
+            }
+        }
+        self.storage_operations.render(&mut out);
+        self.cgroup_manager.render(&mut out);
         self.pod_start.render(&mut out);
         self.pod_worker_duration.render(&mut out);
         self.started_pods.render(&mut out);
@@ -569,6 +659,20 @@ mod tests {
         m.observe_container_started("container", None);
         m.observe_container_started("init_container", Some("ErrImagePull"));
         m.observe_eviction("memory.available");
+        m.observe_cgroup_operation("create", Duration::from_millis(3));
+        m.observe_cgroup_operation("destroy", Duration::from_millis(30));
+        m.observe_storage_operation(
+            "kubernetes.io/empty-dir",
+            VOLUME_MOUNT,
+            true,
+            Duration::from_millis(20),
+        );
+        m.observe_storage_operation(
+            "kubernetes.io/configmap",
+            VOLUME_MOUNT,
+            false,
+            Duration::from_secs(2),
+        );
         let volume = crate::stats::FsStats {
             capacity_bytes: Some(270_553_174_016),
             inodes_used: Some(12),
@@ -579,6 +683,23 @@ mod tests {
             volume_stats: [(("ns".to_string(), "data".to_string()), volume)].into(),
             running_pods: 2,
             containers_by_state: [("running".to_string(), 3), ("exited".to_string(), 1)].into(),
+            volumes: [
+                (
+                    (
+                        "kubernetes.io/projected".to_string(),
+                        DESIRED_STATE_OF_WORLD.to_string(),
+                    ),
+                    2,
+                ),
+                (
+                    (
+                        "kubernetes.io/projected".to_string(),
+                        ACTUAL_STATE_OF_WORLD.to_string(),
+                    ),
+                    1,
+                ),
+            ]
+            .into(),
         });
         for line in [
             "# TYPE kubelet_running_pods gauge",
@@ -608,8 +729,42 @@ mod tests {
             "kubelet_runtime_operations_errors_total{operation_type=\"list_containers\"} 1",
             "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 0",
             "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"run_podsandbox\",le=\"0.5\"} 1",
+            "# HELP volume_manager_total_volumes [ALPHA] Number of volumes in Volume Manager",
+            "# TYPE volume_manager_total_volumes gauge",
+            "volume_manager_total_volumes{plugin_name=\"kubernetes.io/projected\",state=\"actual_state_of_world\"} 1",
+            "volume_manager_total_volumes{plugin_name=\"kubernetes.io/projected\",state=\"desired_state_of_world\"} 2",
+            "# HELP kubelet_cgroup_manager_duration_seconds [ALPHA] Duration in seconds for cgroup manager operations. Broken down by method.",
+            "# TYPE kubelet_cgroup_manager_duration_seconds histogram",
+            "kubelet_cgroup_manager_duration_seconds_bucket{operation_type=\"create\",le=\"0.005\"} 1",
+            "kubelet_cgroup_manager_duration_seconds_bucket{operation_type=\"destroy\",le=\"0.025\"} 0",
+            "kubelet_cgroup_manager_duration_seconds_bucket{operation_type=\"destroy\",le=\"0.05\"} 1",
+            "# HELP storage_operation_duration_seconds [ALPHA] Storage operation duration",
+            "# TYPE storage_operation_duration_seconds histogram",
+            "storage_operation_duration_seconds_bucket{migrated=\"false\",operation_name=\"volume_mount\",status=\"success\",volume_plugin=\"kubernetes.io/empty-dir\",le=\"0.1\"} 1",
+            "storage_operation_duration_seconds_bucket{migrated=\"false\",operation_name=\"volume_mount\",status=\"fail-unknown\",volume_plugin=\"kubernetes.io/configmap\",le=\"1\"} 0",
+            "storage_operation_duration_seconds_bucket{migrated=\"false\",operation_name=\"volume_mount\",status=\"fail-unknown\",volume_plugin=\"kubernetes.io/configmap\",le=\"2.5\"} 1",
+            "storage_operation_duration_seconds_bucket{migrated=\"false\",operation_name=\"volume_mount\",status=\"fail-unknown\",volume_plugin=\"kubernetes.io/configmap\",le=\"600\"} 1",
+            "storage_operation_duration_seconds_count{migrated=\"false\",operation_name=\"volume_mount\",status=\"fail-unknown\",volume_plugin=\"kubernetes.io/configmap\"} 1",
         ] {
             assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+        // Upstream's text format: each family's samples together, its buckets in order.
+        let storage: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("storage_operation_duration_seconds_bucket"))
+            .collect();
+        assert_eq!(storage.len(), 2 * 14, "{page}");
+        assert!(
+            !page.contains("kubelet_node_config_error"),
+            "gone with dynamic kubelet config (1.24)"
+        );
+        let empty = KubeletMetrics::default().render(&KubeletGauges::default());
+        for absent in [
+            "volume_manager_total_volumes",
+            "storage_operation_duration_seconds",
+            "kubelet_cgroup_manager_duration_seconds",
+        ] {
+            assert!(!empty.contains(absent), "{absent} without series");
         }
         m.forget_pod("u1");
         m.observe_pod_start("u1", Duration::from_secs(1));

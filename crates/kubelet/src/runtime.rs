@@ -142,7 +142,8 @@ fn nanos_to_time(n: i64) -> SystemTime {
 
 impl RuntimeManager {
     pub fn new(cri: CriClient, node: NodeConfig) -> Self {
-        let cgroups = CgroupManager::new(&node.cgroup_mount);
+        let metrics = cri.metrics().clone();
+        let cgroups = CgroupManager::new(&node.cgroup_mount).with_metrics(metrics.clone());
         RuntimeManager {
             cri,
             node,
@@ -152,7 +153,7 @@ impl RuntimeManager {
             reasons: Mutex::new(HashMap::new()),
             probe_results: Arc::new(ProbeResults::default()),
             events: Arc::new(OnceLock::new()),
-            volumes: VolumeManager::new("/var/lib/kubelet"),
+            volumes: VolumeManager::new("/var/lib/kubelet").with_metrics(metrics),
             allocations: Mutex::new(HashMap::new()),
             resizes: Mutex::new(HashMap::new()),
         }
@@ -260,7 +261,7 @@ impl RuntimeManager {
 
     /// Puts pod volumes under `root` (`--root-dir`; `/var/lib/kubelet` by default).
     pub fn set_root_dir(&mut self, root: impl Into<std::path::PathBuf>) {
-        self.volumes = VolumeManager::new(root);
+        self.volumes = VolumeManager::new(root).with_metrics(self.cri.metrics().clone());
     }
 
     /// The pod volumes.
@@ -521,6 +522,7 @@ impl RuntimeManager {
             || !actions.containers_to_start.is_empty()
             || !actions.ephemeral_containers_to_start.is_empty();
         let volumes = if finished {
+            self.volumes.release(pod_uid);
             PodVolumes::default()
         } else {
             match self.volumes.setup(pod, &self.node, sources) {

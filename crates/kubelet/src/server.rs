@@ -363,6 +363,13 @@ async fn gauges(kubelet: &Kubelet) -> crate::metrics::KubeletGauges {
                 Some(((claim.namespace, claim.name), v.fs))
             })
             .collect(),
+        volumes: kubelet
+            .runtime()
+            .volumes()
+            .volume_counts()
+            .into_iter()
+            .map(|((plugin, state), n)| ((plugin.to_owned(), state.to_owned()), n))
+            .collect(),
         ..Default::default()
     };
     let Ok(pods) = kubelet.runtime().runtime_pods().await else {

@@ -119,6 +119,29 @@ impl VolumeError {
     }
 }
 
+/// Upstream's in-tree plugin names of the volumes this kubelet sets up.
+pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io/empty-dir";
+pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io/configmap";
+pub const SECRET_PLUGIN: &str = "kubernetes.io/secret";
+pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io/downward-api";
+pub const PROJECTED_PLUGIN: &str = "kubernetes.io/projected";
+pub const HOST_PATH_PLUGIN: &str = "kubernetes.io/host-path";
+pub const LOCAL_VOLUME_PLUGIN: &str = "kubernetes.io/local-volume";
+
+/// The plugin whose directory under a pod's `volumes/` is `dir` (upstream's escaped
+/// name, `/` as `~`), among the plugins that keep one here.
+pub fn plugin_of_dir(dir: &str) -> Option<&'static str> {
+    [
+        EMPTY_DIR_PLUGIN,
+        CONFIG_MAP_PLUGIN,
+        SECRET_PLUGIN,
+        DOWNWARD_API_PLUGIN,
+        PROJECTED_PLUGIN,
+    ]
+    .into_iter()
+    .find(|p| p.replace('/', "~") == dir)
+}
+
 /// What a volume is, as far as this kubelet handles it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeKind {
@@ -188,6 +211,33 @@ impl VolumeKind {
             | VolumeKind::PersistentVolumeClaim { .. }
             | VolumeKind::Unsupported => return None,
         })
+    }
+
+    /// Upstream's plugin name (`GetPluginName`), the `plugin_name` and `volume_plugin` of
+    /// the volume manager's metrics; `None` for a claim until it is resolved
+    /// ([`ClaimSource::plugin_name`]) and for a source this kubelet does not handle.
+    pub fn plugin_name(&self) -> Option<&'static str> {
+        Some(match self {
+            VolumeKind::EmptyDir { .. } => EMPTY_DIR_PLUGIN,
+            VolumeKind::ConfigMap => CONFIG_MAP_PLUGIN,
+            VolumeKind::Secret => SECRET_PLUGIN,
+            VolumeKind::DownwardApi => DOWNWARD_API_PLUGIN,
+            VolumeKind::Projected => PROJECTED_PLUGIN,
+            VolumeKind::HostPath { .. } => HOST_PATH_PLUGIN,
+            VolumeKind::PersistentVolumeClaim { .. } | VolumeKind::Unsupported => return None,
+        })
+    }
+
+    /// Whether the plugin sets the volume up again on every pod sync (upstream's
+    /// `RequiresRemount`: the volumes whose contents follow API objects).
+    pub fn requires_remount(&self) -> bool {
+        matches!(
+            self,
+            VolumeKind::ConfigMap
+                | VolumeKind::Secret
+                | VolumeKind::DownwardApi
+                | VolumeKind::Projected
+        )
     }
 
     /// Whether the volume directory is a tmpfs (memory emptyDir; secret, downwardAPI and
@@ -684,6 +734,16 @@ pub enum ClaimSource {
     Local { path: String },
 }
 
+impl ClaimSource {
+    /// The plugin that mounts the PersistentVolume (upstream's hostPath or local plugin).
+    pub fn plugin_name(&self) -> &'static str {
+        match self {
+            ClaimSource::HostPath { .. } => HOST_PATH_PLUGIN,
+            ClaimSource::Local { .. } => LOCAL_VOLUME_PLUGIN,
+        }
+    }
+}
+
 /// A `persistentVolumeClaim` volume resolved to what is mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedClaim {
@@ -1003,6 +1063,65 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn plugin_names_are_upstreams_and_match_their_directories() {
+        let kinds = [
+            (
+                VolumeKind::EmptyDir {
+                    memory: false,
+                    size_limit: None,
+                },
+                Some("kubernetes.io/empty-dir"),
+                false,
+            ),
+            (VolumeKind::ConfigMap, Some("kubernetes.io/configmap"), true),
+            (VolumeKind::Secret, Some("kubernetes.io/secret"), true),
+            (
+                VolumeKind::DownwardApi,
+                Some("kubernetes.io/downward-api"),
+                true,
+            ),
+            (VolumeKind::Projected, Some("kubernetes.io/projected"), true),
+            (
+                VolumeKind::HostPath {
+                    path: "/x".into(),
+                    type_: String::new(),
+                },
+                Some("kubernetes.io/host-path"),
+                false,
+            ),
+            (
+                VolumeKind::PersistentVolumeClaim {
+                    claim: "c".into(),
+                    read_only: false,
+                },
+                None,
+                false,
+            ),
+            (VolumeKind::Unsupported, None, false),
+        ];
+        for (kind, plugin, remount) in kinds {
+            assert_eq!(kind.plugin_name(), plugin, "{kind:?}");
+            assert_eq!(kind.requires_remount(), remount, "{kind:?}");
+            if let Some(dir) = kind.plugin_dir() {
+                assert_eq!(plugin_of_dir(dir), plugin, "{dir}");
+            }
+        }
+        assert_eq!(plugin_of_dir("kubernetes.io~host-path"), None);
+        assert_eq!(
+            ClaimSource::Local { path: "/d".into() }.plugin_name(),
+            "kubernetes.io/local-volume"
+        );
+        assert_eq!(
+            ClaimSource::HostPath {
+                path: "/d".into(),
+                type_: String::new()
+            }
+            .plugin_name(),
+            "kubernetes.io/host-path"
+        );
+    }
 
     fn files(p: &Payload) -> Vec<(String, String, u32)> {
         p.iter()

@@ -9,17 +9,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::atomic_writer;
 use crate::config::NodeConfig;
 use crate::env::EnvSources;
+use crate::metrics::{
+    ACTUAL_STATE_OF_WORLD, DESIRED_STATE_OF_WORLD, KubeletMetrics, VOLUME_APPLY_ACCESS_CONTROL,
+    VOLUME_MOUNT, VOLUME_UNMOUNT,
+};
 use crate::sandbox::{namespace, spec, uid};
 use crate::volume::{
     ClaimSource, HostFileKind, HostPathAction, ResolvedClaim, VolumeError, VolumeKind,
-    claim_action, container_dir, host_path_action, parse_mountinfo, pod_dir, resolve_claim,
-    volume_dir, volume_payload,
+    claim_action, container_dir, host_path_action, parse_mountinfo, plugin_of_dir, pod_dir,
+    resolve_claim, volume_dir, volume_payload,
 };
 
 /// Upstream `SetVolumeOwnership` for a pod's `fsGroup`: every file and directory under
@@ -27,13 +32,14 @@ use crate::volume::{
 /// `read_only`: configMap, secret, downwardAPI and projected volumes), and directories
 /// group search plus setgid, so files made later inherit the group. With
 /// `on_root_mismatch` (`fsGroupChangePolicy: OnRootMismatch`) nothing is walked when the
-/// volume's root already has the group and the permissions.
+/// volume's root already has the group and the permissions. Returns whether the volume
+/// was walked.
 pub fn set_volume_ownership(
     dir: &Path,
     fs_group: u32,
     read_only: bool,
     on_root_mismatch: bool,
-) -> Result<(), VolumeError> {
+) -> Result<bool, VolumeError> {
     use std::os::unix::fs::MetadataExt;
     const SETGID: u32 = 0o2000;
     let mask = if read_only { 0o440 } else { 0o660 };
@@ -41,7 +47,7 @@ pub fn set_volume_ownership(
     if on_root_mismatch {
         let meta = std::fs::metadata(dir).map_err(io("reading", dir))?;
         if meta.gid() == fs_group && meta.mode() & dir_mask == dir_mask {
-            return Ok(());
+            return Ok(false);
         }
     }
     // Bounded like upstream's walk: the volume's own tree only.
@@ -64,7 +70,7 @@ pub fn set_volume_ownership(
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The volumes of one pod, ready to mount.
@@ -155,7 +161,46 @@ fn prepare_host_path(p: &Path, action: HostPathAction) -> Result<(), VolumeError
     Ok(())
 }
 
+/// Unmounts what is mounted at or below `dir` (deepest first; a busy mount is detached).
+fn unmount_below(dir: &Path, mounts: &[PathBuf]) -> Result<(), VolumeError> {
+    let mut below: Vec<&PathBuf> = mounts.iter().filter(|m| m.starts_with(dir)).collect();
+    below.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    below.dedup();
+    for m in below {
+        if let Err(e) = nix::mount::umount(m) {
+            // Still busy: detach it so the directory can go; the kernel frees it later.
+            nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH).map_err(|e2| {
+                VolumeError::Io {
+                    what: "unmounting",
+                    path: m.display().to_string(),
+                    why: format!("{e}; detach: {e2}"),
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// One pod's volumes in the volume manager's two states (upstream's desired and actual
+/// states of the world), by volume name, each with its plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct PodVolumeStates {
+    /// The volumes the pod wants mounted: every volume of its spec that a plugin handles
+    /// (a claim once it resolves to a PersistentVolume), until the pod is done with them.
+    desired: BTreeMap<String, &'static str>,
+    /// The volumes set up, until torn down.
+    mounted: BTreeMap<String, &'static str>,
+}
+
 /// Sets up and tears down pod volumes under the kubelet root.
+///
+/// Its metrics, as upstream's volume manager and operation generator record them:
+/// `volume_manager_total_volumes` ([`Self::volume_counts`]) and, in the kubelet's
+/// `storage_operation_duration_seconds`, each volume's SetUp (`volume_mount`: the first
+/// one of a pod's volume, and every later one of a volume set up again on each sync,
+/// configMap, secret, downwardAPI and projected, as upstream remounts those), each
+/// fsGroup ownership walk (`volume_apply_access_control`) and each volume's TearDown
+/// (`volume_unmount`).
 #[derive(Debug, Clone)]
 pub struct VolumeManager {
     root: PathBuf,
@@ -166,6 +211,9 @@ pub struct VolumeManager {
     /// usage the kubelet reports (upstream's local plugin measures its volumes; its
     /// hostPath plugin does not).
     local_claims: Arc<parking_lot::Mutex<BTreeMap<String, Vec<LocalClaimVolume>>>>,
+    /// Each pod's volumes, desired and mounted, by pod UID.
+    states: Arc<parking_lot::Mutex<BTreeMap<String, PodVolumeStates>>>,
+    metrics: Arc<KubeletMetrics>,
 }
 
 /// A pod's volume of a claim bound to a `local` PersistentVolume.
@@ -186,7 +234,67 @@ impl VolumeManager {
             root: root.into(),
             owned: Arc::default(),
             local_claims: Arc::default(),
+            states: Arc::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Records its operations in `metrics` (the kubelet's).
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// How many pod volumes each plugin has in each state (`desired_state_of_world`,
+    /// `actual_state_of_world`), by `(plugin, state)`; a pair with none is left out.
+    pub fn volume_counts(&self) -> BTreeMap<(&'static str, &'static str), u64> {
+        let mut counts = BTreeMap::new();
+        for pod in self.states.lock().values() {
+            for (volumes, state) in [
+                (&pod.desired, DESIRED_STATE_OF_WORLD),
+                (&pod.mounted, ACTUAL_STATE_OF_WORLD),
+            ] {
+                for plugin in volumes.values() {
+                    *counts.entry((*plugin, state)).or_default() += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    /// The pod is done with its volumes (it has finished): they leave the desired state.
+    /// Those still set up stay mounted, and counted so, until [`Self::teardown`].
+    pub fn release(&self, pod_uid: &str) {
+        let mut states = self.states.lock();
+        if let Some(s) = states.get_mut(pod_uid) {
+            s.desired.clear();
+            if s.mounted.is_empty() {
+                states.remove(pod_uid);
+            }
+        }
+    }
+
+    /// Upstream's ownership walk of a SetUp, timed as `volume_apply_access_control` when
+    /// it walked (an `OnRootMismatch` volume whose root matches is not).
+    fn apply_ownership(
+        &self,
+        plugin: &str,
+        dir: &Path,
+        fs_group: u32,
+        read_only: bool,
+        on_root_mismatch: bool,
+    ) -> Result<(), VolumeError> {
+        let started = Instant::now();
+        let walked = set_volume_ownership(dir, fs_group, read_only, on_root_mismatch);
+        if !matches!(walked, Ok(false)) {
+            self.metrics.observe_storage_operation(
+                plugin,
+                VOLUME_APPLY_ACCESS_CONTROL,
+                walked.is_ok(),
+                started.elapsed(),
+            );
+        }
+        walked.map(|_| ())
     }
 
     pub fn root(&self) -> &Path {
@@ -216,8 +324,14 @@ impl VolumeManager {
         // reconciler mounts each volume in its own operation.
         let mut failed: Vec<VolumeError> = vec![];
         let mut local_claims: Vec<LocalClaimVolume> = vec![];
+        let before = self.states.lock().get(pod_uid).cloned().unwrap_or_default();
+        let mut states = PodVolumeStates::default();
         for v in spec(pod).volumes.iter().flatten() {
             let mut kind = VolumeKind::of(v);
+            // A claim's plugin is known once it resolves.
+            let mut plugin = kind.plugin_name();
+            let kind_plugin = plugin.unwrap_or_default();
+            let started = Instant::now();
             let mut set_up = || -> Result<PathBuf, VolumeError> {
                 Ok(match &mut kind {
                     VolumeKind::Unsupported => {
@@ -239,6 +353,7 @@ impl VolumeManager {
                             }
                         };
                         *read_only = resolved.read_only;
+                        plugin = Some(resolved.source.plugin_name());
                         let path = self.setup_claim(
                             pod_uid,
                             &v.name,
@@ -276,7 +391,13 @@ impl VolumeManager {
                             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
                                 .map_err(io("chmod", &dir))?;
                             if let Some(g) = fs_group {
-                                set_volume_ownership(&dir, g, false, on_root_mismatch)?;
+                                self.apply_ownership(
+                                    kind_plugin,
+                                    &dir,
+                                    g,
+                                    false,
+                                    on_root_mismatch,
+                                )?;
                             }
                         }
                         if let Some((payload, notes)) = volume_payload(v, pod, node, sources)? {
@@ -296,14 +417,33 @@ impl VolumeManager {
                             // Each write makes a new timestamped directory: own it again.
                             // Upstream applies no change policy to these volumes.
                             if let Some(g) = fs_group.filter(|_| written || fresh) {
-                                set_volume_ownership(&dir, g, true, false)?;
+                                self.apply_ownership(kind_plugin, &dir, g, true, false)?;
                             }
                         }
                         dir
                     }
                 })
             };
-            match set_up() {
+            let result = set_up();
+            // Upstream's desired state holds the volumes a plugin handles, a claim once
+            // it resolves; each is mounted by its own operation.
+            if let Some(plugin) = plugin {
+                let was_mounted = before.mounted.contains_key(&v.name);
+                if !was_mounted || kind.requires_remount() {
+                    self.metrics.observe_storage_operation(
+                        plugin,
+                        VOLUME_MOUNT,
+                        result.is_ok(),
+                        started.elapsed(),
+                    );
+                }
+                states.desired.insert(v.name.clone(), plugin);
+                // A volume set up before stays mounted when setting it up again fails.
+                if result.is_ok() || was_mounted {
+                    states.mounted.insert(v.name.clone(), plugin);
+                }
+            }
+            match result {
                 Ok(path) => {
                     out.volumes.insert(v.name.clone(), (path, kind));
                 }
@@ -326,6 +466,20 @@ impl VolumeManager {
                 known.remove(pod_uid);
             } else {
                 known.insert(pod_uid.to_owned(), local_claims);
+            }
+        }
+        // A volume mounted before that no longer resolves (its claim's volume went) is
+        // still mounted, and still wanted until the pod goes.
+        for (name, plugin) in before.mounted {
+            states.mounted.entry(name.clone()).or_insert(plugin);
+            states.desired.entry(name).or_insert(plugin);
+        }
+        {
+            let mut all = self.states.lock();
+            if states == PodVolumeStates::default() {
+                all.remove(pod_uid);
+            } else {
+                all.insert(pod_uid.to_owned(), states);
             }
         }
         if !not_processed.is_empty() {
@@ -363,13 +517,12 @@ impl VolumeManager {
         if let Some(g) = fs_group.filter(|_| c.ownership) {
             let key = (pod_uid.to_owned(), volume.to_owned());
             if !self.owned.lock().contains(&key) {
-                set_volume_ownership(&p, g, false, on_root_mismatch).map_err(|e| {
-                    VolumeError::Mount {
+                self.apply_ownership(c.source.plugin_name(), &p, g, false, on_root_mismatch)
+                    .map_err(|e| VolumeError::Mount {
                         op: "MountVolume.SetUp",
                         volume: c.volume.clone(),
                         why: e.to_string(),
-                    }
-                })?;
+                    })?;
                 self.owned.lock().insert(key);
             }
         }
@@ -416,7 +569,6 @@ impl VolumeManager {
         Ok(f)
     }
 
-    /// Unmounts everything under the pod's directory (deepest first), then removes it.
     /// The claimed local volumes of the pod `pod_uid` (as its last setup found them).
     pub fn local_claims(&self, pod_uid: &str) -> Vec<LocalClaimVolume> {
         self.local_claims
@@ -436,31 +588,89 @@ impl VolumeManager {
             .collect()
     }
 
+    /// Tears the pod's volumes down, each as its own operation (`volume_unmount`): its
+    /// mounts unmounted, its directory removed (hostPath and claimed volumes have
+    /// nothing of the pod's to remove). The volumes are the ones set up, and those
+    /// found in the pod's directory (upstream's reconstruction, after a restart). Then
+    /// whatever else is mounted in the pod's directory is unmounted (deepest first) and
+    /// the directory removed.
     pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
         self.owned.lock().retain(|(uid, _)| uid != pod_uid);
         self.local_claims.lock().remove(pod_uid);
-        let dir = pod_dir(&self.root, pod_uid);
-        if pod_uid.is_empty() || !dir.exists() {
+        if pod_uid.is_empty() {
             return Ok(());
         }
-        let mut mounts: Vec<PathBuf> = mount_points()
+        let dir = pod_dir(&self.root, pod_uid);
+        let mut volumes: BTreeMap<String, &'static str> = self
+            .states
+            .lock()
+            .get(pod_uid)
+            .map(|s| s.mounted.clone())
+            .unwrap_or_default();
+        for plugin_dir in std::fs::read_dir(dir.join("volumes"))
             .into_iter()
-            .filter(|m| m.starts_with(&dir))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-        mounts.dedup();
-        for m in &mounts {
-            if let Err(e) = nix::mount::umount(m) {
-                // Still busy: detach it so the directory can go; the kernel frees it later.
-                nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH).map_err(|e2| {
-                    VolumeError::Io {
-                        what: "unmounting",
-                        path: m.display().to_string(),
-                        why: format!("{e}; detach: {e2}"),
-                    }
-                })?;
+            .flatten()
+            .flatten()
+        {
+            let Some(plugin) = plugin_dir.file_name().to_str().and_then(plugin_of_dir) else {
+                continue;
+            };
+            for v in std::fs::read_dir(plugin_dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(name) = v.file_name().into_string() {
+                    volumes.entry(name).or_insert(plugin);
+                }
             }
         }
+        let mounts = mount_points();
+        let mut failed = None;
+        for (name, plugin) in &volumes {
+            let started = Instant::now();
+            // hostPath and claimed volumes have no directory of the pod's.
+            let plugin_dir = plugin.replace('/', "~");
+            let torn_down = match plugin_of_dir(&plugin_dir) {
+                Some(_) => {
+                    let vdir = volume_dir(&self.root, pod_uid, &plugin_dir, name);
+                    unmount_below(&vdir, &mounts).and_then(|()| {
+                        match std::fs::remove_dir_all(&vdir) {
+                            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                                Err(io("removing", &vdir)(e))
+                            }
+                            _ => Ok(()),
+                        }
+                    })
+                }
+                None => Ok(()),
+            };
+            self.metrics.observe_storage_operation(
+                plugin,
+                VOLUME_UNMOUNT,
+                torn_down.is_ok(),
+                started.elapsed(),
+            );
+            match torn_down {
+                Ok(()) => {
+                    if let Some(s) = self.states.lock().get_mut(pod_uid) {
+                        s.mounted.remove(name);
+                        s.desired.remove(name);
+                    }
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.states.lock().remove(pod_uid);
+        if !dir.exists() {
+            return Ok(());
+        }
+        unmount_below(&dir, &mount_points())?;
         std::fs::remove_dir_all(&dir).map_err(io("removing", &dir))
     }
 
@@ -495,7 +705,7 @@ mod tests {
         std::fs::set_permissions(vol.join("sub/file"), std::fs::Permissions::from_mode(0o600))
             .unwrap();
         std::os::unix::fs::symlink("sub/file", vol.join("link")).unwrap();
-        set_volume_ownership(&vol, 4321, false, false).unwrap();
+        assert!(set_volume_ownership(&vol, 4321, false, false).unwrap());
         for (p, mode) in [("", 0o2770), ("sub", 0o2770), ("sub/file", 0o660)] {
             let m = std::fs::metadata(vol.join(p)).unwrap();
             assert_eq!(m.gid(), 4321, "{p}");
@@ -507,7 +717,7 @@ mod tests {
         );
         // OnRootMismatch: a matching root means no walk.
         std::os::unix::fs::lchown(vol.join("sub/file"), None, Some(0)).unwrap();
-        set_volume_ownership(&vol, 4321, false, true).unwrap();
+        assert!(!set_volume_ownership(&vol, 4321, false, true).unwrap());
         assert_eq!(std::fs::metadata(vol.join("sub/file")).unwrap().gid(), 0);
         set_volume_ownership(&vol, 4321, false, false).unwrap();
         assert_eq!(std::fs::metadata(vol.join("sub/file")).unwrap().gid(), 4321);
@@ -639,6 +849,161 @@ mod tests {
     }
 
     #[test]
+    fn volume_states_and_operations_are_counted_by_plugin() {
+        use crate::metrics::{KubeletGauges, KubeletMetrics};
+        let tmp = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(KubeletMetrics::default());
+        let vm = VolumeManager::new(tmp.path().join("kubelet")).with_metrics(metrics.clone());
+        let host_dir = tmp.path().join("host");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "securityContext": {"fsGroup": 4321},
+                "containers": [{"name": "c"}],
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "cm"}},
+                    {"name": "scratch", "emptyDir": {}},
+                    {"name": "host", "hostPath": {"path": host_dir, "type": "DirectoryOrCreate"}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "unbound"}},
+                    {"name": "nfs", "nfs": {"server": "s", "path": "/"}},
+                ]
+            }
+        }))
+        .unwrap();
+        let node = NodeConfig::new("n");
+        let cm = ConfigMap {
+            data: Some([("key".into(), "v".into())].into()),
+            ..Default::default()
+        };
+        let mut sources = EnvSources {
+            config_maps: [("cm".into(), cm)].into(),
+            ..Default::default()
+        };
+        let counts = |vm: &VolumeManager| -> Vec<(&str, &str, u64)> {
+            vm.volume_counts()
+                .into_iter()
+                .map(|((p, s), n)| (p, s, n))
+                .collect()
+        };
+        let ops = |plugin: &str, op: &str| {
+            (
+                metrics.storage_operation_count(plugin, op, true),
+                metrics.storage_operation_count(plugin, op, false),
+            )
+        };
+        // The unbound claim and the unsupported source fail the setup; neither is in
+        // either state, nor mounted by any operation.
+        assert!(vm.setup(&pod, &node, &sources).is_err());
+        let all_three = |state| {
+            vec![
+                ("kubernetes.io/configmap", state, 1),
+                ("kubernetes.io/empty-dir", state, 1),
+                ("kubernetes.io/host-path", state, 1),
+            ]
+        };
+        let mut both = all_three(ACTUAL_STATE_OF_WORLD);
+        both.extend(all_three(DESIRED_STATE_OF_WORLD));
+        both.sort();
+        assert_eq!(counts(&vm), both);
+        for plugin in [
+            "kubernetes.io/configmap",
+            "kubernetes.io/empty-dir",
+            "kubernetes.io/host-path",
+        ] {
+            assert_eq!(ops(plugin, VOLUME_MOUNT), (1, 0), "{plugin}");
+        }
+        // The fsGroup walks: the new emptyDir, the configMap's first payload.
+        assert_eq!(
+            ops("kubernetes.io/empty-dir", VOLUME_APPLY_ACCESS_CONTROL),
+            (1, 0)
+        );
+        assert_eq!(
+            ops("kubernetes.io/configmap", VOLUME_APPLY_ACCESS_CONTROL),
+            (1, 0)
+        );
+        assert_eq!(
+            ops("kubernetes.io/host-path", VOLUME_APPLY_ACCESS_CONTROL),
+            (0, 0)
+        );
+
+        // A later sync sets up again only what follows API objects; the unchanged
+        // configMap is not walked again.
+        assert!(vm.setup(&pod, &node, &sources).is_err());
+        assert_eq!(ops("kubernetes.io/configmap", VOLUME_MOUNT), (2, 0));
+        assert_eq!(ops("kubernetes.io/empty-dir", VOLUME_MOUNT), (1, 0));
+        assert_eq!(ops("kubernetes.io/host-path", VOLUME_MOUNT), (1, 0));
+        assert_eq!(
+            ops("kubernetes.io/configmap", VOLUME_APPLY_ACCESS_CONTROL),
+            (1, 0)
+        );
+        // Its ConfigMap gone, the remount fails; the volume stays mounted.
+        sources.config_maps.clear();
+        assert!(vm.setup(&pod, &node, &sources).is_err());
+        assert_eq!(ops("kubernetes.io/configmap", VOLUME_MOUNT), (2, 1));
+        assert_eq!(counts(&vm), both);
+
+        let page = metrics.render(&KubeletGauges {
+            volumes: vm
+                .volume_counts()
+                .into_iter()
+                .map(|((p, s), n)| ((p.to_owned(), s.to_owned()), n))
+                .collect(),
+            ..Default::default()
+        });
+        for line in [
+            "# HELP volume_manager_total_volumes [ALPHA] Number of volumes in Volume Manager",
+            "# TYPE volume_manager_total_volumes gauge",
+            "volume_manager_total_volumes{plugin_name=\"kubernetes.io/configmap\",state=\"actual_state_of_world\"} 1",
+            "volume_manager_total_volumes{plugin_name=\"kubernetes.io/host-path\",state=\"desired_state_of_world\"} 1",
+            "# HELP storage_operation_duration_seconds [ALPHA] Storage operation duration",
+            "# TYPE storage_operation_duration_seconds histogram",
+            "storage_operation_duration_seconds_count{migrated=\"false\",operation_name=\"volume_mount\",status=\"fail-unknown\",volume_plugin=\"kubernetes.io/configmap\"} 1",
+            "storage_operation_duration_seconds_bucket{migrated=\"false\",operation_name=\"volume_mount\",status=\"success\",volume_plugin=\"kubernetes.io/empty-dir\",le=\"600\"} 1",
+            "storage_operation_duration_seconds_count{migrated=\"false\",operation_name=\"volume_apply_access_control\",status=\"success\",volume_plugin=\"kubernetes.io/empty-dir\"} 1",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+
+        // A finished pod no longer wants its volumes; they stay mounted until teardown.
+        vm.release("u1");
+        let actual = all_three(ACTUAL_STATE_OF_WORLD);
+        assert_eq!(counts(&vm), actual);
+        vm.teardown("u1").unwrap();
+        assert_eq!(counts(&vm), vec![]);
+        for plugin in [
+            "kubernetes.io/configmap",
+            "kubernetes.io/empty-dir",
+            "kubernetes.io/host-path",
+        ] {
+            assert_eq!(ops(plugin, VOLUME_UNMOUNT), (1, 0), "{plugin}");
+        }
+        assert!(host_dir.is_dir(), "a hostPath's directory is the host's");
+
+        // After a restart, the volumes found in a pod's directory are torn down each as
+        // its own operation (upstream's reconstruction).
+        sources
+            .config_maps
+            .insert("cm".into(), ConfigMap::default());
+        vm.setup(&pod, &node, &sources).unwrap_err();
+        let restarted = Arc::new(KubeletMetrics::default());
+        let vm2 = VolumeManager::new(tmp.path().join("kubelet")).with_metrics(restarted.clone());
+        assert_eq!(counts(&vm2), vec![]);
+        vm2.teardown("u1").unwrap();
+        assert!(!tmp.path().join("kubelet/pods/u1").exists());
+        for (plugin, n) in [
+            ("kubernetes.io/configmap", 1),
+            ("kubernetes.io/empty-dir", 1),
+            ("kubernetes.io/host-path", 0),
+        ] {
+            assert_eq!(
+                restarted.storage_operation_count(plugin, VOLUME_UNMOUNT, true),
+                n,
+                "{plugin}"
+            );
+        }
+    }
+
+    #[test]
     fn claimed_host_path_and_local_volumes() {
         use crate::volume::ClaimLookup;
         use std::os::unix::fs::MetadataExt;
@@ -755,12 +1120,38 @@ mod tests {
         std::os::unix::fs::lchown(local_dir.join("sub/f"), None, Some(0)).unwrap();
         vm.setup(&pod, &node, &sources).unwrap();
         assert_eq!(std::fs::metadata(local_dir.join("sub/f")).unwrap().gid(), 0);
+        // The claims count under the plugin of their PersistentVolume; the read-only
+        // one is not walked.
+        let counts = vm.volume_counts();
+        for state in [DESIRED_STATE_OF_WORLD, ACTUAL_STATE_OF_WORLD] {
+            assert_eq!(counts[&("kubernetes.io/local-volume", state)], 2);
+            assert_eq!(counts[&("kubernetes.io/host-path", state)], 1);
+        }
+        let m = &vm.metrics;
+        assert_eq!(
+            m.storage_operation_count("kubernetes.io/local-volume", VOLUME_MOUNT, true),
+            2
+        );
+        assert_eq!(
+            m.storage_operation_count(
+                "kubernetes.io/local-volume",
+                VOLUME_APPLY_ACCESS_CONTROL,
+                true
+            ),
+            1
+        );
 
         // Teardown leaves the host paths alone; a local path that is gone fails the mount.
         vm.teardown("u1").unwrap();
         assert!(host_dir.is_dir() && local_dir.join("sub/f").is_file());
         std::fs::remove_dir_all(&local_dir).unwrap();
         let e = vm.setup(&pod, &node, &sources).unwrap_err();
+        assert_eq!(
+            vm.metrics
+                .storage_operation_count("kubernetes.io/local-volume", VOLUME_MOUNT, false),
+            2,
+            "both pod volumes of the missing local path failed"
+        );
         assert_eq!(
             e.event_message(),
             format!(
