@@ -55,7 +55,14 @@
 //!   certificate lacks a name, address or O the template asks for; while waiting, a
 //!   changed template (new addresses) rotates at once, as upstream's dynamic template.
 //!
-//! Left out: the rotation metrics, requesting `expirationSeconds`, the serving
+//! Metrics (upstream's, in [`CertificateMetrics`], registered by each manager as it is
+//! built): the client manager's `kubelet_certificate_manager_client_ttl_seconds` and
+//! `kubelet_certificate_manager_client_expiration_renew_errors` (each failed attempt),
+//! the serving manager's `kubelet_certificate_manager_server_ttl_seconds`,
+//! `kubelet_certificate_manager_server_rotation_seconds` (the age of the certificate a
+//! new one replaces) and `kubelet_server_expiration_renew_errors`.
+//!
+//! Left out: requesting `expirationSeconds`, the serving
 //! store's `tlsCertFile`/`tlsPrivateKeyFile` fallback (those files disable the
 //! bootstrap instead), addresses read from the node's last status (the kubelet
 //! binary passes the addresses its node status reports: `--node-ip` or the default
@@ -80,6 +87,7 @@ use crate::bootstrap::{
 };
 use ferrokube_client::config::ClientLimits;
 
+use crate::metrics::{CertificateExpiry, CertificateMetrics};
 use crate::rotating_transport::{CertifiedPair, ClientCertSlot, TransportError, rotating_client};
 use crate::server::ServingCertSlot;
 
@@ -119,6 +127,8 @@ pub struct RotationOptions {
     pub node_name: String,
     /// How long one attempt waits for its request ([`CERTIFICATE_WAIT`]).
     pub certificate_wait: Duration,
+    /// Where the manager registers its metrics ([`CertificateMetrics::global`]).
+    pub metrics: &'static CertificateMetrics,
 }
 
 impl RotationOptions {
@@ -134,6 +144,7 @@ impl RotationOptions {
             cert_dir: cert_dir.into(),
             node_name: node_name.into(),
             certificate_wait: CERTIFICATE_WAIT,
+            metrics: CertificateMetrics::global(),
         }
     }
 }
@@ -206,6 +217,10 @@ impl ClientCertManager {
         let force = matches!(source, InitialSource::KubeconfigData | InitialSource::None);
         let slot = ClientCertSlot::new(pair);
         let client = rotating_client(config, slot.clone(), None)?;
+        let current = Arc::downgrade(&slot);
+        opts.metrics.register_client(Arc::new(move || {
+            Some(current.upgrade()?.get()?.info.not_after)
+        }));
         tracing::info!(source = ?source, "client certificate rotation is enabled");
         Ok(Arc::new(ClientCertManager {
             opts,
@@ -272,8 +287,17 @@ impl ClientCertManager {
     }
 
     /// Upstream `rotateCerts`, one attempt: a new key, a request, the issued pair
-    /// stored and installed. Returns the pair file written.
+    /// stored and installed. Returns the pair file written. A failure counts in
+    /// `kubelet_certificate_manager_client_expiration_renew_errors`.
     pub async fn rotate(&self) -> Result<PathBuf, RotationError> {
+        let rotated = self.try_rotate().await;
+        if rotated.is_err() {
+            self.opts.metrics.client_renew_failed();
+        }
+        rotated
+    }
+
+    async fn try_rotate(&self) -> Result<PathBuf, RotationError> {
         tracing::info!("rotating the kubelet client certificate");
         let key_pem = bootstrap::generate_key()?;
         let client = self.request_client().await?;
@@ -475,6 +499,7 @@ pub struct ServingCertManager {
     slot: Arc<ServingCertSlot>,
     certificate_wait: Duration,
     last_request: parking_lot::Mutex<Option<CsrTemplate>>,
+    metrics: &'static CertificateMetrics,
 }
 
 impl std::fmt::Debug for ServingCertManager {
@@ -516,7 +541,7 @@ impl ServingCertManager {
             stored = pair.is_some(),
             "kubelet serving certificate bootstrap is enabled"
         );
-        Ok(ServingCertManager {
+        let m = ServingCertManager {
             client,
             cert_dir,
             node_name: node_name.into(),
@@ -524,12 +549,28 @@ impl ServingCertManager {
             slot: ServingCertSlot::new(pair),
             certificate_wait: CERTIFICATE_WAIT,
             last_request: parking_lot::Mutex::new(None),
-        })
+            metrics: CertificateMetrics::global(),
+        };
+        m.metrics.register_server(m.expiry());
+        Ok(m)
     }
 
     /// Bounds one attempt's wait ([`CERTIFICATE_WAIT`] by default).
     pub fn set_certificate_wait(&mut self, wait: Duration) {
         self.certificate_wait = wait;
+    }
+
+    /// Registers its metrics in `metrics` instead ([`CertificateMetrics::global`] by
+    /// default).
+    pub fn set_metrics(&mut self, metrics: &'static CertificateMetrics) {
+        self.metrics = metrics;
+        metrics.register_server(self.expiry());
+    }
+
+    /// The served certificate's expiry, as the metrics read it.
+    fn expiry(&self) -> CertificateExpiry {
+        let current = Arc::downgrade(&self.slot);
+        Arc::new(move || Some(current.upgrade()?.get()?.info.not_after))
     }
 
     /// The slot the HTTPS server resolves its certificate from.
@@ -555,8 +596,19 @@ impl ServingCertManager {
     }
 
     /// Upstream `rotateCerts`, one attempt: a new key, a request for the current
-    /// template, the issued pair stored and served. Returns the pair file written.
+    /// template, the issued pair stored and served. Returns the pair file written. A
+    /// failure counts in `kubelet_server_expiration_renew_errors`; a certificate
+    /// replaced has its age observed in
+    /// `kubelet_certificate_manager_server_rotation_seconds`.
     pub async fn rotate(&self) -> Result<PathBuf, RotationError> {
+        let rotated = self.try_rotate().await;
+        if rotated.is_err() {
+            self.metrics.server_renew_failed();
+        }
+        rotated
+    }
+
+    async fn try_rotate(&self) -> Result<PathBuf, RotationError> {
         let template = self.template();
         *self.last_request.lock() = template.clone();
         let Some(template) = template else {
@@ -581,6 +633,10 @@ impl ServingCertManager {
             &key_pem,
             &ts,
         )?;
+        if let Some(previous) = self.slot.get() {
+            self.metrics
+                .server_rotated(previous.info.not_before, SystemTime::now());
+        }
         self.slot.set(pair);
         tracing::info!(csr = %csr, certificate = %file.display(), "kubelet serving certificate rotated");
         Ok(file)

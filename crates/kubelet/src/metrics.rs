@@ -5,10 +5,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use ferrokube_component_base::metrics::{
-    CounterVec, DEFAULT_BUCKETS, GaugeVec, HistogramVec, exponential_buckets, unix_now,
+    CounterVec, DEFAULT_BUCKETS, GaugeVec, Histogram, HistogramVec, exponential_buckets, unix_now,
 };
 use parking_lot::Mutex;
 
@@ -37,7 +38,8 @@ pub const VOLUME_MOUNT: &str = "volume_mount";
 pub const VOLUME_UNMOUNT: &str = "volume_unmount";
 pub const VOLUME_APPLY_ACCESS_CONTROL: &str = "volume_apply_access_control";
 
-/// What the kubelet records while it runs (one per kubelet; no process-global state).
+/// What the kubelet records while it runs (one per kubelet; the certificate managers'
+/// metrics, which the process registers as upstream's do, are [`CertificateMetrics`]).
 #[derive(Debug)]
 pub struct KubeletMetrics {
     operations: CounterVec<1>,
@@ -328,6 +330,7 @@ impl KubeletMetrics {
         }
         self.storage_operations.render(&mut out);
         self.cgroup_manager.render(&mut out);
+        CertificateMetrics::global().render(&mut out, SystemTime::now());
         self.pod_start.render(&mut out);
         self.pod_worker_duration.render(&mut out);
         self.started_pods.render(&mut out);
@@ -345,6 +348,189 @@ impl KubeletMetrics {
         ferrokube_client::metrics::write_rest_client_metrics(&mut out);
         out
     }
+}
+
+/// The expiry of a certificate manager's current certificate (`None` while it has none).
+pub type CertificateExpiry = Arc<dyn Fn() -> Option<SystemTime> + Send + Sync>;
+
+/// `kubelet_certificate_manager_server_rotation_seconds` buckets (upstream's: a minute,
+/// an hour, 4 hours, a day, a week, a month, 3 and 6 months, a year, 4 years).
+const CERTIFICATE_ROTATION_BUCKETS: &[f64] = &[
+    60.0,
+    3600.0,
+    14400.0,
+    86400.0,
+    604800.0,
+    2592000.0,
+    7776000.0,
+    15552000.0,
+    31104000.0,
+    124416000.0,
+];
+
+/// The certificate managers' metrics (upstream `pkg/kubelet/certificate/kubelet.go` and
+/// `cmd/kubelet/app/server.go`). As upstream registers them in the process's registry
+/// when it builds a manager, a manager registers itself here, in the process's
+/// [`CertificateMetrics::global`] (which every kubelet `/metrics` page shows) unless told
+/// otherwise, and each manager's families show only once it is registered:
+///
+/// - client certificate rotation (`rotateCertificates`):
+///   `kubelet_certificate_manager_client_ttl_seconds` (seconds until the current client
+///   certificate expires, truncated, negative once expired, `+Inf` without one) and
+///   `kubelet_certificate_manager_client_expiration_renew_errors` (failed renewals);
+/// - the serving certificate bootstrap (`serverTLSBootstrap`):
+///   `kubelet_certificate_manager_server_ttl_seconds`,
+///   `kubelet_certificate_manager_server_rotation_seconds` (how long the replaced
+///   certificate had lived, from its notBefore, at each rotation) and
+///   `kubelet_server_expiration_renew_errors`.
+pub struct CertificateMetrics {
+    client: Mutex<Option<CertificateExpiry>>,
+    client_renew_errors: CounterVec<0>,
+    server: Mutex<Option<CertificateExpiry>>,
+    server_renew_errors: CounterVec<0>,
+    server_rotation: Mutex<Histogram>,
+}
+
+impl std::fmt::Debug for CertificateMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertificateMetrics")
+            .field("client", &self.client.lock().is_some())
+            .field("server", &self.server.lock().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for CertificateMetrics {
+    fn default() -> Self {
+        CertificateMetrics {
+            client: Mutex::new(None),
+            client_renew_errors: CounterVec::new(
+                "kubelet_certificate_manager_client_expiration_renew_errors",
+                "[ALPHA] Counter of certificate renewal errors.",
+                [],
+            ),
+            server: Mutex::new(None),
+            server_renew_errors: CounterVec::new(
+                "kubelet_server_expiration_renew_errors",
+                "[ALPHA] Counter of certificate renewal errors.",
+                [],
+            ),
+            server_rotation: Mutex::new(Histogram::new(CERTIFICATE_ROTATION_BUCKETS)),
+        }
+    }
+}
+
+impl CertificateMetrics {
+    /// The process's registry of certificate manager metrics.
+    pub fn global() -> &'static CertificateMetrics {
+        static GLOBAL: OnceLock<CertificateMetrics> = OnceLock::new();
+        GLOBAL.get_or_init(CertificateMetrics::default)
+    }
+
+    /// The client certificate manager, whose current certificate's expiry `expiry` gives.
+    pub fn register_client(&self, expiry: CertificateExpiry) {
+        *self.client.lock() = Some(expiry);
+    }
+
+    /// The serving certificate manager.
+    pub fn register_server(&self, expiry: CertificateExpiry) {
+        *self.server.lock() = Some(expiry);
+    }
+
+    /// A client certificate renewal that failed.
+    pub fn client_renew_failed(&self) {
+        self.client_renew_errors.inc([]);
+    }
+
+    /// A serving certificate renewal that failed.
+    pub fn server_renew_failed(&self) {
+        self.server_renew_errors.inc([]);
+    }
+
+    /// The serving certificate was replaced at `now`; the one replaced was valid from
+    /// `previous_not_before`.
+    pub fn server_rotated(&self, previous_not_before: SystemTime, now: SystemTime) {
+        let lived = now
+            .duration_since(previous_not_before)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.server_rotation.lock().observe(lived);
+    }
+
+    /// Failed client renewals so far.
+    pub fn client_renew_errors(&self) -> u64 {
+        self.client_renew_errors.value([])
+    }
+
+    /// Failed serving renewals so far.
+    pub fn server_renew_errors(&self) -> u64 {
+        self.server_renew_errors.value([])
+    }
+
+    /// The registered families, in name order, with the TTLs as of `now`.
+    pub fn render(&self, out: &mut String, now: SystemTime) {
+        let client = self.client.lock().clone();
+        let server = self.server.lock().clone();
+        if let Some(expiry) = client {
+            self.client_renew_errors.render(out);
+            family(
+                out,
+                "kubelet_certificate_manager_client_ttl_seconds",
+                "gauge",
+                "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF.",
+            );
+            let _ = writeln!(
+                out,
+                "kubelet_certificate_manager_client_ttl_seconds {}",
+                format_float(ttl_seconds(expiry(), now))
+            );
+        }
+        let Some(expiry) = server else { return };
+        family(
+            out,
+            "kubelet_certificate_manager_server_rotation_seconds",
+            "histogram",
+            "Histogram of the number of seconds the previous certificate lived before being rotated.",
+        );
+        write_histogram(
+            out,
+            "kubelet_certificate_manager_server_rotation_seconds",
+            &self.server_rotation.lock(),
+        );
+        family(
+            out,
+            "kubelet_certificate_manager_server_ttl_seconds",
+            "gauge",
+            "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value is in seconds until certificate expiry (negative if already expired). If serving certificate is invalid or unused, the value will be +INF.",
+        );
+        let _ = writeln!(
+            out,
+            "kubelet_certificate_manager_server_ttl_seconds {}",
+            format_float(ttl_seconds(expiry(), now))
+        );
+        self.server_renew_errors.render(out);
+    }
+}
+
+/// Upstream's `math.Trunc(time.Until(NotAfter).Seconds())`, `+Inf` without a
+/// certificate.
+fn ttl_seconds(not_after: Option<SystemTime>, now: SystemTime) -> f64 {
+    let Some(not_after) = not_after else {
+        return f64::INFINITY;
+    };
+    match not_after.duration_since(now) {
+        Ok(left) => left.as_secs_f64().trunc(),
+        Err(e) => -e.duration().as_secs_f64().trunc(),
+    }
+}
+
+/// An unlabelled histogram's samples with bounds and sum as Go writes them (`2.592e+06`).
+fn write_histogram(out: &mut String, name: &str, h: &Histogram) {
+    for (bound, n) in h.cumulative() {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {n}", format_float(bound));
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count());
+    let _ = writeln!(out, "{name}_sum {}", format_float(h.sum()));
+    let _ = writeln!(out, "{name}_count {}", h.count());
 }
 
 /// The probe workers' metrics, served on `/metrics/probes` (upstream's prober
@@ -772,6 +958,76 @@ mod tests {
             m.render(&KubeletGauges::default())
                 .contains("kubelet_pod_start_duration_seconds_count 2")
         );
+    }
+
+    #[test]
+    fn certificate_families_show_once_their_manager_registers() {
+        let m = CertificateMetrics::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let render = |m: &CertificateMetrics| {
+            let mut out = String::new();
+            m.render(&mut out, now);
+            out
+        };
+        // Renewals may fail before any manager shows (none of these is served yet).
+        m.client_renew_failed();
+        assert_eq!(render(&m), "");
+
+        let expiry = Arc::new(Mutex::new(Some(
+            now + Duration::from_millis(31_536_000_900),
+        )));
+        let current = expiry.clone();
+        m.register_client(Arc::new(move || *current.lock()));
+        assert_eq!(
+            render(&m),
+            "# HELP kubelet_certificate_manager_client_expiration_renew_errors [ALPHA] Counter of certificate renewal errors.\n\
+             # TYPE kubelet_certificate_manager_client_expiration_renew_errors counter\n\
+             kubelet_certificate_manager_client_expiration_renew_errors 1\n\
+             # HELP kubelet_certificate_manager_client_ttl_seconds [ALPHA] Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF.\n\
+             # TYPE kubelet_certificate_manager_client_ttl_seconds gauge\n\
+             kubelet_certificate_manager_client_ttl_seconds 3.1536e+07\n"
+        );
+        let ttl = |m: &CertificateMetrics, name: &str| -> String {
+            render(m)
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned))
+                .unwrap_or_default()
+        };
+        const CLIENT_TTL: &str = "kubelet_certificate_manager_client_ttl_seconds";
+        *expiry.lock() = Some(now + Duration::from_millis(90_500));
+        assert_eq!(ttl(&m, CLIENT_TTL), "90");
+        *expiry.lock() = Some(now - Duration::from_millis(2_700));
+        assert_eq!(ttl(&m, CLIENT_TTL), "-2", "expired");
+        *expiry.lock() = None;
+        assert_eq!(ttl(&m, CLIENT_TTL), "+Inf", "no certificate");
+        assert!(!render(&m).contains("server"), "{}", render(&m));
+
+        m.register_server(Arc::new(move || Some(now + Duration::from_secs(3600))));
+        m.server_renew_failed();
+        m.server_renew_failed();
+        let day = Duration::from_secs(86_400);
+        m.server_rotated(now - 30 * day, now);
+        m.server_rotated(now + day, now);
+        let page = render(&m);
+        for line in [
+            "# HELP kubelet_certificate_manager_server_rotation_seconds [ALPHA] Histogram of the number of seconds the previous certificate lived before being rotated.",
+            "# TYPE kubelet_certificate_manager_server_rotation_seconds histogram",
+            "kubelet_certificate_manager_server_rotation_seconds_bucket{le=\"60\"} 1",
+            "kubelet_certificate_manager_server_rotation_seconds_bucket{le=\"604800\"} 1",
+            "kubelet_certificate_manager_server_rotation_seconds_bucket{le=\"2.592e+06\"} 2",
+            "kubelet_certificate_manager_server_rotation_seconds_bucket{le=\"1.24416e+08\"} 2",
+            "kubelet_certificate_manager_server_rotation_seconds_bucket{le=\"+Inf\"} 2",
+            "kubelet_certificate_manager_server_rotation_seconds_sum 2.592e+06",
+            "kubelet_certificate_manager_server_rotation_seconds_count 2",
+            "# TYPE kubelet_certificate_manager_server_ttl_seconds gauge",
+            "kubelet_certificate_manager_server_ttl_seconds 3600",
+            "# HELP kubelet_server_expiration_renew_errors [ALPHA] Counter of certificate renewal errors.",
+            "# TYPE kubelet_server_expiration_renew_errors counter",
+            "kubelet_server_expiration_renew_errors 2",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+        assert_eq!((m.client_renew_errors(), m.server_renew_errors()), (1, 2));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use ferrokube_kubelet::bootstrap::{
     kubeconfig_yaml, pair_pem,
 };
 use ferrokube_kubelet::cert_rotation::{ClientCertManager, InitialSource, RotationOptions};
+use ferrokube_kubelet::metrics::CertificateMetrics;
 use ferrokube_pki::{CertInfo, CertificateAuthority, Validity};
 use ferrokube_testing::TestApiServer;
 use futures::StreamExt as _;
@@ -486,10 +487,25 @@ async fn a_renewal_nobody_approves_is_retried() -> anyhow::Result<()> {
     let (kubeconfig, first_file) = bootstrapped_node(&srv, dir.path(), &first)?;
     let config = load_config(&kubeconfig).await?;
     // Each attempt waits 2 s for its request; without the binding none is approved.
-    let manager = ClientCertManager::new(
-        &config,
-        options(dir.path(), &kubeconfig, Duration::from_secs(2)),
-    )?;
+    let mut opts = options(dir.path(), &kubeconfig, Duration::from_secs(2));
+    let metrics: &'static CertificateMetrics = Box::leak(Box::default());
+    opts.metrics = metrics;
+    let manager = ClientCertManager::new(&config, opts)?;
+    let ttl = || -> anyhow::Result<f64> {
+        let mut page = String::new();
+        metrics.render(&mut page, SystemTime::now());
+        Ok(page
+            .lines()
+            .find_map(|l| l.strip_prefix("kubelet_certificate_manager_client_ttl_seconds "))
+            .context("no client TTL")?
+            .parse()?)
+    };
+    let first_ttl = ttl()?;
+    ensure!(
+        (170.0..=180.0).contains(&first_ttl),
+        "the first certificate's TTL: {first_ttl}"
+    );
+    assert_eq!(metrics.client_renew_errors(), 0);
     tokio::spawn(manager.clone().run(cancel.clone()));
     wait_for(20, "a second attempt", || async {
         Ok((renewals(&srv).await?.len() >= 2).then_some(()))
@@ -497,6 +513,12 @@ async fn a_renewal_nobody_approves_is_retried() -> anyhow::Result<()> {
     .await?;
     let current = dir.path().join("pki").join(current_file_name());
     assert_eq!(std::fs::read_link(&current)?, first_file, "nothing issued");
+    // The first attempt's request was never approved: a renewal error.
+    ensure!(
+        metrics.client_renew_errors() >= 1,
+        "renewal errors: {}",
+        metrics.client_renew_errors()
+    );
 
     // Once renewals may be approved, a later attempt gets its certificate.
     allow_renewals(&srv).await?;
@@ -504,6 +526,18 @@ async fn a_renewal_nobody_approves_is_retried() -> anyhow::Result<()> {
     assert_ne!(std::fs::read_link(&current)?, first_file);
     let (_, groups) = whoami(&manager.client()).await?;
     assert!(!groups.iter().any(|g| g == MARKER), "{groups:?}");
+    // The TTL is the new certificate's.
+    let renewed = manager.slot().get().context("a certificate")?;
+    let left = renewed
+        .info
+        .not_after
+        .duration_since(SystemTime::now())?
+        .as_secs_f64();
+    let new_ttl = ttl()?;
+    ensure!(
+        new_ttl > 180.0 && (new_ttl - left).abs() <= 2.0,
+        "TTL {new_ttl}, {left} s left"
+    );
 
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers.wait()).await;

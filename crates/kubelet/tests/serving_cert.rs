@@ -7,7 +7,9 @@
 //! an administrator does, the HTTPS server has no certificate and every handshake
 //! fails. Once approved and signed, the pair lands in the cert dir as
 //! `kubelet-server-current.pem` and the running server presents it to a client that
-//! trusts the cluster CA, without a restart. Every wait is bounded.
+//! trusts the cluster CA, without a restart. Its metrics follow: the TTL of what it
+//! serves, each rotation's replaced certificate, each failed renewal. Every wait is
+//! bounded.
 
 mod csr;
 mod tls_answer;
@@ -21,6 +23,7 @@ use anyhow::{Context as _, bail, ensure};
 use csr::start_csr_controllers;
 use ferrokube_kubelet::bootstrap::{KUBELET_SERVING_SIGNER, NODES_GROUP, SERVING_USAGES};
 use ferrokube_kubelet::cert_rotation::ServingCertManager;
+use ferrokube_kubelet::metrics::CertificateMetrics;
 use ferrokube_kubelet::server::tls_config_resolving;
 use ferrokube_pki::CertInfo;
 use ferrokube_testing::TestApiServer;
@@ -33,6 +36,19 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const NODE: &str = "serving-node-1";
+
+/// The value of the unlabelled sample `name` on `metrics`' page now.
+fn sample(metrics: &CertificateMetrics, name: &str) -> Option<String> {
+    let mut page = String::new();
+    metrics.render(&mut page, std::time::SystemTime::now());
+    page.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned))
+}
+
+/// Metrics of the test's own, apart from the process's.
+fn own_metrics() -> &'static CertificateMetrics {
+    Box::leak(Box::default())
+}
 
 /// Polls `probe` every 100 ms for at most `secs` seconds until it yields a value.
 async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut probe: F) -> anyhow::Result<T>
@@ -127,9 +143,19 @@ async fn the_serving_certificate_is_served_once_an_administrator_approves_it() -
     let mut manager =
         ServingCertManager::new(node, &cert_dir, NODE, Arc::new(move || addresses.clone()))?;
     manager.set_certificate_wait(Duration::from_secs(120));
+    let metrics = own_metrics();
+    manager.set_metrics(metrics);
     let manager = Arc::new(manager);
     let slot = manager.slot().clone();
     assert!(slot.get().is_none(), "nothing is stored yet");
+    const TTL: &str = "kubelet_certificate_manager_server_ttl_seconds";
+    const ROTATIONS: &str = "kubelet_certificate_manager_server_rotation_seconds_count";
+    assert_eq!(
+        sample(metrics, TTL).as_deref(),
+        Some("+Inf"),
+        "no certificate yet"
+    );
+    assert_eq!(sample(metrics, ROTATIONS).as_deref(), Some("0"));
     let addr = tls_answer::serve(
         tls_config_resolving(slot.clone(), None, &Default::default())?,
         cancel.clone(),
@@ -265,13 +291,72 @@ async fn the_serving_certificate_is_served_once_an_administrator_approves_it() -
     };
     assert_eq!(file_mode, 0o600);
 
+    // Its TTL is the served certificate's; the first one replaced nothing, and the
+    // attempt waited for approval rather than failing.
+    let ttl: f64 = sample(metrics, TTL).context("a TTL")?.parse()?;
+    let left = info
+        .not_after
+        .duration_since(std::time::SystemTime::now())?
+        .as_secs_f64();
+    ensure!(
+        ttl > 0.0 && (ttl - left).abs() <= 2.0,
+        "TTL {ttl}, {left} s left"
+    );
+    assert_eq!(sample(metrics, ROTATIONS).as_deref(), Some("0"));
+    assert_eq!(metrics.server_renew_errors(), 0);
+
+    // A renewal replaces it: its age at replacement is observed once it is issued.
+    let renewal = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.rotate().await }
+    });
+    let second = wait_for(30, "a second kubelet-serving request", || async {
+        Ok(csrs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|c| {
+                c.spec.signer_name == KUBELET_SERVING_SIGNER
+                    && c.metadata.name != Some(name.clone())
+            }))
+    })
+    .await?;
+    let mut approve = second;
+    approve
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions = Some(vec![serde_json::from_value(json!({
+        "type": "Approved", "status": "True", "reason": "KubectlApprove",
+        "message": "This CSR was approved by kubectl certificate approve."
+    }))?]);
+    let second_name = approve.metadata.name.clone().context("a name")?;
+    csrs.replace_subresource("approval", &second_name, &PostParams::default(), &approve)
+        .await?;
+    tokio::time::timeout(Duration::from_secs(60), renewal).await???;
+    assert_eq!(sample(metrics, ROTATIONS).as_deref(), Some("1"));
+    assert_eq!(metrics.server_renew_errors(), 0);
+    let stored = first_cert_der(&current)?;
+
     // A second manager on the same cert dir serves the stored pair at once.
     let node = srv
         .client_as(&format!("system:node:{NODE}"), &[NODES_GROUP])
         .await?;
-    let again = ServingCertManager::new(node, &cert_dir, NODE, Arc::new(Vec::new))?;
+    let mut again = ServingCertManager::new(node, &cert_dir, NODE, Arc::new(Vec::new))?;
+    let again_metrics = own_metrics();
+    again.set_metrics(again_metrics);
     let again_leaf = again.slot().get().context("the stored pair is loaded")?;
     assert_eq!(again_leaf.info.der, stored);
+    // Without an address there is nothing to ask for: a failed renewal.
+    ensure!(
+        again.rotate().await.is_err(),
+        "a request without a template"
+    );
+    assert_eq!(again_metrics.server_renew_errors(), 1);
+    assert_eq!(
+        sample(again_metrics, "kubelet_server_expiration_renew_errors").as_deref(),
+        Some("1")
+    );
 
     cancel.cancel();
     srv.stop().await;
