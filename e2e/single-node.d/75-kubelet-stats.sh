@@ -2,9 +2,11 @@
 # The kubelet's stats and metrics through the apiserver's nodes/proxy, with the real
 # kubectl: /stats/summary (upstream's stats/v1alpha1 Summary shape: the node, and the
 # nginx pod with its container's CPU and memory and its ephemeral storage), /metrics
-# (kubelet_running_pods, runtime operation counters) and /metrics/cadvisor (container CPU
-# and working set labelled with the pod). Sourced by e2e/single-node.sh with the nginx pod
-# Running; uses its step/ok/fail/k helpers and NODE.
+# (kubelet_running_pods, runtime operation counters; what the kubernetes-mixin Kubelet
+# dashboard and alerts read of the volume manager, storage operations, cgroup manager and
+# certificate managers, around a pod with an emptyDir made and deleted here) and
+# /metrics/cadvisor (container CPU and working set labelled with the pod). Sourced by
+# e2e/single-node.sh with the nginx pod Running; uses its step/ok/fail/k helpers and NODE.
 
 step "kubectl get --raw /api/v1/nodes/$NODE/proxy/stats/summary"
 ks_summary=$(k get --raw "/api/v1/nodes/$NODE/proxy/stats/summary") || fail "stats/summary: $ks_summary"
@@ -43,6 +45,114 @@ done
 ks_started=$(awk '$1 == "kubelet_started_pods_total" { print $2 }' <<<"$ks_metrics")
 [ -n "$ks_started" ] || fail "no kubelet_started_pods_total in /metrics"
 ok "/metrics: kubelet_running_pods $ks_running, running containers, runtime operations, PLEG relist, pod start and pod worker histograms, $ks_started pods started"
+
+# The value of the sample whose name and labels are exactly $1 on the page $2 ('' if none).
+ks_sample() { awk -v s="$1" '$1 == s { print $2; exit }' <<<"$2"; }
+# Whether the sample $1 on the page $2 is there and at least $3.
+ks_at_least() { awk -v s="$1" -v min="$3" '$1 == s { found = 1; ok = ($2 + 0 >= min) } END { exit !(found && ok) }' <<<"$2"; }
+ks_op() { # operation plugin status
+  printf 'storage_operation_duration_seconds_count{migrated="false",operation_name="%s",status="%s",volume_plugin="%s"}' "$1" "$3" "$2"
+}
+ks_volumes() { # plugin state
+  printf 'volume_manager_total_volumes{plugin_name="%s",state="%s"}' "$1" "$2"
+}
+
+step "/metrics: the volume manager, storage operations and cgroup manager around a pod with an emptyDir"
+k delete pod ks-volumes --ignore-not-found --wait=true >/dev/null 2>&1 || true
+out=$(k apply -f - 2>&1 <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: ks-volumes}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  containers:
+  - name: c
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: [sleep, "3600"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+EOF
+) || fail "create pod ks-volumes: $out"
+k wait --for=condition=Ready pod/ks-volumes --timeout=60s >/dev/null || fail "ks-volumes not Ready in 60 s"
+ks_metrics=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics") || fail "metrics: $ks_metrics"
+# Its emptyDir and its service account volume are wanted and mounted (so is nginx's).
+for ks_plugin in kubernetes.io/empty-dir kubernetes.io/projected; do
+  for ks_state in desired_state_of_world actual_state_of_world; do
+    ks_at_least "$(ks_volumes "$ks_plugin" "$ks_state")" "$ks_metrics" 1 ||
+      fail "no $ks_plugin volume in $ks_state: $(grep '^volume_manager_total_volumes' <<<"$ks_metrics")"
+  done
+done
+grep -qF '# TYPE volume_manager_total_volumes gauge' <<<"$ks_metrics" || fail "volume_manager_total_volumes is not a gauge"
+ks_total() { awk -v s="state=\"$1\"}" 'index($1, "volume_manager_total_volumes{") == 1 && index($1, s) { n += $2 } END { print n + 0 }' <<<"$ks_metrics"; }
+ks_desired=$(ks_total desired_state_of_world)
+ks_actual=$(ks_total actual_state_of_world)
+# Each volume's SetUp is timed; nginx's projected volume was set up again after the
+# restart of 70-kubelet-restart.sh, as upstream's reconstruction does.
+for ks_plugin in kubernetes.io/empty-dir kubernetes.io/projected; do
+  ks_at_least "$(ks_op volume_mount "$ks_plugin" success)" "$ks_metrics" 1 ||
+    fail "no successful volume_mount of a $ks_plugin volume: $(grep '^storage_operation_duration_seconds_count' <<<"$ks_metrics")"
+done
+grep -qF '# TYPE storage_operation_duration_seconds histogram' <<<"$ks_metrics" || fail "storage_operation_duration_seconds is not a histogram"
+grep -qE '^storage_operation_duration_seconds_bucket\{migrated="false",operation_name="volume_mount",status="success",volume_plugin="kubernetes\.io/empty-dir",le="600"\} [1-9]' <<<"$ks_metrics" ||
+  fail "storage_operation_duration_seconds lacks upstream's le=\"600\" bucket for the emptyDir's volume_mount"
+# The new pod's cgroup was created; every pod's is updated as it syncs.
+for ks_op_type in create update; do
+  ks_at_least "kubelet_cgroup_manager_duration_seconds_count{operation_type=\"$ks_op_type\"}" "$ks_metrics" 1 ||
+    fail "no cgroup $ks_op_type timed: $(grep '^kubelet_cgroup_manager_duration_seconds_count' <<<"$ks_metrics")"
+done
+if grep -q 'kubelet_node_config_error' <<<"$ks_metrics"; then
+  fail "kubelet_node_config_error is served (1.33 has none since dynamic kubelet config went)"
+fi
+ok "volume_manager_total_volumes: $ks_desired desired, $ks_actual actual (emptyDir and projected in both); volume_mount timed; cgroup create and update timed"
+
+step "/metrics: deleting the pod tears its emptyDir down and destroys its cgroup"
+ks_unmounts() { ks_sample "$(ks_op volume_unmount kubernetes.io/empty-dir success)" "$1"; }
+ks_destroys() { ks_sample 'kubelet_cgroup_manager_duration_seconds_count{operation_type="destroy"}' "$1"; }
+ks_unmount_before=$(ks_unmounts "$ks_metrics")
+ks_destroy_before=$(ks_destroys "$ks_metrics")
+ks_grew() { # page
+  [ "$(ks_unmounts "$1")" -gt "${ks_unmount_before:-0}" ] 2>/dev/null &&
+    [ "$(ks_destroys "$1")" -gt "${ks_destroy_before:-0}" ] 2>/dev/null
+}
+k delete pod ks-volumes --wait=true >/dev/null 2>&1 || fail "delete pod ks-volumes"
+for ((i = 0; i < 20; i++)); do
+  ks_metrics=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics") || fail "metrics: $ks_metrics"
+  ks_grew "$ks_metrics" && break
+  sleep 0.5
+done
+ks_grew "$ks_metrics" ||
+  fail "after the delete: emptyDir volume_unmount ${ks_unmount_before:-none} -> $(ks_unmounts "$ks_metrics"), cgroup destroy ${ks_destroy_before:-none} -> $(ks_destroys "$ks_metrics")"
+ok "emptyDir volume_unmount $(ks_unmounts "$ks_metrics"), cgroup destroy $(ks_destroys "$ks_metrics")"
+
+step "/metrics: certificate manager metrics as the kubelet's configuration asks"
+ks_configz=$(k get --raw "/api/v1/nodes/$NODE/proxy/configz") || fail "configz: $ks_configz"
+ks_rotate=$(jq -r '.kubeletconfig.rotateCertificates // false' <<<"$ks_configz")
+ks_serving=$(jq -r '.kubeletconfig.serverTLSBootstrap // false' <<<"$ks_configz")
+if [ "$ks_rotate" = true ]; then
+  ks_at_least kubelet_certificate_manager_client_ttl_seconds "$ks_metrics" 1 ||
+    fail "client certificate TTL is '$(ks_sample kubelet_certificate_manager_client_ttl_seconds "$ks_metrics")'"
+  [ -n "$(ks_sample kubelet_certificate_manager_client_expiration_renew_errors "$ks_metrics")" ] ||
+    fail "no kubelet_certificate_manager_client_expiration_renew_errors with rotateCertificates"
+  ks_certs="client certificate TTL $(ks_sample kubelet_certificate_manager_client_ttl_seconds "$ks_metrics") s"
+else
+  # Upstream registers them only when it rotates the client certificate.
+  if grep -q '^kubelet_certificate_manager_client_' <<<"$ks_metrics"; then
+    fail "client certificate metrics without rotateCertificates"
+  fi
+  ks_certs="no client certificate metrics (rotateCertificates is off)"
+fi
+if [ "$ks_serving" = true ]; then
+  grep -q '^kubelet_certificate_manager_server_ttl_seconds ' <<<"$ks_metrics" || fail "no serving certificate TTL with serverTLSBootstrap"
+  ks_certs+=", serving certificate TTL $(ks_sample kubelet_certificate_manager_server_ttl_seconds "$ks_metrics")"
+else
+  if grep -qE '^kubelet_(certificate_manager_server_|server_expiration_renew_errors)' <<<"$ks_metrics"; then
+    fail "serving certificate metrics without serverTLSBootstrap"
+  fi
+  ks_certs+=", no serving certificate metrics (serverTLSBootstrap is off)"
+fi
+ok "$ks_certs"
 
 step "kubectl get --raw /api/v1/nodes/$NODE/proxy/metrics/cadvisor"
 ks_cadvisor=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics/cadvisor") || fail "metrics/cadvisor: $ks_cadvisor"
