@@ -4,7 +4,9 @@
 #   e2e/multi-node.sh [more up.sh arguments, e.g. --no-build]
 #
 #   1. hack/up.sh --nodes 3          -> fk-node1..3 Ready at 172.18.0.11-13, each kubelet
-#      joined as `kubeadm join` does (a bootstrap token, its own approved and issued CSR)
+#      joined as `kubeadm join` does (a bootstrap token, its own approved and issued CSR);
+#      fk-node1 and fk-node2 run kube-proxy in nftables mode, fk-node3 in iptables mode
+#      (each only its own mode's rules), so every Service step below checks both modes
 #   2. kubectl create deployment web --image=nginx --replicas=6   -> spread over >= 2 nodes
 #   3. kubectl expose deployment web --port=80; a busybox pod pinned on each node resolves
 #      `web` and `web.default.svc.cluster.local` to the ClusterIP, which serves nginx; from
@@ -51,6 +53,8 @@ fk::e2e_fresh_store "$REPO"
 export KUBECONFIG=$FK_ADMIN_KUBECONFIG
 N=3
 NODES=(fk-node1 fk-node2 fk-node3)
+# kube-proxy's mode per node (hack/lib/nodes.sh): both of upstream's Linux modes we serve.
+export FK_NODE_PROXY_MODES="nftables nftables iptables"
 
 T0=$(date +%s.%N)
 STEP=0
@@ -161,6 +165,33 @@ approved=$(awk -v u="system:bootstrap:$token_id" '$1 ~ /^node-csr-/ && $2 == u &
 # approved, with a certificate.
 [ "$approved" -eq $N ] || fail "want $N approved and issued node-csr-* requests by system:bootstrap:$token_id, got $approved: $(cut -c1-160 <<<"$csrs")"
 ok "$N approved node-csr-* requests by system:bootstrap:$token_id; each kubeconfig names kubelet-client-current.pem"
+
+step "kube-proxy: fk-node1 and fk-node2 program nftables, fk-node3 iptables, each only its own"
+for ((i = 1; i <= N; i++)); do
+  n=fk-node$i
+  mode=$(fk::node_proxy_mode_of "$i")
+  rc=0
+  in_node "$n" nft list table ip kube-proxy >/dev/null 2>&1 || rc=$?
+  saved=$(in_node "$n" iptables-save 2>&1) || fail "$n: iptables-save: $saved"
+  kube_chains=$(grep -c '^:KUBE-' <<<"$saved" || true)
+  case $mode in
+    nftables)
+      [ "$rc" = 0 ] || fail "$n (nftables mode): no table ip kube-proxy"
+      [ "$kube_chains" = 0 ] || fail "$n (nftables mode): iptables has KUBE- chains: $(grep '^:KUBE-' <<<"$saved" | head -n 5)"
+      ;;
+    iptables)
+      [ "$rc" != 0 ] || fail "$n (iptables mode): the nftables table ip kube-proxy exists"
+      # The kubernetes Service (default/kubernetes:https) has its service chain, and the
+      # NodePort jump is the last rule of KUBE-SERVICES, as upstream writes them.
+      grep -q -- '--comment "default/kubernetes:https cluster IP" .*-j KUBE-SVC-' <<<"$saved" ||
+        fail "$n (iptables mode): no rule for default/kubernetes:https in KUBE-SERVICES: $(grep -- '-A KUBE-SERVICES' <<<"$saved" | head -n 5)"
+      last=$(grep -- '^-A KUBE-SERVICES .*-j KUBE-' <<<"$saved" | grep -v -- '-j REJECT' | tail -n 1)
+      grep -q -- '-j KUBE-NODEPORTS$' <<<"$last" || fail "$n (iptables mode): the last nat KUBE-SERVICES rule is not the NodePort jump: $last"
+      ;;
+  esac
+  printf '  %s: kube-proxy in %s mode, %s KUBE- chains in iptables\n' "$n" "$mode" "$kube_chains"
+done
+ok "nftables on fk-node1-2, iptables on fk-node3"
 
 step "kubectl create deployment web --image=nginx --replicas=6: spread over the nodes"
 mn_cleanup
@@ -346,8 +377,14 @@ out=$(k scale deployment web --replicas=0 2>&1) || fail "scale: $out"
 # what this step checks.
 # (Output captured first: `nft ... | grep -q` under pipefail fails when grep exits early and
 # nft gets SIGPIPE.)
+# In iptables mode, the filter table's KUBE-SERVICES rejects the ClusterIP instead.
 rejected_on() { # node
   local map
+  if [ "$1" = fk-node3 ]; then
+    map=$(in_node "$1" iptables-save -t filter 2>/dev/null) || return 1
+    grep -q -- "^-A KUBE-SERVICES -d $cip/32 -p tcp .*--dport 80 -j REJECT" <<<"$map"
+    return
+  fi
   map=$(in_node "$1" nft list map ip kube-proxy no-endpoint-services 2>/dev/null) || return 1
   grep -qF "$cip . tcp . 80 " <<<"$map"
 }
@@ -356,7 +393,7 @@ for n in "${NODES[@]}"; do
     rejected_on "$n" && break
     sleep 0.5
   done
-  rejected_on "$n" || fail "$n: kube-proxy did not put $cip in no-endpoint-services within 60 s: $(in_node "$n" nft list map ip kube-proxy no-endpoint-services 2>&1 | tail -n 5)"
+  rejected_on "$n" || fail "$n: kube-proxy did not reject $cip (no endpoints) within 60 s: $(in_node "$n" nft list map ip kube-proxy no-endpoint-services 2>&1 | tail -n 5; in_node "$n" iptables-save -t filter 2>&1 | grep -- "$cip" | head -n 5)"
   t0=$(date +%s.%N)
   rc=0
   err=$(in_node "$n" curl -sS -o /dev/null --max-time 3 "http://$cip/" 2>&1) || rc=$?

@@ -25,7 +25,11 @@
 #   kubelet (node name fk-node<i>, its own client and serving certificates from
 #   `ferrokube-pki init` in $FK_PKI_DIR/nodes/fk-node<i> with the cluster CA, cgroupRoot
 #   /fk-node<i> so kubelets never share a /kubepods tree, its own root, log and manifest
-#   dirs) and kube-proxy (--hostname-override), both inside the netns.
+#   dirs) and kube-proxy (--hostname-override; --proxy-mode from FK_NODE_PROXY_MODES),
+#   both inside the netns.
+#
+# FK_NODE_PROXY_MODES (environment): kube-proxy's mode per node, space-separated, node 1
+#   first, e.g. "nftables nftables iptables"; nodes past the list run nftables.
 #
 # Containment (no packet may leave the machine): in every node netns the Service CIDR is
 # routed into an empty bridge kube-svc0, and nftables table ferrokube_contain drops
@@ -50,6 +54,11 @@ FK_NODE_LEASE_SECONDS=20
 fk::node_name_of() { printf '%s%s\n' "$FK_NODE_PREFIX" "$1"; }
 fk::node_ip_of() { printf '%s.%s\n' "$FK_NODE_SUBNET_PREFIX" "$((FK_NODE_IP_OFFSET + $1))"; }
 fk::node_pod_cidr_of() { printf '10.244.%s.0/24\n' "$1"; }
+fk::node_proxy_mode_of() { # i
+  local modes
+  read -r -a modes <<<"${FK_NODE_PROXY_MODES:-}"
+  printf '%s\n' "${modes[$(($1 - 1))]:-nftables}"
+}
 fk::node_sock_of() { printf '%s/%s/containerd/containerd.sock\n' "$FK_NODES_RUN" "$(fk::node_name_of "$1")"; }
 
 # Numbers of the nodes whose netns exists, ascending.
@@ -82,7 +91,9 @@ fk::node_net_up() { # i
   fk::in_node "$i" sysctl -qw net.ipv4.ip_forward=1
   fk::in_node "$i" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
   # Containment inside the node: un-NATed Service IPs die in an empty bridge, and nothing
-  # leaves through eth0 except to the control plane and other nodes' pods.
+  # leaves through eth0 except to the control plane and other nodes' pods. After the
+  # filter priority, so that kube-proxy's rejects (iptables mode's filter chains run at
+  # that priority) answer first; a drop here still ends any packet they let through.
   ip -n "$name" link show "$RT_SVC_BRIDGE" >/dev/null 2>&1 ||
     ip -n "$name" link add "$RT_SVC_BRIDGE" type bridge
   ip -n "$name" link set "$RT_SVC_BRIDGE" up
@@ -93,13 +104,13 @@ fk::node_net_up() { # i
   fk::in_node "$i" nft -f - <<EOF
 table inet $RT_NFT_TABLE {
   chain forward {
-    type filter hook forward priority filter - 10; policy accept;
+    type filter hook forward priority filter + 10; policy accept;
     ip daddr $RT_SERVICE_CIDR oifname "$RT_SVC_BRIDGE" counter drop
     oifname "eth0" ip daddr != { $allowed } counter drop
     oifname "eth0" meta nfproto ipv6 counter drop
   }
   chain output {
-    type filter hook output priority filter - 10; policy accept;
+    type filter hook output priority filter + 10; policy accept;
     ip daddr $RT_SERVICE_CIDR oifname "$RT_SVC_BRIDGE" counter drop
     oifname "eth0" ip daddr != { $allowed } counter drop
     oifname "eth0" meta nfproto ipv6 counter drop
@@ -448,7 +459,7 @@ fk::node_components_up() { # i bin_dir
   fk::node_start "$i" kube-proxy "$bin_dir/kube-proxy" \
     --kubeconfig="$pki/kube-proxy.kubeconfig" --hostname-override="$name" \
     --cluster-cidr="$FK_CLUSTER_CIDR" --healthz-bind-address=127.0.0.1:10256 \
-    --metrics-bind-address=127.0.0.1:10249
+    --metrics-bind-address=127.0.0.1:10249 --proxy-mode="$(fk::node_proxy_mode_of "$i")"
 }
 
 # The apiserver's address is on the control-plane bridge (so requests to it stay local).
@@ -465,8 +476,18 @@ fk::node_ready_named() { # node-name
   [ "$status" = True ]
 }
 
+# kube-proxy's first sync is done: its nftables table, or in iptables mode its
+# KUBE-SERVICES chain, exists in the node's netns. (Output captured first: a `| grep -q`
+# under pipefail fails when grep exits early and the writer gets SIGPIPE.)
 fk::node_proxy_synced() { # i
-  fk::in_node "$1" nft list table ip kube-proxy >/dev/null 2>&1
+  local saved
+  case $(fk::node_proxy_mode_of "$1") in
+    iptables)
+      saved=$(fk::in_node "$1" iptables-save -t nat 2>/dev/null) || return 1
+      grep -q '^-A KUBE-SERVICES ' <<<"$saved"
+      ;;
+    *) fk::in_node "$1" nft list table ip kube-proxy >/dev/null 2>&1 ;;
+  esac
 }
 
 # ---------------------------------------------------------------- up / down

@@ -93,6 +93,7 @@ rt::install_packages() {
     [/usr/sbin/runc]=runc
     [/usr/lib/cni/bridge]=containernetworking-plugins
     [/usr/sbin/nft]=nftables
+    [/usr/sbin/iptables-restore]=iptables   # kube-proxy --proxy-mode=iptables
     [/usr/sbin/ip]=iproute2
     [/bin/busybox]=busybox-static
     [/usr/bin/docker-registry]=docker-registry
@@ -138,9 +139,12 @@ rt::contain() {
   ip route replace "$RT_SERVICE_CIDR" dev "$RT_SVC_BRIDGE"
   # 2. Our own nftables table: forwarded traffic must not leave through the uplink, and pods
   #    must not talk to the uplink network through the host either. Replaced as a whole.
+  #    Its chains run after the filter priority, so kube-proxy's rejects (iptables mode's
+  #    filter chains run at that priority) answer first; a drop here ends any packet
+  #    that earlier chains accepted.
   local rules="table inet $RT_NFT_TABLE {
   chain forward {
-    type filter hook forward priority filter - 10; policy accept;
+    type filter hook forward priority filter + 10; policy accept;
     ip daddr $RT_SERVICE_CIDR oifname \"$RT_SVC_BRIDGE\" counter drop"
   if [ -n "$uplink" ]; then
     rules="$rules
@@ -149,7 +153,7 @@ rt::contain() {
   rules="$rules
   }
   chain output {
-    type filter hook output priority filter - 10; policy accept;
+    type filter hook output priority filter + 10; policy accept;
     ip daddr $RT_SERVICE_CIDR oifname \"$RT_SVC_BRIDGE\" counter drop"
   # 3. The host's own traffic to the cluster's ranges when their device is gone (fk-br0
   #    after hack/down.sh, a node's routes) would follow the default route out.
