@@ -3,7 +3,9 @@
 //! Pure part: [`desired_subsets`] (ready pods in `addresses`, unready ones in
 //! `notReadyAddresses`, `publishNotReadyAddresses`, repacked by port set as
 //! upstream's `RepackSubsets`, truncated at 1000 addresses). IO part:
-//! [`EndpointsController`], keyed by Service.
+//! [`EndpointsController`], keyed by Service; each write carries the
+//! `endpoints.kubernetes.io/last-change-trigger-time` of the change that caused it
+//! ([`crate::endpointslice::trigger_time`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
+use crate::endpointslice::trigger_time::{TriggerTimeTracker, set_trigger_time};
 use crate::endpointslice::{
     LABEL_HEADLESS, find_port, pod_hostname, pod_ref, selects, service_selector,
     should_pod_be_in_endpoints, watch_services_and_pods,
@@ -135,6 +138,7 @@ pub struct EndpointsController {
     services: Store<Service>,
     pods: Store<Pod>,
     endpoints: Store<Endpoints>,
+    trigger_times: TriggerTimeTracker,
 }
 
 impl EndpointsController {
@@ -144,6 +148,7 @@ impl EndpointsController {
             services: factory.informer::<Service>().store(),
             pods: factory.informer::<Pod>().store(),
             endpoints: factory.informer::<Endpoints>().store(),
+            trigger_times: TriggerTimeTracker::new(),
         })
     }
 }
@@ -177,6 +182,7 @@ impl Controller for EndpointsController {
         let ns = ns.ok_or_else(|| Error::Invalid(format!("key {key:?} has no namespace")))?;
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), ns);
         let Some(svc) = self.services.get(key) else {
+            self.trigger_times.delete_service(key);
             // Upstream deletes the Endpoints of a deleted Service.
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -190,6 +196,10 @@ impl Controller for EndpointsController {
         }
         let pods = self.pods.list_namespace(ns);
         let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+        // Computed on every sync, also one that writes nothing, so that the tracker
+        // knows what this sync saw (upstream).
+        let selected: Vec<&Pod> = pods.iter().copied().filter(|p| selects(&svc, p)).collect();
+        let trigger = self.trigger_times.compute(&svc, &selected);
         let (subsets, truncated) = desired_subsets(&svc, &pods);
         let want_labels = endpoints_labels(&svc);
         let current = self.endpoints.get(key);
@@ -203,6 +213,8 @@ impl Controller for EndpointsController {
             ann.remove(OVER_CAPACITY);
         }
         if let Some(cur) = &current {
+            // The trigger time alone never causes a write (upstream compares the
+            // subsets, the labels and the over-capacity annotation).
             let same = cur.subsets.as_deref().unwrap_or_default() == subsets.as_slice()
                 && cur.metadata.labels.clone().unwrap_or_default() == want_labels
                 && cur.metadata.annotations.clone().unwrap_or_default() == ann;
@@ -210,6 +222,7 @@ impl Controller for EndpointsController {
                 return Ok(Action::Done);
             }
         }
+        set_trigger_time(&mut ann, trigger);
         let mut ep = Endpoints {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),

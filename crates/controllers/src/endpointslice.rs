@@ -5,7 +5,11 @@
 //! `publishNotReadyAddresses`), [`pod_ports`] (target ports resolved by name),
 //! [`plan_slices`] (packing at most [`MAX_ENDPOINTS_PER_SLICE`] endpoints per slice,
 //! reusing existing slices, placeholder slice). IO part: [`EndpointSliceController`].
-//! [`watch_services_and_pods`] is shared with the Endpoints controller.
+//! [`watch_services_and_pods`] is shared with the Endpoints controller, and so is
+//! [`trigger_time`] (the `endpoints.kubernetes.io/last-change-trigger-time` annotation
+//! put on every slice a sync creates or updates).
+
+pub mod trigger_time;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use crate::util::{
     controller_of, is_pod_ready, labels, map_selector_matches, new_controller_ref, pod_node,
 };
 use crate::{Action, Controller, Error, Result, split_key};
+use trigger_time::{TriggerTimeTracker, set_trigger_time};
 
 /// Upstream's default `--max-endpoints-per-slice`.
 pub const MAX_ENDPOINTS_PER_SLICE: usize = 100;
@@ -448,6 +453,7 @@ pub struct EndpointSliceController {
     slices: Store<EndpointSlice>,
     nodes: Store<Node>,
     max_per_slice: usize,
+    trigger_times: TriggerTimeTracker,
 }
 
 impl EndpointSliceController {
@@ -459,6 +465,7 @@ impl EndpointSliceController {
             slices: factory.informer::<EndpointSlice>().store(),
             nodes: factory.informer::<Node>().store(),
             max_per_slice: MAX_ENDPOINTS_PER_SLICE,
+            trigger_times: TriggerTimeTracker::new(),
         })
     }
 }
@@ -508,6 +515,7 @@ impl Controller for EndpointSliceController {
             .map(|s| (**s).clone())
             .collect();
         let Some(svc) = self.services.get(key) else {
+            self.trigger_times.delete_service(key);
             // The Service is gone: its slices go with it (the GC would too).
             for s in existing {
                 let n = s.metadata.name.unwrap_or_default();
@@ -532,6 +540,10 @@ impl Controller for EndpointSliceController {
             .collect();
         let pods = self.pods.list_namespace(ns);
         let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+        // Computed on every sync, also one that writes nothing, so that the tracker
+        // knows what this sync saw (upstream).
+        let selected: Vec<&Pod> = pods.iter().copied().filter(|p| selects(&svc, p)).collect();
+        let trigger = self.trigger_times.compute(&svc, &selected);
         let nodes = self.nodes.clone();
         let zone_of = move |n: &str| {
             nodes
@@ -539,7 +551,12 @@ impl Controller for EndpointSliceController {
                 .and_then(|node| node.metadata.labels.as_ref()?.get(ZONE_LABEL).cloned())
         };
         let desired = desired_endpoints(&svc, &pods, &zone_of);
-        let plan = plan_slices(&svc, &desired, &existing, self.max_per_slice);
+        let mut plan = plan_slices(&svc, &desired, &existing, self.max_per_slice);
+        for s in plan.update.iter_mut().chain(plan.create.iter_mut()) {
+            let mut annotations = s.metadata.annotations.take().unwrap_or_default();
+            set_trigger_time(&mut annotations, trigger);
+            s.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+        }
         for n in &plan.delete {
             match api.delete(n, &DeleteParams::default()).await {
                 Ok(_) => {}

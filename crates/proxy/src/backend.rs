@@ -353,7 +353,7 @@ async fn cleanup_nftables(nft: &Nft) -> Result<Vec<IpFamily>, CleanupError> {
     match nft.cleanup().await {
         Ok(f) => Ok(f),
         // No nft on this host: no table either.
-        Err(NftError::Spawn(_, e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(NftError::Command(e)) if e.is_not_installed() => Ok(Vec::new()),
         Err(e) => Err(CleanupError::Nftables(e)),
     }
 }

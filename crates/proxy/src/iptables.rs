@@ -5,34 +5,13 @@
 //! xtables lock as upstream (a no-op with the nf_tables backend).
 
 use std::collections::BTreeSet;
-use std::process::Stdio;
 
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
-
+use crate::command::{self, CommandError};
 use crate::iptables_rules::{JumpRule, KUBE_PROXY_CANARY, cleanup_input, saved_chains};
 use crate::net::IpFamily;
 
 /// Errors running iptables.
-#[derive(Debug, thiserror::Error)]
-pub enum IptablesError {
-    #[error("running {0}: {1}")]
-    Spawn(String, std::io::Error),
-    #[error("{command} failed ({status}): {stderr}")]
-    Failed {
-        command: String,
-        status: String,
-        code: Option<i32>,
-        stderr: String,
-    },
-}
-
-impl IptablesError {
-    /// The binary is not installed.
-    pub fn is_not_installed(&self) -> bool {
-        matches!(self, IptablesError::Spawn(_, e) if e.kind() == std::io::ErrorKind::NotFound)
-    }
-}
+pub type IptablesError = CommandError;
 
 #[derive(Debug, Clone, Copy)]
 enum Tool {
@@ -72,43 +51,10 @@ impl Iptables {
         args: &[&str],
         stdin: Option<&str>,
     ) -> Result<String, IptablesError> {
-        let binary = Self::binary(family, tool);
         let mut argv: Vec<&str> = self.prefix.iter().map(String::as_str).collect();
-        argv.push(binary);
+        argv.push(Self::binary(family, tool));
         argv.extend_from_slice(args);
-        let describe = || argv.join(" ");
-        let mut cmd = Command::new(argv[0]);
-        cmd.args(&argv[1..])
-            .kill_on_drop(true)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| IptablesError::Spawn(describe(), e))?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes())
-                .await
-                .map_err(|e| IptablesError::Spawn(describe(), e))?;
-            drop(pipe);
-        }
-        let out = child
-            .wait_with_output()
-            .await
-            .map_err(|e| IptablesError::Spawn(describe(), e))?;
-        if !out.status.success() {
-            return Err(IptablesError::Failed {
-                command: describe(),
-                status: out.status.to_string(),
-                code: out.status.code(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        command::run(&argv, stdin).await
     }
 
     /// Applies a restore input without flushing other chains (`iptables-restore -w 5

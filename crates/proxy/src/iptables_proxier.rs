@@ -268,33 +268,8 @@ impl IptablesProxier {
 mod tests {
     use super::*;
     use crate::net::IpFamily;
-    use k8s_openapi::api::core::v1::Service;
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
-    use serde_json::json;
-    use std::sync::Arc;
 
-    fn svc(name: &str, ip: &str) -> Arc<Service> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"namespace": "ns", "name": name},
-                "spec": {"clusterIP": ip, "ports": [{"port": 80}]},
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn slice(svc: &str, name: &str, ips: &[&str]) -> Arc<EndpointSlice> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"namespace": "ns", "name": name,
-                             "labels": {"kubernetes.io/service-name": svc}},
-                "addressType": "IPv4",
-                "ports": [{"port": 8080}],
-                "endpoints": ips.iter().map(|ip| json!({"addresses": [ip]})).collect::<Vec<_>>(),
-            }))
-            .unwrap(),
-        )
-    }
+    use crate::test_objects::{slice, svc};
 
     #[test]
     fn full_then_partial_syncs() {

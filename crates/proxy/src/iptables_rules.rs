@@ -25,7 +25,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::model::{self, Categorized, EndpointInfo, ServicePortInfo, categorize};
 use crate::net::IpFamily;
-use crate::rules::{NodePortAddresses, ProxyConfig, nodeport_ips, service_key, slices_by_service};
+use crate::rules::{NodePortAddresses, ProxyConfig, nodeport_ips, rules_by_service};
 
 pub const KUBE_SERVICES: &str = "KUBE-SERVICES";
 pub const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
@@ -749,20 +749,13 @@ pub fn desired_ruleset(
     host_addresses: &[IpAddr],
     config: &ProxyConfig,
 ) -> IptablesRuleset {
-    let by_service = slices_by_service(slices);
-    let mut out = IptablesRuleset {
+    IptablesRuleset {
         family: config.family,
         base: base_rules(config, node, host_addresses),
-        services: BTreeMap::new(),
-    };
-    for svc in services {
-        let key = service_key(svc);
-        let slices = by_service.get(&key).map(Vec::as_slice).unwrap_or(&[]);
-        if let Some(rules) = service_rules(svc, slices, config) {
-            out.services.insert(key, rules);
-        }
+        services: rules_by_service(services, slices, |svc, slices| {
+            service_rules(svc, slices, config)
+        }),
     }
-    out
 }
 
 /// What one `iptables-restore --noflush` writes besides the top-level chains (which

@@ -16,7 +16,7 @@
 //!   without endpoints) and the `iptables-restore` text of a sync (pure);
 //!   [`iptables_proxier`], its per-family state planning full and partial restores;
 //!   [`iptables`] runs them (`iptables-restore --noflush`, the built-in chains' jumps,
-//!   the canary, the cleanup).
+//!   the canary, the cleanup). Both tools run through [`command`].
 //! * [`backend`]: the one shape of both backends (a [`backend::Backend`] makes one
 //!   [`backend::FamilyProxier`] per family) and the mode switch's cleanup of the other
 //!   mode's rules.
@@ -33,6 +33,7 @@
 //! `rules`, `render`, `iptables_rules`, `proxier` and `iptables_proxier` do no IO.
 
 pub mod backend;
+pub mod command;
 pub mod config;
 pub mod health;
 pub mod iptables;
@@ -46,3 +47,5 @@ pub mod render;
 pub mod rules;
 pub mod run;
 pub mod service_health;
+#[cfg(test)]
+mod test_objects;

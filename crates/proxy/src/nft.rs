@@ -1,11 +1,7 @@
 //! The only place that runs `nft`: a transaction on stdin (`nft -f -`, atomic), the
 //! objects of our table (`nft -j list table`), and the cleanup of our tables.
 
-use std::process::Stdio;
-
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
-
+use crate::command::{self, CommandError};
 use crate::net::IpFamily;
 use crate::render::ExistingObjects;
 use crate::rules::TABLE;
@@ -13,12 +9,17 @@ use crate::rules::TABLE;
 /// Errors running `nft`.
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
-    #[error("running {0}: {1}")]
-    Spawn(String, std::io::Error),
-    #[error("nft failed ({status}): {stderr}")]
-    Failed { status: String, stderr: String },
+    #[error(transparent)]
+    Command(#[from] CommandError),
     #[error("parsing nft JSON: {0}")]
     Json(String),
+}
+
+impl NftError {
+    /// `nft` said the table does not exist.
+    fn is_no_such_table(&self) -> bool {
+        matches!(self, NftError::Command(CommandError::Failed { stderr, .. }) if stderr.contains("No such file"))
+    }
 }
 
 /// How to run `nft`: the command line before nft's own arguments (`["nft"]`, or e.g.
@@ -41,43 +42,15 @@ impl Nft {
         Nft { argv }
     }
 
-    fn command(&self) -> Command {
-        let mut c = Command::new(&self.argv[0]);
-        c.args(&self.argv[1..]);
-        c.kill_on_drop(true);
-        c
-    }
-
     /// Runs `nft <args>`, optionally with `stdin`; returns stdout.
     async fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, NftError> {
-        let mut cmd = self.command();
-        cmd.args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let describe = || format!("{} {}", self.argv.join(" "), args.join(" "));
-        let mut child = cmd.spawn().map_err(|e| NftError::Spawn(describe(), e))?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes())
-                .await
-                .map_err(|e| NftError::Spawn(describe(), e))?;
-            drop(pipe);
-        }
-        let out = child
-            .wait_with_output()
-            .await
-            .map_err(|e| NftError::Spawn(describe(), e))?;
-        if !out.status.success() {
-            return Err(NftError::Failed {
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let argv: Vec<&str> = self
+            .argv
+            .iter()
+            .map(String::as_str)
+            .chain(args.iter().copied())
+            .collect();
+        Ok(command::run(&argv, stdin).await?)
     }
 
     /// Applies one transaction atomically (`nft -f -`).
@@ -92,9 +65,7 @@ impl Nft {
             .await
         {
             Ok(json) => parse_existing(&json),
-            Err(NftError::Failed { stderr, .. }) if stderr.contains("No such file") => {
-                Ok(ExistingObjects::default())
-            }
+            Err(e) if e.is_no_such_table() => Ok(ExistingObjects::default()),
             Err(e) => Err(e),
         }
     }
@@ -115,7 +86,7 @@ impl Nft {
                 .await
             {
                 Ok(_) => deleted.push(family),
-                Err(NftError::Failed { stderr, .. }) if stderr.contains("No such file") => {}
+                Err(e) if e.is_no_such_table() => {}
                 Err(e) => return Err(e),
             }
         }

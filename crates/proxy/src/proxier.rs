@@ -392,28 +392,7 @@ mod tests {
     use crate::net::IpFamily;
     use serde_json::json;
 
-    fn svc(name: &str, ip: &str) -> Arc<Service> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"namespace": "ns", "name": name},
-                "spec": {"clusterIP": ip, "ports": [{"port": 80}]},
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn slice(svc: &str, name: &str, ips: &[&str]) -> Arc<EndpointSlice> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"namespace": "ns", "name": name,
-                             "labels": {"kubernetes.io/service-name": svc}},
-                "addressType": "IPv4",
-                "ports": [{"port": 8080}],
-                "endpoints": ips.iter().map(|ip| json!({"addresses": [ip]})).collect::<Vec<_>>(),
-            }))
-            .unwrap(),
-        )
-    }
+    use crate::test_objects::{slice, svc};
 
     #[test]
     fn first_sync_is_full_then_incremental_per_service() {

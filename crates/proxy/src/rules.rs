@@ -649,6 +649,24 @@ pub fn service_key(svc: &Service) -> String {
     )
 }
 
+/// Each Service's rules by `namespace/name`, as `rules_of` makes them from the Service
+/// and its EndpointSlices (either mode's); Services that get none are left out.
+pub fn rules_by_service<R>(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    rules_of: impl Fn(&Service, &[&EndpointSlice]) -> Option<R>,
+) -> BTreeMap<String, R> {
+    let by_service = slices_by_service(slices);
+    services
+        .iter()
+        .filter_map(|svc| {
+            let key = service_key(svc);
+            let slices = by_service.get(&key).map(Vec::as_slice).unwrap_or(&[]);
+            rules_of(svc, slices).map(|rules| (key, rules))
+        })
+        .collect()
+}
+
 /// The whole desired ruleset: the pure function the proxier applies.
 pub fn desired_ruleset(
     services: &[Service],
@@ -657,18 +675,11 @@ pub fn desired_ruleset(
     host_addresses: &[IpAddr],
     config: &ProxyConfig,
 ) -> Ruleset {
-    let by_service = slices_by_service(slices);
-    let mut out = Ruleset {
+    Ruleset {
         family: config.family,
         base: base_rules(config, node, host_addresses),
-        services: BTreeMap::new(),
-    };
-    for svc in services {
-        let key = service_key(svc);
-        let slices = by_service.get(&key).map(Vec::as_slice).unwrap_or(&[]);
-        if let Some(rules) = service_rules(svc, slices, config) {
-            out.services.insert(key, rules);
-        }
+        services: rules_by_service(services, slices, |svc, slices| {
+            service_rules(svc, slices, config)
+        }),
     }
-    out
 }

@@ -64,28 +64,33 @@ async fn wait_for(nft: &Nft, what: &str, pred: impl Fn(&str) -> bool) -> String 
     panic!("timed out waiting for {what}; table:\n{last}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
-    if not_root() {
-        eprintln!("not root: network namespaces unavailable, nothing checked");
-        return Ok(());
-    }
-    let server = TestApiServer::start().await?;
-    let ns = Netns(format!("fkp-informers-{}", std::process::id()));
-    assert!(
+/// A throwaway network namespace for the proxy's rules.
+fn netns(name: &str) -> anyhow::Result<Netns> {
+    let ns = Netns(format!("{name}-{}", std::process::id()));
+    anyhow::ensure!(
         Command::new("ip")
             .args(["netns", "add", &ns.0])
             .status()?
-            .success()
+            .success(),
+        "ip netns add {}",
+        ns.0
     );
-    let nft = Nft::with_command(
-        ["ip", "netns", "exec", &ns.0, "nft"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    );
+    Ok(ns)
+}
+
+/// The proxy of node `node-a` (pods in 10.244.0.0/16) on `server`'s objects, with
+/// `backend`; its task and the token that stops it.
+fn spawn_proxy(
+    server: &TestApiServer,
+    backend: Backend,
+    node_port_addresses: NodePortAddresses,
+) -> anyhow::Result<(
+    tokio::task::JoinHandle<Result<(), ferrokube_proxy::run::RunError>>,
+    CancellationToken,
+)> {
     let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
     cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").map_err(anyhow::Error::msg)?;
+    cfg.node_port_addresses = node_port_addresses;
     let cancel = CancellationToken::new();
     let proxy = tokio::spawn(run(
         server.client.clone(),
@@ -95,31 +100,70 @@ async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
             min_sync_period: Duration::from_millis(100),
             healthz_addr: None,
             metrics_addr: None,
-            backend: Backend::Nftables(nft.clone()),
+            backend,
         },
         cancel.clone(),
     ));
+    Ok((proxy, cancel))
+}
 
-    let services: Api<Service> = Api::namespaced(server.client.clone(), "default");
-    let slices: Api<EndpointSlice> = Api::namespaced(server.client.clone(), "default");
+/// Creates `default/<name>` through the API (port `http` 80 -> 8080, `labels`); its
+/// allocated cluster IP.
+async fn create_service(
+    services: &Api<Service>,
+    name: &str,
+    labels: serde_json::Value,
+) -> anyhow::Result<String> {
     let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
+        "metadata": {"name": name, "labels": labels},
         "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
     }))?;
     let svc = services.create(&PostParams::default(), &svc).await?;
-    let ip = svc
+    Ok(svc
         .spec
         .and_then(|s| s.cluster_ip)
-        .expect("allocated ClusterIP");
-    let other: Service = serde_json::from_value(json!({
-        "metadata": {"name": "other", "labels": {"service.kubernetes.io/service-proxy-name": "x"}},
-        "spec": {"ports": [{"port": 80}]},
-    }))?;
-    let other = services.create(&PostParams::default(), &other).await?;
-    let other_ip = other
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .expect("allocated ClusterIP");
+        .expect("allocated ClusterIP"))
+}
+
+/// `web-1`, the slice of `web`: the ready pod 10.244.0.5:8080 on `node-a`.
+fn web_slice() -> anyhow::Result<EndpointSlice> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a", "conditions": {"ready": true}}],
+    }))?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
+    if not_root() {
+        eprintln!("not root: network namespaces unavailable, nothing checked");
+        return Ok(());
+    }
+    let server = TestApiServer::start().await?;
+    let ns = netns("fkp-informers")?;
+    let nft = Nft::with_command(
+        ["ip", "netns", "exec", &ns.0, "nft"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    );
+    let (proxy, cancel) = spawn_proxy(
+        &server,
+        Backend::Nftables(nft.clone()),
+        NodePortAddresses::Primary,
+    )?;
+
+    let services: Api<Service> = Api::namespaced(server.client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(server.client.clone(), "default");
+    let ip = create_service(&services, "web", json!({})).await?;
+    let other_ip = create_service(
+        &services,
+        "other",
+        json!({"service.kubernetes.io/service-proxy-name": "x"}),
+    )
+    .await?;
 
     // Upstream's birth cry, once the informers run.
     let started = node_event(&server.client, "node-a", "Starting").await;
@@ -134,13 +178,7 @@ async fn services_and_slices_from_the_api_become_rules() -> anyhow::Result<()> {
     let reject = format!("{ip} . tcp . 80 comment \"default/web:http\" : goto reject-chain");
     wait_for(&nft, "the reject element", |t| t.contains(&reject)).await;
 
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a", "conditions": {"ready": true}}],
-    }))?;
-    slices.create(&PostParams::default(), &slice).await?;
+    slices.create(&PostParams::default(), &web_slice()?).await?;
     let table = wait_for(&nft, "the service element", |t| {
         t.contains(&format!("{ip} . tcp . 80 : goto service-"))
     })
@@ -197,42 +235,17 @@ async fn iptables_mode_from_the_api() -> anyhow::Result<()> {
         return Ok(());
     }
     let server = TestApiServer::start().await?;
-    let ns = Netns(format!("fkp-informers-ipt-{}", std::process::id()));
-    assert!(
-        Command::new("ip")
-            .args(["netns", "add", &ns.0])
-            .status()?
-            .success()
-    );
+    let ns = netns("fkp-informers-ipt")?;
     let ipt = Iptables::with_prefix(common::in_netns(&ns.0));
-    let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
-    cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").map_err(anyhow::Error::msg)?;
-    cfg.node_port_addresses = NodePortAddresses::MatchAll;
-    let cancel = CancellationToken::new();
-    let proxy = tokio::spawn(run(
-        server.client.clone(),
-        RunConfig {
-            proxies: vec![cfg],
-            sync_period: Duration::from_secs(30),
-            min_sync_period: Duration::from_millis(100),
-            healthz_addr: None,
-            metrics_addr: None,
-            backend: Backend::Iptables(ipt.clone()),
-        },
-        cancel.clone(),
-    ));
+    let (proxy, cancel) = spawn_proxy(
+        &server,
+        Backend::Iptables(ipt.clone()),
+        NodePortAddresses::MatchAll,
+    )?;
 
     let services: Api<Service> = Api::namespaced(server.client.clone(), "default");
     let slices: Api<EndpointSlice> = Api::namespaced(server.client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
-    }))?;
-    let svc = services.create(&PostParams::default(), &svc).await?;
-    let ip = svc
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .expect("allocated ClusterIP");
+    let ip = create_service(&services, "web", json!({})).await?;
 
     // No endpoints yet: rejected by the filter table.
     let reject = format!(
@@ -240,13 +253,7 @@ async fn iptables_mode_from_the_api() -> anyhow::Result<()> {
     );
     wait_for_iptables(&ns.0, "filter", "the REJECT rule", |t| t.contains(&reject)).await;
 
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a", "conditions": {"ready": true}}],
-    }))?;
-    slices.create(&PostParams::default(), &slice).await?;
+    slices.create(&PostParams::default(), &web_slice()?).await?;
     let nat = wait_for_iptables(&ns.0, "nat", "the service chain", |t| {
         t.contains(&format!("-d {ip}/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-"))
     })

@@ -14,6 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::objects::{web_service, web_slice};
 use common::{curl, in_netns, not_root, ns_output, setup, sh, start_server};
 use ferrokube_proxy::backend::{Backend, FamilyProxier, cleanup_all, cleanup_other_mode};
 use ferrokube_proxy::config::ProxyMode;
@@ -24,31 +25,6 @@ use ferrokube_proxy::rules::{NodePortAddresses, ProxyConfig};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
-
-fn service() -> Arc<Service> {
-    Arc::new(
-        serde_json::from_value(json!({
-            "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
-                     "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
-        }))
-        .unwrap(),
-    )
-}
-
-fn slice(ready: bool) -> Arc<EndpointSlice> {
-    Arc::new(
-        serde_json::from_value(json!({
-            "metadata": {"namespace": "default", "name": "web-1",
-                         "labels": {"kubernetes.io/service-name": "web"}},
-            "addressType": "IPv4",
-            "ports": [{"port": 8080, "protocol": "TCP"}],
-            "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a",
-                           "conditions": {"ready": ready}}],
-        }))
-        .unwrap(),
-    )
-}
 
 /// As kube-proxy configures iptables mode by default: NodePorts on every local
 /// address, localhost included.
@@ -96,8 +72,8 @@ async fn iptables_mode_in_a_namespace() {
 
     let p = proxier(&ipt);
     p.objects(|o| {
-        o.service_updated(service());
-        o.slice_updated(slice(true));
+        o.service_updated(web_service());
+        o.slice_updated(web_slice(true));
     });
     // Before any rule the Service IP dies in kube-svc0.
     assert_ne!(curl(&host, "http://10.96.0.20/").0, 0);
@@ -130,7 +106,7 @@ async fn iptables_mode_in_a_namespace() {
 
     // The endpoint turns unready: a partial sync; the filter table rejects at once
     // (ICMP port unreachable -> curl exit 7) instead of the packet dying in kube-svc0.
-    p.objects(|o| o.slice_updated(slice(false)));
+    p.objects(|o| o.slice_updated(web_slice(false)));
     assert!(!sync(&p, period).await, "partial");
     let filter = save(&host, "filter");
     assert!(
@@ -154,7 +130,7 @@ async fn iptables_mode_in_a_namespace() {
     }
 
     // Ready again, partially.
-    p.objects(|o| o.slice_updated(slice(true)));
+    p.objects(|o| o.slice_updated(web_slice(true)));
     assert!(!sync(&p, period).await);
     assert_eq!(curl(&host, "http://10.96.0.20/").1, HELLO);
     assert!(!save(&host, "filter").contains("has no endpoints"));
@@ -184,7 +160,7 @@ async fn iptables_mode_in_a_namespace() {
     assert!(!sync(&p, Duration::ZERO).await, "canary back: partial");
 
     // The Service is deleted: its chains and rules go.
-    p.objects(|o| o.service_deleted(&service()));
+    p.objects(|o| o.service_deleted(&web_service()));
     assert!(!sync(&p, period).await);
     let nat = save(&host, "nat");
     assert!(
@@ -196,8 +172,8 @@ async fn iptables_mode_in_a_namespace() {
     // A restarted proxy (fresh state) removes the chains a previous run left.
     let old = proxier(&ipt);
     old.objects(|o| {
-        o.service_updated(service());
-        o.slice_updated(slice(true));
+        o.service_updated(web_service());
+        o.slice_updated(web_slice(true));
     });
     assert!(sync(&old, period).await);
     assert!(save(&host, "nat").contains(":KUBE-SEP-"));
@@ -213,8 +189,8 @@ async fn iptables_mode_in_a_namespace() {
     // Switch to nftables mode: iptables mode's rules all go, nftables takes over.
     let p = proxier(&ipt);
     p.objects(|o| {
-        o.service_updated(service());
-        o.slice_updated(slice(true));
+        o.service_updated(web_service());
+        o.slice_updated(web_slice(true));
     });
     assert!(sync(&p, period).await);
     let cleaned = cleanup_other_mode(ProxyMode::Nftables, &nft, &ipt)
@@ -227,8 +203,8 @@ async fn iptables_mode_in_a_namespace() {
     cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").unwrap();
     let n = Backend::Nftables(nft.clone()).proxier(cfg);
     n.objects(|o| {
-        o.service_updated(service());
-        o.slice_updated(slice(true));
+        o.service_updated(web_service());
+        o.slice_updated(web_slice(true));
     });
     assert!(sync(&n, period).await);
     assert_eq!(curl(&host, "http://10.96.0.20/").1, HELLO);
@@ -242,8 +218,8 @@ async fn iptables_mode_in_a_namespace() {
     assert!(!nft.existing(IpFamily::V4).await.unwrap().table);
     let p = proxier(&ipt);
     p.objects(|o| {
-        o.service_updated(service());
-        o.slice_updated(slice(true));
+        o.service_updated(web_service());
+        o.slice_updated(web_slice(true));
     });
     assert!(sync(&p, period).await);
     assert_eq!(curl(&host, "http://10.96.0.20/").1, HELLO);

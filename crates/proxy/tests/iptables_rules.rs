@@ -3,17 +3,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod common;
+
+use common::objects::{Ep, NODE, node, ready, service};
 use ferrokube_proxy::iptables_rules::{
     IptablesRuleset, JUMP_RULES, KUBE_FIREWALL_JUMPS, RestoreScope, desired_ruleset, dump,
     restore_input,
 };
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::rules::{NodePortAddresses, ProxyConfig};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
-
-const NODE: &str = "node-a";
 
 /// Upstream's iptables default: NodePorts on every local address.
 fn config() -> ProxyConfig {
@@ -23,51 +24,12 @@ fn config() -> ProxyConfig {
     c
 }
 
-fn service(name: &str, ip: &str, spec: Value) -> Service {
-    let mut s = json!({
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
-    });
-    if let (Some(a), Value::Object(b)) = (s["spec"].as_object_mut(), spec) {
-        for (k, v) in b {
-            a.insert(k, v);
-        }
-    }
-    serde_json::from_value(s).unwrap()
-}
-
-/// An endpoint: (ip, node, ready, serving, terminating).
-type Ep<'a> = (&'a str, &'a str, bool, bool, bool);
-
-fn ready<'a>(ip: &'a str, node: &'a str) -> Ep<'a> {
-    (ip, node, true, true, false)
-}
-
 fn slice(service: &str, eps: &[Ep<'_>]) -> EndpointSlice {
     slice_family(service, "IPv4", eps)
 }
 
 fn slice_family(service: &str, family: &str, eps: &[Ep<'_>]) -> EndpointSlice {
-    serde_json::from_value(json!({
-        "metadata": {"namespace": "ns", "name": format!("{service}-abc"),
-                     "labels": {"kubernetes.io/service-name": service}},
-        "addressType": family,
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": eps.iter().map(|(ip, node, ready, serving, terminating)| json!({
-            "addresses": [ip], "nodeName": node,
-            "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
-        })).collect::<Vec<_>>(),
-    }))
-    .unwrap()
-}
-
-fn node(addresses: &[&str]) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": NODE},
-        "status": {"addresses": addresses.iter().map(|a| json!({"type": "InternalIP", "address": a})).collect::<Vec<_>>()},
-    }))
-    .unwrap()
+    common::objects::slice_family(service, &format!("{service}-abc"), family, eps)
 }
 
 fn build(services: &[Service], slices: &[EndpointSlice], cfg: &ProxyConfig) -> IptablesRuleset {

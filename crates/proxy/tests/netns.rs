@@ -10,39 +10,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::objects::{web_service, web_slice};
 use common::{curl, in_netns, not_root, setup, start_server};
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::nft::Nft;
 use ferrokube_proxy::proxier::Proxier;
 use ferrokube_proxy::rules::ProxyConfig;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
-
-fn service() -> Arc<Service> {
-    Arc::new(
-        serde_json::from_value(json!({
-            "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
-                     "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
-        }))
-        .unwrap(),
-    )
-}
-
-fn slice(ready: bool) -> Arc<EndpointSlice> {
-    Arc::new(
-        serde_json::from_value(json!({
-            "metadata": {"namespace": "default", "name": "web-1",
-                         "labels": {"kubernetes.io/service-name": "web"}},
-            "addressType": "IPv4",
-            "ports": [{"port": 8080, "protocol": "TCP"}],
-            "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-a",
-                           "conditions": {"ready": ready}}],
-        }))
-        .unwrap(),
-    )
-}
 
 async fn sync(p: &mut Proxier, nft: &Nft) -> bool {
     let existing = if p.next_is_full() {
@@ -81,8 +56,8 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
     }))
     .unwrap();
     p.node_updated(Some(Arc::new(node)));
-    p.service_updated(service());
-    p.slice_updated(slice(true));
+    p.service_updated(web_service());
+    p.slice_updated(web_slice(true));
 
     // Before any rule: the Service IP dies in kube-svc0 (curl times out or fails,
     // nothing answers).
@@ -105,7 +80,7 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
 
     // The endpoint turns unready: an incremental sync, and the ClusterIP and the
     // NodePort refuse at once (ICMP port unreachable -> curl exit 7) instead of hanging.
-    p.slice_updated(slice(false));
+    p.slice_updated(web_slice(false));
     assert!(!sync(&mut p, &nft).await, "incremental");
     let listing = nft.list(IpFamily::V4).await.unwrap();
     assert!(
@@ -132,7 +107,7 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
     );
 
     // Ready again, incrementally.
-    p.slice_updated(slice(true));
+    p.slice_updated(web_slice(true));
     assert!(!sync(&mut p, &nft).await);
     assert_eq!(
         curl(&ns.host, "http://10.96.0.20/").1,
@@ -143,8 +118,8 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
     let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
     cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").unwrap();
     let mut restarted = Proxier::new(cfg);
-    restarted.service_updated(service());
-    restarted.slice_updated(slice(true));
+    restarted.service_updated(web_service());
+    restarted.slice_updated(web_slice(true));
     assert!(sync(&mut restarted, &nft).await);
     assert_eq!(
         curl(&ns.host, "http://10.96.0.20/").1,

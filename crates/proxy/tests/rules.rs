@@ -2,14 +2,15 @@
 
 use std::net::IpAddr;
 
+mod common;
+
+use common::objects::{Ep, NODE, node, ready, service, slice_family};
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::render::{self, ExistingObjects};
 use ferrokube_proxy::rules::{NodePortAddresses, ProxyConfig, Ruleset, desired_ruleset};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use serde_json::{Value, json};
-
-const NODE: &str = "node-a";
+use serde_json::json;
 
 fn config() -> ProxyConfig {
     let mut c = ProxyConfig::new(IpFamily::V4, NODE);
@@ -17,55 +18,8 @@ fn config() -> ProxyConfig {
     c
 }
 
-fn service(name: &str, ip: &str, spec: Value) -> Service {
-    let mut s = json!({
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
-    });
-    merge(&mut s["spec"], spec);
-    serde_json::from_value(s).unwrap()
-}
-
-fn merge(a: &mut Value, b: Value) {
-    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
-        for (k, v) in b {
-            a.insert(k, v);
-        }
-    }
-}
-
-/// An endpoint: (ip, node, ready, serving, terminating).
-type Ep<'a> = (&'a str, &'a str, bool, bool, bool);
-
 fn slice(service: &str, name: &str, eps: &[Ep<'_>]) -> EndpointSlice {
     slice_family(service, name, "IPv4", eps)
-}
-
-fn slice_family(service: &str, name: &str, family: &str, eps: &[Ep<'_>]) -> EndpointSlice {
-    serde_json::from_value(json!({
-        "metadata": {"namespace": "ns", "name": name,
-                     "labels": {"kubernetes.io/service-name": service}},
-        "addressType": family,
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": eps.iter().map(|(ip, node, ready, serving, terminating)| json!({
-            "addresses": [ip], "nodeName": node,
-            "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
-        })).collect::<Vec<_>>(),
-    }))
-    .unwrap()
-}
-
-fn node(addresses: &[&str]) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": NODE},
-        "status": {"addresses": addresses.iter().map(|a| json!({"type": "InternalIP", "address": a})).collect::<Vec<_>>()},
-    }))
-    .unwrap()
-}
-
-fn ready<'a>(ip: &'a str, node: &'a str) -> Ep<'a> {
-    (ip, node, true, true, false)
 }
 
 fn build(services: &[Service], slices: &[EndpointSlice], cfg: &ProxyConfig) -> Ruleset {

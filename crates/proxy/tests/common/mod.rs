@@ -1,7 +1,10 @@
 //! Helpers of the tests that program rules for real in throwaway network namespaces:
 //! a "host" namespace (where the proxy's rules go) and a "pod" namespace behind a veth
-//! pair serving HTTP with busybox, curl from the host, the root check.
+//! pair serving HTTP with busybox, curl from the host, the root check; and
+//! ([`objects`]) the API objects the tests make rules from.
 #![allow(dead_code)] // Each test binary uses a part.
+
+pub mod objects;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
