@@ -9,7 +9,7 @@
 //! ([`cleanup_all`]).
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -91,6 +91,10 @@ pub struct FamilySync {
     /// Whether the sync counts in the sync latency metrics (false when it stopped
     /// before planning: the nftables table could not be listed).
     pub counted: bool,
+    /// A successful sync: the `last-change-trigger-time`s of the EndpointSlice changes
+    /// it programmed (kubeproxy_network_programming_duration_seconds measures from
+    /// them; see [`crate::proxier::ObjectCache::programmed`]).
+    pub trigger_times: Vec<SystemTime>,
 }
 
 impl FamilyProxier {
@@ -165,6 +169,7 @@ async fn sync_nft(proxier: &Mutex<Proxier>, nft: &Nft) -> FamilySync {
                     iptables: None,
                     restore_failed: false,
                     counted: false,
+                    trigger_times: Vec::new(),
                 };
             }
         }
@@ -179,9 +184,11 @@ async fn sync_nft(proxier: &Mutex<Proxier>, nft: &Nft) -> FamilySync {
     };
     let elapsed = start.elapsed();
     let mut p = proxier.lock();
+    let mut trigger_times = Vec::new();
     let ok = match result {
         Ok(()) => {
             p.applied(&plan);
+            trigger_times = p.objects_mut().programmed(family);
             if !plan.transaction.is_empty() {
                 tracing::info!(
                     family = family.nft(),
@@ -207,6 +214,7 @@ async fn sync_nft(proxier: &Mutex<Proxier>, nft: &Nft) -> FamilySync {
         iptables: None,
         restore_failed: false,
         counted: true,
+        trigger_times,
     }
 }
 
@@ -232,6 +240,7 @@ async fn sync_iptables(
             iptables: None,
             restore_failed,
             counted: true,
+            trigger_times: Vec::new(),
         }
     };
     if cidr_mode {
@@ -297,6 +306,7 @@ async fn sync_iptables(
         );
     }
     let (filter_total, nat_total) = p.rule_counts();
+    let trigger_times = p.objects_mut().programmed(family);
     FamilySync {
         ok: true,
         full: plan.full,
@@ -310,6 +320,7 @@ async fn sync_iptables(
         }),
         restore_failed: false,
         counted: true,
+        trigger_times,
     }
 }
 

@@ -2,6 +2,9 @@
 //! `/metrics` text: healthy unless an update was queued and not applied within the
 //! health timeout (2 × syncPeriod), and, for `/healthz` only, while this node is not
 //! being deleted or tainted `ToBeDeletedByClusterAutoscaler`. Time is passed in.
+//! The sync metrics include upstream's network programming latency, measured from the
+//! EndpointSlices' `endpoints.kubernetes.io/last-change-trigger-time` to the sync that
+//! programmed their change, once for either backend.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -160,10 +163,39 @@ pub struct SyncMetrics {
     partial_restore_failures: u64,
     /// Per family: the rule counts of its last successful restore.
     iptables: BTreeMap<IpFamily, IptablesCounts>,
+    /// kubeproxy_network_programming_duration_seconds.
+    network_programming: Histogram,
 }
 
 /// Upstream's buckets: exponential from 1 ms, factor 2, 15 buckets.
 const BUCKETS: [f64; 15] = exponential_buckets(0.001, 2.0);
+
+/// Upstream's NetworkProgrammingLatency buckets (pkg/proxy/metrics): `MergeBuckets`
+/// (which starts with a 0 bucket) of 0.25 s and 0.5 s, 1 s to 59 s by 1 s, 60 s to
+/// 115 s by 5 s, and 2 min to 5 min by 30 s.
+pub const NETWORK_PROGRAMMING_BUCKETS: [f64; 81] = network_programming_buckets();
+
+const fn network_programming_buckets() -> [f64; 81] {
+    let mut b = [0.0; 81];
+    b[1] = 0.25;
+    b[2] = 0.5;
+    let mut i = 0;
+    while i < 59 {
+        b[3 + i] = (1 + i) as f64;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 12 {
+        b[62 + i] = 60.0 + 5.0 * i as f64;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 7 {
+        b[74 + i] = 120.0 + 30.0 * i as f64;
+        i += 1;
+    }
+    b
+}
 
 impl Default for SyncMetrics {
     fn default() -> Self {
@@ -184,6 +216,20 @@ impl SyncMetrics {
             restore_failures: 0,
             partial_restore_failures: 0,
             iptables: BTreeMap::new(),
+            network_programming: Histogram::new(&NETWORK_PROGRAMMING_BUCKETS),
+        }
+    }
+
+    /// A sync that succeeded at `now` programmed EndpointSlice changes triggered at
+    /// `trigger_times`: one observation each, in seconds (negative with clock skew
+    /// between the controller manager and this node, as upstream's `time.Since`).
+    pub fn observe_network_programming(&mut self, now: SystemTime, trigger_times: &[SystemTime]) {
+        for t in trigger_times {
+            let seconds = match now.duration_since(*t) {
+                Ok(d) => d.as_secs_f64(),
+                Err(e) => -e.duration().as_secs_f64(),
+            };
+            self.network_programming.observe(seconds);
         }
     }
 
@@ -254,6 +300,14 @@ impl SyncMetrics {
             write_header(out, name, help, Histogram::TYPE);
             histogram.write_samples(out, name, "");
         }
+        let name = "kubeproxy_network_programming_duration_seconds";
+        write_header(
+            out,
+            name,
+            "In Cluster Network Programming Latency in seconds",
+            Histogram::TYPE,
+        );
+        self.network_programming.write_samples(out, name, "");
         let _ = writeln!(
             out,
             "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds {}",
@@ -376,6 +430,51 @@ mod tests {
         assert!(out.contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 1"));
         assert!(out.contains("kubeproxy_sync_proxy_rules_nftables_failures_total 1"));
         assert!(!out.contains("iptables"), "{out}");
+    }
+
+    #[test]
+    fn network_programming_latency_from_trigger_times() {
+        assert_eq!(NETWORK_PROGRAMMING_BUCKETS[..4], [0.0, 0.25, 0.5, 1.0]);
+        assert_eq!(NETWORK_PROGRAMMING_BUCKETS[61], 59.0);
+        assert_eq!(NETWORK_PROGRAMMING_BUCKETS[62], 60.0);
+        assert_eq!(NETWORK_PROGRAMMING_BUCKETS[73], 115.0);
+        assert_eq!(NETWORK_PROGRAMMING_BUCKETS[80], 300.0);
+        assert!(NETWORK_PROGRAMMING_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+
+        let mut m = SyncMetrics::new(ProxyMode::Iptables);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let ago = |ms: u64| now - Duration::from_millis(ms);
+        m.observe_network_programming(now, &[ago(100), ago(2_500), ago(400_000)]);
+        // Clock skew: a trigger "in the future" counts as negative.
+        m.observe_network_programming(now, &[now + Duration::from_secs(1)]);
+        let mut out = String::new();
+        m.write(&mut out);
+        let name = "kubeproxy_network_programming_duration_seconds";
+        for want in [
+            format!(
+                "# HELP {name} In Cluster Network Programming Latency in seconds\n# TYPE {name} histogram\n"
+            ),
+            format!("{name}_bucket{{le=\"0\"}} 1\n"),
+            format!("{name}_bucket{{le=\"0.25\"}} 2\n"),
+            format!("{name}_bucket{{le=\"2\"}} 2\n"),
+            format!("{name}_bucket{{le=\"3\"}} 3\n"),
+            format!("{name}_bucket{{le=\"300\"}} 3\n"),
+            format!("{name}_bucket{{le=\"+Inf\"}} 4\n"),
+            format!("{name}_count 4\n"),
+        ] {
+            assert!(out.contains(&want), "missing {want:?} in\n{out}");
+        }
+        let sum: f64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_sum ")))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((sum - 401.6).abs() < 1e-9, "{sum}");
+        // Nothing programmed yet: the family is there, empty (as upstream's).
+        let mut out = String::new();
+        SyncMetrics::default().write(&mut out);
+        assert!(out.contains(&format!("{name}_count 0\n")), "{out}");
     }
 
     #[test]

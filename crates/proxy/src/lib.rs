@@ -23,9 +23,10 @@
 //! * [`run`]: informers -> proxiers -> sync loop with bounded frequency, and
 //!   upstream's start-up events on the node (`Starting`, or why it could not start);
 //!   [`health`]:
-//!   upstream's `/healthz` semantics and the `/metrics` text; [`service_health`]: the
-//!   `healthCheckNodePort` servers of LoadBalancer Services with
-//!   `externalTrafficPolicy: Local`; [`config`]: `KubeProxyConfiguration` and
+//!   upstream's `/healthz` semantics and the `/metrics` text (with the network
+//!   programming latency from the EndpointSlices' `last-change-trigger-time`);
+//!   [`service_health`]: the `healthCheckNodePort` servers of LoadBalancer Services
+//!   with `externalTrafficPolicy: Local`; [`config`]: `KubeProxyConfiguration` and
 //!   `--proxy-mode`.
 //!
 //! Layer: client side (a component on `ferrokube-client`'s informers and kube-rs). It

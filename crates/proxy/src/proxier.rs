@@ -6,14 +6,30 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use crate::net::IpFamily;
 use crate::render::{self, ExistingObjects};
 use crate::rules::{
     ProxyConfig, Ruleset, base_rules, service_key, service_key_of_slice, service_rules,
 };
+
+/// The annotation the endpoint controllers put on the EndpointSlices they write: the
+/// time of the Pod or Service change that caused the write.
+pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// One EndpointSlice change's trigger time, waiting to be programmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TriggerTime {
+    /// The Service key (`namespace/name`).
+    service: String,
+    /// The slice's `addressType`: the family whose proxier programs it.
+    address_type: String,
+    at: SystemTime,
+}
 
 /// A transaction to run, and what it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +57,14 @@ pub struct ObjectCache {
     /// Services whose desired rules must be recomputed.
     dirty: BTreeSet<String>,
     base_dirty: bool,
+    /// When this cache was made: older trigger times are not measured (upstream's
+    /// `trackerStartTime`).
+    started: SystemTime,
+    /// Trigger times of EndpointSlice changes not yet taken into a sync plan (upstream's
+    /// `lastChangeTriggerTimes`).
+    trigger_times: Vec<TriggerTime>,
+    /// Trigger times of changes a planned sync includes, until a sync succeeds.
+    in_flight: Vec<TriggerTime>,
 }
 
 impl Default for ObjectCache {
@@ -54,8 +78,33 @@ impl Default for ObjectCache {
             dirty: BTreeSet::new(),
             // The base rules are computed once before the first sync.
             base_dirty: true,
+            started: SystemTime::now(),
+            trigger_times: Vec::new(),
+            in_flight: Vec::new(),
         }
     }
+}
+
+/// The slice's `endpoints.kubernetes.io/last-change-trigger-time`, if set and valid
+/// (RFC 3339, as upstream's `getLastChangeTriggerTime` parses it).
+pub fn last_change_trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+    let value = slice
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(LAST_CHANGE_TRIGGER_TIME)?;
+    match value.parse::<k8s_openapi::jiff::Timestamp>() {
+        Ok(t) => Some(SystemTime::from(t)),
+        Err(e) => {
+            tracing::error!(value = %value, error = %e, "invalid {LAST_CHANGE_TRIGGER_TIME} annotation");
+            None
+        }
+    }
+}
+
+/// Whether two versions of a slice differ in what the rules are made from.
+fn same_endpoints(a: &EndpointSlice, b: &EndpointSlice) -> bool {
+    a.address_type == b.address_type && a.endpoints == b.endpoints && a.ports == b.ports
 }
 
 impl ObjectCache {
@@ -72,11 +121,28 @@ impl ObjectCache {
         self.dirty.insert(key);
     }
 
-    /// An EndpointSlice was added or changed.
+    /// An EndpointSlice was added or changed. A change of its endpoints carrying a
+    /// trigger time later than this cache's start is measured once programmed
+    /// (upstream's `EndpointSliceUpdate`).
     pub fn slice_updated(&mut self, slice: Arc<EndpointSlice>) {
         let id = slice_id(&slice);
+        let previous = self.slice_owner.get(&id).and_then(|key| {
+            let name = slice.metadata.name.as_deref().unwrap_or_default();
+            self.slices.get(key)?.get(name).cloned()
+        });
+        let changed = previous.is_none_or(|old| !same_endpoints(&old, &slice));
         self.forget_slice(&id);
         if let Some(key) = service_key_of_slice(&slice) {
+            if changed
+                && let Some(at) = last_change_trigger_time(&slice)
+                && at > self.started
+            {
+                self.trigger_times.push(TriggerTime {
+                    service: key.clone(),
+                    address_type: slice.address_type.clone(),
+                    at,
+                });
+            }
             let name = slice.metadata.name.clone().unwrap_or_default();
             self.slices
                 .entry(key.clone())
@@ -87,7 +153,13 @@ impl ObjectCache {
         }
     }
 
+    /// An EndpointSlice went away. Its Service's pending trigger times are dropped: a
+    /// deletion's annotation is the time of the slice's last update, not of the change
+    /// that deleted it (as upstream).
     pub fn slice_deleted(&mut self, slice: &EndpointSlice) {
+        if let Some(key) = service_key_of_slice(slice) {
+            self.trigger_times.retain(|t| t.service != key);
+        }
         self.forget_slice(&slice_id(slice));
     }
 
@@ -141,9 +213,22 @@ impl ObjectCache {
             .collect()
     }
 
-    /// The Services changed since the last call (their rules must be recomputed).
+    /// The Services changed since the last call (their rules must be recomputed). The
+    /// trigger times of the changes move with them into the sync being planned.
     pub fn take_dirty(&mut self) -> BTreeSet<String> {
+        self.in_flight.append(&mut self.trigger_times);
         std::mem::take(&mut self.dirty)
+    }
+
+    /// A sync succeeded: the trigger times of the EndpointSlice changes of `family` it
+    /// programmed, to measure (upstream's `LastChangeTriggerTimes` of the sync). Those
+    /// of a failed sync stay until one succeeds; the other family's are its proxier's.
+    pub fn programmed(&mut self, family: IpFamily) -> Vec<SystemTime> {
+        self.in_flight
+            .drain(..)
+            .filter(|t| t.address_type == family.k8s())
+            .map(|t| t.at)
+            .collect()
     }
 
     /// Whether the node or host addresses changed since the last call.
@@ -435,6 +520,89 @@ mod tests {
         p.failed();
         assert!(p.next_is_full());
         assert!(p.plan(None).full);
+    }
+
+    /// `s` with the trigger-time annotation `at` (and address type `family`).
+    fn triggered(s: Arc<EndpointSlice>, at: SystemTime, family: &str) -> Arc<EndpointSlice> {
+        let mut s = (*s).clone();
+        let stamp = k8s_openapi::jiff::Timestamp::try_from(at).unwrap();
+        s.metadata.annotations =
+            Some([(LAST_CHANGE_TRIGGER_TIME.to_string(), stamp.to_string())].into());
+        s.address_type = family.into();
+        Arc::new(s)
+    }
+
+    #[test]
+    fn trigger_times_are_measured_once_their_change_is_programmed() {
+        let mut p = Proxier::new(ProxyConfig::new(IpFamily::V4, "n"));
+        let start = SystemTime::now();
+        let later = |ms: u64| start + std::time::Duration::from_millis(ms);
+        p.service_updated(svc("a", "10.96.0.1"));
+        // A trigger older than the proxier (the initial list) is not measured; nor is
+        // a slice without the annotation, nor one with a malformed one.
+        let old = start - std::time::Duration::from_secs(60);
+        p.slice_updated(triggered(slice("a", "a-1", &["10.244.0.1"]), old, "IPv4"));
+        p.slice_updated(slice("a", "a-2", &["10.244.0.2"]));
+        let mut bad = (*slice("a", "a-3", &["10.244.0.3"])).clone();
+        bad.metadata.annotations = Some(
+            [(
+                LAST_CHANGE_TRIGGER_TIME.to_string(),
+                "yesterday".to_string(),
+            )]
+            .into(),
+        );
+        p.slice_updated(Arc::new(bad));
+        let plan = p.plan(None);
+        p.applied(&plan);
+        assert!(p.objects_mut().programmed(IpFamily::V4).is_empty());
+
+        // A change with a trigger time: measured by the sync that programs it.
+        let t1 = later(1);
+        p.slice_updated(triggered(slice("a", "a-1", &["10.244.0.9"]), t1, "IPv4"));
+        assert!(
+            p.objects_mut().programmed(IpFamily::V4).is_empty(),
+            "not planned yet"
+        );
+        let plan = p.plan(None);
+        assert_eq!(plan.changed_services, ["ns/a"]);
+        // The sync failed: nothing is measured; the next successful one measures it.
+        p.failed();
+        let plan = p.plan(None);
+        assert!(plan.full);
+        p.applied(&plan);
+        assert_eq!(p.objects_mut().programmed(IpFamily::V4), [t1]);
+        assert!(p.objects_mut().programmed(IpFamily::V4).is_empty(), "once");
+
+        // An update that changes no endpoint (only the annotation) is no change.
+        p.slice_updated(triggered(
+            slice("a", "a-1", &["10.244.0.9"]),
+            later(2),
+            "IPv4",
+        ));
+        p.plan(None);
+        assert!(p.objects_mut().programmed(IpFamily::V4).is_empty());
+
+        // Two changes before one sync: both measured.
+        let (t3, t4) = (later(3), later(4));
+        p.slice_updated(triggered(slice("a", "a-1", &["10.244.0.7"]), t3, "IPv4"));
+        p.slice_updated(triggered(slice("a", "a-2", &["10.244.0.8"]), t4, "IPv4"));
+        p.plan(None);
+        assert_eq!(p.objects_mut().programmed(IpFamily::V4), [t3, t4]);
+
+        // A slice deleted before the sync drops its Service's pending trigger times.
+        p.slice_updated(triggered(
+            slice("a", "a-1", &["10.244.0.6"]),
+            later(5),
+            "IPv4",
+        ));
+        p.slice_deleted(&slice("a", "a-2", &[]));
+        p.plan(None);
+        assert!(p.objects_mut().programmed(IpFamily::V4).is_empty());
+
+        // The other family's slices are its proxier's to measure.
+        p.slice_updated(triggered(slice("a", "a-6", &["fd00::6"]), later(6), "IPv6"));
+        p.plan(None);
+        assert!(p.objects_mut().programmed(IpFamily::V4).is_empty());
     }
 
     #[test]

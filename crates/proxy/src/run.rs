@@ -370,6 +370,13 @@ async fn sync_once(shared: &Shared, sync_period: Duration) -> (bool, bool) {
         let done = proxier.sync(sync_period).await;
         any_full |= done.full;
         all_ok &= done.ok;
+        if !done.trigger_times.is_empty() {
+            // Both backends: the EndpointSlice changes this sync programmed.
+            shared
+                .metrics
+                .lock()
+                .observe_network_programming(SystemTime::now(), &done.trigger_times);
+        }
         if !done.counted {
             continue;
         }
