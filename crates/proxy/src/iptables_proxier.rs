@@ -123,6 +123,7 @@ impl IptablesProxier {
 
     fn recompute(&mut self) {
         if self.objects.take_base_dirty() {
+            self.objects.follow_node_ip(&mut self.config);
             self.desired.base = base_rules(
                 &self.config,
                 self.objects.node(),

@@ -5,15 +5,16 @@
 //! and KUBE-FIREWALL for localhost NodePorts), one KUBE-SVC-/KUBE-SVL-/KUBE-EXT- chain
 //! per Service port and policy and one KUBE-SEP- chain per endpoint (upstream's names,
 //! hashes and comments), `-m statistic` load-balancing, `-m recent` ClientIP affinity,
-//! REJECT (or DROP) of Services without (local) endpoints in the filter table, and the
-//! mark-and-masquerade pair. The same inputs as the nftables rules ([`crate::model`]),
+//! REJECT (or DROP) of Services without (local) endpoints in the filter table,
+//! `loadBalancerSourceRanges` (load-balancer traffic through a KUBE-FW- chain that
+//! lets the allowed sources on to KUBE-EXT-; what falls through is not DNATed and
+//! KUBE-PROXY-FIREWALL drops it in filter), and the mark-and-masquerade pair. The same inputs as the nftables rules ([`crate::model`]),
 //! so both modes implement the same Services. Also here: the `iptables-restore` text of
 //! a sync, the jumps from the built-in chains, and the `iptables-save` parsing the
 //! cleanup and the stale-chain deletion need. No IO.
 //!
-//! Deviations from upstream: no `loadBalancerSourceRanges` (so no KUBE-FW- chains; the
-//! nftables mode has none either), no nfacct counters, no "large cluster mode" (comments
-//! are always written), and with several `--cluster-cidr` ranges of one family only the
+//! Deviations from upstream: no nfacct counters, no "large cluster mode" (comments are
+//! always written), and with several `--cluster-cidr` ranges of one family only the
 //! first is the local-traffic range (upstream takes one per family).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -495,6 +496,7 @@ fn port_rules(
     let cluster_chain = service_chain(SVC_PREFIX, svc);
     let local_chain = service_chain(SVL_PREFIX, svc);
     let external_chain = service_chain(EXT_PREFIX, svc);
+    let firewall_chain = service_chain(FW_PREFIX, svc);
     let local_cidr = local_cidr(config);
 
     let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
@@ -514,6 +516,15 @@ fn port_rules(
     // Even without externally usable endpoints the EXT chain short-circuits pod and
     // host traffic.
     let uses_external_chain = cat.has_any && svc.externally_accessible();
+    // loadBalancerSourceRanges: load-balancer traffic goes through the firewall chain.
+    let uses_firewall_chain = cat.has_any
+        && !svc.load_balancer_vips.is_empty()
+        && !svc.load_balancer_source_ranges.is_empty();
+    let load_balancer_chain = if uses_firewall_chain {
+        &firewall_chain
+    } else {
+        &external_chain
+    };
 
     let (internal_target, internal_comment, external_target, external_comment) = if !cat.has_any {
         let c = format!("{name} has no endpoints");
@@ -559,8 +570,16 @@ fn port_rules(
     for ip in &svc.load_balancer_vips {
         if cat.has_any {
             out.nat_rules.push(format!(
-                "-A {KUBE_SERVICES} {} {} -j {external_chain}",
+                "-A {KUBE_SERVICES} {} {} -j {load_balancer_chain}",
                 comment(&format!("{name} loadbalancer IP")),
+                dst(ip, svc.port)
+            ));
+        }
+        if uses_firewall_chain {
+            // What the firewall chain did not let on is still un-DNATed here.
+            out.filter_rules.push(format!(
+                "-A {KUBE_PROXY_FIREWALL} {} {} -j DROP",
+                comment(&format!("{name} traffic not accepted by {firewall_chain}")),
                 dst(ip, svc.port)
             ));
         }
@@ -602,6 +621,9 @@ fn port_rules(
     // The chains, created in upstream's order.
     if uses_external_chain {
         out.chain(&external_chain);
+    }
+    if uses_firewall_chain {
+        out.chain(&firewall_chain);
     }
     if uses_cluster_chain {
         out.chain(&cluster_chain);
@@ -669,6 +691,34 @@ fn port_rules(
         if has_external {
             rules.push(format!("-A {external_chain} -j {external_policy_chain}"));
         }
+    }
+
+    // The firewall chain: the allowed sources go on to the EXT chain. When a range
+    // holds this node's IP, so do the load-balancer IPs (a VIP-like load balancer
+    // often makes its IP local, and the node's own connections then come from it).
+    if uses_firewall_chain {
+        let c = comment(&format!("{name} loadbalancer IP"));
+        let rules = out.chain(&firewall_chain);
+        let mut allow_from_node = false;
+        for cidr in &svc.load_balancer_source_ranges {
+            rules.push(format!(
+                "-A {firewall_chain} {c} -s {cidr} -j {external_chain}"
+            ));
+            allow_from_node |= config.node_ip.is_some_and(|ip| cidr.contains(&ip));
+        }
+        if allow_from_node {
+            for ip in &svc.load_balancer_vips {
+                rules.push(format!(
+                    "-A {firewall_chain} {c} -s {ip} -j {external_chain}"
+                ));
+            }
+        }
+        rules.push(format!(
+            "-A {firewall_chain} {}",
+            comment(&format!(
+                "other traffic to {name} will be dropped by KUBE-PROXY-FIREWALL"
+            ))
+        ));
     }
 
     if uses_cluster_chain {

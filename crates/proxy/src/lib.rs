@@ -5,7 +5,8 @@
 //!   EndpointSlices, Node, config), in upstream's nftables-mode shape (table
 //!   `ip kube-proxy`: ClusterIP, NodePort, externalIPs, load-balancer IPs, ClientIP
 //!   affinity with timeouts, internal/external traffic policy Local, terminating
-//!   fallback, masquerade of off-cluster and hairpin traffic, reject without endpoints).
+//!   fallback, masquerade of off-cluster and hairpin traffic, reject without endpoints,
+//!   `loadBalancerSourceRanges` dropping other sources before DNAT).
 //! * [`render`]: rulesets -> `nft -f` transactions: a full sync and an incremental one
 //!   that rewrites only the chains and map elements of changed Services.
 //! * [`proxier`]: the per-family state (objects seen, desired rules, a model of what is

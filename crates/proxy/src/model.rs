@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::net::IpFamily;
+use crate::net::{Cidr, IpFamily};
 
 /// The label marking a Service another proxy implements; kube-proxy skips it.
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
@@ -30,6 +30,9 @@ pub struct ServicePortInfo {
     pub node_port: u16,
     pub external_ips: Vec<IpAddr>,
     pub load_balancer_vips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges` of this family (network addresses); empty when
+    /// unset or when one of them allows every source (upstream's `IsZeroCIDR`).
+    pub load_balancer_source_ranges: Vec<Cidr>,
     /// `Some(timeout_seconds)` for `sessionAffinity: ClientIP`.
     pub affinity_timeout: Option<u32>,
     pub internal_policy_local: bool,
@@ -109,6 +112,24 @@ fn parse_ips(list: Option<&Vec<String>>, family: IpFamily) -> Vec<IpAddr> {
     out
 }
 
+/// `spec.loadBalancerSourceRanges` in `family`, as upstream's `newBaseServiceInfo`
+/// reads them: surrounding whitespace ignored (validation lets it through), ranges that
+/// do not parse left out, host bits cleared; a zero-length prefix (`0.0.0.0/0`) means
+/// any source, the same as none.
+pub fn source_ranges(ranges: Option<&Vec<String>>, family: IpFamily) -> Vec<Cidr> {
+    let cidrs: Vec<Cidr> = ranges
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.trim().parse::<Cidr>().ok())
+        .filter(|c| c.family() == family)
+        .map(|c| c.network())
+        .collect();
+    if cidrs.iter().any(Cidr::is_match_all) {
+        return Vec::new();
+    }
+    cidrs
+}
+
 /// The Service's ports in `family` (empty when it has no cluster IP of that family or
 /// must be skipped).
 pub fn service_ports(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
@@ -127,18 +148,23 @@ pub fn service_ports(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
     };
     let external_ips = parse_ips(spec.external_ips.as_ref(), family);
     let lb_ips: Vec<String> = if spec.type_.as_deref() == Some("LoadBalancer") {
+        // Only VIP-like load balancers (upstream's IsVIPMode: `ipMode` unset or `VIP`;
+        // a `Proxy` load balancer sends traffic to the node, not to its IP).
         svc.status
             .as_ref()
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|lb| lb.ingress.as_ref())
             .into_iter()
             .flatten()
+            .filter(|i| i.ip_mode.as_deref().is_none_or(|m| m == "VIP"))
             .filter_map(|i| i.ip.clone())
             .collect()
     } else {
         Vec::new()
     };
     let load_balancer_vips = parse_ips(Some(&lb_ips), family);
+    let load_balancer_source_ranges =
+        source_ranges(spec.load_balancer_source_ranges.as_ref(), family);
     let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
         spec.session_affinity_config
             .as_ref()
@@ -172,6 +198,7 @@ pub fn service_ports(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
                 node_port: p.node_port.and_then(|n| u16::try_from(n).ok()).unwrap_or(0),
                 external_ips: external_ips.clone(),
                 load_balancer_vips: load_balancer_vips.clone(),
+                load_balancer_source_ranges: load_balancer_source_ranges.clone(),
                 affinity_timeout,
                 internal_policy_local,
                 external_policy_local,

@@ -87,6 +87,29 @@ impl Cidr {
     pub fn is_match_all(&self) -> bool {
         self.prefix == 0
     }
+
+    /// The range with the host bits cleared, as Go's `net.ParseCIDR` returns it
+    /// (`10.1.2.3/8` -> `10.0.0.0/8`).
+    pub fn network(&self) -> Cidr {
+        let addr = match self.addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+        };
+        Cidr {
+            addr,
+            prefix: self.prefix,
+        }
+    }
 }
 
 impl fmt::Display for Cidr {
@@ -143,5 +166,11 @@ mod tests {
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("10.0.0.0".parse::<Cidr>().is_err());
         assert_eq!(parse_cidrs("10.0.0.0/8, fd00::/8").unwrap().len(), 2);
+        let host_bits: Cidr = " 203.0.113.77/25".parse().unwrap();
+        assert_eq!(host_bits.network().to_string(), "203.0.113.0/25");
+        let v6: Cidr = "fd00:10::5/64".parse().unwrap();
+        assert_eq!(v6.network().to_string(), "fd00:10::/64");
+        let all: Cidr = "1.2.3.4/0".parse().unwrap();
+        assert_eq!(all.network().to_string(), "0.0.0.0/0");
     }
 }

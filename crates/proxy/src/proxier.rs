@@ -14,7 +14,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use crate::net::IpFamily;
 use crate::render::{self, ExistingObjects};
 use crate::rules::{
-    ProxyConfig, Ruleset, base_rules, service_key, service_key_of_slice, service_rules,
+    ProxyConfig, Ruleset, base_rules, primary_node_ip, service_key, service_key_of_slice,
+    service_rules,
 };
 
 /// The annotation the endpoint controllers put on the EndpointSlices they write: the
@@ -231,6 +232,18 @@ impl ObjectCache {
             .collect()
     }
 
+    /// Keeps `config.node_ip` on this node's IP of the family (the firewall rules of
+    /// `loadBalancerSourceRanges` name it); when it changes every Service's rules are
+    /// recomputed. A Node without such an address leaves the configured one.
+    pub fn follow_node_ip(&mut self, config: &mut ProxyConfig) {
+        if let Some(ip) = primary_node_ip(self.node.as_deref(), config.family)
+            && config.node_ip != Some(ip)
+        {
+            config.node_ip = Some(ip);
+            self.dirty.extend(self.services.keys().cloned());
+        }
+    }
+
     /// Whether the node or host addresses changed since the last call.
     pub fn take_base_dirty(&mut self) -> bool {
         std::mem::take(&mut self.base_dirty)
@@ -378,6 +391,7 @@ impl Proxier {
     /// Recomputes the desired rules of every changed Service (and the base).
     fn recompute(&mut self) {
         if self.objects.take_base_dirty() {
+            self.objects.follow_node_ip(&mut self.config);
             self.desired.base = base_rules(
                 &self.config,
                 self.objects.node(),
@@ -603,6 +617,46 @@ mod tests {
         p.slice_updated(triggered(slice("a", "a-6", &["fd00::6"]), later(6), "IPv6"));
         p.plan(None);
         assert!(p.objects_mut().programmed(IpFamily::V4).is_empty());
+    }
+
+    #[test]
+    fn node_ip_follows_the_node_and_recomputes_services() {
+        let mut p = Proxier::new(ProxyConfig::new(IpFamily::V4, "n"));
+        let lb: Service = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "lb"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.9",
+                     "loadBalancerSourceRanges": ["192.168.0.0/24"],
+                     "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}},
+        }))
+        .unwrap();
+        p.service_updated(Arc::new(lb));
+        p.slice_updated(slice("lb", "lb-1", &["10.244.0.1"]));
+        let plan = p.plan(None);
+        assert!(
+            plan.transaction
+                .contains("ip saddr != { 192.168.0.0/24 } drop"),
+            "{}",
+            plan.transaction
+        );
+        p.applied(&plan);
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"addresses": [{"type": "ExternalIP", "address": "203.0.113.1"},
+                                     {"type": "InternalIP", "address": "fd00::4"},
+                                     {"type": "InternalIP", "address": "192.168.0.4"}]},
+        }))
+        .unwrap();
+        p.node_updated(Some(Arc::new(node)));
+        let plan = p.plan(None);
+        assert_eq!(p.config().node_ip, Some("192.168.0.4".parse().unwrap()));
+        assert_eq!(plan.changed_services, ["ns/lb"]);
+        assert!(
+            plan.transaction
+                .contains("ip saddr != { 192.168.0.0/24, 198.51.100.7 } drop"),
+            "{}",
+            plan.transaction
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! `ip kube-proxy` (or `ip6`), base chains hooked at dstnat/srcnat, the `service-ips` and
 //! `service-nodeports` verdict maps dispatching to per-service-port chains, numgen
 //! load-balancing over per-endpoint chains, `no-endpoint-*` maps rejecting traffic to
-//! Services without endpoints, and the mark-and-masquerade pair. No IO.
+//! Services without endpoints, the `firewall-ips` map sending load-balancer traffic
+//! of Services with `loadBalancerSourceRanges` to per-port `firewall-*` chains that
+//! drop other sources, and the mark-and-masquerade pair. No IO.
 //!
 //! The result is a [`Ruleset`]: the base part (identical for every Service) and one
 //! [`ServiceRules`] per Service, so a change to one Service can be applied by rewriting
@@ -31,6 +33,8 @@ pub const ENDPOINTS_CHECK_CHAIN: &str = "endpoints-check";
 pub const NO_ENDPOINT_SERVICES_MAP: &str = "no-endpoint-services";
 pub const NO_ENDPOINT_NODEPORTS_MAP: &str = "no-endpoint-nodeports";
 pub const REJECT_CHAIN: &str = "reject-chain";
+pub const FIREWALL_CHECK_CHAIN: &str = "firewall-check";
+pub const FIREWALL_IPS_MAP: &str = "firewall-ips";
 pub const MARK_MASQ_CHAIN: &str = "mark-for-masquerade";
 pub const MASQUERADING_CHAIN: &str = "masquerading";
 
@@ -67,6 +71,10 @@ pub struct ProxyConfig {
     /// iptables mode only: `net.netfilter.nf_conntrack_tcp_be_liberal` is set, so (as
     /// upstream) no rule drops conntrack-INVALID forwarded packets.
     pub conntrack_tcp_liberal: bool,
+    /// This node's IP of this family (upstream's `nodeIP`): when a Service's
+    /// `loadBalancerSourceRanges` include it, its load-balancer IPs are allowed sources
+    /// too. Set from the Node object by the proxiers ([`primary_node_ip`]).
+    pub node_ip: Option<IpAddr>,
 }
 
 impl ProxyConfig {
@@ -80,6 +88,7 @@ impl ProxyConfig {
             node_port_addresses: NodePortAddresses::Primary,
             localhost_nodeports: true,
             conntrack_tcp_liberal: false,
+            node_ip: None,
         }
     }
 
@@ -173,6 +182,19 @@ pub(crate) fn nodeport_ips(
     ips
 }
 
+/// The node's IP of `family`, as upstream's `GetNodeHostIPs` picks it from the Node
+/// object: the first InternalIP of the family, else the first ExternalIP.
+pub fn primary_node_ip(node: Option<&Node>, family: IpFamily) -> Option<IpAddr> {
+    let addresses = node?.status.as_ref()?.addresses.as_ref()?;
+    ["InternalIP", "ExternalIP"].iter().find_map(|kind| {
+        addresses
+            .iter()
+            .filter(|a| a.type_ == *kind)
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+            .find(|ip| IpFamily::of(ip) == family)
+    })
+}
+
 /// The base chains, maps and static rules (upstream's `setupNFTables`).
 pub fn base_rules(
     config: &ProxyConfig,
@@ -213,6 +235,7 @@ pub fn base_rules(
     }
     for name in [
         ENDPOINTS_CHECK_CHAIN,
+        FIREWALL_CHECK_CHAIN,
         SERVICES_CHAIN,
         MASQUERADING_CHAIN,
         MARK_MASQ_CHAIN,
@@ -240,6 +263,11 @@ pub fn base_rules(
             "vmap to drop or reject packets to service nodeports with no endpoints",
         ),
         (
+            FIREWALL_IPS_MAP,
+            format!("{addr} . inet_proto . inet_service"),
+            "destinations that are subject to LoadBalancerSourceRanges",
+        ),
+        (
             SERVICE_IPS_MAP,
             format!("{addr} . inet_proto . inet_service"),
             "ClusterIP, ExternalIP and LoadBalancer IP traffic",
@@ -260,6 +288,15 @@ pub fn base_rules(
     } else {
         format!("{ip} daddr @{NODEPORT_IPS_SET}")
     };
+    // loadBalancerSourceRanges are checked before DNAT, on new connections coming in
+    // (prerouting) and made here (output), ahead of the endpoints check: upstream
+    // 1.33 runs firewall-check in its pre-DNAT chains (priority -110) and the
+    // endpoints check after DNAT, so a dropped source is dropped, not rejected.
+    for hook in ["filter-prerouting", "filter-output"] {
+        cmd(format!(
+            "rule {hook} ct state new jump {FIREWALL_CHECK_CHAIN}"
+        ));
+    }
     // reject is only valid in input/forward/output, hence three jumps.
     for hook in ["filter-input", "filter-forward", "filter-output"] {
         cmd(format!(
@@ -283,6 +320,9 @@ pub fn base_rules(
     ));
     cmd(format!(
         "rule {ENDPOINTS_CHECK_CHAIN} {nodeport_match} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS_MAP}"
+    ));
+    cmd(format!(
+        "rule {FIREWALL_CHECK_CHAIN} {ip} daddr . meta l4proto . th dport vmap @{FIREWALL_IPS_MAP}"
     ));
     cmd(format!(
         "rule {SERVICES_CHAIN} {ip} daddr . meta l4proto . th dport vmap @{SERVICE_IPS_MAP}"
@@ -394,6 +434,7 @@ fn port_rules(
     let cluster_chain = format!("service-{base}");
     let local_chain = format!("local-{base}");
     let external_chain = format!("external-{base}");
+    let firewall_chain = format!("firewall-{base}");
     let ep_chain = |ep: &EndpointInfo| format!("endpoint-{}", endpoint_chain_base(svc, ep));
     let affinity_set = |ep: &EndpointInfo| format!("affinity-{}", endpoint_chain_base(svc, ep));
 
@@ -440,6 +481,10 @@ fn port_rules(
             comment,
         ));
     }
+    // loadBalancerSourceRanges: load-balancer traffic goes through the firewall chain
+    // first, with or without endpoints (upstream's usesFWChain in nftables mode).
+    let uses_firewall_chain =
+        !svc.load_balancer_vips.is_empty() && !svc.load_balancer_source_ranges.is_empty();
     // externalIPs and load-balancer VIPs
     for vip in svc.external_ips.iter().chain(&svc.load_balancer_vips) {
         if cat.has_any {
@@ -459,7 +504,17 @@ fn port_rules(
             ));
         }
     }
-    // NodePort
+    if uses_firewall_chain {
+        for vip in &svc.load_balancer_vips {
+            out.elements.insert(element(
+                FIREWALL_IPS_MAP,
+                key(vip, svc.port),
+                format!("goto {firewall_chain}"),
+                None,
+            ));
+        }
+    }
+    // NodePort (not subject to loadBalancerSourceRanges, as upstream)
     if svc.node_port != 0 {
         let np_key = format!("{proto} . {}", svc.node_port);
         if cat.has_any {
@@ -493,6 +548,9 @@ fn port_rules(
     }
     if uses_external_chain {
         out.chain(&external_chain);
+    }
+    if uses_firewall_chain {
+        out.chain(&firewall_chain).push(firewall_rule(svc, config));
     }
 
     // Off-cluster traffic to the ClusterIP is masqueraded (it may leave the node).
@@ -573,6 +631,28 @@ fn port_rules(
         }
         chain.push(format!("meta l4proto {proto} dnat to {}", ep.addr_port()));
     }
+}
+
+/// The one rule of a Service port's firewall chain: sources outside its
+/// `loadBalancerSourceRanges` are dropped. When a range holds this node's IP, the
+/// load-balancer IPs are allowed sources too: a VIP-like load balancer often makes its
+/// IP local to the node, and the node's own connections to it then come from it.
+fn firewall_rule(svc: &ServicePortInfo, config: &ProxyConfig) -> String {
+    let ip = config.family.nft();
+    let mut sources: Vec<String> = svc
+        .load_balancer_source_ranges
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let allow_from_node = config.node_ip.is_some_and(|node| {
+        svc.load_balancer_source_ranges
+            .iter()
+            .any(|c| c.contains(&node))
+    });
+    if allow_from_node {
+        sources.extend(svc.load_balancer_vips.iter().map(ToString::to_string));
+    }
+    format!("{ip} saddr != {{ {} }} drop", sources.join(", "))
 }
 
 /// A one-element value or an anonymous set.

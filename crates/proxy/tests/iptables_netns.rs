@@ -5,8 +5,8 @@
 //! address and localhost) reaches the pod; with no endpoints the ClusterIP is refused
 //! at once by the filter table's REJECT; partial syncs keep it right; a deleted
 //! Service's chains go; a flushed iptables is noticed through the canary; switching
-//! the namespace to nftables mode and back leaves only the active mode's rules.
-//! Needs root, `ip`, `iptables`, `nft`, busybox and curl; without root it says so
+//! the namespace to nftables mode and back leaves only the active mode's rules;
+//! loadBalancerSourceRanges let one source through and drop another. Needs root, `ip`, `iptables`, `nft`, busybox and curl; without root it says so
 //! and checks nothing.
 
 mod common;
@@ -14,8 +14,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::objects::{web_service, web_slice};
-use common::{curl, in_netns, not_root, ns_output, setup, sh, start_server};
+use common::objects::{lb_service, lb_slice, web_service, web_slice};
+use common::{
+    add_load_balancer_clients, curl, curl_from, in_netns, not_root, ns_output, setup, sh,
+    start_server,
+};
 use ferrokube_proxy::backend::{Backend, FamilyProxier, cleanup_all, cleanup_other_mode};
 use ferrokube_proxy::config::ProxyMode;
 use ferrokube_proxy::iptables::Iptables;
@@ -269,7 +272,8 @@ async fn every_rule_form_is_accepted_in_both_families() {
             "10.96.0.30",
             "fd00:96::30",
             json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 32000,
-                   "externalIPs": ["203.0.113.9", "2001:db8::9"], "sessionAffinity": "ClientIP"}),
+                   "externalIPs": ["203.0.113.9", "2001:db8::9"], "sessionAffinity": "ClientIP",
+                   "loadBalancerSourceRanges": ["192.0.2.0/24", "2001:db8:1::/64"]}),
         ),
         spec(
             "local",
@@ -335,9 +339,26 @@ async fn every_rule_form_is_accepted_in_both_families() {
             "\"default/lb:http health check node port\" -m tcp --dport 32000 -j ACCEPT",
             "-m statistic --mode random --probability 0.50000000000",
             "-A OUTPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+            "-m comment --comment \"default/lb:http loadbalancer IP\" -m tcp --dport 80 -j KUBE-FW-",
+            "-m comment --comment \"other traffic to default/lb:http will be dropped by KUBE-PROXY-FIREWALL\"",
+            "-A INPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL",
         ] {
             assert!(all.contains(want), "{family:?}: missing {want:?} in\n{all}");
         }
+        let (range, lb_ip) = match family {
+            IpFamily::V4 => ("192.0.2.0/24", "198.51.100.7/32"),
+            IpFamily::V6 => ("2001:db8:1::/64", "2001:db8::7/128"),
+        };
+        assert!(
+            all.contains(&format!(
+                "-s {range} -m comment --comment \"default/lb:http loadbalancer IP\" -j KUBE-EXT-"
+            )),
+            "{family:?}: {all}"
+        );
+        assert!(
+            all.contains(&format!("-A KUBE-PROXY-FIREWALL -d {lb_ip} -p tcp -m comment --comment \"default/lb:http traffic not accepted by KUBE-FW-")),
+            "{family:?}: {all}"
+        );
         match family {
             IpFamily::V4 => {
                 assert!(all.contains("-A INPUT -j KUBE-FIREWALL"), "{all}");
@@ -359,4 +380,73 @@ async fn every_rule_form_is_accepted_in_both_families() {
     );
     assert!(!ns_output(&ns.0, &["iptables-save"]).contains("KUBE-"));
     assert!(!ns_output(&ns.0, &["ip6tables-save"]).contains("KUBE-"));
+}
+
+/// loadBalancerSourceRanges in iptables mode, for real: a LoadBalancer Service whose
+/// load-balancer IP (198.51.100.10) is routed into the host namespace, with ranges
+/// allowing the host's 192.0.2.10 and the pod's 10.244.0.5. Those reach the pod
+/// (through KUBE-FW- to KUBE-EXT-: from the host, and from the pod back to itself
+/// through the host); 192.0.2.20 (host) and 10.244.0.6 (pod namespace) are not DNATed,
+/// and KUBE-PROXY-FIREWALL drops their packets (the bounded curl times out). Without
+/// the ranges, everyone gets through.
+#[tokio::test]
+async fn load_balancer_source_ranges_in_a_namespace() {
+    if not_root() {
+        eprintln!("not root: network namespaces unavailable, nothing checked");
+        return;
+    }
+    let mut ns = setup('f');
+    start_server(&mut ns);
+    add_load_balancer_clients(&ns);
+    let (host, pod) = (ns.host.clone(), ns.pod.clone());
+    let ipt = Iptables::with_prefix(in_netns(&host));
+    let period = Duration::from_secs(3600);
+    let url = "http://198.51.100.10/";
+
+    let p = proxier(&ipt);
+    p.objects(|o| {
+        o.service_updated(lb_service(&["192.0.2.10/32", "10.244.0.5/32"]));
+        o.slice_updated(lb_slice());
+    });
+    assert!(sync(&p, period).await);
+    let nat = save(&host, "nat");
+    assert!(nat.contains(":KUBE-FW-"), "{nat}");
+    assert!(
+        save(&host, "filter").contains("-A KUBE-PROXY-FIREWALL -d 198.51.100.10/32 -p tcp"),
+        "{}",
+        save(&host, "filter")
+    );
+    for (client, source) in [(&host, "192.0.2.10"), (&pod, "10.244.0.5")] {
+        assert_eq!(
+            curl_from(client, source, url, 3),
+            (0, HELLO.to_string()),
+            "{source} is allowed"
+        );
+    }
+    for (client, source) in [(&host, "192.0.2.20"), (&pod, "10.244.0.6")] {
+        let started = Instant::now();
+        assert_eq!(
+            curl_from(client, source, url, 2).0,
+            28,
+            "{source} is dropped"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    // The ranges go (a partial sync): every source gets through, the chain is gone.
+    p.objects(|o| o.service_updated(lb_service(&[])));
+    assert!(!sync(&p, period).await, "partial");
+    assert!(!save(&host, "nat").contains("KUBE-FW-"));
+    assert!(!save(&host, "filter").contains("198.51.100.10"));
+    for (client, source) in [(&host, "192.0.2.20"), (&pod, "10.244.0.6")] {
+        assert_eq!(
+            curl_from(client, source, url, 3),
+            (0, HELLO.to_string()),
+            "{source} without ranges"
+        );
+    }
+    cleanup_all(&Nft::with_command(vec!["true".into()]), &ipt)
+        .await
+        .unwrap();
+    drop(ns);
 }

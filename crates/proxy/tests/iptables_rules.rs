@@ -81,10 +81,8 @@ fn all_rules(rs: &IptablesRuleset) -> Vec<String> {
 /// Upstream's TestOverallIPTablesRules (pkg/proxy/iptables/proxier_test.go), with the
 /// deviations of this implementation applied to upstream's expected text: no nfacct
 /// (no `-m nfacct` INVALID counter, no nfacct-counted 127.0.0.0/8 NodePort rules; the
-/// addrtype LOCAL jump serves localhost NodePorts), MASQUERADE `--random-fully` (the
-/// test's fake iptables has no random-fully), and svc5 without
-/// loadBalancerSourceRanges (unsupported here, as in nftables mode: no KUBE-FW- chain,
-/// the LB IP goes straight to KUBE-EXT-).
+/// addrtype LOCAL jump serves localhost NodePorts) and MASQUERADE `--random-fully`
+/// (the test's fake iptables has no random-fully).
 #[test]
 fn upstreams_overall_rules() {
     let mut cfg = ProxyConfig::new(IpFamily::V4, "test-node");
@@ -136,6 +134,8 @@ fn upstreams_overall_rules() {
             "svc5",
             json!({"type": "LoadBalancer", "externalTrafficPolicy": "Cluster", "clusterIP": "172.30.0.45",
                    "ports": p80(Some(3002)), "healthCheckNodePort": 30000,
+                   // Extra whitespace, as upstream's test: validation lets it through.
+                   "loadBalancerSourceRanges": [" 203.0.113.0/25"],
                    "sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10800}}}),
             json!({"loadBalancer": {"ingress": [{"ip": "5.6.7.8"}]}}),
         ),
@@ -187,6 +187,7 @@ fn upstreams_overall_rules() {
 -A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
 -A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
 -A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m comment --comment "ns5/svc5:p80 traffic not accepted by KUBE-FW-NUKIZ6OKUXPJNT4C" -m tcp -p tcp -d 5.6.7.8 --dport 80 -j DROP
 COMMIT
 *nat
 :KUBE-NODEPORTS - [0:0]
@@ -195,6 +196,7 @@ COMMIT
 :KUBE-EXT-GNZBNJ2PO5MGZ6GT - [0:0]
 :KUBE-EXT-NUKIZ6OKUXPJNT4C - [0:0]
 :KUBE-EXT-X27LE4BHSL4DOUIK - [0:0]
+:KUBE-FW-NUKIZ6OKUXPJNT4C - [0:0]
 :KUBE-MARK-MASQ - [0:0]
 :KUBE-POSTROUTING - [0:0]
 :KUBE-SEP-C6EBXVWJJZMIWKLZ - [0:0]
@@ -219,7 +221,7 @@ COMMIT
 -A KUBE-SERVICES -m comment --comment "ns4/svc4:p80 cluster IP" -m tcp -p tcp -d 172.30.0.44 --dport 80 -j KUBE-SVC-4SW47YFZTEDKD3PK
 -A KUBE-SERVICES -m comment --comment "ns4/svc4:p80 external IP" -m tcp -p tcp -d 192.168.99.33 --dport 80 -j KUBE-EXT-4SW47YFZTEDKD3PK
 -A KUBE-SERVICES -m comment --comment "ns5/svc5:p80 cluster IP" -m tcp -p tcp -d 172.30.0.45 --dport 80 -j KUBE-SVC-NUKIZ6OKUXPJNT4C
--A KUBE-SERVICES -m comment --comment "ns5/svc5:p80 loadbalancer IP" -m tcp -p tcp -d 5.6.7.8 --dport 80 -j KUBE-EXT-NUKIZ6OKUXPJNT4C
+-A KUBE-SERVICES -m comment --comment "ns5/svc5:p80 loadbalancer IP" -m tcp -p tcp -d 5.6.7.8 --dport 80 -j KUBE-FW-NUKIZ6OKUXPJNT4C
 -A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
 -A KUBE-EXT-4SW47YFZTEDKD3PK -m comment --comment "masquerade traffic for ns4/svc4:p80 external destinations" -j KUBE-MARK-MASQ
 -A KUBE-EXT-4SW47YFZTEDKD3PK -j KUBE-SVC-4SW47YFZTEDKD3PK
@@ -230,6 +232,8 @@ COMMIT
 -A KUBE-EXT-NUKIZ6OKUXPJNT4C -j KUBE-SVC-NUKIZ6OKUXPJNT4C
 -A KUBE-EXT-X27LE4BHSL4DOUIK -m comment --comment "masquerade traffic for ns3/svc3:p80 external destinations" -j KUBE-MARK-MASQ
 -A KUBE-EXT-X27LE4BHSL4DOUIK -j KUBE-SVC-X27LE4BHSL4DOUIK
+-A KUBE-FW-NUKIZ6OKUXPJNT4C -m comment --comment "ns5/svc5:p80 loadbalancer IP" -s 203.0.113.0/25 -j KUBE-EXT-NUKIZ6OKUXPJNT4C
+-A KUBE-FW-NUKIZ6OKUXPJNT4C -m comment --comment "other traffic to ns5/svc5:p80 will be dropped by KUBE-PROXY-FIREWALL"
 -A KUBE-MARK-MASQ -j MARK --or-mark 0x4000
 -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
 -A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
@@ -292,6 +296,179 @@ COMMIT
     let n_filter = want["filter"].1.values().map(Vec::len).sum::<usize>();
     let n_nat = want["nat"].1.values().map(Vec::len).sum::<usize>();
     assert_eq!(rs.rule_counts(), (n_filter, n_nat));
+}
+
+/// The same chains, and the same rules in the same order within each chain.
+fn assert_same_tables(got: &str, expected: &str) {
+    let got = tables(got);
+    let want = tables(expected);
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (table, (want_chains, want_rules)) in &want {
+        let (got_chains, got_rules) = &got[table];
+        assert_eq!(got_chains, want_chains, "{table} chains");
+        for (chain, rules) in want_rules {
+            assert_eq!(
+                got_rules.get(chain).unwrap_or(&Vec::new()),
+                rules,
+                "{table} {chain}"
+            );
+        }
+        assert_eq!(
+            got_rules.keys().collect::<Vec<_>>(),
+            want_rules.keys().collect::<Vec<_>>(),
+            "{table}: chains with rules"
+        );
+    }
+}
+
+/// Upstream's TestLoadBalancer (pkg/proxy/iptables/proxier_test.go): two load-balancer
+/// IPs, loadBalancerSourceRanges of which one holds the node's IP (192.168.0.2), so the
+/// load-balancer IPs are allowed sources too; the deviations of the overall test.
+#[test]
+fn upstreams_load_balancer_source_ranges() {
+    let mut cfg = ProxyConfig::new(IpFamily::V4, "test-node");
+    cfg.cluster_cidrs = parse_cidrs("10.0.0.0/8").unwrap();
+    cfg.node_port_addresses = NodePortAddresses::MatchAll;
+    cfg.node_ip = Some("192.168.0.2".parse().unwrap());
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"namespace": "ns1", "name": "svc1"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "172.30.0.41",
+                 "ports": [{"name": "p80", "port": 80, "protocol": "TCP", "nodePort": 3001}],
+                 // Regression test that excess whitespace gets ignored (upstream's).
+                 "loadBalancerSourceRanges": ["192.168.0.0/24", " 203.0.113.0/25"]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}, {"ip": "5.6.7.8"}]}},
+    }))
+    .unwrap();
+    let sl: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"namespace": "ns1", "name": "svc1-1",
+                     "labels": {"kubernetes.io/service-name": "svc1"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "p80", "port": 80, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.180.0.1"]}],
+    }))
+    .unwrap();
+    let rs = desired_ruleset(
+        std::slice::from_ref(&svc),
+        std::slice::from_ref(&sl),
+        None,
+        &[],
+        &cfg,
+    );
+    let expected = r#"
+*filter
+:KUBE-NODEPORTS - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-FIREWALL - [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m comment --comment "ns1/svc1:p80 traffic not accepted by KUBE-FW-XPGD46QRK7WJZT7O" -m tcp -p tcp -d 1.2.3.4 --dport 80 -j DROP
+-A KUBE-PROXY-FIREWALL -m comment --comment "ns1/svc1:p80 traffic not accepted by KUBE-FW-XPGD46QRK7WJZT7O" -m tcp -p tcp -d 5.6.7.8 --dport 80 -j DROP
+COMMIT
+*nat
+:KUBE-NODEPORTS - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-EXT-XPGD46QRK7WJZT7O - [0:0]
+:KUBE-FW-XPGD46QRK7WJZT7O - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SEP-SXIVWICOYRO3J4NJ - [0:0]
+:KUBE-SVC-XPGD46QRK7WJZT7O - [0:0]
+-A KUBE-NODEPORTS -m comment --comment ns1/svc1:p80 -m tcp -p tcp --dport 3001 -j KUBE-EXT-XPGD46QRK7WJZT7O
+-A KUBE-SERVICES -m comment --comment "ns1/svc1:p80 cluster IP" -m tcp -p tcp -d 172.30.0.41 --dport 80 -j KUBE-SVC-XPGD46QRK7WJZT7O
+-A KUBE-SERVICES -m comment --comment "ns1/svc1:p80 loadbalancer IP" -m tcp -p tcp -d 1.2.3.4 --dport 80 -j KUBE-FW-XPGD46QRK7WJZT7O
+-A KUBE-SERVICES -m comment --comment "ns1/svc1:p80 loadbalancer IP" -m tcp -p tcp -d 5.6.7.8 --dport 80 -j KUBE-FW-XPGD46QRK7WJZT7O
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
+-A KUBE-EXT-XPGD46QRK7WJZT7O -m comment --comment "masquerade traffic for ns1/svc1:p80 external destinations" -j KUBE-MARK-MASQ
+-A KUBE-EXT-XPGD46QRK7WJZT7O -j KUBE-SVC-XPGD46QRK7WJZT7O
+-A KUBE-FW-XPGD46QRK7WJZT7O -m comment --comment "ns1/svc1:p80 loadbalancer IP" -s 192.168.0.0/24 -j KUBE-EXT-XPGD46QRK7WJZT7O
+-A KUBE-FW-XPGD46QRK7WJZT7O -m comment --comment "ns1/svc1:p80 loadbalancer IP" -s 203.0.113.0/25 -j KUBE-EXT-XPGD46QRK7WJZT7O
+-A KUBE-FW-XPGD46QRK7WJZT7O -m comment --comment "ns1/svc1:p80 loadbalancer IP" -s 1.2.3.4 -j KUBE-EXT-XPGD46QRK7WJZT7O
+-A KUBE-FW-XPGD46QRK7WJZT7O -m comment --comment "ns1/svc1:p80 loadbalancer IP" -s 5.6.7.8 -j KUBE-EXT-XPGD46QRK7WJZT7O
+-A KUBE-FW-XPGD46QRK7WJZT7O -m comment --comment "other traffic to ns1/svc1:p80 will be dropped by KUBE-PROXY-FIREWALL"
+-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+-A KUBE-SEP-SXIVWICOYRO3J4NJ -m comment --comment ns1/svc1:p80 -s 10.180.0.1 -j KUBE-MARK-MASQ
+-A KUBE-SEP-SXIVWICOYRO3J4NJ -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT --to-destination 10.180.0.1:80
+-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment "ns1/svc1:p80 cluster IP" -m tcp -p tcp -d 172.30.0.41 --dport 80 ! -s 10.0.0.0/8 -j KUBE-MARK-MASQ
+-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment "ns1/svc1:p80 -> 10.180.0.1:80" -j KUBE-SEP-SXIVWICOYRO3J4NJ
+COMMIT
+"#;
+    assert_same_tables(&dump(&rs), expected);
+
+    // The node's IP outside the ranges: the load-balancer IPs are no allowed sources.
+    cfg.node_ip = Some("192.168.1.2".parse().unwrap());
+    let rs = desired_ruleset(std::slice::from_ref(&svc), &[sl], None, &[], &cfg);
+    let fw = chain(&rs, "nat", "KUBE-FW-XPGD46QRK7WJZT7O");
+    assert_eq!(fw.len(), 3, "{fw:#?}");
+    assert!(!fw.iter().any(|r| r.contains("-s 1.2.3.4")));
+
+    // Without endpoints there is nothing to firewall: the LB IPs are rejected in
+    // filter (upstream's usesFWChain needs endpoints in iptables mode).
+    let rs = desired_ruleset(&[svc], &[], None, &[], &cfg);
+    let rules = all_rules(&rs);
+    assert!(!rules.iter().any(|r| r.contains("KUBE-FW-")), "{rules:#?}");
+    assert!(
+        rules.contains(&"-A KUBE-EXTERNAL-SERVICES -m comment --comment \"ns1/svc1:p80 has no endpoints\" -m tcp -p tcp -d 1.2.3.4 --dport 80 -j REJECT".to_string()),
+        "{rules:#?}"
+    );
+}
+
+/// loadBalancerSourceRanges as upstream reads them: of this family only, host bits
+/// cleared, unparsable ones left out, and a zero-length prefix allowing everyone (no
+/// firewall at all); `ipMode: Proxy` ingress IPs get no rules.
+#[test]
+fn load_balancer_source_ranges_are_read_as_upstream() {
+    let lb = |ranges: Value, ingress: Value| {
+        let mut s = service(
+            "lb",
+            "10.96.0.30",
+            json!({"type": "LoadBalancer", "loadBalancerSourceRanges": ranges}),
+        );
+        s.status =
+            Some(serde_json::from_value(json!({"loadBalancer": {"ingress": ingress}})).unwrap());
+        s
+    };
+    let sl = slice("lb", &[ready("10.244.0.5", NODE)]);
+    let fw_rules = |svc: Service| -> Vec<String> {
+        all_rules(&build(&[svc], std::slice::from_ref(&sl), &config()))
+            .into_iter()
+            .filter(|r| r.contains("KUBE-FW-") || r.contains("KUBE-PROXY-FIREWALL"))
+            .collect()
+    };
+    let vip = json!([{"ip": "198.51.100.10"}]);
+    let got = fw_rules(lb(
+        json!(["192.0.2.77/24", "fd00::/8", "not-a-cidr", "198.51.100.0/25"]),
+        vip.clone(),
+    ));
+    let sources: Vec<&str> = got
+        .iter()
+        .filter_map(|r| {
+            r.split_once(" -s ")
+                .map(|(_, rest)| rest.split(' ').next().unwrap())
+        })
+        .collect();
+    assert_eq!(sources, ["192.0.2.0/24", "198.51.100.0/25"], "{got:#?}");
+    assert!(fw_rules(lb(json!(["192.0.2.0/24", "0.0.0.0/0"]), vip.clone())).is_empty());
+    assert!(fw_rules(lb(json!(["fd00::/8"]), vip)).is_empty());
+    let proxied = lb(
+        json!(["192.0.2.0/24"]),
+        json!([{"ip": "198.51.100.10", "ipMode": "Proxy"}]),
+    );
+    let rules = all_rules(&build(&[proxied], std::slice::from_ref(&sl), &config()));
+    assert!(
+        !rules.iter().any(|r| r.contains("198.51.100.10")),
+        "{rules:#?}"
+    );
 }
 
 #[test]

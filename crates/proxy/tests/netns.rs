@@ -2,7 +2,8 @@
 //! where the proxier programs its table, and a "pod" namespace behind a veth pair
 //! serving HTTP with busybox. Traffic to the ClusterIP and the NodePorts (node address
 //! and localhost) reaches the pod; with no endpoints it is refused at once; the
-//! incremental transactions keep it right. Needs root, `ip`, `nft`, busybox and curl
+//! incremental transactions keep it right; loadBalancerSourceRanges let one source
+//! through to a load-balancer IP and drop another. Needs root, `ip`, `nft`, busybox and curl
 //! (all on the project's machines); without root it says so and checks nothing.
 
 mod common;
@@ -10,8 +11,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::objects::{web_service, web_slice};
-use common::{curl, in_netns, not_root, setup, start_server};
+use common::objects::{lb_service, lb_slice, web_service, web_slice};
+use common::{add_load_balancer_clients, curl, curl_from, in_netns, not_root, setup, start_server};
 use ferrokube_proxy::net::{IpFamily, parse_cidrs};
 use ferrokube_proxy::nft::Nft;
 use ferrokube_proxy::proxier::Proxier;
@@ -129,5 +130,75 @@ async fn cluster_ip_and_node_ports_reach_a_pod_in_a_namespace() {
     // --cleanup: the table is gone.
     assert_eq!(nft.cleanup().await.unwrap(), [IpFamily::V4]);
     assert!(!nft.existing(IpFamily::V4).await.unwrap().table);
+    drop(ns);
+}
+
+/// loadBalancerSourceRanges in nftables mode, for real: a LoadBalancer Service whose
+/// load-balancer IP (198.51.100.10) is routed into the host namespace, with ranges
+/// allowing the host's 192.0.2.10 and the pod's 10.244.0.5. Those reach the pod (the
+/// output and the prerouting firewall-check hooks let them on to DNAT); 192.0.2.20
+/// (host) and 10.244.0.6 (pod namespace) are dropped before DNAT (the bounded curl
+/// times out). The ranges removed incrementally, everyone gets through.
+#[tokio::test]
+async fn load_balancer_source_ranges_in_a_namespace() {
+    if not_root() {
+        eprintln!("not root: network namespaces unavailable, nothing checked");
+        return;
+    }
+    let mut ns = setup('l');
+    start_server(&mut ns);
+    add_load_balancer_clients(&ns);
+    let (host, pod) = (ns.host.clone(), ns.pod.clone());
+    let mut argv = in_netns(&host);
+    argv.push("nft".into());
+    let nft = Nft::with_command(argv);
+    let mut cfg = ProxyConfig::new(IpFamily::V4, "node-a");
+    cfg.cluster_cidrs = parse_cidrs("10.244.0.0/16").unwrap();
+    let mut p = Proxier::new(cfg);
+    p.service_updated(lb_service(&["192.0.2.10/32", "10.244.0.5/32"]));
+    p.slice_updated(lb_slice());
+    let url = "http://198.51.100.10/";
+
+    assert!(sync(&mut p, &nft).await);
+    let listing = nft.list(IpFamily::V4).await.unwrap();
+    assert!(
+        listing.contains("198.51.100.10 . tcp . 80 : goto firewall-"),
+        "{listing}"
+    );
+    for (client, source) in [(&host, "192.0.2.10"), (&pod, "10.244.0.5")] {
+        assert_eq!(
+            curl_from(client, source, url, 3),
+            (0, "hello from the pod\n".to_string()),
+            "{source} is allowed"
+        );
+    }
+    for (client, source) in [(&host, "192.0.2.20"), (&pod, "10.244.0.6")] {
+        let started = std::time::Instant::now();
+        assert_eq!(
+            curl_from(client, source, url, 2).0,
+            28,
+            "{source} is dropped"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    // The ranges go, incrementally: every source gets through, the chain is gone.
+    p.service_updated(lb_service(&[]));
+    assert!(!sync(&mut p, &nft).await, "incremental");
+    let listing = nft.list(IpFamily::V4).await.unwrap();
+    assert_eq!(
+        listing.matches("chain firewall-").count(),
+        1,
+        "only firewall-check is left:\n{listing}"
+    );
+    assert!(!listing.contains("goto firewall-"), "{listing}");
+    for (client, source) in [(&host, "192.0.2.20"), (&pod, "10.244.0.6")] {
+        assert_eq!(
+            curl_from(client, source, url, 3),
+            (0, "hello from the pod\n".to_string()),
+            "{source} without ranges"
+        );
+    }
+    assert_eq!(nft.cleanup().await.unwrap(), [IpFamily::V4]);
     drop(ns);
 }

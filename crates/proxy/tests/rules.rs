@@ -51,6 +51,7 @@ add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 
 add chain ip kube-proxy nat-output { type nat hook output priority -100 ; }
 add chain ip kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }
 add chain ip kube-proxy endpoints-check
+add chain ip kube-proxy firewall-check
 add chain ip kube-proxy services
 add chain ip kube-proxy masquerading
 add chain ip kube-proxy mark-for-masquerade
@@ -58,8 +59,11 @@ add chain ip kube-proxy reject-chain
 add set ip kube-proxy nodeport-ips { type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }
 add map ip kube-proxy no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }
 add map ip kube-proxy no-endpoint-nodeports { type inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }
+add map ip kube-proxy firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment \"destinations that are subject to LoadBalancerSourceRanges\" ; }
 add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }
 add map ip kube-proxy service-nodeports { type inet_proto . inet_service : verdict ; comment \"NodePort traffic\" ; }
+add rule ip kube-proxy filter-prerouting ct state new jump firewall-check
+add rule ip kube-proxy filter-output ct state new jump firewall-check
 add rule ip kube-proxy filter-input ct state new jump endpoints-check
 add rule ip kube-proxy filter-forward ct state new jump endpoints-check
 add rule ip kube-proxy filter-output ct state new jump endpoints-check
@@ -73,6 +77,7 @@ add rule ip kube-proxy masquerading masquerade fully-random
 add rule ip kube-proxy reject-chain reject
 add rule ip kube-proxy endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services
 add rule ip kube-proxy endpoints-check ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports
+add rule ip kube-proxy firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips
 add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips
 add rule ip kube-proxy services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
 add element ip kube-proxy nodeport-ips { 192.168.1.10 }
@@ -602,6 +607,122 @@ fn incremental_touches_only_the_changed_service() {
         "{tx}"
     );
     assert!(!tx.contains("add "), "{tx}");
+}
+
+/// A LoadBalancer Service of upstream's nftables proxier tests (`ns/name`, port p80,
+/// NodePort 3001, cluster policy) with these ingress IPs and source ranges.
+fn upstream_lb(ns: &str, name: &str, ips: &[&str], ranges: &[&str]) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"type": "LoadBalancer", "clusterIP": "172.30.0.41",
+                 "ports": [{"name": "p80", "port": 80, "protocol": "TCP", "nodePort": 3001}],
+                 "loadBalancerSourceRanges": ranges},
+        "status": {"loadBalancer": {"ingress": ips.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>()}},
+    }))
+    .unwrap()
+}
+
+fn upstream_slice(ns: &str, name: &str, ip: &str) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": ns, "name": format!("{name}-1"),
+                     "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "ports": [{"name": "p80", "port": 80, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip]}],
+    }))
+    .unwrap()
+}
+
+/// Upstream's TestOverallNFTablesRules, svc5's firewall (pkg/proxy/nftables/
+/// proxier_test.go): its load-balancer IP goes through `firewall-ips` to a chain that
+/// drops the sources outside " 203.0.113.0/25" (whitespace and all), before DNAT; the
+/// node's IP (192.168.0.2) is not in the range.
+#[test]
+fn load_balancer_source_ranges_firewall_chain() {
+    let mut cfg = ProxyConfig::new(IpFamily::V4, "test-node");
+    cfg.cluster_cidrs = parse_cidrs("10.0.0.0/8").unwrap();
+    cfg.node_ip = Some("192.168.0.2".parse().unwrap());
+    let svc = upstream_lb("ns5", "svc5", &["5.6.7.8"], &[" 203.0.113.0/25"]);
+    let sl = upstream_slice("ns5", "svc5", "10.180.0.3");
+    let rs = build(std::slice::from_ref(&svc), std::slice::from_ref(&sl), &cfg);
+    let got = service_part(&rs);
+    let fw = "firewall-HVFWP5L3-ns5/svc5/tcp/p80";
+    let ext = "external-HVFWP5L3-ns5/svc5/tcp/p80";
+    for want in [
+        format!("add chain ip kube-proxy {fw}"),
+        format!("add rule ip kube-proxy {fw} ip saddr != {{ 203.0.113.0/25 }} drop"),
+        format!("add element ip kube-proxy firewall-ips {{ 5.6.7.8 . tcp . 80 : goto {fw} }}"),
+        format!("add element ip kube-proxy service-ips {{ 5.6.7.8 . tcp . 80 : goto {ext} }}"),
+        format!("add element ip kube-proxy service-nodeports {{ tcp . 3001 : goto {ext} }}"),
+    ] {
+        assert!(
+            lines(&got).contains(&want.as_str()),
+            "missing {want:?} in\n{got}"
+        );
+    }
+    assert_eq!(got.matches("firewall-").count(), 4, "{got}");
+
+    // Upstream's TestLoadBalancer: a range holding the node's IP lets the node's
+    // connections from the load-balancer IPs through as well; each IP is firewalled.
+    let two = upstream_lb(
+        "ns1",
+        "svc1",
+        &["1.2.3.4", "5.6.7.8"],
+        &["192.168.0.0/24", " 203.0.113.0/25"],
+    );
+    let rs = build(&[two], &[upstream_slice("ns1", "svc1", "10.180.0.1")], &cfg);
+    let got = service_part(&rs);
+    let fw = "firewall-ULMVA6XW-ns1/svc1/tcp/p80";
+    for want in [
+        format!(
+            "add rule ip kube-proxy {fw} ip saddr != {{ 192.168.0.0/24, 203.0.113.0/25, 1.2.3.4, 5.6.7.8 }} drop"
+        ),
+        format!("add element ip kube-proxy firewall-ips {{ 1.2.3.4 . tcp . 80 : goto {fw} }}"),
+        format!("add element ip kube-proxy firewall-ips {{ 5.6.7.8 . tcp . 80 : goto {fw} }}"),
+    ] {
+        assert!(
+            lines(&got).contains(&want.as_str()),
+            "missing {want:?} in\n{got}"
+        );
+    }
+
+    // Without endpoints the firewall still applies (nftables mode's usesFWChain needs
+    // none): a blocked source is dropped, an allowed one rejected for want of endpoints.
+    let rs = build(std::slice::from_ref(&svc), &[], &cfg);
+    let got = service_part(&rs);
+    let fw = "firewall-HVFWP5L3-ns5/svc5/tcp/p80";
+    for want in [
+        format!("add rule ip kube-proxy {fw} ip saddr != {{ 203.0.113.0/25 }} drop"),
+        format!("add element ip kube-proxy firewall-ips {{ 5.6.7.8 . tcp . 80 : goto {fw} }}"),
+        "add element ip kube-proxy no-endpoint-services { 5.6.7.8 . tcp . 80 comment \"ns5/svc5:p80\" : goto reject-chain }".to_string(),
+    ] {
+        assert!(lines(&got).contains(&want.as_str()), "missing {want:?} in\n{got}");
+    }
+
+    // No ranges, or one allowing everyone: no firewall.
+    for ranges in [&[][..], &["203.0.113.0/25", "0.0.0.0/0"][..]] {
+        let open = upstream_lb("ns5", "svc5", &["5.6.7.8"], ranges);
+        let got = service_part(&build(&[open], std::slice::from_ref(&sl), &cfg));
+        assert!(!got.contains("firewall"), "{ranges:?}:\n{got}");
+    }
+
+    // The ranges removed: the element goes before its chain, incrementally.
+    let before = build(std::slice::from_ref(&svc), std::slice::from_ref(&sl), &cfg);
+    let open = upstream_lb("ns5", "svc5", &["5.6.7.8"], &[]);
+    let after = build(&[open], std::slice::from_ref(&sl), &cfg);
+    let keys: Vec<String> = after.services.keys().cloned().collect();
+    let tx = render::incremental(&before, &after, &keys);
+    let pos = |l: &str| {
+        lines(&tx)
+            .iter()
+            .position(|x| *x == l)
+            .unwrap_or_else(|| panic!("missing {l:?} in\n{tx}"))
+    };
+    assert!(
+        pos("delete element ip kube-proxy firewall-ips { 5.6.7.8 . tcp . 80 }")
+            < pos(&format!("delete chain ip kube-proxy {fw}")),
+        "{tx}"
+    );
 }
 
 #[test]

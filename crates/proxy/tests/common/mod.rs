@@ -66,6 +66,17 @@ pub struct Namespaces {
 impl Drop for Namespaces {
     fn drop(&mut self) {
         if let Some(mut c) = self.server.take() {
+            // SIGTERM to `timeout`, which passes it on to busybox: a SIGKILL would end
+            // `timeout` alone and leave busybox running (holding the namespace).
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            for _ in 0..20 {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -162,6 +173,51 @@ pub fn start_server(ns: &mut Namespaces) {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("busybox httpd did not come up in the pod namespace");
+}
+
+/// For the load-balancer tests: four clients to tell apart, 192.0.2.10 and
+/// 192.0.2.20 on the host namespace's loopback and 10.244.0.5 (the pod) and
+/// 10.244.0.6 (on the pod namespace's loopback); and the load-balancer range
+/// 198.51.100.0/24 (documentation addresses) routed into kube-svc0 like the Service
+/// CIDR, so what is not DNATed dies there.
+pub fn add_load_balancer_clients(ns: &Namespaces) {
+    for addr in ["192.0.2.10/32", "192.0.2.20/32"] {
+        sh(&["ip", "-n", &ns.host, "addr", "add", addr, "dev", "lo"]);
+    }
+    sh(&[
+        "ip",
+        "-n",
+        &ns.pod,
+        "addr",
+        "add",
+        "10.244.0.6/32",
+        "dev",
+        "lo",
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &ns.host,
+        "route",
+        "add",
+        "198.51.100.0/24",
+        "dev",
+        "kube-svc0",
+    ]);
+}
+
+/// curl from namespace `ns` with source address `source`, giving up after `max_secs`:
+/// (exit code, body). Exit 28 = timed out (the packets were dropped).
+pub fn curl_from(ns: &str, source: &str, url: &str, max_secs: u32) -> (i32, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-s", "--interface", source])
+        .args(["--max-time", &max_secs.to_string(), url])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 /// curl from namespace `ns`: (exit code, body). Exit 7 = connection refused, 28 =

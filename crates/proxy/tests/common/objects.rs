@@ -82,3 +82,34 @@ pub fn web_slice(ready: bool) -> Arc<EndpointSlice> {
         .unwrap(),
     )
 }
+
+/// The load-balancer tests' Service: `default/lb`, type LoadBalancer, cluster IP
+/// 10.96.0.30, load-balancer IP 198.51.100.10 (in its status), port 80 to the pod's
+/// 8080, with these `loadBalancerSourceRanges`.
+pub fn lb_service(ranges: &[&str]) -> Arc<Service> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": "lb"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.30", "clusterIPs": ["10.96.0.30"],
+                     "ports": [{"port": 80, "protocol": "TCP"}],
+                     "loadBalancerSourceRanges": ranges},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.10"}]}},
+        }))
+        .unwrap(),
+    )
+}
+
+/// The slice of `lb`: the pod 10.244.0.5:8080 on `node-a`, ready.
+pub fn lb_slice() -> Arc<EndpointSlice> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": "lb-1",
+                         "labels": {"kubernetes.io/service-name": "lb"}},
+            "addressType": "IPv4",
+            "ports": [{"port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": NODE,
+                           "conditions": {"ready": true}}],
+        }))
+        .unwrap(),
+    )
+}
