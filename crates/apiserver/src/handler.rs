@@ -173,6 +173,10 @@ pub(crate) async fn serve(
             .and_then(|v| v.to_str().ok()),
         req.uri().query(),
     );
+    // What a termination of a request the request metrics leave out is counted under.
+    let uninstrumented = labels.is_none().then(|| {
+        crate::metrics::RequestLabels::non_resource_path(&attrs.path, req.method().as_str())
+    });
     let accepts_gzip = accepts_gzip(req.headers());
     // Streams (watches, logs, proxied connections) are never re-encoded.
     let pretty_path = (!long_running
@@ -205,6 +209,12 @@ pub(crate) async fn serve(
         }
     };
     let (handled, excluded) = crate::metrics::with_excluded_latency(handled).await;
+    // Its own request timeout (504), or a refused seat or slot (429).
+    let terminated = match &handled {
+        Err(e) => e.code == 504,
+        Ok(Ok(r)) => r.extensions().get::<crate::metrics::Terminated>().is_some(),
+        Ok(Err(_)) => false,
+    };
     let resp = match handled {
         Err(e) => audit.finish(error_response(&e), long_running, None).await,
         Ok(Ok(r)) => audit.finish(r, long_running, None).await,
@@ -230,6 +240,9 @@ pub(crate) async fn serve(
     } else {
         resp
     };
+    if terminated && let Some(l) = labels.as_ref().or(uninstrumented.as_ref()) {
+        state.metrics.terminated(l, resp.status().as_u16());
+    }
     let resp = match labels {
         // Streams (watches, logs, connections) count when they end, with their whole
         // duration, as upstream's handlers return only then.
@@ -531,6 +544,7 @@ async fn handle(
             } => {
                 let mut r = error_response(&crate::flowcontrol::too_many_requests());
                 flow_control_headers(&mut r, &flow_schema_uid, &priority_level_uid);
+                r.extensions_mut().insert(crate::metrics::Terminated);
                 return r;
             }
         }
@@ -541,7 +555,9 @@ async fn handle(
             // Upstream's max-in-flight and priority-and-fairness filters answer a
             // refused request alike.
             crate::maxinflight::Admission::Rejected => {
-                return error_response(&crate::flowcontrol::too_many_requests());
+                let mut r = error_response(&crate::flowcontrol::too_many_requests());
+                r.extensions_mut().insert(crate::metrics::Terminated);
+                return r;
             }
         }
     } else {

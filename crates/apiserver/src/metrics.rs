@@ -132,6 +132,21 @@ impl RequestLabels {
         })
     }
 
+    /// The labels upstream's `RecordRequestTermination` gives a non-resource request:
+    /// its path as the subresource.
+    pub fn non_resource_path(path: &str, method: &str) -> RequestLabels {
+        RequestLabels {
+            verb: method.to_ascii_uppercase(),
+            dry_run: String::new(),
+            group: String::new(),
+            version: String::new(),
+            resource: String::new(),
+            subresource: path.to_string(),
+            scope: "",
+            component: "apiserver",
+        }
+    }
+
     fn resource(
         attrs: &ferrokube_auth::authz::Attributes,
         content_type: Option<&str>,
@@ -178,6 +193,11 @@ impl RequestLabels {
         }
     }
 }
+
+/// Marks a response the server answered in self-defense (a refused seat or slot), for
+/// `apiserver_request_terminations_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terminated;
 
 /// A long-running request's observation, made when its response body is dropped
 /// (sent to the end, or the client went away): upstream records watches and
@@ -358,6 +378,9 @@ impl Drop for Executing<'_> {
 /// Counters of one server; no process-global state.
 pub struct Metrics {
     requests: CounterVec<9>,
+    /// `apiserver_request_terminations_total`: requests the server ended itself (a
+    /// full priority level or in-flight limit, 429; its request timeout, 504).
+    terminations: CounterVec<9>,
     request_latency: HistogramVec<8>,
     sli_latency: HistogramVec<7>,
     response_sizes: HistogramVec<7>,
@@ -475,6 +498,11 @@ impl Metrics {
                 "[STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
                 REQUEST_COUNT_LABELS,
             ),
+            terminations: CounterVec::new(
+                "apiserver_request_terminations_total",
+                "[ALPHA] Number of requests which apiserver terminated in self-defense.",
+                REQUEST_COUNT_LABELS,
+            ),
             request_latency: HistogramVec::histogram(
                 "apiserver_request_duration_seconds",
                 "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
@@ -564,6 +592,26 @@ impl Metrics {
         self.longrunning.with(labels.sli_values(), |g| g.0 -= 1.0);
     }
 
+    /// A request the server ended itself with `code`, as upstream's
+    /// `RecordRequestTermination` (it is also counted by [`Metrics::observe`]).
+    pub fn terminated(&self, labels: &RequestLabels, code: u16) {
+        let mut digits = [0; 5];
+        let l = labels;
+        self.terminations.inc(with_code(
+            decimal(code, &mut digits),
+            [
+                l.component,
+                &l.dry_run,
+                &l.group,
+                &l.resource,
+                l.scope,
+                &l.subresource,
+                &l.verb,
+                &l.version,
+            ],
+        ));
+    }
+
     pub fn observe(&self, labels: &RequestLabels, outcome: RequestOutcome) {
         let mut digits = [0; 5];
         let l = labels;
@@ -631,6 +679,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         self.requests.render(&mut out);
+        self.terminations.render(&mut out);
         self.request_latency.render(&mut out);
         self.sli_latency.render(&mut out);
         self.response_sizes.render(&mut out);
@@ -1069,6 +1118,7 @@ mod tests {
             },
         );
         m.watch_started();
+        m.terminated(&get, 429);
         let t = m.render();
         let series = "component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"";
         assert!(
@@ -1079,6 +1129,9 @@ mod tests {
         );
         assert!(t.contains(&format!(
             "apiserver_request_total{{code=\"404\",{series}}} 1"
+        )));
+        assert!(t.contains(&format!(
+            "apiserver_request_terminations_total{{code=\"429\",{series}}} 1"
         )));
         assert!(t.contains(&format!(
             "apiserver_request_duration_seconds_bucket{{{series},le=\"0.005\"}} 1"

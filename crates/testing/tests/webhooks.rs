@@ -161,6 +161,18 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
     );
     let (code, _, v) = create("d", "slow-ignore").await;
     assert_eq!(code, 201, "{v}");
+    // A request timeout shorter than the webhook's wait: the server ends the request
+    // itself (504), which upstream counts as a termination.
+    // (Without kube-rs's retries of 504s.)
+    let once = server.client_without_retries().await.unwrap();
+    let (code, _, v) = send(
+        &once,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?timeout=300ms",
+        configmap("t", "slow-ignore"),
+    )
+    .await;
+    assert_eq!(code, 504, "{v}");
 
     // Their waits for the webhook (1 s each, the timeout) are in the creates' latency
     // and left out of the SLI latency, as upstream's apiserver_request_sli_duration_seconds.
@@ -184,6 +196,12 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
     assert!(
         latency - sli >= 2.0,
         "the webhooks' 2 s are not left out of the SLI: latency {latency}, SLI {sli}"
+    );
+    assert_eq!(
+        sum(&format!(
+            r#"apiserver_request_terminations_total{{code="504",component="apiserver",dry_run="",{labels}"#
+        )),
+        1.0
     );
 
     // A namespace selector: only namespaces labelled webhooks=on see the webhook.
