@@ -685,6 +685,7 @@ impl Metrics {
         self.response_sizes.render(&mut out);
         self.storage_latency.render(&mut out);
         self.longrunning.render(&mut out);
+        crate::admission::metrics::render(&mut out);
         let [read_only, mutating] = self.inflight.last_period(self.inflight.now_period());
         let _ = writeln!(
             out,

@@ -203,6 +203,51 @@ async fn webhooks_deny_patch_and_follow_their_failure_policy() {
         )),
         1.0
     );
+    // Upstream's admission metrics: every webhook call by its answer, the rejections
+    // by kind, the failures opened, each plugin's and each step's latency.
+    for (series, at_least) in [
+        (
+            r#"apiserver_admission_webhook_request_total{code="200",name="patch.example.com",operation="CREATE",rejected="false",type="admit"}"#,
+            1.0,
+        ),
+        (
+            r#"apiserver_admission_webhook_rejection_count{error_type="no_error",name="deny.example.com",operation="CREATE",rejection_code="403",type="validating"}"#,
+            1.0,
+        ),
+        (
+            r#"apiserver_admission_webhook_rejection_count{error_type="calling_webhook_error",name="slow-fail.example.com",operation="CREATE",rejection_code="503",type="validating"}"#,
+            1.0,
+        ),
+        (
+            r#"apiserver_admission_webhook_fail_open_count{name="slow-ignore.example.com",type="validating"}"#,
+            1.0,
+        ),
+        (
+            r#"apiserver_admission_webhook_admission_duration_seconds_bucket{name="slow-fail.example.com",operation="CREATE",rejected="true",type="validating",le="+Inf"}"#,
+            1.0,
+        ),
+        (
+            r#"apiserver_admission_controller_admission_duration_seconds_count{name="ValidatingAdmissionWebhook",operation="CREATE",rejected="true",type="validate"}"#,
+            2.0,
+        ),
+        (
+            r#"apiserver_admission_controller_admission_duration_seconds_count{name="MutatingAdmissionWebhook",operation="CREATE",rejected="false",type="admit"}"#,
+            1.0,
+        ),
+        (
+            r#"apiserver_admission_step_admission_duration_seconds_count{operation="CREATE",rejected="true",type="validate"}"#,
+            2.0,
+        ),
+    ] {
+        assert!(sum(series) >= at_least, "{series} below {at_least}");
+    }
+    // A webhook's 1 s wait lands in the upper buckets only.
+    assert_eq!(
+        sum(
+            r#"apiserver_admission_webhook_admission_duration_seconds_bucket{name="slow-fail.example.com",operation="CREATE",rejected="true",type="validating",le="0.5"}"#
+        ),
+        0.0
+    );
 
     // A namespace selector: only namespaces labelled webhooks=on see the webhook.
     for (ns, labels) in [("hooked", json!({"webhooks": "on"})), ("plain", json!({}))] {

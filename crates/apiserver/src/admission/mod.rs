@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use ferrokube_api::resources::ResourceInfo;
@@ -27,6 +28,7 @@ use ferrokube_registry::{Admission, Admit, Registry};
 use serde_json::Value;
 
 use crate::security::ClusterState;
+use metrics::Step;
 
 mod always_deny;
 mod always_pull_images;
@@ -44,6 +46,7 @@ mod event_rate_limit;
 mod extended_resource_toleration;
 mod image_policy;
 mod limit_ranger;
+pub(crate) mod metrics;
 mod namespace_autoprovision;
 mod node_restriction;
 mod owner_references;
@@ -474,7 +477,16 @@ impl Chain {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         for p in self.plugins.iter().filter(|p| p.handles(a)) {
-            p.admit(a, object, old).await?;
+            let start = Instant::now();
+            let admitted = p.admit(a, object, old).await;
+            metrics::observe_plugin(
+                p.name(),
+                Step::Admit,
+                a.operation,
+                start.elapsed(),
+                admitted.is_err(),
+            );
+            admitted?;
         }
         // Upstream's CSR strategy, which no flag turns off (see `csr_strategy`).
         csr_strategy::prepare(a, object, old, || {
@@ -499,7 +511,16 @@ impl Chain {
             escalation::check(&self.authorizer, &self.security, a, new, old).await?;
         }
         for p in self.plugins.iter().filter(|p| p.handles(a)) {
-            p.validate(a, object, old).await?;
+            let start = Instant::now();
+            let validated = p.validate(a, object, old).await;
+            metrics::observe_plugin(
+                p.name(),
+                Step::Validate,
+                a.operation,
+                start.elapsed(),
+                validated.is_err(),
+            );
+            validated?;
         }
         Ok(())
     }
@@ -543,19 +564,38 @@ fn write_operation(old: Option<&Value>) -> Operation {
 impl Admission for RequestAdmission {
     async fn mutate(&self, new: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
         let a = self.attributes(write_operation(old), new);
-        self.chain.admit(&a, new, old).await
+        let start = Instant::now();
+        let admitted = self.chain.admit(&a, new, old).await;
+        metrics::observe_step(Step::Admit, a.operation, start.elapsed(), admitted.is_err());
+        admitted
     }
 
     async fn validate(&self, new: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
         let a = self.attributes(write_operation(old), new);
-        self.chain.validate(&a, Some(new), old).await?;
+        let start = Instant::now();
+        let validated = self.chain.validate(&a, Some(new), old).await;
+        metrics::observe_step(
+            Step::Validate,
+            a.operation,
+            start.elapsed(),
+            validated.is_err(),
+        );
+        validated?;
         a.object_annotations.apply(new);
         Ok(())
     }
 
     async fn validate_delete(&self, current: &Value) -> Result<(), ApiError> {
         let a = self.attributes(Operation::Delete, current);
-        self.chain.validate(&a, None, Some(current)).await
+        let start = Instant::now();
+        let validated = self.chain.validate(&a, None, Some(current)).await;
+        metrics::observe_step(
+            Step::Validate,
+            a.operation,
+            start.elapsed(),
+            validated.is_err(),
+        );
+        validated
     }
 }
 

@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
@@ -39,6 +39,7 @@ use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
+use super::metrics::{self, Rejection, Step, WebhookCall};
 use super::{Attributes, Operation, Plugin, PluginInit};
 use crate::webhook_client::WebhookClient;
 pub(super) use crate::webhook_client::fresh_get;
@@ -605,30 +606,56 @@ enum Outcome {
     Ignored,
 }
 
-/// Calls `hook`, applying its failure policy and the dry-run rule.
+/// Calls `hook` in `step`, applying its failure policy and the dry-run rule; the call
+/// is counted in the webhook metrics as upstream's dispatchers count it.
 async fn invoke(
     hooks: &Webhooks,
     hook: &Hook,
+    step: Step,
     a: &Attributes,
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<Outcome, ApiError> {
+    let start = Instant::now();
+    let observe = |code: u16, rejection: Option<Rejection>| {
+        metrics::observe_webhook(&WebhookCall {
+            name: &hook.name,
+            step,
+            operation: a.operation,
+            elapsed: start.elapsed(),
+            code,
+            rejection,
+        })
+    };
     if a.dry_run && !matches!(hook.side_effects.as_str(), "None" | "NoneOnDryRun") {
+        observe(400, Some(Rejection::Denied));
         return Err(ApiError::bad_request(format!(
             "admission webhook {:?} does not support dry run",
             hook.name
         )));
     }
     match hooks.call(hook, a, object, old).await {
-        Ok(v) => Ok(Outcome::Verdict(v)),
+        Ok(v) if v.allowed => {
+            observe(200, None);
+            Ok(Outcome::Verdict(v))
+        }
+        Ok(v) => {
+            observe(denial(&hook.name, &v.status).code, Some(Rejection::Denied));
+            Ok(Outcome::Verdict(v))
+        }
         Err(e) if hook.fail_open => {
+            observe(503, None);
+            metrics::observe_fail_open(&hook.name, step);
             tracing::warn!(webhook = %hook.name, error = %e, "failed calling webhook, failing open");
             Ok(Outcome::Ignored)
         }
-        Err(e) => Err(ApiError::internal(format!(
-            "failed calling webhook {:?}: {e}",
-            hook.name
-        ))),
+        Err(e) => {
+            observe(503, Some(Rejection::CallFailed));
+            Err(ApiError::internal(format!(
+                "failed calling webhook {:?}: {e}",
+                hook.name
+            )))
+        }
     }
 }
 
@@ -687,7 +714,7 @@ impl MutatingWebhook {
         object: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let called = invoke(&self.0, hook, a, Some(&*object), old);
+        let called = invoke(&self.0, hook, Step::Admit, a, Some(&*object), old);
         let Outcome::Verdict(v) = crate::metrics::exclude_from_sli(called).await? else {
             return Ok(());
         };
@@ -750,7 +777,7 @@ impl Plugin for ValidatingWebhook {
         }
         let calls = chosen
             .iter()
-            .map(|hook| invoke(&self.0, hook, a, object, old));
+            .map(|hook| invoke(&self.0, hook, Step::Validate, a, object, old));
         // They run at once: the request waits for the slowest, which is what its SLI
         // latency leaves out.
         let outcomes = crate::metrics::exclude_from_sli(futures::future::join_all(calls)).await;
