@@ -560,6 +560,20 @@ pub struct RequestOutcome {
 }
 
 impl RequestLabels {
+    /// The values of the request duration's labels, in [`REQUEST_LABELS`]' order.
+    fn values(&self) -> [&str; 8] {
+        [
+            self.component,
+            &self.dry_run,
+            &self.group,
+            &self.resource,
+            self.scope,
+            &self.subresource,
+            &self.verb,
+            &self.version,
+        ]
+    }
+
     /// The values of the SLI latency's (and `apiserver_longrunning_requests`') labels,
     /// in [`SLI_LABELS`]' order.
     fn sli_values(&self) -> [&str; 7] {
@@ -596,36 +610,14 @@ impl Metrics {
     /// `RecordRequestTermination` (it is also counted by [`Metrics::observe`]).
     pub fn terminated(&self, labels: &RequestLabels, code: u16) {
         let mut digits = [0; 5];
-        let l = labels;
-        self.terminations.inc(with_code(
-            decimal(code, &mut digits),
-            [
-                l.component,
-                &l.dry_run,
-                &l.group,
-                &l.resource,
-                l.scope,
-                &l.subresource,
-                &l.verb,
-                &l.version,
-            ],
-        ));
+        self.terminations
+            .inc(with_code(decimal(code, &mut digits), labels.values()));
     }
 
     pub fn observe(&self, labels: &RequestLabels, outcome: RequestOutcome) {
         let mut digits = [0; 5];
         let l = labels;
-        // In REQUEST_LABELS' order.
-        let values = [
-            l.component,
-            &l.dry_run,
-            &l.group,
-            &l.resource,
-            l.scope,
-            &l.subresource,
-            &l.verb,
-            &l.version,
-        ];
+        let values = l.values();
         self.requests
             .inc(with_code(decimal(outcome.code, &mut digits), values));
         self.request_latency.observe(values, outcome.seconds);

@@ -122,29 +122,14 @@ impl IptablesProxier {
     }
 
     fn recompute(&mut self) {
-        if self.objects.take_base_dirty() {
-            self.objects.follow_node_ip(&mut self.config);
-            self.desired.base = base_rules(
-                &self.config,
-                self.objects.node(),
-                self.objects.host_addresses(),
-            );
-        }
-        for key in self.objects.take_dirty() {
-            let rules = self
-                .objects
-                .service(&key)
-                .and_then(|svc| service_rules(svc, &self.objects.slices_of(&key), &self.config));
-            match rules {
-                Some(r) => {
-                    self.desired.services.insert(key.clone(), r);
-                }
-                None => {
-                    self.desired.services.remove(&key);
-                }
-            }
-            self.pending.insert(key);
-        }
+        self.objects.recompute(
+            &mut self.config,
+            &mut self.desired.base,
+            &mut self.desired.services,
+            &mut self.pending,
+            base_rules,
+            service_rules,
+        );
     }
 
     /// Plans the next restore. A full one needs the nat table's chains now

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::model::{self, Categorized, EndpointInfo, ServicePortInfo, categorize};
+use crate::model::{self, Categorized, ChainPlan, EndpointInfo, ServicePortInfo, categorize};
 use crate::net::IpFamily;
 use crate::rules::{NodePortAddresses, ProxyConfig, nodeport_ips, rules_by_service};
 
@@ -499,23 +499,25 @@ fn port_rules(
     let firewall_chain = service_chain(FW_PREFIX, svc);
     let local_cidr = local_cidr(config);
 
-    let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
-    let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
-    let mut internal_chain = &cluster_chain;
-    let mut has_internal = cat.has_any;
-    if svc.internal_policy_local {
-        internal_chain = &local_chain;
-        has_internal &= !cat.local.is_empty();
-    }
-    let mut external_policy_chain = &cluster_chain;
-    let mut has_external = cat.has_any;
-    if svc.external_policy_local {
-        external_policy_chain = &local_chain;
-        has_external &= !cat.local.is_empty();
-    }
-    // Even without externally usable endpoints the EXT chain short-circuits pod and
-    // host traffic.
-    let uses_external_chain = cat.has_any && svc.externally_accessible();
+    let ChainPlan {
+        uses_cluster_chain,
+        uses_local_chain,
+        internal_local,
+        has_internal,
+        external_local,
+        has_external,
+        uses_external_chain,
+    } = ChainPlan::of(svc, cat);
+    let internal_chain = if internal_local {
+        &local_chain
+    } else {
+        &cluster_chain
+    };
+    let external_policy_chain = if external_local {
+        &local_chain
+    } else {
+        &cluster_chain
+    };
     // loadBalancerSourceRanges: load-balancer traffic goes through the firewall chain.
     let uses_firewall_chain = cat.has_any
         && !svc.load_balancer_vips.is_empty()

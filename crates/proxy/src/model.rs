@@ -279,6 +279,40 @@ pub struct Categorized {
     pub has_any: bool,
 }
 
+/// Which of a Service port's chains exist and where its traffic goes, as upstream's
+/// proxiers decide it (the same in both modes; each names the chains its own way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainPlan {
+    pub uses_cluster_chain: bool,
+    pub uses_local_chain: bool,
+    /// ClusterIP traffic goes to the local chain (internalTrafficPolicy Local), else to
+    /// the cluster chain.
+    pub internal_local: bool,
+    /// ClusterIP traffic has an endpoint to go to.
+    pub has_internal: bool,
+    /// External traffic goes to the local chain (externalTrafficPolicy Local).
+    pub external_local: bool,
+    /// External traffic has an endpoint to go to.
+    pub has_external: bool,
+    /// The external chain exists: even without externally usable endpoints it
+    /// short-circuits pod and host traffic.
+    pub uses_external_chain: bool,
+}
+
+impl ChainPlan {
+    pub fn of(svc: &ServicePortInfo, cat: &Categorized) -> ChainPlan {
+        ChainPlan {
+            uses_cluster_chain: !cat.cluster.is_empty() && svc.uses_cluster_endpoints(),
+            uses_local_chain: !cat.local.is_empty() && svc.uses_local_endpoints(),
+            internal_local: svc.internal_policy_local,
+            has_internal: cat.has_any && (!svc.internal_policy_local || !cat.local.is_empty()),
+            external_local: svc.external_policy_local,
+            has_external: cat.has_any && (!svc.external_policy_local || !cat.local.is_empty()),
+            uses_external_chain: cat.has_any && svc.externally_accessible(),
+        }
+    }
+}
+
 pub fn categorize(endpoints: &[EndpointInfo], svc: &ServicePortInfo) -> Categorized {
     let mut out = Categorized::default();
     let serving_terminating = |e: &&EndpointInfo| e.serving && e.terminating;

@@ -249,6 +249,39 @@ impl ObjectCache {
         std::mem::take(&mut self.base_dirty)
     }
 
+    /// Brings one mode's desired rules up to date with what changed: the base part
+    /// (`base`, made by `base_rules`) when the node or host addresses did, and each
+    /// changed Service's rules in `services` (by `service_rules`; a Service that gets
+    /// none is removed), whose keys go to `pending` for the next apply.
+    pub fn recompute<B, S>(
+        &mut self,
+        config: &mut ProxyConfig,
+        base: &mut B,
+        services: &mut BTreeMap<String, S>,
+        pending: &mut BTreeSet<String>,
+        base_rules: impl Fn(&ProxyConfig, Option<&Node>, &[IpAddr]) -> B,
+        service_rules: impl Fn(&Service, &[&EndpointSlice], &ProxyConfig) -> Option<S>,
+    ) {
+        if self.take_base_dirty() {
+            self.follow_node_ip(config);
+            *base = base_rules(config, self.node(), self.host_addresses());
+        }
+        for key in self.take_dirty() {
+            let rules = self
+                .service(&key)
+                .and_then(|svc| service_rules(svc, &self.slices_of(&key), config));
+            match rules {
+                Some(r) => {
+                    services.insert(key.clone(), r);
+                }
+                None => {
+                    services.remove(&key);
+                }
+            }
+            pending.insert(key);
+        }
+    }
+
     /// What the service health servers serve (upstream's `HealthCheckNodePorts` and
     /// `LocalReadyEndpoints`): per `healthCheckNodePort`, its Service and the ready
     /// endpoints of it on this node (counted per Service port, as upstream), and the
@@ -390,29 +423,14 @@ impl Proxier {
 
     /// Recomputes the desired rules of every changed Service (and the base).
     fn recompute(&mut self) {
-        if self.objects.take_base_dirty() {
-            self.objects.follow_node_ip(&mut self.config);
-            self.desired.base = base_rules(
-                &self.config,
-                self.objects.node(),
-                self.objects.host_addresses(),
-            );
-        }
-        for key in self.objects.take_dirty() {
-            let rules = self
-                .objects
-                .service(&key)
-                .and_then(|svc| service_rules(svc, &self.objects.slices_of(&key), &self.config));
-            match rules {
-                Some(r) => {
-                    self.desired.services.insert(key.clone(), r);
-                }
-                None => {
-                    self.desired.services.remove(&key);
-                }
-            }
-            self.pending.insert(key);
-        }
+        self.objects.recompute(
+            &mut self.config,
+            &mut self.desired.base,
+            &mut self.desired.services,
+            &mut self.pending,
+            base_rules,
+            service_rules,
+        );
     }
 
     /// Plans the next transaction. A full sync needs the table's current objects

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::model::{
-    self, Categorized, EndpointInfo, SERVICE_NAME_LABEL, ServicePortInfo, categorize,
+    self, Categorized, ChainPlan, EndpointInfo, SERVICE_NAME_LABEL, ServicePortInfo, categorize,
 };
 use crate::net::{Cidr, IpFamily};
 
@@ -438,22 +438,25 @@ fn port_rules(
     let ep_chain = |ep: &EndpointInfo| format!("endpoint-{}", endpoint_chain_base(svc, ep));
     let affinity_set = |ep: &EndpointInfo| format!("affinity-{}", endpoint_chain_base(svc, ep));
 
-    let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
-    let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
-
-    let mut internal_chain = &cluster_chain;
-    let mut has_internal = cat.has_any;
-    if svc.internal_policy_local {
-        internal_chain = &local_chain;
-        has_internal &= !cat.local.is_empty();
-    }
-    let mut external_policy_chain = &cluster_chain;
-    let mut has_external = cat.has_any;
-    if svc.external_policy_local {
-        external_policy_chain = &local_chain;
-        has_external &= !cat.local.is_empty();
-    }
-    let uses_external_chain = cat.has_any && svc.externally_accessible();
+    let ChainPlan {
+        uses_cluster_chain,
+        uses_local_chain,
+        internal_local,
+        has_internal,
+        external_local,
+        has_external,
+        uses_external_chain,
+    } = ChainPlan::of(svc, cat);
+    let internal_chain = if internal_local {
+        &local_chain
+    } else {
+        &cluster_chain
+    };
+    let external_policy_chain = if external_local {
+        &local_chain
+    } else {
+        &cluster_chain
+    };
 
     let (internal_verdict, external_verdict) = if !cat.has_any {
         (
