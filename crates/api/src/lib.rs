@@ -9,13 +9,15 @@
 //! disruption controller share ([`pdb`]), node selector matching ([`nodeaffinity`]: the
 //! scheduler, the DaemonSet controller, volume node affinity) and the choice of a
 //! PersistentVolume for a claim ([`persistentvolume`]: the binder controller and the
-//! scheduler's VolumeBinding).
+//! scheduler's VolumeBinding), and the claim behind a generic ephemeral volume
+//! ([`ephemeral`]: its controller, the scheduler, the kubelet, PVC protection).
 //!
 //! No IO: no tokio, no files, no clock (times are passed in). Must not depend on
 //! storage, registry, admission, apiserver or client crates.
 
 pub mod conversion;
 pub mod defaults;
+pub mod ephemeral;
 pub mod image;
 pub mod nodeaffinity;
 pub mod pdb;

@@ -19,10 +19,11 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 
+use ferrokube_api::ephemeral;
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, key_of, object_key};
 use ferrokube_client::workqueue::WorkQueue;
 
@@ -74,30 +75,13 @@ pub fn with_finalizer(meta: &ObjectMeta, finalizer: &str, add: bool) -> ObjectMe
     meta
 }
 
-/// Upstream `ephemeral.VolumeClaimName`: the claim generated for an ephemeral volume.
-fn ephemeral_claim_name(pod: &Pod, volume: &Volume) -> String {
-    format!(
-        "{}-{}",
-        pod.metadata.name.as_deref().unwrap_or(""),
-        volume.name
-    )
-}
-
 /// The names of the claims `pod` references, directly or through its ephemeral
 /// volumes (upstream `enqueuePVCs` / the pod PVC index).
 pub fn claims_of(pod: &Pod) -> Vec<String> {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| {
-            if let Some(c) = &v.persistent_volume_claim {
-                Some(c.claim_name.clone())
-            } else if v.ephemeral.is_some() {
-                Some(ephemeral_claim_name(pod, v))
-            } else {
-                None
-            }
-        })
+        .filter_map(|v| ephemeral::claim_of_volume(pod, v).map(|(name, _)| name))
         .collect()
 }
 
@@ -125,19 +109,9 @@ pub fn pod_uses_claim(pod: &Pod, claim: &PersistentVolumeClaim) -> bool {
         }
         v.ephemeral.is_some()
             && !pod_is_shut_down(pod)
-            && ephemeral_claim_name(pod, v) == claim_name
-            && claim_is_for_pod(claim, pod)
+            && ephemeral::volume_claim_name(pod, v) == claim_name
+            && ephemeral::volume_is_for_pod(pod, claim).is_ok()
     })
-}
-
-/// Upstream `ephemeral.VolumeIsForPod`: the claim's controller is the pod.
-fn claim_is_for_pod(claim: &PersistentVolumeClaim, pod: &Pod) -> bool {
-    claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && Some(&r.uid) == pod.metadata.uid.as_ref())
 }
 
 /// Upstream `IsPodTerminated` on the pod's own status.
