@@ -200,9 +200,10 @@ impl NodeInfo {
             }
         }
         let ns = pi.pod.metadata.namespace.as_deref().unwrap_or("");
+        // Upstream's updatePVCRefCounts: an ephemeral volume uses its generated claim.
         for v in pi.pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            if let Some(c) = v.persistent_volume_claim.as_ref() {
-                let k = format!("{ns}/{}", c.claim_name);
+            if let Some((claim, _)) = ferrokube_api::ephemeral::claim_of_volume(&pi.pod, v) {
+                let k = format!("{ns}/{claim}");
                 if add {
                     *self.pvc_ref_counts.entry(k).or_default() += 1;
                 } else if let Some(n) = self.pvc_ref_counts.get_mut(&k) {

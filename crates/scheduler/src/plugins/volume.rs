@@ -1,7 +1,9 @@
 //! VolumeBinding and VolumeRestrictions (upstream `plugins/volumebinding` and
 //! `volumerestrictions`):
-//! - claims must exist and not be terminating; unbound `Immediate` claims block
-//!   scheduling (the binder controller binds them);
+//! - claims must exist and not be terminating or Lost; unbound `Immediate` claims
+//!   block scheduling (the binder controller binds them). A generic ephemeral volume is
+//!   its claim `<pod>-<volume>`, which must be the pod's (the ephemeral volume
+//!   controller creates it; until then the pod waits);
 //! - a bound claim's volume must be reachable from the node (its node affinity);
 //! - an unbound `WaitForFirstConsumer` claim needs, on the node, an Available volume
 //!   that fits it (the smallest, as the binder controller would choose) or a class
@@ -10,7 +12,9 @@
 //!   in flight do not take the same volume; PreBind writes it (the volume's
 //!   `claimRef`, or the claim's `volume.kubernetes.io/selected-node` for its
 //!   provisioner) and waits, up to `bindTimeoutSeconds`, for the claims to be Bound;
-//! - a ReadWriteOncePod claim may be used by one pod only.
+//! - a ReadWriteOncePod claim may be used by one pod only (as upstream, among the
+//!   claims pods name in `persistentVolumeClaim`; the snapshot counts the ephemeral
+//!   ones as used too).
 //!
 //! Deviations: no CSIStorageCapacity checks and no StorageCapacityScoring.
 
@@ -18,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrokube_api::ephemeral;
 use ferrokube_api::persistentvolume::{NOT_SUPPORTED_PROVISIONER, find_matching_volume};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -41,6 +46,8 @@ pub const ERR_REASON_RWOP_CONFLICT: &str =
 /// How often PreBind looks whether the claims it set up are bound.
 const BOUND_POLL: Duration = Duration::from_millis(200);
 
+/// The claims of the pod's `persistentVolumeClaim` volumes (what VolumeRestrictions
+/// reads, as upstream).
 fn claim_names(pod: &Pod) -> Vec<String> {
     pod.spec
         .iter()
@@ -51,6 +58,52 @@ fn claim_names(pod: &Pod) -> Vec<String> {
                 .map(|c| c.claim_name.clone())
         })
         .collect()
+}
+
+/// Every claim the pod's volumes use, with whether it is an ephemeral volume's (upstream
+/// `podHasPVCs` / `GetPodVolumeClaims`).
+fn pod_claims(pod: &Pod) -> Vec<(String, bool)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| ephemeral::claim_of_volume(pod, v))
+        .collect()
+}
+
+/// Upstream `podHasPVCs`' checks of one claim: it exists (an ephemeral volume's claim
+/// may not have been created yet), is not Lost or being deleted, and for an ephemeral
+/// volume is the pod's. The error is upstream's message.
+fn usable_claim(
+    lister: &dyn ClusterLister,
+    pod: &Pod,
+    name: &str,
+    is_ephemeral: bool,
+) -> Result<Arc<PersistentVolumeClaim>, String> {
+    let Some(pvc) = lister.pvc(pod_namespace(pod), name) else {
+        return Err(if is_ephemeral {
+            format!(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{name}\""
+            )
+        } else {
+            format!("persistentvolumeclaim \"{name}\" not found")
+        });
+    };
+    if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+        return Err(format!(
+            "persistentvolumeclaim \"{name}\" bound to non-existent persistentvolume \"{}\"",
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .unwrap_or_default()
+        ));
+    }
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+    }
+    if is_ephemeral {
+        ephemeral::volume_is_for_pod(pod, &pvc)?;
+    }
+    Ok(pvc)
 }
 
 /// `VolumeBindingArgs`.
@@ -175,14 +228,8 @@ impl VolumeBinding {
 
     /// Whether every claim the pod uses is bound, as far as the informers have seen.
     fn claims_bound(&self, pod: &Pod) -> Result<bool, String> {
-        let ns = pod_namespace(pod);
-        for name in claim_names(pod) {
-            let Some(claim) = self.lister.pvc(ns, &name) else {
-                return Err(format!("persistentvolumeclaim \"{name}\" not found"));
-            };
-            if claim.metadata.deletion_timestamp.is_some() {
-                return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
-            }
+        for (name, is_ephemeral) in pod_claims(pod) {
+            let claim = usable_claim(&*self.lister, pod, &name, is_ephemeral)?;
             let bound = claim
                 .spec
                 .as_ref()
@@ -232,25 +279,22 @@ impl PreFilterPlugin for VolumeBinding {
         pod: &PodInfo,
         _: &Snapshot,
     ) -> (Option<PreFilterResult>, Status) {
-        let names = claim_names(&pod.pod);
-        if names.is_empty() {
+        let claims = pod_claims(&pod.pod);
+        if claims.is_empty() {
             return (None, Status::skip());
         }
-        let ns = pod_namespace(&pod.pod);
+        // Every claim is checked before any is looked at for binding, as upstream's
+        // podHasPVCs runs first: a missing claim is the reason given.
+        let pvcs: Result<Vec<_>, String> = claims
+            .iter()
+            .map(|(n, is_ephemeral)| usable_claim(&*self.lister, &pod.pod, n, *is_ephemeral))
+            .collect();
+        let pvcs = match pvcs {
+            Ok(pvcs) => pvcs,
+            Err(e) => return (None, Status::unresolvable(e)),
+        };
         let mut st = BindingState::default();
-        for n in names {
-            let Some(pvc) = self.lister.pvc(ns, &n) else {
-                return (
-                    None,
-                    Status::unresolvable(format!("persistentvolumeclaim \"{n}\" not found")),
-                );
-            };
-            if pvc.metadata.deletion_timestamp.is_some() {
-                return (
-                    None,
-                    Status::unresolvable(format!("persistentvolumeclaim \"{n}\" is being deleted")),
-                );
-            }
+        for pvc in pvcs {
             match pvc
                 .spec
                 .as_ref()
@@ -758,6 +802,157 @@ mod tests {
                 .is_success()
         );
         assert!(api.0.lock().is_empty());
+    }
+
+    /// A pod `p` with the generic ephemeral volume `scratch` (its claim `p-scratch`).
+    fn with_ephemeral(name: &str) -> Arc<Pod> {
+        pod(
+            name,
+            json!({"spec": {"volumes": [{"name": "scratch",
+                "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]}}),
+        )
+    }
+
+    /// [`lister`] with these claims added (`default/<name>`).
+    fn lister_with(claims: &[serde_json::Value]) -> Arc<Fake> {
+        let mut f = lister();
+        for c in claims {
+            let c: PersistentVolumeClaim = serde_json::from_value(c.clone()).unwrap();
+            let key = format!("default/{}", c.metadata.name.as_deref().unwrap());
+            Arc::get_mut(&mut f).unwrap().pvcs.insert(key, Arc::new(c));
+        }
+        f
+    }
+
+    fn owned_by(uid: &str) -> serde_json::Value {
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid, "controller": true}])
+    }
+
+    #[test]
+    fn ephemeral_volumes_are_their_generated_claims() {
+        let snap = snapshot(vec![
+            (node("n1", json!({})), vec![]),
+            (node("n2", json!({})), vec![]),
+        ]);
+        let p = with_ephemeral("p");
+        // Not created yet: the pod waits for the controller.
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), lister(), None);
+        let got = filter_all(&vb, &p, &snap);
+        assert_eq!(
+            got[0].1.message(),
+            "waiting for ephemeral volume controller to create the persistentvolumeclaim \"p-scratch\""
+        );
+        assert_eq!(got[0].1.code, Code::UnschedulableAndUnresolvable);
+        // Someone else's claim of that name is never used.
+        for owners in [owned_by("uid-other"), json!(null)] {
+            let f = lister_with(&[
+                json!({"metadata": {"name": "p-scratch", "namespace": "default",
+                "ownerReferences": owners}, "spec": {"volumeName": "pv1"}}),
+            ]);
+            let vb = VolumeBinding::new(VolumeBindingArgs::default(), f, None);
+            assert_eq!(
+                filter_all(&vb, &p, &snap)[0].1.message(),
+                "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
+            );
+        }
+        // The pod's own claim is a claim like any other: bound to pv1 (on n1 only) ...
+        let f = lister_with(&[
+            json!({"metadata": {"name": "p-scratch", "namespace": "default",
+            "ownerReferences": owned_by("uid-p")}, "spec": {"volumeName": "pv1"}}),
+        ]);
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), f, None);
+        let got = filter_all(&vb, &p, &snap);
+        assert!(got[0].1.is_success(), "{}", got[0].1.message());
+        assert_eq!(got[1].1.message(), ERR_REASON_NODE_CONFLICT);
+        // ... or unbound: Immediate waits for the binder, WaitForFirstConsumer for a
+        // provisioner on the chosen node.
+        let f = lister_with(&[
+            json!({"metadata": {"name": "p-scratch", "namespace": "default",
+            "ownerReferences": owned_by("uid-p")}, "spec": {}}),
+        ]);
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), f, None);
+        assert_eq!(
+            filter_all(&vb, &p, &snap)[0].1.message(),
+            ERR_REASON_UNBOUND_IMMEDIATE
+        );
+        let api = Arc::new(Recorded::default());
+        let f = lister_with(&[
+            json!({"metadata": {"name": "p-scratch", "namespace": "default",
+            "ownerReferences": owned_by("uid-p")}, "spec": {"storageClassName": "late"}}),
+        ]);
+        let vb = VolumeBinding::new(
+            VolumeBindingArgs {
+                bind_timeout_seconds: Some(0),
+            },
+            f,
+            Some(api.clone()),
+        );
+        assert!(reserve_on(&vb, &p, &snap, "n2").is_success());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _ = rt.block_on(PreBindPlugin::pre_bind(&vb, &pi(&p), "n2"));
+        assert_eq!(*api.0.lock(), vec!["provision p-scratch on n2".to_string()]);
+        // Lost and being-deleted claims, upstream's messages.
+        let f = lister_with(&[
+            json!({"metadata": {"name": "p-scratch", "namespace": "default",
+            "ownerReferences": owned_by("uid-p")}, "spec": {"volumeName": "gone"},
+            "status": {"phase": "Lost"}}),
+        ]);
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), f, None);
+        assert_eq!(
+            filter_all(&vb, &p, &snap)[0].1.message(),
+            "persistentvolumeclaim \"p-scratch\" bound to non-existent persistentvolume \"gone\""
+        );
+        let f = lister_with(&[
+            json!({"metadata": {"name": "p-scratch", "namespace": "default",
+            "ownerReferences": owned_by("uid-p"), "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"volumeName": "pv1"}}),
+        ]);
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), f, None);
+        assert_eq!(
+            filter_all(&vb, &p, &snap)[0].1.message(),
+            "persistentvolumeclaim \"p-scratch\" is being deleted"
+        );
+        // Every claim is checked before binding is looked at: the missing ephemeral
+        // claim is the reason, not the unbound Immediate claim before it.
+        let both = pod(
+            "p",
+            json!({"spec": {"volumes": [
+                {"name": "v", "persistentVolumeClaim": {"claimName": "unbound"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]}}),
+        );
+        let vb = VolumeBinding::new(VolumeBindingArgs::default(), lister(), None);
+        assert!(
+            filter_all(&vb, &both, &snap)[0]
+                .1
+                .message()
+                .starts_with("waiting for ephemeral volume controller")
+        );
+    }
+
+    #[test]
+    fn a_pods_ephemeral_claim_counts_as_used_for_read_write_once_pod() {
+        let f = lister_with(&[
+            json!({"metadata": {"name": "other-scratch", "namespace": "default",
+            "ownerReferences": owned_by("uid-other")},
+            "spec": {"accessModes": ["ReadWriteOncePod"], "volumeName": "pv1"}}),
+        ]);
+        let vr = VolumeRestrictions { lister: f };
+        let used = snapshot(vec![(node("n1", json!({})), vec![with_ephemeral("other")])]);
+        assert_eq!(
+            filter_all(&vr, &with_claim("p", "other-scratch"), &used)[0]
+                .1
+                .message(),
+            ERR_REASON_RWOP_CONFLICT
+        );
+        let free = snapshot(vec![(node("n1", json!({})), vec![])]);
+        assert!(
+            filter_all(&vr, &with_claim("p", "other-scratch"), &free)[0]
+                .1
+                .is_success()
+        );
     }
 
     #[test]
