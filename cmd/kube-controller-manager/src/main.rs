@@ -148,6 +148,10 @@ struct Options {
         action = clap::ArgAction::Set
     )]
     enable_hostpath_provisioner: bool,
+    /// The period of time since the last usage of an legacy service account token
+    /// before it can be deleted.
+    #[arg(long = "legacy-service-account-token-clean-up-period", default_value = "8760h0m0s", value_parser = dur)]
+    legacy_service_account_token_clean_up_period: Duration,
     /// The period for syncing the number of pods in horizontal pod autoscaler.
     #[arg(long = "horizontal-pod-autoscaler-sync-period", default_value = "15s", value_parser = dur)]
     horizontal_pod_autoscaler_sync_period: Duration,
@@ -385,6 +389,8 @@ impl Options {
             },
             pv_claim_binder_sync_period: self.pvclaimbinder_sync_period,
             enable_hostpath_provisioner: self.enable_hostpath_provisioner,
+            legacy_service_account_token_clean_up_period: self
+                .legacy_service_account_token_clean_up_period,
         }
     }
 }

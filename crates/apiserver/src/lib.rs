@@ -30,6 +30,7 @@ mod flowcontrol;
 mod handler;
 mod health;
 mod https_pool;
+mod legacy_token_tracking;
 mod lifecycle;
 mod maxinflight;
 mod metrics;
@@ -240,6 +241,12 @@ impl Server {
         {
             background.push(tokio::spawn(security::run_aggregation(
                 cluster_roles.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+        if let Some(configmaps) = config.registry.store("", "v1", "configmaps") {
+            background.push(tokio::spawn(legacy_token_tracking::run(
+                configmaps.clone(),
                 shutdown_rx.clone(),
             )));
         }

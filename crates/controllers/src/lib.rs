@@ -22,7 +22,9 @@
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
 //! [`pvprotection`] (the storage protection finalizers removed once unused),
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
-//! Secrets), [`csrsigning`], [`csrapproving`] and [`csrcleaner`] (CertificateSigningRequests
+//! Secrets), [`legacytokencleaner`] (those tokens invalidated, then deleted, after a
+//! year unused), [`ttl`] (nodes' `node.alpha.kubernetes.io/ttl` by cluster size),
+//! [`csrsigning`], [`csrapproving`] and [`csrcleaner`] (CertificateSigningRequests
 //! signed with the cluster CA, kubelet client requests auto-approved, old ones deleted;
 //! shared checks in [`csr`]), [`podautoscaler`] (HorizontalPodAutoscalers: targets
 //! scaled through their scale subresource from resource metrics), [`persistentvolume`]
@@ -60,6 +62,7 @@ pub mod hostpath;
 pub mod job;
 pub mod manager;
 pub mod namespace;
+pub mod legacytokencleaner;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
@@ -77,6 +80,7 @@ pub mod servicecidrs;
 pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod util;
+pub mod ttl;
 pub mod vapstatus;
 
 use std::sync::Arc;

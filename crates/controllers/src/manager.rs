@@ -32,6 +32,7 @@ use crate::garbagecollector::GarbageCollector;
 use crate::hostpath::HostPathPlugin;
 use crate::job::JobController;
 use crate::namespace::NamespaceController;
+use crate::legacytokencleaner::LegacyTokenCleanerController;
 use crate::nodeipam::{NodeIpamConfig, NodeIpamController};
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::persistentvolume::{PersistentVolumeController, PersistentVolumeOptions};
@@ -47,6 +48,7 @@ use crate::serviceaccounttoken::{ServiceAccountTokenController, token_secrets_fa
 use crate::servicecidrs::ServiceCidrController;
 use crate::statefulset::StatefulSetController;
 use crate::ttlafterfinished::TtlAfterFinishedController;
+use crate::ttl::TtlController;
 use crate::vapstatus::VapStatusController;
 use crate::{Controller, Error, Result, run_controller};
 
@@ -106,6 +108,11 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ("service-cidr-controller", "service-cidr-controller"),
     // Both in DISABLED_BY_DEFAULT.
     ("bootstrap-signer-controller", "bootstrapsigner"),
+    ("ttl-controller", "ttl"),
+    (
+        "legacy-serviceaccount-token-cleaner-controller",
+        "legacy-service-account-token-cleaner",
+    ),
     ("token-cleaner-controller", "tokencleaner"),
 ];
 
@@ -113,7 +120,6 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
 pub const NOT_IMPLEMENTED: &[&str] = &[
     "persistentvolume-attach-detach-controller",
     "persistentvolume-expander-controller",
-    "ttl-controller",
     "clusterrole-aggregation-controller",
     "storageversion-garbage-collector-controller",
     "taint-eviction-controller",
@@ -122,7 +128,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "cloud-node-lifecycle-controller",
     "ephemeral-volume-controller",
     "resourceclaim-controller",
-    "legacy-serviceaccount-token-cleaner-controller",
 ];
 
 /// The ServiceAccount in `kube-system` each controller runs as with
@@ -157,6 +162,7 @@ pub fn service_account_name(controller: &str) -> &str {
         "bootstrap-signer-controller" => "bootstrap-signer",
         "token-cleaner-controller" => "token-cleaner",
         other => other,
+        "legacy-serviceaccount-token-cleaner-controller" => "legacy-service-account-token-cleaner",
     }
 }
 
@@ -260,6 +266,10 @@ pub struct ManagerConfig {
     /// claims (crate::hostpath).
     pub enable_hostpath_provisioner: bool,
 }
+    /// `--legacy-service-account-token-clean-up-period`: how long an auto-generated
+    /// Secret token may go unused before the cleaner invalidates it (and as long again
+    /// before it deletes it).
+    pub legacy_service_account_token_clean_up_period: Duration,
 
 impl Default for ManagerConfig {
     fn default() -> Self {
@@ -292,6 +302,8 @@ impl Default for ManagerConfig {
             pv_claim_binder_sync_period: crate::persistentvolume::DEFAULT_SYNC_PERIOD,
             enable_hostpath_provisioner: false,
         }
+            legacy_service_account_token_clean_up_period:
+                crate::legacytokencleaner::DEFAULT_CLEAN_UP_PERIOD,
     }
 }
 
@@ -563,6 +575,25 @@ impl Manager {
                             controller = name,
                             "no root CA (--root-ca-file, or a CA in the kubeconfig): not publishing kube-root-ca.crt"
                         );
+                // Upstream runs 5 workers (no flag).
+                "ttl-controller" => (TtlController::new(&factory, client.clone()), 5),
+                // Upstream refuses to start without a positive period.
+                "legacy-serviceaccount-token-cleaner-controller"
+                    if cfg.legacy_service_account_token_clean_up_period.is_zero() =>
+                {
+                    return Err(Error::Invalid(
+                        "invalid CleanUpPeriod: 0s (--legacy-service-account-token-clean-up-period)"
+                            .into(),
+                    ));
+                }
+                "legacy-serviceaccount-token-cleaner-controller" => (
+                    LegacyTokenCleanerController::new(
+                        &factory,
+                        client.clone(),
+                        cfg.legacy_service_account_token_clean_up_period,
+                    ),
+                    1,
+                ),
                         continue;
                     }
                 },
