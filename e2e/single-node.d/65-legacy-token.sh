@@ -65,3 +65,18 @@ printf '%s\n' "$out"
 grep -q "Unauthorized" <<<"$out" || fail "the token still works after its Secret was deleted"
 lt_cleanup
 ok "authenticated as system:serviceaccount:$LT_NS:builder, then Unauthorized"
+
+step "legacy token tracking: the apiserver's ConfigMap dates it, the node carries its object TTL"
+# The legacy token cleaner counts a token as unused only from this day on.
+lt_since=$(k -n kube-system get configmap kube-apiserver-legacy-service-account-token-tracking \
+  -o 'jsonpath={.data.since}' 2>&1) || fail "tracking ConfigMap: $lt_since"
+grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' <<<"$lt_since" || fail "since is '$lt_since', not a YYYY-MM-DD day"
+# The ttl controller: a one-node cluster is in upstream's smallest band, 0 s.
+lt_ttl=""
+for ((i = 0; i < 40; i++)); do
+  lt_ttl=$(k get node "$NODE" -o 'jsonpath={.metadata.annotations.node\.alpha\.kubernetes\.io/ttl}' 2>/dev/null || true)
+  [ -n "$lt_ttl" ] && break
+  sleep 0.5
+done
+[ "$lt_ttl" = "0" ] || fail "node $NODE's node.alpha.kubernetes.io/ttl is '$lt_ttl', want 0"
+ok "tracked since $lt_since; node TTL ${lt_ttl}s"
