@@ -2,8 +2,10 @@
 //! projected,hostpath}` and `kubelet_pods.go` `makeMounts`): where each volume lives under
 //! the kubelet root (`pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`), the file payloads
 //! of configMap, secret, downwardAPI and projected volumes (items, keys, modes, optional),
-//! hostPath type checks, `persistentVolumeClaim` volumes resolved to their hostPath or local
-//! PersistentVolume (upstream's desired-state populator and the hostpath/local plugins), the
+//! hostPath type checks, `persistentVolumeClaim` volumes (and generic ephemeral volumes,
+//! through their claim `<pod>-<volume>`, refused unless the pod owns it) resolved to their
+//! hostPath or local PersistentVolume (upstream's desired-state populator and the
+//! hostpath/local plugins), the
 //! CRI mounts of a container (readOnly, subPath, propagation), and the mount table parsing
 //! teardown needs. The IO is [`crate::volume_manager`].
 
@@ -159,8 +161,9 @@ pub enum VolumeKind {
         path: String,
         type_: String,
     },
-    /// A `persistentVolumeClaim` volume; `read_only` is the pod's `readOnly` until the claim
-    /// is resolved, then whether containers get the volume read-only
+    /// A `persistentVolumeClaim` volume, or a generic ephemeral volume (its claim
+    /// `<pod>-<volume>`, [`VolumeKind::in_pod`]); `read_only` is the pod's `readOnly` until
+    /// the claim is resolved, then whether containers get the volume read-only
     /// ([`ResolvedClaim::read_only`]).
     PersistentVolumeClaim {
         claim: String,
@@ -170,6 +173,21 @@ pub enum VolumeKind {
 }
 
 impl VolumeKind {
+    /// The kind of the pod's volume `v`: as [`VolumeKind::of`], and a generic ephemeral
+    /// volume is mounted as the `persistentVolumeClaim` volume of its claim, never
+    /// read-only by the pod (upstream's populator `createVolumeSpec`).
+    pub fn in_pod(pod: &Pod, v: &Volume) -> Self {
+        if v.persistent_volume_claim.is_none() && v.ephemeral.is_some() {
+            return VolumeKind::PersistentVolumeClaim {
+                claim: ferrokube_api::ephemeral::volume_claim_name(pod, v),
+                read_only: false,
+            };
+        }
+        VolumeKind::of(v)
+    }
+
+    /// The kind of a volume by its source alone: a generic ephemeral volume, whose claim
+    /// is named after the pod, is `Unsupported` here ([`VolumeKind::in_pod`] knows it).
     pub fn of(v: &Volume) -> Self {
         if let Some(e) = &v.empty_dir {
             VolumeKind::EmptyDir {
@@ -696,14 +714,15 @@ pub struct ClaimLookup {
     pub volume: Option<Result<PersistentVolume, String>>,
 }
 
-/// The claims the pod's `persistentVolumeClaim` volumes name, sorted, once each.
+/// The claims the pod's `persistentVolumeClaim` and generic ephemeral volumes use, sorted,
+/// once each.
 pub fn claim_names(pod: &Pod) -> Vec<String> {
     let mut out: Vec<String> = spec(pod)
         .volumes
         .iter()
         .flatten()
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .map(|c| c.claim_name.clone())
+        .filter_map(|v| ferrokube_api::ephemeral::claim_of_volume(pod, v))
+        .map(|(name, _)| name)
         .collect();
     out.sort();
     out.dedup();
@@ -795,23 +814,30 @@ fn volume_uses(pod: &Pod, name: &str) -> (bool, bool) {
     (mounted, device)
 }
 
-/// Resolves the pod's `persistentVolumeClaim` volume `v` from what the kubelet read
-/// (upstream's populator `createVolumeSpec`: the claim bound, its volume's `claimRef` the
-/// claim, the volume mode, then a plugin for the source). The error is the populator's
-/// message for the volume, the pod waits and the kubelet retries.
+/// Resolves the pod's `persistentVolumeClaim` or generic ephemeral volume `v` from what
+/// the kubelet read (upstream's populator `createVolumeSpec`: the claim bound, an
+/// ephemeral volume's claim owned by the pod, its volume's `claimRef` the claim, the volume
+/// mode, then a plugin for the source). The error is the populator's message for the
+/// volume, the pod waits and the kubelet retries.
 pub fn resolve_claim(
     pod: &Pod,
     v: &Volume,
     lookup: Option<&ClaimLookup>,
 ) -> Result<ResolvedClaim, String> {
-    let Some(src) = &v.persistent_volume_claim else {
+    let Some((claim_name, is_ephemeral)) = ferrokube_api::ephemeral::claim_of_volume(pod, v) else {
         return Err(format!(
             "volume {:?} is not a persistentVolumeClaim volume",
             v.name
         ));
     };
+    // An ephemeral volume's claim is never read-only through the pod.
+    let claim_read_only = v
+        .persistent_volume_claim
+        .as_ref()
+        .and_then(|c| c.read_only)
+        .unwrap_or(false);
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let processing = |e: String| format!("error processing PVC {ns}/{}: {e}", src.claim_name);
+    let processing = |e: String| format!("error processing PVC {ns}/{claim_name}: {e}");
     let lookup = lookup.ok_or_else(|| {
         processing("failed to fetch PVC from API server: not read yet".to_owned())
     })?;
@@ -820,6 +846,11 @@ pub fn resolve_claim(
         .as_ref()
         .map_err(|e| processing(format!("failed to fetch PVC from API server: {e}")))?;
     let pv_name = bound_volume_name(pvc).map_err(|e| processing(e.to_owned()))?;
+    // The generated name is predictable: a claim of that name someone else made must not
+    // give the pod their data. Upstream's message stands alone.
+    if is_ephemeral {
+        ferrokube_api::ephemeral::volume_is_for_pod(pod, pvc)?;
+    }
     let pv = match &lookup.volume {
         Some(Ok(pv)) if pv.metadata.name.as_deref() == Some(pv_name) => pv,
         Some(Err(e)) => {
@@ -870,7 +901,6 @@ pub fn resolve_claim(
             "raw block volumes (volumeMode Block) are not supported by this kubelet".to_owned(),
         ));
     }
-    let claim_read_only = src.read_only.unwrap_or(false);
     let mount_options = pv_spec.mount_options.clone().unwrap_or_default();
     let source = if let Some(h) = &pv_spec.host_path {
         ClaimSource::HostPath {
@@ -1589,6 +1619,72 @@ mod tests {
             claim: Ok(c),
             volume: v.map(Ok),
         }
+    }
+
+    #[test]
+    fn ephemeral_volumes_resolve_through_their_claim_if_the_pod_owns_it() {
+        let pod = claim_pod(
+            serde_json::json!([
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+            ]),
+            serde_json::json!([{"name": "scratch", "mountPath": "/scratch"}]),
+        );
+        let vols = spec(&pod).volumes.clone().unwrap();
+        let scratch = &vols[0];
+        // The kubelet reads the generated claim with the named one.
+        assert_eq!(claim_names(&pod), ["c", "p-scratch"]);
+        assert_eq!(
+            VolumeKind::in_pod(&pod, scratch),
+            VolumeKind::PersistentVolumeClaim {
+                claim: "p-scratch".into(),
+                read_only: false
+            }
+        );
+        assert_eq!(VolumeKind::of(scratch), VolumeKind::Unsupported);
+        assert_eq!(VolumeKind::in_pod(&pod, &vols[1]), VolumeKind::of(&vols[1]));
+
+        let generated = |owner_uid: Option<&str>| {
+            let mut c = claim("Bound", Some("pv1"));
+            c.metadata.name = Some("p-scratch".into());
+            if let Some(uid) = owner_uid {
+                c.metadata.owner_references = Some(vec![
+                    serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                        "name": "p", "uid": uid, "controller": true}))
+                    .unwrap(),
+                ]);
+            }
+            let volume = pv(
+                "pv1",
+                Some("claim-uid"),
+                serde_json::json!({"local": {"path": "/mnt/disks/d1"}}),
+            );
+            lookup(c, Some(volume))
+        };
+        // The pod's own claim mounts as a persistentVolumeClaim volume: read-write, owned
+        // by fsGroup on a local volume.
+        let r = resolve_claim(&pod, scratch, Some(&generated(Some("u1")))).unwrap();
+        assert_eq!(r.path(), "/mnt/disks/d1");
+        assert!(!r.read_only && r.ownership);
+        // Someone else's claim of that name, or one no pod controls, is refused with
+        // upstream's message, without the processing prefix.
+        for owner in [Some("someone-else"), None] {
+            assert_eq!(
+                resolve_claim(&pod, scratch, Some(&generated(owner))).unwrap_err(),
+                "PVC ns/p-scratch was not created for pod ns/p (pod is not owner)"
+            );
+        }
+        // Before that, the claim must be there and bound, as any claim.
+        assert_eq!(
+            resolve_claim(&pod, scratch, None).unwrap_err(),
+            "error processing PVC ns/p-scratch: failed to fetch PVC from API server: not read yet"
+        );
+        let mut pending = generated(Some("u1"));
+        pending.claim = Ok(claim("Pending", None));
+        assert_eq!(
+            resolve_claim(&pod, scratch, Some(&pending)).unwrap_err(),
+            "error processing PVC ns/p-scratch: PVC is not bound"
+        );
     }
 
     #[test]

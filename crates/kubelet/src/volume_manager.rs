@@ -327,7 +327,7 @@ impl VolumeManager {
         let before = self.states.lock().get(pod_uid).cloned().unwrap_or_default();
         let mut states = PodVolumeStates::default();
         for v in spec(pod).volumes.iter().flatten() {
-            let mut kind = VolumeKind::of(v);
+            let mut kind = VolumeKind::in_pod(pod, v);
             // A claim's plugin is known once it resolves.
             let mut plugin = kind.plugin_name();
             let kind_plugin = plugin.unwrap_or_default();
