@@ -4,8 +4,10 @@
 # controller manager's hostPath provisioner (--enable-hostpath-provisioner) makes a
 # volume bound to it, a pod writes to it, and deleting the claim deletes the volume and
 # its directory (the class's Delete policy). A StatefulSet's volumeClaimTemplates get
-# their claims the same way, deleted on scale-down with whenScaled: Delete. Sourced by
-# e2e/single-node.sh; uses its step/ok/fail/k helpers and KUBECTL.
+# their claims the same way, deleted on scale-down with whenScaled: Delete. A pod's generic
+# ephemeral volume gets its claim from the ephemeral volume controller, owned by the pod,
+# and loses it with the pod (the garbage collector). Sourced by e2e/single-node.sh; uses
+# its step/ok/fail/k/kx helpers and KUBECTL.
 
 dyn_cleanup() {
   k delete pod e2e-dyn-writer --ignore-not-found --wait=true >/dev/null 2>&1 || true
@@ -137,3 +139,70 @@ done
   fail "claim data-e2e-sts-0 or $pv still there 45 s after the scale-down: $(k get pvc,pv 2>&1)"
 k delete statefulset e2e-sts --wait=true >/dev/null 2>&1 || fail "delete statefulset"
 ok "data-e2e-sts-0 Bound to $pv and mounted; claim and volume deleted on scale-down"
+
+step "dynamic provisioning: a generic ephemeral volume gets a claim owned by its pod; deleted with it"
+k delete pod e2e-eph --ignore-not-found --wait=true >/dev/null 2>&1 || true
+out=$(k apply -f - 2>&1 <<'EOF_YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: e2e-eph}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: scratch
+    ephemeral:
+      volumeClaimTemplate:
+        metadata: {labels: {e2e: ephemeral}}
+        spec:
+          accessModes: [ReadWriteOnce]
+          storageClassName: standard
+          resources: {requests: {storage: 10Mi}}
+  containers:
+  - name: c
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "echo ephemeral > /scratch/hello; sleep 3600"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+EOF_YAML
+) || fail "kubectl apply: $out"
+phase=""
+for ((i = 0; i < 180; i++)); do
+  phase=$(k get pod e2e-eph -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+  [ "$phase" = Running ] || [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+  sleep 0.5
+done
+if [ "$phase" != Running ]; then
+  k describe pvc e2e-eph-scratch 2>&1 | tail -n 15 || true
+  k describe pod e2e-eph 2>&1 | tail -n 25 || true
+  fail "pod e2e-eph is '$phase' (expected Running)"
+fi
+claim=$(k get pvc e2e-eph-scratch -o 'jsonpath={.status.phase}/{.spec.storageClassName}/{.spec.volumeName}') ||
+  fail "get pvc e2e-eph-scratch: $claim"
+pv=${claim##*/}
+[[ $claim == Bound/standard/pvc-* ]] || fail "claim e2e-eph-scratch is '$claim' (expected Bound/standard/pvc-...)"
+pod_uid=$(k get pod e2e-eph -o 'jsonpath={.metadata.uid}') || fail "get pod e2e-eph"
+owner=$(k get pvc e2e-eph-scratch -o 'jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].uid}/{.metadata.ownerReferences[0].controller}/{.metadata.ownerReferences[0].blockOwnerDeletion}/{.metadata.labels.e2e}') ||
+  fail "get pvc e2e-eph-scratch owner"
+[ "$owner" = "Pod/e2e-eph/$pod_uid/true/true/ephemeral" ] ||
+  fail "claim e2e-eph-scratch owner/label is '$owner' (expected Pod/e2e-eph/$pod_uid/true/true/ephemeral)"
+got=""
+for ((i = 0; i < 20; i++)); do
+  got=$(kx e2e-eph -- cat /scratch/hello) && [ "$got" = ephemeral ] && break
+  sleep 0.5
+done
+[ "$got" = ephemeral ] || fail "/scratch/hello in e2e-eph holds '$got' (expected 'ephemeral')"
+dir=$(k get pv "$pv" -o 'jsonpath={.spec.hostPath.path}')
+[ "$(cat "$dir/hello" 2>/dev/null)" = ephemeral ] ||
+  fail "$dir/hello holds '$(cat "$dir/hello" 2>&1)' (expected 'ephemeral')"
+k get pvc e2e-eph-scratch
+k delete pod e2e-eph --wait=true >/dev/null 2>&1 || fail "delete pod e2e-eph"
+gone=0
+for ((i = 0; i < 90; i++)); do
+  if ! claim_out=$(k get pvc e2e-eph-scratch -o name 2>&1) && ! out=$(k get pv "$pv" -o name 2>&1); then
+    grep -q NotFound <<<"$claim_out" && grep -q NotFound <<<"$out" && { gone=1; break; }
+  fi
+  sleep 0.5
+done
+[ $gone -eq 1 ] ||
+  fail "claim e2e-eph-scratch or $pv still there 45 s after pod e2e-eph went: $(k get pvc,pv 2>&1)"
+ok "e2e-eph-scratch made for the pod, Bound to $pv and written; claim and volume deleted with the pod"
