@@ -4,7 +4,8 @@
 # nginx pod with its container's CPU and memory and its ephemeral storage), /metrics
 # (kubelet_running_pods, runtime operation counters; what the kubernetes-mixin Kubelet
 # dashboard and alerts read of the volume manager, storage operations, cgroup manager and
-# certificate managers, around a pod with an emptyDir made and deleted here) and
+# certificate managers, around a pod with an emptyDir made and deleted here; the pod
+# workers' counts, the startup SLI of that pod and the status sync durations) and
 # /metrics/cadvisor (container CPU and working set labelled with the pod). Sourced by
 # e2e/single-node.sh with the nginx pod Running; uses its step/ok/fail/k helpers and NODE.
 
@@ -106,6 +107,48 @@ if grep -q 'kubelet_node_config_error' <<<"$ks_metrics"; then
   fail "kubelet_node_config_error is served (1.33 has none since dynamic kubelet config went)"
 fi
 ok "volume_manager_total_volumes: $ks_desired desired, $ks_actual actual (emptyDir and projected in both); volume_mount timed; cgroup create and update timed"
+
+step "/metrics: the pod workers' counts and the startup SLI of the pod made here"
+# Set every housekeeping pass (2 s): the config's pods, the active ones and the workers
+# by lifecycle, config state and static, every combination upstream reports.
+ks_working() { # lifecycle config static
+  printf 'kubelet_working_pods{config="%s",lifecycle="%s",static="%s"}' "$2" "$1" "$3"
+}
+# ks-volumes was created after the kubelet restart of 70-kubelet-restart.sh, without a
+# status: its startup is recorded once the kubelet's watch shows it running, a moment
+# after the Ready condition this step waited for.
+for ((i = 0; i < 20; i++)); do
+  ks_at_least kubelet_pod_start_sli_duration_seconds_count "$ks_metrics" 1 &&
+    ks_at_least kubelet_pod_start_total_duration_seconds_count "$ks_metrics" 1 && break
+  sleep 0.5
+  ks_metrics=$(k get --raw "/api/v1/nodes/$NODE/proxy/metrics") || fail "metrics: $ks_metrics"
+done
+for ks_line in 'kubelet_desired_pods{static=""}' 'kubelet_active_pods{static=""}' \
+  "$(ks_working sync desired '')"; do
+  ks_at_least "$ks_line" "$ks_metrics" 2 ||
+    fail "$ks_line is '$(ks_sample "$ks_line" "$ks_metrics")' with nginx and ks-volumes running"
+done
+for ks_line in 'kubelet_desired_pods{static="true"}' 'kubelet_active_pods{static="true"}' \
+  kubelet_mirror_pods kubelet_orphaned_runtime_pods_total \
+  'kubelet_restarted_pods_total{static=""}' 'kubelet_restarted_pods_total{static="true"}' \
+  "$(ks_working terminating runtime_only unknown)" "$(ks_working terminated orphan true)"; do
+  [ -n "$(ks_sample "$ks_line" "$ks_metrics")" ] || fail "no $ks_line in /metrics"
+done
+ks_combos=$(grep -c '^kubelet_working_pods{' <<<"$ks_metrics")
+[ "$ks_combos" = 15 ] || fail "kubelet_working_pods has $ks_combos series, upstream reports 15: $(grep '^kubelet_working_pods' <<<"$ks_metrics")"
+for ks_family in kubelet_pod_start_sli_duration_seconds kubelet_pod_start_total_duration_seconds \
+  kubelet_pod_status_sync_duration_seconds; do
+  grep -qF "# TYPE $ks_family histogram" <<<"$ks_metrics" || fail "$ks_family is not a histogram"
+done
+ks_at_least kubelet_pod_start_sli_duration_seconds_count "$ks_metrics" 1 ||
+  fail "ks-volumes' startup is not in kubelet_pod_start_sli_duration_seconds: $(grep '^kubelet_pod_start_' <<<"$ks_metrics")"
+ks_at_least 'kubelet_pod_start_sli_duration_seconds_bucket{le="3600"}' "$ks_metrics" 1 ||
+  fail "kubelet_pod_start_sli_duration_seconds lacks upstream's le=\"3600\" bucket"
+ks_at_least kubelet_pod_status_sync_duration_seconds_count "$ks_metrics" 1 ||
+  fail "no pod status write timed in kubelet_pod_status_sync_duration_seconds"
+ks_at_least 'kubelet_pod_status_sync_duration_seconds_bucket{le="60"}' "$ks_metrics" 1 ||
+  fail "kubelet_pod_status_sync_duration_seconds lacks upstream's le=\"60\" bucket"
+ok "desired $(ks_sample 'kubelet_desired_pods{static=""}' "$ks_metrics"), active $(ks_sample 'kubelet_active_pods{static=""}' "$ks_metrics"), $(ks_sample "$(ks_working sync desired '')" "$ks_metrics") workers syncing; startup SLI of $(ks_sample kubelet_pod_start_sli_duration_seconds_count "$ks_metrics") pod(s), $(ks_sample kubelet_pod_status_sync_duration_seconds_count "$ks_metrics") status writes timed"
 
 step "/metrics: deleting the pod tears its emptyDir down and destroys its cgroup"
 ks_unmounts() { ks_sample "$(ks_op volume_unmount kubernetes.io/empty-dir success)" "$1"; }

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -50,6 +51,7 @@ use crate::static_pods::{
 };
 use crate::status::RuntimePod;
 use crate::status_manager::StatusManager;
+use crate::working_pods::{ConfigPod, Lifecycle, OrphanWorker, count_pods};
 
 /// Everything the kubelet is configured with besides the runtime's [`crate::NodeConfig`].
 #[derive(Debug, Clone)]
@@ -195,6 +197,37 @@ enum WorkerMsg {
 
 struct Worker {
     tx: mpsc::UnboundedSender<WorkerMsg>,
+    /// Where the worker is in its pod's lifecycle (a [`Lifecycle`] byte the worker
+    /// writes), for `kubelet_working_pods` and `kubelet_active_pods`.
+    lifecycle: Arc<AtomicU8>,
+    is_static: bool,
+    /// Told that its pod left the config (deleted in the API, its manifest removed).
+    orphaned: bool,
+    /// Its pod came back with the same UID while it was being terminated: upstream
+    /// starts such a pod again once the old worker is done with it.
+    restart: bool,
+}
+
+impl Worker {
+    fn lifecycle(&self) -> Lifecycle {
+        Lifecycle::from_u8(self.lifecycle.load(Ordering::Relaxed))
+    }
+
+    /// Hands the worker a new copy of its pod from the config; a pod it was told had
+    /// left is back.
+    fn send_config(&mut self, msg: WorkerMsg) {
+        if self.orphaned {
+            self.restart = true;
+        }
+        let _ = self.tx.send(msg);
+    }
+
+    /// Tells the worker its pod left the config.
+    fn send_deleted(&mut self, pod: Arc<Pod>) {
+        self.orphaned = true;
+        self.restart = false;
+        let _ = self.tx.send(WorkerMsg::Deleted(pod));
+    }
 }
 
 /// `kubeAPIQPS`, `kubeAPIBurst`, `eventRecordQPS` and `eventBurst`, integers as in
@@ -351,7 +384,7 @@ impl Kubelet {
             probes,
             probe_changes: parking_lot::Mutex::new(Some(probe_rx)),
             tokens: parking_lot::Mutex::new(HashMap::new()),
-            status: StatusManager::new(client.clone()),
+            status: StatusManager::new(client.clone(), runtime.cri().metrics().clone()),
             client,
             heartbeat_client: clients.heartbeat,
             event_client: clients.events,
@@ -1119,6 +1152,13 @@ impl Kubelet {
                         }
                         Notification::Deleted { obj, .. } => (obj, true, true, false),
                     };
+                    // Mirror pods too, as upstream's config source: a static pod's
+                    // startup is the mirror pod's, whose status the kubelet writes.
+                    if deleted {
+                        self.runtime.cri().metrics().forget_pod_startup(uid(&pod));
+                    } else {
+                        self.runtime.cri().metrics().observe_pod_on_watch(&pod);
+                    }
                     if is_mirror_pod(&pod) {
                         self.mirror_changed(pod, deleted, &workers);
                         continue;
@@ -1142,19 +1182,18 @@ impl Kubelet {
                         }
                         continue;
                     }
-                    let msg = if deleted {
-                        WorkerMsg::Deleted(pod.clone())
-                    } else if needs_sync {
+                    let msg = if needs_sync {
                         WorkerMsg::Update(pod.clone())
                     } else {
                         WorkerMsg::Refresh(pod.clone())
                     };
-                    match workers.get(&pod_uid) {
-                        Some(w) => { let _ = w.tx.send(msg); }
+                    match workers.get_mut(&pod_uid) {
+                        Some(w) if deleted => w.send_deleted(pod),
+                        Some(w) => w.send_config(msg),
                         None if deleted => {
                             // No worker: make sure nothing of it is left running.
-                            let w = self.spawn_worker(pod, workers_cancel.clone(), done_tx.clone());
-                            let _ = w.tx.send(msg);
+                            let mut w = self.spawn_worker(pod.clone(), workers_cancel.clone(), done_tx.clone());
+                            w.send_deleted(pod);
                             workers.insert(pod_uid, w);
                         }
                         None => {
@@ -1182,13 +1221,25 @@ impl Kubelet {
                     }
                 }
                 Some(done) = done_rx.recv() => {
-                    workers.remove(&done);
-                    if self.pods.read().contains_key(&done) {
-                        finished.insert(done.clone());
-                    }
+                    let ended = workers.remove(&done);
                     self.evictions.lock().remove(&done);
-                    self.runtime.cri().metrics().forget_pod(&done);
+                    let metrics = self.runtime.cri().metrics();
+                    metrics.forget_pod(&done);
                     self.status.forget(&done);
+                    let in_config = self.pods.read().get(&done).cloned();
+                    match in_config {
+                        Some(pod) if ended.as_ref().is_some_and(|w| w.restart) => {
+                            tracing::info!(pod = name(&pod), namespace = namespace(&pod), uid = %done, "pod came back with the same UID while it was terminated: starting it again");
+                            let is_static = is_static_pod(&pod);
+                            metrics.add_restarted_pods(u64::from(!is_static), u64::from(is_static));
+                            let w = self.spawn_worker(pod, workers_cancel.clone(), done_tx.clone());
+                            workers.insert(done, w);
+                        }
+                        Some(_) => {
+                            finished.insert(done);
+                        }
+                        None => {}
+                    }
                     self.heap.request();
                 }
                 _ = housekeeping.tick() => {
@@ -1198,8 +1249,9 @@ impl Kubelet {
                             // the first periodic update.
                             self.update_qos_cgroups();
                         }
-                        self.cleanup_orphans(&workers).await;
+                        let runtime_only = self.cleanup_orphans(&workers).await;
                         self.reconcile_mirrors().await;
+                        self.record_pod_counts(&workers, &finished, runtime_only);
                     }
                 }
             }
@@ -1264,8 +1316,8 @@ impl Kubelet {
                 "static pod removed"
             );
             self.pods.write().remove(pod_uid);
-            if let Some(w) = workers.get(pod_uid) {
-                let _ = w.tx.send(WorkerMsg::Deleted(pod.clone()));
+            if let Some(w) = workers.get_mut(pod_uid) {
+                w.send_deleted(pod.clone());
             }
         }
         for (pod_uid, pod) in current {
@@ -1274,10 +1326,8 @@ impl Kubelet {
             }
             tracing::info!(pod = name(&pod), namespace = namespace(&pod), uid = %pod_uid, "static pod added");
             self.pods.write().insert(pod_uid.clone(), pod.clone());
-            match workers.get(&pod_uid) {
-                Some(w) => {
-                    let _ = w.tx.send(WorkerMsg::Update(pod));
-                }
+            match workers.get_mut(&pod_uid) {
+                Some(w) => w.send_config(WorkerMsg::Update(pod)),
                 None => {
                     let w = self.spawn_worker(pod, workers_cancel.clone(), done_tx.clone());
                     workers.insert(pod_uid, w);
@@ -1377,11 +1427,14 @@ impl Kubelet {
     }
 
     /// Kills runtime pods no worker owns (deleted while the kubelet was down, or left over
-    /// from another kubelet): upstream `HandlePodCleanups`.
-    async fn cleanup_orphans(&self, workers: &HashMap<String, Worker>) {
+    /// from another kubelet): upstream `HandlePodCleanups`. Returns how many of them were
+    /// running (upstream's orphaned runtime pods, counted in
+    /// `kubelet_orphaned_runtime_pods_total`).
+    async fn cleanup_orphans(&self, workers: &HashMap<String, Worker>) -> u64 {
         let Ok(rt) = self.runtime.runtime_pods().await else {
-            return;
+            return 0;
         };
+        let mut running_orphans = 0;
         let known: BTreeSet<String> = self.pods.read().keys().cloned().collect();
         // Pod directories (volumes, termination messages) of pods no longer here.
         let runtime_uids: BTreeSet<&String> = rt.keys().collect();
@@ -1399,6 +1452,16 @@ impl Kubelet {
         for (pod_uid, rp) in rt {
             if workers.contains_key(&pod_uid) || known.contains(&pod_uid) {
                 continue;
+            }
+            // Upstream looks only at the runtime cache's running pods; what is left of
+            // one already stopped would otherwise count again every pass.
+            if rp.sandboxes.iter().any(|s| s.ready)
+                || rp
+                    .containers
+                    .iter()
+                    .any(|c| c.state == crate::status::RuntimeState::Running)
+            {
+                running_orphans += 1;
             }
             if rp.sandboxes.is_empty() {
                 if rp.containers.is_empty() {
@@ -1426,6 +1489,43 @@ impl Kubelet {
                 tracing::warn!(error = %e, uid = %pod_uid, "cleaning up orphaned pod");
             }
         }
+        running_orphans
+    }
+
+    /// Upstream's summary at the end of `HandlePodCleanups`: the config's pods, the
+    /// active ones, the mirror pods and the pod workers by lifecycle and config state;
+    /// `runtime_only` is the running orphans this pass handed to termination.
+    fn record_pod_counts(
+        &self,
+        workers: &HashMap<String, Worker>,
+        finished: &HashSet<String>,
+        runtime_only: u64,
+    ) {
+        let metrics = self.runtime.cri().metrics();
+        metrics.add_orphaned_runtime_pods(runtime_only);
+        // Counted as the restarts happen; added here too so both series show from the
+        // first pass, as upstream's.
+        metrics.add_restarted_pods(0, 0);
+        let mirrors = self.mirrors.read().len() as u64;
+        let pods = self.pods.read();
+        let config = pods.iter().map(|(pod_uid, pod)| ConfigPod {
+            pod,
+            lifecycle: if finished.contains(pod_uid) {
+                Some(Lifecycle::Terminated)
+            } else {
+                workers.get(pod_uid).map(Worker::lifecycle)
+            },
+        });
+        let orphans = workers
+            .iter()
+            .filter(|(pod_uid, _)| !pods.contains_key(*pod_uid))
+            .map(|(_, w)| OrphanWorker {
+                lifecycle: w.lifecycle(),
+                is_static: w.is_static,
+            });
+        let counts = count_pods(config, orphans, runtime_only, mirrors);
+        drop(pods);
+        metrics.set_pod_counts(&counts);
     }
 
     fn spawn_worker(
@@ -1436,12 +1536,21 @@ impl Kubelet {
     ) -> Worker {
         let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
+        let lifecycle = Arc::new(AtomicU8::new(Lifecycle::Sync.as_u8()));
+        let is_static = is_static_pod(&pod);
+        let state = lifecycle.clone();
         tokio::spawn(async move {
             let pod_uid = uid(&pod).to_owned();
-            this.worker(pod, rx, cancel).await;
+            this.worker(pod, rx, &state, cancel).await;
             let _ = done.send(pod_uid);
         });
-        Worker { tx }
+        Worker {
+            tx,
+            lifecycle,
+            is_static,
+            orphaned: false,
+            restart: false,
+        }
     }
 
     /// One pod's worker: syncs on every update, PLEG event and `syncFrequency`, until the
@@ -1450,8 +1559,10 @@ impl Kubelet {
         &self,
         mut pod: Arc<Pod>,
         mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
+        lifecycle: &AtomicU8,
         cancel: CancellationToken,
     ) {
+        let set_lifecycle = |l: Lifecycle| lifecycle.store(l.as_u8(), Ordering::Relaxed);
         let mut deleted = false;
         let mut retry = Duration::from_millis(500);
         let first_seen = Instant::now();
@@ -1462,12 +1573,20 @@ impl Kubelet {
             let started = Instant::now();
             let finished = if deleted {
                 operation = "kill";
+                set_lifecycle(Lifecycle::Terminating);
                 self.terminate(&pod, true).await
             } else if pod.metadata.deletion_timestamp.is_some() {
                 operation = "kill";
+                set_lifecycle(Lifecycle::Terminating);
                 self.terminate(&pod, false).await
             } else {
                 retry_soon = self.sync(&pod, first_seen).await;
+                // A terminal pod's sync stops what is left of it.
+                set_lifecycle(if is_terminal(&pod) {
+                    Lifecycle::Terminated
+                } else {
+                    Lifecycle::Sync
+                });
                 false
             };
             self.runtime
@@ -1505,6 +1624,11 @@ impl Kubelet {
                     true
                 }
                 WorkerMsg::Refresh(p) => {
+                    // Mostly the kubelet's own status write: a terminal phase there was
+                    // written once the pod's containers had all ended.
+                    if is_terminal(&p) && !deleted && p.metadata.deletion_timestamp.is_none() {
+                        set_lifecycle(Lifecycle::Terminated);
+                    }
                     pod = p;
                     false
                 }

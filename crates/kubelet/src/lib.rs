@@ -44,7 +44,8 @@
 //!   [`rotating_transport`] (the API client presenting the current certificate, its
 //!   connections closed when it changes),
 //!   [`stats`] (`/stats/summary` and its collection), [`metrics`] (`/metrics`,
-//!   `/metrics/cadvisor`), [`resource_metrics`] (`/metrics/resource`, pure rendering of
+//!   `/metrics/cadvisor`; pure inputs: [`working_pods`], the pod counts of each
+//!   housekeeping pass, and [`pod_startup`], the pod startup SLI), [`resource_metrics`] (`/metrics/resource`, pure rendering of
 //!   the summary's CPU and memory for metrics-server).
 
 pub mod actions;
@@ -72,6 +73,7 @@ pub mod metrics;
 pub mod node;
 pub mod node_allocatable;
 pub mod pleg;
+pub mod pod_startup;
 pub mod probe;
 pub mod probe_manager;
 pub mod prober;
@@ -91,6 +93,7 @@ pub mod streaming;
 pub mod system_logs;
 pub mod volume;
 pub mod volume_manager;
+pub mod working_pods;
 
 pub use config::{HostDns, NodeConfig};
 pub use cri::{CriClient, CriError};

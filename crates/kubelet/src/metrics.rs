@@ -21,6 +21,11 @@ const POD_START_BUCKETS: &[f64] = &[
     300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 ];
 
+/// `kubelet_pod_status_sync_duration_seconds` buckets (upstream's).
+const POD_STATUS_SYNC_BUCKETS: &[f64] = &[
+    0.010, 0.050, 0.100, 0.500, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0,
+];
+
 /// `storage_operation_duration_seconds` buckets (upstream's `pkg/volume/util`).
 const STORAGE_OPERATION_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
@@ -63,6 +68,20 @@ pub struct KubeletMetrics {
     storage_operations: HistogramVec<4>,
     /// Pods whose start was already observed (by UID).
     started: Mutex<HashSet<String>>,
+    /// static (`true`, or empty for API pods).
+    desired_pods: GaugeVec<1>,
+    active_pods: GaugeVec<1>,
+    mirror_pods: GaugeVec<0>,
+    /// config, lifecycle, static (the text format's order).
+    working_pods: GaugeVec<3>,
+    restarted_pods: CounterVec<1>,
+    orphaned_runtime_pods: CounterVec<0>,
+    /// Upstream's vectors without labels: shown once a pod's startup is recorded.
+    pod_start_sli: HistogramVec<0>,
+    pod_start_total: HistogramVec<0>,
+    first_network_pod_start_sli: GaugeVec<0>,
+    startup: Mutex<crate::pod_startup::PodStartupTracker>,
+    pod_status_sync: HistogramVec<0>,
 }
 
 impl Default for KubeletMetrics {
@@ -152,6 +171,60 @@ impl Default for KubeletMetrics {
                 STORAGE_OPERATION_BUCKETS,
             ),
             started: Mutex::new(HashSet::new()),
+            desired_pods: GaugeVec::new(
+                "kubelet_desired_pods",
+                "[ALPHA] The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+                ["static"],
+            ),
+            active_pods: GaugeVec::new(
+                "kubelet_active_pods",
+                "[ALPHA] The number of pods the kubelet considers active and which are being considered when admitting new pods. static is true if the pod is not from the apiserver.",
+                ["static"],
+            ),
+            mirror_pods: GaugeVec::new(
+                "kubelet_mirror_pods",
+                "[ALPHA] The number of mirror pods the kubelet will try to create (one per admitted static pod)",
+                [],
+            ),
+            working_pods: GaugeVec::new(
+                "kubelet_working_pods",
+                "[ALPHA] Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only (also orphaned), and whether the pod is static. An orphaned pod has been removed from local configuration or force deleted in the API and consumes resources that are not otherwise visible.",
+                ["config", "lifecycle", "static"],
+            ),
+            restarted_pods: CounterVec::new(
+                "kubelet_restarted_pods_total",
+                "[ALPHA] Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)",
+                ["static"],
+            ),
+            orphaned_runtime_pods: CounterVec::new(
+                "kubelet_orphaned_runtime_pods_total",
+                "[ALPHA] Number of pods that have been detected in the container runtime without being already known to the pod worker. This typically indicates the kubelet was restarted while a pod was force deleted in the API or in the local configuration, which is unusual.",
+                [],
+            ),
+            pod_start_sli: HistogramVec::histogram(
+                "kubelet_pod_start_sli_duration_seconds",
+                "[ALPHA] Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+                [],
+                POD_START_BUCKETS,
+            ),
+            pod_start_total: HistogramVec::histogram(
+                "kubelet_pod_start_total_duration_seconds",
+                "[ALPHA] Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+                [],
+                POD_START_BUCKETS,
+            ),
+            first_network_pod_start_sli: GaugeVec::new(
+                "kubelet_first_network_pod_start_sli_duration_seconds",
+                "[INTERNAL] Duration in seconds to start the first network pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+                [],
+            ),
+            startup: Mutex::new(Default::default()),
+            pod_status_sync: HistogramVec::histogram(
+                "kubelet_pod_status_sync_duration_seconds",
+                "[ALPHA] Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+                [],
+                POD_STATUS_SYNC_BUCKETS,
+            ),
         }
     }
 }
@@ -276,6 +349,80 @@ impl KubeletMetrics {
     /// Forgets a pod that left the node.
     pub fn forget_pod(&self, pod_uid: &str) {
         self.started.lock().remove(pod_uid);
+        self.startup.lock().forget(pod_uid);
+    }
+
+    /// The pod counts of one housekeeping pass (upstream sets them all each pass).
+    pub fn set_pod_counts(&self, counts: &crate::working_pods::PodCounts) {
+        self.desired_pods.set([""], counts.desired.0 as f64);
+        self.desired_pods.set(["true"], counts.desired.1 as f64);
+        self.active_pods.set([""], counts.active.0 as f64);
+        self.active_pods.set(["true"], counts.active.1 as f64);
+        self.mirror_pods.set([], counts.mirrors as f64);
+        for ((lifecycle, config, is_static), n) in &counts.working {
+            self.working_pods
+                .set([config, lifecycle, is_static], *n as f64);
+        }
+    }
+
+    /// Pods restarted in one housekeeping pass because they came back with the UID of
+    /// a pod still being terminated; counted (0 too) every pass, as upstream's.
+    pub fn add_restarted_pods(&self, regular: u64, statics: u64) {
+        self.restarted_pods.add(["true"], statics);
+        self.restarted_pods.add([""], regular);
+    }
+
+    /// Runtime pods found without a worker and handed to termination.
+    pub fn add_orphaned_runtime_pods(&self, n: u64) {
+        self.orphaned_runtime_pods.add([], n);
+    }
+
+    /// An API pod as the pod watch delivered it: records its startup once the watch
+    /// shows it started ([`crate::pod_startup`]).
+    pub fn observe_pod_on_watch(&self, pod: &k8s_openapi::api::core::v1::Pod) {
+        let seen = self.startup.lock().observed_on_watch(pod, unix_now());
+        if let Some(seen) = seen {
+            self.pod_start_sli.observe([], seen.sli_seconds);
+            self.pod_start_total.observe([], seen.total_seconds);
+            if seen.first_network {
+                self.first_network_pod_start_sli.set([], seen.sli_seconds);
+            }
+        }
+    }
+
+    /// Forgets the startup of a pod gone from the API.
+    pub fn forget_pod_startup(&self, pod_uid: &str) {
+        self.startup.lock().forget(pod_uid);
+    }
+
+    /// An image pull for the pod starts.
+    pub fn image_started_pulling(&self, pod_uid: &str) {
+        self.startup
+            .lock()
+            .image_started_pulling(pod_uid, unix_now());
+    }
+
+    /// An image pull for the pod succeeded.
+    pub fn image_finished_pulling(&self, pod_uid: &str) {
+        self.startup
+            .lock()
+            .image_finished_pulling(pod_uid, unix_now());
+    }
+
+    /// The kubelet set a status for the pod.
+    pub fn pod_status_updated(
+        &self,
+        pod_uid: &str,
+        status: &k8s_openapi::api::core::v1::PodStatus,
+    ) {
+        self.startup
+            .lock()
+            .status_updated(pod_uid, status, unix_now());
+    }
+
+    /// A pod status change reached the API `took` after it was first seen.
+    pub fn observe_pod_status_sync(&self, took: Duration) {
+        self.pod_status_sync.observe([], took.as_secs_f64());
     }
 
     /// The `/metrics` page.
@@ -332,6 +479,23 @@ impl KubeletMetrics {
         self.cgroup_manager.render(&mut out);
         CertificateMetrics::global().render(&mut out, SystemTime::now());
         self.pod_start.render(&mut out);
+        // Vectors without labels upstream: nothing until something is recorded.
+        for h in [
+            &self.pod_start_sli,
+            &self.pod_start_total,
+            &self.pod_status_sync,
+        ] {
+            if h.get([]).is_some() {
+                h.render(&mut out);
+            }
+        }
+        self.first_network_pod_start_sli.render(&mut out);
+        self.desired_pods.render(&mut out);
+        self.active_pods.render(&mut out);
+        self.mirror_pods.render(&mut out);
+        self.working_pods.render(&mut out);
+        self.restarted_pods.render(&mut out);
+        self.orphaned_runtime_pods.render(&mut out);
         self.pod_worker_duration.render(&mut out);
         self.started_pods.render(&mut out);
         self.started_pods_errors.render(&mut out);
@@ -958,6 +1122,105 @@ mod tests {
             m.render(&KubeletGauges::default())
                 .contains("kubelet_pod_start_duration_seconds_count 2")
         );
+    }
+
+    #[test]
+    fn pod_counts_startup_and_status_sync_families() {
+        use crate::working_pods::{ConfigPod, Lifecycle, count_pods};
+        let m = KubeletMetrics::default();
+        let empty = m.render(&KubeletGauges::default());
+        for absent in [
+            "kubelet_desired_pods",
+            "kubelet_working_pods",
+            "kubelet_restarted_pods_total",
+            "kubelet_pod_start_sli_duration_seconds",
+            "kubelet_pod_start_total_duration_seconds",
+            "kubelet_pod_status_sync_duration_seconds",
+        ] {
+            assert!(!empty.contains(absent), "{absent} before anything set it");
+        }
+        // Upstream's plain gauge and counter show from the start.
+        for line in [
+            "kubelet_mirror_pods 0",
+            "kubelet_orphaned_runtime_pods_total 0",
+            "# TYPE kubelet_first_network_pod_start_sli_duration_seconds gauge",
+        ] {
+            assert!(empty.lines().any(|l| l == line), "{line} in\n{empty}");
+        }
+
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"uid": "u1", "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"containers": []},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap_or_default();
+        let counts = count_pods(
+            [ConfigPod {
+                pod: &pod,
+                lifecycle: Some(Lifecycle::Sync),
+            }],
+            [],
+            1,
+            2,
+        );
+        m.set_pod_counts(&counts);
+        m.add_orphaned_runtime_pods(1);
+        m.add_restarted_pods(0, 1);
+
+        // Tracked from a first sight without startTime; the kubelet writes it running
+        // (no container statuses: upstream's check passes), the watch shows it so.
+        let mut pending = pod.clone();
+        if let Some(s) = pending.status.as_mut() {
+            s.phase = Some("Pending".into());
+        }
+        m.observe_pod_on_watch(&pending);
+        m.pod_status_updated("u1", pod.status.as_ref().unwrap());
+        m.observe_pod_on_watch(&pod);
+        m.observe_pod_on_watch(&pod);
+        m.observe_pod_status_sync(Duration::from_millis(30));
+        let page = m.render(&KubeletGauges::default());
+        for line in [
+            "# HELP kubelet_desired_pods [ALPHA] The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+            "# TYPE kubelet_desired_pods gauge",
+            "kubelet_desired_pods{static=\"\"} 1",
+            "kubelet_desired_pods{static=\"true\"} 0",
+            "kubelet_active_pods{static=\"\"} 1",
+            "kubelet_mirror_pods 2",
+            "# TYPE kubelet_working_pods gauge",
+            "kubelet_working_pods{config=\"desired\",lifecycle=\"sync\",static=\"\"} 1",
+            "kubelet_working_pods{config=\"runtime_only\",lifecycle=\"terminating\",static=\"unknown\"} 1",
+            "kubelet_working_pods{config=\"orphan\",lifecycle=\"terminated\",static=\"true\"} 0",
+            "kubelet_orphaned_runtime_pods_total 1",
+            "# TYPE kubelet_restarted_pods_total counter",
+            "kubelet_restarted_pods_total{static=\"\"} 0",
+            "kubelet_restarted_pods_total{static=\"true\"} 1",
+            "# TYPE kubelet_pod_start_sli_duration_seconds histogram",
+            "kubelet_pod_start_sli_duration_seconds_bucket{le=\"0.5\"} 0",
+            "kubelet_pod_start_sli_duration_seconds_bucket{le=\"3600\"} 0",
+            "kubelet_pod_start_sli_duration_seconds_count 1",
+            "# HELP kubelet_pod_start_total_duration_seconds [ALPHA] Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+            "kubelet_pod_start_total_duration_seconds_count 1",
+            "# HELP kubelet_pod_status_sync_duration_seconds [ALPHA] Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+            "kubelet_pod_status_sync_duration_seconds_bucket{le=\"0.01\"} 0",
+            "kubelet_pod_status_sync_duration_seconds_bucket{le=\"0.05\"} 1",
+            "kubelet_pod_status_sync_duration_seconds_bucket{le=\"60\"} 1",
+            "kubelet_pod_status_sync_duration_seconds_count 1",
+            "# HELP kubelet_first_network_pod_start_sli_duration_seconds [INTERNAL] Duration in seconds to start the first network pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+        assert_eq!(
+            page.lines()
+                .filter(|l| l.starts_with("kubelet_working_pods{"))
+                .count(),
+            15
+        );
+        let first_network = page
+            .lines()
+            .find_map(|l| l.strip_prefix("kubelet_first_network_pod_start_sli_duration_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(first_network > 3600.0, "created in 2024: {first_network}");
     }
 
     #[test]

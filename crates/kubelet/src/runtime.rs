@@ -789,6 +789,7 @@ impl RuntimeManager {
                     &format!("Pulling image \"{image}\""),
                 );
                 let started = std::time::Instant::now();
+                self.cri.metrics().image_started_pulling(uid(pod));
                 // The pod's imagePullSecrets that exist; upstream warns about the others
                 // and pulls without them.
                 let (found, missing): (Vec<_>, Vec<_>) = spec(pod)
@@ -826,6 +827,7 @@ impl RuntimeManager {
                     match pulled {
                         Ok(image_ref) => {
                             pulls.backoff.gc(now);
+                            self.cri.metrics().image_finished_pulling(uid(pod));
                             image_ref
                         }
                         Err(e) => {

@@ -3,12 +3,15 @@
 //! differs from what the API already has.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
 
+use crate::metrics::KubeletMetrics;
 use crate::sandbox::{name, namespace, uid};
 
 /// The pod conditions the kubelet owns.
@@ -84,13 +87,19 @@ pub fn status_changed(old: Option<&PodStatus>, new: &PodStatus) -> bool {
 pub struct StatusManager {
     client: kube::Client,
     written: Mutex<HashMap<String, serde_json::Value>>,
+    /// When a change not yet in the API was first found, by pod UID
+    /// (`kubelet_pod_status_sync_duration_seconds` runs from there to the write).
+    pending: Mutex<HashMap<String, Instant>>,
+    metrics: Arc<KubeletMetrics>,
 }
 
 impl StatusManager {
-    pub fn new(client: kube::Client) -> Self {
+    pub fn new(client: kube::Client, metrics: Arc<KubeletMetrics>) -> Self {
         StatusManager {
             client,
             written: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            metrics,
         }
     }
 
@@ -103,8 +112,16 @@ impl StatusManager {
         if !status_changed(pod.status.as_ref(), &merged)
             || self.written.lock().get(&key) == Some(&norm)
         {
+            // Nothing left to write: a change found before is in the API (or undone).
+            self.pending.lock().remove(&key);
             return Ok(false);
         }
+        // A failed write leaves the change pending: the next one measures from here.
+        let found = *self
+            .pending
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(Instant::now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace(pod));
         let patch = serde_json::json!({
             "metadata": {"uid": key},
@@ -112,6 +129,12 @@ impl StatusManager {
         });
         api.patch_status(name(pod), &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        self.pending.lock().remove(&key);
+        self.metrics
+            .observe_pod_status_sync(truncate_to_millis(found.elapsed()));
+        // Upstream marks the pod running for the startup SLI once a status showing it
+        // so has reached the API.
+        self.metrics.pod_status_updated(&key, &merged);
         self.written.lock().insert(key, norm);
         Ok(true)
     }
@@ -124,7 +147,13 @@ impl StatusManager {
     /// Forgets a pod (it left the node).
     pub fn forget(&self, pod_uid: &str) {
         self.written.lock().remove(pod_uid);
+        self.pending.lock().remove(pod_uid);
     }
+}
+
+/// Upstream observes the sync duration truncated to the millisecond.
+fn truncate_to_millis(d: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }
 
 #[cfg(test)]

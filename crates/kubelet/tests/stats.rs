@@ -244,7 +244,47 @@ async fn summary_and_metrics_on_real_containerd() {
             "ephemeral storage counts the emptyDir: {pod}"
         );
 
-        let metrics = tokio::task::spawn_blocking(move || get(addr, "/metrics")).await??;
+        // The pod workers' counts come with the next housekeeping pass (2 s); the
+        // startup SLI once the kubelet's watch shows the pod running.
+        let metrics = wait_for(
+            "pod counts and the startup SLI in /metrics",
+            Duration::from_secs(20),
+            || async {
+                let page = tokio::task::spawn_blocking(move || get(addr, "/metrics")).await??;
+                let done = [
+                    "kubelet_desired_pods{static=\"\"} 1",
+                    "kubelet_active_pods{static=\"\"} 1",
+                    "kubelet_working_pods{config=\"desired\",lifecycle=\"sync\",static=\"\"} 1",
+                    "kubelet_pod_start_sli_duration_seconds_count 1",
+                    "kubelet_pod_start_total_duration_seconds_count 1",
+                ]
+                .iter()
+                .all(|line| page.lines().any(|l| l == *line));
+                Ok(done.then_some(page))
+            },
+        )
+        .await?;
+        ensure!(
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("kubelet_working_pods{"))
+                .count()
+                == 15,
+            "{metrics}"
+        );
+        for line in [
+            "kubelet_mirror_pods 0",
+            "kubelet_desired_pods{static=\"true\"} 0",
+            "# TYPE kubelet_pod_status_sync_duration_seconds histogram",
+        ] {
+            ensure!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+        }
+        ensure!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("kubelet_orphaned_runtime_pods_total ")),
+            "{metrics}"
+        );
         for line in [
             "kubelet_running_containers{container_state=\"running\"}",
             "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} ",
