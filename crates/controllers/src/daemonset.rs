@@ -71,12 +71,12 @@ use ferrokube_client::workqueue::WorkQueue;
 use crate::deployment::compute_hash;
 use crate::events::{EventSink, EventType, emit, reference_to};
 use crate::expectations::Expectations;
-use crate::nodelifecycle::tolerates;
 use crate::podcontrol::{create_pod, delete_pod};
 use crate::replicaset::{
     ClaimingOwner, SLOW_START_INITIAL_BATCH, claim_pods, is_conflict, is_not_found,
     slow_start_batch,
 };
+use crate::tainteviction::tolerates;
 use crate::util::{
     controller_of, is_pod_available, is_pod_ready, is_pod_terminal, labels, new_controller_ref,
     pod_node, pod_phase, scaled_value, selector_is_empty, selector_matches,

@@ -110,10 +110,10 @@ pub fn plan(
         if secret.type_.as_deref() != Some(TOKEN_TYPE) || meta.deletion_timestamp.is_some() {
             continue;
         }
-        if !meta
+        if meta
             .creation_timestamp
             .as_ref()
-            .is_some_and(|t| t.0 < preserve_created_on_or_after)
+            .is_none_or(|t| t.0 >= preserve_created_on_or_after)
         {
             continue;
         }
@@ -391,7 +391,7 @@ mod tests {
         assert!(
             run(
                 "2026-06-01T00:00:00Z",
-                &[labelled.clone()],
+                std::slice::from_ref(&labelled),
                 sa.clone(),
                 vec![]
             )
@@ -445,7 +445,7 @@ mod tests {
         assert!(
             run(
                 "2025-12-01T00:00:00Z",
-                &[s.clone()],
+                std::slice::from_ref(&s),
                 Arc::new(other),
                 vec![]
             )
@@ -456,7 +456,7 @@ mod tests {
         assert!(
             run(
                 "2024-12-31T23:59:59Z",
-                &[s.clone()],
+                std::slice::from_ref(&s),
                 builder(&["old"]),
                 vec![]
             )

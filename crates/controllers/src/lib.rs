@@ -14,7 +14,8 @@
 //! [`replicaset`] (also drives ReplicationControllers), [`deployment`],
 //! [`garbagecollector`], [`namespace`], [`serviceaccount`], [`endpoints`],
 //! [`endpointslice`], [`endpointslicemirroring`] (custom Endpoints into slices),
-//! [`nodelifecycle`], [`podgc`], [`rootcacertpublisher`],
+//! [`nodelifecycle`], [`tainteviction`] (pods on NoExecute-tainted nodes evicted),
+//! [`podgc`], [`rootcacertpublisher`],
 //! [`disruption`] (PodDisruptionBudget status), [`resourcequota`] (quota status.used),
 //! [`job`] (a Job's pods run to completion or failure),
 //! [`cronjob`] (Jobs created on a cron schedule), [`daemonset`] (a pod on every
@@ -60,9 +61,9 @@ pub mod expectations;
 pub mod garbagecollector;
 pub mod hostpath;
 pub mod job;
+pub mod legacytokencleaner;
 pub mod manager;
 pub mod namespace;
-pub mod legacytokencleaner;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
@@ -78,9 +79,10 @@ pub mod serviceaccount;
 pub mod serviceaccounttoken;
 pub mod servicecidrs;
 pub mod statefulset;
+pub mod tainteviction;
+pub mod ttl;
 pub mod ttlafterfinished;
 pub mod util;
-pub mod ttl;
 pub mod vapstatus;
 
 use std::sync::Arc;

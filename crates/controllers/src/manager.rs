@@ -31,8 +31,8 @@ use crate::events::EventSink;
 use crate::garbagecollector::GarbageCollector;
 use crate::hostpath::HostPathPlugin;
 use crate::job::JobController;
-use crate::namespace::NamespaceController;
 use crate::legacytokencleaner::LegacyTokenCleanerController;
+use crate::namespace::NamespaceController;
 use crate::nodeipam::{NodeIpamConfig, NodeIpamController};
 use crate::nodelifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::persistentvolume::{PersistentVolumeController, PersistentVolumeOptions};
@@ -47,8 +47,9 @@ use crate::serviceaccount::ServiceAccountController;
 use crate::serviceaccounttoken::{ServiceAccountTokenController, token_secrets_factory};
 use crate::servicecidrs::ServiceCidrController;
 use crate::statefulset::StatefulSetController;
-use crate::ttlafterfinished::TtlAfterFinishedController;
+use crate::tainteviction::TaintEvictionController;
 use crate::ttl::TtlController;
+use crate::ttlafterfinished::TtlAfterFinishedController;
 use crate::vapstatus::VapStatusController;
 use crate::{Controller, Error, Result, run_controller};
 
@@ -67,6 +68,8 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "endpointslicemirroring",
     ),
     ("node-lifecycle-controller", "nodelifecycle"),
+    // Upstream has no alias for it.
+    ("taint-eviction-controller", "taint-eviction-controller"),
     ("node-ipam-controller", "nodeipam"),
     ("pod-garbage-collector-controller", "podgc"),
     ("resourcequota-controller", "resourcequota"),
@@ -106,13 +109,13 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
     ),
     // Upstream has no older alias for it.
     ("service-cidr-controller", "service-cidr-controller"),
-    // Both in DISABLED_BY_DEFAULT.
-    ("bootstrap-signer-controller", "bootstrapsigner"),
     ("ttl-controller", "ttl"),
     (
         "legacy-serviceaccount-token-cleaner-controller",
         "legacy-service-account-token-cleaner",
     ),
+    // Both in DISABLED_BY_DEFAULT.
+    ("bootstrap-signer-controller", "bootstrapsigner"),
     ("token-cleaner-controller", "tokencleaner"),
 ];
 
@@ -122,7 +125,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "persistentvolume-expander-controller",
     "clusterrole-aggregation-controller",
     "storageversion-garbage-collector-controller",
-    "taint-eviction-controller",
     "node-route-controller",
     "service-lb-controller",
     "cloud-node-lifecycle-controller",
@@ -144,7 +146,10 @@ pub fn service_account_name(controller: &str) -> &str {
         "endpoints-controller" => "endpoint-controller",
         "endpointslice-controller" => "endpointslice-controller",
         "endpointslice-mirroring-controller" => "endpointslicemirroring-controller",
-        "node-lifecycle-controller" | "node-ipam-controller" => "node-controller",
+        // Upstream's taint eviction uses the node controller's role.
+        "node-lifecycle-controller" | "node-ipam-controller" | "taint-eviction-controller" => {
+            "node-controller"
+        }
         "pod-garbage-collector-controller" => "pod-garbage-collector",
         "resourcequota-controller" => "resourcequota-controller",
         "root-ca-certificate-publisher-controller" => "root-ca-cert-publisher",
@@ -161,8 +166,8 @@ pub fn service_account_name(controller: &str) -> &str {
         "service-cidr-controller" => "service-cidrs-controller",
         "bootstrap-signer-controller" => "bootstrap-signer",
         "token-cleaner-controller" => "token-cleaner",
-        other => other,
         "legacy-serviceaccount-token-cleaner-controller" => "legacy-service-account-token-cleaner",
+        other => other,
     }
 }
 
@@ -265,11 +270,11 @@ pub struct ManagerConfig {
     /// `--enable-hostpath-provisioner`: the binder provisions `kubernetes.io/host-path`
     /// claims (crate::hostpath).
     pub enable_hostpath_provisioner: bool,
-}
     /// `--legacy-service-account-token-clean-up-period`: how long an auto-generated
     /// Secret token may go unused before the cleaner invalidates it (and as long again
     /// before it deletes it).
     pub legacy_service_account_token_clean_up_period: Duration,
+}
 
 impl Default for ManagerConfig {
     fn default() -> Self {
@@ -301,9 +306,9 @@ impl Default for ManagerConfig {
             hpa: HpaConfig::default(),
             pv_claim_binder_sync_period: crate::persistentvolume::DEFAULT_SYNC_PERIOD,
             enable_hostpath_provisioner: false,
-        }
             legacy_service_account_token_clean_up_period:
                 crate::legacytokencleaner::DEFAULT_CLEAN_UP_PERIOD,
+        }
     }
 }
 
@@ -429,12 +434,19 @@ impl Manager {
                         &factory,
                         client.clone(),
                         cfg.node_lifecycle.clone(),
-                        // The components upstream's node lifecycle and taint eviction
-                        // controllers report as.
+                        // The component upstream's node lifecycle controller reports as.
                         Arc::new(broadcaster.new_recorder("node-controller")),
-                        Arc::new(broadcaster.new_recorder("taint-eviction-controller")),
                     ),
                     1,
+                ),
+                // Upstream's taint manager runs 8 eviction workers (UpdateWorkerSize).
+                "taint-eviction-controller" => (
+                    TaintEvictionController::new(
+                        &factory,
+                        client.clone(),
+                        Arc::new(broadcaster.new_recorder("taint-eviction-controller")),
+                    ),
+                    8,
                 ),
                 "node-ipam-controller" => (
                     NodeIpamController::new(
@@ -564,17 +576,6 @@ impl Manager {
                 "token-cleaner-controller" => {
                     (TokenCleanerController::new(&factory, client.clone()), 1)
                 }
-                "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
-                    // Upstream runs one worker.
-                    Some(ca) => (
-                        RootCaCertPublisher::new(&factory, client.clone(), ca.clone()),
-                        1,
-                    ),
-                    None => {
-                        tracing::warn!(
-                            controller = name,
-                            "no root CA (--root-ca-file, or a CA in the kubeconfig): not publishing kube-root-ca.crt"
-                        );
                 // Upstream runs 5 workers (no flag).
                 "ttl-controller" => (TtlController::new(&factory, client.clone()), 5),
                 // Upstream refuses to start without a positive period.
@@ -594,6 +595,17 @@ impl Manager {
                     ),
                     1,
                 ),
+                "root-ca-certificate-publisher-controller" => match &cfg.root_ca {
+                    // Upstream runs one worker.
+                    Some(ca) => (
+                        RootCaCertPublisher::new(&factory, client.clone(), ca.clone()),
+                        1,
+                    ),
+                    None => {
+                        tracing::warn!(
+                            controller = name,
+                            "no root CA (--root-ca-file, or a CA in the kubeconfig): not publishing kube-root-ca.crt"
+                        );
                         continue;
                     }
                 },

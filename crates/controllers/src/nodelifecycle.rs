@@ -1,5 +1,4 @@
-//! Node lifecycle (upstream `pkg/controller/nodelifecycle`) with taint-based eviction
-//! (upstream `pkg/controller/tainteviction`).
+//! Node lifecycle (upstream `pkg/controller/nodelifecycle`).
 //!
 //! A node whose status heartbeat and Lease both stop for longer than
 //! `--node-monitor-grace-period` (50 s) gets its conditions set to `Unknown`, its pods
@@ -9,26 +8,25 @@
 //! (upstream's TaintNodesByCondition pass). NoExecute taints are added at a
 //! per-zone rate (`--node-eviction-rate` 0.1/s, `--secondary-node-eviction-rate`
 //! 0.01/s for partially disrupted large zones, none when every zone is fully
-//! disrupted). Pods on a node with NoExecute taints are deleted after their
-//! `tolerationSeconds` (at once if they do not tolerate the taint).
+//! disrupted). The pods on a node with NoExecute taints are evicted by
+//! [`crate::tainteviction`], a controller of its own as upstream's.
 //!
 //! Events as upstream's `node-controller`: `RegisteredNode` for each node it starts
 //! watching and `RemovingNode` when one is deleted, `NodeNotReady` about a node that
-//! stopped heartbeating and about each of its pods marked not ready,
-//! `TaintManagerEviction` (as `taint-eviction-controller`) about each pod it deletes.
+//! stopped heartbeating and about each of its pods marked not ready.
 //!
 //! Pure part: [`observe_health`], [`is_stale`], [`unknown_conditions`], [`desired_taints`],
-//! [`zone_state`], [`zone_rate`], [`eviction_due`].
+//! [`zone_state`], [`zone_rate`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -318,64 +316,6 @@ pub fn zone_rate(
     }
 }
 
-/// Upstream `v1helper.ToleratesTaint`.
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref()
-        && !e.is_empty()
-        && e != taint.effect
-    {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        _ => {
-            !key.is_empty()
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
-}
-
-/// When a pod on a node with these taints must be evicted: `None` never, `Some(t)`
-/// at epoch second `t` (past or now means evict now). Upstream `processPodOnNode`:
-/// an untolerated NoExecute taint evicts at once; otherwise the smallest
-/// tolerationSeconds of the tolerations used, counted from the taint's timeAdded.
-pub fn eviction_due(pod: &Pod, taints: &[Taint], now: Timestamp) -> Option<i64> {
-    let tolerations: Vec<Toleration> = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.clone())
-        .unwrap_or_default();
-    let mut due: Option<i64> = None;
-    for taint in taints.iter().filter(|t| t.effect == "NoExecute") {
-        let matching: Vec<&Toleration> =
-            tolerations.iter().filter(|t| tolerates(t, taint)).collect();
-        if matching.is_empty() {
-            return Some(now.as_second());
-        }
-        // Upstream's getMinTolerationTime starts from MaxInt64 and reads it back as
-        // "no limit", so tolerationSeconds 9223372036854775807 tolerates for ever.
-        let secs = matching
-            .iter()
-            .filter_map(|t| t.toleration_seconds)
-            .min()
-            .filter(|&s| s != i64::MAX);
-        if let Some(s) = secs {
-            let added = taint
-                .time_added
-                .as_ref()
-                .map(|t| t.0.as_second())
-                .unwrap_or(now.as_second());
-            let at = added.saturating_add(s.max(0));
-            due = Some(due.map_or(at, |d| d.min(at)));
-        }
-    }
-    due
-}
-
 /// The node lifecycle controller.
 pub struct NodeLifecycleController {
     client: kube::Client,
@@ -385,9 +325,6 @@ pub struct NodeLifecycleController {
     cfg: NodeLifecycleConfig,
     limiters: Mutex<HashMap<String, (f32, Arc<TokenBucket>)>>,
     events: Arc<dyn EventSink>,
-    /// Upstream runs taint-based eviction as a controller of its own, which reports as
-    /// `taint-eviction-controller`.
-    eviction_events: Arc<dyn EventSink>,
     /// The nodes seen so far by name, with their UIDs (upstream's `knownNodeSet`).
     known: Mutex<HashMap<String, String>>,
     /// Each node's signs of life as last observed (upstream's `nodeHealthMap`).
@@ -405,7 +342,6 @@ impl NodeLifecycleController {
         client: kube::Client,
         cfg: NodeLifecycleConfig,
         events: Arc<dyn EventSink>,
-        eviction_events: Arc<dyn EventSink>,
     ) -> Arc<Self> {
         Arc::new(NodeLifecycleController {
             client,
@@ -417,7 +353,6 @@ impl NodeLifecycleController {
             cfg,
             limiters: Mutex::new(HashMap::new()),
             events,
-            eviction_events,
             known: Mutex::new(HashMap::new()),
             health: Mutex::new(HashMap::new()),
         })
@@ -505,18 +440,6 @@ impl Controller for NodeLifecycleController {
                         );
                         this.node_event(&name, &uid, EventType::Normal, "RemovingNode", note);
                     }
-                }
-            },
-            None,
-        );
-        // Pods landing on a tainted node are checked against its taints.
-        let q = queue.clone();
-        factory.informer::<Pod>().add_event_handler(
-            move |n: Notification<Pod>| {
-                if let Notification::Added { obj, .. } = &n
-                    && let Some(node) = pod_node(obj)
-                {
-                    q.add(node.to_string());
                 }
             },
             None,
@@ -650,56 +573,8 @@ impl Controller for NodeLifecycleController {
         }
         if want != current {
             let patch = json!({"metadata": {"resourceVersion": node.metadata.resource_version}, "spec": {"taints": want}});
-            node = api
-                .patch(key, &PatchParams::default(), &Patch::Merge(patch))
+            api.patch(key, &PatchParams::default(), &Patch::Merge(patch))
                 .await?;
-        }
-
-        // 3. Taint-based eviction of the node's pods.
-        let taints: Vec<Taint> = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
-        if taints.iter().any(|t| t.effect == "NoExecute") {
-            for p in self.pods.list() {
-                if pod_node(&p) != Some(key) || p.metadata.deletion_timestamp.is_some() {
-                    continue;
-                }
-                let Some(at) = eviction_due(&p, &taints, now) else {
-                    continue;
-                };
-                if at > now.as_second() {
-                    next = next.min(Duration::from_secs((at - now.as_second()) as u64));
-                    continue;
-                }
-                let pods: Api<Pod> = Api::namespaced(
-                    self.client.clone(),
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                );
-                let name = p.metadata.name.clone().unwrap_or_default();
-                let note = format!(
-                    "Marking for deletion Pod {}/{name}",
-                    p.metadata.namespace.as_deref().unwrap_or_default()
-                );
-                emit(
-                    &*self.eviction_events,
-                    &*p,
-                    EventType::Normal,
-                    "TaintManagerEviction",
-                    note,
-                );
-                let patch = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
-                    "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint"}]}});
-                let _ = pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                    .await;
-                match pods.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
         }
         Ok(Action::RequeueAfter(next))
     }
@@ -866,74 +741,5 @@ mod tests {
         );
         assert_eq!(zone_rate(ZoneState::FullDisruption, 10, false, &cfg), 0.1);
         assert_eq!(zone_rate(ZoneState::FullDisruption, 10, true, &cfg), 0.0);
-    }
-
-    #[test]
-    fn eviction_times() {
-        let unreachable = Taint {
-            key: TAINT_UNREACHABLE.into(),
-            effect: "NoExecute".into(),
-            value: None,
-            time_added: Some(Time(ts(100))),
-        };
-        let pod = |tols: serde_json::Value| -> Pod {
-            serde_json::from_value(
-                serde_json::json!({"spec": {"containers": [], "tolerations": tols}}),
-            )
-            .unwrap()
-        };
-        let now = ts(110);
-        assert_eq!(
-            eviction_due(
-                &pod(serde_json::json!([])),
-                std::slice::from_ref(&unreachable),
-                now
-            ),
-            Some(110)
-        );
-        let t = serde_json::json!([{"key": TAINT_UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]);
-        assert_eq!(
-            eviction_due(&pod(t), std::slice::from_ref(&unreachable), now),
-            Some(400)
-        );
-        let forever = serde_json::json!([{"operator": "Exists"}]);
-        assert_eq!(
-            eviction_due(&pod(forever), std::slice::from_ref(&unreachable), now),
-            None
-        );
-        let two = serde_json::json!([
-            {"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 30},
-            {"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 5}]);
-        assert_eq!(
-            eviction_due(&pod(two), std::slice::from_ref(&unreachable), now),
-            Some(105)
-        );
-        // The largest tolerationSeconds is upstream's "for ever"; the next one is due
-        // at the latest second there is, not at an overflowed one.
-        let largest = |s: i64| serde_json::json!([{"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": s}]);
-        assert_eq!(
-            eviction_due(
-                &pod(largest(i64::MAX)),
-                std::slice::from_ref(&unreachable),
-                now
-            ),
-            None
-        );
-        assert_eq!(
-            eviction_due(
-                &pod(largest(i64::MAX - 1)),
-                std::slice::from_ref(&unreachable),
-                now
-            ),
-            Some(i64::MAX)
-        );
-        let no_schedule_only = Taint {
-            effect: "NoSchedule".into(),
-            ..unreachable
-        };
-        assert_eq!(
-            eviction_due(&pod(serde_json::json!([])), &[no_schedule_only], now),
-            None
-        );
     }
 }

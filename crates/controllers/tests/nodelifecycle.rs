@@ -77,6 +77,7 @@ async fn a_silent_node_has_its_pods_evicted_and_recreated_elsewhere() -> anyhow:
             "replicaset".into(),
             "deployment".into(),
             "nodelifecycle".into(),
+            "taint-eviction-controller".into(),
         ],
         node_lifecycle: NodeLifecycleConfig {
             grace_period: Duration::from_secs(2),
