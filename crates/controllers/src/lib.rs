@@ -22,6 +22,7 @@
 //! eligible node), [`statefulset`] (ordered pods with stable names and claims),
 //! [`ttlafterfinished`] (finished Jobs deleted after their TTL), [`pvcprotection`] and
 //! [`pvprotection`] (the storage protection finalizers removed once unused),
+//! [`ephemeral`] (the claims of pods' generic ephemeral volumes, owned by the pods),
 //! [`serviceaccounttoken`] (legacy tokens in `kubernetes.io/service-account-token`
 //! Secrets), [`legacytokencleaner`] (those tokens invalidated, then deleted, after a
 //! year unused), [`ttl`] (nodes' `node.alpha.kubernetes.io/ttl` by cluster size),
@@ -56,6 +57,7 @@ pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod endpointslicemirroring;
+pub mod ephemeral;
 pub mod events;
 pub mod expectations;
 pub mod garbagecollector;

@@ -27,6 +27,7 @@ use crate::disruption::DisruptionController;
 use crate::endpoints::EndpointsController;
 use crate::endpointslice::EndpointSliceController;
 use crate::endpointslicemirroring::EndpointSliceMirroringController;
+use crate::ephemeral::EphemeralVolumeController;
 use crate::events::EventSink;
 use crate::garbagecollector::GarbageCollector;
 use crate::hostpath::HostPathPlugin;
@@ -88,6 +89,7 @@ pub const CONTROLLERS: &[(&str, &str)] = &[
         "pvc-protection",
     ),
     ("persistentvolume-protection-controller", "pv-protection"),
+    ("ephemeral-volume-controller", "ephemeral-volume"),
     ("serviceaccount-token-controller", "serviceaccount-token"),
     ("certificatesigningrequest-signing-controller", "csrsigning"),
     (
@@ -128,7 +130,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "node-route-controller",
     "service-lb-controller",
     "cloud-node-lifecycle-controller",
-    "ephemeral-volume-controller",
     "resourceclaim-controller",
 ];
 
@@ -493,6 +494,16 @@ impl Manager {
                 "persistentvolume-protection-controller" => {
                     (PvProtectionController::new(&factory, client.clone()), 1)
                 }
+                // Upstream's --concurrent-ephemeralvolume-syncs default; its events come
+                // from component `ephemeral_volume`.
+                "ephemeral-volume-controller" => (
+                    EphemeralVolumeController::new(
+                        &factory,
+                        client.clone(),
+                        Arc::new(broadcaster.new_recorder(crate::ephemeral::EVENT_COMPONENT)),
+                    )?,
+                    5,
+                ),
                 "serviceaccount-token-controller" => match &cfg.service_account_private_key {
                     // Upstream's --concurrent-serviceaccount-token-syncs default.
                     Some(key) => (
@@ -649,7 +660,11 @@ impl Manager {
     /// Workqueue metrics of every controller, in Prometheus text format.
     pub fn metrics(&self) -> String {
         let queues: Vec<QueueMetrics> = self.queues.iter().map(|q| q.metrics()).collect();
-        render_queues(&queues)
+        let mut out = render_queues(&queues);
+        if self.enabled.contains(&"ephemeral-volume-controller") {
+            crate::ephemeral::write_metrics(&mut out);
+        }
+        out
     }
 
     /// Queue depths by controller (tests, debugging).
