@@ -5,7 +5,8 @@
 # (kubelet_running_pods, runtime operation counters; what the kubernetes-mixin Kubelet
 # dashboard and alerts read of the volume manager, storage operations, cgroup manager and
 # certificate managers, around a pod with an emptyDir made and deleted here; the pod
-# workers' counts, the startup SLI of that pod and the status sync durations) and
+# workers' counts, the startup SLI of that pod and the status sync durations; the
+# kubelet API's request counts, durations and in-flight requests) and
 # /metrics/cadvisor (container CPU and working set labelled with the pod). Sourced by
 # e2e/single-node.sh with the nginx pod Running; uses its step/ok/fail/k helpers and NODE.
 
@@ -57,6 +58,25 @@ ks_op() { # operation plugin status
 ks_volumes() { # plugin state
   printf 'volume_manager_total_volumes{plugin_name="%s",state="%s"}' "$1" "$2"
 }
+
+step "/metrics: the kubelet API's own requests (kubelet_http_*)"
+# nodes/proxy reaches the authenticated port: server_type readwrite. The summary read
+# above is counted and timed; this scrape is in flight while its page is made.
+ks_http() { # family path
+  printf '%s{long_running="false",method="GET",path="%s",server_type="readwrite"}' "$1" "$2"
+}
+for ks_line in "$(ks_http kubelet_http_requests_total stats)" "$(ks_http kubelet_http_requests_total metrics)" \
+  "$(ks_http kubelet_http_requests_duration_seconds_count stats)" "$(ks_http kubelet_http_inflight_requests metrics)"; do
+  ks_at_least "$ks_line" "$ks_metrics" 1 ||
+    fail "$ks_line is not at least 1: $(grep '^kubelet_http_' <<<"$ks_metrics" | head -20)"
+done
+for ks_family in 'kubelet_http_requests_total counter' 'kubelet_http_requests_duration_seconds histogram' \
+  'kubelet_http_inflight_requests gauge'; do
+  grep -qF "# TYPE $ks_family" <<<"$ks_metrics" || fail "no '# TYPE $ks_family' in /metrics"
+done
+grep -qE '^kubelet_http_requests_duration_seconds_bucket\{long_running="false",method="GET",path="stats",server_type="readwrite",le="10"\} [1-9]' <<<"$ks_metrics" ||
+  fail "kubelet_http_requests_duration_seconds lacks upstream's le=\"10\" bucket for the summary"
+ok "kubelet_http_requests_total: stats $(ks_sample "$(ks_http kubelet_http_requests_total stats)" "$ks_metrics"), metrics $(ks_sample "$(ks_http kubelet_http_requests_total metrics)" "$ks_metrics"); this scrape in flight"
 
 step "/metrics: the volume manager, storage operations and cgroup manager around a pod with an emptyDir"
 k delete pod ks-volumes --ignore-not-found --wait=true >/dev/null 2>&1 || true

@@ -82,6 +82,10 @@ pub struct KubeletMetrics {
     first_network_pod_start_sli: GaugeVec<0>,
     startup: Mutex<crate::pod_startup::PodStartupTracker>,
     pod_status_sync: HistogramVec<0>,
+    /// long_running, method, path, server_type (the text format's order).
+    http_requests: CounterVec<4>,
+    http_duration: HistogramVec<4>,
+    http_inflight: GaugeVec<4>,
 }
 
 impl Default for KubeletMetrics {
@@ -225,6 +229,163 @@ impl Default for KubeletMetrics {
                 [],
                 POD_STATUS_SYNC_BUCKETS,
             ),
+            http_requests: CounterVec::new(
+                "kubelet_http_requests_total",
+                "[ALPHA] Number of the http requests received since the server started",
+                ["long_running", "method", "path", "server_type"],
+            ),
+            http_duration: HistogramVec::histogram(
+                "kubelet_http_requests_duration_seconds",
+                "[ALPHA] Duration in seconds to serve http requests",
+                ["long_running", "method", "path", "server_type"],
+                &DEFAULT_BUCKETS,
+            ),
+            http_inflight: GaugeVec::new(
+                "kubelet_http_inflight_requests",
+                "[ALPHA] Number of the inflight http requests",
+                ["long_running", "method", "path", "server_type"],
+            ),
+        }
+    }
+}
+
+/// Which of upstream's kubelet servers a request came to (the `server_type` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpServer {
+    /// `--read-only-port`: no authentication, debugging handlers disabled.
+    ReadOnly,
+    /// `--port`: authenticated, with the debugging handlers.
+    ReadWrite,
+}
+
+/// The path buckets upstream's server registers as it installs its handlers; any
+/// other root is `other`, so that the label's values stay few whatever is asked.
+const HTTP_DEFAULT_BUCKETS: &[&str] = &[
+    "healthz",
+    "pods",
+    "stats",
+    "metrics",
+    "metrics/cadvisor",
+    "metrics/probes",
+    "metrics/resource",
+    // ContainerCheckpoint is on by default in 1.33.
+    "checkpoint",
+];
+const HTTP_DEBUGGING_BUCKETS: &[&str] = &[
+    "run",
+    "exec",
+    "attach",
+    "portForward",
+    "containerLogs",
+    "configz",
+    "runningpods",
+    "logs",
+    "debug",
+];
+const HTTP_DEBUGGING_DISABLED_BUCKETS: &[&str] = &[
+    "run",
+    "exec",
+    "attach",
+    "portForward",
+    "containerLogs",
+    "runningpods",
+    "pprof",
+    "logs",
+];
+
+/// The labels of one request on upstream's kubelet server metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpRequestLabels {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub server_type: &'static str,
+    pub long_running: &'static str,
+}
+
+impl HttpRequestLabels {
+    /// Upstream's buckets: the method if a standard one but PATCH (which upstream's
+    /// list lacks), else `other`; the path's first segment (`metrics/<next>` under
+    /// `/metrics`) if the server has a handler there, else `other`; long running for
+    /// `exec`, `attach` and `debug` (upstream's list spells `portforward`, which no
+    /// bucket matches, so port-forwards count as not long running there too).
+    pub fn of(server: HttpServer, method: &str, path: &str) -> HttpRequestLabels {
+        const METHODS: &[&str] = &[
+            "OPTIONS", "GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "CONNECT",
+        ];
+        let method = METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other");
+        let trimmed = path.strip_prefix('/').unwrap_or(path);
+        let mut parts = trimmed.splitn(3, '/');
+        let first = parts.next().unwrap_or("");
+        let second = parts.next();
+        let debugging = match server {
+            HttpServer::ReadOnly => HTTP_DEBUGGING_DISABLED_BUCKETS,
+            HttpServer::ReadWrite => HTTP_DEBUGGING_BUCKETS,
+        };
+        let known = |root: &str| {
+            HTTP_DEFAULT_BUCKETS
+                .iter()
+                .chain(debugging)
+                .find(|b| **b == root)
+                .copied()
+        };
+        let path = match (first, second) {
+            ("metrics", Some(next)) => HTTP_DEFAULT_BUCKETS
+                .iter()
+                .find(|b| b.strip_prefix("metrics/") == Some(next))
+                .copied(),
+            _ => known(first),
+        }
+        .unwrap_or("other");
+        let long_running = matches!(path, "exec" | "attach" | "portforward" | "debug");
+        HttpRequestLabels {
+            method,
+            path,
+            server_type: match server {
+                HttpServer::ReadOnly => "readonly",
+                HttpServer::ReadWrite => "readwrite",
+            },
+            long_running: if long_running { "true" } else { "false" },
+        }
+    }
+
+    fn values(&self) -> [&'static str; 4] {
+        [self.long_running, self.method, self.path, self.server_type]
+    }
+}
+
+/// One request in flight on a kubelet server: counted when made, and when dropped
+/// (its response body written, or the connection gone) no longer in flight and timed.
+#[derive(Debug)]
+pub struct HttpRequestInFlight {
+    metrics: Arc<KubeletMetrics>,
+    labels: HttpRequestLabels,
+    started: Instant,
+}
+
+impl Drop for HttpRequestInFlight {
+    fn drop(&mut self) {
+        let values = self.labels.values();
+        self.metrics.http_inflight.with(values, |g| g.0 -= 1.0);
+        self.metrics
+            .http_duration
+            .observe(values, self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl KubeletMetrics {
+    /// A request arrives at a kubelet server.
+    pub fn http_request(self: &Arc<Self>, labels: HttpRequestLabels) -> HttpRequestInFlight {
+        let values = labels.values();
+        self.http_requests.inc(values);
+        self.http_inflight.with(values, |g| g.0 += 1.0);
+        HttpRequestInFlight {
+            metrics: self.clone(),
+            labels,
+            started: Instant::now(),
         }
     }
 }
@@ -497,6 +658,9 @@ impl KubeletMetrics {
         self.restarted_pods.render(&mut out);
         self.orphaned_runtime_pods.render(&mut out);
         self.pod_worker_duration.render(&mut out);
+        self.http_requests.render(&mut out);
+        self.http_duration.render(&mut out);
+        self.http_inflight.render(&mut out);
         self.started_pods.render(&mut out);
         self.started_pods_errors.render(&mut out);
         self.started_containers.render(&mut out);
@@ -1221,6 +1385,186 @@ mod tests {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0);
         assert!(first_network > 3600.0, "created in 2024: {first_network}");
+    }
+
+    #[test]
+    fn http_request_labels_as_upstream_buckets_them() {
+        use HttpServer::{ReadOnly, ReadWrite};
+        let of = |server, method: &str, path: &str| {
+            let l = HttpRequestLabels::of(server, method, path);
+            (l.method, l.path, l.server_type, l.long_running)
+        };
+        for (server, method, path, want) in [
+            (
+                ReadOnly,
+                "GET",
+                "/metrics",
+                ("GET", "metrics", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/metrics/cadvisor",
+                ("GET", "metrics/cadvisor", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/metrics/resource/x",
+                ("GET", "metrics/resource", "readonly", "false"),
+            ),
+            // Not a bucket upstream registers.
+            (
+                ReadOnly,
+                "GET",
+                "/metrics/slis",
+                ("GET", "other", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/metrics/",
+                ("GET", "other", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/stats/summary",
+                ("GET", "stats", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/healthz",
+                ("GET", "healthz", "readonly", "false"),
+            ),
+            (
+                ReadWrite,
+                "POST",
+                "/exec/ns/p/c",
+                ("POST", "exec", "readwrite", "true"),
+            ),
+            (
+                ReadWrite,
+                "GET",
+                "/attach/ns/p/u/c",
+                ("GET", "attach", "readwrite", "true"),
+            ),
+            // Upstream's long-running list spells it portforward.
+            (
+                ReadWrite,
+                "POST",
+                "/portForward/ns/p",
+                ("POST", "portForward", "readwrite", "false"),
+            ),
+            (
+                ReadWrite,
+                "GET",
+                "/debug/pprof/",
+                ("GET", "debug", "readwrite", "true"),
+            ),
+            (
+                ReadWrite,
+                "GET",
+                "/configz",
+                ("GET", "configz", "readwrite", "false"),
+            ),
+            (
+                ReadWrite,
+                "GET",
+                "/containerLogs/ns/p/c",
+                ("GET", "containerLogs", "readwrite", "false"),
+            ),
+            // The read-only server has no configz, and its debug paths are pprof's.
+            (
+                ReadOnly,
+                "GET",
+                "/configz",
+                ("GET", "other", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/debug/pprof/",
+                ("GET", "other", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/pprof",
+                ("GET", "pprof", "readonly", "false"),
+            ),
+            (
+                ReadWrite,
+                "GET",
+                "/pprof",
+                ("GET", "other", "readwrite", "false"),
+            ),
+            (
+                ReadOnly,
+                "PATCH",
+                "/pods",
+                ("other", "pods", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "get",
+                "/pods",
+                ("other", "pods", "readonly", "false"),
+            ),
+            (ReadOnly, "GET", "/", ("GET", "other", "readonly", "false")),
+            (
+                ReadOnly,
+                "GET",
+                "//pods",
+                ("GET", "other", "readonly", "false"),
+            ),
+            (
+                ReadOnly,
+                "GET",
+                "/nope/../pods",
+                ("GET", "other", "readonly", "false"),
+            ),
+        ] {
+            assert_eq!(of(server, method, path), want, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn http_requests_are_counted_timed_and_in_flight_until_dropped() {
+        let m = Arc::new(KubeletMetrics::default());
+        let labels = HttpRequestLabels::of(HttpServer::ReadOnly, "GET", "/pods");
+        let first = m.http_request(labels);
+        let second = m.http_request(labels);
+        const SERIES: &str =
+            "{long_running=\"false\",method=\"GET\",path=\"pods\",server_type=\"readonly\"}";
+        let page = m.render(&KubeletGauges::default());
+        for line in [
+            "# HELP kubelet_http_requests_total [ALPHA] Number of the http requests received since the server started",
+            "# TYPE kubelet_http_requests_total counter",
+            &format!("kubelet_http_requests_total{SERIES} 2"),
+            "# HELP kubelet_http_inflight_requests [ALPHA] Number of the inflight http requests",
+            "# TYPE kubelet_http_inflight_requests gauge",
+            &format!("kubelet_http_inflight_requests{SERIES} 2"),
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+        assert!(
+            !page.contains("kubelet_http_requests_duration_seconds"),
+            "timed when done"
+        );
+        drop(first);
+        drop(second);
+        let page = m.render(&KubeletGauges::default());
+        for line in [
+            &format!("kubelet_http_inflight_requests{SERIES} 0"),
+            "# HELP kubelet_http_requests_duration_seconds [ALPHA] Duration in seconds to serve http requests",
+            "# TYPE kubelet_http_requests_duration_seconds histogram",
+            "kubelet_http_requests_duration_seconds_bucket{long_running=\"false\",method=\"GET\",path=\"pods\",server_type=\"readonly\",le=\"10\"} 2",
+            &format!("kubelet_http_requests_duration_seconds_count{SERIES} 2"),
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::KubeletAuth;
 use crate::kubelet::Kubelet;
 use crate::logs::{LogOptions, stream_log_file};
+use crate::metrics::{HttpRequestInFlight, HttpRequestLabels, HttpServer};
 use crate::rotating_transport::CertifiedPair;
 use crate::sandbox::{name, namespace, pod_log_dir, spec, uid};
 use crate::status::{RuntimeContainer, RuntimePod, RuntimeState};
@@ -819,19 +820,46 @@ impl Guard {
     }
 }
 
+/// The response with `in_flight` kept until its body is written or dropped, so that a
+/// streamed body (a followed container log) counts as in flight while it streams, as
+/// upstream's handler runs until it has written it.
+fn until_body_done(response: Response<Body>, in_flight: HttpRequestInFlight) -> Response<Body> {
+    response.map(|body| {
+        body.map_frame(move |frame| {
+            let _ = &in_flight;
+            frame
+        })
+        .boxed()
+    })
+}
+
 async fn serve_one<S>(stream: S, kubelet: Arc<Kubelet>, which: Endpoints, guard: Option<Guard>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    // Upstream's read-only and authenticated servers are measured; the healthz port is
+    // a bare mux without metrics.
+    let server_type = match which {
+        Endpoints::Healthz => None,
+        Endpoints::ReadOnly => Some(HttpServer::ReadOnly),
+        Endpoints::Api => Some(HttpServer::ReadWrite),
+    };
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let (k, guard) = (kubelet.clone(), guard.clone());
+        // Refused requests count too: upstream authenticates inside the measured handler.
+        let in_flight = server_type.map(|server| {
+            let labels = HttpRequestLabels::of(server, req.method().as_str(), req.uri().path());
+            k.runtime().cri().metrics().http_request(labels)
+        });
         async move {
-            if let Some(guard) = guard
-                && let Err(refusal) = guard.check(&req).await
-            {
-                return Ok::<_, Infallible>(refusal);
-            }
-            Ok::<_, Infallible>(handle(k, which, req).await)
+            let response = match guard {
+                Some(guard) if let Err(refusal) = guard.check(&req).await => refusal,
+                _ => handle(k, which, req).await,
+            };
+            Ok::<_, Infallible>(match in_flight {
+                Some(in_flight) => until_body_done(response, in_flight),
+                None => response,
+            })
         }
     });
     let _ = hyper::server::conn::http1::Builder::new()
@@ -930,6 +958,33 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_in_flight_until_its_response_body_goes() {
+        let metrics = Arc::new(crate::metrics::KubeletMetrics::default());
+        let labels = HttpRequestLabels::of(HttpServer::ReadWrite, "GET", "/containerLogs/a/b/c");
+        let in_flight = |m: &crate::metrics::KubeletMetrics| {
+            m.render(&Default::default())
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("kubelet_http_inflight_requests{long_running=\"false\",method=\"GET\",path=\"containerLogs\",server_type=\"readwrite\"} ")
+                        .map(str::to_owned)
+                })
+                .unwrap_or_default()
+        };
+        let response = until_body_done(
+            text(StatusCode::OK, "a log line\n"),
+            metrics.http_request(labels),
+        );
+        assert_eq!(
+            in_flight(&metrics),
+            "1",
+            "the response is handed back, its body not yet written"
+        );
+        assert_eq!(response.status(), StatusCode::OK);
+        drop(response);
+        assert_eq!(in_flight(&metrics), "0");
+    }
 
     #[test]
     fn stream_options_from_query() {

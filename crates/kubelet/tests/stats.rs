@@ -285,6 +285,26 @@ async fn summary_and_metrics_on_real_containerd() {
                 .any(|l| l.starts_with("kubelet_orphaned_runtime_pods_total ")),
             "{metrics}"
         );
+        // The read-only port's requests: the summaries read above, and this scrape,
+        // in flight while its page is made.
+        let http = |name: &str, path: &str| {
+            metrics.lines().find_map(|l| {
+                l.strip_prefix(&format!("{name}{{long_running=\"false\",method=\"GET\",path=\"{path}\",server_type=\"readonly\"}} "))
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+        };
+        ensure!(
+            http("kubelet_http_requests_total", "stats").unwrap_or(0.0) >= 1.0,
+            "{metrics}"
+        );
+        ensure!(
+            http("kubelet_http_requests_duration_seconds_count", "stats").unwrap_or(0.0) >= 1.0,
+            "{metrics}"
+        );
+        ensure!(
+            http("kubelet_http_inflight_requests", "metrics") == Some(1.0),
+            "{metrics}"
+        );
         for line in [
             "kubelet_running_containers{container_state=\"running\"}",
             "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} ",
