@@ -537,7 +537,11 @@ async fn handle(
                 flow_schema_uid,
                 priority_level_uid,
                 seat,
-            } => (Some((flow_schema_uid, priority_level_uid)), seat, None),
+            } => (
+                Some((flow_schema_uid, priority_level_uid)),
+                Some(seat),
+                None,
+            ),
             crate::flowcontrol::Admission::Rejected {
                 flow_schema_uid,
                 priority_level_uid,
@@ -737,6 +741,16 @@ async fn route(
             _ => {}
         }
     }
+    // Upstream's flow-control dumps, unlisted handlers that answer any method.
+    if let Some(apf) = &state.flow_control
+        && let Some(table) = apf.debug_dump(path, req.uri().query())
+    {
+        return Ok(respond(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            table.into_bytes(),
+        ));
+    }
     let get = req.method() == Method::GET;
     match segs.as_slice() {
         [] | ["index.html"] if get => {
@@ -750,6 +764,9 @@ async fn route(
             let mut page = state.metrics.render();
             crate::metrics::render_storage_objects(&state.registry, &mut page);
             state.aggregator.render_metrics(&mut page);
+            if let Some(apf) = &state.flow_control {
+                apf.render_metrics(&mut page);
+            }
             return Ok(respond(StatusCode::OK, "text/plain; version=0.0.4", page));
         }
         // Upstream installs `/api` only with the core group, so turning core/v1 off

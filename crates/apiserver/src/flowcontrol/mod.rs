@@ -13,18 +13,33 @@
 //! ([`bootstrap`]) stand in while theirs are missing, as upstream. [`run_status_writer`]
 //! keeps each FlowSchema's `Dangling` condition.
 //!
+//! Observability as upstream's: [`metrics`] has the `apiserver_flowcontrol_*`
+//! families on `/metrics` (requests dispatched, refused by reason, waiting and
+//! executing by schema and level, their waits, executions and queue lengths, each
+//! level's seats), exempt requests counted as dispatched and executing as upstream
+//! counts them; [`debug`] serves `/debug/api_priority_and_fairness/dump_priority_levels`,
+//! `dump_queues` and `dump_requests` (`?includeRequestDetails=1`), upstream's tables,
+//! to whoever may `get` those non-resource paths.
+//!
 //! Deviations: one seat per request (no work estimation for lists and watches); no
-//! borrowing between levels; the queues of a level are served round-robin, not by
-//! upstream's virtual-time fair queuing; long-running requests other than watches are
-//! not limited (as upstream), and a watch holds its seat until its response starts.
+//! borrowing between levels (a level's lower, upper and current limits are its
+//! nominal seats); the queues of a level are served round-robin, not by upstream's
+//! virtual-time fair queuing (the dumps' virtual times are zero, and the metrics of
+//! virtual time, borrowing and work estimates are not served); a request that finds a
+//! seat free takes it without entering a queue; a removed level is dropped at once,
+//! its waiters served, where upstream's drains while it quiesces; long-running
+//! requests other than watches are not limited (as upstream), and a watch holds its
+//! seat until its response starts.
 
 pub(crate) mod bootstrap;
+mod debug;
+mod metrics;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_auth::Attributes;
@@ -35,6 +50,8 @@ use k8s_openapi::api::flowcontrol::v1::{
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::oneshot;
+
+use metrics::{FlowControlMetrics, RejectReason};
 
 /// How long a queued request waits for a seat (upstream: a quarter of the default
 /// 60 s request timeout).
@@ -51,9 +68,11 @@ struct Config {
 }
 
 struct Schema {
-    name: String,
+    /// Shared with the requests it classifies, which carry it into the metrics' labels
+    /// and the dumps.
+    name: Arc<str>,
     uid: String,
-    level: String,
+    level: Arc<str>,
     /// `ByUser` / `ByNamespace`; `None` puts every request of the schema in one flow.
     distinguisher: Option<String>,
     rules: Vec<PolicyRulesWithSubjects>,
@@ -62,7 +81,10 @@ struct Schema {
 #[derive(Clone, Debug, PartialEq)]
 struct LevelSpec {
     uid: String,
-    /// `None`: exempt.
+    /// Upstream's nominal concurrency limit, `ceil(server_limit * shares / all shares)`
+    /// (0 for the exempt level's 0 shares).
+    nominal: u32,
+    /// The seats it runs at once: `nominal`, at least one; `None`: exempt.
     limit: Option<u32>,
     queuing: Option<Queuing>,
 }
@@ -74,31 +96,145 @@ struct Queuing {
     queue_length_limit: usize,
 }
 
-/// A limited level at run time: its seats in use and its queues. Kept across
+/// What the debug dumps show of a request waiting or executing in a level.
+struct Tracked {
+    flow_schema: Arc<str>,
+    /// The flow's user or namespace, computed (as upstream) only for a level of more
+    /// than one queue.
+    distinguisher: String,
+    arrived: jiff::Timestamp,
+    /// `None` while it waits.
+    started: Option<jiff::Timestamp>,
+    details: RequestDetails,
+}
+
+/// `dump_requests?includeRequestDetails=1`'s columns.
+struct RequestDetails {
+    user: String,
+    verb: String,
+    path: String,
+    namespace: String,
+    name: String,
+    api_group: String,
+    api_version: String,
+    resource: String,
+    subresource: String,
+}
+
+impl RequestDetails {
+    fn of(attrs: &Attributes) -> RequestDetails {
+        RequestDetails {
+            user: attrs.user.name.clone(),
+            verb: attrs.verb.clone(),
+            path: attrs.path.clone(),
+            namespace: attrs.namespace.clone(),
+            name: attrs.name.clone(),
+            api_group: attrs.api_group.clone(),
+            api_version: attrs.api_version.clone(),
+            resource: attrs.resource.clone(),
+            subresource: attrs.subresource.clone(),
+        }
+    }
+}
+
+/// A request waiting in a queue for a seat.
+struct Waiter {
+    id: u64,
+    grant: oneshot::Sender<()>,
+    request: Tracked,
+}
+
+/// A request holding a seat.
+struct Running {
+    /// The queue it waited in, while that queue is still there.
+    queue: Option<usize>,
+    request: Tracked,
+}
+
+/// A level at run time: its executing requests and its queues. Kept across
 /// configuration changes while the level exists with the same queue count.
 struct Level {
+    name: Arc<str>,
     spec: LevelSpec,
-    executing: u32,
-    queues: Vec<VecDeque<(u64, oneshot::Sender<()>)>>,
+    queues: Vec<VecDeque<Waiter>>,
     /// The queue the next freed seat is offered to first.
     next_queue: usize,
+    /// Per queue, the executing requests that waited in it.
+    queue_executing: Vec<u32>,
+    /// By request id.
+    running: HashMap<u64, Running>,
+    /// Totals since the level was made, for `dump_priority_levels`.
+    dispatched: u64,
+    rejected: u64,
+    /// Refused after waiting in a queue (upstream counts these in both).
+    cancelled: u64,
 }
 
 impl Level {
-    fn new(spec: LevelSpec) -> Level {
+    fn new(name: Arc<str>, spec: LevelSpec) -> Level {
         let queues = spec.queuing.map_or(0, |q| q.queues);
         Level {
+            name,
             spec,
-            executing: 0,
             queues: (0..queues).map(|_| VecDeque::new()).collect(),
             next_queue: 0,
+            queue_executing: vec![0; queues],
+            running: HashMap::new(),
+            dispatched: 0,
+            rejected: 0,
+            cancelled: 0,
         }
     }
 
+    fn executing(&self) -> u32 {
+        u32::try_from(self.running.len()).unwrap_or(u32::MAX)
+    }
+
+    fn waiting(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// Starts `request` executing, from `queue` if it waited in one.
+    fn start(
+        &mut self,
+        id: u64,
+        queue: Option<usize>,
+        mut request: Tracked,
+        m: &FlowControlMetrics,
+    ) {
+        request.started = Some(jiff::Timestamp::now());
+        m.dispatched(&request.flow_schema, &self.name);
+        m.executing(&request.flow_schema, &self.name, 1.0);
+        self.dispatched += 1;
+        if let Some(n) = queue.and_then(|q| self.queue_executing.get_mut(q)) {
+            *n += 1;
+        }
+        self.running.insert(id, Running { queue, request });
+    }
+
+    /// Hands a waiter, out of its queue, its seat.
+    fn grant(&mut self, waiter: Waiter, queue: Option<usize>, m: &FlowControlMetrics) {
+        let Waiter { id, grant, request } = waiter;
+        m.waiting(&request.flow_schema, &self.name, -1.0);
+        if grant.send(()).is_ok() {
+            self.start(id, queue, request, m);
+        } else {
+            // Its request was dropped (the client went away) just now, before it could
+            // take itself out of the queue.
+            self.refused_after_waiting(&request.flow_schema, m);
+        }
+    }
+
+    fn refused_after_waiting(&mut self, flow_schema: &str, m: &FlowControlMetrics) {
+        self.rejected += 1;
+        self.cancelled += 1;
+        m.rejected(flow_schema, &self.name, RejectReason::TimeOut);
+    }
+
     /// Hands free seats to waiting requests, queues in turn.
-    fn dispatch(&mut self) {
+    fn dispatch(&mut self, m: &FlowControlMetrics) {
         let limit = self.spec.limit.unwrap_or(u32::MAX);
-        while self.executing < limit {
+        while self.executing() < limit {
             let n = self.queues.len();
             let Some(q) = (0..n)
                 .map(|i| (self.next_queue + i) % n.max(1))
@@ -107,11 +243,68 @@ impl Level {
                 return;
             };
             self.next_queue = (q + 1) % n;
-            let (_, waiter) = self.queues[q].pop_front().expect("a non-empty queue");
-            // A waiter that gave up has dropped its receiver: the seat goes to the next.
-            if waiter.send(()).is_ok() {
-                self.executing += 1;
+            let Some(waiter) = self.queues[q].pop_front() else {
+                return;
+            };
+            self.grant(waiter, Some(q), m);
+        }
+    }
+
+    /// Ends an executing request and gives its seat on; false if it was not
+    /// executing here.
+    fn finish(&mut self, id: u64, m: &FlowControlMetrics) -> bool {
+        let Some(Running { queue, request }) = self.running.remove(&id) else {
+            return false;
+        };
+        m.executing(&request.flow_schema, &self.name, -1.0);
+        if let Some(n) = queue.and_then(|q| self.queue_executing.get_mut(q)) {
+            *n = n.saturating_sub(1);
+        }
+        self.dispatch(m);
+        true
+    }
+
+    /// Takes a request that gave up (its wait ran out, or its client went away) out of
+    /// its queue, refused; false if it was not waiting here.
+    fn withdraw(&mut self, id: u64, m: &FlowControlMetrics) -> bool {
+        let Some(waiter) = self.queues.iter_mut().find_map(|queue| {
+            let i = queue.iter().position(|w| w.id == id)?;
+            queue.remove(i)
+        }) else {
+            return false;
+        };
+        m.waiting(&waiter.request.flow_schema, &self.name, -1.0);
+        self.refused_after_waiting(&waiter.request.flow_schema, m);
+        true
+    }
+
+    /// The queues are made again for a new queue count: their waiters are served at
+    /// once.
+    fn requeue(&mut self, m: &FlowControlMetrics) {
+        let waiting: Vec<Waiter> = self.queues.drain(..).flatten().collect();
+        let queues = self.spec.queuing.map_or(0, |q| q.queues);
+        self.queues = (0..queues).map(|_| VecDeque::new()).collect();
+        self.queue_executing = vec![0; queues];
+        self.next_queue = 0;
+        for running in self.running.values_mut() {
+            running.queue = None;
+        }
+        for waiter in waiting {
+            self.grant(waiter, None, m);
+        }
+    }
+
+    /// The level's configuration is gone: its waiters are served at once (upstream's
+    /// level drains its queues while it quiesces) and its requests leave the gauges.
+    fn retire(mut self, m: &FlowControlMetrics) {
+        for Waiter { grant, request, .. } in self.queues.drain(..).flatten() {
+            m.waiting(&request.flow_schema, &self.name, -1.0);
+            if grant.send(()).is_ok() {
+                m.dispatched(&request.flow_schema, &self.name);
             }
+        }
+        for running in self.running.values() {
+            m.executing(&running.request.flow_schema, &self.name, -1.0);
         }
     }
 }
@@ -120,11 +313,11 @@ impl Level {
 pub(crate) enum Admission {
     /// Not classified: long-running requests other than watches.
     Unlimited,
-    /// Run now; the seat (if any) is given back when this is dropped.
+    /// Run now; the seat is given back when this is dropped.
     Admitted {
         flow_schema_uid: String,
         priority_level_uid: String,
-        seat: Option<Seat>,
+        seat: Seat,
     },
     Rejected {
         flow_schema_uid: String,
@@ -132,18 +325,34 @@ pub(crate) enum Admission {
     },
 }
 
-/// A seat of a limited level, given back on drop.
+/// A request's place in its level, from the moment it waits in a queue: dropped, it
+/// gives its seat back, or leaves its queue if it never got one.
 pub(crate) struct Seat {
     apf: Arc<Apf>,
-    level: String,
+    level: Arc<str>,
+    flow_schema: Arc<str>,
+    id: u64,
+    /// When it began executing; `None` while it waits.
+    started: Option<Instant>,
+    watch: bool,
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
+        let m = &self.apf.metrics;
+        if let Some(started) = self.started {
+            m.executed(
+                &self.flow_schema,
+                &self.level,
+                self.watch,
+                started.elapsed().as_secs_f64(),
+            );
+        }
         let mut levels = self.apf.levels.lock();
-        if let Some(level) = levels.get_mut(&self.level) {
-            level.executing = level.executing.saturating_sub(1);
-            level.dispatch();
+        if let Some(level) = levels.get_mut(&*self.level)
+            && !level.finish(self.id, m)
+        {
+            level.withdraw(self.id, m);
         }
     }
 }
@@ -162,6 +371,14 @@ pub(crate) struct Apf {
     digested: Mutex<Digested>,
     levels: Mutex<HashMap<String, Level>>,
     next_waiter: AtomicU64,
+    metrics: FlowControlMetrics,
+}
+
+/// Where [`Apf::admit`] left a request while it held the levels' lock.
+enum Step {
+    Admitted,
+    Rejected,
+    Queued(oneshot::Receiver<()>),
 }
 
 impl Apf {
@@ -184,7 +401,13 @@ impl Apf {
             digested: Mutex::new((None, Arc::new(digest(&[], &[], server_limit)))),
             levels: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(0),
+            metrics: FlowControlMetrics::default(),
         }))
+    }
+
+    /// Appends the `apiserver_flowcontrol_*` families to a `/metrics` page.
+    pub(crate) fn render_metrics(&self, out: &mut String) {
+        self.metrics.render(out);
     }
 
     /// How many times the FlowSchema and PriorityLevelConfiguration caches have
@@ -217,9 +440,21 @@ impl Apf {
     /// changed ones resized (their waiters kept when the queue count is the same,
     /// else sent on to be served at once), removed ones dropped.
     fn apply_levels(&self, config: &Config) {
+        let m = &self.metrics;
         let mut levels = self.levels.lock();
-        levels.retain(|name, _| config.levels.contains_key(name));
+        let removed: Vec<String> = levels
+            .keys()
+            .filter(|name| !config.levels.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in removed {
+            if let Some(level) = levels.remove(&name) {
+                level.retire(m);
+            }
+        }
+        m.retain_levels(|name| config.levels.contains_key(name));
         for (name, spec) in &config.levels {
+            m.level_limits(name, spec.nominal, spec.limit);
             match levels.get_mut(name) {
                 Some(level) if level.spec == *spec => {}
                 Some(level) => {
@@ -227,20 +462,15 @@ impl Apf {
                         level.spec.queuing.map(|q| q.queues) == spec.queuing.map(|q| q.queues);
                     level.spec = spec.clone();
                     if !same_queues {
-                        let waiting: Vec<_> = level.queues.drain(..).flatten().collect();
-                        level.queues = (0..spec.queuing.map_or(0, |q| q.queues))
-                            .map(|_| VecDeque::new())
-                            .collect();
-                        for (_, w) in waiting {
-                            if w.send(()).is_ok() {
-                                level.executing += 1;
-                            }
-                        }
+                        level.requeue(m);
                     }
-                    level.dispatch();
+                    level.dispatch(m);
                 }
                 None => {
-                    levels.insert(name.clone(), Level::new(spec.clone()));
+                    levels.insert(
+                        name.clone(),
+                        Level::new(Arc::from(name.as_str()), spec.clone()),
+                    );
                 }
             }
         }
@@ -261,88 +491,144 @@ impl Apf {
             // configuration has none, which the digest does not allow.
             return Admission::Unlimited;
         };
-        let spec = &config.levels[&schema.level];
-        let (flow_schema_uid, priority_level_uid) = (schema.uid.clone(), spec.uid.clone());
-        if spec.limit.is_none() {
-            return Admission::Admitted {
-                flow_schema_uid,
-                priority_level_uid,
-                seat: None,
-            };
-        }
-        let seat = || Seat {
-            apf: self.clone(),
-            level: schema.level.clone(),
+        let Some(spec) = config.levels.get(&*schema.level) else {
+            return Admission::Unlimited;
         };
-        let (id, rx) = {
+        let arrived = Instant::now();
+        let (fs, pl) = (&*schema.name, &*schema.level);
+        let m = &self.metrics;
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let many_queues = spec.queuing.is_some_and(|q| q.queues > 1);
+        let request = Tracked {
+            flow_schema: schema.name.clone(),
+            distinguisher: if many_queues {
+                distinguisher(schema, attrs)
+            } else {
+                String::new()
+            },
+            arrived: jiff::Timestamp::now(),
+            started: None,
+            details: RequestDetails::of(attrs),
+        };
+        let step = {
             let mut levels = self.levels.lock();
-            let Some(level) = levels.get_mut(&schema.level) else {
+            let Some(level) = levels.get_mut(pl) else {
                 return Admission::Unlimited;
             };
-            let limit = level.spec.limit.unwrap_or(u32::MAX);
-            if level.executing < limit && level.queues.iter().all(VecDeque::is_empty) {
-                level.executing += 1;
-                return Admission::Admitted {
-                    flow_schema_uid,
-                    priority_level_uid,
-                    seat: Some(seat()),
-                };
-            }
-            let Some(queuing) = level.spec.queuing else {
-                return Admission::Rejected {
-                    flow_schema_uid,
-                    priority_level_uid,
-                };
-            };
-            let flow = flow_key(schema, attrs);
-            let hand = deal_hand(hash(&flow), queuing.queues, queuing.hand_size);
-            let q = hand
-                .into_iter()
-                .min_by_key(|&q| level.queues[q].len())
-                .expect("a hand of at least one queue");
-            if level.queues[q].len() >= queuing.queue_length_limit {
-                return Admission::Rejected {
-                    flow_schema_uid,
-                    priority_level_uid,
-                };
-            }
-            let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = oneshot::channel();
-            level.queues[q].push_back((id, tx));
-            (id, rx)
+            admit_to(level, id, request, m)
         };
-        // The seat travels with the request from here: a cancelled request (the
-        // client went away) gives a granted seat back through the guard.
-        let granted = tokio::time::timeout(QUEUE_WAIT_LIMIT, rx).await;
-        let admitted = match granted {
-            Ok(Ok(())) => true,
-            Ok(Err(_)) => false,
-            Err(_) => {
-                // Timed out: leave the queue, unless the seat came meanwhile.
-                let mut levels = self.levels.lock();
-                let still_queued = levels.get_mut(&schema.level).is_some_and(|level| {
-                    level.queues.iter_mut().any(|queue| {
-                        let before = queue.len();
-                        queue.retain(|(waiter, _)| *waiter != id);
-                        queue.len() != before
+        let rx = match step {
+            Step::Rejected => {
+                m.waited(fs, pl, false, arrived.elapsed().as_secs_f64());
+                return Admission::Rejected {
+                    flow_schema_uid: schema.uid.clone(),
+                    priority_level_uid: spec.uid.clone(),
+                };
+            }
+            Step::Admitted => None,
+            Step::Queued(rx) => Some(rx),
+        };
+        // From here the seat guard travels with the request: a request dropped while it
+        // waits (the client went away) leaves its queue, and one dropped after its seat
+        // was granted gives it back.
+        let mut seat = Seat {
+            apf: self.clone(),
+            level: schema.level.clone(),
+            flow_schema: schema.name.clone(),
+            id,
+            started: None,
+            watch: attrs.verb == "watch",
+        };
+        let admitted = match rx {
+            // Upstream times no wait for exempt requests.
+            None if spec.limit.is_none() => true,
+            None => {
+                m.waited(fs, pl, true, arrived.elapsed().as_secs_f64());
+                true
+            }
+            Some(rx) => {
+                let granted = tokio::time::timeout(QUEUE_WAIT_LIMIT, rx).await;
+                let admitted = matches!(granted, Ok(Ok(()))) || {
+                    // Its wait ran out: it leaves the queue, unless the seat came
+                    // meanwhile.
+                    let mut levels = self.levels.lock();
+                    levels.get_mut(pl).is_some_and(|level| {
+                        level.running.contains_key(&id) || {
+                            level.withdraw(id, m);
+                            false
+                        }
                     })
-                });
-                !still_queued
+                };
+                m.waited(fs, pl, admitted, arrived.elapsed().as_secs_f64());
+                admitted
             }
         };
         if admitted {
+            seat.started = Some(Instant::now());
             Admission::Admitted {
-                flow_schema_uid,
-                priority_level_uid,
-                seat: Some(seat()),
+                flow_schema_uid: schema.uid.clone(),
+                priority_level_uid: spec.uid.clone(),
+                seat,
             }
         } else {
             Admission::Rejected {
-                flow_schema_uid,
-                priority_level_uid,
+                flow_schema_uid: schema.uid.clone(),
+                priority_level_uid: spec.uid.clone(),
             }
         }
     }
+}
+
+/// A request's first turn at its level: a seat now (always, for an exempt level), a
+/// place in a queue, or a refusal (counted).
+fn admit_to(level: &mut Level, id: u64, request: Tracked, m: &FlowControlMetrics) -> Step {
+    let refuse = |level: &mut Level, reason| {
+        level.rejected += 1;
+        m.rejected(&request.flow_schema, &level.name, reason);
+        Step::Rejected
+    };
+    let Some(limit) = level.spec.limit else {
+        level.start(id, None, request, m);
+        return Step::Admitted;
+    };
+    if level.executing() < limit && level.queues.iter().all(VecDeque::is_empty) {
+        if level.spec.queuing.is_some() {
+            // Upstream queues every request of a queuing level and dispatches it at
+            // once when it can: it saw a queue of itself alone.
+            m.queue_length(&request.flow_schema, &level.name, 1);
+        }
+        level.start(id, None, request, m);
+        return Step::Admitted;
+    }
+    let Some(queuing) = level.spec.queuing else {
+        return refuse(level, RejectReason::ConcurrencyLimit);
+    };
+    let hand = deal_hand(
+        hash(&request.flow_schema, &request.distinguisher),
+        queuing.queues,
+        queuing.hand_size,
+    );
+    let Some(q) = hand
+        .into_iter()
+        .filter(|&q| q < level.queues.len())
+        .min_by_key(|&q| level.queues[q].len())
+    else {
+        return refuse(level, RejectReason::QueueFull);
+    };
+    if level.queues[q].len() >= queuing.queue_length_limit {
+        return refuse(level, RejectReason::QueueFull);
+    }
+    let flow_schema = request.flow_schema.clone();
+    let (tx, rx) = oneshot::channel();
+    level.queues[q].push_back(Waiter {
+        id,
+        grant: tx,
+        request,
+    });
+    m.waiting(&flow_schema, &level.name, 1.0);
+    m.queue_length(&flow_schema, &level.name, level.queues[q].len());
+    level.dispatch(m);
+    Step::Queued(rx)
 }
 
 /// The 429 of a refused request (upstream's message).
@@ -397,15 +683,17 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
             let name = l.metadata.name.clone().unwrap_or_default();
             let uid = l.metadata.uid.clone().unwrap_or_default();
             let limited = l.spec.as_ref().and_then(|s| s.limited.as_ref());
+            let nominal =
+                (u64::from(server_limit) * u64::from(shares(l))).div_ceil(u64::from(total_shares));
+            let nominal = u32::try_from(nominal).unwrap_or(u32::MAX);
             let spec = match limited {
                 None => LevelSpec {
                     uid,
+                    nominal,
                     limit: None,
                     queuing: None,
                 },
                 Some(limited) => {
-                    let limit = (u64::from(server_limit) * u64::from(shares(l)))
-                        .div_ceil(u64::from(total_shares));
                     let response = limited.limit_response.as_ref();
                     let queuing = response.filter(|r| r.type_ == "Queue").map(|r| {
                         let q = r.queuing.clone().unwrap_or_default();
@@ -423,8 +711,9 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
                     });
                     LevelSpec {
                         uid,
+                        nominal,
                         // A level always runs at least one request at a time.
-                        limit: Some(u32::try_from(limit).unwrap_or(u32::MAX).max(1)),
+                        limit: Some(nominal.max(1)),
                         queuing,
                     }
                 }
@@ -441,9 +730,9 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
                 (
                     spec.matching_precedence.unwrap_or(1000),
                     Schema {
-                        name: s.metadata.name.unwrap_or_default(),
+                        name: Arc::from(s.metadata.name.unwrap_or_default()),
                         uid: s.metadata.uid.unwrap_or_default(),
-                        level,
+                        level: Arc::from(level),
                         distinguisher: spec.distinguisher_method.map(|d| d.type_),
                         rules: spec.rules.unwrap_or_default(),
                     },
@@ -458,19 +747,19 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
     }
 }
 
-/// The flow a request belongs to within its schema.
-fn flow_key(schema: &Schema, attrs: &Attributes) -> (String, String) {
-    let distinguisher = match schema.distinguisher.as_deref() {
+/// The flow a request belongs to within its schema: its user or namespace, as the
+/// schema's distinguisher method says.
+fn distinguisher(schema: &Schema, attrs: &Attributes) -> String {
+    match schema.distinguisher.as_deref() {
         Some("ByUser") => attrs.user.name.clone(),
         Some("ByNamespace") => attrs.namespace.clone(),
         _ => String::new(),
-    };
-    (schema.name.clone(), distinguisher)
+    }
 }
 
-fn hash(flow: &(String, String)) -> u64 {
+fn hash(flow_schema: &str, distinguisher: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    flow.hash(&mut h);
+    (flow_schema, distinguisher).hash(&mut h);
     h.finish()
 }
 
@@ -685,7 +974,7 @@ async fn write_dangling_conditions(store: &Store, schemas: &[Arc<Value>], levels
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use ferrokube_auth::UserInfo;
     use serde_json::json;
@@ -744,7 +1033,7 @@ mod tests {
             &[level("low", 10, None), level("high", 30, None)],
             600,
         );
-        let names: Vec<&str> = config.schemas.iter().map(|s| s.name.as_str()).collect();
+        let names: Vec<&str> = config.schemas.iter().map(|s| &*s.name).collect();
         // The mandatory exempt (precedence 1) and catch-all (10000) stand in; the
         // dangling schema is left out.
         assert_eq!(names, ["exempt", "alice", "a-wide", "b-wide", "catch-all"]);
@@ -850,33 +1139,221 @@ mod tests {
         assert_eq!(dangling_condition("x", true, "t")["reason"], "Found");
     }
 
+    fn tracked(flow_schema: &str, user: &str) -> Tracked {
+        Tracked {
+            flow_schema: Arc::from(flow_schema),
+            distinguisher: user.into(),
+            arrived: jiff::Timestamp::UNIX_EPOCH,
+            started: None,
+            details: RequestDetails::of(&attrs(user, &[], "create", "team", "configmaps")),
+        }
+    }
+
+    pub(super) fn one_seat(name: &str, queuing: Option<Queuing>) -> Level {
+        Level::new(
+            Arc::from(name),
+            LevelSpec {
+                uid: format!("uid-{name}"),
+                nominal: 1,
+                limit: Some(1),
+                queuing,
+            },
+        )
+    }
+
+    const ONE_QUEUE_OF_ONE: Queuing = Queuing {
+        queues: 1,
+        hand_size: 1,
+        queue_length_limit: 1,
+    };
+
+    /// The value of the sample `series` (name and labels) on the metrics' page.
+    fn sample(m: &FlowControlMetrics, series: &str) -> Option<String> {
+        let mut page = String::new();
+        m.render(&mut page);
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+    }
+
+    const FS_PL: &str = r#"{flow_schema="fs",priority_level="pl"}"#;
+
+    fn gauge(m: &FlowControlMetrics, name: &str) -> Option<String> {
+        sample(m, &format!("apiserver_flowcontrol_{name}{FS_PL}"))
+    }
+
     #[tokio::test]
-    async fn a_full_level_queues_then_rejects() {
-        // One seat (1 share of 600 would be 1 with 600 others), one queue of one.
-        let mut level = Level::new(LevelSpec {
-            uid: "u".into(),
-            limit: Some(1),
-            queuing: Some(Queuing {
-                queues: 1,
-                hand_size: 1,
-                queue_length_limit: 1,
-            }),
-        });
-        level.executing = 1;
-        let (tx, mut rx) = oneshot::channel();
-        level.queues[0].push_back((0, tx));
-        level.dispatch();
+    async fn a_full_level_queues_then_rejects_and_counts_each_step() {
+        let m = FlowControlMetrics::default();
+        let mut level = one_seat("pl", Some(ONE_QUEUE_OF_ONE));
+        assert!(matches!(
+            admit_to(&mut level, 0, tracked("fs", "a"), &m),
+            Step::Admitted
+        ));
+        let Step::Queued(mut rx) = admit_to(&mut level, 1, tracked("fs", "b"), &m) else {
+            panic!("the second request should wait");
+        };
         assert!(rx.try_recv().is_err(), "no seat is free yet");
-        level.executing = 0;
-        level.dispatch();
-        assert!(rx.try_recv().is_ok(), "the freed seat goes to the waiter");
-        assert_eq!(level.executing, 1);
-        // A waiter that gave up is skipped.
-        let (gone, dropped) = oneshot::channel::<()>();
-        drop(dropped);
-        level.queues[0].push_back((1, gone));
-        level.executing = 0;
-        level.dispatch();
-        assert_eq!(level.executing, 0);
+        assert!(matches!(
+            admit_to(&mut level, 2, tracked("fs", "c"), &m),
+            Step::Rejected
+        ));
+        let rejected = |reason: &str| {
+            sample(
+                &m,
+                &format!(
+                    r#"apiserver_flowcontrol_rejected_requests_total{{flow_schema="fs",priority_level="pl",reason="{reason}"}}"#
+                ),
+            )
+        };
+        assert_eq!(rejected("queue-full").as_deref(), Some("1"));
+        assert_eq!(gauge(&m, "current_inqueue_requests").as_deref(), Some("1"));
+        assert_eq!(gauge(&m, "current_inqueue_seats").as_deref(), Some("1"));
+        assert_eq!(
+            gauge(&m, "current_executing_requests").as_deref(),
+            Some("1")
+        );
+        assert_eq!(gauge(&m, "dispatched_requests_total").as_deref(), Some("1"));
+
+        // The freed seat goes to the waiter.
+        assert!(level.finish(0, &m));
+        assert!(rx.try_recv().is_ok());
+        assert!(level.running.contains_key(&1));
+        assert_eq!(gauge(&m, "current_inqueue_requests").as_deref(), Some("0"));
+        assert_eq!(gauge(&m, "current_executing_seats").as_deref(), Some("1"));
+        assert_eq!(gauge(&m, "dispatched_requests_total").as_deref(), Some("2"));
+        // Both saw a queue of one: the first as upstream's immediate dispatch does.
+        assert_eq!(
+            gauge(&m, "request_queue_length_after_enqueue_count").as_deref(),
+            Some("2")
+        );
+        assert_eq!(level.queue_executing, [1]);
+
+        // A waiter that gave up is skipped, counted refused after waiting.
+        let Step::Queued(gone) = admit_to(&mut level, 3, tracked("fs", "d"), &m) else {
+            panic!("the fourth request should wait");
+        };
+        drop(gone);
+        assert!(level.finish(1, &m));
+        assert_eq!(level.executing(), 0);
+        assert_eq!(level.queue_executing, [0]);
+        assert_eq!(
+            (level.dispatched, level.rejected, level.cancelled),
+            (2, 2, 1)
+        );
+        assert_eq!(rejected("time-out").as_deref(), Some("1"));
+        assert_eq!(
+            gauge(&m, "current_executing_requests").as_deref(),
+            Some("0")
+        );
+        assert_eq!(gauge(&m, "current_inqueue_requests").as_deref(), Some("0"));
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_wait_ends_leaves_its_queue_refused() {
+        let m = FlowControlMetrics::default();
+        let mut level = one_seat("pl", Some(ONE_QUEUE_OF_ONE));
+        admit_to(&mut level, 0, tracked("fs", "a"), &m);
+        let Step::Queued(_rx) = admit_to(&mut level, 1, tracked("fs", "b"), &m) else {
+            panic!("the second request should wait");
+        };
+        assert!(level.withdraw(1, &m));
+        assert!(!level.withdraw(1, &m), "counted once");
+        assert!(!level.finish(1, &m));
+        assert_eq!(level.waiting(), 0);
+        assert_eq!((level.rejected, level.cancelled), (1, 1));
+        assert_eq!(gauge(&m, "current_inqueue_requests").as_deref(), Some("0"));
+        assert_eq!(
+            sample(
+                &m,
+                r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="fs",priority_level="pl",reason="time-out"}"#
+            )
+            .as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn a_level_that_does_not_queue_refuses_over_its_limit() {
+        let m = FlowControlMetrics::default();
+        let mut level = one_seat("pl", None);
+        assert!(matches!(
+            admit_to(&mut level, 0, tracked("fs", "a"), &m),
+            Step::Admitted
+        ));
+        assert!(matches!(
+            admit_to(&mut level, 1, tracked("fs", "a"), &m),
+            Step::Rejected
+        ));
+        assert_eq!(
+            sample(
+                &m,
+                r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="fs",priority_level="pl",reason="concurrency-limit"}"#
+            )
+            .as_deref(),
+            Some("1")
+        );
+        // No queue: nothing observed of one.
+        assert_eq!(gauge(&m, "request_queue_length_after_enqueue_count"), None);
+    }
+
+    #[test]
+    fn exempt_requests_are_counted_but_never_held() {
+        let m = FlowControlMetrics::default();
+        let mut level = Level::new(
+            Arc::from("pl"),
+            LevelSpec {
+                uid: "u".into(),
+                nominal: 0,
+                limit: None,
+                queuing: None,
+            },
+        );
+        for id in 0..3 {
+            assert!(matches!(
+                admit_to(&mut level, id, tracked("fs", "admin"), &m),
+                Step::Admitted
+            ));
+        }
+        assert_eq!(
+            gauge(&m, "current_executing_requests").as_deref(),
+            Some("3")
+        );
+        assert_eq!(gauge(&m, "dispatched_requests_total").as_deref(), Some("3"));
+        for id in 0..3 {
+            assert!(level.finish(id, &m));
+        }
+        assert_eq!(
+            gauge(&m, "current_executing_requests").as_deref(),
+            Some("0")
+        );
+    }
+
+    #[test]
+    fn level_limits_are_published_per_level() {
+        let m = FlowControlMetrics::default();
+        let config = digest(&[], &[level("low", 10, None)], 90);
+        for (name, spec) in &config.levels {
+            m.level_limits(name, spec.nominal, spec.limit);
+        }
+        let limit = |name: &str, level: &str| {
+            sample(
+                &m,
+                &format!(r#"apiserver_flowcontrol_{name}{{priority_level="{level}"}}"#),
+            )
+        };
+        // 10 and 5 (catch-all) of 15 shares of 90; exempt has 0 shares and no limit.
+        assert_eq!(limit("nominal_limit_seats", "low").as_deref(), Some("60"));
+        assert_eq!(
+            limit("current_limit_seats", "catch-all").as_deref(),
+            Some("30")
+        );
+        assert_eq!(
+            limit("upper_limit_seats", "catch-all").as_deref(),
+            Some("30")
+        );
+        assert_eq!(limit("nominal_limit_seats", "exempt").as_deref(), Some("0"));
+        assert_eq!(limit("current_limit_seats", "exempt"), None);
+        m.retain_levels(|name| name != "low");
+        assert_eq!(limit("nominal_limit_seats", "low"), None);
     }
 }
