@@ -164,6 +164,19 @@ impl CgroupManager {
                 write(&h.join(rel).join(file), &value.to_string())?;
             }
         }
+        // Only with the hugetlb controller mounted, and only the sizes it has files for
+        // (upstream skips huge pages where the controller is not enabled).
+        if let Some(h) = self
+            .hierarchy("hugetlb")
+            .filter(|_| !limits.hugetlb.is_empty())
+        {
+            for (size, limit) in &limits.hugetlb {
+                let file = h.join(rel).join(format!("hugetlb.{size}.limit_in_bytes"));
+                if file.exists() {
+                    write(&file, &limit.to_string())?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -349,6 +362,33 @@ mod tests {
     }
 
     #[test]
+    fn hugetlb_limits_go_to_the_sizes_the_controller_has() {
+        use crate::node_allocatable::CgroupLimits;
+        let dir = tempfile::tempdir().unwrap();
+        let hugetlb = dir.path().join("hugetlb");
+        std::fs::create_dir_all(hugetlb.join("kubepods")).unwrap();
+        std::fs::write(hugetlb.join("cgroup.procs"), "").unwrap();
+        // The kernel makes a file per page size it supports; here only 2MB.
+        std::fs::write(hugetlb.join("kubepods/hugetlb.2MB.limit_in_bytes"), "-1").unwrap();
+        let m = CgroupManager::new(dir.path());
+        let limits = CgroupLimits {
+            hugetlb: vec![("2MB".into(), 1 << 30), ("1GB".into(), 0)],
+            ..Default::default()
+        };
+        m.set_limits("/kubepods", &limits, true).unwrap();
+        assert_eq!(
+            m.read("hugetlb", "/kubepods", "hugetlb.2MB.limit_in_bytes")
+                .unwrap(),
+            "1073741824"
+        );
+        assert!(
+            m.read("hugetlb", "/kubepods", "hugetlb.1GB.limit_in_bytes")
+                .is_err(),
+            "a size the controller lacks is not made up"
+        );
+    }
+
+    #[test]
     fn sets_the_limits_given_and_creates_only_when_asked() {
         use crate::node_allocatable::CgroupLimits;
         let dir = std::env::temp_dir().join(format!("fk-cg-limits-{}", std::process::id()));
@@ -361,6 +401,8 @@ mod tests {
             cpu_shares: Some(2048),
             memory_limit: Some(1 << 30),
             pids_limit: None,
+            // No hugetlb hierarchy here: nothing to write, and no error.
+            hugetlb: vec![("2MB".into(), 1 << 30)],
         };
         let err = m.set_limits("/system.slice", &limits, false).unwrap_err();
         assert!(err.to_string().contains("does not exist"), "{err}");

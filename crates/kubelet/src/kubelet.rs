@@ -487,6 +487,7 @@ impl Kubelet {
             cpu_milli: machine.num_cpus * 1000,
             memory: machine.memory_bytes,
             max_pids: crate::node_allocatable::read_max_pids(),
+            hugepages: machine.hugepages,
         }
     }
 

@@ -29,7 +29,40 @@ pub fn read_machine_info(root_dir: &Path) -> std::io::Result<MachineInfo> {
         boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
         kernel_version: read_trim("/proc/sys/kernel/osrelease"),
         os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
+        hugepages: read_hugepages(Path::new(HUGEPAGES_DIR)),
     })
+}
+
+/// Where the kernel lists its huge page pools.
+pub const HUGEPAGES_DIR: &str = "/sys/kernel/mm/hugepages";
+
+/// The page size in bytes of a pool directory named `hugepages-<n>kB`.
+pub fn hugepage_pool_size(dir_name: &str) -> Option<u64> {
+    dir_name
+        .strip_prefix("hugepages-")?
+        .strip_suffix("kB")?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)
+}
+
+/// The huge page pools under `dir` (page size in bytes -> `nr_hugepages`); a pool whose
+/// count cannot be read has none, as cAdvisor reads it.
+pub fn read_hugepages(dir: &Path) -> std::collections::BTreeMap<u64, u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Default::default();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let size = hugepage_pool_size(e.file_name().to_str()?)?;
+            let pages = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                .ok()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            Some((size, pages))
+        })
+        .collect()
 }
 
 /// The machine's hostname, lowercased (upstream `nodeutil.GetHostname`).
@@ -56,6 +89,37 @@ pub fn default_node_ip() -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hugepage_pools_from_their_directories() {
+        assert_eq!(hugepage_pool_size("hugepages-2048kB"), Some(2 << 20));
+        assert_eq!(hugepage_pool_size("hugepages-1048576kB"), Some(1 << 30));
+        for bad in [
+            "hugepages-2048",
+            "hugepages-kB",
+            "hugepages--1kB",
+            "x-2048kB",
+            "hugepages-99999999999999999999kB",
+        ] {
+            assert_eq!(hugepage_pool_size(bad), None, "{bad}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for (pool, pages) in [
+            ("hugepages-2048kB", Some("512\n")),
+            ("hugepages-1048576kB", None),
+            ("other", Some("3")),
+        ] {
+            std::fs::create_dir(dir.path().join(pool)).unwrap();
+            if let Some(pages) = pages {
+                std::fs::write(dir.path().join(pool).join("nr_hugepages"), pages).unwrap();
+            }
+        }
+        assert_eq!(
+            read_hugepages(dir.path()),
+            [(2 << 20, 512), (1 << 30, 0)].into()
+        );
+        assert!(read_hugepages(&dir.path().join("missing")).is_empty());
+    }
 
     #[test]
     fn reads_this_machine() {

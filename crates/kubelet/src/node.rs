@@ -202,6 +202,19 @@ pub struct MachineInfo {
     pub boot_id: String,
     pub kernel_version: String,
     pub os_image: String,
+    /// The kernel's huge page pools: page size in bytes -> pages (upstream's cAdvisor
+    /// `MachineInfo.HugePages`); empty when none could be read.
+    pub hugepages: BTreeMap<u64, u64>,
+}
+
+/// The node's `hugepages-<size>` resources and their bytes, one per kernel pool
+/// (upstream's `HugePageResourceName`: the page size as a BinarySI quantity).
+pub fn hugepage_capacity(pools: &BTreeMap<u64, u64>) -> impl Iterator<Item = (String, i64)> + '_ {
+    pools.iter().filter_map(|(size, pages)| {
+        let size_i = i64::try_from(*size).ok().filter(|s| *s > 0)?;
+        let bytes = i64::try_from(*pages).ok()?.checked_mul(size_i)?;
+        Some((format!("hugepages-{}", format_bytes(size_i)), bytes))
+    })
 }
 
 /// Capacity and allocatable of a node.
@@ -256,8 +269,18 @@ pub fn node_resources(
         Quantity(format_bytes(storage)),
     );
     capacity.insert("pods".to_owned(), Quantity(max_pods.to_string()));
-    capacity.insert("hugepages-1Gi".to_owned(), Quantity("0".into()));
-    capacity.insert("hugepages-2Mi".to_owned(), Quantity("0".into()));
+    if m.hugepages.is_empty() {
+        // Nothing read of the kernel's pools: x86's two sizes, none preallocated.
+        capacity.insert("hugepages-1Gi".to_owned(), Quantity("0".into()));
+        capacity.insert("hugepages-2Mi".to_owned(), Quantity("0".into()));
+    }
+    for (name, bytes) in hugepage_capacity(&m.hugepages) {
+        capacity.insert(name, Quantity(format_bytes(bytes)));
+    }
+    // Preallocated huge pages are memory no pod can have as such (upstream's setter).
+    let huge_bytes: i64 = hugepage_capacity(&m.hugepages)
+        .map(|(_, bytes)| bytes)
+        .fold(0, i64::saturating_add);
     let sub = |cap: i64, reserved: i64| (cap - reserved).max(0);
     let mut allocatable = capacity.clone();
     allocatable.insert(
@@ -268,7 +291,8 @@ pub fn node_resources(
         "memory".to_owned(),
         Quantity(format_bytes(sub(
             mem,
-            kube.memory + system.memory + eviction.amount("memory.available", mem),
+            (kube.memory + system.memory + eviction.amount("memory.available", mem))
+                .saturating_add(huge_bytes),
         ))),
     );
     allocatable.insert(
@@ -829,6 +853,42 @@ mod tests {
         let r = node_resources(&m, 110, &huge, &Reserved::default(), &evict);
         assert_eq!(r.allocatable["cpu"], q("0"), "never negative");
         assert_eq!(r.allocatable["memory"], q("0"));
+        assert_eq!(r.capacity["hugepages-2Mi"], q("0"), "no pools read");
+        assert_eq!(r.capacity["hugepages-1Gi"], q("0"));
+    }
+
+    #[test]
+    fn hugepage_pools_are_capacity_and_leave_memory() {
+        let m = MachineInfo {
+            num_cpus: 2,
+            memory_bytes: 8 << 30,
+            root_fs_bytes: 100 << 30,
+            hugepages: [(2 << 20, 512), (1 << 30, 0), (64 << 10, 3)].into(),
+            ..Default::default()
+        };
+        let r = node_resources(
+            &m,
+            110,
+            &Reserved::default(),
+            &Reserved::default(),
+            &EvictionThresholds::default(),
+        );
+        assert_eq!(r.capacity["hugepages-2Mi"], q("1Gi"));
+        assert_eq!(r.capacity["hugepages-1Gi"], q("0"));
+        assert_eq!(r.capacity["hugepages-64Ki"], q("192Ki"));
+        assert_eq!(r.allocatable["hugepages-2Mi"], q("1Gi"));
+        assert_eq!(r.capacity["memory"], q("8Gi"));
+        assert_eq!(
+            r.allocatable["memory"],
+            q(&format_bytes((7 << 30) - (192 << 10))),
+            "the pools' pages are not allocatable memory"
+        );
+        let odd: BTreeMap<u64, u64> = [(0, 5), (u64::MAX, 2), (4096, u64::MAX)].into();
+        assert_eq!(
+            hugepage_capacity(&odd).count(),
+            0,
+            "sizes that overflow are left out"
+        );
     }
 
     fn t(secs: i64) -> Time {

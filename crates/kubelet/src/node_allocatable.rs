@@ -158,15 +158,33 @@ pub struct CgroupLimits {
     pub memory_limit: Option<i64>,
     /// `pids.max`.
     pub pids_limit: Option<i64>,
+    /// `hugetlb.<size>.limit_in_bytes` by upstream's page size name (`2MB`, `1GB`);
+    /// written only where the hugetlb controller is mounted.
+    pub hugetlb: Vec<(String, i64)>,
 }
 
 /// The machine as `kubepods` sees it (upstream's `internalCapacity`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeCapacity {
     pub cpu_milli: i64,
     pub memory: i64,
     /// The smaller of the kernel's `pid_max` and `threads-max` (upstream `pidlimit`).
     pub max_pids: Option<i64>,
+    /// The kernel's huge page pools: page size in bytes -> pages.
+    pub hugepages: std::collections::BTreeMap<u64, u64>,
+}
+
+/// Upstream's `HugePageUnitSizeFromByteSize`: a page size as the hugetlb controller
+/// names it (`2MB` for 2 MiB, `1GB`, `64KB`); `None` past petabytes.
+pub fn hugetlb_size_name(bytes: u64) -> Option<String> {
+    const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
+    let mut size = bytes;
+    let mut unit = 0;
+    while size >= 1024 {
+        size /= 1024;
+        unit += 1;
+    }
+    UNITS.get(unit).map(|u| format!("{size}{u}"))
 }
 
 /// `kubepods`: the capacity, less what is reserved for the system and Kubernetes when
@@ -194,6 +212,17 @@ pub fn pods_cgroup_limits(
         ))),
         memory_limit: Some(left(capacity.memory, system.memory, kube.memory)),
         pids_limit: capacity.max_pids.map(|max| left(max, system.pid, kube.pid)),
+        // Every pool the kernel has gets a limit: its pages (no reservation takes huge
+        // pages here), 0 for a pool without any, as upstream's cgroup manager sets the
+        // sizes the node has none of.
+        hugetlb: capacity
+            .hugepages
+            .iter()
+            .filter_map(|(size, pages)| {
+                let limit = i64::try_from(size.checked_mul(*pages)?).ok()?;
+                Some((hugetlb_size_name(*size)?, limit))
+            })
+            .collect(),
     }
 }
 
@@ -205,6 +234,8 @@ pub fn reserved_cgroup_limits(reserved: &Reserved, compressible_only: bool) -> C
         cpu_shares: set(reserved.cpu_milli).map(milli_cpu_to_shares),
         memory_limit: set(reserved.memory).filter(|_| !compressible_only),
         pids_limit: set(reserved.pid).filter(|_| !compressible_only),
+        // No reservation here names huge pages.
+        hugetlb: vec![],
     }
 }
 
@@ -312,6 +343,7 @@ mod tests {
             cpu_milli: 2000,
             memory: 8 << 30,
             max_pids: Some(4_194_304),
+            ..Default::default()
         };
         let system = Reserved {
             cpu_milli: 500,
@@ -330,6 +362,7 @@ mod tests {
                 cpu_shares: Some(1433),
                 memory_limit: Some((8 << 30) - (1 << 30) - (256 << 20)),
                 pids_limit: Some(4_193_304),
+                hugetlb: vec![],
             }
         );
         let none = Enforcement::parse(&[], "", "").unwrap();
@@ -339,6 +372,7 @@ mod tests {
                 cpu_shares: Some(2048),
                 memory_limit: Some(8 << 30),
                 pids_limit: Some(4_194_304),
+                hugetlb: vec![],
             }
         );
         // More reserved than there is leaves nothing, not a negative limit.
@@ -363,6 +397,7 @@ mod tests {
                 cpu_shares: Some(256),
                 memory_limit: Some(512 << 20),
                 pids_limit: None,
+                hugetlb: vec![],
             }
         );
         assert_eq!(
@@ -372,6 +407,36 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    #[test]
+    fn kubepods_holds_every_huge_page_pool_to_its_pages() {
+        let capacity = NodeCapacity {
+            cpu_milli: 1000,
+            memory: 4 << 30,
+            hugepages: [(2 << 20, 512), (1 << 30, 0), (64 << 10, 2), (u64::MAX, 2)].into(),
+            ..Default::default()
+        };
+        let l = pods_cgroup_limits(
+            &capacity,
+            &Reserved::default(),
+            &Reserved::default(),
+            &Enforcement::default(),
+        );
+        assert_eq!(
+            l.hugetlb,
+            [
+                ("64KB".to_string(), 128 << 10),
+                ("2MB".to_string(), 1 << 30),
+                ("1GB".to_string(), 0),
+            ],
+            "a size whose bytes overflow is left out"
+        );
+        assert_eq!(hugetlb_size_name(2 << 20).as_deref(), Some("2MB"));
+        assert_eq!(hugetlb_size_name(1 << 30).as_deref(), Some("1GB"));
+        assert_eq!(hugetlb_size_name(512).as_deref(), Some("512B"));
+        assert_eq!(hugetlb_size_name(1 << 50).as_deref(), Some("1PB"));
+        assert_eq!(hugetlb_size_name(u64::MAX), None);
     }
 
     #[test]
