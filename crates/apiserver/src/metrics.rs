@@ -234,7 +234,9 @@ impl ObservedAtEnd {
 
     /// `body`, which makes the observation when it is dropped.
     pub(crate) fn around(self, body: crate::handler::Body) -> crate::handler::Body {
-        http_body_util::combinators::UnsyncBoxBody::new(ObservedBody { body, end: self })
+        http_body_util::combinators::UnsyncBoxBody::new(
+            ferrokube_component_base::metrics::held_body::HeldBody::new(body, self),
+        )
     }
 }
 
@@ -252,32 +254,6 @@ impl Drop for ObservedAtEnd {
                 response_bytes: None,
             },
         );
-    }
-}
-
-struct ObservedBody {
-    body: crate::handler::Body,
-    #[allow(dead_code)] // held for its Drop
-    end: ObservedAtEnd,
-}
-
-impl hyper::body::Body for ObservedBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        hyper::body::Body::poll_frame(std::pin::Pin::new(&mut self.body), cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        hyper::body::Body::is_end_stream(&self.body)
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        hyper::body::Body::size_hint(&self.body)
     }
 }
 

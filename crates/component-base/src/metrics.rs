@@ -11,6 +11,7 @@ use std::fmt::Write;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod held_body;
 pub mod process;
 
 use hashbrown::DefaultHashBuilder;

@@ -35,6 +35,8 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::KubeletAuth;
 use crate::kubelet::Kubelet;
 use crate::logs::{LogOptions, stream_log_file};
+use ferrokube_component_base::metrics::held_body::HeldBody;
+
 use crate::metrics::{HttpRequestInFlight, HttpRequestLabels, HttpServer};
 use crate::rotating_transport::CertifiedPair;
 use crate::sandbox::{name, namespace, pod_log_dir, spec, uid};
@@ -824,13 +826,7 @@ impl Guard {
 /// streamed body (a followed container log) counts as in flight while it streams, as
 /// upstream's handler runs until it has written it.
 fn until_body_done(response: Response<Body>, in_flight: HttpRequestInFlight) -> Response<Body> {
-    response.map(|body| {
-        body.map_frame(move |frame| {
-            let _ = &in_flight;
-            frame
-        })
-        .boxed()
-    })
+    response.map(|body| HeldBody::new(body, in_flight).boxed())
 }
 
 async fn serve_one<S>(stream: S, kubelet: Arc<Kubelet>, which: Endpoints, guard: Option<Guard>)
@@ -982,6 +978,11 @@ mod tests {
             "the response is handed back, its body not yet written"
         );
         assert_eq!(response.status(), StatusCode::OK);
+        // Its length stays known, so that it goes out with Content-Length, not chunked.
+        assert_eq!(
+            hyper::body::Body::size_hint(response.body()).exact(),
+            Some(11)
+        );
         drop(response);
         assert_eq!(in_flight(&metrics), "0");
     }
