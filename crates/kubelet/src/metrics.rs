@@ -542,6 +542,10 @@ impl KubeletMetrics {
     /// shows it started ([`crate::pod_startup`]).
     pub fn observe_pod_on_watch(&self, pod: &k8s_openapi::api::core::v1::Pod) {
         let seen = self.startup.lock().observed_on_watch(pod, unix_now());
+        self.record_startup(seen);
+    }
+
+    fn record_startup(&self, seen: Option<crate::pod_startup::StartupObservation>) {
         if let Some(seen) = seen {
             self.pod_start_sli.observe([], seen.sli_seconds);
             self.pod_start_total.observe([], seen.total_seconds);
@@ -576,9 +580,11 @@ impl KubeletMetrics {
         pod_uid: &str,
         status: &k8s_openapi::api::core::v1::PodStatus,
     ) {
-        self.startup
+        let seen = self
+            .startup
             .lock()
             .status_updated(pod_uid, status, unix_now());
+        self.record_startup(seen);
     }
 
     /// A pod status change reached the API `took` after it was first seen.

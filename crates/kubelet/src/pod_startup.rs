@@ -13,10 +13,17 @@ use crate::sandbox::uid;
 
 #[derive(Debug, Default, Clone)]
 struct PodState {
+    /// The pod's creation time and host networking, as the watch first showed it.
+    created: Option<f64>,
+    host_network: bool,
     first_started_pulling: Option<f64>,
     last_finished_pulling: Option<f64>,
     /// When the kubelet first wrote a status with every container running.
     observed_running: Option<f64>,
+    /// When the watch first showed every container running while the kubelet's write
+    /// of that status had not come back yet: the event can overtake the write's
+    /// answer, and it may be the last event the pod has for a long time.
+    watched_running: Option<f64>,
     recorded: bool,
 }
 
@@ -57,32 +64,52 @@ impl PodStartupTracker {
         }
         let Some(state) = self.pods.get_mut(pod_uid) else {
             if status.and_then(|s| s.start_time.as_ref()).is_none() {
-                self.pods.insert(pod_uid.to_owned(), PodState::default());
+                let created = pod
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond() as f64 / 1000.0);
+                let host_network = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.host_network)
+                    .unwrap_or(false);
+                self.pods.insert(
+                    pod_uid.to_owned(),
+                    PodState {
+                        created,
+                        host_network,
+                        ..Default::default()
+                    },
+                );
             }
             return None;
         };
-        if state.observed_running.is_none() || state.recorded || !all_containers_started(status) {
+        if state.recorded || !all_containers_started(status) {
             return None;
         }
-        let created = pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_millisecond() as f64 / 1000.0)?;
-        let total = now - created;
+        if state.observed_running.is_none() {
+            state.watched_running.get_or_insert(now);
+            return None;
+        }
+        Self::record(state, &mut self.first_network_pod_seen, now)
+    }
+
+    /// The observation of a pod the watch showed running at `when`, once.
+    fn record(
+        state: &mut PodState,
+        first_network_pod_seen: &mut bool,
+        when: f64,
+    ) -> Option<StartupObservation> {
+        let total = when - state.created?;
         let pulling = match (state.first_started_pulling, state.last_finished_pulling) {
             (Some(start), Some(end)) => end - start,
             _ => 0.0,
         };
         state.recorded = true;
-        let host_network = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false);
-        let first_network = !host_network && !self.first_network_pod_seen;
+        let first_network = !state.host_network && !*first_network_pod_seen;
         if first_network {
-            self.first_network_pod_seen = true;
+            *first_network_pod_seen = true;
         }
         Some(StartupObservation {
             sli_seconds: total - pulling,
@@ -109,17 +136,24 @@ impl PodStartupTracker {
     }
 
     /// The kubelet sets the pod's status at `now`: the first one with every container
-    /// running marks when the pod ran.
-    pub fn status_updated(&mut self, pod_uid: &str, status: &PodStatus, now: f64) {
-        let Some(state) = self.pods.get_mut(pod_uid) else {
-            return;
-        };
+    /// running marks when the pod ran. When the watch has shown that status already,
+    /// the startup is that event's, and it comes back here.
+    pub fn status_updated(
+        &mut self,
+        pod_uid: &str,
+        status: &PodStatus,
+        now: f64,
+    ) -> Option<StartupObservation> {
+        let state = self.pods.get_mut(pod_uid)?;
         if state.recorded || state.observed_running.is_some() {
-            return;
+            return None;
         }
-        if all_containers_started(Some(status)) {
-            state.observed_running = Some(now);
+        if !all_containers_started(Some(status)) {
+            return None;
         }
+        state.observed_running = Some(now);
+        let watched = state.watched_running?;
+        Self::record(state, &mut self.first_network_pod_seen, watched)
     }
 
     /// The pod left the node.
@@ -201,8 +235,8 @@ mod tests {
         }
     }
 
-    fn updated(tr: &mut PodStartupTracker, pod: &Pod, now: f64) {
-        tr.status_updated(uid(pod), pod.status.as_ref().unwrap(), now);
+    fn updated(tr: &mut PodStartupTracker, pod: &Pod, now: f64) -> Option<StartupObservation> {
+        tr.status_updated(uid(pod), pod.status.as_ref().unwrap(), now)
     }
 
     fn at(secs: f64) -> f64 {
@@ -308,5 +342,24 @@ mod tests {
         updated(&mut tr, &pod("u", &[true], true), at(5.0));
         let seen = tr.observed_on_watch(&pod("u", &[true], true), at(6.0));
         assert_eq!(seen.map(|s| s.sli_seconds), Some(6.0));
+    }
+
+    #[test]
+    fn a_watch_event_that_overtakes_the_status_write_still_counts() {
+        let mut tr = PodStartupTracker::default();
+        tr.observed_on_watch(&pod("u", &[false], false), at(0.0));
+        // The event with the written status arrives before the write's answer...
+        assert_eq!(
+            tr.observed_on_watch(&pod("u", &[true], true), at(4.0)),
+            None
+        );
+        // ...which then records the startup at the event's time, once.
+        let seen = updated(&mut tr, &pod("u", &[true], true), at(4.2));
+        assert_eq!(seen.map(|s| s.total_seconds), Some(4.0));
+        assert_eq!(
+            tr.observed_on_watch(&pod("u", &[true], true), at(5.0)),
+            None
+        );
+        assert_eq!(updated(&mut tr, &pod("u", &[true], true), at(6.0)), None);
     }
 }

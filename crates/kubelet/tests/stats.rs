@@ -258,9 +258,12 @@ async fn summary_and_metrics_on_real_containerd() {
                     "kubelet_pod_start_sli_duration_seconds_count 1",
                     "kubelet_pod_start_total_duration_seconds_count 1",
                 ]
-                .iter()
-                .all(|line| page.lines().any(|l| l == *line));
-                Ok(done.then_some(page))
+                .into_iter()
+                .filter(|line| !page.lines().any(|l| l == *line))
+                .collect::<Vec<_>>();
+                // Retried until the time is up; the last miss is the failure's message.
+                ensure!(done.is_empty(), "missing {done:?} in\n{page}");
+                Ok(Some(page))
             },
         )
         .await?;
