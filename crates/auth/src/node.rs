@@ -73,14 +73,9 @@ pub fn pod_references(pod: &Value, kind: Referenced, name: &str) -> bool {
     let is = |v: Option<&str>| v == Some(name);
     match kind {
         Referenced::ServiceAccount => is(str_at(spec, &["serviceAccountName"])),
-        Referenced::PersistentVolumeClaim => array(spec, "volumes").any(|v| {
-            is(str_at(v, &["persistentVolumeClaim", "claimName"]))
-                // Generic ephemeral volumes create a PVC named <pod>-<volume>.
-                || (v.get("ephemeral").is_some()
-                    && str_at(pod, &["metadata", "name"])
-                        .zip(str_at(v, &["name"]))
-                        .is_some_and(|(p, vol)| format!("{p}-{vol}") == name))
-        }),
+        Referenced::PersistentVolumeClaim => {
+            array(spec, "volumes").any(|v| volume_claim(pod, v).is_some_and(|claim| claim == name))
+        }
         Referenced::Secret => {
             array(spec, "imagePullSecrets").any(|s| is(str_at(s, &["name"])))
                 || array(spec, "volumes").any(|v| {
@@ -114,6 +109,17 @@ pub fn pod_references(pod: &Value, kind: Referenced, name: &str) -> bool {
             })
         }
     }
+}
+
+/// The claim a pod volume reads: a `persistentVolumeClaim`'s, or the `<pod>-<volume>`
+/// claim of a generic ephemeral volume (upstream's graph populator adds both edges).
+fn volume_claim(pod: &Value, volume: &Value) -> Option<String> {
+    if let Some(claim) = str_at(volume, &["persistentVolumeClaim", "claimName"]) {
+        return Some(claim.to_string());
+    }
+    volume.get("ephemeral")?;
+    let pod_name = str_at(pod, &["metadata", "name"])?;
+    Some(format!("{pod_name}-{}", str_at(volume, &["name"])?))
 }
 
 fn containers(spec: &Value) -> impl Iterator<Item = &Value> {
@@ -180,9 +186,8 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
         let bound = self.graph.pods_on_node(node, None).iter().any(|pod| {
             let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
             array(&pod["spec"], "volumes").any(|v| {
-                v["persistentVolumeClaim"]["claimName"]
-                    .as_str()
-                    .and_then(|claim| self.graph.persistent_volume_claim(ns, claim))
+                volume_claim(pod, v)
+                    .and_then(|claim| self.graph.persistent_volume_claim(ns, &claim))
                     .is_some_and(|pvc| pvc["spec"]["volumeName"].as_str() == Some(&attrs.name))
             })
         });
@@ -307,29 +312,40 @@ mod tests {
                 .collect()
         }
         fn persistent_volume_claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-            (namespace == "ns" && name == "claim")
-                .then(|| Arc::new(json!({"spec": {"volumeName": "pv-1"}})))
+            let volume = match (namespace, name) {
+                ("ns", "claim") => "pv-1",
+                ("ns", "eph-scratch") => "pv-eph",
+                _ => return None,
+            };
+            Some(Arc::new(json!({"spec": {"volumeName": volume}})))
         }
     }
 
     fn graph() -> Pods {
-        Pods(vec![Arc::new(json!({
-            "metadata": {"name": "p", "namespace": "ns"},
-            "spec": {
-                "nodeName": "a",
-                "serviceAccountName": "sa",
-                "imagePullSecrets": [{"name": "pull"}],
-                "volumes": [
-                    {"name": "v", "secret": {"secretName": "vol"}},
-                    {"name": "c", "configMap": {"name": "cm"}},
-                    {"name": "pr", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "pcm"}}]}},
-                    {"name": "claim", "persistentVolumeClaim": {"claimName": "claim"}},
-                    {"name": "csi", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "csi"}}}
-                ],
-                "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}}],
-                    "envFrom": [{"configMapRef": {"name": "envcm"}}]}]
-            }
-        }))])
+        Pods(vec![
+            Arc::new(json!({
+                "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {
+                    "nodeName": "a",
+                    "serviceAccountName": "sa",
+                    "imagePullSecrets": [{"name": "pull"}],
+                    "volumes": [
+                        {"name": "v", "secret": {"secretName": "vol"}},
+                        {"name": "c", "configMap": {"name": "cm"}},
+                        {"name": "pr", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "pcm"}}]}},
+                        {"name": "claim", "persistentVolumeClaim": {"claimName": "claim"}},
+                        {"name": "csi", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "csi"}}}
+                    ],
+                    "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}}],
+                        "envFrom": [{"configMapRef": {"name": "envcm"}}]}]
+                }
+            })),
+            Arc::new(json!({
+                "metadata": {"name": "eph", "namespace": "ns"},
+                "spec": {"nodeName": "a", "containers": [{"name": "c"}],
+                         "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]}
+            })),
+        ])
     }
 
     fn node_attrs(node: &str, verb: &str, resource: &str, name: &str) -> Attributes {
@@ -391,6 +407,21 @@ mod tests {
         let mut pv = node_attrs("a", "get", "persistentvolumes", "pv-1");
         pv.namespace.clear();
         assert_eq!(authz.authorize(&pv), Decision::Allow);
+        // A generic ephemeral volume's claim <pod>-<volume>, and its volume.
+        assert_eq!(
+            authz.authorize(&node_attrs(
+                "a",
+                "get",
+                "persistentvolumeclaims",
+                "eph-scratch"
+            )),
+            Decision::Allow
+        );
+        let mut eph_pv = node_attrs("a", "get", "persistentvolumes", "pv-eph");
+        eph_pv.namespace.clear();
+        assert_eq!(authz.authorize(&eph_pv), Decision::Allow);
+        eph_pv.user = UserInfo::new("system:node:b", [NODES_GROUP]);
+        assert_eq!(authz.authorize(&eph_pv), Decision::NoOpinion);
         let mut token = node_attrs("a", "create", "serviceaccounts", "sa");
         token.subresource = "token".into();
         assert_eq!(authz.authorize(&token), Decision::Allow);
