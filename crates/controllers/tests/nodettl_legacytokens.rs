@@ -4,11 +4,12 @@
 //! too; its clock is moved a year and more ahead, since a token must be unused for
 //! a clean-up period. Every wait is bounded in time.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::bail;
 use ferrokube_client::informer::SharedInformerFactory;
 use ferrokube_client::workqueue::WorkQueue;
 use ferrokube_controllers::Controller;
@@ -23,27 +24,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::wait_for;
 use tokio_util::sync::CancellationToken;
 
 const INVALID_SINCE: &str = "kubernetes.io/legacy-token-invalid-since";
-
-/// Polls `check` every 100 ms for at most `secs` seconds.
-async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("{what}: not within {secs}s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn ttl_of(node: &Node) -> Option<String> {
     node.metadata
@@ -74,7 +58,7 @@ async fn nodes_get_the_ttl_of_a_small_cluster_and_keep_it() -> anyhow::Result<()
             .await?;
     }
     for name in ["n1", "n2"] {
-        eventually(&format!("{name}'s ttl annotation"), 30, || async {
+        wait_for(30, &format!("{name}'s ttl annotation"), || async {
             Ok(ttl_of(&nodes.get(name).await?).filter(|t| t == "0"))
         })
         .await?;
@@ -87,7 +71,7 @@ async fn nodes_get_the_ttl_of_a_small_cluster_and_keep_it() -> anyhow::Result<()
             &Patch::Merge(json!({"metadata": {"annotations": {TTL_ANNOTATION: "zero"}}})),
         )
         .await?;
-    eventually("n1's ttl restored", 30, || async {
+    wait_for(30, "n1's ttl restored", || async {
         Ok(ttl_of(&nodes.get("n1").await?).filter(|t| t == "0"))
     })
     .await?;
@@ -107,7 +91,7 @@ async fn unused_legacy_tokens_are_invalidated_then_deleted() -> anyhow::Result<(
         .date()
         .to_string();
     let system_cms: Api<ConfigMap> = Api::namespaced(c.clone(), "kube-system");
-    let since = eventually("the tracking ConfigMap", 30, || async {
+    let since = wait_for(30, "the tracking ConfigMap", || async {
         Ok(system_cms
             .get_opt(TRACKING_CONFIGMAP)
             .await?
@@ -179,7 +163,7 @@ async fn unused_legacy_tokens_are_invalidated_then_deleted() -> anyhow::Result<(
     // Wait until the informers hold what was written above.
     let listed = factory.informer::<ServiceAccount>().store();
     let pod_store = factory.informer::<Pod>().store();
-    eventually("the informers' view", 30, || async {
+    wait_for(30, "the informers' view", || async {
         let sa = listed.get_by_name(Some("default"), "builder");
         let ready = sa.is_some_and(|sa| sa.secrets.as_ref().is_some_and(|s| s.len() == 2))
             && pod_store.get_by_name(Some("default"), "user").is_some();
@@ -209,7 +193,7 @@ async fn unused_legacy_tokens_are_invalidated_then_deleted() -> anyhow::Result<(
 
     // 800 days on, once the cleaner has seen its label: deleted.
     let secret_store = factory.informer::<Secret>().store();
-    eventually("the label in the cleaner's view", 30, || async {
+    wait_for(30, "the label in the cleaner's view", || async {
         let seen = secret_store
             .get_by_name(Some("default"), "unused")
             .is_some_and(|s| labels((*s).clone()).contains_key(INVALID_SINCE));
