@@ -149,13 +149,17 @@ async fn shared_watch(mode: InitialListMode) {
     let store = inf_b.store();
     assert!(store.get("default/pre").is_some());
     assert_eq!(store.list_namespace("default").len(), 1);
-    // kube-system holds only the apiserver's own extension-apiserver-authentication.
-    assert!(
-        store
-            .list_namespace("kube-system")
-            .iter()
-            .all(|c| c.metadata.name.as_deref() == Some("extension-apiserver-authentication"))
-    );
+    // kube-system holds only the apiserver's own ConfigMaps: extension-apiserver-authentication
+    // and the legacy token tracking day.
+    assert!(store.list_namespace("kube-system").iter().all(|c| {
+        matches!(
+            c.metadata.name.as_deref(),
+            Some(
+                "extension-apiserver-authentication"
+                    | "kube-apiserver-legacy-service-account-token-tracking"
+            )
+        )
+    }));
 
     cms.create(&PostParams::default(), &cm("x", json!({})))
         .await
