@@ -132,6 +132,11 @@ struct Options {
         default_value_t = 5
     )]
     concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// The number of ephemeral volume syncing operations that will be done
+    /// concurrently. Larger number = faster ephemeral volume updating, but more CPU (and
+    /// network) load.
+    #[arg(long = "concurrent-ephemeralvolume-syncs", default_value_t = 5)]
+    concurrent_ephemeralvolume_syncs: usize,
     /// The period for syncing persistent volumes and persistent volume claims.
     #[arg(long = "pvclaimbinder-sync-period", default_value = "15s", value_parser = dur)]
     pvclaimbinder_sync_period: Duration,
@@ -380,6 +385,7 @@ impl Options {
             csr_signing: CsrSigningConfig::default(),
             concurrent_horizontal_pod_autoscaler_syncs: self
                 .concurrent_horizontal_pod_autoscaler_syncs,
+            concurrent_ephemeralvolume_syncs: self.concurrent_ephemeralvolume_syncs,
             hpa: HpaConfig {
                 sync_period: self.horizontal_pod_autoscaler_sync_period,
                 tolerance: self.horizontal_pod_autoscaler_tolerance,
@@ -581,6 +587,18 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((opts.kube_api_qps, opts.kube_api_burst), (100.0, 200));
+    }
+
+    #[test]
+    fn ephemeral_volume_syncs_default_to_upstreams_five() {
+        let default = Options::try_parse_from(["kube-controller-manager"]).unwrap();
+        assert_eq!(default.manager_config().concurrent_ephemeralvolume_syncs, 5);
+        let two = Options::try_parse_from([
+            "kube-controller-manager",
+            "--concurrent-ephemeralvolume-syncs=2",
+        ])
+        .unwrap();
+        assert_eq!(two.manager_config().concurrent_ephemeralvolume_syncs, 2);
     }
 
     #[test]

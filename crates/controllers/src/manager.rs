@@ -264,6 +264,8 @@ pub struct ManagerConfig {
     pub csr_signing: CsrSigningConfig,
     /// `--concurrent-horizontal-pod-autoscaler-syncs`.
     pub concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// `--concurrent-ephemeralvolume-syncs`.
+    pub concurrent_ephemeralvolume_syncs: usize,
     /// The `--horizontal-pod-autoscaler-*` settings.
     pub hpa: HpaConfig,
     /// `--pvclaimbinder-sync-period`: how often every claim and volume is synced again.
@@ -304,6 +306,7 @@ impl Default for ManagerConfig {
             service_account_private_key: None,
             csr_signing: CsrSigningConfig::default(),
             concurrent_horizontal_pod_autoscaler_syncs: 5,
+            concurrent_ephemeralvolume_syncs: 5,
             hpa: HpaConfig::default(),
             pv_claim_binder_sync_period: crate::persistentvolume::DEFAULT_SYNC_PERIOD,
             enable_hostpath_provisioner: false,
@@ -494,15 +497,14 @@ impl Manager {
                 "persistentvolume-protection-controller" => {
                     (PvProtectionController::new(&factory, client.clone()), 1)
                 }
-                // Upstream's --concurrent-ephemeralvolume-syncs default; its events come
-                // from component `ephemeral_volume`.
+                // Its events come from component `ephemeral_volume`, as upstream's.
                 "ephemeral-volume-controller" => (
                     EphemeralVolumeController::new(
                         &factory,
                         client.clone(),
                         Arc::new(broadcaster.new_recorder(crate::ephemeral::EVENT_COMPONENT)),
                     )?,
-                    5,
+                    cfg.concurrent_ephemeralvolume_syncs,
                 ),
                 "serviceaccount-token-controller" => match &cfg.service_account_private_key {
                     // Upstream's --concurrent-serviceaccount-token-syncs default.
