@@ -1626,12 +1626,14 @@ impl Kubelet {
                 }
                 WorkerMsg::Refresh(p) => {
                     // Mostly the kubelet's own status write: a terminal phase there was
-                    // written once the pod's containers had all ended.
+                    // written once the pod's containers had all ended. The pod is synced
+                    // once more then, which frees its volumes and cgroup.
+                    let finishing = is_terminal(&p) && !is_terminal(&pod);
                     if is_terminal(&p) && !deleted && p.metadata.deletion_timestamp.is_none() {
                         set_lifecycle(Lifecycle::Terminated);
                     }
                     pod = p;
-                    false
+                    finishing
                 }
                 WorkerMsg::Deleted(p) => {
                     pod = p;
@@ -1870,7 +1872,8 @@ impl Kubelet {
                         Some((message, grace)) if !terminal => (Some(message), grace),
                         _ => (None, None),
                     };
-                    if let Err(e) = self.runtime.stop_pod(pod, &rt, grace).await {
+                    let stopped = self.runtime.stop_pod(pod, &rt, grace).await;
+                    if let Err(e) = &stopped {
                         tracing::warn!(pod = name(pod), error = %e, "error stopping finished pod");
                     }
                     let st = self
@@ -1879,6 +1882,14 @@ impl Kubelet {
                     self.probes.set_status(uid(pod), &st);
                     if let Err(e) = self.write_status(pod, st).await {
                         tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
+                    }
+                    // Once nothing of it runs, its volumes and cgroup go, as upstream's
+                    // syncTerminatedPod does; the phase written above keeps it from
+                    // running again.
+                    if stopped.is_ok()
+                        && let Err(e) = self.runtime.release_finished_pod(pod).await
+                    {
+                        tracing::warn!(pod = name(pod), error = %e, "error releasing finished pod");
                     }
                 }
                 Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),

@@ -1172,6 +1172,30 @@ impl RuntimeManager {
         Ok(())
     }
 
+    /// Frees what a finished pod still on the API server no longer needs, as upstream's
+    /// `syncTerminatedPod`: its cgroup is removed and its volumes torn down (mounts
+    /// undone, emptyDirs removed). Its directory (the containers' termination messages),
+    /// sandboxes, containers and logs stay until the pod is deleted. Idempotent.
+    pub async fn release_finished_pod(&self, pod: &Pod) -> Result<(), SyncError> {
+        self.remove_pod_cgroup(pod).await?;
+        self.volumes.unmount_volumes(uid(pod))?;
+        Ok(())
+    }
+
+    async fn remove_pod_cgroup(&self, pod: &Pod) -> Result<(), SyncError> {
+        let cgroup = self.pod_cgroup(pod);
+        // The last processes may take a moment to leave the cgroup after runc is done.
+        let mut last = Ok(());
+        for _ in 0..50 {
+            last = self.cgroups.remove(&cgroup);
+            if last.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        last.map_err(|source| SyncError::Cgroup { cgroup, source })
+    }
+
     /// Removes the pod from the node: stops containers (with `grace`, else the pod's),
     /// stops and removes sandboxes and containers, then removes the pod cgroup and the pod
     /// log directory. Idempotent.
@@ -1184,17 +1208,7 @@ impl RuntimeManager {
         for s in &rt.sandboxes {
             self.cri.remove_pod_sandbox(&s.id).await?;
         }
-        let cgroup = self.pod_cgroup(pod);
-        // The last processes may take a moment to leave the cgroup after runc is done.
-        let mut last = Ok(());
-        for _ in 0..50 {
-            last = self.cgroups.remove(&cgroup);
-            if last.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        last.map_err(|source| SyncError::Cgroup { cgroup, source })?;
+        self.remove_pod_cgroup(pod).await?;
         self.volumes.teardown(uid(pod))?;
         let dir = pod_log_dir(&self.node, pod);
         match std::fs::remove_dir_all(&dir) {

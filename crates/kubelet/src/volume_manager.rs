@@ -595,6 +595,22 @@ impl VolumeManager {
     /// whatever else is mounted in the pod's directory is unmounted (deepest first) and
     /// the directory removed.
     pub fn teardown(&self, pod_uid: &str) -> Result<(), VolumeError> {
+        if pod_uid.is_empty() {
+            return Ok(());
+        }
+        self.unmount_volumes(pod_uid)?;
+        let dir = pod_dir(&self.root, pod_uid);
+        if !dir.exists() {
+            return Ok(());
+        }
+        unmount_below(&dir, &mount_points())?;
+        std::fs::remove_dir_all(&dir).map_err(io("removing", &dir))
+    }
+
+    /// Tears the pod's volumes down as [`VolumeManager::teardown`] does, but keeps the
+    /// pod's directory (its containers' termination messages, its hosts file): what
+    /// upstream does for a finished pod still on the API server.
+    pub fn unmount_volumes(&self, pod_uid: &str) -> Result<(), VolumeError> {
         self.owned.lock().retain(|(uid, _)| uid != pod_uid);
         self.local_claims.lock().remove(pod_uid);
         if pod_uid.is_empty() {
@@ -667,11 +683,7 @@ impl VolumeManager {
             return Err(e);
         }
         self.states.lock().remove(pod_uid);
-        if !dir.exists() {
-            return Ok(());
-        }
-        unmount_below(&dir, &mount_points())?;
-        std::fs::remove_dir_all(&dir).map_err(io("removing", &dir))
+        Ok(())
     }
 
     /// Pod UIDs that have a directory under `<root>/pods`.

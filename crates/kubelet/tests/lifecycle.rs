@@ -165,13 +165,17 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
                     "command": ["sh", "-c", "trap 'sleep 1; echo app >> /order/log; exit 0' TERM; while true; do sleep 0.2; done"],
                     "volumeMounts": [{"name": "order", "mountPath": "/order"}]}],
             }))?,
-            // A finished app ends the pod although its sidecar would run on.
+            // A finished app ends the pod although its sidecar would run on. Once it
+            // has, its emptyDir and cgroup are freed while the pod is still there.
             pod("sidecar-job", n, json!({
                 "restartPolicy": "Never",
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
                 "initContainers": [
                     {"name": "side", "image": BUSYBOX, "restartPolicy": "Always", "command": ["sleep", "3600"]},
                 ],
-                "containers": [sh("app", "sleep 1; echo done")],
+                "containers": [{"name": "app", "image": BUSYBOX,
+                    "command": ["sh", "-c", "echo data > /scratch/x; sleep 1; echo done"],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
             }))?,
         ];
         // The projected token comes from TokenRequest for the pod's service account.
@@ -265,6 +269,22 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
         ensure!(
             side.state.as_ref().is_some_and(|s| s.terminated.is_some()),
             "the sidecar is stopped once the app is done: {side:?}"
+        );
+        let job_uid = job.metadata.uid.clone().context("uid")?;
+        let job_dir = root.path().join("pods").join(&job_uid);
+        let scratch = job_dir.join("volumes/kubernetes.io~empty-dir/scratch");
+        let job_cgroup = kubelet.kubelet.runtime().pod_cgroup(&job);
+        wait_for("the finished pod's emptyDir and cgroup freed", Duration::from_secs(30), || async {
+            Ok((!scratch.exists() && !kubelet.kubelet.runtime().cgroups().exists(&job_cgroup))
+                .then_some(()))
+        })
+        .await?;
+        ensure!(job_dir.is_dir(), "the finished pod keeps its directory until it is deleted");
+        let job = pods.get("sidecar-job").await?;
+        ensure!(
+            status_of(&job, "app").and_then(|c| c.state?.terminated).is_some_and(|t| t.exit_code == 0),
+            "the finished pod's status stays: {:?}",
+            job.status
         );
 
         let restarted = wait_pod(&pods, "liveness", "restartCount >= 1", Duration::from_secs(60), |p| {
