@@ -70,6 +70,20 @@ for want in "kube-controller-manager/ " "kubelet/status "; do
   [[ " $managers" == *" $want"* ]] || fail "e2e-sts-1's field managers are '$managers', expected $want"
 done
 [[ " $managers" != *" /"* ]] || fail "e2e-sts-1 has a field manager without a name: '$managers'"
+# Controllers' events name their component and no host (upstream's legacy recorder);
+# the kubelet's name the node.
+sources=$(k get events --field-selector involvedObject.name=e2e-sts -o wide --no-headers |
+  awk '$3 == "SuccessfulCreate" {print $5}' | sort -u)
+[ "$sources" = statefulset-controller ] ||
+  fail "e2e-sts's SuccessfulCreate events come from '${sources//$'\n'/,}', expected statefulset-controller"
+sources=$(k get events --field-selector involvedObject.name=e2e-sts-1 -o wide --no-headers |
+  awk '$3 == "Started" {print $6 $7}' | sort -u)
+[ "$sources" = "kubelet,$NODE" ] || fail "e2e-sts-1's Started events come from '$sources', expected kubelet, $NODE"
+# The scheduler's events.k8s.io events, read as core/v1, show their reporter too.
+sources=$(k get events --field-selector involvedObject.name=e2e-sts-1 -o wide --no-headers |
+  awk '$3 == "Scheduled" {print $5}' | sort -u)
+[ "$sources" = "default-scheduler," ] ||
+  fail "e2e-sts-1's Scheduled events come from '$sources', expected default-scheduler, <instance>"
 out=$(kx e2e-sts-1 -- cat /tmp/h) || fail "exec into e2e-sts-1: $out"
 [ "$out" = e2e-sts-1 ] || fail "e2e-sts-1's hostname is '$out'"
 uid=$(k get pod e2e-sts-0 -o 'jsonpath={.metadata.uid}')

@@ -1748,6 +1748,9 @@ struct EventFields {
     last: &'static str,
     count: &'static str,
     source: &'static str,
+    /// The reporter's name when `source` has none (core/v1 calls it
+    /// `reportingComponent`).
+    reporting_controller: &'static str,
     object: &'static str,
     message: &'static str,
 }
@@ -1757,6 +1760,7 @@ const CORE_EVENT_FIELDS: EventFields = EventFields {
     last: "lastTimestamp",
     count: "count",
     source: "source",
+    reporting_controller: "reportingComponent",
     object: "involvedObject",
     message: "message",
 };
@@ -1766,6 +1770,7 @@ const EVENTS_V1_FIELDS: EventFields = EventFields {
     last: "deprecatedLastTimestamp",
     count: "deprecatedCount",
     source: "deprecatedSource",
+    reporting_controller: "reportingController",
     object: "regarding",
     message: "note",
 };
@@ -2427,7 +2432,7 @@ impl<'a> Printer<'a> {
         let first_non_empty = |a: &'a str, b: &'a str| if a.is_empty() { b } else { a };
         let component = first_non_empty(
             self.s(&[f.source, "component"]),
-            self.s(&["reportingController"]),
+            self.s(&[f.reporting_controller]),
         );
         let instance = first_non_empty(self.s(&[f.source, "host"]), self.s(&["reportingInstance"]));
         let source = if instance.is_empty() {

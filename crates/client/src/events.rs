@@ -729,7 +729,8 @@ pub fn to_core_event(ev: &Event) -> core::Event {
         action: ev.action.clone(),
         source: Some(EventSource {
             component: ev.reporting_controller.clone(),
-            host: ev.reporting_instance.clone(),
+            // Go's omitempty: a recorder without a host writes none.
+            host: ev.reporting_instance.clone().filter(|h| !h.is_empty()),
         }),
         reporting_component: ev.reporting_controller.clone(),
         reporting_instance: ev.reporting_instance.clone(),

@@ -172,6 +172,24 @@ pub fn service_account_name(controller: &str) -> &str {
     }
 }
 
+/// The `source.component` (and `reportingComponent`) each controller's events carry:
+/// the `EventSource` upstream's controller builds its legacy recorder with.
+pub fn event_component(controller: &str) -> &str {
+    match controller {
+        "replicationcontroller-controller" => "replication-controller",
+        "endpoints-controller" => "endpoint-controller",
+        "endpointslice-controller" => "endpoint-slice-controller",
+        "endpointslice-mirroring-controller" => "endpoint-slice-mirroring-controller",
+        "node-lifecycle-controller" => "node-controller",
+        "node-ipam-controller" => "cidrAllocator",
+        "disruption-controller" => "controllermanager",
+        "horizontal-pod-autoscaler-controller" => "horizontal-pod-autoscaler",
+        "persistentvolume-binder-controller" => "persistentvolume-controller",
+        "ephemeral-volume-controller" => crate::ephemeral::EVENT_COMPONENT,
+        other => other,
+    }
+}
+
 /// Upstream controllers that `*` does not enable.
 pub const DISABLED_BY_DEFAULT: &[&str] =
     &["bootstrap-signer-controller", "token-cleaner-controller"];
@@ -383,7 +401,10 @@ impl Manager {
         };
         let mut built: Vec<(Arc<dyn Controller>, usize)> = Vec::new();
         for name in &enabled {
-            let rec: Arc<dyn EventSink> = Arc::new(broadcaster.new_recorder(name));
+            // Upstream's controllers record through client-go's legacy recorder with
+            // a component and no host, so their events name no reporting instance.
+            let rec: Arc<dyn EventSink> =
+                Arc::new(broadcaster.new_recorder_with_instance(event_component(name), ""));
             // Upstream runs the tokens controller with the manager's own credentials
             // (a controller's ServiceAccount credentials may be what it must provide).
             let client = if *name == "serviceaccount-token-controller" {
@@ -438,28 +459,17 @@ impl Manager {
                         &factory,
                         client.clone(),
                         cfg.node_lifecycle.clone(),
-                        // The component upstream's node lifecycle controller reports as.
-                        Arc::new(broadcaster.new_recorder("node-controller")),
+                        rec,
                     ),
                     1,
                 ),
                 // Upstream's taint manager runs 8 eviction workers (UpdateWorkerSize).
                 "taint-eviction-controller" => (
-                    TaintEvictionController::new(
-                        &factory,
-                        client.clone(),
-                        Arc::new(broadcaster.new_recorder("taint-eviction-controller")),
-                    ),
+                    TaintEvictionController::new(&factory, client.clone(), rec),
                     8,
                 ),
                 "node-ipam-controller" => (
-                    NodeIpamController::new(
-                        &factory,
-                        client.clone(),
-                        cfg.node_ipam.clone(),
-                        // The component upstream's range allocator reports as.
-                        Arc::new(broadcaster.new_recorder("cidrAllocator")),
-                    ),
+                    NodeIpamController::new(&factory, client.clone(), cfg.node_ipam.clone(), rec),
                     1,
                 ),
                 "pod-garbage-collector-controller" => (
@@ -499,11 +509,7 @@ impl Manager {
                 }
                 // Its events come from component `ephemeral_volume`, as upstream's.
                 "ephemeral-volume-controller" => (
-                    EphemeralVolumeController::new(
-                        &factory,
-                        client.clone(),
-                        Arc::new(broadcaster.new_recorder(crate::ephemeral::EVENT_COMPONENT)),
-                    )?,
+                    EphemeralVolumeController::new(&factory, client.clone(), rec)?,
                     cfg.concurrent_ephemeralvolume_syncs,
                 ),
                 "serviceaccount-token-controller" => match &cfg.service_account_private_key {
@@ -550,23 +556,16 @@ impl Manager {
                 "validatingadmissionpolicy-status-controller" => {
                     (VapStatusController::new(&factory, client.clone()), 5)
                 }
-                // Upstream records its events as component `horizontal-pod-autoscaler`.
                 "horizontal-pod-autoscaler-controller" => (
-                    HorizontalController::new(
-                        &factory,
-                        client.clone(),
-                        Arc::new(broadcaster.new_recorder("horizontal-pod-autoscaler")),
-                        cfg.hpa.clone(),
-                    ),
+                    HorizontalController::new(&factory, client.clone(), rec, cfg.hpa.clone()),
                     cfg.concurrent_horizontal_pod_autoscaler_syncs,
                 ),
-                // One worker: upstream's claim sync is not reentrant. Its events come from
-                // component `persistentvolume-controller`.
+                // One worker: upstream's claim sync is not reentrant.
                 "persistentvolume-binder-controller" => (
                     PersistentVolumeController::with_options(
                         &factory,
                         client.clone(),
-                        Arc::new(broadcaster.new_recorder("persistentvolume-controller")),
+                        rec,
                         PersistentVolumeOptions {
                             sync_period: cfg.pv_claim_binder_sync_period,
                             hostpath: HostPathPlugin::new(cfg.enable_hostpath_provisioner),

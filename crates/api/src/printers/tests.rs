@@ -886,6 +886,15 @@ fn event_rows() {
     assert_eq!(row[6], json!("Starting kubelet."));
     assert_eq!(row[7], json!("60s"));
     assert_eq!(row[8], json!(7));
+    // An events.k8s.io event read as core/v1: no source, the reporter in
+    // reportingComponent (upstream prints "default-scheduler, default-scheduler-n1").
+    let scheduled = json!({
+        "metadata": {"name": "s"}, "involvedObject": {"kind": "Pod", "name": "p"},
+        "eventTime": "2025-01-01T11:59:00.000000Z", "reason": "Scheduled",
+        "reportingComponent": "default-scheduler", "reportingInstance": "default-scheduler-n1",
+    });
+    let row = cells("", "Event", &scheduled);
+    assert_eq!(row[5], json!("default-scheduler, default-scheduler-n1"));
     let singleton = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod"}});
     let row = cells("", "Event", &singleton);
     assert_eq!(row[0], json!("<unknown>"));
