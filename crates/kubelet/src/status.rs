@@ -376,6 +376,9 @@ fn container_statuses(
                 } else {
                     st.restart_count = old.restart_count;
                     st.last_state = old.last_state.clone();
+                    if was_running_and_vanished(old) {
+                        st.last_state = Some(vanished_state());
+                    }
                 }
             }
             if let Some(l) = latest {
@@ -396,6 +399,16 @@ fn container_statuses(
                 }
                 if let Some(p) = previous {
                     st.last_state = Some(api_state(p));
+                } else if let Some(old) = old_status(pod, kind, &c.name) {
+                    // The runtime no longer has the instance before this one (gone with a
+                    // reboot, or removed while the kubelet was down): upstream keeps the
+                    // last state it showed, and for an instance it showed running that is
+                    // now replaced, says it is unknown how it ended.
+                    if old.container_id == st.container_id {
+                        st.last_state = old.last_state.clone();
+                    } else if was_running_and_vanished(old) {
+                        st.last_state = Some(vanished_state());
+                    }
                 }
             }
             let restarting = will_start(kind, is_sidecar(c), policy, latest);
@@ -414,6 +427,33 @@ fn container_statuses(
             st
         })
         .collect()
+}
+
+/// Whether the API shows the container running and no termination before it: when the
+/// runtime has lost that instance, its end is unknown.
+fn was_running_and_vanished(old: &ContainerStatus) -> bool {
+    old.state.as_ref().is_some_and(|s| s.running.is_some())
+        && old
+            .last_state
+            .as_ref()
+            .is_none_or(|s| s.terminated.is_none())
+}
+
+/// Upstream's last state for a container shown running that the runtime no longer has
+/// (`convertToAPIContainerStatuses`), wording and all.
+fn vanished_state() -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 137,
+            reason: Some("ContainerStatusUnknown".into()),
+            message: Some(
+                "The container could not be located when the pod was deleted.  The container used to be Running"
+                    .into(),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// The container's status in the pod's current API status.
@@ -1328,6 +1368,52 @@ mod tests {
         assert!(!should_restart("OnFailure", Some(&c(Exited, 0))));
         assert!(!should_restart("Never", Some(&c(Exited, 1))));
         assert!(should_restart("Never", Some(&c(Created, 0))));
+    }
+
+    #[test]
+    fn a_running_container_the_runtime_lost_ended_unknown() {
+        let mut p = pod(&["app"], &[], "Always");
+        let running = pod_status(
+            &p,
+            &rt(vec![rc("app", Running, 0, 10, 0, false)]),
+            &StatusInputs::default(),
+        );
+        p.status = Some(running);
+        let unknown = |st: &PodStatus| {
+            let cs = &st.container_statuses.as_ref().unwrap()[0];
+            let last = cs.last_state.as_ref()?.terminated.as_ref()?;
+            Some((
+                last.exit_code,
+                last.reason.clone()?,
+                cs.state.as_ref()?.running.is_some(),
+            ))
+        };
+        // After a reboot: the runtime has nothing of the pod.
+        let gone = pod_status(&p, &rt(vec![]), &StatusInputs::default());
+        assert_eq!(
+            unknown(&gone),
+            Some((137, "ContainerStatusUnknown".into(), false))
+        );
+        // The new instance runs before the status above reached the pod object: the
+        // old one is still inferred, then kept while the same instance runs.
+        let replaced = rt(vec![rc("app", Running, 0, 20, 1, false)]);
+        let restarted = pod_status(&p, &replaced, &StatusInputs::default());
+        assert_eq!(
+            unknown(&restarted),
+            Some((137, "ContainerStatusUnknown".into(), true))
+        );
+        p.status = Some(restarted.clone());
+        let later = pod_status(&p, &replaced, &StatusInputs::default());
+        assert_eq!(
+            later.container_statuses.as_ref().unwrap()[0].last_state,
+            restarted.container_statuses.as_ref().unwrap()[0].last_state
+        );
+        // A container that simply keeps running has no last state.
+        let mut fresh = pod(&["app"], &[], "Always");
+        let same = rt(vec![rc("app", Running, 0, 10, 0, false)]);
+        fresh.status = Some(pod_status(&fresh, &same, &StatusInputs::default()));
+        let again = pod_status(&fresh, &same, &StatusInputs::default());
+        assert!(again.container_statuses.unwrap()[0].last_state.is_none());
     }
 
     #[test]

@@ -136,6 +136,40 @@ async fn starting_kubelet_finishes_terminating_pods_and_restores_lost_containers
             }
         })
         .await?;
+        // Its container status says the instance it showed running ended unknown, as
+        // upstream's after a reboot, and the new instance counts as a restart.
+        let status = wait_for(
+            "lost's status names the lost instance",
+            Duration::from_secs(30),
+            || async {
+                let p = pods.get("lost").await?;
+                let cs = p
+                    .status
+                    .and_then(|s| s.container_statuses)
+                    .and_then(|cs| cs.into_iter().next());
+                Ok(cs.filter(|c| {
+                    c.state.as_ref().is_some_and(|s| s.running.is_some())
+                        && c.last_state
+                            .as_ref()
+                            .and_then(|l| l.terminated.as_ref())
+                            .is_some()
+                }))
+            },
+        )
+        .await?;
+        let last = status
+            .last_state
+            .and_then(|l| l.terminated)
+            .context("lastState")?;
+        ensure!(
+            last.exit_code == 137 && last.reason.as_deref() == Some("ContainerStatusUnknown"),
+            "{last:?}"
+        );
+        ensure!(
+            status.restart_count >= 1,
+            "restartCount {}",
+            status.restart_count
+        );
         Ok::<(), anyhow::Error>(())
     }
     .await;
