@@ -85,20 +85,23 @@ spec:
   - name: c
     image: busybox
     imagePullPolicy: IfNotPresent
-    command: [sh, -c, "echo persisted > /data/hello"]
+    command: [sh, -c, "echo persisted > /data/hello && exec sleep 3600"]
     volumeMounts: [{name: data, mountPath: /data}]
 EOF
 ) || fail "kubectl apply: $out"
+# It keeps running: the kubelet measures a volume only while a running pod has it
+# (a finished pod's volumes are torn down, as upstream's).
 phase=""
 for ((i = 0; i < 180; i++)); do
   phase=$(k get pod e2e-pv-writer -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+  [ "$phase" = Running ] && [ -f "$PV_DIR/hello" ] && break
   [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
   sleep 0.5
 done
-if [ "$phase" != Succeeded ]; then
+if [ "$phase" != Running ]; then
   k describe pod e2e-pv-writer 2>&1 | tail -n 25 || true
   k describe pvc e2e-claim 2>&1 | tail -n 15 || true
-  fail "pod e2e-pv-writer is '$phase' (expected Succeeded)"
+  fail "pod e2e-pv-writer is '$phase' (expected Running)"
 fi
 bound=$(k get pvc e2e-claim -o 'jsonpath={.status.phase}/{.spec.volumeName}') || fail "get pvc"
 [ "$bound" = Bound/e2e-local-pv ] || fail "claim e2e-claim is '$bound' (expected Bound/e2e-local-pv)"
@@ -120,7 +123,7 @@ grep -q "^kubelet_volume_stats_inodes_used$pv_series [0-9]" <<<"$pv_metrics" ||
 ok "claim Bound to the local volume; the file is on the node; the kubelet reports the volume's capacity ($pv_capacity bytes) and inodes"
 
 step "persistent volumes: the claim deleted, the volume is Released and kept (Retain)"
-k delete pod e2e-pv-writer --wait=true >/dev/null 2>&1 || fail "delete pod"
+k delete pod e2e-pv-writer --grace-period=1 --wait=true >/dev/null 2>&1 || fail "delete pod"
 k delete pvc e2e-claim --wait=true >/dev/null 2>&1 || fail "delete pvc"
 phase=""
 for ((i = 0; i < 60; i++)); do
