@@ -499,25 +499,17 @@ fn port_rules(
     let firewall_chain = service_chain(FW_PREFIX, svc);
     let local_cidr = local_cidr(config);
 
+    let plan = ChainPlan::of(svc, cat);
+    let (internal_chain, external_policy_chain) =
+        plan.policy_chains(cluster_chain.as_str(), local_chain.as_str());
     let ChainPlan {
         uses_cluster_chain,
         uses_local_chain,
-        internal_local,
         has_internal,
-        external_local,
         has_external,
         uses_external_chain,
-    } = ChainPlan::of(svc, cat);
-    let internal_chain = if internal_local {
-        &local_chain
-    } else {
-        &cluster_chain
-    };
-    let external_policy_chain = if external_local {
-        &local_chain
-    } else {
-        &cluster_chain
-    };
+        ..
+    } = plan;
     // loadBalancerSourceRanges: load-balancer traffic goes through the firewall chain.
     let uses_firewall_chain = cat.has_any
         && !svc.load_balancer_vips.is_empty()

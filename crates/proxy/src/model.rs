@@ -311,6 +311,13 @@ impl ChainPlan {
             uses_external_chain: cat.has_any && svc.externally_accessible(),
         }
     }
+
+    /// The chains ClusterIP traffic and external traffic go to, in that order: the
+    /// local chain for a `Local` traffic policy, else the cluster chain.
+    pub fn policy_chains<'a, T: ?Sized>(&self, cluster: &'a T, local: &'a T) -> (&'a T, &'a T) {
+        let pick = |is_local: bool| if is_local { local } else { cluster };
+        (pick(self.internal_local), pick(self.external_local))
+    }
 }
 
 pub fn categorize(endpoints: &[EndpointInfo], svc: &ServicePortInfo) -> Categorized {

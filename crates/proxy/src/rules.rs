@@ -438,25 +438,17 @@ fn port_rules(
     let ep_chain = |ep: &EndpointInfo| format!("endpoint-{}", endpoint_chain_base(svc, ep));
     let affinity_set = |ep: &EndpointInfo| format!("affinity-{}", endpoint_chain_base(svc, ep));
 
+    let plan = ChainPlan::of(svc, cat);
+    let (internal_chain, external_policy_chain) =
+        plan.policy_chains(cluster_chain.as_str(), local_chain.as_str());
     let ChainPlan {
         uses_cluster_chain,
         uses_local_chain,
-        internal_local,
         has_internal,
-        external_local,
         has_external,
         uses_external_chain,
-    } = ChainPlan::of(svc, cat);
-    let internal_chain = if internal_local {
-        &local_chain
-    } else {
-        &cluster_chain
-    };
-    let external_policy_chain = if external_local {
-        &local_chain
-    } else {
-        &cluster_chain
-    };
+        ..
+    } = plan;
 
     let (internal_verdict, external_verdict) = if !cat.has_any {
         (
