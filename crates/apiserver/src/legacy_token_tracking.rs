@@ -40,7 +40,7 @@ pub(crate) fn plan(current: Option<&Value>) -> Plan {
         return Plan::Create;
     };
     let since = cm["data"][SINCE_KEY].as_str().unwrap_or("");
-    if since.parse::<jiff::civil::Date>().is_ok() && since.len() == 10 {
+    if ferrokube_auth::authn::legacy::parse_day(since).is_some() {
         Plan::Nothing
     } else {
         Plan::RewriteSince
@@ -48,10 +48,7 @@ pub(crate) fn plan(current: Option<&Value>) -> Plan {
 }
 
 fn today() -> String {
-    jiff::Timestamp::now()
-        .to_zoned(jiff::tz::TimeZone::UTC)
-        .date()
-        .to_string()
+    ferrokube_auth::authn::legacy::utc_day(jiff::Timestamp::now()).to_string()
 }
 
 /// One sync; returns when a creation was made (for the rate limit), or the time

@@ -111,9 +111,7 @@ impl BoundObjects for CachedObjects {
         let Some(secret) = cached_one(&self.secrets, namespace, name) else {
             return;
         };
-        let today = jiff::Timestamp::now()
-            .to_zoned(jiff::tz::TimeZone::UTC)
-            .date();
+        let today = ferrokube_auth::authn::legacy::utc_day(jiff::Timestamp::now());
         let tomorrow = today.tomorrow().unwrap_or(today);
         let last_used = secret["metadata"]["labels"][LAST_USED_LABEL].as_str();
         if [today, tomorrow]

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrokube_auth::authn::legacy::{INVALIDATED_LABEL, LAST_USED_LABEL};
+use ferrokube_auth::authn::legacy::{INVALIDATED_LABEL, LAST_USED_LABEL, parse_day, utc_day};
 use ferrokube_auth::node::{Referenced, pod_references};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::jiff::civil::Date;
@@ -44,15 +44,6 @@ const SA_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
 const SA_UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
 /// The one key this controller's queue holds: each pass looks at every token.
 const PASS_KEY: &str = "legacy-tokens";
-
-/// Upstream's `dateFormat` (`2006-01-02`): exactly ten characters, a valid day.
-fn parse_day(s: &str) -> Option<Date> {
-    (s.len() == 10).then(|| s.parse::<Date>().ok()).flatten()
-}
-
-fn day_of(t: Timestamp) -> Date {
-    t.to_zoned(TimeZone::UTC).date()
-}
 
 /// What a pass does to one Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +93,7 @@ pub fn plan(
     if now < tracked_long_enough {
         return Vec::new();
     }
-    let preserve_used_on_or_after = day_of(preserve_created_on_or_after);
+    let preserve_used_on_or_after = utc_day(preserve_created_on_or_after);
     let mut referenced_in: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
     let mut steps = Vec::new();
     for secret in secrets {
@@ -173,7 +164,7 @@ pub fn plan(
                 namespace,
                 name,
                 uid: meta.uid.clone().unwrap_or_default(),
-                day: day_of(now).to_string(),
+                day: utc_day(now).to_string(),
             }),
             Some(since) if since < preserve_used_on_or_after => steps.push(Step::Delete {
                 namespace,

@@ -30,6 +30,18 @@ pub const INVALIDATED_LABEL: &str = "kubernetes.io/legacy-token-invalid-since";
 /// used, set by the apiserver at most once a day.
 pub const LAST_USED_LABEL: &str = "kubernetes.io/legacy-token-last-used";
 
+/// The day (UTC) the legacy token labels and the tracking ConfigMap's `since` name for
+/// the instant `t`.
+pub fn utc_day(t: k8s_openapi::jiff::Timestamp) -> k8s_openapi::jiff::civil::Date {
+    t.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date()
+}
+
+/// A day as those labels and that ConfigMap hold it: upstream's `dateFormat`
+/// (`2006-01-02`), exactly ten characters naming a valid day.
+pub fn parse_day(s: &str) -> Option<k8s_openapi::jiff::civil::Date> {
+    (s.len() == 10).then(|| s.parse().ok()).flatten()
+}
+
 /// The claims of a legacy token (upstream `legacyPrivateClaims` plus `iss`/`sub`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LegacyClaims {
