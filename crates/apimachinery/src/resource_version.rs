@@ -7,6 +7,14 @@
 
 use crate::errors::{ApiError, FieldError, FieldPath};
 
+/// A boolean query parameter as upstream decodes one (`runtime`'s
+/// `Convert_Slice_string_To_bool`): `false` (any case) and `0` are false, every other
+/// value, the empty one included, is true. Clients send `true`, `1` or, as the Python
+/// client does, `True`.
+pub fn query_bool(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("false"))
+}
+
 /// `resourceVersionMatch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ResourceVersionMatch {

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_apimachinery::pretty;
+use ferrokube_apimachinery::resource_version::query_bool;
 use ferrokube_auth::{AuthRequest, Authenticator, request_attributes};
 use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::custom::CustomResource;
@@ -456,6 +457,8 @@ pub(crate) fn watch_timeout(
     min_request_timeout: Duration,
 ) -> Option<Duration> {
     match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
+        // Zero or negative means the default (upstream ends a watch asked for a
+        // negative time at once); a malformed value was refused before, as a 400.
         Some(t) if t > 0 => Some(Duration::from_secs(t)),
         _ if min_request_timeout.is_zero() => None,
         _ => Some(min_request_timeout.mul_f64(1.0 + random_fraction())),
@@ -1099,13 +1102,21 @@ fn dry_run(v: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
-fn list_params(q: &HashMap<String, String>) -> Result<ListParams, ApiError> {
-    let limit = match q.get("limit") {
-        Some(l) if !l.is_empty() => l
+/// An integer query parameter; empty or absent is `None`, anything else not an integer
+/// a 400 (upstream fails decoding the options).
+fn query_int(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, ApiError> {
+    match q.get(key) {
+        Some(v) if !v.is_empty() => v
             .parse::<i64>()
-            .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
-        _ => 0,
-    };
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid {key} {v:?}"))),
+        _ => Ok(None),
+    }
+}
+
+fn list_params(q: &HashMap<String, String>) -> Result<ListParams, ApiError> {
+    let limit = query_int(q, "limit")?.unwrap_or(0);
+    query_int(q, "timeoutSeconds")?;
     Ok(ListParams {
         label_selector: q.get("labelSelector").cloned(),
         field_selector: q.get("fieldSelector").cloned(),
@@ -1116,9 +1127,9 @@ fn list_params(q: &HashMap<String, String>) -> Result<ListParams, ApiError> {
     })
 }
 
-/// A query flag: `true` or `1`.
+/// A boolean query parameter: absent is false, else upstream's conversion.
 pub(crate) fn boolean(q: &HashMap<String, String>, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
+    q.get(k).is_some_and(|v| query_bool(v))
 }
 
 fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
@@ -1265,10 +1276,11 @@ async fn resource_request(
     let method = req.method().clone();
     match (method, r.name.as_deref(), r.sub.as_deref()) {
         (Method::GET, None, None) => {
+            // The options are decoded (and refused when malformed) for a watch too.
+            let p = list_params(q)?;
             if boolean(q, "watch") {
                 return watch(state, &store, custom, ns, q, target).await;
             }
-            let p = list_params(q)?;
             let listed = store.list(ns, &p).await?;
             let mut meta = json!({"resourceVersion": listed.resource_version});
             if let Some(c) = &listed.continue_token {
@@ -1776,7 +1788,7 @@ async fn watch(
         resource_version: q.get("resourceVersion").cloned(),
         resource_version_match: q.get("resourceVersionMatch").cloned(),
         allow_bookmarks: boolean(q, "allowWatchBookmarks"),
-        send_initial_events: q.get("sendInitialEvents").map(|v| v == "true" || v == "1"),
+        send_initial_events: q.get("sendInitialEvents").map(|v| query_bool(v)),
     };
     match store.watch(ns, &p).await {
         Ok(rx) => Ok(watch_response(state, info, custom, q, target, rx, None)),

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::{ApiError, reason};
+use ferrokube_apimachinery::resource_version::query_bool;
 use ferrokube_pki::insecure::AcceptAnyServerCert;
 use futures::{SinkExt, StreamExt};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -206,10 +207,6 @@ pub fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn truthy(v: &str) -> bool {
-    matches!(v, "true" | "1" | "True" | "TRUE" | "t" | "T")
-}
-
 /// The container a request names, or the pod's only container (upstream
 /// `validateContainer`).
 pub fn resolve_container(
@@ -291,7 +288,7 @@ pub fn kubelet_path(
             for (k, v) in query {
                 match k.as_str() {
                     "follow" | "previous" | "timestamps" | "insecureSkipTLSVerifyBackend"
-                        if truthy(v) =>
+                        if query_bool(v) =>
                     {
                         out.push((k.clone(), "true".into()))
                     }
@@ -305,7 +302,7 @@ pub fn kubelet_path(
         PodProxy::Exec | PodProxy::Attach => {
             for (k, v) in query {
                 match k.as_str() {
-                    "stdin" | "stdout" | "stderr" | "tty" if truthy(v) => {
+                    "stdin" | "stdout" | "stderr" | "tty" if query_bool(v) => {
                         out.push((k.clone(), "1".into()))
                     }
                     "command" if kind == PodProxy::Exec => out.push((k.clone(), v.clone())),

@@ -176,7 +176,7 @@ fn decode_list_options(query: &[(String, String)]) -> ListOptionsLite {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     };
-    let watch = first("watch").is_some_and(|v| !matches!(v.to_lowercase().as_str(), "false" | "0"));
+    let watch = first("watch").is_some_and(ferrokube_apimachinery::resource_version::query_bool);
     let mut valid = true;
     for key in ["limit", "timeoutSeconds"] {
         if let Some(v) = first(key)

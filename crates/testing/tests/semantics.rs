@@ -542,3 +542,48 @@ async fn get_with_a_resource_version() {
     let (code, _, _) = get(c, "?resourceVersion=abc".to_string()).await;
     assert_eq!(code, 400);
 }
+
+/// Query parameters decode as upstream's: a boolean is true unless `false` or `0` (the
+/// Python client sends `watch=True`), and a malformed number is a 400 before any
+/// watch starts.
+#[tokio::test]
+async fn query_parameters_decode_as_upstream() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = &srv.client;
+    let get = |path: &'static str| async move {
+        let (code, _, body) = TestApiServer::raw(c, "GET", path, &[], vec![])
+            .await
+            .unwrap();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    };
+    for watch in ["True", "yes", ""] {
+        let path: &'static str = format!(
+            "/api/v1/namespaces?watch={watch}&timeoutSeconds=1&fieldSelector=metadata.name%3Ddefault"
+        )
+        .leak();
+        let (code, body) = get(path).await;
+        assert_eq!(code, 200, "{path}: {body}");
+        let event: Value = serde_json::from_str(body.lines().next().unwrap_or("")).unwrap();
+        assert_eq!(event["type"], "ADDED", "watch={watch}: {body}");
+    }
+    for list in ["FALSE", "0"] {
+        let path: &'static str = format!("/api/v1/namespaces?watch={list}").leak();
+        let (code, body) = get(path).await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap()["kind"],
+            "NamespaceList",
+            "watch={list}"
+        );
+    }
+    for bad in [
+        "/api/v1/namespaces?timeoutSeconds=abc",
+        "/api/v1/namespaces?watch=true&timeoutSeconds=abc",
+        "/api/v1/namespaces?watch=true&limit=x",
+    ] {
+        let (code, body) = tokio::time::timeout(std::time::Duration::from_secs(10), get(bad))
+            .await
+            .unwrap_or_else(|_| panic!("{bad}: no answer"));
+        assert_eq!(code, 400, "{bad}: {body}");
+    }
+}

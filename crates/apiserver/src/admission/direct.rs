@@ -7,6 +7,7 @@
 //!   whose object is the options the query carries (`PodExecOptions`, ...).
 
 use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::resource_version::query_bool;
 use serde_json::{Map, Value, json};
 
 use super::{Attributes, Chain, Operation};
@@ -51,11 +52,10 @@ pub(crate) fn connect_options(kind: &str, query: &[(String, String)]) -> Value {
     let mut o = Map::new();
     o.insert("kind".into(), json!(kind));
     o.insert("apiVersion".into(), json!("v1"));
-    let truthy = |v: &str| matches!(v, "1" | "true" | "True" | "TRUE");
     for (k, v) in query {
         match (kind, k.as_str()) {
             ("PodExecOptions" | "PodAttachOptions", "stdin" | "stdout" | "stderr" | "tty") => {
-                o.insert(k.clone(), json!(truthy(v)));
+                o.insert(k.clone(), json!(query_bool(v)));
             }
             ("PodExecOptions" | "PodAttachOptions", "container") => {
                 o.insert(k.clone(), json!(v));
