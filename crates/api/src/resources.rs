@@ -132,6 +132,23 @@ impl ResourceInfo {
         self.subresource(name).is_some()
     }
 
+    /// Whether a DELETE that removes the object answers with the object, as upstream's
+    /// stores with `ReturnDeletedObject` do; the others answer with a `Status` naming
+    /// it. A DELETE that only marks the object (finalizers, a grace period) answers
+    /// with the marked object either way.
+    pub fn returns_deleted_object(&self) -> bool {
+        self.group.is_empty()
+            && matches!(
+                self.plural,
+                "pods"
+                    | "services"
+                    | "serviceaccounts"
+                    | "namespaces"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+            )
+    }
+
     pub fn supports(&self, verb: &str) -> bool {
         self.verbs.contains(&verb)
     }

@@ -1102,6 +1102,20 @@ fn dry_run(v: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
+/// The `details` of the Status a DELETE answers with: name, group, the resource (in
+/// `kind`, as upstream sets it) and uid.
+fn deleted_details(info: &ResourceInfo, obj: &Value) -> Value {
+    let mut details = json!({
+        "name": obj["metadata"]["name"],
+        "kind": info.plural,
+        "uid": obj["metadata"]["uid"],
+    });
+    if !info.group.is_empty() {
+        details["group"] = json!(info.group);
+    }
+    details
+}
+
 /// An integer query parameter; empty or absent is `None`, anything else not an integer
 /// a 400 (upstream fails decoding the options).
 fn query_int(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, ApiError> {
@@ -1567,6 +1581,20 @@ async fn resource_request(
                 ..delete_options(q, body_opts.as_ref())?
             };
             let d = store.delete(ns, name, &opts).await?;
+            if d.gone && !info.returns_deleted_object() {
+                // Upstream's `finalizeDelete`: a Status that names what went (its
+                // `kind` is the resource, as upstream writes it), never made a table.
+                let status = json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                    "details": deleted_details(info, &d.object),
+                });
+                let t = if target == Target::Yaml {
+                    target
+                } else {
+                    Target::Json
+                };
+                return Ok(encoded(t, printed, StatusCode::OK, &status));
+            }
             Ok(encoded(target, printed, StatusCode::OK, &d.object))
         }
         (Method::DELETE, None, None) => {

@@ -138,7 +138,27 @@ async fn crud_errors_and_builtins() {
     let all: Api<ConfigMap> = Api::all(c.clone());
     assert_eq!(all.list(&sel("app")).await.unwrap().items.len(), 2);
 
-    cms.delete("a", &DeleteParams::default()).await.unwrap();
+    // A ConfigMap's DELETE answers with upstream's Status naming it, not the object.
+    let uid = cms.get("a").await.unwrap().metadata.uid;
+    let status = cms
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap()
+        .right()
+        .expect("a Status");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    let details = status.details.expect("details");
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.kind.as_str(),
+            Some(details.uid)
+        ),
+        ("a", "configmaps", uid)
+    );
     assert_eq!(status_code(&cms.get("a").await.unwrap_err()), 404);
     srv.stop().await;
 }
@@ -323,9 +343,14 @@ async fn finalizers_and_graceful_pods() {
         .await
         .unwrap();
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
-    pods.delete("unscheduled", &DeleteParams::default())
+    // A pod's DELETE answers with the pod, as upstream's (ReturnDeletedObject).
+    let gone = pods
+        .delete("unscheduled", &DeleteParams::default())
         .await
-        .unwrap();
+        .unwrap()
+        .left()
+        .expect("the deleted pod");
+    assert_eq!(gone.metadata.name.as_deref(), Some("unscheduled"));
     assert_eq!(
         status_code(&pods.get("unscheduled").await.unwrap_err()),
         404
