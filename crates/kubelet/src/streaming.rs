@@ -291,10 +291,11 @@ where
     let upstream = async {
         while let Some(Ok(msg)) = client_rx.next().await {
             let out = match msg {
-                Message::Binary(b) => match v5_to_v4(&b) {
-                    Some(_) => Message::Binary(b),
-                    None => continue,
-                },
+                Message::Binary(ref b) if v5_to_v4(b).is_none() => continue,
+                // Text frames carry channel data too (the Python client writes a str as
+                // one), as upstream's stream server reads either.
+                Message::Text(ref t) if v5_to_v4(t.as_bytes()).is_none() => continue,
+                Message::Binary(_) | Message::Text(_) => msg,
                 Message::Close(_) => break,
                 // Pings are answered by the WebSocket layer; nothing else is relayed.
                 _ => continue,
@@ -338,6 +339,42 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A v5 client's channel data reaches the v4 runtime whether it came in a binary
+    /// or a text frame (the Python client writes a str as text); CLOSE signals do not.
+    #[tokio::test]
+    async fn the_relay_passes_binary_and_text_frames_to_the_runtime() {
+        let (client_io, client_end) = tokio::io::duplex(4096);
+        let (runtime_io, runtime_end) = tokio::io::duplex(4096);
+        let relay = tokio::spawn(relay_v5_v4(
+            WebSocketStream::from_raw_socket(client_io, Role::Server, None).await,
+            WebSocketStream::from_raw_socket(runtime_io, Role::Client, None).await,
+        ));
+        let mut client = WebSocketStream::from_raw_socket(client_end, Role::Client, None).await;
+        let mut runtime = WebSocketStream::from_raw_socket(runtime_end, Role::Server, None).await;
+        client
+            .send(Message::Text("\u{0}ping\n".into()))
+            .await
+            .unwrap();
+        client
+            .send(Message::Binary(vec![CLOSE_SIGNAL, 0].into()))
+            .await
+            .unwrap();
+        client
+            .send(Message::Binary(vec![0, b'x'].into()))
+            .await
+            .unwrap();
+        let first = runtime.next().await.unwrap().unwrap();
+        assert_eq!(first.into_data().as_ref(), b"\0ping\n");
+        let second = runtime.next().await.unwrap().unwrap();
+        assert_eq!(second.into_data().as_ref(), &[0, b'x']);
+        client.close(None).await.unwrap();
+        drop(runtime);
+        tokio::time::timeout(std::time::Duration::from_secs(5), relay)
+            .await
+            .expect("the relay ends with both sides")
+            .unwrap();
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
