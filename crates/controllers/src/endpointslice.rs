@@ -7,8 +7,11 @@
 //! reusing existing slices, placeholder slice). IO part: [`EndpointSliceController`].
 //! [`watch_services_and_pods`] is shared with the Endpoints controller, and so is
 //! [`trigger_time`] (the `endpoints.kubernetes.io/last-change-trigger-time` annotation
-//! put on every slice a sync creates or updates).
+//! put on every slice a sync creates or updates). [`own_writes`] holds a sync back while
+//! the informer cache has not shown the controller's last writes (upstream's stale-slices
+//! check).
 
+pub mod own_writes;
 pub mod trigger_time;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +31,7 @@ use crate::util::{
     controller_of, is_pod_ready, labels, map_selector_matches, new_controller_ref, pod_node,
 };
 use crate::{Action, Controller, Error, Result, split_key};
+use own_writes::OwnWrites;
 use trigger_time::{TriggerTimeTracker, set_trigger_time};
 
 /// Upstream's default `--max-endpoints-per-slice`.
@@ -454,6 +458,7 @@ pub struct EndpointSliceController {
     nodes: Store<Node>,
     max_per_slice: usize,
     trigger_times: TriggerTimeTracker,
+    own_writes: OwnWrites,
 }
 
 impl EndpointSliceController {
@@ -466,9 +471,14 @@ impl EndpointSliceController {
             nodes: factory.informer::<Node>().store(),
             max_per_slice: MAX_ENDPOINTS_PER_SLICE,
             trigger_times: TriggerTimeTracker::new(),
+            own_writes: OwnWrites::default(),
         })
     }
 }
+
+/// How soon a sync that found the cache behind this controller's writes runs again
+/// (the slice's own event usually brings it back first).
+const STALE_CACHE_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn managed_slice_of(s: &EndpointSlice) -> Option<String> {
     let l = s.metadata.labels.as_ref()?;
@@ -516,6 +526,7 @@ impl Controller for EndpointSliceController {
             .collect();
         let Some(svc) = self.services.get(key) else {
             self.trigger_times.delete_service(key);
+            self.own_writes.forget_service(key);
             // The Service is gone: its slices go with it (the GC would too).
             for s in existing {
                 let n = s.metadata.name.unwrap_or_default();
@@ -538,6 +549,11 @@ impl Controller for EndpointSliceController {
                 controller_of(&s.metadata).is_none_or(|r| Some(&r.uid) == svc.metadata.uid.as_ref())
             })
             .collect();
+        // Upstream's stale-slices check: wait (the cache's own event brings the key
+        // back) rather than plan from a cache without this controller's last writes.
+        if self.own_writes.cache_is_stale(key, &existing) {
+            return Ok(Action::RequeueAfter(STALE_CACHE_RETRY));
+        }
         let pods = self.pods.list_namespace(ns);
         let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
         // Computed on every sync, also one that writes nothing, so that the tracker
@@ -563,17 +579,27 @@ impl Controller for EndpointSliceController {
                 Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
+            if let Some(uid) = existing
+                .iter()
+                .find(|s| s.metadata.name.as_ref() == Some(n))
+                .and_then(|s| s.metadata.uid.as_deref())
+            {
+                self.own_writes.deleted(key, uid);
+            }
         }
         for s in &plan.update {
-            api.replace(
-                s.metadata.name.as_deref().unwrap_or_default(),
-                &PostParams::default(),
-                s,
-            )
-            .await?;
+            let written = api
+                .replace(
+                    s.metadata.name.as_deref().unwrap_or_default(),
+                    &PostParams::default(),
+                    s,
+                )
+                .await?;
+            self.own_writes.wrote(key, &written);
         }
         for s in &plan.create {
-            api.create(&PostParams::default(), s).await?;
+            let written = api.create(&PostParams::default(), s).await?;
+            self.own_writes.wrote(key, &written);
         }
         Ok(Action::Done)
     }
