@@ -641,6 +641,11 @@ impl VolumeManager {
                 }
             }
         }
+        if volumes.is_empty() {
+            // Nothing left (a finished pod's later syncs): no mount table to read.
+            self.states.lock().remove(pod_uid);
+            return Ok(());
+        }
         let mounts = mount_points();
         let mut failed = None;
         for (name, plugin) in &volumes {
