@@ -20,6 +20,7 @@ use ferrokube_apimachinery::resource_version::query_bool;
 use ferrokube_auth::{AuthRequest, Authenticator, request_attributes};
 use ferrokube_registry::cache::CachedObject;
 use ferrokube_registry::custom::CustomResource;
+use ferrokube_registry::store::ScaleView;
 use ferrokube_registry::{
     DeleteOptions, FieldValidation, ListParams, Part, PatchType, Registry, Resolved, UpdateInput,
     WatchItem, WatchParams, WriteOptions, Written,
@@ -1063,8 +1064,8 @@ fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> 
         duplicate_fields: Vec::new(),
         admit: None,
         field_manager: field_manager.cloned(),
-        via_subresource: None,
         warnings: None,
+        ..WriteOptions::default()
     })
 }
 
@@ -1508,14 +1509,27 @@ async fn resource_request(
                         )));
                     }
                 }
-                let part = match sub {
-                    None => Part::Main,
-                    Some("status") => Part::Status,
-                    _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES[..3])),
-                };
                 let opts = WriteOptions {
                     duplicate_fields: duplicates,
                     ..opts
+                };
+                let part = match sub {
+                    None => Part::Main,
+                    Some("status") => Part::Status,
+                    Some("scale") => {
+                        let paths = ScalePaths::of(state, info);
+                        let w = store
+                            .apply_through_scale(
+                                ns,
+                                name,
+                                (&config, boolean(q, "force")),
+                                &paths,
+                                &opts,
+                            )
+                            .await?;
+                        return Ok(json_response(StatusCode::OK, &paths.to_scale(&w.object)));
+                    }
+                    _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES[..3])),
                 };
                 let w = store
                     .apply(ns, name, config, boolean(q, "force"), part, &opts)
@@ -1716,6 +1730,24 @@ impl ScalePaths {
         path.iter().fold(obj, |v, p| &v[p.as_str()])
     }
 
+    /// The merge patch of the object that sets what `scale` asks for.
+    fn patch(&self, scale: &Value) -> Value {
+        let mut p = self.replicas_patch(scale["spec"]["replicas"].as_i64().unwrap_or(0));
+        if let Some(rv) = scale["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+        {
+            p["metadata"] = json!({"resourceVersion": rv});
+        }
+        p
+    }
+}
+
+impl ScaleView for ScalePaths {
+    fn replicas_path(&self) -> &[String] {
+        &self.spec_replicas
+    }
+
     fn to_scale(&self, obj: &Value) -> Value {
         let selector = match &self.label_selector {
             Some(path) if !path.is_empty() => {
@@ -1748,23 +1780,6 @@ impl ScalePaths {
                 "selector": selector,
             },
         })
-    }
-
-    /// The merge patch of the object that sets what `scale` asks for.
-    fn patch(&self, scale: &Value) -> Value {
-        let replicas = json!(scale["spec"]["replicas"].as_i64().unwrap_or(0));
-        let mut p = self
-            .spec_replicas
-            .iter()
-            .rev()
-            .fold(replicas, |inner, key| json!({ key: inner }));
-        if let Some(rv) = scale["metadata"]["resourceVersion"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-        {
-            p["metadata"] = json!({"resourceVersion": rv});
-        }
-        p
     }
 }
 

@@ -67,6 +67,22 @@ impl Warnings {
     }
 }
 
+/// What a resource's `scale` subresource shows of it.
+pub trait ScaleView {
+    /// The field `spec.replicas` of the Scale is, as field names (`["spec", "replicas"]`).
+    fn replicas_path(&self) -> &[String];
+    /// The `autoscaling/v1` Scale of `obj`.
+    fn to_scale(&self, obj: &Value) -> Value;
+
+    /// The merge patch that sets the object's replicas field to `replicas`.
+    fn replicas_patch(&self, replicas: i64) -> Value {
+        self.replicas_path()
+            .iter()
+            .rev()
+            .fold(json!(replicas), |inner, key| json!({ key: inner }))
+    }
+}
+
 /// Options of create and update.
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
@@ -83,6 +99,9 @@ pub struct WriteOptions {
     /// The subresource a write of the main object came through (`scale`), named in
     /// its `managedFields` entry.
     pub via_subresource: Option<&'static str>,
+    /// The body's `managedFields` are what the write leaves (a server-side apply
+    /// through `scale` worked them out on the Scale): the write itself is not tracked.
+    pub managed_fields_worked_out: bool,
     /// Where `fieldValidation=Warn` problems go when the request collects its
     /// warnings (so a write refused later still reports them); without it they are
     /// [`Written::warnings`].
@@ -605,25 +624,7 @@ impl Store {
 
     /// Checks body `apiVersion`/`kind` against the URL's.
     fn check_type(&self, obj: &Value) -> Result<(), ApiError> {
-        let want_av = self.info.api_version();
-        if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
-            && !av.is_empty()
-            && av != want_av
-        {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({av}) does not match the expected API version ({want_av})"
-            )));
-        }
-        if let Some(k) = obj.get("kind").and_then(Value::as_str)
-            && !k.is_empty()
-            && k != self.info.kind
-        {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the data ({k}) does not match the expected kind ({})",
-                self.info.kind
-            )));
-        }
-        Ok(())
+        check_type(obj, &self.info.api_version(), self.info.kind)
     }
 
     /// Decodes a request object and applies `fieldValidation`.
@@ -1334,7 +1335,10 @@ impl Store {
             }
         };
         let tracked = |o: &Value| o["metadata"].get("managedFields").is_some();
-        if !matches!(input, UpdateInput::Apply { .. }) && (tracked(&old) || tracked(&fin)) {
+        if !matches!(input, UpdateInput::Apply { .. })
+            && !opts.managed_fields_worked_out
+            && (tracked(&old) || tracked(&fin))
+        {
             let (now, api_version) = (self.now(), self.info.api_version());
             fin = managedfields::track_update(
                 &old,
@@ -1464,6 +1468,67 @@ impl Store {
                 self.insert(ns, obj, opts, false).await
             }
             other => other,
+        }
+    }
+
+    /// Server-side apply of an `autoscaling/v1` Scale through the `scale` subresource:
+    /// the apply runs on the Scale `view` makes of the object, with the object's owners
+    /// of its replicas field as the Scale's owners, and its outcome sets that field and
+    /// its ownership on the object (upstream's `ScaleHandler`). Returns the written
+    /// object.
+    pub async fn apply_through_scale(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        (config, force): (&Value, bool),
+        view: &(dyn ScaleView + Sync),
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let replicas = view.replicas_path();
+        let opts = WriteOptions {
+            via_subresource: Some("scale"),
+            managed_fields_worked_out: true,
+            ..opts.clone()
+        };
+        check_type(config, "autoscaling/v1", "Scale")?;
+        let (now, api_version) = (self.now(), self.info.api_version());
+        let who = Writer {
+            subresource: "scale",
+            api_version: "autoscaling/v1",
+            schema: Schema::for_kind("autoscaling", "v1", "Scale"),
+            scope: Scope::AllButStatus,
+            ..self.field_writer(Part::Main, &opts, &now, &api_version)
+        };
+        // The write names the resourceVersion the apply read: a write in between
+        // makes it start over from the new object, as a guaranteed update would.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.get(ns, name).await?;
+            let scale = managedfields::scale_with_parent_managers(
+                view.to_scale(&current),
+                &current,
+                replicas,
+            );
+            let applied = managedfields::apply(
+                Some(&scale),
+                config,
+                &who,
+                force,
+                (self.info.group, self.info.plural, name),
+            )?;
+            let managed =
+                managedfields::parent_managed_fields(&current, &applied, replicas, &api_version);
+            let mut patch = view.replicas_patch(applied["spec"]["replicas"].as_i64().unwrap_or(0));
+            patch["metadata"] = json!({
+                "resourceVersion": current["metadata"]["resourceVersion"],
+                "managedFields": managed,
+            });
+            let input = UpdateInput::Patch(PatchType::Merge, patch);
+            match self.update(ns, name, input, Part::Main, &opts).await {
+                Err(e) if e.code == 409 && attempt < MAX_UPDATE_ATTEMPTS => continue,
+                other => return other,
+            }
         }
     }
 
@@ -1945,6 +2010,27 @@ pub enum UpdateInput {
 /// An empty object of the store's kind (for patches that create nothing).
 pub fn empty_object() -> Value {
     Value::Object(Map::new())
+}
+
+/// Checks a body's `apiVersion`/`kind`, where set, against what the URL serves.
+fn check_type(obj: &Value, want_api_version: &str, want_kind: &str) -> Result<(), ApiError> {
+    if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
+        && !av.is_empty()
+        && av != want_api_version
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({want_api_version})"
+        )));
+    }
+    if let Some(k) = obj.get("kind").and_then(Value::as_str)
+        && !k.is_empty()
+        && k != want_kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind ({want_kind})"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

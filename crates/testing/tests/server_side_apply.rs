@@ -209,6 +209,119 @@ async fn apply_owns_fields_and_conflicts() {
     srv.stop().await;
 }
 
+/// The replicas field in one manager's entry of `d`, if it owns it there.
+fn owns_replicas(d: &Deployment, manager: &str, operation: &str, sub: &str) -> bool {
+    d.metadata.managed_fields.iter().flatten().any(|e| {
+        (
+            e.manager.as_deref(),
+            e.operation.as_deref(),
+            e.subresource.as_deref().unwrap_or(""),
+        ) == (Some(manager), Some(operation), sub)
+            && e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0["f:spec"].get("f:replicas").is_some())
+    })
+}
+
+#[tokio::test]
+async fn apply_through_scale() {
+    let srv = TestApiServer::start().await.unwrap();
+    let deps: Api<Deployment> = Api::namespaced(srv.client.clone(), "default");
+    deps.patch(
+        "web",
+        &PatchParams::apply("ci"),
+        &Patch::Apply(deployment(2, json!({}))),
+    )
+    .await
+    .unwrap();
+    let scale = |replicas: i32| {
+        Patch::Apply(json!({
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "web"}, "spec": {"replicas": replicas},
+        }))
+    };
+
+    // The Scale's replicas belong to whoever owns the Deployment's.
+    let e = api_error(
+        deps.patch_scale("web", &PatchParams::apply("hpa"), &scale(4))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    assert_eq!(
+        e.message,
+        r#"Apply failed with 1 conflict: conflict with "ci": .spec.replicas"#
+    );
+
+    // Forced, the applier takes them from the Deployment's owner, as an Apply entry
+    // naming the subresource, under the Deployment's apiVersion.
+    let s = deps
+        .patch_scale("web", &PatchParams::apply("hpa").force(), &scale(4))
+        .await
+        .unwrap();
+    assert_eq!(s.spec.unwrap().replicas, Some(4));
+    let d = deps.get("web").await.unwrap();
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(4));
+    assert!(
+        owns_replicas(&d, "hpa", "Apply", "scale"),
+        "{:?}",
+        managers(&d)
+    );
+    assert!(!owns_replicas(&d, "ci", "Apply", ""), "{:?}", managers(&d));
+    let hpa = d
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|e| e.manager.as_deref() == Some("hpa"))
+        .unwrap();
+    assert_eq!(hpa.api_version.as_deref(), Some("apps/v1"));
+
+    // Its next apply stays an apply; another applier now conflicts with it.
+    deps.patch_scale("web", &PatchParams::apply("hpa"), &scale(5))
+        .await
+        .unwrap();
+    let d = deps.get("web").await.unwrap();
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(5));
+    assert!(
+        owns_replicas(&d, "hpa", "Apply", "scale"),
+        "{:?}",
+        managers(&d)
+    );
+    assert!(!managers(&d).contains(&entry("hpa", "Update", "scale")));
+    let e = api_error(
+        deps.patch(
+            "web",
+            &PatchParams::apply("ci"),
+            &Patch::Apply(deployment(2, json!({}))),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        e.message,
+        r#"Apply failed with 1 conflict: conflict with "hpa" with subresource "scale": .spec.replicas"#
+    );
+
+    // Only a Scale may be applied there.
+    let e = api_error(
+        deps.patch_scale(
+            "web",
+            &PatchParams::apply("hpa"),
+            &Patch::Apply(deployment(1, json!({}))),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message.contains("expected API version (autoscaling/v1)"),
+        "{}",
+        e.message
+    );
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn status_apply_and_tracked_creates() {
     let srv = TestApiServer::start().await.unwrap();

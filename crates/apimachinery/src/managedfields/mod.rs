@@ -13,6 +13,7 @@
 //! were cleared (`[{}]`) is not tracked again until its next apply, which gives every
 //! field already set to the manager `before-first-apply`, as upstream does.
 
+mod scale;
 mod set;
 mod typed;
 mod zero;
@@ -20,6 +21,7 @@ mod zero;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 use serde_json::{Map, Value, json};
 
+pub use scale::{parent_managed_fields, scale_with_parent_managers};
 pub use set::{FieldSet, path_string};
 pub use typed::Schema;
 use typed::{compare, created_fields, merge, remove_items, to_field_set};
