@@ -804,6 +804,25 @@ const CONFIG_MAP: &[Col] = &[
     AGE,
 ];
 
+const SCALE: &[Col] = &[
+    NAME,
+    (
+        "Desired",
+        "integer",
+        "",
+        0,
+        "replicas is the desired number of instances for the scaled object.",
+    ),
+    (
+        "Available",
+        "integer",
+        "",
+        0,
+        "replicas is the actual number of observed instances of the scaled object.",
+    ),
+    AGE,
+];
+
 const LEASE: &[Col] = &[
     NAME,
     (
@@ -1281,6 +1300,7 @@ fn columns_of(group: &str, kind: &str) -> &'static [Col] {
         ("batch", "Job") => JOB,
         ("batch", "CronJob") => CRON_JOB,
         ("autoscaling", "HorizontalPodAutoscaler") => HPA,
+        ("autoscaling", "Scale") => SCALE,
         ("certificates.k8s.io", "CertificateSigningRequest") => CSR,
         ("coordination.k8s.io", "Lease") => LEASE,
         ("flowcontrol.apiserver.k8s.io", "FlowSchema") => FLOW_SCHEMA,
@@ -1364,6 +1384,12 @@ pub fn table_row(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Vec<Va
         ("batch", "Job") => p.job(),
         ("batch", "CronJob") => p.cron_job(),
         ("autoscaling", "HorizontalPodAutoscaler") => p.hpa(),
+        ("autoscaling", "Scale") => vec![
+            p.name(),
+            json!(p.i(&["spec", "replicas"])),
+            json!(p.i(&["status", "replicas"])),
+            p.age(),
+        ],
         ("certificates.k8s.io", "CertificateSigningRequest") => p.csr(),
         ("coordination.k8s.io", "Lease") => {
             vec![

@@ -1324,7 +1324,7 @@ async fn resource_request(
             let rv = q.get("resourceVersion").map(String::as_str);
             let obj = store.get_at(ns, name, rv).await?;
             let scale = ScalePaths::of(state, info).to_scale(&obj);
-            Ok(json_response(StatusCode::OK, &scale))
+            Ok(scale_answer(target, &scale))
         }
         (Method::POST, None, None) => {
             let mut opts = admitted(write_options(q)?);
@@ -1397,7 +1397,7 @@ async fn resource_request(
                             &opts,
                         )
                         .await?;
-                    return Ok(json_response(StatusCode::OK, &paths.to_scale(&w.object)));
+                    return Ok(scale_answer(target, &paths.to_scale(&w.object)));
                 }
                 Some("status") => {
                     store
@@ -1527,7 +1527,7 @@ async fn resource_request(
                                 &opts,
                             )
                             .await?;
-                        return Ok(json_response(StatusCode::OK, &paths.to_scale(&w.object)));
+                        return Ok(scale_answer(target, &paths.to_scale(&w.object)));
                     }
                     _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES[..3])),
                 };
@@ -1571,7 +1571,7 @@ async fn resource_request(
                             &opts,
                         )
                         .await?;
-                    return Ok(json_response(StatusCode::OK, &paths.to_scale(&w.object)));
+                    return Ok(scale_answer(target, &paths.to_scale(&w.object)));
                 }
                 Some(_) => return Err(method_not_supported(info, "patch")),
             };
@@ -1682,6 +1682,27 @@ fn delete_options(
             .map(str::to_string),
         admit: None,
     })
+}
+
+/// The kind `scale` answers with, as its answers are printed (upstream's Scale
+/// table: name, desired and available replicas, age).
+static SCALE_KIND: ResourceInfo = ResourceInfo {
+    group: "autoscaling",
+    version: "v1",
+    kind: "Scale",
+    plural: "scale",
+    singular: "scale",
+    short_names: &[],
+    categories: &[],
+    namespaced: true,
+    verbs: &[],
+    subresources: &[],
+    storage_prefix: "",
+};
+
+/// A `scale` answer in the form the request asked for.
+fn scale_answer(target: Target, scale: &Value) -> Response<Body> {
+    encoded(target, Printed::from(&SCALE_KIND), StatusCode::OK, scale)
 }
 
 /// Where a resource keeps what its `scale` subresource shows: `spec.replicas`,

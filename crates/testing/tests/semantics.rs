@@ -113,6 +113,46 @@ async fn tables_and_partial_metadata() {
     let (_, t) = get("/apis/scheduling.k8s.io/v1/priorityclasses".into(), TABLE).await;
     assert_eq!(t["columnDefinitions"][1]["name"], "Value");
 
+    // A scale subresource as a Table: upstream's Scale columns.
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "rs"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}});
+    let (code, _, _) = TestApiServer::raw(
+        c,
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        &[("Content-Type", "application/json")],
+        rs.to_string().into_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    let (h, t) = get(
+        "/apis/apps/v1/namespaces/default/replicasets/rs/scale".into(),
+        TABLE,
+    )
+    .await;
+    assert_eq!(header(&h, "content-type"), TABLE);
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Name", "Desired", "Available", "Age"]);
+    assert_eq!(
+        t["rows"][0]["cells"].as_array().unwrap()[..3],
+        json!(["rs", 3, 0]).as_array().unwrap()[..]
+    );
+    let (_, scale) = get(
+        "/apis/apps/v1/namespaces/default/replicasets/rs/scale".into(),
+        "application/json",
+    )
+    .await;
+    assert_eq!(scale["kind"], "Scale");
+
     // PartialObjectMetadata(List).
     let (h, l) = get(
         "/api/v1/namespaces/default/pods".into(),
