@@ -1897,23 +1897,26 @@ impl Kubelet {
             return false;
         }
         self.probes.add_pod(pod);
-        // Upstream writes the status before each sync, so a pod whose images are still
-        // being pulled shows its containers as ContainerCreating meanwhile. Later syncs
-        // start from the status the previous one wrote, so only a pod this kubelet has
-        // not written yet needs it.
-        if self
-            .status_target(pod)
-            .is_some_and(|target| !self.status.has_written(uid(&target)))
-        {
-            match self.runtime.pod_status(pod).await {
-                Ok(st) => {
-                    if let Err(e) = self.write_status(pod, st).await {
-                        tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
-                    }
+        // Upstream writes the status at the start of each sync: a pod whose images are
+        // still being pulled shows its containers as ContainerCreating meanwhile, and one
+        // whose containers this sync stops (sidecars once the regular containers have
+        // finished, a container whose spec changed) shows what has already ended while
+        // the stop waits out its grace period.
+        let rt = match self.runtime.runtime_pod(uid(pod)).await {
+            Ok(rt) => {
+                if let Err(e) = self
+                    .write_status(pod, self.runtime.status_from(pod, &rt))
+                    .await
+                {
+                    tracing::warn!(pod = name(pod), error = %e, "error updating pod status");
                 }
-                Err(e) => tracing::warn!(pod = name(pod), error = %e, "error reading pod status"),
+                Some(rt)
             }
-        }
+            Err(e) => {
+                tracing::warn!(pod = name(pod), error = %e, "error reading pod status");
+                None
+            }
+        };
         self.runtime
             .allocate(pod, |wanted| self.decide_resize(wanted));
         // A new pod cgroup goes below QoS tiers that count it (upstream's syncPod).
@@ -1921,7 +1924,11 @@ impl Kubelet {
             self.update_qos_cgroups();
         }
         let sources = self.env_sources(pod).await;
-        let retry_soon = match self.runtime.sync_pod(pod, &sources).await {
+        let synced = match rt {
+            Some(rt) => self.runtime.sync_pod_from(pod, rt, &sources).await,
+            None => self.runtime.sync_pod(pod, &sources).await,
+        };
+        let retry_soon = match synced {
             Ok(result) => !result.failed.is_empty(),
             Err(e) => {
                 tracing::warn!(pod = name(pod), namespace = namespace(pod), error = %e, "error syncing pod");

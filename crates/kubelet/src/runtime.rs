@@ -502,11 +502,24 @@ impl RuntimeManager {
     /// Brings the runtime in line with `pod`: one step of upstream's SyncPod (sandbox, then the
     /// next init container or the regular containers). Call again after PLEG events.
     pub async fn sync_pod(&self, pod: &Pod, sources: &EnvSources) -> Result<SyncResult, SyncError> {
+        if uid(pod).is_empty() {
+            return Err(SyncError::NoUid(name(pod).to_owned()));
+        }
+        let rt = self.runtime_pod(uid(pod)).await?;
+        self.sync_pod_from(pod, rt, sources).await
+    }
+
+    /// [`RuntimeManager::sync_pod`] from an already listed runtime view of the pod.
+    pub async fn sync_pod_from(
+        &self,
+        pod: &Pod,
+        rt: RuntimePod,
+        sources: &EnvSources,
+    ) -> Result<SyncResult, SyncError> {
         let pod_uid = uid(pod);
         if pod_uid.is_empty() {
             return Err(SyncError::NoUid(name(pod).to_owned()));
         }
-        let rt = self.runtime_pod(pod_uid).await?;
         // Containers get what they are allocated, which a pending resize has not changed.
         let allocated = self.allocated_pod(pod);
         let pod = &allocated;

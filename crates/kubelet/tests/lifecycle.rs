@@ -166,9 +166,12 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
                     "volumeMounts": [{"name": "order", "mountPath": "/order"}]}],
             }))?,
             // A finished app ends the pod although its sidecar would run on. Once it
-            // has, its emptyDir and cgroup are freed while the pod is still there.
+            // has, its emptyDir and cgroup are freed while the pod is still there. The
+            // sidecar (`sleep` as PID 1 ignores SIGTERM) takes its whole grace period to
+            // stop, and meanwhile the status shows the app finished.
             pod("sidecar-job", n, json!({
                 "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 5,
                 "volumes": [{"name": "scratch", "emptyDir": {}}],
                 "initContainers": [
                     {"name": "side", "image": BUSYBOX, "restartPolicy": "Always", "command": ["sleep", "3600"]},
@@ -261,6 +264,12 @@ async fn probes_hooks_deadlines_and_volumes_on_real_containerd() {
         );
         let app = status_of(&with_sidecar, "app").context("app's status")?;
         ensure!(app.ready && app.state.as_ref().is_some_and(|s| s.running.is_some()), "{app:?}");
+        wait_pod(&pods, "sidecar-job", "app finished while its sidecar stops", Duration::from_secs(60), |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && status_of(p, "app").and_then(|c| c.state?.terminated).is_some()
+                && init_status(p, "side").and_then(|c| c.state?.running).is_some()
+        })
+        .await?;
         let job = wait_pod(&pods, "sidecar-job", "Succeeded", Duration::from_secs(60), |p| {
             p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
         })
