@@ -159,6 +159,14 @@ pub struct CgroupValues {
 }
 
 impl CgroupValues {
+    /// Whether a cgroup with these values already has `sizes` (the CFS period is not
+    /// read back: the kubelet writes the same one to every pod).
+    pub fn holds(&self, sizes: &PodCgroupResources) -> bool {
+        self.cpu_shares == sizes.cpu_shares
+            && self.cpu_quota == sizes.cpu_quota
+            && self.memory_limit == sizes.memory_limit
+    }
+
     /// The values CRI resources ask for (0 quota or memory limit: unlimited).
     pub fn of(r: &k8s_cri::v1::LinuxContainerResources) -> Self {
         CgroupValues {
@@ -220,6 +228,38 @@ mod tests {
 
     fn res(cpu: &str, memory: &str) -> serde_json::Value {
         json!({"requests": {"cpu": cpu, "memory": memory}})
+    }
+
+    #[test]
+    fn a_cgroup_holds_the_sizes_it_reads_back() {
+        let sizes = PodCgroupResources {
+            cpu_shares: 307,
+            cpu_quota: Some(30_000),
+            cpu_period: 100_000,
+            memory_limit: None,
+        };
+        let read = CgroupValues {
+            cpu_shares: 307,
+            cpu_quota: Some(30_000),
+            memory_limit: None,
+        };
+        assert!(read.holds(&sizes));
+        for other in [
+            CgroupValues {
+                cpu_shares: 2,
+                ..read
+            },
+            CgroupValues {
+                cpu_quota: None,
+                ..read
+            },
+            CgroupValues {
+                memory_limit: Some(1 << 26),
+                ..read
+            },
+        ] {
+            assert!(!other.holds(&sizes), "{other:?}");
+        }
     }
 
     #[test]

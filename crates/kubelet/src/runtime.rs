@@ -597,9 +597,12 @@ impl RuntimeManager {
         let cgroup = self.pod_cgroup(pod);
         let sizes = pod_cgroup_resources(pod);
         // A resize that shrinks shrinks the containers before the pod: widen, update the
-        // containers, then narrow.
-        let first = match self.cgroups.values(&cgroup) {
-            Some(current) => widened(&sizes, &current),
+        // containers, then narrow. A pod cgroup that already has its sizes (every sync
+        // but the first and a resize's) is left alone.
+        let current = self.cgroups.values(&cgroup);
+        let sized = current.as_ref().is_some_and(|c| c.holds(&sizes));
+        let first = match &current {
+            Some(current) => widened(&sizes, current),
             None => sizes.clone(),
         };
         let size_pod = |res| {
@@ -610,11 +613,13 @@ impl RuntimeManager {
                     source,
                 })
         };
-        size_pod(&first)?;
+        if !sized {
+            size_pod(&first)?;
+        }
         if !actions.create_sandbox && !actions.kill_pod {
             self.actuate_resize(pod, &rt).await?;
         }
-        if first != sizes {
+        if !sized && first != sizes {
             size_pod(&sizes)?;
         }
 
