@@ -447,12 +447,13 @@ pub fn intern_strs(items: &[String]) -> &'static [&'static str] {
     })
 }
 
+/// A field selector's field, its path and its value when absent.
+pub type SelectableField = (&'static str, &'static str, &'static str);
+
 /// Field-selector fields and their paths (a custom resource's `selectableFields`) made
 /// `'static`, interned whole.
-pub fn intern_field_paths(
-    items: Vec<(&'static str, &'static str)>,
-) -> &'static [(&'static str, &'static str)] {
-    static LISTS: Interned<[(&'static str, &'static str)]> = LazyLock::new(Default::default);
+pub fn intern_field_paths(items: Vec<SelectableField>) -> &'static [SelectableField] {
+    static LISTS: Interned<[SelectableField]> = LazyLock::new(Default::default);
     interned(&LISTS, &items, || {
         Box::leak(items.clone().into_boxed_slice())
     })

@@ -17,8 +17,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ferrokube_api::resources::{
-    ALL_VERBS, GET_PATCH_UPDATE, ResourceInfo, SubresourceInfo, intern, intern_field_paths,
-    intern_str, intern_strs, intern_subresources,
+    ALL_VERBS, GET_PATCH_UPDATE, ResourceInfo, SelectableField, SubresourceInfo, intern,
+    intern_field_paths, intern_str, intern_strs, intern_subresources,
 };
 use ferrokube_apiextensions::printer::PrinterColumns;
 use ferrokube_apiextensions::schema::StructuralSchema;
@@ -453,13 +453,13 @@ impl CustomResourceStrategy {
             schemas: stored_schemas,
         });
         // `selectableFields` (`.spec.color`) are field selectors (`spec.color`).
-        let fields: Vec<(&'static str, &'static str)> = version
+        let fields: Vec<SelectableField> = version
             .selectable_fields
             .iter()
             .flatten()
             .map(|f| {
                 let path = intern_str(f.json_path.trim_start_matches('.'));
-                (path, path)
+                (path, path, "")
             })
             .collect();
         CustomResourceStrategy {

@@ -33,14 +33,14 @@ const POD: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({"phase": "Pending"})),
     fields: &[
-        ("spec.nodeName", "spec.nodeName"),
-        ("spec.restartPolicy", "spec.restartPolicy"),
-        ("spec.schedulerName", "spec.schedulerName"),
-        ("spec.serviceAccountName", "spec.serviceAccountName"),
-        ("spec.hostNetwork", "spec.hostNetwork"),
-        ("status.phase", "status.phase"),
-        ("status.podIP", "status.podIP"),
-        ("status.nominatedNodeName", "status.nominatedNodeName"),
+        ("spec.nodeName", "spec.nodeName", ""),
+        ("spec.restartPolicy", "spec.restartPolicy", ""),
+        ("spec.schedulerName", "spec.schedulerName", ""),
+        ("spec.serviceAccountName", "spec.serviceAccountName", ""),
+        ("spec.hostNetwork", "spec.hostNetwork", "false"),
+        ("status.phase", "status.phase", ""),
+        ("status.podIP", "status.podIP", ""),
+        ("status.nominatedNodeName", "status.nominatedNodeName", ""),
     ],
     prepare_create: Some(pod_prepare_create),
     // `spec.ephemeralContainers` changes only through `/ephemeralcontainers`.
@@ -54,13 +54,17 @@ const POD: Hooks = Hooks {
 };
 
 const NODE: Hooks = Hooks {
-    fields: &[("spec.unschedulable", "spec.unschedulable")],
+    fields: &[("spec.unschedulable", "spec.unschedulable", "false")],
     ..Hooks::PLAIN
 };
 
 const NAMESPACE: Hooks = Hooks {
     initial_status: Some(|| json!({"phase": "Active"})),
-    fields: &[("status.phase", "status.phase")],
+    // `name` as upstream keeps it for old clients.
+    fields: &[
+        ("status.phase", "status.phase", ""),
+        ("name", "metadata.name", ""),
+    ],
     prepare_create: Some(|obj: &mut Value, _now: &str| {
         // Upstream's namespace strategy: the `kubernetes` finalizer, always.
         let spec = obj
@@ -83,7 +87,7 @@ const NAMESPACE: Hooks = Hooks {
 };
 
 const SECRET: Hooks = Hooks {
-    fields: &[("type", "type")],
+    fields: &[("type", "type", "")],
     normalize: Some(secret_string_data),
     ..Hooks::PLAIN
 };
@@ -118,20 +122,21 @@ fn secret_string_data(secret: &mut Value) {
 
 const EVENT: Hooks = Hooks {
     fields: &[
-        ("involvedObject.kind", "involvedObject.kind"),
-        ("involvedObject.namespace", "involvedObject.namespace"),
-        ("involvedObject.name", "involvedObject.name"),
-        ("involvedObject.uid", "involvedObject.uid"),
-        ("involvedObject.apiVersion", "involvedObject.apiVersion"),
+        ("involvedObject.kind", "involvedObject.kind", ""),
+        ("involvedObject.namespace", "involvedObject.namespace", ""),
+        ("involvedObject.name", "involvedObject.name", ""),
+        ("involvedObject.uid", "involvedObject.uid", ""),
+        ("involvedObject.apiVersion", "involvedObject.apiVersion", ""),
         (
             "involvedObject.resourceVersion",
             "involvedObject.resourceVersion",
+            "",
         ),
-        ("involvedObject.fieldPath", "involvedObject.fieldPath"),
-        ("reason", "reason"),
-        ("reportingComponent", "reportingComponent"),
-        ("source", "source.component"),
-        ("type", "type"),
+        ("involvedObject.fieldPath", "involvedObject.fieldPath", ""),
+        ("reason", "reason", ""),
+        ("reportingComponent", "reportingComponent", ""),
+        ("source", "source.component", ""),
+        ("type", "type", ""),
     ],
     ..Hooks::PLAIN
 };
@@ -142,17 +147,17 @@ const EVENTS_V1: Hooks = Hooks {
     // Upstream's events.k8s.io field labels (its conversion to the core labels), as
     // paths of the events.k8s.io form, in which lists are filtered.
     fields: &[
-        ("regarding.kind", "regarding.kind"),
-        ("regarding.namespace", "regarding.namespace"),
-        ("regarding.name", "regarding.name"),
-        ("regarding.uid", "regarding.uid"),
-        ("regarding.apiVersion", "regarding.apiVersion"),
-        ("regarding.resourceVersion", "regarding.resourceVersion"),
-        ("regarding.fieldPath", "regarding.fieldPath"),
-        ("reason", "reason"),
-        ("reportingController", "reportingController"),
-        ("source", "deprecatedSource.component"),
-        ("type", "type"),
+        ("regarding.kind", "regarding.kind", ""),
+        ("regarding.namespace", "regarding.namespace", ""),
+        ("regarding.name", "regarding.name", ""),
+        ("regarding.uid", "regarding.uid", ""),
+        ("regarding.apiVersion", "regarding.apiVersion", ""),
+        ("regarding.resourceVersion", "regarding.resourceVersion", ""),
+        ("regarding.fieldPath", "regarding.fieldPath", ""),
+        ("reason", "reason", ""),
+        ("reportingController", "reportingController", ""),
+        ("source", "deprecatedSource.component", ""),
+        ("type", "type", ""),
     ],
     storage_codec: Some(StorageCodec {
         to_storage: event_to_storage,
@@ -221,7 +226,7 @@ fn hpa_from_storage(obj: Value) -> Value {
 const REPLICAS: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({"replicas": 0})),
-    fields: &[("status.replicas", "status.replicas")],
+    fields: &[("status.replicas", "status.replicas", "0")],
     ..Hooks::PLAIN
 };
 
@@ -234,7 +239,7 @@ const WORKLOAD: Hooks = Hooks {
 const JOB: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({})),
-    fields: &[("status.successful", "status.successful")],
+    fields: &[("status.successful", "status.succeeded", "0")],
     prepare_create: Some(job_prepare_create),
     prepare_update: None,
     normalize: None,
@@ -257,25 +262,29 @@ const VOLUME_ATTACHMENT: Hooks = Hooks {
 const SERVICE: Hooks = Hooks {
     initial_status: Some(|| json!({"loadBalancer": {}})),
     fields: &[
-        ("spec.clusterIP", "spec.clusterIP"),
-        ("spec.type", "spec.type"),
+        ("spec.clusterIP", "spec.clusterIP", ""),
+        ("spec.type", "spec.type", ""),
     ],
     ..Hooks::PLAIN
 };
 
 const PVC: Hooks = Hooks {
     initial_status: Some(|| json!({"phase": "Pending"})),
+    // `name` as upstream keeps it for old clients.
+    fields: &[("name", "metadata.name", "")],
     ..Hooks::PLAIN
 };
 
 const PV: Hooks = Hooks {
     initial_status: Some(|| json!({"phase": "Pending"})),
+    // `name` as upstream keeps it for old clients.
+    fields: &[("name", "metadata.name", "")],
     ..Hooks::PLAIN
 };
 
 const CSR: Hooks = Hooks {
     initial_status: Some(|| json!({})),
-    fields: &[("spec.signerName", "spec.signerName")],
+    fields: &[("spec.signerName", "spec.signerName", "")],
     ..Hooks::PLAIN
 };
 

@@ -934,7 +934,7 @@ impl Store {
         field_selector: Option<&str>,
     ) -> Result<Option<Filter>, ApiError> {
         let mut supported: Vec<&str> = vec!["metadata.name", "metadata.namespace"];
-        supported.extend(self.strategy.hooks().fields.iter().map(|(f, _)| *f));
+        supported.extend(self.strategy.hooks().fields.iter().map(|(f, ..)| *f));
         let (labels, fields) = parse_selectors(label_selector, field_selector, &supported)?;
         if labels.is_none() && fields.is_none() {
             return Ok(None);
@@ -951,18 +951,12 @@ impl Store {
                     match field {
                         "metadata.name" => Some(meta::name(obj).to_string()),
                         "metadata.namespace" => Some(meta::namespace(obj).to_string()),
-                        other => hooks
-                            .fields
-                            .iter()
-                            .find(|(f, _)| *f == other)
-                            .map(|(f, path)| {
+                        other => hooks.fields.iter().find(|(f, ..)| *f == other).map(
+                            |(_, path, absent)| {
                                 let v = meta::field_string(obj, path);
-                                if v.is_empty() && *f == "spec.hostNetwork" {
-                                    "false".to_string()
-                                } else {
-                                    v
-                                }
-                            }),
+                                if v.is_empty() { absent.to_string() } else { v }
+                            },
+                        ),
                     }
                 };
                 if !fs.matches(&get) {

@@ -72,8 +72,9 @@ pub struct Hooks {
     /// resource has a status subresource). `None`: status is dropped.
     pub initial_status: Option<fn() -> Value>,
     /// Field selectors beyond `metadata.name`/`metadata.namespace`: (selector field,
-    /// dotted path into the object).
-    pub fields: &'static [(&'static str, &'static str)],
+    /// dotted path into the object, the value when the object leaves the field out:
+    /// upstream formats its typed zero value, `false` or `0`).
+    pub fields: &'static [ferrokube_api::resources::SelectableField],
     /// Extra changes on create (after defaults and system metadata, before
     /// validation); the second argument is the current time (RFC 3339).
     pub prepare_create: Option<fn(&mut Value, &str)>,

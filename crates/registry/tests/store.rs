@@ -486,3 +486,89 @@ async fn consistent_lists_see_every_write_and_share_one_serialization() {
         403
     );
 }
+
+/// Field selectors see a field the object leaves out as upstream's typed zero value
+/// (`false`, `0`), and upstream's `name` field of namespaces, PVs and PVCs.
+#[tokio::test]
+async fn field_selectors_on_left_out_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(&dir).await;
+    let names = |listed: ferrokube_registry::Listed| -> Vec<String> {
+        listed
+            .items
+            .iter()
+            .map(|o| o.value()["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let select = |fields: &str| ListParams {
+        field_selector: Some(fields.to_string()),
+        ..Default::default()
+    };
+
+    let nodes = reg.store("", "v1", "nodes").unwrap();
+    for (name, spec) in [
+        ("open", json!({})),
+        ("cordoned", json!({"unschedulable": true})),
+    ] {
+        nodes
+            .create(
+                None,
+                json!({"metadata": {"name": name}, "spec": spec}),
+                &WriteOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let listed = nodes
+        .list(None, &select("spec.unschedulable=false"))
+        .await
+        .unwrap();
+    assert_eq!(names(listed), ["open"]);
+    let listed = nodes
+        .list(None, &select("spec.unschedulable!=false"))
+        .await
+        .unwrap();
+    assert_eq!(names(listed), ["cordoned"]);
+
+    // A Job's `status.successful` is its `status.succeeded`, 0 until one has.
+    let jobs = reg.store("batch", "v1", "jobs").unwrap();
+    let job = |name: &str| {
+        json!({"metadata": {"name": name}, "spec": {"template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
+    };
+    for name in ["done", "new"] {
+        jobs.create(Some("default"), job(name), &WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    jobs.update(
+        Some("default"),
+        "done",
+        UpdateInput::Patch(PatchType::Merge, json!({"status": {"succeeded": 1}})),
+        Part::Status,
+        &WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    let listed = jobs
+        .list(Some("default"), &select("status.successful=1"))
+        .await
+        .unwrap();
+    assert_eq!(names(listed), ["done"]);
+    let listed = jobs
+        .list(Some("default"), &select("status.successful=0"))
+        .await
+        .unwrap();
+    assert_eq!(names(listed), ["new"]);
+
+    let ns = reg.store("", "v1", "namespaces").unwrap();
+    let listed = ns.list(None, &select("name=kube-system")).await.unwrap();
+    assert_eq!(names(listed), ["kube-system"]);
+    let err = reg
+        .store("", "v1", "configmaps")
+        .unwrap()
+        .list(None, &select("name=x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 400);
+}
