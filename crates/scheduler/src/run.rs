@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use parking_lot::Mutex;
@@ -218,7 +218,29 @@ impl SchedulerApi for KubeApi {
             .map_err(|e| error_message(&e).into_owned())
     }
 
-    async fn delete_pod(&self, pod: &Pod) -> Result<(), String> {
+    async fn evict_victim(&self, pod: &Pod, scheduler_name: &str) -> Result<(), String> {
+        let condition = PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("PreemptionByScheduler".into()),
+            message: Some(format!(
+                "{scheduler_name}: preempting to accommodate a higher priority pod"
+            )),
+            last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+            ..Default::default()
+        };
+        let marked = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == condition.type_))
+            .is_some_and(|c| {
+                (&c.status, &c.reason, &c.message)
+                    == (&condition.status, &condition.reason, &condition.message)
+            });
+        if !marked {
+            self.update_pod_status(pod, condition, None).await?;
+        }
         let name = pod.metadata.name.clone().unwrap_or_default();
         let mut dp = DeleteParams::default();
         if let Some(uid) = pod.metadata.uid.clone() {

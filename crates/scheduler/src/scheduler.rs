@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use parking_lot::Mutex;
 
 use crate::cache::{Cache, Snapshot};
+use crate::config::DEFAULT_SCHEDULER_NAME;
 use crate::framework::{
     ActionType, ClusterEvent, CycleState, EVENT_ASSIGNED_POD_ADD, EVENT_ASSIGNED_POD_DELETE,
     EVENT_ASSIGNED_POD_UPDATE, EVENT_NODE_ADD, EVENT_NODE_UPDATE, EventObject, EventResource,
@@ -35,8 +36,11 @@ pub trait SchedulerApi: Send + Sync {
         condition: PodCondition,
         nominated: Option<String>,
     ) -> Result<(), String>;
-    /// Evicts a preemption victim.
-    async fn delete_pod(&self, pod: &Pod) -> Result<(), String>;
+    /// Evicts a preemption victim: marks it with upstream's `DisruptionTarget`
+    /// condition (reason `PreemptionByScheduler`, naming `scheduler_name`, the
+    /// preemptor's scheduler), so that what owns it (a Job's pod failure policy) knows
+    /// why it went, then deletes it.
+    async fn evict_victim(&self, victim: &Pod, scheduler_name: &str) -> Result<(), String>;
     /// Records an event through the recorder of `profile` (fire and forget).
     fn event(&self, profile: &str, event: PodEvent<'_>);
 }
@@ -325,7 +329,12 @@ impl Scheduler {
                 "DefaultPreemption",
                 "preempted",
             );
-            if !waiting && let Err(e) = self.api.delete_pod(v).await {
+            let scheduler_name = preemptor
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.as_deref())
+                .unwrap_or(DEFAULT_SCHEDULER_NAME);
+            if !waiting && let Err(e) = self.api.evict_victim(v, scheduler_name).await {
                 tracing::warn!(pod = %pod_key(v), error = %e, "deleting preemption victim");
                 return;
             }

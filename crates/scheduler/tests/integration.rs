@@ -195,6 +195,27 @@ async fn schedules_waits_for_nodes_and_preempts() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(evicted, vec!["filler".to_string()]);
+    // Marked first with why it goes, as upstream's preemption does.
+    let filler = pods.get("filler").await?;
+    let disruption = filler
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))
+        .cloned()
+        .expect("the victim's DisruptionTarget condition");
+    assert_eq!(
+        (
+            disruption.status.as_str(),
+            disruption.reason.as_deref(),
+            disruption.message.as_deref()
+        ),
+        (
+            "True",
+            Some("PreemptionByScheduler"),
+            Some("default-scheduler: preempting to accommodate a higher priority pod")
+        )
+    );
     // No kubelet here finishes the graceful delete; the test does, as upstream's do.
     let dp = kube::api::DeleteParams {
         grace_period_seconds: Some(0),

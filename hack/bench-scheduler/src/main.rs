@@ -701,7 +701,7 @@ mod in_memory {
         ) -> Result<(), String> {
             Ok(())
         }
-        async fn delete_pod(&self, _: &Pod) -> Result<(), String> {
+        async fn evict_victim(&self, _: &Pod, _: &str) -> Result<(), String> {
             Ok(())
         }
         fn event(&self, _: &str, _: PodEvent<'_>) {}
