@@ -1385,6 +1385,7 @@ async fn resource_request(
             opts.duplicate_fields = duplicates;
             let w = match sub {
                 Some("scale") => {
+                    ferrokube_registry::store::check_scale(&obj, name)?;
                     let paths = ScalePaths::of(state, info);
                     let patch = paths.patch(&obj);
                     opts.via_subresource = Some("scale");
@@ -1558,6 +1559,7 @@ async fn resource_request(
                     let scale = paths.to_scale(&current);
                     let patched =
                         ferrokube_registry::store::default_patch(info, ty, &scale, &patch)?;
+                    ferrokube_registry::store::check_scale(&patched, name)?;
                     let opts = WriteOptions {
                         via_subresource: Some("scale"),
                         ..opts

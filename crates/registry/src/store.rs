@@ -1484,7 +1484,7 @@ impl Store {
             managed_fields_worked_out: true,
             ..opts.clone()
         };
-        check_type(config, "autoscaling/v1", "Scale")?;
+        check_scale(config, name)?;
         let (now, api_version) = (self.now(), self.info.api_version());
         let who = Writer {
             subresource: "scale",
@@ -2004,6 +2004,25 @@ pub enum UpdateInput {
 /// An empty object of the store's kind (for patches that create nothing).
 pub fn empty_object() -> Value {
     Value::Object(Map::new())
+}
+
+/// Checks a Scale written to `name`'s `scale` subresource (the body of a PUT, a
+/// patched Scale, an apply configuration): its type, that it decodes as one (a replica
+/// count that is no number is an error, not 0) and, where set, its name.
+pub fn check_scale(scale: &Value, name: &str) -> Result<(), ApiError> {
+    check_type(scale, "autoscaling/v1", "Scale")?;
+    serde_json::from_value::<k8s_openapi::api::autoscaling::v1::Scale>(scale.clone()).map_err(
+        |e| {
+            ApiError::bad_request(format!(
+                "Scale in version \"v1\" cannot be handled as a Scale: {e}"
+            ))
+        },
+    )?;
+    let body_name = meta::name(scale);
+    if !body_name.is_empty() && body_name != name {
+        return Err(name_mismatch(body_name, name));
+    }
+    Ok(())
 }
 
 /// Checks a body's `apiVersion`/`kind`, where set, against what the URL serves.

@@ -248,6 +248,41 @@ async fn patches_generation_and_status() {
         deps.get("web").await.unwrap().spec.unwrap().replicas,
         Some(5)
     );
+    // A Scale that is not one, a replica count that is no number, another object's
+    // name: 400s, never a scale to 0.
+    let bad_puts = [
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"},
+            "spec": {"replicas": "x"}}),
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "other"},
+            "spec": {"replicas": 1}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": 1}}),
+    ];
+    for body in bad_puts {
+        let (code, _, answer) = TestApiServer::raw(
+            &srv.client,
+            "PUT",
+            "/apis/apps/v1/namespaces/default/deployments/web/scale",
+            &[("Content-Type", "application/json")],
+            body.to_string().into_bytes(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code, 400, "{}", String::from_utf8_lossy(&answer));
+    }
+    let e = deps
+        .patch_scale(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"spec": {"replicas": "x"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status_code(&e), 400, "{e}");
+    assert_eq!(
+        deps.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(5)
+    );
     // Server-side apply: tests/server_side_apply.rs.
     srv.stop().await;
 }

@@ -319,6 +319,25 @@ async fn apply_through_scale() {
         "{}",
         e.message
     );
+    // A replica count that is no number, or another object's name, is refused, not
+    // read as 0.
+    for bad in [
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"},
+            "spec": {"replicas": "x"}}),
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "other"},
+            "spec": {"replicas": 1}}),
+    ] {
+        let e = api_error(
+            deps.patch_scale("web", &PatchParams::apply("hpa"), &Patch::Apply(bad))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(e.code, 400, "{}", e.message);
+    }
+    assert_eq!(
+        deps.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(5)
+    );
     srv.stop().await;
 }
 
