@@ -689,6 +689,14 @@ impl ApiError {
         )
     }
 
+    /// 400 for a body whose fields do not decode as `kind` (upstream's codec error
+    /// `<kind> in version "<version>" cannot be handled as a <kind>: <why>`).
+    pub fn undecodable(kind: &str, version: &str, why: impl fmt::Display) -> Self {
+        Self::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {why}"
+        ))
+    }
+
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type<S: AsRef<str>>(accepted: &[S]) -> Self {
         let list: Vec<&str> = accepted.iter().map(|s| s.as_ref()).collect();

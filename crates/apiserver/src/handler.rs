@@ -1340,6 +1340,8 @@ async fn resource_request(
         (Method::POST, name, Some("binding")) => {
             let (body, ct) = read_body(state, req).await?;
             let mut binding = decode_body(&body, &ct, info)?;
+            serde_json::from_value::<k8s_openapi::api::core::v1::Binding>(binding.clone())
+                .map_err(|e| ApiError::undecodable("Binding", "v1", e))?;
             let mut attributes = attributes;
             let name = match name {
                 Some(name) => name.to_string(),
@@ -1368,6 +1370,8 @@ async fn resource_request(
         (Method::POST, Some(name), Some("eviction")) => {
             let (body, ct) = read_body(state, req).await?;
             let mut ev = decode_body(&body, &ct, info)?;
+            serde_json::from_value::<k8s_openapi::api::policy::v1::Eviction>(ev.clone())
+                .map_err(|e| ApiError::undecodable("Eviction", "v1", e))?;
             let opts = delete_options(q, Some(&ev["deleteOptions"]))?;
             // Upstream: a CREATE of pods/eviction with the Eviction as the object.
             state.admission.admit_request(&attributes, &mut ev).await?;

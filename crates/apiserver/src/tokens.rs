@@ -193,6 +193,9 @@ pub(crate) async fn create(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     let req = crate::reviews::decode(body, ct)?;
+    // Fields of the wrong type are refused, not read as left out.
+    serde_json::from_value::<k8s_openapi::api::authentication::v1::TokenRequest>(req.clone())
+        .map_err(|e| ApiError::undecodable("TokenRequest", "v1", e))?;
     let spec = &req["spec"];
     let sa = tokens.service_accounts.get(Some(ns), name).await?;
     let mut expiration = spec["expirationSeconds"]

@@ -474,6 +474,60 @@ async fn bad_input_statuses() {
         kube::Error::Api(s) => assert_eq!(s.code, 404),
         e => panic!("{e:?}"),
     }
+    // A subresource's body with a field of the wrong type: 400, not read as left out.
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    pods.create(
+        &Pp::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let (code, _) = req(
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"metadata": {"name": "sa"}}),
+    )
+    .await;
+    assert_eq!(code, 201);
+    for (path, body, kind) in [
+        (
+            "/api/v1/namespaces/default/pods/p/binding",
+            json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": 5}),
+            "Binding",
+        ),
+        (
+            "/api/v1/namespaces/default/pods/p/eviction",
+            json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"},
+                "deleteOptions": {"gracePeriodSeconds": "x"}}),
+            "Eviction",
+        ),
+        (
+            "/api/v1/namespaces/default/serviceaccounts/sa/token",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": "x"}}),
+            "TokenRequest",
+        ),
+    ] {
+        let (code, s) = req("POST", path, body).await;
+        assert_eq!(code, 400, "{path}: {s}");
+        let message = s["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "{kind} in version \"v1\" cannot be handled as a {kind}"
+            )),
+            "{path}: {message}"
+        );
+    }
+    assert!(
+        pods.get("p")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
 }
 
 /// Upstream's `ObjectMeta` maps and lists are `omitempty`: an empty one is neither
