@@ -221,6 +221,26 @@ pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError>
     }
 }
 
+/// A review whose fields have the wrong types is a 400, not read as left out (a
+/// SubjectAccessReview's `groups` as a string would be no groups).
+fn check_decodes(kind: &str, obj: &Value) -> Result<(), ApiError> {
+    use k8s_openapi::api::{authentication::v1 as authn, authorization::v1 as authz};
+    fn decodes<T: serde::de::DeserializeOwned>(kind: &str, obj: &Value) -> Result<(), ApiError> {
+        serde_json::from_value::<T>(obj.clone())
+            .map(drop)
+            .map_err(|e| ApiError::undecodable(kind, "v1", e))
+    }
+    match kind {
+        "SelfSubjectAccessReview" => decodes::<authz::SelfSubjectAccessReview>(kind, obj),
+        "SubjectAccessReview" => decodes::<authz::SubjectAccessReview>(kind, obj),
+        "LocalSubjectAccessReview" => decodes::<authz::LocalSubjectAccessReview>(kind, obj),
+        "SelfSubjectRulesReview" => decodes::<authz::SelfSubjectRulesReview>(kind, obj),
+        "SelfSubjectReview" => decodes::<authn::SelfSubjectReview>(kind, obj),
+        "TokenReview" => decodes::<authn::TokenReview>(kind, obj),
+        _ => Ok(()),
+    }
+}
+
 /// Answers a review; `user` is the (possibly impersonated) requester.
 pub(crate) async fn answer(
     state: &State,
@@ -241,6 +261,7 @@ pub(crate) async fn answer(
     }
     obj["apiVersion"] = json!(format!("{group}/v1"));
     obj["kind"] = json!(kind);
+    check_decodes(kind, &obj)?;
     let spec = obj["spec"].clone();
     let status = match kind {
         "SelfSubjectAccessReview" => {

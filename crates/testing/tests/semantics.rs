@@ -509,6 +509,13 @@ async fn bad_input_statuses() {
                 "spec": {"expirationSeconds": "x"}}),
             "TokenRequest",
         ),
+        (
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": "u", "groups": "system:masters",
+                    "resourceAttributes": {"verb": "get", "resource": "pods"}}}),
+            "SubjectAccessReview",
+        ),
     ] {
         let (code, s) = req("POST", path, body).await;
         assert_eq!(code, 400, "{path}: {s}");
