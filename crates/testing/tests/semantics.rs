@@ -23,6 +23,15 @@ fn header<'a>(h: &'a http::HeaderMap, k: &str) -> &'a str {
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
+fn column_names(table: &Value) -> Vec<&str> {
+    table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn tables_and_partial_metadata() {
     let srv = TestApiServer::start().await.unwrap();
@@ -51,12 +60,7 @@ async fn tables_and_partial_metadata() {
         (t["kind"].as_str(), t["apiVersion"].as_str()),
         (Some("Table"), Some("meta.k8s.io/v1"))
     );
-    let cols: Vec<&str> = t["columnDefinitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let cols = column_names(&t);
     assert_eq!(
         cols,
         [
@@ -135,12 +139,7 @@ async fn tables_and_partial_metadata() {
     )
     .await;
     assert_eq!(header(&h, "content-type"), TABLE);
-    let cols: Vec<&str> = t["columnDefinitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let cols = column_names(&t);
     assert_eq!(cols, ["Name", "Desired", "Available", "Age"]);
     assert_eq!(
         t["rows"][0]["cells"].as_array().unwrap()[..3],
