@@ -697,6 +697,25 @@ impl ApiError {
         ))
     }
 
+    /// Checks that the fields of `body` decode as `T` (named `kind` in `version` in the
+    /// error): a field of the wrong type is upstream's 400, not a field left out. The
+    /// body's `apiVersion` and `kind` are not compared here (a subresource takes its
+    /// kind in more than one version, an Eviction as `policy/v1beta1` too).
+    pub fn check_decodes_as<T: serde::de::DeserializeOwned>(
+        body: &serde_json::Value,
+        kind: &str,
+        version: &str,
+    ) -> Result<(), Self> {
+        let mut fields = body.clone();
+        if let Some(o) = fields.as_object_mut() {
+            o.remove("apiVersion");
+            o.remove("kind");
+        }
+        serde_json::from_value::<T>(fields)
+            .map(drop)
+            .map_err(|e| Self::undecodable(kind, version, e))
+    }
+
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type<S: AsRef<str>>(accepted: &[S]) -> Self {
         let list: Vec<&str> = accepted.iter().map(|s| s.as_ref()).collect();

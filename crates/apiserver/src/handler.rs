@@ -1340,8 +1340,9 @@ async fn resource_request(
         (Method::POST, name, Some("binding")) => {
             let (body, ct) = read_body(state, req).await?;
             let mut binding = decode_body(&body, &ct, info)?;
-            serde_json::from_value::<k8s_openapi::api::core::v1::Binding>(binding.clone())
-                .map_err(|e| ApiError::undecodable("Binding", "v1", e))?;
+            ApiError::check_decodes_as::<k8s_openapi::api::core::v1::Binding>(
+                &binding, "Binding", "v1",
+            )?;
             let mut attributes = attributes;
             let name = match name {
                 Some(name) => name.to_string(),
@@ -1370,8 +1371,9 @@ async fn resource_request(
         (Method::POST, Some(name), Some("eviction")) => {
             let (body, ct) = read_body(state, req).await?;
             let mut ev = decode_body(&body, &ct, info)?;
-            serde_json::from_value::<k8s_openapi::api::policy::v1::Eviction>(ev.clone())
-                .map_err(|e| ApiError::undecodable("Eviction", "v1", e))?;
+            ApiError::check_decodes_as::<k8s_openapi::api::policy::v1::Eviction>(
+                &ev, "Eviction", "v1",
+            )?;
             let opts = delete_options(q, Some(&ev["deleteOptions"]))?;
             // Upstream: a CREATE of pods/eviction with the Eviction as the object.
             state.admission.admit_request(&attributes, &mut ev).await?;

@@ -226,9 +226,7 @@ pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError>
 fn check_decodes(kind: &str, obj: &Value) -> Result<(), ApiError> {
     use k8s_openapi::api::{authentication::v1 as authn, authorization::v1 as authz};
     fn decodes<T: serde::de::DeserializeOwned>(kind: &str, obj: &Value) -> Result<(), ApiError> {
-        serde_json::from_value::<T>(obj.clone())
-            .map(drop)
-            .map_err(|e| ApiError::undecodable(kind, "v1", e))
+        ApiError::check_decodes_as::<T>(obj, kind, "v1")
     }
     match kind {
         "SelfSubjectAccessReview" => decodes::<authz::SelfSubjectAccessReview>(kind, obj),

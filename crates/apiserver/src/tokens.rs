@@ -194,8 +194,11 @@ pub(crate) async fn create(
         .unwrap_or("application/json");
     let req = crate::reviews::decode(body, ct)?;
     // Fields of the wrong type are refused, not read as left out.
-    serde_json::from_value::<k8s_openapi::api::authentication::v1::TokenRequest>(req.clone())
-        .map_err(|e| ApiError::undecodable("TokenRequest", "v1", e))?;
+    ApiError::check_decodes_as::<k8s_openapi::api::authentication::v1::TokenRequest>(
+        &req,
+        "TokenRequest",
+        "v1",
+    )?;
     let spec = &req["spec"];
     let sa = tokens.service_accounts.get(Some(ns), name).await?;
     let mut expiration = spec["expirationSeconds"]

@@ -2011,8 +2011,7 @@ pub fn empty_object() -> Value {
 /// count that is no number is an error, not 0) and, where set, its name.
 pub fn check_scale(scale: &Value, name: &str) -> Result<(), ApiError> {
     check_type(scale, "autoscaling/v1", "Scale")?;
-    serde_json::from_value::<k8s_openapi::api::autoscaling::v1::Scale>(scale.clone())
-        .map_err(|e| ApiError::undecodable("Scale", "v1", e))?;
+    ApiError::check_decodes_as::<k8s_openapi::api::autoscaling::v1::Scale>(scale, "Scale", "v1")?;
     let body_name = meta::name(scale);
     if !body_name.is_empty() && body_name != name {
         return Err(name_mismatch(body_name, name));

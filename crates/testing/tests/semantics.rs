@@ -534,6 +534,14 @@ async fn bad_input_statuses() {
             .deletion_timestamp
             .is_none()
     );
+    // The check is of the fields: an Eviction of the older version is still taken.
+    let (code, s) = req(
+        "POST",
+        "/api/v1/namespaces/default/pods/p/eviction",
+        json!({"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": "p"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
 }
 
 /// Upstream's `ObjectMeta` maps and lists are `omitempty`: an empty one is neither
