@@ -139,11 +139,6 @@ impl StatusManager {
         Ok(true)
     }
 
-    /// Whether this manager has written a status of the pod yet.
-    pub fn has_written(&self, pod_uid: &str) -> bool {
-        self.written.lock().contains_key(pod_uid)
-    }
-
     /// Forgets a pod (it left the node).
     pub fn forget(&self, pod_uid: &str) {
         self.written.lock().remove(pod_uid);
