@@ -5,29 +5,42 @@
 //! ResourceQuota admission plugin charges creates in between and relies on this
 //! status.
 //!
-//! Counted here: pods, services, configmaps, secrets, persistentvolumeclaims,
-//! replicationcontrollers and resourcequotas (their named resources and their
-//! `count/<resource>`). Deviation: `count/<resource>.<group>` of other kinds is left
-//! out of `status.used` (upstream counts any resource through discovery), so
-//! admission answers "status unknown" for such a quota.
+//! Pods, services, configmaps, secrets, persistentvolumeclaims,
+//! replicationcontrollers and resourcequotas are counted from typed informers (their
+//! named resources, such as `requests.cpu`, and their `count/<resource>`). Any other
+//! resource's `count/<resource>.<group>` (`count/deployments.apps`, a custom
+//! resource's) is counted as upstream's generic object-count evaluator does, by a
+//! metadata-only watch of the resource found through discovery (upstream's quota
+//! monitor). Such a watch starts the first time a quota names the resource, not for
+//! every resource up front; a resource discovery does not know yet (a CRD still to
+//! come) is looked up again every 30 s while a quota names it.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use ferrokube_apimachinery::quota::{self, Usage};
 use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, object_key};
 use ferrokube_client::workqueue::WorkQueue;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota, Secret, Service,
 };
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::discovery::{Scope, verbs};
+use kube::runtime::watcher::{self, Event};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::{Action, Controller, Result};
 
 /// Upstream's full recalculation period.
 pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// How soon a resource discovery did not know is looked up again (upstream's quota
+/// monitor re-runs discovery every 30 s).
+const REDISCOVER: Duration = Duration::from_secs(30);
 
 /// The kinds counted here, as (plural, their objects in one namespace).
 type Counted = Vec<(&'static str, Vec<Value>)>;
@@ -43,9 +56,12 @@ const KINDS: [&str; 7] = [
     "resourcequotas",
 ];
 
-/// `status` a quota should have, from its spec and the namespace's counted objects:
-/// None when the quota's current status is already right.
-pub fn plan(quota: &Value, objects: &Counted) -> Option<Value> {
+/// `status` a quota should have, from its spec, the namespace's objects of the kinds
+/// counted from informers and `counts`, the number of objects of every other resource
+/// a `count/...` name measures (names not in it are not known yet, and are left out
+/// of `used`, as upstream leaves out resources without an evaluator): None when the
+/// quota's current status is already right.
+pub fn plan(quota: &Value, objects: &Counted, counts: &BTreeMap<String, i128>) -> Option<Value> {
     let hard = quota::parse_list(&quota["spec"]["hard"]);
     let mut used = Usage::new();
     for name in hard.keys() {
@@ -70,6 +86,8 @@ pub fn plan(quota: &Value, objects: &Counted) -> Option<Value> {
         }
         if known {
             used.insert(name.clone(), total);
+        } else if let Some(n) = counts.get(name) {
+            used.insert(name.clone(), quota::Amount::count(*n));
         }
     }
     let status = json!({"hard": quota::to_json(&hard), "used": quota::to_json(&used)});
@@ -96,6 +114,7 @@ pub struct ResourceQuotaController {
     secrets: Store<Secret>,
     claims: Store<PersistentVolumeClaim>,
     controllers: Store<ReplicationController>,
+    monitors: CountMonitors,
 }
 
 impl ResourceQuotaController {
@@ -109,7 +128,46 @@ impl ResourceQuotaController {
             secrets: factory.informer::<Secret>().store(),
             claims: factory.informer::<PersistentVolumeClaim>().store(),
             controllers: factory.informer::<ReplicationController>().store(),
+            monitors: CountMonitors::default(),
         })
+    }
+
+    /// The number of objects in `ns` of each resource a `count/...` name of `hard`
+    /// measures and the informers here do not, from their monitors (started here the
+    /// first time a quota names them); true when some name is not counted yet, so
+    /// that the quota is looked at again.
+    async fn monitored_counts(
+        &self,
+        quota: &Value,
+        ns: &str,
+        hard: &Usage,
+    ) -> (BTreeMap<String, i128>, bool) {
+        let mut counts = BTreeMap::new();
+        let mut pending = false;
+        for name in hard.keys() {
+            let Some((group, plural)) = counted_resource(name) else {
+                continue;
+            };
+            if KINDS.iter().any(|p| quota::tracks("", p, name)) {
+                continue;
+            }
+            match self
+                .monitors
+                .count(&self.client, &self.quotas, name, ns)
+                .await
+            {
+                // As upstream's object-count evaluator: a quota with scopes selects
+                // only pods, so it counts none of these.
+                Some(n) if quota::scopes_match(quota, group, plural, &Value::Null) => {
+                    counts.insert(name.clone(), n);
+                }
+                Some(_) => {
+                    counts.insert(name.clone(), 0);
+                }
+                None => pending = true,
+            }
+        }
+        (counts, pending)
     }
 
     /// The namespace's objects of each kind, as JSON, for the kinds `hard` tracks (the
@@ -147,6 +205,189 @@ impl ResourceQuotaController {
     }
 }
 
+/// The (group, plural) a `count/<plural>[.<group>]` name measures.
+fn counted_resource(name: &str) -> Option<(&str, &str)> {
+    let resource = name.strip_prefix("count/")?;
+    let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+    (!plural.is_empty()).then_some((group, plural))
+}
+
+/// The live objects of one resource, by namespace, as its monitor last saw them.
+#[derive(Default)]
+struct MonitoredObjects {
+    /// The first list is in: the counts are the resource's, not a partial view.
+    synced: bool,
+    names: HashMap<String, HashSet<String>>,
+}
+
+enum Monitor {
+    /// Discovery did not know the resource (or could not be asked) at this time.
+    Unknown(Instant),
+    Watching(Arc<Mutex<MonitoredObjects>>),
+}
+
+/// Upstream's quota monitor, for the resources quotas count by `count/...` alone: a
+/// metadata-only watch per resource, started the first time a quota names it. Each
+/// object that comes or goes sends its namespace's quotas to the queue.
+#[derive(Default)]
+struct CountMonitors {
+    queue: OnceLock<WorkQueue<String>>,
+    monitors: tokio::sync::Mutex<HashMap<String, Monitor>>,
+}
+
+impl CountMonitors {
+    /// The number of objects in `ns` that count `name` measures; None until its
+    /// resource is found and its monitor has listed it.
+    async fn count(
+        &self,
+        client: &kube::Client,
+        quotas: &Store<ResourceQuota>,
+        name: &str,
+        ns: &str,
+    ) -> Option<i128> {
+        let mut monitors = self.monitors.lock().await;
+        let stale = match monitors.get(name) {
+            Some(Monitor::Watching(objects)) => {
+                let objects = objects.lock();
+                return objects
+                    .synced
+                    .then(|| objects.names.get(ns).map_or(0, |n| n.len() as i128));
+            }
+            Some(Monitor::Unknown(at)) => at.elapsed() >= REDISCOVER,
+            None => true,
+        };
+        if stale {
+            let (group, plural) = counted_resource(name)?;
+            let monitor = match quotable_resource(client, group, plural).await {
+                Some(ar) => Monitor::Watching(self.start(client, quotas, ar)),
+                None => Monitor::Unknown(Instant::now()),
+            };
+            monitors.insert(name.to_string(), monitor);
+        }
+        None
+    }
+
+    fn start(
+        &self,
+        client: &kube::Client,
+        quotas: &Store<ResourceQuota>,
+        ar: ApiResource,
+    ) -> Arc<Mutex<MonitoredObjects>> {
+        let objects = Arc::new(Mutex::new(MonitoredObjects::default()));
+        let Some(queue) = self.queue.get().cloned() else {
+            return objects;
+        };
+        let (seen, quotas) = (objects.clone(), quotas.clone());
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &ar);
+        tokio::spawn(async move {
+            let recount = |namespaces: &mut dyn Iterator<Item = &String>| {
+                for ns in namespaces {
+                    for quota in quotas.list_namespace(ns) {
+                        queue.add(object_key(&*quota));
+                    }
+                }
+            };
+            let mut relist: Option<HashMap<String, HashSet<String>>> = None;
+            let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+            while let Some(event) = stream.next().await {
+                let key = |o: &PartialObjectMeta<DynamicObject>| {
+                    Some((o.metadata.namespace.clone()?, o.metadata.name.clone()?))
+                };
+                match event {
+                    Ok(Event::Init) => relist = Some(HashMap::new()),
+                    Ok(Event::InitApply(o)) => {
+                        if let (Some(listed), Some((ns, name))) = (relist.as_mut(), key(&o)) {
+                            listed.entry(ns).or_default().insert(name);
+                        }
+                    }
+                    Ok(Event::InitDone) => {
+                        let Some(listed) = relist.take() else {
+                            continue;
+                        };
+                        let mut objects = seen.lock();
+                        // After the first list every quota naming the resource waits
+                        // for its count; after a relist, those whose namespace changed.
+                        let changed: HashSet<String> = if objects.synced {
+                            listed
+                                .keys()
+                                .chain(objects.names.keys())
+                                .filter(|ns| listed.get(*ns) != objects.names.get(*ns))
+                                .cloned()
+                                .collect()
+                        } else {
+                            quotas
+                                .list()
+                                .iter()
+                                .filter_map(|q| q.metadata.namespace.clone())
+                                .collect()
+                        };
+                        objects.names = listed;
+                        objects.synced = true;
+                        drop(objects);
+                        recount(&mut changed.iter());
+                    }
+                    Ok(Event::Apply(o)) => {
+                        if let Some((ns, name)) = key(&o)
+                            && seen
+                                .lock()
+                                .names
+                                .entry(ns.clone())
+                                .or_default()
+                                .insert(name)
+                        {
+                            recount(&mut std::iter::once(&ns));
+                        }
+                    }
+                    Ok(Event::Delete(o)) => {
+                        if let Some((ns, name)) = key(&o)
+                            && seen
+                                .lock()
+                                .names
+                                .get_mut(&ns)
+                                .is_some_and(|n| n.remove(&name))
+                        {
+                            recount(&mut std::iter::once(&ns));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(resource = %ar.plural, error = %e, "quota monitor watch error");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        });
+        objects
+    }
+}
+
+/// The resource `group`/`plural` as discovery serves it, if it is one a quota can
+/// count (upstream `GetQuotableResources`: namespaced, with create, list, watch and
+/// delete).
+async fn quotable_resource(
+    client: &kube::Client,
+    group: &str,
+    plural: &str,
+) -> Option<ApiResource> {
+    let served = match kube::discovery::group(client, group).await {
+        Ok(served) => served,
+        Err(e) => {
+            tracing::debug!(group, error = %e, "quota monitor discovery");
+            return None;
+        }
+    };
+    served
+        .recommended_resources()
+        .into_iter()
+        .find(|(ar, caps)| {
+            ar.plural == plural
+                && matches!(caps.scope, Scope::Namespaced)
+                && [verbs::CREATE, verbs::LIST, verbs::WATCH, verbs::DELETE]
+                    .iter()
+                    .all(|v| caps.supports_operation(v))
+        })
+        .map(|(ar, _)| ar)
+}
+
 /// Enqueues every quota of the namespace of each changed object.
 fn on_change<K>(
     factory: &SharedInformerFactory,
@@ -176,6 +417,7 @@ impl Controller for ResourceQuotaController {
     }
 
     fn watch(self: Arc<Self>, factory: &SharedInformerFactory, queue: &WorkQueue<String>) {
+        let _ = self.monitors.queue.set(queue.clone());
         let q = queue.clone();
         factory.informer::<ResourceQuota>().add_event_handler(
             move |n: Notification<ResourceQuota>| {
@@ -213,8 +455,12 @@ impl Controller for ResourceQuotaController {
         let name = current.metadata.name.clone().unwrap_or_default();
         let quota = serde_json::to_value(&*current)?;
         let hard = quota::parse_list(&quota["spec"]["hard"]);
-        let Some(status) = plan(&quota, &self.counted(&ns, &hard)) else {
-            return Ok(Action::RequeueAfter(RESYNC));
+        let (counts, pending) = self.monitored_counts(&quota, &ns, &hard).await;
+        // A count still to come arrives with its monitor's first list; one whose
+        // resource discovery did not know is looked up again soon.
+        let next = if pending { REDISCOVER } else { RESYNC };
+        let Some(status) = plan(&quota, &self.counted(&ns, &hard), &counts) else {
+            return Ok(Action::RequeueAfter(next));
         };
         let mut updated = quota;
         updated["status"] = status;
@@ -224,21 +470,13 @@ impl Controller for ResourceQuotaController {
             .replace_status(&name, &PostParams::default(), &updated)
             .await
         {
-            Ok(_) => Ok(Action::RequeueAfter(RESYNC)),
+            Ok(_) => Ok(Action::RequeueAfter(next)),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::Done),
             // A conflict (admission charged the quota meanwhile): the informer event
             // that follows requeues with fresh state; retry meanwhile.
             Err(e) => Err(e.into()),
         }
     }
-}
-
-/// The resource names of `hard` this controller cannot measure.
-pub fn unmeasured(hard: &Usage) -> BTreeSet<String> {
-    hard.keys()
-        .filter(|k| !KINDS.iter().any(|p| quota::tracks("", p, k)))
-        .cloned()
-        .collect()
 }
 
 #[cfg(test)]
@@ -260,19 +498,20 @@ mod tests {
             ("configmaps", vec![json!({}), json!({})]),
             ("services", vec![]),
         ];
-        let status = plan(&quota, &objects).unwrap();
+        let counts = BTreeMap::from([("count/deployments.apps".to_string(), 3)]);
+        let status = plan(&quota, &objects, &counts).unwrap();
         assert_eq!(status["hard"]["pods"], "4");
         assert_eq!(
             status["used"],
-            json!({"pods": "2", "requests.cpu": "750m", "configmaps": "2"})
+            json!({"pods": "2", "requests.cpu": "750m", "configmaps": "2",
+                "count/deployments.apps": "3"})
         );
         let mut synced = quota.clone();
         synced["status"] = status;
-        assert_eq!(plan(&synced, &objects), None);
-        assert_eq!(
-            unmeasured(&quota::parse_list(&quota["spec"]["hard"])),
-            BTreeSet::from(["count/deployments.apps".to_string()])
-        );
+        assert_eq!(plan(&synced, &objects, &counts), None);
+        // A count not known yet is left out of `used`, not shown as 0.
+        let unknown = plan(&quota, &objects, &BTreeMap::new()).unwrap();
+        assert!(unknown["used"].get("count/deployments.apps").is_none());
     }
 
     #[test]
@@ -285,6 +524,9 @@ mod tests {
                 json!({"spec": {"containers": [{"name": "b", "resources": {"limits": {"cpu": "1"}}}]}}),
             ],
         )];
-        assert_eq!(plan(&quota, &objects).unwrap()["used"]["pods"], "1");
+        assert_eq!(
+            plan(&quota, &objects, &BTreeMap::new()).unwrap()["used"]["pods"],
+            "1"
+        );
     }
 }
