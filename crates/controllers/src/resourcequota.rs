@@ -280,11 +280,9 @@ impl CountMonitors {
         let (seen, quotas) = (objects.clone(), quotas.clone());
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &ar);
         tokio::spawn(async move {
-            let recount = |namespaces: &mut dyn Iterator<Item = &String>| {
-                for ns in namespaces {
-                    for quota in quotas.list_namespace(ns) {
-                        queue.add(object_key(&*quota));
-                    }
+            let recount = |ns: &str| {
+                for quota in quotas.list_namespace(ns) {
+                    queue.add(object_key(&*quota));
                 }
             };
             let mut relist: Option<HashMap<String, HashSet<String>>> = None;
@@ -324,7 +322,7 @@ impl CountMonitors {
                         objects.names = listed;
                         objects.synced = true;
                         drop(objects);
-                        recount(&mut changed.iter());
+                        changed.iter().for_each(|ns| recount(ns));
                     }
                     Ok(Event::Apply(o)) => {
                         if let Some((ns, name)) = key(&o)
@@ -335,18 +333,26 @@ impl CountMonitors {
                                 .or_default()
                                 .insert(name)
                         {
-                            recount(&mut std::iter::once(&ns));
+                            recount(&ns);
                         }
                     }
                     Ok(Event::Delete(o)) => {
-                        if let Some((ns, name)) = key(&o)
-                            && seen
-                                .lock()
-                                .names
-                                .get_mut(&ns)
-                                .is_some_and(|n| n.remove(&name))
-                        {
-                            recount(&mut std::iter::once(&ns));
+                        let Some((ns, name)) = key(&o) else {
+                            continue;
+                        };
+                        let removed = {
+                            let mut objects = seen.lock();
+                            let names = &mut objects.names;
+                            let removed = names.get_mut(&ns).is_some_and(|n| n.remove(&name));
+                            // An emptied namespace leaves no entry, so that a relist
+                            // finding none there sees no change.
+                            if names.get(&ns).is_some_and(HashSet::is_empty) {
+                                names.remove(&ns);
+                            }
+                            removed
+                        };
+                        if removed {
+                            recount(&ns);
                         }
                     }
                     Err(e) => {
