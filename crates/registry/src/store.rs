@@ -22,7 +22,7 @@ use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
 use crate::service_claims::ServiceClaims;
 use crate::stored_json::RevisionSlot;
-use crate::strategy::Strategy;
+use crate::strategy::{self, Strategy};
 
 mod binding;
 
@@ -637,33 +637,7 @@ impl Store {
         }
         self.check_type(&obj)?;
         let decoded = self.strategy.decode(obj)?;
-        let mut problems: Vec<String> = decoded
-            .unknown_fields
-            .iter()
-            .map(|f| format!("unknown field {f:?}"))
-            .collect();
-        problems.extend(
-            opts.duplicate_fields
-                .iter()
-                .map(|f| format!("duplicate field {f:?}")),
-        );
-        let warnings = match opts.field_validation {
-            FieldValidation::Ignore => Vec::new(),
-            FieldValidation::Warn => match &opts.warnings {
-                Some(sink) => {
-                    problems.into_iter().for_each(|p| sink.add(p));
-                    Vec::new()
-                }
-                None => problems,
-            },
-            FieldValidation::Strict if problems.is_empty() => Vec::new(),
-            FieldValidation::Strict => {
-                return Err(ApiError::bad_request(format!(
-                    "strict decoding error: {}",
-                    problems.join(", ")
-                )));
-            }
-        };
+        let warnings = field_validation(&decoded.unknown_fields, opts)?;
         Ok((decoded.object, warnings))
     }
 
@@ -1485,6 +1459,10 @@ impl Store {
             ..opts.clone()
         };
         check_scale(config, name)?;
+        let warnings = field_validation(
+            &strategy::unknown_fields::<k8s_openapi::api::autoscaling::v1::Scale>(config),
+            &opts,
+        )?;
         let (now, api_version) = (self.now(), self.info.api_version());
         let who = Writer {
             subresource: "scale",
@@ -1494,7 +1472,10 @@ impl Store {
             ..self.field_writer(Part::Main, &opts, &now, &api_version)
         };
         // The write names the resourceVersion the apply read: a write in between
-        // makes it start over from the new object, as a guaranteed update would.
+        // makes it start over from the new object, as a guaranteed update would. A
+        // resourceVersion in the Scale is a precondition instead, as on any apply: a
+        // write in between is the caller's 409.
+        let precondition = meta::meta_str(config, "resourceVersion").filter(|rv| !rv.is_empty());
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -1515,12 +1496,23 @@ impl Store {
                 managedfields::parent_managed_fields(&current, &applied, replicas, &api_version);
             let mut patch = view.replicas_patch(applied["spec"]["replicas"].as_i64().unwrap_or(0));
             patch["metadata"] = json!({
-                "resourceVersion": current["metadata"]["resourceVersion"],
+                "resourceVersion": precondition.map_or_else(
+                    || current["metadata"]["resourceVersion"].clone(),
+                    |rv| json!(rv),
+                ),
                 "managedFields": managed,
             });
             let input = UpdateInput::Patch(PatchType::Merge, patch);
             match self.update(ns, name, input, Part::Main, &opts).await {
-                Err(e) if e.code == 409 && attempt < MAX_UPDATE_ATTEMPTS => continue,
+                Err(e)
+                    if e.code == 409 && precondition.is_none() && attempt < MAX_UPDATE_ATTEMPTS =>
+                {
+                    continue;
+                }
+                Ok(mut written) => {
+                    written.warnings.extend(warnings);
+                    return Ok(written);
+                }
                 other => return other,
             }
         }
@@ -2009,6 +2001,41 @@ pub fn empty_object() -> Value {
 /// Checks a Scale written to `name`'s `scale` subresource (the body of a PUT, a
 /// patched Scale, an apply configuration): its type, that it decodes as one (a replica
 /// count that is no number is an error, not 0) and, where set, its name.
+/// The request's `fieldValidation` applied to a body's unknown fields and the
+/// duplicate fields its decoder found: a 400 (`Strict`), warnings (`Warn`: sent to the
+/// request's sink, or returned without one) or nothing (`Ignore`).
+fn field_validation(unknown: &[String], opts: &WriteOptions) -> Result<Vec<String>, ApiError> {
+    let problems = unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .chain(
+            opts.duplicate_fields
+                .iter()
+                .map(|f| format!("duplicate field {f:?}")),
+        );
+    match opts.field_validation {
+        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Warn => match &opts.warnings {
+            Some(sink) => {
+                problems.for_each(|p| sink.add(p));
+                Ok(Vec::new())
+            }
+            None => Ok(problems.collect()),
+        },
+        FieldValidation::Strict => {
+            let problems: Vec<String> = problems.collect();
+            if problems.is_empty() {
+                Ok(Vec::new())
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "strict decoding error: {}",
+                    problems.join(", ")
+                )))
+            }
+        }
+    }
+}
+
 pub fn check_scale(scale: &Value, name: &str) -> Result<(), ApiError> {
     check_type(scale, "autoscaling/v1", "Scale")?;
     ApiError::check_decodes_as::<k8s_openapi::api::autoscaling::v1::Scale>(scale, "Scale", "v1")?;

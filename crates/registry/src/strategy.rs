@@ -287,6 +287,15 @@ fn keeps_every_member(body: &Value, typed: &Value, key: Option<&str>) -> bool {
     }
 }
 
+/// The members of `obj` that type `K` does not have, as `spec.containers[0].foo`
+/// paths; an `obj` that does not decode as `K` has none named here (its decode fails
+/// with its own error).
+pub(crate) fn unknown_fields<K: serde::de::DeserializeOwned>(obj: &Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    let _: Result<K, _> = serde_ignored::deserialize(obj, |path| unknown.push(format_path(&path)));
+    unknown
+}
+
 /// `spec.containers[0].foo` from serde_ignored's path.
 pub(crate) fn format_path(path: &serde_ignored::Path<'_>) -> String {
     use serde_ignored::Path;

@@ -334,6 +334,46 @@ async fn apply_through_scale() {
         );
         assert_eq!(e.code, 400, "{}", e.message);
     }
+    // Under fieldValidation=Strict, a field the Scale does not have is refused.
+    let unknown = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": "web"}, "spec": {"replicas": 1, "bogus": true}});
+    let e = api_error(
+        deps.patch_scale(
+            "web",
+            &PatchParams::apply("hpa").validation_strict(),
+            &Patch::Apply(unknown),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    assert_eq!(
+        e.message,
+        r#"strict decoding error: unknown field "spec.bogus""#
+    );
+    // A resourceVersion in the Scale is a precondition: a stale one is a 409.
+    let rv = deps
+        .get("web")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    deps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+    )
+    .await
+    .unwrap();
+    let stale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": "web", "resourceVersion": rv}, "spec": {"replicas": 1}});
+    let e = api_error(
+        deps.patch_scale("web", &PatchParams::apply("hpa"), &Patch::Apply(stale))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409, "{}", e.message);
     assert_eq!(
         deps.get("web").await.unwrap().spec.unwrap().replicas,
         Some(5)
