@@ -29,15 +29,17 @@
 //! - events `SuccessfulCreate` / `SuccessfulDelete` / `FailedCreate` / `FailedDelete`
 //!   with upstream's messages.
 //!
-//! `persistentVolumeClaimRetentionPolicy`: `Retain` (the default) leaves claims alone.
-//! `whenDeleted: Delete` gives a claim an ownerReference to the set when the controller
-//! creates it; `whenScaled: Delete` gives the claims of a pod removed by a scale-down an
-//! ownerReference to that pod (instead of the set) just before it is deleted; the
-//! garbage collector then deletes them. A pod is not created on a claim that is being deleted or still owned
-//! by an earlier pod (upstream `PodClaimIsStale`); claims are not watched, so that case
-//! is polled. Deviation: unlike upstream (`ClaimsMatchRetentionPolicy`), claims that
-//! already exist are not re-owned when the policy changes later, and scaling back up
-//! before the pod is gone does not take the pod reference off again.
+//! `persistentVolumeClaimRetentionPolicy` (upstream `ClaimsMatchRetentionPolicy` and
+//! `updateClaimOwnerRefForSetAndPod`), kept on every sync for the claims of every pod
+//! that is not terminating: `whenDeleted: Delete` gives a claim an ownerReference to the
+//! set (set already when the controller creates it); `whenScaled: Delete` gives the
+//! claims of a pod out of the ordinal range (scaled down) an ownerReference to that pod
+//! instead, before it is deleted, and takes it off again when the set scales back up
+//! first; `Retain` takes these references off. So a policy changed later applies to
+//! claims that exist, and the garbage collector deletes claims whose owner went. A
+//! claim controlled by some other owner is left alone, as upstream does. A pod is not
+//! created on a claim that is being deleted or still owned by an earlier pod (upstream
+//! `PodClaimIsStale`); claims are not watched, so that case is polled.
 //!
 //! Other deviations: the revision hash is FNV-32a over this controller's JSON of the
 //! revision data (upstream hashes Go's printing of the object), so names differ from
@@ -405,6 +407,54 @@ pub fn claims_for(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim>
         .collect()
 }
 
+/// The ownerReferences a claim of `pod` should have under the set's
+/// `persistentVolumeClaimRetentionPolicy` (upstream `updateClaimOwnerRefForSetAndPod`):
+/// the set's with `whenDeleted: Delete` unless the pod is `scaled_down` under
+/// `whenScaled: Delete`, which gives it the pod's instead. None when the claim already
+/// has them, or when some other owner controls it (upstream leaves such a claim alone).
+pub fn retained_claim_owners(
+    set: &StatefulSet,
+    pod: &Pod,
+    claim: &PersistentVolumeClaim,
+    scaled_down: bool,
+) -> Option<Vec<OwnerReference>> {
+    let policy = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
+    let deletes = |p: Option<&String>| p.is_some_and(|p| p == "Delete");
+    let when_deleted = deletes(policy.and_then(|p| p.when_deleted.as_ref()));
+    let when_scaled = deletes(policy.and_then(|p| p.when_scaled.as_ref()));
+    let (set_uid, pod_uid) = (set.metadata.uid.as_ref()?, pod.metadata.uid.as_ref()?);
+    let refs = claim.metadata.owner_references.clone().unwrap_or_default();
+    if refs
+        .iter()
+        .any(|r| r.controller == Some(true) && r.uid != *set_uid && r.uid != *pod_uid)
+    {
+        return None;
+    }
+    let by_pod = when_scaled && scaled_down;
+    let by_set = when_deleted && !by_pod;
+    let mut wanted: Vec<OwnerReference> = refs
+        .iter()
+        .filter(|r| (r.uid != *set_uid || by_set) && (r.uid != *pod_uid || by_pod))
+        .cloned()
+        .collect();
+    for (want, uid, owner) in [
+        (
+            by_set,
+            set_uid,
+            plain_ref("apps/v1", "StatefulSet", &set.metadata),
+        ),
+        (by_pod, pod_uid, plain_ref("v1", "Pod", &pod.metadata)),
+    ] {
+        if want && !wanted.iter().any(|r| r.uid == *uid) {
+            wanted.push(owner);
+        }
+    }
+    (wanted != refs).then_some(wanted)
+}
+
 /// The pod of `ordinal` from `template` at `revision` (upstream `newStatefulSetPod` +
 /// `setPodRevision`): identity, storage and controllerRef.
 pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, revision: &str, ordinal: i32) -> Pod {
@@ -544,6 +594,7 @@ pub struct StatefulSetController {
     sets: Store<StatefulSet>,
     pods: Store<Pod>,
     revisions: Store<ControllerRevision>,
+    claims: Store<PersistentVolumeClaim>,
     events: Arc<dyn EventSink>,
 }
 
@@ -558,6 +609,7 @@ impl StatefulSetController {
             sets: factory.informer::<StatefulSet>().store(),
             pods: factory.informer::<Pod>().store(),
             revisions: factory.informer::<ControllerRevision>().store(),
+            claims: factory.informer::<PersistentVolumeClaim>().store(),
             events,
         })
     }
@@ -732,44 +784,26 @@ impl StatefulSetController {
         Ok(stale)
     }
 
-    /// With `whenScaled: Delete`, the claims of a pod removed by a scale-down get the
-    /// pod as owner in place of the set (upstream `updateClaimOwnerRefForSetAndPod`), so
-    /// the garbage collector deletes them after the pod, whatever `whenDeleted` says.
-    async fn release_claims_on_scale_down(&self, set: &StatefulSet, pod: &Pod) -> Result<()> {
-        let when_scaled = set
-            .spec
-            .as_ref()
-            .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref())
-            .and_then(|p| p.when_scaled.as_deref())
-            == Some("Delete");
-        if !when_scaled {
-            return Ok(());
-        }
+    /// Brings the ownerReferences of `pod`'s claims in line with the set's retention
+    /// policy (upstream `UpdatePodClaimForRetentionPolicy`), reading the claims from
+    /// the informer; a missing claim is left to the next sync.
+    async fn retain_claims(&self, set: &StatefulSet, pod: &Pod, scaled_down: bool) -> Result<()> {
         let ns = set.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
-        for claim in claims_for(set, ordinal_of(pod)) {
-            let cname = claim.metadata.name.clone().unwrap_or_default();
-            let Some(mut existing) = api.get_opt(&cname).await? else {
+        for template in claims_for(set, ordinal_of(pod)) {
+            let cname = template.metadata.name.clone().unwrap_or_default();
+            let Some(claim) = self.claims.get_by_name(Some(ns), &cname) else {
                 continue;
             };
-            let refs = existing
-                .metadata
-                .owner_references
-                .get_or_insert_with(Vec::new);
-            let before = refs.len();
-            refs.retain(|r| Some(&r.uid) != set.metadata.uid.as_ref());
-            let owned_by_pod = refs
-                .iter()
-                .any(|r| Some(&r.uid) == pod.metadata.uid.as_ref());
-            if owned_by_pod && refs.len() == before {
+            let Some(owners) = retained_claim_owners(set, pod, &claim, scaled_down) else {
                 continue;
-            }
-            if !owned_by_pod {
-                refs.push(plain_ref("v1", "Pod", &pod.metadata));
-            }
-            match api.replace(&cname, &PostParams::default(), &existing).await {
+            };
+            let mut updated = (*claim).clone();
+            updated.metadata.owner_references = Some(owners);
+            match api.replace(&cname, &PostParams::default(), &updated).await {
                 Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
+                // A stale informer copy: the claim's update brings the next sync.
+                Err(e) if is_not_found(&e) || is_conflict(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -1029,6 +1063,17 @@ impl Controller for StatefulSetController {
         let steps = plan(&params, &owned, &update_name, now);
         let by_name = |n: &str| owned.iter().copied().find(|p| pod_name(p) == n);
         let mut errors: Vec<Error> = Vec::new();
+        // Claims follow the retention policy first, so that a condemned pod's claims
+        // are its own before the pod is deleted.
+        if !params.deleting {
+            let in_range = params.start..params.start.saturating_add(params.replicas);
+            for pod in owned.iter().filter(|p| !is_terminating(p)) {
+                let scaled_down = !in_range.contains(&ordinal_of(pod));
+                if let Err(e) = self.retain_claims(&set, pod, scaled_down).await {
+                    errors.push(e);
+                }
+            }
+        }
         let mut stale_claims = false;
         for step in &steps {
             let r = match step {
@@ -1067,10 +1112,7 @@ impl Controller for StatefulSetController {
                     None => Ok(()),
                 },
                 Step::Condemn(n) => match by_name(n) {
-                    Some(p) => match self.release_claims_on_scale_down(&set, p).await {
-                        Ok(()) => self.delete_pod(&set, p).await,
-                        Err(e) => Err(e),
-                    },
+                    Some(p) => self.delete_pod(&set, p).await,
                     None => Ok(()),
                 },
                 Step::Roll(n) => match by_name(n) {
@@ -1458,6 +1500,78 @@ mod tests {
         assert_eq!(claims[0].metadata.name.as_deref(), Some("data-web-2"));
         let cl = claims[0].metadata.labels.clone().unwrap();
         assert_eq!((cl["t"].as_str(), cl["app"].as_str()), ("x", "web"));
+    }
+
+    #[test]
+    fn claim_owners_follow_the_retention_policy() {
+        let mut set = set();
+        set.metadata.uid = Some("set-uid".into());
+        let mut pod = new_pod(&set, &set.spec.clone().unwrap().template, "r", 1);
+        pod.metadata.uid = Some("pod-uid".into());
+        let claim = |owners: &[&str]| {
+            let mut c = claims_for(&set, 1).remove(0);
+            c.metadata.owner_references = Some(
+                owners
+                    .iter()
+                    .map(|o| match *o {
+                        "set" => plain_ref("apps/v1", "StatefulSet", &set.metadata),
+                        _ => plain_ref("v1", "Pod", &pod.metadata),
+                    })
+                    .collect(),
+            );
+            c
+        };
+        let uids = |refs: Option<Vec<OwnerReference>>| {
+            refs.map(|r| r.into_iter().map(|r| r.uid).collect::<Vec<_>>())
+        };
+        let with_policy = |scaled: &str, deleted: &str| {
+            let mut s = set.clone();
+            s.spec
+                .as_mut()
+                .unwrap()
+                .persistent_volume_claim_retention_policy = Some(
+                k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_scaled: Some(scaled.into()),
+                    when_deleted: Some(deleted.into()),
+                },
+            );
+            s
+        };
+        let (rr, rd) = (
+            with_policy("Retain", "Retain"),
+            with_policy("Retain", "Delete"),
+        );
+        let (dr, dd) = (
+            with_policy("Delete", "Retain"),
+            with_policy("Delete", "Delete"),
+        );
+        // (set, claim's owners, scaled down) -> the owners it should get, None if right.
+        type Case<'a> = (&'a StatefulSet, &'a [&'a str], bool, Option<Vec<&'a str>>);
+        let cases: [Case<'_>; 9] = [
+            (&rr, &["set", "pod"], false, Some(vec![])),
+            (&rr, &[], true, None),
+            (&rd, &[], false, Some(vec!["set-uid"])),
+            (&rd, &["set", "pod"], true, Some(vec!["set-uid"])),
+            (&dr, &["set"], true, Some(vec!["pod-uid"])),
+            (&dr, &["pod"], false, Some(vec![])),
+            (&dd, &["set"], true, Some(vec!["pod-uid"])),
+            // Scaled back up before the pod went: the set's again.
+            (&dd, &["pod"], false, Some(vec!["set-uid"])),
+            (&dd, &["set"], false, None),
+        ];
+        for (s, owners, scaled_down, want) in cases {
+            let want = want.map(|w| w.into_iter().map(String::from).collect());
+            let got = uids(retained_claim_owners(s, &pod, &claim(owners), scaled_down));
+            assert_eq!(got, want, "{owners:?} scaled down {scaled_down}");
+        }
+        // Another controller's claim is left alone.
+        let mut foreign = claim(&[]);
+        foreign.metadata.owner_references = Some(vec![OwnerReference {
+            controller: Some(true),
+            uid: "other".into(),
+            ..Default::default()
+        }]);
+        assert_eq!(retained_claim_owners(&dd, &pod, &foreign, true), None);
     }
 
     #[test]

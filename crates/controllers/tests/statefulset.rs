@@ -498,6 +498,38 @@ async fn parallel_sets_partitions_orphans_and_claim_retention() -> anyhow::Resul
         .collect();
     assert_eq!(owners, ["StatefulSet/par"]);
 
+    // A policy changed later applies to the claims that exist: Retain takes the set's
+    // reference off again, Delete puts it back.
+    let owners_of = |name: &'static str| {
+        let claims = claims.clone();
+        async move {
+            let pvc = claims.get(name).await?;
+            anyhow::Ok(
+                pvc.metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| format!("{}/{}", r.kind, r.name))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    for (policy, want) in [
+        ("Retain", vec![]),
+        ("Delete", vec!["StatefulSet/par".to_string()]),
+    ] {
+        let patch = json!({"spec": {"persistentVolumeClaimRetentionPolicy": {
+            "whenScaled": "Delete", "whenDeleted": policy}}});
+        sets.patch("par", &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        wait_for(
+            30,
+            &format!("data-par-0 owned as whenDeleted {policy} says"),
+            || async { Ok((owners_of("data-par-0").await? == want).then_some(())) },
+        )
+        .await?;
+    }
+
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), manager.wait()).await;
     Ok(())
