@@ -1450,6 +1450,9 @@ impl Kubelet {
                 }
             }
         }
+        self.runtime.retain_allocations(|pod_uid| {
+            workers.contains_key(pod_uid) || known.contains(pod_uid) || rt.contains_key(pod_uid)
+        });
         for (pod_uid, rp) in rt {
             if workers.contains_key(&pod_uid) || known.contains(&pod_uid) {
                 continue;

@@ -16,7 +16,8 @@
 //!   [`probe`] (probe timing, the probe worker's decisions, started/ready, targets),
 //!   [`lifecycle`] (activeDeadlineSeconds, preStop grace; postStart/preStop hook runs;
 //!   the sidecars' stop order), [`resize`] (in-place pod resize: allocations, whether a
-//!   resize fits, which cgroup values change),
+//!   resize fits, which cgroup values change), [`allocation`] (what each pod is
+//!   allocated, checkpointed under the root dir),
 //!   [`volume`] (volume paths, configMap/secret/downwardAPI/projected payloads, hostPath
 //!   checks, persistentVolumeClaim volumes resolved to hostPath/local PVs, CRI mounts), [`atomic_writer`] (upstream's `..data` symlink-swap layout),
 //!   [`node_allocatable`] (`--enforce-node-allocatable`: what `kubepods`, the reserved
@@ -49,6 +50,7 @@
 //!   the summary's CPU and memory for metrics-server).
 
 pub mod actions;
+pub mod allocation;
 pub mod atomic_writer;
 pub mod auth;
 pub mod backoff;

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::actions::compute_pod_actions;
 use ferrokube_client::events::{EventRecorder, EventType};
 
+use crate::allocation::{ALLOCATIONS_FILE, AllocationManager};
 use crate::backoff::{Backoff, backoff_key};
 use crate::cgroup::CgroupManager;
 use crate::config::NodeConfig;
@@ -33,8 +34,8 @@ use crate::probe::ProbeResults;
 use crate::probe_manager::container_ref;
 use crate::qos::{container_resources, pod_cgroup_resources, qos_of};
 use crate::resize::{
-    Allocation, CgroupValues, Decision, RESIZE_IN_PROGRESS, RESIZE_PENDING, changed_resources,
-    restarts_for, spec_allocation, widened, with_allocation,
+    CgroupValues, Decision, RESIZE_IN_PROGRESS, RESIZE_PENDING, changed_resources, restarts_for,
+    spec_allocation, widened, with_allocation,
 };
 use crate::sandbox::{
     ETC_HOSTS_PATH, POD_UID_LABEL, hosts_file, name, namespace, pod_cgroup_parent, pod_log_dir,
@@ -103,7 +104,7 @@ pub struct RuntimeManager {
     volumes: VolumeManager,
     /// In-place resize: what each pod's containers are allocated, and why a resize
     /// waits or failed, by pod UID.
-    allocations: Mutex<HashMap<String, Allocation>>,
+    allocations: AllocationManager,
     resizes: Mutex<HashMap<String, ResizeState>>,
 }
 
@@ -154,7 +155,7 @@ impl RuntimeManager {
             probe_results: Arc::new(ProbeResults::default()),
             events: Arc::new(OnceLock::new()),
             volumes: VolumeManager::new("/var/lib/kubelet").with_metrics(metrics),
-            allocations: Mutex::new(HashMap::new()),
+            allocations: AllocationManager::default(),
             resizes: Mutex::new(HashMap::new()),
         }
     }
@@ -164,25 +165,7 @@ impl RuntimeManager {
     /// allocated once `decide` (given the pod as the spec has it) admits it, else the
     /// pod shows `PodResizePending`.
     pub fn allocate(&self, pod: &Pod, decide: impl FnOnce(&Pod) -> Decision) {
-        let wanted = spec_allocation(pod);
-        // Not locked while `decide` runs: it reads the other pods' allocations.
-        let current = self
-            .allocations
-            .lock()
-            .ok()
-            .and_then(|a| a.get(uid(pod)).cloned());
-        let pending = match current {
-            Some(current) if current != wanted => match decide(pod) {
-                Decision::Admit => None,
-                Decision::Pending { reason, message } => Some((reason, message)),
-            },
-            _ => None,
-        };
-        if pending.is_none()
-            && let Ok(mut all) = self.allocations.lock()
-        {
-            all.insert(uid(pod).to_owned(), wanted);
-        }
+        let pending = self.allocations.allocate(pod, decide);
         if let Ok(mut r) = self.resizes.lock() {
             r.entry(uid(pod).to_owned()).or_default().pending = pending;
         }
@@ -191,12 +174,7 @@ impl RuntimeManager {
     /// `pod` with its containers' resources as allocated (the spec's before its first
     /// allocation).
     pub fn allocated_pod(&self, pod: &Pod) -> Pod {
-        match self
-            .allocations
-            .lock()
-            .ok()
-            .and_then(|a| a.get(uid(pod)).cloned())
-        {
+        match self.allocations.get(uid(pod)) {
             Some(alloc) => with_allocation(pod, &alloc),
             None => pod.clone(),
         }
@@ -204,9 +182,7 @@ impl RuntimeManager {
 
     /// Forgets a pod's allocation (it is gone from the node).
     pub fn forget_allocation(&self, pod_uid: &str) {
-        if let Ok(mut a) = self.allocations.lock() {
-            a.remove(pod_uid);
-        }
+        self.allocations.forget(pod_uid);
         if let Ok(mut r) = self.resizes.lock() {
             r.remove(pod_uid);
         }
@@ -260,8 +236,20 @@ impl RuntimeManager {
     }
 
     /// Puts pod volumes under `root` (`--root-dir`; `/var/lib/kubelet` by default).
+    /// Keeps pod state under `root`: the pod volumes, and the allocations' checkpoint,
+    /// whose allocations are taken back now (upstream's allocation manager reading
+    /// its checkpoint at start).
     pub fn set_root_dir(&mut self, root: impl Into<std::path::PathBuf>) {
+        let root = root.into();
+        self.allocations
+            .checkpointed_at(root.join(ALLOCATIONS_FILE));
         self.volumes = VolumeManager::new(root).with_metrics(self.cri.metrics().clone());
+    }
+
+    /// Forgets the allocations of pods `keep` does not name (upstream
+    /// `RemoveOrphanedPods`): those deleted while the kubelet was down.
+    pub fn retain_allocations(&self, keep: impl Fn(&str) -> bool) {
+        self.allocations.retain(keep);
     }
 
     /// The pod volumes.
@@ -439,9 +427,7 @@ impl RuntimeManager {
     fn add_resize_status(&self, pod: &Pod, status: &mut PodStatus, now: Option<Time>) {
         let alloc = self
             .allocations
-            .lock()
-            .ok()
-            .and_then(|a| a.get(uid(pod)).cloned())
+            .get(uid(pod))
             .unwrap_or_else(|| spec_allocation(pod));
         let statuses = status
             .container_statuses
