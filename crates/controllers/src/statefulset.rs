@@ -800,10 +800,11 @@ impl StatefulSetController {
             };
             let mut updated = (*claim).clone();
             updated.metadata.owner_references = Some(owners);
+            // A stale informer copy is a conflict: the sync fails and is retried, as
+            // claims are not watched.
             match api.replace(&cname, &PostParams::default(), &updated).await {
                 Ok(_) => {}
-                // A stale informer copy: the claim's update brings the next sync.
-                Err(e) if is_not_found(&e) || is_conflict(&e) => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }
