@@ -2,9 +2,9 @@
 //! pure part: what a pod's containers are allocated, whether a resize fits the node
 //! (upstream `canResizePod`), and whether a running container's cgroup matches its
 //! allocation (upstream `computePodResizeAction`). The runtime manager keeps the
-//! allocations (in [`crate::allocation`]), actuates them through CRI `UpdateContainerResources`, and reports them in
-//! `status.containerStatuses[*].resources` and the `PodResizePending` and
-//! `PodResizeInProgress` conditions.
+//! allocations (in [`crate::allocation`]), actuates them through CRI
+//! `UpdateContainerResources`, and reports them in `status.containerStatuses[*].resources`
+//! and the `PodResizePending` and `PodResizeInProgress` conditions.
 
 use std::collections::BTreeMap;
 

@@ -235,8 +235,8 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Puts pod volumes under `root` (`--root-dir`; `/var/lib/kubelet` by default).
-    /// Keeps pod state under `root`: the pod volumes, and the allocations' checkpoint,
+    /// Keeps pod state under `root` (`--root-dir`; `/var/lib/kubelet` by default): the
+    /// pod volumes, and the allocations' checkpoint,
     /// whose allocations are taken back now (upstream's allocation manager reading
     /// its checkpoint at start).
     pub fn set_root_dir(&mut self, root: impl Into<std::path::PathBuf>) {

@@ -1998,9 +1998,6 @@ pub fn empty_object() -> Value {
     Value::Object(Map::new())
 }
 
-/// Checks a Scale written to `name`'s `scale` subresource (the body of a PUT, a
-/// patched Scale, an apply configuration): its type, that it decodes as one (a replica
-/// count that is no number is an error, not 0) and, where set, its name.
 /// The request's `fieldValidation` applied to a body's unknown fields and the
 /// duplicate fields its decoder found: a 400 (`Strict`), warnings (`Warn`: sent to the
 /// request's sink, or returned without one) or nothing (`Ignore`).
@@ -2036,6 +2033,9 @@ fn field_validation(unknown: &[String], opts: &WriteOptions) -> Result<Vec<Strin
     }
 }
 
+/// Checks a Scale written to `name`'s `scale` subresource (the body of a PUT, a
+/// patched Scale, an apply configuration): its type, that it decodes as one (a replica
+/// count that is no number is an error, not 0) and, where set, its name.
 pub fn check_scale(scale: &Value, name: &str) -> Result<(), ApiError> {
     check_type(scale, "autoscaling/v1", "Scale")?;
     ApiError::check_decodes_as::<k8s_openapi::api::autoscaling::v1::Scale>(scale, "Scale", "v1")?;

@@ -206,14 +206,13 @@ where
     /// The typed decode that names each member the type does not have
     /// (`spec.containers[0].foo`); a body that does not fit the type is a 400.
     fn decode_naming_unknown(&self, obj: &Value) -> Result<(K, Vec<String>), ApiError> {
-        let mut unknown = Vec::new();
-        let typed: K = serde_ignored::deserialize(obj, |path| unknown.push(format_path(&path)))
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "Object of kind {} could not be decoded: {e}",
-                    self.info.kind
-                ))
-            })?;
+        let (typed, unknown) = decode_naming::<K>(obj);
+        let typed = typed.map_err(|e| {
+            ApiError::bad_request(format!(
+                "Object of kind {} could not be decoded: {e}",
+                self.info.kind
+            ))
+        })?;
         Ok((typed, unknown))
     }
 
@@ -290,10 +289,15 @@ fn keeps_every_member(body: &Value, typed: &Value, key: Option<&str>) -> bool {
 /// The members of `obj` that type `K` does not have, as `spec.containers[0].foo`
 /// paths; an `obj` that does not decode as `K` has none named here (its decode fails
 /// with its own error).
-pub(crate) fn unknown_fields<K: serde::de::DeserializeOwned>(obj: &Value) -> Vec<String> {
+pub(crate) fn unknown_fields<K: DeserializeOwned>(obj: &Value) -> Vec<String> {
+    decode_naming::<K>(obj).1
+}
+
+/// `obj` decoded as `K`, and the paths of its members `K` does not have.
+fn decode_naming<K: DeserializeOwned>(obj: &Value) -> (Result<K, serde_json::Error>, Vec<String>) {
     let mut unknown = Vec::new();
-    let _: Result<K, _> = serde_ignored::deserialize(obj, |path| unknown.push(format_path(&path)));
-    unknown
+    let typed = serde_ignored::deserialize(obj, |path| unknown.push(format_path(&path)));
+    (typed, unknown)
 }
 
 /// `spec.containers[0].foo` from serde_ignored's path.
