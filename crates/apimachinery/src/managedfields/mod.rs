@@ -174,7 +174,11 @@ impl Managed {
                 .into_iter()
                 .map(|e| {
                     let mut m = Map::new();
-                    m.insert("manager".into(), json!(e.manager));
+                    // `omitempty` upstream: a client without a User-Agent manages
+                    // fields under no name, and its entry has no `manager`.
+                    if !e.manager.is_empty() {
+                        m.insert("manager".into(), json!(e.manager));
+                    }
                     m.insert("operation".into(), json!(e.operation.as_str()));
                     m.insert("apiVersion".into(), json!(e.api_version));
                     if let Some(t) = &e.time {

@@ -199,6 +199,22 @@ fn an_update_takes_what_it_changes() {
 }
 
 #[test]
+fn a_writer_without_a_name_has_an_entry_without_manager() {
+    // A client that sends no User-Agent: upstream's entry leaves `manager` out
+    // (omitempty), so its JSON and protobuf forms agree.
+    let created = track_create(config(1, json!({})), &writer("", "t1"));
+    let entry = &created["metadata"]["managedFields"][0];
+    assert_eq!(entry["operation"], "Update");
+    assert!(entry.get("manager").is_none(), "{entry}");
+    let mut scaled = created.clone();
+    scaled["spec"]["replicas"] = json!(2);
+    let scaled = track_update(&created, scaled, &writer("", "t2")).unwrap();
+    let entries = scaled["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].get("manager").is_none(), "{entries:?}");
+}
+
+#[test]
 fn the_first_apply_to_an_untracked_object_meets_before_first_apply() {
     let live = config(1, json!({"a": "1"}));
     let err = apply(
