@@ -150,17 +150,21 @@ pub(crate) async fn serve(
     accept: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let info = info().ok_or_else(|| ApiError::internal("no ComponentStatus entry"))?;
-    let target = output::negotiate(accept)?;
+    let target = output::negotiate(accept, true)?;
     let etcd = state.registry.storage().backend() == ferrokube_storage::Backend::Etcd3;
     let names = component_names(etcd);
-    let body = match (verb, name) {
+    let (content_type, body) = match (verb, name) {
         ("get", Some(name)) => {
             if !names.contains(&name) {
                 return Err(ApiError::not_found("", PLURAL, name));
             }
             let status = component_status(name, probe(state, name).await);
             let obj = output::object(target, info.into(), &status, jiff::Timestamp::now());
-            http_body_util::Full::new(output::encode_value(target, &obj)).boxed_unsync()
+            let (t, body) = output::encode(target, &obj);
+            (
+                output::object_content_type(t),
+                http_body_util::Full::new(body).boxed_unsync(),
+            )
         }
         ("list", None) => {
             let selected = selection(
@@ -175,18 +179,18 @@ pub(crate) async fn serve(
                 .zip(&wanted)
                 .map(|(p, n)| CachedObject::new(component_status(n, p)))
                 .collect();
-            output::list(
+            let (t, body) = output::list(
                 target,
                 info.into(),
                 &items,
                 json!({}),
                 jiff::Timestamp::now(),
-            )
-            .boxed_unsync()
+            );
+            (output::content_type(t), body.boxed_unsync())
         }
         _ => return Err(ApiError::method_not_supported("", PLURAL, verb)),
     };
-    let mut r = respond_body(StatusCode::OK, output::content_type(target), body);
+    let mut r = respond_body(StatusCode::OK, content_type, body);
     r.headers_mut()
         .append("Warning", HeaderValue::from_static(DEPRECATION));
     Ok(r)

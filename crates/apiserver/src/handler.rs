@@ -1159,11 +1159,8 @@ fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
 
 fn encoded(t: Target, printed: Printed<'_>, code: StatusCode, obj: &Value) -> Response<Body> {
     let v = output::object(t, printed, obj, jiff::Timestamp::now());
-    let ct = match t {
-        Target::PartialMetadata => "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
-        t => output::content_type(t),
-    };
-    respond(code, ct, output::encode_value(t, &v))
+    let (t, body) = output::encode(t, &v);
+    respond(code, output::object_content_type(t), body)
 }
 
 /// A written object in the asked form; as JSON, the serialization the write made when
@@ -1232,7 +1229,7 @@ async fn resource_request(
         e.message = "create not allowed while custom resource definition is terminating".into();
         return Err(e);
     }
-    let target = match output::negotiate(accept)? {
+    let target = match output::negotiate(accept, custom.is_none())? {
         Target::Table(_) => Target::Table(output::IncludeObject::parse(
             q.get("includeObject").map(String::as_str),
         )?),
@@ -1304,10 +1301,11 @@ async fn resource_request(
             if let Some(n) = listed.remaining_item_count {
                 meta["remainingItemCount"] = json!(n);
             }
-            let body = output::list(target, printed, &listed.items, meta, jiff::Timestamp::now());
+            let (t, body) =
+                output::list(target, printed, &listed.items, meta, jiff::Timestamp::now());
             Ok(respond_body(
                 StatusCode::OK,
-                output::content_type(target),
+                output::content_type(t),
                 body.boxed_unsync(),
             ))
         }
@@ -1610,7 +1608,7 @@ async fn resource_request(
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": deleted_details(info, &d.object),
                 });
-                let t = if target == Target::Yaml {
+                let t = if matches!(target, Target::Yaml | Target::Protobuf) {
                     target
                 } else {
                     Target::Json
@@ -1636,7 +1634,7 @@ async fn resource_request(
             let p = list_params(q)?;
             let items = store.delete_collection(ns, &p, &opts).await?;
             let items: Vec<CachedObject> = items.into_iter().map(CachedObject::new).collect();
-            let body = output::list(
+            let (_, body) = output::list(
                 Target::Json,
                 printed,
                 &items,
@@ -1812,15 +1810,35 @@ impl ScaleView for ScalePaths {
     }
 }
 
-fn bookmark_line(info: &ResourceInfo, revision: i64, initial_end: bool) -> Bytes {
+fn bookmark_line(info: &ResourceInfo, t: Target, revision: i64, initial_end: bool) -> Bytes {
     let mut meta = json!({"resourceVersion": revision.to_string()});
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    ferrokube_registry::cache::watch_line(
+    watch_event(
+        t,
         "BOOKMARK",
         &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}),
     )
+}
+
+/// One watch event in the stream's encoding: a JSON line, or a protobuf frame. An
+/// object protobuf cannot encode (not expected of a served built-in kind) becomes an
+/// ERROR event, since a protobuf stream cannot switch to JSON midway.
+fn watch_event(t: Target, kind: &str, object: &Value) -> Bytes {
+    if !output::is_protobuf(t) {
+        return ferrokube_registry::cache::watch_line(kind, object);
+    }
+    ferrokube_protobuf::encode_watch_frame(kind, object)
+        .or_else(|e| {
+            tracing::warn!(error = %e, "a watch event without a protobuf form");
+            let status = output::status_value(&ApiError::internal(format!(
+                "the {kind} event's object has no protobuf form: {e}"
+            )));
+            ferrokube_protobuf::encode_watch_frame("ERROR", &status)
+        })
+        .map(Bytes::from)
+        .unwrap_or_default()
 }
 
 fn item_line(printed: Printed<'_>, t: Target, item: &WatchItem) -> Bytes {
@@ -1831,18 +1849,22 @@ fn item_line(printed: Printed<'_>, t: Target, item: &WatchItem) -> Bytes {
         WatchItem::Synthetic(k, o) if json => {
             return ferrokube_registry::cache::watch_line_json(k.as_str(), o.json());
         }
+        WatchItem::Event(e) if t == Target::Protobuf => {
+            return e.protobuf_frame(|e| watch_event(t, e.kind.as_str(), &e.object.decoded()));
+        }
+        WatchItem::Synthetic(k, o) if t == Target::Protobuf => {
+            return watch_event(t, k.as_str(), &o.decoded());
+        }
         WatchItem::Event(e) => (e.kind.as_str(), e.object.value().clone()),
         WatchItem::Synthetic(k, o) => (k.as_str(), o.value().clone()),
         WatchItem::Bookmark {
             revision,
             initial_events_end,
-        } => return bookmark_line(info, *revision, *initial_events_end),
-        WatchItem::Error(e) => {
-            return ferrokube_registry::cache::watch_line("ERROR", &output::status_value(e));
-        }
+        } => return bookmark_line(info, t, *revision, *initial_events_end),
+        WatchItem::Error(e) => return watch_event(t, "ERROR", &output::status_value(e)),
     };
     let obj = output::object(t, printed, &obj, jiff::Timestamp::now());
-    ferrokube_registry::cache::watch_line(kind, &obj)
+    watch_event(t, kind, &obj)
 }
 
 async fn watch(
@@ -1865,7 +1887,7 @@ async fn watch(
     match store.watch(ns, &p).await {
         Ok(rx) => Ok(watch_response(state, info, custom, q, target, rx, None)),
         Err(e) if e.code == 410 => {
-            let line = ferrokube_registry::cache::watch_line("ERROR", &output::status_value(&e));
+            let line = watch_event(target, "ERROR", &output::status_value(&e));
             Ok(respond(StatusCode::OK, watch_content_type(target), line))
         }
         Err(e) => Err(e),
@@ -1875,6 +1897,7 @@ async fn watch(
 fn watch_content_type(target: Target) -> &'static str {
     match target {
         Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        t if output::is_protobuf(t) => ferrokube_protobuf::WATCH_MEDIA_TYPE,
         _ => "application/json",
     }
 }

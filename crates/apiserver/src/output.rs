@@ -1,6 +1,8 @@
 //! Content negotiation and response encoding: JSON, YAML, `as=Table` (rows from
 //! `ferrokube_api::printers`, the one printer implementation, with `includeObject`),
-//! `as=PartialObjectMetadata(List)`. JSON lists are written from each object's shared
+//! `as=PartialObjectMetadata(List)`, and Kubernetes protobuf
+//! (`application/vnd.kubernetes.protobuf`, through `ferrokube_protobuf`) for built-in
+//! kinds and partial metadata. JSON lists are written from each object's shared
 //! serialization ([`CachedObject::json`]) and streamed ([`ListBody`]) without building
 //! the whole list as one value or one buffer.
 
@@ -23,8 +25,19 @@ use serde_json::{Value, json};
 pub enum Target {
     Json,
     Yaml,
+    /// Kubernetes protobuf: built-in kinds only (a custom resource has no message).
+    Protobuf,
     Table(IncludeObject),
-    PartialMetadata,
+    PartialMetadata(Wire),
+}
+
+/// The encoding of a `PartialObjectMetadata(List)` answer: `meta.k8s.io/v1` has
+/// protobuf messages for both, so they are served in protobuf for any resource, custom
+/// ones included (client-go's metadata informers ask for them so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Json,
+    Protobuf,
 }
 
 /// `includeObject` of a Table request: what each row's `object` holds.
@@ -86,8 +99,11 @@ pub fn parse_accept(header: &str) -> Vec<MediaType> {
         .collect()
 }
 
-/// Picks the first acceptable target in the client's order.
-pub fn negotiate(accept: Option<&str>) -> Result<Target, ApiError> {
+/// Picks the first acceptable target in the client's order. `protobuf`: the resource's
+/// objects have protobuf messages (a built-in kind); otherwise protobuf is acceptable
+/// only for partial metadata, as upstream's custom resource handler (its
+/// `StandardSerializers` leave protobuf out of answers that are not transformed).
+pub fn negotiate(accept: Option<&str>, protobuf: bool) -> Result<Target, ApiError> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Target::Json);
     };
@@ -96,20 +112,19 @@ pub fn negotiate(accept: Option<&str>) -> Result<Target, ApiError> {
             m.essence.as_str(),
             "application/json" | "*/*" | "application/*"
         );
+        let is_protobuf = m.essence == ferrokube_protobuf::MEDIA_TYPE;
+        let meta_v1 = m.param("g") == Some("meta.k8s.io") && m.param("v") == Some("v1");
         match m.param("as") {
-            Some("Table")
-                if json_like
-                    && m.param("g") == Some("meta.k8s.io")
-                    && m.param("v") == Some("v1") =>
-            {
+            Some("Table") if json_like && meta_v1 => {
                 return Ok(Target::Table(IncludeObject::Metadata));
             }
-            Some("PartialObjectMetadata") | Some("PartialObjectMetadataList")
-                if json_like
-                    && m.param("g") == Some("meta.k8s.io")
-                    && m.param("v") == Some("v1") =>
-            {
-                return Ok(Target::PartialMetadata);
+            Some("PartialObjectMetadata") | Some("PartialObjectMetadataList") if meta_v1 => {
+                if json_like {
+                    return Ok(Target::PartialMetadata(Wire::Json));
+                }
+                if is_protobuf {
+                    return Ok(Target::PartialMetadata(Wire::Protobuf));
+                }
             }
             Some(_) => continue,
             None => {}
@@ -117,13 +132,16 @@ pub fn negotiate(accept: Option<&str>) -> Result<Target, ApiError> {
         match m.essence.as_str() {
             "application/json" | "*/*" | "application/*" => return Ok(Target::Json),
             "application/yaml" => return Ok(Target::Yaml),
+            _ if is_protobuf && protobuf => return Ok(Target::Protobuf),
             _ => {}
         }
     }
+    // Upstream names protobuf for a custom resource too (its handler's serializers
+    // have it, for partial metadata).
     Err(ApiError::not_acceptable(&[
         "application/json",
         "application/yaml",
-        "application/vnd.kubernetes.protobuf",
+        ferrokube_protobuf::MEDIA_TYPE,
     ]))
 }
 
@@ -133,21 +151,66 @@ pub fn media_essence(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or("").trim()
 }
 
+/// The media type of a list (or of a single object but for partial metadata, see
+/// [`object_content_type`]) answered in `t`.
 pub fn content_type(t: Target) -> &'static str {
     match t {
         Target::Yaml => "application/yaml",
+        Target::Protobuf => ferrokube_protobuf::MEDIA_TYPE,
         Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        Target::PartialMetadata => {
+        Target::PartialMetadata(Wire::Json) => {
             "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Protobuf) => {
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
         }
         Target::Json => "application/json",
     }
 }
 
-pub fn encode_value(t: Target, v: &Value) -> Bytes {
+/// The media type of one object answered in `t`.
+pub fn object_content_type(t: Target) -> &'static str {
     match t {
-        Target::Yaml => Bytes::from(serde_yaml_ng::to_string(v).unwrap_or_default()),
-        _ => Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+        Target::PartialMetadata(Wire::Json) => {
+            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Protobuf) => {
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+        }
+        t => content_type(t),
+    }
+}
+
+/// Whether `t` is answered in protobuf.
+pub fn is_protobuf(t: Target) -> bool {
+    matches!(
+        t,
+        Target::Protobuf | Target::PartialMetadata(Wire::Protobuf)
+    )
+}
+
+/// `v` (an object already in the form `t` asks for, see [`object`]) encoded for `t`,
+/// and the target it was encoded for: an object protobuf has no message for (not
+/// expected of a served built-in kind) goes out as JSON rather than not at all, and
+/// the client reads the answer by its `Content-Type`.
+pub fn encode(t: Target, v: &Value) -> (Target, Bytes) {
+    match t {
+        Target::Yaml => (
+            t,
+            Bytes::from(serde_yaml_ng::to_string(v).unwrap_or_default()),
+        ),
+        t if is_protobuf(t) => match ferrokube_protobuf::encode_object(v) {
+            Ok(bytes) => (t, Bytes::from(bytes)),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = ?v.get("kind"), "answering in JSON: no protobuf form");
+                let json = match t {
+                    Target::PartialMetadata(_) => Target::PartialMetadata(Wire::Json),
+                    _ => Target::Json,
+                };
+                (json, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+            }
+        },
+        _ => (t, Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
     }
 }
 
@@ -201,48 +264,63 @@ pub fn object<'a>(
                 .unwrap_or("")});
             Cow::Owned(table(printed, &[Arc::new(obj.clone())], meta, now, inc))
         }
-        Target::PartialMetadata => Cow::Owned(partial_metadata(obj)),
+        Target::PartialMetadata(_) => Cow::Owned(partial_metadata(obj)),
         // Served as it is: no copy of the object for every response.
-        Target::Json | Target::Yaml => Cow::Borrowed(obj),
+        Target::Json | Target::Yaml | Target::Protobuf => Cow::Borrowed(obj),
     }
 }
 
-/// A list in the asked form. JSON is written from each object's shared serialization
-/// (made once per object version, see [`CachedObject`]) and streamed in chunks, so a
-/// large list costs no re-serialization and no second full copy; the other forms are
-/// built as one value.
+/// A list in the asked form, and the form it was written in (see [`encode`]). JSON is
+/// written from each object's shared serialization (made once per object version, see
+/// [`CachedObject`]) and streamed in chunks, so a large list costs no
+/// re-serialization and no second full copy; protobuf is encoded item by item; the
+/// other forms are built as one value.
 pub fn list(
     t: Target,
     printed: Printed<'_>,
     items: &[CachedObject],
     list_meta: Value,
     now: jiff::Timestamp,
-) -> ListBody {
+) -> (Target, ListBody) {
     let info = printed.info;
     match t {
         Target::Table(inc) => {
             let values: Vec<Arc<Value>> = items.iter().map(|o| o.value().clone()).collect();
-            ListBody::whole(encode_value(
-                Target::Json,
-                &table(printed, &values, list_meta, now, inc),
-            ))
+            let table = table(printed, &values, list_meta, now, inc);
+            (t, ListBody::whole(encode(t, &table).1))
         }
-        Target::PartialMetadata => ListBody::whole(encode_value(
-            Target::Json,
-            &json!({
+        Target::PartialMetadata(_) => {
+            let list = json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": "meta.k8s.io/v1",
                 "metadata": list_meta,
                 "items": items.iter().map(|o| partial_metadata(o)).collect::<Vec<_>>(),
-            }),
-        )),
-        Target::Yaml => ListBody::whole(encode_value(
-            Target::Yaml,
-            &json!({
+            });
+            let (t, body) = encode(t, &list);
+            (t, ListBody::whole(body))
+        }
+        Target::Yaml => {
+            let list = json!({
                 "kind": info.list_kind(), "apiVersion": info.api_version(),
                 "metadata": list_meta, "items": items.iter().map(|o| (**o).clone()).collect::<Vec<_>>(),
-            }),
-        )),
+            });
+            (t, ListBody::whole(encode(t, &list).1))
+        }
+        Target::Protobuf => {
+            let values = items.iter().map(CachedObject::decoded);
+            match ferrokube_protobuf::encode_list(
+                &info.api_version(),
+                &info.list_kind(),
+                &list_meta,
+                values,
+            ) {
+                Ok(bytes) => (t, ListBody::whole(Bytes::from(bytes))),
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = info.kind, "answering a list in JSON: no protobuf form");
+                    list(Target::Json, printed, items, list_meta, now)
+                }
+            }
+        }
         Target::Json => {
             let mut head = Vec::with_capacity(128);
             head.extend_from_slice(b"{\"kind\":");
@@ -261,7 +339,7 @@ pub fn list(
                 pieces.push(o.json().clone());
             }
             pieces.push(Bytes::from_static(b"]}"));
-            ListBody::new(pieces)
+            (t, ListBody::new(pieces))
         }
     }
 }
@@ -423,14 +501,14 @@ mod tests {
             "items": items.iter().map(|o| (**o).clone()).collect::<Vec<_>>()});
         let now = jiff::Timestamp::from_second(0).unwrap();
         let (frames, body) =
-            collect(list(Target::Json, pods.into(), &items, meta.clone(), now)).await;
+            collect(list(Target::Json, pods.into(), &items, meta.clone(), now).1).await;
         assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), want);
         assert!(frames.len() > 1, "a 130 KiB list is sent in several chunks");
         assert!(frames.iter().all(|&n| n <= LIST_CHUNK));
         // The objects keep their serialization for the next list.
         assert!(items.iter().all(|o| o.json().len() > 20));
 
-        let (_, empty) = collect(list(Target::Json, pods.into(), &[], json!({}), now)).await;
+        let (_, empty) = collect(list(Target::Json, pods.into(), &[], json!({}), now).1).await;
         assert_eq!(
             serde_json::from_slice::<Value>(&empty).unwrap(),
             json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
@@ -449,30 +527,86 @@ mod tests {
 
     #[test]
     fn negotiation() {
-        assert_eq!(negotiate(None).unwrap(), Target::Json);
+        let built_in = |accept| negotiate(accept, true);
+        assert_eq!(built_in(None).unwrap(), Target::Json);
         assert_eq!(
-            negotiate(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")).unwrap(),
+            built_in(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")).unwrap(),
             Target::Table(IncludeObject::Metadata)
         );
+        // What client-go asks for with protobuf (kubectl's typed clients).
         assert_eq!(
-            negotiate(Some(
-                "application/vnd.kubernetes.protobuf, application/json"
+            built_in(Some("application/vnd.kubernetes.protobuf,application/json")).unwrap(),
+            Target::Protobuf
+        );
+        assert_eq!(
+            built_in(Some("application/vnd.kubernetes.protobuf;stream=watch")).unwrap(),
+            Target::Protobuf
+        );
+        assert_eq!(built_in(Some("application/yaml")).unwrap(), Target::Yaml);
+        assert_eq!(
+            built_in(Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io"))
+                .unwrap_err()
+                .code,
+            406
+        );
+        // Protobuf Tables do not exist.
+        assert_eq!(
+            built_in(Some(
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json"
             ))
             .unwrap(),
             Target::Json
         );
-        assert_eq!(negotiate(Some("application/yaml")).unwrap(), Target::Yaml);
+        // A custom resource has no protobuf message: JSON when the client takes it,
+        // else a 406.
+        let custom = |accept| negotiate(Some(accept), false);
         assert_eq!(
-            negotiate(Some("application/vnd.kubernetes.protobuf"))
+            custom("application/vnd.kubernetes.protobuf, application/json").unwrap(),
+            Target::Json
+        );
+        assert_eq!(
+            custom("application/vnd.kubernetes.protobuf")
                 .unwrap_err()
                 .code,
             406
         );
+        let refused = built_in(Some("text/plain")).unwrap_err();
+        assert!(
+            refused
+                .message
+                .ends_with("application/vnd.kubernetes.protobuf"),
+            "{}",
+            refused.message
+        );
+        // Partial metadata is served in protobuf for any resource (meta.k8s.io/v1 has
+        // its messages), as client-go's metadata informers ask for it.
+        let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(
-            negotiate(Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io"))
-                .unwrap_err()
-                .code,
-            406
+            custom(metadata).unwrap(),
+            Target::PartialMetadata(Wire::Protobuf)
+        );
+        assert_eq!(
+            custom("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").unwrap(),
+            Target::PartialMetadata(Wire::Json)
+        );
+    }
+
+    #[test]
+    fn protobuf_answers_and_their_json_fallback() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}});
+        let (t, body) = encode(Target::Protobuf, &cm);
+        assert_eq!(t, Target::Protobuf);
+        assert_eq!(ferrokube_protobuf::decode(&body).unwrap().1, cm);
+        // A kind without a message goes out as JSON, and says so in its media type.
+        let widget =
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}});
+        let (t, body) = encode(Target::Protobuf, &widget);
+        assert_eq!(content_type(t), "application/json");
+        assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), widget);
+        let (t, _) = encode(Target::PartialMetadata(Wire::Protobuf), &widget);
+        assert_eq!(
+            object_content_type(t),
+            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
         );
     }
 

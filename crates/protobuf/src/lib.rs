@@ -160,25 +160,71 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<(TypeMeta, &[u8]), ProtobufError>
 /// Encodes a JSON object as an enveloped protobuf object of `(api_version, kind)`.
 /// `apiVersion` and `kind` inside the JSON are not message fields and are ignored.
 pub fn encode(api_version: &str, kind: &str, object: &Value) -> Result<Vec<u8>, ProtobufError> {
-    let index = message_for(api_version, kind).ok_or_else(|| ProtobufError::UnknownKind {
-        api_version: api_version.to_owned(),
-        kind: kind.to_owned(),
-    })?;
+    let index = message_index(api_version, kind)?;
     let mut raw = Vec::new();
     codec::encode_value(index, object, &mut raw, kind, 0)?;
+    Ok(envelope(api_version, kind, &raw))
+}
+
+/// Encodes a list of `(api_version, list_kind)` (e.g. `v1 PodList`) from its
+/// `metadata` and its items, each encoded straight from its own JSON, so a list is
+/// never gathered into one JSON value first.
+pub fn encode_list<V: std::borrow::Borrow<Value>>(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    items: impl IntoIterator<Item = V>,
+) -> Result<Vec<u8>, ProtobufError> {
+    let index = message_index(api_version, list_kind)?;
+    let field = |name: &str| {
+        table::message(index)
+            .fields
+            .iter()
+            .find(|f| f.json == name)
+            .and_then(|f| match f.kind {
+                table::Kind::M(m) => Some((f.tag, m)),
+                _ => None,
+            })
+            .ok_or(ProtobufError::UnknownKind {
+                api_version: api_version.to_owned(),
+                kind: list_kind.to_owned(),
+            })
+    };
+    let (meta_tag, meta_index) = field("metadata")?;
+    let (items_tag, item_index) = field("items")?;
+    let mut raw = Vec::new();
+    wire::put_nested(&mut raw, meta_tag, |b| {
+        codec::encode_value(meta_index, metadata, b, "metadata", 1)
+    })?;
+    for (i, item) in items.into_iter().enumerate() {
+        wire::put_nested(&mut raw, items_tag, |b| {
+            codec::encode_value(item_index, item.borrow(), b, &format!("items[{i}]"), 1)
+        })?;
+    }
+    Ok(envelope(api_version, list_kind, &raw))
+}
+
+fn message_index(api_version: &str, kind: &str) -> Result<u16, ProtobufError> {
+    message_for(api_version, kind).ok_or_else(|| ProtobufError::UnknownKind {
+        api_version: api_version.to_owned(),
+        kind: kind.to_owned(),
+    })
+}
+
+/// `k8s\0` and the `runtime.Unknown` around a message's bytes.
+fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len() + api_version.len() + kind.len() + 16);
     out.extend_from_slice(&MAGIC);
     // As Go's generated marshaller: every field of Unknown and TypeMeta is written,
     // the empty contentEncoding and contentType too.
-    wire::put_nested::<ProtobufError>(&mut out, 1, |tm| {
-        wire::put_bytes(tm, 1, api_version.as_bytes());
-        wire::put_bytes(tm, 2, kind.as_bytes());
-        Ok(())
-    })?;
-    wire::put_bytes(&mut out, 2, &raw);
+    let mut type_meta = Vec::with_capacity(api_version.len() + kind.len() + 4);
+    wire::put_bytes(&mut type_meta, 1, api_version.as_bytes());
+    wire::put_bytes(&mut type_meta, 2, kind.as_bytes());
+    wire::put_bytes(&mut out, 1, &type_meta);
+    wire::put_bytes(&mut out, 2, raw);
     wire::put_bytes(&mut out, 3, b"");
     wire::put_bytes(&mut out, 4, b"");
-    Ok(out)
+    out
 }
 
 /// Encodes the JSON of an object, taking `apiVersion` and `kind` from it.

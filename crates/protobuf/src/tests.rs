@@ -404,6 +404,46 @@ fn meta_kinds_round_trip() {
 }
 
 #[test]
+fn lists_encode_item_by_item_as_the_whole_list_would() {
+    let items = [
+        pod(),
+        json!({"metadata": {"name": "b", "namespace": "default"}}),
+    ];
+    let meta = json!({"resourceVersion": "10", "continue": "abc", "remainingItemCount": 3});
+    let bytes = encode_list("v1", "PodList", &meta, &items).unwrap();
+    let whole = json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items});
+    assert_eq!(bytes, encode_object(&whole).unwrap());
+    let (tm, back) = decode(&bytes).unwrap();
+    assert_eq!(
+        (tm.api_version.as_str(), tm.kind.as_str()),
+        ("v1", "PodList")
+    );
+    // Items carry no type of their own on the wire (the list's says it).
+    let mut untyped = whole.clone();
+    for item in untyped["items"].as_array_mut().unwrap() {
+        let item = item.as_object_mut().unwrap();
+        item.remove("apiVersion");
+        item.remove("kind");
+    }
+    assert_eq!(back, untyped);
+    // prost reads it as upstream's PodList.
+    let list = k8s_pb::api::core::v1::PodList::decode(raw(&bytes)).unwrap();
+    assert_eq!(list.items.len(), 2);
+    assert_eq!(list.metadata.unwrap().remaining_item_count, Some(3));
+    // An empty list, and kinds that are not lists.
+    let empty = encode_list("apps/v1", "DeploymentList", &json!({}), [] as [Value; 0]).unwrap();
+    assert_eq!(decode(&empty).unwrap().1["kind"], "DeploymentList");
+    assert!(matches!(
+        encode_list("v1", "Pod", &json!({}), [] as [Value; 0]),
+        Err(ProtobufError::UnknownKind { .. })
+    ));
+    assert!(matches!(
+        encode_list("example.com/v1", "WidgetList", &json!({}), [] as [Value; 0]),
+        Err(ProtobufError::UnknownKind { .. })
+    ));
+}
+
+#[test]
 fn watch_frames_round_trip() {
     let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "resourceVersion": "5"}, "data": {"a": "b"}});
     let mut stream = encode_watch_frame("ADDED", &obj).unwrap();

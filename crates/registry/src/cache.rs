@@ -102,6 +102,19 @@ impl CachedObject {
         })
     }
 
+    /// The decoded object for a one-off use: the shared value when there is one, else
+    /// a decoding that is not kept (a list in another encoding, made of many versions
+    /// only ever served as JSON, must not leave their trees in the cache).
+    pub fn decoded(&self) -> std::borrow::Cow<'_, Value> {
+        match (self.0.value.get(), self.0.json.get()) {
+            (Some(v), _) => std::borrow::Cow::Borrowed(&**v),
+            (None, Some(json)) => {
+                std::borrow::Cow::Owned(serde_json::from_slice(json).unwrap_or_default())
+            }
+            (None, None) => std::borrow::Cow::Borrowed(self.value()),
+        }
+    }
+
     /// The object in JSON, serialized once for all holders of this version.
     pub fn json(&self) -> &Bytes {
         self.0.json.get_or_init(|| {
@@ -132,6 +145,7 @@ pub struct CachedEvent {
     pub prev: Option<CachedObject>,
     pub revision: Revision,
     json: OnceLock<Bytes>,
+    protobuf: OnceLock<Bytes>,
 }
 
 impl CachedEvent {
@@ -145,6 +159,7 @@ impl CachedEvent {
             prev: self.prev.as_ref().map(|p| CachedObject::new(f(p))),
             revision: self.revision,
             json: OnceLock::new(),
+            protobuf: OnceLock::new(),
         }
     }
 
@@ -158,6 +173,7 @@ impl CachedEvent {
             prev: None,
             revision: self.revision,
             json: OnceLock::new(),
+            protobuf: OnceLock::new(),
         }
     }
 
@@ -167,6 +183,12 @@ impl CachedEvent {
         self.json
             .get_or_init(|| watch_line_json(self.kind.as_str(), self.object.json()))
             .clone()
+    }
+
+    /// The event as a protobuf watch frame, made by `encode` for the first watcher that
+    /// asks (the apiserver owns the encoding) and shared with the others.
+    pub fn protobuf_frame(&self, encode: impl FnOnce(&CachedEvent) -> Bytes) -> Bytes {
+        self.protobuf.get_or_init(|| encode(self)).clone()
     }
 }
 
@@ -409,6 +431,7 @@ impl ResourceCache {
             prev,
             revision,
             json: OnceLock::new(),
+            protobuf: OnceLock::new(),
         });
         if st.events.len() >= EVENT_WINDOW
             && let Some(old) = st.events.pop_front()

@@ -296,6 +296,31 @@ impl TestApiServer {
         Ok((parts.status.as_u16(), parts.headers, bytes.to_vec()))
     }
 
+    /// A request through [`Self::raw`] whose answer is read by its `Content-Type`
+    /// (Kubernetes protobuf or JSON): the status code, that type and the body.
+    pub async fn send_decoded(
+        client: &kube::Client,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<(u16, String, serde_json::Value), TestServerError> {
+        let (code, headers, bytes) = Self::raw(client, method, path, headers, body).await?;
+        let content_type = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let body = if content_type.starts_with(ferrokube_protobuf::MEDIA_TYPE) {
+            ferrokube_protobuf::decode(&bytes)
+                .map_err(|e| TestServerError::Client(e.to_string()))?
+                .1
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| TestServerError::Client(e.to_string()))?
+        };
+        Ok((code, content_type, body))
+    }
+
     /// A JSON request through [`Self::raw`]: the status code, the `Warning` headers
     /// (admission warnings) and the decoded body (`Null` when it is not JSON).
     pub async fn send_json(

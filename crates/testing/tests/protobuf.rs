@@ -1,34 +1,65 @@
-//! Request bodies in Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), as
-//! kubectl and client-go controllers send them, through the real HTTPS apiserver.
+//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`) through the real HTTPS
+//! apiserver: request bodies as kubectl and client-go controllers send them, and
+//! objects, lists, partial metadata and watch streams answered in it.
 
-use ferrokube_testing::TestApiServer;
+use std::collections::BTreeMap;
+
+use ferrokube_testing::{TestApiServer, crd_established, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::api::Api;
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 const PB: &str = ferrokube_protobuf::MEDIA_TYPE;
+/// What kubectl's and client-go's typed clients ask for.
+const PB_THEN_JSON: &str = "application/vnd.kubernetes.protobuf,application/json";
 
-fn req(method: &str, path: &str, body: Vec<u8>) -> http::Request<Vec<u8>> {
-    http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("Content-Type", PB)
-        // What kubectl asks for: protobuf first, anything else as a fallback.
-        .header("Accept", "application/vnd.kubernetes.protobuf, */*")
-        .body(body)
-        .unwrap()
+/// An answer: its code, `Content-Type` and body read by that type (protobuf or JSON).
+struct Answer {
+    code: u16,
+    content_type: String,
+    body: Value,
+}
+
+impl Answer {
+    fn typed<T: DeserializeOwned>(self) -> T {
+        assert!(self.code < 300, "{} {}", self.code, self.body);
+        serde_json::from_value(self.body).unwrap()
+    }
+}
+
+async fn send(
+    c: &kube::Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Answer {
+    let (code, content_type, body) = TestApiServer::send_decoded(c, method, path, headers, body)
+        .await
+        .unwrap();
+    Answer {
+        code,
+        content_type,
+        body,
+    }
+}
+
+/// A protobuf body sent as kubectl sends it.
+async fn send_pb(c: &kube::Client, method: &str, path: &str, body: Vec<u8>) -> Answer {
+    send(
+        c,
+        method,
+        path,
+        &[("content-type", PB), ("accept", PB_THEN_JSON)],
+        body,
+    )
+    .await
 }
 
 fn pb(obj: Value) -> Vec<u8> {
     ferrokube_protobuf::encode_object(&obj).unwrap()
-}
-
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("not an API error: {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -36,14 +67,16 @@ async fn protobuf_bodies_create_and_update_objects() {
     let srv = TestApiServer::start().await.unwrap();
     let c = srv.client.clone();
 
-    let created: Namespace = c
-        .request(req(
-            "POST",
-            "/api/v1/namespaces",
-            pb(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pb"}})),
-        ))
-        .await
-        .unwrap();
+    let created = send_pb(
+        &c,
+        "POST",
+        "/api/v1/namespaces",
+        pb(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pb"}})),
+    )
+    .await;
+    // Answered in protobuf, as kubectl asked first.
+    assert_eq!(created.content_type, PB);
+    let created: Namespace = created.typed();
     assert_eq!(created.metadata.name.as_deref(), Some("pb"));
     assert!(created.metadata.uid.is_some());
 
@@ -65,14 +98,14 @@ async fn protobuf_bodies_create_and_update_objects() {
         },
         "status": {}
     });
-    let d: Deployment = c
-        .request(req(
-            "POST",
-            "/apis/apps/v1/namespaces/pb/deployments",
-            pb(deploy),
-        ))
-        .await
-        .unwrap();
+    let d: Deployment = send_pb(
+        &c,
+        "POST",
+        "/apis/apps/v1/namespaces/pb/deployments",
+        pb(deploy),
+    )
+    .await
+    .typed();
     let spec = d.spec.unwrap();
     assert_eq!(spec.replicas, Some(0));
     let pod = spec.template.spec.unwrap();
@@ -86,52 +119,52 @@ async fn protobuf_bodies_create_and_update_objects() {
     assert_eq!(stored.metadata.uid, d.metadata.uid);
 
     // Binary secret data travels as bytes.
-    let s: Secret = c
-        .request(req(
-            "POST",
-            "/api/v1/namespaces/pb/secrets",
-            pb(
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
-                      "type": "Opaque", "data": {"bin": "AAH/", "a": "Yg=="}}),
-            ),
-        ))
-        .await
-        .unwrap();
+    let s: Secret = send_pb(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pb/secrets",
+        pb(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                  "type": "Opaque", "data": {"bin": "AAH/", "a": "Yg=="}}),
+        ),
+    )
+    .await
+    .typed();
     let data = s.data.unwrap();
     assert_eq!(data["bin"].0, vec![0, 1, 255]);
     assert_eq!(data["a"].0, b"b");
 
     // PUT with a protobuf body.
-    let cm: ConfigMap = c
-        .request(req(
-            "POST",
-            "/api/v1/namespaces/pb/configmaps",
-            pb(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}})),
-        ))
-        .await
-        .unwrap();
+    let cm: ConfigMap = send_pb(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pb/configmaps",
+        pb(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}})),
+    )
+    .await
+    .typed();
     let rv = cm.metadata.resource_version.unwrap();
-    let updated: ConfigMap = c
-        .request(req(
-            "PUT",
-            "/api/v1/namespaces/pb/configmaps/c",
-            pb(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                      "metadata": {"name": "c", "resourceVersion": rv}, "data": {"a": "c"}})),
-        ))
-        .await
-        .unwrap();
+    let updated: ConfigMap = send_pb(
+        &c,
+        "PUT",
+        "/api/v1/namespaces/pb/configmaps/c",
+        pb(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "c", "resourceVersion": rv}, "data": {"a": "c"}})),
+    )
+    .await
+    .typed();
     assert_eq!(updated.data.unwrap()["a"], "c");
 
     // The kind/apiVersion checks of JSON bodies apply to protobuf ones.
-    let e = c
-        .request::<Value>(req(
-            "POST",
-            "/api/v1/namespaces/pb/secrets",
-            pb(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
-        ))
-        .await
-        .unwrap_err();
-    assert_eq!(api_error(e).code, 400);
+    let e = send_pb(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pb/secrets",
+        pb(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+    )
+    .await;
+    assert_eq!(e.code, 400);
+    assert_eq!(e.body["kind"], "Status");
 
     // Malformed protobuf is a 400 Status, not a crash.
     for body in [
@@ -139,14 +172,242 @@ async fn protobuf_bodies_create_and_update_objects() {
         b"{\"kind\": \"Secret\"}".to_vec(),
         Vec::new(),
     ] {
-        let e = c
-            .request::<Value>(req("POST", "/api/v1/namespaces/pb/secrets", body))
-            .await
-            .unwrap_err();
-        let e = api_error(e);
-        assert_eq!(e.code, 400, "{}", e.message);
+        let e = send_pb(&c, "POST", "/api/v1/namespaces/pb/secrets", body).await;
+        assert_eq!(e.code, 400, "{}", e.body);
     }
     // The server is still serving.
     Api::<Namespace>::all(c.clone()).get("pb").await.unwrap();
+    srv.stop().await;
+}
+
+fn frames(mut bytes: &[u8]) -> Vec<(String, Value)> {
+    let mut events = Vec::new();
+    while let Some((kind, object, used)) = ferrokube_protobuf::decode_watch_frame(bytes).unwrap() {
+        events.push((kind, object));
+        bytes = &bytes[used..];
+    }
+    assert!(bytes.is_empty(), "a partial frame is left: {bytes:?}");
+    events
+}
+
+#[tokio::test]
+async fn objects_lists_metadata_and_watches_are_answered_in_protobuf() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let pb_accept = [("accept", PB_THEN_JSON)];
+    Api::<Namespace>::all(c.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "pbl"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "pbl");
+    let configmap = |name: &str| ConfigMap {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([("app".to_string(), "pb".to_string())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".to_string(), name.to_string())])),
+        ..Default::default()
+    };
+    for name in ["a", "b", "c"] {
+        cms.create(&PostParams::default(), &configmap(name))
+            .await
+            .unwrap();
+    }
+
+    // One object: what JSON says, in protobuf.
+    let path = "/api/v1/namespaces/pbl/configmaps/a";
+    let one = send(&c, "GET", path, &pb_accept, vec![]).await;
+    assert_eq!((one.code, one.content_type.as_str()), (200, PB));
+    let as_json = send(&c, "GET", path, &[], vec![]).await;
+    assert_eq!(as_json.content_type, "application/json");
+    assert_eq!(one.body, as_json.body);
+
+    // A page of a list, with its continue token and remaining count.
+    let path = "/api/v1/namespaces/pbl/configmaps?limit=2";
+    let page = send(&c, "GET", path, &pb_accept, vec![]).await;
+    assert_eq!((page.code, page.content_type.as_str()), (200, PB));
+    assert_eq!(page.body["kind"], "ConfigMapList");
+    assert_eq!(page.body["metadata"]["remainingItemCount"], 1);
+    let token = page.body["metadata"]["continue"].as_str().unwrap();
+    let json_page = send(&c, "GET", path, &[], vec![]).await;
+    let mut items = json_page.body["items"].as_array().unwrap().clone();
+    for item in &mut items {
+        // A list's items carry no type of their own in protobuf.
+        item.as_object_mut().unwrap().remove("apiVersion");
+        item.as_object_mut().unwrap().remove("kind");
+    }
+    assert_eq!(page.body["items"], Value::Array(items));
+    let rest = send(
+        &c,
+        "GET",
+        &format!("/api/v1/namespaces/pbl/configmaps?limit=2&continue={token}"),
+        &pb_accept,
+        vec![],
+    )
+    .await;
+    assert_eq!(rest.body["items"][0]["metadata"]["name"], "c");
+    let list_rv = page.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Partial metadata, as client-go's metadata informers ask for it.
+    let metadata = send(
+        &c,
+        "GET",
+        "/api/v1/namespaces/pbl/configmaps",
+        &[("accept", "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json")],
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        metadata.content_type,
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+    );
+    assert_eq!(metadata.body["kind"], "PartialObjectMetadataList");
+    assert_eq!(metadata.body["items"][1]["metadata"]["name"], "b");
+    assert_eq!(metadata.body["items"][1]["metadata"]["labels"]["app"], "pb");
+    assert!(metadata.body["items"][1].get("data").is_none());
+
+    // A delete's Status, and an error (a JSON Status, which clients read by its type).
+    cms.create(&PostParams::default(), &configmap("d"))
+        .await
+        .unwrap();
+    let deleted = send(
+        &c,
+        "DELETE",
+        "/api/v1/namespaces/pbl/configmaps/b",
+        &pb_accept,
+        vec![],
+    )
+    .await;
+    assert_eq!((deleted.code, deleted.content_type.as_str()), (200, PB));
+    assert_eq!(deleted.body["kind"], "Status");
+    assert_eq!(deleted.body["details"]["name"], "b");
+    let missing = send(
+        &c,
+        "GET",
+        "/api/v1/namespaces/pbl/configmaps/b",
+        &pb_accept,
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (missing.code, missing.body["reason"].as_str()),
+        (404, Some("NotFound"))
+    );
+
+    // A watch from the list's resourceVersion: the changes since, as protobuf frames.
+    let watch = |query: String| {
+        let c = c.clone();
+        async move {
+            let path =
+                format!("/api/v1/namespaces/pbl/configmaps?watch=true&timeoutSeconds=1&{query}");
+            let (code, headers, bytes) = TestApiServer::raw(&c, "GET", &path, &pb_accept, vec![])
+                .await
+                .unwrap();
+            assert_eq!(code, 200);
+            assert_eq!(
+                headers["content-type"],
+                "application/vnd.kubernetes.protobuf;stream=watch"
+            );
+            frames(&bytes)
+        }
+    };
+    let events: Vec<(String, Value)> = watch(format!("resourceVersion={list_rv}"))
+        .await
+        .into_iter()
+        .filter(|(kind, _)| kind != "BOOKMARK")
+        .collect();
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(k, o)| (k.as_str(), o["metadata"]["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(seen, [("ADDED", "d"), ("DELETED", "b")]);
+    assert_eq!(events[0].1["data"]["k"], "d");
+    assert_eq!(events[0].1["kind"], "ConfigMap");
+
+    // A streaming list: the initial events, then the bookmark that ends them.
+    let events = watch(
+        "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true".into(),
+    )
+    .await;
+    let names: Vec<&str> = events
+        .iter()
+        .take(3)
+        .map(|(k, o)| {
+            assert_eq!(k, "ADDED");
+            o["metadata"]["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(names, ["a", "c", "d"]);
+    let (kind, bookmark) = &events[3];
+    assert_eq!(kind, "BOOKMARK");
+    assert_eq!(bookmark["kind"], "ConfigMap");
+    assert_eq!(
+        bookmark["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+
+    // A custom resource has no protobuf form: JSON when the client takes it, else a
+    // 406; its partial metadata is served in protobuf.
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let (code, _, _) = TestApiServer::send_json(
+        &c,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    assert!(eventually(|| crd_established(&c, "widgets.example.com")).await);
+    let widgets = "/apis/example.com/v1/namespaces/pbl/widgets";
+    let (code, _, _) = TestApiServer::send_json(
+        &c,
+        "POST",
+        widgets,
+        &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    let listed = send(&c, "GET", widgets, &pb_accept, vec![]).await;
+    assert_eq!(
+        (listed.code, listed.content_type.as_str()),
+        (200, "application/json")
+    );
+    assert_eq!(listed.body["items"][0]["metadata"]["name"], "w");
+    let refused = send(&c, "GET", widgets, &[("accept", PB)], vec![]).await;
+    assert_eq!(refused.code, 406);
+    assert_eq!(
+        refused.body["message"],
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+    );
+    let metadata = send(
+        &c,
+        "GET",
+        &format!("{widgets}/w"),
+        &[(
+            "accept",
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )],
+        vec![],
+    )
+    .await;
+    assert_eq!(metadata.code, 200);
+    assert_eq!(metadata.body["kind"], "PartialObjectMetadata");
+    assert_eq!(metadata.body["metadata"]["name"], "w");
     srv.stop().await;
 }

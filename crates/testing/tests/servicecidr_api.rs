@@ -64,19 +64,25 @@ fn row<'a>(t: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no row for {name} in {t}"))
 }
 
-/// POSTs `obj` to `path` as a protobuf body (what kubectl sends); the answer in JSON,
-/// as the apiserver answers kubectl's `application/vnd.kubernetes.protobuf, */*`.
+/// POSTs `obj` to `path` as a protobuf body (what kubectl sends); the answer, in
+/// protobuf as kubectl asks first.
 async fn protobuf_create<T: k8s_openapi::serde::de::DeserializeOwned>(
     client: &kube::Client,
     path: &str,
     obj: Value,
 ) -> T {
-    let req = http::Request::post(path)
-        .header("Content-Type", ferrokube_protobuf::MEDIA_TYPE)
-        .header("Accept", format!("{}, */*", ferrokube_protobuf::MEDIA_TYPE))
-        .body(ferrokube_protobuf::encode_object(&obj).unwrap())
-        .unwrap();
-    client.request(req).await.unwrap()
+    let pb = ferrokube_protobuf::MEDIA_TYPE;
+    let (code, content_type, body) = TestApiServer::send_decoded(
+        client,
+        "POST",
+        path,
+        &[("content-type", pb), ("accept", &format!("{pb}, */*"))],
+        ferrokube_protobuf::encode_object(&obj).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((code, content_type.as_str()), (201, pb), "{body}");
+    serde_json::from_value(body).unwrap()
 }
 
 fn names<K: kube::Resource>(items: &[K], ours: &[&str]) -> Vec<String> {
