@@ -44,9 +44,10 @@
 //! Other deviations: the revision hash is FNV-32a over this controller's JSON of the
 //! revision data (upstream hashes Go's printing of the object), so names differ from
 //! upstream's for the same template but are stable here; `maxUnavailable` is ignored
-//! (its gate is alpha, so upstream ignores it by default too); in `Parallel` mode the
-//! writes of one sync are made one after another, not in slow-start batches; claims are
-//! read with GETs rather than from an informer; no `StatefulSetCondition`s.
+//! (its gate is alpha, so upstream ignores it by default too); no
+//! `StatefulSetCondition`s.
+//! In `Parallel` mode a sync's writes run concurrently in slow-start batches (upstream's
+//! `runForAll`), stopping after a batch with a failure.
 //!
 //! Pure part: [`parent_and_ordinal`], [`may_claim`], [`identity_matches`], [`new_pod`],
 //! [`claims_for`], [`revision_data`], [`revision_hash`], [`plan`] (every write of one
@@ -72,7 +73,10 @@ use ferrokube_client::informer::{Notification, SharedInformerFactory, Store, obj
 use ferrokube_client::workqueue::WorkQueue;
 
 use crate::events::{EventSink, EventType, emit};
-use crate::replicaset::{ClaimingOwner, claim_pods, is_conflict, is_not_found};
+use crate::replicaset::{
+    ClaimingOwner, SLOW_START_INITIAL_BATCH, claim_pods, is_conflict, is_not_found,
+    slow_start_batch,
+};
 use crate::util::{
     controller_of, is_pod_available, is_pod_ready, labels, new_controller_ref, pod_phase,
     seconds_until_available, selector_is_empty, selector_matches,
@@ -220,6 +224,16 @@ pub enum Step {
     Condemn(String),
     /// Delete a pod not at the update revision (rolling update).
     Roll(String),
+}
+
+/// What a step's write changed that the sync needs afterwards.
+#[derive(Debug, Default)]
+struct StepDone {
+    /// The pod was not created: a claim of its is stale (polled, claims are not
+    /// watched).
+    stale_claims: bool,
+    /// A pod at the current revision was deleted by the rolling update.
+    rolled_current: bool,
 }
 
 /// Upstream `newVersionedStatefulSetPod`'s choice of revision for a new pod.
@@ -734,6 +748,56 @@ impl StatefulSetController {
     /// `createPersistentVolumeClaims`). True when an existing claim is stale: being
     /// deleted, or still owned by an earlier pod of that name (upstream
     /// `PodClaimIsStale`), so the garbage collector is about to remove it.
+    /// One write of a sync's plan.
+    async fn run_step(
+        &self,
+        set: &StatefulSet,
+        step: &Step,
+        owned: &[&Pod],
+        current: &ControllerRevision,
+        update_name: &str,
+    ) -> Result<StepDone> {
+        let by_name = |n: &str| owned.iter().copied().find(|p| pod_name(p) == n);
+        let mut done = StepDone::default();
+        match step {
+            Step::Create(ord, rev) => {
+                let (template, revision) = match rev {
+                    Rev::Current => (
+                        template_of_revision(current)
+                            .unwrap_or_else(|| set.spec.clone().unwrap_or_default().template),
+                        current.metadata.name.as_deref().unwrap_or_default(),
+                    ),
+                    Rev::Update => (set.spec.clone().unwrap_or_default().template, update_name),
+                };
+                done.stale_claims = self
+                    .create_pod(set, &new_pod(set, &template, revision, *ord))
+                    .await?;
+            }
+            Step::DeleteFinished(n) | Step::Condemn(n) => {
+                if let Some(p) = by_name(n) {
+                    self.delete_pod(set, p).await?;
+                }
+            }
+            Step::CreateMissingClaims(n) => {
+                if let Some(p) = by_name(n) {
+                    self.create_claims(set, ordinal_of(p), n).await?;
+                }
+            }
+            Step::FixIdentity(n) => {
+                if let Some(p) = by_name(n) {
+                    self.fix_identity(set, p).await?;
+                }
+            }
+            Step::Roll(n) => {
+                if let Some(p) = by_name(n) {
+                    self.delete_pod(set, p).await?;
+                    done.rolled_current = Some(revision_of(p)) == current.metadata.name.as_deref();
+                }
+            }
+        }
+        Ok(done)
+    }
+
     async fn create_claims(&self, set: &StatefulSet, ordinal: i32, pod: &str) -> Result<bool> {
         let ns = set.metadata.namespace.as_deref().unwrap_or_default();
         let set_name = set.metadata.name.as_deref().unwrap_or_default();
@@ -747,7 +811,8 @@ impl StatefulSetController {
         let mut stale = false;
         for mut claim in claims_for(set, ordinal) {
             let cname = claim.metadata.name.clone().unwrap_or_default();
-            if let Some(existing) = api.get_opt(&cname).await? {
+            // From the informer, as upstream's lister: a claim made since is a 409 below.
+            if let Some(existing) = self.claims.get_by_name(Some(ns), &cname) {
                 let m = &existing.metadata;
                 stale |= m.deletion_timestamp.is_some()
                     || m.owner_references.iter().flatten().any(|r| r.kind == "Pod");
@@ -1062,7 +1127,6 @@ impl Controller for StatefulSetController {
             now,
         );
         let steps = plan(&params, &owned, &update_name, now);
-        let by_name = |n: &str| owned.iter().copied().find(|p| pod_name(p) == n);
         let mut errors: Vec<Error> = Vec::new();
         // Claims follow the retention policy first, so that a condemned pod's claims
         // are its own before the pod is deleted.
@@ -1075,66 +1139,45 @@ impl Controller for StatefulSetController {
                 }
             }
         }
-        let mut stale_claims = false;
-        for step in &steps {
-            let r = match step {
-                Step::Create(ord, rev) => {
-                    let (template, rname) = match rev {
-                        Rev::Current => (
-                            template_of_revision(&current)
-                                .unwrap_or_else(|| set.spec.clone().unwrap_or_default().template),
-                            &current_name,
-                        ),
-                        Rev::Update => {
-                            (set.spec.clone().unwrap_or_default().template, &update_name)
-                        }
-                    };
-                    match self
-                        .create_pod(&set, &new_pod(&set, &template, rname, *ord))
-                        .await
-                    {
-                        Ok(s) => {
-                            stale_claims |= s;
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
+        let mut done = Vec::with_capacity(steps.len());
+        if params.ordered {
+            for step in &steps {
+                match self
+                    .run_step(&set, step, &owned, &current, &update_name)
+                    .await
+                {
+                    Ok(d) => done.push(d),
+                    Err(e) => {
+                        // OrderedReady makes no further progress past a failed write.
+                        errors.push(e);
+                        break;
                     }
-                }
-                Step::DeleteFinished(n) => match by_name(n) {
-                    Some(p) => self.delete_pod(&set, p).await,
-                    None => Ok(()),
-                },
-                Step::CreateMissingClaims(n) => match by_name(n) {
-                    Some(p) => self.create_claims(&set, ordinal_of(p), n).await.map(|_| ()),
-                    None => Ok(()),
-                },
-                Step::FixIdentity(n) => match by_name(n) {
-                    Some(p) => self.fix_identity(&set, p).await,
-                    None => Ok(()),
-                },
-                Step::Condemn(n) => match by_name(n) {
-                    Some(p) => self.delete_pod(&set, p).await,
-                    None => Ok(()),
-                },
-                Step::Roll(n) => match by_name(n) {
-                    Some(p) => {
-                        let r = self.delete_pod(&set, p).await;
-                        if r.is_ok() && revision_of(p) == current_name {
-                            status.current_replicas =
-                                Some(status.current_replicas.unwrap_or(0) - 1);
-                        }
-                        r
-                    }
-                    None => Ok(()),
-                },
-            };
-            if let Err(e) = r {
-                errors.push(e);
-                // OrderedReady makes no further progress past a failed write.
-                if params.ordered {
-                    break;
                 }
             }
+        } else {
+            // Parallel: upstream's runForAll, slow-start batches (1, 2, 4, ...) that stop
+            // after a batch with a failure.
+            let next = parking_lot::Mutex::new(steps.iter());
+            let finished = parking_lot::Mutex::new(Vec::with_capacity(steps.len()));
+            let (_, err) = slow_start_batch(steps.len(), SLOW_START_INITIAL_BATCH, || async {
+                let Some(step) = next.lock().next() else {
+                    return Ok(());
+                };
+                let d = self
+                    .run_step(&set, step, &owned, &current, &update_name)
+                    .await?;
+                finished.lock().push(d);
+                Ok::<(), Error>(())
+            })
+            .await;
+            done = finished.into_inner();
+            errors.extend(err);
+        }
+        let stale_claims = done.iter().any(|d| d.stale_claims);
+        let rolled_current = done.iter().filter(|d| d.rolled_current).count();
+        if rolled_current > 0 {
+            status.current_replicas =
+                Some(status.current_replicas.unwrap_or(0) - rolled_current as i32);
         }
 
         let old = set.status.clone().unwrap_or_default();
