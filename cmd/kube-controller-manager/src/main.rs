@@ -51,6 +51,8 @@ struct Options {
     cluster_name: String,
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
+    #[command(flatten)]
+    content_type: ferrokube_component_base::ClientContentTypeFlag,
     /// A list of controllers to enable. '*' enables all on-by-default controllers,
     /// 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
     #[arg(long, value_delimiter = ',', default_value = "*")]
@@ -474,6 +476,9 @@ async fn main() -> anyhow::Result<()> {
         .component
         .init(&Default::default(), &[])
         .map_err(anyhow::Error::msg)?;
+    if let Some(note) = opts.content_type.note() {
+        tracing::info!("{note}");
+    }
     tracing::info!(cluster_name = %opts.cluster_name, "starting kube-controller-manager");
     let mut cfg = opts.manager_config();
     cfg.node_ipam.validate().map_err(anyhow::Error::msg)?;

@@ -81,6 +81,8 @@ struct Opts {
     cleanup: bool,
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
+    #[command(flatten)]
+    content_type: ferrokube_component_base::ClientContentTypeFlag,
 }
 
 fn bind_address(s: &str, default_port: u16) -> anyhow::Result<Option<SocketAddr>> {
@@ -132,6 +134,9 @@ async fn main() -> anyhow::Result<()> {
         .component
         .init_with_config(&matches, &file.logging, &file.feature_gates, &[])
         .map_err(|e| anyhow::anyhow!("logging, featureGates, flags: {e}"))?;
+    if let Some(note) = opts.content_type.note() {
+        tracing::info!("{note}");
+    }
 
     let nft = Nft::default();
     let ipt = Iptables::default();

@@ -39,6 +39,8 @@ struct Opts {
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
     #[command(flatten)]
+    content_type: ferrokube_component_base::ClientContentTypeFlag,
+    #[command(flatten)]
     leader_election: LeaderElectionOptions,
     #[command(flatten)]
     serving: ferrokube_client::serving::SecureServingOptions,
@@ -70,6 +72,9 @@ async fn main() -> anyhow::Result<()> {
         .component
         .init(&Default::default(), &[])
         .map_err(anyhow::Error::msg)?;
+    if let Some(note) = opts.content_type.note() {
+        tracing::info!("{note}");
+    }
     let config = match &opts.config {
         Some(p) => KubeSchedulerConfiguration::from_yaml(
             &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,

@@ -243,6 +243,8 @@ struct Opts {
     fail_swap_on: Option<bool>,
     #[command(flatten)]
     component: ferrokube_component_base::ComponentFlags,
+    #[command(flatten)]
+    content_type: ferrokube_component_base::ClientContentTypeFlag,
 }
 
 fn split_list(s: &str) -> Vec<String> {
@@ -269,6 +271,9 @@ async fn main() -> anyhow::Result<()> {
         .component
         .init_with_config(&matches, &file.logging, &file.feature_gates, &[])
         .map_err(|e| anyhow::anyhow!("logging, featureGates, flags: {e}"))?;
+    if let Some(note) = opts.content_type.note() {
+        tracing::info!("{note}");
+    }
     let auth_settings = auth_settings(&opts, opts.config.is_some().then_some(&file))?;
 
     let driver = opts

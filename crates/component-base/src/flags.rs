@@ -1,6 +1,7 @@
 //! The flags every upstream component takes from component-base, flattened into each
 //! binary's own: the logging flags and `--feature-gates`, with one start-up step that
-//! checks both, installs the logger and says which gates the binary does not act on.
+//! checks both, installs the logger and says which gates the binary does not act on;
+//! and `--kube-api-content-type` of the components that are API clients.
 
 use std::collections::BTreeMap;
 
@@ -93,6 +94,40 @@ fn ignored_settings<'a>(gates: &'a FeatureGates, acts_on: &[&str]) -> Vec<&'a st
         .collect()
 }
 
+/// Upstream's media type for JSON requests to the API server.
+const JSON: &str = "application/json";
+
+/// `--kube-api-content-type` of the components that talk to the API server (the
+/// controller manager, the scheduler, the kubelet, kube-proxy). Upstream's clients send
+/// and ask for this type (its default: `application/vnd.kubernetes.protobuf`); this
+/// project's clients (kube-rs) send and read JSON whatever it says, which the API server
+/// serves for every request, so the flag is accepted for unit files written for
+/// upstream and [`ClientContentTypeFlag::note`] says what it changes.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
+pub struct ClientContentTypeFlag {
+    /// Content type of requests sent to apiserver (upstream's default:
+    /// application/vnd.kubernetes.protobuf). This component's client sends and reads
+    /// application/json whatever this says.
+    #[arg(long = "kube-api-content-type")]
+    pub kube_api_content_type: Option<String>,
+}
+
+impl ClientContentTypeFlag {
+    /// What the flag changes here, to log at start: `None` when it is unset or JSON.
+    pub fn note(&self) -> Option<String> {
+        let asked = self.kube_api_content_type.as_deref()?;
+        (media_essence(asked) != JSON).then(|| {
+            format!(
+                "--kube-api-content-type={asked}: this component's client sends and reads {JSON} (the API server answers it in JSON)"
+            )
+        })
+    }
+}
+
+fn media_essence(media_type: &str) -> &str {
+    media_type.split(';').next().unwrap_or_default().trim()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +137,33 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         component: ComponentFlags,
+        #[command(flatten)]
+        content_type: ClientContentTypeFlag,
+    }
+
+    #[test]
+    fn kube_api_content_type_is_accepted_and_explained() {
+        let content_type = |args: &[&str]| {
+            let mut argv = vec!["component"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).unwrap().content_type
+        };
+        assert_eq!(content_type(&[]).note(), None);
+        assert_eq!(
+            content_type(&["--kube-api-content-type=application/json"]).note(),
+            None
+        );
+        let note = content_type(&[
+            "--kube-api-content-type",
+            "application/vnd.kubernetes.protobuf",
+        ])
+        .note()
+        .unwrap();
+        assert!(
+            note.starts_with("--kube-api-content-type=application/vnd.kubernetes.protobuf: "),
+            "{note}"
+        );
+        assert!(note.contains("sends and reads application/json"), "{note}");
     }
 
     fn parse(args: &[&str]) -> Result<ComponentFlags, String> {

@@ -7,7 +7,8 @@
 //! * [`featuregate`]: `--feature-gates` and the kubelet config's `featureGates`,
 //!   resolved against Kubernetes v1.33's known gates as upstream resolves them.
 //! * [`flags`]: [`ComponentFlags`], both of the above as one set of flags with one
-//!   start-up step (check, install the logger, warn about gates nothing acts on).
+//!   start-up step (check, install the logger, warn about gates nothing acts on), and
+//!   the API clients' [`ClientContentTypeFlag`].
 //! * [`metrics`]: counters, gauges and histograms, alone or in label-keyed families,
 //!   in the Prometheus text format (upstream's `component-base/metrics`).
 //! * [`ratelimit`]: the token bucket of client-go's `flowcontrol`, which both sides
@@ -27,4 +28,4 @@ pub mod ratelimit;
 pub mod version;
 
 pub use featuregate::FeatureGates;
-pub use flags::ComponentFlags;
+pub use flags::{ClientContentTypeFlag, ComponentFlags};
