@@ -1163,6 +1163,18 @@ fn encoded(t: Target, printed: Printed<'_>, code: StatusCode, obj: &Value) -> Re
     respond(code, output::object_content_type(t), body)
 }
 
+/// A `Status` answer (of a delete, a binding, an eviction) in the asked form where a
+/// Status has one: YAML or protobuf, else JSON (never a table or partial metadata).
+fn status_answer(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
+    let t = if matches!(t, Target::Yaml | Target::Protobuf) {
+        t
+    } else {
+        Target::Json
+    };
+    let (t, body) = output::encode(t, v);
+    respond(code, output::object_content_type(t), body)
+}
+
 /// A written object in the asked form; as JSON, the serialization the write made when
 /// it has one.
 fn encoded_written(
@@ -1361,7 +1373,8 @@ async fn resource_request(
                 .admit_request(&attributes, &mut binding)
                 .await?;
             store.bind(ns, &name, &binding, &write_options(q)?).await?;
-            Ok(json_response(
+            Ok(status_answer(
+                target,
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
@@ -1380,7 +1393,7 @@ async fn resource_request(
             let ns = ns.unwrap_or("default");
             let e = crate::eviction::evict(&store, pdbs, ns, name, &ev, opts).await?;
             let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::CREATED);
-            Ok(json_response(code, &e.status))
+            Ok(status_answer(target, code, &e.status))
         }
         (Method::PUT, Some(name), sub) => {
             let mut opts = admitted(write_options(q)?);
@@ -1608,12 +1621,7 @@ async fn resource_request(
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": deleted_details(info, &d.object),
                 });
-                let t = if matches!(target, Target::Yaml | Target::Protobuf) {
-                    target
-                } else {
-                    Target::Json
-                };
-                return Ok(encoded(t, printed, StatusCode::OK, &status));
+                return Ok(status_answer(target, StatusCode::OK, &status));
             }
             Ok(encoded(target, printed, StatusCode::OK, &d.object))
         }

@@ -301,6 +301,41 @@ async fn objects_lists_metadata_and_watches_are_answered_in_protobuf() {
         (404, Some("NotFound"))
     );
 
+    // A binding's Status. (Reviews and TokenRequests are answered in JSON: their
+    // kinds are not in the protobuf field table.)
+    let json_in = |body: Value| serde_json::to_vec(&body).unwrap();
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", PB_THEN_JSON),
+    ];
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.clone(), "pbl")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bound = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pbl/pods/p/binding",
+        &headers,
+        json_in(
+            json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+                       "target": {"kind": "Node", "name": "n1"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (bound.code, bound.content_type.as_str()),
+        (201, PB),
+        "{}",
+        bound.body
+    );
+    assert_eq!(bound.body["status"], "Success");
+
     // A watch from the list's resourceVersion: the changes since, as protobuf frames.
     let watch = |query: String| {
         let c = c.clone();
