@@ -402,7 +402,48 @@ pub fn plan_slices(
                 .map(|s| s.metadata.name.clone().unwrap_or_default()),
         );
     }
+    reuse_deleted_slices(svc, existing, &mut plan);
     plan
+}
+
+/// Upstream's `finalize`: a slice to delete takes the content of a slice to create (same
+/// address type, owned by this Service) and is updated instead, so that watchers
+/// (kube-proxy, the aggregator) never see the Service without a slice in between, as
+/// they would with a delete before a create.
+fn reuse_deleted_slices(svc: &Service, existing: &[EndpointSlice], plan: &mut SlicePlan) {
+    let owned = |s: &EndpointSlice| {
+        s.metadata.owner_references.iter().flatten().any(|r| {
+            r.kind == "Service"
+                && r.api_version == "v1"
+                && Some(&r.uid) == svc.metadata.uid.as_ref()
+        })
+    };
+    let mut i = 0;
+    while i < plan.delete.len() {
+        let Some(to_create) = plan.create.last() else {
+            break;
+        };
+        let reusable = existing
+            .iter()
+            .find(|s| s.metadata.name.as_ref() == Some(&plan.delete[i]))
+            .filter(|s| s.address_type == to_create.address_type && owned(s));
+        match reusable {
+            Some(old) => {
+                let mut slice = plan.create.pop().unwrap_or_else(|| unreachable!());
+                // The old slice's identity and resourceVersion (the update is
+                // conditional), the new one's labels, owner and content.
+                slice.metadata = ObjectMeta {
+                    labels: slice.metadata.labels.take(),
+                    owner_references: slice.metadata.owner_references.take(),
+                    annotations: slice.metadata.annotations.take(),
+                    ..old.metadata.clone()
+                };
+                plan.update.push(slice);
+                plan.delete.remove(i);
+            }
+            None => i += 1,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -820,17 +861,50 @@ pub(crate) mod tests {
         let p = plan_for(&more, &existing);
         assert!(p.create.is_empty());
         assert_eq!(p.update[0].endpoints.len(), 6);
-        // All pods gone: the slice is deleted and a placeholder is created.
+        // Every pod replaced at once: the slice is rewritten, not deleted and created.
+        let replaced: Vec<Pod> = (0..5)
+            .map(|i| pod(&format!("r{i}"), &format!("10.0.1.{i}"), true, 8080))
+            .collect();
+        let mut existing_rv = existing.clone();
+        existing_rv[0].metadata.resource_version = Some("7".into());
+        let p = plan_for(&replaced, &existing_rv);
+        assert!(p.create.is_empty() && p.delete.is_empty(), "{p:?}");
+        assert_eq!(p.update.len(), 1);
+        let meta = &p.update[0].metadata;
+        assert_eq!(
+            (meta.name.as_deref(), meta.resource_version.as_deref()),
+            (Some("web-abc"), Some("7"))
+        );
+        assert_eq!(meta.labels.as_ref().unwrap()[LABEL_SERVICE_NAME], "web");
+        let addresses: Vec<&str> = p.update[0]
+            .endpoints
+            .iter()
+            .map(|e| e.addresses[0].as_str())
+            .collect();
+        assert_eq!(addresses.len(), 5);
+        assert!(
+            addresses.iter().all(|a| a.starts_with("10.0.1.")),
+            "{addresses:?}"
+        );
+        // All pods gone: the slice becomes the placeholder.
         let p = plan_for(&[], &existing);
-        assert_eq!(p.delete, vec!["web-abc".to_string()]);
-        assert_eq!(p.create.len(), 1);
-        assert!(p.create[0].endpoints.is_empty() && p.create[0].ports.is_none());
+        assert!(p.create.is_empty() && p.delete.is_empty(), "{p:?}");
+        assert_eq!(p.update.len(), 1);
+        assert_eq!(p.update[0].metadata.name.as_deref(), Some("web-abc"));
+        assert!(p.update[0].endpoints.is_empty() && p.update[0].ports.is_none());
         // With the placeholder existing, nothing more happens.
-        let ph = vec![named(p.create[0].clone(), "web-ph")];
+        let ph = vec![named(p.update[0].clone(), "web-ph")];
         assert_eq!(plan_for(&[], &ph), SlicePlan::default());
-        // Pods come back: the placeholder is deleted.
+        // Pods come back: the placeholder is filled.
         let p = plan_for(&pods, &ph);
-        assert_eq!(p.delete, vec!["web-ph".to_string()]);
+        assert!(p.create.is_empty() && p.delete.is_empty(), "{p:?}");
+        assert_eq!(p.update[0].metadata.name.as_deref(), Some("web-ph"));
+        assert_eq!(p.update[0].endpoints.len(), 5);
+        // A slice of another owner (an earlier Service of that name) is not reused.
+        let mut foreign = existing.clone();
+        foreign[0].metadata.owner_references.as_mut().unwrap()[0].uid = "old-uid".into();
+        let p = plan_for(&replaced, &foreign);
+        assert_eq!(p.delete, vec!["web-abc".to_string()]);
         assert_eq!(p.create.len(), 1);
     }
 
