@@ -411,37 +411,69 @@ pub fn plan_slices(
 /// (kube-proxy, the aggregator) never see the Service without a slice in between, as
 /// they would with a delete before a create.
 fn reuse_deleted_slices(svc: &Service, existing: &[EndpointSlice], plan: &mut SlicePlan) {
-    let owned = |s: &EndpointSlice| {
-        s.metadata.owner_references.iter().flatten().any(|r| {
-            r.kind == "Service"
-                && r.api_version == "v1"
-                && Some(&r.uid) == svc.metadata.uid.as_ref()
+    let mut deleted: Vec<EndpointSlice> = plan
+        .delete
+        .iter()
+        .filter_map(|n| {
+            existing
+                .iter()
+                .find(|s| s.metadata.name.as_ref() == Some(n))
         })
-    };
+        .cloned()
+        .collect();
+    reuse_for_creates(&mut deleted, &mut plan.create, &mut plan.update, |s| {
+        owned_by(s, "v1", "Service", svc.metadata.uid.as_deref())
+    });
+    plan.delete = deleted
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+}
+
+/// Whether `slice` has an owner reference to the `kind` of `uid`.
+pub(crate) fn owned_by(
+    slice: &EndpointSlice,
+    api_version: &str,
+    kind: &str,
+    uid: Option<&str>,
+) -> bool {
+    slice
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.kind == kind && r.api_version == api_version && Some(r.uid.as_str()) == uid)
+}
+
+/// Both slice controllers' share of upstream's `finalize`: while slices are to be
+/// deleted and created, a slice to delete of the same address type that `owned` accepts
+/// takes the content of the last one to create (keeping its name, uid and
+/// resourceVersion, so the update is conditional) and moves to `update`.
+pub(crate) fn reuse_for_creates(
+    delete: &mut Vec<EndpointSlice>,
+    create: &mut Vec<EndpointSlice>,
+    update: &mut Vec<EndpointSlice>,
+    owned: impl Fn(&EndpointSlice) -> bool,
+) {
     let mut i = 0;
-    while i < plan.delete.len() {
-        let Some(to_create) = plan.create.last() else {
+    while i < delete.len() {
+        let Some(to_create) = create.last() else {
             break;
         };
-        let reusable = existing
-            .iter()
-            .find(|s| s.metadata.name.as_ref() == Some(&plan.delete[i]))
-            .filter(|s| s.address_type == to_create.address_type && owned(s));
-        match reusable {
-            Some(old) => {
-                let mut slice = plan.create.pop().unwrap_or_else(|| unreachable!());
-                // The old slice's identity and resourceVersion (the update is
-                // conditional), the new one's labels, owner and content.
-                slice.metadata = ObjectMeta {
-                    labels: slice.metadata.labels.take(),
-                    owner_references: slice.metadata.owner_references.take(),
-                    annotations: slice.metadata.annotations.take(),
-                    ..old.metadata.clone()
-                };
-                plan.update.push(slice);
-                plan.delete.remove(i);
-            }
-            None => i += 1,
+        if delete[i].address_type == to_create.address_type && owned(&delete[i]) {
+            let old = delete.remove(i);
+            let Some(mut slice) = create.pop() else {
+                break;
+            };
+            slice.metadata = ObjectMeta {
+                labels: slice.metadata.labels.take(),
+                owner_references: slice.metadata.owner_references.take(),
+                annotations: slice.metadata.annotations.take(),
+                ..old.metadata
+            };
+            update.push(slice);
+        } else {
+            i += 1;
         }
     }
 }

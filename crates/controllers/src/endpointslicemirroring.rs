@@ -272,6 +272,9 @@ impl Controller for EndpointSliceMirroringController {
             }
         }
         delete.extend(pool.into_values().flatten());
+        crate::endpointslice::reuse_for_creates(&mut delete, &mut create, &mut update, |s| {
+            crate::endpointslice::owned_by(s, "v1", "Endpoints", uid.as_deref())
+        });
         for s in &delete {
             let n = s.metadata.name.as_deref().unwrap_or_default();
             match api.delete(n, &DeleteParams::default()).await {

@@ -129,6 +129,31 @@ async fn custom_endpoints_are_mirrored_into_slices() -> anyhow::Result<()> {
         Ok((mirrored(&c, "ext").await? == want).then_some(()))
     })
     .await?;
+    // Another port: the slice of the old port set is rewritten for the new one
+    // (upstream's finalize reuses it), not deleted for a new slice.
+    eps.replace("ext", &pp, &{
+        let mut e = eps.get("ext").await?;
+        let subsets = e.subsets.as_mut().unwrap();
+        subsets[0].ports.as_mut().unwrap()[0].port = 9090;
+        e
+    })
+    .await?;
+    let slices: Api<EndpointSlice> = Api::namespaced(c.clone(), "default");
+    let renamed = wait_for(30, "ext on port 9090", || async {
+        let items = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=ext"))
+            .await?
+            .items;
+        let on_9090 = items.len() == 1
+            && items[0]
+                .ports
+                .as_ref()
+                .is_some_and(|p| p[0].port == Some(9090));
+        Ok(on_9090.then(|| items[0].metadata.name.clone()))
+    })
+    .await?;
+    assert_eq!(renamed, slice.metadata.name);
+
     // The others were seen before ext's update was handled; none was mirrored.
     assert!(mirrored(&c, "sel").await?.is_empty());
     assert!(mirrored(&c, "skip").await?.is_empty());
