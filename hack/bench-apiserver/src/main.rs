@@ -26,7 +26,8 @@
 //! * GET latency p50/p99 (one pod, sequential) and LIST latency p50/p99 (a namespace of
 //!   100 pods, resourceVersion unset, i.e. a consistent read);
 //! * LIST of every created pod (default 50,000) from the watch cache (resourceVersion=0;
-//!   JSON, no compression; time until the whole body is received);
+//!   JSON, and protobuf as client-go controllers ask for it, no compression; time until
+//!   the whole body is received);
 //! * watch fan-out: W watchers (default 1,000) on one namespace, E pod creates; events/s
 //!   delivered across all watchers and delivery latency p50/p99 (from the create call to
 //!   the event reaching each watcher).
@@ -403,13 +404,78 @@ async fn client_of(
 
 /// GET `path` through `client`; (status, body) with the body fully received.
 async fn raw_get(client: &kube::Client, path: &str) -> Result<(u16, Bytes)> {
+    raw_get_as(client, path, "application/json").await
+}
+
+async fn raw_get_as(client: &kube::Client, path: &str, accept: &str) -> Result<(u16, Bytes)> {
     let req = http::Request::get(path)
-        .header("Accept", "application/json")
+        .header("Accept", accept)
         .body(kube::client::Body::empty())?;
     let resp = client.send(req).await?;
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes();
     Ok((status, body))
+}
+
+/// The encoding a LIST from the cache is asked in.
+#[derive(Clone, Copy)]
+enum ListWire {
+    Json,
+    Protobuf,
+}
+
+/// `args.cache_lists` LISTs of every pod from the watch cache in `wire`: time until
+/// the whole body is received; the count is checked on one more.
+async fn cache_list(
+    name: &'static str,
+    client: &kube::Client,
+    wire: ListWire,
+    args: &Args,
+) -> Result<Row> {
+    let path = "/api/v1/namespaces/bench/pods?resourceVersion=0";
+    let (accept, label) = match wire {
+        ListWire::Json => ("application/json", "JSON"),
+        ListWire::Protobuf => (ferrokube_protobuf::MEDIA_TYPE, "protobuf"),
+    };
+    let mut times = Vec::new();
+    let mut body = Bytes::new();
+    for _ in 0..args.cache_lists.max(1) {
+        let t = Instant::now();
+        let (status, b) = raw_get_as(client, path, accept).await?;
+        times.push(t.elapsed());
+        if status != 200 {
+            bail!(
+                "{path}: {status}: {}",
+                String::from_utf8_lossy(&b[..b.len().min(500)])
+            );
+        }
+        body = b;
+    }
+    let list: serde_json::Value = match wire {
+        ListWire::Json => serde_json::from_slice(&body)?,
+        ListWire::Protobuf => ferrokube_protobuf::decode(&body)?.1,
+    };
+    let count = list["items"].as_array().map_or(0, Vec::len);
+    if count != args.pods {
+        bail!(
+            "cache list ({label}) returned {count} pods, want {}",
+            args.pods
+        );
+    }
+    times.sort();
+    Ok(row(
+        name,
+        format!(
+            "LIST {count} pods from the cache (resourceVersion=0, {label} {:.1} MiB, no gzip), {}×",
+            body.len() as f64 / 1048576.0,
+            times.len()
+        ),
+        format!(
+            "p50 {}, max {}",
+            ms(times[times.len() / 2]),
+            ms(*times.last().expect("non-empty"))
+        ),
+    ))
 }
 
 fn pod(name: &str) -> Pod {
@@ -712,41 +778,11 @@ async fn bench_backend(
         pcts(&h),
     ));
 
-    // LIST of every pod from the watch cache.
-    let path = "/api/v1/namespaces/bench/pods?resourceVersion=0";
-    let mut times = Vec::new();
-    let mut size = 0;
-    for _ in 0..args.cache_lists {
-        let t = Instant::now();
-        let (status, body) = raw_get(&client_plain, path).await?;
-        times.push(t.elapsed());
-        if status != 200 {
-            bail!(
-                "{path}: {status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(500)])
-            );
-        }
-        size = body.len();
+    // LIST of every pod from the watch cache, in JSON and in protobuf (what client-go
+    // controllers ask for).
+    for wire in [ListWire::Json, ListWire::Protobuf] {
+        rows.push(cache_list(name, &client_plain, wire, args).await?);
     }
-    let list: serde_json::Value = serde_json::from_slice(&raw_get(&client_plain, path).await?.1)?;
-    let count = list["items"].as_array().map_or(0, Vec::len);
-    if count != args.pods {
-        bail!("cache list returned {count} pods, want {}", args.pods);
-    }
-    times.sort();
-    rows.push(row(
-        name,
-        format!(
-            "LIST {count} pods from the cache (resourceVersion=0, JSON {:.1} MiB, no gzip), {}×",
-            size as f64 / 1048576.0,
-            args.cache_lists
-        ),
-        format!(
-            "p50 {}, max {}",
-            ms(times[times.len() / 2]),
-            ms(*times.last().expect("non-empty"))
-        ),
-    ));
 
     rows.push(watch_fanout(name, &client, args).await?);
 
