@@ -1158,8 +1158,16 @@ fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
 }
 
 fn encoded(t: Target, printed: Printed<'_>, code: StatusCode, obj: &Value) -> Response<Body> {
-    let v = output::object(t, printed, obj, jiff::Timestamp::now());
-    let (t, body) = output::encode(t, &v);
+    respond_encoded(
+        t,
+        code,
+        &output::object(t, printed, obj, jiff::Timestamp::now()),
+    )
+}
+
+/// `v`, already in the form `t` asks for, encoded for it.
+fn respond_encoded(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
+    let (t, body) = output::encode(t, v);
     respond(code, output::object_content_type(t), body)
 }
 
@@ -1171,8 +1179,7 @@ fn status_answer(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
     } else {
         Target::Json
     };
-    let (t, body) = output::encode(t, v);
-    respond(code, output::object_content_type(t), body)
+    respond_encoded(t, code, v)
 }
 
 /// A written object in the asked form; as JSON, the serialization the write made when
@@ -1823,11 +1830,13 @@ fn bookmark_line(info: &ResourceInfo, t: Target, revision: i64, initial_end: boo
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    watch_event(
-        t,
-        "BOOKMARK",
-        &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}),
-    )
+    let bookmark = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta});
+    // A metadata watch's bookmarks are partial metadata too, as upstream transforms
+    // every object of the stream (and a custom kind has no protobuf form of its own).
+    if let Target::PartialMetadata(_) = t {
+        return watch_event(t, "BOOKMARK", &output::partial_metadata(&bookmark));
+    }
+    watch_event(t, "BOOKMARK", &bookmark)
 }
 
 /// One watch event in the stream's encoding: a JSON line, or a protobuf frame. An

@@ -444,5 +444,38 @@ async fn objects_lists_metadata_and_watches_are_answered_in_protobuf() {
     assert_eq!(metadata.code, 200);
     assert_eq!(metadata.body["kind"], "PartialObjectMetadata");
     assert_eq!(metadata.body["metadata"]["name"], "w");
+    // A metadata watch of it, as client-go's metadata informers stream a list: every
+    // frame partial metadata, the bookmark that ends the initial events too.
+    let (code, headers, bytes) = TestApiServer::raw(
+        &c,
+        "GET",
+        &format!("{widgets}?watch=true&timeoutSeconds=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"),
+        &[("accept", "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(
+        headers["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let events = frames(&bytes);
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(k, o)| (k.as_str(), o["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", "PartialObjectMetadata"),
+            ("BOOKMARK", "PartialObjectMetadata")
+        ]
+    );
+    assert_eq!(events[0].1["metadata"]["name"], "w");
+    assert_eq!(
+        events[1].1["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
     srv.stop().await;
 }
