@@ -295,9 +295,31 @@ fn decode_special(sp: Special, buf: &[u8], depth: usize) -> Result<Option<Value>
 // ---------------------------------------------------------------------------------
 // Encoding
 
-fn mismatch(path: &str, expected: &'static str) -> ProtobufError {
+/// Where a value being encoded sits in its object, written out only for an error: an
+/// encode visits every field, and formatting each one's path cost more than the rest
+/// of the work on it.
+#[derive(Clone, Copy)]
+pub enum Path<'a> {
+    Root(&'a str),
+    Field(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+    Key(&'a Path<'a>, &'a str),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Field(parent, name) => write!(f, "{parent}.{name}"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+            Path::Key(parent, key) => write!(f, "{parent}[{key}]"),
+        }
+    }
+}
+
+fn mismatch(path: &Path<'_>, expected: &'static str) -> ProtobufError {
     ProtobufError::Json {
-        path: path.to_owned(),
+        path: path.to_string(),
         reason: format!("expected {expected}"),
     }
 }
@@ -307,7 +329,7 @@ pub fn encode_value(
     index: u16,
     value: &Value,
     out: &mut Vec<u8>,
-    path: &str,
+    path: &Path<'_>,
     depth: usize,
 ) -> Result<(), ProtobufError> {
     if depth > MAX_DEPTH {
@@ -327,7 +349,7 @@ pub fn encode_value(
                 msg.fields[0].kind,
                 item,
                 out,
-                &format!("{path}[{i}]"),
+                &Path::Index(path, i),
             )?;
         }
         return Ok(());
@@ -342,7 +364,7 @@ fn encode_fields(
     index: u16,
     map: &Map<String, Value>,
     out: &mut Vec<u8>,
-    path: &str,
+    path: &Path<'_>,
     depth: usize,
 ) -> Result<(), ProtobufError> {
     for field in message(index).fields {
@@ -361,14 +383,14 @@ fn encode_fields(
         if value.is_null() {
             continue;
         }
-        let path = format!("{path}.{}", field.json);
+        let path = Path::Field(path, field.json);
         match field.kind {
             Kind::MapS | Kind::MapB | Kind::MapM(_) => {
                 let Value::Object(entries) = value else {
                     return Err(mismatch(&path, "an object"));
                 };
                 for (k, v) in entries {
-                    let vpath = format!("{path}[{k}]");
+                    let vpath = Path::Key(&path, k);
                     wire::put_nested(out, field.tag, |entry| {
                         wire::put_bytes(entry, 1, k.as_bytes());
                         match field.kind {
@@ -387,7 +409,7 @@ fn encode_fields(
                     return Err(mismatch(&path, "an array"));
                 };
                 for (i, item) in items.iter().enumerate() {
-                    let ipath = format!("{path}[{i}]");
+                    let ipath = Path::Index(&path, i);
                     match kind {
                         Kind::M(m) => wire::put_nested(out, field.tag, |b| {
                             encode_value(m, item, b, &ipath, depth + 1)
@@ -409,7 +431,7 @@ fn encode_fields(
     Ok(())
 }
 
-fn json_int(value: &Value, path: &str) -> Result<i64, ProtobufError> {
+fn json_int(value: &Value, path: &Path<'_>) -> Result<i64, ProtobufError> {
     match value {
         Value::Number(n) => n
             .as_i64()
@@ -428,7 +450,7 @@ fn encode_scalar(
     kind: Kind,
     value: &Value,
     out: &mut Vec<u8>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), ProtobufError> {
     match kind {
         Kind::S => {
@@ -442,7 +464,7 @@ fn encode_scalar(
                 return Err(mismatch(path, "a base64 string"));
             };
             let bytes = BASE64.decode(s).map_err(|e| ProtobufError::Json {
-                path: path.to_owned(),
+                path: path.to_string(),
                 reason: format!("invalid base64: {e}"),
             })?;
             wire::put_bytes(out, tag, &bytes);
@@ -483,7 +505,7 @@ fn encode_special(
     sp: Special,
     value: &Value,
     out: &mut Vec<u8>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), ProtobufError> {
     match sp {
         Special::Quantity => match value {
@@ -523,7 +545,7 @@ fn encode_special(
         }
         Special::FieldsV1 | Special::RawExtension => {
             let raw = serde_json::to_vec(value).map_err(|e| ProtobufError::Json {
-                path: path.to_owned(),
+                path: path.to_string(),
                 reason: e.to_string(),
             })?;
             wire::put_bytes(out, 1, &raw);

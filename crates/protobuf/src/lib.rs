@@ -162,7 +162,7 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<(TypeMeta, &[u8]), ProtobufError>
 pub fn encode(api_version: &str, kind: &str, object: &Value) -> Result<Vec<u8>, ProtobufError> {
     let index = message_index(api_version, kind)?;
     let mut raw = Vec::new();
-    codec::encode_value(index, object, &mut raw, kind, 0)?;
+    codec::encode_value(index, object, &mut raw, &codec::Path::Root(kind), 0)?;
     Ok(envelope(api_version, kind, &raw))
 }
 
@@ -194,11 +194,12 @@ pub fn encode_list<V: std::borrow::Borrow<Value>>(
     let (items_tag, item_index) = field("items")?;
     let mut raw = Vec::new();
     wire::put_nested(&mut raw, meta_tag, |b| {
-        codec::encode_value(meta_index, metadata, b, "metadata", 1)
+        codec::encode_value(meta_index, metadata, b, &codec::Path::Root("metadata"), 1)
     })?;
     for (i, item) in items.into_iter().enumerate() {
         wire::put_nested(&mut raw, items_tag, |b| {
-            codec::encode_value(item_index, item.borrow(), b, &format!("items[{i}]"), 1)
+            let path = codec::Path::Index(&codec::Path::Root("items"), i);
+            codec::encode_value(item_index, item.borrow(), b, &path, 1)
         })?;
     }
     Ok(envelope(api_version, list_kind, &raw))

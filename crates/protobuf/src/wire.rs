@@ -115,14 +115,31 @@ pub fn put_bytes(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-/// Writes a length-delimited field whose body the closure writes.
+/// Writes a length-delimited field whose body the closure writes. The body goes
+/// straight into `out` after a one-byte length, widened in place when it turns out
+/// longer than 127 bytes: a buffer per nested message cost an allocation and a copy
+/// for every message of an object.
 pub fn put_nested<E>(
     out: &mut Vec<u8>,
     tag: u32,
     body: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut inner = Vec::new();
-    body(&mut inner)?;
-    put_bytes(out, tag, &inner);
+    put_key(out, tag, LEN);
+    let at = out.len();
+    out.push(0);
+    body(out)?;
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+    } else {
+        let (mut prefix, mut n, mut v) = ([0u8; 10], 0, len as u64);
+        while v >= 0x80 {
+            prefix[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        prefix[n] = v as u8;
+        out.splice(at..at + 1, prefix[..=n].iter().copied());
+    }
     Ok(())
 }
