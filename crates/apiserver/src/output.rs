@@ -273,8 +273,8 @@ pub fn object<'a>(
 /// A list in the asked form, and the form it was written in (see [`encode`]). JSON is
 /// written from each object's shared serialization (made once per object version, see
 /// [`CachedObject`]) and streamed in chunks, so a large list costs no
-/// re-serialization and no second full copy; protobuf is encoded item by item; the
-/// other forms are built as one value.
+/// re-serialization and no second full copy; protobuf is transcoded item by item from
+/// the same serializations; the other forms are built as one value.
 pub fn list(
     t: Target,
     printed: Printed<'_>,
@@ -307,12 +307,13 @@ pub fn list(
             (t, ListBody::whole(encode(t, &list).1))
         }
         Target::Protobuf => {
-            let values = items.iter().map(CachedObject::decoded);
-            match ferrokube_protobuf::encode_list(
+            // From each object's shared JSON, transcoded without a decoded value.
+            let items_json = items.iter().map(|o| &o.json()[..]);
+            match ferrokube_protobuf::encode_list_json(
                 &info.api_version(),
                 &info.list_kind(),
                 &list_meta,
-                values,
+                items_json,
             ) {
                 Ok(bytes) => (t, ListBody::whole(Bytes::from(bytes))),
                 Err(e) => {

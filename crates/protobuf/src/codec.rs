@@ -10,7 +10,7 @@ use crate::wire::{self, Reader};
 
 /// Nesting limit of messages (Kubernetes objects nest a dozen levels; this bounds
 /// the recursion on hostile input).
-const MAX_DEPTH: usize = 100;
+pub(crate) const MAX_DEPTH: usize = 100;
 
 // ---------------------------------------------------------------------------------
 // Decoding

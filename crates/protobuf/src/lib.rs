@@ -33,6 +33,7 @@ mod codec;
 mod schema;
 mod table;
 mod time;
+mod transcode;
 mod wire;
 
 use serde_json::{Map, Value};
@@ -167,13 +168,62 @@ pub fn encode(api_version: &str, kind: &str, object: &Value) -> Result<Vec<u8>, 
 }
 
 /// Encodes a list of `(api_version, list_kind)` (e.g. `v1 PodList`) from its
-/// `metadata` and its items, each encoded straight from its own JSON, so a list is
-/// never gathered into one JSON value first.
+/// `metadata` and its items, each encoded straight from its own JSON value, so a list
+/// is never gathered into one JSON value first.
 pub fn encode_list<V: std::borrow::Borrow<Value>>(
     api_version: &str,
     list_kind: &str,
     metadata: &Value,
     items: impl IntoIterator<Item = V>,
+) -> Result<Vec<u8>, ProtobufError> {
+    list(api_version, list_kind, metadata, |tag, index, raw| {
+        for (i, item) in items.into_iter().enumerate() {
+            wire::put_nested(raw, tag, |b| {
+                let path = codec::Path::Index(&codec::Path::Root("items"), i);
+                codec::encode_value(index, item.borrow(), b, &path, 1)
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// [`encode_list`] from the items' JSON bytes (a cache's serializations), transcoded
+/// without a JSON value in between; an item the transcoder cannot take is decoded and
+/// encoded as [`encode_list`] does. The bytes are those of `encode_list` but for the
+/// order of each message's fields (see `transcode.rs`).
+pub fn encode_list_json<'a>(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    items: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Vec<u8>, ProtobufError> {
+    list(api_version, list_kind, metadata, |tag, index, raw| {
+        for (i, json) in items.into_iter().enumerate() {
+            let mark = raw.len();
+            if wire::put_nested(raw, tag, |b| transcode::transcode(index, json, b)).is_ok() {
+                continue;
+            }
+            raw.truncate(mark);
+            let item: Value = serde_json::from_slice(json).map_err(|e| ProtobufError::Json {
+                path: format!("items[{i}]"),
+                reason: e.to_string(),
+            })?;
+            wire::put_nested(raw, tag, |b| {
+                let path = codec::Path::Index(&codec::Path::Root("items"), i);
+                codec::encode_value(index, &item, b, &path, 1)
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// A list's envelope and metadata around the items `write_items` writes, given the
+/// list message's `items` tag and the item message.
+fn list(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    write_items: impl FnOnce(u32, u16, &mut Vec<u8>) -> Result<(), ProtobufError>,
 ) -> Result<Vec<u8>, ProtobufError> {
     let index = message_index(api_version, list_kind)?;
     let field = |name: &str| {
@@ -196,12 +246,7 @@ pub fn encode_list<V: std::borrow::Borrow<Value>>(
     wire::put_nested(&mut raw, meta_tag, |b| {
         codec::encode_value(meta_index, metadata, b, &codec::Path::Root("metadata"), 1)
     })?;
-    for (i, item) in items.into_iter().enumerate() {
-        wire::put_nested(&mut raw, items_tag, |b| {
-            let path = codec::Path::Index(&codec::Path::Root("items"), i);
-            codec::encode_value(item_index, item.borrow(), b, &path, 1)
-        })?;
-    }
+    write_items(items_tag, item_index, &mut raw)?;
     Ok(envelope(api_version, list_kind, &raw))
 }
 

@@ -444,6 +444,99 @@ fn lists_encode_item_by_item_as_the_whole_list_would() {
 }
 
 #[test]
+fn lists_transcoded_from_json_bytes_decode_as_the_encoded_ones() {
+    let mut with_extras = pod();
+    // Unknown members are skipped, nulls left out.
+    with_extras["spec"]["futureField"] = json!({"x": [1, 2]});
+    with_extras["metadata"]["deletionTimestamp"] = Value::Null;
+    let items = [
+        pod(),
+        with_extras,
+        json!({"metadata": {"name": "d"}, "spec": {"containers": [{
+            "name": "c", "image": "i",
+            "ports": [{"containerPort": 80}],
+            "readinessProbe": {"httpGet": {"port": "http"}, "periodSeconds": 10.0},
+            "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}],
+            "resources": {"limits": {"cpu": 2, "memory": "1Gi"}}}]}}),
+        json!({}),
+    ];
+    let meta = json!({"resourceVersion": "9", "continue": "t", "remainingItemCount": 2});
+    let bytes: Vec<Vec<u8>> = items
+        .iter()
+        .map(|i| serde_json::to_vec(i).unwrap())
+        .collect();
+    // The transcoder takes each of them itself (no fallback to the codec).
+    let pod_message = message_for("v1", "Pod").unwrap();
+    for json in &bytes {
+        crate::transcode::transcode(pod_message, json, &mut Vec::new()).unwrap();
+    }
+    let transcoded =
+        encode_list_json("v1", "PodList", &meta, bytes.iter().map(Vec::as_slice)).unwrap();
+    let encoded = encode_list("v1", "PodList", &meta, &items).unwrap();
+    assert_eq!(decode(&transcoded).unwrap(), decode(&encoded).unwrap());
+    // prost reads it too, fields out of tag order and all.
+    let list = k8s_pb::api::core::v1::PodList::decode(raw(&transcoded)).unwrap();
+    assert_eq!(list.items.len(), 4);
+
+    // Every special form, in other kinds.
+    for (api_version, list_kind, item) in [
+        (
+            "apps/v1",
+            "DeploymentList",
+            json!({"metadata": {"name": "w", "creationTimestamp": "2024-05-06T07:08:09Z"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}},
+                     "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
+                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}}}}),
+        ),
+        (
+            "v1",
+            "ConfigMapList",
+            json!({"metadata": {"name": "c"}, "data": {"a": "b"},
+            "binaryData": {"bin": "AAH/"}, "immutable": false}),
+        ),
+        (
+            "events.k8s.io/v1",
+            "EventList",
+            json!({"metadata": {"name": "e"},
+            "eventTime": "2024-05-06T07:08:09.123456Z", "reason": "R",
+            "series": {"count": 2, "lastObservedTime": "2024-05-06T07:08:10.000001Z"}}),
+        ),
+        (
+            "apps/v1",
+            "ControllerRevisionList",
+            json!({"metadata": {"name": "r"},
+            "data": {"spec": {"template": {"$patch": "replace"}}}, "revision": 3}),
+        ),
+    ] {
+        let json = serde_json::to_vec(&item).unwrap();
+        let item_kind = list_kind.trim_end_matches("List");
+        let index = message_for(api_version, item_kind).unwrap();
+        crate::transcode::transcode(index, &json, &mut Vec::new()).unwrap();
+        let transcoded =
+            encode_list_json(api_version, list_kind, &json!({}), [json.as_slice()]).unwrap();
+        let encoded = encode_list(api_version, list_kind, &json!({}), [&item]).unwrap();
+        assert_eq!(
+            decode(&transcoded).unwrap(),
+            decode(&encoded).unwrap(),
+            "{list_kind}"
+        );
+    }
+
+    // Escapes in keys and strings.
+    let escaped = br#"{"metadata":{"name":"e\u0073c","labels":{"caf\u00e9":"a\"b"}}}"#;
+    let transcoded = encode_list_json("v1", "PodList", &json!({}), [&escaped[..]]).unwrap();
+    let item = &decode(&transcoded).unwrap().1["items"][0];
+    assert_eq!(item["metadata"]["name"], "esc");
+    assert_eq!(item["metadata"]["labels"]["caf\u{e9}"], "a\"b");
+
+    // What the transcoder refuses (a wrong type) is encoded the codec's way, which
+    // refuses it too; JSON that does not parse is an error, never a panic.
+    let wrong = serde_json::to_vec(&json!({"spec": {"containers": "x"}})).unwrap();
+    assert!(encode_list_json("v1", "PodList", &json!({}), [wrong.as_slice()]).is_err());
+    assert!(encode_list_json("v1", "PodList", &json!({}), [&b"{\"spec\":"[..]]).is_err());
+}
+
+#[test]
 fn watch_frames_round_trip() {
     let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "resourceVersion": "5"}, "data": {"a": "b"}});
     let mut stream = encode_watch_frame("ADDED", &obj).unwrap();
