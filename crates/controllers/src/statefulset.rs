@@ -744,10 +744,6 @@ impl StatefulSetController {
         Ok((current, update, collisions, revs))
     }
 
-    /// Creates the claims of `pod` that do not exist yet (upstream
-    /// `createPersistentVolumeClaims`). True when an existing claim is stale: being
-    /// deleted, or still owned by an earlier pod of that name (upstream
-    /// `PodClaimIsStale`), so the garbage collector is about to remove it.
     /// One write of a sync's plan.
     async fn run_step(
         &self,
@@ -798,6 +794,10 @@ impl StatefulSetController {
         Ok(done)
     }
 
+    /// Creates the claims of `pod` that do not exist yet (upstream
+    /// `createPersistentVolumeClaims`). True when an existing claim is stale: being
+    /// deleted, or still owned by an earlier pod of that name (upstream
+    /// `PodClaimIsStale`), so the garbage collector is about to remove it.
     async fn create_claims(&self, set: &StatefulSet, ordinal: i32, pod: &str) -> Result<bool> {
         let ns = set.metadata.namespace.as_deref().unwrap_or_default();
         let set_name = set.metadata.name.as_deref().unwrap_or_default();

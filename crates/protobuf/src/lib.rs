@@ -178,10 +178,7 @@ pub fn encode_list<V: std::borrow::Borrow<Value>>(
 ) -> Result<Vec<u8>, ProtobufError> {
     list(api_version, list_kind, metadata, |tag, index, raw| {
         for (i, item) in items.into_iter().enumerate() {
-            wire::put_nested(raw, tag, |b| {
-                let path = codec::Path::Index(&codec::Path::Root("items"), i);
-                codec::encode_value(index, item.borrow(), b, &path, 1)
-            })?;
+            put_item(raw, tag, index, i, item.borrow())?;
         }
         Ok(())
     })
@@ -208,12 +205,23 @@ pub fn encode_list_json<'a>(
                 path: format!("items[{i}]"),
                 reason: e.to_string(),
             })?;
-            wire::put_nested(raw, tag, |b| {
-                let path = codec::Path::Index(&codec::Path::Root("items"), i);
-                codec::encode_value(index, &item, b, &path, 1)
-            })?;
+            put_item(raw, tag, index, i, &item)?;
         }
         Ok(())
+    })
+}
+
+/// Item `i` of a list, from its JSON value.
+fn put_item(
+    raw: &mut Vec<u8>,
+    tag: u32,
+    index: u16,
+    i: usize,
+    item: &Value,
+) -> Result<(), ProtobufError> {
+    wire::put_nested(raw, tag, |b| {
+        let path = codec::Path::Index(&codec::Path::Root("items"), i);
+        codec::encode_value(index, item, b, &path, 1)
     })
 }
 

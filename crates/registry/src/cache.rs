@@ -103,8 +103,8 @@ impl CachedObject {
     }
 
     /// The decoded object for a one-off use: the shared value when there is one, else
-    /// a decoding that is not kept (a list in another encoding, made of many versions
-    /// only ever served as JSON, must not leave their trees in the cache).
+    /// a decoding that is not kept (a watch event's protobuf frame: most versions are
+    /// only ever served as JSON, and their trees must not stay in the cache).
     pub fn decoded(&self) -> std::borrow::Cow<'_, Value> {
         match (self.0.value.get(), self.0.json.get()) {
             (Some(v), _) => std::borrow::Cow::Borrowed(&**v),
