@@ -514,21 +514,11 @@ fn encode_special(
             _ => return Err(mismatch(path, "a quantity")),
         },
         Special::IntOrString => match value {
-            Value::String(s) => {
-                wire::put_key(out, 1, wire::VARINT);
-                wire::put_varint(out, 1);
-                wire::put_key(out, 2, wire::VARINT);
-                wire::put_varint(out, 0);
-                wire::put_bytes(out, 3, s.as_bytes());
-            }
+            Value::String(s) => wire::put_int_or_string_str(out, s),
             Value::Number(_) => {
                 let v = i32::try_from(json_int(value, path)?)
                     .map_err(|_| mismatch(path, "a 32-bit integer"))?;
-                wire::put_key(out, 1, wire::VARINT);
-                wire::put_varint(out, 0);
-                wire::put_key(out, 2, wire::VARINT);
-                wire::put_varint(out, i64::from(v) as u64);
-                wire::put_bytes(out, 3, b"");
+                wire::put_int_or_string_int(out, v);
             }
             _ => return Err(mismatch(path, "an integer or a string")),
         },
@@ -538,10 +528,7 @@ fn encode_special(
             };
             let (secs, nanos) =
                 crate::time::parse(s).ok_or_else(|| mismatch(path, "an RFC 3339 time"))?;
-            wire::put_key(out, 1, wire::VARINT);
-            wire::put_varint(out, secs as u64);
-            wire::put_key(out, 2, wire::VARINT);
-            wire::put_varint(out, i64::from(nanos) as u64);
+            wire::put_time(out, secs, nanos);
         }
         Special::FieldsV1 | Special::RawExtension => {
             let raw = serde_json::to_vec(value).map_err(|e| ProtobufError::Json {

@@ -455,11 +455,7 @@ impl SpecialValue<'_> {
                     .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
                     .and_then(|v| i32::try_from(v).ok())
                     .ok_or_else(|| E::custom("expected a 32-bit integer"))?;
-                wire::put_key(self.out, 1, wire::VARINT);
-                wire::put_varint(self.out, 0);
-                wire::put_key(self.out, 2, wire::VARINT);
-                wire::put_varint(self.out, i64::from(v) as u64);
-                wire::put_bytes(self.out, 3, b"");
+                wire::put_int_or_string_int(self.out, v);
             }
             _ => return Err(E::custom("unexpected number")),
         }
@@ -477,20 +473,11 @@ impl<'de> Visitor<'de> for SpecialValue<'_> {
     fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
         match self.sp {
             Special::Quantity => wire::put_bytes(self.out, 1, s.as_bytes()),
-            Special::IntOrString => {
-                wire::put_key(self.out, 1, wire::VARINT);
-                wire::put_varint(self.out, 1);
-                wire::put_key(self.out, 2, wire::VARINT);
-                wire::put_varint(self.out, 0);
-                wire::put_bytes(self.out, 3, s.as_bytes());
-            }
+            Special::IntOrString => wire::put_int_or_string_str(self.out, s),
             Special::Time | Special::MicroTime => {
                 let (secs, nanos) =
                     crate::time::parse(s).ok_or_else(|| E::custom("expected an RFC 3339 time"))?;
-                wire::put_key(self.out, 1, wire::VARINT);
-                wire::put_varint(self.out, secs as u64);
-                wire::put_key(self.out, 2, wire::VARINT);
-                wire::put_varint(self.out, i64::from(nanos) as u64);
+                wire::put_time(self.out, secs, nanos);
             }
             Special::FieldsV1 | Special::RawExtension => {
                 return Err(E::custom("raw JSON is read whole"));

@@ -143,3 +143,29 @@ pub fn put_nested<E>(
     }
     Ok(())
 }
+
+/// `intstr.IntOrString` holding a string: `{type = 1: 1, intVal = 2: 0, strVal = 3}`.
+pub fn put_int_or_string_str(out: &mut Vec<u8>, s: &str) {
+    put_key(out, 1, VARINT);
+    put_varint(out, 1);
+    put_key(out, 2, VARINT);
+    put_varint(out, 0);
+    put_bytes(out, 3, s.as_bytes());
+}
+
+/// `intstr.IntOrString` holding an integer: `{type = 1: 0, intVal = 2, strVal = 3: ""}`.
+pub fn put_int_or_string_int(out: &mut Vec<u8>, v: i32) {
+    put_key(out, 1, VARINT);
+    put_varint(out, 0);
+    put_key(out, 2, VARINT);
+    put_varint(out, i64::from(v) as u64);
+    put_bytes(out, 3, b"");
+}
+
+/// `metav1.Time` / `MicroTime`: `{seconds = 1, nanos = 2}`.
+pub fn put_time(out: &mut Vec<u8>, secs: i64, nanos: i32) {
+    put_key(out, 1, VARINT);
+    put_varint(out, secs as u64);
+    put_key(out, 2, VARINT);
+    put_varint(out, i64::from(nanos) as u64);
+}
