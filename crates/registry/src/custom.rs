@@ -742,11 +742,26 @@ async fn sync_definitions(definitions: &Store, custom: &CustomResources) -> bool
         .iter()
         .filter_map(|o| serde_json::from_value((**o).clone()).ok())
         .collect();
-    custom.rebuild(&all);
+    let desired: Vec<Option<Value>> = all.iter().map(|crd| desired_status(crd, &all)).collect();
+    // Serve what the status about to be written says: a client that reads
+    // `Established` must find the resource served (upstream serves a definition once
+    // its names are accepted), not wait for this loop to see its own write.
+    let effective: Vec<CustomResourceDefinition> = all
+        .iter()
+        .zip(&desired)
+        .map(|(crd, status)| {
+            let mut crd = crd.clone();
+            if let Some(status) = status.clone().and_then(|s| serde_json::from_value(s).ok()) {
+                crd.status = Some(status);
+            }
+            crd
+        })
+        .collect();
+    custom.rebuild(&effective);
     let mut pending = false;
-    for crd in &all {
+    for (crd, desired) in all.iter().zip(desired) {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        if let Some(status) = desired_status(crd, &all) {
+        if let Some(status) = desired {
             let patch = json!({"status": status});
             if let Err(e) = definitions
                 .update(

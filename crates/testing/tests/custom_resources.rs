@@ -613,3 +613,52 @@ async fn stored_objects_are_read_with_the_current_schema() {
         other => panic!("want the object's ADDED event, got {other:?}"),
     }
 }
+
+/// A client that sees `Established` may use the resource at once (kubectl applies a
+/// definition and its objects in one go after `kubectl wait --for=condition=Established`):
+/// the definition is served before its status says so, as upstream serves it once its
+/// names are accepted.
+#[tokio::test]
+async fn a_definition_is_served_as_soon_as_it_reads_established() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for i in 0..20 {
+        let group = format!("g{i}.example.com");
+        let name = format!("things.{group}");
+        let definition: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"plural": "things", "kind": "Thing"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}],
+            }
+        }))
+        .unwrap();
+        crds.create(&PostParams::default(), &definition)
+            .await
+            .unwrap();
+        // Read as often as a client can: the status is visible the moment it is
+        // written.
+        let mut established = false;
+        for _ in 0..2000 {
+            if crd_established(&client, &name).await {
+                established = true;
+                break;
+            }
+        }
+        assert!(established, "{name} never read Established");
+        let gvk = GroupVersionKind::gvk(&group, "v1", "Thing");
+        let things: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            "default",
+            &ApiResource::from_gvk_with_plural(&gvk, "things"),
+        );
+        let listed = things.list(&ListParams::default()).await;
+        assert!(listed.is_ok(), "{name}: {:?}", listed.err());
+    }
+    server.stop().await;
+}
