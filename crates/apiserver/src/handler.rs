@@ -1846,7 +1846,25 @@ fn watch_event(t: Target, kind: &str, object: &Value) -> Bytes {
     if !output::is_protobuf(t) {
         return ferrokube_registry::cache::watch_line(kind, object);
     }
-    ferrokube_protobuf::encode_watch_frame(kind, object)
+    protobuf_frame_or_error(kind, ferrokube_protobuf::encode_watch_frame(kind, object))
+}
+
+/// A protobuf watch frame of a cached object, transcoded from its JSON.
+fn protobuf_watch_event(info: &ResourceInfo, kind: &str, object: &CachedObject) -> Bytes {
+    let frame = ferrokube_protobuf::encode_watch_frame_json(
+        kind,
+        &info.api_version(),
+        info.kind,
+        object.json(),
+    );
+    protobuf_frame_or_error(kind, frame)
+}
+
+fn protobuf_frame_or_error(
+    kind: &str,
+    frame: Result<Vec<u8>, ferrokube_protobuf::ProtobufError>,
+) -> Bytes {
+    frame
         .or_else(|e| {
             tracing::warn!(error = %e, "a watch event without a protobuf form");
             let status = output::status_value(&ApiError::internal(format!(
@@ -1867,10 +1885,10 @@ fn item_line(printed: Printed<'_>, t: Target, item: &WatchItem) -> Bytes {
             return ferrokube_registry::cache::watch_line_json(k.as_str(), o.json());
         }
         WatchItem::Event(e) if t == Target::Protobuf => {
-            return e.protobuf_frame(|e| watch_event(t, e.kind.as_str(), &e.object.decoded()));
+            return e.protobuf_frame(|e| protobuf_watch_event(info, e.kind.as_str(), &e.object));
         }
         WatchItem::Synthetic(k, o) if t == Target::Protobuf => {
-            return watch_event(t, k.as_str(), &o.decoded());
+            return protobuf_watch_event(info, k.as_str(), o);
         }
         WatchItem::Event(e) => (e.kind.as_str(), e.object.value().clone()),
         WatchItem::Synthetic(k, o) => (k.as_str(), o.value().clone()),

@@ -301,11 +301,40 @@ pub fn encode_object(object: &Value) -> Result<Vec<u8>, ProtobufError> {
 /// `WatchEvent {type, object: RawExtension {raw: <enveloped object>}}`. The object's
 /// `apiVersion` and `kind` are taken from its JSON.
 pub fn encode_watch_frame(event_type: &str, object: &Value) -> Result<Vec<u8>, ProtobufError> {
-    let inner = encode_object(object)?;
+    watch_frame(event_type, &encode_object(object)?)
+}
+
+/// [`encode_watch_frame`] from an object's JSON bytes (a cache's serialization) of
+/// `(api_version, kind)`, transcoded without a JSON value in between, as
+/// [`encode_list_json`] does its items; JSON the transcoder cannot take is decoded and
+/// encoded as `encode_watch_frame` does.
+pub fn encode_watch_frame_json(
+    event_type: &str,
+    api_version: &str,
+    kind: &str,
+    json: &[u8],
+) -> Result<Vec<u8>, ProtobufError> {
+    let index = message_index(api_version, kind)?;
+    let mut raw = Vec::with_capacity(json.len() / 2);
+    let inner = match transcode::transcode(index, json, &mut raw) {
+        Ok(()) => envelope(api_version, kind, &raw),
+        Err(_) => {
+            let object: Value = serde_json::from_slice(json).map_err(|e| ProtobufError::Json {
+                path: kind.to_owned(),
+                reason: e.to_string(),
+            })?;
+            encode(api_version, kind, &object)?
+        }
+    };
+    watch_frame(event_type, &inner)
+}
+
+/// A watch frame around an enveloped object.
+fn watch_frame(event_type: &str, inner: &[u8]) -> Result<Vec<u8>, ProtobufError> {
     let mut event = Vec::with_capacity(inner.len() + 16);
     wire::put_bytes(&mut event, 1, event_type.as_bytes());
     wire::put_nested::<ProtobufError>(&mut event, 2, |raw| {
-        wire::put_bytes(raw, 1, &inner);
+        wire::put_bytes(raw, 1, inner);
         Ok(())
     })?;
     let len =

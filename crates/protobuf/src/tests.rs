@@ -556,6 +556,16 @@ fn watch_frames_round_trip() {
     // A partial frame is not an error: more bytes are needed.
     assert_eq!(decode_watch_frame(&stream[..n - 1]).unwrap(), None);
     assert_eq!(decode_watch_frame(&stream[..3]).unwrap(), None);
+
+    // From the object's JSON bytes: the same event, read the same way.
+    let json = serde_json::to_vec(&obj).unwrap();
+    let transcoded = encode_watch_frame_json("ADDED", "v1", "ConfigMap", &json).unwrap();
+    let (t, o, m) = decode_watch_frame(&transcoded).unwrap().unwrap();
+    assert_eq!((t.as_str(), &o, m), ("ADDED", &obj, transcoded.len()));
+    // What the transcoder refuses goes through the codec, which refuses it too.
+    let wrong = serde_json::to_vec(&json!({"data": "x"})).unwrap();
+    assert!(encode_watch_frame_json("ADDED", "v1", "ConfigMap", &wrong).is_err());
+    assert!(encode_watch_frame_json("ADDED", "v1", "ConfigMap", b"{").is_err());
 }
 
 /// A Namespace `{metadata: {name: "x"}}` byte by byte from the wire-format spec.

@@ -102,19 +102,6 @@ impl CachedObject {
         })
     }
 
-    /// The decoded object for a one-off use: the shared value when there is one, else
-    /// a decoding that is not kept (a watch event's protobuf frame: most versions are
-    /// only ever served as JSON, and their trees must not stay in the cache).
-    pub fn decoded(&self) -> std::borrow::Cow<'_, Value> {
-        match (self.0.value.get(), self.0.json.get()) {
-            (Some(v), _) => std::borrow::Cow::Borrowed(&**v),
-            (None, Some(json)) => {
-                std::borrow::Cow::Owned(serde_json::from_slice(json).unwrap_or_default())
-            }
-            (None, None) => std::borrow::Cow::Borrowed(self.value()),
-        }
-    }
-
     /// The object in JSON, serialized once for all holders of this version.
     pub fn json(&self) -> &Bytes {
         self.0.json.get_or_init(|| {
