@@ -33,7 +33,7 @@ use crate::util::{
     controller_of, created_secs, labels, new_controller_ref, scaled_value, selector_is_empty,
     selector_matches,
 };
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, omitempty, split_key};
 
 pub const DEFAULT_UNIQUE_LABEL: &str = "pod-template-hash";
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
@@ -738,11 +738,11 @@ pub fn calculate_status(
     let old = d.status.clone().unwrap_or_default();
     let mut st = DeploymentStatus {
         observed_generation: d.metadata.generation,
-        replicas: Some(all.iter().map(|r| rs_status_replicas(r)).sum()),
-        updated_replicas: Some(new_rs.map(rs_status_replicas).unwrap_or(0)),
-        ready_replicas: Some(all.iter().map(|r| rs_ready(r)).sum()),
-        available_replicas: Some(available),
-        unavailable_replicas: Some((total - available).max(0)),
+        replicas: omitempty(all.iter().map(|r| rs_status_replicas(r)).sum()),
+        updated_replicas: omitempty(new_rs.map(rs_status_replicas).unwrap_or(0)),
+        ready_replicas: omitempty(all.iter().map(|r| rs_ready(r)).sum()),
+        available_replicas: omitempty(available),
+        unavailable_replicas: omitempty((total - available).max(0)),
         collision_count: old.collision_count,
         conditions: old.conditions.clone(),
         terminating_replicas: None,

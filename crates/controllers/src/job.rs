@@ -97,7 +97,7 @@ use crate::util::{
     controller_of, has_finalizer, is_pod_ready, labels, new_controller_ref, pod_phase,
     selector_is_empty, selector_matches,
 };
-use crate::{Action, Controller, Error, Result, split_key};
+use crate::{Action, Controller, Error, Result, omitempty, split_key};
 use ferrokube_validation::parse_index_intervals;
 
 /// The label and annotation holding an Indexed Job pod's completion index.
@@ -1554,7 +1554,7 @@ impl Controller for JobController {
             } else {
                 0
             };
-        status.active = Some(active.max(0));
+        status.active = omitempty(active.max(0));
         status.ready = Some(counts.ready.min(active.max(0)));
         status.terminating = Some(counts.terminating + deleting);
         // Upstream's tracking: finished pods are recorded in uncountedTerminatedPods
@@ -1581,12 +1581,12 @@ impl Controller for JobController {
                 }
             }
         }
-        status.succeeded = Some(if indexed {
+        status.succeeded = omitempty(if indexed {
             counts.succeeded
         } else {
             old.succeeded.unwrap_or(0)
         });
-        status.failed = Some(old.failed.unwrap_or(0));
+        status.failed = omitempty(old.failed.unwrap_or(0));
         status.uncounted_terminated_pods =
             Some(uncounted_pods(&uncounted_succeeded, &uncounted_failed));
         if indexed {
@@ -1611,9 +1611,10 @@ impl Controller for JobController {
         let (left_failed, counted_failed): (Vec<String>, Vec<String>) =
             uncounted_failed.into_iter().partition(still_tracked);
         if !indexed {
-            status.succeeded = Some(old.succeeded.unwrap_or(0) + counted_succeeded.len() as i32);
+            status.succeeded =
+                omitempty(old.succeeded.unwrap_or(0) + counted_succeeded.len() as i32);
         }
-        status.failed = Some(old.failed.unwrap_or(0) + counted_failed.len() as i32);
+        status.failed = omitempty(old.failed.unwrap_or(0) + counted_failed.len() as i32);
         status.uncounted_terminated_pods = Some(uncounted_pods(&left_succeeded, &left_failed));
         let all_counted = left_succeeded.is_empty() && left_failed.is_empty();
 

@@ -261,3 +261,10 @@ pub fn split_key(key: &str) -> (Option<&str>, &str) {
         None => (None, key),
     }
 }
+
+/// A status counter as upstream's controllers write it: Go's `omitempty` leaves a zero
+/// out, and the apiserver stores it so whoever sent it, so a status computed with
+/// `Some(0)` would never equal the stored one and be written again on every sync.
+pub fn omitempty(count: i32) -> Option<i32> {
+    (count != 0).then_some(count)
+}

@@ -2102,7 +2102,7 @@ pub fn set_replicas(
     rescaled: bool,
     now: Timestamp,
 ) {
-    status.current_replicas = Some(current);
+    status.current_replicas = crate::omitempty(current);
     if let Some(d) = desired {
         status.desired_replicas = d;
     }
@@ -3125,7 +3125,8 @@ mod tests {
             cond(&st, "ScalingActive"),
             ("False".into(), "ScalingDisabled".into())
         );
-        assert_eq!((st.current_replicas, st.desired_replicas), (Some(0), 0));
+        // Go's omitempty: currentReplicas 0 is left out (desiredReplicas has none).
+        assert_eq!((st.current_replicas, st.desired_replicas), (None, 0));
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn scalar(kind: Kind, wt: u8, r: &mut Reader<'_>, field: &Field) -> Result<Value
     })
 }
 
-fn is_zero(v: &Value) -> bool {
+pub(crate) fn is_zero(v: &Value) -> bool {
     match v {
         Value::String(s) => s.is_empty(),
         Value::Bool(b) => !b,

@@ -29,6 +29,7 @@
 //! depend on storage, registry or apiserver crates.
 
 mod codec;
+mod omit;
 #[rustfmt::skip]
 mod schema;
 mod table;
@@ -38,6 +39,7 @@ mod wire;
 
 use serde_json::{Map, Value};
 
+pub use omit::omit_go_zero_values;
 pub use table::message_for;
 
 /// The media type of protobuf request and response bodies.

@@ -867,3 +867,61 @@ fn kubectl_bodies_decode_to_the_json_go_would_write() {
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "x"}, "data": {"a": "Yg=="}})
     );
 }
+
+#[test]
+fn go_omitempty_zeros_are_left_out_at_any_depth() {
+    let mut deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "", "generation": 0},
+        "spec": {
+            // A pointer: its zero was set and stays.
+            "replicas": 0,
+            "minReadySeconds": 0,
+            "paused": false,
+            "template": {"spec": {"containers": [{
+                "name": "c", "image": "", "stdin": false,
+                "ports": [{"containerPort": 80, "hostPort": 0, "name": ""}],
+                // Inline: LocalObjectReference's name inside ConfigMapKeySelector.
+                "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "", "key": "k"}}}],
+                "futureField": 0,
+            }]}},
+        },
+        "status": {"replicas": 0, "readyReplicas": 2, "unavailableReplicas": 0,
+                   "collisionCount": 0, "observedGeneration": 0},
+    });
+    assert!(omit_go_zero_values(
+        "apps/v1",
+        "Deployment",
+        &mut deployment
+    ));
+    assert_eq!(
+        deployment,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {
+                "replicas": 0,
+                "template": {"spec": {"containers": [{
+                    "name": "c",
+                    "ports": [{"containerPort": 80}],
+                    "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"key": "k"}}}],
+                    "futureField": 0,
+                }]}},
+            },
+            "status": {"readyReplicas": 2, "collisionCount": 0},
+        })
+    );
+    // `containerPort` and `name` of a container have no omitempty: zeros stay.
+    let mut pod = json!({"spec": {"containers": [{"name": "", "ports": [{"containerPort": 0}]}]}});
+    let before = pod.clone();
+    assert!(omit_go_zero_values("v1", "Pod", &mut pod));
+    assert_eq!(pod, before);
+    // A kind without a message is left alone.
+    let mut custom = json!({"spec": {"x": 0}});
+    assert!(!omit_go_zero_values(
+        "example.com/v1",
+        "Widget",
+        &mut custom
+    ));
+    assert_eq!(custom, json!({"spec": {"x": 0}}));
+}

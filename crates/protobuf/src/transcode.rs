@@ -89,12 +89,12 @@ struct Fields<'o> {
 }
 
 /// Where a JSON member goes: a field of the message, or of one of its inline fields.
-enum Slot {
+pub(crate) enum Slot {
     Direct(&'static Field),
     Inline(usize, &'static Field),
 }
 
-fn find(index: u16, key: &str) -> Option<Slot> {
+pub(crate) fn find(index: u16, key: &str) -> Option<Slot> {
     let msg = message(index);
     if let Some(f) = msg.fields.iter().find(|f| !f.inline() && f.json == key) {
         return Some(Slot::Direct(f));

@@ -7,7 +7,8 @@
 //! revision set on read. A watch cache ([`cache`]) fed by one storage watch serves
 //! watches and RV=0 lists. Storage errors become API errors in [`errors`] only.
 //!
-//! Layer: below `apiserver`, above `storage`, `api`, `apimachinery`. It knows no
+//! Layer: below `apiserver`, above `storage`, `api`, `apimachinery` and `protobuf`
+//! (whose field table says which zeros Go leaves out of JSON). It knows no
 //! HTTP (no URLs, query strings or content types) and never chooses a storage
 //! backend: the caller hands one in.
 

@@ -356,6 +356,10 @@ where
         if let Some(f) = self.hooks.normalize {
             f(&mut object);
         }
+        // Upstream stores what its Go struct encodes: the zero of a non-pointer
+        // `omitempty` field (`status.readyReplicas: 0`, `stdin: false`) is left out,
+        // whoever sent it.
+        ferrokube_protobuf::omit_go_zero_values(K::API_VERSION, K::KIND, &mut object);
         Ok(Decoded {
             object,
             unknown_fields: unknown,
