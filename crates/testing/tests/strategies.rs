@@ -290,3 +290,48 @@ async fn service_ip_families_and_node_ports_on_type_change() {
     assert_eq!(spec.cluster_ips.unwrap(), vec!["None".to_string()]);
     assert_eq!(spec.ip_family_policy.as_deref(), Some("SingleStack"));
 }
+
+/// Upstream stores what its Go structs encode: the zero of a non-pointer `omitempty`
+/// field is left out whoever sent it (`kubectl get -o yaml` never shows
+/// `readyReplicas: 0`); a pointer's zero was set and stays.
+#[tokio::test]
+async fn zeros_go_leaves_out_are_not_stored() {
+    let srv = TestApiServer::start().await.unwrap();
+    let deps: Api<Deployment> = Api::namespaced(srv.client.clone(), "default");
+    let mut d = deployment("zeros");
+    let spec = d.spec.as_mut().unwrap();
+    spec.replicas = Some(0);
+    spec.min_ready_seconds = Some(0);
+    let container = &mut spec.template.spec.as_mut().unwrap().containers[0];
+    container.stdin = Some(false);
+    container.ports = Some(vec![from(json!({"containerPort": 80, "hostPort": 0}))]);
+    let created = deps.create(&PostParams::default(), &d).await.unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!((spec.replicas, spec.min_ready_seconds), (Some(0), None));
+    let container = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(container.stdin, None);
+    let port = &container.ports.as_ref().unwrap()[0];
+    assert_eq!((port.container_port, port.host_port), (80, None));
+
+    // The status subresource too: omitempty counters go, the pointer stays.
+    let status = json!({"status": {"replicas": 0, "readyReplicas": 0, "availableReplicas": 2,
+        "collisionCount": 0}});
+    let written = deps
+        .patch_status("zeros", &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        (
+            written.replicas,
+            written.ready_replicas,
+            written.available_replicas,
+            written.collision_count
+        ),
+        (None, None, Some(2), Some(0))
+    );
+    let read = deps.get("zeros").await.unwrap().status.unwrap();
+    assert_eq!(read, written);
+    srv.stop().await;
+}
