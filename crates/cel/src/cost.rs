@@ -15,9 +15,6 @@
 //! (upstream charges string and list functions by size); every loop the language
 //! can express is a comprehension, so this bounds the work of an evaluation.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr, LiteralValue};
 use kube_cel::cel::common::types::CelInt;
 use kube_cel::cel::{Context, ExecutionError, ResolveResult, Value};
@@ -106,50 +103,67 @@ fn rewrite(e: &mut IdedExpr) -> u64 {
     }
 }
 
-/// The cost spent by one evaluation.
+thread_local! {
+    /// The meter of the evaluation running on this thread: (spent, limit). An
+    /// evaluation runs start to end on one thread (`Value::resolve` is synchronous), so
+    /// the shared context's `@cost` finds its meter here instead of capturing one,
+    /// which lets every evaluation share one context of functions.
+    static CURRENT: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The cost spent by one evaluation on this thread, from [`Meter::start`] until
+/// dropped.
 pub(crate) struct Meter {
-    spent: Arc<AtomicU64>,
-    limit: u64,
+    /// The meter of an evaluation this one runs inside, put back when it ends.
+    outer: Option<(u64, u64)>,
 }
 
 impl Meter {
-    /// A meter that starts at `base` (the cost outside loops).
-    pub(crate) fn new(base: u64, limit: u64) -> Self {
+    /// Starts metering an evaluation at `base` (its cost outside loops).
+    pub(crate) fn start(base: u64, limit: u64) -> Self {
         Meter {
-            spent: Arc::new(AtomicU64::new(base)),
-            limit,
+            outer: CURRENT.replace(Some((base, limit))),
         }
     }
 
-    /// Adds the `@cost` function, counting into this meter, to `ctx`.
-    pub(crate) fn register(&self, ctx: &mut Context<'_>) {
-        let spent = self.spent.clone();
-        let limit = self.limit;
-        ctx.add_function(
-            COST_FUNCTION,
-            move |weight: i64, accumulator: Value, condition: Value| -> ResolveResult {
-                let copied = match &accumulator {
-                    Value::List(l) => l.len(),
-                    Value::Map(m) => m.map.len(),
-                    _ => 0,
-                };
-                let weight = u64::try_from(weight).unwrap_or(0)
-                    + u64::try_from(copied / ACCUMULATOR_COPIES_PER_UNIT).unwrap_or(u64::MAX);
-                let now = spent.fetch_add(weight, Ordering::Relaxed) + weight;
-                if now > limit {
-                    return Err(ExecutionError::function_error(
-                        COST_FUNCTION,
-                        COST_LIMIT_EXCEEDED,
-                    ));
-                }
-                Ok(condition)
-            },
-        );
-    }
-
     pub(crate) fn spent(&self) -> u64 {
-        self.spent.load(Ordering::Relaxed)
+        CURRENT.get().map_or(0, |(spent, _)| spent)
     }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        CURRENT.set(self.outer);
+    }
+}
+
+/// Adds the `@cost` function, counting into the evaluation's [`Meter`], to `ctx`.
+pub(crate) fn register(ctx: &mut Context<'_>) {
+    ctx.add_function(
+        COST_FUNCTION,
+        |weight: i64, accumulator: Value, condition: Value| -> ResolveResult {
+            let copied = match &accumulator {
+                Value::List(l) => l.len(),
+                Value::Map(m) => m.map.len(),
+                _ => 0,
+            };
+            let weight = u64::try_from(weight).unwrap_or(0)
+                + u64::try_from(copied / ACCUMULATOR_COPIES_PER_UNIT).unwrap_or(u64::MAX);
+            // Outside a metered evaluation nothing is counted (none runs one).
+            let Some((spent, limit)) = CURRENT.get() else {
+                return Ok(condition);
+            };
+            let now = spent.saturating_add(weight);
+            CURRENT.set(Some((now, limit)));
+            if now > limit {
+                return Err(ExecutionError::function_error(
+                    COST_FUNCTION,
+                    COST_LIMIT_EXCEEDED,
+                ));
+            }
+            Ok(condition)
+        },
+    );
 }
 
 /// An evaluation spent more than what remained of its [`Budget`].

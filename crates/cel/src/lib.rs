@@ -15,11 +15,13 @@
 //! field references against OpenAPI schemas (for a policy's `status.typeChecking`, and
 //! for a CRD rule against its schema node when the CRD is written) in [`typecheck`].
 //!
-//! Deviations from upstream: expressions are parsed, their free variables checked
-//! against the declared ones and their operators checked where the operands' types are
-//! known whatever the variables hold (`1 + 'a'`), but not fully type-checked (the
-//! `cel` crate has no checker), so a misspelt function or a wrong argument type is
-//! found when the expression runs (and
+//! Deviations from upstream: expressions are parsed, their free variables and the
+//! functions they call checked against the declared ones (a misspelt function is
+//! refused at create, as upstream; `type()` and cel-go's two-variable comprehensions,
+//! which the `cel` crate lacks, compile and fail when run) and their operators
+//! checked where the operands' types are known whatever the variables hold
+//! (`1 + 'a'`), but not fully type-checked (the `cel` crate has no checker), so a
+//! wrong argument type is found when the expression runs (and
 //! handled by the caller's failure policy) instead of at create (field references are
 //! checked against schemas by [`typecheck`]: as warnings for a policy, as upstream
 //! does, and as errors for a CRD's rules, with operators on operands of known types);
@@ -192,6 +194,10 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
         )));
     }
+    let issues = undeclared_function_issues(program.expression(), source);
+    if !issues.is_empty() {
+        return Err(CompileError(format!("compilation failed: {issues}")));
+    }
     let issues = typecheck::operator_issues(program.expression(), source);
     if !issues.is_empty() {
         return Err(CompileError(format!("compilation failed: {issues}")));
@@ -264,6 +270,173 @@ fn entries(
     }
 }
 
+/// Functions and macros of upstream's CEL environment that the `cel` crate does not
+/// provide: an expression calling one compiles, as upstream, and its evaluation fails
+/// (handled by the caller's failure policy), rather than being refused as undeclared.
+const UPSTREAM_ONLY_FUNCTIONS: &[&str] = &[
+    "type",
+    // Macros the parser expands only in their one-variable forms (`all(x, p)`); the
+    // two-variable comprehensions of cel-go's ext library (Kubernetes 1.32) stay calls.
+    "all",
+    "exists",
+    "exists_one",
+    "existsOne",
+    "map",
+    "filter",
+    "has",
+    "transformList",
+    "transformMap",
+    "transformMapEntry",
+    "optMap",
+    "optFlatMap",
+];
+
+/// cel-go's `undeclared reference to 'foo' (in container '')` for each call of a
+/// function no library declares (`object.spec.name.lowerAsci()`), at the call's
+/// opening parenthesis as cel-go places it; joined by newlines, empty when none.
+/// Operators are calls too (`_+_`), and are never undeclared.
+fn undeclared_function_issues(e: &IdedExpr, source: &str) -> String {
+    let mut issues = Vec::new();
+    let mut reported = BTreeSet::new();
+    visit_calls(e, &mut |call| {
+        let name = call.func_name.as_str();
+        if name.starts_with(['_', '@', '!', '-'])
+            || UPSTREAM_ONLY_FUNCTIONS.contains(&name)
+            || reported.contains(name)
+        {
+            return;
+        }
+        let qualified = match call.target.as_deref().map(|t| &t.expr) {
+            Some(Expr::Ident(prefix)) => Some(format!("{prefix}.{name}")),
+            _ => None,
+        };
+        if qualified.as_deref().is_some_and(is_declared_function) || is_declared_function(name) {
+            return;
+        }
+        reported.insert(name.to_string());
+        let (written, global) = match (&call.target, &qualified) {
+            // `optional.of(` reads as a global call of a namespaced name.
+            (Some(_), Some(q)) if q.contains('.') && source.contains(&format!("{q}(")) => {
+                (format!("{q}("), true)
+            }
+            (Some(_), _) => (format!(".{name}("), false),
+            (None, _) => (format!("{name}("), true),
+        };
+        let at =
+            typecheck::call_position(source, &written, global).map_or(0, |i| i + written.len() - 1);
+        issues.push(typecheck::issue_text(
+            source,
+            at,
+            &format!("undeclared reference to '{name}' (in container '')"),
+        ));
+    });
+    issues.join("\n")
+}
+
+/// Whether evaluation finds a function named `name` (`size`, `optional.of`): asked of
+/// a context registered as [`Activation`]'s are, by calling it with no arguments,
+/// since the `cel` crate keeps its function table private. A declared function fails
+/// on the missing arguments instead.
+fn is_declared_function(name: &str) -> bool {
+    use kube_cel::cel::ExecutionError;
+    use kube_cel::cel::common::ast::CallExpr;
+    let probe = IdedExpr {
+        id: 0,
+        expr: Expr::Call(CallExpr {
+            func_name: name.to_string(),
+            target: None,
+            args: Vec::new(),
+        }),
+    };
+    // A library function may index its arguments without checking their count.
+    let outcome = std::panic::catch_unwind(|| Value::resolve(&probe, function_context()));
+    !matches!(outcome, Ok(Err(ExecutionError::UndeclaredReference(n))) if n.as_str() == name)
+}
+
+/// The functions every evaluation sees, built once (a few hundred registrations):
+/// CEL's standard functions, Kubernetes' libraries, the authorizer library, the
+/// conversions the `cel` crate lacks and the cost meter's `@cost`. Evaluations bind
+/// their variables in a scope of their own inside it.
+fn function_context() -> &'static Context<'static> {
+    static FUNCTIONS: std::sync::OnceLock<Context<'static>> = std::sync::OnceLock::new();
+    FUNCTIONS.get_or_init(|| {
+        let mut ctx = Context::default();
+        ctx.register_all();
+        authz::register(&mut ctx);
+        cost::register(&mut ctx);
+        // cel-go's `dyn(x)` only changes what the type checker assumes; values are
+        // unchanged.
+        ctx.add_function("dyn", |v: Value| -> kube_cel::cel::ResolveResult { Ok(v) });
+        ctx.add_function("bool", to_bool);
+        ctx
+    })
+}
+
+/// cel-go's `bool()`: a bool as it is, a string as Go's `strconv.ParseBool` reads it.
+fn to_bool(v: Value) -> kube_cel::cel::ResolveResult {
+    match &v {
+        Value::Bool(_) => Ok(v),
+        Value::String(s) => match s.as_str() {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Value::Bool(true)),
+            "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(Value::Bool(false)),
+            other => Err(kube_cel::cel::ExecutionError::function_error(
+                "bool",
+                format!("type conversion error from 'string' to 'bool': {other:?}"),
+            )),
+        },
+        _ => Err(kube_cel::cel::ExecutionError::function_error(
+            "bool",
+            "type conversion error to 'bool'",
+        )),
+    }
+}
+
+/// Calls `f` on every call in `e` (operators included), outermost first.
+fn visit_calls(e: &IdedExpr, f: &mut impl FnMut(&kube_cel::cel::common::ast::CallExpr)) {
+    match &e.expr {
+        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => {}
+        Expr::Call(call) => {
+            f(call);
+            if let Some(t) = &call.target {
+                visit_calls(t, f);
+            }
+            for a in &call.args {
+                visit_calls(a, f);
+            }
+        }
+        Expr::Select(s) => visit_calls(&s.operand, f),
+        Expr::List(l) => l.elements.iter().for_each(|x| visit_calls(x, f)),
+        Expr::Map(m) => visit_entries(&m.entries, f),
+        Expr::Struct(s) => visit_entries(&s.entries, f),
+        Expr::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                visit_calls(part, f);
+            }
+        }
+    }
+}
+
+fn visit_entries(
+    entries: &[kube_cel::cel::common::ast::IdedEntryExpr],
+    f: &mut impl FnMut(&kube_cel::cel::common::ast::CallExpr),
+) {
+    for entry in entries {
+        match &entry.expr {
+            EntryExpr::StructField(s) => visit_calls(&s.value, f),
+            EntryExpr::MapEntry(m) => {
+                visit_calls(&m.key, f);
+                visit_calls(&m.value, f);
+            }
+        }
+    }
+}
+
 /// A JSON value as CEL sees it: objects are maps with string keys, integers `int`
 /// (or `uint` above `i64::MAX`), other numbers `double`.
 pub fn json_to_value(v: &serde_json::Value) -> Value {
@@ -326,9 +499,7 @@ impl Activation {
     }
 
     fn context(&self) -> Context<'static> {
-        let mut ctx = Context::default();
-        ctx.register_all();
-        authz::register(&mut ctx);
+        let mut ctx = function_context().new_inner_scope();
         for (name, value) in &self.vars {
             ctx.add_variable_from_value(name.clone(), value.clone());
         }
@@ -345,9 +516,8 @@ impl Activation {
     /// [`COST_LIMIT_EXCEEDED`]; also returns the cost spent (at most just over
     /// `limit`).
     pub fn eval_metered(&self, p: &Program, limit: u64) -> (Result<Value, String>, u64) {
-        let mut ctx = self.context();
-        let meter = cost::Meter::new(p.base_cost, limit);
-        meter.register(&mut ctx);
+        let ctx = self.context();
+        let meter = cost::Meter::start(p.base_cost, limit);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Value::resolve(&p.metered, &ctx)
         }));
@@ -534,6 +704,66 @@ mod tests {
         );
         // A variable's type is not known here.
         compile("object.x + 'a' == 'b' && object.y + 1 > 2", VAP).unwrap();
+    }
+
+    #[test]
+    fn calls_of_undeclared_functions_do_not_compile() {
+        assert_eq!(
+            compile("object.metadata.name.lowerAsci() == 'a'", VAP)
+                .unwrap_err()
+                .0,
+            "compilation failed: ERROR: <input>:1:31: undeclared reference to 'lowerAsci' \
+             (in container '')\n | object.metadata.name.lowerAsci() == 'a'\n | \
+             ..............................^"
+        );
+        assert!(
+            compile("sizee(object.items) > 1", VAP)
+                .unwrap_err()
+                .0
+                .contains("<input>:1:6: undeclared reference to 'sizee'")
+        );
+        assert!(
+            compile("optional.off(1).hasValue()", VAP)
+                .unwrap_err()
+                .0
+                .contains("undeclared reference to 'off'")
+        );
+        // Every library upstream's environment has, as policies use them.
+        for expr in [
+            "size(object.items) > 0 && object.metadata.name.startsWith('a')",
+            "object.metadata.name.matches('^a') && object.x.endsWith('b')",
+            "object.metadata.name.lowerAscii().split('-').join('') != ''",
+            "quantity(object.q).isGreaterThan(quantity('1Gi'))",
+            "isQuantity(object.q) && url(object.u).getHost() == 'h'",
+            "ip(object.ip).family() == 4 && cidr('10.0.0.0/8').containsIP(ip(object.ip))",
+            "sets.contains([1, 2], [1]) && [1, 2].isSorted() && [1, 2].sum() == 3",
+            "math.greatest(1, 2) == 2 && optional.of(1).hasValue()",
+            "optional.none().orValue(1) == 1 && optional.ofNonZeroValue(object.x).hasValue()",
+            "authorizer.group('apps').resource('deployments').check('create').allowed()",
+            "duration('1s') < duration('2s') && timestamp(object.t).getFullYear() > 2000",
+            "int(object.n) + 1 > uint(2) && string(1) == '1' && double(1) > 0.5",
+            "format.dns1123Label().validate(object.metadata.name).hasValue()",
+            "dyn(object.x) == 1 && bool('true')",
+            "type(object.x) == int",
+            "object.items.all(i, i.x > 0) && object.items.exists(i, i.x > 0)",
+            "object.items.map(i, i.x).filter(x, x > 0).size() > 0",
+        ] {
+            compile(expr, POLICY_VARIABLES).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        }
+    }
+
+    #[test]
+    fn dyn_and_bool_convert_as_cel_go_does() {
+        let obj = json!({"x": 1});
+        assert_eq!(
+            eval("dyn(object.x) == 1", obj.clone()),
+            Ok(Value::Bool(true))
+        );
+        assert_eq!(
+            eval("bool('True') && !bool('0') && bool(true)", obj.clone()),
+            Ok(Value::Bool(true))
+        );
+        assert!(eval("bool('yes')", obj).is_err());
     }
 
     #[test]

@@ -655,16 +655,22 @@ impl<'a> Checker<'_, 'a> {
 
     /// Records `message` at byte offset `at` of the source, as cel-go prints it.
     fn issue_at(&mut self, at: usize, message: &str) {
-        let line_start = self.source[..at].rfind('\n').map_or(0, |i| i + 1);
-        let line_no = self.source[..at].matches('\n').count() + 1;
-        let column = self.source[line_start..at].chars().count();
-        let line = self.source[line_start..].lines().next().unwrap_or("");
-        self.issues.push(format!(
-            "ERROR: <input>:{line_no}:{}: {message}\n | {line}\n | {}^",
-            column + 1,
-            ".".repeat(column)
-        ));
+        self.issues.push(issue_text(self.source, at, message));
     }
+}
+
+/// `message` at byte offset `at` of `source`, as cel-go prints an issue: the position,
+/// the source line and a caret under the place.
+pub(crate) fn issue_text(source: &str, at: usize, message: &str) -> String {
+    let line_start = source[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_no = source[..at].matches('\n').count() + 1;
+    let column = source[line_start..at].chars().count();
+    let line = source[line_start..].lines().next().unwrap_or("");
+    format!(
+        "ERROR: <input>:{line_no}:{}: {message}\n | {line}\n | {}^",
+        column + 1,
+        ".".repeat(column)
+    )
 }
 
 /// The byte offset of the first `token` in `source` outside string literals (the
@@ -695,7 +701,7 @@ fn outside_strings(source: &str, token: &str) -> Option<usize> {
 /// The byte offset of the first call written `call` (`.startsWith(`, or `size(` for a
 /// global call, which must not be a member call or the tail of a longer name) outside
 /// string literals.
-fn call_position(source: &str, call: &str, global: bool) -> Option<usize> {
+pub(crate) fn call_position(source: &str, call: &str, global: bool) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = outside_strings(&source[from..], call).map(|i| i + from) {
         let before = source[..i].chars().next_back();

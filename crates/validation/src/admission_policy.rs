@@ -331,9 +331,17 @@ mod tests {
             "variables": [{"name": "r", "expression": "object.spec.replicas"}]}));
         assert_eq!(ok.validate_create(), vec![]);
         let bad = policy(json!({"matchConstraints": rules(),
-            "validations": [{"expression": "object.spec.replicas <="}, {"expression": "objekt.x"}]}));
+            "validations": [{"expression": "object.spec.replicas <="}, {"expression": "objekt.x"},
+                {"expression": "object.metadata.name.lowerAsci() == 'a'"}]}));
         let errs = bad.validate_create();
-        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[2]
+                .to_string()
+                .contains("undeclared reference to 'lowerAsci'"),
+            "{}",
+            errs[2]
+        );
         assert!(errs[0].to_string().starts_with(
             "spec.validations[0].expression: Invalid value: \"object.spec.replicas <=\": compilation failed: "
         ), "{}", errs[0].to_string());
