@@ -711,9 +711,14 @@ impl ApiError {
             o.remove("apiVersion");
             o.remove("kind");
         }
-        serde_json::from_value::<T>(fields)
-            .map(drop)
-            .map_err(|e| Self::undecodable(kind, version, e))
+        match T::deserialize(&fields) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Self::undecodable(
+                kind,
+                version,
+                decode_failure::<T>(&fields, ""),
+            )),
+        }
     }
 
     /// 415 UnsupportedMediaType.
@@ -873,9 +878,51 @@ impl ApiError {
     }
 }
 
+/// Why `body` does not decode as `T`, at the member where it fails
+/// (`spec.containers[0].ports[0].containerPort: invalid type: string "80", expected
+/// i32`), as upstream's decoder names the Go struct field it could not fill; `under`
+/// is the path `body` sits at in the request (`""` at its root). Meant for the error
+/// path: it decodes `body` once more to follow the path.
+pub fn decode_failure<T: serde::de::DeserializeOwned>(body: &Value, under: &str) -> String {
+    let Err(e) = serde_path_to_error::deserialize::<_, T>(body) else {
+        return "the object does not fit its type".to_string();
+    };
+    let inner_path = e.path().to_string();
+    let inner_path = if inner_path == "." { "" } else { &inner_path };
+    let path = match (under, inner_path) {
+        ("", p) => p.to_string(),
+        (u, "") => u.to_string(),
+        (u, p) if p.starts_with('[') => format!("{u}{p}"),
+        (u, p) => format!("{u}.{p}"),
+    };
+    if path.is_empty() {
+        e.into_inner().to_string()
+    } else {
+        format!("{path}: {}", e.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_failures_name_the_member() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let meta = serde_json::json!({"name": "a", "ownerReferences": [{"uid": 5}]});
+        assert_eq!(
+            decode_failure::<ObjectMeta>(&meta, "metadata"),
+            "metadata.ownerReferences[0].uid: invalid type: integer `5`, expected a string"
+        );
+        assert_eq!(
+            decode_failure::<ObjectMeta>(&serde_json::json!("x"), "metadata"),
+            "metadata: invalid type: string \"x\", expected ObjectMeta"
+        );
+        assert_eq!(
+            decode_failure::<Vec<ObjectMeta>>(&serde_json::json!([{"labels": 1}]), ""),
+            "[0].labels: invalid type: integer `1`, expected a map"
+        );
+    }
 
     #[test]
     fn go_quote_escapes_like_strconv() {

@@ -499,11 +499,10 @@ impl Strategy for CustomResourceStrategy {
             let typed: ObjectMeta = serde_ignored::deserialize(m, |path| {
                 unknown.push(format!("metadata.{}", format_path(&path)))
             })
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "Object of kind {} could not be decoded: metadata: {e}",
-                    self.info.kind
-                ))
+            .map_err(|_| {
+                let why =
+                    ferrokube_apimachinery::errors::decode_failure::<ObjectMeta>(m, "metadata");
+                ApiError::undecodable(self.info.kind, self.info.version, why)
             })?;
             obj["metadata"] = serde_json::to_value(typed).map_err(ApiError::internal)?;
         }

@@ -207,11 +207,12 @@ where
     /// (`spec.containers[0].foo`); a body that does not fit the type is a 400.
     fn decode_naming_unknown(&self, obj: &Value) -> Result<(K, Vec<String>), ApiError> {
         let (typed, unknown) = decode_naming::<K>(obj);
-        let typed = typed.map_err(|e| {
-            ApiError::bad_request(format!(
-                "Object of kind {} could not be decoded: {e}",
-                self.info.kind
-            ))
+        let typed = typed.map_err(|_| {
+            ApiError::undecodable(
+                self.info.kind,
+                self.info.version,
+                ferrokube_apimachinery::errors::decode_failure::<K>(obj, ""),
+            )
         })?;
         Ok((typed, unknown))
     }

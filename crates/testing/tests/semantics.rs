@@ -526,6 +526,35 @@ async fn bad_input_statuses() {
             "{path}: {message}"
         );
     }
+    // The message names the member that does not fit, as upstream's names the Go field.
+    for (path, body, want) in [
+        (
+            "/api/v1/namespaces/default/pods",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
+                    "ports": [{"containerPort": "80"}]}]}}),
+            "Pod in version \"v1\" cannot be handled as a Pod: \
+             spec.containers[0].ports[0].containerPort: invalid type: string \"80\", expected i32",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "bad", "labels": {"a": 1}}}),
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: \
+             metadata.labels.a: invalid type: integer `1`, expected a string",
+        ),
+        (
+            "/api/v1/namespaces/default/serviceaccounts/sa/token",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": "x"}}),
+            "TokenRequest in version \"v1\" cannot be handled as a TokenRequest: \
+             spec.expirationSeconds: invalid type: string \"x\", expected i64",
+        ),
+    ] {
+        let (code, s) = req("POST", path, body).await;
+        assert_eq!(code, 400, "{path}: {s}");
+        assert_eq!(s["message"], want, "{path}");
+    }
     assert!(
         pods.get("p")
             .await
