@@ -627,8 +627,15 @@ impl Store {
         check_type(obj, &self.info.api_version(), self.info.kind)
     }
 
-    /// Decodes a request object and applies `fieldValidation`.
-    fn decode(&self, obj: Value, opts: &WriteOptions) -> Result<(Value, Vec<String>), ApiError> {
+    /// Decodes a request object and applies `fieldValidation`; `whole_body`: `obj` is
+    /// the request's body (a create or a PUT), not the result of a patch, and a strict
+    /// decoding error is said as upstream's decoder of bodies says it.
+    fn decode(
+        &self,
+        obj: Value,
+        opts: &WriteOptions,
+        whole_body: bool,
+    ) -> Result<(Value, Vec<String>), ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request(format!(
                 "Object of kind {} could not be decoded: expected a JSON object",
@@ -637,7 +644,8 @@ impl Store {
         }
         self.check_type(&obj)?;
         let decoded = self.strategy.decode(obj)?;
-        let warnings = field_validation(&decoded.unknown_fields, opts)?;
+        let body_of = whole_body.then_some(self.info);
+        let warnings = field_validation(&decoded.unknown_fields, opts, body_of)?;
         Ok((decoded.object, warnings))
     }
 
@@ -763,7 +771,7 @@ impl Store {
         opts: &WriteOptions,
         track: bool,
     ) -> Result<Written, ApiError> {
-        let (mut obj, warnings) = self.decode(obj, opts)?;
+        let (mut obj, warnings) = self.decode(obj, opts, track)?;
         self.check_namespace(ns, &mut obj)?;
         if track {
             // As upstream's field manager: on the defaulted object, before admission.
@@ -1202,7 +1210,8 @@ impl Store {
                 (self.info.group, self.info.plural, name),
             )?,
         };
-        let (mut new, warnings) = self.decode(raw, opts)?;
+        let whole_body = matches!(input, UpdateInput::Replace(_));
+        let (mut new, warnings) = self.decode(raw, opts, whole_body)?;
         if let Some(admit) = &opts.admit {
             admit.0.mutate(&mut new, Some(&old)).await?;
         }
@@ -1462,6 +1471,7 @@ impl Store {
         let warnings = field_validation(
             &strategy::unknown_fields::<k8s_openapi::api::autoscaling::v1::Scale>(config),
             &opts,
+            None,
         )?;
         let (now, api_version) = (self.now(), self.info.api_version());
         let who = Writer {
@@ -2001,7 +2011,15 @@ pub fn empty_object() -> Value {
 /// The request's `fieldValidation` applied to a body's unknown fields and the
 /// duplicate fields its decoder found: a 400 (`Strict`), warnings (`Warn`: sent to the
 /// request's sink, or returned without one) or nothing (`Ignore`).
-fn field_validation(unknown: &[String], opts: &WriteOptions) -> Result<Vec<String>, ApiError> {
+/// `fieldValidation` applied to the unknown and duplicate fields of a write; `body_of`:
+/// the resource whose request body they are in, for a create or a PUT, whose strict
+/// error upstream's body decoder words as `<Kind> in version "<v>" cannot be handled as
+/// a <Kind>: strict decoding error: ...` (a patch's is the bare strict decoding error).
+fn field_validation(
+    unknown: &[String],
+    opts: &WriteOptions,
+    body_of: Option<&ResourceInfo>,
+) -> Result<Vec<String>, ApiError> {
     let problems = unknown
         .iter()
         .map(|f| format!("unknown field {f:?}"))
@@ -2022,13 +2040,13 @@ fn field_validation(unknown: &[String], opts: &WriteOptions) -> Result<Vec<Strin
         FieldValidation::Strict => {
             let problems: Vec<String> = problems.collect();
             if problems.is_empty() {
-                Ok(Vec::new())
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "strict decoding error: {}",
-                    problems.join(", ")
-                )))
+                return Ok(Vec::new());
             }
+            let why = format!("strict decoding error: {}", problems.join(", "));
+            Err(match body_of {
+                Some(info) => ApiError::undecodable(info.kind, info.version, why),
+                None => ApiError::bad_request(why),
+            })
         }
     }
 }

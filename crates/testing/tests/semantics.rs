@@ -247,7 +247,8 @@ async fn duplicate_fields_by_field_validation() {
     let s: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(
         s["message"],
-        "strict decoding error: duplicate field \"metadata.name\", duplicate field \"data.a\""
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: \
+         duplicate field \"metadata.name\", duplicate field \"data.a\""
     );
     let (code, h, _) = post("?fieldValidation=Warn&dryRun=All").await;
     assert_eq!(code, 201);
@@ -278,7 +279,8 @@ async fn duplicate_fields_by_field_validation() {
     let s: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(
         s["message"],
-        "strict decoding error: duplicate field \"data.a\""
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: \
+         duplicate field \"data.a\""
     );
     let (code, h, _) = post_yaml("?fieldValidation=Warn&dryRun=All").await;
     assert_eq!(code, 201);
