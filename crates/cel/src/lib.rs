@@ -315,10 +315,8 @@ fn undeclared_function_issues(e: &IdedExpr, source: &str) -> String {
         }
         reported.insert(name.to_string());
         let (written, global) = match (&call.target, &qualified) {
-            // `optional.of(` reads as a global call of a namespaced name.
-            (Some(_), Some(q)) if q.contains('.') && source.contains(&format!("{q}(")) => {
-                (format!("{q}("), true)
-            }
+            // `optional.off(` reads as a global call of a namespaced name.
+            (Some(_), Some(q)) if source.contains(&format!("{q}(")) => (format!("{q}("), true),
             (Some(_), _) => (format!(".{name}("), false),
             (None, _) => (format!("{name}("), true),
         };

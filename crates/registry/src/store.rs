@@ -771,7 +771,9 @@ impl Store {
         opts: &WriteOptions,
         track: bool,
     ) -> Result<Written, ApiError> {
-        let (mut obj, warnings) = self.decode(obj, opts, track)?;
+        // The one create not tracked here is an apply's, whose object is no request body.
+        let whole_body = track;
+        let (mut obj, warnings) = self.decode(obj, opts, whole_body)?;
         self.check_namespace(ns, &mut obj)?;
         if track {
             // As upstream's field manager: on the defaulted object, before admission.
@@ -2010,11 +2012,10 @@ pub fn empty_object() -> Value {
 
 /// The request's `fieldValidation` applied to a body's unknown fields and the
 /// duplicate fields its decoder found: a 400 (`Strict`), warnings (`Warn`: sent to the
-/// request's sink, or returned without one) or nothing (`Ignore`).
-/// `fieldValidation` applied to the unknown and duplicate fields of a write; `body_of`:
-/// the resource whose request body they are in, for a create or a PUT, whose strict
-/// error upstream's body decoder words as `<Kind> in version "<v>" cannot be handled as
-/// a <Kind>: strict decoding error: ...` (a patch's is the bare strict decoding error).
+/// request's sink, or returned without one) or nothing (`Ignore`). `body_of`: the
+/// resource whose request body they are in, for a create or a PUT, whose strict error
+/// upstream's body decoder words as `<Kind> in version "<v>" cannot be handled as a
+/// <Kind>: strict decoding error: ...` (a patch's is the bare strict decoding error).
 fn field_validation(
     unknown: &[String],
     opts: &WriteOptions,
