@@ -697,6 +697,21 @@ impl ApiError {
         ))
     }
 
+    /// The `why` of an [`ApiError::undecodable`] error for `kind` in `version`; `None`
+    /// for any other error.
+    pub fn undecodable_why(&self, kind: &str, version: &str) -> Option<&str> {
+        if self.code != 400 {
+            return None;
+        }
+        self.message
+            .strip_prefix(kind)?
+            .strip_prefix(" in version \"")?
+            .strip_prefix(version)?
+            .strip_prefix("\" cannot be handled as a ")?
+            .strip_prefix(kind)?
+            .strip_prefix(": ")
+    }
+
     /// Checks that the fields of `body` decode as `T` (named `kind` in `version` in the
     /// error): a field of the wrong type is upstream's 400, not a field left out. The
     /// body's `apiVersion` and `kind` are not compared here (a subresource takes its

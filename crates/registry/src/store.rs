@@ -1213,7 +1213,12 @@ impl Store {
             )?,
         };
         let whole_body = matches!(input, UpdateInput::Replace(_));
-        let (mut new, warnings) = self.decode(raw, opts, whole_body)?;
+        let (mut new, warnings) = self
+            .decode(raw, opts, whole_body)
+            .map_err(|e| match input {
+                UpdateInput::Patch(_, patch) => patch_result_invalid(e, self.info, patch),
+                _ => e,
+            })?;
         if let Some(admit) = &opts.admit {
             admit.0.mutate(&mut new, Some(&old)).await?;
         }
@@ -2003,6 +2008,21 @@ pub enum UpdateInput {
         config: Value,
         force: bool,
     },
+}
+
+/// A patch whose result does not decode as the resource (`{"spec": {"replicas": "x"}}`):
+/// upstream's patcher answers 422 ` "" is invalid: patch: Invalid value: ...: <why>`
+/// (kubectl: `The request is invalid: ...`), not a body's 400. Upstream shows the
+/// patched object for JSON and merge patches and the patch for strategic ones; the
+/// patch is shown here for all three, the patched object being gone by then.
+fn patch_result_invalid(e: ApiError, info: &ResourceInfo, patch: &Value) -> ApiError {
+    match e.undecodable_why(info.kind, info.version) {
+        Some(why) => {
+            let invalid = FieldError::invalid(&FieldPath::new("patch"), patch.to_string(), why);
+            ApiError::invalid("", "", "", vec![invalid])
+        }
+        None => e,
+    }
 }
 
 /// An empty object of the store's kind (for patches that create nothing).

@@ -528,6 +528,27 @@ async fn field_validation_and_http_edges() {
         strict_message(&e),
         "strict decoding error: unknown field \"bogus\""
     );
+    // A patch whose result has a member of the wrong type: upstream's patcher's 422.
+    let e = c
+        .request::<ConfigMap>(req(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/u",
+            "application/merge-patch+json",
+            br#"{"data": {"a": 1}}"#.to_vec(),
+        ))
+        .await
+        .unwrap_err();
+    match &e {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert_eq!(
+                s.message,
+                " \"\" is invalid: patch: Invalid value: \"{\\\"data\\\":{\\\"a\\\":1}}\": \
+                 data.a: invalid type: integer `1`, expected a string"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     // Kind mismatch, malformed JSON, YAML in, too large.
     let e = c
         .request::<ConfigMap>(req(
