@@ -1216,7 +1216,19 @@ impl Store {
         let (mut new, warnings) = self
             .decode(raw, opts, whole_body)
             .map_err(|e| match input {
-                UpdateInput::Patch(_, patch) => patch_result_invalid(e, self.info, patch),
+                UpdateInput::Patch(ty, patch) => {
+                    // Upstream shows the patched object for JSON and merge patches (its
+                    // patcher still holds it) and the patch for strategic ones. The
+                    // patched object went into the decode, so it is made again here,
+                    // on the error path only.
+                    let shown = match ty {
+                        PatchType::Json | PatchType::Merge => {
+                            (self.patch)(self.info, *ty, &old, patch).unwrap_or(Value::Null)
+                        }
+                        PatchType::StrategicMerge => patch.clone(),
+                    };
+                    patch_result_invalid(e, self.info, &shown)
+                }
                 _ => e,
             })?;
         if let Some(admit) = &opts.admit {
@@ -2011,14 +2023,13 @@ pub enum UpdateInput {
 }
 
 /// A patch whose result does not decode as the resource (`{"spec": {"replicas": "x"}}`):
-/// upstream's patcher answers 422 ` "" is invalid: patch: Invalid value: ...: <why>`
-/// (kubectl: `The request is invalid: ...`), not a body's 400. Upstream shows the
-/// patched object for JSON and merge patches and the patch for strategic ones; the
-/// patch is shown here for all three, the patched object being gone by then.
-fn patch_result_invalid(e: ApiError, info: &ResourceInfo, patch: &Value) -> ApiError {
+/// upstream's patcher answers 422 ` "" is invalid: patch: Invalid value: "<shown>":
+/// <why>` (kubectl: `The request is invalid: ...`), not a body's 400; `shown` is what
+/// upstream shows, the patched object or the patch.
+fn patch_result_invalid(e: ApiError, info: &ResourceInfo, shown: &Value) -> ApiError {
     match e.undecodable_why(info.kind, info.version) {
         Some(why) => {
-            let invalid = FieldError::invalid(&FieldPath::new("patch"), patch.to_string(), why);
+            let invalid = FieldError::invalid(&FieldPath::new("patch"), shown.to_string(), why);
             ApiError::invalid("", "", "", vec![invalid])
         }
         None => e,

@@ -528,25 +528,46 @@ async fn field_validation_and_http_edges() {
         strict_message(&e),
         "strict decoding error: unknown field \"bogus\""
     );
-    // A patch whose result has a member of the wrong type: upstream's patcher's 422.
-    let e = c
-        .request::<ConfigMap>(req(
+    // A patch whose result has a member of the wrong type: upstream's patcher's 422,
+    // showing the patched object for a merge (or JSON) patch, the patch for a
+    // strategic one.
+    let wrong_type = |content_type: &'static str| {
+        c.request::<ConfigMap>(req(
             "PATCH",
             "/api/v1/namespaces/default/configmaps/u",
-            "application/merge-patch+json",
+            content_type,
             br#"{"data": {"a": 1}}"#.to_vec(),
         ))
+    };
+    let why = "data.a: invalid type: integer `1`, expected a string";
+    match wrong_type("application/merge-patch+json")
         .await
-        .unwrap_err();
-    match &e {
+        .unwrap_err()
+    {
         kube::Error::Api(s) => {
             assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
-            assert_eq!(
-                s.message,
-                " \"\" is invalid: patch: Invalid value: \"{\\\"data\\\":{\\\"a\\\":1}}\": \
-                 data.a: invalid type: integer `1`, expected a string"
-            );
+            let shown = s
+                .message
+                .strip_prefix(" \"\" is invalid: patch: Invalid value: \"")
+                .and_then(|m| m.strip_suffix(&format!("\": {why}")))
+                .unwrap_or_else(|| panic!("{}", s.message));
+            let patched: serde_json::Value =
+                serde_json::from_str(&shown.replace("\\\"", "\"")).unwrap();
+            assert_eq!(patched["metadata"]["name"], "u");
+            assert_eq!(patched["data"]["a"], 1);
         }
+        other => panic!("{other:?}"),
+    }
+    match wrong_type("application/strategic-merge-patch+json")
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => assert_eq!(
+            s.message,
+            format!(
+                " \"\" is invalid: patch: Invalid value: \"{{\\\"data\\\":{{\\\"a\\\":1}}}}\": {why}"
+            )
+        ),
         other => panic!("{other:?}"),
     }
     // Kind mismatch, malformed JSON, YAML in, too large.
