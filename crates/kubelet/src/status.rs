@@ -383,6 +383,12 @@ fn container_statuses(
             }
             if let Some(l) = latest {
                 st.container_id = Some(format!("containerd://{}", l.id));
+                // The image as the runtime names it (containerd 1.6 answers the image's
+                // first tag, `docker.io/library/nginx:latest` for `nginx`), as upstream's
+                // kubelet reports it; the spec's until an instance exists.
+                if !l.image.is_empty() {
+                    st.image = l.image.clone();
+                }
                 st.image_id = l.image_ref.clone();
                 st.restart_count = l.restart_count;
                 st.state = Some(api_state(l));
@@ -424,6 +430,9 @@ fn container_statuses(
                     ..Default::default()
                 });
             }
+            // Go's `ContainerState` is a struct, never omitted: upstream always shows
+            // `lastState: {}`.
+            st.last_state.get_or_insert_with(Default::default);
             st
         })
         .collect()
@@ -944,7 +953,7 @@ mod tests {
             exit_code: exit,
             reason: String::new(),
             message: String::new(),
-            image: "busybox".into(),
+            image: "docker.io/library/busybox:latest".into(),
             image_ref: "sha256:bb".into(),
             restart_count: restarts,
             hash: String::new(),
@@ -1058,6 +1067,21 @@ mod tests {
     }
 
     #[test]
+    fn image_is_the_runtimes_once_an_instance_exists_and_last_state_always_shows() {
+        let p = pod(&["a", "b"], &[], "Always");
+        let st = pod_status(
+            &p,
+            &rt(vec![rc("a", Running, 0, 10, 0, false)]),
+            &StatusInputs::default(),
+        );
+        let json = serde_json::to_value(st.container_statuses.unwrap()).unwrap();
+        assert_eq!(json[0]["image"], "docker.io/library/busybox:latest");
+        assert_eq!(json[1]["image"], "busybox", "no instance yet: the spec's");
+        assert_eq!(json[0]["lastState"], serde_json::json!({}));
+        assert_eq!(json[1]["lastState"], serde_json::json!({}));
+    }
+
+    #[test]
     fn container_status_fields() {
         let p = pod(&["a"], &[], "Always");
         let r = rt(vec![
@@ -1077,7 +1101,7 @@ mod tests {
         assert!(cs.ready);
         assert_eq!(cs.started, Some(true));
         assert_eq!(cs.container_id.as_deref(), Some("containerd://a-20"));
-        assert_eq!(cs.image, "busybox");
+        assert_eq!(cs.image, "docker.io/library/busybox:latest");
         assert_eq!(cs.image_id, "sha256:bb");
         assert!(cs.state.as_ref().unwrap().running.is_some());
         let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
@@ -1408,12 +1432,15 @@ mod tests {
             later.container_statuses.as_ref().unwrap()[0].last_state,
             restarted.container_statuses.as_ref().unwrap()[0].last_state
         );
-        // A container that simply keeps running has no last state.
+        // A container that simply keeps running has an empty last state.
         let mut fresh = pod(&["app"], &[], "Always");
         let same = rt(vec![rc("app", Running, 0, 10, 0, false)]);
         fresh.status = Some(pod_status(&fresh, &same, &StatusInputs::default()));
         let again = pod_status(&fresh, &same, &StatusInputs::default());
-        assert!(again.container_statuses.unwrap()[0].last_state.is_none());
+        assert_eq!(
+            again.container_statuses.unwrap()[0].last_state,
+            Some(ContainerState::default())
+        );
     }
 
     #[test]
@@ -1504,7 +1531,7 @@ mod tests {
         assert_eq!(es[0].container_id.as_deref(), Some("containerd://dbg-20"));
         assert_eq!(
             (es[0].image.as_str(), es[0].image_id.as_str()),
-            ("busybox", "sha256:bb")
+            ("docker.io/library/busybox:latest", "sha256:bb")
         );
         assert_eq!(
             (es[0].ready, es[0].started, es[0].restart_count),
