@@ -45,7 +45,9 @@ if [ -n "${CARGO_TARGET_DIR:-}" ] && [ -d "$CARGO_TARGET_DIR" ]; then
   prune_build_cache "$CARGO_TARGET_DIR"
 fi
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says when it began (minutes:seconds since the start), so a run's log shows
+# where its time went.
+step() { printf '\n==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -100,4 +102,4 @@ else
 fi
 
 echo
-echo "all tests passed"
+echo "all tests passed in $((SECONDS / 60)) min $((SECONDS % 60)) s"

@@ -1,0 +1,472 @@
+//! API Priority and Fairness end to end: the bootstrap configuration at start, the
+//! `X-Kubernetes-PF-*` response headers naming the schema and level a request was
+//! classified into, a level with one seat that queues one request and refuses the next
+//! with 429 (each step counted in the `apiserver_flowcontrol_*` metrics and shown by
+//! the `/debug/api_priority_and_fairness/dump_*` tables), and the FlowSchemas'
+//! `Dangling` condition.
+
+use std::time::Duration;
+
+use ferrokube_testing::{TestApiServer, WebhookServer};
+use serde_json::{Value, json};
+
+use crate::support::hold;
+
+const FS: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas";
+const PL: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations";
+/// How long the webhook holds each create of the slow user.
+const HOLD: Duration = Duration::from_secs(2);
+
+async fn send(client: &kube::Client, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let (code, _, v) = TestApiServer::send_json(client, method, path, &body)
+        .await
+        .unwrap();
+    (code, v)
+}
+
+async fn get(client: &kube::Client, path: &str) -> Value {
+    let (code, v) = send(client, "GET", path, Value::Null).await;
+    assert_eq!(code, 200, "GET {path}: {v}");
+    v
+}
+
+/// The status, the flow-control headers and the body of a configmap create by `client`.
+async fn create_configmap(client: &kube::Client, name: &str) -> (u16, Option<String>, Value) {
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"hold": "yes"}}});
+    let (code, headers, bytes) = TestApiServer::raw(
+        client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await
+    .unwrap();
+    let level = headers
+        .get("X-Kubernetes-PF-PriorityLevel-UID")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (
+        code,
+        level,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
+    let srv = TestApiServer::start().await.unwrap();
+    let admin = srv.client.clone();
+
+    // Upstream's bootstrap configuration is there at start.
+    for name in [
+        "exempt",
+        "catch-all",
+        "global-default",
+        "system-nodes",
+        "probes",
+    ] {
+        get(&admin, &format!("{FS}/{name}")).await;
+    }
+    for name in [
+        "exempt",
+        "catch-all",
+        "global-default",
+        "workload-low",
+        "system",
+    ] {
+        get(&admin, &format!("{PL}/{name}")).await;
+    }
+    // The admin (system:masters) is exempt, and the response says so.
+    let exempt_fs = get(&admin, &format!("{FS}/exempt")).await["metadata"]["uid"].clone();
+    let exempt_pl = get(&admin, &format!("{PL}/exempt")).await["metadata"]["uid"].clone();
+    let (_, headers, _) = TestApiServer::raw(&admin, "GET", "/api/v1/namespaces", &[], vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        headers["X-Kubernetes-PF-FlowSchema-UID"].to_str().unwrap(),
+        exempt_fs.as_str().unwrap()
+    );
+    assert_eq!(
+        headers["X-Kubernetes-PF-PriorityLevel-UID"]
+            .to_str()
+            .unwrap(),
+        exempt_pl.as_str().unwrap()
+    );
+
+    // A level with a single seat and a single queue of one, for one user.
+    let (code, level) = send(
+        &admin,
+        "POST",
+        PL,
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": "fk-one-seat"},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0,
+                "limitResponse": {"type": "Queue",
+                    "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 1}}}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{level}");
+    let level_uid = level["metadata"]["uid"].as_str().unwrap().to_owned();
+    let (code, v) = send(
+        &admin,
+        "POST",
+        FS,
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+            "metadata": {"name": "fk-slow-user"},
+            "spec": {"matchingPrecedence": 100, "priorityLevelConfiguration": {"name": "fk-one-seat"},
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [{"subjects": [{"kind": "User", "user": {"name": "slow-user"}}],
+                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                        "namespaces": ["*"], "clusterScope": true}]}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = send(
+        &admin,
+        "POST",
+        FS,
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+            "metadata": {"name": "fk-dangling"},
+            "spec": {"matchingPrecedence": 200, "priorityLevelConfiguration": {"name": "fk-missing"},
+                "rules": [{"subjects": [{"kind": "User", "user": {"name": "nobody"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+
+    // The Dangling conditions: found for one, not for the other.
+    let dangling = |fs: Value| {
+        fs["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Dangling").cloned())
+    };
+    let mut conditions = (None, None);
+    for _ in 0..100 {
+        conditions = (
+            dangling(get(&admin, &format!("{FS}/fk-slow-user")).await),
+            dangling(get(&admin, &format!("{FS}/fk-dangling")).await),
+        );
+        if conditions.0.is_some() && conditions.1.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (found, missing) = (conditions.0.unwrap(), conditions.1.unwrap());
+    assert_eq!(
+        (&found["status"], &found["reason"]),
+        (&json!("False"), &json!("Found"))
+    );
+    assert_eq!(
+        (&missing["status"], &missing["reason"]),
+        (&json!("True"), &json!("NotFound"))
+    );
+    assert_eq!(
+        missing["message"],
+        "This FlowSchema references the PriorityLevelConfiguration object named \"fk-missing\" but there is no such object"
+    );
+
+    // The slow user's creates wait on a webhook, each holding the level's only seat.
+    let hooks = WebhookServer::start(|_path: String, review: Value| async move {
+        tokio::time::sleep(HOLD).await;
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": true}})
+    })
+    .await
+    .unwrap();
+    hold::hold_labelled_configmap_creates(&admin, &hooks, "slow-user").await;
+    // A client (and connection) per request, so that nothing on the client's side
+    // orders them, and without kube-rs's retries of a 429.
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mut config = srv
+            .config_as("slow-user", &["system:authenticated"])
+            .await
+            .unwrap();
+        config.default_retry = false;
+        clients.push(kube::Client::try_from(config).unwrap());
+    }
+    // Three at once: one runs, one waits in the queue, the third finds it full.
+    let started = std::time::Instant::now();
+    let creates: Vec<_> = clients
+        .iter()
+        .zip(["held-1", "held-2", "held-3"])
+        .map(|(client, name)| {
+            let client = client.clone();
+            tokio::spawn(async move { create_configmap(&client, name).await })
+        })
+        .collect();
+    // While the first holds the seat and the second waits, the dumps show both.
+    let mut levels = Vec::new();
+    let deadline = started + HOLD;
+    while std::time::Instant::now() < deadline {
+        levels = dump(&admin, "dump_priority_levels").await;
+        // One waiting, one refused.
+        if row(&levels, "fk-one-seat").is_some_and(|r| r[4] == "1" && r[7] == "1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let requests = dump(&admin, "dump_requests?includeRequestDetails=1").await;
+    let one_seat = row(&levels, "fk-one-seat").expect("the level is dumped");
+    // Waiting, executing, dispatched, rejected, timed out, cancelled.
+    assert_eq!(one_seat[4..], ["1", "1", "1", "1", "0", "0"], "{levels:?}");
+    assert_eq!(one_seat[1..4], ["1", "false", "false"], "{levels:?}");
+    let slow: Vec<&Vec<String>> = requests.iter().filter(|r| r[0] == "fk-one-seat").collect();
+    assert_eq!(slow.len(), 2, "{requests:?}");
+    for r in &slow {
+        assert_eq!(r[1], "fk-slow-user");
+        // A single queue: no distinguisher, as upstream computes it for more only.
+        assert_eq!(r[4], "");
+        assert_eq!(
+            r[10..],
+            [
+                "slow-user",
+                "create",
+                "/api/v1/namespaces/default/configmaps",
+                "default",
+                "",
+                "v1",
+                "configmaps",
+                ""
+            ]
+        );
+    }
+    // The first got its seat at once (no queue), the second waits first in queue 0.
+    assert!(slow.iter().any(|r| r[2..4] == ["-1", "-1"]), "{slow:?}");
+    assert!(
+        slow.iter()
+            .any(|r| r[2..4] == ["0", "0"] && r[9] == "0001-01-01T00:00:00Z"),
+        "{slow:?}"
+    );
+    // The dump itself runs, exempt, in no queue.
+    assert!(
+        requests
+            .iter()
+            .any(|r| r[..4] == ["exempt", "exempt", "-1", "-1"]),
+        "{requests:?}"
+    );
+    let queues = dump(&admin, "dump_queues").await;
+    assert_eq!(
+        row(&queues, "fk-one-seat").map(|r| &r[..5]),
+        Some(&["fk-one-seat", "0", "1", "0", "0"].map(String::from)[..]),
+        "{queues:?}"
+    );
+    let mut results = Vec::new();
+    for create in creates {
+        results.push(create.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    let mut codes: Vec<u16> = results.iter().map(|r| r.0).collect();
+    codes.sort_unstable();
+    assert_eq!(codes, [201, 201, 429], "{results:?}");
+    for (code, level, body) in &results {
+        assert_eq!(level.as_deref(), Some(level_uid.as_str()), "{code} {body}");
+        if *code == 429 {
+            assert_eq!(body["reason"], "TooManyRequests", "{body}");
+            assert_eq!(
+                body["message"],
+                "Too many requests, please try again later."
+            );
+        }
+    }
+    // The queued create ran after the first, not beside it.
+    assert!(
+        elapsed >= HOLD * 2,
+        "two creates of one seat took {elapsed:?}"
+    );
+
+    // The metrics counted each step for the schema and the level.
+    let page = metrics(&admin).await;
+    let labels = r#"flow_schema="fk-slow-user",priority_level="fk-one-seat""#;
+    let value = |series: &str| sample(&page, series);
+    assert_eq!(
+        value(&format!(
+            "apiserver_flowcontrol_rejected_requests_total{{{labels},reason=\"queue-full\"}}"
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&format!(
+            "apiserver_flowcontrol_dispatched_requests_total{{{labels}}}"
+        )),
+        Some(2.0)
+    );
+    for gauge in [
+        "current_executing_requests",
+        "current_executing_seats",
+        "current_inqueue_requests",
+        "current_inqueue_seats",
+    ] {
+        assert_eq!(
+            value(&format!("apiserver_flowcontrol_{gauge}{{{labels}}}")),
+            Some(0.0),
+            "{gauge}"
+        );
+    }
+    let wait = |execute: &str, sample: &str| {
+        value(&format!(
+            "apiserver_flowcontrol_request_wait_duration_seconds_{sample}{{execute=\"{execute}\",{labels}}}"
+        ))
+    };
+    assert_eq!(wait("true", "count"), Some(2.0));
+    assert_eq!(wait("false", "count"), Some(1.0));
+    // The queued create waited for the first to finish.
+    assert!(
+        wait("true", "sum").is_some_and(|s| s >= HOLD.as_secs_f64() * 0.9),
+        "{:?}",
+        wait("true", "sum")
+    );
+    assert_eq!(
+        value(&format!(
+            "apiserver_flowcontrol_request_execution_seconds_count{{{labels},type=\"regular\"}}"
+        )),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&format!(
+            "apiserver_flowcontrol_request_queue_length_after_enqueue_count{{{labels}}}"
+        )),
+        Some(2.0)
+    );
+    // No shares: a nominal limit of none, and the one seat a level always has.
+    let limit = |name: &str| {
+        value(&format!(
+            "apiserver_flowcontrol_{name}{{priority_level=\"fk-one-seat\"}}"
+        ))
+    };
+    assert_eq!(limit("nominal_limit_seats"), Some(0.0));
+    assert_eq!(limit("current_limit_seats"), Some(1.0));
+    // The admin's requests are exempt, and counted as dispatched there.
+    assert!(
+        value(r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="exempt",priority_level="exempt"}"#)
+            .is_some_and(|n| n >= 1.0)
+    );
+    assert!(page.contains("# TYPE apiserver_flowcontrol_request_wait_duration_seconds histogram"));
+    assert!(page.contains(&format!(
+        "apiserver_flowcontrol_request_wait_duration_seconds_bucket{{execute=\"true\",{labels},le=\"15\"}}"
+    )));
+}
+
+#[tokio::test]
+async fn the_dumps_are_for_those_allowed_to_read_them() {
+    let srv = TestApiServer::start().await.unwrap();
+    let (code, headers, bytes) = TestApiServer::raw(
+        &srv.client,
+        "GET",
+        "/debug/api_priority_and_fairness/dump_priority_levels",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(headers["content-type"], "text/plain; charset=utf-8");
+    let table = String::from_utf8(bytes.to_vec()).unwrap();
+    let mut lines = table.lines();
+    assert_eq!(
+        lines.next().map(str::trim_end),
+        Some(
+            "PriorityLevelName, ActiveQueues, IsIdle, IsQuiescing, WaitingRequests, ExecutingRequests, DispatchedRequests, RejectedRequests, TimedoutRequests, CancelledRequests"
+        )
+    );
+    // Every level, by name, the bootstrap ones among them.
+    let names: Vec<&str> = lines.filter_map(|l| l.split(',').next()).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted);
+    for level in [
+        "catch-all",
+        "exempt",
+        "global-default",
+        "system",
+        "workload-low",
+    ] {
+        assert!(names.contains(&level), "{table}");
+    }
+    // A user no role grants /debug is refused, as upstream's non-resource URL.
+    let nobody = srv
+        .client_as("nobody", &["system:authenticated"])
+        .await
+        .unwrap();
+    for path in [
+        "/debug/api_priority_and_fairness/dump_priority_levels",
+        "/debug/api_priority_and_fairness/dump_requests",
+    ] {
+        let (code, _, _) = TestApiServer::raw(&nobody, "GET", path, &[], vec![])
+            .await
+            .unwrap();
+        assert_eq!(code, 403, "{path}");
+    }
+    // Other paths under it are not served.
+    let (code, _, _) = TestApiServer::raw(
+        &srv.client,
+        "GET",
+        "/debug/api_priority_and_fairness/dump_other",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 404);
+}
+
+#[tokio::test]
+async fn without_priority_and_fairness_nothing_is_dumped_or_counted() {
+    let srv = TestApiServer::start_with(|o| o.enable_priority_and_fairness = false)
+        .await
+        .unwrap();
+    let (code, _, _) = TestApiServer::raw(
+        &srv.client,
+        "GET",
+        "/debug/api_priority_and_fairness/dump_queues",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 404);
+    assert!(
+        !metrics(&srv.client)
+            .await
+            .contains("apiserver_flowcontrol_")
+    );
+}
+
+/// A dump table, each row cut into its trimmed columns.
+async fn dump(client: &kube::Client, which: &str) -> Vec<Vec<String>> {
+    let path = format!("/debug/api_priority_and_fairness/{which}");
+    let (code, _, bytes) = TestApiServer::raw(client, "GET", &path, &[], vec![])
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{path}");
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| {
+            l.split(", ")
+                .map(|c| c.trim().trim_end_matches(',').to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// The row of a dump whose first column is `level`.
+fn row<'a>(table: &'a [Vec<String>], level: &str) -> Option<&'a Vec<String>> {
+    table.iter().find(|r| r[0] == level)
+}
+
+async fn metrics(client: &kube::Client) -> String {
+    let (code, _, bytes) = TestApiServer::raw(client, "GET", "/metrics", &[], vec![])
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The value of the sample `series` (its name and labels, as written) on `page`.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}

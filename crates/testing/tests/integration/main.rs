@@ -1,0 +1,52 @@
+//! The apiserver's integration tests, one module per area, in one test binary: a binary
+//! per file linked the whole apiserver once per file (47 links of about 250 MB each).
+
+mod support;
+
+mod admission;
+mod admission_namespace_scheduling;
+mod admission_off_by_default;
+mod admission_owner_references;
+mod admission_policy;
+mod aggregation;
+mod allow_privileged;
+mod anonymous;
+mod api;
+mod apiservices;
+mod audit;
+mod audit_webhook;
+mod authz_config;
+mod authz_webhook;
+mod bootstrap_tokens;
+mod certificate_reload;
+mod crd_conversion;
+mod custom_resources;
+mod custom_resources_openapi;
+mod event_rate_limit;
+mod flowcontrol;
+mod flowcontrol_api;
+mod hostile_input;
+mod hpa_versions;
+mod image_policy;
+mod max_inflight;
+mod oidc;
+mod openapi_patch;
+mod podsecurity;
+mod protobuf;
+mod rbac;
+mod request_header;
+mod request_timeout;
+mod reviews;
+mod runtime_class;
+mod runtime_config;
+mod semantics;
+mod server_side_apply;
+mod servicecidr_api;
+mod serving;
+mod storage_csi;
+mod strategies;
+mod tls_options;
+mod token_webhook;
+mod tokens;
+mod webhooks;
+mod workload_proxy;
