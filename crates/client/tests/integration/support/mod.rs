@@ -1,7 +1,7 @@
 //! What the tests of a component's secure port share: a temporary directory, a free
 //! loopback port, client certificates, and an HTTPS GET presenting one.
 
-// Each test binary compiles this module and uses part of it.
+// Not every helper is used by a test today.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

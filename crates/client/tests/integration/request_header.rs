@@ -5,7 +5,7 @@
 //! ordinary client certificate is its own CN whatever headers it sends. A replaced CA
 //! file is taken without a restart.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! followed without a restart. `--authentication-skip-lookup` leaves client
 //! certificates out; a lookup that fails stops the start unless tolerated.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
