@@ -317,6 +317,59 @@ fn resource_name(name: &str, path: &FieldPath, errs: &mut Errs) {
     }
 }
 
+/// Upstream's `validateMountPropagation`: a known mode, and `Bidirectional` only for a
+/// privileged container.
+fn validate_mount_propagation(
+    m: &core::VolumeMount,
+    privileged: bool,
+    mounts: &FieldPath,
+    errs: &mut Errs,
+) {
+    let Some(mode) = m.mount_propagation.as_deref() else {
+        return;
+    };
+    let path = mounts.child("mountPropagation");
+    enum_optional(
+        &m.mount_propagation,
+        &["Bidirectional", "HostToContainer", "None"],
+        &path,
+        errs,
+    );
+    if mode == "Bidirectional" && !privileged {
+        errs.push(FieldError::forbidden(
+            &path,
+            "Bidirectional mount propagation is available only to privileged containers",
+        ));
+    }
+}
+
+/// Upstream's `validateMountRecursiveReadOnly`: `Enabled` and `IfPossible` only on a
+/// read-only mount without propagation.
+fn validate_mount_recursive_read_only(m: &core::VolumeMount, path: &FieldPath, errs: &mut Errs) {
+    match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => {}
+        Some("Enabled" | "IfPossible") => {
+            if m.read_only != Some(true) {
+                errs.push(FieldError::forbidden(
+                    path,
+                    "may only be specified when readOnly is true",
+                ));
+            }
+            if m.mount_propagation.as_deref().is_some_and(|p| p != "None") {
+                errs.push(FieldError::forbidden(
+                    path,
+                    "may only be specified when mountPropagation is None or not specified",
+                ));
+            }
+        }
+        Some(other) => errs.push(FieldError::not_supported(
+            path,
+            other,
+            &["Disabled", "Enabled", "IfPossible"],
+        )),
+    }
+}
+
 /// The fields common to containers, init containers and ephemeral containers.
 struct ContainerView<'a> {
     name: &'a str,
@@ -333,6 +386,7 @@ struct ContainerView<'a> {
     startup: Option<&'a core::Probe>,
     lifecycle: Option<&'a core::Lifecycle>,
     restart_policy: &'a Option<String>,
+    privileged: bool,
 }
 
 macro_rules! view {
@@ -352,6 +406,11 @@ macro_rules! view {
             startup: $c.startup_probe.as_ref(),
             lifecycle: $c.lifecycle.as_ref(),
             restart_policy: &$c.restart_policy,
+            privileged: $c
+                .security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false),
         }
     };
 }
@@ -577,15 +636,25 @@ fn validate_container(
                 "must be unique",
             ));
         }
-        if let Some(sub) = m.sub_path.as_deref().filter(|p| !p.is_empty()) {
-            local_descending_path(sub, &mp.child("subPath"), errs);
+        // Upstream names the paths of these checks without the mount's index
+        // (`spec.containers[0].volumeMounts.subPath`), and so do we.
+        let unindexed = path.child("volumeMounts");
+        let sub_path = m.sub_path.as_deref().filter(|p| !p.is_empty());
+        if let Some(sub) = sub_path {
+            local_descending_path(sub, &unindexed.child("subPath"), errs);
         }
-        enum_optional(
-            &m.mount_propagation,
-            &["None", "HostToContainer", "Bidirectional"],
-            &mp.child("mountPropagation"),
-            errs,
-        );
+        if let Some(expr) = m.sub_path_expr.as_deref().filter(|p| !p.is_empty()) {
+            if sub_path.is_some() {
+                errs.push(FieldError::invalid(
+                    &mp.child("subPathExpr"),
+                    expr,
+                    "subPathExpr and subPath are mutually exclusive",
+                ));
+            }
+            local_descending_path(expr, &unindexed.child("subPathExpr"), errs);
+        }
+        validate_mount_propagation(m, c.privileged, &unindexed, errs);
+        validate_mount_recursive_read_only(m, &unindexed.child("recursiveReadOnly"), errs);
     }
     if let Some(r) = c.resources {
         validate_resources(r, &path.child("resources"), errs);

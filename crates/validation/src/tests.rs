@@ -165,6 +165,30 @@ fn pod_create() {
             ],
         ),
         (
+            "mount options, at upstream's unindexed paths",
+            json!({"spec": {
+                "volumes": [{"name": "a", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "i", "volumeMounts": [
+                    {"name": "a", "mountPath": "/1", "subPath": "/abs"},
+                    {"name": "a", "mountPath": "/2", "subPath": "x", "subPathExpr": "../$(P)"},
+                    {"name": "a", "mountPath": "/3", "mountPropagation": "Sideways"},
+                    {"name": "a", "mountPath": "/4", "mountPropagation": "Bidirectional"},
+                    {"name": "a", "mountPath": "/5", "recursiveReadOnly": "Enabled",
+                     "mountPropagation": "HostToContainer"},
+                    {"name": "a", "mountPath": "/6", "recursiveReadOnly": "Always"},
+                    {"name": "a", "mountPath": "/7", "readOnly": true, "recursiveReadOnly": "IfPossible"}]}]}}),
+            vec![
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"/abs\": must be a relative path",
+                "spec.containers[0].volumeMounts[1].subPathExpr: Invalid value: \"../$(P)\": subPathExpr and subPath are mutually exclusive",
+                "spec.containers[0].volumeMounts.subPathExpr: Invalid value: \"../$(P)\": must not contain '..'",
+                "spec.containers[0].volumeMounts.mountPropagation: Unsupported value: \"Sideways\": supported values: \"Bidirectional\", \"HostToContainer\", \"None\"",
+                "spec.containers[0].volumeMounts.mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers",
+                "spec.containers[0].volumeMounts.recursiveReadOnly: Forbidden: may only be specified when readOnly is true",
+                "spec.containers[0].volumeMounts.recursiveReadOnly: Forbidden: may only be specified when mountPropagation is None or not specified",
+                "spec.containers[0].volumeMounts.recursiveReadOnly: Unsupported value: \"Always\": supported values: \"Disabled\", \"Enabled\", \"IfPossible\"",
+            ],
+        ),
+        (
             "enums",
             json!({"spec": {"restartPolicy": "Sometimes", "dnsPolicy": "Bogus",
                 "containers": [{"name": "c", "image": "i", "imagePullPolicy": "Maybe"}]}}),
