@@ -64,7 +64,7 @@ pub enum EnvError {
 
 /// Expands `$(VAR)` references from `lookup`; `$$` is a literal `$`; unknown references and
 /// other `$` are kept as written (upstream's `expansion.Expand`).
-pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+pub fn expand(input: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> String {
     let bytes = input.as_bytes();
     let mut out = String::with_capacity(input.len());
     let mut i = 0;

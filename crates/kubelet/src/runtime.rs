@@ -985,7 +985,7 @@ impl RuntimeManager {
         };
         let mut cfg = container_config(&self.node, pod, &input).map_err(|e| config_err(&e))?;
         let (mut mounts, sub_paths) =
-            container_mounts(c, &volumes.volumes).map_err(|e| config_err(&e))?;
+            container_mounts(c, &volumes.volumes, &env).map_err(|e| config_err(&e))?;
         self.volumes
             .make_sub_paths(&sub_paths)
             .map_err(|e| config_err(&e))?;

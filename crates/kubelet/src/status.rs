@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -363,6 +363,7 @@ fn container_statuses(
                     }),
                     ..Default::default()
                 }),
+                volume_mounts: mount_statuses(c),
                 ..Default::default()
             };
             if latest.is_none()
@@ -436,6 +437,34 @@ fn container_statuses(
             st
         })
         .collect()
+}
+
+/// Upstream's `status.volumeMounts` (RecursiveReadOnlyMounts, on since 1.31): the
+/// container's mounts as asked, a read-only one saying whether it was made recursively
+/// read-only (`Disabled` when the runtime cannot, or when the mode cannot be resolved:
+/// the container then fails to start, saying why).
+fn mount_statuses(c: &Container) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = c.volume_mounts.as_ref().filter(|m| !m.is_empty())?;
+    Some(
+        mounts
+            .iter()
+            .map(|m| {
+                let read_only = m.read_only == Some(true);
+                let recursive = crate::volume::resolve_recursive_read_only(
+                    m,
+                    crate::volume::RUNTIME_SUPPORTS_RECURSIVE_READ_ONLY,
+                )
+                .unwrap_or(false);
+                VolumeMountStatus {
+                    name: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    read_only: read_only.then_some(true),
+                    recursive_read_only: read_only
+                        .then(|| if recursive { "Enabled" } else { "Disabled" }.to_owned()),
+                }
+            })
+            .collect(),
+    )
 }
 
 /// Whether the API shows the container running and no termination before it: when the
@@ -1079,6 +1108,37 @@ mod tests {
         assert_eq!(json[1]["image"], "busybox", "no instance yet: the spec's");
         assert_eq!(json[0]["lastState"], serde_json::json!({}));
         assert_eq!(json[1]["lastState"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn volume_mounts_are_reported_as_upstream_does() {
+        let mut p = pod(&["a"], &[], "Always");
+        p.spec.as_mut().unwrap().containers[0].volume_mounts = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                 "readOnly": true},
+                {"name": "data", "mountPath": "/data"},
+                {"name": "cfg", "mountPath": "/cfg", "readOnly": true,
+                 "recursiveReadOnly": "IfPossible"}
+            ]))
+            .unwrap(),
+        );
+        let st = pod_status(
+            &p,
+            &rt(vec![rc("a", Running, 0, 10, 0, false)]),
+            &StatusInputs::default(),
+        );
+        let json = serde_json::to_value(st.container_statuses.unwrap()).unwrap();
+        assert_eq!(
+            json[0]["volumeMounts"],
+            serde_json::json!([
+                {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                 "readOnly": true, "recursiveReadOnly": "Disabled"},
+                {"name": "data", "mountPath": "/data"},
+                {"name": "cfg", "mountPath": "/cfg", "readOnly": true,
+                 "recursiveReadOnly": "Disabled"}
+            ])
+        );
     }
 
     #[test]

@@ -9,13 +9,13 @@
 //! CRI mounts of a container (readOnly, subPath, propagation), and the mount table parsing
 //! teardown needs. The IO is [`crate::volume_manager`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, PersistentVolume,
-    PersistentVolumeClaim, Pod, Secret, ServiceAccountTokenProjection, Volume,
+    PersistentVolumeClaim, Pod, Secret, ServiceAccountTokenProjection, Volume, VolumeMount,
 };
 
 use crate::atomic_writer::{FileProjection, Payload};
@@ -56,6 +56,14 @@ pub enum VolumeError {
     },
     #[error("invalid subPath {0:?}: must be a relative path without '..'")]
     SubPath(String),
+    /// A subPathExpr naming variables the container's environment lacks or has empty
+    /// (upstream's `ExpandContainerVolumeMounts`; names sorted).
+    #[error("missing value for {}", .0.join(", "))]
+    SubPathExprMissing(Vec<String>),
+    /// A mount asking for a recursively read-only mount the runtime cannot make
+    /// (upstream's `resolveRecursiveReadOnly`).
+    #[error("failed to resolve recursive read-only mode: {0}")]
+    RecursiveReadOnly(String),
     /// Volumes upstream's desired-state populator could not process (a claim not bound yet,
     /// its PersistentVolume missing, a volume type this kubelet cannot mount): upstream's
     /// `WaitForAttachAndMount` error. `volumes` sorted; `errors` one per volume.
@@ -1019,12 +1027,78 @@ pub fn validate_sub_path(p: &str) -> Result<(), VolumeError> {
     Ok(())
 }
 
+/// Whether the runtime makes recursively read-only mounts. containerd reports it per
+/// runtime handler from CRI 1.30 on (containerd 2.0); the 1.6 and 1.7 this project
+/// installs do not, so a mount may only ask for it `IfPossible`.
+pub const RUNTIME_SUPPORTS_RECURSIVE_READ_ONLY: bool = false;
+
+/// Upstream's `resolveRecursiveReadOnly`: whether a mount is made recursively read-only,
+/// or why it cannot be made as asked.
+pub fn resolve_recursive_read_only(
+    m: &VolumeMount,
+    runtime_supports: bool,
+) -> Result<bool, VolumeError> {
+    let mode = match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    let refuse = |why: String| Err(VolumeError::RecursiveReadOnly(why));
+    if m.read_only != Some(true) {
+        return refuse(format!(
+            "volume {:?} requested recursive read-only mode, but it is not read-only",
+            m.name
+        ));
+    }
+    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return refuse(format!(
+            "volume {:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}",
+            m.name
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(runtime_supports),
+        "Enabled" if runtime_supports => Ok(true),
+        "Enabled" => refuse(format!(
+            "volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
+            m.name
+        )),
+        other => refuse(format!("unknown recursive read-only mode {other:?}")),
+    }
+}
+
+/// A mount's subPathExpr with the container's `$(VAR)`s expanded (upstream's
+/// `ExpandContainerVolumeMounts`: a variable missing or empty is an error).
+fn expand_sub_path_expr(expr: &str, env: &[(String, String)]) -> Result<String, VolumeError> {
+    let mut missing = BTreeSet::new();
+    let expanded = crate::env::expand(expr, |name| {
+        let value = env
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty());
+        if value.is_none() {
+            missing.insert(name.to_owned());
+        }
+        Some(value.unwrap_or_default())
+    });
+    if missing.is_empty() {
+        Ok(expanded)
+    } else {
+        Err(VolumeError::SubPathExprMissing(
+            missing.into_iter().collect(),
+        ))
+    }
+}
+
 /// A container's CRI mounts from its volumeMounts and the host paths of the pod's volumes
-/// (`volumes`: name -> (host path, kind)). Returns the mounts and the subPath directories
-/// that must exist on the host (upstream creates missing ones).
+/// (`volumes`: name -> (host path, kind)); `env` is the container's environment, which
+/// subPathExprs expand from. Returns the mounts and the subPath directories that must
+/// exist on the host (upstream creates missing ones).
 pub fn container_mounts(
     c: &Container,
     volumes: &BTreeMap<String, (PathBuf, VolumeKind)>,
+    env: &[(String, String)],
 ) -> Result<(Vec<cri::Mount>, Vec<PathBuf>), VolumeError> {
     let mut mounts = vec![];
     let mut make_dirs = vec![];
@@ -1034,8 +1108,13 @@ pub fn container_mounts(
             mount_path: m.mount_path.clone(),
             container: c.name.clone(),
         })?;
+        resolve_recursive_read_only(m, RUNTIME_SUPPORTS_RECURSIVE_READ_ONLY)?;
         let mut host_path = host.clone();
-        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+            Some(expr) => Some(expand_sub_path_expr(expr, env)?),
+            None => m.sub_path.clone(),
+        };
+        if let Some(sub) = sub.as_deref().filter(|s| !s.is_empty()) {
             validate_sub_path(sub)?;
             host_path = host_path.join(sub);
             make_dirs.push(host_path.clone());
@@ -1492,7 +1571,7 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let (mounts, dirs) = container_mounts(&c, &vols).unwrap();
+        let (mounts, dirs) = container_mounts(&c, &vols, &[]).unwrap();
         let view: Vec<_> = mounts
             .iter()
             .map(|m| {
@@ -1534,7 +1613,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            container_mounts(&bad, &vols),
+            container_mounts(&bad, &vols, &[]),
             Err(VolumeError::SubPath(_))
         ));
         let missing = Container {
@@ -1543,9 +1622,70 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            container_mounts(&missing, &vols),
+            container_mounts(&missing, &vols, &[]),
             Err(VolumeError::NoVolume { .. })
         ));
+    }
+
+    #[test]
+    fn sub_path_exprs_expand_from_the_environment() {
+        let vols: BTreeMap<_, _> = [(
+            "data".to_owned(),
+            (
+                PathBuf::from("/v/data"),
+                VolumeKind::EmptyDir {
+                    memory: false,
+                    size_limit: None,
+                },
+            ),
+        )]
+        .into();
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [{"name": "data", "mountPath": "/d", "subPathExpr": "logs/$(POD)"}]
+        }))
+        .unwrap();
+        let env = [("POD".to_owned(), "web-0".to_owned())];
+        let (mounts, dirs) = container_mounts(&c, &vols, &env).unwrap();
+        assert_eq!(mounts[0].host_path, "/v/data/logs/web-0");
+        assert_eq!(dirs, [PathBuf::from("/v/data/logs/web-0")]);
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [{"name": "data", "mountPath": "/d", "subPathExpr": "$(B)/$(A)/$(POD)"}]
+        }))
+        .unwrap();
+        let env = [
+            ("POD".to_owned(), "web-0".to_owned()),
+            ("A".to_owned(), String::new()),
+        ];
+        let err = container_mounts(&c, &vols, &env).unwrap_err();
+        assert_eq!(err.to_string(), "missing value for A, B");
+    }
+
+    #[test]
+    fn recursive_read_only_is_resolved_as_upstream_does() {
+        let mount =
+            |json: serde_json::Value| -> VolumeMount { serde_json::from_value(json).unwrap() };
+        let m = |mode: &str| {
+            mount(
+                serde_json::json!({"name": "mnt", "mountPath": "/m", "readOnly": true,
+                "recursiveReadOnly": mode}),
+            )
+        };
+        assert!(!resolve_recursive_read_only(&m("Disabled"), false).unwrap());
+        assert!(!resolve_recursive_read_only(&m("IfPossible"), false).unwrap());
+        assert!(resolve_recursive_read_only(&m("IfPossible"), true).unwrap());
+        assert!(resolve_recursive_read_only(&m("Enabled"), true).unwrap());
+        assert_eq!(
+            resolve_recursive_read_only(&m("Enabled"), false)
+                .unwrap_err()
+                .to_string(),
+            "failed to resolve recursive read-only mode: volume \"mnt\" requested recursive \
+             read-only mode, but it is not supported by the runtime"
+        );
+        let writable = mount(serde_json::json!({"name": "mnt", "mountPath": "/m",
+            "recursiveReadOnly": "IfPossible"}));
+        assert!(resolve_recursive_read_only(&writable, true).is_err());
     }
 
     #[test]
@@ -1976,7 +2116,7 @@ mod tests {
             ]
         }))
         .unwrap();
-        let (mounts, dirs) = container_mounts(&c, &vols).unwrap();
+        let (mounts, dirs) = container_mounts(&c, &vols, &[]).unwrap();
         let view: Vec<_> = mounts
             .iter()
             .map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.readonly))
