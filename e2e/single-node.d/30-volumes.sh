@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Pod volumes: configMap, secret and emptyDir (shared with an init container) show their
-# data inside a container (read back through its termination message), and an update of
+# Pod volumes: configMap, secret and emptyDir (shared with an init container, and a
+# subdirectory of it mounted through a subPathExpr naming the pod) show their data inside
+# a container (read back through its termination message), and an update of
 # the ConfigMap reaches the mounted file of a running pod (a readiness probe waiting for the
 # new value turns Ready). Sourced by e2e/single-node.sh; uses its step/ok/fail/k helpers.
 
@@ -30,17 +31,21 @@ items:
     - name: init
       image: busybox
       imagePullPolicy: IfNotPresent
-      command: [sh, -c, "echo -n from-init > /shared/x"]
+      command: [sh, -c, "echo -n from-init > /shared/x && mkdir -p /shared/vol-check && echo -n from-expr > /shared/vol-check/y"]
       volumeMounts: [{name: shared, mountPath: /shared}]
     containers:
     - name: c
       image: busybox
       imagePullPolicy: IfNotPresent
-      command: [sh, -c, 'printf "%s|%s|%s" "$(cat /etc/cfg/greeting)" "$(cat /etc/sec/password)" "$(cat /shared/x)" > /dev/termination-log']
+      command: [sh, -c, 'printf "%s|%s|%s|%s" "$(cat /etc/cfg/greeting)" "$(cat /etc/sec/password)" "$(cat /shared/x)" "$(cat /sub/y)" > /dev/termination-log']
+      env:
+      - name: POD_NAME
+        valueFrom: {fieldRef: {fieldPath: metadata.name}}
       volumeMounts:
       - {name: cfg, mountPath: /etc/cfg}
       - {name: sec, mountPath: /etc/sec}
       - {name: shared, mountPath: /shared}
+      - {name: shared, mountPath: /sub, subPathExpr: "$(POD_NAME)"}
 - apiVersion: v1
   kind: Pod
   metadata: {name: vol-watch}
@@ -62,7 +67,7 @@ EOF
 printf '%s\n' "$out"
 ok "created"
 
-step "volumes: configMap, secret and emptyDir data inside the container"
+step "volumes: configMap, secret, emptyDir and subPathExpr data inside the container"
 phase=""
 for ((i = 0; i < 120; i++)); do
   phase=$(k get pod vol-check -o 'jsonpath={.status.phase}' 2>/dev/null || true)
@@ -70,9 +75,9 @@ for ((i = 0; i < 120; i++)); do
   sleep 0.5
 done
 msg=$(k get pod vol-check -o 'jsonpath={.status.containerStatuses[0].state.terminated.message}' 2>/dev/null || true)
-if [ "$phase" != Succeeded ] || [ "$msg" != "hello|s3cret|from-init" ]; then
+if [ "$phase" != Succeeded ] || [ "$msg" != "hello|s3cret|from-init|from-expr" ]; then
   k describe pod vol-check 2>&1 | tail -n 30 || true
-  fail "vol-check phase '$phase', message '$msg' (expected Succeeded, 'hello|s3cret|from-init')"
+  fail "vol-check phase '$phase', message '$msg' (expected Succeeded, 'hello|s3cret|from-init|from-expr')"
 fi
 ok "the container read '$msg'"
 
