@@ -54,8 +54,12 @@ pub enum VolumeError {
         mount_path: String,
         container: String,
     },
-    #[error("invalid subPath {0:?}: must be a relative path without '..'")]
-    SubPath(String),
+    /// A subPath (as written, or a subPathExpr expanded) leaving its volume, in
+    /// upstream's `makeMounts` words.
+    #[error("error SubPath `{0}` must not be an absolute path")]
+    SubPathAbsolute(String),
+    #[error("unable to provision SubPath `{0}`: must not contain '..'")]
+    SubPathBacksteps(String),
     /// A subPathExpr naming variables the container's environment lacks or has empty
     /// (upstream's `ExpandContainerVolumeMounts`; names sorted).
     #[error("missing value for {}", .0.join(", "))]
@@ -1021,8 +1025,11 @@ fn propagation(p: Option<&str>) -> i32 {
 
 /// A subPath must stay inside its volume.
 pub fn validate_sub_path(p: &str) -> Result<(), VolumeError> {
-    if p.starts_with('/') || p.split('/').any(|e| e == "..") {
-        return Err(VolumeError::SubPath(p.to_owned()));
+    if p.starts_with('/') {
+        return Err(VolumeError::SubPathAbsolute(p.to_owned()));
+    }
+    if p.split('/').any(|e| e == "..") {
+        return Err(VolumeError::SubPathBacksteps(p.to_owned()));
     }
     Ok(())
 }
@@ -1614,7 +1621,7 @@ mod tests {
         };
         assert!(matches!(
             container_mounts(&bad, &vols, &[]),
-            Err(VolumeError::SubPath(_))
+            Err(VolumeError::SubPathBacksteps(_))
         ));
         let missing = Container {
             name: "c".into(),
@@ -1660,6 +1667,26 @@ mod tests {
         ];
         let err = container_mounts(&c, &vols, &env).unwrap_err();
         assert_eq!(err.to_string(), "missing value for A, B");
+        // An expansion leaving the volume, in upstream's words.
+        let escape: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [{"name": "data", "mountPath": "/d", "subPathExpr": "$(DIR)"}]
+        }))
+        .unwrap();
+        let refused = |dir: &str| {
+            let env = [("DIR".to_owned(), dir.to_owned())];
+            container_mounts(&escape, &vols, &env)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            refused("/etc"),
+            "error SubPath `/etc` must not be an absolute path"
+        );
+        assert_eq!(
+            refused("a/../../x"),
+            "unable to provision SubPath `a/../../x`: must not contain '..'"
+        );
     }
 
     #[test]
