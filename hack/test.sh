@@ -17,12 +17,13 @@ fi
 export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 RUST_BACKTRACE=1
 
 # A shared cache keeps the artifacts of every tree it has built, so it only grows. Keep
-# the disk from filling: a run from a fresh clone writes about 40 GiB (every workspace
-# crate and test executable under new hashes), so below NEED_GIB free, drop the
+# the disk from filling: a run from a fresh clone writes about 12 GiB (every workspace
+# crate and test executable under new hashes; about 40 GiB before the integration tests
+# became one executable per crate), so below NEED_GIB free, drop the
 # incremental state (rebuildable, not used here), then the libraries no build has read
 # for two days (other clones' workspace crates), then, if still short, the whole cache
 # (a full rebuild is slow, not wrong).
-NEED_GIB=48
+NEED_GIB=24
 prune_build_cache() {
   local dir=$1
   free_gib() { df -P --block-size=1G "$dir" | awk 'NR == 2 { print $4 }'; }
