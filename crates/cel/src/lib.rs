@@ -44,6 +44,7 @@ use kube_cel::cel::{Context, Value};
 
 pub mod authz;
 mod cost;
+mod limits;
 pub mod typecheck;
 
 pub use authz::{AuthzCheck, AuthzDecision, CelAuthorizer, RequestResource, authorizer_value};
@@ -166,6 +167,7 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             "compilation failed: ERROR: <input>:1:1: expression is empty".into(),
         ));
     }
+    limits::check(source)?;
     // The parser of the `cel` crate panics on a few malformed inputs; a policy's
     // expression must never take the apiserver down, so such a panic is a compile
     // error.
@@ -676,6 +678,49 @@ mod tests {
         ] {
             assert_eq!(eval(expr, deploy.clone()), Ok(Value::Bool(want)), "{expr}");
         }
+    }
+
+    /// Compiles and runs `source` on a thread with the stack of a tokio worker (2 MiB);
+    /// a stack overflow there aborts this whole test binary, as it would the apiserver.
+    fn on_a_worker_stack(source: String) -> Result<Result<Value, String>, String> {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let p = compile(&source, VAP).map_err(|e| e.0)?;
+                Ok(Activation::new().eval(&p))
+            })
+            .unwrap()
+            .join()
+            .expect("compiling and running an expression does not panic")
+    }
+
+    #[test]
+    fn deep_expressions_are_refused_before_they_overflow_the_stack() {
+        for terms in [300, 3_000, 30_000] {
+            let chain = vec!["1"; terms].join("+");
+            assert_eq!(
+                on_a_worker_stack(chain).unwrap_err(),
+                "compilation failed: ERROR: <input>:-1:0: max recursion depth exceeded",
+                "{terms} terms"
+            );
+        }
+        for deep in [
+            format!("object{}", ".a".repeat(5_000)),
+            format!("[0]{}", "[0]".repeat(5_000)),
+            format!("{}true", "!".repeat(5_000)),
+            format!("{}1{}", "(".repeat(5_000), ")".repeat(5_000)),
+            format!("{}1{}", "[".repeat(5_000), "]".repeat(5_000)),
+        ] {
+            let head: String = deep.chars().take(12).collect();
+            assert!(on_a_worker_stack(deep).is_err(), "{head}...");
+        }
+        // What stays within the limits compiles and runs on such a stack.
+        let longest = vec!["1"; 251].join(" + ");
+        assert_eq!(on_a_worker_stack(longest), Ok(Ok(Value::Int(251))));
+        let nested = format!("{}1{}", "(1 + ".repeat(80), ")".repeat(80));
+        assert_eq!(on_a_worker_stack(nested), Ok(Ok(Value::Int(81))));
+        let wide = vec!["1 + 1 == 2"; 5_000].join(" && ");
+        assert_eq!(on_a_worker_stack(wide), Ok(Ok(Value::Bool(true))));
     }
 
     #[test]

@@ -113,6 +113,30 @@ async fn policies_deny_warn_take_params_and_must_compile() {
         "{v}"
     );
 
+    // An expression whose tree would be thousands of levels deep is refused as cel-go
+    // refuses it; compiling it used to overflow a worker's stack and abort the server.
+    let chain = vec!["1"; 20_000].join("+");
+    let (code, _, v) = send(
+        &c,
+        "POST",
+        POLICIES,
+        policy(
+            "deep.example.com",
+            json!({
+        "matchConstraints": deployments_rule(),
+        "validations": [{"expression": format!("{chain} > 0")}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("compilation failed: ERROR: <input>:-1:0: max recursion depth exceeded"),
+        "{v}"
+    );
+
     // Upstream's documentation example.
     let (code, _, v) = send(
         &c,

@@ -1,0 +1,259 @@
+//! The parser limits cel-go applies before an expression is compiled: its size in code
+//! points, and how deep its syntax tree can grow.
+//!
+//! The depth limit is what keeps a hostile expression from taking the apiserver down:
+//! the `cel` crate's parser, our checks and the interpreter all recurse over the tree,
+//! and a chain of operators (`1 + 1 + ... + 1`, `a.b.c...`, `x[0][0]...`) builds one
+//! level per operator. The crate only bounds the nesting of brackets, so a few thousand
+//! `+` overflowed a thread's stack, which aborts the process (a stack overflow is not a
+//! panic that can be caught). cel-go refuses such a chain while parsing ("max recursion
+//! depth exceeded" past 250 levels); the same bound is estimated here from the tokens,
+//! before the crate's parser sees the source.
+
+use crate::CompileError;
+
+/// cel-go's `expressionSizeCodePointLimit` default.
+pub(crate) const MAX_EXPRESSION_CODE_POINTS: usize = 100_000;
+
+/// cel-go's `maxRecursionDepth` default.
+pub(crate) const MAX_RECURSION_DEPTH: usize = 250;
+
+/// The deepest nesting of brackets the `cel` crate's parser takes (cel-go's own limit
+/// is [`MAX_RECURSION_DEPTH`]; the crate refuses deeper ones with a message of its
+/// internals).
+pub(crate) const MAX_NESTING: usize = 96;
+
+/// Refuses, in cel-go's words, an expression longer than cel-go parses or whose tree
+/// would be deeper than its recursion limit.
+pub(crate) fn check(source: &str) -> Result<(), CompileError> {
+    let size = source.chars().count();
+    if size > MAX_EXPRESSION_CODE_POINTS {
+        return Err(CompileError(format!(
+            "compilation failed: ERROR: <input>:-1:0: expression code point size exceeds limit: size: {size}, limit {MAX_EXPRESSION_CODE_POINTS}"
+        )));
+    }
+    let bound = depth_bound(source);
+    if bound.nesting > MAX_NESTING {
+        return Err(CompileError(format!(
+            "compilation failed: ERROR: <input>:-1:0: expression recursion limit exceeded: {MAX_NESTING}"
+        )));
+    }
+    if bound.depth > MAX_RECURSION_DEPTH {
+        return Err(CompileError(
+            "compilation failed: ERROR: <input>:-1:0: max recursion depth exceeded".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// How deep an expression's brackets nest, and an upper bound of its tree's depth.
+#[derive(Debug, PartialEq, Eq)]
+struct Bound {
+    nesting: usize,
+    depth: usize,
+}
+
+/// An upper bound of the syntax tree's depth, from the tokens: each bracket opens a
+/// level, and each operator of a chain (arithmetic, comparison, `in`, `!`, `.`, an
+/// index, `?`) deepens its level by one, since such chains nest to one side. `&&`,
+/// `||` and `,` start a new chain at their level: cel-go balances logical chains,
+/// and list items and call arguments are siblings. Strings and comments are skipped.
+fn depth_bound(source: &str) -> Bound {
+    let bytes = source.as_bytes();
+    // The operators counted on each open level, outermost first.
+    let mut levels: Vec<usize> = vec![0];
+    let mut depth = 0;
+    let mut deepest = 0;
+    let mut nesting = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'"' | b'\'' => {
+                i = skip_string(bytes, i, false);
+                continue;
+            }
+            b'r' | b'R' | b'b' | b'B'
+                if matches!(bytes.get(i + 1), Some(b'"' | b'\''))
+                    && !continues_identifier(bytes, i) =>
+            {
+                i = skip_string(bytes, i + 1, matches!(b, b'r' | b'R'));
+                continue;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'(' | b'[' | b'{' => {
+                if b == b'[' && follows_operand(bytes, i) {
+                    deepen(&mut levels, &mut depth);
+                }
+                levels.push(0);
+                depth += 1;
+                nesting = nesting.max(levels.len() - 1);
+            }
+            b')' | b']' | b'}' if levels.len() > 1 => {
+                let chain = levels.pop().unwrap_or(0);
+                depth -= chain + 1;
+            }
+            b',' => reset(&mut levels, &mut depth),
+            b'&' | b'|' if bytes.get(i + 1) == Some(&b) => {
+                reset(&mut levels, &mut depth);
+                i += 1;
+            }
+            // Not the point of a decimal number.
+            b'.' if !(i > 0
+                && bytes[i - 1].is_ascii_digit()
+                && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)) =>
+            {
+                deepen(&mut levels, &mut depth);
+            }
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'!' | b'<' | b'>' | b'=' | b'?' => {
+                deepen(&mut levels, &mut depth);
+                // A two-character operator (`==`, `!=`, `<=`, `>=`) is one.
+                if bytes.get(i + 1) == Some(&b'=') {
+                    i += 1;
+                }
+            }
+            b'i' if bytes.get(i + 1) == Some(&b'n')
+                && !continues_identifier(bytes, i)
+                && !bytes
+                    .get(i + 2)
+                    .is_some_and(|&c| c == b'_' || c.is_ascii_alphanumeric()) =>
+            {
+                deepen(&mut levels, &mut depth);
+                i += 1;
+            }
+            _ => {}
+        }
+        deepest = deepest.max(depth);
+        i += 1;
+    }
+    Bound {
+        nesting,
+        depth: deepest,
+    }
+}
+
+/// One more operator in the innermost level's chain.
+fn deepen(levels: &mut [usize], depth: &mut usize) {
+    if let Some(chain) = levels.last_mut() {
+        *chain += 1;
+    }
+    *depth += 1;
+}
+
+/// Ends the chain of the innermost level.
+fn reset(levels: &mut [usize], depth: &mut usize) {
+    if let Some(chain) = levels.last_mut() {
+        *depth -= *chain;
+        *chain = 0;
+    }
+}
+
+/// Whether what comes before `i` ends an operand, which makes a `[` at `i` an index
+/// rather than a list.
+fn follows_operand(bytes: &[u8], i: usize) -> bool {
+    bytes[..i]
+        .iter()
+        .rev()
+        .find(|c| !c.is_ascii_whitespace())
+        .is_some_and(|&c| c == b'_' || c.is_ascii_alphanumeric() || b")]}\"'".contains(&c))
+}
+
+/// Whether the byte at `i` is inside an identifier (or a number) begun before it.
+fn continues_identifier(bytes: &[u8], i: usize) -> bool {
+    i > 0 && (bytes[i - 1] == b'_' || bytes[i - 1].is_ascii_alphanumeric())
+}
+
+/// The index after the string literal whose opening quote is at `start` (single or
+/// triple quoted; outside a raw string a backslash escapes the next byte). An
+/// unterminated string runs to the end, where the parser will report it.
+fn skip_string(bytes: &[u8], start: usize, raw: bool) -> usize {
+    let quote = bytes[start];
+    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if !raw => i += 2,
+            c if c == quote => {
+                if !triple {
+                    return i + 1;
+                }
+                if bytes.get(i + 1) == Some(&quote) && bytes.get(i + 2) == Some(&quote) {
+                    return i + 3;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    bytes.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_follows_chains_and_brackets() {
+        assert_eq!(depth_bound("true").depth, 0);
+        assert_eq!(depth_bound("1 + 2 + 3").depth, 2);
+        assert_eq!(depth_bound("a.b.c").depth, 2);
+        assert_eq!(
+            depth_bound("x[0][1]").depth,
+            3,
+            "two indexes, and the bracket's level"
+        );
+        assert_eq!(depth_bound("[[1]]").depth, 2, "lists are not indexes");
+        assert_eq!(depth_bound("(1 + (2 + 3))").depth, 4);
+        assert_eq!(depth_bound("a == 1 && b == 2 && c == 3").depth, 1);
+        assert_eq!(depth_bound("[1 + 1, 2 + 2, 3 + 3]").depth, 2);
+        assert_eq!(
+            depth_bound("1.5 + 2.25").depth,
+            1,
+            "decimal points are not selects"
+        );
+        assert_eq!(depth_bound("'a.b.c' + \"(((\" + '''x\\'''y'''").depth, 2);
+        assert_eq!(
+            depth_bound("r'\\' + 1").depth,
+            1,
+            "a raw string ends at its quote"
+        );
+        assert_eq!(depth_bound("x in y").depth, 1);
+        assert_eq!(
+            depth_bound("index + input").depth,
+            1,
+            "identifiers starting with 'in'"
+        );
+        assert_eq!(depth_bound("a // . . . .\n + b").depth, 1);
+        assert_eq!(depth_bound("a ? b : c ? d : e").depth, 2);
+        assert_eq!(depth_bound("a <= b").depth, 1);
+    }
+
+    #[test]
+    fn long_chains_are_refused_in_cel_gos_words() {
+        let chain = vec!["1"; 300].join(" + ");
+        assert_eq!(
+            check(&chain).unwrap_err().0,
+            "compilation failed: ERROR: <input>:-1:0: max recursion depth exceeded"
+        );
+        assert!(check(&vec!["1"; 200].join(" + ")).is_ok());
+        let ands = vec!["a + b == c"; 2000].join(" && ");
+        assert!(check(&ands).is_ok(), "logical chains are balanced");
+        let nested = format!("{}1{}", "(".repeat(97), ")".repeat(97));
+        assert_eq!(
+            check(&nested).unwrap_err().0,
+            "compilation failed: ERROR: <input>:-1:0: expression recursion limit exceeded: 96"
+        );
+        let nested = format!("{}1{}", "[".repeat(96), "]".repeat(96));
+        assert!(check(&nested).is_ok());
+        let big = "a".repeat(MAX_EXPRESSION_CODE_POINTS + 1);
+        assert_eq!(
+            check(&big).unwrap_err().0,
+            "compilation failed: ERROR: <input>:-1:0: expression code point size exceeds limit: size: 100001, limit 100000"
+        );
+    }
+}
