@@ -4,6 +4,7 @@
 //!
 //! * [`labels`] and [`fields`]: label and field selectors (parse, print, match).
 //! * [`duration`]: durations printed as Go prints them.
+//! * [`depth`]: how deeply JSON nests, measured with a bounded stack.
 //! * [`errors`]: field errors (`field.Error`) and API errors (`metav1.Status`) with
 //!   upstream's codes, reasons and message texts.
 //! * [`validation`]: name, label, annotation and `ObjectMeta` validation helpers.
@@ -21,6 +22,7 @@
 //! no IO at all: no sockets, no files, no tokio, no clock (time is passed in). It must
 //! never depend on `storage*`, `registry`, `admission` or `apiserver`.
 
+pub mod depth;
 pub mod duration;
 pub mod errors;
 pub mod fields;

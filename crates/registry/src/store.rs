@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferrokube_api::resources::ResourceInfo;
+use ferrokube_apimachinery::depth::{MAX_JSON_DEPTH, depth_up_to};
 use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_apimachinery::fields::FieldSelector;
 use ferrokube_apimachinery::labels::Selector;
@@ -380,6 +381,21 @@ fn strip_rv(obj: &Value) -> Value {
     o
 }
 
+/// Refuses to store what could not be read back: serde_json reads at most
+/// [`MAX_JSON_DEPTH`] levels, and an object as stored is deeper than the request that
+/// made it (its `managedFields` repeat its fields further down; a JSON patch can add
+/// depth). Upstream reads up to 10,000 levels; a client never gets an object it
+/// cannot read back here, nor does the store keep one it cannot update or delete.
+fn readable(obj: &Value) -> Result<(), ApiError> {
+    if depth_up_to(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+        return Err(ApiError::bad_request(format!(
+            "the object is nested more than {MAX_JSON_DEPTH} levels deep as stored (with its \
+             metadata.managedFields), deeper than this server reads back"
+        )));
+    }
+    Ok(())
+}
+
 fn encode(obj: &Value) -> Result<Bytes, ApiError> {
     // The store's revision is the resourceVersion; a copy without it is made only when
     // the object carries one (updates), not for the common create.
@@ -564,6 +580,7 @@ impl Store {
     /// The bytes stored for a served object, through a conversion webhook when the
     /// resource has one.
     async fn encode_stored(&self, obj: &Value) -> Result<Bytes, ApiError> {
+        readable(obj)?;
         match self.strategy.fallible_conversion() {
             Some(c) => encode(&c.stored_form(obj.clone()).await?),
             None => self.encode(obj),
@@ -844,7 +861,7 @@ impl Store {
             RevisionSlot::encode(&mut obj)
         };
         let bytes = match &slot {
-            Some(slot) => Ok(slot.stored()),
+            Some(slot) => readable(&obj).map(|()| slot.stored()),
             None => self.encode_stored(&obj).await,
         };
         let stored = match bytes {

@@ -81,6 +81,10 @@ pub enum PatchError {
     /// A JSON patch operation failed (test failed, path missing...) (422).
     #[error("{0}")]
     Apply(String),
+    /// A JSON patch would nest the object deeper than this server reads JSON (422,
+    /// saying so: upstream reads 10,000 levels, so it has no message of its own).
+    #[error("{0}")]
+    TooDeep(String),
     /// A strategic merge patch is malformed (400), e.g. `invalid patch format of
     /// primitive list`.
     #[error("{0}")]
@@ -104,6 +108,12 @@ impl PatchError {
             PatchError::TooManyOperations { .. } => {
                 ApiError::request_entity_too_large(self.to_string())
             }
+            PatchError::TooDeep(m) => ApiError {
+                code: 422,
+                reason: crate::errors::reason::INVALID.into(),
+                message: m.clone(),
+                details: Some(Box::default()),
+            },
             PatchError::Apply(_) | PatchError::Unprocessable(_) => ApiError {
                 code: 422,
                 reason: crate::errors::reason::INVALID.into(),
@@ -128,8 +138,81 @@ pub fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, PatchError> {
         });
     }
     let mut out = doc.clone();
-    json_patch::patch(&mut out, &ops).map_err(|e| PatchError::Apply(e.to_string()))?;
+    let mut copied = 0;
+    for (index, op) in ops.0.iter().enumerate() {
+        guard_operation(&out, op, &mut copied)?;
+        // One at a time, so that each is checked against the document it applies to;
+        // the document is dropped on failure, so nothing needs undoing.
+        json_patch::patch_unsafe(&mut out, std::slice::from_ref(op)).map_err(|mut e| {
+            e.operation = index;
+            PatchError::Apply(e.to_string())
+        })?;
+    }
     Ok(out)
+}
+
+/// Upstream's `--json-patch-max-copy-bytes` default (`JSONPatchMaxCopyBytes`): how much
+/// `copy` operations may add to a document in one patch.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Refuses an operation that would make the document deeper than serde_json reads
+/// (a value added at a deep path; a subtree copied or moved under itself), or whose
+/// copy takes the patch's copies past [`MAX_JSON_PATCH_COPY_BYTES`] (evanphx/json-patch's
+/// `AccumulatedCopySizeLimit`, as upstream arms it; without it, a few dozen copies of
+/// the document into itself double it each time).
+fn guard_operation(
+    doc: &Value,
+    op: &json_patch::PatchOperation,
+    copied: &mut usize,
+) -> Result<(), PatchError> {
+    use json_patch::PatchOperation as Op;
+    let (path, placed) = match op {
+        Op::Add(o) => (&o.path, Some(&o.value)),
+        Op::Replace(o) => (&o.path, Some(&o.value)),
+        Op::Copy(o) => {
+            let from = doc.pointer(o.from.as_str());
+            if let Some(value) = from {
+                *copied += encoded_len(value);
+                if *copied > MAX_JSON_PATCH_COPY_BYTES {
+                    return Err(PatchError::Apply(format!(
+                        "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+                    )));
+                }
+            }
+            (&o.path, from)
+        }
+        Op::Move(o) => (&o.path, doc.pointer(o.from.as_str())),
+        Op::Remove(_) | Op::Test(_) => return Ok(()),
+    };
+    let Some(value) = placed else {
+        return Ok(());
+    };
+    let at = path.count();
+    let cap = crate::depth::MAX_JSON_DEPTH.saturating_sub(at);
+    if at > crate::depth::MAX_JSON_DEPTH || crate::depth::depth_up_to(value, cap) > cap {
+        return Err(PatchError::TooDeep(format!(
+            "the patched object would be nested more than {} levels deep at {path}",
+            crate::depth::MAX_JSON_DEPTH
+        )));
+    }
+    Ok(())
+}
+
+/// The length of `v` as compact JSON, without building it.
+fn encoded_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
 }
 
 /// Applies an RFC 7386 JSON merge patch (the raw request body) to `doc`. The body
@@ -156,6 +239,57 @@ pub fn merge_patch_value(doc: &Value, patch: &Value) -> Result<Value, PatchError
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_patch_cannot_nest_deeper_than_serde_json_reads_or_copy_without_bound() {
+        let deep_value = (0..100).fold(json!("x"), |v, _| json!({"a": v}));
+        let mut ops = Vec::new();
+        let mut path = "/spec".to_string();
+        for _ in 0..100 {
+            ops.push(json!({"op": "add", "path": path.clone(), "value": deep_value.clone()}));
+            path.push_str(&"/a".repeat(100));
+        }
+        let err = json_patch(&json!({}), &serde_json::to_vec(&ops).unwrap()).unwrap_err();
+        assert!(
+            matches!(&err, PatchError::TooDeep(m) if m.starts_with("the patched object would be nested more than 128 levels deep at /spec/a/a/")),
+            "{err:?}"
+        );
+        // Up to the limit, it applies: 8 segments and 120 levels make 128.
+        let value = (0..120).fold(json!("x"), |v, _| json!({"a": v}));
+        let at = |path: &str| {
+            let op = json!([{"op": "add", "path": path, "value": value.clone()}]);
+            json_patch(
+                &json!({"a": {"a": {"a": {"a": {"a": {"a": {"a": {}}}}}}}}),
+                &serde_json::to_vec(&op).unwrap(),
+            )
+        };
+        let applied = at("/a/a/a/a/a/a/a/b");
+        assert!(applied.is_ok(), "{applied:?}");
+        let refused = at("/a/a/a/a/a/a/a/b/c");
+        assert!(
+            matches!(&refused, Err(PatchError::TooDeep(m)) if m.contains("nested more than 128")),
+            "{refused:?}"
+        );
+
+        // A document copied into itself doubles each time, until the copies pass
+        // upstream's 3 MiB.
+        let doc = json!({"spec": {"data": "x".repeat(1000)}});
+        let copies: Vec<Value> = (0..40)
+            .map(|i| json!({"op": "copy", "from": "/spec", "path": format!("/spec/c{i}")}))
+            .collect();
+        let err = json_patch(&doc, &serde_json::to_vec(&copies).unwrap()).unwrap_err();
+        assert!(
+            matches!(&err, PatchError::Apply(m) if m.starts_with("Unable to complete the copy, the accumulated size increase of copy is ") && m.ends_with(", exceeding the limit 3145728")),
+            "{err:?}"
+        );
+        // The failing operation keeps its index in the patch.
+        let bad = json!([{"op": "add", "path": "/a", "value": 1}, {"op": "remove", "path": "/b"}]);
+        let err = json_patch(&json!({}), &serde_json::to_vec(&bad).unwrap()).unwrap_err();
+        assert!(
+            matches!(&err, PatchError::Apply(m) if m.starts_with("operation '/1' failed at path '/b'")),
+            "{err:?}"
+        );
+    }
 
     #[test]
     fn json_patch_applies_rfc6902_operations() {

@@ -321,3 +321,132 @@ async fn malformed_requests_never_get_a_5xx() {
     assert!(answered_ok > 40, "only {answered_ok} requests succeeded");
     srv.stop().await;
 }
+
+/// Depth a request can build but a JSON parser would not read: a JSON patch whose
+/// operations each add a deep value below the last one (the apiserver's stack
+/// overflowed on the result, which aborts the process), copies of a document into
+/// itself (it doubled with each), and a custom resource just shallow enough to be
+/// accepted whose stored form (with `managedFields`) was too deep to read back (every
+/// later GET, update and delete of it answered 500).
+#[tokio::test]
+async fn depth_built_by_a_request_is_refused_not_stored_or_overflowed() {
+    let server = TestApiServer::start().await.unwrap();
+    let c = server.client.clone();
+    let send = |method: &'static str, path: String, content_type: &'static str, body: Value| {
+        let c = c.clone();
+        async move {
+            let (code, _, bytes) = TestApiServer::raw(
+                &c,
+                method,
+                &path,
+                &[("content-type", content_type)],
+                serde_json::to_vec(&body).unwrap(),
+            )
+            .await
+            .unwrap();
+            (code, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let json = "application/json";
+    let nested = |levels: usize| (0..levels).fold(json!("x"), |v, _| json!({"a": v}));
+
+    let cm = "/api/v1/namespaces/default/configmaps/deep".to_string();
+    let (code, body) = send(
+        "POST",
+        "/api/v1/namespaces/default/configmaps".into(),
+        json,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "deep"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let mut ops = Vec::new();
+    let mut path = "/data".to_string();
+    for _ in 0..100 {
+        ops.push(json!({"op": "add", "path": path.clone(), "value": nested(100)}));
+        path.push_str(&"/a".repeat(100));
+    }
+    let (code, body) = send(
+        "PATCH",
+        cm.clone(),
+        "application/json-patch+json",
+        json!(ops),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("nested more than 128 levels deep"), "{body}");
+    let copies: Vec<Value> = (0..40)
+        .map(|i| json!({"op": "copy", "from": "/metadata", "path": format!("/metadata/annotations/c{i}")}))
+        .collect();
+    let (code, body) = send(
+        "PATCH",
+        cm.clone(),
+        "application/json-patch+json",
+        json!([{"op": "add", "path": "/metadata/annotations", "value": {"pad": "x".repeat(4096)}}])
+            .as_array()
+            .unwrap()
+            .iter()
+            .cloned()
+            .chain(copies)
+            .collect::<Value>(),
+    )
+    .await;
+    // Upstream answers a failed operation with its generic 422 and no details.
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("the server rejected our request"), "{body}");
+    let (code, body) = send("GET", cm, json, Value::Null).await;
+    assert_eq!(code, 200, "the server still answers: {body}");
+
+    let group = "deep.example.com";
+    let (code, body) = send(
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into(),
+        json,
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("things.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "things", "kind": "Thing"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let things = format!("/apis/{group}/v1/namespaces/default/things");
+    let thing = |name: &str, levels: usize| {
+        json!({"apiVersion": format!("{group}/v1"), "kind": "Thing",
+            "metadata": {"name": name}, "spec": nested(levels)})
+    };
+    let mut created = 0;
+    for _ in 0..100 {
+        let (code, body) = send("POST", things.clone(), json, thing("ok", 100)).await;
+        if code == 201 {
+            created += 1;
+            break;
+        }
+        assert_eq!(code, 404, "only until the definition is served: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(created, 1);
+    let (code, body) = send("GET", format!("{things}/ok"), json, Value::Null).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send("POST", things.clone(), json, thing("deep", 124)).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("nested more than 128 levels deep as stored"),
+        "{body}"
+    );
+    let (code, _) = send("GET", format!("{things}/deep"), json, Value::Null).await;
+    assert_eq!(code, 404, "nothing was stored");
+    // A merge patch deepening a stored object is refused the same way, and the object
+    // stays as it was.
+    let (code, body) = send(
+        "PATCH",
+        format!("{things}/ok"),
+        "application/merge-patch+json",
+        json!({"spec": {"a": {"b": nested(122)}}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = send("GET", format!("{things}/ok"), json, Value::Null).await;
+    assert_eq!(code, 200, "{body}");
+}
