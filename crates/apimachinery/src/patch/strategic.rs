@@ -2,6 +2,8 @@
 //! (`k8s.io/apimachinery/pkg/util/strategicpatch/patch.go`, server-side options:
 //! parallel lists merged, unmatched nulls ignored).
 
+use std::collections::{BTreeSet, HashMap, HashSet};
+
 use serde_json::{Map, Value};
 
 use super::{FieldPatchMeta, PatchError, PatchSchema, Strategy};
@@ -340,9 +342,10 @@ fn merge_slice(
     let kind = slice_element_kind(&[&original, &patch])?;
     let (server_order, patch, merged) = if kind == ElemKind::Scalar {
         if is_delete_list {
+            let deleted: HashSet<String> = patch.iter().map(Value::to_string).collect();
             return Ok(original
                 .into_iter()
-                .filter(|v| !patch.contains(v))
+                .filter(|v| !deleted.contains(&v.to_string()))
                 .collect());
         }
         let mut both = original.clone();
@@ -371,27 +374,84 @@ fn merge_slice(
     )
 }
 
-/// Upstream's in-place deduplication (keeps its element order quirks).
+/// Upstream's in-place deduplication, with its element order: for each element in
+/// turn, every later copy of it is overwritten by the list's last element and the list
+/// shortened (the moved element checked again in its new place). Upstream compares
+/// every pair; here each value's positions are kept in an ordered set, so that a long
+/// list (a patch of 100,000 finalizers) costs n log n instead of n².
 fn deduplicate_scalars(mut s: Vec<Value>) -> Vec<Value> {
-    if s.is_empty() {
+    if s.len() < 2 {
         return s;
     }
-    let mut length = s.len() - 1;
+    let mut keys: Vec<String> = s.iter().map(Value::to_string).collect();
+    let mut at: HashMap<String, BTreeSet<usize>> = HashMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        at.entry(key.clone()).or_default().insert(i);
+    }
+    let mut last = s.len() - 1;
     let mut i = 0;
-    while i < length {
-        let mut j = i + 1;
-        while j <= length {
-            if s[i] == s[j] {
-                s[j] = s[length].clone();
-                s.truncate(length);
-                length -= 1;
-                continue; // re-check position j
+    while i < last {
+        let key = keys[i].clone();
+        while let Some(&j) = at.get(&key).and_then(|p| p.range(i + 1..).next()) {
+            // Overwrite the copy at `j` with the last element, as long as `j` holds one.
+            loop {
+                at.entry(key.clone()).or_default().remove(&j);
+                if j == last {
+                    s.pop();
+                    keys.pop();
+                    last -= 1;
+                    break;
+                }
+                let moved = keys.pop().unwrap_or_default();
+                let value = s.pop().unwrap_or(Value::Null);
+                if let Some(p) = at.get_mut(&moved) {
+                    p.remove(&last);
+                    p.insert(j);
+                }
+                s[j] = value;
+                keys[j] = moved.clone();
+                last -= 1;
+                if moved != key {
+                    break;
+                }
             }
-            j += 1;
         }
         i += 1;
     }
     s
+}
+
+/// Where each element first occurs in a list, by its identity: the value of its merge
+/// key for maps (none for a map without it), itself for scalars. Upstream scans the
+/// list for every lookup; with an index a long list stays linear (a strategic patch of
+/// 20,000 `env` entries took 19 s of one core by scanning).
+struct Positions(HashMap<String, usize>);
+
+impl Positions {
+    fn of(list: &[Value], merge_key: &str, kind: ElemKind) -> Positions {
+        let mut first = HashMap::with_capacity(list.len());
+        for (i, v) in list.iter().enumerate() {
+            first.entry(identity(v, merge_key, kind)).or_insert(i);
+        }
+        Positions(first)
+    }
+
+    fn get(&self, v: &Value, merge_key: &str, kind: ElemKind) -> Option<usize> {
+        self.0.get(&identity(v, merge_key, kind)).copied()
+    }
+}
+
+/// What [`Positions`] finds an element by. A map's merge key's value as JSON text (a
+/// missing key is `null`, as upstream compares it); a value that is not a map, in a
+/// list of maps, is the empty text, which no JSON value prints as.
+fn identity(v: &Value, merge_key: &str, kind: ElemKind) -> String {
+    match kind {
+        ElemKind::Map => match v.as_object() {
+            Some(m) => m.get(merge_key).unwrap_or(&Value::Null).to_string(),
+            None => String::new(),
+        },
+        ElemKind::Scalar => v.to_string(),
+    }
 }
 
 fn merge_key_value<'a>(item: &'a Value, merge_key: &str) -> Result<&'a Value, PatchError> {
@@ -402,20 +462,52 @@ fn merge_key_value<'a>(item: &'a Value, merge_key: &str) -> Result<&'a Value, Pa
         .ok_or_else(|| err_no_merge_key(m, merge_key))
 }
 
-fn find_by_key(
-    list: &[Value],
-    merge_key: &str,
-    value: &Value,
-) -> Result<Option<usize>, PatchError> {
-    for (i, v) in list.iter().enumerate() {
-        let Value::Object(m) = v else {
-            return Err(malformed(format!("value for key {i} is not a map")));
+/// The first map of a list whose merge key has a value, as upstream's
+/// `findMapInSliceBasedOnKeyValue` finds it (scanning from the start, failing at the
+/// first element that is not a map), from an index kept as the list grows.
+struct KeyIndex {
+    first: HashMap<String, usize>,
+    /// Where the first element that is not a map is: a lookup that scans past it fails.
+    not_a_map: Option<usize>,
+}
+
+impl KeyIndex {
+    fn of(list: &[Value], merge_key: &str) -> KeyIndex {
+        let mut index = KeyIndex {
+            first: HashMap::with_capacity(list.len()),
+            not_a_map: None,
         };
-        if m.get(merge_key) == Some(value) {
-            return Ok(Some(i));
+        for (i, v) in list.iter().enumerate() {
+            index.add(i, v, merge_key);
+        }
+        index
+    }
+
+    fn add(&mut self, i: usize, v: &Value, merge_key: &str) {
+        match v.as_object() {
+            Some(m) => {
+                if let Some(key) = m.get(merge_key) {
+                    self.first.entry(key.to_string()).or_insert(i);
+                }
+            }
+            None => {
+                self.not_a_map.get_or_insert(i);
+            }
         }
     }
-    Ok(None)
+
+    fn find(&self, value: &Value) -> Result<Option<usize>, PatchError> {
+        let found = self.first.get(&value.to_string()).copied();
+        match (found, self.not_a_map) {
+            (Some(i), Some(bad)) if bad < i => Err(not_a_map(bad)),
+            (None, Some(bad)) => Err(not_a_map(bad)),
+            (found, _) => Ok(found),
+        }
+    }
+}
+
+fn not_a_map(i: usize) -> PatchError {
+    malformed(format!("value for key {i} is not a map"))
 }
 
 fn merge_slice_with_special_elements(
@@ -425,6 +517,7 @@ fn merge_slice_with_special_elements(
 ) -> Result<(Vec<Value>, Vec<Value>), PatchError> {
     let mut without_special = Vec::new();
     let mut replace = false;
+    let mut deleted = HashSet::new();
     for v in patch {
         let Value::Object(m) = &v else {
             return Err(err_bad_arg_type(MAP_T, &v));
@@ -436,9 +529,12 @@ fn merge_slice_with_special_elements(
                     let Some(value) = m.get(merge_key) else {
                         return Err(err_no_merge_key(m, merge_key));
                     };
-                    while let Some(i) = find_by_key(&original, merge_key, value)? {
-                        original.remove(i);
+                    // Upstream removes matches one scan at a time, and its last scan
+                    // (finding none) fails at an element that is not a map.
+                    if let Some(bad) = original.iter().position(|v| !v.is_object()) {
+                        return Err(not_a_map(bad));
                     }
+                    deleted.insert(value.to_string());
                 }
                 Some(REPLACE_DIRECTIVE) => replace = true,
                 Some(MERGE_DIRECTIVE) => {
@@ -453,6 +549,12 @@ fn merge_slice_with_special_elements(
     if replace {
         Ok((without_special, Vec::new()))
     } else {
+        if !deleted.is_empty() {
+            original.retain(|v| {
+                v.get(merge_key)
+                    .is_none_or(|key| !deleted.contains(&key.to_string()))
+            });
+        }
         Ok((original, without_special))
     }
 }
@@ -463,9 +565,10 @@ fn merge_slice_without_special_elements(
     merge_key: &str,
     schema: &dyn PatchSchema,
 ) -> Result<Vec<Value>, PatchError> {
+    let mut index = KeyIndex::of(&original, merge_key);
     for v in patch {
         let value = merge_key_value(v, merge_key)?;
-        match find_by_key(&original, merge_key, value)? {
+        match index.find(value)? {
             Some(i) => {
                 let (Value::Object(o), Value::Object(p)) =
                     (std::mem::take(&mut original[i]), v.clone())
@@ -474,7 +577,10 @@ fn merge_slice_without_special_elements(
                 };
                 original[i] = Value::Object(merge_map(o, p, schema)?);
             }
-            None => original.push(v.clone()),
+            None => {
+                index.add(original.len(), v, merge_key);
+                original.push(v.clone());
+            }
         }
     }
     Ok(original)
@@ -489,12 +595,16 @@ fn partition(
 ) -> Result<(Vec<Value>, Vec<Value>), PatchError> {
     let mut in_patch = Vec::new();
     let mut server_only = Vec::new();
+    let whole = merge_key.is_empty() || kind == ElemKind::Scalar;
+    let (values, keys) = if whole {
+        (by.iter().map(Value::to_string).collect(), None)
+    } else {
+        (HashSet::new(), Some(KeyIndex::of(by, merge_key)))
+    };
     for v in merged {
-        let found = if merge_key.is_empty() || kind == ElemKind::Scalar {
-            by.contains(&v)
-        } else {
-            let value = merge_key_value(&v, merge_key)?;
-            find_by_key(by, merge_key, value)?.is_some()
+        let found = match &keys {
+            None => values.contains(&v.to_string()),
+            Some(keys) => keys.find(merge_key_value(&v, merge_key)?)?.is_some(),
         };
         if found {
             in_patch.push(v);
@@ -503,20 +613,6 @@ fn partition(
         }
     }
     Ok((in_patch, server_only))
-}
-
-/// The position of `item` in `list`, comparing merge-key values for maps.
-fn index_of(list: &[Value], item: &Value, merge_key: &str, kind: ElemKind) -> Option<usize> {
-    let key_of = |v: &Value| -> Option<Value> {
-        match kind {
-            ElemKind::Map => v
-                .as_object()
-                .map(|m| m.get(merge_key).cloned().unwrap_or(Value::Null)),
-            ElemKind::Scalar => Some(v.clone()),
-        }
-    };
-    let want = key_of(item);
-    list.iter().position(|v| key_of(v) == want)
 }
 
 fn normalize_slice_order(
@@ -535,7 +631,8 @@ fn normalize_slice_order(
     } else {
         (to_sort, Vec::new())
     };
-    to_sort.sort_by_key(|v| index_of(order, v, merge_key, kind).unwrap_or(usize::MAX));
+    let positions = Positions::of(order, merge_key, kind);
+    to_sort.sort_by_cached_key(|v| positions.get(v, merge_key, kind).unwrap_or(usize::MAX));
     to_sort.extend(to_delete);
     Ok(to_sort)
 }
@@ -570,6 +667,7 @@ fn merge_sorted_slice(
     kind: ElemKind,
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(left.len() + right.len());
+    let positions = Positions::of(server_order, merge_key, kind);
     let mut left = left.into_iter().peekable();
     let mut right = right.into_iter().peekable();
     loop {
@@ -578,8 +676,8 @@ fn merge_sorted_slice(
             (Some(_), None) => out.extend(left.next()),
             (None, Some(_)) => out.extend(right.next()),
             (Some(l), Some(r)) => {
-                let li = index_of(server_order, l, merge_key, kind);
-                let ri = index_of(server_order, r, merge_key, kind);
+                let li = positions.get(l, merge_key, kind);
+                let ri = positions.get(r, merge_key, kind);
                 let left_first = matches!((li, ri), (Some(a), Some(b)) if a < b);
                 if left_first {
                     out.extend(left.next());
@@ -1177,6 +1275,99 @@ mod tests {
         assert_eq!(
             deduplicate_scalars(vec![json!(1), json!(1), json!(2), json!(3)]),
             vec![json!(1), json!(3), json!(2)]
+        );
+    }
+
+    /// Upstream's `deduplicateScalars` as written, comparing every pair.
+    fn upstream_dedup(mut s: Vec<Value>) -> Vec<Value> {
+        if s.is_empty() {
+            return s;
+        }
+        let mut length = s.len() - 1;
+        let mut i = 0;
+        while i < length {
+            let mut j = i + 1;
+            while j <= length {
+                if s[i] == s[j] {
+                    s[j] = s[length].clone();
+                    s.truncate(length);
+                    length -= 1;
+                    continue;
+                }
+                j += 1;
+            }
+            i += 1;
+        }
+        s
+    }
+
+    #[test]
+    fn scalar_dedup_orders_exactly_as_upstream_on_any_list() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for round in 0..3000 {
+            let len = round % 40;
+            let alphabet = 1 + round % 7;
+            let list: Vec<Value> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let n = seed % alphabet as u64;
+                    if n.is_multiple_of(2) {
+                        json!(n)
+                    } else {
+                        json!(format!("v{n}"))
+                    }
+                })
+                .collect();
+            assert_eq!(
+                deduplicate_scalars(list.clone()),
+                upstream_dedup(list.clone()),
+                "{list:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_lists_merge_by_key_and_keep_upstreams_order() {
+        let env = |range: std::ops::Range<usize>| -> Vec<Value> {
+            range
+                .map(|i| json!({"name": format!("E{i}"), "value": format!("{i}")}))
+                .collect()
+        };
+        let doc = pod_with(json!([{"name": "a", "env": env(0..20_000)}]));
+        let mut patched_env = env(10_000..30_000);
+        patched_env.reverse();
+        let patch = json!({"spec": {"containers": [{"name": "a", "env": patched_env.clone()}]}});
+        let out = apply(&pod(), doc, patch);
+        let merged = out["spec"]["containers"][0]["env"].as_array().unwrap();
+        assert_eq!(merged.len(), 30_000);
+        // The patch's items in its order, the new ones first (they have no place in
+        // the live list), the server-only ones before the patch items the live list had
+        // after them.
+        let names: Vec<&str> = merged.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            [
+                names[0],
+                names[9_999],
+                names[10_000],
+                names[19_999],
+                names[20_000],
+                names[29_999]
+            ],
+            ["E29999", "E20000", "E0", "E9999", "E19999", "E10000"]
+        );
+        let finalizers: Vec<Value> = (0..50_000)
+            .map(|i| json!(format!("f{}", i % 1000)))
+            .collect();
+        let out = apply(
+            &pod(),
+            json!({"metadata": {"finalizers": ["f1"]}}),
+            json!({"metadata": {"finalizers": finalizers}}),
+        );
+        assert_eq!(
+            out["metadata"]["finalizers"].as_array().unwrap().len(),
+            1000
         );
     }
 
