@@ -3,6 +3,8 @@
 //! else the `patchStrategy`/`patchMergeKey` tags, as upstream's schema conversion), and
 //! which structs are atomic (`+structType=atomic`).
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use super::set::FieldSet;
@@ -386,8 +388,16 @@ fn compare_values(
     }
 }
 
-fn find_item<'a>(items: &[(String, &'a Value)], e: &str) -> Option<&'a Value> {
-    items.iter().find(|(x, _)| x == e).map(|(_, v)| *v)
+/// Each element of an indexed list by its path element, with its first position (a
+/// list may repeat one; the first is the one that counts, as in upstream's lookups).
+/// An index, not a scan per lookup: comparing or merging lists of n items stays
+/// linear (a list of 20,000 items was 400 million string comparisons).
+fn first_items<'l, 'a>(items: &'l [(String, &'a Value)]) -> HashMap<&'l str, (usize, &'a Value)> {
+    let mut first = HashMap::with_capacity(items.len());
+    for (i, (e, v)) in items.iter().enumerate() {
+        first.entry(e.as_str()).or_insert((i, *v));
+    }
+    first
 }
 
 fn compare_lists(
@@ -398,15 +408,19 @@ fn compare_lists(
     path: &mut Vec<String>,
     c: &mut Comparison,
 ) {
+    let (old_items, new_items) = (first_items(old), first_items(new));
     let mut elements: Vec<&String> = old.iter().map(|(e, _)| e).collect();
     elements.extend(
         new.iter()
             .map(|(e, _)| e)
-            .filter(|e| find_item(old, e).is_none()),
+            .filter(|e| !old_items.contains_key(e.as_str())),
     );
     for e in elements {
         path.push(e.clone());
-        let (o, n) = (find_item(old, e), find_item(new, e));
+        let (o, n) = (
+            old_items.get(e.as_str()).map(|f| f.1),
+            new_items.get(e.as_str()).map(|f| f.1),
+        );
         if whole_items {
             compare_leaf(o, n, path, c);
         } else {
@@ -456,24 +470,22 @@ fn merge_field(live: &Value, config: &Value, schema: Schema, list: ListKind) -> 
                 return config.clone();
             };
             let is_set = matches!(list, ListKind::Set);
-            let in_config = |e: &str| ci.iter().find(|(x, _)| x == e).map(|(_, v)| *v);
+            let (live_items, config_items) = (first_items(&li), first_items(&ci));
             let mut out = Vec::with_capacity(l.len().max(c.len()));
             let mut next = 0; // the config's items before `next` are placed
             let place = |item: &Value, out: &mut Vec<Value>, e: &str| {
-                let merged = match li.iter().find(|(x, _)| x == e) {
+                let merged = match live_items.get(e) {
                     Some((_, lv)) if !is_set => merge(lv, item, schema),
                     _ => item.clone(),
                 };
                 out.push(merged);
             };
             for (e, lv) in &li {
-                match in_config(e) {
+                match config_items.get(e.as_str()) {
                     None => out.push((*lv).clone()),
-                    Some(_) => {
+                    Some(&(pos, _)) => {
                         // The config's items up to this shared one, in its order.
-                        if let Some(pos) = ci.iter().position(|(x, _)| x == e)
-                            && pos >= next
-                        {
+                        if pos >= next {
                             for (ce, cv) in &ci[next..=pos] {
                                 place(cv, &mut out, ce);
                             }
