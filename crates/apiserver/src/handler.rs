@@ -1954,7 +1954,8 @@ pub(crate) fn watch_response(
     let ct = watch_content_type(target);
     state.metrics.watch_started();
     let metrics = state.metrics.clone();
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    // A timeout past what a clock can represent is no deadline at all.
+    let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let shutdown = state.shutdown.clone();
     struct Guard(Arc<Metrics>);
     impl Drop for Guard {

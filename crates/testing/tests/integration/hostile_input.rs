@@ -450,3 +450,24 @@ async fn depth_built_by_a_request_is_refused_not_stored_or_overflowed() {
     let (code, body) = send("GET", format!("{things}/ok"), json, Value::Null).await;
     assert_eq!(code, 200, "{body}");
 }
+
+/// A watch asked to run longer than a clock can count (`timeoutSeconds` near
+/// `i64::MAX`) runs without a deadline; its deadline overflowed the clock, and the
+/// request answered 500.
+#[tokio::test]
+async fn a_watch_timeout_past_the_clocks_range_is_no_deadline() {
+    let server = TestApiServer::start().await.unwrap();
+    let request = http::Request::builder()
+        .method("GET")
+        .uri("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=9223372036854775807")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        server.client.send(request),
+    )
+    .await
+    .expect("the watch answers at once")
+    .unwrap();
+    assert_eq!(response.status(), 200);
+}
