@@ -710,6 +710,10 @@ mod tests {
             format!("{}true", "!".repeat(5_000)),
             format!("{}1{}", "(".repeat(5_000), ")".repeat(5_000)),
             format!("{}1{}", "[".repeat(5_000), "]".repeat(5_000)),
+            // A quote the lexer does not read as a string hides nothing.
+            format!("'\\q {}'", "+1".repeat(5_000)),
+            format!("'\n{}'", "+1".repeat(5_000)),
+            format!("1 ' {}", "+1".repeat(5_000)),
         ] {
             let head: String = deep.chars().take(12).collect();
             assert!(on_a_worker_stack(deep).is_err(), "{head}...");
@@ -721,6 +725,9 @@ mod tests {
         assert_eq!(on_a_worker_stack(nested), Ok(Ok(Value::Int(81))));
         let wide = vec!["1 + 1 == 2"; 5_000].join(" && ");
         assert_eq!(on_a_worker_stack(wide), Ok(Ok(Value::Bool(true))));
+        // As long as the size limit lets a logical chain be.
+        let widest = vec!["true"; 16_000].join("||");
+        assert_eq!(on_a_worker_stack(widest), Ok(Ok(Value::Bool(true))));
     }
 
     #[test]

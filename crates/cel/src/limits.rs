@@ -70,14 +70,12 @@ fn depth_bound(source: &str) -> Bound {
         let b = bytes[i];
         match b {
             b'"' | b'\'' => {
-                i = skip_string(bytes, i, false);
-                continue;
-            }
-            b'r' | b'R' | b'b' | b'B'
-                if matches!(bytes.get(i + 1), Some(b'"' | b'\''))
-                    && !continues_identifier(bytes, i) =>
-            {
-                i = skip_string(bytes, i + 1, matches!(b, b'r' | b'R'));
+                // A quote that starts no valid string is a lexer error the parser
+                // reads past: what follows it is code, and counted as such.
+                match string_end(bytes, i, raw_prefix(bytes, i)) {
+                    Some(end) => i = end,
+                    None => i += 1,
+                }
                 continue;
             }
             b'/' if bytes.get(i + 1) == Some(&b'/') => {
@@ -168,29 +166,79 @@ fn continues_identifier(bytes: &[u8], i: usize) -> bool {
     i > 0 && (bytes[i - 1] == b'_' || bytes[i - 1].is_ascii_alphanumeric())
 }
 
-/// The index after the string literal whose opening quote is at `start` (single or
-/// triple quoted; outside a raw string a backslash escapes the next byte). An
-/// unterminated string runs to the end, where the parser will report it.
-fn skip_string(bytes: &[u8], start: usize, raw: bool) -> usize {
+/// Whether the quote at `quote` opens a raw string: an `r` or `R` right before it that
+/// begins a token (`r'..'`, `br'..'`; in `xr'..'` and `rb'..'` the letters are an
+/// identifier and the string is not raw), as the grammar's `RAW` and `BYTES` rules read.
+fn raw_prefix(bytes: &[u8], quote: usize) -> bool {
+    if quote == 0 || !matches!(bytes[quote - 1], b'r' | b'R') {
+        return false;
+    }
+    let mut start = quote - 1;
+    if start > 0 && matches!(bytes[start - 1], b'b' | b'B') {
+        start -= 1;
+    }
+    !continues_identifier(bytes, start)
+}
+
+/// The index after the string literal whose opening quote is at `start`, exactly as the
+/// grammar's `STRING` rule matches one: single-quoted strings end at the line, escapes
+/// outside raw strings are only the grammar's (`\n`, `\x41`, `\u0041`, `\101`, ...). `None`
+/// when no string starts there; an unfinished triple quote is the empty string `''`
+/// and a third quote, as the lexer's longest match takes it.
+fn string_end(bytes: &[u8], start: usize, raw: bool) -> Option<usize> {
     let quote = bytes[start];
     let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
-    let mut i = start + if triple { 3 } else { 1 };
+    if triple {
+        if let Some(end) = string_body_end(bytes, start + 3, quote, true, raw) {
+            return Some(end);
+        }
+        return Some(start + 2);
+    }
+    string_body_end(bytes, start + 1, quote, false, raw)
+}
+
+fn string_body_end(
+    bytes: &[u8],
+    mut i: usize,
+    quote: u8,
+    triple: bool,
+    raw: bool,
+) -> Option<usize> {
     while i < bytes.len() {
         match bytes[i] {
-            b'\\' if !raw => i += 2,
+            b'\\' if !raw => i += escape_len(&bytes[i..])?,
+            b'\n' | b'\r' if !triple => return None,
             c if c == quote => {
                 if !triple {
-                    return i + 1;
+                    return Some(i + 1);
                 }
                 if bytes.get(i + 1) == Some(&quote) && bytes.get(i + 2) == Some(&quote) {
-                    return i + 3;
+                    return Some(i + 3);
                 }
                 i += 1;
             }
             _ => i += 1,
         }
     }
-    bytes.len()
+    None
+}
+
+/// The length of the escape sequence `rest` starts with (at its backslash), `None` when
+/// the grammar has no such escape.
+fn escape_len(rest: &[u8]) -> Option<usize> {
+    let digits = |n: usize, ok: fn(&u8) -> bool| {
+        (rest.len() > 1 + n && rest[2..2 + n].iter().all(ok)).then_some(2 + n)
+    };
+    match rest.get(1)? {
+        b'a' | b'b' | b'f' | b'n' | b'r' | b't' | b'v' | b'"' | b'\'' | b'\\' | b'?' | b'`' => {
+            Some(2)
+        }
+        b'x' | b'X' => digits(2, u8::is_ascii_hexdigit),
+        b'u' => digits(4, u8::is_ascii_hexdigit),
+        b'U' => digits(8, u8::is_ascii_hexdigit),
+        b'0'..=b'3' => digits(2, |c| (b'0'..=b'7').contains(c)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -221,6 +269,25 @@ mod tests {
             depth_bound("r'\\' + 1").depth,
             1,
             "a raw string ends at its quote"
+        );
+        assert_eq!(
+            depth_bound("xr'\\' + 1 + '").depth,
+            0,
+            "xr is a name, so the string is not raw"
+        );
+        assert_eq!(depth_bound("'\\x41\\u0041\\101\\n' + 1").depth, 1);
+        // What the lexer does not take for a string is code.
+        assert_eq!(depth_bound("'\\q + 1 + 1'").depth, 2, "no such escape");
+        assert_eq!(
+            depth_bound("'a\n + 1 + 1'").depth,
+            2,
+            "a line ends a quoted string"
+        );
+        assert_eq!(depth_bound("' + 1 + 1").depth, 2, "unterminated");
+        assert_eq!(
+            depth_bound("''' + 1").depth,
+            1,
+            "an empty string, then a quote"
         );
         assert_eq!(depth_bound("x in y").depth, 1);
         assert_eq!(
