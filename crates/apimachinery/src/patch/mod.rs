@@ -190,8 +190,14 @@ fn guard_operation(
     let at = path.count();
     let cap = crate::depth::MAX_JSON_DEPTH.saturating_sub(at);
     if at > crate::depth::MAX_JSON_DEPTH || crate::depth::depth_up_to(value, cap) > cap {
+        // The path as far as a message needs it: a hostile one is thousands of levels.
+        let path = path.as_str();
+        let shown = match path.char_indices().nth(64) {
+            Some((cut, _)) => format!("{}...", &path[..cut]),
+            None => path.to_string(),
+        };
         return Err(PatchError::TooDeep(format!(
-            "the patched object would be nested more than {} levels deep at {path}",
+            "the patched object would be nested more than {} levels deep at {shown}",
             crate::depth::MAX_JSON_DEPTH
         )));
     }
@@ -251,7 +257,7 @@ mod tests {
         }
         let err = json_patch(&json!({}), &serde_json::to_vec(&ops).unwrap()).unwrap_err();
         assert!(
-            matches!(&err, PatchError::TooDeep(m) if m.starts_with("the patched object would be nested more than 128 levels deep at /spec/a/a/")),
+            matches!(&err, PatchError::TooDeep(m) if m.starts_with("the patched object would be nested more than 128 levels deep at /spec/a/a/") && m.ends_with("...") && m.len() < 150),
             "{err:?}"
         );
         // Up to the limit, it applies: 8 segments and 120 levels make 128.
