@@ -425,19 +425,29 @@ fn deduplicate_scalars(mut s: Vec<Value>) -> Vec<Value> {
 /// key for maps (none for a map without it), itself for scalars. Upstream scans the
 /// list for every lookup; with an index a long list stays linear (a strategic patch of
 /// 20,000 `env` entries took 19 s of one core by scanning).
-struct Positions(HashMap<String, usize>);
+struct Positions<'k> {
+    first: HashMap<String, usize>,
+    merge_key: &'k str,
+    kind: ElemKind,
+}
 
-impl Positions {
-    fn of(list: &[Value], merge_key: &str, kind: ElemKind) -> Positions {
+impl<'k> Positions<'k> {
+    fn of(list: &[Value], merge_key: &'k str, kind: ElemKind) -> Positions<'k> {
         let mut first = HashMap::with_capacity(list.len());
         for (i, v) in list.iter().enumerate() {
             first.entry(identity(v, merge_key, kind)).or_insert(i);
         }
-        Positions(first)
+        Positions {
+            first,
+            merge_key,
+            kind,
+        }
     }
 
-    fn get(&self, v: &Value, merge_key: &str, kind: ElemKind) -> Option<usize> {
-        self.0.get(&identity(v, merge_key, kind)).copied()
+    fn get(&self, v: &Value) -> Option<usize> {
+        self.first
+            .get(&identity(v, self.merge_key, self.kind))
+            .copied()
     }
 }
 
@@ -615,15 +625,16 @@ fn partition(
     Ok((in_patch, server_only))
 }
 
+/// `to_sort` in the order of `order`, whose positions `positions` holds (items it
+/// lacks last, deletions after them).
 fn normalize_slice_order(
     to_sort: Vec<Value>,
     order: &[Value],
-    merge_key: &str,
-    kind: ElemKind,
+    positions: &Positions<'_>,
 ) -> Result<Vec<Value>, PatchError> {
-    let (mut to_sort, to_delete) = if kind == ElemKind::Map {
+    let (mut to_sort, to_delete) = if positions.kind == ElemKind::Map {
         for item in to_sort.iter().chain(order) {
-            merge_key_value(item, merge_key)?;
+            merge_key_value(item, positions.merge_key)?;
         }
         to_sort.into_iter().partition::<Vec<_>, _>(|v| {
             v.get(DIRECTIVE_MARKER).and_then(Value::as_str) != Some(DELETE_DIRECTIVE)
@@ -631,8 +642,7 @@ fn normalize_slice_order(
     } else {
         (to_sort, Vec::new())
     };
-    let positions = Positions::of(order, merge_key, kind);
-    to_sort.sort_by_cached_key(|v| positions.get(v, merge_key, kind).unwrap_or(usize::MAX));
+    to_sort.sort_by_cached_key(|v| positions.get(v).unwrap_or(usize::MAX));
     to_sort.extend(to_delete);
     Ok(to_sort)
 }
@@ -645,15 +655,11 @@ fn normalize_element_order(
     merge_key: &str,
     kind: ElemKind,
 ) -> Result<Vec<Value>, PatchError> {
-    let patch = normalize_slice_order(patch, patch_order, merge_key, kind)?;
-    let server_only = normalize_slice_order(server_only, server_order, merge_key, kind)?;
-    Ok(merge_sorted_slice(
-        server_only,
-        patch,
-        server_order,
-        merge_key,
-        kind,
-    ))
+    let patch_positions = Positions::of(patch_order, merge_key, kind);
+    let patch = normalize_slice_order(patch, patch_order, &patch_positions)?;
+    let server_positions = Positions::of(server_order, merge_key, kind);
+    let server_only = normalize_slice_order(server_only, server_order, &server_positions)?;
+    Ok(merge_sorted_slice(server_only, patch, &server_positions))
 }
 
 /// Interleaves server-only items (`left`) into patch items (`right`), keeping each
@@ -662,12 +668,9 @@ fn normalize_element_order(
 fn merge_sorted_slice(
     left: Vec<Value>,
     right: Vec<Value>,
-    server_order: &[Value],
-    merge_key: &str,
-    kind: ElemKind,
+    server_order: &Positions<'_>,
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(left.len() + right.len());
-    let positions = Positions::of(server_order, merge_key, kind);
     let mut left = left.into_iter().peekable();
     let mut right = right.into_iter().peekable();
     loop {
@@ -676,8 +679,8 @@ fn merge_sorted_slice(
             (Some(_), None) => out.extend(left.next()),
             (None, Some(_)) => out.extend(right.next()),
             (Some(l), Some(r)) => {
-                let li = positions.get(l, merge_key, kind);
-                let ri = positions.get(r, merge_key, kind);
+                let li = server_order.get(l);
+                let ri = server_order.get(r);
                 let left_first = matches!((li, ri), (Some(a), Some(b)) if a < b);
                 if left_first {
                     out.extend(left.next());
