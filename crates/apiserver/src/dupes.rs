@@ -26,10 +26,12 @@ pub(crate) fn parse_noting_duplicates(body: &[u8]) -> serde_json::Result<(Value,
 }
 
 /// [`parse_noting_duplicates`] for a YAML body (one document), with the same value
-/// `serde_yaml_ng::from_slice` gives.
+/// `serde_yaml_ng::from_slice` gives; a body nested too deeply for it is refused
+/// unread ([`crate::yaml_nesting`]).
 pub(crate) fn parse_yaml_noting_duplicates(
     body: &[u8],
-) -> Result<(Value, Vec<String>), serde_yaml_ng::Error> {
+) -> Result<(Value, Vec<String>), crate::yaml_nesting::YamlError> {
+    crate::yaml_nesting::check(body)?;
     let duplicates = RefCell::new(Vec::new());
     let value = ValueSeed {
         path: &Path::Root,

@@ -45,6 +45,7 @@ mod token_webhook;
 mod tokens;
 mod webhook_client;
 mod workload_proxy;
+mod yaml_nesting;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -211,7 +211,7 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule>
 pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
     let essence = crate::output::media_essence(content_type);
     match essence {
-        "application/yaml" => serde_yaml_ng::from_slice(body).map_err(|e| {
+        "application/yaml" => crate::yaml_nesting::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
         }),
         ferrokube_protobuf::MEDIA_TYPE => crate::reviews_protobuf::decode(body),

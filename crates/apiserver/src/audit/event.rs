@@ -154,7 +154,7 @@ fn decode(body: &RawBody) -> Option<Value> {
         ferrokube_protobuf::MEDIA_TYPE => {
             ferrokube_protobuf::decode(&body.bytes).ok().map(|(_, v)| v)
         }
-        e if e.ends_with("yaml") => serde_yaml_ng::from_slice(&body.bytes).ok(),
+        e if e.ends_with("yaml") => crate::yaml_nesting::from_slice(&body.bytes).ok(),
         _ => serde_json::from_slice(&body.bytes).ok(),
     }
 }
@@ -186,7 +186,7 @@ fn decode_meta(body: &RawBody) -> Option<ObjectMetaRef> {
     let essence = crate::output::media_essence(&body.content_type);
     match essence {
         ferrokube_protobuf::MEDIA_TYPE => decode(body).as_ref().and_then(meta_of),
-        e if e.ends_with("yaml") => serde_yaml_ng::from_slice::<Named>(&body.bytes)
+        e if e.ends_with("yaml") => crate::yaml_nesting::from_slice::<Named>(&body.bytes)
             .ok()
             .map(|n| n.metadata),
         _ => serde_json::from_slice::<Named>(&body.bytes)
