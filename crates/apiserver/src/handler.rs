@@ -1148,11 +1148,8 @@ pub(crate) fn boolean(q: &HashMap<String, String>, k: &str) -> bool {
 }
 
 fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
-    for w in warnings {
-        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            r.headers_mut().append("Warning", v);
-        }
+    for header in crate::warning_headers::warning_headers(warnings.iter().map(String::as_str)) {
+        r.headers_mut().append("Warning", header);
     }
     r
 }

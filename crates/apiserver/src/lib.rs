@@ -43,6 +43,7 @@ mod reviews_protobuf;
 mod security;
 mod token_webhook;
 mod tokens;
+mod warning_headers;
 mod webhook_client;
 mod workload_proxy;
 mod yaml_nesting;
