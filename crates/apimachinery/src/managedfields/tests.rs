@@ -482,3 +482,28 @@ fn a_create_takes_what_it_sets_from_the_managers_the_body_names() {
     let obj = track_create(bad, &writer("ci", "t"));
     assert_eq!(managers(&obj), [("ci".to_string(), "Update".to_string())]);
 }
+
+/// A keyed list whose items cannot all be told apart (two containers of one name) is
+/// owned whole, as an atomic list; told apart, each item is its own member.
+#[test]
+fn a_list_with_items_of_one_key_is_owned_whole() {
+    let pod = |names: &[&str]| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": names.iter()
+                .map(|n| json!({"name": n, "image": "nginx"}))
+                .collect::<Vec<_>>()}})
+    };
+    let who = kind_writer("test", "", "v1", "Pod");
+    let many: Vec<String> = (0..3000).map(|i| format!("c{i}")).collect();
+    let distinct = created_fields_v1(
+        pod(&many.iter().map(String::as_str).collect::<Vec<_>>()),
+        &who,
+    );
+    let items = distinct["f:spec"]["f:containers"].as_object().unwrap();
+    assert_eq!(items.len(), 3000);
+    assert!(items.contains_key("k:{\"name\":\"c2999\"}"));
+    let mut same: Vec<&str> = many.iter().map(String::as_str).collect();
+    same.push("c1500");
+    let atomic = created_fields_v1(pod(&same), &who);
+    assert_eq!(atomic["f:spec"]["f:containers"], json!({}));
+}
