@@ -176,10 +176,15 @@ impl CustomResources {
     fn rebuild(&self, definitions: &[CustomResourceDefinition]) {
         let previous = self.served();
         let mut by_path = HashMap::new();
-        let mut groups: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+        let mut groups: BTreeMap<String, HashMap<String, i64>> = BTreeMap::new();
         for crd in definitions.iter().filter(|c| is_established(c)) {
             let terminating = crd.metadata.deletion_timestamp.is_some();
             let definition = Arc::new(crd.clone());
+            // Once per definition, not per version: a definition of n versions would
+            // compare its whole spec n times and build every version's schema n times
+            // (2,000 versions: minutes of CPU and gigabytes).
+            let mut compared_with: Option<(Arc<CustomResourceDefinition>, bool)> = None;
+            let mut stored_schemas: Option<StoredSchemas> = None;
             for v in crd.spec.versions.iter().filter(|v| v.served) {
                 let key = (
                     crd.spec.group.clone(),
@@ -188,16 +193,27 @@ impl CustomResources {
                 );
                 let unchanged = previous.by_path.get(&key).filter(|r| {
                     r.definition.metadata.uid == crd.metadata.uid
-                        && r.definition.spec == crd.spec
                         && r.terminating == terminating
+                        && match &compared_with {
+                            Some((d, same)) if Arc::ptr_eq(d, &r.definition) => *same,
+                            _ => {
+                                let same = r.definition.spec == crd.spec;
+                                compared_with = Some((r.definition.clone(), same));
+                                same
+                            }
+                        }
                 });
                 let resource = match unchanged {
                     Some(r) => r.clone(),
                     None => {
-                        let strategy = Arc::new(CustomResourceStrategy::with_webhook(
+                        let stored_schemas = stored_schemas
+                            .get_or_insert_with(|| StoredSchemas::new(crd))
+                            .clone();
+                        let strategy = Arc::new(CustomResourceStrategy::for_version(
                             &definition,
                             v,
                             &self.webhook,
+                            stored_schemas,
                         ));
                         let info = strategy.info;
                         Arc::new(CustomResource {
@@ -210,16 +226,18 @@ impl CustomResources {
                         })
                     }
                 };
-                let versions = groups.entry(crd.spec.group.clone()).or_default();
-                if !versions.iter().any(|(n, _)| *n == v.name) {
-                    versions.push((v.name.clone(), version_priority(&v.name)));
-                }
+                groups
+                    .entry(crd.spec.group.clone())
+                    .or_default()
+                    .entry(v.name.clone())
+                    .or_insert_with(|| version_priority(&v.name));
                 by_path.insert(key, resource);
             }
         }
         let group_versions = groups
             .into_iter()
-            .map(|(g, mut versions)| {
+            .map(|(g, versions)| {
+                let mut versions: Vec<(String, i64)> = versions.into_iter().collect();
                 versions.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                 (g, versions.into_iter().map(|(n, _)| n).collect())
             })
@@ -367,6 +385,17 @@ impl CustomResourceStrategy {
         version: &CustomResourceDefinitionVersion,
         webhook: &WebhookSlot,
     ) -> Self {
+        Self::for_version(crd, version, webhook, StoredSchemas::new(crd))
+    }
+
+    /// [`Self::with_webhook`] with the definition's stored schemas built once for all
+    /// its versions.
+    fn for_version(
+        crd: &Arc<CustomResourceDefinition>,
+        version: &CustomResourceDefinitionVersion,
+        webhook: &WebhookSlot,
+        stored_schemas: StoredSchemas,
+    ) -> Self {
         let spec = &crd.spec;
         let names = &spec.names;
         let subresources = version
@@ -432,7 +461,6 @@ impl CustomResourceStrategy {
             .is_some_and(|c| c.strategy == "Webhook");
         let served = format!("{}/{}", spec.group, version.name);
         let stored = format!("{}/{}", spec.group, storage_version);
-        let stored_schemas = StoredSchemas::new(crd);
         let webhook = by_webhook.then(|| WebhookConversion {
             definition: crd.clone(),
             kind: names.kind.clone(),
