@@ -450,17 +450,18 @@ fn request_timeout(query: Option<&str>, server: Duration) -> Result<Option<Durat
     })
 }
 
-/// How long a watch runs: `timeoutSeconds` when positive, else a random time between
-/// `--min-request-timeout` and twice that, so that watches begun together do not all
-/// end together (upstream's `GetTimeoutForWatch`); `None` when both are zero.
+/// How long a watch runs: `timeoutSeconds` when positive, no time at all when negative
+/// (upstream's timer fires at once), else a random time between `--min-request-timeout`
+/// and twice that, so that watches begun together do not all end together (upstream's
+/// `GetTimeoutForWatch`); `None` when both are zero.
 pub(crate) fn watch_timeout(
     q: &HashMap<String, String>,
     min_request_timeout: Duration,
 ) -> Option<Duration> {
-    match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
-        // Zero or negative means the default (upstream ends a watch asked for a
-        // negative time at once); a malformed value was refused before, as a 400.
-        Some(t) if t > 0 => Some(Duration::from_secs(t)),
+    // A malformed value was refused before, as a 400.
+    match q.get("timeoutSeconds").and_then(|t| t.parse::<i64>().ok()) {
+        Some(t) if t > 0 => Some(Duration::from_secs(t.unsigned_abs())),
+        Some(t) if t < 0 => Some(Duration::ZERO),
         _ if min_request_timeout.is_zero() => None,
         _ => Some(min_request_timeout.mul_f64(1.0 + random_fraction())),
     }
@@ -2046,6 +2047,14 @@ mod tests {
             "not spread: {drawn:?}"
         );
         assert_eq!(watch_timeout(&q("timeoutSeconds=0"), Duration::ZERO), None);
+        assert_eq!(
+            watch_timeout(&q("timeoutSeconds=-1"), min),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            watch_timeout(&q("timeoutSeconds=-9223372036854775808"), Duration::ZERO),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]

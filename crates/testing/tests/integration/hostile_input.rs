@@ -585,3 +585,24 @@ async fn warnings_for_thousands_of_unknown_fields_are_bounded() {
         format!("299 - \"{}\"", first.replace('"', "\\\""))
     );
 }
+
+/// A watch asked for a negative `timeoutSeconds` ends at once, as upstream's timer of a
+/// negative duration fires at once; it ran for the default time (30 to 60 minutes).
+#[tokio::test]
+async fn a_watch_with_a_negative_timeout_ends_at_once() {
+    use http_body_util::BodyExt;
+    let server = TestApiServer::start().await.unwrap();
+    let request = http::Request::builder()
+        .method("GET")
+        .uri("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=-1")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let response = server.client.send(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.into_body().collect().await.unwrap().to_bytes()
+    })
+    .await
+    .expect("the watch ends at once");
+    assert!(ended.is_empty(), "{ended:?}");
+}
