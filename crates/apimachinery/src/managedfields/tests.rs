@@ -506,4 +506,11 @@ fn a_list_with_items_of_one_key_is_owned_whole() {
     same.push("c1500");
     let atomic = created_fields_v1(pod(&same), &who);
     assert_eq!(atomic["f:spec"]["f:containers"], json!({}));
+    let short = created_fields_v1(pod(&["a", "b", "a"]), &who);
+    assert_eq!(short["f:spec"]["f:containers"], json!({}));
+    let short = created_fields_v1(pod(&["a", "b"]), &who);
+    assert_eq!(
+        short["f:spec"]["f:containers"].as_object().unwrap().len(),
+        2
+    );
 }

@@ -108,12 +108,18 @@ fn index_items(kind: ListKind, list: &[Value]) -> Option<Vec<(String, &Value)>> 
         .iter()
         .map(|item| Some((item_element(kind, item)?, item)))
         .collect::<Option<_>>()?;
-    // Through a set: a scan per item made a list of 20,000 containers cost 200 million
-    // comparisons on every write of its object.
-    let mut seen = std::collections::HashSet::with_capacity(out.len());
-    out.iter()
-        .all(|(element, _)| seen.insert(element.as_str()))
-        .then_some(out)
+    // A scan per item for the short lists most objects have; a set for long ones, where
+    // the scans made a list of 20,000 containers cost 200 million comparisons on every
+    // write of its object.
+    let distinct = if out.len() <= 16 {
+        out.iter()
+            .enumerate()
+            .all(|(i, (element, _))| out[..i].iter().all(|(other, _)| other != element))
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(out.len());
+        out.iter().all(|(element, _)| seen.insert(element.as_str()))
+    };
+    distinct.then_some(out)
 }
 
 /// The element naming field `name` (`f:name`), without the formatting machinery: a
