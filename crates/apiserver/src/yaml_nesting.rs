@@ -137,7 +137,8 @@ struct Mark {
 struct Scanner<'a> {
     text: &'a [u8],
     pos: usize,
-    mark: Mark,
+    line: usize,
+    column: usize,
     flow_level: usize,
     indent: isize,
     indents: Vec<isize>,
@@ -150,16 +151,21 @@ impl<'a> Scanner<'a> {
         Scanner {
             text,
             pos: 0,
-            mark: Mark {
-                index: 0,
-                line: 0,
-                column: 0,
-            },
+            line: 0,
+            column: 0,
             flow_level: 0,
             indent: -1,
             indents: Vec::new(),
             simple_key_allowed: true,
             block_key: None,
+        }
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            index: self.pos,
+            line: self.line,
+            column: self.column,
         }
     }
 
@@ -208,22 +214,20 @@ impl<'a> Scanner<'a> {
             Some(_) => 1,
         };
         self.pos = (self.pos + width).min(self.text.len());
-        self.mark.index = self.pos;
-        self.mark.column += 1;
+        self.column += 1;
     }
 
     /// Steps over a line break, CR LF as one (libyaml's `SKIP_LINE`).
     fn skip_line(&mut self) {
         if self.is(0, b'\r') && self.is(1, b'\n') {
             self.pos += 2;
-            self.mark.index = self.pos;
         } else if self.is_break(0) {
             self.skip();
         } else {
             return;
         }
-        self.mark.column = 0;
-        self.mark.line += 1;
+        self.column = 0;
+        self.line += 1;
     }
 
     fn skip_to_break(&mut self) {
@@ -233,7 +237,7 @@ impl<'a> Scanner<'a> {
     }
 
     fn is_document_indicator(&self) -> bool {
-        self.mark.column == 0
+        self.column == 0
             && (self.text[self.pos..].starts_with(b"---")
                 || self.text[self.pos..].starts_with(b"..."))
             && self.is_blankz(3)
@@ -248,12 +252,12 @@ impl<'a> Scanner<'a> {
             if self.is_end(0) {
                 return Ok(());
             }
-            self.unroll_indent(self.mark.column as isize);
+            self.unroll_indent(self.column as isize);
             let c = self.text[self.pos];
             let blankz_next = self.is_blankz(1);
             let in_flow = self.flow_level > 0;
             match c {
-                b'%' if self.mark.column == 0 => {
+                b'%' if self.column == 0 => {
                     self.unroll_indent(-1);
                     self.remove_simple_key();
                     self.simple_key_allowed = false;
@@ -270,7 +274,7 @@ impl<'a> Scanner<'a> {
                 b'[' | b'{' => {
                     self.save_simple_key();
                     self.flow_level += 1;
-                    on_flow_start(self.flow_level, self.mark)?;
+                    on_flow_start(self.flow_level, self.mark())?;
                     self.simple_key_allowed = true;
                     self.skip();
                 }
@@ -286,13 +290,13 @@ impl<'a> Scanner<'a> {
                     self.skip();
                 }
                 b'-' if blankz_next => {
-                    self.roll_indent(self.mark.column as isize);
+                    self.roll_indent(self.column as isize);
                     self.remove_simple_key();
                     self.simple_key_allowed = true;
                     self.skip();
                 }
                 b'?' if in_flow || blankz_next => {
-                    self.roll_indent(self.mark.column as isize);
+                    self.roll_indent(self.column as isize);
                     self.remove_simple_key();
                     self.simple_key_allowed = !in_flow;
                     self.skip();
@@ -346,7 +350,7 @@ impl<'a> Scanner<'a> {
 
     fn scan_to_next_token(&mut self) {
         loop {
-            if self.mark.column == 0 && self.text[self.pos..].starts_with(&[0xEF, 0xBB, 0xBF]) {
+            if self.column == 0 && self.text[self.pos..].starts_with(&[0xEF, 0xBB, 0xBF]) {
                 self.skip();
             }
             while self.is(0, b' ')
@@ -386,7 +390,7 @@ impl<'a> Scanner<'a> {
     /// A simple key may start here. Only the block level's is kept.
     fn save_simple_key(&mut self) {
         if self.flow_level == 0 && self.simple_key_allowed {
-            self.block_key = Some(self.mark);
+            self.block_key = Some(self.mark());
         }
     }
 
@@ -400,7 +404,7 @@ impl<'a> Scanner<'a> {
     /// past it.
     fn live_block_key(&self) -> Option<Mark> {
         self.block_key
-            .filter(|key| key.line == self.mark.line && key.index + 1024 >= self.mark.index)
+            .filter(|key| key.line == self.line && key.index + 1024 >= self.pos)
     }
 
     fn fetch_value(&mut self) {
@@ -411,7 +415,7 @@ impl<'a> Scanner<'a> {
             self.block_key = None;
             self.simple_key_allowed = false;
         } else {
-            self.roll_indent(self.mark.column as isize);
+            self.roll_indent(self.column as isize);
             self.simple_key_allowed = true;
         }
     }
@@ -475,7 +479,7 @@ impl<'a> Scanner<'a> {
             increment
         };
         self.scan_block_scalar_breaks(&mut indent);
-        while self.mark.column as isize == indent && !self.is_end(0) {
+        while self.column as isize == indent && !self.is_end(0) {
             self.skip_to_break();
             self.skip_line();
             self.scan_block_scalar_breaks(&mut indent);
@@ -487,10 +491,10 @@ impl<'a> Scanner<'a> {
     fn scan_block_scalar_breaks(&mut self, indent: &mut isize) {
         let mut max_indent = 0;
         loop {
-            while (*indent == 0 || (self.mark.column as isize) < *indent) && self.is(0, b' ') {
+            while (*indent == 0 || (self.column as isize) < *indent) && self.is(0, b' ') {
                 self.skip();
             }
-            max_indent = max_indent.max(self.mark.column as isize);
+            max_indent = max_indent.max(self.column as isize);
             if !self.is_break(0) {
                 break;
             }
@@ -541,14 +545,22 @@ impl<'a> Scanner<'a> {
                 self.skip();
                 return;
             }
-            while self.is_blank(0) || self.is_break(0) {
-                if self.is_blank(0) {
-                    self.skip();
-                } else {
-                    self.skip_line();
-                }
+            self.skip_blanks_and_breaks();
+        }
+    }
+
+    /// Steps over blanks and line breaks; whether it crossed a line break.
+    fn skip_blanks_and_breaks(&mut self) -> bool {
+        let mut crossed = false;
+        while self.is_blank(0) || self.is_break(0) {
+            if self.is_blank(0) {
+                self.skip();
+            } else {
+                self.skip_line();
+                crossed = true;
             }
         }
+        crossed
     }
 
     fn scan_plain_scalar(&mut self) {
@@ -577,15 +589,10 @@ impl<'a> Scanner<'a> {
             if !(self.is_blank(0) || self.is_break(0)) {
                 break;
             }
-            while self.is_blank(0) || self.is_break(0) {
-                if self.is_blank(0) {
-                    self.skip();
-                } else {
-                    self.skip_line();
-                    leading_blanks = true;
-                }
+            if self.skip_blanks_and_breaks() {
+                leading_blanks = true;
             }
-            if !in_flow && (self.mark.column as isize) < indent {
+            if !in_flow && (self.column as isize) < indent {
                 break;
             }
         }

@@ -50,32 +50,20 @@ impl FieldValidation {
 }
 
 /// The warnings for a request's response (upstream `warning.AddWarning`): shared by
-/// everything that handles the request, so they go out with an error too; identical
-/// texts are kept once, as upstream's recorder does. A body can carry hundreds of
-/// thousands (one per unknown field), so a text is looked up in a set, not a list.
+/// everything that handles the request, so they go out with an error too. Identical
+/// texts are dropped, and many cut, where the headers are written (the apiserver's
+/// `warning_headers`, upstream's recorder), the one place they are read.
 #[derive(Clone, Debug, Default)]
-pub struct Warnings(Arc<parking_lot::Mutex<RecordedWarnings>>);
-
-#[derive(Debug, Default)]
-struct RecordedWarnings {
-    seen: std::collections::HashSet<String>,
-    in_order: Vec<String>,
-}
+pub struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
 
 impl Warnings {
     pub fn add(&self, text: String) {
-        let mut w = self.0.lock();
-        if !w.seen.contains(&text) {
-            w.seen.insert(text.clone());
-            w.in_order.push(text);
-        }
+        self.0.lock().push(text);
     }
 
-    /// The warnings added since the last take, in the order first added.
+    /// The warnings added since the last take, in the order added.
     pub fn take(&self) -> Vec<String> {
-        let mut w = self.0.lock();
-        w.seen.clear();
-        std::mem::take(&mut w.in_order)
+        std::mem::take(&mut *self.0.lock())
     }
 }
 
