@@ -25,8 +25,9 @@
 //! handled by the caller's failure policy) instead of at create (field references are
 //! checked against schemas by [`typecheck`]: as warnings for a policy, as upstream
 //! does, and as errors for a CRD's rules, with operators on operands of known types);
-//! the cost is metered at run time only
-//! (no estimate at create), per evaluated node and comprehension iteration. JSON objects
+//! the cost is metered at run time per evaluated node and comprehension iteration, and
+//! a CRD rule's worst-case cost is estimated at the CRD's write as upstream estimates
+//! it ([`estimate`], with the types inferred there). JSON objects
 //! become plain CEL maps, so field names are not escaped (`object.metadata.labels['a.b/c']`
 //! works as upstream; a field named after a CEL reserved word is also reachable as
 //! `__word__`, upstream's escaped spelling).
@@ -44,6 +45,7 @@ use kube_cel::cel::{Context, Value};
 
 pub mod authz;
 mod cost;
+pub mod estimate;
 mod limits;
 pub mod typecheck;
 
