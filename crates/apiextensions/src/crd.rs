@@ -124,7 +124,7 @@ pub fn default_crd(crd: &mut CustomResourceDefinition) {
 
 /// Options upstream derives from the old object on update (`validationOptions`).
 #[derive(Clone, Copy)]
-struct Opts {
+struct Opts<'a> {
     require_recognized_conversion_review_version: bool,
     require_immutable_names: bool,
     require_open_api_schema: bool,
@@ -134,10 +134,19 @@ struct Opts {
     require_map_list_keys_map_set_validation: bool,
     /// Compile `x-kubernetes-validations` rules and check their field references.
     check_cel_rules: bool,
+    /// The old object's spec, on update.
+    old: Option<&'a CustomResourceDefinitionSpec>,
+    /// Set for a version whose schema the update leaves as it was: no rule of it is
+    /// refused for its estimated cost. Upstream suppresses only the per-rule limit and
+    /// checks the schema's total again, which changes nothing for a schema upstream
+    /// stored (its total passed then); a schema stored here before costs were estimated
+    /// may be past it, and must stay updatable (the CRD's finalizer is removed by an
+    /// update).
+    suppress_per_expression_cost: bool,
 }
 
-impl Opts {
-    fn create() -> Opts {
+impl<'a> Opts<'a> {
+    fn create() -> Opts<'static> {
         Opts {
             require_recognized_conversion_review_version: true,
             require_immutable_names: false,
@@ -147,11 +156,26 @@ impl Opts {
             require_atomic_set_type: true,
             require_map_list_keys_map_set_validation: true,
             check_cel_rules: true,
+            old: None,
+            suppress_per_expression_cost: false,
+        }
+    }
+
+    /// Upstream's `suppressExpressionCostForUnchangedSchema`.
+    fn for_version(self, v: &CustomResourceDefinitionVersion) -> Opts<'a> {
+        let unchanged = self.old.is_some_and(|old| {
+            old.versions
+                .iter()
+                .any(|o| o.name == v.name && o.schema == v.schema)
+        });
+        Opts {
+            suppress_per_expression_cost: unchanged,
+            ..self
         }
     }
 
     /// Ratcheting: a rule the old object already broke is not enforced on update.
-    fn update(old: &CustomResourceDefinition) -> Opts {
+    fn update(old: &'a CustomResourceDefinition) -> Opts<'a> {
         let old_schemas = || {
             old.spec
                 .versions
@@ -197,14 +221,15 @@ impl Opts {
             check_cel_rules: !old_schemas().any(|root| {
                 let mut broken = false;
                 visit_rule_nodes(root, true, &mut |node, is_root| {
-                    broken |= node
-                        .x_kubernetes_validations
-                        .iter()
-                        .flatten()
-                        .any(|r| rule_errors(r, node, is_root) != (None, None));
+                    broken |= node.x_kubernetes_validations.iter().flatten().any(|r| {
+                        let compiled = compile_rule(r, node, is_root);
+                        compiled.rule_error.is_some() || compiled.message_expression_error.is_some()
+                    });
                 });
                 broken
             }),
+            old: Some(&old.spec),
+            suppress_per_expression_cost: false,
         }
     }
 }
@@ -620,7 +645,7 @@ fn status_enabled(sub: Option<&CustomResourceSubresources>) -> bool {
 
 fn validate_spec<'a>(
     spec: &'a CustomResourceDefinitionSpec,
-    mut opts: Opts,
+    mut opts: Opts<'_>,
     path: &FieldPath,
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -750,7 +775,7 @@ fn validate_spec<'a>(
             },
             &vp,
             status_enabled(sub),
-            opts,
+            opts.for_version(v),
             &mut errs,
         );
     }
@@ -785,10 +810,11 @@ fn validate_spec<'a>(
 
     let any_status =
         status_enabled(top_sub) || versions.iter().any(|v| status_enabled(version_sub(v)));
+    let top_opts = versions.first().map_or(opts, |v| opts.for_version(v));
     validate_schema(
         top_schema,
         any_status,
-        opts,
+        top_opts,
         &path.child("validation"),
         &mut errs,
     );
@@ -873,7 +899,7 @@ fn validate_version(
     columns: Option<&[CustomResourceColumnDefinition]>,
     path: &FieldPath,
     status_enabled: bool,
-    opts: Opts,
+    opts: Opts<'_>,
     errs: &mut Vec<FieldError>,
 ) {
     for m in validate_deprecation_warning(
@@ -1351,7 +1377,7 @@ fn has_non_atomic_set_items(s: &JSONSchemaProps) -> bool {
 fn validate_schema(
     validation: Option<&CustomResourceValidation>,
     status_enabled: bool,
-    opts: Opts,
+    opts: Opts<'_>,
     path: &FieldPath,
     errs: &mut Vec<FieldError>,
 ) {
@@ -1382,7 +1408,15 @@ fn validate_schema(
         inside_resource_meta: false,
         require_valid_property_type: opts.require_valid_property_type,
     };
-    validate_openapi_schema(schema, &root, &ssv, true, opts, &mut local);
+    let mut costs = RuleCosts::default();
+    let mut cel = CelContext {
+        cardinality: Some(1),
+        costs: &mut costs,
+    };
+    validate_openapi_schema(schema, &root, &ssv, true, opts, Some(&mut cel), &mut local);
+    if !opts.suppress_per_expression_cost {
+        costs.errors(&root, &mut local);
+    }
     errs.extend(local);
 }
 
@@ -1574,13 +1608,17 @@ impl SpecValidator {
 }
 
 /// Upstream's `ValidateCustomResourceDefinitionOpenAPISchema` (the schema errors, and
-/// the rules' compilation without cost estimates).
+/// the rules' compilation and cost estimates). `cel` is upstream's `CELSchemaContext`
+/// for the nodes whose rules count towards the schema's cost (not those under
+/// `allOf`, `not` and the like, where rules are forbidden anyway).
+#[allow(clippy::too_many_arguments)]
 fn validate_openapi_schema(
     s: &JSONSchemaProps,
     path: &FieldPath,
     ssv: &SpecValidator,
     is_root: bool,
-    opts: Opts,
+    opts: Opts<'_>,
+    mut cel: Option<&mut CelContext<'_>>,
     errs: &mut Vec<FieldError>,
 ) {
     ssv.validate(s, path, errs);
@@ -1616,6 +1654,7 @@ fn validate_openapi_schema(
                 &sub,
                 false,
                 opts,
+                cel.as_deref_mut().map(|c| c.child(s)).as_mut(),
                 errs,
             );
         }
@@ -1636,11 +1675,12 @@ fn validate_openapi_schema(
             &sub,
             false,
             opts,
+            cel.as_deref_mut().map(|c| c.child(s)).as_mut(),
             errs,
         );
     }
     if let Some(not) = &s.not {
-        validate_openapi_schema(not, &path.child("not"), ssv, false, opts, errs);
+        validate_openapi_schema(not, &path.child("not"), ssv, false, opts, None, errs);
     }
     for (field, list) in [
         ("allOf", &s.all_of),
@@ -1648,7 +1688,15 @@ fn validate_openapi_schema(
         ("anyOf", &s.any_of),
     ] {
         for (i, sub) in list.iter().flatten().enumerate() {
-            validate_openapi_schema(sub, &path.child(field).index(i), ssv, false, opts, errs);
+            validate_openapi_schema(
+                sub,
+                &path.child(field).index(i),
+                ssv,
+                false,
+                opts,
+                None,
+                errs,
+            );
         }
     }
     for (name, sub) in s.definitions.iter().flatten() {
@@ -1658,23 +1706,48 @@ fn validate_openapi_schema(
             ssv,
             false,
             opts,
+            None,
             errs,
         );
     }
     match &s.items {
         Some(JSONSchemaPropsOrArray::Schema(b)) => {
-            validate_openapi_schema(b, &path.child("items"), ssv, false, opts, errs);
+            validate_openapi_schema(
+                b,
+                &path.child("items"),
+                ssv,
+                false,
+                opts,
+                cel.as_deref_mut().map(|c| c.child(s)).as_mut(),
+                errs,
+            );
         }
         Some(JSONSchemaPropsOrArray::Schemas(v)) => {
             for (i, sub) in v.iter().enumerate() {
-                validate_openapi_schema(sub, &path.child("items").index(i), ssv, false, opts, errs);
+                validate_openapi_schema(
+                    sub,
+                    &path.child("items").index(i),
+                    ssv,
+                    false,
+                    opts,
+                    None,
+                    errs,
+                );
             }
         }
         None => {}
     }
     for (name, dep) in s.dependencies.iter().flatten() {
         if let k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrStringArray::Schema(b) = dep {
-            validate_openapi_schema(b, &path.child("dependencies").key(name), ssv, false, opts, errs);
+            validate_openapi_schema(
+                b,
+                &path.child("dependencies").key(name),
+                ssv,
+                false,
+                opts,
+                None,
+                errs,
+            );
         }
     }
     if s.x_kubernetes_preserve_unknown_fields == Some(false) {
@@ -1883,17 +1956,49 @@ fn validate_openapi_schema(
             ));
         }
         if opts.check_cel_rules && !trimmed_rule.is_empty() {
-            let (rule_error, message_expression_error) = rule_errors(rule, s, is_root);
+            let compiled = compile_rule(rule, s, is_root);
             let printed = go_printed_rule(rule);
-            if let Some(e) = rule_error {
+            let cost_limit = ferrokube_cel::estimate::STATIC_ESTIMATED_COST_LIMIT;
+            if let Some(cel) = cel.as_deref_mut() {
+                // How often the rule can run in one object: the bounds of the lists
+                // and maps above it, or as often as its node fits in a request.
+                let cardinality = cel.cardinality.unwrap_or(compiled.rule_cardinality);
+                let cost = saturating_product(compiled.rule_cost, cardinality);
+                if !opts.suppress_per_expression_cost && cost > cost_limit {
+                    errs.push(FieldError::forbidden(
+                        &rp.child("rule"),
+                        ferrokube_cel::estimate::cost_error_message(
+                            "estimated rule cost",
+                            cost,
+                            cost_limit,
+                        ),
+                    ));
+                }
+                cel.costs.observe(rp.child("rule"), cost);
+            }
+            if let Some(e) = compiled.rule_error {
                 errs.push(FieldError::invalid_printed(&rp.child("rule"), &printed, e));
             }
-            if let Some(e) = message_expression_error {
+            if let Some(e) = compiled.message_expression_error {
                 errs.push(FieldError::invalid_printed(
                     &rp.child("messageExpression"),
                     &printed,
                     e,
                 ));
+            } else if let Some(cel) = cel.as_deref_mut()
+                && let Some(cost) = compiled.message_expression_cost
+            {
+                if !opts.suppress_per_expression_cost && cost > cost_limit {
+                    errs.push(FieldError::forbidden(
+                        &rp.child("messageExpression"),
+                        ferrokube_cel::estimate::cost_error_message(
+                            "estimated messageExpression cost",
+                            cost,
+                            cost_limit,
+                        ),
+                    ));
+                }
+                cel.costs.observe(rp.child("messageExpression"), cost);
             }
         }
     }
@@ -1919,54 +2024,151 @@ fn go_printed_rule(rule: &ValidationRule) -> String {
     )
 }
 
-/// A rule's compilation as upstream's `compileRule` reports it: the rule's error
-/// (`compilation failed: ...`: a syntax error, an undeclared variable, a field its
-/// node does not have or an operator on operands of known types none of its overloads
-/// takes; or a rule known not to be a bool), then its `messageExpression`'s (which
-/// must be a string), which is only compiled when the rule compiles. Both see `self` and `oldSelf` bound to `node`'s type; the root
-/// also has `apiVersion`, `kind` and `metadata`, as an embedded resource does.
-fn rule_errors(
-    rule: &ValidationRule,
-    node: &JSONSchemaProps,
-    is_root: bool,
-) -> (Option<String>, Option<String>) {
+/// A rule as upstream's `compileRule` compiles it.
+#[derive(Default)]
+struct CompiledRule {
+    /// Why the rule does not compile (`compilation failed: ...`: a syntax error, an
+    /// undeclared variable, a field its node does not have or an operator on operands
+    /// of known types none of its overloads takes; or a rule known not to be a bool).
+    rule_error: Option<String>,
+    /// Why its `messageExpression` (which must be a string) does not; it is only
+    /// compiled when the rule compiles.
+    message_expression_error: Option<String>,
+    /// The rule's estimated worst-case cost (0 if it does not compile).
+    rule_cost: u64,
+    /// How often a node of the rule's type fits in one request.
+    rule_cardinality: u64,
+    /// The message expression's estimated worst-case cost, if it compiled.
+    message_expression_cost: Option<u64>,
+}
+
+/// Compiles a rule and its `messageExpression` with `self` and `oldSelf` bound to
+/// `node`'s type; the root also has `apiVersion`, `kind` and `metadata`, as an
+/// embedded resource does.
+fn compile_rule(rule: &ValidationRule, node: &JSONSchemaProps, is_root: bool) -> CompiledRule {
     const VARIABLES: &[&str] = &["self", "oldSelf"];
+    let mut compiled = CompiledRule::default();
     if rule.rule.trim().is_empty() {
-        return (None, None);
+        return compiled;
     }
     let mut typed = serde_json::to_value(node).unwrap_or_default();
     if is_root && let Some(map) = typed.as_object_mut() {
         map.insert("x-kubernetes-embedded-resource".into(), true.into());
     }
-    // The expression's type when known, or why it does not compile.
-    let compile = |source: &str| -> Result<Option<&'static str>, String> {
+    let scope = ferrokube_cel::estimate::RuleScope::new(&typed, is_root);
+    // The expression's type when known and its estimated cost, or why it does not
+    // compile.
+    let compile = |source: &str| -> Result<(Option<&'static str>, u64), String> {
         let program = ferrokube_cel::compile(source, VARIABLES).map_err(|e| e.0)?;
         let check = ferrokube_cel::typecheck::check_rule_fields(&program, &typed);
         if check.issues.is_empty() {
-            Ok(check.result)
+            Ok((check.result, scope.max_cost(&program)))
         } else {
             Err(format!("compilation failed: {}", check.issues))
         }
     };
     match compile(&rule.rule) {
-        Err(e) => return (Some(e), None),
-        Ok(Some(t)) if t != "bool" => {
-            return (Some("cel expression must evaluate to a bool".into()), None);
+        Err(e) => {
+            compiled.rule_error = Some(e);
+            return compiled;
         }
-        Ok(_) => {}
+        Ok((Some(t), _)) if t != "bool" => {
+            compiled.rule_error = Some("cel expression must evaluate to a bool".into());
+            return compiled;
+        }
+        Ok((_, cost)) => {
+            compiled.rule_cost = cost;
+            compiled.rule_cardinality = scope.max_cardinality();
+        }
     }
     let message_expression = str_of(&rule.message_expression);
     if message_expression.trim().is_empty() {
-        return (None, None);
+        return compiled;
     }
     match compile(message_expression) {
-        Err(e) => (None, Some(format!("messageExpression {e}"))),
-        Ok(Some(t)) if t != "string" => (
-            None,
-            Some("messageExpression must evaluate to a string".into()),
-        ),
-        Ok(_) => (None, None),
+        Err(e) => compiled.message_expression_error = Some(format!("messageExpression {e}")),
+        Ok((Some(t), _)) if t != "string" => {
+            compiled.message_expression_error =
+                Some("messageExpression must evaluate to a string".into());
+        }
+        Ok((_, cost)) => compiled.message_expression_cost = Some(cost),
     }
+    compiled
+}
+
+/// The estimated costs of a schema's rules (upstream's `TotalCost`).
+#[derive(Default)]
+struct RuleCosts {
+    total: u64,
+    /// The four dearest rules of at least 1 % of the schema's limit, dearest first.
+    most_expensive: Vec<(FieldPath, u64)>,
+}
+
+impl RuleCosts {
+    fn observe(&mut self, path: FieldPath, cost: u64) {
+        self.total = self.total.saturating_add(cost);
+        if cost < ferrokube_cel::estimate::STATIC_ESTIMATED_CRD_COST_LIMIT / 100 {
+            return;
+        }
+        self.most_expensive.push((path, cost));
+        self.most_expensive
+            .sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+        self.most_expensive.truncate(4);
+    }
+
+    /// Upstream's refusal of a schema whose rules together cost too much: each of the
+    /// dearest rules, then the schema.
+    fn errors(&self, root: &FieldPath, errs: &mut Vec<FieldError>) {
+        let limit = ferrokube_cel::estimate::STATIC_ESTIMATED_CRD_COST_LIMIT;
+        if self.total <= limit {
+            return;
+        }
+        for (path, _) in &self.most_expensive {
+            errs.push(FieldError::forbidden(
+                path,
+                "contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema",
+            ));
+        }
+        errs.push(FieldError::forbidden(
+            root,
+            ferrokube_cel::estimate::cost_error_message(
+                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                self.total,
+                limit,
+            ),
+        ));
+    }
+}
+
+/// Upstream's `CELSchemaContext` as far as costs go: how often a node can occur in
+/// one object (`None`: without bound) and the schema's running total.
+struct CelContext<'c> {
+    cardinality: Option<u64>,
+    costs: &'c mut RuleCosts,
+}
+
+impl CelContext<'_> {
+    /// The context of a child of `parent` (upstream's `childContext`): the cardinality
+    /// times the number of children `parent` can have (`extractMaxElements`).
+    fn child(&mut self, parent: &JSONSchemaProps) -> CelContext<'_> {
+        let max_elements = match str_of(&parent.type_) {
+            "object" if parent.additional_properties.is_some() => parent.max_properties,
+            "array" => parent.max_items,
+            _ => Some(1),
+        };
+        CelContext {
+            cardinality: self
+                .cardinality
+                .zip(max_elements)
+                .map(|(c, m)| saturating_product(c, m.max(0) as u64)),
+            costs: self.costs,
+        }
+    }
+}
+
+/// Upstream's `multiplyWithOverflowGuard`.
+fn saturating_product(cost: u64, cardinality: u64) -> u64 {
+    cost.saturating_mul(cardinality)
 }
 
 /// Calls `f` on every schema node that may carry rules (`properties`,

@@ -629,7 +629,7 @@ fn with_spec_rules(rules: Value) -> CustomResourceDefinition {
 fn rules_are_compiled_against_their_node() {
     let good = with_spec_rules(json!([
         {"rule": "self.replicas <= 10 && self.ports.all(p, p.name != '')"},
-        {"rule": "self.replicas >= oldSelf.replicas", "messageExpression": "'was ' + string(oldSelf.replicas)"},
+        {"rule": "self.replicas >= oldSelf.replicas", "messageExpression": "oldSelf.replicas > 1 ? 'may not shrink' : 'may not shrink to 0'"},
         {"rule": "self.extra.anything == 1 || has(self.ports)"},
     ]));
     assert_eq!(msgs(&validate_crd(&good)), Vec::<String>::new());
@@ -688,7 +688,7 @@ fn rules_are_compiled_against_their_node() {
         {"rule": "self.replicas + 'x' == 'y'"},
         {"rule": "self.replicas"},
         {"rule": "self.replicas > 1", "messageExpression": "self.replicas"},
-        {"rule": "self.ports.all(p, p.port == 80)", "messageExpression": "'bad: ' + string(self.replicas)"},
+        {"rule": "self.ports.all(p, p.port == 80)", "messageExpression": "'bad: ' + self.ports[0].name"},
     ]));
     let errs = msgs(&validate_crd(&typed));
     assert_eq!(errs.len(), 3, "{errs:#?}");
@@ -729,5 +729,133 @@ fn a_stored_rule_that_does_not_compile_keeps_the_crd_updatable() {
     has(
         &validate_crd_update(&new, &fine),
         "undefined field 'replicsa'",
+    );
+}
+
+fn with_root_schema(schema: Value) -> CustomResourceDefinition {
+    patched(|v| v["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema)
+}
+
+#[test]
+fn rules_estimated_to_cost_too_much_are_refused() {
+    let root = "spec.validation.openAPIV3Schema";
+    let advice = "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)";
+    // Upstream's "forbid double-nested rule with no limit set": the rule is too dear
+    // on its own and pushes the schema past its total.
+    let nested = |max_items: Option<i64>| {
+        let mut list = json!({
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": {
+                "type": "object", "required": ["key"], "properties": {"key": {"type": "string"}}
+            }},
+            "x-kubernetes-validations": [{"rule": "self.all(x, x.all(y, x[y].key == x[y].key))"}],
+        });
+        if let Some(m) = max_items {
+            list["maxItems"] = json!(m);
+            list["items"]["maxProperties"] = json!(m);
+            list["items"]["additionalProperties"]["properties"]["key"]["maxLength"] = json!(m);
+        }
+        json!({"type": "object", "properties": {"value": list}})
+    };
+    let rule = format!("{root}.properties[value].x-kubernetes-validations[0].rule");
+    assert_eq!(
+        msgs(&validate_crd(&with_root_schema(nested(None)))),
+        vec![
+            format!(
+                "{rule}: Forbidden: estimated rule cost exceeds budget by factor of more than 100x {advice}"
+            ),
+            format!(
+                "{rule}: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+            ),
+            format!(
+                "{root}: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x {advice}"
+            ),
+        ]
+    );
+    // With every list, map and string bounded, the same rule is cheap.
+    assert_eq!(
+        msgs(&validate_crd(&with_root_schema(nested(Some(10))))),
+        Vec::<String>::new()
+    );
+
+    // Upstream's "forbid validation rules where cost total exceeds total limit": each
+    // rule alone fits, but not all together; the cheap one is not named.
+    let contains = json!([{"rule": "self.contains('keyword')"}]);
+    let total = json!({"type": "object", "properties": {
+        "list": {"type": "array", "maxItems": 100000,
+            "items": {"type": "string", "maxLength": 5000, "x-kubernetes-validations": contains}},
+        "map": {"type": "object", "maxProperties": 1000,
+            "additionalProperties": {"type": "string", "maxLength": 5000, "x-kubernetes-validations": contains}},
+        "field": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 50 && self < 100"}]},
+    }});
+    let errs = msgs(&validate_crd(&with_root_schema(total)));
+    let list_rule = format!("{root}.properties[list].items.x-kubernetes-validations[0].rule");
+    let map_rule =
+        format!("{root}.properties[map].additionalProperties.x-kubernetes-validations[0].rule");
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+    assert!(
+        errs[0].starts_with(&format!(
+            "{list_rule}: Forbidden: estimated rule cost exceeds budget by factor of 20.0x"
+        )),
+        "{errs:#?}"
+    );
+    assert_eq!(
+        errs[1],
+        format!(
+            "{list_rule}: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+        )
+    );
+    assert_eq!(
+        errs[2],
+        format!(
+            "{map_rule}: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+        )
+    );
+    assert!(errs[3].starts_with(&format!("{root}: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of 2.0x")), "{errs:#?}");
+
+    // A message expression is estimated on its own (upstream's "forbid
+    // messageExpression ..." cases): eight strings of a request's length each.
+    let message = json!({"type": "object", "properties": {"f": {
+        "type": "array", "items": {"type": "string"},
+        "x-kubernetes-validations": [{"rule": "true", "messageExpression": "self[0] + self[1] + self[2] + self[3] + self[4] + self[5] + self[6] + self[7]"}],
+    }}});
+    let errs = msgs(&validate_crd(&with_root_schema(message)));
+    assert!(
+        errs.iter().any(|e| e.starts_with(&format!("{root}.properties[f].x-kubernetes-validations[0].messageExpression: Forbidden: estimated messageExpression cost exceeds budget"))),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn an_unchanged_schema_keeps_its_dear_rules_on_update() {
+    // Upstream's ratcheting: a version whose schema the update leaves alone is not
+    // refused for one dear rule; nor here for its total, which a schema stored before
+    // costs were estimated may pass.
+    let dear = json!({"type": "object", "properties": {"s": {
+        "type": "string",
+        "x-kubernetes-validations": [{"rule": "self.matches('^[a-z]+$') && self.matches('^[a-z]*$') && self.matches('[a-z]+$') && self.matches('^[a-z]+')"}],
+    }}});
+    let mut with_list = dear.clone();
+    with_list["properties"]["list"] = json!({"type": "array", "items": dear["properties"]["s"]});
+    let old = with_rv(with_root_schema(json!({"type": "object"})));
+    let new = with_rv(with_root_schema(with_list.clone()));
+    has(
+        &validate_crd_update(&new, &old),
+        "estimated rule cost exceeds budget",
+    );
+    let mut deprecated = new.clone();
+    deprecated.spec.versions[0].deprecated = Some(true);
+    assert_eq!(
+        msgs(&validate_crd_update(&deprecated, &new)),
+        Vec::<String>::new()
+    );
+    // A string conversion has no known length: upstream refuses to concatenate it
+    // (kubernetes/kubernetes#124234).
+    let message = with_spec_rules(json!([
+        {"rule": "self.replicas >= 0", "messageExpression": "'invalid replicas: ' + string(self.replicas)"},
+    ]));
+    has(
+        &validate_crd(&message),
+        "x-kubernetes-validations[0].messageExpression: Forbidden: estimated messageExpression cost exceeds budget by factor of more than 100x",
     );
 }
