@@ -448,6 +448,43 @@ async fn invalid_definitions_are_refused() {
         status.message
     );
 
+    // A rule estimated to cost too much is refused when the definition is written, as
+    // upstream refuses it (kubernetes/kubernetes#124234: a converted number's string
+    // has no known length).
+    let mut crd = crontab_definition();
+    for version in &mut crd.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .unwrap();
+        spec.x_kubernetes_validations = Some(vec![
+            serde_json::from_value(json!({
+                "rule": "self.replicas >= 1",
+                "messageExpression": "'replicas must be positive, not ' + string(self.replicas)",
+            }))
+            .unwrap(),
+        ]);
+    }
+    let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
+    let status = api_error(err);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains(
+            "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].messageExpression: \
+             Forbidden: estimated messageExpression cost exceeds budget by factor of more than 100x \
+             (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, \
+             maps, and strings are declared)"
+        ) && status.message.contains(
+            "spec.validation.openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost \
+             total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x"
+        ),
+        "{}",
+        status.message
+    );
+
     // A second definition with names another already took is not established.
     crds.create(&PostParams::default(), &crontab_definition())
         .await
