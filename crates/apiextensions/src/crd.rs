@@ -1958,22 +1958,22 @@ fn validate_openapi_schema(
         if opts.check_cel_rules && !trimmed_rule.is_empty() {
             let compiled = compile_rule(rule, s, is_root);
             let printed = go_printed_rule(rule);
-            let cost_limit = ferrokube_cel::estimate::STATIC_ESTIMATED_COST_LIMIT;
+            // Upstream's per-expression limit, unless the schema is unchanged.
+            let check_cost = |errs: &mut Vec<FieldError>, field: &str, what: &str, cost: u64| {
+                let limit = ferrokube_cel::estimate::STATIC_ESTIMATED_COST_LIMIT;
+                if !opts.suppress_per_expression_cost && cost > limit {
+                    errs.push(FieldError::forbidden(
+                        &rp.child(field),
+                        ferrokube_cel::estimate::cost_error_message(what, cost, limit),
+                    ));
+                }
+            };
             if let Some(cel) = cel.as_deref_mut() {
                 // How often the rule can run in one object: the bounds of the lists
                 // and maps above it, or as often as its node fits in a request.
                 let cardinality = cel.cardinality.unwrap_or(compiled.rule_cardinality);
                 let cost = saturating_product(compiled.rule_cost, cardinality);
-                if !opts.suppress_per_expression_cost && cost > cost_limit {
-                    errs.push(FieldError::forbidden(
-                        &rp.child("rule"),
-                        ferrokube_cel::estimate::cost_error_message(
-                            "estimated rule cost",
-                            cost,
-                            cost_limit,
-                        ),
-                    ));
-                }
+                check_cost(errs, "rule", "estimated rule cost", cost);
                 cel.costs.observe(rp.child("rule"), cost);
             }
             if let Some(e) = compiled.rule_error {
@@ -1988,16 +1988,12 @@ fn validate_openapi_schema(
             } else if let Some(cel) = cel.as_deref_mut()
                 && let Some(cost) = compiled.message_expression_cost
             {
-                if !opts.suppress_per_expression_cost && cost > cost_limit {
-                    errs.push(FieldError::forbidden(
-                        &rp.child("messageExpression"),
-                        ferrokube_cel::estimate::cost_error_message(
-                            "estimated messageExpression cost",
-                            cost,
-                            cost_limit,
-                        ),
-                    ));
-                }
+                check_cost(
+                    errs,
+                    "messageExpression",
+                    "estimated messageExpression cost",
+                    cost,
+                );
                 cel.costs.observe(rp.child("messageExpression"), cost);
             }
         }

@@ -933,20 +933,11 @@ impl<'d> Coster<'d> {
         let estimate = match function {
             "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf" => {
                 let t = target?;
-                match t.ty.first_param() {
+                match element_node(t) {
                     Some(elem) => {
                         let mut el_cost = one;
-                        if matches!(elem, Ty::String | Ty::Bytes) {
-                            let elem_node = Node {
-                                path: t.path.clone().map(|mut p| {
-                                    p.push("@items".into());
-                                    p
-                                }),
-                                ty: elem.clone(),
-                                expr: None,
-                                size: None,
-                            };
-                            el_cost = el_cost.add(self.node_size(&elem_node).factor(traversal));
+                        if matches!(elem.ty, Ty::String | Ty::Bytes) {
+                            el_cost = el_cost.add(self.node_size(&elem).factor(traversal));
                         }
                         CallEstimate::only(self.node_size(t).multiply(el_cost))
                     }
@@ -998,17 +989,8 @@ impl<'d> Coster<'d> {
                 let t = target?;
                 let list = self.node_size(t);
                 let mut s = Estimate::ZERO;
-                if let Some(elem) = t.ty.first_param() {
-                    let elem_node = Node {
-                        path: t.path.clone().map(|mut p| {
-                            p.push("@items".into());
-                            p
-                        }),
-                        ty: elem.clone(),
-                        expr: None,
-                        size: None,
-                    };
-                    s = list.multiply(self.node_size(&elem_node));
+                if let Some(elem) = element_node(t) {
+                    s = list.multiply(self.node_size(&elem));
                 }
                 if let Some(separator) = arg_size(0) {
                     let separators = Estimate {
@@ -1094,6 +1076,22 @@ impl<'d> Coster<'d> {
         };
         Some(estimate)
     }
+}
+
+/// Kubernetes' `listElementNode`: the items of a list (a map's keys), at the list's
+/// path when it has one.
+fn element_node<'e, 'd>(list: &Node<'e, 'd>) -> Option<Node<'e, 'd>> {
+    let ty = list.ty.first_param()?.clone();
+    let path = list.path.clone().map(|mut p| {
+        p.push("@items".into());
+        p
+    });
+    Some(Node {
+        path,
+        ty,
+        expr: None,
+        size: None,
+    })
 }
 
 #[derive(Clone, Copy)]

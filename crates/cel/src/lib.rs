@@ -95,7 +95,7 @@ const BUILTIN_IDENTS: &[&str] = &[
 
 /// CEL's reserved words; a JSON field with one of these names is also bound as
 /// `__word__` (upstream's escaping).
-const RESERVED: &[&str] = &[
+pub(crate) const RESERVED: &[&str] = &[
     "as",
     "break",
     "const",

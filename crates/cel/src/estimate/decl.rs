@@ -214,38 +214,13 @@ fn int(s: &Value, name: &str) -> Option<i64> {
     s.get(name).and_then(Value::as_i64)
 }
 
-/// CEL's reserved words, which a property is escaped from as `__word__`.
-const RESERVED: &[&str] = &[
-    "true",
-    "false",
-    "null",
-    "in",
-    "as",
-    "break",
-    "const",
-    "continue",
-    "else",
-    "for",
-    "function",
-    "if",
-    "import",
-    "let",
-    "loop",
-    "package",
-    "namespace",
-    "return",
-    "var",
-    "void",
-    "while",
-];
-
 /// Upstream's `cel.Escape`: the CEL name of a property, or `None` for a name CEL
 /// cannot spell (such a property is not declared to CEL).
 pub(crate) fn escape(name: &str) -> Option<String> {
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    if RESERVED.contains(&name) {
+    if crate::RESERVED.contains(&name) {
         return Some(format!("__{name}__"));
     }
     if !name
