@@ -221,8 +221,12 @@ impl<'a> Opts<'a> {
             check_cel_rules: !old_schemas().any(|root| {
                 let mut broken = false;
                 visit_rule_nodes(root, true, &mut |node, is_root| {
-                    broken |= node.x_kubernetes_validations.iter().flatten().any(|r| {
-                        let compiled = compile_rule(r, node, is_root);
+                    let Some(rules) = node.x_kubernetes_validations.as_deref() else {
+                        return;
+                    };
+                    let scope = RuleNode::new(node, is_root);
+                    broken |= rules.iter().any(|r| {
+                        let compiled = scope.compile(r);
                         compiled.rule_error.is_some() || compiled.message_expression_error.is_some()
                     });
                 });
@@ -1895,6 +1899,8 @@ fn validate_openapi_schema(
     if opts.require_map_list_keys_map_set_validation {
         errs.extend(validate_map_list_keys_map_set(s, path));
     }
+    // The node's types, built once for all its rules.
+    let mut rule_node = None;
     for (i, rule) in s.x_kubernetes_validations.iter().flatten().enumerate() {
         let rp = path.child("x-kubernetes-validations").index(i);
         let trimmed_rule = rule.rule.trim();
@@ -1956,7 +1962,9 @@ fn validate_openapi_schema(
             ));
         }
         if opts.check_cel_rules && !trimmed_rule.is_empty() {
-            let compiled = compile_rule(rule, s, is_root);
+            let compiled = rule_node
+                .get_or_insert_with(|| RuleNode::new(s, is_root))
+                .compile(rule);
             let printed = go_printed_rule(rule);
             // Upstream's per-expression limit, unless the schema is unchanged.
             let check_cost = |errs: &mut Vec<FieldError>, field: &str, what: &str, cost: u64| {
@@ -2038,58 +2046,71 @@ struct CompiledRule {
     message_expression_cost: Option<u64>,
 }
 
-/// Compiles a rule and its `messageExpression` with `self` and `oldSelf` bound to
-/// `node`'s type; the root also has `apiVersion`, `kind` and `metadata`, as an
-/// embedded resource does.
-fn compile_rule(rule: &ValidationRule, node: &JSONSchemaProps, is_root: bool) -> CompiledRule {
-    const VARIABLES: &[&str] = &["self", "oldSelf"];
-    let mut compiled = CompiledRule::default();
-    if rule.rule.trim().is_empty() {
-        return compiled;
+/// A schema node its rules are compiled against: `self` and `oldSelf` have its type;
+/// the root also has `apiVersion`, `kind` and `metadata`, as an embedded resource
+/// does.
+struct RuleNode {
+    typed: serde_json::Value,
+    scope: ferrokube_cel::estimate::RuleScope,
+}
+
+impl RuleNode {
+    fn new(node: &JSONSchemaProps, is_root: bool) -> RuleNode {
+        let mut typed = serde_json::to_value(node).unwrap_or_default();
+        if is_root && let Some(map) = typed.as_object_mut() {
+            map.insert("x-kubernetes-embedded-resource".into(), true.into());
+        }
+        let scope = ferrokube_cel::estimate::RuleScope::new(&typed, is_root);
+        RuleNode { typed, scope }
     }
-    let mut typed = serde_json::to_value(node).unwrap_or_default();
-    if is_root && let Some(map) = typed.as_object_mut() {
-        map.insert("x-kubernetes-embedded-resource".into(), true.into());
-    }
-    let scope = ferrokube_cel::estimate::RuleScope::new(&typed, is_root);
-    // The expression's type when known and its estimated cost, or why it does not
-    // compile.
-    let compile = |source: &str| -> Result<(Option<&'static str>, u64), String> {
+
+    /// The expression's type when known and its estimated cost, or why it does not
+    /// compile.
+    fn compile_expression(&self, source: &str) -> Result<(Option<&'static str>, u64), String> {
+        const VARIABLES: &[&str] = &["self", "oldSelf"];
         let program = ferrokube_cel::compile(source, VARIABLES).map_err(|e| e.0)?;
-        let check = ferrokube_cel::typecheck::check_rule_fields(&program, &typed);
+        let check = ferrokube_cel::typecheck::check_rule_fields(&program, &self.typed);
         if check.issues.is_empty() {
-            Ok((check.result, scope.max_cost(&program)))
+            Ok((check.result, self.scope.max_cost(&program)))
         } else {
             Err(format!("compilation failed: {}", check.issues))
         }
-    };
-    match compile(&rule.rule) {
-        Err(e) => {
-            compiled.rule_error = Some(e);
+    }
+
+    /// Compiles a rule and its `messageExpression`.
+    fn compile(&self, rule: &ValidationRule) -> CompiledRule {
+        let mut compiled = CompiledRule::default();
+        if rule.rule.trim().is_empty() {
             return compiled;
         }
-        Ok((Some(t), _)) if t != "bool" => {
-            compiled.rule_error = Some("cel expression must evaluate to a bool".into());
+        match self.compile_expression(&rule.rule) {
+            Err(e) => {
+                compiled.rule_error = Some(e);
+                return compiled;
+            }
+            Ok((Some(t), _)) if t != "bool" => {
+                compiled.rule_error = Some("cel expression must evaluate to a bool".into());
+                return compiled;
+            }
+            Ok((_, cost)) => {
+                compiled.rule_cost = cost;
+                compiled.rule_cardinality = self.scope.max_cardinality();
+            }
+        }
+        let message_expression = str_of(&rule.message_expression);
+        if message_expression.trim().is_empty() {
             return compiled;
         }
-        Ok((_, cost)) => {
-            compiled.rule_cost = cost;
-            compiled.rule_cardinality = scope.max_cardinality();
+        match self.compile_expression(message_expression) {
+            Err(e) => compiled.message_expression_error = Some(format!("messageExpression {e}")),
+            Ok((Some(t), _)) if t != "string" => {
+                compiled.message_expression_error =
+                    Some("messageExpression must evaluate to a string".into());
+            }
+            Ok((_, cost)) => compiled.message_expression_cost = Some(cost),
         }
+        compiled
     }
-    let message_expression = str_of(&rule.message_expression);
-    if message_expression.trim().is_empty() {
-        return compiled;
-    }
-    match compile(message_expression) {
-        Err(e) => compiled.message_expression_error = Some(format!("messageExpression {e}")),
-        Ok((Some(t), _)) if t != "string" => {
-            compiled.message_expression_error =
-                Some("messageExpression must evaluate to a string".into());
-        }
-        Ok((_, cost)) => compiled.message_expression_cost = Some(cost),
-    }
-    compiled
 }
 
 /// The estimated costs of a schema's rules (upstream's `TotalCost`).
