@@ -5,7 +5,7 @@
 //! bytes its JSON can take (`MinSerializedSize`). Where the schema sets no bound, the
 //! bound is what fits in one request of [`MAX_REQUEST_SIZE_BYTES`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
 
@@ -147,7 +147,7 @@ fn object(s: &Value, resource_root: bool) -> Decl {
         .get("properties")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    let required: Vec<&str> = s
+    let required: HashSet<&str> = s
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
@@ -180,7 +180,7 @@ fn object(s: &Value, resource_root: bool) -> Decl {
         else {
             continue;
         };
-        if required.contains(&name) && prop.get("default").is_none() {
+        if required.contains(name) && prop.get("default").is_none() {
             min_size = min_size
                 .saturating_add(name.len() as i64)
                 .saturating_add(field.min_serialized_size)
