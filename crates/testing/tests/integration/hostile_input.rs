@@ -606,3 +606,55 @@ async fn a_watch_with_a_negative_timeout_ends_at_once() {
     .expect("the watch ends at once");
     assert!(ended.is_empty(), "{ended:?}");
 }
+
+/// An expression nesting runs of unary operators (`(!!(!!...`) is refused before the
+/// CEL parser reads it: the parser doubles its time for each such level, so a rule of
+/// a few hundred characters would hold a core for days. Fewer levels compile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_runs_of_unary_operators_are_refused_unparsed() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client_without_retries().await.unwrap();
+    let policy = |name: &str, levels: usize| {
+        let expression = format!("{}true{}", "(!!".repeat(levels), ")".repeat(levels));
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "validations": [{"expression": expression}],
+            },
+        })
+    };
+    let path = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        TestApiServer::raw(
+            &client,
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            serde_json::to_vec(&policy("deep", 40)).unwrap(),
+        ),
+    )
+    .await
+    .expect("answered before the parser would have finished");
+    let (code, _, bytes) = answer.unwrap();
+    let body = String::from_utf8_lossy(&bytes);
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body.contains("runs of unary operators (such as '--' or '!!') nested in more than 8 levels of brackets"),
+        "{body}"
+    );
+    let (code, _, bytes) = TestApiServer::raw(
+        &client,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&policy("shallow", 8)).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&bytes));
+}
