@@ -139,11 +139,12 @@ pub struct RuleScope {
 }
 
 impl RuleScope {
-    /// The node's schema (as JSON) and whether it is a resource's root (the CRD's root
-    /// or an `x-kubernetes-embedded-resource`).
+    /// The node's schema (as JSON) and whether it is the CRD's root; an
+    /// `x-kubernetes-embedded-resource` is a resource's root too.
     pub fn new(node: &Value, resource_root: bool) -> RuleScope {
+        let embedded = node.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true));
         RuleScope {
-            decl: Decl::of_schema(node, resource_root),
+            decl: Decl::of_schema(node, resource_root || embedded),
         }
     }
 

@@ -675,6 +675,10 @@ fn the_root_of_a_resource_has_its_metadata() {
     // Not a resource's root: `metadata` declares no `name` (upstream refuses to compile
     // the rule), and the unknown field counts as a scalar.
     assert_eq!(RuleScope::new(&root, false).max_cost(&program), 4);
+    // An embedded resource is one.
+    let mut embedded = root.clone();
+    embedded["x-kubernetes-embedded-resource"] = json!(true);
+    assert_eq!(RuleScope::new(&embedded, false).max_cost(&program), 314576);
 }
 
 #[test]
