@@ -209,7 +209,7 @@ fn follows_operand(bytes: &[u8], i: usize) -> bool {
         .iter()
         .rev()
         .find(|c| !c.is_ascii_whitespace())
-        .is_some_and(|&c| c == b'_' || c.is_ascii_alphanumeric() || b")]}\"'".contains(&c))
+        .is_some_and(|&c| ends_operand(c))
 }
 
 /// Whether the byte at `i` is inside an identifier (or a number) begun before it.
