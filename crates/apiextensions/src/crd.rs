@@ -1980,7 +1980,7 @@ fn validate_openapi_schema(
                 // How often the rule can run in one object: the bounds of the lists
                 // and maps above it, or as often as its node fits in a request.
                 let cardinality = cel.cardinality.unwrap_or(compiled.rule_cardinality);
-                let cost = saturating_product(compiled.rule_cost, cardinality);
+                let cost = compiled.rule_cost.saturating_mul(cardinality);
                 check_cost(errs, "rule", "estimated rule cost", cost);
                 cel.costs.observe(rp.child("rule"), cost);
             }
@@ -2177,15 +2177,10 @@ impl CelContext<'_> {
             cardinality: self
                 .cardinality
                 .zip(max_elements)
-                .map(|(c, m)| saturating_product(c, m.max(0) as u64)),
+                .map(|(c, m)| c.saturating_mul(m.max(0) as u64)),
             costs: self.costs,
         }
     }
-}
-
-/// Upstream's `multiplyWithOverflowGuard`.
-fn saturating_product(cost: u64, cardinality: u64) -> u64 {
-    cost.saturating_mul(cardinality)
 }
 
 /// Calls `f` on every schema node that may carry rules (`properties`,

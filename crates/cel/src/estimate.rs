@@ -34,8 +34,7 @@ mod decl;
 #[cfg(test)]
 mod tests;
 
-pub use decl::MAX_REQUEST_SIZE_BYTES;
-use decl::{Decl, DeclKind, MAP_KEY};
+use decl::{Decl, DeclKind, MAP_KEY, MAX_REQUEST_SIZE_BYTES};
 
 /// Upstream `StaticEstimatedCostLimit`: the most one rule (times its cardinality) or
 /// message expression may be estimated to cost.
@@ -775,6 +774,15 @@ impl<'d> Coster<'d> {
         })
     }
 
+    /// Gives the expression `id` the entries of both operands, where both have them
+    /// (a conditional's branches, a concatenation's halves).
+    fn unite_entry_sizes(&mut self, id: u64, a: &Node<'_, 'd>, b: &Node<'_, 'd>) {
+        let entry = |n: &Node<'_, 'd>| n.expr.and_then(|x| self.entry_size(x));
+        if let Some(united) = EntrySize::union(entry(a), entry(b)) {
+            self.entry_sizes.insert(id, united);
+        }
+    }
+
     /// Kubernetes' `sizeEstimate` of an operand.
     fn node_size(&self, n: &Node<'_, 'd>) -> Estimate {
         if let Some(size) = n.size {
@@ -874,13 +882,7 @@ impl<'d> Coster<'d> {
             }
             (Overload::Conditional, _, [_, a, b]) => {
                 let result = size(a).union(size(b));
-                let (ea, eb) = (
-                    a.expr.and_then(|x| self.entry_size(x)),
-                    b.expr.and_then(|x| self.entry_size(x)),
-                );
-                if let Some(entry) = EntrySize::union(ea, eb) {
-                    self.entry_sizes.insert(e.id, entry);
-                }
+                self.unite_entry_sizes(e.id, a, b);
                 let cost = arg_costs[0].add(arg_costs[1].union(arg_costs[2]));
                 return CallEstimate {
                     cost,
@@ -889,13 +891,7 @@ impl<'d> Coster<'d> {
             }
             (Overload::AddString | Overload::AddBytes | Overload::AddList, _, [a, b]) => {
                 let result = size(a).add(size(b));
-                let (ea, eb) = (
-                    a.expr.and_then(|x| self.entry_size(x)),
-                    b.expr.and_then(|x| self.entry_size(x)),
-                );
-                if let Some(entry) = EntrySize::union(ea, eb) {
-                    self.entry_sizes.insert(e.id, entry);
-                }
+                self.unite_entry_sizes(e.id, a, b);
                 let cost = if overload == Overload::AddList {
                     Estimate::fixed(1)
                 } else {

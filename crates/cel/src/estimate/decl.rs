@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::Value;
 
 /// Upstream `celconfig.MaxRequestSizeBytes`: the largest request body.
-pub const MAX_REQUEST_SIZE_BYTES: i64 = 3 * 1024 * 1024;
+pub(crate) const MAX_REQUEST_SIZE_BYTES: i64 = 3 * 1024 * 1024;
 
 const MAX_DURATION_SIZE_JSON: i64 = 32;
 const MAX_DATETIME_SIZE_JSON: i64 = 32;

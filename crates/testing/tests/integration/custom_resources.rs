@@ -395,6 +395,22 @@ async fn custom_resources_are_served_from_their_definitions() {
     server.stop().await;
 }
 
+/// The CronTab definition with `rule` on `spec` in every version.
+fn crontab_with_spec_rule(rule: Value) -> CustomResourceDefinition {
+    let mut crd = crontab_definition();
+    for version in &mut crd.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .unwrap();
+        spec.x_kubernetes_validations = Some(vec![serde_json::from_value(rule.clone()).unwrap()]);
+    }
+    crd
+}
+
 #[tokio::test]
 async fn invalid_definitions_are_refused() {
     let server = TestApiServer::start().await.unwrap();
@@ -420,19 +436,7 @@ async fn invalid_definitions_are_refused() {
 
     // A rule is compiled against its node when the definition is written: a misspelt
     // field is refused then, with cel-go's message, not when a CronTab is validated.
-    let mut crd = crontab_definition();
-    for version in &mut crd.spec.versions {
-        let spec = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            .and_then(|s| s.properties.as_mut())
-            .and_then(|p| p.get_mut("spec"))
-            .unwrap();
-        spec.x_kubernetes_validations = Some(vec![
-            serde_json::from_value(json!({"rule": "self.replicsa <= 5"})).unwrap(),
-        ]);
-    }
+    let crd = crontab_with_spec_rule(json!({"rule": "self.replicsa <= 5"}));
     let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
     let status = api_error(err);
     assert_eq!(status.code, 422, "{status:?}");
@@ -451,23 +455,10 @@ async fn invalid_definitions_are_refused() {
     // A rule estimated to cost too much is refused when the definition is written, as
     // upstream refuses it (kubernetes/kubernetes#124234: a converted number's string
     // has no known length).
-    let mut crd = crontab_definition();
-    for version in &mut crd.spec.versions {
-        let spec = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            .and_then(|s| s.properties.as_mut())
-            .and_then(|p| p.get_mut("spec"))
-            .unwrap();
-        spec.x_kubernetes_validations = Some(vec![
-            serde_json::from_value(json!({
-                "rule": "self.replicas >= 1",
-                "messageExpression": "'replicas must be positive, not ' + string(self.replicas)",
-            }))
-            .unwrap(),
-        ]);
-    }
+    let crd = crontab_with_spec_rule(json!({
+        "rule": "self.replicas >= 1",
+        "messageExpression": "'replicas must be positive, not ' + string(self.replicas)",
+    }));
     let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
     let status = api_error(err);
     assert_eq!(status.code, 422, "{status:?}");
