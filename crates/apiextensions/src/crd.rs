@@ -2065,11 +2065,16 @@ impl RuleNode {
     }
 
     /// The expression's type when known and its estimated cost, or why it does not
-    /// compile.
-    fn compile_expression(&self, source: &str) -> Result<(Option<&'static str>, u64), String> {
+    /// compile; `optional_old_self` is the rule's `optionalOldSelf`.
+    fn compile_expression(
+        &self,
+        source: &str,
+        optional_old_self: bool,
+    ) -> Result<(Option<String>, u64), String> {
         const VARIABLES: &[&str] = &["self", "oldSelf"];
         let program = ferrokube_cel::compile(source, VARIABLES).map_err(|e| e.0)?;
-        let check = ferrokube_cel::typecheck::check_rule_fields(&program, &self.typed);
+        let check =
+            ferrokube_cel::typecheck::check_rule_fields(&program, &self.typed, optional_old_self);
         if check.issues.is_empty() {
             Ok((check.result, self.scope.max_cost(&program)))
         } else {
@@ -2083,7 +2088,8 @@ impl RuleNode {
         if rule.rule.trim().is_empty() {
             return compiled;
         }
-        match self.compile_expression(&rule.rule) {
+        let optional_old_self = rule.optional_old_self == Some(true);
+        match self.compile_expression(&rule.rule, optional_old_self) {
             Err(e) => {
                 compiled.rule_error = Some(e);
                 return compiled;
@@ -2101,7 +2107,7 @@ impl RuleNode {
         if message_expression.trim().is_empty() {
             return compiled;
         }
-        match self.compile_expression(message_expression) {
+        match self.compile_expression(message_expression, optional_old_self) {
             Err(e) => compiled.message_expression_error = Some(format!("messageExpression {e}")),
             Ok((Some(t), _)) if t != "string" => {
                 compiled.message_expression_error =

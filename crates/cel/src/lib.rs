@@ -44,6 +44,7 @@ use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::{Context, Value};
 
 pub mod authz;
+mod check;
 mod cost;
 pub mod estimate;
 mod limits;
@@ -994,7 +995,7 @@ mod tests {
             ),
             (
                 "'x'.check('get').allowed()",
-                "found no matching overload for 'check' applied to 'string'",
+                "found no matching overload for 'check' applied to 'string.(string)'",
             ),
         ] {
             let e = run(expr).unwrap_err();

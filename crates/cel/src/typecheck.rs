@@ -5,29 +5,33 @@
 //! ([`check_rule_fields`]) that catches the common case, a misspelt or missing field
 //! such as `object.spec.replica` or `self.replica`.
 //!
-//! The `cel` crate has no type checker, so this walks the parsed expression: selects
-//! (and `has()` tests) rooted at `object`, `oldObject` or `params`, list and map
-//! indexing, and the iteration variables of comprehensions (`all`, `exists`, `map`,
-//! `filter`, ... over a list bind its items' schema) are resolved through the
-//! schema's `properties`, `additionalProperties`, `items`, `$ref` and `allOf`.
-//! Reported, in cel-go's words: `undefined field 'f'` and `type 'string' does not
-//! support field selection`; for a CRD rule also `found no matching overload for
-//! '_+_' applied to '(int, string)'` where an operator's operands are of known scalar
-//! types (literals, schema fields, `size()` and the conversion functions) that none of
-//! its standard overloads takes, and the same for the receiver and argument of the
-//! string functions (`startsWith`, `endsWith`, `contains`, `matches`: `'string.(int)'`)
-//! and `size()`'s operand. Not checked: other functions' arguments, the results of
-//! other functions and of macros, `variables.*`, and anything under
-//! `x-kubernetes-preserve-unknown-fields` or a schema without a type. The
-//! position in each message is that of the first `.field` in the source (the parser
-//! keeps no positions), which is exact unless the field name repeats.
+//! The `cel` crate has no type checker, so this walks the parsed expression twice.
+//! First for field references: selects (and `has()` tests) rooted at `object`,
+//! `oldObject` or `params`, list and map indexing, and the iteration variables of
+//! comprehensions are resolved through the schema's `properties`,
+//! `additionalProperties`, `items`, `$ref` and `allOf`; reported, in cel-go's words:
+//! `undefined field 'f'` and `type 'string' does not support field selection`. Then,
+//! if that found nothing, as cel-go's checker types an expression: each node gets a
+//! type (the schema's declared types, literals, comprehensions with their variables,
+//! homogeneous list and map literals, optionals), each call is matched against the
+//! declared overloads of the standard library and Kubernetes' libraries
+//! ([`crate::check`]), and `found no matching overload for '_+_' applied to '(int,
+//! string)'`, `expected type 'bool' but found 'int'` and the like are reported where
+//! every type involved is known. What is not known here (a variable without a schema,
+//! a function outside the table, `variables.*`) matches anything and is never named
+//! in an issue, so nothing cel-go accepts is refused. The position in each message is
+//! that of the first occurrence of the field or operator in the source (the parser
+//! keeps no positions), which is exact unless it repeats.
 
 use std::collections::HashMap;
 
-use kube_cel::cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use kube_cel::cel::common::ast::{
+    CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue,
+};
 use serde_json::Value;
 
 use crate::Program;
+use crate::check::{self, Substitutions, Type, most_general};
 
 /// Schemas and the `components/schemas` their `$ref`s point into (an OpenAPI v3
 /// document's).
@@ -48,10 +52,14 @@ pub struct Schemas<'a> {
 /// found when an object is validated. As upstream's declared types do, an
 /// `x-kubernetes-int-or-string` value is dynamic (any selection compiles), and an
 /// embedded resource (and the root) has `apiVersion`, `kind` and `metadata` whether
-/// its schema lists them or not. Issues as [`check_fields`] gives them, and cel-go's
-/// `found no matching overload` for an operator whose operands' types are known and
-/// fit none of its overloads (`self.replicas + 'a'`).
-pub fn check_rule_fields(program: &Program, node: &Value) -> RuleCheck {
+/// its schema lists them or not. With `optional_old_self` (the rule's
+/// `optionalOldSelf`), `oldSelf` is an `optional_type` of the node's type. Issues as
+/// [`check_fields`] gives them; then the expression is typed as cel-go's checker
+/// types it, against the declared overloads of the standard library and Kubernetes'
+/// libraries: `found no matching overload for '_+_' applied to '(int, string)'`,
+/// `expected type 'bool' but found 'int'` and the like, where the types involved are
+/// known.
+pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: bool) -> RuleCheck {
     let components = serde_json::Map::new();
     let schemas = Schemas {
         object: None,
@@ -65,12 +73,18 @@ pub fn check_rule_fields(program: &Program, node: &Value) -> RuleCheck {
         bound: HashMap::new(),
         rule_self: Some(node),
         quiet: false,
+        optional_old_self,
+        subs: Substitutions::default(),
+        locals: Vec::new(),
     };
     checker.schema_of(program.expression());
     let mut result = None;
     if checker.issues.is_empty() {
         checker.quiet = true;
-        result = checker.type_of(program.expression()).name();
+        let t = checker.type_of(program.expression());
+        if !matches!(t, Type::Dyn | Type::Unknown | Type::Error | Type::Var(_)) {
+            result = Some(t.to_string());
+        }
     }
     RuleCheck {
         issues: checker.issues.join("\n"),
@@ -78,9 +92,9 @@ pub fn check_rule_fields(program: &Program, node: &Value) -> RuleCheck {
     }
 }
 
-/// Operators on operands of known types no overload of which takes them, in an
-/// expression whose variables are all of unknown type (`1 + 'a'`, `size(x) + 'a'`):
-/// what cel-go refuses whatever the variables hold. [`crate::compile`] runs it.
+/// The type issues of an expression whose variables are all of unknown type
+/// (`1 + 'a'`, `size(x) + 'a'`, `[1, 'a']`): what cel-go refuses whatever the
+/// variables hold. [`crate::compile`] runs it.
 pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
     let components = serde_json::Map::new();
     let schemas = Schemas {
@@ -95,6 +109,9 @@ pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
         bound: HashMap::new(),
         rule_self: None,
         quiet: true,
+        optional_old_self: false,
+        subs: Substitutions::default(),
+        locals: Vec::new(),
     };
     checker.type_of(expression);
     checker.issues.join("\n")
@@ -105,112 +122,9 @@ pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
 pub struct RuleCheck {
     /// The issues, in cel-go's form, joined by newlines; empty when none.
     pub issues: String,
-    /// cel-go's name of the expression's type when it is known to be a scalar
-    /// (`bool`, `string`, `int`, ...), for upstream's "must evaluate to" checks.
-    pub result: Option<&'static str>,
-}
-
-/// A CEL type as far as [`Checker::type_of`] knows it; `Dyn` when it does not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ty {
-    Int,
-    Uint,
-    Double,
-    String,
-    Bool,
-    Bytes,
-    Null,
-    Timestamp,
-    Duration,
-    List,
-    Map,
-    Dyn,
-}
-
-impl Ty {
-    /// cel-go's name of the type, for the scalar types issues are reported on.
-    fn name(self) -> Option<&'static str> {
-        Some(match self {
-            Ty::Int => "int",
-            Ty::Uint => "uint",
-            Ty::Double => "double",
-            Ty::String => "string",
-            Ty::Bool => "bool",
-            Ty::Bytes => "bytes",
-            Ty::Timestamp => "google.protobuf.Timestamp",
-            Ty::Duration => "google.protobuf.Duration",
-            Ty::Null | Ty::List | Ty::Map | Ty::Dyn => return None,
-        })
-    }
-
-    fn is_number(self) -> bool {
-        matches!(self, Ty::Int | Ty::Uint | Ty::Double)
-    }
-
-    /// The declared type of a value of `schema` (upstream's `SchemaDeclType`).
-    fn of_schema(schema: &Value) -> Ty {
-        let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
-        if flag("x-kubernetes-int-or-string") || flag("x-kubernetes-preserve-unknown-fields") {
-            return Ty::Dyn;
-        }
-        match schema.get("type").and_then(Value::as_str) {
-            Some("integer") => Ty::Int,
-            Some("number") => Ty::Double,
-            Some("boolean") => Ty::Bool,
-            Some("array") => Ty::List,
-            Some("object") => Ty::Map,
-            Some("string") => match schema.get("format").and_then(Value::as_str) {
-                Some("byte") => Ty::Bytes,
-                Some("duration") => Ty::Duration,
-                Some("date" | "date-time") => Ty::Timestamp,
-                _ => Ty::String,
-            },
-            _ => Ty::Dyn,
-        }
-    }
-}
-
-/// The result of binary operator `op` on `(a, b)`: `Some(Dyn)` when either is not
-/// known, `None` when no overload takes them (as cel-go's standard declarations, with
-/// the cross-type numeric comparisons Kubernetes enables).
-fn binary_result(op: &str, a: Ty, b: Ty) -> Option<Ty> {
-    use Ty::*;
-    if a == Dyn || b == Dyn || a == Null || b == Null {
-        return Some(match op {
-            "_+_" | "_-_" | "_*_" | "_/_" | "_%_" => Dyn,
-            _ => Bool,
-        });
-    }
-    match op {
-        "_+_" => match (a, b) {
-            (Int | Uint | Double | String | Bytes | List | Duration, _) if a == b => Some(a),
-            (Timestamp, Duration) | (Duration, Timestamp) => Some(Timestamp),
-            _ => None,
-        },
-        "_-_" => match (a, b) {
-            (Int | Uint | Double | Duration, _) if a == b => Some(a),
-            (Timestamp, Timestamp) => Some(Duration),
-            (Timestamp, Duration) => Some(Timestamp),
-            _ => None,
-        },
-        "_*_" | "_/_" => (a == b && a.is_number()).then_some(a),
-        "_%_" => (a == b && matches!(a, Int | Uint)).then_some(a),
-        "_<_" | "_<=_" | "_>_" | "_>=_" => {
-            let ordered = matches!(a, String | Bool | Bytes | Timestamp | Duration);
-            ((a == b && ordered) || (a.is_number() && b.is_number())).then_some(Bool)
-        }
-        // Equality is defined for any two values of one type; numbers of different
-        // types and aggregates are left alone.
-        "_==_" | "_!=_" => {
-            let comparable = a == b
-                || (a.is_number() && b.is_number())
-                || matches!(a, List | Map)
-                || matches!(b, List | Map);
-            comparable.then_some(Bool)
-        }
-        "_&&_" | "_||_" => (a == Bool && b == Bool).then_some(Bool),
-        _ => Some(Dyn),
-    }
+    /// cel-go's name of the expression's type when it is known and not `dyn`
+    /// (`bool`, `string`, `list(int)`, ...), for upstream's "must evaluate to" checks.
+    pub result: Option<String>,
 }
 
 /// The operator's token in the source, for the position of an issue about it.
@@ -230,6 +144,7 @@ fn operator_token(op: &str) -> Option<&'static str> {
         "_&&_" => "&&",
         "_||_" => "||",
         "!_" => "!",
+        "_?_:_" => "?",
         _ => return None,
     })
 }
@@ -272,6 +187,9 @@ pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
         bound: HashMap::new(),
         rule_self: None,
         quiet: false,
+        optional_old_self: false,
+        subs: Substitutions::default(),
+        locals: Vec::new(),
     };
     checker.schema_of(program.expression());
     checker.issues.join("\n")
@@ -287,6 +205,12 @@ struct Checker<'s, 'a> {
     rule_self: Option<&'a Value>,
     /// Set while [`Checker::type_of`] walks again what `schema_of` has reported on.
     quiet: bool,
+    /// `oldSelf` is optional (a rule's `optionalOldSelf`).
+    optional_old_self: bool,
+    /// Type variables of [`Checker::type_of`].
+    subs: Substitutions<'a>,
+    /// Comprehension variables in scope for [`Checker::type_of`], innermost last.
+    locals: Vec<(String, Type<'a>)>,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -462,185 +386,322 @@ impl<'a> Checker<'_, 'a> {
         }
     }
 
-    /// The type of `e` as far as the schema and CEL's standard declarations tell,
-    /// recording an issue for an operator no overload of which takes its operands.
-    fn type_of(&mut self, e: &IdedExpr) -> Ty {
-        match &e.expr {
+    /// The type of `e` as cel-go's checker gives it, recording issues as cel-go words
+    /// them where the types involved are known (see [`Type::is_reportable`]).
+    fn type_of(&mut self, e: &IdedExpr) -> Type<'a> {
+        let t = match &e.expr {
             Expr::Literal(l) => match l {
-                LiteralValue::Boolean(_) => Ty::Bool,
-                LiteralValue::Bytes(_) => Ty::Bytes,
-                LiteralValue::Double(_) => Ty::Double,
-                LiteralValue::Int(_) => Ty::Int,
-                LiteralValue::Null => Ty::Null,
-                LiteralValue::String(_) => Ty::String,
-                LiteralValue::UInt(_) => Ty::Uint,
+                LiteralValue::Boolean(_) => Type::Bool,
+                LiteralValue::Bytes(_) => Type::Bytes,
+                LiteralValue::Double(_) => Type::Double,
+                LiteralValue::Int(_) => Type::Int,
+                LiteralValue::Null => Type::Null,
+                LiteralValue::String(_) => Type::String,
+                LiteralValue::UInt(_) => Type::Uint,
             },
-            Expr::Select(s) if s.test => {
-                self.type_of(&s.operand);
-                Ty::Bool
+            Expr::Ident(name) => self.ident_type(name),
+            Expr::Select(s) => {
+                let operand = self.type_of(&s.operand);
+                let selected = self.select_type(&operand, &s.field, false);
+                if s.test { Type::Bool } else { selected }
             }
-            Expr::Ident(_) | Expr::Select(_) => self.schema_of(e).map_or(Ty::Dyn, Ty::of_schema),
             Expr::List(l) => {
-                for x in &l.elements {
-                    self.type_of(x);
+                let mut elements: Option<Type<'a>> = None;
+                for (i, x) in l.elements.iter().enumerate() {
+                    let mut t = self.type_of(x);
+                    if l.optional_indices.contains(&i) {
+                        match t.optional_value() {
+                            Some(v) => t = v.clone(),
+                            None if matches!(t, Type::Dyn | Type::Error | Type::Unknown) => {}
+                            None => {
+                                let expected = Type::optional(t.clone());
+                                self.mismatch(x, &expected, &t);
+                            }
+                        }
+                    }
+                    elements = Some(self.join(x, elements, t));
                 }
-                Ty::List
+                Type::list(elements.unwrap_or_else(|| self.subs.fresh()))
             }
             Expr::Map(m) => {
+                let (mut keys, mut values) = (None, None);
                 for entry in &m.entries {
-                    if let EntryExpr::MapEntry(m) = &entry.expr {
-                        self.type_of(&m.key);
-                        self.type_of(&m.value);
+                    if let EntryExpr::MapEntry(entry) = &entry.expr {
+                        let k = self.type_of(&entry.key);
+                        keys = Some(self.join(&entry.key, keys, k));
+                        let mut v = self.type_of(&entry.value);
+                        if entry.optional
+                            && let Some(inner) = v.optional_value()
+                        {
+                            v = inner.clone();
+                        }
+                        values = Some(self.join(&entry.value, values, v));
                     }
                 }
-                Ty::Map
+                let key = keys.unwrap_or_else(|| self.subs.fresh());
+                let value = values.unwrap_or_else(|| self.subs.fresh());
+                Type::map(key, value)
             }
-            Expr::Unspecified | Expr::Struct(_) => Ty::Dyn,
-            Expr::Comprehension(c) => {
-                let range = self
-                    .schema_of(&c.iter_range)
-                    .map(|r| self.schemas.resolve(r));
-                let item = range.and_then(|r| r.get("items"));
-                self.bind(&c.iter_var, item);
-                if let Some(v2) = &c.iter_var2 {
-                    self.bind(v2, None);
-                }
-                self.bind(&c.accu_var, None);
-                self.type_of(&c.loop_step);
-                self.unbind(&c.accu_var);
-                if let Some(v2) = &c.iter_var2 {
-                    self.unbind(v2);
-                }
-                self.unbind(&c.iter_var);
-                Ty::Dyn
+            Expr::Unspecified | Expr::Struct(_) => Type::Unknown,
+            Expr::Comprehension(c) => self.comprehension_type(c),
+            Expr::Call(call) => self.call_type(call),
+        };
+        self.subs.substitute(&t)
+    }
+
+    fn ident_type(&mut self, name: &str) -> Type<'a> {
+        if let Some((_, t)) = self.locals.iter().rev().find(|(n, _)| n == name) {
+            return t.clone();
+        }
+        let schemas = self.schemas;
+        let resolve = |s: &'a Value| schemas.resolve(s);
+        let schema = match name {
+            "self" | "oldSelf" => self.rule_self,
+            "object" | "oldObject" => self.schemas.object,
+            "params" => self.schemas.params,
+            _ => None,
+        };
+        match schema {
+            Some(s) if name == "oldSelf" && self.optional_old_self => {
+                Type::optional(Type::of_schema(s, &resolve))
             }
-            Expr::Call(call) => self.call_type(e, call),
+            Some(s) => Type::of_schema(s, &resolve),
+            None => Type::Unknown,
         }
     }
 
-    fn call_type(&mut self, e: &IdedExpr, call: &kube_cel::cel::common::ast::CallExpr) -> Ty {
-        let target = call.target.as_deref().map(|t| self.type_of(t));
-        let args: Vec<Ty> = call.args.iter().map(|a| self.type_of(a)).collect();
+    /// The type of `field` of a value of type `operand` (cel-go's `checkSelectField`);
+    /// an optional operand, or `optional` (`?.`), makes the result optional.
+    fn select_type(&mut self, operand: &Type<'a>, field: &str, optional: bool) -> Type<'a> {
+        let (target, was_optional) = match operand.optional_value() {
+            Some(v) => (v.clone(), true),
+            None => (operand.clone(), false),
+        };
+        let selected = match &target {
+            Type::Map(_, value) => (**value).clone(),
+            Type::Object(schema) => {
+                let schemas = self.schemas;
+                let resolve = |s: &'a Value| schemas.resolve(s);
+                match self.field(schema, field) {
+                    Some(s) => Type::of_schema(s, &resolve),
+                    None => self.root_member_type(schema, field),
+                }
+            }
+            Type::Var(_) => {
+                self.subs.assignable(&Type::Dyn, &target);
+                Type::Dyn
+            }
+            Type::Dyn | Type::Error | Type::Unknown => target.clone(),
+            other => {
+                if other.is_reportable() {
+                    let message = format!("type '{other}' does not support field selection");
+                    let at = self.field_position(field);
+                    self.issue_at(at, &message);
+                }
+                Type::Error
+            }
+        };
+        if was_optional || optional {
+            Type::optional(selected)
+        } else {
+            selected
+        }
+    }
+
+    /// `apiVersion` and `kind` of a resource root whose schema does not list them
+    /// (strings, as upstream declares them); anything else not found is not known.
+    fn root_member_type(&self, schema: &Value, field: &str) -> Type<'a> {
+        let embedded = schema
+            .get("x-kubernetes-embedded-resource")
+            .and_then(Value::as_bool)
+            == Some(true);
+        match field {
+            "apiVersion" | "kind" if embedded => Type::String,
+            _ => Type::Unknown,
+        }
+    }
+
+    /// Two element types of one literal list or map: the more general if they agree,
+    /// an issue if they do not (Kubernetes enables homogeneous aggregate literals).
+    fn join(&mut self, e: &IdedExpr, previous: Option<Type<'a>>, current: Type<'a>) -> Type<'a> {
+        let Some(previous) = previous else {
+            return current;
+        };
+        if self.subs.assignable(&previous, &current) {
+            return most_general(&previous, &current);
+        }
+        self.mismatch(e, &previous, &current);
+        Type::Error
+    }
+
+    /// cel-go's `expected type 'X' but found 'Y'` about `e`.
+    fn mismatch(&mut self, e: &IdedExpr, expected: &Type<'a>, found: &Type<'a>) {
+        let (expected, found) = (self.subs.substitute(expected), self.subs.substitute(found));
+        if expected.is_reportable() && found.is_reportable() {
+            let message = format!("expected type '{expected}' but found '{found}'");
+            let at = self.position_of(e);
+            self.issue_at(at, &message);
+        }
+    }
+
+    /// A comprehension's type (cel-go's `checkComprehension`): the range's element (or
+    /// key) types its variables, the loop condition is a bool, the step has the
+    /// accumulator's type.
+    fn comprehension_type(&mut self, c: &ComprehensionExpr) -> Type<'a> {
+        let range = self.type_of(&c.iter_range);
+        let accu = self.type_of(&c.accu_init);
+        let two = c.iter_var2.is_some();
+        let (first, second) = match &range {
+            Type::List(e) if two => (Type::Int, (**e).clone()),
+            Type::List(e) => ((**e).clone(), Type::Dyn),
+            Type::Map(k, v) => ((**k).clone(), (**v).clone()),
+            Type::Var(_) => {
+                self.subs.assignable(&Type::Dyn, &range);
+                (Type::Dyn, Type::Dyn)
+            }
+            Type::Dyn | Type::Error => (Type::Dyn, Type::Dyn),
+            Type::Unknown | Type::Object(_) => (Type::Unknown, Type::Unknown),
+            other => {
+                if other.is_reportable() {
+                    let message = format!(
+                        "expression of type '{other}' cannot be range of a comprehension \
+                         (must be list, map, or dynamic)"
+                    );
+                    let at = self.position_of(&c.iter_range);
+                    self.issue_at(at, &message);
+                }
+                (Type::Error, Type::Error)
+            }
+        };
+        let scope = self.locals.len();
+        self.locals.push((c.accu_var.clone(), accu.clone()));
+        self.locals.push((c.iter_var.clone(), first));
+        if let Some(v2) = &c.iter_var2 {
+            self.locals.push((v2.clone(), second));
+        }
+        let condition = self.type_of(&c.loop_cond);
+        if !self.subs.assignable(&Type::Bool, &condition) {
+            self.mismatch(&c.loop_cond, &Type::Bool, &condition);
+        }
+        let step = self.type_of(&c.loop_step);
+        if !self.subs.assignable(&accu, &step) {
+            self.mismatch(&c.loop_step, &accu, &step);
+        }
+        self.locals.truncate(scope + 1);
+        let result = self.type_of(&c.result);
+        self.locals.truncate(scope);
+        result
+    }
+
+    /// A call's type: the declared overloads its receiver and arguments match (cel-go's
+    /// `resolveOverload`); an issue if none does and the types are all known.
+    fn call_type(&mut self, call: &CallExpr) -> Type<'a> {
         let name = call.func_name.as_str();
-        match (name, target, args.as_slice()) {
-            ("_[_]", None, _) => self.schema_of(e).map_or(Ty::Dyn, Ty::of_schema),
-            ("_?_:_", None, [_, a, b]) => {
-                if a == b {
-                    *a
-                } else {
-                    Ty::Dyn
-                }
-            }
-            ("!_", None, [a]) => {
-                self.expect_bool(name, &[*a]);
-                Ty::Bool
-            }
-            ("-_", None, [a]) => {
-                if matches!(a, Ty::String | Ty::Bool | Ty::Bytes | Ty::Timestamp) {
-                    self.overload_issue("-", name, &[*a]);
-                }
-                *a
-            }
-            (_, None, [a, b]) if operator_token(name).is_some() => {
-                match binary_result(name, *a, *b) {
-                    Some(t) => t,
-                    None => {
-                        self.overload_issue(operator_token(name).unwrap_or(name), name, &[*a, *b]);
-                        Ty::Dyn
-                    }
-                }
-            }
-            // The string functions take a string receiver and a string argument.
-            ("startsWith" | "endsWith" | "contains" | "matches", Some(receiver), [arg]) => {
-                if receiver != Ty::String || *arg != Ty::String {
-                    self.call_overload_issue(name, Some(receiver), &[*arg]);
-                }
-                Ty::Bool
-            }
-            // size() takes a string, bytes, a list or a map.
-            ("size", receiver, args) => {
-                let operand = receiver.or_else(|| args.first().copied());
-                if operand.is_some_and(|t| !matches!(t, Ty::String | Ty::Bytes)) {
-                    self.call_overload_issue(name, receiver, args);
-                }
-                Ty::Int
-            }
-            ("int", None, [_]) => Ty::Int,
-            ("uint", None, [_]) => Ty::Uint,
-            ("double", None, [_]) => Ty::Double,
-            ("string", None, [_]) => Ty::String,
-            ("bytes", None, [_]) => Ty::Bytes,
-            ("bool", None, [_]) => Ty::Bool,
-            ("@in" | "startsWith" | "endsWith" | "contains" | "matches", _, _) => Ty::Bool,
-            _ => Ty::Dyn,
-        }
-    }
-
-    /// `!` takes a bool only.
-    fn expect_bool(&mut self, op: &str, operands: &[Ty]) {
-        if operands
-            .iter()
-            .any(|t| t.name().is_some() && *t != Ty::Bool)
+        if name == "_?._"
+            && let [
+                operand,
+                IdedExpr {
+                    expr: Expr::Literal(LiteralValue::String(field)),
+                    ..
+                },
+            ] = call.args.as_slice()
         {
-            let token = operator_token(op).unwrap_or(op);
-            self.overload_issue(token, op, operands);
+            let operand = self.type_of(operand);
+            return self.select_type(&operand, field.inner(), true);
         }
-    }
-
-    /// cel-go's `found no matching overload for '_+_' applied to '(int, string)'`,
-    /// only when every operand's type is known (a scalar).
-    fn overload_issue(&mut self, token: &str, op: &str, operands: &[Ty]) {
-        let Some(names) = operands
+        let mut args: Vec<Type<'a>> = Vec::with_capacity(call.args.len() + 1);
+        if let Some(target) = call.target.as_deref() {
+            args.push(self.type_of(target));
+        }
+        for a in &call.args {
+            args.push(self.type_of(a));
+        }
+        // cel-go checks each operand of `&&` and `||` against bool on its own.
+        if matches!(name, "_&&_" | "_||_") {
+            for (a, t) in call.args.iter().zip(&args) {
+                if !self.subs.assignable(&Type::Bool, t) {
+                    self.mismatch(a, &Type::Bool, t);
+                }
+            }
+            return Type::Bool;
+        }
+        let member = call.target.is_some();
+        let declared = check::overloads(name);
+        if declared.is_empty() {
+            return Type::Unknown;
+        }
+        let candidates = declared
             .iter()
-            .map(|t| t.name())
-            .collect::<Option<Vec<_>>>()
-        else {
-            return;
-        };
-        let message = format!(
-            "found no matching overload for '{op}' applied to '({})'",
-            names.join(", ")
-        );
-        let at = outside_strings(self.source, token).unwrap_or(0);
-        self.issue_at(at, &message);
-    }
-
-    /// cel-go's `found no matching overload for 'startsWith' applied to 'int.(string)'`
-    /// for a function call, at its opening parenthesis as cel-go places it; only when
-    /// every type is known (a scalar).
-    fn call_overload_issue(&mut self, function: &str, receiver: Option<Ty>, args: &[Ty]) {
-        let name_of = |t: &Ty| t.name();
-        let Some(arg_names) = args.iter().map(name_of).collect::<Option<Vec<_>>>() else {
-            return;
-        };
-        let (signature, call) = match receiver {
-            Some(r) => match r.name() {
-                Some(r) => (
-                    format!("{r}.({})", arg_names.join(", ")),
-                    format!(".{function}("),
-                ),
-                None => return,
-            },
-            None => (
-                format!("({})", arg_names.join(", ")),
-                format!("{function}("),
-            ),
-        };
-        let message =
-            format!("found no matching overload for '{function}' applied to '{signature}'");
-        let at =
-            call_position(self.source, &call, receiver.is_none()).map_or(0, |i| i + call.len() - 1);
-        self.issue_at(at, &message);
-    }
-
-    /// Records `message` at the first `.field` of the source, as cel-go prints it.
-    fn issue(&mut self, field: &str, message: &str) {
-        if self.quiet {
-            return;
+            .filter(|o| o.member == member && o.params.len() == args.len());
+        // With an operand of a type not known here, only a result every overload
+        // shares is certain: picking an overload by a guess would word the issue of a
+        // later call, not the one cel-go reports first.
+        if args.iter().any(Type::contains_unknown) {
+            let mut results = candidates.map(|o| &o.result);
+            let first = results.next();
+            return match first {
+                Some(r) if r.is_reportable() && results.all(|o| o == r) => r.clone(),
+                _ => Type::Unknown,
+            };
         }
+        let mut result: Option<Type<'a>> = None;
+        for overload in candidates {
+            let (params, returns) = self.subs.instantiate(overload);
+            if self.subs.all_assignable(&params, &args) {
+                let returns = self.subs.substitute(&returns);
+                result = Some(match result {
+                    None => returns,
+                    Some(r) if matches!(r, Type::Dyn | Type::Unknown) || r == returns => r,
+                    Some(_) => Type::Dyn,
+                });
+            }
+        }
+        if let Some(r) = result {
+            return r;
+        }
+        let args: Vec<Type<'a>> = args.iter().map(|a| self.subs.substitute(a)).collect();
+        if !args.iter().all(Type::is_reportable) {
+            return Type::Unknown;
+        }
+        let names: Vec<String> = args.iter().map(ToString::to_string).collect();
+        let (signature, at) = if member {
+            let call_text = format!(".{name}(");
+            let at = call_position(self.source, &call_text, false)
+                .map_or(0, |i| i + call_text.len() - 1);
+            (format!("{}.({})", names[0], names[1..].join(", ")), at)
+        } else if let Some(token) = operator_token(name) {
+            let at = outside_strings(self.source, token).unwrap_or(0);
+            (format!("({})", names.join(", ")), at)
+        } else {
+            let call_text = format!("{name}(");
+            let at =
+                call_position(self.source, &call_text, true).map_or(0, |i| i + call_text.len() - 1);
+            (format!("({})", names.join(", ")), at)
+        };
+        let message = format!("found no matching overload for '{name}' applied to '{signature}'");
+        self.issue_at(at, &message);
+        Type::Error
+    }
+
+    /// Where `e` starts in the source, as far as its text tells (the parser keeps no
+    /// positions): an identifier, a selected field or an operator; else the start.
+    fn position_of(&self, e: &IdedExpr) -> usize {
+        match &e.expr {
+            Expr::Ident(name) => identifier_position(self.source, name).unwrap_or(0),
+            Expr::Select(s) => self.field_position(&s.field),
+            Expr::Call(c) => operator_token(&c.func_name)
+                .and_then(|token| outside_strings(self.source, token))
+                .or_else(|| c.args.first().map(|a| self.position_of(a)))
+                .unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// The position of the first `.field` of the source, as cel-go places an issue
+    /// about a selection.
+    fn field_position(&self, field: &str) -> usize {
         let needle = format!(".{field}");
-        let at = self
-            .source
+        self.source
             .match_indices(&needle)
             .map(|(i, _)| i)
             .find(|&i| {
@@ -649,7 +710,15 @@ impl<'a> Checker<'_, 'a> {
                     .next()
                     .is_some_and(|c| c.is_alphanumeric() || c == '_')
             })
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// Records `message` at the first `.field` of the source, as cel-go prints it.
+    fn issue(&mut self, field: &str, message: &str) {
+        if self.quiet {
+            return;
+        }
+        let at = self.field_position(field);
         self.issue_at(at, message);
     }
 
@@ -694,6 +763,22 @@ fn outside_strings(source: &str, token: &str) -> Option<usize> {
             None if source[i..].starts_with(token) => return Some(i),
             None => {}
         }
+    }
+    None
+}
+
+/// The byte offset of the first occurrence of identifier `name` outside string
+/// literals that is not part of a longer name or a selected field.
+fn identifier_position(source: &str, name: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = outside_strings(&source[from..], name).map(|i| i + from) {
+        let before = source[..i].chars().next_back();
+        let after = source[i + name.len()..].chars().next();
+        let part_of_name = |c: Option<char>| c.is_some_and(|c| c == '_' || c.is_alphanumeric());
+        if !part_of_name(before) && before != Some('.') && !part_of_name(after) {
+            return Some(i);
+        }
+        from = i + name.len();
     }
     None
 }
@@ -826,12 +911,12 @@ mod tests {
 
     fn check_rule(rule: &str, node: &Value) -> String {
         let program = crate::compile(rule, &["self", "oldSelf"]).unwrap();
-        check_rule_fields(&program, node).issues
+        check_rule_fields(&program, node, false).issues
     }
 
-    fn rule_type(rule: &str, node: &Value) -> Option<&'static str> {
+    fn rule_type(rule: &str, node: &Value) -> Option<String> {
         let program = crate::compile(rule, &["self", "oldSelf"]).unwrap();
-        check_rule_fields(&program, node).result
+        check_rule_fields(&program, node, false).result
     }
 
     #[test]
@@ -912,7 +997,7 @@ mod tests {
             "'a+b' == self.name",
         ] {
             assert_eq!(check_rule(rule, &node), "", "{rule}");
-            assert_eq!(rule_type(rule, &node), Some("bool"), "{rule}");
+            assert_eq!(rule_type(rule, &node), Some("bool".into()), "{rule}");
         }
         assert_eq!(
             check_rule("self.replicas + 'a' > 1", &node),
@@ -921,8 +1006,8 @@ mod tests {
         );
         assert_eq!(
             check_rule("self.name == 'x' && self.replicas", &node),
-            "ERROR: <input>:1:18: found no matching overload for '_&&_' applied to '(bool, int)'\n \
-             | self.name == 'x' && self.replicas\n | .................^"
+            "ERROR: <input>:1:25: expected type 'bool' but found 'int'\n \
+             | self.name == 'x' && self.replicas\n | ........................^"
         );
         assert!(
             check_rule("'a<b' != self.name && self.name < 3", &node)
@@ -930,7 +1015,7 @@ mod tests {
         );
         assert!(
             check_rule("self.since < '2024-01-01'", &node)
-                .contains("applied to '(google.protobuf.Timestamp, string)'")
+                .contains("applied to '(timestamp, string)'")
         );
         assert!(check_rule("self.on == 1", &node).contains("'_==_' applied to '(bool, int)'"));
         assert!(
@@ -962,17 +1047,166 @@ mod tests {
         // Lists, maps and values of unknown type are not judged.
         for rule in [
             "size(self.tags) > 0 && self.tags.size() < 9 && size(self.raw) > 0",
-            "self.port.startsWith('a') && self.raw.x.contains(1) && sets.contains([1], [1])",
+            "self.port.startsWith('a') && self.raw.x.contains('1') && sets.contains([1], [1])",
         ] {
             assert_eq!(check_rule(rule, &node), "", "{rule}");
         }
         assert_eq!(check_rule("self.tags.all(t, t + '!' != 'x')", &node), "");
         assert!(check_rule("self.tags.all(t, t + 1 != 'x')", &node).contains("'(string, int)'"));
-        assert_eq!(rule_type("self.tags.all(t, t != 'x')", &node), None);
+        assert_eq!(
+            rule_type("self.tags.all(t, t != 'x')", &node),
+            Some("bool".into())
+        );
         // The rule's own type, for upstream's "must evaluate to a bool".
-        assert_eq!(rule_type("self.replicas + 1", &node), Some("int"));
-        assert_eq!(rule_type("self.name", &node), Some("string"));
+        assert_eq!(rule_type("self.replicas + 1", &node), Some("int".into()));
+        assert_eq!(rule_type("self.name", &node), Some("string".into()));
         assert_eq!(rule_type("self.port", &node), None);
-        assert_eq!(rule_type("self.tags.map(t, t)", &node), None);
+        assert_eq!(
+            rule_type("self.tags.map(t, t.size())", &node),
+            Some("list(int)".into())
+        );
+    }
+
+    /// The issues of a rule as a CRD's validation gives them: those found without the
+    /// node's types when it is compiled, else those of the check against them.
+    fn rule_issues(rule: &str, node: &Value, optional_old_self: bool) -> String {
+        match crate::compile(rule, &["self", "oldSelf"]) {
+            Ok(program) => check_rule_fields(&program, node, optional_old_self).issues,
+            Err(e) => e.0.trim_start_matches("compilation failed: ").to_string(),
+        }
+    }
+
+    fn check_optional_rule(rule: &str, node: &Value) -> String {
+        rule_issues(rule, node, true)
+    }
+
+    /// The first issue's message, without its position and source lines.
+    fn first_message(issues: &str) -> &str {
+        issues
+            .lines()
+            .next()
+            .and_then(|l| l.splitn(5, ':').nth(4))
+            .map_or("", str::trim)
+    }
+
+    #[test]
+    fn calls_are_typed_against_the_declared_overloads() {
+        let node = json!({"type": "object", "properties": {
+            "replicas": {"type": "integer"},
+            "name": {"type": "string", "maxLength": 10},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "port": {"x-kubernetes-int-or-string": true},
+            "o": {"type": "object", "properties": {"i": {"type": "integer"}, "s": {"type": "string"}}}}});
+        for rule in [
+            "self.name.lowerAscii() + 'x' == 'y' && self.name.split(',').size() > 1",
+            "self.tags.map(t, t.size()).sum() > 1 && self.tags.filter(t, t != '').size() >= 0",
+            "self.counts.all(k, k.startsWith('a')) && self.counts.exists(k, self.counts[k] > 1)",
+            "duration(self.name) > duration('1s') && timestamp(self.name) > timestamp('2020-01-01T00:00:00Z')",
+            "quantity(self.name).isGreaterThan(quantity('1')) && isQuantity(self.name)",
+            "url(self.name).getHost() == 'a' && ip(self.name).family() == 4 && cidr(self.name).containsIP(self.name)",
+            "self.tags.join(',') == 'a' && self.tags.isSorted() && self.tags.indexOf('a') > -1",
+            "has(self.name) ? self.name.size() > 0 : true",
+            "self.replicas in [1, 2] && self.name in self.tags && 'a' in self.counts",
+            "[1, 2, 3].exists(x, x == self.replicas) && [self.replicas, 1].all(x, x > 0)",
+            "self.port == 1 || self.port == 'a' || type(self.port) == string",
+            "dyn(self.replicas) == 'a' || self.replicas == dyn('a')",
+            "self.o.i > 1 && self.o.s.matches('^a') && self.replicas < 2.5",
+            "[self.o, self.o].size() == 2 && {'a': self.replicas}.a == 1",
+            "self.tags.map(t, [t]).all(l, l.size() == 1) && [[1], []].size() == 2",
+            "optional.of(self.name).orValue('') == '' && optional.none().orValue(1) == 1",
+            "self.name.format([1]) != '' && strings.quote(self.name) != ''",
+        ] {
+            assert_eq!(check_rule(rule, &node), "", "{rule}");
+        }
+        for (rule, message) in [
+            (
+                "self.name.lowerAscii() + 1 == 2",
+                "found no matching overload for '_+_' applied to '(string, int)'",
+            ),
+            (
+                "self.tags.map(t, t.size()).sum() == 'x'",
+                "found no matching overload for '_==_' applied to '(int, string)'",
+            ),
+            (
+                "self.name.split(',') == 'a'",
+                "found no matching overload for '_==_' applied to '(list(string), string)'",
+            ),
+            (
+                "self.counts.all(k, k + 1 == 2)",
+                "found no matching overload for '_+_' applied to '(string, int)'",
+            ),
+            (
+                "self.replicas == 1.0",
+                "found no matching overload for '_==_' applied to '(int, double)'",
+            ),
+            (
+                "[1, 2].exists(x, x == 'a')",
+                "found no matching overload for '_==_' applied to '(int, string)'",
+            ),
+            (
+                "self.replicas in self.tags",
+                "found no matching overload for '@in' applied to '(int, list(string))'",
+            ),
+            (
+                "self.tags.all(t, t)",
+                "expected type 'bool' but found 'string'",
+            ),
+            (
+                "has(self.name) ? self.name : 1",
+                "found no matching overload for '_?_:_' applied to '(bool, string, int)'",
+            ),
+            (
+                "self.name.join(',') == 'a'",
+                "found no matching overload for 'join' applied to 'string.(string)'",
+            ),
+            (
+                "timestamp(self.name) < 1",
+                "found no matching overload for '_<_' applied to '(timestamp, int)'",
+            ),
+            (
+                "quantity(self.name).isGreaterThan(1)",
+                "found no matching overload for 'isGreaterThan' applied to 'kubernetes.Quantity.(int)'",
+            ),
+            (
+                "[1, 'a'].size() > 1",
+                "expected type 'int' but found 'string'",
+            ),
+            (
+                "self.replicas.all(x, x > 0)",
+                "expression of type 'int' cannot be range of a comprehension (must be list, map, or dynamic)",
+            ),
+            (
+                "self.name.size().x == 1",
+                "type 'int' does not support field selection",
+            ),
+        ] {
+            let issues = rule_issues(rule, &node, false);
+            assert_eq!(first_message(&issues), message, "{rule}: {issues}");
+        }
+
+        // With optionalOldSelf, oldSelf is optional: its value must be unwrapped.
+        for rule in [
+            "self.replicas >= oldSelf.replicas.value()",
+            "self.replicas >= oldSelf.replicas.orValue(1)",
+            "oldSelf.hasValue() ? self.o.i >= oldSelf.o.i.value() : true",
+            "self.o == oldSelf.o.value()",
+        ] {
+            assert_eq!(check_optional_rule(rule, &node), "", "{rule}");
+        }
+        assert_eq!(
+            first_message(&check_optional_rule(
+                "self.replicas >= oldSelf.replicas",
+                &node
+            )),
+            "found no matching overload for '_>=_' applied to '(int, optional_type(int))'"
+        );
+        assert_eq!(
+            first_message(&check_optional_rule(
+                "self.replicas >= oldSelf.name.orValue(0)",
+                &node
+            )),
+            "found no matching overload for 'orValue' applied to 'optional_type(string).(int)'"
+        );
     }
 }

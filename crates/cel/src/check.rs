@@ -1,0 +1,545 @@
+//! CEL types, the declared overloads of the functions an expression may call, and
+//! cel-go's rules for matching the one against the other (`checker/types.go`:
+//! assignability with type parameters, the most general of two types): what
+//! [`crate::typecheck`] needs to type an expression as cel-go's checker does.
+//!
+//! A type may be [`Type::Unknown`]: what this crate cannot tell (a variable without a
+//! schema, a function outside [`decls::DECLARATIONS`]). It matches anything, as `dyn`
+//! does, but an issue whose types include it is never reported: cel-go, which knows
+//! the type, may accept what a guess would refuse.
+
+mod decls;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::LazyLock;
+
+use serde_json::Value;
+
+/// A CEL type. `Object` is a schema node with declared properties (cel-go's struct
+/// type of a Kubernetes schema); `Var` a type variable of one check, `Param` a type
+/// parameter of a declaration.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Type<'a> {
+    Bool,
+    Int,
+    Uint,
+    Double,
+    String,
+    Bytes,
+    Null,
+    Duration,
+    Timestamp,
+    List(Box<Type<'a>>),
+    Map(Box<Type<'a>>, Box<Type<'a>>),
+    /// `type(T)`: the type of a type value (`type(1)` is an `int`, of kind `type(int)`).
+    Kind(Box<Type<'a>>),
+    /// `optional_type(T)` and the libraries' opaque types (`net.IP`, ...).
+    Opaque(&'static str, Vec<Type<'a>>),
+    Object(&'a Value),
+    Param(&'static str),
+    Var(usize),
+    Dyn,
+    /// A failed check's type: matches anything, so one mistake is reported once.
+    Error,
+    Unknown,
+}
+
+impl<'a> Type<'a> {
+    pub(crate) fn list(element: Type<'a>) -> Type<'a> {
+        Type::List(Box::new(element))
+    }
+
+    pub(crate) fn map(key: Type<'a>, value: Type<'a>) -> Type<'a> {
+        Type::Map(Box::new(key), Box::new(value))
+    }
+
+    pub(crate) fn optional(value: Type<'a>) -> Type<'a> {
+        Type::Opaque("optional_type", vec![value])
+    }
+
+    /// The value type of an `optional_type(T)`.
+    pub(crate) fn optional_value(&self) -> Option<&Type<'a>> {
+        match self {
+            Type::Opaque("optional_type", params) => params.first(),
+            _ => None,
+        }
+    }
+
+    /// Whether an issue naming this type may be reported: it holds nothing this crate
+    /// guessed or cannot name as cel-go does (a schema's object type is named after a
+    /// generated identifier).
+    pub(crate) fn is_reportable(&self) -> bool {
+        match self {
+            Type::Unknown | Type::Object(_) | Type::Var(_) | Type::Param(_) => false,
+            Type::List(e) | Type::Kind(e) => e.is_reportable(),
+            Type::Map(k, v) => k.is_reportable() && v.is_reportable(),
+            Type::Opaque(_, params) => params.iter().all(Type::is_reportable),
+            _ => true,
+        }
+    }
+
+    /// Whether this crate's guess, [`Type::Unknown`], is part of the type.
+    pub(crate) fn contains_unknown(&self) -> bool {
+        match self {
+            Type::Unknown => true,
+            Type::List(e) | Type::Kind(e) => e.contains_unknown(),
+            Type::Map(k, v) => k.contains_unknown() || v.contains_unknown(),
+            Type::Opaque(_, params) => params.iter().any(Type::contains_unknown),
+            _ => false,
+        }
+    }
+
+    fn is_dyn_like(&self) -> bool {
+        matches!(self, Type::Dyn | Type::Error | Type::Unknown)
+    }
+
+    /// The declared type of a value of OpenAPI `schema` (upstream's `SchemaDeclType`),
+    /// `$ref`s already followed by the caller's `resolve`.
+    pub(crate) fn of_schema(schema: &'a Value, resolve: &dyn Fn(&'a Value) -> &'a Value) -> Self {
+        let schema = resolve(schema);
+        let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
+        if flag("x-kubernetes-int-or-string") {
+            return Type::Dyn;
+        }
+        match schema.get("type").and_then(Value::as_str) {
+            Some("integer") => Type::Int,
+            Some("number") => Type::Double,
+            Some("boolean") => Type::Bool,
+            Some("array") => Type::list(
+                schema
+                    .get("items")
+                    .map_or(Type::Dyn, |items| Type::of_schema(items, resolve)),
+            ),
+            Some("object") => {
+                if let Some(values) = schema.get("additionalProperties")
+                    && values.is_object()
+                    && schema.get("properties").is_none()
+                {
+                    Type::map(Type::String, Type::of_schema(values, resolve))
+                } else if flag("x-kubernetes-preserve-unknown-fields")
+                    && schema.get("properties").is_none()
+                {
+                    Type::Dyn
+                } else {
+                    Type::Object(schema)
+                }
+            }
+            Some("string") => match schema.get("format").and_then(Value::as_str) {
+                Some("byte") => Type::Bytes,
+                Some("duration") => Type::Duration,
+                Some("date" | "date-time") => Type::Timestamp,
+                _ => Type::String,
+            },
+            _ if flag("x-kubernetes-embedded-resource") || schema.get("properties").is_some() => {
+                Type::Object(schema)
+            }
+            _ => Type::Dyn,
+        }
+    }
+}
+
+/// cel-go's `FormatCELType`.
+impl fmt::Display for Type<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let joined = |params: &[Type<'_>]| {
+            params
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Type::Bool => f.write_str("bool"),
+            Type::Int => f.write_str("int"),
+            Type::Uint => f.write_str("uint"),
+            Type::Double => f.write_str("double"),
+            Type::String => f.write_str("string"),
+            Type::Bytes => f.write_str("bytes"),
+            Type::Null => f.write_str("null"),
+            Type::Duration => f.write_str("duration"),
+            Type::Timestamp => f.write_str("timestamp"),
+            Type::List(e) => write!(f, "list({e})"),
+            Type::Map(k, v) => write!(f, "map({k}, {v})"),
+            Type::Kind(t) => write!(f, "type({t})"),
+            Type::Opaque(name, params) if params.is_empty() => f.write_str(name),
+            Type::Opaque(name, params) => write!(f, "{name}({})", joined(params)),
+            Type::Object(_) => f.write_str("object"),
+            Type::Param(name) => f.write_str(name),
+            Type::Var(i) => write!(f, "_var{i}"),
+            Type::Dyn | Type::Unknown => f.write_str("dyn"),
+            Type::Error => f.write_str("!error!"),
+        }
+    }
+}
+
+/// One declared overload.
+#[derive(Debug)]
+pub(crate) struct Overload {
+    /// Called on a receiver (`'a'.size()`), which is then the first parameter.
+    pub member: bool,
+    pub params: Vec<Type<'static>>,
+    pub result: Type<'static>,
+}
+
+/// The overloads of `function`, empty when it is not declared in the table.
+pub(crate) fn overloads(function: &str) -> &'static [Overload] {
+    static TABLE: LazyLock<HashMap<&'static str, Vec<Overload>>> =
+        LazyLock::new(|| parse_declarations(decls::DECLARATIONS));
+    TABLE.get(function).map_or(&[], Vec::as_slice)
+}
+
+/// Parses the declaration table: `name (T, ...) -> R` or `name T0.(T, ...) -> R`.
+fn parse_declarations(table: &'static str) -> HashMap<&'static str, Vec<Overload>> {
+    let mut functions: HashMap<&'static str, Vec<Overload>> = HashMap::new();
+    for line in table.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let parsed = parse_overload(line);
+        let Some((name, overload)) = parsed else {
+            panic!("malformed CEL declaration: {line}");
+        };
+        functions.entry(name).or_default().push(overload);
+    }
+    functions
+}
+
+fn parse_overload(line: &'static str) -> Option<(&'static str, Overload)> {
+    let line = line.split(" #").next()?.trim();
+    let (name, signature) = line.split_once(' ')?;
+    let (call, result) = signature.rsplit_once(" -> ")?;
+    let open = call.find(".(").map(|i| i + 1).or_else(|| call.find('('))?;
+    let member = call[..open].ends_with('.');
+    let mut params = Vec::new();
+    if member {
+        params.push(parse_type(call[..open - 1].trim())?);
+    } else if open != 0 {
+        return None;
+    }
+    let args = call[open..].strip_prefix('(')?.strip_suffix(')')?;
+    for arg in split_top_level(args) {
+        params.push(parse_type(arg)?);
+    }
+    Some((
+        name,
+        Overload {
+            member,
+            params,
+            result: parse_type(result.trim())?,
+        },
+    ))
+}
+
+/// `a, list(b), map(c, d)` split at the commas outside parentheses.
+fn split_top_level(s: &'static str) -> Vec<&'static str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(s[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if !s[start..].trim().is_empty() {
+        parts.push(s[start..].trim());
+    }
+    parts
+}
+
+fn parse_type(s: &'static str) -> Option<Type<'static>> {
+    let (name, params) = match s.find('(') {
+        Some(i) => (
+            &s[..i],
+            split_top_level(s[i + 1..].strip_suffix(')')?)
+                .into_iter()
+                .map(parse_type)
+                .collect::<Option<Vec<_>>>()?,
+        ),
+        None => (s, Vec::new()),
+    };
+    let one = |params: &[Type<'static>]| params.first().cloned();
+    Some(match (name, params.len()) {
+        ("bool", 0) => Type::Bool,
+        ("int", 0) => Type::Int,
+        ("uint", 0) => Type::Uint,
+        ("double", 0) => Type::Double,
+        ("string", 0) => Type::String,
+        ("bytes", 0) => Type::Bytes,
+        ("null_type" | "null", 0) => Type::Null,
+        ("dyn", 0) => Type::Dyn,
+        ("google.protobuf.Timestamp" | "timestamp", 0) => Type::Timestamp,
+        ("google.protobuf.Duration" | "duration", 0) => Type::Duration,
+        ("list", 1) => Type::list(one(&params)?),
+        ("map", 2) => Type::map(params[0].clone(), params[1].clone()),
+        ("type", 1) => Type::Kind(Box::new(one(&params)?)),
+        (p, 0) if p.len() == 1 && p.chars().all(|c| c.is_ascii_uppercase()) => Type::Param(p),
+        (opaque, _) => Type::Opaque(opaque, params),
+    })
+}
+
+/// Type variables and what they stand for, during one check (cel-go's `mapping`).
+#[derive(Default, Clone)]
+pub(crate) struct Substitutions<'a> {
+    bound: Vec<Option<Type<'a>>>,
+}
+
+impl<'a> Substitutions<'a> {
+    pub(crate) fn fresh(&mut self) -> Type<'a> {
+        self.bound.push(None);
+        Type::Var(self.bound.len() - 1)
+    }
+
+    /// `overload`'s parameter and result types with fresh variables for its type
+    /// parameters.
+    pub(crate) fn instantiate(&mut self, overload: &Overload) -> (Vec<Type<'a>>, Type<'a>) {
+        let mut vars: Vec<(&'static str, Type<'a>)> = Vec::new();
+        let mut with_vars = |t: &Type<'static>| self.replace_params(t, &mut vars);
+        let params = overload.params.iter().map(&mut with_vars).collect();
+        let result = with_vars(&overload.result);
+        (params, result)
+    }
+
+    fn replace_params(
+        &mut self,
+        t: &Type<'static>,
+        vars: &mut Vec<(&'static str, Type<'a>)>,
+    ) -> Type<'a> {
+        match t {
+            Type::Param(name) => match vars.iter().find(|(n, _)| n == name) {
+                Some((_, v)) => v.clone(),
+                None => {
+                    let v = self.fresh();
+                    vars.push((name, v.clone()));
+                    v
+                }
+            },
+            Type::List(e) => Type::list(self.replace_params(e, vars)),
+            Type::Map(k, v) => {
+                Type::map(self.replace_params(k, vars), self.replace_params(v, vars))
+            }
+            Type::Kind(e) => Type::Kind(Box::new(self.replace_params(e, vars))),
+            Type::Opaque(name, params) => Type::Opaque(
+                name,
+                params
+                    .iter()
+                    .map(|p| self.replace_params(p, vars))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// `t` with every bound variable replaced by what it stands for; unbound ones are
+    /// left as they are (cel-go's `substitute` without `typeParamToDyn`).
+    pub(crate) fn substitute(&self, t: &Type<'a>) -> Type<'a> {
+        match t {
+            Type::Var(i) => match &self.bound[*i] {
+                Some(b) => self.substitute(b),
+                None => t.clone(),
+            },
+            Type::List(e) => Type::list(self.substitute(e)),
+            Type::Map(k, v) => Type::map(self.substitute(k), self.substitute(v)),
+            Type::Kind(e) => Type::Kind(Box::new(self.substitute(e))),
+            Type::Opaque(name, params) => {
+                Type::Opaque(name, params.iter().map(|p| self.substitute(p)).collect())
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// Whether a value of type `from` may be used where `to` is expected, binding
+    /// type variables as needed; the bindings are kept only if it may (cel-go's
+    /// `isAssignable`).
+    pub(crate) fn assignable(&mut self, to: &Type<'a>, from: &Type<'a>) -> bool {
+        let saved = self.bound.clone();
+        let ok = self.assign(to, from);
+        if !ok {
+            self.bound = saved;
+        }
+        ok
+    }
+
+    /// [`Self::assignable`] for lists of types, all or nothing.
+    pub(crate) fn all_assignable(&mut self, to: &[Type<'a>], from: &[Type<'a>]) -> bool {
+        let saved = self.bound.clone();
+        let ok = to.len() == from.len() && to.iter().zip(from).all(|(t, f)| self.assign(t, f));
+        if !ok {
+            self.bound = saved;
+        }
+        ok
+    }
+
+    fn assign(&mut self, to: &Type<'a>, from: &Type<'a>) -> bool {
+        if let Type::Var(v) = from
+            && let Some(ok) = self.assign_var(*v, to)
+        {
+            return ok;
+        }
+        if let Type::Var(v) = to {
+            return self.assign_var(*v, from).unwrap_or(false);
+        }
+        if to.is_dyn_like() || from.is_dyn_like() {
+            return true;
+        }
+        match (to, from) {
+            (Type::Null, other) | (other, Type::Null) => nullable(other),
+            (Type::List(a), Type::List(b)) => self.assign(a, b),
+            (Type::Map(k1, v1), Type::Map(k2, v2)) => self.assign(k1, k2) && self.assign(v1, v2),
+            (Type::Kind(_), Type::Kind(_)) => true,
+            (Type::Opaque(n1, p1), Type::Opaque(n2, p2)) => {
+                n1 == n2
+                    && p1.len() == p2.len()
+                    && p1.iter().zip(p2).all(|(a, b)| self.assign(a, b))
+            }
+            // Object types are named after their schema node upstream; which two nodes
+            // share a name is not followed here.
+            (Type::Object(_), Type::Object(_)) => true,
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        }
+    }
+
+    /// Assigns `other` to or from variable `v` (cel-go's `isValidTypeSubstitution`):
+    /// an unbound variable is bound, a bound one must agree and widens to the more
+    /// general type. `None` when `v` is unbound and `other` mentions it.
+    fn assign_var(&mut self, v: usize, other: &Type<'a>) -> Option<bool> {
+        if let Type::Var(o) = other
+            && self.root(*o) == self.root(v)
+        {
+            return Some(true);
+        }
+        match self.bound[v].clone() {
+            Some(current) => {
+                if !self.assign(other, &current) {
+                    return Some(false);
+                }
+                let general = most_general(other, &self.substitute(&current));
+                if !self.mentions(v, &general) {
+                    self.bound[v] = Some(general);
+                }
+                Some(true)
+            }
+            None => {
+                if self.mentions(v, other) {
+                    return None;
+                }
+                self.bound[v] = Some(other.clone());
+                Some(true)
+            }
+        }
+    }
+
+    fn root(&self, mut v: usize) -> usize {
+        while let Some(Type::Var(next)) = &self.bound[v] {
+            if *next == v {
+                break;
+            }
+            v = *next;
+        }
+        v
+    }
+
+    fn mentions(&self, v: usize, t: &Type<'a>) -> bool {
+        match t {
+            Type::Var(o) => *o == v || self.bound[*o].as_ref().is_some_and(|b| self.mentions(v, b)),
+            Type::List(e) | Type::Kind(e) => self.mentions(v, e),
+            Type::Map(k, val) => self.mentions(v, k) || self.mentions(v, val),
+            Type::Opaque(_, params) => params.iter().any(|p| self.mentions(v, p)),
+            _ => false,
+        }
+    }
+}
+
+/// Types a `null` may stand for (cel-go's legacy nullability).
+fn nullable(t: &Type<'_>) -> bool {
+    matches!(
+        t,
+        Type::Null | Type::Opaque(..) | Type::Object(_) | Type::Duration | Type::Timestamp
+    )
+}
+
+/// The more general of two agreeing types (cel-go's `mostGeneral`); what this crate
+/// does not know is more general than `dyn`.
+pub(crate) fn most_general<'a>(a: &Type<'a>, b: &Type<'a>) -> Type<'a> {
+    match (a, b) {
+        (Type::Unknown, _) | (_, Type::Unknown) => Type::Unknown,
+        (Type::Dyn | Type::Error, _) => a.clone(),
+        (_, Type::Dyn | Type::Error) => b.clone(),
+        (Type::List(x), Type::List(y)) => Type::list(most_general(x, y)),
+        (Type::Map(k1, v1), Type::Map(k2, v2)) => {
+            Type::map(most_general(k1, k2), most_general(v1, v2))
+        }
+        (Type::Opaque(n, p1), Type::Opaque(_, p2)) if p1.len() == p2.len() => Type::Opaque(
+            n,
+            p1.iter().zip(p2).map(|(x, y)| most_general(x, y)).collect(),
+        ),
+        _ => a.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_declaration_parses() {
+        let table = parse_declarations(decls::DECLARATIONS);
+        for function in [
+            "_+_",
+            "size",
+            "startsWith",
+            "optional.of",
+            "orValue",
+            "quantity",
+        ] {
+            assert!(table.contains_key(function), "{function}");
+        }
+    }
+
+    #[test]
+    fn signatures_parse_as_cel_go_prints_them() {
+        let (name, o) = parse_overload("startsWith string.(string) -> bool").unwrap();
+        assert_eq!(name, "startsWith");
+        assert!(o.member);
+        assert_eq!(o.params, vec![Type::String, Type::String]);
+        let (_, o) = parse_overload("_[_] (map(A, B), A) -> B").unwrap();
+        assert!(!o.member);
+        assert_eq!(
+            o.params,
+            vec![
+                Type::map(Type::Param("A"), Type::Param("B")),
+                Type::Param("A")
+            ]
+        );
+        assert_eq!(o.result, Type::Param("B"));
+        let (name, o) = parse_overload("optional.none () -> optional_type(T)").unwrap();
+        assert_eq!(name, "optional.none");
+        assert_eq!(o.result, Type::optional(Type::Param("T")));
+        assert!(o.params.is_empty());
+    }
+
+    #[test]
+    fn type_variables_bind_and_widen() {
+        let mut s = Substitutions::default();
+        let a = s.fresh();
+        assert!(s.assignable(&Type::list(a.clone()), &Type::list(Type::Int)));
+        assert_eq!(s.substitute(&a), Type::Int);
+        assert!(!s.assignable(&a, &Type::String));
+        assert!(s.assignable(&a, &Type::Dyn));
+        assert_eq!(s.substitute(&a), Type::Dyn);
+        let b = s.fresh();
+        assert!(!s.all_assignable(&[b.clone(), b.clone()], &[Type::Int, Type::String]));
+        assert_eq!(s.substitute(&b), b, "a failed match binds nothing");
+        assert!(s.assignable(&Type::Timestamp, &Type::Null));
+        assert!(!s.assignable(&Type::Int, &Type::Null));
+        assert_eq!(
+            Type::map(Type::String, Type::list(Type::optional(Type::Timestamp))).to_string(),
+            "map(string, list(optional_type(timestamp)))"
+        );
+    }
+}
