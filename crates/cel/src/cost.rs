@@ -1,6 +1,9 @@
 //! A runtime cost limit for CEL evaluation (upstream's `PerCallLimit` and
 //! `RuntimeCELCostBudget`, `k8s.io/apiserver/pkg/apis/cel/config.go`).
 //!
+//! The rewrite of what runs also spells each optional selection `x.?f` as `x[?'f']`
+//! (the crate's own fails on an absent field).
+//!
 //! The `cel` crate has no cost tracking, so the cost is metered by rewriting the
 //! expression: each comprehension's loop condition `c` (the expansion of `all`,
 //! `exists`, `exists_one`, `map`, `filter`) becomes `@cost(w, c, accumulator)`, where
@@ -60,12 +63,21 @@ fn rewrite_entries(entries: &mut [kube_cel::cel::common::ast::IdedEntryExpr]) ->
         .sum()
 }
 
+const OPTIONAL_SELECT: &str = "_?._";
+const OPTIONAL_INDEX: &str = "_[?_]";
+
 /// Meters the comprehensions in `e` (innermost first) and returns `e`'s node count
 /// outside comprehension bodies.
 fn rewrite(e: &mut IdedExpr) -> u64 {
     match &mut e.expr {
         Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => 1,
         Expr::Call(call) => {
+            // The `cel` crate's `x.?f` fails when `x` has no `f` instead of giving
+            // `optional.none()`; `x[?'f']` means the same for maps (what objects are
+            // here) and evaluates as upstream does.
+            if call.func_name == OPTIONAL_SELECT {
+                call.func_name = OPTIONAL_INDEX.to_string();
+            }
             let target = call.target.as_deref_mut().map_or(0, rewrite);
             1 + target + call.args.iter_mut().map(rewrite).sum::<u64>()
         }

@@ -123,7 +123,7 @@ pub(crate) const RESERVED: &[&str] = &[
 /// A compiled expression and its source (for messages such as `failed expression: ...`).
 pub struct Program {
     source: String,
-    program: cel::Program,
+    expression: IdedExpr,
     /// The expression with a cost tick in every comprehension's loop condition
     /// ([`cost`]); this is what runs.
     metered: IdedExpr,
@@ -145,7 +145,7 @@ impl Program {
 
     /// The parsed expression (for checkers that walk it).
     pub fn expression(&self) -> &IdedExpr {
-        self.program.expression()
+        &self.expression
     }
 }
 
@@ -174,9 +174,15 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
     // The parser of the `cel` crate panics on a few malformed inputs; a policy's
     // expression must never take the apiserver down, so such a panic is a compile
     // error.
-    let parsed = std::panic::catch_unwind(|| cel::Program::compile(source))
-        .map_err(|_| CompileError("compilation failed: ERROR: <input>: Syntax error".into()))?;
-    let program = parsed.map_err(|e| {
+    // Kubernetes enables CEL's optional types, with their syntax (`self.?field`,
+    // `list[?0]`, `[?opt]`, `{?'key': opt}`).
+    let parsed = std::panic::catch_unwind(|| {
+        cel::parser::Parser::new()
+            .enable_optional_syntax(true)
+            .parse(source)
+    })
+    .map_err(|_| CompileError("compilation failed: ERROR: <input>: Syntax error".into()))?;
+    let expression = parsed.map_err(|e| {
         // The parser's errors are cel-go's issues already (`ERROR: <input>:1:17:
         // Syntax error: ...`, the source line and a caret), which upstream prints as
         // they are; cel-go indents the source line and the caret by one space.
@@ -190,7 +196,7 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
         }
     })?;
     let mut free = BTreeSet::new();
-    free_identifiers(program.expression(), &mut Vec::new(), &mut free);
+    free_identifiers(&expression, &mut Vec::new(), &mut free);
     if let Some(name) = free
         .iter()
         .find(|n| !declared.contains(&n.as_str()) && !BUILTIN_IDENTS.contains(&n.as_str()))
@@ -199,18 +205,18 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
         )));
     }
-    let issues = undeclared_function_issues(program.expression(), source);
+    let issues = undeclared_function_issues(&expression, source);
     if !issues.is_empty() {
         return Err(CompileError(format!("compilation failed: {issues}")));
     }
-    let issues = typecheck::operator_issues(program.expression(), source);
+    let issues = typecheck::operator_issues(&expression, source);
     if !issues.is_empty() {
         return Err(CompileError(format!("compilation failed: {issues}")));
     }
-    let (metered, base_cost) = cost::meter(program.expression());
+    let (metered, base_cost) = cost::meter(&expression);
     Ok(Program {
         source: source.to_string(),
-        program,
+        expression,
         metered,
         base_cost,
     })
@@ -650,6 +656,37 @@ mod tests {
         a.bind_json("object", &object)
             .bind("oldObject", Value::Null);
         a.eval(&p)
+    }
+
+    #[test]
+    fn optional_syntax_selects_indexes_and_builds_optionals() {
+        let object = json!({"spec": {"driver": {"type": "Managed"}, "ports": [80, 443],
+            "labels": {"a": "b"}}});
+        for (expr, want) in [
+            ("object.spec.?driver.?type.orValue('') == 'Managed'", true),
+            ("object.spec.?missing.?type.orValue('none') == 'none'", true),
+            (
+                "!object.?status.hasValue() && object.?spec.hasValue()",
+                true,
+            ),
+            ("object.spec.ports[?1].orValue(0) == 443", true),
+            ("object.spec.ports[?5].orValue(0) == 0", true),
+            ("object.spec.labels[?'a'].value() == 'b'", true),
+            (
+                "object.spec.?labels.?z.or(optional.of('y')).value() == 'y'",
+                true,
+            ),
+            (
+                "[?object.spec.?driver.?type, ?optional.none()].size() == 1",
+                true,
+            ),
+            (
+                "{?'t': object.spec.?driver.?type, ?'u': optional.none()}.size() == 1",
+                true,
+            ),
+        ] {
+            assert_eq!(eval(expr, object.clone()), Ok(Value::Bool(want)), "{expr}");
+        }
     }
 
     #[test]

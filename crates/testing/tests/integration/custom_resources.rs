@@ -503,6 +503,69 @@ async fn invalid_definitions_are_refused() {
     server.stop().await;
 }
 
+/// A rule is typed as cel-go types it when the definition is written: arguments no
+/// overload takes are refused then; optional syntax (`self.?image`, as OpenShift's
+/// definitions use it) compiles and is enforced on the custom resources.
+#[tokio::test]
+async fn rules_are_type_checked_and_may_use_optional_syntax() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+
+    let crd = crontab_with_spec_rule(json!({"rule": "self.cronSpec.size() == 'five'"}));
+    let status = api_error(crds.create(&PostParams::default(), &crd).await.unwrap_err());
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains(
+            "compilation failed: ERROR: <input>:1:22: found no matching overload for '_==_' \
+             applied to '(int, string)'"
+        ),
+        "{}",
+        status.message
+    );
+
+    let crd = crontab_with_spec_rule(json!({
+        "rule": "self.?image.orValue('nginx').startsWith('nginx')",
+        "message": "image must be nginx",
+    }));
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    assert!(eventually(|| crd_established(&client, CRD_NAME)).await);
+    let api = crontabs(&client, "v1");
+    let pp = PostParams::default();
+    api.create(&pp, &crontab("no-image", json!({"cronSpec": "* * * * *"})))
+        .await
+        .unwrap();
+    api.create(
+        &pp,
+        &crontab(
+            "nginx",
+            json!({"cronSpec": "* * * * *", "image": "nginx:1.27"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let status = api_error(
+        api.create(
+            &pp,
+            &crontab(
+                "busybox",
+                json!({"cronSpec": "* * * * *", "image": "busybox"}),
+            ),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status
+            .message
+            .contains("spec: Invalid value: image must be nginx"),
+        "{}",
+        status.message
+    );
+    server.stop().await;
+}
+
 /// A definition with a conversion webhook serves every version: its storage version
 /// without calls, the others through the webhook (here unreachable: a 500 with
 /// upstream's message; crd_conversion.rs has a working one).
