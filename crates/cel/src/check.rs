@@ -14,13 +14,37 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::LazyLock;
 
+use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr};
 use serde_json::Value;
+
+/// What stands for a struct type in [`Type::Object`]: its schema node for the checker,
+/// its declared type for the estimator. Two are the same type if they are the same
+/// node.
+pub(crate) trait Handle: Copy + fmt::Debug {
+    fn same(self, other: Self) -> bool;
+}
+
+impl Handle for &Value {
+    fn same(self, other: Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+/// The object handle of the declarations' types, which name no struct type.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NoObject {}
+
+impl Handle for NoObject {
+    fn same(self, _: Self) -> bool {
+        match self {}
+    }
+}
 
 /// A CEL type. `Object` is a schema node with declared properties (cel-go's struct
 /// type of a Kubernetes schema); `Var` a type variable of one check, `Param` a type
 /// parameter of a declaration.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Type<'a> {
+#[derive(Clone, Debug)]
+pub(crate) enum Type<O> {
     Bool,
     Int,
     Uint,
@@ -30,13 +54,13 @@ pub(crate) enum Type<'a> {
     Null,
     Duration,
     Timestamp,
-    List(Box<Type<'a>>),
-    Map(Box<Type<'a>>, Box<Type<'a>>),
+    List(Box<Type<O>>),
+    Map(Box<Type<O>>, Box<Type<O>>),
     /// `type(T)`: the type of a type value (`type(1)` is an `int`, of kind `type(int)`).
-    Kind(Box<Type<'a>>),
+    Kind(Box<Type<O>>),
     /// `optional_type(T)` and the libraries' opaque types (`net.IP`, ...).
-    Opaque(&'static str, Vec<Type<'a>>),
-    Object(&'a Value),
+    Opaque(&'static str, Vec<Type<O>>),
+    Object(O),
     Param(&'static str),
     Var(usize),
     Dyn,
@@ -45,21 +69,21 @@ pub(crate) enum Type<'a> {
     Unknown,
 }
 
-impl<'a> Type<'a> {
-    pub(crate) fn list(element: Type<'a>) -> Type<'a> {
+impl<O: Handle> Type<O> {
+    pub(crate) fn list(element: Type<O>) -> Type<O> {
         Type::List(Box::new(element))
     }
 
-    pub(crate) fn map(key: Type<'a>, value: Type<'a>) -> Type<'a> {
+    pub(crate) fn map(key: Type<O>, value: Type<O>) -> Type<O> {
         Type::Map(Box::new(key), Box::new(value))
     }
 
-    pub(crate) fn optional(value: Type<'a>) -> Type<'a> {
+    pub(crate) fn optional(value: Type<O>) -> Type<O> {
         Type::Opaque("optional_type", vec![value])
     }
 
     /// The value type of an `optional_type(T)`.
-    pub(crate) fn optional_value(&self) -> Option<&Type<'a>> {
+    pub(crate) fn optional_value(&self) -> Option<&Type<O>> {
         match self {
             Type::Opaque("optional_type", params) => params.first(),
             _ => None,
@@ -93,7 +117,36 @@ impl<'a> Type<'a> {
     fn is_dyn_like(&self) -> bool {
         matches!(self, Type::Dyn | Type::Error | Type::Unknown)
     }
+}
 
+/// Types are equal as cel-go's `IsExactType`: objects when they are the same node.
+impl<O: Handle> PartialEq for Type<O> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Type::List(a), Type::List(b)) | (Type::Kind(a), Type::Kind(b)) => a == b,
+            (Type::Map(k1, v1), Type::Map(k2, v2)) => k1 == k2 && v1 == v2,
+            (Type::Opaque(n1, p1), Type::Opaque(n2, p2)) => n1 == n2 && p1 == p2,
+            (Type::Object(a), Type::Object(b)) => a.same(*b),
+            (Type::Param(a), Type::Param(b)) => a == b,
+            (Type::Var(a), Type::Var(b)) => a == b,
+            (a, b) => {
+                std::mem::discriminant(a) == std::mem::discriminant(b)
+                    && !matches!(
+                        a,
+                        Type::List(_)
+                            | Type::Kind(_)
+                            | Type::Map(..)
+                            | Type::Opaque(..)
+                            | Type::Object(_)
+                            | Type::Param(_)
+                            | Type::Var(_)
+                    )
+            }
+        }
+    }
+}
+
+impl<'a> Type<&'a Value> {
     /// The declared type of a value of OpenAPI `schema` (upstream's `SchemaDeclType`),
     /// `$ref`s already followed by the caller's `resolve`.
     pub(crate) fn of_schema(schema: &'a Value, resolve: &dyn Fn(&'a Value) -> &'a Value) -> Self {
@@ -140,9 +193,9 @@ impl<'a> Type<'a> {
 }
 
 /// cel-go's `FormatCELType`.
-impl fmt::Display for Type<'_> {
+impl<O> fmt::Display for Type<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let joined = |params: &[Type<'_>]| {
+        let joined = |params: &[Type<O>]| {
             params
                 .iter()
                 .map(ToString::to_string)
@@ -173,13 +226,43 @@ impl fmt::Display for Type<'_> {
     }
 }
 
+/// The prefixes of namespaced functions: the parser reads `sets.contains(a, b)` as a
+/// call of `contains` on a variable `sets`.
+const NAMESPACES: &[&str] = &[
+    "sets",
+    "math",
+    "strings",
+    "lists",
+    "base64",
+    "format",
+    "ip",
+    "optional",
+    "jsonpatch",
+];
+
+/// The function `call` names and its receiver: `sets.contains(a, b)` is the global
+/// `sets.contains`, unless `sets` is a variable in scope (`is_variable`).
+pub(crate) fn function_of(
+    call: &CallExpr,
+    is_variable: impl Fn(&str) -> bool,
+) -> (String, Option<&IdedExpr>) {
+    if let Some(t) = call.target.as_deref()
+        && let Expr::Ident(prefix) = &t.expr
+        && NAMESPACES.contains(&prefix.as_str())
+        && !is_variable(prefix)
+    {
+        return (format!("{prefix}.{}", call.func_name), None);
+    }
+    (call.func_name.clone(), call.target.as_deref())
+}
+
 /// One declared overload.
 #[derive(Debug)]
 pub(crate) struct Overload {
     /// Called on a receiver (`'a'.size()`), which is then the first parameter.
     pub member: bool,
-    pub params: Vec<Type<'static>>,
-    pub result: Type<'static>,
+    pub params: Vec<Type<NoObject>>,
+    pub result: Type<NoObject>,
 }
 
 /// The overloads of `function`, empty when it is not declared in the table.
@@ -187,6 +270,46 @@ pub(crate) fn overloads(function: &str) -> &'static [Overload] {
     static TABLE: LazyLock<HashMap<&'static str, Vec<Overload>>> =
         LazyLock::new(|| parse_declarations(decls::DECLARATIONS));
     TABLE.get(function).map_or(&[], Vec::as_slice)
+}
+
+/// The result type of a call of `function` (on a receiver, the first of `args`, if
+/// `member`) as cel-go's `resolveOverload` finds it: the result of the one overload
+/// `args` match, `dyn` if several match with different results. `Some(Unknown)` when
+/// the function is not in the table, or when the result rests on a guess (several
+/// overloads, or a type parameter, matched by an unknown argument); `None` when no
+/// overload matches.
+pub(crate) fn resolve<O: Handle>(
+    subs: &mut Substitutions<O>,
+    function: &str,
+    member: bool,
+    args: &[Type<O>],
+) -> Option<Type<O>> {
+    let declared = overloads(function);
+    if declared.is_empty() {
+        return Some(Type::Unknown);
+    }
+    let guessed = args.iter().any(Type::contains_unknown);
+    let mut result: Option<Type<O>> = None;
+    for overload in declared {
+        if overload.member != member || overload.params.len() != args.len() {
+            continue;
+        }
+        let (params, returns) = subs.instantiate(overload);
+        if subs.all_assignable(&params, args) {
+            let returns = subs.substitute(&returns);
+            result = Some(match result {
+                None => returns,
+                Some(r) if matches!(r, Type::Dyn | Type::Unknown) || r == returns => r,
+                Some(_) if guessed => Type::Unknown,
+                Some(_) => Type::Dyn,
+            });
+        }
+    }
+    let result = result?;
+    if guessed && subs.has_unbound(&result) {
+        return Some(Type::Unknown);
+    }
+    Some(result)
 }
 
 /// Parses the declaration table: `name (T, ...) -> R` or `name T0.(T, ...) -> R`.
@@ -252,7 +375,7 @@ fn split_top_level(s: &'static str) -> Vec<&'static str> {
     parts
 }
 
-fn parse_type(s: &'static str) -> Option<Type<'static>> {
+fn parse_type(s: &'static str) -> Option<Type<NoObject>> {
     let (name, params) = match s.find('(') {
         Some(i) => (
             &s[..i],
@@ -263,7 +386,7 @@ fn parse_type(s: &'static str) -> Option<Type<'static>> {
         ),
         None => (s, Vec::new()),
     };
-    let one = |params: &[Type<'static>]| params.first().cloned();
+    let one = |params: &[Type<NoObject>]| params.first().cloned();
     Some(match (name, params.len()) {
         ("bool", 0) => Type::Bool,
         ("int", 0) => Type::Int,
@@ -284,32 +407,48 @@ fn parse_type(s: &'static str) -> Option<Type<'static>> {
 }
 
 /// Type variables and what they stand for, during one check (cel-go's `mapping`).
-#[derive(Default, Clone)]
-pub(crate) struct Substitutions<'a> {
-    bound: Vec<Option<Type<'a>>>,
+pub(crate) struct Substitutions<O> {
+    bound: Vec<Option<Type<O>>>,
+    /// The bindings an assignability test in progress has replaced, to undo them if
+    /// it fails (copying every binding per test would make a check quadratic).
+    trail: Vec<(usize, Option<Type<O>>)>,
 }
 
-impl<'a> Substitutions<'a> {
-    pub(crate) fn fresh(&mut self) -> Type<'a> {
+impl<O> Default for Substitutions<O> {
+    fn default() -> Self {
+        Substitutions {
+            bound: Vec::new(),
+            trail: Vec::new(),
+        }
+    }
+}
+
+impl<O: Handle> Substitutions<O> {
+    pub(crate) fn fresh(&mut self) -> Type<O> {
         self.bound.push(None);
         Type::Var(self.bound.len() - 1)
     }
 
     /// `overload`'s parameter and result types with fresh variables for its type
     /// parameters.
-    pub(crate) fn instantiate(&mut self, overload: &Overload) -> (Vec<Type<'a>>, Type<'a>) {
-        let mut vars: Vec<(&'static str, Type<'a>)> = Vec::new();
-        let mut with_vars = |t: &Type<'static>| self.replace_params(t, &mut vars);
+    pub(crate) fn instantiate(&mut self, overload: &Overload) -> (Vec<Type<O>>, Type<O>) {
+        let mut vars: Vec<(&'static str, Type<O>)> = Vec::new();
+        let mut with_vars = |t: &Type<NoObject>| self.replace_params(t, &mut vars);
         let params = overload.params.iter().map(&mut with_vars).collect();
         let result = with_vars(&overload.result);
         (params, result)
     }
 
+    /// A declared type, with fresh variables for its type parameters.
+    pub(crate) fn declared(&mut self, t: &Type<NoObject>) -> Type<O> {
+        self.replace_params(t, &mut Vec::new())
+    }
+
     fn replace_params(
         &mut self,
-        t: &Type<'static>,
-        vars: &mut Vec<(&'static str, Type<'a>)>,
-    ) -> Type<'a> {
+        t: &Type<NoObject>,
+        vars: &mut Vec<(&'static str, Type<O>)>,
+    ) -> Type<O> {
         match t {
             Type::Param(name) => match vars.iter().find(|(n, _)| n == name) {
                 Some((_, v)) => v.clone(),
@@ -331,13 +470,26 @@ impl<'a> Substitutions<'a> {
                     .map(|p| self.replace_params(p, vars))
                     .collect(),
             ),
-            other => other.clone(),
+            Type::Bool => Type::Bool,
+            Type::Int => Type::Int,
+            Type::Uint => Type::Uint,
+            Type::Double => Type::Double,
+            Type::String => Type::String,
+            Type::Bytes => Type::Bytes,
+            Type::Null => Type::Null,
+            Type::Duration => Type::Duration,
+            Type::Timestamp => Type::Timestamp,
+            Type::Var(v) => Type::Var(*v),
+            Type::Dyn => Type::Dyn,
+            Type::Error => Type::Error,
+            Type::Unknown => Type::Unknown,
+            Type::Object(never) => match *never {},
         }
     }
 
     /// `t` with every bound variable replaced by what it stands for; unbound ones are
     /// left as they are (cel-go's `substitute` without `typeParamToDyn`).
-    pub(crate) fn substitute(&self, t: &Type<'a>) -> Type<'a> {
+    pub(crate) fn substitute(&self, t: &Type<O>) -> Type<O> {
         match t {
             Type::Var(i) => match &self.bound[*i] {
                 Some(b) => self.substitute(b),
@@ -356,26 +508,41 @@ impl<'a> Substitutions<'a> {
     /// Whether a value of type `from` may be used where `to` is expected, binding
     /// type variables as needed; the bindings are kept only if it may (cel-go's
     /// `isAssignable`).
-    pub(crate) fn assignable(&mut self, to: &Type<'a>, from: &Type<'a>) -> bool {
-        let saved = self.bound.clone();
+    pub(crate) fn assignable(&mut self, to: &Type<O>, from: &Type<O>) -> bool {
+        let mark = self.trail.len();
         let ok = self.assign(to, from);
-        if !ok {
-            self.bound = saved;
-        }
+        self.settle(mark, ok);
         ok
     }
 
     /// [`Self::assignable`] for lists of types, all or nothing.
-    pub(crate) fn all_assignable(&mut self, to: &[Type<'a>], from: &[Type<'a>]) -> bool {
-        let saved = self.bound.clone();
+    pub(crate) fn all_assignable(&mut self, to: &[Type<O>], from: &[Type<O>]) -> bool {
+        let mark = self.trail.len();
         let ok = to.len() == from.len() && to.iter().zip(from).all(|(t, f)| self.assign(t, f));
-        if !ok {
-            self.bound = saved;
-        }
+        self.settle(mark, ok);
         ok
     }
 
-    fn assign(&mut self, to: &Type<'a>, from: &Type<'a>) -> bool {
+    /// Keeps the bindings made since `mark` if the test succeeded, else undoes them
+    /// (tests do not nest: `assign` never starts one).
+    fn settle(&mut self, mark: usize, keep: bool) {
+        if keep {
+            self.trail.clear();
+            return;
+        }
+        while self.trail.len() > mark {
+            if let Some((v, previous)) = self.trail.pop() {
+                self.bound[v] = previous;
+            }
+        }
+    }
+
+    fn bind(&mut self, v: usize, t: Type<O>) {
+        let previous = self.bound[v].replace(t);
+        self.trail.push((v, previous));
+    }
+
+    fn assign(&mut self, to: &Type<O>, from: &Type<O>) -> bool {
         if let Type::Var(v) = from
             && let Some(ok) = self.assign_var(*v, to)
         {
@@ -407,7 +574,7 @@ impl<'a> Substitutions<'a> {
     /// Assigns `other` to or from variable `v` (cel-go's `isValidTypeSubstitution`):
     /// an unbound variable is bound, a bound one must agree and widens to the more
     /// general type. `None` when `v` is unbound and `other` mentions it.
-    fn assign_var(&mut self, v: usize, other: &Type<'a>) -> Option<bool> {
+    fn assign_var(&mut self, v: usize, other: &Type<O>) -> Option<bool> {
         if let Type::Var(o) = other
             && self.root(*o) == self.root(v)
         {
@@ -420,7 +587,7 @@ impl<'a> Substitutions<'a> {
                 }
                 let general = most_general(other, &self.substitute(&current));
                 if !self.mentions(v, &general) {
-                    self.bound[v] = Some(general);
+                    self.bind(v, general);
                 }
                 Some(true)
             }
@@ -428,9 +595,20 @@ impl<'a> Substitutions<'a> {
                 if self.mentions(v, other) {
                     return None;
                 }
-                self.bound[v] = Some(other.clone());
+                self.bind(v, other.clone());
                 Some(true)
             }
+        }
+    }
+
+    /// Whether `t` holds a variable nothing is bound to.
+    pub(crate) fn has_unbound(&self, t: &Type<O>) -> bool {
+        match t {
+            Type::Var(v) => self.bound[*v].as_ref().is_none_or(|b| self.has_unbound(b)),
+            Type::List(e) | Type::Kind(e) => self.has_unbound(e),
+            Type::Map(k, v) => self.has_unbound(k) || self.has_unbound(v),
+            Type::Opaque(_, params) => params.iter().any(|p| self.has_unbound(p)),
+            _ => false,
         }
     }
 
@@ -444,7 +622,7 @@ impl<'a> Substitutions<'a> {
         v
     }
 
-    fn mentions(&self, v: usize, t: &Type<'a>) -> bool {
+    fn mentions(&self, v: usize, t: &Type<O>) -> bool {
         match t {
             Type::Var(o) => *o == v || self.bound[*o].as_ref().is_some_and(|b| self.mentions(v, b)),
             Type::List(e) | Type::Kind(e) => self.mentions(v, e),
@@ -456,7 +634,7 @@ impl<'a> Substitutions<'a> {
 }
 
 /// Types a `null` may stand for (cel-go's legacy nullability).
-fn nullable(t: &Type<'_>) -> bool {
+fn nullable<O>(t: &Type<O>) -> bool {
     matches!(
         t,
         Type::Null | Type::Opaque(..) | Type::Object(_) | Type::Duration | Type::Timestamp
@@ -465,7 +643,7 @@ fn nullable(t: &Type<'_>) -> bool {
 
 /// The more general of two agreeing types (cel-go's `mostGeneral`); what this crate
 /// does not know is more general than `dyn`.
-pub(crate) fn most_general<'a>(a: &Type<'a>, b: &Type<'a>) -> Type<'a> {
+pub(crate) fn most_general<O: Handle>(a: &Type<O>, b: &Type<O>) -> Type<O> {
     match (a, b) {
         (Type::Unknown, _) | (_, Type::Unknown) => Type::Unknown,
         (Type::Dyn | Type::Error, _) => a.clone(),
@@ -525,7 +703,7 @@ mod tests {
 
     #[test]
     fn type_variables_bind_and_widen() {
-        let mut s = Substitutions::default();
+        let mut s: Substitutions<&Value> = Substitutions::default();
         let a = s.fresh();
         assert!(s.assignable(&Type::list(a.clone()), &Type::list(Type::Int)));
         assert_eq!(s.substitute(&a), Type::Int);
@@ -538,7 +716,8 @@ mod tests {
         assert!(s.assignable(&Type::Timestamp, &Type::Null));
         assert!(!s.assignable(&Type::Int, &Type::Null));
         assert_eq!(
-            Type::map(Type::String, Type::list(Type::optional(Type::Timestamp))).to_string(),
+            Type::<NoObject>::map(Type::String, Type::list(Type::optional(Type::Timestamp)))
+                .to_string(),
             "map(string, list(optional_type(timestamp)))"
         );
     }

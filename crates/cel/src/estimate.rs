@@ -15,8 +15,9 @@
 //!
 //! The `cel` crate has no type checker, so the types cel-go's checker gives each node
 //! (which pick a function's overload and say whether a value has a constant size)
-//! are inferred here from the schema and a table of the functions' result types.
-//! Where that inference does not know a type, the estimate reads the value as a
+//! are inferred here from the schema and the functions' declared overloads
+//! ([`crate::check`], which the type checker resolves calls by too). Where that
+//! inference does not know a type, the estimate reads the value as a
 //! scalar and the call as the constant-cost overload: never dearer than upstream's
 //! estimate, so that a CRD upstream admits is admitted here too.
 
@@ -29,6 +30,7 @@ use kube_cel::cel::common::ast::{
 use serde_json::Value;
 
 use crate::Program;
+use crate::check;
 
 mod decl;
 #[cfg(test)]
@@ -55,19 +57,13 @@ const MAX_NAME_FORMAT_REGEX_SIZE: f64 = 128.0;
 /// The accumulator of cel-go's macros, whose paths are not handed to estimators.
 const ACCUMULATORS: &[&str] = &["@result", "@__result__"];
 
-/// The prefixes of namespaced functions (`sets.contains(a, b)` parses as a call of
-/// `contains` on `sets`).
-const NAMESPACES: &[&str] = &[
-    "sets",
-    "math",
-    "strings",
-    "lists",
-    "base64",
-    "format",
-    "ip",
-    "optional",
-    "jsonpatch",
-];
+/// The names the Kubernetes libraries declare their types by.
+const IP: &str = "net.IP";
+const CIDR: &str = "net.CIDR";
+const QUANTITY: &str = "kubernetes.Quantity";
+const URL: &str = "kubernetes.URL";
+const SEMVER: &str = "kubernetes.Semver";
+const NAMED_FORMAT: &str = "kubernetes.NamedFormat";
 
 /// A range of sizes or costs, as cel-go's `SizeEstimate` and `CostEstimate` (the same
 /// arithmetic: saturating, factors rounded up).
@@ -168,6 +164,7 @@ impl RuleScope {
             sizes: HashMap::new(),
             entry_sizes: HashMap::new(),
             types: HashMap::new(),
+            subs: check::Substitutions::default(),
         };
         coster.cost(program.expression()).max
     }
@@ -188,32 +185,15 @@ pub fn cost_error_message(cost_name: &str, cost: u64, limit: u64) -> String {
     )
 }
 
-/// The types cel-go's checker would give; [`Ty::Unknown`] where this inference has
-/// none (read as cheaply as possible).
-#[derive(Clone, Debug)]
-enum Ty<'d> {
-    Bool,
-    Int,
-    Uint,
-    Double,
-    String,
-    Bytes,
-    Duration,
-    Timestamp,
-    Null,
-    Type,
-    List(Box<Ty<'d>>),
-    Map(Box<Ty<'d>>, Box<Ty<'d>>),
-    Object(&'d Decl),
-    Ip,
-    Cidr,
-    Quantity,
-    Url,
-    Semver,
-    Format,
-    Optional,
-    Dyn,
-    Unknown,
+/// The types cel-go's checker would give, with the declared types of the rule's
+/// schema as struct types; [`Ty::Unknown`] where this inference has none (read as
+/// cheaply as possible).
+type Ty<'d> = check::Type<&'d Decl>;
+
+impl check::Handle for &Decl {
+    fn same(self, other: Self) -> bool {
+        std::ptr::eq(self, other)
+    }
 }
 
 impl<'d> Ty<'d> {
@@ -246,12 +226,22 @@ impl<'d> Ty<'d> {
         )
     }
 
-    /// Struct or map kind: a field selection on it costs one.
+    /// Struct or map kind: a field selection on it costs one (Kubernetes declares
+    /// its quantities, URLs, versions and formats as struct types).
     fn is_selectable(&self) -> bool {
-        matches!(
-            self,
-            Ty::Object(_) | Ty::Map(..) | Ty::Quantity | Ty::Url | Ty::Semver | Ty::Format
-        )
+        matches!(self, Ty::Object(_) | Ty::Map(..))
+            || matches!(
+                self.library_type(),
+                Some(QUANTITY | URL | SEMVER | NAMED_FORMAT)
+            )
+    }
+
+    /// The name of a Kubernetes library's type (`net.IP`, `kubernetes.Quantity`, ...).
+    fn library_type(&self) -> Option<&'static str> {
+        match self {
+            Ty::Opaque(name, params) if params.is_empty() => Some(*name),
+            _ => None,
+        }
     }
 
     /// The first type parameter (a list's items, a map's keys).
@@ -263,7 +253,7 @@ impl<'d> Ty<'d> {
     }
 
     fn same_kubernetes_type(&self, o: &Ty<'d>) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(o)
+        self.library_type().is_some() && self.library_type() == o.library_type()
     }
 }
 
@@ -365,6 +355,7 @@ struct Coster<'d> {
     sizes: HashMap<u64, Estimate>,
     entry_sizes: HashMap<u64, EntrySize>,
     types: HashMap<u64, Ty<'d>>,
+    subs: check::Substitutions<&'d Decl>,
 }
 
 impl<'d> Coster<'d> {
@@ -408,7 +399,7 @@ impl<'d> Coster<'d> {
                 let ty = match name {
                     "self" | "oldSelf" => Ty::of(self.root),
                     "int" | "uint" | "double" | "bool" | "string" | "bytes" | "list" | "map"
-                    | "null_type" | "type" => Ty::Type,
+                    | "null_type" | "type" => Ty::Kind(Box::new(Ty::Dyn)),
                     _ => Ty::Unknown,
                 };
                 (vec![name.to_string()], ty)
@@ -464,7 +455,7 @@ impl<'d> Coster<'d> {
             self.node(t)
         });
         let arg_types: Vec<Ty<'d>> = args.iter().map(|a| a.ty.clone()).collect();
-        let ty = result_type(&name, target.as_ref().map(|t| &t.ty), &arg_types);
+        let ty = self.result_type(&name, target.as_ref().map(|t| &t.ty), &arg_types);
         self.types.insert(e.id, ty);
         let mut fn_cost = Estimate {
             min: u64::MAX,
@@ -499,17 +490,16 @@ impl<'d> Coster<'d> {
         sum.add(fn_cost)
     }
 
-    /// The function a call names: `sets.contains(a, b)` is the global
-    /// `sets.contains`, not `contains` called on a variable `sets`.
+    /// The type of a call's result, from the declared overloads
+    /// ([`check::resolve`]); unknown where no overload takes the arguments.
+    fn result_type(&mut self, function: &str, target: Option<&Ty<'d>>, args: &[Ty<'d>]) -> Ty<'d> {
+        let all: Vec<Ty<'d>> = target.into_iter().chain(args).cloned().collect();
+        check::resolve(&mut self.subs, function, target.is_some(), &all).unwrap_or(Ty::Unknown)
+    }
+
+    /// The function a call names and its receiver ([`check::function_of`]).
     fn function_name<'c>(&self, call: &'c CallExpr) -> (String, Option<&'c IdedExpr>) {
-        if let Some(t) = call.target.as_deref()
-            && let Expr::Ident(prefix) = &t.expr
-            && NAMESPACES.contains(&prefix.as_str())
-            && self.local(prefix).is_none()
-        {
-            return (format!("{prefix}.{}", call.func_name), None);
-        }
-        (call.func_name.clone(), call.target.as_deref())
+        check::function_of(call, |name| self.local(name).is_some())
     }
 
     fn cost_list(&mut self, id: u64, list: &ListExpr) -> (Estimate, Ty<'d>) {
@@ -1046,16 +1036,16 @@ impl<'d> Coster<'d> {
             | "patch" | "getScheme" | "getHostname" | "getHost" | "getPort" | "getEscapedPath"
             | "getQuery" => CallEstimate::only(one),
             "_==_" if args.len() == 2 && args[0].ty.same_kubernetes_type(&args[1].ty) => {
-                match &args[0].ty {
-                    Ty::Ip | Ty::Cidr | Ty::Quantity | Ty::Semver => CallEstimate::only(one),
-                    Ty::Format => CallEstimate::only(
+                match args[0].ty.library_type()? {
+                    IP | CIDR | QUANTITY | SEMVER => CallEstimate::only(one),
+                    NAMED_FORMAT => CallEstimate::only(
                         Estimate {
                             min: 1,
                             max: MAX_FORMAT_SIZE,
                         }
                         .factor(traversal),
                     ),
-                    Ty::Url => {
+                    URL => {
                         // Upstream takes the right operand's size twice.
                         let size = args[1].size.map_or(one, |s| s.union(s));
                         CallEstimate::only(
@@ -1214,128 +1204,5 @@ fn overloads(function: &str, target: Option<&Ty<'_>>, args: &[Ty<'_>]) -> Vec<Ov
         "containsIP" if matches!(args.first(), Some(Ty::String)) => vec![ContainsIpString],
         "containsCIDR" if matches!(args.first(), Some(Ty::String)) => vec![ContainsCidrString],
         _ => vec![Other],
-    }
-}
-
-/// The type of a call's result, from the standard library's and Kubernetes'
-/// libraries' declarations.
-fn result_type<'d>(function: &str, target: Option<&Ty<'d>>, args: &[Ty<'d>]) -> Ty<'d> {
-    let first_concrete = || {
-        args.iter()
-            .find(|a| a.is_concrete())
-            .cloned()
-            .unwrap_or_else(|| {
-                if !args.is_empty() && args.iter().all(|a| matches!(a, Ty::Dyn)) {
-                    Ty::Dyn
-                } else {
-                    Ty::Unknown
-                }
-            })
-    };
-    let same_as_target = || target.cloned().unwrap_or(Ty::Unknown);
-    match function {
-        "!_"
-        | "@not_strictly_false"
-        | "_&&_"
-        | "_||_"
-        | "_==_"
-        | "_!=_"
-        | "_<_"
-        | "_<=_"
-        | "_>_"
-        | "_>=_"
-        | "@in"
-        | "contains"
-        | "startsWith"
-        | "endsWith"
-        | "matches"
-        | "isSorted"
-        | "sets.contains"
-        | "sets.equivalent"
-        | "sets.intersects"
-        | "isURL"
-        | "isIP"
-        | "isCIDR"
-        | "isQuantity"
-        | "isSemver"
-        | "isInteger"
-        | "isGreaterThan"
-        | "isLessThan"
-        | "isUnspecified"
-        | "isLoopback"
-        | "isLinkLocalMulticast"
-        | "isLinkLocalUnicast"
-        | "isGlobalUnicast"
-        | "ip.isCanonical"
-        | "containsIP"
-        | "containsCIDR"
-        | "hasValue"
-        | "math.isNaN"
-        | "math.isInf"
-        | "math.isFinite" => Ty::Bool,
-        "size" | "int" | "indexOf" | "lastIndexOf" | "getFullYear" | "getMonth" | "getDate"
-        | "getDayOfMonth" | "getDayOfWeek" | "getDayOfYear" | "getHours" | "getMinutes"
-        | "getSeconds" | "getMilliseconds" | "family" | "prefixLength" | "asInteger" | "sign"
-        | "compareTo" | "major" | "minor" | "patch" => Ty::Int,
-        "uint" => Ty::Uint,
-        "double" | "asApproximateFloat" | "math.ceil" | "math.floor" | "math.round"
-        | "math.trunc" => Ty::Double,
-        "string" | "charAt" | "lowerAscii" | "upperAscii" | "replace" | "substring" | "trim"
-        | "format" | "join" | "find" | "strings.quote" | "getScheme" | "getHost"
-        | "getHostname" | "getPort" | "getEscapedPath" | "base64.encode" => Ty::String,
-        "bytes" | "base64.decode" => Ty::Bytes,
-        "bool" => Ty::Bool,
-        "duration" => Ty::Duration,
-        "timestamp" => Ty::Timestamp,
-        "type" => Ty::Type,
-        "dyn" => Ty::Dyn,
-        "split" | "findAll" => Ty::List(Box::new(Ty::String)),
-        "getQuery" => Ty::Map(
-            Box::new(Ty::String),
-            Box::new(Ty::List(Box::new(Ty::String))),
-        ),
-        "url" => Ty::Url,
-        "ip" => Ty::Ip,
-        "cidr" | "masked" => Ty::Cidr,
-        "quantity" | "add" | "sub" => Ty::Quantity,
-        "semver" => Ty::Semver,
-        "validate"
-        | "format.named"
-        | "optional.of"
-        | "optional.none"
-        | "optional.ofNonZeroValue" => Ty::Optional,
-        f if f.starts_with("format.") => Ty::Format,
-        "sum" | "min" | "max" => target
-            .and_then(Ty::first_param)
-            .cloned()
-            .unwrap_or(Ty::Unknown),
-        "reverse" | "slice" | "sort" | "distinct" => same_as_target(),
-        "lists.range" => Ty::List(Box::new(Ty::Int)),
-        "_[_]" => match args.first() {
-            Some(Ty::List(e)) => (**e).clone(),
-            Some(Ty::Map(_, v)) => (**v).clone(),
-            Some(Ty::Dyn) => Ty::Dyn,
-            _ => Ty::Unknown,
-        },
-        "_-_" => match (args.first(), args.get(1)) {
-            (Some(Ty::Timestamp), Some(Ty::Timestamp)) => Ty::Duration,
-            _ => first_concrete(),
-        },
-        "_+_" => match (args.first(), args.get(1)) {
-            (Some(Ty::Duration), Some(Ty::Timestamp)) => Ty::Timestamp,
-            _ => first_concrete(),
-        },
-        "_*_" | "_/_" | "_%_" | "-_" | "math.greatest" | "math.least" | "math.abs" => {
-            first_concrete()
-        }
-        "_?_:_" => {
-            let branches = args.get(1..).unwrap_or_default();
-            branches
-                .iter()
-                .find(|a| a.is_concrete())
-                .cloned()
-                .unwrap_or(Ty::Unknown)
-        }
-        _ => Ty::Unknown,
     }
 }

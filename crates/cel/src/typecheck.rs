@@ -33,6 +33,9 @@ use serde_json::Value;
 use crate::Program;
 use crate::check::{self, Substitutions, Type, most_general};
 
+/// A type whose struct types are schema nodes.
+type SchemaType<'a> = Type<&'a Value>;
+
 /// Schemas and the `components/schemas` their `$ref`s point into (an OpenAPI v3
 /// document's).
 #[derive(Debug, Clone, Copy)]
@@ -208,9 +211,9 @@ struct Checker<'s, 'a> {
     /// `oldSelf` is optional (a rule's `optionalOldSelf`).
     optional_old_self: bool,
     /// Type variables of [`Checker::type_of`].
-    subs: Substitutions<'a>,
+    subs: Substitutions<&'a Value>,
     /// Comprehension variables in scope for [`Checker::type_of`], innermost last.
-    locals: Vec<(String, Type<'a>)>,
+    locals: Vec<(String, SchemaType<'a>)>,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -388,7 +391,7 @@ impl<'a> Checker<'_, 'a> {
 
     /// The type of `e` as cel-go's checker gives it, recording issues as cel-go words
     /// them where the types involved are known (see [`Type::is_reportable`]).
-    fn type_of(&mut self, e: &IdedExpr) -> Type<'a> {
+    fn type_of(&mut self, e: &IdedExpr) -> SchemaType<'a> {
         let t = match &e.expr {
             Expr::Literal(l) => match l {
                 LiteralValue::Boolean(_) => Type::Bool,
@@ -406,7 +409,7 @@ impl<'a> Checker<'_, 'a> {
                 if s.test { Type::Bool } else { selected }
             }
             Expr::List(l) => {
-                let mut elements: Option<Type<'a>> = None;
+                let mut elements: Option<SchemaType<'a>> = None;
                 for (i, x) in l.elements.iter().enumerate() {
                     let mut t = self.type_of(x);
                     if l.optional_indices.contains(&i) {
@@ -449,7 +452,7 @@ impl<'a> Checker<'_, 'a> {
         self.subs.substitute(&t)
     }
 
-    fn ident_type(&mut self, name: &str) -> Type<'a> {
+    fn ident_type(&mut self, name: &str) -> SchemaType<'a> {
         if let Some((_, t)) = self.locals.iter().rev().find(|(n, _)| n == name) {
             return t.clone();
         }
@@ -472,7 +475,12 @@ impl<'a> Checker<'_, 'a> {
 
     /// The type of `field` of a value of type `operand` (cel-go's `checkSelectField`);
     /// an optional operand, or `optional` (`?.`), makes the result optional.
-    fn select_type(&mut self, operand: &Type<'a>, field: &str, optional: bool) -> Type<'a> {
+    fn select_type(
+        &mut self,
+        operand: &SchemaType<'a>,
+        field: &str,
+        optional: bool,
+    ) -> SchemaType<'a> {
         let (target, was_optional) = match operand.optional_value() {
             Some(v) => (v.clone(), true),
             None => (operand.clone(), false),
@@ -510,7 +518,7 @@ impl<'a> Checker<'_, 'a> {
 
     /// `apiVersion` and `kind` of a resource root whose schema does not list them
     /// (strings, as upstream declares them); anything else not found is not known.
-    fn root_member_type(&self, schema: &Value, field: &str) -> Type<'a> {
+    fn root_member_type(&self, schema: &Value, field: &str) -> SchemaType<'a> {
         let embedded = schema
             .get("x-kubernetes-embedded-resource")
             .and_then(Value::as_bool)
@@ -523,7 +531,12 @@ impl<'a> Checker<'_, 'a> {
 
     /// Two element types of one literal list or map: the more general if they agree,
     /// an issue if they do not (Kubernetes enables homogeneous aggregate literals).
-    fn join(&mut self, e: &IdedExpr, previous: Option<Type<'a>>, current: Type<'a>) -> Type<'a> {
+    fn join(
+        &mut self,
+        e: &IdedExpr,
+        previous: Option<SchemaType<'a>>,
+        current: SchemaType<'a>,
+    ) -> SchemaType<'a> {
         let Some(previous) = previous else {
             return current;
         };
@@ -535,7 +548,7 @@ impl<'a> Checker<'_, 'a> {
     }
 
     /// cel-go's `expected type 'X' but found 'Y'` about `e`.
-    fn mismatch(&mut self, e: &IdedExpr, expected: &Type<'a>, found: &Type<'a>) {
+    fn mismatch(&mut self, e: &IdedExpr, expected: &SchemaType<'a>, found: &SchemaType<'a>) {
         let (expected, found) = (self.subs.substitute(expected), self.subs.substitute(found));
         if expected.is_reportable() && found.is_reportable() {
             let message = format!("expected type '{expected}' but found '{found}'");
@@ -547,7 +560,7 @@ impl<'a> Checker<'_, 'a> {
     /// A comprehension's type (cel-go's `checkComprehension`): the range's element (or
     /// key) types its variables, the loop condition is a bool, the step has the
     /// accumulator's type.
-    fn comprehension_type(&mut self, c: &ComprehensionExpr) -> Type<'a> {
+    fn comprehension_type(&mut self, c: &ComprehensionExpr) -> SchemaType<'a> {
         let range = self.type_of(&c.iter_range);
         let accu = self.type_of(&c.accu_init);
         let two = c.iter_var2.is_some();
@@ -595,7 +608,7 @@ impl<'a> Checker<'_, 'a> {
 
     /// A call's type: the declared overloads its receiver and arguments match (cel-go's
     /// `resolveOverload`); an issue if none does and the types are all known.
-    fn call_type(&mut self, call: &CallExpr) -> Type<'a> {
+    fn call_type(&mut self, call: &CallExpr) -> SchemaType<'a> {
         let name = call.func_name.as_str();
         if name == "_?._"
             && let [
@@ -609,8 +622,11 @@ impl<'a> Checker<'_, 'a> {
             let operand = self.type_of(operand);
             return self.select_type(&operand, field.inner(), true);
         }
-        let mut args: Vec<Type<'a>> = Vec::with_capacity(call.args.len() + 1);
-        if let Some(target) = call.target.as_deref() {
+        let (qualified, target) =
+            check::function_of(call, |n| self.locals.iter().any(|(l, _)| l == n));
+        let name = qualified.as_str();
+        let mut args: Vec<SchemaType<'a>> = Vec::with_capacity(call.args.len() + 1);
+        if let Some(target) = target {
             args.push(self.type_of(target));
         }
         for a in &call.args {
@@ -625,7 +641,7 @@ impl<'a> Checker<'_, 'a> {
             }
             return Type::Bool;
         }
-        let member = call.target.is_some();
+        let member = target.is_some();
         let declared = check::overloads(name);
         if declared.is_empty() {
             return Type::Unknown;
@@ -640,26 +656,14 @@ impl<'a> Checker<'_, 'a> {
             let mut results = candidates.map(|o| &o.result);
             let first = results.next();
             return match first {
-                Some(r) if r.is_reportable() && results.all(|o| o == r) => r.clone(),
+                Some(r) if r.is_reportable() && results.all(|o| o == r) => self.subs.declared(r),
                 _ => Type::Unknown,
             };
         }
-        let mut result: Option<Type<'a>> = None;
-        for overload in candidates {
-            let (params, returns) = self.subs.instantiate(overload);
-            if self.subs.all_assignable(&params, &args) {
-                let returns = self.subs.substitute(&returns);
-                result = Some(match result {
-                    None => returns,
-                    Some(r) if matches!(r, Type::Dyn | Type::Unknown) || r == returns => r,
-                    Some(_) => Type::Dyn,
-                });
-            }
+        if let Some(result) = check::resolve(&mut self.subs, name, member, &args) {
+            return result;
         }
-        if let Some(r) = result {
-            return r;
-        }
-        let args: Vec<Type<'a>> = args.iter().map(|a| self.subs.substitute(a)).collect();
+        let args: Vec<SchemaType<'a>> = args.iter().map(|a| self.subs.substitute(a)).collect();
         if !args.iter().all(Type::is_reportable) {
             return Type::Unknown;
         }
@@ -1179,6 +1183,15 @@ mod tests {
             (
                 "self.name.size().x == 1",
                 "type 'int' does not support field selection",
+            ),
+            // Namespaced functions are the library's, not calls on a variable.
+            (
+                "sets.contains(self.tags, [1])",
+                "found no matching overload for 'sets.contains' applied to '(list(string), list(int))'",
+            ),
+            (
+                "optional.of(self.replicas).orValue('none') == 'none'",
+                "found no matching overload for 'orValue' applied to 'optional_type(int).(string)'",
             ),
         ] {
             let issues = rule_issues(rule, &node, false);
