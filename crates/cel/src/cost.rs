@@ -2,7 +2,8 @@
 //! `RuntimeCELCostBudget`, `k8s.io/apiserver/pkg/apis/cel/config.go`).
 //!
 //! The rewrite of what runs also spells each optional selection `x.?f` as `x[?'f']`
-//! (the crate's own fails on an absent field).
+//! (the crate's own fails on an absent field) and turns two-variable comprehensions
+//! into ones the interpreter runs ([`crate::comprehensions`]).
 //!
 //! The `cel` crate has no cost tracking, so the cost is metered by rewriting the
 //! expression: each comprehension's loop condition `c` (the expansion of `all`,
@@ -85,6 +86,11 @@ fn rewrite(e: &mut IdedExpr) -> u64 {
         Expr::List(l) => 1 + l.elements.iter_mut().map(rewrite).sum::<u64>(),
         Expr::Map(m) => 1 + rewrite_entries(&mut m.entries),
         Expr::Struct(s) => 1 + rewrite_entries(&mut s.entries),
+        Expr::Comprehension(c) if c.iter_var2.is_some() => {
+            let two_variables = std::mem::take(&mut **c);
+            e.expr = crate::comprehensions::runnable(two_variables, e.id);
+            rewrite(e)
+        }
         Expr::Comprehension(c) => {
             let outside = rewrite(&mut c.iter_range) + rewrite(&mut c.accu_init);
             let per_iteration = (rewrite(&mut c.loop_cond) + rewrite(&mut c.loop_step)).max(1);

@@ -45,6 +45,7 @@ use kube_cel::cel::{Context, Value};
 
 pub mod authz;
 mod check;
+mod comprehensions;
 mod cost;
 pub mod estimate;
 mod limits;
@@ -182,7 +183,7 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             .parse(source)
     })
     .map_err(|_| CompileError("compilation failed: ERROR: <input>: Syntax error".into()))?;
-    let expression = parsed.map_err(|e| {
+    let mut expression = parsed.map_err(|e| {
         // The parser's errors are cel-go's issues already (`ERROR: <input>:1:17:
         // Syntax error: ...`, the source line and a caret), which upstream prints as
         // they are; cel-go indents the source line and the caret by one space.
@@ -195,6 +196,8 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             ))
         }
     })?;
+    comprehensions::expand(&mut expression, source)
+        .map_err(|issue| CompileError(format!("compilation failed: {issue}")))?;
     let mut free = BTreeSet::new();
     free_identifiers(&expression, &mut Vec::new(), &mut free);
     if let Some(name) = free
@@ -286,18 +289,12 @@ fn entries(
 /// (handled by the caller's failure policy), rather than being refused as undeclared.
 const UPSTREAM_ONLY_FUNCTIONS: &[&str] = &[
     "type",
-    // Macros the parser expands only in their one-variable forms (`all(x, p)`); the
-    // two-variable comprehensions of cel-go's ext library (Kubernetes 1.32) stay calls.
-    "all",
-    "exists",
-    "exists_one",
-    "existsOne",
+    // Macros neither the parser nor [`comprehensions`] expands in every form
+    // (`map` and `filter` with two or three arguments, `has` of a selection), and the
+    // optional library's `optMap` and `optFlatMap`.
     "map",
     "filter",
     "has",
-    "transformList",
-    "transformMap",
-    "transformMapEntry",
     "optMap",
     "optFlatMap",
 ];
@@ -373,6 +370,7 @@ fn function_context() -> &'static Context<'static> {
         ctx.register_all();
         authz::register(&mut ctx);
         cost::register(&mut ctx);
+        comprehensions::register(&mut ctx);
         // cel-go's `dyn(x)` only changes what the type checker assumes; values are
         // unchanged.
         ctx.add_function("dyn", |v: Value| -> kube_cel::cel::ResolveResult { Ok(v) });
@@ -656,6 +654,70 @@ mod tests {
         a.bind_json("object", &object)
             .bind("oldObject", Value::Null);
         a.eval(&p)
+    }
+
+    #[test]
+    fn two_variable_comprehensions_run_as_cel_go_runs_them() {
+        let object = json!({"spec": {"ports": [80, 443], "limits": {"cpu": 2, "memory": 4}}});
+        for (expr, want) in [
+            ("object.spec.ports.all(i, p, p > i)", true),
+            ("object.spec.ports.exists(i, p, i == 1 && p == 443)", true),
+            ("object.spec.ports.existsOne(i, p, p > 100)", true),
+            ("object.spec.limits.all(k, v, k.size() > 2 && v > 1)", true),
+            ("object.spec.limits.exists_one(k, v, v == 2)", true),
+            (
+                "object.spec.ports.transformList(i, p, p + i) == [80, 444]",
+                true,
+            ),
+            (
+                "object.spec.ports.transformList(i, p, i > 0, p) == [443]",
+                true,
+            ),
+            (
+                "object.spec.limits.transformMap(k, v, v * 2) == {'cpu': 4, 'memory': 8}",
+                true,
+            ),
+            (
+                "object.spec.limits.transformMap(k, v, k == 'cpu', v) == {'cpu': 2}",
+                true,
+            ),
+            (
+                "object.spec.ports.transformMapEntry(i, p, {string(p): i}) == {'80': 0, '443': 1}",
+                true,
+            ),
+            // Nested: the inner range and variables shadow nothing outside.
+            (
+                "object.spec.ports.all(i, p, object.spec.ports.exists(j, q, q == p && j == i))",
+                true,
+            ),
+            // The one-variable forms are unchanged.
+            (
+                "object.spec.ports.all(p, p > 0) && object.spec.limits.all(k, k != '')",
+                true,
+            ),
+        ] {
+            assert_eq!(eval(expr, object.clone()), Ok(Value::Bool(want)), "{expr}");
+        }
+        let err = eval(
+            "[1, 2].transformMapEntry(i, v, {'k': v}).size() > 0",
+            object.clone(),
+        )
+        .unwrap_err();
+        assert!(err.contains("already exists"), "{err}");
+        for (expr, issue) in [
+            ("[1].all(i, i, true)", "duplicate variable name: i"),
+            ("[1].all(i, 1, true)", "argument must be a simple name"),
+            (
+                "[1].all(i, __result__, true)",
+                "iteration variable overwrites accumulator variable",
+            ),
+        ] {
+            let err = compile(expr, VAP).map_err(|e| e.0);
+            assert!(
+                err.as_ref().is_err_and(|e| e.contains(issue)),
+                "{expr}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -1120,6 +1120,9 @@ mod tests {
             "self.tags.map(t, [t]).all(l, l.size() == 1) && [[1], []].size() == 2",
             "optional.of(self.name).orValue('') == '' && optional.none().orValue(1) == 1",
             "self.name.format([1]) != '' && strings.quote(self.name) != ''",
+            // Two variables: a list's index and item, a map's key and value.
+            "self.tags.all(i, t, i >= 0 && t.startsWith('a')) && self.counts.exists(k, v, k.size() > v)",
+            "self.tags.transformList(i, t, t.size() + i).sum() > 0 && self.counts.transformMap(k, v, v * 2).size() > 0",
         ] {
             assert_eq!(check_rule(rule, &node), "", "{rule}");
         }
@@ -1183,6 +1186,14 @@ mod tests {
             (
                 "self.name.size().x == 1",
                 "type 'int' does not support field selection",
+            ),
+            (
+                "self.tags.all(i, t, i == t)",
+                "found no matching overload for '_==_' applied to '(int, string)'",
+            ),
+            (
+                "self.counts.transformList(k, v, k + v).size() > 0",
+                "found no matching overload for '_+_' applied to '(string, int)'",
             ),
             // Namespaced functions are the library's, not calls on a variable.
             (
