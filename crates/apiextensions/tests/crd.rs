@@ -630,9 +630,24 @@ fn rules_are_compiled_against_their_node() {
     let good = with_spec_rules(json!([
         {"rule": "self.replicas <= 10 && self.ports.all(p, p.name != '')"},
         {"rule": "self.replicas >= oldSelf.replicas", "messageExpression": "oldSelf.replicas > 1 ? 'may not shrink' : 'may not shrink to 0'"},
-        {"rule": "self.extra.anything == 1 || has(self.ports)"},
+        {"rule": "has(self.extra) || has(self.ports)"},
     ]));
     assert_eq!(msgs(&validate_crd(&good)), Vec::<String>::new());
+
+    // The fields `extra` keeps under x-kubernetes-preserve-unknown-fields are not in
+    // its CEL type (the ValidationRule's documentation: "Unknown data preserved in
+    // custom resources via x-kubernetes-preserve-unknown-fields is not accessible in
+    // CEL expressions").
+    let unknown = with_spec_rules(json!([{"rule": "self.extra.anything == 1"}]));
+    let errs = msgs(&validate_crd(&unknown));
+    assert!(
+        errs.len() == 1
+            && errs[0].ends_with(
+                "compilation failed: ERROR: <input>:1:11: undefined field 'anything'\n \
+             | self.extra.anything == 1\n | ..........^"
+            ),
+        "{errs:#?}"
+    );
 
     let bad = with_spec_rules(json!([
         {"rule": "self.replicsa <= 10"},

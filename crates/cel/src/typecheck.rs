@@ -53,9 +53,11 @@ pub struct Schemas<'a> {
 /// bound to `self` and `oldSelf`: upstream compiles each rule against the node's
 /// declared type when the CRD is written, so `self.replicsa` is refused there, not
 /// found when an object is validated. As upstream's declared types do, an
-/// `x-kubernetes-int-or-string` value is dynamic (any selection compiles), and an
-/// embedded resource (and the root) has `apiVersion`, `kind` and `metadata` whether
-/// its schema lists them or not. With `optional_old_self` (the rule's
+/// `x-kubernetes-int-or-string` value is dynamic (any selection compiles), an
+/// embedded resource (and the root) has `apiVersion`, `kind`, `metadata.name` and
+/// `metadata.generateName` whether its schema lists them or not, and what an object
+/// keeps under `x-kubernetes-preserve-unknown-fields` (or a property of no type) is
+/// not accessible. With `optional_old_self` (the rule's
 /// `optionalOldSelf`), `oldSelf` is an `optional_type` of the node's type. Issues as
 /// [`check_fields`] gives them; then the expression is typed as cel-go's checker
 /// types it, against the declared overloads of the standard library and Kubernetes'
@@ -128,6 +130,31 @@ pub struct RuleCheck {
     /// cel-go's name of the expression's type when it is known and not `dyn`
     /// (`bool`, `string`, `list(int)`, ...), for upstream's "must evaluate to" checks.
     pub result: Option<String>,
+}
+
+/// The metadata every resource has in CEL.
+static OBJECT_META: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    serde_json::json!({"type": "object", "properties": {
+        "name": {"type": "string"}, "generateName": {"type": "string"}}})
+});
+
+/// Whether a CRD schema node has a CEL type (upstream's `SchemaDeclType` is not nil):
+/// an int-or-string, a scalar, an object, or a list or map of such; not a node of no
+/// type (`x-kubernetes-preserve-unknown-fields` alone), nor a list or map of one.
+fn has_cel_type(schema: &Value) -> bool {
+    let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
+    if flag("x-kubernetes-int-or-string") {
+        return true;
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string" | "boolean" | "number" | "integer") => true,
+        Some("array") => schema.get("items").is_some_and(has_cel_type),
+        Some("object") => match schema.get("additionalProperties") {
+            Some(values) if values.is_object() => has_cel_type(values),
+            _ => true,
+        },
+        _ => false,
+    }
 }
 
 /// The operator's token in the source, for the position of an issue about it.
@@ -332,22 +359,39 @@ impl<'a> Checker<'_, 'a> {
     /// The schema of `field` of a value of schema `schema`; an issue if it has none.
     fn field(&mut self, schema: &'a Value, field: &str) -> Option<&'a Value> {
         let schema = self.schemas.resolve(schema);
-        if schema
-            .get("x-kubernetes-preserve-unknown-fields")
-            .and_then(Value::as_bool)
-            == Some(true)
-        {
+        let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
+        // A CRD rule sees only what the schema declares: the fields an object keeps
+        // under `x-kubernetes-preserve-unknown-fields` are not in its CEL type, nor is
+        // a property of no type (upstream's `SchemaDeclType`). A policy's object is
+        // not judged there.
+        let crd_rule = self.rule_self.is_some();
+        if flag("x-kubernetes-preserve-unknown-fields") && !crd_rule {
             return None;
         }
-        let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
+        // A resource's root and an embedded resource always have their type and
+        // `metadata.name` and `metadata.generateName`, and no other metadata unless
+        // declared (upstream's `WithTypeAndObjectMeta`).
         if flag("x-kubernetes-embedded-resource")
             && matches!(field, "apiVersion" | "kind" | "metadata")
-            && schema.pointer(&format!("/properties/{field}")).is_none()
         {
-            return None;
+            let declared = schema.pointer(&format!("/properties/{field}"));
+            if field != "metadata" || !crd_rule {
+                return declared;
+            }
+            let names = |m: &serde_json::Map<String, Value>| {
+                m.contains_key("name") && m.contains_key("generateName")
+            };
+            return match declared.map(|d| d.get("properties").and_then(Value::as_object)) {
+                None | Some(None) => Some(&OBJECT_META),
+                Some(Some(properties)) if names(properties) => declared,
+                // Declared members besides the ones every resource has: not followed.
+                Some(Some(_)) => None,
+            };
         }
         if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
-            if let Some(p) = properties.get(field) {
+            if let Some(p) = properties.get(field)
+                && (!crd_rule || has_cel_type(p))
+            {
                 return Some(p);
             }
             // `__dash__`, `__dot__`, `__slash__`, `__underscores__` and `__keyword__`
@@ -383,6 +427,11 @@ impl<'a> Checker<'_, 'a> {
                     field,
                     &format!("type '{cel_type}' does not support field selection"),
                 );
+                None
+            }
+            // An object that declares no properties has no fields in a CRD rule.
+            Some("object") if crd_rule && !field.contains("__") => {
+                self.issue(field, &format!("undefined field '{field}'"));
                 None
             }
             _ => None,
@@ -940,7 +989,7 @@ mod tests {
             "has(self.replicas)",
             "self.items.all(i, i.name != '')",
             "self.labels.x == 'y'",
-            "self.raw.anything.at.all",
+            "has(self.raw) && self.raw == oldSelf.raw",
             // int-or-string is dynamic in a CRD's declared types.
             "self.port.x == 1",
             // An escaped property name is not second-guessed.
@@ -950,6 +999,43 @@ mod tests {
         ] {
             assert_eq!(check_rule(rule, &node), "", "{rule}");
         }
+        // What an object keeps under x-kubernetes-preserve-unknown-fields is not in
+        // its CEL type, nor is a property of no type.
+        assert_eq!(
+            check_rule("self.raw.anything.at.all", &node),
+            "ERROR: <input>:1:9: undefined field 'anything'\n | self.raw.anything.at.all\n | ........^"
+        );
+        let with_untyped = json!({"type": "object", "properties": {
+            "blob": {"x-kubernetes-preserve-unknown-fields": true},
+            "blobs": {"type": "array", "items": {"x-kubernetes-preserve-unknown-fields": true}},
+            "open": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"known": {"type": "string"}}}}});
+        for (rule, field) in [
+            ("has(self.blob)", "blob"),
+            ("self.blobs.size() > 0", "blobs"),
+            ("self.open.unknown == 'a'", "unknown"),
+        ] {
+            assert!(
+                check_rule(rule, &with_untyped).contains(&format!("undefined field '{field}'")),
+                "{rule}"
+            );
+        }
+        assert_eq!(check_rule("self.open.known == 'a'", &with_untyped), "");
+        // A resource's metadata has its name and generateName, declared or not, and
+        // nothing else that is not declared.
+        let root = json!({"type": "object", "x-kubernetes-embedded-resource": true,
+            "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}}});
+        assert_eq!(
+            check_rule(
+                "self.metadata.name == 'a' && self.metadata.generateName == ''",
+                &root
+            ),
+            ""
+        );
+        assert!(
+            check_rule("self.metadata.labels.size() > 0", &root)
+                .contains("undefined field 'labels'")
+        );
         assert_eq!(
             check_rule("self.replicsa > 1", &node),
             "ERROR: <input>:1:5: undefined field 'replicsa'\n | self.replicsa > 1\n | ....^"
@@ -995,7 +1081,7 @@ mod tests {
             "self.replicas < self.ratio && 1u <= self.replicas",
             "self.since + self.ttl > self.since && self.since - self.since == self.ttl",
             "self.tags + ['a'] == self.tags || size(self.tags) + 1 == 2",
-            "self.port + 1 == 2 && self.raw.x + 'a' == 'b'",
+            "self.port + 1 == 2 && self.port + 'a' == 'b'",
             "!self.on ? self.replicas > 0 : self.name.startsWith('a')",
             "int(self.name) + 1 > 0 && string(self.replicas) + 'x' != ''",
             "'a+b' == self.name",
@@ -1051,7 +1137,7 @@ mod tests {
         // Lists, maps and values of unknown type are not judged.
         for rule in [
             "size(self.tags) > 0 && self.tags.size() < 9 && size(self.raw) > 0",
-            "self.port.startsWith('a') && self.raw.x.contains('1') && sets.contains([1], [1])",
+            "self.port.startsWith('a') && self.port.contains('1') && sets.contains([1], [1])",
         ] {
             assert_eq!(check_rule(rule, &node), "", "{rule}");
         }
