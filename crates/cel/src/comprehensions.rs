@@ -79,7 +79,8 @@ fn max_id(e: &IdedExpr) -> u64 {
     max
 }
 
-fn visit_children(e: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
+/// Calls `f` on each direct sub-expression of `e`, in source order.
+pub(crate) fn visit_children(e: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
     match &e.expr {
         Expr::Call(c) => {
             c.target.as_deref().into_iter().chain(&c.args).for_each(f);

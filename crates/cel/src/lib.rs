@@ -400,48 +400,10 @@ fn to_bool(v: Value) -> kube_cel::cel::ResolveResult {
 
 /// Calls `f` on every call in `e` (operators included), outermost first.
 fn visit_calls(e: &IdedExpr, f: &mut impl FnMut(&kube_cel::cel::common::ast::CallExpr)) {
-    match &e.expr {
-        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => {}
-        Expr::Call(call) => {
-            f(call);
-            if let Some(t) = &call.target {
-                visit_calls(t, f);
-            }
-            for a in &call.args {
-                visit_calls(a, f);
-            }
-        }
-        Expr::Select(s) => visit_calls(&s.operand, f),
-        Expr::List(l) => l.elements.iter().for_each(|x| visit_calls(x, f)),
-        Expr::Map(m) => visit_entries(&m.entries, f),
-        Expr::Struct(s) => visit_entries(&s.entries, f),
-        Expr::Comprehension(c) => {
-            for part in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                visit_calls(part, f);
-            }
-        }
+    if let Expr::Call(call) = &e.expr {
+        f(call);
     }
-}
-
-fn visit_entries(
-    entries: &[kube_cel::cel::common::ast::IdedEntryExpr],
-    f: &mut impl FnMut(&kube_cel::cel::common::ast::CallExpr),
-) {
-    for entry in entries {
-        match &entry.expr {
-            EntryExpr::StructField(s) => visit_calls(&s.value, f),
-            EntryExpr::MapEntry(m) => {
-                visit_calls(&m.key, f);
-                visit_calls(&m.value, f);
-            }
-        }
-    }
+    comprehensions::visit_children(e, &mut |child| visit_calls(child, f));
 }
 
 /// A JSON value as CEL sees it: objects are maps with string keys, integers `int`
