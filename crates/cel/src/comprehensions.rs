@@ -3,6 +3,8 @@
 //! (`exists_one`), `transformList`, `transformMap` and `transformMapEntry`, where `k`
 //! is a list's index or a map's key and `v` the item or value.
 //!
+//! The optional library's `optMap` and `optFlatMap` macros are expanded here too.
+//!
 //! The `cel` crate's parser expands only the one-variable macros, and its interpreter
 //! binds one iteration variable. [`expand`] turns the calls into cel-go's
 //! comprehensions with two variables (what the type checker and the cost estimate
@@ -168,6 +170,9 @@ fn expand_call(e: &mut IdedExpr, source: &str, ids: &mut IdAllocator) -> Result<
         return Ok(());
     };
     let name = call.func_name.as_str();
+    if matches!(name, "optMap" | "optFlatMap") && call.target.is_some() && call.args.len() == 2 {
+        return expand_optional_map(e, source, ids);
+    }
     let arity_fits = match name {
         "transformList" | "transformMap" | "transformMapEntry" => matches!(call.args.len(), 3 | 4),
         _ => call.args.len() == 3,
@@ -253,6 +258,74 @@ fn expand_call(e: &mut IdedExpr, source: &str, ids: &mut IdAllocator) -> Result<
     };
     e.expr = Expr::Comprehension(Box::new(expanded));
     Ok(())
+}
+
+/// The optional library's `opt.optMap(v, expr)` and `opt.optFlatMap(v, expr)`, as
+/// cel-go expands them: `opt.hasValue() ? optional.of(expr) : optional.none()` (without
+/// `optional.of` for `optFlatMap`), with `v` bound to `opt.value()` in `expr`.
+fn expand_optional_map(
+    e: &mut IdedExpr,
+    source: &str,
+    ids: &mut IdAllocator,
+) -> Result<(), String> {
+    let Expr::Call(call) = &mut e.expr else {
+        return Ok(());
+    };
+    let flat = call.func_name == "optFlatMap";
+    let Expr::Ident(variable) = &call.args[0].expr else {
+        let message = format!(
+            "{}() variable name must be a simple identifier",
+            call.func_name
+        );
+        return Err(typecheck::issue_text(source, 0, &message));
+    };
+    let variable = variable.clone();
+    let Some(target) = call.target.take().map(|t| *t) else {
+        return Ok(());
+    };
+    let body = call.args.pop().unwrap_or_default();
+    let member = |ids: &mut IdAllocator, function: &str, mut receiver: IdedExpr| {
+        renumber(&mut receiver, ids);
+        ids.node(Expr::Call(CallExpr {
+            func_name: function.to_string(),
+            target: Some(Box::new(receiver)),
+            args: Vec::new(),
+        }))
+    };
+    let has_value = member(ids, "hasValue", target.clone());
+    let value = member(ids, "value", target);
+    let empty = ids.node(Expr::List(ListExpr::new(Vec::new())));
+    let never = ids.literal(LiteralValue::Boolean(false.into()));
+    let step = ids.node(Expr::Ident(variable.clone()));
+    let mut mapped = ids.node(Expr::Comprehension(Box::new(ComprehensionExpr {
+        iter_range: empty,
+        iter_var: UNUSED.to_string(),
+        iter_var2: None,
+        accu_var: variable,
+        accu_init: value,
+        loop_cond: never,
+        loop_step: step,
+        result: body,
+    })));
+    if !flat {
+        mapped = ids.call("optional.of", vec![mapped]);
+    }
+    let none = ids.call("optional.none", Vec::new());
+    e.expr = Expr::Call(CallExpr {
+        func_name: "_?_:_".to_string(),
+        target: None,
+        args: vec![has_value, mapped, none],
+    });
+    Ok(())
+}
+
+/// Gives `e` and everything in it fresh ids (a copy of a subexpression).
+fn renumber(e: &mut IdedExpr, ids: &mut IdAllocator) {
+    ids.0 += 1;
+    e.id = ids.0;
+    for child in children_mut(e) {
+        renumber(child, ids);
+    }
 }
 
 /// The two iteration variables of a macro (cel-go's `extractIterVars`).

@@ -289,14 +289,9 @@ fn entries(
 /// (handled by the caller's failure policy), rather than being refused as undeclared.
 const UPSTREAM_ONLY_FUNCTIONS: &[&str] = &[
     "type",
-    // Macros neither the parser nor [`comprehensions`] expands in every form
-    // (`map` and `filter` with two or three arguments, `has` of a selection), and the
-    // optional library's `optMap` and `optFlatMap`.
-    "map",
-    "filter",
-    "has",
-    "optMap",
-    "optFlatMap",
+    // Macros the parser expands in some forms only (`map` and `filter` with two or
+    // three arguments, `has` of a selection).
+    "map", "filter", "has",
 ];
 
 /// cel-go's `undeclared reference to 'foo' (in container '')` for each call of a
@@ -706,6 +701,15 @@ mod tests {
             ),
             (
                 "{?'t': object.spec.?driver.?type, ?'u': optional.none()}.size() == 1",
+                true,
+            ),
+            (
+                "object.spec.?driver.?type.optMap(t, t + '!').value() == 'Managed!'",
+                true,
+            ),
+            ("!object.spec.?missing.optMap(t, t).hasValue()", true),
+            (
+                "object.spec.?ports.optFlatMap(p, p[?0]).orValue(0) == 80",
                 true,
             ),
         ] {

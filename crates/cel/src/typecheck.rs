@@ -1206,6 +1206,7 @@ mod tests {
             "self.tags.map(t, [t]).all(l, l.size() == 1) && [[1], []].size() == 2",
             "optional.of(self.name).orValue('') == '' && optional.none().orValue(1) == 1",
             "self.name.format([1]) != '' && strings.quote(self.name) != ''",
+            "optional.of(self.name).optMap(n, n.size()).orValue(0) > 1",
             // Two variables: a list's index and item, a map's key and value.
             "self.tags.all(i, t, i >= 0 && t.startsWith('a')) && self.counts.exists(k, v, k.size() > v)",
             "self.tags.transformList(i, t, t.size() + i).sum() > 0 && self.counts.transformMap(k, v, v * 2).size() > 0",
@@ -1280,6 +1281,14 @@ mod tests {
             (
                 "self.counts.transformList(k, v, k + v).size() > 0",
                 "found no matching overload for '_+_' applied to '(string, int)'",
+            ),
+            (
+                "optional.of(self.name).optMap(n, n + 1).hasValue()",
+                "found no matching overload for '_+_' applied to '(string, int)'",
+            ),
+            (
+                "optional.of(self.name).optMap(1, 2).hasValue()",
+                "optMap() variable name must be a simple identifier",
             ),
             // Namespaced functions are the library's, not calls on a variable.
             (
