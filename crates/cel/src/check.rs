@@ -152,7 +152,11 @@ impl<'a> Type<&'a Value> {
     pub(crate) fn of_schema(schema: &'a Value, resolve: &dyn Fn(&'a Value) -> &'a Value) -> Self {
         let schema = resolve(schema);
         let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
-        if flag("x-kubernetes-int-or-string") {
+        // Built-in types' OpenAPI marks an int-or-string by its format, a CRD's by the
+        // extension; upstream reads both.
+        if flag("x-kubernetes-int-or-string")
+            || schema.get("format").and_then(Value::as_str) == Some("int-or-string")
+        {
             return Type::Dyn;
         }
         match schema.get("type").and_then(Value::as_str) {

@@ -208,7 +208,9 @@ impl<'a> Schemas<'a> {
 
 /// The issues of `program` against `schemas`, each in cel-go's form
 /// (`ERROR: <input>:1:12: undefined field 'foo'` and the source line with a caret),
-/// joined by newlines; empty when none is found.
+/// joined by newlines; empty when none is found. Without field issues, the expression
+/// is typed with `object`, `oldObject` and `params` of the schemas' types (upstream's
+/// policy type checking reports its type errors too).
 pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
     let mut checker = Checker {
         schemas,
@@ -222,6 +224,10 @@ pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
         locals: Vec::new(),
     };
     checker.schema_of(program.expression());
+    if checker.issues.is_empty() {
+        checker.quiet = true;
+        checker.type_of(program.expression());
+    }
     checker.issues.join("\n")
 }
 
@@ -404,7 +410,9 @@ impl<'a> Checker<'_, 'a> {
         if let Some(values) = schema.get("additionalProperties") {
             return values.is_object().then_some(values);
         }
-        if flag("x-kubernetes-int-or-string") {
+        if flag("x-kubernetes-int-or-string")
+            || schema.get("format").and_then(Value::as_str) == Some("int-or-string")
+        {
             if self.rule_self.is_some() {
                 return None;
             }
@@ -946,6 +954,22 @@ mod tests {
         // A comprehension variable shadows nothing outside its scope.
         assert_eq!(
             check("[1].all(object, object > 0) && object.spec.replicas > 0"),
+            ""
+        );
+    }
+
+    #[test]
+    fn a_policy_is_typed_against_its_schemas() {
+        assert!(
+            check("object.spec.replicas + 'a' > 1")
+                .contains("found no matching overload for '_+_' applied to '(int, string)'")
+        );
+        assert!(
+            check("object.spec.template.containers.all(c, c.image)")
+                .contains("expected type 'bool' but found 'string'")
+        );
+        assert_eq!(
+            check("object.spec.replicas + int(params.data.max) > 1 && object.spec.extra.x == 1"),
             ""
         );
     }
