@@ -81,6 +81,7 @@ pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: boo
         optional_old_self,
         subs: Substitutions::default(),
         locals: Vec::new(),
+        inside_format: 0,
     };
     checker.schema_of(program.expression());
     let mut result = None;
@@ -117,6 +118,7 @@ pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
         optional_old_self: false,
         subs: Substitutions::default(),
         locals: Vec::new(),
+        inside_format: 0,
     };
     checker.type_of(expression);
     checker.issues.join("\n")
@@ -222,6 +224,7 @@ pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
         optional_old_self: false,
         subs: Substitutions::default(),
         locals: Vec::new(),
+        inside_format: 0,
     };
     checker.schema_of(program.expression());
     if checker.issues.is_empty() {
@@ -247,6 +250,8 @@ struct Checker<'s, 'a> {
     subs: Substitutions<&'a Value>,
     /// Comprehension variables in scope for [`Checker::type_of`], innermost last.
     locals: Vec<(String, SchemaType<'a>)>,
+    /// How many `format` calls the expression being typed is inside of.
+    inside_format: usize,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -600,8 +605,12 @@ impl<'a> Checker<'_, 'a> {
         if self.subs.assignable(&previous, &current) {
             return most_general(&previous, &current);
         }
-        self.mismatch(e, &previous, &current);
-        Type::Error
+        // cel-go joins them as `dyn` and its homogeneous-literal validator reports
+        // them, except at any depth inside a `format` call's arguments.
+        if self.inside_format == 0 {
+            self.mismatch(e, &previous, &current);
+        }
+        Type::Dyn
     }
 
     /// cel-go's `expected type 'X' but found 'Y'` about `e`.
@@ -682,6 +691,8 @@ impl<'a> Checker<'_, 'a> {
         let (qualified, target) =
             check::function_of(call, |n| self.locals.iter().any(|(l, _)| l == n));
         let name = qualified.as_str();
+        let format = name == "format";
+        self.inside_format += usize::from(format);
         let mut args: Vec<SchemaType<'a>> = Vec::with_capacity(call.args.len() + 1);
         if let Some(target) = target {
             args.push(self.type_of(target));
@@ -689,6 +700,7 @@ impl<'a> Checker<'_, 'a> {
         for a in &call.args {
             args.push(self.type_of(a));
         }
+        self.inside_format -= usize::from(format);
         // cel-go checks each operand of `&&` and `||` against bool on its own.
         if matches!(name, "_&&_" | "_||_") {
             for (a, t) in call.args.iter().zip(&args) {
@@ -1231,6 +1243,8 @@ mod tests {
             "optional.of(self.name).orValue('') == '' && optional.none().orValue(1) == 1",
             "self.name.format([1]) != '' && strings.quote(self.name) != ''",
             "optional.of(self.name).optMap(n, n.size()).orValue(0) > 1",
+            // A format call's arguments may mix types.
+            "'%s has %d'.format([self.name, self.replicas]) != ''",
             // Two variables: a list's index and item, a map's key and value.
             "self.tags.all(i, t, i >= 0 && t.startsWith('a')) && self.counts.exists(k, v, k.size() > v)",
             "self.tags.transformList(i, t, t.size() + i).sum() > 0 && self.counts.transformMap(k, v, v * 2).size() > 0",
