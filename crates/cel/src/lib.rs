@@ -15,19 +15,19 @@
 //! field references against OpenAPI schemas (for a policy's `status.typeChecking`, and
 //! for a CRD rule against its schema node when the CRD is written) in [`typecheck`].
 //!
-//! Deviations from upstream: expressions are parsed, their free variables and the
-//! functions they call checked against the declared ones (a misspelt function is
-//! refused at create, as upstream; `type()` and cel-go's two-variable comprehensions,
-//! which the `cel` crate lacks, compile and fail when run) and their operators
-//! checked where the operands' types are known whatever the variables hold
-//! (`1 + 'a'`), but not fully type-checked (the `cel` crate has no checker), so a
-//! wrong argument type is found when the expression runs (and
-//! handled by the caller's failure policy) instead of at create (field references are
-//! checked against schemas by [`typecheck`]: as warnings for a policy, as upstream
-//! does, and as errors for a CRD's rules, with operators on operands of known types);
-//! the cost is metered at run time per evaluated node and comprehension iteration, and
-//! a CRD rule's worst-case cost is estimated at the CRD's write as upstream estimates
-//! it ([`estimate`], with the types inferred there). JSON objects
+//! Deviations from upstream: expressions are parsed (optional syntax included), with
+//! cel-go's two-variable comprehensions and `optMap`/`optFlatMap` expanded by
+//! `comprehensions.rs`; their free variables and the functions they call are checked
+//! against the declared ones (a misspelt function is refused at create, as upstream;
+//! `type()` compiles and fails when run), and they are typed as cel-go's checker
+//! types them against the declared overloads ([`typecheck`]): with every variable of
+//! unknown type at compile, with the schema's types for a CRD's rules (errors) and a
+//! policy's object (status warnings, as upstream). What this checker cannot tell (a
+//! variable without a schema, a function outside the table) matches anything, so a
+//! type error upstream finds at create may only surface when the expression runs
+//! (handled by the caller's failure policy). The cost is metered at run time per
+//! evaluated node and comprehension iteration, and a CRD rule's worst-case cost is
+//! estimated at the CRD's write as upstream estimates it ([`estimate`]). JSON objects
 //! become plain CEL maps, so field names are not escaped (`object.metadata.labels['a.b/c']`
 //! works as upstream; a field named after a CEL reserved word is also reachable as
 //! `__word__`, upstream's escaped spelling).
