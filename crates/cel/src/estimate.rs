@@ -10,13 +10,13 @@
 //!
 //! The numbers are upstream's: each node costs what cel-go charges for it, a
 //! comprehension its range's largest size times its loop's cost, string functions by
-//! the strings' longest lengths. Sizes come from the schema ([`decl`]): `maxLength`,
+//! the strings' longest lengths. Sizes come from the schema (`estimate/decl.rs`): `maxLength`,
 //! `maxItems`, `maxProperties`, or what fits in one request.
 //!
 //! The `cel` crate has no type checker, so the types cel-go's checker gives each node
 //! (which pick a function's overload and say whether a value has a constant size)
 //! are inferred here from the schema and the functions' declared overloads
-//! ([`crate::check`], which the type checker resolves calls by too). Where that
+//! (`check.rs`, which the type checker resolves calls by too). Where that
 //! inference does not know a type, the estimate reads the value as a
 //! scalar and the call as the constant-cost overload: never dearer than upstream's
 //! estimate, so that a CRD upstream admits is admitted here too.

@@ -15,7 +15,7 @@
 //! type (the schema's declared types, literals, comprehensions with their variables,
 //! homogeneous list and map literals, optionals), each call is matched against the
 //! declared overloads of the standard library and Kubernetes' libraries
-//! ([`crate::check`]), and `found no matching overload for '_+_' applied to '(int,
+//! (`check.rs`), and `found no matching overload for '_+_' applied to '(int,
 //! string)'`, `expected type 'bool' but found 'int'` and the like are reported where
 //! every type involved is known. What is not known here (a variable without a schema,
 //! a function outside the table, `variables.*`) matches anything and is never named
