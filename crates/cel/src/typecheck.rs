@@ -691,6 +691,9 @@ impl<'a> Checker<'_, 'a> {
         let (qualified, target) =
             check::function_of(call, |n| self.locals.iter().any(|(l, _)| l == n));
         let name = qualified.as_str();
+        if name == "matches" {
+            self.validate_regex_literal(call);
+        }
         let format = name == "format";
         self.inside_format += usize::from(format);
         let mut args: Vec<SchemaType<'a>> = Vec::with_capacity(call.args.len() + 1);
@@ -754,6 +757,29 @@ impl<'a> Checker<'_, 'a> {
         let message = format!("found no matching overload for '{name}' applied to '{signature}'");
         self.issue_at(at, &message);
         Type::Error
+    }
+
+    /// cel-go's regex literal validator (Kubernetes enables it since 1.29): a
+    /// `matches` call whose first argument is a string literal that is not a regular
+    /// expression is refused (`invalid matches argument`). As cel-go, the first
+    /// argument is the pattern of `s.matches(p)` and the string of `matches(s, p)`.
+    fn validate_regex_literal(&mut self, call: &CallExpr) {
+        let Some(IdedExpr {
+            expr: Expr::Literal(LiteralValue::String(pattern)),
+            ..
+        }) = call.args.first()
+        else {
+            return;
+        };
+        if regex::Regex::new(pattern.inner()).is_ok() {
+            return;
+        }
+        let (written, global) = match call.target {
+            Some(_) => (".matches(", false),
+            None => ("matches(", true),
+        };
+        let at = call_position(self.source, written, global).map_or(0, |i| i + written.len());
+        self.issue_at(at, "invalid matches argument");
     }
 
     /// Where `e` starts in the source, as far as its text tells (the parser keeps no
@@ -1328,6 +1354,7 @@ mod tests {
                 "optional.of(self.name).optMap(1, 2).hasValue()",
                 "optMap() variable name must be a simple identifier",
             ),
+            ("self.name.matches('[a-')", "invalid matches argument"),
             // Namespaced functions are the library's, not calls on a variable.
             (
                 "sets.contains(self.tags, [1])",
