@@ -18,8 +18,8 @@
 //! Deviations from upstream: expressions are parsed (optional syntax included), with
 //! cel-go's two-variable comprehensions and `optMap`/`optFlatMap` expanded by
 //! `comprehensions.rs`; their free variables and the functions they call are checked
-//! against the declared ones (a misspelt function is refused at create, as upstream;
-//! `type()` compiles and fails when run), and they are typed as cel-go's checker
+//! against the declared ones (a misspelt function is refused at create, as upstream),
+//! and they are typed as cel-go's checker
 //! types them against the declared overloads ([`typecheck`]): with every variable of
 //! unknown type at compile, with the schema's types for a CRD's rules (errors) and a
 //! policy's object (status warnings, as upstream). What this checker cannot tell (a
@@ -74,6 +74,7 @@ pub const WEBHOOK_VARIABLES: &[&str] = &["object", "oldObject", "request", "auth
 /// Names usable as identifiers that are not variables: CEL's type denotations
 /// (`type(x) == int`) and the namespaces of the libraries' functions.
 const BUILTIN_IDENTS: &[&str] = &[
+    "google",
     "int",
     "uint",
     "double",
@@ -288,7 +289,6 @@ fn entries(
 /// provide: an expression calling one compiles, as upstream, and its evaluation fails
 /// (handled by the caller's failure policy), rather than being refused as undeclared.
 const UPSTREAM_ONLY_FUNCTIONS: &[&str] = &[
-    "type",
     // Macros the parser expands in some forms only (`map` and `filter` with two or
     // three arguments, `has` of a selection).
     "map", "filter", "has",
@@ -370,8 +370,63 @@ fn function_context() -> &'static Context<'static> {
         // unchanged.
         ctx.add_function("dyn", |v: Value| -> kube_cel::cel::ResolveResult { Ok(v) });
         ctx.add_function("bool", to_bool);
+        ctx.add_function("type", |v: Value| -> kube_cel::cel::ResolveResult {
+            Ok(type_value(type_name(&v)))
+        });
+        for name in TYPE_NAMES {
+            ctx.add_variable_from_value(*name, type_value(name));
+        }
+        // `google.protobuf.Duration` is a selection from `google` to the parser.
+        let protobuf = HashMap::from([(
+            Key::from("protobuf"),
+            Value::Map(Map {
+                map: Arc::new(HashMap::from([
+                    (Key::from("Duration"), type_value(DURATION_TYPE)),
+                    (Key::from("Timestamp"), type_value(TIMESTAMP_TYPE)),
+                ])),
+            }),
+        )]);
+        ctx.add_variable_from_value(
+            "google",
+            Value::Map(Map {
+                map: Arc::new(protobuf),
+            }),
+        );
         ctx
     })
+}
+
+/// The type names an expression may write as values (`type(x) == string`).
+const TYPE_NAMES: &[&str] = &[
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "string",
+    "bytes",
+    "list",
+    "map",
+    "null_type",
+    "type",
+];
+const DURATION_TYPE: &str = "google.protobuf.Duration";
+const TIMESTAMP_TYPE: &str = "google.protobuf.Timestamp";
+
+/// A CEL type as a value, what `type(x)` gives and `int` or `string` name: the `cel`
+/// crate has none, so without them the documented test of an int-or-string
+/// (`type(self) == string ? ... : ...`) failed every evaluation. Two are equal when
+/// they name the same type.
+#[derive(Debug, PartialEq, Eq)]
+struct TypeValue(String);
+
+impl kube_cel::cel::objects::Opaque for TypeValue {
+    fn runtime_type_name(&self) -> &str {
+        "type"
+    }
+}
+
+fn type_value(name: &str) -> Value {
+    Value::Opaque(Arc::new(TypeValue(name.to_string())))
 }
 
 /// cel-go's `bool()`: a bool as it is, a string as Go's `strconv.ParseBool` reads it.
@@ -548,8 +603,8 @@ pub fn match_conditions(
     first_error.map_or(Ok(true), Err)
 }
 
-/// CEL's name of a value's type, for messages.
-pub fn type_name(v: &Value) -> &'static str {
+/// cel-go's name of a value's type (`type(v)`, and messages).
+pub fn type_name(v: &Value) -> &str {
     match v {
         Value::List(_) => "list",
         Value::Map(_) => "map",
@@ -560,9 +615,9 @@ pub fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Bytes(_) => "bytes",
         Value::Bool(_) => "bool",
-        Value::Duration(_) => "google.protobuf.Duration",
-        Value::Timestamp(_) => "google.protobuf.Timestamp",
-        Value::Opaque(_) => "opaque",
+        Value::Duration(_) => DURATION_TYPE,
+        Value::Timestamp(_) => TIMESTAMP_TYPE,
+        Value::Opaque(o) => o.runtime_type_name(),
         Value::Null => "null_type",
     }
 }
@@ -674,6 +729,42 @@ mod tests {
                 err.as_ref().is_err_and(|e| e.contains(issue)),
                 "{expr}: {err:?}"
             );
+        }
+    }
+
+    #[test]
+    fn types_are_values() {
+        for (expr, percent, want) in [
+            // The documented test of an int-or-string.
+            (
+                "type(object.x) == string ? object.x == '99%' : object.x == 42",
+                json!("99%"),
+                true,
+            ),
+            (
+                "type(object.x) == string ? object.x == '99%' : object.x == 42",
+                json!(42),
+                true,
+            ),
+            ("type(object.x) == int", json!("1"), false),
+            (
+                "type(object.x) == list && type(1u) == uint && type(b'a') == bytes",
+                json!([1]),
+                true,
+            ),
+            (
+                "type(object.x) == map && type(type(1)) == type && type(null) == null_type",
+                json!({}),
+                true,
+            ),
+            (
+                "type(duration('1s')) == google.protobuf.Duration && type(1.5) == double",
+                json!(0),
+                true,
+            ),
+        ] {
+            let object = json!({"x": percent});
+            assert_eq!(eval(expr, object), Ok(Value::Bool(want)), "{expr}");
         }
     }
 

@@ -524,6 +524,19 @@ impl<'a> Checker<'_, 'a> {
             "self" | "oldSelf" => self.rule_self,
             "object" | "oldObject" => self.schemas.object,
             "params" => self.schemas.params,
+            // Type names are values of kind `type(...)`.
+            "int" | "uint" | "double" | "bool" | "string" | "bytes" | "null_type" => {
+                let named = match name {
+                    "int" => Type::Int,
+                    "uint" => Type::Uint,
+                    "double" => Type::Double,
+                    "bool" => Type::Bool,
+                    "string" => Type::String,
+                    "bytes" => Type::Bytes,
+                    _ => Type::Null,
+                };
+                return Type::Kind(Box::new(named));
+            }
             _ => None,
         };
         match schema {
@@ -1269,6 +1282,7 @@ mod tests {
             "optional.of(self.name).orValue('') == '' && optional.none().orValue(1) == 1",
             "self.name.format([1]) != '' && strings.quote(self.name) != ''",
             "optional.of(self.name).optMap(n, n.size()).orValue(0) > 1",
+            "type(self.port) == string ? self.port.endsWith('%') : self.port < 10",
             // A format call's arguments may mix types.
             "'%s has %d'.format([self.name, self.replicas]) != ''",
             // Two variables: a list's index and item, a map's key and value.
@@ -1355,6 +1369,10 @@ mod tests {
                 "optMap() variable name must be a simple identifier",
             ),
             ("self.name.matches('[a-')", "invalid matches argument"),
+            (
+                "type(self.replicas) == 'int'",
+                "found no matching overload for '_==_' applied to '(type(int), string)'",
+            ),
             // Namespaced functions are the library's, not calls on a variable.
             (
                 "sets.contains(self.tags, [1])",
