@@ -19,10 +19,10 @@
 //! cel-go's two-variable comprehensions and `optMap`/`optFlatMap` expanded by
 //! `comprehensions.rs`; their free variables and the functions they call are checked
 //! against the declared ones (a misspelt function is refused at create, as upstream),
-//! and they are typed as cel-go's checker
-//! types them against the declared overloads ([`typecheck`]): with every variable of
-//! unknown type at compile, with the schema's types for a CRD's rules (errors) and a
-//! policy's object (status warnings, as upstream). What this checker cannot tell (a
+//! and they are typed as cel-go's checker types them against the declared overloads
+//! ([`typecheck`]): with every variable of unknown type at compile, with the schema's
+//! types for a CRD's rules (errors) and a policy's object (status warnings, as
+//! upstream). What this checker cannot tell (a
 //! variable without a schema, a function outside the table) matches anything, so a
 //! type error upstream finds at create may only surface when the expression runs
 //! (handled by the caller's failure policy). The cost is metered at run time per

@@ -71,18 +71,8 @@ pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: boo
         params: None,
         components: &components,
     };
-    let mut checker = Checker {
-        schemas: &schemas,
-        source: program.source(),
-        issues: Vec::new(),
-        bound: HashMap::new(),
-        rule_self: Some(node),
-        quiet: false,
-        optional_old_self,
-        subs: Substitutions::default(),
-        locals: Vec::new(),
-        inside_format: 0,
-    };
+    let mut checker = Checker::new(&schemas, program.source(), Some(node));
+    checker.optional_old_self = optional_old_self;
     checker.schema_of(program.expression());
     let mut result = None;
     if checker.issues.is_empty() {
@@ -108,18 +98,8 @@ pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
         params: None,
         components: &components,
     };
-    let mut checker = Checker {
-        schemas: &schemas,
-        source,
-        issues: Vec::new(),
-        bound: HashMap::new(),
-        rule_self: None,
-        quiet: true,
-        optional_old_self: false,
-        subs: Substitutions::default(),
-        locals: Vec::new(),
-        inside_format: 0,
-    };
+    let mut checker = Checker::new(&schemas, source, None);
+    checker.quiet = true;
     checker.type_of(expression);
     checker.issues.join("\n")
 }
@@ -214,18 +194,7 @@ impl<'a> Schemas<'a> {
 /// is typed with `object`, `oldObject` and `params` of the schemas' types (upstream's
 /// policy type checking reports its type errors too).
 pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
-    let mut checker = Checker {
-        schemas,
-        source: program.source(),
-        issues: Vec::new(),
-        bound: HashMap::new(),
-        rule_self: None,
-        quiet: false,
-        optional_old_self: false,
-        subs: Substitutions::default(),
-        locals: Vec::new(),
-        inside_format: 0,
-    };
+    let mut checker = Checker::new(schemas, program.source(), None);
     checker.schema_of(program.expression());
     if checker.issues.is_empty() {
         checker.quiet = true;
@@ -254,7 +223,23 @@ struct Checker<'s, 'a> {
     inside_format: usize,
 }
 
-impl<'a> Checker<'_, 'a> {
+impl<'s, 'a> Checker<'s, 'a> {
+    /// A checker of an expression written `source`; `rule_self` is a CRD rule's node.
+    fn new(schemas: &'s Schemas<'a>, source: &'s str, rule_self: Option<&'a Value>) -> Self {
+        Checker {
+            schemas,
+            source,
+            issues: Vec::new(),
+            bound: HashMap::new(),
+            rule_self,
+            quiet: false,
+            optional_old_self: false,
+            subs: Substitutions::default(),
+            locals: Vec::new(),
+            inside_format: 0,
+        }
+    }
+
     /// Checks `e` and returns its schema, if it is a known part of a schema.
     fn schema_of(&mut self, e: &IdedExpr) -> Option<&'a Value> {
         match &e.expr {
