@@ -232,7 +232,7 @@ impl<O> fmt::Display for Type<O> {
 
 /// The prefixes of namespaced functions: the parser reads `sets.contains(a, b)` as a
 /// call of `contains` on a variable `sets`.
-const NAMESPACES: &[&str] = &[
+pub(crate) const NAMESPACES: &[&str] = &[
     "sets",
     "math",
     "strings",

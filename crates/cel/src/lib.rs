@@ -71,30 +71,12 @@ pub const POLICY_VARIABLES: &[&str] = &[
 /// The variables of a webhook's `matchConditions`.
 pub const WEBHOOK_VARIABLES: &[&str] = &["object", "oldObject", "request", "authorizer"];
 
-/// Names usable as identifiers that are not variables: CEL's type denotations
-/// (`type(x) == int`) and the namespaces of the libraries' functions.
-const BUILTIN_IDENTS: &[&str] = &[
-    "google",
-    "int",
-    "uint",
-    "double",
-    "bool",
-    "string",
-    "bytes",
-    "list",
-    "map",
-    "null_type",
-    "type",
-    "optional",
-    "math",
-    "sets",
-    "strings",
-    "lists",
-    "base64",
-    "format",
-    "jsonpatch",
-    "ip",
-];
+/// Whether `name` is usable as an identifier without being a variable: one of CEL's
+/// type denotations (`type(x) == int`, `google.protobuf.Duration`) or a namespace of
+/// the libraries' functions (`sets.contains`).
+fn is_builtin_ident(name: &str) -> bool {
+    name == "google" || TYPE_NAMES.contains(&name) || check::NAMESPACES.contains(&name)
+}
 
 /// CEL's reserved words; a JSON field with one of these names is also bound as
 /// `__word__` (upstream's escaping).
@@ -203,7 +185,7 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
     free_identifiers(&expression, &mut Vec::new(), &mut free);
     if let Some(name) = free
         .iter()
-        .find(|n| !declared.contains(&n.as_str()) && !BUILTIN_IDENTS.contains(&n.as_str()))
+        .find(|n| !declared.contains(&n.as_str()) && !is_builtin_ident(n))
     {
         return Err(CompileError(format!(
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
