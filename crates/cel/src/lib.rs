@@ -352,6 +352,14 @@ fn function_context() -> &'static Context<'static> {
         // unchanged.
         ctx.add_function("dyn", |v: Value| -> kube_cel::cel::ResolveResult { Ok(v) });
         ctx.add_function("bool", to_bool);
+        // Go's `time.ParseDuration` reads `µs` and `μs` as microseconds; the `cel`
+        // crate's parser knows `us` only.
+        ctx.add_function(
+            "duration",
+            |s: Arc<String>| -> kube_cel::cel::ResolveResult {
+                kube_cel::cel::functions::duration(Arc::new(s.replace(['µ', 'μ'], "u")))
+            },
+        );
         ctx.add_function("type", |v: Value| -> kube_cel::cel::ResolveResult {
             Ok(type_value(type_name(&v)))
         });
@@ -405,6 +413,12 @@ impl kube_cel::cel::objects::Opaque for TypeValue {
     fn runtime_type_name(&self) -> &str {
         "type"
     }
+}
+
+/// Whether `call` (a call of one argument, all literals) evaluates without an error:
+/// cel-go's literal validators evaluate such a call when the expression is compiled.
+fn evaluates(call: &IdedExpr) -> bool {
+    std::panic::catch_unwind(|| Value::resolve(call, function_context()).is_ok()).unwrap_or(false)
 }
 
 fn type_value(name: &str) -> Value {

@@ -689,8 +689,10 @@ impl<'s, 'a> Checker<'s, 'a> {
         let (qualified, target) =
             check::function_of(call, |n| self.locals.iter().any(|(l, _)| l == n));
         let name = qualified.as_str();
-        if name == "matches" {
-            self.validate_regex_literal(call);
+        match name {
+            "matches" => self.validate_regex_literal(call),
+            "duration" | "timestamp" => self.validate_time_literal(name, call),
+            _ => {}
         }
         let format = name == "format";
         self.inside_format += usize::from(format);
@@ -778,6 +780,38 @@ impl<'s, 'a> Checker<'s, 'a> {
         };
         let at = call_position(self.source, written, global).map_or(0, |i| i + written.len());
         self.issue_at(at, "invalid matches argument");
+    }
+
+    /// cel-go's duration and timestamp literal validators (Kubernetes enables them
+    /// since 1.29): `duration('1x')` or `timestamp('noon')` is refused at compile
+    /// (`invalid duration argument`), as the call with its literal fails when run.
+    fn validate_time_literal(&mut self, function: &str, call: &CallExpr) {
+        if call.target.is_some() {
+            return;
+        }
+        let [
+            literal @ IdedExpr {
+                expr: Expr::Literal(LiteralValue::String(_)),
+                ..
+            },
+        ] = call.args.as_slice()
+        else {
+            return;
+        };
+        let alone = IdedExpr {
+            id: 0,
+            expr: Expr::Call(CallExpr {
+                func_name: function.to_string(),
+                target: None,
+                args: vec![literal.clone()],
+            }),
+        };
+        if crate::evaluates(&alone) {
+            return;
+        }
+        let written = format!("{function}(");
+        let at = call_position(self.source, &written, true).map_or(0, |i| i + written.len());
+        self.issue_at(at, &format!("invalid {function} argument"));
     }
 
     /// Where `e` starts in the source, as far as its text tells (the parser keeps no
@@ -1267,6 +1301,7 @@ mod tests {
             "optional.of(self.name).orValue('') == '' && optional.none().orValue(1) == 1",
             "self.name.format([1]) != '' && strings.quote(self.name) != ''",
             "optional.of(self.name).optMap(n, n.size()).orValue(0) > 1",
+            "duration('1µs') < duration('1.5h') && timestamp('2024-01-01T00:00:00Z') < timestamp(self.name)",
             "type(self.port) == string ? self.port.endsWith('%') : self.port < 10",
             // A format call's arguments may mix types.
             "'%s has %d'.format([self.name, self.replicas]) != ''",
@@ -1354,6 +1389,14 @@ mod tests {
                 "optMap() variable name must be a simple identifier",
             ),
             ("self.name.matches('[a-')", "invalid matches argument"),
+            (
+                "duration('1x') > duration('1s')",
+                "invalid duration argument",
+            ),
+            (
+                "timestamp(self.name) > timestamp('noon')",
+                "invalid timestamp argument",
+            ),
             (
                 "type(self.replicas) == 'int'",
                 "found no matching overload for '_==_' applied to '(type(int), string)'",
