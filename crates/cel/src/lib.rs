@@ -40,6 +40,7 @@ use kube_cel::KubeCelExt;
 pub use kube_cel::cel;
 pub use kube_cel::cel::common::ast::IdedExpr;
 use kube_cel::cel::common::ast::{EntryExpr, Expr};
+use kube_cel::cel::extractors::This;
 use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::{Context, Value};
 
@@ -360,6 +361,17 @@ fn function_context() -> &'static Context<'static> {
                 kube_cel::cel::functions::duration(Arc::new(s.replace(['µ', 'μ'], "u")))
             },
         );
+        // The optional library's version 2, which the `cel` crate lacks.
+        ctx.add_function(
+            "optional.unwrap",
+            |items: Arc<Vec<Value>>| -> kube_cel::cel::ResolveResult { unwrap_optionals(&items) },
+        );
+        ctx.add_function(
+            "unwrapOpt",
+            |This(items): This<Arc<Vec<Value>>>| -> kube_cel::cel::ResolveResult {
+                unwrap_optionals(&items)
+            },
+        );
         ctx.add_function("type", |v: Value| -> kube_cel::cel::ResolveResult {
             Ok(type_value(type_name(&v)))
         });
@@ -413,6 +425,27 @@ impl kube_cel::cel::objects::Opaque for TypeValue {
     fn runtime_type_name(&self) -> &str {
         "type"
     }
+}
+
+/// The values of a list of optionals that have one (`optional.unwrap`, `unwrapOpt`).
+fn unwrap_optionals(items: &[Value]) -> kube_cel::cel::ResolveResult {
+    let mut values = Vec::with_capacity(items.len());
+    for item in items {
+        let optional = match item {
+            Value::Opaque(o) => o.downcast_ref::<kube_cel::cel::objects::OptionalValue>(),
+            _ => None,
+        };
+        match optional {
+            Some(o) => values.extend(o.value().cloned()),
+            None => {
+                return Err(kube_cel::cel::ExecutionError::function_error(
+                    "optional.unwrap",
+                    format!("no such overload: a list item is a {}", type_name(item)),
+                ));
+            }
+        }
+    }
+    Ok(Value::List(Arc::new(values)))
 }
 
 /// Whether `call` (a call of one argument, all literals) evaluates without an error:
@@ -797,6 +830,14 @@ mod tests {
             ("!object.spec.?missing.optMap(t, t).hasValue()", true),
             (
                 "object.spec.?ports.optFlatMap(p, p[?0]).orValue(0) == 80",
+                true,
+            ),
+            (
+                "optional.unwrap([object.spec.?driver.?type, object.spec.?nope]) == ['Managed']",
+                true,
+            ),
+            (
+                "[optional.of(1), optional.none(), optional.of(2)].unwrapOpt() == [1, 2]",
                 true,
             ),
         ] {
