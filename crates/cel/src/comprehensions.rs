@@ -10,8 +10,8 @@
 //! comprehensions with two variables (what the type checker and the cost estimate
 //! read), and [`runnable`] rewrites such a comprehension into ones the interpreter
 //! runs: the range bound once, the loop over its indices (or keys), and `v` bound to
-//! the range's entry in the loop's step. A binding is a comprehension
-//! over no items whose accumulator is the bound variable (cel-go's `cel.bind`).
+//! the range's entry in the loop's step. A binding is a comprehension over no items
+//! whose accumulator is the bound variable (cel-go's `cel.bind`).
 
 use kube_cel::cel::common::ast::{
     CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapExpr,
@@ -33,6 +33,8 @@ const RANGE: &str = "@range";
 /// The iteration variable of a binding, which never iterates.
 const UNUSED: &str = "#unused";
 
+/// The receiver macros of two iteration variables (with three arguments, or four for
+/// a transform with a filter).
 const MACROS: &[&str] = &[
     "all",
     "exists",
@@ -43,8 +45,9 @@ const MACROS: &[&str] = &[
     "transformMapEntry",
 ];
 
-/// Expands the two-variable macros in `e`; cel-go's issue (`argument must be a simple
-/// name`, ...) for a macro whose variables are not two distinct names.
+/// Expands the two-variable macros and `optMap`/`optFlatMap` in `e`; cel-go's issue
+/// (`argument must be a simple name`, ...) for a macro whose variables are not two
+/// distinct names.
 pub(crate) fn expand(e: &mut IdedExpr, source: &str) -> Result<(), String> {
     let mut ids = IdAllocator(max_id(e) + 1);
     expand_in(e, source, &mut ids)
