@@ -22,11 +22,24 @@ use serde_json::Value;
 /// node.
 pub(crate) trait Handle: Copy + fmt::Debug {
     fn same(self, other: Self) -> bool;
+
+    /// The struct type's name when it has one cel-go would print (upstream's declared
+    /// types such as `kubernetes.AdmissionRequest`); a schema's object types are named
+    /// after generated identifiers upstream, so they have none here.
+    fn name(&self) -> Option<&str>;
 }
+
+/// The key of a schema node that names its struct type ([`Handle::name`]); only the
+/// environments' own schemas (`crate::policy`) carry it.
+pub(crate) const TYPE_NAME_KEY: &str = "x-ferrokube-cel-type-name";
 
 impl Handle for &Value {
     fn same(self, other: Self) -> bool {
         std::ptr::eq(self, other)
+    }
+
+    fn name(&self) -> Option<&str> {
+        self.get(TYPE_NAME_KEY).and_then(Value::as_str)
     }
 }
 
@@ -37,6 +50,10 @@ pub(crate) enum NoObject {}
 impl Handle for NoObject {
     fn same(self, _: Self) -> bool {
         match self {}
+    }
+
+    fn name(&self) -> Option<&str> {
+        match *self {}
     }
 }
 
@@ -95,7 +112,8 @@ impl<O: Handle> Type<O> {
     /// generated identifier).
     pub(crate) fn is_reportable(&self) -> bool {
         match self {
-            Type::Unknown | Type::Object(_) | Type::Var(_) | Type::Param(_) => false,
+            Type::Object(o) => o.name().is_some(),
+            Type::Unknown | Type::Var(_) | Type::Param(_) => false,
             Type::List(e) | Type::Kind(e) => e.is_reportable(),
             Type::Map(k, v) => k.is_reportable() && v.is_reportable(),
             Type::Opaque(_, params) => params.iter().all(Type::is_reportable),
@@ -112,6 +130,32 @@ impl<O: Handle> Type<O> {
             Type::Opaque(_, params) => params.iter().any(Type::contains_unknown),
             _ => false,
         }
+    }
+
+    /// cel-go's `Type.String()`, the name upstream gives an expression's result type
+    /// (`must evaluate to bool but got google.protobuf.Timestamp`), with type
+    /// variables left unbound read as `dyn` (cel-go's final substitution); `None` when
+    /// the type is not known or not named here.
+    pub(crate) fn declared_name(&self) -> Option<String> {
+        let joined = |params: &[Type<O>]| -> Option<String> {
+            let names: Option<Vec<String>> = params.iter().map(Type::declared_name).collect();
+            Some(names?.join(", "))
+        };
+        Some(match self {
+            Type::Null => "null_type".to_string(),
+            Type::Duration => "google.protobuf.Duration".to_string(),
+            Type::Timestamp => "google.protobuf.Timestamp".to_string(),
+            Type::List(e) => format!("list({})", e.declared_name()?),
+            Type::Map(k, v) => format!("map({}, {})", k.declared_name()?, v.declared_name()?),
+            Type::Kind(t) => format!("type({})", t.declared_name()?),
+            Type::Opaque(name, params) if !params.is_empty() => {
+                format!("{name}({})", joined(params)?)
+            }
+            Type::Var(_) => "dyn".to_string(),
+            Type::Object(o) => o.name()?.to_string(),
+            Type::Unknown | Type::Error | Type::Param(_) => return None,
+            other => other.to_string(),
+        })
     }
 
     fn is_dyn_like(&self) -> bool {
@@ -197,7 +241,7 @@ impl<'a> Type<&'a Value> {
 }
 
 /// cel-go's `FormatCELType`.
-impl<O> fmt::Display for Type<O> {
+impl<O: Handle> fmt::Display for Type<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let joined = |params: &[Type<O>]| {
             params
@@ -221,7 +265,7 @@ impl<O> fmt::Display for Type<O> {
             Type::Kind(t) => write!(f, "type({t})"),
             Type::Opaque(name, params) if params.is_empty() => f.write_str(name),
             Type::Opaque(name, params) => write!(f, "{name}({})", joined(params)),
-            Type::Object(_) => f.write_str("object"),
+            Type::Object(o) => f.write_str(o.name().unwrap_or("object")),
             Type::Param(name) => f.write_str(name),
             Type::Var(i) => write!(f, "_var{i}"),
             Type::Dyn | Type::Unknown => f.write_str("dyn"),

@@ -194,6 +194,10 @@ impl check::Handle for &Decl {
     fn same(self, other: Self) -> bool {
         std::ptr::eq(self, other)
     }
+
+    fn name(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl<'d> Ty<'d> {

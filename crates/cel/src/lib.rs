@@ -50,6 +50,7 @@ mod comprehensions;
 mod cost;
 pub mod estimate;
 mod limits;
+pub mod policy;
 pub mod typecheck;
 
 pub use authz::{AuthzCheck, AuthzDecision, CelAuthorizer, RequestResource, authorizer_value};
@@ -69,8 +70,15 @@ pub const POLICY_VARIABLES: &[&str] = &[
     "authorizer",
 ];
 
-/// The variables of a webhook's `matchConditions`.
-pub const WEBHOOK_VARIABLES: &[&str] = &["object", "oldObject", "request", "authorizer"];
+/// The variables of a webhook's `matchConditions` (upstream declares `namespaceObject`
+/// there too, and binds it to null).
+pub const WEBHOOK_VARIABLES: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "namespaceObject",
+    "authorizer",
+];
 
 /// Whether `name` is usable as an identifier without being a variable: one of CEL's
 /// type denotations (`type(x) == int`, `google.protobuf.Duration`) or a namespace of

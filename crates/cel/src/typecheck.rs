@@ -17,11 +17,13 @@
 //! declared overloads of the standard library and Kubernetes' libraries
 //! (`check.rs`), and `found no matching overload for '_+_' applied to '(int,
 //! string)'`, `expected type 'bool' but found 'int'` and the like are reported where
-//! every type involved is known. What is not known here (a variable without a schema,
-//! a function outside the table, `variables.*`) matches anything and is never named
-//! in an issue, so nothing cel-go accepts is refused. The position in each message is
-//! that of the first occurrence of the field or operator in the source (the parser
-//! keeps no positions), which is exact unless it repeats.
+//! every type involved is known. The variables' types come from an [`Environment`]:
+//! schemas, `dyn`, the authorizer's type, a policy's `variables` ([`crate::policy`]
+//! builds the admission environments). What is not known here (a variable the
+//! environment does not type, a function outside the table) matches anything and is
+//! never named in an issue, so nothing cel-go accepts is refused. The position in
+//! each message is that of the first occurrence of the field or operator in the
+//! source (the parser keeps no positions), which is exact unless it repeats.
 
 use std::collections::HashMap;
 
@@ -36,16 +38,92 @@ use crate::check::{self, Substitutions, Type, most_general};
 /// A type whose struct types are schema nodes.
 type SchemaType<'a> = Type<&'a Value>;
 
-/// Schemas and the `components/schemas` their `$ref`s point into (an OpenAPI v3
-/// document's).
+/// What a variable of an expression's environment is declared as.
 #[derive(Debug, Clone, Copy)]
-pub struct Schemas<'a> {
-    /// The schema of `object` and `oldObject`, if known.
-    pub object: Option<&'a Value>,
-    /// The schema of `params`, if known.
-    pub params: Option<&'a Value>,
-    /// `components.schemas` of the documents the schemas come from.
+pub enum Declared<'a> {
+    /// Of a schema's type: a kind's OpenAPI schema, or one of upstream's declared
+    /// types (`crate::policy`).
+    Schema(&'a Value),
+    /// `dyn`: of a type known only when the expression runs.
+    Dyn,
+    /// `kubernetes.authorization.Authorizer`; `authorizer.requestResource` is then a
+    /// `kubernetes.authorization.ResourceCheck`, as upstream declares both.
+    Authorizer,
+    /// A policy's `variables`: one field per variable compiled before, of its
+    /// expression's type.
+    Variables(&'a [(String, OutputType)]),
+}
+
+/// The variables an expression may use with their declared types (upstream's CEL
+/// environment of the expression), and the `components/schemas` of the OpenAPI v3
+/// document the schemas' `$ref`s point into. A variable not listed is of a type not
+/// known here.
+#[derive(Debug, Clone)]
+pub struct Environment<'a> {
+    pub variables: Vec<(&'static str, Declared<'a>)>,
     pub components: &'a serde_json::Map<String, Value>,
+}
+
+/// `components` of an environment whose schemas have no `$ref`s.
+pub static NO_COMPONENTS: std::sync::LazyLock<serde_json::Map<String, Value>> =
+    std::sync::LazyLock::new(serde_json::Map::new);
+
+impl Environment<'_> {
+    /// An environment declaring nothing: every variable's type is unknown.
+    pub fn untyped() -> Environment<'static> {
+        Environment {
+            variables: Vec::new(),
+            components: &NO_COMPONENTS,
+        }
+    }
+}
+
+impl<'a> Environment<'a> {
+    fn declared(&self, name: &str) -> Option<Declared<'a>> {
+        self.variables
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, d)| *d)
+    }
+
+    fn schema(&self, name: &str) -> Option<&'a Value> {
+        match self.declared(name) {
+            Some(Declared::Schema(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The type of an expression's result as a policy's `variables` keep it (upstream's
+/// `convertCelTypeToDeclType`): scalars, and lists and maps of them; anything else is
+/// `dyn`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputType(Type<check::NoObject>);
+
+impl OutputType {
+    /// The type of a variable whose expression did not compile.
+    pub const DYN: OutputType = OutputType(Type::Dyn);
+
+    pub(crate) fn of<O: check::Handle>(t: &Type<O>) -> OutputType {
+        fn plain<O: check::Handle>(t: &Type<O>) -> Type<check::NoObject> {
+            match t {
+                Type::Bool => Type::Bool,
+                Type::Int => Type::Int,
+                Type::Uint => Type::Uint,
+                Type::Double => Type::Double,
+                Type::String => Type::String,
+                Type::Bytes => Type::Bytes,
+                Type::Null => Type::Null,
+                Type::Duration => Type::Duration,
+                Type::Timestamp => Type::Timestamp,
+                Type::Unknown => Type::Unknown,
+                Type::List(e) => Type::list(plain(e)),
+                Type::Map(k, v) => Type::map(plain(k), plain(v)),
+                _ => Type::Dyn,
+            }
+        }
+        OutputType(plain(t))
+    }
 }
 
 /// The field references of a CustomResourceDefinition's `x-kubernetes-validations`
@@ -65,13 +143,8 @@ pub struct Schemas<'a> {
 /// `expected type 'bool' but found 'int'` and the like, where the types involved are
 /// known.
 pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: bool) -> RuleCheck {
-    let components = serde_json::Map::new();
-    let schemas = Schemas {
-        object: None,
-        params: None,
-        components: &components,
-    };
-    let mut checker = Checker::new(&schemas, program.source(), Some(node));
+    let env = Environment::untyped();
+    let mut checker = Checker::new(&env, program.source(), Some(node));
     checker.optional_old_self = optional_old_self;
     checker.schema_of(program.expression());
     let mut result = None;
@@ -92,13 +165,8 @@ pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: boo
 /// (`1 + 'a'`, `size(x) + 'a'`, `[1, 'a']`): what cel-go refuses whatever the
 /// variables hold. [`crate::compile`] runs it.
 pub(crate) fn operator_issues(expression: &IdedExpr, source: &str) -> String {
-    let components = serde_json::Map::new();
-    let schemas = Schemas {
-        object: None,
-        params: None,
-        components: &components,
-    };
-    let mut checker = Checker::new(&schemas, source, None);
+    let env = Environment::untyped();
+    let mut checker = Checker::new(&env, source, None);
     checker.quiet = true;
     checker.type_of(expression);
     checker.issues.join("\n")
@@ -139,6 +207,10 @@ fn has_cel_type(schema: &Value) -> bool {
     }
 }
 
+/// The types of the `authorizer` variables (Kubernetes' authorizer library).
+const AUTHORIZER: &str = "kubernetes.authorization.Authorizer";
+const RESOURCE_CHECK: &str = "kubernetes.authorization.ResourceCheck";
+
 /// The operator's token in the source, for the position of an issue about it.
 fn operator_token(op: &str) -> Option<&'static str> {
     Some(match op {
@@ -164,7 +236,7 @@ fn operator_token(op: &str) -> Option<&'static str> {
 /// A bound on `$ref`/`allOf` hops while resolving one schema (recursive types).
 const MAX_REF_HOPS: usize = 16;
 
-impl<'a> Schemas<'a> {
+impl<'a> Environment<'a> {
     /// `schema` with `$ref`s and single-element `allOf`s followed.
     fn resolve(&self, mut schema: &'a Value) -> &'a Value {
         for _ in 0..MAX_REF_HOPS {
@@ -188,23 +260,32 @@ impl<'a> Schemas<'a> {
     }
 }
 
-/// The issues of `program` against `schemas`, each in cel-go's form
-/// (`ERROR: <input>:1:12: undefined field 'foo'` and the source line with a caret),
-/// joined by newlines; empty when none is found. Without field issues, the expression
-/// is typed with `object`, `oldObject` and `params` of the schemas' types (upstream's
+/// The issues of `program` in `env`, each in cel-go's form (`ERROR: <input>:1:12:
+/// undefined field 'foo'` and the source line with a caret), joined by newlines; empty
+/// when none is found. Without field issues, the expression is typed (upstream's
 /// policy type checking reports its type errors too).
-pub fn check_fields(program: &Program, schemas: &Schemas<'_>) -> String {
-    let mut checker = Checker::new(schemas, program.source(), None);
+pub fn check_fields(program: &Program, env: &Environment<'_>) -> String {
+    check_expression(program, env).0
+}
+
+/// [`check_fields`]' issues, and the expression's type when they are none.
+pub(crate) fn check_expression<'a>(
+    program: &Program,
+    env: &Environment<'a>,
+) -> (String, Type<&'a Value>) {
+    let mut checker = Checker::new(env, program.source(), None);
     checker.schema_of(program.expression());
+    let mut result = Type::Error;
     if checker.issues.is_empty() {
         checker.quiet = true;
-        checker.type_of(program.expression());
+        let t = checker.type_of(program.expression());
+        result = checker.subs.substitute(&t);
     }
-    checker.issues.join("\n")
+    (checker.issues.join("\n"), result)
 }
 
 struct Checker<'s, 'a> {
-    schemas: &'s Schemas<'a>,
+    env: &'s Environment<'a>,
     source: &'s str,
     issues: Vec<String>,
     /// Comprehension variables in scope, with their schema when known.
@@ -225,9 +306,9 @@ struct Checker<'s, 'a> {
 
 impl<'s, 'a> Checker<'s, 'a> {
     /// A checker of an expression written `source`; `rule_self` is a CRD rule's node.
-    fn new(schemas: &'s Schemas<'a>, source: &'s str, rule_self: Option<&'a Value>) -> Self {
+    fn new(env: &'s Environment<'a>, source: &'s str, rule_self: Option<&'a Value>) -> Self {
         Checker {
-            schemas,
+            env,
             source,
             issues: Vec::new(),
             bound: HashMap::new(),
@@ -247,13 +328,20 @@ impl<'s, 'a> Checker<'s, 'a> {
             Expr::Ident(name) => match self.bound.get(name).and_then(|v| v.last()) {
                 Some(schema) => *schema,
                 None => match name.as_str() {
-                    "object" | "oldObject" => self.schemas.object,
-                    "params" => self.schemas.params,
                     "self" | "oldSelf" => self.rule_self,
-                    _ => None,
+                    name => self.env.schema(name),
                 },
             },
             Expr::Select(s) => {
+                if let Expr::Ident(name) = &s.operand.expr
+                    && !self.bound.contains_key(name)
+                    && let Some(Declared::Variables(variables)) = self.env.declared(name)
+                {
+                    if !variables.iter().any(|(n, _)| *n == s.field) {
+                        self.issue(&s.field, &format!("undefined field '{}'", s.field));
+                    }
+                    return None;
+                }
                 let operand = self.schema_of(&s.operand)?;
                 self.field(operand, &s.field)
             }
@@ -264,7 +352,7 @@ impl<'s, 'a> Checker<'s, 'a> {
                 let args: Vec<Option<&'a Value>> =
                     call.args.iter().map(|a| self.schema_of(a)).collect();
                 if call.func_name == "_[_]" && call.target.is_none() {
-                    let container = self.schemas.resolve(args.first().copied().flatten()?);
+                    let container = self.env.resolve(args.first().copied().flatten()?);
                     if let Some(items) = container.get("items") {
                         return Some(items);
                     }
@@ -301,9 +389,7 @@ impl<'s, 'a> Checker<'s, 'a> {
                 None
             }
             Expr::Comprehension(c) => {
-                let range = self
-                    .schema_of(&c.iter_range)
-                    .map(|r| self.schemas.resolve(r));
+                let range = self.schema_of(&c.iter_range).map(|r| self.env.resolve(r));
                 self.schema_of(&c.accu_init);
                 // Over a list the variable is an item; over a map it is a key (a string).
                 let item = range.and_then(|r| r.get("items"));
@@ -354,7 +440,7 @@ impl<'s, 'a> Checker<'s, 'a> {
 
     /// The schema of `field` of a value of schema `schema`; an issue if it has none.
     fn field(&mut self, schema: &'a Value, field: &str) -> Option<&'a Value> {
-        let schema = self.schemas.resolve(schema);
+        let schema = self.env.resolve(schema);
         let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
         // A CRD rule sees only what the schema declares: the fields an object keeps
         // under `x-kubernetes-preserve-unknown-fields` are not in its CEL type, nor is
@@ -451,8 +537,13 @@ impl<'s, 'a> Checker<'s, 'a> {
             },
             Expr::Ident(name) => self.ident_type(name),
             Expr::Select(s) => {
-                let operand = self.type_of(&s.operand);
-                let selected = self.select_type(&operand, &s.field, false);
+                let selected = match self.declared_member(&s.operand, &s.field) {
+                    Some(t) => t,
+                    None => {
+                        let operand = self.type_of(&s.operand);
+                        self.select_type(&operand, &s.field, false)
+                    }
+                };
                 if s.test { Type::Bool } else { selected }
             }
             Expr::List(l) => {
@@ -499,16 +590,41 @@ impl<'s, 'a> Checker<'s, 'a> {
         self.subs.substitute(&t)
     }
 
+    /// The type of a member of a variable the environment declares by member:
+    /// `variables.name` (an issue if no variable has that name) and
+    /// `authorizer.requestResource`. `None` for any other selection.
+    fn declared_member(&mut self, operand: &IdedExpr, field: &str) -> Option<SchemaType<'a>> {
+        let Expr::Ident(name) = &operand.expr else {
+            return None;
+        };
+        if self.locals.iter().any(|(n, _)| n == name) {
+            return None;
+        }
+        match self.env.declared(name)? {
+            Declared::Variables(variables) => {
+                Some(match variables.iter().find(|(n, _)| n == field) {
+                    Some((_, t)) => self.subs.declared(&t.0),
+                    None => {
+                        self.issue(field, &format!("undefined field '{field}'"));
+                        Type::Error
+                    }
+                })
+            }
+            Declared::Authorizer if field == "requestResource" => {
+                Some(Type::Opaque(RESOURCE_CHECK, Vec::new()))
+            }
+            _ => None,
+        }
+    }
+
     fn ident_type(&mut self, name: &str) -> SchemaType<'a> {
         if let Some((_, t)) = self.locals.iter().rev().find(|(n, _)| n == name) {
             return t.clone();
         }
-        let schemas = self.schemas;
-        let resolve = |s: &'a Value| schemas.resolve(s);
+        let env = self.env;
+        let resolve = |s: &'a Value| env.resolve(s);
         let schema = match name {
             "self" | "oldSelf" => self.rule_self,
-            "object" | "oldObject" => self.schemas.object,
-            "params" => self.schemas.params,
             // Type names are values of kind `type(...)`.
             "int" | "uint" | "double" | "bool" | "string" | "bytes" | "null_type" => {
                 let named = match name {
@@ -522,7 +638,12 @@ impl<'s, 'a> Checker<'s, 'a> {
                 };
                 return Type::Kind(Box::new(named));
             }
-            _ => None,
+            _ => match self.env.declared(name) {
+                Some(Declared::Schema(s)) => Some(s),
+                Some(Declared::Dyn) => return Type::Dyn,
+                Some(Declared::Authorizer) => return Type::Opaque(AUTHORIZER, Vec::new()),
+                Some(Declared::Variables(_)) | None => None,
+            },
         };
         match schema {
             Some(s) if name == "oldSelf" && self.optional_old_self => {
@@ -548,8 +669,8 @@ impl<'s, 'a> Checker<'s, 'a> {
         let selected = match &target {
             Type::Map(_, value) => (**value).clone(),
             Type::Object(schema) => {
-                let schemas = self.schemas;
-                let resolve = |s: &'a Value| schemas.resolve(s);
+                let env = self.env;
+                let resolve = |s: &'a Value| env.resolve(s);
                 match self.field(schema, field) {
                     Some(s) => Type::of_schema(s, &resolve),
                     None => self.root_member_type(schema, field),
@@ -960,13 +1081,16 @@ mod tests {
 
     fn check(expr: &str) -> String {
         let components = components();
-        let schemas = Schemas {
-            object: Some(&components["Deployment"]),
-            params: Some(&components["ConfigMap"]),
+        let env = Environment {
+            variables: vec![
+                ("object", Declared::Schema(&components["Deployment"])),
+                ("oldObject", Declared::Schema(&components["Deployment"])),
+                ("params", Declared::Schema(&components["ConfigMap"])),
+            ],
             components: &components,
         };
         let program = crate::compile(expr, crate::POLICY_VARIABLES).unwrap();
-        check_fields(&program, &schemas)
+        check_fields(&program, &env)
     }
 
     #[test]
@@ -1046,14 +1170,8 @@ mod tests {
 
     #[test]
     fn without_schemas_nothing_is_reported() {
-        let components = serde_json::Map::new();
-        let schemas = Schemas {
-            object: None,
-            params: None,
-            components: &components,
-        };
         let program = crate::compile("object.whatever.x", crate::POLICY_VARIABLES).unwrap();
-        assert_eq!(check_fields(&program, &schemas), "");
+        assert_eq!(check_fields(&program, &Environment::untyped()), "");
     }
 
     fn check_rule(rule: &str, node: &Value) -> String {

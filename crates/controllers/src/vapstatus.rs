@@ -25,6 +25,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use ferrokube_cel::policy::{Compiler, Options, Returns};
 use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 
@@ -153,18 +154,31 @@ pub fn warnings(
             merged
         })
         .collect();
+    // Upstream compiles the variables for each kind, then each expression with them
+    // (`object` of the kind's type): a type checking compiler declares `variables`
+    // whether the policy has any or not.
+    let options = Options {
+        has_params: spec.param_kind.is_some(),
+        has_authorizer: true,
+    };
+    let compilers: Vec<Compiler<'_>> = kinds
+        .iter()
+        .zip(&components)
+        .map(|(kind, components)| {
+            let params = params.and_then(KindSchema::schema);
+            let mut compiler = Compiler::typed(kind.schema(), params, components).with_variables();
+            for v in spec.variables.iter().flatten() {
+                let _ = compiler.compile_variable(&v.name, &v.expression, options);
+            }
+            compiler
+        })
+        .collect();
     let check = |expression: &str| -> Option<String> {
-        // Expressions that do not compile are refused at create; nothing to add.
-        let program = ferrokube_cel::compile(expression, ferrokube_cel::POLICY_VARIABLES).ok()?;
         let mut results = Vec::new();
-        for (kind, components) in kinds.iter().zip(&components) {
-            let schemas = ferrokube_cel::typecheck::Schemas {
-                object: kind.schema(),
-                params: params.and_then(KindSchema::schema),
-                components,
-            };
-            let issues = ferrokube_cel::typecheck::check_fields(&program, &schemas);
-            if !issues.is_empty() {
+        for (kind, compiler) in kinds.iter().zip(&compilers) {
+            if let Err(e) = compiler.compile(expression, options, Returns::Any) {
+                // The type checker reports cel-go's issues as they are.
+                let issues = e.0.strip_prefix("compilation failed: ").unwrap_or(&e.0);
                 results.push(format!("{}: {issues}\n", kind.gvk));
             }
         }
@@ -406,10 +420,12 @@ mod tests {
             )
             .is_none()
         );
-        let s = spec(json!({"validations": [
+        let s = spec(
+            json!({"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}, "validations": [
             {"expression": "object.spec.replicas <= int(params.data.max)"},
             {"expression": "object.spec.replica <= 5", "messageExpression": "'too many: ' + string(object.spec.replicas)"},
-            {"expression": "true", "messageExpression": "params.dat.x"}]}));
+            {"expression": "true", "messageExpression": "params.dat.x"}]}),
+        );
         let found = warnings(&s, &kinds, Some(&params));
         assert_eq!(
             found,
@@ -426,5 +442,69 @@ mod tests {
         );
         // Without schemas there is nothing to say.
         assert!(warnings(&s, &[], None).is_empty());
+    }
+
+    /// Upstream's `TestTypeCheck` cases of variables and the authorizer.
+    #[test]
+    fn variables_and_the_authorizer_are_typed_as_upstream_types_them() {
+        let doc = document();
+        let deployment = GroupVersionKind {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+        };
+        let kinds = vec![KindSchema::find(&doc, &deployment).unwrap()];
+        let check = |policy: Value| -> Vec<String> {
+            warnings(&spec(policy), &kinds, None)
+                .into_iter()
+                .map(|w| format!("{}: {}", w.field_ref, w.warning))
+                .collect()
+        };
+        let validation = |variable: &str, expression: &str| {
+            json!({"variables": [{"name": "v", "expression": variable}],
+                "validations": [{"expression": expression}]})
+        };
+        assert!(check(validation("true", "variables.v")).is_empty());
+        let missing = check(validation("true", "variables.nonExisting"));
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(
+            missing[0].starts_with("spec.validations[0].expression: apps/v1, Kind=Deployment: ERROR: <input>:1:10: undefined field 'nonExisting'"),
+            "{missing:?}"
+        );
+        let wrong = check(validation(
+            "'something'",
+            "variables.v == object.spec.replicas",
+        ));
+        assert!(
+            wrong[0].contains("found no matching overload for '_==_' applied to '(string, int)'"),
+            "{wrong:?}"
+        );
+        // A variable that does not type-check is reported nowhere and is `dyn` after.
+        assert!(
+            check(validation(
+                "object.spec.replicas == 'str'",
+                "variables.v == object.spec.replicas"
+            ))
+            .is_empty()
+        );
+        let authorizer =
+            |expression: &str| check(json!({"validations": [{"expression": expression}]}));
+        assert!(
+            authorizer("authorizer.group('').resource('endpoints').check('create').allowed()")
+                .is_empty()
+        );
+        let invalid = authorizer("authorizer.allowed()");
+        assert!(
+            invalid[0].contains(
+                "found no matching overload for 'allowed' applied to 'kubernetes.authorization.Authorizer"
+            ),
+            "{invalid:?}"
+        );
+        // `params` is declared only for a policy with a `paramKind`.
+        let undeclared = authorizer("params.data.x == 'a'");
+        assert!(
+            undeclared[0].contains("undeclared reference to 'params'"),
+            "{undeclared:?}"
+        );
     }
 }

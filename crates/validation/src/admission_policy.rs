@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 
 use ferrokube_apimachinery::errors::{FieldError, FieldPath};
+use ferrokube_cel::policy::{Compiler, Options, Returns};
+use ferrokube_cel::{CompileError, Program};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 
 use crate::Validate;
@@ -14,20 +16,40 @@ use crate::util::*;
 /// Upstream's limit on `matchConditions`.
 const MAX_MATCH_CONDITIONS: usize = 64;
 
-/// Compiles `expression` against `variables`; an error is the field's `Invalid value`.
-fn expression(expression: &str, variables: &[&str], path: &FieldPath, errs: &mut Vec<FieldError>) {
-    if expression.trim().is_empty() {
-        errs.push(FieldError::required(path, ""));
-    } else if let Err(e) = ferrokube_cel::compile(expression, variables) {
-        errs.push(FieldError::invalid(path, expression, e.0));
+/// The expressions an update keeps from the object it replaces. Upstream compiles
+/// them in the environment of stored expressions, which differs from a new
+/// expression's in library versions only; here they need only compile as they did
+/// when they were stored, so that an object an earlier Ferrokube accepted, with an
+/// expression the type checks now refuse, stays updatable.
+#[derive(Default)]
+pub(crate) struct Stored<'a>(BTreeSet<&'a str>);
+
+/// Reports what compiling `source` gave as the field's `Invalid value` with the
+/// compiler's message; for an expression the update keeps, what compiling it as it
+/// was stored gives instead (parsed, with only declared variables and functions).
+fn report(
+    compiled: Result<Program, CompileError>,
+    source: &str,
+    stored: &Stored<'_>,
+    path: &FieldPath,
+    errs: &mut Vec<FieldError>,
+) {
+    let compiled = if stored.0.contains(source) {
+        ferrokube_cel::compile(source, ferrokube_cel::POLICY_VARIABLES)
+    } else {
+        compiled
+    };
+    if let Err(e) = compiled {
+        errs.push(FieldError::invalid(path, source, e.0));
     }
 }
 
 /// `matchConditions` of a webhook or a policy: qualified, unique names, at most 64,
-/// compiling expressions.
+/// expressions that compile to a bool (with `params` declared if `has_params`).
 pub(crate) fn match_conditions(
     conditions: Option<&Vec<ar::MatchCondition>>,
-    variables: &[&str],
+    has_params: bool,
+    stored: &Stored<'_>,
     path: &FieldPath,
     errs: &mut Vec<FieldError>,
 ) {
@@ -39,18 +61,30 @@ pub(crate) fn match_conditions(
             Some(MAX_MATCH_CONDITIONS),
         ));
     }
+    // Match conditions never see `variables` (upstream compiles them statelessly).
+    let compiler = Compiler::new();
+    let options = Options {
+        has_params,
+        has_authorizer: true,
+    };
     let mut seen = BTreeSet::new();
     for (i, c) in conditions.iter().enumerate() {
         let cp = path.index(i);
+        let expression = c.expression.trim();
+        if expression.is_empty() {
+            errs.push(FieldError::required(&cp.child("expression"), ""));
+        } else {
+            let compiled = compiler.compile(expression, options, Returns::Bool);
+            report(compiled, expression, stored, &cp.child("expression"), errs);
+        }
         if c.name.is_empty() {
             errs.push(FieldError::required(&cp.child("name"), ""));
         } else {
             qualified_name(&c.name, &cp.child("name"), errs);
-            if !seen.insert(c.name.as_str()) {
-                errs.push(FieldError::duplicate(&cp.child("name"), c.name.as_str()));
-            }
         }
-        expression(&c.expression, variables, &cp.child("expression"), errs);
+        if !c.name.is_empty() && !seen.insert(c.name.as_str()) {
+            errs.push(FieldError::duplicate(&cp.child("name"), c.name.as_str()));
+        }
     }
 }
 
@@ -123,115 +157,226 @@ fn is_cel_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-impl Validate for ar::ValidatingAdmissionPolicy {
-    fn validate_create(&self) -> Vec<FieldError> {
-        let mut errs = Vec::new();
-        let sp = p("spec");
-        let Some(spec) = &self.spec else {
-            errs.push(FieldError::required(&sp, ""));
-            return errs;
-        };
-        enum_optional(
-            &spec.failure_policy,
-            &["Fail", "Ignore"],
-            &sp.child("failurePolicy"),
-            &mut errs,
-        );
-        match &spec.match_constraints {
-            None => errs.push(FieldError::required(&sp.child("matchConstraints"), "")),
-            Some(m) => match_resources(m, &sp.child("matchConstraints"), true, &mut errs),
+/// Upstream's limits on a policy's audit annotations.
+const MAX_AUDIT_ANNOTATIONS: usize = 20;
+const MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH: usize = 5 * 1024;
+
+/// Upstream `validateValidatingAdmissionPolicySpec`, in its order; `stored` holds the
+/// expressions of the object an update replaces, and `check_match_conditions` is false
+/// when an update changes neither them nor `paramKind`.
+fn validate_policy(
+    policy: &ar::ValidatingAdmissionPolicy,
+    stored: &Stored<'_>,
+    check_match_conditions: bool,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let sp = p("spec");
+    let Some(spec) = &policy.spec else {
+        errs.push(FieldError::required(&sp, ""));
+        return errs;
+    };
+    enum_optional(
+        &spec.failure_policy,
+        &["Fail", "Ignore"],
+        &sp.child("failurePolicy"),
+        &mut errs,
+    );
+    if let Some(pk) = &spec.param_kind {
+        let pp = sp.child("paramKind");
+        if pk.api_version.as_deref().unwrap_or("").is_empty() {
+            errs.push(FieldError::required(&pp.child("apiVersion"), ""));
         }
-        if let Some(pk) = &spec.param_kind {
-            let pp = sp.child("paramKind");
-            if pk.api_version.as_deref().unwrap_or("").is_empty() {
-                errs.push(FieldError::required(&pp.child("apiVersion"), ""));
-            }
-            if pk.kind.as_deref().unwrap_or("").is_empty() {
-                errs.push(FieldError::required(&pp.child("kind"), ""));
-            }
+        if pk.kind.as_deref().unwrap_or("").is_empty() {
+            errs.push(FieldError::required(&pp.child("kind"), ""));
         }
-        let vars = ferrokube_cel::POLICY_VARIABLES;
-        let validations = spec.validations.as_deref().unwrap_or_default();
-        let audits = spec.audit_annotations.as_deref().unwrap_or_default();
-        if validations.is_empty() && audits.is_empty() {
-            errs.push(FieldError::required(
-                &sp.child("validations"),
-                "validations or auditAnnotations must contain at least one item",
-            ));
-        }
-        for (i, v) in validations.iter().enumerate() {
-            let vp = sp.child("validations").index(i);
-            expression(&v.expression, vars, &vp.child("expression"), &mut errs);
-            if let Some(me) = v
-                .message_expression
-                .as_deref()
-                .filter(|m| !m.trim().is_empty())
-            {
-                expression(me, vars, &vp.child("messageExpression"), &mut errs);
-            }
-            if let Some(m) = &v.message
-                && m.contains('\n')
-            {
-                errs.push(FieldError::invalid(
-                    &vp.child("message"),
-                    m.as_str(),
-                    "message must not contain line breaks",
-                ));
-            }
-            enum_optional(
-                &v.reason,
-                &[
-                    "Unauthorized",
-                    "Forbidden",
-                    "Invalid",
-                    "RequestEntityTooLarge",
-                ],
-                &vp.child("reason"),
-                &mut errs,
-            );
-        }
-        let mut keys = BTreeSet::new();
-        for (i, a) in audits.iter().enumerate() {
-            let ap = sp.child("auditAnnotations").index(i);
-            if a.key.is_empty() {
-                errs.push(FieldError::required(&ap.child("key"), ""));
-            } else if !keys.insert(a.key.as_str()) {
-                errs.push(FieldError::duplicate(&ap.child("key"), a.key.as_str()));
-            }
-            expression(
-                &a.value_expression,
-                vars,
-                &ap.child("valueExpression"),
-                &mut errs,
-            );
-        }
-        let mut names = BTreeSet::new();
-        for (i, v) in spec.variables.iter().flatten().enumerate() {
-            let vp = sp.child("variables").index(i);
-            if v.name.is_empty() {
-                errs.push(FieldError::required(&vp.child("name"), ""));
-            } else if !is_cel_identifier(&v.name) {
-                errs.push(FieldError::invalid(
-                    &vp.child("name"),
-                    v.name.as_str(),
-                    "name is not a valid CEL identifier",
-                ));
-            } else if !names.insert(v.name.as_str()) {
-                errs.push(FieldError::duplicate(&vp.child("name"), v.name.as_str()));
-            }
-            expression(&v.expression, vars, &vp.child("expression"), &mut errs);
-        }
+    }
+    match &spec.match_constraints {
+        None => errs.push(FieldError::required(&sp.child("matchConstraints"), "")),
+        Some(m) => match_resources(m, &sp.child("matchConstraints"), true, &mut errs),
+    }
+    let has_params = spec.param_kind.is_some();
+    if check_match_conditions {
         match_conditions(
             spec.match_conditions.as_ref(),
-            vars,
+            has_params,
+            stored,
             &sp.child("matchConditions"),
             &mut errs,
         );
-        errs
+    }
+    let variables = spec.variables.as_deref().unwrap_or_default();
+    // `variables` is declared only in a policy that has some (upstream's
+    // composited compiler); each is typed for the expressions after it.
+    let mut compiler = Compiler::new();
+    if !variables.is_empty() {
+        compiler = compiler.with_variables();
+    }
+    let options = Options {
+        has_params,
+        has_authorizer: true,
+    };
+    for (i, v) in variables.iter().enumerate() {
+        let vp = sp.child("variables").index(i);
+        if v.name.trim().is_empty() {
+            errs.push(FieldError::required(
+                &vp.child("name"),
+                "name is not specified",
+            ));
+        } else if !is_cel_identifier(&v.name) {
+            errs.push(FieldError::invalid(
+                &vp.child("name"),
+                v.name.as_str(),
+                "name is not a valid CEL identifier",
+            ));
+        }
+        let ep = vp.child("expression");
+        if v.expression.trim().is_empty() {
+            errs.push(FieldError::required(&ep, "expression is not specified"));
+        } else {
+            let compiled = compiler.compile_variable(&v.name, &v.expression, options);
+            report(compiled, &v.expression, stored, &ep, &mut errs);
+        }
+    }
+    let validations = spec.validations.as_deref().unwrap_or_default();
+    let audits = spec.audit_annotations.as_deref().unwrap_or_default();
+    if validations.is_empty() && audits.is_empty() {
+        for field in ["validations", "auditAnnotations"] {
+            errs.push(FieldError::required(
+                &sp.child(field),
+                "validations or auditAnnotations must contain at least one item",
+            ));
+        }
+        return errs;
+    }
+    // Message expressions see no `authorizer` upstream.
+    let message_options = Options {
+        has_params,
+        has_authorizer: false,
+    };
+    for (i, v) in validations.iter().enumerate() {
+        let vp = sp.child("validations").index(i);
+        let ep = vp.child("expression");
+        if v.expression.trim().is_empty() {
+            errs.push(FieldError::required(&ep, "expression is not specified"));
+        } else {
+            let compiled = compiler.compile(&v.expression, options, Returns::Bool);
+            report(compiled, &v.expression, stored, &ep, &mut errs);
+        }
+        if let Some(me) = v.message_expression.as_deref().filter(|m| !m.is_empty()) {
+            let mp = vp.child("messageExpression");
+            if me.trim().is_empty() {
+                errs.push(FieldError::invalid(
+                    &mp,
+                    me,
+                    "must be non-empty if specified",
+                ));
+            } else {
+                let compiled = compiler.compile(me, message_options, Returns::String);
+                report(compiled, me, stored, &mp, &mut errs);
+            }
+        }
+        if let Some(m) = v.message.as_deref().filter(|m| !m.is_empty()) {
+            let detail = if m.trim().is_empty() {
+                Some("message must be non-empty if specified")
+            } else if m.trim().contains(['\n', '\r']) {
+                Some("message must not contain line breaks")
+            } else {
+                None
+            };
+            if let Some(detail) = detail {
+                errs.push(FieldError::invalid(&vp.child("message"), m, detail));
+            }
+        }
+        enum_optional(
+            &v.reason,
+            &[
+                "Unauthorized",
+                "Forbidden",
+                "Invalid",
+                "RequestEntityTooLarge",
+            ],
+            &vp.child("reason"),
+            &mut errs,
+        );
+    }
+    if audits.len() > MAX_AUDIT_ANNOTATIONS {
+        errs.push(FieldError::invalid(
+            &sp.child("auditAnnotations"),
+            serde_json::to_value(audits).unwrap_or_default(),
+            format!("must not have more than {MAX_AUDIT_ANNOTATIONS} auditAnnotations"),
+        ));
+    }
+    let name = policy.metadata.name.as_deref().unwrap_or_default();
+    let mut keys = BTreeSet::new();
+    for (i, a) in audits.iter().enumerate() {
+        let ap = sp.child("auditAnnotations").index(i);
+        // The annotation is recorded as `<policy name>/<key>`, which must be a
+        // qualified name.
+        if name.is_empty() {
+            errs.push(FieldError::invalid(
+                &ap.child("key"),
+                a.key.as_str(),
+                "requires metadata.name be non-empty",
+            ));
+        } else {
+            qualified_name(&format!("{name}/{}", a.key), &ap.child("key"), &mut errs);
+        }
+        let vp = ap.child("valueExpression");
+        let value = a.value_expression.trim();
+        if value.is_empty() {
+            errs.push(FieldError::required(
+                &vp,
+                "valueExpression is not specified",
+            ));
+        } else if value.len() > MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH {
+            errs.push(FieldError::required(
+                &vp,
+                format!(
+                    "must not exceed {MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH} bytes in length"
+                ),
+            ));
+        } else {
+            let compiled = compiler.compile(value, options, Returns::StringOrNull);
+            report(compiled, value, stored, &vp, &mut errs);
+        }
+        if !keys.insert(a.key.as_str()) {
+            errs.push(FieldError::duplicate(&ap.child("key"), a.key.as_str()));
+        }
+    }
+    errs
+}
+
+/// Every CEL expression of `policy`.
+fn expressions(policy: &ar::ValidatingAdmissionPolicy) -> Stored<'_> {
+    let mut all = BTreeSet::new();
+    if let Some(spec) = &policy.spec {
+        for v in spec.validations.iter().flatten() {
+            all.insert(v.expression.as_str());
+            all.extend(v.message_expression.as_deref());
+        }
+        for a in spec.audit_annotations.iter().flatten() {
+            all.insert(a.value_expression.trim());
+        }
+        for v in spec.variables.iter().flatten() {
+            all.insert(v.expression.as_str());
+        }
+    }
+    Stored(all)
+}
+
+impl Validate for ar::ValidatingAdmissionPolicy {
+    fn validate_create(&self) -> Vec<FieldError> {
+        validate_policy(self, &Stored::default(), true)
     }
 
-    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
-        self.validate_create()
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let conditions = |p: &Self| {
+            p.spec
+                .as_ref()
+                .map(|s| (s.param_kind.clone(), s.match_conditions.clone()))
+        };
+        let changed_conditions = conditions(self) != conditions(old);
+        validate_policy(self, &expressions(old), changed_conditions)
     }
 }
 
@@ -361,6 +506,159 @@ mod tests {
         assert!(
             bodies.contains(&"spec.matchConstraints: Required value".to_string()),
             "{bodies:?}"
+        );
+    }
+
+    fn messages(p: &ar::ValidatingAdmissionPolicy) -> Vec<String> {
+        p.validate_create()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// Cases of upstream's `TestValidateValidatingAdmissionPolicy`.
+    #[test]
+    fn expressions_are_compiled_in_upstreams_environments() {
+        let with = |extra: serde_json::Value| {
+            let mut spec = json!({"matchConstraints": rules()});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            messages(&policy(spec))
+        };
+        let found = with(json!({"validations": [{"expression": "params.x < 100"}]}));
+        assert!(
+            found[0].contains("undeclared reference to 'params'"),
+            "{found:?}"
+        );
+        assert_eq!(
+            with(
+                json!({"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "validations": [{"expression": "int(params.data.x) < 100"}]})
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            with(json!({"validations": [{"expression": "true", "messageExpression": "0 == 0"}]})),
+            [
+                "spec.validations[0].messageExpression: Invalid value: \"0 == 0\": must evaluate to string but got bool"
+            ]
+        );
+        assert_eq!(
+            with(json!({"auditAnnotations": [{"key": "a", "valueExpression": "true"}]})),
+            [
+                "spec.auditAnnotations[0].valueExpression: Invalid value: \"true\": must evaluate to one of [string null_type] but got bool"
+            ]
+        );
+        assert_eq!(
+            with(
+                json!({"matchConditions": [{"name": "m", "expression": "6"}],
+                "validations": [{"expression": "true"}]})
+            ),
+            [
+                "spec.matchConditions[0].expression: Invalid value: \"6\": must evaluate to bool but got int"
+            ]
+        );
+        // A field of `object` is `dyn`, not a bool.
+        let found = with(json!({"validations": [{"expression": "object.spec.paused"}]}));
+        assert_eq!(
+            found,
+            [
+                "spec.validations[0].expression: Invalid value: \"object.spec.paused\": must evaluate to bool but got dyn"
+            ]
+        );
+        let found = with(json!({"validations": [{"expression": "request.operaton == 'CREATE'"}]}));
+        assert!(found[0].contains("undefined field 'operaton'"), "{found:?}");
+        let found = with(json!({"validations": [{"expression": "true",
+            "messageExpression": "authorizer.requestResource.check('get').reason()"}]}));
+        assert!(
+            found[0].contains("undeclared reference to 'authorizer'"),
+            "{found:?}"
+        );
+        let found = with(json!({"variables": [
+                {"name": "4ever", "expression": "true"},
+                {"name": "sum", "expression": "114 + '514'"},
+                {"name": "early", "expression": "variables.foo + 1"},
+                {"name": "foo", "expression": "1"}],
+            "validations": [{"expression": "variables.foo == 1"},
+                {"expression": "variables.replicas == 2"}]}));
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert_eq!(
+            found[0],
+            "spec.variables[0].name: Invalid value: \"4ever\": name is not a valid CEL identifier"
+        );
+        assert!(found[1].starts_with("spec.variables[1].expression: Invalid value: \"114 + '514'\": compilation failed: ERROR: <input>:1:5: found no matching overload for '_+_' applied to '(int, string)'"), "{found:?}");
+        assert!(found[2].starts_with("spec.variables[2].expression: Invalid value: \"variables.foo + 1\": compilation failed: ERROR: <input>:1:10: undefined field 'foo'"), "{found:?}");
+        assert!(found[3].starts_with("spec.validations[1].expression: Invalid value: \"variables.replicas == 2\": compilation failed: ERROR: <input>:1:10: undefined field 'replicas'"), "{found:?}");
+        let found = with(json!({"validations": [{"expression": "variables.x"}]}));
+        assert!(
+            found[0].contains("undeclared reference to 'variables'"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn audit_annotations_are_checked_as_upstream_checks_them() {
+        let annotations = |list: serde_json::Value| {
+            let p: ar::ValidatingAdmissionPolicy = serde_json::from_value(json!({
+                "metadata": {"name": "config"},
+                "spec": {"matchConstraints": rules(), "auditAnnotations": list}}))
+            .unwrap();
+            messages(&p)
+        };
+        let found = annotations(json!([{"key": "@", "valueExpression": "'x'"}]));
+        assert!(
+            found[0].starts_with("spec.auditAnnotations[0].key: Invalid value: \"config/@\": name part must consist of alphanumeric characters"),
+            "{found:?}"
+        );
+        let found = annotations(json!([{"key": "a", "valueExpression": "'x'"},
+            {"key": "a", "valueExpression": "null"}]));
+        assert_eq!(
+            found,
+            ["spec.auditAnnotations[1].key: Duplicate value: \"a\""]
+        );
+        let long = format!("'{}'", "x".repeat(5 * 1024));
+        let found = annotations(json!([{"key": "a", "valueExpression": long}]));
+        assert_eq!(
+            found,
+            [
+                "spec.auditAnnotations[0].valueExpression: Required value: must not exceed 5120 bytes in length"
+            ]
+        );
+        let many: Vec<serde_json::Value> = (0..21)
+            .map(|i| json!({"key": format!("k{i}"), "valueExpression": "'x'"}))
+            .collect();
+        let found = annotations(json!(many));
+        assert!(
+            found[0].ends_with("must not have more than 20 auditAnnotations"),
+            "{found:?}"
+        );
+    }
+
+    /// An update keeps what an earlier Ferrokube stored without the type checks, and
+    /// leaves unchanged match conditions alone, as upstream does.
+    #[test]
+    fn an_update_keeps_stored_expressions() {
+        let stored = policy(json!({"matchConstraints": rules(),
+            "matchConditions": [{"name": "m", "expression": "object.metadata.name"}],
+            "validations": [{"expression": "object.spec.paused"}]}));
+        assert_eq!(stored.validate_create().len(), 2);
+        let mut labelled = stored.clone();
+        labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert_eq!(labelled.validate_update(&stored), vec![]);
+        let mut changed = stored.clone();
+        changed.spec.as_mut().unwrap().validations.as_mut().unwrap()[0].expression =
+            "object.spec.suspended".into();
+        let found: Vec<String> = changed
+            .validate_update(&stored)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "spec.validations[0].expression: Invalid value: \"object.spec.suspended\": must evaluate to bool but got dyn"
+            ]
         );
     }
 

@@ -192,7 +192,8 @@ fn validate_webhook(w: &Webhook<'_>, path: &FieldPath, errs: &mut Vec<FieldError
     }
     crate::admission_policy::match_conditions(
         w.match_conditions,
-        ferrokube_cel::WEBHOOK_VARIABLES,
+        false,
+        &Default::default(),
         &path.child("matchConditions"),
         errs,
     );
@@ -213,73 +214,105 @@ fn unique_names<'a>(
 
 impl Validate for ar::ValidatingWebhookConfiguration {
     fn validate_create(&self) -> Vec<FieldError> {
-        let mut errs = Vec::new();
-        let hooks = self.webhooks.as_deref().unwrap_or_default();
-        for (i, w) in hooks.iter().enumerate() {
-            let view = Webhook {
-                name: &w.name,
-                rules: w.rules.as_ref(),
-                client: &w.client_config,
-                failure_policy: &w.failure_policy,
-                match_policy: &w.match_policy,
-                side_effects: &w.side_effects,
-                timeout_seconds: w.timeout_seconds,
-                admission_review_versions: &w.admission_review_versions,
-                namespace_selector: w.namespace_selector.as_ref(),
-                object_selector: w.object_selector.as_ref(),
-                match_conditions: w.match_conditions.as_ref(),
-            };
-            validate_webhook(&view, &p("webhooks").index(i), &mut errs);
-        }
-        unique_names(
-            hooks.iter().map(|w| w.name.as_str()),
-            &p("webhooks"),
-            &mut errs,
-        );
-        errs
+        validate_validating(self, true)
     }
-    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
-        self.validate_create()
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let conditions = |c: &Self| {
+            c.webhooks
+                .iter()
+                .flatten()
+                .map(|w| w.match_conditions.clone())
+                .collect::<Vec<_>>()
+        };
+        // Upstream leaves match conditions an update does not change unchecked.
+        validate_validating(self, conditions(self) != conditions(old))
     }
+}
+
+/// A ValidatingWebhookConfiguration's webhooks; their match conditions only if `check_conditions`.
+fn validate_validating(
+    config: &ar::ValidatingWebhookConfiguration,
+    check_conditions: bool,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let hooks = config.webhooks.as_deref().unwrap_or_default();
+    for (i, w) in hooks.iter().enumerate() {
+        let view = Webhook {
+            name: &w.name,
+            rules: w.rules.as_ref(),
+            client: &w.client_config,
+            failure_policy: &w.failure_policy,
+            match_policy: &w.match_policy,
+            side_effects: &w.side_effects,
+            timeout_seconds: w.timeout_seconds,
+            admission_review_versions: &w.admission_review_versions,
+            namespace_selector: w.namespace_selector.as_ref(),
+            object_selector: w.object_selector.as_ref(),
+            match_conditions: w.match_conditions.as_ref().filter(|_| check_conditions),
+        };
+        validate_webhook(&view, &p("webhooks").index(i), &mut errs);
+    }
+    unique_names(
+        hooks.iter().map(|w| w.name.as_str()),
+        &p("webhooks"),
+        &mut errs,
+    );
+    errs
 }
 
 impl Validate for ar::MutatingWebhookConfiguration {
     fn validate_create(&self) -> Vec<FieldError> {
-        let mut errs = Vec::new();
-        let hooks = self.webhooks.as_deref().unwrap_or_default();
-        for (i, w) in hooks.iter().enumerate() {
-            let path = p("webhooks").index(i);
-            let view = Webhook {
-                name: &w.name,
-                rules: w.rules.as_ref(),
-                client: &w.client_config,
-                failure_policy: &w.failure_policy,
-                match_policy: &w.match_policy,
-                side_effects: &w.side_effects,
-                timeout_seconds: w.timeout_seconds,
-                admission_review_versions: &w.admission_review_versions,
-                namespace_selector: w.namespace_selector.as_ref(),
-                object_selector: w.object_selector.as_ref(),
-                match_conditions: w.match_conditions.as_ref(),
-            };
-            validate_webhook(&view, &path, &mut errs);
-            enum_optional(
-                &w.reinvocation_policy,
-                &["IfNeeded", "Never"],
-                &path.child("reinvocationPolicy"),
-                &mut errs,
-            );
-        }
-        unique_names(
-            hooks.iter().map(|w| w.name.as_str()),
-            &p("webhooks"),
+        validate_mutating(self, true)
+    }
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let conditions = |c: &Self| {
+            c.webhooks
+                .iter()
+                .flatten()
+                .map(|w| w.match_conditions.clone())
+                .collect::<Vec<_>>()
+        };
+        // Upstream leaves match conditions an update does not change unchecked.
+        validate_mutating(self, conditions(self) != conditions(old))
+    }
+}
+
+/// A MutatingWebhookConfiguration's webhooks; their match conditions only if `check_conditions`.
+fn validate_mutating(
+    config: &ar::MutatingWebhookConfiguration,
+    check_conditions: bool,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let hooks = config.webhooks.as_deref().unwrap_or_default();
+    for (i, w) in hooks.iter().enumerate() {
+        let path = p("webhooks").index(i);
+        let view = Webhook {
+            name: &w.name,
+            rules: w.rules.as_ref(),
+            client: &w.client_config,
+            failure_policy: &w.failure_policy,
+            match_policy: &w.match_policy,
+            side_effects: &w.side_effects,
+            timeout_seconds: w.timeout_seconds,
+            admission_review_versions: &w.admission_review_versions,
+            namespace_selector: w.namespace_selector.as_ref(),
+            object_selector: w.object_selector.as_ref(),
+            match_conditions: w.match_conditions.as_ref().filter(|_| check_conditions),
+        };
+        validate_webhook(&view, &path, &mut errs);
+        enum_optional(
+            &w.reinvocation_policy,
+            &["IfNeeded", "Never"],
+            &path.child("reinvocationPolicy"),
             &mut errs,
         );
-        errs
     }
-    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
-        self.validate_create()
-    }
+    unique_names(
+        hooks.iter().map(|w| w.name.as_str()),
+        &p("webhooks"),
+        &mut errs,
+    );
+    errs
 }
 
 #[cfg(test)]
@@ -328,5 +361,38 @@ mod tests {
                 "{want}\n{messages:#?}"
             );
         }
+    }
+
+    #[test]
+    fn match_conditions_must_be_bools_unless_an_update_keeps_them() {
+        let hook = |expression: &str| {
+            config(serde_json::json!({
+                "name": "deny.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": "https://127.0.0.1:8443/deny"},
+                "matchConditions": [{"name": "c", "expression": expression}],
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}))
+        };
+        let six = hook("6");
+        let messages: Vec<String> = six
+            .validate_create()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "webhooks[0].matchConditions[0].expression: Invalid value: \"6\": must evaluate to bool but got int"
+            ]
+        );
+        // Upstream declares `namespaceObject` for webhooks too.
+        assert!(
+            hook("namespaceObject == null && request.userInfo.username != ''")
+                .validate_create()
+                .is_empty()
+        );
+        let mut relabelled = six.clone();
+        relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert!(relabelled.validate_update(&six).is_empty());
+        assert_eq!(hook("7").validate_update(&six).len(), 1);
     }
 }

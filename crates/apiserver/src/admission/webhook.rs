@@ -257,6 +257,7 @@ fn conditions_hold(
         .bind_json("object", object.unwrap_or(&Value::Null))
         .bind_json("oldObject", old.unwrap_or(&Value::Null))
         .bind_json("request", &cel_request(a))
+        .bind_json("namespaceObject", &Value::Null)
         .bind(
             "authorizer",
             super::validating_policy::cel_authorizer(authorizer, a),

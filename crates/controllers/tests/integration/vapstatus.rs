@@ -39,7 +39,7 @@ async fn type_checking_warnings_follow_the_policy() -> anyhow::Result<()> {
                 {"expression": "object.spec.replica <= 5",
                  "messageExpression": "'replicas: ' + string(object.spec.replicas)"},
                 {"expression": "object.spec.template.spec.containers.all(c, c.imagePullPolicy == 'Always')",
-                 "messageExpression": "params.dta.message"}]}}))?;
+                 "messageExpression": "'missing: ' + params.dta.message"}]}}))?;
     policies.create(&PostParams::default(), &policy).await?;
 
     let status = wait_for(30, "type checking of generation 1", || async {
@@ -64,7 +64,7 @@ async fn type_checking_warnings_follow_the_policy() -> anyhow::Result<()> {
             ),
             (
                 "spec.validations[2].messageExpression",
-                "apps/v1, Kind=Deployment: ERROR: <input>:1:7: undefined field 'dta'\n | params.dta.message\n | ......^\n"
+                "apps/v1, Kind=Deployment: ERROR: <input>:1:21: undefined field 'dta'\n | 'missing: ' + params.dta.message\n | ....................^\n"
             ),
         ]
     );
@@ -74,7 +74,7 @@ async fn type_checking_warnings_follow_the_policy() -> anyhow::Result<()> {
     if let Some(spec) = fixed.spec.as_mut() {
         let validations = spec.validations.as_mut().expect("validations");
         validations[1].expression = "object.spec.replicas <= 5".into();
-        validations[2].message_expression = Some("params.data.message".into());
+        validations[2].message_expression = Some("'missing: ' + params.data.message".into());
     }
     policies
         .replace("replicas.example.com", &PostParams::default(), &fixed)
