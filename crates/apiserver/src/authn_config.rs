@@ -29,9 +29,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use ConfigVariable::{Claims, User};
 use ferrokube_auth::UserInfo;
 use ferrokube_auth::authn::oidc::{ClaimMapper, check_email_verified, issuer_url_errors};
 use ferrokube_cel::Program;
+use ferrokube_cel::environments::{ConfigVariable, compile_config};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -363,9 +365,13 @@ fn jwt_authenticator(
                         "requiredValue can't be set when expression is set",
                     );
                 }
-                if let Some(program) =
-                    compile(&r.expression, "claims", &format!("{f}.expression"), errors)
-                {
+                if let Some(program) = compile(
+                    &r.expression,
+                    Claims,
+                    true,
+                    &format!("{f}.expression"),
+                    errors,
+                ) {
                     claim_rules.push(ClaimRule::Expression {
                         program,
                         message: r.message.clone(),
@@ -403,7 +409,8 @@ fn jwt_authenticator(
             );
         } else if let Some(program) = compile(
             &e.value_expression,
-            "claims",
+            Claims,
+            false,
             &format!("{ef}.valueExpression"),
             errors,
         ) {
@@ -415,7 +422,7 @@ fn jwt_authenticator(
         let rf = format!("{field}.userValidationRules[{k}].expression");
         if r.expression.is_empty() {
             errors.required(&rf, "expression is required");
-        } else if let Some(program) = compile(&r.expression, "user", &rf, errors) {
+        } else if let Some(program) = compile(&r.expression, User, true, &rf, errors) {
             user_rules.push((program, r.message.clone()));
         }
     }
@@ -490,7 +497,8 @@ fn source(
             }
             compile(
                 &c.expression,
-                "claims",
+                Claims,
+                false,
                 &format!("{field}.expression"),
                 errors,
             )
@@ -518,16 +526,27 @@ fn extra_key_problem(key: &str) -> Option<&'static str> {
     None
 }
 
+/// Compiles `expression` with `variable` declared as upstream declares it; a rule
+/// (`is_rule`) must evaluate to a bool (upstream's `must evaluate to bool`, which
+/// names no found type), a mapping to anything.
 fn compile(
     expression: &str,
-    variable: &str,
+    variable: ConfigVariable,
+    is_rule: bool,
     field: &str,
     errors: &mut FieldErrors,
 ) -> Option<Program> {
-    match ferrokube_cel::compile(expression, &[variable]) {
+    let compiled =
+        compile_config(expression, variable).and_then(|typed| match typed.result.as_deref() {
+            Some(found) if is_rule && found != "bool" => {
+                Err(ferrokube_cel::CompileError("must evaluate to bool".into()))
+            }
+            _ => Ok(typed.program),
+        });
+    match compiled {
         Ok(program) => Some(program),
         Err(e) => {
-            errors.invalid(field, expression, &format!("compilation failed: {}", e.0));
+            errors.invalid(field, expression, &e.0);
             None
         }
     }
@@ -857,6 +876,18 @@ jwt:
       username: {expression: "claims.sub +"}
   - issuer: {url: "https://kubernetes.default.svc", audiences: [k]}
     claimMappings: {}
+  - issuer: {url: "https://three.example", audiences: [k]}
+    claimValidationRules:
+      - {expression: "claims.foo"}
+      - {expression: "claims.?email_verified.orValue(true)"}
+      - {expression: "claims.exp > 0 && claims.iss.startsWith('https://')"}
+    claimMappings:
+      username: {expression: "user.username"}
+      groups: {expression: "claims.groups"}
+    userValidationRules:
+      - {expression: "user.username"}
+      - {expression: "user.nmae == 'x'"}
+      - {expression: "!user.groups.exists(g, g == 'system:masters')"}
 anonymous: {enabled: false, conditions: [{path: /livez}, {path: ""}, {path: /livez}]}
 "#;
         let e = parse(text, &["https://kubernetes.default.svc".into()])
@@ -876,9 +907,22 @@ anonymous: {enabled: false, conditions: [{path: /livez}, {path: ""}, {path: /liv
             r#"anonymous.conditions: Invalid value: "[\"/livez\", \"\", \"/livez\"]": enabled should be set to true when conditions are defined"#,
             "anonymous.conditions[1].path: Required value: path is required",
             r#"anonymous.conditions[2].path: Duplicate value: "/livez""#,
+            r#"jwt[3].claimValidationRules[0].expression: Invalid value: "claims.foo": must evaluate to bool"#,
+            r#"jwt[3].claimValidationRules[1].expression: Invalid value: "claims.?email_verified.orValue(true)": must evaluate to bool"#,
+            r#"jwt[3].claimMappings.username.expression: Invalid value: "user.username": compilation failed: ERROR: <input>:1:1: undeclared reference to 'user'"#,
+            r#"jwt[3].userValidationRules[0].expression: Invalid value: "user.username": must evaluate to bool"#,
+            r#"jwt[3].userValidationRules[1].expression: Invalid value: "user.nmae == 'x'": compilation failed: ERROR: <input>:1:5: undefined field 'nmae'"#,
         ] {
             assert!(e.contains(want), "{want}\nnot in\n{e}");
         }
+        for valid in [
+            "claimValidationRules[2]",
+            "claimMappings.groups",
+            "userValidationRules[2]",
+        ] {
+            assert!(!e.contains(&format!("jwt[3].{valid}")), "{valid}: {e}");
+        }
+        assert!(!e.contains("compilation failed: compilation failed"), "{e}");
         let e = parse("apiVersion: v1\nkind: Pod\n", &[]).err().unwrap();
         assert!(e.contains("want kind AuthenticationConfiguration"), "{e}");
     }

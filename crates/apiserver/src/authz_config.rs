@@ -457,13 +457,17 @@ fn conditions(
             errors.duplicate(&field, &c.expression);
             continue;
         }
-        match ferrokube_cel::compile(&c.expression, &["request"]) {
+        let request = ferrokube_cel::environments::ConfigVariable::AuthorizationRequest;
+        let compiled = ferrokube_cel::environments::compile_config(&c.expression, request)
+            .and_then(|typed| match typed.result.as_deref() {
+                Some(found) if found != "bool" => Err(ferrokube_cel::CompileError(format!(
+                    "must evaluate to bool but got {found}"
+                ))),
+                _ => Ok(typed.program),
+            });
+        match compiled {
             Ok(program) => out.push((c.expression.clone(), program)),
-            Err(e) => errors.invalid(
-                &field,
-                &c.expression,
-                &format!("compilation failed: {}", e.0),
-            ),
+            Err(e) => errors.invalid(&field, &c.expression, &e.0),
         }
     }
     out
@@ -591,6 +595,9 @@ authorizers:
         - expression: "request.user == "
         - expression: "true"
         - expression: "true"
+        - expression: "request.user"
+        - expression: "request.usr == 'a'"
+        - expression: "has(request.resourceAttributes) && request.resourceAttributes.namespace == 'x'"
 "#;
         let e = parse(text).err().unwrap();
         for want in [
@@ -605,9 +612,13 @@ authorizers:
             r#"authorizers[5].webhook.connectionInfo.kubeConfigFile: Invalid value: "relative/path": must be an absolute path"#,
             r#"authorizers[5].webhook.matchConditions[0].expression: Invalid value: "request.user == ": compilation failed"#,
             r#"authorizers[5].webhook.matchConditions[2].expression: Duplicate value: "true""#,
+            r#"authorizers[5].webhook.matchConditions[3].expression: Invalid value: "request.user": must evaluate to bool but got string"#,
+            r#"authorizers[5].webhook.matchConditions[4].expression: Invalid value: "request.usr == 'a'": compilation failed: ERROR: <input>:1:8: undefined field 'usr'"#,
         ] {
             assert!(e.contains(want), "{want}\nnot in\n{e}");
         }
+        assert!(!e.contains("matchConditions[5]"), "{e}");
+        assert!(!e.contains("compilation failed: compilation failed"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub(crate) trait Handle: Copy + fmt::Debug {
 }
 
 /// The key of a schema node that names its struct type ([`Handle::name`]); only the
-/// environments' own schemas (`crate::policy`) carry it.
+/// environments' own schemas (`crate::environments`) carry it.
 pub(crate) const TYPE_NAME_KEY: &str = "x-ferrokube-cel-type-name";
 
 impl Handle for &Value {

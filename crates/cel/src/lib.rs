@@ -48,9 +48,9 @@ pub mod authz;
 mod check;
 mod comprehensions;
 mod cost;
+pub mod environments;
 pub mod estimate;
 mod limits;
-pub mod policy;
 pub mod typecheck;
 
 pub use authz::{AuthzCheck, AuthzDecision, CelAuthorizer, RequestResource, authorizer_value};

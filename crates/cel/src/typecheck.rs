@@ -18,7 +18,7 @@
 //! (`check.rs`), and `found no matching overload for '_+_' applied to '(int,
 //! string)'`, `expected type 'bool' but found 'int'` and the like are reported where
 //! every type involved is known. The variables' types come from an [`Environment`]:
-//! schemas, `dyn`, the authorizer's type, a policy's `variables` ([`crate::policy`]
+//! schemas, `dyn`, the authorizer's type, a policy's `variables` ([`crate::environments`]
 //! builds the admission environments). What is not known here (a variable the
 //! environment does not type, a function outside the table) matches anything and is
 //! never named in an issue, so nothing cel-go accepts is refused. The position in
@@ -42,7 +42,7 @@ type SchemaType<'a> = Type<&'a Value>;
 #[derive(Debug, Clone, Copy)]
 pub enum Declared<'a> {
     /// Of a schema's type: a kind's OpenAPI schema, or one of upstream's declared
-    /// types (`crate::policy`).
+    /// types (`crate::environments`).
     Schema(&'a Value),
     /// `dyn`: of a type known only when the expression runs.
     Dyn,
@@ -266,6 +266,34 @@ impl<'a> Environment<'a> {
 /// policy type checking reports its type errors too).
 pub fn check_fields(program: &Program, env: &Environment<'_>) -> String {
     check_expression(program, env).0
+}
+
+/// An expression compiled and typed in an [`Environment`].
+#[derive(Debug)]
+pub struct Typed {
+    pub program: Program,
+    /// cel-go's name of the result type (`bool`, `list(string)`, `dyn`,
+    /// `kubernetes.UserInfo`, ...), `None` when it is not known here.
+    pub result: Option<String>,
+    /// The result type as a policy's `variables` keep it.
+    pub output: OutputType,
+}
+
+/// Compiles `source` with the variables `env` declares (upstream's `env.Compile`):
+/// it must parse, use only declared variables and functions, and type-check; the
+/// error is upstream's `compilation failed: ERROR: <input>:...`.
+pub fn compile_in(source: &str, env: &Environment<'_>) -> Result<Typed, crate::CompileError> {
+    let names: Vec<&str> = env.variables.iter().map(|(n, _)| *n).collect();
+    let program = crate::compile(source, &names)?;
+    let (issues, result) = check_expression(&program, env);
+    if !issues.is_empty() {
+        return Err(crate::CompileError(format!("compilation failed: {issues}")));
+    }
+    Ok(Typed {
+        program,
+        result: result.declared_name(),
+        output: OutputType::of(&result),
+    })
 }
 
 /// [`check_fields`]' issues, and the expression's type when they are none.

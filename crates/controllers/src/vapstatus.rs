@@ -25,7 +25,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use ferrokube_cel::policy::{Compiler, Options, Returns};
+use ferrokube_cel::environments::{Compiler, Options, Returns};
 use ferrokube_client::informer::{SharedInformerFactory, Store};
 use ferrokube_client::workqueue::WorkQueue;
 

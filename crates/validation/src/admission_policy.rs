@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use ferrokube_apimachinery::errors::{FieldError, FieldPath};
-use ferrokube_cel::policy::{Compiler, Options, Returns};
+use ferrokube_cel::environments::{Compiler, Options, Returns};
 use ferrokube_cel::{CompileError, Program};
 use k8s_openapi::api::admissionregistration::v1 as ar;
 

@@ -1,7 +1,8 @@
 //! The CEL environments of admission expressions (upstream
 //! `k8s.io/apiserver/pkg/admission/plugin/cel`, `compile.go` and `composition.go`):
 //! which variables a ValidatingAdmissionPolicy's or a webhook's expression may use and
-//! of what types, and what each kind of expression must evaluate to.
+//! of what types, and what each kind of expression must evaluate to; and those of the
+//! authentication and authorization configuration files ([`compile_config`]).
 //!
 //! `request` and `namespaceObject` have upstream's declared types (a misspelt
 //! `request.operaton` is refused where the policy is written, as upstream refuses it);
@@ -14,8 +15,8 @@ use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
-use crate::check::{Handle, NoObject, TYPE_NAME_KEY, Type};
-use crate::typecheck::{self, Declared, Environment, NO_COMPONENTS, OutputType};
+use crate::check::{NoObject, TYPE_NAME_KEY, Type};
+use crate::typecheck::{self, Declared, Environment, NO_COMPONENTS, OutputType, Typed};
 use crate::{CompileError, Program};
 
 /// Which of the optional variables an expression's environment declares (upstream
@@ -51,19 +52,17 @@ impl Returns {
         }
     }
 
-    /// Upstream's `must evaluate to bool but got int` when `output` is not one of the
-    /// types; nothing when it is, or when it is not known here.
-    fn check<O: Handle>(self, output: &Type<O>) -> Result<(), CompileError> {
+    /// Upstream's `must evaluate to bool but got int` when `result` (a type's name,
+    /// `None` when not known here) is not one of the types.
+    fn check(self, result: Option<&str>) -> Result<(), CompileError> {
         let types = self.types();
-        if types.is_empty() {
-            return Ok(());
-        }
-        let Some(got) = output.declared_name() else {
+        let Some(got) = result else {
             return Ok(());
         };
-        if types
-            .iter()
-            .any(|t| t.declared_name().as_deref() == Some(got.as_str()))
+        if types.is_empty()
+            || types
+                .iter()
+                .any(|t| t.declared_name().as_deref() == Some(got))
         {
             return Ok(());
         }
@@ -175,15 +174,9 @@ impl<'a> Compiler<'a> {
         options: Options,
         returns: Returns,
     ) -> Result<(Program, OutputType), CompileError> {
-        let env = self.environment(options);
-        let names: Vec<&str> = env.variables.iter().map(|(n, _)| *n).collect();
-        let program = crate::compile(source, &names)?;
-        let (issues, output) = typecheck::check_expression(&program, &env);
-        if !issues.is_empty() {
-            return Err(CompileError(format!("compilation failed: {issues}")));
-        }
-        returns.check(&output)?;
-        Ok((program, OutputType::of(&output)))
+        let typed = typecheck::compile_in(source, &self.environment(options))?;
+        returns.check(typed.result.as_deref())?;
+        Ok((typed.program, typed.output))
     }
 
     fn environment(&self, options: Options) -> Environment<'_> {
@@ -207,6 +200,39 @@ impl<'a> Compiler<'a> {
             components: self.components,
         }
     }
+}
+
+/// The one variable of an expression of the `--authentication-config` or
+/// `--authorization-config` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigVariable {
+    /// `claims`, a JWT's claims: `map(string, any)` (claim validation rules and claim
+    /// mappings).
+    Claims,
+    /// `user`, the `kubernetes.UserInfo` a JWT authenticated (user validation rules).
+    User,
+    /// `request`, a `kubernetes.SubjectAccessReviewSpec` (an authorization webhook's
+    /// match conditions).
+    AuthorizationRequest,
+}
+
+/// Compiles an expression of the authentication or authorization configuration with
+/// its variable declared as upstream declares it (`authentication/cel` and
+/// `authorization/cel`, `compile.go`); the caller checks the result type, which the
+/// two configurations word differently.
+pub fn compile_config(source: &str, variable: ConfigVariable) -> Result<Typed, CompileError> {
+    let declared = match variable {
+        ConfigVariable::Claims => ("claims", Declared::Schema(&CLAIMS)),
+        ConfigVariable::User => ("user", Declared::Schema(&USER_INFO)),
+        ConfigVariable::AuthorizationRequest => {
+            ("request", Declared::Schema(&SUBJECT_ACCESS_REVIEW))
+        }
+    };
+    let env = Environment {
+        variables: vec![declared],
+        components: &NO_COMPONENTS,
+    };
+    typecheck::compile_in(source, &env)
 }
 
 /// A schema of one of upstream's declared object types, named `name`, with `fields`.
@@ -235,12 +261,6 @@ static REQUEST: LazyLock<Value> = LazyLock::new(|| {
         json!({"group": {"type": "string"}, "version": {"type": "string"},
             "resource": {"type": "string"}}),
     );
-    let user_info = object_type(
-        "kubernetes.UserInfo",
-        json!({"username": {"type": "string"}, "uid": {"type": "string"},
-            "groups": strings(),
-            "extra": {"type": "object", "additionalProperties": strings()}}),
-    );
     object_type(
         "kubernetes.AdmissionRequest",
         json!({
@@ -248,11 +268,62 @@ static REQUEST: LazyLock<Value> = LazyLock::new(|| {
             "requestKind": gvk, "requestResource": gvr,
             "requestSubResource": {"type": "string"},
             "name": {"type": "string"}, "namespace": {"type": "string"},
-            "operation": {"type": "string"}, "userInfo": user_info,
+            "operation": {"type": "string"}, "userInfo": *USER_INFO,
             "dryRun": {"type": "boolean"},
             // `dyn` upstream: a schema of no type.
             "options": {},
         }),
+    )
+});
+
+/// A request's user: `request.userInfo` and the authentication configuration's `user`.
+static USER_INFO: LazyLock<Value> = LazyLock::new(|| {
+    object_type(
+        "kubernetes.UserInfo",
+        json!({"username": {"type": "string"}, "uid": {"type": "string"},
+            "groups": strings(),
+            "extra": {"type": "object", "additionalProperties": strings()}}),
+    )
+});
+
+/// A JWT's claims: `map(string, any)`, read as `map(string, dyn)` (cel-go checks
+/// `any` as it checks `dyn`).
+static CLAIMS: LazyLock<Value> =
+    LazyLock::new(|| json!({"type": "object", "additionalProperties": {}}));
+
+/// An authorization webhook's `request` (upstream's `buildRequestType` of
+/// `authorization/cel`).
+static SUBJECT_ACCESS_REVIEW: LazyLock<Value> = LazyLock::new(|| {
+    let requirements = json!({"type": "array", "items": object_type(
+        "kubernetes.SelectorRequirement",
+        json!({"key": {"type": "string"}, "operator": {"type": "string"},
+            "values": strings()}),
+    )});
+    let selector = |name: &str| {
+        object_type(
+            name,
+            json!({"rawSelector": {"type": "string"}, "requirements": requirements}),
+        )
+    };
+    let resource = object_type(
+        "kubernetes.ResourceAttributes",
+        json!({"namespace": {"type": "string"}, "verb": {"type": "string"},
+            "group": {"type": "string"}, "version": {"type": "string"},
+            "resource": {"type": "string"}, "subresource": {"type": "string"},
+            "name": {"type": "string"},
+            "fieldSelector": selector("kubernetes.FieldSelectorAttributes"),
+            "labelSelector": selector("kubernetes.LabelSelectorAttributes")}),
+    );
+    let non_resource = object_type(
+        "kubernetes.NonResourceAttributes",
+        json!({"path": {"type": "string"}, "verb": {"type": "string"}}),
+    );
+    object_type(
+        "kubernetes.SubjectAccessReviewSpec",
+        json!({"resourceAttributes": resource, "nonResourceAttributes": non_resource,
+            "user": {"type": "string"}, "groups": strings(),
+            "extra": {"type": "object", "additionalProperties": strings()},
+            "uid": {"type": "string"}}),
     )
 });
 
