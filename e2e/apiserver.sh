@@ -692,6 +692,13 @@ s_explain() {
   has '^FIELD: +containers <\[\]Container>'
   has '^ +image\s+<string>'
   has '^ +name\s+<string> -required-'
+  has '^ +imagePullPolicy\s+<string>$'
+  has '^ +enum: Always, IfNotPresent, Never$'
+  # An enum field's values and their descriptions, as upstream's OpenAPI has them.
+  k explain deployment.spec.strategy.type
+  has '^ENUM:$'
+  has '^ +Recreate$'
+  has '^ +- `"RollingUpdate"` Replace the old ReplicaSets'
 }
 
 s_api_resources() {

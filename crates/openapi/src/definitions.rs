@@ -8,6 +8,7 @@ use ferrokube_apimachinery::patch::meta;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
+use crate::enums::{ENUM_FIELDS, ENUM_TYPES};
 use crate::kinds::{KINDS, PER_GROUP_VERSION, SUPPORT, per_group_version_name};
 
 /// `#/definitions/` prefix of Swagger 2.0 references.
@@ -109,7 +110,42 @@ pub(crate) fn build() -> Map<String, Value> {
             d.insert("x-kubernetes-map-type".into(), json!("atomic"));
         }
     }
+    add_enums(&mut defs);
     defs
+}
+
+/// The values of the fields of `+enum` types, as upstream's generator adds them
+/// (kube-openapi `enum.go`): an `enum` list sorted as quoted strings and, on a field
+/// of the type itself, a "Possible enum values" paragraph of the values' sorted lines
+/// after the field's description; on a list of them, the `enum` of its items.
+fn add_enums(defs: &mut Map<String, Value>) {
+    for (definition, field, enum_type, list) in ENUM_FIELDS {
+        let Some((_, values)) = ENUM_TYPES.iter().find(|(name, _)| name == enum_type) else {
+            continue;
+        };
+        let Some(prop) = property_mut(defs, definition, field) else {
+            continue;
+        };
+        let mut names: Vec<&str> = values.iter().map(|(value, _)| *value).collect();
+        names.sort_by_key(|v| format!("{v:?}"));
+        if *list {
+            if let Some(Value::Object(items)) = prop.get_mut("items") {
+                items.insert("enum".into(), json!(names));
+            }
+            continue;
+        }
+        let mut lines: Vec<&str> = values.iter().map(|(_, line)| *line).collect();
+        lines.sort_unstable();
+        let described = format!(
+            "{}\n\nPossible enum values:\n{}",
+            prop.get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            lines.join("\n")
+        );
+        prop.insert("description".into(), json!(described));
+        prop.insert("enum".into(), json!(names));
+    }
 }
 
 /// k8s-openapi's kinds carry `metadata` as a plain field, so schemars marks it required.

@@ -25,6 +25,7 @@
 
 mod custom;
 mod definitions;
+mod enums;
 mod kinds;
 mod merge;
 mod paths;

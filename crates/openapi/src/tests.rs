@@ -830,3 +830,81 @@ fn extension_v2_documents_are_merged_into_both_forms() {
     assert_eq!(docs.v3_index, base.v3_index);
     assert_eq!(base.with_v2_documents(&[]).v2_json, base.v2_json);
 }
+
+/// Upstream's served documents carry the values of `+enum` fields (this text is
+/// upstream's, from the 1.28 apiserver's `/openapi/v2`, which the generator's table
+/// reproduces for every enum field of that release).
+#[test]
+fn enum_fields_carry_their_values() {
+    let doc = swagger_v2();
+    let strategy = &def(&doc, "io.k8s.api.apps.v1.DeploymentStrategy")["properties"]["type"];
+    assert_eq!(strategy["enum"], json!(["Recreate", "RollingUpdate"]));
+    assert_eq!(
+        strategy["description"],
+        "Type of deployment. Can be \"Recreate\" or \"RollingUpdate\". Default is RollingUpdate.\n\nPossible enum values:\n - `\"Recreate\"` Kill all existing pods before creating new ones.\n - `\"RollingUpdate\"` Replace the old ReplicaSets by new one using rolling update i.e gradually scale down the old ReplicaSets and scale up the new one."
+    );
+    // A value without a comment, and a pointer field.
+    let operator = &def(&doc, "io.k8s.api.core.v1.Toleration")["properties"]["operator"];
+    assert!(
+        operator["description"]
+            .as_str()
+            .unwrap()
+            .ends_with("\n\nPossible enum values:\n - `\"Equal\"`\n - `\"Exists\"`"),
+        "{operator}"
+    );
+    let path_type =
+        &def(&doc, "io.k8s.api.networking.v1.HTTPIngressPath")["properties"]["pathType"];
+    assert_eq!(
+        path_type["enum"],
+        json!(["Exact", "ImplementationSpecific", "Prefix"])
+    );
+    // Inline embedded structs' fields, values sorted as quoted strings.
+    let scope = &def(
+        &doc,
+        "io.k8s.api.admissionregistration.v1.RuleWithOperations",
+    )["properties"]["scope"];
+    assert_eq!(scope["enum"], json!(["*", "Cluster", "Namespaced"]));
+    // A list of an enum type: its items.
+    let modes =
+        &def(&doc, "io.k8s.api.core.v1.PersistentVolumeClaimSpec")["properties"]["accessModes"];
+    assert_eq!(
+        modes["items"]["enum"],
+        json!([
+            "ReadOnlyMany",
+            "ReadWriteMany",
+            "ReadWriteOnce",
+            "ReadWriteOncePod"
+        ])
+    );
+    assert!(
+        !modes["description"]
+            .as_str()
+            .unwrap()
+            .contains("Possible enum values")
+    );
+    // The same in the OpenAPI v3 documents kubectl explain reads.
+    let apps = v3_document("apis/apps/v1").unwrap();
+    assert_eq!(
+        apps["components"]["schemas"]["io.k8s.api.apps.v1.DeploymentStrategy"]["properties"]["type"]
+            ["enum"],
+        json!(["Recreate", "RollingUpdate"])
+    );
+    // Every field of the table is found in the served definitions that have it.
+    let defs = doc["definitions"].as_object().unwrap();
+    let mut applied = 0;
+    for (definition, field, _, list) in crate::enums::ENUM_FIELDS {
+        if let Some(prop) = defs
+            .get(*definition)
+            .and_then(|d| d["properties"].get(*field))
+        {
+            let values = if *list {
+                &prop["items"]["enum"]
+            } else {
+                &prop["enum"]
+            };
+            assert!(values.is_array(), "{definition}.{field}");
+            applied += 1;
+        }
+    }
+    assert!(applied > 80, "{applied}");
+}
