@@ -105,6 +105,11 @@ pub(crate) fn build() -> Map<String, Value> {
             }
         }
     }
+    for (definition, field, map_type) in meta::field_map_types() {
+        if let Some(prop) = property_mut(&mut defs, definition, field) {
+            prop.insert("x-kubernetes-map-type".into(), json!(map_type));
+        }
+    }
     for definition in meta::atomic_structs() {
         if let Some(Value::Object(d)) = defs.get_mut(definition) {
             d.insert("x-kubernetes-map-type".into(), json!("atomic"));

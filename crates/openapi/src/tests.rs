@@ -908,3 +908,12 @@ fn enum_fields_carry_their_values() {
     }
     assert!(applied > 80, "{applied}");
 }
+
+#[test]
+fn fields_marked_map_type_carry_it() {
+    let doc = swagger_v2();
+    let service = &def(&doc, "io.k8s.api.core.v1.ServiceSpec")["properties"]["selector"];
+    assert_eq!(service["x-kubernetes-map-type"], "atomic");
+    let claim = &def(&doc, "io.k8s.api.core.v1.PersistentVolumeSpec")["properties"]["claimRef"];
+    assert_eq!(claim["x-kubernetes-map-type"], "granular");
+}

@@ -15,6 +15,10 @@ use crate::patch::meta;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schema {
     definition: Option<&'static str>,
+    /// The field's own `+mapType`, which overrides its type's `+structType`:
+    /// `Some(true)` for an atomic map (a Service's selector), `Some(false)` for a
+    /// granular field of an atomic struct type.
+    atomic_field: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,11 +34,17 @@ impl Schema {
     pub fn for_kind(group: &str, version: &str, kind: &str) -> Schema {
         let definition = meta::definition_for(group, version, kind)
             .and_then(|d| crate::patch::BuiltinPatchSchema::for_definition(&d).definition());
-        Schema { definition }
+        Schema {
+            definition,
+            atomic_field: None,
+        }
     }
 
     pub fn untyped() -> Schema {
-        Schema { definition: None }
+        Schema {
+            definition: None,
+            atomic_field: None,
+        }
     }
 
     /// The schemas of this map's fields.
@@ -42,8 +52,11 @@ impl Schema {
         Members(self.definition.map(meta::Fields::of).unwrap_or_default())
     }
 
+    /// Whether the value is owned and replaced as one (`+structType=atomic`, or the
+    /// field's `+mapType=atomic`).
     fn atomic_struct(&self) -> bool {
-        self.definition.is_some_and(meta::is_atomic_struct)
+        self.atomic_field
+            .unwrap_or_else(|| self.definition.is_some_and(meta::is_atomic_struct))
     }
 }
 
@@ -56,6 +69,7 @@ impl Members {
     fn field(&self, name: &str) -> Schema {
         Schema {
             definition: self.0.field_type(name),
+            atomic_field: self.0.map_type(name).map(|t| t == "atomic"),
         }
     }
 
@@ -632,6 +646,41 @@ mod tests {
         );
         assert_eq!(fv1["f:roleRef"], json!({}));
         assert_eq!(fv1["f:subjects"], json!({}));
+    }
+
+    #[test]
+    fn fields_marked_map_type_override_their_type() {
+        // A Service's selector and a pod's nodeSelector are +mapType=atomic: owned and
+        // replaced whole, so a second applier takes the selector, not one label of it.
+        let service = json!({"spec": {"selector": {"app": "a", "tier": "web"}}});
+        let schema = Schema::for_kind("", "v1", "Service");
+        assert_eq!(
+            to_field_set(&service, schema).to_fields_v1()["f:spec"]["f:selector"],
+            json!({})
+        );
+        let merged = merge(
+            &service,
+            &json!({"spec": {"selector": {"app": "b"}}}),
+            schema,
+        );
+        assert_eq!(merged["spec"]["selector"], json!({"app": "b"}));
+        let pod = json!({"spec": {"nodeSelector": {"disk": "ssd"}}});
+        let fv1 = to_field_set(&pod, Schema::for_kind("", "v1", "Pod")).to_fields_v1();
+        assert_eq!(fv1["f:spec"]["f:nodeSelector"], json!({}));
+        // A PersistentVolume's claimRef is an ObjectReference (atomic) made granular.
+        let pv = json!({"spec": {"claimRef": {"name": "c", "namespace": "n"}}});
+        let fv1 = to_field_set(&pv, Schema::for_kind("", "v1", "PersistentVolume")).to_fields_v1();
+        assert_eq!(
+            fv1["f:spec"]["f:claimRef"],
+            json!({"f:name": {}, "f:namespace": {}})
+        );
+        // Labels stay granular.
+        let fv1 = to_field_set(
+            &json!({"metadata": {"labels": {"a": "1"}}}),
+            Schema::for_kind("", "v1", "Service"),
+        )
+        .to_fields_v1();
+        assert_eq!(fv1["f:metadata"]["f:labels"], json!({"f:a": {}}));
     }
 
     #[test]

@@ -60,6 +60,7 @@ pub struct Fields {
     patch: &'static [PatchRow],
     types: &'static [TypeRow],
     lists: &'static [ListRow],
+    map_types: &'static [(&'static str, &'static str, &'static str)],
 }
 
 impl Fields {
@@ -83,6 +84,9 @@ impl Fields {
             }
             for rows in LIST_TYPES.chunk_by(|a, b| a.0 == b.0) {
                 index.entry(rows[0].0).or_default().lists = rows;
+            }
+            for rows in FIELD_MAP_TYPES.chunk_by(|a, b| a.0 == b.0) {
+                index.entry(rows[0].0).or_default().map_types = rows;
             }
             index
         })
@@ -111,6 +115,11 @@ impl Fields {
     /// A field's `x-kubernetes-list-type` and `x-kubernetes-list-map-keys`.
     pub fn list_type(&self, field: &str) -> Option<(&'static str, &'static [&'static str])> {
         self.lists.iter().find(|r| r.1 == field).map(|r| (r.2, r.3))
+    }
+
+    /// A field's own `+mapType` (`atomic` or `granular`), if upstream marks it.
+    pub fn map_type(&self, field: &str) -> Option<&'static str> {
+        self.map_types.iter().find(|r| r.1 == field).map(|r| r.2)
     }
 }
 
@@ -144,6 +153,37 @@ const ATOMIC_STRUCTS: &[&str] = &[
     "io.k8s.api.rbac.v1.RoleRef",
     "io.k8s.api.rbac.v1.Subject",
 ];
+
+/// Fields upstream marks `+mapType` (`x-kubernetes-map-type` on the property): maps
+/// owned and replaced as one value in server-side apply (a Service's selector, a
+/// pod's nodeSelector), and a field of an atomic struct type made granular
+/// (PersistentVolume's claimRef, an ObjectReference).
+const FIELD_MAP_TYPES: &[(&str, &str, &str)] = &[
+    (
+        "io.k8s.api.core.v1.PersistentVolumeClaimStatus",
+        "allocatedResourceStatuses",
+        "granular",
+    ),
+    (
+        "io.k8s.api.core.v1.PersistentVolumeSpec",
+        "claimRef",
+        "granular",
+    ),
+    ("io.k8s.api.core.v1.PodSpec", "nodeSelector", "atomic"),
+    (
+        "io.k8s.api.core.v1.ReplicationControllerSpec",
+        "selector",
+        "atomic",
+    ),
+    ("io.k8s.api.core.v1.ServiceSpec", "selector", "atomic"),
+    ("io.k8s.api.node.v1.Scheduling", "nodeSelector", "atomic"),
+];
+
+/// Every `(definition, field, map type)` row of fields upstream marks `+mapType`.
+pub fn field_map_types() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)>
+{
+    FIELD_MAP_TYPES.iter()
+}
 
 /// Whether upstream marks `definition` `+structType=atomic`.
 pub fn is_atomic_struct(definition: &str) -> bool {
