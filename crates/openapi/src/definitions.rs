@@ -18,6 +18,14 @@ const INT_OR_STRING: &str = "io.k8s.apimachinery.pkg.util.intstr.IntOrString";
 const QUANTITY: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 
+/// Definitions upstream's documents give no type.
+const UNTYPED: &[&str] = &[
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrArray",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrStringArray",
+];
+
 /// Every served group-version as `(group, version)`, core first.
 pub(crate) fn group_versions() -> Vec<(&'static str, &'static str)> {
     ferrokube_api::resources::groups()
@@ -61,6 +69,15 @@ pub(crate) fn build() -> Map<String, Value> {
     if let Some(Value::Object(d)) = defs.get_mut(QUANTITY) {
         d.remove("x-kubernetes-int-or-string");
         d.insert("type".into(), json!("string"));
+    }
+
+    // Values of any JSON, or of one of two shapes: upstream's generator gives them a
+    // description only (so clients validate nothing there), where schemars says
+    // `object` or lists the shapes.
+    for name in UNTYPED {
+        if let Some(Value::Object(d)) = defs.get_mut(*name) {
+            d.retain(|k, _| k == "description");
+        }
     }
 
     // Kinds and their lists.
@@ -115,9 +132,63 @@ pub(crate) fn build() -> Map<String, Value> {
             d.insert("x-kubernetes-map-type".into(), json!("atomic"));
         }
     }
+    for (definition, discriminator, fields) in UNIONS {
+        if let Some(Value::Object(d)) = defs.get_mut(*definition) {
+            let by: Map<String, Value> = fields
+                .iter()
+                .map(|(field, value)| ((*field).to_string(), json!(value)))
+                .collect();
+            d.insert(
+                "x-kubernetes-unions".into(),
+                json!([{"discriminator": discriminator, "fields-to-discriminateBy": by}]),
+            );
+        }
+    }
     add_enums(&mut defs);
     defs
 }
+
+/// A union's definition, its discriminator field, and each member field with the
+/// discriminator's value for it.
+type Union = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The `+union` structs of the built-in types: each one's discriminator field and the
+/// value it takes for each member field (upstream's `x-kubernetes-unions`).
+const UNIONS: &[Union] = &[
+    (
+        "io.k8s.api.core.v1.AppArmorProfile",
+        "type",
+        &[("localhostProfile", "LocalhostProfile")],
+    ),
+    (
+        "io.k8s.api.core.v1.SeccompProfile",
+        "type",
+        &[("localhostProfile", "LocalhostProfile")],
+    ),
+    (
+        "io.k8s.api.flowcontrol.v1.LimitResponse",
+        "type",
+        &[("queuing", "Queuing")],
+    ),
+    (
+        "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationSpec",
+        "type",
+        &[("exempt", "Exempt"), ("limited", "Limited")],
+    ),
+    (
+        "io.k8s.api.flowcontrol.v1.Subject",
+        "kind",
+        &[
+            ("group", "Group"),
+            ("serviceAccount", "ServiceAccount"),
+            ("user", "User"),
+        ],
+    ),
+];
 
 /// The values of the fields of `+enum` types, as upstream's generator adds them
 /// (kube-openapi `enum.go`): an `enum` list sorted as quoted strings and, on a field

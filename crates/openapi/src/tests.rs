@@ -917,3 +917,38 @@ fn fields_marked_map_type_carry_it() {
     let claim = &def(&doc, "io.k8s.api.core.v1.PersistentVolumeSpec")["properties"]["claimRef"];
     assert_eq!(claim["x-kubernetes-map-type"], "granular");
 }
+
+/// What upstream's 1.33 swagger.json says of definitions whose shape schemars gets
+/// otherwise: CRD schema values of any JSON have no type, unions are declared, and
+/// the apiextensions and apiregistration types carry their list types and merge keys.
+#[test]
+fn definitions_follow_upstreams_markers() {
+    let doc = swagger_v2();
+    let apiext = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1";
+    assert_eq!(
+        def(&doc, &format!("{apiext}.JSON"))
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["description"]
+    );
+    assert!(
+        def(&doc, &format!("{apiext}.JSONSchemaPropsOrArray"))
+            .get("oneOf")
+            .is_none()
+    );
+    let rules =
+        &def(&doc, &format!("{apiext}.JSONSchemaProps"))["properties"]["x-kubernetes-validations"];
+    assert_eq!(rules["x-kubernetes-list-type"], "map");
+    assert_eq!(rules["x-kubernetes-list-map-keys"], json!(["rule"]));
+    assert_eq!(rules["x-kubernetes-patch-merge-key"], "rule");
+    let conditions =
+        &def(&doc, &format!("{apiext}.CustomResourceDefinitionStatus"))["properties"]["conditions"];
+    assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]));
+    assert_eq!(
+        def(&doc, "io.k8s.api.flowcontrol.v1.Subject")["x-kubernetes-unions"],
+        json!([{"discriminator": "kind", "fields-to-discriminateBy":
+            {"group": "Group", "serviceAccount": "ServiceAccount", "user": "User"}}])
+    );
+}

@@ -684,6 +684,27 @@ mod tests {
     }
 
     #[test]
+    fn custom_resource_definitions_and_api_services_are_typed() {
+        // Their conditions are list-maps keyed by type, as upstream's markers say.
+        let status = json!({"status": {"conditions": [
+            {"type": "Established", "status": "True"},
+            {"type": "NamesAccepted", "status": "True"}
+        ]}});
+        for (group, kind) in [
+            ("apiextensions.k8s.io", "CustomResourceDefinition"),
+            ("apiregistration.k8s.io", "APIService"),
+        ] {
+            let fv1 = to_field_set(&status, Schema::for_kind(group, "v1", kind)).to_fields_v1();
+            assert!(
+                fv1["f:status"]["f:conditions"]
+                    .get(r#"k:{"type":"Established"}"#)
+                    .is_some(),
+                "{kind}: {fv1}"
+            );
+        }
+    }
+
+    #[test]
     fn merge_keyed_lists_and_maps() {
         let live = json!({"spec": {"template": {"spec": {"containers": [
             {"name": "a", "image": "x", "imagePullPolicy": "Always"},

@@ -1,7 +1,9 @@
 // Derived from the Go struct tags of k8s.io/api and k8s.io/apimachinery (meta/v1)
 // at Kubernetes v1.33 (`patchStrategy`, `patchMergeKey`, `+listType`, `+listMapKey`
-// and field types). Rows are grouped by definition in sorted order: lookups
-// binary-search on the first column (a test checks it).
+// and field types); the rows of apiextensions.k8s.io/v1 and apiregistration.k8s.io/v1
+// from the same markers as upstream's v1.33 swagger.json publishes them. Rows are
+// grouped by definition in sorted order: lookups binary-search on the first column (a
+// test checks it).
 use super::Strategy;
 
 /// `(definition, field, strategy, merge key)` for every field with a patch strategy.
@@ -535,6 +537,12 @@ pub static PATCH_META: &[(&str, &str, Strategy, Option<&str>)] = &[
         Some("type"),
     ),
     (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "x-kubernetes-validations",
+        Strategy::Merge,
+        Some("rule"),
+    ),
+    (
         "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
         "ownerReferences",
         Strategy::Merge,
@@ -545,6 +553,12 @@ pub static PATCH_META: &[(&str, &str, Strategy, Option<&str>)] = &[
         "finalizers",
         Strategy::Merge,
         None,
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceStatus",
+        "conditions",
+        Strategy::Merge,
+        Some("type"),
     ),
 ];
 
@@ -9051,6 +9065,191 @@ pub static TYPE_GRAPH: &[(&str, &str, &str)] = &[
         "io.k8s.api.storagemigration.v1alpha1.MigrationCondition",
     ),
     (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceConversion",
+        "webhook",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookConversion",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+        "metadata",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+        "spec",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionSpec",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+        "status",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionCondition",
+        "lastTransitionTime",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionList",
+        "items",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionList",
+        "metadata",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionSpec",
+        "conversion",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceConversion",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionSpec",
+        "names",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionNames",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionSpec",
+        "versions",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus",
+        "acceptedNames",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionNames",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus",
+        "conditions",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionCondition",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+        "additionalPrinterColumns",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceColumnDefinition",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+        "schema",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceValidation",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+        "selectableFields",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.SelectableField",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+        "subresources",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceSubresources",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceSubresources",
+        "scale",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceSubresourceScale",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceSubresources",
+        "status",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceSubresourceStatus",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceValidation",
+        "openAPIV3Schema",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "additionalItems",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "additionalProperties",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "allOf",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "anyOf",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "default",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "definitions",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "dependencies",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrStringArray",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "enum",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "example",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "externalDocs",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.ExternalDocumentation",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "items",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrArray",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "not",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "oneOf",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "patternProperties",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "properties",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "x-kubernetes-validations",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.ValidationRule",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookClientConfig",
+        "service",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.ServiceReference",
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookConversion",
+        "clientConfig",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookClientConfig",
+    ),
+    (
         "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup",
         "versions",
         "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery",
@@ -9179,6 +9378,46 @@ pub static TYPE_GRAPH: &[(&str, &str, &str)] = &[
         "io.k8s.apimachinery.pkg.apis.meta.v1.TableRow",
         "conditions",
         "io.k8s.apimachinery.pkg.apis.meta.v1.TableRowCondition",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
+        "metadata",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
+        "spec",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceSpec",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
+        "status",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceStatus",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceCondition",
+        "lastTransitionTime",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceList",
+        "items",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceList",
+        "metadata",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceSpec",
+        "service",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.ServiceReference",
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceStatus",
+        "conditions",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceCondition",
     ),
 ];
 
@@ -11996,6 +12235,96 @@ pub static LIST_TYPES: &[(&str, &str, &str, &[&str])] = &[
         &["type"],
     ),
     (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionNames",
+        "categories",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionNames",
+        "shortNames",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionSpec",
+        "versions",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus",
+        "conditions",
+        "map",
+        &["type"],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus",
+        "storedVersions",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+        "additionalPrinterColumns",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion",
+        "selectableFields",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "allOf",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "anyOf",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "enum",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "oneOf",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "required",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "x-kubernetes-list-map-keys",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+        "x-kubernetes-validations",
+        "map",
+        &["rule"],
+    ),
+    (
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookConversion",
+        "conversionReviewVersions",
+        "atomic",
+        &[],
+    ),
+    (
         "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup",
         "versions",
         "atomic",
@@ -12151,12 +12480,32 @@ pub static LIST_TYPES: &[(&str, &str, &str, &[&str])] = &[
         "atomic",
         &[],
     ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceSpec",
+        "caBundle",
+        "atomic",
+        &[],
+    ),
+    (
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceStatus",
+        "conditions",
+        "map",
+        &["type"],
+    ),
 ];
 
 /// `(API group, definition prefix)`: where each group's types live.
 pub static GROUP_PACKAGES: &[(&str, &str)] = &[
     ("", "io.k8s.api.core"),
     ("admission.k8s.io", "io.k8s.api.admission"),
+    (
+        "apiextensions.k8s.io",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
+    ),
+    (
+        "apiregistration.k8s.io",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration",
+    ),
     (
         "admissionregistration.k8s.io",
         "io.k8s.api.admissionregistration",
