@@ -397,7 +397,11 @@ mod tests {
         // deep, which the parser took seconds over), nor do non-ASCII ones.
         for gap in ["\0", "\u{14}", "\u{b}", "é"] {
             let open = format!("(-{gap}-");
-            assert_eq!(check(&nested(&open, ")", 9)).unwrap_err().0, refused, "{gap:?}");
+            assert_eq!(
+                check(&nested(&open, ")", 9)).unwrap_err().0,
+                refused,
+                "{gap:?}"
+            );
         }
         // A subtraction is no run, nor are runs side by side or one unary operator.
         assert!(check(&nested("(a - -", ")", 40)).is_ok());

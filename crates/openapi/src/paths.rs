@@ -68,6 +68,22 @@ fn tag(group: &str, version: &str) -> String {
     format!("{first}{}_{version}", chars.as_str())
 }
 
+/// Upstream's `GetArticleForNoun` with its spaces: ` a `, ` an ` before a vowel, and a
+/// lone space before a plural (`create Endpoints`, not `create a Endpoints`).
+fn article(noun: &str) -> &'static str {
+    if noun.ends_with('s') && !noun.ends_with("ss") {
+        " "
+    } else if noun
+        .chars()
+        .next()
+        .is_some_and(|c| "aeiou".contains(c.to_ascii_lowercase()))
+    {
+        " an "
+    } else {
+        " a "
+    }
+}
+
 fn capitalize(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
@@ -340,7 +356,11 @@ fn resource_paths(
             t.op(
                 "list",
                 "list",
-                format!("list or watch objects of kind {}", t.kind_for_text),
+                if r.supports("watch") {
+                    format!("list or watch objects of kind {}", t.kind_for_text)
+                } else {
+                    format!("list objects of kind {}", t.kind_for_text)
+                },
                 list_params(true),
                 &["*/*"],
                 WATCH_PRODUCES,
@@ -356,7 +376,7 @@ fn resource_paths(
             t.op(
                 "create",
                 "post",
-                format!("create a {}", r.kind),
+                format!("create{}{}", article(r.kind), r.kind),
                 params,
                 &["*/*"],
                 JSON_YAML_PB,
@@ -436,7 +456,7 @@ fn resource_paths(
             t.op(
                 "delete",
                 "delete",
-                format!("delete a {}", r.kind),
+                format!("delete{}{}", article(r.kind), r.kind),
                 delete_params(),
                 &["*/*"],
                 JSON_YAML_PB,
@@ -672,11 +692,9 @@ fn connect_path(
     let target = |method: &str| Target {
         group: r.group,
         version: r.version,
-        gvk: (
-            sub.group.unwrap_or(r.group),
-            sub.version.unwrap_or(r.version),
-            sub.kind,
-        ),
+        // Upstream names the parent's kind on a connect operation, not the options
+        // kind (`PodExecOptions`) the query parameters decode into.
+        gvk: (r.group, r.version, r.kind),
         op_suffix: format!("{method}{ns}{}{}", r.kind, capitalize(sub.name)),
         kind_for_text: r.kind,
     };
@@ -701,15 +719,25 @@ fn connect_path(
             ),
         );
     } else {
-        for verb in sub.verbs {
-            let (method, name) = match *verb {
-                "get" => ("get", "Get"),
-                "create" => ("post", "Post"),
-                "update" => ("put", "Put"),
-                "patch" => ("patch", "Patch"),
-                "delete" => ("delete", "Delete"),
-                _ => continue,
-            };
+        // A proxy passes HEAD and OPTIONS requests on too.
+        let proxy_methods: &[(&str, &str)] = if sub.name == "proxy" {
+            &[("head", "Head"), ("options", "Options")]
+        } else {
+            &[]
+        };
+        let methods = sub
+            .verbs
+            .iter()
+            .filter_map(|verb| match *verb {
+                "get" => Some(("get", "Get")),
+                "create" => Some(("post", "Post")),
+                "update" => Some(("put", "Put")),
+                "patch" => Some(("patch", "Patch")),
+                "delete" => Some(("delete", "Delete")),
+                _ => None,
+            })
+            .chain(proxy_methods.iter().copied());
+        for (method, name) in methods {
             item.insert(
                 method.into(),
                 target(name).op(
@@ -751,6 +779,11 @@ fn connect_path(
             "name": "path", "in": "path", "required": true}),
         );
         with_path.insert("parameters".into(), Value::Array(params));
+        for (_, op) in with_path.iter_mut() {
+            if let Some(Value::String(id)) = op.get_mut("operationId") {
+                id.push_str("WithPath");
+            }
+        }
         paths.insert(
             format!("{base}/{{name}}/proxy/{{path}}"),
             Value::Object(with_path),
@@ -844,7 +877,7 @@ fn subresource_path(
                     t.op(
                         "create",
                         "post",
-                        format!("create {} of a {}", sub.name, r.kind),
+                        format!("create {} of{}{}", sub.name, article(r.kind), r.kind),
                         params,
                         &["*/*"],
                         JSON_YAML_PB,
@@ -879,9 +912,10 @@ mod tests {
             "connectCoreV1PostNamespacedPodExec"
         );
         assert_eq!(exec["post"]["x-kubernetes-action"], "connect");
+        // As upstream's 1.33 swagger.json: the parent's kind, not PodExecOptions.
         assert_eq!(
             exec["get"]["x-kubernetes-group-version-kind"]["kind"],
-            "PodExecOptions"
+            "Pod"
         );
         assert_eq!(exec["get"]["responses"]["200"]["schema"]["type"], "string");
         let names: Vec<&str> = exec["parameters"]
@@ -915,6 +949,49 @@ mod tests {
         assert_eq!(
             attach["get"]["operationId"],
             "connectCoreV1GetNamespacedPodAttach"
+        );
+        let proxy = &paths["/api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}"];
+        assert_eq!(
+            proxy["head"]["operationId"],
+            "connectCoreV1HeadNamespacedPodProxyWithPath"
+        );
+        assert_eq!(
+            proxy["options"]["description"],
+            "connect OPTIONS requests to proxy of Pod"
+        );
+        let proxy = &paths["/api/v1/nodes/{name}/proxy"];
+        assert_eq!(proxy["head"]["operationId"], "connectCoreV1HeadNodeProxy");
+    }
+
+    #[test]
+    fn descriptions_use_upstreams_articles() {
+        let core = build_for("", "v1");
+        let create = |path: &str| core[path]["post"]["description"].clone();
+        assert_eq!(
+            create("/api/v1/namespaces/{namespace}/endpoints"),
+            "create Endpoints"
+        );
+        assert_eq!(
+            create("/api/v1/namespaces/{namespace}/events"),
+            "create an Event"
+        );
+        assert_eq!(
+            create("/api/v1/namespaces/{namespace}/pods"),
+            "create a Pod"
+        );
+        assert_eq!(
+            core["/api/v1/namespaces/{namespace}/events/{name}"]["delete"]["description"],
+            "delete an Event"
+        );
+        let ingress = build_for("networking.k8s.io", "v1");
+        assert_eq!(
+            ingress["/apis/networking.k8s.io/v1/namespaces/{namespace}/ingresses"]["post"]["description"],
+            "create an Ingress"
+        );
+        // A resource that cannot be watched is listed only.
+        assert_eq!(
+            core["/api/v1/componentstatuses"]["get"]["description"],
+            "list objects of kind ComponentStatus"
         );
     }
 
