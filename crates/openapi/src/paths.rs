@@ -108,7 +108,7 @@ fn pretty() -> Value {
     query(
         "pretty",
         "string",
-        "If 'true', then the output is pretty printed.",
+        "If 'true', then the output is pretty printed. Defaults to 'false' unless the user-agent indicates a browser or command-line HTTP tool (curl and wget).",
     )
 }
 
@@ -150,7 +150,7 @@ fn list_params(watch: bool) -> Vec<Value> {
         query(
             "continue",
             "string",
-            "The continue option should be set when retrieving more results from the server. Since this value is server defined, clients may only use the continue value from a previous query result with identical query parameters (except for the value of continue) and the server may reject a continue value it does not recognize.",
+            "The continue option should be set when retrieving more results from the server. Since this value is server defined, clients may only use the continue value from a previous query result with identical query parameters (except for the value of continue) and the server may reject a continue value it does not recognize. If the specified continue value is no longer valid whether due to expiration (generally five to fifteen minutes) or a configuration change on the server, the server will respond with a 410 ResourceExpired error together with a continue token. If the client needs a consistent list, it must restart their list without the continue field. Otherwise, the client may send another list request with the token received with the 410 error, the server will respond with a list starting from the next key, but from the latest snapshot, which is inconsistent from the previous list results - objects that are created, modified, or deleted after the first list request will be included in the response, as long as their keys are after the \"next key\".\n\nThis field is not supported when watch is true. Clients may start a watch from the last resourceVersion value returned by the server and not miss any modifications.",
         ),
         query(
             "fieldSelector",
@@ -165,7 +165,7 @@ fn list_params(watch: bool) -> Vec<Value> {
         query(
             "limit",
             "integer",
-            "limit is a maximum number of responses to return for a list call. If more items exist, the server will set the `continue` field on the list metadata to a value that can be used with the same initial query to retrieve the next set of results.",
+            "limit is a maximum number of responses to return for a list call. If more items exist, the server will set the `continue` field on the list metadata to a value that can be used with the same initial query to retrieve the next set of results. Setting a limit may return fewer than the requested amount of items (up to zero items) in the event all requested objects are filtered out and clients should only use the presence of the continue field to determine whether more results are available. Servers may choose not to support the limit argument and will return all of the available results. If limit is specified and the continue field is empty, clients may assume that no more results are available. This field is not supported if watch is true.\n\nThe server guarantees that the objects returned when using continue will be identical to issuing a single list call without a limit - that is, no objects created, modified, or deleted after the first request is issued will be included in any subsequent continued requests. This is sometimes referred to as a consistent snapshot, and ensures that a client that is using limit to receive smaller chunks of a very large result can ensure they see all possible objects. If objects are updated during a chunked list the version of the object that was present at the time the first list result was calculated is returned.",
         ),
         query(
             "resourceVersion",
@@ -180,7 +180,7 @@ fn list_params(watch: bool) -> Vec<Value> {
         query(
             "sendInitialEvents",
             "boolean",
-            "`sendInitialEvents=true` may be set together with `watch=true`. In that case, the watch stream will begin with synthetic events to produce the current state of objects in the collection. Once all such events have been sent, a synthetic \"Bookmark\" event  will be sent.",
+            "`sendInitialEvents=true` may be set together with `watch=true`. In that case, the watch stream will begin with synthetic events to produce the current state of objects in the collection. Once all such events have been sent, a synthetic \"Bookmark\" event  will be sent. The bookmark will report the ResourceVersion (RV) corresponding to the set of objects, and be marked with `\"k8s.io/initial-events-end\": \"true\"` annotation. Afterwards, the watch stream will proceed as usual, sending watch events corresponding to changes (subsequent to the RV) to objects watched.\n\nWhen `sendInitialEvents` option is set, we require `resourceVersionMatch` option to also be set. The semantic of the watch request is as following: - `resourceVersionMatch` = NotOlderThan\n  is interpreted as \"data at least as new as the provided `resourceVersion`\"\n  and the bookmark event is send when the state is synced\n  to a `resourceVersion` at least as fresh as the one provided by the ListOptions.\n  If `resourceVersion` is unset, this is interpreted as \"consistent read\" and the\n  bookmark event is send when the state is synced at least to the moment\n  when request started being processed.\n- `resourceVersionMatch` set to any other value or unset\n  Invalid error is returned.\n\nDefaults to true if `resourceVersion=\"\"` or `resourceVersion=\"0\"` (for backward compatibility reasons) and to false otherwise.",
         ),
         query(
             "timeoutSeconds",
@@ -195,8 +195,13 @@ fn list_params(watch: bool) -> Vec<Value> {
 }
 
 fn delete_params() -> Vec<Value> {
+    // DeleteOptions may be left out.
+    let mut options = body(DELETE_OPTIONS);
+    if let Some(o) = options.as_object_mut() {
+        o.remove("required");
+    }
     vec![
-        body(DELETE_OPTIONS),
+        options,
         dry_run(),
         query(
             "gracePeriodSeconds",
@@ -206,17 +211,17 @@ fn delete_params() -> Vec<Value> {
         query(
             "ignoreStoreReadErrorWithClusterBreakingPotential",
             "boolean",
-            "if set to true, it will trigger an unsafe deletion of the resource in case the normal deletion flow fails with a corrupt object error.",
+            "if set to true, it will trigger an unsafe deletion of the resource in case the normal deletion flow fails with a corrupt object error. A resource is considered corrupt if it can not be retrieved from the underlying storage successfully because of a) its data can not be transformed e.g. decryption failure, or b) it fails to decode into an object. NOTE: unsafe deletion ignores finalizer constraints, skips precondition checks, and removes the object from the storage. WARNING: This may potentially break the cluster if the workload associated with the resource being unsafe-deleted relies on normal deletion flow. Use only if you REALLY know what you are doing. The default value is false, and the user must opt in to enable it",
         ),
         query(
             "orphanDependents",
             "boolean",
-            "Deprecated: please use the PropagationPolicy, this field will be deprecated in 1.7. Should the dependent objects be orphaned.",
+            "Deprecated: please use the PropagationPolicy, this field will be deprecated in 1.7. Should the dependent objects be orphaned. If true/false, the \"orphan\" finalizer will be added to/removed from the object's finalizers list. Either this field or PropagationPolicy may be set, but not both.",
         ),
         query(
             "propagationPolicy",
             "string",
-            "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both. Acceptable values are: 'Orphan' - orphan the dependents; 'Background' - allow the garbage collector to delete the dependents in the background; 'Foreground' - a cascading policy that deletes all dependents in the foreground.",
+            "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both. The default policy is decided by the existing finalizer set in the metadata.finalizers and the resource-specific default policy. Acceptable values are: 'Orphan' - orphan the dependents; 'Background' - allow the garbage collector to delete the dependents in the background; 'Foreground' - a cascading policy that deletes all dependents in the foreground.",
         ),
     ]
 }
@@ -389,7 +394,11 @@ fn resource_paths(
     }
     if r.supports("deletecollection") {
         let mut params = delete_params();
-        params.extend(list_params(false));
+        params.extend(
+            list_params(false)
+                .into_iter()
+                .filter(|p| p["name"] != "allowWatchBookmarks"),
+        );
         let tc = target(format!("Collection{ns}{}", r.kind));
         item.insert(
             "delete".into(),
@@ -548,6 +557,15 @@ fn resource_paths(
 fn patch_op(t: &Target<'_>, def: &str, description: &str, consumes: &[&str]) -> Value {
     let mut params = vec![body(PATCH)];
     params.extend(write_params());
+    // A patch's field manager is documented with when it is required.
+    for p in &mut params {
+        if p["name"] == "fieldManager" {
+            p["description"] = json!(format!(
+                "{} This field is required for apply requests (application/apply-patch) but optional for non-apply patch types (JsonPatch, MergePatch, StrategicMergePatch).",
+                p["description"].as_str().unwrap_or_default()
+            ));
+        }
+    }
     params.push(query("force", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests."));
     t.op(
         "patch",
@@ -988,6 +1006,19 @@ mod tests {
             ingress["/apis/networking.k8s.io/v1/namespaces/{namespace}/ingresses"]["post"]["description"],
             "create an Ingress"
         );
+        // DeleteOptions may be left out; a collection's delete is not a watch.
+        let names = |op: &Value| -> Vec<String> {
+            op["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let collection = &core["/api/v1/namespaces/{namespace}/configmaps"]["delete"];
+        assert!(collection["parameters"][0].get("required").is_none());
+        assert!(!names(collection).contains(&"allowWatchBookmarks".to_string()));
+        assert!(names(collection).contains(&"sendInitialEvents".to_string()));
         // A resource that cannot be watched is listed only.
         assert_eq!(
             core["/api/v1/componentstatuses"]["get"]["description"],
