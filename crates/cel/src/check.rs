@@ -23,10 +23,61 @@ use serde_json::Value;
 pub(crate) trait Handle: Copy + fmt::Debug {
     fn same(self, other: Self) -> bool;
 
-    /// The struct type's name when it has one cel-go would print (upstream's declared
-    /// types such as `kubernetes.AdmissionRequest`); a schema's object types are named
-    /// after generated identifiers upstream, so they have none here.
-    fn name(&self) -> Option<&str>;
+    /// The struct type's name when it has one cel-go would print: upstream's declared
+    /// types (`kubernetes.AdmissionRequest`), and a CRD rule's object types while it is
+    /// checked ([`with_object_names`]: `selfType123.spec`).
+    fn name(&self) -> Option<String>;
+}
+
+thread_local! {
+    /// The names of the object types of the schema a check is running against, by the
+    /// address of their schema nodes ([`with_object_names`]).
+    static OBJECT_NAMES: std::cell::RefCell<HashMap<usize, String>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// Runs `check` with the object types of `root`'s schema named as upstream names a CRD
+/// rule's declared types: `root_name` for the node itself, then `.field` for a
+/// property, `.@idx` for a list's items and `.@elem` for a map's values
+/// (`DeclType.MaybeAssignTypeName`). The names are the nodes' for the duration only.
+pub(crate) fn with_object_names<T>(
+    root: &Value,
+    root_name: &str,
+    extra: &[(&Value, &str)],
+    check: impl FnOnce() -> T,
+) -> T {
+    fn name_nodes(node: &Value, name: &str, names: &mut HashMap<usize, String>, depth: usize) {
+        if depth > 128 {
+            return;
+        }
+        names.insert(std::ptr::from_ref(node) as usize, name.to_string());
+        if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+            for (field, child) in properties {
+                name_nodes(child, &format!("{name}.{field}"), names, depth + 1);
+            }
+        }
+        if let Some(items) = node.get("items").filter(|i| i.is_object()) {
+            name_nodes(items, &format!("{name}.@idx"), names, depth + 1);
+        }
+        if let Some(values) = node.get("additionalProperties").filter(|v| v.is_object()) {
+            name_nodes(values, &format!("{name}.@elem"), names, depth + 1);
+        }
+    }
+    let mut names = HashMap::new();
+    name_nodes(root, root_name, &mut names, 0);
+    for (node, name) in extra {
+        names.insert(std::ptr::from_ref(*node) as usize, (*name).to_string());
+    }
+    OBJECT_NAMES.with(|n| *n.borrow_mut() = names);
+    // Cleared however `check` ends, so no later check sees another schema's names.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            OBJECT_NAMES.with(|n| n.borrow_mut().clear());
+        }
+    }
+    let _clear = Clear;
+    check()
 }
 
 /// The key of a schema node that names its struct type ([`Handle::name`]); only the
@@ -38,8 +89,12 @@ impl Handle for &Value {
         std::ptr::eq(self, other)
     }
 
-    fn name(&self) -> Option<&str> {
-        self.get(TYPE_NAME_KEY).and_then(Value::as_str)
+    fn name(&self) -> Option<String> {
+        if let Some(name) = self.get(TYPE_NAME_KEY).and_then(Value::as_str) {
+            return Some(name.to_string());
+        }
+        let address = std::ptr::from_ref(*self) as usize;
+        OBJECT_NAMES.with(|n| n.borrow().get(&address).cloned())
     }
 }
 
@@ -52,7 +107,7 @@ impl Handle for NoObject {
         match self {}
     }
 
-    fn name(&self) -> Option<&str> {
+    fn name(&self) -> Option<String> {
         match *self {}
     }
 }
@@ -108,8 +163,8 @@ impl<O: Handle> Type<O> {
     }
 
     /// Whether an issue naming this type may be reported: it holds nothing this crate
-    /// guessed or cannot name as cel-go does (a schema's object type is named after a
-    /// generated identifier).
+    /// guessed or cannot name as cel-go does (a schema's object type is named only in
+    /// a CRD rule, [`with_object_names`]; a policy's kinds' types are not).
     pub(crate) fn is_reportable(&self) -> bool {
         match self {
             Type::Object(o) => o.name().is_some(),
@@ -152,7 +207,7 @@ impl<O: Handle> Type<O> {
                 format!("{name}({})", joined(params)?)
             }
             Type::Var(_) => "dyn".to_string(),
-            Type::Object(o) => o.name()?.to_string(),
+            Type::Object(o) => o.name()?,
             Type::Unknown | Type::Error | Type::Param(_) => return None,
             other => other.to_string(),
         })
@@ -265,7 +320,7 @@ impl<O: Handle> fmt::Display for Type<O> {
             Type::Kind(t) => write!(f, "type({t})"),
             Type::Opaque(name, params) if params.is_empty() => f.write_str(name),
             Type::Opaque(name, params) => write!(f, "{name}({})", joined(params)),
-            Type::Object(o) => f.write_str(o.name().unwrap_or("object")),
+            Type::Object(o) => f.write_str(o.name().as_deref().unwrap_or("object")),
             Type::Param(name) => f.write_str(name),
             Type::Var(i) => write!(f, "_var{i}"),
             Type::Dyn | Type::Unknown => f.write_str("dyn"),

@@ -195,7 +195,7 @@ impl check::Handle for &Decl {
         std::ptr::eq(self, other)
     }
 
-    fn name(&self) -> Option<&str> {
+    fn name(&self) -> Option<String> {
         None
     }
 }

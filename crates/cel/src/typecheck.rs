@@ -143,6 +143,28 @@ impl OutputType {
 /// `expected type 'bool' but found 'int'` and the like, where the types involved are
 /// known.
 pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: bool) -> RuleCheck {
+    // Upstream names the rule's object types after a placeholder it changes on every
+    // write of the CRD, so that no rule can depend on it: `selfType<nanoseconds>`.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let root = format!("selfType{nanos}");
+    let embedded = node
+        .get("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let metadata = format!("{root}.metadata");
+    let extra: &[(&Value, &str)] = if embedded {
+        &[(&OBJECT_META, metadata.as_str())]
+    } else {
+        &[]
+    };
+    check::with_object_names(node, &root, extra, || {
+        check_rule_fields_named(program, node, optional_old_self)
+    })
+}
+
+fn check_rule_fields_named(program: &Program, node: &Value, optional_old_self: bool) -> RuleCheck {
     let env = Environment::untyped();
     let mut checker = Checker::new(&env, program.source(), Some(node));
     checker.optional_old_self = optional_old_self;
@@ -786,7 +808,8 @@ impl<'s, 'a> Checker<'s, 'a> {
                 (Type::Dyn, Type::Dyn)
             }
             Type::Dyn | Type::Error => (Type::Dyn, Type::Dyn),
-            Type::Unknown | Type::Object(_) => (Type::Unknown, Type::Unknown),
+            Type::Unknown => (Type::Unknown, Type::Unknown),
+            Type::Object(_) if !range.is_reportable() => (Type::Unknown, Type::Unknown),
             other => {
                 if other.is_reportable() {
                     let message = format!(
@@ -1584,5 +1607,60 @@ mod tests {
             )),
             "found no matching overload for 'orValue' applied to 'optional_type(string).(int)'"
         );
+    }
+}
+
+#[cfg(test)]
+mod object_type_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn first(rule: &str, node: &Value) -> String {
+        let program = crate::compile(rule, &["self", "oldSelf"]).unwrap();
+        let issues = check_rule_fields(&program, node, false).issues;
+        issues.lines().next().unwrap_or("").to_string()
+    }
+
+    /// A CRD rule's object types are named as upstream names them (`selfType<n>` and
+    /// the path below it, the number changed on every check), so what cel-go refuses
+    /// about an object is refused here too.
+    #[test]
+    fn object_types_are_named_after_the_rule_node() {
+        let node = json!({"type": "object", "properties": {
+            "o": {"type": "object", "properties": {"i": {"type": "integer"}}},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+            "m": {"type": "object", "additionalProperties": {"type": "string"}},
+            "spec": {"type": "object", "properties": {"x": {"type": "integer"}}}}});
+        let issue = first("self.o == 1", &node);
+        let named = regex::Regex::new(
+            r"found no matching overload for '_==_' applied to '\(selfType\d+\.o, int\)'$",
+        )
+        .unwrap();
+        assert!(named.is_match(&issue), "{issue}");
+        let issue = first("size(self.spec) > 0", &node);
+        assert!(
+            regex::Regex::new(r"applied to '\(selfType\d+\.spec\)'$")
+                .unwrap()
+                .is_match(&issue),
+            "{issue}"
+        );
+        let issue = first("self.list[0] == 'a'", &node);
+        assert!(issue.contains(".list.@idx, string)'"), "{issue}");
+        let issue = first("self.spec.all(k, k == 'x')", &node);
+        assert!(
+            issue.contains("cannot be range of a comprehension (must be list, map, or dynamic)"),
+            "{issue}"
+        );
+        // Comparisons of one object type, nulls and maps stay accepted.
+        for ok in [
+            "self.o == oldSelf.o",
+            "self.o != null",
+            "self.m.all(k, self.m[k] != '')",
+            "has(self.o.i) && self.o.i > 0",
+            "self.list.all(e, e.a != '')",
+        ] {
+            let program = crate::compile(ok, &["self", "oldSelf"]).unwrap();
+            assert_eq!(check_rule_fields(&program, &node, false).issues, "", "{ok}");
+        }
     }
 }
