@@ -2052,6 +2052,8 @@ struct CompiledRule {
 struct RuleNode {
     typed: serde_json::Value,
     scope: ferrokube_cel::estimate::RuleScope,
+    /// The node's object type names, shared by its rules' checks.
+    type_names: ferrokube_cel::typecheck::RuleTypeNames,
 }
 
 impl RuleNode {
@@ -2061,7 +2063,12 @@ impl RuleNode {
             map.insert("x-kubernetes-embedded-resource".into(), true.into());
         }
         let scope = ferrokube_cel::estimate::RuleScope::new(&typed, is_root);
-        RuleNode { typed, scope }
+        let type_names = ferrokube_cel::typecheck::RuleTypeNames::new(&typed);
+        RuleNode {
+            typed,
+            scope,
+            type_names,
+        }
     }
 
     /// The expression's type when known and its estimated cost, or why it does not
@@ -2073,8 +2080,12 @@ impl RuleNode {
     ) -> Result<(Option<String>, u64), String> {
         const VARIABLES: &[&str] = &["self", "oldSelf"];
         let program = ferrokube_cel::compile(source, VARIABLES).map_err(|e| e.0)?;
-        let check =
-            ferrokube_cel::typecheck::check_rule_fields(&program, &self.typed, optional_old_self);
+        let check = ferrokube_cel::typecheck::check_rule_on(
+            &program,
+            &self.typed,
+            optional_old_self,
+            &self.type_names,
+        );
         if check.issues.is_empty() {
             Ok((check.result, self.scope.max_cost(&program)))
         } else {

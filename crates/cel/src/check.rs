@@ -24,60 +24,109 @@ pub(crate) trait Handle: Copy + fmt::Debug {
     fn same(self, other: Self) -> bool;
 
     /// The struct type's name when it has one cel-go would print: upstream's declared
-    /// types (`kubernetes.AdmissionRequest`), and a CRD rule's object types while it is
-    /// checked ([`with_object_names`]: `selfType123.spec`).
+    /// types (`kubernetes.AdmissionRequest`), and a CRD rule's object types once its
+    /// check has named them ([`TypeNames`]: `selfType123.spec`).
     fn name(&self) -> Option<String>;
 }
 
 thread_local! {
     /// The names of the object types of the schema a check is running against, by the
-    /// address of their schema nodes ([`with_object_names`]).
-    static OBJECT_NAMES: std::cell::RefCell<HashMap<usize, String>> =
-        std::cell::RefCell::new(HashMap::new());
+    /// address of their schema nodes ([`NamesInUse`]).
+    static OBJECT_NAMES: std::cell::RefCell<Option<std::sync::Arc<HashMap<usize, String>>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `check` with the object types of `root`'s schema named as upstream names a CRD
-/// rule's declared types: `root_name` for the node itself, then `.field` for a
-/// property, `.@idx` for a list's items and `.@elem` for a map's values
-/// (`DeclType.MaybeAssignTypeName`). The names are the nodes' for the duration only.
-pub(crate) fn with_object_names<T>(
-    root: &Value,
-    root_name: &str,
-    extra: &[(&Value, &str)],
-    check: impl FnOnce() -> T,
-) -> T {
-    fn name_nodes(node: &Value, name: &str, names: &mut HashMap<usize, String>, depth: usize) {
-        if depth > 128 {
+/// The names of a CRD rule node's object types, as upstream names its declared types:
+/// `root_name` for the node, then `.field` for a property, `.@idx` for a list's items
+/// and `.@elem` for a map's values (`DeclType.MaybeAssignTypeName`). Naming walks the
+/// whole schema below the node, so it is done once per node, and only when a check
+/// first needs a name (an issue is about to be reported).
+#[derive(Debug)]
+pub(crate) struct TypeNames {
+    root_name: String,
+    /// `root_name.metadata` for the metadata every resource has.
+    metadata: Option<&'static Value>,
+    names: std::sync::OnceLock<std::sync::Arc<HashMap<usize, String>>>,
+}
+
+impl TypeNames {
+    pub(crate) fn new(root_name: String, metadata: Option<&'static Value>) -> Self {
+        TypeNames {
+            root_name,
+            metadata,
+            names: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn of(&self, root: &Value) -> std::sync::Arc<HashMap<usize, String>> {
+        self.names
+            .get_or_init(|| {
+                fn walk(
+                    node: &Value,
+                    name: &str,
+                    names: &mut HashMap<usize, String>,
+                    depth: usize,
+                ) {
+                    if depth > 128 {
+                        return;
+                    }
+                    names.insert(std::ptr::from_ref(node) as usize, name.to_string());
+                    if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+                        for (field, child) in properties {
+                            walk(child, &format!("{name}.{field}"), names, depth + 1);
+                        }
+                    }
+                    if let Some(items) = node.get("items").filter(|i| i.is_object()) {
+                        walk(items, &format!("{name}.@idx"), names, depth + 1);
+                    }
+                    if let Some(values) = node.get("additionalProperties").filter(|v| v.is_object())
+                    {
+                        walk(values, &format!("{name}.@elem"), names, depth + 1);
+                    }
+                }
+                let mut names = HashMap::new();
+                walk(root, &self.root_name, &mut names, 0);
+                if let Some(metadata) = self.metadata {
+                    let address = std::ptr::from_ref(metadata) as usize;
+                    names.insert(address, format!("{}.metadata", self.root_name));
+                }
+                std::sync::Arc::new(names)
+            })
+            .clone()
+    }
+}
+
+/// [`TypeNames`] in use by one check of a rule on `root`: installed for
+/// [`Handle::name`] when first needed, removed when dropped.
+pub(crate) struct NamesInUse<'n> {
+    names: &'n TypeNames,
+    installed: std::cell::Cell<bool>,
+}
+
+impl<'n> NamesInUse<'n> {
+    pub(crate) fn new(names: &'n TypeNames) -> Self {
+        NamesInUse {
+            names,
+            installed: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Makes the names of `root`'s object types what [`Handle::name`] gives.
+    pub(crate) fn install(&self, root: &Value) {
+        if self.installed.replace(true) {
             return;
         }
-        names.insert(std::ptr::from_ref(node) as usize, name.to_string());
-        if let Some(properties) = node.get("properties").and_then(Value::as_object) {
-            for (field, child) in properties {
-                name_nodes(child, &format!("{name}.{field}"), names, depth + 1);
-            }
-        }
-        if let Some(items) = node.get("items").filter(|i| i.is_object()) {
-            name_nodes(items, &format!("{name}.@idx"), names, depth + 1);
-        }
-        if let Some(values) = node.get("additionalProperties").filter(|v| v.is_object()) {
-            name_nodes(values, &format!("{name}.@elem"), names, depth + 1);
+        let names = self.names.of(root);
+        OBJECT_NAMES.with(|n| *n.borrow_mut() = Some(names));
+    }
+}
+
+impl Drop for NamesInUse<'_> {
+    fn drop(&mut self) {
+        if self.installed.get() {
+            OBJECT_NAMES.with(|n| *n.borrow_mut() = None);
         }
     }
-    let mut names = HashMap::new();
-    name_nodes(root, root_name, &mut names, 0);
-    for (node, name) in extra {
-        names.insert(std::ptr::from_ref(*node) as usize, (*name).to_string());
-    }
-    OBJECT_NAMES.with(|n| *n.borrow_mut() = names);
-    // Cleared however `check` ends, so no later check sees another schema's names.
-    struct Clear;
-    impl Drop for Clear {
-        fn drop(&mut self) {
-            OBJECT_NAMES.with(|n| n.borrow_mut().clear());
-        }
-    }
-    let _clear = Clear;
-    check()
 }
 
 /// The key of a schema node that names its struct type ([`Handle::name`]); only the
@@ -94,7 +143,7 @@ impl Handle for &Value {
             return Some(name.to_string());
         }
         let address = std::ptr::from_ref(*self) as usize;
-        OBJECT_NAMES.with(|n| n.borrow().get(&address).cloned())
+        OBJECT_NAMES.with(|n| n.borrow().as_ref()?.get(&address).cloned())
     }
 }
 
@@ -164,7 +213,7 @@ impl<O: Handle> Type<O> {
 
     /// Whether an issue naming this type may be reported: it holds nothing this crate
     /// guessed or cannot name as cel-go does (a schema's object type is named only in
-    /// a CRD rule, [`with_object_names`]; a policy's kinds' types are not).
+    /// a CRD rule, [`TypeNames`]; a policy's kinds' types are not).
     pub(crate) fn is_reportable(&self) -> bool {
         match self {
             Type::Object(o) => o.name().is_some(),
@@ -173,6 +222,17 @@ impl<O: Handle> Type<O> {
             Type::Map(k, v) => k.is_reportable() && v.is_reportable(),
             Type::Opaque(_, params) => params.iter().all(Type::is_reportable),
             _ => true,
+        }
+    }
+
+    /// Whether a struct type is part of the type.
+    pub(crate) fn mentions_object(&self) -> bool {
+        match self {
+            Type::Object(_) => true,
+            Type::List(e) | Type::Kind(e) => e.mentions_object(),
+            Type::Map(k, v) => k.mentions_object() || v.mentions_object(),
+            Type::Opaque(_, params) => params.iter().any(Type::mentions_object),
+            _ => false,
         }
     }
 

@@ -143,30 +143,42 @@ impl OutputType {
 /// `expected type 'bool' but found 'int'` and the like, where the types involved are
 /// known.
 pub fn check_rule_fields(program: &Program, node: &Value, optional_old_self: bool) -> RuleCheck {
-    // Upstream names the rule's object types after a placeholder it changes on every
-    // write of the CRD, so that no rule can depend on it: `selfType<nanoseconds>`.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let root = format!("selfType{nanos}");
-    let embedded = node
-        .get("x-kubernetes-embedded-resource")
-        .and_then(Value::as_bool)
-        == Some(true);
-    let metadata = format!("{root}.metadata");
-    let extra: &[(&Value, &str)] = if embedded {
-        &[(&OBJECT_META, metadata.as_str())]
-    } else {
-        &[]
-    };
-    check::with_object_names(node, &root, extra, || {
-        check_rule_fields_named(program, node, optional_old_self)
-    })
+    check_rule_on(program, node, optional_old_self, &RuleTypeNames::new(node))
 }
 
-fn check_rule_fields_named(program: &Program, node: &Value, optional_old_self: bool) -> RuleCheck {
+/// The names of a CRD rule node's object types, made when a rule on the node first
+/// needs them and shared by the node's rules, as upstream names them once per node
+/// (`selfType<n>`, the number changed on every write of the CRD so that no rule can
+/// depend on it).
+#[derive(Debug)]
+pub struct RuleTypeNames(check::TypeNames);
+
+impl RuleTypeNames {
+    pub fn new(node: &Value) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let embedded = node
+            .get("x-kubernetes-embedded-resource")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let metadata: Option<&'static Value> = embedded.then_some(&*OBJECT_META);
+        RuleTypeNames(check::TypeNames::new(format!("selfType{nanos}"), metadata))
+    }
+}
+
+/// [`check_rule_fields`] with the node's object type names made once for all its
+/// rules.
+pub fn check_rule_on(
+    program: &Program,
+    node: &Value,
+    optional_old_self: bool,
+    names: &RuleTypeNames,
+) -> RuleCheck {
+    let names = check::NamesInUse::new(&names.0);
     let env = Environment::untyped();
     let mut checker = Checker::new(&env, program.source(), Some(node));
+    checker.object_names = Some(&names);
     checker.optional_old_self = optional_old_self;
     checker.schema_of(program.expression());
     let mut result = None;
@@ -174,6 +186,9 @@ fn check_rule_fields_named(program: &Program, node: &Value, optional_old_self: b
         checker.quiet = true;
         let t = checker.type_of(program.expression());
         if !matches!(t, Type::Dyn | Type::Unknown | Type::Error | Type::Var(_)) {
+            if t.mentions_object() {
+                checker.name_objects();
+            }
             result = Some(t.to_string());
         }
     }
@@ -352,6 +367,8 @@ struct Checker<'s, 'a> {
     locals: Vec<(String, SchemaType<'a>)>,
     /// How many `format` calls the expression being typed is inside of.
     inside_format: usize,
+    /// A CRD rule's object type names, made when an issue may name one.
+    object_names: Option<&'s check::NamesInUse<'s>>,
 }
 
 impl<'s, 'a> Checker<'s, 'a> {
@@ -368,6 +385,15 @@ impl<'s, 'a> Checker<'s, 'a> {
             subs: Substitutions::default(),
             locals: Vec::new(),
             inside_format: 0,
+            object_names: None,
+        }
+    }
+
+    /// Names a CRD rule's object types before an issue might name one (or the rule's
+    /// result type is named).
+    fn name_objects(&self) {
+        if let (Some(names), Some(root)) = (self.object_names, self.rule_self) {
+            names.install(root);
         }
     }
 
@@ -732,6 +758,7 @@ impl<'s, 'a> Checker<'s, 'a> {
             }
             Type::Dyn | Type::Error | Type::Unknown => target.clone(),
             other => {
+                self.name_objects();
                 if other.is_reportable() {
                     let message = format!("type '{other}' does not support field selection");
                     let at = self.field_position(field);
@@ -785,6 +812,7 @@ impl<'s, 'a> Checker<'s, 'a> {
     /// cel-go's `expected type 'X' but found 'Y'` about `e`.
     fn mismatch(&mut self, e: &IdedExpr, expected: &SchemaType<'a>, found: &SchemaType<'a>) {
         let (expected, found) = (self.subs.substitute(expected), self.subs.substitute(found));
+        self.name_objects();
         if expected.is_reportable() && found.is_reportable() {
             let message = format!("expected type '{expected}' but found '{found}'");
             let at = self.position_of(e);
@@ -809,7 +837,14 @@ impl<'s, 'a> Checker<'s, 'a> {
             }
             Type::Dyn | Type::Error => (Type::Dyn, Type::Dyn),
             Type::Unknown => (Type::Unknown, Type::Unknown),
-            Type::Object(_) if !range.is_reportable() => (Type::Unknown, Type::Unknown),
+            Type::Object(_)
+                if !{
+                    self.name_objects();
+                    range.is_reportable()
+                } =>
+            {
+                (Type::Unknown, Type::Unknown)
+            }
             other => {
                 if other.is_reportable() {
                     let message = format!(
@@ -908,6 +943,7 @@ impl<'s, 'a> Checker<'s, 'a> {
             return result;
         }
         let args: Vec<SchemaType<'a>> = args.iter().map(|a| self.subs.substitute(a)).collect();
+        self.name_objects();
         if !args.iter().all(Type::is_reportable) {
             return Type::Unknown;
         }
