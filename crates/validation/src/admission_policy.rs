@@ -24,6 +24,12 @@ const MAX_MATCH_CONDITIONS: usize = 64;
 #[derive(Default)]
 pub(crate) struct Stored<'a>(BTreeSet<&'a str>);
 
+impl<'a> Stored<'a> {
+    pub(crate) fn of(expressions: impl Iterator<Item = &'a str>) -> Self {
+        Stored(expressions.collect())
+    }
+}
+
 /// Reports what compiling `source` gave as the field's `Invalid value` with the
 /// compiler's message; for an expression the update keeps, what compiling it as it
 /// was stored gives instead (parsed, with only declared variables and functions).
@@ -360,6 +366,9 @@ fn expressions(policy: &ar::ValidatingAdmissionPolicy) -> Stored<'_> {
         for v in spec.variables.iter().flatten() {
             all.insert(v.expression.as_str());
         }
+        for c in spec.match_conditions.iter().flatten() {
+            all.insert(c.expression.trim());
+        }
     }
     Stored(all)
 }
@@ -646,6 +655,19 @@ mod tests {
         let mut labelled = stored.clone();
         labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert_eq!(labelled.validate_update(&stored), vec![]);
+        // Match conditions changed around one stored before: it is kept.
+        let mut more = stored.clone();
+        more.spec
+            .as_mut()
+            .unwrap()
+            .match_conditions
+            .as_mut()
+            .unwrap()
+            .push(ar::MatchCondition {
+                name: "n".into(),
+                expression: "true".into(),
+            });
+        assert_eq!(more.validate_update(&stored), vec![]);
         let mut changed = stored.clone();
         changed.spec.as_mut().unwrap().validations.as_mut().unwrap()[0].expression =
             "object.spec.suspended".into();

@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1 as ar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::Validate;
+use crate::admission_policy::Stored;
 use crate::util::*;
 
 /// The fields both webhook kinds share.
@@ -26,7 +27,31 @@ struct Webhook<'a> {
     match_conditions: Option<&'a Vec<ar::MatchCondition>>,
 }
 
-fn validate_webhook(w: &Webhook<'_>, path: &FieldPath, errs: &mut Vec<FieldError>) {
+/// Which webhooks' match conditions to check: all (a create), or on an update none
+/// when it changes none of them (upstream's `ignoreMatchConditions`), else all with
+/// the old configuration's expressions compiled as they were stored.
+fn conditions_to_check<'a>(
+    new: &[Option<&Vec<ar::MatchCondition>>],
+    old: Option<&[Option<&'a Vec<ar::MatchCondition>>]>,
+) -> Option<Stored<'a>> {
+    match old {
+        None => Some(Stored::default()),
+        Some(old) if old == new => None,
+        Some(old) => Some(Stored::of(
+            old.iter()
+                .flatten()
+                .flat_map(|conditions| conditions.iter())
+                .map(|c| c.expression.trim()),
+        )),
+    }
+}
+
+fn validate_webhook(
+    w: &Webhook<'_>,
+    stored: Option<&Stored<'_>>,
+    path: &FieldPath,
+    errs: &mut Vec<FieldError>,
+) {
     // Upstream: a qualified name with at least three dot-separated segments.
     let name_path = path.child("name");
     if w.name.is_empty() {
@@ -190,13 +215,15 @@ fn validate_webhook(w: &Webhook<'_>, path: &FieldPath, errs: &mut Vec<FieldError
     if let Some(sel) = w.object_selector {
         label_selector(sel, &path.child("objectSelector"), errs);
     }
-    crate::admission_policy::match_conditions(
-        w.match_conditions,
-        false,
-        &Default::default(),
-        &path.child("matchConditions"),
-        errs,
-    );
+    if let Some(stored) = stored {
+        crate::admission_policy::match_conditions(
+            w.match_conditions,
+            false,
+            stored,
+            &path.child("matchConditions"),
+            errs,
+        );
+    }
 }
 
 fn unique_names<'a>(
@@ -214,28 +241,29 @@ fn unique_names<'a>(
 
 impl Validate for ar::ValidatingWebhookConfiguration {
     fn validate_create(&self) -> Vec<FieldError> {
-        validate_validating(self, true)
+        validate_validating(self, None)
     }
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
-        let conditions = |c: &Self| {
-            c.webhooks
-                .iter()
-                .flatten()
-                .map(|w| w.match_conditions.clone())
-                .collect::<Vec<_>>()
-        };
-        // Upstream leaves match conditions an update does not change unchecked.
-        validate_validating(self, conditions(self) != conditions(old))
+        validate_validating(self, Some(old))
     }
 }
 
-/// A ValidatingWebhookConfiguration's webhooks; their match conditions only if `check_conditions`.
+/// A ValidatingWebhookConfiguration's webhooks (`old`: the one an update replaces).
 fn validate_validating(
     config: &ar::ValidatingWebhookConfiguration,
-    check_conditions: bool,
+    old: Option<&ar::ValidatingWebhookConfiguration>,
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let hooks = config.webhooks.as_deref().unwrap_or_default();
+    let new_conditions: Vec<_> = hooks.iter().map(|w| w.match_conditions.as_ref()).collect();
+    let old_conditions: Option<Vec<_>> = old.map(|o| {
+        o.webhooks
+            .iter()
+            .flatten()
+            .map(|w| w.match_conditions.as_ref())
+            .collect()
+    });
+    let stored = conditions_to_check(&new_conditions, old_conditions.as_deref());
     for (i, w) in hooks.iter().enumerate() {
         let view = Webhook {
             name: &w.name,
@@ -248,9 +276,9 @@ fn validate_validating(
             admission_review_versions: &w.admission_review_versions,
             namespace_selector: w.namespace_selector.as_ref(),
             object_selector: w.object_selector.as_ref(),
-            match_conditions: w.match_conditions.as_ref().filter(|_| check_conditions),
+            match_conditions: w.match_conditions.as_ref(),
         };
-        validate_webhook(&view, &p("webhooks").index(i), &mut errs);
+        validate_webhook(&view, stored.as_ref(), &p("webhooks").index(i), &mut errs);
     }
     unique_names(
         hooks.iter().map(|w| w.name.as_str()),
@@ -262,28 +290,29 @@ fn validate_validating(
 
 impl Validate for ar::MutatingWebhookConfiguration {
     fn validate_create(&self) -> Vec<FieldError> {
-        validate_mutating(self, true)
+        validate_mutating(self, None)
     }
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
-        let conditions = |c: &Self| {
-            c.webhooks
-                .iter()
-                .flatten()
-                .map(|w| w.match_conditions.clone())
-                .collect::<Vec<_>>()
-        };
-        // Upstream leaves match conditions an update does not change unchecked.
-        validate_mutating(self, conditions(self) != conditions(old))
+        validate_mutating(self, Some(old))
     }
 }
 
-/// A MutatingWebhookConfiguration's webhooks; their match conditions only if `check_conditions`.
+/// A MutatingWebhookConfiguration's webhooks (`old`: the one an update replaces).
 fn validate_mutating(
     config: &ar::MutatingWebhookConfiguration,
-    check_conditions: bool,
+    old: Option<&ar::MutatingWebhookConfiguration>,
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let hooks = config.webhooks.as_deref().unwrap_or_default();
+    let new_conditions: Vec<_> = hooks.iter().map(|w| w.match_conditions.as_ref()).collect();
+    let old_conditions: Option<Vec<_>> = old.map(|o| {
+        o.webhooks
+            .iter()
+            .flatten()
+            .map(|w| w.match_conditions.as_ref())
+            .collect()
+    });
+    let stored = conditions_to_check(&new_conditions, old_conditions.as_deref());
     for (i, w) in hooks.iter().enumerate() {
         let path = p("webhooks").index(i);
         let view = Webhook {
@@ -297,9 +326,9 @@ fn validate_mutating(
             admission_review_versions: &w.admission_review_versions,
             namespace_selector: w.namespace_selector.as_ref(),
             object_selector: w.object_selector.as_ref(),
-            match_conditions: w.match_conditions.as_ref().filter(|_| check_conditions),
+            match_conditions: w.match_conditions.as_ref(),
         };
-        validate_webhook(&view, &path, &mut errs);
+        validate_webhook(&view, stored.as_ref(), &path, &mut errs);
         enum_optional(
             &w.reinvocation_policy,
             &["IfNeeded", "Never"],
@@ -394,5 +423,24 @@ mod tests {
         relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert!(relabelled.validate_update(&six).is_empty());
         assert_eq!(hook("7").validate_update(&six).len(), 1);
+        // A condition stored before is kept when others change (it compiles as it did).
+        let mut more = six.clone();
+        if let Some(c) = more.webhooks.as_mut().unwrap()[0].match_conditions.as_mut() {
+            c.push(ar::MatchCondition {
+                name: "d".into(),
+                expression: "object.metadata.name".into(),
+            });
+        }
+        let messages: Vec<String> = more
+            .validate_update(&six)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "webhooks[0].matchConditions[1].expression: Invalid value: \"object.metadata.name\": must evaluate to bool but got dyn"
+            ]
+        );
     }
 }
