@@ -239,109 +239,100 @@ fn unique_names<'a>(
     }
 }
 
-impl Validate for ar::ValidatingWebhookConfiguration {
-    fn validate_create(&self) -> Vec<FieldError> {
-        validate_validating(self, None)
-    }
-    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
-        validate_validating(self, Some(old))
-    }
+/// The two kinds of webhook, seen through the fields they share.
+trait AnyWebhook {
+    fn view(&self) -> Webhook<'_>;
 }
 
-/// A ValidatingWebhookConfiguration's webhooks (`old`: the one an update replaces).
-fn validate_validating(
-    config: &ar::ValidatingWebhookConfiguration,
-    old: Option<&ar::ValidatingWebhookConfiguration>,
+macro_rules! any_webhook {
+    ($($kind:ty),*) => {$(
+        impl AnyWebhook for $kind {
+            fn view(&self) -> Webhook<'_> {
+                Webhook {
+                    name: &self.name,
+                    rules: self.rules.as_ref(),
+                    client: &self.client_config,
+                    failure_policy: &self.failure_policy,
+                    match_policy: &self.match_policy,
+                    side_effects: &self.side_effects,
+                    timeout_seconds: self.timeout_seconds,
+                    admission_review_versions: &self.admission_review_versions,
+                    namespace_selector: self.namespace_selector.as_ref(),
+                    object_selector: self.object_selector.as_ref(),
+                    match_conditions: self.match_conditions.as_ref(),
+                }
+            }
+        }
+    )*};
+}
+
+any_webhook!(ar::ValidatingWebhook, ar::MutatingWebhook);
+
+/// Each webhook's match conditions.
+fn conditions_of<W: AnyWebhook>(hooks: &[W]) -> Vec<Option<&Vec<ar::MatchCondition>>> {
+    hooks.iter().map(|w| w.view().match_conditions).collect()
+}
+
+/// A webhook configuration's `webhooks` (`old`: those of the configuration an update
+/// replaces); `each` adds what one kind checks of its own.
+fn validate_webhooks<W: AnyWebhook>(
+    hooks: Option<&Vec<W>>,
+    old: Option<Option<&Vec<W>>>,
+    each: impl Fn(&W, &FieldPath, &mut Vec<FieldError>),
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let hooks = config.webhooks.as_deref().unwrap_or_default();
-    let new_conditions: Vec<_> = hooks.iter().map(|w| w.match_conditions.as_ref()).collect();
-    let old_conditions: Option<Vec<_>> = old.map(|o| {
-        o.webhooks
-            .iter()
-            .flatten()
-            .map(|w| w.match_conditions.as_ref())
-            .collect()
-    });
+    let hooks = hooks.map(Vec::as_slice).unwrap_or_default();
+    let new_conditions: Vec<_> = conditions_of(hooks);
+    let old_conditions: Option<Vec<_>> =
+        old.map(|o| conditions_of(o.map(Vec::as_slice).unwrap_or_default()));
     let stored = conditions_to_check(&new_conditions, old_conditions.as_deref());
     for (i, w) in hooks.iter().enumerate() {
-        let view = Webhook {
-            name: &w.name,
-            rules: w.rules.as_ref(),
-            client: &w.client_config,
-            failure_policy: &w.failure_policy,
-            match_policy: &w.match_policy,
-            side_effects: &w.side_effects,
-            timeout_seconds: w.timeout_seconds,
-            admission_review_versions: &w.admission_review_versions,
-            namespace_selector: w.namespace_selector.as_ref(),
-            object_selector: w.object_selector.as_ref(),
-            match_conditions: w.match_conditions.as_ref(),
-        };
-        validate_webhook(&view, stored.as_ref(), &p("webhooks").index(i), &mut errs);
+        let path = p("webhooks").index(i);
+        validate_webhook(&w.view(), stored.as_ref(), &path, &mut errs);
+        each(w, &path, &mut errs);
     }
     unique_names(
-        hooks.iter().map(|w| w.name.as_str()),
+        hooks.iter().map(|w| w.view().name),
         &p("webhooks"),
         &mut errs,
     );
     errs
+}
+
+impl Validate for ar::ValidatingWebhookConfiguration {
+    fn validate_create(&self) -> Vec<FieldError> {
+        validate_webhooks(self.webhooks.as_ref(), None, |_, _, _| {})
+    }
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        validate_webhooks(
+            self.webhooks.as_ref(),
+            Some(old.webhooks.as_ref()),
+            |_, _, _| {},
+        )
+    }
+}
+
+/// A mutating webhook's own field.
+fn reinvocation_policy(w: &ar::MutatingWebhook, path: &FieldPath, errs: &mut Vec<FieldError>) {
+    enum_optional(
+        &w.reinvocation_policy,
+        &["IfNeeded", "Never"],
+        &path.child("reinvocationPolicy"),
+        errs,
+    );
 }
 
 impl Validate for ar::MutatingWebhookConfiguration {
     fn validate_create(&self) -> Vec<FieldError> {
-        validate_mutating(self, None)
+        validate_webhooks(self.webhooks.as_ref(), None, reinvocation_policy)
     }
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
-        validate_mutating(self, Some(old))
+        validate_webhooks(
+            self.webhooks.as_ref(),
+            Some(old.webhooks.as_ref()),
+            reinvocation_policy,
+        )
     }
-}
-
-/// A MutatingWebhookConfiguration's webhooks (`old`: the one an update replaces).
-fn validate_mutating(
-    config: &ar::MutatingWebhookConfiguration,
-    old: Option<&ar::MutatingWebhookConfiguration>,
-) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    let hooks = config.webhooks.as_deref().unwrap_or_default();
-    let new_conditions: Vec<_> = hooks.iter().map(|w| w.match_conditions.as_ref()).collect();
-    let old_conditions: Option<Vec<_>> = old.map(|o| {
-        o.webhooks
-            .iter()
-            .flatten()
-            .map(|w| w.match_conditions.as_ref())
-            .collect()
-    });
-    let stored = conditions_to_check(&new_conditions, old_conditions.as_deref());
-    for (i, w) in hooks.iter().enumerate() {
-        let path = p("webhooks").index(i);
-        let view = Webhook {
-            name: &w.name,
-            rules: w.rules.as_ref(),
-            client: &w.client_config,
-            failure_policy: &w.failure_policy,
-            match_policy: &w.match_policy,
-            side_effects: &w.side_effects,
-            timeout_seconds: w.timeout_seconds,
-            admission_review_versions: &w.admission_review_versions,
-            namespace_selector: w.namespace_selector.as_ref(),
-            object_selector: w.object_selector.as_ref(),
-            match_conditions: w.match_conditions.as_ref(),
-        };
-        validate_webhook(&view, stored.as_ref(), &path, &mut errs);
-        enum_optional(
-            &w.reinvocation_policy,
-            &["IfNeeded", "Never"],
-            &path.child("reinvocationPolicy"),
-            &mut errs,
-        );
-    }
-    unique_names(
-        hooks.iter().map(|w| w.name.as_str()),
-        &p("webhooks"),
-        &mut errs,
-    );
-    errs
 }
 
 #[cfg(test)]
