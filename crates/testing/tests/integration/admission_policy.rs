@@ -113,6 +113,40 @@ async fn policies_deny_warn_take_params_and_must_compile() {
         "{v}"
     );
 
+    // Upstream's compile environment: `request` is typed, and a validation must be a
+    // bool (a field of `object`, which is dyn here, is not).
+    for (name, expression, wanted) in [
+        (
+            "typo.example.com",
+            "request.operaton == 'CREATE'",
+            "compilation failed: ERROR: <input>:1:8: undefined field 'operaton'",
+        ),
+        (
+            "dyn.example.com",
+            "object.spec.paused",
+            "Invalid value: \"object.spec.paused\": must evaluate to bool but got dyn",
+        ),
+        (
+            "params.example.com",
+            "params.max > 1",
+            "undeclared reference to 'params'",
+        ),
+    ] {
+        let (code, _, v) = send(
+            &c,
+            "POST",
+            POLICIES,
+            policy(
+                name,
+                json!({"matchConstraints": deployments_rule(),
+                    "validations": [{"expression": expression}]}),
+            ),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+        assert!(v["message"].as_str().unwrap().contains(wanted), "{v}");
+    }
+
     // An expression whose tree would be thousands of levels deep is refused as cel-go
     // refuses it; compiling it used to overflow a worker's stack and abort the server.
     let chain = vec!["1"; 20_000].join("+");
