@@ -678,7 +678,7 @@ fn rules_are_compiled_against_their_node() {
         "{errs:#?}"
     );
     assert!(
-        errs[2].ends_with("compilation failed: ERROR: <input>:1:1: undeclared reference to 'object' (in container '')"),
+        errs[2].ends_with("compilation failed: ERROR: <input>:1:1: undeclared reference to 'object' (in container '')\n | object.spec.replicas > 1\n | ^"),
         "{errs:#?}"
     );
     assert!(

@@ -192,12 +192,32 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
         .map_err(|issue| CompileError(format!("compilation failed: {issue}")))?;
     let mut free = BTreeSet::new();
     free_identifiers(&expression, &mut Vec::new(), &mut free);
-    if let Some(name) = free
+    // Each undeclared variable, where it first appears, as cel-go reports them.
+    let mut undeclared: Vec<(usize, &str)> = free
         .iter()
-        .find(|n| !declared.contains(&n.as_str()) && !is_builtin_ident(n))
-    {
+        .filter(|n| !declared.contains(&n.as_str()) && !is_builtin_ident(n))
+        .map(|n| {
+            (
+                typecheck::identifier_position(source, n).unwrap_or(0),
+                n.as_str(),
+            )
+        })
+        .collect();
+    if !undeclared.is_empty() {
+        undeclared.sort();
+        let issues: Vec<String> = undeclared
+            .iter()
+            .map(|(at, name)| {
+                typecheck::issue_text(
+                    source,
+                    *at,
+                    &format!("undeclared reference to '{name}' (in container '')"),
+                )
+            })
+            .collect();
         return Err(CompileError(format!(
-            "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
+            "compilation failed: {}",
+            issues.join("\n")
         )));
     }
     let issues = undeclared_function_issues(&expression, source);
@@ -940,6 +960,12 @@ mod tests {
         assert!(e.0.starts_with("compilation failed: "), "{e}");
         let e = compile("objekt.spec.replicas > 1", VAP).unwrap_err();
         assert!(e.0.contains("undeclared reference to 'objekt'"), "{e}");
+        // Each undeclared variable where it first appears, with the source and a caret.
+        let e = compile("object.x + parms.y > veriables.z", VAP).unwrap_err();
+        assert_eq!(
+            e.0,
+            "compilation failed: ERROR: <input>:1:12: undeclared reference to 'parms' (in container '')\n | object.x + parms.y > veriables.z\n | ...........^\nERROR: <input>:1:22: undeclared reference to 'veriables' (in container '')\n | object.x + parms.y > veriables.z\n | .....................^"
+        );
         // Comprehension variables are bound, not free.
         compile("object.items.all(i, i.x > 0)", VAP).unwrap();
         assert!(compile("params.x", &["object"]).is_err());

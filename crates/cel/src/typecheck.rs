@@ -1108,7 +1108,7 @@ fn outside_strings(source: &str, token: &str) -> Option<usize> {
 
 /// The byte offset of the first occurrence of identifier `name` outside string
 /// literals that is not part of a longer name or a selected field.
-fn identifier_position(source: &str, name: &str) -> Option<usize> {
+pub(crate) fn identifier_position(source: &str, name: &str) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = outside_strings(&source[from..], name).map(|i| i + from) {
         let before = source[..i].chars().next_back();
