@@ -8,9 +8,14 @@ types: a string type marked `+enum`, its constants, and the struct fields of tha
 type. This script reads the same Go sources, so the table follows a release exactly:
 
     hack/gen-openapi-enums/gen.py <k8s.io/api checkout> <k8s.io/apiextensions-apiserver checkout> \
-        > crates/openapi/src/enums.rs
+        > crates/openapi/src/enums.rs && cargo fmt -p ferrokube-openapi
 
-with both checkouts at the release's tags (v0.33.0 for Kubernetes 1.33).
+with both checkouts at the release's tags (v0.33.0 for Kubernetes 1.33; the
+checked-in table is the formatted output). Run on v0.28.0, the table matched every
+enum field of a 1.28 apiserver's served /openapi/v2 but two, where kube-openapi
+changed since: two constants of one value are one entry now (the longer comment
+kept), and an inline embedded struct's pointer field (RuleWithOperations.scope) has
+its enum. Lists of an enum type get their items' enum since 2024 too.
 """
 
 import os
