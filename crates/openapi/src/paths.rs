@@ -120,12 +120,10 @@ fn dry_run() -> Value {
     )
 }
 
+const FIELD_MANAGER: &str = "fieldManager is a name associated with the actor or entity that is making these changes. The value must be less than or 128 characters long, and only contain printable characters, as defined by https://golang.org/pkg/unicode/#IsPrint.";
+
 fn field_manager() -> Value {
-    query(
-        "fieldManager",
-        "string",
-        "fieldManager is a name associated with the actor or entity that is making these changes. The value must be less than or 128 characters long, and only contain printable characters, as defined by https://golang.org/pkg/unicode/#IsPrint.",
-    )
+    query("fieldManager", "string", FIELD_MANAGER)
 }
 
 fn field_validation() -> Value {
@@ -555,17 +553,15 @@ fn resource_paths(
 }
 
 fn patch_op(t: &Target<'_>, def: &str, description: &str, consumes: &[&str]) -> Value {
-    let mut params = vec![body(PATCH)];
-    params.extend(write_params());
     // A patch's field manager is documented with when it is required.
-    for p in &mut params {
-        if p["name"] == "fieldManager" {
-            p["description"] = json!(format!(
-                "{} This field is required for apply requests (application/apply-patch) but optional for non-apply patch types (JsonPatch, MergePatch, StrategicMergePatch).",
-                p["description"].as_str().unwrap_or_default()
-            ));
-        }
-    }
+    let field_manager = query(
+        "fieldManager",
+        "string",
+        &format!(
+            "{FIELD_MANAGER} This field is required for apply requests (application/apply-patch) but optional for non-apply patch types (JsonPatch, MergePatch, StrategicMergePatch)."
+        ),
+    );
+    let mut params = vec![body(PATCH), dry_run(), field_manager, field_validation()];
     params.push(query("force", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests."));
     t.op(
         "patch",
