@@ -32,7 +32,7 @@ pub const NO_COLLECTION_DELETE: &[Verb] = &[
 /// Verbs of a `status`-like subresource.
 pub const GET_PATCH_UPDATE: &[Verb] = &["get", "patch", "update"];
 
-/// Verbs of `pods/binding` and `pods/eviction`.
+/// Verbs of `pods/binding`, `pods/eviction` and `serviceaccounts/token`.
 pub const CREATE_ONLY: &[Verb] = &["create"];
 
 /// Verbs of the subresources the apiserver serves by connecting to the kubelet
@@ -237,7 +237,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", &["quota"], NONE, true, ALL_VERBS,
         &[status!("ResourceQuota")], "/registry/resourcequotas"),
     res("", "v1", "Secret", "secrets", "secret", NONE, NONE, true, ALL_VERBS, NO_SUBS, "/registry/secrets"),
-    res("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], NONE, true, ALL_VERBS, NO_SUBS, "/registry/serviceaccounts"),
+    res("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], NONE, true, ALL_VERBS, &[sub_gv("token", "TokenRequest", "authentication.k8s.io", "v1", CREATE_ONLY)], "/registry/serviceaccounts"),
     res("", "v1", "Service", "services", "service", &["svc"], ALL, true, ALL_VERBS,
         &[sub("proxy", "ServiceProxyOptions", PROXY), status!("Service")], "/registry/services/specs"),
     // ---- admissionregistration.k8s.io/v1

@@ -263,7 +263,7 @@ pub(crate) fn resource_list(
             main["categories"] = json!(r.categories);
         }
         res.push(main);
-        for s in r.subresources {
+        for s in enabled.subresources_of(r) {
             let mut sub = json!({
                 "name": format!("{}/{}", r.plural, s.name),
                 "singularName": "",
@@ -293,7 +293,7 @@ pub(crate) fn resource_list(
     )
 }
 
-fn discovery_resource(r: &ResourceInfo) -> Value {
+fn discovery_resource(enabled: &ApiEnablement, r: &ResourceInfo) -> Value {
     let mut v = json!({
         "resource": r.plural,
         "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
@@ -307,21 +307,22 @@ fn discovery_resource(r: &ResourceInfo) -> Value {
     if !r.categories.is_empty() {
         v["categories"] = json!(r.categories);
     }
-    if !r.subresources.is_empty() {
-        v["subresources"] = json!(
-            r.subresources
-                .iter()
-                .map(|s| json!({
+    let subresources: Vec<Value> = enabled
+        .subresources_of(r)
+        .map(|s| {
+            json!({
                     "subresource": s.name,
                     "responseKind": {
                         "group": s.group.unwrap_or(r.group),
                         "version": s.version.unwrap_or(r.version),
                         "kind": s.kind,
                     },
-                    "verbs": s.verbs,
-                }))
-                .collect::<Vec<_>>()
-        );
+                "verbs": s.verbs,
+            })
+        })
+        .collect();
+    if !subresources.is_empty() {
+        v["subresources"] = json!(subresources);
     }
     v
 }
@@ -343,7 +344,10 @@ pub(crate) fn aggregated(
                 .versions
                 .iter()
                 .map(|(v, infos)| {
-                    let res: Vec<Value> = infos.iter().map(|r| discovery_resource(r)).collect();
+                    let res: Vec<Value> = infos
+                        .iter()
+                        .map(|r| discovery_resource(enabled, r))
+                        .collect();
                     json!({"version": v, "resources": res, "freshness": "Current"})
                 })
                 .collect();

@@ -37,6 +37,10 @@ pub struct ApiEnablement {
     /// The built-in resources the settings turn off, worked out once at parse: every
     /// request asks, and the default (an empty set) answers without a lookup.
     disabled: HashSet<(&'static str, &'static str, &'static str)>,
+    /// Built-in subresources (`group`, resource, subresource) the server cannot serve
+    /// as configured: upstream registers `serviceaccounts/token` only when it has a
+    /// token issuer, so without one it is neither served nor listed.
+    unserved_subresources: Vec<(&'static str, &'static str, &'static str)>,
 }
 
 /// What a key names.
@@ -165,6 +169,37 @@ impl ApiEnablement {
         self.disabled.is_empty()
             || resources::resources_of(group, version)
                 .any(|r| self.serves_resource(group, version, r.plural))
+    }
+
+    /// This enablement without a built-in subresource (a request for it is answered
+    /// 404; discovery and OpenAPI leave it out).
+    pub fn without_subresource(
+        mut self,
+        group: &'static str,
+        resource: &'static str,
+        subresource: &'static str,
+    ) -> Self {
+        self.unserved_subresources
+            .push((group, resource, subresource));
+        self
+    }
+
+    /// Whether a served built-in resource's subresource is served.
+    pub fn serves_subresource(&self, group: &str, resource: &str, subresource: &str) -> bool {
+        !self
+            .unserved_subresources
+            .iter()
+            .any(|&(g, r, s)| g == group && r == resource && s == subresource)
+    }
+
+    /// The subresources a built-in resource serves.
+    pub fn subresources_of<'a>(
+        &'a self,
+        r: &'a resources::ResourceInfo,
+    ) -> impl Iterator<Item = &'static resources::SubresourceInfo> + 'a {
+        r.subresources
+            .iter()
+            .filter(|s| self.serves_subresource(r.group, r.plural, s.name))
     }
 
     /// What the settings say of one resource: its own setting, else its version's.

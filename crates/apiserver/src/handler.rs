@@ -700,7 +700,7 @@ async fn route(
                 &request_verb(&req),
             ));
         }
-        return review(state, req, group, kind, ns).await;
+        return review(state, req, group, kind, ns, accept.as_deref()).await;
     }
     if let Some(name) = crate::componentstatus::componentstatus_path(&segs)
         && state
@@ -716,6 +716,7 @@ async fn route(
             .serves_resource("", "v1", "serviceaccounts")
     {
         let tokens = state.tokens.clone().ok_or_else(|| not_found_path(path))?;
+        let target = output::negotiate(accept.as_deref(), true)?;
         let headers = req.headers().clone();
         let user = req
             .extensions()
@@ -724,7 +725,7 @@ async fn route(
             .unwrap_or_default();
         let (body, _) = read_body(state, req).await?;
         let answer = crate::tokens::create(&tokens, &user, ns, name, &headers, &body).await?;
-        return Ok(json_response(StatusCode::CREATED, &answer));
+        return Ok(unstored_answer(target, StatusCode::CREATED, &answer));
     }
     if req.method() == Method::GET
         && let Some(tokens) = &state.tokens
@@ -871,7 +872,9 @@ async fn review(
     group: &str,
     kind: &str,
     ns: Option<&str>,
+    accept: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
+    let target = output::negotiate(accept, true)?;
     let user = req
         .extensions()
         .get::<ferrokube_auth::UserInfo>()
@@ -880,7 +883,7 @@ async fn review(
     let headers = req.headers().clone();
     let (body, _) = read_body(state, req).await?;
     let answer = crate::reviews::answer(state, kind, group, ns, &user, &headers, &body).await?;
-    Ok(json_response(StatusCode::CREATED, &answer))
+    Ok(unstored_answer(target, StatusCode::CREATED, &answer))
 }
 
 fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
@@ -1169,9 +1172,10 @@ fn respond_encoded(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
     respond(code, output::object_content_type(t), body)
 }
 
-/// A `Status` answer (of a delete, a binding, an eviction) in the asked form where a
-/// Status has one: YAML or protobuf, else JSON (never a table or partial metadata).
-fn status_answer(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
+/// An answer that is no stored object (the `Status` of a delete, a binding or an
+/// eviction; a review; a TokenRequest) in the asked form where it has one: YAML or
+/// protobuf, else JSON (never a table or partial metadata).
+fn unstored_answer(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
     let t = if matches!(t, Target::Yaml | Target::Protobuf) {
         t
     } else {
@@ -1257,7 +1261,10 @@ async fn resource_request(
         return Err(not_found_path(&format!("/{}", info.plural)));
     }
     if let Some(sub) = &r.sub
-        && !info.has_subresource(sub)
+        && !(info.has_subresource(sub)
+            && state
+                .enablement
+                .serves_subresource(info.group, info.plural, sub))
     {
         return Err(not_found_path(sub));
     }
@@ -1378,7 +1385,7 @@ async fn resource_request(
                 .admit_request(&attributes, &mut binding)
                 .await?;
             store.bind(ns, &name, &binding, &write_options(q)?).await?;
-            Ok(status_answer(
+            Ok(unstored_answer(
                 target,
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -1398,7 +1405,7 @@ async fn resource_request(
             let ns = ns.unwrap_or("default");
             let e = crate::eviction::evict(&store, pdbs, ns, name, &ev, opts).await?;
             let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::CREATED);
-            Ok(status_answer(target, code, &e.status))
+            Ok(unstored_answer(target, code, &e.status))
         }
         (Method::PUT, Some(name), sub) => {
             let mut opts = admitted(write_options(q)?);
@@ -1626,7 +1633,7 @@ async fn resource_request(
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": deleted_details(info, &d.object),
                 });
-                return Ok(status_answer(target, StatusCode::OK, &status));
+                return Ok(unstored_answer(target, StatusCode::OK, &status));
             }
             Ok(encoded(target, printed, StatusCode::OK, &d.object))
         }

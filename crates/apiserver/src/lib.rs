@@ -39,7 +39,6 @@ mod openapi;
 mod output;
 mod proxy;
 mod reviews;
-mod reviews_protobuf;
 mod security;
 mod token_webhook;
 mod tokens;
@@ -1150,6 +1149,12 @@ impl Options {
         })
         .map_err(ConfigError::Admission)?;
         let tokens = self.service_account_tokens(&registry, &advertise_ip)?;
+        let mut enablement = self.api_enablement.clone();
+        // Without a signing key there is no issuer, and upstream registers no
+        // TokenRequest subresource.
+        if tokens.as_ref().is_none_or(|t| t.issuer.is_none()) {
+            enablement = enablement.without_subresource("", "serviceaccounts", "token");
+        }
         if let Some(t) = &tokens {
             authenticators.push(Box::new(t.authenticator.clone()));
         }
@@ -1304,7 +1309,7 @@ impl Options {
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
-                enablement: Arc::new(self.api_enablement),
+                enablement: Arc::new(enablement),
             },
             flow_control,
             max_in_flight,

@@ -111,6 +111,16 @@ impl OpenApi {
                     turned_off
                         .resources
                         .push((gv.clone(), r.plural.to_string()));
+                    continue;
+                }
+                for s in r.subresources {
+                    if !enablement.serves_subresource(g, r.plural, s.name) {
+                        turned_off.subresources.push((
+                            gv.clone(),
+                            r.plural.to_string(),
+                            s.name.to_string(),
+                        ));
+                    }
                 }
             }
         }

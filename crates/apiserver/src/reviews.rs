@@ -214,7 +214,9 @@ pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError>
         "application/yaml" => crate::yaml_nesting::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
         }),
-        ferrokube_protobuf::MEDIA_TYPE => crate::reviews_protobuf::decode(body),
+        ferrokube_protobuf::MEDIA_TYPE => ferrokube_protobuf::decode(body)
+            .map(|(_, review)| review)
+            .map_err(|e| ApiError::bad_request(format!("decoding the protobuf body: {e}"))),
         _ => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
         }),

@@ -192,7 +192,14 @@ pub(crate) async fn create(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let req = crate::reviews::decode(body, ct)?;
+    let mut req = crate::reviews::decode(body, ct)?;
+    // The status is the answer's: upstream overwrites whatever came. Clients send an
+    // empty one (client-go's JSON `{"token": "", "expirationTimestamp": null}`, the
+    // same in protobuf), which k8s-openapi's type, whose two fields are required,
+    // would refuse.
+    if let Some(obj) = req.as_object_mut() {
+        obj.remove("status");
+    }
     // Fields of the wrong type are refused, not read as left out.
     ApiError::check_decodes_as::<k8s_openapi::api::authentication::v1::TokenRequest>(
         &req,

@@ -106,6 +106,7 @@ kinds! {
     "storage.k8s.io" "v1" StorageClass => storage::v1::StorageClass, true;
     "storage.k8s.io" "v1" VolumeAttachment => storage::v1::VolumeAttachment, true;
     "authentication.k8s.io" "v1" SelfSubjectReview => authentication::v1::SelfSubjectReview, false;
+    "authentication.k8s.io" "v1" TokenRequest => authentication::v1::TokenRequest, false;
     "authentication.k8s.io" "v1" TokenReview => authentication::v1::TokenReview, false;
     "authorization.k8s.io" "v1" LocalSubjectAccessReview => authorization::v1::LocalSubjectAccessReview, false;
     "authorization.k8s.io" "v1" SelfSubjectAccessReview => authorization::v1::SelfSubjectAccessReview, false;

@@ -32,7 +32,7 @@ mod paths;
 pub mod proto;
 mod v3;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -146,7 +146,8 @@ fn v3_document_of(
     })
 }
 
-/// The built-in APIs `--runtime-config` turns off, left out by [`Documents::without`].
+/// The built-in APIs not served (turned off by `--runtime-config`, or a subresource
+/// the server's configuration cannot serve), left out by [`Documents::without`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnedOff {
     /// Whole group-versions, keyed as [`gv_path`].
@@ -154,6 +155,9 @@ pub struct TurnedOff {
     /// Resources of group-versions otherwise served: the group-version (as
     /// [`gv_path`]) and the resource's plural.
     pub resources: Vec<(String, String)>,
+    /// Subresources of resources otherwise served: the group-version (as
+    /// [`gv_path`]), the resource's plural and the subresource.
+    pub subresources: Vec<(String, String, String)>,
 }
 
 impl TurnedOff {
@@ -165,14 +169,27 @@ impl TurnedOff {
             return false;
         };
         let under = |gv: &str| path.strip_prefix(gv).and_then(|p| p.strip_prefix('/'));
-        self.group_versions.iter().any(|gv| under(gv).is_some())
-            || self.resources.iter().any(|(gv, resource)| {
-                under(gv).is_some_and(|rest| {
-                    let rest = rest.strip_prefix("watch/").unwrap_or(rest);
-                    let rest = rest.strip_prefix("namespaces/{namespace}/").unwrap_or(rest);
-                    rest.split('/').next() == Some(resource.as_str())
-                })
+        // The path's segments from the resource on.
+        let resource_path = |gv: &str| {
+            under(gv).map(|rest| {
+                let rest = rest.strip_prefix("watch/").unwrap_or(rest);
+                let rest = rest.strip_prefix("namespaces/{namespace}/").unwrap_or(rest);
+                rest.split('/').collect::<Vec<_>>()
             })
+        };
+        self.group_versions.iter().any(|gv| under(gv).is_some())
+            || self
+                .resources
+                .iter()
+                .any(|(gv, resource)| resource_path(gv).is_some_and(|segs| segs[0] == resource))
+            || self.subresources.iter().any(|(gv, resource, sub)| {
+                resource_path(gv)
+                    .is_some_and(|segs| segs.len() > 2 && segs[0] == resource && segs[2] == sub)
+            })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.group_versions.is_empty() && self.resources.is_empty() && self.subresources.is_empty()
     }
 }
 
@@ -381,12 +398,13 @@ impl Documents {
         }
     }
 
-    /// These documents without what `--runtime-config` turns off: a group-version
-    /// loses its v3 document, its index entry and its paths in `/openapi/v2`; a
-    /// resource its paths in both. Definitions stay: other kinds may
+    /// These documents without what is not served (what `--runtime-config` turns
+    /// off, a subresource the configuration leaves out): a group-version loses its v3
+    /// document, its index entry and its paths in `/openapi/v2`; a resource or
+    /// subresource its paths in both. Definitions stay: other kinds may
     /// refer to them.
     pub fn without(&self, off: &TurnedOff) -> Documents {
-        if off.group_versions.is_empty() && off.resources.is_empty() {
+        if off.is_empty() {
             return self.clone();
         }
         let Some(mut v2) = self.v2_json.json() else {
@@ -398,7 +416,10 @@ impl Documents {
         }
         let mut v3 = self.v3.clone();
         v3.retain(|gv, _| !off.group_versions.contains(gv));
-        for (gv, _) in &off.resources {
+        let touched: BTreeSet<&String> = (off.resources.iter().map(|(gv, _)| gv))
+            .chain(off.subresources.iter().map(|(gv, _, _)| gv))
+            .collect();
+        for gv in touched {
             let Some(mut doc) = v3.get(gv).and_then(Served::json) else {
                 continue;
             };

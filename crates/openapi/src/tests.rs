@@ -409,6 +409,11 @@ fn apis_turned_off_are_left_out() {
             ("apis/apps/v1".to_string(), "daemonsets".to_string()),
             ("api/v1".to_string(), "namespaces".to_string()),
         ],
+        subresources: vec![(
+            "api/v1".to_string(),
+            "serviceaccounts".to_string(),
+            "token".to_string(),
+        )],
     };
     let without = docs.without(&off);
     assert!(without.v3("apis/batch/v1").is_none());
@@ -441,6 +446,7 @@ fn apis_turned_off_are_left_out() {
         "/api/v1/namespaces/{name}/finalize",
         "/api/v1/watch/namespaces",
         "/apis/apps/v1/watch/namespaces/{namespace}/daemonsets/{name}",
+        "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
     ] {
         assert!(
             all_paths.contains(&gone.to_string()),
@@ -452,6 +458,13 @@ fn apis_turned_off_are_left_out() {
         );
     }
     assert!(v2_paths.contains(&"/api/v1/namespaces/{namespace}/pods".to_string()));
+    // The resource of a subresource turned off stays.
+    assert!(
+        v2_paths.contains(&"/api/v1/namespaces/{namespace}/serviceaccounts/{name}".to_string())
+    );
+    let core = paths(&without.v3("api/v1").unwrap().json().unwrap());
+    assert!(core.iter().all(|p| !p.ends_with("/token")), "{core:?}");
+    assert!(core.contains(&"/api/v1/namespaces/{namespace}/serviceaccounts".to_string()));
     assert!(v2_paths.contains(&"/api/v1/watch/namespaces/{namespace}/pods/{name}".to_string()));
     // Kinds of other groups may refer to a removed group's definitions.
     assert!(

@@ -19,6 +19,8 @@ use crate::table::{INLINE, Kind::*, Message, NULLABLE, OMITEMPTY, REPEATED, f};
 pub static GROUP_VERSIONS: &[(&str, &str)] = &[
     ("admissionregistration.k8s.io/v1", "k8s.io.api.admissionregistration.v1"),
     ("apps/v1", "k8s.io.api.apps.v1"),
+    ("authentication.k8s.io/v1", "k8s.io.api.authentication.v1"),
+    ("authorization.k8s.io/v1", "k8s.io.api.authorization.v1"),
     ("autoscaling/v1", "k8s.io.api.autoscaling.v1"),
     ("autoscaling/v2", "k8s.io.api.autoscaling.v2"),
     ("batch/v1", "k8s.io.api.batch.v1"),
@@ -55,8 +57,8 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 3
     Message { name: "k8s.io.api.admissionregistration.v1.MatchResources", array: false, fields: &[
-        f(1, "namespaceSelector", M(499), 0),
-        f(2, "objectSelector", M(499), 0),
+        f(1, "namespaceSelector", M(526), 0),
+        f(2, "objectSelector", M(526), 0),
         f(3, "resourceRules", M(7), REPEATED),
         f(4, "excludeResourceRules", M(7), REPEATED),
         f(7, "matchPolicy", S, NULLABLE),
@@ -67,23 +69,23 @@ pub static MESSAGES: &[Message] = &[
         f(2, "clientConfig", M(26), 0),
         f(3, "rules", M(11), REPEATED),
         f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(499), 0),
+        f(5, "namespaceSelector", M(526), 0),
         f(6, "sideEffects", S, NULLABLE),
         f(7, "timeoutSeconds", I32, NULLABLE),
         f(8, "admissionReviewVersions", S, REPEATED),
         f(9, "matchPolicy", S, NULLABLE),
         f(10, "reinvocationPolicy", S, NULLABLE),
-        f(11, "objectSelector", M(499), 0),
+        f(11, "objectSelector", M(526), 0),
         f(12, "matchConditions", M(2), REPEATED),
     ] },
     // 5
     Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "webhooks", M(4), REPEATED),
     ] },
     // 6
     Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(5), REPEATED),
     ] },
     // 7
@@ -100,7 +102,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.admissionregistration.v1.ParamRef", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "namespace", S, OMITEMPTY),
-        f(3, "selector", M(499), 0),
+        f(3, "selector", M(526), 0),
         f(4, "parameterNotFoundAction", S, NULLABLE),
     ] },
     // 10
@@ -128,18 +130,18 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 14
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicy", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "spec", M(19), 0),
         f(3, "status", M(20), 0),
     ] },
     // 15
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "spec", M(17), 0),
     ] },
     // 16
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(15), REPEATED),
     ] },
     // 17
@@ -151,7 +153,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 18
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(14), REPEATED),
     ] },
     // 19
@@ -168,7 +170,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, OMITEMPTY),
         f(2, "typeChecking", M(13), 0),
-        f(3, "conditions", M(486), REPEATED),
+        f(3, "conditions", M(513), REPEATED),
     ] },
     // 21
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook", array: false, fields: &[
@@ -176,22 +178,22 @@ pub static MESSAGES: &[Message] = &[
         f(2, "clientConfig", M(26), 0),
         f(3, "rules", M(11), REPEATED),
         f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(499), 0),
+        f(5, "namespaceSelector", M(526), 0),
         f(6, "sideEffects", S, NULLABLE),
         f(7, "timeoutSeconds", I32, NULLABLE),
         f(8, "admissionReviewVersions", S, REPEATED),
         f(9, "matchPolicy", S, NULLABLE),
-        f(10, "objectSelector", M(499), 0),
+        f(10, "objectSelector", M(526), 0),
         f(11, "matchConditions", M(2), REPEATED),
     ] },
     // 22
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "webhooks", M(21), REPEATED),
     ] },
     // 23
     Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(22), REPEATED),
     ] },
     // 24
@@ -214,18 +216,18 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 27
     Message { name: "k8s.io.api.apps.v1.ControllerRevision", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "data", M(524), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "data", M(551), 0),
         f(3, "revision", I64, 0),
     ] },
     // 28
     Message { name: "k8s.io.api.apps.v1.ControllerRevisionList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(27), REPEATED),
     ] },
     // 29
     Message { name: "k8s.io.api.apps.v1.DaemonSet", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "spec", M(32), 0),
         f(3, "status", M(33), 0),
     ] },
@@ -233,19 +235,19 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.DaemonSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 31
     Message { name: "k8s.io.api.apps.v1.DaemonSetList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(29), REPEATED),
     ] },
     // 32
     Message { name: "k8s.io.api.apps.v1.DaemonSetSpec", array: false, fields: &[
-        f(1, "selector", M(499), 0),
-        f(2, "template", M(290), 0),
+        f(1, "selector", M(526), 0),
+        f(2, "template", M(317), 0),
         f(3, "updateStrategy", M(34), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
         f(6, "revisionHistoryLimit", I32, NULLABLE),
@@ -270,7 +272,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 35
     Message { name: "k8s.io.api.apps.v1.Deployment", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "spec", M(38), 0),
         f(3, "status", M(39), 0),
     ] },
@@ -280,19 +282,19 @@ pub static MESSAGES: &[Message] = &[
         f(2, "status", S, 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
-        f(6, "lastUpdateTime", M(518), 0),
-        f(7, "lastTransitionTime", M(518), 0),
+        f(6, "lastUpdateTime", M(545), 0),
+        f(7, "lastTransitionTime", M(545), 0),
     ] },
     // 37
     Message { name: "k8s.io.api.apps.v1.DeploymentList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(35), REPEATED),
     ] },
     // 38
     Message { name: "k8s.io.api.apps.v1.DeploymentSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(499), 0),
-        f(3, "template", M(290), 0),
+        f(2, "selector", M(526), 0),
+        f(3, "template", M(317), 0),
         f(4, "strategy", M(40), 0),
         f(5, "minReadySeconds", I32, OMITEMPTY),
         f(6, "revisionHistoryLimit", I32, NULLABLE),
@@ -318,7 +320,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 41
     Message { name: "k8s.io.api.apps.v1.ReplicaSet", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "spec", M(44), 0),
         f(3, "status", M(45), 0),
     ] },
@@ -326,20 +328,20 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.ReplicaSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 43
     Message { name: "k8s.io.api.apps.v1.ReplicaSetList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(41), REPEATED),
     ] },
     // 44
     Message { name: "k8s.io.api.apps.v1.ReplicaSetSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(499), 0),
-        f(3, "template", M(290), 0),
+        f(2, "selector", M(526), 0),
+        f(3, "template", M(317), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
     ] },
     // 45
@@ -354,22 +356,22 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 46
     Message { name: "k8s.io.api.apps.v1.RollingUpdateDaemonSet", array: false, fields: &[
-        f(1, "maxUnavailable", M(525), 0),
-        f(2, "maxSurge", M(525), 0),
+        f(1, "maxUnavailable", M(552), 0),
+        f(2, "maxSurge", M(552), 0),
     ] },
     // 47
     Message { name: "k8s.io.api.apps.v1.RollingUpdateDeployment", array: false, fields: &[
-        f(1, "maxUnavailable", M(525), 0),
-        f(2, "maxSurge", M(525), 0),
+        f(1, "maxUnavailable", M(552), 0),
+        f(2, "maxSurge", M(552), 0),
     ] },
     // 48
     Message { name: "k8s.io.api.apps.v1.RollingUpdateStatefulSetStrategy", array: false, fields: &[
         f(1, "partition", I32, NULLABLE),
-        f(2, "maxUnavailable", M(525), 0),
+        f(2, "maxUnavailable", M(552), 0),
     ] },
     // 49
     Message { name: "k8s.io.api.apps.v1.StatefulSet", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "spec", M(54), 0),
         f(3, "status", M(55), 0),
     ] },
@@ -377,13 +379,13 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.StatefulSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
     // 51
     Message { name: "k8s.io.api.apps.v1.StatefulSetList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "items", M(49), REPEATED),
     ] },
     // 52
@@ -398,9 +400,9 @@ pub static MESSAGES: &[Message] = &[
     // 54
     Message { name: "k8s.io.api.apps.v1.StatefulSetSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(499), 0),
-        f(3, "template", M(290), 0),
-        f(4, "volumeClaimTemplates", M(250), REPEATED),
+        f(2, "selector", M(526), 0),
+        f(3, "template", M(317), 0),
+        f(4, "volumeClaimTemplates", M(277), REPEATED),
         f(5, "serviceName", S, 0),
         f(6, "podManagementPolicy", S, OMITEMPTY),
         f(7, "updateStrategy", M(56), 0),
@@ -428,505 +430,666 @@ pub static MESSAGES: &[Message] = &[
         f(2, "rollingUpdate", M(48), 0),
     ] },
     // 57
+    Message { name: "k8s.io.api.authentication.v1.BoundObjectReference", array: false, fields: &[
+        f(1, "kind", S, OMITEMPTY),
+        f(2, "apiVersion", S, OMITEMPTY),
+        f(3, "name", S, OMITEMPTY),
+        f(4, "uid", S, OMITEMPTY),
+    ] },
+    // 58
+    Message { name: "k8s.io.api.authentication.v1.ExtraValue", array: true, fields: &[
+        f(1, "items", S, REPEATED),
+    ] },
+    // 59
+    Message { name: "k8s.io.api.authentication.v1.SelfSubjectReview", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "status", M(60), 0),
+    ] },
+    // 60
+    Message { name: "k8s.io.api.authentication.v1.SelfSubjectReviewStatus", array: false, fields: &[
+        f(1, "userInfo", M(67), 0),
+    ] },
+    // 61
+    Message { name: "k8s.io.api.authentication.v1.TokenRequest", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(62), 0),
+        f(3, "status", M(63), 0),
+    ] },
+    // 62
+    Message { name: "k8s.io.api.authentication.v1.TokenRequestSpec", array: false, fields: &[
+        f(1, "audiences", S, REPEATED),
+        f(3, "boundObjectRef", M(57), 0),
+        f(4, "expirationSeconds", I64, NULLABLE),
+    ] },
+    // 63
+    Message { name: "k8s.io.api.authentication.v1.TokenRequestStatus", array: false, fields: &[
+        f(1, "token", S, 0),
+        f(2, "expirationTimestamp", M(545), 0),
+    ] },
+    // 64
+    Message { name: "k8s.io.api.authentication.v1.TokenReview", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(65), 0),
+        f(3, "status", M(66), 0),
+    ] },
+    // 65
+    Message { name: "k8s.io.api.authentication.v1.TokenReviewSpec", array: false, fields: &[
+        f(1, "token", S, OMITEMPTY),
+        f(2, "audiences", S, REPEATED),
+    ] },
+    // 66
+    Message { name: "k8s.io.api.authentication.v1.TokenReviewStatus", array: false, fields: &[
+        f(1, "authenticated", Bool, OMITEMPTY),
+        f(2, "user", M(67), 0),
+        f(3, "error", S, OMITEMPTY),
+        f(4, "audiences", S, REPEATED),
+    ] },
+    // 67
+    Message { name: "k8s.io.api.authentication.v1.UserInfo", array: false, fields: &[
+        f(1, "username", S, OMITEMPTY),
+        f(2, "uid", S, OMITEMPTY),
+        f(3, "groups", S, REPEATED),
+        f(4, "extra", MapM(58), 0),
+    ] },
+    // 68
+    Message { name: "k8s.io.api.authorization.v1.ExtraValue", array: true, fields: &[
+        f(1, "items", S, REPEATED),
+    ] },
+    // 69
+    Message { name: "k8s.io.api.authorization.v1.FieldSelectorAttributes", array: false, fields: &[
+        f(1, "rawSelector", S, OMITEMPTY),
+        f(2, "requirements", M(517), REPEATED),
+    ] },
+    // 70
+    Message { name: "k8s.io.api.authorization.v1.LabelSelectorAttributes", array: false, fields: &[
+        f(1, "rawSelector", S, OMITEMPTY),
+        f(2, "requirements", M(527), REPEATED),
+    ] },
+    // 71
+    Message { name: "k8s.io.api.authorization.v1.LocalSubjectAccessReview", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(81), 0),
+        f(3, "status", M(82), 0),
+    ] },
+    // 72
+    Message { name: "k8s.io.api.authorization.v1.NonResourceAttributes", array: false, fields: &[
+        f(1, "path", S, OMITEMPTY),
+        f(2, "verb", S, OMITEMPTY),
+    ] },
+    // 73
+    Message { name: "k8s.io.api.authorization.v1.NonResourceRule", array: false, fields: &[
+        f(1, "verbs", S, REPEATED),
+        f(2, "nonResourceURLs", S, REPEATED),
+    ] },
+    // 74
+    Message { name: "k8s.io.api.authorization.v1.ResourceAttributes", array: false, fields: &[
+        f(1, "namespace", S, OMITEMPTY),
+        f(2, "verb", S, OMITEMPTY),
+        f(3, "group", S, OMITEMPTY),
+        f(4, "version", S, OMITEMPTY),
+        f(5, "resource", S, OMITEMPTY),
+        f(6, "subresource", S, OMITEMPTY),
+        f(7, "name", S, OMITEMPTY),
+        f(8, "fieldSelector", M(69), 0),
+        f(9, "labelSelector", M(70), 0),
+    ] },
+    // 75
+    Message { name: "k8s.io.api.authorization.v1.ResourceRule", array: false, fields: &[
+        f(1, "verbs", S, REPEATED),
+        f(2, "apiGroups", S, REPEATED),
+        f(3, "resources", S, REPEATED),
+        f(4, "resourceNames", S, REPEATED),
+    ] },
+    // 76
+    Message { name: "k8s.io.api.authorization.v1.SelfSubjectAccessReview", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(77), 0),
+        f(3, "status", M(82), 0),
+    ] },
+    // 77
+    Message { name: "k8s.io.api.authorization.v1.SelfSubjectAccessReviewSpec", array: false, fields: &[
+        f(1, "resourceAttributes", M(74), 0),
+        f(2, "nonResourceAttributes", M(72), 0),
+    ] },
+    // 78
+    Message { name: "k8s.io.api.authorization.v1.SelfSubjectRulesReview", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(79), 0),
+        f(3, "status", M(83), 0),
+    ] },
+    // 79
+    Message { name: "k8s.io.api.authorization.v1.SelfSubjectRulesReviewSpec", array: false, fields: &[
+        f(1, "namespace", S, OMITEMPTY),
+    ] },
+    // 80
+    Message { name: "k8s.io.api.authorization.v1.SubjectAccessReview", array: false, fields: &[
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(81), 0),
+        f(3, "status", M(82), 0),
+    ] },
+    // 81
+    Message { name: "k8s.io.api.authorization.v1.SubjectAccessReviewSpec", array: false, fields: &[
+        f(1, "resourceAttributes", M(74), 0),
+        f(2, "nonResourceAttributes", M(72), 0),
+        f(3, "user", S, OMITEMPTY),
+        f(4, "groups", S, REPEATED),
+        f(5, "extra", MapM(68), 0),
+        f(6, "uid", S, OMITEMPTY),
+    ] },
+    // 82
+    Message { name: "k8s.io.api.authorization.v1.SubjectAccessReviewStatus", array: false, fields: &[
+        f(1, "allowed", Bool, 0),
+        f(2, "reason", S, OMITEMPTY),
+        f(3, "evaluationError", S, OMITEMPTY),
+        f(4, "denied", Bool, OMITEMPTY),
+    ] },
+    // 83
+    Message { name: "k8s.io.api.authorization.v1.SubjectRulesReviewStatus", array: false, fields: &[
+        f(1, "resourceRules", M(75), REPEATED),
+        f(2, "nonResourceRules", M(73), REPEATED),
+        f(3, "incomplete", Bool, 0),
+        f(4, "evaluationError", S, OMITEMPTY),
+    ] },
+    // 84
     Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(479), 0),
+        f(3, "targetAverageValue", M(506), 0),
         f(5, "container", S, 0),
     ] },
-    // 58
+    // 85
     Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(479), 0),
+        f(3, "currentAverageValue", M(506), 0),
         f(4, "container", S, 0),
     ] },
-    // 59
+    // 86
     Message { name: "k8s.io.api.autoscaling.v1.CrossVersionObjectReference", array: false, fields: &[
         f(1, "kind", S, 0),
         f(2, "name", S, 0),
         f(3, "apiVersion", S, OMITEMPTY),
     ] },
-    // 60
+    // 87
     Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricSource", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(499), 0),
-        f(3, "targetValue", M(479), 0),
-        f(4, "targetAverageValue", M(479), 0),
+        f(2, "metricSelector", M(526), 0),
+        f(3, "targetValue", M(506), 0),
+        f(4, "targetAverageValue", M(506), 0),
     ] },
-    // 61
+    // 88
     Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricStatus", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(499), 0),
-        f(3, "currentValue", M(479), 0),
-        f(4, "currentAverageValue", M(479), 0),
+        f(2, "metricSelector", M(526), 0),
+        f(3, "currentValue", M(506), 0),
+        f(4, "currentAverageValue", M(506), 0),
     ] },
-    // 62
+    // 89
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(65), 0),
-        f(3, "status", M(66), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(92), 0),
+        f(3, "status", M(93), 0),
     ] },
-    // 63
+    // 90
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
-    // 64
+    // 91
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(62), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(89), REPEATED),
     ] },
-    // 65
+    // 92
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec", array: false, fields: &[
-        f(1, "scaleTargetRef", M(59), 0),
+        f(1, "scaleTargetRef", M(86), 0),
         f(2, "minReplicas", I32, NULLABLE),
         f(3, "maxReplicas", I32, 0),
         f(4, "targetCPUUtilizationPercentage", I32, NULLABLE),
     ] },
-    // 66
+    // 93
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(518), 0),
+        f(2, "lastScaleTime", M(545), 0),
         f(3, "currentReplicas", I32, 0),
         f(4, "desiredReplicas", I32, 0),
         f(5, "currentCPUUtilizationPercentage", I32, NULLABLE),
     ] },
-    // 67
+    // 94
     Message { name: "k8s.io.api.autoscaling.v1.MetricSpec", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(69), 0),
-        f(3, "pods", M(71), 0),
-        f(4, "resource", M(73), 0),
-        f(5, "external", M(60), 0),
-        f(7, "containerResource", M(57), 0),
+        f(2, "object", M(96), 0),
+        f(3, "pods", M(98), 0),
+        f(4, "resource", M(100), 0),
+        f(5, "external", M(87), 0),
+        f(7, "containerResource", M(84), 0),
     ] },
-    // 68
+    // 95
     Message { name: "k8s.io.api.autoscaling.v1.MetricStatus", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(70), 0),
-        f(3, "pods", M(72), 0),
-        f(4, "resource", M(74), 0),
-        f(5, "external", M(61), 0),
-        f(7, "containerResource", M(58), 0),
+        f(2, "object", M(97), 0),
+        f(3, "pods", M(99), 0),
+        f(4, "resource", M(101), 0),
+        f(5, "external", M(88), 0),
+        f(7, "containerResource", M(85), 0),
     ] },
-    // 69
+    // 96
     Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricSource", array: false, fields: &[
-        f(1, "target", M(59), 0),
+        f(1, "target", M(86), 0),
         f(2, "metricName", S, 0),
-        f(3, "targetValue", M(479), 0),
-        f(4, "selector", M(499), 0),
-        f(5, "averageValue", M(479), 0),
+        f(3, "targetValue", M(506), 0),
+        f(4, "selector", M(526), 0),
+        f(5, "averageValue", M(506), 0),
     ] },
-    // 70
+    // 97
     Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricStatus", array: false, fields: &[
-        f(1, "target", M(59), 0),
+        f(1, "target", M(86), 0),
         f(2, "metricName", S, 0),
-        f(3, "currentValue", M(479), 0),
-        f(4, "selector", M(499), 0),
-        f(5, "averageValue", M(479), 0),
+        f(3, "currentValue", M(506), 0),
+        f(4, "selector", M(526), 0),
+        f(5, "averageValue", M(506), 0),
     ] },
-    // 71
+    // 98
     Message { name: "k8s.io.api.autoscaling.v1.PodsMetricSource", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "targetAverageValue", M(479), 0),
-        f(3, "selector", M(499), 0),
+        f(2, "targetAverageValue", M(506), 0),
+        f(3, "selector", M(526), 0),
     ] },
-    // 72
+    // 99
     Message { name: "k8s.io.api.autoscaling.v1.PodsMetricStatus", array: false, fields: &[
         f(1, "metricName", S, 0),
-        f(2, "currentAverageValue", M(479), 0),
-        f(3, "selector", M(499), 0),
+        f(2, "currentAverageValue", M(506), 0),
+        f(3, "selector", M(526), 0),
     ] },
-    // 73
+    // 100
     Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(479), 0),
+        f(3, "targetAverageValue", M(506), 0),
     ] },
-    // 74
+    // 101
     Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(479), 0),
+        f(3, "currentAverageValue", M(506), 0),
     ] },
-    // 75
+    // 102
     Message { name: "k8s.io.api.autoscaling.v1.Scale", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(76), 0),
-        f(3, "status", M(77), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(103), 0),
+        f(3, "status", M(104), 0),
     ] },
-    // 76
+    // 103
     Message { name: "k8s.io.api.autoscaling.v1.ScaleSpec", array: false, fields: &[
         f(1, "replicas", I32, OMITEMPTY),
     ] },
-    // 77
+    // 104
     Message { name: "k8s.io.api.autoscaling.v1.ScaleStatus", array: false, fields: &[
         f(1, "replicas", I32, 0),
         f(2, "selector", S, OMITEMPTY),
     ] },
-    // 78
+    // 105
     Message { name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "target", M(94), 0),
+        f(2, "target", M(121), 0),
         f(3, "container", S, 0),
     ] },
-    // 79
+    // 106
     Message { name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "current", M(95), 0),
+        f(2, "current", M(122), 0),
         f(3, "container", S, 0),
     ] },
-    // 80
+    // 107
     Message { name: "k8s.io.api.autoscaling.v2.CrossVersionObjectReference", array: false, fields: &[
         f(1, "kind", S, 0),
         f(2, "name", S, 0),
         f(3, "apiVersion", S, OMITEMPTY),
     ] },
-    // 81
+    // 108
     Message { name: "k8s.io.api.autoscaling.v2.ExternalMetricSource", array: false, fields: &[
-        f(1, "metric", M(91), 0),
-        f(2, "target", M(94), 0),
+        f(1, "metric", M(118), 0),
+        f(2, "target", M(121), 0),
     ] },
-    // 82
+    // 109
     Message { name: "k8s.io.api.autoscaling.v2.ExternalMetricStatus", array: false, fields: &[
-        f(1, "metric", M(91), 0),
-        f(2, "current", M(95), 0),
+        f(1, "metric", M(118), 0),
+        f(2, "current", M(122), 0),
     ] },
-    // 83
+    // 110
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(87), 0),
-        f(3, "status", M(88), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(114), 0),
+        f(3, "status", M(115), 0),
     ] },
-    // 84
+    // 111
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerBehavior", array: false, fields: &[
-        f(1, "scaleUp", M(90), 0),
-        f(2, "scaleDown", M(90), 0),
+        f(1, "scaleUp", M(117), 0),
+        f(2, "scaleDown", M(117), 0),
     ] },
-    // 85
+    // 112
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
-    // 86
+    // 113
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(83), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(110), REPEATED),
     ] },
-    // 87
+    // 114
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerSpec", array: false, fields: &[
-        f(1, "scaleTargetRef", M(80), 0),
+        f(1, "scaleTargetRef", M(107), 0),
         f(2, "minReplicas", I32, NULLABLE),
         f(3, "maxReplicas", I32, 0),
-        f(4, "metrics", M(92), REPEATED),
-        f(5, "behavior", M(84), 0),
+        f(4, "metrics", M(119), REPEATED),
+        f(5, "behavior", M(111), 0),
     ] },
-    // 88
+    // 115
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(518), 0),
+        f(2, "lastScaleTime", M(545), 0),
         f(3, "currentReplicas", I32, OMITEMPTY),
         f(4, "desiredReplicas", I32, 0),
-        f(5, "currentMetrics", M(93), REPEATED),
-        f(6, "conditions", M(85), REPEATED),
+        f(5, "currentMetrics", M(120), REPEATED),
+        f(6, "conditions", M(112), REPEATED),
     ] },
-    // 89
+    // 116
     Message { name: "k8s.io.api.autoscaling.v2.HpaScalingPolicy", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "value", I32, 0),
         f(3, "periodSeconds", I32, 0),
     ] },
-    // 90
+    // 117
     Message { name: "k8s.io.api.autoscaling.v2.HpaScalingRules", array: false, fields: &[
         f(1, "selectPolicy", S, NULLABLE),
-        f(2, "policies", M(89), REPEATED),
+        f(2, "policies", M(116), REPEATED),
         f(3, "stabilizationWindowSeconds", I32, NULLABLE),
-        f(4, "tolerance", M(479), 0),
+        f(4, "tolerance", M(506), 0),
     ] },
-    // 91
+    // 118
     Message { name: "k8s.io.api.autoscaling.v2.MetricIdentifier", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "selector", M(499), 0),
+        f(2, "selector", M(526), 0),
     ] },
-    // 92
+    // 119
     Message { name: "k8s.io.api.autoscaling.v2.MetricSpec", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(96), 0),
-        f(3, "pods", M(98), 0),
-        f(4, "resource", M(100), 0),
-        f(5, "external", M(81), 0),
-        f(7, "containerResource", M(78), 0),
+        f(2, "object", M(123), 0),
+        f(3, "pods", M(125), 0),
+        f(4, "resource", M(127), 0),
+        f(5, "external", M(108), 0),
+        f(7, "containerResource", M(105), 0),
     ] },
-    // 93
+    // 120
     Message { name: "k8s.io.api.autoscaling.v2.MetricStatus", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(97), 0),
-        f(3, "pods", M(99), 0),
-        f(4, "resource", M(101), 0),
-        f(5, "external", M(82), 0),
-        f(7, "containerResource", M(79), 0),
+        f(2, "object", M(124), 0),
+        f(3, "pods", M(126), 0),
+        f(4, "resource", M(128), 0),
+        f(5, "external", M(109), 0),
+        f(7, "containerResource", M(106), 0),
     ] },
-    // 94
+    // 121
     Message { name: "k8s.io.api.autoscaling.v2.MetricTarget", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "value", M(479), 0),
-        f(3, "averageValue", M(479), 0),
+        f(2, "value", M(506), 0),
+        f(3, "averageValue", M(506), 0),
         f(4, "averageUtilization", I32, NULLABLE),
     ] },
-    // 95
+    // 122
     Message { name: "k8s.io.api.autoscaling.v2.MetricValueStatus", array: false, fields: &[
-        f(1, "value", M(479), 0),
-        f(2, "averageValue", M(479), 0),
+        f(1, "value", M(506), 0),
+        f(2, "averageValue", M(506), 0),
         f(3, "averageUtilization", I32, NULLABLE),
     ] },
-    // 96
+    // 123
     Message { name: "k8s.io.api.autoscaling.v2.ObjectMetricSource", array: false, fields: &[
-        f(1, "describedObject", M(80), 0),
-        f(2, "target", M(94), 0),
-        f(3, "metric", M(91), 0),
+        f(1, "describedObject", M(107), 0),
+        f(2, "target", M(121), 0),
+        f(3, "metric", M(118), 0),
     ] },
-    // 97
+    // 124
     Message { name: "k8s.io.api.autoscaling.v2.ObjectMetricStatus", array: false, fields: &[
-        f(1, "metric", M(91), 0),
-        f(2, "current", M(95), 0),
-        f(3, "describedObject", M(80), 0),
+        f(1, "metric", M(118), 0),
+        f(2, "current", M(122), 0),
+        f(3, "describedObject", M(107), 0),
     ] },
-    // 98
+    // 125
     Message { name: "k8s.io.api.autoscaling.v2.PodsMetricSource", array: false, fields: &[
-        f(1, "metric", M(91), 0),
-        f(2, "target", M(94), 0),
+        f(1, "metric", M(118), 0),
+        f(2, "target", M(121), 0),
     ] },
-    // 99
+    // 126
     Message { name: "k8s.io.api.autoscaling.v2.PodsMetricStatus", array: false, fields: &[
-        f(1, "metric", M(91), 0),
-        f(2, "current", M(95), 0),
+        f(1, "metric", M(118), 0),
+        f(2, "current", M(122), 0),
     ] },
-    // 100
+    // 127
     Message { name: "k8s.io.api.autoscaling.v2.ResourceMetricSource", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "target", M(94), 0),
+        f(2, "target", M(121), 0),
     ] },
-    // 101
+    // 128
     Message { name: "k8s.io.api.autoscaling.v2.ResourceMetricStatus", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "current", M(95), 0),
+        f(2, "current", M(122), 0),
     ] },
-    // 102
+    // 129
     Message { name: "k8s.io.api.batch.v1.CronJob", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(104), 0),
-        f(3, "status", M(105), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(131), 0),
+        f(3, "status", M(132), 0),
     ] },
-    // 103
+    // 130
     Message { name: "k8s.io.api.batch.v1.CronJobList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(102), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(129), REPEATED),
     ] },
-    // 104
+    // 131
     Message { name: "k8s.io.api.batch.v1.CronJobSpec", array: false, fields: &[
         f(1, "schedule", S, 0),
         f(2, "startingDeadlineSeconds", I64, NULLABLE),
         f(3, "concurrencyPolicy", S, OMITEMPTY),
         f(4, "suspend", Bool, NULLABLE),
-        f(5, "jobTemplate", M(111), 0),
+        f(5, "jobTemplate", M(138), 0),
         f(6, "successfulJobsHistoryLimit", I32, NULLABLE),
         f(7, "failedJobsHistoryLimit", I32, NULLABLE),
         f(8, "timeZone", S, NULLABLE),
     ] },
-    // 105
+    // 132
     Message { name: "k8s.io.api.batch.v1.CronJobStatus", array: false, fields: &[
-        f(1, "active", M(248), REPEATED),
-        f(4, "lastScheduleTime", M(518), 0),
-        f(5, "lastSuccessfulTime", M(518), 0),
+        f(1, "active", M(275), REPEATED),
+        f(4, "lastScheduleTime", M(545), 0),
+        f(5, "lastSuccessfulTime", M(545), 0),
     ] },
-    // 106
+    // 133
     Message { name: "k8s.io.api.batch.v1.Job", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(109), 0),
-        f(3, "status", M(110), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(136), 0),
+        f(3, "status", M(137), 0),
     ] },
-    // 107
+    // 134
     Message { name: "k8s.io.api.batch.v1.JobCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(518), 0),
-        f(4, "lastTransitionTime", M(518), 0),
+        f(3, "lastProbeTime", M(545), 0),
+        f(4, "lastTransitionTime", M(545), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
-    // 108
+    // 135
     Message { name: "k8s.io.api.batch.v1.JobList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(106), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(133), REPEATED),
     ] },
-    // 109
+    // 136
     Message { name: "k8s.io.api.batch.v1.JobSpec", array: false, fields: &[
         f(1, "parallelism", I32, NULLABLE),
         f(2, "completions", I32, NULLABLE),
         f(3, "activeDeadlineSeconds", I64, NULLABLE),
-        f(4, "selector", M(499), 0),
+        f(4, "selector", M(526), 0),
         f(5, "manualSelector", Bool, NULLABLE),
-        f(6, "template", M(290), 0),
+        f(6, "template", M(317), 0),
         f(7, "backoffLimit", I32, NULLABLE),
         f(8, "ttlSecondsAfterFinished", I32, NULLABLE),
         f(9, "completionMode", S, NULLABLE),
         f(10, "suspend", Bool, NULLABLE),
-        f(11, "podFailurePolicy", M(112), 0),
+        f(11, "podFailurePolicy", M(139), 0),
         f(12, "backoffLimitPerIndex", I32, NULLABLE),
         f(13, "maxFailedIndexes", I32, NULLABLE),
         f(14, "podReplacementPolicy", S, NULLABLE),
         f(15, "managedBy", S, NULLABLE),
-        f(16, "successPolicy", M(116), 0),
+        f(16, "successPolicy", M(143), 0),
     ] },
-    // 110
+    // 137
     Message { name: "k8s.io.api.batch.v1.JobStatus", array: false, fields: &[
-        f(1, "conditions", M(107), REPEATED),
-        f(2, "startTime", M(518), 0),
-        f(3, "completionTime", M(518), 0),
+        f(1, "conditions", M(134), REPEATED),
+        f(2, "startTime", M(545), 0),
+        f(3, "completionTime", M(545), 0),
         f(4, "active", I32, OMITEMPTY),
         f(5, "succeeded", I32, OMITEMPTY),
         f(6, "failed", I32, OMITEMPTY),
         f(7, "completedIndexes", S, OMITEMPTY),
-        f(8, "uncountedTerminatedPods", M(118), 0),
+        f(8, "uncountedTerminatedPods", M(145), 0),
         f(9, "ready", I32, NULLABLE),
         f(10, "failedIndexes", S, NULLABLE),
         f(11, "terminating", I32, NULLABLE),
     ] },
-    // 111
+    // 138
     Message { name: "k8s.io.api.batch.v1.JobTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(109), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(136), 0),
     ] },
-    // 112
+    // 139
     Message { name: "k8s.io.api.batch.v1.PodFailurePolicy", array: false, fields: &[
-        f(1, "rules", M(115), REPEATED),
+        f(1, "rules", M(142), REPEATED),
     ] },
-    // 113
+    // 140
     Message { name: "k8s.io.api.batch.v1.PodFailurePolicyOnExitCodesRequirement", array: false, fields: &[
         f(1, "containerName", S, NULLABLE),
         f(2, "operator", S, 0),
         f(3, "values", I32, REPEATED),
     ] },
-    // 114
+    // 141
     Message { name: "k8s.io.api.batch.v1.PodFailurePolicyOnPodConditionsPattern", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
     ] },
-    // 115
+    // 142
     Message { name: "k8s.io.api.batch.v1.PodFailurePolicyRule", array: false, fields: &[
         f(1, "action", S, 0),
-        f(2, "onExitCodes", M(113), 0),
-        f(3, "onPodConditions", M(114), REPEATED),
+        f(2, "onExitCodes", M(140), 0),
+        f(3, "onPodConditions", M(141), REPEATED),
     ] },
-    // 116
+    // 143
     Message { name: "k8s.io.api.batch.v1.SuccessPolicy", array: false, fields: &[
-        f(1, "rules", M(117), REPEATED),
+        f(1, "rules", M(144), REPEATED),
     ] },
-    // 117
+    // 144
     Message { name: "k8s.io.api.batch.v1.SuccessPolicyRule", array: false, fields: &[
         f(1, "succeededIndexes", S, NULLABLE),
         f(2, "succeededCount", I32, NULLABLE),
     ] },
-    // 118
+    // 145
     Message { name: "k8s.io.api.batch.v1.UncountedTerminatedPods", array: false, fields: &[
         f(1, "succeeded", S, REPEATED),
         f(2, "failed", S, REPEATED),
     ] },
-    // 119
+    // 146
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequest", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(122), 0),
-        f(3, "status", M(123), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(149), 0),
+        f(3, "status", M(150), 0),
     ] },
-    // 120
+    // 147
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "reason", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
-        f(4, "lastUpdateTime", M(518), 0),
-        f(5, "lastTransitionTime", M(518), 0),
+        f(4, "lastUpdateTime", M(545), 0),
+        f(5, "lastTransitionTime", M(545), 0),
         f(6, "status", S, 0),
     ] },
-    // 121
+    // 148
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(119), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(146), REPEATED),
     ] },
-    // 122
+    // 149
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestSpec", array: false, fields: &[
         f(1, "request", B, 0),
         f(2, "username", S, OMITEMPTY),
         f(3, "uid", S, OMITEMPTY),
         f(4, "groups", S, REPEATED),
         f(5, "usages", S, REPEATED),
-        f(6, "extra", MapM(124), 0),
+        f(6, "extra", MapM(151), 0),
         f(7, "signerName", S, 0),
         f(8, "expirationSeconds", I32, NULLABLE),
     ] },
-    // 123
+    // 150
     Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestStatus", array: false, fields: &[
-        f(1, "conditions", M(120), REPEATED),
+        f(1, "conditions", M(147), REPEATED),
         f(2, "certificate", B, OMITEMPTY),
     ] },
-    // 124
+    // 151
     Message { name: "k8s.io.api.certificates.v1.ExtraValue", array: true, fields: &[
         f(1, "items", S, REPEATED),
     ] },
-    // 125
+    // 152
     Message { name: "k8s.io.api.coordination.v1.Lease", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(127), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(154), 0),
     ] },
-    // 126
+    // 153
     Message { name: "k8s.io.api.coordination.v1.LeaseList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(125), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(152), REPEATED),
     ] },
-    // 127
+    // 154
     Message { name: "k8s.io.api.coordination.v1.LeaseSpec", array: false, fields: &[
         f(1, "holderIdentity", S, NULLABLE),
         f(2, "leaseDurationSeconds", I32, NULLABLE),
-        f(3, "acquireTime", M(505), 0),
-        f(4, "renewTime", M(505), 0),
+        f(3, "acquireTime", M(532), 0),
+        f(4, "renewTime", M(532), 0),
         f(5, "leaseTransitions", I32, NULLABLE),
         f(6, "strategy", S, NULLABLE),
         f(7, "preferredHolder", S, NULLABLE),
     ] },
-    // 128
+    // 155
     Message { name: "k8s.io.api.core.v1.Affinity", array: false, fields: &[
-        f(1, "nodeAffinity", M(230), 0),
-        f(2, "podAffinity", M(263), 0),
-        f(3, "podAntiAffinity", M(265), 0),
+        f(1, "nodeAffinity", M(257), 0),
+        f(2, "podAffinity", M(290), 0),
+        f(3, "podAntiAffinity", M(292), 0),
     ] },
-    // 129
+    // 156
     Message { name: "k8s.io.api.core.v1.AppArmorProfile", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "localhostProfile", S, NULLABLE),
     ] },
-    // 130
+    // 157
     Message { name: "k8s.io.api.core.v1.AttachedVolume", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "devicePath", S, 0),
     ] },
-    // 131
+    // 158
     Message { name: "k8s.io.api.core.v1.AvoidPods", array: false, fields: &[
-        f(1, "preferAvoidPods", M(294), REPEATED),
+        f(1, "preferAvoidPods", M(321), REPEATED),
     ] },
-    // 132
+    // 159
     Message { name: "k8s.io.api.core.v1.AwsElasticBlockStoreVolumeSource", array: false, fields: &[
         f(1, "volumeID", S, 0),
         f(2, "fsType", S, OMITEMPTY),
         f(3, "partition", I32, OMITEMPTY),
         f(4, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 133
+    // 160
     Message { name: "k8s.io.api.core.v1.AzureDiskVolumeSource", array: false, fields: &[
         f(1, "diskName", S, 0),
         f(2, "diskURI", S, 0),
@@ -935,135 +1098,135 @@ pub static MESSAGES: &[Message] = &[
         f(5, "readOnly", Bool, NULLABLE),
         f(6, "kind", S, NULLABLE),
     ] },
-    // 134
+    // 161
     Message { name: "k8s.io.api.core.v1.AzureFilePersistentVolumeSource", array: false, fields: &[
         f(1, "secretName", S, 0),
         f(2, "shareName", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
         f(4, "secretNamespace", S, NULLABLE),
     ] },
-    // 135
+    // 162
     Message { name: "k8s.io.api.core.v1.AzureFileVolumeSource", array: false, fields: &[
         f(1, "secretName", S, 0),
         f(2, "shareName", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 136
+    // 163
     Message { name: "k8s.io.api.core.v1.Binding", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "target", M(248), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "target", M(275), 0),
     ] },
-    // 137
+    // 164
     Message { name: "k8s.io.api.core.v1.CSIPersistentVolumeSource", array: false, fields: &[
         f(1, "driver", S, 0),
         f(2, "volumeHandle", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
         f(4, "fsType", S, OMITEMPTY),
         f(5, "volumeAttributes", MapS, 0),
-        f(6, "controllerPublishSecretRef", M(328), 0),
-        f(7, "nodeStageSecretRef", M(328), 0),
-        f(8, "nodePublishSecretRef", M(328), 0),
-        f(9, "controllerExpandSecretRef", M(328), 0),
-        f(10, "nodeExpandSecretRef", M(328), 0),
+        f(6, "controllerPublishSecretRef", M(355), 0),
+        f(7, "nodeStageSecretRef", M(355), 0),
+        f(8, "nodePublishSecretRef", M(355), 0),
+        f(9, "controllerExpandSecretRef", M(355), 0),
+        f(10, "nodeExpandSecretRef", M(355), 0),
     ] },
-    // 138
+    // 165
     Message { name: "k8s.io.api.core.v1.CSIVolumeSource", array: false, fields: &[
         f(1, "driver", S, 0),
         f(2, "readOnly", Bool, NULLABLE),
         f(3, "fsType", S, NULLABLE),
         f(4, "volumeAttributes", MapS, 0),
-        f(5, "nodePublishSecretRef", M(219), 0),
+        f(5, "nodePublishSecretRef", M(246), 0),
     ] },
-    // 139
+    // 166
     Message { name: "k8s.io.api.core.v1.Capabilities", array: false, fields: &[
         f(1, "add", S, REPEATED),
         f(2, "drop", S, REPEATED),
     ] },
-    // 140
+    // 167
     Message { name: "k8s.io.api.core.v1.CephFsPersistentVolumeSource", array: false, fields: &[
         f(1, "monitors", S, REPEATED),
         f(2, "path", S, OMITEMPTY),
         f(3, "user", S, OMITEMPTY),
         f(4, "secretFile", S, OMITEMPTY),
-        f(5, "secretRef", M(328), 0),
+        f(5, "secretRef", M(355), 0),
         f(6, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 141
+    // 168
     Message { name: "k8s.io.api.core.v1.CephFsVolumeSource", array: false, fields: &[
         f(1, "monitors", S, REPEATED),
         f(2, "path", S, OMITEMPTY),
         f(3, "user", S, OMITEMPTY),
         f(4, "secretFile", S, OMITEMPTY),
-        f(5, "secretRef", M(219), 0),
+        f(5, "secretRef", M(246), 0),
         f(6, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 142
+    // 169
     Message { name: "k8s.io.api.core.v1.CinderPersistentVolumeSource", array: false, fields: &[
         f(1, "volumeID", S, 0),
         f(2, "fsType", S, OMITEMPTY),
         f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "secretRef", M(328), 0),
+        f(4, "secretRef", M(355), 0),
     ] },
-    // 143
+    // 170
     Message { name: "k8s.io.api.core.v1.CinderVolumeSource", array: false, fields: &[
         f(1, "volumeID", S, 0),
         f(2, "fsType", S, OMITEMPTY),
         f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "secretRef", M(219), 0),
+        f(4, "secretRef", M(246), 0),
     ] },
-    // 144
+    // 171
     Message { name: "k8s.io.api.core.v1.ClientIpConfig", array: false, fields: &[
         f(1, "timeoutSeconds", I32, NULLABLE),
     ] },
-    // 145
+    // 172
     Message { name: "k8s.io.api.core.v1.ClusterTrustBundleProjection", array: false, fields: &[
         f(1, "name", S, NULLABLE),
         f(2, "signerName", S, NULLABLE),
-        f(3, "labelSelector", M(499), 0),
+        f(3, "labelSelector", M(526), 0),
         f(4, "path", S, 0),
         f(5, "optional", Bool, NULLABLE),
     ] },
-    // 146
+    // 173
     Message { name: "k8s.io.api.core.v1.ComponentCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
         f(3, "message", S, OMITEMPTY),
         f(4, "error", S, OMITEMPTY),
     ] },
-    // 147
+    // 174
     Message { name: "k8s.io.api.core.v1.ComponentStatus", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "conditions", M(146), REPEATED),
+        f(1, "metadata", M(533), 0),
+        f(2, "conditions", M(173), REPEATED),
     ] },
-    // 148
+    // 175
     Message { name: "k8s.io.api.core.v1.ComponentStatusList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(147), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(174), REPEATED),
     ] },
-    // 149
+    // 176
     Message { name: "k8s.io.api.core.v1.ConfigMap", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "data", MapS, 0),
         f(3, "binaryData", MapB, 0),
         f(4, "immutable", Bool, NULLABLE),
     ] },
-    // 150
+    // 177
     Message { name: "k8s.io.api.core.v1.ConfigMapEnvSource", array: false, fields: &[
-        f(1, "", M(219), INLINE),
+        f(1, "", M(246), INLINE),
         f(2, "optional", Bool, NULLABLE),
     ] },
-    // 151
+    // 178
     Message { name: "k8s.io.api.core.v1.ConfigMapKeySelector", array: false, fields: &[
-        f(1, "", M(219), INLINE),
+        f(1, "", M(246), INLINE),
         f(2, "key", S, 0),
         f(3, "optional", Bool, NULLABLE),
     ] },
-    // 152
+    // 179
     Message { name: "k8s.io.api.core.v1.ConfigMapList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(149), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(176), REPEATED),
     ] },
-    // 153
+    // 180
     Message { name: "k8s.io.api.core.v1.ConfigMapNodeConfigSource", array: false, fields: &[
         f(1, "namespace", S, 0),
         f(2, "name", S, 0),
@@ -1071,59 +1234,59 @@ pub static MESSAGES: &[Message] = &[
         f(4, "resourceVersion", S, OMITEMPTY),
         f(5, "kubeletConfigKey", S, 0),
     ] },
-    // 154
+    // 181
     Message { name: "k8s.io.api.core.v1.ConfigMapProjection", array: false, fields: &[
-        f(1, "", M(219), INLINE),
-        f(2, "items", M(208), REPEATED),
+        f(1, "", M(246), INLINE),
+        f(2, "items", M(235), REPEATED),
         f(4, "optional", Bool, NULLABLE),
     ] },
-    // 155
+    // 182
     Message { name: "k8s.io.api.core.v1.ConfigMapVolumeSource", array: false, fields: &[
-        f(1, "", M(219), INLINE),
-        f(2, "items", M(208), REPEATED),
+        f(1, "", M(246), INLINE),
+        f(2, "items", M(235), REPEATED),
         f(3, "defaultMode", I32, NULLABLE),
         f(4, "optional", Bool, NULLABLE),
     ] },
-    // 156
+    // 183
     Message { name: "k8s.io.api.core.v1.Container", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "image", S, OMITEMPTY),
         f(3, "command", S, REPEATED),
         f(4, "args", S, REPEATED),
         f(5, "workingDir", S, OMITEMPTY),
-        f(6, "ports", M(159), REPEATED),
-        f(7, "env", M(180), REPEATED),
-        f(8, "resources", M(315), 0),
-        f(9, "volumeMounts", M(356), REPEATED),
-        f(10, "livenessProbe", M(296), 0),
-        f(11, "readinessProbe", M(296), 0),
-        f(12, "lifecycle", M(209), 0),
+        f(6, "ports", M(186), REPEATED),
+        f(7, "env", M(207), REPEATED),
+        f(8, "resources", M(342), 0),
+        f(9, "volumeMounts", M(383), REPEATED),
+        f(10, "livenessProbe", M(323), 0),
+        f(11, "readinessProbe", M(323), 0),
+        f(12, "lifecycle", M(236), 0),
         f(13, "terminationMessagePath", S, OMITEMPTY),
         f(14, "imagePullPolicy", S, OMITEMPTY),
-        f(15, "securityContext", M(330), 0),
+        f(15, "securityContext", M(357), 0),
         f(16, "stdin", Bool, OMITEMPTY),
         f(17, "stdinOnce", Bool, OMITEMPTY),
         f(18, "tty", Bool, OMITEMPTY),
-        f(19, "envFrom", M(179), REPEATED),
+        f(19, "envFrom", M(206), REPEATED),
         f(20, "terminationMessagePolicy", S, OMITEMPTY),
-        f(21, "volumeDevices", M(355), REPEATED),
-        f(22, "startupProbe", M(296), 0),
-        f(23, "resizePolicy", M(160), REPEATED),
+        f(21, "volumeDevices", M(382), REPEATED),
+        f(22, "startupProbe", M(323), 0),
+        f(23, "resizePolicy", M(187), REPEATED),
         f(24, "restartPolicy", S, NULLABLE),
-        f(25, "restartPolicyRules", M(161), REPEATED),
+        f(25, "restartPolicyRules", M(188), REPEATED),
     ] },
-    // 157
+    // 184
     Message { name: "k8s.io.api.core.v1.ContainerExtendedResourceRequest", array: false, fields: &[
         f(1, "containerName", S, 0),
         f(2, "resourceName", S, 0),
         f(3, "requestName", S, 0),
     ] },
-    // 158
+    // 185
     Message { name: "k8s.io.api.core.v1.ContainerImage", array: false, fields: &[
         f(1, "names", S, REPEATED),
         f(2, "sizeBytes", I64, OMITEMPTY),
     ] },
-    // 159
+    // 186
     Message { name: "k8s.io.api.core.v1.ContainerPort", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "hostPort", I32, OMITEMPTY),
@@ -1131,218 +1294,218 @@ pub static MESSAGES: &[Message] = &[
         f(4, "protocol", S, OMITEMPTY),
         f(5, "hostIP", S, OMITEMPTY),
     ] },
-    // 160
+    // 187
     Message { name: "k8s.io.api.core.v1.ContainerResizePolicy", array: false, fields: &[
         f(1, "resourceName", S, 0),
         f(2, "restartPolicy", S, 0),
     ] },
-    // 161
+    // 188
     Message { name: "k8s.io.api.core.v1.ContainerRestartRule", array: false, fields: &[
         f(1, "action", S, OMITEMPTY),
-        f(2, "exitCodes", M(162), 0),
+        f(2, "exitCodes", M(189), 0),
     ] },
-    // 162
+    // 189
     Message { name: "k8s.io.api.core.v1.ContainerRestartRuleOnExitCodes", array: false, fields: &[
         f(1, "operator", S, OMITEMPTY),
         f(2, "values", I32, REPEATED),
     ] },
-    // 163
+    // 190
     Message { name: "k8s.io.api.core.v1.ContainerState", array: false, fields: &[
-        f(1, "waiting", M(166), 0),
-        f(2, "running", M(164), 0),
-        f(3, "terminated", M(165), 0),
+        f(1, "waiting", M(193), 0),
+        f(2, "running", M(191), 0),
+        f(3, "terminated", M(192), 0),
     ] },
-    // 164
+    // 191
     Message { name: "k8s.io.api.core.v1.ContainerStateRunning", array: false, fields: &[
-        f(1, "startedAt", M(518), 0),
+        f(1, "startedAt", M(545), 0),
     ] },
-    // 165
+    // 192
     Message { name: "k8s.io.api.core.v1.ContainerStateTerminated", array: false, fields: &[
         f(1, "exitCode", I32, 0),
         f(2, "signal", I32, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
-        f(5, "startedAt", M(518), 0),
-        f(6, "finishedAt", M(518), 0),
+        f(5, "startedAt", M(545), 0),
+        f(6, "finishedAt", M(545), 0),
         f(7, "containerID", S, OMITEMPTY),
     ] },
-    // 166
+    // 193
     Message { name: "k8s.io.api.core.v1.ContainerStateWaiting", array: false, fields: &[
         f(1, "reason", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
     ] },
-    // 167
+    // 194
     Message { name: "k8s.io.api.core.v1.ContainerStatus", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "state", M(163), 0),
-        f(3, "lastState", M(163), 0),
+        f(2, "state", M(190), 0),
+        f(3, "lastState", M(190), 0),
         f(4, "ready", Bool, 0),
         f(5, "restartCount", I32, 0),
         f(6, "image", S, 0),
         f(7, "imageID", S, 0),
         f(8, "containerID", S, OMITEMPTY),
         f(9, "started", Bool, NULLABLE),
-        f(10, "allocatedResources", MapM(479), 0),
-        f(11, "resources", M(315), 0),
-        f(12, "volumeMounts", M(357), REPEATED),
-        f(13, "user", M(168), 0),
-        f(14, "allocatedResourcesStatus", M(316), REPEATED),
+        f(10, "allocatedResources", MapM(506), 0),
+        f(11, "resources", M(342), 0),
+        f(12, "volumeMounts", M(384), REPEATED),
+        f(13, "user", M(195), 0),
+        f(14, "allocatedResourcesStatus", M(343), REPEATED),
         f(15, "stopSignal", S, NULLABLE),
     ] },
-    // 168
+    // 195
     Message { name: "k8s.io.api.core.v1.ContainerUser", array: false, fields: &[
-        f(1, "linux", M(215), 0),
+        f(1, "linux", M(242), 0),
     ] },
-    // 169
+    // 196
     Message { name: "k8s.io.api.core.v1.DaemonEndpoint", array: false, fields: &[
         f(1, "Port", I32, 0),
     ] },
-    // 170
+    // 197
     Message { name: "k8s.io.api.core.v1.DownwardAPIProjection", array: false, fields: &[
-        f(1, "items", M(171), REPEATED),
+        f(1, "items", M(198), REPEATED),
     ] },
-    // 171
+    // 198
     Message { name: "k8s.io.api.core.v1.DownwardAPIVolumeFile", array: false, fields: &[
         f(1, "path", S, 0),
-        f(2, "fieldRef", M(247), 0),
-        f(3, "resourceFieldRef", M(309), 0),
+        f(2, "fieldRef", M(274), 0),
+        f(3, "resourceFieldRef", M(336), 0),
         f(4, "mode", I32, NULLABLE),
     ] },
-    // 172
+    // 199
     Message { name: "k8s.io.api.core.v1.DownwardAPIVolumeSource", array: false, fields: &[
-        f(1, "items", M(171), REPEATED),
+        f(1, "items", M(198), REPEATED),
         f(2, "defaultMode", I32, NULLABLE),
     ] },
-    // 173
+    // 200
     Message { name: "k8s.io.api.core.v1.EmptyDirVolumeSource", array: false, fields: &[
         f(1, "medium", S, OMITEMPTY),
-        f(2, "sizeLimit", M(479), 0),
+        f(2, "sizeLimit", M(506), 0),
     ] },
-    // 174
+    // 201
     Message { name: "k8s.io.api.core.v1.EndpointAddress", array: false, fields: &[
         f(1, "ip", S, 0),
-        f(2, "targetRef", M(248), 0),
+        f(2, "targetRef", M(275), 0),
         f(3, "hostname", S, OMITEMPTY),
         f(4, "nodeName", S, NULLABLE),
     ] },
-    // 175
+    // 202
     Message { name: "k8s.io.api.core.v1.EndpointPort", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "port", I32, 0),
         f(3, "protocol", S, OMITEMPTY),
         f(4, "appProtocol", S, NULLABLE),
     ] },
-    // 176
+    // 203
     Message { name: "k8s.io.api.core.v1.EndpointSubset", array: false, fields: &[
-        f(1, "addresses", M(174), REPEATED),
-        f(2, "notReadyAddresses", M(174), REPEATED),
-        f(3, "ports", M(175), REPEATED),
+        f(1, "addresses", M(201), REPEATED),
+        f(2, "notReadyAddresses", M(201), REPEATED),
+        f(3, "ports", M(202), REPEATED),
     ] },
-    // 177
+    // 204
     Message { name: "k8s.io.api.core.v1.Endpoints", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "subsets", M(176), REPEATED),
+        f(1, "metadata", M(533), 0),
+        f(2, "subsets", M(203), REPEATED),
     ] },
-    // 178
+    // 205
     Message { name: "k8s.io.api.core.v1.EndpointsList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(177), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(204), REPEATED),
     ] },
-    // 179
+    // 206
     Message { name: "k8s.io.api.core.v1.EnvFromSource", array: false, fields: &[
         f(1, "prefix", S, OMITEMPTY),
-        f(2, "configMapRef", M(150), 0),
-        f(3, "secretRef", M(324), 0),
+        f(2, "configMapRef", M(177), 0),
+        f(3, "secretRef", M(351), 0),
     ] },
-    // 180
+    // 207
     Message { name: "k8s.io.api.core.v1.EnvVar", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "value", S, OMITEMPTY),
-        f(3, "valueFrom", M(181), 0),
+        f(3, "valueFrom", M(208), 0),
     ] },
-    // 181
+    // 208
     Message { name: "k8s.io.api.core.v1.EnvVarSource", array: false, fields: &[
-        f(1, "fieldRef", M(247), 0),
-        f(2, "resourceFieldRef", M(309), 0),
-        f(3, "configMapKeyRef", M(151), 0),
-        f(4, "secretKeyRef", M(325), 0),
-        f(5, "fileKeyRef", M(191), 0),
+        f(1, "fieldRef", M(274), 0),
+        f(2, "resourceFieldRef", M(336), 0),
+        f(3, "configMapKeyRef", M(178), 0),
+        f(4, "secretKeyRef", M(352), 0),
+        f(5, "fileKeyRef", M(218), 0),
     ] },
-    // 182
+    // 209
     Message { name: "k8s.io.api.core.v1.EphemeralContainer", array: false, fields: &[
-        f(1, "", M(183), INLINE),
+        f(1, "", M(210), INLINE),
         f(2, "targetContainerName", S, OMITEMPTY),
     ] },
-    // 183
+    // 210
     Message { name: "k8s.io.api.core.v1.EphemeralContainerCommon", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "image", S, OMITEMPTY),
         f(3, "command", S, REPEATED),
         f(4, "args", S, REPEATED),
         f(5, "workingDir", S, OMITEMPTY),
-        f(6, "ports", M(159), REPEATED),
-        f(7, "env", M(180), REPEATED),
-        f(8, "resources", M(315), 0),
-        f(9, "volumeMounts", M(356), REPEATED),
-        f(10, "livenessProbe", M(296), 0),
-        f(11, "readinessProbe", M(296), 0),
-        f(12, "lifecycle", M(209), 0),
+        f(6, "ports", M(186), REPEATED),
+        f(7, "env", M(207), REPEATED),
+        f(8, "resources", M(342), 0),
+        f(9, "volumeMounts", M(383), REPEATED),
+        f(10, "livenessProbe", M(323), 0),
+        f(11, "readinessProbe", M(323), 0),
+        f(12, "lifecycle", M(236), 0),
         f(13, "terminationMessagePath", S, OMITEMPTY),
         f(14, "imagePullPolicy", S, OMITEMPTY),
-        f(15, "securityContext", M(330), 0),
+        f(15, "securityContext", M(357), 0),
         f(16, "stdin", Bool, OMITEMPTY),
         f(17, "stdinOnce", Bool, OMITEMPTY),
         f(18, "tty", Bool, OMITEMPTY),
-        f(19, "envFrom", M(179), REPEATED),
+        f(19, "envFrom", M(206), REPEATED),
         f(20, "terminationMessagePolicy", S, OMITEMPTY),
-        f(21, "volumeDevices", M(355), REPEATED),
-        f(22, "startupProbe", M(296), 0),
-        f(23, "resizePolicy", M(160), REPEATED),
+        f(21, "volumeDevices", M(382), REPEATED),
+        f(22, "startupProbe", M(323), 0),
+        f(23, "resizePolicy", M(187), REPEATED),
         f(24, "restartPolicy", S, NULLABLE),
-        f(25, "restartPolicyRules", M(161), REPEATED),
+        f(25, "restartPolicyRules", M(188), REPEATED),
     ] },
-    // 184
+    // 211
     Message { name: "k8s.io.api.core.v1.EphemeralVolumeSource", array: false, fields: &[
-        f(1, "volumeClaimTemplate", M(255), 0),
+        f(1, "volumeClaimTemplate", M(282), 0),
     ] },
-    // 185
+    // 212
     Message { name: "k8s.io.api.core.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "involvedObject", M(248), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "involvedObject", M(275), 0),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
-        f(5, "source", M(188), 0),
-        f(6, "firstTimestamp", M(518), 0),
-        f(7, "lastTimestamp", M(518), 0),
+        f(5, "source", M(215), 0),
+        f(6, "firstTimestamp", M(545), 0),
+        f(7, "lastTimestamp", M(545), 0),
         f(8, "count", I32, OMITEMPTY),
         f(9, "type", S, OMITEMPTY),
-        f(10, "eventTime", M(505), 0),
-        f(11, "series", M(187), 0),
+        f(10, "eventTime", M(532), 0),
+        f(11, "series", M(214), 0),
         f(12, "action", S, OMITEMPTY),
-        f(13, "related", M(248), 0),
+        f(13, "related", M(275), 0),
         f(14, "reportingComponent", S, 0),
         f(15, "reportingInstance", S, 0),
     ] },
-    // 186
+    // 213
     Message { name: "k8s.io.api.core.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(185), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(212), REPEATED),
     ] },
-    // 187
+    // 214
     Message { name: "k8s.io.api.core.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, OMITEMPTY),
-        f(2, "lastObservedTime", M(505), 0),
+        f(2, "lastObservedTime", M(532), 0),
     ] },
-    // 188
+    // 215
     Message { name: "k8s.io.api.core.v1.EventSource", array: false, fields: &[
         f(1, "component", S, OMITEMPTY),
         f(2, "host", S, OMITEMPTY),
     ] },
-    // 189
+    // 216
     Message { name: "k8s.io.api.core.v1.ExecAction", array: false, fields: &[
         f(1, "command", S, REPEATED),
     ] },
-    // 190
+    // 217
     Message { name: "k8s.io.api.core.v1.FcVolumeSource", array: false, fields: &[
         f(1, "targetWWNs", S, REPEATED),
         f(2, "lun", I32, NULLABLE),
@@ -1350,98 +1513,98 @@ pub static MESSAGES: &[Message] = &[
         f(4, "readOnly", Bool, OMITEMPTY),
         f(5, "wwids", S, REPEATED),
     ] },
-    // 191
+    // 218
     Message { name: "k8s.io.api.core.v1.FileKeySelector", array: false, fields: &[
         f(1, "volumeName", S, 0),
         f(2, "path", S, 0),
         f(3, "key", S, 0),
         f(4, "optional", Bool, NULLABLE),
     ] },
-    // 192
+    // 219
     Message { name: "k8s.io.api.core.v1.FlexPersistentVolumeSource", array: false, fields: &[
         f(1, "driver", S, 0),
         f(2, "fsType", S, OMITEMPTY),
-        f(3, "secretRef", M(328), 0),
+        f(3, "secretRef", M(355), 0),
         f(4, "readOnly", Bool, OMITEMPTY),
         f(5, "options", MapS, 0),
     ] },
-    // 193
+    // 220
     Message { name: "k8s.io.api.core.v1.FlexVolumeSource", array: false, fields: &[
         f(1, "driver", S, 0),
         f(2, "fsType", S, OMITEMPTY),
-        f(3, "secretRef", M(219), 0),
+        f(3, "secretRef", M(246), 0),
         f(4, "readOnly", Bool, OMITEMPTY),
         f(5, "options", MapS, 0),
     ] },
-    // 194
+    // 221
     Message { name: "k8s.io.api.core.v1.FlockerVolumeSource", array: false, fields: &[
         f(1, "datasetName", S, OMITEMPTY),
         f(2, "datasetUUID", S, OMITEMPTY),
     ] },
-    // 195
+    // 222
     Message { name: "k8s.io.api.core.v1.GcePersistentDiskVolumeSource", array: false, fields: &[
         f(1, "pdName", S, 0),
         f(2, "fsType", S, OMITEMPTY),
         f(3, "partition", I32, OMITEMPTY),
         f(4, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 196
+    // 223
     Message { name: "k8s.io.api.core.v1.GitRepoVolumeSource", array: false, fields: &[
         f(1, "repository", S, 0),
         f(2, "revision", S, OMITEMPTY),
         f(3, "directory", S, OMITEMPTY),
     ] },
-    // 197
+    // 224
     Message { name: "k8s.io.api.core.v1.GlusterfsPersistentVolumeSource", array: false, fields: &[
         f(1, "endpoints", S, 0),
         f(2, "path", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
         f(4, "endpointsNamespace", S, NULLABLE),
     ] },
-    // 198
+    // 225
     Message { name: "k8s.io.api.core.v1.GlusterfsVolumeSource", array: false, fields: &[
         f(1, "endpoints", S, 0),
         f(2, "path", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 199
+    // 226
     Message { name: "k8s.io.api.core.v1.GrpcAction", array: false, fields: &[
         f(1, "port", I32, 0),
         f(2, "service", S, NULLABLE),
     ] },
-    // 200
+    // 227
     Message { name: "k8s.io.api.core.v1.HostAlias", array: false, fields: &[
         f(1, "ip", S, 0),
         f(2, "hostnames", S, REPEATED),
     ] },
-    // 201
+    // 228
     Message { name: "k8s.io.api.core.v1.HostIp", array: false, fields: &[
         f(1, "ip", S, 0),
     ] },
-    // 202
+    // 229
     Message { name: "k8s.io.api.core.v1.HostPathVolumeSource", array: false, fields: &[
         f(1, "path", S, 0),
         f(2, "type", S, NULLABLE),
     ] },
-    // 203
+    // 230
     Message { name: "k8s.io.api.core.v1.HttpGetAction", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
-        f(2, "port", M(525), 0),
+        f(2, "port", M(552), 0),
         f(3, "host", S, OMITEMPTY),
         f(4, "scheme", S, OMITEMPTY),
-        f(5, "httpHeaders", M(204), REPEATED),
+        f(5, "httpHeaders", M(231), REPEATED),
     ] },
-    // 204
+    // 231
     Message { name: "k8s.io.api.core.v1.HttpHeader", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "value", S, 0),
     ] },
-    // 205
+    // 232
     Message { name: "k8s.io.api.core.v1.ImageVolumeSource", array: false, fields: &[
         f(1, "reference", S, OMITEMPTY),
         f(2, "pullPolicy", S, OMITEMPTY),
     ] },
-    // 206
+    // 233
     Message { name: "k8s.io.api.core.v1.IscsiPersistentVolumeSource", array: false, fields: &[
         f(1, "targetPortal", S, 0),
         f(2, "iqn", S, 0),
@@ -1451,11 +1614,11 @@ pub static MESSAGES: &[Message] = &[
         f(6, "readOnly", Bool, OMITEMPTY),
         f(7, "portals", S, REPEATED),
         f(8, "chapAuthDiscovery", Bool, OMITEMPTY),
-        f(10, "secretRef", M(328), 0),
+        f(10, "secretRef", M(355), 0),
         f(11, "chapAuthSession", Bool, OMITEMPTY),
         f(12, "initiatorName", S, NULLABLE),
     ] },
-    // 207
+    // 234
     Message { name: "k8s.io.api.core.v1.IscsiVolumeSource", array: false, fields: &[
         f(1, "targetPortal", S, 0),
         f(2, "iqn", S, 0),
@@ -1465,232 +1628,232 @@ pub static MESSAGES: &[Message] = &[
         f(6, "readOnly", Bool, OMITEMPTY),
         f(7, "portals", S, REPEATED),
         f(8, "chapAuthDiscovery", Bool, OMITEMPTY),
-        f(10, "secretRef", M(219), 0),
+        f(10, "secretRef", M(246), 0),
         f(11, "chapAuthSession", Bool, OMITEMPTY),
         f(12, "initiatorName", S, NULLABLE),
     ] },
-    // 208
+    // 235
     Message { name: "k8s.io.api.core.v1.KeyToPath", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "path", S, 0),
         f(3, "mode", I32, NULLABLE),
     ] },
-    // 209
+    // 236
     Message { name: "k8s.io.api.core.v1.Lifecycle", array: false, fields: &[
-        f(1, "postStart", M(210), 0),
-        f(2, "preStop", M(210), 0),
+        f(1, "postStart", M(237), 0),
+        f(2, "preStop", M(237), 0),
         f(3, "stopSignal", S, NULLABLE),
     ] },
-    // 210
+    // 237
     Message { name: "k8s.io.api.core.v1.LifecycleHandler", array: false, fields: &[
-        f(1, "exec", M(189), 0),
-        f(2, "httpGet", M(203), 0),
-        f(3, "tcpSocket", M(347), 0),
-        f(4, "sleep", M(342), 0),
+        f(1, "exec", M(216), 0),
+        f(2, "httpGet", M(230), 0),
+        f(3, "tcpSocket", M(374), 0),
+        f(4, "sleep", M(369), 0),
     ] },
-    // 211
+    // 238
     Message { name: "k8s.io.api.core.v1.LimitRange", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(214), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(241), 0),
     ] },
-    // 212
+    // 239
     Message { name: "k8s.io.api.core.v1.LimitRangeItem", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "max", MapM(479), 0),
-        f(3, "min", MapM(479), 0),
-        f(4, "default", MapM(479), 0),
-        f(5, "defaultRequest", MapM(479), 0),
-        f(6, "maxLimitRequestRatio", MapM(479), 0),
+        f(2, "max", MapM(506), 0),
+        f(3, "min", MapM(506), 0),
+        f(4, "default", MapM(506), 0),
+        f(5, "defaultRequest", MapM(506), 0),
+        f(6, "maxLimitRequestRatio", MapM(506), 0),
     ] },
-    // 213
+    // 240
     Message { name: "k8s.io.api.core.v1.LimitRangeList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(211), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(238), REPEATED),
     ] },
-    // 214
+    // 241
     Message { name: "k8s.io.api.core.v1.LimitRangeSpec", array: false, fields: &[
-        f(1, "limits", M(212), REPEATED),
+        f(1, "limits", M(239), REPEATED),
     ] },
-    // 215
+    // 242
     Message { name: "k8s.io.api.core.v1.LinuxContainerUser", array: false, fields: &[
         f(1, "uid", I64, 0),
         f(2, "gid", I64, 0),
         f(3, "supplementalGroups", I64, REPEATED),
     ] },
-    // 216
+    // 243
     Message { name: "k8s.io.api.core.v1.List", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(524), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(551), REPEATED),
     ] },
-    // 217
+    // 244
     Message { name: "k8s.io.api.core.v1.LoadBalancerIngress", array: false, fields: &[
         f(1, "ip", S, OMITEMPTY),
         f(2, "hostname", S, OMITEMPTY),
         f(3, "ipMode", S, NULLABLE),
-        f(4, "ports", M(291), REPEATED),
+        f(4, "ports", M(318), REPEATED),
     ] },
-    // 218
+    // 245
     Message { name: "k8s.io.api.core.v1.LoadBalancerStatus", array: false, fields: &[
-        f(1, "ingress", M(217), REPEATED),
+        f(1, "ingress", M(244), REPEATED),
     ] },
-    // 219
+    // 246
     Message { name: "k8s.io.api.core.v1.LocalObjectReference", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
     ] },
-    // 220
+    // 247
     Message { name: "k8s.io.api.core.v1.LocalVolumeSource", array: false, fields: &[
         f(1, "path", S, 0),
         f(2, "fsType", S, NULLABLE),
     ] },
-    // 221
+    // 248
     Message { name: "k8s.io.api.core.v1.ModifyVolumeStatus", array: false, fields: &[
         f(1, "targetVolumeAttributesClassName", S, OMITEMPTY),
         f(2, "status", S, 0),
     ] },
-    // 222
+    // 249
     Message { name: "k8s.io.api.core.v1.Namespace", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(225), 0),
-        f(3, "status", M(226), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(252), 0),
+        f(3, "status", M(253), 0),
     ] },
-    // 223
+    // 250
     Message { name: "k8s.io.api.core.v1.NamespaceCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(4, "lastTransitionTime", M(518), 0),
+        f(4, "lastTransitionTime", M(545), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
-    // 224
+    // 251
     Message { name: "k8s.io.api.core.v1.NamespaceList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(222), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(249), REPEATED),
     ] },
-    // 225
+    // 252
     Message { name: "k8s.io.api.core.v1.NamespaceSpec", array: false, fields: &[
         f(1, "finalizers", S, REPEATED),
     ] },
-    // 226
+    // 253
     Message { name: "k8s.io.api.core.v1.NamespaceStatus", array: false, fields: &[
         f(1, "phase", S, OMITEMPTY),
-        f(2, "conditions", M(223), REPEATED),
+        f(2, "conditions", M(250), REPEATED),
     ] },
-    // 227
+    // 254
     Message { name: "k8s.io.api.core.v1.NfsVolumeSource", array: false, fields: &[
         f(1, "server", S, 0),
         f(2, "path", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 228
+    // 255
     Message { name: "k8s.io.api.core.v1.Node", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(243), 0),
-        f(3, "status", M(244), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(270), 0),
+        f(3, "status", M(271), 0),
     ] },
-    // 229
+    // 256
     Message { name: "k8s.io.api.core.v1.NodeAddress", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "address", S, 0),
     ] },
-    // 230
+    // 257
     Message { name: "k8s.io.api.core.v1.NodeAffinity", array: false, fields: &[
-        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(240), 0),
-        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(295), REPEATED),
+        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(267), 0),
+        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(322), REPEATED),
     ] },
-    // 231
+    // 258
     Message { name: "k8s.io.api.core.v1.NodeCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastHeartbeatTime", M(518), 0),
-        f(4, "lastTransitionTime", M(518), 0),
+        f(3, "lastHeartbeatTime", M(545), 0),
+        f(4, "lastTransitionTime", M(545), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
-    // 232
+    // 259
     Message { name: "k8s.io.api.core.v1.NodeConfigSource", array: false, fields: &[
-        f(2, "configMap", M(153), 0),
+        f(2, "configMap", M(180), 0),
     ] },
-    // 233
+    // 260
     Message { name: "k8s.io.api.core.v1.NodeConfigStatus", array: false, fields: &[
-        f(1, "assigned", M(232), 0),
-        f(2, "active", M(232), 0),
-        f(3, "lastKnownGood", M(232), 0),
+        f(1, "assigned", M(259), 0),
+        f(2, "active", M(259), 0),
+        f(3, "lastKnownGood", M(259), 0),
         f(4, "error", S, OMITEMPTY),
     ] },
-    // 234
+    // 261
     Message { name: "k8s.io.api.core.v1.NodeDaemonEndpoints", array: false, fields: &[
-        f(1, "kubeletEndpoint", M(169), 0),
+        f(1, "kubeletEndpoint", M(196), 0),
     ] },
-    // 235
+    // 262
     Message { name: "k8s.io.api.core.v1.NodeFeatures", array: false, fields: &[
         f(1, "supplementalGroupsPolicy", Bool, NULLABLE),
     ] },
-    // 236
+    // 263
     Message { name: "k8s.io.api.core.v1.NodeList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(228), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(255), REPEATED),
     ] },
-    // 237
+    // 264
     Message { name: "k8s.io.api.core.v1.NodeProxyOptions", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
     ] },
-    // 238
+    // 265
     Message { name: "k8s.io.api.core.v1.NodeRuntimeHandler", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "features", M(239), 0),
+        f(2, "features", M(266), 0),
     ] },
-    // 239
+    // 266
     Message { name: "k8s.io.api.core.v1.NodeRuntimeHandlerFeatures", array: false, fields: &[
         f(1, "recursiveReadOnlyMounts", Bool, NULLABLE),
         f(2, "userNamespaces", Bool, NULLABLE),
     ] },
-    // 240
+    // 267
     Message { name: "k8s.io.api.core.v1.NodeSelector", array: false, fields: &[
-        f(1, "nodeSelectorTerms", M(242), REPEATED),
+        f(1, "nodeSelectorTerms", M(269), REPEATED),
     ] },
-    // 241
+    // 268
     Message { name: "k8s.io.api.core.v1.NodeSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 242
+    // 269
     Message { name: "k8s.io.api.core.v1.NodeSelectorTerm", array: false, fields: &[
-        f(1, "matchExpressions", M(241), REPEATED),
-        f(2, "matchFields", M(241), REPEATED),
+        f(1, "matchExpressions", M(268), REPEATED),
+        f(2, "matchFields", M(268), REPEATED),
     ] },
-    // 243
+    // 270
     Message { name: "k8s.io.api.core.v1.NodeSpec", array: false, fields: &[
         f(1, "podCIDR", S, OMITEMPTY),
         f(2, "externalID", S, OMITEMPTY),
         f(3, "providerID", S, OMITEMPTY),
         f(4, "unschedulable", Bool, OMITEMPTY),
-        f(5, "taints", M(346), REPEATED),
-        f(6, "configSource", M(232), 0),
+        f(5, "taints", M(373), REPEATED),
+        f(6, "configSource", M(259), 0),
         f(7, "podCIDRs", S, REPEATED),
     ] },
-    // 244
+    // 271
     Message { name: "k8s.io.api.core.v1.NodeStatus", array: false, fields: &[
-        f(1, "capacity", MapM(479), 0),
-        f(2, "allocatable", MapM(479), 0),
+        f(1, "capacity", MapM(506), 0),
+        f(2, "allocatable", MapM(506), 0),
         f(3, "phase", S, OMITEMPTY),
-        f(4, "conditions", M(231), REPEATED),
-        f(5, "addresses", M(229), REPEATED),
-        f(6, "daemonEndpoints", M(234), 0),
-        f(7, "nodeInfo", M(246), 0),
-        f(8, "images", M(158), REPEATED),
+        f(4, "conditions", M(258), REPEATED),
+        f(5, "addresses", M(256), REPEATED),
+        f(6, "daemonEndpoints", M(261), 0),
+        f(7, "nodeInfo", M(273), 0),
+        f(8, "images", M(185), REPEATED),
         f(9, "volumesInUse", S, REPEATED),
-        f(10, "volumesAttached", M(130), REPEATED),
-        f(11, "config", M(233), 0),
-        f(12, "runtimeHandlers", M(238), REPEATED),
-        f(13, "features", M(235), 0),
+        f(10, "volumesAttached", M(157), REPEATED),
+        f(11, "config", M(260), 0),
+        f(12, "runtimeHandlers", M(265), REPEATED),
+        f(13, "features", M(262), 0),
         f(14, "declaredFeatures", S, REPEATED),
     ] },
-    // 245
+    // 272
     Message { name: "k8s.io.api.core.v1.NodeSwapStatus", array: false, fields: &[
         f(1, "capacity", I64, NULLABLE),
     ] },
-    // 246
+    // 273
     Message { name: "k8s.io.api.core.v1.NodeSystemInfo", array: false, fields: &[
         f(1, "machineID", S, 0),
         f(2, "systemUUID", S, 0),
@@ -1702,14 +1865,14 @@ pub static MESSAGES: &[Message] = &[
         f(8, "kubeProxyVersion", S, 0),
         f(9, "operatingSystem", S, 0),
         f(10, "architecture", S, 0),
-        f(11, "swap", M(245), 0),
+        f(11, "swap", M(272), 0),
     ] },
-    // 247
+    // 274
     Message { name: "k8s.io.api.core.v1.ObjectFieldSelector", array: false, fields: &[
         f(1, "apiVersion", S, OMITEMPTY),
         f(2, "fieldPath", S, 0),
     ] },
-    // 248
+    // 275
     Message { name: "k8s.io.api.core.v1.ObjectReference", array: false, fields: &[
         f(1, "kind", S, OMITEMPTY),
         f(2, "namespace", S, OMITEMPTY),
@@ -1719,146 +1882,146 @@ pub static MESSAGES: &[Message] = &[
         f(6, "resourceVersion", S, OMITEMPTY),
         f(7, "fieldPath", S, OMITEMPTY),
     ] },
-    // 249
+    // 276
     Message { name: "k8s.io.api.core.v1.PersistentVolume", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(259), 0),
-        f(3, "status", M(260), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(286), 0),
+        f(3, "status", M(287), 0),
     ] },
-    // 250
+    // 277
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaim", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(253), 0),
-        f(3, "status", M(254), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(280), 0),
+        f(3, "status", M(281), 0),
     ] },
-    // 251
+    // 278
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(518), 0),
-        f(4, "lastTransitionTime", M(518), 0),
+        f(3, "lastProbeTime", M(545), 0),
+        f(4, "lastTransitionTime", M(545), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
-    // 252
+    // 279
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(250), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(277), REPEATED),
     ] },
-    // 253
+    // 280
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimSpec", array: false, fields: &[
         f(1, "accessModes", S, REPEATED),
-        f(2, "resources", M(360), 0),
+        f(2, "resources", M(387), 0),
         f(3, "volumeName", S, OMITEMPTY),
-        f(4, "selector", M(499), 0),
+        f(4, "selector", M(526), 0),
         f(5, "storageClassName", S, NULLABLE),
         f(6, "volumeMode", S, NULLABLE),
-        f(7, "dataSource", M(352), 0),
-        f(8, "dataSourceRef", M(353), 0),
+        f(7, "dataSource", M(379), 0),
+        f(8, "dataSourceRef", M(380), 0),
         f(9, "volumeAttributesClassName", S, NULLABLE),
     ] },
-    // 254
+    // 281
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimStatus", array: false, fields: &[
         f(1, "phase", S, OMITEMPTY),
         f(2, "accessModes", S, REPEATED),
-        f(3, "capacity", MapM(479), 0),
-        f(4, "conditions", M(251), REPEATED),
-        f(5, "allocatedResources", MapM(479), 0),
+        f(3, "capacity", MapM(506), 0),
+        f(4, "conditions", M(278), REPEATED),
+        f(5, "allocatedResources", MapM(506), 0),
         f(7, "allocatedResourceStatuses", MapS, 0),
         f(8, "currentVolumeAttributesClassName", S, NULLABLE),
-        f(9, "modifyVolumeStatus", M(221), 0),
+        f(9, "modifyVolumeStatus", M(248), 0),
     ] },
-    // 255
+    // 282
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(253), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(280), 0),
     ] },
-    // 256
+    // 283
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimVolumeSource", array: false, fields: &[
         f(1, "claimName", S, 0),
         f(2, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 257
+    // 284
     Message { name: "k8s.io.api.core.v1.PersistentVolumeList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(249), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(276), REPEATED),
     ] },
-    // 258
+    // 285
     Message { name: "k8s.io.api.core.v1.PersistentVolumeSource", array: false, fields: &[
-        f(1, "gcePersistentDisk", M(195), 0),
-        f(2, "awsElasticBlockStore", M(132), 0),
-        f(3, "hostPath", M(202), 0),
-        f(4, "glusterfs", M(197), 0),
-        f(5, "nfs", M(227), 0),
-        f(6, "rbd", M(301), 0),
-        f(7, "iscsi", M(206), 0),
-        f(8, "cinder", M(142), 0),
-        f(9, "cephfs", M(140), 0),
-        f(10, "fc", M(190), 0),
-        f(11, "flocker", M(194), 0),
-        f(12, "flexVolume", M(192), 0),
-        f(13, "azureFile", M(134), 0),
-        f(14, "vsphereVolume", M(362), 0),
-        f(15, "quobyte", M(299), 0),
-        f(16, "azureDisk", M(133), 0),
-        f(17, "photonPersistentDisk", M(261), 0),
-        f(18, "portworxVolume", M(292), 0),
-        f(19, "scaleIO", M(317), 0),
-        f(20, "local", M(220), 0),
-        f(21, "storageos", M(343), 0),
-        f(22, "csi", M(137), 0),
+        f(1, "gcePersistentDisk", M(222), 0),
+        f(2, "awsElasticBlockStore", M(159), 0),
+        f(3, "hostPath", M(229), 0),
+        f(4, "glusterfs", M(224), 0),
+        f(5, "nfs", M(254), 0),
+        f(6, "rbd", M(328), 0),
+        f(7, "iscsi", M(233), 0),
+        f(8, "cinder", M(169), 0),
+        f(9, "cephfs", M(167), 0),
+        f(10, "fc", M(217), 0),
+        f(11, "flocker", M(221), 0),
+        f(12, "flexVolume", M(219), 0),
+        f(13, "azureFile", M(161), 0),
+        f(14, "vsphereVolume", M(389), 0),
+        f(15, "quobyte", M(326), 0),
+        f(16, "azureDisk", M(160), 0),
+        f(17, "photonPersistentDisk", M(288), 0),
+        f(18, "portworxVolume", M(319), 0),
+        f(19, "scaleIO", M(344), 0),
+        f(20, "local", M(247), 0),
+        f(21, "storageos", M(370), 0),
+        f(22, "csi", M(164), 0),
     ] },
-    // 259
+    // 286
     Message { name: "k8s.io.api.core.v1.PersistentVolumeSpec", array: false, fields: &[
-        f(1, "capacity", MapM(479), 0),
-        f(2, "", M(258), INLINE),
+        f(1, "capacity", MapM(506), 0),
+        f(2, "", M(285), INLINE),
         f(3, "accessModes", S, REPEATED),
-        f(4, "claimRef", M(248), 0),
+        f(4, "claimRef", M(275), 0),
         f(5, "persistentVolumeReclaimPolicy", S, OMITEMPTY),
         f(6, "storageClassName", S, OMITEMPTY),
         f(7, "mountOptions", S, REPEATED),
         f(8, "volumeMode", S, NULLABLE),
-        f(9, "nodeAffinity", M(358), 0),
+        f(9, "nodeAffinity", M(385), 0),
         f(10, "volumeAttributesClassName", S, NULLABLE),
     ] },
-    // 260
+    // 287
     Message { name: "k8s.io.api.core.v1.PersistentVolumeStatus", array: false, fields: &[
         f(1, "phase", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
-        f(4, "lastPhaseTransitionTime", M(518), 0),
+        f(4, "lastPhaseTransitionTime", M(545), 0),
     ] },
-    // 261
+    // 288
     Message { name: "k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource", array: false, fields: &[
         f(1, "pdID", S, 0),
         f(2, "fsType", S, OMITEMPTY),
     ] },
-    // 262
+    // 289
     Message { name: "k8s.io.api.core.v1.Pod", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(285), 0),
-        f(3, "status", M(286), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(312), 0),
+        f(3, "status", M(313), 0),
     ] },
-    // 263
+    // 290
     Message { name: "k8s.io.api.core.v1.PodAffinity", array: false, fields: &[
-        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(264), REPEATED),
-        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(363), REPEATED),
+        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(291), REPEATED),
+        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(390), REPEATED),
     ] },
-    // 264
+    // 291
     Message { name: "k8s.io.api.core.v1.PodAffinityTerm", array: false, fields: &[
-        f(1, "labelSelector", M(499), 0),
+        f(1, "labelSelector", M(526), 0),
         f(2, "namespaces", S, REPEATED),
         f(3, "topologyKey", S, 0),
-        f(4, "namespaceSelector", M(499), 0),
+        f(4, "namespaceSelector", M(526), 0),
         f(5, "matchLabelKeys", S, REPEATED),
         f(6, "mismatchLabelKeys", S, REPEATED),
     ] },
-    // 265
+    // 292
     Message { name: "k8s.io.api.core.v1.PodAntiAffinity", array: false, fields: &[
-        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(264), REPEATED),
-        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(363), REPEATED),
+        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(291), REPEATED),
+        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(390), REPEATED),
     ] },
-    // 266
+    // 293
     Message { name: "k8s.io.api.core.v1.PodAttachOptions", array: false, fields: &[
         f(1, "stdin", Bool, OMITEMPTY),
         f(2, "stdout", Bool, OMITEMPTY),
@@ -1866,7 +2029,7 @@ pub static MESSAGES: &[Message] = &[
         f(4, "tty", Bool, OMITEMPTY),
         f(5, "container", S, OMITEMPTY),
     ] },
-    // 267
+    // 294
     Message { name: "k8s.io.api.core.v1.PodCertificateProjection", array: false, fields: &[
         f(1, "signerName", S, OMITEMPTY),
         f(2, "keyType", S, OMITEMPTY),
@@ -1876,28 +2039,28 @@ pub static MESSAGES: &[Message] = &[
         f(6, "certificateChainPath", S, OMITEMPTY),
         f(7, "userAnnotations", MapS, 0),
     ] },
-    // 268
+    // 295
     Message { name: "k8s.io.api.core.v1.PodCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(518), 0),
-        f(4, "lastTransitionTime", M(518), 0),
+        f(3, "lastProbeTime", M(545), 0),
+        f(4, "lastTransitionTime", M(545), 0),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
         f(7, "observedGeneration", I64, OMITEMPTY),
     ] },
-    // 269
+    // 296
     Message { name: "k8s.io.api.core.v1.PodDnsConfig", array: false, fields: &[
         f(1, "nameservers", S, REPEATED),
         f(2, "searches", S, REPEATED),
-        f(3, "options", M(270), REPEATED),
+        f(3, "options", M(297), REPEATED),
     ] },
-    // 270
+    // 297
     Message { name: "k8s.io.api.core.v1.PodDnsConfigOption", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "value", S, NULLABLE),
     ] },
-    // 271
+    // 298
     Message { name: "k8s.io.api.core.v1.PodExecOptions", array: false, fields: &[
         f(1, "stdin", Bool, OMITEMPTY),
         f(2, "stdout", Bool, OMITEMPTY),
@@ -1906,88 +2069,88 @@ pub static MESSAGES: &[Message] = &[
         f(5, "container", S, OMITEMPTY),
         f(6, "command", S, REPEATED),
     ] },
-    // 272
+    // 299
     Message { name: "k8s.io.api.core.v1.PodExtendedResourceClaimStatus", array: false, fields: &[
-        f(1, "requestMappings", M(157), REPEATED),
+        f(1, "requestMappings", M(184), REPEATED),
         f(2, "resourceClaimName", S, 0),
     ] },
-    // 273
+    // 300
     Message { name: "k8s.io.api.core.v1.PodIp", array: false, fields: &[
         f(1, "ip", S, 0),
     ] },
-    // 274
+    // 301
     Message { name: "k8s.io.api.core.v1.PodList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(262), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(289), REPEATED),
     ] },
-    // 275
+    // 302
     Message { name: "k8s.io.api.core.v1.PodLogOptions", array: false, fields: &[
         f(1, "container", S, OMITEMPTY),
         f(2, "follow", Bool, OMITEMPTY),
         f(3, "previous", Bool, OMITEMPTY),
         f(4, "sinceSeconds", I64, NULLABLE),
-        f(5, "sinceTime", M(518), 0),
+        f(5, "sinceTime", M(545), 0),
         f(6, "timestamps", Bool, OMITEMPTY),
         f(7, "tailLines", I64, NULLABLE),
         f(8, "limitBytes", I64, NULLABLE),
         f(9, "insecureSkipTLSVerifyBackend", Bool, OMITEMPTY),
         f(10, "stream", S, NULLABLE),
     ] },
-    // 276
+    // 303
     Message { name: "k8s.io.api.core.v1.PodOs", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 277
+    // 304
     Message { name: "k8s.io.api.core.v1.PodPortForwardOptions", array: false, fields: &[
         f(1, "ports", I32, REPEATED),
     ] },
-    // 278
+    // 305
     Message { name: "k8s.io.api.core.v1.PodProxyOptions", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
     ] },
-    // 279
+    // 306
     Message { name: "k8s.io.api.core.v1.PodReadinessGate", array: false, fields: &[
         f(1, "conditionType", S, 0),
     ] },
-    // 280
+    // 307
     Message { name: "k8s.io.api.core.v1.PodResourceClaim", array: false, fields: &[
         f(1, "name", S, 0),
         f(3, "resourceClaimName", S, NULLABLE),
         f(4, "resourceClaimTemplateName", S, NULLABLE),
     ] },
-    // 281
+    // 308
     Message { name: "k8s.io.api.core.v1.PodResourceClaimStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "resourceClaimName", S, NULLABLE),
     ] },
-    // 282
+    // 309
     Message { name: "k8s.io.api.core.v1.PodSchedulingGate", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 283
+    // 310
     Message { name: "k8s.io.api.core.v1.PodSecurityContext", array: false, fields: &[
-        f(1, "seLinuxOptions", M(321), 0),
+        f(1, "seLinuxOptions", M(348), 0),
         f(2, "runAsUser", I64, NULLABLE),
         f(3, "runAsNonRoot", Bool, NULLABLE),
         f(4, "supplementalGroups", I64, REPEATED),
         f(5, "fsGroup", I64, NULLABLE),
         f(6, "runAsGroup", I64, NULLABLE),
-        f(7, "sysctls", M(345), REPEATED),
-        f(8, "windowsOptions", M(364), 0),
+        f(7, "sysctls", M(372), REPEATED),
+        f(8, "windowsOptions", M(391), 0),
         f(9, "fsGroupChangePolicy", S, NULLABLE),
-        f(10, "seccompProfile", M(322), 0),
-        f(11, "appArmorProfile", M(129), 0),
+        f(10, "seccompProfile", M(349), 0),
+        f(11, "appArmorProfile", M(156), 0),
         f(12, "supplementalGroupsPolicy", S, NULLABLE),
         f(13, "seLinuxChangePolicy", S, NULLABLE),
     ] },
-    // 284
+    // 311
     Message { name: "k8s.io.api.core.v1.PodSignature", array: false, fields: &[
-        f(1, "podController", M(507), 0),
+        f(1, "podController", M(534), 0),
     ] },
-    // 285
+    // 312
     Message { name: "k8s.io.api.core.v1.PodSpec", array: false, fields: &[
-        f(1, "volumes", M(354), REPEATED),
-        f(2, "containers", M(156), REPEATED),
+        f(1, "volumes", M(381), REPEATED),
+        f(2, "containers", M(183), REPEATED),
         f(3, "restartPolicy", S, OMITEMPTY),
         f(4, "terminationGracePeriodSeconds", I64, NULLABLE),
         f(5, "activeDeadlineSeconds", I64, NULLABLE),
@@ -1999,110 +2162,110 @@ pub static MESSAGES: &[Message] = &[
         f(11, "hostNetwork", Bool, OMITEMPTY),
         f(12, "hostPID", Bool, OMITEMPTY),
         f(13, "hostIPC", Bool, OMITEMPTY),
-        f(14, "securityContext", M(283), 0),
-        f(15, "imagePullSecrets", M(219), REPEATED),
+        f(14, "securityContext", M(310), 0),
+        f(15, "imagePullSecrets", M(246), REPEATED),
         f(16, "hostname", S, OMITEMPTY),
         f(17, "subdomain", S, OMITEMPTY),
-        f(18, "affinity", M(128), 0),
+        f(18, "affinity", M(155), 0),
         f(19, "schedulerName", S, OMITEMPTY),
-        f(20, "initContainers", M(156), REPEATED),
+        f(20, "initContainers", M(183), REPEATED),
         f(21, "automountServiceAccountToken", Bool, NULLABLE),
-        f(22, "tolerations", M(348), REPEATED),
-        f(23, "hostAliases", M(200), REPEATED),
+        f(22, "tolerations", M(375), REPEATED),
+        f(23, "hostAliases", M(227), REPEATED),
         f(24, "priorityClassName", S, OMITEMPTY),
         f(25, "priority", I32, NULLABLE),
-        f(26, "dnsConfig", M(269), 0),
+        f(26, "dnsConfig", M(296), 0),
         f(27, "shareProcessNamespace", Bool, NULLABLE),
-        f(28, "readinessGates", M(279), REPEATED),
+        f(28, "readinessGates", M(306), REPEATED),
         f(29, "runtimeClassName", S, NULLABLE),
         f(30, "enableServiceLinks", Bool, NULLABLE),
         f(31, "preemptionPolicy", S, NULLABLE),
-        f(32, "overhead", MapM(479), 0),
-        f(33, "topologySpreadConstraints", M(351), REPEATED),
-        f(34, "ephemeralContainers", M(182), REPEATED),
+        f(32, "overhead", MapM(506), 0),
+        f(33, "topologySpreadConstraints", M(378), REPEATED),
+        f(34, "ephemeralContainers", M(209), REPEATED),
         f(35, "setHostnameAsFQDN", Bool, NULLABLE),
-        f(36, "os", M(276), 0),
+        f(36, "os", M(303), 0),
         f(37, "hostUsers", Bool, NULLABLE),
-        f(38, "schedulingGates", M(282), REPEATED),
-        f(39, "resourceClaims", M(280), REPEATED),
-        f(40, "resources", M(315), 0),
+        f(38, "schedulingGates", M(309), REPEATED),
+        f(39, "resourceClaims", M(307), REPEATED),
+        f(40, "resources", M(342), 0),
         f(41, "hostnameOverride", S, NULLABLE),
-        f(42, "workloadRef", M(365), 0),
+        f(42, "workloadRef", M(392), 0),
     ] },
-    // 286
+    // 313
     Message { name: "k8s.io.api.core.v1.PodStatus", array: false, fields: &[
         f(1, "phase", S, OMITEMPTY),
-        f(2, "conditions", M(268), REPEATED),
+        f(2, "conditions", M(295), REPEATED),
         f(3, "message", S, OMITEMPTY),
         f(4, "reason", S, OMITEMPTY),
         f(5, "hostIP", S, OMITEMPTY),
         f(6, "podIP", S, OMITEMPTY),
-        f(7, "startTime", M(518), 0),
-        f(8, "containerStatuses", M(167), REPEATED),
+        f(7, "startTime", M(545), 0),
+        f(8, "containerStatuses", M(194), REPEATED),
         f(9, "qosClass", S, OMITEMPTY),
-        f(10, "initContainerStatuses", M(167), REPEATED),
+        f(10, "initContainerStatuses", M(194), REPEATED),
         f(11, "nominatedNodeName", S, OMITEMPTY),
-        f(12, "podIPs", M(273), REPEATED),
-        f(13, "ephemeralContainerStatuses", M(167), REPEATED),
+        f(12, "podIPs", M(300), REPEATED),
+        f(13, "ephemeralContainerStatuses", M(194), REPEATED),
         f(14, "resize", S, OMITEMPTY),
-        f(15, "resourceClaimStatuses", M(281), REPEATED),
-        f(16, "hostIPs", M(201), REPEATED),
+        f(15, "resourceClaimStatuses", M(308), REPEATED),
+        f(16, "hostIPs", M(228), REPEATED),
         f(17, "observedGeneration", I64, OMITEMPTY),
-        f(18, "extendedResourceClaimStatus", M(272), 0),
-        f(19, "allocatedResources", MapM(479), 0),
-        f(20, "resources", M(315), 0),
+        f(18, "extendedResourceClaimStatus", M(299), 0),
+        f(19, "allocatedResources", MapM(506), 0),
+        f(20, "resources", M(342), 0),
     ] },
-    // 287
+    // 314
     Message { name: "k8s.io.api.core.v1.PodStatusResult", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "status", M(286), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "status", M(313), 0),
     ] },
-    // 288
+    // 315
     Message { name: "k8s.io.api.core.v1.PodTemplate", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "template", M(290), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "template", M(317), 0),
     ] },
-    // 289
+    // 316
     Message { name: "k8s.io.api.core.v1.PodTemplateList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(288), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(315), REPEATED),
     ] },
-    // 290
+    // 317
     Message { name: "k8s.io.api.core.v1.PodTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(285), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(312), 0),
     ] },
-    // 291
+    // 318
     Message { name: "k8s.io.api.core.v1.PortStatus", array: false, fields: &[
         f(1, "port", I32, 0),
         f(2, "protocol", S, 0),
         f(3, "error", S, NULLABLE),
     ] },
-    // 292
+    // 319
     Message { name: "k8s.io.api.core.v1.PortworxVolumeSource", array: false, fields: &[
         f(1, "volumeID", S, 0),
         f(2, "fsType", S, OMITEMPTY),
         f(3, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 293
+    // 320
     Message { name: "k8s.io.api.core.v1.Preconditions", array: false, fields: &[
         f(1, "uid", S, NULLABLE),
     ] },
-    // 294
+    // 321
     Message { name: "k8s.io.api.core.v1.PreferAvoidPodsEntry", array: false, fields: &[
-        f(1, "podSignature", M(284), 0),
-        f(2, "evictionTime", M(518), 0),
+        f(1, "podSignature", M(311), 0),
+        f(2, "evictionTime", M(545), 0),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
     ] },
-    // 295
+    // 322
     Message { name: "k8s.io.api.core.v1.PreferredSchedulingTerm", array: false, fields: &[
         f(1, "weight", I32, 0),
-        f(2, "preference", M(242), 0),
+        f(2, "preference", M(269), 0),
     ] },
-    // 296
+    // 323
     Message { name: "k8s.io.api.core.v1.Probe", array: false, fields: &[
-        f(1, "", M(297), INLINE),
+        f(1, "", M(324), INLINE),
         f(2, "initialDelaySeconds", I32, OMITEMPTY),
         f(3, "timeoutSeconds", I32, OMITEMPTY),
         f(4, "periodSeconds", I32, OMITEMPTY),
@@ -2110,19 +2273,19 @@ pub static MESSAGES: &[Message] = &[
         f(6, "failureThreshold", I32, OMITEMPTY),
         f(7, "terminationGracePeriodSeconds", I64, NULLABLE),
     ] },
-    // 297
+    // 324
     Message { name: "k8s.io.api.core.v1.ProbeHandler", array: false, fields: &[
-        f(1, "exec", M(189), 0),
-        f(2, "httpGet", M(203), 0),
-        f(3, "tcpSocket", M(347), 0),
-        f(4, "grpc", M(199), 0),
+        f(1, "exec", M(216), 0),
+        f(2, "httpGet", M(230), 0),
+        f(3, "tcpSocket", M(374), 0),
+        f(4, "grpc", M(226), 0),
     ] },
-    // 298
+    // 325
     Message { name: "k8s.io.api.core.v1.ProjectedVolumeSource", array: false, fields: &[
-        f(1, "sources", M(359), REPEATED),
+        f(1, "sources", M(386), REPEATED),
         f(2, "defaultMode", I32, NULLABLE),
     ] },
-    // 299
+    // 326
     Message { name: "k8s.io.api.core.v1.QuobyteVolumeSource", array: false, fields: &[
         f(1, "registry", S, 0),
         f(2, "volume", S, 0),
@@ -2131,13 +2294,13 @@ pub static MESSAGES: &[Message] = &[
         f(5, "group", S, OMITEMPTY),
         f(6, "tenant", S, OMITEMPTY),
     ] },
-    // 300
+    // 327
     Message { name: "k8s.io.api.core.v1.RangeAllocation", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "range", S, 0),
         f(3, "data", B, 0),
     ] },
-    // 301
+    // 328
     Message { name: "k8s.io.api.core.v1.RbdPersistentVolumeSource", array: false, fields: &[
         f(1, "monitors", S, REPEATED),
         f(2, "image", S, 0),
@@ -2145,10 +2308,10 @@ pub static MESSAGES: &[Message] = &[
         f(4, "pool", S, OMITEMPTY),
         f(5, "user", S, OMITEMPTY),
         f(6, "keyring", S, OMITEMPTY),
-        f(7, "secretRef", M(328), 0),
+        f(7, "secretRef", M(355), 0),
         f(8, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 302
+    // 329
     Message { name: "k8s.io.api.core.v1.RbdVolumeSource", array: false, fields: &[
         f(1, "monitors", S, REPEATED),
         f(2, "image", S, 0),
@@ -2156,98 +2319,98 @@ pub static MESSAGES: &[Message] = &[
         f(4, "pool", S, OMITEMPTY),
         f(5, "user", S, OMITEMPTY),
         f(6, "keyring", S, OMITEMPTY),
-        f(7, "secretRef", M(219), 0),
+        f(7, "secretRef", M(246), 0),
         f(8, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 303
+    // 330
     Message { name: "k8s.io.api.core.v1.ReplicationController", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(306), 0),
-        f(3, "status", M(307), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(333), 0),
+        f(3, "status", M(334), 0),
     ] },
-    // 304
+    // 331
     Message { name: "k8s.io.api.core.v1.ReplicationControllerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
-    // 305
+    // 332
     Message { name: "k8s.io.api.core.v1.ReplicationControllerList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(303), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(330), REPEATED),
     ] },
-    // 306
+    // 333
     Message { name: "k8s.io.api.core.v1.ReplicationControllerSpec", array: false, fields: &[
         f(1, "replicas", I32, NULLABLE),
         f(2, "selector", MapS, 0),
-        f(3, "template", M(290), 0),
+        f(3, "template", M(317), 0),
         f(4, "minReadySeconds", I32, OMITEMPTY),
     ] },
-    // 307
+    // 334
     Message { name: "k8s.io.api.core.v1.ReplicationControllerStatus", array: false, fields: &[
         f(1, "replicas", I32, 0),
         f(2, "fullyLabeledReplicas", I32, OMITEMPTY),
         f(3, "observedGeneration", I64, OMITEMPTY),
         f(4, "readyReplicas", I32, OMITEMPTY),
         f(5, "availableReplicas", I32, OMITEMPTY),
-        f(6, "conditions", M(304), REPEATED),
+        f(6, "conditions", M(331), REPEATED),
     ] },
-    // 308
+    // 335
     Message { name: "k8s.io.api.core.v1.ResourceClaim", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "request", S, OMITEMPTY),
     ] },
-    // 309
+    // 336
     Message { name: "k8s.io.api.core.v1.ResourceFieldSelector", array: false, fields: &[
         f(1, "containerName", S, OMITEMPTY),
         f(2, "resource", S, 0),
-        f(3, "divisor", M(479), 0),
+        f(3, "divisor", M(506), 0),
     ] },
-    // 310
+    // 337
     Message { name: "k8s.io.api.core.v1.ResourceHealth", array: false, fields: &[
         f(1, "resourceID", S, 0),
         f(2, "health", S, OMITEMPTY),
     ] },
-    // 311
+    // 338
     Message { name: "k8s.io.api.core.v1.ResourceQuota", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(313), 0),
-        f(3, "status", M(314), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(340), 0),
+        f(3, "status", M(341), 0),
     ] },
-    // 312
+    // 339
     Message { name: "k8s.io.api.core.v1.ResourceQuotaList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(311), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(338), REPEATED),
     ] },
-    // 313
+    // 340
     Message { name: "k8s.io.api.core.v1.ResourceQuotaSpec", array: false, fields: &[
-        f(1, "hard", MapM(479), 0),
+        f(1, "hard", MapM(506), 0),
         f(2, "scopes", S, REPEATED),
-        f(3, "scopeSelector", M(319), 0),
+        f(3, "scopeSelector", M(346), 0),
     ] },
-    // 314
+    // 341
     Message { name: "k8s.io.api.core.v1.ResourceQuotaStatus", array: false, fields: &[
-        f(1, "hard", MapM(479), 0),
-        f(2, "used", MapM(479), 0),
+        f(1, "hard", MapM(506), 0),
+        f(2, "used", MapM(506), 0),
     ] },
-    // 315
+    // 342
     Message { name: "k8s.io.api.core.v1.ResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(479), 0),
-        f(2, "requests", MapM(479), 0),
-        f(3, "claims", M(308), REPEATED),
+        f(1, "limits", MapM(506), 0),
+        f(2, "requests", MapM(506), 0),
+        f(3, "claims", M(335), REPEATED),
     ] },
-    // 316
+    // 343
     Message { name: "k8s.io.api.core.v1.ResourceStatus", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "resources", M(310), REPEATED),
+        f(2, "resources", M(337), REPEATED),
     ] },
-    // 317
+    // 344
     Message { name: "k8s.io.api.core.v1.ScaleIoPersistentVolumeSource", array: false, fields: &[
         f(1, "gateway", S, 0),
         f(2, "system", S, 0),
-        f(3, "secretRef", M(328), 0),
+        f(3, "secretRef", M(355), 0),
         f(4, "sslEnabled", Bool, OMITEMPTY),
         f(5, "protectionDomain", S, OMITEMPTY),
         f(6, "storagePool", S, OMITEMPTY),
@@ -2256,11 +2419,11 @@ pub static MESSAGES: &[Message] = &[
         f(9, "fsType", S, OMITEMPTY),
         f(10, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 318
+    // 345
     Message { name: "k8s.io.api.core.v1.ScaleIoVolumeSource", array: false, fields: &[
         f(1, "gateway", S, 0),
         f(2, "system", S, 0),
-        f(3, "secretRef", M(219), 0),
+        f(3, "secretRef", M(246), 0),
         f(4, "sslEnabled", Bool, OMITEMPTY),
         f(5, "protectionDomain", S, OMITEMPTY),
         f(6, "storagePool", S, OMITEMPTY),
@@ -2269,134 +2432,134 @@ pub static MESSAGES: &[Message] = &[
         f(9, "fsType", S, OMITEMPTY),
         f(10, "readOnly", Bool, OMITEMPTY),
     ] },
-    // 319
+    // 346
     Message { name: "k8s.io.api.core.v1.ScopeSelector", array: false, fields: &[
-        f(1, "matchExpressions", M(320), REPEATED),
+        f(1, "matchExpressions", M(347), REPEATED),
     ] },
-    // 320
+    // 347
     Message { name: "k8s.io.api.core.v1.ScopedResourceSelectorRequirement", array: false, fields: &[
         f(1, "scopeName", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 321
+    // 348
     Message { name: "k8s.io.api.core.v1.SeLinuxOptions", array: false, fields: &[
         f(1, "user", S, OMITEMPTY),
         f(2, "role", S, OMITEMPTY),
         f(3, "type", S, OMITEMPTY),
         f(4, "level", S, OMITEMPTY),
     ] },
-    // 322
+    // 349
     Message { name: "k8s.io.api.core.v1.SeccompProfile", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "localhostProfile", S, NULLABLE),
     ] },
-    // 323
+    // 350
     Message { name: "k8s.io.api.core.v1.Secret", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "data", MapB, 0),
         f(3, "type", S, OMITEMPTY),
         f(4, "stringData", MapS, 0),
         f(5, "immutable", Bool, NULLABLE),
     ] },
-    // 324
+    // 351
     Message { name: "k8s.io.api.core.v1.SecretEnvSource", array: false, fields: &[
-        f(1, "", M(219), INLINE),
+        f(1, "", M(246), INLINE),
         f(2, "optional", Bool, NULLABLE),
     ] },
-    // 325
+    // 352
     Message { name: "k8s.io.api.core.v1.SecretKeySelector", array: false, fields: &[
-        f(1, "", M(219), INLINE),
+        f(1, "", M(246), INLINE),
         f(2, "key", S, 0),
         f(3, "optional", Bool, NULLABLE),
     ] },
-    // 326
+    // 353
     Message { name: "k8s.io.api.core.v1.SecretList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(323), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(350), REPEATED),
     ] },
-    // 327
+    // 354
     Message { name: "k8s.io.api.core.v1.SecretProjection", array: false, fields: &[
-        f(1, "", M(219), INLINE),
-        f(2, "items", M(208), REPEATED),
+        f(1, "", M(246), INLINE),
+        f(2, "items", M(235), REPEATED),
         f(4, "optional", Bool, NULLABLE),
     ] },
-    // 328
+    // 355
     Message { name: "k8s.io.api.core.v1.SecretReference", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "namespace", S, OMITEMPTY),
     ] },
-    // 329
+    // 356
     Message { name: "k8s.io.api.core.v1.SecretVolumeSource", array: false, fields: &[
         f(1, "secretName", S, OMITEMPTY),
-        f(2, "items", M(208), REPEATED),
+        f(2, "items", M(235), REPEATED),
         f(3, "defaultMode", I32, NULLABLE),
         f(4, "optional", Bool, NULLABLE),
     ] },
-    // 330
+    // 357
     Message { name: "k8s.io.api.core.v1.SecurityContext", array: false, fields: &[
-        f(1, "capabilities", M(139), 0),
+        f(1, "capabilities", M(166), 0),
         f(2, "privileged", Bool, NULLABLE),
-        f(3, "seLinuxOptions", M(321), 0),
+        f(3, "seLinuxOptions", M(348), 0),
         f(4, "runAsUser", I64, NULLABLE),
         f(5, "runAsNonRoot", Bool, NULLABLE),
         f(6, "readOnlyRootFilesystem", Bool, NULLABLE),
         f(7, "allowPrivilegeEscalation", Bool, NULLABLE),
         f(8, "runAsGroup", I64, NULLABLE),
         f(9, "procMount", S, NULLABLE),
-        f(10, "windowsOptions", M(364), 0),
-        f(11, "seccompProfile", M(322), 0),
-        f(12, "appArmorProfile", M(129), 0),
+        f(10, "windowsOptions", M(391), 0),
+        f(11, "seccompProfile", M(349), 0),
+        f(12, "appArmorProfile", M(156), 0),
     ] },
-    // 331
+    // 358
     Message { name: "k8s.io.api.core.v1.SerializedReference", array: false, fields: &[
-        f(1, "reference", M(248), 0),
+        f(1, "reference", M(275), 0),
     ] },
-    // 332
+    // 359
     Message { name: "k8s.io.api.core.v1.Service", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(339), 0),
-        f(3, "status", M(340), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(366), 0),
+        f(3, "status", M(367), 0),
     ] },
-    // 333
+    // 360
     Message { name: "k8s.io.api.core.v1.ServiceAccount", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "secrets", M(248), REPEATED),
-        f(3, "imagePullSecrets", M(219), REPEATED),
+        f(1, "metadata", M(533), 0),
+        f(2, "secrets", M(275), REPEATED),
+        f(3, "imagePullSecrets", M(246), REPEATED),
         f(4, "automountServiceAccountToken", Bool, NULLABLE),
     ] },
-    // 334
+    // 361
     Message { name: "k8s.io.api.core.v1.ServiceAccountList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(333), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(360), REPEATED),
     ] },
-    // 335
+    // 362
     Message { name: "k8s.io.api.core.v1.ServiceAccountTokenProjection", array: false, fields: &[
         f(1, "audience", S, OMITEMPTY),
         f(2, "expirationSeconds", I64, NULLABLE),
         f(3, "path", S, 0),
     ] },
-    // 336
+    // 363
     Message { name: "k8s.io.api.core.v1.ServiceList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(332), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(359), REPEATED),
     ] },
-    // 337
+    // 364
     Message { name: "k8s.io.api.core.v1.ServicePort", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "protocol", S, OMITEMPTY),
         f(3, "port", I32, 0),
-        f(4, "targetPort", M(525), 0),
+        f(4, "targetPort", M(552), 0),
         f(5, "nodePort", I32, OMITEMPTY),
         f(6, "appProtocol", S, NULLABLE),
     ] },
-    // 338
+    // 365
     Message { name: "k8s.io.api.core.v1.ServiceProxyOptions", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
     ] },
-    // 339
+    // 366
     Message { name: "k8s.io.api.core.v1.ServiceSpec", array: false, fields: &[
-        f(1, "ports", M(337), REPEATED),
+        f(1, "ports", M(364), REPEATED),
         f(2, "selector", MapS, 0),
         f(3, "clusterIP", S, OMITEMPTY),
         f(4, "type", S, OMITEMPTY),
@@ -2408,7 +2571,7 @@ pub static MESSAGES: &[Message] = &[
         f(11, "externalTrafficPolicy", S, OMITEMPTY),
         f(12, "healthCheckNodePort", I32, OMITEMPTY),
         f(13, "publishNotReadyAddresses", Bool, OMITEMPTY),
-        f(14, "sessionAffinityConfig", M(341), 0),
+        f(14, "sessionAffinityConfig", M(368), 0),
         f(17, "ipFamilyPolicy", S, NULLABLE),
         f(18, "clusterIPs", S, REPEATED),
         f(19, "ipFamilies", S, REPEATED),
@@ -2417,53 +2580,53 @@ pub static MESSAGES: &[Message] = &[
         f(22, "internalTrafficPolicy", S, NULLABLE),
         f(23, "trafficDistribution", S, NULLABLE),
     ] },
-    // 340
+    // 367
     Message { name: "k8s.io.api.core.v1.ServiceStatus", array: false, fields: &[
-        f(1, "loadBalancer", M(218), 0),
-        f(2, "conditions", M(486), REPEATED),
+        f(1, "loadBalancer", M(245), 0),
+        f(2, "conditions", M(513), REPEATED),
     ] },
-    // 341
+    // 368
     Message { name: "k8s.io.api.core.v1.SessionAffinityConfig", array: false, fields: &[
-        f(1, "clientIP", M(144), 0),
+        f(1, "clientIP", M(171), 0),
     ] },
-    // 342
+    // 369
     Message { name: "k8s.io.api.core.v1.SleepAction", array: false, fields: &[
         f(1, "seconds", I64, 0),
     ] },
-    // 343
+    // 370
     Message { name: "k8s.io.api.core.v1.StorageOsPersistentVolumeSource", array: false, fields: &[
         f(1, "volumeName", S, OMITEMPTY),
         f(2, "volumeNamespace", S, OMITEMPTY),
         f(3, "fsType", S, OMITEMPTY),
         f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "secretRef", M(248), 0),
+        f(5, "secretRef", M(275), 0),
     ] },
-    // 344
+    // 371
     Message { name: "k8s.io.api.core.v1.StorageOsVolumeSource", array: false, fields: &[
         f(1, "volumeName", S, OMITEMPTY),
         f(2, "volumeNamespace", S, OMITEMPTY),
         f(3, "fsType", S, OMITEMPTY),
         f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "secretRef", M(219), 0),
+        f(5, "secretRef", M(246), 0),
     ] },
-    // 345
+    // 372
     Message { name: "k8s.io.api.core.v1.Sysctl", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "value", S, 0),
     ] },
-    // 346
+    // 373
     Message { name: "k8s.io.api.core.v1.Taint", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "value", S, OMITEMPTY),
         f(3, "effect", S, 0),
-        f(4, "timeAdded", M(518), 0),
+        f(4, "timeAdded", M(545), 0),
     ] },
-    // 347
+    // 374
     Message { name: "k8s.io.api.core.v1.TcpSocketAction", array: false, fields: &[
-        f(1, "port", M(525), 0),
+        f(1, "port", M(552), 0),
         f(2, "host", S, OMITEMPTY),
     ] },
-    // 348
+    // 375
     Message { name: "k8s.io.api.core.v1.Toleration", array: false, fields: &[
         f(1, "key", S, OMITEMPTY),
         f(2, "operator", S, OMITEMPTY),
@@ -2471,50 +2634,50 @@ pub static MESSAGES: &[Message] = &[
         f(4, "effect", S, OMITEMPTY),
         f(5, "tolerationSeconds", I64, NULLABLE),
     ] },
-    // 349
+    // 376
     Message { name: "k8s.io.api.core.v1.TopologySelectorLabelRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "values", S, REPEATED),
     ] },
-    // 350
+    // 377
     Message { name: "k8s.io.api.core.v1.TopologySelectorTerm", array: false, fields: &[
-        f(1, "matchLabelExpressions", M(349), REPEATED),
+        f(1, "matchLabelExpressions", M(376), REPEATED),
     ] },
-    // 351
+    // 378
     Message { name: "k8s.io.api.core.v1.TopologySpreadConstraint", array: false, fields: &[
         f(1, "maxSkew", I32, 0),
         f(2, "topologyKey", S, 0),
         f(3, "whenUnsatisfiable", S, 0),
-        f(4, "labelSelector", M(499), 0),
+        f(4, "labelSelector", M(526), 0),
         f(5, "minDomains", I32, NULLABLE),
         f(6, "nodeAffinityPolicy", S, NULLABLE),
         f(7, "nodeTaintsPolicy", S, NULLABLE),
         f(8, "matchLabelKeys", S, REPEATED),
     ] },
-    // 352
+    // 379
     Message { name: "k8s.io.api.core.v1.TypedLocalObjectReference", array: false, fields: &[
         f(1, "apiGroup", S, NULLABLE),
         f(2, "kind", S, 0),
         f(3, "name", S, 0),
     ] },
-    // 353
+    // 380
     Message { name: "k8s.io.api.core.v1.TypedObjectReference", array: false, fields: &[
         f(1, "apiGroup", S, NULLABLE),
         f(2, "kind", S, 0),
         f(3, "name", S, 0),
         f(4, "namespace", S, NULLABLE),
     ] },
-    // 354
+    // 381
     Message { name: "k8s.io.api.core.v1.Volume", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "", M(361), INLINE),
+        f(2, "", M(388), INLINE),
     ] },
-    // 355
+    // 382
     Message { name: "k8s.io.api.core.v1.VolumeDevice", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "devicePath", S, 0),
     ] },
-    // 356
+    // 383
     Message { name: "k8s.io.api.core.v1.VolumeMount", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "readOnly", Bool, OMITEMPTY),
@@ -2524,272 +2687,272 @@ pub static MESSAGES: &[Message] = &[
         f(6, "subPathExpr", S, OMITEMPTY),
         f(7, "recursiveReadOnly", S, NULLABLE),
     ] },
-    // 357
+    // 384
     Message { name: "k8s.io.api.core.v1.VolumeMountStatus", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "mountPath", S, 0),
         f(3, "readOnly", Bool, OMITEMPTY),
         f(4, "recursiveReadOnly", S, NULLABLE),
     ] },
-    // 358
+    // 385
     Message { name: "k8s.io.api.core.v1.VolumeNodeAffinity", array: false, fields: &[
-        f(1, "required", M(240), 0),
+        f(1, "required", M(267), 0),
     ] },
-    // 359
+    // 386
     Message { name: "k8s.io.api.core.v1.VolumeProjection", array: false, fields: &[
-        f(1, "secret", M(327), 0),
-        f(2, "downwardAPI", M(170), 0),
-        f(3, "configMap", M(154), 0),
-        f(4, "serviceAccountToken", M(335), 0),
-        f(5, "clusterTrustBundle", M(145), 0),
-        f(6, "podCertificate", M(267), 0),
+        f(1, "secret", M(354), 0),
+        f(2, "downwardAPI", M(197), 0),
+        f(3, "configMap", M(181), 0),
+        f(4, "serviceAccountToken", M(362), 0),
+        f(5, "clusterTrustBundle", M(172), 0),
+        f(6, "podCertificate", M(294), 0),
     ] },
-    // 360
+    // 387
     Message { name: "k8s.io.api.core.v1.VolumeResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(479), 0),
-        f(2, "requests", MapM(479), 0),
+        f(1, "limits", MapM(506), 0),
+        f(2, "requests", MapM(506), 0),
     ] },
-    // 361
+    // 388
     Message { name: "k8s.io.api.core.v1.VolumeSource", array: false, fields: &[
-        f(1, "hostPath", M(202), 0),
-        f(2, "emptyDir", M(173), 0),
-        f(3, "gcePersistentDisk", M(195), 0),
-        f(4, "awsElasticBlockStore", M(132), 0),
-        f(5, "gitRepo", M(196), 0),
-        f(6, "secret", M(329), 0),
-        f(7, "nfs", M(227), 0),
-        f(8, "iscsi", M(207), 0),
-        f(9, "glusterfs", M(198), 0),
-        f(10, "persistentVolumeClaim", M(256), 0),
-        f(11, "rbd", M(302), 0),
-        f(12, "flexVolume", M(193), 0),
-        f(13, "cinder", M(143), 0),
-        f(14, "cephfs", M(141), 0),
-        f(15, "flocker", M(194), 0),
-        f(16, "downwardAPI", M(172), 0),
-        f(17, "fc", M(190), 0),
-        f(18, "azureFile", M(135), 0),
-        f(19, "configMap", M(155), 0),
-        f(20, "vsphereVolume", M(362), 0),
-        f(21, "quobyte", M(299), 0),
-        f(22, "azureDisk", M(133), 0),
-        f(23, "photonPersistentDisk", M(261), 0),
-        f(24, "portworxVolume", M(292), 0),
-        f(25, "scaleIO", M(318), 0),
-        f(26, "projected", M(298), 0),
-        f(27, "storageos", M(344), 0),
-        f(28, "csi", M(138), 0),
-        f(29, "ephemeral", M(184), 0),
-        f(30, "image", M(205), 0),
+        f(1, "hostPath", M(229), 0),
+        f(2, "emptyDir", M(200), 0),
+        f(3, "gcePersistentDisk", M(222), 0),
+        f(4, "awsElasticBlockStore", M(159), 0),
+        f(5, "gitRepo", M(223), 0),
+        f(6, "secret", M(356), 0),
+        f(7, "nfs", M(254), 0),
+        f(8, "iscsi", M(234), 0),
+        f(9, "glusterfs", M(225), 0),
+        f(10, "persistentVolumeClaim", M(283), 0),
+        f(11, "rbd", M(329), 0),
+        f(12, "flexVolume", M(220), 0),
+        f(13, "cinder", M(170), 0),
+        f(14, "cephfs", M(168), 0),
+        f(15, "flocker", M(221), 0),
+        f(16, "downwardAPI", M(199), 0),
+        f(17, "fc", M(217), 0),
+        f(18, "azureFile", M(162), 0),
+        f(19, "configMap", M(182), 0),
+        f(20, "vsphereVolume", M(389), 0),
+        f(21, "quobyte", M(326), 0),
+        f(22, "azureDisk", M(160), 0),
+        f(23, "photonPersistentDisk", M(288), 0),
+        f(24, "portworxVolume", M(319), 0),
+        f(25, "scaleIO", M(345), 0),
+        f(26, "projected", M(325), 0),
+        f(27, "storageos", M(371), 0),
+        f(28, "csi", M(165), 0),
+        f(29, "ephemeral", M(211), 0),
+        f(30, "image", M(232), 0),
     ] },
-    // 362
+    // 389
     Message { name: "k8s.io.api.core.v1.VsphereVirtualDiskVolumeSource", array: false, fields: &[
         f(1, "volumePath", S, 0),
         f(2, "fsType", S, OMITEMPTY),
         f(3, "storagePolicyName", S, OMITEMPTY),
         f(4, "storagePolicyID", S, OMITEMPTY),
     ] },
-    // 363
+    // 390
     Message { name: "k8s.io.api.core.v1.WeightedPodAffinityTerm", array: false, fields: &[
         f(1, "weight", I32, 0),
-        f(2, "podAffinityTerm", M(264), 0),
+        f(2, "podAffinityTerm", M(291), 0),
     ] },
-    // 364
+    // 391
     Message { name: "k8s.io.api.core.v1.WindowsSecurityContextOptions", array: false, fields: &[
         f(1, "gmsaCredentialSpecName", S, NULLABLE),
         f(2, "gmsaCredentialSpec", S, NULLABLE),
         f(3, "runAsUserName", S, NULLABLE),
         f(4, "hostProcess", Bool, NULLABLE),
     ] },
-    // 365
+    // 392
     Message { name: "k8s.io.api.core.v1.WorkloadReference", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "podGroup", S, 0),
         f(3, "podGroupReplicaKey", S, OMITEMPTY),
     ] },
-    // 366
+    // 393
     Message { name: "k8s.io.api.discovery.v1.Endpoint", array: false, fields: &[
         f(1, "addresses", S, REPEATED),
-        f(2, "conditions", M(367), 0),
+        f(2, "conditions", M(394), 0),
         f(3, "hostname", S, NULLABLE),
-        f(4, "targetRef", M(248), 0),
+        f(4, "targetRef", M(275), 0),
         f(5, "deprecatedTopology", MapS, 0),
         f(6, "nodeName", S, NULLABLE),
         f(7, "zone", S, NULLABLE),
-        f(8, "hints", M(368), 0),
+        f(8, "hints", M(395), 0),
     ] },
-    // 367
+    // 394
     Message { name: "k8s.io.api.discovery.v1.EndpointConditions", array: false, fields: &[
         f(1, "ready", Bool, NULLABLE),
         f(2, "serving", Bool, NULLABLE),
         f(3, "terminating", Bool, NULLABLE),
     ] },
-    // 368
+    // 395
     Message { name: "k8s.io.api.discovery.v1.EndpointHints", array: false, fields: &[
-        f(1, "forZones", M(373), REPEATED),
-        f(2, "forNodes", M(372), REPEATED),
+        f(1, "forZones", M(400), REPEATED),
+        f(2, "forNodes", M(399), REPEATED),
     ] },
-    // 369
+    // 396
     Message { name: "k8s.io.api.discovery.v1.EndpointPort", array: false, fields: &[
         f(1, "name", S, NULLABLE),
         f(2, "protocol", S, NULLABLE),
         f(3, "port", I32, NULLABLE),
         f(4, "appProtocol", S, NULLABLE),
     ] },
-    // 370
+    // 397
     Message { name: "k8s.io.api.discovery.v1.EndpointSlice", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "endpoints", M(366), REPEATED),
-        f(3, "ports", M(369), REPEATED),
+        f(1, "metadata", M(533), 0),
+        f(2, "endpoints", M(393), REPEATED),
+        f(3, "ports", M(396), REPEATED),
         f(4, "addressType", S, 0),
     ] },
-    // 371
+    // 398
     Message { name: "k8s.io.api.discovery.v1.EndpointSliceList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(370), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(397), REPEATED),
     ] },
-    // 372
+    // 399
     Message { name: "k8s.io.api.discovery.v1.ForNode", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 373
+    // 400
     Message { name: "k8s.io.api.discovery.v1.ForZone", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 374
+    // 401
     Message { name: "k8s.io.api.events.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "eventTime", M(505), 0),
-        f(3, "series", M(376), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "eventTime", M(532), 0),
+        f(3, "series", M(403), 0),
         f(4, "reportingController", S, OMITEMPTY),
         f(5, "reportingInstance", S, OMITEMPTY),
         f(6, "action", S, OMITEMPTY),
         f(7, "reason", S, OMITEMPTY),
-        f(8, "regarding", M(248), 0),
-        f(9, "related", M(248), 0),
+        f(8, "regarding", M(275), 0),
+        f(9, "related", M(275), 0),
         f(10, "note", S, OMITEMPTY),
         f(11, "type", S, OMITEMPTY),
-        f(12, "deprecatedSource", M(188), 0),
-        f(13, "deprecatedFirstTimestamp", M(518), 0),
-        f(14, "deprecatedLastTimestamp", M(518), 0),
+        f(12, "deprecatedSource", M(215), 0),
+        f(13, "deprecatedFirstTimestamp", M(545), 0),
+        f(14, "deprecatedLastTimestamp", M(545), 0),
         f(15, "deprecatedCount", I32, OMITEMPTY),
     ] },
-    // 375
+    // 402
     Message { name: "k8s.io.api.events.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(374), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(401), REPEATED),
     ] },
-    // 376
+    // 403
     Message { name: "k8s.io.api.events.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, 0),
-        f(2, "lastObservedTime", M(505), 0),
+        f(2, "lastObservedTime", M(532), 0),
     ] },
-    // 377
+    // 404
     Message { name: "k8s.io.api.flowcontrol.v1.ExemptPriorityLevelConfiguration", array: false, fields: &[
         f(1, "nominalConcurrencyShares", I32, NULLABLE),
         f(2, "lendablePercent", I32, NULLABLE),
     ] },
-    // 378
+    // 405
     Message { name: "k8s.io.api.flowcontrol.v1.FlowDistinguisherMethod", array: false, fields: &[
         f(1, "type", S, 0),
     ] },
-    // 379
+    // 406
     Message { name: "k8s.io.api.flowcontrol.v1.FlowSchema", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(382), 0),
-        f(3, "status", M(383), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(409), 0),
+        f(3, "status", M(410), 0),
     ] },
-    // 380
+    // 407
     Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaCondition", array: false, fields: &[
         f(1, "type", S, OMITEMPTY),
         f(2, "status", S, OMITEMPTY),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
-    // 381
+    // 408
     Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(379), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(406), REPEATED),
     ] },
-    // 382
+    // 409
     Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaSpec", array: false, fields: &[
-        f(1, "priorityLevelConfiguration", M(392), 0),
+        f(1, "priorityLevelConfiguration", M(419), 0),
         f(2, "matchingPrecedence", I32, 0),
-        f(3, "distinguisherMethod", M(378), 0),
-        f(4, "rules", M(388), REPEATED),
+        f(3, "distinguisherMethod", M(405), 0),
+        f(4, "rules", M(415), REPEATED),
     ] },
-    // 383
+    // 410
     Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaStatus", array: false, fields: &[
-        f(1, "conditions", M(380), REPEATED),
+        f(1, "conditions", M(407), REPEATED),
     ] },
-    // 384
+    // 411
     Message { name: "k8s.io.api.flowcontrol.v1.GroupSubject", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 385
+    // 412
     Message { name: "k8s.io.api.flowcontrol.v1.LimitResponse", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "queuing", M(395), 0),
+        f(2, "queuing", M(422), 0),
     ] },
-    // 386
+    // 413
     Message { name: "k8s.io.api.flowcontrol.v1.LimitedPriorityLevelConfiguration", array: false, fields: &[
         f(1, "nominalConcurrencyShares", I32, NULLABLE),
-        f(2, "limitResponse", M(385), 0),
+        f(2, "limitResponse", M(412), 0),
         f(3, "lendablePercent", I32, NULLABLE),
         f(4, "borrowingLimitPercent", I32, NULLABLE),
     ] },
-    // 387
+    // 414
     Message { name: "k8s.io.api.flowcontrol.v1.NonResourcePolicyRule", array: false, fields: &[
         f(1, "verbs", S, REPEATED),
         f(6, "nonResourceURLs", S, REPEATED),
     ] },
-    // 388
+    // 415
     Message { name: "k8s.io.api.flowcontrol.v1.PolicyRulesWithSubjects", array: false, fields: &[
-        f(1, "subjects", M(398), REPEATED),
-        f(2, "resourceRules", M(396), REPEATED),
-        f(3, "nonResourceRules", M(387), REPEATED),
+        f(1, "subjects", M(425), REPEATED),
+        f(2, "resourceRules", M(423), REPEATED),
+        f(3, "nonResourceRules", M(414), REPEATED),
     ] },
-    // 389
+    // 416
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfiguration", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(393), 0),
-        f(3, "status", M(394), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(420), 0),
+        f(3, "status", M(421), 0),
     ] },
-    // 390
+    // 417
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationCondition", array: false, fields: &[
         f(1, "type", S, OMITEMPTY),
         f(2, "status", S, OMITEMPTY),
-        f(3, "lastTransitionTime", M(518), 0),
+        f(3, "lastTransitionTime", M(545), 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
-    // 391
+    // 418
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(389), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(416), REPEATED),
     ] },
-    // 392
+    // 419
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationReference", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 393
+    // 420
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationSpec", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "limited", M(386), 0),
-        f(3, "exempt", M(377), 0),
+        f(2, "limited", M(413), 0),
+        f(3, "exempt", M(404), 0),
     ] },
-    // 394
+    // 421
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationStatus", array: false, fields: &[
-        f(1, "conditions", M(390), REPEATED),
+        f(1, "conditions", M(417), REPEATED),
     ] },
-    // 395
+    // 422
     Message { name: "k8s.io.api.flowcontrol.v1.QueuingConfiguration", array: false, fields: &[
         f(1, "queues", I32, 0),
         f(2, "handSize", I32, 0),
         f(3, "queueLengthLimit", I32, 0),
     ] },
-    // 396
+    // 423
     Message { name: "k8s.io.api.flowcontrol.v1.ResourcePolicyRule", array: false, fields: &[
         f(1, "verbs", S, REPEATED),
         f(2, "apiGroups", S, REPEATED),
@@ -2797,68 +2960,68 @@ pub static MESSAGES: &[Message] = &[
         f(4, "clusterScope", Bool, OMITEMPTY),
         f(5, "namespaces", S, REPEATED),
     ] },
-    // 397
+    // 424
     Message { name: "k8s.io.api.flowcontrol.v1.ServiceAccountSubject", array: false, fields: &[
         f(1, "namespace", S, 0),
         f(2, "name", S, 0),
     ] },
-    // 398
+    // 425
     Message { name: "k8s.io.api.flowcontrol.v1.Subject", array: false, fields: &[
         f(1, "kind", S, 0),
-        f(2, "user", M(399), 0),
-        f(3, "group", M(384), 0),
-        f(4, "serviceAccount", M(397), 0),
+        f(2, "user", M(426), 0),
+        f(3, "group", M(411), 0),
+        f(4, "serviceAccount", M(424), 0),
     ] },
-    // 399
+    // 426
     Message { name: "k8s.io.api.flowcontrol.v1.UserSubject", array: false, fields: &[
         f(1, "name", S, 0),
     ] },
-    // 400
+    // 427
     Message { name: "k8s.io.api.networking.v1.HttpIngressPath", array: false, fields: &[
         f(1, "path", S, OMITEMPTY),
-        f(2, "backend", M(406), 0),
+        f(2, "backend", M(433), 0),
         f(3, "pathType", S, NULLABLE),
     ] },
-    // 401
+    // 428
     Message { name: "k8s.io.api.networking.v1.HttpIngressRuleValue", array: false, fields: &[
-        f(1, "paths", M(400), REPEATED),
+        f(1, "paths", M(427), REPEATED),
     ] },
-    // 402
+    // 429
     Message { name: "k8s.io.api.networking.v1.IPAddress", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(404), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(431), 0),
     ] },
-    // 403
+    // 430
     Message { name: "k8s.io.api.networking.v1.IPAddressList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(402), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(429), REPEATED),
     ] },
-    // 404
+    // 431
     Message { name: "k8s.io.api.networking.v1.IPAddressSpec", array: false, fields: &[
-        f(1, "parentRef", M(429), 0),
+        f(1, "parentRef", M(456), 0),
     ] },
-    // 405
+    // 432
     Message { name: "k8s.io.api.networking.v1.Ingress", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(418), 0),
-        f(3, "status", M(419), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(445), 0),
+        f(3, "status", M(446), 0),
     ] },
-    // 406
+    // 433
     Message { name: "k8s.io.api.networking.v1.IngressBackend", array: false, fields: &[
-        f(3, "resource", M(352), 0),
-        f(4, "service", M(417), 0),
+        f(3, "resource", M(379), 0),
+        f(4, "service", M(444), 0),
     ] },
-    // 407
+    // 434
     Message { name: "k8s.io.api.networking.v1.IngressClass", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(410), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(437), 0),
     ] },
-    // 408
+    // 435
     Message { name: "k8s.io.api.networking.v1.IngressClassList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(407), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(434), REPEATED),
     ] },
-    // 409
+    // 436
     Message { name: "k8s.io.api.networking.v1.IngressClassParametersReference", array: false, fields: &[
         f(1, "apiGroup", S, NULLABLE),
         f(2, "kind", S, 0),
@@ -2866,218 +3029,218 @@ pub static MESSAGES: &[Message] = &[
         f(4, "scope", S, NULLABLE),
         f(5, "namespace", S, NULLABLE),
     ] },
-    // 410
+    // 437
     Message { name: "k8s.io.api.networking.v1.IngressClassSpec", array: false, fields: &[
         f(1, "controller", S, OMITEMPTY),
-        f(2, "parameters", M(409), 0),
+        f(2, "parameters", M(436), 0),
     ] },
-    // 411
+    // 438
     Message { name: "k8s.io.api.networking.v1.IngressList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(405), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(432), REPEATED),
     ] },
-    // 412
+    // 439
     Message { name: "k8s.io.api.networking.v1.IngressLoadBalancerIngress", array: false, fields: &[
         f(1, "ip", S, OMITEMPTY),
         f(2, "hostname", S, OMITEMPTY),
-        f(4, "ports", M(414), REPEATED),
+        f(4, "ports", M(441), REPEATED),
     ] },
-    // 413
+    // 440
     Message { name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus", array: false, fields: &[
-        f(1, "ingress", M(412), REPEATED),
+        f(1, "ingress", M(439), REPEATED),
     ] },
-    // 414
+    // 441
     Message { name: "k8s.io.api.networking.v1.IngressPortStatus", array: false, fields: &[
         f(1, "port", I32, 0),
         f(2, "protocol", S, 0),
         f(3, "error", S, NULLABLE),
     ] },
-    // 415
+    // 442
     Message { name: "k8s.io.api.networking.v1.IngressRule", array: false, fields: &[
         f(1, "host", S, OMITEMPTY),
-        f(2, "", M(416), INLINE),
+        f(2, "", M(443), INLINE),
     ] },
-    // 416
+    // 443
     Message { name: "k8s.io.api.networking.v1.IngressRuleValue", array: false, fields: &[
-        f(1, "http", M(401), 0),
+        f(1, "http", M(428), 0),
     ] },
-    // 417
+    // 444
     Message { name: "k8s.io.api.networking.v1.IngressServiceBackend", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "port", M(430), 0),
+        f(2, "port", M(457), 0),
     ] },
-    // 418
+    // 445
     Message { name: "k8s.io.api.networking.v1.IngressSpec", array: false, fields: &[
-        f(1, "defaultBackend", M(406), 0),
-        f(2, "tls", M(420), REPEATED),
-        f(3, "rules", M(415), REPEATED),
+        f(1, "defaultBackend", M(433), 0),
+        f(2, "tls", M(447), REPEATED),
+        f(3, "rules", M(442), REPEATED),
         f(4, "ingressClassName", S, NULLABLE),
     ] },
-    // 419
+    // 446
     Message { name: "k8s.io.api.networking.v1.IngressStatus", array: false, fields: &[
-        f(1, "loadBalancer", M(413), 0),
+        f(1, "loadBalancer", M(440), 0),
     ] },
-    // 420
+    // 447
     Message { name: "k8s.io.api.networking.v1.IngressTls", array: false, fields: &[
         f(1, "hosts", S, REPEATED),
         f(2, "secretName", S, OMITEMPTY),
     ] },
-    // 421
+    // 448
     Message { name: "k8s.io.api.networking.v1.IpBlock", array: false, fields: &[
         f(1, "cidr", S, 0),
         f(2, "except", S, REPEATED),
     ] },
-    // 422
+    // 449
     Message { name: "k8s.io.api.networking.v1.NetworkPolicy", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(428), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(455), 0),
     ] },
-    // 423
+    // 450
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule", array: false, fields: &[
-        f(1, "ports", M(427), REPEATED),
-        f(2, "to", M(426), REPEATED),
+        f(1, "ports", M(454), REPEATED),
+        f(2, "to", M(453), REPEATED),
     ] },
-    // 424
+    // 451
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule", array: false, fields: &[
-        f(1, "ports", M(427), REPEATED),
-        f(2, "from", M(426), REPEATED),
+        f(1, "ports", M(454), REPEATED),
+        f(2, "from", M(453), REPEATED),
     ] },
-    // 425
+    // 452
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(422), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(449), REPEATED),
     ] },
-    // 426
+    // 453
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyPeer", array: false, fields: &[
-        f(1, "podSelector", M(499), 0),
-        f(2, "namespaceSelector", M(499), 0),
-        f(3, "ipBlock", M(421), 0),
+        f(1, "podSelector", M(526), 0),
+        f(2, "namespaceSelector", M(526), 0),
+        f(3, "ipBlock", M(448), 0),
     ] },
-    // 427
+    // 454
     Message { name: "k8s.io.api.networking.v1.NetworkPolicyPort", array: false, fields: &[
         f(1, "protocol", S, NULLABLE),
-        f(2, "port", M(525), 0),
+        f(2, "port", M(552), 0),
         f(3, "endPort", I32, NULLABLE),
     ] },
-    // 428
+    // 455
     Message { name: "k8s.io.api.networking.v1.NetworkPolicySpec", array: false, fields: &[
-        f(1, "podSelector", M(499), 0),
-        f(2, "ingress", M(424), REPEATED),
-        f(3, "egress", M(423), REPEATED),
+        f(1, "podSelector", M(526), 0),
+        f(2, "ingress", M(451), REPEATED),
+        f(3, "egress", M(450), REPEATED),
         f(4, "policyTypes", S, REPEATED),
     ] },
-    // 429
+    // 456
     Message { name: "k8s.io.api.networking.v1.ParentReference", array: false, fields: &[
         f(1, "group", S, OMITEMPTY),
         f(2, "resource", S, OMITEMPTY),
         f(3, "namespace", S, OMITEMPTY),
         f(4, "name", S, OMITEMPTY),
     ] },
-    // 430
+    // 457
     Message { name: "k8s.io.api.networking.v1.ServiceBackendPort", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "number", I32, OMITEMPTY),
     ] },
-    // 431
+    // 458
     Message { name: "k8s.io.api.networking.v1.ServiceCIDR", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(433), 0),
-        f(3, "status", M(434), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(460), 0),
+        f(3, "status", M(461), 0),
     ] },
-    // 432
+    // 459
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(431), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(458), REPEATED),
     ] },
-    // 433
+    // 460
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRSpec", array: false, fields: &[
         f(1, "cidrs", S, REPEATED),
     ] },
-    // 434
+    // 461
     Message { name: "k8s.io.api.networking.v1.ServiceCIDRStatus", array: false, fields: &[
-        f(1, "conditions", M(486), REPEATED),
+        f(1, "conditions", M(513), REPEATED),
     ] },
-    // 435
+    // 462
     Message { name: "k8s.io.api.node.v1.Overhead", array: false, fields: &[
-        f(1, "podFixed", MapM(479), 0),
+        f(1, "podFixed", MapM(506), 0),
     ] },
-    // 436
+    // 463
     Message { name: "k8s.io.api.node.v1.RuntimeClass", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "handler", S, 0),
-        f(3, "overhead", M(435), 0),
-        f(4, "scheduling", M(438), 0),
+        f(3, "overhead", M(462), 0),
+        f(4, "scheduling", M(465), 0),
     ] },
-    // 437
+    // 464
     Message { name: "k8s.io.api.node.v1.RuntimeClassList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(436), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(463), REPEATED),
     ] },
-    // 438
+    // 465
     Message { name: "k8s.io.api.node.v1.Scheduling", array: false, fields: &[
         f(1, "nodeSelector", MapS, 0),
-        f(2, "tolerations", M(348), REPEATED),
+        f(2, "tolerations", M(375), REPEATED),
     ] },
-    // 439
+    // 466
     Message { name: "k8s.io.api.policy.v1.Eviction", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "deleteOptions", M(488), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "deleteOptions", M(515), 0),
     ] },
-    // 440
+    // 467
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudget", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(442), 0),
-        f(3, "status", M(443), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(469), 0),
+        f(3, "status", M(470), 0),
     ] },
-    // 441
+    // 468
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(440), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(467), REPEATED),
     ] },
-    // 442
+    // 469
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec", array: false, fields: &[
-        f(1, "minAvailable", M(525), 0),
-        f(2, "selector", M(499), 0),
-        f(3, "maxUnavailable", M(525), 0),
+        f(1, "minAvailable", M(552), 0),
+        f(2, "selector", M(526), 0),
+        f(3, "maxUnavailable", M(552), 0),
         f(4, "unhealthyPodEvictionPolicy", S, NULLABLE),
     ] },
-    // 443
+    // 470
     Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus", array: false, fields: &[
         f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "disruptedPods", MapM(518), 0),
+        f(2, "disruptedPods", MapM(545), 0),
         f(3, "disruptionsAllowed", I32, 0),
         f(4, "currentHealthy", I32, 0),
         f(5, "desiredHealthy", I32, 0),
         f(6, "expectedPods", I32, 0),
-        f(7, "conditions", M(486), REPEATED),
+        f(7, "conditions", M(513), REPEATED),
     ] },
-    // 444
+    // 471
     Message { name: "k8s.io.api.rbac.v1.AggregationRule", array: false, fields: &[
-        f(1, "clusterRoleSelectors", M(499), REPEATED),
+        f(1, "clusterRoleSelectors", M(526), REPEATED),
     ] },
-    // 445
+    // 472
     Message { name: "k8s.io.api.rbac.v1.ClusterRole", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "rules", M(449), REPEATED),
-        f(3, "aggregationRule", M(444), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "rules", M(476), REPEATED),
+        f(3, "aggregationRule", M(471), 0),
     ] },
-    // 446
+    // 473
     Message { name: "k8s.io.api.rbac.v1.ClusterRoleBinding", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "subjects", M(455), REPEATED),
-        f(3, "roleRef", M(454), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "subjects", M(482), REPEATED),
+        f(3, "roleRef", M(481), 0),
     ] },
-    // 447
+    // 474
     Message { name: "k8s.io.api.rbac.v1.ClusterRoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(446), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(473), REPEATED),
     ] },
-    // 448
+    // 475
     Message { name: "k8s.io.api.rbac.v1.ClusterRoleList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(445), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(472), REPEATED),
     ] },
-    // 449
+    // 476
     Message { name: "k8s.io.api.rbac.v1.PolicyRule", array: false, fields: &[
         f(1, "verbs", S, REPEATED),
         f(2, "apiGroups", S, REPEATED),
@@ -3085,202 +3248,202 @@ pub static MESSAGES: &[Message] = &[
         f(4, "resourceNames", S, REPEATED),
         f(5, "nonResourceURLs", S, REPEATED),
     ] },
-    // 450
+    // 477
     Message { name: "k8s.io.api.rbac.v1.Role", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "rules", M(449), REPEATED),
+        f(1, "metadata", M(533), 0),
+        f(2, "rules", M(476), REPEATED),
     ] },
-    // 451
+    // 478
     Message { name: "k8s.io.api.rbac.v1.RoleBinding", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "subjects", M(455), REPEATED),
-        f(3, "roleRef", M(454), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "subjects", M(482), REPEATED),
+        f(3, "roleRef", M(481), 0),
     ] },
-    // 452
+    // 479
     Message { name: "k8s.io.api.rbac.v1.RoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(451), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(478), REPEATED),
     ] },
-    // 453
+    // 480
     Message { name: "k8s.io.api.rbac.v1.RoleList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(450), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(477), REPEATED),
     ] },
-    // 454
+    // 481
     Message { name: "k8s.io.api.rbac.v1.RoleRef", array: false, fields: &[
         f(1, "apiGroup", S, 0),
         f(2, "kind", S, 0),
         f(3, "name", S, 0),
     ] },
-    // 455
+    // 482
     Message { name: "k8s.io.api.rbac.v1.Subject", array: false, fields: &[
         f(1, "kind", S, 0),
         f(2, "apiGroup", S, OMITEMPTY),
         f(3, "name", S, 0),
         f(4, "namespace", S, OMITEMPTY),
     ] },
-    // 456
+    // 483
     Message { name: "k8s.io.api.scheduling.v1.PriorityClass", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "value", I32, 0),
         f(3, "globalDefault", Bool, OMITEMPTY),
         f(4, "description", S, OMITEMPTY),
         f(5, "preemptionPolicy", S, NULLABLE),
     ] },
-    // 457
+    // 484
     Message { name: "k8s.io.api.scheduling.v1.PriorityClassList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(456), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(483), REPEATED),
     ] },
-    // 458
+    // 485
     Message { name: "k8s.io.api.storage.v1.CSIDriver", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(460), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(487), 0),
     ] },
-    // 459
+    // 486
     Message { name: "k8s.io.api.storage.v1.CSIDriverList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(458), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(485), REPEATED),
     ] },
-    // 460
+    // 487
     Message { name: "k8s.io.api.storage.v1.CSIDriverSpec", array: false, fields: &[
         f(1, "attachRequired", Bool, NULLABLE),
         f(2, "podInfoOnMount", Bool, NULLABLE),
         f(3, "volumeLifecycleModes", S, REPEATED),
         f(4, "storageCapacity", Bool, NULLABLE),
         f(5, "fsGroupPolicy", S, NULLABLE),
-        f(6, "tokenRequests", M(469), REPEATED),
+        f(6, "tokenRequests", M(496), REPEATED),
         f(7, "requiresRepublish", Bool, NULLABLE),
         f(8, "seLinuxMount", Bool, NULLABLE),
         f(9, "nodeAllocatableUpdatePeriodSeconds", I64, NULLABLE),
         f(10, "serviceAccountTokenInSecrets", Bool, NULLABLE),
     ] },
-    // 461
+    // 488
     Message { name: "k8s.io.api.storage.v1.CSINode", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(464), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(491), 0),
     ] },
-    // 462
+    // 489
     Message { name: "k8s.io.api.storage.v1.CSINodeDriver", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "nodeID", S, 0),
         f(3, "topologyKeys", S, REPEATED),
-        f(4, "allocatable", M(478), 0),
+        f(4, "allocatable", M(505), 0),
     ] },
-    // 463
+    // 490
     Message { name: "k8s.io.api.storage.v1.CSINodeList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(461), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(488), REPEATED),
     ] },
-    // 464
+    // 491
     Message { name: "k8s.io.api.storage.v1.CSINodeSpec", array: false, fields: &[
-        f(1, "drivers", M(462), REPEATED),
+        f(1, "drivers", M(489), REPEATED),
     ] },
-    // 465
+    // 492
     Message { name: "k8s.io.api.storage.v1.CSIStorageCapacity", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "nodeTopology", M(499), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "nodeTopology", M(526), 0),
         f(3, "storageClassName", S, 0),
-        f(4, "capacity", M(479), 0),
-        f(5, "maximumVolumeSize", M(479), 0),
+        f(4, "capacity", M(506), 0),
+        f(5, "maximumVolumeSize", M(506), 0),
     ] },
-    // 466
+    // 493
     Message { name: "k8s.io.api.storage.v1.CSIStorageCapacityList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(465), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(492), REPEATED),
     ] },
-    // 467
+    // 494
     Message { name: "k8s.io.api.storage.v1.StorageClass", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "provisioner", S, 0),
         f(3, "parameters", MapS, 0),
         f(4, "reclaimPolicy", S, NULLABLE),
         f(5, "mountOptions", S, REPEATED),
         f(6, "allowVolumeExpansion", Bool, NULLABLE),
         f(7, "volumeBindingMode", S, NULLABLE),
-        f(8, "allowedTopologies", M(350), REPEATED),
+        f(8, "allowedTopologies", M(377), REPEATED),
     ] },
-    // 468
+    // 495
     Message { name: "k8s.io.api.storage.v1.StorageClassList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(467), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(494), REPEATED),
     ] },
-    // 469
+    // 496
     Message { name: "k8s.io.api.storage.v1.TokenRequest", array: false, fields: &[
         f(1, "audience", S, 0),
         f(2, "expirationSeconds", I64, NULLABLE),
     ] },
-    // 470
+    // 497
     Message { name: "k8s.io.api.storage.v1.VolumeAttachment", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
-        f(2, "spec", M(473), 0),
-        f(3, "status", M(474), 0),
+        f(1, "metadata", M(533), 0),
+        f(2, "spec", M(500), 0),
+        f(3, "status", M(501), 0),
     ] },
-    // 471
+    // 498
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(470), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(497), REPEATED),
     ] },
-    // 472
+    // 499
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSource", array: false, fields: &[
         f(1, "persistentVolumeName", S, NULLABLE),
-        f(2, "inlineVolumeSpec", M(259), 0),
+        f(2, "inlineVolumeSpec", M(286), 0),
     ] },
-    // 473
+    // 500
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSpec", array: false, fields: &[
         f(1, "attacher", S, 0),
-        f(2, "source", M(472), 0),
+        f(2, "source", M(499), 0),
         f(3, "nodeName", S, 0),
     ] },
-    // 474
+    // 501
     Message { name: "k8s.io.api.storage.v1.VolumeAttachmentStatus", array: false, fields: &[
         f(1, "attached", Bool, 0),
         f(2, "attachmentMetadata", MapS, 0),
-        f(3, "attachError", M(477), 0),
-        f(4, "detachError", M(477), 0),
+        f(3, "attachError", M(504), 0),
+        f(4, "detachError", M(504), 0),
     ] },
-    // 475
+    // 502
     Message { name: "k8s.io.api.storage.v1.VolumeAttributesClass", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
         f(2, "driverName", S, 0),
         f(3, "parameters", MapS, 0),
     ] },
-    // 476
+    // 503
     Message { name: "k8s.io.api.storage.v1.VolumeAttributesClassList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(475), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(502), REPEATED),
     ] },
-    // 477
+    // 504
     Message { name: "k8s.io.api.storage.v1.VolumeError", array: false, fields: &[
-        f(1, "time", M(518), 0),
+        f(1, "time", M(545), 0),
         f(2, "message", S, OMITEMPTY),
         f(3, "errorCode", I32, NULLABLE),
     ] },
-    // 478
+    // 505
     Message { name: "k8s.io.api.storage.v1.VolumeNodeResources", array: false, fields: &[
         f(1, "count", I32, NULLABLE),
     ] },
-    // 479
+    // 506
     Message { name: "k8s.io.apimachinery.pkg.api.resource.Quantity", array: false, fields: &[
         f(1, "string", S, 0),
     ] },
-    // 480
+    // 507
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroup", array: false, fields: &[
         f(1, "name", S, 0),
-        f(2, "versions", M(496), REPEATED),
-        f(3, "preferredVersion", M(496), 0),
-        f(4, "serverAddressByClientCIDRs", M(513), REPEATED),
+        f(2, "versions", M(523), REPEATED),
+        f(3, "preferredVersion", M(523), 0),
+        f(4, "serverAddressByClientCIDRs", M(540), REPEATED),
     ] },
-    // 481
+    // 508
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroupList", array: false, fields: &[
-        f(1, "groups", M(480), REPEATED),
+        f(1, "groups", M(507), REPEATED),
     ] },
-    // 482
+    // 509
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResource", array: false, fields: &[
         f(1, "name", S, 0),
         f(2, "namespaced", Bool, 0),
         f(3, "kind", S, 0),
-        f(4, "verbs", M(522), 0),
+        f(4, "verbs", M(549), 0),
         f(5, "shortNames", S, REPEATED),
         f(6, "singularName", S, 0),
         f(7, "categories", S, REPEATED),
@@ -3288,120 +3451,120 @@ pub static MESSAGES: &[Message] = &[
         f(9, "version", S, OMITEMPTY),
         f(10, "storageVersionHash", S, OMITEMPTY),
     ] },
-    // 483
+    // 510
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResourceList", array: false, fields: &[
         f(1, "groupVersion", S, 0),
-        f(2, "resources", M(482), REPEATED),
+        f(2, "resources", M(509), REPEATED),
     ] },
-    // 484
+    // 511
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIVersions", array: false, fields: &[
         f(1, "versions", S, REPEATED),
-        f(2, "serverAddressByClientCIDRs", M(513), REPEATED),
+        f(2, "serverAddressByClientCIDRs", M(540), REPEATED),
     ] },
-    // 485
+    // 512
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ApplyOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "force", Bool, 0),
         f(3, "fieldManager", S, 0),
     ] },
-    // 486
+    // 513
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Condition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
         f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "lastTransitionTime", M(518), 0),
+        f(4, "lastTransitionTime", M(545), 0),
         f(5, "reason", S, 0),
         f(6, "message", S, 0),
     ] },
-    // 487
+    // 514
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.CreateOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(3, "fieldManager", S, OMITEMPTY),
         f(4, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 488
+    // 515
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions", array: false, fields: &[
         f(1, "gracePeriodSeconds", I64, NULLABLE),
-        f(2, "preconditions", M(511), 0),
+        f(2, "preconditions", M(538), 0),
         f(3, "orphanDependents", Bool, NULLABLE),
         f(4, "propagationPolicy", S, NULLABLE),
         f(5, "dryRun", S, REPEATED),
         f(6, "ignoreStoreReadErrorWithClusterBreakingPotential", Bool, NULLABLE),
     ] },
-    // 489
+    // 516
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Duration", array: false, fields: &[
         f(1, "duration", I64, 0),
     ] },
-    // 490
+    // 517
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 491
+    // 518
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1", array: false, fields: &[
         f(1, "raw", B, 0),
     ] },
-    // 492
+    // 519
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GetOptions", array: false, fields: &[
         f(1, "resourceVersion", S, OMITEMPTY),
     ] },
-    // 493
+    // 520
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupKind", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "kind", S, 0),
     ] },
-    // 494
+    // 521
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupResource", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "resource", S, 0),
     ] },
-    // 495
+    // 522
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersion", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
     ] },
-    // 496
+    // 523
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery", array: false, fields: &[
         f(1, "groupVersion", S, 0),
         f(2, "version", S, 0),
     ] },
-    // 497
+    // 524
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionKind", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
         f(3, "kind", S, 0),
     ] },
-    // 498
+    // 525
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionResource", array: false, fields: &[
         f(1, "group", S, 0),
         f(2, "version", S, 0),
         f(3, "resource", S, 0),
     ] },
-    // 499
+    // 526
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector", array: false, fields: &[
         f(1, "matchLabels", MapS, 0),
-        f(2, "matchExpressions", M(500), REPEATED),
+        f(2, "matchExpressions", M(527), REPEATED),
     ] },
-    // 500
+    // 527
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", array: false, fields: &[
         f(1, "key", S, 0),
         f(2, "operator", S, 0),
         f(3, "values", S, REPEATED),
     ] },
-    // 501
+    // 528
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.List", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(524), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(551), REPEATED),
     ] },
-    // 502
+    // 529
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta", array: false, fields: &[
         f(1, "selfLink", S, OMITEMPTY),
         f(2, "resourceVersion", S, OMITEMPTY),
         f(3, "continue", S, OMITEMPTY),
         f(4, "remainingItemCount", I64, NULLABLE),
     ] },
-    // 503
+    // 530
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListOptions", array: false, fields: &[
         f(1, "labelSelector", S, OMITEMPTY),
         f(2, "fieldSelector", S, OMITEMPTY),
@@ -3414,22 +3577,22 @@ pub static MESSAGES: &[Message] = &[
         f(10, "resourceVersionMatch", S, OMITEMPTY),
         f(11, "sendInitialEvents", Bool, NULLABLE),
     ] },
-    // 504
+    // 531
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry", array: false, fields: &[
         f(1, "manager", S, OMITEMPTY),
         f(2, "operation", S, OMITEMPTY),
         f(3, "apiVersion", S, OMITEMPTY),
-        f(4, "time", M(518), 0),
+        f(4, "time", M(545), 0),
         f(6, "fieldsType", S, OMITEMPTY),
-        f(7, "fieldsV1", M(491), 0),
+        f(7, "fieldsV1", M(518), 0),
         f(8, "subresource", S, OMITEMPTY),
     ] },
-    // 505
+    // 532
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 506
+    // 533
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "generateName", S, OMITEMPTY),
@@ -3438,16 +3601,16 @@ pub static MESSAGES: &[Message] = &[
         f(5, "uid", S, OMITEMPTY),
         f(6, "resourceVersion", S, OMITEMPTY),
         f(7, "generation", I64, OMITEMPTY),
-        f(8, "creationTimestamp", M(518), 0),
-        f(9, "deletionTimestamp", M(518), 0),
+        f(8, "creationTimestamp", M(545), 0),
+        f(9, "deletionTimestamp", M(545), 0),
         f(10, "deletionGracePeriodSeconds", I64, NULLABLE),
         f(11, "labels", MapS, 0),
         f(12, "annotations", MapS, 0),
-        f(13, "ownerReferences", M(507), REPEATED),
+        f(13, "ownerReferences", M(534), REPEATED),
         f(14, "finalizers", S, REPEATED),
-        f(17, "managedFields", M(504), REPEATED),
+        f(17, "managedFields", M(531), REPEATED),
     ] },
-    // 507
+    // 534
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference", array: false, fields: &[
         f(1, "kind", S, 0),
         f(3, "name", S, 0),
@@ -3456,99 +3619,99 @@ pub static MESSAGES: &[Message] = &[
         f(6, "controller", Bool, NULLABLE),
         f(7, "blockOwnerDeletion", Bool, NULLABLE),
     ] },
-    // 508
+    // 535
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata", array: false, fields: &[
-        f(1, "metadata", M(506), 0),
+        f(1, "metadata", M(533), 0),
     ] },
-    // 509
+    // 536
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
-        f(2, "items", M(508), REPEATED),
+        f(1, "metadata", M(529), 0),
+        f(2, "items", M(535), REPEATED),
     ] },
-    // 510
+    // 537
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PatchOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "force", Bool, NULLABLE),
         f(3, "fieldManager", S, OMITEMPTY),
         f(4, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 511
+    // 538
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions", array: false, fields: &[
         f(1, "uid", S, NULLABLE),
         f(2, "resourceVersion", S, NULLABLE),
     ] },
-    // 512
+    // 539
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.RootPaths", array: false, fields: &[
         f(1, "paths", S, REPEATED),
     ] },
-    // 513
+    // 540
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR", array: false, fields: &[
         f(1, "clientCIDR", S, 0),
         f(2, "serverAddress", S, 0),
     ] },
-    // 514
+    // 541
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Status", array: false, fields: &[
-        f(1, "metadata", M(502), 0),
+        f(1, "metadata", M(529), 0),
         f(2, "status", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
         f(4, "reason", S, OMITEMPTY),
-        f(5, "details", M(516), 0),
+        f(5, "details", M(543), 0),
         f(6, "code", I32, OMITEMPTY),
     ] },
-    // 515
+    // 542
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusCause", array: false, fields: &[
         f(1, "reason", S, OMITEMPTY),
         f(2, "message", S, OMITEMPTY),
         f(3, "field", S, OMITEMPTY),
     ] },
-    // 516
+    // 543
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusDetails", array: false, fields: &[
         f(1, "name", S, OMITEMPTY),
         f(2, "group", S, OMITEMPTY),
         f(3, "kind", S, OMITEMPTY),
-        f(4, "causes", M(515), REPEATED),
+        f(4, "causes", M(542), REPEATED),
         f(5, "retryAfterSeconds", I32, OMITEMPTY),
         f(6, "uid", S, OMITEMPTY),
     ] },
-    // 517
+    // 544
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TableOptions", array: false, fields: &[
         f(1, "includeObject", S, OMITEMPTY),
     ] },
-    // 518
+    // 545
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Time", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 519
+    // 546
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Timestamp", array: false, fields: &[
         f(1, "seconds", I64, 0),
         f(2, "nanos", I32, 0),
     ] },
-    // 520
+    // 547
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TypeMeta", array: false, fields: &[
         f(1, "kind", S, OMITEMPTY),
         f(2, "apiVersion", S, OMITEMPTY),
     ] },
-    // 521
+    // 548
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.UpdateOptions", array: false, fields: &[
         f(1, "dryRun", S, REPEATED),
         f(2, "fieldManager", S, OMITEMPTY),
         f(3, "fieldValidation", S, OMITEMPTY),
     ] },
-    // 522
+    // 549
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Verbs", array: true, fields: &[
         f(1, "items", S, REPEATED),
     ] },
-    // 523
+    // 550
     Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent", array: false, fields: &[
         f(1, "type", S, 0),
-        f(2, "object", M(524), 0),
+        f(2, "object", M(551), 0),
     ] },
-    // 524
+    // 551
     Message { name: "k8s.io.apimachinery.pkg.runtime.RawExtension", array: false, fields: &[
         f(1, "raw", B, 0),
     ] },
-    // 525
+    // 552
     Message { name: "k8s.io.apimachinery.pkg.util.intstr.IntOrString", array: false, fields: &[
         f(1, "type", I64, 0),
         f(2, "intVal", I32, 0),

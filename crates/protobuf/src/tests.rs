@@ -235,6 +235,96 @@ fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The review kinds and TokenRequest, as kubectl sends them (k8s-pb's prost encoding)
+/// and as the apiserver answers them.
+#[test]
+fn reviews_and_token_requests_decode_and_encode() {
+    use k8s_pb::api::authentication::v1 as authn;
+    use k8s_pb::api::authorization::v1 as authz;
+    let sar = authz::SubjectAccessReview {
+        spec: Some(authz::SubjectAccessReviewSpec {
+            resource_attributes: Some(authz::ResourceAttributes {
+                verb: Some("list".into()),
+                resource: Some("pods".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            }),
+            user: Some("alice".into()),
+            groups: vec!["dev".into(), "ops".into()],
+            extra: [(
+                "scopes".to_string(),
+                authz::ExtraValue {
+                    items: vec!["a".into(), "b".into()],
+                },
+            )]
+            .into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let (_, v) = decode(&envelope(
+        "authorization.k8s.io/v1",
+        "SubjectAccessReview",
+        &sar.encode_to_vec(),
+    ))
+    .unwrap();
+    assert_eq!(
+        v["spec"],
+        json!({"resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "default"},
+               "user": "alice", "groups": ["dev", "ops"], "extra": {"scopes": ["a", "b"]}})
+    );
+    let tr = authn::TokenRequest {
+        spec: Some(authn::TokenRequestSpec {
+            audiences: vec!["a".into()],
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(authn::BoundObjectReference {
+                kind: Some("Pod".into()),
+                api_version: Some("v1".into()),
+                name: Some("p".into()),
+                u_id: Some("u-1".into()),
+            }),
+        }),
+        ..Default::default()
+    };
+    let (_, v) = decode(&envelope(
+        "authentication.k8s.io/v1",
+        "TokenRequest",
+        &tr.encode_to_vec(),
+    ))
+    .unwrap();
+    assert_eq!(
+        v["spec"],
+        json!({"audiences": ["a"], "expirationSeconds": 600,
+               "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": "u-1"}})
+    );
+
+    // The answers, as the apiserver writes them, read back by prost.
+    let answer = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "metadata": {"creationTimestamp": null},
+        "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}},
+        "status": {"allowed": true, "reason": "RBAC: allowed"}});
+    let bytes = encode_object(&answer).unwrap();
+    let ssar = authz::SelfSubjectAccessReview::decode(raw(&bytes)).unwrap();
+    let status = ssar.status.unwrap();
+    assert_eq!(
+        (status.allowed, status.reason.as_deref()),
+        (Some(true), Some("RBAC: allowed"))
+    );
+    let answer = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "metadata": {"name": "robot", "namespace": "default", "creationTimestamp": "2026-12-07T08:00:00Z"},
+        "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+        "status": {"token": "eyJ", "expirationTimestamp": "2026-12-07T09:00:00Z"}});
+    let bytes = encode_object(&answer).unwrap();
+    let token = authn::TokenRequest::decode(raw(&bytes)).unwrap();
+    let status = token.status.unwrap();
+    assert_eq!(status.token.as_deref(), Some("eyJ"));
+    assert_eq!(
+        status.expiration_timestamp.and_then(|t| t.seconds),
+        Some(1_796_634_000)
+    );
+    assert_eq!(decode(&bytes).unwrap().1["status"], answer["status"]);
+}
+
 #[test]
 fn workloads_and_config_round_trip() {
     round_trip(json!({

@@ -301,8 +301,7 @@ async fn objects_lists_metadata_and_watches_are_answered_in_protobuf() {
         (404, Some("NotFound"))
     );
 
-    // A binding's Status. (Reviews and TokenRequests are answered in JSON: their
-    // kinds are not in the protobuf field table.)
+    // A binding's Status.
     let json_in = |body: Value| serde_json::to_vec(&body).unwrap();
     let headers = [
         ("content-type", "application/json"),
@@ -335,6 +334,77 @@ async fn objects_lists_metadata_and_watches_are_answered_in_protobuf() {
         bound.body
     );
     assert_eq!(bound.body["status"], "Success");
+
+    // A review and a TokenRequest sent and answered in protobuf, as kubectl's
+    // `auth can-i` and `create token` do.
+    let review = send_pb(
+        &c,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        pb(
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "metadata": {}, "spec": {"resourceAttributes": {"verb": "list", "resource": "pods",
+            "namespace": "pbl"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (review.code, review.content_type.as_str()),
+        (201, PB),
+        "{}",
+        review.body
+    );
+    assert_eq!(review.body["kind"], "SelfSubjectAccessReview");
+    assert_eq!(review.body["status"]["allowed"], true);
+    assert_eq!(
+        review.body["spec"]["resourceAttributes"]["namespace"],
+        "pbl"
+    );
+    let robot = send(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pbl/serviceaccounts",
+        &headers,
+        json_in(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+        ),
+    )
+    .await;
+    assert_eq!(robot.code, 201, "{}", robot.body);
+    let token = send_pb(
+        &c,
+        "POST",
+        "/api/v1/namespaces/pbl/serviceaccounts/robot/token",
+        pb(
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "metadata": {}, "spec": {"audiences": [], "expirationSeconds": 600},
+            // kubectl's body carries the empty status of a Go struct.
+            "status": {"token": ""}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (token.code, token.content_type.as_str()),
+        (201, PB),
+        "{}",
+        token.body
+    );
+    assert_eq!(token.body["spec"]["expirationSeconds"], 600);
+    assert!(
+        token.body["status"]["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("eyJ")
+    );
+    // A malformed protobuf review is a 400.
+    let bad = send_pb(
+        &c,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        b"k8s\0\x0a\xff".to_vec(),
+    )
+    .await;
+    assert_eq!(bad.code, 400, "{}", bad.body);
 
     // A watch from the list's resourceVersion: the changes since, as protobuf frames.
     let watch = |query: String| {

@@ -88,6 +88,23 @@ async fn token_requests_issue_bound_tokens_that_authenticate_until_unbound() {
 
     let (code, v) = token_for(&admin, "robot", json!({})).await;
     assert_eq!(code, 201, "{v}");
+    // client-go's JSON carries the Go struct's empty status; it is the answer's.
+    let (code, sent_with_status) = call(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/robot/token",
+        Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "metadata": {"creationTimestamp": null}, "spec": {"audiences": null, "boundObjectRef": null},
+            "status": {"token": "", "expirationTimestamp": null}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{sent_with_status}");
+    assert!(
+        sent_with_status["status"]["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("eyJ")
+    );
     assert_eq!(v["kind"], "TokenRequest");
     assert_eq!(v["spec"]["expirationSeconds"], 3600);
     assert_eq!(v["spec"]["audiences"], json!([SERVICE_ACCOUNT_ISSUER]));
@@ -491,4 +508,111 @@ fn null_members(v: &Value) -> Vec<String> {
     let mut out = Vec::new();
     walk(v, "", &mut out);
     out
+}
+
+/// What discovery (legacy and aggregated) and OpenAPI say of `serviceaccounts/token`.
+async fn token_subresource_as_published(
+    client: &kube::Client,
+) -> (Option<Value>, Option<Value>, Option<Value>) {
+    let (code, list) = call(client, "GET", "/api/v1", None).await;
+    assert_eq!(code, 200);
+    let listed = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "serviceaccounts/token")
+        .cloned();
+    let (code, _, body) = TestApiServer::raw(
+        client,
+        "GET",
+        "/api",
+        &[(
+            "accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        )],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let aggregated: Value = serde_json::from_slice(&body).unwrap();
+    let serviceaccounts = aggregated["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "serviceaccounts")
+        .cloned()
+        .unwrap();
+    let aggregated_sub = serviceaccounts["subresources"]
+        .as_array()
+        .and_then(|subs| subs.iter().find(|s| s["subresource"] == "token").cloned());
+    let (code, v3) = call(client, "GET", "/openapi/v3/api/v1", None).await;
+    assert_eq!(code, 200);
+    let path = v3["paths"]
+        .get("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token")
+        .cloned();
+    (listed, aggregated_sub, path)
+}
+
+#[tokio::test]
+async fn the_token_subresource_is_published_only_when_tokens_can_be_issued() {
+    let server = TestApiServer::start().await.unwrap();
+    let (listed, aggregated, path) = token_subresource_as_published(&server.client).await;
+    assert_eq!(
+        listed,
+        Some(
+            json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+            "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+            "verbs": ["create"]})
+        )
+    );
+    assert_eq!(
+        aggregated,
+        Some(json!({"subresource": "token", "verbs": ["create"],
+            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}}))
+    );
+    let post = &path.expect("the token path is documented")["post"];
+    assert_eq!(
+        post["operationId"],
+        "createCoreV1NamespacedServiceAccountToken"
+    );
+    assert_eq!(post["description"], "create token of a ServiceAccount");
+    assert_eq!(
+        post["x-kubernetes-group-version-kind"],
+        json!({"group": "authentication.k8s.io", "kind": "TokenRequest", "version": "v1"})
+    );
+    // Other verbs of the subresource are not allowed.
+    let (code, _) = call(
+        &server.client,
+        "GET",
+        "/api/v1/namespaces/default/serviceaccounts/default/token",
+        None,
+    )
+    .await;
+    assert_eq!(code, 405);
+    server.stop().await;
+
+    // Without a signing key there is no token issuer: upstream then registers no
+    // token subresource, so it is neither listed nor served.
+    let server = TestApiServer::start_with(|o| {
+        o.service_account_issuers.clear();
+        o.service_account_signing_key_file = None;
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        token_subresource_as_published(&server.client).await,
+        (None, None, None)
+    );
+    for method in ["GET", "POST"] {
+        let (code, status) = call(
+            &server.client,
+            method,
+            "/api/v1/namespaces/default/serviceaccounts/default/token",
+            Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})),
+        )
+        .await;
+        assert_eq!(code, 404, "{method}: {status}");
+    }
+    server.stop().await;
 }
