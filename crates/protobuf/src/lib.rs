@@ -29,7 +29,7 @@
 //! depend on storage, registry or apiserver crates.
 
 mod codec;
-mod omit;
+mod go_json;
 #[rustfmt::skip]
 mod schema;
 mod table;
@@ -39,7 +39,7 @@ mod wire;
 
 use serde_json::{Map, Value};
 
-pub use omit::omit_go_zero_values;
+pub use go_json::to_go_json_form;
 pub use table::message_for;
 
 /// The media type of protobuf request and response bodies.

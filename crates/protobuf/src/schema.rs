@@ -13,7 +13,7 @@
 
 //! The field table of every protobuf message the codec knows, by full proto name.
 
-use crate::table::{INLINE, Kind::*, Message, NULLABLE, OMITEMPTY, REPEATED, f};
+use crate::table::{INLINE, Kind::*, Message, NULLABLE, OMITEMPTY, REPEATED, UNSET_IS_NULL, f};
 
 /// `(apiVersion, proto package)` of every served group-version.
 pub static GROUP_VERSIONS: &[(&str, &str)] = &[
@@ -235,7 +235,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.DaemonSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -282,8 +282,8 @@ pub static MESSAGES: &[Message] = &[
         f(2, "status", S, 0),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
-        f(6, "lastUpdateTime", M(545), 0),
-        f(7, "lastTransitionTime", M(545), 0),
+        f(6, "lastUpdateTime", M(545), UNSET_IS_NULL),
+        f(7, "lastTransitionTime", M(545), UNSET_IS_NULL),
     ] },
     // 37
     Message { name: "k8s.io.api.apps.v1.DeploymentList", array: false, fields: &[
@@ -328,7 +328,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.ReplicaSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -379,7 +379,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.apps.v1.StatefulSetCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -464,7 +464,7 @@ pub static MESSAGES: &[Message] = &[
     // 63
     Message { name: "k8s.io.api.authentication.v1.TokenRequestStatus", array: false, fields: &[
         f(1, "token", S, 0),
-        f(2, "expirationTimestamp", M(545), 0),
+        f(2, "expirationTimestamp", M(545), UNSET_IS_NULL),
     ] },
     // 64
     Message { name: "k8s.io.api.authentication.v1.TokenReview", array: false, fields: &[
@@ -634,7 +634,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -774,7 +774,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -919,8 +919,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.batch.v1.JobCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(545), 0),
-        f(4, "lastTransitionTime", M(545), 0),
+        f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
+        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
@@ -1013,8 +1013,8 @@ pub static MESSAGES: &[Message] = &[
         f(1, "type", S, 0),
         f(2, "reason", S, OMITEMPTY),
         f(3, "message", S, OMITEMPTY),
-        f(4, "lastUpdateTime", M(545), 0),
-        f(5, "lastTransitionTime", M(545), 0),
+        f(4, "lastUpdateTime", M(545), UNSET_IS_NULL),
+        f(5, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(6, "status", S, 0),
     ] },
     // 148
@@ -1317,7 +1317,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 191
     Message { name: "k8s.io.api.core.v1.ContainerStateRunning", array: false, fields: &[
-        f(1, "startedAt", M(545), 0),
+        f(1, "startedAt", M(545), UNSET_IS_NULL),
     ] },
     // 192
     Message { name: "k8s.io.api.core.v1.ContainerStateTerminated", array: false, fields: &[
@@ -1325,8 +1325,8 @@ pub static MESSAGES: &[Message] = &[
         f(2, "signal", I32, OMITEMPTY),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
-        f(5, "startedAt", M(545), 0),
-        f(6, "finishedAt", M(545), 0),
+        f(5, "startedAt", M(545), UNSET_IS_NULL),
+        f(6, "finishedAt", M(545), UNSET_IS_NULL),
         f(7, "containerID", S, OMITEMPTY),
     ] },
     // 193
@@ -1475,11 +1475,11 @@ pub static MESSAGES: &[Message] = &[
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
         f(5, "source", M(215), 0),
-        f(6, "firstTimestamp", M(545), 0),
-        f(7, "lastTimestamp", M(545), 0),
+        f(6, "firstTimestamp", M(545), UNSET_IS_NULL),
+        f(7, "lastTimestamp", M(545), UNSET_IS_NULL),
         f(8, "count", I32, OMITEMPTY),
         f(9, "type", S, OMITEMPTY),
-        f(10, "eventTime", M(532), 0),
+        f(10, "eventTime", M(532), UNSET_IS_NULL),
         f(11, "series", M(214), 0),
         f(12, "action", S, OMITEMPTY),
         f(13, "related", M(275), 0),
@@ -1494,7 +1494,7 @@ pub static MESSAGES: &[Message] = &[
     // 214
     Message { name: "k8s.io.api.core.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, OMITEMPTY),
-        f(2, "lastObservedTime", M(532), 0),
+        f(2, "lastObservedTime", M(532), UNSET_IS_NULL),
     ] },
     // 215
     Message { name: "k8s.io.api.core.v1.EventSource", array: false, fields: &[
@@ -1720,7 +1720,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.NamespaceCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(4, "lastTransitionTime", M(545), 0),
+        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
@@ -1764,8 +1764,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.NodeCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastHeartbeatTime", M(545), 0),
-        f(4, "lastTransitionTime", M(545), 0),
+        f(3, "lastHeartbeatTime", M(545), UNSET_IS_NULL),
+        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
@@ -1898,8 +1898,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(545), 0),
-        f(4, "lastTransitionTime", M(545), 0),
+        f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
+        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
     ] },
@@ -2043,8 +2043,8 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.PodCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(545), 0),
-        f(4, "lastTransitionTime", M(545), 0),
+        f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
+        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(5, "reason", S, OMITEMPTY),
         f(6, "message", S, OMITEMPTY),
         f(7, "observedGeneration", I64, OMITEMPTY),
@@ -2254,7 +2254,7 @@ pub static MESSAGES: &[Message] = &[
     // 321
     Message { name: "k8s.io.api.core.v1.PreferAvoidPodsEntry", array: false, fields: &[
         f(1, "podSignature", M(311), 0),
-        f(2, "evictionTime", M(545), 0),
+        f(2, "evictionTime", M(545), UNSET_IS_NULL),
         f(3, "reason", S, OMITEMPTY),
         f(4, "message", S, OMITEMPTY),
     ] },
@@ -2332,7 +2332,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.core.v1.ReplicationControllerCondition", array: false, fields: &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -2822,7 +2822,7 @@ pub static MESSAGES: &[Message] = &[
     // 401
     Message { name: "k8s.io.api.events.v1.Event", array: false, fields: &[
         f(1, "metadata", M(533), 0),
-        f(2, "eventTime", M(532), 0),
+        f(2, "eventTime", M(532), UNSET_IS_NULL),
         f(3, "series", M(403), 0),
         f(4, "reportingController", S, OMITEMPTY),
         f(5, "reportingInstance", S, OMITEMPTY),
@@ -2833,8 +2833,8 @@ pub static MESSAGES: &[Message] = &[
         f(10, "note", S, OMITEMPTY),
         f(11, "type", S, OMITEMPTY),
         f(12, "deprecatedSource", M(215), 0),
-        f(13, "deprecatedFirstTimestamp", M(545), 0),
-        f(14, "deprecatedLastTimestamp", M(545), 0),
+        f(13, "deprecatedFirstTimestamp", M(545), UNSET_IS_NULL),
+        f(14, "deprecatedLastTimestamp", M(545), UNSET_IS_NULL),
         f(15, "deprecatedCount", I32, OMITEMPTY),
     ] },
     // 402
@@ -2845,7 +2845,7 @@ pub static MESSAGES: &[Message] = &[
     // 403
     Message { name: "k8s.io.api.events.v1.EventSeries", array: false, fields: &[
         f(1, "count", I32, 0),
-        f(2, "lastObservedTime", M(532), 0),
+        f(2, "lastObservedTime", M(532), UNSET_IS_NULL),
     ] },
     // 404
     Message { name: "k8s.io.api.flowcontrol.v1.ExemptPriorityLevelConfiguration", array: false, fields: &[
@@ -2866,7 +2866,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaCondition", array: false, fields: &[
         f(1, "type", S, OMITEMPTY),
         f(2, "status", S, OMITEMPTY),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -2923,7 +2923,7 @@ pub static MESSAGES: &[Message] = &[
     Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationCondition", array: false, fields: &[
         f(1, "type", S, OMITEMPTY),
         f(2, "status", S, OMITEMPTY),
-        f(3, "lastTransitionTime", M(545), 0),
+        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(4, "reason", S, OMITEMPTY),
         f(5, "message", S, OMITEMPTY),
     ] },
@@ -3415,7 +3415,7 @@ pub static MESSAGES: &[Message] = &[
     ] },
     // 504
     Message { name: "k8s.io.api.storage.v1.VolumeError", array: false, fields: &[
-        f(1, "time", M(545), 0),
+        f(1, "time", M(545), UNSET_IS_NULL),
         f(2, "message", S, OMITEMPTY),
         f(3, "errorCode", I32, NULLABLE),
     ] },
@@ -3472,7 +3472,7 @@ pub static MESSAGES: &[Message] = &[
         f(1, "type", S, 0),
         f(2, "status", S, 0),
         f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "lastTransitionTime", M(545), 0),
+        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
         f(5, "reason", S, 0),
         f(6, "message", S, 0),
     ] },
@@ -3601,7 +3601,7 @@ pub static MESSAGES: &[Message] = &[
         f(5, "uid", S, OMITEMPTY),
         f(6, "resourceVersion", S, OMITEMPTY),
         f(7, "generation", I64, OMITEMPTY),
-        f(8, "creationTimestamp", M(545), 0),
+        f(8, "creationTimestamp", M(545), UNSET_IS_NULL),
         f(9, "deletionTimestamp", M(545), 0),
         f(10, "deletionGracePeriodSeconds", I64, NULLABLE),
         f(11, "labels", MapS, 0),

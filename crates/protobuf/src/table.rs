@@ -13,6 +13,9 @@ pub const OMITEMPTY: u8 = 8;
 /// The field is a Go embedded struct (`json:",inline"`): its message's fields live in
 /// the parent's JSON object (`ConfigMapKeySelector.localObjectReference` -> `name`).
 pub const INLINE: u8 = 4;
+/// The field is a Go non-pointer `metav1.Time` or `MicroTime`: Go's JSON encoder writes
+/// `null` when it is unset, `omitempty` or not.
+pub const UNSET_IS_NULL: u8 = 16;
 
 /// Wire kind and JSON form of a field. Map keys are always strings in Kubernetes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +56,9 @@ impl Field {
     }
     pub fn inline(&self) -> bool {
         self.flags & INLINE != 0
+    }
+    pub fn unset_is_null(&self) -> bool {
+        self.flags & UNSET_IS_NULL != 0
     }
 }
 

@@ -979,16 +979,12 @@ fn go_omitempty_zeros_are_left_out_at_any_depth() {
         "status": {"replicas": 0, "readyReplicas": 2, "unavailableReplicas": 0,
                    "collisionCount": 0, "observedGeneration": 0},
     });
-    assert!(omit_go_zero_values(
-        "apps/v1",
-        "Deployment",
-        &mut deployment
-    ));
+    assert!(to_go_json_form("apps/v1", "Deployment", &mut deployment));
     assert_eq!(
         deployment,
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "d"},
+            "metadata": {"name": "d", "creationTimestamp": null},
             "spec": {
                 "replicas": 0,
                 "template": {"spec": {"containers": [{
@@ -1004,14 +1000,34 @@ fn go_omitempty_zeros_are_left_out_at_any_depth() {
     // `containerPort` and `name` of a container have no omitempty: zeros stay.
     let mut pod = json!({"spec": {"containers": [{"name": "", "ports": [{"containerPort": 0}]}]}});
     let before = pod.clone();
-    assert!(omit_go_zero_values("v1", "Pod", &mut pod));
+    assert!(to_go_json_form("v1", "Pod", &mut pod));
     assert_eq!(pod, before);
+    // Unset non-pointer times are null, where their struct is there; set ones and
+    // pointers are left as they are.
+    let mut pod = json!({"metadata": {"name": "p", "creationTimestamp": "2026-12-07T08:00:00Z"},
+        "status": {"conditions": [{"type": "Ready", "status": "True",
+                                   "lastTransitionTime": "2026-12-07T08:00:01Z"}],
+                   "containerStatuses": [{"name": "c", "state": {"running": {}},
+                                          "lastState": {}}]}});
+    assert!(to_go_json_form("v1", "Pod", &mut pod));
+    assert_eq!(
+        pod,
+        json!({"metadata": {"name": "p", "creationTimestamp": "2026-12-07T08:00:00Z"},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null,
+                                       "lastTransitionTime": "2026-12-07T08:00:01Z"}],
+                       "containerStatuses": [{"name": "c", "state": {"running": {"startedAt": null}},
+                                              "lastState": {}}]}})
+    );
+    let mut event = json!({"metadata": {"name": "e"}, "series": {"count": 2}});
+    assert!(to_go_json_form("v1", "Event", &mut event));
+    assert_eq!(
+        event,
+        json!({"metadata": {"name": "e", "creationTimestamp": null},
+            "series": {"count": 2, "lastObservedTime": null},
+            "firstTimestamp": null, "lastTimestamp": null, "eventTime": null})
+    );
     // A kind without a message is left alone.
     let mut custom = json!({"spec": {"x": 0}});
-    assert!(!omit_go_zero_values(
-        "example.com/v1",
-        "Widget",
-        &mut custom
-    ));
+    assert!(!to_go_json_form("example.com/v1", "Widget", &mut custom));
     assert_eq!(custom, json!({"spec": {"x": 0}}));
 }

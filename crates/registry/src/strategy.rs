@@ -359,8 +359,8 @@ where
         }
         // Upstream stores what its Go struct encodes: the zero of a non-pointer
         // `omitempty` field (`status.readyReplicas: 0`, `stdin: false`) is left out,
-        // whoever sent it.
-        ferrokube_protobuf::omit_go_zero_values(K::API_VERSION, K::KIND, &mut object);
+        // whoever sent it, and an unset time of a non-pointer field is null.
+        ferrokube_protobuf::to_go_json_form(K::API_VERSION, K::KIND, &mut object);
         Ok(Decoded {
             object,
             unknown_fields: unknown,
@@ -505,7 +505,9 @@ mod tests {
             assert!(keeps_every_member(&body, &d.object, None));
             let (typed, unknown) = s.decode_naming_unknown(&body).unwrap();
             assert!(unknown.is_empty());
-            assert_eq!(d.object, s.defaulted(typed).unwrap());
+            let mut slow = s.defaulted(typed).unwrap();
+            ferrokube_protobuf::to_go_json_form("v1", "Pod", &mut slow);
+            assert_eq!(d.object, slow);
         }
     }
 
