@@ -32,7 +32,7 @@
 //! works as upstream; a field named after a CEL reserved word is also reachable as
 //! `__word__`, upstream's escaped spelling).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -190,17 +190,26 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
     })?;
     comprehensions::expand(&mut expression, source)
         .map_err(|issue| CompileError(format!("compilation failed: {issue}")))?;
-    let mut free = BTreeSet::new();
+    let mut free = BTreeMap::new();
     free_identifiers(&expression, &mut Vec::new(), &mut free);
-    // Each undeclared variable, where it first appears, as cel-go reports them.
+    // Each use of an undeclared variable, where it appears, as cel-go reports them.
+    // The places are found in the source text; when the text names it more often
+    // than the expression uses it free (a comprehension binds the same name
+    // elsewhere), only its first place is reported, as no text place can be told
+    // free.
     let mut undeclared: Vec<(usize, &str)> = free
         .iter()
-        .filter(|n| !declared.contains(&n.as_str()) && !is_builtin_ident(n))
-        .map(|n| {
-            (
-                typecheck::identifier_position(source, n).unwrap_or(0),
-                n.as_str(),
-            )
+        .filter(|(n, _)| !declared.contains(&n.as_str()) && !is_builtin_ident(n))
+        .flat_map(|(n, &uses)| {
+            let name: &str = n;
+            let mut places = typecheck::identifier_positions(source, name);
+            if places.len() != uses {
+                places.truncate(1);
+            }
+            if places.is_empty() {
+                places.push(0);
+            }
+            places.into_iter().map(move |at| (at, name))
         })
         .collect();
     if !undeclared.is_empty() {
@@ -237,14 +246,14 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
     })
 }
 
-/// Collects the identifiers of `e` not bound by an enclosing comprehension (the
-/// iteration variable of `all`, `exists`, `map`, ... or the accumulator).
-fn free_identifiers(e: &IdedExpr, bound: &mut Vec<String>, out: &mut BTreeSet<String>) {
+/// Counts the uses of each identifier of `e` not bound by an enclosing comprehension
+/// (the iteration variable of `all`, `exists`, `map`, ... or the accumulator).
+fn free_identifiers(e: &IdedExpr, bound: &mut Vec<String>, out: &mut BTreeMap<String, usize>) {
     match &e.expr {
         Expr::Unspecified | Expr::Literal(_) => {}
         Expr::Ident(name) => {
             if !name.starts_with('@') && !bound.iter().any(|b| b == name) {
-                out.insert(name.clone());
+                *out.entry(name.clone()).or_default() += 1;
             }
         }
         Expr::Call(call) => {
@@ -283,7 +292,7 @@ fn free_identifiers(e: &IdedExpr, bound: &mut Vec<String>, out: &mut BTreeSet<St
 fn entries(
     entries: &[kube_cel::cel::common::ast::IdedEntryExpr],
     bound: &mut Vec<String>,
-    out: &mut BTreeSet<String>,
+    out: &mut BTreeMap<String, usize>,
 ) {
     for entry in entries {
         match &entry.expr {
@@ -960,12 +969,22 @@ mod tests {
         assert!(e.0.starts_with("compilation failed: "), "{e}");
         let e = compile("objekt.spec.replicas > 1", VAP).unwrap_err();
         assert!(e.0.contains("undeclared reference to 'objekt'"), "{e}");
-        // Each undeclared variable where it first appears, with the source and a caret.
+        // Each undeclared variable where it appears, with the source and a caret.
         let e = compile("object.x + parms.y > veriables.z", VAP).unwrap_err();
         assert_eq!(
             e.0,
             "compilation failed: ERROR: <input>:1:12: undeclared reference to 'parms' (in container '')\n | object.x + parms.y > veriables.z\n | ...........^\nERROR: <input>:1:22: undeclared reference to 'veriables' (in container '')\n | object.x + parms.y > veriables.z\n | .....................^"
         );
+        // Every use of one is reported, as cel-go's checker reports each identifier;
+        // a name a comprehension also binds is reported once (its free uses cannot be
+        // told from the bound ones in the text).
+        let e = compile("parms.x > 0 && 'parms' != parms.y", VAP).unwrap_err();
+        assert_eq!(
+            e.0,
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to 'parms' (in container '')\n | parms.x > 0 && 'parms' != parms.y\n | ^\nERROR: <input>:1:27: undeclared reference to 'parms' (in container '')\n | parms.x > 0 && 'parms' != parms.y\n | ..........................^"
+        );
+        let e = compile("object.items.all(j, j > 0) && j > 1 && j < 9", VAP).unwrap_err();
+        assert_eq!(e.0.matches("undeclared reference to 'j'").count(), 1, "{e}");
         // Comprehension variables are bound, not free.
         compile("object.items.all(i, i.x > 0)", VAP).unwrap();
         assert!(compile("params.x", &["object"]).is_err());

@@ -1109,17 +1109,29 @@ fn outside_strings(source: &str, token: &str) -> Option<usize> {
 /// The byte offset of the first occurrence of identifier `name` outside string
 /// literals that is not part of a longer name or a selected field.
 pub(crate) fn identifier_position(source: &str, name: &str) -> Option<usize> {
+    identifier_places(source, name).next()
+}
+
+/// The byte offsets of every place `name` is written as an identifier (not a field
+/// after `.`, not part of a longer name) outside string literals.
+pub(crate) fn identifier_positions(source: &str, name: &str) -> Vec<usize> {
+    identifier_places(source, name).collect()
+}
+
+fn identifier_places<'a>(source: &'a str, name: &'a str) -> impl Iterator<Item = usize> + 'a {
     let mut from = 0;
-    while let Some(i) = outside_strings(&source[from..], name).map(|i| i + from) {
-        let before = source[..i].chars().next_back();
-        let after = source[i + name.len()..].chars().next();
-        let part_of_name = |c: Option<char>| c.is_some_and(|c| c == '_' || c.is_alphanumeric());
-        if !part_of_name(before) && before != Some('.') && !part_of_name(after) {
-            return Some(i);
+    std::iter::from_fn(move || {
+        while let Some(i) = outside_strings(&source[from..], name).map(|i| i + from) {
+            from = i + name.len();
+            let before = source[..i].chars().next_back();
+            let after = source[i + name.len()..].chars().next();
+            let part_of_name = |c: Option<char>| c.is_some_and(|c| c == '_' || c.is_alphanumeric());
+            if !part_of_name(before) && before != Some('.') && !part_of_name(after) {
+                return Some(i);
+            }
         }
-        from = i + name.len();
-    }
-    None
+        None
+    })
 }
 
 /// The byte offset of the first call written `call` (`.startsWith(`, or `size(` for a
