@@ -39,7 +39,7 @@ mod wire;
 
 use serde_json::{Map, Value};
 
-pub use go_json::to_go_json_form;
+pub use go_json::{add_go_zero_structs, to_go_json_form};
 pub use table::message_for;
 
 /// The media type of protobuf request and response bodies.

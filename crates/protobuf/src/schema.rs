@@ -13,11 +13,17 @@
 
 //! The field table of every protobuf message the codec knows, by full proto name.
 
-use crate::table::{INLINE, Kind::*, Message, NULLABLE, OMITEMPTY, REPEATED, UNSET_IS_NULL, f};
+use crate::table::{
+    INLINE, Kind::*, Message, NULLABLE, OMITEMPTY, REPEATED, UNSET_IS_NULL, WRITTEN_EMPTY,
+    ZERO_IS_STRUCT, f,
+};
 
 /// `(apiVersion, proto package)` of every served group-version.
 pub static GROUP_VERSIONS: &[(&str, &str)] = &[
-    ("admissionregistration.k8s.io/v1", "k8s.io.api.admissionregistration.v1"),
+    (
+        "admissionregistration.k8s.io/v1",
+        "k8s.io.api.admissionregistration.v1",
+    ),
     ("apps/v1", "k8s.io.api.apps.v1"),
     ("authentication.k8s.io/v1", "k8s.io.api.authentication.v1"),
     ("authorization.k8s.io/v1", "k8s.io.api.authorization.v1"),
@@ -28,7 +34,10 @@ pub static GROUP_VERSIONS: &[(&str, &str)] = &[
     ("coordination.k8s.io/v1", "k8s.io.api.coordination.v1"),
     ("discovery.k8s.io/v1", "k8s.io.api.discovery.v1"),
     ("events.k8s.io/v1", "k8s.io.api.events.v1"),
-    ("flowcontrol.apiserver.k8s.io/v1", "k8s.io.api.flowcontrol.v1"),
+    (
+        "flowcontrol.apiserver.k8s.io/v1",
+        "k8s.io.api.flowcontrol.v1",
+    ),
     ("networking.k8s.io/v1", "k8s.io.api.networking.v1"),
     ("node.k8s.io/v1", "k8s.io.api.node.v1"),
     ("policy/v1", "k8s.io.api.policy.v1"),
@@ -41,3680 +50,5576 @@ pub static GROUP_VERSIONS: &[(&str, &str)] = &[
 /// Every message, sorted by full name; `M(i)` / `MapM(i)` index into this table.
 pub static MESSAGES: &[Message] = &[
     // 0
-    Message { name: "k8s.io.api.admissionregistration.v1.AuditAnnotation", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "valueExpression", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.AuditAnnotation",
+        array: false,
+        fields: &[f(1, "key", S, 0), f(2, "valueExpression", S, 0)],
+    },
     // 1
-    Message { name: "k8s.io.api.admissionregistration.v1.ExpressionWarning", array: false, fields: &[
-        f(2, "fieldRef", S, 0),
-        f(3, "warning", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ExpressionWarning",
+        array: false,
+        fields: &[f(2, "fieldRef", S, 0), f(3, "warning", S, 0)],
+    },
     // 2
-    Message { name: "k8s.io.api.admissionregistration.v1.MatchCondition", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "expression", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.MatchCondition",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "expression", S, 0)],
+    },
     // 3
-    Message { name: "k8s.io.api.admissionregistration.v1.MatchResources", array: false, fields: &[
-        f(1, "namespaceSelector", M(526), 0),
-        f(2, "objectSelector", M(526), 0),
-        f(3, "resourceRules", M(7), REPEATED),
-        f(4, "excludeResourceRules", M(7), REPEATED),
-        f(7, "matchPolicy", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.MatchResources",
+        array: false,
+        fields: &[
+            f(1, "namespaceSelector", M(526), 0),
+            f(2, "objectSelector", M(526), 0),
+            f(3, "resourceRules", M(7), REPEATED),
+            f(4, "excludeResourceRules", M(7), REPEATED),
+            f(7, "matchPolicy", S, NULLABLE),
+        ],
+    },
     // 4
-    Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhook", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "clientConfig", M(26), 0),
-        f(3, "rules", M(11), REPEATED),
-        f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(526), 0),
-        f(6, "sideEffects", S, NULLABLE),
-        f(7, "timeoutSeconds", I32, NULLABLE),
-        f(8, "admissionReviewVersions", S, REPEATED),
-        f(9, "matchPolicy", S, NULLABLE),
-        f(10, "reinvocationPolicy", S, NULLABLE),
-        f(11, "objectSelector", M(526), 0),
-        f(12, "matchConditions", M(2), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.MutatingWebhook",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "clientConfig", M(26), ZERO_IS_STRUCT),
+            f(3, "rules", M(11), REPEATED),
+            f(4, "failurePolicy", S, NULLABLE),
+            f(5, "namespaceSelector", M(526), 0),
+            f(6, "sideEffects", S, NULLABLE),
+            f(7, "timeoutSeconds", I32, NULLABLE),
+            f(8, "admissionReviewVersions", S, REPEATED | WRITTEN_EMPTY),
+            f(9, "matchPolicy", S, NULLABLE),
+            f(10, "reinvocationPolicy", S, NULLABLE),
+            f(11, "objectSelector", M(526), 0),
+            f(12, "matchConditions", M(2), REPEATED),
+        ],
+    },
     // 5
-    Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "webhooks", M(4), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "webhooks", M(4), REPEATED),
+        ],
+    },
     // 6
-    Message { name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(5), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfigurationList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(5), REPEATED),
+        ],
+    },
     // 7
-    Message { name: "k8s.io.api.admissionregistration.v1.NamedRuleWithOperations", array: false, fields: &[
-        f(1, "resourceNames", S, REPEATED),
-        f(2, "", M(11), INLINE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.NamedRuleWithOperations",
+        array: false,
+        fields: &[f(1, "resourceNames", S, REPEATED), f(2, "", M(11), INLINE)],
+    },
     // 8
-    Message { name: "k8s.io.api.admissionregistration.v1.ParamKind", array: false, fields: &[
-        f(1, "apiVersion", S, OMITEMPTY),
-        f(2, "kind", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ParamKind",
+        array: false,
+        fields: &[f(1, "apiVersion", S, OMITEMPTY), f(2, "kind", S, OMITEMPTY)],
+    },
     // 9
-    Message { name: "k8s.io.api.admissionregistration.v1.ParamRef", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "namespace", S, OMITEMPTY),
-        f(3, "selector", M(526), 0),
-        f(4, "parameterNotFoundAction", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ParamRef",
+        array: false,
+        fields: &[
+            f(1, "name", S, OMITEMPTY),
+            f(2, "namespace", S, OMITEMPTY),
+            f(3, "selector", M(526), 0),
+            f(4, "parameterNotFoundAction", S, NULLABLE),
+        ],
+    },
     // 10
-    Message { name: "k8s.io.api.admissionregistration.v1.Rule", array: false, fields: &[
-        f(1, "apiGroups", S, REPEATED),
-        f(2, "apiVersions", S, REPEATED),
-        f(3, "resources", S, REPEATED),
-        f(4, "scope", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.Rule",
+        array: false,
+        fields: &[
+            f(1, "apiGroups", S, REPEATED),
+            f(2, "apiVersions", S, REPEATED),
+            f(3, "resources", S, REPEATED),
+            f(4, "scope", S, NULLABLE),
+        ],
+    },
     // 11
-    Message { name: "k8s.io.api.admissionregistration.v1.RuleWithOperations", array: false, fields: &[
-        f(1, "operations", S, REPEATED),
-        f(2, "", M(10), INLINE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.RuleWithOperations",
+        array: false,
+        fields: &[f(1, "operations", S, REPEATED), f(2, "", M(10), INLINE)],
+    },
     // 12
-    Message { name: "k8s.io.api.admissionregistration.v1.ServiceReference", array: false, fields: &[
-        f(1, "namespace", S, 0),
-        f(2, "name", S, 0),
-        f(3, "path", S, NULLABLE),
-        f(4, "port", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ServiceReference",
+        array: false,
+        fields: &[
+            f(1, "namespace", S, 0),
+            f(2, "name", S, 0),
+            f(3, "path", S, NULLABLE),
+            f(4, "port", I32, NULLABLE),
+        ],
+    },
     // 13
-    Message { name: "k8s.io.api.admissionregistration.v1.TypeChecking", array: false, fields: &[
-        f(1, "expressionWarnings", M(1), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.TypeChecking",
+        array: false,
+        fields: &[f(1, "expressionWarnings", M(1), REPEATED)],
+    },
     // 14
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicy", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(19), 0),
-        f(3, "status", M(20), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicy",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(19), ZERO_IS_STRUCT),
+            f(3, "status", M(20), ZERO_IS_STRUCT),
+        ],
+    },
     // 15
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(17), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(17), ZERO_IS_STRUCT),
+        ],
+    },
     // 16
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(15), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(15), REPEATED),
+        ],
+    },
     // 17
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpec", array: false, fields: &[
-        f(1, "policyName", S, OMITEMPTY),
-        f(2, "paramRef", M(9), 0),
-        f(3, "matchResources", M(3), 0),
-        f(4, "validationActions", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpec",
+        array: false,
+        fields: &[
+            f(1, "policyName", S, OMITEMPTY),
+            f(2, "paramRef", M(9), 0),
+            f(3, "matchResources", M(3), 0),
+            f(4, "validationActions", S, REPEATED | WRITTEN_EMPTY),
+        ],
+    },
     // 18
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(14), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(14), REPEATED),
+        ],
+    },
     // 19
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicySpec", array: false, fields: &[
-        f(1, "paramKind", M(8), 0),
-        f(2, "matchConstraints", M(3), 0),
-        f(3, "validations", M(24), REPEATED),
-        f(4, "failurePolicy", S, NULLABLE),
-        f(5, "auditAnnotations", M(0), REPEATED),
-        f(6, "matchConditions", M(2), REPEATED),
-        f(7, "variables", M(25), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicySpec",
+        array: false,
+        fields: &[
+            f(1, "paramKind", M(8), 0),
+            f(2, "matchConstraints", M(3), 0),
+            f(3, "validations", M(24), REPEATED),
+            f(4, "failurePolicy", S, NULLABLE),
+            f(5, "auditAnnotations", M(0), REPEATED),
+            f(6, "matchConditions", M(2), REPEATED),
+            f(7, "variables", M(25), REPEATED),
+        ],
+    },
     // 20
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus", array: false, fields: &[
-        f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "typeChecking", M(13), 0),
-        f(3, "conditions", M(513), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus",
+        array: false,
+        fields: &[
+            f(1, "observedGeneration", I64, OMITEMPTY),
+            f(2, "typeChecking", M(13), 0),
+            f(3, "conditions", M(513), REPEATED),
+        ],
+    },
     // 21
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "clientConfig", M(26), 0),
-        f(3, "rules", M(11), REPEATED),
-        f(4, "failurePolicy", S, NULLABLE),
-        f(5, "namespaceSelector", M(526), 0),
-        f(6, "sideEffects", S, NULLABLE),
-        f(7, "timeoutSeconds", I32, NULLABLE),
-        f(8, "admissionReviewVersions", S, REPEATED),
-        f(9, "matchPolicy", S, NULLABLE),
-        f(10, "objectSelector", M(526), 0),
-        f(11, "matchConditions", M(2), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "clientConfig", M(26), ZERO_IS_STRUCT),
+            f(3, "rules", M(11), REPEATED),
+            f(4, "failurePolicy", S, NULLABLE),
+            f(5, "namespaceSelector", M(526), 0),
+            f(6, "sideEffects", S, NULLABLE),
+            f(7, "timeoutSeconds", I32, NULLABLE),
+            f(8, "admissionReviewVersions", S, REPEATED | WRITTEN_EMPTY),
+            f(9, "matchPolicy", S, NULLABLE),
+            f(10, "objectSelector", M(526), 0),
+            f(11, "matchConditions", M(2), REPEATED),
+        ],
+    },
     // 22
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfiguration", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "webhooks", M(21), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfiguration",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "webhooks", M(21), REPEATED),
+        ],
+    },
     // 23
-    Message { name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(22), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfigurationList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(22), REPEATED),
+        ],
+    },
     // 24
-    Message { name: "k8s.io.api.admissionregistration.v1.Validation", array: false, fields: &[
-        f(1, "expression", S, 0),
-        f(2, "message", S, OMITEMPTY),
-        f(3, "reason", S, NULLABLE),
-        f(4, "messageExpression", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.Validation",
+        array: false,
+        fields: &[
+            f(1, "expression", S, 0),
+            f(2, "message", S, OMITEMPTY),
+            f(3, "reason", S, NULLABLE),
+            f(4, "messageExpression", S, OMITEMPTY),
+        ],
+    },
     // 25
-    Message { name: "k8s.io.api.admissionregistration.v1.Variable", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "expression", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.Variable",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "expression", S, 0)],
+    },
     // 26
-    Message { name: "k8s.io.api.admissionregistration.v1.WebhookClientConfig", array: false, fields: &[
-        f(1, "service", M(12), 0),
-        f(2, "caBundle", B, OMITEMPTY),
-        f(3, "url", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.admissionregistration.v1.WebhookClientConfig",
+        array: false,
+        fields: &[
+            f(1, "service", M(12), 0),
+            f(2, "caBundle", B, OMITEMPTY),
+            f(3, "url", S, NULLABLE),
+        ],
+    },
     // 27
-    Message { name: "k8s.io.api.apps.v1.ControllerRevision", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "data", M(551), 0),
-        f(3, "revision", I64, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ControllerRevision",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "data", M(551), 0),
+            f(3, "revision", I64, 0),
+        ],
+    },
     // 28
-    Message { name: "k8s.io.api.apps.v1.ControllerRevisionList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(27), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ControllerRevisionList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(27), REPEATED),
+        ],
+    },
     // 29
-    Message { name: "k8s.io.api.apps.v1.DaemonSet", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(32), 0),
-        f(3, "status", M(33), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DaemonSet",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(32), ZERO_IS_STRUCT),
+            f(3, "status", M(33), ZERO_IS_STRUCT),
+        ],
+    },
     // 30
-    Message { name: "k8s.io.api.apps.v1.DaemonSetCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DaemonSetCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 31
-    Message { name: "k8s.io.api.apps.v1.DaemonSetList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(29), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DaemonSetList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(29), REPEATED),
+        ],
+    },
     // 32
-    Message { name: "k8s.io.api.apps.v1.DaemonSetSpec", array: false, fields: &[
-        f(1, "selector", M(526), 0),
-        f(2, "template", M(317), 0),
-        f(3, "updateStrategy", M(34), 0),
-        f(4, "minReadySeconds", I32, OMITEMPTY),
-        f(6, "revisionHistoryLimit", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DaemonSetSpec",
+        array: false,
+        fields: &[
+            f(1, "selector", M(526), 0),
+            f(2, "template", M(317), ZERO_IS_STRUCT),
+            f(3, "updateStrategy", M(34), ZERO_IS_STRUCT),
+            f(4, "minReadySeconds", I32, OMITEMPTY),
+            f(6, "revisionHistoryLimit", I32, NULLABLE),
+        ],
+    },
     // 33
-    Message { name: "k8s.io.api.apps.v1.DaemonSetStatus", array: false, fields: &[
-        f(1, "currentNumberScheduled", I32, 0),
-        f(2, "numberMisscheduled", I32, 0),
-        f(3, "desiredNumberScheduled", I32, 0),
-        f(4, "numberReady", I32, 0),
-        f(5, "observedGeneration", I64, OMITEMPTY),
-        f(6, "updatedNumberScheduled", I32, OMITEMPTY),
-        f(7, "numberAvailable", I32, OMITEMPTY),
-        f(8, "numberUnavailable", I32, OMITEMPTY),
-        f(9, "collisionCount", I32, NULLABLE),
-        f(10, "conditions", M(30), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DaemonSetStatus",
+        array: false,
+        fields: &[
+            f(1, "currentNumberScheduled", I32, 0),
+            f(2, "numberMisscheduled", I32, 0),
+            f(3, "desiredNumberScheduled", I32, 0),
+            f(4, "numberReady", I32, 0),
+            f(5, "observedGeneration", I64, OMITEMPTY),
+            f(6, "updatedNumberScheduled", I32, OMITEMPTY),
+            f(7, "numberAvailable", I32, OMITEMPTY),
+            f(8, "numberUnavailable", I32, OMITEMPTY),
+            f(9, "collisionCount", I32, NULLABLE),
+            f(10, "conditions", M(30), REPEATED),
+        ],
+    },
     // 34
-    Message { name: "k8s.io.api.apps.v1.DaemonSetUpdateStrategy", array: false, fields: &[
-        f(1, "type", S, OMITEMPTY),
-        f(2, "rollingUpdate", M(46), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DaemonSetUpdateStrategy",
+        array: false,
+        fields: &[f(1, "type", S, OMITEMPTY), f(2, "rollingUpdate", M(46), 0)],
+    },
     // 35
-    Message { name: "k8s.io.api.apps.v1.Deployment", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(38), 0),
-        f(3, "status", M(39), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.Deployment",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(38), ZERO_IS_STRUCT),
+            f(3, "status", M(39), ZERO_IS_STRUCT),
+        ],
+    },
     // 36
-    Message { name: "k8s.io.api.apps.v1.DeploymentCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-        f(6, "lastUpdateTime", M(545), UNSET_IS_NULL),
-        f(7, "lastTransitionTime", M(545), UNSET_IS_NULL),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DeploymentCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+            f(6, "lastUpdateTime", M(545), UNSET_IS_NULL),
+            f(7, "lastTransitionTime", M(545), UNSET_IS_NULL),
+        ],
+    },
     // 37
-    Message { name: "k8s.io.api.apps.v1.DeploymentList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(35), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DeploymentList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(35), REPEATED),
+        ],
+    },
     // 38
-    Message { name: "k8s.io.api.apps.v1.DeploymentSpec", array: false, fields: &[
-        f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(526), 0),
-        f(3, "template", M(317), 0),
-        f(4, "strategy", M(40), 0),
-        f(5, "minReadySeconds", I32, OMITEMPTY),
-        f(6, "revisionHistoryLimit", I32, NULLABLE),
-        f(7, "paused", Bool, OMITEMPTY),
-        f(9, "progressDeadlineSeconds", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DeploymentSpec",
+        array: false,
+        fields: &[
+            f(1, "replicas", I32, NULLABLE),
+            f(2, "selector", M(526), 0),
+            f(3, "template", M(317), ZERO_IS_STRUCT),
+            f(4, "strategy", M(40), ZERO_IS_STRUCT),
+            f(5, "minReadySeconds", I32, OMITEMPTY),
+            f(6, "revisionHistoryLimit", I32, NULLABLE),
+            f(7, "paused", Bool, OMITEMPTY),
+            f(9, "progressDeadlineSeconds", I32, NULLABLE),
+        ],
+    },
     // 39
-    Message { name: "k8s.io.api.apps.v1.DeploymentStatus", array: false, fields: &[
-        f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "replicas", I32, OMITEMPTY),
-        f(3, "updatedReplicas", I32, OMITEMPTY),
-        f(4, "availableReplicas", I32, OMITEMPTY),
-        f(5, "unavailableReplicas", I32, OMITEMPTY),
-        f(6, "conditions", M(36), REPEATED),
-        f(7, "readyReplicas", I32, OMITEMPTY),
-        f(8, "collisionCount", I32, NULLABLE),
-        f(9, "terminatingReplicas", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DeploymentStatus",
+        array: false,
+        fields: &[
+            f(1, "observedGeneration", I64, OMITEMPTY),
+            f(2, "replicas", I32, OMITEMPTY),
+            f(3, "updatedReplicas", I32, OMITEMPTY),
+            f(4, "availableReplicas", I32, OMITEMPTY),
+            f(5, "unavailableReplicas", I32, OMITEMPTY),
+            f(6, "conditions", M(36), REPEATED),
+            f(7, "readyReplicas", I32, OMITEMPTY),
+            f(8, "collisionCount", I32, NULLABLE),
+            f(9, "terminatingReplicas", I32, NULLABLE),
+        ],
+    },
     // 40
-    Message { name: "k8s.io.api.apps.v1.DeploymentStrategy", array: false, fields: &[
-        f(1, "type", S, OMITEMPTY),
-        f(2, "rollingUpdate", M(47), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.DeploymentStrategy",
+        array: false,
+        fields: &[f(1, "type", S, OMITEMPTY), f(2, "rollingUpdate", M(47), 0)],
+    },
     // 41
-    Message { name: "k8s.io.api.apps.v1.ReplicaSet", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(44), 0),
-        f(3, "status", M(45), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSet",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(44), ZERO_IS_STRUCT),
+            f(3, "status", M(45), ZERO_IS_STRUCT),
+        ],
+    },
     // 42
-    Message { name: "k8s.io.api.apps.v1.ReplicaSetCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 43
-    Message { name: "k8s.io.api.apps.v1.ReplicaSetList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(41), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(41), REPEATED),
+        ],
+    },
     // 44
-    Message { name: "k8s.io.api.apps.v1.ReplicaSetSpec", array: false, fields: &[
-        f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(526), 0),
-        f(3, "template", M(317), 0),
-        f(4, "minReadySeconds", I32, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetSpec",
+        array: false,
+        fields: &[
+            f(1, "replicas", I32, NULLABLE),
+            f(2, "selector", M(526), 0),
+            f(3, "template", M(317), ZERO_IS_STRUCT),
+            f(4, "minReadySeconds", I32, OMITEMPTY),
+        ],
+    },
     // 45
-    Message { name: "k8s.io.api.apps.v1.ReplicaSetStatus", array: false, fields: &[
-        f(1, "replicas", I32, 0),
-        f(2, "fullyLabeledReplicas", I32, OMITEMPTY),
-        f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "readyReplicas", I32, OMITEMPTY),
-        f(5, "availableReplicas", I32, OMITEMPTY),
-        f(6, "conditions", M(42), REPEATED),
-        f(7, "terminatingReplicas", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetStatus",
+        array: false,
+        fields: &[
+            f(1, "replicas", I32, 0),
+            f(2, "fullyLabeledReplicas", I32, OMITEMPTY),
+            f(3, "observedGeneration", I64, OMITEMPTY),
+            f(4, "readyReplicas", I32, OMITEMPTY),
+            f(5, "availableReplicas", I32, OMITEMPTY),
+            f(6, "conditions", M(42), REPEATED),
+            f(7, "terminatingReplicas", I32, NULLABLE),
+        ],
+    },
     // 46
-    Message { name: "k8s.io.api.apps.v1.RollingUpdateDaemonSet", array: false, fields: &[
-        f(1, "maxUnavailable", M(552), 0),
-        f(2, "maxSurge", M(552), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.RollingUpdateDaemonSet",
+        array: false,
+        fields: &[
+            f(1, "maxUnavailable", M(552), 0),
+            f(2, "maxSurge", M(552), 0),
+        ],
+    },
     // 47
-    Message { name: "k8s.io.api.apps.v1.RollingUpdateDeployment", array: false, fields: &[
-        f(1, "maxUnavailable", M(552), 0),
-        f(2, "maxSurge", M(552), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.RollingUpdateDeployment",
+        array: false,
+        fields: &[
+            f(1, "maxUnavailable", M(552), 0),
+            f(2, "maxSurge", M(552), 0),
+        ],
+    },
     // 48
-    Message { name: "k8s.io.api.apps.v1.RollingUpdateStatefulSetStrategy", array: false, fields: &[
-        f(1, "partition", I32, NULLABLE),
-        f(2, "maxUnavailable", M(552), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.RollingUpdateStatefulSetStrategy",
+        array: false,
+        fields: &[
+            f(1, "partition", I32, NULLABLE),
+            f(2, "maxUnavailable", M(552), 0),
+        ],
+    },
     // 49
-    Message { name: "k8s.io.api.apps.v1.StatefulSet", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(54), 0),
-        f(3, "status", M(55), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSet",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(54), ZERO_IS_STRUCT),
+            f(3, "status", M(55), ZERO_IS_STRUCT),
+        ],
+    },
     // 50
-    Message { name: "k8s.io.api.apps.v1.StatefulSetCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 51
-    Message { name: "k8s.io.api.apps.v1.StatefulSetList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(49), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(49), REPEATED),
+        ],
+    },
     // 52
-    Message { name: "k8s.io.api.apps.v1.StatefulSetOrdinals", array: false, fields: &[
-        f(1, "start", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetOrdinals",
+        array: false,
+        fields: &[f(1, "start", I32, 0)],
+    },
     // 53
-    Message { name: "k8s.io.api.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicy", array: false, fields: &[
-        f(1, "whenDeleted", S, OMITEMPTY),
-        f(2, "whenScaled", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicy",
+        array: false,
+        fields: &[
+            f(1, "whenDeleted", S, OMITEMPTY),
+            f(2, "whenScaled", S, OMITEMPTY),
+        ],
+    },
     // 54
-    Message { name: "k8s.io.api.apps.v1.StatefulSetSpec", array: false, fields: &[
-        f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", M(526), 0),
-        f(3, "template", M(317), 0),
-        f(4, "volumeClaimTemplates", M(277), REPEATED),
-        f(5, "serviceName", S, 0),
-        f(6, "podManagementPolicy", S, OMITEMPTY),
-        f(7, "updateStrategy", M(56), 0),
-        f(8, "revisionHistoryLimit", I32, NULLABLE),
-        f(9, "minReadySeconds", I32, OMITEMPTY),
-        f(10, "persistentVolumeClaimRetentionPolicy", M(53), 0),
-        f(11, "ordinals", M(52), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetSpec",
+        array: false,
+        fields: &[
+            f(1, "replicas", I32, NULLABLE),
+            f(2, "selector", M(526), 0),
+            f(3, "template", M(317), ZERO_IS_STRUCT),
+            f(4, "volumeClaimTemplates", M(277), REPEATED),
+            f(5, "serviceName", S, 0),
+            f(6, "podManagementPolicy", S, OMITEMPTY),
+            f(7, "updateStrategy", M(56), ZERO_IS_STRUCT),
+            f(8, "revisionHistoryLimit", I32, NULLABLE),
+            f(9, "minReadySeconds", I32, OMITEMPTY),
+            f(10, "persistentVolumeClaimRetentionPolicy", M(53), 0),
+            f(11, "ordinals", M(52), 0),
+        ],
+    },
     // 55
-    Message { name: "k8s.io.api.apps.v1.StatefulSetStatus", array: false, fields: &[
-        f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "replicas", I32, 0),
-        f(3, "readyReplicas", I32, OMITEMPTY),
-        f(4, "currentReplicas", I32, OMITEMPTY),
-        f(5, "updatedReplicas", I32, OMITEMPTY),
-        f(6, "currentRevision", S, OMITEMPTY),
-        f(7, "updateRevision", S, OMITEMPTY),
-        f(9, "collisionCount", I32, NULLABLE),
-        f(10, "conditions", M(50), REPEATED),
-        f(11, "availableReplicas", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetStatus",
+        array: false,
+        fields: &[
+            f(1, "observedGeneration", I64, OMITEMPTY),
+            f(2, "replicas", I32, 0),
+            f(3, "readyReplicas", I32, OMITEMPTY),
+            f(4, "currentReplicas", I32, OMITEMPTY),
+            f(5, "updatedReplicas", I32, OMITEMPTY),
+            f(6, "currentRevision", S, OMITEMPTY),
+            f(7, "updateRevision", S, OMITEMPTY),
+            f(9, "collisionCount", I32, NULLABLE),
+            f(10, "conditions", M(50), REPEATED),
+            f(11, "availableReplicas", I32, 0),
+        ],
+    },
     // 56
-    Message { name: "k8s.io.api.apps.v1.StatefulSetUpdateStrategy", array: false, fields: &[
-        f(1, "type", S, OMITEMPTY),
-        f(2, "rollingUpdate", M(48), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.apps.v1.StatefulSetUpdateStrategy",
+        array: false,
+        fields: &[f(1, "type", S, OMITEMPTY), f(2, "rollingUpdate", M(48), 0)],
+    },
     // 57
-    Message { name: "k8s.io.api.authentication.v1.BoundObjectReference", array: false, fields: &[
-        f(1, "kind", S, OMITEMPTY),
-        f(2, "apiVersion", S, OMITEMPTY),
-        f(3, "name", S, OMITEMPTY),
-        f(4, "uid", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.BoundObjectReference",
+        array: false,
+        fields: &[
+            f(1, "kind", S, OMITEMPTY),
+            f(2, "apiVersion", S, OMITEMPTY),
+            f(3, "name", S, OMITEMPTY),
+            f(4, "uid", S, OMITEMPTY),
+        ],
+    },
     // 58
-    Message { name: "k8s.io.api.authentication.v1.ExtraValue", array: true, fields: &[
-        f(1, "items", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.ExtraValue",
+        array: true,
+        fields: &[f(1, "items", S, REPEATED)],
+    },
     // 59
-    Message { name: "k8s.io.api.authentication.v1.SelfSubjectReview", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "status", M(60), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.SelfSubjectReview",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "status", M(60), ZERO_IS_STRUCT),
+        ],
+    },
     // 60
-    Message { name: "k8s.io.api.authentication.v1.SelfSubjectReviewStatus", array: false, fields: &[
-        f(1, "userInfo", M(67), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.SelfSubjectReviewStatus",
+        array: false,
+        fields: &[f(1, "userInfo", M(67), ZERO_IS_STRUCT)],
+    },
     // 61
-    Message { name: "k8s.io.api.authentication.v1.TokenRequest", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(62), 0),
-        f(3, "status", M(63), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.TokenRequest",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(62), ZERO_IS_STRUCT),
+            f(3, "status", M(63), ZERO_IS_STRUCT),
+        ],
+    },
     // 62
-    Message { name: "k8s.io.api.authentication.v1.TokenRequestSpec", array: false, fields: &[
-        f(1, "audiences", S, REPEATED),
-        f(3, "boundObjectRef", M(57), 0),
-        f(4, "expirationSeconds", I64, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.TokenRequestSpec",
+        array: false,
+        fields: &[
+            f(1, "audiences", S, REPEATED | WRITTEN_EMPTY),
+            f(3, "boundObjectRef", M(57), 0),
+            f(4, "expirationSeconds", I64, NULLABLE),
+        ],
+    },
     // 63
-    Message { name: "k8s.io.api.authentication.v1.TokenRequestStatus", array: false, fields: &[
-        f(1, "token", S, 0),
-        f(2, "expirationTimestamp", M(545), UNSET_IS_NULL),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.TokenRequestStatus",
+        array: false,
+        fields: &[
+            f(1, "token", S, 0),
+            f(2, "expirationTimestamp", M(545), UNSET_IS_NULL),
+        ],
+    },
     // 64
-    Message { name: "k8s.io.api.authentication.v1.TokenReview", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(65), 0),
-        f(3, "status", M(66), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.TokenReview",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(65), ZERO_IS_STRUCT),
+            f(3, "status", M(66), ZERO_IS_STRUCT),
+        ],
+    },
     // 65
-    Message { name: "k8s.io.api.authentication.v1.TokenReviewSpec", array: false, fields: &[
-        f(1, "token", S, OMITEMPTY),
-        f(2, "audiences", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.TokenReviewSpec",
+        array: false,
+        fields: &[f(1, "token", S, OMITEMPTY), f(2, "audiences", S, REPEATED)],
+    },
     // 66
-    Message { name: "k8s.io.api.authentication.v1.TokenReviewStatus", array: false, fields: &[
-        f(1, "authenticated", Bool, OMITEMPTY),
-        f(2, "user", M(67), 0),
-        f(3, "error", S, OMITEMPTY),
-        f(4, "audiences", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.TokenReviewStatus",
+        array: false,
+        fields: &[
+            f(1, "authenticated", Bool, OMITEMPTY),
+            f(2, "user", M(67), ZERO_IS_STRUCT),
+            f(3, "error", S, OMITEMPTY),
+            f(4, "audiences", S, REPEATED),
+        ],
+    },
     // 67
-    Message { name: "k8s.io.api.authentication.v1.UserInfo", array: false, fields: &[
-        f(1, "username", S, OMITEMPTY),
-        f(2, "uid", S, OMITEMPTY),
-        f(3, "groups", S, REPEATED),
-        f(4, "extra", MapM(58), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authentication.v1.UserInfo",
+        array: false,
+        fields: &[
+            f(1, "username", S, OMITEMPTY),
+            f(2, "uid", S, OMITEMPTY),
+            f(3, "groups", S, REPEATED),
+            f(4, "extra", MapM(58), 0),
+        ],
+    },
     // 68
-    Message { name: "k8s.io.api.authorization.v1.ExtraValue", array: true, fields: &[
-        f(1, "items", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.ExtraValue",
+        array: true,
+        fields: &[f(1, "items", S, REPEATED)],
+    },
     // 69
-    Message { name: "k8s.io.api.authorization.v1.FieldSelectorAttributes", array: false, fields: &[
-        f(1, "rawSelector", S, OMITEMPTY),
-        f(2, "requirements", M(517), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.FieldSelectorAttributes",
+        array: false,
+        fields: &[
+            f(1, "rawSelector", S, OMITEMPTY),
+            f(2, "requirements", M(517), REPEATED),
+        ],
+    },
     // 70
-    Message { name: "k8s.io.api.authorization.v1.LabelSelectorAttributes", array: false, fields: &[
-        f(1, "rawSelector", S, OMITEMPTY),
-        f(2, "requirements", M(527), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.LabelSelectorAttributes",
+        array: false,
+        fields: &[
+            f(1, "rawSelector", S, OMITEMPTY),
+            f(2, "requirements", M(527), REPEATED),
+        ],
+    },
     // 71
-    Message { name: "k8s.io.api.authorization.v1.LocalSubjectAccessReview", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(81), 0),
-        f(3, "status", M(82), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.LocalSubjectAccessReview",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(81), ZERO_IS_STRUCT),
+            f(3, "status", M(82), ZERO_IS_STRUCT),
+        ],
+    },
     // 72
-    Message { name: "k8s.io.api.authorization.v1.NonResourceAttributes", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-        f(2, "verb", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.NonResourceAttributes",
+        array: false,
+        fields: &[f(1, "path", S, OMITEMPTY), f(2, "verb", S, OMITEMPTY)],
+    },
     // 73
-    Message { name: "k8s.io.api.authorization.v1.NonResourceRule", array: false, fields: &[
-        f(1, "verbs", S, REPEATED),
-        f(2, "nonResourceURLs", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.NonResourceRule",
+        array: false,
+        fields: &[
+            f(1, "verbs", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "nonResourceURLs", S, REPEATED),
+        ],
+    },
     // 74
-    Message { name: "k8s.io.api.authorization.v1.ResourceAttributes", array: false, fields: &[
-        f(1, "namespace", S, OMITEMPTY),
-        f(2, "verb", S, OMITEMPTY),
-        f(3, "group", S, OMITEMPTY),
-        f(4, "version", S, OMITEMPTY),
-        f(5, "resource", S, OMITEMPTY),
-        f(6, "subresource", S, OMITEMPTY),
-        f(7, "name", S, OMITEMPTY),
-        f(8, "fieldSelector", M(69), 0),
-        f(9, "labelSelector", M(70), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.ResourceAttributes",
+        array: false,
+        fields: &[
+            f(1, "namespace", S, OMITEMPTY),
+            f(2, "verb", S, OMITEMPTY),
+            f(3, "group", S, OMITEMPTY),
+            f(4, "version", S, OMITEMPTY),
+            f(5, "resource", S, OMITEMPTY),
+            f(6, "subresource", S, OMITEMPTY),
+            f(7, "name", S, OMITEMPTY),
+            f(8, "fieldSelector", M(69), 0),
+            f(9, "labelSelector", M(70), 0),
+        ],
+    },
     // 75
-    Message { name: "k8s.io.api.authorization.v1.ResourceRule", array: false, fields: &[
-        f(1, "verbs", S, REPEATED),
-        f(2, "apiGroups", S, REPEATED),
-        f(3, "resources", S, REPEATED),
-        f(4, "resourceNames", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.ResourceRule",
+        array: false,
+        fields: &[
+            f(1, "verbs", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "apiGroups", S, REPEATED),
+            f(3, "resources", S, REPEATED),
+            f(4, "resourceNames", S, REPEATED),
+        ],
+    },
     // 76
-    Message { name: "k8s.io.api.authorization.v1.SelfSubjectAccessReview", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(77), 0),
-        f(3, "status", M(82), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SelfSubjectAccessReview",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(77), ZERO_IS_STRUCT),
+            f(3, "status", M(82), ZERO_IS_STRUCT),
+        ],
+    },
     // 77
-    Message { name: "k8s.io.api.authorization.v1.SelfSubjectAccessReviewSpec", array: false, fields: &[
-        f(1, "resourceAttributes", M(74), 0),
-        f(2, "nonResourceAttributes", M(72), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SelfSubjectAccessReviewSpec",
+        array: false,
+        fields: &[
+            f(1, "resourceAttributes", M(74), 0),
+            f(2, "nonResourceAttributes", M(72), 0),
+        ],
+    },
     // 78
-    Message { name: "k8s.io.api.authorization.v1.SelfSubjectRulesReview", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(79), 0),
-        f(3, "status", M(83), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SelfSubjectRulesReview",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(79), ZERO_IS_STRUCT),
+            f(3, "status", M(83), ZERO_IS_STRUCT),
+        ],
+    },
     // 79
-    Message { name: "k8s.io.api.authorization.v1.SelfSubjectRulesReviewSpec", array: false, fields: &[
-        f(1, "namespace", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SelfSubjectRulesReviewSpec",
+        array: false,
+        fields: &[f(1, "namespace", S, OMITEMPTY)],
+    },
     // 80
-    Message { name: "k8s.io.api.authorization.v1.SubjectAccessReview", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(81), 0),
-        f(3, "status", M(82), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SubjectAccessReview",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(81), ZERO_IS_STRUCT),
+            f(3, "status", M(82), ZERO_IS_STRUCT),
+        ],
+    },
     // 81
-    Message { name: "k8s.io.api.authorization.v1.SubjectAccessReviewSpec", array: false, fields: &[
-        f(1, "resourceAttributes", M(74), 0),
-        f(2, "nonResourceAttributes", M(72), 0),
-        f(3, "user", S, OMITEMPTY),
-        f(4, "groups", S, REPEATED),
-        f(5, "extra", MapM(68), 0),
-        f(6, "uid", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SubjectAccessReviewSpec",
+        array: false,
+        fields: &[
+            f(1, "resourceAttributes", M(74), 0),
+            f(2, "nonResourceAttributes", M(72), 0),
+            f(3, "user", S, OMITEMPTY),
+            f(4, "groups", S, REPEATED),
+            f(5, "extra", MapM(68), 0),
+            f(6, "uid", S, OMITEMPTY),
+        ],
+    },
     // 82
-    Message { name: "k8s.io.api.authorization.v1.SubjectAccessReviewStatus", array: false, fields: &[
-        f(1, "allowed", Bool, 0),
-        f(2, "reason", S, OMITEMPTY),
-        f(3, "evaluationError", S, OMITEMPTY),
-        f(4, "denied", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SubjectAccessReviewStatus",
+        array: false,
+        fields: &[
+            f(1, "allowed", Bool, 0),
+            f(2, "reason", S, OMITEMPTY),
+            f(3, "evaluationError", S, OMITEMPTY),
+            f(4, "denied", Bool, OMITEMPTY),
+        ],
+    },
     // 83
-    Message { name: "k8s.io.api.authorization.v1.SubjectRulesReviewStatus", array: false, fields: &[
-        f(1, "resourceRules", M(75), REPEATED),
-        f(2, "nonResourceRules", M(73), REPEATED),
-        f(3, "incomplete", Bool, 0),
-        f(4, "evaluationError", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.authorization.v1.SubjectRulesReviewStatus",
+        array: false,
+        fields: &[
+            f(1, "resourceRules", M(75), REPEATED | WRITTEN_EMPTY),
+            f(2, "nonResourceRules", M(73), REPEATED | WRITTEN_EMPTY),
+            f(3, "incomplete", Bool, 0),
+            f(4, "evaluationError", S, OMITEMPTY),
+        ],
+    },
     // 84
-    Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricSource", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(506), 0),
-        f(5, "container", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricSource",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "targetAverageUtilization", I32, NULLABLE),
+            f(3, "targetAverageValue", M(506), 0),
+            f(5, "container", S, 0),
+        ],
+    },
     // 85
-    Message { name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(506), 0),
-        f(4, "container", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ContainerResourceMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "currentAverageUtilization", I32, NULLABLE),
+            f(3, "currentAverageValue", M(506), 0),
+            f(4, "container", S, 0),
+        ],
+    },
     // 86
-    Message { name: "k8s.io.api.autoscaling.v1.CrossVersionObjectReference", array: false, fields: &[
-        f(1, "kind", S, 0),
-        f(2, "name", S, 0),
-        f(3, "apiVersion", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.CrossVersionObjectReference",
+        array: false,
+        fields: &[
+            f(1, "kind", S, 0),
+            f(2, "name", S, 0),
+            f(3, "apiVersion", S, OMITEMPTY),
+        ],
+    },
     // 87
-    Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricSource", array: false, fields: &[
-        f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(526), 0),
-        f(3, "targetValue", M(506), 0),
-        f(4, "targetAverageValue", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ExternalMetricSource",
+        array: false,
+        fields: &[
+            f(1, "metricName", S, 0),
+            f(2, "metricSelector", M(526), 0),
+            f(3, "targetValue", M(506), 0),
+            f(4, "targetAverageValue", M(506), 0),
+        ],
+    },
     // 88
-    Message { name: "k8s.io.api.autoscaling.v1.ExternalMetricStatus", array: false, fields: &[
-        f(1, "metricName", S, 0),
-        f(2, "metricSelector", M(526), 0),
-        f(3, "currentValue", M(506), 0),
-        f(4, "currentAverageValue", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ExternalMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "metricName", S, 0),
+            f(2, "metricSelector", M(526), 0),
+            f(3, "currentValue", M(506), 0),
+            f(4, "currentAverageValue", M(506), 0),
+        ],
+    },
     // 89
-    Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(92), 0),
-        f(3, "status", M(93), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(92), ZERO_IS_STRUCT),
+            f(3, "status", M(93), ZERO_IS_STRUCT),
+        ],
+    },
     // 90
-    Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 91
-    Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(89), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(89), REPEATED),
+        ],
+    },
     // 92
-    Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec", array: false, fields: &[
-        f(1, "scaleTargetRef", M(86), 0),
-        f(2, "minReplicas", I32, NULLABLE),
-        f(3, "maxReplicas", I32, 0),
-        f(4, "targetCPUUtilizationPercentage", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec",
+        array: false,
+        fields: &[
+            f(1, "scaleTargetRef", M(86), ZERO_IS_STRUCT),
+            f(2, "minReplicas", I32, NULLABLE),
+            f(3, "maxReplicas", I32, 0),
+            f(4, "targetCPUUtilizationPercentage", I32, NULLABLE),
+        ],
+    },
     // 93
-    Message { name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus", array: false, fields: &[
-        f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(545), 0),
-        f(3, "currentReplicas", I32, 0),
-        f(4, "desiredReplicas", I32, 0),
-        f(5, "currentCPUUtilizationPercentage", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus",
+        array: false,
+        fields: &[
+            f(1, "observedGeneration", I64, NULLABLE),
+            f(2, "lastScaleTime", M(545), 0),
+            f(3, "currentReplicas", I32, 0),
+            f(4, "desiredReplicas", I32, 0),
+            f(5, "currentCPUUtilizationPercentage", I32, NULLABLE),
+        ],
+    },
     // 94
-    Message { name: "k8s.io.api.autoscaling.v1.MetricSpec", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "object", M(96), 0),
-        f(3, "pods", M(98), 0),
-        f(4, "resource", M(100), 0),
-        f(5, "external", M(87), 0),
-        f(7, "containerResource", M(84), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.MetricSpec",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "object", M(96), 0),
+            f(3, "pods", M(98), 0),
+            f(4, "resource", M(100), 0),
+            f(5, "external", M(87), 0),
+            f(7, "containerResource", M(84), 0),
+        ],
+    },
     // 95
-    Message { name: "k8s.io.api.autoscaling.v1.MetricStatus", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "object", M(97), 0),
-        f(3, "pods", M(99), 0),
-        f(4, "resource", M(101), 0),
-        f(5, "external", M(88), 0),
-        f(7, "containerResource", M(85), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.MetricStatus",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "object", M(97), 0),
+            f(3, "pods", M(99), 0),
+            f(4, "resource", M(101), 0),
+            f(5, "external", M(88), 0),
+            f(7, "containerResource", M(85), 0),
+        ],
+    },
     // 96
-    Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricSource", array: false, fields: &[
-        f(1, "target", M(86), 0),
-        f(2, "metricName", S, 0),
-        f(3, "targetValue", M(506), 0),
-        f(4, "selector", M(526), 0),
-        f(5, "averageValue", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ObjectMetricSource",
+        array: false,
+        fields: &[
+            f(1, "target", M(86), ZERO_IS_STRUCT),
+            f(2, "metricName", S, 0),
+            f(3, "targetValue", M(506), 0),
+            f(4, "selector", M(526), 0),
+            f(5, "averageValue", M(506), 0),
+        ],
+    },
     // 97
-    Message { name: "k8s.io.api.autoscaling.v1.ObjectMetricStatus", array: false, fields: &[
-        f(1, "target", M(86), 0),
-        f(2, "metricName", S, 0),
-        f(3, "currentValue", M(506), 0),
-        f(4, "selector", M(526), 0),
-        f(5, "averageValue", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ObjectMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "target", M(86), ZERO_IS_STRUCT),
+            f(2, "metricName", S, 0),
+            f(3, "currentValue", M(506), 0),
+            f(4, "selector", M(526), 0),
+            f(5, "averageValue", M(506), 0),
+        ],
+    },
     // 98
-    Message { name: "k8s.io.api.autoscaling.v1.PodsMetricSource", array: false, fields: &[
-        f(1, "metricName", S, 0),
-        f(2, "targetAverageValue", M(506), 0),
-        f(3, "selector", M(526), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.PodsMetricSource",
+        array: false,
+        fields: &[
+            f(1, "metricName", S, 0),
+            f(2, "targetAverageValue", M(506), 0),
+            f(3, "selector", M(526), 0),
+        ],
+    },
     // 99
-    Message { name: "k8s.io.api.autoscaling.v1.PodsMetricStatus", array: false, fields: &[
-        f(1, "metricName", S, 0),
-        f(2, "currentAverageValue", M(506), 0),
-        f(3, "selector", M(526), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.PodsMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "metricName", S, 0),
+            f(2, "currentAverageValue", M(506), 0),
+            f(3, "selector", M(526), 0),
+        ],
+    },
     // 100
-    Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricSource", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "targetAverageUtilization", I32, NULLABLE),
-        f(3, "targetAverageValue", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ResourceMetricSource",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "targetAverageUtilization", I32, NULLABLE),
+            f(3, "targetAverageValue", M(506), 0),
+        ],
+    },
     // 101
-    Message { name: "k8s.io.api.autoscaling.v1.ResourceMetricStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "currentAverageUtilization", I32, NULLABLE),
-        f(3, "currentAverageValue", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ResourceMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "currentAverageUtilization", I32, NULLABLE),
+            f(3, "currentAverageValue", M(506), 0),
+        ],
+    },
     // 102
-    Message { name: "k8s.io.api.autoscaling.v1.Scale", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(103), 0),
-        f(3, "status", M(104), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.Scale",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(103), ZERO_IS_STRUCT),
+            f(3, "status", M(104), ZERO_IS_STRUCT),
+        ],
+    },
     // 103
-    Message { name: "k8s.io.api.autoscaling.v1.ScaleSpec", array: false, fields: &[
-        f(1, "replicas", I32, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ScaleSpec",
+        array: false,
+        fields: &[f(1, "replicas", I32, OMITEMPTY)],
+    },
     // 104
-    Message { name: "k8s.io.api.autoscaling.v1.ScaleStatus", array: false, fields: &[
-        f(1, "replicas", I32, 0),
-        f(2, "selector", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.ScaleStatus",
+        array: false,
+        fields: &[f(1, "replicas", I32, 0), f(2, "selector", S, OMITEMPTY)],
+    },
     // 105
-    Message { name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricSource", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "target", M(121), 0),
-        f(3, "container", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricSource",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "target", M(121), ZERO_IS_STRUCT),
+            f(3, "container", S, 0),
+        ],
+    },
     // 106
-    Message { name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "current", M(122), 0),
-        f(3, "container", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "current", M(122), ZERO_IS_STRUCT),
+            f(3, "container", S, 0),
+        ],
+    },
     // 107
-    Message { name: "k8s.io.api.autoscaling.v2.CrossVersionObjectReference", array: false, fields: &[
-        f(1, "kind", S, 0),
-        f(2, "name", S, 0),
-        f(3, "apiVersion", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.CrossVersionObjectReference",
+        array: false,
+        fields: &[
+            f(1, "kind", S, 0),
+            f(2, "name", S, 0),
+            f(3, "apiVersion", S, OMITEMPTY),
+        ],
+    },
     // 108
-    Message { name: "k8s.io.api.autoscaling.v2.ExternalMetricSource", array: false, fields: &[
-        f(1, "metric", M(118), 0),
-        f(2, "target", M(121), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ExternalMetricSource",
+        array: false,
+        fields: &[
+            f(1, "metric", M(118), ZERO_IS_STRUCT),
+            f(2, "target", M(121), ZERO_IS_STRUCT),
+        ],
+    },
     // 109
-    Message { name: "k8s.io.api.autoscaling.v2.ExternalMetricStatus", array: false, fields: &[
-        f(1, "metric", M(118), 0),
-        f(2, "current", M(122), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ExternalMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "metric", M(118), ZERO_IS_STRUCT),
+            f(2, "current", M(122), ZERO_IS_STRUCT),
+        ],
+    },
     // 110
-    Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(114), 0),
-        f(3, "status", M(115), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(114), ZERO_IS_STRUCT),
+            f(3, "status", M(115), ZERO_IS_STRUCT),
+        ],
+    },
     // 111
-    Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerBehavior", array: false, fields: &[
-        f(1, "scaleUp", M(117), 0),
-        f(2, "scaleDown", M(117), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerBehavior",
+        array: false,
+        fields: &[f(1, "scaleUp", M(117), 0), f(2, "scaleDown", M(117), 0)],
+    },
     // 112
-    Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 113
-    Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(110), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(110), REPEATED),
+        ],
+    },
     // 114
-    Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerSpec", array: false, fields: &[
-        f(1, "scaleTargetRef", M(107), 0),
-        f(2, "minReplicas", I32, NULLABLE),
-        f(3, "maxReplicas", I32, 0),
-        f(4, "metrics", M(119), REPEATED),
-        f(5, "behavior", M(111), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerSpec",
+        array: false,
+        fields: &[
+            f(1, "scaleTargetRef", M(107), ZERO_IS_STRUCT),
+            f(2, "minReplicas", I32, NULLABLE),
+            f(3, "maxReplicas", I32, 0),
+            f(4, "metrics", M(119), REPEATED),
+            f(5, "behavior", M(111), 0),
+        ],
+    },
     // 115
-    Message { name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus", array: false, fields: &[
-        f(1, "observedGeneration", I64, NULLABLE),
-        f(2, "lastScaleTime", M(545), 0),
-        f(3, "currentReplicas", I32, OMITEMPTY),
-        f(4, "desiredReplicas", I32, 0),
-        f(5, "currentMetrics", M(120), REPEATED),
-        f(6, "conditions", M(112), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus",
+        array: false,
+        fields: &[
+            f(1, "observedGeneration", I64, NULLABLE),
+            f(2, "lastScaleTime", M(545), 0),
+            f(3, "currentReplicas", I32, OMITEMPTY),
+            f(4, "desiredReplicas", I32, 0),
+            f(5, "currentMetrics", M(120), REPEATED),
+            f(6, "conditions", M(112), REPEATED),
+        ],
+    },
     // 116
-    Message { name: "k8s.io.api.autoscaling.v2.HpaScalingPolicy", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "value", I32, 0),
-        f(3, "periodSeconds", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HpaScalingPolicy",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "value", I32, 0),
+            f(3, "periodSeconds", I32, 0),
+        ],
+    },
     // 117
-    Message { name: "k8s.io.api.autoscaling.v2.HpaScalingRules", array: false, fields: &[
-        f(1, "selectPolicy", S, NULLABLE),
-        f(2, "policies", M(116), REPEATED),
-        f(3, "stabilizationWindowSeconds", I32, NULLABLE),
-        f(4, "tolerance", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HpaScalingRules",
+        array: false,
+        fields: &[
+            f(1, "selectPolicy", S, NULLABLE),
+            f(2, "policies", M(116), REPEATED),
+            f(3, "stabilizationWindowSeconds", I32, NULLABLE),
+            f(4, "tolerance", M(506), 0),
+        ],
+    },
     // 118
-    Message { name: "k8s.io.api.autoscaling.v2.MetricIdentifier", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "selector", M(526), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricIdentifier",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "selector", M(526), 0)],
+    },
     // 119
-    Message { name: "k8s.io.api.autoscaling.v2.MetricSpec", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "object", M(123), 0),
-        f(3, "pods", M(125), 0),
-        f(4, "resource", M(127), 0),
-        f(5, "external", M(108), 0),
-        f(7, "containerResource", M(105), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricSpec",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "object", M(123), 0),
+            f(3, "pods", M(125), 0),
+            f(4, "resource", M(127), 0),
+            f(5, "external", M(108), 0),
+            f(7, "containerResource", M(105), 0),
+        ],
+    },
     // 120
-    Message { name: "k8s.io.api.autoscaling.v2.MetricStatus", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "object", M(124), 0),
-        f(3, "pods", M(126), 0),
-        f(4, "resource", M(128), 0),
-        f(5, "external", M(109), 0),
-        f(7, "containerResource", M(106), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricStatus",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "object", M(124), 0),
+            f(3, "pods", M(126), 0),
+            f(4, "resource", M(128), 0),
+            f(5, "external", M(109), 0),
+            f(7, "containerResource", M(106), 0),
+        ],
+    },
     // 121
-    Message { name: "k8s.io.api.autoscaling.v2.MetricTarget", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "value", M(506), 0),
-        f(3, "averageValue", M(506), 0),
-        f(4, "averageUtilization", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricTarget",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "value", M(506), 0),
+            f(3, "averageValue", M(506), 0),
+            f(4, "averageUtilization", I32, NULLABLE),
+        ],
+    },
     // 122
-    Message { name: "k8s.io.api.autoscaling.v2.MetricValueStatus", array: false, fields: &[
-        f(1, "value", M(506), 0),
-        f(2, "averageValue", M(506), 0),
-        f(3, "averageUtilization", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricValueStatus",
+        array: false,
+        fields: &[
+            f(1, "value", M(506), 0),
+            f(2, "averageValue", M(506), 0),
+            f(3, "averageUtilization", I32, NULLABLE),
+        ],
+    },
     // 123
-    Message { name: "k8s.io.api.autoscaling.v2.ObjectMetricSource", array: false, fields: &[
-        f(1, "describedObject", M(107), 0),
-        f(2, "target", M(121), 0),
-        f(3, "metric", M(118), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ObjectMetricSource",
+        array: false,
+        fields: &[
+            f(1, "describedObject", M(107), ZERO_IS_STRUCT),
+            f(2, "target", M(121), ZERO_IS_STRUCT),
+            f(3, "metric", M(118), ZERO_IS_STRUCT),
+        ],
+    },
     // 124
-    Message { name: "k8s.io.api.autoscaling.v2.ObjectMetricStatus", array: false, fields: &[
-        f(1, "metric", M(118), 0),
-        f(2, "current", M(122), 0),
-        f(3, "describedObject", M(107), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ObjectMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "metric", M(118), ZERO_IS_STRUCT),
+            f(2, "current", M(122), ZERO_IS_STRUCT),
+            f(3, "describedObject", M(107), ZERO_IS_STRUCT),
+        ],
+    },
     // 125
-    Message { name: "k8s.io.api.autoscaling.v2.PodsMetricSource", array: false, fields: &[
-        f(1, "metric", M(118), 0),
-        f(2, "target", M(121), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.PodsMetricSource",
+        array: false,
+        fields: &[
+            f(1, "metric", M(118), ZERO_IS_STRUCT),
+            f(2, "target", M(121), ZERO_IS_STRUCT),
+        ],
+    },
     // 126
-    Message { name: "k8s.io.api.autoscaling.v2.PodsMetricStatus", array: false, fields: &[
-        f(1, "metric", M(118), 0),
-        f(2, "current", M(122), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.PodsMetricStatus",
+        array: false,
+        fields: &[
+            f(1, "metric", M(118), ZERO_IS_STRUCT),
+            f(2, "current", M(122), ZERO_IS_STRUCT),
+        ],
+    },
     // 127
-    Message { name: "k8s.io.api.autoscaling.v2.ResourceMetricSource", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "target", M(121), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ResourceMetricSource",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "target", M(121), ZERO_IS_STRUCT)],
+    },
     // 128
-    Message { name: "k8s.io.api.autoscaling.v2.ResourceMetricStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "current", M(122), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ResourceMetricStatus",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "current", M(122), ZERO_IS_STRUCT)],
+    },
     // 129
-    Message { name: "k8s.io.api.batch.v1.CronJob", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(131), 0),
-        f(3, "status", M(132), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.CronJob",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(131), ZERO_IS_STRUCT),
+            f(3, "status", M(132), ZERO_IS_STRUCT),
+        ],
+    },
     // 130
-    Message { name: "k8s.io.api.batch.v1.CronJobList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(129), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.CronJobList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(129), REPEATED),
+        ],
+    },
     // 131
-    Message { name: "k8s.io.api.batch.v1.CronJobSpec", array: false, fields: &[
-        f(1, "schedule", S, 0),
-        f(2, "startingDeadlineSeconds", I64, NULLABLE),
-        f(3, "concurrencyPolicy", S, OMITEMPTY),
-        f(4, "suspend", Bool, NULLABLE),
-        f(5, "jobTemplate", M(138), 0),
-        f(6, "successfulJobsHistoryLimit", I32, NULLABLE),
-        f(7, "failedJobsHistoryLimit", I32, NULLABLE),
-        f(8, "timeZone", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.CronJobSpec",
+        array: false,
+        fields: &[
+            f(1, "schedule", S, 0),
+            f(2, "startingDeadlineSeconds", I64, NULLABLE),
+            f(3, "concurrencyPolicy", S, OMITEMPTY),
+            f(4, "suspend", Bool, NULLABLE),
+            f(5, "jobTemplate", M(138), ZERO_IS_STRUCT),
+            f(6, "successfulJobsHistoryLimit", I32, NULLABLE),
+            f(7, "failedJobsHistoryLimit", I32, NULLABLE),
+            f(8, "timeZone", S, NULLABLE),
+        ],
+    },
     // 132
-    Message { name: "k8s.io.api.batch.v1.CronJobStatus", array: false, fields: &[
-        f(1, "active", M(275), REPEATED),
-        f(4, "lastScheduleTime", M(545), 0),
-        f(5, "lastSuccessfulTime", M(545), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.CronJobStatus",
+        array: false,
+        fields: &[
+            f(1, "active", M(275), REPEATED),
+            f(4, "lastScheduleTime", M(545), 0),
+            f(5, "lastSuccessfulTime", M(545), 0),
+        ],
+    },
     // 133
-    Message { name: "k8s.io.api.batch.v1.Job", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(136), 0),
-        f(3, "status", M(137), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.Job",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(136), ZERO_IS_STRUCT),
+            f(3, "status", M(137), ZERO_IS_STRUCT),
+        ],
+    },
     // 134
-    Message { name: "k8s.io.api.batch.v1.JobCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
-        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(5, "reason", S, OMITEMPTY),
-        f(6, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.JobCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
+            f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(5, "reason", S, OMITEMPTY),
+            f(6, "message", S, OMITEMPTY),
+        ],
+    },
     // 135
-    Message { name: "k8s.io.api.batch.v1.JobList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(133), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.JobList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(133), REPEATED),
+        ],
+    },
     // 136
-    Message { name: "k8s.io.api.batch.v1.JobSpec", array: false, fields: &[
-        f(1, "parallelism", I32, NULLABLE),
-        f(2, "completions", I32, NULLABLE),
-        f(3, "activeDeadlineSeconds", I64, NULLABLE),
-        f(4, "selector", M(526), 0),
-        f(5, "manualSelector", Bool, NULLABLE),
-        f(6, "template", M(317), 0),
-        f(7, "backoffLimit", I32, NULLABLE),
-        f(8, "ttlSecondsAfterFinished", I32, NULLABLE),
-        f(9, "completionMode", S, NULLABLE),
-        f(10, "suspend", Bool, NULLABLE),
-        f(11, "podFailurePolicy", M(139), 0),
-        f(12, "backoffLimitPerIndex", I32, NULLABLE),
-        f(13, "maxFailedIndexes", I32, NULLABLE),
-        f(14, "podReplacementPolicy", S, NULLABLE),
-        f(15, "managedBy", S, NULLABLE),
-        f(16, "successPolicy", M(143), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.JobSpec",
+        array: false,
+        fields: &[
+            f(1, "parallelism", I32, NULLABLE),
+            f(2, "completions", I32, NULLABLE),
+            f(3, "activeDeadlineSeconds", I64, NULLABLE),
+            f(4, "selector", M(526), 0),
+            f(5, "manualSelector", Bool, NULLABLE),
+            f(6, "template", M(317), ZERO_IS_STRUCT),
+            f(7, "backoffLimit", I32, NULLABLE),
+            f(8, "ttlSecondsAfterFinished", I32, NULLABLE),
+            f(9, "completionMode", S, NULLABLE),
+            f(10, "suspend", Bool, NULLABLE),
+            f(11, "podFailurePolicy", M(139), 0),
+            f(12, "backoffLimitPerIndex", I32, NULLABLE),
+            f(13, "maxFailedIndexes", I32, NULLABLE),
+            f(14, "podReplacementPolicy", S, NULLABLE),
+            f(15, "managedBy", S, NULLABLE),
+            f(16, "successPolicy", M(143), 0),
+        ],
+    },
     // 137
-    Message { name: "k8s.io.api.batch.v1.JobStatus", array: false, fields: &[
-        f(1, "conditions", M(134), REPEATED),
-        f(2, "startTime", M(545), 0),
-        f(3, "completionTime", M(545), 0),
-        f(4, "active", I32, OMITEMPTY),
-        f(5, "succeeded", I32, OMITEMPTY),
-        f(6, "failed", I32, OMITEMPTY),
-        f(7, "completedIndexes", S, OMITEMPTY),
-        f(8, "uncountedTerminatedPods", M(145), 0),
-        f(9, "ready", I32, NULLABLE),
-        f(10, "failedIndexes", S, NULLABLE),
-        f(11, "terminating", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.JobStatus",
+        array: false,
+        fields: &[
+            f(1, "conditions", M(134), REPEATED),
+            f(2, "startTime", M(545), 0),
+            f(3, "completionTime", M(545), 0),
+            f(4, "active", I32, OMITEMPTY),
+            f(5, "succeeded", I32, OMITEMPTY),
+            f(6, "failed", I32, OMITEMPTY),
+            f(7, "completedIndexes", S, OMITEMPTY),
+            f(8, "uncountedTerminatedPods", M(145), 0),
+            f(9, "ready", I32, NULLABLE),
+            f(10, "failedIndexes", S, NULLABLE),
+            f(11, "terminating", I32, NULLABLE),
+        ],
+    },
     // 138
-    Message { name: "k8s.io.api.batch.v1.JobTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(136), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.JobTemplateSpec",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(136), ZERO_IS_STRUCT),
+        ],
+    },
     // 139
-    Message { name: "k8s.io.api.batch.v1.PodFailurePolicy", array: false, fields: &[
-        f(1, "rules", M(142), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicy",
+        array: false,
+        fields: &[f(1, "rules", M(142), REPEATED | WRITTEN_EMPTY)],
+    },
     // 140
-    Message { name: "k8s.io.api.batch.v1.PodFailurePolicyOnExitCodesRequirement", array: false, fields: &[
-        f(1, "containerName", S, NULLABLE),
-        f(2, "operator", S, 0),
-        f(3, "values", I32, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
+        array: false,
+        fields: &[
+            f(1, "containerName", S, NULLABLE),
+            f(2, "operator", S, 0),
+            f(3, "values", I32, REPEATED | WRITTEN_EMPTY),
+        ],
+    },
     // 141
-    Message { name: "k8s.io.api.batch.v1.PodFailurePolicyOnPodConditionsPattern", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicyOnPodConditionsPattern",
+        array: false,
+        fields: &[f(1, "type", S, 0), f(2, "status", S, 0)],
+    },
     // 142
-    Message { name: "k8s.io.api.batch.v1.PodFailurePolicyRule", array: false, fields: &[
-        f(1, "action", S, 0),
-        f(2, "onExitCodes", M(140), 0),
-        f(3, "onPodConditions", M(141), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicyRule",
+        array: false,
+        fields: &[
+            f(1, "action", S, 0),
+            f(2, "onExitCodes", M(140), 0),
+            f(3, "onPodConditions", M(141), REPEATED),
+        ],
+    },
     // 143
-    Message { name: "k8s.io.api.batch.v1.SuccessPolicy", array: false, fields: &[
-        f(1, "rules", M(144), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.SuccessPolicy",
+        array: false,
+        fields: &[f(1, "rules", M(144), REPEATED | WRITTEN_EMPTY)],
+    },
     // 144
-    Message { name: "k8s.io.api.batch.v1.SuccessPolicyRule", array: false, fields: &[
-        f(1, "succeededIndexes", S, NULLABLE),
-        f(2, "succeededCount", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.SuccessPolicyRule",
+        array: false,
+        fields: &[
+            f(1, "succeededIndexes", S, NULLABLE),
+            f(2, "succeededCount", I32, NULLABLE),
+        ],
+    },
     // 145
-    Message { name: "k8s.io.api.batch.v1.UncountedTerminatedPods", array: false, fields: &[
-        f(1, "succeeded", S, REPEATED),
-        f(2, "failed", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.batch.v1.UncountedTerminatedPods",
+        array: false,
+        fields: &[f(1, "succeeded", S, REPEATED), f(2, "failed", S, REPEATED)],
+    },
     // 146
-    Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequest", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(149), 0),
-        f(3, "status", M(150), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.certificates.v1.CertificateSigningRequest",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(149), ZERO_IS_STRUCT),
+            f(3, "status", M(150), ZERO_IS_STRUCT),
+        ],
+    },
     // 147
-    Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "reason", S, OMITEMPTY),
-        f(3, "message", S, OMITEMPTY),
-        f(4, "lastUpdateTime", M(545), UNSET_IS_NULL),
-        f(5, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(6, "status", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.certificates.v1.CertificateSigningRequestCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "reason", S, OMITEMPTY),
+            f(3, "message", S, OMITEMPTY),
+            f(4, "lastUpdateTime", M(545), UNSET_IS_NULL),
+            f(5, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(6, "status", S, 0),
+        ],
+    },
     // 148
-    Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(146), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.certificates.v1.CertificateSigningRequestList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(146), REPEATED),
+        ],
+    },
     // 149
-    Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestSpec", array: false, fields: &[
-        f(1, "request", B, 0),
-        f(2, "username", S, OMITEMPTY),
-        f(3, "uid", S, OMITEMPTY),
-        f(4, "groups", S, REPEATED),
-        f(5, "usages", S, REPEATED),
-        f(6, "extra", MapM(151), 0),
-        f(7, "signerName", S, 0),
-        f(8, "expirationSeconds", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.certificates.v1.CertificateSigningRequestSpec",
+        array: false,
+        fields: &[
+            f(1, "request", B, 0),
+            f(2, "username", S, OMITEMPTY),
+            f(3, "uid", S, OMITEMPTY),
+            f(4, "groups", S, REPEATED),
+            f(5, "usages", S, REPEATED),
+            f(6, "extra", MapM(151), 0),
+            f(7, "signerName", S, 0),
+            f(8, "expirationSeconds", I32, NULLABLE),
+        ],
+    },
     // 150
-    Message { name: "k8s.io.api.certificates.v1.CertificateSigningRequestStatus", array: false, fields: &[
-        f(1, "conditions", M(147), REPEATED),
-        f(2, "certificate", B, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.certificates.v1.CertificateSigningRequestStatus",
+        array: false,
+        fields: &[
+            f(1, "conditions", M(147), REPEATED),
+            f(2, "certificate", B, OMITEMPTY),
+        ],
+    },
     // 151
-    Message { name: "k8s.io.api.certificates.v1.ExtraValue", array: true, fields: &[
-        f(1, "items", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.certificates.v1.ExtraValue",
+        array: true,
+        fields: &[f(1, "items", S, REPEATED)],
+    },
     // 152
-    Message { name: "k8s.io.api.coordination.v1.Lease", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(154), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.coordination.v1.Lease",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(154), ZERO_IS_STRUCT),
+        ],
+    },
     // 153
-    Message { name: "k8s.io.api.coordination.v1.LeaseList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(152), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.coordination.v1.LeaseList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(152), REPEATED),
+        ],
+    },
     // 154
-    Message { name: "k8s.io.api.coordination.v1.LeaseSpec", array: false, fields: &[
-        f(1, "holderIdentity", S, NULLABLE),
-        f(2, "leaseDurationSeconds", I32, NULLABLE),
-        f(3, "acquireTime", M(532), 0),
-        f(4, "renewTime", M(532), 0),
-        f(5, "leaseTransitions", I32, NULLABLE),
-        f(6, "strategy", S, NULLABLE),
-        f(7, "preferredHolder", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.coordination.v1.LeaseSpec",
+        array: false,
+        fields: &[
+            f(1, "holderIdentity", S, NULLABLE),
+            f(2, "leaseDurationSeconds", I32, NULLABLE),
+            f(3, "acquireTime", M(532), 0),
+            f(4, "renewTime", M(532), 0),
+            f(5, "leaseTransitions", I32, NULLABLE),
+            f(6, "strategy", S, NULLABLE),
+            f(7, "preferredHolder", S, NULLABLE),
+        ],
+    },
     // 155
-    Message { name: "k8s.io.api.core.v1.Affinity", array: false, fields: &[
-        f(1, "nodeAffinity", M(257), 0),
-        f(2, "podAffinity", M(290), 0),
-        f(3, "podAntiAffinity", M(292), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Affinity",
+        array: false,
+        fields: &[
+            f(1, "nodeAffinity", M(257), 0),
+            f(2, "podAffinity", M(290), 0),
+            f(3, "podAntiAffinity", M(292), 0),
+        ],
+    },
     // 156
-    Message { name: "k8s.io.api.core.v1.AppArmorProfile", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "localhostProfile", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AppArmorProfile",
+        array: false,
+        fields: &[f(1, "type", S, 0), f(2, "localhostProfile", S, NULLABLE)],
+    },
     // 157
-    Message { name: "k8s.io.api.core.v1.AttachedVolume", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "devicePath", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AttachedVolume",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "devicePath", S, 0)],
+    },
     // 158
-    Message { name: "k8s.io.api.core.v1.AvoidPods", array: false, fields: &[
-        f(1, "preferAvoidPods", M(321), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AvoidPods",
+        array: false,
+        fields: &[f(1, "preferAvoidPods", M(321), REPEATED)],
+    },
     // 159
-    Message { name: "k8s.io.api.core.v1.AwsElasticBlockStoreVolumeSource", array: false, fields: &[
-        f(1, "volumeID", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "partition", I32, OMITEMPTY),
-        f(4, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AwsElasticBlockStoreVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumeID", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "partition", I32, OMITEMPTY),
+            f(4, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 160
-    Message { name: "k8s.io.api.core.v1.AzureDiskVolumeSource", array: false, fields: &[
-        f(1, "diskName", S, 0),
-        f(2, "diskURI", S, 0),
-        f(3, "cachingMode", S, NULLABLE),
-        f(4, "fsType", S, NULLABLE),
-        f(5, "readOnly", Bool, NULLABLE),
-        f(6, "kind", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AzureDiskVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "diskName", S, 0),
+            f(2, "diskURI", S, 0),
+            f(3, "cachingMode", S, NULLABLE),
+            f(4, "fsType", S, NULLABLE),
+            f(5, "readOnly", Bool, NULLABLE),
+            f(6, "kind", S, NULLABLE),
+        ],
+    },
     // 161
-    Message { name: "k8s.io.api.core.v1.AzureFilePersistentVolumeSource", array: false, fields: &[
-        f(1, "secretName", S, 0),
-        f(2, "shareName", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "secretNamespace", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AzureFilePersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "secretName", S, 0),
+            f(2, "shareName", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "secretNamespace", S, NULLABLE),
+        ],
+    },
     // 162
-    Message { name: "k8s.io.api.core.v1.AzureFileVolumeSource", array: false, fields: &[
-        f(1, "secretName", S, 0),
-        f(2, "shareName", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.AzureFileVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "secretName", S, 0),
+            f(2, "shareName", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 163
-    Message { name: "k8s.io.api.core.v1.Binding", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "target", M(275), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Binding",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "target", M(275), ZERO_IS_STRUCT),
+        ],
+    },
     // 164
-    Message { name: "k8s.io.api.core.v1.CSIPersistentVolumeSource", array: false, fields: &[
-        f(1, "driver", S, 0),
-        f(2, "volumeHandle", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "fsType", S, OMITEMPTY),
-        f(5, "volumeAttributes", MapS, 0),
-        f(6, "controllerPublishSecretRef", M(355), 0),
-        f(7, "nodeStageSecretRef", M(355), 0),
-        f(8, "nodePublishSecretRef", M(355), 0),
-        f(9, "controllerExpandSecretRef", M(355), 0),
-        f(10, "nodeExpandSecretRef", M(355), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.CSIPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "driver", S, 0),
+            f(2, "volumeHandle", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "fsType", S, OMITEMPTY),
+            f(5, "volumeAttributes", MapS, 0),
+            f(6, "controllerPublishSecretRef", M(355), 0),
+            f(7, "nodeStageSecretRef", M(355), 0),
+            f(8, "nodePublishSecretRef", M(355), 0),
+            f(9, "controllerExpandSecretRef", M(355), 0),
+            f(10, "nodeExpandSecretRef", M(355), 0),
+        ],
+    },
     // 165
-    Message { name: "k8s.io.api.core.v1.CSIVolumeSource", array: false, fields: &[
-        f(1, "driver", S, 0),
-        f(2, "readOnly", Bool, NULLABLE),
-        f(3, "fsType", S, NULLABLE),
-        f(4, "volumeAttributes", MapS, 0),
-        f(5, "nodePublishSecretRef", M(246), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.CSIVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "driver", S, 0),
+            f(2, "readOnly", Bool, NULLABLE),
+            f(3, "fsType", S, NULLABLE),
+            f(4, "volumeAttributes", MapS, 0),
+            f(5, "nodePublishSecretRef", M(246), 0),
+        ],
+    },
     // 166
-    Message { name: "k8s.io.api.core.v1.Capabilities", array: false, fields: &[
-        f(1, "add", S, REPEATED),
-        f(2, "drop", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Capabilities",
+        array: false,
+        fields: &[f(1, "add", S, REPEATED), f(2, "drop", S, REPEATED)],
+    },
     // 167
-    Message { name: "k8s.io.api.core.v1.CephFsPersistentVolumeSource", array: false, fields: &[
-        f(1, "monitors", S, REPEATED),
-        f(2, "path", S, OMITEMPTY),
-        f(3, "user", S, OMITEMPTY),
-        f(4, "secretFile", S, OMITEMPTY),
-        f(5, "secretRef", M(355), 0),
-        f(6, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.CephFsPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "monitors", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "path", S, OMITEMPTY),
+            f(3, "user", S, OMITEMPTY),
+            f(4, "secretFile", S, OMITEMPTY),
+            f(5, "secretRef", M(355), 0),
+            f(6, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 168
-    Message { name: "k8s.io.api.core.v1.CephFsVolumeSource", array: false, fields: &[
-        f(1, "monitors", S, REPEATED),
-        f(2, "path", S, OMITEMPTY),
-        f(3, "user", S, OMITEMPTY),
-        f(4, "secretFile", S, OMITEMPTY),
-        f(5, "secretRef", M(246), 0),
-        f(6, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.CephFsVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "monitors", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "path", S, OMITEMPTY),
+            f(3, "user", S, OMITEMPTY),
+            f(4, "secretFile", S, OMITEMPTY),
+            f(5, "secretRef", M(246), 0),
+            f(6, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 169
-    Message { name: "k8s.io.api.core.v1.CinderPersistentVolumeSource", array: false, fields: &[
-        f(1, "volumeID", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "secretRef", M(355), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.CinderPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumeID", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "secretRef", M(355), 0),
+        ],
+    },
     // 170
-    Message { name: "k8s.io.api.core.v1.CinderVolumeSource", array: false, fields: &[
-        f(1, "volumeID", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "secretRef", M(246), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.CinderVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumeID", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "secretRef", M(246), 0),
+        ],
+    },
     // 171
-    Message { name: "k8s.io.api.core.v1.ClientIpConfig", array: false, fields: &[
-        f(1, "timeoutSeconds", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ClientIpConfig",
+        array: false,
+        fields: &[f(1, "timeoutSeconds", I32, NULLABLE)],
+    },
     // 172
-    Message { name: "k8s.io.api.core.v1.ClusterTrustBundleProjection", array: false, fields: &[
-        f(1, "name", S, NULLABLE),
-        f(2, "signerName", S, NULLABLE),
-        f(3, "labelSelector", M(526), 0),
-        f(4, "path", S, 0),
-        f(5, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ClusterTrustBundleProjection",
+        array: false,
+        fields: &[
+            f(1, "name", S, NULLABLE),
+            f(2, "signerName", S, NULLABLE),
+            f(3, "labelSelector", M(526), 0),
+            f(4, "path", S, 0),
+            f(5, "optional", Bool, NULLABLE),
+        ],
+    },
     // 173
-    Message { name: "k8s.io.api.core.v1.ComponentCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "message", S, OMITEMPTY),
-        f(4, "error", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ComponentCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "message", S, OMITEMPTY),
+            f(4, "error", S, OMITEMPTY),
+        ],
+    },
     // 174
-    Message { name: "k8s.io.api.core.v1.ComponentStatus", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "conditions", M(173), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ComponentStatus",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "conditions", M(173), REPEATED),
+        ],
+    },
     // 175
-    Message { name: "k8s.io.api.core.v1.ComponentStatusList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(174), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ComponentStatusList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(174), REPEATED),
+        ],
+    },
     // 176
-    Message { name: "k8s.io.api.core.v1.ConfigMap", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "data", MapS, 0),
-        f(3, "binaryData", MapB, 0),
-        f(4, "immutable", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMap",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "data", MapS, 0),
+            f(3, "binaryData", MapB, 0),
+            f(4, "immutable", Bool, NULLABLE),
+        ],
+    },
     // 177
-    Message { name: "k8s.io.api.core.v1.ConfigMapEnvSource", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapEnvSource",
+        array: false,
+        fields: &[f(1, "", M(246), INLINE), f(2, "optional", Bool, NULLABLE)],
+    },
     // 178
-    Message { name: "k8s.io.api.core.v1.ConfigMapKeySelector", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "key", S, 0),
-        f(3, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapKeySelector",
+        array: false,
+        fields: &[
+            f(1, "", M(246), INLINE),
+            f(2, "key", S, 0),
+            f(3, "optional", Bool, NULLABLE),
+        ],
+    },
     // 179
-    Message { name: "k8s.io.api.core.v1.ConfigMapList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(176), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(176), REPEATED),
+        ],
+    },
     // 180
-    Message { name: "k8s.io.api.core.v1.ConfigMapNodeConfigSource", array: false, fields: &[
-        f(1, "namespace", S, 0),
-        f(2, "name", S, 0),
-        f(3, "uid", S, OMITEMPTY),
-        f(4, "resourceVersion", S, OMITEMPTY),
-        f(5, "kubeletConfigKey", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapNodeConfigSource",
+        array: false,
+        fields: &[
+            f(1, "namespace", S, 0),
+            f(2, "name", S, 0),
+            f(3, "uid", S, OMITEMPTY),
+            f(4, "resourceVersion", S, OMITEMPTY),
+            f(5, "kubeletConfigKey", S, 0),
+        ],
+    },
     // 181
-    Message { name: "k8s.io.api.core.v1.ConfigMapProjection", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "items", M(235), REPEATED),
-        f(4, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapProjection",
+        array: false,
+        fields: &[
+            f(1, "", M(246), INLINE),
+            f(2, "items", M(235), REPEATED),
+            f(4, "optional", Bool, NULLABLE),
+        ],
+    },
     // 182
-    Message { name: "k8s.io.api.core.v1.ConfigMapVolumeSource", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "items", M(235), REPEATED),
-        f(3, "defaultMode", I32, NULLABLE),
-        f(4, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "", M(246), INLINE),
+            f(2, "items", M(235), REPEATED),
+            f(3, "defaultMode", I32, NULLABLE),
+            f(4, "optional", Bool, NULLABLE),
+        ],
+    },
     // 183
-    Message { name: "k8s.io.api.core.v1.Container", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "image", S, OMITEMPTY),
-        f(3, "command", S, REPEATED),
-        f(4, "args", S, REPEATED),
-        f(5, "workingDir", S, OMITEMPTY),
-        f(6, "ports", M(186), REPEATED),
-        f(7, "env", M(207), REPEATED),
-        f(8, "resources", M(342), 0),
-        f(9, "volumeMounts", M(383), REPEATED),
-        f(10, "livenessProbe", M(323), 0),
-        f(11, "readinessProbe", M(323), 0),
-        f(12, "lifecycle", M(236), 0),
-        f(13, "terminationMessagePath", S, OMITEMPTY),
-        f(14, "imagePullPolicy", S, OMITEMPTY),
-        f(15, "securityContext", M(357), 0),
-        f(16, "stdin", Bool, OMITEMPTY),
-        f(17, "stdinOnce", Bool, OMITEMPTY),
-        f(18, "tty", Bool, OMITEMPTY),
-        f(19, "envFrom", M(206), REPEATED),
-        f(20, "terminationMessagePolicy", S, OMITEMPTY),
-        f(21, "volumeDevices", M(382), REPEATED),
-        f(22, "startupProbe", M(323), 0),
-        f(23, "resizePolicy", M(187), REPEATED),
-        f(24, "restartPolicy", S, NULLABLE),
-        f(25, "restartPolicyRules", M(188), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Container",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "image", S, OMITEMPTY),
+            f(3, "command", S, REPEATED),
+            f(4, "args", S, REPEATED),
+            f(5, "workingDir", S, OMITEMPTY),
+            f(6, "ports", M(186), REPEATED),
+            f(7, "env", M(207), REPEATED),
+            f(8, "resources", M(342), ZERO_IS_STRUCT),
+            f(9, "volumeMounts", M(383), REPEATED),
+            f(10, "livenessProbe", M(323), 0),
+            f(11, "readinessProbe", M(323), 0),
+            f(12, "lifecycle", M(236), 0),
+            f(13, "terminationMessagePath", S, OMITEMPTY),
+            f(14, "imagePullPolicy", S, OMITEMPTY),
+            f(15, "securityContext", M(357), 0),
+            f(16, "stdin", Bool, OMITEMPTY),
+            f(17, "stdinOnce", Bool, OMITEMPTY),
+            f(18, "tty", Bool, OMITEMPTY),
+            f(19, "envFrom", M(206), REPEATED),
+            f(20, "terminationMessagePolicy", S, OMITEMPTY),
+            f(21, "volumeDevices", M(382), REPEATED),
+            f(22, "startupProbe", M(323), 0),
+            f(23, "resizePolicy", M(187), REPEATED),
+            f(24, "restartPolicy", S, NULLABLE),
+            f(25, "restartPolicyRules", M(188), REPEATED),
+        ],
+    },
     // 184
-    Message { name: "k8s.io.api.core.v1.ContainerExtendedResourceRequest", array: false, fields: &[
-        f(1, "containerName", S, 0),
-        f(2, "resourceName", S, 0),
-        f(3, "requestName", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerExtendedResourceRequest",
+        array: false,
+        fields: &[
+            f(1, "containerName", S, 0),
+            f(2, "resourceName", S, 0),
+            f(3, "requestName", S, 0),
+        ],
+    },
     // 185
-    Message { name: "k8s.io.api.core.v1.ContainerImage", array: false, fields: &[
-        f(1, "names", S, REPEATED),
-        f(2, "sizeBytes", I64, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerImage",
+        array: false,
+        fields: &[
+            f(1, "names", S, REPEATED),
+            f(2, "sizeBytes", I64, OMITEMPTY),
+        ],
+    },
     // 186
-    Message { name: "k8s.io.api.core.v1.ContainerPort", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "hostPort", I32, OMITEMPTY),
-        f(3, "containerPort", I32, 0),
-        f(4, "protocol", S, OMITEMPTY),
-        f(5, "hostIP", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerPort",
+        array: false,
+        fields: &[
+            f(1, "name", S, OMITEMPTY),
+            f(2, "hostPort", I32, OMITEMPTY),
+            f(3, "containerPort", I32, 0),
+            f(4, "protocol", S, OMITEMPTY),
+            f(5, "hostIP", S, OMITEMPTY),
+        ],
+    },
     // 187
-    Message { name: "k8s.io.api.core.v1.ContainerResizePolicy", array: false, fields: &[
-        f(1, "resourceName", S, 0),
-        f(2, "restartPolicy", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerResizePolicy",
+        array: false,
+        fields: &[f(1, "resourceName", S, 0), f(2, "restartPolicy", S, 0)],
+    },
     // 188
-    Message { name: "k8s.io.api.core.v1.ContainerRestartRule", array: false, fields: &[
-        f(1, "action", S, OMITEMPTY),
-        f(2, "exitCodes", M(189), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerRestartRule",
+        array: false,
+        fields: &[f(1, "action", S, OMITEMPTY), f(2, "exitCodes", M(189), 0)],
+    },
     // 189
-    Message { name: "k8s.io.api.core.v1.ContainerRestartRuleOnExitCodes", array: false, fields: &[
-        f(1, "operator", S, OMITEMPTY),
-        f(2, "values", I32, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerRestartRuleOnExitCodes",
+        array: false,
+        fields: &[
+            f(1, "operator", S, OMITEMPTY),
+            f(2, "values", I32, REPEATED),
+        ],
+    },
     // 190
-    Message { name: "k8s.io.api.core.v1.ContainerState", array: false, fields: &[
-        f(1, "waiting", M(193), 0),
-        f(2, "running", M(191), 0),
-        f(3, "terminated", M(192), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerState",
+        array: false,
+        fields: &[
+            f(1, "waiting", M(193), 0),
+            f(2, "running", M(191), 0),
+            f(3, "terminated", M(192), 0),
+        ],
+    },
     // 191
-    Message { name: "k8s.io.api.core.v1.ContainerStateRunning", array: false, fields: &[
-        f(1, "startedAt", M(545), UNSET_IS_NULL),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerStateRunning",
+        array: false,
+        fields: &[f(1, "startedAt", M(545), UNSET_IS_NULL)],
+    },
     // 192
-    Message { name: "k8s.io.api.core.v1.ContainerStateTerminated", array: false, fields: &[
-        f(1, "exitCode", I32, 0),
-        f(2, "signal", I32, OMITEMPTY),
-        f(3, "reason", S, OMITEMPTY),
-        f(4, "message", S, OMITEMPTY),
-        f(5, "startedAt", M(545), UNSET_IS_NULL),
-        f(6, "finishedAt", M(545), UNSET_IS_NULL),
-        f(7, "containerID", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerStateTerminated",
+        array: false,
+        fields: &[
+            f(1, "exitCode", I32, 0),
+            f(2, "signal", I32, OMITEMPTY),
+            f(3, "reason", S, OMITEMPTY),
+            f(4, "message", S, OMITEMPTY),
+            f(5, "startedAt", M(545), UNSET_IS_NULL),
+            f(6, "finishedAt", M(545), UNSET_IS_NULL),
+            f(7, "containerID", S, OMITEMPTY),
+        ],
+    },
     // 193
-    Message { name: "k8s.io.api.core.v1.ContainerStateWaiting", array: false, fields: &[
-        f(1, "reason", S, OMITEMPTY),
-        f(2, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerStateWaiting",
+        array: false,
+        fields: &[f(1, "reason", S, OMITEMPTY), f(2, "message", S, OMITEMPTY)],
+    },
     // 194
-    Message { name: "k8s.io.api.core.v1.ContainerStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "state", M(190), 0),
-        f(3, "lastState", M(190), 0),
-        f(4, "ready", Bool, 0),
-        f(5, "restartCount", I32, 0),
-        f(6, "image", S, 0),
-        f(7, "imageID", S, 0),
-        f(8, "containerID", S, OMITEMPTY),
-        f(9, "started", Bool, NULLABLE),
-        f(10, "allocatedResources", MapM(506), 0),
-        f(11, "resources", M(342), 0),
-        f(12, "volumeMounts", M(384), REPEATED),
-        f(13, "user", M(195), 0),
-        f(14, "allocatedResourcesStatus", M(343), REPEATED),
-        f(15, "stopSignal", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerStatus",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "state", M(190), ZERO_IS_STRUCT),
+            f(3, "lastState", M(190), ZERO_IS_STRUCT),
+            f(4, "ready", Bool, 0),
+            f(5, "restartCount", I32, 0),
+            f(6, "image", S, 0),
+            f(7, "imageID", S, 0),
+            f(8, "containerID", S, OMITEMPTY),
+            f(9, "started", Bool, NULLABLE),
+            f(10, "allocatedResources", MapM(506), 0),
+            f(11, "resources", M(342), 0),
+            f(12, "volumeMounts", M(384), REPEATED),
+            f(13, "user", M(195), 0),
+            f(14, "allocatedResourcesStatus", M(343), REPEATED),
+            f(15, "stopSignal", S, NULLABLE),
+        ],
+    },
     // 195
-    Message { name: "k8s.io.api.core.v1.ContainerUser", array: false, fields: &[
-        f(1, "linux", M(242), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerUser",
+        array: false,
+        fields: &[f(1, "linux", M(242), 0)],
+    },
     // 196
-    Message { name: "k8s.io.api.core.v1.DaemonEndpoint", array: false, fields: &[
-        f(1, "Port", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.DaemonEndpoint",
+        array: false,
+        fields: &[f(1, "Port", I32, 0)],
+    },
     // 197
-    Message { name: "k8s.io.api.core.v1.DownwardAPIProjection", array: false, fields: &[
-        f(1, "items", M(198), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.DownwardAPIProjection",
+        array: false,
+        fields: &[f(1, "items", M(198), REPEATED)],
+    },
     // 198
-    Message { name: "k8s.io.api.core.v1.DownwardAPIVolumeFile", array: false, fields: &[
-        f(1, "path", S, 0),
-        f(2, "fieldRef", M(274), 0),
-        f(3, "resourceFieldRef", M(336), 0),
-        f(4, "mode", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.DownwardAPIVolumeFile",
+        array: false,
+        fields: &[
+            f(1, "path", S, 0),
+            f(2, "fieldRef", M(274), 0),
+            f(3, "resourceFieldRef", M(336), 0),
+            f(4, "mode", I32, NULLABLE),
+        ],
+    },
     // 199
-    Message { name: "k8s.io.api.core.v1.DownwardAPIVolumeSource", array: false, fields: &[
-        f(1, "items", M(198), REPEATED),
-        f(2, "defaultMode", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.DownwardAPIVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "items", M(198), REPEATED),
+            f(2, "defaultMode", I32, NULLABLE),
+        ],
+    },
     // 200
-    Message { name: "k8s.io.api.core.v1.EmptyDirVolumeSource", array: false, fields: &[
-        f(1, "medium", S, OMITEMPTY),
-        f(2, "sizeLimit", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EmptyDirVolumeSource",
+        array: false,
+        fields: &[f(1, "medium", S, OMITEMPTY), f(2, "sizeLimit", M(506), 0)],
+    },
     // 201
-    Message { name: "k8s.io.api.core.v1.EndpointAddress", array: false, fields: &[
-        f(1, "ip", S, 0),
-        f(2, "targetRef", M(275), 0),
-        f(3, "hostname", S, OMITEMPTY),
-        f(4, "nodeName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EndpointAddress",
+        array: false,
+        fields: &[
+            f(1, "ip", S, 0),
+            f(2, "targetRef", M(275), 0),
+            f(3, "hostname", S, OMITEMPTY),
+            f(4, "nodeName", S, NULLABLE),
+        ],
+    },
     // 202
-    Message { name: "k8s.io.api.core.v1.EndpointPort", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "port", I32, 0),
-        f(3, "protocol", S, OMITEMPTY),
-        f(4, "appProtocol", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EndpointPort",
+        array: false,
+        fields: &[
+            f(1, "name", S, OMITEMPTY),
+            f(2, "port", I32, 0),
+            f(3, "protocol", S, OMITEMPTY),
+            f(4, "appProtocol", S, NULLABLE),
+        ],
+    },
     // 203
-    Message { name: "k8s.io.api.core.v1.EndpointSubset", array: false, fields: &[
-        f(1, "addresses", M(201), REPEATED),
-        f(2, "notReadyAddresses", M(201), REPEATED),
-        f(3, "ports", M(202), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EndpointSubset",
+        array: false,
+        fields: &[
+            f(1, "addresses", M(201), REPEATED),
+            f(2, "notReadyAddresses", M(201), REPEATED),
+            f(3, "ports", M(202), REPEATED),
+        ],
+    },
     // 204
-    Message { name: "k8s.io.api.core.v1.Endpoints", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "subsets", M(203), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Endpoints",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "subsets", M(203), REPEATED),
+        ],
+    },
     // 205
-    Message { name: "k8s.io.api.core.v1.EndpointsList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(204), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EndpointsList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(204), REPEATED),
+        ],
+    },
     // 206
-    Message { name: "k8s.io.api.core.v1.EnvFromSource", array: false, fields: &[
-        f(1, "prefix", S, OMITEMPTY),
-        f(2, "configMapRef", M(177), 0),
-        f(3, "secretRef", M(351), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EnvFromSource",
+        array: false,
+        fields: &[
+            f(1, "prefix", S, OMITEMPTY),
+            f(2, "configMapRef", M(177), 0),
+            f(3, "secretRef", M(351), 0),
+        ],
+    },
     // 207
-    Message { name: "k8s.io.api.core.v1.EnvVar", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "value", S, OMITEMPTY),
-        f(3, "valueFrom", M(208), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EnvVar",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "value", S, OMITEMPTY),
+            f(3, "valueFrom", M(208), 0),
+        ],
+    },
     // 208
-    Message { name: "k8s.io.api.core.v1.EnvVarSource", array: false, fields: &[
-        f(1, "fieldRef", M(274), 0),
-        f(2, "resourceFieldRef", M(336), 0),
-        f(3, "configMapKeyRef", M(178), 0),
-        f(4, "secretKeyRef", M(352), 0),
-        f(5, "fileKeyRef", M(218), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EnvVarSource",
+        array: false,
+        fields: &[
+            f(1, "fieldRef", M(274), 0),
+            f(2, "resourceFieldRef", M(336), 0),
+            f(3, "configMapKeyRef", M(178), 0),
+            f(4, "secretKeyRef", M(352), 0),
+            f(5, "fileKeyRef", M(218), 0),
+        ],
+    },
     // 209
-    Message { name: "k8s.io.api.core.v1.EphemeralContainer", array: false, fields: &[
-        f(1, "", M(210), INLINE),
-        f(2, "targetContainerName", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EphemeralContainer",
+        array: false,
+        fields: &[
+            f(1, "", M(210), INLINE),
+            f(2, "targetContainerName", S, OMITEMPTY),
+        ],
+    },
     // 210
-    Message { name: "k8s.io.api.core.v1.EphemeralContainerCommon", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "image", S, OMITEMPTY),
-        f(3, "command", S, REPEATED),
-        f(4, "args", S, REPEATED),
-        f(5, "workingDir", S, OMITEMPTY),
-        f(6, "ports", M(186), REPEATED),
-        f(7, "env", M(207), REPEATED),
-        f(8, "resources", M(342), 0),
-        f(9, "volumeMounts", M(383), REPEATED),
-        f(10, "livenessProbe", M(323), 0),
-        f(11, "readinessProbe", M(323), 0),
-        f(12, "lifecycle", M(236), 0),
-        f(13, "terminationMessagePath", S, OMITEMPTY),
-        f(14, "imagePullPolicy", S, OMITEMPTY),
-        f(15, "securityContext", M(357), 0),
-        f(16, "stdin", Bool, OMITEMPTY),
-        f(17, "stdinOnce", Bool, OMITEMPTY),
-        f(18, "tty", Bool, OMITEMPTY),
-        f(19, "envFrom", M(206), REPEATED),
-        f(20, "terminationMessagePolicy", S, OMITEMPTY),
-        f(21, "volumeDevices", M(382), REPEATED),
-        f(22, "startupProbe", M(323), 0),
-        f(23, "resizePolicy", M(187), REPEATED),
-        f(24, "restartPolicy", S, NULLABLE),
-        f(25, "restartPolicyRules", M(188), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EphemeralContainerCommon",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "image", S, OMITEMPTY),
+            f(3, "command", S, REPEATED),
+            f(4, "args", S, REPEATED),
+            f(5, "workingDir", S, OMITEMPTY),
+            f(6, "ports", M(186), REPEATED),
+            f(7, "env", M(207), REPEATED),
+            f(8, "resources", M(342), ZERO_IS_STRUCT),
+            f(9, "volumeMounts", M(383), REPEATED),
+            f(10, "livenessProbe", M(323), 0),
+            f(11, "readinessProbe", M(323), 0),
+            f(12, "lifecycle", M(236), 0),
+            f(13, "terminationMessagePath", S, OMITEMPTY),
+            f(14, "imagePullPolicy", S, OMITEMPTY),
+            f(15, "securityContext", M(357), 0),
+            f(16, "stdin", Bool, OMITEMPTY),
+            f(17, "stdinOnce", Bool, OMITEMPTY),
+            f(18, "tty", Bool, OMITEMPTY),
+            f(19, "envFrom", M(206), REPEATED),
+            f(20, "terminationMessagePolicy", S, OMITEMPTY),
+            f(21, "volumeDevices", M(382), REPEATED),
+            f(22, "startupProbe", M(323), 0),
+            f(23, "resizePolicy", M(187), REPEATED),
+            f(24, "restartPolicy", S, NULLABLE),
+            f(25, "restartPolicyRules", M(188), REPEATED),
+        ],
+    },
     // 211
-    Message { name: "k8s.io.api.core.v1.EphemeralVolumeSource", array: false, fields: &[
-        f(1, "volumeClaimTemplate", M(282), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EphemeralVolumeSource",
+        array: false,
+        fields: &[f(1, "volumeClaimTemplate", M(282), 0)],
+    },
     // 212
-    Message { name: "k8s.io.api.core.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "involvedObject", M(275), 0),
-        f(3, "reason", S, OMITEMPTY),
-        f(4, "message", S, OMITEMPTY),
-        f(5, "source", M(215), 0),
-        f(6, "firstTimestamp", M(545), UNSET_IS_NULL),
-        f(7, "lastTimestamp", M(545), UNSET_IS_NULL),
-        f(8, "count", I32, OMITEMPTY),
-        f(9, "type", S, OMITEMPTY),
-        f(10, "eventTime", M(532), UNSET_IS_NULL),
-        f(11, "series", M(214), 0),
-        f(12, "action", S, OMITEMPTY),
-        f(13, "related", M(275), 0),
-        f(14, "reportingComponent", S, 0),
-        f(15, "reportingInstance", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Event",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "involvedObject", M(275), ZERO_IS_STRUCT),
+            f(3, "reason", S, OMITEMPTY),
+            f(4, "message", S, OMITEMPTY),
+            f(5, "source", M(215), ZERO_IS_STRUCT),
+            f(6, "firstTimestamp", M(545), UNSET_IS_NULL),
+            f(7, "lastTimestamp", M(545), UNSET_IS_NULL),
+            f(8, "count", I32, OMITEMPTY),
+            f(9, "type", S, OMITEMPTY),
+            f(10, "eventTime", M(532), UNSET_IS_NULL),
+            f(11, "series", M(214), 0),
+            f(12, "action", S, OMITEMPTY),
+            f(13, "related", M(275), 0),
+            f(14, "reportingComponent", S, 0),
+            f(15, "reportingInstance", S, 0),
+        ],
+    },
     // 213
-    Message { name: "k8s.io.api.core.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(212), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EventList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(212), REPEATED),
+        ],
+    },
     // 214
-    Message { name: "k8s.io.api.core.v1.EventSeries", array: false, fields: &[
-        f(1, "count", I32, OMITEMPTY),
-        f(2, "lastObservedTime", M(532), UNSET_IS_NULL),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EventSeries",
+        array: false,
+        fields: &[
+            f(1, "count", I32, OMITEMPTY),
+            f(2, "lastObservedTime", M(532), UNSET_IS_NULL),
+        ],
+    },
     // 215
-    Message { name: "k8s.io.api.core.v1.EventSource", array: false, fields: &[
-        f(1, "component", S, OMITEMPTY),
-        f(2, "host", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.EventSource",
+        array: false,
+        fields: &[f(1, "component", S, OMITEMPTY), f(2, "host", S, OMITEMPTY)],
+    },
     // 216
-    Message { name: "k8s.io.api.core.v1.ExecAction", array: false, fields: &[
-        f(1, "command", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ExecAction",
+        array: false,
+        fields: &[f(1, "command", S, REPEATED)],
+    },
     // 217
-    Message { name: "k8s.io.api.core.v1.FcVolumeSource", array: false, fields: &[
-        f(1, "targetWWNs", S, REPEATED),
-        f(2, "lun", I32, NULLABLE),
-        f(3, "fsType", S, OMITEMPTY),
-        f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "wwids", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.FcVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "targetWWNs", S, REPEATED),
+            f(2, "lun", I32, NULLABLE),
+            f(3, "fsType", S, OMITEMPTY),
+            f(4, "readOnly", Bool, OMITEMPTY),
+            f(5, "wwids", S, REPEATED),
+        ],
+    },
     // 218
-    Message { name: "k8s.io.api.core.v1.FileKeySelector", array: false, fields: &[
-        f(1, "volumeName", S, 0),
-        f(2, "path", S, 0),
-        f(3, "key", S, 0),
-        f(4, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.FileKeySelector",
+        array: false,
+        fields: &[
+            f(1, "volumeName", S, 0),
+            f(2, "path", S, 0),
+            f(3, "key", S, 0),
+            f(4, "optional", Bool, NULLABLE),
+        ],
+    },
     // 219
-    Message { name: "k8s.io.api.core.v1.FlexPersistentVolumeSource", array: false, fields: &[
-        f(1, "driver", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "secretRef", M(355), 0),
-        f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "options", MapS, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.FlexPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "driver", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "secretRef", M(355), 0),
+            f(4, "readOnly", Bool, OMITEMPTY),
+            f(5, "options", MapS, 0),
+        ],
+    },
     // 220
-    Message { name: "k8s.io.api.core.v1.FlexVolumeSource", array: false, fields: &[
-        f(1, "driver", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "secretRef", M(246), 0),
-        f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "options", MapS, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.FlexVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "driver", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "secretRef", M(246), 0),
+            f(4, "readOnly", Bool, OMITEMPTY),
+            f(5, "options", MapS, 0),
+        ],
+    },
     // 221
-    Message { name: "k8s.io.api.core.v1.FlockerVolumeSource", array: false, fields: &[
-        f(1, "datasetName", S, OMITEMPTY),
-        f(2, "datasetUUID", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.FlockerVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "datasetName", S, OMITEMPTY),
+            f(2, "datasetUUID", S, OMITEMPTY),
+        ],
+    },
     // 222
-    Message { name: "k8s.io.api.core.v1.GcePersistentDiskVolumeSource", array: false, fields: &[
-        f(1, "pdName", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "partition", I32, OMITEMPTY),
-        f(4, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.GcePersistentDiskVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "pdName", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "partition", I32, OMITEMPTY),
+            f(4, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 223
-    Message { name: "k8s.io.api.core.v1.GitRepoVolumeSource", array: false, fields: &[
-        f(1, "repository", S, 0),
-        f(2, "revision", S, OMITEMPTY),
-        f(3, "directory", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.GitRepoVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "repository", S, 0),
+            f(2, "revision", S, OMITEMPTY),
+            f(3, "directory", S, OMITEMPTY),
+        ],
+    },
     // 224
-    Message { name: "k8s.io.api.core.v1.GlusterfsPersistentVolumeSource", array: false, fields: &[
-        f(1, "endpoints", S, 0),
-        f(2, "path", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "endpointsNamespace", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.GlusterfsPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "endpoints", S, 0),
+            f(2, "path", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "endpointsNamespace", S, NULLABLE),
+        ],
+    },
     // 225
-    Message { name: "k8s.io.api.core.v1.GlusterfsVolumeSource", array: false, fields: &[
-        f(1, "endpoints", S, 0),
-        f(2, "path", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.GlusterfsVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "endpoints", S, 0),
+            f(2, "path", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 226
-    Message { name: "k8s.io.api.core.v1.GrpcAction", array: false, fields: &[
-        f(1, "port", I32, 0),
-        f(2, "service", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.GrpcAction",
+        array: false,
+        fields: &[f(1, "port", I32, 0), f(2, "service", S, NULLABLE)],
+    },
     // 227
-    Message { name: "k8s.io.api.core.v1.HostAlias", array: false, fields: &[
-        f(1, "ip", S, 0),
-        f(2, "hostnames", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.HostAlias",
+        array: false,
+        fields: &[f(1, "ip", S, 0), f(2, "hostnames", S, REPEATED)],
+    },
     // 228
-    Message { name: "k8s.io.api.core.v1.HostIp", array: false, fields: &[
-        f(1, "ip", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.HostIp",
+        array: false,
+        fields: &[f(1, "ip", S, 0)],
+    },
     // 229
-    Message { name: "k8s.io.api.core.v1.HostPathVolumeSource", array: false, fields: &[
-        f(1, "path", S, 0),
-        f(2, "type", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.HostPathVolumeSource",
+        array: false,
+        fields: &[f(1, "path", S, 0), f(2, "type", S, NULLABLE)],
+    },
     // 230
-    Message { name: "k8s.io.api.core.v1.HttpGetAction", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-        f(2, "port", M(552), 0),
-        f(3, "host", S, OMITEMPTY),
-        f(4, "scheme", S, OMITEMPTY),
-        f(5, "httpHeaders", M(231), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.HttpGetAction",
+        array: false,
+        fields: &[
+            f(1, "path", S, OMITEMPTY),
+            f(2, "port", M(552), 0),
+            f(3, "host", S, OMITEMPTY),
+            f(4, "scheme", S, OMITEMPTY),
+            f(5, "httpHeaders", M(231), REPEATED),
+        ],
+    },
     // 231
-    Message { name: "k8s.io.api.core.v1.HttpHeader", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "value", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.HttpHeader",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "value", S, 0)],
+    },
     // 232
-    Message { name: "k8s.io.api.core.v1.ImageVolumeSource", array: false, fields: &[
-        f(1, "reference", S, OMITEMPTY),
-        f(2, "pullPolicy", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ImageVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "reference", S, OMITEMPTY),
+            f(2, "pullPolicy", S, OMITEMPTY),
+        ],
+    },
     // 233
-    Message { name: "k8s.io.api.core.v1.IscsiPersistentVolumeSource", array: false, fields: &[
-        f(1, "targetPortal", S, 0),
-        f(2, "iqn", S, 0),
-        f(3, "lun", I32, 0),
-        f(4, "iscsiInterface", S, OMITEMPTY),
-        f(5, "fsType", S, OMITEMPTY),
-        f(6, "readOnly", Bool, OMITEMPTY),
-        f(7, "portals", S, REPEATED),
-        f(8, "chapAuthDiscovery", Bool, OMITEMPTY),
-        f(10, "secretRef", M(355), 0),
-        f(11, "chapAuthSession", Bool, OMITEMPTY),
-        f(12, "initiatorName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.IscsiPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "targetPortal", S, 0),
+            f(2, "iqn", S, 0),
+            f(3, "lun", I32, 0),
+            f(4, "iscsiInterface", S, OMITEMPTY),
+            f(5, "fsType", S, OMITEMPTY),
+            f(6, "readOnly", Bool, OMITEMPTY),
+            f(7, "portals", S, REPEATED),
+            f(8, "chapAuthDiscovery", Bool, OMITEMPTY),
+            f(10, "secretRef", M(355), 0),
+            f(11, "chapAuthSession", Bool, OMITEMPTY),
+            f(12, "initiatorName", S, NULLABLE),
+        ],
+    },
     // 234
-    Message { name: "k8s.io.api.core.v1.IscsiVolumeSource", array: false, fields: &[
-        f(1, "targetPortal", S, 0),
-        f(2, "iqn", S, 0),
-        f(3, "lun", I32, 0),
-        f(4, "iscsiInterface", S, OMITEMPTY),
-        f(5, "fsType", S, OMITEMPTY),
-        f(6, "readOnly", Bool, OMITEMPTY),
-        f(7, "portals", S, REPEATED),
-        f(8, "chapAuthDiscovery", Bool, OMITEMPTY),
-        f(10, "secretRef", M(246), 0),
-        f(11, "chapAuthSession", Bool, OMITEMPTY),
-        f(12, "initiatorName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.IscsiVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "targetPortal", S, 0),
+            f(2, "iqn", S, 0),
+            f(3, "lun", I32, 0),
+            f(4, "iscsiInterface", S, OMITEMPTY),
+            f(5, "fsType", S, OMITEMPTY),
+            f(6, "readOnly", Bool, OMITEMPTY),
+            f(7, "portals", S, REPEATED),
+            f(8, "chapAuthDiscovery", Bool, OMITEMPTY),
+            f(10, "secretRef", M(246), 0),
+            f(11, "chapAuthSession", Bool, OMITEMPTY),
+            f(12, "initiatorName", S, NULLABLE),
+        ],
+    },
     // 235
-    Message { name: "k8s.io.api.core.v1.KeyToPath", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "path", S, 0),
-        f(3, "mode", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.KeyToPath",
+        array: false,
+        fields: &[
+            f(1, "key", S, 0),
+            f(2, "path", S, 0),
+            f(3, "mode", I32, NULLABLE),
+        ],
+    },
     // 236
-    Message { name: "k8s.io.api.core.v1.Lifecycle", array: false, fields: &[
-        f(1, "postStart", M(237), 0),
-        f(2, "preStop", M(237), 0),
-        f(3, "stopSignal", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Lifecycle",
+        array: false,
+        fields: &[
+            f(1, "postStart", M(237), 0),
+            f(2, "preStop", M(237), 0),
+            f(3, "stopSignal", S, NULLABLE),
+        ],
+    },
     // 237
-    Message { name: "k8s.io.api.core.v1.LifecycleHandler", array: false, fields: &[
-        f(1, "exec", M(216), 0),
-        f(2, "httpGet", M(230), 0),
-        f(3, "tcpSocket", M(374), 0),
-        f(4, "sleep", M(369), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LifecycleHandler",
+        array: false,
+        fields: &[
+            f(1, "exec", M(216), 0),
+            f(2, "httpGet", M(230), 0),
+            f(3, "tcpSocket", M(374), 0),
+            f(4, "sleep", M(369), 0),
+        ],
+    },
     // 238
-    Message { name: "k8s.io.api.core.v1.LimitRange", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(241), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LimitRange",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(241), ZERO_IS_STRUCT),
+        ],
+    },
     // 239
-    Message { name: "k8s.io.api.core.v1.LimitRangeItem", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "max", MapM(506), 0),
-        f(3, "min", MapM(506), 0),
-        f(4, "default", MapM(506), 0),
-        f(5, "defaultRequest", MapM(506), 0),
-        f(6, "maxLimitRequestRatio", MapM(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LimitRangeItem",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "max", MapM(506), 0),
+            f(3, "min", MapM(506), 0),
+            f(4, "default", MapM(506), 0),
+            f(5, "defaultRequest", MapM(506), 0),
+            f(6, "maxLimitRequestRatio", MapM(506), 0),
+        ],
+    },
     // 240
-    Message { name: "k8s.io.api.core.v1.LimitRangeList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(238), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LimitRangeList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(238), REPEATED),
+        ],
+    },
     // 241
-    Message { name: "k8s.io.api.core.v1.LimitRangeSpec", array: false, fields: &[
-        f(1, "limits", M(239), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LimitRangeSpec",
+        array: false,
+        fields: &[f(1, "limits", M(239), REPEATED | WRITTEN_EMPTY)],
+    },
     // 242
-    Message { name: "k8s.io.api.core.v1.LinuxContainerUser", array: false, fields: &[
-        f(1, "uid", I64, 0),
-        f(2, "gid", I64, 0),
-        f(3, "supplementalGroups", I64, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LinuxContainerUser",
+        array: false,
+        fields: &[
+            f(1, "uid", I64, 0),
+            f(2, "gid", I64, 0),
+            f(3, "supplementalGroups", I64, REPEATED),
+        ],
+    },
     // 243
-    Message { name: "k8s.io.api.core.v1.List", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(551), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.List",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(551), REPEATED),
+        ],
+    },
     // 244
-    Message { name: "k8s.io.api.core.v1.LoadBalancerIngress", array: false, fields: &[
-        f(1, "ip", S, OMITEMPTY),
-        f(2, "hostname", S, OMITEMPTY),
-        f(3, "ipMode", S, NULLABLE),
-        f(4, "ports", M(318), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LoadBalancerIngress",
+        array: false,
+        fields: &[
+            f(1, "ip", S, OMITEMPTY),
+            f(2, "hostname", S, OMITEMPTY),
+            f(3, "ipMode", S, NULLABLE),
+            f(4, "ports", M(318), REPEATED),
+        ],
+    },
     // 245
-    Message { name: "k8s.io.api.core.v1.LoadBalancerStatus", array: false, fields: &[
-        f(1, "ingress", M(244), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LoadBalancerStatus",
+        array: false,
+        fields: &[f(1, "ingress", M(244), REPEATED)],
+    },
     // 246
-    Message { name: "k8s.io.api.core.v1.LocalObjectReference", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LocalObjectReference",
+        array: false,
+        fields: &[f(1, "name", S, OMITEMPTY)],
+    },
     // 247
-    Message { name: "k8s.io.api.core.v1.LocalVolumeSource", array: false, fields: &[
-        f(1, "path", S, 0),
-        f(2, "fsType", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.LocalVolumeSource",
+        array: false,
+        fields: &[f(1, "path", S, 0), f(2, "fsType", S, NULLABLE)],
+    },
     // 248
-    Message { name: "k8s.io.api.core.v1.ModifyVolumeStatus", array: false, fields: &[
-        f(1, "targetVolumeAttributesClassName", S, OMITEMPTY),
-        f(2, "status", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ModifyVolumeStatus",
+        array: false,
+        fields: &[
+            f(1, "targetVolumeAttributesClassName", S, OMITEMPTY),
+            f(2, "status", S, 0),
+        ],
+    },
     // 249
-    Message { name: "k8s.io.api.core.v1.Namespace", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(252), 0),
-        f(3, "status", M(253), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Namespace",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(252), ZERO_IS_STRUCT),
+            f(3, "status", M(253), ZERO_IS_STRUCT),
+        ],
+    },
     // 250
-    Message { name: "k8s.io.api.core.v1.NamespaceCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(5, "reason", S, OMITEMPTY),
-        f(6, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NamespaceCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(5, "reason", S, OMITEMPTY),
+            f(6, "message", S, OMITEMPTY),
+        ],
+    },
     // 251
-    Message { name: "k8s.io.api.core.v1.NamespaceList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(249), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NamespaceList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(249), REPEATED),
+        ],
+    },
     // 252
-    Message { name: "k8s.io.api.core.v1.NamespaceSpec", array: false, fields: &[
-        f(1, "finalizers", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NamespaceSpec",
+        array: false,
+        fields: &[f(1, "finalizers", S, REPEATED)],
+    },
     // 253
-    Message { name: "k8s.io.api.core.v1.NamespaceStatus", array: false, fields: &[
-        f(1, "phase", S, OMITEMPTY),
-        f(2, "conditions", M(250), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NamespaceStatus",
+        array: false,
+        fields: &[
+            f(1, "phase", S, OMITEMPTY),
+            f(2, "conditions", M(250), REPEATED),
+        ],
+    },
     // 254
-    Message { name: "k8s.io.api.core.v1.NfsVolumeSource", array: false, fields: &[
-        f(1, "server", S, 0),
-        f(2, "path", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NfsVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "server", S, 0),
+            f(2, "path", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 255
-    Message { name: "k8s.io.api.core.v1.Node", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(270), 0),
-        f(3, "status", M(271), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Node",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(270), ZERO_IS_STRUCT),
+            f(3, "status", M(271), ZERO_IS_STRUCT),
+        ],
+    },
     // 256
-    Message { name: "k8s.io.api.core.v1.NodeAddress", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "address", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeAddress",
+        array: false,
+        fields: &[f(1, "type", S, 0), f(2, "address", S, 0)],
+    },
     // 257
-    Message { name: "k8s.io.api.core.v1.NodeAffinity", array: false, fields: &[
-        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(267), 0),
-        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(322), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeAffinity",
+        array: false,
+        fields: &[
+            f(
+                1,
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                M(267),
+                0,
+            ),
+            f(
+                2,
+                "preferredDuringSchedulingIgnoredDuringExecution",
+                M(322),
+                REPEATED,
+            ),
+        ],
+    },
     // 258
-    Message { name: "k8s.io.api.core.v1.NodeCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastHeartbeatTime", M(545), UNSET_IS_NULL),
-        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(5, "reason", S, OMITEMPTY),
-        f(6, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastHeartbeatTime", M(545), UNSET_IS_NULL),
+            f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(5, "reason", S, OMITEMPTY),
+            f(6, "message", S, OMITEMPTY),
+        ],
+    },
     // 259
-    Message { name: "k8s.io.api.core.v1.NodeConfigSource", array: false, fields: &[
-        f(2, "configMap", M(180), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeConfigSource",
+        array: false,
+        fields: &[f(2, "configMap", M(180), 0)],
+    },
     // 260
-    Message { name: "k8s.io.api.core.v1.NodeConfigStatus", array: false, fields: &[
-        f(1, "assigned", M(259), 0),
-        f(2, "active", M(259), 0),
-        f(3, "lastKnownGood", M(259), 0),
-        f(4, "error", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeConfigStatus",
+        array: false,
+        fields: &[
+            f(1, "assigned", M(259), 0),
+            f(2, "active", M(259), 0),
+            f(3, "lastKnownGood", M(259), 0),
+            f(4, "error", S, OMITEMPTY),
+        ],
+    },
     // 261
-    Message { name: "k8s.io.api.core.v1.NodeDaemonEndpoints", array: false, fields: &[
-        f(1, "kubeletEndpoint", M(196), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeDaemonEndpoints",
+        array: false,
+        fields: &[f(1, "kubeletEndpoint", M(196), ZERO_IS_STRUCT)],
+    },
     // 262
-    Message { name: "k8s.io.api.core.v1.NodeFeatures", array: false, fields: &[
-        f(1, "supplementalGroupsPolicy", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeFeatures",
+        array: false,
+        fields: &[f(1, "supplementalGroupsPolicy", Bool, NULLABLE)],
+    },
     // 263
-    Message { name: "k8s.io.api.core.v1.NodeList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(255), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(255), REPEATED),
+        ],
+    },
     // 264
-    Message { name: "k8s.io.api.core.v1.NodeProxyOptions", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeProxyOptions",
+        array: false,
+        fields: &[f(1, "path", S, OMITEMPTY)],
+    },
     // 265
-    Message { name: "k8s.io.api.core.v1.NodeRuntimeHandler", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "features", M(266), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeRuntimeHandler",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "features", M(266), 0)],
+    },
     // 266
-    Message { name: "k8s.io.api.core.v1.NodeRuntimeHandlerFeatures", array: false, fields: &[
-        f(1, "recursiveReadOnlyMounts", Bool, NULLABLE),
-        f(2, "userNamespaces", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeRuntimeHandlerFeatures",
+        array: false,
+        fields: &[
+            f(1, "recursiveReadOnlyMounts", Bool, NULLABLE),
+            f(2, "userNamespaces", Bool, NULLABLE),
+        ],
+    },
     // 267
-    Message { name: "k8s.io.api.core.v1.NodeSelector", array: false, fields: &[
-        f(1, "nodeSelectorTerms", M(269), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSelector",
+        array: false,
+        fields: &[f(1, "nodeSelectorTerms", M(269), REPEATED | WRITTEN_EMPTY)],
+    },
     // 268
-    Message { name: "k8s.io.api.core.v1.NodeSelectorRequirement", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "operator", S, 0),
-        f(3, "values", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSelectorRequirement",
+        array: false,
+        fields: &[
+            f(1, "key", S, 0),
+            f(2, "operator", S, 0),
+            f(3, "values", S, REPEATED),
+        ],
+    },
     // 269
-    Message { name: "k8s.io.api.core.v1.NodeSelectorTerm", array: false, fields: &[
-        f(1, "matchExpressions", M(268), REPEATED),
-        f(2, "matchFields", M(268), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSelectorTerm",
+        array: false,
+        fields: &[
+            f(1, "matchExpressions", M(268), REPEATED),
+            f(2, "matchFields", M(268), REPEATED),
+        ],
+    },
     // 270
-    Message { name: "k8s.io.api.core.v1.NodeSpec", array: false, fields: &[
-        f(1, "podCIDR", S, OMITEMPTY),
-        f(2, "externalID", S, OMITEMPTY),
-        f(3, "providerID", S, OMITEMPTY),
-        f(4, "unschedulable", Bool, OMITEMPTY),
-        f(5, "taints", M(373), REPEATED),
-        f(6, "configSource", M(259), 0),
-        f(7, "podCIDRs", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSpec",
+        array: false,
+        fields: &[
+            f(1, "podCIDR", S, OMITEMPTY),
+            f(2, "externalID", S, OMITEMPTY),
+            f(3, "providerID", S, OMITEMPTY),
+            f(4, "unschedulable", Bool, OMITEMPTY),
+            f(5, "taints", M(373), REPEATED),
+            f(6, "configSource", M(259), 0),
+            f(7, "podCIDRs", S, REPEATED),
+        ],
+    },
     // 271
-    Message { name: "k8s.io.api.core.v1.NodeStatus", array: false, fields: &[
-        f(1, "capacity", MapM(506), 0),
-        f(2, "allocatable", MapM(506), 0),
-        f(3, "phase", S, OMITEMPTY),
-        f(4, "conditions", M(258), REPEATED),
-        f(5, "addresses", M(256), REPEATED),
-        f(6, "daemonEndpoints", M(261), 0),
-        f(7, "nodeInfo", M(273), 0),
-        f(8, "images", M(185), REPEATED),
-        f(9, "volumesInUse", S, REPEATED),
-        f(10, "volumesAttached", M(157), REPEATED),
-        f(11, "config", M(260), 0),
-        f(12, "runtimeHandlers", M(265), REPEATED),
-        f(13, "features", M(262), 0),
-        f(14, "declaredFeatures", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeStatus",
+        array: false,
+        fields: &[
+            f(1, "capacity", MapM(506), 0),
+            f(2, "allocatable", MapM(506), 0),
+            f(3, "phase", S, OMITEMPTY),
+            f(4, "conditions", M(258), REPEATED),
+            f(5, "addresses", M(256), REPEATED),
+            f(6, "daemonEndpoints", M(261), ZERO_IS_STRUCT),
+            f(7, "nodeInfo", M(273), ZERO_IS_STRUCT),
+            f(8, "images", M(185), REPEATED),
+            f(9, "volumesInUse", S, REPEATED),
+            f(10, "volumesAttached", M(157), REPEATED),
+            f(11, "config", M(260), 0),
+            f(12, "runtimeHandlers", M(265), REPEATED),
+            f(13, "features", M(262), 0),
+            f(14, "declaredFeatures", S, REPEATED),
+        ],
+    },
     // 272
-    Message { name: "k8s.io.api.core.v1.NodeSwapStatus", array: false, fields: &[
-        f(1, "capacity", I64, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSwapStatus",
+        array: false,
+        fields: &[f(1, "capacity", I64, NULLABLE)],
+    },
     // 273
-    Message { name: "k8s.io.api.core.v1.NodeSystemInfo", array: false, fields: &[
-        f(1, "machineID", S, 0),
-        f(2, "systemUUID", S, 0),
-        f(3, "bootID", S, 0),
-        f(4, "kernelVersion", S, 0),
-        f(5, "osImage", S, 0),
-        f(6, "containerRuntimeVersion", S, 0),
-        f(7, "kubeletVersion", S, 0),
-        f(8, "kubeProxyVersion", S, 0),
-        f(9, "operatingSystem", S, 0),
-        f(10, "architecture", S, 0),
-        f(11, "swap", M(272), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSystemInfo",
+        array: false,
+        fields: &[
+            f(1, "machineID", S, 0),
+            f(2, "systemUUID", S, 0),
+            f(3, "bootID", S, 0),
+            f(4, "kernelVersion", S, 0),
+            f(5, "osImage", S, 0),
+            f(6, "containerRuntimeVersion", S, 0),
+            f(7, "kubeletVersion", S, 0),
+            f(8, "kubeProxyVersion", S, 0),
+            f(9, "operatingSystem", S, 0),
+            f(10, "architecture", S, 0),
+            f(11, "swap", M(272), 0),
+        ],
+    },
     // 274
-    Message { name: "k8s.io.api.core.v1.ObjectFieldSelector", array: false, fields: &[
-        f(1, "apiVersion", S, OMITEMPTY),
-        f(2, "fieldPath", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ObjectFieldSelector",
+        array: false,
+        fields: &[f(1, "apiVersion", S, OMITEMPTY), f(2, "fieldPath", S, 0)],
+    },
     // 275
-    Message { name: "k8s.io.api.core.v1.ObjectReference", array: false, fields: &[
-        f(1, "kind", S, OMITEMPTY),
-        f(2, "namespace", S, OMITEMPTY),
-        f(3, "name", S, OMITEMPTY),
-        f(4, "uid", S, OMITEMPTY),
-        f(5, "apiVersion", S, OMITEMPTY),
-        f(6, "resourceVersion", S, OMITEMPTY),
-        f(7, "fieldPath", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ObjectReference",
+        array: false,
+        fields: &[
+            f(1, "kind", S, OMITEMPTY),
+            f(2, "namespace", S, OMITEMPTY),
+            f(3, "name", S, OMITEMPTY),
+            f(4, "uid", S, OMITEMPTY),
+            f(5, "apiVersion", S, OMITEMPTY),
+            f(6, "resourceVersion", S, OMITEMPTY),
+            f(7, "fieldPath", S, OMITEMPTY),
+        ],
+    },
     // 276
-    Message { name: "k8s.io.api.core.v1.PersistentVolume", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(286), 0),
-        f(3, "status", M(287), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolume",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(286), ZERO_IS_STRUCT),
+            f(3, "status", M(287), ZERO_IS_STRUCT),
+        ],
+    },
     // 277
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaim", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(280), 0),
-        f(3, "status", M(281), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaim",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(280), ZERO_IS_STRUCT),
+            f(3, "status", M(281), ZERO_IS_STRUCT),
+        ],
+    },
     // 278
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
-        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(5, "reason", S, OMITEMPTY),
-        f(6, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaimCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
+            f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(5, "reason", S, OMITEMPTY),
+            f(6, "message", S, OMITEMPTY),
+        ],
+    },
     // 279
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(277), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaimList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(277), REPEATED),
+        ],
+    },
     // 280
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimSpec", array: false, fields: &[
-        f(1, "accessModes", S, REPEATED),
-        f(2, "resources", M(387), 0),
-        f(3, "volumeName", S, OMITEMPTY),
-        f(4, "selector", M(526), 0),
-        f(5, "storageClassName", S, NULLABLE),
-        f(6, "volumeMode", S, NULLABLE),
-        f(7, "dataSource", M(379), 0),
-        f(8, "dataSourceRef", M(380), 0),
-        f(9, "volumeAttributesClassName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaimSpec",
+        array: false,
+        fields: &[
+            f(1, "accessModes", S, REPEATED),
+            f(2, "resources", M(387), ZERO_IS_STRUCT),
+            f(3, "volumeName", S, OMITEMPTY),
+            f(4, "selector", M(526), 0),
+            f(5, "storageClassName", S, NULLABLE),
+            f(6, "volumeMode", S, NULLABLE),
+            f(7, "dataSource", M(379), 0),
+            f(8, "dataSourceRef", M(380), 0),
+            f(9, "volumeAttributesClassName", S, NULLABLE),
+        ],
+    },
     // 281
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimStatus", array: false, fields: &[
-        f(1, "phase", S, OMITEMPTY),
-        f(2, "accessModes", S, REPEATED),
-        f(3, "capacity", MapM(506), 0),
-        f(4, "conditions", M(278), REPEATED),
-        f(5, "allocatedResources", MapM(506), 0),
-        f(7, "allocatedResourceStatuses", MapS, 0),
-        f(8, "currentVolumeAttributesClassName", S, NULLABLE),
-        f(9, "modifyVolumeStatus", M(248), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaimStatus",
+        array: false,
+        fields: &[
+            f(1, "phase", S, OMITEMPTY),
+            f(2, "accessModes", S, REPEATED),
+            f(3, "capacity", MapM(506), 0),
+            f(4, "conditions", M(278), REPEATED),
+            f(5, "allocatedResources", MapM(506), 0),
+            f(7, "allocatedResourceStatuses", MapS, 0),
+            f(8, "currentVolumeAttributesClassName", S, NULLABLE),
+            f(9, "modifyVolumeStatus", M(248), 0),
+        ],
+    },
     // 282
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(280), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(280), ZERO_IS_STRUCT),
+        ],
+    },
     // 283
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeClaimVolumeSource", array: false, fields: &[
-        f(1, "claimName", S, 0),
-        f(2, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeClaimVolumeSource",
+        array: false,
+        fields: &[f(1, "claimName", S, 0), f(2, "readOnly", Bool, OMITEMPTY)],
+    },
     // 284
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(276), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(276), REPEATED),
+        ],
+    },
     // 285
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeSource", array: false, fields: &[
-        f(1, "gcePersistentDisk", M(222), 0),
-        f(2, "awsElasticBlockStore", M(159), 0),
-        f(3, "hostPath", M(229), 0),
-        f(4, "glusterfs", M(224), 0),
-        f(5, "nfs", M(254), 0),
-        f(6, "rbd", M(328), 0),
-        f(7, "iscsi", M(233), 0),
-        f(8, "cinder", M(169), 0),
-        f(9, "cephfs", M(167), 0),
-        f(10, "fc", M(217), 0),
-        f(11, "flocker", M(221), 0),
-        f(12, "flexVolume", M(219), 0),
-        f(13, "azureFile", M(161), 0),
-        f(14, "vsphereVolume", M(389), 0),
-        f(15, "quobyte", M(326), 0),
-        f(16, "azureDisk", M(160), 0),
-        f(17, "photonPersistentDisk", M(288), 0),
-        f(18, "portworxVolume", M(319), 0),
-        f(19, "scaleIO", M(344), 0),
-        f(20, "local", M(247), 0),
-        f(21, "storageos", M(370), 0),
-        f(22, "csi", M(164), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "gcePersistentDisk", M(222), 0),
+            f(2, "awsElasticBlockStore", M(159), 0),
+            f(3, "hostPath", M(229), 0),
+            f(4, "glusterfs", M(224), 0),
+            f(5, "nfs", M(254), 0),
+            f(6, "rbd", M(328), 0),
+            f(7, "iscsi", M(233), 0),
+            f(8, "cinder", M(169), 0),
+            f(9, "cephfs", M(167), 0),
+            f(10, "fc", M(217), 0),
+            f(11, "flocker", M(221), 0),
+            f(12, "flexVolume", M(219), 0),
+            f(13, "azureFile", M(161), 0),
+            f(14, "vsphereVolume", M(389), 0),
+            f(15, "quobyte", M(326), 0),
+            f(16, "azureDisk", M(160), 0),
+            f(17, "photonPersistentDisk", M(288), 0),
+            f(18, "portworxVolume", M(319), 0),
+            f(19, "scaleIO", M(344), 0),
+            f(20, "local", M(247), 0),
+            f(21, "storageos", M(370), 0),
+            f(22, "csi", M(164), 0),
+        ],
+    },
     // 286
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeSpec", array: false, fields: &[
-        f(1, "capacity", MapM(506), 0),
-        f(2, "", M(285), INLINE),
-        f(3, "accessModes", S, REPEATED),
-        f(4, "claimRef", M(275), 0),
-        f(5, "persistentVolumeReclaimPolicy", S, OMITEMPTY),
-        f(6, "storageClassName", S, OMITEMPTY),
-        f(7, "mountOptions", S, REPEATED),
-        f(8, "volumeMode", S, NULLABLE),
-        f(9, "nodeAffinity", M(385), 0),
-        f(10, "volumeAttributesClassName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeSpec",
+        array: false,
+        fields: &[
+            f(1, "capacity", MapM(506), 0),
+            f(2, "", M(285), INLINE),
+            f(3, "accessModes", S, REPEATED),
+            f(4, "claimRef", M(275), 0),
+            f(5, "persistentVolumeReclaimPolicy", S, OMITEMPTY),
+            f(6, "storageClassName", S, OMITEMPTY),
+            f(7, "mountOptions", S, REPEATED),
+            f(8, "volumeMode", S, NULLABLE),
+            f(9, "nodeAffinity", M(385), 0),
+            f(10, "volumeAttributesClassName", S, NULLABLE),
+        ],
+    },
     // 287
-    Message { name: "k8s.io.api.core.v1.PersistentVolumeStatus", array: false, fields: &[
-        f(1, "phase", S, OMITEMPTY),
-        f(2, "message", S, OMITEMPTY),
-        f(3, "reason", S, OMITEMPTY),
-        f(4, "lastPhaseTransitionTime", M(545), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PersistentVolumeStatus",
+        array: false,
+        fields: &[
+            f(1, "phase", S, OMITEMPTY),
+            f(2, "message", S, OMITEMPTY),
+            f(3, "reason", S, OMITEMPTY),
+            f(4, "lastPhaseTransitionTime", M(545), 0),
+        ],
+    },
     // 288
-    Message { name: "k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource", array: false, fields: &[
-        f(1, "pdID", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource",
+        array: false,
+        fields: &[f(1, "pdID", S, 0), f(2, "fsType", S, OMITEMPTY)],
+    },
     // 289
-    Message { name: "k8s.io.api.core.v1.Pod", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(312), 0),
-        f(3, "status", M(313), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Pod",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(312), ZERO_IS_STRUCT),
+            f(3, "status", M(313), ZERO_IS_STRUCT),
+        ],
+    },
     // 290
-    Message { name: "k8s.io.api.core.v1.PodAffinity", array: false, fields: &[
-        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(291), REPEATED),
-        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(390), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodAffinity",
+        array: false,
+        fields: &[
+            f(
+                1,
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                M(291),
+                REPEATED,
+            ),
+            f(
+                2,
+                "preferredDuringSchedulingIgnoredDuringExecution",
+                M(390),
+                REPEATED,
+            ),
+        ],
+    },
     // 291
-    Message { name: "k8s.io.api.core.v1.PodAffinityTerm", array: false, fields: &[
-        f(1, "labelSelector", M(526), 0),
-        f(2, "namespaces", S, REPEATED),
-        f(3, "topologyKey", S, 0),
-        f(4, "namespaceSelector", M(526), 0),
-        f(5, "matchLabelKeys", S, REPEATED),
-        f(6, "mismatchLabelKeys", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodAffinityTerm",
+        array: false,
+        fields: &[
+            f(1, "labelSelector", M(526), 0),
+            f(2, "namespaces", S, REPEATED),
+            f(3, "topologyKey", S, 0),
+            f(4, "namespaceSelector", M(526), 0),
+            f(5, "matchLabelKeys", S, REPEATED),
+            f(6, "mismatchLabelKeys", S, REPEATED),
+        ],
+    },
     // 292
-    Message { name: "k8s.io.api.core.v1.PodAntiAffinity", array: false, fields: &[
-        f(1, "requiredDuringSchedulingIgnoredDuringExecution", M(291), REPEATED),
-        f(2, "preferredDuringSchedulingIgnoredDuringExecution", M(390), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodAntiAffinity",
+        array: false,
+        fields: &[
+            f(
+                1,
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                M(291),
+                REPEATED,
+            ),
+            f(
+                2,
+                "preferredDuringSchedulingIgnoredDuringExecution",
+                M(390),
+                REPEATED,
+            ),
+        ],
+    },
     // 293
-    Message { name: "k8s.io.api.core.v1.PodAttachOptions", array: false, fields: &[
-        f(1, "stdin", Bool, OMITEMPTY),
-        f(2, "stdout", Bool, OMITEMPTY),
-        f(3, "stderr", Bool, OMITEMPTY),
-        f(4, "tty", Bool, OMITEMPTY),
-        f(5, "container", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodAttachOptions",
+        array: false,
+        fields: &[
+            f(1, "stdin", Bool, OMITEMPTY),
+            f(2, "stdout", Bool, OMITEMPTY),
+            f(3, "stderr", Bool, OMITEMPTY),
+            f(4, "tty", Bool, OMITEMPTY),
+            f(5, "container", S, OMITEMPTY),
+        ],
+    },
     // 294
-    Message { name: "k8s.io.api.core.v1.PodCertificateProjection", array: false, fields: &[
-        f(1, "signerName", S, OMITEMPTY),
-        f(2, "keyType", S, OMITEMPTY),
-        f(3, "maxExpirationSeconds", I32, NULLABLE),
-        f(4, "credentialBundlePath", S, OMITEMPTY),
-        f(5, "keyPath", S, OMITEMPTY),
-        f(6, "certificateChainPath", S, OMITEMPTY),
-        f(7, "userAnnotations", MapS, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodCertificateProjection",
+        array: false,
+        fields: &[
+            f(1, "signerName", S, OMITEMPTY),
+            f(2, "keyType", S, OMITEMPTY),
+            f(3, "maxExpirationSeconds", I32, NULLABLE),
+            f(4, "credentialBundlePath", S, OMITEMPTY),
+            f(5, "keyPath", S, OMITEMPTY),
+            f(6, "certificateChainPath", S, OMITEMPTY),
+            f(7, "userAnnotations", MapS, 0),
+        ],
+    },
     // 295
-    Message { name: "k8s.io.api.core.v1.PodCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
-        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(5, "reason", S, OMITEMPTY),
-        f(6, "message", S, OMITEMPTY),
-        f(7, "observedGeneration", I64, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastProbeTime", M(545), UNSET_IS_NULL),
+            f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(5, "reason", S, OMITEMPTY),
+            f(6, "message", S, OMITEMPTY),
+            f(7, "observedGeneration", I64, OMITEMPTY),
+        ],
+    },
     // 296
-    Message { name: "k8s.io.api.core.v1.PodDnsConfig", array: false, fields: &[
-        f(1, "nameservers", S, REPEATED),
-        f(2, "searches", S, REPEATED),
-        f(3, "options", M(297), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodDnsConfig",
+        array: false,
+        fields: &[
+            f(1, "nameservers", S, REPEATED),
+            f(2, "searches", S, REPEATED),
+            f(3, "options", M(297), REPEATED),
+        ],
+    },
     // 297
-    Message { name: "k8s.io.api.core.v1.PodDnsConfigOption", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "value", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodDnsConfigOption",
+        array: false,
+        fields: &[f(1, "name", S, OMITEMPTY), f(2, "value", S, NULLABLE)],
+    },
     // 298
-    Message { name: "k8s.io.api.core.v1.PodExecOptions", array: false, fields: &[
-        f(1, "stdin", Bool, OMITEMPTY),
-        f(2, "stdout", Bool, OMITEMPTY),
-        f(3, "stderr", Bool, OMITEMPTY),
-        f(4, "tty", Bool, OMITEMPTY),
-        f(5, "container", S, OMITEMPTY),
-        f(6, "command", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodExecOptions",
+        array: false,
+        fields: &[
+            f(1, "stdin", Bool, OMITEMPTY),
+            f(2, "stdout", Bool, OMITEMPTY),
+            f(3, "stderr", Bool, OMITEMPTY),
+            f(4, "tty", Bool, OMITEMPTY),
+            f(5, "container", S, OMITEMPTY),
+            f(6, "command", S, REPEATED),
+        ],
+    },
     // 299
-    Message { name: "k8s.io.api.core.v1.PodExtendedResourceClaimStatus", array: false, fields: &[
-        f(1, "requestMappings", M(184), REPEATED),
-        f(2, "resourceClaimName", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodExtendedResourceClaimStatus",
+        array: false,
+        fields: &[
+            f(1, "requestMappings", M(184), REPEATED | WRITTEN_EMPTY),
+            f(2, "resourceClaimName", S, 0),
+        ],
+    },
     // 300
-    Message { name: "k8s.io.api.core.v1.PodIp", array: false, fields: &[
-        f(1, "ip", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodIp",
+        array: false,
+        fields: &[f(1, "ip", S, 0)],
+    },
     // 301
-    Message { name: "k8s.io.api.core.v1.PodList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(289), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(289), REPEATED),
+        ],
+    },
     // 302
-    Message { name: "k8s.io.api.core.v1.PodLogOptions", array: false, fields: &[
-        f(1, "container", S, OMITEMPTY),
-        f(2, "follow", Bool, OMITEMPTY),
-        f(3, "previous", Bool, OMITEMPTY),
-        f(4, "sinceSeconds", I64, NULLABLE),
-        f(5, "sinceTime", M(545), 0),
-        f(6, "timestamps", Bool, OMITEMPTY),
-        f(7, "tailLines", I64, NULLABLE),
-        f(8, "limitBytes", I64, NULLABLE),
-        f(9, "insecureSkipTLSVerifyBackend", Bool, OMITEMPTY),
-        f(10, "stream", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodLogOptions",
+        array: false,
+        fields: &[
+            f(1, "container", S, OMITEMPTY),
+            f(2, "follow", Bool, OMITEMPTY),
+            f(3, "previous", Bool, OMITEMPTY),
+            f(4, "sinceSeconds", I64, NULLABLE),
+            f(5, "sinceTime", M(545), 0),
+            f(6, "timestamps", Bool, OMITEMPTY),
+            f(7, "tailLines", I64, NULLABLE),
+            f(8, "limitBytes", I64, NULLABLE),
+            f(9, "insecureSkipTLSVerifyBackend", Bool, OMITEMPTY),
+            f(10, "stream", S, NULLABLE),
+        ],
+    },
     // 303
-    Message { name: "k8s.io.api.core.v1.PodOs", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodOs",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 304
-    Message { name: "k8s.io.api.core.v1.PodPortForwardOptions", array: false, fields: &[
-        f(1, "ports", I32, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodPortForwardOptions",
+        array: false,
+        fields: &[f(1, "ports", I32, REPEATED)],
+    },
     // 305
-    Message { name: "k8s.io.api.core.v1.PodProxyOptions", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodProxyOptions",
+        array: false,
+        fields: &[f(1, "path", S, OMITEMPTY)],
+    },
     // 306
-    Message { name: "k8s.io.api.core.v1.PodReadinessGate", array: false, fields: &[
-        f(1, "conditionType", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodReadinessGate",
+        array: false,
+        fields: &[f(1, "conditionType", S, 0)],
+    },
     // 307
-    Message { name: "k8s.io.api.core.v1.PodResourceClaim", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(3, "resourceClaimName", S, NULLABLE),
-        f(4, "resourceClaimTemplateName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodResourceClaim",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(3, "resourceClaimName", S, NULLABLE),
+            f(4, "resourceClaimTemplateName", S, NULLABLE),
+        ],
+    },
     // 308
-    Message { name: "k8s.io.api.core.v1.PodResourceClaimStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "resourceClaimName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodResourceClaimStatus",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "resourceClaimName", S, NULLABLE)],
+    },
     // 309
-    Message { name: "k8s.io.api.core.v1.PodSchedulingGate", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodSchedulingGate",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 310
-    Message { name: "k8s.io.api.core.v1.PodSecurityContext", array: false, fields: &[
-        f(1, "seLinuxOptions", M(348), 0),
-        f(2, "runAsUser", I64, NULLABLE),
-        f(3, "runAsNonRoot", Bool, NULLABLE),
-        f(4, "supplementalGroups", I64, REPEATED),
-        f(5, "fsGroup", I64, NULLABLE),
-        f(6, "runAsGroup", I64, NULLABLE),
-        f(7, "sysctls", M(372), REPEATED),
-        f(8, "windowsOptions", M(391), 0),
-        f(9, "fsGroupChangePolicy", S, NULLABLE),
-        f(10, "seccompProfile", M(349), 0),
-        f(11, "appArmorProfile", M(156), 0),
-        f(12, "supplementalGroupsPolicy", S, NULLABLE),
-        f(13, "seLinuxChangePolicy", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodSecurityContext",
+        array: false,
+        fields: &[
+            f(1, "seLinuxOptions", M(348), 0),
+            f(2, "runAsUser", I64, NULLABLE),
+            f(3, "runAsNonRoot", Bool, NULLABLE),
+            f(4, "supplementalGroups", I64, REPEATED),
+            f(5, "fsGroup", I64, NULLABLE),
+            f(6, "runAsGroup", I64, NULLABLE),
+            f(7, "sysctls", M(372), REPEATED),
+            f(8, "windowsOptions", M(391), 0),
+            f(9, "fsGroupChangePolicy", S, NULLABLE),
+            f(10, "seccompProfile", M(349), 0),
+            f(11, "appArmorProfile", M(156), 0),
+            f(12, "supplementalGroupsPolicy", S, NULLABLE),
+            f(13, "seLinuxChangePolicy", S, NULLABLE),
+        ],
+    },
     // 311
-    Message { name: "k8s.io.api.core.v1.PodSignature", array: false, fields: &[
-        f(1, "podController", M(534), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodSignature",
+        array: false,
+        fields: &[f(1, "podController", M(534), 0)],
+    },
     // 312
-    Message { name: "k8s.io.api.core.v1.PodSpec", array: false, fields: &[
-        f(1, "volumes", M(381), REPEATED),
-        f(2, "containers", M(183), REPEATED),
-        f(3, "restartPolicy", S, OMITEMPTY),
-        f(4, "terminationGracePeriodSeconds", I64, NULLABLE),
-        f(5, "activeDeadlineSeconds", I64, NULLABLE),
-        f(6, "dnsPolicy", S, OMITEMPTY),
-        f(7, "nodeSelector", MapS, 0),
-        f(8, "serviceAccountName", S, OMITEMPTY),
-        f(9, "serviceAccount", S, OMITEMPTY),
-        f(10, "nodeName", S, OMITEMPTY),
-        f(11, "hostNetwork", Bool, OMITEMPTY),
-        f(12, "hostPID", Bool, OMITEMPTY),
-        f(13, "hostIPC", Bool, OMITEMPTY),
-        f(14, "securityContext", M(310), 0),
-        f(15, "imagePullSecrets", M(246), REPEATED),
-        f(16, "hostname", S, OMITEMPTY),
-        f(17, "subdomain", S, OMITEMPTY),
-        f(18, "affinity", M(155), 0),
-        f(19, "schedulerName", S, OMITEMPTY),
-        f(20, "initContainers", M(183), REPEATED),
-        f(21, "automountServiceAccountToken", Bool, NULLABLE),
-        f(22, "tolerations", M(375), REPEATED),
-        f(23, "hostAliases", M(227), REPEATED),
-        f(24, "priorityClassName", S, OMITEMPTY),
-        f(25, "priority", I32, NULLABLE),
-        f(26, "dnsConfig", M(296), 0),
-        f(27, "shareProcessNamespace", Bool, NULLABLE),
-        f(28, "readinessGates", M(306), REPEATED),
-        f(29, "runtimeClassName", S, NULLABLE),
-        f(30, "enableServiceLinks", Bool, NULLABLE),
-        f(31, "preemptionPolicy", S, NULLABLE),
-        f(32, "overhead", MapM(506), 0),
-        f(33, "topologySpreadConstraints", M(378), REPEATED),
-        f(34, "ephemeralContainers", M(209), REPEATED),
-        f(35, "setHostnameAsFQDN", Bool, NULLABLE),
-        f(36, "os", M(303), 0),
-        f(37, "hostUsers", Bool, NULLABLE),
-        f(38, "schedulingGates", M(309), REPEATED),
-        f(39, "resourceClaims", M(307), REPEATED),
-        f(40, "resources", M(342), 0),
-        f(41, "hostnameOverride", S, NULLABLE),
-        f(42, "workloadRef", M(392), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodSpec",
+        array: false,
+        fields: &[
+            f(1, "volumes", M(381), REPEATED),
+            f(2, "containers", M(183), REPEATED | WRITTEN_EMPTY),
+            f(3, "restartPolicy", S, OMITEMPTY),
+            f(4, "terminationGracePeriodSeconds", I64, NULLABLE),
+            f(5, "activeDeadlineSeconds", I64, NULLABLE),
+            f(6, "dnsPolicy", S, OMITEMPTY),
+            f(7, "nodeSelector", MapS, 0),
+            f(8, "serviceAccountName", S, OMITEMPTY),
+            f(9, "serviceAccount", S, OMITEMPTY),
+            f(10, "nodeName", S, OMITEMPTY),
+            f(11, "hostNetwork", Bool, OMITEMPTY),
+            f(12, "hostPID", Bool, OMITEMPTY),
+            f(13, "hostIPC", Bool, OMITEMPTY),
+            f(14, "securityContext", M(310), 0),
+            f(15, "imagePullSecrets", M(246), REPEATED),
+            f(16, "hostname", S, OMITEMPTY),
+            f(17, "subdomain", S, OMITEMPTY),
+            f(18, "affinity", M(155), 0),
+            f(19, "schedulerName", S, OMITEMPTY),
+            f(20, "initContainers", M(183), REPEATED),
+            f(21, "automountServiceAccountToken", Bool, NULLABLE),
+            f(22, "tolerations", M(375), REPEATED),
+            f(23, "hostAliases", M(227), REPEATED),
+            f(24, "priorityClassName", S, OMITEMPTY),
+            f(25, "priority", I32, NULLABLE),
+            f(26, "dnsConfig", M(296), 0),
+            f(27, "shareProcessNamespace", Bool, NULLABLE),
+            f(28, "readinessGates", M(306), REPEATED),
+            f(29, "runtimeClassName", S, NULLABLE),
+            f(30, "enableServiceLinks", Bool, NULLABLE),
+            f(31, "preemptionPolicy", S, NULLABLE),
+            f(32, "overhead", MapM(506), 0),
+            f(33, "topologySpreadConstraints", M(378), REPEATED),
+            f(34, "ephemeralContainers", M(209), REPEATED),
+            f(35, "setHostnameAsFQDN", Bool, NULLABLE),
+            f(36, "os", M(303), 0),
+            f(37, "hostUsers", Bool, NULLABLE),
+            f(38, "schedulingGates", M(309), REPEATED),
+            f(39, "resourceClaims", M(307), REPEATED),
+            f(40, "resources", M(342), 0),
+            f(41, "hostnameOverride", S, NULLABLE),
+            f(42, "workloadRef", M(392), 0),
+        ],
+    },
     // 313
-    Message { name: "k8s.io.api.core.v1.PodStatus", array: false, fields: &[
-        f(1, "phase", S, OMITEMPTY),
-        f(2, "conditions", M(295), REPEATED),
-        f(3, "message", S, OMITEMPTY),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "hostIP", S, OMITEMPTY),
-        f(6, "podIP", S, OMITEMPTY),
-        f(7, "startTime", M(545), 0),
-        f(8, "containerStatuses", M(194), REPEATED),
-        f(9, "qosClass", S, OMITEMPTY),
-        f(10, "initContainerStatuses", M(194), REPEATED),
-        f(11, "nominatedNodeName", S, OMITEMPTY),
-        f(12, "podIPs", M(300), REPEATED),
-        f(13, "ephemeralContainerStatuses", M(194), REPEATED),
-        f(14, "resize", S, OMITEMPTY),
-        f(15, "resourceClaimStatuses", M(308), REPEATED),
-        f(16, "hostIPs", M(228), REPEATED),
-        f(17, "observedGeneration", I64, OMITEMPTY),
-        f(18, "extendedResourceClaimStatus", M(299), 0),
-        f(19, "allocatedResources", MapM(506), 0),
-        f(20, "resources", M(342), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodStatus",
+        array: false,
+        fields: &[
+            f(1, "phase", S, OMITEMPTY),
+            f(2, "conditions", M(295), REPEATED),
+            f(3, "message", S, OMITEMPTY),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "hostIP", S, OMITEMPTY),
+            f(6, "podIP", S, OMITEMPTY),
+            f(7, "startTime", M(545), 0),
+            f(8, "containerStatuses", M(194), REPEATED),
+            f(9, "qosClass", S, OMITEMPTY),
+            f(10, "initContainerStatuses", M(194), REPEATED),
+            f(11, "nominatedNodeName", S, OMITEMPTY),
+            f(12, "podIPs", M(300), REPEATED),
+            f(13, "ephemeralContainerStatuses", M(194), REPEATED),
+            f(14, "resize", S, OMITEMPTY),
+            f(15, "resourceClaimStatuses", M(308), REPEATED),
+            f(16, "hostIPs", M(228), REPEATED),
+            f(17, "observedGeneration", I64, OMITEMPTY),
+            f(18, "extendedResourceClaimStatus", M(299), 0),
+            f(19, "allocatedResources", MapM(506), 0),
+            f(20, "resources", M(342), 0),
+        ],
+    },
     // 314
-    Message { name: "k8s.io.api.core.v1.PodStatusResult", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "status", M(313), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodStatusResult",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "status", M(313), ZERO_IS_STRUCT),
+        ],
+    },
     // 315
-    Message { name: "k8s.io.api.core.v1.PodTemplate", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "template", M(317), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodTemplate",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "template", M(317), ZERO_IS_STRUCT),
+        ],
+    },
     // 316
-    Message { name: "k8s.io.api.core.v1.PodTemplateList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(315), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodTemplateList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(315), REPEATED),
+        ],
+    },
     // 317
-    Message { name: "k8s.io.api.core.v1.PodTemplateSpec", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(312), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PodTemplateSpec",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(312), ZERO_IS_STRUCT),
+        ],
+    },
     // 318
-    Message { name: "k8s.io.api.core.v1.PortStatus", array: false, fields: &[
-        f(1, "port", I32, 0),
-        f(2, "protocol", S, 0),
-        f(3, "error", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PortStatus",
+        array: false,
+        fields: &[
+            f(1, "port", I32, 0),
+            f(2, "protocol", S, 0),
+            f(3, "error", S, NULLABLE),
+        ],
+    },
     // 319
-    Message { name: "k8s.io.api.core.v1.PortworxVolumeSource", array: false, fields: &[
-        f(1, "volumeID", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PortworxVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumeID", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 320
-    Message { name: "k8s.io.api.core.v1.Preconditions", array: false, fields: &[
-        f(1, "uid", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Preconditions",
+        array: false,
+        fields: &[f(1, "uid", S, NULLABLE)],
+    },
     // 321
-    Message { name: "k8s.io.api.core.v1.PreferAvoidPodsEntry", array: false, fields: &[
-        f(1, "podSignature", M(311), 0),
-        f(2, "evictionTime", M(545), UNSET_IS_NULL),
-        f(3, "reason", S, OMITEMPTY),
-        f(4, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PreferAvoidPodsEntry",
+        array: false,
+        fields: &[
+            f(1, "podSignature", M(311), ZERO_IS_STRUCT),
+            f(2, "evictionTime", M(545), UNSET_IS_NULL),
+            f(3, "reason", S, OMITEMPTY),
+            f(4, "message", S, OMITEMPTY),
+        ],
+    },
     // 322
-    Message { name: "k8s.io.api.core.v1.PreferredSchedulingTerm", array: false, fields: &[
-        f(1, "weight", I32, 0),
-        f(2, "preference", M(269), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.PreferredSchedulingTerm",
+        array: false,
+        fields: &[
+            f(1, "weight", I32, 0),
+            f(2, "preference", M(269), ZERO_IS_STRUCT),
+        ],
+    },
     // 323
-    Message { name: "k8s.io.api.core.v1.Probe", array: false, fields: &[
-        f(1, "", M(324), INLINE),
-        f(2, "initialDelaySeconds", I32, OMITEMPTY),
-        f(3, "timeoutSeconds", I32, OMITEMPTY),
-        f(4, "periodSeconds", I32, OMITEMPTY),
-        f(5, "successThreshold", I32, OMITEMPTY),
-        f(6, "failureThreshold", I32, OMITEMPTY),
-        f(7, "terminationGracePeriodSeconds", I64, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Probe",
+        array: false,
+        fields: &[
+            f(1, "", M(324), INLINE),
+            f(2, "initialDelaySeconds", I32, OMITEMPTY),
+            f(3, "timeoutSeconds", I32, OMITEMPTY),
+            f(4, "periodSeconds", I32, OMITEMPTY),
+            f(5, "successThreshold", I32, OMITEMPTY),
+            f(6, "failureThreshold", I32, OMITEMPTY),
+            f(7, "terminationGracePeriodSeconds", I64, NULLABLE),
+        ],
+    },
     // 324
-    Message { name: "k8s.io.api.core.v1.ProbeHandler", array: false, fields: &[
-        f(1, "exec", M(216), 0),
-        f(2, "httpGet", M(230), 0),
-        f(3, "tcpSocket", M(374), 0),
-        f(4, "grpc", M(226), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ProbeHandler",
+        array: false,
+        fields: &[
+            f(1, "exec", M(216), 0),
+            f(2, "httpGet", M(230), 0),
+            f(3, "tcpSocket", M(374), 0),
+            f(4, "grpc", M(226), 0),
+        ],
+    },
     // 325
-    Message { name: "k8s.io.api.core.v1.ProjectedVolumeSource", array: false, fields: &[
-        f(1, "sources", M(386), REPEATED),
-        f(2, "defaultMode", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ProjectedVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "sources", M(386), REPEATED),
+            f(2, "defaultMode", I32, NULLABLE),
+        ],
+    },
     // 326
-    Message { name: "k8s.io.api.core.v1.QuobyteVolumeSource", array: false, fields: &[
-        f(1, "registry", S, 0),
-        f(2, "volume", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "user", S, OMITEMPTY),
-        f(5, "group", S, OMITEMPTY),
-        f(6, "tenant", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.QuobyteVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "registry", S, 0),
+            f(2, "volume", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "user", S, OMITEMPTY),
+            f(5, "group", S, OMITEMPTY),
+            f(6, "tenant", S, OMITEMPTY),
+        ],
+    },
     // 327
-    Message { name: "k8s.io.api.core.v1.RangeAllocation", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "range", S, 0),
-        f(3, "data", B, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.RangeAllocation",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "range", S, 0),
+            f(3, "data", B, 0),
+        ],
+    },
     // 328
-    Message { name: "k8s.io.api.core.v1.RbdPersistentVolumeSource", array: false, fields: &[
-        f(1, "monitors", S, REPEATED),
-        f(2, "image", S, 0),
-        f(3, "fsType", S, OMITEMPTY),
-        f(4, "pool", S, OMITEMPTY),
-        f(5, "user", S, OMITEMPTY),
-        f(6, "keyring", S, OMITEMPTY),
-        f(7, "secretRef", M(355), 0),
-        f(8, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.RbdPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "monitors", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "image", S, 0),
+            f(3, "fsType", S, OMITEMPTY),
+            f(4, "pool", S, OMITEMPTY),
+            f(5, "user", S, OMITEMPTY),
+            f(6, "keyring", S, OMITEMPTY),
+            f(7, "secretRef", M(355), 0),
+            f(8, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 329
-    Message { name: "k8s.io.api.core.v1.RbdVolumeSource", array: false, fields: &[
-        f(1, "monitors", S, REPEATED),
-        f(2, "image", S, 0),
-        f(3, "fsType", S, OMITEMPTY),
-        f(4, "pool", S, OMITEMPTY),
-        f(5, "user", S, OMITEMPTY),
-        f(6, "keyring", S, OMITEMPTY),
-        f(7, "secretRef", M(246), 0),
-        f(8, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.RbdVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "monitors", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "image", S, 0),
+            f(3, "fsType", S, OMITEMPTY),
+            f(4, "pool", S, OMITEMPTY),
+            f(5, "user", S, OMITEMPTY),
+            f(6, "keyring", S, OMITEMPTY),
+            f(7, "secretRef", M(246), 0),
+            f(8, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 330
-    Message { name: "k8s.io.api.core.v1.ReplicationController", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(333), 0),
-        f(3, "status", M(334), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ReplicationController",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(333), ZERO_IS_STRUCT),
+            f(3, "status", M(334), ZERO_IS_STRUCT),
+        ],
+    },
     // 331
-    Message { name: "k8s.io.api.core.v1.ReplicationControllerCondition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ReplicationControllerCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 332
-    Message { name: "k8s.io.api.core.v1.ReplicationControllerList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(330), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ReplicationControllerList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(330), REPEATED),
+        ],
+    },
     // 333
-    Message { name: "k8s.io.api.core.v1.ReplicationControllerSpec", array: false, fields: &[
-        f(1, "replicas", I32, NULLABLE),
-        f(2, "selector", MapS, 0),
-        f(3, "template", M(317), 0),
-        f(4, "minReadySeconds", I32, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ReplicationControllerSpec",
+        array: false,
+        fields: &[
+            f(1, "replicas", I32, NULLABLE),
+            f(2, "selector", MapS, 0),
+            f(3, "template", M(317), 0),
+            f(4, "minReadySeconds", I32, OMITEMPTY),
+        ],
+    },
     // 334
-    Message { name: "k8s.io.api.core.v1.ReplicationControllerStatus", array: false, fields: &[
-        f(1, "replicas", I32, 0),
-        f(2, "fullyLabeledReplicas", I32, OMITEMPTY),
-        f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "readyReplicas", I32, OMITEMPTY),
-        f(5, "availableReplicas", I32, OMITEMPTY),
-        f(6, "conditions", M(331), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ReplicationControllerStatus",
+        array: false,
+        fields: &[
+            f(1, "replicas", I32, 0),
+            f(2, "fullyLabeledReplicas", I32, OMITEMPTY),
+            f(3, "observedGeneration", I64, OMITEMPTY),
+            f(4, "readyReplicas", I32, OMITEMPTY),
+            f(5, "availableReplicas", I32, OMITEMPTY),
+            f(6, "conditions", M(331), REPEATED),
+        ],
+    },
     // 335
-    Message { name: "k8s.io.api.core.v1.ResourceClaim", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "request", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceClaim",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "request", S, OMITEMPTY)],
+    },
     // 336
-    Message { name: "k8s.io.api.core.v1.ResourceFieldSelector", array: false, fields: &[
-        f(1, "containerName", S, OMITEMPTY),
-        f(2, "resource", S, 0),
-        f(3, "divisor", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceFieldSelector",
+        array: false,
+        fields: &[
+            f(1, "containerName", S, OMITEMPTY),
+            f(2, "resource", S, 0),
+            f(3, "divisor", M(506), 0),
+        ],
+    },
     // 337
-    Message { name: "k8s.io.api.core.v1.ResourceHealth", array: false, fields: &[
-        f(1, "resourceID", S, 0),
-        f(2, "health", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceHealth",
+        array: false,
+        fields: &[f(1, "resourceID", S, 0), f(2, "health", S, OMITEMPTY)],
+    },
     // 338
-    Message { name: "k8s.io.api.core.v1.ResourceQuota", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(340), 0),
-        f(3, "status", M(341), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceQuota",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(340), ZERO_IS_STRUCT),
+            f(3, "status", M(341), ZERO_IS_STRUCT),
+        ],
+    },
     // 339
-    Message { name: "k8s.io.api.core.v1.ResourceQuotaList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(338), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceQuotaList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(338), REPEATED),
+        ],
+    },
     // 340
-    Message { name: "k8s.io.api.core.v1.ResourceQuotaSpec", array: false, fields: &[
-        f(1, "hard", MapM(506), 0),
-        f(2, "scopes", S, REPEATED),
-        f(3, "scopeSelector", M(346), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceQuotaSpec",
+        array: false,
+        fields: &[
+            f(1, "hard", MapM(506), 0),
+            f(2, "scopes", S, REPEATED),
+            f(3, "scopeSelector", M(346), 0),
+        ],
+    },
     // 341
-    Message { name: "k8s.io.api.core.v1.ResourceQuotaStatus", array: false, fields: &[
-        f(1, "hard", MapM(506), 0),
-        f(2, "used", MapM(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceQuotaStatus",
+        array: false,
+        fields: &[f(1, "hard", MapM(506), 0), f(2, "used", MapM(506), 0)],
+    },
     // 342
-    Message { name: "k8s.io.api.core.v1.ResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(506), 0),
-        f(2, "requests", MapM(506), 0),
-        f(3, "claims", M(335), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceRequirements",
+        array: false,
+        fields: &[
+            f(1, "limits", MapM(506), 0),
+            f(2, "requests", MapM(506), 0),
+            f(3, "claims", M(335), REPEATED),
+        ],
+    },
     // 343
-    Message { name: "k8s.io.api.core.v1.ResourceStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "resources", M(337), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ResourceStatus",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "resources", M(337), REPEATED)],
+    },
     // 344
-    Message { name: "k8s.io.api.core.v1.ScaleIoPersistentVolumeSource", array: false, fields: &[
-        f(1, "gateway", S, 0),
-        f(2, "system", S, 0),
-        f(3, "secretRef", M(355), 0),
-        f(4, "sslEnabled", Bool, OMITEMPTY),
-        f(5, "protectionDomain", S, OMITEMPTY),
-        f(6, "storagePool", S, OMITEMPTY),
-        f(7, "storageMode", S, OMITEMPTY),
-        f(8, "volumeName", S, OMITEMPTY),
-        f(9, "fsType", S, OMITEMPTY),
-        f(10, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ScaleIoPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "gateway", S, 0),
+            f(2, "system", S, 0),
+            f(3, "secretRef", M(355), 0),
+            f(4, "sslEnabled", Bool, OMITEMPTY),
+            f(5, "protectionDomain", S, OMITEMPTY),
+            f(6, "storagePool", S, OMITEMPTY),
+            f(7, "storageMode", S, OMITEMPTY),
+            f(8, "volumeName", S, OMITEMPTY),
+            f(9, "fsType", S, OMITEMPTY),
+            f(10, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 345
-    Message { name: "k8s.io.api.core.v1.ScaleIoVolumeSource", array: false, fields: &[
-        f(1, "gateway", S, 0),
-        f(2, "system", S, 0),
-        f(3, "secretRef", M(246), 0),
-        f(4, "sslEnabled", Bool, OMITEMPTY),
-        f(5, "protectionDomain", S, OMITEMPTY),
-        f(6, "storagePool", S, OMITEMPTY),
-        f(7, "storageMode", S, OMITEMPTY),
-        f(8, "volumeName", S, OMITEMPTY),
-        f(9, "fsType", S, OMITEMPTY),
-        f(10, "readOnly", Bool, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ScaleIoVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "gateway", S, 0),
+            f(2, "system", S, 0),
+            f(3, "secretRef", M(246), 0),
+            f(4, "sslEnabled", Bool, OMITEMPTY),
+            f(5, "protectionDomain", S, OMITEMPTY),
+            f(6, "storagePool", S, OMITEMPTY),
+            f(7, "storageMode", S, OMITEMPTY),
+            f(8, "volumeName", S, OMITEMPTY),
+            f(9, "fsType", S, OMITEMPTY),
+            f(10, "readOnly", Bool, OMITEMPTY),
+        ],
+    },
     // 346
-    Message { name: "k8s.io.api.core.v1.ScopeSelector", array: false, fields: &[
-        f(1, "matchExpressions", M(347), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ScopeSelector",
+        array: false,
+        fields: &[f(1, "matchExpressions", M(347), REPEATED)],
+    },
     // 347
-    Message { name: "k8s.io.api.core.v1.ScopedResourceSelectorRequirement", array: false, fields: &[
-        f(1, "scopeName", S, 0),
-        f(2, "operator", S, 0),
-        f(3, "values", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ScopedResourceSelectorRequirement",
+        array: false,
+        fields: &[
+            f(1, "scopeName", S, 0),
+            f(2, "operator", S, 0),
+            f(3, "values", S, REPEATED),
+        ],
+    },
     // 348
-    Message { name: "k8s.io.api.core.v1.SeLinuxOptions", array: false, fields: &[
-        f(1, "user", S, OMITEMPTY),
-        f(2, "role", S, OMITEMPTY),
-        f(3, "type", S, OMITEMPTY),
-        f(4, "level", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SeLinuxOptions",
+        array: false,
+        fields: &[
+            f(1, "user", S, OMITEMPTY),
+            f(2, "role", S, OMITEMPTY),
+            f(3, "type", S, OMITEMPTY),
+            f(4, "level", S, OMITEMPTY),
+        ],
+    },
     // 349
-    Message { name: "k8s.io.api.core.v1.SeccompProfile", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "localhostProfile", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SeccompProfile",
+        array: false,
+        fields: &[f(1, "type", S, 0), f(2, "localhostProfile", S, NULLABLE)],
+    },
     // 350
-    Message { name: "k8s.io.api.core.v1.Secret", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "data", MapB, 0),
-        f(3, "type", S, OMITEMPTY),
-        f(4, "stringData", MapS, 0),
-        f(5, "immutable", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Secret",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "data", MapB, 0),
+            f(3, "type", S, OMITEMPTY),
+            f(4, "stringData", MapS, 0),
+            f(5, "immutable", Bool, NULLABLE),
+        ],
+    },
     // 351
-    Message { name: "k8s.io.api.core.v1.SecretEnvSource", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecretEnvSource",
+        array: false,
+        fields: &[f(1, "", M(246), INLINE), f(2, "optional", Bool, NULLABLE)],
+    },
     // 352
-    Message { name: "k8s.io.api.core.v1.SecretKeySelector", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "key", S, 0),
-        f(3, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecretKeySelector",
+        array: false,
+        fields: &[
+            f(1, "", M(246), INLINE),
+            f(2, "key", S, 0),
+            f(3, "optional", Bool, NULLABLE),
+        ],
+    },
     // 353
-    Message { name: "k8s.io.api.core.v1.SecretList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(350), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecretList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(350), REPEATED),
+        ],
+    },
     // 354
-    Message { name: "k8s.io.api.core.v1.SecretProjection", array: false, fields: &[
-        f(1, "", M(246), INLINE),
-        f(2, "items", M(235), REPEATED),
-        f(4, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecretProjection",
+        array: false,
+        fields: &[
+            f(1, "", M(246), INLINE),
+            f(2, "items", M(235), REPEATED),
+            f(4, "optional", Bool, NULLABLE),
+        ],
+    },
     // 355
-    Message { name: "k8s.io.api.core.v1.SecretReference", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "namespace", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecretReference",
+        array: false,
+        fields: &[f(1, "name", S, OMITEMPTY), f(2, "namespace", S, OMITEMPTY)],
+    },
     // 356
-    Message { name: "k8s.io.api.core.v1.SecretVolumeSource", array: false, fields: &[
-        f(1, "secretName", S, OMITEMPTY),
-        f(2, "items", M(235), REPEATED),
-        f(3, "defaultMode", I32, NULLABLE),
-        f(4, "optional", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecretVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "secretName", S, OMITEMPTY),
+            f(2, "items", M(235), REPEATED),
+            f(3, "defaultMode", I32, NULLABLE),
+            f(4, "optional", Bool, NULLABLE),
+        ],
+    },
     // 357
-    Message { name: "k8s.io.api.core.v1.SecurityContext", array: false, fields: &[
-        f(1, "capabilities", M(166), 0),
-        f(2, "privileged", Bool, NULLABLE),
-        f(3, "seLinuxOptions", M(348), 0),
-        f(4, "runAsUser", I64, NULLABLE),
-        f(5, "runAsNonRoot", Bool, NULLABLE),
-        f(6, "readOnlyRootFilesystem", Bool, NULLABLE),
-        f(7, "allowPrivilegeEscalation", Bool, NULLABLE),
-        f(8, "runAsGroup", I64, NULLABLE),
-        f(9, "procMount", S, NULLABLE),
-        f(10, "windowsOptions", M(391), 0),
-        f(11, "seccompProfile", M(349), 0),
-        f(12, "appArmorProfile", M(156), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SecurityContext",
+        array: false,
+        fields: &[
+            f(1, "capabilities", M(166), 0),
+            f(2, "privileged", Bool, NULLABLE),
+            f(3, "seLinuxOptions", M(348), 0),
+            f(4, "runAsUser", I64, NULLABLE),
+            f(5, "runAsNonRoot", Bool, NULLABLE),
+            f(6, "readOnlyRootFilesystem", Bool, NULLABLE),
+            f(7, "allowPrivilegeEscalation", Bool, NULLABLE),
+            f(8, "runAsGroup", I64, NULLABLE),
+            f(9, "procMount", S, NULLABLE),
+            f(10, "windowsOptions", M(391), 0),
+            f(11, "seccompProfile", M(349), 0),
+            f(12, "appArmorProfile", M(156), 0),
+        ],
+    },
     // 358
-    Message { name: "k8s.io.api.core.v1.SerializedReference", array: false, fields: &[
-        f(1, "reference", M(275), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SerializedReference",
+        array: false,
+        fields: &[f(1, "reference", M(275), ZERO_IS_STRUCT)],
+    },
     // 359
-    Message { name: "k8s.io.api.core.v1.Service", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(366), 0),
-        f(3, "status", M(367), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Service",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(366), ZERO_IS_STRUCT),
+            f(3, "status", M(367), ZERO_IS_STRUCT),
+        ],
+    },
     // 360
-    Message { name: "k8s.io.api.core.v1.ServiceAccount", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "secrets", M(275), REPEATED),
-        f(3, "imagePullSecrets", M(246), REPEATED),
-        f(4, "automountServiceAccountToken", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceAccount",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "secrets", M(275), REPEATED),
+            f(3, "imagePullSecrets", M(246), REPEATED),
+            f(4, "automountServiceAccountToken", Bool, NULLABLE),
+        ],
+    },
     // 361
-    Message { name: "k8s.io.api.core.v1.ServiceAccountList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(360), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceAccountList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(360), REPEATED),
+        ],
+    },
     // 362
-    Message { name: "k8s.io.api.core.v1.ServiceAccountTokenProjection", array: false, fields: &[
-        f(1, "audience", S, OMITEMPTY),
-        f(2, "expirationSeconds", I64, NULLABLE),
-        f(3, "path", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceAccountTokenProjection",
+        array: false,
+        fields: &[
+            f(1, "audience", S, OMITEMPTY),
+            f(2, "expirationSeconds", I64, NULLABLE),
+            f(3, "path", S, 0),
+        ],
+    },
     // 363
-    Message { name: "k8s.io.api.core.v1.ServiceList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(359), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(359), REPEATED),
+        ],
+    },
     // 364
-    Message { name: "k8s.io.api.core.v1.ServicePort", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "protocol", S, OMITEMPTY),
-        f(3, "port", I32, 0),
-        f(4, "targetPort", M(552), 0),
-        f(5, "nodePort", I32, OMITEMPTY),
-        f(6, "appProtocol", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServicePort",
+        array: false,
+        fields: &[
+            f(1, "name", S, OMITEMPTY),
+            f(2, "protocol", S, OMITEMPTY),
+            f(3, "port", I32, 0),
+            f(4, "targetPort", M(552), 0),
+            f(5, "nodePort", I32, OMITEMPTY),
+            f(6, "appProtocol", S, NULLABLE),
+        ],
+    },
     // 365
-    Message { name: "k8s.io.api.core.v1.ServiceProxyOptions", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceProxyOptions",
+        array: false,
+        fields: &[f(1, "path", S, OMITEMPTY)],
+    },
     // 366
-    Message { name: "k8s.io.api.core.v1.ServiceSpec", array: false, fields: &[
-        f(1, "ports", M(364), REPEATED),
-        f(2, "selector", MapS, 0),
-        f(3, "clusterIP", S, OMITEMPTY),
-        f(4, "type", S, OMITEMPTY),
-        f(5, "externalIPs", S, REPEATED),
-        f(7, "sessionAffinity", S, OMITEMPTY),
-        f(8, "loadBalancerIP", S, OMITEMPTY),
-        f(9, "loadBalancerSourceRanges", S, REPEATED),
-        f(10, "externalName", S, OMITEMPTY),
-        f(11, "externalTrafficPolicy", S, OMITEMPTY),
-        f(12, "healthCheckNodePort", I32, OMITEMPTY),
-        f(13, "publishNotReadyAddresses", Bool, OMITEMPTY),
-        f(14, "sessionAffinityConfig", M(368), 0),
-        f(17, "ipFamilyPolicy", S, NULLABLE),
-        f(18, "clusterIPs", S, REPEATED),
-        f(19, "ipFamilies", S, REPEATED),
-        f(20, "allocateLoadBalancerNodePorts", Bool, NULLABLE),
-        f(21, "loadBalancerClass", S, NULLABLE),
-        f(22, "internalTrafficPolicy", S, NULLABLE),
-        f(23, "trafficDistribution", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceSpec",
+        array: false,
+        fields: &[
+            f(1, "ports", M(364), REPEATED),
+            f(2, "selector", MapS, 0),
+            f(3, "clusterIP", S, OMITEMPTY),
+            f(4, "type", S, OMITEMPTY),
+            f(5, "externalIPs", S, REPEATED),
+            f(7, "sessionAffinity", S, OMITEMPTY),
+            f(8, "loadBalancerIP", S, OMITEMPTY),
+            f(9, "loadBalancerSourceRanges", S, REPEATED),
+            f(10, "externalName", S, OMITEMPTY),
+            f(11, "externalTrafficPolicy", S, OMITEMPTY),
+            f(12, "healthCheckNodePort", I32, OMITEMPTY),
+            f(13, "publishNotReadyAddresses", Bool, OMITEMPTY),
+            f(14, "sessionAffinityConfig", M(368), 0),
+            f(17, "ipFamilyPolicy", S, NULLABLE),
+            f(18, "clusterIPs", S, REPEATED),
+            f(19, "ipFamilies", S, REPEATED),
+            f(20, "allocateLoadBalancerNodePorts", Bool, NULLABLE),
+            f(21, "loadBalancerClass", S, NULLABLE),
+            f(22, "internalTrafficPolicy", S, NULLABLE),
+            f(23, "trafficDistribution", S, NULLABLE),
+        ],
+    },
     // 367
-    Message { name: "k8s.io.api.core.v1.ServiceStatus", array: false, fields: &[
-        f(1, "loadBalancer", M(245), 0),
-        f(2, "conditions", M(513), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceStatus",
+        array: false,
+        fields: &[
+            f(1, "loadBalancer", M(245), ZERO_IS_STRUCT),
+            f(2, "conditions", M(513), REPEATED),
+        ],
+    },
     // 368
-    Message { name: "k8s.io.api.core.v1.SessionAffinityConfig", array: false, fields: &[
-        f(1, "clientIP", M(171), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SessionAffinityConfig",
+        array: false,
+        fields: &[f(1, "clientIP", M(171), 0)],
+    },
     // 369
-    Message { name: "k8s.io.api.core.v1.SleepAction", array: false, fields: &[
-        f(1, "seconds", I64, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.SleepAction",
+        array: false,
+        fields: &[f(1, "seconds", I64, 0)],
+    },
     // 370
-    Message { name: "k8s.io.api.core.v1.StorageOsPersistentVolumeSource", array: false, fields: &[
-        f(1, "volumeName", S, OMITEMPTY),
-        f(2, "volumeNamespace", S, OMITEMPTY),
-        f(3, "fsType", S, OMITEMPTY),
-        f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "secretRef", M(275), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.StorageOsPersistentVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumeName", S, OMITEMPTY),
+            f(2, "volumeNamespace", S, OMITEMPTY),
+            f(3, "fsType", S, OMITEMPTY),
+            f(4, "readOnly", Bool, OMITEMPTY),
+            f(5, "secretRef", M(275), 0),
+        ],
+    },
     // 371
-    Message { name: "k8s.io.api.core.v1.StorageOsVolumeSource", array: false, fields: &[
-        f(1, "volumeName", S, OMITEMPTY),
-        f(2, "volumeNamespace", S, OMITEMPTY),
-        f(3, "fsType", S, OMITEMPTY),
-        f(4, "readOnly", Bool, OMITEMPTY),
-        f(5, "secretRef", M(246), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.StorageOsVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumeName", S, OMITEMPTY),
+            f(2, "volumeNamespace", S, OMITEMPTY),
+            f(3, "fsType", S, OMITEMPTY),
+            f(4, "readOnly", Bool, OMITEMPTY),
+            f(5, "secretRef", M(246), 0),
+        ],
+    },
     // 372
-    Message { name: "k8s.io.api.core.v1.Sysctl", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "value", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Sysctl",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "value", S, 0)],
+    },
     // 373
-    Message { name: "k8s.io.api.core.v1.Taint", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "value", S, OMITEMPTY),
-        f(3, "effect", S, 0),
-        f(4, "timeAdded", M(545), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Taint",
+        array: false,
+        fields: &[
+            f(1, "key", S, 0),
+            f(2, "value", S, OMITEMPTY),
+            f(3, "effect", S, 0),
+            f(4, "timeAdded", M(545), 0),
+        ],
+    },
     // 374
-    Message { name: "k8s.io.api.core.v1.TcpSocketAction", array: false, fields: &[
-        f(1, "port", M(552), 0),
-        f(2, "host", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.TcpSocketAction",
+        array: false,
+        fields: &[f(1, "port", M(552), 0), f(2, "host", S, OMITEMPTY)],
+    },
     // 375
-    Message { name: "k8s.io.api.core.v1.Toleration", array: false, fields: &[
-        f(1, "key", S, OMITEMPTY),
-        f(2, "operator", S, OMITEMPTY),
-        f(3, "value", S, OMITEMPTY),
-        f(4, "effect", S, OMITEMPTY),
-        f(5, "tolerationSeconds", I64, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Toleration",
+        array: false,
+        fields: &[
+            f(1, "key", S, OMITEMPTY),
+            f(2, "operator", S, OMITEMPTY),
+            f(3, "value", S, OMITEMPTY),
+            f(4, "effect", S, OMITEMPTY),
+            f(5, "tolerationSeconds", I64, NULLABLE),
+        ],
+    },
     // 376
-    Message { name: "k8s.io.api.core.v1.TopologySelectorLabelRequirement", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "values", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.TopologySelectorLabelRequirement",
+        array: false,
+        fields: &[
+            f(1, "key", S, 0),
+            f(2, "values", S, REPEATED | WRITTEN_EMPTY),
+        ],
+    },
     // 377
-    Message { name: "k8s.io.api.core.v1.TopologySelectorTerm", array: false, fields: &[
-        f(1, "matchLabelExpressions", M(376), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.TopologySelectorTerm",
+        array: false,
+        fields: &[f(1, "matchLabelExpressions", M(376), REPEATED)],
+    },
     // 378
-    Message { name: "k8s.io.api.core.v1.TopologySpreadConstraint", array: false, fields: &[
-        f(1, "maxSkew", I32, 0),
-        f(2, "topologyKey", S, 0),
-        f(3, "whenUnsatisfiable", S, 0),
-        f(4, "labelSelector", M(526), 0),
-        f(5, "minDomains", I32, NULLABLE),
-        f(6, "nodeAffinityPolicy", S, NULLABLE),
-        f(7, "nodeTaintsPolicy", S, NULLABLE),
-        f(8, "matchLabelKeys", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.TopologySpreadConstraint",
+        array: false,
+        fields: &[
+            f(1, "maxSkew", I32, 0),
+            f(2, "topologyKey", S, 0),
+            f(3, "whenUnsatisfiable", S, 0),
+            f(4, "labelSelector", M(526), 0),
+            f(5, "minDomains", I32, NULLABLE),
+            f(6, "nodeAffinityPolicy", S, NULLABLE),
+            f(7, "nodeTaintsPolicy", S, NULLABLE),
+            f(8, "matchLabelKeys", S, REPEATED),
+        ],
+    },
     // 379
-    Message { name: "k8s.io.api.core.v1.TypedLocalObjectReference", array: false, fields: &[
-        f(1, "apiGroup", S, NULLABLE),
-        f(2, "kind", S, 0),
-        f(3, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.TypedLocalObjectReference",
+        array: false,
+        fields: &[
+            f(1, "apiGroup", S, NULLABLE),
+            f(2, "kind", S, 0),
+            f(3, "name", S, 0),
+        ],
+    },
     // 380
-    Message { name: "k8s.io.api.core.v1.TypedObjectReference", array: false, fields: &[
-        f(1, "apiGroup", S, NULLABLE),
-        f(2, "kind", S, 0),
-        f(3, "name", S, 0),
-        f(4, "namespace", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.TypedObjectReference",
+        array: false,
+        fields: &[
+            f(1, "apiGroup", S, NULLABLE),
+            f(2, "kind", S, 0),
+            f(3, "name", S, 0),
+            f(4, "namespace", S, NULLABLE),
+        ],
+    },
     // 381
-    Message { name: "k8s.io.api.core.v1.Volume", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "", M(388), INLINE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.Volume",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "", M(388), INLINE)],
+    },
     // 382
-    Message { name: "k8s.io.api.core.v1.VolumeDevice", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "devicePath", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeDevice",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "devicePath", S, 0)],
+    },
     // 383
-    Message { name: "k8s.io.api.core.v1.VolumeMount", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "readOnly", Bool, OMITEMPTY),
-        f(3, "mountPath", S, 0),
-        f(4, "subPath", S, OMITEMPTY),
-        f(5, "mountPropagation", S, NULLABLE),
-        f(6, "subPathExpr", S, OMITEMPTY),
-        f(7, "recursiveReadOnly", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeMount",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "readOnly", Bool, OMITEMPTY),
+            f(3, "mountPath", S, 0),
+            f(4, "subPath", S, OMITEMPTY),
+            f(5, "mountPropagation", S, NULLABLE),
+            f(6, "subPathExpr", S, OMITEMPTY),
+            f(7, "recursiveReadOnly", S, NULLABLE),
+        ],
+    },
     // 384
-    Message { name: "k8s.io.api.core.v1.VolumeMountStatus", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "mountPath", S, 0),
-        f(3, "readOnly", Bool, OMITEMPTY),
-        f(4, "recursiveReadOnly", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeMountStatus",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "mountPath", S, 0),
+            f(3, "readOnly", Bool, OMITEMPTY),
+            f(4, "recursiveReadOnly", S, NULLABLE),
+        ],
+    },
     // 385
-    Message { name: "k8s.io.api.core.v1.VolumeNodeAffinity", array: false, fields: &[
-        f(1, "required", M(267), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeNodeAffinity",
+        array: false,
+        fields: &[f(1, "required", M(267), 0)],
+    },
     // 386
-    Message { name: "k8s.io.api.core.v1.VolumeProjection", array: false, fields: &[
-        f(1, "secret", M(354), 0),
-        f(2, "downwardAPI", M(197), 0),
-        f(3, "configMap", M(181), 0),
-        f(4, "serviceAccountToken", M(362), 0),
-        f(5, "clusterTrustBundle", M(172), 0),
-        f(6, "podCertificate", M(294), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeProjection",
+        array: false,
+        fields: &[
+            f(1, "secret", M(354), 0),
+            f(2, "downwardAPI", M(197), 0),
+            f(3, "configMap", M(181), 0),
+            f(4, "serviceAccountToken", M(362), 0),
+            f(5, "clusterTrustBundle", M(172), 0),
+            f(6, "podCertificate", M(294), 0),
+        ],
+    },
     // 387
-    Message { name: "k8s.io.api.core.v1.VolumeResourceRequirements", array: false, fields: &[
-        f(1, "limits", MapM(506), 0),
-        f(2, "requests", MapM(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeResourceRequirements",
+        array: false,
+        fields: &[f(1, "limits", MapM(506), 0), f(2, "requests", MapM(506), 0)],
+    },
     // 388
-    Message { name: "k8s.io.api.core.v1.VolumeSource", array: false, fields: &[
-        f(1, "hostPath", M(229), 0),
-        f(2, "emptyDir", M(200), 0),
-        f(3, "gcePersistentDisk", M(222), 0),
-        f(4, "awsElasticBlockStore", M(159), 0),
-        f(5, "gitRepo", M(223), 0),
-        f(6, "secret", M(356), 0),
-        f(7, "nfs", M(254), 0),
-        f(8, "iscsi", M(234), 0),
-        f(9, "glusterfs", M(225), 0),
-        f(10, "persistentVolumeClaim", M(283), 0),
-        f(11, "rbd", M(329), 0),
-        f(12, "flexVolume", M(220), 0),
-        f(13, "cinder", M(170), 0),
-        f(14, "cephfs", M(168), 0),
-        f(15, "flocker", M(221), 0),
-        f(16, "downwardAPI", M(199), 0),
-        f(17, "fc", M(217), 0),
-        f(18, "azureFile", M(162), 0),
-        f(19, "configMap", M(182), 0),
-        f(20, "vsphereVolume", M(389), 0),
-        f(21, "quobyte", M(326), 0),
-        f(22, "azureDisk", M(160), 0),
-        f(23, "photonPersistentDisk", M(288), 0),
-        f(24, "portworxVolume", M(319), 0),
-        f(25, "scaleIO", M(345), 0),
-        f(26, "projected", M(325), 0),
-        f(27, "storageos", M(371), 0),
-        f(28, "csi", M(165), 0),
-        f(29, "ephemeral", M(211), 0),
-        f(30, "image", M(232), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VolumeSource",
+        array: false,
+        fields: &[
+            f(1, "hostPath", M(229), 0),
+            f(2, "emptyDir", M(200), 0),
+            f(3, "gcePersistentDisk", M(222), 0),
+            f(4, "awsElasticBlockStore", M(159), 0),
+            f(5, "gitRepo", M(223), 0),
+            f(6, "secret", M(356), 0),
+            f(7, "nfs", M(254), 0),
+            f(8, "iscsi", M(234), 0),
+            f(9, "glusterfs", M(225), 0),
+            f(10, "persistentVolumeClaim", M(283), 0),
+            f(11, "rbd", M(329), 0),
+            f(12, "flexVolume", M(220), 0),
+            f(13, "cinder", M(170), 0),
+            f(14, "cephfs", M(168), 0),
+            f(15, "flocker", M(221), 0),
+            f(16, "downwardAPI", M(199), 0),
+            f(17, "fc", M(217), 0),
+            f(18, "azureFile", M(162), 0),
+            f(19, "configMap", M(182), 0),
+            f(20, "vsphereVolume", M(389), 0),
+            f(21, "quobyte", M(326), 0),
+            f(22, "azureDisk", M(160), 0),
+            f(23, "photonPersistentDisk", M(288), 0),
+            f(24, "portworxVolume", M(319), 0),
+            f(25, "scaleIO", M(345), 0),
+            f(26, "projected", M(325), 0),
+            f(27, "storageos", M(371), 0),
+            f(28, "csi", M(165), 0),
+            f(29, "ephemeral", M(211), 0),
+            f(30, "image", M(232), 0),
+        ],
+    },
     // 389
-    Message { name: "k8s.io.api.core.v1.VsphereVirtualDiskVolumeSource", array: false, fields: &[
-        f(1, "volumePath", S, 0),
-        f(2, "fsType", S, OMITEMPTY),
-        f(3, "storagePolicyName", S, OMITEMPTY),
-        f(4, "storagePolicyID", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.VsphereVirtualDiskVolumeSource",
+        array: false,
+        fields: &[
+            f(1, "volumePath", S, 0),
+            f(2, "fsType", S, OMITEMPTY),
+            f(3, "storagePolicyName", S, OMITEMPTY),
+            f(4, "storagePolicyID", S, OMITEMPTY),
+        ],
+    },
     // 390
-    Message { name: "k8s.io.api.core.v1.WeightedPodAffinityTerm", array: false, fields: &[
-        f(1, "weight", I32, 0),
-        f(2, "podAffinityTerm", M(291), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.WeightedPodAffinityTerm",
+        array: false,
+        fields: &[
+            f(1, "weight", I32, 0),
+            f(2, "podAffinityTerm", M(291), ZERO_IS_STRUCT),
+        ],
+    },
     // 391
-    Message { name: "k8s.io.api.core.v1.WindowsSecurityContextOptions", array: false, fields: &[
-        f(1, "gmsaCredentialSpecName", S, NULLABLE),
-        f(2, "gmsaCredentialSpec", S, NULLABLE),
-        f(3, "runAsUserName", S, NULLABLE),
-        f(4, "hostProcess", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.WindowsSecurityContextOptions",
+        array: false,
+        fields: &[
+            f(1, "gmsaCredentialSpecName", S, NULLABLE),
+            f(2, "gmsaCredentialSpec", S, NULLABLE),
+            f(3, "runAsUserName", S, NULLABLE),
+            f(4, "hostProcess", Bool, NULLABLE),
+        ],
+    },
     // 392
-    Message { name: "k8s.io.api.core.v1.WorkloadReference", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "podGroup", S, 0),
-        f(3, "podGroupReplicaKey", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.core.v1.WorkloadReference",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "podGroup", S, 0),
+            f(3, "podGroupReplicaKey", S, OMITEMPTY),
+        ],
+    },
     // 393
-    Message { name: "k8s.io.api.discovery.v1.Endpoint", array: false, fields: &[
-        f(1, "addresses", S, REPEATED),
-        f(2, "conditions", M(394), 0),
-        f(3, "hostname", S, NULLABLE),
-        f(4, "targetRef", M(275), 0),
-        f(5, "deprecatedTopology", MapS, 0),
-        f(6, "nodeName", S, NULLABLE),
-        f(7, "zone", S, NULLABLE),
-        f(8, "hints", M(395), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.Endpoint",
+        array: false,
+        fields: &[
+            f(1, "addresses", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "conditions", M(394), ZERO_IS_STRUCT),
+            f(3, "hostname", S, NULLABLE),
+            f(4, "targetRef", M(275), 0),
+            f(5, "deprecatedTopology", MapS, 0),
+            f(6, "nodeName", S, NULLABLE),
+            f(7, "zone", S, NULLABLE),
+            f(8, "hints", M(395), 0),
+        ],
+    },
     // 394
-    Message { name: "k8s.io.api.discovery.v1.EndpointConditions", array: false, fields: &[
-        f(1, "ready", Bool, NULLABLE),
-        f(2, "serving", Bool, NULLABLE),
-        f(3, "terminating", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.EndpointConditions",
+        array: false,
+        fields: &[
+            f(1, "ready", Bool, NULLABLE),
+            f(2, "serving", Bool, NULLABLE),
+            f(3, "terminating", Bool, NULLABLE),
+        ],
+    },
     // 395
-    Message { name: "k8s.io.api.discovery.v1.EndpointHints", array: false, fields: &[
-        f(1, "forZones", M(400), REPEATED),
-        f(2, "forNodes", M(399), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.EndpointHints",
+        array: false,
+        fields: &[
+            f(1, "forZones", M(400), REPEATED),
+            f(2, "forNodes", M(399), REPEATED),
+        ],
+    },
     // 396
-    Message { name: "k8s.io.api.discovery.v1.EndpointPort", array: false, fields: &[
-        f(1, "name", S, NULLABLE),
-        f(2, "protocol", S, NULLABLE),
-        f(3, "port", I32, NULLABLE),
-        f(4, "appProtocol", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.EndpointPort",
+        array: false,
+        fields: &[
+            f(1, "name", S, NULLABLE),
+            f(2, "protocol", S, NULLABLE),
+            f(3, "port", I32, NULLABLE),
+            f(4, "appProtocol", S, NULLABLE),
+        ],
+    },
     // 397
-    Message { name: "k8s.io.api.discovery.v1.EndpointSlice", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "endpoints", M(393), REPEATED),
-        f(3, "ports", M(396), REPEATED),
-        f(4, "addressType", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.EndpointSlice",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "endpoints", M(393), REPEATED | WRITTEN_EMPTY),
+            f(3, "ports", M(396), REPEATED),
+            f(4, "addressType", S, 0),
+        ],
+    },
     // 398
-    Message { name: "k8s.io.api.discovery.v1.EndpointSliceList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(397), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.EndpointSliceList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(397), REPEATED),
+        ],
+    },
     // 399
-    Message { name: "k8s.io.api.discovery.v1.ForNode", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.ForNode",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 400
-    Message { name: "k8s.io.api.discovery.v1.ForZone", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.discovery.v1.ForZone",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 401
-    Message { name: "k8s.io.api.events.v1.Event", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "eventTime", M(532), UNSET_IS_NULL),
-        f(3, "series", M(403), 0),
-        f(4, "reportingController", S, OMITEMPTY),
-        f(5, "reportingInstance", S, OMITEMPTY),
-        f(6, "action", S, OMITEMPTY),
-        f(7, "reason", S, OMITEMPTY),
-        f(8, "regarding", M(275), 0),
-        f(9, "related", M(275), 0),
-        f(10, "note", S, OMITEMPTY),
-        f(11, "type", S, OMITEMPTY),
-        f(12, "deprecatedSource", M(215), 0),
-        f(13, "deprecatedFirstTimestamp", M(545), UNSET_IS_NULL),
-        f(14, "deprecatedLastTimestamp", M(545), UNSET_IS_NULL),
-        f(15, "deprecatedCount", I32, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.events.v1.Event",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "eventTime", M(532), UNSET_IS_NULL),
+            f(3, "series", M(403), 0),
+            f(4, "reportingController", S, OMITEMPTY),
+            f(5, "reportingInstance", S, OMITEMPTY),
+            f(6, "action", S, OMITEMPTY),
+            f(7, "reason", S, OMITEMPTY),
+            f(8, "regarding", M(275), ZERO_IS_STRUCT),
+            f(9, "related", M(275), 0),
+            f(10, "note", S, OMITEMPTY),
+            f(11, "type", S, OMITEMPTY),
+            f(12, "deprecatedSource", M(215), ZERO_IS_STRUCT),
+            f(13, "deprecatedFirstTimestamp", M(545), UNSET_IS_NULL),
+            f(14, "deprecatedLastTimestamp", M(545), UNSET_IS_NULL),
+            f(15, "deprecatedCount", I32, OMITEMPTY),
+        ],
+    },
     // 402
-    Message { name: "k8s.io.api.events.v1.EventList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(401), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.events.v1.EventList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(401), REPEATED),
+        ],
+    },
     // 403
-    Message { name: "k8s.io.api.events.v1.EventSeries", array: false, fields: &[
-        f(1, "count", I32, 0),
-        f(2, "lastObservedTime", M(532), UNSET_IS_NULL),
-    ] },
+    Message {
+        name: "k8s.io.api.events.v1.EventSeries",
+        array: false,
+        fields: &[
+            f(1, "count", I32, 0),
+            f(2, "lastObservedTime", M(532), UNSET_IS_NULL),
+        ],
+    },
     // 404
-    Message { name: "k8s.io.api.flowcontrol.v1.ExemptPriorityLevelConfiguration", array: false, fields: &[
-        f(1, "nominalConcurrencyShares", I32, NULLABLE),
-        f(2, "lendablePercent", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.ExemptPriorityLevelConfiguration",
+        array: false,
+        fields: &[
+            f(1, "nominalConcurrencyShares", I32, NULLABLE),
+            f(2, "lendablePercent", I32, NULLABLE),
+        ],
+    },
     // 405
-    Message { name: "k8s.io.api.flowcontrol.v1.FlowDistinguisherMethod", array: false, fields: &[
-        f(1, "type", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.FlowDistinguisherMethod",
+        array: false,
+        fields: &[f(1, "type", S, 0)],
+    },
     // 406
-    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchema", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(409), 0),
-        f(3, "status", M(410), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.FlowSchema",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(409), ZERO_IS_STRUCT),
+            f(3, "status", M(410), ZERO_IS_STRUCT),
+        ],
+    },
     // 407
-    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaCondition", array: false, fields: &[
-        f(1, "type", S, OMITEMPTY),
-        f(2, "status", S, OMITEMPTY),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.FlowSchemaCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, OMITEMPTY),
+            f(2, "status", S, OMITEMPTY),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 408
-    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(406), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.FlowSchemaList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(406), REPEATED),
+        ],
+    },
     // 409
-    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaSpec", array: false, fields: &[
-        f(1, "priorityLevelConfiguration", M(419), 0),
-        f(2, "matchingPrecedence", I32, 0),
-        f(3, "distinguisherMethod", M(405), 0),
-        f(4, "rules", M(415), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.FlowSchemaSpec",
+        array: false,
+        fields: &[
+            f(1, "priorityLevelConfiguration", M(419), ZERO_IS_STRUCT),
+            f(2, "matchingPrecedence", I32, 0),
+            f(3, "distinguisherMethod", M(405), 0),
+            f(4, "rules", M(415), REPEATED),
+        ],
+    },
     // 410
-    Message { name: "k8s.io.api.flowcontrol.v1.FlowSchemaStatus", array: false, fields: &[
-        f(1, "conditions", M(407), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.FlowSchemaStatus",
+        array: false,
+        fields: &[f(1, "conditions", M(407), REPEATED)],
+    },
     // 411
-    Message { name: "k8s.io.api.flowcontrol.v1.GroupSubject", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.GroupSubject",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 412
-    Message { name: "k8s.io.api.flowcontrol.v1.LimitResponse", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "queuing", M(422), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.LimitResponse",
+        array: false,
+        fields: &[f(1, "type", S, 0), f(2, "queuing", M(422), 0)],
+    },
     // 413
-    Message { name: "k8s.io.api.flowcontrol.v1.LimitedPriorityLevelConfiguration", array: false, fields: &[
-        f(1, "nominalConcurrencyShares", I32, NULLABLE),
-        f(2, "limitResponse", M(412), 0),
-        f(3, "lendablePercent", I32, NULLABLE),
-        f(4, "borrowingLimitPercent", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.LimitedPriorityLevelConfiguration",
+        array: false,
+        fields: &[
+            f(1, "nominalConcurrencyShares", I32, NULLABLE),
+            f(2, "limitResponse", M(412), ZERO_IS_STRUCT),
+            f(3, "lendablePercent", I32, NULLABLE),
+            f(4, "borrowingLimitPercent", I32, NULLABLE),
+        ],
+    },
     // 414
-    Message { name: "k8s.io.api.flowcontrol.v1.NonResourcePolicyRule", array: false, fields: &[
-        f(1, "verbs", S, REPEATED),
-        f(6, "nonResourceURLs", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.NonResourcePolicyRule",
+        array: false,
+        fields: &[
+            f(1, "verbs", S, REPEATED | WRITTEN_EMPTY),
+            f(6, "nonResourceURLs", S, REPEATED | WRITTEN_EMPTY),
+        ],
+    },
     // 415
-    Message { name: "k8s.io.api.flowcontrol.v1.PolicyRulesWithSubjects", array: false, fields: &[
-        f(1, "subjects", M(425), REPEATED),
-        f(2, "resourceRules", M(423), REPEATED),
-        f(3, "nonResourceRules", M(414), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PolicyRulesWithSubjects",
+        array: false,
+        fields: &[
+            f(1, "subjects", M(425), REPEATED | WRITTEN_EMPTY),
+            f(2, "resourceRules", M(423), REPEATED),
+            f(3, "nonResourceRules", M(414), REPEATED),
+        ],
+    },
     // 416
-    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfiguration", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(420), 0),
-        f(3, "status", M(421), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfiguration",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(420), ZERO_IS_STRUCT),
+            f(3, "status", M(421), ZERO_IS_STRUCT),
+        ],
+    },
     // 417
-    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationCondition", array: false, fields: &[
-        f(1, "type", S, OMITEMPTY),
-        f(2, "status", S, OMITEMPTY),
-        f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "message", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationCondition",
+        array: false,
+        fields: &[
+            f(1, "type", S, OMITEMPTY),
+            f(2, "status", S, OMITEMPTY),
+            f(3, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "message", S, OMITEMPTY),
+        ],
+    },
     // 418
-    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(416), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(416), REPEATED),
+        ],
+    },
     // 419
-    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationReference", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationReference",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 420
-    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationSpec", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "limited", M(413), 0),
-        f(3, "exempt", M(404), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationSpec",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "limited", M(413), 0),
+            f(3, "exempt", M(404), 0),
+        ],
+    },
     // 421
-    Message { name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationStatus", array: false, fields: &[
-        f(1, "conditions", M(417), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationStatus",
+        array: false,
+        fields: &[f(1, "conditions", M(417), REPEATED)],
+    },
     // 422
-    Message { name: "k8s.io.api.flowcontrol.v1.QueuingConfiguration", array: false, fields: &[
-        f(1, "queues", I32, 0),
-        f(2, "handSize", I32, 0),
-        f(3, "queueLengthLimit", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.QueuingConfiguration",
+        array: false,
+        fields: &[
+            f(1, "queues", I32, 0),
+            f(2, "handSize", I32, 0),
+            f(3, "queueLengthLimit", I32, 0),
+        ],
+    },
     // 423
-    Message { name: "k8s.io.api.flowcontrol.v1.ResourcePolicyRule", array: false, fields: &[
-        f(1, "verbs", S, REPEATED),
-        f(2, "apiGroups", S, REPEATED),
-        f(3, "resources", S, REPEATED),
-        f(4, "clusterScope", Bool, OMITEMPTY),
-        f(5, "namespaces", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.ResourcePolicyRule",
+        array: false,
+        fields: &[
+            f(1, "verbs", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "apiGroups", S, REPEATED | WRITTEN_EMPTY),
+            f(3, "resources", S, REPEATED | WRITTEN_EMPTY),
+            f(4, "clusterScope", Bool, OMITEMPTY),
+            f(5, "namespaces", S, REPEATED),
+        ],
+    },
     // 424
-    Message { name: "k8s.io.api.flowcontrol.v1.ServiceAccountSubject", array: false, fields: &[
-        f(1, "namespace", S, 0),
-        f(2, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.ServiceAccountSubject",
+        array: false,
+        fields: &[f(1, "namespace", S, 0), f(2, "name", S, 0)],
+    },
     // 425
-    Message { name: "k8s.io.api.flowcontrol.v1.Subject", array: false, fields: &[
-        f(1, "kind", S, 0),
-        f(2, "user", M(426), 0),
-        f(3, "group", M(411), 0),
-        f(4, "serviceAccount", M(424), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.Subject",
+        array: false,
+        fields: &[
+            f(1, "kind", S, 0),
+            f(2, "user", M(426), 0),
+            f(3, "group", M(411), 0),
+            f(4, "serviceAccount", M(424), 0),
+        ],
+    },
     // 426
-    Message { name: "k8s.io.api.flowcontrol.v1.UserSubject", array: false, fields: &[
-        f(1, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.flowcontrol.v1.UserSubject",
+        array: false,
+        fields: &[f(1, "name", S, 0)],
+    },
     // 427
-    Message { name: "k8s.io.api.networking.v1.HttpIngressPath", array: false, fields: &[
-        f(1, "path", S, OMITEMPTY),
-        f(2, "backend", M(433), 0),
-        f(3, "pathType", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.HttpIngressPath",
+        array: false,
+        fields: &[
+            f(1, "path", S, OMITEMPTY),
+            f(2, "backend", M(433), ZERO_IS_STRUCT),
+            f(3, "pathType", S, NULLABLE),
+        ],
+    },
     // 428
-    Message { name: "k8s.io.api.networking.v1.HttpIngressRuleValue", array: false, fields: &[
-        f(1, "paths", M(427), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.HttpIngressRuleValue",
+        array: false,
+        fields: &[f(1, "paths", M(427), REPEATED | WRITTEN_EMPTY)],
+    },
     // 429
-    Message { name: "k8s.io.api.networking.v1.IPAddress", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(431), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IPAddress",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(431), ZERO_IS_STRUCT),
+        ],
+    },
     // 430
-    Message { name: "k8s.io.api.networking.v1.IPAddressList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(429), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IPAddressList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(429), REPEATED),
+        ],
+    },
     // 431
-    Message { name: "k8s.io.api.networking.v1.IPAddressSpec", array: false, fields: &[
-        f(1, "parentRef", M(456), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IPAddressSpec",
+        array: false,
+        fields: &[f(1, "parentRef", M(456), 0)],
+    },
     // 432
-    Message { name: "k8s.io.api.networking.v1.Ingress", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(445), 0),
-        f(3, "status", M(446), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.Ingress",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(445), ZERO_IS_STRUCT),
+            f(3, "status", M(446), ZERO_IS_STRUCT),
+        ],
+    },
     // 433
-    Message { name: "k8s.io.api.networking.v1.IngressBackend", array: false, fields: &[
-        f(3, "resource", M(379), 0),
-        f(4, "service", M(444), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressBackend",
+        array: false,
+        fields: &[f(3, "resource", M(379), 0), f(4, "service", M(444), 0)],
+    },
     // 434
-    Message { name: "k8s.io.api.networking.v1.IngressClass", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(437), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressClass",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(437), ZERO_IS_STRUCT),
+        ],
+    },
     // 435
-    Message { name: "k8s.io.api.networking.v1.IngressClassList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(434), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressClassList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(434), REPEATED),
+        ],
+    },
     // 436
-    Message { name: "k8s.io.api.networking.v1.IngressClassParametersReference", array: false, fields: &[
-        f(1, "apiGroup", S, NULLABLE),
-        f(2, "kind", S, 0),
-        f(3, "name", S, 0),
-        f(4, "scope", S, NULLABLE),
-        f(5, "namespace", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressClassParametersReference",
+        array: false,
+        fields: &[
+            f(1, "apiGroup", S, NULLABLE),
+            f(2, "kind", S, 0),
+            f(3, "name", S, 0),
+            f(4, "scope", S, NULLABLE),
+            f(5, "namespace", S, NULLABLE),
+        ],
+    },
     // 437
-    Message { name: "k8s.io.api.networking.v1.IngressClassSpec", array: false, fields: &[
-        f(1, "controller", S, OMITEMPTY),
-        f(2, "parameters", M(436), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressClassSpec",
+        array: false,
+        fields: &[
+            f(1, "controller", S, OMITEMPTY),
+            f(2, "parameters", M(436), 0),
+        ],
+    },
     // 438
-    Message { name: "k8s.io.api.networking.v1.IngressList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(432), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(432), REPEATED),
+        ],
+    },
     // 439
-    Message { name: "k8s.io.api.networking.v1.IngressLoadBalancerIngress", array: false, fields: &[
-        f(1, "ip", S, OMITEMPTY),
-        f(2, "hostname", S, OMITEMPTY),
-        f(4, "ports", M(441), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressLoadBalancerIngress",
+        array: false,
+        fields: &[
+            f(1, "ip", S, OMITEMPTY),
+            f(2, "hostname", S, OMITEMPTY),
+            f(4, "ports", M(441), REPEATED),
+        ],
+    },
     // 440
-    Message { name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus", array: false, fields: &[
-        f(1, "ingress", M(439), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus",
+        array: false,
+        fields: &[f(1, "ingress", M(439), REPEATED)],
+    },
     // 441
-    Message { name: "k8s.io.api.networking.v1.IngressPortStatus", array: false, fields: &[
-        f(1, "port", I32, 0),
-        f(2, "protocol", S, 0),
-        f(3, "error", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressPortStatus",
+        array: false,
+        fields: &[
+            f(1, "port", I32, 0),
+            f(2, "protocol", S, 0),
+            f(3, "error", S, NULLABLE),
+        ],
+    },
     // 442
-    Message { name: "k8s.io.api.networking.v1.IngressRule", array: false, fields: &[
-        f(1, "host", S, OMITEMPTY),
-        f(2, "", M(443), INLINE),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressRule",
+        array: false,
+        fields: &[f(1, "host", S, OMITEMPTY), f(2, "", M(443), INLINE)],
+    },
     // 443
-    Message { name: "k8s.io.api.networking.v1.IngressRuleValue", array: false, fields: &[
-        f(1, "http", M(428), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressRuleValue",
+        array: false,
+        fields: &[f(1, "http", M(428), 0)],
+    },
     // 444
-    Message { name: "k8s.io.api.networking.v1.IngressServiceBackend", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "port", M(457), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressServiceBackend",
+        array: false,
+        fields: &[f(1, "name", S, 0), f(2, "port", M(457), ZERO_IS_STRUCT)],
+    },
     // 445
-    Message { name: "k8s.io.api.networking.v1.IngressSpec", array: false, fields: &[
-        f(1, "defaultBackend", M(433), 0),
-        f(2, "tls", M(447), REPEATED),
-        f(3, "rules", M(442), REPEATED),
-        f(4, "ingressClassName", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressSpec",
+        array: false,
+        fields: &[
+            f(1, "defaultBackend", M(433), 0),
+            f(2, "tls", M(447), REPEATED),
+            f(3, "rules", M(442), REPEATED),
+            f(4, "ingressClassName", S, NULLABLE),
+        ],
+    },
     // 446
-    Message { name: "k8s.io.api.networking.v1.IngressStatus", array: false, fields: &[
-        f(1, "loadBalancer", M(440), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressStatus",
+        array: false,
+        fields: &[f(1, "loadBalancer", M(440), ZERO_IS_STRUCT)],
+    },
     // 447
-    Message { name: "k8s.io.api.networking.v1.IngressTls", array: false, fields: &[
-        f(1, "hosts", S, REPEATED),
-        f(2, "secretName", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressTls",
+        array: false,
+        fields: &[f(1, "hosts", S, REPEATED), f(2, "secretName", S, OMITEMPTY)],
+    },
     // 448
-    Message { name: "k8s.io.api.networking.v1.IpBlock", array: false, fields: &[
-        f(1, "cidr", S, 0),
-        f(2, "except", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.IpBlock",
+        array: false,
+        fields: &[f(1, "cidr", S, 0), f(2, "except", S, REPEATED)],
+    },
     // 449
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicy", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(455), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicy",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(455), ZERO_IS_STRUCT),
+        ],
+    },
     // 450
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule", array: false, fields: &[
-        f(1, "ports", M(454), REPEATED),
-        f(2, "to", M(453), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule",
+        array: false,
+        fields: &[
+            f(1, "ports", M(454), REPEATED),
+            f(2, "to", M(453), REPEATED),
+        ],
+    },
     // 451
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule", array: false, fields: &[
-        f(1, "ports", M(454), REPEATED),
-        f(2, "from", M(453), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule",
+        array: false,
+        fields: &[
+            f(1, "ports", M(454), REPEATED),
+            f(2, "from", M(453), REPEATED),
+        ],
+    },
     // 452
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicyList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(449), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(449), REPEATED),
+        ],
+    },
     // 453
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicyPeer", array: false, fields: &[
-        f(1, "podSelector", M(526), 0),
-        f(2, "namespaceSelector", M(526), 0),
-        f(3, "ipBlock", M(448), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyPeer",
+        array: false,
+        fields: &[
+            f(1, "podSelector", M(526), 0),
+            f(2, "namespaceSelector", M(526), 0),
+            f(3, "ipBlock", M(448), 0),
+        ],
+    },
     // 454
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicyPort", array: false, fields: &[
-        f(1, "protocol", S, NULLABLE),
-        f(2, "port", M(552), 0),
-        f(3, "endPort", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyPort",
+        array: false,
+        fields: &[
+            f(1, "protocol", S, NULLABLE),
+            f(2, "port", M(552), 0),
+            f(3, "endPort", I32, NULLABLE),
+        ],
+    },
     // 455
-    Message { name: "k8s.io.api.networking.v1.NetworkPolicySpec", array: false, fields: &[
-        f(1, "podSelector", M(526), 0),
-        f(2, "ingress", M(451), REPEATED),
-        f(3, "egress", M(450), REPEATED),
-        f(4, "policyTypes", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicySpec",
+        array: false,
+        fields: &[
+            f(1, "podSelector", M(526), ZERO_IS_STRUCT),
+            f(2, "ingress", M(451), REPEATED),
+            f(3, "egress", M(450), REPEATED),
+            f(4, "policyTypes", S, REPEATED),
+        ],
+    },
     // 456
-    Message { name: "k8s.io.api.networking.v1.ParentReference", array: false, fields: &[
-        f(1, "group", S, OMITEMPTY),
-        f(2, "resource", S, OMITEMPTY),
-        f(3, "namespace", S, OMITEMPTY),
-        f(4, "name", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.ParentReference",
+        array: false,
+        fields: &[
+            f(1, "group", S, OMITEMPTY),
+            f(2, "resource", S, OMITEMPTY),
+            f(3, "namespace", S, OMITEMPTY),
+            f(4, "name", S, OMITEMPTY),
+        ],
+    },
     // 457
-    Message { name: "k8s.io.api.networking.v1.ServiceBackendPort", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "number", I32, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.ServiceBackendPort",
+        array: false,
+        fields: &[f(1, "name", S, OMITEMPTY), f(2, "number", I32, OMITEMPTY)],
+    },
     // 458
-    Message { name: "k8s.io.api.networking.v1.ServiceCIDR", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(460), 0),
-        f(3, "status", M(461), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.ServiceCIDR",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(460), ZERO_IS_STRUCT),
+            f(3, "status", M(461), ZERO_IS_STRUCT),
+        ],
+    },
     // 459
-    Message { name: "k8s.io.api.networking.v1.ServiceCIDRList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(458), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.ServiceCIDRList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(458), REPEATED),
+        ],
+    },
     // 460
-    Message { name: "k8s.io.api.networking.v1.ServiceCIDRSpec", array: false, fields: &[
-        f(1, "cidrs", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.ServiceCIDRSpec",
+        array: false,
+        fields: &[f(1, "cidrs", S, REPEATED)],
+    },
     // 461
-    Message { name: "k8s.io.api.networking.v1.ServiceCIDRStatus", array: false, fields: &[
-        f(1, "conditions", M(513), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.networking.v1.ServiceCIDRStatus",
+        array: false,
+        fields: &[f(1, "conditions", M(513), REPEATED)],
+    },
     // 462
-    Message { name: "k8s.io.api.node.v1.Overhead", array: false, fields: &[
-        f(1, "podFixed", MapM(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.node.v1.Overhead",
+        array: false,
+        fields: &[f(1, "podFixed", MapM(506), 0)],
+    },
     // 463
-    Message { name: "k8s.io.api.node.v1.RuntimeClass", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "handler", S, 0),
-        f(3, "overhead", M(462), 0),
-        f(4, "scheduling", M(465), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.node.v1.RuntimeClass",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "handler", S, 0),
+            f(3, "overhead", M(462), 0),
+            f(4, "scheduling", M(465), 0),
+        ],
+    },
     // 464
-    Message { name: "k8s.io.api.node.v1.RuntimeClassList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(463), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.node.v1.RuntimeClassList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(463), REPEATED),
+        ],
+    },
     // 465
-    Message { name: "k8s.io.api.node.v1.Scheduling", array: false, fields: &[
-        f(1, "nodeSelector", MapS, 0),
-        f(2, "tolerations", M(375), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.node.v1.Scheduling",
+        array: false,
+        fields: &[
+            f(1, "nodeSelector", MapS, 0),
+            f(2, "tolerations", M(375), REPEATED),
+        ],
+    },
     // 466
-    Message { name: "k8s.io.api.policy.v1.Eviction", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "deleteOptions", M(515), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.policy.v1.Eviction",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "deleteOptions", M(515), 0),
+        ],
+    },
     // 467
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudget", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(469), 0),
-        f(3, "status", M(470), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudget",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(469), ZERO_IS_STRUCT),
+            f(3, "status", M(470), ZERO_IS_STRUCT),
+        ],
+    },
     // 468
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(467), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudgetList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(467), REPEATED),
+        ],
+    },
     // 469
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec", array: false, fields: &[
-        f(1, "minAvailable", M(552), 0),
-        f(2, "selector", M(526), 0),
-        f(3, "maxUnavailable", M(552), 0),
-        f(4, "unhealthyPodEvictionPolicy", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec",
+        array: false,
+        fields: &[
+            f(1, "minAvailable", M(552), 0),
+            f(2, "selector", M(526), 0),
+            f(3, "maxUnavailable", M(552), 0),
+            f(4, "unhealthyPodEvictionPolicy", S, NULLABLE),
+        ],
+    },
     // 470
-    Message { name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus", array: false, fields: &[
-        f(1, "observedGeneration", I64, OMITEMPTY),
-        f(2, "disruptedPods", MapM(545), 0),
-        f(3, "disruptionsAllowed", I32, 0),
-        f(4, "currentHealthy", I32, 0),
-        f(5, "desiredHealthy", I32, 0),
-        f(6, "expectedPods", I32, 0),
-        f(7, "conditions", M(513), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus",
+        array: false,
+        fields: &[
+            f(1, "observedGeneration", I64, OMITEMPTY),
+            f(2, "disruptedPods", MapM(545), 0),
+            f(3, "disruptionsAllowed", I32, 0),
+            f(4, "currentHealthy", I32, 0),
+            f(5, "desiredHealthy", I32, 0),
+            f(6, "expectedPods", I32, 0),
+            f(7, "conditions", M(513), REPEATED),
+        ],
+    },
     // 471
-    Message { name: "k8s.io.api.rbac.v1.AggregationRule", array: false, fields: &[
-        f(1, "clusterRoleSelectors", M(526), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.AggregationRule",
+        array: false,
+        fields: &[f(1, "clusterRoleSelectors", M(526), REPEATED)],
+    },
     // 472
-    Message { name: "k8s.io.api.rbac.v1.ClusterRole", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "rules", M(476), REPEATED),
-        f(3, "aggregationRule", M(471), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.ClusterRole",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "rules", M(476), REPEATED),
+            f(3, "aggregationRule", M(471), 0),
+        ],
+    },
     // 473
-    Message { name: "k8s.io.api.rbac.v1.ClusterRoleBinding", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "subjects", M(482), REPEATED),
-        f(3, "roleRef", M(481), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.ClusterRoleBinding",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "subjects", M(482), REPEATED),
+            f(3, "roleRef", M(481), ZERO_IS_STRUCT),
+        ],
+    },
     // 474
-    Message { name: "k8s.io.api.rbac.v1.ClusterRoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(473), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.ClusterRoleBindingList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(473), REPEATED),
+        ],
+    },
     // 475
-    Message { name: "k8s.io.api.rbac.v1.ClusterRoleList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(472), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.ClusterRoleList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(472), REPEATED),
+        ],
+    },
     // 476
-    Message { name: "k8s.io.api.rbac.v1.PolicyRule", array: false, fields: &[
-        f(1, "verbs", S, REPEATED),
-        f(2, "apiGroups", S, REPEATED),
-        f(3, "resources", S, REPEATED),
-        f(4, "resourceNames", S, REPEATED),
-        f(5, "nonResourceURLs", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.PolicyRule",
+        array: false,
+        fields: &[
+            f(1, "verbs", S, REPEATED | WRITTEN_EMPTY),
+            f(2, "apiGroups", S, REPEATED),
+            f(3, "resources", S, REPEATED),
+            f(4, "resourceNames", S, REPEATED),
+            f(5, "nonResourceURLs", S, REPEATED),
+        ],
+    },
     // 477
-    Message { name: "k8s.io.api.rbac.v1.Role", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "rules", M(476), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.Role",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "rules", M(476), REPEATED),
+        ],
+    },
     // 478
-    Message { name: "k8s.io.api.rbac.v1.RoleBinding", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "subjects", M(482), REPEATED),
-        f(3, "roleRef", M(481), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.RoleBinding",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "subjects", M(482), REPEATED),
+            f(3, "roleRef", M(481), ZERO_IS_STRUCT),
+        ],
+    },
     // 479
-    Message { name: "k8s.io.api.rbac.v1.RoleBindingList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(478), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.RoleBindingList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(478), REPEATED),
+        ],
+    },
     // 480
-    Message { name: "k8s.io.api.rbac.v1.RoleList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(477), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.RoleList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(477), REPEATED),
+        ],
+    },
     // 481
-    Message { name: "k8s.io.api.rbac.v1.RoleRef", array: false, fields: &[
-        f(1, "apiGroup", S, 0),
-        f(2, "kind", S, 0),
-        f(3, "name", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.RoleRef",
+        array: false,
+        fields: &[
+            f(1, "apiGroup", S, 0),
+            f(2, "kind", S, 0),
+            f(3, "name", S, 0),
+        ],
+    },
     // 482
-    Message { name: "k8s.io.api.rbac.v1.Subject", array: false, fields: &[
-        f(1, "kind", S, 0),
-        f(2, "apiGroup", S, OMITEMPTY),
-        f(3, "name", S, 0),
-        f(4, "namespace", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.api.rbac.v1.Subject",
+        array: false,
+        fields: &[
+            f(1, "kind", S, 0),
+            f(2, "apiGroup", S, OMITEMPTY),
+            f(3, "name", S, 0),
+            f(4, "namespace", S, OMITEMPTY),
+        ],
+    },
     // 483
-    Message { name: "k8s.io.api.scheduling.v1.PriorityClass", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "value", I32, 0),
-        f(3, "globalDefault", Bool, OMITEMPTY),
-        f(4, "description", S, OMITEMPTY),
-        f(5, "preemptionPolicy", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.scheduling.v1.PriorityClass",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "value", I32, 0),
+            f(3, "globalDefault", Bool, OMITEMPTY),
+            f(4, "description", S, OMITEMPTY),
+            f(5, "preemptionPolicy", S, NULLABLE),
+        ],
+    },
     // 484
-    Message { name: "k8s.io.api.scheduling.v1.PriorityClassList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(483), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.scheduling.v1.PriorityClassList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(483), REPEATED),
+        ],
+    },
     // 485
-    Message { name: "k8s.io.api.storage.v1.CSIDriver", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(487), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSIDriver",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(487), ZERO_IS_STRUCT),
+        ],
+    },
     // 486
-    Message { name: "k8s.io.api.storage.v1.CSIDriverList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(485), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSIDriverList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(485), REPEATED),
+        ],
+    },
     // 487
-    Message { name: "k8s.io.api.storage.v1.CSIDriverSpec", array: false, fields: &[
-        f(1, "attachRequired", Bool, NULLABLE),
-        f(2, "podInfoOnMount", Bool, NULLABLE),
-        f(3, "volumeLifecycleModes", S, REPEATED),
-        f(4, "storageCapacity", Bool, NULLABLE),
-        f(5, "fsGroupPolicy", S, NULLABLE),
-        f(6, "tokenRequests", M(496), REPEATED),
-        f(7, "requiresRepublish", Bool, NULLABLE),
-        f(8, "seLinuxMount", Bool, NULLABLE),
-        f(9, "nodeAllocatableUpdatePeriodSeconds", I64, NULLABLE),
-        f(10, "serviceAccountTokenInSecrets", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSIDriverSpec",
+        array: false,
+        fields: &[
+            f(1, "attachRequired", Bool, NULLABLE),
+            f(2, "podInfoOnMount", Bool, NULLABLE),
+            f(3, "volumeLifecycleModes", S, REPEATED),
+            f(4, "storageCapacity", Bool, NULLABLE),
+            f(5, "fsGroupPolicy", S, NULLABLE),
+            f(6, "tokenRequests", M(496), REPEATED),
+            f(7, "requiresRepublish", Bool, NULLABLE),
+            f(8, "seLinuxMount", Bool, NULLABLE),
+            f(9, "nodeAllocatableUpdatePeriodSeconds", I64, NULLABLE),
+            f(10, "serviceAccountTokenInSecrets", Bool, NULLABLE),
+        ],
+    },
     // 488
-    Message { name: "k8s.io.api.storage.v1.CSINode", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(491), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSINode",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(491), ZERO_IS_STRUCT),
+        ],
+    },
     // 489
-    Message { name: "k8s.io.api.storage.v1.CSINodeDriver", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "nodeID", S, 0),
-        f(3, "topologyKeys", S, REPEATED),
-        f(4, "allocatable", M(505), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSINodeDriver",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "nodeID", S, 0),
+            f(3, "topologyKeys", S, REPEATED),
+            f(4, "allocatable", M(505), 0),
+        ],
+    },
     // 490
-    Message { name: "k8s.io.api.storage.v1.CSINodeList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(488), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSINodeList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(488), REPEATED),
+        ],
+    },
     // 491
-    Message { name: "k8s.io.api.storage.v1.CSINodeSpec", array: false, fields: &[
-        f(1, "drivers", M(489), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSINodeSpec",
+        array: false,
+        fields: &[f(1, "drivers", M(489), REPEATED | WRITTEN_EMPTY)],
+    },
     // 492
-    Message { name: "k8s.io.api.storage.v1.CSIStorageCapacity", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "nodeTopology", M(526), 0),
-        f(3, "storageClassName", S, 0),
-        f(4, "capacity", M(506), 0),
-        f(5, "maximumVolumeSize", M(506), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSIStorageCapacity",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "nodeTopology", M(526), 0),
+            f(3, "storageClassName", S, 0),
+            f(4, "capacity", M(506), 0),
+            f(5, "maximumVolumeSize", M(506), 0),
+        ],
+    },
     // 493
-    Message { name: "k8s.io.api.storage.v1.CSIStorageCapacityList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(492), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.CSIStorageCapacityList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(492), REPEATED),
+        ],
+    },
     // 494
-    Message { name: "k8s.io.api.storage.v1.StorageClass", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "provisioner", S, 0),
-        f(3, "parameters", MapS, 0),
-        f(4, "reclaimPolicy", S, NULLABLE),
-        f(5, "mountOptions", S, REPEATED),
-        f(6, "allowVolumeExpansion", Bool, NULLABLE),
-        f(7, "volumeBindingMode", S, NULLABLE),
-        f(8, "allowedTopologies", M(377), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.StorageClass",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "provisioner", S, 0),
+            f(3, "parameters", MapS, 0),
+            f(4, "reclaimPolicy", S, NULLABLE),
+            f(5, "mountOptions", S, REPEATED),
+            f(6, "allowVolumeExpansion", Bool, NULLABLE),
+            f(7, "volumeBindingMode", S, NULLABLE),
+            f(8, "allowedTopologies", M(377), REPEATED),
+        ],
+    },
     // 495
-    Message { name: "k8s.io.api.storage.v1.StorageClassList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(494), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.StorageClassList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(494), REPEATED),
+        ],
+    },
     // 496
-    Message { name: "k8s.io.api.storage.v1.TokenRequest", array: false, fields: &[
-        f(1, "audience", S, 0),
-        f(2, "expirationSeconds", I64, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.TokenRequest",
+        array: false,
+        fields: &[
+            f(1, "audience", S, 0),
+            f(2, "expirationSeconds", I64, NULLABLE),
+        ],
+    },
     // 497
-    Message { name: "k8s.io.api.storage.v1.VolumeAttachment", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "spec", M(500), 0),
-        f(3, "status", M(501), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttachment",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "spec", M(500), ZERO_IS_STRUCT),
+            f(3, "status", M(501), ZERO_IS_STRUCT),
+        ],
+    },
     // 498
-    Message { name: "k8s.io.api.storage.v1.VolumeAttachmentList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(497), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttachmentList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(497), REPEATED),
+        ],
+    },
     // 499
-    Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSource", array: false, fields: &[
-        f(1, "persistentVolumeName", S, NULLABLE),
-        f(2, "inlineVolumeSpec", M(286), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttachmentSource",
+        array: false,
+        fields: &[
+            f(1, "persistentVolumeName", S, NULLABLE),
+            f(2, "inlineVolumeSpec", M(286), 0),
+        ],
+    },
     // 500
-    Message { name: "k8s.io.api.storage.v1.VolumeAttachmentSpec", array: false, fields: &[
-        f(1, "attacher", S, 0),
-        f(2, "source", M(499), 0),
-        f(3, "nodeName", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttachmentSpec",
+        array: false,
+        fields: &[
+            f(1, "attacher", S, 0),
+            f(2, "source", M(499), ZERO_IS_STRUCT),
+            f(3, "nodeName", S, 0),
+        ],
+    },
     // 501
-    Message { name: "k8s.io.api.storage.v1.VolumeAttachmentStatus", array: false, fields: &[
-        f(1, "attached", Bool, 0),
-        f(2, "attachmentMetadata", MapS, 0),
-        f(3, "attachError", M(504), 0),
-        f(4, "detachError", M(504), 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttachmentStatus",
+        array: false,
+        fields: &[
+            f(1, "attached", Bool, 0),
+            f(2, "attachmentMetadata", MapS, 0),
+            f(3, "attachError", M(504), 0),
+            f(4, "detachError", M(504), 0),
+        ],
+    },
     // 502
-    Message { name: "k8s.io.api.storage.v1.VolumeAttributesClass", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-        f(2, "driverName", S, 0),
-        f(3, "parameters", MapS, 0),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttributesClass",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(533), ZERO_IS_STRUCT),
+            f(2, "driverName", S, 0),
+            f(3, "parameters", MapS, 0),
+        ],
+    },
     // 503
-    Message { name: "k8s.io.api.storage.v1.VolumeAttributesClassList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(502), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeAttributesClassList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(502), REPEATED),
+        ],
+    },
     // 504
-    Message { name: "k8s.io.api.storage.v1.VolumeError", array: false, fields: &[
-        f(1, "time", M(545), UNSET_IS_NULL),
-        f(2, "message", S, OMITEMPTY),
-        f(3, "errorCode", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeError",
+        array: false,
+        fields: &[
+            f(1, "time", M(545), UNSET_IS_NULL),
+            f(2, "message", S, OMITEMPTY),
+            f(3, "errorCode", I32, NULLABLE),
+        ],
+    },
     // 505
-    Message { name: "k8s.io.api.storage.v1.VolumeNodeResources", array: false, fields: &[
-        f(1, "count", I32, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.api.storage.v1.VolumeNodeResources",
+        array: false,
+        fields: &[f(1, "count", I32, NULLABLE)],
+    },
     // 506
-    Message { name: "k8s.io.apimachinery.pkg.api.resource.Quantity", array: false, fields: &[
-        f(1, "string", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.api.resource.Quantity",
+        array: false,
+        fields: &[f(1, "string", S, 0)],
+    },
     // 507
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroup", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "versions", M(523), REPEATED),
-        f(3, "preferredVersion", M(523), 0),
-        f(4, "serverAddressByClientCIDRs", M(540), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroup",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "versions", M(523), REPEATED | WRITTEN_EMPTY),
+            f(3, "preferredVersion", M(523), ZERO_IS_STRUCT),
+            f(4, "serverAddressByClientCIDRs", M(540), REPEATED),
+        ],
+    },
     // 508
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroupList", array: false, fields: &[
-        f(1, "groups", M(507), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIGroupList",
+        array: false,
+        fields: &[f(1, "groups", M(507), REPEATED | WRITTEN_EMPTY)],
+    },
     // 509
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResource", array: false, fields: &[
-        f(1, "name", S, 0),
-        f(2, "namespaced", Bool, 0),
-        f(3, "kind", S, 0),
-        f(4, "verbs", M(549), 0),
-        f(5, "shortNames", S, REPEATED),
-        f(6, "singularName", S, 0),
-        f(7, "categories", S, REPEATED),
-        f(8, "group", S, OMITEMPTY),
-        f(9, "version", S, OMITEMPTY),
-        f(10, "storageVersionHash", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResource",
+        array: false,
+        fields: &[
+            f(1, "name", S, 0),
+            f(2, "namespaced", Bool, 0),
+            f(3, "kind", S, 0),
+            f(4, "verbs", M(549), ZERO_IS_STRUCT),
+            f(5, "shortNames", S, REPEATED),
+            f(6, "singularName", S, 0),
+            f(7, "categories", S, REPEATED),
+            f(8, "group", S, OMITEMPTY),
+            f(9, "version", S, OMITEMPTY),
+            f(10, "storageVersionHash", S, OMITEMPTY),
+        ],
+    },
     // 510
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResourceList", array: false, fields: &[
-        f(1, "groupVersion", S, 0),
-        f(2, "resources", M(509), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIResourceList",
+        array: false,
+        fields: &[
+            f(1, "groupVersion", S, 0),
+            f(2, "resources", M(509), REPEATED | WRITTEN_EMPTY),
+        ],
+    },
     // 511
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIVersions", array: false, fields: &[
-        f(1, "versions", S, REPEATED),
-        f(2, "serverAddressByClientCIDRs", M(540), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.APIVersions",
+        array: false,
+        fields: &[
+            f(1, "versions", S, REPEATED | WRITTEN_EMPTY),
+            f(
+                2,
+                "serverAddressByClientCIDRs",
+                M(540),
+                REPEATED | WRITTEN_EMPTY,
+            ),
+        ],
+    },
     // 512
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ApplyOptions", array: false, fields: &[
-        f(1, "dryRun", S, REPEATED),
-        f(2, "force", Bool, 0),
-        f(3, "fieldManager", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.ApplyOptions",
+        array: false,
+        fields: &[
+            f(1, "dryRun", S, REPEATED),
+            f(2, "force", Bool, 0),
+            f(3, "fieldManager", S, 0),
+        ],
+    },
     // 513
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Condition", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "status", S, 0),
-        f(3, "observedGeneration", I64, OMITEMPTY),
-        f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
-        f(5, "reason", S, 0),
-        f(6, "message", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Condition",
+        array: false,
+        fields: &[
+            f(1, "type", S, 0),
+            f(2, "status", S, 0),
+            f(3, "observedGeneration", I64, OMITEMPTY),
+            f(4, "lastTransitionTime", M(545), UNSET_IS_NULL),
+            f(5, "reason", S, 0),
+            f(6, "message", S, 0),
+        ],
+    },
     // 514
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.CreateOptions", array: false, fields: &[
-        f(1, "dryRun", S, REPEATED),
-        f(3, "fieldManager", S, OMITEMPTY),
-        f(4, "fieldValidation", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.CreateOptions",
+        array: false,
+        fields: &[
+            f(1, "dryRun", S, REPEATED),
+            f(3, "fieldManager", S, OMITEMPTY),
+            f(4, "fieldValidation", S, OMITEMPTY),
+        ],
+    },
     // 515
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions", array: false, fields: &[
-        f(1, "gracePeriodSeconds", I64, NULLABLE),
-        f(2, "preconditions", M(538), 0),
-        f(3, "orphanDependents", Bool, NULLABLE),
-        f(4, "propagationPolicy", S, NULLABLE),
-        f(5, "dryRun", S, REPEATED),
-        f(6, "ignoreStoreReadErrorWithClusterBreakingPotential", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+        array: false,
+        fields: &[
+            f(1, "gracePeriodSeconds", I64, NULLABLE),
+            f(2, "preconditions", M(538), 0),
+            f(3, "orphanDependents", Bool, NULLABLE),
+            f(4, "propagationPolicy", S, NULLABLE),
+            f(5, "dryRun", S, REPEATED),
+            f(
+                6,
+                "ignoreStoreReadErrorWithClusterBreakingPotential",
+                Bool,
+                NULLABLE,
+            ),
+        ],
+    },
     // 516
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Duration", array: false, fields: &[
-        f(1, "duration", I64, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Duration",
+        array: false,
+        fields: &[f(1, "duration", I64, 0)],
+    },
     // 517
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "operator", S, 0),
-        f(3, "values", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
+        array: false,
+        fields: &[
+            f(1, "key", S, 0),
+            f(2, "operator", S, 0),
+            f(3, "values", S, REPEATED),
+        ],
+    },
     // 518
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1", array: false, fields: &[
-        f(1, "raw", B, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1",
+        array: false,
+        fields: &[f(1, "raw", B, 0)],
+    },
     // 519
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GetOptions", array: false, fields: &[
-        f(1, "resourceVersion", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GetOptions",
+        array: false,
+        fields: &[f(1, "resourceVersion", S, OMITEMPTY)],
+    },
     // 520
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupKind", array: false, fields: &[
-        f(1, "group", S, 0),
-        f(2, "kind", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupKind",
+        array: false,
+        fields: &[f(1, "group", S, 0), f(2, "kind", S, 0)],
+    },
     // 521
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupResource", array: false, fields: &[
-        f(1, "group", S, 0),
-        f(2, "resource", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupResource",
+        array: false,
+        fields: &[f(1, "group", S, 0), f(2, "resource", S, 0)],
+    },
     // 522
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersion", array: false, fields: &[
-        f(1, "group", S, 0),
-        f(2, "version", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersion",
+        array: false,
+        fields: &[f(1, "group", S, 0), f(2, "version", S, 0)],
+    },
     // 523
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery", array: false, fields: &[
-        f(1, "groupVersion", S, 0),
-        f(2, "version", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery",
+        array: false,
+        fields: &[f(1, "groupVersion", S, 0), f(2, "version", S, 0)],
+    },
     // 524
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionKind", array: false, fields: &[
-        f(1, "group", S, 0),
-        f(2, "version", S, 0),
-        f(3, "kind", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionKind",
+        array: false,
+        fields: &[
+            f(1, "group", S, 0),
+            f(2, "version", S, 0),
+            f(3, "kind", S, 0),
+        ],
+    },
     // 525
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionResource", array: false, fields: &[
-        f(1, "group", S, 0),
-        f(2, "version", S, 0),
-        f(3, "resource", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.GroupVersionResource",
+        array: false,
+        fields: &[
+            f(1, "group", S, 0),
+            f(2, "version", S, 0),
+            f(3, "resource", S, 0),
+        ],
+    },
     // 526
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector", array: false, fields: &[
-        f(1, "matchLabels", MapS, 0),
-        f(2, "matchExpressions", M(527), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector",
+        array: false,
+        fields: &[
+            f(1, "matchLabels", MapS, 0),
+            f(2, "matchExpressions", M(527), REPEATED),
+        ],
+    },
     // 527
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", array: false, fields: &[
-        f(1, "key", S, 0),
-        f(2, "operator", S, 0),
-        f(3, "values", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
+        array: false,
+        fields: &[
+            f(1, "key", S, 0),
+            f(2, "operator", S, 0),
+            f(3, "values", S, REPEATED),
+        ],
+    },
     // 528
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.List", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(551), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.List",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(551), REPEATED),
+        ],
+    },
     // 529
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta", array: false, fields: &[
-        f(1, "selfLink", S, OMITEMPTY),
-        f(2, "resourceVersion", S, OMITEMPTY),
-        f(3, "continue", S, OMITEMPTY),
-        f(4, "remainingItemCount", I64, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta",
+        array: false,
+        fields: &[
+            f(1, "selfLink", S, OMITEMPTY),
+            f(2, "resourceVersion", S, OMITEMPTY),
+            f(3, "continue", S, OMITEMPTY),
+            f(4, "remainingItemCount", I64, NULLABLE),
+        ],
+    },
     // 530
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListOptions", array: false, fields: &[
-        f(1, "labelSelector", S, OMITEMPTY),
-        f(2, "fieldSelector", S, OMITEMPTY),
-        f(3, "watch", Bool, OMITEMPTY),
-        f(4, "resourceVersion", S, OMITEMPTY),
-        f(5, "timeoutSeconds", I64, NULLABLE),
-        f(7, "limit", I64, OMITEMPTY),
-        f(8, "continue", S, OMITEMPTY),
-        f(9, "allowWatchBookmarks", Bool, OMITEMPTY),
-        f(10, "resourceVersionMatch", S, OMITEMPTY),
-        f(11, "sendInitialEvents", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.ListOptions",
+        array: false,
+        fields: &[
+            f(1, "labelSelector", S, OMITEMPTY),
+            f(2, "fieldSelector", S, OMITEMPTY),
+            f(3, "watch", Bool, OMITEMPTY),
+            f(4, "resourceVersion", S, OMITEMPTY),
+            f(5, "timeoutSeconds", I64, NULLABLE),
+            f(7, "limit", I64, OMITEMPTY),
+            f(8, "continue", S, OMITEMPTY),
+            f(9, "allowWatchBookmarks", Bool, OMITEMPTY),
+            f(10, "resourceVersionMatch", S, OMITEMPTY),
+            f(11, "sendInitialEvents", Bool, NULLABLE),
+        ],
+    },
     // 531
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry", array: false, fields: &[
-        f(1, "manager", S, OMITEMPTY),
-        f(2, "operation", S, OMITEMPTY),
-        f(3, "apiVersion", S, OMITEMPTY),
-        f(4, "time", M(545), 0),
-        f(6, "fieldsType", S, OMITEMPTY),
-        f(7, "fieldsV1", M(518), 0),
-        f(8, "subresource", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
+        array: false,
+        fields: &[
+            f(1, "manager", S, OMITEMPTY),
+            f(2, "operation", S, OMITEMPTY),
+            f(3, "apiVersion", S, OMITEMPTY),
+            f(4, "time", M(545), 0),
+            f(6, "fieldsType", S, OMITEMPTY),
+            f(7, "fieldsV1", M(518), 0),
+            f(8, "subresource", S, OMITEMPTY),
+        ],
+    },
     // 532
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", array: false, fields: &[
-        f(1, "seconds", I64, 0),
-        f(2, "nanos", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime",
+        array: false,
+        fields: &[f(1, "seconds", I64, 0), f(2, "nanos", I32, 0)],
+    },
     // 533
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "generateName", S, OMITEMPTY),
-        f(3, "namespace", S, OMITEMPTY),
-        f(4, "selfLink", S, OMITEMPTY),
-        f(5, "uid", S, OMITEMPTY),
-        f(6, "resourceVersion", S, OMITEMPTY),
-        f(7, "generation", I64, OMITEMPTY),
-        f(8, "creationTimestamp", M(545), UNSET_IS_NULL),
-        f(9, "deletionTimestamp", M(545), 0),
-        f(10, "deletionGracePeriodSeconds", I64, NULLABLE),
-        f(11, "labels", MapS, 0),
-        f(12, "annotations", MapS, 0),
-        f(13, "ownerReferences", M(534), REPEATED),
-        f(14, "finalizers", S, REPEATED),
-        f(17, "managedFields", M(531), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        array: false,
+        fields: &[
+            f(1, "name", S, OMITEMPTY),
+            f(2, "generateName", S, OMITEMPTY),
+            f(3, "namespace", S, OMITEMPTY),
+            f(4, "selfLink", S, OMITEMPTY),
+            f(5, "uid", S, OMITEMPTY),
+            f(6, "resourceVersion", S, OMITEMPTY),
+            f(7, "generation", I64, OMITEMPTY),
+            f(8, "creationTimestamp", M(545), UNSET_IS_NULL),
+            f(9, "deletionTimestamp", M(545), 0),
+            f(10, "deletionGracePeriodSeconds", I64, NULLABLE),
+            f(11, "labels", MapS, 0),
+            f(12, "annotations", MapS, 0),
+            f(13, "ownerReferences", M(534), REPEATED),
+            f(14, "finalizers", S, REPEATED),
+            f(17, "managedFields", M(531), REPEATED),
+        ],
+    },
     // 534
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference", array: false, fields: &[
-        f(1, "kind", S, 0),
-        f(3, "name", S, 0),
-        f(4, "uid", S, 0),
-        f(5, "apiVersion", S, 0),
-        f(6, "controller", Bool, NULLABLE),
-        f(7, "blockOwnerDeletion", Bool, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference",
+        array: false,
+        fields: &[
+            f(1, "kind", S, 0),
+            f(3, "name", S, 0),
+            f(4, "uid", S, 0),
+            f(5, "apiVersion", S, 0),
+            f(6, "controller", Bool, NULLABLE),
+            f(7, "blockOwnerDeletion", Bool, NULLABLE),
+        ],
+    },
     // 535
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata", array: false, fields: &[
-        f(1, "metadata", M(533), 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata",
+        array: false,
+        fields: &[f(1, "metadata", M(533), ZERO_IS_STRUCT)],
+    },
     // 536
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "items", M(535), REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "items", M(535), REPEATED),
+        ],
+    },
     // 537
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.PatchOptions", array: false, fields: &[
-        f(1, "dryRun", S, REPEATED),
-        f(2, "force", Bool, NULLABLE),
-        f(3, "fieldManager", S, OMITEMPTY),
-        f(4, "fieldValidation", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.PatchOptions",
+        array: false,
+        fields: &[
+            f(1, "dryRun", S, REPEATED),
+            f(2, "force", Bool, NULLABLE),
+            f(3, "fieldManager", S, OMITEMPTY),
+            f(4, "fieldValidation", S, OMITEMPTY),
+        ],
+    },
     // 538
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions", array: false, fields: &[
-        f(1, "uid", S, NULLABLE),
-        f(2, "resourceVersion", S, NULLABLE),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions",
+        array: false,
+        fields: &[
+            f(1, "uid", S, NULLABLE),
+            f(2, "resourceVersion", S, NULLABLE),
+        ],
+    },
     // 539
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.RootPaths", array: false, fields: &[
-        f(1, "paths", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.RootPaths",
+        array: false,
+        fields: &[f(1, "paths", S, REPEATED)],
+    },
     // 540
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR", array: false, fields: &[
-        f(1, "clientCIDR", S, 0),
-        f(2, "serverAddress", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR",
+        array: false,
+        fields: &[f(1, "clientCIDR", S, 0), f(2, "serverAddress", S, 0)],
+    },
     // 541
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Status", array: false, fields: &[
-        f(1, "metadata", M(529), 0),
-        f(2, "status", S, OMITEMPTY),
-        f(3, "message", S, OMITEMPTY),
-        f(4, "reason", S, OMITEMPTY),
-        f(5, "details", M(543), 0),
-        f(6, "code", I32, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Status",
+        array: false,
+        fields: &[
+            f(1, "metadata", M(529), ZERO_IS_STRUCT),
+            f(2, "status", S, OMITEMPTY),
+            f(3, "message", S, OMITEMPTY),
+            f(4, "reason", S, OMITEMPTY),
+            f(5, "details", M(543), 0),
+            f(6, "code", I32, OMITEMPTY),
+        ],
+    },
     // 542
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusCause", array: false, fields: &[
-        f(1, "reason", S, OMITEMPTY),
-        f(2, "message", S, OMITEMPTY),
-        f(3, "field", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusCause",
+        array: false,
+        fields: &[
+            f(1, "reason", S, OMITEMPTY),
+            f(2, "message", S, OMITEMPTY),
+            f(3, "field", S, OMITEMPTY),
+        ],
+    },
     // 543
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusDetails", array: false, fields: &[
-        f(1, "name", S, OMITEMPTY),
-        f(2, "group", S, OMITEMPTY),
-        f(3, "kind", S, OMITEMPTY),
-        f(4, "causes", M(542), REPEATED),
-        f(5, "retryAfterSeconds", I32, OMITEMPTY),
-        f(6, "uid", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.StatusDetails",
+        array: false,
+        fields: &[
+            f(1, "name", S, OMITEMPTY),
+            f(2, "group", S, OMITEMPTY),
+            f(3, "kind", S, OMITEMPTY),
+            f(4, "causes", M(542), REPEATED),
+            f(5, "retryAfterSeconds", I32, OMITEMPTY),
+            f(6, "uid", S, OMITEMPTY),
+        ],
+    },
     // 544
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TableOptions", array: false, fields: &[
-        f(1, "includeObject", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.TableOptions",
+        array: false,
+        fields: &[f(1, "includeObject", S, OMITEMPTY)],
+    },
     // 545
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Time", array: false, fields: &[
-        f(1, "seconds", I64, 0),
-        f(2, "nanos", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Time",
+        array: false,
+        fields: &[f(1, "seconds", I64, 0), f(2, "nanos", I32, 0)],
+    },
     // 546
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Timestamp", array: false, fields: &[
-        f(1, "seconds", I64, 0),
-        f(2, "nanos", I32, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Timestamp",
+        array: false,
+        fields: &[f(1, "seconds", I64, 0), f(2, "nanos", I32, 0)],
+    },
     // 547
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.TypeMeta", array: false, fields: &[
-        f(1, "kind", S, OMITEMPTY),
-        f(2, "apiVersion", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.TypeMeta",
+        array: false,
+        fields: &[f(1, "kind", S, OMITEMPTY), f(2, "apiVersion", S, OMITEMPTY)],
+    },
     // 548
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.UpdateOptions", array: false, fields: &[
-        f(1, "dryRun", S, REPEATED),
-        f(2, "fieldManager", S, OMITEMPTY),
-        f(3, "fieldValidation", S, OMITEMPTY),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.UpdateOptions",
+        array: false,
+        fields: &[
+            f(1, "dryRun", S, REPEATED),
+            f(2, "fieldManager", S, OMITEMPTY),
+            f(3, "fieldValidation", S, OMITEMPTY),
+        ],
+    },
     // 549
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.Verbs", array: true, fields: &[
-        f(1, "items", S, REPEATED),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Verbs",
+        array: true,
+        fields: &[f(1, "items", S, REPEATED)],
+    },
     // 550
-    Message { name: "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent", array: false, fields: &[
-        f(1, "type", S, 0),
-        f(2, "object", M(551), 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent",
+        array: false,
+        fields: &[f(1, "type", S, 0), f(2, "object", M(551), 0)],
+    },
     // 551
-    Message { name: "k8s.io.apimachinery.pkg.runtime.RawExtension", array: false, fields: &[
-        f(1, "raw", B, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.runtime.RawExtension",
+        array: false,
+        fields: &[f(1, "raw", B, 0)],
+    },
     // 552
-    Message { name: "k8s.io.apimachinery.pkg.util.intstr.IntOrString", array: false, fields: &[
-        f(1, "type", I64, 0),
-        f(2, "intVal", I32, 0),
-        f(3, "strVal", S, 0),
-    ] },
+    Message {
+        name: "k8s.io.apimachinery.pkg.util.intstr.IntOrString",
+        array: false,
+        fields: &[
+            f(1, "type", I64, 0),
+            f(2, "intVal", I32, 0),
+            f(3, "strVal", S, 0),
+        ],
+    },
 ];

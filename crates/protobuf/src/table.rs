@@ -16,6 +16,12 @@ pub const INLINE: u8 = 4;
 /// The field is a Go non-pointer `metav1.Time` or `MicroTime`: Go's JSON encoder writes
 /// `null` when it is unset, `omitempty` or not.
 pub const UNSET_IS_NULL: u8 = 16;
+/// The field is a Go non-pointer struct: Go's JSON encoder writes the struct's zero
+/// value when it is unset (`status: {}`, `resources: {}`).
+pub const ZERO_IS_STRUCT: u8 = 32;
+/// The list or map is required by k8s-openapi's type, which writes it even when empty
+/// (`limits: []`); a struct's zero value then has it empty.
+pub const WRITTEN_EMPTY: u8 = 64;
 
 /// Wire kind and JSON form of a field. Map keys are always strings in Kubernetes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,8 +63,17 @@ impl Field {
     pub fn inline(&self) -> bool {
         self.flags & INLINE != 0
     }
+    pub fn nullable(&self) -> bool {
+        self.flags & NULLABLE != 0
+    }
     pub fn unset_is_null(&self) -> bool {
         self.flags & UNSET_IS_NULL != 0
+    }
+    pub fn zero_is_struct(&self) -> bool {
+        self.flags & ZERO_IS_STRUCT != 0
+    }
+    pub fn written_empty(&self) -> bool {
+        self.flags & WRITTEN_EMPTY != 0
     }
 }
 

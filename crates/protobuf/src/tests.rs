@@ -987,10 +987,13 @@ fn go_omitempty_zeros_are_left_out_at_any_depth() {
             "metadata": {"name": "d", "creationTimestamp": null},
             "spec": {
                 "replicas": 0,
-                "template": {"spec": {"containers": [{
+                // Unset non-pointer structs: their zero values, as Go writes them.
+                "strategy": {},
+                "template": {"metadata": {"creationTimestamp": null}, "spec": {"containers": [{
                     "name": "c",
                     "ports": [{"containerPort": 80}],
                     "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"key": "k"}}}],
+                    "resources": {},
                     "futureField": 0,
                 }]}},
             },
@@ -998,7 +1001,8 @@ fn go_omitempty_zeros_are_left_out_at_any_depth() {
         })
     );
     // `containerPort` and `name` of a container have no omitempty: zeros stay.
-    let mut pod = json!({"spec": {"containers": [{"name": "", "ports": [{"containerPort": 0}]}]}});
+    let mut pod = json!({"spec": {"containers": [{"name": "", "ports": [{"containerPort": 0}],
+        "resources": {}}]}, "metadata": {"creationTimestamp": null}, "status": {}});
     let before = pod.clone();
     assert!(to_go_json_form("v1", "Pod", &mut pod));
     assert_eq!(pod, before);
@@ -1008,22 +1012,39 @@ fn go_omitempty_zeros_are_left_out_at_any_depth() {
         "status": {"conditions": [{"type": "Ready", "status": "True",
                                    "lastTransitionTime": "2026-12-07T08:00:01Z"}],
                    "containerStatuses": [{"name": "c", "state": {"running": {}},
-                                          "lastState": {}}]}});
+                                          "ready": true, "restartCount": 0,
+                                          "image": "i", "imageID": ""}]}});
     assert!(to_go_json_form("v1", "Pod", &mut pod));
     assert_eq!(
         pod,
         json!({"metadata": {"name": "p", "creationTimestamp": "2026-12-07T08:00:00Z"},
+            // A list k8s-openapi's type requires is there empty.
+            "spec": {"containers": []},
             "status": {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null,
                                        "lastTransitionTime": "2026-12-07T08:00:01Z"}],
                        "containerStatuses": [{"name": "c", "state": {"running": {"startedAt": null}},
-                                              "lastState": {}}]}})
+                                              "lastState": {}, "ready": true, "restartCount": 0,
+                                              "image": "i", "imageID": ""}]}})
     );
+    // A struct's zero value has its scalars without omitempty as zeros: a node's
+    // kubelet endpoint port, its system info.
+    let mut node = json!({"metadata": {"name": "n", "creationTimestamp": "2026-12-07T08:00:00Z"},
+                          "status": {"phase": "Running"}});
+    assert!(to_go_json_form("v1", "Node", &mut node));
+    assert_eq!(node["spec"], json!({}));
+    assert_eq!(
+        node["status"]["daemonEndpoints"],
+        json!({"kubeletEndpoint": {"Port": 0}})
+    );
+    assert_eq!(node["status"]["nodeInfo"]["machineID"], "");
+    assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "");
     let mut event = json!({"metadata": {"name": "e"}, "series": {"count": 2}});
     assert!(to_go_json_form("v1", "Event", &mut event));
     assert_eq!(
         event,
         json!({"metadata": {"name": "e", "creationTimestamp": null},
             "series": {"count": 2, "lastObservedTime": null},
+            "involvedObject": {}, "source": {},
             "firstTimestamp": null, "lastTimestamp": null, "eventTime": null})
     );
     // A kind without a message is left alone.

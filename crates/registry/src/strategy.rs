@@ -334,7 +334,11 @@ where
         self.info
     }
 
-    fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
+    fn decode(&self, mut obj: Value) -> Result<Decoded, ApiError> {
+        // Upstream decodes into its Go struct, where an unset non-pointer struct is
+        // its zero value, which defaulting then fills (a policy without a `spec` gets
+        // `failurePolicy: Fail`); k8s-openapi's types would hold no value there.
+        ferrokube_protobuf::add_go_zero_structs(K::API_VERSION, K::KIND, &mut obj);
         // Naming unknown fields (serde_ignored) copies every member name of the body,
         // and most bodies have none. So decode without it first: when the typed round
         // trip kept every member of the body, none was unknown. Otherwise the body is
