@@ -2,7 +2,8 @@
 built-in kind serializes, from the struct definitions of k8s.io/api at a tag.
 
 A field is there in the zero value when it is a non-pointer struct (encoding it never
-omits it), or when its json tag has no omitempty (null, "", 0 or false). Upstream's
+omits it; a time's zero is null), or when its json tag has no omitempty (null, "", 0
+or false). Upstream's
 field manager compares a created object with its kind's zero value, so these are the
 fields a create does not add (structured-merge-diff's Compare).
 
@@ -13,6 +14,8 @@ G = sys.argv[1]; TAG = sys.argv[2] if len(sys.argv) > 2 else "v0.33.0"
 files = [f for f in subprocess.check_output(["git","-C",G,"ls-tree","-r","--name-only",TAG]).decode().split() if f.endswith(".go") and not f.endswith("_test.go") and "generated" not in f and f.count("/") == 2]
 SCALARS = {"string","bool","int","int32","int64","uint","uint32","uint64","float32","float64","byte"}
 # cross-package types that serialize as scalars or atoms
+# Non-pointer fields of these types are written, as null, when zero, omitempty or not.
+GO_TIMES = {"metav1.Time", "metav1.MicroTime"}
 LEAF_TYPES = {"metav1.Time","metav1.MicroTime","metav1.Duration","resource.Quantity","intstr.IntOrString","runtime.RawExtension","metav1.FieldsV1","apiextensionsv1.JSON"}
 structs = {}   # def -> list of (json, gotype, omitempty, inline)
 named = {}     # def -> underlying go type
@@ -84,7 +87,8 @@ for d, (pkgdir, imports, fields) in sorted(structs.items()):
             continue
         if r[0] == "struct":
             rows.append((jn, "struct", r[1]))
-        elif not omit:
+        elif not omit or gotype in GO_TIMES:
+            # A time is a struct to encoding/json, never empty: its zero is null.
             rows.append((jn, r[0], r[1] if r[0] == "scalar" else None))
     out[d] = rows
 roots = [d for d, rows in out.items()

@@ -106,14 +106,15 @@ fn scalar_zeros(index: u16, members: &mut Map<String, Value>, depth: usize) {
             continue;
         }
         let zero = match field.kind {
-            Kind::S | Kind::B => Value::String(String::new()),
+            Kind::S => Value::String(String::new()),
             Kind::Bool => Value::Bool(false),
             Kind::I32 | Kind::I64 | Kind::F64 => Value::from(0),
             Kind::M(inner) if field.inline() => {
                 scalar_zeros(inner, members, depth + 1);
                 continue;
             }
-            Kind::M(_) | Kind::MapS | Kind::MapB | Kind::MapM(_) => continue,
+            // A nil `[]byte` is a slice: null in Go, left out here as the others.
+            Kind::B | Kind::M(_) | Kind::MapS | Kind::MapB | Kind::MapM(_) => continue,
         };
         members.insert(field.json.to_owned(), zero);
     }

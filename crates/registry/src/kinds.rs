@@ -166,15 +166,23 @@ const EVENTS_V1: Hooks = Hooks {
     ..Hooks::PLAIN
 };
 
-/// `obj` converted through the typed forms `From` -> `To`; a value that does not fit
-/// (never one the strategies wrote) passes unchanged.
+/// `obj` converted through the typed forms `From` -> `To`, in Go's JSON form of `To`
+/// (upstream encodes the converted struct: an events.k8s.io Event read as a core one
+/// has `firstTimestamp: null`, `source: {}`); a value that does not fit (never one the
+/// strategies wrote) passes unchanged.
 fn through_typed<From, To>(obj: Value, convert: impl FnOnce(From) -> To) -> Value
 where
     From: serde::de::DeserializeOwned,
-    To: serde::Serialize,
+    To: serde::Serialize + k8s_openapi::Resource,
 {
     match serde_json::from_value::<From>(obj.clone()) {
-        Ok(typed) => serde_json::to_value(convert(typed)).unwrap_or(obj),
+        Ok(typed) => match serde_json::to_value(convert(typed)) {
+            Ok(mut converted) => {
+                ferrokube_protobuf::to_go_json_form(To::API_VERSION, To::KIND, &mut converted);
+                converted
+            }
+            Err(_) => obj,
+        },
         Err(_) => obj,
     }
 }

@@ -1338,11 +1338,14 @@ pub(super) static ZERO_FIELDS: &[(&str, &str, Zero)] = &[
         "metadata",
         Zero::Struct("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
     ),
+    ("io.k8s.api.core.v1.Event", "eventTime", Zero::Null),
+    ("io.k8s.api.core.v1.Event", "firstTimestamp", Zero::Null),
     (
         "io.k8s.api.core.v1.Event",
         "involvedObject",
         Zero::Struct("io.k8s.api.core.v1.ObjectReference"),
     ),
+    ("io.k8s.api.core.v1.Event", "lastTimestamp", Zero::Null),
     (
         "io.k8s.api.core.v1.Event",
         "metadata",
@@ -1674,6 +1677,16 @@ pub(super) static ZERO_FIELDS: &[(&str, &str, Zero)] = &[
     ),
     (
         "io.k8s.api.events.v1.Event",
+        "deprecatedFirstTimestamp",
+        Zero::Null,
+    ),
+    (
+        "io.k8s.api.events.v1.Event",
+        "deprecatedLastTimestamp",
+        Zero::Null,
+    ),
+    (
+        "io.k8s.api.events.v1.Event",
         "deprecatedSource",
         Zero::Struct("io.k8s.api.core.v1.EventSource"),
     ),
@@ -1687,6 +1700,16 @@ pub(super) static ZERO_FIELDS: &[(&str, &str, Zero)] = &[
         "io.k8s.api.events.v1.Event",
         "regarding",
         Zero::Struct("io.k8s.api.core.v1.ObjectReference"),
+    ),
+    (
+        "io.k8s.api.events.v1beta1.Event",
+        "deprecatedFirstTimestamp",
+        Zero::Null,
+    ),
+    (
+        "io.k8s.api.events.v1beta1.Event",
+        "deprecatedLastTimestamp",
+        Zero::Null,
     ),
     (
         "io.k8s.api.events.v1beta1.Event",

@@ -126,6 +126,22 @@ async fn an_events_v1_event_is_a_core_event() {
         created["metadata"]["resourceVersion"]
     );
     assert!(seen.get("note").is_none() && seen.get("regarding").is_none());
+    // In Go's form of a core Event: its unset times null.
+    assert_eq!(
+        (seen.get("firstTimestamp"), seen.get("lastTimestamp")),
+        (Some(&Value::Null), Some(&Value::Null))
+    );
+    assert_eq!(
+        (
+            created.get("deprecatedFirstTimestamp"),
+            created.get("deprecatedLastTimestamp")
+        ),
+        (Some(&Value::Null), Some(&Value::Null))
+    );
+    // Unset as in the kind's zero value: no manager owns them.
+    let owned = &created["metadata"]["managedFields"][0]["fieldsV1"];
+    assert!(owned.get("f:eventTime").is_some(), "{owned}");
+    assert!(owned.get("f:deprecatedFirstTimestamp").is_none(), "{owned}");
     // The field selectors of core events work on it.
     let by_object = core
         .list(
@@ -185,6 +201,7 @@ async fn an_events_v1_event_is_a_core_event() {
     assert_eq!(legacy["deprecatedCount"], 1);
     assert_eq!(legacy["deprecatedFirstTimestamp"], "2026-01-02T03:04:05Z");
     assert_eq!(legacy["deprecatedLastTimestamp"], "2026-01-02T03:04:05Z");
+    assert_eq!(legacy.get("eventTime"), Some(&Value::Null));
     // events.k8s.io's own field labels select (upstream maps them to the core ones);
     // the core spellings are not its labels.
     assert_eq!(
