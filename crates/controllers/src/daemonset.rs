@@ -823,9 +823,11 @@ impl DaemonSetController {
             .collect();
         all.sort_by_key(revision_of);
         let data = history_data(ds);
-        let (mut current, old): (Vec<_>, Vec<_>) = all
-            .into_iter()
-            .partition(|r| r.data.as_ref().map(|d| &d.0) == Some(&data));
+        let (mut current, old): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| {
+            r.data
+                .as_ref()
+                .is_some_and(|d| crate::util::same_revision_data(&d.0, &data))
+        });
         let max_old = old.iter().map(revision_of).max().unwrap_or(0);
         let cur = match current.pop() {
             Some(mut cur) => {
@@ -876,7 +878,12 @@ impl DaemonSetController {
                         let n = cr.metadata.name.clone().unwrap_or_default();
                         let existing = api.get(&n).await?;
                         let ours = controller_of(&existing.metadata).is_some_and(|o| o.uid == uid);
-                        if ours && existing.data.as_ref().map(|d| &d.0) == Some(&data) {
+                        if ours
+                            && existing
+                                .data
+                                .as_ref()
+                                .is_some_and(|d| crate::util::same_revision_data(&d.0, &data))
+                        {
                             existing
                         } else {
                             // Another template hashed to this name: hash again with a

@@ -195,10 +195,18 @@ fn strip_hash(t: &PodTemplateSpec) -> PodTemplateSpec {
     t
 }
 
-/// Upstream `EqualIgnoreHash`: templates equal except for the pod-template-hash label.
+/// Upstream `EqualIgnoreHash`: templates equal except for the pod-template-hash label,
+/// compared as Go compares the structs, in which an unset non-pointer struct is its
+/// zero value (a container without `resources` and one with `resources: {}` are
+/// equal). A template stored before the apiserver wrote those zero values still
+/// matches its ReplicaSet's once it has them, so no rollout follows.
 pub fn equal_ignore_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
-    let (a, b) = (strip_hash(a), strip_hash(b));
-    serde_json::to_value(&a).ok() == serde_json::to_value(&b).ok()
+    let go_form = |t: &PodTemplateSpec| {
+        let mut v = serde_json::to_value(strip_hash(t)).ok()?;
+        ferrokube_protobuf::to_go_json_form("v1", "PodTemplateSpec", &mut v);
+        Some(v)
+    };
+    go_form(a) == go_form(b)
 }
 
 fn by_creation(a: &ReplicaSet, b: &ReplicaSet) -> Ordering {
@@ -1706,6 +1714,20 @@ mod tests {
             .insert(DEFAULT_UNIQUE_LABEL.into(), "abc".into());
         assert!(equal_ignore_hash(&t, &tmpl("v2")));
         assert!(!equal_ignore_hash(&t, &tmpl("v1")));
+        // An unset non-pointer struct equals its zero value, as in Go.
+        let mut zero_structs = tmpl("v2");
+        for c in &mut zero_structs.spec.as_mut().unwrap().containers {
+            c.resources = Some(Default::default());
+        }
+        assert_ne!(
+            serde_json::to_value(&zero_structs).unwrap(),
+            serde_json::to_value(tmpl("v2")).unwrap()
+        );
+        assert!(equal_ignore_hash(&t, &zero_structs));
+        let mut requests = zero_structs.clone();
+        requests.spec.as_mut().unwrap().containers[0].resources =
+            serde_json::from_value(json!({"requests": {"cpu": "1"}})).unwrap();
+        assert!(!equal_ignore_hash(&t, &requests));
         let d = dep(3, i(1), i(0));
         let mut a = rs("v1", 10, 3, 3, 1);
         let mut b = rs("b", 30, 0, 0, 2);

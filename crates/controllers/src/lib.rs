@@ -41,7 +41,9 @@
 //! ServiceAccount's (`--use-service-account-credentials`).
 //!
 //! Layer: client side. Sits on `ferrokube-client` (informers, workqueue), kube-rs and
-//! k8s-openapi. It must not depend on storage*, registry, admission or apiserver;
+//! k8s-openapi, and on `ferrokube-protobuf`'s field table (no IO) to compare pod
+//! templates as Go compares the structs. It must not depend on storage*, registry,
+//! admission or apiserver;
 //! `ferrokube-testing` is a dev-dependency only.
 
 pub mod bootstrap;

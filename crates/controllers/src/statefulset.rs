@@ -664,9 +664,11 @@ impl StatefulSetController {
         let data = revision_data(&spec.template)?;
         let next = revs.last().map_or(0, |r| r.revision) + 1;
         let mut collisions = set.status.as_ref().and_then(|s| s.collision_count);
-        let equivalent = revs
-            .iter()
-            .rposition(|r| r.data.as_ref().is_some_and(|d| d.0 == data));
+        let equivalent = revs.iter().rposition(|r| {
+            r.data
+                .as_ref()
+                .is_some_and(|d| crate::util::same_revision_data(&d.0, &data))
+        });
         let update = match equivalent {
             Some(i) if i + 1 == revs.len() => revs[i].clone(),
             Some(i) => {

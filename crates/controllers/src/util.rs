@@ -9,6 +9,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::jiff::Timestamp;
 
+/// Whether two ControllerRevisions' data (`{"spec": {"template": ...}}`, the patch a
+/// StatefulSet or DaemonSet revision holds) hold the same template, compared as Go
+/// compares the structs: an unset non-pointer struct equals its zero value (a
+/// container without `resources` and one with `resources: {}`). A revision written
+/// before the apiserver stored those zero values still matches its set's template
+/// once the set has them, so no rollout follows.
+pub fn same_revision_data(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    let go_form = |data: &serde_json::Value| {
+        let mut data = data.clone();
+        if let Some(template) = data.pointer_mut("/spec/template") {
+            ferrokube_protobuf::to_go_json_form("v1", "PodTemplateSpec", template);
+        }
+        data
+    };
+    a == b || go_form(a) == go_form(b)
+}
+
 /// Whether the object still holds `finalizer`.
 pub fn has_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {
     meta.finalizers.iter().flatten().any(|f| f == finalizer)
@@ -254,5 +271,24 @@ mod tests {
             );
         }
         assert!(scaled_value(Some(&p("x%")), 10, true).is_err());
+    }
+
+    #[test]
+    fn revision_data_compares_as_go_compares_templates() {
+        let data = |container: serde_json::Value| {
+            serde_json::json!({"spec": {"template": {"$patch": "replace",
+                "metadata": {"labels": {"app": "a"}},
+                "spec": {"containers": [container]}}}})
+        };
+        let bare = data(serde_json::json!({"name": "c", "image": "i"}));
+        let zero = data(serde_json::json!({"name": "c", "image": "i", "resources": {}}));
+        assert_ne!(bare, zero);
+        assert!(same_revision_data(&bare, &zero));
+        assert!(same_revision_data(&zero, &bare));
+        let other = data(serde_json::json!({"name": "c", "image": "j", "resources": {}}));
+        assert!(!same_revision_data(&bare, &other));
+        let limited = data(serde_json::json!({"name": "c", "image": "i",
+            "resources": {"limits": {"cpu": "1"}}}));
+        assert!(!same_revision_data(&zero, &limited));
     }
 }
