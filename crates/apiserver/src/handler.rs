@@ -125,9 +125,16 @@ fn json_response(code: StatusCode, v: &Value) -> Response<Body> {
     )
 }
 
+/// The Status an error answer carries, kept with the answer so that [`serve`] can write
+/// it in the form the client asked for ([`in_error_form`]).
+#[derive(Clone)]
+struct ErrorStatus(Value);
+
 pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = json_response(code, &output::status_value(e));
+    let status = output::status_value(e);
+    let mut r = json_response(code, &status);
+    r.extensions_mut().insert(ErrorStatus(status));
     if let Some(secs) = e.details.as_ref().and_then(|d| d.retry_after_seconds)
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
     {
@@ -180,6 +187,11 @@ pub(crate) async fn serve(
         crate::metrics::RequestLabels::non_resource_path(&attrs.path, req.method().as_str())
     });
     let accepts_gzip = accepts_gzip(req.headers());
+    let error_form = output::error_form(
+        req.headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    );
     // Streams (watches, logs, proxied connections) are never re-encoded.
     let pretty_path = (!long_running
         && pretty::wants_pretty(
@@ -218,8 +230,15 @@ pub(crate) async fn serve(
         Ok(Err(_)) => false,
     };
     let resp = match handled {
-        Err(e) => audit.finish(error_response(&e), long_running, None).await,
-        Ok(Ok(r)) => audit.finish(r, long_running, None).await,
+        Err(e) => {
+            let r = in_error_form(error_response(&e), error_form);
+            audit.finish(r, long_running, None).await
+        }
+        Ok(Ok(r)) => {
+            audit
+                .finish(in_error_form(r, error_form), long_running, None)
+                .await
+        }
         Ok(Err(panic)) => {
             let msg = panic
                 .downcast_ref::<&str>()
@@ -227,9 +246,12 @@ pub(crate) async fn serve(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             tracing::error!(panic = %msg, "request handler panicked");
-            let r = error_response(&ApiError::internal(format!(
-                "an internal error occurred: {msg}"
-            )));
+            let r = in_error_form(
+                error_response(&ApiError::internal(format!(
+                    "an internal error occurred: {msg}"
+                ))),
+                error_form,
+            );
             audit.finish(r, long_running, Some(&msg)).await
         }
     };
@@ -276,6 +298,25 @@ pub(crate) async fn serve(
         resp.headers_mut().extend(cors);
     }
     Ok(resp)
+}
+
+/// An error answer in the form the client's `Accept` names first (protobuf for
+/// client-go's typed clients), as upstream writes every error (`ErrorNegotiated`);
+/// other answers as they are.
+fn in_error_form(mut resp: Response<Body>, form: Target) -> Response<Body> {
+    if form == Target::Json {
+        return resp;
+    }
+    let Some(ErrorStatus(status)) = resp.extensions_mut().remove::<ErrorStatus>() else {
+        return resp;
+    };
+    let (written, body) = output::encode(form, &status);
+    let (mut parts, _) = resp.into_parts();
+    if let Ok(v) = HeaderValue::from_str(output::content_type(written)) {
+        parts.headers.insert(header::CONTENT_TYPE, v);
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, full(body))
 }
 
 /// `--strict-transport-security-directives` on every answer, as upstream's `WithHSTS`.

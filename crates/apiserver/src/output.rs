@@ -145,6 +145,26 @@ pub fn negotiate(accept: Option<&str>, protobuf: bool) -> Result<Target, ApiErro
     ]))
 }
 
+/// The form an error is answered in: the first of JSON, YAML and protobuf the
+/// client's `Accept` names, as upstream negotiates an error's Status (any kind's
+/// endpoint has it in every form). A range asking for a transformed answer (`as=Table`)
+/// is passed over, and with none of them named the Status is JSON.
+pub fn error_form(accept: Option<&str>) -> Target {
+    let Some(accept) = accept else {
+        return Target::Json;
+    };
+    parse_accept(accept)
+        .iter()
+        .filter(|m| m.param("as").is_none())
+        .find_map(|m| match m.essence.as_str() {
+            "application/json" | "*/*" | "application/*" => Some(Target::Json),
+            "application/yaml" => Some(Target::Yaml),
+            ferrokube_protobuf::MEDIA_TYPE => Some(Target::Protobuf),
+            _ => None,
+        })
+        .unwrap_or(Target::Json)
+}
+
 /// A media type without its parameters: `application/json` of
 /// `application/json; charset=utf-8`.
 pub fn media_essence(content_type: &str) -> &str {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use ferrokube_testing::{TestApiServer, crd_established, eventually};
+use http::HeaderValue;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::serde::de::DeserializeOwned;
@@ -548,4 +549,98 @@ async fn objects_lists_metadata_and_watches_are_answered_in_protobuf() {
         "true"
     );
     srv.stop().await;
+}
+
+/// Errors are answered in the form the client's `Accept` names first, as upstream
+/// negotiates every error's Status: a typed client-go client reads protobuf ones.
+#[tokio::test]
+async fn errors_are_answered_in_the_form_asked() {
+    let srv = TestApiServer::start().await.unwrap();
+    let c = srv.client.clone();
+    let missing = "/api/v1/namespaces/default/configmaps/missing";
+    let status_of = |a: &Answer| {
+        (
+            a.code,
+            a.body["kind"].as_str().unwrap_or_default().to_string(),
+            a.body["reason"].as_str().unwrap_or_default().to_string(),
+            a.body["code"].as_u64().unwrap_or_default() as u16,
+        )
+    };
+    let not_found = (404, "Status".to_string(), "NotFound".to_string(), 404);
+
+    let protobuf = send(&c, "GET", missing, &[("accept", PB_THEN_JSON)], vec![]).await;
+    assert_eq!(protobuf.content_type, PB);
+    assert_eq!(status_of(&protobuf), not_found);
+    assert_eq!(protobuf.body["message"], "configmaps \"missing\" not found");
+
+    // kubectl get's Table ranges are passed over for an error: its JSON fallback.
+    let table = send(
+        &c,
+        "GET",
+        missing,
+        &[(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json",
+        )],
+        vec![],
+    )
+    .await;
+    assert_eq!(table.content_type, "application/json");
+    assert_eq!(status_of(&table), not_found);
+
+    let (code, headers, bytes) = TestApiServer::raw(
+        &c,
+        "GET",
+        missing,
+        &[("accept", "application/yaml")],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (code, &headers["content-type"]),
+        (404, &HeaderValue::from_static("application/yaml"))
+    );
+    let yaml = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(yaml.contains("\nreason: NotFound\n"), "{yaml}");
+
+    // No form the server has: JSON.
+    let html = send(&c, "GET", missing, &[("accept", "text/html")], vec![]).await;
+    assert_eq!(html.content_type, "application/json");
+
+    // An invalid object sent in protobuf: its 422 in protobuf, causes and all.
+    let invalid = send_pb(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        pb(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "Not_A_Name"},
+        })),
+    )
+    .await;
+    assert_eq!(invalid.content_type, PB);
+    assert_eq!(
+        (invalid.code, invalid.body["reason"].as_str()),
+        (422, Some("Invalid"))
+    );
+    assert_eq!(
+        invalid.body["details"]["causes"][0]["field"],
+        "metadata.name"
+    );
+
+    // Refused before any handler: the anonymous user's answer.
+    let anonymous = srv.anonymous_client().await.unwrap();
+    let refused = send(
+        &anonymous,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[("accept", PB_THEN_JSON)],
+        vec![],
+    )
+    .await;
+    assert_eq!(refused.content_type, PB);
+    assert_eq!(refused.body["kind"], "Status");
+    assert_eq!(refused.body["code"].as_u64(), Some(refused.code as u64));
+    assert!(matches!(refused.code, 401 | 403), "{}", refused.code);
 }
