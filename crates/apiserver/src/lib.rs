@@ -256,6 +256,10 @@ impl Server {
                 apf.clone(),
                 shutdown_rx.clone(),
             )));
+            background.push(tokio::spawn(flowcontrol::run_borrowing(
+                apf.clone(),
+                shutdown_rx.clone(),
+            )));
         }
         for fetcher in config.oidc {
             background.push(tokio::spawn(oidc::run(fetcher, shutdown_rx.clone())));

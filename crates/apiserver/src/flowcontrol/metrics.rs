@@ -3,14 +3,16 @@
 //! them (labels in the sorted order Prometheus writes them).
 //!
 //! Left out: the virtual-time gauges (`current_r`, `dispatch_r`, `latest_s`,
-//! `next_*s_bounds`, `epoch_advance_total`), the borrowing ones (`demand_seats*`,
-//! `target_seats`, `seat_fair_frac`), the work estimate's (`work_estimated_seats`,
-//! `watch_count_samples`, `request_dispatch_no_accommodation_total`) and the
-//! utilization timing-ratio histograms; none has a counterpart here.
+//! `next_*s_bounds`, `epoch_advance_total`), the work estimate's
+//! (`work_estimated_seats`, `watch_count_samples`,
+//! `request_dispatch_no_accommodation_total`) and the timing-ratio histograms
+//! (`demand_seats` and the utilization ones); none has a counterpart here.
 //! `request_concurrency_limit` and `request_concurrency_in_use` are deprecated since
 //! 1.30 and 1.31 and so hidden in 1.33.
 
 use ferrokube_component_base::metrics::{CounterVec, GaugeVec, HistogramVec};
+
+use super::borrowing::{Bounds, DemandStats};
 
 /// Upstream's `queueLengthBuckets`.
 const QUEUE_LENGTH_BUCKETS: &[f64] = &[0.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
@@ -61,6 +63,12 @@ pub(crate) struct FlowControlMetrics {
     lower_limit: GaugeVec<1>,
     upper_limit: GaugeVec<1>,
     current_limit: GaugeVec<1>,
+    demand_high_watermark: GaugeVec<1>,
+    demand_average: GaugeVec<1>,
+    demand_stdev: GaugeVec<1>,
+    demand_smoothed: GaugeVec<1>,
+    target: GaugeVec<1>,
+    fair_frac: GaugeVec<0>,
 }
 
 impl Default for FlowControlMetrics {
@@ -134,6 +142,36 @@ impl Default for FlowControlMetrics {
                 "[ALPHA] current derived number of execution seats available to each priority level",
                 ["priority_level"],
             ),
+            demand_high_watermark: GaugeVec::new(
+                "apiserver_flowcontrol_demand_seats_high_watermark",
+                "[ALPHA] High watermark, over last adjustment period, of demand_seats",
+                ["priority_level"],
+            ),
+            demand_average: GaugeVec::new(
+                "apiserver_flowcontrol_demand_seats_average",
+                "[ALPHA] Time-weighted average, over last adjustment period, of demand_seats",
+                ["priority_level"],
+            ),
+            demand_stdev: GaugeVec::new(
+                "apiserver_flowcontrol_demand_seats_stdev",
+                "[ALPHA] Time-weighted standard deviation, over last adjustment period, of demand_seats",
+                ["priority_level"],
+            ),
+            demand_smoothed: GaugeVec::new(
+                "apiserver_flowcontrol_demand_seats_smoothed",
+                "[ALPHA] Smoothed seat demands",
+                ["priority_level"],
+            ),
+            target: GaugeVec::new(
+                "apiserver_flowcontrol_target_seats",
+                "[ALPHA] Seat allocation targets",
+                ["priority_level"],
+            ),
+            fair_frac: GaugeVec::new(
+                "apiserver_flowcontrol_seat_fair_frac",
+                "[ALPHA] Fair fraction of server's concurrency to allocate to each priority level that can use it",
+                [],
+            ),
         }
     }
 }
@@ -175,16 +213,26 @@ impl FlowControlMetrics {
         self.execution.observe([schema, level, kind], seconds);
     }
 
-    /// A level's seats. Without borrowing, a limited level's lower, upper and current
-    /// limits are the seats it runs (its nominal ones, at least one); an exempt level
-    /// (`limit` `None`) has only its nominal seats, as it is never held to any.
-    pub(crate) fn level_limits(&self, level: &str, nominal: u32, limit: Option<u32>) {
-        self.nominal_limit.set([level], f64::from(nominal));
-        if let Some(limit) = limit {
-            for family in [&self.lower_limit, &self.upper_limit, &self.current_limit] {
-                family.set([level], f64::from(limit));
-            }
-        }
+    /// A level's configured seats: nominal, and the bounds borrowing keeps it in.
+    pub(crate) fn level_bounds(&self, level: &str, bounds: Bounds) {
+        self.nominal_limit.set([level], f64::from(bounds.nominal));
+        self.lower_limit.set([level], f64::from(bounds.min));
+        self.upper_limit.set([level], f64::from(bounds.max));
+    }
+
+    /// What a borrowing adjustment saw of a level's demand, and the seats it gave.
+    pub(crate) fn adjusted(&self, level: &str, demand: &DemandStats, target: f64, current: u32) {
+        self.demand_high_watermark
+            .set([level], f64::from(demand.high_watermark));
+        self.demand_average.set([level], demand.avg);
+        self.demand_stdev.set([level], demand.std_dev);
+        self.demand_smoothed.set([level], demand.smoothed);
+        self.target.set([level], target);
+        self.current_limit.set([level], f64::from(current));
+    }
+
+    pub(crate) fn fair_frac(&self, fair_frac: f64) {
+        self.fair_frac.set([], fair_frac);
     }
 
     /// Forgets the limits of the levels `keep` does not hold.
@@ -194,6 +242,11 @@ impl FlowControlMetrics {
             &self.lower_limit,
             &self.upper_limit,
             &self.current_limit,
+            &self.demand_high_watermark,
+            &self.demand_average,
+            &self.demand_stdev,
+            &self.demand_smoothed,
+            &self.target,
         ] {
             family.retain(|labels| keep(&labels[0]));
         }
@@ -213,5 +266,11 @@ impl FlowControlMetrics {
         self.lower_limit.render(out);
         self.upper_limit.render(out);
         self.current_limit.render(out);
+        self.demand_high_watermark.render(out);
+        self.demand_average.render(out);
+        self.demand_stdev.render(out);
+        self.demand_smoothed.render(out);
+        self.target.render(out);
+        self.fair_frac.render(out);
     }
 }

@@ -21,17 +21,23 @@
 //! `dump_queues` and `dump_requests` (`?includeRequestDetails=1`), upstream's tables,
 //! to whoever may `get` those non-resource paths.
 //!
-//! Deviations: one seat per request (no work estimation for lists and watches); no
-//! borrowing between levels (a level's lower, upper and current limits are its
-//! nominal seats); the queues of a level are served round-robin, not by upstream's
-//! virtual-time fair queuing (the dumps' virtual times are zero, and the metrics of
-//! virtual time, borrowing and work estimates are not served); a request that finds a
+//! Levels borrow seats from one another as upstream's do ([`borrowing`]): every 10 s
+//! each level's seat demand over the period decides the seats it may use next, between
+//! its nominal seats less what it may lend (`lendablePercent`) and plus what it may
+//! borrow (`borrowingLimitPercent`), with the `demand_seats_*`, `target_seats`,
+//! `current_limit_seats` and `seat_fair_frac` metrics.
+//!
+//! Deviations: one seat per request (no work estimation for lists and watches); the
+//! queues of a level are served round-robin, not by upstream's virtual-time fair
+//! queuing (the dumps' virtual times are zero, and the metrics of virtual time and
+//! work estimates are not served); a request that finds a
 //! seat free takes it without entering a queue; a removed level is dropped at once,
 //! its waiters served, where upstream's drains while it quiesces; long-running
 //! requests other than watches are not limited (as upstream), and a watch holds its
 //! seat until its response starts.
 
 pub(crate) mod bootstrap;
+mod borrowing;
 mod debug;
 mod metrics;
 
@@ -51,6 +57,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use borrowing::{Bounds, DemandStats, SeatDemand};
 use metrics::{FlowControlMetrics, RejectReason};
 
 /// How long a queued request waits for a seat (upstream: a quarter of the default
@@ -81,11 +88,10 @@ struct Schema {
 #[derive(Clone, Debug, PartialEq)]
 struct LevelSpec {
     uid: String,
-    /// Upstream's nominal concurrency limit, `ceil(server_limit * shares / all shares)`
-    /// (0 for the exempt level's 0 shares).
-    nominal: u32,
-    /// The seats it runs at once: `nominal`, at least one; `None`: exempt.
-    limit: Option<u32>,
+    /// Its nominal seats (upstream's `ceil(server_limit * shares / all shares)`, 0 for
+    /// the exempt level's 0 shares), what it may lend and borrow, and whether it is
+    /// exempt.
+    bounds: Bounds,
     queuing: Option<Queuing>,
 }
 
@@ -163,6 +169,12 @@ struct Level {
     queue_executing: Vec<u32>,
     /// By request id.
     running: HashMap<u64, Running>,
+    /// The seats it may use now: set by each borrowing adjustment, between its lower
+    /// and upper bounds.
+    current: u32,
+    /// Its seat demand since the last adjustment, and as the adjustments saw it.
+    demand: SeatDemand,
+    demand_stats: DemandStats,
     /// Totals since the level was made, for `dump_priority_levels`.
     dispatched: u64,
     rejected: u64,
@@ -173,6 +185,7 @@ struct Level {
 impl Level {
     fn new(name: Arc<str>, spec: LevelSpec) -> Level {
         let queues = spec.queuing.map_or(0, |q| q.queues);
+        let current = spec.bounds.initial();
         Level {
             name,
             spec,
@@ -180,6 +193,9 @@ impl Level {
             next_queue: 0,
             queue_executing: vec![0; queues],
             running: HashMap::new(),
+            current,
+            demand: SeatDemand::new(Instant::now()),
+            demand_stats: DemandStats::default(),
             dispatched: 0,
             rejected: 0,
             cancelled: 0,
@@ -192,6 +208,24 @@ impl Level {
 
     fn waiting(&self) -> usize {
         self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// The seats it may fill: all for an exempt level; otherwise its current seats,
+    /// and at least one, as upstream runs a request that needs more seats than its
+    /// level has once nothing else runs there.
+    fn limit(&self) -> u32 {
+        if self.spec.bounds.exempt {
+            u32::MAX
+        } else {
+            self.current.max(1)
+        }
+    }
+
+    /// Notes the seats it runs and has waiting, one a request, for the next borrowing
+    /// adjustment.
+    fn note_demand(&mut self) {
+        let demand = self.running.len() + self.waiting();
+        self.demand.set(demand as f64, Instant::now());
     }
 
     /// Starts `request` executing, from `queue` if it waited in one.
@@ -210,6 +244,7 @@ impl Level {
             *n += 1;
         }
         self.running.insert(id, Running { queue, request });
+        self.note_demand();
     }
 
     /// Hands a waiter, out of its queue, its seat.
@@ -233,21 +268,22 @@ impl Level {
 
     /// Hands free seats to waiting requests, queues in turn.
     fn dispatch(&mut self, m: &FlowControlMetrics) {
-        let limit = self.spec.limit.unwrap_or(u32::MAX);
+        let limit = self.limit();
         while self.executing() < limit {
             let n = self.queues.len();
             let Some(q) = (0..n)
                 .map(|i| (self.next_queue + i) % n.max(1))
                 .find(|&q| !self.queues[q].is_empty())
             else {
-                return;
+                break;
             };
             self.next_queue = (q + 1) % n;
             let Some(waiter) = self.queues[q].pop_front() else {
-                return;
+                break;
             };
             self.grant(waiter, Some(q), m);
         }
+        self.note_demand();
     }
 
     /// Ends an executing request and gives its seat on; false if it was not
@@ -275,6 +311,7 @@ impl Level {
         };
         m.waiting(&waiter.request.flow_schema, &self.name, -1.0);
         self.refused_after_waiting(&waiter.request.flow_schema, m);
+        self.note_demand();
         true
     }
 
@@ -454,7 +491,7 @@ impl Apf {
         }
         m.retain_levels(|name| config.levels.contains_key(name));
         for (name, spec) in &config.levels {
-            m.level_limits(name, spec.nominal, spec.limit);
+            m.level_bounds(name, spec.bounds);
             match levels.get_mut(name) {
                 Some(level) if level.spec == *spec => {}
                 Some(level) => {
@@ -474,6 +511,13 @@ impl Apf {
                 }
             }
         }
+        // As upstream, the seats are divided again at once for the new configuration.
+        adjust_borrowing(&mut levels, m);
+    }
+
+    /// The periodic borrowing adjustment: each level's seats for the next period.
+    fn adjust_borrowing(&self) {
+        adjust_borrowing(&mut self.levels.lock(), &self.metrics);
     }
 
     /// Classifies the request and waits for a seat of its level (or refuses it).
@@ -541,7 +585,7 @@ impl Apf {
         };
         let admitted = match rx {
             // Upstream times no wait for exempt requests.
-            None if spec.limit.is_none() => true,
+            None if spec.bounds.exempt => true,
             None => {
                 m.waited(fs, pl, true, arrived.elapsed().as_secs_f64());
                 true
@@ -587,11 +631,11 @@ fn admit_to(level: &mut Level, id: u64, request: Tracked, m: &FlowControlMetrics
         m.rejected(&request.flow_schema, &level.name, reason);
         Step::Rejected
     };
-    let Some(limit) = level.spec.limit else {
+    if level.spec.bounds.exempt {
         level.start(id, None, request, m);
         return Step::Admitted;
-    };
-    if level.executing() < limit && level.queues.iter().all(VecDeque::is_empty) {
+    }
+    if level.executing() < level.limit() && level.queues.iter().all(VecDeque::is_empty) {
         if level.spec.queuing.is_some() {
             // Upstream queues every request of a queuing level and dispatches it at
             // once when it can: it saw a queue of itself alone.
@@ -629,6 +673,49 @@ fn admit_to(level: &mut Level, id: u64, request: Tracked, m: &FlowControlMetrics
     m.queue_length(&flow_schema, &level.name, level.queues[q].len());
     level.dispatch(m);
     Step::Queued(rx)
+}
+
+/// Divides the server's seats among the levels by their seat demand since the last
+/// adjustment ([`borrowing::adjust`]), and serves what the new limits let through.
+fn adjust_borrowing(levels: &mut HashMap<String, Level>, m: &FlowControlMetrics) {
+    let now = Instant::now();
+    let nominal_sum = levels
+        .values()
+        .map(|l| l.spec.bounds.nominal)
+        .fold(0u32, u32::saturating_add);
+    // In name order: upstream's order is its map's, so any is as faithful, and this
+    // one is the same each time.
+    let mut all: Vec<&mut Level> = levels.values_mut().collect();
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let states: Vec<borrowing::LevelState> = all
+        .iter_mut()
+        .map(|l| {
+            let observed = l.demand.reset(now);
+            l.demand_stats.update(&observed);
+            borrowing::LevelState {
+                bounds: l.spec.bounds,
+                stats: l.demand_stats,
+                current: l.current,
+            }
+        })
+        .collect();
+    let (adjusted, fair_frac) = borrowing::adjust(&states, nominal_sum);
+    m.fair_frac(fair_frac);
+    for (level, a) in all.into_iter().zip(adjusted) {
+        level.current = a.current;
+        m.adjusted(&level.name, &level.demand_stats, a.target, a.current);
+        level.dispatch(m);
+    }
+}
+
+/// Adjusts the levels' seats every [`borrowing::ADJUSTMENT_PERIOD`] until shutdown.
+pub(crate) async fn run_borrowing(apf: Arc<Apf>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(borrowing::ADJUSTMENT_PERIOD) => apf.adjust_borrowing(),
+        }
+    }
 }
 
 /// The 429 of a refused request (upstream's message).
@@ -677,6 +764,19 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
         u32::try_from(shares).unwrap_or(0)
     };
     let total_shares: u32 = level_objects.iter().map(shares).sum::<u32>().max(1);
+    // `lendablePercent` and `borrowingLimitPercent` (exempt levels have no borrowing
+    // limit).
+    let percents = |l: &PriorityLevelConfiguration| {
+        let spec = l.spec.as_ref();
+        match (
+            spec.and_then(|s| s.limited.as_ref()),
+            spec.and_then(|s| s.exempt.as_ref()),
+        ) {
+            (Some(l), _) => (l.lendable_percent, l.borrowing_limit_percent),
+            (None, Some(e)) => (e.lendable_percent, None),
+            _ => (None, None),
+        }
+    };
     let levels: HashMap<String, LevelSpec> = level_objects
         .iter()
         .map(|l| {
@@ -686,11 +786,12 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
             let nominal =
                 (u64::from(server_limit) * u64::from(shares(l))).div_ceil(u64::from(total_shares));
             let nominal = u32::try_from(nominal).unwrap_or(u32::MAX);
+            let (lendable, borrowing) = percents(l);
+            let bounds = |exempt| Bounds::of(nominal, lendable, borrowing, server_limit, exempt);
             let spec = match limited {
                 None => LevelSpec {
                     uid,
-                    nominal,
-                    limit: None,
+                    bounds: bounds(true),
                     queuing: None,
                 },
                 Some(limited) => {
@@ -711,9 +812,7 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
                     });
                     LevelSpec {
                         uid,
-                        nominal,
-                        // A level always runs at least one request at a time.
-                        limit: Some(nominal.max(1)),
+                        bounds: bounds(false),
                         queuing,
                     }
                 }
@@ -1072,20 +1171,21 @@ pub(super) mod tests {
         // The flags' defaults, 400 + 200. With the mandatory exempt (0 shares) and
         // catch-all (5): 45 shares in all.
         let config = digest(&[], &levels, 600);
-        assert_eq!(config.levels["high"].limit, Some(400));
-        assert_eq!(config.levels["low"].limit, Some(134));
-        assert_eq!(config.levels["catch-all"].limit, Some(67));
-        assert_eq!(config.levels["exempt"].limit, None);
+        assert_eq!(config.levels["high"].bounds.nominal, 400);
+        assert_eq!(config.levels["low"].bounds.nominal, 134);
+        assert_eq!(config.levels["catch-all"].bounds.nominal, 67);
+        assert!(config.levels["exempt"].bounds.exempt);
+        assert_eq!(config.levels["exempt"].bounds.nominal, 0);
         // Another configured limit divides the same way (ceil(90 * 10 / 45) = 20).
         let config = digest(&[], &levels, 90);
-        assert_eq!(config.levels["high"].limit, Some(60));
-        assert_eq!(config.levels["low"].limit, Some(20));
-        assert_eq!(config.levels["catch-all"].limit, Some(10));
-        // Rounding up, and never below one seat: ceil(2 * 5 / 45) = 1.
+        assert_eq!(config.levels["high"].bounds.nominal, 60);
+        assert_eq!(config.levels["low"].bounds.nominal, 20);
+        assert_eq!(config.levels["catch-all"].bounds.nominal, 10);
+        // Rounding up: ceil(2 * 5 / 45) = 1.
         let config = digest(&[], &levels, 2);
-        assert_eq!(config.levels["high"].limit, Some(2));
-        assert_eq!(config.levels["low"].limit, Some(1));
-        assert_eq!(config.levels["catch-all"].limit, Some(1));
+        assert_eq!(config.levels["high"].bounds.nominal, 2);
+        assert_eq!(config.levels["low"].bounds.nominal, 1);
+        assert_eq!(config.levels["catch-all"].bounds.nominal, 1);
     }
 
     #[test]
@@ -1154,8 +1254,12 @@ pub(super) mod tests {
             Arc::from(name),
             LevelSpec {
                 uid: format!("uid-{name}"),
-                nominal: 1,
-                limit: Some(1),
+                bounds: Bounds {
+                    nominal: 1,
+                    min: 1,
+                    max: 1,
+                    exempt: false,
+                },
                 queuing,
             },
         )
@@ -1303,8 +1407,12 @@ pub(super) mod tests {
             Arc::from("pl"),
             LevelSpec {
                 uid: "u".into(),
-                nominal: 0,
-                limit: None,
+                bounds: Bounds {
+                    nominal: 0,
+                    min: 0,
+                    max: 0,
+                    exempt: true,
+                },
                 queuing: None,
             },
         );
@@ -1332,28 +1440,101 @@ pub(super) mod tests {
     fn level_limits_are_published_per_level() {
         let m = FlowControlMetrics::default();
         let config = digest(&[], &[level("low", 10, None)], 90);
+        let mut levels: HashMap<String, Level> = HashMap::new();
         for (name, spec) in &config.levels {
-            m.level_limits(name, spec.nominal, spec.limit);
+            m.level_bounds(name, spec.bounds);
+            levels.insert(
+                name.clone(),
+                Level::new(Arc::from(name.as_str()), spec.clone()),
+            );
         }
+        adjust_borrowing(&mut levels, &m);
         let limit = |name: &str, level: &str| {
             sample(
                 &m,
                 &format!(r#"apiserver_flowcontrol_{name}{{priority_level="{level}"}}"#),
             )
         };
-        // 10 and 5 (catch-all) of 15 shares of 90; exempt has 0 shares and no limit.
+        // 10 and 5 (catch-all) of 15 shares of 90; exempt has 0 shares. Neither
+        // limited level lends any (lendablePercent 0), and both may borrow up to the
+        // server's 90 seats more.
         assert_eq!(limit("nominal_limit_seats", "low").as_deref(), Some("60"));
+        assert_eq!(limit("lower_limit_seats", "low").as_deref(), Some("60"));
+        assert_eq!(limit("upper_limit_seats", "low").as_deref(), Some("150"));
         assert_eq!(
             limit("current_limit_seats", "catch-all").as_deref(),
             Some("30")
         );
         assert_eq!(
             limit("upper_limit_seats", "catch-all").as_deref(),
-            Some("30")
+            Some("120")
         );
         assert_eq!(limit("nominal_limit_seats", "exempt").as_deref(), Some("0"));
-        assert_eq!(limit("current_limit_seats", "exempt"), None);
+        assert_eq!(limit("current_limit_seats", "exempt").as_deref(), Some("0"));
+        assert_eq!(limit("demand_seats_smoothed", "low").as_deref(), Some("0"));
+        // The lower bounds take every seat: no fair share is computed.
+        assert_eq!(
+            sample(&m, "apiserver_flowcontrol_seat_fair_frac").as_deref(),
+            Some("0")
+        );
         m.retain_levels(|name| name != "low");
         assert_eq!(limit("nominal_limit_seats", "low"), None);
+        assert_eq!(limit("demand_seats_smoothed", "low"), None);
+    }
+
+    /// A level whose requests wait gets, at the next adjustment, the seats an idle
+    /// level lends, and its waiters run on them.
+    #[tokio::test]
+    async fn a_busy_level_borrows_the_seats_an_idle_one_lends() {
+        let m = FlowControlMetrics::default();
+        let spec = |name: &str, nominal| LevelSpec {
+            uid: format!("uid-{name}"),
+            // Half of its seats lendable, no borrowing limit (12 seats in all).
+            bounds: Bounds::of(nominal, Some(50), None, 12, false),
+            queuing: Some(Queuing {
+                queues: 1,
+                hand_size: 1,
+                queue_length_limit: 100,
+            }),
+        };
+        let mut levels: HashMap<String, Level> = [("busy", 4), ("idle", 8)]
+            .into_iter()
+            .map(|(name, nominal)| {
+                (
+                    name.to_string(),
+                    Level::new(Arc::from(name), spec(name, nominal)),
+                )
+            })
+            .collect();
+        let busy = levels.get_mut("busy").unwrap();
+        // It starts at its nominal seats less half of those it may lend: 3.
+        assert_eq!(busy.current, 3);
+        let mut granted = Vec::new();
+        for id in 0..8 {
+            match admit_to(busy, id, tracked("fs", "a"), &m) {
+                Step::Admitted => {}
+                Step::Queued(rx) => granted.push(rx),
+                Step::Rejected => panic!("request {id} refused"),
+            }
+        }
+        assert_eq!((busy.executing(), granted.len()), (3, 5));
+        // Let the period's demand be mostly these 8 seats.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        adjust_borrowing(&mut levels, &m);
+        // The idle level keeps its lower bound (4 of its 8); the busy one has the
+        // other 8 of the 12, and its 5 waiters are running.
+        assert_eq!((levels["idle"].current, levels["busy"].current), (4, 8));
+        assert_eq!(levels["busy"].executing(), 8);
+        for mut rx in granted {
+            assert!(rx.try_recv().is_ok());
+        }
+        assert_eq!(
+            sample(
+                &m,
+                r#"apiserver_flowcontrol_demand_seats_high_watermark{priority_level="busy"}"#
+            )
+            .as_deref(),
+            Some("8")
+        );
     }
 }

@@ -330,14 +330,18 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
         )),
         Some(2.0)
     );
-    // No shares: a nominal limit of none, and the one seat a level always has.
+    // No shares: no nominal seats, and none until it borrows some (the requests above
+    // ran one at a time all the same, as a level runs one request when it runs none).
+    // No borrowing limit: it may borrow every seat of the server.
     let limit = |name: &str| {
         value(&format!(
             "apiserver_flowcontrol_{name}{{priority_level=\"fk-one-seat\"}}"
         ))
     };
     assert_eq!(limit("nominal_limit_seats"), Some(0.0));
-    assert_eq!(limit("current_limit_seats"), Some(1.0));
+    assert_eq!(limit("lower_limit_seats"), Some(0.0));
+    assert_eq!(limit("current_limit_seats"), Some(0.0));
+    assert_eq!(limit("upper_limit_seats"), Some(600.0));
     // The admin's requests are exempt, and counted as dispatched there.
     assert!(
         value(r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="exempt",priority_level="exempt"}"#)
