@@ -577,7 +577,9 @@ async fn handle(
     // its response starts.
     let long_running = crate::audit::is_long_running(&attrs);
     let (flow_headers, _seat, _slot) = if let Some(apf) = &state.flow_control {
-        match crate::metrics::exclude_from_sli(apf.admit(&attrs, long_running)).await {
+        match crate::metrics::exclude_from_sli(apf.admit(&attrs, req.uri().query(), long_running))
+            .await
+        {
             crate::flowcontrol::Admission::Unlimited => (None, None, None),
             crate::flowcontrol::Admission::Admitted {
                 flow_schema_uid,
@@ -618,11 +620,22 @@ async fn handle(
             .metrics
             .executing(crate::maxinflight::is_mutating(&attrs.verb))
     });
+    // An admitted watch counts, while it streams, toward the seats of the writes whose
+    // events it will get.
+    let watch = match (&state.flow_control, &_seat) {
+        (Some(apf), Some(_)) => apf.track_watch(&attrs, req.uri().query()),
+        _ => None,
+    };
     let mut response = authorized(state, req, attrs, path, &q, audit).await;
     if let Some((fs, pl)) = &flow_headers {
         flow_control_headers(&mut response, fs, pl);
     }
-    response
+    match watch {
+        Some(watch) => response.map(|body| {
+            ferrokube_component_base::metrics::held_body::HeldBody::new(body, watch).boxed_unsync()
+        }),
+        None => response,
+    }
 }
 
 /// Upstream's `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`.

@@ -2,11 +2,8 @@
 //! (`apf_controller_debug.go`): comma-separated columns aligned by Go's
 //! `text/tabwriter`, a row per priority level, per queue or per request.
 //!
-//! Levels are listed by name. The fair-queuing columns this filter has no counterpart
-//! for are written as a level without work in flight shows them: virtual times
-//! (`NextDispatchR`, `TotalWorkSum`) zero, every request one seat (`InitialSeats` 1,
-//! `FinalSeats` 0, `AdditionalLatency` 0s). A request that got its seat without
-//! waiting belongs to no queue (queue index -1).
+//! Levels are listed by name. A request of a level without queues (exempt, or one
+//! that refuses rather than queues) belongs to no queue (queue index -1).
 
 use std::fmt::Write;
 
@@ -14,9 +11,6 @@ use super::{Apf, Level, Tracked};
 
 /// The dump endpoints' path prefix.
 const PATH_PREFIX: &str = "/debug/api_priority_and_fairness/";
-
-/// Upstream's `SeatSeconds.String()` of zero.
-const ZERO_SEAT_SECONDS: &str = "0.00000000ss";
 
 /// Go's zero `time.Time` in RFC 3339: the start of a request still waiting.
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
@@ -59,7 +53,11 @@ fn dump_priority_levels(levels: &[&Level]) -> String {
     ]);
     out.push('\n');
     for level in levels {
-        let active = level.queues.iter().filter(|q| !q.is_empty()).count();
+        let active = level
+            .queues
+            .iter()
+            .filter(|q| !q.waiting.is_empty())
+            .count();
         let waiting = level.waiting();
         let executing = level.running.len();
         out.push_str(&row(&[
@@ -97,18 +95,16 @@ fn dump_queues(levels: &[&Level]) -> String {
     out.push('\n');
     for level in levels {
         for (i, queue) in level.queues.iter().enumerate() {
-            let executing = level.queue_executing.get(i).copied().unwrap_or(0);
-            let pending = queue.len().to_string();
             out.push_str(&row(&[
                 &level.name,
                 &i.to_string(),
-                &pending,
-                &executing.to_string(),
-                &executing.to_string(),
-                ZERO_SEAT_SECONDS,
-                &pending,
-                &pending,
-                ZERO_SEAT_SECONDS,
+                &queue.waiting.len().to_string(),
+                &queue.executing.to_string(),
+                &queue.seats_in_use.to_string(),
+                &queue.next_dispatch_r.display(),
+                &queue.initial_seats_sum.to_string(),
+                &queue.max_seats_sum.to_string(),
+                &queue.total_work_sum.display(),
             ]));
             out.push('\n');
         }
@@ -145,7 +141,7 @@ fn dump_requests(levels: &[&Level], details: bool) -> String {
     out.push('\n');
     for level in levels {
         for (iq, queue) in level.queues.iter().enumerate() {
-            for (ir, waiter) in queue.iter().enumerate() {
+            for (ir, waiter) in queue.waiting.iter().enumerate() {
                 request_row(
                     &mut out,
                     level,
@@ -187,9 +183,11 @@ fn request_row(out: &mut String, level: &Level, iq: i64, ir: i64, r: &Tracked, d
         &ir.to_string(),
         &r.distinguisher,
         &rfc3339_nano(r.arrived),
-        "1",
-        "0",
-        "0s",
+        &r.work.initial_seats.to_string(),
+        &r.work.final_seats.to_string(),
+        &ferrokube_apimachinery::duration::go_duration(
+            i64::try_from(r.work.additional_latency.as_nanos()).unwrap_or(i64::MAX),
+        ),
         started.as_deref().unwrap_or(ZERO_TIME),
     ]));
     if details {
@@ -343,8 +341,10 @@ mod tests {
 
     #[tokio::test]
     async fn dumps_show_levels_queues_and_requests() {
-        use super::super::tests::one_seat;
-        use super::super::{Queuing, RequestDetails, Step, admit_to, metrics::FlowControlMetrics};
+        use super::super::tests::{admit, one_seat};
+        use super::super::{
+            Queuing, RequestDetails, Step, WorkEstimate, metrics::FlowControlMetrics,
+        };
         let m = FlowControlMetrics::default();
         let mut level = one_seat(
             "pl",
@@ -359,6 +359,7 @@ mod tests {
             distinguisher: user.into(),
             arrived: "2026-12-05T15:52:33.5Z".parse().unwrap(),
             started: None,
+            work: WorkEstimate::ONE_SEAT,
             details: RequestDetails {
                 user: user.into(),
                 verb: "create".into(),
@@ -372,10 +373,10 @@ mod tests {
             },
         };
         assert!(matches!(
-            admit_to(&mut level, 0, request("alice"), &m),
+            admit(&mut level, 0, request("alice"), &m),
             Step::Admitted
         ));
-        let Step::Queued(_waiting) = admit_to(&mut level, 1, request("bob"), &m) else {
+        let Step::Queued(_waiting) = admit(&mut level, 1, request("bob"), &m) else {
             panic!("the second request should wait");
         };
         let levels = [&level];
@@ -387,23 +388,26 @@ mod tests {
             ["pl", "1", "false", "false", "1", "1", "1", "0", "0", "0"]
         );
 
+        // Both in queue 0: alice executing (her 3 ms of work moved the queue's next
+        // dispatch on), bob waiting with his.
         let queues = cells(&tabwrite(&dump_queues(&levels)));
         assert_eq!(queues.len(), 3, "a row per queue: {queues:?}");
-        let pending: Vec<&str> = queues[1..].iter().map(|r| r[2].as_str()).collect();
         assert_eq!(
-            pending.iter().filter(|p| **p == "1").count(),
-            1,
-            "{pending:?}"
+            queues[1][1..],
+            ["0", "1", "1", "1", "0.00300000ss", "1", "1", "0.00300000ss"]
         );
-        assert_eq!(queues[1][5], "0.00000000ss");
+        assert_eq!(
+            queues[2][1..],
+            ["1", "0", "0", "0", "0.00000000ss", "0", "0", "0.00000000ss"]
+        );
 
         let requests = cells(&tabwrite(&dump_requests(&levels, true)));
         assert_eq!(requests[0].len(), 18);
         assert_eq!(requests[0][4], "FlowDistingsher");
         assert_eq!(requests[0][10], "UserName");
         assert_eq!(requests.len(), 3, "{requests:?}");
-        // The waiting request, in its queue, not started; then the one executing,
-        // which waited in none.
+        // The waiting request, in its queue, not started; then the one executing from
+        // the same queue.
         let waiting = &requests[1];
         assert_eq!(&waiting[..2], ["pl", "fs"]);
         assert_eq!(
@@ -432,7 +436,7 @@ mod tests {
             ]
         );
         let executing = &requests[2];
-        assert_eq!(&executing[..5], ["pl", "fs", "-1", "-1", "alice"]);
+        assert_eq!(&executing[..5], ["pl", "fs", "0", "-1", "alice"]);
         assert_ne!(executing[9], ZERO_TIME);
         let without = cells(&tabwrite(&dump_requests(&levels, false)));
         assert_eq!(without[0].len(), 10);

@@ -185,18 +185,23 @@ impl FlowControlMetrics {
         self.dispatched.inc([schema, level]);
     }
 
-    /// A request entered (`delta` 1) or left (-1) a queue; one seat each.
-    pub(crate) fn waiting(&self, schema: &str, level: &str, delta: f64) {
+    /// A request entered (`requests` 1) or left (-1) a queue, with its seats.
+    pub(crate) fn waiting(&self, schema: &str, level: &str, requests: f64, seats: f64) {
         self.inqueue_requests
-            .with([schema, level], |g| g.0 += delta);
-        self.inqueue_seats.with([schema, level], |g| g.0 += delta);
+            .with([schema, level], |g| g.0 += requests);
+        self.inqueue_seats.with([schema, level], |g| g.0 += seats);
     }
 
-    /// A request started (`delta` 1) or stopped (-1) executing; one seat each.
-    pub(crate) fn executing(&self, schema: &str, level: &str, delta: f64) {
-        self.executing_requests
-            .with([schema, level], |g| g.0 += delta);
-        self.executing_seats.with([schema, level], |g| g.0 += delta);
+    /// A request started (`requests` 1) or stopped (-1) executing; its seats are
+    /// counted apart, as a write keeps its final seats a while after it ends.
+    pub(crate) fn executing(&self, schema: &str, level: &str, requests: f64, seats: f64) {
+        if requests != 0.0 {
+            self.executing_requests
+                .with([schema, level], |g| g.0 += requests);
+        }
+        if seats != 0.0 {
+            self.executing_seats.with([schema, level], |g| g.0 += seats);
+        }
     }
 
     pub(crate) fn queue_length(&self, schema: &str, level: &str, length: usize) {

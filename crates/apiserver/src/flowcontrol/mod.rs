@@ -27,21 +27,23 @@
 //! borrow (`borrowingLimitPercent`), with the `demand_seats_*`, `target_seats`,
 //! `current_limit_seats` and `seat_fair_frac` metrics.
 //!
-//! Deviations: one seat per request (no work estimation for lists and watches); the
-//! queues of a level are served round-robin, not by upstream's virtual-time fair
-//! queuing (the dumps' virtual times are zero, and the metrics of virtual time and
-//! work estimates are not served); a request that finds a
-//! seat free takes it without entering a queue; a removed level is dropped at once,
-//! its waiters served, where upstream's drains while it quiesces; long-running
-//! requests other than watches are not limited (as upstream), and a watch holds its
-//! seat until its response starts.
+//! A request takes the seats its work estimate says ([`estimate`]: lists by the
+//! objects they read, writes by the watches their events reach), and a level's queues
+//! are served by virtual-time fair queuing ([`queueset`]).
+//!
+//! Deviations: the metrics of virtual time and of the work estimates are not served; a
+//! removed level is dropped at once, its waiters served, where upstream's drains while
+//! it quiesces; long-running requests other than watches are not limited (as
+//! upstream), and a watch holds its seat until its response starts.
 
 pub(crate) mod bootstrap;
 mod borrowing;
 mod debug;
+mod estimate;
 mod metrics;
+mod queueset;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,10 +57,12 @@ use k8s_openapi::api::flowcontrol::v1::{
 };
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
-use borrowing::{Bounds, DemandStats, SeatDemand};
-use metrics::{FlowControlMetrics, RejectReason};
+use borrowing::Bounds;
+use metrics::FlowControlMetrics;
+use queueset::{Finished, Level, Step, WorkEstimate, admit_to};
+
+pub(crate) use estimate::TrackedWatch;
 
 /// How long a queued request waits for a seat (upstream: a quarter of the default
 /// 60 s request timeout).
@@ -93,6 +97,8 @@ struct LevelSpec {
     /// exempt.
     bounds: Bounds,
     queuing: Option<Queuing>,
+    /// The most seats one of its requests may take.
+    max_seats: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,6 +117,8 @@ struct Tracked {
     arrived: jiff::Timestamp,
     /// `None` while it waits.
     started: Option<jiff::Timestamp>,
+    /// The seats it takes.
+    work: WorkEstimate,
     details: RequestDetails,
 }
 
@@ -139,209 +147,6 @@ impl RequestDetails {
             api_version: attrs.api_version.clone(),
             resource: attrs.resource.clone(),
             subresource: attrs.subresource.clone(),
-        }
-    }
-}
-
-/// A request waiting in a queue for a seat.
-struct Waiter {
-    id: u64,
-    grant: oneshot::Sender<()>,
-    request: Tracked,
-}
-
-/// A request holding a seat.
-struct Running {
-    /// The queue it waited in, while that queue is still there.
-    queue: Option<usize>,
-    request: Tracked,
-}
-
-/// A level at run time: its executing requests and its queues. Kept across
-/// configuration changes while the level exists with the same queue count.
-struct Level {
-    name: Arc<str>,
-    spec: LevelSpec,
-    queues: Vec<VecDeque<Waiter>>,
-    /// The queue the next freed seat is offered to first.
-    next_queue: usize,
-    /// Per queue, the executing requests that waited in it.
-    queue_executing: Vec<u32>,
-    /// By request id.
-    running: HashMap<u64, Running>,
-    /// The seats it may use now: set by each borrowing adjustment, between its lower
-    /// and upper bounds.
-    current: u32,
-    /// Its seat demand since the last adjustment, and as the adjustments saw it.
-    demand: SeatDemand,
-    demand_stats: DemandStats,
-    /// Totals since the level was made, for `dump_priority_levels`.
-    dispatched: u64,
-    rejected: u64,
-    /// Refused after waiting in a queue (upstream counts these in both).
-    cancelled: u64,
-}
-
-impl Level {
-    fn new(name: Arc<str>, spec: LevelSpec) -> Level {
-        let queues = spec.queuing.map_or(0, |q| q.queues);
-        let current = spec.bounds.initial();
-        Level {
-            name,
-            spec,
-            queues: (0..queues).map(|_| VecDeque::new()).collect(),
-            next_queue: 0,
-            queue_executing: vec![0; queues],
-            running: HashMap::new(),
-            current,
-            demand: SeatDemand::new(Instant::now()),
-            demand_stats: DemandStats::default(),
-            dispatched: 0,
-            rejected: 0,
-            cancelled: 0,
-        }
-    }
-
-    fn executing(&self) -> u32 {
-        u32::try_from(self.running.len()).unwrap_or(u32::MAX)
-    }
-
-    fn waiting(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum()
-    }
-
-    /// The seats it may fill: all for an exempt level; otherwise its current seats,
-    /// and at least one, as upstream runs a request that needs more seats than its
-    /// level has once nothing else runs there.
-    fn limit(&self) -> u32 {
-        if self.spec.bounds.exempt {
-            u32::MAX
-        } else {
-            self.current.max(1)
-        }
-    }
-
-    /// Notes the seats it runs and has waiting, one a request, for the next borrowing
-    /// adjustment.
-    fn note_demand(&mut self) {
-        let demand = self.running.len() + self.waiting();
-        self.demand.set(demand as f64, Instant::now());
-    }
-
-    /// Starts `request` executing, from `queue` if it waited in one.
-    fn start(
-        &mut self,
-        id: u64,
-        queue: Option<usize>,
-        mut request: Tracked,
-        m: &FlowControlMetrics,
-    ) {
-        request.started = Some(jiff::Timestamp::now());
-        m.dispatched(&request.flow_schema, &self.name);
-        m.executing(&request.flow_schema, &self.name, 1.0);
-        self.dispatched += 1;
-        if let Some(n) = queue.and_then(|q| self.queue_executing.get_mut(q)) {
-            *n += 1;
-        }
-        self.running.insert(id, Running { queue, request });
-        self.note_demand();
-    }
-
-    /// Hands a waiter, out of its queue, its seat.
-    fn grant(&mut self, waiter: Waiter, queue: Option<usize>, m: &FlowControlMetrics) {
-        let Waiter { id, grant, request } = waiter;
-        m.waiting(&request.flow_schema, &self.name, -1.0);
-        if grant.send(()).is_ok() {
-            self.start(id, queue, request, m);
-        } else {
-            // Its request was dropped (the client went away) just now, before it could
-            // take itself out of the queue.
-            self.refused_after_waiting(&request.flow_schema, m);
-        }
-    }
-
-    fn refused_after_waiting(&mut self, flow_schema: &str, m: &FlowControlMetrics) {
-        self.rejected += 1;
-        self.cancelled += 1;
-        m.rejected(flow_schema, &self.name, RejectReason::TimeOut);
-    }
-
-    /// Hands free seats to waiting requests, queues in turn.
-    fn dispatch(&mut self, m: &FlowControlMetrics) {
-        let limit = self.limit();
-        while self.executing() < limit {
-            let n = self.queues.len();
-            let Some(q) = (0..n)
-                .map(|i| (self.next_queue + i) % n.max(1))
-                .find(|&q| !self.queues[q].is_empty())
-            else {
-                break;
-            };
-            self.next_queue = (q + 1) % n;
-            let Some(waiter) = self.queues[q].pop_front() else {
-                break;
-            };
-            self.grant(waiter, Some(q), m);
-        }
-        self.note_demand();
-    }
-
-    /// Ends an executing request and gives its seat on; false if it was not
-    /// executing here.
-    fn finish(&mut self, id: u64, m: &FlowControlMetrics) -> bool {
-        let Some(Running { queue, request }) = self.running.remove(&id) else {
-            return false;
-        };
-        m.executing(&request.flow_schema, &self.name, -1.0);
-        if let Some(n) = queue.and_then(|q| self.queue_executing.get_mut(q)) {
-            *n = n.saturating_sub(1);
-        }
-        self.dispatch(m);
-        true
-    }
-
-    /// Takes a request that gave up (its wait ran out, or its client went away) out of
-    /// its queue, refused; false if it was not waiting here.
-    fn withdraw(&mut self, id: u64, m: &FlowControlMetrics) -> bool {
-        let Some(waiter) = self.queues.iter_mut().find_map(|queue| {
-            let i = queue.iter().position(|w| w.id == id)?;
-            queue.remove(i)
-        }) else {
-            return false;
-        };
-        m.waiting(&waiter.request.flow_schema, &self.name, -1.0);
-        self.refused_after_waiting(&waiter.request.flow_schema, m);
-        self.note_demand();
-        true
-    }
-
-    /// The queues are made again for a new queue count: their waiters are served at
-    /// once.
-    fn requeue(&mut self, m: &FlowControlMetrics) {
-        let waiting: Vec<Waiter> = self.queues.drain(..).flatten().collect();
-        let queues = self.spec.queuing.map_or(0, |q| q.queues);
-        self.queues = (0..queues).map(|_| VecDeque::new()).collect();
-        self.queue_executing = vec![0; queues];
-        self.next_queue = 0;
-        for running in self.running.values_mut() {
-            running.queue = None;
-        }
-        for waiter in waiting {
-            self.grant(waiter, None, m);
-        }
-    }
-
-    /// The level's configuration is gone: its waiters are served at once (upstream's
-    /// level drains its queues while it quiesces) and its requests leave the gauges.
-    fn retire(mut self, m: &FlowControlMetrics) {
-        for Waiter { grant, request, .. } in self.queues.drain(..).flatten() {
-            m.waiting(&request.flow_schema, &self.name, -1.0);
-            if grant.send(()).is_ok() {
-                m.dispatched(&request.flow_schema, &self.name);
-            }
-        }
-        for running in self.running.values() {
-            m.executing(&running.request.flow_schema, &self.name, -1.0);
         }
     }
 }
@@ -386,10 +191,33 @@ impl Drop for Seat {
             );
         }
         let mut levels = self.apf.levels.lock();
-        if let Some(level) = levels.get_mut(&*self.level)
-            && !level.finish(self.id, m)
-        {
-            level.withdraw(self.id, m);
+        let Some(level) = levels.get_mut(&*self.level) else {
+            return;
+        };
+        match level.finish(self.id, m) {
+            Finished::Done => {}
+            Finished::NotHere => {
+                level.withdraw(self.id, m);
+            }
+            // Its final seats (the watch events of a write) are held a while longer,
+            // by the level it ran in, not by a later one of the same name.
+            Finished::Holding(held) => match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    let apf = self.apf.clone();
+                    let name = self.level.clone();
+                    runtime.spawn(async move {
+                        tokio::time::sleep(held.after).await;
+                        let mut levels = apf.levels.lock();
+                        if let Some(level) = levels.get_mut(&*name)
+                            && level.serial == held.level_serial
+                        {
+                            level.release(held, &apf.metrics);
+                        }
+                    });
+                }
+                // No runtime to wait in (requests are served in one): given back now.
+                Err(_) => level.release(held, m),
+            },
         }
     }
 }
@@ -409,13 +237,7 @@ pub(crate) struct Apf {
     levels: Mutex<HashMap<String, Level>>,
     next_waiter: AtomicU64,
     metrics: FlowControlMetrics,
-}
-
-/// Where [`Apf::admit`] left a request while it held the levels' lock.
-enum Step {
-    Admitted,
-    Rejected,
-    Queued(oneshot::Receiver<()>),
+    estimator: estimate::Estimator,
 }
 
 impl Apf {
@@ -439,6 +261,7 @@ impl Apf {
             levels: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(0),
             metrics: FlowControlMetrics::default(),
+            estimator: estimate::Estimator::new(registry),
         }))
     }
 
@@ -499,7 +322,7 @@ impl Apf {
                         level.spec.queuing.map(|q| q.queues) == spec.queuing.map(|q| q.queues);
                     level.spec = spec.clone();
                     if !same_queues {
-                        level.requeue(m);
+                        level.resize_queues();
                     }
                     level.dispatch(m);
                 }
@@ -520,10 +343,23 @@ impl Apf {
         adjust_borrowing(&mut self.levels.lock(), &self.metrics);
     }
 
-    /// Classifies the request and waits for a seat of its level (or refuses it).
+    /// Counts an admitted watch (for the seats of writes its events will cost) until
+    /// the returned guard is dropped with its response.
+    pub(crate) fn track_watch(
+        &self,
+        attrs: &Attributes,
+        query: Option<&str>,
+    ) -> Option<TrackedWatch> {
+        (attrs.verb == "watch")
+            .then(|| self.estimator.watches.register(attrs, query))
+            .flatten()
+    }
+
+    /// Classifies the request and waits for the seats of its level (or refuses it).
     pub(crate) async fn admit(
         self: &Arc<Self>,
         attrs: &Attributes,
+        query: Option<&str>,
         long_running: bool,
     ) -> Admission {
         if long_running && attrs.verb != "watch" {
@@ -543,15 +379,24 @@ impl Apf {
         let m = &self.metrics;
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let many_queues = spec.queuing.is_some_and(|q| q.queues > 1);
+        let distinguisher = if many_queues {
+            distinguisher(schema, attrs)
+        } else {
+            String::new()
+        };
+        // As upstream: the flow is hashed only where there is more than one queue.
+        let flow_hash = if many_queues {
+            hash(&schema.name, &distinguisher)
+        } else {
+            0
+        };
+        let work = self.estimator.estimate(attrs, query, spec.max_seats);
         let request = Tracked {
             flow_schema: schema.name.clone(),
-            distinguisher: if many_queues {
-                distinguisher(schema, attrs)
-            } else {
-                String::new()
-            },
+            distinguisher,
             arrived: jiff::Timestamp::now(),
             started: None,
+            work,
             details: RequestDetails::of(attrs),
         };
         let step = {
@@ -559,7 +404,7 @@ impl Apf {
             let Some(level) = levels.get_mut(pl) else {
                 return Admission::Unlimited;
             };
-            admit_to(level, id, request, m)
+            admit_to(level, id, request, work, flow_hash, m)
         };
         let rx = match step {
             Step::Rejected => {
@@ -621,58 +466,6 @@ impl Apf {
             }
         }
     }
-}
-
-/// A request's first turn at its level: a seat now (always, for an exempt level), a
-/// place in a queue, or a refusal (counted).
-fn admit_to(level: &mut Level, id: u64, request: Tracked, m: &FlowControlMetrics) -> Step {
-    let refuse = |level: &mut Level, reason| {
-        level.rejected += 1;
-        m.rejected(&request.flow_schema, &level.name, reason);
-        Step::Rejected
-    };
-    if level.spec.bounds.exempt {
-        level.start(id, None, request, m);
-        return Step::Admitted;
-    }
-    if level.executing() < level.limit() && level.queues.iter().all(VecDeque::is_empty) {
-        if level.spec.queuing.is_some() {
-            // Upstream queues every request of a queuing level and dispatches it at
-            // once when it can: it saw a queue of itself alone.
-            m.queue_length(&request.flow_schema, &level.name, 1);
-        }
-        level.start(id, None, request, m);
-        return Step::Admitted;
-    }
-    let Some(queuing) = level.spec.queuing else {
-        return refuse(level, RejectReason::ConcurrencyLimit);
-    };
-    let hand = deal_hand(
-        hash(&request.flow_schema, &request.distinguisher),
-        queuing.queues,
-        queuing.hand_size,
-    );
-    let Some(q) = hand
-        .into_iter()
-        .filter(|&q| q < level.queues.len())
-        .min_by_key(|&q| level.queues[q].len())
-    else {
-        return refuse(level, RejectReason::QueueFull);
-    };
-    if level.queues[q].len() >= queuing.queue_length_limit {
-        return refuse(level, RejectReason::QueueFull);
-    }
-    let flow_schema = request.flow_schema.clone();
-    let (tx, rx) = oneshot::channel();
-    level.queues[q].push_back(Waiter {
-        id,
-        grant: tx,
-        request,
-    });
-    m.waiting(&flow_schema, &level.name, 1.0);
-    m.queue_length(&flow_schema, &level.name, level.queues[q].len());
-    level.dispatch(m);
-    Step::Queued(rx)
 }
 
 /// Divides the server's seats among the levels by their seat demand since the last
@@ -793,6 +586,7 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
                     uid,
                     bounds: bounds(true),
                     queuing: None,
+                    max_seats: estimate::MAX_SEATS_LIMIT,
                 },
                 Some(limited) => {
                     let response = limited.limit_response.as_ref();
@@ -813,6 +607,7 @@ fn digest(schemas: &[Arc<Value>], levels: &[Arc<Value>], server_limit: u32) -> C
                     LevelSpec {
                         uid,
                         bounds: bounds(false),
+                        max_seats: estimate::level_max_seats(nominal, queuing.map(|q| q.hand_size)),
                         queuing,
                     }
                 }
@@ -1239,14 +1034,25 @@ pub(super) mod tests {
         assert_eq!(dangling_condition("x", true, "t")["reason"], "Found");
     }
 
-    fn tracked(flow_schema: &str, user: &str) -> Tracked {
+    pub(super) fn tracked(flow_schema: &str, user: &str) -> Tracked {
         Tracked {
             flow_schema: Arc::from(flow_schema),
             distinguisher: user.into(),
             arrived: jiff::Timestamp::UNIX_EPOCH,
             started: None,
+            work: WorkEstimate::ONE_SEAT,
             details: RequestDetails::of(&attrs(user, &[], "create", "team", "configmaps")),
         }
+    }
+
+    /// A one-seat request's first turn at `level`, in its first queue.
+    pub(super) fn admit(
+        level: &mut Level,
+        id: u64,
+        request: Tracked,
+        m: &FlowControlMetrics,
+    ) -> Step {
+        admit_to(level, id, request, WorkEstimate::ONE_SEAT, 0, m)
     }
 
     pub(super) fn one_seat(name: &str, queuing: Option<Queuing>) -> Level {
@@ -1261,6 +1067,7 @@ pub(super) mod tests {
                     exempt: false,
                 },
                 queuing,
+                max_seats: 1,
             },
         )
     }
@@ -1290,15 +1097,15 @@ pub(super) mod tests {
         let m = FlowControlMetrics::default();
         let mut level = one_seat("pl", Some(ONE_QUEUE_OF_ONE));
         assert!(matches!(
-            admit_to(&mut level, 0, tracked("fs", "a"), &m),
+            admit(&mut level, 0, tracked("fs", "a"), &m),
             Step::Admitted
         ));
-        let Step::Queued(mut rx) = admit_to(&mut level, 1, tracked("fs", "b"), &m) else {
+        let Step::Queued(mut rx) = admit(&mut level, 1, tracked("fs", "b"), &m) else {
             panic!("the second request should wait");
         };
         assert!(rx.try_recv().is_err(), "no seat is free yet");
         assert!(matches!(
-            admit_to(&mut level, 2, tracked("fs", "c"), &m),
+            admit(&mut level, 2, tracked("fs", "c"), &m),
             Step::Rejected
         ));
         let rejected = |reason: &str| {
@@ -1319,7 +1126,7 @@ pub(super) mod tests {
         assert_eq!(gauge(&m, "dispatched_requests_total").as_deref(), Some("1"));
 
         // The freed seat goes to the waiter.
-        assert!(level.finish(0, &m));
+        assert!(matches!(level.finish(0, &m), Finished::Done));
         assert!(rx.try_recv().is_ok());
         assert!(level.running.contains_key(&1));
         assert_eq!(gauge(&m, "current_inqueue_requests").as_deref(), Some("0"));
@@ -1330,16 +1137,16 @@ pub(super) mod tests {
             gauge(&m, "request_queue_length_after_enqueue_count").as_deref(),
             Some("2")
         );
-        assert_eq!(level.queue_executing, [1]);
+        assert_eq!(level.queues[0].executing, 1);
 
         // A waiter that gave up is skipped, counted refused after waiting.
-        let Step::Queued(gone) = admit_to(&mut level, 3, tracked("fs", "d"), &m) else {
+        let Step::Queued(gone) = admit(&mut level, 3, tracked("fs", "d"), &m) else {
             panic!("the fourth request should wait");
         };
         drop(gone);
-        assert!(level.finish(1, &m));
+        assert!(matches!(level.finish(1, &m), Finished::Done));
         assert_eq!(level.executing(), 0);
-        assert_eq!(level.queue_executing, [0]);
+        assert_eq!(level.queues[0].executing, 0);
         assert_eq!(
             (level.dispatched, level.rejected, level.cancelled),
             (2, 2, 1)
@@ -1356,13 +1163,13 @@ pub(super) mod tests {
     async fn a_request_whose_wait_ends_leaves_its_queue_refused() {
         let m = FlowControlMetrics::default();
         let mut level = one_seat("pl", Some(ONE_QUEUE_OF_ONE));
-        admit_to(&mut level, 0, tracked("fs", "a"), &m);
-        let Step::Queued(_rx) = admit_to(&mut level, 1, tracked("fs", "b"), &m) else {
+        admit(&mut level, 0, tracked("fs", "a"), &m);
+        let Step::Queued(_rx) = admit(&mut level, 1, tracked("fs", "b"), &m) else {
             panic!("the second request should wait");
         };
         assert!(level.withdraw(1, &m));
         assert!(!level.withdraw(1, &m), "counted once");
-        assert!(!level.finish(1, &m));
+        assert!(matches!(level.finish(1, &m), Finished::NotHere));
         assert_eq!(level.waiting(), 0);
         assert_eq!((level.rejected, level.cancelled), (1, 1));
         assert_eq!(gauge(&m, "current_inqueue_requests").as_deref(), Some("0"));
@@ -1381,11 +1188,11 @@ pub(super) mod tests {
         let m = FlowControlMetrics::default();
         let mut level = one_seat("pl", None);
         assert!(matches!(
-            admit_to(&mut level, 0, tracked("fs", "a"), &m),
+            admit(&mut level, 0, tracked("fs", "a"), &m),
             Step::Admitted
         ));
         assert!(matches!(
-            admit_to(&mut level, 1, tracked("fs", "a"), &m),
+            admit(&mut level, 1, tracked("fs", "a"), &m),
             Step::Rejected
         ));
         assert_eq!(
@@ -1414,11 +1221,12 @@ pub(super) mod tests {
                     exempt: true,
                 },
                 queuing: None,
+                max_seats: 10,
             },
         );
         for id in 0..3 {
             assert!(matches!(
-                admit_to(&mut level, id, tracked("fs", "admin"), &m),
+                admit(&mut level, id, tracked("fs", "admin"), &m),
                 Step::Admitted
             ));
         }
@@ -1428,7 +1236,7 @@ pub(super) mod tests {
         );
         assert_eq!(gauge(&m, "dispatched_requests_total").as_deref(), Some("3"));
         for id in 0..3 {
-            assert!(level.finish(id, &m));
+            assert!(matches!(level.finish(id, &m), Finished::Done));
         }
         assert_eq!(
             gauge(&m, "current_executing_requests").as_deref(),
@@ -1496,6 +1304,7 @@ pub(super) mod tests {
                 hand_size: 1,
                 queue_length_limit: 100,
             }),
+            max_seats: 1,
         };
         let mut levels: HashMap<String, Level> = [("busy", 4), ("idle", 8)]
             .into_iter()
@@ -1511,7 +1320,7 @@ pub(super) mod tests {
         assert_eq!(busy.current, 3);
         let mut granted = Vec::new();
         for id in 0..8 {
-            match admit_to(busy, id, tracked("fs", "a"), &m) {
+            match admit(busy, id, tracked("fs", "a"), &m) {
                 Step::Admitted => {}
                 Step::Queued(rx) => granted.push(rx),
                 Step::Rejected => panic!("request {id} refused"),

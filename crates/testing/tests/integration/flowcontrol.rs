@@ -2,8 +2,8 @@
 //! `X-Kubernetes-PF-*` response headers naming the schema and level a request was
 //! classified into, a level with one seat that queues one request and refuses the next
 //! with 429 (each step counted in the `apiserver_flowcontrol_*` metrics and shown by
-//! the `/debug/api_priority_and_fairness/dump_*` tables), and the FlowSchemas'
-//! `Dangling` condition.
+//! the `/debug/api_priority_and_fairness/dump_*` tables, writes watched by ten
+//! watches estimated at a final seat), and the FlowSchemas' `Dangling` condition.
 
 use std::time::Duration;
 
@@ -56,7 +56,14 @@ async fn create_configmap(client: &kube::Client, name: &str) -> (u16, Option<Str
 
 #[tokio::test]
 async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
-    let srv = TestApiServer::start().await.unwrap();
+    // Two seats for the whole server, so that a level of one share has one seat
+    // (ceil(2 * 1 / 246)); the admin's requests are exempt.
+    let srv = TestApiServer::start_with(|o| {
+        o.max_requests_inflight = 1;
+        o.max_mutating_requests_inflight = 1;
+    })
+    .await
+    .unwrap();
     let admin = srv.client.clone();
 
     // Upstream's bootstrap configuration is there at start.
@@ -95,14 +102,16 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
         exempt_pl.as_str().unwrap()
     );
 
-    // A level with a single seat and a single queue of one, for one user.
+    // A level with a single seat (neither lent nor borrowed) and a single queue of
+    // one, for one user.
     let (code, level) = send(
         &admin,
         "POST",
         PL,
         json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
             "metadata": {"name": "fk-one-seat"},
-            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0,
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1,
+                "lendablePercent": 0, "borrowingLimitPercent": 0,
                 "limitResponse": {"type": "Queue",
                     "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 1}}}}}),
     )
@@ -176,6 +185,19 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
     .await
     .unwrap();
     hold::hold_labelled_configmap_creates(&admin, &hooks, "slow-user").await;
+    // Ten watches of the namespace's configmaps: each create will keep a seat for 5 ms
+    // of their events after it ends (upstream's work estimate of a write).
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(admin.clone(), "default");
+    let mut watches = Vec::new();
+    for _ in 0..10 {
+        watches.push(
+            configmaps
+                .watch(&kube::api::WatchParams::default().timeout(60), "0")
+                .await
+                .unwrap(),
+        );
+    }
     // A client (and connection) per request, so that nothing on the client's side
     // orders them, and without kube-rs's retries of a 429.
     let mut clients = Vec::new();
@@ -217,6 +239,8 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
     assert_eq!(slow.len(), 2, "{requests:?}");
     for r in &slow {
         assert_eq!(r[1], "fk-slow-user");
+        // One seat, and one more for the watches' events, 5 ms.
+        assert_eq!(r[6..9], ["1", "1", "5ms"], "{r:?}");
         // A single queue: no distinguisher, as upstream computes it for more only.
         assert_eq!(r[4], "");
         assert_eq!(
@@ -233,8 +257,8 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
             ]
         );
     }
-    // The first got its seat at once (no queue), the second waits first in queue 0.
-    assert!(slow.iter().any(|r| r[2..4] == ["-1", "-1"]), "{slow:?}");
+    // Both came through queue 0: the first executing, the second waiting first in it.
+    assert!(slow.iter().any(|r| r[2..4] == ["0", "-1"]), "{slow:?}");
     assert!(
         slow.iter()
             .any(|r| r[2..4] == ["0", "0"] && r[9] == "0001-01-01T00:00:00Z"),
@@ -250,7 +274,7 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
     let queues = dump(&admin, "dump_queues").await;
     assert_eq!(
         row(&queues, "fk-one-seat").map(|r| &r[..5]),
-        Some(&["fk-one-seat", "0", "1", "0", "0"].map(String::from)[..]),
+        Some(&["fk-one-seat", "0", "1", "1", "1"].map(String::from)[..]),
         "{queues:?}"
     );
     let mut results = Vec::new();
@@ -277,9 +301,18 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
         "two creates of one seat took {elapsed:?}"
     );
 
-    // The metrics counted each step for the schema and the level.
-    let page = metrics(&admin).await;
+    // The metrics counted each step for the schema and the level, once the last
+    // create's final seat is given back (5 ms after it ended).
     let labels = r#"flow_schema="fk-slow-user",priority_level="fk-one-seat""#;
+    let seats = format!("apiserver_flowcontrol_current_executing_seats{{{labels}}}");
+    let mut page = metrics(&admin).await;
+    for _ in 0..50 {
+        if sample(&page, &seats) == Some(0.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        page = metrics(&admin).await;
+    }
     let value = |series: &str| sample(&page, series);
     assert_eq!(
         value(&format!(
@@ -330,18 +363,20 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
         )),
         Some(2.0)
     );
-    // No shares: no nominal seats, and none until it borrows some (the requests above
-    // ran one at a time all the same, as a level runs one request when it runs none).
-    // No borrowing limit: it may borrow every seat of the server.
+    // One share of 246: one seat, which it neither lends nor borrows beyond.
     let limit = |name: &str| {
         value(&format!(
             "apiserver_flowcontrol_{name}{{priority_level=\"fk-one-seat\"}}"
         ))
     };
-    assert_eq!(limit("nominal_limit_seats"), Some(0.0));
-    assert_eq!(limit("lower_limit_seats"), Some(0.0));
-    assert_eq!(limit("current_limit_seats"), Some(0.0));
-    assert_eq!(limit("upper_limit_seats"), Some(600.0));
+    for name in [
+        "nominal_limit_seats",
+        "lower_limit_seats",
+        "current_limit_seats",
+        "upper_limit_seats",
+    ] {
+        assert_eq!(limit(name), Some(1.0), "{name}");
+    }
     // The admin's requests are exempt, and counted as dispatched there.
     assert!(
         value(r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="exempt",priority_level="exempt"}"#)

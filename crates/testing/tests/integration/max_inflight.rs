@@ -187,8 +187,8 @@ async fn without_priority_and_fairness_a_mutating_request_beyond_the_limit_is_re
     assert_eq!(code, 201, "{v}");
 }
 
-/// Creates a priority level of one share that rejects rather than queues, and a flow
-/// schema sending everything of `user` to it.
+/// Creates a priority level of one share that rejects rather than queues and neither
+/// lends nor borrows seats, and a flow schema sending everything of `user` to it.
 async fn one_share_level(admin: &kube::Client, user: &str) -> String {
     let (code, level) = send(
         admin,
@@ -197,7 +197,8 @@ async fn one_share_level(admin: &kube::Client, user: &str) -> String {
         json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
             "metadata": {"name": "fk-one-share"},
             "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1,
-                "lendablePercent": 0, "limitResponse": {"type": "Reject"}}}}),
+                "lendablePercent": 0, "borrowingLimitPercent": 0,
+                "limitResponse": {"type": "Reject"}}}}),
     )
     .await;
     assert_eq!(code, 201, "{level}");
