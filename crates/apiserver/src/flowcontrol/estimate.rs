@@ -198,22 +198,23 @@ impl Estimator {
         }
     }
 
-    /// The seats of a request of a level whose requests may take `max_seats`.
+    /// The seats of a request of a level whose requests may take `max_seats`, and for
+    /// a write the watches it was estimated from.
     pub(super) fn estimate(
         &self,
         attrs: &Attributes,
         query: Option<&str>,
         max_seats: u32,
-    ) -> WorkEstimate {
+    ) -> (WorkEstimate, Option<usize>) {
         let one = |seats| WorkEstimate {
             initial_seats: seats,
             final_seats: 0,
             additional_latency: Duration::ZERO,
         };
         match attrs.verb.as_str() {
-            "list" => one(self.list_seats(attrs, query, max_seats)),
+            "list" => (one(self.list_seats(attrs, query, max_seats)), None),
             "create" | "update" | "patch" | "delete" => self.write_estimate(attrs, max_seats),
-            _ => one(MIN_SEATS),
+            _ => (one(MIN_SEATS), None),
         }
     }
 
@@ -249,13 +250,14 @@ impl Estimator {
     }
 
     /// Upstream `mutatingWorkEstimator`.
-    fn write_estimate(&self, attrs: &Attributes, max_seats: u32) -> WorkEstimate {
+    fn write_estimate(&self, attrs: &Attributes, max_seats: u32) -> (WorkEstimate, Option<usize>) {
         let mut estimate = WorkEstimate::ONE_SEAT;
         // A token request makes no watch event.
         if attrs.resource == "serviceaccounts" && attrs.subresource == "token" {
-            return estimate;
+            return (estimate, None);
         }
-        let watches = self.watches.interested(attrs) as f64;
+        let count = self.watches.interested(attrs);
+        let watches = count as f64;
         if watches >= WATCHES_PER_SEAT {
             let seats = (watches / WATCHES_PER_SEAT).ceil();
             let work = seats * EVENT_ADDITIONAL_DURATION.as_secs_f64();
@@ -263,7 +265,7 @@ impl Estimator {
             estimate.final_seats = seats as u32;
             estimate.additional_latency = Duration::from_secs_f64(work / seats);
         }
-        estimate
+        (estimate, Some(count))
     }
 }
 
@@ -381,7 +383,7 @@ mod tests {
         let create = attrs("create", "configmaps", "a", "");
         assert_eq!(
             estimator.estimate(&create, None, 10),
-            WorkEstimate::ONE_SEAT
+            (WorkEstimate::ONE_SEAT, Some(0))
         );
         // 15 watches of every namespace, 10 of namespace a, 5 of namespace b, and a
         // kubelet's watch of its own pods.
@@ -399,12 +401,13 @@ mod tests {
                 )
                 .is_none()
         );
-        let e = estimator.estimate(&create, None, 10);
+        let (e, watches) = estimator.estimate(&create, None, 10);
+        assert_eq!(watches, Some(25));
         // 25 interested: 3 final seats for 5 ms each.
         assert_eq!((e.initial_seats, e.final_seats), (1, 3));
         assert_eq!(e.additional_latency, Duration::from_millis(5));
         // Capped by the level: the same work over fewer seats.
-        let e = estimator.estimate(&create, None, 2);
+        let e = estimator.estimate(&create, None, 2).0;
         assert_eq!(e.final_seats, 2);
         assert!((e.additional_latency.as_secs_f64() - 0.0075).abs() < 1e-9);
         // An update of one object also reaches the watches of that object.
@@ -412,17 +415,20 @@ mod tests {
             held.push(tracker.register(&attrs("watch", "configmaps", "a", "x"), None));
         }
         let update = attrs("update", "configmaps", "a", "x");
-        assert_eq!(estimator.estimate(&update, None, 10).final_seats, 4);
-        assert_eq!(estimator.estimate(&create, None, 10).final_seats, 3);
+        assert_eq!(estimator.estimate(&update, None, 10).0.final_seats, 4);
+        assert_eq!(estimator.estimate(&create, None, 10).0.final_seats, 3);
         // A token request makes no event.
         let mut token = attrs("create", "configmaps", "a", "x");
         token.resource = "serviceaccounts".into();
         token.subresource = "token".into();
-        assert_eq!(estimator.estimate(&token, None, 10), WorkEstimate::ONE_SEAT);
+        assert_eq!(
+            estimator.estimate(&token, None, 10).0,
+            WorkEstimate::ONE_SEAT
+        );
         drop(held);
         assert_eq!(
             estimator.estimate(&create, None, 10),
-            WorkEstimate::ONE_SEAT
+            (WorkEstimate::ONE_SEAT, Some(0))
         );
         assert!(tracker.groups.lock().is_empty());
     }

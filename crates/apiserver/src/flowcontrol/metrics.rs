@@ -2,17 +2,18 @@
 //! that apply to this filter: names, help, types, buckets and labels as 1.33 serves
 //! them (labels in the sorted order Prometheus writes them).
 //!
-//! Left out: the virtual-time gauges (`current_r`, `dispatch_r`, `latest_s`,
-//! `next_*s_bounds`, `epoch_advance_total`), the work estimate's
-//! (`work_estimated_seats`, `watch_count_samples`,
-//! `request_dispatch_no_accommodation_total`) and the timing-ratio histograms
-//! (`demand_seats` and the utilization ones); none has a counterpart here.
+//! Left out: `epoch_advance_total` (the virtual clock here has no epochs) and the
+//! timing-ratio histograms (`demand_seats` and the utilization ones).
 //! `request_concurrency_limit` and `request_concurrency_in_use` are deprecated since
 //! 1.30 and 1.31 and so hidden in 1.33.
 
 use ferrokube_component_base::metrics::{CounterVec, GaugeVec, HistogramVec};
 
 use super::borrowing::{Bounds, DemandStats};
+
+/// Upstream's buckets of `work_estimated_seats` and `watch_count_samples`.
+const SEATS_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 10.0];
+const WATCH_COUNT_BUCKETS: &[f64] = &[0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0];
 
 /// Upstream's `queueLengthBuckets`.
 const QUEUE_LENGTH_BUCKETS: &[f64] = &[0.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
@@ -69,6 +70,24 @@ pub(crate) struct FlowControlMetrics {
     demand_smoothed: GaugeVec<1>,
     target: GaugeVec<1>,
     fair_frac: GaugeVec<0>,
+    work_estimated_seats: HistogramVec<2>,
+    watch_count_samples: HistogramVec<2>,
+    no_accommodation: CounterVec<2>,
+    current_r: GaugeVec<1>,
+    dispatch_r: GaugeVec<1>,
+    latest_s: GaugeVec<1>,
+    next_s_bounds: GaugeVec<2>,
+    next_discounted_s_bounds: GaugeVec<2>,
+}
+
+/// What a dispatch saw of a level's virtual times (upstream `SetDispatchMetrics`), in
+/// seat-seconds: R, the dispatching queue's next dispatch R, and the lowest and highest
+/// of the waiting queues' next dispatch R, plain and less their work in progress.
+pub(crate) struct DispatchTimes {
+    pub r: f64,
+    pub s: f64,
+    pub s_bounds: (f64, f64),
+    pub discounted_s_bounds: (f64, f64),
 }
 
 impl Default for FlowControlMetrics {
@@ -172,6 +191,48 @@ impl Default for FlowControlMetrics {
                 "[ALPHA] Fair fraction of server's concurrency to allocate to each priority level that can use it",
                 [],
             ),
+            work_estimated_seats: HistogramVec::histogram(
+                "apiserver_flowcontrol_work_estimated_seats",
+                "[ALPHA] Number of estimated seats (maximum of initial and final seats) associated with requests in API Priority and Fairness",
+                SCHEMA_AND_LEVEL,
+                SEATS_BUCKETS,
+            ),
+            watch_count_samples: HistogramVec::histogram(
+                "apiserver_flowcontrol_watch_count_samples",
+                "[ALPHA] count of watchers for mutating requests in API Priority and Fairness",
+                SCHEMA_AND_LEVEL,
+                WATCH_COUNT_BUCKETS,
+            ),
+            no_accommodation: CounterVec::new(
+                "apiserver_flowcontrol_request_dispatch_no_accommodation_total",
+                "[ALPHA] Number of times a dispatch attempt resulted in a non accommodation due to lack of available seats",
+                SCHEMA_AND_LEVEL,
+            ),
+            current_r: GaugeVec::new(
+                "apiserver_flowcontrol_current_r",
+                "[ALPHA] R(time of last change)",
+                ["priority_level"],
+            ),
+            dispatch_r: GaugeVec::new(
+                "apiserver_flowcontrol_dispatch_r",
+                "[ALPHA] R(time of last dispatch)",
+                ["priority_level"],
+            ),
+            latest_s: GaugeVec::new(
+                "apiserver_flowcontrol_latest_s",
+                "[ALPHA] S(most recently dispatched request)",
+                ["priority_level"],
+            ),
+            next_s_bounds: GaugeVec::new(
+                "apiserver_flowcontrol_next_s_bounds",
+                "[ALPHA] min and max, over queues, of S(oldest waiting request in queue)",
+                ["bound", "priority_level"],
+            ),
+            next_discounted_s_bounds: GaugeVec::new(
+                "apiserver_flowcontrol_next_discounted_s_bounds",
+                "[ALPHA] min and max, over queues, of S(oldest waiting request in queue) - estimated work in progress",
+                ["bound", "priority_level"],
+            ),
         }
     }
 }
@@ -240,6 +301,37 @@ impl FlowControlMetrics {
         self.fair_frac.set([], fair_frac);
     }
 
+    /// A request's estimate: its seats, and for a write the watches it was made from.
+    pub(crate) fn estimated(&self, schema: &str, level: &str, seats: u32, watches: Option<usize>) {
+        self.work_estimated_seats
+            .observe([schema, level], f64::from(seats));
+        if let Some(n) = watches {
+            self.watch_count_samples.observe([schema, level], n as f64);
+        }
+    }
+
+    /// The head of the queue to dispatch from did not fit in the free seats.
+    pub(crate) fn not_accommodated(&self, schema: &str, level: &str) {
+        self.no_accommodation.inc([schema, level]);
+    }
+
+    /// A level's virtual clock, in seat-seconds.
+    pub(crate) fn current_r(&self, level: &str, r: f64) {
+        self.current_r.set([level], r);
+    }
+
+    pub(crate) fn dispatch_times(&self, level: &str, t: &DispatchTimes) {
+        self.dispatch_r.set([level], t.r);
+        self.latest_s.set([level], t.s);
+        for (family, (min, max)) in [
+            (&self.next_s_bounds, t.s_bounds),
+            (&self.next_discounted_s_bounds, t.discounted_s_bounds),
+        ] {
+            family.set(["min", level], min);
+            family.set(["max", level], max);
+        }
+    }
+
     /// Forgets the limits of the levels `keep` does not hold.
     pub(crate) fn retain_levels(&self, keep: impl Fn(&str) -> bool) {
         for family in [
@@ -252,8 +344,14 @@ impl FlowControlMetrics {
             &self.demand_stdev,
             &self.demand_smoothed,
             &self.target,
+            &self.current_r,
+            &self.dispatch_r,
+            &self.latest_s,
         ] {
             family.retain(|labels| keep(&labels[0]));
+        }
+        for family in [&self.next_s_bounds, &self.next_discounted_s_bounds] {
+            family.retain(|labels| keep(&labels[1]));
         }
     }
 
@@ -277,5 +375,13 @@ impl FlowControlMetrics {
         self.demand_smoothed.render(out);
         self.target.render(out);
         self.fair_frac.render(out);
+        self.work_estimated_seats.render(out);
+        self.watch_count_samples.render(out);
+        self.no_accommodation.render(out);
+        self.current_r.render(out);
+        self.dispatch_r.render(out);
+        self.latest_s.render(out);
+        self.next_s_bounds.render(out);
+        self.next_discounted_s_bounds.render(out);
     }
 }

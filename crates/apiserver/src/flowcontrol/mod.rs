@@ -390,7 +390,8 @@ impl Apf {
         } else {
             0
         };
-        let work = self.estimator.estimate(attrs, query, spec.max_seats);
+        let (work, watches) = self.estimator.estimate(attrs, query, spec.max_seats);
+        m.estimated(fs, pl, work.max_seats(), watches);
         let request = Tracked {
             flow_schema: schema.name.clone(),
             distinguisher,
@@ -1079,7 +1080,7 @@ pub(super) mod tests {
     };
 
     /// The value of the sample `series` (name and labels) on the metrics' page.
-    fn sample(m: &FlowControlMetrics, series: &str) -> Option<String> {
+    pub(super) fn sample(m: &FlowControlMetrics, series: &str) -> Option<String> {
         let mut page = String::new();
         m.render(&mut page);
         page.lines()

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::borrowing::{DemandStats, SeatDemand};
-use super::metrics::{FlowControlMetrics, RejectReason};
+use super::metrics::{DispatchTimes, FlowControlMetrics, RejectReason};
 use super::{LevelSpec, Tracked, deal_hand};
 
 /// Upstream's `estimatedServiceDuration`: the service time charged to each initial seat
@@ -66,6 +66,10 @@ impl SeatSeconds {
         let scale = Self::SCALE as i64;
         let v = self.0.max(0);
         format!("{}.{:08}ss", v / scale, v % scale)
+    }
+
+    fn as_f64(self) -> f64 {
+        self.0 as f64 / Self::SCALE
     }
 
     fn add(self, o: SeatSeconds) -> SeatSeconds {
@@ -281,7 +285,12 @@ impl Level {
 
     /// Upstream `syncTimeLocked`: R advances at the seats the active queues could use
     /// (at most the level's), shared among them.
-    fn sync_time(&mut self) {
+    fn sync_time(&mut self, m: &FlowControlMetrics) {
+        self.advance_r();
+        m.current_r(&self.name, self.current_r.as_f64());
+    }
+
+    fn advance_r(&mut self) {
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(self.last_real);
         self.last_real = now;
@@ -364,13 +373,20 @@ impl Level {
     /// Upstream `findDispatchQueueToBoundLocked`: the queue whose head would finish
     /// first in virtual time, searched round-robin from after the last one; `None`
     /// when no queue has a waiter or that head's seats do not fit.
-    fn dispatch_queue(&mut self) -> Option<usize> {
+    fn dispatch_queue(&mut self, m: &FlowControlMetrics) -> Option<usize> {
         let n = self.queues.len();
         let mut best: Option<(SeatSeconds, usize)> = None;
+        let (mut s_min, mut s_max) = (f64::MAX, f64::MIN);
+        let (mut ds_min, mut ds_max) = (f64::MAX, f64::MIN);
         for _ in 0..n {
             self.robin_index = (self.robin_index + 1) % n;
             let q = &self.queues[self.robin_index];
             if let Some(head) = q.waiting.front() {
+                let s = q.next_dispatch_r.as_f64();
+                let in_progress = SeatSeconds::of(f64::from(q.seats_in_use), ESTIMATED_SERVICE);
+                let ds = s - in_progress.as_f64();
+                (s_min, s_max) = (s_min.min(s), s_max.max(s));
+                (ds_min, ds_max) = (ds_min.min(ds), ds_max.max(ds));
                 let finish = q.next_dispatch_r.add(head.work.total);
                 if best.is_none_or(|(f, _)| finish < f) {
                     best = Some((finish, self.robin_index));
@@ -378,10 +394,20 @@ impl Level {
             }
         }
         let (_, q) = best?;
-        let seats = self.queues[q].waiting.front()?.work.max_seats();
-        if !self.can_accommodate(seats) {
+        let head = self.queues[q].waiting.front()?;
+        if !self.can_accommodate(head.work.max_seats()) {
+            m.not_accommodated(&head.request.flow_schema, &self.name);
             return None;
         }
+        m.dispatch_times(
+            &self.name,
+            &DispatchTimes {
+                r: self.current_r.as_f64(),
+                s: self.queues[q].next_dispatch_r.as_f64(),
+                s_bounds: (s_min, s_max),
+                discounted_s_bounds: (ds_min, ds_max),
+            },
+        );
         self.robin_index = q;
         Some(q)
     }
@@ -389,7 +415,7 @@ impl Level {
     /// Upstream `dispatchAsMuchAsPossibleLocked`: hands free seats to waiters.
     pub(super) fn dispatch(&mut self, m: &FlowControlMetrics) {
         while self.waiting_count > 0 && self.seats_in_use < self.current {
-            let Some(q) = self.dispatch_queue() else {
+            let Some(q) = self.dispatch_queue(m) else {
                 break;
             };
             let Some(mut waiter) = self.queues[q].pop() else {
@@ -429,7 +455,7 @@ impl Level {
 
     /// Ends an executing request and gives its seats on, or keeps its final seats.
     pub(super) fn finish(&mut self, id: u64, m: &FlowControlMetrics) -> Finished {
-        self.sync_time();
+        self.sync_time(m);
         let Some(Running {
             queue,
             request,
@@ -469,7 +495,7 @@ impl Level {
 
     /// Gives back the seats of a finished request, and serves what they let through.
     pub(super) fn release(&mut self, held: HeldSeats, m: &FlowControlMetrics) {
-        self.sync_time();
+        self.sync_time(m);
         self.seats_in_use = self.seats_in_use.saturating_sub(held.seats);
         m.executing(&held.flow_schema, &self.name, 0.0, -f64::from(held.seats));
         if let Some(q) = held.queue.and_then(|q| self.queues.get_mut(q)) {
@@ -482,7 +508,7 @@ impl Level {
     /// Takes a request that gave up (its wait ran out, or its client went away) out of
     /// its queue, refused; false if it was not waiting here.
     pub(super) fn withdraw(&mut self, id: u64, m: &FlowControlMetrics) -> bool {
-        self.sync_time();
+        self.sync_time(m);
         let Some((q, i)) = self
             .queues
             .iter()
@@ -572,7 +598,7 @@ pub(super) fn admit_to(
     hash: u64,
     m: &FlowControlMetrics,
 ) -> Step {
-    level.sync_time();
+    level.sync_time(m);
     let work = Work::of(estimate);
     let Some(queuing) = level.spec.queuing else {
         if level.can_accommodate(work.max_seats()) {
@@ -648,7 +674,7 @@ pub(super) fn admit_to(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::tracked;
+    use super::super::tests::{sample, tracked};
     use super::super::{Bounds, Queuing};
     use super::*;
 
@@ -720,6 +746,21 @@ mod tests {
         assert!(matches!(l.finish(10, &m), Finished::Done));
         assert!(flood[0].try_recv().is_ok());
         assert!(flood[1].try_recv().is_err());
+        // The virtual times on the metrics' page, in seat-seconds.
+        let gauge = |name: &str| -> f64 {
+            sample(
+                &m,
+                &format!(r#"apiserver_flowcontrol_{name}{{priority_level="pl"}}"#),
+            )
+            .unwrap()
+            .parse()
+            .unwrap()
+        };
+        assert!(gauge("current_r") > 0.0);
+        assert!(
+            gauge("latest_s") >= 0.03,
+            "the flood's queue, after its long request"
+        );
     }
 
     #[test]
@@ -737,6 +778,13 @@ mod tests {
         // passes it.
         let mut behind = granted(admit(&mut l, 3, WorkEstimate::ONE_SEAT, 0, &m));
         assert!(wide.try_recv().is_err() && behind.try_recv().is_err());
+        assert!(
+            sample(
+                &m,
+                r#"apiserver_flowcontrol_request_dispatch_no_accommodation_total{flow_schema="fs",priority_level="pl"}"#
+            )
+            .is_some_and(|n| n != "0")
+        );
         assert!(matches!(l.finish(0, &m), Finished::Done));
         assert!(wide.try_recv().is_ok());
         assert_eq!(l.seats_in_use, 4);

@@ -363,6 +363,20 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
         )),
         Some(2.0)
     );
+    // Each of the three creates was estimated from the ten watches (the refused one
+    // too: the estimate comes first).
+    assert_eq!(
+        value(&format!(
+            "apiserver_flowcontrol_watch_count_samples_sum{{{labels}}}"
+        )),
+        Some(30.0)
+    );
+    assert_eq!(
+        value(&format!(
+            "apiserver_flowcontrol_work_estimated_seats_count{{{labels}}}"
+        )),
+        Some(3.0)
+    );
     // One share of 246: one seat, which it neither lends nor borrows beyond.
     let limit = |name: &str| {
         value(&format!(
