@@ -5,6 +5,8 @@
 //! * [`labels`] and [`fields`]: label and field selectors (parse, print, match).
 //! * [`duration`]: durations printed as Go prints them.
 //! * [`depth`]: how deeply JSON nests, measured with a bounded stack.
+//! * [`document_order`]: where fields stand in a JSON document (strict decoding's
+//!   problems in the body's order).
 //! * [`errors`]: field errors (`field.Error`) and API errors (`metav1.Status`) with
 //!   upstream's codes, reasons and message texts.
 //! * [`validation`]: name, label, annotation and `ObjectMeta` validation helpers.
@@ -23,6 +25,7 @@
 //! never depend on `storage*`, `registry`, `admission` or `apiserver`.
 
 pub mod depth;
+pub mod document_order;
 pub mod duration;
 pub mod errors;
 pub mod fields;

@@ -1100,6 +1100,14 @@ fn decode_body_noting_duplicates(
     }
 }
 
+/// Whether a request body of this `Content-Type` is read as JSON.
+fn is_json(content_type: &str) -> bool {
+    matches!(
+        output::media_essence(content_type),
+        "application/json" | "" | "*/*"
+    )
+}
+
 fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> {
     let field_manager = q.get("fieldManager").filter(|m| !m.is_empty());
     if let Some(m) = field_manager
@@ -1407,6 +1415,7 @@ async fn resource_request(
             let (body, ct) = read_body(state, req).await?;
             let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
             opts.duplicate_fields = duplicates;
+            opts.json_body = is_json(&ct).then(|| body.clone());
             let w = store.create(ns, obj, &opts).await?;
             Ok(with_warnings(
                 encoded_written(target, printed, StatusCode::CREATED, &w),
@@ -1466,6 +1475,7 @@ async fn resource_request(
             let (body, ct) = read_body(state, req).await?;
             let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
             opts.duplicate_fields = duplicates;
+            opts.json_body = is_json(&ct).then(|| body.clone());
             let w = match sub {
                 Some("scale") => {
                     ferrokube_registry::store::check_scale(&obj, name)?;

@@ -90,6 +90,11 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// Fields found twice in the request body (JSON keys), reported like unknown ones.
     pub duplicate_fields: Vec<String>,
+    /// The request body when it is the object itself in JSON (a create's or a PUT's):
+    /// unknown and duplicate fields are reported in its order, as upstream's decoder
+    /// reads it (a patched object or a YAML body is decoded as a sorted map upstream
+    /// too).
+    pub json_body: Option<bytes::Bytes>,
     /// The request's admission (mutating, then validating), run by the store where
     /// upstream's generic registry runs it.
     pub admit: Option<Admit>,
@@ -2068,14 +2073,7 @@ fn field_validation(
     opts: &WriteOptions,
     body_of: Option<&ResourceInfo>,
 ) -> Result<Vec<String>, ApiError> {
-    let problems = unknown
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .chain(
-            opts.duplicate_fields
-                .iter()
-                .map(|f| format!("duplicate field {f:?}")),
-        );
+    let problems = strict_problems(unknown, opts).into_iter();
     match opts.field_validation {
         FieldValidation::Ignore => Ok(Vec::new()),
         FieldValidation::Warn => match &opts.warnings {
@@ -2097,6 +2095,44 @@ fn field_validation(
             })
         }
     }
+}
+
+/// The unknown and duplicate fields as upstream's strict decoder words them, in the
+/// body's order when it is JSON (each duplicate where it repeats), else unknown fields
+/// first.
+fn strict_problems(unknown: &[String], opts: &WriteOptions) -> Vec<String> {
+    use ferrokube_apimachinery::document_order::{FieldAt, document_order};
+    let mut fields: Vec<(FieldAt<'_>, &str)> = unknown
+        .iter()
+        .map(|f| {
+            let at = FieldAt {
+                path: f,
+                occurrence: 1,
+            };
+            (at, "unknown")
+        })
+        .collect();
+    let mut repeats: std::collections::HashMap<&str, usize> = Default::default();
+    for f in &opts.duplicate_fields {
+        let seen = repeats.entry(f).or_insert(1);
+        *seen += 1;
+        let at = FieldAt {
+            path: f,
+            occurrence: *seen,
+        };
+        fields.push((at, "duplicate"));
+    }
+    let order: Vec<usize> = match &opts.json_body {
+        Some(body) if fields.len() > 1 => {
+            let at: Vec<FieldAt<'_>> = fields.iter().map(|(at, _)| at.clone()).collect();
+            document_order(body, &at)
+        }
+        _ => (0..fields.len()).collect(),
+    };
+    order
+        .into_iter()
+        .map(|i| format!("{} field {:?}", fields[i].1, fields[i].0.path))
+        .collect()
 }
 
 /// Checks a Scale written to `name`'s `scale` subresource (the body of a PUT, a

@@ -301,6 +301,53 @@ async fn duplicate_fields_by_field_validation() {
     );
 }
 
+/// Unknown and duplicate fields of a JSON body are reported in the body's order, as
+/// upstream's decoder meets them, whatever order the names sort in.
+#[tokio::test]
+async fn strict_decoding_problems_in_the_bodys_order() {
+    let srv = TestApiServer::start().await.unwrap();
+    let body = br#"{"apiVersion": "v1", "kind": "ConfigMap", "zzz": 1,
+        "metadata": {"name": "order", "name": "order"}, "data": {"b": "1", "a": "2", "b": "3"},
+        "spec": {"containers": [{"x": 1}]}, "aaa": 2}"#;
+    let c = &srv.client;
+    let post = |q: &'static str| async move {
+        TestApiServer::raw(
+            c,
+            "POST",
+            &format!("/api/v1/namespaces/default/configmaps{q}"),
+            &[("Content-Type", "application/json")],
+            body.to_vec(),
+        )
+        .await
+    };
+    let problems = [
+        r#"unknown field \"zzz\""#,
+        r#"duplicate field \"metadata.name\""#,
+        r#"duplicate field \"data.b\""#,
+        r#"unknown field \"spec\""#,
+        r#"unknown field \"aaa\""#,
+    ];
+    let (code, _, b) = post("?fieldValidation=Strict").await.unwrap();
+    assert_eq!(code, 400);
+    let status: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(
+        status["message"],
+        format!(
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: {}",
+            problems.join(", ").replace("\\\"", "\"")
+        )
+    );
+    let (code, h, _) = post("?fieldValidation=Warn&dryRun=All").await.unwrap();
+    assert_eq!(code, 201);
+    let warnings: Vec<String> = h
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = problems.iter().map(|p| format!("299 - \"{p}\"")).collect();
+    assert_eq!(warnings, expected);
+}
+
 #[tokio::test]
 async fn gone_for_old_watches_and_expired_continue_tokens() {
     let mut srv = TestApiServer::start().await.unwrap();
