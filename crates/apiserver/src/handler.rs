@@ -187,11 +187,8 @@ pub(crate) async fn serve(
         crate::metrics::RequestLabels::non_resource_path(&attrs.path, req.method().as_str())
     });
     let accepts_gzip = accepts_gzip(req.headers());
-    let error_form = output::error_form(
-        req.headers()
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok()),
-    );
+    // Read only if the answer is an error.
+    let accept = req.headers().get(header::ACCEPT).cloned();
     // Streams (watches, logs, proxied connections) are never re-encoded.
     let pretty_path = (!long_running
         && pretty::wants_pretty(
@@ -231,12 +228,12 @@ pub(crate) async fn serve(
     };
     let resp = match handled {
         Err(e) => {
-            let r = in_error_form(error_response(&e), error_form);
+            let r = in_error_form(error_response(&e), accept.as_ref());
             audit.finish(r, long_running, None).await
         }
         Ok(Ok(r)) => {
             audit
-                .finish(in_error_form(r, error_form), long_running, None)
+                .finish(in_error_form(r, accept.as_ref()), long_running, None)
                 .await
         }
         Ok(Err(panic)) => {
@@ -250,7 +247,7 @@ pub(crate) async fn serve(
                 error_response(&ApiError::internal(format!(
                     "an internal error occurred: {msg}"
                 ))),
-                error_form,
+                accept.as_ref(),
             );
             audit.finish(r, long_running, Some(&msg)).await
         }
@@ -303,7 +300,11 @@ pub(crate) async fn serve(
 /// An error answer in the form the client's `Accept` names first (protobuf for
 /// client-go's typed clients), as upstream writes every error (`ErrorNegotiated`);
 /// other answers as they are.
-fn in_error_form(mut resp: Response<Body>, form: Target) -> Response<Body> {
+fn in_error_form(mut resp: Response<Body>, accept: Option<&HeaderValue>) -> Response<Body> {
+    if resp.extensions().get::<ErrorStatus>().is_none() {
+        return resp;
+    }
+    let form = output::error_form(accept.and_then(|v| v.to_str().ok()));
     if form == Target::Json {
         return resp;
     }

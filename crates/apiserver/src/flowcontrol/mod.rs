@@ -31,10 +31,11 @@
 //! objects they read, writes by the watches their events reach), and a level's queues
 //! are served by virtual-time fair queuing ([`queueset`]).
 //!
-//! Deviations: the metrics of virtual time and of the work estimates are not served; a
-//! removed level is dropped at once, its waiters served, where upstream's drains while
-//! it quiesces; long-running requests other than watches are not limited (as
-//! upstream), and a watch holds its seat until its response starts.
+//! Deviations: the virtual clock has no epochs (`epoch_advance_total` is not served,
+//! see [`queueset`]); custom resources' lists take one seat; a removed level is
+//! dropped at once, its waiters served, where upstream's drains while it quiesces;
+//! long-running requests other than watches are not limited (as upstream), and a watch
+//! holds its seat until its response starts.
 
 pub(crate) mod bootstrap;
 mod borrowing;
@@ -208,10 +209,11 @@ impl Drop for Seat {
                     runtime.spawn(async move {
                         tokio::time::sleep(held.after).await;
                         let mut levels = apf.levels.lock();
-                        if let Some(level) = levels.get_mut(&*name)
-                            && level.serial == held.level_serial
-                        {
-                            level.release(held, &apf.metrics);
+                        match levels.get_mut(&*name) {
+                            Some(level) if level.serial == held.level_serial => {
+                                level.release(held, &apf.metrics);
+                            }
+                            _ => held.forget(&name, &apf.metrics),
                         }
                     });
                 }
@@ -331,6 +333,7 @@ impl Apf {
                         name.clone(),
                         Level::new(Arc::from(name.as_str()), spec.clone()),
                     );
+                    m.current_r(name, 0.0);
                 }
             }
         }

@@ -196,6 +196,14 @@ pub(super) struct HeldSeats {
     flow_schema: Arc<str>,
 }
 
+impl HeldSeats {
+    /// Its level is gone (removed, or made again): its seats leave the gauge all the
+    /// same.
+    pub(super) fn forget(self, level: &str, m: &FlowControlMetrics) {
+        m.executing(&self.flow_schema, level, 0.0, -f64::from(self.seats));
+    }
+}
+
 /// What [`Level::finish`] found.
 pub(super) enum Finished {
     /// The request was not executing here (it may still wait in a queue).
@@ -286,6 +294,11 @@ impl Level {
     /// Upstream `syncTimeLocked`: R advances at the seats the active queues could use
     /// (at most the level's), shared among them.
     fn sync_time(&mut self, m: &FlowControlMetrics) {
+        // Without queues (exempt, or refusing rather than queuing) R stays at 0, which
+        // the gauge was set to when the level was made.
+        if self.queues.is_empty() {
+            return;
+        }
         self.advance_r();
         m.current_r(&self.name, self.current_r.as_f64());
     }
