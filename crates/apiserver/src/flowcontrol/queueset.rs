@@ -287,8 +287,12 @@ impl Level {
     }
 
     fn note_demand(&mut self) {
+        self.note_demand_at(Instant::now());
+    }
+
+    fn note_demand_at(&mut self, now: Instant) {
         let demand = self.seats_in_use + self.seats_waiting;
-        self.demand.set(f64::from(demand), Instant::now());
+        self.demand.set(f64::from(demand), now);
     }
 
     /// Upstream `syncTimeLocked`: R advances at the seats the active queues could use
@@ -352,16 +356,17 @@ impl Level {
             q.executing += 1;
             q.seats_in_use += seats;
         }
+        let now = Instant::now();
         self.running.insert(
             id,
             Running {
                 queue,
                 request,
                 work,
-                started: Instant::now(),
+                started: now,
             },
         );
-        self.note_demand();
+        self.note_demand_at(now);
     }
 
     /// Counts a waiter out of its queue.
@@ -478,7 +483,6 @@ impl Level {
         else {
             return Finished::NotHere;
         };
-        m.executing(&request.flow_schema, &self.name, -1.0, 0.0);
         if let Some(q) = queue.and_then(|q| self.queues.get_mut(q)) {
             q.executing = q.executing.saturating_sub(1);
             // The initial work charged at dispatch, corrected by the time it took.
@@ -491,31 +495,39 @@ impl Level {
             q.next_dispatch_r = q.next_dispatch_r.sub(correction);
             q.bound_next_dispatch();
         }
-        let held = HeldSeats {
-            level_serial: self.serial,
-            after: work.estimate.additional_latency,
-            queue,
-            seats: work.max_seats(),
-            flow_schema: request.flow_schema,
-        };
-        if held.after.is_zero() {
-            self.release(held, m);
+        let (seats, after) = (work.max_seats(), work.estimate.additional_latency);
+        if after.is_zero() {
+            m.executing(&request.flow_schema, &self.name, -1.0, -f64::from(seats));
+            self.give_back(queue, seats);
+            self.dispatch(m);
             return Finished::Done;
         }
+        m.executing(&request.flow_schema, &self.name, -1.0, 0.0);
         self.dispatch(m);
-        Finished::Holding(held)
+        Finished::Holding(HeldSeats {
+            level_serial: self.serial,
+            after,
+            queue,
+            seats,
+            flow_schema: request.flow_schema,
+        })
     }
 
-    /// Gives back the seats of a finished request, and serves what they let through.
+    /// Gives back the final seats of a finished request, and serves what they let
+    /// through.
     pub(super) fn release(&mut self, held: HeldSeats, m: &FlowControlMetrics) {
         self.sync_time(m);
-        self.seats_in_use = self.seats_in_use.saturating_sub(held.seats);
         m.executing(&held.flow_schema, &self.name, 0.0, -f64::from(held.seats));
-        if let Some(q) = held.queue.and_then(|q| self.queues.get_mut(q)) {
-            q.seats_in_use = q.seats_in_use.saturating_sub(held.seats);
+        self.give_back(held.queue, held.seats);
+        self.dispatch(m);
+    }
+
+    fn give_back(&mut self, queue: Option<usize>, seats: u32) {
+        self.seats_in_use = self.seats_in_use.saturating_sub(seats);
+        if let Some(q) = queue.and_then(|q| self.queues.get_mut(q)) {
+            q.seats_in_use = q.seats_in_use.saturating_sub(seats);
         }
         self.remove_idle_surplus_queues();
-        self.dispatch(m);
     }
 
     /// Takes a request that gave up (its wait ran out, or its client went away) out of
