@@ -64,8 +64,7 @@ fn dump_priority_levels(levels: &[&Level]) -> String {
             &level.name,
             &active.to_string(),
             &(waiting == 0 && executing == 0).to_string(),
-            // A removed level is dropped at once, never quiescing.
-            "false",
+            &level.quiescing.to_string(),
             &waiting.to_string(),
             &executing.to_string(),
             &level.dispatched.to_string(),

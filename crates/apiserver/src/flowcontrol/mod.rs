@@ -31,11 +31,13 @@
 //! objects they read, writes by the watches their events reach), and a level's queues
 //! are served by virtual-time fair queuing ([`queueset`]).
 //!
+//! A level whose configuration is removed quiesces, as upstream's: it serves what it
+//! runs and queues under its last configuration and goes once idle.
+//!
 //! Deviations: the virtual clock has no epochs (`epoch_advance_total` is not served,
-//! see [`queueset`]); custom resources' lists take one seat; a removed level is
-//! dropped at once, its waiters served, where upstream's drains while it quiesces;
-//! long-running requests other than watches are not limited (as upstream), and a watch
-//! holds its seat until its response starts.
+//! see [`queueset`]); custom resources' lists take one seat; long-running requests
+//! other than watches are not limited (as upstream), and a watch holds its seat until
+//! its response starts.
 
 pub(crate) mod bootstrap;
 mod borrowing;
@@ -215,13 +217,34 @@ impl Drop for Seat {
                             }
                             _ => held.forget(&name, &apf.metrics),
                         }
+                        remove_if_quiesced(&mut levels, &name);
                     });
                 }
                 // No runtime to wait in (requests are served in one): given back now.
                 Err(_) => level.release(held, m),
             },
         }
+        remove_if_quiesced(&mut levels, &self.level);
     }
+}
+
+/// Drops the level `name` if its configuration is gone and it has nothing left to do.
+fn remove_if_quiesced(levels: &mut HashMap<String, Level>, name: &str) {
+    if levels
+        .get(name)
+        .is_some_and(|level| level.quiescing && level.idle())
+    {
+        levels.remove(name);
+    }
+}
+
+/// Marks the levels `config` no longer has as quiescing (and the others not), and
+/// drops those of them with nothing left to do.
+fn quiesce_removed(levels: &mut HashMap<String, Level>, config: &Config) {
+    for (name, level) in levels.iter_mut() {
+        level.quiescing = !config.levels.contains_key(name);
+    }
+    levels.retain(|_, level| !(level.quiescing && level.idle()));
 }
 
 /// The change counts of the FlowSchema and PriorityLevelConfiguration caches a digest
@@ -299,21 +322,12 @@ impl Apf {
     }
 
     /// Keeps the run-time levels in step with the configuration: new levels added,
-    /// changed ones resized (their waiters kept when the queue count is the same,
-    /// else sent on to be served at once), removed ones dropped.
+    /// changed ones resized (queues added at once, surplus ones dropped once idle),
+    /// removed ones quiescing.
     fn apply_levels(&self, config: &Config) {
         let m = &self.metrics;
         let mut levels = self.levels.lock();
-        let removed: Vec<String> = levels
-            .keys()
-            .filter(|name| !config.levels.contains_key(*name))
-            .cloned()
-            .collect();
-        for name in removed {
-            if let Some(level) = levels.remove(&name) {
-                level.retire(m);
-            }
-        }
+        quiesce_removed(&mut levels, config);
         m.retain_levels(|name| config.levels.contains_key(name));
         for (name, spec) in &config.levels {
             m.level_bounds(name, spec.bounds);
@@ -1292,6 +1306,50 @@ pub(super) mod tests {
         m.retain_levels(|name| name != "low");
         assert_eq!(limit("nominal_limit_seats", "low"), None);
         assert_eq!(limit("demand_seats_smoothed", "low"), None);
+    }
+
+    /// A level whose configuration is removed serves its waiters one seat at a time as
+    /// before, takes no new request, and goes once idle; one configured again is not
+    /// quiescing any more.
+    #[test]
+    fn a_removed_level_quiesces_until_idle() {
+        let m = FlowControlMetrics::default();
+        let mut levels: HashMap<String, Level> = HashMap::new();
+        levels.insert("pl".into(), one_seat("pl", Some(ONE_QUEUE_OF_ONE)));
+        let level = levels.get_mut("pl").unwrap();
+        assert!(matches!(
+            admit(level, 0, tracked("fs", "a"), &m),
+            Step::Admitted
+        ));
+        let Step::Queued(mut rx) = admit(level, 1, tracked("fs", "b"), &m) else {
+            panic!("the second request should wait");
+        };
+        let without = digest(&[], &[], 600);
+        assert!(!without.levels.contains_key("pl"));
+        quiesce_removed(&mut levels, &without);
+        let level = levels.get_mut("pl").expect("kept while it has work");
+        assert!(level.quiescing);
+        assert!(rx.try_recv().is_err(), "not served at once");
+        assert!(matches!(level.finish(0, &m), Finished::Done));
+        assert!(rx.try_recv().is_ok(), "served when its seat is free");
+        remove_if_quiesced(&mut levels, "pl");
+        assert!(levels.contains_key("pl"), "the second still runs");
+        let level = levels.get_mut("pl").unwrap();
+        assert!(matches!(level.finish(1, &m), Finished::Done));
+        remove_if_quiesced(&mut levels, "pl");
+        assert!(!levels.contains_key("pl"));
+
+        // Configured again before it went: it serves on as before.
+        levels.insert("pl".into(), one_seat("pl", Some(ONE_QUEUE_OF_ONE)));
+        let level = levels.get_mut("pl").unwrap();
+        assert!(matches!(
+            admit(level, 2, tracked("fs", "a"), &m),
+            Step::Admitted
+        ));
+        quiesce_removed(&mut levels, &without);
+        let with = digest(&[], &[self::level("pl", 1, None)], 600);
+        quiesce_removed(&mut levels, &with);
+        assert!(!levels["pl"].quiescing);
     }
 
     /// A level whose requests wait gets, at the next adjustment, the seats an idle

@@ -248,6 +248,9 @@ pub(super) struct Level {
     pub rejected: u64,
     /// Refused after waiting in a queue (upstream counts these in both).
     pub cancelled: u64,
+    /// Its configuration is gone: it serves what it holds and queues, no new request
+    /// comes to it, and it goes once idle.
+    pub quiescing: bool,
 }
 
 impl Level {
@@ -274,7 +277,13 @@ impl Level {
             dispatched: 0,
             rejected: 0,
             cancelled: 0,
+            quiescing: false,
         }
+    }
+
+    /// Nothing waits, runs or holds seats.
+    pub(super) fn idle(&self) -> bool {
+        self.running.is_empty() && self.waiting_count == 0 && self.seats_in_use == 0
     }
 
     #[cfg(test)]
@@ -576,38 +585,6 @@ impl Level {
         }
         if !self.queues.is_empty() {
             self.robin_index %= self.queues.len();
-        }
-    }
-
-    /// The level's configuration is gone: its waiters are served at once (upstream's
-    /// level drains its queues while it quiesces) and its requests leave the gauges.
-    pub(super) fn retire(mut self, m: &FlowControlMetrics) {
-        for q in &mut self.queues {
-            while let Some(Waiter {
-                grant,
-                request,
-                work,
-                ..
-            }) = q.pop()
-            {
-                m.waiting(
-                    &request.flow_schema,
-                    &self.name,
-                    -1.0,
-                    -f64::from(work.max_seats()),
-                );
-                if grant.send(()).is_ok() {
-                    m.dispatched(&request.flow_schema, &self.name);
-                }
-            }
-        }
-        for running in self.running.values() {
-            m.executing(
-                &running.request.flow_schema,
-                &self.name,
-                -1.0,
-                -f64::from(running.work.max_seats()),
-            );
         }
     }
 }
