@@ -1081,14 +1081,12 @@ fn decode_body_noting_duplicates(
         "application/yaml" => crate::dupes::parse_yaml_noting_duplicates(body).map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
         }),
-        "application/json" | "" | "*/*" => {
-            crate::dupes::parse_noting_duplicates(body).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "Object '{}' is invalid: couldn't get version/kind; json parse error: {e}",
-                    info.kind
-                ))
-            })
-        }
+        _ if is_json(content_type) => crate::dupes::parse_noting_duplicates(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "Object '{}' is invalid: couldn't get version/kind; json parse error: {e}",
+                info.kind
+            ))
+        }),
         // Typed built-in objects from kubectl and client-go controllers.
         ferrokube_protobuf::MEDIA_TYPE => ferrokube_protobuf::decode(body)
             .map(|(_, object)| (object, Vec::new()))

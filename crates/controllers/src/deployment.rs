@@ -203,7 +203,7 @@ fn strip_hash(t: &PodTemplateSpec) -> PodTemplateSpec {
 pub fn equal_ignore_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
     let go_form = |t: &PodTemplateSpec| {
         let mut v = serde_json::to_value(strip_hash(t)).ok()?;
-        ferrokube_protobuf::to_go_json_form("v1", "PodTemplateSpec", &mut v);
+        crate::util::to_template_go_form(&mut v);
         Some(v)
     };
     go_form(a) == go_form(b)

@@ -19,11 +19,17 @@ pub fn same_revision_data(a: &serde_json::Value, b: &serde_json::Value) -> bool 
     let go_form = |data: &serde_json::Value| {
         let mut data = data.clone();
         if let Some(template) = data.pointer_mut("/spec/template") {
-            ferrokube_protobuf::to_go_json_form("v1", "PodTemplateSpec", template);
+            to_template_go_form(template);
         }
         data
     };
     a == b || go_form(a) == go_form(b)
+}
+
+/// A pod template as Go's JSON encoder writes its struct (unset non-pointer structs as
+/// their zero values), for comparing templates as Go compares them.
+pub fn to_template_go_form(template: &mut serde_json::Value) {
+    ferrokube_protobuf::to_go_json_form("v1", "PodTemplateSpec", template);
 }
 
 /// Whether the object still holds `finalizer`.

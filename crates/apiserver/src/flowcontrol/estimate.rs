@@ -318,18 +318,14 @@ impl ListOptions {
     }
 }
 
-/// The value a field selector of the query requires `field` to equal exactly.
+/// The value a field selector of the query requires `field` to equal exactly
+/// (upstream `RequiresExactMatch`); an unparsable selector requires nothing.
 fn exact_field(query: Option<&str>, field: &str) -> Option<String> {
     let selector = form_urlencoded::parse(query?.as_bytes())
         .find(|(k, _)| k == "fieldSelector")?
         .1;
-    selector.split(',').find_map(|term| {
-        let (k, v) = term
-            .split_once("==")
-            .or_else(|| term.split_once('='))
-            .filter(|(k, _)| !k.ends_with('!'))?;
-        (k.trim() == field).then(|| v.trim().to_string())
-    })
+    let selector = ferrokube_apimachinery::fields::FieldSelector::parse(&selector).ok()?;
+    selector.requires_exact_match(field).map(str::to_owned)
 }
 
 #[cfg(test)]

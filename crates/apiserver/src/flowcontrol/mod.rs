@@ -202,8 +202,7 @@ impl Drop for Seat {
             Finished::NotHere => {
                 level.withdraw(self.id, m);
             }
-            // Its final seats (the watch events of a write) are held a while longer,
-            // by the level it ran in, not by a later one of the same name.
+            // Its final seats (the watch events of a write) are held a while longer.
             Finished::Holding(held) => match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
                     let apf = self.apf.clone();
@@ -211,11 +210,8 @@ impl Drop for Seat {
                     runtime.spawn(async move {
                         tokio::time::sleep(held.after).await;
                         let mut levels = apf.levels.lock();
-                        match levels.get_mut(&*name) {
-                            Some(level) if level.serial == held.level_serial => {
-                                level.release(held, &apf.metrics);
-                            }
-                            _ => held.forget(&name, &apf.metrics),
+                        if let Some(level) = levels.get_mut(&*name) {
+                            level.release(held, &apf.metrics);
                         }
                         remove_if_quiesced(&mut levels, &name);
                     });
@@ -224,7 +220,9 @@ impl Drop for Seat {
                 Err(_) => level.release(held, m),
             },
         }
-        remove_if_quiesced(&mut levels, &self.level);
+        if level.quiescing {
+            remove_if_quiesced(&mut levels, &self.level);
+        }
     }
 }
 

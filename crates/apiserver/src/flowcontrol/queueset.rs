@@ -16,7 +16,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -186,22 +185,14 @@ pub(super) enum Step {
 }
 
 /// Final seats a finished request still holds, to be given back after `after`
-/// ([`Level::release`]).
+/// ([`Level::release`]). Its level stays while they are held (a level goes only when
+/// idle), so the release always finds it.
 #[must_use]
 pub(super) struct HeldSeats {
-    pub level_serial: u64,
     pub after: Duration,
     queue: Option<usize>,
     seats: u32,
     flow_schema: Arc<str>,
-}
-
-impl HeldSeats {
-    /// Its level is gone (removed, or made again): its seats leave the gauge all the
-    /// same.
-    pub(super) fn forget(self, level: &str, m: &FlowControlMetrics) {
-        m.executing(&self.flow_schema, level, 0.0, -f64::from(self.seats));
-    }
 }
 
 /// What [`Level::finish`] found.
@@ -214,14 +205,10 @@ pub(super) enum Finished {
     Holding(HeldSeats),
 }
 
-static LEVEL_SERIALS: AtomicU64 = AtomicU64::new(0);
-
 /// A level at run time: its executing requests, its queues and its virtual clock.
 /// Kept across configuration changes while the level exists.
 pub(super) struct Level {
     pub name: Arc<str>,
-    /// Tells this level from a later one of the same name (for [`HeldSeats`]).
-    pub serial: u64,
     pub spec: LevelSpec,
     pub queues: Vec<Queue>,
     /// By request id.
@@ -260,7 +247,6 @@ impl Level {
         let now = Instant::now();
         Level {
             name,
-            serial: LEVEL_SERIALS.fetch_add(1, Ordering::Relaxed),
             spec,
             queues: (0..queues).map(|_| Queue::default()).collect(),
             running: HashMap::new(),
@@ -514,7 +500,6 @@ impl Level {
         m.executing(&request.flow_schema, &self.name, -1.0, 0.0);
         self.dispatch(m);
         Finished::Holding(HeldSeats {
-            level_serial: self.serial,
             after,
             queue,
             seats,
