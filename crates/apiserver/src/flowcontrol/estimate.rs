@@ -5,9 +5,8 @@
 //! watchers keeps a seat for every 10 of them for 5 ms of events after it finishes;
 //! anything else takes one seat. Watches are counted by group, resource, namespace and
 //! name while they run, as upstream's tracker counts them (a pod watch for one node is
-//! left out).
-//!
-//! Deviation: custom resources' lists take one seat (their counts are not tracked).
+//! left out). Objects are counted per resource, built-in or custom, from its watch
+//! cache, as upstream's storage counts them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,6 +14,7 @@ use std::time::Duration;
 
 use ferrokube_auth::Attributes;
 use ferrokube_registry::cache::ResourceCache;
+use ferrokube_registry::custom::CustomResources;
 use parking_lot::Mutex;
 
 use super::queueset::WorkEstimate;
@@ -176,24 +176,40 @@ impl WatchTracker {
     }
 }
 
-/// The work estimator: the built-in resources' object counts (from their watch
-/// caches) and the open watches.
+/// How many objects a request's resource holds; none for a resource this server does
+/// not serve (an aggregated API's).
+type ObjectCount = dyn Fn(&Attributes) -> Option<usize> + Send + Sync;
+
+/// The work estimator: the resources' object counts (from their watch caches) and the
+/// open watches.
 pub(super) struct Estimator {
-    caches: HashMap<(&'static str, &'static str), Arc<ResourceCache>>,
+    object_count: Box<ObjectCount>,
     pub(super) watches: Arc<WatchTracker>,
 }
 
 impl Estimator {
     pub(super) fn new(registry: &ferrokube_registry::Registry) -> Estimator {
-        let caches = ferrokube_api::resources::RESOURCES
-            .iter()
-            .filter_map(|info| {
-                let store = registry.store_for(info)?;
-                Some(((info.group, info.plural), store.cache().clone()))
-            })
-            .collect();
+        let built_in: HashMap<(&'static str, &'static str), Arc<ResourceCache>> =
+            ferrokube_api::resources::RESOURCES
+                .iter()
+                .filter_map(|info| {
+                    let store = registry.store_for(info)?;
+                    Some(((info.group, info.plural), store.cache().clone()))
+                })
+                .collect();
+        // Custom resources' caches come and go with their definitions.
+        let custom: Arc<CustomResources> = registry.custom().clone();
+        let object_count = move |attrs: &Attributes| {
+            let key = (attrs.api_group.as_str(), attrs.resource.as_str());
+            if let Some(cache) = built_in.get(&key) {
+                return Some(cache.object_count());
+            }
+            let served = custom.served();
+            let resource = served.get(&attrs.api_group, &attrs.api_version, &attrs.resource)?;
+            Some(resource.store.cache().object_count())
+        };
         Estimator {
-            caches,
+            object_count: Box::new(object_count),
             watches: Arc::default(),
         }
     }
@@ -227,13 +243,10 @@ impl Estimator {
         let Ok(options) = ListOptions::parse(query) else {
             return max_seats;
         };
-        let Some(cache) = self
-            .caches
-            .get(&(attrs.api_group.as_str(), attrs.resource.as_str()))
-        else {
+        let Some(stored) = (self.object_count)(attrs) else {
             return MIN_SEATS;
         };
-        let stored = cache.object_count() as u64;
+        let stored = stored as u64;
         let limit = match options.limit {
             Some(l) if l > 0 && l < stored => l,
             _ => stored,
@@ -373,7 +386,7 @@ mod tests {
     fn writes_keep_a_seat_per_ten_interested_watches() {
         let tracker = Arc::new(WatchTracker::default());
         let estimator = Estimator {
-            caches: HashMap::new(),
+            object_count: Box::new(|_| None),
             watches: tracker.clone(),
         };
         let create = attrs("create", "configmaps", "a", "");

@@ -74,6 +74,7 @@ pub(crate) struct FlowControlMetrics {
     watch_count_samples: HistogramVec<2>,
     no_accommodation: CounterVec<2>,
     current_r: GaugeVec<1>,
+    epoch_advances: CounterVec<2>,
     dispatch_r: GaugeVec<1>,
     latest_s: GaugeVec<1>,
     next_s_bounds: GaugeVec<2>,
@@ -213,6 +214,11 @@ impl Default for FlowControlMetrics {
                 "[ALPHA] R(time of last change)",
                 ["priority_level"],
             ),
+            epoch_advances: CounterVec::new(
+                "apiserver_flowcontrol_epoch_advance_total",
+                "[ALPHA] Number of times the queueset's progress meter jumped backward",
+                ["priority_level", "success"],
+            ),
             dispatch_r: GaugeVec::new(
                 "apiserver_flowcontrol_dispatch_r",
                 "[ALPHA] R(time of last dispatch)",
@@ -320,6 +326,13 @@ impl FlowControlMetrics {
         self.current_r.set([level], r);
     }
 
+    /// A level's virtual clock was wound back, and whether every time it holds stayed
+    /// in range.
+    pub(crate) fn epoch_advanced(&self, level: &str, success: bool) {
+        let success = if success { "true" } else { "false" };
+        self.epoch_advances.inc([level, success]);
+    }
+
     pub(crate) fn dispatch_times(&self, level: &str, t: &DispatchTimes) {
         self.dispatch_r.set([level], t.r);
         self.latest_s.set([level], t.s);
@@ -379,6 +392,7 @@ impl FlowControlMetrics {
         self.watch_count_samples.render(out);
         self.no_accommodation.render(out);
         self.current_r.render(out);
+        self.epoch_advances.render(out);
         self.dispatch_r.render(out);
         self.latest_s.render(out);
         self.next_s_bounds.render(out);

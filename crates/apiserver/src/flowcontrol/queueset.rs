@@ -10,9 +10,11 @@
 //! while its seats do not fit, unless nothing runs at all. A request with final seats
 //! (a write watched by many) holds them for its extra latency after it finishes.
 //!
-//! Deviations: the virtual clock is a signed fixed-point count without upstream's
-//! epochs (it would need years of full load to reach them); a level's queues beyond a
-//! lowered queue count are removed once idle from the end, not from the middle.
+//! The clock is wound back by half its range (an epoch advance) before it could
+//! overflow, with the queues' and waiters' virtual times, as upstream winds it.
+//!
+//! Deviation: a level's queues beyond a lowered queue count are removed once idle from
+//! the end, not from the middle.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -79,6 +81,12 @@ impl SeatSeconds {
         SeatSeconds(self.0.saturating_sub(o.0))
     }
 }
+
+/// Upstream's `rDecrement` and `highR`: how far R is wound back at an epoch advance,
+/// and the R that triggers one. Upstream's fixed point is unsigned, so these are half
+/// its; the time to reach them at a level's full rate is still years.
+const R_DECREMENT: SeatSeconds = SeatSeconds(i64::MAX / 2);
+const HIGH_R: SeatSeconds = SeatSeconds(R_DECREMENT.0 + R_DECREMENT.0 / 2);
 
 /// A work estimate with the virtual work it is charged.
 #[derive(Debug, Clone, Copy)]
@@ -299,7 +307,34 @@ impl Level {
             return;
         }
         self.advance_r();
+        if self.current_r >= HIGH_R {
+            let success = self.advance_epoch();
+            m.epoch_advanced(&self.name, success);
+        }
         m.current_r(&self.name, self.current_r.as_f64());
+    }
+
+    /// Upstream `advanceEpoch`: winds R and the virtual times of the queues in use and
+    /// of their waiters back by [`R_DECREMENT`]; an idle queue's is reset, as its next
+    /// request sets it from R anyway. `false` when a time would have gone below zero
+    /// (upstream's unsigned times would have wrapped; here they go negative, which
+    /// orders them as before).
+    fn advance_epoch(&mut self) -> bool {
+        self.current_r = self.current_r.sub(R_DECREMENT);
+        let mut success = true;
+        for queue in &mut self.queues {
+            if queue.idle() {
+                queue.next_dispatch_r = SeatSeconds::default();
+                continue;
+            }
+            queue.next_dispatch_r = queue.next_dispatch_r.sub(R_DECREMENT);
+            success &= queue.next_dispatch_r.0 >= 0;
+            for waiter in &mut queue.waiting {
+                waiter.arrival_r = waiter.arrival_r.sub(R_DECREMENT);
+                success &= waiter.arrival_r.0 >= 0;
+            }
+        }
+        success
     }
 
     fn advance_r(&mut self) {
@@ -748,6 +783,47 @@ mod tests {
             gauge("latest_s") >= 0.03,
             "the flood's queue, after its long request"
         );
+    }
+
+    #[tokio::test]
+    async fn the_virtual_clock_is_wound_back_before_it_overflows() {
+        let m = FlowControlMetrics::default();
+        let mut l = level(1, 2);
+        assert!(matches!(
+            admit(&mut l, 0, WorkEstimate::ONE_SEAT, 0, &m),
+            Step::Admitted
+        ));
+        let mut waiting = granted(admit(&mut l, 1, WorkEstimate::ONE_SEAT, 0, &m));
+        // As if the level had run for years: R, the busy queue and its waiter at the
+        // threshold; the other queue idle since long ago.
+        let near = |offset: i64| SeatSeconds(HIGH_R.0 + offset);
+        l.current_r = near(0);
+        l.queues[0].next_dispatch_r = near(-5);
+        l.queues[0].waiting[0].arrival_r = near(-3);
+        l.queues[1].next_dispatch_r = near(-1_000);
+        assert!(matches!(l.finish(0, &m), Finished::Done));
+        assert!(l.current_r >= near(0).sub(R_DECREMENT));
+        assert!(l.current_r < R_DECREMENT, "wound back: {:?}", l.current_r);
+        // The queue moved back with R (and on by the work it then dispatched); the idle
+        // one starts over.
+        let busy = l.queues[0].next_dispatch_r;
+        assert!(
+            busy >= near(-5).sub(R_DECREMENT) && busy < R_DECREMENT,
+            "{busy:?}"
+        );
+        assert_eq!(l.queues[1].next_dispatch_r, SeatSeconds::default());
+        assert!(waiting.try_recv().is_ok(), "the waiter is served as before");
+        assert_eq!(
+            sample(
+                &m,
+                r#"apiserver_flowcontrol_epoch_advance_total{priority_level="pl",success="true"}"#
+            )
+            .as_deref(),
+            Some("1")
+        );
+        // R goes on from there.
+        assert!(matches!(l.finish(1, &m), Finished::Done));
+        assert!(l.current_r < R_DECREMENT);
     }
 
     #[test]

@@ -523,3 +523,135 @@ fn sample(page: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.parse().ok())
 }
+
+/// A collection LIST takes a seat for every 100 objects of its resource, counted from
+/// the watch cache of a built-in resource and of a custom one alike (upstream's
+/// `listWorkEstimator` over its per-resource object counts).
+#[tokio::test]
+async fn lists_take_a_seat_per_hundred_objects_of_built_in_and_custom_resources() {
+    let srv = TestApiServer::start().await.unwrap();
+    let admin = srv.client.clone();
+    // A level that rejects rather than queues may give a request its ten seats.
+    let (code, v) = send(
+        &admin,
+        "POST",
+        PL,
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": "fk-lister"},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 100,
+                "limitResponse": {"type": "Reject"}}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = send(
+        &admin,
+        "POST",
+        FS,
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+            "metadata": {"name": "fk-lister"},
+            "spec": {"matchingPrecedence": 100, "priorityLevelConfiguration": {"name": "fk-lister"},
+                "rules": [{"subjects": [{"kind": "User", "user": {"name": "lister"}}],
+                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                        "namespaces": ["*"], "clusterScope": true}]}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = send(
+        &admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "fk-lister"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "lister"}]}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+
+    let crd = "things.seats.example.com";
+    let (code, v) = send(
+        &admin,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": crd},
+            "spec": {"group": "seats.example.com", "scope": "Namespaced",
+                "names": {"plural": "things", "kind": "Thing"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert!(
+        ferrokube_testing::eventually(|| ferrokube_testing::crd_established(&admin, crd)).await,
+        "never established"
+    );
+    // 250 configmaps (with the few the server makes: 3 seats) and 150 things (2 seats).
+    for i in 0..250 {
+        let (code, v) = send(
+            &admin,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+    }
+    for i in 0..150 {
+        let (code, v) = send(
+            &admin,
+            "POST",
+            "/apis/seats.example.com/v1/namespaces/default/things",
+            json!({"apiVersion": "seats.example.com/v1", "kind": "Thing", "metadata": {"name": format!("t-{i}")}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+    }
+
+    let lister = kube::Client::try_from(
+        srv.config_as("lister", &["system:authenticated"])
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let labels = r#"flow_schema="fk-lister",priority_level="fk-lister""#;
+    let estimated = |page: &str, sample_name: &str| {
+        sample(
+            page,
+            &format!("apiserver_flowcontrol_work_estimated_seats_{sample_name}{{{labels}}}"),
+        )
+    };
+    let things = get(
+        &lister,
+        "/apis/seats.example.com/v1/namespaces/default/things",
+    )
+    .await;
+    assert_eq!(things["items"].as_array().map(Vec::len), Some(150));
+    let page = metrics(&admin).await;
+    assert_eq!(estimated(&page, "count"), Some(1.0));
+    assert_eq!(estimated(&page, "sum"), Some(2.0), "150 things: two seats");
+
+    let configmaps = get(&lister, "/api/v1/namespaces/default/configmaps").await;
+    assert!(
+        configmaps["items"]
+            .as_array()
+            .is_some_and(|i| i.len() >= 250)
+    );
+    // A page from storage reads twice the page: 200 objects, two seats.
+    let rv = configmaps["metadata"]["resourceVersion"].as_str().unwrap();
+    let paged = get(
+        &lister,
+        &format!(
+            "/api/v1/namespaces/default/configmaps?limit=100&resourceVersion={rv}&resourceVersionMatch=Exact"
+        ),
+    )
+    .await;
+    assert_eq!(paged["items"].as_array().map(Vec::len), Some(100));
+    // One object, one seat.
+    get(&lister, "/api/v1/namespaces/default/configmaps/cm-0").await;
+    let page = metrics(&admin).await;
+    assert_eq!(estimated(&page, "count"), Some(4.0));
+    assert_eq!(estimated(&page, "sum"), Some(2.0 + 3.0 + 2.0 + 1.0));
+    srv.stop().await;
+}
