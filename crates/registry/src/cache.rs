@@ -234,6 +234,14 @@ struct State {
 
 impl State {
     /// The objects whose keys start with `prefix`, in key order.
+    fn keys_under(&self, prefix: &str) -> Vec<String> {
+        self.objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     fn objects_under(&self, prefix: &str) -> Vec<CachedObject> {
         self.objects
             .range(prefix.to_string()..)
@@ -471,6 +479,15 @@ impl ResourceCache {
     pub fn snapshot_objects(&self, prefix: &str) -> (Vec<CachedObject>, Revision) {
         let st = self.state.read();
         (st.objects_under(prefix), st.revision)
+    }
+
+    /// [`Self::snapshot_objects`] with each object's key, in the same order.
+    pub fn snapshot_keyed_objects(
+        &self,
+        prefix: &str,
+    ) -> (Vec<String>, Vec<CachedObject>, Revision) {
+        let st = self.state.read();
+        (st.keys_under(prefix), st.objects_under(prefix), st.revision)
     }
 
     /// Starts a watch. `from`: `None` starts now with the current objects as ADDED

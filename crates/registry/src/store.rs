@@ -999,14 +999,17 @@ impl Store {
             ));
         }
         let prefix = self.prefix(ns);
-        // From the cache: RV=0, or NotOlderThan without a page to continue.
+        // From the cache: RV=0, or NotOlderThan without a page to continue. As upstream's
+        // cache, it pages such a list unless RV is 0, where the limit is ignored; the
+        // next pages come from storage at the same revision.
         let from_cache = cont.is_none()
             && (rv == "0"
                 || rv_match == "NotOlderThan"
                 || (!rv.is_empty() && rv_match.is_empty() && p.limit <= 0));
         if from_cache {
             self.wait_until_fresh(rv).await?;
-            return self.list_from_cache(&prefix, filter.as_ref()).await;
+            let limit = if rv == "0" { 0 } else { p.limit };
+            return self.list_from_cache(&prefix, filter.as_ref(), limit).await;
         }
         // A consistent read (no resourceVersion) of a whole list, from the cache once it
         // has applied the store's current revision, as upstream's
@@ -1028,7 +1031,7 @@ impl Store {
                 .await
                 .is_ok()
             {
-                return self.list_from_cache(&prefix, filter.as_ref()).await;
+                return self.list_from_cache(&prefix, filter.as_ref(), 0).await;
             }
             tracing::warn!(
                 resource = self.info.plural,
@@ -1106,13 +1109,23 @@ impl Store {
         }
     }
 
-    /// The cache's objects under `prefix` that pass `filter`, in the served form.
+    /// The cache's objects under `prefix` that pass `filter`, in the served form: all of
+    /// them, or with a positive `limit` the first page (upstream's cacher `GetList`: a
+    /// page ends at the limit's last match, and continues after it at the cache's
+    /// revision; the remaining count is given only without a selector).
     async fn list_from_cache(
         &self,
         prefix: &str,
         filter: Option<&Filter>,
+        limit: i64,
     ) -> Result<Listed, ApiError> {
-        let (items, rev) = self.cache.snapshot_objects(prefix);
+        let limit = usize::try_from(limit).unwrap_or(0);
+        let (keys, items, rev) = if limit > 0 {
+            self.cache.snapshot_keyed_objects(prefix)
+        } else {
+            let (items, rev) = self.cache.snapshot_objects(prefix);
+            (Vec::new(), items, rev)
+        };
         let items: Vec<CachedObject> = match self.strategy.storage_conversion() {
             _ if self.strategy.fallible_conversion().is_some() => self
                 .all_served(items.into_iter().map(|o| (*o).clone()).collect())
@@ -1126,16 +1139,40 @@ impl Store {
                 .collect(),
             None => items,
         };
-        let items = match filter {
-            Some(f) => items.into_iter().filter(|o| f(o)).collect(),
-            None => items,
-        };
-        Ok(Listed {
-            items,
+        let total = items.len();
+        let mut listed = Listed {
+            items: Vec::new(),
             resource_version: rev.to_string(),
             continue_token: None,
             remaining_item_count: None,
-        })
+        };
+        if limit == 0 {
+            listed.items = match filter {
+                Some(f) => items.into_iter().filter(|o| f(o)).collect(),
+                None => items,
+            };
+            return Ok(listed);
+        }
+        for (i, o) in items.into_iter().enumerate() {
+            if filter.is_none_or(|f| f(&o)) {
+                listed.items.push(o);
+            }
+            if listed.items.len() >= limit {
+                // The next page starts at the next key, which the snapshot has.
+                if let Some(next) = keys.get(i + 1) {
+                    let token = ferrokube_storage::ContinueToken {
+                        revision: rev,
+                        start_key: next.clone(),
+                    };
+                    listed.continue_token = Some(token.encode(prefix));
+                    listed.remaining_item_count = filter
+                        .is_none()
+                        .then(|| i64::try_from(total - limit).unwrap_or(i64::MAX));
+                }
+                break;
+            }
+        }
+        Ok(listed)
     }
 
     pub async fn watch(
