@@ -885,6 +885,13 @@ async fn route(
             .map(|v| json_response(StatusCode::OK, &v))
             .ok_or_else(|| not_found_path(path));
         }
+        ["api", "v1", "watch", rest @ ..] if get => {
+            return deprecated_watch(state, req, ("", "v1"), rest, q, accept.as_deref(), path)
+                .await;
+        }
+        ["apis", g, v, "watch", rest @ ..] if get => {
+            return deprecated_watch(state, req, (g, v), rest, q, accept.as_deref(), path).await;
+        }
         ["api", "v1", rest @ ..] => {
             let r = parse_resource_path("", "v1", rest, |g, v, p| resolve_info(state, g, v, p))
                 .ok_or_else(|| not_found_path(path))?;
@@ -1022,6 +1029,38 @@ fn parse_resource_path(
         name: segs.get(1).map(|s| s.to_string()),
         sub: segs.get(2).map(|s| s.to_string()),
     })
+}
+
+/// Upstream's deprecated watch paths (`/api/v1/watch/namespaces/default/pods` and
+/// `.../pods/web`, still served and documented): a watch of the collection, narrowed to
+/// the named object by a `metadata.name` field selector, as upstream's list handler
+/// narrows it.
+async fn deprecated_watch(
+    state: &State,
+    req: Request<Incoming>,
+    (group, version): (&str, &str),
+    segs: &[&str],
+    q: &HashMap<String, String>,
+    accept: Option<&str>,
+    path: &str,
+) -> Result<Response<Body>, ApiError> {
+    let mut r = parse_resource_path(group, version, segs, |g, v, p| resolve_info(state, g, v, p))
+        .filter(|r| r.sub.is_none())
+        .ok_or_else(|| not_found_path(path))?;
+    let mut q = q.clone();
+    q.insert("watch".into(), "true".into());
+    if let Some(name) = r.name.take() {
+        let by_name = format!(
+            "metadata.name={}",
+            ferrokube_apimachinery::fields::escape_value(&name)
+        );
+        let selector = match q.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
+            Some(given) => format!("{given},{by_name}"),
+            None => by_name,
+        };
+        q.insert("fieldSelector".into(), selector);
+    }
+    resource(state, req, r, &q, accept).await
 }
 
 fn method_not_supported(info: &ResourceInfo, verb: &str) -> ApiError {

@@ -437,6 +437,72 @@ async fn lists_not_older_than_a_version_are_paged_from_the_cache() {
     srv.stop().await;
 }
 
+/// Upstream's deprecated watch paths are still served (and documented in OpenAPI): a
+/// `/watch/` path watches the collection, or with a name the one object.
+#[tokio::test]
+async fn deprecated_watch_paths_watch_a_collection_or_one_object() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    for name in ["w1", "w2"] {
+        cms.create(&PostParams::default(), &cm(name, json!({})))
+            .await
+            .unwrap();
+    }
+    let watched = |path: &'static str| {
+        let client = srv.client.clone();
+        async move {
+            let (code, _, body) = TestApiServer::raw(&client, "GET", path, &[], vec![])
+                .await
+                .unwrap();
+            assert_eq!(code, 200, "{path}: {}", String::from_utf8_lossy(&body));
+            String::from_utf8_lossy(&body)
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .map(|e| {
+                    format!(
+                        "{} {}",
+                        e["type"].as_str().unwrap(),
+                        e["object"]["metadata"]["name"].as_str().unwrap_or_default()
+                    )
+                })
+                .filter(|e| e.ends_with('1') || e.ends_with('2') || e.ends_with("default"))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        watched("/api/v1/watch/namespaces/default/configmaps?timeoutSeconds=1").await,
+        ["ADDED w1", "ADDED w2"]
+    );
+    assert_eq!(
+        watched("/api/v1/watch/namespaces/default/configmaps/w2?timeoutSeconds=1").await,
+        ["ADDED w2"]
+    );
+    // A field selector of the request's own narrows it further.
+    assert!(
+        watched(
+            "/api/v1/watch/namespaces/default/configmaps/w2?timeoutSeconds=1&fieldSelector=metadata.namespace%3Dother"
+        )
+        .await
+        .is_empty()
+    );
+    assert_eq!(
+        watched("/api/v1/watch/namespaces/default?timeoutSeconds=1").await,
+        ["ADDED default"]
+    );
+    // No subresource is watched.
+    let (code, _, _) = TestApiServer::raw(
+        &srv.client,
+        "GET",
+        "/api/v1/watch/namespaces/default/configmaps/w2/status",
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 404);
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn finalizers_and_graceful_pods() {
     let srv = TestApiServer::start().await.unwrap();
