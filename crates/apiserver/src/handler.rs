@@ -1793,17 +1793,37 @@ fn delete_options(
         .get("propagationPolicy")
         .cloned()
         .or_else(|| b["propagationPolicy"].as_str().map(str::to_string));
-    if let Some(p) = &policy
-        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
-    {
-        return Err(ApiError::bad_request(format!(
-            "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-        )));
+    let orphan = match q.get("orphanDependents") {
+        Some(o) => Some(query_bool(o)),
+        None => b["orphanDependents"].as_bool(),
+    };
+    // Upstream `ValidateDeleteOptions`.
+    let path = FieldPath::new("propagationPolicy");
+    let mut errs = Vec::new();
+    if let Some(p) = &policy {
+        if orphan.is_some() {
+            errs.push(FieldError::invalid(
+                &path,
+                p.as_str(),
+                "orphanDependents and deletionPropagation cannot be both set",
+            ));
+        }
+        if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
+            errs.push(FieldError::not_supported(
+                &path,
+                p.as_str(),
+                &["Foreground", "Background", "Orphan", "nil"],
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("meta.k8s.io", "DeleteOptions", "", errs));
     }
     Ok(DeleteOptions {
         dry_run: dry_run(q.get("dryRun").map(String::as_str))? || body_dry,
         grace_period_seconds: grace,
         propagation_policy: policy,
+        orphan_dependents: orphan,
         precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
         precondition_resource_version: b["preconditions"]["resourceVersion"]
             .as_str()
@@ -2213,6 +2233,32 @@ mod tests {
         assert_eq!(o.precondition_uid.as_deref(), Some("u"));
         let q: HashMap<String, String> =
             [("propagationPolicy".to_string(), "x".to_string())].into();
-        assert_eq!(delete_options(&q, None).unwrap_err().code, 400);
+        let e = delete_options(&q, None).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert_eq!(
+            e.message,
+            "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"x\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+        );
+        // The deprecated orphanDependents, from the query (any value but false or 0 is
+        // true) or the body, and never with a propagation policy.
+        let q: HashMap<String, String> =
+            [("orphanDependents".to_string(), "True".to_string())].into();
+        assert_eq!(
+            delete_options(&q, None).unwrap().orphan_dependents,
+            Some(true)
+        );
+        let body = json!({"orphanDependents": false});
+        assert_eq!(
+            delete_options(&HashMap::new(), Some(&body))
+                .unwrap()
+                .orphan_dependents,
+            Some(false)
+        );
+        let body = json!({"orphanDependents": true, "propagationPolicy": "Orphan"});
+        let e = delete_options(&HashMap::new(), Some(&body)).unwrap_err();
+        assert_eq!(
+            e.message,
+            "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Invalid value: \"Orphan\": orphanDependents and deletionPropagation cannot be both set"
+        );
     }
 }

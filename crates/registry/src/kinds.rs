@@ -22,7 +22,7 @@ use k8s_openapi::api;
 use serde_json::{Map, Value, json};
 
 use crate::meta;
-use crate::strategy::{Hooks, StorageCodec, Strategy, TypedStrategy};
+use crate::strategy::{GcPolicy, Hooks, StorageCodec, Strategy, TypedStrategy};
 
 const GENERATION: Hooks = Hooks {
     tracks_generation: true,
@@ -51,6 +51,7 @@ const POD: Hooks = Hooks {
     normalize: None,
     storage_codec: None,
     status_annotations: &[],
+    gc_policy: GcPolicy::DeleteDependents,
 };
 
 const NODE: Hooks = Hooks {
@@ -138,6 +139,7 @@ const EVENT: Hooks = Hooks {
         ("source", "source.component", ""),
         ("type", "type", ""),
     ],
+    gc_policy: GcPolicy::Unsupported,
     ..Hooks::PLAIN
 };
 
@@ -163,6 +165,7 @@ const EVENTS_V1: Hooks = Hooks {
         to_storage: event_to_storage,
         from_storage: event_from_storage,
     }),
+    gc_policy: GcPolicy::Unsupported,
     ..Hooks::PLAIN
 };
 
@@ -238,6 +241,13 @@ const REPLICAS: Hooks = Hooks {
     ..Hooks::PLAIN
 };
 
+/// core/v1's deletes orphan a controller's pods unless they say otherwise, as they did
+/// before the garbage collector.
+const REPLICATION_CONTROLLER: Hooks = Hooks {
+    gc_policy: GcPolicy::OrphanDependents,
+    ..REPLICAS
+};
+
 const WORKLOAD: Hooks = Hooks {
     tracks_generation: true,
     initial_status: Some(|| json!({})),
@@ -253,6 +263,9 @@ const JOB: Hooks = Hooks {
     normalize: None,
     storage_codec: None,
     status_annotations: &[],
+    // batch/v1's deletes orphan a job's pods unless they say otherwise, as they did
+    // before the garbage collector.
+    gc_policy: GcPolicy::OrphanDependents,
 };
 
 const STATUS_ONLY: Hooks = Hooks {
@@ -383,7 +396,9 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("", "PersistentVolume") => typed!(core::PersistentVolume, PV),
         ("", "Pod") => typed!(core::Pod, POD),
         ("", "PodTemplate") => typed!(core::PodTemplate, Hooks::PLAIN),
-        ("", "ReplicationController") => typed!(core::ReplicationController, REPLICAS),
+        ("", "ReplicationController") => {
+            typed!(core::ReplicationController, REPLICATION_CONTROLLER)
+        }
         ("", "ResourceQuota") => typed!(core::ResourceQuota, STATUS_ONLY),
         ("", "Secret") => typed!(core::Secret, SECRET),
         ("", "ServiceAccount") => typed!(core::ServiceAccount, Hooks::PLAIN),

@@ -23,7 +23,7 @@ use crate::errors::{CONFLICT_MESSAGE, EXPIRED_CONTINUE, from_storage};
 use crate::meta::{self, Clock};
 use crate::service_claims::ServiceClaims;
 use crate::stored_json::RevisionSlot;
-use crate::strategy::{self, Strategy};
+use crate::strategy::{self, GcPolicy, Strategy};
 
 mod binding;
 
@@ -156,6 +156,9 @@ pub struct DeleteOptions {
     pub dry_run: bool,
     pub grace_period_seconds: Option<i64>,
     pub propagation_policy: Option<String>,
+    /// The deprecated `orphanDependents`; set, it overrides the propagation policy (the
+    /// handler refuses both at once, as upstream's validation).
+    pub orphan_dependents: Option<bool>,
     pub precondition_uid: Option<String>,
     pub precondition_resource_version: Option<String>,
     /// The request's admission ([`Admission::validate_delete`]).
@@ -1857,14 +1860,7 @@ impl Store {
     /// propagation finalizers, graceful pod deletion, namespaces); `None` when it
     /// removes it now.
     fn mark_for_deletion(&self, obj: &Value, opts: &DeleteOptions) -> Option<Value> {
-        let mut fins = meta::finalizers(obj);
-        match opts.propagation_policy.as_deref() {
-            Some("Foreground") if !fins.iter().any(|f| f == "foregroundDeletion") => {
-                fins.push("foregroundDeletion".into())
-            }
-            Some("Orphan") if !fins.iter().any(|f| f == "orphan") => fins.push("orphan".into()),
-            _ => {}
-        }
+        let mut fins = gc_finalizers(self.strategy.hooks().gc_policy, meta::finalizers(obj), opts);
         // A definition first deletes its custom resources (upstream's CRD REST delete
         // adds the cleanup finalizer that `crate::custom` removes when they are gone).
         if crate::custom::is_definition(self.info)
@@ -2170,6 +2166,50 @@ fn strict_problems(unknown: &[String], opts: &WriteOptions) -> Vec<String> {
         .into_iter()
         .map(|i| format!("{} field {:?}", fields[i].1, fields[i].0.path))
         .collect()
+}
+
+const ORPHAN_FINALIZER: &str = "orphan";
+const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// Upstream `deletionFinalizersForGarbageCollection`: the finalizers an object keeps
+/// when deleted, with the garbage collector's set as the delete asks (`orphan` to
+/// orphan its dependents, `foregroundDeletion` to delete them first, neither for the
+/// background), or as the object's own say when the delete says nothing, or as the
+/// resource's default. Unchanged when that is the same set.
+fn gc_finalizers(policy: GcPolicy, finalizers: Vec<String>, opts: &DeleteOptions) -> Vec<String> {
+    if policy == GcPolicy::Unsupported {
+        return finalizers;
+    }
+    // The first of the two the object has, which validation keeps it from having both
+    // of.
+    let held = finalizers
+        .iter()
+        .find(|f| *f == ORPHAN_FINALIZER || *f == FOREGROUND_FINALIZER)
+        .map(String::as_str);
+    let (orphan, foreground) = match (opts.orphan_dependents, opts.propagation_policy.as_deref()) {
+        (Some(orphan), _) => (orphan, false),
+        (None, Some("Orphan")) => (true, false),
+        (None, Some("Foreground")) => (false, true),
+        (None, Some("Background")) => (false, false),
+        _ => match held {
+            Some(ORPHAN_FINALIZER) => (true, false),
+            Some(_) => (false, true),
+            None => (policy == GcPolicy::OrphanDependents, false),
+        },
+    };
+    let mut wanted: Vec<String> = finalizers
+        .iter()
+        .filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER)
+        .cloned()
+        .collect();
+    if orphan {
+        wanted.push(ORPHAN_FINALIZER.into());
+    }
+    if foreground {
+        wanted.push(FOREGROUND_FINALIZER.into());
+    }
+    let same = wanted.len() == finalizers.len() && wanted.iter().all(|f| finalizers.contains(f));
+    if same { finalizers } else { wanted }
 }
 
 /// Checks a Scale written to `name`'s `scale` subresource (the body of a PUT, a

@@ -91,6 +91,22 @@ pub struct Hooks {
     /// `autoscaling/v1` HPA carries v2's conditions and metric statuses in them): they
     /// move with the status half of a write, as `status` does.
     pub status_annotations: &'static [&'static str],
+    /// What a delete that names no propagation does with the object's dependents.
+    pub gc_policy: GcPolicy,
+}
+
+/// Upstream's `GarbageCollectionPolicy` of a resource (its strategy's
+/// `DefaultGarbageCollectionPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcPolicy {
+    /// Dependents are deleted in the background (most resources).
+    DeleteDependents,
+    /// Dependents are orphaned unless the delete says otherwise: kinds whose deletes
+    /// orphaned before the garbage collector existed (core/v1 ReplicationControllers,
+    /// batch/v1 Jobs).
+    OrphanDependents,
+    /// The garbage collector's finalizers are never added (Events).
+    Unsupported,
 }
 
 /// How a resource served from another resource's storage converts: objects are
@@ -130,6 +146,7 @@ impl Hooks {
         normalize: None,
         storage_codec: None,
         status_annotations: &[],
+        gc_policy: GcPolicy::DeleteDependents,
     };
 }
 

@@ -503,6 +503,120 @@ async fn deprecated_watch_paths_watch_a_collection_or_one_object() {
     srv.stop().await;
 }
 
+/// What a delete does with an object's dependents when it says nothing, as upstream's
+/// resources default it: core/v1 ReplicationControllers and batch/v1 Jobs orphan them
+/// (the `orphan` finalizer, left for the garbage collector), the others delete them in
+/// the background (gone at once); Events never get the collector's finalizers; the
+/// deprecated `orphanDependents` is honoured; a background delete takes the
+/// collector's finalizers off an object that has them.
+#[tokio::test]
+async fn deletes_follow_each_resources_garbage_collection_default() {
+    let srv = TestApiServer::start().await.unwrap();
+    let client = srv.client.clone();
+    let send = |method: &'static str, path: String, body: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let (code, _, v) = TestApiServer::send_json(&client, method, &path, &body)
+                .await
+                .unwrap();
+            (code, v)
+        }
+    };
+    let template = json!({"metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let objects = [
+        (
+            "/api/v1/namespaces/default/replicationcontrollers",
+            json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"},
+                "spec": {"replicas": 0, "selector": {"app": "x"}, "template": template}}),
+        ),
+        (
+            "/apis/batch/v1/namespaces/default/jobs",
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job"},
+                "spec": {"suspend": true, "template": {"metadata": {}, "spec": {
+                    "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/replicasets",
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs"},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "x"}}, "template": template}}),
+        ),
+        (
+            "/api/v1/namespaces/default/events",
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "ev"},
+                "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+                "reason": "R", "message": "m", "type": "Normal"}),
+        ),
+    ];
+    for (path, body) in &objects {
+        let (code, v) = send("POST", path.to_string(), body.clone()).await;
+        assert_eq!(code, 201, "{v}");
+    }
+    // No options: the RC and the Job are kept for the collector to orphan their pods.
+    for (path, name) in [
+        ("/api/v1/namespaces/default/replicationcontrollers", "rc"),
+        ("/apis/batch/v1/namespaces/default/jobs", "job"),
+    ] {
+        let (code, v) = send("DELETE", format!("{path}/{name}"), json!(null)).await;
+        assert_eq!(code, 200, "{v}");
+        let (code, v) = send("GET", format!("{path}/{name}"), json!(null)).await;
+        assert_eq!(code, 200, "{name} is kept: {v}");
+        assert_eq!(v["metadata"]["finalizers"], json!(["orphan"]), "{name}");
+        assert!(v["metadata"]["deletionTimestamp"].is_string());
+        // A background delete takes the finalizer off, and the object goes.
+        let (code, v) = send(
+            "DELETE",
+            format!("{path}/{name}"),
+            json!({"propagationPolicy": "Background"}),
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        let (code, _) = send("GET", format!("{path}/{name}"), json!(null)).await;
+        assert_eq!(code, 404, "{name}");
+    }
+    let rs = "/apis/apps/v1/namespaces/default/replicasets/rs";
+    let (code, v) = send("DELETE", rs.into(), json!(null)).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(send("GET", rs.into(), json!(null)).await.0, 404);
+    // Foreground on an Event: no finalizer, gone at once.
+    let ev = "/api/v1/namespaces/default/events/ev";
+    let (code, v) = send(
+        "DELETE",
+        ev.into(),
+        json!({"propagationPolicy": "Foreground"}),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(send("GET", ev.into(), json!(null)).await.0, 404);
+
+    // The deprecated orphanDependents, and never with a propagation policy.
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let (code, v) = send(
+        "POST",
+        cms.into(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = send(
+        "DELETE",
+        format!("{cms}/cm?orphanDependents=true&propagationPolicy=Orphan"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(v["details"]["kind"], "DeleteOptions");
+    let (code, v) = send(
+        "DELETE",
+        format!("{cms}/cm?orphanDependents=true"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["metadata"]["finalizers"], json!(["orphan"]));
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn finalizers_and_graceful_pods() {
     let srv = TestApiServer::start().await.unwrap();
