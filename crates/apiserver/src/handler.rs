@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
-use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
+use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldErrorKind, FieldPath, go_quote};
 use ferrokube_apimachinery::pretty;
 use ferrokube_apimachinery::resource_version::query_bool;
 use ferrokube_auth::{AuthRequest, Authenticator, request_attributes};
@@ -1146,65 +1146,103 @@ fn is_json(content_type: &str) -> bool {
     )
 }
 
-fn write_options(q: &HashMap<String, String>) -> Result<WriteOptions, ApiError> {
-    let field_manager = q.get("fieldManager").filter(|m| !m.is_empty());
-    if let Some(m) = field_manager
-        && (m.chars().count() > 128 || m.chars().any(char::is_control))
-    {
-        return Err(ApiError::invalid(
-            "meta.k8s.io",
-            "PatchOptions",
-            "",
-            vec![FieldError::invalid(
-                &FieldPath::new("fieldManager"),
-                m.as_str(),
-                "must be less than or 128 characters long, and only contain printable characters",
-            )],
+/// Which write a request's options belong to (upstream's `CreateOptions`,
+/// `UpdateOptions` and `PatchOptions`), as their errors name it.
+#[derive(Clone, Copy)]
+enum WriteKind {
+    Create,
+    Update,
+    Patch { apply: bool },
+}
+
+/// A write's options, checked as upstream's `ValidateCreateOptions`,
+/// `ValidateUpdateOptions` and `ValidatePatchOptions` check them: every problem in one
+/// 422 (an apply needs a manager and only an apply may force; a manager of at most 128
+/// bytes, all printable; `dryRun` only `All`; a known `fieldValidation`).
+fn write_options(q: &HashMap<String, String>, kind: WriteKind) -> Result<WriteOptions, ApiError> {
+    let mut errs = Vec::new();
+    let field_manager = q.get("fieldManager").map(String::as_str).unwrap_or("");
+    let manager_path = FieldPath::new("fieldManager");
+    if let WriteKind::Patch { apply } = kind {
+        if apply && field_manager.is_empty() {
+            errs.push(FieldError::required(
+                &manager_path,
+                "is required for apply patch",
+            ));
+        } else if !apply && q.contains_key("force") {
+            errs.push(FieldError::forbidden(
+                &FieldPath::new("force"),
+                "may not be specified for non-apply patch",
+            ));
+        }
+    }
+    if field_manager.len() > 128 {
+        errs.push(FieldError::too_long(&manager_path, Some(128)));
+    }
+    for (at, c) in field_manager.char_indices() {
+        if !go_is_print(c) {
+            errs.push(FieldError::invalid(
+                &manager_path,
+                field_manager,
+                format!(
+                    "invalid character U+{:04X} (at position {at})",
+                    u32::from(c)
+                ),
+            ));
+        }
+    }
+    let dry_run = q.get("dryRun").map(String::as_str);
+    errs.extend(dry_run.and_then(|v| unsupported_dry_run(&[v])));
+    let field_validation = q.get("fieldValidation").map(String::as_str);
+    let parsed_validation = FieldValidation::parse(field_validation);
+    if let (Some(v), Err(_)) = (field_validation, &parsed_validation) {
+        errs.push(FieldError::not_supported(
+            &FieldPath::new("fieldValidation"),
+            v,
+            &["", "Ignore", "Strict", "Warn"],
         ));
     }
+    if !errs.is_empty() {
+        let kind = match kind {
+            WriteKind::Create => "CreateOptions",
+            WriteKind::Update => "UpdateOptions",
+            WriteKind::Patch { .. } => "PatchOptions",
+        };
+        return Err(ApiError::invalid("meta.k8s.io", kind, "", errs));
+    }
     Ok(WriteOptions {
-        dry_run: dry_run(q.get("dryRun").map(String::as_str))?,
-        field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+        dry_run: dry_run.is_some(),
+        field_validation: parsed_validation?,
         duplicate_fields: Vec::new(),
         admit: None,
-        field_manager: field_manager.cloned(),
+        field_manager: Some(field_manager.to_owned()).filter(|m| !m.is_empty()),
         warnings: None,
         ..WriteOptions::default()
     })
 }
 
-/// `PatchOptions` validation of `fieldManager` and `force` (upstream's
-/// `ValidatePatchOptions`): an apply needs a manager, and only an apply may force.
-fn check_patch_options(q: &HashMap<String, String>, apply: bool) -> Result<(), ApiError> {
-    let err = if apply && q.get("fieldManager").is_none_or(|m| m.is_empty()) {
-        FieldError::required(
-            &FieldPath::new("fieldManager"),
-            "is required for apply patch",
-        )
-    } else if !apply && q.contains_key("force") {
-        FieldError::forbidden(
-            &FieldPath::new("force"),
-            "may not be specified for non-apply patch",
-        )
-    } else {
-        return Ok(());
-    };
-    Err(ApiError::invalid(
-        "meta.k8s.io",
-        "PatchOptions",
-        "",
-        vec![err],
-    ))
+/// Go's `unicode.IsPrint`, near enough: no control, format or separator characters
+/// but the ASCII space.
+fn go_is_print(c: char) -> bool {
+    c == ' '
+        || !(c.is_control()
+            || c.is_whitespace()
+            || matches!(c, '\u{AD}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'))
 }
 
-fn dry_run(v: Option<&str>) -> Result<bool, ApiError> {
-    match v {
-        None | Some("") => Ok(false),
-        Some("All") => Ok(true),
-        Some(o) => Err(ApiError::bad_request(format!(
-            "dryRun: Unsupported value: {o:?}: supported values: \"All\""
-        ))),
-    }
+/// Upstream `ValidateDryRun`: `All` is the one value (an empty one included).
+fn unsupported_dry_run(values: &[&str]) -> Option<FieldError> {
+    let quoted: Vec<String> = values.iter().map(|v| go_quote(v)).collect();
+    // Upstream prints the list with Go's `%#v`.
+    values.iter().any(|v| *v != "All").then(|| FieldError {
+        field: "dryRun".into(),
+        kind: FieldErrorKind::NotSupported,
+        value: None,
+        detail: format!(
+            "[]string{{{}}}: supported values: \"All\"",
+            quoted.join(", ")
+        ),
+    })
 }
 
 /// The `details` of the Status a DELETE answers with: name, group, the resource (in
@@ -1381,7 +1419,7 @@ async fn resource_request(
                 .in_namespace(ns)
                 .named(r.name.as_deref().unwrap_or(""));
         a.subresource = r.sub.clone().unwrap_or_default();
-        a.dry_run = dry_run(q.get("dryRun").map(String::as_str)).unwrap_or(false);
+        a.dry_run = q.get("dryRun").is_some_and(|v| v == "All");
         a.warnings = warnings.clone();
         if let Some(audit) = req.extensions().get::<crate::audit::RequestAudit>() {
             a.audit_annotations = audit.annotations().clone();
@@ -1449,7 +1487,7 @@ async fn resource_request(
             Ok(scale_answer(target, &scale))
         }
         (Method::POST, None, None) => {
-            let mut opts = admitted(write_options(q)?);
+            let mut opts = admitted(write_options(q, WriteKind::Create)?);
             let (body, ct) = read_body(state, req).await?;
             let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
             opts.duplicate_fields = duplicates;
@@ -1485,7 +1523,9 @@ async fn resource_request(
                 .admission
                 .admit_request(&attributes, &mut binding)
                 .await?;
-            store.bind(ns, &name, &binding, &write_options(q)?).await?;
+            store
+                .bind(ns, &name, &binding, &write_options(q, WriteKind::Create)?)
+                .await?;
             Ok(unstored_answer(
                 target,
                 StatusCode::CREATED,
@@ -1509,7 +1549,7 @@ async fn resource_request(
             Ok(unstored_answer(target, code, &e.status))
         }
         (Method::PUT, Some(name), sub) => {
-            let mut opts = admitted(write_options(q)?);
+            let mut opts = admitted(write_options(q, WriteKind::Update)?);
             let (body, ct) = read_body(state, req).await?;
             let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
             opts.duplicate_fields = duplicates;
@@ -1580,7 +1620,6 @@ async fn resource_request(
             ))
         }
         (Method::PATCH, Some(name), sub) => {
-            let opts = admitted(write_options(q)?);
             let ct = req
                 .headers()
                 .get(header::CONTENT_TYPE)
@@ -1612,7 +1651,12 @@ async fn resource_request(
                 "application/apply-patch+yaml" => None,
                 _ => return Err(ApiError::unsupported_media_type(&PATCH_TYPES)),
             };
-            check_patch_options(q, ty.is_none())?;
+            let opts = admitted(write_options(
+                q,
+                WriteKind::Patch {
+                    apply: ty.is_none(),
+                },
+            )?);
             let (body, _) = read_body(state, req).await?;
             let Some(ty) = ty else {
                 let (config, duplicates) = crate::dupes::parse_yaml_noting_duplicates(&body)
@@ -1800,6 +1844,7 @@ fn delete_options(
     // Upstream `ValidateDeleteOptions`.
     let path = FieldPath::new("propagationPolicy");
     let mut errs = Vec::new();
+    let dry_run = q.get("dryRun").map(String::as_str);
     if let Some(p) = &policy {
         if orphan.is_some() {
             errs.push(FieldError::invalid(
@@ -1816,11 +1861,19 @@ fn delete_options(
             ));
         }
     }
+    errs.extend(dry_run.and_then(|v| unsupported_dry_run(&[v])));
+    let body_dry_run: Vec<&str> = b["dryRun"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    errs.extend(unsupported_dry_run(&body_dry_run));
     if !errs.is_empty() {
         return Err(ApiError::invalid("meta.k8s.io", "DeleteOptions", "", errs));
     }
     Ok(DeleteOptions {
-        dry_run: dry_run(q.get("dryRun").map(String::as_str))? || body_dry,
+        dry_run: dry_run.is_some() || body_dry,
         grace_period_seconds: grace,
         propagation_policy: policy,
         orphan_dependents: orphan,
@@ -2217,6 +2270,46 @@ mod tests {
         assert!(
             parse_resource_path("", "v1", &["pods", "a", "b", "c"], resources::lookup).is_none()
         );
+    }
+
+    #[test]
+    fn write_options_are_checked_as_upstream_checks_them() {
+        let q = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let message = |pairs: &[(&str, &str)], kind| write_options(&q(pairs), kind).unwrap_err();
+        let long = "m".repeat(129);
+        let e = message(
+            &[
+                ("fieldManager", &long),
+                ("dryRun", "Some"),
+                ("fieldValidation", "Bogus"),
+            ],
+            WriteKind::Create,
+        );
+        assert_eq!(e.code, 422);
+        assert_eq!(
+            e.message,
+            "CreateOptions.meta.k8s.io \"\" is invalid: [fieldManager: Too long: may not be more than 128 bytes, dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\", fieldValidation: Unsupported value: \"Bogus\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"]"
+        );
+        assert_eq!(
+            message(&[("fieldManager", "a\u{1}b")], WriteKind::Update).message,
+            "UpdateOptions.meta.k8s.io \"\" is invalid: fieldManager: Invalid value: \"a\\x01b\": invalid character U+0001 (at position 1)"
+        );
+        assert_eq!(
+            message(&[("dryRun", "")], WriteKind::Patch { apply: false }).message,
+            "PatchOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{\"\"}: supported values: \"All\""
+        );
+        let ok = write_options(
+            &q(&[("fieldManager", "kubectl édit"), ("dryRun", "All")]),
+            WriteKind::Patch { apply: true },
+        )
+        .unwrap();
+        assert!(ok.dry_run);
+        assert_eq!(ok.field_manager.as_deref(), Some("kubectl édit"));
     }
 
     #[test]
