@@ -144,6 +144,13 @@ pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
 }
 
 /// Entry point of every request: panic recovery and metrics around [`handle`].
+/// The answer to a HEAD request: its headers, without the body (HTTP/1 leaves the
+/// body out itself; an HTTP/2 stream that sends one is reset as a protocol error).
+pub(crate) fn headers_only(response: Response<Body>) -> Response<Body> {
+    let (parts, _) = response.into_parts();
+    Response::from_parts(parts, full(Bytes::new()))
+}
+
 pub(crate) async fn serve(
     state: Arc<State>,
     peer: std::net::SocketAddr,

@@ -549,7 +549,13 @@ async fn accept_loop(
                 {
                     decide_goaway.notify_one();
                 }
-                handler::serve(state.clone(), peer, peer_certs.clone(), req)
+                let head = req.method() == http::Method::HEAD;
+                let answer = handler::serve(state.clone(), peer, peer_certs.clone(), req);
+                async move {
+                    answer
+                        .await
+                        .map(|r| if head { handler::headers_only(r) } else { r })
+                }
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http2().max_concurrent_streams(http2_max_streams);

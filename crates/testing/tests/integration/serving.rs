@@ -251,6 +251,39 @@ async fn goaway_chance_ends_http2_connections_after_a_request() {
     server.stop().await;
 }
 
+/// A HEAD request over HTTP/2 is answered with the headers alone (the stream was reset
+/// as a protocol error: the answer carried its body); over HTTP/1 too.
+#[tokio::test]
+async fn head_requests_are_answered_without_a_body() {
+    let server = TestApiServer::start().await.unwrap();
+    let (mut send, connection) = h2_connection(&server).await;
+    tokio::spawn(connection);
+    // Refusals with bodies: a HEAD of a non-resource path is the verb `head`, which the
+    // public-info role does not grant (as upstream's), and the anonymous user may not
+    // list namespaces.
+    for (path, want) in [("/livez", 403), ("/api/v1/namespaces", 403)] {
+        send = send.ready().await.unwrap();
+        let request = http::Request::head(format!("{}{path}", server.url))
+            .body(())
+            .unwrap();
+        let (response, _) = send.send_request(request, true).unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("HEAD {path}: {e}"));
+        assert_eq!(response.status(), want, "{path}");
+        let mut body = response.into_body();
+        assert!(body.data().await.is_none(), "HEAD {path} has no body");
+    }
+    let (code, _, body) =
+        TestApiServer::raw(&server.client, "HEAD", "/api/v1/namespaces", &[], vec![])
+            .await
+            .unwrap();
+    assert_eq!(code, 405);
+    assert!(body.is_empty());
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn http2_stream_limit_as_upstream() {
     let server = TestApiServer::start().await.unwrap();
