@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::errors::ApiError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 
 pub mod meta;
 mod strategic;
@@ -114,11 +115,20 @@ impl PatchError {
                 message: m.clone(),
                 details: Some(Box::default()),
             },
-            PatchError::Apply(_) | PatchError::Unprocessable(_) => ApiError {
+            // Upstream's `NewGenericServerResponse(422, ...)`: a fixed message, and what
+            // went wrong as the one cause.
+            PatchError::Apply(m) | PatchError::Unprocessable(m) => ApiError {
                 code: 422,
                 reason: crate::errors::reason::INVALID.into(),
                 message: "the server rejected our request due to an error in our request".into(),
-                details: Some(Box::default()),
+                details: Some(Box::new(StatusDetails {
+                    causes: Some(vec![StatusCause {
+                        reason: Some("UnexpectedServerResponse".into()),
+                        message: Some(m.clone()),
+                        field: None,
+                    }]),
+                    ..StatusDetails::default()
+                })),
             },
             // Upstream returns these as plain errors, which its apiserver renders as a
             // 500; bad input never gets a 5xx here, so the same text comes as a 400.
@@ -348,7 +358,16 @@ mod tests {
         let doc = json!({"a": 1});
         let e = json_patch(&doc, br#"[{"op":"test","path":"/a","value":2}]"#).unwrap_err();
         assert!(matches!(e, PatchError::Apply(_)));
-        assert_eq!(e.to_api_error().code, 422);
+        let status = e.to_api_error();
+        assert_eq!(status.code, 422);
+        // What failed is told in the one cause, as upstream's generic 422 tells it.
+        let causes = status.causes();
+        assert_eq!(causes.len(), 1);
+        assert_eq!(
+            causes[0].reason.as_deref(),
+            Some("UnexpectedServerResponse")
+        );
+        assert_eq!(causes[0].message.as_deref(), Some(e.to_string().as_str()));
         let e = json_patch(&doc, br#"[{"op":"remove","path":"/missing"}]"#).unwrap_err();
         assert!(matches!(e, PatchError::Apply(_)));
         let e = json_patch(&doc, b"{}").unwrap_err();
