@@ -228,7 +228,14 @@ pub(crate) async fn serve(
             let Ok(pod) = pods.get(Some(&ns), pod_name).await else {
                 continue;
             };
-            if pod["status"]["podIP"].as_str() == Some(ip.as_str()) {
+            // Upstream `isValidAddress`: the address is one of the pod's IPs.
+            let pod_ips = pod["status"]["podIPs"].as_array();
+            let has_ip = pod["status"]["podIP"].as_str() == Some(ip.as_str())
+                || pod_ips
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p["ip"].as_str() == Some(ip.as_str()));
+            if has_ip {
                 chosen = Some((ip.clone(), Some(*port)));
                 break;
             }

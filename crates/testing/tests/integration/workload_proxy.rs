@@ -145,6 +145,42 @@ async fn pods_and_services_are_proxied() -> Result<(), Box<dyn std::error::Error
         .unwrap_err();
     assert_eq!(code(&err), 503);
 
+    // An address may be any of the pod's IPs (a dual-stack pod's second one here; the
+    // first is never dialled).
+    pods.create(
+        &pp,
+        &serde_json::from_value(
+            json!({"metadata": {"name": "dual"}, "spec": {"containers": [
+            {"name": "c", "image": "busybox"}]}}),
+        )?,
+    )
+    .await?;
+    pods.patch_status(
+        "dual",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "fd00::9",
+            "podIPs": [{"ip": "fd00::9"}, {"ip": "127.0.0.1"}]}})),
+    )
+    .await?;
+    services
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "dual"}, "spec": {
+                "ports": [{"port": 80, "targetPort": port}]}}))?,
+        )
+        .await?;
+    endpoints
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "dual"}, "subsets": [{
+                "addresses": [{"ip": "127.0.0.1", "targetRef": {"kind": "Pod", "name": "dual",
+                                                                 "namespace": "default"}}],
+                "ports": [{"port": port}]}]}))?,
+        )
+        .await?;
+    let out = get(&c, "/api/v1/namespaces/default/services/dual:80/proxy/d").await?;
+    assert_eq!(out, "GET /d auth=false ");
+
     // An address that is not a pod's is never dialled.
     endpoints
         .create(
