@@ -30,6 +30,23 @@ async fn get(client: &kube::Client, path: &str) -> Value {
     v
 }
 
+/// A FlowSchema that sends every resource request of `user` to `level`, a flow per user.
+fn schema_for_user(name: &str, level: &str, user: &str) -> Value {
+    json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": name},
+        "spec": {"matchingPrecedence": 100, "priorityLevelConfiguration": {"name": level},
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{"subjects": [{"kind": "User", "user": {"name": user}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                    "namespaces": ["*"], "clusterScope": true}]}]}})
+}
+
+/// POSTs `body` to `path` as `client`, which must create it.
+async fn create(client: &kube::Client, path: &str, body: Value) {
+    let (code, v) = send(client, "POST", path, body).await;
+    assert_eq!(code, 201, "POST {path}: {v}");
+}
+
 /// The status, the flow-control headers and the body of a configmap create by `client`.
 async fn create_configmap(client: &kube::Client, name: &str) -> (u16, Option<String>, Value) {
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -118,20 +135,12 @@ async fn requests_are_classified_queued_and_refused_by_their_priority_level() {
     .await;
     assert_eq!(code, 201, "{level}");
     let level_uid = level["metadata"]["uid"].as_str().unwrap().to_owned();
-    let (code, v) = send(
+    create(
         &admin,
-        "POST",
         FS,
-        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-            "metadata": {"name": "fk-slow-user"},
-            "spec": {"matchingPrecedence": 100, "priorityLevelConfiguration": {"name": "fk-one-seat"},
-                "distinguisherMethod": {"type": "ByUser"},
-                "rules": [{"subjects": [{"kind": "User", "user": {"name": "slow-user"}}],
-                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
-                        "namespaces": ["*"], "clusterScope": true}]}]}}),
+        schema_for_user("fk-slow-user", "fk-one-seat", "slow-user"),
     )
     .await;
-    assert_eq!(code, 201, "{v}");
     let (code, v) = send(
         &admin,
         "POST",
@@ -532,9 +541,8 @@ async fn lists_take_a_seat_per_hundred_objects_of_built_in_and_custom_resources(
     let srv = TestApiServer::start().await.unwrap();
     let admin = srv.client.clone();
     // A level that rejects rather than queues may give a request its ten seats.
-    let (code, v) = send(
+    create(
         &admin,
-        "POST",
         PL,
         json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
             "metadata": {"name": "fk-lister"},
@@ -542,23 +550,14 @@ async fn lists_take_a_seat_per_hundred_objects_of_built_in_and_custom_resources(
                 "limitResponse": {"type": "Reject"}}}}),
     )
     .await;
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = send(
+    create(
         &admin,
-        "POST",
         FS,
-        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-            "metadata": {"name": "fk-lister"},
-            "spec": {"matchingPrecedence": 100, "priorityLevelConfiguration": {"name": "fk-lister"},
-                "rules": [{"subjects": [{"kind": "User", "user": {"name": "lister"}}],
-                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
-                        "namespaces": ["*"], "clusterScope": true}]}]}}),
+        schema_for_user("fk-lister", "fk-lister", "lister"),
     )
     .await;
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = send(
+    create(
         &admin,
-        "POST",
         "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": "fk-lister"},
@@ -566,12 +565,10 @@ async fn lists_take_a_seat_per_hundred_objects_of_built_in_and_custom_resources(
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "lister"}]}),
     )
     .await;
-    assert_eq!(code, 201, "{v}");
 
     let crd = "things.seats.example.com";
-    let (code, v) = send(
+    create(
         &admin,
-        "POST",
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
         json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": crd},
@@ -582,31 +579,26 @@ async fn lists_take_a_seat_per_hundred_objects_of_built_in_and_custom_resources(
                         "x-kubernetes-preserve-unknown-fields": true}}}]}}),
     )
     .await;
-    assert_eq!(code, 201, "{v}");
     assert!(
         ferrokube_testing::eventually(|| ferrokube_testing::crd_established(&admin, crd)).await,
         "never established"
     );
     // 250 configmaps (with the few the server makes: 3 seats) and 150 things (2 seats).
     for i in 0..250 {
-        let (code, v) = send(
+        create(
             &admin,
-            "POST",
             "/api/v1/namespaces/default/configmaps",
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}}),
         )
         .await;
-        assert_eq!(code, 201, "{v}");
     }
     for i in 0..150 {
-        let (code, v) = send(
+        create(
             &admin,
-            "POST",
             "/apis/seats.example.com/v1/namespaces/default/things",
             json!({"apiVersion": "seats.example.com/v1", "kind": "Thing", "metadata": {"name": format!("t-{i}")}}),
         )
         .await;
-        assert_eq!(code, 201, "{v}");
     }
 
     let lister = kube::Client::try_from(
