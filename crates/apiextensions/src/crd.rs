@@ -947,9 +947,7 @@ fn validate_deprecation_warning(deprecated: bool, warning: Option<&str>) -> Vec<
             ));
             break;
         }
-        // Go's unicode.IsPrint: letters, marks, numbers, punctuation, symbols and
-        // the ASCII space; other spaces and format characters are not printable.
-        if c != ' ' && (c.is_whitespace() || is_format_char(c)) {
+        if !ferrokube_apimachinery::errors::go_is_print(c) {
             out.push(format!(
                 "must only contain printable UTF-8 characters; non-printable character found at index {i}"
             ));
@@ -957,11 +955,6 @@ fn validate_deprecation_warning(deprecated: bool, warning: Option<&str>) -> Vec<
         }
     }
     out
-}
-
-/// A few common Unicode format (Cf) characters Go's `IsPrint` rejects.
-fn is_format_char(c: char) -> bool {
-    matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
 }
 
 fn enum_required(value: &str, valid: &[&str], path: &FieldPath, errs: &mut Vec<FieldError>) {

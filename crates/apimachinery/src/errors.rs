@@ -371,6 +371,16 @@ fn go_format_value(v: &Value) -> String {
     }
 }
 
+/// Go's `unicode.IsPrint`, near enough: letters, marks, numbers, punctuation, symbols
+/// and the ASCII space; control characters, other spaces and the common format (Cf)
+/// characters are not printable.
+pub fn go_is_print(c: char) -> bool {
+    c == ' '
+        || !(c.is_control()
+            || c.is_whitespace()
+            || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}'))
+}
+
 /// Go's `strconv.Quote` for the common cases (printable Unicode is kept).
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

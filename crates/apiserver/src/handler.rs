@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferrokube_api::resources::{self, ResourceInfo};
-use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldErrorKind, FieldPath, go_quote};
+use ferrokube_apimachinery::errors::{
+    ApiError, FieldError, FieldErrorKind, FieldPath, go_is_print, go_quote,
+};
 use ferrokube_apimachinery::pretty;
 use ferrokube_apimachinery::resource_version::query_bool;
 use ferrokube_auth::{AuthRequest, Authenticator, request_attributes};
@@ -1228,15 +1230,6 @@ fn write_options(q: &HashMap<String, String>, kind: WriteKind) -> Result<WriteOp
     })
 }
 
-/// Go's `unicode.IsPrint`, near enough: no control, format or separator characters
-/// but the ASCII space.
-fn go_is_print(c: char) -> bool {
-    c == ' '
-        || !(c.is_control()
-            || c.is_whitespace()
-            || matches!(c, '\u{AD}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'))
-}
-
 /// Upstream `ValidateDryRun`: `All` is the one value (an empty one included).
 fn unsupported_dry_run(values: &[&str]) -> Option<FieldError> {
     let quoted: Vec<String> = values.iter().map(|v| go_quote(v)).collect();
@@ -1828,11 +1821,7 @@ fn delete_options(
     q: &HashMap<String, String>,
     body: Option<&Value>,
 ) -> Result<DeleteOptions, ApiError> {
-    let b = body.cloned().unwrap_or(Value::Null);
-    let body_dry = b["dryRun"]
-        .as_array()
-        .map(|a| a.iter().any(|v| v == "All"))
-        .unwrap_or(false);
+    let b = body.unwrap_or(&Value::Null);
     let grace = match q.get("gracePeriodSeconds") {
         Some(g) => Some(
             g.parse::<i64>()
@@ -1880,7 +1869,8 @@ fn delete_options(
         return Err(ApiError::invalid("meta.k8s.io", "DeleteOptions", "", errs));
     }
     Ok(DeleteOptions {
-        dry_run: dry_run.is_some() || body_dry,
+        // Validated: every value given is `All`.
+        dry_run: dry_run.is_some() || !body_dry_run.is_empty(),
         grace_period_seconds: grace,
         propagation_policy: policy,
         orphan_dependents: orphan,

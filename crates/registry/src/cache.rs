@@ -233,21 +233,18 @@ struct State {
 }
 
 impl State {
-    /// The objects whose keys start with `prefix`, in key order.
-    fn keys_under(&self, prefix: &str) -> Vec<String> {
+    /// The entries whose keys start with `prefix`, in key order.
+    fn under<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a CachedObject)> + 'a {
         self.objects
             .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, _)| k.clone())
-            .collect()
+            .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
     fn objects_under(&self, prefix: &str) -> Vec<CachedObject> {
-        self.objects
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect()
+        self.under(prefix).map(|(_, v)| v.clone()).collect()
     }
 }
 
@@ -487,7 +484,11 @@ impl ResourceCache {
         prefix: &str,
     ) -> (Vec<String>, Vec<CachedObject>, Revision) {
         let st = self.state.read();
-        (st.keys_under(prefix), st.objects_under(prefix), st.revision)
+        let (keys, objects) = st
+            .under(prefix)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unzip();
+        (keys, objects, st.revision)
     }
 
     /// Starts a watch. `from`: `None` starts now with the current objects as ADDED
