@@ -1800,16 +1800,12 @@ async fn resource_request(
             let p = list_params(q)?;
             let items = store.delete_collection(ns, &p, &opts).await?;
             let items: Vec<CachedObject> = items.into_iter().map(CachedObject::new).collect();
-            let (_, body) = output::list(
-                Target::Json,
-                printed,
-                &items,
-                json!({}),
-                jiff::Timestamp::now(),
-            );
+            // Encoded as the client asked, as upstream's `transformResponseObject` does.
+            let (t, body) =
+                output::list(target, printed, &items, json!({}), jiff::Timestamp::now());
             Ok(respond_body(
                 StatusCode::OK,
-                "application/json",
+                output::content_type(t),
                 body.boxed_unsync(),
             ))
         }

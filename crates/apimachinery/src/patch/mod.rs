@@ -138,18 +138,24 @@ impl PatchError {
 }
 
 /// Applies an RFC 6902 JSON patch (the raw request body) to `doc`.
+///
+/// The body must be an array of objects (upstream's `DecodePatch`); each operation is
+/// read only when its turn comes, so an unknown `op` or a missing field fails as
+/// upstream's does, at applying (422), after the operations before it.
 pub fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, PatchError> {
-    let ops: json_patch::Patch =
+    let ops: Vec<serde_json::Map<String, Value>> =
         serde_json::from_slice(patch).map_err(|e| PatchError::Decode(e.to_string()))?;
-    if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
         return Err(PatchError::TooManyOperations {
             max: MAX_JSON_PATCH_OPERATIONS,
-            got: ops.0.len(),
+            got: ops.len(),
         });
     }
     let mut out = doc.clone();
     let mut copied = 0;
-    for (index, op) in ops.0.iter().enumerate() {
+    for (index, op) in ops.into_iter().enumerate() {
+        let op = read_operation(op)?;
+        let op = &op;
         guard_operation(&out, op, &mut copied)?;
         // One at a time, so that each is checked against the document it applies to;
         // the document is dropped on failure, so nothing needs undoing.
@@ -159,6 +165,33 @@ pub fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, PatchError> {
         })?;
     }
     Ok(out)
+}
+
+/// One operation of a JSON patch, refused with evanphx/json-patch's texts (the library
+/// upstream applies patches with) when its kind is unknown or a field it needs is
+/// missing.
+fn read_operation(
+    op: serde_json::Map<String, Value>,
+) -> Result<json_patch::PatchOperation, PatchError> {
+    let kind = match op.get("op") {
+        Some(Value::String(k)) => k.clone(),
+        _ => "unknown".to_string(),
+    };
+    let needs: &[&str] = match kind.as_str() {
+        "add" | "replace" | "test" => &["path", "value"],
+        "remove" => &["path"],
+        "move" | "copy" => &["from", "path"],
+        _ => return Err(PatchError::Apply(format!("Unexpected kind: {kind}"))),
+    };
+    for field in needs {
+        if !op.contains_key(*field) {
+            return Err(PatchError::Apply(match *field {
+                "path" => "operation missing path field: missing value".to_string(),
+                f => format!("operation, missing {f} field: missing value"),
+            }));
+        }
+    }
+    serde_json::from_value(Value::Object(op)).map_err(|e| PatchError::Apply(e.to_string()))
 }
 
 /// Upstream's `--json-patch-max-copy-bytes` default (`JSONPatchMaxCopyBytes`): how much
@@ -373,7 +406,27 @@ mod tests {
         let e = json_patch(&doc, b"{}").unwrap_err();
         assert!(matches!(e, PatchError::Decode(_)));
         assert_eq!(e.to_api_error().code, 400);
+        // An unknown kind or a missing field fails at its turn, after the operations
+        // before it, as evanphx/json-patch fails it: the first failure is reported.
         let e = json_patch(&doc, br#"[{"op":"frobnicate","path":"/a"}]"#).unwrap_err();
+        assert_eq!(e, PatchError::Apply("Unexpected kind: frobnicate".into()));
+        assert_eq!(e.to_api_error().code, 422);
+        let e = json_patch(&doc, br#"[{"path":"/a"}]"#).unwrap_err();
+        assert_eq!(e, PatchError::Apply("Unexpected kind: unknown".into()));
+        let e = json_patch(&doc, br#"[{"op":"add","value":1}]"#).unwrap_err();
+        assert_eq!(
+            e,
+            PatchError::Apply("operation missing path field: missing value".into())
+        );
+        let e = json_patch(&doc, br#"[{"op":"copy","path":"/b"}]"#).unwrap_err();
+        assert_eq!(
+            e,
+            PatchError::Apply("operation, missing from field: missing value".into())
+        );
+        let e =
+            json_patch(&doc, br#"[{"op":"test","path":"/a","value":2},{"op":"x"}]"#).unwrap_err();
+        assert!(e.to_string().contains("/a"), "{e}");
+        let e = json_patch(&doc, br#"[1]"#).unwrap_err();
         assert!(matches!(e, PatchError::Decode(_)));
         let many = format!(
             "[{}]",

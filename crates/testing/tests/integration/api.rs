@@ -617,6 +617,127 @@ async fn deletes_follow_each_resources_garbage_collection_default() {
     srv.stop().await;
 }
 
+/// A collection DELETE removes what its selector matches (nothing under `dryRun`) and
+/// answers the deleted objects' list encoded as the client asked (YAML, protobuf),
+/// as upstream's `transformResponseObject` encodes it.
+#[tokio::test]
+async fn delete_collection_answers_in_the_asked_encoding() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    for (name, app) in [("a", "gone"), ("b", "gone"), ("c", "kept")] {
+        cms.create(&PostParams::default(), &cm(name, json!({"app": app})))
+            .await
+            .unwrap();
+    }
+    let collection = "/api/v1/namespaces/default/configmaps?labelSelector=app%3Dgone";
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        let mut names: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+
+    let (code, content_type, dry) = TestApiServer::send_decoded(
+        &srv.client,
+        "DELETE",
+        &format!("{collection}&dryRun=All"),
+        &[("accept", ferrokube_protobuf::MEDIA_TYPE)],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (code, content_type.as_str()),
+        (200, ferrokube_protobuf::MEDIA_TYPE)
+    );
+    assert_eq!(dry["kind"], "ConfigMapList");
+    assert_eq!(names(&dry), ["a", "b"]);
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
+
+    let (code, headers, body) = TestApiServer::raw(
+        &srv.client,
+        "DELETE",
+        collection,
+        &[("accept", "application/yaml")],
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(headers["content-type"], "application/yaml");
+    let deleted: serde_json::Value = serde_yaml_ng::from_slice(&body).unwrap();
+    assert_eq!(deleted["kind"], "ConfigMapList");
+    assert_eq!(names(&deleted), ["a", "b"]);
+    let left = cms.list(&ListParams::default()).await.unwrap();
+    let left: Vec<_> = left
+        .items
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(left, ["c"]);
+}
+
+/// A JSON patch operation of an unknown kind, or without a field it needs, fails when
+/// its turn comes, as evanphx/json-patch fails it: a 422 whose one cause says why.
+#[tokio::test]
+async fn json_patch_operations_fail_in_turn() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("p", json!({})))
+        .await
+        .unwrap();
+    for (ops, cause) in [
+        (
+            json!([{"op": "frobnicate", "path": "/data/k"}]),
+            "Unexpected kind: frobnicate",
+        ),
+        (
+            json!([{"op": "add", "value": "x"}]),
+            "operation missing path field: missing value",
+        ),
+        (
+            json!([{"op": "move", "path": "/data/x"}]),
+            "operation, missing from field: missing value",
+        ),
+    ] {
+        let (code, _, bytes) = TestApiServer::raw(
+            &srv.client,
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/p",
+            &[("content-type", "application/json-patch+json")],
+            serde_json::to_vec(&ops).unwrap(),
+        )
+        .await
+        .unwrap();
+        let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(code, 422, "{status}");
+        assert_eq!(status["details"]["causes"][0]["message"], cause, "{status}");
+    }
+    // The operations before an unknown one are applied in turn: a failing `test`
+    // before it is what is reported.
+    let (code, _, bytes) = TestApiServer::raw(
+        &srv.client,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/p",
+        &[("content-type", "application/json-patch+json")],
+        br#"[{"op":"test","path":"/data/k","value":"w"},{"op":"nope"}]"#.to_vec(),
+    )
+    .await
+    .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(code, 422, "{status}");
+    let cause = status["details"]["causes"][0]["message"].as_str().unwrap();
+    assert!(!cause.contains("Unexpected kind"), "{status}");
+    assert_eq!(cms.get("p").await.unwrap().data.unwrap()["k"], "v");
+}
+
 #[tokio::test]
 async fn finalizers_and_graceful_pods() {
     let srv = TestApiServer::start().await.unwrap();
