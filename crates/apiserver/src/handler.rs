@@ -1114,36 +1114,56 @@ async fn read_body(state: &State, req: Request<Incoming>) -> Result<(Bytes, Stri
     Ok((body, ct))
 }
 
-fn decode_body(body: &[u8], content_type: &str, info: &ResourceInfo) -> Result<Value, ApiError> {
-    decode_body_noting_duplicates(body, content_type, info).map(|(object, _)| object)
+pub(crate) fn decode_body(body: &[u8], content_type: &str, kind: &str) -> Result<Value, ApiError> {
+    decode_body_noting_duplicates(body, content_type, kind).map(|(object, _)| object)
 }
 
-/// The body's object, and (for JSON and YAML, for `fieldValidation`) the keys it has twice.
+/// The body's object of `kind`, and (for JSON and YAML, for `fieldValidation`) the keys
+/// it has twice.
 fn decode_body_noting_duplicates(
     body: &[u8],
     content_type: &str,
-    info: &ResourceInfo,
+    kind: &str,
 ) -> Result<(Value, Vec<String>), ApiError> {
+    // Upstream's `transformDecodeError` for a body whose kind could not be read.
+    let unrecognized = |e: String| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): {e} ({})",
+            summarize_data(body, 30)
+        ))
+    };
     let essence = output::media_essence(content_type);
     match essence {
-        "application/yaml" => crate::dupes::parse_yaml_noting_duplicates(body).map_err(|e| {
-            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-        }),
-        _ if is_json(content_type) => crate::dupes::parse_noting_duplicates(body).map_err(|e| {
-            ApiError::bad_request(format!(
-                "Object '{}' is invalid: couldn't get version/kind; json parse error: {e}",
-                info.kind
-            ))
-        }),
+        "application/yaml" => crate::dupes::parse_yaml_noting_duplicates(body)
+            .map_err(|e| unrecognized(format!("error converting YAML to JSON: yaml: {e}"))),
+        _ if is_json(content_type) => crate::dupes::parse_noting_duplicates(body)
+            .map_err(|e| unrecognized(format!("couldn't get version/kind; json parse error: {e}"))),
         // Typed built-in objects from kubectl and client-go controllers.
         ferrokube_protobuf::MEDIA_TYPE => ferrokube_protobuf::decode(body)
             .map(|(_, object)| (object, Vec::new()))
-            .map_err(|e| ApiError::bad_request(format!("Object '{}' is invalid: {e}", info.kind))),
+            .map_err(|e| unrecognized(e.to_string())),
         _ => Err(ApiError::unsupported_media_type(&[
             "application/json",
             "application/yaml",
             ferrokube_protobuf::MEDIA_TYPE,
         ])),
+    }
+}
+
+/// The start of a body as an error message shows it (upstream's `summarizeData`): as
+/// text when it opens a JSON object, else in hex; cut at `max` bytes.
+fn summarize_data(data: &[u8], max: usize) -> String {
+    let (shown, more) = match data.len() > max {
+        true => (&data[..max], " ..."),
+        false => (data, ""),
+    };
+    match data.first() {
+        None => "<empty>".into(),
+        Some(b'{') => format!("{}{more}", String::from_utf8_lossy(shown)),
+        Some(_) => {
+            let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{hex}{more}")
+        }
     }
 }
 
@@ -1389,9 +1409,10 @@ async fn resource_request(
         return Err(e);
     }
     let target = match output::negotiate(accept, custom.is_none())? {
-        Target::Table(_) => Target::Table(output::IncludeObject::parse(
-            q.get("includeObject").map(String::as_str),
-        )?),
+        Target::Table(_, version) => Target::Table(
+            output::IncludeObject::parse(q.get("includeObject").map(String::as_str))?,
+            version,
+        ),
         t => t,
     };
     let ns = r.ns.as_deref();
@@ -1489,7 +1510,7 @@ async fn resource_request(
         (Method::POST, None, None) => {
             let mut opts = admitted(write_options(q, WriteKind::Create)?);
             let (body, ct) = read_body(state, req).await?;
-            let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
+            let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info.kind)?;
             opts.duplicate_fields = duplicates;
             opts.json_body = is_json(&ct).then(|| body.clone());
             let w = store.create(ns, obj, &opts).await?;
@@ -1500,7 +1521,7 @@ async fn resource_request(
         }
         (Method::POST, name, Some("binding")) => {
             let (body, ct) = read_body(state, req).await?;
-            let mut binding = decode_body(&body, &ct, info)?;
+            let mut binding = decode_body(&body, &ct, "Binding")?;
             ApiError::check_decodes_as::<k8s_openapi::api::core::v1::Binding>(
                 &binding, "Binding", "v1",
             )?;
@@ -1534,7 +1555,7 @@ async fn resource_request(
         }
         (Method::POST, Some(name), Some("eviction")) => {
             let (body, ct) = read_body(state, req).await?;
-            let mut ev = decode_body(&body, &ct, info)?;
+            let mut ev = decode_body(&body, &ct, "Eviction")?;
             ApiError::check_decodes_as::<k8s_openapi::api::policy::v1::Eviction>(
                 &ev, "Eviction", "v1",
             )?;
@@ -1551,7 +1572,7 @@ async fn resource_request(
         (Method::PUT, Some(name), sub) => {
             let mut opts = admitted(write_options(q, WriteKind::Update)?);
             let (body, ct) = read_body(state, req).await?;
-            let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info)?;
+            let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info.kind)?;
             opts.duplicate_fields = duplicates;
             opts.json_body = is_json(&ct).then(|| body.clone());
             let w = match sub {
@@ -1765,7 +1786,7 @@ async fn resource_request(
             let body_opts = if body.iter().all(u8::is_ascii_whitespace) {
                 None
             } else {
-                Some(decode_body(&body, &ct, info)?)
+                Some(decode_body(&body, &ct, "DeleteOptions")?)
             };
             let opts = DeleteOptions {
                 admit: Some(admission.clone()),
@@ -1791,7 +1812,7 @@ async fn resource_request(
             let body_opts = if body.iter().all(u8::is_ascii_whitespace) {
                 None
             } else {
-                Some(decode_body(&body, &ct, info)?)
+                Some(decode_body(&body, &ct, "DeleteOptions")?)
             };
             let opts = DeleteOptions {
                 admit: Some(admission.clone()),
@@ -2006,8 +2027,8 @@ fn bookmark_line(info: &ResourceInfo, t: Target, revision: i64, initial_end: boo
     let bookmark = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta});
     // A metadata watch's bookmarks are partial metadata too, as upstream transforms
     // every object of the stream (and a custom kind has no protobuf form of its own).
-    if let Target::PartialMetadata(_) = t {
-        return watch_event(t, "BOOKMARK", &output::partial_metadata(&bookmark));
+    if let Target::PartialMetadata(_, version) = t {
+        return watch_event(t, "BOOKMARK", &output::partial_metadata(&bookmark, version));
     }
     watch_event(t, "BOOKMARK", &bookmark)
 }
@@ -2083,6 +2104,11 @@ async fn watch(
     q: &HashMap<String, String>,
     target: Target,
 ) -> Result<Response<Body>, ApiError> {
+    // YAML has no stream serializer: upstream's `NegotiateOutputMediaTypeStream`
+    // refuses it rather than fall back to a later range.
+    if target == Target::Yaml {
+        return Err(output::not_acceptable());
+    }
     let info = store.info();
     let p = WatchParams {
         label_selector: q.get("labelSelector").cloned(),
@@ -2102,11 +2128,13 @@ async fn watch(
     }
 }
 
+/// A watch's media type is its stream serializer's, as upstream's `serveWatchHandler`
+/// sets it: plain JSON for transformed events (Tables, partial metadata) too.
 fn watch_content_type(target: Target) -> &'static str {
-    match target {
-        Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        t if output::is_protobuf(t) => ferrokube_protobuf::WATCH_MEDIA_TYPE,
-        _ => "application/json",
+    if output::is_protobuf(target) {
+        ferrokube_protobuf::WATCH_MEDIA_TYPE
+    } else {
+        "application/json"
     }
 }
 
@@ -2175,6 +2203,15 @@ pub(crate) fn watch_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_are_summarized_as_upstream_summarizes_them() {
+        assert_eq!(summarize_data(b"", 30), "<empty>");
+        assert_eq!(summarize_data(b"{\"a\":1}", 30), "{\"a\":1}");
+        assert_eq!(summarize_data(b"{\"abcdef\"}", 4), "{\"ab ...");
+        assert_eq!(summarize_data(b"\x1f\x8b\x08", 30), "1f8b08");
+        assert_eq!(summarize_data(b"kind: X", 2), "6b69 ...");
+    }
 
     #[test]
     fn request_timeouts_as_upstream() {

@@ -27,8 +27,35 @@ pub enum Target {
     Yaml,
     /// Kubernetes protobuf: built-in kinds only (a custom resource has no message).
     Protobuf,
-    Table(IncludeObject),
-    PartialMetadata(Wire),
+    Table(IncludeObject, MetaVersion),
+    PartialMetadata(Wire, MetaVersion),
+}
+
+/// The `meta.k8s.io` version a transformed answer (a Table, partial metadata) is
+/// written in: upstream serves `v1beta1` beside `v1`, for clients older than `v1`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetaVersion {
+    #[default]
+    V1,
+    V1beta1,
+}
+
+impl MetaVersion {
+    /// The version a media range's `g` and `v` parameters name, if one of these.
+    fn of(m: &MediaType) -> Option<MetaVersion> {
+        match (m.param("g"), m.param("v")) {
+            (Some("meta.k8s.io"), Some("v1")) => Some(MetaVersion::V1),
+            (Some("meta.k8s.io"), Some("v1beta1")) => Some(MetaVersion::V1beta1),
+            _ => None,
+        }
+    }
+
+    pub fn api_version(self) -> &'static str {
+        match self {
+            MetaVersion::V1 => "meta.k8s.io/v1",
+            MetaVersion::V1beta1 => "meta.k8s.io/v1beta1",
+        }
+    }
 }
 
 /// The encoding of a `PartialObjectMetadata(List)` answer: `meta.k8s.io/v1` has
@@ -113,21 +140,23 @@ pub fn negotiate(accept: Option<&str>, protobuf: bool) -> Result<Target, ApiErro
             "application/json" | "*/*" | "application/*"
         );
         let is_protobuf = m.essence == ferrokube_protobuf::MEDIA_TYPE;
-        let meta_v1 = m.param("g") == Some("meta.k8s.io") && m.param("v") == Some("v1");
-        match m.param("as") {
-            Some("Table") if json_like && meta_v1 => {
-                return Ok(Target::Table(IncludeObject::Metadata));
+        let meta = MetaVersion::of(&m);
+        match (m.param("as"), meta) {
+            (Some("Table"), Some(version)) if json_like => {
+                return Ok(Target::Table(IncludeObject::Metadata, version));
             }
-            Some("PartialObjectMetadata") | Some("PartialObjectMetadataList") if meta_v1 => {
+            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some(version)) => {
                 if json_like {
-                    return Ok(Target::PartialMetadata(Wire::Json));
+                    return Ok(Target::PartialMetadata(Wire::Json, version));
                 }
-                if is_protobuf {
-                    return Ok(Target::PartialMetadata(Wire::Protobuf));
+                // `v1beta1` partial metadata is served in JSON only.
+                if is_protobuf && version == MetaVersion::V1 {
+                    return Ok(Target::PartialMetadata(Wire::Protobuf, version));
                 }
+                continue;
             }
-            Some(_) => continue,
-            None => {}
+            (Some(_), _) => continue,
+            (None, _) => {}
         }
         match m.essence.as_str() {
             "application/json" | "*/*" | "application/*" => return Ok(Target::Json),
@@ -136,13 +165,18 @@ pub fn negotiate(accept: Option<&str>, protobuf: bool) -> Result<Target, ApiErro
             _ => {}
         }
     }
-    // Upstream names protobuf for a custom resource too (its handler's serializers
-    // have it, for partial metadata).
-    Err(ApiError::not_acceptable(&[
+    Err(not_acceptable())
+}
+
+/// The 406 of an `Accept` this server cannot answer: it names every served media type,
+/// protobuf for a custom resource too (upstream's handler's serializers have it, for
+/// partial metadata).
+pub fn not_acceptable() -> ApiError {
+    ApiError::not_acceptable(&[
         "application/json",
         "application/yaml",
         ferrokube_protobuf::MEDIA_TYPE,
-    ]))
+    ])
 }
 
 /// The form an error is answered in: the first of JSON, YAML and protobuf the
@@ -177,12 +211,21 @@ pub fn content_type(t: Target) -> &'static str {
     match t {
         Target::Yaml => "application/yaml",
         Target::Protobuf => ferrokube_protobuf::MEDIA_TYPE,
-        Target::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        Target::PartialMetadata(Wire::Json) => {
+        Target::Table(_, MetaVersion::V1) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        Target::Table(_, MetaVersion::V1beta1) => {
+            "application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Json, MetaVersion::V1) => {
             "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
         }
-        Target::PartialMetadata(Wire::Protobuf) => {
+        Target::PartialMetadata(Wire::Json, MetaVersion::V1beta1) => {
+            "application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1) => {
             "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1beta1) => {
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
         }
         Target::Json => "application/json",
     }
@@ -191,11 +234,17 @@ pub fn content_type(t: Target) -> &'static str {
 /// The media type of one object answered in `t`.
 pub fn object_content_type(t: Target) -> &'static str {
     match t {
-        Target::PartialMetadata(Wire::Json) => {
+        Target::PartialMetadata(Wire::Json, MetaVersion::V1) => {
             "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
         }
-        Target::PartialMetadata(Wire::Protobuf) => {
+        Target::PartialMetadata(Wire::Json, MetaVersion::V1beta1) => {
+            "application/json;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1) => {
             "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+        }
+        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1beta1) => {
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
         }
         t => content_type(t),
     }
@@ -205,7 +254,7 @@ pub fn object_content_type(t: Target) -> &'static str {
 pub fn is_protobuf(t: Target) -> bool {
     matches!(
         t,
-        Target::Protobuf | Target::PartialMetadata(Wire::Protobuf)
+        Target::Protobuf | Target::PartialMetadata(Wire::Protobuf, _)
     )
 }
 
@@ -224,7 +273,9 @@ pub fn encode(t: Target, v: &Value) -> (Target, Bytes) {
             Err(e) => {
                 tracing::warn!(error = %e, kind = ?v.get("kind"), "answering in JSON: no protobuf form");
                 let json = match t {
-                    Target::PartialMetadata(_) => Target::PartialMetadata(Wire::Json),
+                    Target::PartialMetadata(_, version) => {
+                        Target::PartialMetadata(Wire::Json, version)
+                    }
                     _ => Target::Json,
                 };
                 (json, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
@@ -245,10 +296,10 @@ pub fn status_value(e: &ApiError) -> Value {
     v
 }
 
-pub fn partial_metadata(obj: &Value) -> Value {
+pub fn partial_metadata(obj: &Value, version: MetaVersion) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": version.api_version(),
         "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
     })
 }
@@ -278,13 +329,14 @@ pub fn object<'a>(
     now: jiff::Timestamp,
 ) -> Cow<'a, Value> {
     match t {
-        Target::Table(inc) => {
+        Target::Table(inc, version) => {
             let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or("")});
-            Cow::Owned(table(printed, &[Arc::new(obj.clone())], meta, now, inc))
+            let rows = [Arc::new(obj.clone())];
+            Cow::Owned(table(printed, &rows, meta, now, (inc, version)))
         }
-        Target::PartialMetadata(_) => Cow::Owned(partial_metadata(obj)),
+        Target::PartialMetadata(_, version) => Cow::Owned(partial_metadata(obj, version)),
         // Served as it is: no copy of the object for every response.
         Target::Json | Target::Yaml | Target::Protobuf => Cow::Borrowed(obj),
     }
@@ -304,17 +356,17 @@ pub fn list(
 ) -> (Target, ListBody) {
     let info = printed.info;
     match t {
-        Target::Table(inc) => {
+        Target::Table(inc, version) => {
             let values: Vec<Arc<Value>> = items.iter().map(|o| o.value().clone()).collect();
-            let table = table(printed, &values, list_meta, now, inc);
+            let table = table(printed, &values, list_meta, now, (inc, version));
             (t, ListBody::whole(encode(t, &table).1))
         }
-        Target::PartialMetadata(_) => {
+        Target::PartialMetadata(_, version) => {
             let list = json!({
                 "kind": "PartialObjectMetadataList",
-                "apiVersion": "meta.k8s.io/v1",
+                "apiVersion": version.api_version(),
                 "metadata": list_meta,
-                "items": items.iter().map(|o| partial_metadata(o)).collect::<Vec<_>>(),
+                "items": items.iter().map(|o| partial_metadata(o, version)).collect::<Vec<_>>(),
             });
             let (t, body) = encode(t, &list);
             (t, ListBody::whole(body))
@@ -431,15 +483,16 @@ impl hyper::body::Body for ListBody {
     }
 }
 
-/// A `meta.k8s.io/v1` Table of `items`: upstream's default printer columns
-/// (`ferrokube_api::printers`), one row per object with its conditions and, per
-/// `include`, no object, its `PartialObjectMetadata`, or the whole object.
+/// A Table of `items` in the given `meta.k8s.io` version: upstream's default printer
+/// columns (`ferrokube_api::printers`), one row per object with its conditions and,
+/// per `include`, no object, its `PartialObjectMetadata` (of the Table's version, as
+/// upstream's `asTable` writes it), or the whole object.
 pub fn table(
     printed: Printed<'_>,
     items: &[Arc<Value>],
     list_meta: Value,
     now: jiff::Timestamp,
-    include: IncludeObject,
+    (include, version): (IncludeObject, MetaVersion),
 ) -> Value {
     let info = printed.info;
     let columns = match printed.columns {
@@ -465,7 +518,7 @@ pub fn table(
             }
             row["object"] = match include {
                 IncludeObject::None => Value::Null,
-                IncludeObject::Metadata => partial_metadata(o),
+                IncludeObject::Metadata => partial_metadata(o, version),
                 IncludeObject::Object => {
                     let mut full = (**o).clone();
                     if let Some(m) = full.as_object_mut() {
@@ -481,7 +534,7 @@ pub fn table(
         .collect();
     json!({
         "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": version.api_version(),
         "metadata": list_meta,
         "columnDefinitions": columns,
         "rows": rows,
@@ -552,7 +605,7 @@ mod tests {
         assert_eq!(built_in(None).unwrap(), Target::Json);
         assert_eq!(
             built_in(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")).unwrap(),
-            Target::Table(IncludeObject::Metadata)
+            Target::Table(IncludeObject::Metadata, MetaVersion::V1)
         );
         // What client-go asks for with protobuf (kubectl's typed clients).
         assert_eq!(
@@ -564,11 +617,29 @@ mod tests {
             Target::Protobuf
         );
         assert_eq!(built_in(Some("application/yaml")).unwrap(), Target::Yaml);
+        // meta.k8s.io/v1beta1 is served as upstream serves it, for clients older than v1;
+        // other versions are not.
+        let v1beta1 = built_in(Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io")).unwrap();
         assert_eq!(
-            built_in(Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io"))
+            v1beta1,
+            Target::Table(IncludeObject::Metadata, MetaVersion::V1beta1)
+        );
+        assert_eq!(
+            content_type(v1beta1),
+            "application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+        );
+        assert_eq!(
+            built_in(Some("application/json;as=Table;v=v2;g=meta.k8s.io"))
                 .unwrap_err()
                 .code,
             406
+        );
+        assert_eq!(
+            built_in(Some(
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io, application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
+            ))
+            .unwrap(),
+            Target::PartialMetadata(Wire::Json, MetaVersion::V1beta1)
         );
         // Protobuf Tables do not exist.
         assert_eq!(
@@ -604,11 +675,11 @@ mod tests {
         let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(
             custom(metadata).unwrap(),
-            Target::PartialMetadata(Wire::Protobuf)
+            Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1)
         );
         assert_eq!(
             custom("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").unwrap(),
-            Target::PartialMetadata(Wire::Json)
+            Target::PartialMetadata(Wire::Json, MetaVersion::V1)
         );
     }
 
@@ -624,7 +695,10 @@ mod tests {
         let (t, body) = encode(Target::Protobuf, &widget);
         assert_eq!(content_type(t), "application/json");
         assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), widget);
-        let (t, _) = encode(Target::PartialMetadata(Wire::Protobuf), &widget);
+        let (t, _) = encode(
+            Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1),
+            &widget,
+        );
         assert_eq!(
             object_content_type(t),
             "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
@@ -644,7 +718,7 @@ mod tests {
             std::slice::from_ref(&pod),
             json!({}),
             now,
-            IncludeObject::Metadata,
+            (IncludeObject::Metadata, MetaVersion::V1),
         );
         assert_eq!(
             t["rows"][0]["cells"],
@@ -660,11 +734,27 @@ mod tests {
             std::slice::from_ref(&pod),
             json!({}),
             now,
-            IncludeObject::None,
+            (IncludeObject::None, MetaVersion::V1),
         );
         assert!(t["rows"][0]["object"].is_null());
-        let t = table(pods.into(), &[pod], json!({}), now, IncludeObject::Object);
+        let t = table(
+            pods.into(),
+            std::slice::from_ref(&pod),
+            json!({}),
+            now,
+            (IncludeObject::Object, MetaVersion::V1),
+        );
         assert_eq!(t["rows"][0]["object"]["kind"], "Pod");
         assert_eq!(t["rows"][0]["object"]["spec"]["containers"][0]["name"], "c");
+        // A v1beta1 Table's rows carry v1beta1 partial metadata, as upstream's asTable.
+        let t = table(
+            pods.into(),
+            &[pod],
+            json!({}),
+            now,
+            (IncludeObject::Metadata, MetaVersion::V1beta1),
+        );
+        assert_eq!(t["apiVersion"], "meta.k8s.io/v1beta1");
+        assert_eq!(t["rows"][0]["object"]["apiVersion"], "meta.k8s.io/v1beta1");
     }
 }

@@ -13,9 +13,7 @@ use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_auth::bootstrap::node_rules;
 use ferrokube_auth::node::node_identity;
 use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX};
-use ferrokube_auth::user::{
-    ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, SYSTEM_PRIVILEGED_GROUP,
-};
+use ferrokube_auth::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS};
 use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Decision, UserInfo};
 
 use crate::authz_webhook::{Authorization, Verdict};
@@ -185,10 +183,9 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule>
             },
         ]
     };
+    // `system:masters`' authorizer resolves no rules upstream: what its members see is
+    // what RBAC binds them to (cluster-admin), once.
     let mut rules = Vec::new();
-    if user.in_group(SYSTEM_PRIVILEGED_GROUP) {
-        rules.extend(everything());
-    }
     for mode in state.authorizer.modes() {
         match mode {
             AuthorizationMode::AlwaysAllow => rules.extend(everything()),
@@ -206,21 +203,6 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule>
         }
     }
     rules
-}
-
-pub(crate) fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
-    let essence = crate::output::media_essence(content_type);
-    match essence {
-        "application/yaml" => crate::yaml_nesting::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-        }),
-        ferrokube_protobuf::MEDIA_TYPE => ferrokube_protobuf::decode(body)
-            .map(|(_, review)| review)
-            .map_err(|e| ApiError::bad_request(format!("decoding the protobuf body: {e}"))),
-        _ => serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-        }),
-    }
 }
 
 /// A review whose fields have the wrong types is a 400, not read as left out (a
@@ -255,7 +237,7 @@ pub(crate) async fn answer(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let mut obj = decode(body, ct)?;
+    let mut obj = crate::handler::decode_body(body, ct, kind)?;
     if !obj.is_object() {
         return Err(ApiError::bad_request("the request body is not an object"));
     }
@@ -491,6 +473,7 @@ fn percent_decode(s: &str) -> String {
 mod tests {
     use super::*;
     use ferrokube_auth::PrivilegedGroupsAuthorizer;
+    use ferrokube_auth::user::SYSTEM_PRIVILEGED_GROUP;
 
     #[tokio::test]
     async fn impersonation_needs_the_verb() {

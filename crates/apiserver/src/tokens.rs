@@ -192,7 +192,7 @@ pub(crate) async fn create(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let mut req = crate::reviews::decode(body, ct)?;
+    let mut req = crate::handler::decode_body(body, ct, "TokenRequest")?;
     // The status is the answer's: upstream overwrites whatever came. Clients send an
     // empty one (client-go's JSON `{"token": "", "expirationTimestamp": null}`, the
     // same in protobuf), which k8s-openapi's type, whose two fields are required,

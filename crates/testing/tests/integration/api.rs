@@ -979,6 +979,18 @@ async fn field_validation_and_http_edges() {
         .await
         .unwrap_err();
     assert_eq!(status_code(&e), 400);
+    // Upstream's `transformDecodeError`: the kind wanted, the parser's error, the body's
+    // start (in hex unless it opens an object).
+    let kube::Error::Api(status) = e else {
+        unreachable!()
+    };
+    assert!(
+        status.message.starts_with(
+            "the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: "
+        ) && status.message.ends_with(" ({nope)"),
+        "{}",
+        status.message
+    );
     let y = c
         .request::<ConfigMap>(req(
             "POST",

@@ -124,6 +124,29 @@ async fn reviews_answer_from_the_authorizers() {
                 .contains(&json!("/healthz")))
     );
 
+    // An admin's rules are cluster-admin's, each once: system:masters' own authorizer
+    // resolves none upstream.
+    let (code, v) = post(
+        &admin,
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        json!({"spec": {"namespace": "default"}}),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let everything = |key: &str| {
+        v["status"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["verbs"] == json!(["*"]))
+            .count()
+    };
+    assert_eq!(
+        (everything("resourceRules"), everything("nonResourceRules")),
+        (1, 1),
+        "{v}"
+    );
+
     // Who am I.
     let (code, v) = post(
         &alice,

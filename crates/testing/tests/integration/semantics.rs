@@ -86,6 +86,33 @@ async fn tables_and_partial_metadata() {
     assert_eq!(row["object"]["metadata"]["labels"]["a"], "b");
     assert!(row["object"].get("spec").is_none());
 
+    // meta.k8s.io/v1beta1, which clients older than v1 ask for: the same Table in that
+    // version, its rows' partial metadata too; and partial metadata lists.
+    const TABLE_V1BETA1: &str = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
+    let (h, t) = get("/api/v1/namespaces/default/pods".into(), TABLE_V1BETA1).await;
+    assert_eq!(header(&h, "content-type"), TABLE_V1BETA1);
+    assert_eq!(t["apiVersion"], "meta.k8s.io/v1beta1");
+    assert_eq!(column_names(&t), cols);
+    assert_eq!(t["rows"][0]["object"]["apiVersion"], "meta.k8s.io/v1beta1");
+    let (h, m) = get(
+        "/api/v1/namespaces/default/pods".into(),
+        "application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io",
+    )
+    .await;
+    assert_eq!(
+        header(&h, "content-type"),
+        "application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
+    );
+    assert_eq!(
+        (&m["kind"], &m["apiVersion"]),
+        (
+            &json!("PartialObjectMetadataList"),
+            &json!("meta.k8s.io/v1beta1")
+        )
+    );
+    assert_eq!(m["items"][0]["apiVersion"], "meta.k8s.io/v1beta1");
+    assert_eq!(m["items"][0]["metadata"]["name"], "p");
+
     // includeObject=None and =Object.
     let (_, t) = get(
         "/api/v1/namespaces/default/pods?includeObject=None".into(),
@@ -771,5 +798,35 @@ async fn query_parameters_decode_as_upstream() {
             .await
             .unwrap_or_else(|_| panic!("{bad}: no answer"));
         assert_eq!(code, 400, "{bad}: {body}");
+    }
+}
+
+/// A watch is answered in its stream serializer's media type, as upstream's
+/// `serveWatchHandler` sets it: plain JSON for a watch of Tables; YAML has no stream
+/// serializer, so a watch asking for it first is a 406, not a JSON stream.
+#[tokio::test]
+async fn watch_media_types_are_the_stream_serializers() {
+    let srv = TestApiServer::start().await.unwrap();
+    let path =
+        "/api/v1/namespaces?watch=true&timeoutSeconds=1&fieldSelector=metadata.name%3Ddefault";
+    let (code, headers, body) =
+        TestApiServer::raw(&srv.client, "GET", path, &[("Accept", TABLE)], vec![])
+            .await
+            .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(header(&headers, "content-type"), "application/json");
+    let body = String::from_utf8_lossy(&body);
+    let event: Value = serde_json::from_str(body.lines().next().unwrap_or("")).unwrap();
+    assert_eq!(
+        (&event["type"], &event["object"]["kind"]),
+        (&json!("ADDED"), &json!("Table")),
+        "{body}"
+    );
+    for accept in ["application/yaml", "application/yaml, application/json"] {
+        let (code, _, body) =
+            TestApiServer::raw(&srv.client, "GET", path, &[("Accept", accept)], vec![])
+                .await
+                .unwrap();
+        assert_eq!(code, 406, "{accept}: {}", String::from_utf8_lossy(&body));
     }
 }
