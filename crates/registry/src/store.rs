@@ -1262,6 +1262,22 @@ impl Store {
         let old = self
             .decode_served(&current.value, current.mod_revision)
             .await?;
+        // A replacing body's uid is a precondition (upstream's
+        // `DefaultUpdatedObjectInfo.Preconditions`), checked before anything else.
+        if let UpdateInput::Replace(body) = input {
+            let uid = meta::uid(body);
+            if !uid.is_empty() && uid != meta::uid(&old) {
+                return Err(ApiError::conflict(
+                    self.info.group,
+                    self.info.plural,
+                    name,
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&old)
+                    ),
+                ));
+            }
+        }
         let raw = match input {
             UpdateInput::Replace(v) => v.clone(),
             UpdateInput::Patch(ty, patch) => (self.patch)(self.info, *ty, &old, patch)?,
@@ -1323,17 +1339,8 @@ impl Store {
         let mut fin = match part {
             Part::Main => {
                 let mut fin = new;
-                // System metadata stays as stored.
                 let old_meta = meta::meta(&old).cloned().unwrap_or_default();
-                for f in [
-                    "uid",
-                    "creationTimestamp",
-                    "deletionTimestamp",
-                    "deletionGracePeriodSeconds",
-                    "generation",
-                ] {
-                    meta::set_meta(&mut fin, f, old_meta.get(f).cloned().unwrap_or(Value::Null));
-                }
+                keep_system_metadata(&mut fin, &old_meta);
                 if self.info.has_subresource("status") {
                     self.take_status_half(&mut fin, &old);
                 }
@@ -2244,6 +2251,31 @@ fn check_type(obj: &Value, want_api_version: &str, want_kind: &str) -> Result<()
         )));
     }
     Ok(())
+}
+
+/// What an update keeps of the stored object's system metadata, as upstream's
+/// `BeforeUpdate`: its generation and creation time always; its uid when the update
+/// names none; its deletion time and grace period once set (an update cannot take them
+/// off). Any other change of these (another uid, a deletion time on a live object) is
+/// left for the metadata validation to refuse as immutable.
+fn keep_system_metadata(new: &mut Value, old_meta: &serde_json::Map<String, Value>) {
+    let old = |f: &str| old_meta.get(f).filter(|v| !v.is_null()).cloned();
+    meta::set_meta(new, "generation", old("generation").unwrap_or(Value::Null));
+    if meta::uid(new).is_empty() {
+        meta::set_meta(new, "uid", old("uid").unwrap_or(Value::Null));
+    }
+    if let Some(created) = old("creationTimestamp") {
+        meta::set_meta(new, "creationTimestamp", created);
+    }
+    if let Some(deleted) = old("deletionTimestamp") {
+        meta::set_meta(new, "deletionTimestamp", deleted);
+    }
+    let grace_given = meta::meta(new)
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .is_some_and(|v| !v.is_null());
+    if let (Some(grace), false) = (old("deletionGracePeriodSeconds"), grace_given) {
+        meta::set_meta(new, "deletionGracePeriodSeconds", grace);
+    }
 }
 
 #[cfg(test)]

@@ -684,6 +684,85 @@ async fn delete_collection_answers_in_the_asked_encoding() {
     assert_eq!(left, ["c"]);
 }
 
+/// An update keeps the stored system metadata as upstream's `BeforeUpdate` keeps it:
+/// the creation time silently; a replacing body's uid is a precondition (409 when it
+/// names another object); a patch that changes the uid, or sets a deletion time on a
+/// live object, is refused as an immutable change (422), not silently undone.
+#[tokio::test]
+async fn updates_keep_system_metadata_as_upstream() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    let created = cms
+        .create(&PostParams::default(), &cm("m", json!({})))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let path = "/api/v1/namespaces/default/configmaps/m";
+    let send = |method: &'static str, content_type: &'static str, body: serde_json::Value| {
+        let client = srv.client.clone();
+        async move {
+            let (code, _, bytes) = TestApiServer::raw(
+                &client,
+                method,
+                path,
+                &[("content-type", content_type)],
+                serde_json::to_vec(&body).unwrap(),
+            )
+            .await
+            .unwrap();
+            (
+                code,
+                serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            )
+        }
+    };
+
+    let (code, v) = send(
+        "PUT",
+        "application/json",
+        json!({"metadata": {"name": "m", "uid": "another", "creationTimestamp": "2001-01-01T00:00:00Z"}}),
+    )
+    .await;
+    assert_eq!(code, 409, "{v}");
+    assert_eq!(
+        v["message"],
+        format!(
+            "Operation cannot be fulfilled on configmaps \"m\": Precondition failed: UID in precondition: another, UID in object meta: {uid}"
+        )
+    );
+    let (code, v) = send(
+        "PUT",
+        "application/json",
+        json!({"metadata": {"name": "m", "uid": uid, "creationTimestamp": "2001-01-01T00:00:00Z"}, "data": {"a": "b"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        v["metadata"]["creationTimestamp"],
+        json!(created.metadata.creation_timestamp)
+    );
+    assert_eq!(v["data"]["a"], "b");
+
+    for (patch, field) in [
+        (json!({"metadata": {"uid": "another"}}), "metadata.uid"),
+        (
+            json!({"metadata": {"deletionTimestamp": "2030-01-01T00:00:00Z"}}),
+            "metadata.deletionTimestamp",
+        ),
+    ] {
+        let (code, v) = send("PATCH", "application/merge-patch+json", patch).await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(v["details"]["causes"][0]["field"], field, "{v}");
+        assert_eq!(
+            v["details"]["causes"][0]["reason"], "FieldValueInvalid",
+            "{v}"
+        );
+    }
+    let kept = cms.get("m").await.unwrap();
+    assert_eq!(kept.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert!(kept.metadata.deletion_timestamp.is_none());
+}
+
 /// A JSON patch operation of an unknown kind, or without a field it needs, fails when
 /// its turn comes, as evanphx/json-patch fails it: a 422 whose one cause says why.
 #[tokio::test]
