@@ -818,6 +818,13 @@ impl Store {
             let name = format!("{g}{}", meta::random_suffix());
             meta::set_meta(&mut obj, "name", json!(name));
         }
+        // Upstream's storage refuses a create naming a version (a number other than 0:
+        // anything else is not read as one), after validation and admission; its
+        // dry run does not ask, nor does an apply's create (an update upstream).
+        let names_version = track
+            && meta::resource_version(&obj)
+                .parse::<u64>()
+                .is_ok_and(|v| v != 0);
         self.prepare_for_create(&mut obj);
         let name = meta::name(&obj).to_string();
         let mut errs = without_field_sets(&mut obj, |obj| self.strategy.validate_create(obj));
@@ -835,6 +842,12 @@ impl Store {
         }
         if let Some(ns) = ns.filter(|_| self.info.namespaced) {
             self.namespace_admits(ns, &name).await?;
+        }
+        if names_version && !opts.dry_run {
+            // Upstream answers this storage error as a 500; it is the request's fault.
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         let key = self.key(ns, &name);
         let services = self.services.as_ref().filter(|_| !opts.dry_run);

@@ -761,6 +761,31 @@ async fn updates_keep_system_metadata_as_upstream() {
     let kept = cms.get("m").await.unwrap();
     assert_eq!(kept.metadata.uid.as_deref(), Some(uid.as_str()));
     assert!(kept.metadata.deletion_timestamp.is_none());
+
+    // A create naming a version is refused (upstream's storage error), but for a dry
+    // run or a version that is not a number other than 0.
+    let collection = "/api/v1/namespaces/default/configmaps";
+    for (rv, query, code) in [("7", "", 400), ("7", "?dryRun=All", 201), ("0", "", 201)] {
+        let body =
+            json!({"metadata": {"name": format!("rv-{rv}{}", query.len()), "resourceVersion": rv}});
+        let (got, _, bytes) = TestApiServer::raw(
+            &srv.client,
+            "POST",
+            &format!("{collection}{query}"),
+            &[("content-type", "application/json")],
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(got, code, "rv {rv}{query}: {v}");
+        if code == 400 {
+            assert_eq!(
+                v["message"],
+                "resourceVersion should not be set on objects to be created"
+            );
+        }
+    }
 }
 
 /// A JSON patch operation of an unknown kind, or without a field it needs, fails when
