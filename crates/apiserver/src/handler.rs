@@ -1451,6 +1451,7 @@ async fn resource_request(
     // Upstream's default field manager, worked out for writes only: the User-Agent up
     // to its first '/'.
     let user_agent = req.headers().get(header::USER_AGENT).cloned();
+    let req_path = req.uri().path().to_string();
     let admitted = |o: WriteOptions| WriteOptions {
         admit: Some(admission.clone()),
         warnings: Some(warnings.clone()),
@@ -1624,6 +1625,14 @@ async fn resource_request(
                         .await?
                 }
                 Some(_) => return Err(method_not_supported(info, "update")),
+                None if store.strategy().hooks().create_on_update => {
+                    let creator = CreateOnUpdate {
+                        state,
+                        user: &attributes.user,
+                        path: req_path.as_str(),
+                    };
+                    creator.replace(&store, ns, name, obj, &opts).await?
+                }
                 None => {
                     store
                         .update(ns, name, UpdateInput::Replace(obj), Part::Main, &opts)
@@ -1831,6 +1840,91 @@ async fn resource_request(
             ))
         }
         (m, _, _) => Err(method_not_supported(info, &m.as_str().to_ascii_lowercase())),
+    }
+}
+
+/// A PUT of a kind upstream creates on update (`AllowCreateOnUpdate`): an update, or,
+/// when nothing of that name exists, a create (201) that the user must also be
+/// allowed, as upstream's update handler asks the authorizer for `create`.
+struct CreateOnUpdate<'a> {
+    state: &'a State,
+    user: &'a ferrokube_auth::UserInfo,
+    path: &'a str,
+}
+
+impl CreateOnUpdate<'_> {
+    async fn replace(
+        &self,
+        store: &ferrokube_registry::Store,
+        ns: Option<&str>,
+        name: &str,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<ferrokube_registry::store::Written, ApiError> {
+        // Once more after a create that lost the race to another create.
+        for _ in 0..2 {
+            let update = UpdateInput::Replace(obj.clone());
+            match store.update(ns, name, update, Part::Main, opts).await {
+                Err(e) if e.is_not_found() => {}
+                other => return other,
+            }
+            // A uid names the object replaced: a precondition nothing meets.
+            let uid = ferrokube_registry::meta::uid(&obj);
+            if !uid.is_empty() {
+                return Err(ApiError::conflict(
+                    store.info().group,
+                    store.info().plural,
+                    name,
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    ),
+                ));
+            }
+            self.authorize_create(store.info(), ns, name).await?;
+            let mut created = obj.clone();
+            ferrokube_registry::meta::set_meta(&mut created, "name", json!(name));
+            // The version an update names means nothing to a create here: upstream's
+            // storage writes it away.
+            ferrokube_registry::meta::set_meta(&mut created, "resourceVersion", Value::Null);
+            match store.create(ns, created, opts).await {
+                Err(e) if e.is_already_exists() => continue,
+                other => return other,
+            }
+        }
+        Err(ApiError::conflict(
+            store.info().group,
+            store.info().plural,
+            name,
+            "created and deleted again while being written; please retry",
+        ))
+    }
+
+    async fn authorize_create(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let attrs = ferrokube_auth::Attributes {
+            user: self.user.clone(),
+            verb: "create".into(),
+            namespace: ns.unwrap_or("").into(),
+            api_group: info.group.into(),
+            api_version: info.version.into(),
+            resource: info.plural.into(),
+            subresource: String::new(),
+            name: name.into(),
+            resource_request: true,
+            path: self.path.into(),
+        };
+        let verdict = self.state.authorizer.verdict(&attrs).await;
+        if verdict.decision.is_allowed() {
+            return Ok(());
+        }
+        Err(match verdict.error {
+            Some(error) => ApiError::internal(error),
+            None => crate::security::forbidden(&attrs, &verdict.decision),
+        })
     }
 }
 

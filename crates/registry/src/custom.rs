@@ -496,6 +496,7 @@ impl CustomResourceStrategy {
             hooks: Hooks {
                 tracks_generation: true,
                 fields: intern_field_paths(fields),
+                unconditional_update: false,
                 ..Hooks::PLAIN
             },
             conversion,

@@ -52,6 +52,8 @@ const POD: Hooks = Hooks {
     storage_codec: None,
     status_annotations: &[],
     gc_policy: GcPolicy::DeleteDependents,
+    create_on_update: false,
+    unconditional_update: true,
 };
 
 const NODE: Hooks = Hooks {
@@ -140,6 +142,7 @@ const EVENT: Hooks = Hooks {
         ("type", "type", ""),
     ],
     gc_policy: GcPolicy::Unsupported,
+    create_on_update: true,
     ..Hooks::PLAIN
 };
 
@@ -166,6 +169,7 @@ const EVENTS_V1: Hooks = Hooks {
         from_storage: event_from_storage,
     }),
     gc_policy: GcPolicy::Unsupported,
+    create_on_update: true,
     ..Hooks::PLAIN
 };
 
@@ -259,13 +263,10 @@ const JOB: Hooks = Hooks {
     initial_status: Some(|| json!({})),
     fields: &[("status.successful", "status.succeeded", "0")],
     prepare_create: Some(job_prepare_create),
-    prepare_update: None,
-    normalize: None,
-    storage_codec: None,
-    status_annotations: &[],
     // batch/v1's deletes orphan a job's pods unless they say otherwise, as they did
     // before the garbage collector.
     gc_policy: GcPolicy::OrphanDependents,
+    ..Hooks::PLAIN
 };
 
 const STATUS_ONLY: Hooks = Hooks {
@@ -277,6 +278,21 @@ const STATUS_ONLY: Hooks = Hooks {
 /// through the status subresource.
 const VOLUME_ATTACHMENT: Hooks = Hooks {
     initial_status: Some(|| json!({"attached": false})),
+    unconditional_update: false,
+    ..Hooks::PLAIN
+};
+
+/// Kinds upstream creates on a PUT of a missing object (`AllowCreateOnUpdate`), with
+/// nothing else of their own.
+const CREATED_ON_UPDATE: Hooks = Hooks {
+    create_on_update: true,
+    ..Hooks::PLAIN
+};
+
+/// Kinds upstream updates only at a named resourceVersion
+/// (`AllowUnconditionalUpdate` false), with nothing else of their own.
+const CONDITIONAL_UPDATE: Hooks = Hooks {
+    unconditional_update: false,
     ..Hooks::PLAIN
 };
 
@@ -286,6 +302,7 @@ const SERVICE: Hooks = Hooks {
         ("spec.clusterIP", "spec.clusterIP", ""),
         ("spec.type", "spec.type", ""),
     ],
+    create_on_update: true,
     ..Hooks::PLAIN
 };
 
@@ -314,6 +331,7 @@ const CSR: Hooks = Hooks {
 const API_SERVICE: Hooks = Hooks {
     initial_status: Some(|| json!({})),
     prepare_create: Some(api_service_prepare_create),
+    unconditional_update: false,
     ..Hooks::PLAIN
 };
 
@@ -365,31 +383,34 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             typed!(
                 admissionregistration::MutatingWebhookConfiguration,
-                Hooks::PLAIN
+                CONDITIONAL_UPDATE
             )
         }
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
             typed!(
                 admissionregistration::ValidatingWebhookConfiguration,
-                Hooks::PLAIN
+                CONDITIONAL_UPDATE
             )
         }
         ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
             typed!(
                 admissionregistration::ValidatingAdmissionPolicy,
-                GENERATION_STATUS
+                Hooks {
+                    unconditional_update: false,
+                    ..GENERATION_STATUS
+                }
             )
         }
         ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
             typed!(
                 admissionregistration::ValidatingAdmissionPolicyBinding,
-                Hooks::PLAIN
+                CONDITIONAL_UPDATE
             )
         }
         ("", "ConfigMap") => typed!(core::ConfigMap, Hooks::PLAIN),
-        ("", "Endpoints") => typed!(core::Endpoints, Hooks::PLAIN),
+        ("", "Endpoints") => typed!(core::Endpoints, CREATED_ON_UPDATE),
         ("", "Event") => typed!(core::Event, EVENT),
-        ("", "LimitRange") => typed!(core::LimitRange, Hooks::PLAIN),
+        ("", "LimitRange") => typed!(core::LimitRange, CREATED_ON_UPDATE),
         ("", "Namespace") => typed!(core::Namespace, NAMESPACE),
         ("", "Node") => typed!(core::Node, NODE),
         ("", "PersistentVolumeClaim") => typed!(core::PersistentVolumeClaim, PVC),
@@ -419,7 +440,14 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             typed!(certificates::CertificateSigningRequest, CSR)
         }
-        ("coordination.k8s.io", "Lease") => typed!(coordination::Lease, Hooks::PLAIN),
+        ("coordination.k8s.io", "Lease") => typed!(
+            coordination::Lease,
+            Hooks {
+                create_on_update: true,
+                unconditional_update: false,
+                ..Hooks::PLAIN
+            }
+        ),
         ("discovery.k8s.io", "EndpointSlice") => typed!(discovery::EndpointSlice, Hooks::PLAIN),
         ("events.k8s.io", "Event") => typed!(events::Event, EVENTS_V1),
         // Upstream's flowcontrol strategies: created with an empty status and
@@ -441,20 +469,43 @@ pub fn strategy_for(info: &'static ResourceInfo) -> Option<Arc<dyn Strategy>> {
         // controller writes conditions) through the status subresource, which keeps
         // the spec.
         ("networking.k8s.io", "ServiceCIDR") => typed!(networking::ServiceCIDR, STATUS_ONLY),
-        ("node.k8s.io", "RuntimeClass") => typed!(node::RuntimeClass, Hooks::PLAIN),
-        ("policy", "PodDisruptionBudget") => typed!(policy::PodDisruptionBudget, WORKLOAD),
+        ("node.k8s.io", "RuntimeClass") => typed!(
+            node::RuntimeClass,
+            Hooks {
+                create_on_update: true,
+                unconditional_update: false,
+                ..Hooks::PLAIN
+            }
+        ),
+        ("policy", "PodDisruptionBudget") => typed!(
+            policy::PodDisruptionBudget,
+            Hooks {
+                unconditional_update: false,
+                ..WORKLOAD
+            }
+        ),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
-            typed!(rbac::ClusterRoleBinding, Hooks::PLAIN)
+            typed!(rbac::ClusterRoleBinding, CREATED_ON_UPDATE)
         }
-        ("rbac.authorization.k8s.io", "ClusterRole") => typed!(rbac::ClusterRole, Hooks::PLAIN),
-        ("rbac.authorization.k8s.io", "RoleBinding") => typed!(rbac::RoleBinding, Hooks::PLAIN),
-        ("rbac.authorization.k8s.io", "Role") => typed!(rbac::Role, Hooks::PLAIN),
+        ("rbac.authorization.k8s.io", "ClusterRole") => {
+            typed!(rbac::ClusterRole, CREATED_ON_UPDATE)
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding") => {
+            typed!(rbac::RoleBinding, CREATED_ON_UPDATE)
+        }
+        ("rbac.authorization.k8s.io", "Role") => typed!(rbac::Role, CREATED_ON_UPDATE),
         ("scheduling.k8s.io", "PriorityClass") => typed!(scheduling::PriorityClass, Hooks::PLAIN),
         ("storage.k8s.io", "StorageClass") => typed!(storage::StorageClass, Hooks::PLAIN),
-        ("storage.k8s.io", "CSIDriver") => typed!(storage::CSIDriver, GENERATION),
-        ("storage.k8s.io", "CSINode") => typed!(storage::CSINode, Hooks::PLAIN),
+        ("storage.k8s.io", "CSIDriver") => typed!(
+            storage::CSIDriver,
+            Hooks {
+                unconditional_update: false,
+                ..GENERATION
+            }
+        ),
+        ("storage.k8s.io", "CSINode") => typed!(storage::CSINode, CONDITIONAL_UPDATE),
         ("storage.k8s.io", "CSIStorageCapacity") => {
-            typed!(storage::CSIStorageCapacity, Hooks::PLAIN)
+            typed!(storage::CSIStorageCapacity, CONDITIONAL_UPDATE)
         }
         ("storage.k8s.io", "VolumeAttachment") => {
             typed!(storage::VolumeAttachment, VOLUME_ATTACHMENT)
@@ -694,6 +745,7 @@ const DEFINITION: Hooks = Hooks {
     initial_status: Some(|| json!({})),
     prepare_create: Some(crate::custom::definition_prepare_create),
     prepare_update: Some(crate::custom::definition_prepare_update),
+    unconditional_update: false,
     ..Hooks::PLAIN
 };
 

@@ -1341,6 +1341,20 @@ impl Store {
             meta::set_meta(&mut new, "namespace", json!(old_ns));
         }
         let rv = meta::resource_version(&new);
+        if rv.is_empty() && !self.strategy.hooks().unconditional_update {
+            // Upstream's store names the resource (its plural) where a kind would be,
+            // and prints the missing version as Go's `%#v` of a uint64 0.
+            return Err(ApiError::invalid(
+                self.info.group,
+                self.info.plural,
+                name,
+                vec![FieldError::invalid_printed(
+                    &FieldPath::new("metadata").child("resourceVersion"),
+                    "0x0",
+                    "must be specified for an update",
+                )],
+            ));
+        }
         if !rv.is_empty() && rv != current.mod_revision.to_string() {
             return Err(ApiError::conflict(
                 self.info.group,

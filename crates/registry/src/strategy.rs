@@ -93,6 +93,11 @@ pub struct Hooks {
     pub status_annotations: &'static [&'static str],
     /// What a delete that names no propagation does with the object's dependents.
     pub gc_policy: GcPolicy,
+    /// Upstream's `AllowCreateOnUpdate`: a PUT of a missing object creates it.
+    pub create_on_update: bool,
+    /// Upstream's `AllowUnconditionalUpdate`: an update naming no resourceVersion
+    /// replaces whatever is stored; without it, such an update is refused (422).
+    pub unconditional_update: bool,
 }
 
 /// Upstream's `GarbageCollectionPolicy` of a resource (its strategy's
@@ -147,6 +152,8 @@ impl Hooks {
         storage_codec: None,
         status_annotations: &[],
         gc_policy: GcPolicy::DeleteDependents,
+        create_on_update: false,
+        unconditional_update: true,
     };
 }
 

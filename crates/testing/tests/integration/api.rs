@@ -788,6 +788,76 @@ async fn updates_keep_system_metadata_as_upstream() {
     }
 }
 
+/// A PUT of a missing object creates it (201) for the kinds upstream allows it
+/// (`AllowCreateOnUpdate`: Endpoints, Leases, RBAC roles, ...), whatever version the
+/// body names, but not when it names a uid; other kinds answer 404. Kinds that are
+/// not updated unconditionally (Leases, custom resources, ...) refuse an update of an
+/// existing object that names no resourceVersion (422).
+#[tokio::test]
+async fn puts_create_where_upstream_creates_and_name_versions_where_it_must() {
+    let srv = TestApiServer::start().await.unwrap();
+    let put = |path: &'static str, body: serde_json::Value| {
+        let client = srv.client.clone();
+        async move {
+            let (code, _, v) = TestApiServer::send_json(&client, "PUT", path, &body)
+                .await
+                .unwrap();
+            (code, v)
+        }
+    };
+    let endpoints = "/api/v1/namespaces/default/endpoints/made";
+    let body = json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "made", "resourceVersion": "12345", "labels": {"a": "b"}}});
+    let (code, v) = put(endpoints, body).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["metadata"]["labels"]["a"], "b");
+    let created_version = v["metadata"]["resourceVersion"].clone();
+    assert_ne!(created_version, json!("12345"));
+    let (code, v) = put(
+        endpoints,
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "made"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = put(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/stale",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "stale", "uid": "0d6f5c7e-0000-4000-8000-000000000000"}}),
+    )
+    .await;
+    assert_eq!(code, 409, "{v}");
+    let (code, v) = put(
+        "/api/v1/namespaces/default/configmaps/missing",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "missing"}}),
+    )
+    .await;
+    assert_eq!(code, 404, "{v}");
+
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/default/leases/held";
+    let body = |rv: Option<&serde_json::Value>| {
+        let mut b = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "held"}, "spec": {"holderIdentity": "me"}});
+        if let Some(rv) = rv {
+            b["metadata"]["resourceVersion"] = rv.clone();
+        }
+        b
+    };
+    let (code, v) = put(lease, body(None)).await;
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = put(lease, body(None)).await;
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(
+        v["message"],
+        "leases.coordination.k8s.io \"held\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    let (_, _, current) = TestApiServer::raw(&srv.client, "GET", lease, &[], vec![])
+        .await
+        .unwrap();
+    let current: serde_json::Value = serde_json::from_slice(&current).unwrap();
+    let (code, v) = put(lease, body(Some(&current["metadata"]["resourceVersion"]))).await;
+    assert_eq!(code, 200, "{v}");
+}
+
 /// A JSON patch operation of an unknown kind, or without a field it needs, fails when
 /// its turn comes, as evanphx/json-patch fails it: a 422 whose one cause says why.
 #[tokio::test]

@@ -418,3 +418,60 @@ async fn node_authorizer_and_node_restriction() {
     assert_eq!(code(pods_b.create(&PostParams::default(), &own).await), 403);
     server.stop().await;
 }
+
+/// A PUT that creates (a kind upstream creates on update) needs `create` as well as
+/// `update`, as upstream's update handler asks the authorizer for both.
+#[tokio::test]
+async fn a_put_that_creates_needs_create_permission() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "update-endpoints", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get", "update"]}]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    bind(
+        &admin,
+        "default",
+        "updater",
+        "Role",
+        "update-endpoints",
+        "updater",
+    )
+    .await;
+    let updater = server.client_as("updater", &[]).await.unwrap();
+    let put = |client: kube::Client, name: &'static str| async move {
+        let body = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name}});
+        let (code, _, _) = TestApiServer::send_json(
+            &client,
+            "PUT",
+            &format!("/api/v1/namespaces/default/endpoints/{name}"),
+            &body,
+        )
+        .await
+        .unwrap();
+        code
+    };
+    // The role reaches the authorizer through the watch cache.
+    let (code, _, _) = TestApiServer::send_json(
+        &admin,
+        "PUT",
+        "/api/v1/namespaces/default/endpoints/existing",
+        &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "existing"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    eventually("the role to allow updates", || {
+        let updater = updater.clone();
+        async move { put(updater, "existing").await == 200 }
+    })
+    .await;
+    assert_eq!(put(updater.clone(), "missing").await, 403);
+    assert_eq!(put(admin.clone(), "missing").await, 201);
+    assert_eq!(put(updater, "missing").await, 200);
+}
