@@ -1574,6 +1574,18 @@ async fn resource_request(
             let mut opts = admitted(write_options(q, WriteKind::Update)?);
             let (body, ct) = read_body(state, req).await?;
             let (obj, duplicates) = decode_body_noting_duplicates(&body, &ct, info.kind)?;
+            // Upstream's update handler: the body names the URL's object, or the PUT is
+            // refused, a body without a name too (a Scale is checked as a Scale).
+            let body_namespace = ferrokube_registry::meta::namespace(&obj);
+            if info.namespaced && !body_namespace.is_empty() && Some(body_namespace) != ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            let body_name = ferrokube_registry::meta::name(&obj);
+            if sub != Some("scale") && body_name != name {
+                return Err(ferrokube_registry::store::name_mismatch(body_name, name));
+            }
             opts.duplicate_fields = duplicates;
             opts.json_body = is_json(&ct).then(|| body.clone());
             let w = match sub {

@@ -376,7 +376,8 @@ impl std::fmt::Debug for Store {
 }
 
 /// A body naming another object than the URL does.
-fn name_mismatch(body_name: &str, url_name: &str) -> ApiError {
+/// Upstream's `checkName` answer to a body naming another object than its URL.
+pub fn name_mismatch(body_name: &str, url_name: &str) -> ApiError {
     ApiError::bad_request(format!(
         "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
     ))

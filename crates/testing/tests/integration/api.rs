@@ -717,6 +717,25 @@ async fn updates_keep_system_metadata_as_upstream() {
         }
     };
 
+    // The body must name the URL's object (upstream's `checkName`), after its
+    // namespace.
+    for (metadata, message) in [
+        (
+            json!({}),
+            "the name of the object () does not match the name on the URL (m)",
+        ),
+        (
+            json!({"name": "n"}),
+            "the name of the object (n) does not match the name on the URL (m)",
+        ),
+        (
+            json!({"name": "n", "namespace": "kube-system"}),
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ),
+    ] {
+        let (code, v) = send("PUT", "application/json", json!({"metadata": metadata})).await;
+        assert_eq!((code, v["message"].as_str()), (400, Some(message)), "{v}");
+    }
     let (code, v) = send(
         "PUT",
         "application/json",
