@@ -1883,13 +1883,11 @@ impl CreateOnUpdate<'_> {
             // A uid names the object replaced: a precondition nothing meets.
             let uid = ferrokube_registry::meta::uid(&obj);
             if !uid.is_empty() {
-                return Err(ApiError::conflict(
-                    store.info().group,
-                    store.info().plural,
+                return Err(ferrokube_registry::store::uid_precondition_failed(
+                    store.info(),
                     name,
-                    format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                    ),
+                    uid,
+                    "",
                 ));
             }
             self.authorize_create(store.info(), ns, name).await?;

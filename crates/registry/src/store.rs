@@ -375,7 +375,22 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// A body naming another object than the URL does.
+/// Upstream's 409 for a write whose uid precondition names another object than the
+/// stored one (`stored` empty: none is stored).
+pub fn uid_precondition_failed(
+    info: &ResourceInfo,
+    name: &str,
+    wanted: &str,
+    stored: &str,
+) -> ApiError {
+    ApiError::conflict(
+        info.group,
+        info.plural,
+        name,
+        format!("Precondition failed: UID in precondition: {wanted}, UID in object meta: {stored}"),
+    )
+}
+
 /// Upstream's `checkName` answer to a body naming another object than its URL.
 pub fn name_mismatch(body_name: &str, url_name: &str) -> ApiError {
     ApiError::bad_request(format!(
@@ -1281,14 +1296,11 @@ impl Store {
         if let UpdateInput::Replace(body) = input {
             let uid = meta::uid(body);
             if !uid.is_empty() && uid != meta::uid(&old) {
-                return Err(ApiError::conflict(
-                    self.info.group,
-                    self.info.plural,
+                return Err(uid_precondition_failed(
+                    self.info,
                     name,
-                    format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta::uid(&old)
-                    ),
+                    uid,
+                    meta::uid(&old),
                 ));
             }
         }
@@ -1820,14 +1832,11 @@ impl Store {
             if let Some(uid) = &opts.precondition_uid
                 && uid != meta::uid(&obj)
             {
-                return Err(ApiError::conflict(
-                    self.info.group,
-                    self.info.plural,
+                return Err(uid_precondition_failed(
+                    self.info,
                     name,
-                    format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta::uid(&obj)
-                    ),
+                    uid,
+                    meta::uid(&obj),
                 ));
             }
             if let Some(rv) = &opts.precondition_resource_version
