@@ -1578,9 +1578,7 @@ async fn resource_request(
             // refused, a body without a name too (a Scale is checked as a Scale).
             let body_namespace = ferrokube_registry::meta::namespace(&obj);
             if info.namespaced && !body_namespace.is_empty() && Some(body_namespace) != ns {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
+                return Err(ferrokube_registry::store::namespace_mismatch());
             }
             let body_name = ferrokube_registry::meta::name(&obj);
             if sub != Some("scale") && body_name != name {
@@ -1922,10 +1920,10 @@ impl CreateOnUpdate<'_> {
             api_group: info.group.into(),
             api_version: info.version.into(),
             resource: info.plural.into(),
-            subresource: String::new(),
             name: name.into(),
             resource_request: true,
             path: self.path.into(),
+            ..ferrokube_auth::Attributes::default()
         };
         let verdict = self.state.authorizer.verdict(&attrs).await;
         if verdict.decision.is_allowed() {

@@ -391,6 +391,14 @@ pub fn uid_precondition_failed(
     )
 }
 
+/// Upstream's answer to a body naming another namespace than its URL
+/// (`EnsureObjectNamespaceMatchesRequestNamespace`).
+pub fn namespace_mismatch() -> ApiError {
+    ApiError::bad_request(
+        "the namespace of the provided object does not match the namespace sent on the request",
+    )
+}
+
 /// Upstream's `checkName` answer to a body naming another object than its URL.
 pub fn name_mismatch(body_name: &str, url_name: &str) -> ApiError {
     ApiError::bad_request(format!(
@@ -701,9 +709,7 @@ impl Store {
         };
         let body_ns = meta::namespace(obj);
         if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
+            return Err(namespace_mismatch());
         }
         meta::set_meta(obj, "namespace", json!(ns));
         Ok(())
@@ -1347,9 +1353,7 @@ impl Store {
             let old_ns = meta::namespace(&old).to_string();
             let new_ns = meta::namespace(&new);
             if !new_ns.is_empty() && new_ns != old_ns {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
+                return Err(namespace_mismatch());
             }
             meta::set_meta(&mut new, "namespace", json!(old_ns));
         }
