@@ -162,7 +162,7 @@ pub(crate) async fn serve(
             let obj = output::object(target, info.into(), &status, jiff::Timestamp::now());
             let (t, body) = output::encode(target, &obj);
             (
-                output::object_content_type(t),
+                output::content_type(t),
                 http_body_util::Full::new(body).boxed_unsync(),
             )
         }

@@ -1327,7 +1327,7 @@ fn encoded(t: Target, printed: Printed<'_>, code: StatusCode, obj: &Value) -> Re
 /// `v`, already in the form `t` asks for, encoded for it.
 fn respond_encoded(t: Target, code: StatusCode, v: &Value) -> Response<Body> {
     let (t, body) = output::encode(t, v);
-    respond(code, output::object_content_type(t), body)
+    respond(code, output::content_type(t), body)
 }
 
 /// An answer that is no stored object (the `Status` of a delete, a binding or an
@@ -1409,9 +1409,10 @@ async fn resource_request(
         return Err(e);
     }
     let target = match output::negotiate(accept, custom.is_none())? {
-        Target::Table(_, version) => Target::Table(
+        Target::Table(_, version, wire) => Target::Table(
             output::IncludeObject::parse(q.get("includeObject").map(String::as_str))?,
             version,
+            wire,
         ),
         t => t,
     };
@@ -2208,7 +2209,7 @@ async fn watch(
 ) -> Result<Response<Body>, ApiError> {
     // YAML has no stream serializer: upstream's `NegotiateOutputMediaTypeStream`
     // refuses it rather than fall back to a later range.
-    if target == Target::Yaml {
+    if output::wire(target) == output::Wire::Yaml {
         return Err(output::not_acceptable());
     }
     let info = store.info();

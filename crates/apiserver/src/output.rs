@@ -27,7 +27,8 @@ pub enum Target {
     Yaml,
     /// Kubernetes protobuf: built-in kinds only (a custom resource has no message).
     Protobuf,
-    Table(IncludeObject, MetaVersion),
+    /// A Table, in JSON or YAML (upstream has no protobuf Table).
+    Table(IncludeObject, MetaVersion, Wire),
     PartialMetadata(Wire, MetaVersion),
 }
 
@@ -58,13 +59,38 @@ impl MetaVersion {
     }
 }
 
-/// The encoding of a `PartialObjectMetadata(List)` answer: `meta.k8s.io/v1` has
-/// protobuf messages for both, so they are served in protobuf for any resource, custom
-/// ones included (client-go's metadata informers ask for them so).
+/// The encoding an answer is written in. A transformed answer (a Table, partial
+/// metadata) takes any encoding its `meta.k8s.io` type has, whatever the resource:
+/// `meta.k8s.io/v1` partial metadata has protobuf messages, so custom resources'
+/// partial metadata is served in protobuf too (client-go's metadata informers ask for
+/// it so).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
     Json,
+    Yaml,
     Protobuf,
+}
+
+impl Wire {
+    /// The encoding a media range names, if one this server writes.
+    fn of(m: &MediaType) -> Option<Wire> {
+        match m.essence.as_str() {
+            "application/json" | "*/*" | "application/*" => Some(Wire::Json),
+            "application/yaml" => Some(Wire::Yaml),
+            ferrokube_protobuf::MEDIA_TYPE => Some(Wire::Protobuf),
+            _ => None,
+        }
+    }
+
+    /// Its media type, which is also a transformed answer's `Content-Type`: upstream
+    /// writes the serializer's media type, without the `as`, `g` and `v` asked for.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Wire::Json => "application/json",
+            Wire::Yaml => "application/yaml",
+            Wire::Protobuf => ferrokube_protobuf::MEDIA_TYPE,
+        }
+    }
 }
 
 /// `includeObject` of a Table request: what each row's `object` holds.
@@ -135,33 +161,28 @@ pub fn negotiate(accept: Option<&str>, protobuf: bool) -> Result<Target, ApiErro
         return Ok(Target::Json);
     };
     for m in parse_accept(accept) {
-        let json_like = matches!(
-            m.essence.as_str(),
-            "application/json" | "*/*" | "application/*"
-        );
-        let is_protobuf = m.essence == ferrokube_protobuf::MEDIA_TYPE;
-        let meta = MetaVersion::of(&m);
-        match (m.param("as"), meta) {
-            (Some("Table"), Some(version)) if json_like => {
-                return Ok(Target::Table(IncludeObject::Metadata, version));
+        let wire = Wire::of(&m);
+        // Upstream's `AllowsMediaTypeTransform`: Tables in JSON and YAML, partial
+        // metadata in every encoding (`v1beta1`'s protobuf list message, whose field
+        // numbers differ from `v1`'s, is not offered here).
+        match (m.param("as"), MetaVersion::of(&m), wire) {
+            (Some("Table"), Some(version), Some(w @ (Wire::Json | Wire::Yaml))) => {
+                return Ok(Target::Table(IncludeObject::Metadata, version, w));
             }
-            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some(version)) => {
-                if json_like {
-                    return Ok(Target::PartialMetadata(Wire::Json, version));
-                }
-                // `v1beta1` partial metadata is served in JSON only.
-                if is_protobuf && version == MetaVersion::V1 {
-                    return Ok(Target::PartialMetadata(Wire::Protobuf, version));
-                }
-                continue;
+            (
+                Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
+                Some(version),
+                Some(w),
+            ) if !(w == Wire::Protobuf && version == MetaVersion::V1beta1) => {
+                return Ok(Target::PartialMetadata(w, version));
             }
-            (Some(_), _) => continue,
-            (None, _) => {}
+            (Some(_), _, _) => continue,
+            (None, _, _) => {}
         }
-        match m.essence.as_str() {
-            "application/json" | "*/*" | "application/*" => return Ok(Target::Json),
-            "application/yaml" => return Ok(Target::Yaml),
-            _ if is_protobuf && protobuf => return Ok(Target::Protobuf),
+        match wire {
+            Some(Wire::Json) => return Ok(Target::Json),
+            Some(Wire::Yaml) => return Ok(Target::Yaml),
+            Some(Wire::Protobuf) if protobuf => return Ok(Target::Protobuf),
             _ => {}
         }
     }
@@ -190,11 +211,10 @@ pub fn error_form(accept: Option<&str>) -> Target {
     parse_accept(accept)
         .iter()
         .filter(|m| m.param("as").is_none())
-        .find_map(|m| match m.essence.as_str() {
-            "application/json" | "*/*" | "application/*" => Some(Target::Json),
-            "application/yaml" => Some(Target::Yaml),
-            ferrokube_protobuf::MEDIA_TYPE => Some(Target::Protobuf),
-            _ => None,
+        .find_map(|m| match Wire::of(m)? {
+            Wire::Json => Some(Target::Json),
+            Wire::Yaml => Some(Target::Yaml),
+            Wire::Protobuf => Some(Target::Protobuf),
         })
         .unwrap_or(Target::Json)
 }
@@ -205,57 +225,24 @@ pub fn media_essence(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or("").trim()
 }
 
-/// The media type of a list (or of a single object but for partial metadata, see
-/// [`object_content_type`]) answered in `t`.
-pub fn content_type(t: Target) -> &'static str {
+/// The encoding of an answer in `t`.
+pub fn wire(t: Target) -> Wire {
     match t {
-        Target::Yaml => "application/yaml",
-        Target::Protobuf => ferrokube_protobuf::MEDIA_TYPE,
-        Target::Table(_, MetaVersion::V1) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        Target::Table(_, MetaVersion::V1beta1) => {
-            "application/json;as=Table;v=v1beta1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Json, MetaVersion::V1) => {
-            "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Json, MetaVersion::V1beta1) => {
-            "application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1) => {
-            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1beta1) => {
-            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
-        }
-        Target::Json => "application/json",
+        Target::Json => Wire::Json,
+        Target::Yaml => Wire::Yaml,
+        Target::Protobuf => Wire::Protobuf,
+        Target::Table(_, _, w) | Target::PartialMetadata(w, _) => w,
     }
 }
 
-/// The media type of one object answered in `t`.
-pub fn object_content_type(t: Target) -> &'static str {
-    match t {
-        Target::PartialMetadata(Wire::Json, MetaVersion::V1) => {
-            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Json, MetaVersion::V1beta1) => {
-            "application/json;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1) => {
-            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
-        }
-        Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1beta1) => {
-            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
-        }
-        t => content_type(t),
-    }
+/// The media type of an answer in `t`.
+pub fn content_type(t: Target) -> &'static str {
+    wire(t).media_type()
 }
 
 /// Whether `t` is answered in protobuf.
 pub fn is_protobuf(t: Target) -> bool {
-    matches!(
-        t,
-        Target::Protobuf | Target::PartialMetadata(Wire::Protobuf, _)
-    )
+    wire(t) == Wire::Protobuf
 }
 
 /// `v` (an object already in the form `t` asks for, see [`object`]) encoded for `t`,
@@ -263,12 +250,12 @@ pub fn is_protobuf(t: Target) -> bool {
 /// expected of a served built-in kind) goes out as JSON rather than not at all, and
 /// the client reads the answer by its `Content-Type`.
 pub fn encode(t: Target, v: &Value) -> (Target, Bytes) {
-    match t {
-        Target::Yaml => (
+    match wire(t) {
+        Wire::Yaml => (
             t,
             Bytes::from(serde_yaml_ng::to_string(v).unwrap_or_default()),
         ),
-        t if is_protobuf(t) => match ferrokube_protobuf::encode_object(v) {
+        Wire::Protobuf => match ferrokube_protobuf::encode_object(v) {
             Ok(bytes) => (t, Bytes::from(bytes)),
             Err(e) => {
                 tracing::warn!(error = %e, kind = ?v.get("kind"), "answering in JSON: no protobuf form");
@@ -281,7 +268,7 @@ pub fn encode(t: Target, v: &Value) -> (Target, Bytes) {
                 (json, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
             }
         },
-        _ => (t, Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
+        Wire::Json => (t, Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
     }
 }
 
@@ -329,7 +316,7 @@ pub fn object<'a>(
     now: jiff::Timestamp,
 ) -> Cow<'a, Value> {
     match t {
-        Target::Table(inc, version) => {
+        Target::Table(inc, version, _) => {
             let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or("")});
@@ -356,7 +343,7 @@ pub fn list(
 ) -> (Target, ListBody) {
     let info = printed.info;
     match t {
-        Target::Table(inc, version) => {
+        Target::Table(inc, version, _) => {
             let values: Vec<Arc<Value>> = items.iter().map(|o| o.value().clone()).collect();
             let table = table(printed, &values, list_meta, now, (inc, version));
             (t, ListBody::whole(encode(t, &table).1))
@@ -605,7 +592,7 @@ mod tests {
         assert_eq!(built_in(None).unwrap(), Target::Json);
         assert_eq!(
             built_in(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")).unwrap(),
-            Target::Table(IncludeObject::Metadata, MetaVersion::V1)
+            Target::Table(IncludeObject::Metadata, MetaVersion::V1, Wire::Json)
         );
         // What client-go asks for with protobuf (kubectl's typed clients).
         assert_eq!(
@@ -622,11 +609,24 @@ mod tests {
         let v1beta1 = built_in(Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io")).unwrap();
         assert_eq!(
             v1beta1,
-            Target::Table(IncludeObject::Metadata, MetaVersion::V1beta1)
+            Target::Table(IncludeObject::Metadata, MetaVersion::V1beta1, Wire::Json)
         );
+        // A transformed answer's media type is its encoding's, as upstream writes it.
+        assert_eq!(content_type(v1beta1), "application/json");
+        // Tables and partial metadata in YAML too (upstream's
+        // `AllowsMediaTypeTransform`).
+        let yaml_table = built_in(Some("application/yaml;as=Table;v=v1;g=meta.k8s.io")).unwrap();
         assert_eq!(
-            content_type(v1beta1),
-            "application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+            yaml_table,
+            Target::Table(IncludeObject::Metadata, MetaVersion::V1, Wire::Yaml)
+        );
+        assert_eq!(content_type(yaml_table), "application/yaml");
+        assert_eq!(
+            built_in(Some(
+                "application/yaml;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
+            ))
+            .unwrap(),
+            Target::PartialMetadata(Wire::Yaml, MetaVersion::V1beta1)
         );
         assert_eq!(
             built_in(Some("application/json;as=Table;v=v2;g=meta.k8s.io"))
@@ -699,10 +699,8 @@ mod tests {
             Target::PartialMetadata(Wire::Protobuf, MetaVersion::V1),
             &widget,
         );
-        assert_eq!(
-            object_content_type(t),
-            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
-        );
+        assert_eq!(t, Target::PartialMetadata(Wire::Json, MetaVersion::V1));
+        assert_eq!(content_type(t), "application/json");
     }
 
     #[test]

@@ -766,7 +766,6 @@ impl Store {
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
             "selfLink",
-            "generation",
             "creationTimestamp",
         ] {
             m.remove(f);
@@ -778,6 +777,8 @@ impl Store {
         meta::omit_empty_metadata(obj);
         meta::set_meta(obj, "uid", json!(meta::new_uid()));
         meta::set_meta(obj, "creationTimestamp", json!(now));
+        // Upstream's strategies set the generation of the kinds that track it; the
+        // others keep what the client gave (validated as non-negative).
         if hooks.tracks_generation {
             meta::set_meta(obj, "generation", json!(1));
         }

@@ -805,6 +805,36 @@ async fn updates_keep_system_metadata_as_upstream() {
             );
         }
     }
+
+    // A kind that does not track generation keeps the client's (upstream's
+    // strategies leave it alone); one that does starts at 1; a negative one is invalid.
+    let deployment_spec = json!({"selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}});
+    for (path, spec, want) in [
+        (collection, None, 7),
+        (
+            "/apis/apps/v1/namespaces/default/deployments",
+            Some(deployment_spec),
+            1,
+        ),
+    ] {
+        let mut body = json!({"metadata": {"name": "gen", "generation": 7}});
+        if let Some(spec) = spec {
+            body["spec"] = spec;
+        }
+        let (code, _, v) = TestApiServer::send_json(&srv.client, "POST", path, &body)
+            .await
+            .unwrap();
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["metadata"]["generation"], want, "{path}");
+    }
+    let body = json!({"metadata": {"name": "neg", "generation": -1}});
+    let (code, _, v) = TestApiServer::send_json(&srv.client, "POST", collection, &body)
+        .await
+        .unwrap();
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(v["details"]["causes"][0]["field"], "metadata.generation");
 }
 
 /// A PUT of a missing object creates it (201) for the kinds upstream allows it
