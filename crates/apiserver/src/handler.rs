@@ -1301,6 +1301,7 @@ fn list_params(q: &HashMap<String, String>) -> Result<ListParams, ApiError> {
         continue_token: q.get("continue").cloned(),
         resource_version: q.get("resourceVersion").cloned(),
         resource_version_match: q.get("resourceVersionMatch").cloned(),
+        send_initial_events: q.get("sendInitialEvents").map(|v| query_bool(v)),
     })
 }
 

@@ -11,6 +11,7 @@ use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath};
 use ferrokube_apimachinery::fields::FieldSelector;
 use ferrokube_apimachinery::labels::Selector;
 use ferrokube_apimachinery::managedfields::{self, Schema, Scope, Writer};
+use ferrokube_apimachinery::resource_version;
 use ferrokube_storage::{
     KeyValue, ListOptions, Preconditions, Revision, RevisionMatch, Storage, StorageError,
 };
@@ -174,7 +175,13 @@ pub struct ListParams {
     pub continue_token: Option<String>,
     pub resource_version: Option<String>,
     pub resource_version_match: Option<String>,
+    /// `sendInitialEvents`, which a list refuses (422).
+    pub send_initial_events: Option<bool>,
 }
+
+/// Whether watches take `sendInitialEvents` (upstream's WatchList gate, off by default
+/// in 1.33): always here, as the streaming list is served.
+const WATCH_LIST: bool = true;
 
 /// Options of watch.
 #[derive(Clone, Debug, Default)]
@@ -454,10 +461,7 @@ fn generation_part(obj: &Value, status_apart: bool) -> Value {
 }
 
 fn parse_rv(s: &str) -> Result<Revision, ApiError> {
-    s.parse::<Revision>()
-        .ok()
-        .filter(|r| *r >= 0)
-        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {s:?}")))
+    resource_version::parse_resource_version_for_read(s)
 }
 
 /// A request's `labelSelector` and `fieldSelector` (absent or empty: `None`), each a 400
@@ -950,6 +954,20 @@ impl Store {
         self.get(ns, name).await
     }
 
+    /// The revision a watch naming none starts from: the store's current one when the
+    /// cache is fed every revision (SQLite; etcd with progress notifications), else the
+    /// cache's own, since it cannot be waited on to reach another resource's revision.
+    async fn latest_revision(&self) -> Result<Revision, ApiError> {
+        if self.storage.watch_sees_every_revision() {
+            self.storage
+                .current_revision()
+                .await
+                .map_err(|e| self.err("", e))
+        } else {
+            Ok(self.cache.revision())
+        }
+    }
+
     /// Waits until the cache has reached the revision `rv` names (`""` and `"0"` name
     /// none), as upstream's `waitUntilFreshAndBlock`; a malformed `rv` is a 400.
     async fn wait_until_fresh(&self, rv: &str) -> Result<(), ApiError> {
@@ -1017,26 +1035,14 @@ impl Store {
         let rv = p.resource_version.as_deref().unwrap_or("");
         let rv_match = p.resource_version_match.as_deref().unwrap_or("");
         let cont = p.continue_token.as_deref().filter(|c| !c.is_empty());
-        if !matches!(rv_match, "" | "Exact" | "NotOlderThan") {
-            return Err(ApiError::bad_request(format!(
-                "resourceVersionMatch: Unsupported value: {rv_match:?}: supported values: \"Exact\", \"NotOlderThan\""
-            )));
-        }
-        if !rv_match.is_empty() && rv.is_empty() {
-            return Err(ApiError::bad_request(
-                "resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
-        }
-        if cont.is_some() && !rv.is_empty() && rv != "0" {
-            return Err(ApiError::bad_request(
-                "specifying resource version is not allowed when using continue",
-            ));
-        }
-        if rv_match == "Exact" && rv == "0" {
-            return Err(ApiError::bad_request(
-                "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
-            ));
-        }
+        resource_version::check_list_options(&resource_version::ListOptionsInput {
+            watch: false,
+            resource_version: rv,
+            resource_version_match: rv_match,
+            continue_token: cont.unwrap_or(""),
+            send_initial_events: p.send_initial_events,
+            watch_list_enabled: WATCH_LIST,
+        })?;
         let prefix = self.prefix(ns);
         // From the cache: RV=0, or NotOlderThan without a page to continue. As upstream's
         // cache, it pages such a list unless RV is 0, where the limit is ignored; the
@@ -1224,43 +1230,43 @@ impl Store {
             .unwrap_or_else(|| Arc::new(|_: &Value| true));
         let rv = p.resource_version.as_deref().unwrap_or("");
         let rv_match = p.resource_version_match.as_deref().unwrap_or("");
-        let send_initial = p.send_initial_events.unwrap_or(false);
-        if p.send_initial_events.is_some() {
-            if rv_match != "NotOlderThan" {
-                return Err(ApiError::invalid(
-                    "meta.k8s.io",
-                    "ListOptions",
-                    "",
-                    vec![ferrokube_apimachinery::errors::FieldError::forbidden(
-                        &ferrokube_apimachinery::errors::FieldPath::new("resourceVersionMatch"),
-                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                    )],
-                ));
-            }
-            if send_initial && !p.allow_bookmarks {
-                return Err(ApiError::invalid(
-                    "meta.k8s.io",
-                    "ListOptions",
-                    "",
-                    vec![ferrokube_apimachinery::errors::FieldError::forbidden(
-                        &ferrokube_apimachinery::errors::FieldPath::new("allowWatchBookmarks"),
-                        "sendInitialEvents requires setting allowWatchBookmarks to true",
-                    )],
-                ));
-            }
-        } else if !rv_match.is_empty() {
-            return Err(ApiError::bad_request(
-                "resourceVersionMatch is forbidden for watch",
-            ));
+        let errs = resource_version::validate_list_options(&resource_version::ListOptionsInput {
+            watch: true,
+            resource_version: rv,
+            resource_version_match: rv_match,
+            continue_token: "",
+            send_initial_events: p.send_initial_events,
+            watch_list_enabled: WATCH_LIST,
+        });
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", errs));
         }
+        let requested = match rv {
+            "" => None,
+            rv => Some(parse_rv(rv)?),
+        };
         let prefix = self.prefix(ns);
-        let (from, initial_end) = if send_initial {
-            self.wait_until_fresh(rv).await?;
-            (None, true)
-        } else if rv.is_empty() || rv == "0" {
-            (None, false)
-        } else {
-            (Some(parse_rv(rv)?), false)
+        // Where the stream starts, as upstream's cacher: `from` None sends the state as
+        // ADDED events first (a legacy watch from "" or "0", or a streaming list, which
+        // ends it with a bookmark when bookmarks are allowed); else events after `from`.
+        let (from, initial_end) = match (p.send_initial_events, requested) {
+            (Some(true), requested) => {
+                // A consistent state: at least the store's current revision when the
+                // request names none.
+                let at = match requested {
+                    None => self.latest_revision().await?,
+                    Some(rv) => rv,
+                };
+                if at > 0 {
+                    self.cache.wait_for(at, FRESHNESS_WAIT).await?;
+                }
+                (None, p.allow_bookmarks)
+            }
+            // No state: from the store's current revision ("") or the cache's ("0").
+            (Some(false), None) => (Some(self.latest_revision().await?), false),
+            (Some(false), Some(0)) => (Some(self.cache.revision()), false),
+            (None, None | Some(0)) => (None, false),
+            (_, Some(rv)) => (Some(rv), false),
         };
         let rx = self
             .cache

@@ -351,6 +351,84 @@ async fn pagination_and_watch() {
     srv.stop().await;
 }
 
+/// List and watch options are checked as upstream's `ValidateListOptions` (422 on
+/// `ListOptions`), and a watch starts where upstream's cacher starts it: with
+/// `sendInitialEvents=false` at the current state without replaying it, with
+/// `sendInitialEvents=true` after the state, its end bookmark only when bookmarks are
+/// allowed.
+#[tokio::test]
+async fn list_and_watch_options_as_upstream() {
+    let srv = TestApiServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(srv.client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("here", json!({})))
+        .await
+        .unwrap();
+    let collection = "/api/v1/namespaces/default/configmaps";
+    let get = |query: String| {
+        let client = srv.client.clone();
+        async move {
+            let path = format!("{collection}?{query}");
+            let (code, _, body) = TestApiServer::raw(&client, "GET", &path, &[], vec![])
+                .await
+                .unwrap();
+            (code, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    for (query, cause) in [
+        (
+            "resourceVersionMatch=Exact",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        (
+            "resourceVersion=0&resourceVersionMatch=Bogus",
+            "resourceVersionMatch: Unsupported value: \"Bogus\": supported values: \"Exact\", \"NotOlderThan\", \"\"",
+        ),
+        (
+            "sendInitialEvents=true",
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        ),
+        (
+            "watch=true&resourceVersionMatch=NotOlderThan",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ),
+    ] {
+        let (code, body) = get(query.into()).await;
+        assert_eq!(code, 422, "{query}: {body}");
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            status["message"],
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {cause}"),
+            "{query}"
+        );
+    }
+
+    let watch = "watch=true&timeoutSeconds=1&resourceVersionMatch=NotOlderThan";
+    for rv in ["", "&resourceVersion=0"] {
+        let (code, body) = get(format!("{watch}&sendInitialEvents=false{rv}")).await;
+        assert_eq!(code, 200);
+        assert_eq!(body, "", "no state replayed ({rv})");
+    }
+    let (code, body) = get(format!("{watch}&sendInitialEvents=true")).await;
+    assert_eq!(code, 200, "{body}");
+    let types: Vec<String> = body
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
+        .collect();
+    assert!(!types.is_empty(), "{body}");
+    assert!(types.iter().all(|t| t == "\"ADDED\""), "{body}");
+    let (_, body) = get(format!(
+        "{watch}&sendInitialEvents=true&allowWatchBookmarks=true"
+    ))
+    .await;
+    let last: serde_json::Value = serde_json::from_str(body.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "BOOKMARK");
+    assert_eq!(
+        last["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    srv.stop().await;
+}
+
 /// A list not older than a resourceVersion is read from the watch cache and, unless the
 /// version is 0, paged as upstream's cache pages it: each page ends at the limit's last
 /// match, the next ones come at the same revision (writes in between stay out), and the
