@@ -10,8 +10,6 @@ use crate::output::parse_accept;
 
 pub const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-pub const AGGREGATED_V2BETA1: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// `/version` (upstream's `version.Info`), its fields in upstream's order: k8s-openapi's
 /// `version::Info` serializes them alphabetically.
@@ -56,23 +54,24 @@ pub fn version_document() -> Vec<u8> {
     serde_json::to_vec_pretty(&version()).unwrap_or_default()
 }
 
-/// Which aggregated discovery version the client asked for, if any, in its order.
-pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
+/// Whether the client asked for aggregated discovery before a plain document. Only
+/// `apidiscovery.k8s.io/v2` is served: 1.33 removes `v2beta1` by default
+/// (`AggregatedDiscoveryRemoveBetaType`), so a range naming it is passed over.
+pub fn wants_aggregated(accept: Option<&str>) -> bool {
     for m in parse_accept(accept.unwrap_or("")) {
         if m.param("g") == Some("apidiscovery.k8s.io")
             && m.param("as") == Some("APIGroupDiscoveryList")
         {
-            match m.param("v") {
-                Some("v2") => return Some("v2"),
-                Some("v2beta1") => return Some("v2beta1"),
-                _ => continue,
+            if m.param("v") == Some("v2") {
+                return true;
             }
+            continue;
         }
         if m.essence == "application/json" || m.essence == "*/*" {
-            return None;
+            return false;
         }
     }
-    None
+    false
 }
 
 pub fn api_versions(server_address: &str) -> Value {
@@ -332,7 +331,6 @@ fn discovery_resource(enabled: &ApiEnablement, r: &ResourceInfo) -> Value {
 pub(crate) fn aggregated(
     enabled: &ApiEnablement,
     legacy: bool,
-    version: &str,
     custom: &Served,
     remote: &RemoteGroups,
 ) -> Value {
@@ -360,7 +358,7 @@ pub(crate) fn aggregated(
         .collect();
     json!({
         "kind": "APIGroupDiscoveryList",
-        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "apiVersion": "apidiscovery.k8s.io/v2",
         "metadata": {},
         "items": items,
     })
@@ -438,9 +436,12 @@ mod tests {
     #[test]
     fn aggregated_accept() {
         let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-        assert_eq!(wants_aggregated(Some(kubectl)), Some("v2"));
-        assert_eq!(wants_aggregated(Some("application/json")), None);
-        assert_eq!(wants_aggregated(None), None);
+        assert!(wants_aggregated(Some(kubectl)));
+        assert!(!wants_aggregated(Some("application/json")));
+        assert!(!wants_aggregated(None));
+        // v2beta1 is no longer served (1.33's default): the plain document.
+        let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert!(!wants_aggregated(Some(old)));
     }
 
     /// The entry of `list`'s `resources` named `name`.
@@ -467,7 +468,7 @@ mod tests {
         let apps = resource_list(&all(), "apps", "v1", &none()).unwrap();
         assert_eq!(listed(&apps, "deployments/scale")["group"], "autoscaling");
         assert!(resource_list(&all(), "nope", "v1", &none()).is_none());
-        let agg = aggregated(&all(), false, "v2", &none(), &[]);
+        let agg = aggregated(&all(), false, &none(), &[]);
         assert!(
             agg["items"]
                 .as_array()
@@ -476,7 +477,7 @@ mod tests {
                 .any(|g| g["metadata"]["name"] == "apps")
         );
         assert_eq!(
-            aggregated(&all(), true, "v2", &none(), &[])["items"]
+            aggregated(&all(), true, &none(), &[])["items"]
                 .as_array()
                 .unwrap()
                 .len(),
@@ -496,7 +497,7 @@ mod tests {
             listed(&authz, "localsubjectaccessreviews")["namespaced"],
             true
         );
-        let agg = aggregated(&all(), false, "v2", &none(), &[]);
+        let agg = aggregated(&all(), false, &none(), &[]);
         let crds = agg["items"]
             .as_array()
             .unwrap()

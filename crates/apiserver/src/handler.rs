@@ -846,14 +846,14 @@ async fn route(
         }
         ["api"] if get => {
             return Ok(match discovery::wants_aggregated(accept.as_deref()) {
-                Some(v) => aggregated(state, true, v),
-                None => json_response(StatusCode::OK, &discovery::api_versions(&state.advertise)),
+                true => aggregated(state, true),
+                false => json_response(StatusCode::OK, &discovery::api_versions(&state.advertise)),
             });
         }
         ["apis"] if get => {
             return Ok(match discovery::wants_aggregated(accept.as_deref()) {
-                Some(v) => aggregated(state, false, v),
-                None => json_response(
+                true => aggregated(state, false),
+                false => json_response(
                     StatusCode::OK,
                     &discovery::api_group_list(
                         &state.enablement,
@@ -957,24 +957,20 @@ async fn review(
     Ok(unstored_answer(target, StatusCode::CREATED, &answer))
 }
 
-fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
-    let ct = if version == "v2" {
-        discovery::AGGREGATED_V2
-    } else {
-        discovery::AGGREGATED_V2BETA1
-    };
+fn aggregated(state: &State, legacy: bool) -> Response<Body> {
     let mut r = json_response(
         StatusCode::OK,
         &discovery::aggregated(
             &state.enablement,
             legacy,
-            version,
             &state.registry.custom().served(),
             &state.aggregator.discovery_groups(false),
         ),
     );
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::AGGREGATED_V2),
+    );
     r.headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
     r

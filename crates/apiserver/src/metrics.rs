@@ -115,9 +115,7 @@ impl RequestLabels {
             "/healthz" | "/livez" | "/readyz" => (path, ""),
             "/openapi/v3" => ("openapi/v3", ""),
             p if p.starts_with("/openapi/v3/") => ("openapi/v3/", ""),
-            "/api" | "/apis" if crate::discovery::wants_aggregated(accept).is_some() => {
-                (path, "apiserver")
-            }
+            "/api" | "/apis" if crate::discovery::wants_aggregated(accept) => (path, "apiserver"),
             _ => return None,
         };
         Some(RequestLabels {
