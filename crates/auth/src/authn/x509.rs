@@ -432,10 +432,11 @@ fn user_from_leaf(leaf: &CertificateDer<'_>) -> Result<Option<UserInfo>, AuthErr
         .map(|attr| attr.as_str().map(str::to_string))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| AuthError::X509Subject(format!("O: {e}")))?;
+    let uid = uid_of(subject)?;
     let digest = ring::digest::digest(&ring::digest::SHA256, leaf.as_ref());
     let mut user = UserInfo {
         name: common_name.to_string(),
-        uid: String::new(),
+        uid,
         groups,
         extra: Default::default(),
     };
@@ -444,6 +445,36 @@ fn user_from_leaf(leaf: &CertificateDer<'_>) -> Result<Option<UserInfo>, AuthErr
         vec![format!("X509SHA256={}", hex(digest.as_ref()))],
     );
     Ok(Some(user))
+}
+
+/// The subject attribute that names the user's UID (upstream's `asn1util.X509UID`).
+const UID_OID: &[u64] = &[1, 3, 6, 1, 4, 1, 57683, 2];
+
+/// The user's UID from the subject, as upstream's `parseUIDFromCert` (the
+/// AllowParsingUserUIDFromCertAuth gate, on in 1.33): none is no UID; more than one, an
+/// empty one or one that is not a string fail the authentication.
+fn uid_of(subject: &x509_parser::x509::X509Name<'_>) -> Result<String, AuthError> {
+    let oid = x509_parser::der_parser::Oid::from(UID_OID)
+        .map_err(|e| AuthError::X509Subject(format!("UID OID: {e:?}")))?;
+    let uids = subject
+        .iter_by_oid(&oid)
+        .map(|attr| {
+            attr.as_str()
+                .map(str::to_string)
+                .map_err(|_| AuthError::X509Subject("unable to parse UID into a string".into()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match uids.as_slice() {
+        [] => Ok(String::new()),
+        [uid] if uid.is_empty() => Err(AuthError::X509Subject(
+            "UID cannot be an empty string".into(),
+        )),
+        [uid] => Ok(uid.clone()),
+        many => Err(AuthError::X509Subject(format!(
+            "expected 1 UID, but found multiple: [{}]",
+            many.join(" ")
+        ))),
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -544,6 +575,61 @@ mod tests {
         .ok()
         .flatten()
         .map(|u| u.name)
+    }
+
+    /// A self-signed certificate with `attributes` in its subject after its CN.
+    fn cert_with_subject(attributes: &[(rcgen::DnType, &str)]) -> CertificateDer<'static> {
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        for (ty, value) in attributes {
+            params.distinguished_name.push(ty.clone(), *value);
+        }
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().clone()
+    }
+
+    #[test]
+    fn the_subject_names_the_user_its_groups_and_uid() {
+        let uid = || rcgen::DnType::CustomDnType(UID_OID.to_vec());
+        let org = rcgen::DnType::OrganizationName;
+        let user = user_from_leaf(&cert_with_subject(&[(org.clone(), "devs"), (uid(), "u-1")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (user.name.as_str(), user.uid.as_str(), user.groups),
+            ("alice", "u-1", vec!["devs".to_string()])
+        );
+        assert!(user.extra[CREDENTIAL_ID_KEY][0].starts_with("X509SHA256="));
+        let plain = user_from_leaf(&cert_with_subject(&[])).unwrap().unwrap();
+        assert_eq!(plain.uid, "");
+        // As upstream: an empty UID or several fail the authentication.
+        let err = user_from_leaf(&cert_with_subject(&[(uid(), "")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "client certificate subject: UID cannot be an empty string"
+        );
+        // rcgen keeps one value per attribute type: a name with two UIDs by hand, each
+        // RDN `SET { SEQUENCE { OID, UTF8String } }`.
+        let oid = [0x2b, 0x06, 0x01, 0x04, 0x01, 0x83, 0xc2, 0x53, 0x02];
+        let rdn = |value: &str| {
+            let mut pair = vec![0x06, oid.len() as u8];
+            pair.extend(oid);
+            pair.extend([0x0c, value.len() as u8]);
+            pair.extend(value.bytes());
+            let mut set = vec![0x31, pair.len() as u8 + 2, 0x30, pair.len() as u8];
+            set.extend(pair);
+            set
+        };
+        let rdns: Vec<u8> = [rdn("a"), rdn("b")].concat();
+        let mut name = vec![0x30, rdns.len() as u8];
+        name.extend(rdns);
+        let (_, name) = x509_parser::x509::X509Name::from_der(&name).unwrap();
+        assert_eq!(
+            uid_of(&name).unwrap_err().to_string(),
+            "client certificate subject: expected 1 UID, but found multiple: [a b]"
+        );
     }
 
     #[test]
