@@ -239,15 +239,16 @@ pub(crate) fn resource_list(
     custom: &Served,
 ) -> Option<Value> {
     let mut res = Vec::new();
-    let infos: Vec<&'static ResourceInfo> = builtin_resources(enabled, group, version)
-        .chain(
-            custom
-                .resources_of(group, version)
-                .into_iter()
-                .map(|r| r.info),
-        )
-        .collect();
-    for r in infos {
+    let infos: Vec<(&'static ResourceInfo, Option<String>)> =
+        builtin_resources(enabled, group, version)
+            .map(|r| (r, builtin_storage_version_hash(r)))
+            .chain(custom.resources_of(group, version).into_iter().map(|r| {
+                let stored = r.definition.spec.versions.iter().find(|v| v.storage);
+                let hash = stored.map(|v| storage_version_hash(group, &v.name, r.info.kind));
+                (r.info, hash)
+            }))
+            .collect();
+    for (r, hash) in infos {
         let mut main = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -260,6 +261,9 @@ pub(crate) fn resource_list(
         }
         if !r.categories.is_empty() {
             main["categories"] = json!(r.categories);
+        }
+        if let Some(hash) = hash {
+            main["storageVersionHash"] = json!(hash);
         }
         res.push(main);
         for s in enabled.subresources_of(r) {
@@ -290,6 +294,35 @@ pub(crate) fn resource_list(
     Some(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}),
     )
+}
+
+/// Upstream's `discovery.StorageVersionHash`: the first 8 bytes of the SHA-256 of the
+/// storage `group/version/kind`, in base64 (the StorageVersionHash gate, on in 1.33).
+/// Clients such as the storage version migrator compare it to see a storage change.
+fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine as _;
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{group}/{version}/{kind}").as_bytes(),
+    );
+    base64::engine::general_purpose::STANDARD.encode(&digest.as_ref()[..8])
+}
+
+/// The storage version hash of a built-in resource: that of the version its objects
+/// are stored in, the first resource of its storage prefix (core Events for
+/// events.k8s.io, autoscaling/v2 for v1); none for a resource with no storage.
+fn builtin_storage_version_hash(r: &ResourceInfo) -> Option<String> {
+    if r.storage_prefix.is_empty() {
+        return None;
+    }
+    let stored = resources::RESOURCES
+        .iter()
+        .find(|s| s.storage_prefix == r.storage_prefix)?;
+    Some(storage_version_hash(
+        stored.group,
+        stored.version,
+        stored.kind,
+    ))
 }
 
 fn discovery_resource(enabled: &ApiEnablement, r: &ResourceInfo) -> Value {
@@ -431,6 +464,40 @@ mod tests {
             .collect();
         let at = names.iter().position(|g| *g == "metrics.k8s.io").unwrap();
         assert_eq!(names[at - 1], "authentication.k8s.io");
+    }
+
+    /// The hashes a v1.33 kube-apiserver lists (read from a cluster's discovery): a
+    /// resource stored in another version's form has that version's.
+    #[test]
+    fn storage_version_hashes_are_upstreams() {
+        let hash = |group: &str, version: &str, plural: &str| {
+            let list = resource_list(&all(), group, version, &none()).unwrap();
+            let entry = list["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == plural)
+                .unwrap()
+                .clone();
+            entry.get("storageVersionHash").cloned()
+        };
+        assert_eq!(hash("", "v1", "pods"), Some(json!("xPOwRZ+Yhw8=")));
+        assert_eq!(
+            hash("apps", "v1", "deployments"),
+            Some(json!("8aSe+NMegvE="))
+        );
+        assert_eq!(hash("", "v1", "events"), Some(json!("r2yiGXH7wu8=")));
+        assert_eq!(
+            hash("events.k8s.io", "v1", "events"),
+            Some(json!("r2yiGXH7wu8="))
+        );
+        assert_eq!(
+            hash("autoscaling", "v1", "horizontalpodautoscalers"),
+            hash("autoscaling", "v2", "horizontalpodautoscalers")
+        );
+        // Nothing stored, no hash; nor for a subresource.
+        assert_eq!(hash("", "v1", "componentstatuses"), None);
+        assert_eq!(hash("", "v1", "pods/status"), None);
     }
 
     #[test]
