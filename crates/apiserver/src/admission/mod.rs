@@ -48,6 +48,7 @@ mod image_policy;
 mod limit_ranger;
 pub(crate) mod metrics;
 mod namespace_autoprovision;
+mod namespace_lifecycle;
 mod node_restriction;
 mod owner_references;
 mod pod_node_selector;
@@ -287,7 +288,8 @@ const fn plugin(name: &'static str, default_on: bool, new: Factory) -> Registrat
 /// (`pkg/kubeapiserver/options/plugins.go` `AllOrderedPlugins`), with upstream's
 /// default-on set. Deviation: NodeRestriction is on by default (upstream leaves it
 /// to the installer; kubeadm enables it), since Ferrokube's kubelets use node
-/// identities from the start. NamespaceLifecycle is enforced by the store itself.
+/// identities from the start. NamespaceLifecycle's namespace checks on writes are the
+/// store's own, the plugin keeps the immortal namespaces.
 pub(crate) const PLUGINS: &[Registration] = &[
     known("AlwaysAdmit", false),
     plugin(
@@ -295,7 +297,7 @@ pub(crate) const PLUGINS: &[Registration] = &[
         false,
         namespace_autoprovision::new,
     ),
-    known("NamespaceLifecycle", true),
+    plugin(namespace_lifecycle::NAME, true, namespace_lifecycle::new),
     known("NamespaceExists", false),
     plugin(anti_affinity::NAME, false, anti_affinity::new),
     plugin(limit_ranger::NAME, true, limit_ranger::new),
@@ -448,12 +450,9 @@ impl Chain {
         for p in PLUGINS.iter().filter(|p| init.options.is_enabled(p.name)) {
             match p.new {
                 Some(new) => plugins.push(new(init).map_err(|e| format!("{}: {e}", p.name))?),
-                // What these check, the store enforces itself (a write into a missing
-                // or terminating namespace is refused); AlwaysAdmit checks nothing.
-                None if matches!(
-                    p.name,
-                    "NamespaceLifecycle" | "NamespaceExists" | "AlwaysAdmit"
-                ) => {}
+                // What NamespaceExists checks, the store enforces itself (a write into
+                // a missing namespace is refused); AlwaysAdmit checks nothing.
+                None if matches!(p.name, "NamespaceExists" | "AlwaysAdmit") => {}
                 None => tracing::warn!(
                     plugin = p.name,
                     "admission plugin enabled but not implemented by Ferrokube; it does nothing"

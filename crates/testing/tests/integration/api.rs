@@ -43,6 +43,29 @@ async fn crud_errors_and_builtins() {
         names,
         ["default", "kube-node-lease", "kube-public", "kube-system"]
     );
+    // NamespaceLifecycle keeps the immortal ones (kube-node-lease may go).
+    for immortal in ["default", "kube-system", "kube-public"] {
+        let e = ns
+            .delete(immortal, &DeleteParams::default())
+            .await
+            .unwrap_err();
+        assert_eq!(status_code(&e), 403);
+        let kube::Error::Api(status) = e else {
+            unreachable!()
+        };
+        assert_eq!(
+            status.message,
+            format!("namespaces \"{immortal}\" is forbidden: this namespace may not be deleted")
+        );
+        assert!(
+            ns.get(immortal)
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_none()
+        );
+    }
     let svc: Api<Service> = Api::namespaced(c.clone(), "default");
     assert_eq!(
         svc.get("kubernetes")
