@@ -222,6 +222,31 @@ impl Aggregator {
         self.became_unavailable.render(out);
     }
 
+    /// Upstream's `autoregister-completion` check: the APIService of every served
+    /// built-in group-version is registered and Available (read from the cache).
+    pub(crate) async fn autoregistered(&self, registry: &Registry) -> bool {
+        let Some(store) = registry.store(GROUP, "v1", "apiservices") else {
+            return true;
+        };
+        let params = ListParams {
+            resource_version: Some("0".into()),
+            ..Default::default()
+        };
+        let Ok(listed) = store.list(None, &params).await else {
+            return false;
+        };
+        let available: HashSet<&str> = listed
+            .items
+            .iter()
+            .filter(|o| available_condition(o).is_some_and(|c| c["status"] == "True"))
+            .map(|o| ferrokube_registry::meta::name(o))
+            .collect();
+        resources::groups()
+            .into_iter()
+            .filter(|(g, v)| self.config.enablement.serves_group_version(g, v))
+            .all(|(g, v)| available.contains(service_name(g, v).as_str()))
+    }
+
     /// The extension apiservers' OpenAPI documents, replaced whenever they change.
     pub fn openapi_documents(&self) -> watch::Receiver<Arc<RemoteDocuments>> {
         self.openapi.subscribe()
@@ -1246,16 +1271,19 @@ async fn sync(aggregator: &Aggregator, registry: &Registry, store: &Store) -> bo
         .unavailable
         .retain(|[name]| existing.contains(&**name));
     let desired = desired_local(&aggregator.config.enablement, registry);
-    for (name, obj) in &desired {
-        if !existing.contains(name)
-            && let Err(e) = store
-                .create(None, obj.clone(), &WriteOptions::default())
-                .await
+    // Concurrent, so that a fresh store commits them together: readiness waits for
+    // them (`autoregister-completion`).
+    let missing = desired.iter().filter(|(name, _)| !existing.contains(*name));
+    futures::future::join_all(missing.map(|(name, obj)| async move {
+        if let Err(e) = store
+            .create(None, obj.clone(), &WriteOptions::default())
+            .await
             && !e.is_already_exists()
         {
             tracing::warn!(apiservice = name, error = %e, "registering a local APIService failed");
         }
-    }
+    }))
+    .await;
     let mut remotes = HashMap::new();
     for o in &listed.items {
         let name = ferrokube_registry::meta::name(o);

@@ -69,6 +69,8 @@ pub(crate) struct State {
     pub storage_check_timeouts: crate::health::StorageCheckTimeouts,
     /// Health checks added by the binary (`kms-providers`).
     pub health_checks: Vec<Arc<dyn crate::health::HealthCheck>>,
+    /// The post-start hooks the health endpoints list.
+    pub post_start_hooks: crate::health::PostStartHooks,
     pub openapi: crate::openapi::OpenApi,
     /// The audit policy and log (None: no audit events).
     pub audit: Option<Arc<crate::audit::Auditor>>,
@@ -346,7 +348,10 @@ fn root_paths(state: &State) -> Vec<u8> {
         &state.registry.custom().served(),
         &state.aggregator.discovery_groups(true),
     );
-    paths.extend(crate::health::listed_paths(&state.health_checks));
+    paths.extend(crate::health::listed_paths(
+        &state.health_checks,
+        &state.post_start_hooks,
+    ));
     paths.extend(
         [
             "/metrics",

@@ -32,23 +32,132 @@ struct Added {
     ok: bool,
 }
 
-/// The checks `endpoint` runs, in upstream's order, with their results.
-fn checks(
-    endpoint: &str,
+/// What the configuration changes in upstream's post-start hooks.
+#[derive(Clone, Copy, Debug)]
+pub struct HookConfig {
+    /// API Priority and Fairness is on (else the max-in-flight filter).
+    pub priority_and_fairness: bool,
+    /// `--proxy-client-cert-file` and `--proxy-client-key-file` are set.
+    pub proxy_client_cert: bool,
+    /// The groups whose storage brings a hook are served.
+    pub core: bool,
+    pub scheduling: bool,
+    pub flowcontrol: bool,
+    pub rbac: bool,
+}
+
+/// The post-start hooks a v1.33 kube-apiserver lists, in its order (apiextensions
+/// server, kube-apiserver, aggregator: each appends to the health lists as it is built),
+/// as far as this configuration has them. Each names work this server does before it
+/// serves (bootstraps, caches filled, controllers started), so all have finished once
+/// the health endpoints answer. `autoregister-completion` is a check of its own.
+#[derive(Clone, Debug)]
+pub struct PostStartHooks {
+    before_autoregistration: Vec<&'static str>,
+}
+
+impl PostStartHooks {
+    pub fn new(c: HookConfig) -> PostStartHooks {
+        let mut hooks = vec![
+            "start-apiserver-admission-initializer",
+            "generic-apiserver-start-informers",
+        ];
+        if c.priority_and_fairness {
+            hooks.extend([
+                "priority-and-fairness-config-consumer",
+                "priority-and-fairness-filter",
+            ]);
+        } else {
+            hooks.push("max-in-flight-filter");
+        }
+        hooks.extend([
+            "storage-object-count-tracker-hook",
+            "start-apiextensions-informers",
+            "start-apiextensions-controllers",
+            "crd-informer-synced",
+            "start-system-namespaces-controller",
+            "start-cluster-authentication-info-controller",
+            "start-kube-apiserver-identity-lease-controller",
+            "start-kube-apiserver-identity-lease-garbage-collector",
+            "start-legacy-token-tracking-controller",
+        ]);
+        for (served, hook) in [
+            (c.core, "start-service-ip-repair-controllers"),
+            (c.rbac, "rbac/bootstrap-roles"),
+            (c.scheduling, "scheduling/bootstrap-system-priority-classes"),
+            (c.flowcontrol, "priority-and-fairness-config-producer"),
+        ] {
+            if served {
+                hooks.push(hook);
+            }
+        }
+        hooks.extend([
+            "bootstrap-controller",
+            "start-kubernetes-service-cidr-controller",
+        ]);
+        if c.proxy_client_cert {
+            hooks.push("aggregator-reload-proxy-client-cert");
+        }
+        hooks.extend([
+            "start-kube-aggregator-informers",
+            "apiservice-status-local-available-controller",
+            "apiservice-status-remote-available-controller",
+            "apiservice-registration-controller",
+            "apiservice-discovery-controller",
+            "kube-apiserver-autoregistration",
+        ]);
+        PostStartHooks {
+            before_autoregistration: hooks,
+        }
+    }
+}
+
+/// The aggregator's hooks upstream adds as it prepares to run, after
+/// `autoregister-completion`.
+const AFTER_AUTOREGISTRATION: [&str; 2] = [
+    "apiservice-openapi-controller",
+    "apiservice-openapiv3-controller",
+];
+
+/// What the checks found.
+struct Results<'a> {
     storage_ok: bool,
     shutting_down: bool,
-    added: &[Added],
-) -> Vec<(String, bool)> {
-    let mut checks = vec![("ping".to_string(), true), ("etcd".to_string(), storage_ok)];
+    /// Every built-in group-version's APIService is registered and available.
+    autoregistered: bool,
+    added: &'a [Added],
+    hooks: &'a PostStartHooks,
+}
+
+/// The checks `endpoint` runs, in upstream's order, with their results: `ping`,
+/// `log`, `etcd` everywhere; `etcd-readiness`, `informer-sync` and `shutdown` on
+/// `/readyz` only; added checks (KMS) after the storage's, not on `/livez`.
+fn checks(endpoint: &str, r: &Results<'_>) -> Vec<(String, bool)> {
+    let ready = endpoint == "readyz";
+    let mut checks = vec![
+        ("ping".to_string(), true),
+        ("log".to_string(), true),
+        ("etcd".to_string(), r.storage_ok),
+    ];
+    if ready {
+        checks.push(("etcd-readiness".to_string(), r.storage_ok));
+    }
     checks.extend(
-        added
+        r.added
             .iter()
             .filter(|a| endpoint != "livez" || a.on_livez)
             .map(|a| (a.name.clone(), a.ok)),
     );
-    checks.push(("poststarthook/start-watch-cache".to_string(), true));
-    if endpoint == "readyz" {
-        checks.push(("shutdown".to_string(), !shutting_down));
+    if ready {
+        // The watch caches are filled before the server answers.
+        checks.push(("informer-sync".to_string(), true));
+    }
+    let hook = |name: &str| (format!("poststarthook/{name}"), true);
+    checks.extend(r.hooks.before_autoregistration.iter().map(|h| hook(h)));
+    checks.push(("autoregister-completion".to_string(), r.autoregistered));
+    checks.extend(AFTER_AUTOREGISTRATION.iter().map(|h| hook(h)));
+    if ready {
+        checks.push(("shutdown".to_string(), !r.shutting_down));
     }
     checks
 }
@@ -147,7 +256,7 @@ fn answer(
 
 /// Every health endpoint and check path this server answers (`/readyz/etcd`), for the
 /// root's path list.
-pub(crate) fn listed_paths(added: &[Arc<dyn HealthCheck>]) -> Vec<String> {
+pub(crate) fn listed_paths(added: &[Arc<dyn HealthCheck>], hooks: &PostStartHooks) -> Vec<String> {
     let added: Vec<Added> = added
         .iter()
         .map(|c| Added {
@@ -156,11 +265,18 @@ pub(crate) fn listed_paths(added: &[Arc<dyn HealthCheck>]) -> Vec<String> {
             ok: true,
         })
         .collect();
+    let results = Results {
+        storage_ok: true,
+        shutting_down: false,
+        autoregistered: true,
+        added: &added,
+        hooks,
+    };
     let mut paths = Vec::new();
     for endpoint in ["healthz", "livez", "readyz"] {
         paths.push(format!("/{endpoint}"));
         paths.extend(
-            checks(endpoint, true, false, &added)
+            checks(endpoint, &results)
                 .into_iter()
                 .map(|(name, _)| format!("/{endpoint}/{name}")),
         );
@@ -214,9 +330,14 @@ pub(crate) async fn serve(
     let storage_ok = storage_answers(state.registry.storage().current_revision(), timeout).await;
     let shutting_down = *state.shutdown_initiated.borrow();
     let added = run_added(&state.health_checks).await;
-    let (code, body) = answer(path, query, |endpoint| {
-        checks(endpoint, storage_ok, shutting_down, &added)
-    })?;
+    let results = Results {
+        storage_ok,
+        shutting_down,
+        autoregistered: state.aggregator.autoregistered(&state.registry).await,
+        added: &added,
+        hooks: &state.post_start_hooks,
+    };
+    let (code, body) = answer(path, query, |endpoint| checks(endpoint, &results))?;
     let mut r = respond(code, "text/plain; charset=utf-8", body);
     r.headers_mut().insert(
         "x-content-type-options",
@@ -229,8 +350,122 @@ pub(crate) async fn serve(
 mod tests {
     use super::*;
 
+    fn all_hooks() -> PostStartHooks {
+        PostStartHooks::new(all_hooks_config())
+    }
+
+    fn answer_with(
+        path: &str,
+        query: Option<&str>,
+        storage_ok: bool,
+        added: &[Added],
+    ) -> Option<(u16, String)> {
+        let hooks = all_hooks();
+        let results = Results {
+            storage_ok,
+            shutting_down: false,
+            autoregistered: true,
+            added,
+            hooks: &hooks,
+        };
+        answer(path, query, |e| checks(e, &results)).map(|(c, b)| (c.as_u16(), b))
+    }
+
     fn run(path: &str, query: Option<&str>, storage_ok: bool) -> Option<(u16, String)> {
-        answer(path, query, |e| checks(e, storage_ok, false, &[])).map(|(c, b)| (c.as_u16(), b))
+        answer_with(path, query, storage_ok, &[])
+    }
+
+    /// What a v1.33 kube-apiserver lists with etcd, RBAC, priority and fairness and a
+    /// front proxy's client certificate (upstream's registration order).
+    const UPSTREAM_READYZ: &str = "[+]ping ok
+[+]log ok
+[+]etcd ok
+[+]etcd-readiness ok
+[+]informer-sync ok
+[+]poststarthook/start-apiserver-admission-initializer ok
+[+]poststarthook/generic-apiserver-start-informers ok
+[+]poststarthook/priority-and-fairness-config-consumer ok
+[+]poststarthook/priority-and-fairness-filter ok
+[+]poststarthook/storage-object-count-tracker-hook ok
+[+]poststarthook/start-apiextensions-informers ok
+[+]poststarthook/start-apiextensions-controllers ok
+[+]poststarthook/crd-informer-synced ok
+[+]poststarthook/start-system-namespaces-controller ok
+[+]poststarthook/start-cluster-authentication-info-controller ok
+[+]poststarthook/start-kube-apiserver-identity-lease-controller ok
+[+]poststarthook/start-kube-apiserver-identity-lease-garbage-collector ok
+[+]poststarthook/start-legacy-token-tracking-controller ok
+[+]poststarthook/start-service-ip-repair-controllers ok
+[+]poststarthook/rbac/bootstrap-roles ok
+[+]poststarthook/scheduling/bootstrap-system-priority-classes ok
+[+]poststarthook/priority-and-fairness-config-producer ok
+[+]poststarthook/bootstrap-controller ok
+[+]poststarthook/start-kubernetes-service-cidr-controller ok
+[+]poststarthook/aggregator-reload-proxy-client-cert ok
+[+]poststarthook/start-kube-aggregator-informers ok
+[+]poststarthook/apiservice-status-local-available-controller ok
+[+]poststarthook/apiservice-status-remote-available-controller ok
+[+]poststarthook/apiservice-registration-controller ok
+[+]poststarthook/apiservice-discovery-controller ok
+[+]poststarthook/kube-apiserver-autoregistration ok
+[+]autoregister-completion ok
+[+]poststarthook/apiservice-openapi-controller ok
+[+]poststarthook/apiservice-openapiv3-controller ok
+[+]shutdown ok
+readyz check passed
+";
+
+    #[test]
+    fn the_checks_are_upstreams_in_its_order() {
+        assert_eq!(
+            run("/readyz", Some("verbose"), true).unwrap(),
+            (200, UPSTREAM_READYZ.to_string())
+        );
+        // /healthz and /livez: the same but for the readyz-only checks.
+        let healthz: String = UPSTREAM_READYZ
+            .lines()
+            .filter(|l| {
+                !["etcd-readiness", "informer-sync", "shutdown"]
+                    .iter()
+                    .any(|c| *l == format!("[+]{c} ok"))
+            })
+            .map(|l| format!("{}\n", l.replace("readyz", "healthz")))
+            .collect();
+        assert_eq!(run("/healthz", Some("verbose"), true).unwrap().1, healthz);
+        assert_eq!(
+            run("/livez", Some("verbose"), true).unwrap().1,
+            healthz.replace("healthz", "livez")
+        );
+        // Without priority and fairness, the max-in-flight filter; without the front
+        // proxy's certificate, no reload of it.
+        let hooks = PostStartHooks::new(HookConfig {
+            priority_and_fairness: false,
+            proxy_client_cert: false,
+            ..all_hooks_config()
+        });
+        assert!(
+            hooks
+                .before_autoregistration
+                .contains(&"max-in-flight-filter")
+        );
+        assert!(
+            !hooks
+                .before_autoregistration
+                .iter()
+                .any(|h| h.starts_with("priority-and-fairness-config-consumer")
+                    || *h == "aggregator-reload-proxy-client-cert")
+        );
+    }
+
+    fn all_hooks_config() -> HookConfig {
+        HookConfig {
+            priority_and_fairness: true,
+            proxy_client_cert: true,
+            core: true,
+            scheduling: true,
+            flowcontrol: true,
+            rbac: true,
+        }
     }
 
     #[derive(Debug)]
@@ -250,26 +485,31 @@ mod tests {
     async fn added_checks_run_on_healthz_and_readyz_only() {
         let failing: Vec<Arc<dyn HealthCheck>> = vec![Arc::new(Fixed(Err("plugin down".into())))];
         let added = run_added(&failing).await;
-        let run = |path: &str| answer(path, None, |e| checks(e, true, false, &added)).unwrap();
+        let run = |path: &str| answer_with(path, None, true, &added).unwrap();
         let (code, body) = run("/readyz");
-        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(
-            body,
-            "[+]ping ok\n[+]etcd ok\n[-]kms-providers failed: reason withheld\n[+]poststarthook/start-watch-cache ok\n[+]shutdown ok\nreadyz check failed\n"
+        assert_eq!(code, 500);
+        assert!(
+            body.starts_with(
+                "[+]ping ok\n[+]log ok\n[+]etcd ok\n[+]etcd-readiness ok\n[-]kms-providers failed: reason withheld\n[+]informer-sync ok\n"
+            ),
+            "{body}"
         );
-        assert_eq!(run("/healthz").0, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(run("/livez").0, StatusCode::OK);
+        assert!(
+            body.ends_with("[+]shutdown ok\nreadyz check failed\n"),
+            "{body}"
+        );
+        assert_eq!(run("/healthz").0, 500);
+        assert_eq!(run("/livez").0, 200);
         assert_eq!(
             run("/healthz/kms-providers"),
             (
-                StatusCode::INTERNAL_SERVER_ERROR,
+                500,
                 "internal server error: kms-providers check failed\n".to_string()
             )
         );
         let passing: Vec<Arc<dyn HealthCheck>> = vec![Arc::new(Fixed(Ok(())))];
         let added = run_added(&passing).await;
-        let (code, _) = answer("/readyz", None, |e| checks(e, true, false, &added)).unwrap();
-        assert_eq!(code, StatusCode::OK);
+        assert_eq!(answer_with("/readyz", None, true, &added).unwrap().0, 200);
     }
 
     #[tokio::test]
@@ -283,10 +523,6 @@ mod tests {
     #[test]
     fn endpoints_and_verbose() {
         assert_eq!(run("/readyz", None, true), Some((200, "ok".into())));
-        assert_eq!(
-            run("/readyz", Some("verbose"), true).unwrap().1,
-            "[+]ping ok\n[+]etcd ok\n[+]poststarthook/start-watch-cache ok\n[+]shutdown ok\nreadyz check passed\n"
-        );
         assert!(
             !run("/livez", Some("verbose"), true)
                 .unwrap()
@@ -298,21 +534,44 @@ mod tests {
 
     #[test]
     fn a_failure_is_500_and_always_verbose() {
-        assert_eq!(
-            run("/healthz", None, false),
-            Some((
-                500,
-                "[+]ping ok\n[-]etcd failed: reason withheld\n[+]poststarthook/start-watch-cache ok\nhealthz check failed\n".into()
-            ))
+        let (code, body) = run("/healthz", None, false).unwrap();
+        assert_eq!(code, 500);
+        assert!(
+            body.starts_with("[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n"),
+            "{body}"
         );
+        assert!(body.ends_with("healthz check failed\n"), "{body}");
         // Excluding the failing check passes.
-        assert_eq!(
-            run("/healthz", Some("exclude=etcd&verbose"), false).unwrap(),
-            (
-                200,
-                "[+]ping ok\n[+]etcd excluded: ok\n[+]poststarthook/start-watch-cache ok\nhealthz check passed\n".into()
-            )
+        let (code, body) = run("/healthz", Some("exclude=etcd&verbose"), false).unwrap();
+        assert_eq!(code, 200);
+        assert!(body.contains("[+]etcd excluded: ok\n"), "{body}");
+        assert!(body.ends_with("healthz check passed\n"), "{body}");
+        // The readiness twin fails on /readyz too.
+        let (_, body) = run("/readyz", None, false).unwrap();
+        assert!(
+            body.contains("[-]etcd-readiness failed: reason withheld\n"),
+            "{body}"
         );
+    }
+
+    #[test]
+    fn an_unfinished_autoregistration_fails_readiness_and_health() {
+        let hooks = all_hooks();
+        let results = Results {
+            storage_ok: true,
+            shutting_down: false,
+            autoregistered: false,
+            added: &[],
+            hooks: &hooks,
+        };
+        for endpoint in ["/readyz", "/healthz", "/livez"] {
+            let (code, body) = answer(endpoint, None, |e| checks(e, &results)).unwrap();
+            assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR, "{endpoint}");
+            assert!(
+                body.contains("[-]autoregister-completion failed: reason withheld\n"),
+                "{body}"
+            );
+        }
     }
 
     #[test]
@@ -323,9 +582,14 @@ mod tests {
             Some((500, "internal server error: etcd check failed\n".into()))
         );
         assert_eq!(
-            run("/readyz/poststarthook/start-watch-cache", None, true),
+            run("/readyz/poststarthook/rbac/bootstrap-roles", None, true),
             Some((200, "ok".into()))
         );
+        assert_eq!(
+            run("/readyz/informer-sync", None, true),
+            Some((200, "ok".into()))
+        );
+        assert_eq!(run("/livez/informer-sync", None, true), None);
         assert_eq!(run("/livez/shutdown", None, true), None);
         assert_eq!(run("/readyz/nope", None, true), None);
     }

@@ -30,6 +30,7 @@ mod flowcontrol;
 mod handler;
 mod health;
 mod https_pool;
+mod identity;
 mod legacy_token_tracking;
 mod lifecycle;
 mod maxinflight;
@@ -130,6 +131,10 @@ pub struct Config {
     pub storage_check_timeouts: StorageCheckTimeouts,
     /// Health checks added by the binary.
     pub health_checks: Vec<Arc<dyn HealthCheck>>,
+    /// The post-start hooks the health endpoints list.
+    pub(crate) post_start_hooks: health::PostStartHooks,
+    /// This apiserver's identity: the name of the Lease it renews in kube-system.
+    pub(crate) apiserver_id: String,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -294,6 +299,21 @@ impl Server {
             config.registry.clone(),
             initiated_rx.clone(),
         )));
+        background.push(tokio::spawn(run_system_namespaces(
+            config.registry.clone(),
+            shutdown_rx.clone(),
+        )));
+        if let Some(leases) = config.registry.store("coordination.k8s.io", "v1", "leases") {
+            background.push(tokio::spawn(identity::run_lease(
+                leases.clone(),
+                config.apiserver_id.clone(),
+                shutdown_rx.clone(),
+            )));
+            background.push(tokio::spawn(identity::run_lease_gc(
+                leases.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         let enablement = config.aggregator.enablement.clone();
         let aggregator = Arc::new(aggregator::Aggregator::new(config.aggregator));
         background.push(tokio::spawn(aggregator::run(
@@ -328,6 +348,7 @@ impl Server {
             cors: config.cors,
             storage_check_timeouts: config.storage_check_timeouts,
             health_checks: config.health_checks.clone(),
+            post_start_hooks: config.post_start_hooks,
             audit: config.audit.clone(),
             flow_control: config.flow_control,
             max_in_flight: config.max_in_flight,
@@ -443,6 +464,25 @@ async fn run_endpoint_lease(registry: Arc<Registry>, mut shutdown: watch::Receiv
                 }
                 return;
             }
+        }
+    }
+}
+
+/// Upstream's system namespaces controller: the namespaces the apiserver made at start
+/// are made again, within a minute, when they go (kube-node-lease may be deleted).
+async fn run_system_namespaces(registry: Arc<Registry>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(60));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The registry made them at start.
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                if let Err(e) = registry.ensure_system_namespaces().await {
+                    tracing::warn!(error = %e, "making the system namespaces failed");
+                }
+            }
+            _ = shutdown.changed() => return,
         }
     }
 }
@@ -1316,6 +1356,15 @@ impl Options {
             cors: CorsOrigins::parse(&self.cors_allowed_origins).map_err(ConfigError::Flag)?,
             storage_check_timeouts: self.storage_check_timeouts,
             health_checks: self.health_checks,
+            post_start_hooks: health::PostStartHooks::new(health::HookConfig {
+                priority_and_fairness: flow_control.is_some(),
+                proxy_client_cert: proxy_client.is_some(),
+                core: enablement.serves_group_version("", "v1"),
+                scheduling: enablement.serves_group_version("scheduling.k8s.io", "v1"),
+                flowcontrol: enablement.serves_group_version("flowcontrol.apiserver.k8s.io", "v1"),
+                rbac: enablement.serves_group_version("rbac.authorization.k8s.io", "v1"),
+            }),
+            apiserver_id: self.apiserver_id,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,

@@ -418,15 +418,16 @@ impl ReloadedConfig {
 /// `apiserver_{authentication,authorization,encryption}_config_controller_automatic_reload*`.
 struct ConfigReloads {
     /// Upstream labels the series with a digest of the apiserver's identity
-    /// (`apiserver-<uuid>`), so that they can be told apart and not linked to a host.
+    /// (`apiserver-<hash of the host name>`), so that they can be told apart.
     apiserver_id_hash: String,
     /// Per [`ReloadedConfig::ALL`]: reloads by status, and the last one's Unix time.
     families: [(CounterVec<2>, GaugeVec<2>); 3],
 }
 
-/// A new apiserver identity, as upstream's `apiserver-<uuid>`.
+/// This apiserver's identity, as upstream's with APIServerIdentity on: derived from
+/// the host name (see [`crate::identity::apiserver_id`]).
 pub fn new_apiserver_id() -> String {
-    format!("apiserver-{}", ferrokube_registry::meta::new_uid())
+    crate::identity::apiserver_id(&crate::identity::hostname())
 }
 
 impl ConfigReloads {

@@ -403,9 +403,9 @@ impl Registry {
             .ok_or_else(|| ApiError::internal(format!("no store for {plural}")))
     }
 
-    /// Upstream's built-in objects: system namespaces, the `kubernetes` Service and its
-    /// Endpoints, the default priority classes.
-    async fn bootstrap(&self, config: &RegistryConfig, cidr: Cidr) -> Result<(), ApiError> {
+    /// Creates the system namespaces that are missing (upstream's system namespaces
+    /// controller); one being deleted is left to go.
+    pub async fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
         let ns = self.core("namespaces")?;
         // Concurrent, so that a fresh store commits them together.
         futures::future::try_join_all(
@@ -413,6 +413,13 @@ impl Registry {
                 .map(|name| ns.ensure(None, json!({"metadata": {"name": name}}))),
         )
         .await?;
+        Ok(())
+    }
+
+    /// Upstream's built-in objects: system namespaces, the `kubernetes` Service and its
+    /// Endpoints, the default priority classes.
+    async fn bootstrap(&self, config: &RegistryConfig, cidr: Cidr) -> Result<(), ApiError> {
+        self.ensure_system_namespaces().await?;
         let svc = self.core("services")?;
         svc.ensure(
             Some("default"),

@@ -1412,6 +1412,38 @@ async fn anonymous_requests_are_forbidden_but_health_is_public() {
     assert!(text.contains("[+]etcd excluded: ok\n"), "{text}");
     assert!(text.contains("no matches for \"nope\""), "{text}");
     assert!(get_text("/readyz/nope").await.is_err());
+    // Upstream's post-start hooks and readiness-only checks are listed and answer.
+    for path in [
+        "/readyz/poststarthook/rbac/bootstrap-roles",
+        "/readyz/informer-sync",
+        "/healthz/autoregister-completion",
+        "/livez/poststarthook/start-kube-apiserver-identity-lease-controller",
+    ] {
+        assert_eq!(get_text(path).await.unwrap(), "ok", "{path}");
+    }
+    assert!(get_text("/livez/etcd-readiness").await.is_err());
+
+    // The identity lease (APIServerIdentity): named after the host, labelled, held for
+    // an hour and renewed.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(admin.clone(), "kube-system");
+    let listed = leases
+        .list(&ListParams::default().labels("apiserver.kubernetes.io/identity=kube-apiserver"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let lease = &listed.items[0];
+    let name = lease.metadata.name.clone().unwrap();
+    assert!(name.starts_with("apiserver-") && name.len() == 36, "{name}");
+    let spec = lease.spec.clone().unwrap();
+    assert!(
+        spec.holder_identity
+            .unwrap()
+            .starts_with(&format!("{name}_"))
+    );
+    assert_eq!(spec.lease_duration_seconds, Some(3600));
+    assert!(spec.renew_time.is_some());
+    assert!(!lease.metadata.labels.as_ref().unwrap()["kubernetes.io/hostname"].is_empty());
     srv.stop().await;
 }
 
