@@ -429,6 +429,7 @@ mod tests {
             name: "web".into(),
             resource_request: true,
             path: "/apis/apps/v1/namespaces/default/deployments/web/scale".into(),
+            ..Attributes::default()
         }
     }
 

@@ -121,6 +121,7 @@ fn spec_attributes(kind: &str, spec: &Value, user: UserInfo) -> Result<Attribute
                 name: s("name"),
                 resource_request: true,
                 path: String::new(),
+                field_selector: review_field_selector(&ra["fieldSelector"]),
             })
         }
         (false, true) => Ok(Attributes {
@@ -131,6 +132,31 @@ fn spec_attributes(kind: &str, spec: &Value, user: UserInfo) -> Result<Attribute
             ..Attributes::default()
         }),
     }
+}
+
+/// A review's `resourceAttributes.fieldSelector` as the authorizers see a request's
+/// (upstream's `ResourceAttributesFrom` with AuthorizeWithSelectors): its
+/// `rawSelector` parsed, or its `requirements`, of which single-valued `In` and
+/// `NotIn` are an equality and an inequality; anything else, none.
+fn review_field_selector(selector: &Value) -> Vec<ferrokube_auth::FieldRequirement> {
+    if let Some(raw) = selector["rawSelector"].as_str().filter(|r| !r.is_empty()) {
+        return ferrokube_auth::field_requirements(raw).unwrap_or_default();
+    }
+    let requirements = selector["requirements"].as_array().into_iter().flatten();
+    requirements
+        .map(|r| {
+            let values = r["values"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            match (r["operator"].as_str(), values) {
+                (Some(op @ ("In" | "NotIn")), [value]) => Some(ferrokube_auth::FieldRequirement {
+                    field: r["key"].as_str().unwrap_or("").to_string(),
+                    equals: op == "In",
+                    value: value.as_str().unwrap_or("").to_string(),
+                }),
+                _ => None,
+            }
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
 }
 
 fn access_status(verdict: &Verdict) -> Value {

@@ -1,6 +1,6 @@
 //! Authorization: may this user do this (`k8s.io/apiserver/pkg/authorization`).
 
-use crate::request_info::RequestInfo;
+use crate::request_info::{FieldRequirement, RequestInfo};
 use crate::user::{ALL_AUTHENTICATED, SYSTEM_PRIVILEGED_GROUP, UserInfo};
 
 /// What is being asked (upstream `authorizer.AttributesRecord`).
@@ -19,6 +19,9 @@ pub struct Attributes {
     pub resource_request: bool,
     /// The (decoded) URL path.
     pub path: String,
+    /// A list's, watch's or deletecollection's field selector (see
+    /// [`RequestInfo::field_selector`]).
+    pub field_selector: Vec<FieldRequirement>,
 }
 
 impl Attributes {
@@ -35,6 +38,7 @@ impl Attributes {
             name: info.name.clone(),
             resource_request: info.is_resource_request,
             path: info.path.clone(),
+            field_selector: info.field_selector.clone(),
         }
     }
 

@@ -65,5 +65,8 @@ pub use authz::{
     AlwaysAllowAuthorizer, AlwaysDenyAuthorizer, Attributes, AuthenticatedOnlyAuthorizer,
     AuthorizationMode, Authorizer, Decision, PrivilegedGroupsAuthorizer, UnionAuthorizer,
 };
-pub use request_info::{RequestInfo, RequestInfoError, request_attributes, request_info};
+pub use request_info::{
+    FieldRequirement, RequestInfo, RequestInfoError, field_requirements, request_attributes,
+    request_info,
+};
 pub use user::UserInfo;

@@ -220,6 +220,62 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
         Decision::Allow
     }
 
+    /// Upstream's `authorizePod` (AuthorizeNodeWithSelectors, on in 1.33): a pod bound
+    /// to the node may be read; pods listed or watched only with a `spec.nodeName=<node>`
+    /// field selector; creates and deletes (mirror pods), status writes and evictions
+    /// allowed here and narrowed to the node's pods by NodeRestriction.
+    fn pod(&self, node: &str, attrs: &Attributes) -> Decision {
+        let bound = || {
+            !attrs.name.is_empty()
+                && self
+                    .graph
+                    .pods_on_node(node, Some(&attrs.namespace))
+                    .iter()
+                    .any(|pod| str_at(pod, &["metadata", "name"]) == Some(attrs.name.as_str()))
+        };
+        let unrelated = || format!("no relationship found between node '{node}' and this object");
+        match (attrs.subresource.as_str(), attrs.verb.as_str()) {
+            ("", "get") if bound() => Decision::Allow,
+            ("", "get") => no_opinion(unrelated()),
+            ("", "list" | "watch") => {
+                let scoped = attrs
+                    .field_selector
+                    .iter()
+                    .any(|r| r.field == "spec.nodeName" && r.equals && r.value == node);
+                // Or one pod named by a `metadata.name` selector, if it is the node's.
+                if scoped || bound() {
+                    Decision::Allow
+                } else {
+                    no_opinion("can only list/watch pods with spec.nodeName field selector".into())
+                }
+            }
+            ("", "create" | "delete") | ("status", "update" | "patch") | ("eviction", "create") => {
+                Decision::Allow
+            }
+            _ => Decision::NoOpinion,
+        }
+    }
+
+    /// Upstream's `authorizeNode` (AuthorizeNodeWithSelectors): a node reads only its
+    /// own Node object (a list or watch names it by a `metadata.name` field selector);
+    /// creates, updates and status writes are allowed here and narrowed to its own
+    /// object by NodeRestriction.
+    fn node(&self, node: &str, attrs: &Attributes) -> Decision {
+        let allowed = match (attrs.subresource.as_str(), attrs.verb.as_str()) {
+            ("", "create" | "update" | "patch") | ("status", "update" | "patch") => true,
+            ("", "get" | "list" | "watch") => attrs.name == node,
+            _ => false,
+        };
+        if allowed {
+            Decision::Allow
+        } else {
+            no_opinion(format!(
+                "node '{node}' cannot read '{}', only its own Node object",
+                attrs.name
+            ))
+        }
+    }
+
     /// Upstream `authorizeCSINode`: the CSINode named after the node (the name of a
     /// create is checked by NodeRestriction, the authorizer does not see it).
     fn csi_node(&self, node: &str, attrs: &Attributes) -> Decision {
@@ -283,6 +339,8 @@ impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
                     return self.path_decision(node, Referenced::ServiceAccount, attrs);
                 }
                 ("coordination.k8s.io", "leases") => return self.lease(node, attrs),
+                ("", "pods") => return self.pod(node, attrs),
+                ("", "nodes") => return self.node(node, attrs),
                 ("storage.k8s.io", "csinodes") => return self.csi_node(node, attrs),
                 _ => {}
             }
@@ -425,13 +483,93 @@ mod tests {
         let mut token = node_attrs("a", "create", "serviceaccounts", "sa");
         token.subresource = "token".into();
         assert_eq!(authz.authorize(&token), Decision::Allow);
-        assert_eq!(
-            authz.authorize(&node_attrs("a", "list", "pods", "")),
-            Decision::Allow
-        );
         let mut not_node = node_attrs("a", "get", "secrets", "vol");
         not_node.user.groups.clear();
         assert_eq!(authz.authorize(&not_node), Decision::NoOpinion);
+    }
+
+    /// AuthorizeNodeWithSelectors (on in 1.33): a node reads its own pods and Node
+    /// object only, whatever the system:node rules say.
+    #[test]
+    fn node_pods_and_nodes_with_selectors() {
+        let authz = NodeAuthorizer::new(graph(), node_rules());
+        let selected = |verb: &str, field: &str, equals: bool, value: &str| {
+            let mut a = node_attrs("a", verb, "pods", "");
+            a.namespace.clear();
+            a.field_selector = vec![crate::request_info::FieldRequirement {
+                field: field.into(),
+                equals,
+                value: value.into(),
+            }];
+            authz.authorize(&a)
+        };
+        assert_eq!(
+            selected("list", "spec.nodeName", true, "a"),
+            Decision::Allow
+        );
+        assert_eq!(
+            selected("watch", "spec.nodeName", true, "a"),
+            Decision::Allow
+        );
+        for (field, equals, value) in [
+            ("spec.nodeName", true, "b"),
+            ("spec.nodeName", false, "a"),
+            ("status.phase", true, "a"),
+        ] {
+            assert_eq!(
+                selected("list", field, equals, value),
+                Decision::NoOpinion,
+                "{field} {equals} {value}"
+            );
+        }
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "list", "pods", "")),
+            Decision::NoOpinion
+        );
+        // A pod is read only when it is bound to the node.
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "get", "pods", "p")),
+            Decision::Allow
+        );
+        assert_eq!(
+            authz.authorize(&node_attrs("b", "get", "pods", "p")),
+            Decision::NoOpinion
+        );
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "get", "pods", "elsewhere")),
+            Decision::NoOpinion
+        );
+        // Mirror pods, status and evictions: NodeRestriction narrows them.
+        for (verb, sub) in [
+            ("create", ""),
+            ("delete", ""),
+            ("patch", "status"),
+            ("create", "eviction"),
+        ] {
+            let mut a = node_attrs("a", verb, "pods", "m");
+            a.subresource = sub.into();
+            assert_eq!(authz.authorize(&a), Decision::Allow, "{verb} {sub}");
+        }
+        for (verb, sub) in [("update", ""), ("get", "log"), ("create", "exec")] {
+            let mut a = node_attrs("a", verb, "pods", "p");
+            a.subresource = sub.into();
+            assert_eq!(authz.authorize(&a), Decision::NoOpinion, "{verb} {sub}");
+        }
+
+        let node = |verb: &str, name: &str, sub: &str| {
+            let mut a = node_attrs("a", verb, "nodes", name);
+            a.namespace.clear();
+            a.subresource = sub.into();
+            authz.authorize(&a)
+        };
+        for verb in ["get", "list", "watch"] {
+            assert_eq!(node(verb, "a", ""), Decision::Allow, "{verb}");
+            assert_eq!(node(verb, "b", ""), Decision::NoOpinion, "{verb}");
+            assert_eq!(node(verb, "", ""), Decision::NoOpinion, "{verb}");
+        }
+        assert_eq!(node("patch", "a", "status"), Decision::Allow);
+        assert_eq!(node("create", "a", ""), Decision::Allow);
+        assert_eq!(node("delete", "a", ""), Decision::NoOpinion);
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub struct RequestInfo {
     pub name: String,
     /// Path parts from the resource on: `{resource}/{name}/{subresource}/...`.
     pub parts: Vec<String>,
+    /// The `fieldSelector` of a list, watch or deletecollection as requirements
+    /// (upstream's AuthorizeWithSelectors, on in 1.33); empty without one or when it
+    /// does not parse.
+    pub field_selector: Vec<FieldRequirement>,
 }
 
 /// Upstream returns an error together with the partial info for
@@ -144,6 +148,14 @@ pub fn request_info(
     if info.name.is_empty() && info.verb == "delete" {
         info.verb = "deletecollection".to_string();
     }
+    if matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
+        let query = parse_query(query.unwrap_or_default());
+        info.field_selector = query
+            .iter()
+            .find(|(k, _)| k == "fieldSelector")
+            .and_then(|(_, selector)| field_requirements(selector))
+            .unwrap_or_default();
+    }
     Ok(info)
 }
 
@@ -204,16 +216,25 @@ fn decode_list_options(query: &[(String, String)]) -> ListOptionsLite {
     }
 }
 
-struct FieldTerm {
-    field: String,
-    equals: bool,
-    value: String,
+/// One term of a field selector (upstream's `fields.Requirement`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldRequirement {
+    pub field: String,
+    /// `=` or `==`; else `!=`.
+    pub equals: bool,
+    pub value: String,
+}
+
+/// A field selector's requirements, `None` when it does not parse (see
+/// [`parse_field_selector`]).
+pub fn field_requirements(selector: &str) -> Option<Vec<FieldRequirement>> {
+    parse_field_selector(selector).ok()
 }
 
 /// Upstream `fields.ParseSelector`: terms split on unescaped `,`, each
 /// `field=value`, `field==value` or `field!=value` (first operator found, scanning
 /// left to right), values unescaped (`\\`, `\,`, `\=`).
-fn parse_field_selector(selector: &str) -> Result<Vec<FieldTerm>, ()> {
+fn parse_field_selector(selector: &str) -> Result<Vec<FieldRequirement>, ()> {
     let mut terms = Vec::new();
     let mut part_list = split_terms(selector);
     part_list.sort();
@@ -223,7 +244,7 @@ fn parse_field_selector(selector: &str) -> Result<Vec<FieldTerm>, ()> {
         }
         let (field, op, rhs) = split_term(&part).ok_or(())?;
         let value = unescape_field_value(rhs)?;
-        terms.push(FieldTerm {
+        terms.push(FieldRequirement {
             field: field.to_string(),
             equals: op != "!=",
             value,
@@ -567,6 +588,42 @@ mod tests {
             assert_eq!(info.name, name, "{url}");
             assert_eq!(info.verb, verb, "{url}");
         }
+    }
+
+    /// AuthorizeWithSelectors: the field selector of a list, watch or deletecollection
+    /// reaches the authorizers as requirements; an unparsable one as none.
+    #[test]
+    fn field_selectors_reach_the_authorizers() {
+        let selector = |method: &str, path: &str, query: &str| {
+            request_info(method, path, Some(query))
+                .unwrap()
+                .field_selector
+                .into_iter()
+                .map(|r| (r.field, r.equals, r.value))
+                .collect::<Vec<_>>()
+        };
+        let pods = "/api/v1/pods";
+        assert_eq!(
+            selector(
+                "GET",
+                pods,
+                "fieldSelector=spec.nodeName%3Dn1,status.phase!%3DFailed"
+            ),
+            [
+                ("spec.nodeName".to_string(), true, "n1".to_string()),
+                ("status.phase".to_string(), false, "Failed".to_string()),
+            ]
+        );
+        assert_eq!(
+            selector("GET", pods, "watch=1&fieldSelector=spec.nodeName%3D%3Dn1").len(),
+            1
+        );
+        assert_eq!(
+            selector("DELETE", "/api/v1/namespaces/d/pods", "fieldSelector=a%3Db").len(),
+            1
+        );
+        assert!(selector("GET", pods, "fieldSelector=no-operator").is_empty());
+        assert!(selector("GET", "/api/v1/namespaces/d/pods/p", "fieldSelector=a%3Db").is_empty());
     }
 
     #[test]

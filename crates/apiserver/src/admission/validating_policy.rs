@@ -134,6 +134,7 @@ impl UserAuthorizer {
             name: check.name.clone(),
             resource_request: check.resource_request,
             path: check.path.clone(),
+            ..AuthzAttributes::default()
         };
         match self.chain.authorize(&attrs) {
             Decision::Allow => AuthzDecision {

@@ -368,9 +368,54 @@ async fn node_authorizer_and_node_restriction() {
         ),
         403
     );
-    // Pods: reading is fine for any node; status only for its own pods.
+    // Pods (AuthorizeNodeWithSelectors, on in 1.33): a node reads only its own,
+    // and lists or watches them only by a spec.nodeName selector naming it; status
+    // only for its own pods.
     let pods_b = Api::<Pod>::namespaced(node_b.clone(), "default");
-    assert_eq!(code(pods_b.get("p").await), 200);
+    assert_eq!(code(pods_b.get("p").await), 403);
+    let pods_a = Api::<Pod>::namespaced(node_a.clone(), "default");
+    assert_eq!(code(pods_a.get("p").await), 200);
+    let all_pods_a = Api::<Pod>::all(node_a.clone());
+    for (selector, want) in [
+        ("spec.nodeName=node-a", 200),
+        ("spec.nodeName==node-a,status.phase!=Failed", 200),
+        ("spec.nodeName=node-b", 403),
+        ("spec.nodeName!=node-a", 403),
+        ("", 403),
+    ] {
+        let list = ListParams::default().fields(selector);
+        assert_eq!(code(all_pods_a.list(&list).await), want, "{selector}");
+    }
+    let watch = kube::api::WatchParams::default()
+        .fields("spec.nodeName=node-a")
+        .timeout(1);
+    assert!(all_pods_a.watch(&watch, "0").await.is_ok());
+    let unscoped = kube::api::WatchParams::default().timeout(1);
+    assert!(all_pods_a.watch(&unscoped, "0").await.is_err());
+    // An access review asks with the selector too (a raw one, or requirements).
+    for (selector, allowed) in [
+        (json!({"rawSelector": "spec.nodeName=node-a"}), true),
+        (
+            json!({"requirements": [{"key": "spec.nodeName", "operator": "In", "values": ["node-a"]}]}),
+            true,
+        ),
+        (json!({"rawSelector": "spec.nodeName=node-b"}), false),
+        (json!(null), false),
+    ] {
+        let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "system:node:node-a", "groups": ["system:nodes"],
+                "resourceAttributes": {"verb": "list", "resource": "pods", "fieldSelector": selector}}});
+        let (status, _, answer) = TestApiServer::send_json(
+            &admin,
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &review,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 201, "{answer}");
+        assert_eq!(answer["status"]["allowed"], allowed, "{selector}: {answer}");
+    }
     let status = Patch::Merge(json!({"status": {"message": "hi"}}));
     assert_eq!(
         code(
@@ -380,7 +425,6 @@ async fn node_authorizer_and_node_restriction() {
         ),
         403
     );
-    let pods_a = Api::<Pod>::namespaced(node_a.clone(), "default");
     assert_eq!(
         code(
             pods_a
@@ -390,8 +434,15 @@ async fn node_authorizer_and_node_restriction() {
         200
     );
     assert_eq!(code(pods_b.delete("p", &Default::default()).await), 403);
-    // Nodes: only its own.
+    // Nodes: only its own, to write and to read (a list or watch names it by a
+    // metadata.name selector).
     let nodes_b = Api::<k8s_openapi::api::core::v1::Node>::all(node_b.clone());
+    assert_eq!(code(nodes_b.list(&ListParams::default()).await), 403);
+    let own_node = ListParams::default().fields("metadata.name=node-b");
+    assert_eq!(code(nodes_b.list(&own_node).await), 200);
+    let other_node = ListParams::default().fields("metadata.name=node-a");
+    assert_eq!(code(nodes_b.list(&other_node).await), 403);
+    assert_eq!(code(nodes_b.get("node-a").await), 403);
     let node = |n: &str| -> k8s_openapi::api::core::v1::Node {
         serde_json::from_value(json!({"metadata": {"name": n}})).unwrap()
     };
