@@ -793,7 +793,9 @@ async fn route(
             .cloned()
             .unwrap_or_default();
         let (body, _) = read_body(state, req).await?;
-        let answer = crate::tokens::create(&tokens, &user, ns, name, &headers, &body).await?;
+        let answer =
+            crate::tokens::create(&tokens, &state.authorizer, &user, ns, name, &headers, &body)
+                .await?;
         return Ok(unstored_answer(target, StatusCode::CREATED, &answer));
     }
     if req.method() == Method::GET

@@ -176,9 +176,104 @@ fn invalid_expiration(value: i64, detail: &str) -> ApiError {
     e
 }
 
+/// A kubelet's token request, as NodeRestriction admits it (upstream's
+/// `admitServiceAccount`, with ServiceAccountNodeAudienceRestriction, on in 1.33): bound
+/// to a pod (named, with its uid) scheduled on the node, for at most one audience, which
+/// a projected service account token volume of the pod names, or which an authorizer
+/// lets the node request (verb `request-serviceaccounts-token-audience`, the audience
+/// as resource, the service account as name). CSI drivers' token audiences are not
+/// looked at (no CSI here).
+struct NodeToken<'a> {
+    node: &'a str,
+    requester: &'a ferrokube_auth::UserInfo,
+    namespace: &'a str,
+    service_account: &'a str,
+}
+
+impl NodeToken<'_> {
+    fn forbidden(&self, message: String) -> ApiError {
+        ApiError::forbidden("", "serviceaccounts", self.service_account, message)
+    }
+
+    async fn admit(
+        &self,
+        tokens: &Tokens,
+        authorizer: &crate::authz_webhook::Authorization,
+        spec: &Value,
+    ) -> Result<(), ApiError> {
+        let bound = &spec["boundObjectRef"];
+        let pod_name = bound["name"].as_str().unwrap_or("");
+        if bound["apiVersion"].as_str() != Some("v1")
+            || bound["kind"].as_str() != Some("Pod")
+            || pod_name.is_empty()
+        {
+            return Err(self.forbidden("node requested token not bound to a pod".into()));
+        }
+        let want_uid = bound["uid"].as_str().unwrap_or("");
+        if want_uid.is_empty() {
+            return Err(
+                self.forbidden("node requested token with a pod binding without a uid".into())
+            );
+        }
+        let pod = tokens.pods.get(Some(self.namespace), pod_name).await?;
+        if uid_of(&pod) != want_uid {
+            return Err(self.forbidden(format!(
+                "the UID in the bound object reference ({want_uid}) does not match the UID in record. The object might have been deleted and then recreated"
+            )));
+        }
+        if pod["spec"]["nodeName"].as_str() != Some(self.node) {
+            return Err(self.forbidden(
+                "node requested token bound to a pod scheduled on a different node".into(),
+            ));
+        }
+        let requested = match spec["audiences"].as_array().map(Vec::as_slice) {
+            None | Some([]) => "",
+            Some([one]) => one.as_str().unwrap_or(""),
+            Some(_) => return Err(self.forbidden("node may only request 0 or 1 audiences".into())),
+        };
+        let volumes = pod["spec"]["volumes"].as_array().into_iter().flatten();
+        let in_pod_spec = volumes
+            .flat_map(|v| v["projected"]["sources"].as_array().into_iter().flatten())
+            .filter(|source| source["serviceAccountToken"].is_object())
+            .any(|source| {
+                source["serviceAccountToken"]["audience"]
+                    .as_str()
+                    .unwrap_or("")
+                    == requested
+            });
+        if in_pod_spec {
+            return Ok(());
+        }
+        let attrs = ferrokube_auth::Attributes {
+            user: self.requester.clone(),
+            verb: "request-serviceaccounts-token-audience".into(),
+            namespace: self.namespace.into(),
+            api_version: "v1".into(),
+            resource: requested.into(),
+            name: self.service_account.into(),
+            resource_request: true,
+            ..ferrokube_auth::Attributes::default()
+        };
+        let verdict = authorizer.verdict(&attrs).await;
+        if verdict.decision.is_allowed() {
+            return Ok(());
+        }
+        let user = &self.requester.name;
+        Err(self.forbidden(match verdict.error {
+            Some(e) => format!(
+                "audience {requested:?} not found in pod spec volume, error authorizing {user} to request tokens for this audience: {e}"
+            ),
+            None => format!(
+                "audience {requested:?} not found in pod spec volume, {user} is not authorized to request tokens for this audience"
+            ),
+        }))
+    }
+}
+
 /// Issues a bound token (upstream `TokenREST.Create`).
 pub(crate) async fn create(
     tokens: &Tokens,
+    authorizer: &crate::authz_webhook::Authorization,
     requester: &ferrokube_auth::UserInfo,
     ns: &str,
     name: &str,
@@ -242,17 +337,14 @@ pub(crate) async fn create(
         ..KubernetesClaim::default()
     };
     let bound = &spec["boundObjectRef"];
-    // NodeRestriction: a kubelet only gets tokens bound to a pod on its node.
-    let node = ferrokube_auth::node::node_identity(requester).filter(|n| !n.is_empty());
-    if let Some(node) = node
-        && bound["kind"].as_str() != Some("Pod")
-    {
-        return Err(ApiError::forbidden(
-            "",
-            "serviceaccounts",
-            name,
-            format!("node {node:?} can only create tokens bound to pods"),
-        ));
+    if let Some(node) = ferrokube_auth::node::node_identity(requester).filter(|n| !n.is_empty()) {
+        let token = NodeToken {
+            node,
+            requester,
+            namespace: ns,
+            service_account: name,
+        };
+        token.admit(tokens, authorizer, spec).await?;
     }
     if bound.is_object() {
         let kind = bound["kind"].as_str().unwrap_or("");
@@ -284,16 +376,6 @@ pub(crate) async fn create(
             name: bname.to_string(),
             uid,
         };
-        if let Some(node) = node
-            && obj["spec"]["nodeName"].as_str() != Some(node)
-        {
-            return Err(ApiError::forbidden(
-                "",
-                "serviceaccounts",
-                name,
-                "node requested token bound to a pod scheduled on a different node",
-            ));
-        }
         if kind == "Pod" {
             if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())
                 && let Ok(n) = tokens.nodes.get(None, node).await

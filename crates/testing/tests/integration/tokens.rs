@@ -244,10 +244,14 @@ async fn token_requests_issue_bound_tokens_that_authenticate_until_unbound() {
     .await;
     eventually_status(&server, &token, 401).await;
 
-    // A kubelet gets tokens only for service accounts of its pods, bound to them.
+    // A kubelet gets tokens only for service accounts of its pods, bound to them, for
+    // an audience the pod's projected token volumes name (or none).
+    let projected = json!([{"name": "tok", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token"}},
+        {"serviceAccountToken": {"path": "vault", "audience": "vault"}}]}}]);
     let (_, pod) = call(&admin, "POST", "/api/v1/namespaces/default/pods",
         Some(json!({"metadata": {"name": "on-a"}, "spec": {"nodeName": "node-a", "serviceAccountName": "robot",
-            "containers": [{"name": "c", "image": "busybox"}]}}))).await;
+            "volumes": projected, "containers": [{"name": "c", "image": "busybox"}]}}))).await;
     call(
         &admin,
         "POST",
@@ -275,13 +279,49 @@ async fn token_requests_issue_bound_tokens_that_authenticate_until_unbound() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(got, 201);
-    assert_eq!(call(&node_b, "POST", path, Some(bound)).await.0, 403);
     assert_eq!(
-        call(&node_a, "POST", path, Some(json!({"spec": {}})))
-            .await
-            .0,
+        call(&node_b, "POST", path, Some(bound.clone())).await.0,
         403
     );
+    let (code, v) = call(&node_a, "POST", path, Some(json!({"spec": {}}))).await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        v["message"],
+        "serviceaccounts \"robot\" is forbidden: node requested token not bound to a pod"
+    );
+    let with_audiences = |audiences: serde_json::Value| {
+        let mut request = bound.clone();
+        request["spec"]["audiences"] = audiences;
+        request
+    };
+    assert_eq!(
+        call(
+            &node_a,
+            "POST",
+            path,
+            Some(with_audiences(json!(["vault"])))
+        )
+        .await
+        .0,
+        201
+    );
+    for (audiences, message) in [
+        (
+            json!(["elsewhere"]),
+            "audience \"elsewhere\" not found in pod spec volume, system:node:node-a is not authorized to request tokens for this audience",
+        ),
+        (
+            json!(["vault", "elsewhere"]),
+            "node may only request 0 or 1 audiences",
+        ),
+    ] {
+        let (code, v) = call(&node_a, "POST", path, Some(with_audiences(audiences))).await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(
+            v["message"],
+            format!("serviceaccounts \"robot\" is forbidden: {message}")
+        );
+    }
     call(
         &admin,
         "DELETE",
