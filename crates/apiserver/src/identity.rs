@@ -57,22 +57,16 @@ fn micro_time(at: jiff::Timestamp) -> String {
 pub(crate) async fn run_lease(
     leases: std::sync::Arc<Store>,
     id: String,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let host = hostname();
     let holder = format!("{id}_{}", ferrokube_registry::meta::new_uid());
-    let mut ticker = tokio::time::interval(RENEW_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                if let Err(e) = renew(&leases, &id, &holder, &host).await {
-                    tracing::warn!(error = %e, lease = %id, "renewing the apiserver identity lease failed");
-                }
-            }
-            _ = shutdown.changed() => return,
+    crate::every(RENEW_INTERVAL, true, shutdown, || async {
+        if let Err(e) = renew(&leases, &id, &holder, &host).await {
+            tracing::warn!(error = %e, lease = %id, "renewing the apiserver identity lease failed");
         }
-    }
+    })
+    .await;
 }
 
 async fn renew(leases: &Store, id: &str, holder: &str, host: &str) -> Result<(), String> {
@@ -121,22 +115,13 @@ fn expired(lease: &Value, now: jiff::Timestamp) -> bool {
 }
 
 /// Deletes expired identity leases at start and then hourly, until `shutdown`.
-pub(crate) async fn run_lease_gc(
-    leases: std::sync::Arc<Store>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut ticker = tokio::time::interval(GC_PERIOD);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                if let Err(e) = collect(&leases).await {
-                    tracing::warn!(error = %e, "collecting expired apiserver identity leases failed");
-                }
-            }
-            _ = shutdown.changed() => return,
+pub(crate) async fn run_lease_gc(leases: std::sync::Arc<Store>, shutdown: watch::Receiver<bool>) {
+    crate::every(GC_PERIOD, true, shutdown, || async {
+        if let Err(e) = collect(&leases).await {
+            tracing::warn!(error = %e, "collecting expired apiserver identity leases failed");
         }
-    }
+    })
+    .await;
 }
 
 async fn collect(leases: &Store) -> Result<(), String> {

@@ -468,23 +468,40 @@ async fn run_endpoint_lease(registry: Arc<Registry>, mut shutdown: watch::Receiv
     }
 }
 
-/// Upstream's system namespaces controller: the namespaces the apiserver made at start
-/// are made again, within a minute, when they go (kube-node-lease may be deleted).
-async fn run_system_namespaces(registry: Arc<Registry>, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(60));
+/// Runs `work` every `period` until `shutdown` turns: at once, or first after a period
+/// when start-up did it already (`at_start` false). The shape of the apiserver's own
+/// periodic controllers.
+pub(crate) async fn every<F, Fut>(
+    period: Duration,
+    at_start: bool,
+    mut shutdown: watch::Receiver<bool>,
+    mut work: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The registry made them at start.
-    ticker.tick().await;
+    if !at_start {
+        ticker.tick().await;
+    }
     loop {
         tokio::select! {
-            _ = ticker.tick() => {
-                if let Err(e) = registry.ensure_system_namespaces().await {
-                    tracing::warn!(error = %e, "making the system namespaces failed");
-                }
-            }
+            _ = ticker.tick() => work().await,
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// Upstream's system namespaces controller: the namespaces the apiserver made at start
+/// are made again, within a minute, when they go (kube-node-lease may be deleted).
+async fn run_system_namespaces(registry: Arc<Registry>, shutdown: watch::Receiver<bool>) {
+    every(Duration::from_secs(60), false, shutdown, || async {
+        if let Err(e) = registry.ensure_system_namespaces().await {
+            tracing::warn!(error = %e, "making the system namespaces failed");
+        }
+    })
+    .await;
 }
 
 /// Upstream's SETTINGS_MAX_CONCURRENT_STREAMS when the flag is 0 (Go's HTTP/2 clients'
