@@ -182,7 +182,7 @@ fn invalid_expiration(value: i64, detail: &str) -> ApiError {
 /// a projected service account token volume of the pod names, or which an authorizer
 /// lets the node request (verb `request-serviceaccounts-token-audience`, the audience
 /// as resource, the service account as name). CSI drivers' token audiences are not
-/// looked at (no CSI here).
+/// looked at (no CSI here). [`NodeToken::admit`] answers the pod it read.
 struct NodeToken<'a> {
     node: &'a str,
     requester: &'a ferrokube_auth::UserInfo,
@@ -200,7 +200,7 @@ impl NodeToken<'_> {
         tokens: &Tokens,
         authorizer: &crate::authz_webhook::Authorization,
         spec: &Value,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Value, ApiError> {
         let bound = &spec["boundObjectRef"];
         let pod_name = bound["name"].as_str().unwrap_or("");
         if bound["apiVersion"].as_str() != Some("v1")
@@ -242,7 +242,7 @@ impl NodeToken<'_> {
                     == requested
             });
         if in_pod_spec {
-            return Ok(());
+            return Ok(pod);
         }
         let attrs = ferrokube_auth::Attributes {
             user: self.requester.clone(),
@@ -256,7 +256,7 @@ impl NodeToken<'_> {
         };
         let verdict = authorizer.verdict(&attrs).await;
         if verdict.decision.is_allowed() {
-            return Ok(());
+            return Ok(pod);
         }
         let user = &self.requester.name;
         Err(self.forbidden(match verdict.error {
@@ -337,6 +337,9 @@ pub(crate) async fn create(
         ..KubernetesClaim::default()
     };
     let bound = &spec["boundObjectRef"];
+    // A kubelet's request is admitted first; the pod it is bound to, read for that, is
+    // the bound object below.
+    let mut admitted_pod = None;
     if let Some(node) = ferrokube_auth::node::node_identity(requester).filter(|n| !n.is_empty()) {
         let token = NodeToken {
             node,
@@ -344,7 +347,7 @@ pub(crate) async fn create(
             namespace: ns,
             service_account: name,
         };
-        token.admit(tokens, authorizer, spec).await?;
+        admitted_pod = Some(token.admit(tokens, authorizer, spec).await?);
     }
     if bound.is_object() {
         let kind = bound["kind"].as_str().unwrap_or("");
@@ -358,7 +361,10 @@ pub(crate) async fn create(
                 )));
             }
         };
-        let obj = store.get(Some(ns), bname).await?;
+        let obj = match admitted_pod {
+            Some(pod) => pod,
+            None => store.get(Some(ns), bname).await?,
+        };
         let uid = uid_of(&obj);
         if let Some(want) = bound["uid"].as_str().filter(|u| !u.is_empty())
             && want != uid

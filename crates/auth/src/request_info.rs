@@ -135,6 +135,8 @@ pub fn request_info(
         info.resource = info.parts[0].clone();
     }
 
+    // The selector as the list options' decoding parsed it, when it ran.
+    let mut selector: Option<Vec<FieldRequirement>> = None;
     if info.name.is_empty() && info.verb == "get" {
         let query = parse_query(query.unwrap_or_default());
         let opts = decode_list_options(&query);
@@ -144,17 +146,19 @@ pub fn request_info(
         {
             info.name = name;
         }
+        selector = Some(opts.field_selector);
     }
     if info.name.is_empty() && info.verb == "delete" {
         info.verb = "deletecollection".to_string();
     }
     if matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
-        let query = parse_query(query.unwrap_or_default());
-        info.field_selector = query
-            .iter()
-            .find(|(k, _)| k == "fieldSelector")
-            .and_then(|(_, selector)| field_requirements(selector))
-            .unwrap_or_default();
+        info.field_selector = selector.unwrap_or_else(|| {
+            parse_query(query.unwrap_or_default())
+                .iter()
+                .find(|(k, _)| k == "fieldSelector")
+                .and_then(|(_, selector)| field_requirements(selector))
+                .unwrap_or_default()
+        });
     }
     Ok(info)
 }
@@ -174,6 +178,8 @@ pub fn request_attributes(method: &str, path: &str, query: Option<&str>) -> Attr
 struct ListOptionsLite {
     watch: bool,
     field_selector_name: Option<String>,
+    /// The whole `fieldSelector` (empty without one or when it does not parse).
+    field_selector: Vec<FieldRequirement>,
 }
 
 /// The part of upstream's `ListOptions` decoding RequestInfo depends on: `watch`
@@ -199,13 +205,15 @@ fn decode_list_options(query: &[(String, String)]) -> ListOptionsLite {
         }
     }
     let mut field_selector_name = None;
+    let mut field_selector = Vec::new();
     if let Some(selector) = first("fieldSelector") {
         match parse_field_selector(selector) {
             Ok(terms) => {
                 field_selector_name = terms
-                    .into_iter()
+                    .iter()
                     .find(|t| t.field == "metadata.name" && t.equals)
-                    .map(|t| t.value);
+                    .map(|t| t.value.clone());
+                field_selector = terms;
             }
             Err(()) => valid = false,
         }
@@ -213,6 +221,7 @@ fn decode_list_options(query: &[(String, String)]) -> ListOptionsLite {
     ListOptionsLite {
         watch,
         field_selector_name: if valid { field_selector_name } else { None },
+        field_selector,
     }
 }
 
