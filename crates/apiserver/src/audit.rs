@@ -18,9 +18,7 @@
 //! as the backend's flags say: the log ([`log`]) writes JSON lines, the webhook
 //! ([`webhook`]) POSTs EventLists.
 //!
-//! Deviations: the `authorization.k8s.io/reason` of an allowed request is empty
-//! (this apiserver's authorizers give no reason for an allow, which upstream's
-//! system:masters check does not either, but RBAC does); an upgraded request (exec,
+//! Deviations: an upgraded request (exec,
 //! attach, portforward) gets its ResponseComplete when the 101 answer is sent, not
 //! when the stream ends.
 

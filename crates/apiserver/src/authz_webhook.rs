@@ -120,7 +120,7 @@ pub(crate) struct WebhookAuthorizer {
     webhook: KubeconfigWebhook,
     settings: WebhookSettings,
     /// The review's spec (JSON) → when the answer expires, and the answer.
-    cache: Mutex<lru::LruCache<String, (Instant, Decision)>>,
+    cache: Mutex<lru::LruCache<String, (Instant, WebhookAnswer)>>,
 }
 
 impl WebhookAuthorizer {
@@ -143,9 +143,9 @@ impl WebhookAuthorizer {
     }
 
     /// The answer cached for this review, if any.
-    fn cached(&self, spec: &str) -> Option<Decision> {
+    fn cached(&self, spec: &str) -> Option<WebhookAnswer> {
         match self.cache.lock().get(spec) {
-            Some((expires, decision)) if *expires > Instant::now() => Some(decision.clone()),
+            Some((expires, answer)) if *expires > Instant::now() => Some(answer.clone()),
             _ => None,
         }
     }
@@ -163,10 +163,10 @@ impl WebhookAuthorizer {
 
     /// The failure policy's answer to a failed call or condition (upstream's
     /// `decisionOnError`, with no reason), and the failure.
-    fn failed(&self, error: String) -> (Decision, Option<String>) {
+    fn failed(&self, error: String) -> WebhookAnswer {
         tracing::error!(authorizer = %self.settings.name, %error, "authorization webhook failed");
         let decision = match self.settings.failure_policy {
-            FailurePolicy::NoOpinion => Decision::NoOpinion,
+            FailurePolicy::NoOpinion => Decision::no_opinion(),
             FailurePolicy::Deny => Decision::Deny(String::new()),
         };
         (decision, Some(error))
@@ -177,28 +177,28 @@ impl WebhookAuthorizer {
         match self.matches(attrs) {
             Ok(true) => self
                 .cached(&self.spec(attrs))
-                .unwrap_or(Decision::NoOpinion),
-            Ok(false) => Decision::NoOpinion,
+                .map_or_else(Decision::no_opinion, |(decision, _)| decision),
+            Ok(false) => Decision::no_opinion(),
             Err(e) => self.failed(e).0,
         }
     }
 
     /// The webhook's answer, and why it failed when it did.
-    async fn authorize(&self, attrs: &Attributes) -> (Decision, Option<String>) {
+    async fn authorize(&self, attrs: &Attributes) -> WebhookAnswer {
         match self.matches(attrs) {
             Ok(true) => {}
-            Ok(false) => return (Decision::NoOpinion, None),
+            Ok(false) => return (Decision::no_opinion(), None),
             Err(e) => return self.failed(e),
         }
         let spec = self.spec(attrs);
-        if let Some(decision) = self.cached(&spec) {
-            return (decision, None);
+        if let Some(answer) = self.cached(&spec) {
+            return answer;
         }
-        let decision = match self.review(&spec).await {
+        let answer = match self.review(&spec).await {
             Ok(status) => decision_of(status),
             Err(e) => return self.failed(e),
         };
-        let ttl = if decision.is_allowed() {
+        let ttl = if answer.0.is_allowed() {
             self.settings.authorized_ttl
         } else {
             self.settings.unauthorized_ttl
@@ -206,9 +206,9 @@ impl WebhookAuthorizer {
         if !ttl.is_zero() {
             self.cache
                 .lock()
-                .put(spec, (Instant::now() + ttl, decision.clone()));
+                .put(spec, (Instant::now() + ttl, answer.clone()));
         }
-        (decision, None)
+        answer
     }
 
     /// One SubjectAccessReview, retried as upstream retries webhook calls.
@@ -261,14 +261,21 @@ fn review_spec(attrs: &Attributes, version: ReviewVersion) -> Value {
     spec
 }
 
-/// Upstream's reading of an answer.
-fn decision_of(status: SubjectAccessReviewStatus) -> Decision {
-    if status.allowed {
-        Decision::Allow
-    } else if status.denied.unwrap_or(false) {
-        Decision::Deny(status.reason.unwrap_or_default())
-    } else {
-        Decision::NoOpinion
+/// A webhook's decision, and its failure if it failed.
+type WebhookAnswer = (Decision, Option<String>);
+
+/// Upstream's reading of an answer: the webhook's reason goes with each decision; an
+/// answer both allowing and denying is a denial and a failure.
+fn decision_of(status: SubjectAccessReviewStatus) -> WebhookAnswer {
+    let reason = status.reason.unwrap_or_default();
+    match (status.allowed, status.denied.unwrap_or(false)) {
+        (true, true) => (
+            Decision::Deny(reason),
+            Some("webhook subject access review returned both allow and deny response".into()),
+        ),
+        (_, true) => (Decision::Deny(reason), None),
+        (true, false) => (Decision::Allow(reason), None),
+        (false, false) => (Decision::NoOpinion(reason), None),
     }
 }
 
@@ -355,25 +362,23 @@ impl Authorization {
     /// opinion, all of them.
     pub(crate) async fn verdict(&self, attrs: &Attributes) -> Verdict {
         let mut errors = Vec::new();
+        let mut reasons = Vec::new();
         for step in &self.chain().steps {
             let (decision, error) = match step {
                 Step::Chain(chain) => (chain.authorize(attrs), None),
                 Step::Webhook(webhook) => webhook.authorize(attrs).await,
             };
-            if decision != Decision::NoOpinion {
+            let Decision::NoOpinion(reason) = decision else {
                 return Verdict { decision, error };
+            };
+            if !reason.is_empty() {
+                reasons.push(reason);
             }
             errors.extend(error);
         }
-        let error = match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            // Go's error aggregate.
-            _ => Some(format!("[{}]", errors.join(", "))),
-        };
         Verdict {
-            decision: Decision::NoOpinion,
-            error,
+            decision: Decision::NoOpinion(reasons.join("\n")),
+            error: (!errors.is_empty()).then(|| ferrokube_auth::rbac::aggregate_errors(&errors)),
         }
     }
 
@@ -386,29 +391,25 @@ impl Authorization {
             Vec::new(),
         )
     }
-
-    /// Whether the chain has a webhook (whose rules no one can list).
-    pub(crate) fn has_webhook(&self) -> bool {
-        self.chain()
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::Webhook(_)))
-    }
 }
 
 /// The chain without waiting: the webhook's cached answer, or no opinion.
 impl Authorizer for Authorization {
     fn authorize(&self, attrs: &Attributes) -> Decision {
+        let mut reasons = Vec::new();
         for step in &self.chain().steps {
             let decision = match step {
                 Step::Chain(chain) => chain.authorize(attrs),
                 Step::Webhook(webhook) => webhook.answer_now(attrs),
             };
-            if decision != Decision::NoOpinion {
+            let Decision::NoOpinion(reason) = decision else {
                 return decision;
+            };
+            if !reason.is_empty() {
+                reasons.push(reason);
             }
         }
-        Decision::NoOpinion
+        Decision::NoOpinion(reasons.join("\n"))
     }
 }
 
@@ -471,12 +472,24 @@ mod tests {
             reason: Some(reason.into()),
             evaluation_error: None,
         };
-        assert_eq!(decision_of(status(true, None, "")), Decision::Allow);
+        assert_eq!(
+            decision_of(status(true, None, "yes")),
+            (Decision::Allow("yes".into()), None)
+        );
         assert_eq!(
             decision_of(status(false, Some(true), "no way")),
-            Decision::Deny("no way".into())
+            (Decision::Deny("no way".into()), None)
         );
-        assert_eq!(decision_of(status(false, None, "")), Decision::NoOpinion);
+        assert_eq!(
+            decision_of(status(false, None, "not mine")),
+            (Decision::NoOpinion("not mine".into()), None)
+        );
+        let (decision, error) = decision_of(status(true, Some(true), "both"));
+        assert_eq!(decision, Decision::Deny("both".into()));
+        assert_eq!(
+            error.as_deref(),
+            Some("webhook subject access review returned both allow and deny response")
+        );
     }
 
     #[test]
@@ -496,7 +509,7 @@ mod tests {
                 cache: Mutex::new(lru::LruCache::new(CACHE_SIZE)),
             }))
         };
-        let sync = || Link::Sync(Box::new(Fixed(Decision::NoOpinion)));
+        let sync = || Link::Sync(Box::new(Fixed(Decision::no_opinion())));
         let shape = |links: Vec<Link>| {
             Authorization::new(UnionAuthorizer::default(), links, Vec::new())
                 .chain()
@@ -526,17 +539,19 @@ mod tests {
         let chain = |d: Decision| {
             Authorization::new(
                 UnionAuthorizer::default()
-                    .push(Fixed(Decision::NoOpinion))
+                    .push(Fixed(Decision::no_opinion()))
                     .push(Fixed(d)),
                 Vec::new(),
                 Vec::new(),
             )
         };
-        assert_eq!(chain(Decision::Allow).authorize(&attrs()), Decision::Allow);
         assert_eq!(
-            chain(Decision::NoOpinion).authorize(&attrs()),
-            Decision::NoOpinion
+            chain(Decision::allow()).authorize(&attrs()),
+            Decision::allow()
         );
-        assert!(!chain(Decision::Allow).has_webhook());
+        assert_eq!(
+            chain(Decision::no_opinion()).authorize(&attrs()),
+            Decision::no_opinion()
+        );
     }
 }

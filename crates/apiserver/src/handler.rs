@@ -686,17 +686,17 @@ async fn authorized(
         return error_response(&ApiError::internal(error));
     }
     // Upstream's `authorization.k8s.io/decision` and `/reason` annotations.
-    let (verdict, reason) = match &decision {
-        ferrokube_auth::Decision::Allow => ("allow", ""),
-        ferrokube_auth::Decision::Deny(reason) => ("forbid", reason.as_str()),
-        ferrokube_auth::Decision::NoOpinion => ("forbid", ""),
+    let verdict = if decision.is_allowed() {
+        "allow"
+    } else {
+        "forbid"
     };
     audit
         .annotations()
         .add("authorization.k8s.io/decision", verdict);
     audit
         .annotations()
-        .add("authorization.k8s.io/reason", reason);
+        .add("authorization.k8s.io/reason", decision.reason());
     if !decision.is_allowed() {
         return error_response(&crate::security::forbidden(&attrs, &decision));
     }

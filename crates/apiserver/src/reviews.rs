@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use ferrokube_apimachinery::errors::ApiError;
-use ferrokube_auth::bootstrap::node_rules;
 use ferrokube_auth::node::node_identity;
-use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX};
+use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX, aggregate_errors};
 use ferrokube_auth::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS};
 use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Decision, UserInfo};
 
@@ -160,11 +159,15 @@ fn review_field_selector(selector: &Value) -> Vec<ferrokube_auth::FieldRequireme
 }
 
 fn access_status(verdict: &Verdict) -> Value {
-    let mut status = match &verdict.decision {
-        Decision::Allow => json!({"allowed": true}),
-        Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
-        Decision::NoOpinion => json!({"allowed": false}),
-    };
+    // Upstream's status: each decision with its authorizer's reason, if it gave one.
+    let decision = &verdict.decision;
+    let mut status = json!({"allowed": decision.is_allowed()});
+    if matches!(decision, Decision::Deny(_)) {
+        status["denied"] = json!(true);
+    }
+    if !decision.reason().is_empty() {
+        status["reason"] = json!(decision.reason());
+    }
     if let Some(error) = &verdict.error {
         status["evaluationError"] = json!(error);
     }
@@ -191,9 +194,15 @@ fn split_rules(rules: &[PolicyRule]) -> (Vec<Value>, Vec<Value>) {
     (resource, non_resource)
 }
 
-/// What every authorizer in the chain would allow `user` in `namespace` (upstream
-/// `RulesFor` of each authorizer's rule resolver).
-fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule> {
+/// What the chain's rule resolvers say `user` may do in `namespace` (upstream's union
+/// of `RulesFor`): the rules, whether they are incomplete, and the resolvers' errors.
+struct ResolvedRules {
+    rules: Vec<PolicyRule>,
+    incomplete: bool,
+    errors: Vec<String>,
+}
+
+fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> ResolvedRules {
     let everything = || {
         vec![
             PolicyRule {
@@ -211,24 +220,38 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> Vec<PolicyRule>
     };
     // `system:masters`' authorizer resolves no rules upstream: what its members see is
     // what RBAC binds them to (cluster-admin), once.
-    let mut rules = Vec::new();
+    let mut resolved = ResolvedRules {
+        rules: Vec::new(),
+        incomplete: false,
+        errors: Vec::new(),
+    };
     for mode in state.authorizer.modes() {
         match mode {
-            AuthorizationMode::AlwaysAllow => rules.extend(everything()),
+            AuthorizationMode::AlwaysAllow => resolved.rules.extend(everything()),
             AuthorizationMode::AlwaysDeny => {}
-            AuthorizationMode::Node => {
-                if node_identity(user).is_some_and(|n| !n.is_empty()) {
-                    rules.extend(node_rules());
-                }
+            // A node's permissions depend on its pods; upstream does not list them.
+            AuthorizationMode::Node if node_identity(user).is_some() => {
+                resolved.incomplete = true;
+                resolved
+                    .errors
+                    .push("node authorizer does not support user rule resolution".into());
             }
+            AuthorizationMode::Node => {}
             AuthorizationMode::Rbac => {
-                rules.extend(state.security.snapshot().rules_for(user, namespace));
+                let (rules, errors) = state.security.snapshot().rules_for(user, namespace);
+                resolved.rules.extend(rules);
+                resolved.errors.extend(errors);
             }
-            // Its rules are the remote service's; the answer says it is incomplete.
-            AuthorizationMode::Webhook => {}
+            // Its rules are the remote service's.
+            AuthorizationMode::Webhook => {
+                resolved.incomplete = true;
+                resolved
+                    .errors
+                    .push("webhook authorizer does not support user rule resolution".into());
+            }
         }
     }
-    rules
+    resolved
 }
 
 /// A review whose fields have the wrong types is a 400, not read as left out (a
@@ -311,14 +334,12 @@ pub(crate) async fn answer(
         }
         "SelfSubjectRulesReview" => {
             let ns = spec["namespace"].as_str().unwrap_or("");
-            let (resource, non_resource) = split_rules(&rules_for(state, user, ns));
+            let resolved = rules_for(state, user, ns);
+            let (resource, non_resource) = split_rules(&resolved.rules);
             let mut status = json!({"resourceRules": resource, "nonResourceRules": non_resource,
-                "incomplete": false});
-            if state.authorizer.has_webhook() {
-                // Upstream's webhook authorizer's RulesFor.
-                status["incomplete"] = json!(true);
-                status["evaluationError"] =
-                    json!("webhook authorizer does not support user rule resolution");
+                "incomplete": resolved.incomplete});
+            if !resolved.errors.is_empty() {
+                status["evaluationError"] = json!(aggregate_errors(&resolved.errors));
             }
             status
         }

@@ -574,9 +574,13 @@ pub(crate) fn forbidden(attrs: &Attributes, decision: &Decision) -> ApiError {
             attrs.verb, attrs.api_group
         )
     };
-    if let Decision::Deny(reason) = decision
-        && !reason.is_empty()
-    {
+    // Upstream keeps what looks like HTML out of the message; quotes may stay.
+    message = message
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let reason = decision.reason();
+    if !reason.is_empty() {
         message = format!("{message}: {reason}");
     }
     if attrs.resource_request {

@@ -48,20 +48,43 @@ impl Attributes {
     }
 }
 
-/// An authorizer's answer.
+/// An authorizer's answer, each with its reason as upstream's `Authorize` returns it
+/// (often empty): an allow's reaches the audit annotation and a SubjectAccessReview,
+/// a refusal's the 403 message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    Allow,
-    /// Explicitly forbidden, with a reason for the 403 message.
+    Allow(String),
+    /// Explicitly forbidden.
     Deny(String),
     /// No opinion: the next authorizer in a chain decides; at the end of the chain it
     /// means forbidden.
-    NoOpinion,
+    NoOpinion(String),
 }
 
 impl Decision {
+    /// Allowed, with no reason given.
+    pub fn allow() -> Self {
+        Decision::Allow(String::new())
+    }
+
+    /// No opinion, with no reason given.
+    pub fn no_opinion() -> Self {
+        Decision::NoOpinion(String::new())
+    }
+
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Decision::Allow)
+        matches!(self, Decision::Allow(_))
+    }
+
+    pub fn is_no_opinion(&self) -> bool {
+        matches!(self, Decision::NoOpinion(_))
+    }
+
+    /// Why, if the authorizer said (`""` otherwise).
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Allow(r) | Decision::Deny(r) | Decision::NoOpinion(r) => r,
+        }
     }
 }
 
@@ -88,21 +111,18 @@ pub struct AlwaysAllowAuthorizer;
 
 impl Authorizer for AlwaysAllowAuthorizer {
     fn authorize(&self, _attrs: &Attributes) -> Decision {
-        Decision::Allow
+        Decision::allow()
     }
 }
 
-/// `--authorization-mode=AlwaysDeny`. Upstream answers "no opinion" with the reason
-/// "Everything is forbidden."; since this [`Decision`] carries reasons only on
-/// `Deny`, it answers `Deny` with that reason so it reaches the 403. The only
-/// difference is in a chain where another authorizer follows AlwaysDeny, which has no
-/// use.
+/// `--authorization-mode=AlwaysDeny`: no opinion, with the reason "Everything is
+/// forbidden.", as upstream (a later authorizer in the chain may still allow).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AlwaysDenyAuthorizer;
 
 impl Authorizer for AlwaysDenyAuthorizer {
     fn authorize(&self, _attrs: &Attributes) -> Decision {
-        Decision::Deny("Everything is forbidden.".to_string())
+        Decision::NoOpinion("Everything is forbidden.".to_string())
     }
 }
 
@@ -114,9 +134,9 @@ pub struct AuthenticatedOnlyAuthorizer;
 impl Authorizer for AuthenticatedOnlyAuthorizer {
     fn authorize(&self, attrs: &Attributes) -> Decision {
         if attrs.user.in_group(ALL_AUTHENTICATED) {
-            Decision::Allow
+            Decision::allow()
         } else {
-            Decision::NoOpinion
+            Decision::no_opinion()
         }
     }
 }
@@ -145,9 +165,9 @@ impl PrivilegedGroupsAuthorizer {
 impl Authorizer for PrivilegedGroupsAuthorizer {
     fn authorize(&self, attrs: &Attributes) -> Decision {
         if self.groups.iter().any(|g| attrs.user.in_group(g)) {
-            Decision::Allow
+            Decision::allow()
         } else {
-            Decision::NoOpinion
+            Decision::no_opinion()
         }
     }
 }
@@ -212,7 +232,7 @@ impl AuthorizationMode {
 
 /// The `--authorization-mode` chain: asks each authorizer in order; the first
 /// `Allow` or `Deny` is the answer; all no-opinion (or an empty chain) is
-/// `NoOpinion`.
+/// `NoOpinion` with their reasons, one per line (upstream's `unionAuthzHandler`).
 #[derive(Default)]
 pub struct UnionAuthorizer {
     authorizers: Vec<Box<dyn Authorizer>>,
@@ -240,13 +260,18 @@ impl UnionAuthorizer {
 
 impl Authorizer for UnionAuthorizer {
     fn authorize(&self, attrs: &Attributes) -> Decision {
+        let mut reasons = Vec::new();
         for authorizer in &self.authorizers {
             match authorizer.authorize(attrs) {
-                Decision::NoOpinion => continue,
+                Decision::NoOpinion(reason) => {
+                    if !reason.is_empty() {
+                        reasons.push(reason);
+                    }
+                }
                 decided => return decided,
             }
         }
-        Decision::NoOpinion
+        Decision::NoOpinion(reasons.join("\n"))
     }
 }
 
@@ -278,22 +303,23 @@ mod tests {
         let admin = UserInfo::new("admin", [SYSTEM_PRIVILEGED_GROUP, ALL_AUTHENTICATED]);
         assert_eq!(
             AlwaysAllowAuthorizer.authorize(&attrs(anon.clone())),
-            Decision::Allow
+            Decision::allow()
         );
-        assert!(
-            matches!(AlwaysDenyAuthorizer.authorize(&attrs(admin.clone())), Decision::Deny(r) if r == "Everything is forbidden.")
+        assert_eq!(
+            AlwaysDenyAuthorizer.authorize(&attrs(admin.clone())),
+            Decision::NoOpinion("Everything is forbidden.".into())
         );
         assert_eq!(
             AuthenticatedOnlyAuthorizer.authorize(&attrs(alice.clone())),
-            Decision::Allow
+            Decision::allow()
         );
         assert_eq!(
             AuthenticatedOnlyAuthorizer.authorize(&attrs(anon.clone())),
-            Decision::NoOpinion
+            Decision::no_opinion()
         );
         let masters = PrivilegedGroupsAuthorizer::system_masters();
-        assert_eq!(masters.authorize(&attrs(admin)), Decision::Allow);
-        assert_eq!(masters.authorize(&attrs(alice)), Decision::NoOpinion);
+        assert_eq!(masters.authorize(&attrs(admin)), Decision::allow());
+        assert_eq!(masters.authorize(&attrs(alice)), Decision::no_opinion());
     }
 
     #[test]
@@ -301,22 +327,35 @@ mod tests {
         let a = attrs(UserInfo::new("u", Vec::<String>::new()));
         let deny = || Fixed(Decision::Deny("no".into()));
         let chain = UnionAuthorizer::default()
-            .push(Fixed(Decision::NoOpinion))
+            .push(Fixed(Decision::no_opinion()))
             .push(deny())
             .push(AlwaysAllowAuthorizer);
         assert_eq!(chain.authorize(&a), Decision::Deny("no".into()));
         let chain = UnionAuthorizer::default()
-            .push(Fixed(Decision::NoOpinion))
+            .push(Fixed(Decision::no_opinion()))
             .push(AlwaysAllowAuthorizer)
             .push(deny());
-        assert_eq!(chain.authorize(&a), Decision::Allow);
-        let chain = UnionAuthorizer::new(vec![Box::new(Fixed(Decision::NoOpinion))]);
-        assert_eq!(chain.authorize(&a), Decision::NoOpinion);
+        assert_eq!(chain.authorize(&a), Decision::allow());
+        let chain = UnionAuthorizer::new(vec![Box::new(Fixed(Decision::no_opinion()))]);
+        assert_eq!(chain.authorize(&a), Decision::no_opinion());
+        let because = |r: &str| Fixed(Decision::NoOpinion(r.into()));
+        let chain = UnionAuthorizer::default()
+            .push(because("first"))
+            .push(Fixed(Decision::no_opinion()))
+            .push(because("second"));
+        assert_eq!(
+            chain.authorize(&a),
+            Decision::NoOpinion("first\nsecond".into())
+        );
+        let chain = UnionAuthorizer::default()
+            .push(because("first"))
+            .push(Fixed(Decision::Allow("granted".into())));
+        assert_eq!(chain.authorize(&a), Decision::Allow("granted".into()));
         assert_eq!(
             UnionAuthorizer::default().authorize(&a),
-            Decision::NoOpinion
+            Decision::no_opinion()
         );
-        assert!(!Decision::NoOpinion.is_allowed());
+        assert!(!Decision::no_opinion().is_allowed());
     }
 
     #[test]

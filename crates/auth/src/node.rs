@@ -49,6 +49,17 @@ pub enum Referenced {
     ServiceAccount,
 }
 
+/// Where a path to the node starts (upstream's vertex types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vertex {
+    /// An object one of the node's pods references.
+    Referenced(Referenced),
+    /// Reached through a claim of one of the node's pods.
+    PersistentVolume,
+    /// One of the node's pods itself.
+    Pod,
+}
+
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     let mut cur = v;
     for p in path {
@@ -153,49 +164,82 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
             .any(|pod| pod_references(pod, kind, name))
     }
 
-    /// Read-only access to a namespaced object referenced by a pod on the node; list
-    /// and watch only of a single object (by `metadata.name` field selector).
+    /// Upstream `authorizeReadNamespacedObject`: read-only access to a namespaced
+    /// object referenced by a pod on the node; list and watch only of a single object
+    /// (by `metadata.name` field selector).
     fn read_referenced(&self, node: &str, kind: Referenced, attrs: &Attributes) -> Decision {
-        if !matches!(attrs.verb.as_str(), "get" | "list" | "watch") {
-            return no_opinion("can only read resources of this type".into());
+        if !attrs.is_read_only() {
+            return refused("can only read resources of this type");
         }
         if !attrs.subresource.is_empty() {
-            return no_opinion("cannot read subresource".into());
+            return refused("cannot read subresource");
         }
-        self.path_decision(node, kind, attrs)
+        if attrs.namespace.is_empty() {
+            return refused("can only read namespaced object of this type");
+        }
+        self.path_decision(node, Vertex::Referenced(kind), attrs)
     }
 
-    fn path_decision(&self, node: &str, kind: Referenced, attrs: &Attributes) -> Decision {
-        if attrs.name.is_empty() {
-            return Decision::NoOpinion;
-        }
-        if self.has_path(node, kind, &attrs.namespace, &attrs.name) {
-            Decision::Allow
-        } else {
-            Decision::NoOpinion
-        }
-    }
-
-    fn persistent_volume(&self, node: &str, attrs: &Attributes) -> Decision {
+    /// Upstream `authorizeGet`: a single object, no subresource.
+    fn get_referenced(&self, node: &str, vertex: Vertex, attrs: &Attributes) -> Decision {
         if attrs.verb != "get" {
-            return no_opinion("can only get individual resources of this type".into());
+            return refused("can only get individual resources of this type");
         }
-        if !attrs.subresource.is_empty() || attrs.name.is_empty() {
-            return Decision::NoOpinion;
+        if !attrs.subresource.is_empty() {
+            return refused("cannot get subresource");
         }
-        let bound = self.graph.pods_on_node(node, None).iter().any(|pod| {
+        self.path_decision(node, vertex, attrs)
+    }
+
+    /// Upstream `authorize`: allowed when the named object is reachable from the node.
+    fn path_decision(&self, node: &str, vertex: Vertex, attrs: &Attributes) -> Decision {
+        if attrs.name.is_empty() {
+            return refused("No Object name found");
+        }
+        let reachable = match vertex {
+            Vertex::PersistentVolume => self.persistent_volume_bound(node, &attrs.name),
+            Vertex::Pod => self
+                .graph
+                .pods_on_node(node, Some(&attrs.namespace))
+                .iter()
+                .any(|pod| str_at(pod, &["metadata", "name"]) == Some(attrs.name.as_str())),
+            Vertex::Referenced(kind) => self.has_path(node, kind, &attrs.namespace, &attrs.name),
+        };
+        if reachable {
+            Decision::allow()
+        } else {
+            unrelated(node)
+        }
+    }
+
+    fn persistent_volume_bound(&self, node: &str, name: &str) -> bool {
+        self.graph.pods_on_node(node, None).iter().any(|pod| {
             let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
             array(&pod["spec"], "volumes").any(|v| {
                 volume_claim(pod, v)
                     .and_then(|claim| self.graph.persistent_volume_claim(ns, &claim))
-                    .is_some_and(|pvc| pvc["spec"]["volumeName"].as_str() == Some(&attrs.name))
+                    .is_some_and(|pvc| pvc["spec"]["volumeName"].as_str() == Some(name))
             })
-        });
-        if bound {
-            Decision::Allow
-        } else {
-            Decision::NoOpinion
+        })
+    }
+
+    /// Upstream `authorizeStatusUpdate`.
+    fn status_update(&self, node: &str, vertex: Vertex, attrs: &Attributes) -> Decision {
+        if !matches!(attrs.verb.as_str(), "update" | "patch") {
+            return refused("can only get/update/patch this type");
         }
+        self.path_decision(node, vertex, attrs)
+    }
+
+    /// Upstream `authorizeCreateToken`.
+    fn create_token(&self, node: &str, attrs: &Attributes) -> Decision {
+        if attrs.verb != "create" || attrs.name.is_empty() {
+            return refused("can only create tokens for individual service accounts");
+        }
+        if attrs.subresource != "token" {
+            return refused("can only create token subresource of serviceaccount");
+        }
+        self.path_decision(node, Vertex::Referenced(Referenced::ServiceAccount), attrs)
     }
 
     fn lease(&self, node: &str, attrs: &Attributes) -> Decision {
@@ -203,21 +247,17 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
             attrs.verb.as_str(),
             "get" | "create" | "update" | "patch" | "delete"
         ) {
-            return no_opinion(
-                "can only get, create, update, patch, or delete a node lease".into(),
-            );
+            return refused("can only get, create, update, patch, or delete a node lease");
         }
         if attrs.namespace != NODE_LEASE_NAMESPACE {
-            return no_opinion(format!(
-                "can only access leases in the {NODE_LEASE_NAMESPACE} system namespace"
+            return Decision::NoOpinion(format!(
+                "can only access leases in the {NODE_LEASE_NAMESPACE:?} system namespace"
             ));
         }
         if attrs.verb != "create" && attrs.name != node {
-            return no_opinion(
-                "can only access node lease with the same name as the requesting node".into(),
-            );
+            return refused("can only access node lease with the same name as the requesting node");
         }
-        Decision::Allow
+        Decision::allow()
     }
 
     /// Upstream's `authorizePod` (AuthorizeNodeWithSelectors, on in 1.33): a pod bound
@@ -225,34 +265,26 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
     /// field selector; creates and deletes (mirror pods), status writes and evictions
     /// allowed here and narrowed to the node's pods by NodeRestriction.
     fn pod(&self, node: &str, attrs: &Attributes) -> Decision {
-        let bound = || {
-            !attrs.name.is_empty()
-                && self
-                    .graph
-                    .pods_on_node(node, Some(&attrs.namespace))
-                    .iter()
-                    .any(|pod| str_at(pod, &["metadata", "name"]) == Some(attrs.name.as_str()))
-        };
-        let unrelated = || format!("no relationship found between node '{node}' and this object");
         match (attrs.subresource.as_str(), attrs.verb.as_str()) {
-            ("", "get") if bound() => Decision::Allow,
-            ("", "get") => no_opinion(unrelated()),
+            ("", "get") => self.get_referenced(node, Vertex::Pod, attrs),
             ("", "list" | "watch") => {
                 let scoped = attrs
                     .field_selector
                     .iter()
                     .any(|r| r.field == "spec.nodeName" && r.equals && r.value == node);
-                // Or one pod named by a `metadata.name` selector, if it is the node's.
-                if scoped || bound() {
-                    Decision::Allow
+                if scoped {
+                    Decision::allow()
+                } else if !attrs.name.is_empty() {
+                    // One pod named by a `metadata.name` selector, if it is the node's.
+                    self.path_decision(node, Vertex::Pod, attrs)
                 } else {
-                    no_opinion("can only list/watch pods with spec.nodeName field selector".into())
+                    refused("can only list/watch pods with spec.nodeName field selector")
                 }
             }
             ("", "create" | "delete") | ("status", "update" | "patch") | ("eviction", "create") => {
-                Decision::Allow
+                Decision::allow()
             }
-            _ => Decision::NoOpinion,
+            _ => Decision::no_opinion(),
         }
     }
 
@@ -261,18 +293,19 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
     /// creates, updates and status writes are allowed here and narrowed to its own
     /// object by NodeRestriction.
     fn node(&self, node: &str, attrs: &Attributes) -> Decision {
-        let allowed = match (attrs.subresource.as_str(), attrs.verb.as_str()) {
-            ("", "create" | "update" | "patch") | ("status", "update" | "patch") => true,
-            ("", "get" | "list" | "watch") => attrs.name == node,
-            _ => false,
-        };
-        if allowed {
-            Decision::Allow
-        } else {
-            no_opinion(format!(
+        match (attrs.subresource.as_str(), attrs.verb.as_str()) {
+            ("", "create" | "update" | "patch") | ("status", "update" | "patch") => {
+                Decision::allow()
+            }
+            ("", "get" | "list" | "watch") if attrs.name == node => Decision::allow(),
+            ("", "get" | "list" | "watch") if attrs.name.is_empty() => Decision::NoOpinion(
+                format!("node '{node}' cannot read all nodes, only its own Node object"),
+            ),
+            ("", "get" | "list" | "watch") => Decision::NoOpinion(format!(
                 "node '{node}' cannot read '{}', only its own Node object",
                 attrs.name
-            ))
+            )),
+            _ => Decision::no_opinion(),
         }
     }
 
@@ -283,33 +316,37 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
             attrs.verb.as_str(),
             "get" | "create" | "update" | "patch" | "delete"
         ) {
-            return no_opinion("can only get, create, update, patch, or delete a CSINode".into());
+            return refused("can only get, create, update, patch, or delete a CSINode");
         }
         if !attrs.subresource.is_empty() {
-            return no_opinion("cannot authorize CSINode subresources".into());
+            return refused("cannot authorize CSINode subresources");
         }
         if attrs.verb != "create" && attrs.name != node {
-            return no_opinion(
-                "can only access CSINode with the same name as the requesting node".into(),
-            );
+            return refused("can only access CSINode with the same name as the requesting node");
         }
-        Decision::Allow
+        Decision::allow()
     }
 }
 
-/// Upstream answers "no opinion" with a reason where it refuses, so a later
-/// authorizer in the chain may still allow; the reason only reaches logs.
-fn no_opinion(_why: String) -> Decision {
-    Decision::NoOpinion
+/// Upstream refuses with "no opinion" and a reason, so that a later authorizer in the
+/// chain may still allow; the reason reaches the 403 message.
+fn refused(reason: &str) -> Decision {
+    Decision::NoOpinion(reason.to_string())
+}
+
+fn unrelated(node: &str) -> Decision {
+    Decision::NoOpinion(format!(
+        "no relationship found between node '{node}' and this object"
+    ))
 }
 
 impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
     fn authorize(&self, attrs: &Attributes) -> Decision {
         let Some(node) = node_identity(&attrs.user) else {
-            return Decision::NoOpinion;
+            return Decision::no_opinion();
         };
         if node.is_empty() {
-            return Decision::NoOpinion;
+            return Decision::NoOpinion(format!("unknown node for user {:?}", attrs.user.name));
         }
         if attrs.resource_request {
             match (attrs.api_group.as_str(), attrs.resource.as_str()) {
@@ -317,27 +354,24 @@ impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
                 ("", "configmaps") => {
                     return self.read_referenced(node, Referenced::ConfigMap, attrs);
                 }
+                ("", "persistentvolumeclaims") if attrs.subresource == "status" => {
+                    return self.status_update(
+                        node,
+                        Vertex::Referenced(Referenced::PersistentVolumeClaim),
+                        attrs,
+                    );
+                }
                 ("", "persistentvolumeclaims") => {
-                    if attrs.subresource == "status" {
-                        if !matches!(attrs.verb.as_str(), "update" | "patch") {
-                            return no_opinion("can only update or patch the status".into());
-                        }
-                        return self.path_decision(node, Referenced::PersistentVolumeClaim, attrs);
-                    }
-                    if attrs.verb != "get" {
-                        return no_opinion("can only get individual resources of this type".into());
-                    }
-                    return self.path_decision(node, Referenced::PersistentVolumeClaim, attrs);
+                    return self.get_referenced(
+                        node,
+                        Vertex::Referenced(Referenced::PersistentVolumeClaim),
+                        attrs,
+                    );
                 }
-                ("", "persistentvolumes") => return self.persistent_volume(node, attrs),
-                ("", "serviceaccounts") => {
-                    if attrs.verb != "create" || attrs.subresource != "token" {
-                        return no_opinion(
-                            "can only create tokens for individual service accounts".into(),
-                        );
-                    }
-                    return self.path_decision(node, Referenced::ServiceAccount, attrs);
+                ("", "persistentvolumes") => {
+                    return self.get_referenced(node, Vertex::PersistentVolume, attrs);
                 }
+                ("", "serviceaccounts") => return self.create_token(node, attrs),
                 ("coordination.k8s.io", "leases") => return self.lease(node, attrs),
                 ("", "pods") => return self.pod(node, attrs),
                 ("", "nodes") => return self.node(node, attrs),
@@ -346,9 +380,9 @@ impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
             }
         }
         if rules_allow(attrs, &self.node_rules) {
-            Decision::Allow
+            Decision::allow()
         } else {
-            Decision::NoOpinion
+            Decision::no_opinion()
         }
     }
 }
@@ -433,38 +467,58 @@ mod tests {
         for secret in ["pull", "vol", "proj", "csi", "env"] {
             assert_eq!(
                 authz.authorize(&node_attrs("a", "get", "secrets", secret)),
-                Decision::Allow,
+                Decision::allow(),
                 "{secret}"
             );
             assert_eq!(
                 authz.authorize(&node_attrs("b", "get", "secrets", secret)),
-                Decision::NoOpinion
+                unrelated("b")
             );
         }
         assert_eq!(
             authz.authorize(&node_attrs("a", "get", "secrets", "other")),
-            Decision::NoOpinion
+            unrelated("a")
         );
-        assert!(
-            authz.authorize(&node_attrs("a", "delete", "secrets", "vol")) == Decision::NoOpinion
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "delete", "secrets", "vol")),
+            refused("can only read resources of this type")
         );
         assert_eq!(
             authz.authorize(&node_attrs("a", "list", "secrets", "")),
-            Decision::NoOpinion
+            refused("No Object name found")
         );
+        let mut cluster_wide = node_attrs("a", "get", "secrets", "vol");
+        cluster_wide.namespace.clear();
+        assert_eq!(
+            authz.authorize(&cluster_wide),
+            refused("can only read namespaced object of this type")
+        );
+        let mut claim_list = node_attrs("a", "list", "persistentvolumeclaims", "claim");
+        assert_eq!(
+            authz.authorize(&claim_list),
+            refused("can only get individual resources of this type")
+        );
+        claim_list.verb = "get".into();
+        claim_list.subresource = "status".into();
+        assert_eq!(
+            authz.authorize(&claim_list),
+            refused("can only get/update/patch this type")
+        );
+        claim_list.verb = "patch".into();
+        assert_eq!(authz.authorize(&claim_list), Decision::allow());
         for cm in ["cm", "pcm", "envcm"] {
             assert_eq!(
                 authz.authorize(&node_attrs("a", "watch", "configmaps", cm)),
-                Decision::Allow
+                Decision::allow()
             );
         }
         assert_eq!(
             authz.authorize(&node_attrs("a", "get", "persistentvolumeclaims", "claim")),
-            Decision::Allow
+            Decision::allow()
         );
         let mut pv = node_attrs("a", "get", "persistentvolumes", "pv-1");
         pv.namespace.clear();
-        assert_eq!(authz.authorize(&pv), Decision::Allow);
+        assert_eq!(authz.authorize(&pv), Decision::allow());
         // A generic ephemeral volume's claim <pod>-<volume>, and its volume.
         assert_eq!(
             authz.authorize(&node_attrs(
@@ -473,19 +527,37 @@ mod tests {
                 "persistentvolumeclaims",
                 "eph-scratch"
             )),
-            Decision::Allow
+            Decision::allow()
         );
         let mut eph_pv = node_attrs("a", "get", "persistentvolumes", "pv-eph");
         eph_pv.namespace.clear();
-        assert_eq!(authz.authorize(&eph_pv), Decision::Allow);
+        assert_eq!(authz.authorize(&eph_pv), Decision::allow());
         eph_pv.user = UserInfo::new("system:node:b", [NODES_GROUP]);
-        assert_eq!(authz.authorize(&eph_pv), Decision::NoOpinion);
+        assert_eq!(authz.authorize(&eph_pv), unrelated("b"));
         let mut token = node_attrs("a", "create", "serviceaccounts", "sa");
         token.subresource = "token".into();
-        assert_eq!(authz.authorize(&token), Decision::Allow);
+        assert_eq!(authz.authorize(&token), Decision::allow());
+        token.name = "other".into();
+        assert_eq!(authz.authorize(&token), unrelated("a"));
+        token.subresource.clear();
+        assert_eq!(
+            authz.authorize(&token),
+            refused("can only create token subresource of serviceaccount")
+        );
+        token.verb = "get".into();
+        assert_eq!(
+            authz.authorize(&token),
+            refused("can only create tokens for individual service accounts")
+        );
         let mut not_node = node_attrs("a", "get", "secrets", "vol");
         not_node.user.groups.clear();
-        assert_eq!(authz.authorize(&not_node), Decision::NoOpinion);
+        assert_eq!(authz.authorize(&not_node), Decision::no_opinion());
+        let mut unnamed = node_attrs("a", "get", "secrets", "vol");
+        unnamed.user.name = "kubelet".into();
+        assert_eq!(
+            authz.authorize(&unnamed),
+            refused("unknown node for user \"kubelet\"")
+        );
     }
 
     /// AuthorizeNodeWithSelectors (on in 1.33): a node reads its own pods and Node
@@ -505,11 +577,11 @@ mod tests {
         };
         assert_eq!(
             selected("list", "spec.nodeName", true, "a"),
-            Decision::Allow
+            Decision::allow()
         );
         assert_eq!(
             selected("watch", "spec.nodeName", true, "a"),
-            Decision::Allow
+            Decision::allow()
         );
         for (field, equals, value) in [
             ("spec.nodeName", true, "b"),
@@ -518,26 +590,35 @@ mod tests {
         ] {
             assert_eq!(
                 selected("list", field, equals, value),
-                Decision::NoOpinion,
+                refused("can only list/watch pods with spec.nodeName field selector"),
                 "{field} {equals} {value}"
             );
         }
         assert_eq!(
             authz.authorize(&node_attrs("a", "list", "pods", "")),
-            Decision::NoOpinion
+            refused("can only list/watch pods with spec.nodeName field selector")
+        );
+        // One pod named by a metadata.name selector: the node's own only.
+        assert_eq!(
+            authz.authorize(&node_attrs("a", "watch", "pods", "p")),
+            Decision::allow()
+        );
+        assert_eq!(
+            authz.authorize(&node_attrs("b", "watch", "pods", "p")),
+            unrelated("b")
         );
         // A pod is read only when it is bound to the node.
         assert_eq!(
             authz.authorize(&node_attrs("a", "get", "pods", "p")),
-            Decision::Allow
+            Decision::allow()
         );
         assert_eq!(
             authz.authorize(&node_attrs("b", "get", "pods", "p")),
-            Decision::NoOpinion
+            unrelated("b")
         );
         assert_eq!(
             authz.authorize(&node_attrs("a", "get", "pods", "elsewhere")),
-            Decision::NoOpinion
+            unrelated("a")
         );
         // Mirror pods, status and evictions: NodeRestriction narrows them.
         for (verb, sub) in [
@@ -548,12 +629,12 @@ mod tests {
         ] {
             let mut a = node_attrs("a", verb, "pods", "m");
             a.subresource = sub.into();
-            assert_eq!(authz.authorize(&a), Decision::Allow, "{verb} {sub}");
+            assert_eq!(authz.authorize(&a), Decision::allow(), "{verb} {sub}");
         }
         for (verb, sub) in [("update", ""), ("get", "log"), ("create", "exec")] {
             let mut a = node_attrs("a", verb, "pods", "p");
             a.subresource = sub.into();
-            assert_eq!(authz.authorize(&a), Decision::NoOpinion, "{verb} {sub}");
+            assert_eq!(authz.authorize(&a), Decision::no_opinion(), "{verb} {sub}");
         }
 
         let node = |verb: &str, name: &str, sub: &str| {
@@ -563,13 +644,22 @@ mod tests {
             authz.authorize(&a)
         };
         for verb in ["get", "list", "watch"] {
-            assert_eq!(node(verb, "a", ""), Decision::Allow, "{verb}");
-            assert_eq!(node(verb, "b", ""), Decision::NoOpinion, "{verb}");
-            assert_eq!(node(verb, "", ""), Decision::NoOpinion, "{verb}");
+            assert_eq!(node(verb, "a", ""), Decision::allow(), "{verb}");
+            assert_eq!(
+                node(verb, "b", ""),
+                refused("node 'a' cannot read 'b', only its own Node object"),
+                "{verb}"
+            );
+            assert_eq!(
+                node(verb, "", ""),
+                refused("node 'a' cannot read all nodes, only its own Node object"),
+                "{verb}"
+            );
         }
-        assert_eq!(node("patch", "a", "status"), Decision::Allow);
-        assert_eq!(node("create", "a", ""), Decision::Allow);
-        assert_eq!(node("delete", "a", ""), Decision::NoOpinion);
+        assert_eq!(node("patch", "a", "status"), Decision::allow());
+        assert_eq!(node("create", "a", ""), Decision::allow());
+        assert_eq!(node("delete", "a", ""), Decision::no_opinion());
+        assert_eq!(node("get", "a", "status"), Decision::no_opinion());
     }
 
     #[test]
@@ -578,12 +668,23 @@ mod tests {
         let mut lease = node_attrs("a", "update", "leases", "a");
         lease.api_group = "coordination.k8s.io".into();
         lease.namespace = NODE_LEASE_NAMESPACE.into();
-        assert_eq!(authz.authorize(&lease), Decision::Allow);
+        assert_eq!(authz.authorize(&lease), Decision::allow());
         lease.name = "b".into();
-        assert_eq!(authz.authorize(&lease), Decision::NoOpinion);
+        assert_eq!(
+            authz.authorize(&lease),
+            refused("can only access node lease with the same name as the requesting node")
+        );
         lease.name = "a".into();
         lease.namespace = "default".into();
-        assert_eq!(authz.authorize(&lease), Decision::NoOpinion);
+        assert_eq!(
+            authz.authorize(&lease),
+            refused("can only access leases in the \"kube-node-lease\" system namespace")
+        );
+        lease.verb = "list".into();
+        assert_eq!(
+            authz.authorize(&lease),
+            refused("can only get, create, update, patch, or delete a node lease")
+        );
     }
 
     #[test]
@@ -592,13 +693,25 @@ mod tests {
         let mut csinode = node_attrs("a", "patch", "csinodes", "a");
         csinode.api_group = "storage.k8s.io".into();
         csinode.namespace = String::new();
-        assert_eq!(authz.authorize(&csinode), Decision::Allow);
+        assert_eq!(authz.authorize(&csinode), Decision::allow());
         csinode.name = "b".into();
-        assert_eq!(authz.authorize(&csinode), Decision::NoOpinion);
+        assert_eq!(
+            authz.authorize(&csinode),
+            refused("can only access CSINode with the same name as the requesting node")
+        );
         // The name of a create is NodeRestriction's to check.
         csinode.verb = "create".into();
-        assert_eq!(authz.authorize(&csinode), Decision::Allow);
+        assert_eq!(authz.authorize(&csinode), Decision::allow());
         csinode.verb = "list".into();
-        assert_eq!(authz.authorize(&csinode), Decision::NoOpinion);
+        assert_eq!(
+            authz.authorize(&csinode),
+            refused("can only get, create, update, patch, or delete a CSINode")
+        );
+        csinode.verb = "get".into();
+        csinode.subresource = "status".into();
+        assert_eq!(
+            authz.authorize(&csinode),
+            refused("cannot authorize CSINode subresources")
+        );
     }
 }

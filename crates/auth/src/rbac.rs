@@ -14,6 +14,7 @@ use k8s_openapi::api::rbac::v1::{
 
 use crate::authz::{Attributes, Authorizer, Decision};
 use crate::user::UserInfo;
+use ferrokube_apimachinery::errors::go_quote;
 
 /// `*` in verbs, apiGroups, resources and nonResourceURLs.
 pub const ALL: &str = "*";
@@ -23,11 +24,55 @@ pub const SERVICE_ACCOUNT_USER_PREFIX: &str = "system:serviceaccount:";
 /// One binding: which role, for whom.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Binding {
-    /// `<namespace>/<name>` or `<name>`, for messages.
     pub name: String,
+    /// `""` for a ClusterRoleBinding.
+    pub namespace: String,
     pub role_ref: RoleRef,
     pub subjects: Vec<Subject>,
 }
+
+/// The binding and subject that granted a rule, written as upstream's binding
+/// describers write it (`ClusterRoleBinding "x" of ClusterRole "y" to Group "z"`).
+#[derive(Debug, Clone, Copy)]
+pub struct RuleSource<'a> {
+    pub binding: &'a Binding,
+    pub subject: &'a Subject,
+}
+
+impl std::fmt::Display for RuleSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Binding {
+            name,
+            namespace,
+            role_ref,
+            ..
+        } = self.binding;
+        let (kind, name) = if namespace.is_empty() {
+            ("ClusterRoleBinding", go_quote(name))
+        } else {
+            ("RoleBinding", go_quote(&format!("{name}/{namespace}")))
+        };
+        let subject = self.subject;
+        let subject_name = if subject.kind == "ServiceAccount" {
+            let ns = subject.namespace.as_deref().filter(|ns| !ns.is_empty());
+            format!("{}/{}", subject.name, ns.unwrap_or(namespace))
+        } else {
+            subject.name.clone()
+        };
+        write!(
+            f,
+            "{kind} {name} of {} {} to {} {}",
+            role_ref.kind,
+            go_quote(&role_ref.name),
+            subject.kind,
+            go_quote(&subject_name)
+        )
+    }
+}
+
+/// A rule a user holds, or why a binding's rules could not be read (upstream's
+/// visitor gets one or the other).
+pub type VisitedRule<'a> = Result<(RuleSource<'a>, &'a PolicyRule), String>;
 
 /// Every Role, ClusterRole and binding, indexed for lookups.
 #[derive(Debug, Default, Clone)]
@@ -55,6 +100,7 @@ impl RbacSnapshot {
     pub fn add_cluster_role_binding(&mut self, b: ClusterRoleBinding) {
         self.cluster_role_bindings.push(Binding {
             name: b.metadata.name.unwrap_or_default(),
+            namespace: String::new(),
             role_ref: b.role_ref,
             subjects: b.subjects.unwrap_or_default(),
         });
@@ -62,12 +108,15 @@ impl RbacSnapshot {
 
     pub fn add_role_binding(&mut self, b: RoleBinding) {
         let ns = b.metadata.namespace.unwrap_or_default();
-        let name = format!("{ns}/{}", b.metadata.name.unwrap_or_default());
-        self.role_bindings.entry(ns).or_default().push(Binding {
-            name,
-            role_ref: b.role_ref,
-            subjects: b.subjects.unwrap_or_default(),
-        });
+        self.role_bindings
+            .entry(ns.clone())
+            .or_default()
+            .push(Binding {
+                name: b.metadata.name.unwrap_or_default(),
+                namespace: ns,
+                role_ref: b.role_ref,
+                subjects: b.subjects.unwrap_or_default(),
+            });
     }
 
     /// The rules a role reference points at (`namespace` for a `Role` reference).
@@ -77,47 +126,71 @@ impl RbacSnapshot {
         role_ref: &RoleRef,
         namespace: &str,
     ) -> Option<Arc<Vec<PolicyRule>>> {
-        match role_ref.kind.as_str() {
-            "ClusterRole" => self.cluster_roles.get(&role_ref.name).cloned(),
-            "Role" => self
-                .roles
-                .get(&(namespace.to_string(), role_ref.name.clone()))
-                .cloned(),
-            _ => None,
-        }
+        self.resolve_role_ref(role_ref, namespace).ok()
+    }
+
+    /// Upstream `GetRoleReferenceRules`, with the errors its listers give.
+    fn resolve_role_ref(
+        &self,
+        role_ref: &RoleRef,
+        namespace: &str,
+    ) -> Result<Arc<Vec<PolicyRule>>, String> {
+        let (found, resource) = match role_ref.kind.as_str() {
+            "ClusterRole" => (self.cluster_roles.get(&role_ref.name), "clusterrole"),
+            "Role" => (
+                self.roles
+                    .get(&(namespace.to_string(), role_ref.name.clone())),
+                "role",
+            ),
+            other => {
+                return Err(format!(
+                    "unsupported role reference kind: {}",
+                    go_quote(other)
+                ));
+            }
+        };
+        found.cloned().ok_or_else(|| {
+            format!(
+                "{resource}.rbac.authorization.k8s.io {} not found",
+                go_quote(&role_ref.name)
+            )
+        })
     }
 
     /// Visits every rule `user` holds in `namespace` (cluster-wide bindings first, then
-    /// the namespace's; `""` for cluster scope only) until `visit` returns false.
-    /// `visit` gets the binding that granted the rule.
+    /// the namespace's; `""` for cluster scope only), and every binding of the user's
+    /// whose role is missing, until `visit` returns false (upstream `VisitRulesFor`).
     pub fn visit_rules_for(
         &self,
         user: &UserInfo,
         namespace: &str,
-        visit: &mut dyn FnMut(&Binding, &PolicyRule) -> bool,
+        visit: &mut dyn FnMut(VisitedRule<'_>) -> bool,
     ) {
-        for b in &self.cluster_role_bindings {
-            if !applies_to(&b.subjects, user, "") {
+        let namespaced = if namespace.is_empty() {
+            None
+        } else {
+            self.role_bindings.get(namespace)
+        };
+        let bindings = self
+            .cluster_role_bindings
+            .iter()
+            .chain(namespaced.into_iter().flatten());
+        for binding in bindings {
+            let Some(subject) = applying_subject(&binding.subjects, user, &binding.namespace)
+            else {
                 continue;
-            }
-            if let Some(rules) = self.role_ref_rules(&b.role_ref, "") {
-                for r in rules.iter() {
-                    if !visit(b, r) {
-                        return;
+            };
+            match self.resolve_role_ref(&binding.role_ref, &binding.namespace) {
+                Ok(rules) => {
+                    let source = RuleSource { binding, subject };
+                    for rule in rules.iter() {
+                        if !visit(Ok((source, rule))) {
+                            return;
+                        }
                     }
                 }
-            }
-        }
-        if namespace.is_empty() {
-            return;
-        }
-        for b in self.role_bindings.get(namespace).into_iter().flatten() {
-            if !applies_to(&b.subjects, user, namespace) {
-                continue;
-            }
-            if let Some(rules) = self.role_ref_rules(&b.role_ref, namespace) {
-                for r in rules.iter() {
-                    if !visit(b, r) {
+                Err(e) => {
+                    if !visit(Err(e)) {
                         return;
                     }
                 }
@@ -125,14 +198,19 @@ impl RbacSnapshot {
         }
     }
 
-    /// Every rule `user` holds in `namespace` (upstream `RulesFor`).
-    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> Vec<PolicyRule> {
-        let mut out = Vec::new();
-        self.visit_rules_for(user, namespace, &mut |_, r| {
-            out.push(r.clone());
+    /// Every rule `user` holds in `namespace` (upstream `RulesFor`), and the errors
+    /// met resolving the user's bindings.
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> (Vec<PolicyRule>, Vec<String>) {
+        let mut rules = Vec::new();
+        let mut errors = Vec::new();
+        self.visit_rules_for(user, namespace, &mut |visited| {
+            match visited {
+                Ok((_, rule)) => rules.push(rule.clone()),
+                Err(e) => errors.push(e),
+            }
             true
         });
-        out
+        (rules, errors)
     }
 
     /// The names of the ClusterRoles, for aggregation.
@@ -155,7 +233,16 @@ impl RbacSource for Arc<RbacSnapshot> {
 /// Whether any subject names the user (upstream `appliesToUser`). Service account
 /// subjects without a namespace take the binding's.
 pub fn applies_to(subjects: &[Subject], user: &UserInfo, binding_namespace: &str) -> bool {
-    subjects.iter().any(|s| match s.kind.as_str() {
+    applying_subject(subjects, user, binding_namespace).is_some()
+}
+
+/// The first of `subjects` that is `user` (upstream `appliesTo`).
+fn applying_subject<'a>(
+    subjects: &'a [Subject],
+    user: &UserInfo,
+    binding_namespace: &str,
+) -> Option<&'a Subject> {
+    subjects.iter().find(|s| match s.kind.as_str() {
         "User" => s.name == user.name,
         "Group" => user.in_group(&s.name),
         "ServiceAccount" => {
@@ -258,17 +345,39 @@ impl<S> std::fmt::Debug for RbacAuthorizer<S> {
 impl<S: RbacSource> Authorizer for RbacAuthorizer<S> {
     fn authorize(&self, attrs: &Attributes) -> Decision {
         let snapshot = self.source.snapshot();
-        let mut allowed = false;
-        snapshot.visit_rules_for(&attrs.user, &attrs.namespace, &mut |_, rule| {
-            allowed = rule_allows(attrs, rule);
-            !allowed
+        let mut allowed_by = None;
+        let mut errors = Vec::new();
+        snapshot.visit_rules_for(&attrs.user, &attrs.namespace, &mut |visited| {
+            match visited {
+                Ok((source, rule)) if rule_allows(attrs, rule) => {
+                    allowed_by = Some(source.to_string());
+                    return false;
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e),
+            }
+            true
         });
-        if allowed {
-            Decision::Allow
-        } else {
-            // Upstream answers no opinion; the reason only reaches logs.
-            Decision::NoOpinion
+        match allowed_by {
+            Some(source) => Decision::Allow(format!("RBAC: allowed by {source}")),
+            None if errors.is_empty() => Decision::no_opinion(),
+            None => Decision::NoOpinion(format!("RBAC: {}", aggregate_errors(&errors))),
         }
+    }
+}
+
+/// Several errors as one, as apimachinery's `utilerrors.NewAggregate` prints them:
+/// one alone as itself, more as `[a, b]` with repeats left out.
+pub fn aggregate_errors(errors: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for e in errors {
+        if !seen.contains(&e.as_str()) {
+            seen.push(e);
+        }
+    }
+    match seen.as_slice() {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.join(", ")),
     }
 }
 
@@ -397,18 +506,28 @@ pub fn confirm_no_escalation(
     namespace: &str,
     rules: &[PolicyRule],
 ) -> Result<(), String> {
-    let owned = snapshot.rules_for(user, namespace);
+    let (owned, errors) = snapshot.rules_for(user, namespace);
     let (ok, missing) = covers(&owned, rules);
     if ok {
         return Ok(());
     }
     let missing: Vec<String> = missing.iter().map(describe_rule).collect();
-    Err(format!(
-        "user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held:\n{}",
-        user.name,
-        user.groups,
+    // Go's `%q` of a string slice: `["a" "b"]`.
+    let groups: Vec<String> = user.groups.iter().map(|g| go_quote(g)).collect();
+    let mut message = format!(
+        "user {} (groups=[{}]) is attempting to grant RBAC permissions not currently held:\n{}",
+        go_quote(&user.name),
+        groups.join(" "),
         missing.join("\n")
-    ))
+    );
+    if !errors.is_empty() {
+        // Go's `%v` of a one-element slice holding the aggregate.
+        message.push_str(&format!(
+            "; resolution errors: [{}]",
+            aggregate_errors(&errors)
+        ));
+    }
+    Err(message)
 }
 
 #[cfg(test)]
@@ -557,14 +676,93 @@ mod tests {
         });
         let authz = RbacAuthorizer::new(Arc::new(s));
         let a = attrs("get", "", "pods", "", "p");
-        assert_eq!(authz.authorize(&a), Decision::Allow);
+        assert_eq!(
+            authz.authorize(&a),
+            Decision::Allow(
+                r#"RBAC: allowed by RoleBinding "b1/ns" of ClusterRole "reader" to Group "dev""#
+                    .into()
+            )
+        );
         let mut other_ns = a.clone();
         other_ns.namespace = "other".into();
-        assert_eq!(authz.authorize(&other_ns), Decision::NoOpinion);
+        assert_eq!(authz.authorize(&other_ns), Decision::no_opinion());
         let mut robot = attrs("create", "", "pods", "", "");
-        assert_eq!(authz.authorize(&robot), Decision::NoOpinion);
+        assert_eq!(authz.authorize(&robot), Decision::no_opinion());
         robot.user = UserInfo::new(service_account_user("ns", "robot"), Vec::<String>::new());
-        assert_eq!(authz.authorize(&robot), Decision::Allow);
+        assert_eq!(
+            authz.authorize(&robot),
+            Decision::Allow(
+                r#"RBAC: allowed by RoleBinding "b2/ns" of Role "writer" to ServiceAccount "robot/ns""#
+                    .into()
+            )
+        );
+    }
+
+    /// A binding whose role is missing: upstream's lister errors become the reason
+    /// of the refusal, and of a refused escalation.
+    #[test]
+    fn missing_roles_are_the_reason() {
+        let mut s = RbacSnapshot::default();
+        s.add_cluster_role_binding(ClusterRoleBinding {
+            metadata: meta(None, "gone"),
+            role_ref: role_ref("ClusterRole", "ghost"),
+            subjects: Some(vec![subject("User", "alice", None)]),
+        });
+        s.add_cluster_role(ClusterRole {
+            metadata: meta(None, "reader"),
+            rules: Some(vec![rule(&["get"], &[""], &["pods"])]),
+            ..ClusterRole::default()
+        });
+        s.add_cluster_role_binding(ClusterRoleBinding {
+            metadata: meta(None, "read"),
+            role_ref: role_ref("ClusterRole", "reader"),
+            subjects: Some(vec![subject("Group", "dev", None)]),
+        });
+        s.add_role_binding(RoleBinding {
+            metadata: meta(Some("ns"), "local"),
+            role_ref: role_ref("Role", "absent"),
+            subjects: Some(vec![subject("Group", "dev", None)]),
+        });
+        let snapshot = Arc::new(s);
+        let authz = RbacAuthorizer::new(snapshot.clone());
+        assert_eq!(
+            authz.authorize(&attrs("delete", "", "pods", "", "p")),
+            Decision::NoOpinion(
+                r#"RBAC: [clusterrole.rbac.authorization.k8s.io "ghost" not found, role.rbac.authorization.k8s.io "absent" not found]"#
+                    .into()
+            )
+        );
+        let mut cluster = attrs("delete", "", "nodes", "", "n");
+        cluster.namespace.clear();
+        assert_eq!(
+            authz.authorize(&cluster),
+            Decision::NoOpinion(
+                r#"RBAC: clusterrole.rbac.authorization.k8s.io "ghost" not found"#.into()
+            )
+        );
+        // An allow is not held back by another binding's missing role.
+        assert_eq!(
+            authz.authorize(&attrs("get", "", "pods", "", "p")),
+            Decision::Allow(
+                r#"RBAC: allowed by ClusterRoleBinding "read" of ClusterRole "reader" to Group "dev""#
+                    .into()
+            )
+        );
+        let alice = UserInfo::new("alice", ["dev"]);
+        let err =
+            confirm_no_escalation(&snapshot, &alice, "", &[rule(&["list"], &[""], &["pods"])])
+                .unwrap_err();
+        assert!(
+            err.ends_with(
+                r#"; resolution errors: [clusterrole.rbac.authorization.k8s.io "ghost" not found]"#
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            aggregate_errors(&["a".into(), "b".into(), "a".into()]),
+            "[a, b]"
+        );
+        assert_eq!(aggregate_errors(&["a".into(), "a".into()]), "a");
     }
 
     #[test]

@@ -245,9 +245,9 @@ stIZMi6+/XELTMt0Cmj7NCheMWmGlKK1
                     .iter()
                     .any(|(verb, name)| attrs.verb == *verb && attrs.name == *name);
             if granted {
-                ferrokube_auth::Decision::Allow
+                ferrokube_auth::Decision::allow()
             } else {
-                ferrokube_auth::Decision::NoOpinion
+                ferrokube_auth::Decision::no_opinion()
             }
         }
     }

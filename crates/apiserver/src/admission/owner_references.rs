@@ -97,11 +97,7 @@ fn no_kind_match(group: &str, version: &str, kind: &str) -> String {
 
 /// The authorizer's reason, as upstream's `%v, %v` of reason and (nil) error.
 fn reason(d: &Decision) -> String {
-    let r = match d {
-        Decision::Deny(r) => r.as_str(),
-        _ => "",
-    };
-    format!("{r}, <nil>")
+    format!("{}, <nil>", d.reason())
 }
 
 impl OwnerReferences {
@@ -305,7 +301,7 @@ mod tests {
             no_kind_match("", "v1", "Widget"),
             "no matches for kind \"Widget\" in version \"v1\""
         );
-        assert_eq!(reason(&Decision::NoOpinion), ", <nil>");
+        assert_eq!(reason(&Decision::no_opinion()), ", <nil>");
         assert_eq!(reason(&Decision::Deny("no".into())), "no, <nil>");
     }
 }

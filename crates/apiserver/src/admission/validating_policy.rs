@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_apimachinery::labels::Selector;
-use ferrokube_auth::authz::{Attributes as AuthzAttributes, Authorizer, Decision};
+use ferrokube_auth::authz::{Attributes as AuthzAttributes, Authorizer};
 use ferrokube_auth::user::UserInfo;
 use ferrokube_cel::{Activation, AuthzCheck, AuthzDecision, CelAuthorizer, Program};
 use ferrokube_registry::{Registry, Store};
@@ -136,17 +136,11 @@ impl UserAuthorizer {
             path: check.path.clone(),
             ..AuthzAttributes::default()
         };
-        match self.chain.authorize(&attrs) {
-            Decision::Allow => AuthzDecision {
-                allowed: true,
-                ..AuthzDecision::default()
-            },
-            Decision::Deny(reason) => AuthzDecision {
-                allowed: false,
-                reason,
-                error: None,
-            },
-            Decision::NoOpinion => AuthzDecision::default(),
+        let decision = self.chain.authorize(&attrs);
+        AuthzDecision {
+            allowed: decision.is_allowed(),
+            reason: decision.reason().to_string(),
+            error: None,
         }
     }
 }
@@ -913,12 +907,12 @@ mod tests {
     }
 
     impl Authorizer for CountingChain {
-        fn authorize(&self, attrs: &AuthzAttributes) -> Decision {
+        fn authorize(&self, attrs: &AuthzAttributes) -> ferrokube_auth::Decision {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if attrs.user.name == "alice" && attrs.verb == "get" {
-                Decision::Allow
+                ferrokube_auth::Decision::allow()
             } else {
-                Decision::Deny("not alice's".into())
+                ferrokube_auth::Decision::Deny("not alice's".into())
             }
         }
     }

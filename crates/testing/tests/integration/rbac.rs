@@ -526,3 +526,136 @@ async fn a_put_that_creates_needs_create_permission() {
     assert_eq!(put(admin.clone(), "missing").await, 201);
     assert_eq!(put(updater, "missing").await, 200);
 }
+
+fn forbidden_message<T>(r: Result<T, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => s.message,
+        Err(e) => panic!("not a 403: {e}"),
+        Ok(_) => panic!("allowed"),
+    }
+}
+
+/// Upstream's authorizers say why: a refusal's reasons end the 403 message (the Node
+/// authorizer's, RBAC's unresolvable roles), an access review carries the reason of
+/// each decision (RBAC names the binding that allowed), and a rules review says when
+/// an authorizer cannot list its rules.
+#[tokio::test]
+async fn authorizers_give_their_reasons() {
+    let server = TestApiServer::start().await.unwrap();
+    let admin = server.client.clone();
+    let node_a = server
+        .client_as("system:node:node-a", &["system:nodes"])
+        .await
+        .unwrap();
+    assert_eq!(
+        forbidden_message(
+            Api::<Pod>::all(node_a.clone())
+                .list(&ListParams::default())
+                .await
+        ),
+        "pods is forbidden: User \"system:node:node-a\" cannot list resource \"pods\" in API \
+         group \"\" at the cluster scope: can only list/watch pods with spec.nodeName field \
+         selector"
+    );
+    assert_eq!(
+        forbidden_message(
+            Api::<k8s_openapi::api::core::v1::Node>::all(node_a.clone())
+                .get("node-b")
+                .await
+        ),
+        "nodes \"node-b\" is forbidden: User \"system:node:node-a\" cannot get resource \
+         \"nodes\" in API group \"\" at the cluster scope: node 'node-a' cannot read \
+         'node-b', only its own Node object"
+    );
+
+    // A binding to a role that does not exist: RBAC's reason.
+    bind(&admin, "default", "dangling", "Role", "absent", "bob").await;
+    let bob = server.client_as("bob", &[]).await.unwrap();
+    let bobs_config_maps = Api::<ConfigMap>::namespaced(bob.clone(), "default");
+    let want = "configmaps \"x\" is forbidden: User \"bob\" cannot get resource \"configmaps\" \
+                in API group \"\" in the namespace \"default\": RBAC: \
+                role.rbac.authorization.k8s.io \"absent\" not found";
+    let mut last = String::new();
+    for _ in 0..100 {
+        last = forbidden_message(bobs_config_maps.get("x").await);
+        if last == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last, want);
+    // What looks like HTML stays out of the message.
+    let (status, _, answer) =
+        TestApiServer::send_json(&bob, "GET", "/healthz%3Cb%3E/x&y", &json!(null))
+            .await
+            .unwrap();
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(
+        answer["message"],
+        "forbidden: User \"bob\" cannot get path \"/healthz&lt;b&gt;/x&amp;y\""
+    );
+
+    // Access reviews: the allowing binding, and a refusal's reason.
+    bind(&admin, "default", "reads", "ClusterRole", "view", "bob").await;
+    let review = |user: &str, groups: &[&str], verb: &str, resource: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups,
+                "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
+    };
+    let mut answer = json!(null);
+    for _ in 0..100 {
+        answer = TestApiServer::send_json(
+            &admin,
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &review("bob", &[], "list", "pods"),
+        )
+        .await
+        .unwrap()
+        .2;
+        if answer["status"]["allowed"] == true {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        answer["status"],
+        json!({"allowed": true,
+            "reason": "RBAC: allowed by RoleBinding \"reads/default\" of ClusterRole \"view\" to User \"bob\""})
+    );
+    let (_, _, answer) = TestApiServer::send_json(
+        &admin,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        &review("system:node:node-a", &["system:nodes"], "get", "secrets"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        answer["status"],
+        json!({"allowed": false, "reason": "No Object name found"})
+    );
+
+    // Rules reviews: a node's rules are not listed by the Node authorizer.
+    let rules_review = json!({"apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview", "spec": {"namespace": "default"}});
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+    let (status, _, answer) = TestApiServer::send_json(&node_a, "POST", path, &rules_review)
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["status"]["incomplete"], true);
+    assert_eq!(
+        answer["status"]["evaluationError"],
+        "node authorizer does not support user rule resolution"
+    );
+    let (_, _, answer) = TestApiServer::send_json(&bob, "POST", path, &rules_review)
+        .await
+        .unwrap();
+    assert_eq!(answer["status"]["incomplete"], false);
+    assert_eq!(
+        answer["status"]["evaluationError"],
+        "role.rbac.authorization.k8s.io \"absent\" not found"
+    );
+    server.stop().await;
+}
