@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldSelectorRequirement, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 
 use crate::errors::{FieldError, FieldPath};
 
@@ -362,6 +364,81 @@ pub fn validate_label_name(name: &str, path: &FieldPath) -> Vec<FieldError> {
         .into_iter()
         .map(|m| FieldError::invalid(path, name, m))
         .collect()
+}
+
+/// `metav1validation.ValidateLabelSelectorRequirement` (label values always checked);
+/// `allow_unknown_operator` is upstream's `AllowUnknownOperatorInRequirement`.
+pub fn validate_label_selector_requirement(
+    requirement: &LabelSelectorRequirement,
+    allow_unknown_operator: bool,
+    path: &FieldPath,
+) -> Vec<FieldError> {
+    let values = requirement.values.as_deref().unwrap_or(&[]);
+    let mut errs = selector_operator_errors(
+        &requirement.operator,
+        values.is_empty(),
+        allow_unknown_operator,
+        path,
+    );
+    errs.extend(validate_label_name(&requirement.key, &path.child("key")));
+    for (i, value) in values.iter().enumerate() {
+        let value_path = path.child("values").index(i);
+        errs.extend(
+            is_valid_label_value(value)
+                .into_iter()
+                .map(|m| FieldError::invalid(&value_path, value.as_str(), m)),
+        );
+    }
+    errs
+}
+
+/// `metav1validation.ValidateFieldSelectorRequirement`.
+pub fn validate_field_selector_requirement(
+    requirement: &FieldSelectorRequirement,
+    allow_unknown_operator: bool,
+    path: &FieldPath,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if requirement.key.is_empty() {
+        errs.push(FieldError::required(
+            &path.child("key"),
+            "must be specified",
+        ));
+    }
+    let no_values = requirement.values.as_ref().is_none_or(Vec::is_empty);
+    errs.extend(selector_operator_errors(
+        &requirement.operator,
+        no_values,
+        allow_unknown_operator,
+        path,
+    ));
+    errs
+}
+
+/// The operator and value-count checks label and field selector requirements share.
+fn selector_operator_errors(
+    operator: &str,
+    no_values: bool,
+    allow_unknown_operator: bool,
+    path: &FieldPath,
+) -> Vec<FieldError> {
+    match operator {
+        "In" | "NotIn" if no_values => vec![FieldError::required(
+            &path.child("values"),
+            "must be specified when `operator` is 'In' or 'NotIn'",
+        )],
+        "Exists" | "DoesNotExist" if !no_values => vec![FieldError::forbidden(
+            &path.child("values"),
+            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+        )],
+        "In" | "NotIn" | "Exists" | "DoesNotExist" => Vec::new(),
+        _ if allow_unknown_operator => Vec::new(),
+        op => vec![FieldError::invalid(
+            &path.child("operator"),
+            op,
+            "not a valid selector operator",
+        )],
+    }
 }
 
 /// `v1validation.ValidateLabels`.

@@ -255,10 +255,53 @@ fn review_spec(attrs: &Attributes, version: ReviewVersion) -> Value {
             "subresource": attrs.subresource,
             "name": attrs.name,
         });
+        let (fields, labels) = selector_requirements(attrs);
+        if !fields.is_empty() {
+            spec["resourceAttributes"]["fieldSelector"] = json!({"requirements": fields});
+        }
+        if !labels.is_empty() {
+            spec["resourceAttributes"]["labelSelector"] = json!({"requirements": labels});
+        }
     } else {
         spec["nonResourceAttributes"] = json!({"path": attrs.path, "verb": attrs.verb});
     }
     spec
+}
+
+/// A request's selectors as a review's requirements (upstream's
+/// `fieldSelectorToAuthorizationAPI` and `labelSelectorToAuthorizationAPI`, with
+/// AuthorizeWithSelectors): equalities as `In`, inequalities as `NotIn`, set and
+/// existence operators as themselves; others (`gt`, `lt`) left out, which only
+/// broadens the check.
+fn selector_requirements(attrs: &Attributes) -> (Vec<Value>, Vec<Value>) {
+    use ferrokube_apimachinery::labels::Operator;
+    let fields = attrs
+        .field_selector
+        .iter()
+        .map(|r| {
+            let operator = if r.equals { "In" } else { "NotIn" };
+            json!({"key": r.field, "operator": operator, "values": [r.value]})
+        })
+        .collect();
+    let labels = attrs
+        .label_selector
+        .iter()
+        .filter_map(|r| {
+            let operator = match r.operator() {
+                Operator::Equals | Operator::DoubleEquals | Operator::In => "In",
+                Operator::NotEquals | Operator::NotIn => "NotIn",
+                Operator::Exists => "Exists",
+                Operator::DoesNotExist => "DoesNotExist",
+                Operator::GreaterThan | Operator::LessThan => return None,
+            };
+            let mut requirement = json!({"key": r.key(), "operator": operator});
+            if !r.values().is_empty() {
+                requirement["values"] = json!(r.values());
+            }
+            Some(requirement)
+        })
+        .collect();
+    (fields, labels)
 }
 
 /// A webhook's decision, and its failure if it failed.
@@ -446,6 +489,33 @@ mod tests {
         );
         assert!(spec.get("nonResourceAttributes").is_none());
         assert!(spec.get("uid").is_none());
+    }
+
+    /// AuthorizeWithSelectors: a list's selectors go with the review as requirements.
+    #[test]
+    fn selectors_are_reviewed_as_requirements() {
+        let mut a = attrs();
+        a.verb = "list".into();
+        a.field_selector = ferrokube_auth::field_requirements("spec.nodeName=n1,a!=b").unwrap();
+        a.label_selector =
+            ferrokube_auth::label_requirements("tier in (web,api),!canary,n>3,x=y").unwrap();
+        let spec = review_spec(&a, ReviewVersion::V1beta1);
+        assert_eq!(
+            spec["resourceAttributes"]["fieldSelector"],
+            json!({"requirements": [
+                {"key": "a", "operator": "NotIn", "values": ["b"]},
+                {"key": "spec.nodeName", "operator": "In", "values": ["n1"]}]})
+        );
+        assert_eq!(
+            spec["resourceAttributes"]["labelSelector"],
+            json!({"requirements": [
+                {"key": "canary", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "In", "values": ["api", "web"]},
+                {"key": "x", "operator": "In", "values": ["y"]}]})
+        );
+        let spec = review_spec(&attrs(), ReviewVersion::V1);
+        assert!(spec["resourceAttributes"].get("fieldSelector").is_none());
+        assert!(spec["resourceAttributes"].get("labelSelector").is_none());
     }
 
     #[test]

@@ -9,14 +9,24 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use ferrokube_apimachinery::errors::ApiError;
+use ferrokube_apimachinery::errors::{ApiError, FieldError, FieldPath, go_quote};
+use ferrokube_apimachinery::labels::{Operator, Requirement as LabelRequirement};
+use ferrokube_apimachinery::validation::{
+    validate_field_selector_requirement, validate_label_selector_requirement,
+};
 use ferrokube_auth::node::node_identity;
 use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX, aggregate_errors};
 use ferrokube_auth::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS};
-use ferrokube_auth::{Attributes, AuthRequest, AuthorizationMode, Decision, UserInfo};
+use ferrokube_auth::{
+    Attributes, AuthRequest, AuthorizationMode, Decision, FieldRequirement, UserInfo,
+    field_requirements, label_requirements,
+};
 
 use crate::authz_webhook::{Authorization, Verdict};
 use http::HeaderMap;
+use k8s_openapi::api::authorization::v1::{
+    FieldSelectorAttributes, LabelSelectorAttributes, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{Value, json};
 
@@ -56,22 +66,6 @@ pub(crate) fn review_path<'a>(
     }
 }
 
-fn str_list(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn extra_of(v: &Value) -> BTreeMap<String, Vec<String>> {
-    v.as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), str_list(v))).collect())
-        .unwrap_or_default()
-}
-
 fn user_json(u: &UserInfo) -> Value {
     let mut v = json!({"username": u.name, "groups": u.groups});
     if !u.uid.is_empty() {
@@ -83,79 +77,210 @@ fn user_json(u: &UserInfo) -> Value {
     v
 }
 
-fn invalid(kind: &str, field: &str, msg: &str) -> ApiError {
-    let mut e = ApiError::bad_request(format!(
-        "{kind}.{AUTHZ_GROUP} \"\" is invalid: {field}: {msg}"
-    ));
-    e.code = 422;
-    e.reason = "Invalid".into();
-    e
+/// Upstream's validation of an access review (`ValidateSubjectAccessReviewSpec` and
+/// its self and local forms), every error at once; `local_namespace` is a
+/// LocalSubjectAccessReview's namespace.
+fn validate_access_review(
+    kind: &str,
+    spec: &SubjectAccessReviewSpec,
+    local_namespace: Option<&str>,
+) -> Result<(), ApiError> {
+    let mut errs = Vec::new();
+    let path = FieldPath::new("spec");
+    let non_resource = spec.non_resource_attributes.as_ref().map(|n| {
+        // Go's `%#v` of the internal type the error holds.
+        format!(
+            "authorization.NonResourceAttributes{{Path:{}, Verb:{}}}",
+            go_quote(n.path.as_deref().unwrap_or("")),
+            go_quote(n.verb.as_deref().unwrap_or(""))
+        )
+    });
+    match (&spec.resource_attributes, &non_resource) {
+        (Some(_), Some(printed)) => errs.push(FieldError::invalid_printed(
+            &path.child("nonResourceAttributes"),
+            printed,
+            "cannot be specified in combination with resourceAttributes",
+        )),
+        (None, None) => errs.push(FieldError::invalid_printed(
+            &path.child("resourceAttributes"),
+            "null",
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )),
+        _ => {}
+    }
+    if kind != "SelfSubjectAccessReview"
+        && spec.user.as_deref().unwrap_or("").is_empty()
+        && spec.groups.as_ref().is_none_or(Vec::is_empty)
+    {
+        errs.push(FieldError::invalid(
+            &path.child("user"),
+            "",
+            "at least one of user or group must be specified",
+        ));
+    }
+    if let Some(ra) = &spec.resource_attributes {
+        let path = path.child("resourceAttributes");
+        if let Some(selector) = &ra.field_selector {
+            let requirements = selector.requirements.as_deref().unwrap_or(&[]);
+            let path = path.child("fieldSelector");
+            errs.extend(raw_or_requirements(
+                selector.raw_selector.as_deref(),
+                requirements.is_empty(),
+                &path,
+            ));
+            for (i, r) in requirements.iter().enumerate() {
+                let at = path.child("requirements").index(i);
+                // Newer clients' operators are let through (upstream's
+                // AllowUnknownOperatorInRequirement).
+                errs.extend(validate_field_selector_requirement(r, true, &at));
+            }
+        }
+        if let Some(selector) = &ra.label_selector {
+            let requirements = selector.requirements.as_deref().unwrap_or(&[]);
+            let path = path.child("labelSelector");
+            errs.extend(raw_or_requirements(
+                selector.raw_selector.as_deref(),
+                requirements.is_empty(),
+                &path,
+            ));
+            for (i, r) in requirements.iter().enumerate() {
+                let at = path.child("requirements").index(i);
+                errs.extend(validate_label_selector_requirement(r, true, &at));
+            }
+        }
+    }
+    if let Some(namespace) = local_namespace {
+        let spec_namespace = spec
+            .resource_attributes
+            .as_ref()
+            .map(|ra| ra.namespace.as_deref().unwrap_or(""));
+        if let Some(spec_namespace) = spec_namespace.filter(|ns| *ns != namespace) {
+            errs.push(FieldError::invalid(
+                &path.child("resourceAttributes").child("namespace"),
+                spec_namespace,
+                "must match metadata.namespace",
+            ));
+        }
+        if let Some(printed) = &non_resource {
+            errs.push(FieldError::invalid_printed(
+                &path.child("nonResourceAttributes"),
+                printed,
+                "disallowed on this kind of request",
+            ));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(AUTHZ_GROUP, kind, "", errs))
+    }
 }
 
-/// Attributes of a review's spec for `user`.
-fn spec_attributes(kind: &str, spec: &Value, user: UserInfo) -> Result<Attributes, ApiError> {
-    let ra = &spec["resourceAttributes"];
-    let nra = &spec["nonResourceAttributes"];
-    match (ra.is_object(), nra.is_object()) {
-        (true, true) => Err(invalid(
-            kind,
-            "spec.nonResourceAttributes",
-            "Invalid value: \"null\": cannot be specified in combination with resourceAttributes",
-        )),
-        (false, false) => Err(invalid(
-            kind,
-            "spec.resourceAttributes",
-            "Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified",
-        )),
-        (true, false) => {
-            let s = |k: &str| ra[k].as_str().unwrap_or("").to_string();
-            Ok(Attributes {
-                user,
-                verb: s("verb"),
-                namespace: s("namespace"),
-                api_group: s("group"),
-                api_version: s("version"),
-                resource: s("resource"),
-                subresource: s("subresource"),
-                name: s("name"),
-                resource_request: true,
-                path: String::new(),
-                field_selector: review_field_selector(&ra["fieldSelector"]),
-            })
-        }
-        (false, true) => Ok(Attributes {
+/// A selector is raw or requirements, not both, not neither.
+fn raw_or_requirements(
+    raw: Option<&str>,
+    no_requirements: bool,
+    path: &FieldPath,
+) -> Vec<FieldError> {
+    let raw = raw.unwrap_or("");
+    match (raw.is_empty(), no_requirements) {
+        (false, false) => vec![FieldError::invalid(
+            &path.child("rawSelector"),
+            raw,
+            "may not specified at the same time as requirements",
+        )],
+        (true, true) => vec![FieldError::required(
+            &path.child("requirements"),
+            format!(
+                "when {} is specified, requirements or rawSelector is required",
+                path.as_str()
+            ),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// Attributes of a (validated) review's spec for `user` (upstream
+/// `ResourceAttributesFrom` and `NonResourceAttributesFrom`).
+fn spec_attributes(spec: &SubjectAccessReviewSpec, user: UserInfo) -> Attributes {
+    let Some(ra) = &spec.resource_attributes else {
+        let nra = spec.non_resource_attributes.clone().unwrap_or_default();
+        return Attributes {
             user,
-            verb: nra["verb"].as_str().unwrap_or("").to_string(),
-            path: nra["path"].as_str().unwrap_or("").to_string(),
+            verb: nra.verb.unwrap_or_default(),
+            path: nra.path.unwrap_or_default(),
             resource_request: false,
             ..Attributes::default()
-        }),
+        };
+    };
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    Attributes {
+        user,
+        verb: s(&ra.verb),
+        namespace: s(&ra.namespace),
+        api_group: s(&ra.group),
+        api_version: s(&ra.version),
+        resource: s(&ra.resource),
+        subresource: s(&ra.subresource),
+        name: s(&ra.name),
+        resource_request: true,
+        path: String::new(),
+        field_selector: ra
+            .field_selector
+            .as_ref()
+            .map(review_field_selector)
+            .unwrap_or_default(),
+        label_selector: ra
+            .label_selector
+            .as_ref()
+            .map(review_label_selector)
+            .unwrap_or_default(),
     }
 }
 
-/// A review's `resourceAttributes.fieldSelector` as the authorizers see a request's
-/// (upstream's `ResourceAttributesFrom` with AuthorizeWithSelectors): its
-/// `rawSelector` parsed, or its `requirements`, of which single-valued `In` and
-/// `NotIn` are an equality and an inequality; anything else, none.
-fn review_field_selector(selector: &Value) -> Vec<ferrokube_auth::FieldRequirement> {
-    if let Some(raw) = selector["rawSelector"].as_str().filter(|r| !r.is_empty()) {
-        return ferrokube_auth::field_requirements(raw).unwrap_or_default();
+/// A review's field selector as the authorizers see a request's (upstream's
+/// `ResourceAttributesFrom` with AuthorizeWithSelectors): its `rawSelector` parsed,
+/// or its `requirements`, of which single-valued `In` and `NotIn` are an equality
+/// and an inequality; with any other requirement (or an unparsable raw selector),
+/// none.
+fn review_field_selector(selector: &FieldSelectorAttributes) -> Vec<FieldRequirement> {
+    if let Some(raw) = selector.raw_selector.as_deref().filter(|r| !r.is_empty()) {
+        return field_requirements(raw).unwrap_or_default();
     }
-    let requirements = selector["requirements"].as_array().into_iter().flatten();
+    let requirements = selector.requirements.iter().flatten();
     requirements
-        .map(|r| {
-            let values = r["values"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-            match (r["operator"].as_str(), values) {
-                (Some(op @ ("In" | "NotIn")), [value]) => Some(ferrokube_auth::FieldRequirement {
-                    field: r["key"].as_str().unwrap_or("").to_string(),
-                    equals: op == "In",
-                    value: value.as_str().unwrap_or("").to_string(),
-                }),
-                _ => None,
-            }
+        .map(|r| match (r.operator.as_str(), r.values.as_deref()) {
+            (op @ ("In" | "NotIn"), Some([value])) => Some(FieldRequirement {
+                field: r.key.clone(),
+                equals: op == "In",
+                value: value.clone(),
+            }),
+            _ => None,
         })
         .collect::<Option<Vec<_>>>()
         .unwrap_or_default()
+}
+
+/// A review's label selector likewise (upstream's `labelSelectorAsSelector`): its
+/// `rawSelector` parsed, or those of its `requirements` that are valid, since
+/// leaving a requirement out only broadens the check.
+fn review_label_selector(selector: &LabelSelectorAttributes) -> Vec<LabelRequirement> {
+    if let Some(raw) = selector.raw_selector.as_deref().filter(|r| !r.is_empty()) {
+        return label_requirements(raw).unwrap_or_default();
+    }
+    let requirements = selector.requirements.iter().flatten();
+    requirements
+        .filter_map(|r| {
+            let operator = match r.operator.as_str() {
+                "In" => Operator::In,
+                "NotIn" => Operator::NotIn,
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                _ => return None,
+            };
+            LabelRequirement::new(&r.key, operator, r.values.clone().unwrap_or_default()).ok()
+        })
+        .collect()
 }
 
 fn access_status(verdict: &Verdict) -> Value {
@@ -295,41 +420,32 @@ pub(crate) async fn answer(
     check_decodes(kind, &obj)?;
     let spec = obj["spec"].clone();
     let status = match kind {
-        "SelfSubjectAccessReview" => {
-            let attrs = spec_attributes(kind, &spec, user.clone())?;
-            access_status(&state.authorizer.verdict(&attrs).await)
-        }
-        "SubjectAccessReview" | "LocalSubjectAccessReview" => {
-            let name = spec["user"].as_str().unwrap_or("").to_string();
-            let groups = str_list(&spec["groups"]);
-            if name.is_empty() && groups.is_empty() {
-                return Err(invalid(
-                    kind,
-                    "spec.user",
-                    "Invalid value: \"\": at least one of user or group must be specified",
+        "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview" => {
+            // The review decoded in `check_decodes`; a self review's spec is a part of
+            // this one's.
+            let spec: SubjectAccessReviewSpec =
+                serde_json::from_value(spec).map_err(|e| ApiError::undecodable(kind, "v1", e))?;
+            if let Some(ns) = url_namespace
+                && obj["metadata"]["namespace"]
+                    .as_str()
+                    .is_some_and(|given| !given.is_empty() && given != ns)
+            {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
                 ));
             }
-            let subject = UserInfo {
-                name,
-                uid: spec["uid"].as_str().unwrap_or("").to_string(),
-                groups,
-                extra: extra_of(&spec["extra"]),
+            validate_access_review(kind, &spec, url_namespace)?;
+            let subject = if kind == "SelfSubjectAccessReview" {
+                user.clone()
+            } else {
+                UserInfo {
+                    name: spec.user.clone().unwrap_or_default(),
+                    uid: spec.uid.clone().unwrap_or_default(),
+                    groups: spec.groups.clone().unwrap_or_default(),
+                    extra: spec.extra.clone().unwrap_or_default().into_iter().collect(),
+                }
             };
-            let attrs = spec_attributes(kind, &spec, subject)?;
-            if let Some(ns) = url_namespace {
-                if !attrs.resource_request {
-                    return Err(invalid(
-                        kind,
-                        "spec.nonResourceAttributes",
-                        "Invalid value: \"null\": disallowed on this kind of request",
-                    ));
-                }
-                if attrs.namespace != ns {
-                    return Err(ApiError::bad_request(format!(
-                        "spec.resourceAttributes.namespace must match namespace: {ns}"
-                    )));
-                }
-            }
+            let attrs = spec_attributes(&spec, subject);
             access_status(&state.authorizer.verdict(&attrs).await)
         }
         "SelfSubjectRulesReview" => {

@@ -1,5 +1,7 @@
 //! Authorization: may this user do this (`k8s.io/apiserver/pkg/authorization`).
 
+use ferrokube_apimachinery::labels::Requirement as LabelRequirement;
+
 use crate::request_info::{FieldRequirement, RequestInfo};
 use crate::user::{ALL_AUTHENTICATED, SYSTEM_PRIVILEGED_GROUP, UserInfo};
 
@@ -22,6 +24,8 @@ pub struct Attributes {
     /// A list's, watch's or deletecollection's field selector (see
     /// [`RequestInfo::field_selector`]).
     pub field_selector: Vec<FieldRequirement>,
+    /// Its label selector (see [`RequestInfo::label_selector`]).
+    pub label_selector: Vec<LabelRequirement>,
 }
 
 impl Attributes {
@@ -39,6 +43,7 @@ impl Attributes {
             resource_request: info.is_resource_request,
             path: info.path.clone(),
             field_selector: info.field_selector.clone(),
+            label_selector: info.label_selector.clone(),
         }
     }
 

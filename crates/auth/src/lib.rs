@@ -66,7 +66,7 @@ pub use authz::{
     AuthorizationMode, Authorizer, Decision, PrivilegedGroupsAuthorizer, UnionAuthorizer,
 };
 pub use request_info::{
-    FieldRequirement, RequestInfo, RequestInfoError, field_requirements, request_attributes,
-    request_info,
+    FieldRequirement, RequestInfo, RequestInfoError, field_requirements, label_requirements,
+    request_attributes, request_info,
 };
 pub use user::UserInfo;

@@ -9,6 +9,8 @@
 //! resource part (`/api/v1/watch/pods`). Anything else is a non-resource request
 //! whose verb is the lowercase HTTP method.
 
+use ferrokube_apimachinery::labels::{Requirement as LabelRequirement, Selector};
+
 use crate::authz::Attributes;
 use crate::user::UserInfo;
 
@@ -32,6 +34,9 @@ pub struct RequestInfo {
     /// (upstream's AuthorizeWithSelectors, on in 1.33); empty without one or when it
     /// does not parse.
     pub field_selector: Vec<FieldRequirement>,
+    /// The `labelSelector` of a list, watch or deletecollection as requirements
+    /// (AuthorizeWithSelectors); empty without one or when it does not parse.
+    pub label_selector: Vec<LabelRequirement>,
 }
 
 /// Upstream returns an error together with the partial info for
@@ -135,8 +140,8 @@ pub fn request_info(
         info.resource = info.parts[0].clone();
     }
 
-    // The selector as the list options' decoding parsed it, when it ran.
-    let mut selector: Option<Vec<FieldRequirement>> = None;
+    // The selectors as the list options' decoding parsed them, when it ran.
+    let mut selectors = None;
     if info.name.is_empty() && info.verb == "get" {
         let query = parse_query(query.unwrap_or_default());
         let opts = decode_list_options(&query);
@@ -146,18 +151,23 @@ pub fn request_info(
         {
             info.name = name;
         }
-        selector = Some(opts.field_selector);
+        selectors = Some((opts.field_selector, opts.label_selector));
     }
     if info.name.is_empty() && info.verb == "delete" {
         info.verb = "deletecollection".to_string();
     }
     if matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
-        info.field_selector = selector.unwrap_or_else(|| {
-            parse_query(query.unwrap_or_default())
-                .iter()
-                .find(|(k, _)| k == "fieldSelector")
-                .and_then(|(_, selector)| field_requirements(selector))
-                .unwrap_or_default()
+        (info.field_selector, info.label_selector) = selectors.unwrap_or_else(|| {
+            let query = parse_query(query.unwrap_or_default());
+            let first = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+            (
+                first("fieldSelector")
+                    .and_then(|s| field_requirements(s))
+                    .unwrap_or_default(),
+                first("labelSelector")
+                    .and_then(|s| label_requirements(s))
+                    .unwrap_or_default(),
+            )
         });
     }
     Ok(info)
@@ -180,13 +190,15 @@ struct ListOptionsLite {
     field_selector_name: Option<String>,
     /// The whole `fieldSelector` (empty without one or when it does not parse).
     field_selector: Vec<FieldRequirement>,
+    /// The `labelSelector` likewise.
+    label_selector: Vec<LabelRequirement>,
 }
 
 /// The part of upstream's `ListOptions` decoding RequestInfo depends on: `watch`
 /// (any value but `false`/`0`, case-insensitive, is true; first value counts) and the
 /// `metadata.name` of an exact-match field selector. If any decoded parameter is
 /// invalid, upstream discards everything but `watch`; this checks `fieldSelector`,
-/// `limit` and `timeoutSeconds` (an invalid `labelSelector` is not detected here).
+/// `labelSelector`, `limit` and `timeoutSeconds`.
 fn decode_list_options(query: &[(String, String)]) -> ListOptionsLite {
     let first = |key: &str| {
         query
@@ -218,10 +230,18 @@ fn decode_list_options(query: &[(String, String)]) -> ListOptionsLite {
             Err(()) => valid = false,
         }
     }
+    let mut label_selector = Vec::new();
+    if let Some(selector) = first("labelSelector") {
+        match label_requirements(selector) {
+            Some(requirements) => label_selector = requirements,
+            None => valid = false,
+        }
+    }
     ListOptionsLite {
         watch,
         field_selector_name: if valid { field_selector_name } else { None },
         field_selector,
+        label_selector,
     }
 }
 
@@ -232,6 +252,14 @@ pub struct FieldRequirement {
     /// `=` or `==`; else `!=`.
     pub equals: bool,
     pub value: String,
+}
+
+/// A label selector's requirements (upstream `labels.Parse`), `None` when it does
+/// not parse.
+pub fn label_requirements(selector: &str) -> Option<Vec<LabelRequirement>> {
+    Selector::parse(selector)
+        .ok()
+        .map(|s| s.requirements().to_vec())
 }
 
 /// A field selector's requirements, `None` when it does not parse (see
@@ -633,6 +661,50 @@ mod tests {
         );
         assert!(selector("GET", pods, "fieldSelector=no-operator").is_empty());
         assert!(selector("GET", "/api/v1/namespaces/d/pods/p", "fieldSelector=a%3Db").is_empty());
+    }
+
+    /// The label selector likewise; an unparsable one is none, and (as any invalid
+    /// list option upstream) voids the name a field selector gave.
+    #[test]
+    fn label_selectors_reach_the_authorizers() {
+        let info = |method: &str, path: &str, query: &str| {
+            request_info(method, path, Some(query)).unwrap()
+        };
+        let keys = |info: RequestInfo| {
+            info.label_selector
+                .iter()
+                .map(|r| (r.key().to_string(), r.operator().as_str()))
+                .collect::<Vec<_>>()
+        };
+        let pods = "/api/v1/pods";
+        assert_eq!(
+            keys(info("GET", pods, "labelSelector=tier%3Dweb,!canary")),
+            [("canary".to_string(), "!"), ("tier".to_string(), "=")]
+        );
+        assert_eq!(
+            keys(info(
+                "DELETE",
+                "/api/v1/namespaces/d/pods",
+                "labelSelector=a%20in%20(x,y)"
+            )),
+            [("a".to_string(), "in")]
+        );
+        assert!(keys(info("GET", pods, "labelSelector=a%3D%3D%3D")).is_empty());
+        assert!(
+            keys(info(
+                "GET",
+                "/api/v1/namespaces/d/pods/p",
+                "labelSelector=a"
+            ))
+            .is_empty()
+        );
+        let bad_labels = info(
+            "GET",
+            pods,
+            "fieldSelector=metadata.name%3Dp&labelSelector=%3D",
+        );
+        assert_eq!(bad_labels.name, "");
+        assert_eq!(bad_labels.field_selector.len(), 1);
     }
 
     #[test]

@@ -7,8 +7,8 @@ use ferrokube_apimachinery::errors::{FieldError, FieldPath};
 use ferrokube_apimachinery::labels::Selector;
 use ferrokube_apimachinery::validation::{
     FIELD_IMMUTABLE_ERROR_MSG, IS_NEGATIVE_ERROR_MSG, is_dns1123_label, is_dns1123_subdomain,
-    is_qualified_name, is_valid_label_value, is_valid_port_name, is_valid_port_num, max_len_error,
-    regex_error, validate_label_name, validate_labels,
+    is_qualified_name, is_valid_port_name, is_valid_port_num, max_len_error, regex_error,
+    validate_label_selector_requirement, validate_labels,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -132,39 +132,7 @@ pub const PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
 pub fn label_selector(sel: &LabelSelector, path: &FieldPath, errs: &mut Errs) {
     for (i, req) in sel.match_expressions.iter().flatten().enumerate() {
         let rp = path.child("matchExpressions").index(i);
-        let values = req.values.as_deref().unwrap_or(&[]);
-        match req.operator.as_str() {
-            "In" | "NotIn" => {
-                if values.is_empty() {
-                    errs.push(FieldError::required(
-                        &rp.child("values"),
-                        "must be specified when `operator` is 'In' or 'NotIn'",
-                    ));
-                }
-            }
-            "Exists" | "DoesNotExist" => {
-                if !values.is_empty() {
-                    errs.push(FieldError::forbidden(
-                        &rp.child("values"),
-                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                    ));
-                }
-            }
-            op => errs.push(FieldError::invalid(
-                &rp.child("operator"),
-                op,
-                "not a valid selector operator",
-            )),
-        }
-        errs.extend(validate_label_name(&req.key, &rp.child("key")));
-        for (j, v) in values.iter().enumerate() {
-            msgs_invalid(
-                is_valid_label_value(v),
-                v,
-                &rp.child("values").index(j),
-                errs,
-            );
-        }
+        errs.extend(validate_label_selector_requirement(req, false, &rp));
     }
     if let Some(l) = &sel.match_labels {
         errs.extend(validate_labels(l, &path.child("matchLabels")));

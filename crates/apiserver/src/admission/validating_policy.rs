@@ -134,7 +134,12 @@ impl UserAuthorizer {
             name: check.name.clone(),
             resource_request: check.resource_request,
             path: check.path.clone(),
-            ..AuthzAttributes::default()
+            // Selectors that do not parse narrow nothing (upstream keeps the parse
+            // error beside no requirements; no in-tree authorizer reads it).
+            field_selector: ferrokube_auth::field_requirements(&check.field_selector)
+                .unwrap_or_default(),
+            label_selector: ferrokube_auth::label_requirements(&check.label_selector)
+                .unwrap_or_default(),
         };
         let decision = self.chain.authorize(&attrs);
         AuthzDecision {
@@ -909,7 +914,14 @@ mod tests {
     impl Authorizer for CountingChain {
         fn authorize(&self, attrs: &AuthzAttributes) -> ferrokube_auth::Decision {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if attrs.user.name == "alice" && attrs.verb == "get" {
+            // A list only narrowed by both selectors.
+            let narrowed = attrs.verb == "list"
+                && attrs
+                    .field_selector
+                    .iter()
+                    .any(|r| r.field == "spec.nodeName")
+                && attrs.label_selector.iter().any(|r| r.key() == "tier");
+            if attrs.user.name == "alice" && (attrs.verb == "get" || narrowed) {
                 ferrokube_auth::Decision::allow()
             } else {
                 ferrokube_auth::Decision::Deny("not alice's".into())
@@ -928,7 +940,9 @@ mod tests {
             {"expression": format!("{pods}.check('get').allowed()")},
             {"expression": format!("!{sa_pods}.check('get').allowed()")},
             {"expression": format!("{sa_pods}.check('get').reason() == 'not alice\\'s'")},
-            {"expression": format!("!{pods}.check('delete').allowed()")}]}));
+            {"expression": format!("!{pods}.check('delete').allowed()")},
+            {"expression": format!("{pods}.fieldSelector('spec.nodeName=n1').labelSelector('tier=web').check('list').allowed()")},
+            {"expression": format!("!{pods}.check('list').allowed()")}]}));
         let c = compile(&s).unwrap();
         let request = || {
             let mut a = activation(json!({}));
@@ -949,11 +963,11 @@ mod tests {
         let calls = || counting.calls.load(std::sync::atomic::Ordering::SeqCst);
         let d = evaluate(&c, false, &request(), None, "p");
         assert!(d.failed.is_empty(), "{:?}", d.failed);
-        // alice get, the service account's get, alice delete.
-        assert_eq!(calls(), 3);
+        // alice get, the service account's get, alice delete, alice's two lists.
+        assert_eq!(calls(), 5);
         // The next request asks again: answers are kept for one request only.
         let d = evaluate(&c, false, &request(), None, "p");
         assert!(d.failed.is_empty(), "{:?}", d.failed);
-        assert_eq!(calls(), 6);
+        assert_eq!(calls(), 10);
     }
 }

@@ -102,6 +102,27 @@ async fn what_rbac_does_not_allow_the_webhook_decides() {
     let (code, _) = get(&jane, "/api/v1/namespaces/default/configmaps").await;
     assert_eq!(code, 200);
     assert_eq!(policy.calls(), 1);
+    // A list's selectors go with the review (AuthorizeWithSelectors).
+    let (code, body) = get(
+        &jane,
+        "/api/v1/namespaces/default/configmaps?labelSelector=tier%3Dweb,!canary&fieldSelector=metadata.namespace%3Ddefault",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(policy.calls(), 2);
+    {
+        let reviews = policy.requests();
+        let attributes = &reviews[1].1["spec"]["resourceAttributes"];
+        assert_eq!(
+            attributes["fieldSelector"],
+            json!({"requirements": [{"key": "metadata.namespace", "operator": "In", "values": ["default"]}]})
+        );
+        assert_eq!(
+            attributes["labelSelector"],
+            json!({"requirements": [{"key": "canary", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "In", "values": ["web"]}]})
+        );
+    }
 
     // Denied with a reason, and no opinion: both 403.
     let (code, body) = get(&jane, "/api/v1/namespaces/default/secrets").await;
@@ -146,6 +167,7 @@ async fn what_rbac_does_not_allow_the_webhook_decides() {
     assert_eq!(code, 201, "{review}");
     assert_eq!(review["status"]["allowed"], false);
     assert_eq!(review["status"]["denied"], true);
+    assert_eq!(review["status"]["reason"], "secrets are off limits");
 
     // Rules reviews cannot list the webhook's rules.
     let (code, _, rules) = TestApiServer::send_json(

@@ -71,22 +71,96 @@ async fn reviews_answer_from_the_authorizers() {
     .await;
     assert_eq!(code, 422, "{v}");
 
-    // LocalSubjectAccessReview: the namespace must match the URL.
+    // LocalSubjectAccessReview: the namespace must match the URL's.
     let lsar = |ns: &str| json!({"spec": {"user": "alice", "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "pods"}}});
+    let local = "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews";
+    let (code, v) = post(&admin, local, lsar("default")).await;
+    assert_eq!((code, v["status"]["allowed"].clone()), (201, json!(false)));
+    let (code, v) = post(&admin, local, lsar("other")).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        v["message"],
+        "LocalSubjectAccessReview.authorization.k8s.io \"\" is invalid: \
+         spec.resourceAttributes.namespace: Invalid value: \"other\": must match metadata.namespace"
+    );
+    let mut elsewhere = lsar("default");
+    elsewhere["metadata"] = json!({"namespace": "other"});
+    let (code, v) = post(&admin, local, elsewhere).await;
+    assert_eq!(code, 400, "{v}");
     let (code, v) = post(
         &admin,
-        "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
-        lsar("default"),
+        local,
+        json!({"spec": {"user": "alice", "nonResourceAttributes": {"path": "/x", "verb": "get"}}}),
     )
     .await;
-    assert_eq!((code, v["status"]["allowed"].clone()), (201, json!(false)));
-    let (code, _) = post(
+    assert_eq!(code, 422);
+    assert_eq!(
+        v["message"],
+        "LocalSubjectAccessReview.authorization.k8s.io \"\" is invalid: \
+         spec.nonResourceAttributes: Invalid value: \
+         authorization.NonResourceAttributes{Path:\"/x\", Verb:\"get\"}: disallowed on this kind of request"
+    );
+
+    // Selectors are validated as upstream, all errors at once; unknown operators pass.
+    let with_selectors = |selectors: Value| {
+        let mut attributes = json!({"namespace": "default", "verb": "list", "resource": "pods"});
+        attributes
+            .as_object_mut()
+            .unwrap()
+            .extend(selectors.as_object().unwrap().clone());
+        json!({"spec": {"user": "alice", "resourceAttributes": attributes}})
+    };
+    let sar_path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (code, v) = post(
         &admin,
-        "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
-        lsar("other"),
+        sar_path,
+        with_selectors(json!({
+            "fieldSelector": {"rawSelector": "a=b", "requirements": [{"key": "", "operator": "In"}]},
+            "labelSelector": {},
+        })),
     )
     .await;
-    assert_eq!(code, 400);
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(
+        v["message"],
+        "SubjectAccessReview.authorization.k8s.io \"\" is invalid: [\
+         spec.resourceAttributes.fieldSelector.rawSelector: Invalid value: \"a=b\": may not specified at the same time as requirements, \
+         spec.resourceAttributes.fieldSelector.requirements[0].key: Required value: must be specified, \
+         spec.resourceAttributes.fieldSelector.requirements[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn', \
+         spec.resourceAttributes.labelSelector.requirements: Required value: when spec.resourceAttributes.labelSelector is specified, requirements or rawSelector is required]"
+    );
+    let (code, v) = post(
+        &admin,
+        sar_path,
+        with_selectors(json!({"labelSelector": {"requirements": [
+            {"key": "bad key", "operator": "Exists", "values": ["x"]},
+            {"key": "tier", "operator": "Matches", "values": ["-web"]}]}})),
+    )
+    .await;
+    assert_eq!(code, 422, "{v}");
+    let causes: Vec<&str> = v["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            "spec.resourceAttributes.labelSelector.requirements[0].values",
+            "spec.resourceAttributes.labelSelector.requirements[0].key",
+            "spec.resourceAttributes.labelSelector.requirements[1].values[0]",
+        ]
+    );
+    let (code, v) = post(
+        &admin,
+        sar_path,
+        with_selectors(json!({"fieldSelector": {"requirements": [
+            {"key": "spec.nodeName", "operator": "Near", "values": ["n"]}]},
+            "labelSelector": {"rawSelector": "tier=web"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
 
     // Rules review: what alice holds is basic-user, discovery and public info.
     let (code, v) = post(
