@@ -741,9 +741,11 @@ async fn main() -> anyhow::Result<()> {
     if !(0.0..=0.02).contains(&args.goaway_chance) {
         anyhow::bail!("--goaway-chance can not be less than 0 or greater than 0.02");
     }
-    let _feature_gates = args
+    let feature_gates = args
         .component
-        .init(&Default::default(), &[])
+        .init(&Default::default(), ferrokube_apiserver::features::ACTED_ON)
+        .map_err(anyhow::Error::msg)?;
+    let features = ferrokube_apiserver::features::Features::from_gates(&feature_gates)
         .map_err(anyhow::Error::msg)?;
     for warning in watch_cache_warnings(
         args.watch_cache,
@@ -822,6 +824,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut opts = Options::new(args.tls_cert_file, args.tls_private_key_file);
     opts.apiserver_id = apiserver_id;
+    opts.features = features;
     opts.metrics_collectors.push(encryption_metrics);
     if let Some(in_use) = encryption_in_use {
         // Upstream serves kms-providers when KMS is configured, and always with reload.

@@ -142,7 +142,7 @@ pub(crate) async fn build(
             }
         }
     }
-    Ok(security::authorizer_chain(links, modes))
+    Ok(security::authorizer_chain(links, modes, state.features))
 }
 
 /// What a changed file may not do that the first could (upstream's reload rules):

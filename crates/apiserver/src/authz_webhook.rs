@@ -349,12 +349,29 @@ enum Step {
 /// ([`Authorization::replace`]); a request is decided by the chain it found.
 pub(crate) struct Authorization {
     current: RwLock<Arc<Chain>>,
+    /// Whether selectors reach the authorizers (AuthorizeWithSelectors).
+    with_selectors: bool,
 }
 
 struct Chain {
     steps: Vec<Step>,
     /// The modes the chain was configured with, for rules reviews.
     modes: Vec<AuthorizationMode>,
+}
+
+impl Authorization {
+    /// The attributes the authorizers see: without selectors unless they may.
+    fn attributes<'a>(&self, attrs: &'a Attributes) -> std::borrow::Cow<'a, Attributes> {
+        if self.with_selectors
+            || (attrs.field_selector.is_empty() && attrs.label_selector.is_empty())
+        {
+            return std::borrow::Cow::Borrowed(attrs);
+        }
+        let mut plain = attrs.clone();
+        plain.field_selector.clear();
+        plain.label_selector.clear();
+        std::borrow::Cow::Owned(plain)
+    }
 }
 
 impl Authorization {
@@ -378,7 +395,15 @@ impl Authorization {
         steps.push(Step::Chain(stretch));
         Authorization {
             current: RwLock::new(Arc::new(Chain { steps, modes })),
+            with_selectors: true,
         }
+    }
+
+    /// Whether requests' and reviews' field and label selectors reach the authorizers
+    /// (upstream's AuthorizeWithSelectors gate, on by default in 1.33).
+    pub(crate) fn with_selectors(mut self, with_selectors: bool) -> Authorization {
+        self.with_selectors = with_selectors;
+        self
     }
 
     /// Puts `other`'s chain in place of this one, for the requests that come next.
@@ -406,7 +431,9 @@ impl Authorization {
     pub(crate) async fn verdict(&self, attrs: &Attributes) -> Verdict {
         let mut errors = Vec::new();
         let mut reasons = Vec::new();
-        for step in &self.chain().steps {
+        let chain = self.chain();
+        let attrs = &*self.attributes(attrs);
+        for step in &chain.steps {
             let (decision, error) = match step {
                 Step::Chain(chain) => (chain.authorize(attrs), None),
                 Step::Webhook(webhook) => webhook.authorize(attrs).await,
@@ -440,7 +467,9 @@ impl Authorization {
 impl Authorizer for Authorization {
     fn authorize(&self, attrs: &Attributes) -> Decision {
         let mut reasons = Vec::new();
-        for step in &self.chain().steps {
+        let chain = self.chain();
+        let attrs = &*self.attributes(attrs);
+        for step in &chain.steps {
             let decision = match step {
                 Step::Chain(chain) => chain.authorize(attrs),
                 Step::Webhook(webhook) => webhook.answer_now(attrs),
@@ -602,6 +631,39 @@ mod tests {
         fn authorize(&self, _: &Attributes) -> Decision {
             self.0.clone()
         }
+    }
+
+    /// Allows only requests without selectors.
+    struct Unselected;
+
+    impl Authorizer for Unselected {
+        fn authorize(&self, attrs: &Attributes) -> Decision {
+            if attrs.field_selector.is_empty() && attrs.label_selector.is_empty() {
+                Decision::allow()
+            } else {
+                Decision::no_opinion()
+            }
+        }
+    }
+
+    /// AuthorizeWithSelectors off: the authorizers never see selectors.
+    #[tokio::test]
+    async fn selectors_reach_the_chain_only_when_they_may() {
+        let mut a = attrs();
+        a.verb = "list".into();
+        a.label_selector = ferrokube_auth::label_requirements("tier=web").unwrap();
+        let chain = |with_selectors| {
+            Authorization::new(
+                UnionAuthorizer::default().push(Unselected),
+                Vec::new(),
+                Vec::new(),
+            )
+            .with_selectors(with_selectors)
+        };
+        assert!(!chain(true).authorize(&a).is_allowed());
+        assert!(!chain(true).verdict(&a).await.decision.is_allowed());
+        assert!(chain(false).authorize(&a).is_allowed());
+        assert!(chain(false).verdict(&a).await.decision.is_allowed());
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::output::parse_accept;
 
 pub const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// `/version` (upstream's `version.Info`), its fields in upstream's order: k8s-openapi's
 /// `version::Info` serializes them alphabetically.
@@ -54,24 +56,25 @@ pub fn version_document() -> Vec<u8> {
     serde_json::to_vec_pretty(&version()).unwrap_or_default()
 }
 
-/// Whether the client asked for aggregated discovery before a plain document. Only
-/// `apidiscovery.k8s.io/v2` is served: 1.33 removes `v2beta1` by default
-/// (`AggregatedDiscoveryRemoveBetaType`), so a range naming it is passed over.
-pub fn wants_aggregated(accept: Option<&str>) -> bool {
+/// Which aggregated discovery version the client asked for before a plain document,
+/// if any. `v2beta1` only when `beta_served`: 1.33 removes it by default
+/// (`AggregatedDiscoveryRemoveBetaType`), and a range naming it is then passed over.
+pub fn wants_aggregated(accept: Option<&str>, beta_served: bool) -> Option<&'static str> {
     for m in parse_accept(accept.unwrap_or("")) {
         if m.param("g") == Some("apidiscovery.k8s.io")
             && m.param("as") == Some("APIGroupDiscoveryList")
         {
-            if m.param("v") == Some("v2") {
-                return true;
+            match m.param("v") {
+                Some("v2") => return Some("v2"),
+                Some("v2beta1") if beta_served => return Some("v2beta1"),
+                _ => continue,
             }
-            continue;
         }
         if m.essence == "application/json" || m.essence == "*/*" {
-            return false;
+            return None;
         }
     }
-    false
+    None
 }
 
 pub fn api_versions(server_address: &str) -> Value {
@@ -232,11 +235,14 @@ pub(crate) fn api_group(
     Some(out)
 }
 
+/// A group-version's resources; `with_hashes`: each stored one's
+/// `storageVersionHash` (the StorageVersionHash gate).
 pub(crate) fn resource_list(
     enabled: &ApiEnablement,
     group: &str,
     version: &str,
     custom: &Served,
+    with_hashes: bool,
 ) -> Option<Value> {
     let mut res = Vec::new();
     let infos: Vec<(&'static ResourceInfo, Option<String>)> =
@@ -262,7 +268,7 @@ pub(crate) fn resource_list(
         if !r.categories.is_empty() {
             main["categories"] = json!(r.categories);
         }
-        if let Some(hash) = hash {
+        if let Some(hash) = hash.filter(|_| with_hashes) {
             main["storageVersionHash"] = json!(hash);
         }
         res.push(main);
@@ -364,6 +370,7 @@ fn discovery_resource(enabled: &ApiEnablement, r: &ResourceInfo) -> Value {
 pub(crate) fn aggregated(
     enabled: &ApiEnablement,
     legacy: bool,
+    version: &str,
     custom: &Served,
     remote: &RemoteGroups,
 ) -> Value {
@@ -391,7 +398,7 @@ pub(crate) fn aggregated(
         .collect();
     json!({
         "kind": "APIGroupDiscoveryList",
-        "apiVersion": "apidiscovery.k8s.io/v2",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
         "metadata": {},
         "items": items,
     })
@@ -471,7 +478,7 @@ mod tests {
     #[test]
     fn storage_version_hashes_are_upstreams() {
         let hash = |group: &str, version: &str, plural: &str| {
-            let list = resource_list(&all(), group, version, &none()).unwrap();
+            let list = resource_list(&all(), group, version, &none(), true).unwrap();
             let entry = list["resources"]
                 .as_array()
                 .unwrap()
@@ -498,17 +505,28 @@ mod tests {
         // Nothing stored, no hash; nor for a subresource.
         assert_eq!(hash("", "v1", "componentstatuses"), None);
         assert_eq!(hash("", "v1", "pods/status"), None);
+        // With the StorageVersionHash gate off, none at all.
+        let core = resource_list(&all(), "", "v1", &none(), false).unwrap();
+        assert!(
+            core["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r.get("storageVersionHash").is_none())
+        );
     }
 
     #[test]
     fn aggregated_accept() {
         let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-        assert!(wants_aggregated(Some(kubectl)));
-        assert!(!wants_aggregated(Some("application/json")));
-        assert!(!wants_aggregated(None));
-        // v2beta1 is no longer served (1.33's default): the plain document.
+        assert_eq!(wants_aggregated(Some(kubectl), false), Some("v2"));
+        assert_eq!(wants_aggregated(Some("application/json"), true), None);
+        assert_eq!(wants_aggregated(None, true), None);
+        // v2beta1 is no longer served (1.33's default): the plain document; with
+        // AggregatedDiscoveryRemoveBetaType off, it is.
         let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-        assert!(!wants_aggregated(Some(old)));
+        assert_eq!(wants_aggregated(Some(old), false), None);
+        assert_eq!(wants_aggregated(Some(old), true), Some("v2beta1"));
     }
 
     /// The entry of `list`'s `resources` named `name`.
@@ -523,7 +541,7 @@ mod tests {
 
     #[test]
     fn lists() {
-        let core = resource_list(&all(), "", "v1", &none()).unwrap();
+        let core = resource_list(&all(), "", "v1", &none(), true).unwrap();
         assert_eq!(core["groupVersion"], "v1");
         assert!(
             core["resources"]
@@ -532,10 +550,10 @@ mod tests {
                 .iter()
                 .any(|r| r["name"] == "pods/status")
         );
-        let apps = resource_list(&all(), "apps", "v1", &none()).unwrap();
+        let apps = resource_list(&all(), "apps", "v1", &none(), true).unwrap();
         assert_eq!(listed(&apps, "deployments/scale")["group"], "autoscaling");
-        assert!(resource_list(&all(), "nope", "v1", &none()).is_none());
-        let agg = aggregated(&all(), false, &none(), &[]);
+        assert!(resource_list(&all(), "nope", "v1", &none(), true).is_none());
+        let agg = aggregated(&all(), false, "v2", &none(), &[]);
         assert!(
             agg["items"]
                 .as_array()
@@ -544,7 +562,7 @@ mod tests {
                 .any(|g| g["metadata"]["name"] == "apps")
         );
         assert_eq!(
-            aggregated(&all(), true, &none(), &[])["items"]
+            aggregated(&all(), true, "v2", &none(), &[])["items"]
                 .as_array()
                 .unwrap()
                 .len(),
@@ -556,7 +574,7 @@ mod tests {
     /// `kind: SubjectAccessReview` in a file.
     #[test]
     fn unstored_resources_are_discovered() {
-        let authz = resource_list(&all(), "authorization.k8s.io", "v1", &none()).unwrap();
+        let authz = resource_list(&all(), "authorization.k8s.io", "v1", &none(), true).unwrap();
         let sar = listed(&authz, "subjectaccessreviews");
         assert_eq!(sar["kind"], "SubjectAccessReview");
         assert_eq!(sar["verbs"], json!(["create"]));
@@ -564,7 +582,7 @@ mod tests {
             listed(&authz, "localsubjectaccessreviews")["namespaced"],
             true
         );
-        let agg = aggregated(&all(), false, &none(), &[]);
+        let agg = aggregated(&all(), false, "v2", &none(), &[]);
         let crds = agg["items"]
             .as_array()
             .unwrap()

@@ -61,6 +61,8 @@ pub(crate) struct State {
     pub shutdown: watch::Receiver<bool>,
     /// Turns true on SIGTERM, before the shutdown delay: `/readyz` fails.
     pub shutdown_initiated: watch::Receiver<bool>,
+    /// The `--feature-gates` this server acts on.
+    pub features: crate::features::Features,
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// `--strict-transport-security-directives` as a header value (None: no header).
     pub strict_transport_security: Option<HeaderValue>,
@@ -86,6 +88,11 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// The aggregated discovery version the client asked for, if this server serves it.
+    pub(crate) fn aggregated_discovery(&self, accept: Option<&str>) -> Option<&'static str> {
+        discovery::wants_aggregated(accept, !self.features.remove_discovery_beta)
+    }
+
     /// Who made a request: the authenticator chain, then the token webhook.
     pub(crate) async fn authenticate(
         &self,
@@ -188,9 +195,15 @@ pub(crate) async fn serve(
         req.headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok()),
-        req.headers()
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok()),
+        // Only discovery's roots can be aggregated: no Accept parse on other requests.
+        matches!(attrs.path.as_str(), "/api" | "/apis")
+            && state
+                .aggregated_discovery(
+                    req.headers()
+                        .get(header::ACCEPT)
+                        .and_then(|v| v.to_str().ok()),
+                )
+                .is_some(),
         req.uri().query(),
     );
     // What a termination of a request the request metrics leave out is counted under.
@@ -852,15 +865,15 @@ async fn route(
             return Err(not_found_path(path));
         }
         ["api"] if get => {
-            return Ok(match discovery::wants_aggregated(accept.as_deref()) {
-                true => aggregated(state, true),
-                false => json_response(StatusCode::OK, &discovery::api_versions(&state.advertise)),
+            return Ok(match state.aggregated_discovery(accept.as_deref()) {
+                Some(version) => aggregated(state, true, version),
+                None => json_response(StatusCode::OK, &discovery::api_versions(&state.advertise)),
             });
         }
         ["apis"] if get => {
-            return Ok(match discovery::wants_aggregated(accept.as_deref()) {
-                true => aggregated(state, false),
-                false => json_response(
+            return Ok(match state.aggregated_discovery(accept.as_deref()) {
+                Some(version) => aggregated(state, false, version),
+                None => json_response(
                     StatusCode::OK,
                     &discovery::api_group_list(
                         &state.enablement,
@@ -876,6 +889,7 @@ async fn route(
                 "",
                 "v1",
                 &state.registry.custom().served(),
+                state.features.storage_version_hash,
             )
             .map(|v| json_response(StatusCode::OK, &v))
             .ok_or_else(|| not_found_path(path));
@@ -897,6 +911,7 @@ async fn route(
                 g,
                 v,
                 &state.registry.custom().served(),
+                state.features.storage_version_hash,
             )
             .map(|v| json_response(StatusCode::OK, &v))
             .ok_or_else(|| not_found_path(path));
@@ -964,20 +979,24 @@ async fn review(
     Ok(unstored_answer(target, StatusCode::CREATED, &answer))
 }
 
-fn aggregated(state: &State, legacy: bool) -> Response<Body> {
+fn aggregated(state: &State, legacy: bool, version: &str) -> Response<Body> {
     let mut r = json_response(
         StatusCode::OK,
         &discovery::aggregated(
             &state.enablement,
             legacy,
+            version,
             &state.registry.custom().served(),
             &state.aggregator.discovery_groups(false),
         ),
     );
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(discovery::AGGREGATED_V2),
-    );
+    let content_type = if version == "v2" {
+        discovery::AGGREGATED_V2
+    } else {
+        discovery::AGGREGATED_V2BETA1
+    };
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r.headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
     r

@@ -44,6 +44,8 @@ pub struct HookConfig {
     pub scheduling: bool,
     pub flowcontrol: bool,
     pub rbac: bool,
+    /// APIServerIdentity: the identity lease's controllers run.
+    pub apiserver_identity: bool,
 }
 
 /// The post-start hooks a v1.33 kube-apiserver lists, in its order (apiextensions
@@ -77,10 +79,14 @@ impl PostStartHooks {
             "crd-informer-synced",
             "start-system-namespaces-controller",
             "start-cluster-authentication-info-controller",
-            "start-kube-apiserver-identity-lease-controller",
-            "start-kube-apiserver-identity-lease-garbage-collector",
-            "start-legacy-token-tracking-controller",
         ]);
+        if c.apiserver_identity {
+            hooks.extend([
+                "start-kube-apiserver-identity-lease-controller",
+                "start-kube-apiserver-identity-lease-garbage-collector",
+            ]);
+        }
+        hooks.extend(["start-legacy-token-tracking-controller"]);
         for (served, hook) in [
             (c.core, "start-service-ip-repair-controllers"),
             (c.rbac, "rbac/bootstrap-roles"),
@@ -441,8 +447,15 @@ readyz check passed
         let hooks = PostStartHooks::new(HookConfig {
             priority_and_fairness: false,
             proxy_client_cert: false,
+            apiserver_identity: false,
             ..all_hooks_config()
         });
+        assert!(
+            !hooks
+                .before_autoregistration
+                .iter()
+                .any(|h| h.contains("identity-lease"))
+        );
         assert!(
             hooks
                 .before_autoregistration
@@ -465,6 +478,7 @@ readyz check passed
             scheduling: true,
             flowcontrol: true,
             rbac: true,
+            apiserver_identity: true,
         }
     }
 

@@ -26,6 +26,7 @@ mod discovery;
 mod dupes;
 mod enablement;
 mod eviction;
+pub mod features;
 mod flowcontrol;
 mod handler;
 mod health;
@@ -135,6 +136,8 @@ pub struct Config {
     pub(crate) post_start_hooks: health::PostStartHooks,
     /// This apiserver's identity: the name of the Lease it renews in kube-system.
     pub(crate) apiserver_id: String,
+    /// The `--feature-gates` this server acts on.
+    pub(crate) features: features::Features,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -303,7 +306,11 @@ impl Server {
             config.registry.clone(),
             shutdown_rx.clone(),
         )));
-        if let Some(leases) = config.registry.store("coordination.k8s.io", "v1", "leases") {
+        if let Some(leases) = config
+            .registry
+            .store("coordination.k8s.io", "v1", "leases")
+            .filter(|_| config.features.apiserver_identity)
+        {
             background.push(tokio::spawn(identity::run_lease(
                 leases.clone(),
                 config.apiserver_id.clone(),
@@ -343,6 +350,7 @@ impl Server {
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
             shutdown_initiated: initiated_rx,
+            features: config.features,
             lifecycle: lifecycle.clone(),
             strict_transport_security: config.strict_transport_security,
             cors: config.cors,
@@ -804,6 +812,8 @@ pub struct Options {
     /// This apiserver's identity (upstream's `apiserver-<uuid>`): metrics label their
     /// series with its hash. Give the same one to anything else that labels with it.
     pub apiserver_id: String,
+    /// `--feature-gates`, as far as this server acts on them.
+    pub features: features::Features,
     /// `--encryption-provider-config` when `--encryption-provider-config-automatic-reload`
     /// is set: the binary built the storage from it; the server follows the file.
     pub encryption_config_reload: Option<FollowedConfig>,
@@ -946,6 +956,7 @@ impl Options {
             metrics_collectors: Vec::new(),
             api_enablement: ApiEnablement::default(),
             apiserver_id: new_apiserver_id(),
+            features: features::Features::default(),
             encryption_config_reload: None,
         }
     }
@@ -1107,9 +1118,10 @@ impl Options {
             ));
         }
         if let Some(client_ca) = &client_ca {
-            authenticators.push(Box::new(ferrokube_auth::X509Authenticator::with_ca(
-                client_ca.clone(),
-            )));
+            authenticators.push(Box::new(
+                ferrokube_auth::X509Authenticator::with_ca(client_ca.clone())
+                    .parsing_uid(self.features.uid_from_client_certificate),
+            ));
         }
         if let Some(p) = &self.token_auth_file {
             authenticators.push(Box::new(
@@ -1184,7 +1196,7 @@ impl Options {
         })?;
         let (configured, authorization_config_text) = self.configured_authorizers()?;
         let state = Arc::new(
-            security::ClusterState::new(&registry)
+            security::ClusterState::new(&registry, self.features)
                 .map_err(|e| ConfigError::Registry(e.to_string()))?,
         );
         let started_with: Vec<AuthorizationMode> = configured.iter().map(|c| c.mode()).collect();
@@ -1380,8 +1392,10 @@ impl Options {
                 scheduling: enablement.serves_group_version("scheduling.k8s.io", "v1"),
                 flowcontrol: enablement.serves_group_version("flowcontrol.apiserver.k8s.io", "v1"),
                 rbac: enablement.serves_group_version("rbac.authorization.k8s.io", "v1"),
+                apiserver_identity: self.features.apiserver_identity,
             }),
             apiserver_id: self.apiserver_id,
+            features: self.features,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,
@@ -1508,6 +1522,7 @@ impl Options {
             pods: store("", "pods")?,
             secrets: store("", "secrets")?,
             nodes: store("", "nodes")?,
+            node_audiences_restricted: self.features.node_token_audiences,
         })))
     }
 }

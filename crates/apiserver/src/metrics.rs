@@ -91,18 +91,19 @@ pub struct RequestLabels {
 
 impl RequestLabels {
     /// The labels of a request with these authorization attributes, HTTP method,
-    /// `Content-Type`, `Accept` and query; `None` for a request upstream does not
+    /// `Content-Type` and query (`aggregated_discovery`: its `Accept` asks for aggregated
+    /// discovery this server serves); `None` for a request upstream does not
     /// instrument (non-resource paths other than its health checks, OpenAPI v3 and
     /// aggregated discovery), which then counts in no request metric, as upstream.
     pub fn of(
         attrs: &ferrokube_auth::authz::Attributes,
         method: &str,
         content_type: Option<&str>,
-        accept: Option<&str>,
+        aggregated_discovery: bool,
         query: Option<&str>,
     ) -> Option<RequestLabels> {
         if !attrs.resource_request {
-            return Self::non_resource(&attrs.path, method, accept);
+            return Self::non_resource(&attrs.path, method, aggregated_discovery);
         }
         Some(Self::resource(attrs, content_type, query))
     }
@@ -110,12 +111,12 @@ impl RequestLabels {
     /// Upstream's instrumented non-resource handlers: each names its path in
     /// `subresource` (the OpenAPI v3 ones without the leading slash), with the component
     /// set only by aggregated discovery.
-    fn non_resource(path: &str, method: &str, accept: Option<&str>) -> Option<RequestLabels> {
+    fn non_resource(path: &str, method: &str, aggregated_discovery: bool) -> Option<RequestLabels> {
         let (subresource, component) = match path {
             "/healthz" | "/livez" | "/readyz" => (path, ""),
             "/openapi/v3" => ("openapi/v3", ""),
             p if p.starts_with("/openapi/v3/") => ("openapi/v3/", ""),
-            "/api" | "/apis" if crate::discovery::wants_aggregated(accept) => (path, "apiserver"),
+            "/api" | "/apis" if aggregated_discovery => (path, "apiserver"),
             _ => return None,
         };
         Some(RequestLabels {
@@ -869,7 +870,7 @@ mod tests {
                 &attrs(method, path, query),
                 method,
                 content_type,
-                None,
+                false,
                 query,
             )
             .expect("a resource request is instrumented");
@@ -966,7 +967,8 @@ mod tests {
     #[test]
     fn non_resource_requests_are_labelled_as_upstreams_instrumented_handlers() {
         let of = |path: &str, accept: Option<&str>| {
-            RequestLabels::of(&attrs("GET", path, None), "GET", None, accept, None)
+            let aggregated = crate::discovery::wants_aggregated(accept, false).is_some();
+            RequestLabels::of(&attrs("GET", path, None), "GET", None, aggregated, None)
                 .map(|l| (l.verb, l.scope, l.subresource, l.component, l.resource))
         };
         let s = String::from;
@@ -1008,7 +1010,7 @@ mod tests {
             &attrs("GET", "/api/v1/namespaces/d/pods", query),
             "GET",
             None,
-            None,
+            false,
             query,
         )
         .unwrap();
@@ -1053,7 +1055,7 @@ mod tests {
             &attrs("GET", "/api/v1/namespaces/d/pods/p", None),
             "GET",
             None,
-            None,
+            false,
             None,
         )
         .unwrap();
@@ -1072,7 +1074,7 @@ mod tests {
             &attrs("POST", "/api/v1/namespaces/d/pods", None),
             "POST",
             None,
-            None,
+            false,
             None,
         )
         .unwrap();

@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::authz_webhook::{Authorization, Link};
+use crate::features::Features;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -59,10 +60,12 @@ pub(crate) struct ClusterState {
     service_accounts: Arc<Store>,
     /// The last snapshot and the object pointers it was built from.
     rbac: Mutex<Option<(Vec<usize>, Arc<RbacSnapshot>)>>,
+    /// The gates the authorizers built over this state read.
+    pub(crate) features: Features,
 }
 
 impl ClusterState {
-    pub(crate) fn new(registry: &Registry) -> Result<Self, ApiError> {
+    pub(crate) fn new(registry: &Registry, features: Features) -> Result<Self, ApiError> {
         let store = |group: &str, plural: &str| {
             registry
                 .store(group, "v1", plural)
@@ -78,6 +81,7 @@ impl ClusterState {
             claims: store("", "persistentvolumeclaims")?,
             service_accounts: store("", "serviceaccounts")?,
             rbac: Mutex::new(None),
+            features,
         })
     }
 
@@ -178,22 +182,27 @@ pub(crate) fn mode_authorizer(
     match mode {
         AuthorizationMode::AlwaysAllow => Some(Box::new(AlwaysAllowAuthorizer)),
         AuthorizationMode::AlwaysDeny => Some(Box::new(AlwaysDenyAuthorizer)),
-        AuthorizationMode::Node => Some(Box::new(NodeAuthorizer::new(
-            Shared(state.clone()),
-            bootstrap::node_rules(),
-        ))),
+        AuthorizationMode::Node => Some(Box::new(
+            NodeAuthorizer::new(Shared(state.clone()), bootstrap::node_rules())
+                .narrowing_pods_and_nodes(state.features.authorize_node_with_selectors),
+        )),
         AuthorizationMode::Rbac => Some(Box::new(RbacAuthorizer::new(Shared(state.clone())))),
         AuthorizationMode::Webhook => None,
     }
 }
 
 /// The chain: `system:masters` first, then `links` in order (configured as `modes`).
-pub(crate) fn authorizer_chain(links: Vec<Link>, modes: Vec<AuthorizationMode>) -> Authorization {
+pub(crate) fn authorizer_chain(
+    links: Vec<Link>,
+    modes: Vec<AuthorizationMode>,
+    features: Features,
+) -> Authorization {
     Authorization::new(
         UnionAuthorizer::default().push(PrivilegedGroupsAuthorizer::system_masters()),
         links,
         modes,
     )
+    .with_selectors(features.authorize_with_selectors)
 }
 
 pub(crate) fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, ApiError> {

@@ -144,6 +144,8 @@ pub struct NodeAuthorizer<G> {
     graph: G,
     /// The `system:node` ClusterRole's rules (upstream `bootstrappolicy.NodeRules`).
     node_rules: Vec<PolicyRule>,
+    /// AuthorizeNodeWithSelectors: pods and nodes narrowed to the node's own.
+    with_selectors: bool,
 }
 
 impl<G> std::fmt::Debug for NodeAuthorizer<G> {
@@ -154,7 +156,19 @@ impl<G> std::fmt::Debug for NodeAuthorizer<G> {
 
 impl<G: NodeGraph> NodeAuthorizer<G> {
     pub fn new(graph: G, node_rules: Vec<PolicyRule>) -> Self {
-        NodeAuthorizer { graph, node_rules }
+        NodeAuthorizer {
+            graph,
+            node_rules,
+            with_selectors: true,
+        }
+    }
+
+    /// Whether a node's reads of pods and nodes are narrowed to its own (upstream's
+    /// AuthorizeNodeWithSelectors gate, on by default in 1.33); without, the
+    /// `system:node` rules decide them.
+    pub fn narrowing_pods_and_nodes(mut self, with_selectors: bool) -> Self {
+        self.with_selectors = with_selectors;
+        self
     }
 
     fn has_path(&self, node: &str, kind: Referenced, namespace: &str, name: &str) -> bool {
@@ -373,8 +387,8 @@ impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
                 }
                 ("", "serviceaccounts") => return self.create_token(node, attrs),
                 ("coordination.k8s.io", "leases") => return self.lease(node, attrs),
-                ("", "pods") => return self.pod(node, attrs),
-                ("", "nodes") => return self.node(node, attrs),
+                ("", "pods") if self.with_selectors => return self.pod(node, attrs),
+                ("", "nodes") if self.with_selectors => return self.node(node, attrs),
                 ("storage.k8s.io", "csinodes") => return self.csi_node(node, attrs),
                 _ => {}
             }
@@ -660,6 +674,17 @@ mod tests {
         assert_eq!(node("create", "a", ""), Decision::allow());
         assert_eq!(node("delete", "a", ""), Decision::no_opinion());
         assert_eq!(node("get", "a", "status"), Decision::no_opinion());
+
+        // AuthorizeNodeWithSelectors off: the system:node rules decide, as before 1.31.
+        let unnarrowed = NodeAuthorizer::new(graph(), node_rules()).narrowing_pods_and_nodes(false);
+        assert_eq!(
+            unnarrowed.authorize(&node_attrs("b", "get", "pods", "p")),
+            Decision::allow()
+        );
+        assert_eq!(
+            unnarrowed.authorize(&node_attrs("a", "list", "pods", "")),
+            Decision::allow()
+        );
     }
 
     #[test]

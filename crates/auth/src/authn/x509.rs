@@ -207,6 +207,8 @@ pub struct X509Authenticator {
     ca: Arc<ClientCa>,
     /// The user of each remembered chain, and its leaf's notAfter.
     verified: VerifiedChains<(Option<UserInfo>, Option<i64>)>,
+    /// Whether the subject's UID attribute is read (AllowParsingUserUIDFromCertAuth).
+    parse_uid: bool,
 }
 
 /// Most chains remembered; the map is emptied when full (clients are few).
@@ -375,7 +377,15 @@ impl X509Authenticator {
         X509Authenticator {
             ca,
             verified: VerifiedChains::new(),
+            parse_uid: true,
         }
+    }
+
+    /// Whether the subject's `1.3.6.1.4.1.57683.2` attribute is the user's UID
+    /// (upstream's AllowParsingUserUIDFromCertAuth gate, on by default in 1.33).
+    pub fn parsing_uid(mut self, parse_uid: bool) -> Self {
+        self.parse_uid = parse_uid;
+        self
     }
 
     /// [`Authenticator::authenticate`] at a given time (tests, clock injection).
@@ -401,7 +411,7 @@ impl X509Authenticator {
         // Outside the remembered window (or never seen): the full verification, which
         // also gives the precise error.
         verify_chain(ca.verifier.as_ref(), chain, now)?;
-        let user = user_from_leaf(leaf)?;
+        let user = user_from_leaf(leaf, self.parse_uid)?;
         self.verified
             .insert(chain, digest, (user.clone(), leaf_not_after), ca.generation);
         Ok(user)
@@ -414,7 +424,10 @@ impl Authenticator for X509Authenticator {
     }
 }
 
-fn user_from_leaf(leaf: &CertificateDer<'_>) -> Result<Option<UserInfo>, AuthError> {
+fn user_from_leaf(
+    leaf: &CertificateDer<'_>,
+    parse_uid: bool,
+) -> Result<Option<UserInfo>, AuthError> {
     let (_, cert) = X509Certificate::from_der(leaf.as_ref())
         .map_err(|e| AuthError::X509Subject(e.to_string()))?;
     let subject = cert.subject();
@@ -432,7 +445,11 @@ fn user_from_leaf(leaf: &CertificateDer<'_>) -> Result<Option<UserInfo>, AuthErr
         .map(|attr| attr.as_str().map(str::to_string))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| AuthError::X509Subject(format!("O: {e}")))?;
-    let uid = uid_of(subject)?;
+    let uid = if parse_uid {
+        uid_of(subject)?
+    } else {
+        String::new()
+    };
     let digest = ring::digest::digest(&ring::digest::SHA256, leaf.as_ref());
     let mut user = UserInfo {
         name: common_name.to_string(),
@@ -594,18 +611,26 @@ mod tests {
     fn the_subject_names_the_user_its_groups_and_uid() {
         let uid = || rcgen::DnType::CustomDnType(UID_OID.to_vec());
         let org = rcgen::DnType::OrganizationName;
-        let user = user_from_leaf(&cert_with_subject(&[(org.clone(), "devs"), (uid(), "u-1")]))
-            .unwrap()
-            .unwrap();
+        let user = user_from_leaf(
+            &cert_with_subject(&[(org.clone(), "devs"), (uid(), "u-1")]),
+            true,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(
             (user.name.as_str(), user.uid.as_str(), user.groups),
             ("alice", "u-1", vec!["devs".to_string()])
         );
         assert!(user.extra[CREDENTIAL_ID_KEY][0].starts_with("X509SHA256="));
-        let plain = user_from_leaf(&cert_with_subject(&[])).unwrap().unwrap();
+        let plain = user_from_leaf(&cert_with_subject(&[]), true)
+            .unwrap()
+            .unwrap();
         assert_eq!(plain.uid, "");
         // As upstream: an empty UID or several fail the authentication.
-        let err = user_from_leaf(&cert_with_subject(&[(uid(), "")])).unwrap_err();
+        // With AllowParsingUserUIDFromCertAuth off the attribute is not read.
+        let unread = user_from_leaf(&cert_with_subject(&[(uid(), "")]), false).unwrap();
+        assert_eq!(unread.unwrap().uid, "");
+        let err = user_from_leaf(&cert_with_subject(&[(uid(), "")]), true).unwrap_err();
         assert_eq!(
             err.to_string(),
             "client certificate subject: UID cannot be an empty string"

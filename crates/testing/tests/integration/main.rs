@@ -23,6 +23,7 @@ mod crd_conversion;
 mod custom_resources;
 mod custom_resources_openapi;
 mod event_rate_limit;
+mod feature_gates;
 mod flowcontrol;
 mod flowcontrol_api;
 mod hostile_input;
