@@ -15,7 +15,9 @@ use ferrokube_apimachinery::validation::{
     validate_field_selector_requirement, validate_label_selector_requirement,
 };
 use ferrokube_auth::node::node_identity;
-use ferrokube_auth::rbac::{RbacSource, SERVICE_ACCOUNT_USER_PREFIX, aggregate_errors};
+use ferrokube_auth::rbac::{
+    RbacSource, SERVICE_ACCOUNT_USER_PREFIX, UnresolvedRole, aggregate_errors,
+};
 use ferrokube_auth::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS};
 use ferrokube_auth::{
     Attributes, AuthRequest, AuthorizationMode, Decision, FieldRequirement, UserInfo,
@@ -365,7 +367,9 @@ fn rules_for(state: &State, user: &UserInfo, namespace: &str) -> ResolvedRules {
             AuthorizationMode::Rbac => {
                 let (rules, errors) = state.security.snapshot().rules_for(user, namespace);
                 resolved.rules.extend(rules);
-                resolved.errors.extend(errors);
+                resolved
+                    .errors
+                    .extend(errors.iter().map(UnresolvedRole::lister_message));
             }
             // Its rules are the remote service's.
             AuthorizationMode::Webhook => {

@@ -58,6 +58,8 @@ pub(crate) struct ClusterState {
     pods: Arc<Store>,
     claims: Arc<Store>,
     service_accounts: Arc<Store>,
+    /// None when storage.k8s.io/v1 is not served.
+    volume_attachments: Option<Arc<Store>>,
     /// The last snapshot and the object pointers it was built from.
     rbac: Mutex<Option<(Vec<usize>, Arc<RbacSnapshot>)>>,
     /// The gates the authorizers built over this state read.
@@ -80,6 +82,9 @@ impl ClusterState {
             pods: store("", "pods")?,
             claims: store("", "persistentvolumeclaims")?,
             service_accounts: store("", "serviceaccounts")?,
+            volume_attachments: registry
+                .store("storage.k8s.io", "v1", "volumeattachments")
+                .cloned(),
             rbac: Mutex::new(None),
             features,
         })
@@ -152,6 +157,12 @@ impl NodeGraph for ClusterState {
             .into_iter()
             .find(|c| c["metadata"]["name"].as_str() == Some(name))
     }
+
+    fn volume_attachment(&self, name: &str) -> Option<Arc<Value>> {
+        cached(self.volume_attachments.as_ref()?, name)
+            .into_iter()
+            .find(|va| va["metadata"]["name"].as_str() == Some(name))
+    }
 }
 
 /// Lets a shared `Arc<ClusterState>` serve as the authorizers' source.
@@ -170,6 +181,9 @@ impl NodeGraph for Shared {
     }
     fn persistent_volume_claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.0.persistent_volume_claim(namespace, name)
+    }
+    fn volume_attachment(&self, name: &str) -> Option<Arc<Value>> {
+        self.0.volume_attachment(name)
     }
 }
 

@@ -38,6 +38,8 @@ pub trait NodeGraph: Send + Sync {
     fn pods_on_node(&self, node: &str, namespace: Option<&str>) -> Vec<Arc<Value>>;
     /// A PersistentVolumeClaim.
     fn persistent_volume_claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
+    /// A VolumeAttachment.
+    fn volume_attachment(&self, name: &str) -> Option<Arc<Value>>;
 }
 
 /// What kind of object a pod may reference.
@@ -56,6 +58,8 @@ enum Vertex {
     Referenced(Referenced),
     /// Reached through a claim of one of the node's pods.
     PersistentVolume,
+    /// Attached to the node (its `spec.nodeName`).
+    VolumeAttachment,
     /// One of the node's pods itself.
     Pod,
 }
@@ -212,6 +216,10 @@ impl<G: NodeGraph> NodeAuthorizer<G> {
         }
         let reachable = match vertex {
             Vertex::PersistentVolume => self.persistent_volume_bound(node, &attrs.name),
+            Vertex::VolumeAttachment => self
+                .graph
+                .volume_attachment(&attrs.name)
+                .is_some_and(|va| str_at(&va, &["spec", "nodeName"]) == Some(node)),
             Vertex::Pod => self
                 .graph
                 .pods_on_node(node, Some(&attrs.namespace))
@@ -390,6 +398,9 @@ impl<G: NodeGraph> Authorizer for NodeAuthorizer<G> {
                 ("", "pods") if self.with_selectors => return self.pod(node, attrs),
                 ("", "nodes") if self.with_selectors => return self.node(node, attrs),
                 ("storage.k8s.io", "csinodes") => return self.csi_node(node, attrs),
+                ("storage.k8s.io", "volumeattachments") => {
+                    return self.get_referenced(node, Vertex::VolumeAttachment, attrs);
+                }
                 _ => {}
             }
         }
@@ -416,6 +427,9 @@ mod tests {
                 .filter(|p| namespace.is_none_or(|ns| p["metadata"]["namespace"] == ns))
                 .cloned()
                 .collect()
+        }
+        fn volume_attachment(&self, name: &str) -> Option<Arc<Value>> {
+            (name == "va-a").then(|| Arc::new(json!({"spec": {"nodeName": "a"}})))
         }
         fn persistent_volume_claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
             let volume = match (namespace, name) {
@@ -684,6 +698,26 @@ mod tests {
         assert_eq!(
             unnarrowed.authorize(&node_attrs("a", "list", "pods", "")),
             Decision::allow()
+        );
+    }
+
+    /// A VolumeAttachment is read only by the node it attaches to (upstream's graph
+    /// edge from the attachment to its node), and only one at a time.
+    #[test]
+    fn node_volume_attachments() {
+        let authz = NodeAuthorizer::new(graph(), node_rules());
+        let attachment = |node: &str, verb: &str, name: &str| {
+            let mut a = node_attrs(node, verb, "volumeattachments", name);
+            a.api_group = "storage.k8s.io".into();
+            a.namespace.clear();
+            authz.authorize(&a)
+        };
+        assert_eq!(attachment("a", "get", "va-a"), Decision::allow());
+        assert_eq!(attachment("b", "get", "va-a"), unrelated("b"));
+        assert_eq!(attachment("a", "get", "gone"), unrelated("a"));
+        assert_eq!(
+            attachment("a", "list", ""),
+            refused("can only get individual resources of this type")
         );
     }
 

@@ -72,7 +72,56 @@ impl std::fmt::Display for RuleSource<'_> {
 
 /// A rule a user holds, or why a binding's rules could not be read (upstream's
 /// visitor gets one or the other).
-pub type VisitedRule<'a> = Result<(RuleSource<'a>, &'a PolicyRule), String>;
+pub type VisitedRule<'a> = Result<(RuleSource<'a>, &'a PolicyRule), UnresolvedRole>;
+
+/// Why a role reference gives no rules (upstream `GetRoleReferenceRules`' errors).
+/// Upstream words a missing role as whoever looked it up: the authorizer's listers
+/// name the resource in the singular, the RBAC registry's checks in the plural.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnresolvedRole {
+    /// `kind` is `Role` or `ClusterRole`.
+    Missing {
+        kind: &'static str,
+        name: String,
+    },
+    UnsupportedKind(String),
+}
+
+impl UnresolvedRole {
+    /// As the authorizer's listers say it (`clusterrole.rbac.authorization.k8s.io "x"
+    /// not found`).
+    pub fn lister_message(&self) -> String {
+        self.message("")
+    }
+
+    /// As the registry says it (`clusterroles.rbac.authorization.k8s.io "x" not
+    /// found`): the RBAC storage's escalation and binding checks.
+    pub fn registry_message(&self) -> String {
+        self.message("s")
+    }
+
+    /// The missing role's resource (`roles`, `clusterroles`), if it is missing.
+    pub fn missing_resource(&self) -> Option<(&'static str, &str)> {
+        match self {
+            UnresolvedRole::Missing { kind: "Role", name } => Some(("roles", name)),
+            UnresolvedRole::Missing { name, .. } => Some(("clusterroles", name)),
+            UnresolvedRole::UnsupportedKind(_) => None,
+        }
+    }
+
+    fn message(&self, plural: &str) -> String {
+        match self {
+            UnresolvedRole::Missing { kind, name } => format!(
+                "{}{plural}.rbac.authorization.k8s.io {} not found",
+                kind.to_ascii_lowercase(),
+                go_quote(name)
+            ),
+            UnresolvedRole::UnsupportedKind(kind) => {
+                format!("unsupported role reference kind: {}", go_quote(kind))
+            }
+        }
+    }
+}
 
 /// Every Role, ClusterRole and binding, indexed for lookups.
 #[derive(Debug, Default, Clone)]
@@ -119,41 +168,25 @@ impl RbacSnapshot {
             });
     }
 
-    /// The rules a role reference points at (`namespace` for a `Role` reference).
-    /// `None`: the role does not exist.
+    /// The rules a role reference points at (`namespace` for a `Role` reference;
+    /// upstream `GetRoleReferenceRules`).
     pub fn role_ref_rules(
         &self,
         role_ref: &RoleRef,
         namespace: &str,
-    ) -> Option<Arc<Vec<PolicyRule>>> {
-        self.resolve_role_ref(role_ref, namespace).ok()
-    }
-
-    /// Upstream `GetRoleReferenceRules`, with the errors its listers give.
-    fn resolve_role_ref(
-        &self,
-        role_ref: &RoleRef,
-        namespace: &str,
-    ) -> Result<Arc<Vec<PolicyRule>>, String> {
-        let (found, resource) = match role_ref.kind.as_str() {
-            "ClusterRole" => (self.cluster_roles.get(&role_ref.name), "clusterrole"),
+    ) -> Result<Arc<Vec<PolicyRule>>, UnresolvedRole> {
+        let (found, kind) = match role_ref.kind.as_str() {
+            "ClusterRole" => (self.cluster_roles.get(&role_ref.name), "ClusterRole"),
             "Role" => (
                 self.roles
                     .get(&(namespace.to_string(), role_ref.name.clone())),
-                "role",
+                "Role",
             ),
-            other => {
-                return Err(format!(
-                    "unsupported role reference kind: {}",
-                    go_quote(other)
-                ));
-            }
+            other => return Err(UnresolvedRole::UnsupportedKind(other.to_string())),
         };
-        found.cloned().ok_or_else(|| {
-            format!(
-                "{resource}.rbac.authorization.k8s.io {} not found",
-                go_quote(&role_ref.name)
-            )
+        found.cloned().ok_or_else(|| UnresolvedRole::Missing {
+            kind,
+            name: role_ref.name.clone(),
         })
     }
 
@@ -180,7 +213,7 @@ impl RbacSnapshot {
             else {
                 continue;
             };
-            match self.resolve_role_ref(&binding.role_ref, &binding.namespace) {
+            match self.role_ref_rules(&binding.role_ref, &binding.namespace) {
                 Ok(rules) => {
                     let source = RuleSource { binding, subject };
                     for rule in rules.iter() {
@@ -200,7 +233,11 @@ impl RbacSnapshot {
 
     /// Every rule `user` holds in `namespace` (upstream `RulesFor`), and the errors
     /// met resolving the user's bindings.
-    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> (Vec<PolicyRule>, Vec<String>) {
+    pub fn rules_for(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+    ) -> (Vec<PolicyRule>, Vec<UnresolvedRole>) {
         let mut rules = Vec::new();
         let mut errors = Vec::new();
         self.visit_rules_for(user, namespace, &mut |visited| {
@@ -354,7 +391,7 @@ impl<S: RbacSource> Authorizer for RbacAuthorizer<S> {
                     return false;
                 }
                 Ok(_) => {}
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.lister_message()),
             }
             true
         });
@@ -521,7 +558,12 @@ pub fn confirm_no_escalation(
         missing.join("\n")
     );
     if !errors.is_empty() {
-        // Go's `%v` of a one-element slice holding the aggregate.
+        // Go's `%v` of a one-element slice holding the aggregate; the RBAC storage
+        // resolves through the registry.
+        let errors: Vec<String> = errors
+            .iter()
+            .map(UnresolvedRole::registry_message)
+            .collect();
         message.push_str(&format!(
             "; resolution errors: [{}]",
             aggregate_errors(&errors)
@@ -754,7 +796,7 @@ mod tests {
                 .unwrap_err();
         assert!(
             err.ends_with(
-                r#"; resolution errors: [clusterrole.rbac.authorization.k8s.io "ghost" not found]"#
+                r#"; resolution errors: [clusterroles.rbac.authorization.k8s.io "ghost" not found]"#
             ),
             "{err}"
         );

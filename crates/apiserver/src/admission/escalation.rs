@@ -107,15 +107,13 @@ pub(crate) async fn check(
                 return Ok(());
             }
             let snapshot = state.snapshot();
-            let rules = snapshot
-                .role_ref_rules(&role_ref, namespace)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "{}.{RBAC_GROUP} {:?} not found",
-                        role_ref.kind.to_ascii_lowercase(),
-                        role_ref.name
-                    ))
-                })?;
+            // Upstream reads the role through the registry: a missing one is its 404.
+            let rules = snapshot.role_ref_rules(&role_ref, namespace).map_err(|e| {
+                match e.missing_resource() {
+                    Some((resource, name)) => ApiError::not_found(RBAC_GROUP, resource, name),
+                    None => ApiError::internal(e.registry_message()),
+                }
+            })?;
             rbac::confirm_no_escalation(&snapshot, &a.user, namespace, &rules)
                 .map_err(|e| forbidden(&e))
         }

@@ -636,6 +636,98 @@ async fn authorizers_give_their_reasons() {
         json!({"allowed": false, "reason": "No Object name found"})
     );
 
+    // The RBAC storage reads roles through the registry: its wording is the plural's.
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "binder"},
+        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"],
+            "verbs": ["create"]}]}))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    bind(&admin, "default", "binds", "Role", "binder", "bob").await;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "to-nothing"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nothing-here"},
+        "subjects": [{"kind": "User", "name": "carol", "apiGroup": "rbac.authorization.k8s.io"}]});
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+    let mut answer = (0, json!(null));
+    for _ in 0..100 {
+        let (code, _, body) = TestApiServer::send_json(&bob, "POST", bindings, &binding)
+            .await
+            .unwrap();
+        answer = (code, body);
+        if code != 403 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answer.0, 404, "{}", answer.1);
+    assert_eq!(
+        answer.1["message"],
+        "roles.rbac.authorization.k8s.io \"nothing-here\" not found"
+    );
+    let grab = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "grab"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
+    let (code, _, body) = TestApiServer::send_json(
+        &bob,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+        &grab,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().ends_with(
+            "; resolution errors: [roles.rbac.authorization.k8s.io \"absent\" not found]"
+        ),
+        "{body}"
+    );
+
+    // A VolumeAttachment is read only by the node it attaches to.
+    let attachment = json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "va-b"},
+        "spec": {"attacher": "csi.example.com", "nodeName": "node-b",
+            "source": {"persistentVolumeName": "pv-1"}}});
+    let (code, _, body) = TestApiServer::send_json(
+        &admin,
+        "POST",
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        &attachment,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let node_b = server
+        .client_as("system:node:node-b", &["system:nodes"])
+        .await
+        .unwrap();
+    let va = "/apis/storage.k8s.io/v1/volumeattachments/va-b";
+    let mut code = 0;
+    for _ in 0..100 {
+        code = TestApiServer::send_json(&node_b, "GET", va, &json!(null))
+            .await
+            .unwrap()
+            .0;
+        if code == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(code, 200);
+    let (code, _, body) = TestApiServer::send_json(&node_a, "GET", va, &json!(null))
+        .await
+        .unwrap();
+    assert_eq!(code, 403);
+    assert_eq!(
+        body["message"],
+        "volumeattachments.storage.k8s.io \"va-b\" is forbidden: User \"system:node:node-a\" \
+         cannot get resource \"volumeattachments\" in API group \"storage.k8s.io\" at the \
+         cluster scope: no relationship found between node 'node-a' and this object"
+    );
+
     // Rules reviews: a node's rules are not listed by the Node authorizer.
     let rules_review = json!({"apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectRulesReview", "spec": {"namespace": "default"}});
