@@ -758,7 +758,12 @@ async fn main() -> anyhow::Result<()> {
     // Read before any store opens: a bad file stops the start at once. The file is
     // read once: with reload, the follower compares changes with this very text.
     let mut encryption_text = None;
-    let apiserver_id = ferrokube_apiserver::new_apiserver_id();
+    // Upstream derives its ID from the host only with APIServerIdentity; else none.
+    let apiserver_id = if features.apiserver_identity {
+        ferrokube_apiserver::new_apiserver_id()
+    } else {
+        String::new()
+    };
     // Shown whether or not encryption is configured: upstream registers these always.
     let encryption_metrics = Arc::new(ferrokube_storage_encryption::EncryptionMetrics::new(
         &apiserver_id,
