@@ -123,32 +123,20 @@ fn validate_access_review(
     if let Some(ra) = &spec.resource_attributes {
         let path = path.child("resourceAttributes");
         if let Some(selector) = &ra.field_selector {
-            let requirements = selector.requirements.as_deref().unwrap_or(&[]);
-            let path = path.child("fieldSelector");
-            errs.extend(raw_or_requirements(
+            errs.extend(selector_errors(
                 selector.raw_selector.as_deref(),
-                requirements.is_empty(),
-                &path,
+                selector.requirements.as_deref().unwrap_or(&[]),
+                &path.child("fieldSelector"),
+                validate_field_selector_requirement,
             ));
-            for (i, r) in requirements.iter().enumerate() {
-                let at = path.child("requirements").index(i);
-                // Newer clients' operators are let through (upstream's
-                // AllowUnknownOperatorInRequirement).
-                errs.extend(validate_field_selector_requirement(r, true, &at));
-            }
         }
         if let Some(selector) = &ra.label_selector {
-            let requirements = selector.requirements.as_deref().unwrap_or(&[]);
-            let path = path.child("labelSelector");
-            errs.extend(raw_or_requirements(
+            errs.extend(selector_errors(
                 selector.raw_selector.as_deref(),
-                requirements.is_empty(),
-                &path,
+                selector.requirements.as_deref().unwrap_or(&[]),
+                &path.child("labelSelector"),
+                validate_label_selector_requirement,
             ));
-            for (i, r) in requirements.iter().enumerate() {
-                let at = path.child("requirements").index(i);
-                errs.extend(validate_label_selector_requirement(r, true, &at));
-            }
         }
     }
     if let Some(namespace) = local_namespace {
@@ -178,14 +166,17 @@ fn validate_access_review(
     }
 }
 
-/// A selector is raw or requirements, not both, not neither.
-fn raw_or_requirements(
+/// A review's selector: raw or requirements, not both, not neither; each requirement
+/// checked with newer clients' operators let through (upstream's
+/// AllowUnknownOperatorInRequirement).
+fn selector_errors<R>(
     raw: Option<&str>,
-    no_requirements: bool,
+    requirements: &[R],
     path: &FieldPath,
+    validate_requirement: fn(&R, bool, &FieldPath) -> Vec<FieldError>,
 ) -> Vec<FieldError> {
     let raw = raw.unwrap_or("");
-    match (raw.is_empty(), no_requirements) {
+    let mut errs = match (raw.is_empty(), requirements.is_empty()) {
         (false, false) => vec![FieldError::invalid(
             &path.child("rawSelector"),
             raw,
@@ -199,7 +190,12 @@ fn raw_or_requirements(
             ),
         )],
         _ => Vec::new(),
+    };
+    for (i, requirement) in requirements.iter().enumerate() {
+        let at = path.child("requirements").index(i);
+        errs.extend(validate_requirement(requirement, true, &at));
     }
+    errs
 }
 
 /// Attributes of a (validated) review's spec for `user` (upstream
