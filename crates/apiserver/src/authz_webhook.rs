@@ -203,7 +203,7 @@ impl WebhookAuthorizer {
         } else {
             self.settings.unauthorized_ttl
         };
-        if !ttl.is_zero() {
+        if !ttl.is_zero() && should_cache(attrs) {
             self.cache
                 .lock()
                 .put(spec, (Instant::now() + ttl, answer.clone()));
@@ -306,6 +306,29 @@ fn selector_requirements(attrs: &Attributes) -> (Vec<Value>, Vec<Value>) {
 
 /// A webhook's decision, and its failure if it failed.
 type WebhookAnswer = (Decision, Option<String>);
+
+/// Upstream's `maxControlledAttrCacheSize`.
+const MAX_CONTROLLED_ATTRIBUTES_CACHED: usize = 10_000;
+
+/// Whether an answer about these attributes may be cached (upstream `shouldCache`):
+/// not when what the requester controls is so large that it may be an attempt to
+/// crowd the cache out.
+fn should_cache(attrs: &Attributes) -> bool {
+    let controlled = [
+        &attrs.namespace,
+        &attrs.verb,
+        &attrs.api_group,
+        &attrs.api_version,
+        &attrs.resource,
+        &attrs.subresource,
+        &attrs.name,
+        &attrs.path,
+    ]
+    .iter()
+    .map(|s| s.len())
+    .sum::<usize>();
+    controlled < MAX_CONTROLLED_ATTRIBUTES_CACHED
+}
 
 /// Upstream's reading of an answer: the webhook's reason goes with each decision; an
 /// answer both allowing and denying is a denial and a failure.
@@ -545,6 +568,14 @@ mod tests {
         let spec = review_spec(&attrs(), ReviewVersion::V1);
         assert!(spec["resourceAttributes"].get("fieldSelector").is_none());
         assert!(spec["resourceAttributes"].get("labelSelector").is_none());
+    }
+
+    #[test]
+    fn answers_about_huge_requests_are_not_cached() {
+        let mut a = attrs();
+        assert!(should_cache(&a));
+        a.name = "n".repeat(9_950);
+        assert!(!should_cache(&a));
     }
 
     #[test]
