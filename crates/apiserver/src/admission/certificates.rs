@@ -152,9 +152,9 @@ pub(crate) fn new_subject_restriction(_: &PluginInit<'_>) -> Result<Arc<dyn Plug
     Ok(Arc::new(CertificateSubjectRestriction))
 }
 
-/// The organizations of a PEM-encoded PKCS#10 request (`spec.request`, base64 in
-/// JSON); the error is upstream's parse failure text.
-pub(crate) fn request_organizations(request_b64: &str) -> Result<Vec<String>, String> {
+/// The subject of a PEM-encoded PKCS#10 request (`spec.request`, base64 in JSON):
+/// its common name and organizations. The error is upstream's `ParseCSR` text.
+pub(crate) fn request_subject(request_b64: &str) -> Result<(String, Vec<String>), String> {
     use base64::Engine as _;
     let pem = base64::engine::general_purpose::STANDARD
         .decode(request_b64)
@@ -165,12 +165,18 @@ pub(crate) fn request_organizations(request_b64: &str) -> Result<Vec<String>, St
         return Err("PEM block type must be CERTIFICATE REQUEST".into());
     }
     let (_, csr) = X509CertificationRequest::from_der(&pem.contents).map_err(|e| e.to_string())?;
-    Ok(csr
-        .certification_request_info
-        .subject
+    let subject = &csr.certification_request_info.subject;
+    let common_name = subject
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let organizations = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect())
+        .collect();
+    Ok((common_name, organizations))
 }
 
 #[async_trait]
@@ -194,7 +200,7 @@ impl Plugin for CertificateSubjectRestriction {
             return Ok(());
         }
         let request = csr["spec"]["request"].as_str().unwrap_or("");
-        let organizations = request_organizations(request).map_err(|e| a.forbidden(e))?;
+        let (_, organizations) = request_subject(request).map_err(|e| a.forbidden(e))?;
         if organizations.iter().any(|o| o == MASTERS_GROUP) {
             return Err(a.forbidden(format!(
                 "use of {API_SERVER_CLIENT_SIGNER} signer with {MASTERS_GROUP} group is not allowed"
@@ -220,6 +226,14 @@ oQ0UNz4=
 -----END CERTIFICATE REQUEST-----
 ";
     /// `openssl req -new -subj "/O=dev/CN=bob"` (P-256).
+    /// CN=system:node:a, O=system:nodes.
+    pub(crate) const NODE_A_CSR: &str = "-----BEGIN CERTIFICATE REQUEST-----
+MIHrMIGRAgEAMC8xFTATBgNVBAoMDHN5c3RlbTpub2RlczEWMBQGA1UEAwwNc3lz
+dGVtOm5vZGU6YTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABEMgMHTj4cNUFcpZ
+/1WnVJ3OGH3sVO9/qBNc+pZNPx6KiAiPjsMqE+zE7f0ByOIUUu7UNW5nUI0qLi2C
+b4X/kYWgADAKBggqhkjOPQQDAgNJADBGAiEA765YnLtXHDvZZ7dgzfVwVCYL28I3
+jYHshTxRUoMnL7wCIQCmybzV6uCx8NaWZP/U2as9wYp2m35zp/ICdjih6haoLQ==
+-----END CERTIFICATE REQUEST-----";
     pub(crate) const DEV_CSR: &str = "-----BEGIN CERTIFICATE REQUEST-----
 MIHVMH4CAQAwHDEMMAoGA1UECgwDZGV2MQwwCgYDVQQDDANib2IwWTATBgcqhkjO
 PQIBBggqhkjOPQMBBwNCAARdFkTUlB8iREf5AZXcwK4FY9OWhjC9QlGark3KvLfO
@@ -305,14 +319,17 @@ stIZMi6+/XELTMt0Cmj7NCheMWmGlKK1
     }
 
     #[test]
-    fn organizations_of_requests() {
+    fn subjects_of_requests() {
         assert_eq!(
-            request_organizations(&b64(MASTERS_CSR)).unwrap(),
+            request_subject(&b64(MASTERS_CSR)).unwrap().1,
             ["system:masters", "dev"]
         );
-        assert_eq!(request_organizations(&b64(DEV_CSR)).unwrap(), ["dev"]);
-        assert!(request_organizations(&b64("not pem")).is_err());
-        assert!(request_organizations("%%%").is_err());
+        assert_eq!(
+            request_subject(&b64(DEV_CSR)).unwrap(),
+            ("bob".to_string(), vec!["dev".to_string()])
+        );
+        assert!(request_subject(&b64("not pem")).is_err());
+        assert!(request_subject("%%%").is_err());
     }
 
     #[tokio::test]

@@ -1,10 +1,12 @@
 //! NodeRestriction (upstream `plugin/pkg/admission/noderestriction`): a kubelet
 //! (`system:node:<name>` in `system:nodes`) may create only mirror pods bound to
 //! itself, update only the status of its own pods, delete or evict only its own
-//! pods, and modify only its own Node, without changing its taints or the
-//! `node-restriction.kubernetes.io/` labels, and write only its own Lease (in
-//! `kube-node-lease`) and its own CSINode. Evictions reach it as a CREATE of
-//! `pods/eviction` with the Eviction object; it reads the pod to check its node.
+//! pods, and modify only its own Node, without changing its taints, its config source
+//! or labels beyond the kubelet's own (`node-restriction.kubernetes.io` and unknown
+//! `kubernetes.io`/`k8s.io` ones), write only its own Lease (in `kube-node-lease`)
+//! and its own CSINode, and ask for node certificates only in its own name. Evictions
+//! reach it as a CREATE of `pods/eviction` with the Eviction object; it reads the pod
+//! to check its node.
 
 use std::sync::Arc;
 
@@ -19,7 +21,28 @@ use super::{Attributes, MIRROR_POD_ANNOTATION, Operation, Plugin, PluginInit, na
 
 pub(crate) const NAME: &str = "NodeRestriction";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-const NODE_RESTRICTION_LABEL_PREFIX: &str = "node-restriction.kubernetes.io/";
+const NODE_RESTRICTION_LABEL_NAMESPACE: &str = "node-restriction.kubernetes.io";
+/// The signers whose certificates name a node (upstream `KubeletServingSignerName`,
+/// `KubeAPIServerClientKubeletSignerName`).
+const NODE_SIGNERS: [&str; 2] = [
+    "kubernetes.io/kubelet-serving",
+    "kubernetes.io/kube-apiserver-client-kubelet",
+];
+/// Labels a kubelet sets itself (upstream `kubeletapis.IsKubeletLabel`).
+const KUBELET_LABELS: [&str; 11] = [
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+];
+const KUBELET_LABEL_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
 
 pub(crate) struct NodeRestriction {
     /// For evictions, whose object is the Eviction, not the pod.
@@ -52,7 +75,10 @@ impl Plugin for NodeRestriction {
         node_of(&a.user).is_some()
             && (a.resource.group.is_empty() && matches!(a.resource.plural, "pods" | "nodes")
                 || a.is("coordination.k8s.io", "leases")
-                || a.is("storage.k8s.io", "csinodes"))
+                || a.is("storage.k8s.io", "csinodes")
+                || a.is("certificates.k8s.io", "certificatesigningrequests")
+                    && a.operation == Operation::Create
+                    && a.subresource.is_empty())
             && a.operation != Operation::Connect
     }
 
@@ -64,6 +90,9 @@ impl Plugin for NodeRestriction {
     ) -> Result<(), ApiError> {
         if a.is("coordination.k8s.io", "leases") || a.is("storage.k8s.io", "csinodes") {
             return check_own_object(a, object.or(old));
+        }
+        if a.is("certificates.k8s.io", "certificatesigningrequests") {
+            return object.map_or(Ok(()), |csr| check_node_csr(a, csr));
         }
         match (object, old) {
             (Some(eviction), None) if a.is_core("pods") && a.subresource == "eviction" => {
@@ -117,18 +146,15 @@ fn check_write(a: &Attributes, new: &Value, old: Option<&Value>) -> Result<(), A
                     "node {node:?} is not allowed to modify node {name:?}"
                 )));
             }
-            let restricted = |v: &Value| -> Vec<(String, Value)> {
-                v["metadata"]["labels"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, _)| k.starts_with(NODE_RESTRICTION_LABEL_PREFIX))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            };
+            let config_source = &new["spec"]["configSource"];
             match old {
                 None => {
-                    let set: Vec<String> = restricted(new).into_iter().map(|(k, _)| k).collect();
+                    if !config_source.is_null() {
+                        return Err(forbidden(format!(
+                            "node {node:?} is not allowed to create pods with a non-nil configSource"
+                        )));
+                    }
+                    let set = forbidden_labels(new, &Value::Null);
                     if !set.is_empty() {
                         return Err(forbidden(format!(
                             "node {node:?} is not allowed to set the following labels: {}",
@@ -137,14 +163,22 @@ fn check_write(a: &Attributes, new: &Value, old: Option<&Value>) -> Result<(), A
                     }
                 }
                 Some(old) => {
+                    // Only a non-nil one: old kubelets may drop the field on status writes.
+                    if !config_source.is_null() && *config_source != old["spec"]["configSource"] {
+                        return Err(forbidden(format!(
+                            "node {node:?} is not allowed to update configSource to a new non-nil configSource"
+                        )));
+                    }
                     if new["spec"]["taints"] != old["spec"]["taints"] {
                         return Err(forbidden(format!(
                             "node {node:?} is not allowed to modify taints"
                         )));
                     }
-                    if restricted(new) != restricted(old) {
+                    let modified = forbidden_labels(new, old);
+                    if !modified.is_empty() {
                         return Err(forbidden(format!(
-                            "node {node:?} is not allowed to modify labels with the prefix {NODE_RESTRICTION_LABEL_PREFIX}"
+                            "is not allowed to modify labels: {}",
+                            modified.join(", ")
                         )));
                     }
                 }
@@ -153,6 +187,75 @@ fn check_write(a: &Attributes, new: &Value, old: Option<&Value>) -> Result<(), A
         }
         _ => Ok(()),
     }
+}
+
+/// The labels added, removed or changed between `old` and `new` that a kubelet may not
+/// touch, sorted (upstream `getModifiedLabels` and `getForbiddenLabels`): those in the
+/// node-restriction namespace, and `kubernetes.io` or `k8s.io` ones that are not the
+/// kubelet's own.
+fn forbidden_labels(new: &Value, old: &Value) -> Vec<String> {
+    let labels = |v: &Value| {
+        v["metadata"]["labels"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (new, old) = (labels(new), labels(old));
+    let modified = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(v))
+        .chain(old.iter().filter(|(k, v)| new.get(*k) != Some(v)))
+        .map(|(k, _)| k.as_str());
+    let mut forbidden: Vec<String> = modified
+        .filter(|label| {
+            let namespace = label.split_once('/').map_or("", |(ns, _)| ns);
+            in_namespace(namespace, NODE_RESTRICTION_LABEL_NAMESPACE)
+                || (is_kubernetes_label(namespace) && !is_kubelet_label(label, namespace))
+        })
+        .map(str::to_string)
+        .collect();
+    forbidden.sort();
+    forbidden.dedup();
+    forbidden
+}
+
+/// `namespace` is `domain` or a subdomain of it.
+fn in_namespace(namespace: &str, domain: &str) -> bool {
+    namespace == domain
+        || namespace
+            .strip_suffix(domain)
+            .is_some_and(|rest| rest.ends_with('.'))
+}
+
+fn is_kubernetes_label(namespace: &str) -> bool {
+    in_namespace(namespace, "kubernetes.io") || in_namespace(namespace, "k8s.io")
+}
+
+fn is_kubelet_label(label: &str, namespace: &str) -> bool {
+    KUBELET_LABELS.contains(&label)
+        || KUBELET_LABEL_NAMESPACES
+            .iter()
+            .any(|allowed| in_namespace(namespace, allowed))
+}
+
+/// Upstream `admitCSR`: a node certificate a kubelet asks for names that kubelet.
+fn check_node_csr(a: &Attributes, csr: &Value) -> Result<(), ApiError> {
+    let Some(node) = node_of(&a.user) else {
+        return Ok(());
+    };
+    let signer = csr["spec"]["signerName"].as_str().unwrap_or("");
+    if !NODE_SIGNERS.contains(&signer) {
+        return Ok(());
+    }
+    let request = csr["spec"]["request"].as_str().unwrap_or("");
+    let (common_name, _) = super::certificates::request_subject(request)
+        .map_err(|e| a.forbidden(format!("unable to parse csr: {e}")))?;
+    if common_name != format!("system:node:{node}") {
+        return Err(a.forbidden(format!(
+            "can only create a node CSR with CN=system:node:{node}"
+        )));
+    }
+    Ok(())
 }
 
 /// Upstream `admitLease` and `admitCSINode`: whatever the operation, a node touches
@@ -319,6 +422,109 @@ mod tests {
         );
         let b = json!({"metadata": {"name": "b"}});
         assert!(NR.validate(&node_create, Some(&b), None).await.is_err());
+    }
+
+    /// Upstream's label policy: the kubelet's own labels, anything outside
+    /// kubernetes.io and k8s.io, never node-restriction ones; and no config source.
+    #[tokio::test]
+    async fn node_labels_and_config_source() {
+        let node_a = UserInfo::new("system:node:a", ["system:nodes"]);
+        let node = |labels: Value| json!({"metadata": {"name": "a", "labels": labels}, "spec": {}});
+        let create = attrs(&node_a, Operation::Create, "nodes", "");
+        let own = node(
+            json!({"kubernetes.io/hostname": "a", "kubernetes.io/os": "linux",
+            "node.kubernetes.io/exclude-from-external-load-balancers": "",
+            "x.kubelet.kubernetes.io/y": "z", "example.com/team": "blue"}),
+        );
+        NR.validate(&create, Some(&own), None).await.unwrap();
+        let role = node(json!({"node-role.kubernetes.io/worker": "",
+            "a.node-restriction.kubernetes.io/b": "c", "kubernetes.io/hostname": "a"}));
+        let e = NR.validate(&create, Some(&role), None).await.unwrap_err();
+        assert_eq!(
+            e.message,
+            "nodes \"a\" is forbidden: node \"a\" is not allowed to set the following labels: a.node-restriction.kubernetes.io/b, node-role.kubernetes.io/worker"
+        );
+        let update = attrs(&node_a, Operation::Update, "nodes", "");
+        let relabelled = node(json!({"kubernetes.io/hostname": "b", "k8s.io/x": "1"}));
+        let e = NR
+            .validate(&update, Some(&relabelled), Some(&own))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "nodes \"a\" is forbidden: is not allowed to modify labels: k8s.io/x"
+        );
+        // Removing one counts as modifying it.
+        let e = NR
+            .validate(&update, Some(&own), Some(&role))
+            .await
+            .unwrap_err();
+        assert!(
+            e.message
+                .ends_with("a.node-restriction.kubernetes.io/b, node-role.kubernetes.io/worker"),
+            "{}",
+            e.message
+        );
+        let configured = json!({"metadata": {"name": "a"},
+            "spec": {"configSource": {"configMap": {"name": "c", "namespace": "kube-system", "kubeletConfigKey": "k"}}}});
+        let e = NR
+            .validate(&create, Some(&configured), None)
+            .await
+            .unwrap_err();
+        assert!(
+            e.message
+                .ends_with("is not allowed to create pods with a non-nil configSource")
+        );
+        let e = NR
+            .validate(&update, Some(&configured), Some(&own))
+            .await
+            .unwrap_err();
+        assert!(
+            e.message
+                .ends_with("is not allowed to update configSource to a new non-nil configSource")
+        );
+        NR.validate(&update, Some(&configured), Some(&configured))
+            .await
+            .unwrap();
+    }
+
+    /// Upstream `admitCSR`: node certificates only in the node's own name.
+    #[tokio::test]
+    async fn node_certificates_only_in_its_own_name() {
+        use base64::Engine as _;
+        let info = ferrokube_api::resources::lookup(
+            "certificates.k8s.io",
+            "v1",
+            "certificatesigningrequests",
+        )
+        .unwrap();
+        let request = base64::engine::general_purpose::STANDARD
+            .encode(super::super::certificates::tests::NODE_A_CSR);
+        let csr = |signer: &str| {
+            json!({"metadata": {"name": "csr-1"},
+            "spec": {"signerName": signer, "request": request, "usages": ["client auth"]}})
+        };
+        for (node, signer, allowed) in [
+            ("a", "kubernetes.io/kube-apiserver-client-kubelet", true),
+            ("a", "kubernetes.io/kubelet-serving", true),
+            ("b", "kubernetes.io/kubelet-serving", false),
+            ("b", "kubernetes.io/kube-apiserver-client-kubelet", false),
+            ("b", "example.com/other", true),
+        ] {
+            let user = UserInfo::new(format!("system:node:{node}"), ["system:nodes"]);
+            let a = Attributes::new(user, Operation::Create, info);
+            assert!(NR.handles(&a));
+            let result = NR.validate(&a, Some(&csr(signer)), None).await;
+            assert_eq!(result.is_ok(), allowed, "{node} {signer}: {result:?}");
+            if let Err(e) = result {
+                assert!(
+                    e.message
+                        .ends_with("can only create a node CSR with CN=system:node:b"),
+                    "{}",
+                    e.message
+                );
+            }
+        }
     }
 
     #[tokio::test]
