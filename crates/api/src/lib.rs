@@ -10,7 +10,9 @@
 //! scheduler, the DaemonSet controller, volume node affinity) and the choice of a
 //! PersistentVolume for a claim ([`persistentvolume`]: the binder controller and the
 //! scheduler's VolumeBinding), and the claim behind a generic ephemeral volume
-//! ([`ephemeral`]: its controller, the scheduler, the kubelet, PVC protection).
+//! ([`ephemeral`]: its controller, the scheduler, the kubelet, PVC protection), and the
+//! node labels a kubelet may set itself ([`kubelet_labels`]: NodeRestriction, the
+//! kubelet's `--node-labels`).
 //!
 //! No IO: no tokio, no files, no clock (times are passed in). Must not depend on
 //! storage, registry, admission, apiserver or client crates.
@@ -19,6 +21,7 @@ pub mod conversion;
 pub mod defaults;
 pub mod ephemeral;
 pub mod image;
+pub mod kubelet_labels;
 pub mod nodeaffinity;
 pub mod pdb;
 pub mod persistentvolume;

@@ -39,6 +39,9 @@ pub enum ParseError {
         entry: String,
         why: &'static str,
     },
+    /// `--node-labels` that upstream's flag validation refuses, with its text.
+    #[error("{0}")]
+    NodeLabels(String),
 }
 
 fn entry_err(flag: &'static str, entry: &str, why: &'static str) -> ParseError {
@@ -654,8 +657,15 @@ pub fn parse_taints(s: &str) -> Result<Vec<Taint>, ParseError> {
     Ok(out)
 }
 
-/// Parses `--node-labels` (`k=v,k2=v2`).
+/// Parses `--node-labels` (`k=v,k2=v2`), refusing what upstream's `ValidateKubeletFlags`
+/// refuses: `kubernetes.io`/`k8s.io` labels that are not the kubelet's own (the
+/// NodeRestriction admission plugin would refuse them at registration), and invalid
+/// keys or values.
 pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, ParseError> {
+    use ferrokube_api::kubelet_labels::{
+        KUBELET_LABEL_NAMESPACES, KUBELET_LABELS, is_kubelet_label, is_kubernetes_label,
+    };
+    use ferrokube_apimachinery::validation::{is_qualified_name, is_valid_label_value};
     let mut out = BTreeMap::new();
     for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (k, v) = entry
@@ -665,6 +675,39 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, ParseError> {
             return Err(entry_err("--node-labels", entry, "empty key"));
         }
         out.insert(k.to_owned(), v.to_owned());
+    }
+    let unknown: Vec<&str> = out
+        .keys()
+        .map(String::as_str)
+        .filter(|k| is_kubernetes_label(k) && !is_kubelet_label(k))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ParseError::NodeLabels(format!(
+            "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n--node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix ({}) or be in the specifically allowed set ({})",
+            unknown.join(" "),
+            KUBELET_LABEL_NAMESPACES.join(", "),
+            KUBELET_LABELS.join(", ")
+        )));
+    }
+    // Upstream collects these in a map keyed by the bad key or value.
+    let mut invalid: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (k, v) in &out {
+        invalid.entry(k).or_default().extend(is_qualified_name(k));
+        invalid
+            .entry(v)
+            .or_default()
+            .extend(is_valid_label_value(v));
+    }
+    invalid.retain(|_, errs| !errs.is_empty());
+    if !invalid.is_empty() {
+        let each: Vec<String> = invalid
+            .iter()
+            .map(|(what, errs)| format!("'{what}' - {}", errs.join(", ")))
+            .collect();
+        return Err(ParseError::NodeLabels(format!(
+            "invalid node labels: {}",
+            each.join("; ")
+        )));
     }
     Ok(out)
 }
@@ -1118,6 +1161,19 @@ mod tests {
         assert!(parse_taints("a=b:Bogus").is_err());
         assert!(parse_taints("a=b").is_err());
         assert!(parse_labels("novalue").is_err());
+        // Upstream's flag validation: no foreign kubernetes.io labels, valid names.
+        assert_eq!(
+            parse_labels("node-role.kubernetes.io/worker=,k8s.io/a=b,node.kubernetes.io/x=y")
+                .unwrap_err()
+                .to_string(),
+            "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [k8s.io/a node-role.kubernetes.io/worker]\n--node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix (kubelet.kubernetes.io, node.kubernetes.io) or be in the specifically allowed set (beta.kubernetes.io/arch, beta.kubernetes.io/instance-type, beta.kubernetes.io/os, failure-domain.beta.kubernetes.io/region, failure-domain.beta.kubernetes.io/zone, kubernetes.io/arch, kubernetes.io/hostname, kubernetes.io/os, node.kubernetes.io/instance-type, topology.kubernetes.io/region, topology.kubernetes.io/zone)"
+        );
+        let invalid = parse_labels("bad key=x").unwrap_err().to_string();
+        assert!(
+            invalid.starts_with("invalid node labels: 'bad key' - "),
+            "{invalid}"
+        );
+        assert!(parse_labels("team=blue,node.kubernetes.io/pool=a").is_ok());
     }
 
     #[test]

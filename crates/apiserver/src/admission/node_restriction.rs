@@ -11,6 +11,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ferrokube_api::kubelet_labels::{
+    in_namespace, is_kubelet_label, is_kubernetes_label, label_namespace,
+};
 use ferrokube_apimachinery::errors::ApiError;
 use ferrokube_auth::UserInfo;
 use ferrokube_auth::node::node_identity;
@@ -28,21 +31,6 @@ const NODE_SIGNERS: [&str; 2] = [
     "kubernetes.io/kubelet-serving",
     "kubernetes.io/kube-apiserver-client-kubelet",
 ];
-/// Labels a kubelet sets itself (upstream `kubeletapis.IsKubeletLabel`).
-const KUBELET_LABELS: [&str; 11] = [
-    "kubernetes.io/hostname",
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone",
-    "failure-domain.beta.kubernetes.io/region",
-    "beta.kubernetes.io/instance-type",
-    "node.kubernetes.io/instance-type",
-    "kubernetes.io/os",
-    "kubernetes.io/arch",
-    "beta.kubernetes.io/os",
-    "beta.kubernetes.io/arch",
-];
-const KUBELET_LABEL_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
 
 pub(crate) struct NodeRestriction {
     /// For evictions, whose object is the Eviction, not the pod.
@@ -208,34 +196,14 @@ fn forbidden_labels(new: &Value, old: &Value) -> Vec<String> {
         .map(|(k, _)| k.as_str());
     let mut forbidden: Vec<String> = modified
         .filter(|label| {
-            let namespace = label.split_once('/').map_or("", |(ns, _)| ns);
-            in_namespace(namespace, NODE_RESTRICTION_LABEL_NAMESPACE)
-                || (is_kubernetes_label(namespace) && !is_kubelet_label(label, namespace))
+            in_namespace(label_namespace(label), NODE_RESTRICTION_LABEL_NAMESPACE)
+                || (is_kubernetes_label(label) && !is_kubelet_label(label))
         })
         .map(str::to_string)
         .collect();
     forbidden.sort();
     forbidden.dedup();
     forbidden
-}
-
-/// `namespace` is `domain` or a subdomain of it.
-fn in_namespace(namespace: &str, domain: &str) -> bool {
-    namespace == domain
-        || namespace
-            .strip_suffix(domain)
-            .is_some_and(|rest| rest.ends_with('.'))
-}
-
-fn is_kubernetes_label(namespace: &str) -> bool {
-    in_namespace(namespace, "kubernetes.io") || in_namespace(namespace, "k8s.io")
-}
-
-fn is_kubelet_label(label: &str, namespace: &str) -> bool {
-    KUBELET_LABELS.contains(&label)
-        || KUBELET_LABEL_NAMESPACES
-            .iter()
-            .any(|allowed| in_namespace(namespace, allowed))
 }
 
 /// Upstream `admitCSR`: a node certificate a kubelet asks for names that kubelet.
