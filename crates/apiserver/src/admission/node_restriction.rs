@@ -66,7 +66,8 @@ impl Plugin for NodeRestriction {
                 || a.is("storage.k8s.io", "csinodes")
                 || a.is("certificates.k8s.io", "certificatesigningrequests")
                     && a.operation == Operation::Create
-                    && a.subresource.is_empty())
+                    && a.subresource.is_empty()
+                || a.is_core("persistentvolumeclaims") && a.subresource == "status")
             && a.operation != Operation::Connect
     }
 
@@ -81,6 +82,9 @@ impl Plugin for NodeRestriction {
         }
         if a.is("certificates.k8s.io", "certificatesigningrequests") {
             return object.map_or(Ok(()), |csr| check_node_csr(a, csr));
+        }
+        if a.is_core("persistentvolumeclaims") {
+            return check_claim_status(a, object, old);
         }
         match (object, old) {
             (Some(eviction), None) if a.is_core("pods") && a.subresource == "eviction" => {
@@ -204,6 +208,75 @@ fn forbidden_labels(new: &Value, old: &Value) -> Vec<String> {
     forbidden.sort();
     forbidden.dedup();
     forbidden
+}
+
+/// Upstream `admitPVCStatus`: a kubelet changes only a claim's capacity, conditions and
+/// allocated resources (resizing), through its status, by update. Upstream's message
+/// ends in a `cmp.Diff` of the objects; this one names the changed fields instead.
+fn check_claim_status(
+    a: &Attributes,
+    new: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let Some(node) = node_of(&a.user) else {
+        return Ok(());
+    };
+    let (Some(new), Some(old), Operation::Update) = (new, old, a.operation) else {
+        return Err(a.forbidden(format!("unexpected operation {:?}", a.operation.as_str())));
+    };
+    let comparable = |claim: &Value| {
+        let mut claim = claim.clone();
+        for (parent, field) in [
+            ("metadata", "resourceVersion"),
+            ("metadata", "managedFields"),
+            ("status", "capacity"),
+            ("status", "conditions"),
+            ("status", "allocatedResourceStatuses"),
+            ("status", "allocatedResources"),
+        ] {
+            if let Some(parent) = claim.get_mut(parent).and_then(Value::as_object_mut) {
+                parent.remove(field);
+            }
+        }
+        claim
+    };
+    let mut changed = Vec::new();
+    changed_fields(&comparable(old), &comparable(new), "", &mut changed);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    Err(a.forbidden_named(
+        name_of(new),
+        format!(
+            "node {node:?} is not allowed to update fields other than status.quantity and status.conditions: {}",
+            changed.join(", ")
+        ),
+    ))
+}
+
+/// The dotted paths where `old` and `new` differ (objects compared member by member).
+fn changed_fields(old: &Value, new: &Value, path: &str, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let keys: std::collections::BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+            for key in keys {
+                let at = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let missing = Value::Null;
+                changed_fields(
+                    o.get(key).unwrap_or(&missing),
+                    n.get(key).unwrap_or(&missing),
+                    &at,
+                    out,
+                );
+            }
+        }
+        (o, n) if o != n => out.push(path.to_string()),
+        _ => {}
+    }
 }
 
 /// Upstream `admitCSR`: a node certificate a kubelet asks for names that kubelet.
@@ -454,6 +527,49 @@ mod tests {
         NR.validate(&update, Some(&configured), Some(&configured))
             .await
             .unwrap();
+    }
+
+    /// Upstream `admitPVCStatus`: a kubelet resizes a claim; nothing else.
+    #[tokio::test]
+    async fn node_changes_only_a_claims_resize_status() {
+        let node_a = UserInfo::new("system:node:a", ["system:nodes"]);
+        let update = attrs(
+            &node_a,
+            Operation::Update,
+            "persistentvolumeclaims",
+            "status",
+        );
+        assert!(NR.handles(&update));
+        let old = json!({"metadata": {"name": "c", "resourceVersion": "1"},
+            "spec": {"resources": {"requests": {"storage": "2Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}});
+        let resized = json!({"metadata": {"name": "c", "resourceVersion": "2"},
+            "spec": {"resources": {"requests": {"storage": "2Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"},
+                "conditions": [{"type": "FileSystemResizePending", "status": "True"}]}});
+        NR.validate(&update, Some(&resized), Some(&old))
+            .await
+            .unwrap();
+        let mut relabelled = resized.clone();
+        relabelled["metadata"]["labels"] = json!({"x": "y"});
+        relabelled["status"]["phase"] = json!("Lost");
+        let e = NR
+            .validate(&update, Some(&relabelled), Some(&old))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "persistentvolumeclaims \"c\" is forbidden: node \"a\" is not allowed to update fields other than status.quantity and status.conditions: metadata.labels, status.phase"
+        );
+        // Anybody else is not the plugin's to check.
+        let admin = UserInfo::new("admin", ["system:masters"]);
+        let by_admin = attrs(
+            &admin,
+            Operation::Update,
+            "persistentvolumeclaims",
+            "status",
+        );
+        assert!(!NR.handles(&by_admin));
     }
 
     /// Upstream `admitCSR`: node certificates only in the node's own name.
