@@ -61,8 +61,6 @@ pub(crate) struct State {
     pub shutdown: watch::Receiver<bool>,
     /// Turns true on SIGTERM, before the shutdown delay: `/readyz` fails.
     pub shutdown_initiated: watch::Receiver<bool>,
-    /// The `--feature-gates` this server acts on.
-    pub features: crate::features::Features,
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// `--strict-transport-security-directives` as a header value (None: no header).
     pub strict_transport_security: Option<HeaderValue>,
@@ -90,7 +88,7 @@ pub(crate) struct State {
 impl State {
     /// The aggregated discovery version the client asked for, if this server serves it.
     pub(crate) fn aggregated_discovery(&self, accept: Option<&str>) -> Option<&'static str> {
-        discovery::wants_aggregated(accept, !self.features.remove_discovery_beta)
+        discovery::wants_aggregated(accept, !self.security.features.remove_discovery_beta)
     }
 
     /// Who made a request: the authenticator chain, then the token webhook.
@@ -889,7 +887,7 @@ async fn route(
                 "",
                 "v1",
                 &state.registry.custom().served(),
-                state.features.storage_version_hash,
+                state.security.features.storage_version_hash,
             )
             .map(|v| json_response(StatusCode::OK, &v))
             .ok_or_else(|| not_found_path(path));
@@ -911,7 +909,7 @@ async fn route(
                 g,
                 v,
                 &state.registry.custom().served(),
-                state.features.storage_version_hash,
+                state.security.features.storage_version_hash,
             )
             .map(|v| json_response(StatusCode::OK, &v))
             .ok_or_else(|| not_found_path(path));

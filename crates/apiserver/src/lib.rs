@@ -136,8 +136,6 @@ pub struct Config {
     pub(crate) post_start_hooks: health::PostStartHooks,
     /// This apiserver's identity: the name of the Lease it renews in kube-system.
     pub(crate) apiserver_id: String,
-    /// The `--feature-gates` this server acts on.
-    pub(crate) features: features::Features,
     /// Roles, bindings and pods as the authorizers and admission checks see them.
     pub(crate) security: Arc<security::ClusterState>,
     /// Service account token issuing and discovery (None without an issuer).
@@ -309,7 +307,7 @@ impl Server {
         if let Some(leases) = config
             .registry
             .store("coordination.k8s.io", "v1", "leases")
-            .filter(|_| config.features.apiserver_identity)
+            .filter(|_| config.security.features.apiserver_identity)
         {
             background.push(tokio::spawn(identity::run_lease(
                 leases.clone(),
@@ -350,7 +348,6 @@ impl Server {
             metrics: metrics.clone(),
             shutdown: shutdown_rx.clone(),
             shutdown_initiated: initiated_rx,
-            features: config.features,
             lifecycle: lifecycle.clone(),
             strict_transport_security: config.strict_transport_security,
             cors: config.cors,
@@ -1395,7 +1392,6 @@ impl Options {
                 apiserver_identity: self.features.apiserver_identity,
             }),
             apiserver_id: self.apiserver_id,
-            features: self.features,
             aggregator: AggregatorConfig {
                 proxy_client,
                 route_to_endpoints: self.enable_aggregator_routing,

@@ -62,7 +62,8 @@ pub(crate) struct ClusterState {
     volume_attachments: Option<Arc<Store>>,
     /// The last snapshot and the object pointers it was built from.
     rbac: Mutex<Option<(Vec<usize>, Arc<RbacSnapshot>)>>,
-    /// The gates the authorizers built over this state read.
+    /// The `--feature-gates` this server acts on: the authorizers built over this
+    /// state read them, and so does the rest of the server (one copy).
     pub(crate) features: Features,
 }
 
